@@ -1,0 +1,75 @@
+# Tessera - a thin wrapper around CMake and ctest. `make help` lists the targets.
+#
+#   make deps   install every Debian package the build, tests and demo need (quiet when present)
+#   make        build into build/
+#   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/)
+#   make demo   start a local cluster, show it, stop it
+#   make bench  run the benchmarks (bench/results/*.json)
+
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+CTEST_ARGS ?=
+
+# Debian packages, by purpose. Node.js comes from Debian unless a node is already on PATH.
+DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
+             protobuf-c-compiler protobuf-compiler xxd libxxhash-dev libcmocka-dev
+DEB_TEST := python3 python3-grpcio python3-protobuf
+DEB_ALL := $(DEB_BUILD) $(DEB_TEST)
+UNIT_TESTS := test_ring test_reflection test_util test_members test_rpc
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all build deps deps-node test demo bench clean help asan
+
+all: build
+
+help:
+	@sed -n '1,9p' Makefile
+
+deps:
+	@missing=$$(for p in $(DEB_ALL); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
+	    | grep -q 'ok installed' || echo $$p; done); \
+	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	    missing="$$missing nodejs npm"; fi; \
+	if [ -n "$$missing" ]; then \
+	    echo "deps: installing$$missing"; \
+	    $(SUDO) apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+	        $$missing >/dev/null || { echo "deps: apt-get failed; install by hand:$$missing"; exit 1; }; \
+	fi
+	@$(MAKE) --no-print-directory deps-node
+
+# The Node reflection test's packages, exactly as package-lock.json records them.
+deps-node:
+	@if [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt tests/node/node_modules ]; then \
+	    echo "deps: npm ci in tests/node"; \
+	    npm ci --prefix tests/node --no-audit --no-fund --loglevel=error >/dev/null && \
+	    touch tests/node/node_modules; \
+	fi
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Only the unit tests are built with sanitizers: they cover lib/ and run in seconds.
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(UNIT_TESTS)
+
+test: asan build
+	cmake -S . -B $(BUILD) -DTESSERA_ASAN_DIR=$(abspath $(ASAN_BUILD)) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+demo: build
+	$(BUILD)/bin/tessera demo
+
+bench: build
+	mkdir -p bench/results
+	$(BUILD)/bin/bench_rpc_latency --out bench/results/rpc_latency.json
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

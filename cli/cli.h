@@ -1,0 +1,43 @@
+/* cli.h - the `tessera` command's subcommands and the local-cluster launcher they share. */
+#ifndef TS_CLI_CLI_H
+#define TS_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "util/err.h"
+
+int cmd_up(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+
+/* A local cluster of real processes on loopback (launcher.c). */
+struct cluster_opts {
+    int shards;
+    int master_port;                /* 0: a free port */
+    const char *dir;                /* logs; NULL: a new directory under $TMPDIR or /tmp */
+    int lease_ms;                   /* 0: the master's default */
+};
+
+struct cluster {
+    char dir[512];
+    char master_addr[64];
+    pid_t master;
+    pid_t *shards;
+    int nshards;
+};
+
+/* Starts the master and the shards, and waits until every shard is registered. On failure
+ * everything started is stopped and err says which log to read. */
+ts_status cluster_start(const struct cluster_opts *o, struct cluster *c,
+                        struct ts_err *err) TS_MUST_CHECK;
+/* SIGTERM to shards then master, waits, SIGKILL what is left; frees c's memory. */
+void cluster_stop(struct cluster *c);
+/* Reaps exited children; prints a line for each and returns false if the master is gone. */
+bool cluster_check(struct cluster *c);
+
+/* Prints the cluster's status to stdout (table or JSON). Returns the exit code. */
+int print_status(const char *master_addr, bool json, int timeout_ms);
+
+#endif

@@ -1,0 +1,242 @@
+/* launcher.c - a local cluster of real processes: tessera-master and N tessera-shard.
+ *
+ * The binaries are found beside the running `tessera`. Each child writes its log to DIR, gets
+ * SIGTERM if the launcher dies (PR_SET_PDEATHSIG, so no process outlives a killed launcher),
+ * and is stopped by pid, never by name. The master picks its port and writes it to a file,
+ * which is how the launcher learns it without a race. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "client/master_client.h"
+#include "util/proc.h"
+
+#define START_TIMEOUT_MS 15000
+
+static ts_status spawn(const char *dir, const char *log, char *const argv[], pid_t *pid,
+                       struct ts_err *err)
+{
+    char path[700];
+    pid_t parent = getpid();
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, log);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return ts_err_set(err, TS_EIO, "cannot create %s: %s", path, strerror(errno));
+    *pid = fork();
+    if (*pid < 0) {
+        close(fd);
+        return ts_err_set(err, TS_EIO, "fork: %s", strerror(errno));
+    }
+    if (*pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1); /* the launcher died before prctl took effect */
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        execv(argv[0], argv);
+        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fd);
+    return TS_OK;
+}
+
+static bool exited(pid_t pid)
+{
+    int status;
+    return pid > 0 && waitpid(pid, &status, WNOHANG) == pid;
+}
+
+/* Waits for the master's port file; fails early if the master exits. */
+static ts_status wait_port(struct cluster *c, const char *file, int *port, struct ts_err *err)
+{
+    int64_t until = ts_now_ms() + START_TIMEOUT_MS;
+
+    while (ts_now_ms() < until) {
+        FILE *f = fopen(file, "r");
+        if (f) {
+            int ok = fscanf(f, "%d", port) == 1;
+            fclose(f);
+            if (ok)
+                return TS_OK;
+        }
+        if (exited(c->master)) {
+            c->master = 0;
+            return ts_err_set(err, TS_EUNAVAIL, "tessera-master exited at start: see %s/master.log",
+                              c->dir);
+        }
+        ts_sleep_ms(20);
+    }
+    return ts_err_set(err, TS_ETIMEDOUT, "tessera-master did not start within %d ms: see %s/master.log",
+                      START_TIMEOUT_MS, c->dir);
+}
+
+static ts_status start_master(const struct cluster_opts *o, struct cluster *c, const char *bin,
+                              struct ts_err *err)
+{
+    char exe[700], listen[64], port_file[700], lease[32];
+    char *argv[10];
+    int n = 0, port;
+    ts_status st;
+
+    snprintf(exe, sizeof(exe), "%s/tessera-master", bin);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", o->master_port);
+    snprintf(port_file, sizeof(port_file), "%s/master.port", c->dir);
+    unlink(port_file);
+    argv[n++] = exe;
+    argv[n++] = "--listen";
+    argv[n++] = listen;
+    argv[n++] = "--port-file";
+    argv[n++] = port_file;
+    if (o->lease_ms) {
+        snprintf(lease, sizeof(lease), "%d", o->lease_ms);
+        argv[n++] = "--lease-ms";
+        argv[n++] = lease;
+    }
+    argv[n] = NULL;
+    if ((st = spawn(c->dir, "master.log", argv, &c->master, err)) ||
+        (st = wait_port(c, port_file, &port, err)))
+        return st;
+    snprintf(c->master_addr, sizeof(c->master_addr), "127.0.0.1:%d", port);
+    return TS_OK;
+}
+
+static ts_status start_shards(const struct cluster_opts *o, struct cluster *c, const char *bin,
+                              struct ts_err *err)
+{
+    char exe[700], log[64];
+    char *argv[] = { exe, "--master", c->master_addr, NULL };
+    ts_status st;
+
+    snprintf(exe, sizeof(exe), "%s/tessera-shard", bin);
+    c->shards = calloc((size_t)o->shards + 1, sizeof(*c->shards));
+    if (!c->shards)
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    for (int i = 0; i < o->shards; i++) {
+        snprintf(log, sizeof(log), "shard-%d.log", i + 1);
+        if ((st = spawn(c->dir, log, argv, &c->shards[i], err)))
+            return st;
+        c->nshards++;
+    }
+    return TS_OK;
+}
+
+/* Waits until the master lists `want` alive shards. */
+static ts_status wait_shards(struct cluster *c, int want, struct ts_err *err)
+{
+    int64_t until = ts_now_ms() + START_TIMEOUT_MS;
+    struct ts_master *m;
+    int alive = 0;
+    ts_status st;
+
+    if ((st = ts_master_open(c->master_addr, &m, err)))
+        return st;
+    while (ts_now_ms() < until) {
+        Tessera__V1__ClusterStatusResponse *cs;
+        if (!ts_master_status(m, 1000, &cs, NULL)) {
+            alive = 0;
+            for (size_t i = 0; i < cs->n_shards; i++)
+                alive += cs->shards[i]->state == TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE;
+            tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+            if (alive >= want)
+                break;
+        }
+        for (int i = 0; i < c->nshards; i++)
+            if (exited(c->shards[i])) {
+                ts_master_close(m);
+                c->shards[i] = 0;
+                return ts_err_set(err, TS_EUNAVAIL, "shard %d exited at start: see %s/shard-%d.log",
+                                  i + 1, c->dir, i + 1);
+            }
+        ts_sleep_ms(50);
+    }
+    ts_master_close(m);
+    if (alive < want)
+        return ts_err_set(err, TS_ETIMEDOUT, "only %d of %d shards registered within %d ms: see %s",
+                          alive, want, START_TIMEOUT_MS, c->dir);
+    return TS_OK;
+}
+
+ts_status cluster_start(const struct cluster_opts *o, struct cluster *c, struct ts_err *err)
+{
+    char bin[512];
+    ts_status st;
+
+    memset(c, 0, sizeof(*c));
+    if (o->dir) {
+        snprintf(c->dir, sizeof(c->dir), "%s", o->dir);
+        if (mkdir(c->dir, 0755) < 0 && errno != EEXIST)
+            return ts_err_set(err, TS_EIO, "--dir %s: %s", c->dir, strerror(errno));
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(c->dir, sizeof(c->dir), "%s/tessera-up.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        if (!mkdtemp(c->dir))
+            return ts_err_set(err, TS_EIO, "cannot make a log directory: %s", strerror(errno));
+    }
+    if ((st = ts_proc_exe_dir(bin, sizeof(bin), err)) ||
+        (st = start_master(o, c, bin, err)) || (st = start_shards(o, c, bin, err)) ||
+        (st = wait_shards(c, o->shards, err))) {
+        cluster_stop(c);
+        return st;
+    }
+    return TS_OK;
+}
+
+/* SIGTERM, then up to ms for it to exit, then SIGKILL. */
+static void stop_pid(pid_t pid, int ms)
+{
+    int64_t until = ts_now_ms() + ms;
+
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    while (ts_now_ms() < until) {
+        if (exited(pid) || (kill(pid, 0) < 0 && errno == ESRCH))
+            return;
+        ts_sleep_ms(10);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+void cluster_stop(struct cluster *c)
+{
+    for (int i = 0; i < c->nshards; i++)
+        stop_pid(c->shards[i], 10000);
+    stop_pid(c->master, 10000);
+    free(c->shards);
+    c->shards = NULL;
+    c->nshards = 0;
+    c->master = 0;
+}
+
+bool cluster_check(struct cluster *c)
+{
+    for (int i = 0; i < c->nshards; i++) {
+        if (exited(c->shards[i])) {
+            fprintf(stderr, "shard %d (pid %d) exited: see %s/shard-%d.log\n", i + 1,
+                    (int)c->shards[i], c->dir, i + 1);
+            c->shards[i] = 0;
+        }
+    }
+    if (exited(c->master)) {
+        fprintf(stderr, "the master (pid %d) exited: see %s/master.log\n", (int)c->master,
+                c->dir);
+        c->master = 0;
+        return false;
+    }
+    return true;
+}

@@ -1,0 +1,141 @@
+/* status.c - `tessera status`: the cluster as a table, or one JSON object. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "client/master_client.h"
+#include "util/flags.h"
+#include "util/json.h"
+
+static const char *state_name(Tessera__V1__MemberState s)
+{
+    switch (s) {
+    case TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE: return "alive";
+    case TESSERA__V1__MEMBER_STATE__MEMBER_STATE_DEAD: return "dead";
+    case TESSERA__V1__MEMBER_STATE__MEMBER_STATE_LEFT: return "left";
+    default: return "unknown";
+    }
+}
+
+static void print_json(const char *addr, const Tessera__V1__ClusterStatusResponse *cs)
+{
+    struct ts_json j;
+    char digest[17];
+
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_str(&j, "master", addr);
+    ts_json_uint(&j, "epoch", cs->epoch);
+    ts_json_str(&j, "version", cs->version);
+    ts_json_int(&j, "uptime_ms", cs->uptime_ms);
+    ts_json_uint(&j, "vnodes", cs->vnodes);
+    snprintf(digest, sizeof(digest), "%016" PRIx64, cs->ring_digest);
+    ts_json_str(&j, "ring_digest", digest);
+    ts_json_arr(&j, "shards");
+    for (size_t i = 0; i < cs->n_shards; i++) {
+        const Tessera__V1__ShardInfo *s = cs->shards[i];
+        ts_json_obj(&j, NULL);
+        ts_json_uint(&j, "id", s->id);
+        ts_json_str(&j, "addr", s->addr);
+        ts_json_str(&j, "state", state_name(s->state));
+        ts_json_uint(&j, "lease_ms", s->lease_ms);
+        ts_json_int(&j, "last_heartbeat_ms_ago", s->last_heartbeat_ms_ago);
+        ts_json_uint(&j, "registered_epoch", s->registered_epoch);
+        ts_json_end(&j);
+    }
+    ts_json_end(&j);
+    ts_json_arr(&j, "workers");
+    for (size_t i = 0; i < cs->n_workers; i++) {
+        const Tessera__V1__WorkerInfo *w = cs->workers[i];
+        ts_json_obj(&j, NULL);
+        ts_json_uint(&j, "id", w->id);
+        ts_json_str(&j, "host", w->host);
+        ts_json_uint(&j, "pid", w->pid);
+        ts_json_str(&j, "state", state_name(w->state));
+        ts_json_uint(&j, "clock", w->clock);
+        ts_json_int(&j, "last_heartbeat_ms_ago", w->last_heartbeat_ms_ago);
+        ts_json_end(&j);
+    }
+    ts_json_end(&j);
+    ts_json_end(&j);
+    printf("%s\n", j.buf);
+    ts_json_fini(&j);
+}
+
+static void print_table(const char *addr, const Tessera__V1__ClusterStatusResponse *cs)
+{
+    printf("master %s  version %s  up %.1f s  epoch %" PRIu64 "  ring %u vnodes/shard "
+           "(digest %016" PRIx64 ")\n\n", addr, cs->version, cs->uptime_ms / 1000.0, cs->epoch,
+           cs->vnodes, cs->ring_digest);
+    printf("%-6s %-24s %-6s %-9s %s\n", "SHARD", "ADDR", "STATE", "LEASE", "LAST HEARTBEAT");
+    for (size_t i = 0; i < cs->n_shards; i++) {
+        const Tessera__V1__ShardInfo *s = cs->shards[i];
+        printf("%-6u %-24s %-6s %-9u %.1f s ago\n", s->id, s->addr, state_name(s->state),
+               s->lease_ms, s->last_heartbeat_ms_ago / 1000.0);
+    }
+    if (!cs->n_shards)
+        printf("(none: start some with `tessera up` or tessera-shard --master %s)\n", addr);
+    printf("\n%-6s %-24s %-8s %-6s %-8s %s\n", "WORKER", "HOST", "PID", "STATE", "CLOCK",
+           "LAST HEARTBEAT");
+    for (size_t i = 0; i < cs->n_workers; i++) {
+        const Tessera__V1__WorkerInfo *w = cs->workers[i];
+        printf("%-6u %-24s %-8u %-6s %-8" PRIu64 " %.1f s ago\n", w->id, w->host, w->pid,
+               state_name(w->state), w->clock, w->last_heartbeat_ms_ago / 1000.0);
+    }
+    if (!cs->n_workers)
+        printf("(none)\n");
+}
+
+int print_status(const char *addr, bool json, int timeout_ms)
+{
+    Tessera__V1__ClusterStatusResponse *cs;
+    struct ts_err err = { 0 };
+    struct ts_master *m = NULL;
+
+    if (ts_master_open(addr, &m, &err) || ts_master_status(m, timeout_ms, &cs, &err)) {
+        fprintf(stderr, "tessera status: %s\n", err.msg);
+        if (err.code == TS_EUNAVAIL || err.code == TS_ETIMEDOUT)
+            fprintf(stderr, "is a master running at %s? start a cluster with `tessera up`, or "
+                            "pass --master ADDR (or set TESSERA_MASTER)\n", addr);
+        ts_master_close(m);
+        return 1;
+    }
+    if (json)
+        print_json(addr, cs);
+    else
+        print_table(addr, cs);
+    tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+    ts_master_close(m);
+    return 0;
+}
+
+int cmd_status(int argc, char **argv)
+{
+    const char *master = NULL;
+    bool json = false, help;
+    int64_t timeout_ms = 3000;
+    const struct ts_flag flags[] = {
+        { "master", TS_FLAG_STR, &master, "ADDR",
+          "master address (default $TESSERA_MASTER, then 127.0.0.1:7070)", 0, 0 },
+        { "json", TS_FLAG_BOOL, &json, NULL, "one JSON object on stdout instead of tables", 0,
+          0 },
+        { "timeout-ms", TS_FLAG_INT, &timeout_ms, "MS", "give up after this long (default 3000)",
+          1, 600000 },
+        { NULL, 0, NULL, NULL, NULL, 0, 0 },
+    };
+    struct ts_err err = { 0 };
+    int npos = 0;
+
+    if (ts_flags_parse(flags, argc, argv, NULL, &npos, &help, &err)) {
+        fprintf(stderr, "tessera status: %s\n", err.msg);
+        return 2;
+    }
+    if (help) {
+        ts_flags_usage(stdout, "tessera status [options]",
+                       "Shows the cluster as the master sees it: the shard map epoch, each\n"
+                       "shard (alive, dead or left) and each worker.", flags);
+        return 0;
+    }
+    return print_status(ts_master_default_addr(master), json, (int)timeout_ms);
+}

@@ -1,0 +1,103 @@
+/* up.c - `tessera up` and `tessera demo`: a local cluster on loopback. */
+#include <stdio.h>
+
+#include "cli.h"
+#include "util/flags.h"
+#include "util/proc.h"
+
+struct up_flags {
+    int64_t shards, master_port, lease_ms;
+    const char *dir;
+};
+
+static int parse(const char *cmd, const char *about, struct up_flags *f, int argc, char **argv)
+{
+    const struct ts_flag flags[] = {
+        { "shards", TS_FLAG_INT, &f->shards, "N", "shards to start (default 2)", 1, 64 },
+        { "master-port", TS_FLAG_INT, &f->master_port, "P",
+          "master port on 127.0.0.1 (default 7070; 0 picks a free one)", 0, 65535 },
+        { "dir", TS_FLAG_STR, &f->dir, "DIR",
+          "log directory, one log per process (default: a new one in /tmp)", 0, 0 },
+        { "lease-ms", TS_FLAG_INT, &f->lease_ms, "MS", "member lease (default 3000)", 100,
+          600000 },
+        { NULL, 0, NULL, NULL, NULL, 0, 0 },
+    };
+    struct ts_err err = { 0 };
+    char usage[64];
+    int npos = 0;
+    bool help;
+
+    if (ts_flags_parse(flags, argc, argv, NULL, &npos, &help, &err)) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, err.msg);
+        return 2;
+    }
+    if (help) {
+        snprintf(usage, sizeof(usage), "tessera %s [options]", cmd);
+        ts_flags_usage(stdout, usage, about, flags);
+        return 0;
+    }
+    return -1;
+}
+
+static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
+{
+    struct cluster_opts o = { .shards = (int)f->shards, .master_port = (int)f->master_port,
+                              .dir = f->dir, .lease_ms = (int)f->lease_ms };
+    struct ts_err err = { 0 };
+
+    if (cluster_start(&o, c, &err)) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_up(int argc, char **argv)
+{
+    struct up_flags f = { .shards = 2, .master_port = 7070 };
+    struct cluster c;
+    int rc, sig = 0;
+
+    if ((rc = parse("up", "Starts tessera-master and N tessera-shard on 127.0.0.1, prints\n"
+                          "`master 127.0.0.1:PORT` first, then runs until Ctrl-C or SIGTERM,\n"
+                          "which stops every process it started.", &f, argc, argv)) >= 0)
+        return rc;
+    ts_proc_block_signals();
+    if ((rc = start("up", &f, &c)))
+        return rc;
+    printf("master %s\n", c.master_addr);
+    printf("%d shards alive; logs in %s\n", c.nshards, c.dir);
+    printf("try: tessera status --master %s   (Ctrl-C stops the cluster)\n", c.master_addr);
+    fflush(stdout);
+    while (!sig && cluster_check(&c))
+        sig = ts_proc_wait_signal(200);
+    rc = sig ? 0 : 1;
+    printf("stopping the cluster%s\n", sig ? "" : " (the master is gone)");
+    fflush(stdout);
+    cluster_stop(&c);
+    printf("stopped\n");
+    return rc;
+}
+
+int cmd_demo(int argc, char **argv)
+{
+    struct up_flags f = { .shards = 2, .master_port = 0 };
+    struct cluster c;
+    int rc;
+
+    if ((rc = parse("demo", "Starts a local cluster (a master and N shards on 127.0.0.1),\n"
+                            "shows its status, and stops it.", &f, argc, argv)) >= 0)
+        return rc;
+    ts_proc_block_signals();
+    printf("starting a master and %d shards on 127.0.0.1 ...\n", (int)f.shards);
+    fflush(stdout);
+    if ((rc = start("demo", &f, &c)))
+        return rc;
+    printf("master %s (logs in %s)\n\n", c.master_addr, c.dir);
+    fflush(stdout);
+    rc = print_status(c.master_addr, false, 5000);
+    printf("\nstopping the cluster\n");
+    cluster_stop(&c);
+    printf("stopped\n");
+    return rc;
+}

@@ -1,0 +1,218 @@
+/* cluster.c - see master_client.h: the cached shard map, and shard calls that refresh it.
+ *
+ * A shard refuses a request made under an older map epoch with ABORTED (TS_ESTALE). The cure is
+ * always the same, so it lives here once: fetch the map, rebuild the ring, send again with the
+ * new epoch. Channels to shards are kept per shard id and made on first use. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/master_client.h"
+#include "placement/ring.h"
+#include "rpc/rpc.h"
+#include "util/log.h"
+
+#define MAX_STALE_RETRIES 3
+
+struct shard_ch {
+    uint32_t id;
+    char addr[256];
+    struct ts_rpc_channel *ch;
+};
+
+struct ts_cluster {
+    struct ts_master *master;
+    pthread_mutex_t mu;
+    uint64_t epoch;
+    unsigned refreshes;
+    struct ts_ring *ring;
+    struct shard_ch *shards;
+    size_t nshards;
+};
+
+ts_status ts_cluster_open(const char *master_addr, struct ts_cluster **out, struct ts_err *err)
+{
+    struct ts_cluster *cl = calloc(1, sizeof(*cl));
+    ts_status st;
+
+    if (!cl)
+        return ts_err_set(err, TS_ENOMEM, "cluster: out of memory");
+    pthread_mutex_init(&cl->mu, NULL);
+    if ((st = ts_master_open(master_addr, &cl->master, err)) ||
+        (st = ts_cluster_refresh(cl, err))) {
+        ts_cluster_close(cl);
+        return st;
+    }
+    cl->refreshes = 0; /* the first fetch is not a refresh */
+    *out = cl;
+    return TS_OK;
+}
+
+static void drop_shards(struct ts_cluster *cl)
+{
+    for (size_t i = 0; i < cl->nshards; i++)
+        ts_rpc_channel_free(cl->shards[i].ch);
+    free(cl->shards);
+    cl->shards = NULL;
+    cl->nshards = 0;
+}
+
+void ts_cluster_close(struct ts_cluster *cl)
+{
+    if (!cl)
+        return;
+    drop_shards(cl);
+    ts_ring_free(cl->ring);
+    ts_master_close(cl->master);
+    pthread_mutex_destroy(&cl->mu);
+    free(cl);
+}
+
+/* Installs a fetched map: the ring from its alive ids, checked against the master's digest. */
+static ts_status install(struct ts_cluster *cl, const Tessera__V1__ShardMap *map,
+                         struct ts_err *err)
+{
+    uint32_t *ids = calloc(map->n_shards + 1, sizeof(*ids));
+    struct shard_ch *sh = calloc(map->n_shards + 1, sizeof(*sh));
+    struct ts_ring *ring = NULL;
+    ts_status st = TS_OK;
+
+    if (!ids || !sh)
+        st = ts_err_set(err, TS_ENOMEM, "cluster: out of memory");
+    for (size_t i = 0; !st && i < map->n_shards; i++) {
+        ids[i] = map->shards[i]->id;
+        sh[i].id = map->shards[i]->id;
+        snprintf(sh[i].addr, sizeof(sh[i].addr), "%s", map->shards[i]->addr);
+    }
+    if (!st)
+        st = ts_ring_create(ids, map->n_shards, map->vnodes, &ring, err);
+    if (!st && ts_ring_digest(ring) != map->digest)
+        st = ts_err_set(err, TS_ECORRUPT,
+                        "shard map epoch %" PRIu64 ": our ring digest %016" PRIx64
+                        " differs from the master's %016" PRIx64 " (mismatched versions?)",
+                        map->epoch, ts_ring_digest(ring), map->digest);
+    free(ids);
+    if (st) {
+        ts_ring_free(ring);
+        free(sh);
+        return st;
+    }
+    drop_shards(cl);
+    ts_ring_free(cl->ring);
+    cl->ring = ring;
+    cl->shards = sh;
+    cl->nshards = map->n_shards;
+    cl->epoch = map->epoch;
+    return TS_OK;
+}
+
+ts_status ts_cluster_refresh(struct ts_cluster *cl, struct ts_err *err)
+{
+    Tessera__V1__ShardMap *map;
+    ts_status st;
+
+    if ((st = ts_master_shard_map(cl->master, &map, err)))
+        return st;
+    pthread_mutex_lock(&cl->mu);
+    st = install(cl, map, err);
+    if (!st)
+        cl->refreshes++;
+    pthread_mutex_unlock(&cl->mu);
+    tessera__v1__shard_map__free_unpacked(map, NULL);
+    return st;
+}
+
+uint64_t ts_cluster_epoch(struct ts_cluster *cl)
+{
+    uint64_t e;
+    pthread_mutex_lock(&cl->mu);
+    e = cl->epoch;
+    pthread_mutex_unlock(&cl->mu);
+    return e;
+}
+
+unsigned ts_cluster_refreshes(struct ts_cluster *cl)
+{
+    unsigned n;
+    pthread_mutex_lock(&cl->mu);
+    n = cl->refreshes;
+    pthread_mutex_unlock(&cl->mu);
+    return n;
+}
+
+ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t partition,
+                            uint32_t *shard_id, struct ts_err *err)
+{
+    uint32_t id;
+
+    pthread_mutex_lock(&cl->mu);
+    id = ts_ring_lookup(cl->ring, tensor, partition);
+    pthread_mutex_unlock(&cl->mu);
+    if (!id)
+        return ts_err_set(err, TS_EUNAVAIL, "no shard is alive (map epoch %" PRIu64 ")",
+                          ts_cluster_epoch(cl));
+    *shard_id = id;
+    return TS_OK;
+}
+
+/* The channel to a shard under the cached map, and the epoch it belongs to. Called with mu. */
+static ts_status channel_of(struct ts_cluster *cl, uint32_t id, struct ts_rpc_channel **ch,
+                            struct ts_err *err)
+{
+    for (size_t i = 0; i < cl->nshards; i++) {
+        if (cl->shards[i].id != id)
+            continue;
+        if (!cl->shards[i].ch) {
+            ts_status st = ts_rpc_channel_create(cl->shards[i].addr, NULL, &cl->shards[i].ch,
+                                                 err);
+            if (st)
+                return st;
+        }
+        *ch = cl->shards[i].ch;
+        return TS_OK;
+    }
+    return ts_err_set(err, TS_ENOTFOUND, "shard %u is not alive in map epoch %" PRIu64, id,
+                      cl->epoch);
+}
+
+/* Calls a shard with the cached epoch in *epoch_field; refreshes and retries on TS_ESTALE.
+ * The lock is held across the call so that a concurrent refresh cannot free the channel:
+ * control calls through one handle are serialised (bulk data does not come through here). */
+static ts_status call_shard(struct ts_cluster *cl, uint32_t id, const char *method,
+                            ProtobufCMessage *req, uint64_t *epoch_field,
+                            const ProtobufCMessageDescriptor *rdesc, ProtobufCMessage **resp,
+                            struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    for (int attempt = 0; attempt <= MAX_STALE_RETRIES; attempt++) {
+        struct ts_err e = { 0 };
+        struct ts_rpc_channel *ch = NULL;
+
+        if (attempt > 0 && (st = ts_cluster_refresh(cl, err)))
+            return st;
+        pthread_mutex_lock(&cl->mu);
+        st = channel_of(cl, id, &ch, &e);
+        *epoch_field = cl->epoch;
+        if (!st)
+            st = ts_rpc_unary(ch, method, req, rdesc, resp, TS_MASTER_CALL_MS, &e);
+        pthread_mutex_unlock(&cl->mu);
+        if (st != TS_ESTALE)
+            return st ? ts_err_set(err, st, "%s", e.msg) : TS_OK;
+        ts_log(TS_DEBUG, "client", "%s; refreshing the shard map", e.msg);
+    }
+    return ts_err_set(err, TS_ESTALE, "shard %u: map still stale after %d refreshes", id,
+                      MAX_STALE_RETRIES);
+}
+
+ts_status ts_cluster_shard_status(struct ts_cluster *cl, uint32_t shard_id,
+                                  Tessera__V1__ShardStatusResponse **out, struct ts_err *err)
+{
+    Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
+
+    return call_shard(cl, shard_id, "/tessera.v1.Shard/ShardStatus", &req.base, &req.map_epoch,
+                      &tessera__v1__shard_status_response__descriptor,
+                      (ProtobufCMessage **)out, err);
+}

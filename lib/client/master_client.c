@@ -1,0 +1,263 @@
+/* master_client.c - see master_client.h: the master handle and memberships. */
+#include "client/master_client.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rpc/rpc.h"
+#include "util/log.h"
+#include "util/proc.h"
+
+struct ts_master {
+    struct ts_rpc_channel *ch;
+};
+
+struct ts_membership {
+    struct ts_master *m;
+    struct ts_membership_cfg cfg;
+    char addr[256];
+    char instance[40];
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    atomic_uint id;
+    atomic_uint_least64_t epoch;
+    uint32_t interval_ms;
+};
+
+const char *ts_master_default_addr(const char *flag)
+{
+    const char *env = getenv("TESSERA_MASTER");
+
+    if (flag && flag[0])
+        return flag;
+    return env && env[0] ? env : "127.0.0.1:7070";
+}
+
+ts_status ts_master_open(const char *addr, struct ts_master **out, struct ts_err *err)
+{
+    struct ts_master *m = calloc(1, sizeof(*m));
+    ts_status st;
+
+    if (!m)
+        return ts_err_set(err, TS_ENOMEM, "master client: out of memory");
+    if ((st = ts_rpc_channel_create(addr, NULL, &m->ch, err))) {
+        free(m);
+        return st;
+    }
+    *out = m;
+    return TS_OK;
+}
+
+void ts_master_close(struct ts_master *m)
+{
+    if (!m)
+        return;
+    ts_rpc_channel_free(m->ch);
+    free(m);
+}
+
+const char *ts_master_addr(const struct ts_master *m)
+{
+    return ts_rpc_channel_target(m->ch);
+}
+
+#define CALL(m, name, req, rdesc, out, ms, err)                                                    \
+    ts_rpc_unary((m)->ch, "/tessera.v1.Master/" name, &(req)->base, (rdesc),                       \
+                 (ProtobufCMessage **)(out), (ms), (err))
+
+ts_status ts_master_status(struct ts_master *m, int deadline_ms,
+                           Tessera__V1__ClusterStatusResponse **out, struct ts_err *err)
+{
+    Tessera__V1__ClusterStatusRequest req = TESSERA__V1__CLUSTER_STATUS_REQUEST__INIT;
+    return CALL(m, "ClusterStatus", &req, &tessera__v1__cluster_status_response__descriptor, out,
+                deadline_ms, err);
+}
+
+ts_status ts_master_shard_map(struct ts_master *m, Tessera__V1__ShardMap **out,
+                              struct ts_err *err)
+{
+    Tessera__V1__GetShardMapRequest req = TESSERA__V1__GET_SHARD_MAP_REQUEST__INIT;
+    return CALL(m, "GetShardMap", &req, &tessera__v1__shard_map__descriptor, out,
+                TS_MASTER_CALL_MS, err);
+}
+
+/* ---- membership ---- */
+
+static void set_epoch(struct ts_membership *ms, uint64_t epoch)
+{
+    if (atomic_exchange(&ms->epoch, epoch) != epoch && ms->cfg.on_epoch)
+        ms->cfg.on_epoch(ms->cfg.arg, epoch);
+}
+
+static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct ts_err *err)
+{
+    uint32_t id, lease, interval;
+    uint64_t epoch;
+    ts_status st;
+
+    if (ms->cfg.kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD) {
+        Tessera__V1__RegisterShardRequest req = TESSERA__V1__REGISTER_SHARD_REQUEST__INIT;
+        Tessera__V1__RegisterShardResponse *resp;
+        req.addr = ms->addr;
+        req.instance = ms->instance;
+        req.lease_ms = ms->cfg.lease_ms;
+        if ((st = CALL(ms->m, "RegisterShard", &req,
+                       &tessera__v1__register_shard_response__descriptor, &resp, deadline_ms,
+                       err)))
+            return st;
+        id = resp->shard_id, epoch = resp->epoch, lease = resp->lease_ms;
+        interval = resp->heartbeat_interval_ms;
+        tessera__v1__register_shard_response__free_unpacked(resp, NULL);
+    } else {
+        Tessera__V1__RegisterWorkerRequest req = TESSERA__V1__REGISTER_WORKER_REQUEST__INIT;
+        Tessera__V1__RegisterWorkerResponse *resp;
+        req.host = ms->addr;
+        req.pid = (uint32_t)getpid();
+        req.instance = ms->instance;
+        req.lease_ms = ms->cfg.lease_ms;
+        if ((st = CALL(ms->m, "RegisterWorker", &req,
+                       &tessera__v1__register_worker_response__descriptor, &resp, deadline_ms,
+                       err)))
+            return st;
+        id = resp->worker_id, epoch = resp->epoch, lease = resp->lease_ms;
+        interval = resp->heartbeat_interval_ms;
+        tessera__v1__register_worker_response__free_unpacked(resp, NULL);
+    }
+    atomic_store(&ms->id, id);
+    ms->interval_ms = interval ? interval : lease / 3;
+    set_epoch(ms, epoch);
+    ts_log(TS_INFO, "member", "registered with %s as %u (lease %u ms, epoch %llu)",
+           ts_master_addr(ms->m), id, lease, (unsigned long long)epoch);
+    return TS_OK;
+}
+
+static ts_status beat(struct ts_membership *ms, struct ts_err *err)
+{
+    Tessera__V1__HeartbeatRequest req = TESSERA__V1__HEARTBEAT_REQUEST__INIT;
+    Tessera__V1__HeartbeatResponse *resp;
+    ts_status st;
+
+    req.kind = ms->cfg.kind;
+    req.id = atomic_load(&ms->id);
+    req.known_epoch = atomic_load(&ms->epoch);
+    /* A heartbeat later than its interval is worth nothing: keep its deadline to one interval. */
+    st = CALL(ms->m, "Heartbeat", &req, &tessera__v1__heartbeat_response__descriptor, &resp,
+              (int)ms->interval_ms, err);
+    if (st)
+        return st;
+    set_epoch(ms, resp->epoch);
+    tessera__v1__heartbeat_response__free_unpacked(resp, NULL);
+    return TS_OK;
+}
+
+static void *heartbeat_main(void *arg)
+{
+    struct ts_membership *ms = arg;
+    bool warned = false;
+
+    pthread_mutex_lock(&ms->mu);
+    while (!ms->stop) {
+        struct ts_err err = { 0 };
+        struct timespec ts;
+        ts_status st;
+
+        pthread_mutex_unlock(&ms->mu);
+        st = beat(ms, &err);
+        if (st == TS_ESTATE || st == TS_ENOTFOUND) {
+            /* Declared dead, or a master that restarted and forgot us: join again. */
+            ts_log(TS_WARN, "member", "%s; registering again", err.msg);
+            ts_err_clear(&err);
+            st = do_register(ms, (int)ms->interval_ms, &err);
+        }
+        if (st && !warned)
+            ts_log(TS_WARN, "member", "heartbeat failed: %s (will keep trying)", err.msg);
+        warned = st != TS_OK;
+        pthread_mutex_lock(&ms->mu);
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += ms->interval_ms / 1000;
+        ts.tv_nsec += (long)(ms->interval_ms % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        if (!ms->stop)
+            pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
+    }
+    pthread_mutex_unlock(&ms->mu);
+    return NULL;
+}
+
+ts_status ts_membership_start(struct ts_master *m, const struct ts_membership_cfg *cfg,
+                              int deadline_ms, struct ts_membership **out, struct ts_err *err)
+{
+    struct ts_membership *ms = calloc(1, sizeof(*ms));
+    ts_status st;
+
+    if (!ms)
+        return ts_err_set(err, TS_ENOMEM, "membership: out of memory");
+    ms->m = m;
+    ms->cfg = *cfg;
+    snprintf(ms->addr, sizeof(ms->addr), "%s", cfg->addr ? cfg->addr : "");
+    ts_proc_instance_id(ms->instance, sizeof(ms->instance));
+    pthread_mutex_init(&ms->mu, NULL);
+    pthread_cond_init(&ms->cv, NULL);
+    if ((st = do_register(ms, deadline_ms, err)) ||
+        pthread_create(&ms->thread, NULL, heartbeat_main, ms) != 0) {
+        if (!st)
+            st = ts_err_set(err, TS_ENOMEM, "membership: cannot start the heartbeat thread");
+        pthread_mutex_destroy(&ms->mu);
+        pthread_cond_destroy(&ms->cv);
+        free(ms);
+        return st;
+    }
+    *out = ms;
+    return TS_OK;
+}
+
+void ts_membership_stop(struct ts_membership *ms, bool deregister)
+{
+    if (!ms)
+        return;
+    pthread_mutex_lock(&ms->mu);
+    ms->stop = true;
+    pthread_cond_signal(&ms->cv);
+    pthread_mutex_unlock(&ms->mu);
+    pthread_join(ms->thread, NULL);
+    if (deregister) {
+        Tessera__V1__DeregisterRequest req = TESSERA__V1__DEREGISTER_REQUEST__INIT;
+        Tessera__V1__DeregisterResponse *resp;
+        struct ts_err err = { 0 };
+        req.kind = ms->cfg.kind;
+        req.id = atomic_load(&ms->id);
+        req.reason = "clean shutdown";
+        if (CALL(ms->m, "Deregister", &req, &tessera__v1__deregister_response__descriptor,
+                 &resp, 2000, &err))
+            ts_log(TS_WARN, "member", "deregister: %s", err.msg);
+        else
+            tessera__v1__deregister_response__free_unpacked(resp, NULL);
+    }
+    pthread_mutex_destroy(&ms->mu);
+    pthread_cond_destroy(&ms->cv);
+    free(ms);
+}
+
+uint32_t ts_membership_id(struct ts_membership *ms)
+{
+    return atomic_load(&ms->id);
+}
+
+uint64_t ts_membership_epoch(struct ts_membership *ms)
+{
+    return atomic_load(&ms->epoch);
+}
+
+const char *ts_membership_instance(struct ts_membership *ms)
+{
+    return ms->instance;
+}

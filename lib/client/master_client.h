@@ -1,0 +1,84 @@
+/* master_client.h - talking to the master: status, the shard map, and membership.
+ *
+ * Why: shards, workers, the CLI and the SDK all join the cluster and follow the shard map the
+ * same way; this is that one way. A membership registers a process with the master and keeps
+ * its lease alive from a heartbeat thread: when the master says the member was declared dead
+ * (or, after a master restart, does not know it), the thread registers again by itself. A
+ * cluster handle caches the shard map, builds the same ring as the master, and retries a shard
+ * call once the shard answers ABORTED (stale map epoch) after refreshing the map.
+ *
+ * Ownership: each *_open/_start returns an object the caller frees with the matching
+ * *_close/_stop. Responses returned as protobuf-c messages are the caller's, freed with
+ * protobuf_c_message_free_unpacked(msg, NULL).
+ * Threads: a ts_master and a ts_cluster may be shared between threads; a membership's
+ * accessors may be called from any thread while its heartbeat thread runs. */
+#ifndef TS_CLIENT_MASTER_CLIENT_H
+#define TS_CLIENT_MASTER_CLIENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tessera/v1/master.pb-c.h"
+#include "tessera/v1/shard.pb-c.h"
+#include "util/err.h"
+
+/* Deadline of one control call, retries on UNAVAILABLE included. */
+#define TS_MASTER_CALL_MS 5000
+
+struct ts_master;
+struct ts_membership;
+struct ts_cluster;
+
+/* The master address to use: `flag` if set, else $TESSERA_MASTER, else 127.0.0.1:7070. */
+const char *ts_master_default_addr(const char *flag);
+
+ts_status ts_master_open(const char *addr, struct ts_master **out,
+                         struct ts_err *err) TS_MUST_CHECK;
+void ts_master_close(struct ts_master *m);
+const char *ts_master_addr(const struct ts_master *m);
+
+ts_status ts_master_status(struct ts_master *m, int deadline_ms,
+                           Tessera__V1__ClusterStatusResponse **out,
+                           struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_master_shard_map(struct ts_master *m, Tessera__V1__ShardMap **out,
+                              struct ts_err *err) TS_MUST_CHECK;
+
+struct ts_membership_cfg {
+    Tessera__V1__MemberKind kind;             /* SHARD or WORKER */
+    const char *addr;                         /* shards: own gRPC host:port; workers: host */
+    uint32_t lease_ms;                        /* 0: the master's default */
+    /* Called from the heartbeat thread when the map epoch changes. May be NULL. */
+    void (*on_epoch)(void *arg, uint64_t epoch);
+    void *arg;
+};
+
+/* Registers (retrying while the master is unavailable, up to deadline_ms) and starts
+ * heartbeating. m is borrowed and must outlive the membership. */
+ts_status ts_membership_start(struct ts_master *m, const struct ts_membership_cfg *cfg,
+                              int deadline_ms, struct ts_membership **out,
+                              struct ts_err *err) TS_MUST_CHECK;
+/* Stops heartbeating; with deregister, tells the master first (a clean leave). */
+void ts_membership_stop(struct ts_membership *ms, bool deregister);
+uint32_t ts_membership_id(struct ts_membership *ms);
+uint64_t ts_membership_epoch(struct ts_membership *ms);
+const char *ts_membership_instance(struct ts_membership *ms);
+
+/* ---- the cached shard map ---- */
+
+ts_status ts_cluster_open(const char *master_addr, struct ts_cluster **out,
+                          struct ts_err *err) TS_MUST_CHECK;
+void ts_cluster_close(struct ts_cluster *cl);
+/* Fetches the map again and rebuilds the ring. */
+ts_status ts_cluster_refresh(struct ts_cluster *cl, struct ts_err *err) TS_MUST_CHECK;
+uint64_t ts_cluster_epoch(struct ts_cluster *cl);
+unsigned ts_cluster_refreshes(struct ts_cluster *cl);   /* how many refreshes so far */
+/* The shard owning (tensor, partition) under the cached map. TS_EUNAVAIL with no shards. */
+ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t partition,
+                            uint32_t *shard_id, struct ts_err *err) TS_MUST_CHECK;
+/* ShardStatus of one shard, sent with the cached epoch; on ABORTED the map is refreshed and
+ * the call retried (up to 3 times). */
+ts_status ts_cluster_shard_status(struct ts_cluster *cl, uint32_t shard_id,
+                                  Tessera__V1__ShardStatusResponse **out,
+                                  struct ts_err *err) TS_MUST_CHECK;
+
+#endif

@@ -1,0 +1,273 @@
+/* ring.c - consistent-hash ring of shards; see ring.h and docs/placement.md.
+ *
+ * A ring is a sorted array of n * vnodes points. Hashes and owners live in two parallel arrays
+ * so a lookup's binary search touches only the 8-byte hashes. Two points cannot collide today
+ * (XXH3-64 of an 8-byte input is a bijection of it), but should a future hash allow it, equal
+ * points are ordered by owner id, so the map never depends on the order shard_ids came in. */
+#include "placement/ring.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#if defined(__GNUC__)
+#define prefetch(p) __builtin_prefetch(p)
+#else
+#define prefetch(p) ((void)(p))
+#endif
+
+struct ts_ring {
+    size_t n;           /* members */
+    unsigned vnodes;    /* points per member */
+    size_t npoints;     /* n * vnodes */
+    uint32_t *members;  /* ascending */
+    uint64_t *hash;     /* ascending; hash[i] is owned by owner[i] */
+    uint32_t *owner;
+    uint64_t digest;
+};
+
+struct point {
+    uint64_t hash;
+    uint32_t owner;
+};
+
+/* Explicit little-endian stores, so the hashed bytes are the same on every host. */
+static void put_le32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_le64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Point v of shard id: XXH3(le32(id) || le32(v)). Depends on the id alone. */
+static uint64_t point_hash(uint32_t id, uint32_t v)
+{
+    unsigned char b[8];
+
+    put_le32(b, id);
+    put_le32(b + 4, v);
+    return XXH3_64bits_withSeed(b, sizeof(b), TS_RING_SEED);
+}
+
+uint64_t ts_ring_key_hash(const char *tensor, uint32_t partition)
+{
+    unsigned char b[12];
+
+    /* Hashing the name first keeps the input fixed-size (no allocation, no length limit) and
+     * unambiguous: no (name, partition) pair can spell another's bytes. */
+    put_le64(b, XXH3_64bits_withSeed(tensor, strlen(tensor), TS_RING_SEED));
+    put_le32(b + 8, partition);
+    return XXH3_64bits_withSeed(b, sizeof(b), TS_RING_SEED);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+static int cmp_point(const void *a, const void *b)
+{
+    const struct point *x = a, *y = b;
+
+    if (x->hash != y->hash)
+        return (x->hash > y->hash) - (x->hash < y->hash);
+    return (x->owner > y->owner) - (x->owner < y->owner);
+}
+
+/* Checks ids other than for duplicates, which need the sorted copy. */
+static ts_status check_args(const uint32_t *ids, size_t n, unsigned vnodes, struct ts_err *err)
+{
+    if (vnodes > TS_RING_MAX_VNODES)
+        return ts_err_set(err, TS_EINVAL, "ring: vnodes %u is above the maximum %d; "
+                          "pass 0 for the default (%d)", vnodes, TS_RING_MAX_VNODES,
+                          TS_RING_DEFAULT_VNODES);
+    if (n > 0 && !ids)
+        return ts_err_set(err, TS_EINVAL, "ring: shard_ids is NULL but n is %zu", n);
+    if (n > SIZE_MAX / sizeof(struct point) / TS_RING_MAX_VNODES)
+        return ts_err_set(err, TS_EINVAL, "ring: shard_ids: %zu members is too many", n);
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == 0)
+            return ts_err_set(err, TS_EINVAL, "ring: shard_ids[%zu] is 0, which means "
+                              "\"no shard\"; shard ids start at 1", i);
+    }
+    return TS_OK;
+}
+
+/* Fails on the smallest id that appears twice in ids; sorted is ids in ascending order. */
+static ts_status check_unique(const uint32_t *ids, const uint32_t *sorted, size_t n,
+                              struct ts_err *err)
+{
+    size_t i, first;
+
+    for (i = 1; i < n && sorted[i] != sorted[i - 1]; i++)
+        ;
+    if (i >= n)
+        return TS_OK;
+    /* Name the later occurrence in the caller's own indexing. */
+    for (first = 0; ids[first] != sorted[i]; first++)
+        ;
+    for (i = first + 1; ids[i] != ids[first]; i++)
+        ;
+    return ts_err_set(err, TS_EINVAL, "ring: shard_ids[%zu] repeats shard id %u of "
+                      "shard_ids[%zu]; each shard may appear once", i, ids[i], first);
+}
+
+/* Fingerprint over le32(n) le32(vnodes) le32(member)... then (le64(hash) le32(owner))... */
+static ts_status compute_digest(struct ts_ring *r, struct ts_err *err)
+{
+    XXH3_state_t *st = XXH3_createState();
+    unsigned char b[12];
+
+    if (!st)
+        return ts_err_set(err, TS_ENOMEM, "ring: out of memory for the digest state");
+    XXH3_64bits_reset_withSeed(st, TS_RING_SEED);
+    put_le32(b, (uint32_t)r->n); /* ids are unique uint32s, so n fits */
+    put_le32(b + 4, r->vnodes);
+    XXH3_64bits_update(st, b, 8);
+    for (size_t i = 0; i < r->n; i++) {
+        put_le32(b, r->members[i]);
+        XXH3_64bits_update(st, b, 4);
+    }
+    for (size_t i = 0; i < r->npoints; i++) {
+        put_le64(b, r->hash[i]);
+        put_le32(b + 8, r->owner[i]);
+        XXH3_64bits_update(st, b, 12);
+    }
+    r->digest = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return TS_OK;
+}
+
+/* Fills r->hash and r->owner from r->members, sorted. */
+static ts_status build_points(struct ts_ring *r, struct ts_err *err)
+{
+    struct point *p;
+    size_t k = 0;
+
+    if (r->npoints == 0)
+        return TS_OK; /* and malloc(0) may return NULL */
+    p = malloc(r->npoints * sizeof(*p));
+    if (!p)
+        return ts_err_set(err, TS_ENOMEM, "ring: out of memory for %zu points", r->npoints);
+    for (size_t i = 0; i < r->n; i++) {
+        for (unsigned v = 0; v < r->vnodes; v++) {
+            p[k].hash = point_hash(r->members[i], v);
+            p[k++].owner = r->members[i];
+        }
+    }
+    qsort(p, r->npoints, sizeof(*p), cmp_point);
+    for (k = 0; k < r->npoints; k++) {
+        r->hash[k] = p[k].hash;
+        r->owner[k] = p[k].owner;
+    }
+    free(p);
+    return TS_OK;
+}
+
+ts_status ts_ring_create(const uint32_t *shard_ids, size_t n, unsigned vnodes,
+                         struct ts_ring **out, struct ts_err *err)
+{
+    struct ts_ring *r;
+    ts_status st;
+
+    if (vnodes == 0)
+        vnodes = TS_RING_DEFAULT_VNODES;
+    st = check_args(shard_ids, n, vnodes, err);
+    if (st != TS_OK)
+        return st;
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        return ts_err_set(err, TS_ENOMEM, "ring: out of memory");
+    r->n = n;
+    r->vnodes = vnodes;
+    r->npoints = n * vnodes;
+    /* +1: malloc(0) may return NULL, which must not read as failure for an empty ring. */
+    r->members = malloc((n + 1) * sizeof(*r->members));
+    r->hash = malloc((r->npoints + 1) * sizeof(*r->hash));
+    r->owner = malloc((r->npoints + 1) * sizeof(*r->owner));
+    if (!r->members || !r->hash || !r->owner) {
+        st = ts_err_set(err, TS_ENOMEM, "ring: out of memory for %zu points", r->npoints);
+        goto out_free_ring;
+    }
+    if (n > 0)
+        memcpy(r->members, shard_ids, n * sizeof(*r->members));
+    qsort(r->members, n, sizeof(*r->members), cmp_u32);
+    st = check_unique(shard_ids, r->members, n, err);
+    if (st != TS_OK)
+        goto out_free_ring;
+    st = build_points(r, err);
+    if (st != TS_OK)
+        goto out_free_ring;
+    st = compute_digest(r, err);
+    if (st != TS_OK)
+        goto out_free_ring;
+    *out = r;
+    return TS_OK;
+
+out_free_ring:
+    ts_ring_free(r);
+    return st;
+}
+
+void ts_ring_free(struct ts_ring *r)
+{
+    if (!r)
+        return;
+    free(r->members);
+    free(r->hash);
+    free(r->owner);
+    free(r);
+}
+
+uint32_t ts_ring_lookup_hash(const struct ts_ring *r, uint64_t key_hash)
+{
+    const uint64_t *base = r->hash;
+    size_t len = r->npoints, i;
+
+    if (len == 0)
+        return 0;
+    /* Branch-free lower bound; the answer stays within [base, base + len]. Keys are random, so
+     * a branch here is mispredicted half the time, and without one the CPU cannot run ahead
+     * into the next load, hence the prefetch of both candidates. Per lookup against the
+     * branchy search, default vnodes, -O2: 4 shards 57 -> 14 ns, 64 shards 100 -> 37 ns,
+     * 1024 shards about 260 ns either way (memory-bound; without the prefetch 400 ns). */
+    while (len > 1) {
+        size_t half = len / 2;
+
+        prefetch(base + half / 2);
+        prefetch(base + half + half / 2);
+        base = base[half] < key_hash ? base + half : base;
+        len -= half;
+    }
+    i = (size_t)(base - r->hash) + (*base < key_hash);
+    /* Past the last point the ring wraps to the first. */
+    return r->owner[i == r->npoints ? 0 : i];
+}
+
+uint32_t ts_ring_lookup(const struct ts_ring *r, const char *tensor, uint32_t partition)
+{
+    return ts_ring_lookup_hash(r, ts_ring_key_hash(tensor, partition));
+}
+
+size_t ts_ring_members(const struct ts_ring *r)
+{
+    return r->n;
+}
+
+unsigned ts_ring_vnodes(const struct ts_ring *r)
+{
+    return r->vnodes;
+}
+
+uint64_t ts_ring_digest(const struct ts_ring *r)
+{
+    return r->digest;
+}

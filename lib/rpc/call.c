@@ -1,0 +1,455 @@
+/* call.c - one server call from arrival to its final status.
+ *
+ * A plain unary call runs on the completion-queue thread that received it: decode, handler,
+ * one final batch {initial metadata, message, status, close} whose completion frees the call.
+ * Streaming calls and TS_RPC_OWN_THREAD calls get a thread of their own, so a handler may block
+ * in ts_rpc_send/ts_rpc_recv: each of those starts one batch and waits until the queue thread
+ * reports it done (TS__TAG_OP). A streaming call also posts RECV_CLOSE_ON_SERVER at once, so a
+ * client that goes away is noticed (TS__TAG_CLOSE); it holds two references, the handler
+ * thread's and the close tag's, and is freed when both are gone. */
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/support/alloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc/internal.h"
+#include "util/log.h"
+
+grpc_byte_buffer *ts__pack(const ProtobufCMessage *m)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    grpc_slice s = grpc_slice_malloc(n);
+    grpc_byte_buffer *bb;
+
+    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
+    bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+ProtobufCMessage *ts__unpack(const ProtobufCMessageDescriptor *d, grpc_byte_buffer *bb)
+{
+    grpc_byte_buffer_reader r;
+    ProtobufCMessage *m;
+    grpc_slice s;
+
+    if (!grpc_byte_buffer_reader_init(&r, bb))
+        return NULL;
+    s = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    m = protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    grpc_slice_unref(s);
+    return m;
+}
+
+struct ts_rpc_call *ts__call_from_request(struct ts__request *r)
+{
+    struct ts_rpc_call *c = calloc(1, sizeof(*c));
+
+    if (!c)
+        abort();
+    c->w = r->w;
+    c->method = r->method;
+    c->call = r->call;
+    c->deadline = gpr_convert_clock_type(r->deadline, GPR_CLOCK_MONOTONIC);
+    c->md = r->md; /* moved: the elements belong to the call, which we keep */
+    grpc_metadata_array_init(&r->md);
+    c->payload = r->payload;
+    r->payload = NULL;
+    if (!r->method) {
+        size_t n = GRPC_SLICE_LENGTH(r->details.method);
+        if (n >= sizeof(c->unknown_path))
+            n = sizeof(c->unknown_path) - 1;
+        memcpy(c->unknown_path, GRPC_SLICE_START_PTR(r->details.method), n);
+    }
+    c->finish_tag.kind = TS__TAG_FINISH;
+    c->op_tag.kind = TS__TAG_OP;
+    c->close_tag.kind = TS__TAG_CLOSE;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    atomic_init(&c->refs, 1);
+    return c;
+}
+
+static void call_free(struct ts_rpc_call *c)
+{
+    grpc_call_unref(c->call);
+    grpc_metadata_array_destroy(&c->md);
+    if (c->payload)
+        grpc_byte_buffer_destroy(c->payload);
+    while (c->arena) {
+        struct ts__arena_block *b = c->arena;
+        c->arena = b->next;
+        free(b);
+    }
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
+
+static void call_unref(struct ts_rpc_call *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) == 1)
+        call_free(c);
+}
+
+static const char *path_of(const struct ts_rpc_call *c)
+{
+    return c->method ? c->method->path : c->unknown_path;
+}
+
+/* Starts the final batch. with_close: the call has no close tag posted yet (unary), so the
+ * batch includes RECV_CLOSE_ON_SERVER and its completion (TS__TAG_FINISH) frees the call. */
+static grpc_call_error start_final(struct ts_rpc_call *c, ts_status st, const char *msg,
+                                   const ProtobufCMessage *resp, bool with_close,
+                                   grpc_byte_buffer **sent)
+{
+    grpc_op ops[4];
+    grpc_slice details = grpc_slice_from_copied_string(msg ? msg : "");
+    grpc_call_error e;
+    size_t n = 0;
+
+    memset(ops, 0, sizeof(ops));
+    *sent = NULL;
+    if (!c->sent_initial_md)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->sent_initial_md = true;
+    if (st == TS_OK && resp) {
+        *sent = ts__pack(resp);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = *sent;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)ts_rpc_code_from_status(st);
+    ops[n++].data.send_status_from_server.status_details = &details;
+    if (with_close) {
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    }
+    if (st != TS_OK)
+        ts_log(TS_DEBUG, "rpc", "%s: %s: %s", path_of(c),
+               ts_rpc_code_name(ts_rpc_code_from_status(st)), msg);
+    atomic_fetch_add(&c->w->live, 1);
+    e = grpc_call_start_batch(c->call, ops, n, with_close ? &c->finish_tag : &c->op_tag, NULL);
+    grpc_slice_unref(details); /* not retained past start_batch (notes) */
+    if (e != GRPC_CALL_OK)
+        atomic_fetch_sub(&c->w->live, 1);
+    return e;
+}
+
+/* Finishes a call that has no close tag; the completion frees it. */
+static void finish_unary(struct ts_rpc_call *c, ts_status st, const char *msg,
+                         const ProtobufCMessage *resp)
+{
+    grpc_byte_buffer *sent;
+
+    if (start_final(c, st, msg, resp, true, &sent) != GRPC_CALL_OK) {
+        ts_log(TS_ERROR, "rpc", "%s: cannot send the reply", path_of(c));
+        if (sent)
+            grpc_byte_buffer_destroy(sent);
+        call_free(c);
+        return;
+    }
+    /* The batch holds its own reference to the message's slices. */
+    if (sent)
+        grpc_byte_buffer_destroy(sent);
+}
+
+void ts__call_finished(struct ts_rpc_call *c)
+{
+    call_free(c);
+}
+
+static ts_status decode(struct ts_rpc_call *c, ProtobufCMessage **req, struct ts_err *err)
+{
+    const ProtobufCMessageDescriptor *d = c->method->m->req;
+
+    if (!c->payload)
+        return ts_err_set(err, TS_EINVAL, "request: no %s message was sent", d->name);
+    *req = ts__unpack(d, c->payload);
+    if (!*req)
+        return ts_err_set(err, TS_EINVAL, "request: bytes do not decode as %s", d->name);
+    return TS_OK;
+}
+
+/* Runs the handler of a unary call; the response lives in the arena. */
+static ts_status run_handler(struct ts_rpc_call *c, ProtobufCMessage **resp, struct ts_err *err)
+{
+    const struct ts_rpc_method *m = c->method->m;
+    ProtobufCMessage *req = NULL;
+    ts_status st;
+
+    *resp = NULL;
+    if ((st = decode(c, &req, err)))
+        return st;
+    *resp = ts_rpc_new(c, m->resp);
+    st = m->fn(c, req, *resp, err);
+    if (st && !err->msg[0])
+        ts_err_set(err, st, "%s failed (%s)", m->name, ts_status_name(st));
+    protobuf_c_message_free_unpacked(req, NULL);
+    return st;
+}
+
+static void run_unary(struct ts_rpc_call *c)
+{
+    struct ts_err err = { 0 };
+    ProtobufCMessage *resp;
+    ts_status st = run_handler(c, &resp, &err);
+
+    finish_unary(c, st, err.msg, resp);
+}
+
+static bool run_op(struct ts_rpc_call *c, grpc_op *ops, size_t n)
+{
+    bool ok;
+
+    pthread_mutex_lock(&c->mu);
+    c->op_done = false;
+    pthread_mutex_unlock(&c->mu);
+    atomic_fetch_add(&c->w->live, 1);
+    if (grpc_call_start_batch(c->call, ops, n, &c->op_tag, NULL) != GRPC_CALL_OK) {
+        atomic_fetch_sub(&c->w->live, 1);
+        return false;
+    }
+    pthread_mutex_lock(&c->mu);
+    while (!c->op_done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    ok = c->op_ok;
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+void ts__call_op_done(struct ts_rpc_call *c, bool ok)
+{
+    pthread_mutex_lock(&c->mu);
+    c->op_done = true;
+    c->op_ok = ok;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ts__call_closed(struct ts_rpc_call *c)
+{
+    struct ts_rpc_server *s = c->w->srv;
+
+    atomic_store(&c->closed, true);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->cv); /* ts_rpc_wait() sleeps there */
+    pthread_mutex_unlock(&s->mu);
+    call_unref(c);
+}
+
+static void *thread_main(void *arg)
+{
+    struct ts_rpc_call *c = arg;
+    struct ts__worker *w = c->w;
+    unsigned flags = c->method->m->flags;
+    struct ts_err err = { 0 };
+    ts_status st;
+
+    if (!(flags & (TS_RPC_STREAM_IN | TS_RPC_STREAM_OUT))) {
+        ProtobufCMessage *resp;
+        st = run_handler(c, &resp, &err);
+        finish_unary(c, st, err.msg, resp); /* frees c when the batch completes */
+    } else {
+        ProtobufCMessage *req = NULL;
+        grpc_byte_buffer *sent;
+
+        st = (flags & TS_RPC_STREAM_IN) ? TS_OK : decode(c, &req, &err);
+        if (!st)
+            st = c->method->m->fn(c, req, NULL, &err);
+        if (st && !err.msg[0])
+            ts_err_set(&err, st, "%s failed (%s)", c->method->m->name, ts_status_name(st));
+        if (req)
+            protobuf_c_message_free_unpacked(req, NULL);
+        pthread_mutex_lock(&c->mu);
+        c->op_done = false;
+        pthread_mutex_unlock(&c->mu);
+        if (start_final(c, st, err.msg, NULL, false, &sent) == GRPC_CALL_OK) {
+            pthread_mutex_lock(&c->mu);
+            while (!c->op_done)
+                pthread_cond_wait(&c->cv, &c->mu);
+            pthread_mutex_unlock(&c->mu);
+        }
+        atomic_fetch_sub(&w->srv->streams, 1);
+        call_unref(c);
+    }
+    atomic_fetch_sub(&w->live, 1); /* this thread's own count: last, so the queue outlives us */
+    return NULL;
+}
+
+void ts__call_dispatch(struct ts_rpc_call *c)
+{
+    unsigned flags = c->method->m->flags;
+    struct ts__worker *w = c->w;
+    pthread_attr_t attr;
+    pthread_t t;
+    bool stream = flags & (TS_RPC_STREAM_IN | TS_RPC_STREAM_OUT);
+
+    if (!(flags & (TS_RPC_STREAM_IN | TS_RPC_STREAM_OUT | TS_RPC_OWN_THREAD))) {
+        run_unary(c);
+        return;
+    }
+    if (stream) {
+        grpc_op op = { .op = GRPC_OP_RECV_CLOSE_ON_SERVER };
+        if (atomic_fetch_add(&w->srv->streams, 1) >= w->srv->opts.max_streams) {
+            atomic_fetch_sub(&w->srv->streams, 1);
+            finish_unary(c, TS_ENOMEM, "too many open streams on this server; retry later",
+                         NULL);
+            return;
+        }
+        op.data.recv_close_on_server.cancelled = &c->cancelled;
+        atomic_store(&c->refs, 2);
+        atomic_fetch_add(&w->live, 1);
+        if (grpc_call_start_batch(c->call, &op, 1, &c->close_tag, NULL) != GRPC_CALL_OK)
+            abort(); /* only a bug can make the first batch of a fresh call fail */
+    }
+    atomic_fetch_add(&w->live, 1);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, thread_main, c) != 0) {
+        ts_log(TS_ERROR, "rpc", "%s: cannot start a handler thread", c->method->path);
+        atomic_fetch_sub(&w->live, 1);
+        if (stream) {
+            atomic_fetch_sub(&w->srv->streams, 1);
+            grpc_call_cancel(c->call, NULL); /* completes the close tag, which drops a ref */
+            call_unref(c);
+        } else {
+            finish_unary(c, TS_ENOMEM, "server out of threads; retry later", NULL);
+        }
+    }
+    pthread_attr_destroy(&attr);
+}
+
+void ts__call_unknown(struct ts_rpc_call *c)
+{
+    char msg[256];
+
+    snprintf(msg, sizeof(msg),
+             "method %s is not served here (server reflection lists what is)", c->unknown_path);
+    finish_unary(c, TS_ENOTSUP, msg, NULL);
+}
+
+/* ---- the handler's view ---- */
+
+void *ts_rpc_ctx(const struct ts_rpc_call *c)
+{
+    return c->method->svc->ctx;
+}
+
+const char *ts_rpc_method_name(const struct ts_rpc_call *c)
+{
+    return c->method ? c->method->m->name : c->unknown_path;
+}
+
+const char *ts_rpc_peer(struct ts_rpc_call *c)
+{
+    if (!c->peer[0]) {
+        char *p = grpc_call_get_peer(c->call);
+        snprintf(c->peer, sizeof(c->peer), "%s", p ? p : "?");
+        gpr_free(p);
+    }
+    return c->peer;
+}
+
+int64_t ts_rpc_deadline_left_ms(const struct ts_rpc_call *c)
+{
+    gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+    gpr_timespec left;
+
+    if (gpr_time_cmp(c->deadline, gpr_inf_future(GPR_CLOCK_MONOTONIC)) == 0)
+        return INT64_MAX;
+    left = gpr_time_sub(c->deadline, now);
+    return left.tv_sec * 1000 + left.tv_nsec / 1000000;
+}
+
+bool ts_rpc_done(const struct ts_rpc_call *c)
+{
+    return atomic_load(&c->closed) || atomic_load(&c->w->srv->stopping) ||
+           ts_rpc_deadline_left_ms(c) <= 0;
+}
+
+void *ts_rpc_alloc(struct ts_rpc_call *c, size_t n)
+{
+    struct ts__arena_block *b = calloc(1, sizeof(*b) + n);
+
+    if (!b)
+        abort();
+    b->next = c->arena;
+    c->arena = b;
+    return b->data;
+}
+
+char *ts_rpc_strdup(struct ts_rpc_call *c, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    return memcpy(ts_rpc_alloc(c, n), s, n);
+}
+
+void *ts_rpc_new(struct ts_rpc_call *c, const ProtobufCMessageDescriptor *d)
+{
+    ProtobufCMessage *m = ts_rpc_alloc(c, d->sizeof_message);
+    d->message_init(m);
+    return m;
+}
+
+ts_status ts_rpc_send(struct ts_rpc_call *c, const ProtobufCMessage *msg, struct ts_err *err)
+{
+    grpc_op ops[2];
+    size_t n = 0;
+    bool ok;
+
+    if (atomic_load(&c->closed))
+        return ts_err_set(err, TS_ECANCELLED, "%s: the call is over", path_of(c));
+    memset(ops, 0, sizeof(ops));
+    if (!c->sent_initial_md)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->sent_initial_md = true;
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = ts__pack(msg);
+    ok = run_op(c, ops, n);
+    grpc_byte_buffer_destroy(ops[n - 1].data.send_message.send_message);
+    if (!ok)
+        return ts_err_set(err, TS_ECANCELLED, "%s: the call is over", path_of(c));
+    return TS_OK;
+}
+
+ts_status ts_rpc_recv(struct ts_rpc_call *c, ProtobufCMessage **msg, struct ts_err *err)
+{
+    grpc_op op = { .op = GRPC_OP_RECV_MESSAGE };
+
+    c->recv_buf = NULL;
+    op.data.recv_message.recv_message = &c->recv_buf;
+    if (!run_op(c, &op, 1))
+        return ts_err_set(err, TS_ECANCELLED, "%s: the call is over", path_of(c));
+    if (!c->recv_buf) {
+        *msg = NULL;
+        return TS_OK;
+    }
+    *msg = ts__unpack(c->method->m->req, c->recv_buf);
+    grpc_byte_buffer_destroy(c->recv_buf);
+    c->recv_buf = NULL;
+    if (!*msg)
+        return ts_err_set(err, TS_EINVAL, "request: bytes do not decode as %s",
+                          c->method->m->req->name);
+    return TS_OK;
+}
+
+void ts_rpc_wait(struct ts_rpc_call *c, int ms)
+{
+    struct ts_rpc_server *s = c->w->srv;
+    gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
+                                      gpr_time_from_millis(ms, GPR_TIMESPAN));
+    uint64_t gen;
+
+    pthread_mutex_lock(&s->mu);
+    gen = s->gen;
+    while (!ts_rpc_done(c) && s->gen == gen &&
+           gpr_time_cmp(gpr_now(GPR_CLOCK_REALTIME), until) < 0) {
+        struct timespec ts = { .tv_sec = until.tv_sec, .tv_nsec = until.tv_nsec };
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,171 @@
+/* rpc.h - gRPC servers and clients for Tessera, on the gRPC C core with protobuf-c messages.
+ *
+ * Why: every Tessera service speaks gRPC so that independent tools (grpcurl, python3-grpcio,
+ * @grpc/grpc-js) can call it. The gRPC C core is a completion-queue API with many sharp edges
+ * (../shared/notes/grpc-c-core.md); this module keeps them in one place and gives services a
+ * handler table, typed messages and ts_status errors.
+ *
+ * Server: a service is a name and a table of methods. Unary handlers run on a completion-queue
+ * thread and must not block for long; a method flagged TS_RPC_OWN_THREAD, and every streaming
+ * method, runs on a thread of its own and may block (ts_rpc_send/ts_rpc_recv). Every server
+ * also answers grpc.health.v1.Health (Check, Watch) and server reflection (grpc.reflection.v1
+ * and v1alpha) from the descriptor set embedded at build time.
+ *
+ * Errors: a handler returns a ts_status and sets err; lib/rpc/status.c turns it into the gRPC
+ * status code and err.msg into the status message. A non-OK status never carries a message body.
+ *
+ * Client: ts_rpc_unary() makes one call with a deadline, retrying with backoff while the peer is
+ * UNAVAILABLE and the deadline allows. All Tessera control RPCs are idempotent or deduplicated
+ * (RegisterShard by instance), which is what makes that retry safe.
+ *
+ * Ownership: see each function. Memory a handler puts into its response comes from the call's
+ * arena (ts_rpc_alloc, ts_rpc_strdup, ts_rpc_new) or is static; the layer frees it after sending.
+ * Threads: a server and a channel may be used from any thread; a call object belongs to the
+ * handler that was given it, until the handler returns. */
+#ifndef TS_RPC_RPC_H
+#define TS_RPC_RPC_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+struct ts_rpc_server;
+struct ts_rpc_call;
+struct ts_rpc_channel;
+struct ts_rpc_stream;
+
+/* Method flags. */
+#define TS_RPC_STREAM_OUT  0x1u /* the server sends a stream of responses (ts_rpc_send) */
+#define TS_RPC_STREAM_IN   0x2u /* the client sends a stream of requests (ts_rpc_recv); req is NULL */
+#define TS_RPC_OWN_THREAD  0x4u /* a unary handler that may block: run it on its own thread */
+
+/* A handler. Unary: req is the decoded request (borrowed, valid until return) and resp an
+ * initialised empty response to fill. Streaming: resp is NULL; use ts_rpc_send/ts_rpc_recv.
+ * Return TS_OK, or a status with err set: the client receives the mapped gRPC code. */
+typedef ts_status (*ts_rpc_handler)(struct ts_rpc_call *call, const ProtobufCMessage *req,
+                                    ProtobufCMessage *resp, struct ts_err *err);
+
+struct ts_rpc_method {
+    const char *name;                         /* "ClusterStatus" */
+    ts_rpc_handler fn;
+    const ProtobufCMessageDescriptor *req;    /* request type */
+    const ProtobufCMessageDescriptor *resp;   /* response type */
+    unsigned flags;                           /* TS_RPC_* */
+};
+
+struct ts_rpc_service {
+    const char *name;                         /* full name: "tessera.v1.Master" */
+    const struct ts_rpc_method *methods;      /* ends with an entry whose name is NULL */
+    void *ctx;                                /* handed to handlers by ts_rpc_ctx() */
+};
+
+struct ts_rpc_server_opts {
+    const char *listen;       /* "127.0.0.1:0" picks a free port; required */
+    int threads;              /* completion-queue threads; 0: 2 */
+    size_t max_message;       /* largest message received; 0: 64 MiB */
+    int max_streams;          /* concurrent streaming calls; 0: 256. More get RESOURCE_EXHAUSTED */
+};
+
+/* Creates a server; nothing listens until ts_rpc_server_start(). The caller owns *out and frees
+ * it with ts_rpc_server_free(). Calls grpc_init(); block signals before this (util/proc.h). */
+ts_status ts_rpc_server_create(const struct ts_rpc_server_opts *o, struct ts_rpc_server **out,
+                               struct ts_err *err) TS_MUST_CHECK;
+
+/* Adds a service before start. svc and its method table are borrowed and must outlive the
+ * server (in practice: static). TS_EEXIST for a name added twice. */
+ts_status ts_rpc_server_add(struct ts_rpc_server *s, const struct ts_rpc_service *svc,
+                            struct ts_err *err) TS_MUST_CHECK;
+
+/* Binds the listen address and starts the threads; every added service, and "", become SERVING
+ * in health. TS_EUNAVAIL when the address cannot be bound (in use, bad host). */
+ts_status ts_rpc_server_start(struct ts_rpc_server *s, struct ts_err *err) TS_MUST_CHECK;
+
+/* The bound port (after start), e.g. to print it when the listen port was 0. */
+int ts_rpc_server_port(const struct ts_rpc_server *s);
+
+/* Health status of one service ("" is the server as a whole). Health.Watch streams see it. */
+void ts_rpc_server_set_serving(struct ts_rpc_server *s, const char *service, bool serving);
+
+/* Stops: health goes NOT_SERVING, no new calls are accepted, calls in flight get up to grace_ms
+ * to finish (streams see ts_rpc_done() turn true), the rest are cancelled; then the threads are
+ * joined. Safe to call once; ts_rpc_server_free() calls it if it was not called. */
+void ts_rpc_server_shutdown(struct ts_rpc_server *s, int grace_ms);
+
+void ts_rpc_server_free(struct ts_rpc_server *s);
+
+/* ---- inside a handler ---- */
+
+void *ts_rpc_ctx(const struct ts_rpc_call *call);           /* the service's ctx */
+const char *ts_rpc_method_name(const struct ts_rpc_call *call);
+const char *ts_rpc_peer(struct ts_rpc_call *call);          /* "ipv4:127.0.0.1:5432"; call-owned */
+/* Milliseconds until the client's deadline (INT64_MAX when none). */
+int64_t ts_rpc_deadline_left_ms(const struct ts_rpc_call *call);
+/* True once the client cancelled, the deadline passed, or the server is shutting down. */
+bool ts_rpc_done(const struct ts_rpc_call *call);
+
+/* Arena memory, zeroed, freed by the layer after the response is sent. Aborts on ENOMEM (an
+ * arena allocation is small and bounded by the handler). */
+void *ts_rpc_alloc(struct ts_rpc_call *call, size_t n);
+char *ts_rpc_strdup(struct ts_rpc_call *call, const char *s);
+/* A message of type d, initialised, in the arena. */
+void *ts_rpc_new(struct ts_rpc_call *call, const ProtobufCMessageDescriptor *d);
+
+/* Streaming handlers only. ts_rpc_send blocks until the message is written; TS_ECANCELLED when
+ * the call is over (client gone, deadline, shutdown). msg is borrowed. */
+ts_status ts_rpc_send(struct ts_rpc_call *call, const ProtobufCMessage *msg,
+                      struct ts_err *err) TS_MUST_CHECK;
+/* Receives the next request of a TS_RPC_STREAM_IN call. On TS_OK *msg is the message (caller
+ * frees with protobuf_c_message_free_unpacked(*msg, NULL)) or NULL when the client half-closed.
+ * TS_EINVAL for bytes that do not decode, TS_ECANCELLED when the call is over. */
+ts_status ts_rpc_recv(struct ts_rpc_call *call, ProtobufCMessage **msg,
+                      struct ts_err *err) TS_MUST_CHECK;
+/* Waits until ts_rpc_done() or until woken by ts_rpc_server_wake(), at most ms. For streams
+ * that send on change (Health.Watch). */
+void ts_rpc_wait(struct ts_rpc_call *call, int ms);
+void ts_rpc_server_wake(struct ts_rpc_server *s);
+
+/* ---- client ---- */
+
+struct ts_rpc_channel_opts {
+    size_t max_message;       /* largest message received; 0: 64 MiB */
+};
+
+/* A channel to target ("127.0.0.1:7070"). Connects lazily. The caller owns *out, frees it with
+ * ts_rpc_channel_free(). opts may be NULL. Calls grpc_init(). */
+ts_status ts_rpc_channel_create(const char *target, const struct ts_rpc_channel_opts *opts,
+                                struct ts_rpc_channel **out, struct ts_err *err) TS_MUST_CHECK;
+void ts_rpc_channel_free(struct ts_rpc_channel *ch);
+const char *ts_rpc_channel_target(const struct ts_rpc_channel *ch);
+
+/* One unary call of method ("/tessera.v1.Master/ClusterStatus") with a deadline of deadline_ms
+ * (> 0) for the whole call including retries; UNAVAILABLE is retried with exponential backoff
+ * (20 ms doubling to 1 s, jittered) while the deadline allows. On TS_OK *resp is the response:
+ * the caller frees it with protobuf_c_message_free_unpacked(*resp, NULL). On failure err says
+ * the method, the target and the server's message. */
+ts_status ts_rpc_unary(struct ts_rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                       const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                       int deadline_ms, struct ts_err *err) TS_MUST_CHECK;
+
+/* A server-streaming call: sends req, then ts_rpc_stream_read() returns the responses. No retry
+ * (a stream may have been partly consumed). The caller owns *out: ts_rpc_stream_free(). */
+ts_status ts_rpc_stream_open(struct ts_rpc_channel *ch, const char *method,
+                             const ProtobufCMessage *req, int deadline_ms,
+                             struct ts_rpc_stream **out, struct ts_err *err) TS_MUST_CHECK;
+/* On TS_OK *resp is the next message (free with protobuf_c_message_free_unpacked) or NULL at
+ * the end of a stream the server finished with OK. */
+ts_status ts_rpc_stream_read(struct ts_rpc_stream *st, const ProtobufCMessageDescriptor *desc,
+                             ProtobufCMessage **resp, struct ts_err *err) TS_MUST_CHECK;
+/* Cancels the call if it is still running, and frees it. NULL is a no-op. */
+void ts_rpc_stream_free(struct ts_rpc_stream *st);
+
+/* ---- status codes (status.c) ---- */
+
+/* The gRPC status code for s (grpc_status_code values), and back. */
+int ts_rpc_code_from_status(ts_status s);
+ts_status ts_rpc_status_from_code(int grpc_code);
+const char *ts_rpc_code_name(int grpc_code);
+
+#endif

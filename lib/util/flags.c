@@ -1,0 +1,101 @@
+/* flags.c - see flags.h. */
+#include "util/flags.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct ts_flag *find(const struct ts_flag *flags, const char *name, size_t n)
+{
+    for (const struct ts_flag *f = flags; f->name; f++)
+        if (strlen(f->name) == n && strncmp(f->name, name, n) == 0)
+            return f;
+    return NULL;
+}
+
+static ts_status set_value(const struct ts_flag *f, const char *v, struct ts_err *err)
+{
+    char *end;
+    long long x;
+
+    if (f->kind == TS_FLAG_STR) {
+        *(const char **)f->ptr = v;
+        return TS_OK;
+    }
+    errno = 0;
+    x = strtoll(v, &end, 10);
+    if (errno || end == v || *end)
+        return ts_err_set(err, TS_EINVAL, "--%s: '%s' is not an integer", f->name, v);
+    if ((f->min || f->max) && (x < f->min || x > f->max))
+        return ts_err_set(err, TS_EINVAL, "--%s: %lld is out of range %" PRId64 "..%" PRId64,
+                          f->name, x, f->min, f->max);
+    *(int64_t *)f->ptr = x;
+    return TS_OK;
+}
+
+static ts_status parse_one(const struct ts_flag *flags, int argc, char **argv, int *i,
+                           struct ts_err *err)
+{
+    const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
+    size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+    const struct ts_flag *f = find(flags, arg, n);
+
+    if (!f)
+        return ts_err_set(err, TS_EINVAL, "unknown option '%s' (try --help)", argv[*i]);
+    if (f->kind == TS_FLAG_BOOL) {
+        if (eq)
+            return ts_err_set(err, TS_EINVAL, "--%s takes no value", f->name);
+        *(bool *)f->ptr = true;
+        return TS_OK;
+    }
+    if (eq)
+        return set_value(f, eq + 1, err);
+    if (*i + 1 >= argc)
+        return ts_err_set(err, TS_EINVAL, "--%s needs a value (%s)", f->name,
+                          f->metavar ? f->metavar : "VALUE");
+    return set_value(f, argv[++*i], err);
+}
+
+ts_status ts_flags_parse(const struct ts_flag *flags, int argc, char **argv, char **pos,
+                         int *npos, bool *help, struct ts_err *err)
+{
+    int cap = *npos, n = 0;
+    bool opts = true;
+
+    *help = false;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            *help = true;
+            return TS_OK;
+        }
+    }
+    for (int i = 0; i < argc; i++) {
+        if (opts && strcmp(argv[i], "--") == 0) {
+            opts = false;
+        } else if (opts && strncmp(argv[i], "--", 2) == 0) {
+            ts_status st = parse_one(flags, argc, argv, &i, err);
+            if (st)
+                return st;
+        } else {
+            if (n >= cap)
+                return ts_err_set(err, TS_EINVAL, "unexpected argument '%s' (try --help)",
+                                  argv[i]);
+            pos[n++] = argv[i];
+        }
+    }
+    *npos = n;
+    return TS_OK;
+}
+
+void ts_flags_usage(FILE *f, const char *usage, const char *about, const struct ts_flag *flags)
+{
+    fprintf(f, "usage: %s\n\n%s\n\noptions:\n", usage, about);
+    for (const struct ts_flag *o = flags; o->name; o++) {
+        char left[64];
+        snprintf(left, sizeof(left), "--%s%s%s", o->name, o->metavar ? " " : "",
+                 o->metavar ? o->metavar : "");
+        fprintf(f, "  %-24s %s\n", left, o->help);
+    }
+    fprintf(f, "  %-24s %s\n", "--help", "show this help and exit");
+}

@@ -1,0 +1,89 @@
+/* proc.c - see proc.h. */
+#include "util/proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+static int64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t ts_now_ms(void) { return clock_ns(CLOCK_MONOTONIC) / 1000000; }
+int64_t ts_now_us(void) { return clock_ns(CLOCK_MONOTONIC) / 1000; }
+int64_t ts_unix_ms(void) { return clock_ns(CLOCK_REALTIME) / 1000000; }
+
+void ts_sleep_ms(int64_t ms)
+{
+    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 };
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+static void term_set(sigset_t *s)
+{
+    sigemptyset(s);
+    sigaddset(s, SIGINT);
+    sigaddset(s, SIGTERM);
+    sigaddset(s, SIGHUP);
+}
+
+void ts_proc_block_signals(void)
+{
+    sigset_t s;
+    term_set(&s);
+    pthread_sigmask(SIG_BLOCK, &s, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int ts_proc_wait_signal(int ms)
+{
+    sigset_t s;
+    int sig;
+
+    term_set(&s);
+    if (ms < 0) {
+        while (sigwait(&s, &sig) != 0)
+            ;
+        return sig;
+    }
+    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
+    sig = sigtimedwait(&s, NULL, &ts);
+    return sig < 0 ? 0 : sig;
+}
+
+void ts_proc_instance_id(char *buf, size_t n)
+{
+    unsigned char r[16];
+    size_t i;
+
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+        uint64_t t = (uint64_t)clock_ns(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
+        for (i = 0; i < sizeof(r); i++)
+            r[i] = (unsigned char)(t >> (8 * (i % 8))) ^ (unsigned char)i;
+    }
+    for (i = 0; i < sizeof(r) && 2 * i + 2 < n; i++)
+        snprintf(buf + 2 * i, 3, "%02x", r[i]);
+}
+
+ts_status ts_proc_exe_dir(char *buf, size_t n, struct ts_err *err)
+{
+    ssize_t len = readlink("/proc/self/exe", buf, n - 1);
+    char *slash;
+
+    if (len <= 0 || (size_t)len >= n - 1)
+        return ts_err_set(err, TS_EIO, "cannot read /proc/self/exe: %s", strerror(errno));
+    buf[len] = '\0';
+    slash = strrchr(buf, '/');
+    if (slash)
+        *slash = '\0';
+    return TS_OK;
+}

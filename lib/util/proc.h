@@ -1,0 +1,32 @@
+/* proc.h - process plumbing shared by the services and the CLI: clocks, termination signals,
+ * instance ids, finding sibling binaries.
+ *
+ * Signals: a service blocks SIGINT/SIGTERM (and ignores SIGPIPE) in main() before any thread
+ * exists, so every thread inherits the mask, then waits for them in main with
+ * ts_proc_wait_signal(). That is the shutdown path gRPC's threads can live with.
+ * Threads: all functions are safe. */
+#ifndef TS_UTIL_PROC_H
+#define TS_UTIL_PROC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+int64_t ts_now_ms(void);          /* CLOCK_MONOTONIC, milliseconds */
+int64_t ts_now_us(void);          /* CLOCK_MONOTONIC, microseconds */
+int64_t ts_unix_ms(void);         /* CLOCK_REALTIME, milliseconds since the epoch */
+void ts_sleep_ms(int64_t ms);
+
+/* Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (call first in main), ignores SIGPIPE. */
+void ts_proc_block_signals(void);
+/* Waits up to ms (-1: forever) for one of them; returns the signal, or 0 on timeout. */
+int ts_proc_wait_signal(int ms);
+
+/* A random id for this process start, 32 hex characters, into buf (>= 33 bytes). */
+void ts_proc_instance_id(char *buf, size_t n);
+
+/* The directory holding the running executable (no trailing slash), into buf. */
+ts_status ts_proc_exe_dir(char *buf, size_t n, struct ts_err *err) TS_MUST_CHECK;
+
+#endif

@@ -1,0 +1,18 @@
+/* master.h - what the master's main.c and rpc.c share: the service's state and its table. */
+#ifndef TS_MASTER_MASTER_H
+#define TS_MASTER_MASTER_H
+
+#include <stdint.h>
+
+#include "members.h"
+#include "rpc/rpc.h"
+
+struct master {
+    struct ts_members *members;
+    int64_t started_ms;
+};
+
+/* tessera.v1.Master; its ctx must be set to a struct master * before ts_rpc_server_add. */
+extern struct ts_rpc_service ts_master_service;
+
+#endif

@@ -1,0 +1,463 @@
+/* members.c - see members.h.
+ *
+ * Members live in two arrays, shards and workers, where id = index + 1: heartbeats (the hot
+ * path: thousands a second from large jobs) find their member in O(1). */
+#include "members.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "placement/ring.h"
+#include "util/log.h"
+
+struct table {
+    struct ts_member *v;
+    size_t n, cap;
+};
+
+struct ts_members {
+    pthread_mutex_t mu;
+    struct ts_members_cfg cfg;
+    struct table shards, workers;
+    uint64_t epoch;
+    struct ts_ring *ring;
+};
+
+static const char *kind_name(enum ts_member_kind k)
+{
+    return k == TS_MEMBER_SHARD ? "shard" : "worker";
+}
+
+ts_status ts_members_create(const struct ts_members_cfg *cfg, struct ts_members **out,
+                            struct ts_err *err)
+{
+    struct ts_members *m = calloc(1, sizeof(*m));
+    ts_status st;
+
+    if (!m)
+        return ts_err_set(err, TS_ENOMEM, "members: out of memory");
+    if (cfg)
+        m->cfg = *cfg;
+    if (!m->cfg.default_lease_ms)
+        m->cfg.default_lease_ms = 3000;
+    if (!m->cfg.vnodes)
+        m->cfg.vnodes = TS_RING_DEFAULT_VNODES;
+    if (m->cfg.default_lease_ms < TS_MEMBERS_MIN_LEASE_MS ||
+        m->cfg.default_lease_ms > TS_MEMBERS_MAX_LEASE_MS) {
+        st = ts_err_set(err, TS_EINVAL, "lease: %u ms is outside %u..%u ms",
+                        m->cfg.default_lease_ms, TS_MEMBERS_MIN_LEASE_MS,
+                        TS_MEMBERS_MAX_LEASE_MS);
+        free(m);
+        return st;
+    }
+    if ((st = ts_ring_create(NULL, 0, m->cfg.vnodes, &m->ring, err))) {
+        free(m);
+        return st;
+    }
+    m->epoch = 1;
+    pthread_mutex_init(&m->mu, NULL);
+    *out = m;
+    return TS_OK;
+}
+
+void ts_members_free(struct ts_members *m)
+{
+    if (!m)
+        return;
+    ts_ring_free(m->ring);
+    free(m->shards.v);
+    free(m->workers.v);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+/* ---- validation: each names its field ---- */
+
+static bool printable_token(const char *s)
+{
+    for (; *s; s++)
+        if (!isgraph((unsigned char)*s))
+            return false;
+    return true;
+}
+
+static ts_status check_addr(const char *field, const char *a, bool need_port, struct ts_err *err)
+{
+    const char *colon;
+    char *end;
+    long port;
+
+    if (!a || !a[0])
+        return ts_err_set(err, TS_EINVAL, "%s: required", field);
+    if (strlen(a) > TS_MEMBERS_MAX_ADDR)
+        return ts_err_set(err, TS_EINVAL, "%s: %zu bytes, at most %d", field, strlen(a),
+                          TS_MEMBERS_MAX_ADDR);
+    if (!printable_token(a))
+        return ts_err_set(err, TS_EINVAL, "%s: must be printable with no spaces", field);
+    if (!need_port)
+        return TS_OK;
+    colon = strrchr(a, ':');
+    if (!colon || colon == a)
+        return ts_err_set(err, TS_EINVAL, "%s: '%.64s' is not host:port", field, a);
+    port = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || port < 1 || port > 65535)
+        return ts_err_set(err, TS_EINVAL, "%s: port of '%.64s' must be 1..65535", field, a);
+    return TS_OK;
+}
+
+static ts_status check_instance(const char *s, struct ts_err *err)
+{
+    if (!s || !s[0])
+        return ts_err_set(err, TS_EINVAL, "instance: required (a unique id per process start)");
+    if (strlen(s) > TS_MEMBERS_MAX_INSTANCE)
+        return ts_err_set(err, TS_EINVAL, "instance: %zu bytes, at most %d", strlen(s),
+                          TS_MEMBERS_MAX_INSTANCE);
+    for (const char *p = s; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
+            return ts_err_set(err, TS_EINVAL, "instance: only letters, digits, '.', '_', '-'");
+    return TS_OK;
+}
+
+static ts_status check_lease(uint32_t lease_ms, struct ts_err *err)
+{
+    if (lease_ms && (lease_ms < TS_MEMBERS_MIN_LEASE_MS || lease_ms > TS_MEMBERS_MAX_LEASE_MS))
+        return ts_err_set(err, TS_EINVAL, "lease_ms: %u is outside %u..%u (0: the default)",
+                          lease_ms, TS_MEMBERS_MIN_LEASE_MS, TS_MEMBERS_MAX_LEASE_MS);
+    return TS_OK;
+}
+
+static ts_status check_kind(enum ts_member_kind kind, struct ts_err *err)
+{
+    if (kind != TS_MEMBER_SHARD && kind != TS_MEMBER_WORKER)
+        return ts_err_set(err, TS_EINVAL, "kind: %d is not SHARD (1) or WORKER (2)", (int)kind);
+    return TS_OK;
+}
+
+/* ---- the table ---- */
+
+static struct table *table_of(struct ts_members *m, enum ts_member_kind k)
+{
+    return k == TS_MEMBER_SHARD ? &m->shards : &m->workers;
+}
+
+static struct ts_member *find_instance(struct table *t, const char *instance)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->v[i].instance, instance) == 0)
+            return &t->v[i];
+    return NULL;
+}
+
+static ts_status append(struct table *t, struct ts_member **out, struct ts_err *err)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        struct ts_member *v = realloc(t->v, cap * sizeof(*v));
+        if (!v)
+            return ts_err_set(err, TS_ENOMEM, "members: out of memory");
+        t->v = v;
+        t->cap = cap;
+    }
+    *out = &t->v[t->n];
+    memset(*out, 0, sizeof(**out));
+    (*out)->id = (uint32_t)++t->n;
+    return TS_OK;
+}
+
+/* Rebuilds the ring over the alive shards and moves the epoch on. Called with mu held. */
+static void new_epoch(struct ts_members *m, const char *why)
+{
+    uint32_t *ids = malloc((m->shards.n + 1) * sizeof(*ids));
+    struct ts_ring *ring;
+    struct ts_err err = { 0 };
+    size_t n = 0;
+
+    for (size_t i = 0; ids && i < m->shards.n; i++)
+        if (m->shards.v[i].state == TS_MEMBER_ALIVE)
+            ids[n++] = m->shards.v[i].id;
+    if (!ids || ts_ring_create(ids, n, m->cfg.vnodes, &ring, &err)) {
+        /* The old ring stays; the epoch still moves so clients refetch and see the members. */
+        ts_log(TS_ERROR, "master", "cannot rebuild the ring: %s", ids ? err.msg : "no memory");
+        ring = NULL;
+    }
+    free(ids);
+    if (ring) {
+        ts_ring_free(m->ring);
+        m->ring = ring;
+    }
+    m->epoch++;
+    ts_log(TS_INFO, "master", "epoch %" PRIu64 ": %s; %zu shards alive", m->epoch, why, n);
+}
+
+static void grant(struct ts_members *m, const struct ts_member *e, uint64_t known_epoch,
+                  struct ts_member_grant *g)
+{
+    g->id = e->id;
+    g->epoch = m->epoch;
+    g->lease_ms = e->lease_ms;
+    g->map_changed = known_epoch != m->epoch;
+}
+
+/* The same instance again: a retried register, or a member declared dead coming back. */
+static void reregister(struct ts_members *m, struct ts_member *e, uint32_t lease_ms, int64_t now)
+{
+    char why[96];
+
+    e->lease_ms = lease_ms;
+    e->last_heartbeat_ms = now;
+    if (e->state == TS_MEMBER_ALIVE)
+        return;
+    e->state = TS_MEMBER_ALIVE;
+    if (e->kind == TS_MEMBER_SHARD) {
+        snprintf(why, sizeof(why), "shard %u (%s) is back", e->id, e->addr);
+        new_epoch(m, why);
+        e->registered_epoch = m->epoch;
+    }
+}
+
+ts_status ts_members_register_shard(struct ts_members *m, const char *addr, const char *instance,
+                                    uint32_t lease_ms, int64_t now_ms,
+                                    struct ts_member_grant *g, struct ts_err *err)
+{
+    struct ts_member *e;
+    char why[320];
+    ts_status st;
+
+    if ((st = check_addr("addr", addr, true, err)) || (st = check_instance(instance, err)) ||
+        (st = check_lease(lease_ms, err)))
+        return st;
+    lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
+    pthread_mutex_lock(&m->mu);
+    if ((e = find_instance(&m->shards, instance))) {
+        reregister(m, e, lease_ms, now_ms);
+        grant(m, e, 0, g);
+        pthread_mutex_unlock(&m->mu);
+        return TS_OK;
+    }
+    if ((st = append(&m->shards, &e, err))) {
+        pthread_mutex_unlock(&m->mu);
+        return st;
+    }
+    /* Only one process can listen on an address, so an alive shard there has gone away. */
+    for (size_t i = 0; i + 1 < m->shards.n; i++) {
+        struct ts_member *old = &m->shards.v[i];
+        if (old->state == TS_MEMBER_ALIVE && strcmp(old->addr, addr) == 0) {
+            old->state = TS_MEMBER_DEAD;
+            ts_log(TS_WARN, "master", "shard %u at %s replaced by a new process: marked dead",
+                   old->id, addr);
+        }
+    }
+    e->kind = TS_MEMBER_SHARD;
+    e->state = TS_MEMBER_ALIVE;
+    snprintf(e->addr, sizeof(e->addr), "%s", addr);
+    snprintf(e->instance, sizeof(e->instance), "%s", instance);
+    e->lease_ms = lease_ms;
+    e->last_heartbeat_ms = now_ms;
+    snprintf(why, sizeof(why), "shard %u (%s) registered", e->id, addr);
+    new_epoch(m, why);
+    e->registered_epoch = m->epoch;
+    grant(m, e, 0, g);
+    pthread_mutex_unlock(&m->mu);
+    return TS_OK;
+}
+
+ts_status ts_members_register_worker(struct ts_members *m, const char *host, uint32_t pid,
+                                     const char *instance, uint32_t lease_ms, int64_t now_ms,
+                                     struct ts_member_grant *g, struct ts_err *err)
+{
+    struct ts_member *e;
+    ts_status st;
+
+    if ((st = check_addr("host", host, false, err)) || (st = check_instance(instance, err)) ||
+        (st = check_lease(lease_ms, err)))
+        return st;
+    lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
+    pthread_mutex_lock(&m->mu);
+    if ((e = find_instance(&m->workers, instance))) {
+        reregister(m, e, lease_ms, now_ms);
+    } else if (!(st = append(&m->workers, &e, err))) {
+        e->kind = TS_MEMBER_WORKER;
+        e->state = TS_MEMBER_ALIVE;
+        snprintf(e->addr, sizeof(e->addr), "%s", host);
+        snprintf(e->instance, sizeof(e->instance), "%s", instance);
+        e->pid = pid;
+        e->lease_ms = lease_ms;
+        e->last_heartbeat_ms = now_ms;
+        e->registered_epoch = m->epoch;
+        ts_log(TS_DEBUG, "master", "worker %u (%s pid %u) registered", e->id, host, pid);
+    }
+    if (!st)
+        grant(m, e, 0, g);
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
+
+/* Finds an alive member; called with mu held. */
+static ts_status find_alive(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                            struct ts_member **out, struct ts_err *err)
+{
+    struct table *t = table_of(m, kind);
+    struct ts_member *e;
+
+    if (id == 0)
+        return ts_err_set(err, TS_EINVAL, "id: required (the id RegisterShard/Worker returned)");
+    if (id > t->n)
+        return ts_err_set(err, TS_ENOTFOUND, "id: %s %u is not registered; register first",
+                          kind_name(kind), id);
+    e = &t->v[id - 1];
+    if (e->state == TS_MEMBER_DEAD)
+        return ts_err_set(err, TS_ESTATE,
+                          "%s %u was declared dead (silent past its %u ms lease); register again",
+                          kind_name(kind), id, e->lease_ms);
+    if (e->state == TS_MEMBER_LEFT)
+        return ts_err_set(err, TS_ESTATE, "%s %u deregistered; register again",
+                          kind_name(kind), id);
+    *out = e;
+    return TS_OK;
+}
+
+ts_status ts_members_check_epoch(struct ts_members *m, uint64_t known_epoch, struct ts_err *err)
+{
+    uint64_t epoch = ts_members_epoch(m);
+
+    if (known_epoch > epoch)
+        return ts_err_set(err, TS_EINVAL,
+                          "known_epoch: %" PRIu64 " is ahead of the master's epoch %" PRIu64,
+                          known_epoch, epoch);
+    return TS_OK;
+}
+
+ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                               uint64_t known_epoch, uint64_t clock, int64_t now_ms,
+                               struct ts_member_grant *g, struct ts_err *err)
+{
+    struct ts_member *e;
+    ts_status st;
+
+    if ((st = check_kind(kind, err)) || (st = ts_members_check_epoch(m, known_epoch, err)))
+        return st;
+    pthread_mutex_lock(&m->mu);
+    if (!(st = find_alive(m, kind, id, &e, err))) {
+        e->last_heartbeat_ms = now_ms;
+        if (clock > e->clock)
+            e->clock = clock;
+        grant(m, e, known_epoch, g);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
+
+ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                                const char *reason, uint64_t *epoch, struct ts_err *err)
+{
+    struct ts_member *e;
+    char why[400];
+    ts_status st;
+
+    if ((st = check_kind(kind, err)))
+        return st;
+    if (reason && strlen(reason) > TS_MEMBERS_MAX_REASON)
+        return ts_err_set(err, TS_EINVAL, "reason: %zu bytes, at most %d", strlen(reason),
+                          TS_MEMBERS_MAX_REASON);
+    pthread_mutex_lock(&m->mu);
+    if (!(st = find_alive(m, kind, id, &e, err))) {
+        e->state = TS_MEMBER_LEFT;
+        snprintf(why, sizeof(why), "%s %u left (%s)", kind_name(kind), id,
+                 reason && reason[0] ? reason : "no reason given");
+        if (kind == TS_MEMBER_SHARD)
+            new_epoch(m, why);
+        else
+            ts_log(TS_INFO, "master", "%s", why);
+        *epoch = m->epoch;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
+
+static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms)
+{
+    char why[320];
+    int n = 0;
+
+    for (size_t i = 0; i < t->n; i++) {
+        struct ts_member *e = &t->v[i];
+        int64_t silent = now_ms - e->last_heartbeat_ms;
+        if (e->state != TS_MEMBER_ALIVE || silent <= (int64_t)e->lease_ms)
+            continue;
+        e->state = TS_MEMBER_DEAD;
+        n++;
+        snprintf(why, sizeof(why), "%s %u (%s) silent for %" PRId64 " ms, past its %u ms lease: dead",
+                 kind_name(e->kind), e->id, e->addr, silent, e->lease_ms);
+        if (e->kind == TS_MEMBER_SHARD) {
+            ts_log(TS_WARN, "master", "%s", why);
+            new_epoch(m, "a shard died");
+        } else {
+            ts_log(TS_WARN, "master", "%s", why);
+        }
+    }
+    return n;
+}
+
+int ts_members_expire(struct ts_members *m, int64_t now_ms)
+{
+    int n;
+
+    pthread_mutex_lock(&m->mu);
+    n = expire_table(m, &m->shards, now_ms) + expire_table(m, &m->workers, now_ms);
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+static ts_status copy_table(const struct table *t, bool alive_only, struct ts_member **out,
+                            size_t *n, struct ts_err *err)
+{
+    *n = 0;
+    *out = malloc((t->n + 1) * sizeof(**out));
+    if (!*out)
+        return ts_err_set(err, TS_ENOMEM, "members: out of memory");
+    for (size_t i = 0; i < t->n; i++)
+        if (!alive_only || t->v[i].state == TS_MEMBER_ALIVE)
+            (*out)[(*n)++] = t->v[i];
+    return TS_OK;
+}
+
+ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,
+                          struct ts_err *err)
+{
+    ts_status st;
+
+    memset(v, 0, sizeof(*v));
+    pthread_mutex_lock(&m->mu);
+    v->epoch = m->epoch;
+    v->vnodes = m->cfg.vnodes;
+    v->ring_digest = ts_ring_digest(m->ring);
+    v->default_lease_ms = m->cfg.default_lease_ms;
+    st = copy_table(&m->shards, alive_only, &v->shards, &v->nshards, err);
+    if (!st && !alive_only)
+        st = copy_table(&m->workers, false, &v->workers, &v->nworkers, err);
+    pthread_mutex_unlock(&m->mu);
+    if (st)
+        ts_members_view_free(v);
+    return st;
+}
+
+void ts_members_view_free(struct ts_members_view *v)
+{
+    free(v->shards);
+    free(v->workers);
+    v->shards = v->workers = NULL;
+}
+
+uint64_t ts_members_epoch(struct ts_members *m)
+{
+    uint64_t e;
+
+    pthread_mutex_lock(&m->mu);
+    e = m->epoch;
+    pthread_mutex_unlock(&m->mu);
+    return e;
+}

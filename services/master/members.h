@@ -1,0 +1,104 @@
+/* members.h - the master's membership table: shards and workers, their leases, the ring.
+ *
+ * Why: membership is the master's core state and must be testable without gRPC, with a clock
+ * the test controls. Every operation takes `now_ms` (monotonic) from the caller.
+ *
+ * Model: a member registers (an id is assigned; the same `instance` registering again gets the
+ * same id back, so a retried RegisterShard is harmless), renews its lease with heartbeats, and
+ * is declared dead by ts_members_expire() once silent past its lease. A dead member must
+ * register again. The shard map epoch moves on whenever the set of alive shards changes, and
+ * the ring (lib/placement) is rebuilt for it. Ids are never reused.
+ *
+ * Validation lives here, so every entry point refuses bad input with TS_EINVAL naming the field
+ * and changes nothing.
+ * Ownership: ts_members_create() returns a table freed with ts_members_free(); views are copies
+ * the caller frees with ts_members_view_free().
+ * Threads: all functions are safe to call concurrently (one mutex). */
+#ifndef TS_MASTER_MEMBERS_H
+#define TS_MASTER_MEMBERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+#define TS_MEMBERS_MIN_LEASE_MS 100
+#define TS_MEMBERS_MAX_LEASE_MS 600000
+#define TS_MEMBERS_MAX_ADDR 255
+#define TS_MEMBERS_MAX_INSTANCE 64
+#define TS_MEMBERS_MAX_REASON 256
+
+enum ts_member_kind { TS_MEMBER_SHARD = 1, TS_MEMBER_WORKER = 2 };
+enum ts_member_state { TS_MEMBER_ALIVE = 1, TS_MEMBER_DEAD = 2, TS_MEMBER_LEFT = 3 };
+
+struct ts_member {
+    uint32_t id;
+    enum ts_member_kind kind;
+    enum ts_member_state state;
+    char addr[TS_MEMBERS_MAX_ADDR + 1];       /* shards: gRPC host:port; workers: host */
+    char instance[TS_MEMBERS_MAX_INSTANCE + 1];
+    uint32_t pid;
+    uint32_t lease_ms;
+    int64_t last_heartbeat_ms;                /* monotonic */
+    uint64_t registered_epoch;
+    uint64_t clock;                           /* workers: last step reported */
+};
+
+struct ts_members_cfg {
+    uint32_t default_lease_ms;                /* 0: 3000 */
+    unsigned vnodes;                          /* 0: TS_RING_DEFAULT_VNODES */
+};
+
+/* What a register or heartbeat grants. */
+struct ts_member_grant {
+    uint32_t id;
+    uint64_t epoch;
+    uint32_t lease_ms;
+    bool map_changed;
+};
+
+/* A consistent copy for ClusterStatus and GetShardMap. */
+struct ts_members_view {
+    uint64_t epoch;
+    unsigned vnodes;
+    uint64_t ring_digest;
+    uint32_t default_lease_ms;
+    struct ts_member *shards, *workers;       /* by id */
+    size_t nshards, nworkers;
+};
+
+struct ts_members;
+
+ts_status ts_members_create(const struct ts_members_cfg *cfg, struct ts_members **out,
+                            struct ts_err *err) TS_MUST_CHECK;
+void ts_members_free(struct ts_members *m);
+
+ts_status ts_members_register_shard(struct ts_members *m, const char *addr, const char *instance,
+                                    uint32_t lease_ms, int64_t now_ms,
+                                    struct ts_member_grant *g, struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_members_register_worker(struct ts_members *m, const char *host, uint32_t pid,
+                                     const char *instance, uint32_t lease_ms, int64_t now_ms,
+                                     struct ts_member_grant *g, struct ts_err *err) TS_MUST_CHECK;
+/* TS_ENOTFOUND for an id never registered, TS_ESTATE for a dead or departed member. */
+ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                               uint64_t known_epoch, uint64_t clock, int64_t now_ms,
+                               struct ts_member_grant *g, struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                                const char *reason, uint64_t *epoch,
+                                struct ts_err *err) TS_MUST_CHECK;
+/* Validates known_epoch against the current epoch (it may not be ahead). */
+ts_status ts_members_check_epoch(struct ts_members *m, uint64_t known_epoch,
+                                 struct ts_err *err) TS_MUST_CHECK;
+
+/* Declares dead every alive member silent past its lease; returns how many. Logs each. */
+int ts_members_expire(struct ts_members *m, int64_t now_ms);
+
+/* alive_only: only alive shards and no workers (GetShardMap). */
+ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,
+                          struct ts_err *err) TS_MUST_CHECK;
+void ts_members_view_free(struct ts_members_view *v);
+
+uint64_t ts_members_epoch(struct ts_members *m);
+
+#endif

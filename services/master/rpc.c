@@ -1,0 +1,181 @@
+/* rpc.c - tessera.v1.Master handlers: decode, call members.c, encode. */
+#include <stdio.h>
+
+#include "master.h"
+#include "tessera/v1/master.pb-c.h"
+#include "util/proc.h"
+
+static Tessera__V1__MemberState state_pb(enum ts_member_state s)
+{
+    switch (s) {
+    case TS_MEMBER_ALIVE: return TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE;
+    case TS_MEMBER_DEAD: return TESSERA__V1__MEMBER_STATE__MEMBER_STATE_DEAD;
+    case TS_MEMBER_LEFT: return TESSERA__V1__MEMBER_STATE__MEMBER_STATE_LEFT;
+    }
+    return TESSERA__V1__MEMBER_STATE__MEMBER_STATE_UNSPECIFIED;
+}
+
+static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                                ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__RegisterShardRequest *req = (const void *)rq;
+    Tessera__V1__RegisterShardResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    struct ts_member_grant g;
+    ts_status st = ts_members_register_shard(m->members, req->addr, req->instance, req->lease_ms,
+                                             ts_now_ms(), &g, err);
+    if (st)
+        return st;
+    resp->shard_id = g.id;
+    resp->epoch = g.epoch;
+    resp->lease_ms = g.lease_ms;
+    resp->heartbeat_interval_ms = g.lease_ms / 3;
+    return TS_OK;
+}
+
+static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                                 ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__RegisterWorkerRequest *req = (const void *)rq;
+    Tessera__V1__RegisterWorkerResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    struct ts_member_grant g;
+    ts_status st = ts_members_register_worker(m->members, req->host, req->pid, req->instance,
+                                              req->lease_ms, ts_now_ms(), &g, err);
+    if (st)
+        return st;
+    resp->worker_id = g.id;
+    resp->epoch = g.epoch;
+    resp->lease_ms = g.lease_ms;
+    resp->heartbeat_interval_ms = g.lease_ms / 3;
+    return TS_OK;
+}
+
+static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                           ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__HeartbeatRequest *req = (const void *)rq;
+    Tessera__V1__HeartbeatResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    struct ts_member_grant g;
+    ts_status st = ts_members_heartbeat(m->members, (enum ts_member_kind)req->kind, req->id,
+                                        req->known_epoch, req->clock, ts_now_ms(), &g, err);
+    if (st)
+        return st;
+    resp->epoch = g.epoch;
+    resp->lease_ms = g.lease_ms;
+    resp->map_changed = g.map_changed;
+    return TS_OK;
+}
+
+static ts_status deregister(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                            ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__DeregisterRequest *req = (const void *)rq;
+    Tessera__V1__DeregisterResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+
+    return ts_members_deregister(m->members, (enum ts_member_kind)req->kind, req->id,
+                                 req->reason, &resp->epoch, err);
+}
+
+static Tessera__V1__ShardInfo **shard_infos(struct ts_rpc_call *call,
+                                            const struct ts_members_view *v, int64_t now)
+{
+    Tessera__V1__ShardInfo **out = ts_rpc_alloc(call, (v->nshards + 1) * sizeof(*out));
+
+    for (size_t i = 0; i < v->nshards; i++) {
+        const struct ts_member *e = &v->shards[i];
+        Tessera__V1__ShardInfo *s = ts_rpc_new(call, &tessera__v1__shard_info__descriptor);
+        s->id = e->id;
+        s->addr = ts_rpc_strdup(call, e->addr);
+        s->state = state_pb(e->state);
+        s->lease_ms = e->lease_ms;
+        s->last_heartbeat_ms_ago = now - e->last_heartbeat_ms;
+        s->instance = ts_rpc_strdup(call, e->instance);
+        s->registered_epoch = e->registered_epoch;
+        out[i] = s;
+    }
+    return out;
+}
+
+static Tessera__V1__WorkerInfo **worker_infos(struct ts_rpc_call *call,
+                                              const struct ts_members_view *v, int64_t now)
+{
+    Tessera__V1__WorkerInfo **out = ts_rpc_alloc(call, (v->nworkers + 1) * sizeof(*out));
+
+    for (size_t i = 0; i < v->nworkers; i++) {
+        const struct ts_member *e = &v->workers[i];
+        Tessera__V1__WorkerInfo *w = ts_rpc_new(call, &tessera__v1__worker_info__descriptor);
+        w->id = e->id;
+        w->host = ts_rpc_strdup(call, e->addr);
+        w->pid = e->pid;
+        w->state = state_pb(e->state);
+        w->lease_ms = e->lease_ms;
+        w->last_heartbeat_ms_ago = now - e->last_heartbeat_ms;
+        w->instance = ts_rpc_strdup(call, e->instance);
+        w->clock = e->clock;
+        out[i] = w;
+    }
+    return out;
+}
+
+static ts_status get_shard_map(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                               ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__GetShardMapRequest *req = (const void *)rq;
+    Tessera__V1__ShardMap *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    struct ts_members_view v;
+    ts_status st;
+
+    if ((st = ts_members_check_epoch(m->members, req->known_epoch, err)) ||
+        (st = ts_members_view(m->members, true, &v, err)))
+        return st;
+    resp->epoch = v.epoch;
+    resp->vnodes = v.vnodes;
+    resp->digest = v.ring_digest;
+    resp->n_shards = v.nshards;
+    resp->shards = shard_infos(call, &v, ts_now_ms());
+    ts_members_view_free(&v);
+    return TS_OK;
+}
+
+static ts_status cluster_status(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                                ProtobufCMessage *rs, struct ts_err *err)
+{
+    Tessera__V1__ClusterStatusResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    struct ts_members_view v;
+    int64_t now = ts_now_ms();
+    ts_status st;
+
+    if ((st = ts_members_view(m->members, false, &v, err)))
+        return st;
+    resp->epoch = v.epoch;
+    resp->n_shards = v.nshards;
+    resp->shards = shard_infos(call, &v, now);
+    resp->n_workers = v.nworkers;
+    resp->workers = worker_infos(call, &v, now);
+    resp->version = TESSERA_VERSION;
+    resp->uptime_ms = now - m->started_ms;
+    resp->vnodes = v.vnodes;
+    resp->ring_digest = v.ring_digest;
+    resp->default_lease_ms = v.default_lease_ms;
+    ts_members_view_free(&v);
+    return TS_OK;
+}
+
+#define M(name, fn, rq, rs) \
+    { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor, 0 }
+static const struct ts_rpc_method master_methods[] = {
+    M("RegisterShard", register_shard, register_shard_request, register_shard_response),
+    M("RegisterWorker", register_worker, register_worker_request, register_worker_response),
+    M("Heartbeat", heartbeat, heartbeat_request, heartbeat_response),
+    M("Deregister", deregister, deregister_request, deregister_response),
+    M("GetShardMap", get_shard_map, get_shard_map_request, shard_map),
+    M("ClusterStatus", cluster_status, cluster_status_request, cluster_status_response),
+    { NULL, NULL, NULL, NULL, 0 },
+};
+
+struct ts_rpc_service ts_master_service = { "tessera.v1.Master", master_methods, NULL };

@@ -1,0 +1,96 @@
+/* main.c - tessera-shard: serve, join the cluster, heartbeat, leave cleanly on SIGTERM. */
+#include <stdio.h>
+#include <string.h>
+
+#include "shard.h"
+#include "util/flags.h"
+#include "util/log.h"
+#include "util/proc.h"
+
+/* The address others reach us at: --advertise, or the listen host with the bound port. */
+static void advertised(char *out, size_t n, const char *listen, const char *adv, int port)
+{
+    const char *colon = strrchr(listen, ':');
+    int hostlen = colon ? (int)(colon - listen) : (int)strlen(listen);
+
+    if (adv && adv[0])
+        snprintf(out, n, "%s", adv);
+    else
+        snprintf(out, n, "%.*s:%d", hostlen, listen, port);
+}
+
+int main(int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:0", *adv = NULL, *master = NULL, *port_file = NULL;
+    int64_t lease_ms = 0, threads = 2, grace_ms = 5000;
+    bool help;
+    const struct ts_flag flags[] = {
+        { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
+                                                  "then 127.0.0.1:7070)", 0, 0 },
+        { "listen", TS_FLAG_STR, &listen, "ADDR", "gRPC address (default 127.0.0.1:0: a free "
+                                                  "port)", 0, 0 },
+        { "advertise", TS_FLAG_STR, &adv, "ADDR", "address to register (default: the listen "
+                                                  "host and bound port)", 0, 0 },
+        { "port-file", TS_FLAG_STR, &port_file, "FILE", "write the bound port here", 0, 0 },
+        { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "lease to ask for (default: the master's)",
+          0, 600000 },
+        { "threads", TS_FLAG_INT, &threads, "N", "completion-queue threads (default 2)", 1, 64 },
+        { "grace-ms", TS_FLAG_INT, &grace_ms, "MS", "on SIGTERM, time for calls in flight "
+                                                    "(default 5000)", 0, 600000 },
+        { NULL, 0, NULL, NULL, NULL, 0, 0 },
+    };
+    struct ts_err err = { 0 };
+    struct ts_rpc_server *srv = NULL;
+    struct shard s = { 0 };
+    struct ts_membership_cfg mcfg = { .kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD };
+    int npos = 0, sig, rc = 1;
+    FILE *f;
+
+    ts_proc_block_signals();
+    if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
+        fprintf(stderr, "tessera-shard: %s\n", err.msg);
+        return 2;
+    }
+    if (help) {
+        ts_flags_usage(stdout, "tessera-shard [options]",
+                       "A Tessera shard: holds parameter partitions and aggregates gradients.\n"
+                       "Registers with the master, heartbeats, leaves cleanly on SIGTERM.",
+                       flags);
+        return 0;
+    }
+    s.started_ms = ts_now_ms();
+    s.master_addr = ts_master_default_addr(master);
+    ts_shard_service.ctx = &s;
+    if (ts_rpc_server_create(&(struct ts_rpc_server_opts){ .listen = listen,
+                                                           .threads = (int)threads },
+                             &srv, &err) ||
+        ts_rpc_server_add(srv, &ts_shard_service, &err) || ts_rpc_server_start(srv, &err))
+        goto out;
+    advertised(s.addr, sizeof(s.addr), listen, adv, ts_rpc_server_port(srv));
+    if (port_file && (!(f = fopen(port_file, "w")) ||
+                      fprintf(f, "%d\n", ts_rpc_server_port(srv)) < 0 || fclose(f) != 0)) {
+        ts_err_set(&err, TS_EIO, "cannot write --port-file %s", port_file);
+        goto out;
+    }
+    mcfg.addr = s.addr;
+    mcfg.lease_ms = (uint32_t)lease_ms;
+    if (ts_master_open(s.master_addr, &s.master, &err) ||
+        ts_membership_start(s.master, &mcfg, 30000, &s.membership, &err)) {
+        ts_err_prefix(&err, "cannot join the cluster (is the master running at %s?)",
+                      s.master_addr);
+        goto out;
+    }
+    ts_log(TS_INFO, "shard", "shard %u serving at %s", ts_membership_id(s.membership), s.addr);
+    sig = ts_proc_wait_signal(-1);
+    ts_log(TS_INFO, "shard", "signal %d: leaving the cluster and draining calls", sig);
+    rc = 0;
+out:
+    if (rc)
+        ts_log(TS_ERROR, "shard", "%s", err.msg);
+    /* Drain first: handlers read the membership, so it must outlive every call. */
+    ts_rpc_server_shutdown(srv, (int)grace_ms);
+    ts_membership_stop(s.membership, rc == 0);
+    ts_rpc_server_free(srv);
+    ts_master_close(s.master);
+    return rc;
+}

@@ -1,0 +1,47 @@
+/* rpc.c - tessera.v1.Shard handlers. */
+#include <inttypes.h>
+
+#include "shard.h"
+#include "util/proc.h"
+
+/* A request made under an older shard map may reach the wrong owner: refuse it. */
+static ts_status check_epoch(struct shard *s, uint64_t map_epoch, struct ts_err *err)
+{
+    uint64_t mine = s->membership ? ts_membership_epoch(s->membership) : 0;
+
+    if (map_epoch && map_epoch < mine)
+        return ts_err_set(err, TS_ESTALE,
+                          "map_epoch: %" PRIu64 " is stale, this shard is at epoch %" PRIu64
+                          ": refresh the shard map (GetShardMap) and retry", map_epoch, mine);
+    return TS_OK;
+}
+
+static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                              ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__ShardStatusRequest *req = (const void *)rq;
+    Tessera__V1__ShardStatusResponse *resp = (void *)rs;
+    struct shard *s = ts_rpc_ctx(call);
+    ts_status st;
+
+    if ((st = check_epoch(s, req->map_epoch, err)))
+        return st;
+    resp->addr = s->addr;
+    resp->master = (char *)s->master_addr;
+    resp->uptime_ms = ts_now_ms() - s->started_ms;
+    if (s->membership) {
+        resp->shard_id = ts_membership_id(s->membership);
+        resp->epoch = ts_membership_epoch(s->membership);
+        resp->instance = (char *)ts_membership_instance(s->membership);
+        resp->state = TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE;
+    }
+    return TS_OK;
+}
+
+static const struct ts_rpc_method shard_methods[] = {
+    { "ShardStatus", shard_status, &tessera__v1__shard_status_request__descriptor,
+      &tessera__v1__shard_status_response__descriptor, 0 },
+    { NULL, NULL, NULL, NULL, 0 },
+};
+
+struct ts_rpc_service ts_shard_service = { "tessera.v1.Shard", shard_methods, NULL };

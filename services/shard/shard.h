@@ -1,0 +1,21 @@
+/* shard.h - what the shard's main.c and rpc.c share. */
+#ifndef TS_SHARD_SHARD_H
+#define TS_SHARD_SHARD_H
+
+#include <stdint.h>
+
+#include "client/master_client.h"
+#include "rpc/rpc.h"
+
+struct shard {
+    char addr[256];                 /* advertised gRPC address */
+    const char *master_addr;
+    struct ts_master *master;
+    struct ts_membership *membership;
+    int64_t started_ms;
+};
+
+/* tessera.v1.Shard; ctx must be set to a struct shard * before ts_rpc_server_add. */
+extern struct ts_rpc_service ts_shard_service;
+
+#endif

@@ -1,0 +1,201 @@
+/* test_members.c - the master's membership table with a clock the test controls. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "master/members.h"
+#include "util/log.h"
+
+static struct ts_members *mk(uint32_t lease)
+{
+    struct ts_members_cfg cfg = { .default_lease_ms = lease };
+    struct ts_members *m;
+    assert_int_equal(ts_members_create(&cfg, &m, NULL), TS_OK);
+    return m;
+}
+
+static uint32_t add_shard(struct ts_members *m, const char *addr, const char *inst, int64_t now)
+{
+    struct ts_member_grant g;
+    assert_int_equal(ts_members_register_shard(m, addr, inst, 0, now, &g, NULL), TS_OK);
+    return g.id;
+}
+
+static void assert_einval(ts_status st, const struct ts_err *e, const char *field)
+{
+    assert_int_equal(st, TS_EINVAL);
+    assert_true(strncmp(e->msg, field, strlen(field)) == 0);
+}
+
+static void register_validates_each_field(void **state)
+{
+    struct ts_members *m = mk(3000);
+    struct ts_member_grant g;
+    char big[400];
+    struct {
+        const char *addr, *inst;
+        uint32_t lease;
+        const char *field;
+    } bad[] = {
+        { "", "a", 0, "addr" },          { big, "a", 0, "addr" },
+        { "no-port", "a", 0, "addr" },   { "h:0", "a", 0, "addr" },
+        { "h:70000", "a", 0, "addr" },   { "h :1", "a", 0, "addr" },
+        { ":1", "a", 0, "addr" },        { "h:1", "", 0, "instance" },
+        { "h:1", "a b", 0, "instance" }, { "h:1", big, 0, "instance" },
+        { "h:1", "a", 99, "lease_ms" },  { "h:1", "a", 600001, "lease_ms" },
+    };
+
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct ts_err e = { 0 };
+        assert_einval(ts_members_register_shard(m, bad[i].addr, bad[i].inst, bad[i].lease, 0, &g,
+                                                &e), &e, bad[i].field);
+    }
+    struct ts_err e = { 0 };
+    assert_einval(ts_members_register_worker(m, "", 1, "w", 0, 0, &g, &e), &e, "host");
+    assert_int_equal(ts_members_epoch(m), 1); /* nothing changed */
+    struct ts_members_view v;
+    assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+    assert_int_equal(v.nshards + v.nworkers, 0);
+    ts_members_view_free(&v);
+    ts_members_free(m);
+}
+
+static void register_is_idempotent_per_instance(void **state)
+{
+    struct ts_members *m = mk(3000);
+    struct ts_member_grant g;
+    uint32_t a = add_shard(m, "127.0.0.1:7101", "i1", 0);
+    uint64_t epoch = ts_members_epoch(m);
+
+    assert_int_equal(ts_members_register_shard(m, "127.0.0.1:7101", "i1", 0, 10, &g, NULL),
+                     TS_OK);
+    assert_int_equal(g.id, a);
+    assert_int_equal(ts_members_epoch(m), epoch);
+    assert_int_equal(add_shard(m, "127.0.0.1:7102", "i2", 20), a + 1);
+    assert_int_equal(ts_members_epoch(m), epoch + 1);
+    ts_members_free(m);
+}
+
+static void lease_expiry_marks_dead_and_moves_epoch(void **state)
+{
+    struct ts_members *m = mk(1000);
+    struct ts_member_grant g;
+    struct ts_err e = { 0 };
+    uint32_t a = add_shard(m, "h:1", "a", 0), b = add_shard(m, "h:2", "b", 0);
+    uint64_t epoch = ts_members_epoch(m);
+
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, b, epoch, 0, 900, &g, NULL),
+                     TS_OK);
+    assert_false(g.map_changed);
+    assert_int_equal(ts_members_expire(m, 1000), 0); /* exactly at the lease: still alive */
+    assert_int_equal(ts_members_expire(m, 1001), 1); /* a is silent past it */
+    assert_int_equal(ts_members_epoch(m), epoch + 1);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, a, 0, 0, 1002, &g, &e), TS_ESTATE);
+    assert_non_null(strstr(e.msg, "register again"));
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, b, epoch, 0, 1002, &g, NULL),
+                     TS_OK);
+    assert_true(g.map_changed);
+
+    struct ts_members_view v;
+    assert_int_equal(ts_members_view(m, true, &v, NULL), TS_OK);
+    assert_int_equal(v.nshards, 1);
+    assert_int_equal(v.shards[0].id, b);
+    ts_members_view_free(&v);
+
+    /* The dead member comes back with the same instance: same id, alive, new epoch. */
+    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, 1100, &g, NULL), TS_OK);
+    assert_int_equal(g.id, a);
+    assert_int_equal(g.epoch, epoch + 2);
+    ts_members_free(m);
+}
+
+static void heartbeat_errors(void **state)
+{
+    struct ts_members *m = mk(3000);
+    struct ts_member_grant g;
+    struct ts_err e = { 0 };
+
+    add_shard(m, "h:1", "a", 0);
+    assert_einval(ts_members_heartbeat(m, 0, 1, 0, 0, 1, &g, &e), &e, "kind");
+    ts_err_clear(&e);
+    assert_einval(ts_members_heartbeat(m, TS_MEMBER_SHARD, 0, 0, 0, 1, &g, &e), &e, "id");
+    ts_err_clear(&e);
+    assert_einval(ts_members_heartbeat(m, TS_MEMBER_SHARD, 1, 99, 0, 1, &g, &e), &e,
+                  "known_epoch");
+    ts_err_clear(&e);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, 7, 0, 0, 1, &g, &e), TS_ENOTFOUND);
+    ts_err_clear(&e);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, 1, 0, 0, 1, &g, &e),
+                     TS_ENOTFOUND);
+    ts_members_free(m);
+}
+
+static void deregister_and_replacement(void **state)
+{
+    struct ts_members *m = mk(3000);
+    struct ts_member_grant g;
+    struct ts_err e = { 0 };
+    char reason[300];
+    uint64_t epoch;
+    uint32_t a = add_shard(m, "h:1", "a", 0);
+
+    memset(reason, 'r', sizeof(reason) - 1);
+    reason[sizeof(reason) - 1] = '\0';
+    assert_einval(ts_members_deregister(m, TS_MEMBER_SHARD, a, reason, &epoch, &e), &e, "reason");
+    assert_int_equal(ts_members_deregister(m, TS_MEMBER_SHARD, a, "bye", &epoch, NULL), TS_OK);
+    assert_int_equal(epoch, 3);
+    ts_err_clear(&e);
+    assert_int_equal(ts_members_deregister(m, TS_MEMBER_SHARD, a, "", &epoch, &e), TS_ESTATE);
+
+    /* A new process at the address of an alive shard: the old one is gone. */
+    uint32_t b = add_shard(m, "h:2", "b", 0);
+    uint32_t c = add_shard(m, "h:2", "c", 5);
+    struct ts_members_view v;
+    assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+    assert_int_equal(v.nshards, 3);
+    assert_int_equal(v.shards[b - 1].state, TS_MEMBER_DEAD);
+    assert_int_equal(v.shards[c - 1].state, TS_MEMBER_ALIVE);
+    assert_int_equal(v.shards[a - 1].state, TS_MEMBER_LEFT);
+    ts_members_view_free(&v);
+
+    /* Workers do not move the shard map epoch. */
+    epoch = ts_members_epoch(m);
+    assert_int_equal(ts_members_register_worker(m, "host", 42, "w1", 0, 0, &g, NULL), TS_OK);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, g.id, 0, 17, 1, &g, NULL), TS_OK);
+    assert_int_equal(ts_members_expire(m, 4000), 2); /* the worker and shard c */
+    assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+    assert_int_equal(v.workers[0].clock, 17);
+    assert_int_equal(v.workers[0].state, TS_MEMBER_DEAD);
+    ts_members_view_free(&v);
+    assert_int_equal(ts_members_epoch(m), epoch + 1);
+    ts_members_free(m);
+}
+
+static void create_validates_lease(void **state)
+{
+    struct ts_members_cfg cfg = { .default_lease_ms = 50 };
+    struct ts_members *m = NULL;
+    struct ts_err e = { 0 };
+
+    assert_int_equal(ts_members_create(&cfg, &m, &e), TS_EINVAL);
+    assert_null(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(register_validates_each_field),
+        cmocka_unit_test(register_is_idempotent_per_instance),
+        cmocka_unit_test(lease_expiry_marks_dead_and_moves_epoch),
+        cmocka_unit_test(heartbeat_errors),
+        cmocka_unit_test(deregister_and_replacement),
+        cmocka_unit_test(create_validates_lease),
+    };
+    ts_log_set_level(TS_ERROR);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,354 @@
+/* test_ring.c - lib/placement/ring: keys move only to a joining shard and only from a leaving
+ * one, load stays balanced, the map is identical on every host (golden values), the lookup
+ * matches a from-the-spec reference, and bad member lists are refused with a useful message. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "placement/ring.h"
+
+#define NKEYS 10000
+
+/* Key i of the realistic set: 50 tensors of 200 partitions each. */
+static void key_of(int i, char *name, size_t cap, uint32_t *part)
+{
+    snprintf(name, cap, "layer%d.weight", i % 50);
+    *part = (uint32_t)(i / 50);
+}
+
+static struct ts_ring *make(const uint32_t *ids, size_t n, unsigned vnodes)
+{
+    struct ts_err err = { 0 };
+    struct ts_ring *r = NULL;
+
+    if (ts_ring_create(ids, n, vnodes, &r, &err) != TS_OK)
+        fail_msg("ts_ring_create: %s", err.msg);
+    return r;
+}
+
+/* Largest per-shard key count over the mean, for the realistic key set. */
+static double max_over_mean(const struct ts_ring *r, const uint32_t *ids, size_t n)
+{
+    size_t cnt[16] = { 0 }, max = 0;
+    char name[32];
+    uint32_t part, owner;
+
+    assert_true(n <= 16);
+    for (int i = 0; i < NKEYS; i++) {
+        size_t j;
+
+        key_of(i, name, sizeof(name), &part);
+        owner = ts_ring_lookup(r, name, part);
+        for (j = 0; j < n && ids[j] != owner; j++)
+            ;
+        assert_true(j < n); /* every key lands on a member */
+        cnt[j]++;
+    }
+    for (size_t j = 0; j < n; j++)
+        max = cnt[j] > max ? cnt[j] : max;
+    return (double)max / ((double)NKEYS / (double)n);
+}
+
+/* Counts keys whose owner differs between a and b; fails if any moved key went anywhere but
+ * to `to` or came from anywhere but `from` (0: any). */
+static int moved_keys(const struct ts_ring *a, const struct ts_ring *b, uint32_t from,
+                      uint32_t to)
+{
+    char name[32];
+    uint32_t part, oa, ob;
+    int moved = 0;
+
+    for (int i = 0; i < NKEYS; i++) {
+        key_of(i, name, sizeof(name), &part);
+        oa = ts_ring_lookup(a, name, part);
+        ob = ts_ring_lookup(b, name, part);
+        if (oa == ob)
+            continue;
+        moved++;
+        if (from && oa != from)
+            fail_msg("%s/%u moved %u -> %u, only keys of shard %u may move", name, part, oa,
+                     ob, from);
+        if (to && ob != to)
+            fail_msg("%s/%u moved %u -> %u, keys may move only to shard %u", name, part, oa,
+                     ob, to);
+    }
+    return moved;
+}
+
+static void test_join_moves_keys_to_new_shard_only(void **state)
+{
+    static const uint32_t three[] = { 1, 2, 3 }, four[] = { 1, 2, 3, 4 };
+    struct ts_ring *r3 = make(three, 3, 0), *r4 = make(four, 4, 0);
+    int moved;
+
+    (void)state;
+    moved = moved_keys(r3, r4, 0, 4);
+    /* Ideal is 1/4 = 2,500; measured 2,525 with the default vnodes. */
+    assert_true(moved <= NKEYS * 30 / 100);
+    assert_true(moved >= NKEYS * 20 / 100);
+    ts_ring_free(r3);
+    ts_ring_free(r4);
+}
+
+static void test_leave_moves_only_that_shards_keys(void **state)
+{
+    static const uint32_t four[] = { 1, 2, 3, 4 }, no4[] = { 1, 2, 3 }, no2[] = { 4, 1, 3 };
+    struct ts_ring *r4 = make(four, 4, 0), *a = make(no4, 3, 0), *b = make(no2, 3, 0);
+    int moved;
+
+    (void)state;
+    moved = moved_keys(r4, a, 4, 0);
+    assert_true(moved >= NKEYS * 20 / 100 && moved <= NKEYS * 30 / 100);
+    moved = moved_keys(r4, b, 2, 0);
+    assert_true(moved >= NKEYS * 20 / 100 && moved <= NKEYS * 30 / 100);
+    ts_ring_free(r4);
+    ts_ring_free(a);
+    ts_ring_free(b);
+}
+
+static void check_balance(size_t n, double bound)
+{
+    uint32_t ids[16];
+    struct ts_ring *r;
+    double mm;
+
+    for (size_t i = 0; i < n; i++)
+        ids[i] = (uint32_t)i + 1;
+    r = make(ids, n, 0);
+    mm = max_over_mean(r, ids, n);
+    if (mm > bound)
+        fail_msg("%zu shards: max/mean %.3f, want <= %.3f", n, mm, bound);
+    ts_ring_free(r);
+}
+
+/* Measured with the default vnodes: 1.016 (3), 1.036 (4), 1.063 (8). */
+static void test_balance(void **state)
+{
+    (void)state;
+    check_balance(3, 1.15);
+    check_balance(4, 1.15);
+    check_balance(8, 1.10);
+}
+
+/* Fewer vnodes must still give a usable ring, only a less even one. */
+static void test_few_vnodes(void **state)
+{
+    static const uint32_t ids[] = { 5, 6, 7 };
+    struct ts_ring *r = make(ids, 3, 1);
+
+    (void)state;
+    assert_int_equal(ts_ring_vnodes(r), 1);
+    assert_true(max_over_mean(r, ids, 3) <= 3.0);
+    ts_ring_free(r);
+}
+
+static void test_input_order_does_not_matter(void **state)
+{
+    static const uint32_t a[] = { 1, 2, 3, 4, 9 }, b[] = { 9, 3, 1, 4, 2 }, c[] = { 4, 9, 2, 3, 1 };
+    static const uint32_t d[] = { 1, 2, 3, 4, 10 };
+    struct ts_ring *ra = make(a, 5, 0), *rb = make(b, 5, 0), *rc = make(c, 5, 0);
+    struct ts_ring *rd = make(d, 5, 0), *rv = make(a, 5, 512);
+
+    (void)state;
+    assert_int_equal(ts_ring_digest(ra), ts_ring_digest(rb));
+    assert_int_equal(ts_ring_digest(ra), ts_ring_digest(rc));
+    assert_int_not_equal(ts_ring_digest(ra), ts_ring_digest(rd));
+    assert_int_not_equal(ts_ring_digest(ra), ts_ring_digest(rv));
+    ts_ring_free(ra);
+    ts_ring_free(rb);
+    ts_ring_free(rc);
+    ts_ring_free(rd);
+    ts_ring_free(rv);
+}
+
+/* Pins the hash, seed and byte encoding: these values were computed once and must come out the
+ * same on every host, compiler and libxxhash build. If this fails, clients built here and
+ * there disagree on key placement. */
+static void test_golden_values(void **state)
+{
+    static const uint32_t ids[] = { 1, 2, 3 };
+    static const struct {
+        const char *tensor;
+        uint32_t part, owner;
+    } keys[] = {
+        { "layer0.weight", 0, 2 },
+        { "layer7.bias", 3, 3 },
+        { "embedding.user", 123456, 2 },
+        { "", 0, 1 },
+        { "layer49.weight", 199, 3 },
+    };
+    struct ts_ring *r = make(ids, 3, 0);
+
+    (void)state;
+    /* XXH3-64 itself, from xxHash's own sanity tests: empty input, seed 0. */
+    assert_int_equal(XXH3_64bits_withSeed("", 0, 0), UINT64_C(0x2D06800538D394C2));
+    assert_int_equal(TS_RING_DEFAULT_VNODES, 1024);
+    assert_int_equal(ts_ring_key_hash("layer0.weight", 0), UINT64_C(0x6ffef7b0ca565ef8));
+    assert_int_equal(ts_ring_digest(r), UINT64_C(0xdff832e68a31bd9b));
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        assert_int_equal(ts_ring_lookup(r, keys[i].tensor, keys[i].part), keys[i].owner);
+    ts_ring_free(r);
+}
+
+/* The reference ring, built from docs/placement.md alone: sorted (hash, owner) pairs. */
+struct ref_point {
+    uint64_t hash;
+    uint32_t owner;
+};
+
+static int ref_cmp(const void *a, const void *b)
+{
+    const struct ref_point *x = a, *y = b;
+
+    if (x->hash != y->hash)
+        return x->hash < y->hash ? -1 : 1;
+    return x->owner < y->owner ? -1 : x->owner > y->owner;
+}
+
+static uint32_t ref_lookup(const struct ref_point *p, size_t np, uint64_t h)
+{
+    for (size_t i = 0; i < np; i++) {
+        if (p[i].hash >= h)
+            return p[i].owner;
+    }
+    return p[0].owner;
+}
+
+static uint64_t ref_key_hash(const char *tensor, uint32_t part)
+{
+    uint64_t nh = XXH3_64bits_withSeed(tensor, strlen(tensor), TS_RING_SEED);
+    unsigned char b[12] = {
+        (unsigned char)nh, (unsigned char)(nh >> 8), (unsigned char)(nh >> 16),
+        (unsigned char)(nh >> 24), (unsigned char)(nh >> 32), (unsigned char)(nh >> 40),
+        (unsigned char)(nh >> 48), (unsigned char)(nh >> 56), (unsigned char)part,
+        (unsigned char)(part >> 8), (unsigned char)(part >> 16), (unsigned char)(part >> 24),
+    };
+
+    return XXH3_64bits_withSeed(b, sizeof(b), TS_RING_SEED);
+}
+
+/* The binary search matches a linear scan, at random keys and at every point's boundary. */
+static void test_lookup_matches_reference(void **state)
+{
+    static const uint32_t ids[] = { 3, 17, 4000000000u, 8 };
+    enum { N = 4, V = 64 };
+    struct ref_point p[N * V];
+    struct ts_ring *r = make(ids, N, V);
+    char name[32];
+    uint32_t part;
+
+    (void)state;
+    for (size_t i = 0; i < N; i++) {
+        for (uint32_t v = 0; v < V; v++) {
+            unsigned char b[8] = {
+                (unsigned char)ids[i], (unsigned char)(ids[i] >> 8),
+                (unsigned char)(ids[i] >> 16), (unsigned char)(ids[i] >> 24),
+                (unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                (unsigned char)(v >> 24),
+            };
+
+            p[i * V + v].hash = XXH3_64bits_withSeed(b, sizeof(b), TS_RING_SEED);
+            p[i * V + v].owner = ids[i];
+        }
+    }
+    qsort(p, N * V, sizeof(p[0]), ref_cmp);
+    for (int i = 0; i < 2000; i++) {
+        key_of(i, name, sizeof(name), &part);
+        assert_int_equal(ts_ring_key_hash(name, part), ref_key_hash(name, part));
+        assert_int_equal(ts_ring_lookup(r, name, part),
+                         ref_lookup(p, N * V, ref_key_hash(name, part)));
+    }
+    for (size_t i = 0; i < N * V; i++) {
+        uint64_t h = p[i].hash;
+
+        assert_int_equal(ts_ring_lookup_hash(r, h), ref_lookup(p, N * V, h));
+        assert_int_equal(ts_ring_lookup_hash(r, h - 1), ref_lookup(p, N * V, h - 1));
+        assert_int_equal(ts_ring_lookup_hash(r, h + 1), ref_lookup(p, N * V, h + 1));
+    }
+    /* Past the last point the search wraps to the first. */
+    assert_int_equal(ts_ring_lookup_hash(r, UINT64_MAX), p[0].owner);
+    assert_int_equal(ts_ring_lookup_hash(r, 0), p[0].owner);
+    ts_ring_free(r);
+}
+
+static void test_empty_and_single(void **state)
+{
+    static const uint32_t one[] = { 42 };
+    struct ts_ring *e = make(NULL, 0, 0), *s = make(one, 1, 0);
+    char name[32];
+    uint32_t part;
+
+    (void)state;
+    assert_int_equal(ts_ring_members(e), 0);
+    assert_int_equal(ts_ring_lookup(e, "layer0.weight", 0), 0);
+    assert_int_equal(ts_ring_lookup_hash(e, 0), 0);
+    assert_int_equal(ts_ring_lookup_hash(e, UINT64_MAX), 0);
+    assert_int_equal(ts_ring_members(s), 1);
+    assert_int_equal(ts_ring_vnodes(s), TS_RING_DEFAULT_VNODES);
+    for (int i = 0; i < 1000; i++) {
+        key_of(i, name, sizeof(name), &part);
+        assert_int_equal(ts_ring_lookup(s, name, part), 42);
+    }
+    assert_int_equal(ts_ring_lookup_hash(s, UINT64_MAX), 42);
+    assert_int_not_equal(ts_ring_digest(e), ts_ring_digest(s));
+    ts_ring_free(e);
+    ts_ring_free(s);
+    ts_ring_free(NULL);
+}
+
+/* Expects create to fail with TS_EINVAL, leave *out alone and name `want` in the message. */
+static void expect_einval(const uint32_t *ids, size_t n, unsigned vnodes, const char *want)
+{
+    struct ts_err err = { 0 };
+    struct ts_ring *sentinel = (struct ts_ring *)&err, *r = sentinel;
+
+    assert_int_equal(ts_ring_create(ids, n, vnodes, &r, &err), TS_EINVAL);
+    assert_int_equal(err.code, TS_EINVAL);
+    assert_ptr_equal(r, sentinel);
+    if (!strstr(err.msg, want))
+        fail_msg("message \"%s\" does not mention \"%s\"", err.msg, want);
+    /* A NULL err is allowed and changes nothing but the message. */
+    assert_int_equal(ts_ring_create(ids, n, vnodes, &r, NULL), TS_EINVAL);
+    assert_ptr_equal(r, sentinel);
+}
+
+static void test_bad_members(void **state)
+{
+    static const uint32_t dup[] = { 1, 2, 3, 2 }, zero[] = { 1, 0, 3 }, ok[] = { 1, 2 };
+    struct ts_ring *r;
+
+    (void)state;
+    expect_einval(dup, 4, 0, "shard_ids[3] repeats shard id 2 of shard_ids[1]");
+    expect_einval(zero, 3, 0, "shard_ids[1] is 0");
+    expect_einval(NULL, 2, 0, "shard_ids");
+    expect_einval(ok, 2, TS_RING_MAX_VNODES + 1, "vnodes 4097");
+    expect_einval(ok, 2, UINT32_MAX, "vnodes");
+    r = make(ok, 2, TS_RING_MAX_VNODES);
+    assert_int_equal(ts_ring_vnodes(r), TS_RING_MAX_VNODES);
+    ts_ring_free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_join_moves_keys_to_new_shard_only),
+        cmocka_unit_test(test_leave_moves_only_that_shards_keys),
+        cmocka_unit_test(test_balance),
+        cmocka_unit_test(test_few_vnodes),
+        cmocka_unit_test(test_input_order_does_not_matter),
+        cmocka_unit_test(test_golden_values),
+        cmocka_unit_test(test_lookup_matches_reference),
+        cmocka_unit_test(test_empty_and_single),
+        cmocka_unit_test(test_bad_members),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,340 @@
+/* test_rpc.c - lib/rpc end to end in one process: a real server on a loopback port and the
+ * real client. The test services borrow tessera.v1 names, because the server's reflection index
+ * accepts only services in the embedded descriptor set. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "grpc/health/v1/health.pb-c.h"
+#include "rpc/rpc.h"
+#include "tessera/v1/master.pb-c.h"
+#include "tessera/v1/shard.pb-c.h"
+#include "util/log.h"
+#include "util/proc.h"
+
+/* ShardStatus behaves by map_epoch: 0 answers, 100+k returns ts_status k, 1000+ms sleeps ms
+ * or until ts_rpc_done() and then answers, 2000+ms sleeps 1000+ms ignoring ts_rpc_done(). */
+static ts_status status_fn(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                           ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__ShardStatusRequest *req = (const void *)rq;
+    Tessera__V1__ShardStatusResponse *resp = (void *)rs;
+    int64_t until;
+
+    if (req->map_epoch >= 100 && req->map_epoch < 1000)
+        return ts_err_set(err, (ts_status)(req->map_epoch - 100), "map_epoch: code %d asked",
+                          (int)(req->map_epoch - 100));
+    if (req->map_epoch >= 1000) {
+        until = ts_now_ms() + (int64_t)(req->map_epoch - 1000);
+        while (ts_now_ms() < until && (req->map_epoch >= 2000 || !ts_rpc_done(call)))
+            ts_sleep_ms(5);
+    }
+    resp->addr = ts_rpc_strdup(call, "arena string");
+    resp->shard_id = 7;
+    resp->epoch = req->map_epoch;
+    return TS_OK;
+}
+
+static const struct ts_rpc_method shard_methods[] = {
+    { "ShardStatus", status_fn, &tessera__v1__shard_status_request__descriptor,
+      &tessera__v1__shard_status_response__descriptor, 0 },
+    { NULL, NULL, NULL, NULL, 0 },
+};
+/* The same handler on its own thread, as a blocking method would be. */
+static const struct ts_rpc_method master_methods[] = {
+    { "ClusterStatus", status_fn, &tessera__v1__shard_status_request__descriptor,
+      &tessera__v1__shard_status_response__descriptor, TS_RPC_OWN_THREAD },
+    { NULL, NULL, NULL, NULL, 0 },
+};
+static const struct ts_rpc_service shard_svc = { "tessera.v1.Shard", shard_methods, NULL };
+static const struct ts_rpc_service master_svc = { "tessera.v1.Master", master_methods, NULL };
+
+struct fixture {
+    struct ts_rpc_server *srv;
+    struct ts_rpc_channel *ch;
+    char addr[64];
+};
+
+static struct ts_rpc_server *start_server(const char *listen, struct ts_err *err)
+{
+    struct ts_rpc_server *s;
+    struct ts_rpc_server_opts o = { .listen = listen, .threads = 2 };
+
+    if (ts_rpc_server_create(&o, &s, err))
+        return NULL;
+    if (ts_rpc_server_add(s, &shard_svc, err) || ts_rpc_server_add(s, &master_svc, err) ||
+        ts_rpc_server_start(s, err)) {
+        ts_rpc_server_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int setup(void **state)
+{
+    static struct fixture f;
+    struct ts_err e = { 0 };
+
+    memset(&f, 0, sizeof(f));
+    f.srv = start_server("127.0.0.1:0", &e);
+    if (!f.srv)
+        return -1;
+    snprintf(f.addr, sizeof(f.addr), "127.0.0.1:%d", ts_rpc_server_port(f.srv));
+    if (ts_rpc_channel_create(f.addr, NULL, &f.ch, &e))
+        return -1;
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    ts_rpc_channel_free(f->ch);
+    ts_rpc_server_free(f->srv);
+    return 0;
+}
+
+static ts_status call(struct ts_rpc_channel *ch, const char *method, uint64_t map_epoch,
+                      int deadline_ms, Tessera__V1__ShardStatusResponse **resp,
+                      struct ts_err *err)
+{
+    Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
+    req.map_epoch = map_epoch;
+    return ts_rpc_unary(ch, method, &req.base, &tessera__v1__shard_status_response__descriptor,
+                        (ProtobufCMessage **)resp, deadline_ms, err);
+}
+
+#define SHARD_STATUS "/tessera.v1.Shard/ShardStatus"
+#define SLOW_STATUS "/tessera.v1.Master/ClusterStatus"
+
+static void unary_ok(void **state)
+{
+    struct fixture *f = *state;
+    Tessera__V1__ShardStatusResponse *r;
+
+    assert_int_equal(call(f->ch, SHARD_STATUS, 0, 2000, &r, NULL), TS_OK);
+    assert_int_equal(r->shard_id, 7);
+    assert_string_equal(r->addr, "arena string");
+    tessera__v1__shard_status_response__free_unpacked(r, NULL);
+}
+
+static void every_status_reaches_the_client(void **state)
+{
+    struct fixture *f = *state;
+    Tessera__V1__ShardStatusResponse *r = NULL;
+
+    for (int st = TS_EINVAL; st <= TS_EINTERNAL; st++) {
+        struct ts_err e = { 0 };
+        ts_status got = call(f->ch, SHARD_STATUS, 100 + (uint64_t)st, 2000, &r, &e);
+        ts_status want = ts_rpc_status_from_code(ts_rpc_code_from_status(st));
+        if (st == TS_EUNAVAIL) {
+            /* Retried until the deadline, then reported as UNAVAILABLE all the same. */
+            assert_int_equal(got, TS_EUNAVAIL);
+            continue;
+        }
+        assert_int_equal(got, want);
+        assert_null(r);
+        assert_non_null(strstr(e.msg, "map_epoch: code"));
+        assert_non_null(strstr(e.msg, "ShardStatus"));
+    }
+}
+
+static void unknown_method_is_unimplemented(void **state)
+{
+    struct fixture *f = *state;
+    Tessera__V1__ShardStatusResponse *r;
+    struct ts_err e = { 0 };
+
+    assert_int_equal(call(f->ch, "/tessera.v1.Shard/Nope", 0, 2000, &r, &e), TS_ENOTSUP);
+    assert_non_null(strstr(e.msg, "UNIMPLEMENTED"));
+    assert_non_null(strstr(e.msg, "/tessera.v1.Shard/Nope"));
+}
+
+static void deadline_exceeded(void **state)
+{
+    struct fixture *f = *state;
+    Tessera__V1__ShardStatusResponse *r;
+    struct ts_err e = { 0 };
+    int64_t t0 = ts_now_ms();
+
+    /* The handlers ignore the deadline; an answer that races it would make this flaky. */
+    assert_int_equal(call(f->ch, SHARD_STATUS, 2000 + 400, 100, &r, &e), TS_ETIMEDOUT);
+    assert_true(ts_now_ms() - t0 < 400);
+    assert_non_null(strstr(e.msg, "DEADLINE_EXCEEDED"));
+    ts_err_clear(&e);
+    assert_int_equal(call(f->ch, SLOW_STATUS, 2000 + 400, 100, &r, &e), TS_ETIMEDOUT);
+}
+
+static void health_check_and_watch(void **state)
+{
+    struct fixture *f = *state;
+    Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    Grpc__Health__V1__HealthCheckResponse *r;
+    struct ts_rpc_stream *st;
+    struct ts_err e = { 0 };
+
+    req.service = "tessera.v1.Shard";
+    assert_int_equal(ts_rpc_unary(f->ch, "/grpc.health.v1.Health/Check", &req.base,
+                                  &grpc__health__v1__health_check_response__descriptor,
+                                  (ProtobufCMessage **)&r, 2000, NULL), TS_OK);
+    assert_int_equal(r->status, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+    grpc__health__v1__health_check_response__free_unpacked(r, NULL);
+    req.service = "no.such.Service";
+    assert_int_equal(ts_rpc_unary(f->ch, "/grpc.health.v1.Health/Check", &req.base,
+                                  &grpc__health__v1__health_check_response__descriptor,
+                                  (ProtobufCMessage **)&r, 2000, &e), TS_ENOTFOUND);
+
+    /* Watch: SERVING now, NOT_SERVING after the change, then cancel by freeing. */
+    req.service = "tessera.v1.Shard";
+    assert_int_equal(ts_rpc_stream_open(f->ch, "/grpc.health.v1.Health/Watch", &req.base, 5000,
+                                        &st, NULL), TS_OK);
+    assert_int_equal(ts_rpc_stream_read(st, &grpc__health__v1__health_check_response__descriptor,
+                                        (ProtobufCMessage **)&r, NULL), TS_OK);
+    assert_non_null(r);
+    assert_int_equal(r->status, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+    grpc__health__v1__health_check_response__free_unpacked(r, NULL);
+    ts_rpc_server_set_serving(f->srv, "tessera.v1.Shard", false);
+    assert_int_equal(ts_rpc_stream_read(st, &grpc__health__v1__health_check_response__descriptor,
+                                        (ProtobufCMessage **)&r, NULL), TS_OK);
+    assert_non_null(r);
+    assert_int_equal(r->status,
+                     GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
+    grpc__health__v1__health_check_response__free_unpacked(r, NULL);
+    ts_rpc_stream_free(st);
+    ts_rpc_server_set_serving(f->srv, "tessera.v1.Shard", true);
+
+    /* A stream whose deadline passes ends with DEADLINE_EXCEEDED. */
+    assert_int_equal(ts_rpc_stream_open(f->ch, "/grpc.health.v1.Health/Watch", &req.base, 300,
+                                        &st, NULL), TS_OK);
+    assert_int_equal(ts_rpc_stream_read(st, &grpc__health__v1__health_check_response__descriptor,
+                                        (ProtobufCMessage **)&r, NULL), TS_OK);
+    grpc__health__v1__health_check_response__free_unpacked(r, NULL);
+    ts_err_clear(&e);
+    assert_int_equal(ts_rpc_stream_read(st, &grpc__health__v1__health_check_response__descriptor,
+                                        (ProtobufCMessage **)&r, &e), TS_ETIMEDOUT);
+    ts_rpc_stream_free(st);
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t n = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
+    port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+struct late {
+    char listen[64];
+    struct ts_rpc_server *srv;
+};
+
+static void *start_late(void *arg)
+{
+    struct late *l = arg;
+    ts_sleep_ms(400);
+    l->srv = start_server(l->listen, NULL);
+    return NULL;
+}
+
+static void retries_until_the_server_is_up(void **state)
+{
+    struct late l;
+    struct ts_rpc_channel *ch;
+    Tessera__V1__ShardStatusResponse *r;
+    struct ts_err e = { 0 };
+    pthread_t t;
+
+    snprintf(l.listen, sizeof(l.listen), "127.0.0.1:%d", free_port());
+    assert_int_equal(ts_rpc_channel_create(l.listen, NULL, &ch, NULL), TS_OK);
+    /* Nobody listens and the deadline is short: UNAVAILABLE with the target named. */
+    assert_int_equal(call(ch, SHARD_STATUS, 0, 150, &r, &e), TS_EUNAVAIL);
+    assert_non_null(strstr(e.msg, l.listen));
+    pthread_create(&t, NULL, start_late, &l);
+    assert_int_equal(call(ch, SHARD_STATUS, 0, 5000, &r, NULL), TS_OK);
+    tessera__v1__shard_status_response__free_unpacked(r, NULL);
+    pthread_join(t, NULL);
+    assert_non_null(l.srv);
+
+    /* A second server on the same port is refused, not silently shared (SO_REUSEPORT). */
+    ts_err_clear(&e);
+    assert_null(start_server(l.listen, &e));
+    assert_int_equal(e.code, TS_EUNAVAIL);
+    ts_rpc_channel_free(ch);
+    ts_rpc_server_free(l.srv);
+}
+
+struct slow_call {
+    const char *addr;
+    uint64_t epoch;
+    ts_status st;
+};
+
+static void *slow_client(void *arg)
+{
+    struct slow_call *s = arg;
+    struct ts_rpc_channel *ch;
+    Tessera__V1__ShardStatusResponse *r = NULL;
+
+    if (ts_rpc_channel_create(s->addr, NULL, &ch, NULL))
+        return NULL;
+    s->st = call(ch, SLOW_STATUS, s->epoch, 10000, &r, NULL);
+    if (r)
+        tessera__v1__shard_status_response__free_unpacked(r, NULL);
+    ts_rpc_channel_free(ch);
+    return NULL;
+}
+
+/* Shutdown lets a call in flight finish within the grace period. */
+static void shutdown_drains_calls_in_flight(void **state)
+{
+    struct ts_rpc_server *srv = start_server("127.0.0.1:0", NULL);
+    char addr[64];
+    struct slow_call s = { addr, 1000 + 500, TS_EINTERNAL };
+    pthread_t t;
+    int64_t t0;
+
+    assert_non_null(srv);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ts_rpc_server_port(srv));
+    pthread_create(&t, NULL, slow_client, &s);
+    ts_sleep_ms(200);
+    t0 = ts_now_ms();
+    ts_rpc_server_shutdown(srv, 5000);
+    pthread_join(t, NULL);
+    /* The handler checks ts_rpc_done(), which turns true at shutdown: it answers early, OK. */
+    assert_int_equal(s.st, TS_OK);
+    assert_true(ts_now_ms() - t0 < 3000);
+    ts_rpc_server_free(srv);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(unary_ok),
+        cmocka_unit_test(every_status_reaches_the_client),
+        cmocka_unit_test(unknown_method_is_unimplemented),
+        cmocka_unit_test(deadline_exceeded),
+        cmocka_unit_test(health_check_and_watch),
+    };
+    const struct CMUnitTest solo[] = {
+        cmocka_unit_test(retries_until_the_server_is_up),
+        cmocka_unit_test(shutdown_drains_calls_in_flight),
+    };
+    ts_log_set_level(TS_ERROR);
+    return cmocka_run_group_tests(tests, setup, teardown) |
+           cmocka_run_group_tests(solo, NULL, NULL);
+}

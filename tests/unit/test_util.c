@@ -1,0 +1,145 @@
+/* test_util.c - lib/util (errors, JSON writer, flags) and lib/rpc/status.c's mapping. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <grpc/status.h>
+#include <string.h>
+
+#include "rpc/rpc.h"
+#include "util/err.h"
+#include "util/flags.h"
+#include "util/json.h"
+
+static void err_first_message_wins(void **state)
+{
+    struct ts_err e = { 0 };
+
+    assert_int_equal(ts_err_set(&e, TS_EINVAL, "addr: %s", "required"), TS_EINVAL);
+    assert_int_equal(ts_err_set(&e, TS_EIO, "later"), TS_EIO);
+    assert_int_equal(e.code, TS_EINVAL);
+    assert_string_equal(e.msg, "addr: required");
+    ts_err_prefix(&e, "RegisterShard");
+    assert_string_equal(e.msg, "RegisterShard: addr: required");
+    assert_int_equal(ts_err_set(NULL, TS_ENOMEM, "x"), TS_ENOMEM);
+    ts_err_clear(&e);
+    assert_int_equal(e.code, TS_OK);
+    assert_string_equal(e.msg, "");
+    ts_err_prefix(&e, "nothing to prefix");
+    assert_string_equal(e.msg, "");
+    assert_string_equal(ts_status_name(TS_ESTALE), "ESTALE");
+    assert_string_equal(ts_status_name((ts_status)999), "EUNKNOWN");
+}
+
+static void json_writer(void **state)
+{
+    struct ts_json j;
+
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_uint(&j, "epoch", 7);
+    ts_json_str(&j, "s", "a\"b\\c\n\x01");
+    ts_json_arr(&j, "xs");
+    ts_json_int(&j, NULL, -1);
+    ts_json_num(&j, NULL, 0.5);
+    ts_json_num(&j, NULL, 1.0 / 0.0);
+    ts_json_obj(&j, NULL);
+    ts_json_bool(&j, "ok", true);
+    ts_json_end(&j);
+    ts_json_end(&j);
+    ts_json_arr(&j, "empty");
+    ts_json_end(&j);
+    ts_json_end(&j);
+    assert_string_equal(j.buf, "{\"epoch\":7,\"s\":\"a\\\"b\\\\c\\u000a\\u0001\","
+                               "\"xs\":[-1,0.5,null,{\"ok\":true}],\"empty\":[]}");
+    ts_json_fini(&j);
+}
+
+static void flags_parse(void **state)
+{
+    int64_t n = 2;
+    const char *s = NULL;
+    bool b = false, help;
+    const struct ts_flag f[] = {
+        { "shards", TS_FLAG_INT, &n, "N", "", 1, 64 },
+        { "dir", TS_FLAG_STR, &s, "DIR", "", 0, 0 },
+        { "json", TS_FLAG_BOOL, &b, NULL, "", 0, 0 },
+        { NULL, 0, NULL, NULL, NULL, 0, 0 },
+    };
+    char *ok[] = { "--shards", "3", "--dir=/tmp/x", "--json", "pos" };
+    char *pos[2];
+    int npos = 2;
+    struct ts_err e = { 0 };
+
+    assert_int_equal(ts_flags_parse(f, 5, ok, pos, &npos, &help, &e), TS_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(s, "/tmp/x");
+    assert_true(b);
+    assert_false(help);
+    assert_int_equal(npos, 1);
+    assert_string_equal(pos[0], "pos");
+
+    char *range[] = { "--shards", "65" };
+    npos = 0;
+    assert_int_equal(ts_flags_parse(f, 2, range, NULL, &npos, &help, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "--shards"));
+    assert_non_null(strstr(e.msg, "1..64"));
+    assert_int_equal(n, 3); /* unchanged */
+
+    char *bad[][2] = { { "--shards", "x" }, { "--nope", "1" }, { "--json=1", "" },
+                       { "extra", "" } };
+    for (size_t i = 0; i < 4; i++) {
+        ts_err_clear(&e);
+        npos = 0;
+        assert_int_equal(ts_flags_parse(f, bad[i][1][0] ? 2 : 1, bad[i], NULL, &npos, &help, &e),
+                         TS_EINVAL);
+    }
+    char *missing[] = { "--dir" };
+    ts_err_clear(&e);
+    assert_int_equal(ts_flags_parse(f, 1, missing, NULL, &npos, &help, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "needs a value"));
+
+    char *h[] = { "--nope", "--help" };
+    assert_int_equal(ts_flags_parse(f, 2, h, NULL, &npos, &help, &e), TS_OK);
+    assert_true(help);
+}
+
+static void status_mapping(void **state)
+{
+    static const struct { ts_status st; int code; } m[] = {
+        { TS_OK, GRPC_STATUS_OK },
+        { TS_EINVAL, GRPC_STATUS_INVALID_ARGUMENT },
+        { TS_ENOTFOUND, GRPC_STATUS_NOT_FOUND },
+        { TS_EEXIST, GRPC_STATUS_ALREADY_EXISTS },
+        { TS_ESTATE, GRPC_STATUS_FAILED_PRECONDITION },
+        { TS_ESTALE, GRPC_STATUS_ABORTED },
+        { TS_ETIMEDOUT, GRPC_STATUS_DEADLINE_EXCEEDED },
+        { TS_EUNAVAIL, GRPC_STATUS_UNAVAILABLE },
+        { TS_ENOMEM, GRPC_STATUS_RESOURCE_EXHAUSTED },
+        { TS_ECORRUPT, GRPC_STATUS_DATA_LOSS },
+        { TS_EAUTH, GRPC_STATUS_UNAUTHENTICATED },
+        { TS_ENOTSUP, GRPC_STATUS_UNIMPLEMENTED },
+        { TS_ECANCELLED, GRPC_STATUS_CANCELLED },
+    };
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        assert_int_equal(ts_rpc_code_from_status(m[i].st), m[i].code);
+        assert_int_equal(ts_rpc_status_from_code(m[i].code), m[i].st);
+    }
+    assert_int_equal(ts_rpc_code_from_status(TS_EIO), GRPC_STATUS_INTERNAL);
+    assert_int_equal(ts_rpc_code_from_status(TS_EINTERNAL), GRPC_STATUS_INTERNAL);
+    assert_int_equal(ts_rpc_status_from_code(GRPC_STATUS_UNKNOWN), TS_EINTERNAL);
+    assert_string_equal(ts_rpc_code_name(GRPC_STATUS_ABORTED), "ABORTED");
+    assert_string_equal(ts_rpc_code_name(99), "UNKNOWN");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(err_first_message_wins),
+        cmocka_unit_test(json_writer),
+        cmocka_unit_test(flags_parse),
+        cmocka_unit_test(status_mapping),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -29,17 +29,19 @@ grpc_byte_buffer *ts__pack(const ProtobufCMessage *m)
     return bb;
 }
 
-ProtobufCMessage *ts__unpack(const ProtobufCMessageDescriptor *d, grpc_byte_buffer *bb)
+ProtobufCMessage *ts__unpack(const ProtobufCMessageDescriptor *d, grpc_byte_buffer *bb,
+                             bool check, struct ts_err *err)
 {
     grpc_byte_buffer_reader r;
-    ProtobufCMessage *m;
+    ProtobufCMessage *m = NULL;
     grpc_slice s;
 
     if (!grpc_byte_buffer_reader_init(&r, bb))
         return NULL;
     s = grpc_byte_buffer_reader_readall(&r);
     grpc_byte_buffer_reader_destroy(&r);
-    m = protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    if (!check || !ts__wire_check(d, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), err))
+        m = protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
     grpc_slice_unref(s);
     return m;
 }
@@ -70,11 +72,13 @@ struct ts_rpc_call *ts__call_from_request(struct ts__request *r)
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     atomic_init(&c->refs, 1);
+    atomic_fetch_add(&c->w->srv->calls, 1);
     return c;
 }
 
 static void call_free(struct ts_rpc_call *c)
 {
+    atomic_fetch_sub(&c->w->srv->calls, 1);
     grpc_call_unref(c->call);
     grpc_metadata_array_destroy(&c->md);
     if (c->payload)
@@ -168,7 +172,7 @@ static ts_status decode(struct ts_rpc_call *c, ProtobufCMessage **req, struct ts
 
     if (!c->payload)
         return ts_err_set(err, TS_EINVAL, "request: no %s message was sent", d->name);
-    *req = ts__unpack(d, c->payload);
+    *req = ts__unpack(d, c->payload, true, err);
     if (!*req)
         return ts_err_set(err, TS_EINVAL, "request: bytes do not decode as %s", d->name);
     return TS_OK;
@@ -428,7 +432,7 @@ ts_status ts_rpc_recv(struct ts_rpc_call *c, ProtobufCMessage **msg, struct ts_e
         *msg = NULL;
         return TS_OK;
     }
-    *msg = ts__unpack(c->method->m->req, c->recv_buf);
+    *msg = ts__unpack(c->method->m->req, c->recv_buf, true, err);
     grpc_byte_buffer_destroy(c->recv_buf);
     c->recv_buf = NULL;
     if (!*msg)

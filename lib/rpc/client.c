@@ -150,7 +150,7 @@ static grpc_status_code attempt(struct ts_rpc_channel *c, const char *method,
         details = grpc_slice_from_static_string("the call could not be started");
     }
     if (code == GRPC_STATUS_OK) {
-        *resp = recv ? ts__unpack(d, recv) : NULL;
+        *resp = recv ? ts__unpack(d, recv, false, NULL) : NULL;
         if (!*resp) {
             code = GRPC_STATUS_INTERNAL;
             grpc_slice_unref(details);
@@ -289,7 +289,7 @@ ts_status ts_rpc_stream_read(struct ts_rpc_stream *s, const ProtobufCMessageDesc
         *resp = NULL;
         return TS_OK;
     }
-    *resp = ts__unpack(d, recv);
+    *resp = ts__unpack(d, recv, false, NULL);
     grpc_byte_buffer_destroy(recv);
     if (!*resp)
         return ts_err_set(err, TS_ECORRUPT, "%s: a reply does not decode as %s", s->method,

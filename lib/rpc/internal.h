@@ -97,6 +97,7 @@ struct ts_rpc_server {
     bool started, stopped;
     atomic_bool stopping;
     atomic_int streams;
+    atomic_int calls;                /* calls accepted and not yet freed */
 
     const struct ts_rpc_service *services[16];
     int nservices;
@@ -116,7 +117,13 @@ struct ts_rpc_server {
 void ts__request_post(struct ts__worker *w, struct ts__method *m);
 /* call.c */
 grpc_byte_buffer *ts__pack(const ProtobufCMessage *m);          /* caller destroys */
-ProtobufCMessage *ts__unpack(const ProtobufCMessageDescriptor *d, grpc_byte_buffer *bb);
+/* Decodes bb as d; NULL if the bytes do not decode. With check (requests), string fields are
+ * checked first (wirecheck.c): NULL with err set to TS_EINVAL naming the field. */
+ProtobufCMessage *ts__unpack(const ProtobufCMessageDescriptor *d, grpc_byte_buffer *bb,
+                             bool check, struct ts_err *err);
+/* wirecheck.c */
+ts_status ts__wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
+                         struct ts_err *err);
 struct ts_rpc_call *ts__call_from_request(struct ts__request *r);
 void ts__call_dispatch(struct ts_rpc_call *c);
 void ts__call_unknown(struct ts_rpc_call *c);

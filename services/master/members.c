@@ -104,7 +104,7 @@ static ts_status check_addr(const char *field, const char *a, bool need_port, st
     if (!colon || colon == a)
         return ts_err_set(err, TS_EINVAL, "%s: '%.64s' is not host:port", field, a);
     port = strtol(colon + 1, &end, 10);
-    if (*end || end == colon + 1 || port < 1 || port > 65535)
+    if (*end || end == colon + 1 || !isdigit((unsigned char)colon[1]) || port < 1 || port > 65535)
         return ts_err_set(err, TS_EINVAL, "%s: port of '%.64s' must be 1..65535", field, a);
     return TS_OK;
 }

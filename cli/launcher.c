@@ -60,6 +60,24 @@ static bool exited(pid_t pid)
     return pid > 0 && waitpid(pid, &status, WNOHANG) == pid;
 }
 
+/* The last line of a child's log, for an error message. */
+static void last_line(const char *dir, const char *log, char *out, size_t n)
+{
+    char path[700], line[512];
+    FILE *f;
+
+    snprintf(out, n, "no log");
+    snprintf(path, sizeof(path), "%s/%s", dir, log);
+    if (!(f = fopen(path, "r")))
+        return;
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0])
+            snprintf(out, n, "%s", line);
+    }
+    fclose(f);
+}
+
 /* Waits for the master's port file; fails early if the master exits. */
 static ts_status wait_port(struct cluster *c, const char *file, int *port, struct ts_err *err)
 {
@@ -74,9 +92,11 @@ static ts_status wait_port(struct cluster *c, const char *file, int *port, struc
                 return TS_OK;
         }
         if (exited(c->master)) {
+            char last[200];
             c->master = 0;
-            return ts_err_set(err, TS_EUNAVAIL, "tessera-master exited at start: see %s/master.log",
-                              c->dir);
+            last_line(c->dir, "master.log", last, sizeof(last));
+            return ts_err_set(err, TS_EUNAVAIL, "tessera-master exited at start (%s): see %s/master.log",
+                              last, c->dir);
         }
         ts_sleep_ms(20);
     }
@@ -227,7 +247,7 @@ bool cluster_check(struct cluster *c)
 {
     for (int i = 0; i < c->nshards; i++) {
         if (exited(c->shards[i])) {
-            fprintf(stderr, "shard %d (pid %d) exited: see %s/shard-%d.log\n", i + 1,
+            fprintf(stderr, "shard process %d (pid %d) exited: see %s/shard-%d.log\n", i + 1,
                     (int)c->shards[i], c->dir, i + 1);
             c->shards[i] = 0;
         }

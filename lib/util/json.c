@@ -125,8 +125,16 @@ void ts_json_uint(struct ts_json *j, const char *key, uint64_t v)
 void ts_json_num(struct ts_json *j, const char *key, double v)
 {
     member(j, key);
-    if (isfinite(v))
-        putf(j, "%.17g", v);
+    if (isfinite(v)) {
+        /* The shortest of %.15g..%.17g that reads back as the same double. */
+        char tmp[32];
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
+            if (strtod(tmp, NULL) == v)
+                break;
+        }
+        put(j, tmp, strlen(tmp));
+    }
     else
         put(j, "null", 4);
 }

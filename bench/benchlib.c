@@ -1,0 +1,195 @@
+/* benchlib.c - what the benchmarks share: clocks, percentiles, and a tessera-master child
+ * process started on an ephemeral port and stopped by pid on every exit path. See benchlib.h. */
+#include <errno.h>
+#include <limits.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "benchlib.h"
+#include "util/proc.h"
+
+/* For the signal handler: stop the master and remove its port file if we are interrupted. */
+static volatile sig_atomic_t master_pid_for_signal;
+static char port_file_for_signal[64];
+
+/* ---- time and statistics ---- */
+
+int64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
+void sleep_until_ns(int64_t t)
+{
+    struct timespec ts = { .tv_sec = t / 1000000000, .tv_nsec = t % 1000000000 };
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest rank: the smallest sample with at least p% of the samples at or below it. Integer
+ * arithmetic, as this target does not link libm. */
+static double pct_us(const int64_t *sorted, size_t n, unsigned p)
+{
+    size_t rank = (p * n + 99) / 100;
+    return (double)sorted[rank ? rank - 1 : 0] / 1000.0;
+}
+
+/* Sorts ns in place and fills l. */
+void lat_from_ns(int64_t *ns, size_t n, struct lat *l)
+{
+    memset(l, 0, sizeof(*l));
+    if (!n)
+        return;
+    qsort(ns, n, sizeof(*ns), cmp_i64);
+    l->p50 = pct_us(ns, n, 50);
+    l->p90 = pct_us(ns, n, 90);
+    l->p99 = pct_us(ns, n, 99);
+    l->max = (double)ns[n - 1] / 1000.0;
+    l->n = (int64_t)n;
+}
+
+int64_t round_i(double x) { return (int64_t)(x < 0 ? x - 0.5 : x + 0.5); }
+double round1(double x) { return (double)round_i(x * 10) / 10; }
+
+/* ---- the master process ---- */
+
+void on_signal(int sig)
+{
+    pid_t p = (pid_t)master_pid_for_signal;
+
+    if (p > 0)
+        kill(p, SIGTERM);
+    if (port_file_for_signal[0])
+        unlink(port_file_for_signal);
+    _exit(128 + sig);
+}
+
+/* utime + stime of pid in clock ticks: fields 14 and 15 of /proc/PID/stat. The command name
+ * (field 2) is "tessera-master", so "%*[^)]" skips it safely. */
+ts_status proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err)
+{
+    unsigned long long ut = 0, st = 0;
+    char path[64];
+    FILE *f;
+    int n;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if (!(f = fopen(path, "r")))
+        return ts_err_set(err, TS_EIO, "%s: %s", path, strerror(errno));
+    n = fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st);
+    fclose(f);
+    if (n != 2)
+        return ts_err_set(err, TS_EIO, "%s: unexpected format", path);
+    *ticks = ut + st;
+    return TS_OK;
+}
+
+/* Waits until the master has written its port (it renames a finished file into place). */
+static ts_status master_wait_port(struct master *m, struct ts_err *err)
+{
+    int64_t until = ts_now_ms() + 10000;
+    int port = 0, status;
+    FILE *f;
+
+    for (;;) {
+        if ((f = fopen(m->port_file, "r"))) {
+            int got = fscanf(f, "%d", &port);
+            fclose(f);
+            if (got == 1 && port > 0)
+                break;
+        }
+        if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
+            m->pid = 0;
+            master_pid_for_signal = 0;
+            return ts_err_set(err, TS_EUNAVAIL, "tessera-master exited (wait status 0x%x) "
+                              "before listening; its stderr is above", status);
+        }
+        if (ts_now_ms() > until)
+            return ts_err_set(err, TS_ETIMEDOUT, "tessera-master wrote no port in 10 s");
+        ts_sleep_ms(10);
+    }
+    snprintf(m->target, sizeof(m->target), "127.0.0.1:%d", port);
+    return TS_OK;
+}
+
+/* Starts BIN/tessera-master on 127.0.0.1:0. Its stderr is ours, at TESSERA_LOG=warn unless
+ * the caller set a level: anything it prints during a run is worth reading. */
+ts_status master_start(const char *bin, struct master *m, struct ts_err *err)
+{
+    char exe[PATH_MAX], lease[16];
+    pid_t parent = getpid();
+    int fd;
+
+    snprintf(exe, sizeof(exe), "%s/tessera-master", bin);
+    if (access(exe, X_OK) != 0)
+        return ts_err_set(err, TS_ENOTFOUND, "--bin: no executable %s (%s)", exe,
+                          strerror(errno));
+    snprintf(m->port_file, sizeof(m->port_file), "/tmp/ts-bench-rpc-port-XXXXXX");
+    if ((fd = mkstemp(m->port_file)) < 0) {
+        m->port_file[0] = '\0';
+        return ts_err_set(err, TS_EIO, "mkstemp: %s", strerror(errno));
+    }
+    close(fd); /* empty until the master renames its port file over it */
+    memcpy(port_file_for_signal, m->port_file, sizeof(port_file_for_signal));
+    snprintf(lease, sizeof(lease), "%d", LEASE_MS);
+    char *argv[] = { exe, "--listen", "127.0.0.1:0", "--port-file", m->port_file,
+                     "--lease-ms", lease, "--grace-ms", "1000", NULL };
+    setenv("TESSERA_LOG", "warn", 0); /* before any thread exists: main calls us first */
+    if ((m->pid = fork()) == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
+        execv(exe, argv);
+        _exit(127);
+    }
+    if (m->pid < 0) {
+        m->pid = 0;
+        return ts_err_set(err, TS_EIO, "fork: %s", strerror(errno));
+    }
+    master_pid_for_signal = m->pid;
+    return master_wait_port(m, err);
+}
+
+/* SIGTERM, then SIGKILL after 5 s. Returns false if the master did not exit cleanly. */
+bool master_stop(struct master *m)
+{
+    int64_t until = ts_now_ms() + 5000;
+    int status = 0;
+    pid_t r = 1;
+
+    if (m->port_file[0])
+        unlink(m->port_file);
+    if (m->pid <= 0)
+        return true;
+    kill(m->pid, SIGTERM);
+    while ((r = waitpid(m->pid, &status, WNOHANG)) == 0 && ts_now_ms() < until)
+        ts_sleep_ms(10);
+    if (r == 0) {
+        kill(m->pid, SIGKILL);
+        waitpid(m->pid, &status, 0);
+    }
+    m->pid = 0;
+    master_pid_for_signal = 0;
+    if (r != 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return true;
+    fprintf(stderr, "bench_rpc_latency: tessera-master did not exit cleanly (wait status 0x%x%s)"
+            "\n", status, r == 0 ? ", killed after ignoring SIGTERM for 5 s" : "");
+    return false;
+}

@@ -1,0 +1,47 @@
+/* benchlib.h - helpers the benchmarks share (bench/ only; not a library of the product).
+ *
+ * Clocks and nearest-rank percentiles in integers (no libm), and the master child process:
+ * master_start() runs BIN/tessera-master on 127.0.0.1:0 with PR_SET_PDEATHSIG, so it cannot
+ * outlive the benchmark, and master_stop() stops it by pid (SIGTERM, then SIGKILL after 5 s).
+ * Threads: master_start/stop from the main thread only. */
+#ifndef TS_BENCH_BENCHLIB_H
+#define TS_BENCH_BENCHLIB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "util/err.h"
+
+#define LEASE_MS 30000      /* generous: a simulated worker must never expire during a run */
+
+struct master {
+    pid_t pid;
+    char port_file[64];
+    char target[64];          /* "127.0.0.1:PORT" */
+};
+
+struct lat {                  /* microseconds */
+    double p50, p90, p99, max;
+    int64_t n;
+};
+
+#include <time.h>
+
+int64_t clock_ns(clockid_t id);
+int64_t now_ns(void);
+int64_t round_i(double x);
+/* SIGINT/SIGTERM handler: stops the master started last, then exits. */
+void on_signal(int sig);
+void sleep_until_ns(int64_t t);
+/* Sorts ns in place and fills l. */
+void lat_from_ns(int64_t *ns, size_t n, struct lat *l);
+double round1(double x);
+/* utime + stime of pid in clock ticks (/proc/PID/stat). */
+ts_status proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err) TS_MUST_CHECK;
+ts_status master_start(const char *bin, struct master *m, struct ts_err *err) TS_MUST_CHECK;
+/* Returns false if the master did not exit cleanly. */
+bool master_stop(struct master *m);
+
+#endif

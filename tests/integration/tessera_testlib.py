@@ -1,0 +1,360 @@
+"""tessera_testlib.py - what the integration tests share: processes, waits, gRPC stubs.
+
+The tests run the real binaries on 127.0.0.1 with ephemeral ports (a master writes the port it
+bound into --port-file) and talk to them with python3-grpcio through generic stubs built from the
+generated *_pb2 descriptors (Debian has no grpc_tools). Every process is started in its own
+session and stopped by pid; if it does not exit in time, its process group (and only that group)
+gets SIGKILL, so nothing outlives a failing test. Every wait is bounded.
+
+Environment (ctest sets it): TESSERA_BIN, the binaries; PYTHONPATH, build/gen/python;
+TESSERA_SRC, the source tree. Run by hand from the source tree, the defaults point at build/.
+A failing test prints its processes' logs; TESSERA_KEEP_LOGS=1 keeps the temp dir as well.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SRC = os.environ.get("TESSERA_SRC") or os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("TESSERA_BIN") or os.path.join(SRC, "build", "bin")
+GEN = os.path.join(SRC, "build", "gen", "python")
+if not os.environ.get("PYTHONPATH") and GEN not in sys.path:
+    sys.path.insert(0, GEN)
+
+try:
+    import grpc  # noqa: E402
+    import google.protobuf  # noqa: E402,F401
+    grpc.insecure_channel  # build/gen/python/grpc alone is a namespace package without it
+except (ImportError, AttributeError):
+    # python3-grpcio is Debian's: only /usr/bin/python3 has it, not a python3 earlier on PATH.
+    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    sys.stderr.write("tessera tests need python3-grpcio and python3-protobuf: "
+                     "run them with /usr/bin/python3 (apt-get install python3-grpcio "
+                     "python3-protobuf)\n")
+    sys.exit(1)
+
+from google.protobuf import symbol_database  # noqa: E402
+
+from tessera.v1 import common_pb2, master_pb2, shard_pb2  # noqa: E402,F401
+
+
+def _load_gen(relpath, modname):
+    """Loads a generated module by file. The grpc/health and grpc/reflection bindings sit under
+    a directory named grpc, which grpcio's own `grpc` package shadows, so they cannot be
+    imported by package name."""
+    import importlib.util
+    dirs = [d for d in os.environ.get("PYTHONPATH", "").split(os.pathsep) if d] + [GEN]
+    for d in dirs:
+        path = os.path.join(d, relpath)
+        if os.path.exists(path):
+            spec = importlib.util.spec_from_file_location(modname, path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            sys.modules[modname] = mod
+            return mod
+    raise ImportError("%s not found under %s: build first (cmake --build build)"
+                      % (relpath, dirs))
+
+
+health_pb2 = _load_gen("grpc/health/v1/health_pb2.py", "ts_gen_health_v1_pb2")
+reflection_v1_pb2 = _load_gen("grpc/reflection/v1/reflection_pb2.py",
+                              "ts_gen_reflection_v1_pb2")
+reflection_v1alpha_pb2 = _load_gen("grpc/reflection/v1alpha/reflection_pb2.py",
+                                   "ts_gen_reflection_v1alpha_pb2")
+
+SHARD = common_pb2.MEMBER_KIND_SHARD
+WORKER = common_pb2.MEMBER_KIND_WORKER
+ALIVE = common_pb2.MEMBER_STATE_ALIVE
+DEAD = common_pb2.MEMBER_STATE_DEAD
+LEFT = common_pb2.MEMBER_STATE_LEFT
+
+RPC_TIMEOUT = 5.0     # seconds for one unary call
+START_TIMEOUT = 15.0  # seconds for a process to come up
+
+
+def log(msg):
+    sys.stderr.write("  %s\n" % msg)
+    sys.stderr.flush()
+
+
+def wait_until(pred, timeout, what, interval=0.02):
+    """Polls pred() until it returns something truthy, which is returned; fails after timeout."""
+    until = time.monotonic() + timeout
+    last_exc = None
+    while True:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as e:  # a call that fails while a process starts: try again
+            last_exc = e
+        if time.monotonic() >= until:
+            raise AssertionError("timed out after %.1f s waiting for %s%s" % (
+                timeout, what, " (last error: %r)" % (last_exc,) if last_exc else ""))
+        time.sleep(interval)
+
+
+def pid_alive(pid):
+    """True while pid exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def children_of(pid):
+    """The pids of pid's children, from /proc/<pid>/task/*/children."""
+    out = []
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                out += [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except FileNotFoundError:
+        return []
+
+
+class Proc:
+    """A process of ours: its own session, stdout+stderr in a log file, stopped by pid."""
+
+    def __init__(self, argv, logdir, name, stdout_pipe=False):
+        self.name = name
+        self.argv = argv
+        self.log_path = os.path.join(logdir, name + ".log")
+        self._log = open(self.log_path, "wb")
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE if stdout_pipe else self._log,
+                                  stderr=self._log, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+        self.pid = self.p.pid
+        self.pgid = self.pid  # start_new_session: the child leads its own group
+
+    def running(self):
+        return self.p.poll() is None
+
+    def signal(self, sig):
+        if self.p.poll() is None:
+            os.kill(self.pid, sig)
+
+    def wait(self, timeout):
+        """The exit status, or None if it is still running after timeout seconds."""
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout=10.0):
+        """SIGTERM, wait, then SIGKILL to its own process group. Returns the exit status."""
+        rc = self.p.poll()
+        if rc is None:
+            self.signal(signal.SIGTERM)
+            rc = self.wait(timeout)
+        if rc is None:
+            log("%s (pid %d) ignored SIGTERM for %.0f s: SIGKILL to its group"
+                % (self.name, self.pid, timeout))
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)  # also whatever it started and left behind
+        except ProcessLookupError:
+            pass
+        if rc is None:
+            rc = self.wait(5.0)
+        if self.p.stdout:
+            self.p.stdout.close()
+        self._log.close()
+        return rc
+
+    def log_text(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+
+class Cluster:
+    """The processes and temp dir of one test; stop() ends them all (call it in tearDown)."""
+
+    def __init__(self, prefix="tessera-test."):
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        self.procs = []
+        self.channels = []
+
+    def spawn(self, argv, name, stdout_pipe=False):
+        p = Proc(argv, self.dir, name, stdout_pipe)
+        self.procs.append(p)
+        return p
+
+    def start_master(self, lease_ms=None, name="master", extra=()):
+        """tessera-master on 127.0.0.1:0; returns the Proc with .addr set."""
+        port_file = os.path.join(self.dir, name + ".port")
+        argv = [os.path.join(BIN, "tessera-master"), "--listen", "127.0.0.1:0",
+                "--port-file", port_file]
+        if lease_ms:
+            argv += ["--lease-ms", str(lease_ms)]
+        p = self.spawn(argv + list(extra), name)
+        port = wait_until(lambda: _read_port(port_file, p), START_TIMEOUT,
+                          "%s to write %s" % (name, port_file))
+        p.addr = "127.0.0.1:%d" % port
+        return p
+
+    def start_shard(self, master_addr, name="shard", lease_ms=None):
+        """tessera-shard on 127.0.0.1:0 registered with master_addr; returns it with .addr."""
+        port_file = os.path.join(self.dir, name + ".port")
+        argv = [os.path.join(BIN, "tessera-shard"), "--master", master_addr,
+                "--port-file", port_file]
+        if lease_ms:
+            argv += ["--lease-ms", str(lease_ms)]
+        p = self.spawn(argv, name)
+        port = wait_until(lambda: _read_port(port_file, p), START_TIMEOUT,
+                          "%s to write %s" % (name, port_file))
+        p.addr = "127.0.0.1:%d" % port
+        return p
+
+    def channel(self, addr):
+        ch = grpc.insecure_channel(addr)
+        self.channels.append(ch)
+        return ch
+
+    def close_channels(self):
+        """Closes our client channels. A server waits for open connections, idle or not, before
+        it exits (up to its --grace-ms), so close them before timing a shutdown."""
+        for ch in self.channels:
+            ch.close()
+        self.channels = []
+
+    def stop(self):
+        """Stops every process (in reverse start order) and closes channels; returns nothing."""
+        self.close_channels()
+        for p in reversed(self.procs):
+            p.stop()
+        self.procs = []
+        if os.environ.get("TESSERA_KEEP_LOGS"):
+            log("logs kept in %s" % self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def dump_logs(self):
+        """Prints the tail of every log under the temp dir (ours and those `tessera up` wrote)."""
+        for root, _, names in sorted(os.walk(self.dir)):
+            for name in sorted(names):
+                if not name.endswith(".log"):
+                    continue
+                path = os.path.join(root, name)
+                with open(path, errors="replace") as f:
+                    text = f.read()
+                if text:
+                    sys.stderr.write("---- %s ----\n%s\n" % (path, text[-4000:]))
+
+
+def _read_port(path, proc):
+    if not proc.running():
+        raise AssertionError("%s exited with %s before writing its port:\n%s"
+                             % (proc.name, proc.p.returncode, proc.log_text()[-2000:]))
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return int(text) if text else None
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+# ---- gRPC: generic stubs from the generated descriptors ----
+
+def message_class(full_name):
+    """The generated class of a message, by full name (e.g. 'tessera.v1.ShardMap')."""
+    return symbol_database.Default().GetSymbol(full_name)
+
+
+class Stub:
+    """Attributes per method of a service, e.g. Stub(ch, master_pb2, 'Master').ClusterStatus.
+
+    Streaming methods come out with the matching channel.unary_stream/stream_stream call."""
+
+    def __init__(self, channel, pb2_module, service):
+        sd = pb2_module.DESCRIPTOR.services_by_name[service]
+        self.full_name = sd.full_name
+        self.types = {}
+        for m in sd.methods:
+            req = message_class(m.input_type.full_name)
+            resp = message_class(m.output_type.full_name)
+            path = "/%s/%s" % (sd.full_name, m.name)
+            if m.client_streaming and m.server_streaming:
+                make = channel.stream_stream
+            elif m.server_streaming:
+                make = channel.unary_stream
+            elif m.client_streaming:
+                make = channel.stream_unary
+            else:
+                make = channel.unary_unary
+            setattr(self, m.name, make(path, request_serializer=req.SerializeToString,
+                                       response_deserializer=resp.FromString))
+            self.types[m.name] = (req, resp)
+
+
+def raw_call(channel, path, payload, timeout=RPC_TIMEOUT):
+    """Sends payload bytes as the request of a unary method; returns the reply bytes."""
+    fn = channel.unary_unary(path, request_serializer=None, response_deserializer=None)
+    return fn(payload, timeout=timeout)
+
+
+def call_error(fn, req, timeout=RPC_TIMEOUT):
+    """Calls fn(req) expecting a gRPC error; returns the grpc.RpcError (fails if it succeeded)."""
+    try:
+        resp = fn(req, timeout=timeout)
+    except grpc.RpcError as e:
+        return e
+    raise AssertionError("expected an error, got a reply: %r" % (resp,))
+
+
+def cluster_status(channel):
+    return Stub(channel, master_pb2, "Master").ClusterStatus(
+        master_pb2.ClusterStatusRequest(), timeout=RPC_TIMEOUT)
+
+
+def status_fingerprint(cs):
+    """ClusterStatus without its time-varying fields, serialized: equal means same state."""
+    c = master_pb2.ClusterStatusResponse()
+    c.CopyFrom(cs)
+    c.uptime_ms = 0
+    for s in c.shards:
+        s.last_heartbeat_ms_ago = 0
+    for w in c.workers:
+        w.last_heartbeat_ms_ago = 0
+    return c.SerializeToString(deterministic=True)
+
+
+def run_cli(args, timeout=15.0):
+    """Runs `tessera ARGS` to completion; returns CompletedProcess (text)."""
+    return subprocess.run([os.path.join(BIN, "tessera")] + list(args), capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def free_port():
+    """A port nothing listens on right now (bound then released)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    """unittest.main that exits non-zero on failure and prints the wall time."""
+    import unittest
+    t0 = time.monotonic()
+    prog = unittest.main(exit=False, verbosity=2)
+    ok = prog.result.wasSuccessful()
+    sys.stderr.write("%s in %.2f s\n" % ("OK" if ok else "FAILED", time.monotonic() - t0))
+    sys.exit(0 if ok else 1)

@@ -1,7 +1,9 @@
 /* members.c - see members.h.
  *
  * Members live in two arrays, shards and workers, where id = index + 1: heartbeats (the hot
- * path: thousands a second from large jobs) find their member in O(1). */
+ * path: thousands a second from large jobs) find their member in O(1). Registration finds an
+ * instance through a hash index (open addressing, at most half full), so registering N workers
+ * costs O(N), not O(N^2) (a scan took 11.5 s for 50,000 workers). */
 #include "members.h"
 
 #include <ctype.h>
@@ -11,12 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "placement/ring.h"
 #include "util/log.h"
 
 struct table {
     struct ts_member *v;
     size_t n, cap;
+    uint32_t *index;          /* slots hold id (index + 1) or 0; size a power of two */
+    size_t index_cap;
 };
 
 struct ts_members {
@@ -71,6 +77,8 @@ void ts_members_free(struct ts_members *m)
     ts_ring_free(m->ring);
     free(m->shards.v);
     free(m->workers.v);
+    free(m->shards.index);
+    free(m->workers.index);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -144,12 +152,46 @@ static struct table *table_of(struct ts_members *m, enum ts_member_kind k)
     return k == TS_MEMBER_SHARD ? &m->shards : &m->workers;
 }
 
+static size_t slot_of(const struct table *t, const char *instance)
+{
+    return (size_t)XXH3_64bits(instance, strlen(instance)) & (t->index_cap - 1);
+}
+
 static struct ts_member *find_instance(struct table *t, const char *instance)
 {
-    for (size_t i = 0; i < t->n; i++)
-        if (strcmp(t->v[i].instance, instance) == 0)
-            return &t->v[i];
+    if (!t->index_cap)
+        return NULL;
+    for (size_t s = slot_of(t, instance); t->index[s]; s = (s + 1) & (t->index_cap - 1))
+        if (strcmp(t->v[t->index[s] - 1].instance, instance) == 0)
+            return &t->v[t->index[s] - 1];
     return NULL;
+}
+
+static void index_put(struct table *t, const struct ts_member *e)
+{
+    size_t s = slot_of(t, e->instance);
+    while (t->index[s])
+        s = (s + 1) & (t->index_cap - 1);
+    t->index[s] = e->id;
+}
+
+/* Indexes the member just appended (its instance set), growing the index to stay half empty. */
+static ts_status index_add(struct table *t, const struct ts_member *e, struct ts_err *err)
+{
+    if (2 * t->n > t->index_cap) {
+        size_t cap = t->index_cap ? 2 * t->index_cap : 64;
+        uint32_t *idx = calloc(cap, sizeof(*idx));
+        if (!idx)
+            return ts_err_set(err, TS_ENOMEM, "members: out of memory");
+        free(t->index);
+        t->index = idx;
+        t->index_cap = cap;
+        for (size_t i = 0; i < t->n; i++)
+            index_put(t, &t->v[i]);
+        return TS_OK;
+    }
+    index_put(t, e);
+    return TS_OK;
 }
 
 static ts_status append(struct table *t, struct ts_member **out, struct ts_err *err)
@@ -242,6 +284,15 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
         pthread_mutex_unlock(&m->mu);
         return st;
     }
+    e->kind = TS_MEMBER_SHARD;
+    e->state = TS_MEMBER_ALIVE;
+    snprintf(e->addr, sizeof(e->addr), "%s", addr);
+    snprintf(e->instance, sizeof(e->instance), "%s", instance);
+    if ((st = index_add(&m->shards, e, err))) {
+        m->shards.n--; /* not registered after all */
+        pthread_mutex_unlock(&m->mu);
+        return st;
+    }
     /* Only one process can listen on an address, so an alive shard there has gone away. */
     for (size_t i = 0; i + 1 < m->shards.n; i++) {
         struct ts_member *old = &m->shards.v[i];
@@ -251,10 +302,6 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
                    old->id, addr);
         }
     }
-    e->kind = TS_MEMBER_SHARD;
-    e->state = TS_MEMBER_ALIVE;
-    snprintf(e->addr, sizeof(e->addr), "%s", addr);
-    snprintf(e->instance, sizeof(e->instance), "%s", instance);
     e->lease_ms = lease_ms;
     e->last_heartbeat_ms = now_ms;
     snprintf(why, sizeof(why), "shard %u (%s) registered", e->id, addr);
@@ -284,6 +331,11 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
         e->state = TS_MEMBER_ALIVE;
         snprintf(e->addr, sizeof(e->addr), "%s", host);
         snprintf(e->instance, sizeof(e->instance), "%s", instance);
+        if ((st = index_add(&m->workers, e, err))) {
+            m->workers.n--; /* not registered after all */
+            pthread_mutex_unlock(&m->mu);
+            return st;
+        }
         e->pid = pid;
         e->lease_ms = lease_ms;
         e->last_heartbeat_ms = now_ms;

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "master/members.h"
@@ -176,6 +177,26 @@ static void deregister_and_replacement(void **state)
     ts_members_free(m);
 }
 
+/* Many registrations: each instance found again through the index as the table grows. */
+static void many_workers_keep_their_ids(void **state)
+{
+    struct ts_members *m = mk(3000);
+    struct ts_member_grant g;
+    char inst[32];
+
+    for (uint32_t i = 1; i <= 20000; i++) {
+        snprintf(inst, sizeof(inst), "w%u", i);
+        assert_int_equal(ts_members_register_worker(m, "h", i, inst, 0, 0, &g, NULL), TS_OK);
+        assert_int_equal(g.id, i);
+    }
+    for (uint32_t i = 1; i <= 20000; i += 7) {
+        snprintf(inst, sizeof(inst), "w%u", i);
+        assert_int_equal(ts_members_register_worker(m, "h", i, inst, 0, 1, &g, NULL), TS_OK);
+        assert_int_equal(g.id, i);
+    }
+    ts_members_free(m);
+}
+
 static void create_validates_lease(void **state)
 {
     struct ts_members_cfg cfg = { .default_lease_ms = 50 };
@@ -194,6 +215,7 @@ int main(void)
         cmocka_unit_test(lease_expiry_marks_dead_and_moves_epoch),
         cmocka_unit_test(heartbeat_errors),
         cmocka_unit_test(deregister_and_replacement),
+        cmocka_unit_test(many_workers_keep_their_ids),
         cmocka_unit_test(create_validates_lease),
     };
     ts_log_set_level(TS_ERROR);

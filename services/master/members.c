@@ -210,6 +210,31 @@ static ts_status append(struct table *t, struct ts_member **out, struct ts_err *
     return TS_OK;
 }
 
+/* Appends a new alive member with its common fields set and indexes it; on failure the table
+ * is as it was. Called with mu held. */
+static ts_status new_member(struct table *t, enum ts_member_kind kind, const char *addr,
+                            const char *instance, uint32_t lease_ms, int64_t now_ms,
+                            struct ts_member **out, struct ts_err *err)
+{
+    struct ts_member *e = NULL;
+    ts_status st;
+
+    if ((st = append(t, &e, err)))
+        return st;
+    e->kind = kind;
+    e->state = TS_MEMBER_ALIVE;
+    snprintf(e->addr, sizeof(e->addr), "%s", addr);
+    snprintf(e->instance, sizeof(e->instance), "%s", instance);
+    e->lease_ms = lease_ms;
+    e->last_heartbeat_ms = now_ms;
+    if ((st = index_add(t, e, err))) {
+        t->n--;
+        return st;
+    }
+    *out = e;
+    return TS_OK;
+}
+
 /* Rebuilds the ring over the alive shards and moves the epoch on. Called with mu held. */
 static void new_epoch(struct ts_members *m, const char *why)
 {
@@ -280,16 +305,8 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
         pthread_mutex_unlock(&m->mu);
         return TS_OK;
     }
-    if ((st = append(&m->shards, &e, err))) {
-        pthread_mutex_unlock(&m->mu);
-        return st;
-    }
-    e->kind = TS_MEMBER_SHARD;
-    e->state = TS_MEMBER_ALIVE;
-    snprintf(e->addr, sizeof(e->addr), "%s", addr);
-    snprintf(e->instance, sizeof(e->instance), "%s", instance);
-    if ((st = index_add(&m->shards, e, err))) {
-        m->shards.n--; /* not registered after all */
+    if ((st = new_member(&m->shards, TS_MEMBER_SHARD, addr, instance, lease_ms, now_ms, &e,
+                         err))) {
         pthread_mutex_unlock(&m->mu);
         return st;
     }
@@ -302,8 +319,6 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
                    old->id, addr);
         }
     }
-    e->lease_ms = lease_ms;
-    e->last_heartbeat_ms = now_ms;
     snprintf(why, sizeof(why), "shard %u (%s) registered", e->id, addr);
     new_epoch(m, why);
     e->registered_epoch = m->epoch;
@@ -326,19 +341,9 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
     pthread_mutex_lock(&m->mu);
     if ((e = find_instance(&m->workers, instance))) {
         reregister(m, e, lease_ms, now_ms);
-    } else if (!(st = append(&m->workers, &e, err))) {
-        e->kind = TS_MEMBER_WORKER;
-        e->state = TS_MEMBER_ALIVE;
-        snprintf(e->addr, sizeof(e->addr), "%s", host);
-        snprintf(e->instance, sizeof(e->instance), "%s", instance);
-        if ((st = index_add(&m->workers, e, err))) {
-            m->workers.n--; /* not registered after all */
-            pthread_mutex_unlock(&m->mu);
-            return st;
-        }
+    } else if (!(st = new_member(&m->workers, TS_MEMBER_WORKER, host, instance, lease_ms,
+                                 now_ms, &e, err))) {
         e->pid = pid;
-        e->lease_ms = lease_ms;
-        e->last_heartbeat_ms = now_ms;
         e->registered_epoch = m->epoch;
         ts_log(TS_DEBUG, "master", "worker %u (%s pid %u) registered", e->id, host, pid);
     }

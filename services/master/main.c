@@ -15,13 +15,8 @@ static atomic_bool stopping;
 static void *reaper(void *arg)
 {
     struct master *m = arg;
-    struct ts_members_view v;
-    int64_t period = 50;
+    int64_t period = m->lease_ms / 20 > 10 ? m->lease_ms / 20 : 10;
 
-    if (!ts_members_view(m->members, true, &v, NULL)) {
-        period = v.default_lease_ms / 20 > 10 ? v.default_lease_ms / 20 : 10;
-        ts_members_view_free(&v);
-    }
     while (!atomic_load(&stopping)) {
         ts_members_expire(m->members, ts_now_ms());
         ts_sleep_ms(period);
@@ -82,6 +77,7 @@ int main(int argc, char **argv)
     cfg = (struct ts_members_cfg){ .default_lease_ms = (uint32_t)lease_ms,
                                    .vnodes = (unsigned)vnodes };
     m.started_ms = ts_now_ms();
+    m.lease_ms = lease_ms;
     if (ts_members_create(&cfg, &m.members, &err))
         goto out;
     ts_master_service.ctx = &m;

@@ -11,6 +11,21 @@
 int cmd_up(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+
+/* What `tessera train` (and `tessera demo`) run (train.c). */
+struct train_cli {
+    bool local, exact, json;
+    int workers, epochs, batch, micro, partition_kb;
+    int64_t steps, seed;
+    const char *job, *optimizer, *transport;
+};
+/* Starts the workers against master (ignored with t->local) and waits for them. Returns the
+ * exit code. */
+int run_training(const struct train_cli *t, const char *master);
+void train_defaults(struct train_cli *t);
+int train_flags(const char *cmd, const char *usage, const char *about, struct train_cli *t,
+                const char **master, int64_t *shards, int argc, char **argv);
 
 /* A local cluster of real processes on loopback (launcher.c). */
 struct cluster_opts {

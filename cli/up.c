@@ -82,11 +82,18 @@ int cmd_up(int argc, char **argv)
 int cmd_demo(int argc, char **argv)
 {
     struct up_flags f = { .shards = 2, .master_port = 0 };
+    struct train_cli t;
     struct cluster c;
     int rc;
 
-    if ((rc = parse("demo", "Starts a local cluster (a master and N shards on 127.0.0.1),\n"
-                            "shows its status, and stops it.", &f, argc, argv)) >= 0)
+    train_defaults(&t);
+    t.exact = true;
+    rc = train_flags("demo", "tessera demo [options]",
+                     "Starts a master and N shards on 127.0.0.1, trains the MLP on\n"
+                     "Fashion-MNIST with 2 workers for 3 epochs in exact mode (progress each\n"
+                     "epoch), prints the test accuracy and the params_sha256 fingerprint, and\n"
+                     "stops everything.", &t, NULL, &f.shards, argc, argv);
+    if (rc >= 0)
         return rc;
     ts_proc_block_signals();
     printf("starting a master and %d shards on 127.0.0.1 ...\n", (int)f.shards);
@@ -96,6 +103,12 @@ int cmd_demo(int argc, char **argv)
     printf("master %s (logs in %s)\n\n", c.master_addr, c.dir);
     fflush(stdout);
     rc = print_status(c.master_addr, false, 5000);
+    if (!rc) {
+        printf("\ntraining: %d workers, %d epochs, batch %d, %s mode\n", t.workers, t.epochs,
+               t.batch, t.exact ? "exact" : "float");
+        fflush(stdout);
+        rc = run_training(&t, c.master_addr);
+    }
     printf("\nstopping the cluster\n");
     cluster_stop(&c);
     printf("stopped\n");

@@ -180,10 +180,10 @@ static ts_status channel_of(struct ts_cluster *cl, uint32_t id, struct ts_rpc_ch
 /* Calls a shard with the cached epoch in *epoch_field; refreshes and retries on TS_ESTALE.
  * The lock is held across the call so that a concurrent refresh cannot free the channel:
  * control calls through one handle are serialised (bulk data does not come through here). */
-static ts_status call_shard(struct ts_cluster *cl, uint32_t id, const char *method,
-                            ProtobufCMessage *req, uint64_t *epoch_field,
-                            const ProtobufCMessageDescriptor *rdesc, ProtobufCMessage **resp,
-                            struct ts_err *err)
+ts_status ts_cluster_call(struct ts_cluster *cl, uint32_t id, const char *method,
+                          ProtobufCMessage *req, uint64_t *epoch_field,
+                          const ProtobufCMessageDescriptor *rdesc, ProtobufCMessage **resp,
+                          struct ts_err *err)
 {
     ts_status st = TS_OK;
 
@@ -212,7 +212,7 @@ ts_status ts_cluster_shard_status(struct ts_cluster *cl, uint32_t shard_id,
 {
     Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
 
-    return call_shard(cl, shard_id, "/tessera.v1.Shard/ShardStatus", &req.base, &req.map_epoch,
+    return ts_cluster_call(cl, shard_id, "/tessera.v1.Shard/ShardStatus", &req.base, &req.map_epoch,
                       &tessera__v1__shard_status_response__descriptor,
                       (ProtobufCMessage **)out, err);
 }

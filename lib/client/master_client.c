@@ -26,8 +26,14 @@ struct ts_membership {
     pthread_cond_t cv;
     bool stop;
     atomic_uint id;
-    atomic_uint_least64_t epoch;
+    atomic_uint_least64_t epoch, clock;
     uint32_t interval_ms;
+    /* Copies of the endpoints, for re-registering after the caller's are gone. */
+    Tessera__V1__DataPlaneEndpoint endpoints[4];
+    Tessera__V1__DataPlaneEndpoint *endpoint_ptrs[4];
+    uint8_t endpoint_addr[4][192];
+    char endpoint_name[4][16];
+    size_t nendpoints;
 };
 
 const char *ts_master_default_addr(const char *flag)
@@ -107,6 +113,8 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
         req.addr = ms->addr;
         req.instance = ms->instance;
         req.lease_ms = ms->cfg.lease_ms;
+        req.n_data_planes = ms->nendpoints;
+        req.data_planes = ms->endpoint_ptrs;
         if ((st = CALL(ms->m, "RegisterShard", &req,
                        &tessera__v1__register_shard_response__descriptor, &resp, deadline_ms,
                        err)))
@@ -146,6 +154,7 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     req.kind = ms->cfg.kind;
     req.id = atomic_load(&ms->id);
     req.known_epoch = atomic_load(&ms->epoch);
+    req.clock = atomic_load(&ms->clock);
     /* A heartbeat later than its interval is worth nothing: keep its deadline to one interval. */
     st = CALL(ms->m, "Heartbeat", &req, &tessera__v1__heartbeat_response__descriptor, &resp,
               (int)ms->interval_ms, err);
@@ -203,6 +212,24 @@ ts_status ts_membership_start(struct ts_master *m, const struct ts_membership_cf
         return ts_err_set(err, TS_ENOMEM, "membership: out of memory");
     ms->m = m;
     ms->cfg = *cfg;
+    if (cfg->nendpoints > 4) {
+        free(ms);
+        return ts_err_set(err, TS_EINVAL, "membership: at most 4 data-plane endpoints");
+    }
+    for (size_t i = 0; i < cfg->nendpoints; i++) {
+        const Tessera__V1__DataPlaneEndpoint *d = cfg->endpoints[i];
+        Tessera__V1__DataPlaneEndpoint init = TESSERA__V1__DATA_PLANE_ENDPOINT__INIT;
+        size_t len = d->address.len < 192 ? d->address.len : 192;
+        ms->endpoints[i] = init;
+        snprintf(ms->endpoint_name[i], sizeof(ms->endpoint_name[i]), "%s", d->transport);
+        memcpy(ms->endpoint_addr[i], d->address.data, len);
+        ms->endpoints[i].transport = ms->endpoint_name[i];
+        ms->endpoints[i].address.data = ms->endpoint_addr[i];
+        ms->endpoints[i].address.len = len;
+        ms->endpoint_ptrs[i] = &ms->endpoints[i];
+    }
+    ms->nendpoints = cfg->nendpoints;
+    ms->cfg.endpoints = NULL;
     snprintf(ms->addr, sizeof(ms->addr), "%s", cfg->addr ? cfg->addr : "");
     ts_proc_instance_id(ms->instance, sizeof(ms->instance));
     pthread_mutex_init(&ms->mu, NULL);
@@ -260,4 +287,9 @@ uint64_t ts_membership_epoch(struct ts_membership *ms)
 const char *ts_membership_instance(struct ts_membership *ms)
 {
     return ms->instance;
+}
+
+void ts_membership_set_clock(struct ts_membership *ms, uint64_t clock)
+{
+    atomic_store(&ms->clock, clock);
 }

@@ -47,6 +47,10 @@ struct ts_membership_cfg {
     Tessera__V1__MemberKind kind;             /* SHARD or WORKER */
     const char *addr;                         /* shards: own gRPC host:port; workers: host */
     uint32_t lease_ms;                        /* 0: the master's default */
+    /* Shards: the data-plane listeners to publish (borrowed until ts_membership_start
+     * returns; copied for re-registration). */
+    Tessera__V1__DataPlaneEndpoint **endpoints;
+    size_t nendpoints;
     /* Called from the heartbeat thread when the map epoch changes. May be NULL. */
     void (*on_epoch)(void *arg, uint64_t epoch);
     void *arg;
@@ -80,5 +84,15 @@ ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t 
 ts_status ts_cluster_shard_status(struct ts_cluster *cl, uint32_t shard_id,
                                   Tessera__V1__ShardStatusResponse **out,
                                   struct ts_err *err) TS_MUST_CHECK;
+
+/* A unary call of `method` on shard id with the cached map epoch written into *epoch_field
+ * (a field of req); on ABORTED the map is refreshed and the call retried (up to 3 times). */
+ts_status ts_cluster_call(struct ts_cluster *cl, uint32_t id, const char *method,
+                          ProtobufCMessage *req, uint64_t *epoch_field,
+                          const ProtobufCMessageDescriptor *rdesc, ProtobufCMessage **resp,
+                          struct ts_err *err) TS_MUST_CHECK;
+
+/* Reports a worker's progress (its last completed step) in the next heartbeat. */
+void ts_membership_set_clock(struct ts_membership *ms, uint64_t clock);
 
 #endif

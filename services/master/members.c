@@ -286,16 +286,33 @@ static void reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
     }
 }
 
+static ts_status check_endpoints(const struct ts_endpoint *ep, size_t n, struct ts_err *err)
+{
+    if (n > TS_MEMBERS_MAX_ENDPOINTS)
+        return ts_err_set(err, TS_EINVAL, "data_planes: %zu endpoints, at most %d", n,
+                          TS_MEMBERS_MAX_ENDPOINTS);
+    for (size_t i = 0; i < n; i++) {
+        if (!ep[i].transport[0] || !printable_token(ep[i].transport))
+            return ts_err_set(err, TS_EINVAL, "data_planes[%zu].transport: a name like tcp or "
+                              "shm is required", i);
+        if (!ep[i].len || ep[i].len > TS_MEMBERS_MAX_BLOB)
+            return ts_err_set(err, TS_EINVAL, "data_planes[%zu].address: 1..%d bytes", i,
+                              TS_MEMBERS_MAX_BLOB);
+    }
+    return TS_OK;
+}
+
 ts_status ts_members_register_shard(struct ts_members *m, const char *addr, const char *instance,
-                                    uint32_t lease_ms, int64_t now_ms,
-                                    struct ts_member_grant *g, struct ts_err *err)
+                                    uint32_t lease_ms, const struct ts_endpoint *endpoints,
+                                    size_t n, int64_t now_ms, struct ts_member_grant *g,
+                                    struct ts_err *err)
 {
     struct ts_member *e;
     char why[320];
     ts_status st;
 
     if ((st = check_addr("addr", addr, true, err)) || (st = check_instance(instance, err)) ||
-        (st = check_lease(lease_ms, err)))
+        (st = check_lease(lease_ms, err)) || (st = check_endpoints(endpoints, n, err)))
         return st;
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     pthread_mutex_lock(&m->mu);
@@ -310,6 +327,8 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
         pthread_mutex_unlock(&m->mu);
         return st;
     }
+    memcpy(e->endpoints, endpoints, n * sizeof(*endpoints));
+    e->nendpoints = n;
     /* Only one process can listen on an address, so an alive shard there has gone away. */
     for (size_t i = 0; i + 1 < m->shards.n; i++) {
         struct ts_member *old = &m->shards.v[i];

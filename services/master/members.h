@@ -32,6 +32,16 @@
 enum ts_member_kind { TS_MEMBER_SHARD = 1, TS_MEMBER_WORKER = 2 };
 enum ts_member_state { TS_MEMBER_ALIVE = 1, TS_MEMBER_DEAD = 2, TS_MEMBER_LEFT = 3 };
 
+#define TS_MEMBERS_MAX_ENDPOINTS 4
+#define TS_MEMBERS_MAX_BLOB 192
+
+/* A data-plane endpoint a shard listens on (tessera.v1.DataPlaneEndpoint). */
+struct ts_endpoint {
+    char transport[16];
+    uint8_t addr[TS_MEMBERS_MAX_BLOB];
+    size_t len;
+};
+
 struct ts_member {
     uint32_t id;
     enum ts_member_kind kind;
@@ -43,6 +53,8 @@ struct ts_member {
     int64_t last_heartbeat_ms;                /* monotonic */
     uint64_t registered_epoch;
     uint64_t clock;                           /* workers: last step reported */
+    struct ts_endpoint endpoints[TS_MEMBERS_MAX_ENDPOINTS];   /* shards */
+    size_t nendpoints;
 };
 
 struct ts_members_cfg {
@@ -74,9 +86,11 @@ ts_status ts_members_create(const struct ts_members_cfg *cfg, struct ts_members 
                             struct ts_err *err) TS_MUST_CHECK;
 void ts_members_free(struct ts_members *m);
 
+/* endpoints: the shard's data-plane listeners (n at most TS_MEMBERS_MAX_ENDPOINTS), copied. */
 ts_status ts_members_register_shard(struct ts_members *m, const char *addr, const char *instance,
-                                    uint32_t lease_ms, int64_t now_ms,
-                                    struct ts_member_grant *g, struct ts_err *err) TS_MUST_CHECK;
+                                    uint32_t lease_ms, const struct ts_endpoint *endpoints,
+                                    size_t n, int64_t now_ms, struct ts_member_grant *g,
+                                    struct ts_err *err) TS_MUST_CHECK;
 ts_status ts_members_register_worker(struct ts_members *m, const char *host, uint32_t pid,
                                      const char *instance, uint32_t lease_ms, int64_t now_ms,
                                      struct ts_member_grant *g, struct ts_err *err) TS_MUST_CHECK;

@@ -1,5 +1,6 @@
 /* rpc.c - tessera.v1.Master handlers: decode, call members.c, encode. */
 #include <stdio.h>
+#include <string.h>
 
 #include "master.h"
 #include "tessera/v1/master.pb-c.h"
@@ -21,9 +22,26 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
     const Tessera__V1__RegisterShardRequest *req = (const void *)rq;
     Tessera__V1__RegisterShardResponse *resp = (void *)rs;
     struct master *m = ts_rpc_ctx(call);
+    struct ts_endpoint ep[TS_MEMBERS_MAX_ENDPOINTS];
     struct ts_member_grant g;
-    ts_status st = ts_members_register_shard(m->members, req->addr, req->instance, req->lease_ms,
-                                             ts_now_ms(), &g, err);
+    size_t n = req->n_data_planes;
+    ts_status st;
+
+    if (n > TS_MEMBERS_MAX_ENDPOINTS)
+        return ts_err_set(err, TS_EINVAL, "data_planes: %zu endpoints, at most %d", n,
+                          TS_MEMBERS_MAX_ENDPOINTS);
+    memset(ep, 0, sizeof(ep));
+    for (size_t i = 0; i < n; i++) {
+        const Tessera__V1__DataPlaneEndpoint *d = req->data_planes[i];
+        if (d->address.len > sizeof(ep[i].addr))
+            return ts_err_set(err, TS_EINVAL, "data_planes[%zu].address: %zu bytes, at most %zu",
+                              i, d->address.len, sizeof(ep[i].addr));
+        snprintf(ep[i].transport, sizeof(ep[i].transport), "%s", d->transport);
+        ep[i].len = d->address.len;
+        memcpy(ep[i].addr, d->address.data, d->address.len);
+    }
+    st = ts_members_register_shard(m->members, req->addr, req->instance, req->lease_ms, ep, n,
+                                   ts_now_ms(), &g, err);
     if (st)
         return st;
     resp->shard_id = g.id;
@@ -94,6 +112,17 @@ static Tessera__V1__ShardInfo **shard_infos(struct ts_rpc_call *call,
         s->last_heartbeat_ms_ago = now - e->last_heartbeat_ms;
         s->instance = ts_rpc_strdup(call, e->instance);
         s->registered_epoch = e->registered_epoch;
+        s->n_data_planes = e->nendpoints;
+        s->data_planes = ts_rpc_alloc(call, (e->nendpoints + 1) * sizeof(*s->data_planes));
+        for (size_t k = 0; k < e->nendpoints; k++) {
+            Tessera__V1__DataPlaneEndpoint *d =
+                ts_rpc_new(call, &tessera__v1__data_plane_endpoint__descriptor);
+            d->transport = ts_rpc_strdup(call, e->endpoints[k].transport);
+            d->address.len = e->endpoints[k].len;
+            d->address.data = ts_rpc_alloc(call, e->endpoints[k].len + 1);
+            memcpy(d->address.data, e->endpoints[k].addr, e->endpoints[k].len);
+            s->data_planes[k] = d;
+        }
         out[i] = s;
     }
     return out;

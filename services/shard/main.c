@@ -22,6 +22,7 @@ static void advertised(char *out, size_t n, const char *listen, const char *adv,
 int main(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:0", *adv = NULL, *master = NULL, *port_file = NULL;
+    const char *transport = NULL;
     int64_t lease_ms = 0, threads = 2, grace_ms = 5000;
     bool help;
     const struct ts_flag flags[] = {
@@ -32,6 +33,9 @@ int main(int argc, char **argv)
         { "advertise", TS_FLAG_STR, &adv, "ADDR", "address to register (default: the listen "
                                                   "host and bound port)", 0, 0 },
         { "port-file", TS_FLAG_STR, &port_file, "FILE", "write the bound port here", 0, 0 },
+        { "transport", TS_FLAG_STR, &transport, "NAME", "data plane: only this transport (shm, "
+                                                         "tcp; default: every one that runs "
+                                                         "here)", 0, 0 },
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "lease to ask for (default: the master's)",
           0, 600000 },
         { "threads", TS_FLAG_INT, &threads, "N", "completion-queue threads (default 2)", 1, 64 },
@@ -43,6 +47,9 @@ int main(int argc, char **argv)
     struct ts_rpc_server *srv = NULL;
     struct shard s = { 0 };
     struct ts_membership_cfg mcfg = { .kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD };
+    Tessera__V1__DataPlaneEndpoint eps[DP_MAX_LISTENERS], *ep_ptrs[DP_MAX_LISTENERS];
+    char host[256];
+    bool dp_started = false;
     int npos = 0, sig, rc = 1;
     FILE *f;
 
@@ -60,6 +67,7 @@ int main(int argc, char **argv)
     }
     s.started_ms = ts_now_ms();
     s.master_addr = ts_master_default_addr(master);
+    shard_params_init(&s.params);
     ts_shard_service.ctx = &s;
     if (ts_rpc_server_create(&(struct ts_rpc_server_opts){ .listen = listen,
                                                            .threads = (int)threads },
@@ -67,15 +75,30 @@ int main(int argc, char **argv)
         ts_rpc_server_add(srv, &ts_shard_service, &err) || ts_rpc_server_start(srv, &err))
         goto out;
     advertised(s.addr, sizeof(s.addr), listen, adv, ts_rpc_server_port(srv));
+    snprintf(host, sizeof(host), "%.*s", (int)(strrchr(s.addr, ':') - s.addr), s.addr);
     if (port_file && (!(f = fopen(port_file, "w")) ||
                       fprintf(f, "%d\n", ts_rpc_server_port(srv)) < 0 || fclose(f) != 0)) {
         ts_err_set(&err, TS_EIO, "cannot write --port-file %s", port_file);
         goto out;
     }
+    if (dataplane_start(&s.dp, &s.params, host, transport, &err))
+        goto out;
+    dp_started = true;
+    for (size_t i = 0; i < s.dp.n; i++) {
+        Tessera__V1__DataPlaneEndpoint init = TESSERA__V1__DATA_PLANE_ENDPOINT__INIT;
+        eps[i] = init;
+        eps[i].transport = (char *)s.dp.listeners[i].l->ops->name;
+        eps[i].address.data = s.dp.listeners[i].addr.data;
+        eps[i].address.len = s.dp.listeners[i].addr.len;
+        ep_ptrs[i] = &eps[i];
+    }
     mcfg.addr = s.addr;
     mcfg.lease_ms = (uint32_t)lease_ms;
+    mcfg.endpoints = ep_ptrs;
+    mcfg.nendpoints = s.dp.n;
     if (ts_master_open(s.master_addr, &s.master, &err) ||
-        ts_membership_start(s.master, &mcfg, 30000, &s.membership, &err)) {
+        ts_membership_start(s.master, &mcfg, 30000, &s.membership, &err) ||
+        ts_cluster_open(s.master_addr, &s.cluster, &err)) {
         ts_err_prefix(&err, "cannot join the cluster (is the master running at %s?)",
                       s.master_addr);
         goto out;
@@ -89,8 +112,12 @@ out:
         ts_log(TS_ERROR, "shard", "%s", err.msg);
     /* Drain first: handlers read the membership, so it must outlive every call. */
     ts_rpc_server_shutdown(srv, (int)grace_ms);
+    if (dp_started)
+        dataplane_stop(&s.dp);
     ts_membership_stop(s.membership, rc == 0);
     ts_rpc_server_free(srv);
+    ts_cluster_close(s.cluster);
     ts_master_close(s.master);
+    shard_params_fini(&s.params);
     return rc;
 }

@@ -29,6 +29,10 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     resp->addr = s->addr;
     resp->master = (char *)s->master_addr;
     resp->uptime_ms = ts_now_ms() - s->started_ms;
+    pthread_mutex_lock(&s->params.mu);
+    resp->partitions = s->params.partitions;
+    resp->bytes = s->params.bytes;
+    pthread_mutex_unlock(&s->params.mu);
     if (s->membership) {
         resp->shard_id = ts_membership_id(s->membership);
         resp->epoch = ts_membership_epoch(s->membership);
@@ -38,7 +42,31 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     return TS_OK;
 }
 
+static ts_status register_tensor(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                                 ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__RegisterTensorRequest *req = (const void *)rq;
+    Tessera__V1__RegisterTensorResponse *resp = (void *)rs;
+    struct shard *s = ts_rpc_ctx(call);
+    uint32_t *owned = ts_rpc_alloc(call, 65536 * sizeof(uint32_t)), nparts;
+    size_t n;
+    ts_status st;
+
+    if (!s->membership || !s->cluster)
+        return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet; retry");
+    st = shard_params_register(&s->params, s->cluster, ts_membership_id(s->membership), req,
+                               owned, 65536, &n, &nparts, err);
+    if (st)
+        return st;
+    resp->partitions = owned;
+    resp->n_partitions = n;
+    resp->partition_count = nparts;
+    return TS_OK;
+}
+
 static const struct ts_rpc_method shard_methods[] = {
+    { "RegisterTensor", register_tensor, &tessera__v1__register_tensor_request__descriptor,
+      &tessera__v1__register_tensor_response__descriptor, TS_RPC_OWN_THREAD },
     { "ShardStatus", shard_status, &tessera__v1__shard_status_request__descriptor,
       &tessera__v1__shard_status_response__descriptor, 0 },
     { NULL, NULL, NULL, NULL, 0 },

@@ -5,6 +5,8 @@
 #include <stdint.h>
 
 #include "client/master_client.h"
+#include "dataplane.h"
+#include "params.h"
 #include "rpc/rpc.h"
 
 struct shard {
@@ -12,6 +14,9 @@ struct shard {
     const char *master_addr;
     struct ts_master *master;
     struct ts_membership *membership;
+    struct ts_cluster *cluster;     /* the shard map, to know which partitions are ours */
+    struct shard_params params;
+    struct dataplane dp;
     int64_t started_ms;
 };
 

@@ -153,7 +153,10 @@ class UpKillStop(unittest.TestCase):
         victim = cs.shards[1]
         victim_port = int(victim.addr.rsplit(":", 1)[1])
         self.assertIn(victim_port, by_port, "no child of `up` listens on %s" % victim.addr)
-        self.assertEqual(len(by_port), 3, "each shard listens on one port: %r" % by_port)
+        # Each shard listens on its gRPC port and on its TCP data-plane port.
+        self.assertEqual(len(set(by_port.values())), 3, "three shard pids: %r" % by_port)
+        for s in cs.shards:
+            self.assertIn(int(s.addr.rsplit(":", 1)[1]), by_port, s.addr)
         victim_pid = by_port[victim_port]
         epoch0 = cs.epoch
 

@@ -21,7 +21,7 @@ static struct ts_members *mk(uint32_t lease)
 static uint32_t add_shard(struct ts_members *m, const char *addr, const char *inst, int64_t now)
 {
     struct ts_member_grant g;
-    assert_int_equal(ts_members_register_shard(m, addr, inst, 0, now, &g, NULL), TS_OK);
+    assert_int_equal(ts_members_register_shard(m, addr, inst, 0, NULL, 0, now, &g, NULL), TS_OK);
     return g.id;
 }
 
@@ -53,8 +53,8 @@ static void register_validates_each_field(void **state)
     big[sizeof(big) - 1] = '\0';
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct ts_err e = { 0 };
-        assert_einval(ts_members_register_shard(m, bad[i].addr, bad[i].inst, bad[i].lease, 0, &g,
-                                                &e), &e, bad[i].field);
+        assert_einval(ts_members_register_shard(m, bad[i].addr, bad[i].inst, bad[i].lease, NULL,
+                                                0, 0, &g, &e), &e, bad[i].field);
     }
     struct ts_err e = { 0 };
     assert_einval(ts_members_register_worker(m, "", 1, "w", 0, 0, &g, &e), &e, "host");
@@ -73,7 +73,7 @@ static void register_is_idempotent_per_instance(void **state)
     uint32_t a = add_shard(m, "127.0.0.1:7101", "i1", 0);
     uint64_t epoch = ts_members_epoch(m);
 
-    assert_int_equal(ts_members_register_shard(m, "127.0.0.1:7101", "i1", 0, 10, &g, NULL),
+    assert_int_equal(ts_members_register_shard(m, "127.0.0.1:7101", "i1", 0, NULL, 0, 10, &g, NULL),
                      TS_OK);
     assert_int_equal(g.id, a);
     assert_int_equal(ts_members_epoch(m), epoch);
@@ -109,7 +109,7 @@ static void lease_expiry_marks_dead_and_moves_epoch(void **state)
     ts_members_view_free(&v);
 
     /* The dead member comes back with the same instance: same id, alive, new epoch. */
-    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, 1100, &g, NULL), TS_OK);
+    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, NULL, 0, 1100, &g, NULL), TS_OK);
     assert_int_equal(g.id, a);
     assert_int_equal(g.epoch, epoch + 2);
     ts_members_free(m);

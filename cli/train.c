@@ -1,0 +1,170 @@
+/* train.c - `tessera train`: N tessera-worker processes against a cluster, or one --local.
+ *
+ * Rank 0 writes to our stdout (progress, then the JSON line with --json); the other ranks
+ * log to DIR/worker-R.log. If one rank fails the others are stopped (they would wait for it
+ * at the next step) and its log's last line is shown. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "util/proc.h"
+
+#define MAX_WORKERS 64
+
+static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char *master,
+                          int rank, const char *log)
+{
+    char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16];
+    char *argv[40];
+    int n = 0;
+    pid_t pid, parent = getpid();
+
+    snprintf(exe, sizeof(exe), "%s/tessera-worker", bin);
+    snprintf(r, sizeof(r), "%d", rank);
+    snprintf(w, sizeof(w), "%d", t->local ? 1 : t->workers);
+    snprintf(ep, sizeof(ep), "%d", t->epochs);
+    snprintf(st, sizeof(st), "%lld", (long long)t->steps);
+    snprintf(sd, sizeof(sd), "%lld", (long long)t->seed);
+    snprintf(b, sizeof(b), "%d", t->batch);
+    snprintf(m, sizeof(m), "%d", t->micro);
+    snprintf(pk, sizeof(pk), "%d", t->partition_kb);
+    argv[n++] = exe;
+    argv[n++] = "--master";
+    argv[n++] = (char *)master;
+    argv[n++] = "--rank";
+    argv[n++] = r;
+    argv[n++] = "--workers";
+    argv[n++] = w;
+    argv[n++] = "--epochs";
+    argv[n++] = ep;
+    argv[n++] = "--steps";
+    argv[n++] = st;
+    argv[n++] = "--seed";
+    argv[n++] = sd;
+    argv[n++] = "--batch";
+    argv[n++] = b;
+    argv[n++] = "--micro";
+    argv[n++] = m;
+    argv[n++] = "--partition-kb";
+    argv[n++] = pk;
+    argv[n++] = "--job";
+    argv[n++] = (char *)t->job;
+    argv[n++] = "--optimizer";
+    argv[n++] = (char *)t->optimizer;
+    if (t->exact)
+        argv[n++] = "--exact";
+    if (t->json)
+        argv[n++] = "--json";
+    if (t->transport) {
+        argv[n++] = "--transport";
+        argv[n++] = (char *)t->transport;
+    }
+    argv[n] = NULL;
+    pid = fork();
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
+        if (log) {
+            int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) {
+                dup2(fd, STDOUT_FILENO);
+                dup2(fd, STDERR_FILENO);
+                close(fd);
+            }
+        }
+        execv(exe, argv);
+        fprintf(stderr, "cannot run %s: %s\n", exe, strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+static void show_last_line(const char *log)
+{
+    char line[512], last[512] = "";
+    FILE *f = fopen(log, "r");
+
+    while (f && fgets(line, sizeof(line), f))
+        if (line[0] != '\n')
+            snprintf(last, sizeof(last), "%s", line);
+    if (f)
+        fclose(f);
+    fprintf(stderr, "  %s: %s", log, last[0] ? last : "(empty)\n");
+}
+
+int run_training(const struct train_cli *in, const char *master)
+{
+    struct train_cli job = *in, *t = &job;
+    char job_id[64];
+    pid_t pids[MAX_WORKERS];
+    char bin[512], dir[512], log[600];
+    int nw = t->local ? 1 : t->workers, left, rc = 0, failed = -1;
+    struct ts_err err = { 0 };
+
+    if (!t->job) { /* a new job per run: shards keep each job's state apart */
+        snprintf(job_id, sizeof(job_id), "train-%d-%lld", (int)getpid(),
+                 (long long)ts_unix_ms());
+        t->job = job_id;
+    }
+    if (ts_proc_exe_dir(bin, sizeof(bin), &err)) {
+        fprintf(stderr, "tessera train: %s\n", err.msg);
+        return 1;
+    }
+    snprintf(dir, sizeof(dir), "%s/tessera-train.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR")
+                                                                            : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "tessera train: cannot make a log directory: %s\n", strerror(errno));
+        return 1;
+    }
+    fflush(stdout);
+    for (int r = 0; r < nw; r++) {
+        snprintf(log, sizeof(log), "%s/worker-%d.log", dir, r);
+        pids[r] = spawn_worker(t, bin, t->local ? "local" : master, r, r ? log : NULL);
+    }
+    for (left = nw; left > 0;) {
+        int status, sig = ts_proc_wait_signal(100);
+        pid_t p;
+        if (sig) {
+            fprintf(stderr, "tessera train: signal %d: stopping the workers\n", sig);
+            for (int r = 0; r < nw; r++)
+                if (pids[r] > 0)
+                    kill(pids[r], SIGTERM);
+            rc = 130;
+        }
+        while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
+            for (int r = 0; r < nw; r++) {
+                if (pids[r] != p)
+                    continue;
+                pids[r] = 0;
+                left--;
+                if ((!WIFEXITED(status) || WEXITSTATUS(status)) && failed < 0 && rc != 130) {
+                    failed = r;
+                    rc = 1;
+                    for (int k = 0; k < nw; k++) /* they would wait for this rank */
+                        if (pids[k] > 0)
+                            kill(pids[k], SIGTERM);
+                }
+            }
+        }
+    }
+    if (failed >= 0) {
+        fprintf(stderr, "tessera train: worker %d failed%s\n", failed,
+                failed ? "; its log:" : " (its messages are above)");
+        if (failed) {
+            snprintf(log, sizeof(log), "%s/worker-%d.log", dir, failed);
+            show_last_line(log);
+        }
+    }
+    return rc;
+}

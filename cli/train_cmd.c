@@ -1,0 +1,102 @@
+/* train_cmd.c - `tessera train`'s flags. */
+#include <stdio.h>
+
+#include "cli.h"
+#include "client/master_client.h"
+#include "util/flags.h"
+#include "util/proc.h"
+
+#define DEFAULT_OPTIMIZER "momentum:lr=0.05,momentum=0.9"
+
+/* Shared by train and demo: fills t from argv; returns -1 to go on, else an exit code. */
+int train_flags(const char *cmd, const char *usage, const char *about, struct train_cli *t,
+                const char **master, int64_t *shards, int argc, char **argv)
+{
+    int64_t workers = t->workers, epochs = t->epochs, batch = t->batch, micro = t->micro;
+    int64_t pkb = t->partition_kb;
+    struct ts_flag flags[24];
+    struct ts_err err = { 0 };
+    int n = 0, npos = 0;
+    bool help;
+
+    if (master)
+        flags[n++] = (struct ts_flag){ "master", TS_FLAG_STR, master, "ADDR",
+                                       "master (default $TESSERA_MASTER, then 127.0.0.1:7070)",
+                                       0, 0 };
+    if (shards)
+        flags[n++] = (struct ts_flag){ "shards", TS_FLAG_INT, shards, "N",
+                                       "shards to start (default 2)", 1, 64 };
+    else
+        flags[n++] = (struct ts_flag){ "local", TS_FLAG_BOOL, &t->local, NULL,
+                                       "one process, no cluster: the reference run", 0, 0 };
+    flags[n++] = (struct ts_flag){ "workers", TS_FLAG_INT, &workers, "N",
+                                   "worker processes (default 2)", 1, 64 };
+    flags[n++] = (struct ts_flag){ "epochs", TS_FLAG_INT, &epochs, "E",
+                                   "epochs (default 3)", 1, 1000 };
+    flags[n++] = (struct ts_flag){ "steps", TS_FLAG_INT, &t->steps, "K",
+                                   "exactly K global steps instead of epochs", 0, 100000000 };
+    flags[n++] = (struct ts_flag){ "seed", TS_FLAG_INT, &t->seed, "S",
+                                   "seed of the init and the data order (default 1)", 0,
+                                   INT64_MAX };
+    flags[n++] = (struct ts_flag){ "exact", TS_FLAG_BOOL, &t->exact, NULL,
+                                   "bit-identical results for any worker and shard count", 0,
+                                   0 };
+    flags[n++] = (struct ts_flag){ "batch", TS_FLAG_INT, &batch, "B",
+                                   "global batch (default 64)", 1, 60000 };
+    flags[n++] = (struct ts_flag){ "micro", TS_FLAG_INT, &micro, "M",
+                                   "micro-batch, divides B (default 16)", 1, 60000 };
+    flags[n++] = (struct ts_flag){ "optimizer", TS_FLAG_STR, &t->optimizer, "SPEC",
+                                   "default " DEFAULT_OPTIMIZER, 0, 0 };
+    flags[n++] = (struct ts_flag){ "transport", TS_FLAG_STR, &t->transport, "NAME",
+                                   "data plane: shm or tcp (default: the best available)", 0,
+                                   0 };
+    flags[n++] = (struct ts_flag){ "partition-kb", TS_FLAG_INT, &pkb, "KB",
+                                   "partition size (default 4096)", 0, 131072 };
+    flags[n++] = (struct ts_flag){ "job", TS_FLAG_STR, &t->job, "ID",
+                                   "job id (default: a new one per run, train-PID-MS)", 0, 0 };
+    flags[n++] = (struct ts_flag){ "json", TS_FLAG_BOOL, &t->json, NULL,
+                                   "end with one JSON line: test_accuracy, params_sha256, "
+                                   "steps, samples_per_s", 0, 0 };
+    flags[n] = (struct ts_flag){ NULL, 0, NULL, NULL, NULL, 0, 0 };
+    if (ts_flags_parse(flags, argc, argv, NULL, &npos, &help, &err)) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, err.msg);
+        return 2;
+    }
+    if (help) {
+        ts_flags_usage(stdout, usage, about, flags);
+        return 0;
+    }
+    if (batch % micro) {
+        fprintf(stderr, "tessera %s: --micro %lld must divide --batch %lld\n", cmd,
+                (long long)micro, (long long)batch);
+        return 2;
+    }
+    t->workers = (int)workers, t->epochs = (int)epochs, t->batch = (int)batch;
+    t->micro = (int)micro, t->partition_kb = (int)pkb;
+    return -1;
+}
+
+void train_defaults(struct train_cli *t)
+{
+    *t = (struct train_cli){ .workers = 2, .epochs = 3, .batch = 64, .micro = 16, .seed = 1,
+                             .job = NULL, .optimizer = DEFAULT_OPTIMIZER };
+}
+
+int cmd_train(int argc, char **argv)
+{
+    struct train_cli t;
+    const char *master = NULL;
+    int rc;
+
+    train_defaults(&t);
+    rc = train_flags("train", "tessera train [--master ADDR | --local] [options]",
+                     "Trains the built-in MLP 784-256-128-10 on Fashion-MNIST with N worker\n"
+                     "processes against a running cluster (tessera up), or in one process\n"
+                     "with --local. Same seed and batch give the same fingerprint\n"
+                     "(params_sha256) for any worker and shard count with --exact.",
+                     &t, &master, NULL, argc, argv);
+    if (rc >= 0)
+        return rc;
+    ts_proc_block_signals();
+    return run_training(&t, ts_master_default_addr(master));
+}

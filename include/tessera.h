@@ -1,0 +1,94 @@
+/* tessera.h - the Tessera client SDK, for trainers written in C.
+ *
+ * A trainer connects to a cluster (or runs everything in-process with master "local"),
+ * registers its tensors, and then, step after step, pushes the gradient it computed and pulls
+ * the parameters the shards produced. In exact mode gradients travel as fixed-point int64 sums
+ * (tessera_to_fixed, tessera_fixed_add), which the shards add as integers: the parameters then
+ * come out bit for bit the same for any number of workers and shards.
+ *
+ *     struct tessera_options o = { .master = "127.0.0.1:7070", .job = "mnist", .rank = 0,
+ *                                  .workers = 2, .exact = 1, .optimizer = "momentum:lr=0.05",
+ *                                  .batch = 64 };
+ *     tessera *t;  struct tessera_error e;
+ *     tessera_connect(&o, &t, &e);
+ *     tessera_register(t, "fc1.weight", shape, 2, "he", seed, 784, 256, 0, &id, &e);
+ *     tessera_pull(t, id, 0, w, &e);                      // version 0: the initial values
+ *     for (step = 0; step < K; step++) {
+ *         ... compute this rank's gradient sum into g ...
+ *         tessera_step(t, step, grads, params, &e);     // push step, pull version step + 1
+ *     }
+ *     tessera_close(t);
+ *
+ * Every call returns 0 or an error code (TESSERA_E*, the values of lib/util/err.h's ts_status)
+ * and fills *err with the code and a message naming what was wrong and what to do.
+ * Threads: a tessera handle is used by one thread at a time; different handles are
+ * independent. Memory: buffers passed in are the caller's and are not kept. */
+#ifndef TESSERA_H
+#define TESSERA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum tessera_code {
+    TESSERA_OK = 0, TESSERA_EINVAL, TESSERA_ENOTFOUND, TESSERA_EEXIST, TESSERA_ESTATE,
+    TESSERA_ESTALE, TESSERA_ETIMEDOUT, TESSERA_EUNAVAIL, TESSERA_ENOMEM, TESSERA_ECORRUPT,
+    TESSERA_EIO, TESSERA_EAUTH, TESSERA_ENOTSUP, TESSERA_ENODEV, TESSERA_ECANCELLED,
+    TESSERA_EINTERNAL,
+};
+
+struct tessera_error {
+    int code;
+    char message[256];
+};
+
+struct tessera_options {
+    const char *master;      /* "host:port"; "local" (or NULL): everything in this process */
+    const char *job;         /* job id, 1-64 of [A-Za-z0-9._-]; NULL: "default" */
+    unsigned rank, workers;  /* this trainer's rank among `workers` (>= 1) */
+    int exact;               /* 1: fixed-point, order-independent sums */
+    const char *optimizer;   /* "sgd", "momentum", "adam", with ":lr=...,..."; NULL: momentum */
+    double batch;            /* the global batch: the summed gradient is divided by it */
+    const char *transport;   /* NULL: the best the shard and this host share; "tcp", "shm" */
+    int timeout_ms;          /* one push or pull (a pull waits for the slowest worker);
+                              * 0: 120000 */
+};
+
+typedef struct tessera tessera;
+
+int tessera_connect(const struct tessera_options *o, tessera **out, struct tessera_error *err);
+void tessera_close(tessera *t);
+
+/* Registers a float32 tensor (idempotent: every rank registers the same tensors in the same
+ * order). init: "zeros", "normal:STD", "uniform:A", "xavier", "he", ... (lib/tensor).
+ * partition_bytes 0: 4 MiB. *id is the tensor's handle. */
+int tessera_register(tessera *t, const char *name, const uint64_t *shape, int ndim,
+                     const char *init, uint64_t seed, uint64_t fan_in, uint64_t fan_out,
+                     uint64_t partition_bytes, int *id, struct tessera_error *err);
+uint64_t tessera_numel(const tessera *t, int id);
+
+/* This rank's gradient sum of tensor id for `step` (the step whose parameters it used):
+ * int64 fixed point in exact mode, float otherwise, numel elements. */
+int tessera_push(tessera *t, int id, uint64_t step, const void *grad,
+                 struct tessera_error *err);
+/* The parameters of tensor id at `version` (waits for it, up to timeout_ms). */
+int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tessera_error *err);
+/* Pushes every registered tensor's gradient for `step`, then pulls every tensor at version
+ * step + 1 into params[id], overlapping the shards. */
+int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *const *params,
+                 struct tessera_error *err);
+
+/* Exact mode helpers: out = fixed(g); acc += x (refusing overflow, nothing changed then). */
+int tessera_to_fixed(const float *g, size_t n, int64_t *out, struct tessera_error *err);
+int tessera_fixed_add(int64_t *acc, const int64_t *x, size_t n, struct tessera_error *err);
+
+/* The data-plane transport in use ("tcp", "shm", or "local"). */
+const char *tessera_transport(const tessera *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

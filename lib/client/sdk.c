@@ -1,0 +1,540 @@
+/* sdk.c - include/tessera.h: the trainer's view of a cluster, or of an in-process store.
+ *
+ * Remote: at connect, the SDK joins the cluster as a worker (heartbeats show its step in
+ * `tessera status`), reads the shard map, and opens one data-plane connection per shard, over
+ * the first transport both ends can use (shm on the same host, else tcp). Registration is a
+ * gRPC call to every alive shard under the cached map (a stale map is refreshed by
+ * ts_cluster_call); each partition is owned by the shard the ring names. A step sends every
+ * PUSH to every shard before reading any ACK, then every PULL before reading any PARAMS, so the
+ * shards work in parallel while the SDK stays single-threaded; replies on one connection come
+ * in request order.
+ * Local ("local"): the same partitions (lib/ps) live in this process, so `tessera train
+ * --local` applies steps with exactly the shard's code. */
+#include "tessera.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/master_client.h"
+#include "ps/part.h"
+#include "transport/frame.h"
+#include "util/log.h"
+
+#define MAX_TENSORS 4096
+#define MAX_SHARDS 256
+
+struct sdk_tensor {
+    char name[129];
+    uint64_t numel, partition_bytes;
+    uint32_t nparts;
+    uint32_t *owner;              /* remote: shard slot per partition */
+    struct ts_part **parts;       /* local */
+};
+
+struct sdk_shard {
+    uint32_t id;
+    struct ts_conn *conn;
+};
+
+struct tessera {
+    struct ts_job job;
+    uint32_t rank;
+    int timeout_ms;
+    bool local;
+    char transport[16];
+    struct ts_cluster *cl;
+    struct ts_master *master;
+    struct ts_membership *ms;
+    struct sdk_shard shards[MAX_SHARDS];
+    size_t nshards;
+    struct sdk_tensor *tensors[MAX_TENSORS];
+    int ntensors;
+    bool hello_done;              /* every connection has named its job */
+};
+
+static ts_status hello(struct tessera *t, struct ts_err *err);
+
+static int fail(struct tessera_error *out, const struct ts_err *e)
+{
+    if (out) {
+        out->code = (int)e->code;
+        snprintf(out->message, sizeof(out->message), "%s", e->msg);
+    }
+    return (int)e->code;
+}
+
+static int ok(struct tessera_error *out)
+{
+    if (out) {
+        out->code = 0;
+        out->message[0] = '\0';
+    }
+    return 0;
+}
+
+/* ---- connecting ---- */
+
+static ts_status pick_transport(const Tessera__V1__ShardInfo *s, const char *want,
+                                const struct ts_transport_ops **ops, struct ts_blob *blob,
+                                struct ts_err *err)
+{
+    for (size_t k = 0; ts_transports[k]; k++) {
+        const struct ts_transport_ops *o = ts_transports[k];
+        struct ts_err e = { 0 };
+        if ((want && want[0] && strcmp(want, o->name)) || o->probe(&e))
+            continue;
+        for (size_t i = 0; i < s->n_data_planes; i++) {
+            const Tessera__V1__DataPlaneEndpoint *d = s->data_planes[i];
+            if (strcmp(d->transport, o->name) || d->address.len > sizeof(blob->data))
+                continue;
+            memcpy(blob->data, d->address.data, d->address.len);
+            blob->len = d->address.len;
+            if (!o->usable(blob))
+                continue;
+            *ops = o;
+            return TS_OK;
+        }
+    }
+    return ts_err_set(err, TS_ENODEV, "shard %u (%s): no data-plane transport in common%s%s",
+                      s->id, s->addr, want ? " with --transport " : "", want ? want : "");
+}
+
+static ts_status connect_shards(struct tessera *t, const char *want, struct ts_err *err)
+{
+    Tessera__V1__ShardMap *map;
+    ts_status st;
+
+    if ((st = ts_master_shard_map(t->master, &map, err)))
+        return st;
+    if (!map->n_shards || map->n_shards > MAX_SHARDS)
+        st = ts_err_set(err, TS_EUNAVAIL, "the cluster has %zu alive shards; start some "
+                        "(tessera up --shards N)", map->n_shards);
+    for (size_t i = 0; !st && i < map->n_shards; i++) {
+        const struct ts_transport_ops *ops = NULL;
+        struct ts_blob blob;
+        struct sdk_shard *sh = &t->shards[t->nshards];
+
+        if ((st = pick_transport(map->shards[i], want, &ops, &blob, err)) ||
+            (st = ops->connect(&blob, 10000, &sh->conn, err)))
+            break;
+        sh->id = map->shards[i]->id;
+        t->nshards++;
+        snprintf(t->transport, sizeof(t->transport), "%s", ops->name);
+    }
+    tessera__v1__shard_map__free_unpacked(map, NULL);
+    return st;
+}
+
+static ts_status connect_remote(struct tessera *t, const struct tessera_options *o,
+                                struct ts_err *err)
+{
+    struct ts_membership_cfg mc = { .kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER };
+    char host[256] = "localhost";
+    ts_status st;
+
+    gethostname(host, sizeof(host) - 1);
+    mc.addr = host;
+    if ((st = ts_master_open(o->master, &t->master, err)) ||
+        (st = ts_membership_start(t->master, &mc, 10000, &t->ms, err)) ||
+        (st = ts_cluster_open(o->master, &t->cl, err)))
+        return st;
+    return connect_shards(t, o->transport, err);
+}
+
+int tessera_connect(const struct tessera_options *o, tessera **out, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct tessera *t = calloc(1, sizeof(*t));
+    ts_status st;
+
+    if (!t) {
+        ts_err_set(&err, TS_ENOMEM, "out of memory");
+        return fail(e, &err);
+    }
+    t->local = !o->master || !o->master[0] || strcmp(o->master, "local") == 0;
+    t->rank = o->rank;
+    t->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 120000;
+    st = ts_job_init(&t->job, o->job ? o->job : "default", o->workers, o->exact != 0,
+                     o->optimizer ? o->optimizer : "momentum", o->batch, &err);
+    if (!st && o->rank >= o->workers)
+        st = ts_err_set(&err, TS_EINVAL, "rank: %u is not below workers %u", o->rank,
+                        o->workers);
+    if (!st && t->local && o->workers != 1)
+        st = ts_err_set(&err, TS_EINVAL, "workers: a local run has 1 worker, not %u",
+                        o->workers);
+    if (!st && t->local)
+        snprintf(t->transport, sizeof(t->transport), "local");
+    if (!st && !t->local)
+        st = connect_remote(t, o, &err);
+    if (st) {
+        tessera_close(t);
+        return fail(e, &err);
+    }
+    *out = t;
+    return ok(e);
+}
+
+void tessera_close(tessera *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->nshards; i++)
+        ts_tp_close(t->shards[i].conn);
+    ts_membership_stop(t->ms, true);
+    ts_cluster_close(t->cl);
+    ts_master_close(t->master);
+    for (int i = 0; i < t->ntensors; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        for (uint32_t p = 0; x->parts && p < x->nparts; p++)
+            ts_part_free(x->parts[p]);
+        free(x->parts);
+        free(x->owner);
+        free(x);
+    }
+    free(t);
+}
+
+const char *tessera_transport(const tessera *t)
+{
+    return t->transport;
+}
+
+uint64_t tessera_numel(const tessera *t, int id)
+{
+    return id >= 0 && id < t->ntensors ? t->tensors[id]->numel : 0;
+}
+
+/* ---- registration ---- */
+
+static ts_status slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot, struct ts_err *err)
+{
+    for (size_t i = 0; i < t->nshards; i++)
+        if (t->shards[i].id == shard_id) {
+            *slot = (uint32_t)i;
+            return TS_OK;
+        }
+    return ts_err_set(err, TS_EUNAVAIL, "shard %u joined after this trainer connected: "
+                      "reconnect", shard_id);
+}
+
+static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
+                                 Tessera__V1__RegisterTensorRequest *req, struct ts_err *err)
+{
+    uint32_t seen = 0;
+    ts_status st = TS_OK;
+
+    for (size_t i = 0; !st && i < t->nshards; i++) {
+        Tessera__V1__RegisterTensorResponse *r;
+        st = ts_cluster_call(t->cl, t->shards[i].id, "/tessera.v1.Shard/RegisterTensor",
+                             &req->base, &req->map_epoch,
+                             &tessera__v1__register_tensor_response__descriptor,
+                             (ProtobufCMessage **)&r, err);
+        if (st)
+            break;
+        for (size_t k = 0; k < r->n_partitions; k++)
+            if (r->partitions[k] < x->nparts) {
+                x->owner[r->partitions[k]] = (uint32_t)i;
+                seen++;
+            }
+        tessera__v1__register_tensor_response__free_unpacked(r, NULL);
+    }
+    /* Every partition must have exactly one owner, the one our ring names. */
+    for (uint32_t p = 0; !st && p < x->nparts; p++) {
+        uint32_t id = 0, slot = 0;
+        if (!(st = ts_cluster_locate(t->cl, x->name, p, &id, err)) &&
+            !(st = slot_of(t, id, &slot, err)) && slot != x->owner[p])
+            st = ts_err_set(err, TS_ESTATE, "tensor '%s' partition %u: the shards disagree on "
+                            "its owner (map changing?): retry", x->name, p);
+    }
+    if (!st && seen != x->nparts)
+        st = ts_err_set(err, TS_ESTATE, "tensor '%s': %u of %u partitions placed: retry",
+                        x->name, seen, x->nparts);
+    return st;
+}
+
+static ts_status register_local(struct tessera *t, struct sdk_tensor *x,
+                                const Tessera__V1__RegisterTensorRequest *req,
+                                struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    x->parts = calloc(x->nparts, sizeof(*x->parts));
+    if (!x->parts)
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    for (uint32_t p = 0; !st && p < x->nparts; p++) {
+        uint64_t off, len;
+        ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+        st = ts_part_create(&t->job, req->tensor_id, x->name, p, off, len,
+                            req->tensor->initializer, req->tensor->seed, req->fan_in,
+                            req->fan_out, &x->parts[p], err);
+    }
+    return st;
+}
+
+int tessera_register(tessera *t, const char *name, const uint64_t *shape, int ndim,
+                     const char *init, uint64_t seed, uint64_t fan_in, uint64_t fan_out,
+                     uint64_t partition_bytes, int *id, struct tessera_error *e)
+{
+    Tessera__V1__JobSpec job = TESSERA__V1__JOB_SPEC__INIT;
+    Tessera__V1__TensorSpec spec = TESSERA__V1__TENSOR_SPEC__INIT;
+    Tessera__V1__RegisterTensorRequest req = TESSERA__V1__REGISTER_TENSOR_REQUEST__INIT;
+    struct ts_err err = { 0 };
+    struct sdk_tensor *x;
+    ts_status st = TS_OK;
+
+    if (t->ntensors == MAX_TENSORS || !name || strlen(name) >= sizeof(x->name) || ndim < 1 ||
+        ndim > 8 || !shape) {
+        ts_err_set(&err, TS_EINVAL, "tensor '%.64s': need a name under 129 bytes, 1..8 "
+                   "dimensions, and at most %d tensors", name ? name : "", MAX_TENSORS);
+        return fail(e, &err);
+    }
+    x = calloc(1, sizeof(*x));
+    if (!x) {
+        ts_err_set(&err, TS_ENOMEM, "out of memory");
+        return fail(e, &err);
+    }
+    snprintf(x->name, sizeof(x->name), "%s", name);
+    x->numel = 1;
+    for (int i = 0; i < ndim; i++)
+        x->numel *= shape[i];
+    x->partition_bytes = partition_bytes ? partition_bytes : TS_PARTITION_BYTES_DEFAULT;
+    x->nparts = ts_partition_count(x->numel, sizeof(float), x->partition_bytes);
+    x->owner = calloc(x->nparts, sizeof(*x->owner));
+    job.id = t->job.id;
+    job.workers = t->job.workers;
+    job.exact = t->job.exact;
+    job.optimizer = t->job.optimizer;
+    job.batch = t->job.batch;
+    spec.name = x->name;
+    spec.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    spec.shape = (uint64_t *)shape;
+    spec.n_shape = (size_t)ndim;
+    spec.initializer = (char *)(init ? init : "zeros");
+    spec.seed = seed;
+    spec.partition_bytes = partition_bytes;
+    req.job = &job;
+    req.tensor = &spec;
+    req.tensor_id = (uint32_t)t->ntensors;
+    req.fan_in = fan_in;
+    req.fan_out = fan_out;
+    if (!x->owner)
+        st = ts_err_set(&err, TS_ENOMEM, "out of memory");
+    if (!st)
+        st = t->local ? register_local(t, x, &req, &err) : register_remote(t, x, &req, &err);
+    if (!st && !t->local && !t->hello_done)
+        st = hello(t, &err);
+    if (st) {
+        for (uint32_t p = 0; x->parts && p < x->nparts; p++)
+            ts_part_free(x->parts[p]);
+        free(x->parts);
+        free(x->owner);
+        free(x);
+        return fail(e, &err);
+    }
+    *id = t->ntensors;
+    t->tensors[t->ntensors++] = x;
+    return ok(e);
+}
+
+/* ---- push and pull ---- */
+
+static size_t elem_bytes(const struct tessera *t)
+{
+    return t->job.exact ? sizeof(int64_t) : sizeof(float);
+}
+
+/* Reads the reply to the oldest request on shard slot s; PARAMS land in dst (cap bytes). */
+static ts_status read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
+                            uint32_t part, void *dst, size_t cap, struct ts_err *err)
+{
+    struct ts_frame_hdr h;
+    char msg[256];
+    ts_status st;
+
+    st = ts_frame_recv(t->shards[s].conn, &h, want == TS_FRAME_PARAMS ? dst : msg,
+                       want == TS_FRAME_PARAMS ? cap : sizeof(msg) - 1, t->timeout_ms, err);
+    if (st)
+        return st;
+    if (h.type == TS_FRAME_ERROR) {
+        const char *m = want == TS_FRAME_PARAMS ? dst : msg;
+        size_t n = h.len < sizeof(msg) - 1 ? h.len : sizeof(msg) - 1;
+        char text[256];
+        memcpy(text, m, n);
+        text[n] = '\0';
+        return ts_err_set(err, h.flags > 0 && h.flags <= TS_EINTERNAL ? (ts_status)h.flags
+                          : TS_EINTERNAL, "shard %u: %s", t->shards[s].id, text);
+    }
+    if (h.type != want || h.tensor != tensor || h.partition != part)
+        return ts_err_set(err, TS_ECORRUPT, "shard %u: reply type %u for tensor %u partition %u,"
+                          " expected type %u for %u/%u", t->shards[s].id, h.type, h.tensor,
+                          h.partition, want, tensor, part);
+    if (want == TS_FRAME_PARAMS && h.len != cap)
+        return ts_err_set(err, TS_ECORRUPT, "shard %u: %" PRIu64 " bytes for tensor %u partition "
+                          "%u, want %zu", t->shards[s].id, h.len, tensor, part, cap);
+    return TS_OK;
+}
+
+static ts_status read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
+                            uint32_t part, void *dst, size_t cap, struct ts_err *err);
+
+/* Names the job on every connection, once the shards know it (after a registration). */
+static ts_status hello(struct tessera *t, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    for (size_t i = 0; !st && i < t->nshards; i++) {
+        struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .rank = t->rank };
+        st = ts_frame_send(t->shards[i].conn, &h, t->job.id, strlen(t->job.id), err);
+    }
+    for (size_t i = 0; !st && i < t->nshards; i++)
+        st = read_reply(t, (uint32_t)i, TS_FRAME_ACK, 0, 0, NULL, 0, err);
+    t->hello_done = !st;
+    return st;
+}
+
+/* Sends one request frame per partition of tensors [first, last), then reads the replies in
+ * the same order; pulls land in params[id]. push: grads[id] are sent for `step`. */
+static ts_status exchange(struct tessera *t, int first, int last, bool push, uint64_t step,
+                          const void *const *grads, float *const *params, struct ts_err *err)
+{
+    ts_status st = TS_OK, first_err = TS_OK;
+
+    for (int i = first; !st && i < last; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        for (uint32_t p = 0; !st && p < x->nparts; p++) {
+            uint64_t off, len;
+            struct ts_frame_hdr h = { .type = push ? TS_FRAME_PUSH : TS_FRAME_PULL,
+                                      .tensor = (uint32_t)i, .partition = p, .step = step,
+                                      .dtype = 1, .rank = t->rank,
+                                      .encoding = push && t->job.exact ? TS_ENC_FIXED
+                                                                       : TS_ENC_RAW };
+            ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+            st = ts_frame_send(t->shards[x->owner[p]].conn, &h,
+                               push ? (const char *)grads[i] + off * elem_bytes(t) : NULL,
+                               push ? len * elem_bytes(t) : 0, err);
+        }
+    }
+    for (int i = first; !st && i < last; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        for (uint32_t p = 0; !st && p < x->nparts; p++) {
+            uint64_t off, len;
+            struct ts_err e = { 0 };
+            ts_status r;
+            ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+            r = read_reply(t, x->owner[p], push ? TS_FRAME_ACK : TS_FRAME_PARAMS, (uint32_t)i,
+                           p, push ? NULL : params[i] + off, len * sizeof(float), &e);
+            /* Keep reading after a refused push so the stream stays in step; a transport
+             * error ends the exchange. */
+            if (r && !first_err) {
+                first_err = r;
+                ts_err_set(err, r, "%s", e.msg);
+            }
+            if (r == TS_EUNAVAIL || r == TS_ECORRUPT || r == TS_ETIMEDOUT)
+                st = r;
+        }
+    }
+    return st ? st : first_err;
+}
+
+static ts_status local_push(struct tessera *t, int id, uint64_t step, const void *grad,
+                            struct ts_err *err)
+{
+    struct sdk_tensor *x = t->tensors[id];
+    ts_status st = TS_OK;
+
+    for (uint32_t p = 0; !st && p < x->nparts; p++) {
+        struct ts_part *pt = x->parts[p];
+        bool applied;
+        st = ts_part_push(pt, t->rank, step, t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW,
+                          (const char *)grad + pt->offset * elem_bytes(t),
+                          pt->len * elem_bytes(t), &applied, err);
+    }
+    return st;
+}
+
+static ts_status local_pull(struct tessera *t, int id, uint64_t version, float *out,
+                            struct ts_err *err)
+{
+    struct sdk_tensor *x = t->tensors[id];
+    ts_status st = TS_OK;
+
+    for (uint32_t p = 0; !st && p < x->nparts; p++) {
+        uint64_t v;
+        st = ts_part_read(x->parts[p], version, t->timeout_ms, out + x->parts[p]->offset, &v,
+                          err);
+    }
+    return st;
+}
+
+static ts_status check_id(const struct tessera *t, int id, struct ts_err *err)
+{
+    if (id < 0 || id >= t->ntensors)
+        return ts_err_set(err, TS_EINVAL, "tensor id %d is not registered (%d tensors)", id,
+                          t->ntensors);
+    return TS_OK;
+}
+
+int tessera_push(tessera *t, int id, uint64_t step, const void *grad, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    const void *grads[MAX_TENSORS];
+
+    if (check_id(t, id, &err))
+        return fail(e, &err);
+    grads[id] = grad;
+    if (t->local ? local_push(t, id, step, grad, &err)
+                 : exchange(t, id, id + 1, true, step, grads, NULL, &err))
+        return fail(e, &err);
+    return ok(e);
+}
+
+int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    float *params[MAX_TENSORS];
+
+    if (check_id(t, id, &err))
+        return fail(e, &err);
+    params[id] = out;
+    if (t->local ? local_pull(t, id, version, out, &err)
+                 : exchange(t, id, id + 1, false, version, NULL, params, &err))
+        return fail(e, &err);
+    return ok(e);
+}
+
+int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *const *params,
+                 struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    ts_status st = TS_OK;
+
+    if (t->local) {
+        for (int i = 0; !st && i < t->ntensors; i++)
+            st = local_push(t, i, step, grads[i], &err);
+        for (int i = 0; !st && i < t->ntensors; i++)
+            st = local_pull(t, i, step + 1, params[i], &err);
+    } else {
+        st = exchange(t, 0, t->ntensors, true, step, grads, NULL, &err);
+        if (!st)
+            st = exchange(t, 0, t->ntensors, false, step + 1, NULL, params, &err);
+        if (!st && t->ms)
+            ts_membership_set_clock(t->ms, step + 1);
+    }
+    return st ? fail(e, &err) : ok(e);
+}
+
+int tessera_to_fixed(const float *g, size_t n, int64_t *out, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    return ts_fixed_from_f32(g, n, out, &err) ? fail(e, &err) : ok(e);
+}
+
+int tessera_fixed_add(int64_t *acc, const int64_t *x, size_t n, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    return ts_fixed_add(acc, x, n, &err) ? fail(e, &err) : ok(e);
+}

@@ -1,0 +1,203 @@
+/* part.c - see part.h. */
+#include "ps/part.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+ts_status ts_job_init(struct ts_job *j, const char *id, uint32_t workers, bool exact,
+                      const char *optimizer, double batch, struct ts_err *err)
+{
+    struct ts_err e = { 0 };
+
+    memset(j, 0, sizeof(*j));
+    if (!id || !id[0] || strlen(id) >= sizeof(j->id))
+        return ts_err_set(err, TS_EINVAL, "job.id: 1..%zu bytes required", sizeof(j->id) - 1);
+    for (const char *p = id; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
+            return ts_err_set(err, TS_EINVAL, "job.id: only letters, digits, '.', '_', '-'");
+    if (workers < 1 || workers > TS_JOB_MAX_WORKERS)
+        return ts_err_set(err, TS_EINVAL, "job.workers: %u is outside 1..%d", workers,
+                          TS_JOB_MAX_WORKERS);
+    if (!(batch >= 1 && batch < 1e12))
+        return ts_err_set(err, TS_EINVAL, "job.batch: %g is not a batch size (>= 1)", batch);
+    if (!optimizer || strlen(optimizer) >= sizeof(j->optimizer))
+        return ts_err_set(err, TS_EINVAL, "job.optimizer: required, under %zu bytes",
+                          sizeof(j->optimizer));
+    if (ts_optim_parse(optimizer, &j->optim, &e))
+        return ts_err_set(err, TS_EINVAL, "job.optimizer: %s", e.msg);
+    snprintf(j->id, sizeof(j->id), "%s", id);
+    snprintf(j->optimizer, sizeof(j->optimizer), "%s", optimizer);
+    j->workers = workers;
+    j->exact = exact;
+    j->batch = batch;
+    return TS_OK;
+}
+
+bool ts_job_equal(const struct ts_job *a, const struct ts_job *b)
+{
+    return strcmp(a->id, b->id) == 0 && a->workers == b->workers && a->exact == b->exact &&
+           strcmp(a->optimizer, b->optimizer) == 0 && a->batch == b->batch;
+}
+
+ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const char *name,
+                         uint32_t index, uint64_t offset, uint64_t len, const char *init,
+                         uint64_t seed, uint64_t fan_in, uint64_t fan_out, struct ts_part **out,
+                         struct ts_err *err)
+{
+    struct ts_part *p = calloc(1, sizeof(*p));
+    size_t slen = ts_optim_state_len(job->optim.kind);
+    ts_status st;
+
+    if (!p)
+        return ts_err_set(err, TS_ENOMEM, "partition: out of memory");
+    p->job = job;
+    p->tensor_id = tensor_id;
+    p->index = index;
+    p->offset = offset;
+    p->len = len;
+    p->value = malloc(len * sizeof(float));
+    p->state = calloc(slen * len + 1, sizeof(float));
+    p->grad = malloc(len * sizeof(float));
+    p->pushed = calloc(job->workers, 1);
+    if (job->exact)
+        p->acc_fixed = calloc(len, sizeof(int64_t));
+    else
+        p->acc_f32 = calloc(len, sizeof(float));
+    if (!p->value || !p->state || !p->grad || !p->pushed || (!p->acc_fixed && !p->acc_f32)) {
+        ts_part_free(p);
+        return ts_err_set(err, TS_ENOMEM, "tensor '%s' partition %u: %" PRIu64
+                          " elements do not fit in memory", name, index, len);
+    }
+    st = ts_tensor_init(init, seed, name, fan_in, fan_out, offset, len, p->value, err);
+    if (st) {
+        ts_part_free(p);
+        return st;
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    *out = p;
+    return TS_OK;
+}
+
+void ts_part_free(struct ts_part *p)
+{
+    if (!p)
+        return;
+    if (p->value && p->grad && p->pushed) { /* fully created: its lock exists */
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->cv);
+    }
+    free(p->value);
+    free(p->state);
+    free(p->grad);
+    free(p->pushed);
+    free(p->acc_fixed);
+    free(p->acc_f32);
+    free(p);
+}
+
+/* All ranks are in: g = sum / batch, one optimizer step, next version. Called with mu held. */
+static void apply(struct ts_part *p)
+{
+    if (p->job->exact) {
+        ts_fixed_to_f32(p->acc_fixed, p->len, p->job->batch, p->grad);
+        memset(p->acc_fixed, 0, p->len * sizeof(int64_t));
+    } else {
+        float inv = (float)(1.0 / p->job->batch);
+        for (uint64_t i = 0; i < p->len; i++)
+            p->grad[i] = p->acc_f32[i] * inv;
+        memset(p->acc_f32, 0, p->len * sizeof(float));
+    }
+    ts_optim_apply(&p->job->optim, p->version + 1, p->value, p->state, p->grad, p->len);
+    p->version++;
+    p->npushed = 0;
+    memset(p->pushed, 0, p->job->workers);
+    pthread_cond_broadcast(&p->cv);
+}
+
+static ts_status check_push(const struct ts_part *p, uint32_t rank, uint64_t step,
+                            unsigned encoding, size_t bytes, struct ts_err *err)
+{
+    unsigned want_enc = p->job->exact ? TS_ENC_FIXED : TS_ENC_RAW;
+    size_t want_bytes = p->len * (p->job->exact ? sizeof(int64_t) : sizeof(float));
+
+    if (rank >= p->job->workers)
+        return ts_err_set(err, TS_EINVAL, "rank: %u is not below the job's %u workers", rank,
+                          p->job->workers);
+    if (encoding != want_enc)
+        return ts_err_set(err, TS_EINVAL, "encoding: %u, this job (%s mode) takes %u", encoding,
+                          p->job->exact ? "exact" : "float", want_enc);
+    if (bytes != want_bytes)
+        return ts_err_set(err, TS_EINVAL, "payload: %zu bytes for tensor %u partition %u, "
+                          "want %zu (%" PRIu64 " elements)", bytes, p->tensor_id, p->index,
+                          want_bytes, p->len);
+    if (step != p->version)
+        return ts_err_set(err, step < p->version ? TS_ESTATE : TS_EINVAL,
+                          "step: %" PRIu64 " but tensor %u partition %u is at version %" PRIu64
+                          " (BSP takes only the current step)", step, p->tensor_id, p->index,
+                          p->version);
+    if (p->pushed[rank])
+        return ts_err_set(err, TS_ESTATE, "rank %u already pushed step %" PRIu64
+                          " of tensor %u partition %u", rank, step, p->tensor_id, p->index);
+    return TS_OK;
+}
+
+ts_status ts_part_push(struct ts_part *p, uint32_t rank, uint64_t step, unsigned encoding,
+                       const void *payload, size_t bytes, bool *applied, struct ts_err *err)
+{
+    ts_status st;
+
+    *applied = false;
+    pthread_mutex_lock(&p->mu);
+    st = check_push(p, rank, step, encoding, bytes, err);
+    if (!st && p->job->exact)
+        st = ts_fixed_add(p->acc_fixed, payload, p->len, err);
+    else if (!st)
+        ts_f32_add(p->acc_f32, payload, p->len);
+    if (!st) {
+        p->pushed[rank] = 1;
+        if (++p->npushed == p->job->workers) {
+            apply(p);
+            *applied = true;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (st)
+        ts_err_prefix(err, "tensor %u partition %u", p->tensor_id, p->index);
+    return st;
+}
+
+ts_status ts_part_read(struct ts_part *p, uint64_t want, int ms, float *out, uint64_t *version,
+                       struct ts_err *err)
+{
+    struct timespec until;
+    ts_status st = TS_OK;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&p->mu);
+    while (p->version < want) {
+        if (pthread_cond_timedwait(&p->cv, &p->mu, &until) != 0 && p->version < want) {
+            st = ts_err_set(err, TS_ETIMEDOUT,
+                            "tensor %u partition %u: version %" PRIu64 " did not come within %d "
+                            "ms (at %" PRIu64 ", %u of %u ranks pushed)", p->tensor_id, p->index,
+                            want, ms, p->version, p->npushed, p->job->workers);
+            break;
+        }
+    }
+    if (!st) {
+        memcpy(out, p->value, p->len * sizeof(float));
+        *version = p->version;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}

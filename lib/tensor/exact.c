@@ -1,0 +1,273 @@
+/* exact.c - order-independent gradient sums in fixed point, and the plain float sum.
+ *
+ * A gradient element g becomes round-half-even(g * 2^32) as an int64; int64 addition is
+ * associative and commutative, so a sum of such values does not depend on the order or the
+ * grouping in which the pushes arrive (docs/exact-mode.md).
+ *
+ * These loops are the shard's hot path, so they are written for the vectoriser of a plain
+ * `-O2` build (GCC 12's "very cheap" cost model), which takes a loop only if it needs neither
+ * a scalar remainder nor a horizontal reduction nor a conversion SSE2 lacks:
+ *  - the bulk runs in blocks of LANES elements, with an inner loop of constant trip count, and
+ *    a scalar loop does the tail; flags are OR-ed into a small per-lane array, not one scalar;
+ *  - conditions are computed as bits (sign bits of sums), never as branches or bools;
+ *  - SSE2 has no double <-> int64 conversion, so rounding and conversion use the classic magic
+ *    constant: for |y| < 2^51, adding M = 1.5 * 2^52 rounds y to an integer with the current
+ *    rounding mode (round half to even, the default) and leaves it in the low bits of M's
+ *    significand, so bits(y + M) - bits(M) is that integer as an int64. A fixed-point value
+ *    reaches 2^63, so x = g * 2^32 is split as h * 2^12 + l with h = rint(x / 2^12) (|h| < 2^51)
+ *    and l = x - h * 2^12, which is exact and |l| <= 2^11; then rint(x) = h * 2^12 + rint(l),
+ *    since h * 2^12 is even and adding it keeps a tie's parity.
+ * Every result is an exact integer or a correctly rounded IEEE operation, so a vectorised and
+ * a scalar run, or an AVX and an SSE2 build, give the same bits. Checked by
+ * `gcc -O2 -fopt-info-vec` (each bulk loop reports "loop vectorized") and by
+ * bench/aggregate.c. */
+#include "tensor/tensor.h"
+#include "tensor/internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define LANES 8                          /* elements per block of the vectorised loops */
+#define MAGIC 0x1.8p52                   /* 1.5 * 2^52: see the file comment */
+#define SCALE 0x1p32                     /* 2^TS_FIXED_FRAC_BITS */
+#define SIGN64 0x8000000000000000ull
+/* Adding this to the magnitude bits of a double sets bit 63 exactly when the magnitude is
+ * 2^63 or more, or the value is Inf or NaN: a branch-free range check. */
+#define RANGE_BIAS (SIGN64 - 0x43E0000000000000ull)   /* 0x43E0... = bits of 2^63 */
+
+_Static_assert(TS_FIXED_FRAC_BITS == 32, "exact.c hard-codes 2^32 scaling");
+
+/* The loops are compiled twice, for the x86-64 baseline (SSE2: two doubles a vector) and for
+ * x86-64-v3 (AVX2: four), and the loader picks one per CPU (GCC function multi-versioning).
+ * Both give the same bits: every step is exact or one correctly rounded IEEE operation, and
+ * nothing is contracted into an FMA (internal.h). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define HOT __attribute__((target_clones("default", "arch=x86-64-v3")))
+#else
+#define HOT
+#endif
+
+static inline uint64_t dbits(double d)
+{
+    uint64_t u;
+
+    memcpy(&u, &d, sizeof(u));
+    return u;
+}
+
+static inline double bitsd(uint64_t u)
+{
+    double d;
+
+    memcpy(&d, &u, sizeof(d));
+    return d;
+}
+
+/* round-half-even(x) for an x = g * 2^32 of magnitude below 2^63 (anything else gives a
+ * meaningless value, which range_flag() has flagged). Unsigned, so no overflow is undefined. */
+static inline uint64_t fix_round(double x)
+{
+    double t = x * 0x1p-12 + MAGIC;      /* rint(x / 2^12), held in t's low bits */
+    double h = t - MAGIC;                /* the same, as a double: exact */
+    double l = x - h * 0x1p12;           /* exact, |l| <= 2^11 */
+
+    return ((dbits(t) - dbits(MAGIC)) << 12) + (dbits(l + MAGIC) - dbits(MAGIC));
+}
+
+/* Bit 63 set when x is not finite or |x| >= 2^63 (the caller ORs these and tests the bit). */
+static inline uint64_t range_flag(double x)
+{
+    return (dbits(x) & ~SIGN64) + RANGE_BIAS;
+}
+
+/* acc += y in two's complement; bit 63 of the result's flag is set on signed overflow (the
+ * operands have equal signs and the sum's sign differs). */
+static inline uint64_t add_flag(uint64_t a, uint64_t b, uint64_t s)
+{
+    return (a ^ s) & (b ^ s);
+}
+
+static ts_status bad_value(const float *g, size_t n, struct ts_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (range_flag((double)g[i] * SCALE) & SIGN64)
+            return ts_err_set(err, TS_EINVAL, "exact mode: gradient element %zu is %g: want a "
+                              "finite value of magnitude below 2^31 (scale the loss down or "
+                              "clip gradients)", i, (double)g[i]);
+    return ts_err_set(err, TS_EINTERNAL, "exact mode: range check flagged no element");
+}
+
+static ts_status overflow(const int64_t *acc, const int64_t *x, const float *g, size_t n,
+                          struct ts_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        int64_t y = x ? x[i] : (int64_t)fix_round((double)g[i] * SCALE), s;
+
+        if (__builtin_add_overflow(acc[i], y, &s))
+            return ts_err_set(err, TS_EINVAL, "exact mode: element %zu: the sum %.9g + %.9g "
+                              "leaves the fixed-point range of +-2^31 (scale the loss down or "
+                              "clip gradients)", i, (double)acc[i] / SCALE, (double)y / SCALE);
+    }
+    return ts_err_set(err, TS_EINTERNAL, "exact mode: overflow check flagged no element");
+}
+
+HOT
+ts_status ts_fixed_from_f32(const float *restrict in, size_t n, int64_t *restrict o,
+                            struct ts_err *err)
+{
+    uint64_t flag[LANES] = { 0 }, bad = 0;
+    size_t i = 0;
+
+    for (; i + LANES <= n; i += LANES) {
+        for (size_t j = 0; j < LANES; j++) {
+            double x = (double)in[i + j] * SCALE;   /* exact: a float has 24 bits */
+
+            flag[j] |= range_flag(x);
+            o[i + j] = (int64_t)fix_round(x);
+        }
+    }
+    for (; i < n; i++) {
+        double x = (double)in[i] * SCALE;
+
+        bad |= range_flag(x);
+        o[i] = (int64_t)fix_round(x);
+    }
+    for (size_t j = 0; j < LANES; j++)
+        bad |= flag[j];
+    return bad & SIGN64 ? bad_value(in, n, err) : TS_OK;
+}
+
+/* acc[i] += x[i] modulo 2^64, returning the OR of the overflow flags. */
+HOT
+static uint64_t add_wrap(int64_t *restrict a, const int64_t *restrict b, size_t n)
+{
+    uint64_t flag[LANES] = { 0 }, f = 0;
+    size_t i = 0;
+
+    for (; i + LANES <= n; i += LANES) {
+        for (size_t j = 0; j < LANES; j++) {
+            uint64_t u = (uint64_t)a[i + j], v = (uint64_t)b[i + j], s = u + v;
+
+            flag[j] |= add_flag(u, v, s);
+            a[i + j] = (int64_t)s;
+        }
+    }
+    for (; i < n; i++) {
+        uint64_t u = (uint64_t)a[i], v = (uint64_t)b[i], s = u + v;
+
+        f |= add_flag(u, v, s);
+        a[i] = (int64_t)s;
+    }
+    for (size_t j = 0; j < LANES; j++)
+        f |= flag[j];
+    return f;
+}
+
+/* acc[i] -= x[i] modulo 2^64: undoes add_wrap exactly, since wrapping arithmetic is a group. */
+static void sub_wrap(int64_t *restrict a, const int64_t *restrict b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        a[i] = (int64_t)((uint64_t)a[i] - (uint64_t)b[i]);
+}
+
+/* The contract is "all or nothing". Checking every element before adding would read both
+ * arrays twice on every push; instead the add is done in one pass with wrapping arithmetic
+ * while overflow is detected, and in the rare case of an overflow it is undone exactly by a
+ * second pass, before __builtin_add_overflow finds the first overflowing element. */
+ts_status ts_fixed_add(int64_t *acc, const int64_t *x, size_t n, struct ts_err *err)
+{
+    if (!(add_wrap(acc, x, n) & SIGN64))
+        return TS_OK;
+    sub_wrap(acc, x, n);
+    return overflow(acc, x, NULL, n, err);
+}
+
+/* acc[i] += fixed(g[i]) modulo 2^64; returns the range flags, and the overflow flags in *ovf
+ * (bit 63 of each). */
+HOT
+static uint64_t add_f32_wrap(int64_t *restrict a, const float *restrict in, size_t n,
+                             uint64_t *ovf)
+{
+    uint64_t flag[LANES] = { 0 }, oflag[LANES] = { 0 }, bad = 0, o = 0;
+    size_t i = 0;
+
+    for (; i + LANES <= n; i += LANES) {
+        for (size_t j = 0; j < LANES; j++) {
+            double x = (double)in[i + j] * SCALE;
+            uint64_t u = (uint64_t)a[i + j], v = fix_round(x), s = u + v;
+
+            flag[j] |= range_flag(x);
+            oflag[j] |= add_flag(u, v, s);
+            a[i + j] = (int64_t)s;
+        }
+    }
+    for (; i < n; i++) {
+        double x = (double)in[i] * SCALE;
+        uint64_t u = (uint64_t)a[i], v = fix_round(x), s = u + v;
+
+        bad |= range_flag(x);
+        o |= add_flag(u, v, s);
+        a[i] = (int64_t)s;
+    }
+    for (size_t j = 0; j < LANES; j++) {
+        bad |= flag[j];
+        o |= oflag[j];
+    }
+    *ovf = o;
+    return bad;
+}
+
+/* Undoes add_f32_wrap. fix_round is a pure function of its input, also for the NaN, Inf and
+ * out-of-range values whose results are meaningless, so subtracting restores acc exactly. */
+static void sub_f32_wrap(int64_t *restrict a, const float *restrict in, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        a[i] = (int64_t)((uint64_t)a[i] - fix_round((double)in[i] * SCALE));
+}
+
+ts_status ts_fixed_add_f32(int64_t *acc, const float *g, size_t n, struct ts_err *err)
+{
+    uint64_t ovf, bad = add_f32_wrap(acc, g, n, &ovf);
+
+    if (!((bad | ovf) & SIGN64))
+        return TS_OK;
+    sub_f32_wrap(acc, g, n);
+    if (bad & SIGN64)
+        return bad_value(g, n, err);
+    return overflow(acc, NULL, g, n, err);
+}
+
+/* (double)v, correctly rounded like cvtsi2sd, from two exactly converted halves: hi * 2^32 and
+ * lo are exact doubles and their sum is rounded once. SSE2 converts int32 but not int64. */
+static inline double i64_to_f64(int64_t v)
+{
+    uint64_t u = (uint64_t)v;
+    double hi = (double)(int32_t)(u >> 32) * 0x1p32;
+    double lo = bitsd((u & 0xffffffffu) | 0x4330000000000000ull) - 0x1p52;  /* 2^52 + lo */
+
+    return hi + lo;
+}
+
+HOT
+void ts_fixed_to_f32(const int64_t *restrict a, size_t n, double divisor, float *restrict o)
+{
+    size_t i = 0;
+
+    for (; i + LANES <= n; i += LANES)
+        for (size_t j = 0; j < LANES; j++)
+            o[i + j] = (float)(i64_to_f64(a[i + j]) * 0x1p-32 / divisor);
+    for (; i < n; i++)
+        o[i] = (float)(i64_to_f64(a[i]) * 0x1p-32 / divisor);
+}
+
+HOT
+void ts_f32_add(float *restrict a, const float *restrict b, size_t n)
+{
+    size_t i = 0;
+
+    for (; i + LANES <= n; i += LANES)
+        for (size_t j = 0; j < LANES; j++)
+            a[i + j] += b[i + j];
+    for (; i < n; i++)
+        a[i] += b[i];
+}

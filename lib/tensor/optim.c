@@ -1,0 +1,231 @@
+/* optim.c - SGD, momentum and Adam, as PyTorch defines them, in float, element by element.
+ *
+ * The shard applies these to its partitions and `tessera train --local` to whole tensors; in
+ * exact mode both must produce the same bits. So every element goes through the same fp32
+ * operations in the same order, with nothing that depends on n or on the partition: no
+ * reductions, no reassociation, no a * b + c contracted into an FMA (internal.h), and the
+ * per-step scalars (Adam's bias corrections) computed the same way everywhere. Element-wise
+ * IEEE operations give the same result vectorised or not.
+ *
+ *   SGD       g = grad + wd * p;  p -= lr * g
+ *   momentum  g as above;  v = mu * v + g;  p -= lr * v       (torch.optim.SGD, momentum=mu,
+ *             dampening 0, no Nesterov; PyTorch starts with v = g, which v = mu * 0 + g is)
+ *   Adam      g as above;  m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g * g;
+ *             mhat = m / (1 - b1^t);  vhat = v / (1 - b2^t);  p -= lr * mhat / (sqrt(vhat) + eps)
+ *             (torch.optim.Adam, amsgrad off; equal to PyTorch's formula up to rounding) */
+#include "tensor/tensor.h"
+#include "tensor/internal.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- parsing ---- */
+
+enum { O_LR = 1, O_MOMENTUM = 2, O_BETA1 = 4, O_BETA2 = 8, O_EPS = 16, O_WD = 32 };
+
+static const struct {
+    const char *name;
+    unsigned bit;
+    size_t off;
+} options[] = {
+    { "lr", O_LR, offsetof(struct ts_optim_cfg, lr) },
+    { "momentum", O_MOMENTUM, offsetof(struct ts_optim_cfg, momentum) },
+    { "beta1", O_BETA1, offsetof(struct ts_optim_cfg, beta1) },
+    { "beta2", O_BETA2, offsetof(struct ts_optim_cfg, beta2) },
+    { "eps", O_EPS, offsetof(struct ts_optim_cfg, eps) },
+    { "weight_decay", O_WD, offsetof(struct ts_optim_cfg, weight_decay) },
+};
+
+static const struct {
+    const char *name;
+    enum ts_optim_kind kind;
+    unsigned allowed;
+    const char *list;
+} optims[] = {
+    { "sgd", TS_OPTIM_SGD, O_LR | O_WD, "lr, weight_decay" },
+    { "momentum", TS_OPTIM_MOMENTUM, O_LR | O_MOMENTUM | O_WD, "lr, momentum, weight_decay" },
+    { "adam", TS_OPTIM_ADAM, O_LR | O_BETA1 | O_BETA2 | O_EPS | O_WD,
+      "lr, beta1, beta2, eps, weight_decay" },
+};
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+size_t ts_optim_state_len(enum ts_optim_kind kind)
+{
+    switch (kind) {
+    case TS_OPTIM_SGD:
+        return 0;
+    case TS_OPTIM_MOMENTUM:
+        return 1;
+    case TS_OPTIM_ADAM:
+        return 2;
+    }
+    return 0;
+}
+
+/* One "name=value" of len bytes at s into c; *seen collects the options given. */
+static ts_status parse_opt(const char *spec, const char *s, size_t len, unsigned allowed,
+                           const char *list, unsigned *seen, struct ts_optim_cfg *c,
+                           struct ts_err *err)
+{
+    const char *eq = memchr(s, '=', len);
+    char num[64], *end;
+    size_t k, nlen = eq ? (size_t)(eq - s) : len;
+    double v;
+
+    for (k = 0; k < NELEM(options); k++)
+        if (strlen(options[k].name) == nlen && !strncmp(s, options[k].name, nlen))
+            break;
+    if (k == NELEM(options) || !(options[k].bit & allowed))
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': unknown option '%.*s'; this "
+                          "optimizer takes %s", spec, (int)(nlen > 32 ? 32 : nlen), s, list);
+    if (*seen & options[k].bit)
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': option %s given twice", spec,
+                          options[k].name);
+    *seen |= options[k].bit;
+    if (!eq || len - nlen - 1 == 0 || len - nlen - 1 >= sizeof(num))
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': option %s needs a value, as in "
+                          "%s=0.1", spec, options[k].name, options[k].name);
+    memcpy(num, eq + 1, len - nlen - 1);
+    num[len - nlen - 1] = '\0';
+    v = strtod(num, &end);
+    if (*end || isspace((unsigned char)num[0]) || !isfinite((float)v))
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': %s=%s is not a finite number",
+                          spec, options[k].name, num);
+    *(float *)((char *)c + options[k].off) = (float)v;
+    return TS_OK;
+}
+
+/* The ranges PyTorch accepts, except that lr and eps must be positive. */
+static ts_status check_cfg(const char *spec, const struct ts_optim_cfg *c, struct ts_err *err)
+{
+    if (!(c->lr > 0))
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': lr must be > 0", spec);
+    if (!(c->momentum >= 0 && c->momentum < 1))
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': momentum must be in [0, 1)",
+                          spec);
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': beta1 and beta2 must be in "
+                          "[0, 1)", spec);
+    if (!(c->eps > 0))
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': eps must be > 0", spec);
+    if (!(c->weight_decay >= 0))
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': weight_decay must be >= 0",
+                          spec);
+    return TS_OK;
+}
+
+ts_status ts_optim_parse(const char *spec, struct ts_optim_cfg *cfg, struct ts_err *err)
+{
+    struct ts_optim_cfg c = { .lr = 0.01f, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f,
+                              .eps = 1e-8f, .weight_decay = 0.0f };
+    const char *colon, *s;
+    unsigned seen = 0;
+    size_t k, len;
+    ts_status st;
+
+    if (!spec)
+        return ts_err_set(err, TS_EINVAL, "optimizer: missing; want sgd, momentum or adam");
+    colon = strchr(spec, ':');
+    len = colon ? (size_t)(colon - spec) : strlen(spec);
+    for (k = 0; k < NELEM(optims); k++)
+        if (strlen(optims[k].name) == len && !strncmp(spec, optims[k].name, len))
+            break;
+    if (k == NELEM(optims))
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': unknown; want sgd, momentum or "
+                          "adam, optionally with :lr=0.1,...", spec);
+    c.kind = optims[k].kind;
+    if (colon && !colon[1])
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': nothing after ':'; drop it or "
+                          "add options (%s)", spec, optims[k].list);
+    for (s = colon ? colon + 1 : NULL; s; s = s[len] ? s + len + 1 : NULL) {
+        len = strcspn(s, ",");
+        if ((st = parse_opt(spec, s, len, optims[k].allowed, optims[k].list, &seen, &c, err)))
+            return st;
+    }
+    if ((st = check_cfg(spec, &c, err)))
+        return st;
+    *cfg = c;
+    return TS_OK;
+}
+
+/* ---- updates ---- */
+
+/* b^t by squaring, in double: a few exact-rounded multiplications, the same on every host
+ * (pow() from libm need not be). */
+static double pow_step(double b, uint64_t t)
+{
+    double r = 1.0;
+
+    for (; t; t >>= 1, b *= b)
+        if (t & 1)
+            r *= b;
+    return r;
+}
+
+static void sgd(const struct ts_optim_cfg *c, float *restrict p, const float *restrict grad,
+                size_t n)
+{
+    const float lr = c->lr, wd = c->weight_decay;
+
+    if (wd != 0.0f) {
+        for (size_t i = 0; i < n; i++)
+            p[i] -= lr * (grad[i] + wd * p[i]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        p[i] -= lr * grad[i];
+}
+
+static void momentum(const struct ts_optim_cfg *c, float *restrict p, float *restrict v,
+                     const float *restrict grad, size_t n)
+{
+    const float lr = c->lr, wd = c->weight_decay, mu = c->momentum;
+
+    for (size_t i = 0; i < n; i++) {
+        float g = wd != 0.0f ? grad[i] + wd * p[i] : grad[i];
+
+        v[i] = mu * v[i] + g;
+        p[i] -= lr * v[i];
+    }
+}
+
+static void adam(const struct ts_optim_cfg *c, uint64_t step, float *restrict p,
+                 float *restrict m, float *restrict v, const float *restrict grad, size_t n)
+{
+    const float lr = c->lr, wd = c->weight_decay, b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+    const float c1 = 1.0f - b1, c2 = 1.0f - b2;
+    /* Bias corrections: per step, in double as PyTorch does, then rounded to float once. */
+    const float bc1 = (float)(1.0 - pow_step(b1, step ? step : 1));
+    const float bc2 = (float)(1.0 - pow_step(b2, step ? step : 1));
+
+    for (size_t i = 0; i < n; i++) {
+        float g = wd != 0.0f ? grad[i] + wd * p[i] : grad[i];
+        float mhat, vhat;
+
+        m[i] = b1 * m[i] + c1 * g;
+        v[i] = b2 * v[i] + c2 * g * g;
+        mhat = m[i] / bc1;
+        vhat = v[i] / bc2;
+        p[i] -= lr * mhat / (sqrtf(vhat) + eps);
+    }
+}
+
+void ts_optim_apply(const struct ts_optim_cfg *cfg, uint64_t step, float *param, float *state,
+                    const float *grad, size_t n)
+{
+    switch (cfg->kind) {
+    case TS_OPTIM_SGD:
+        sgd(cfg, param, grad, n);
+        break;
+    case TS_OPTIM_MOMENTUM:
+        momentum(cfg, param, state, grad, n);
+        break;
+    case TS_OPTIM_ADAM:
+        adam(cfg, step, param, state, state + n, grad, n);
+        break;
+    }
+}

@@ -1,0 +1,70 @@
+/* frame.h - data-plane frames: a fixed little-endian header and a checksummed payload.
+ *
+ * Header (TS_FRAME_HDR_LEN bytes on the wire, little-endian): magic "TSF1", version, type,
+ * tensor id, partition, step, dtype, encoding, rank, flags, payload length, XXH3-64 of the
+ * payload, and XXH3-64 (low 32 bits) of the header's other bytes, so that a corrupted field is
+ * caught, not only a corrupted payload. ts_frame_recv refuses (and counts in the connection's
+ * frames_refused) a frame whose magic, version, type, header check, length (over the caller's
+ * capacity or TS_FRAME_MAX) or payload checksum is wrong: TS_ECORRUPT, with nothing returned.
+ * The length is checked before a payload byte is read. A frame cut short by a hang-up (torn)
+ * is TS_EUNAVAIL and also counted as refused. After a refused frame the byte stream cannot be
+ * trusted: close the connection. The wire layout is in frame.c and docs/transport.md.
+ * Ownership: payload buffers are the caller's. Threads: as the connection's. */
+#ifndef TS_TRANSPORT_FRAME_H
+#define TS_TRANSPORT_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport/transport.h"
+
+#define TS_FRAME_MAGIC 0x31465354u   /* "TSF1" little-endian */
+#define TS_FRAME_VERSION 1
+#define TS_FRAME_HDR_LEN 64
+#define TS_FRAME_MAX (256u << 20)    /* largest payload accepted */
+
+enum ts_frame_type {
+    TS_FRAME_HELLO = 1,     /* worker -> shard: rank in `rank`, job token as payload */
+    TS_FRAME_PUSH = 2,      /* gradient for (tensor, partition, step) */
+    TS_FRAME_PULL = 3,      /* ask for (tensor, partition) at version `step` */
+    TS_FRAME_PARAMS = 4,    /* parameters answering a PULL; `step` is their version */
+    TS_FRAME_ACK = 5,       /* a PUSH was applied to the aggregation */
+    TS_FRAME_ERROR = 6,     /* `flags` holds a ts_status, the payload its message */
+    TS_FRAME_TYPE_MAX = 6,
+};
+
+struct ts_frame_hdr {
+    uint16_t type;
+    uint32_t tensor;
+    uint32_t partition;
+    uint64_t step;
+    uint16_t dtype;
+    uint16_t encoding;
+    uint32_t rank;
+    uint32_t flags;
+    uint64_t len;           /* payload bytes; set by ts_frame_send */
+    uint64_t checksum;      /* set by ts_frame_send, checked by ts_frame_recv */
+};
+
+/* Encodes h (len and checksum computed from payload) and sends header + payload with one
+ * transport send; adds to c->bytes_out. TS_EINVAL, with nothing sent, for a type or length the
+ * peer would refuse; the transport's status otherwise. */
+ts_status ts_frame_send(struct ts_conn *c, struct ts_frame_hdr *h, const void *payload,
+                        size_t len, struct ts_err *err) TS_MUST_CHECK;
+/* Receives one frame: header into *h, payload into buf (cap bytes). ms bounds the wait for the
+ * frame's first byte; the payload must follow within TS_TP_STALL_MS. TS_ECORRUPT for a refused
+ * frame (see above); TS_ETIMEDOUT, TS_ECANCELLED (ts_tp_interrupt) or TS_EUNAVAIL (hung up)
+ * when no frame began: nothing consumed, not counted. An interrupt that lands after the header
+ * is held over to the next call, so a frame is never split. Counts c->frames_in, bytes_in and
+ * frames_refused. */
+ts_status ts_frame_recv(struct ts_conn *c, struct ts_frame_hdr *h, void *buf, size_t cap,
+                        int ms, struct ts_err *err) TS_MUST_CHECK;
+
+/* The pure parts, for tests and fuzzing: encode to / decode from TS_FRAME_HDR_LEN bytes.
+ * ts_frame_decode checks magic, version, type and the header check (TS_ECORRUPT, naming the
+ * field). */
+void ts_frame_encode(const struct ts_frame_hdr *h, uint8_t out[TS_FRAME_HDR_LEN]);
+ts_status ts_frame_decode(const uint8_t in[TS_FRAME_HDR_LEN], struct ts_frame_hdr *h,
+                          struct ts_err *err) TS_MUST_CHECK;
+
+#endif

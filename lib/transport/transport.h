@@ -1,0 +1,145 @@
+/* transport.h - the data plane: moving gradient and parameter frames between two processes.
+ *
+ * Why: gRPC carries control; bulk tensors need a path that can be zero-copy, shared-memory or
+ * RDMA. A transport is a const table of operations (STYLE.md); callers use the ts_tp_* wrappers.
+ * Backends move bytes only. Framing, checksums and validation live above them, in frame.c, so
+ * a torn, oversized or corrupted frame is refused the same way on every backend.
+ *
+ * Backends, in preference order: "shm" (processes on the same host: a shared-memory ring per
+ * direction, set up over a Unix socket), "tcp" (everywhere). RDMA and NCCL come later behind the
+ * same table. `listen` yields an opaque address blob that the peer receives over gRPC (the
+ * shard map's DataPlaneEndpoint) and passes to `connect`. `probe` returning TS_ENODEV means the
+ * backend cannot run here; `usable` says whether a peer's blob can be reached from this host
+ * (shm: same boot id).
+ *
+ * Waits: every blocking call is bounded. recv waits up to the caller's ms for the first byte;
+ * once a message has started, the rest must keep coming: a peer that sends nothing for
+ * TS_TP_STALL_MS mid-message (or, for send, reads nothing for that long) is treated as gone
+ * (TS_EUNAVAIL), so a torn message never hangs a thread forever.
+ *
+ * Ownership: listen/accept/connect return objects freed by ts_tp_unlisten / ts_tp_close.
+ * Buffers passed to send/recv are the caller's and are not kept after the call returns.
+ * Threads: one connection is used by one thread at a time for sending and one for receiving;
+ * interrupt and shutdown may come from any thread while c is open. Different connections are
+ * independent. A listener's accept is called from one thread. The counters in struct ts_conn
+ * belong to the thread of their direction (in: the receiver, out: the sender); read them from
+ * that thread or after it has been joined. */
+#ifndef TS_TRANSPORT_TRANSPORT_H
+#define TS_TRANSPORT_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+#define TS_BLOB_MAX 192
+#define TS_TP_STALL_MS 30000       /* longest silence tolerated inside one message */
+
+struct ts_blob {
+    uint8_t data[TS_BLOB_MAX];
+    size_t len;
+};
+
+struct ts_transport_ops;
+
+struct ts_conn {
+    const struct ts_transport_ops *ops;
+    char peer[64];                 /* for logs */
+    uint64_t frames_in, frames_refused, bytes_in, bytes_out;   /* kept by frame.c */
+};
+
+struct ts_listener {
+    const struct ts_transport_ops *ops;
+};
+
+struct ts_transport_ops {
+    const char *name;              /* "tcp", "shm": logs, --transport */
+    ts_status (*probe)(struct ts_err *e);
+    bool (*usable)(const struct ts_blob *peer);
+    /* host: the address to listen on ("127.0.0.1", "0.0.0.0"); backends that do not use one
+     * ignore it. The blob is what a peer needs to connect. */
+    ts_status (*listen)(const char *host, struct ts_listener **l, struct ts_blob *addr,
+                        struct ts_err *e);
+    /* Waits up to ms (-1 forever) for a peer. TS_ETIMEDOUT when none came. Another error
+     * concerns that one peer (it hung up, sent a bad handshake): the listener stays usable. */
+    ts_status (*accept)(struct ts_listener *l, int ms, struct ts_conn **c, struct ts_err *e);
+    void (*unlisten)(struct ts_listener *l);
+    ts_status (*connect)(const struct ts_blob *to, int ms, struct ts_conn **c, struct ts_err *e);
+    /* Sends head then body as one unit, all of it, or fails (TS_EUNAVAIL: peer gone, or it
+     * read nothing for TS_TP_STALL_MS). Either pointer may be NULL when its length is 0. */
+    ts_status (*send)(struct ts_conn *c, const void *head, size_t hlen, const void *body,
+                      size_t blen, struct ts_err *e);
+    /* Receives exactly n bytes into buf, waiting up to ms (-1 forever) for the first byte.
+     * TS_ETIMEDOUT if nothing arrived (nothing was consumed: c is still in step); TS_EUNAVAIL
+     * if the peer closed or went silent for TS_TP_STALL_MS after the first byte (torn). */
+    ts_status (*recv)(struct ts_conn *c, void *buf, size_t n, int ms, struct ts_err *e);
+    /* Makes the recv that is waiting on c for its first byte, or else the next recv that would
+     * have to wait, return TS_ECANCELLED (interrupts still pending do not add up). Data that
+     * has arrived wins over an interrupt, and a recv that has its first byte finishes
+     * undisturbed, so no byte is lost and c stays usable. Any thread. */
+    void (*interrupt)(struct ts_conn *c);
+    /* Hangs up without freeing c: the peer sees the connection closed; local send and recv,
+     * blocked or later, fail with TS_EUNAVAIL. For cutting a connection another thread is
+     * using; close it afterwards, once that thread is out. Any thread; idempotent. */
+    void (*shutdown)(struct ts_conn *c);
+    void (*close)(struct ts_conn *c);   /* cannot fail; frees c */
+};
+
+extern const struct ts_transport_ops ts_transport_tcp;
+extern const struct ts_transport_ops ts_transport_shm;
+
+/* NULL-terminated, in preference order. */
+extern const struct ts_transport_ops *const ts_transports[];
+/* By name; NULL if unknown. */
+const struct ts_transport_ops *ts_transport_find(const char *name);
+
+/* The wrappers callers use (STYLE.md: never c->ops directly). */
+TS_MUST_CHECK static inline ts_status ts_tp_listen(const struct ts_transport_ops *t,
+                                                   const char *host, struct ts_listener **l,
+                                                   struct ts_blob *addr, struct ts_err *e)
+{
+    return t->listen(host, l, addr, e);
+}
+TS_MUST_CHECK static inline ts_status ts_tp_accept(struct ts_listener *l, int ms,
+                                                   struct ts_conn **c, struct ts_err *e)
+{
+    return l->ops->accept(l, ms, c, e);
+}
+TS_MUST_CHECK static inline ts_status ts_tp_connect(const struct ts_transport_ops *t,
+                                                    const struct ts_blob *to, int ms,
+                                                    struct ts_conn **c, struct ts_err *e)
+{
+    return t->connect(to, ms, c, e);
+}
+TS_MUST_CHECK static inline ts_status ts_tp_send(struct ts_conn *c, const void *head,
+                                                 size_t hlen, const void *body, size_t blen,
+                                                 struct ts_err *e)
+{
+    return c->ops->send(c, head, hlen, body, blen, e);
+}
+TS_MUST_CHECK static inline ts_status ts_tp_recv(struct ts_conn *c, void *buf, size_t n, int ms,
+                                                 struct ts_err *e)
+{
+    return c->ops->recv(c, buf, n, ms, e);
+}
+static inline void ts_tp_interrupt(struct ts_conn *c)
+{
+    c->ops->interrupt(c);
+}
+static inline void ts_tp_shutdown(struct ts_conn *c)
+{
+    c->ops->shutdown(c);
+}
+static inline void ts_tp_close(struct ts_conn *c)
+{
+    if (c)
+        c->ops->close(c);
+}
+static inline void ts_tp_unlisten(struct ts_listener *l)
+{
+    if (l)
+        l->ops->unlisten(l);
+}
+
+#endif

@@ -1,0 +1,231 @@
+/* dataplane.c - the shard's side of the data plane: listeners, one thread per worker
+ * connection, PUSH/PULL frames applied to the partitions (lib/ps).
+ *
+ * Each connection is served in order by its own thread, so a PULL that waits for the next
+ * version blocks only that worker's connection, while the other workers' pushes arrive on
+ * theirs. A frame refused by lib/transport (torn, oversized, corrupted) is answered with an
+ * ERROR frame and the connection is closed: after a bad frame the byte stream is not trusted,
+ * and nothing from it was applied. */
+#include "dataplane.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/frame.h"
+#include "util/log.h"
+
+#define ACCEPT_POLL_MS 200
+#define PULL_WAIT_MS 120000
+
+struct dp_conn {
+    struct dataplane *dp;
+    struct ts_conn *c;
+    struct shard_job *job;          /* named by the connection's HELLO */
+    pthread_t thread;
+    struct dp_conn *next;
+    atomic_bool done;
+};
+
+static ts_status reply_error(struct ts_conn *c, const struct ts_frame_hdr *req,
+                             const struct ts_err *e)
+{
+    struct ts_frame_hdr h = { .type = TS_FRAME_ERROR, .tensor = req->tensor,
+                              .partition = req->partition, .step = req->step,
+                              .flags = (uint32_t)e->code };
+    struct ts_err ignore = { 0 };
+
+    return ts_frame_send(c, &h, e->msg, strlen(e->msg), &ignore);
+}
+
+static ts_status on_push(struct dp_conn *dc, struct ts_conn *c, const struct ts_frame_hdr *h,
+                         const void *buf, struct ts_err *err)
+{
+    struct ts_part *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition);
+    struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .tensor = h->tensor,
+                                .partition = h->partition, .step = h->step };
+    bool applied;
+
+    if (!dc->job)
+        return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
+    if (!p)
+        return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
+                          "register the tensor, or refresh the shard map", h->tensor,
+                          h->partition);
+    if (ts_part_push(p, h->rank, h->step, h->encoding, buf, h->len, &applied, err))
+        return err->code;
+    return ts_frame_send(c, &ack, NULL, 0, err);
+}
+
+static ts_status on_pull(struct dp_conn *dc, struct ts_conn *c, const struct ts_frame_hdr *h,
+                         void *buf, struct ts_err *err)
+{
+    struct ts_part *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition);
+    struct ts_frame_hdr out = { .type = TS_FRAME_PARAMS, .tensor = h->tensor,
+                                .partition = h->partition, .dtype = 1 };
+    uint64_t version;
+
+    if (!p)
+        return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
+                          "register the tensor, or refresh the shard map", h->tensor,
+                          h->partition);
+    if (ts_part_read(p, h->step, PULL_WAIT_MS, buf, &version, err))
+        return err->code;
+    out.step = version;
+    return ts_frame_send(c, &out, buf, p->len * sizeof(float), err);
+}
+
+/* Names the connection's job. The reply (ACK or ERROR) tells the worker whether it exists. */
+static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, const char *buf,
+                          struct ts_err *err)
+{
+    struct ts_frame_hdr ack = { .type = TS_FRAME_ACK };
+    char id[65];
+
+    if (h->len == 0 || h->len >= sizeof(id))
+        return ts_err_set(err, TS_EINVAL, "hello: job id of 1..64 bytes required");
+    memcpy(id, buf, h->len);
+    id[h->len] = '\0';
+    dc->job = shard_params_job(dc->dp->params, id);
+    if (!dc->job)
+        return ts_err_set(err, TS_ENOTFOUND, "hello: job '%s' has no tensors on this shard: "
+                          "register them first", id);
+    return ts_frame_send(dc->c, &ack, NULL, 0, err);
+}
+
+static void *conn_main(void *arg)
+{
+    struct dp_conn *dc = arg;
+    struct dataplane *dp = dc->dp;
+    void *buf = malloc(TS_FRAME_MAX); /* pages are touched only as frames need them */
+
+    while (buf && !atomic_load(&dp->stop)) {
+        struct ts_frame_hdr h;
+        struct ts_err err = { 0 };
+        ts_status st = ts_frame_recv(dc->c, &h, buf, TS_FRAME_MAX, 1000, &err);
+
+        if (st == TS_ETIMEDOUT)
+            continue;
+        if (st == TS_ECORRUPT) {
+            struct ts_frame_hdr none = { 0 };
+            ts_log(TS_WARN, "dataplane", "peer %s: %s; closing the connection, nothing applied",
+                   dc->c->peer, err.msg);
+            reply_error(dc->c, &none, &err);
+            break;
+        }
+        if (st)
+            break; /* the worker went away or the shard is stopping */
+        if (h.type == TS_FRAME_PUSH)
+            st = on_push(dc, dc->c, &h, buf, &err);
+        else if (h.type == TS_FRAME_PULL)
+            st = on_pull(dc, dc->c, &h, buf, &err);
+        else if (h.type == TS_FRAME_HELLO)
+            st = on_hello(dc, &h, buf, &err);
+        else
+            st = ts_err_set(&err, TS_EINVAL, "frame type %u is not a request", h.type);
+        if (st == TS_EUNAVAIL || st == TS_ECANCELLED)
+            break;
+        if (st && reply_error(dc->c, &h, &err))
+            break;
+    }
+    free(buf);
+    atomic_store(&dc->done, true);
+    return NULL;
+}
+
+/* Joins connections whose thread has ended. Called with dp->mu held. */
+static void reap(struct dataplane *dp, bool all)
+{
+    struct dp_conn **pp = &dp->conns;
+
+    while (*pp) {
+        struct dp_conn *dc = *pp;
+        if (!all && !atomic_load(&dc->done)) {
+            pp = &dc->next;
+            continue;
+        }
+        if (all)
+            dc->c->ops->interrupt(dc->c);
+        pthread_join(dc->thread, NULL);
+        ts_tp_close(dc->c);
+        *pp = dc->next;
+        free(dc);
+    }
+}
+
+static void *accept_main(void *arg)
+{
+    struct dp_listener *dl = arg;
+    struct dataplane *dp = dl->dp;
+
+    while (!atomic_load(&dp->stop)) {
+        struct ts_err err = { 0 };
+        struct ts_conn *c;
+        struct dp_conn *dc;
+
+        if (dl->l->ops->accept(dl->l, ACCEPT_POLL_MS, &c, &err))
+            continue;
+        dc = calloc(1, sizeof(*dc));
+        if (!dc) {
+            ts_tp_close(c);
+            continue;
+        }
+        dc->dp = dp;
+        dc->c = c;
+        pthread_mutex_lock(&dp->mu);
+        reap(dp, false);
+        if (pthread_create(&dc->thread, NULL, conn_main, dc) != 0) {
+            pthread_mutex_unlock(&dp->mu);
+            ts_log(TS_ERROR, "dataplane", "cannot start a thread for %s", c->peer);
+            ts_tp_close(c);
+            free(dc);
+            continue;
+        }
+        dc->next = dp->conns;
+        dp->conns = dc;
+        pthread_mutex_unlock(&dp->mu);
+        ts_log(TS_DEBUG, "dataplane", "%s connection from %s", dl->l->ops->name, c->peer);
+    }
+    return NULL;
+}
+
+ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const char *host,
+                          const char *only, struct ts_err *err)
+{
+    memset(dp, 0, sizeof(*dp));
+    dp->params = sp;
+    pthread_mutex_init(&dp->mu, NULL);
+    for (size_t i = 0; ts_transports[i] && dp->n < DP_MAX_LISTENERS; i++) {
+        const struct ts_transport_ops *ops = ts_transports[i];
+        struct dp_listener *dl = &dp->listeners[dp->n];
+        struct ts_err e = { 0 };
+
+        if ((only && only[0] && strcmp(only, ops->name) != 0) || ops->probe(&e))
+            continue;
+        if (ops->listen(host, &dl->l, &dl->addr, &e)) {
+            ts_log(TS_WARN, "dataplane", "%s: cannot listen: %s", ops->name, e.msg);
+            continue;
+        }
+        dl->dp = dp;
+        pthread_create(&dl->thread, NULL, accept_main, dl);
+        dp->n++;
+    }
+    if (!dp->n)
+        return ts_err_set(err, TS_ENODEV, "data plane: no transport could listen%s%s",
+                          only ? " (--transport " : "", only ? only : "");
+    return TS_OK;
+}
+
+void dataplane_stop(struct dataplane *dp)
+{
+    atomic_store(&dp->stop, true);
+    for (size_t i = 0; i < dp->n; i++)
+        pthread_join(dp->listeners[i].thread, NULL);
+    pthread_mutex_lock(&dp->mu);
+    reap(dp, true);
+    pthread_mutex_unlock(&dp->mu);
+    for (size_t i = 0; i < dp->n; i++)
+        ts_tp_unlisten(dp->listeners[i].l);
+    pthread_mutex_destroy(&dp->mu);
+}

@@ -1,0 +1,37 @@
+/* dataplane.h - the shard's data-plane server (see dataplane.c). */
+#ifndef TS_SHARD_DATAPLANE_H
+#define TS_SHARD_DATAPLANE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "params.h"
+#include "transport/transport.h"
+
+#define DP_MAX_LISTENERS 4
+
+struct dataplane;
+
+struct dp_listener {
+    struct dataplane *dp;
+    struct ts_listener *l;
+    struct ts_blob addr;            /* what workers connect to, published via the master */
+    pthread_t thread;
+};
+
+struct dataplane {
+    struct shard_params *params;    /* borrowed */
+    struct dp_listener listeners[DP_MAX_LISTENERS];
+    size_t n;
+    pthread_mutex_t mu;
+    struct dp_conn *conns;
+    atomic_bool stop;
+};
+
+/* Listens on every transport that can run here (only the one named `only`, if set). */
+ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const char *host,
+                          const char *only, struct ts_err *err) TS_MUST_CHECK;
+/* Stops accepting, interrupts and joins every connection thread, closes the listeners. */
+void dataplane_stop(struct dataplane *dp);
+
+#endif

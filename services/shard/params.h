@@ -1,0 +1,64 @@
+/* params.h - the tensors and partitions a shard holds, per job.
+ *
+ * RegisterTensor decides, with the shard map the caller names (map_epoch), which partitions of
+ * a tensor the ring gives this shard, and creates them (lib/ps). The data plane finds a
+ * partition by (job, tensor id, partition index); a connection names its job in its HELLO.
+ * A job's settings (workers, mode, optimizer, batch) are fixed by its first registration.
+ * Ownership: the registry owns its tensors and partitions until shard_params_fini().
+ * Threads: safe; the registry lock is held only to find or add, partitions lock themselves. */
+#ifndef TS_SHARD_PARAMS_H
+#define TS_SHARD_PARAMS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "client/master_client.h"
+#include "ps/part.h"
+
+#define SHARD_MAX_TENSORS 4096
+#define SHARD_MAX_DIMS 8
+
+struct shard_tensor {
+    uint32_t id;
+    char name[129];
+    char init[64];
+    uint64_t seed, fan_in, fan_out, numel, partition_bytes;
+    uint64_t shape[SHARD_MAX_DIMS];
+    size_t ndim;
+    uint32_t nparts;
+    struct ts_part **parts;            /* by index; NULL where another shard holds it */
+};
+
+#define SHARD_MAX_JOBS 64
+
+struct shard_job {
+    struct ts_job job;
+    struct shard_tensor *tensors[SHARD_MAX_TENSORS];
+};
+
+struct shard_params {
+    pthread_mutex_t mu;
+    struct shard_job *jobs[SHARD_MAX_JOBS];
+    size_t njobs;
+    uint64_t partitions, bytes;
+};
+
+void shard_params_init(struct shard_params *sp);
+void shard_params_fini(struct shard_params *sp);
+
+/* Registers req's tensor; owned partition indices go to owned[0..*nowned) (cap entries).
+ * cl is the shard's own map handle (refreshed here when req->map_epoch is newer); my_id this
+ * shard's id. Errors name the field; TS_ESTALE for an old map_epoch. */
+ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                                const Tessera__V1__RegisterTensorRequest *req, uint32_t *owned,
+                                size_t cap, size_t *nowned, uint32_t *nparts,
+                                struct ts_err *err) TS_MUST_CHECK;
+
+/* The job named id, or NULL. Jobs live until shard_params_fini. */
+struct shard_job *shard_params_job(struct shard_params *sp, const char *id);
+/* The partition, or NULL if this shard does not hold it. */
+struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *job,
+                                  uint32_t tensor, uint32_t part);
+
+#endif

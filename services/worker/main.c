@@ -1,0 +1,70 @@
+/* main.c - tessera-worker: the built-in trainer (MLP on Fashion-MNIST) as one rank of a job. */
+#include <signal.h>
+#include <stdio.h>
+
+#include "util/flags.h"
+#include "util/proc.h"
+#include "worker.h"
+
+#define DEFAULT_OPTIMIZER "momentum:lr=0.05,momentum=0.9"
+
+int main(int argc, char **argv)
+{
+    const char *master = NULL, *job = "default", *optimizer = DEFAULT_OPTIMIZER;
+    const char *transport = NULL, *data = NULL;
+    int64_t rank = 0, workers = 1, batch = 64, micro = 16, epochs = 1, steps = 0, seed = 1;
+    int64_t partition_kb = 0;
+    bool exact = false, json = false, help;
+    const struct ts_flag flags[] = {
+        { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
+                                                  "single-process run (default local)", 0, 0 },
+        { "job", TS_FLAG_STR, &job, "ID", "job id (default `default`)", 0, 0 },
+        { "rank", TS_FLAG_INT, &rank, "R", "this worker's rank (default 0)", 0, 1023 },
+        { "workers", TS_FLAG_INT, &workers, "N", "workers in the job (default 1)", 1, 1024 },
+        { "epochs", TS_FLAG_INT, &epochs, "E", "epochs to train (default 1)", 1, 1000 },
+        { "steps", TS_FLAG_INT, &steps, "K", "train exactly K global steps instead", 0,
+          100000000 },
+        { "seed", TS_FLAG_INT, &seed, "S", "seed of the init and the data order (default 1)",
+          0, INT64_MAX },
+        { "batch", TS_FLAG_INT, &batch, "B", "global batch (default 64)", 1, 60000 },
+        { "micro", TS_FLAG_INT, &micro, "M", "micro-batch, divides B (default 16)", 1, 60000 },
+        { "exact", TS_FLAG_BOOL, &exact, NULL, "bitwise-reproducible sums (fixed point)", 0, 0 },
+        { "optimizer", TS_FLAG_STR, &optimizer, "SPEC", "default " DEFAULT_OPTIMIZER, 0, 0 },
+        { "transport", TS_FLAG_STR, &transport, "NAME", "data plane: shm or tcp (default: "
+                                                        "the best both ends have)", 0, 0 },
+        { "partition-kb", TS_FLAG_INT, &partition_kb, "KB", "partition size (default 4096)",
+          0, 131072 },
+        { "data", TS_FLAG_STR, &data, "DIR", "Fashion-MNIST directory (default "
+                                             TS_FMNIST_DIR ")", 0, 0 },
+        { "json", TS_FLAG_BOOL, &json, NULL, "rank 0 ends with one JSON line", 0, 0 },
+        { NULL, 0, NULL, NULL, NULL, 0, 0 },
+    };
+    struct ts_err err = { 0 };
+    struct train_opts o;
+    int npos = 0;
+
+    signal(SIGPIPE, SIG_IGN);
+    if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
+        fprintf(stderr, "tessera-worker: %s\n", err.msg);
+        return 2;
+    }
+    if (help) {
+        ts_flags_usage(stdout, "tessera-worker [options]",
+                       "One rank of a training job: the MLP 784-256-128-10 on Fashion-MNIST,\n"
+                       "through the Tessera SDK. `tessera train` starts these for you.", flags);
+        return 0;
+    }
+    if (batch % micro || rank >= workers) {
+        fprintf(stderr, "tessera-worker: %s\n", batch % micro ? "--micro must divide --batch"
+                                                              : "--rank must be below --workers");
+        return 2;
+    }
+    o = (struct train_opts){ .master = master, .job = job, .optimizer = optimizer,
+                             .transport = transport, .data_dir = data, .rank = (uint32_t)rank,
+                             .workers = (uint32_t)workers, .batch = (uint32_t)batch,
+                             .micro = (uint32_t)micro, .epochs = (uint32_t)epochs,
+                             .steps = (uint64_t)steps, .seed = (uint64_t)seed,
+                             .partition_bytes = (uint64_t)partition_kb * 1024, .exact = exact,
+                             .json = json };
+    return train_run(&o);
+}

@@ -1,0 +1,228 @@
+/* train.c - the built-in trainer: the MLP on Fashion-MNIST, through the SDK exactly as a
+ * user's trainer would use it.
+ *
+ * Every rank walks the same schedule (lib/data): at step s it computes the gradient of the
+ * micro-batches the schedule gives it, each micro-batch's gradient turned into fixed point and
+ * summed as integers in exact mode, and hands the sum to tessera_step, which returns the
+ * parameters of version s + 1. Rank 0 also evaluates and reports. */
+#include "worker.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/mlp.h"
+#include "tensor/fingerprint.h"
+#include "tensor/tensor.h"
+#include "util/json.h"
+#include "util/proc.h"
+
+struct run {
+    const struct train_opts *o;
+    tessera *t;
+    struct ts_mlp *mlp;
+    struct ts_dataset train, test;
+    struct ts_schedule sched;
+    float *params[TS_MLP_NTENSORS], *grad[TS_MLP_NTENSORS], *xb;
+    void *acc[TS_MLP_NTENSORS];        /* int64 (exact) or float sums of this rank's share */
+    int64_t *fixed;                    /* one micro-batch's gradient in fixed point */
+    uint8_t *yb;
+    uint32_t *perm, *first;
+    int ids[TS_MLP_NTENSORS];
+};
+
+static int say(struct tessera_error *e, const char *what)
+{
+    fprintf(stderr, "tessera-worker: %s: %s\n", what, e->message);
+    return 1;
+}
+
+static int setup(struct run *r, struct tessera_error *e)
+{
+    const struct train_opts *o = r->o;
+    const struct ts_mlp_tensor *mt = ts_mlp_tensors();
+    struct tessera_options to = { .master = o->master, .job = o->job, .rank = o->rank,
+                                  .workers = o->workers, .exact = o->exact,
+                                  .optimizer = o->optimizer, .batch = o->batch,
+                                  .transport = o->transport };
+    struct ts_err err = { 0 };
+    uint64_t max = 0;
+
+    if (ts_fmnist_load(o->data_dir, true, &r->train, &err) ||
+        (o->rank == 0 && ts_fmnist_load(o->data_dir, false, &r->test, &err)) ||
+        ts_mlp_create(o->micro > 1000 ? o->micro : 1000, &r->mlp, &err)) {
+        snprintf(e->message, sizeof(e->message), "%s", err.msg);
+        return say(e, "data");
+    }
+    r->sched = (struct ts_schedule){ .seed = o->seed, .n = r->train.n, .batch = o->batch,
+                                     .micro = o->micro };
+    if (tessera_connect(&to, &r->t, e))
+        return say(e, "connect");
+    for (int i = 0; i < TS_MLP_NTENSORS; i++) {
+        uint64_t shape[2] = { mt[i].rows, mt[i].cols };
+        uint64_t n = ts_mlp_numel(i);
+        if (tessera_register(r->t, mt[i].name, shape, mt[i].cols > 1 ? 2 : 1, mt[i].init,
+                             o->seed, mt[i].fan_in, mt[i].fan_out, o->partition_bytes,
+                             &r->ids[i], e))
+            return say(e, "register");
+        r->params[i] = malloc(n * sizeof(float));
+        r->grad[i] = malloc(n * sizeof(float));
+        r->acc[i] = calloc(n, 8);
+        max = n > max ? n : max;
+        if (!r->params[i] || !r->grad[i] || !r->acc[i] ||
+            tessera_pull(r->t, r->ids[i], 0, r->params[i], e))
+            return say(e, "pull");
+    }
+    r->fixed = malloc(max * sizeof(int64_t));
+    r->xb = malloc((size_t)o->micro * TS_MLP_IN * sizeof(float));
+    r->yb = malloc(o->micro);
+    r->perm = malloc(r->train.n * sizeof(uint32_t));
+    r->first = malloc((o->batch / o->micro + 1) * sizeof(uint32_t));
+    return r->fixed && r->xb && r->yb && r->perm && r->first ? 0 : (say(e, "memory"), 1);
+}
+
+/* This rank's gradient sum for the step at batch offset base of perm into acc. */
+static int compute(struct run *r, uint32_t base, double *loss, struct tessera_error *e)
+{
+    uint32_t n = ts_schedule_micro(&r->sched, r->o->rank, r->o->workers, r->first);
+
+    for (int i = 0; i < TS_MLP_NTENSORS; i++)
+        memset(r->acc[i], 0, ts_mlp_numel(i) * 8);
+    for (uint32_t j = 0; j < n; j++) {
+        for (uint32_t k = 0; k < r->o->micro; k++) {
+            uint32_t idx = r->perm[base + r->first[j] + k];
+            memcpy(r->xb + (size_t)k * TS_MLP_IN, r->train.x + (size_t)idx * TS_MLP_IN,
+                   TS_MLP_IN * sizeof(float));
+            r->yb[k] = r->train.y[idx];
+        }
+        *loss += ts_mlp_grad(r->mlp, r->params, r->xb, r->yb, (int)r->o->micro, r->grad);
+        for (int i = 0; i < TS_MLP_NTENSORS; i++) {
+            uint64_t numel = ts_mlp_numel(i);
+            if (!r->o->exact) {
+                ts_f32_add(r->acc[i], r->grad[i], numel);
+                continue;
+            }
+            if (tessera_to_fixed(r->grad[i], numel, r->fixed, e) ||
+                tessera_fixed_add(r->acc[i], r->fixed, numel, e))
+                return say(e, "gradient");
+        }
+    }
+    return 0;
+}
+
+static double accuracy(struct run *r, const struct ts_dataset *d, uint32_t n, double *loss)
+{
+    int correct = 0;
+    double l = 0, sum = 0;
+
+    for (uint32_t at = 0; at < n; at += 1000) {
+        int k = n - at < 1000 ? (int)(n - at) : 1000;
+        correct += ts_mlp_eval(r->mlp, r->params, d->x + (size_t)at * TS_MLP_IN, d->y + at, k,
+                               &l);
+        sum += l;
+    }
+    if (loss)
+        *loss = sum / n;
+    return (double)correct / n;
+}
+
+static void fingerprint(struct run *r, char hex[65])
+{
+    const struct ts_mlp_tensor *mt = ts_mlp_tensors();
+    struct ts_fp_tensor fp[TS_MLP_NTENSORS];
+
+    for (int i = 0; i < TS_MLP_NTENSORS; i++)
+        fp[i] = (struct ts_fp_tensor){ mt[i].name, r->params[i], ts_mlp_numel(i) };
+    if (ts_params_sha256(fp, TS_MLP_NTENSORS, hex, NULL))
+        snprintf(hex, 65, "unavailable");
+}
+
+static void report(struct run *r, uint64_t steps, double secs)
+{
+    char hex[65];
+    double test_acc = accuracy(r, &r->test, r->test.n, NULL);
+    double sps = secs > 0 ? (double)steps * r->o->batch / secs : 0;
+    struct ts_json j;
+
+    fingerprint(r, hex);
+    printf("done: %" PRIu64 " steps, test accuracy %.4f, %.0f samples/s, %s mode over %s\n",
+           steps, test_acc, sps, r->o->exact ? "exact" : "float", tessera_transport(r->t));
+    printf("params_sha256 %s\n", hex);
+    if (!r->o->json)
+        return;
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_num(&j, "test_accuracy", test_acc);
+    ts_json_str(&j, "params_sha256", hex);
+    ts_json_uint(&j, "steps", steps);
+    ts_json_num(&j, "samples_per_s", sps);
+    ts_json_num(&j, "seconds", secs);
+    ts_json_uint(&j, "workers", r->o->workers);
+    ts_json_bool(&j, "exact", r->o->exact);
+    ts_json_str(&j, "transport", tessera_transport(r->t));
+    ts_json_uint(&j, "seed", r->o->seed);
+    ts_json_uint(&j, "batch", r->o->batch);
+    ts_json_end(&j);
+    printf("%s\n", j.buf);
+    ts_json_fini(&j);
+}
+
+int train_run(const struct train_opts *o)
+{
+    struct run r = { .o = o };
+    struct tessera_error e = { 0 };
+    uint32_t spe;
+    uint64_t total, s;
+    int64_t t0, te;
+    double loss = 0;
+    int rc;
+
+    ts_mlp_single_thread();
+    if ((rc = setup(&r, &e)))
+        goto out;
+    spe = ts_schedule_steps_per_epoch(&r.sched);
+    total = o->steps ? o->steps : (uint64_t)o->epochs * spe;
+    t0 = te = ts_now_ms();
+    for (s = 0; s < total; s++) {
+        uint32_t k = (uint32_t)(s % spe);
+        if (k == 0)
+            ts_schedule_perm(&r.sched, (uint32_t)(s / spe), r.perm);
+        if ((rc = compute(&r, k * o->batch, &loss, &e)))
+            goto out;
+        if (tessera_step(r.t, s, (const void *const *)r.acc, r.params, &e)) {
+            rc = say(&e, "step");
+            goto out;
+        }
+        if (o->rank == 0 && (k == spe - 1 || s + 1 == total)) {
+            double tl, train_acc = accuracy(&r, &r.train, 10000, &tl);
+            double test_acc = accuracy(&r, &r.test, r.test.n, NULL);
+            int64_t now = ts_now_ms();
+            printf("epoch %" PRIu64 " step %" PRIu64 "/%" PRIu64 ": loss %.4f, train accuracy "
+                   "%.4f, test accuracy %.4f, %.0f samples/s\n", s / spe + 1, s + 1, total, tl,
+                   train_acc, test_acc,
+                   (double)(k + 1) * o->batch * 1000.0 / (double)(now - te > 0 ? now - te : 1));
+            fflush(stdout);
+            te = now;
+        }
+    }
+    if (o->rank == 0)
+        report(&r, total, (double)(ts_now_ms() - t0) / 1000.0);
+    rc = 0;
+out:
+    tessera_close(r.t);
+    for (int i = 0; i < TS_MLP_NTENSORS; i++) {
+        free(r.params[i]);
+        free(r.grad[i]);
+        free(r.acc[i]);
+    }
+    free(r.fixed);
+    free(r.xb);
+    free(r.yb);
+    free(r.perm);
+    free(r.first);
+    ts_mlp_free(r.mlp);
+    ts_data_free(&r.train);
+    ts_data_free(&r.test);
+    return rc;
+}

@@ -1,0 +1,428 @@
+/* test_frame.c - lib/transport/frame: the header format is exactly the documented bytes, every
+ * field survives a round trip, and no damage is ever accepted silently: a flipped byte anywhere
+ * in the 64-byte header, a flipped payload bit, an oversized length (refused before reading
+ * the payload), a frame torn by a hang-up. The wire cases run over real tcp and shm
+ * connections with the fault wrapper (fault.h) doing the damage, and check the counters. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "transport/fault.h"
+#include "transport/frame.h"
+#include "util/proc.h"
+
+#define CAP 8192
+
+static void must(ts_status st, const struct ts_err *err, const char *what)
+{
+    if (st != TS_OK)
+        fail_msg("%s: %s: %s", what, ts_status_name(st), err->msg);
+}
+
+static struct ts_frame_hdr sample(void)
+{
+    struct ts_frame_hdr h = { .type = TS_FRAME_PUSH, .tensor = 3, .partition = 0, .step = 7,
+                              .dtype = 2, .encoding = 1, .rank = 5, .flags = 0x10,
+                              .len = 4096, .checksum = 0x0123456789abcdefull };
+    return h;
+}
+
+static void assert_hdr_equal(const struct ts_frame_hdr *a, const struct ts_frame_hdr *b)
+{
+    assert_int_equal(a->type, b->type);
+    assert_int_equal(a->tensor, b->tensor);
+    assert_int_equal(a->partition, b->partition);
+    assert_true(a->step == b->step);
+    assert_int_equal(a->dtype, b->dtype);
+    assert_int_equal(a->encoding, b->encoding);
+    assert_int_equal(a->rank, b->rank);
+    assert_int_equal(a->flags, b->flags);
+    assert_true(a->len == b->len);
+    assert_true(a->checksum == b->checksum);
+}
+
+/* ---- the pure encoder and decoder ---- */
+
+static void t_round_trip(void **state)
+{
+    struct ts_frame_hdr in[3] = { sample(), sample(), sample() }, out;
+    struct ts_err err = { 0 };
+    uint8_t b[TS_FRAME_HDR_LEN];
+
+    /* Every field at its largest value, then distinct bytes in every field. */
+    in[1] = (struct ts_frame_hdr){ TS_FRAME_TYPE_MAX, UINT32_MAX, UINT32_MAX, UINT64_MAX,
+                                   UINT16_MAX, UINT16_MAX, UINT32_MAX, UINT32_MAX, TS_FRAME_MAX,
+                                   UINT64_MAX };
+    in[2] = (struct ts_frame_hdr){ TS_FRAME_ERROR, 0x01020304, 0x05060708,
+                                   0x090a0b0c0d0e0f10ull, 0x1112, 0x1314, 0x15161718,
+                                   0x191a1b1c, 0x1d1e1f, 0x2122232425262728ull };
+    for (int i = 0; i < 3; i++) {
+        memset(&out, 0xee, sizeof(out));
+        ts_frame_encode(&in[i], b);
+        must(ts_frame_decode(b, &out, &err), &err, "decode");
+        assert_hdr_equal(&in[i], &out);
+    }
+}
+
+/* The documented layout, byte for byte (docs/transport.md): little-endian at fixed offsets. */
+static void t_golden_layout(void **state)
+{
+    struct ts_frame_hdr h = { TS_FRAME_ERROR, 0x01020304, 0x05060708, 0x090a0b0c0d0e0f10ull,
+                              0x1112, 0x1314, 0x15161718, 0x191a1b1c, 0x1d1e1f,
+                              0x2122232425262728ull };
+    static const uint8_t want[60] = {
+        'T', 'S', 'F', '1', 1, 0, 6, 0,                       /* magic, version, type */
+        0x04, 0x03, 0x02, 0x01, 0x08, 0x07, 0x06, 0x05,       /* tensor, partition */
+        0x10, 0x0f, 0x0e, 0x0d, 0x0c, 0x0b, 0x0a, 0x09,       /* step */
+        0x12, 0x11, 0x14, 0x13, 0x18, 0x17, 0x16, 0x15,       /* dtype, encoding, rank */
+        0x1c, 0x1b, 0x1a, 0x19, 0, 0, 0, 0,                   /* flags, reserved */
+        0x1f, 0x1e, 0x1d, 0, 0, 0, 0, 0,                      /* len */
+        0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,       /* checksum */
+        0, 0, 0, 0,                                           /* reserved */
+    };
+    uint8_t b[TS_FRAME_HDR_LEN];
+    uint32_t check;
+
+    ts_frame_encode(&h, b);
+    assert_memory_equal(b, want, sizeof(want));
+    check = (uint32_t)XXH3_64bits(b, 60);
+    assert_int_equal(b[60] | b[61] << 8 | b[62] << 16 | (uint32_t)b[63] << 24, check);
+}
+
+/* Any damage to any header byte is refused, and the output is left alone. */
+static void t_every_header_byte(void **state)
+{
+    static const uint8_t masks[] = { 0x01, 0x80, 0xff, 0x5a };
+    struct ts_frame_hdr h = sample(), out, untouched;
+    uint8_t good[TS_FRAME_HDR_LEN], b[TS_FRAME_HDR_LEN];
+
+    ts_frame_encode(&h, good);
+    memset(&untouched, 0xee, sizeof(untouched));
+    for (int i = 0; i < TS_FRAME_HDR_LEN; i++) {
+        for (size_t m = 0; m < sizeof(masks); m++) {
+            struct ts_err err = { 0 };
+
+            memcpy(b, good, sizeof(b));
+            b[i] ^= masks[m];
+            out = untouched;
+            if (ts_frame_decode(b, &out, &err) != TS_ECORRUPT)
+                fail_msg("byte %d ^ 0x%02x accepted", i, masks[m]);
+            assert_memory_equal(&out, &untouched, sizeof(out));
+            assert_true(strncmp(err.msg, "frame: ", 7) == 0);
+        }
+    }
+}
+
+/* Re-seals a hand-edited header, so that a field check (not the header check) is reached. */
+static void reseal(uint8_t *b)
+{
+    uint32_t c = (uint32_t)XXH3_64bits(b, 60);
+
+    for (int i = 0; i < 4; i++)
+        b[60 + i] = (uint8_t)(c >> (8 * i));
+}
+
+static void expect_refused(const uint8_t *b, const char *needle)
+{
+    struct ts_frame_hdr out;
+    struct ts_err err = { 0 };
+
+    assert_int_equal(ts_frame_decode(b, &out, &err), TS_ECORRUPT);
+    if (!strstr(err.msg, needle))
+        fail_msg("message '%s' does not name '%s'", err.msg, needle);
+}
+
+static void t_field_messages(void **state)
+{
+    struct ts_frame_hdr h = sample();
+    uint8_t b[TS_FRAME_HDR_LEN];
+
+    ts_frame_encode(&h, b);
+    b[0] = 'X';
+    expect_refused(b, "magic 0x31465358 is not TSF1");
+    ts_frame_encode(&h, b);
+    b[4] = 2;
+    expect_refused(b, "version 2");
+    ts_frame_encode(&h, b);
+    b[20] ^= 1;                                  /* step */
+    expect_refused(b, "header check");
+    h.type = 0;
+    ts_frame_encode(&h, b);
+    expect_refused(b, "type 0 unknown");
+    h.type = TS_FRAME_TYPE_MAX + 1;
+    ts_frame_encode(&h, b);
+    expect_refused(b, "type 7 unknown");
+    h = sample();
+    ts_frame_encode(&h, b);
+    b[36] = 1;
+    reseal(b);
+    expect_refused(b, "reserved");
+    h.len = (uint64_t)TS_FRAME_MAX + 1;
+    ts_frame_encode(&h, b);
+    expect_refused(b, "length 268435457 over the maximum");
+}
+
+/* ---- over real connections, damaged by the fault wrapper ---- */
+
+struct wire {
+    struct ts_conn *tx;       /* the fault wrapper around the connecting side */
+    struct ts_conn *rx;       /* the accepting side */
+};
+
+static struct wire wire_open(void **state, const struct ts_fault_cfg *cfg)
+{
+    const struct ts_transport_ops *t = ts_transport_find((const char *)*state);
+    struct ts_listener *l = NULL;
+    struct ts_blob addr = { 0 };
+    struct ts_conn *raw = NULL;
+    struct ts_err err = { 0 };
+    struct wire w = { 0 };
+
+    assert_non_null(t);
+    if (t->probe(&err) == TS_ENODEV)
+        skip();
+    must(ts_tp_listen(t, "127.0.0.1", &l, &addr, &err), &err, "listen");
+    must(ts_tp_connect(t, &addr, 5000, &raw, &err), &err, "connect");
+    must(ts_tp_accept(l, 5000, &w.rx, &err), &err, "accept");
+    ts_tp_unlisten(l);
+    must(ts_fault_wrap(raw, cfg, &w.tx, &err), &err, "fault wrap");
+    return w;
+}
+
+static void wire_close(struct wire *w)
+{
+    ts_tp_close(w->tx);
+    ts_tp_close(w->rx);
+}
+
+static void send_sample(struct wire *w, size_t len, ts_status want)
+{
+    static uint8_t payload[CAP];
+    struct ts_frame_hdr h = sample();
+    struct ts_err err = { 0 };
+
+    for (size_t i = 0; i < sizeof(payload); i++)
+        payload[i] = (uint8_t)(i * 31 + 7);
+    assert_int_equal(ts_frame_send(w->tx, &h, payload, len, &err), want);
+}
+
+static ts_status recv_one(struct wire *w, struct ts_frame_hdr *h, struct ts_err *err)
+{
+    static uint8_t buf[CAP];
+
+    return ts_frame_recv(w->rx, h, buf, sizeof(buf), 5000, err);
+}
+
+static void t_wire_ok(void **state)
+{
+    struct ts_fault_cfg cfg = { .kind = TS_FAULT_NONE, .delay_ms = 1 };
+    struct wire w = wire_open(state, &cfg);
+    struct ts_frame_hdr want = sample(), got;
+    struct ts_err err = { 0 };
+    const size_t lens[] = { 0, 1, 4096, CAP };
+
+    for (size_t i = 0; i < 4; i++) {
+        send_sample(&w, lens[i], TS_OK);
+        must(recv_one(&w, &got, &err), &err, "recv");
+        want.len = lens[i];
+        want.checksum = got.checksum;
+        assert_hdr_equal(&want, &got);
+    }
+    assert_true(w.rx->frames_in == 4 && w.rx->frames_refused == 0);
+    assert_true(w.rx->bytes_in == 4 * TS_FRAME_HDR_LEN + 1 + 4096 + CAP);
+    assert_true(w.tx->bytes_out == w.rx->bytes_in);
+    /* Timeouts are not refusals, and leave the stream in step. */
+    assert_int_equal(ts_frame_recv(w.rx, &got, NULL, 0, 20, &err), TS_ETIMEDOUT);
+    assert_true(w.rx->frames_refused == 0);
+    wire_close(&w);
+}
+
+static void t_wire_payload_flip(void **state)
+{
+    struct ts_fault_cfg cfg = { .kind = TS_FAULT_CORRUPT, .nth = 2,
+                                .offset = TS_FRAME_HDR_LEN + 1000, .mask = 0x10 };
+    struct wire w = wire_open(state, &cfg);
+    struct ts_frame_hdr got;
+    struct ts_err err = { 0 };
+
+    send_sample(&w, 4096, TS_OK);
+    send_sample(&w, 4096, TS_OK);              /* the wrapper flips one bit of this one */
+    must(recv_one(&w, &got, &err), &err, "first frame");
+    assert_int_equal(recv_one(&w, &got, &err), TS_ECORRUPT);
+    assert_non_null(strstr(err.msg, "payload checksum mismatch (tensor 3 partition 0 step 7"));
+    assert_true(w.rx->frames_in == 1 && w.rx->frames_refused == 1);
+    wire_close(&w);
+}
+
+static void t_wire_header_flip(void **state)
+{
+    for (uint64_t off = 0; off < TS_FRAME_HDR_LEN; off += 9) {
+        struct ts_fault_cfg cfg = { .kind = TS_FAULT_CORRUPT, .nth = 1, .offset = off };
+        struct wire w = wire_open(state, &cfg);
+        struct ts_frame_hdr got;
+        struct ts_err err = { 0 };
+
+        send_sample(&w, 100, TS_OK);
+        assert_int_equal(recv_one(&w, &got, &err), TS_ECORRUPT);
+        assert_true(w.rx->frames_refused == 1 && w.rx->frames_in == 0);
+        wire_close(&w);
+    }
+}
+
+/* A header announcing more than the buffer (or TS_FRAME_MAX) is refused on the header alone:
+ * no payload follows here, so a receiver that tried to read one would wait, not refuse. */
+static void t_wire_oversized(void **state)
+{
+    struct ts_fault_cfg cfg = { .kind = TS_FAULT_NONE };
+    struct wire w = wire_open(state, &cfg);
+    struct ts_frame_hdr h = sample(), got;
+    uint8_t b[TS_FRAME_HDR_LEN];
+    struct ts_err err = { 0 };
+
+    h.len = CAP + 1;
+    ts_frame_encode(&h, b);
+    must(ts_tp_send(w.tx, b, sizeof(b), NULL, 0, &err), &err, "send header");
+    assert_int_equal(recv_one(&w, &got, &err), TS_ECORRUPT);
+    assert_non_null(strstr(err.msg, "over the receive buffer's 8192 bytes"));
+    assert_true(w.rx->bytes_in == TS_FRAME_HDR_LEN && w.rx->frames_refused == 1);
+
+    h.len = (uint64_t)TS_FRAME_MAX + 1;
+    ts_frame_encode(&h, b);
+    must(ts_tp_send(w.tx, b, sizeof(b), NULL, 0, &err), &err, "send header");
+    ts_err_clear(&err);
+    assert_int_equal(ts_frame_recv(w.rx, &got, NULL, SIZE_MAX, 5000, &err), TS_ECORRUPT);
+    assert_non_null(strstr(err.msg, "over the maximum"));
+    assert_true(w.rx->bytes_in == 2 * TS_FRAME_HDR_LEN && w.rx->frames_refused == 2);
+    wire_close(&w);
+}
+
+/* The sender hangs up mid-frame: in the payload, then in the header. */
+static void t_wire_torn(void **state)
+{
+    const uint64_t keep[] = { TS_FRAME_HDR_LEN + 1000, 30 };
+
+    for (int i = 0; i < 2; i++) {
+        struct ts_fault_cfg cfg = { .kind = TS_FAULT_TRUNCATE, .nth = 2, .keep = keep[i] };
+        struct wire w = wire_open(state, &cfg);
+        struct ts_frame_hdr got;
+        struct ts_err err = { 0 };
+
+        send_sample(&w, 4096, TS_OK);
+        send_sample(&w, 4096, TS_EUNAVAIL);
+        must(recv_one(&w, &got, &err), &err, "first frame");
+        assert_int_equal(recv_one(&w, &got, &err), TS_EUNAVAIL);
+        if (i == 0) {
+            assert_non_null(strstr(err.msg, "torn"));
+            assert_true(w.rx->frames_refused == 1);
+        }
+        send_sample(&w, 10, TS_EUNAVAIL);      /* the wrapper stays hung up */
+        wire_close(&w);
+    }
+}
+
+static void t_wire_drop(void **state)
+{
+    struct ts_fault_cfg cfg = { .kind = TS_FAULT_DROP, .nth = 1 };
+    struct wire w = wire_open(state, &cfg);
+    struct ts_frame_hdr got;
+    struct ts_err err = { 0 };
+
+    send_sample(&w, 10, TS_EUNAVAIL);
+    assert_int_equal(recv_one(&w, &got, &err), TS_EUNAVAIL);
+    assert_true(w.rx->frames_in == 0 && w.rx->frames_refused == 0);
+    wire_close(&w);
+}
+
+static void t_send_refuses(void **state)
+{
+    struct ts_fault_cfg cfg = { .kind = TS_FAULT_NONE };
+    struct wire w = wire_open(state, &cfg);
+    struct ts_frame_hdr h = sample();
+    struct ts_err err = { 0 };
+    uint8_t one = 0;
+
+    h.type = 0;
+    assert_int_equal(ts_frame_send(w.tx, &h, &one, 1, &err), TS_EINVAL);
+    h = sample();
+    ts_err_clear(&err);
+    assert_int_equal(ts_frame_send(w.tx, &h, &one, (size_t)TS_FRAME_MAX + 1, &err), TS_EINVAL);
+    assert_non_null(strstr(err.msg, "over the maximum"));
+    assert_true(w.tx->bytes_out == 0);
+    wire_close(&w);
+}
+
+struct late_recv {
+    struct ts_conn *c;
+    struct ts_frame_hdr h;
+    uint8_t buf[CAP];
+    ts_status st;
+    struct ts_err err;
+};
+
+static void *late_recv_main(void *arg)
+{
+    struct late_recv *r = arg;
+
+    r->st = ts_frame_recv(r->c, &r->h, r->buf, sizeof(r->buf), -1, &r->err);
+    return NULL;
+}
+
+/* An interrupt that lands between a frame's header and payload must not split the frame: the
+ * frame arrives whole and the interrupt cancels the next wait instead. */
+static void t_wire_interrupt_mid_frame(void **state)
+{
+    struct ts_fault_cfg cfg = { .kind = TS_FAULT_NONE };
+    struct wire w = wire_open(state, &cfg);
+    struct ts_frame_hdr h = sample(), got;
+    struct late_recv *r = calloc(1, sizeof(*r));
+    uint8_t b[TS_FRAME_HDR_LEN], payload[100];
+    struct ts_err err = { 0 };
+    pthread_t th;
+
+    memset(payload, 0x42, sizeof(payload));
+    h.len = sizeof(payload);
+    h.checksum = XXH3_64bits(payload, sizeof(payload));
+    ts_frame_encode(&h, b);
+    must(ts_tp_send(w.tx, b, sizeof(b), NULL, 0, &err), &err, "send header");
+    ts_tp_interrupt(w.rx);
+    r->c = w.rx;
+    assert_int_equal(pthread_create(&th, NULL, late_recv_main, r), 0);
+    ts_sleep_ms(30);
+    must(ts_tp_send(w.tx, payload, sizeof(payload), NULL, 0, &err), &err, "send payload");
+    pthread_join(th, NULL);
+    must(r->st, &r->err, "frame across an interrupt");
+    assert_int_equal(r->buf[99], 0x42);
+    assert_int_equal(ts_frame_recv(w.rx, &got, NULL, 0, -1, &err), TS_ECANCELLED);
+    free(r);
+    wire_close(&w);
+}
+
+#define BOTH(f) { #f "/tcp", f, NULL, NULL, "tcp" }, { #f "/shm", f, NULL, NULL, "shm" }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(t_round_trip),
+        cmocka_unit_test(t_golden_layout),
+        cmocka_unit_test(t_every_header_byte),
+        cmocka_unit_test(t_field_messages),
+        BOTH(t_wire_ok),
+        BOTH(t_wire_payload_flip),
+        BOTH(t_wire_header_flip),
+        BOTH(t_wire_oversized),
+        BOTH(t_wire_torn),
+        BOTH(t_wire_drop),
+        BOTH(t_send_refuses),
+        BOTH(t_wire_interrupt_mid_frame),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,458 @@
+/* test_transport.c - lib/transport backends (tcp, shm), each through the same cases: connect and
+ * accept, exact byte delivery for sizes from 0 to 40 MiB (larger than the shm ring), many
+ * messages both ways at once, timeouts, interrupts that lose no byte, and every way a peer can
+ * disappear (orderly close, shutdown, mid-message, process exit) ending in TS_EUNAVAIL rather
+ * than a hang. Each case takes the backend's name as its state. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "transport/transport.h"
+#include "util/proc.h"
+
+#define MIB (1u << 20)
+
+struct pair {
+    struct ts_conn *a;        /* the connecting side */
+    struct ts_conn *b;        /* the accepting side */
+};
+
+static const struct ts_transport_ops *backend(void **state)
+{
+    const struct ts_transport_ops *t = ts_transport_find((const char *)*state);
+    struct ts_err err = { 0 };
+
+    assert_non_null(t);
+    if (t->probe(&err) == TS_ENODEV)
+        skip();
+    return t;
+}
+
+static void must(ts_status st, const struct ts_err *err, const char *what)
+{
+    if (st != TS_OK)
+        fail_msg("%s: %s: %s", what, ts_status_name(st), err->msg);
+}
+
+static struct ts_listener *listen_on(const struct ts_transport_ops *t, struct ts_blob *addr)
+{
+    struct ts_err err = { 0 };
+    struct ts_listener *l = NULL;
+
+    must(ts_tp_listen(t, "127.0.0.1", &l, addr, &err), &err, "listen");
+    return l;
+}
+
+static struct pair make_pair(const struct ts_transport_ops *t)
+{
+    struct ts_err err = { 0 };
+    struct ts_blob addr = { 0 };
+    struct ts_listener *l = listen_on(t, &addr);
+    struct pair p = { 0 };
+
+    must(ts_tp_connect(t, &addr, 5000, &p.a, &err), &err, "connect");
+    must(ts_tp_accept(l, 5000, &p.b, &err), &err, "accept");
+    ts_tp_unlisten(l);
+    return p;
+}
+
+static void close_pair(struct pair *p)
+{
+    ts_tp_close(p->a);
+    ts_tp_close(p->b);
+}
+
+/* Deterministic bytes that differ between messages (seed) and positions. */
+static void fill(uint8_t *buf, size_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+    for (size_t i = 0; i < n; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(buf + i, &x, n - i < 8 ? n - i : 8);
+    }
+}
+
+struct sender {
+    struct ts_conn *c;
+    const uint8_t *buf;
+    size_t n;
+    ts_status st;
+    struct ts_err err;
+};
+
+static void *send_main(void *arg)
+{
+    struct sender *s = arg;
+
+    s->st = ts_tp_send(s->c, s->buf, s->n < 16 ? s->n : 16, s->buf + (s->n < 16 ? s->n : 16),
+                       s->n < 16 ? 0 : s->n - 16, &s->err);
+    return NULL;
+}
+
+/* Sends n bytes from `from` in a thread (the receiver must run for big ones) and checks that
+ * `to` receives exactly them. */
+static void transfer(struct ts_conn *from, struct ts_conn *to, size_t n, uint64_t seed)
+{
+    uint8_t *out = malloc(n + 1), *in = malloc(n + 1);
+    struct sender s = { .c = from, .buf = out, .n = n };
+    struct ts_err err = { 0 };
+    pthread_t th;
+
+    assert_non_null(out);
+    assert_non_null(in);
+    fill(out, n, seed);
+    assert_int_equal(pthread_create(&th, NULL, send_main, &s), 0);
+    must(ts_tp_recv(to, in, n, 10000, &err), &err, "recv");
+    pthread_join(th, NULL);
+    must(s.st, &s.err, "send");
+    assert_memory_equal(in, out, n);
+    free(out);
+    free(in);
+}
+
+static void t_connect_accept(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    struct ts_err err = { 0 };
+    struct ts_blob addr = { 0 }, bad = { .len = 3 };
+    struct ts_listener *l = listen_on(t, &addr);
+    struct ts_conn *c = NULL;
+    struct pair p;
+
+    assert_true(addr.len > 0 && addr.len <= TS_BLOB_MAX);
+    assert_true(t->usable(&addr));
+    /* Nobody connecting: a bounded accept says so. */
+    assert_int_equal(ts_tp_accept(l, 20, &c, &err), TS_ETIMEDOUT);
+    assert_null(c);
+    ts_tp_unlisten(l);
+    /* The listener is gone: connecting fails, promptly and without a connection. */
+    ts_err_clear(&err);
+    assert_int_equal(ts_tp_connect(t, &addr, 1000, &c, &err), TS_EUNAVAIL);
+    assert_null(c);
+    memcpy(bad.data, "bad", 3);
+    ts_err_clear(&err);
+    assert_int_equal(ts_tp_connect(t, &bad, 1000, &c, &err), TS_EINVAL);
+    assert_true(strlen(err.msg) > 0);
+
+    p = make_pair(t);
+    assert_true(strncmp(p.a->peer, t->name, 3) == 0);
+    assert_true(strncmp(p.b->peer, t->name, 3) == 0);
+    close_pair(&p);
+}
+
+static void t_sizes(void **state)
+{
+    const size_t sizes[] = { 0, 1, 4096, 4 * MIB, 40 * MIB };
+    struct pair p = make_pair(backend(state));
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        transfer(p.a, p.b, sizes[i], i);
+        transfer(p.b, p.a, sizes[i], i + 100);
+    }
+    close_pair(&p);
+}
+
+/* ---- many messages, both directions at once ---- */
+
+#define NMSG 1500
+
+struct stream {
+    struct ts_conn *c;
+    uint64_t seed;
+    ts_status st;
+    struct ts_err err;
+    char what[64];
+};
+
+static size_t msg_len(uint64_t i)
+{
+    return (size_t)((i * 7919) % 70000);  /* 0 .. 68 KiB, crossing ring chunk boundaries */
+}
+
+static void *tx_main(void *arg)
+{
+    struct stream *s = arg;
+    uint8_t *buf = malloc(70000);
+    uint64_t head[2];
+
+    for (uint64_t i = 0; i < NMSG && s->st == TS_OK; i++) {
+        head[0] = s->seed + i;
+        head[1] = msg_len(i);
+        fill(buf, msg_len(i), s->seed + i);
+        s->st = ts_tp_send(s->c, head, sizeof(head), buf, msg_len(i), &s->err);
+    }
+    free(buf);
+    return NULL;
+}
+
+static void *rx_main(void *arg)
+{
+    struct stream *s = arg;
+    uint8_t *buf = malloc(70000), *want = malloc(70000);
+    uint64_t head[2];
+
+    for (uint64_t i = 0; i < NMSG && s->st == TS_OK; i++) {
+        if ((s->st = ts_tp_recv(s->c, head, sizeof(head), 10000, &s->err)))
+            break;
+        if (head[0] != s->seed + i || head[1] != msg_len(i)) {
+            s->st = TS_ECORRUPT;
+            snprintf(s->what, sizeof(s->what), "message %llu: header out of order",
+                     (unsigned long long)i);
+            break;
+        }
+        if ((s->st = ts_tp_recv(s->c, buf, msg_len(i), 10000, &s->err)))
+            break;
+        fill(want, msg_len(i), s->seed + i);
+        if (memcmp(buf, want, msg_len(i)) != 0) {
+            s->st = TS_ECORRUPT;
+            snprintf(s->what, sizeof(s->what), "message %llu: body differs",
+                     (unsigned long long)i);
+        }
+    }
+    free(buf);
+    free(want);
+    return NULL;
+}
+
+static void t_concurrent(void **state)
+{
+    struct pair p = make_pair(backend(state));
+    struct stream s[4] = { { .c = p.a, .seed = 1000 }, { .c = p.b, .seed = 1000 },
+                           { .c = p.b, .seed = 5000 }, { .c = p.a, .seed = 5000 } };
+    void *(*fn[4])(void *) = { tx_main, rx_main, tx_main, rx_main };
+    pthread_t th[4];
+
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, fn[i], &s[i]), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++)
+        if (s[i].st != TS_OK)
+            fail_msg("stream %d: %s: %s %s", i, ts_status_name(s[i].st), s[i].err.msg,
+                     s[i].what);
+    close_pair(&p);
+}
+
+/* ---- timeouts and interrupts ---- */
+
+static void t_timeout(void **state)
+{
+    struct pair p = make_pair(backend(state));
+    struct ts_err err = { 0 };
+    uint8_t b[8];
+
+    assert_int_equal(ts_tp_recv(p.b, b, sizeof(b), 30, &err), TS_ETIMEDOUT);
+    assert_int_equal(ts_tp_recv(p.b, b, sizeof(b), 0, NULL), TS_ETIMEDOUT);
+    /* Nothing was consumed: the connection is still in step. */
+    transfer(p.a, p.b, 100, 7);
+    close_pair(&p);
+}
+
+struct blocked {
+    struct ts_conn *c;
+    ts_status st;
+};
+
+static void *recv_forever(void *arg)
+{
+    struct blocked *b = arg;
+    uint8_t buf[64];
+
+    b->st = ts_tp_recv(b->c, buf, sizeof(buf), -1, NULL);
+    return NULL;
+}
+
+static void t_interrupt(void **state)
+{
+    struct pair p = make_pair(backend(state));
+    struct blocked b = { .c = p.b, .st = TS_EINTERNAL };
+    struct ts_err err = { 0 };
+    uint8_t buf[10];
+    pthread_t th;
+
+    /* A recv blocked forever wakes up, and the connection still works afterwards. */
+    assert_int_equal(pthread_create(&th, NULL, recv_forever, &b), 0);
+    ts_sleep_ms(30);
+    ts_tp_interrupt(p.b);
+    pthread_join(th, NULL);
+    assert_int_equal(b.st, TS_ECANCELLED);
+    transfer(p.a, p.b, 4096, 3);
+
+    /* An interrupt with no recv waiting is kept for the next one that would wait... */
+    ts_tp_interrupt(p.b);
+    assert_int_equal(ts_tp_recv(p.b, buf, sizeof(buf), -1, &err), TS_ECANCELLED);
+    /* ...but data that has arrived wins (a small send is in the peer's buffer or ring when it
+     * returns), and the interrupt then cancels the next wait. */
+    memset(buf, 0x33, sizeof(buf));
+    must(ts_tp_send(p.a, buf, sizeof(buf), NULL, 0, &err), &err, "send");
+    ts_tp_interrupt(p.b);
+    memset(buf, 0, sizeof(buf));
+    must(ts_tp_recv(p.b, buf, sizeof(buf), -1, &err), &err, "recv with an interrupt pending");
+    assert_int_equal(buf[9], 0x33);
+    assert_int_equal(ts_tp_recv(p.b, buf, sizeof(buf), -1, NULL), TS_ECANCELLED);
+    transfer(p.b, p.a, 10, 5);
+    close_pair(&p);
+}
+
+/* ---- peers that go away ---- */
+
+static void t_peer_close(void **state)
+{
+    struct pair p = make_pair(backend(state));
+    struct ts_err err = { 0 };
+    uint8_t buf[1000] = { 0 };
+    ts_status st = TS_OK;
+
+    /* Bytes sent before the close are delivered, then the close is seen. */
+    must(ts_tp_send(p.a, buf, 100, NULL, 0, &err), &err, "send");
+    ts_tp_close(p.a);
+    must(ts_tp_recv(p.b, buf, 100, 5000, &err), &err, "recv before close");
+    assert_int_equal(ts_tp_recv(p.b, buf, 10, 5000, &err), TS_EUNAVAIL);
+    /* Sending to a closed peer fails (TCP may accept one send before the reset arrives). */
+    for (int i = 0; i < 200 && st == TS_OK; i++) {
+        st = ts_tp_send(p.b, buf, sizeof(buf), NULL, 0, NULL);
+        if (st == TS_OK)
+            ts_sleep_ms(1);
+    }
+    assert_int_equal(st, TS_EUNAVAIL);
+    ts_tp_close(p.b);
+
+    /* A peer that closes mid-message: the receiver gets a torn message, not a hang. */
+    p = make_pair(backend(state));
+    must(ts_tp_send(p.a, buf, 500, NULL, 0, &err), &err, "send");
+    ts_tp_close(p.a);
+    ts_err_clear(&err);
+    assert_int_equal(ts_tp_recv(p.b, buf, 1000, 5000, &err), TS_EUNAVAIL);
+    ts_tp_close(p.b);
+}
+
+static void t_shutdown(void **state)
+{
+    struct pair p = make_pair(backend(state));
+    struct blocked b = { .c = p.b, .st = TS_EINTERNAL };
+    uint8_t buf[8];
+    pthread_t th;
+
+    /* Shutdown from another thread ends a blocked recv without freeing the connection. */
+    assert_int_equal(pthread_create(&th, NULL, recv_forever, &b), 0);
+    ts_sleep_ms(30);
+    ts_tp_shutdown(p.b);
+    pthread_join(th, NULL);
+    assert_int_equal(b.st, TS_EUNAVAIL);
+    assert_int_equal(ts_tp_send(p.b, buf, sizeof(buf), NULL, 0, NULL), TS_EUNAVAIL);
+    /* The peer sees the connection closed. */
+    assert_int_equal(ts_tp_recv(p.a, buf, sizeof(buf), 5000, NULL), TS_EUNAVAIL);
+    close_pair(&p);
+}
+
+/* A child process connects, optionally sends n bytes, and exits without closing anything. */
+static void t_peer_exits(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    struct ts_blob addr = { 0 };
+    struct ts_listener *l = listen_on(t, &addr);
+    struct ts_err err = { 0 };
+    uint8_t buf[64];
+    int status;
+
+    for (int sends = 0; sends < 2; sends++) {
+        struct ts_conn *c = NULL;
+        uint8_t *big;
+        pid_t pid = fork();
+
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            if (ts_tp_connect(t, &addr, 5000, &c, NULL) != TS_OK)
+                _exit(1);
+            memset(buf, 0x5a, sizeof(buf));
+            if (sends && ts_tp_send(c, buf, sizeof(buf), NULL, 0, NULL) != TS_OK)
+                _exit(2);
+            _exit(0);
+        }
+        must(ts_tp_accept(l, 5000, &c, &err), &err, "accept");
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (sends) {
+            must(ts_tp_recv(c, buf, sizeof(buf), 5000, &err), &err, "recv from exited child");
+            assert_int_equal(buf[63], 0x5a);
+        }
+        assert_int_equal(ts_tp_recv(c, buf, sizeof(buf), 5000, &err), TS_EUNAVAIL);
+        /* A sender into the dead peer fails too, even past what buffers or the ring hold. */
+        big = calloc(1, 40 * MIB);
+        assert_int_equal(ts_tp_send(c, big, 40 * MIB, NULL, 0, NULL), TS_EUNAVAIL);
+        free(big);
+        ts_tp_close(c);
+    }
+    ts_tp_unlisten(l);
+}
+
+/* ---- addresses and the table ---- */
+
+static void t_usable(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    struct ts_blob addr = { 0 }, other;
+    struct ts_listener *l = listen_on(t, &addr);
+    struct ts_conn *c = NULL;
+    struct ts_err err = { 0 };
+
+    assert_true(t->usable(&addr));
+    if (strcmp(t->name, "shm") == 0) {
+        /* Another host's boot id (the first 36 bytes of the blob), then another netns. */
+        other = addr;
+        memcpy(other.data, "00000000-1111-2222-3333-444444444444", 36);
+        assert_false(t->usable(&other));
+        assert_int_equal(ts_tp_connect(t, &other, 1000, &c, &err), TS_EUNAVAIL);
+        assert_non_null(strstr(err.msg, "tcp"));
+        other = addr;
+        other.data[37] = other.data[37] == '1' ? '2' : '1';
+        assert_false(t->usable(&other));
+        other.len = 5;
+        assert_false(t->usable(&other));
+    }
+    ts_tp_unlisten(l);
+}
+
+static void t_table(void **state)
+{
+    assert_ptr_equal(ts_transports[0], &ts_transport_shm);
+    assert_ptr_equal(ts_transports[1], &ts_transport_tcp);
+    assert_null(ts_transports[2]);
+    assert_ptr_equal(ts_transport_find("tcp"), &ts_transport_tcp);
+    assert_ptr_equal(ts_transport_find("shm"), &ts_transport_shm);
+    assert_null(ts_transport_find("rdma"));
+    assert_null(ts_transport_find(NULL));
+}
+
+/* cmocka_unit_test_prestate, with the backend in the name. */
+#define BOTH(f) { #f "/tcp", f, NULL, NULL, "tcp" }, { #f "/shm", f, NULL, NULL, "shm" }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(t_table),
+        BOTH(t_connect_accept),
+        BOTH(t_sizes),
+        BOTH(t_concurrent),
+        BOTH(t_timeout),
+        BOTH(t_interrupt),
+        BOTH(t_peer_close),
+        BOTH(t_shutdown),
+        BOTH(t_peer_exits),
+        BOTH(t_usable),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

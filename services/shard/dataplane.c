@@ -109,8 +109,8 @@ static void *conn_main(void *arg)
             continue;
         if (st == TS_ECORRUPT) {
             struct ts_frame_hdr none = { 0 };
-            ts_log(TS_WARN, "dataplane", "peer %s: %s; closing the connection, nothing applied",
-                   dc->c->peer, err.msg);
+            ts_log(TS_WARN, "dataplane", "%s; closing the connection, nothing applied",
+                   err.msg);
             reply_error(dc->c, &none, &err);
             break;
         }

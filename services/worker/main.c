@@ -1,8 +1,10 @@
 /* main.c - tessera-worker: the built-in trainer (MLP on Fashion-MNIST) as one rank of a job. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "util/flags.h"
+#include "util/log.h"
 #include "util/proc.h"
 #include "worker.h"
 
@@ -44,6 +46,8 @@ int main(int argc, char **argv)
     int npos = 0;
 
     signal(SIGPIPE, SIG_IGN);
+    if (!getenv("TESSERA_LOG")) /* rank 0 writes the user's progress: only problems on top */
+        ts_log_set_level(TS_WARN);
     if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
         fprintf(stderr, "tessera-worker: %s\n", err.msg);
         return 2;

@@ -6,67 +6,27 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "client/master_client.h"
+#include "harness.h"
 #include "rpc/rpc.h"
 #include "util/log.h"
 #include "util/proc.h"
 
 static const char *bin;
-static char tmpdir[] = "/tmp/ts-stale.XXXXXX";
-static pid_t pids[8];
-static int npids;
-static char master_addr[64];
-
-static pid_t spawn(char *const argv[])
-{
-    pid_t p = fork();
-    if (p == 0) {
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    assert_true(p > 0);
-    pids[npids++] = p;
-    return p;
-}
+static const char *master_addr;
 
 static void start_shard(void)
 {
-    char exe[512];
-    char *argv[] = { exe, "--master", master_addr, "--lease-ms", "1000", NULL };
-    snprintf(exe, sizeof(exe), "%s/tessera-shard", bin);
-    spawn(argv);
+    assert_true(harness_shard(bin, "--lease-ms", "1000") > 0);
 }
 
 static int setup(void **state)
 {
-    char exe[512], port_file[600];
-    char *argv[] = { exe, "--listen", "127.0.0.1:0", "--port-file", port_file, NULL };
-    int port = 0;
-
-    if (!mkdtemp(tmpdir))
+    if (!(master_addr = harness_master(bin)))
         return -1;
-    snprintf(exe, sizeof(exe), "%s/tessera-master", bin);
-    snprintf(port_file, sizeof(port_file), "%s/port", tmpdir);
-    spawn(argv);
-    for (int i = 0; i < 500 && !port; i++) {
-        FILE *f = fopen(port_file, "r");
-        if (f) {
-            if (fscanf(f, "%d", &port) != 1)
-                port = 0;
-            fclose(f);
-        }
-        ts_sleep_ms(10);
-    }
-    if (!port)
-        return -1;
-    snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%d", port);
     start_shard();
     start_shard();
     return 0;
@@ -74,15 +34,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    char path[600];
-
-    for (int i = npids - 1; i >= 0; i--) {
-        kill(pids[i], SIGTERM);
-        waitpid(pids[i], NULL, 0);
-    }
-    snprintf(path, sizeof(path), "%s/port", tmpdir);
-    unlink(path);
-    rmdir(tmpdir);
+    harness_stop();
     return 0;
 }
 

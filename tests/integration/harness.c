@@ -1,0 +1,105 @@
+/* harness.c - see harness.h. */
+#include "harness.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "client/master_client.h"
+#include "util/proc.h"
+
+static char tmpdir[] = "/tmp/ts-harness.XXXXXX";
+static pid_t pids[16];
+static int npids;
+static char master_addr[64];
+
+static pid_t spawn(char *const argv[])
+{
+    pid_t p;
+
+    if (npids == (int)(sizeof(pids) / sizeof(pids[0])))
+        return -1;
+    p = fork();
+    if (p == 0) {
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    if (p > 0)
+        pids[npids++] = p;
+    return p;
+}
+
+const char *harness_master(const char *bin)
+{
+    char exe[512], port_file[600];
+    char *argv[] = { exe, "--listen", "127.0.0.1:0", "--port-file", port_file, NULL };
+    int port = 0;
+
+    if (!mkdtemp(tmpdir))
+        return NULL;
+    snprintf(exe, sizeof(exe), "%s/tessera-master", bin);
+    snprintf(port_file, sizeof(port_file), "%s/port", tmpdir);
+    if (spawn(argv) < 0)
+        return NULL;
+    for (int i = 0; i < 1000 && !port; i++) {
+        FILE *f = fopen(port_file, "r");
+        if (f) {
+            if (fscanf(f, "%d", &port) != 1)
+                port = 0;
+            fclose(f);
+        }
+        ts_sleep_ms(10);
+    }
+    if (!port)
+        return NULL;
+    snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%d", port);
+    return master_addr;
+}
+
+pid_t harness_shard(const char *bin, const char *extra_flag, const char *extra_value)
+{
+    char exe[512];
+    char *argv[] = { exe, "--master", master_addr, (char *)extra_flag, (char *)extra_value,
+                     NULL };
+
+    snprintf(exe, sizeof(exe), "%s/tessera-shard", bin);
+    return spawn(argv);
+}
+
+void harness_stop(void)
+{
+    char path[600];
+
+    for (int i = npids - 1; i >= 0; i--) {
+        kill(pids[i], SIGTERM);
+        waitpid(pids[i], NULL, 0);
+    }
+    npids = 0;
+    snprintf(path, sizeof(path), "%s/port", tmpdir);
+    unlink(path);
+    rmdir(tmpdir);
+}
+
+int harness_wait_shards(int n)
+{
+    struct ts_master *m;
+    int alive = -1;
+
+    if (ts_master_open(master_addr, &m, NULL))
+        return -1;
+    for (int i = 0; i < 300 && alive != n; i++) {
+        Tessera__V1__ClusterStatusResponse *cs;
+        if (!ts_master_status(m, 1000, &cs, NULL)) {
+            alive = 0;
+            for (size_t k = 0; k < cs->n_shards; k++)
+                alive += cs->shards[k]->state == TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE;
+            tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+        }
+        if (alive != n)
+            ts_sleep_ms(50);
+    }
+    ts_master_close(m);
+    return alive == n ? 0 : -1;
+}

@@ -1,0 +1,17 @@
+/* harness.h - real tessera-master and tessera-shard processes for C integration tests.
+ * Processes are started from the build's bin directory and stopped by pid (SIGTERM, wait). */
+#ifndef TS_TEST_HARNESS_H
+#define TS_TEST_HARNESS_H
+
+#include <sys/types.h>
+
+/* Starts a master on 127.0.0.1:0; returns its address (static storage) or NULL. */
+const char *harness_master(const char *bin);
+/* Starts a shard registered with the master; returns its pid or -1. */
+pid_t harness_shard(const char *bin, const char *extra_flag, const char *extra_value);
+/* Waits up to 15 s until the master lists n alive shards; 0 on success. */
+int harness_wait_shards(int n);
+/* Stops everything started, newest first, and removes the temp dir. */
+void harness_stop(void);
+
+#endif

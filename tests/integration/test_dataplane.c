@@ -1,0 +1,159 @@
+/* test_dataplane.c - a worker that sends a wrong-shape tensor or a corrupted frame gets a clear
+ * error, and the shard's state is unchanged. Real master and shard processes; the bad frames
+ * come from a raw transport connection (tcp, or shm) wrapped in lib/transport's fault layer. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client/master_client.h"
+#include "harness.h"
+#include "tessera.h"
+#include "transport/fault.h"
+#include "transport/frame.h"
+#include "util/log.h"
+
+#define N 1000
+
+static const char *bin, *master;
+
+static int setup(void **state)
+{
+    if (!(master = harness_master(bin)) || harness_shard(bin, NULL, NULL) < 0 ||
+        harness_wait_shards(1))
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    harness_stop();
+    return 0;
+}
+
+/* A raw data-plane connection to the only shard over `transport`, job named. */
+static struct ts_conn *raw_connect(const char *transport, const char *job)
+{
+    const struct ts_transport_ops *ops = ts_transport_find(transport);
+    struct ts_master *m;
+    Tessera__V1__ShardMap *map;
+    struct ts_blob blob = { .len = 0 };
+    struct ts_conn *c;
+    struct ts_frame_hdr h = { .type = TS_FRAME_HELLO };
+    char buf[256];
+
+    assert_non_null(ops);
+    assert_int_equal(ts_master_open(master, &m, NULL), TS_OK);
+    assert_int_equal(ts_master_shard_map(m, &map, NULL), TS_OK);
+    assert_int_equal(map->n_shards, 1);
+    for (size_t i = 0; i < map->shards[0]->n_data_planes; i++) {
+        Tessera__V1__DataPlaneEndpoint *d = map->shards[0]->data_planes[i];
+        if (strcmp(d->transport, transport) == 0) {
+            memcpy(blob.data, d->address.data, d->address.len);
+            blob.len = d->address.len;
+        }
+    }
+    tessera__v1__shard_map__free_unpacked(map, NULL);
+    ts_master_close(m);
+    assert_true(blob.len > 0);
+    assert_int_equal(ops->connect(&blob, 5000, &c, NULL), TS_OK);
+    assert_int_equal(ts_frame_send(c, &h, job, strlen(job), NULL), TS_OK);
+    assert_int_equal(ts_frame_recv(c, &h, buf, sizeof(buf), 5000, NULL), TS_OK);
+    assert_int_equal(h.type, TS_FRAME_ACK);
+    return c;
+}
+
+/* Expects an ERROR frame whose message contains `says`; returns its status. */
+static unsigned expect_error(struct ts_conn *c, const char *says)
+{
+    struct ts_frame_hdr h;
+    char msg[512];
+
+    assert_int_equal(ts_frame_recv(c, &h, msg, sizeof(msg) - 1, 5000, NULL), TS_OK);
+    assert_int_equal(h.type, TS_FRAME_ERROR);
+    msg[h.len] = '\0';
+    if (!strstr(msg, says))
+        fail_msg("error '%s' does not say '%s'", msg, says);
+    return h.flags;
+}
+
+static void bad_frames_change_nothing(const char *transport, const char *job)
+{
+    struct tessera_options o = { .master = master, .job = job, .rank = 0, .workers = 1,
+                                 .exact = 1, .optimizer = "sgd:lr=0.5", .batch = 4,
+                                 .transport = transport };
+    struct tessera_error e;
+    tessera *t;
+    uint64_t shape[1] = { N };
+    static float before[N], after[N], g[N];
+    static int64_t fixed[N];
+    struct ts_frame_hdr push = { .type = TS_FRAME_PUSH, .tensor = 0, .partition = 0,
+                                 .step = 0, .rank = 0, .encoding = 5, .dtype = 1 };
+    struct ts_fault_cfg corrupt = { .kind = TS_FAULT_CORRUPT, .nth = 1,
+                                    .offset = TS_FRAME_HDR_LEN + 100 };
+    struct ts_conn *c, *fc;
+    int id;
+
+    if (tessera_connect(&o, &t, &e) ||
+        tessera_register(t, "w", shape, 1, "normal:0.1", 3, 0, 0, 0, &id, &e))
+        fail_msg("%s", e.message);
+    assert_string_equal(tessera_transport(t), transport);
+    assert_int_equal(tessera_pull(t, id, 0, before, &e), 0);
+    for (int i = 0; i < N; i++)
+        g[i] = 0.25f * (float)(i % 5);
+    assert_int_equal(tessera_to_fixed(g, N, fixed, &e), 0);
+
+    /* A wrong-shape push: refused by the shard, the connection stays usable. */
+    c = raw_connect(transport, job);
+    assert_int_equal(ts_frame_send(c, &push, fixed, (N - 1) * sizeof(int64_t), NULL), TS_OK);
+    assert_int_equal(expect_error(c, "payload"), TS_EINVAL);
+    push.encoding = 0; /* float in an exact job */
+    assert_int_equal(ts_frame_send(c, &push, fixed, N * sizeof(float), NULL), TS_OK);
+    assert_int_equal(expect_error(c, "encoding"), TS_EINVAL);
+    ts_tp_close(c);
+
+    /* A corrupted payload: refused by the frame layer, the connection closed. */
+    c = raw_connect(transport, job);
+    assert_int_equal(ts_fault_wrap(c, &corrupt, &fc, NULL), TS_OK);
+    push.encoding = 5;
+    assert_int_equal(ts_frame_send(fc, &push, fixed, N * sizeof(int64_t), NULL), TS_OK);
+    assert_int_equal(expect_error(fc, "checksum"), TS_ECORRUPT);
+    ts_tp_close(fc);
+
+    /* Nothing was applied: still version 0 with the same values, and rank 0 may push step 0. */
+    assert_int_equal(tessera_pull(t, id, 0, after, &e), 0);
+    assert_memory_equal(before, after, sizeof(before));
+    if (tessera_push(t, id, 0, fixed, &e) || tessera_pull(t, id, 1, after, &e))
+        fail_msg("%s", e.message);
+    for (int i = 0; i < N; i++)
+        assert_true(after[i] == before[i] - 0.5f * (g[i] / 4));
+    tessera_close(t);
+}
+
+static void over_tcp(void **state)
+{
+    bad_frames_change_nothing("tcp", "faults-tcp");
+}
+
+static void over_shm(void **state)
+{
+    bad_frames_change_nothing("shm", "faults-shm");
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(over_tcp),
+        cmocka_unit_test(over_shm),
+    };
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_dataplane BIN_DIR\n");
+        return 2;
+    }
+    bin = argv[1];
+    ts_log_set_level(TS_ERROR);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -72,6 +72,7 @@ demo: build
 bench: build
 	mkdir -p bench/results
 	$(BUILD)/bin/bench_rpc_latency --out bench/results/rpc_latency.json
+	$(BUILD)/bin/bench_aggregate --out bench/results/aggregate.json
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

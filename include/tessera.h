@@ -81,9 +81,12 @@ int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tesser
 int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *const *params,
                  struct tessera_error *err);
 
-/* Exact mode helpers: out = fixed(g); acc += x (refusing overflow, nothing changed then). */
+/* Exact mode helpers: out = fixed(g); acc += x; acc += fixed(g) in one pass (the fastest way
+ * to add one micro-batch's gradient). Each refuses a value or sum out of range and then
+ * changes nothing. */
 int tessera_to_fixed(const float *g, size_t n, int64_t *out, struct tessera_error *err);
 int tessera_fixed_add(int64_t *acc, const int64_t *x, size_t n, struct tessera_error *err);
+int tessera_fixed_add_f32(int64_t *acc, const float *g, size_t n, struct tessera_error *err);
 
 /* The data-plane transport in use ("tcp", "shm", or "local"). */
 const char *tessera_transport(const tessera *t);

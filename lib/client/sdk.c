@@ -538,3 +538,9 @@ int tessera_fixed_add(int64_t *acc, const int64_t *x, size_t n, struct tessera_e
     struct ts_err err = { 0 };
     return ts_fixed_add(acc, x, n, &err) ? fail(e, &err) : ok(e);
 }
+
+int tessera_fixed_add_f32(int64_t *acc, const float *g, size_t n, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    return ts_fixed_add_f32(acc, g, n, &err) ? fail(e, &err) : ok(e);
+}

@@ -166,8 +166,9 @@ ts_status ts_part_push(struct ts_part *p, uint32_t rank, uint64_t step, unsigned
         }
     }
     pthread_mutex_unlock(&p->mu);
-    if (st)
-        ts_err_prefix(err, "tensor %u partition %u", p->tensor_id, p->index);
+    if (st) /* element indices in err count from the partition's first element */
+        ts_err_prefix(err, "tensor %u partition %u (from element %" PRIu64 ")", p->tensor_id,
+                      p->index, p->offset);
     return st;
 }
 

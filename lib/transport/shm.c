@@ -685,9 +685,14 @@ static ts_status shm_recv(struct ts_conn *base, void *buf, size_t n, int ms, str
         tail += k;
         got += k;
         atomic_store(&c->rx->tail, tail);
-        if (atomic_load(&c->rx->space_waiting))
+        /* Wake a producer waiting for space once a quarter of the ring is free, not after
+         * every chunk: one wake-up per few megabytes instead of a ping-pong per chunk. */
+        if (avail - k <= c->size - c->size / 4 && atomic_load(&c->rx->space_waiting))
             futex_bump(&c->rx->space_seq);
     }
+    /* Done reading for now: whatever space there is, the producer may use it. */
+    if (atomic_load(&c->rx->space_waiting))
+        futex_bump(&c->rx->space_seq);
     return TS_OK;
 }
 

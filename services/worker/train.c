@@ -26,7 +26,6 @@ struct run {
     struct ts_schedule sched;
     float *params[TS_MLP_NTENSORS], *grad[TS_MLP_NTENSORS], *xb;
     void *acc[TS_MLP_NTENSORS];        /* int64 (exact) or float sums of this rank's share */
-    int64_t *fixed;                    /* one micro-batch's gradient in fixed point */
     uint8_t *yb;
     uint32_t *perm, *first;
     int ids[TS_MLP_NTENSORS];
@@ -47,7 +46,6 @@ static int setup(struct run *r, struct tessera_error *e)
                                   .optimizer = o->optimizer, .batch = o->batch,
                                   .transport = o->transport };
     struct ts_err err = { 0 };
-    uint64_t max = 0;
 
     if (ts_fmnist_load(o->data_dir, true, &r->train, &err) ||
         (o->rank == 0 && ts_fmnist_load(o->data_dir, false, &r->test, &err)) ||
@@ -69,17 +67,15 @@ static int setup(struct run *r, struct tessera_error *e)
         r->params[i] = malloc(n * sizeof(float));
         r->grad[i] = malloc(n * sizeof(float));
         r->acc[i] = calloc(n, 8);
-        max = n > max ? n : max;
         if (!r->params[i] || !r->grad[i] || !r->acc[i] ||
             tessera_pull(r->t, r->ids[i], 0, r->params[i], e))
             return say(e, "pull");
     }
-    r->fixed = malloc(max * sizeof(int64_t));
     r->xb = malloc((size_t)o->micro * TS_MLP_IN * sizeof(float));
     r->yb = malloc(o->micro);
     r->perm = malloc(r->train.n * sizeof(uint32_t));
     r->first = malloc((o->batch / o->micro + 1) * sizeof(uint32_t));
-    return r->fixed && r->xb && r->yb && r->perm && r->first ? 0 : (say(e, "memory"), 1);
+    return r->xb && r->yb && r->perm && r->first ? 0 : (say(e, "memory"), 1);
 }
 
 /* This rank's gradient sum for the step at batch offset base of perm into acc. */
@@ -103,8 +99,7 @@ static int compute(struct run *r, uint32_t base, double *loss, struct tessera_er
                 ts_f32_add(r->acc[i], r->grad[i], numel);
                 continue;
             }
-            if (tessera_to_fixed(r->grad[i], numel, r->fixed, e) ||
-                tessera_fixed_add(r->acc[i], r->fixed, numel, e))
+            if (tessera_fixed_add_f32(r->acc[i], r->grad[i], numel, e))
                 return say(e, "gradient");
         }
     }
@@ -216,7 +211,6 @@ out:
         free(r.grad[i]);
         free(r.acc[i]);
     }
-    free(r.fixed);
     free(r.xb);
     free(r.yb);
     free(r.perm);

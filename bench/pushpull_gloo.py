@@ -1,0 +1,104 @@
+#!/usr/bin/python3
+"""pushpull_gloo.py - the baseline half of bench/pushpull: gloo all_reduce between 2 processes.
+
+Why: a data-parallel step either goes through a parameter server (push the gradient, pull the
+parameters: what bench_pushpull times) or through an all-reduce of the gradient. The all-reduce
+most people would reach for on CPUs is PyTorch's torch.distributed with the gloo backend, so its
+figure on the same machine is the context in which ours make sense.
+
+Two ranks, each its own process (multiprocessing "spawn", so no state is shared with this
+parent), meet through init_method tcp://127.0.0.1:PORT on loopback (GLOO_SOCKET_IFNAME=lo).
+For each size S: a float32 tensor of S bytes, 2 warm-up all_reduce calls, then N timed ones.
+Each iteration's time is the slower rank's (the times are max-reduced at the end), the figure
+is the median of those, and algbw = S / time in GB/s (1e9 B/s), the figure nccl-tests calls
+algbw. One JSON line per size on stdout, keys in a fixed order, compact separators:
+    {"size_mib":64,"iters":10,"median_s":0.0412,"min_s":...,"max_s":...,"algbw_gbs":1.63}
+Run with Debian's /usr/bin/python3 (python3-torch).
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as e:
+    sys.exit(f"pushpull_gloo: {e}: install python3-torch (Debian) and run /usr/bin/python3")
+
+MIB = 1 << 20
+
+
+def free_port():
+    """A port the kernel just handed out; rank 0 binds it again at once (a race we accept)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_rank(rank, port, sizes, warmup, iters, queue):
+    """One rank: every size in turn; rank 0 puts one result dict per size on the queue."""
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    try:
+        for size_mib in sizes:
+            x = torch.full((size_mib * MIB // 4,), 1e-3, dtype=torch.float32)
+            for _ in range(warmup):
+                dist.all_reduce(x)
+            dist.barrier()
+            ns = []
+            for _ in range(iters):
+                t0 = time.perf_counter_ns()
+                dist.all_reduce(x)
+                ns.append(time.perf_counter_ns() - t0)
+            # Each iteration ends when the slower rank's does: keep the larger of the two.
+            t = torch.tensor(ns, dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            if rank == 0:
+                s = sorted(t.tolist())
+                med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+                queue.put({"size_mib": size_mib, "iters": iters, "median_s": med / 1e9,
+                           "min_s": s[0] / 1e9, "max_s": s[-1] / 1e9,
+                           "algbw_gbs": size_mib * MIB / med})
+            del x
+    finally:
+        dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description="gloo all_reduce algbw, 2 ranks on loopback")
+    ap.add_argument("--sizes", default="4,64,256", help="tensor sizes in MiB (default 4,64,256)")
+    ap.add_argument("--iters", type=int, default=10, help="timed all_reduce calls (default 10)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
+    a = ap.parse_args()
+    try:
+        sizes = [int(s) for s in a.sizes.split(",")]
+    except ValueError:
+        sys.exit(f"pushpull_gloo: --sizes {a.sizes!r}: want MiB, comma-separated (4,64,256)")
+    if a.iters < 1 or a.warmup < 0 or not sizes or min(sizes) < 1:
+        sys.exit("pushpull_gloo: --iters must be >= 1, --warmup >= 0, sizes >= 1 MiB")
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = free_port()
+    procs = [ctx.Process(target=run_rank, args=(r, port, sizes, a.warmup, a.iters, queue))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    bad = [p.exitcode for p in procs if p.exitcode != 0]
+    if bad:
+        sys.exit(f"pushpull_gloo: a rank failed (exit codes {[p.exitcode for p in procs]}); "
+                 "its traceback is above")
+    for _ in sizes:
+        print(json.dumps(queue.get(), separators=(",", ":")), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -59,7 +59,7 @@
 struct opts {
     const char *bin, *sizes_s, *transports_s, *out, *python;
     int64_t iters;
-    bool exact, quick;
+    bool exact, quick, phases;
     int64_t sizes[MAX_SIZES];
     int nsizes;
     const char *tp[2];
@@ -71,7 +71,7 @@ struct run {
     const char *transport;
     bool exact, done;
     int64_t size_mib;
-    double med_ms, min_ms, max_ms, gbs, worker_cpu_ms, shard_cpu_ms;
+    double med_ms, min_ms, max_ms, gbs, push_ms, worker_cpu_ms, shard_cpu_ms, other_cpu_ms;
 };
 
 struct gloo {
@@ -109,7 +109,7 @@ static void on_sig(int sig)
 struct wopts {
     const char *master, *job, *transport;
     int64_t rank, bytes, iters;
-    bool exact;
+    bool exact, phases;
 };
 
 static int werr(const struct wopts *w, const char *what, const struct tessera_error *e)
@@ -118,8 +118,25 @@ static int werr(const struct wopts *w, const char *what, const struct tessera_er
     return 1;
 }
 
+/* One step: tessera_step, or with --phases the same frames as tessera_push then tessera_pull,
+ * timing the push (which ends when this worker's pushes are acknowledged) on its own. */
+static int one_step(tessera *t, const struct wopts *w, int id, uint64_t s,
+                    const void *const *grads, float *const *params, int64_t *push_ns,
+                    struct tessera_error *e)
+{
+    int64_t t0 = now_ns();
+    int rc;
+
+    if (!w->phases)
+        return tessera_step(t, s, grads, params, e);
+    if ((rc = tessera_push(t, id, s, grads[0], e)))
+        return rc;
+    *push_ns = now_ns() - t0;
+    return tessera_pull(t, id, s + 1, params[0], e);
+}
+
 /* Connects, registers, warms up, says "ready", times the steps, prints one line:
- * "TRANSPORT CPU_NS NS1 NS2 ...". */
+ * "TRANSPORT CPU_NS NS1 .. NSn", followed with --phases by the n push times. */
 static int worker_run(const struct wopts *w, float *params, void *grad, int64_t *ns)
 {
     struct tessera_options to = { .master = w->master, .job = w->job, .rank = (unsigned)w->rank,
@@ -130,7 +147,7 @@ static int worker_run(const struct wopts *w, float *params, void *grad, int64_t 
     const void *grads[1] = { grad };
     float *pp[1] = { params };
     struct tessera_error e;
-    int64_t cpu0 = 0, t0;
+    int64_t cpu0 = 0, t0, push_ns = 0;
     tessera *t;
     int id, rc = 0;
 
@@ -148,15 +165,17 @@ static int worker_run(const struct wopts *w, float *params, void *grad, int64_t 
             cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
         }
         t0 = now_ns();
-        if (tessera_step(t, (uint64_t)s, grads, pp, &e)) {
+        if (one_step(t, w, id, (uint64_t)s, grads, pp, &push_ns, &e)) {
             rc = werr(w, "step", &e);
             goto out_close;
         }
-        if (s >= WARMUP)
+        if (s >= WARMUP) {
             ns[s - WARMUP] = now_ns() - t0;
+            ns[w->iters + s - WARMUP] = push_ns;
+        }
     }
     printf("%s %" PRId64, tessera_transport(t), clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0);
-    for (int64_t i = 0; i < w->iters; i++)
+    for (int64_t i = 0; i < (w->phases ? 2 : 1) * w->iters; i++)
         printf(" %" PRId64, ns[i]);
     printf("\n");
     fflush(stdout);
@@ -176,6 +195,7 @@ static int worker_main(int argc, char **argv)
         { "bytes", TS_FLAG_INT, &w.bytes, "S", "tensor bytes", 4, INT64_MAX },
         { "iters", TS_FLAG_INT, &w.iters, "N", "timed steps", 1, MAX_ITERS },
         { "exact", TS_FLAG_BOOL, &w.exact, NULL, "exact mode", 0, 0 },
+        { "phases", TS_FLAG_BOOL, &w.phases, NULL, "push and pull timed apart", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct tessera_error e = { 0 };
@@ -197,7 +217,7 @@ static int worker_main(int argc, char **argv)
     params = malloc(n * sizeof(float));
     grad = malloc(n * gsize);
     g = w.exact ? malloc(n * sizeof(float)) : grad;
-    ns = calloc((size_t)w.iters, sizeof(*ns));
+    ns = calloc((size_t)(2 * w.iters), sizeof(*ns));
     if (!params || !grad || !g || !ns) {
         fprintf(stderr, "bench_pushpull worker: out of memory for %" PRId64 " bytes\n", w.bytes);
         return 1;
@@ -347,7 +367,7 @@ static uint64_t shard_ticks(const struct cluster *c)
 struct wchild {
     pid_t pid;
     FILE *out;                 /* its stdout */
-    char line[MAX_ITERS * 21 + 64];
+    char line[2 * MAX_ITERS * 21 + 64];
 };
 
 /* Forks and re-executes this binary in worker mode, stdout on a pipe. argv is built before the
@@ -355,18 +375,34 @@ struct wchild {
 static ts_status worker_spawn(const struct opts *o, const struct cluster *c, const struct run *r,
                               int rank, struct wchild *w, struct ts_err *err)
 {
-    char job[64], rk[8], bytes[24], iters[24];
+    char job[64], rk[8], bytes[24], iters[24], *argv[20];
     pid_t parent = getpid();
-    int fds[2];
+    int fds[2], n = 0;
 
     snprintf(job, sizeof(job), "pp-%d-%s-%" PRId64 "-%s", (int)parent, r->transport,
              r->size_mib, r->exact ? "x" : "f");
     snprintf(rk, sizeof(rk), "%d", rank);
     snprintf(bytes, sizeof(bytes), "%" PRIu64, (uint64_t)r->size_mib * MIB);
     snprintf(iters, sizeof(iters), "%" PRId64, o->iters);
-    char *argv[] = { "bench_pushpull", "--worker", "--master", (char *)c->m.target, "--job", job,
-                     "--rank", rk, "--bytes", bytes, "--iters", iters, "--transport",
-                     (char *)r->transport, r->exact ? "--exact" : NULL, NULL };
+    argv[n++] = "bench_pushpull";
+    argv[n++] = "--worker";
+    argv[n++] = "--master";
+    argv[n++] = (char *)c->m.target;
+    argv[n++] = "--job";
+    argv[n++] = job;
+    argv[n++] = "--rank";
+    argv[n++] = rk;
+    argv[n++] = "--bytes";
+    argv[n++] = bytes;
+    argv[n++] = "--iters";
+    argv[n++] = iters;
+    argv[n++] = "--transport";
+    argv[n++] = (char *)r->transport;
+    if (r->exact)
+        argv[n++] = "--exact";
+    if (o->phases)
+        argv[n++] = "--phases";
+    argv[n] = NULL;
     if (pipe2(fds, O_CLOEXEC) != 0)
         return ts_err_set(err, TS_EIO, "pipe: %s", strerror(errno));
     if ((w->pid = fork()) == 0) {
@@ -427,12 +463,46 @@ static double median_ms(int64_t *ns, int64_t n)
     return (n % 2 ? (double)ns[n / 2] : (double)(ns[n / 2 - 1] + ns[n / 2]) / 2) / 1e6;
 }
 
-/* Reads both workers' lines: "ready" (then the shards' CPU is sampled), then the results. */
+/* Busy CPU time of the whole machine (every CPU), in clock ticks: /proc/stat's first line. */
+static uint64_t machine_busy_ticks(void)
+{
+    unsigned long long v[8] = { 0 };
+    FILE *f = fopen("/proc/stat", "r");
+    int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                       &v[3], &v[4], &v[5], &v[6], &v[7]) : 0;
+
+    if (f)
+        fclose(f);
+    if (n != 8)
+        return 0;
+    return v[0] + v[1] + v[2] + v[5] + v[6] + v[7]; /* all but idle and iowait */
+}
+
+/* The median of each step's slower worker: a step ends when both are through it. ns holds
+ * NWORKERS series of stride values each; the first n of each are used (and reordered). */
+static double slower_median(int64_t *ns, int64_t n, int64_t stride, double *min, double *max)
+{
+    double med;
+
+    for (int64_t i = 0; i < n; i++)
+        for (int k = 1; k < NWORKERS; k++)
+            ns[i] = ns[i] > ns[k * stride + i] ? ns[i] : ns[k * stride + i];
+    med = median_ms(ns, n);
+    if (min)
+        *min = (double)ns[0] / 1e6;
+    if (max)
+        *max = (double)ns[n - 1] / 1e6;
+    return med;
+}
+
+/* Reads both workers' lines: "ready" (then the CPU clocks are sampled), then the results. */
 static ts_status collect(const struct opts *o, const struct cluster *c, struct run *r,
                          struct wchild *w, struct ts_err *err)
 {
-    int64_t n = o->iters, *ns = calloc((size_t)(2 * n), sizeof(*ns)), cpu = 0, wcpu = 0;
-    uint64_t t0 = 0;
+    int64_t n = o->iters, per = (o->phases ? 2 : 1) * n, cpu = 0, wcpu = 0;
+    int64_t *ns = calloc((size_t)(NWORKERS * per), sizeof(*ns));
+    double tick_ms = 1e3 / (double)sysconf(_SC_CLK_TCK);
+    uint64_t t0 = 0, b0 = 0;
     ts_status st = TS_OK;
 
     if (!ns)
@@ -440,21 +510,21 @@ static ts_status collect(const struct opts *o, const struct cluster *c, struct r
     for (int k = 0; k < NWORKERS && !st; k++)
         st = read_line(&w[k], k, "ready", err);
     t0 = shard_ticks(c);
+    b0 = machine_busy_ticks();
     for (int k = 0; k < NWORKERS && !st; k++) {
         if (!(st = read_line(&w[k], k, "result", err)))
-            st = parse_result(r, w[k].line, n, ns + k * n, &cpu, err);
+            st = parse_result(r, w[k].line, per, ns + k * per, &cpu, err);
         wcpu += cpu;
     }
     if (!st) {
-        r->shard_cpu_ms = (double)(shard_ticks(c) - t0) * 1e3 / (double)sysconf(_SC_CLK_TCK) /
-                          (double)n;
-        for (int64_t i = 0; i < n; i++) /* a step ends when the slower worker is through it */
-            ns[i] = ns[i] > ns[n + i] ? ns[i] : ns[n + i];
-        r->med_ms = median_ms(ns, n);
-        r->min_ms = (double)ns[0] / 1e6;
-        r->max_ms = (double)ns[n - 1] / 1e6;
-        r->gbs = (double)((uint64_t)r->size_mib * MIB) / (r->med_ms * 1e6);
+        r->shard_cpu_ms = (double)(shard_ticks(c) - t0) * tick_ms / (double)n;
         r->worker_cpu_ms = (double)wcpu / 1e6 / (double)n;
+        r->other_cpu_ms = (double)(machine_busy_ticks() - b0) * tick_ms / (double)n -
+                          r->shard_cpu_ms - r->worker_cpu_ms;
+        if (o->phases) /* before the step times, which the next call reorders */
+            r->push_ms = slower_median(ns + n, n, per, NULL, NULL);
+        r->med_ms = slower_median(ns, n, per, &r->min_ms, &r->max_ms);
+        r->gbs = (double)((uint64_t)r->size_mib * MIB) / (r->med_ms * 1e6);
         r->done = true;
     }
     free(ns);
@@ -626,19 +696,24 @@ static void print_tables(const struct opts *o, const struct results *res)
                 cell(find_run(res, o->tp[t], m == 1, o->sizes[i]), g);
         printf("\n");
     }
-    printf("\nwhere the time goes (per step; CPU summed over the processes, %ld cores = %ld ms "
-           "of CPU per ms)\n%-14s | %8s | %9s | %9s | %14s | %13s | %8s\n", ncpu, ncpu,
-           "run", "size", "step ms", "min ms", "GB/s", "worker CPU ms", "shard CPU ms");
+    printf("\nwhere the time goes, per step (CPU ms summed over processes, %ld cores = %ld CPU "
+           "ms per ms;\nother = the rest of the machine: not ours, so a large figure means a "
+           "disturbed run)\n%-11s | %8s | %7s | %7s | %7s | %5s | %10s | %9s | %9s\n", ncpu,
+           ncpu, "run", "size", "step ms", "min ms", "push ms", "GB/s", "worker CPU", "shard CPU",
+           "other CPU");
     for (int i = 0; i < res->nruns; i++) {
         const struct run *r = &res->runs[i];
-        char name[32];
+        char name[32], push[16] = "-";
         snprintf(name, sizeof(name), "%s %s", r->transport, r->exact ? "exact" : "float");
         if (!r->done) {
-            printf("%-14s | %4" PRId64 " MiB | failed\n", name, r->size_mib);
+            printf("%-11s | %4" PRId64 " MiB | failed\n", name, r->size_mib);
             continue;
         }
-        printf("%-14s | %4" PRId64 " MiB | %9.2f | %9.2f | %14.2f | %13.2f | %8.2f\n", name,
-               r->size_mib, r->med_ms, r->min_ms, r->gbs, r->worker_cpu_ms, r->shard_cpu_ms);
+        if (o->phases)
+            snprintf(push, sizeof(push), "%.1f", r->push_ms);
+        printf("%-11s | %4" PRId64 " MiB | %7.1f | %7.1f | %7s | %5.2f | %10.1f | %9.1f | %9.1f\n",
+               name, r->size_mib, r->med_ms, r->min_ms, push, r->gbs, r->worker_cpu_ms,
+               r->shard_cpu_ms, r->other_cpu_ms);
     }
 }
 
@@ -700,6 +775,9 @@ static void json_runs(struct ts_json *j, const struct results *res)
             ts_json_num(j, "algbw_gbs", (double)round_i(r->gbs * 1000) / 1000);
             ts_json_num(j, "worker_cpu_ms_per_step", round1(r->worker_cpu_ms));
             ts_json_num(j, "shard_cpu_ms_per_step", round1(r->shard_cpu_ms));
+            ts_json_num(j, "other_cpu_ms_per_step", round1(r->other_cpu_ms));
+            if (r->push_ms > 0)
+                ts_json_num(j, "push_ms", (double)round_i(r->push_ms * 100) / 100);
         }
         ts_json_end(j);
     }
@@ -743,6 +821,7 @@ static ts_status write_json(const struct opts *o, const struct results *res, boo
     ts_json_int(&j, "shards", NSHARDS);
     ts_json_int(&j, "warmup", WARMUP);
     ts_json_int(&j, "iters", o->iters);
+    ts_json_bool(&j, "phases", o->phases);
     json_runs(&j, res);
     ts_json_obj(&j, "headline");
     snprintf(unit, sizeof(unit), "GB/s algbw, push+pull of %" PRId64 " MiB, %d workers x %d "
@@ -852,6 +931,8 @@ int main(int argc, char **argv)
           0, 0 },
         { "python", TS_FLAG_STR, &o.python, "PATH", "python3 with torch (default "
                                                     "/usr/bin/python3)", 0, 0 },
+        { "phases", TS_FLAG_BOOL, &o.phases, NULL, "time the push apart (tessera_push, then "
+                                                   "tessera_pull: the same frames)", 0, 0 },
         { "quick", TS_FLAG_BOOL, &o.quick, NULL, "smoke run: sizes 4,64, 3 steps (explicit "
                                                  "flags still win)", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },

@@ -6,7 +6,7 @@
 #include "util/flags.h"
 #include "util/proc.h"
 
-#define DEFAULT_OPTIMIZER "momentum:lr=0.05,momentum=0.9"
+#define DEFAULT_OPTIMIZER "momentum:lr=0.02,momentum=0.9"
 
 /* Shared by train and demo: fills t from argv; returns -1 to go on, else an exit code. */
 int train_flags(const char *cmd, const char *usage, const char *about, struct train_cli *t,

@@ -7,7 +7,7 @@
  * come out bit for bit the same for any number of workers and shards.
  *
  *     struct tessera_options o = { .master = "127.0.0.1:7070", .job = "mnist", .rank = 0,
- *                                  .workers = 2, .exact = 1, .optimizer = "momentum:lr=0.05",
+ *                                  .workers = 2, .exact = 1, .optimizer = "momentum:lr=0.02",
  *                                  .batch = 64 };
  *     tessera *t;  struct tessera_error e;
  *     tessera_connect(&o, &t, &e);

@@ -12,7 +12,8 @@
  * Big messages stream through in chunks (CHUNK), so a frame larger than the ring works and
  * the consumer starts copying while the producer is still writing.
  *
- * Waiting: spin briefly, then sleep on a futex: each ring has a sequence word per direction
+ * Waiting: spin (briefly for a first byte, longer mid-message, when the peer is busy copying
+ * the next chunk), then sleep on a futex: each ring has a sequence word per direction
  * (data, space) and a "waiter present" word. A waiter reads the sequence, announces itself,
  * re-checks the counters and sleeps only if the sequence has not moved; the other side bumps
  * the sequence and calls FUTEX_WAKE only when a waiter is announced, so the fast path makes no
@@ -578,7 +579,7 @@ static ts_status wait_ready(struct shm_conn *c, enum wait_kind k, bool first, in
         /* The clock is read once nothing was ready at once, then every 64 polls. */
         if (spin == 1)
             spin_end = ts_now_us() + (first ? SPIN_FIRST_US : SPIN_MID_US);
-        else if (spinning && (spin & 63) == 0 && ts_now_us() >= spin_end)
+        else if (spin > 1 && spinning && (spin & 63) == 0 && ts_now_us() >= spin_end)
             spinning = false;
         if (!spinning) {
             s = atomic_load(seq);

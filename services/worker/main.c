@@ -8,7 +8,7 @@
 #include "util/proc.h"
 #include "worker.h"
 
-#define DEFAULT_OPTIMIZER "momentum:lr=0.05,momentum=0.9"
+#define DEFAULT_OPTIMIZER "momentum:lr=0.02,momentum=0.9"
 
 int main(int argc, char **argv)
 {

@@ -55,6 +55,10 @@ static int setup(struct run *r, struct tessera_error *e)
     }
     r->sched = (struct ts_schedule){ .seed = o->seed, .n = r->train.n, .batch = o->batch,
                                      .micro = o->micro };
+    if (ts_schedule_check(&r->sched, &err)) {
+        snprintf(e->message, sizeof(e->message), "%s", err.msg);
+        return say(e, "schedule");
+    }
     if (tessera_connect(&to, &r->t, e))
         return say(e, "connect");
     for (int i = 0; i < TS_MLP_NTENSORS; i++) {

@@ -57,9 +57,7 @@
 #define CHUNK (256u << 10)              /* bytes copied between publishing the counter */
 #define SLICE_MS 50                     /* a sleeper checks the peer is alive this often */
 #define SPIN_FIRST_US 2                 /* spinning before sleeping: for a first byte, */
-#ifndef SPIN_MID_US
-#define SPIN_MID_US 50                  /* and mid-message, when the peer is copying */
-#endif
+#define SPIN_MID_US 200                 /* and mid-message: the peer is copying a chunk */
 #define HELLO_MS 5000                   /* the hello follows connect() at once */
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,

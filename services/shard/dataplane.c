@@ -148,6 +148,8 @@ static void reap(struct dataplane *dp, bool all)
         if (all)
             dc->c->ops->interrupt(dc->c);
         pthread_join(dc->thread, NULL);
+        atomic_fetch_add(&dp->closed_in, dc->c->frames_in);
+        atomic_fetch_add(&dp->closed_refused, dc->c->frames_refused);
         ts_tp_close(dc->c);
         *pp = dc->next;
         free(dc);
@@ -188,6 +190,20 @@ static void *accept_main(void *arg)
         ts_log(TS_DEBUG, "dataplane", "%s connection from %s", dl->l->ops->name, c->peer);
     }
     return NULL;
+}
+
+void dataplane_counters(struct dataplane *dp, uint64_t *in, uint64_t *refused)
+{
+    pthread_mutex_lock(&dp->mu);
+    reap(dp, false);
+    *in = atomic_load(&dp->closed_in);
+    *refused = atomic_load(&dp->closed_refused);
+    /* Open connections' counters belong to their threads; a racy read is fine for status. */
+    for (struct dp_conn *dc = dp->conns; dc; dc = dc->next) {
+        *in += dc->c->frames_in;
+        *refused += dc->c->frames_refused;
+    }
+    pthread_mutex_unlock(&dp->mu);
 }
 
 ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const char *host,

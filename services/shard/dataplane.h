@@ -26,7 +26,11 @@ struct dataplane {
     pthread_mutex_t mu;
     struct dp_conn *conns;
     atomic_bool stop;
+    atomic_uint_least64_t closed_in, closed_refused;   /* counters of connections gone */
 };
+
+/* Frames received and refused so far, over every connection. */
+void dataplane_counters(struct dataplane *dp, uint64_t *in, uint64_t *refused);
 
 /* Listens on every transport that can run here (only the one named `only`, if set). */
 ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const char *host,

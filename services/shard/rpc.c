@@ -29,6 +29,8 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     resp->addr = s->addr;
     resp->master = (char *)s->master_addr;
     resp->uptime_ms = ts_now_ms() - s->started_ms;
+    if (s->dp.n)
+        dataplane_counters(&s->dp, &resp->frames_in, &resp->frames_refused);
     pthread_mutex_lock(&s->params.mu);
     resp->partitions = s->params.partitions;
     resp->bytes = s->params.bytes;

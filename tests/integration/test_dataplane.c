@@ -15,6 +15,7 @@
 #include "transport/fault.h"
 #include "transport/frame.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 #define N 1000
 
@@ -66,6 +67,25 @@ static struct ts_conn *raw_connect(const char *transport, const char *job)
     return c;
 }
 
+/* The shard's count of refused data-plane frames (ShardStatus). */
+static uint64_t frames_refused(void)
+{
+    Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
+    Tessera__V1__ShardStatusResponse *r;
+    struct ts_cluster *cl;
+    uint64_t n;
+
+    assert_int_equal(ts_cluster_open(master, &cl, NULL), TS_OK);
+    assert_int_equal(ts_cluster_call(cl, 1, "/tessera.v1.Shard/ShardStatus", &req.base,
+                                     &req.map_epoch,
+                                     &tessera__v1__shard_status_response__descriptor,
+                                     (ProtobufCMessage **)&r, NULL), TS_OK);
+    n = r->frames_refused;
+    tessera__v1__shard_status_response__free_unpacked(r, NULL);
+    ts_cluster_close(cl);
+    return n;
+}
+
 /* Expects an ERROR frame whose message contains `says`; returns its status. */
 static unsigned expect_error(struct ts_conn *c, const char *says)
 {
@@ -95,6 +115,7 @@ static void bad_frames_change_nothing(const char *transport, const char *job)
     struct ts_fault_cfg corrupt = { .kind = TS_FAULT_CORRUPT, .nth = 1,
                                     .offset = TS_FRAME_HDR_LEN + 100 };
     struct ts_conn *c, *fc;
+    uint64_t refused;
     int id;
 
     if (tessera_connect(&o, &t, &e) ||
@@ -115,13 +136,17 @@ static void bad_frames_change_nothing(const char *transport, const char *job)
     assert_int_equal(expect_error(c, "encoding"), TS_EINVAL);
     ts_tp_close(c);
 
-    /* A corrupted payload: refused by the frame layer, the connection closed. */
+    /* A corrupted payload: refused by the frame layer, counted, the connection closed. */
+    refused = frames_refused();
     c = raw_connect(transport, job);
     assert_int_equal(ts_fault_wrap(c, &corrupt, &fc, NULL), TS_OK);
     push.encoding = 5;
     assert_int_equal(ts_frame_send(fc, &push, fixed, N * sizeof(int64_t), NULL), TS_OK);
     assert_int_equal(expect_error(fc, "checksum"), TS_ECORRUPT);
     ts_tp_close(fc);
+    for (int i = 0; i < 100 && frames_refused() == refused; i++)
+        ts_sleep_ms(10); /* the shard counts the connection as it reaps it */
+    assert_int_equal(frames_refused(), refused + 1);
 
     /* Nothing was applied: still version 0 with the same values, and rank 0 may push step 0. */
     assert_int_equal(tessera_pull(t, id, 0, after, &e), 0);

@@ -396,47 +396,77 @@ static ts_status hello(struct tessera *t, struct ts_err *err)
     return st;
 }
 
-/* Sends one request frame per partition of tensors [first, last), then reads the replies in
- * the same order; pulls land in params[id]. push: grads[id] are sent for `step`. */
-static ts_status exchange(struct tessera *t, int first, int last, bool push, uint64_t step,
-                          const void *const *grads, float *const *params, struct ts_err *err)
+/* Sends a PUSH of `step` (grads) or a PULL of version `step` (no grads) for every partition
+ * of tensors [first, last). A pull sent right behind this step's pushes says so in its flags,
+ * so that a shard that refused one of them answers the pull at once instead of waiting. */
+static ts_status send_all(struct tessera *t, int first, int last, const void *const *grads,
+                          uint64_t step, uint32_t flags, struct ts_err *err)
 {
-    ts_status st = TS_OK, first_err = TS_OK;
+    ts_status st = TS_OK;
 
     for (int i = first; !st && i < last; i++) {
         struct sdk_tensor *x = t->tensors[i];
         for (uint32_t p = 0; !st && p < x->nparts; p++) {
             uint64_t off, len;
-            struct ts_frame_hdr h = { .type = push ? TS_FRAME_PUSH : TS_FRAME_PULL,
+            struct ts_frame_hdr h = { .type = grads ? TS_FRAME_PUSH : TS_FRAME_PULL,
                                       .tensor = (uint32_t)i, .partition = p, .step = step,
-                                      .dtype = 1, .rank = t->rank,
-                                      .encoding = push && t->job.exact ? TS_ENC_FIXED
-                                                                       : TS_ENC_RAW };
+                                      .dtype = 1, .rank = t->rank, .flags = flags,
+                                      .encoding = grads && t->job.exact ? TS_ENC_FIXED
+                                                                        : TS_ENC_RAW };
             ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
             st = ts_frame_send(t->shards[x->owner[p]].conn, &h,
-                               push ? (const char *)grads[i] + off * elem_bytes(t) : NULL,
-                               push ? len * elem_bytes(t) : 0, err);
+                               grads ? (const char *)grads[i] + off * elem_bytes(t) : NULL,
+                               grads ? len * elem_bytes(t) : 0, err);
         }
     }
-    for (int i = first; !st && i < last; i++) {
+    return st;
+}
+
+/* Reads the replies to send_all's requests, in order: ACKs, or PARAMS into params. A refused
+ * request is remembered (the first in err) and reading goes on, so the streams stay in step;
+ * a transport error ends it. */
+static ts_status read_all(struct tessera *t, int first, int last, float *const *params,
+                          ts_status *first_err, struct ts_err *err)
+{
+    for (int i = first; i < last; i++) {
         struct sdk_tensor *x = t->tensors[i];
-        for (uint32_t p = 0; !st && p < x->nparts; p++) {
+        for (uint32_t p = 0; p < x->nparts; p++) {
             uint64_t off, len;
             struct ts_err e = { 0 };
             ts_status r;
             ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
-            r = read_reply(t, x->owner[p], push ? TS_FRAME_ACK : TS_FRAME_PARAMS, (uint32_t)i,
-                           p, push ? NULL : params[i] + off, len * sizeof(float), &e);
-            /* Keep reading after a refused push so the stream stays in step; a transport
-             * error ends the exchange. */
-            if (r && !first_err) {
-                first_err = r;
+            r = read_reply(t, x->owner[p], params ? TS_FRAME_PARAMS : TS_FRAME_ACK,
+                           (uint32_t)i, p, params ? params[i] + off : NULL,
+                           len * sizeof(float), &e);
+            if (r && !*first_err) {
+                *first_err = r;
                 ts_err_set(err, r, "%s", e.msg);
             }
             if (r == TS_EUNAVAIL || r == TS_ECORRUPT || r == TS_ETIMEDOUT)
-                st = r;
+                return r;
         }
     }
+    return TS_OK;
+}
+
+/* Pushes grads for `step` (if grads) and pulls version `version` (if params) of tensors
+ * [first, last): every request goes out before any reply is read, so the shards work in
+ * parallel and a step costs one round trip. */
+static ts_status exchange(struct tessera *t, int first, int last, const void *const *grads,
+                          uint64_t step, float *const *params, uint64_t version,
+                          struct ts_err *err)
+{
+    uint32_t flags = grads ? TS_PULL_AFTER_PUSH : 0;
+    ts_status st = TS_OK, first_err = TS_OK;
+
+    if (grads)
+        st = send_all(t, first, last, grads, step, 0, err);
+    if (!st && params)
+        st = send_all(t, first, last, NULL, version, flags, err);
+    if (!st && grads)
+        st = read_all(t, first, last, NULL, &first_err, err);
+    if (!st && params)
+        st = read_all(t, first, last, params, &first_err, err);
     return st ? st : first_err;
 }
 
@@ -487,7 +517,7 @@ int tessera_push(tessera *t, int id, uint64_t step, const void *grad, struct tes
         return fail(e, &err);
     grads[id] = grad;
     if (t->local ? local_push(t, id, step, grad, &err)
-                 : exchange(t, id, id + 1, true, step, grads, NULL, &err))
+                 : exchange(t, id, id + 1, grads, step, NULL, 0, &err))
         return fail(e, &err);
     return ok(e);
 }
@@ -501,7 +531,7 @@ int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tesser
         return fail(e, &err);
     params[id] = out;
     if (t->local ? local_pull(t, id, version, out, &err)
-                 : exchange(t, id, id + 1, false, version, NULL, params, &err))
+                 : exchange(t, id, id + 1, NULL, 0, params, version, &err))
         return fail(e, &err);
     return ok(e);
 }
@@ -518,9 +548,7 @@ int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *con
         for (int i = 0; !st && i < t->ntensors; i++)
             st = local_pull(t, i, step + 1, params[i], &err);
     } else {
-        st = exchange(t, 0, t->ntensors, true, step, grads, NULL, &err);
-        if (!st)
-            st = exchange(t, 0, t->ntensors, false, step + 1, NULL, params, &err);
+        st = exchange(t, 0, t->ntensors, grads, step, params, step + 1, &err);
         if (!st && t->ms)
             ts_membership_set_clock(t->ms, step + 1);
     }

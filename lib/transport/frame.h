@@ -33,6 +33,9 @@ enum ts_frame_type {
     TS_FRAME_TYPE_MAX = 6,
 };
 
+/* PULL flags. */
+#define TS_PULL_AFTER_PUSH 0x1u /* sent right behind this connection's pushes of the step */
+
 struct ts_frame_hdr {
     uint16_t type;
     uint32_t tensor;

@@ -23,6 +23,8 @@ struct dp_conn {
     struct dataplane *dp;
     struct ts_conn *c;
     struct shard_job *job;          /* named by the connection's HELLO */
+    bool push_refused;              /* a push of the current step was refused */
+    bool after_pull;                /* the last request was a PULL */
     pthread_t thread;
     struct dp_conn *next;
     atomic_bool done;
@@ -70,6 +72,10 @@ static ts_status on_pull(struct dp_conn *dc, struct ts_conn *c, const struct ts_
         return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
                           "register the tensor, or refresh the shard map", h->tensor,
                           h->partition);
+    /* The version asked for needs the push that was refused: it would never come. */
+    if ((h->flags & TS_PULL_AFTER_PUSH) && dc->push_refused)
+        return ts_err_set(err, TS_ESTATE, "pull of version %" PRIu64 " refused: a push of this "
+                          "step was refused (see the error before)", h->step);
     if (ts_part_read(p, h->step, PULL_WAIT_MS, buf, &version, err))
         return err->code;
     out.step = version;
@@ -116,10 +122,15 @@ static void *conn_main(void *arg)
         }
         if (st)
             break; /* the worker went away or the shard is stopping */
-        if (h.type == TS_FRAME_PUSH)
+        if (h.type == TS_FRAME_PUSH) {
+            if (dc->after_pull) /* a new step's pushes begin */
+                dc->push_refused = dc->after_pull = false;
             st = on_push(dc, dc->c, &h, buf, &err);
-        else if (h.type == TS_FRAME_PULL)
+            dc->push_refused |= st != TS_OK;
+        } else if (h.type == TS_FRAME_PULL) {
+            dc->after_pull = true;
             st = on_pull(dc, dc->c, &h, buf, &err);
+        }
         else if (h.type == TS_FRAME_HELLO)
             st = on_hello(dc, &h, buf, &err);
         else

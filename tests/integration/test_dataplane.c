@@ -155,6 +155,19 @@ static void bad_frames_change_nothing(const char *transport, const char *job)
         fail_msg("%s", e.message);
     for (int i = 0; i < N; i++)
         assert_true(after[i] == before[i] - 0.5f * (g[i] / 4));
+
+    /* A step whose push is refused (step 5 at version 1) fails at once: the pull sent right
+     * behind it is refused too, rather than waiting for a version that cannot come. */
+    {
+        const void *gs[1] = { fixed };
+        float *ps[1] = { after };
+        int64_t t0 = ts_now_ms();
+        assert_int_equal(tessera_step(t, 5, gs, ps, &e), TESSERA_EINVAL);
+        assert_non_null(strstr(e.message, "step: 5"));
+        assert_true(ts_now_ms() - t0 < 5000);
+        if (tessera_step(t, 1, gs, ps, &e)) /* and the stream is still in step */
+            fail_msg("%s", e.message);
+    }
     tessera_close(t);
 }
 

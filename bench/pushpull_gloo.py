@@ -17,8 +17,10 @@ Run with Debian's /usr/bin/python3 (python3-torch).
 """
 
 import argparse
+import ctypes
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -40,8 +42,16 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_rank(rank, port, sizes, warmup, iters, queue):
+def die_with_parent(parent):
+    """PR_SET_PDEATHSIG: bench_pushpull stops this script by pid; its ranks must follow."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        sys.exit(1)
+
+
+def run_rank(rank, parent, port, sizes, warmup, iters, queue):
     """One rank: every size in turn; rank 0 puts one result dict per size on the queue."""
+    die_with_parent(parent)
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=2)
@@ -86,7 +96,8 @@ def main():
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = free_port()
-    procs = [ctx.Process(target=run_rank, args=(r, port, sizes, a.warmup, a.iters, queue))
+    procs = [ctx.Process(target=run_rank,
+                         args=(r, os.getpid(), port, sizes, a.warmup, a.iters, queue))
              for r in range(2)]
     for p in procs:
         p.start()

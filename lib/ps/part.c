@@ -1,6 +1,8 @@
 /* part.c - see part.h. */
 #include "ps/part.h"
 
+#include "util/proc.h"
+
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -172,33 +174,50 @@ ts_status ts_part_push(struct ts_part *p, uint32_t rank, uint64_t step, unsigned
     return st;
 }
 
-ts_status ts_part_read(struct ts_part *p, uint64_t want, int ms, float *out, uint64_t *version,
-                       struct ts_err *err)
+ts_status ts_part_wait(struct ts_part *p, uint64_t want, int ms, const atomic_bool *cancel,
+                       uint64_t *version, struct ts_err *err)
 {
-    struct timespec until;
+    int64_t until = ts_now_ms() + ms;
     ts_status st = TS_OK;
 
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
     pthread_mutex_lock(&p->mu);
-    while (p->version < want) {
-        if (pthread_cond_timedwait(&p->cv, &p->mu, &until) != 0 && p->version < want) {
+    while (p->version < want && !st) {
+        /* Slices of 100 ms, so that a cancel (a shard shutting down) is seen soon. */
+        int64_t now = ts_now_ms(), slice = until - now < 100 ? until - now : 100;
+        struct timespec ts;
+
+        if (cancel && atomic_load(cancel))
+            st = ts_err_set(err, TS_ECANCELLED, "tensor %u partition %u: wait for version %"
+                            PRIu64 " cancelled", p->tensor_id, p->index, want);
+        else if (slice <= 0)
             st = ts_err_set(err, TS_ETIMEDOUT,
                             "tensor %u partition %u: version %" PRIu64 " did not come within %d "
                             "ms (at %" PRIu64 ", %u of %u ranks pushed)", p->tensor_id, p->index,
                             want, ms, p->version, p->npushed, p->job->workers);
+        if (st)
             break;
-        }
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)slice * 1000000;
+        ts.tv_sec += ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     }
-    if (!st) {
-        memcpy(out, p->value, p->len * sizeof(float));
+    if (!st)
         *version = p->version;
-    }
     pthread_mutex_unlock(&p->mu);
     return st;
+}
+
+ts_status ts_part_read(struct ts_part *p, uint64_t want, int ms, float *out, uint64_t *version,
+                       struct ts_err *err)
+{
+    ts_status st = ts_part_wait(p, want, ms, NULL, version, err);
+
+    if (st)
+        return st;
+    pthread_mutex_lock(&p->mu);
+    memcpy(out, p->value, p->len * sizeof(float));
+    *version = p->version;
+    pthread_mutex_unlock(&p->mu);
+    return TS_OK;
 }

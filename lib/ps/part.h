@@ -17,6 +17,7 @@
 #define TS_PS_PART_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -75,8 +76,13 @@ ts_status ts_part_push(struct ts_part *p, uint32_t rank, uint64_t step, unsigned
                        const void *payload, size_t bytes, bool *applied,
                        struct ts_err *err) TS_MUST_CHECK;
 
-/* Waits up to ms for version >= want, then copies the values into out (len floats) and sets
- * *version. TS_ETIMEDOUT when the version did not come (a worker is missing). */
+/* Waits up to ms for version >= want and sets *version. TS_ETIMEDOUT when it did not come
+ * (a worker is missing); TS_ECANCELLED as soon as *cancel (if not NULL) turns true.
+ * After it, p->value may be read without the lock until the calling rank pushes again: under
+ * BSP the next update needs that push (the shard sends pulls straight from p->value). */
+ts_status ts_part_wait(struct ts_part *p, uint64_t want, int ms, const atomic_bool *cancel,
+                       uint64_t *version, struct ts_err *err) TS_MUST_CHECK;
+/* ts_part_wait, then a copy of the values into out (len floats) under the lock. */
 ts_status ts_part_read(struct ts_part *p, uint64_t want, int ms, float *out, uint64_t *version,
                        struct ts_err *err) TS_MUST_CHECK;
 

@@ -61,7 +61,7 @@ static ts_status on_push(struct dp_conn *dc, struct ts_conn *c, const struct ts_
 }
 
 static ts_status on_pull(struct dp_conn *dc, struct ts_conn *c, const struct ts_frame_hdr *h,
-                         void *buf, struct ts_err *err)
+                         struct ts_err *err)
 {
     struct ts_part *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition);
     struct ts_frame_hdr out = { .type = TS_FRAME_PARAMS, .tensor = h->tensor,
@@ -76,10 +76,12 @@ static ts_status on_pull(struct dp_conn *dc, struct ts_conn *c, const struct ts_
     if ((h->flags & TS_PULL_AFTER_PUSH) && dc->push_refused)
         return ts_err_set(err, TS_ESTATE, "pull of version %" PRIu64 " refused: a push of this "
                           "step was refused (see the error before)", h->step);
-    if (ts_part_read(p, h->step, PULL_WAIT_MS, buf, &version, err))
+    if (ts_part_wait(p, h->step, PULL_WAIT_MS, &dc->dp->stop, &version, err))
         return err->code;
     out.step = version;
-    return ts_frame_send(c, &out, buf, p->len * sizeof(float), err);
+    /* Straight from the partition, no copy: it cannot change before this rank pushes again
+     * (part.h), and the frame checksum would catch a torn read from a misbehaving client. */
+    return ts_frame_send(c, &out, p->value, p->len * sizeof(float), err);
 }
 
 /* Names the connection's job. The reply (ACK or ERROR) tells the worker whether it exists. */
@@ -129,7 +131,7 @@ static void *conn_main(void *arg)
             dc->push_refused |= st != TS_OK;
         } else if (h.type == TS_FRAME_PULL) {
             dc->after_pull = true;
-            st = on_pull(dc, dc->c, &h, buf, &err);
+            st = on_pull(dc, dc->c, &h, &err);
         }
         else if (h.type == TS_FRAME_HELLO)
             st = on_hello(dc, &h, buf, &err);

@@ -164,6 +164,10 @@ static void read_waits_then_times_out(void **state)
     assert_int_equal(ts_part_push(p, 0, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
     assert_int_equal(ts_part_read(p, 1, 50, after, &v, &e), TS_ETIMEDOUT);
     assert_non_null(strstr(e.msg, "1 of 2 ranks pushed"));
+    /* A cancelled wait (a shard shutting down) returns at once, not after the timeout. */
+    atomic_bool cancel = true;
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_part_wait(p, 1, 60000, &cancel, &v, &e), TS_ECANCELLED);
     assert_int_equal(ts_part_push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
     assert_int_equal(ts_part_read(p, 1, 50, after, &v, NULL), TS_OK);
     for (int i = 0; i < N; i++)

@@ -73,6 +73,7 @@ bench: build
 	mkdir -p bench/results
 	$(BUILD)/bin/bench_rpc_latency --out bench/results/rpc_latency.json
 	$(BUILD)/bin/bench_aggregate --out bench/results/aggregate.json
+	$(BUILD)/bin/bench_transport_raw --out bench/results/transport_raw.json
 	$(BUILD)/bin/bench_pushpull --exact --out bench/results/pushpull.json
 	/usr/bin/python3 bench/train.py --bin $(BUILD)/bin --out bench/results/train.json
 

@@ -66,19 +66,6 @@ struct results {
 
 /* ---- setup ---- */
 
-static void machine_desc(char *buf, size_t n)
-{
-    char line[256], *model = NULL;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-
-    while (f && !model && fgets(line, sizeof(line), f))
-        if (strncmp(line, "model name", 10) == 0 && (model = strchr(line, ':')))
-            model[strcspn(model, "\n")] = '\0';
-    if (f)
-        fclose(f);
-    snprintf(buf, n, "%ld cpus, %s", sysconf(_SC_NPROCESSORS_ONLN), model ? model + 2 : "?");
-}
-
 static uint64_t rng_next(uint64_t *s)
 {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -267,22 +254,6 @@ static void print_table(const struct opts *o, const struct results *r)
            o->inputs, r->med_stage[S_ADD], o->inputs, r->med_stage[S_TO]);
     printf("GB/s = inputs x n x 4 bytes of float gradient / time; bit-identical exact modes, "
            "in either input order: %s\n", r->ok ? "yes" : "NO");
-}
-
-static ts_status make_parent_dirs(const char *path, struct ts_err *err)
-{
-    char d[PATH_MAX];
-
-    snprintf(d, sizeof(d), "%s", path);
-    for (char *p = d + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(d, 0755) != 0 && errno != EEXIST)
-            return ts_err_set(err, TS_EIO, "--out: mkdir %s: %s", d, strerror(errno));
-        *p = '/';
-    }
-    return TS_OK;
 }
 
 static ts_status write_json(const struct opts *o, const struct results *r, struct ts_err *err)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -189,7 +190,36 @@ bool master_stop(struct master *m)
     master_pid_for_signal = 0;
     if (r != 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return true;
-    fprintf(stderr, "bench_rpc_latency: tessera-master did not exit cleanly (wait status 0x%x%s)"
+    fprintf(stderr, "bench: tessera-master did not exit cleanly (wait status 0x%x%s)"
             "\n", status, r == 0 ? ", killed after ignoring SIGTERM for 5 s" : "");
     return false;
+}
+
+void machine_desc(char *buf, size_t n)
+{
+    char line[256], *model = NULL;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+
+    while (f && !model && fgets(line, sizeof(line), f))
+        if (strncmp(line, "model name", 10) == 0 && (model = strchr(line, ':')))
+            model[strcspn(model, "\n")] = '\0';
+    if (f)
+        fclose(f);
+    snprintf(buf, n, "%ld cpus, %s", sysconf(_SC_NPROCESSORS_ONLN), model ? model + 2 : "?");
+}
+
+ts_status make_parent_dirs(const char *path, struct ts_err *err)
+{
+    char d[PATH_MAX];
+
+    snprintf(d, sizeof(d), "%s", path);
+    for (char *p = d + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(d, 0755) != 0 && errno != EEXIST)
+            return ts_err_set(err, TS_EIO, "--out: mkdir %s: %s", d, strerror(errno));
+        *p = '/';
+    }
+    return TS_OK;
 }

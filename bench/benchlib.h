@@ -44,4 +44,9 @@ ts_status master_start(const char *bin, struct master *m, struct ts_err *err) TS
 /* Returns false if the master did not exit cleanly. */
 bool master_stop(struct master *m);
 
+/* "2 cpus, AMD EPYC ..." from /proc/cpuinfo, for the JSON's machine field. */
+void machine_desc(char *buf, size_t n);
+/* mkdir -p of the directory part of path (for --out). */
+ts_status make_parent_dirs(const char *path, struct ts_err *err) TS_MUST_CHECK;
+
 #endif

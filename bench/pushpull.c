@@ -594,19 +594,6 @@ static void print_goals(const struct opts *o, const struct results *res)
     printf("\n");
 }
 
-static void machine_desc(char *buf, size_t n)
-{
-    char line[256], *model = NULL;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-
-    while (f && !model && fgets(line, sizeof(line), f))
-        if (strncmp(line, "model name", 10) == 0 && (model = strchr(line, ':')))
-            model[strcspn(model, "\n")] = '\0';
-    if (f)
-        fclose(f);
-    snprintf(buf, n, "%ld cpus, %s", sysconf(_SC_NPROCESSORS_ONLN), model ? model + 2 : "?");
-}
-
 #define RND(x, scale) ((double)round_i((x) * (scale)) / (scale))
 
 static void json_runs(struct ts_json *j, const struct results *res)
@@ -649,7 +636,7 @@ static ts_status write_json(const struct opts *o, const struct results *res, boo
 {
     const struct run *best = best_run(o, res, HEADLINE_MIB);
     double g = gloo_gbs(res, HEADLINE_MIB), ours = best ? RND(best->gbs, 1000) : 0;
-    char unit[128], dir[PATH_MAX], *text;
+    char unit[128], *text;
     struct ts_json j;
     ts_status st = TS_OK;
     FILE *f;
@@ -677,14 +664,7 @@ static ts_status write_json(const struct opts *o, const struct results *res, boo
     ts_json_end(&j);
     ts_json_end(&j);
     text = ts_json_take(&j);
-    snprintf(dir, sizeof(dir), "%s", o->out);
-    for (char *p = dir + 1; *p && !st; p++) /* mkdir -p of the directory part */
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-                st = ts_err_set(err, TS_EIO, "--out: mkdir %s: %s", dir, strerror(errno));
-            *p = '/';
-        }
+    st = make_parent_dirs(o->out, err);
     if (!st && (!(f = fopen(o->out, "w")) || fprintf(f, "%s\n", text) < 0 || fclose(f) != 0))
         st = ts_err_set(err, TS_EIO, "--out %s: %s", o->out, strerror(errno));
     free(text);

@@ -408,19 +408,6 @@ out_free:
 
 /* ---- report ---- */
 
-static void machine_desc(char *buf, size_t n)
-{
-    char line[256], *model = NULL;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-
-    while (f && !model && fgets(line, sizeof(line), f))
-        if (strncmp(line, "model name", 10) == 0 && (model = strchr(line, ':')))
-            model[strcspn(model, "\n")] = '\0';
-    if (f)
-        fclose(f);
-    snprintf(buf, n, "%ld cpus, %s", sysconf(_SC_NPROCESSORS_ONLN), model ? model + 2 : "?");
-}
-
 /* One table row, "ours" formatted from fmt; ratio < 0 prints "-". */
 static void TS_PRINTF(4, 5) row(const char *metric, const char *base, double ratio,
                                 const char *fmt, ...)
@@ -533,23 +520,6 @@ static void json_hb(struct ts_json *j, const struct opts *o, const struct hb_res
     ts_json_int(j, "workers", h->workers);
     ts_json_uint(j, "reply_bytes", h->loaded_bytes);
     ts_json_end(j);
-}
-
-/* mkdir -p of the directory part of path. */
-static ts_status make_parent_dirs(const char *path, struct ts_err *err)
-{
-    char d[PATH_MAX];
-
-    snprintf(d, sizeof(d), "%s", path);
-    for (char *p = d + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(d, 0755) != 0 && errno != EEXIST)
-            return ts_err_set(err, TS_EIO, "--out: mkdir %s: %s", d, strerror(errno));
-        *p = '/';
-    }
-    return TS_OK;
 }
 
 static ts_status write_json(const struct opts *o, const struct results *r, bool ok,

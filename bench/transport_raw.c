@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchlib.h"
 #include "transport/frame.h"
 #include "transport/transport.h"
 #include "util/flags.h"
@@ -53,13 +54,6 @@ struct config {
     double one_way_med, round_trip_med, framed_med;
     char error[256];
 };
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -281,19 +275,6 @@ static bool bench_all(const struct opts *o, struct config *cf, int n, uint8_t *b
 
 /* ---- report ---- */
 
-static void machine_desc(char *buf, size_t n)
-{
-    char line[256], *model = NULL;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-
-    while (f && !model && fgets(line, sizeof(line), f))
-        if (strncmp(line, "model name", 10) == 0 && (model = strchr(line, ':')))
-            model[strcspn(model, "\n")] = '\0';
-    if (f)
-        fclose(f);
-    snprintf(buf, n, "%ld cpus, %s", sysconf(_SC_NPROCESSORS_ONLN), model ? model + 2 : "?");
-}
-
 static double r2(double x)
 {
     return (double)(int64_t)(x * 100 + 0.5) / 100;
@@ -313,22 +294,6 @@ static void print_table(const struct opts *o, const struct config *cf, int n, co
                    cf[i].round_trip_med, cf[i].framed_med);
     }
     printf("\nround trip: a message there and back, both directions' bytes over the time.\n");
-}
-
-static ts_status make_parent_dirs(const char *path, struct ts_err *err)
-{
-    char d[PATH_MAX];
-
-    snprintf(d, sizeof(d), "%s", path);
-    for (char *p = d + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(d, 0755) != 0 && errno != EEXIST)
-            return ts_err_set(err, TS_EIO, "--out: mkdir %s: %s", d, strerror(errno));
-        *p = '/';
-    }
-    return TS_OK;
 }
 
 static void json_runs(struct ts_json *j, const char *key, const double *v, int n)

@@ -327,7 +327,8 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
         pthread_mutex_unlock(&m->mu);
         return st;
     }
-    memcpy(e->endpoints, endpoints, n * sizeof(*endpoints));
+    if (n) /* endpoints may be NULL when n is 0 */
+        memcpy(e->endpoints, endpoints, n * sizeof(*endpoints));
     e->nendpoints = n;
     /* Only one process can listen on an address, so an alive shard there has gone away. */
     for (size_t i = 0; i + 1 < m->shards.n; i++) {

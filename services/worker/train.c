@@ -87,7 +87,8 @@ static int compute(struct run *r, uint32_t base, double *loss, struct tessera_er
 {
     uint32_t n = ts_schedule_micro(&r->sched, r->o->rank, r->o->workers, r->first);
 
-    for (int i = 0; i < TS_MLP_NTENSORS; i++)
+    /* The first micro-batch writes the sums (no separate zeroing pass); none: zeros. */
+    for (int i = 0; i < TS_MLP_NTENSORS && n == 0; i++)
         memset(r->acc[i], 0, ts_mlp_numel(i) * 8);
     for (uint32_t j = 0; j < n; j++) {
         for (uint32_t k = 0; k < r->o->micro; k++) {
@@ -99,11 +100,17 @@ static int compute(struct run *r, uint32_t base, double *loss, struct tessera_er
         *loss += ts_mlp_grad(r->mlp, r->params, r->xb, r->yb, (int)r->o->micro, r->grad);
         for (int i = 0; i < TS_MLP_NTENSORS; i++) {
             uint64_t numel = ts_mlp_numel(i);
+            int bad;
             if (!r->o->exact) {
-                ts_f32_add(r->acc[i], r->grad[i], numel);
+                if (j == 0)
+                    memcpy(r->acc[i], r->grad[i], numel * sizeof(float));
+                else
+                    ts_f32_add(r->acc[i], r->grad[i], numel);
                 continue;
             }
-            if (tessera_fixed_add_f32(r->acc[i], r->grad[i], numel, e))
+            bad = j == 0 ? tessera_to_fixed(r->grad[i], numel, r->acc[i], e)
+                         : tessera_fixed_add_f32(r->acc[i], r->grad[i], numel, e);
+            if (bad)
                 return say(e, "gradient");
         }
     }

@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "client/master_client.h"
+#include "rpc/rpc.h"
 #include "util/flags.h"
 #include "util/json.h"
 
@@ -18,7 +19,37 @@ static const char *state_name(Tessera__V1__MemberState s)
     }
 }
 
-static void print_json(const char *addr, const Tessera__V1__ClusterStatusResponse *cs)
+/* What each alive shard says of itself (ShardStatus), asked with a short deadline; NULL for a
+ * shard that is dead or did not answer. */
+static Tessera__V1__ShardStatusResponse **shard_views(const Tessera__V1__ClusterStatusResponse *cs)
+{
+    Tessera__V1__ShardStatusResponse **v = calloc(cs->n_shards + 1, sizeof(*v));
+
+    for (size_t i = 0; v && i < cs->n_shards; i++) {
+        Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
+        struct ts_rpc_channel *ch;
+        if (cs->shards[i]->state != TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE ||
+            ts_rpc_channel_create(cs->shards[i]->addr, NULL, &ch, NULL))
+            continue;
+        if (ts_rpc_unary(ch, "/tessera.v1.Shard/ShardStatus", &req.base,
+                         &tessera__v1__shard_status_response__descriptor,
+                         (ProtobufCMessage **)&v[i], 1000, NULL))
+            v[i] = NULL;
+        ts_rpc_channel_free(ch);
+    }
+    return v;
+}
+
+static void free_views(Tessera__V1__ShardStatusResponse **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        if (v[i])
+            tessera__v1__shard_status_response__free_unpacked(v[i], NULL);
+    free(v);
+}
+
+static void print_json(const char *addr, const Tessera__V1__ClusterStatusResponse *cs,
+                       Tessera__V1__ShardStatusResponse **views)
 {
     struct ts_json j;
     char digest[17];
@@ -42,6 +73,12 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_uint(&j, "lease_ms", s->lease_ms);
         ts_json_int(&j, "last_heartbeat_ms_ago", s->last_heartbeat_ms_ago);
         ts_json_uint(&j, "registered_epoch", s->registered_epoch);
+        if (views && views[i]) {
+            ts_json_uint(&j, "partitions", views[i]->partitions);
+            ts_json_uint(&j, "bytes", views[i]->bytes);
+            ts_json_uint(&j, "frames_in", views[i]->frames_in);
+            ts_json_uint(&j, "frames_refused", views[i]->frames_refused);
+        }
         ts_json_end(&j);
     }
     ts_json_end(&j);
@@ -63,16 +100,26 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
     ts_json_fini(&j);
 }
 
-static void print_table(const char *addr, const Tessera__V1__ClusterStatusResponse *cs)
+static void print_table(const char *addr, const Tessera__V1__ClusterStatusResponse *cs,
+                        Tessera__V1__ShardStatusResponse **views)
 {
     printf("master %s  version %s  up %.1f s  epoch %" PRIu64 "  ring %u vnodes/shard "
            "(digest %016" PRIx64 ")\n\n", addr, cs->version, cs->uptime_ms / 1000.0, cs->epoch,
            cs->vnodes, cs->ring_digest);
-    printf("%-6s %-24s %-6s %-9s %s\n", "SHARD", "ADDR", "STATE", "LEASE", "LAST HEARTBEAT");
+    printf("%-6s %-22s %-6s %-7s %-10s %-6s %-9s %s\n", "SHARD", "ADDR", "STATE", "LEASE",
+           "HB S AGO", "PARTS", "MB", "REFUSED FRAMES");
     for (size_t i = 0; i < cs->n_shards; i++) {
         const Tessera__V1__ShardInfo *s = cs->shards[i];
-        printf("%-6u %-24s %-6s %-9u %.1f s ago\n", s->id, s->addr, state_name(s->state),
-               s->lease_ms, s->last_heartbeat_ms_ago / 1000.0);
+        const Tessera__V1__ShardStatusResponse *v = views ? views[i] : NULL;
+        char parts[24] = "-", mb[24] = "-", refused[24] = "-";
+        if (v) {
+            snprintf(parts, sizeof(parts), "%" PRIu64, v->partitions);
+            snprintf(mb, sizeof(mb), "%.1f", v->bytes / 1048576.0);
+            snprintf(refused, sizeof(refused), "%" PRIu64, v->frames_refused);
+        }
+        printf("%-6u %-22s %-6s %-7u %-10.1f %-6s %-9s %s\n", s->id, s->addr,
+               state_name(s->state), s->lease_ms, s->last_heartbeat_ms_ago / 1000.0, parts, mb,
+               refused);
     }
     if (!cs->n_shards)
         printf("(none: start some with `tessera up` or tessera-shard --master %s)\n", addr);
@@ -91,6 +138,7 @@ int print_status(const char *addr, bool json, int timeout_ms)
 {
     Tessera__V1__ClusterStatusResponse *cs;
     struct ts_err err = { 0 };
+    Tessera__V1__ShardStatusResponse **views;
     struct ts_master *m = NULL;
 
     if (ts_master_open(addr, &m, &err) || ts_master_status(m, timeout_ms, &cs, &err)) {
@@ -101,10 +149,12 @@ int print_status(const char *addr, bool json, int timeout_ms)
         ts_master_close(m);
         return 1;
     }
+    views = shard_views(cs);
     if (json)
-        print_json(addr, cs);
+        print_json(addr, cs, views);
     else
-        print_table(addr, cs);
+        print_table(addr, cs, views);
+    free_views(views, cs->n_shards);
     tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
     ts_master_close(m);
     return 0;

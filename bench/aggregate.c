@@ -259,9 +259,6 @@ static void print_table(const struct opts *o, const struct results *r)
 static ts_status write_json(const struct opts *o, const struct results *r, struct ts_err *err)
 {
     struct ts_json j;
-    ts_status st;
-    char *text;
-    FILE *f;
 
     ts_json_init(&j);
     ts_json_obj(&j, NULL);
@@ -297,15 +294,7 @@ static ts_status write_json(const struct opts *o, const struct results *r, struc
     ts_json_str(&j, "unit", "GB/s of gradient input (exact fused vs fp32 sum)");
     ts_json_num(&j, "ratio", round3(r->gbps[M_FUSED] / r->gbps[M_FP32]));
     ts_json_end(&j);
-    ts_json_end(&j);
-    text = ts_json_take(&j);
-    if (!(st = make_parent_dirs(o->out, err))) {
-        f = fopen(o->out, "w");
-        if (!f || fprintf(f, "%s\n", text) < 0 || fclose(f) != 0)
-            st = ts_err_set(err, TS_EIO, "--out %s: %s", o->out, strerror(errno));
-    }
-    free(text);
-    return st;
+    return bench_write_json(&j, o->out, err);
 }
 
 /* ---- main ---- */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "benchlib.h"
+#include "util/json.h"
 #include "util/proc.h"
 
 /* For the signal handler: stop the master and remove its port file if we are interrupted. */
@@ -222,4 +223,21 @@ ts_status make_parent_dirs(const char *path, struct ts_err *err)
         *p = '/';
     }
     return TS_OK;
+}
+
+ts_status bench_write_json(struct ts_json *j, const char *path, struct ts_err *err)
+{
+    char *text;
+    FILE *f;
+    ts_status st;
+
+    ts_json_end(j); /* the top-level object */
+    text = ts_json_take(j);
+    if (!(st = make_parent_dirs(path, err))) {
+        f = fopen(path, "w");
+        if (!f || fprintf(f, "%s\n", text) < 0 || fclose(f) != 0)
+            st = ts_err_set(err, TS_EIO, "--out %s: %s", path, strerror(errno));
+    }
+    free(text);
+    return st;
 }

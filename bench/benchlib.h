@@ -49,4 +49,9 @@ void machine_desc(char *buf, size_t n);
 /* mkdir -p of the directory part of path (for --out). */
 ts_status make_parent_dirs(const char *path, struct ts_err *err) TS_MUST_CHECK;
 
+/* Ends the top-level JSON object (the caller has closed its headline) and writes it to path,
+ * making its directory. Frees j's text. */
+struct ts_json;
+ts_status bench_write_json(struct ts_json *j, const char *path, struct ts_err *err) TS_MUST_CHECK;
+
 #endif

@@ -636,10 +636,8 @@ static ts_status write_json(const struct opts *o, const struct results *res, boo
 {
     const struct run *best = best_run(o, res, HEADLINE_MIB);
     double g = gloo_gbs(res, HEADLINE_MIB), ours = best ? RND(best->gbs, 1000) : 0;
-    char unit[128], *text;
+    char unit[128];
     struct ts_json j;
-    ts_status st = TS_OK;
-    FILE *f;
 
     ts_json_init(&j);
     ts_json_obj(&j, NULL);
@@ -662,13 +660,7 @@ static ts_status write_json(const struct opts *o, const struct results *res, boo
     if (best)
         ts_json_str(&j, "transport", best->transport);
     ts_json_end(&j);
-    ts_json_end(&j);
-    text = ts_json_take(&j);
-    st = make_parent_dirs(o->out, err);
-    if (!st && (!(f = fopen(o->out, "w")) || fprintf(f, "%s\n", text) < 0 || fclose(f) != 0))
-        st = ts_err_set(err, TS_EIO, "--out %s: %s", o->out, strerror(errno));
-    free(text);
-    return st;
+    return bench_write_json(&j, o->out, err);
 }
 
 /* ---- main ---- */

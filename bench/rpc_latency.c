@@ -527,9 +527,6 @@ static ts_status write_json(const struct opts *o, const struct results *r, bool 
 {
     double ours = (double)round_i(r->c.p99) / 1e3;
     struct ts_json j;
-    ts_status st;
-    char *text;
-    FILE *f;
 
     ts_json_init(&j);
     ts_json_obj(&j, NULL);
@@ -555,15 +552,7 @@ static ts_status write_json(const struct opts *o, const struct results *r, bool 
     ts_json_str(&j, "unit", "ms (ClusterStatus p99, C client, loopback)");
     ts_json_num(&j, "ratio", (double)round_i(ours / GOAL_MS * 1e3) / 1e3);
     ts_json_end(&j);
-    ts_json_end(&j);
-    text = ts_json_take(&j);
-    if (!(st = make_parent_dirs(o->out, err))) {
-        f = fopen(o->out, "w");
-        if (!f || fprintf(f, "%s\n", text) < 0 || fclose(f) != 0)
-            st = ts_err_set(err, TS_EIO, "--out %s: %s", o->out, strerror(errno));
-    }
-    free(text);
-    return st;
+    return bench_write_json(&j, o->out, err);
 }
 
 /* ---- main ---- */

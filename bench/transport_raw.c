@@ -309,9 +309,6 @@ static ts_status write_json(const struct opts *o, const struct config *cf, int n
 {
     double ours = cf[n - 1].one_way_med, base = cf[0].one_way_med;
     struct ts_json j;
-    ts_status st;
-    char *text;
-    FILE *f;
 
     ts_json_init(&j);
     ts_json_obj(&j, NULL);
@@ -345,15 +342,7 @@ static ts_status write_json(const struct opts *o, const struct config *cf, int n
     ts_json_str(&j, "unit", "GB/s (64 MiB messages one way, shm vs tcp loopback)");
     ts_json_num(&j, "ratio", base > 0 ? r2(ours / base) : 0);
     ts_json_end(&j);
-    ts_json_end(&j);
-    text = ts_json_take(&j);
-    if (!(st = make_parent_dirs(o->out, err))) {
-        f = fopen(o->out, "w");
-        if (!f || fprintf(f, "%s\n", text) < 0 || fclose(f) != 0)
-            st = ts_err_set(err, TS_EIO, "--out %s: %s", o->out, strerror(errno));
-    }
-    free(text);
-    return st;
+    return bench_write_json(&j, o->out, err);
 }
 
 int main(int argc, char **argv)

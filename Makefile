@@ -76,6 +76,7 @@ bench: build
 	$(BUILD)/bin/bench_transport_raw --out bench/results/transport_raw.json
 	$(BUILD)/bin/bench_pushpull --exact --out bench/results/pushpull.json
 	/usr/bin/python3 bench/train.py --bin $(BUILD)/bin --out bench/results/train.json
+	$(BUILD)/bin/bench_snapshot --out bench/results/snapshot.json
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -131,7 +131,7 @@ static ts_status write_tmp(struct ts_store *s, const struct ts__iov *parts, int 
 }
 
 ts_status ts__fs_publish(struct ts_store *s, const struct ts__iov *parts, int n,
-                         const char *to, bool undo, struct ts_err *err)
+                         const char *to, int flags, struct ts_err *err)
 {
     char tmp[TS__PATH_MAX], dir[TS__PATH_MAX];
     ts_status st;
@@ -146,10 +146,12 @@ ts_status ts__fs_publish(struct ts_store *s, const struct ts__iov *parts, int n,
         st = ts_err_set(err, TS_EIO, "store: rename %s -> %s: %s", tmp, to, strerror(errno));
         goto out_unlink_tmp;
     }
+    if (flags & TS__PUB_NO_DIR_SYNC)
+        return TS_OK;
     parent_of(to, dir, sizeof(dir));
     st = ts__fs_sync_dir(s, dir, err);
     /* The name may not survive a crash; a later put must not find it and trust it. */
-    if (st != TS_OK && undo)
+    if (st != TS_OK && (flags & TS__PUB_UNDO))
         s->sys.unlink(to);
     return st;
 

@@ -24,6 +24,7 @@ struct ts_store {
     char *dir;
     int level;
     int threads;
+    bool always_compress;
     struct ts_store_syscalls sys; /* every member filled in */
 };
 
@@ -45,10 +46,15 @@ void ts__obj_path(const struct ts_store *s, const char *sub, const uint8_t id[TS
 void ts__sha256(const void *data, size_t len, uint8_t id[TS_STORE_ID_LEN]);
 
 /* Chunk/object put and get with the caller's worker. kind: TS__KIND_CHUNK or an object kind
- * (objects are never compressed). *written: file bytes written (0 if it existed). */
+ * (objects are never compressed). *written: file bytes written (0 if it existed).
+ * defer_sync false: durable on TS_OK, the fan-out directory fsynced after the name appeared
+ * (also when it was found: it may be another writer's, not yet synced). defer_sync true
+ * (put_blob): no directory fsync at all; the caller must fsync chunks/<id[0]> before it
+ * trusts id, and unlink the chunk if that fsync fails and *existed is false. */
 TS_MUST_CHECK ts_status ts__put(struct ts_store *s, struct ts__worker *w, int kind,
                                 const void *data, size_t len, uint8_t id[TS_STORE_ID_LEN],
-                                bool *existed, uint64_t *written, struct ts_err *err);
+                                bool defer_sync, bool *existed, uint64_t *written,
+                                struct ts_err *err);
 TS_MUST_CHECK ts_status ts__get(struct ts_store *s, struct ts__worker *w, int kind,
                                 const uint8_t id[TS_STORE_ID_LEN], void *buf, size_t cap,
                                 size_t *len, struct ts_err *err);
@@ -70,13 +76,15 @@ TS_MUST_CHECK ts_status ts__fs_mkdir(struct ts_store *s, const char *path, struc
  * fsync to's directory. On failure the tmp file is removed and `to` is not created; if only
  * the final directory fsync fails, `to` is unlinked again when undo (chunks, objects: a later
  * put must not trust a name that may not survive a crash) and left when not (refs: the old
- * value is gone either way, and the new one is complete). */
+ * value is gone either way, and the new one is complete). flags TS__PUB_NO_DIR_SYNC skips
+ * that fsync: the caller does it (put_blob, once per directory) and undoes on failure. */
 struct ts__iov {
     const void *p;
     size_t n;
 };
+enum { TS__PUB_UNDO = 1, TS__PUB_NO_DIR_SYNC = 2 };
 TS_MUST_CHECK ts_status ts__fs_publish(struct ts_store *s, const struct ts__iov *parts, int n,
-                                       const char *to, bool undo, struct ts_err *err);
+                                       const char *to, int flags, struct ts_err *err);
 TS_MUST_CHECK ts_status ts__fs_tmpname(struct ts_store *s, char *path, size_t cap,
                                        struct ts_err *err);
 

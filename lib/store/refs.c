@@ -189,7 +189,7 @@ ts_status ts_store_ref_set(struct ts_store *s, const char *name,
     if (st == TS_OK)
         st = make_parents(s, name, err);
     if (st == TS_OK)
-        st = ts__fs_publish(s, &part, 1, path, false, err);
+        st = ts__fs_publish(s, &part, 1, path, 0, err);
     unlock_refs(s, lk);
     return st;
 }

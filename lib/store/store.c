@@ -58,6 +58,7 @@ ts_status ts_store_open(const char *dir, const struct ts_store_opts *o, struct t
     }
     fill_sys(&s->sys, o ? o->sys : NULL);
     s->level = o && o->zstd_level ? o->zstd_level : TS_STORE_DEFAULT_LEVEL;
+    s->always_compress = o && o->always_compress;
     s->threads = o && o->threads ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     s->threads = s->threads < 1 ? 1 : s->threads > 8 && !(o && o->threads) ? 8 : s->threads;
     st = ts__fs_mkdir(s, dir, err);

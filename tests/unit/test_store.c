@@ -33,6 +33,8 @@ static int f_short;         /* write moves at most this many bytes */
 static int f_fdatasync;     /* fdatasync fails with EIO */
 static int f_fsync;         /* directory fsync fails with EIO */
 static int f_rename;        /* rename fails with EXDEV */
+static int f_nosync;        /* fsync and fdatasync succeed without syncing (speed) */
+static int f_fsyncs;        /* directory fsyncs made */
 
 static ssize_t x_write(int fd, const void *p, size_t n)
 {
@@ -49,16 +51,17 @@ static int x_fdatasync(int fd)
         errno = EIO;
         return -1;
     }
-    return fdatasync(fd);
+    return f_nosync ? 0 : fdatasync(fd);
 }
 
 static int x_fsync(int fd)
 {
+    f_fsyncs++;
     if (f_fsync) {
         errno = EIO;
         return -1;
     }
-    return fsync(fd);
+    return f_nosync ? 0 : fsync(fd);
 }
 
 static int x_rename(const char *a, const char *b)
@@ -80,7 +83,7 @@ static int setup(void **state)
     struct ts_store_opts o = { .threads = 2, .sys = &faulty };
     struct ts_err err = { 0 };
 
-    f_write_errno = f_short = f_fdatasync = f_fsync = f_rename = 0;
+    f_write_errno = f_short = f_fdatasync = f_fsync = f_rename = f_nosync = 0;
     snprintf(f->dir, sizeof(f->dir), "/tmp/ts_store_XXXXXX");
     assert_non_null(mkdtemp(f->dir));
     if (ts_store_open(f->dir, &o, &f->s, &err) != TS_OK)
@@ -164,6 +167,15 @@ static uint64_t roundtrip(struct fx *f, const void *data, size_t len)
     return w;
 }
 
+/* Removes every chunk (the fan-out directories stay). */
+static void gc_all(struct fx *f)
+{
+    struct ts_err err = { 0 };
+
+    if (ts_store_gc(f->s, NULL, 0, 0, NULL, &err) != TS_OK)
+        fail_msg("gc: %s", err.msg);
+}
+
 static void test_roundtrip_sizes(void **state)
 {
     struct fx *f = *state;
@@ -224,6 +236,124 @@ static void test_compressible_and_random(void **state)
     roundtrip(f, r, CH);
     free(z);
     free(r);
+}
+
+/* The codec byte (5) of a chunk's header. */
+static int codec_of(struct fx *f, const uint8_t id[32])
+{
+    char path[512];
+    uint8_t b[8];
+    FILE *fp;
+
+    chunk_path(f, id, path, sizeof(path));
+    fp = fopen(path, "rb");
+    assert_non_null(fp);
+    assert_int_equal(fread(b, 1, sizeof(b), fp), sizeof(b));
+    fclose(fp);
+    return b[5];
+}
+
+/* Floats like trained weights, about normal(0, 0.05): a sum of 12 uniforms, no libm. */
+static void fill_weights(float *w, size_t n, unsigned seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+
+    for (size_t i = 0; i < n; i++) {
+        double sum = -6;
+
+        for (int k = 0; k < 12; k++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            sum += (double)(x >> 11) * 0x1p-53;
+        }
+        w[i] = (float)(sum * 0.05);
+    }
+}
+
+/* Chunks above the 64 KiB sample: zeros are stored zstd, random bytes and fp32 weights (which
+ * save < 10%) raw, unless always_compress. */
+static void test_codec_by_sample(void **state)
+{
+    struct fx *f = *state;
+    size_t big = 1u << 20;
+    uint8_t *z = calloc(1, big), *r = malloc(big), id[32], idr[32], idw[32];
+    float *w = malloc(big);
+    struct ts_store_opts o = { .always_compress = true, .threads = 1 };
+    struct ts_err err = { 0 };
+    struct ts_store *s = f->s;
+    char path[512];
+    bool ex;
+
+    fill_random(r, big, 9);
+    fill_weights(w, big / 4, 10);
+    assert_int_equal(ts_store_put(s, z, big, id, &ex, &err), TS_OK);
+    assert_int_equal(codec_of(f, id), 1);
+    chunk_path(f, id, path, sizeof(path));
+    assert_true(file_size(path) < 4096);
+    assert_int_equal(ts_store_put(s, r, big, idr, &ex, &err), TS_OK);
+    assert_int_equal(codec_of(f, idr), 0);
+    chunk_path(f, idr, path, sizeof(path));
+    assert_int_equal(file_size(path), 32 + big);
+    assert_int_equal(ts_store_put(s, w, big, idw, &ex, &err), TS_OK);
+    assert_int_equal(codec_of(f, idw), 0);
+    roundtrip(f, w, big);
+    /* Forced: the weights are compressed (a little), random bytes still stored raw. */
+    gc_all(f);
+    if (ts_store_open(f->dir, &o, &f->s, &err) != TS_OK)
+        fail_msg("open: %s", err.msg);
+    assert_int_equal(ts_store_put(f->s, w, big, idw, &ex, &err), TS_OK);
+    assert_false(ex);
+    assert_int_equal(codec_of(f, idw), 1);
+    chunk_path(f, idw, path, sizeof(path));
+    assert_true(file_size(path) < (off_t)big);
+    assert_int_equal(ts_store_put(f->s, r, big, idr, &ex, &err), TS_OK);
+    assert_int_equal(codec_of(f, idr), 0);
+    roundtrip(f, w, big);
+    ts_store_close(s);
+    free(z);
+    free(r);
+    free(w);
+}
+
+/* put_blob fsyncs each fan-out directory it touched once, not each chunk's; a failed one
+ * takes back the chunks the blob wrote there. */
+static void test_blob_dir_syncs(void **state)
+{
+    struct fx *f = *state;
+    size_t n = 600, len = n * 512;
+    uint8_t *buf = malloc(len), (*ids)[32] = calloc(n, 32), seen[256] = { 0 };
+    struct ts_err err = { 0 };
+    int dirs = 0, first = 256;
+
+    f_nosync = 1; /* only the calls are counted: 600 real fdatasyncs would be slow */
+    fill_random(buf, len, 11);
+    f_fsyncs = 0;
+    assert_int_equal(ts_store_put_blob(f->s, buf, len, 512, ids, NULL, &err), TS_OK);
+    for (size_t i = 0; i < n; i++) {
+        dirs += !seen[ids[i][0]];
+        seen[ids[i][0]] = 1;
+        first = ids[i][0] < first ? ids[i][0] : first;
+    }
+    /* Each fan-out directory: its parent's fsync when made, then one batched fsync. */
+    assert_int_equal(f_fsyncs, 2 * dirs);
+    /* Again, everything found: the directories are synced once more (found is not trusted
+     * unsynced), still once each. */
+    f_fsyncs = 0;
+    assert_int_equal(ts_store_put_blob(f->s, buf, len, 512, ids, NULL, &err), TS_OK);
+    assert_int_equal(f_fsyncs, dirs);
+    /* A failed batched fsync (the first, of the lowest directory) unlinks what was written
+     * into that directory; the chunks found there are untouched. */
+    gc_all(f);
+    f_fsync = 1;
+    assert_int_equal(ts_store_put_blob(f->s, buf, len, 512, ids, NULL, &err), TS_EIO);
+    assert_non_null(strstr(err.msg, "fsync dir"));
+    f_fsync = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i][0] == first)
+            assert_false(ts_store_has(f->s, ids[i]));
+    assert_int_equal(ts_store_put_blob(f->s, buf, len, 512, ids, NULL, &err), TS_OK);
+    roundtrip(f, buf, len);
+    free(buf);
+    free(ids);
 }
 
 static void test_dedup_and_incremental(void **state)
@@ -565,6 +695,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_roundtrip_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_single_chunk_api, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compressible_and_random, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_codec_by_sample, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_blob_dir_syncs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_and_incremental, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
         cmocka_unit_test_setup_teardown(test_objects, setup, teardown),

@@ -37,6 +37,7 @@ struct cluster_opts {
 
 struct cluster {
     char dir[512];
+    bool own_dir;                   /* made by cluster_start (no --dir given) */
     char master_addr[64];
     pid_t master;
     pid_t *shards;
@@ -49,6 +50,8 @@ ts_status cluster_start(const struct cluster_opts *o, struct cluster *c,
                         struct ts_err *err) TS_MUST_CHECK;
 /* SIGTERM to shards then master, waits, SIGKILL what is left; frees c's memory. */
 void cluster_stop(struct cluster *c);
+/* Removes the logs and the directory when cluster_start made it (after cluster_stop). */
+void cluster_remove_logs(struct cluster *c);
 /* Reaps exited children; prints a line for each and returns false if the master is gone. */
 bool cluster_check(struct cluster *c);
 

@@ -205,6 +205,7 @@ ts_status cluster_start(const struct cluster_opts *o, struct cluster *c, struct 
         snprintf(c->dir, sizeof(c->dir), "%s/tessera-up.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
         if (!mkdtemp(c->dir))
             return ts_err_set(err, TS_EIO, "cannot make a log directory: %s", strerror(errno));
+        c->own_dir = true;
     }
     if ((st = ts_proc_exe_dir(bin, sizeof(bin), err)) ||
         (st = start_master(o, c, bin, err)) || (st = start_shards(o, c, bin, err)) ||
@@ -241,6 +242,23 @@ void cluster_stop(struct cluster *c)
     c->shards = NULL;
     c->nshards = 0;
     c->master = 0;
+}
+
+void cluster_remove_logs(struct cluster *c)
+{
+    char path[700];
+
+    if (!c->own_dir)
+        return;
+    snprintf(path, sizeof(path), "%s/master.log", c->dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/master.port", c->dir);
+    unlink(path);
+    for (int i = 1; i <= 64; i++) {
+        snprintf(path, sizeof(path), "%s/shard-%d.log", c->dir, i);
+        unlink(path);
+    }
+    rmdir(c->dir);
 }
 
 bool cluster_check(struct cluster *c)

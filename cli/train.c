@@ -165,6 +165,13 @@ int run_training(const struct train_cli *in, const char *master)
             snprintf(log, sizeof(log), "%s/worker-%d.log", dir, failed);
             show_last_line(log);
         }
+        fprintf(stderr, "tessera train: the workers' logs are kept in %s\n", dir);
+        return rc;
     }
+    for (int r = 1; r < nw; r++) { /* a run that worked leaves nothing behind */
+        snprintf(log, sizeof(log), "%s/worker-%d.log", dir, r);
+        unlink(log);
+    }
+    rmdir(dir);
     return rc;
 }

@@ -111,6 +111,10 @@ int cmd_demo(int argc, char **argv)
     }
     printf("\nstopping the cluster\n");
     cluster_stop(&c);
+    if (rc == 0)
+        cluster_remove_logs(&c); /* a demo that worked leaves nothing behind */
+    else
+        printf("logs kept in %s\n", c.dir);
     printf("stopped\n");
     return rc;
 }

@@ -352,18 +352,22 @@ static ts_status read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32
                             uint32_t part, void *dst, size_t cap, struct ts_err *err)
 {
     struct ts_frame_hdr h;
-    char msg[256];
+    char small[512];
+    bool params = want == TS_FRAME_PARAMS;
+    /* A reply is PARAMS of cap bytes or an ERROR of at most a message's length: small ones go
+     * to a local buffer, so that an error always fits (a 10-float bias is 40 bytes). */
+    bool direct = params && cap >= sizeof(small);
+    char *buf = direct ? dst : small;
     ts_status st;
 
-    st = ts_frame_recv(t->shards[s].conn, &h, want == TS_FRAME_PARAMS ? dst : msg,
-                       want == TS_FRAME_PARAMS ? cap : sizeof(msg) - 1, t->timeout_ms, err);
+    st = ts_frame_recv(t->shards[s].conn, &h, buf, direct ? cap : sizeof(small), t->timeout_ms,
+                       err);
     if (st)
         return st;
     if (h.type == TS_FRAME_ERROR) {
-        const char *m = want == TS_FRAME_PARAMS ? dst : msg;
-        size_t n = h.len < sizeof(msg) - 1 ? h.len : sizeof(msg) - 1;
         char text[256];
-        memcpy(text, m, n);
+        size_t n = h.len < sizeof(text) - 1 ? h.len : sizeof(text) - 1;
+        memcpy(text, buf, n);
         text[n] = '\0';
         return ts_err_set(err, h.flags > 0 && h.flags <= TS_EINTERNAL ? (ts_status)h.flags
                           : TS_EINTERNAL, "shard %u: %s", t->shards[s].id, text);
@@ -372,9 +376,11 @@ static ts_status read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32
         return ts_err_set(err, TS_ECORRUPT, "shard %u: reply type %u for tensor %u partition %u,"
                           " expected type %u for %u/%u", t->shards[s].id, h.type, h.tensor,
                           h.partition, want, tensor, part);
-    if (want == TS_FRAME_PARAMS && h.len != cap)
+    if (params && h.len != cap)
         return ts_err_set(err, TS_ECORRUPT, "shard %u: %" PRIu64 " bytes for tensor %u partition "
                           "%u, want %zu", t->shards[s].id, h.len, tensor, part, cap);
+    if (params && !direct)
+        memcpy(dst, small, cap);
     return TS_OK;
 }
 

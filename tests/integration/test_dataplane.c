@@ -156,16 +156,26 @@ static void bad_frames_change_nothing(const char *transport, const char *job)
     for (int i = 0; i < N; i++)
         assert_true(after[i] == before[i] - 0.5f * (g[i] / 4));
 
-    /* A step whose push is refused (step 5 at version 1) fails at once: the pull sent right
-     * behind it is refused too, rather than waiting for a version that cannot come. */
+    /* A step whose push is refused (step 5 at version 1) fails at once: the pulls sent right
+     * behind it are refused too, rather than waiting for a version that cannot come. The
+     * 10-float tensor's refusal (longer than its 40-byte payload) must still be read as an
+     * error, or the stream would fall out of step. */
     {
-        const void *gs[1] = { fixed };
-        float *ps[1] = { after };
-        int64_t t0 = ts_now_ms();
+        static int64_t small_fixed[10];
+        static float small[10];
+        const void *gs[2] = { fixed, small_fixed };
+        float *ps[2] = { after, small };
+        uint64_t bshape[1] = { 10 };
+        int64_t t0;
+        int bid;
+        if (tessera_register(t, "b", bshape, 1, "zeros", 3, 0, 0, 0, &bid, &e) ||
+            tessera_push(t, bid, 0, small_fixed, &e) || tessera_pull(t, bid, 1, small, &e))
+            fail_msg("%s", e.message);
+        t0 = ts_now_ms();
         assert_int_equal(tessera_step(t, 5, gs, ps, &e), TESSERA_EINVAL);
         assert_non_null(strstr(e.message, "step: 5"));
         assert_true(ts_now_ms() - t0 < 5000);
-        if (tessera_step(t, 1, gs, ps, &e)) /* and the stream is still in step */
+        if (tessera_step(t, 1, gs, ps, &e)) /* and the streams are still in step */
             fail_msg("%s", e.message);
     }
     tessera_close(t);

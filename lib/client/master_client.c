@@ -188,13 +188,7 @@ static void *heartbeat_main(void *arg)
             ts_log(TS_WARN, "member", "heartbeat failed: %s (will keep trying)", err.msg);
         warned = st != TS_OK;
         pthread_mutex_lock(&ms->mu);
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += ms->interval_ms / 1000;
-        ts.tv_nsec += (long)(ms->interval_ms % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        ts_abstime_ms(&ts, ms->interval_ms);
         if (!ms->stop)
             pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
     }

@@ -337,12 +337,7 @@ void ts_rpc_server_shutdown(struct ts_rpc_server *s, int grace_ms)
             idle_since = ts_now_ms();
         else if (ts_now_ms() - idle_since >= 100)
             break;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        ts_abstime_ms(&ts, 20);
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     }
     pthread_mutex_unlock(&s->mu);

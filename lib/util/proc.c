@@ -28,6 +28,13 @@ void ts_sleep_ms(int64_t ms)
         ;
 }
 
+void ts_abstime_ms(struct timespec *ts, int64_t ms)
+{
+    int64_t ns = clock_ns(CLOCK_REALTIME) + ms * 1000000;
+    ts->tv_sec = ns / 1000000000;
+    ts->tv_nsec = ns % 1000000000;
+}
+
 static void term_set(sigset_t *s)
 {
     sigemptyset(s);

@@ -17,6 +17,9 @@ int64_t ts_now_ms(void);          /* CLOCK_MONOTONIC, milliseconds */
 int64_t ts_now_us(void);          /* CLOCK_MONOTONIC, microseconds */
 int64_t ts_unix_ms(void);         /* CLOCK_REALTIME, milliseconds since the epoch */
 void ts_sleep_ms(int64_t ms);
+/* The CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */
+struct timespec;
+void ts_abstime_ms(struct timespec *ts, int64_t ms);
 
 /* Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (call first in main), ignores SIGPIPE. */
 void ts_proc_block_signals(void);

@@ -56,6 +56,8 @@ ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const cha
 
     if (!p)
         return ts_err_set(err, TS_ENOMEM, "partition: out of memory");
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
     p->job = job;
     p->tensor_id = tensor_id;
     p->index = index;
@@ -79,8 +81,6 @@ ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const cha
         ts_part_free(p);
         return st;
     }
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
     *out = p;
     return TS_OK;
 }
@@ -89,10 +89,8 @@ void ts_part_free(struct ts_part *p)
 {
     if (!p)
         return;
-    if (p->value && p->grad && p->pushed) { /* fully created: its lock exists */
-        pthread_mutex_destroy(&p->mu);
-        pthread_cond_destroy(&p->cv);
-    }
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
     free(p->value);
     free(p->state);
     free(p->grad);
@@ -196,10 +194,7 @@ ts_status ts_part_wait(struct ts_part *p, uint64_t want, int ms, const atomic_bo
                             want, ms, p->version, p->npushed, p->job->workers);
         if (st)
             break;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)slice * 1000000;
-        ts.tv_sec += ts.tv_nsec / 1000000000;
-        ts.tv_nsec %= 1000000000;
+        ts_abstime_ms(&ts, slice);
         pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     }
     if (!st)

@@ -41,8 +41,8 @@ static ts_status reply_error(struct ts_conn *c, const struct ts_frame_hdr *req,
     return ts_frame_send(c, &h, e->msg, strlen(e->msg), &ignore);
 }
 
-static ts_status on_push(struct dp_conn *dc, struct ts_conn *c, const struct ts_frame_hdr *h,
-                         const void *buf, struct ts_err *err)
+static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
+                         struct ts_err *err)
 {
     struct ts_part *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition);
     struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .tensor = h->tensor,
@@ -57,11 +57,10 @@ static ts_status on_push(struct dp_conn *dc, struct ts_conn *c, const struct ts_
                           h->partition);
     if (ts_part_push(p, h->rank, h->step, h->encoding, buf, h->len, &applied, err))
         return err->code;
-    return ts_frame_send(c, &ack, NULL, 0, err);
+    return ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
 
-static ts_status on_pull(struct dp_conn *dc, struct ts_conn *c, const struct ts_frame_hdr *h,
-                         struct ts_err *err)
+static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
 {
     struct ts_part *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition);
     struct ts_frame_hdr out = { .type = TS_FRAME_PARAMS, .tensor = h->tensor,
@@ -81,7 +80,7 @@ static ts_status on_pull(struct dp_conn *dc, struct ts_conn *c, const struct ts_
     out.step = version;
     /* Straight from the partition, no copy: it cannot change before this rank pushes again
      * (part.h), and the frame checksum would catch a torn read from a misbehaving client. */
-    return ts_frame_send(c, &out, p->value, p->len * sizeof(float), err);
+    return ts_frame_send(dc->c, &out, p->value, p->len * sizeof(float), err);
 }
 
 /* Names the connection's job. The reply (ACK or ERROR) tells the worker whether it exists. */
@@ -127,11 +126,11 @@ static void *conn_main(void *arg)
         if (h.type == TS_FRAME_PUSH) {
             if (dc->after_pull) /* a new step's pushes begin */
                 dc->push_refused = dc->after_pull = false;
-            st = on_push(dc, dc->c, &h, buf, &err);
+            st = on_push(dc, &h, buf, &err);
             dc->push_refused |= st != TS_OK;
         } else if (h.type == TS_FRAME_PULL) {
             dc->after_pull = true;
-            st = on_pull(dc, dc->c, &h, &err);
+            st = on_pull(dc, &h, &err);
         }
         else if (h.type == TS_FRAME_HELLO)
             st = on_hello(dc, &h, buf, &err);

@@ -192,8 +192,8 @@ static ts_status create_tensor(struct shard_job *sj, struct ts_cluster *cl, uint
 }
 
 ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
-                                const Tessera__V1__RegisterTensorRequest *req, uint32_t *owned,
-                                size_t cap, size_t *nowned, uint32_t *nparts, struct ts_err *err)
+                                const Tessera__V1__RegisterTensorRequest *req, uint32_t **owned,
+                                size_t *nowned, uint32_t *nparts, struct ts_err *err)
 {
     struct shard_tensor *t = NULL;
     struct shard_job *sj = NULL;
@@ -223,11 +223,13 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
                 sp->bytes += t->parts[p]->len * sizeof(float);
             }
     }
+    if (!st && !(*owned = malloc((t->nparts + 1) * sizeof(**owned))))
+        st = ts_err_set(err, TS_ENOMEM, "out of memory");
     if (!st) {
         *nowned = 0;
-        for (uint32_t p = 0; p < t->nparts && *nowned < cap; p++)
+        for (uint32_t p = 0; p < t->nparts; p++)
             if (t->parts[p])
-                owned[(*nowned)++] = p;
+                (*owned)[(*nowned)++] = p;
         *nparts = t->nparts;
     }
     pthread_mutex_unlock(&sp->mu);

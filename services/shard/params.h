@@ -47,12 +47,13 @@ struct shard_params {
 void shard_params_init(struct shard_params *sp);
 void shard_params_fini(struct shard_params *sp);
 
-/* Registers req's tensor; owned partition indices go to owned[0..*nowned) (cap entries).
- * cl is the shard's own map handle (refreshed here when req->map_epoch is newer); my_id this
- * shard's id. Errors name the field; TS_ESTALE for an old map_epoch. */
+/* Registers req's tensor. On TS_OK *owned is a malloc'd array (caller frees) of the *nowned
+ * partition indices this shard holds, out of *nparts. cl is the shard's own map handle
+ * (refreshed here when req->map_epoch is newer); my_id this shard's id. Errors name the
+ * field; TS_ESTALE for an old map_epoch. */
 ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
-                                const Tessera__V1__RegisterTensorRequest *req, uint32_t *owned,
-                                size_t cap, size_t *nowned, uint32_t *nparts,
+                                const Tessera__V1__RegisterTensorRequest *req, uint32_t **owned,
+                                size_t *nowned, uint32_t *nparts,
                                 struct ts_err *err) TS_MUST_CHECK;
 
 /* The job named id, or NULL. Jobs live until shard_params_fini. */

@@ -1,5 +1,7 @@
 /* rpc.c - tessera.v1.Shard handlers. */
 #include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "shard.h"
 #include "util/proc.h"
@@ -50,17 +52,19 @@ static ts_status register_tensor(struct ts_rpc_call *call, const ProtobufCMessag
     const Tessera__V1__RegisterTensorRequest *req = (const void *)rq;
     Tessera__V1__RegisterTensorResponse *resp = (void *)rs;
     struct shard *s = ts_rpc_ctx(call);
-    uint32_t *owned = ts_rpc_alloc(call, 65536 * sizeof(uint32_t)), nparts;
+    uint32_t *owned, nparts;
     size_t n;
     ts_status st;
 
     if (!s->membership || !s->cluster)
         return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet; retry");
     st = shard_params_register(&s->params, s->cluster, ts_membership_id(s->membership), req,
-                               owned, 65536, &n, &nparts, err);
+                               &owned, &n, &nparts, err);
     if (st)
         return st;
-    resp->partitions = owned;
+    resp->partitions = ts_rpc_alloc(call, (n + 1) * sizeof(uint32_t));
+    memcpy(resp->partitions, owned, n * sizeof(uint32_t));
+    free(owned);
     resp->n_partitions = n;
     resp->partition_count = nparts;
     return TS_OK;

@@ -21,20 +21,17 @@
 
 #define START_TIMEOUT_MS 15000
 
-static ts_status spawn(const char *dir, const char *log, char *const argv[], pid_t *pid,
-                       struct ts_err *err)
+ts_status cli_spawn(const char *log, char *const argv[], pid_t *pid, struct ts_err *err)
 {
-    char path[700];
     pid_t parent = getpid();
-    int fd;
+    int fd = -1;
 
-    snprintf(path, sizeof(path), "%s/%s", dir, log);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return ts_err_set(err, TS_EIO, "cannot create %s: %s", path, strerror(errno));
+    if (log && (fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+        return ts_err_set(err, TS_EIO, "cannot create %s: %s", log, strerror(errno));
     *pid = fork();
     if (*pid < 0) {
-        close(fd);
+        if (fd >= 0)
+            close(fd);
         return ts_err_set(err, TS_EIO, "fork: %s", strerror(errno));
     }
     if (*pid == 0) {
@@ -44,14 +41,27 @@ static ts_status spawn(const char *dir, const char *log, char *const argv[], pid
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent)
             _exit(1); /* the launcher died before prctl took effect */
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+        }
         execv(argv[0], argv);
         fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     return TS_OK;
+}
+
+/* spawn() with the log in the cluster's directory. */
+static ts_status spawn(const char *dir, const char *log, char *const argv[], pid_t *pid,
+                       struct ts_err *err)
+{
+    char path[700];
+
+    snprintf(path, sizeof(path), "%s/%s", dir, log);
+    return cli_spawn(path, argv, pid, err);
 }
 
 static bool exited(pid_t pid)
@@ -60,14 +70,12 @@ static bool exited(pid_t pid)
     return pid > 0 && waitpid(pid, &status, WNOHANG) == pid;
 }
 
-/* The last line of a child's log, for an error message. */
-static void last_line(const char *dir, const char *log, char *out, size_t n)
+void cli_last_line(const char *path, char *out, size_t n)
 {
-    char path[700], line[512];
+    char line[512];
     FILE *f;
 
     snprintf(out, n, "no log");
-    snprintf(path, sizeof(path), "%s/%s", dir, log);
     if (!(f = fopen(path, "r")))
         return;
     while (fgets(line, sizeof(line), f)) {
@@ -92,9 +100,10 @@ static ts_status wait_port(struct cluster *c, const char *file, int *port, struc
                 return TS_OK;
         }
         if (exited(c->master)) {
-            char last[200];
+            char last[200], path[700];
             c->master = 0;
-            last_line(c->dir, "master.log", last, sizeof(last));
+            snprintf(path, sizeof(path), "%s/master.log", c->dir);
+            cli_last_line(path, last, sizeof(last));
             return ts_err_set(err, TS_EUNAVAIL, "tessera-master exited at start (%s): see %s/master.log",
                               last, c->dir);
         }

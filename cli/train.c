@@ -4,12 +4,10 @@
  * log to DIR/worker-R.log. If one rank fails the others are stopped (they would wait for it
  * at the next step) and its log's last line is shown. */
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +22,8 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16];
     char *argv[40];
     int n = 0;
-    pid_t pid, parent = getpid();
+    struct ts_err err = { 0 };
+    pid_t pid;
 
     snprintf(exe, sizeof(exe), "%s/tessera-worker", bin);
     snprintf(r, sizeof(r), "%d", rank);
@@ -67,40 +66,11 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
         argv[n++] = (char *)t->transport;
     }
     argv[n] = NULL;
-    pid = fork();
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
-        if (log) {
-            int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0) {
-                dup2(fd, STDOUT_FILENO);
-                dup2(fd, STDERR_FILENO);
-                close(fd);
-            }
-        }
-        execv(exe, argv);
-        fprintf(stderr, "cannot run %s: %s\n", exe, strerror(errno));
-        _exit(127);
+    if (cli_spawn(log, argv, &pid, &err)) {
+        fprintf(stderr, "tessera train: %s\n", err.msg);
+        return -1;
     }
     return pid;
-}
-
-static void show_last_line(const char *log)
-{
-    char line[512], last[512] = "";
-    FILE *f = fopen(log, "r");
-
-    while (f && fgets(line, sizeof(line), f))
-        if (line[0] != '\n')
-            snprintf(last, sizeof(last), "%s", line);
-    if (f)
-        fclose(f);
-    fprintf(stderr, "  %s: %s", log, last[0] ? last : "(empty)\n");
 }
 
 int run_training(const struct train_cli *in, const char *master)
@@ -131,6 +101,13 @@ int run_training(const struct train_cli *in, const char *master)
     for (int r = 0; r < nw; r++) {
         snprintf(log, sizeof(log), "%s/worker-%d.log", dir, r);
         pids[r] = spawn_worker(t, bin, t->local ? "local" : master, r, r ? log : NULL);
+        if (pids[r] < 0) { /* could not fork: stop the ranks already started */
+            for (int k = 0; k < r; k++) {
+                kill(pids[k], SIGTERM);
+                waitpid(pids[k], NULL, 0);
+            }
+            return 1;
+        }
     }
     for (left = nw; left > 0;) {
         int status, sig = ts_proc_wait_signal(100);
@@ -162,8 +139,10 @@ int run_training(const struct train_cli *in, const char *master)
         fprintf(stderr, "tessera train: worker %d failed%s\n", failed,
                 failed ? "; its log:" : " (its messages are above)");
         if (failed) {
+            char last[512];
             snprintf(log, sizeof(log), "%s/worker-%d.log", dir, failed);
-            show_last_line(log);
+            cli_last_line(log, last, sizeof(last));
+            fprintf(stderr, "  %s: %s\n", log, last);
         }
         fprintf(stderr, "tessera train: the workers' logs are kept in %s\n", dir);
         return rc;

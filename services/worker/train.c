@@ -83,7 +83,7 @@ static int setup(struct run *r, struct tessera_error *e)
 }
 
 /* This rank's gradient sum for the step at batch offset base of perm into acc. */
-static int compute(struct run *r, uint32_t base, double *loss, struct tessera_error *e)
+static int compute(struct run *r, uint32_t base, struct tessera_error *e)
 {
     uint32_t n = ts_schedule_micro(&r->sched, r->o->rank, r->o->workers, r->first);
 
@@ -97,7 +97,7 @@ static int compute(struct run *r, uint32_t base, double *loss, struct tessera_er
                    TS_MLP_IN * sizeof(float));
             r->yb[k] = r->train.y[idx];
         }
-        *loss += ts_mlp_grad(r->mlp, r->params, r->xb, r->yb, (int)r->o->micro, r->grad);
+        ts_mlp_grad(r->mlp, r->params, r->xb, r->yb, (int)r->o->micro, r->grad);
         for (int i = 0; i < TS_MLP_NTENSORS; i++) {
             uint64_t numel = ts_mlp_numel(i);
             int bad;
@@ -181,7 +181,6 @@ int train_run(const struct train_opts *o)
     uint32_t spe;
     uint64_t total, s;
     int64_t t0, te;
-    double loss = 0;
     int rc;
 
     ts_mlp_single_thread();
@@ -194,7 +193,7 @@ int train_run(const struct train_opts *o)
         uint32_t k = (uint32_t)(s % spe);
         if (k == 0)
             ts_schedule_perm(&r.sched, (uint32_t)(s / spe), r.perm);
-        if ((rc = compute(&r, k * o->batch, &loss, &e)))
+        if ((rc = compute(&r, k * o->batch, &e)))
             goto out;
         if (tessera_step(r.t, s, (const void *const *)r.acc, r.params, &e)) {
             rc = say(&e, "step");

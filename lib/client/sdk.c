@@ -402,8 +402,8 @@ static ts_status hello(struct tessera *t, struct ts_err *err)
     return st;
 }
 
-/* Sends a PUSH of `step` (grads) or a PULL of version `step` (no grads) for every partition
- * of tensors [first, last). A pull sent right behind this step's pushes says so in its flags,
+/* Sends a PUSH of `step` (grads[i - first]) or a PULL of version `step` (no grads) for every
+ * partition of tensors [first, last). A pull sent right behind this step's pushes says so in its flags,
  * so that a shard that refused one of them answers the pull at once instead of waiting. */
 static ts_status send_all(struct tessera *t, int first, int last, const void *const *grads,
                           uint64_t step, uint32_t flags, struct ts_err *err)
@@ -421,14 +421,15 @@ static ts_status send_all(struct tessera *t, int first, int last, const void *co
                                                                         : TS_ENC_RAW };
             ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
             st = ts_frame_send(t->shards[x->owner[p]].conn, &h,
-                               grads ? (const char *)grads[i] + off * elem_bytes(t) : NULL,
+                               grads ? (const char *)grads[i - first] + off * elem_bytes(t)
+                                     : NULL,
                                grads ? len * elem_bytes(t) : 0, err);
         }
     }
     return st;
 }
 
-/* Reads the replies to send_all's requests, in order: ACKs, or PARAMS into params. A refused
+/* Reads the replies to send_all's requests, in order: ACKs, or PARAMS into params[i - first]. A refused
  * request is remembered (the first in err) and reading goes on, so the streams stay in step;
  * a transport error ends it. */
 static ts_status read_all(struct tessera *t, int first, int last, float *const *params,
@@ -442,7 +443,7 @@ static ts_status read_all(struct tessera *t, int first, int last, float *const *
             ts_status r;
             ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
             r = read_reply(t, x->owner[p], params ? TS_FRAME_PARAMS : TS_FRAME_ACK,
-                           (uint32_t)i, p, params ? params[i] + off : NULL,
+                           (uint32_t)i, p, params ? params[i - first] + off : NULL,
                            len * sizeof(float), &e);
             if (r && !*first_err) {
                 *first_err = r;
@@ -456,7 +457,7 @@ static ts_status read_all(struct tessera *t, int first, int last, float *const *
 }
 
 /* Pushes grads for `step` (if grads) and pulls version `version` (if params) of tensors
- * [first, last): every request goes out before any reply is read, so the shards work in
+ * [first, last), the arrays indexed from first: every request goes out before any reply is read, so the shards work in
  * parallel and a step costs one round trip. */
 static ts_status exchange(struct tessera *t, int first, int last, const void *const *grads,
                           uint64_t step, float *const *params, uint64_t version,
@@ -517,13 +518,11 @@ static ts_status check_id(const struct tessera *t, int id, struct ts_err *err)
 int tessera_push(tessera *t, int id, uint64_t step, const void *grad, struct tessera_error *e)
 {
     struct ts_err err = { 0 };
-    const void *grads[MAX_TENSORS];
 
     if (check_id(t, id, &err))
         return fail(e, &err);
-    grads[id] = grad;
     if (t->local ? local_push(t, id, step, grad, &err)
-                 : exchange(t, id, id + 1, grads, step, NULL, 0, &err))
+                 : exchange(t, id, id + 1, &grad, step, NULL, 0, &err))
         return fail(e, &err);
     return ok(e);
 }
@@ -531,13 +530,11 @@ int tessera_push(tessera *t, int id, uint64_t step, const void *grad, struct tes
 int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tessera_error *e)
 {
     struct ts_err err = { 0 };
-    float *params[MAX_TENSORS];
 
     if (check_id(t, id, &err))
         return fail(e, &err);
-    params[id] = out;
     if (t->local ? local_pull(t, id, version, out, &err)
-                 : exchange(t, id, id + 1, NULL, 0, params, version, &err))
+                 : exchange(t, id, id + 1, NULL, 0, &out, version, &err))
         return fail(e, &err);
     return ok(e);
 }

@@ -3,11 +3,15 @@
 #   make deps   install every Debian package the build, tests and demo need (quiet when present)
 #   make        build into build/
 #   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/)
+#   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N)
+#   make fuzz   run the libFuzzer targets for FUZZ_SECONDS (default 600; build-fuzz/, clang)
 #   make demo   start a local cluster, show it, stop it
 #   make bench  run the benchmarks (bench/results/*.json)
 
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 600
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
@@ -15,19 +19,20 @@ CTEST_ARGS ?=
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler xxd libxxhash-dev libcmocka-dev \
              libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist libzstd-dev
-DEB_TEST := python3 python3-grpcio python3-protobuf
+DEB_TEST := python3 python3-grpcio python3-protobuf clang libclang-rt-14-dev
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_rpc test_tensor test_part \
-              test_frame test_transport test_mlp test_data test_store
+              test_frame test_transport test_mlp test_data test_store \
+              test_snapshot
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps deps-node test demo bench clean help asan
+.PHONY: all build deps deps-node test demo bench clean help asan fuzz fuzz-build test-fault
 
 all: build
 
 help:
-	@sed -n '1,9p' Makefile
+	@sed -n '1,11p' Makefile
 
 deps:
 	@missing=$$(for p in $(DEB_ALL); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
@@ -61,8 +66,19 @@ asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(UNIT_TESTS)
 
-test: asan build
-	cmake -S . -B $(BUILD) -DTESSERA_ASAN_DIR=$(abspath $(ASAN_BUILD)) >/dev/null
+# The libFuzzer targets, built with clang (make test runs each for 20 s, make fuzz for longer).
+fuzz-build: deps
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_manifest
+
+fuzz: fuzz-build
+	@mkdir -p $(FUZZ_BUILD)/corpus-manifest
+	cd $(FUZZ_BUILD) && ./bin/fuzz_manifest -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    corpus-manifest $(abspath tests/fuzz/corpus)
+
+test: asan fuzz-build build
+	cmake -S . -B $(BUILD) -DTESSERA_ASAN_DIR=$(abspath $(ASAN_BUILD)) \
+	    -DTESSERA_FUZZ_DIR=$(abspath $(FUZZ_BUILD)) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
@@ -78,5 +94,11 @@ bench: build
 	/usr/bin/python3 bench/train.py --bin $(BUILD)/bin --out bench/results/train.json
 	$(BUILD)/bin/bench_snapshot --out bench/results/snapshot.json
 
+FAULT_TRIALS ?= 24
+test-fault: build
+	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \
+	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
+	    /usr/bin/python3 tests/integration/test_snapshot_fault.py
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -12,6 +12,7 @@ int cmd_up(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_snapshot(int argc, char **argv);
 
 /* What `tessera train` (and `tessera demo`) run (train.c). */
 struct train_cli {
@@ -33,6 +34,10 @@ struct cluster_opts {
     int master_port;                /* 0: a free port */
     const char *dir;                /* logs; NULL: a new directory under $TMPDIR or /tmp */
     int lease_ms;                   /* 0: the master's default */
+    const char *store;              /* snapshot store for master and shards (NULL: none) */
+    const char *restore;            /* snapshot id the shards start from (NULL: none) */
+    const char *branch;             /* the master's --branch (NULL: its default) */
+    int snapshot_every;             /* the master's --snapshot-every (0: off) */
 };
 
 struct cluster {

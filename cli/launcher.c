@@ -116,8 +116,8 @@ static ts_status wait_port(struct cluster *c, const char *file, int *port, struc
 static ts_status start_master(const struct cluster_opts *o, struct cluster *c, const char *bin,
                               struct ts_err *err)
 {
-    char exe[700], listen[64], port_file[700], lease[32];
-    char *argv[10];
+    char exe[700], listen[64], port_file[700], lease[32], every[32];
+    char *argv[20];
     int n = 0, port;
     ts_status st;
 
@@ -135,6 +135,23 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
         argv[n++] = "--lease-ms";
         argv[n++] = lease;
     }
+    if (o->store) {
+        argv[n++] = "--store";
+        argv[n++] = (char *)o->store;
+    }
+    if (o->restore) {
+        argv[n++] = "--restore";
+        argv[n++] = (char *)o->restore;
+    }
+    if (o->branch) {
+        argv[n++] = "--branch";
+        argv[n++] = (char *)o->branch;
+    }
+    if (o->snapshot_every) {
+        snprintf(every, sizeof(every), "%d", o->snapshot_every);
+        argv[n++] = "--snapshot-every";
+        argv[n++] = every;
+    }
     argv[n] = NULL;
     if ((st = spawn(c->dir, "master.log", argv, &c->master, err)) ||
         (st = wait_port(c, port_file, &port, err)))
@@ -147,10 +164,20 @@ static ts_status start_shards(const struct cluster_opts *o, struct cluster *c, c
                               struct ts_err *err)
 {
     char exe[700], log[64];
-    char *argv[] = { exe, "--master", c->master_addr, NULL };
+    char *argv[10] = { exe, "--master", c->master_addr, NULL };
+    int n = 3;
     ts_status st;
 
     snprintf(exe, sizeof(exe), "%s/tessera-shard", bin);
+    if (o->store) {
+        argv[n++] = "--store";
+        argv[n++] = (char *)o->store;
+    }
+    if (o->restore) {
+        argv[n++] = "--restore";
+        argv[n++] = (char *)o->restore;
+    }
+    argv[n] = NULL;
     c->shards = calloc((size_t)o->shards + 1, sizeof(*c->shards));
     if (!c->shards)
         return ts_err_set(err, TS_ENOMEM, "out of memory");

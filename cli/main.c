@@ -12,6 +12,7 @@ static const struct {
     { "up", cmd_up, "start a local cluster (a master and N shards) until Ctrl-C" },
     { "status", cmd_status, "show the cluster: epoch, shards, workers" },
     { "train", cmd_train, "train the built-in MLP on Fashion-MNIST (N workers, or --local)" },
+    { "snapshot", cmd_snapshot, "snapshots: create, list, log, show, diff, rollback, gc, fsck" },
     { "demo", cmd_demo, "start a local cluster, show it, stop it (what `make demo` runs)" },
     { NULL, NULL, NULL },
 };

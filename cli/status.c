@@ -95,6 +95,14 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_end(&j);
     }
     ts_json_end(&j);
+    ts_json_obj(&j, "snapshots");
+    ts_json_str(&j, "store", cs->store);
+    ts_json_str(&j, "branch", cs->branch);
+    ts_json_uint(&j, "every", cs->snapshot_every);
+    ts_json_str(&j, "last_id", cs->last_snapshot ? cs->last_snapshot->id : "");
+    ts_json_uint(&j, "last_step", cs->last_snapshot ? cs->last_snapshot->step : 0);
+    ts_json_str(&j, "error", cs->snapshot_error);
+    ts_json_end(&j);
     ts_json_end(&j);
     printf("%s\n", j.buf);
     ts_json_fini(&j);
@@ -132,6 +140,17 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
     }
     if (!cs->n_workers)
         printf("(none)\n");
+    if (cs->store[0]) {
+        printf("\nsnapshots: store %s, branch %s", cs->store, cs->branch);
+        if (cs->snapshot_every)
+            printf(", every %u steps", cs->snapshot_every);
+        if (cs->last_snapshot)
+            printf("; last %.12s at step %" PRIu64, cs->last_snapshot->id,
+                   cs->last_snapshot->step);
+        printf("\n");
+        if (cs->snapshot_error[0])
+            printf("last automatic snapshot failed: %s\n", cs->snapshot_error);
+    }
 }
 
 int print_status(const char *addr, bool json, int timeout_ms)

@@ -1,13 +1,15 @@
 /* up.c - `tessera up` and `tessera demo`: a local cluster on loopback. */
+#include <inttypes.h>
 #include <stdio.h>
 
 #include "cli.h"
+#include "snapshot/snapshot.h"
 #include "util/flags.h"
 #include "util/proc.h"
 
 struct up_flags {
-    int64_t shards, master_port, lease_ms;
-    const char *dir;
+    int64_t shards, master_port, lease_ms, snapshot_every;
+    const char *dir, *store, *restore, *branch;
 };
 
 static int parse(const char *cmd, const char *about, struct up_flags *f, int argc, char **argv)
@@ -20,6 +22,12 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
           "log directory, one log per process (default: a new one in /tmp)", 0, 0 },
         { "lease-ms", TS_FLAG_INT, &f->lease_ms, "MS", "member lease (default 3000)", 100,
           600000 },
+        { "store", TS_FLAG_STR, &f->store, "DIR", "snapshot store (created if missing)", 0, 0 },
+        { "snapshot-every", TS_FLAG_INT, &f->snapshot_every, "N",
+          "take a snapshot every N steps (needs --store)", 0, 1000000000 },
+        { "restore", TS_FLAG_STR, &f->restore, "REF", "start the shards from this snapshot "
+          "(branch, tag, id or HEAD; checked first)", 0, 0 },
+        { "branch", TS_FLAG_STR, &f->branch, "NAME", "branch new snapshots go to", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -39,12 +47,63 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
     return -1;
 }
 
+static void checked(void *ctx, const char *tensor, uint64_t bytes)
+{
+    printf("  checked %-20s %10.1f MB\n", tensor, (double)bytes / 1e6);
+    fflush(stdout);
+}
+
+/* Resolves --restore to an id and reads every chunk of it, so that a damaged snapshot stops
+ * the start with the chunk and tensor named, before any shard runs. */
+static int check_restore(const char *cmd, const struct up_flags *f, char hex[TS_STORE_HEX_LEN + 1])
+{
+    struct ts_store *s = NULL;
+    uint8_t id[TS_STORE_ID_LEN];
+    ts_manifest *m = NULL;
+    struct ts_err err = { 0 };
+    ts_status st;
+
+    if (!f->store) {
+        fprintf(stderr, "tessera %s: --restore and --snapshot-every need --store DIR\n", cmd);
+        return 2;
+    }
+    st = ts_store_open(f->store, NULL, &s, &err);
+    if (!st && !(st = ts_snap_resolve(s, f->restore, id, NULL, &err)) &&
+        !(st = ts_manifest_load(s, id, &m, &err))) {
+        printf("restoring snapshot %.12s (step %" PRIu64 ", %zu tensors): checking every "
+               "chunk\n", ts_store_hex(id, hex), m->step, m->n_tensors);
+        fflush(stdout);
+        st = ts_snap_check(s, m, checked, NULL, &err);
+    }
+    ts_manifest_free(m);
+    ts_store_close(s);
+    if (st) {
+        fprintf(stderr, "tessera %s: --restore %s: %s\nnothing was started; pick another "
+                        "snapshot (tessera snapshot list --store %s)\n", cmd, f->restore,
+                err.msg, f->store);
+        return 1;
+    }
+    return 0;
+}
+
 static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
 {
     struct cluster_opts o = { .shards = (int)f->shards, .master_port = (int)f->master_port,
-                              .dir = f->dir, .lease_ms = (int)f->lease_ms };
+                              .dir = f->dir, .lease_ms = (int)f->lease_ms, .store = f->store,
+                              .branch = f->branch, .snapshot_every = (int)f->snapshot_every };
+    char hex[TS_STORE_HEX_LEN + 1];
     struct ts_err err = { 0 };
+    int rc;
 
+    if ((f->snapshot_every || f->branch) && !f->store) {
+        fprintf(stderr, "tessera %s: --snapshot-every and --branch need --store DIR\n", cmd);
+        return 2;
+    }
+    if (f->restore) {
+        if ((rc = check_restore(cmd, f, hex)))
+            return rc;
+        o.restore = hex;
+    }
     if (cluster_start(&o, c, &err)) {
         fprintf(stderr, "tessera %s: %s\n", cmd, err.msg);
         return 1;
@@ -67,6 +126,8 @@ int cmd_up(int argc, char **argv)
         return rc;
     printf("master %s\n", c.master_addr);
     printf("%d shards alive; logs in %s\n", c.nshards, c.dir);
+    if (f.store)
+        printf("snapshots: store %s%s\n", f.store, f.snapshot_every ? ", automatic" : "");
     printf("try: tessera status --master %s   (Ctrl-C stops the cluster)\n", c.master_addr);
     fflush(stdout);
     while (!sig && cluster_check(&c))

@@ -55,6 +55,8 @@ struct tessera_options {
     const char *transport;   /* NULL: the best the shard and this host share; "tcp", "shm" */
     int timeout_ms;          /* one push or pull (a pull waits for the slowest worker);
                               * 0: 120000 */
+    uint64_t data_seed;      /* the data schedule's seed and micro-batch size: recorded in */
+    unsigned micro_batch;    /* snapshots, checked on restore (0: not recorded) */
 };
 
 typedef struct tessera tessera;
@@ -69,6 +71,9 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
                      const char *init, uint64_t seed, uint64_t fan_in, uint64_t fan_out,
                      uint64_t partition_bytes, int *id, struct tessera_error *err);
 uint64_t tessera_numel(const tessera *t, int id);
+/* The version tensor id was at when registered: 0 for a fresh job, the snapshot's step when
+ * the shards restored one (tessera up --restore). Training continues from that step. */
+uint64_t tessera_version(const tessera *t, int id);
 
 /* This rank's gradient sum of tensor id for `step` (the step whose parameters it used):
  * int64 fixed point in exact mode, float otherwise, numel elements. */

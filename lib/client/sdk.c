@@ -33,6 +33,7 @@ struct sdk_tensor {
     uint32_t nparts;
     uint32_t *owner;              /* remote: shard slot per partition */
     struct ts_part **parts;       /* local */
+    uint64_t version;             /* the lowest version at registration (restored: > 0) */
 };
 
 struct sdk_shard {
@@ -42,6 +43,8 @@ struct sdk_shard {
 
 struct tessera {
     struct ts_job job;
+    uint64_t data_seed;           /* recorded in snapshots */
+    uint32_t micro;
     uint32_t rank;
     int timeout_ms;
     bool local;
@@ -158,6 +161,8 @@ int tessera_connect(const struct tessera_options *o, tessera **out, struct tesse
     t->local = !o->master || !o->master[0] || strcmp(o->master, "local") == 0;
     t->rank = o->rank;
     t->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 120000;
+    t->data_seed = o->data_seed;
+    t->micro = o->micro_batch;
     st = ts_job_init(&t->job, o->job ? o->job : "default", o->workers, o->exact != 0,
                      o->optimizer ? o->optimizer : "momentum", o->batch, &err);
     if (!st && o->rank >= o->workers)
@@ -227,6 +232,7 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
     uint32_t seen = 0;
     ts_status st = TS_OK;
 
+    x->version = UINT64_MAX;
     for (size_t i = 0; !st && i < t->nshards; i++) {
         Tessera__V1__RegisterTensorResponse *r;
         st = ts_cluster_call(t->cl, t->shards[i].id, "/tessera.v1.Shard/RegisterTensor",
@@ -240,6 +246,8 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
                 x->owner[r->partitions[k]] = (uint32_t)i;
                 seen++;
             }
+        if (r->n_partitions && r->version < x->version)
+            x->version = r->version;
         tessera__v1__register_tensor_response__free_unpacked(r, NULL);
     }
     /* Every partition must have exactly one owner, the one our ring names. */
@@ -309,6 +317,8 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
     job.exact = t->job.exact;
     job.optimizer = t->job.optimizer;
     job.batch = t->job.batch;
+    job.data_seed = t->data_seed;
+    job.micro_batch = t->micro;
     spec.name = x->name;
     spec.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
     spec.shape = (uint64_t *)shape;
@@ -335,9 +345,16 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
         free(x);
         return fail(e, &err);
     }
+    if (x->version == UINT64_MAX)
+        x->version = 0;
     *id = t->ntensors;
     t->tensors[t->ntensors++] = x;
     return ok(e);
+}
+
+uint64_t tessera_version(const tessera *t, int id)
+{
+    return id >= 0 && id < t->ntensors ? t->tensors[id]->version : 0;
 }
 
 /* ---- push and pull ---- */

@@ -89,6 +89,7 @@ void ts_part_free(struct ts_part *p)
 {
     if (!p)
         return;
+    ts_part_disarm(p);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p->value);
@@ -98,6 +99,22 @@ void ts_part_free(struct ts_part *p)
     free(p->acc_fixed);
     free(p->acc_f32);
     free(p);
+}
+
+static size_t state_floats(const struct ts_part *p)
+{
+    return ts_optim_state_len(p->job->optim.kind) * p->len;
+}
+
+/* Takes the armed copy if version is the armed step. Called with mu held. */
+static void capture(struct ts_part *p)
+{
+    if (!p->snap_armed || p->snap_ready || p->version != p->snap_step)
+        return;
+    memcpy(p->snap_value, p->value, p->len * sizeof(float));
+    memcpy(p->snap_state, p->state, state_floats(p) * sizeof(float));
+    p->snap_ready = true;
+    pthread_cond_broadcast(&p->cv);
 }
 
 /* All ranks are in: g = sum / batch, one optimizer step, next version. Called with mu held. */
@@ -116,6 +133,7 @@ static void apply(struct ts_part *p)
     p->version++;
     p->npushed = 0;
     memset(p->pushed, 0, p->job->workers);
+    capture(p);
     pthread_cond_broadcast(&p->cv);
 }
 
@@ -215,4 +233,59 @@ ts_status ts_part_read(struct ts_part *p, uint64_t want, int ms, float *out, uin
     *version = p->version;
     pthread_mutex_unlock(&p->mu);
     return TS_OK;
+}
+
+ts_status ts_part_arm(struct ts_part *p, uint64_t step, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    pthread_mutex_lock(&p->mu);
+    if (p->version > step) {
+        st = ts_err_set(err, TS_ESTATE, "tensor %u partition %u: at version %" PRIu64
+                        ", past step %" PRIu64, p->tensor_id, p->index, p->version, step);
+    } else {
+        if (!p->snap_value)
+            p->snap_value = malloc(p->len * sizeof(float));
+        if (!p->snap_state)
+            p->snap_state = malloc(state_floats(p) * sizeof(float) + 1);
+        if (!p->snap_value || !p->snap_state) {
+            st = ts_err_set(err, TS_ENOMEM, "tensor %u partition %u: no memory for a snapshot "
+                            "copy", p->tensor_id, p->index);
+        } else {
+            p->snap_armed = true;
+            p->snap_ready = false;
+            p->snap_step = step;
+            capture(p);
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
+bool ts_part_captured(struct ts_part *p, int ms)
+{
+    int64_t until = ts_now_ms() + ms;
+    bool ready;
+
+    pthread_mutex_lock(&p->mu);
+    while (p->snap_armed && !p->snap_ready && ts_now_ms() < until) {
+        struct timespec ts;
+        int64_t left = until - ts_now_ms();
+
+        ts_abstime_ms(&ts, left < 100 ? (left > 0 ? left : 1) : 100);
+        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    }
+    ready = p->snap_armed && p->snap_ready;
+    pthread_mutex_unlock(&p->mu);
+    return ready;
+}
+
+void ts_part_disarm(struct ts_part *p)
+{
+    pthread_mutex_lock(&p->mu);
+    free(p->snap_value);
+    free(p->snap_state);
+    p->snap_value = p->snap_state = NULL;
+    p->snap_armed = p->snap_ready = false;
+    pthread_mutex_unlock(&p->mu);
 }

@@ -60,6 +60,11 @@ struct ts_part {
     float *grad;                /* scratch for the applied gradient */
     uint8_t *pushed;            /* per rank: pushed this step */
     uint32_t npushed;
+    /* Snapshot capture (ts_part_arm): a copy of value and state taken when version reaches
+     * snap_step, so that training goes on while the copy is written out. */
+    bool snap_armed, snap_ready;
+    uint64_t snap_step;
+    float *snap_value, *snap_state;
 };
 
 /* Creates partition `index` ([offset, offset+len) of tensor `name`) and initialises its values
@@ -86,4 +91,13 @@ ts_status ts_part_wait(struct ts_part *p, uint64_t want, int ms, const atomic_bo
 ts_status ts_part_read(struct ts_part *p, uint64_t want, int ms, float *out, uint64_t *version,
                        struct ts_err *err) TS_MUST_CHECK;
 
+/* Snapshots. ts_part_arm asks for a copy of the values and optimizer state as they are at
+ * version `step`: taken at once if the partition is there, else by the push that applies
+ * that step. TS_ESTATE (nothing armed) if the partition is already past step; arming again
+ * replaces an earlier arm. ts_part_captured waits up to ms for the copy; once it returns
+ * true, snap_value and snap_state may be read without the lock until ts_part_disarm, which
+ * frees them (call it before ts_part_free, or let ts_part_free do it). */
+ts_status ts_part_arm(struct ts_part *p, uint64_t step, struct ts_err *err) TS_MUST_CHECK;
+bool ts_part_captured(struct ts_part *p, int ms);
+void ts_part_disarm(struct ts_part *p);
 #endif

@@ -317,3 +317,98 @@ ts_status ts_store_ref_list(struct ts_store *s, const char *prefix, struct ts_st
     *n = l.n;
     return TS_OK;
 }
+
+/* HEAD: one line "heads/<branch>\n", written like a ref under the same lock. */
+ts_status ts_store_head_get(struct ts_store *s, char name[TS_STORE_REF_MAX + 1],
+                            struct ts_err *err)
+{
+    char path[TS__PATH_MAX], text[TS_STORE_REF_MAX + 2];
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/HEAD", s->dir);
+    fd = s->sys.open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0 && errno == ENOENT) {
+        snprintf(name, TS_STORE_REF_MAX + 1, "heads/main");
+        return TS_OK;
+    }
+    if (fd < 0)
+        return ts_err_set(err, TS_EIO, "store: open %s: %s", path, strerror(errno));
+    n = s->sys.read(fd, text, sizeof(text));
+    s->sys.close(fd);
+    if (n < 0)
+        return ts_err_set(err, TS_EIO, "store: read %s: %s", path, strerror(errno));
+    if (n < 2 || text[n - 1] != '\n')
+        return ts_err_set(err, TS_ECORRUPT, "store: HEAD: not one branch name and a newline");
+    text[n - 1] = '\0';
+    if (strncmp(text, "heads/", 6) != 0 || !ts_store_ref_valid(text))
+        return ts_err_set(err, TS_ECORRUPT, "store: HEAD: '%.64s' is not a branch (heads/...)",
+                          text);
+    snprintf(name, TS_STORE_REF_MAX + 1, "%s", text);
+    return TS_OK;
+}
+
+ts_status ts_store_head_set(struct ts_store *s, const char *name, struct ts_err *err)
+{
+    char path[TS__PATH_MAX], text[TS_STORE_REF_MAX + 2];
+    struct ts__iov part = { text, 0 };
+    ts_status st;
+    int lk;
+
+    if (!name || strncmp(name, "heads/", 6) != 0 || !ts_store_ref_valid(name))
+        return ts_err_set(err, TS_EINVAL, "store: HEAD: '%.64s' is not a branch name "
+                          "(heads/ then [A-Za-z0-9._-] components)", name ? name : "(null)");
+    part.n = (size_t)snprintf(text, sizeof(text), "%s\n", name);
+    snprintf(path, sizeof(path), "%s/HEAD", s->dir);
+    if ((st = lock_refs(s, &lk, err)) != TS_OK)
+        return st;
+    st = ts__fs_publish(s, &part, 1, path, 0, err);
+    unlock_refs(s, lk);
+    return st;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (char)(c | 0x20);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+ts_status ts_store_object_find(struct ts_store *s, const char *prefix,
+                               uint8_t id[TS_STORE_ID_LEN], struct ts_err *err)
+{
+    char path[TS__PATH_MAX], low[TS_STORE_HEX_LEN + 1];
+    size_t n = prefix ? strlen(prefix) : 0, found = 0;
+    struct dirent *de;
+    DIR *d;
+
+    if (n < 4 || n > TS_STORE_HEX_LEN)
+        return ts_err_set(err, TS_EINVAL, "store: id prefix '%.70s': 4 to 64 hex digits",
+                          prefix ? prefix : "");
+    for (size_t i = 0; i < n; i++) {
+        if (hexval(prefix[i]) < 0)
+            return ts_err_set(err, TS_EINVAL, "store: id prefix '%.70s': not hex", prefix);
+        low[i] = (char)(prefix[i] | 0x20);
+    }
+    low[n] = '\0';
+    snprintf(path, sizeof(path), "%s/manifests/%.2s", s->dir, low);
+    if (!(d = opendir(path)))
+        return errno == ENOENT ? ts_err_set(err, TS_ENOTFOUND, "store: no snapshot id starts "
+                                            "with %s", low)
+                               : ts_err_set(err, TS_EIO, "store: opendir %s: %s", path,
+                                            strerror(errno));
+    while ((de = readdir(d)) != NULL) {
+        if (strlen(de->d_name) != TS_STORE_HEX_LEN || strncmp(de->d_name, low, n) != 0)
+            continue;
+        if (found++ == 0 && !ts_store_unhex(de->d_name, id))
+            found--;
+    }
+    closedir(d);
+    if (found == 0)
+        return ts_err_set(err, TS_ENOTFOUND, "store: no snapshot id starts with %s", low);
+    if (found > 1)
+        return ts_err_set(err, TS_EINVAL, "store: id prefix %s is ambiguous (%zu snapshots); "
+                          "give more digits", low, found);
+    return TS_OK;
+}

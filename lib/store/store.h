@@ -160,6 +160,18 @@ TS_MUST_CHECK ts_status ts_store_ref_list(struct ts_store *s, const char *prefix
                                           struct ts_store_ref **refs, size_t *n,
                                           struct ts_err *err);
 
+/* HEAD names the current branch ("heads/main" when the file is absent), as git's does:
+ * snapshots that name no branch go to it. head_set writes it crash-safely under the refs
+ * lock; it must be a valid "heads/..." name. The branch need not exist yet. */
+TS_MUST_CHECK ts_status ts_store_head_get(struct ts_store *s, char name[TS_STORE_REF_MAX + 1],
+                                          struct ts_err *err);
+TS_MUST_CHECK ts_status ts_store_head_set(struct ts_store *s, const char *name,
+                                          struct ts_err *err);
+/* The one object whose hex id starts with prefix (4..64 hex digits, either case):
+ * TS_ENOTFOUND if none, TS_EINVAL if several (the message says to give more digits). */
+TS_MUST_CHECK ts_status ts_store_object_find(struct ts_store *s, const char *prefix,
+                                             uint8_t id[TS_STORE_ID_LEN], struct ts_err *err);
+
 /* Removes every chunk file whose id is not in live[0..nlive) (the caller computes
  * reachability from the manifests; live is borrowed, need not be sorted, may repeat), and
  * files in tmp/ last modified more than tmp_grace_s seconds ago (0: all; only when no writer

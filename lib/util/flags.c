@@ -37,7 +37,8 @@ static ts_status set_value(const struct ts_flag *f, const char *v, struct ts_err
 static ts_status parse_one(const struct ts_flag *flags, int argc, char **argv, int *i,
                            struct ts_err *err)
 {
-    const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
+    /* "--name" and, for one-letter names, "-n" */
+    const char *arg = argv[*i] + (argv[*i][1] == '-' ? 2 : 1), *eq = strchr(arg, '=');
     size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
     const struct ts_flag *f = find(flags, arg, n);
 
@@ -73,7 +74,9 @@ ts_status ts_flags_parse(const struct ts_flag *flags, int argc, char **argv, cha
     for (int i = 0; i < argc; i++) {
         if (opts && strcmp(argv[i], "--") == 0) {
             opts = false;
-        } else if (opts && strncmp(argv[i], "--", 2) == 0) {
+        } else if (opts && (strncmp(argv[i], "--", 2) == 0 ||
+                            (argv[i][0] == '-' && argv[i][1] && !argv[i][2] &&
+                             find(flags, argv[i] + 1, 1)))) {
             ts_status st = parse_one(flags, argc, argv, &i, err);
             if (st)
                 return st;
@@ -93,7 +96,8 @@ void ts_flags_usage(FILE *f, const char *usage, const char *about, const struct 
     fprintf(f, "usage: %s\n\n%s\n\noptions:\n", usage, about);
     for (const struct ts_flag *o = flags; o->name; o++) {
         char left[64];
-        snprintf(left, sizeof(left), "--%s%s%s", o->name, o->metavar ? " " : "",
+        snprintf(left, sizeof(left), "%s%s%s%s", o->name[1] ? "--" : "-", o->name,
+                 o->metavar ? " " : "",
                  o->metavar ? o->metavar : "");
         fprintf(f, "  %-24s %s\n", left, o->help);
     }

@@ -40,8 +40,9 @@ static int write_port_file(const char *path, int port)
 
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:7070", *port_file = NULL;
-    int64_t lease_ms = 3000, vnodes = 0, threads = 2, grace_ms = 5000;
+    const char *listen = "127.0.0.1:7070", *port_file = NULL, *store = NULL, *restore = NULL;
+    const char *branch = NULL;
+    int64_t lease_ms = 3000, vnodes = 0, threads = 2, grace_ms = 5000, every = 0;
     bool help;
     const struct ts_flag flags[] = {
         { "listen", TS_FLAG_STR, &listen, "ADDR", "gRPC address (default 127.0.0.1:7070; "
@@ -52,6 +53,14 @@ int main(int argc, char **argv)
         { "vnodes", TS_FLAG_INT, &vnodes, "N", "virtual nodes per shard (default 1024)", 0,
           4096 },
         { "threads", TS_FLAG_INT, &threads, "N", "completion-queue threads (default 2)", 1, 64 },
+        { "store", TS_FLAG_STR, &store, "DIR", "snapshot store (created if missing; the shards "
+                                               "must reach the same directory)", 0, 0 },
+        { "snapshot-every", TS_FLAG_INT, &every, "N", "snapshot every N steps (default 0: only "
+                                                      "on request)", 0, 1000000000 },
+        { "restore", TS_FLAG_STR, &restore, "REF", "the snapshot the shards restore; "
+                                                   "snapshots continue its history", 0, 0 },
+        { "branch", TS_FLAG_STR, &branch, "NAME", "branch for new snapshots (default: the "
+                                                  "restored branch, or HEAD's)", 0, 0 },
         { "grace-ms", TS_FLAG_INT, &grace_ms, "MS", "on SIGTERM, time for calls in flight "
                                                     "(default 5000)", 0, 600000 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
@@ -78,7 +87,13 @@ int main(int argc, char **argv)
                                    .vnodes = (unsigned)vnodes };
     m.started_ms = ts_now_ms();
     m.lease_ms = lease_ms;
-    if (ts_members_create(&cfg, &m.members, &err))
+    if ((every || restore || branch) && !store) {
+        fprintf(stderr, "tessera-master: --snapshot-every, --restore and --branch need --store "
+                        "DIR\n");
+        return 2;
+    }
+    if (ts_members_create(&cfg, &m.members, &err) ||
+        snapper_open(&m.snap, m.members, store, restore, branch, (uint32_t)every, &err))
         goto out;
     ts_master_service.ctx = &m;
     if (ts_rpc_server_create(&(struct ts_rpc_server_opts){ .listen = listen,
@@ -96,12 +111,14 @@ int main(int argc, char **argv)
            (long long)grace_ms);
     atomic_store(&stopping, true);
     pthread_join(reap, NULL);
+    snapper_stop(&m.snap);
     ts_rpc_server_shutdown(srv, (int)grace_ms);
     rc = 0;
 out:
     if (rc)
         ts_log(TS_ERROR, "master", "%s", err.msg);
     ts_rpc_server_free(srv);
+    snapper_close(&m.snap);
     ts_members_free(m.members);
     return rc;
 }

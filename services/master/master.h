@@ -6,11 +6,13 @@
 
 #include "members.h"
 #include "rpc/rpc.h"
+#include "snapshot.h"
 
 struct master {
     struct ts_members *members;
     int64_t started_ms;
     int64_t lease_ms;               /* the default lease: the reaper checks 20 times one */
+    struct snapper snap;            /* snapshots (store NULL without --store) */
 };
 
 /* tessera.v1.Master; its ctx must be set to a struct master * before ts_rpc_server_add. */

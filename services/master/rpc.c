@@ -192,7 +192,61 @@ static ts_status cluster_status(struct ts_rpc_call *call, const ProtobufCMessage
     resp->ring_digest = v.ring_digest;
     resp->default_lease_ms = v.default_lease_ms;
     ts_members_view_free(&v);
+    snapper_status(&m->snap, call, resp);
     return TS_OK;
+}
+
+static ts_status create_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                                 ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__CreateSnapshotRequest *req = (const void *)rq;
+    Tessera__V1__CreateSnapshotResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    Tessera__V1__SnapshotRef *ref = ts_rpc_new(call, &tessera__v1__snapshot_ref__descriptor);
+    char hex[TS_STORE_HEX_LEN + 1];
+    int64_t t0 = ts_now_ms();
+    ts_status st;
+
+    if (strlen(req->job) > 64)
+        return ts_err_set(err, TS_EINVAL, "job: at most 64 bytes");
+    if (strlen(req->message) > TS_MANIFEST_MAX_MESSAGE)
+        return ts_err_set(err, TS_EINVAL, "message: at most %d bytes", TS_MANIFEST_MAX_MESSAGE);
+    if (strlen(req->tag) > 128)
+        return ts_err_set(err, TS_EINVAL, "tag: at most 128 bytes");
+    if (req->timeout_ms > 3600000)
+        return ts_err_set(err, TS_EINVAL, "timeout_ms: %u, at most 3600000", req->timeout_ms);
+    st = snapper_create(&m->snap, req->job, req->message, req->tag,
+                        req->timeout_ms ? (int)req->timeout_ms : 60000, hex, &ref->step,
+                        &resp->bytes_written, err);
+    if (st)
+        return st;
+    ref->id = ts_rpc_strdup(call, hex);
+    ref->branch = ts_rpc_strdup(call, m->snap.branch);
+    ref->created_unix_ms = ts_unix_ms();
+    if (req->tag[0]) {
+        ref->tags = ts_rpc_alloc(call, sizeof(char *));
+        ref->tags[0] = req->tag;
+        ref->n_tags = 1;
+    }
+    resp->snapshot = ref;
+    resp->took_ms = ts_now_ms() - t0;
+    return TS_OK;
+}
+
+static ts_status collect_garbage(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                                 ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__CollectGarbageRequest *req = (const void *)rq;
+    Tessera__V1__CollectGarbageResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    struct ts_store_stats stats = { 0 };
+    ts_status st = snapper_gc(&m->snap, req->tmp_grace_s ? req->tmp_grace_s : 3600, &stats,
+                              &resp->chunks_live, err);
+
+    resp->chunks_removed = stats.removed;
+    resp->bytes_removed = stats.removed_bytes;
+    resp->tmp_removed = stats.tmp_removed;
+    return st;
 }
 
 #define M(name, fn, rq, rs) \
@@ -204,6 +258,10 @@ static const struct ts_rpc_method master_methods[] = {
     M("Deregister", deregister, deregister_request, deregister_response),
     M("GetShardMap", get_shard_map, get_shard_map_request, shard_map),
     M("ClusterStatus", cluster_status, cluster_status_request, cluster_status_response),
+    { "CreateSnapshot", create_snapshot, &tessera__v1__create_snapshot_request__descriptor,
+      &tessera__v1__create_snapshot_response__descriptor, TS_RPC_OWN_THREAD },
+    { "CollectGarbage", collect_garbage, &tessera__v1__collect_garbage_request__descriptor,
+      &tessera__v1__collect_garbage_response__descriptor, TS_RPC_OWN_THREAD },
     { NULL, NULL, NULL, NULL, 0 },
 };
 

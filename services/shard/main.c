@@ -1,4 +1,5 @@
 /* main.c - tessera-shard: serve, join the cluster, heartbeat, leave cleanly on SIGTERM. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,10 +20,32 @@ static void advertised(char *out, size_t n, const char *listen, const char *adv,
         snprintf(out, n, "%.*s:%d", hostlen, listen, port);
 }
 
+/* Opens --store and loads the --restore manifest (its chunks are read as tensors register). */
+static ts_status open_store(struct shard *s, const char *dir, const char *restore,
+                            struct ts_store **store, struct ts_err *err)
+{
+    uint8_t id[TS_STORE_ID_LEN];
+    ts_status st = ts_store_open(dir, NULL, store, err);
+
+    s->store_dir = dir;
+    s->params.store = *store;
+    if (st || !restore)
+        return st;
+    if ((st = ts_snap_resolve(*store, restore, id, NULL, err)) ||
+        (st = ts_manifest_load(*store, id, &s->params.restore, err))) {
+        ts_err_prefix(err, "--restore %s", restore);
+        return st;
+    }
+    ts_store_hex(id, s->params.restore_hex);
+    ts_log(TS_INFO, "shard", "restoring from snapshot %s (step %" PRIu64 ", %zu tensors)",
+           s->params.restore_hex, s->params.restore->step, s->params.restore->n_tensors);
+    return TS_OK;
+}
+
 int main(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:0", *adv = NULL, *master = NULL, *port_file = NULL;
-    const char *transport = NULL;
+    const char *transport = NULL, *store_dir = NULL, *restore = NULL;
     int64_t lease_ms = 0, threads = 2, grace_ms = 5000;
     bool help;
     const struct ts_flag flags[] = {
@@ -38,6 +61,11 @@ int main(int argc, char **argv)
                                                          "here)", 0, 0 },
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "lease to ask for (default: the master's)",
           0, 600000 },
+        { "store", TS_FLAG_STR, &store_dir, "DIR", "snapshot store (shared with the master); "
+                                                     "required for snapshots and --restore", 0,
+          0 },
+        { "restore", TS_FLAG_STR, &restore, "REF", "start tensors from this snapshot (id, "
+                                                   "branch or tag in --store)", 0, 0 },
         { "threads", TS_FLAG_INT, &threads, "N", "completion-queue threads (default 2)", 1, 64 },
         { "grace-ms", TS_FLAG_INT, &grace_ms, "MS", "on SIGTERM, time for calls in flight "
                                                     "(default 5000)", 0, 600000 },
@@ -46,6 +74,7 @@ int main(int argc, char **argv)
     struct ts_err err = { 0 };
     struct ts_rpc_server *srv = NULL;
     struct shard s = { 0 };
+    struct ts_store *store = NULL;
     struct ts_membership_cfg mcfg = { .kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD };
     Tessera__V1__DataPlaneEndpoint eps[DP_MAX_LISTENERS], *ep_ptrs[DP_MAX_LISTENERS];
     char host[256];
@@ -68,6 +97,12 @@ int main(int argc, char **argv)
     s.started_ms = ts_now_ms();
     s.master_addr = ts_master_default_addr(master);
     shard_params_init(&s.params);
+    if (restore && !store_dir) {
+        fprintf(stderr, "tessera-shard: --restore needs --store DIR\n");
+        return 2;
+    }
+    if (store_dir && open_store(&s, store_dir, restore, &store, &err))
+        goto out;
     ts_shard_service.ctx = &s;
     if (ts_rpc_server_create(&(struct ts_rpc_server_opts){ .listen = listen,
                                                            .threads = (int)threads },
@@ -119,5 +154,6 @@ out:
     ts_cluster_close(s.cluster);
     ts_master_close(s.master);
     shard_params_fini(&s.params);
+    ts_store_close(store);
     return rc;
 }

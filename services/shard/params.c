@@ -9,6 +9,7 @@
 
 #include "tensor/tensor.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 #define MAX_NUMEL (UINT64_C(1) << 34)
 
@@ -16,6 +17,7 @@ void shard_params_init(struct shard_params *sp)
 {
     memset(sp, 0, sizeof(*sp));
     pthread_mutex_init(&sp->mu, NULL);
+    pthread_mutex_init(&sp->snap_mu, NULL);
 }
 
 static void tensor_free(struct shard_tensor *t)
@@ -35,7 +37,9 @@ void shard_params_fini(struct shard_params *sp)
             tensor_free(sp->jobs[j]->tensors[i]);
         free(sp->jobs[j]);
     }
+    ts_manifest_free(sp->restore);
     pthread_mutex_destroy(&sp->mu);
+    pthread_mutex_destroy(&sp->snap_mu);
 }
 
 static ts_status check_spec(const Tessera__V1__RegisterTensorRequest *req, uint64_t *numel,
@@ -88,6 +92,44 @@ struct shard_job *shard_params_job(struct shard_params *sp, const char *id)
     return found;
 }
 
+/* A job that starts from the --restore snapshot must run as the snapshot's did: the same
+ * optimizer (its state is in the snapshot), mode, batch and data schedule. The worker count
+ * may differ: exact mode gives the same bits for any. */
+static ts_status check_restore_job(const struct shard_params *sp, const Tessera__V1__JobSpec *js,
+                                   struct ts_err *err)
+{
+    const Tessera__V1__JobSpec *mj = sp->restore->job;
+    const Tessera__V1__ScheduleState *ms = sp->restore->schedule;
+    const char *field = NULL;
+    char want[160] = "", got[160] = "";
+
+    if (strcmp(mj->optimizer, js->optimizer)) {
+        field = "optimizer";
+        snprintf(want, sizeof(want), "%s", mj->optimizer);
+        snprintf(got, sizeof(got), "%s", js->optimizer);
+    } else if (mj->exact != js->exact) {
+        field = "exact";
+        snprintf(want, sizeof(want), "%s", mj->exact ? "true" : "false");
+        snprintf(got, sizeof(got), "%s", js->exact ? "true" : "false");
+    } else if (mj->batch != js->batch) {
+        field = "batch";
+        snprintf(want, sizeof(want), "%g", mj->batch);
+        snprintf(got, sizeof(got), "%g", js->batch);
+    } else if (ms->seed && js->data_seed && ms->seed != js->data_seed) {
+        field = "data_seed";
+        snprintf(want, sizeof(want), "%" PRIu64, ms->seed);
+        snprintf(got, sizeof(got), "%" PRIu64, js->data_seed);
+    } else if (ms->micro_batch && js->micro_batch && ms->micro_batch != js->micro_batch) {
+        field = "micro_batch";
+        snprintf(want, sizeof(want), "%u", ms->micro_batch);
+        snprintf(got, sizeof(got), "%u", js->micro_batch);
+    }
+    if (!field)
+        return TS_OK;
+    return ts_err_set(err, TS_ESTATE, "job.%s: %s, but snapshot %.12s was trained with %s; "
+                      "continue with the snapshot's settings", field, got, sp->restore_hex, want);
+}
+
 /* The job the request names: the first registration creates it with its settings, later ones
  * must repeat them. Called with mu held. */
 static ts_status get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js,
@@ -104,20 +146,26 @@ static ts_status get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js
         struct shard_job *sj = sp->jobs[i];
         if (strcmp(sj->job.id, j.id))
             continue;
-        if (!ts_job_equal(&j, &sj->job))
+        if (!ts_job_equal(&j, &sj->job) || sj->data_seed != js->data_seed ||
+            sj->micro != js->micro_batch)
             return ts_err_set(err, TS_ESTATE, "job: '%s' runs with %u workers, %s mode, "
-                              "optimizer %s, batch %g; use those or another job id", sj->job.id,
-                              sj->job.workers, sj->job.exact ? "exact" : "float",
-                              sj->job.optimizer, sj->job.batch);
+                              "optimizer %s, batch %g, data seed %" PRIu64 ", micro-batch %u; "
+                              "use those or another job id", sj->job.id, sj->job.workers,
+                              sj->job.exact ? "exact" : "float", sj->job.optimizer,
+                              sj->job.batch, sj->data_seed, sj->micro);
         *out = sj;
         return TS_OK;
     }
+    if (sp->restore && (st = check_restore_job(sp, js, err)))
+        return st;
     if (sp->njobs == SHARD_MAX_JOBS)
         return ts_err_set(err, TS_ENOMEM, "job: this shard holds %d jobs already; restart it",
                           SHARD_MAX_JOBS);
     if (!(*out = calloc(1, sizeof(**out))))
         return ts_err_set(err, TS_ENOMEM, "out of memory");
     (*out)->job = j;
+    (*out)->data_seed = js->data_seed;
+    (*out)->micro = js->micro_batch;
     sp->jobs[sp->njobs++] = *out;
     ts_log(TS_INFO, "shard", "job %s: %u workers, %s mode, optimizer %s, batch %g", j.id,
            j.workers, j.exact ? "exact" : "float", j.optimizer, j.batch);
@@ -150,12 +198,39 @@ static bool same_tensor(const struct shard_tensor *t, const Tessera__V1__TensorS
     return memcmp(t->shape, s->shape, t->ndim * sizeof(uint64_t)) == 0;
 }
 
-static ts_status create_tensor(struct shard_job *sj, struct ts_cluster *cl, uint32_t my_id,
+/* The --restore snapshot's entry for tensor t, which must have t's shape and partitioning;
+ * NULL with *st set otherwise. */
+static const ts_tensor_manifest *restored_tensor(const struct shard_params *sp,
+                                                 const struct shard_tensor *t, ts_status *st,
+                                                 struct ts_err *err)
+{
+    for (size_t i = 0; i < sp->restore->n_tensors; i++) {
+        const ts_tensor_manifest *tm = sp->restore->tensors[i];
+        if (strcmp(tm->spec->name, t->name))
+            continue;
+        if (tm->numel != t->numel || tm->spec->n_shape != t->ndim ||
+            memcmp(tm->spec->shape, t->shape, t->ndim * sizeof(uint64_t)) ||
+            tm->spec->partition_bytes != t->partition_bytes) {
+            *st = ts_err_set(err, TS_ESTATE, "tensor '%s': the snapshot holds %" PRIu64
+                             " elements in %" PRIu64 "-byte partitions; register the same "
+                             "shape and partition_bytes", t->name, tm->numel,
+                             tm->spec->partition_bytes);
+            return NULL;
+        }
+        return tm;
+    }
+    *st = ts_err_set(err, TS_ENOTFOUND, "tensor.name: '%s' is not in the snapshot", t->name);
+    return NULL;
+}
+
+static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
+                               struct ts_cluster *cl, uint32_t my_id,
                                const Tessera__V1__RegisterTensorRequest *req, uint64_t numel,
                                struct shard_tensor **out, struct ts_err *err)
 {
     const Tessera__V1__TensorSpec *s = req->tensor;
     struct shard_tensor *t = calloc(1, sizeof(*t));
+    const ts_tensor_manifest *tm = NULL;
     ts_status st = TS_OK;
 
     if (!t)
@@ -174,6 +249,8 @@ static ts_status create_tensor(struct shard_job *sj, struct ts_cluster *cl, uint
     t->parts = calloc(t->nparts, sizeof(*t->parts));
     if (!t->parts)
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
+    if (!st && sp->restore && !(tm = restored_tensor(sp, t, &st, err)))
+        ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
     for (uint32_t p = 0; !st && p < t->nparts; p++) {
         uint64_t off, len;
         uint32_t owner;
@@ -182,6 +259,11 @@ static ts_status create_tensor(struct shard_job *sj, struct ts_cluster *cl, uint
         ts_partition_range(numel, sizeof(float), t->partition_bytes, p, &off, &len);
         st = ts_part_create(&sj->job, t->id, t->name, p, off, len, t->init, t->seed, t->fan_in,
                             t->fan_out, &t->parts[p], err);
+        /* Not yet visible to anyone: its values and version are ours to set. */
+        if (!st && tm && !(st = ts_snap_read_partition(sp->store, sp->restore, tm,
+                                                        tm->partitions[p], t->parts[p]->value,
+                                                        t->parts[p]->state, err)))
+            t->parts[p]->version = sp->restore->step;
     }
     if (st) {
         tensor_free(t);
@@ -193,7 +275,8 @@ static ts_status create_tensor(struct shard_job *sj, struct ts_cluster *cl, uint
 
 ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                                 const Tessera__V1__RegisterTensorRequest *req, uint32_t **owned,
-                                size_t *nowned, uint32_t *nparts, struct ts_err *err)
+                                size_t *nowned, uint32_t *nparts, uint64_t *version,
+                                struct ts_err *err)
 {
     struct shard_tensor *t = NULL;
     struct shard_job *sj = NULL;
@@ -215,7 +298,7 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     if (!st && t && !same_tensor(t, req->tensor))
         st = ts_err_set(err, TS_EEXIST, "tensor_id: %u is '%s' with another shape, initializer "
                         "or seed", t->id, t->name);
-    if (!st && !t && !(st = create_tensor(sj, cl, my_id, req, numel, &t, err))) {
+    if (!st && !t && !(st = create_tensor(sp, sj, cl, my_id, req, numel, &t, err))) {
         sj->tensors[t->id] = t;
         for (uint32_t p = 0; p < t->nparts; p++)
             if (t->parts[p]) {
@@ -227,9 +310,17 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
     if (!st) {
         *nowned = 0;
+        *version = UINT64_MAX;
         for (uint32_t p = 0; p < t->nparts; p++)
-            if (t->parts[p])
+            if (t->parts[p]) {
                 (*owned)[(*nowned)++] = p;
+                pthread_mutex_lock(&t->parts[p]->mu);
+                if (t->parts[p]->version < *version)
+                    *version = t->parts[p]->version;
+                pthread_mutex_unlock(&t->parts[p]->mu);
+            }
+        if (*version == UINT64_MAX)
+            *version = 0;
         *nparts = t->nparts;
     }
     pthread_mutex_unlock(&sp->mu);
@@ -248,4 +339,266 @@ struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *sj,
         p = sj->tensors[tensor]->parts[part];
     pthread_mutex_unlock(&sp->mu);
     return p;
+}
+
+/* ---- snapshots ---- */
+
+/* Calls fn on every partition this shard holds of sj; takes mu to walk (tensors are only ever
+ * added, partitions never removed). Stops at the first error. */
+static ts_status each_part(struct shard_params *sp, struct shard_job *sj,
+                           ts_status (*fn)(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                                           struct ts_err *err),
+                           void *ctx, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++) {
+        struct shard_tensor *t;
+
+        pthread_mutex_lock(&sp->mu);
+        t = sj->tensors[i];
+        pthread_mutex_unlock(&sp->mu);
+        for (uint32_t p = 0; t && !st && p < t->nparts; p++)
+            if (t->parts[p])
+                st = fn(ctx, t, t->parts[p], err);
+    }
+    return st;
+}
+
+struct span {
+    uint64_t min, max, step;
+    bool disarm;
+};
+
+static ts_status arm_one(void *ctx, struct shard_tensor *t, struct ts_part *p, struct ts_err *err)
+{
+    struct span *s = ctx;
+    uint64_t v;
+
+    pthread_mutex_lock(&p->mu);
+    v = p->version;
+    pthread_mutex_unlock(&p->mu);
+    s->min = v < s->min ? v : s->min;
+    s->max = v > s->max ? v : s->max;
+    if (s->disarm) {
+        ts_part_disarm(p);
+        return TS_OK;
+    }
+    return ts_part_arm(p, s->step, err);
+}
+
+static ts_status disarm_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                            struct ts_err *err)
+{
+    ts_part_disarm(p);
+    return TS_OK;
+}
+
+ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
+                           bool *armed, uint64_t *minv, uint64_t *maxv, struct ts_err *err)
+{
+    struct shard_job *sj = shard_params_job(sp, job);
+    struct span s = { .min = UINT64_MAX, .max = 0, .step = step, .disarm = disarm };
+    struct ts_err past = { 0 };
+    ts_status st;
+
+    *armed = false;
+    if (!sj)
+        return ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
+    pthread_mutex_lock(&sp->snap_mu);
+    st = each_part(sp, sj, arm_one, &s, &past);
+    if (st == TS_ESTATE && !disarm) { /* one is past step: undo, report the span */
+        s.disarm = true;
+        st = each_part(sp, sj, arm_one, &s, err);
+    } else if (st == TS_OK && !disarm) {
+        *armed = true;
+    } else if (st) {
+        ts_err_set(err, st, "%s", past.msg);
+    }
+    if (st == TS_OK) {
+        sj->armed = *armed;
+        sj->armed_step = step;
+        *minv = s.min == UINT64_MAX ? 0 : s.min;
+        *maxv = s.max;
+    } else {
+        (void)each_part(sp, sj, disarm_one, NULL, err);
+        sj->armed = false;
+    }
+    pthread_mutex_unlock(&sp->snap_mu);
+    return st;
+}
+
+static ts_status span_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                          struct ts_err *err);
+
+struct writer {
+    struct shard_params *sp;
+    struct ts_rpc_call *call;
+    int64_t until;
+    bool missing;
+    size_t slen;
+    uint64_t step, written;
+    Tessera__V1__WriteSnapshotResponse *resp;
+};
+
+static ts_status wait_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                          struct ts_err *err)
+{
+    struct writer *w = ctx;
+    int64_t left = w->until - ts_now_ms();
+
+    if (!ts_part_captured(p, left > 0 ? (int)left : 0))
+        w->missing = true;
+    return TS_OK;
+}
+
+/* The response's entry for t, added on first use. */
+static Tessera__V1__TensorManifest *entry(struct writer *w, struct shard_tensor *t)
+{
+    Tessera__V1__WriteSnapshotResponse *r = w->resp;
+    Tessera__V1__TensorManifest *tm;
+    Tessera__V1__TensorSpec *spec;
+
+    if (r->n_tensors && r->tensors[r->n_tensors - 1]->id == t->id)
+        return r->tensors[r->n_tensors - 1];
+    tm = ts_rpc_new(w->call, &tessera__v1__tensor_manifest__descriptor);
+    spec = ts_rpc_new(w->call, &tessera__v1__tensor_spec__descriptor);
+    spec->name = t->name;
+    spec->dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    spec->shape = t->shape;
+    spec->n_shape = t->ndim;
+    spec->initializer = t->init;
+    spec->seed = t->seed;
+    spec->partition_bytes = t->partition_bytes;
+    tm->id = t->id;
+    tm->spec = spec;
+    tm->fan_in = t->fan_in;
+    tm->fan_out = t->fan_out;
+    tm->numel = t->numel;
+    tm->partitions = ts_rpc_alloc(w->call, (t->nparts + 1) * sizeof(*tm->partitions));
+    r->tensors[r->n_tensors++] = tm;
+    return tm;
+}
+
+static ts_status write_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                           struct ts_err *err)
+{
+    struct writer *w = ctx;
+    Tessera__V1__TensorManifest *tm = entry(w, t);
+    Tessera__V1__PartitionManifest *pm =
+        ts_rpc_new(w->call, &tessera__v1__partition_manifest__descriptor);
+    void *mem = ts_rpc_alloc(w->call, ts_snap_partition_mem(p->len, w->slen * p->len,
+                                                            TS_SNAP_CHUNK_DEFAULT));
+    uint64_t written = 0;
+    ts_status st;
+
+    pm->index = p->index;
+    pm->offset = p->offset;
+    pm->length = p->len;
+    pm->version = w->step;
+    st = ts_snap_put_partition(w->sp->store, p->snap_value, p->len, p->snap_state,
+                               w->slen * p->len, TS_SNAP_CHUNK_DEFAULT, pm, mem, &written, err);
+    if (st) {
+        ts_err_prefix(err, "tensor '%s' partition %u", t->name, p->index);
+        return st;
+    }
+    w->written += written;
+    tm->partitions[tm->n_partitions++] = pm;
+    return TS_OK;
+}
+
+ts_status shard_params_write(struct shard_params *sp, struct ts_rpc_call *call, const char *job,
+                             uint64_t step, int wait_ms, Tessera__V1__WriteSnapshotResponse *resp,
+                             struct ts_err *err)
+{
+    struct shard_job *sj = shard_params_job(sp, job);
+    struct writer w = { .sp = sp, .call = call, .until = ts_now_ms() + wait_ms, .step = step,
+                        .resp = resp };
+    Tessera__V1__JobSpec *js;
+    ts_status st = TS_OK;
+
+    if (!sj)
+        return ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
+    if (!sp->store)
+        return ts_err_set(err, TS_ESTATE, "this shard runs without --store; restart it with "
+                          "the cluster's store");
+    pthread_mutex_lock(&sp->snap_mu);
+    if (!sj->armed || sj->armed_step != step)
+        st = ts_err_set(err, TS_ESTATE, "step: no snapshot of job '%s' is armed at step %"
+                        PRIu64 " on this shard (ArmSnapshot first)", job, step);
+    if (!st)
+        st = each_part(sp, sj, wait_one, &w, err);
+    if (!st && w.missing) {
+        struct span sp_ = { .min = UINT64_MAX };
+
+        (void)each_part(sp, sj, span_one, &sp_, err);
+        resp->min_version = sp_.min;
+        pthread_mutex_unlock(&sp->snap_mu);
+        return TS_OK; /* resp->ready stays false; still armed */
+    }
+    w.slen = ts_optim_state_len(sj->job.optim.kind);
+    resp->tensors = ts_rpc_alloc(call, (SHARD_MAX_TENSORS + 1) * sizeof(*resp->tensors));
+    if (!st)
+        st = each_part(sp, sj, write_one, &w, err);
+    if (!st) {
+        js = ts_rpc_new(call, &tessera__v1__job_spec__descriptor);
+        js->id = sj->job.id;
+        js->workers = sj->job.workers;
+        js->exact = sj->job.exact;
+        js->optimizer = sj->job.optimizer;
+        js->batch = sj->job.batch;
+        js->data_seed = sj->data_seed;
+        js->micro_batch = sj->micro;
+        resp->job = js;
+        resp->chunk_bytes = TS_SNAP_CHUNK_DEFAULT;
+        resp->bytes_written = w.written;
+        resp->ready = true;
+        (void)each_part(sp, sj, disarm_one, NULL, err);
+        sj->armed = false;
+    }
+    pthread_mutex_unlock(&sp->snap_mu);
+    return st;
+}
+
+static ts_status span_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                          struct ts_err *err)
+{
+    struct span *s = ctx;
+
+    pthread_mutex_lock(&p->mu);
+    s->min = p->version < s->min ? p->version : s->min;
+    s->max = p->version > s->max ? p->version : s->max;
+    s->step++; /* counts partitions */
+    pthread_mutex_unlock(&p->mu);
+    return TS_OK;
+}
+
+void shard_params_jobs(struct shard_params *sp, struct ts_rpc_call *call,
+                       Tessera__V1__JobStatus ***out, size_t *n)
+{
+    size_t nj;
+
+    pthread_mutex_lock(&sp->mu);
+    nj = sp->njobs;
+    pthread_mutex_unlock(&sp->mu);
+    *out = ts_rpc_alloc(call, (nj + 1) * sizeof(**out));
+    *n = nj;
+    for (size_t j = 0; j < nj; j++) {
+        struct shard_job *sj = sp->jobs[j];
+        Tessera__V1__JobStatus *js = ts_rpc_new(call, &tessera__v1__job_status__descriptor);
+        struct span s = { .min = UINT64_MAX };
+        struct ts_err e = { 0 };
+
+        (void)each_part(sp, sj, span_one, &s, &e);
+        js->armed_step = sj->armed ? sj->armed_step : 0;
+        for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
+            js->tensors += sj->tensors[i] != NULL;
+        js->id = sj->job.id;
+        js->workers = sj->job.workers;
+        js->exact = sj->job.exact;
+        js->min_version = s.min == UINT64_MAX ? 0 : s.min;
+        js->max_version = s.max;
+        js->partitions = s.step;
+        (*out)[j] = js;
+    }
 }

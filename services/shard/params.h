@@ -10,11 +10,14 @@
 #define TS_SHARD_PARAMS_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "client/master_client.h"
 #include "ps/part.h"
+#include "rpc/rpc.h"
+#include "snapshot/snapshot.h"
 
 #define SHARD_MAX_TENSORS 4096
 #define SHARD_MAX_DIMS 8
@@ -34,6 +37,11 @@ struct shard_tensor {
 
 struct shard_job {
     struct ts_job job;
+    uint64_t data_seed;                /* JobSpec.data_seed, micro_batch: for manifests */
+    uint32_t micro;
+    /* A snapshot armed at armed_step (when armed); written under snap_mu, read by status. */
+    _Atomic uint64_t armed_step;
+    atomic_bool armed;
     struct shard_tensor *tensors[SHARD_MAX_TENSORS];
 };
 
@@ -42,18 +50,24 @@ struct shard_params {
     struct shard_job *jobs[SHARD_MAX_JOBS];
     size_t njobs;
     uint64_t partitions, bytes;
+    struct ts_store *store;            /* --store: where snapshots go (NULL: none); borrowed */
+    ts_manifest *restore;              /* --restore: tensors start from it (NULL: initialise);
+                                        * owned, freed by shard_params_fini */
+    char restore_hex[TS_STORE_HEX_LEN + 1];
+    pthread_mutex_t snap_mu;           /* one snapshot arm or write at a time */
 };
 
 void shard_params_init(struct shard_params *sp);
 void shard_params_fini(struct shard_params *sp);
 
 /* Registers req's tensor. On TS_OK *owned is a malloc'd array (caller frees) of the *nowned
- * partition indices this shard holds, out of *nparts. cl is the shard's own map handle
+ * partition indices this shard holds, out of *nparts, and *version the lowest version among
+ * them (0 for a fresh tensor, the snapshot's step for a restored one). cl is the shard's own map handle
  * (refreshed here when req->map_epoch is newer); my_id this shard's id. Errors name the
  * field; TS_ESTALE for an old map_epoch. */
 ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                                 const Tessera__V1__RegisterTensorRequest *req, uint32_t **owned,
-                                size_t *nowned, uint32_t *nparts,
+                                size_t *nowned, uint32_t *nparts, uint64_t *version,
                                 struct ts_err *err) TS_MUST_CHECK;
 
 /* The job named id, or NULL. Jobs live until shard_params_fini. */
@@ -61,5 +75,22 @@ struct shard_job *shard_params_job(struct shard_params *sp, const char *id);
 /* The partition, or NULL if this shard does not hold it. */
 struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *job,
                                   uint32_t tensor, uint32_t part);
+
+/* Snapshots (docs/snapshots.md). Arm: every partition of the job copies itself when it reaches
+ * `step`; *armed false (nothing armed) when one is already past it. disarm drops the job's
+ * copies. *minv, *maxv: the versions the job's partitions span. TS_ENOTFOUND: no such job. */
+ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
+                           bool *armed, uint64_t *minv, uint64_t *maxv,
+                           struct ts_err *err) TS_MUST_CHECK;
+/* Waits up to wait_ms for every armed copy, writes them to the store and fills resp (tensors,
+ * job, chunk_bytes, bytes_written) with memory from call's arena; then disarms. resp->ready
+ * false (nothing written, still armed) if a copy is missing when the wait ends. */
+ts_status shard_params_write(struct shard_params *sp, struct ts_rpc_call *call, const char *job,
+                             uint64_t step, int wait_ms,
+                             Tessera__V1__WriteSnapshotResponse *resp,
+                             struct ts_err *err) TS_MUST_CHECK;
+/* Fills *out with one JobStatus per job (arena memory of call). */
+void shard_params_jobs(struct shard_params *sp, struct ts_rpc_call *call,
+                       Tessera__V1__JobStatus ***out, size_t *n);
 
 #endif

@@ -37,6 +37,9 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     resp->partitions = s->params.partitions;
     resp->bytes = s->params.bytes;
     pthread_mutex_unlock(&s->params.mu);
+    shard_params_jobs(&s->params, call, &resp->jobs, &resp->n_jobs);
+    resp->store = (char *)(s->store_dir ? s->store_dir : "");
+    resp->restore = s->params.restore_hex;
     if (s->membership) {
         resp->shard_id = ts_membership_id(s->membership);
         resp->epoch = ts_membership_epoch(s->membership);
@@ -59,7 +62,7 @@ static ts_status register_tensor(struct ts_rpc_call *call, const ProtobufCMessag
     if (!s->membership || !s->cluster)
         return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet; retry");
     st = shard_params_register(&s->params, s->cluster, ts_membership_id(s->membership), req,
-                               &owned, &n, &nparts, err);
+                               &owned, &n, &nparts, &resp->version, err);
     if (st)
         return st;
     resp->partitions = ts_rpc_alloc(call, (n + 1) * sizeof(uint32_t));
@@ -70,9 +73,56 @@ static ts_status register_tensor(struct ts_rpc_call *call, const ProtobufCMessag
     return TS_OK;
 }
 
+static ts_status check_job(const char *job, struct ts_err *err)
+{
+    if (!job[0] || strlen(job) > 64)
+        return ts_err_set(err, TS_EINVAL, "job: 1..64 bytes required");
+    return TS_OK;
+}
+
+static ts_status arm_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                              ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__ArmSnapshotRequest *req = (const void *)rq;
+    Tessera__V1__ArmSnapshotResponse *resp = (void *)rs;
+    struct shard *s = ts_rpc_ctx(call);
+    bool armed = false;
+    ts_status st = check_job(req->job, err);
+
+    if (!st)
+        st = shard_params_arm(&s->params, req->job, req->step, req->disarm, &armed,
+                              &resp->min_version, &resp->max_version, err);
+    resp->armed = armed;
+    return st;
+}
+
+static ts_status write_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                                ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__WriteSnapshotRequest *req = (const void *)rq;
+    Tessera__V1__WriteSnapshotResponse *resp = (void *)rs;
+    struct shard *s = ts_rpc_ctx(call);
+    uint32_t i, j;
+    ts_status st = check_job(req->job, err);
+
+    if (st)
+        return st;
+    if (req->wait_ms > 60000)
+        return ts_err_set(err, TS_EINVAL, "wait_ms: %u, at most 60000", req->wait_ms);
+    st = shard_params_write(&s->params, call, req->job, req->step, (int)req->wait_ms, resp, err);
+    for (i = 0; !st && i < resp->n_tensors; i++)
+        for (j = 0; j < resp->tensors[i]->n_partitions; j++)
+            resp->tensors[i]->partitions[j]->shard_id = ts_membership_id(s->membership);
+    return st;
+}
+
 static const struct ts_rpc_method shard_methods[] = {
     { "RegisterTensor", register_tensor, &tessera__v1__register_tensor_request__descriptor,
       &tessera__v1__register_tensor_response__descriptor, TS_RPC_OWN_THREAD },
+    { "ArmSnapshot", arm_snapshot, &tessera__v1__arm_snapshot_request__descriptor,
+      &tessera__v1__arm_snapshot_response__descriptor, TS_RPC_OWN_THREAD },
+    { "WriteSnapshot", write_snapshot, &tessera__v1__write_snapshot_request__descriptor,
+      &tessera__v1__write_snapshot_response__descriptor, TS_RPC_OWN_THREAD },
     { "ShardStatus", shard_status, &tessera__v1__shard_status_request__descriptor,
       &tessera__v1__shard_status_response__descriptor, 0 },
     { NULL, NULL, NULL, NULL, 0 },

@@ -16,6 +16,7 @@ struct shard {
     struct ts_membership *membership;
     struct ts_cluster *cluster;     /* the shard map, to know which partitions are ours */
     struct shard_params params;
+    const char *store_dir;          /* --store, or NULL */
     struct dataplane dp;
     int64_t started_ms;
 };

@@ -29,6 +29,7 @@ struct run {
     uint8_t *yb;
     uint32_t *perm, *first;
     int ids[TS_MLP_NTENSORS];
+    uint64_t start;                    /* the step training starts at (restored: > 0) */
 };
 
 static int say(struct tessera_error *e, const char *what)
@@ -44,7 +45,8 @@ static int setup(struct run *r, struct tessera_error *e)
     struct tessera_options to = { .master = o->master, .job = o->job, .rank = o->rank,
                                   .workers = o->workers, .exact = o->exact,
                                   .optimizer = o->optimizer, .batch = o->batch,
-                                  .transport = o->transport };
+                                  .transport = o->transport, .data_seed = o->seed,
+                                  .micro_batch = o->micro };
     struct ts_err err = { 0 };
 
     if (ts_fmnist_load(o->data_dir, true, &r->train, &err) ||
@@ -71,10 +73,21 @@ static int setup(struct run *r, struct tessera_error *e)
         r->params[i] = malloc(n * sizeof(float));
         r->grad[i] = malloc(n * sizeof(float));
         r->acc[i] = calloc(n, 8);
+        if (i == 0)
+            r->start = tessera_version(r->t, r->ids[0]);
+        if (tessera_version(r->t, r->ids[i]) != r->start) {
+            snprintf(e->message, sizeof(e->message), "tensor %s is at version %" PRIu64
+                     ", %s at %" PRIu64 ": the shards hold a mixed state; restart the "
+                     "cluster", mt[i].name, tessera_version(r->t, r->ids[i]), mt[0].name,
+                     r->start);
+            return say(e, "register");
+        }
         if (!r->params[i] || !r->grad[i] || !r->acc[i] ||
-            tessera_pull(r->t, r->ids[i], 0, r->params[i], e))
+            tessera_pull(r->t, r->ids[i], r->start, r->params[i], e))
             return say(e, "pull");
     }
+    if (r->start && o->rank == 0)
+        printf("resuming at step %" PRIu64 " (the shards restored a snapshot)\n", r->start);
     r->xb = malloc((size_t)o->micro * TS_MLP_IN * sizeof(float));
     r->yb = malloc(o->micro);
     r->perm = malloc(r->train.n * sizeof(uint32_t));
@@ -144,11 +157,12 @@ static void fingerprint(struct run *r, char hex[65])
         snprintf(hex, 65, "unavailable");
 }
 
-static void report(struct run *r, uint64_t steps, double secs)
+/* steps: the final step; ran: how many of them this run did. */
+static void report(struct run *r, uint64_t steps, uint64_t ran, double secs)
 {
     char hex[65];
     double test_acc = accuracy(r, &r->test, r->test.n, NULL);
-    double sps = secs > 0 ? (double)steps * r->o->batch / secs : 0;
+    double sps = secs > 0 ? (double)ran * r->o->batch / secs : 0;
     struct ts_json j;
 
     fingerprint(r, hex);
@@ -162,6 +176,7 @@ static void report(struct run *r, uint64_t steps, double secs)
     ts_json_num(&j, "test_accuracy", test_acc);
     ts_json_str(&j, "params_sha256", hex);
     ts_json_uint(&j, "steps", steps);
+    ts_json_uint(&j, "start_step", r->start);
     ts_json_num(&j, "samples_per_s", sps);
     ts_json_num(&j, "seconds", secs);
     ts_json_uint(&j, "workers", r->o->workers);
@@ -179,7 +194,7 @@ int train_run(const struct train_opts *o)
     struct run r = { .o = o };
     struct tessera_error e = { 0 };
     uint32_t spe;
-    uint64_t total, s;
+    uint64_t total, s, since = 0;
     int64_t t0, te;
     int rc;
 
@@ -189,9 +204,9 @@ int train_run(const struct train_opts *o)
     spe = ts_schedule_steps_per_epoch(&r.sched);
     total = o->steps ? o->steps : (uint64_t)o->epochs * spe;
     t0 = te = ts_now_ms();
-    for (s = 0; s < total; s++) {
+    for (s = r.start; s < total; s++) {
         uint32_t k = (uint32_t)(s % spe);
-        if (k == 0)
+        if (k == 0 || s == r.start)
             ts_schedule_perm(&r.sched, (uint32_t)(s / spe), r.perm);
         if ((rc = compute(&r, k * o->batch, &e)))
             goto out;
@@ -199,6 +214,7 @@ int train_run(const struct train_opts *o)
             rc = say(&e, "step");
             goto out;
         }
+        since++;
         if (o->rank == 0 && (k == spe - 1 || s + 1 == total)) {
             double tl, train_acc = accuracy(&r, &r.train, 10000, &tl);
             double test_acc = accuracy(&r, &r.test, r.test.n, NULL);
@@ -206,13 +222,15 @@ int train_run(const struct train_opts *o)
             printf("epoch %" PRIu64 " step %" PRIu64 "/%" PRIu64 ": loss %.4f, train accuracy "
                    "%.4f, test accuracy %.4f, %.0f samples/s\n", s / spe + 1, s + 1, total, tl,
                    train_acc, test_acc,
-                   (double)(k + 1) * o->batch * 1000.0 / (double)(now - te > 0 ? now - te : 1));
+                   (double)since * o->batch * 1000.0 / (double)(now - te > 0 ? now - te : 1));
             fflush(stdout);
             te = now;
+            since = 0;
         }
     }
     if (o->rank == 0)
-        report(&r, total, (double)(ts_now_ms() - t0) / 1000.0);
+        report(&r, total > r.start ? total : r.start, total > r.start ? total - r.start : 0,
+               (double)(ts_now_ms() - t0) / 1000.0);
     rc = 0;
 out:
     tessera_close(r.t);

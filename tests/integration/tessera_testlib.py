@@ -210,14 +210,14 @@ class Cluster:
         p.addr = "127.0.0.1:%d" % port
         return p
 
-    def start_shard(self, master_addr, name="shard", lease_ms=None):
+    def start_shard(self, master_addr, name="shard", lease_ms=None, extra=()):
         """tessera-shard on 127.0.0.1:0 registered with master_addr; returns it with .addr."""
         port_file = os.path.join(self.dir, name + ".port")
         argv = [os.path.join(BIN, "tessera-shard"), "--master", master_addr,
                 "--port-file", port_file]
         if lease_ms:
             argv += ["--lease-ms", str(lease_ms)]
-        p = self.spawn(argv, name)
+        p = self.spawn(argv + list(extra), name)
         port = wait_until(lambda: _read_port(port_file, p), START_TIMEOUT,
                           "%s to write %s" % (name, port_file))
         p.addr = "127.0.0.1:%d" % port

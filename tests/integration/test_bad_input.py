@@ -190,6 +190,28 @@ class BadInput(unittest.TestCase):
                                       timeout=tl.RPC_TIMEOUT)
             self.assertEqual(smap.epoch, self.epoch)
 
+    def test_snapshot_rpcs_invalid(self):
+        self.run_cases("CreateSnapshot", M.CreateSnapshotRequest, {}, [
+            ("job", dict(job="j" * 65)),
+            ("message", dict(message="m" * 4097)),
+            ("tag", dict(tag="t" * 129)),
+            ("timeout_ms", dict(timeout_ms=3600001)),
+        ])
+        # Valid, but this master has no store: FAILED_PRECONDITION saying what to do.
+        e = tl.call_error(self.m.CreateSnapshot, M.CreateSnapshotRequest())
+        self.assertEqual(e.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("--store", e.details())
+        for rpc, req, field in (
+                ("ArmSnapshot", S.ArmSnapshotRequest(job="", step=1), "job"),
+                ("ArmSnapshot", S.ArmSnapshotRequest(job="x" * 65), "job"),
+                ("WriteSnapshot", S.WriteSnapshotRequest(job=""), "job"),
+                ("WriteSnapshot", S.WriteSnapshotRequest(job="j", wait_ms=60001), "wait_ms")):
+            with self.subTest(rpc=rpc, field=field):
+                self.expect_invalid(getattr(self.s, rpc), req, field)
+        e = tl.call_error(self.s.ArmSnapshot, S.ArmSnapshotRequest(job="no-such-job", step=3))
+        self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND)
+        self.assertIn("no-such-job", e.details())
+
     def test_undecodable_bytes(self):
         methods = ["/tessera.v1.Master/" + m for m in
                    ("RegisterShard", "RegisterWorker", "Heartbeat", "Deregister", "GetShardMap",

@@ -1,0 +1,122 @@
+/* snapshot.h - snapshots on top of the store: manifests, refs by name, history, data.
+ *
+ * lib/store knows chunks, objects and refs; this module knows what a snapshot is. A snapshot
+ * is a manifest (tessera.v1.Manifest, proto/tessera/v1/snapshot.proto) stored as an object:
+ * every tensor of a job, every partition with the chunk ids of its values and optimizer
+ * state, all at one step, plus what a restore needs to continue (job, schedule, shape).
+ * ts_manifest_parse is the one way in from bytes: it decodes and then validates everything
+ * a reader relies on (each partition present once and in place, chunk counts matching the
+ * lengths, ids 32 bytes), so code above never sees a manifest that lies about its shape.
+ * It is the libFuzzer target (tests/fuzz/fuzz_manifest.c). docs/snapshots.md.
+ *
+ * Ownership: a parsed manifest (ts_manifest_parse, ts_manifest_load) is the caller's, freed
+ * with ts_manifest_free. Everything else borrows. Threads: no shared state; the store's rules
+ * apply (store.h). Errors: TS_EINVAL (a bad argument or an invalid manifest: the message names
+ * the field, e.g. "manifest: tensors[2].partitions[0].value_chunks: 3 ids, want 4"),
+ * TS_ENOTFOUND (unknown ref or id), TS_ECORRUPT (a chunk failed its check: the message names
+ * the chunk and the tensor), TS_EIO, TS_ENOMEM. */
+#ifndef TS_SNAPSHOT_SNAPSHOT_H
+#define TS_SNAPSHOT_SNAPSHOT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/store.h"
+#include "tessera/v1/snapshot.pb-c.h"
+#include "util/err.h"
+
+#define TS_MANIFEST_FORMAT 1
+#define TS_MANIFEST_MAX_BYTES (64u << 20)  /* a manifest larger than this is refused */
+#define TS_MANIFEST_MAX_MESSAGE 4096
+#define TS_MANIFEST_MAX_TENSORS 4096
+#define TS_SNAP_CHUNK_MIN 4096u
+/* The chunk size shards cut partitions into: small enough that a change to 1% of a model of
+ * 64 MiB or more rewrites at most 2% of its bytes (docs/snapshots.md), large enough that a
+ * GiB is 4096 files. */
+#define TS_SNAP_CHUNK_DEFAULT (256u << 10)
+
+typedef Tessera__V1__Manifest ts_manifest;
+typedef Tessera__V1__TensorManifest ts_tensor_manifest;
+typedef Tessera__V1__PartitionManifest ts_partition_manifest;
+
+/* Decodes and validates len bytes. *out on TS_OK only. */
+TS_MUST_CHECK ts_status ts_manifest_parse(const void *buf, size_t len, ts_manifest **out,
+                                          struct ts_err *err);
+/* The checks of ts_manifest_parse, on a manifest built in memory (the master's, before it
+ * writes one). */
+TS_MUST_CHECK ts_status ts_manifest_validate(const ts_manifest *m, struct ts_err *err);
+void ts_manifest_free(ts_manifest *m);   /* NULL is a no-op; only for parse/load results */
+
+/* Validates m, encodes it and stores it as an object; id receives its name. */
+TS_MUST_CHECK ts_status ts_manifest_write(struct ts_store *s, const ts_manifest *m,
+                                          uint8_t id[TS_STORE_ID_LEN], struct ts_err *err);
+/* Reads object id and parses it. Errors name the id. */
+TS_MUST_CHECK ts_status ts_manifest_load(struct ts_store *s, const uint8_t id[TS_STORE_ID_LEN],
+                                         ts_manifest **out, struct ts_err *err);
+
+/* Optimizer state floats per parameter for the manifest's job (0 for sgd). */
+size_t ts_manifest_state_len(const ts_manifest *m);
+
+/* Resolves a user's name for a snapshot: "HEAD", a branch ("main", "heads/main"), a tag
+ * ("v1", "tags/v1"), a full id or a unique prefix of 4+ hex digits, each optionally followed
+ * by "~N" (N parents back). A bare name that is both a branch and a tag pointing at
+ * different snapshots is ambiguous (TS_EINVAL). branch (may be NULL, TS_STORE_REF_MAX + 1
+ * bytes) receives "heads/..." when ref named a branch's tip without "~", else "". */
+TS_MUST_CHECK ts_status ts_snap_resolve(struct ts_store *s, const char *ref,
+                                        uint8_t id[TS_STORE_ID_LEN], char *branch,
+                                        struct ts_err *err);
+
+/* The chunk ids (values and state) of every manifest reachable from any ref through parents,
+ * for ts_store_gc. *ids is malloc'd (caller frees); may repeat. *nmanifests counts those read
+ * (may be NULL). */
+TS_MUST_CHECK ts_status ts_snap_live_chunks(struct ts_store *s,
+                                            uint8_t (**ids)[TS_STORE_ID_LEN], size_t *n,
+                                            size_t *nmanifests, struct ts_err *err);
+
+/* The chunk ids of one of a partition's lists as a contiguous array (malloc'd, caller frees),
+ * the layout ts_store_get_blob takes. */
+TS_MUST_CHECK ts_status ts_snap_ids(const ProtobufCBinaryData *list, size_t n,
+                                    uint8_t (**ids)[TS_STORE_ID_LEN], struct ts_err *err);
+
+/* Bytes of memory ts_snap_put_partition needs for a partition of len values and slen state
+ * floats cut into chunk_bytes chunks. */
+size_t ts_snap_partition_mem(size_t len, size_t slen, uint32_t chunk_bytes);
+/* Writes a partition's values (len floats) and optimizer state (slen floats, may be 0) as
+ * blobs and fills p's chunk lists (and bytes_written), which point into mem: the caller's,
+ * ts_snap_partition_mem bytes, aligned for pointers, kept as long as p is used. *written:
+ * chunk-file bytes added. */
+TS_MUST_CHECK ts_status ts_snap_put_partition(struct ts_store *s, const float *value, size_t len,
+                                              const float *state, size_t slen,
+                                              uint32_t chunk_bytes, ts_partition_manifest *p,
+                                              void *mem, uint64_t *written, struct ts_err *err);
+/* Reads partition p of tensor t back: values into value (p->length floats) and, if state is
+ * not NULL, the optimizer state (slen * p->length floats). Every chunk is checked; a bad one
+ * is TS_ECORRUPT naming the chunk, the tensor and the partition. */
+TS_MUST_CHECK ts_status ts_snap_read_partition(struct ts_store *s, const ts_manifest *m,
+                                               const ts_tensor_manifest *t,
+                                               const ts_partition_manifest *p, float *value,
+                                               float *state, struct ts_err *err);
+/* Reads every chunk of m and checks it (what a restore will read), calling progress (may be
+ * NULL) after each tensor. */
+TS_MUST_CHECK ts_status ts_snap_check(struct ts_store *s, const ts_manifest *m,
+                                      void (*progress)(void *ctx, const char *tensor,
+                                                       uint64_t bytes),
+                                      void *ctx, struct ts_err *err);
+
+/* How one tensor differs between two snapshots. */
+struct ts_snap_tensor_diff {
+    const char *name;            /* borrowed from a or b */
+    enum { TS_DIFF_SAME, TS_DIFF_CHANGED, TS_DIFF_ADDED, TS_DIFF_REMOVED, TS_DIFF_RESHAPED } kind;
+    double l2;                   /* ||b - a||_2 of the values (CHANGED) */
+    double max_abs;              /* max |b - a| */
+    uint64_t changed;            /* elements whose bits differ */
+    uint64_t chunks, chunks_shared; /* b's value and state chunks; those also in a */
+};
+/* Compares the tensors of a and b (by name). Only partitions whose chunk ids differ are read.
+ * *out is malloc'd (caller frees), *n entries, in b's tensor order, then a's removed ones. */
+TS_MUST_CHECK ts_status ts_snap_diff(struct ts_store *s, const ts_manifest *a,
+                                     const ts_manifest *b, struct ts_snap_tensor_diff **out,
+                                     size_t *n, struct ts_err *err);
+
+#endif

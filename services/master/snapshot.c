@@ -1,0 +1,609 @@
+/* snapshot.c - coordinated snapshots and gc; see snapshot.h. */
+#include "snapshot.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tessera/v1/shard.pb-c.h"
+#include "util/log.h"
+#include "util/proc.h"
+
+#define MAX_SHARDS 256
+#define CALL_MS 10000           /* ShardStatus, ArmSnapshot */
+#define WRITE_CALL_MS 600000    /* WriteSnapshot: waiting plus writing the partitions */
+#define POLL_MS 500             /* one WriteSnapshot wait */
+#define STALL_MS 5000           /* no partition moved for this long: training has stopped */
+
+/* The shards holding a job, with a channel each. */
+struct shards {
+    size_t n;
+    uint32_t id[MAX_SHARDS];
+    struct ts_rpc_channel *ch[MAX_SHARDS];
+    Tessera__V1__WriteSnapshotResponse *got[MAX_SHARDS];
+    uint64_t map_epoch;
+    uint32_t alive;
+};
+
+static void shards_free(struct shards *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        ts_rpc_channel_free(s->ch[i]);
+        if (s->got[i])
+            protobuf_c_message_free_unpacked(&s->got[i]->base, NULL);
+    }
+    memset(s, 0, sizeof(*s));
+}
+
+static ts_status shard_call(struct ts_rpc_channel *ch, const char *method,
+                            const ProtobufCMessage *req, const ProtobufCMessageDescriptor *d,
+                            void *resp, int ms, struct ts_err *err)
+{
+    char full[96];
+
+    snprintf(full, sizeof(full), "/tessera.v1.Shard/%s", method);
+    return ts_rpc_unary(ch, full, req, d, (ProtobufCMessage **)resp, ms, err);
+}
+
+/* Finds the alive shards, the job (job "": the only one) and the span of its versions. */
+static ts_status discover(struct snapper *sn, const char *job, struct shards *out,
+                          char *job_id, uint64_t *maxv, struct ts_err *err)
+{
+    struct ts_members_view v;
+    char seen[2][65] = { "", "" };
+    ts_status st = ts_members_view(sn->members, true, &v, err);
+    bool held[MAX_SHARDS] = { false };
+
+    if (st)
+        return st;
+    *maxv = 0;
+    out->map_epoch = v.epoch;
+    out->alive = (uint32_t)v.nshards;
+    for (size_t i = 0; !st && i < v.nshards && i < MAX_SHARDS; i++) {
+        Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
+        Tessera__V1__ShardStatusResponse *r = NULL;
+
+        out->id[out->n] = v.shards[i].id;
+        if ((st = ts_rpc_channel_create(v.shards[i].addr, NULL, &out->ch[out->n], err)))
+            break;
+        out->n++;
+        if ((st = shard_call(out->ch[out->n - 1], "ShardStatus", &req.base,
+                             &tessera__v1__shard_status_response__descriptor, &r, CALL_MS,
+                             err)))
+            break;
+        for (size_t j = 0; j < r->n_jobs; j++) {
+            const char *id = r->jobs[j]->id;
+            if (job[0] ? strcmp(id, job) != 0 : false)
+                continue;
+            if (!job[0] && strcmp(seen[0], id) && !seen[0][0])
+                snprintf(seen[0], sizeof(seen[0]), "%s", id);
+            else if (!job[0] && strcmp(seen[0], id))
+                snprintf(seen[1], sizeof(seen[1]), "%s", id);
+            held[out->n - 1] = true;
+            if (r->jobs[j]->max_version > *maxv)
+                *maxv = r->jobs[j]->max_version;
+        }
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+    }
+    ts_members_view_free(&v);
+    if (st)
+        return st;
+    if (seen[1][0])
+        return ts_err_set(err, TS_EINVAL, "job: the shards hold several jobs ('%s', '%s', ...); "
+                          "name one", seen[0], seen[1]);
+    snprintf(job_id, 65, "%s", job[0] ? job : seen[0]);
+    /* Keep only the shards that hold the job. */
+    for (size_t i = 0, k = 0, n = out->n; i < n; i++) {
+        if (held[i]) {
+            out->id[k] = out->id[i];
+            out->ch[k++] = out->ch[i];
+        } else {
+            ts_rpc_channel_free(out->ch[i]);
+            out->n--;
+        }
+    }
+    if (!out->n)
+        return ts_err_set(err, TS_ENOTFOUND, job[0] ? "job: no shard holds job '%s'"
+                                                    : "job: no job has registered tensors yet%s",
+                          job);
+    return TS_OK;
+}
+
+/* Arms step on every shard; *past set (and everything disarmed) if one is past it. */
+static ts_status arm_all(struct shards *s, const char *job, uint64_t step, bool disarm,
+                         bool *past, uint64_t *maxv, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    *past = false;
+    for (size_t i = 0; i < s->n && (disarm || (!st && !*past)); i++) {
+        Tessera__V1__ArmSnapshotRequest req = TESSERA__V1__ARM_SNAPSHOT_REQUEST__INIT;
+        Tessera__V1__ArmSnapshotResponse *r = NULL;
+        struct ts_err e = { 0 };
+        ts_status one;
+
+        req.job = (char *)job;
+        req.step = step;
+        req.disarm = disarm;
+        one = shard_call(s->ch[i], "ArmSnapshot", &req.base,
+                         &tessera__v1__arm_snapshot_response__descriptor, &r,
+                         CALL_MS, disarm ? &e : err);
+        if (one == TS_OK) {
+            if (!disarm && !r->armed)
+                *past = true;
+            if (r->max_version > *maxv)
+                *maxv = r->max_version;
+            protobuf_c_message_free_unpacked(&r->base, NULL);
+        } else if (!disarm) {
+            st = one;
+        }
+    }
+    if (!disarm && (st || *past)) {
+        bool ignored;
+        uint64_t m = 0;
+
+        (void)arm_all(s, job, 0, true, &ignored, &m, err);
+    }
+    return st;
+}
+
+/* Asks each shard to write its copies; waits while training moves toward step. */
+static ts_status write_all(struct snapper *sn, struct shards *s, const char *job, uint64_t step,
+                           int64_t until, bool yield, struct ts_err *err)
+{
+    uint64_t last_min = 0;
+    int64_t moved = ts_now_ms();
+    size_t done = 0;
+    ts_status st = TS_OK;
+
+    while (!st && done < s->n) {
+        for (size_t i = 0; !st && i < s->n; i++) {
+            Tessera__V1__WriteSnapshotRequest req = TESSERA__V1__WRITE_SNAPSHOT_REQUEST__INIT;
+            Tessera__V1__WriteSnapshotResponse *r = NULL;
+
+            if (s->got[i])
+                continue;
+            req.job = (char *)job;
+            req.step = step;
+            req.wait_ms = POLL_MS;
+            if ((st = shard_call(s->ch[i], "WriteSnapshot", &req.base,
+                                 &tessera__v1__write_snapshot_response__descriptor, &r,
+                                 WRITE_CALL_MS, err))) {
+                ts_err_prefix(err, "shard %u", s->id[i]);
+                break;
+            }
+            if (r->ready) {
+                s->got[i] = r;
+                done++;
+                continue;
+            }
+            if (r->min_version != last_min) {
+                last_min = r->min_version;
+                moved = ts_now_ms();
+            }
+            protobuf_c_message_free_unpacked(&r->base, NULL);
+        }
+        if (!st && done < s->n && atomic_load(&sn->stop))
+            st = ts_err_set(err, TS_ECANCELLED, "snapshot cancelled: the master is stopping");
+        if (!st && done < s->n && yield && atomic_load(&sn->requested))
+            st = ts_err_set(err, TS_ECANCELLED, "automatic snapshot of step %" PRIu64 " yields "
+                            "to a requested one", step);
+        if (!st && done < s->n && ts_now_ms() - moved > STALL_MS)
+            st = ts_err_set(err, TS_ETIMEDOUT, "training is not moving: the job's partitions "
+                            "stay at version %" PRIu64 ", short of step %" PRIu64 " (finished, "
+                            "or a worker is gone)", last_min, step);
+        if (!st && done < s->n && ts_now_ms() > until)
+            st = ts_err_set(err, TS_ETIMEDOUT, "step %" PRIu64 " was not reached in time (at %"
+                            PRIu64 ")", step, last_min);
+    }
+    return st;
+}
+
+static int by_index(const void *a, const void *b)
+{
+    const Tessera__V1__PartitionManifest *x = *(Tessera__V1__PartitionManifest *const *)a;
+    const Tessera__V1__PartitionManifest *y = *(Tessera__V1__PartitionManifest *const *)b;
+
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int by_id(const void *a, const void *b)
+{
+    const Tessera__V1__TensorManifest *x = *(Tessera__V1__TensorManifest *const *)a;
+    const Tessera__V1__TensorManifest *y = *(Tessera__V1__TensorManifest *const *)b;
+
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* The union of the shards' answers as one manifest. Tensor and partition entries are
+ * borrowed from s->got (the partition arrays are the manifest's: *mem to free). */
+static ts_status merge(struct snapper *sn, struct shards *s, uint64_t step, const char *message,
+                       Tessera__V1__Manifest *m, void **mem, struct ts_err *err)
+{
+    size_t nt = 0, np = 0, k = 0;
+    Tessera__V1__TensorManifest **tensors;
+    Tessera__V1__PartitionManifest **parts;
+    Tessera__V1__TensorManifest *copies;
+
+    for (size_t i = 0; i < s->n; i++)
+        for (size_t t = 0; t < s->got[i]->n_tensors; t++) {
+            nt++;
+            np += s->got[i]->tensors[t]->n_partitions;
+        }
+    *mem = calloc(1, nt * (sizeof(*tensors) + sizeof(*copies)) + np * sizeof(*parts) + 1);
+    if (!*mem)
+        return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
+    tensors = *mem;
+    copies = (void *)(tensors + nt);
+    parts = (void *)(copies + nt);
+    /* One entry per tensor id (the spec from whichever shard answered first)... */
+    for (size_t i = 0; i < s->n; i++)
+        for (size_t t = 0; t < s->got[i]->n_tensors; t++) {
+            Tessera__V1__TensorManifest *src = s->got[i]->tensors[t];
+            bool have = false;
+            for (size_t j = 0; j < m->n_tensors && !have; j++)
+                have = tensors[j]->id == src->id;
+            if (!have) {
+                copies[m->n_tensors] = *src;
+                copies[m->n_tensors].n_partitions = 0;
+                tensors[m->n_tensors] = &copies[m->n_tensors];
+                m->n_tensors++;
+            }
+        }
+    /* ...with every shard's partitions of it, in index order. */
+    for (size_t j = 0; j < m->n_tensors; j++) {
+        Tessera__V1__TensorManifest *dst = tensors[j];
+        dst->partitions = parts + k;
+        for (size_t i = 0; i < s->n; i++)
+            for (size_t t = 0; t < s->got[i]->n_tensors; t++)
+                if (s->got[i]->tensors[t]->id == dst->id)
+                    for (size_t p = 0; p < s->got[i]->tensors[t]->n_partitions; p++)
+                        dst->partitions[dst->n_partitions++] = s->got[i]->tensors[t]->partitions[p];
+        k += dst->n_partitions;
+        qsort(dst->partitions, dst->n_partitions, sizeof(*dst->partitions), by_index);
+    }
+    qsort(tensors, m->n_tensors, sizeof(*tensors), by_id);
+    m->tensors = tensors;
+    m->format = TS_MANIFEST_FORMAT;
+    m->step = step;
+    m->created_unix_ms = ts_unix_ms();
+    m->message = (char *)message;
+    m->job = s->got[0]->job;
+    m->chunk_bytes = s->got[0]->chunk_bytes;
+    if (sn->has_tip) {
+        m->parent.data = sn->tip;
+        m->parent.len = TS_STORE_ID_LEN;
+    }
+    for (size_t i = 1; i < s->n; i++)
+        if (strcmp(s->got[i]->job->optimizer, m->job->optimizer) ||
+            s->got[i]->job->workers != m->job->workers || s->got[i]->chunk_bytes != m->chunk_bytes)
+            return ts_err_set(err, TS_EINTERNAL, "snapshot: shards %u and %u disagree on the job",
+                              s->id[0], s->id[i]);
+    return TS_OK;
+}
+
+/* The snapshot itself; sn->mu held. fixed: step is the one to take (automatic loop); else
+ * the newest step any partition is at. */
+static ts_status take(struct snapper *sn, const char *job, const char *message, const char *tag,
+                      int timeout_ms, bool fixed, uint64_t step, char hex[TS_STORE_HEX_LEN + 1],
+                      uint64_t *out_step, uint64_t *written, struct ts_err *err)
+{
+    static const uint8_t zero[TS_STORE_ID_LEN];
+    Tessera__V1__Manifest m = TESSERA__V1__MANIFEST__INIT;
+    Tessera__V1__ClusterShape shape = TESSERA__V1__CLUSTER_SHAPE__INIT;
+    Tessera__V1__ScheduleState sched = TESSERA__V1__SCHEDULE_STATE__INIT;
+    struct shards s = { 0 };
+    char job_id[65], tagref[TS_STORE_REF_MAX + 8] = "";
+    uint8_t id[TS_STORE_ID_LEN], cur[TS_STORE_ID_LEN];
+    int64_t until = ts_now_ms() + timeout_ms;
+    uint64_t maxv = 0;
+    void *mem = NULL;
+    bool past = true;
+    struct ts_err e = { 0 };
+    ts_status st;
+
+    if (tag[0]) {
+        snprintf(tagref, sizeof(tagref), "tags/%s", tag);
+        if (!ts_store_ref_valid(tagref))
+            return ts_err_set(err, TS_EINVAL, "tag: '%s' is not a valid name ([A-Za-z0-9._-])",
+                              tag);
+        if (ts_store_ref_get(sn->store, tagref, cur, &e) == TS_OK)
+            return ts_err_set(err, TS_EEXIST, "tag: '%s' exists; pick another name", tag);
+    }
+    if ((st = discover(sn, job, &s, job_id, &maxv, err)))
+        goto out;
+    if (!fixed)
+        step = maxv;
+    for (int attempt = 0; !st && past && attempt < 20; attempt++) {
+        st = arm_all(&s, job_id, step, false, &past, &maxv, err);
+        if (past && fixed)
+            st = ts_err_set(err, TS_ESTATE, "step %" PRIu64 ": training is already past it",
+                            step);
+        if (past)
+            step = maxv + (uint64_t)attempt; /* moving fast: aim a little further each time */
+    }
+    if (!st && past)
+        st = ts_err_set(err, TS_EUNAVAIL, "snapshot: could not arm a step ahead of training");
+    if (st)
+        goto out;
+    if ((st = write_all(sn, &s, job_id, step, until, fixed, err))) {
+        bool ignored;
+        (void)arm_all(&s, job_id, 0, true, &ignored, &maxv, &e);
+        goto out;
+    }
+    if ((st = merge(sn, &s, step, message, &m, &mem, err)))
+        goto out;
+    shape.shards = s.alive;
+    shape.workers = m.job->workers;
+    shape.map_epoch = s.map_epoch;
+    m.cluster = &shape;
+    sched.seed = m.job->data_seed;
+    sched.micro_batch = m.job->micro_batch;
+    sched.next_step = step;
+    m.schedule = &sched;
+    *written = 0;
+    for (size_t i = 0; i < s.n; i++)
+        *written += s.got[i]->bytes_written;
+    if ((st = ts_manifest_write(sn->store, &m, id, err))) {
+        ts_err_prefix(err, "snapshot of step %" PRIu64 " incomplete (did a shard leave?)", step);
+        goto out;
+    }
+    if ((st = ts_store_ref_set(sn->store, sn->branch, id, sn->has_tip ? sn->tip : zero, err)))
+        goto out;
+    memcpy(sn->tip, id, sizeof(id));
+    sn->has_tip = true;
+    if (step > sn->done_step)
+        sn->done_step = step;
+    ts_store_hex(id, hex);
+    *out_step = step;
+    if (tagref[0] && (st = ts_store_ref_set(sn->store, tagref, id, zero, err)))
+        ts_err_prefix(err, "snapshot %s written, but the tag was not", hex);
+    pthread_mutex_lock(&sn->stat_mu);
+    snprintf(sn->last_hex, sizeof(sn->last_hex), "%s", hex);
+    sn->last_step = step;
+    sn->last_unix_ms = m.created_unix_ms;
+    pthread_mutex_unlock(&sn->stat_mu);
+    ts_log(TS_INFO, "master", "snapshot %.12s: job %s step %" PRIu64 ", %zu tensors, %" PRIu64
+           " bytes written, %s", hex, job_id, step, m.n_tensors, *written, sn->branch);
+out:
+    free(mem);
+    shards_free(&s);
+    return st;
+}
+
+ts_status snapper_create(struct snapper *sn, const char *job, const char *message,
+                         const char *tag, int timeout_ms, char hex[TS_STORE_HEX_LEN + 1],
+                         uint64_t *step, uint64_t *written, struct ts_err *err)
+{
+    ts_status st;
+
+    if (!sn->store)
+        return ts_err_set(err, TS_ESTATE, "this master runs without --store; restart the "
+                          "cluster with tessera up --store DIR");
+    atomic_fetch_add(&sn->requested, 1); /* an automatic snapshot waiting for a step yields */
+    pthread_mutex_lock(&sn->mu);
+    atomic_fetch_sub(&sn->requested, 1);
+    st = take(sn, job, message, tag, timeout_ms, false, 0, hex, step, written, err);
+    pthread_mutex_unlock(&sn->mu);
+    return st;
+}
+
+/* The automatic loop: the next multiple of `every` that the job has not passed. */
+static void *auto_loop(void *arg)
+{
+    struct snapper *sn = arg;
+
+    while (!atomic_load(&sn->stop)) {
+        struct shards s = { 0 };
+        char job[65], hex[TS_STORE_HEX_LEN + 1];
+        uint64_t maxv = 0, step, got, written;
+        struct ts_err err = { 0 };
+        ts_status st;
+
+        ts_sleep_ms(20);
+        pthread_mutex_lock(&sn->mu);
+        st = discover(sn, "", &s, job, &maxv, &err);
+        shards_free(&s);
+        /* The next multiple of every ahead of training; the current step itself only when
+         * it is a multiple not yet written (training idle there: it is captured at once). */
+        step = maxv % sn->every == 0 && maxv > sn->done_step ? maxv
+                                                              : (maxv / sn->every + 1) * sn->every;
+        if (!st)
+            st = take(sn, job, "", "", 3600000, true, step, hex, &got, &written, &err);
+        if (st == TS_ESTATE)
+            ts_log(TS_INFO, "master", "automatic snapshot: step %" PRIu64 " skipped (training "
+                   "passed it while the previous snapshot was written)", step);
+        pthread_mutex_unlock(&sn->mu);
+        pthread_mutex_lock(&sn->stat_mu);
+        if (st && st != TS_ENOTFOUND && st != TS_ETIMEDOUT && st != TS_ESTATE &&
+            st != TS_ECANCELLED) {
+            if (strcmp(sn->error, err.msg))
+                ts_log(TS_WARN, "master", "automatic snapshot: %s", err.msg);
+            snprintf(sn->error, sizeof(sn->error), "%s", err.msg);
+        } else if (!st) {
+            sn->error[0] = '\0';
+        }
+        pthread_mutex_unlock(&sn->stat_mu);
+        if (st)
+            ts_sleep_ms(st == TS_ENOTFOUND || st == TS_ESTATE ? 50 : 300);
+    }
+    return NULL;
+}
+
+/* "from-<12 hex>", or with -2, -3... if that branch exists at another snapshot. */
+static ts_status new_branch(struct snapper *sn, const char *stem, const uint8_t *at,
+                            struct ts_err *err)
+{
+    uint8_t cur[TS_STORE_ID_LEN];
+    struct ts_err e = { 0 };
+
+    for (int n = 1; n < 1000; n++) {
+        if (n == 1)
+            snprintf(sn->branch, sizeof(sn->branch), "heads/%s", stem);
+        else
+            snprintf(sn->branch, sizeof(sn->branch), "heads/%s-%d", stem, n);
+        ts_status st;
+
+        e = (struct ts_err){ 0 };
+        st = ts_store_ref_get(sn->store, sn->branch, cur, &e);
+        if (st == TS_ENOTFOUND || (st == TS_OK && at && memcmp(cur, at, sizeof(cur)) == 0))
+            return TS_OK;
+        if (st && st != TS_ENOTFOUND)
+            return ts_err_set(err, st, "%s", e.msg);
+    }
+    return ts_err_set(err, TS_EEXIST, "store: branches %s-2..999 all exist; use --branch", stem);
+}
+
+static ts_status settle_branch(struct snapper *sn, const char *restore, const char *branch,
+                               struct ts_err *err)
+{
+    char named[TS_STORE_REF_MAX + 1] = "", hex[TS_STORE_HEX_LEN + 1], stem[64];
+    uint8_t cur[TS_STORE_ID_LEN];
+    struct ts_err e = { 0 };
+    ts_status st;
+
+    if (restore && restore[0]) {
+        if ((st = ts_snap_resolve(sn->store, restore, sn->tip, named, err)))
+            return st;
+        sn->has_tip = true;
+    }
+    if (branch && branch[0]) {
+        snprintf(sn->branch, sizeof(sn->branch), "heads/%s", branch);
+        if (!ts_store_ref_valid(sn->branch))
+            return ts_err_set(err, TS_EINVAL, "--branch: '%s' is not a valid name", branch);
+        e = (struct ts_err){ 0 };
+        st = ts_store_ref_get(sn->store, sn->branch, cur, &e);
+        if (st == TS_OK && !(sn->has_tip && memcmp(cur, sn->tip, sizeof(cur)) == 0))
+            return ts_err_set(err, TS_EEXIST, "--branch: %s exists at another snapshot; pick "
+                              "another name", branch);
+        if (st && st != TS_ENOTFOUND)
+            return ts_err_set(err, st, "%s", e.msg);
+    } else if (named[0]) {
+        snprintf(sn->branch, sizeof(sn->branch), "%s", named);
+    } else if (sn->has_tip) {
+        snprintf(stem, sizeof(stem), "from-%.12s", ts_store_hex(sn->tip, hex));
+        if ((st = new_branch(sn, stem, sn->tip, err)))
+            return st;
+    }
+    if (sn->has_tip) { /* a new branch starts at the restored snapshot */
+        e = (struct ts_err){ 0 };
+        st = ts_store_ref_get(sn->store, sn->branch, cur, &e);
+        if (st == TS_ENOTFOUND)
+            st = ts_store_ref_set(sn->store, sn->branch, sn->tip, NULL, err);
+        else if (st)
+            st = ts_err_set(err, st, "%s", e.msg);
+        if (st)
+            return st;
+    } else if (!(branch && branch[0])) {
+        if ((st = ts_store_head_get(sn->store, sn->branch, err)))
+            return st;
+        e = (struct ts_err){ 0 };
+        st = ts_store_ref_get(sn->store, sn->branch, cur, &e);
+        if (st == TS_OK) { /* a fresh run does not continue someone else's history */
+            time_t now = time(NULL);
+            struct tm tm;
+
+            strftime(stem, sizeof(stem), "run-%Y%m%d-%H%M%S", gmtime_r(&now, &tm));
+            if ((st = new_branch(sn, stem, NULL, err)))
+                return st;
+        } else if (st != TS_ENOTFOUND) {
+            return ts_err_set(err, st, "%s", e.msg);
+        }
+    }
+    return ts_store_head_set(sn->store, sn->branch, err);
+}
+
+ts_status snapper_open(struct snapper *sn, struct ts_members *members, const char *dir,
+                       const char *restore, const char *branch, uint32_t every,
+                       struct ts_err *err)
+{
+    ts_status st;
+
+    memset(sn, 0, sizeof(*sn));
+    pthread_mutex_init(&sn->mu, NULL);
+    pthread_mutex_init(&sn->stat_mu, NULL);
+    sn->members = members;
+    sn->every = every;
+    if (!dir)
+        return TS_OK;
+    snprintf(sn->dir, sizeof(sn->dir), "%s", dir);
+    if ((st = ts_store_open(dir, NULL, &sn->store, err)) ||
+        (st = settle_branch(sn, restore, branch, err))) {
+        ts_err_prefix(err, "--store %s", dir);
+        return st;
+    }
+    if (sn->has_tip) {
+        char hex[TS_STORE_HEX_LEN + 1];
+        ts_manifest *m;
+
+        if ((st = ts_manifest_load(sn->store, sn->tip, &m, err)))
+            return st;
+        sn->done_step = m->step;
+        snprintf(sn->last_hex, sizeof(sn->last_hex), "%s", ts_store_hex(sn->tip, hex));
+        sn->last_step = m->step;
+        sn->last_unix_ms = m->created_unix_ms;
+        ts_manifest_free(m);
+    }
+    ts_log(TS_INFO, "master", "snapshots: store %s, branch %s%s", dir, sn->branch,
+           sn->has_tip ? " (restored)" : "");
+    if (every && pthread_create(&sn->thread, NULL, auto_loop, sn) == 0)
+        sn->thread_started = true;
+    return TS_OK;
+}
+
+void snapper_stop(struct snapper *sn)
+{
+    atomic_store(&sn->stop, true);
+    if (sn->thread_started)
+        pthread_join(sn->thread, NULL);
+    sn->thread_started = false;
+}
+
+void snapper_close(struct snapper *sn)
+{
+    snapper_stop(sn);
+    ts_store_close(sn->store);
+    pthread_mutex_destroy(&sn->mu);
+    pthread_mutex_destroy(&sn->stat_mu);
+}
+
+ts_status snapper_gc(struct snapper *sn, unsigned tmp_grace_s, struct ts_store_stats *stats,
+                     uint64_t *live, struct ts_err *err)
+{
+    uint8_t (*ids)[TS_STORE_ID_LEN] = NULL;
+    size_t n = 0;
+    ts_status st;
+
+    if (!sn->store)
+        return ts_err_set(err, TS_ESTATE, "this master runs without --store");
+    pthread_mutex_lock(&sn->mu);
+    st = ts_snap_live_chunks(sn->store, &ids, &n, NULL, err);
+    if (!st)
+        st = ts_store_gc(sn->store, (const uint8_t(*)[TS_STORE_ID_LEN])ids, n, tmp_grace_s,
+                         stats, err);
+    pthread_mutex_unlock(&sn->mu);
+    free(ids);
+    *live = n;
+    return st;
+}
+
+void snapper_status(struct snapper *sn, struct ts_rpc_call *call,
+                    Tessera__V1__ClusterStatusResponse *resp)
+{
+    resp->store = ts_rpc_strdup(call, sn->dir);
+    resp->snapshot_every = sn->every;
+    pthread_mutex_lock(&sn->stat_mu);
+    resp->branch = ts_rpc_strdup(call, sn->store ? sn->branch : "");
+    resp->snapshot_error = ts_rpc_strdup(call, sn->error);
+    if (sn->last_hex[0]) {
+        Tessera__V1__SnapshotRef *r = ts_rpc_new(call, &tessera__v1__snapshot_ref__descriptor);
+        r->id = ts_rpc_strdup(call, sn->last_hex);
+        r->branch = ts_rpc_strdup(call, sn->branch);
+        r->step = sn->last_step;
+        r->created_unix_ms = sn->last_unix_ms;
+        resp->last_snapshot = r;
+    }
+    pthread_mutex_unlock(&sn->stat_mu);
+}

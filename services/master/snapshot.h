@@ -1,0 +1,70 @@
+/* snapshot.h - the master's side of coordinated snapshots (docs/snapshots.md).
+ *
+ * A snapshot of a job is taken at one step for every partition on every shard: the master
+ * arms a capture at step S on each shard holding the job (each partition copies its values
+ * and optimizer state when it reaches S, so training never stops), asks each to write its
+ * copies to the store, then validates the union as a manifest (every partition of every
+ * tensor exactly once), writes it, and moves the branch with a compare-and-swap. Chunks are
+ * durable before the manifest, the manifest before the ref: a crash anywhere leaves the
+ * previous snapshot as the branch's tip and at worst unreferenced chunks for gc.
+ * One snapshot or gc runs at a time (the snapshot lock).
+ * Ownership: snapper_open fills a caller-owned struct; snapper_close frees what it holds.
+ * Threads: every function may be called from any thread. */
+#ifndef TS_MASTER_SNAPSHOT_H
+#define TS_MASTER_SNAPSHOT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "members.h"
+#include "rpc/rpc.h"
+#include "snapshot/snapshot.h"
+#include "tessera/v1/master.pb-c.h"
+
+struct snapper {
+    struct ts_members *members;
+    struct ts_store *store;
+    char dir[1024];
+    uint32_t every;                     /* automatic snapshots every N steps (0: off) */
+    pthread_mutex_t mu;                 /* the snapshot lock; guards branch and tip */
+    char branch[TS_STORE_REF_MAX + 1];  /* "heads/..." */
+    uint8_t tip[TS_STORE_ID_LEN];       /* the branch's value as we last set or read it */
+    bool has_tip;
+    uint64_t done_step;                 /* the newest step snapshotted on the branch */
+    atomic_int requested;               /* CreateSnapshot calls waiting for the lock */
+    pthread_mutex_t stat_mu;            /* guards what status reports */
+    char last_hex[TS_STORE_HEX_LEN + 1];
+    uint64_t last_step;
+    int64_t last_unix_ms;
+    char error[512];
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool stop;
+};
+
+/* Opens the store in dir and settles the branch: --branch, else the restored ref's branch
+ * when restore names a branch tip, else a new branch for a restore ("from-<id>") or for a
+ * fresh run on a store whose HEAD branch already has snapshots ("run-<time>"); HEAD is moved
+ * to it. every > 0 starts the automatic loop. */
+ts_status snapper_open(struct snapper *sn, struct ts_members *members, const char *dir,
+                       const char *restore, const char *branch, uint32_t every,
+                       struct ts_err *err) TS_MUST_CHECK;
+/* Ends the automatic loop and cancels a snapshot in progress (it fails; nothing is lost). */
+void snapper_stop(struct snapper *sn);
+void snapper_close(struct snapper *sn);
+
+/* Takes a snapshot of job ("": the only one) now, within timeout_ms; message and tag may be
+ * "". Fills out (arena of call) and *written. */
+ts_status snapper_create(struct snapper *sn, const char *job, const char *message,
+                         const char *tag, int timeout_ms, char hex[TS_STORE_HEX_LEN + 1],
+                         uint64_t *step, uint64_t *written, struct ts_err *err) TS_MUST_CHECK;
+/* Removes chunks no ref reaches, and stale tmp files, under the snapshot lock. */
+ts_status snapper_gc(struct snapper *sn, unsigned tmp_grace_s, struct ts_store_stats *stats,
+                     uint64_t *live, struct ts_err *err) TS_MUST_CHECK;
+/* What ClusterStatus reports (strings in call's arena). */
+void snapper_status(struct snapper *sn, struct ts_rpc_call *call,
+                    Tessera__V1__ClusterStatusResponse *resp);
+
+#endif

@@ -1,0 +1,250 @@
+#!/usr/bin/python3
+"""test_snapshot.py - coordinated snapshots through real services, and restores from them.
+
+One exact-mode job on 2 shards and 2 workers trains to HALF, is snapshotted there (tessera
+snapshot create), and trains on to STEPS in place (automatic snapshots every EVERY steps run
+meanwhile): its final fingerprint H1 must equal a --local run's. Each restore test
+starts a fresh cluster (other shard and worker counts) from the step-HALF snapshot, trains to
+STEPS, and must end with H2 == H1 bit for bit; its own final snapshot must then share every
+chunk with the first run's (the same bytes, stored once). Damage is refused with names: a
+flipped byte in a chunk stops `tessera up --restore` before anything starts and fsck names
+the chunk; unknown refs and mismatched jobs get clear errors.
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.dont_write_bytecode = True
+import tessera_testlib as tl  # noqa: E402
+from tessera.v1 import snapshot_pb2  # noqa: E402
+
+STEPS = 24
+HALF = 12
+EVERY = 4
+COMMON = ["--exact", "--seed", "7", "--batch", "64", "--micro", "16", "--partition-kb", "64",
+          "--json"]
+
+
+def cli(args, timeout=120.0, ok=True):
+    r = tl.run_cli(args, timeout=timeout)
+    if ok and r.returncode != 0:
+        raise AssertionError("tessera %s exited %d:\n%s\n%s" % (" ".join(args), r.returncode,
+                                                               r.stdout, r.stderr))
+    return r
+
+
+def train(master, workers, steps, extra=()):
+    r = cli(["train", "--master", master, "--workers", str(workers), "--steps", str(steps)] +
+            COMMON + list(extra), timeout=240.0)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def snapshots(store):
+    return json.loads(cli(["snapshot", "list", "--store", store, "--json"]).stdout)
+
+
+def manifest(store, hexid):
+    """The decoded manifest object (a 32-byte store header, then the protobuf)."""
+    with open(os.path.join(store, "manifests", hexid[:2], hexid), "rb") as f:
+        data = f.read()
+    m = snapshot_pb2.Manifest()
+    m.ParseFromString(data[32:])
+    return m
+
+
+class Cell:
+    """A master and S shards on one store; restore is a snapshot id or None."""
+
+    def __init__(self, store, shards, restore=None, every=0):
+        self.c = tl.Cluster()
+        extra = ["--store", store] + (["--restore", restore] if restore else [])
+        self.master = self.c.start_master(
+            extra=extra + (["--snapshot-every", str(every)] if every else []))
+        for i in range(shards):
+            self.c.start_shard(self.master.addr, name="shard%d" % i, extra=extra)
+        ch = self.c.channel(self.master.addr)
+        tl.wait_until(lambda: sum(1 for s in tl.cluster_status(ch).shards
+                                  if s.state == tl.ALIVE) == shards, 15,
+                      "%d shards alive" % shards)
+
+    def close(self, failed=False):
+        if failed:
+            self.c.dump_logs()
+        self.c.stop()
+
+
+class Snapshots(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="tessera-snap.")
+        cls.store = os.path.join(cls.tmp, "store")
+        cls.local = json.loads(cli(["train", "--local", "--steps", str(STEPS)] + COMMON)
+                               .stdout.strip().splitlines()[-1])
+        # Train to HALF, snapshot the idle job (exactly step HALF), then the same job trains
+        # on to STEPS from where the shards stand; automatic snapshots run meanwhile.
+        cell = Cell(cls.store, 2, every=EVERY)
+        try:
+            half = train(cell.master.addr, 2, HALF, ["--job", "run1"])
+            made = json.loads(cli(["snapshot", "create", "--master", cell.master.addr,
+                                   "--tag", "half", "--json"]).stdout)
+            cls.first = train(cell.master.addr, 2, STEPS, ["--job", "run1"])
+            cli(["snapshot", "create", "--master", cell.master.addr, "--tag", "last"])
+            cls.auto = [s for s in snapshots(cls.store) if not s["tags"]]
+        except BaseException:
+            cell.close(failed=True)
+            raise
+        cell.close()
+        assert half["steps"] == HALF and made["step"] == HALF, (half, made)
+        cls.half = made["id"]
+        cls.last = [s for s in snapshots(cls.store) if "last" in s["tags"]][0]["id"]
+        tl.log("H1 %s; snapshots at %s" % (cls.first["params_sha256"],
+                                           sorted(s["step"] for s in snapshots(cls.store))))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_continuing_in_place_equals_one_run(self):
+        self.assertEqual(self.first["start_step"], HALF)
+        self.assertEqual(self.first["params_sha256"], self.local["params_sha256"])
+
+    def test_automatic_snapshots_at_multiples(self):
+        self.assertTrue(self.auto, "no automatic snapshot was taken")
+        for s in self.auto:
+            self.assertEqual(s["step"] % EVERY, 0, s)
+
+    def test_list_json_fields_and_history(self):
+        snaps = snapshots(self.store)
+        self.assertEqual({s["step"] for s in snaps if s["tags"]}, {HALF, STEPS})
+        for s in snaps:
+            for key in ("id", "step", "branch", "tags", "time"):
+                self.assertIn(key, s)
+            self.assertEqual(len(s["id"]), 64)
+        m = manifest(self.store, self.last)
+        self.assertEqual(m.step, STEPS)
+        self.assertTrue(m.job.exact)
+        self.assertEqual(m.schedule.seed, 7)
+        self.assertEqual(m.schedule.micro_batch, 16)
+        self.assertEqual(m.cluster.shards, 2)
+        for t in m.tensors:                                 # every partition, in order
+            self.assertEqual([p.index for p in t.partitions], list(range(len(t.partitions))))
+            self.assertTrue(all(p.version == STEPS for p in t.partitions))
+        log = json.loads(cli(["snapshot", "log", "--store", self.store, self.last,
+                              "--json"]).stdout)
+        steps = [e["step"] for e in log]            # the history links, newest first
+        self.assertEqual(steps, sorted(steps, reverse=True))
+        self.assertIn(self.half, [e["id"] for e in log])
+
+    def restore_and_train(self, shards, workers):
+        store = os.path.join(self.tmp, "copy-%d-%d" % (shards, workers))
+        shutil.copytree(self.store, store)
+        cell = Cell(store, shards, restore=self.half)
+        failed = True
+        try:
+            r = train(cell.master.addr, workers, STEPS)
+            self.assertEqual(r["start_step"], HALF)
+            self.assertEqual(r["params_sha256"], self.first["params_sha256"],
+                             "restored at %d on %d shards, %d workers" % (HALF, shards, workers))
+            made = json.loads(cli(["snapshot", "create", "--master", cell.master.addr, "--json",
+                                   "-m", "restored", "--tag", "again"]).stdout)
+            self.assertEqual(made["step"], STEPS)
+            self.assertEqual(made["bytes_written"], 0, "the same bits are already stored")
+            d = json.loads(cli(["snapshot", "diff", "--store", store, self.last, "again",
+                                "--json"]).stdout)
+            for t in d["tensors"]:
+                self.assertEqual(t["change"], "same", t)
+                self.assertEqual(t["chunks_shared"], t["chunks"])
+            failed = False
+        finally:
+            cell.close(failed)
+
+    def test_restore_three_shards_one_worker(self):
+        self.restore_and_train(3, 1)
+
+    def test_restore_one_shard_four_workers(self):
+        self.restore_and_train(1, 4)
+
+    def test_diff_reports_change(self):
+        d = json.loads(cli(["snapshot", "diff", "--store", self.store, self.half, self.last,
+                            "--json"]).stdout)
+        self.assertEqual((d["step_a"], d["step_b"]), (HALF, STEPS))
+        for t in d["tensors"]:
+            self.assertEqual(t["change"], "changed")
+            self.assertGreater(t["l2"], 0)
+            self.assertGreater(t["max_abs"], 0)
+            self.assertGreater(t["changed_elements"], 0)
+
+    def test_flipped_byte_refused_with_names(self):
+        store = os.path.join(self.tmp, "flipped")
+        shutil.copytree(self.store, store)
+        m = manifest(store, self.half)
+        fc1 = [t for t in m.tensors if t.spec.name == "fc1.weight"][0]
+        chunk = fc1.partitions[0].value_chunks[0].hex()
+        path = os.path.join(store, "chunks", chunk[:2], chunk)
+        os.chmod(path, 0o644)
+        with open(path, "r+b") as f:
+            f.seek(32 + 1000)
+            b = f.read(1)
+            f.seek(32 + 1000)
+            f.write(bytes([b[0] ^ 0x01]))
+        r = cli(["up", "--store", store, "--restore", self.half, "--master-port", "0",
+                 "--dir", os.path.join(self.tmp, "flipped-logs")], timeout=60, ok=False)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn(chunk, r.stderr)
+        self.assertIn("fc1.weight", r.stderr)
+        self.assertIn("nothing was started", r.stderr)
+        self.assertNotIn("master 127.0.0.1", r.stdout)
+        f = cli(["snapshot", "fsck", "--store", store], ok=False)
+        self.assertEqual(f.returncode, 1)
+        self.assertIn(chunk, f.stdout)
+        clean = cli(["snapshot", "fsck", "--store", self.store], ok=False)
+        self.assertEqual(clean.returncode, 0, clean.stdout)
+
+    def test_unknown_refs_and_bad_prefixes(self):
+        for ref, want in (("nope", "no branch, tag or snapshot id"),
+                          ("tags/nope", "not found"),
+                          ("HEAD~99", "the history has only"),
+                          ("main~x", "count of parents")):
+            r = cli(["snapshot", "show", "--store", self.store, ref], ok=False)
+            self.assertEqual(r.returncode, 1, ref)
+            self.assertIn(want, r.stderr, ref)
+        r = cli(["up", "--store", self.store, "--restore", "nope", "--master-port", "0"],
+                ok=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("nothing was started", r.stderr)
+        r = cli(["snapshot", "frobnicate", "--store", self.store], ok=False)
+        self.assertEqual(r.returncode, 2)
+
+    def test_restore_refuses_another_optimizer(self):
+        store = os.path.join(self.tmp, "mismatch")
+        shutil.copytree(self.store, store)
+        cell = Cell(store, 1, restore=self.half)
+        try:
+            r = cli(["train", "--master", cell.master.addr, "--workers", "1", "--steps",
+                     str(STEPS), "--optimizer", "sgd:lr=0.1"] + COMMON, ok=False, timeout=120)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("job.optimizer", r.stderr)
+            self.assertIn("continue with the snapshot's settings", r.stderr)
+        finally:
+            cell.close()
+
+    def test_rollback_makes_branch_and_head(self):
+        store = os.path.join(self.tmp, "rollback")
+        shutil.copytree(self.store, store)
+        r = cli(["snapshot", "rollback", "--store", store, self.half[:10], "--branch", "retry"])
+        self.assertIn("tessera up --store DIR --restore retry", r.stdout)
+        with open(os.path.join(store, "HEAD")) as f:
+            self.assertEqual(f.read(), "heads/retry\n")
+        shown = json.loads(cli(["snapshot", "show", "--store", store, "HEAD", "--json"]).stdout)
+        self.assertEqual(shown["id"], self.half)
+        r = cli(["snapshot", "rollback", "--store", store, self.last, "--branch", "retry"],
+                ok=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("exists", r.stderr)
+
+
+if __name__ == "__main__":
+    tl.main()

@@ -1,0 +1,406 @@
+/* test_snapshot.c - lib/snapshot: manifests round-trip and every invalid field is refused by
+ * name; refs resolve (HEAD, branch, tag, id prefix, ~N, ambiguity); a corrupted chunk names
+ * the chunk and the tensor; diff measures a change; gc keeps exactly what refs reach; and an
+ * incremental snapshot after a 1% change writes at most 2% of the first one's bytes. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "snapshot/snapshot.h"
+#include "tensor/tensor.h"
+
+struct fx {
+    char dir[64];
+    struct ts_store *s;
+};
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static int setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    struct ts_err e = { 0 };
+
+    snprintf(f->dir, sizeof(f->dir), "/tmp/ts-snap-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    assert_int_equal(ts_store_open(f->dir, NULL, &f->s, &e), TS_OK);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+
+    ts_store_close(f->s);
+    nftw(f->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(f);
+    return 0;
+}
+
+/* A one-job manifest of tensors with numel[i] elements, built in memory over `values`. */
+struct built {
+    Tessera__V1__Manifest m;
+    Tessera__V1__JobSpec job;
+    Tessera__V1__ClusterShape shape;
+    Tessera__V1__ScheduleState sched;
+    Tessera__V1__TensorManifest t[4], *tp[4];
+    Tessera__V1__TensorSpec spec[4];
+    Tessera__V1__PartitionManifest p[4][64], *pp[4][64];
+    uint64_t dims[4];
+    char names[4][16];
+    void *mem[4][64];
+    uint64_t written;
+};
+
+static void build(struct fx *f, struct built *b, const uint64_t *numel, int n,
+                  float *const *values, uint64_t partition_bytes, uint32_t chunk)
+{
+    struct ts_err e = { 0 };
+
+    memset(b, 0, sizeof(*b));
+    b->m = (Tessera__V1__Manifest)TESSERA__V1__MANIFEST__INIT;
+    b->job = (Tessera__V1__JobSpec)TESSERA__V1__JOB_SPEC__INIT;
+    b->shape = (Tessera__V1__ClusterShape)TESSERA__V1__CLUSTER_SHAPE__INIT;
+    b->sched = (Tessera__V1__ScheduleState)TESSERA__V1__SCHEDULE_STATE__INIT;
+    b->job.id = "job";
+    b->job.workers = 2;
+    b->job.exact = 1;
+    b->job.optimizer = "sgd:lr=0.1";
+    b->job.batch = 64;
+    b->m.format = TS_MANIFEST_FORMAT;
+    b->m.step = 5;
+    b->m.message = "";
+    b->m.job = &b->job;
+    b->m.cluster = &b->shape;
+    b->sched.next_step = 5;
+    b->m.schedule = &b->sched;
+    b->m.chunk_bytes = chunk;
+    for (int i = 0; i < n; i++) {
+        uint32_t np = ts_partition_count(numel[i], 4, partition_bytes);
+
+        snprintf(b->names[i], sizeof(b->names[i]), "w%d", i);
+        b->spec[i] = (Tessera__V1__TensorSpec)TESSERA__V1__TENSOR_SPEC__INIT;
+        b->spec[i].name = b->names[i];
+        b->spec[i].dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+        b->dims[i] = numel[i];
+        b->spec[i].shape = &b->dims[i];
+        b->spec[i].n_shape = 1;
+        b->spec[i].initializer = "zeros";
+        b->spec[i].partition_bytes = partition_bytes;
+        b->t[i] = (Tessera__V1__TensorManifest)TESSERA__V1__TENSOR_MANIFEST__INIT;
+        b->t[i].id = (uint32_t)i;
+        b->t[i].spec = &b->spec[i];
+        b->t[i].numel = numel[i];
+        b->t[i].partitions = b->pp[i];
+        b->t[i].n_partitions = np;
+        b->tp[i] = &b->t[i];
+        for (uint32_t p = 0; p < np; p++) {
+            uint64_t off, len, w = 0;
+
+            ts_partition_range(numel[i], 4, partition_bytes, p, &off, &len);
+            b->p[i][p] = (Tessera__V1__PartitionManifest)TESSERA__V1__PARTITION_MANIFEST__INIT;
+            b->p[i][p].index = p;
+            b->p[i][p].offset = off;
+            b->p[i][p].length = len;
+            b->p[i][p].version = 5;
+            b->mem[i][p] = malloc(ts_snap_partition_mem(len, 0, chunk));
+            assert_int_equal(ts_snap_put_partition(f->s, values[i] + off, len, NULL, 0, chunk,
+                                                   &b->p[i][p], b->mem[i][p], &w, &e), TS_OK);
+            b->written += w;
+            b->pp[i][p] = &b->p[i][p];
+        }
+    }
+    b->m.tensors = b->tp;
+    b->m.n_tensors = (size_t)n;
+}
+
+static void unbuild(struct built *b)
+{
+    for (int i = 0; i < 4; i++)
+        for (int p = 0; p < 64; p++)
+            free(b->mem[i][p]);
+}
+
+static void test_round_trip_and_read(void **state)
+{
+    struct fx *f = *state;
+    uint64_t numel[2] = { 10000, 33 };
+    float *v[2] = { malloc(10000 * 4), malloc(33 * 4) }, *back = malloc(10000 * 4);
+    struct built b;
+    uint8_t id[TS_STORE_ID_LEN];
+    ts_manifest *m;
+    struct ts_err e = { 0 };
+
+    for (int i = 0; i < 10000; i++)
+        v[0][i] = (float)i * 0.5f;
+    for (int i = 0; i < 33; i++)
+        v[1][i] = -(float)i;
+    build(f, &b, numel, 2, v, 4096 * 4, 4096);
+    assert_int_equal(ts_manifest_write(f->s, &b.m, id, &e), TS_OK);
+    assert_int_equal(ts_manifest_load(f->s, id, &m, &e), TS_OK);
+    assert_int_equal(m->n_tensors, 2);
+    assert_int_equal(m->tensors[0]->n_partitions, 3);
+    for (size_t p = 0; p < 3; p++) {
+        const ts_partition_manifest *pm = m->tensors[0]->partitions[p];
+        assert_int_equal(ts_snap_read_partition(f->s, m, m->tensors[0], pm, back + pm->offset,
+                                                NULL, &e), TS_OK);
+    }
+    assert_memory_equal(back, v[0], 10000 * 4);
+    assert_int_equal(ts_snap_check(f->s, m, NULL, NULL, &e), TS_OK);
+    ts_manifest_free(m);
+    unbuild(&b);
+    free(v[0]);
+    free(v[1]);
+    free(back);
+}
+
+/* Each mutation of a valid manifest must be refused with the field named. */
+static void test_invalid_fields_named(void **state)
+{
+    struct fx *f = *state;
+    uint64_t numel[1] = { 5000 };
+    float *v[1] = { calloc(5000, 4) };
+    struct built b;
+    struct ts_err e;
+    ProtobufCBinaryData shortid = { 5, (uint8_t *)"abcde" };
+    static const struct {
+        int what;
+        const char *field;
+    } cases[] = {
+        { 0, "format" }, { 1, "parent" }, { 2, "job.workers" }, { 3, "job.optimizer" },
+        { 4, "chunk_bytes" }, { 5, "tensors: 0" }, { 6, "numel" }, { 7, "partitions: 1" },
+        { 8, "partitions[1]: index" }, { 9, "partitions[0].version" },
+        { 10, "value_chunks: " }, { 11, "value_chunks[0]" }, { 12, "schedule.next_step" },
+        { 13, "spec.dtype" }, { 14, "partition_bytes" },
+    };
+
+    build(f, &b, numel, 1, v, 2048 * 4, 4096);
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_manifest_validate(&b.m, &e), TS_OK);
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        struct built x = b;
+        Tessera__V1__TensorManifest t = b.t[0], *tp = &t;
+        Tessera__V1__TensorSpec spec = b.spec[0];
+        Tessera__V1__JobSpec job = b.job;
+        Tessera__V1__ScheduleState sched = b.sched;
+        Tessera__V1__PartitionManifest p1 = b.p[0][1], p0 = b.p[0][0];
+        Tessera__V1__PartitionManifest *pp[3] = { &p0, &p1, b.pp[0][2] };
+
+        t.spec = &spec;
+        t.partitions = pp;
+        x.m.tensors = &tp;
+        x.m.job = &job;
+        x.m.schedule = &sched;
+        switch (cases[c].what) {
+        case 0: x.m.format = 2; break;
+        case 1: x.m.parent = shortid; break;
+        case 2: job.workers = 0; break;
+        case 3: job.optimizer = "rmsprop"; break;
+        case 4: x.m.chunk_bytes = 100; break;
+        case 5: x.m.n_tensors = 0; break;
+        case 6: t.numel = 4999; break;
+        case 7: t.n_partitions = 1; break;
+        case 8: p1.index = 2; break;
+        case 9: p0.version = 4; break;
+        case 10: p0.n_value_chunks = 1; break;
+        case 11: p0.value_chunks = &shortid; break;
+        case 12: sched.next_step = 4; break;
+        case 13: spec.dtype = TESSERA__V1__DTYPE__DTYPE_F16; break;
+        case 14: spec.partition_bytes = 2; break;
+        }
+        e = (struct ts_err){ 0 };
+        assert_int_equal(ts_manifest_validate(&x.m, &e), TS_EINVAL);
+        if (!strstr(e.msg, cases[c].field))
+            fail_msg("case %d: '%s' does not name '%s'", cases[c].what, e.msg, cases[c].field);
+    }
+    /* Bytes that are not a manifest at all. */
+    e = (struct ts_err){ 0 };
+    ts_manifest *m = NULL;
+    assert_int_equal(ts_manifest_parse("\xff\xff\xff", 3, &m, &e), TS_EINVAL);
+    assert_null(m);
+    unbuild(&b);
+    free(v[0]);
+}
+
+static void test_resolve(void **state)
+{
+    struct fx *f = *state;
+    uint64_t numel[1] = { 100 };
+    float *v[1] = { calloc(100, 4) };
+    struct built b1, b2;
+    uint8_t id1[TS_STORE_ID_LEN], id2[TS_STORE_ID_LEN], got[TS_STORE_ID_LEN];
+    char hex[TS_STORE_HEX_LEN + 1], pre[12], branch[TS_STORE_REF_MAX + 1];
+    struct ts_err e = { 0 };
+
+    build(f, &b1, numel, 1, v, 4096, 4096);
+    assert_int_equal(ts_manifest_write(f->s, &b1.m, id1, &e), TS_OK);
+    v[0][3] = 1;
+    build(f, &b2, numel, 1, v, 4096, 4096);
+    b2.m.parent = (ProtobufCBinaryData){ TS_STORE_ID_LEN, id1 };
+    assert_int_equal(ts_manifest_write(f->s, &b2.m, id2, &e), TS_OK);
+    assert_int_equal(ts_store_ref_set(f->s, "heads/main", id2, NULL, &e), TS_OK);
+    assert_int_equal(ts_store_ref_set(f->s, "tags/v1", id1, NULL, &e), TS_OK);
+
+    assert_int_equal(ts_snap_resolve(f->s, "HEAD", got, branch, &e), TS_OK);
+    assert_memory_equal(got, id2, sizeof(got));
+    assert_string_equal(branch, "heads/main");
+    assert_int_equal(ts_snap_resolve(f->s, "main~1", got, branch, &e), TS_OK);
+    assert_memory_equal(got, id1, sizeof(got));
+    assert_string_equal(branch, "");
+    assert_int_equal(ts_snap_resolve(f->s, "v1", got, NULL, &e), TS_OK);
+    assert_memory_equal(got, id1, sizeof(got));
+    snprintf(pre, sizeof(pre), "%.8s", ts_store_hex(id2, hex));
+    assert_int_equal(ts_snap_resolve(f->s, pre, got, NULL, &e), TS_OK);
+    assert_memory_equal(got, id2, sizeof(got));
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_snap_resolve(f->s, "HEAD~2", got, NULL, &e), TS_ENOTFOUND);
+    assert_non_null(strstr(e.msg, "only 1 snapshot"));
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_snap_resolve(f->s, "nothing", got, NULL, &e), TS_ENOTFOUND);
+    assert_non_null(strstr(e.msg, "'nothing'"));
+    /* A branch and a tag of one name at different snapshots: ambiguous. */
+    assert_int_equal(ts_store_ref_set(f->s, "heads/v1", id2, NULL, &e), TS_OK);
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_snap_resolve(f->s, "v1", got, NULL, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "tags/v1"));
+    unbuild(&b1);
+    unbuild(&b2);
+    free(v[0]);
+}
+
+static void test_corrupt_chunk_names_tensor(void **state)
+{
+    struct fx *f = *state;
+    uint64_t numel[1] = { 3000 };
+    float *v[1] = { calloc(3000, 4) }, *back = malloc(3000 * 4);
+    struct built b;
+    char hex[TS_STORE_HEX_LEN + 1], path[256];
+    struct ts_err e = { 0 };
+    FILE *fp;
+
+    for (int i = 0; i < 3000; i++)
+        v[0][i] = sinf((float)i);
+    build(f, &b, numel, 1, v, 3000 * 4, 4096);
+    ts_store_hex(b.p[0][0].value_chunks[1].data, hex);
+    snprintf(path, sizeof(path), "%s/chunks/%.2s/%s", f->dir, hex, hex);
+    chmod(path, 0644);
+    assert_non_null(fp = fopen(path, "r+b"));
+    fseek(fp, 40, SEEK_SET);
+    fputc(0x5a ^ fgetc(fp), fp);
+    fclose(fp);
+    assert_int_equal(ts_snap_read_partition(f->s, &b.m, &b.t[0], &b.p[0][0], back, NULL, &e),
+                     TS_ECORRUPT);
+    assert_non_null(strstr(e.msg, hex));
+    assert_non_null(strstr(e.msg, "tensor 'w0'"));
+    unbuild(&b);
+    free(v[0]);
+    free(back);
+}
+
+/* 64 MiB of values; 1% of them, a contiguous run at an odd offset, change. */
+static void test_incremental_two_percent(void **state)
+{
+    struct fx *f = *state;
+    const uint64_t n = 16u << 20;            /* floats */
+    uint64_t numel[1] = { n };
+    float *v[1] = { malloc(n * 4) };
+    struct built b1, b2;
+    uint8_t id1[TS_STORE_ID_LEN], id2[TS_STORE_ID_LEN];
+    struct ts_snap_tensor_diff *d;
+    ts_manifest *m1, *m2;
+    size_t nd;
+    struct ts_err e = { 0 };
+
+    for (uint64_t i = 0; i < n; i++)
+        v[0][i] = (float)((i * 2654435761u) % 1000003) * 1e-6f;
+    build(f, &b1, numel, 1, v, 4u << 20, TS_SNAP_CHUNK_DEFAULT);
+    for (uint64_t i = n / 3 + 777; i < n / 3 + 777 + n / 100; i++)
+        v[0][i] += 0.25f;
+    build(f, &b2, numel, 1, v, 4u << 20, TS_SNAP_CHUNK_DEFAULT);
+    print_message("first snapshot wrote %llu bytes, after a 1%% change %llu (%.2f%%)\n",
+                  (unsigned long long)b1.written, (unsigned long long)b2.written,
+                  100.0 * (double)b2.written / (double)b1.written);
+    assert_true(b2.written * 50 <= b1.written);
+    assert_true(b2.written > 0);
+    /* diff sees exactly the change */
+    assert_int_equal(ts_manifest_write(f->s, &b1.m, id1, &e), TS_OK);
+    assert_int_equal(ts_manifest_write(f->s, &b2.m, id2, &e), TS_OK);
+    assert_int_equal(ts_manifest_load(f->s, id1, &m1, &e), TS_OK);
+    assert_int_equal(ts_manifest_load(f->s, id2, &m2, &e), TS_OK);
+    assert_int_equal(ts_snap_diff(f->s, m1, m2, &d, &nd, &e), TS_OK);
+    assert_int_equal(nd, 1);
+    assert_int_equal(d[0].kind, TS_DIFF_CHANGED);
+    assert_int_equal(d[0].changed, n / 100);
+    assert_true(fabs(d[0].max_abs - 0.25) < 1e-3);
+    assert_true(fabs(d[0].l2 - 0.25 * sqrt((double)(n / 100))) < 1e-2 * d[0].l2);
+    assert_true(d[0].chunks - d[0].chunks_shared <= 4);
+    free(d);
+    ts_manifest_free(m1);
+    ts_manifest_free(m2);
+    unbuild(&b1);
+    unbuild(&b2);
+    free(v[0]);
+}
+
+static void test_gc_keeps_reachable(void **state)
+{
+    struct fx *f = *state;
+    uint64_t numel[1] = { 8192 };
+    float *v[1] = { calloc(8192, 4) };
+    struct built b1, b2;
+    uint8_t id1[TS_STORE_ID_LEN], id2[TS_STORE_ID_LEN], (*live)[TS_STORE_ID_LEN];
+    struct ts_store_stats st = { 0 };
+    size_t n, nm;
+    ts_manifest *m;
+    struct ts_err e = { 0 };
+
+    build(f, &b1, numel, 1, v, 8192 * 4, 4096);   /* 8 chunks of zeros: one distinct */
+    assert_int_equal(ts_manifest_write(f->s, &b1.m, id1, &e), TS_OK);
+    for (int i = 0; i < 8192; i++)
+        v[0][i] = (float)i;
+    build(f, &b2, numel, 1, v, 8192 * 4, 4096);   /* 8 new distinct chunks */
+    assert_int_equal(ts_manifest_write(f->s, &b2.m, id2, &e), TS_OK);
+    assert_int_equal(ts_store_ref_set(f->s, "heads/main", id2, NULL, &e), TS_OK);
+    assert_int_equal(ts_snap_live_chunks(f->s, &live, &n, &nm, &e), TS_OK);
+    assert_int_equal(n, 8);
+    assert_int_equal(nm, 1);
+    assert_int_equal(ts_store_gc(f->s, (const uint8_t(*)[TS_STORE_ID_LEN])live, n, 0, &st, &e),
+                     TS_OK);
+    assert_int_equal(st.removed, 1);               /* the zeros chunk of the unreachable one */
+    free(live);
+    assert_int_equal(ts_manifest_load(f->s, id2, &m, &e), TS_OK);
+    assert_int_equal(ts_snap_check(f->s, m, NULL, NULL, &e), TS_OK);
+    ts_manifest_free(m);
+    unbuild(&b1);
+    unbuild(&b2);
+    free(v[0]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_round_trip_and_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_fields_named, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resolve, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_chunk_names_tensor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_incremental_two_percent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gc_keeps_reachable, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -105,6 +105,17 @@ static ts_status fault_recv(struct ts_conn *base, void *buf, size_t n, int ms, s
     return ts_tp_recv(((struct fault_conn *)base)->inner, buf, n, ms, e);
 }
 
+static ts_status fault_recv_view(struct ts_conn *base, size_t n, const void **p,
+                                struct ts_err *e)
+{
+    return ts_tp_recv_view(((struct fault_conn *)base)->inner, n, p, e);
+}
+
+static void fault_release(struct ts_conn *base, size_t n)
+{
+    ts_tp_release(((struct fault_conn *)base)->inner, n);
+}
+
 static void fault_interrupt(struct ts_conn *base)
 {
     ts_tp_interrupt(((struct fault_conn *)base)->inner);
@@ -166,6 +177,8 @@ static const struct ts_transport_ops fault_ops = {
     .connect = fault_connect,
     .send = fault_send,
     .recv = fault_recv,
+    .recv_view = fault_recv_view,
+    .release = fault_release,
     .interrupt = fault_interrupt,
     .shutdown = fault_shutdown,
     .close = fault_close,
@@ -186,6 +199,12 @@ ts_status ts_fault_wrap(struct ts_conn *inner, const struct ts_fault_cfg *cfg,
     f->base.ops = &fault_ops;
     f->inner = inner;
     f->cfg = *cfg;
+    /* A wrapper that corrupts what it sends is no longer a path that cannot alter bytes: its
+     * frames must carry payload hashes. Cuts, drops and delays keep local_out, so that torn
+     * frames are tested without hashes too. Receiving is inner's, unchanged. */
+    f->base.local_in = inner->local_in;
+    f->base.local_out = inner->local_out && cfg->kind != TS_FAULT_CORRUPT;
+    f->base.view_max = inner->view_max;
     snprintf(f->base.peer, sizeof(f->base.peer), "fault>%.57s", inner->peer);
     *out = &f->base;
     return TS_OK;

@@ -7,7 +7,9 @@
  * torn frames and hang-ups, benchmarks for added latency (delay).
  *
  * Faults act on the bytes of one send (head then body, as the caller passed them) and leave
- * the caller's buffers untouched. Receiving, interrupt and shutdown pass straight through.
+ * the caller's buffers untouched. Receiving (views too), interrupt and shutdown pass straight
+ * through. A CORRUPT wrapper clears local_out (transport.h), so frames sent through it carry
+ * payload hashes even over shm or loopback; the other kinds keep the inner connection's.
  * Ownership: ts_fault_wrap takes ownership of inner on success only; closing the wrapper
  * closes inner. Threads: as the wrapped connection's. */
 #ifndef TS_TRANSPORT_FAULT_H

@@ -8,10 +8,15 @@
  * payload hash alone would vouch for gradient bytes applied to the wrong tensor.
  *
  * Receiving refuses before trusting: the header is decoded and validated, and the length is
- * checked against the caller's capacity and TS_FRAME_MAX, before a payload byte is read. */
+ * checked against the caller's capacity and TS_FRAME_MAX, before a payload byte is read.
+ *
+ * On a host-local connection the payload hash is skipped (header bit UNHASHED, checksum 0):
+ * between two processes of one host nothing alters bytes on the way, and what a hash would
+ * catch there, a torn frame, the transport reports itself (docs/transport.md). */
 #include "transport/frame.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define XXH_STATIC_LINKING_ONLY     /* XXH3_state_t on the stack */
@@ -29,12 +34,14 @@ enum {
     OFF_ENCODING = 26,  /* u16 */
     OFF_RANK = 28,      /* u32 */
     OFF_FLAGS = 32,     /* u32 */
-    OFF_RSVD1 = 36,     /* u32, zero */
+    OFF_FFLAGS = 36,    /* u32 frame flags: FF_UNHASHED; other bits zero */
     OFF_LEN = 40,       /* u64 payload bytes */
     OFF_CHECKSUM = 48,  /* u64 XXH3-64 of the payload */
     OFF_RSVD2 = 56,     /* u32, zero */
     OFF_HCHECK = 60,    /* u32 low half of XXH3-64 of bytes [0, 60) */
 };
+
+#define FF_UNHASHED 0x1u   /* no payload hash: host-local connections only */
 
 /* The payload of a frame arrives right behind its header; waiting longer than this for its
  * first byte means the sender stopped mid-frame. */
@@ -100,6 +107,7 @@ void ts_frame_encode(const struct ts_frame_hdr *h, uint8_t out[TS_FRAME_HDR_LEN]
     put16(out + OFF_ENCODING, h->encoding);
     put32(out + OFF_RANK, h->rank);
     put32(out + OFF_FLAGS, h->flags);
+    put32(out + OFF_FFLAGS, h->unhashed ? FF_UNHASHED : 0);
     put64(out + OFF_LEN, h->len);
     put64(out + OFF_CHECKSUM, h->checksum);
     put32(out + OFF_HCHECK, header_check(out));
@@ -113,6 +121,7 @@ ts_status ts_frame_decode(const uint8_t in[TS_FRAME_HDR_LEN], struct ts_frame_hd
     uint32_t magic = get32(in + OFF_MAGIC), want = get32(in + OFF_HCHECK), got;
     uint16_t version = get16(in + OFF_VERSION), type = get16(in + OFF_TYPE);
     uint64_t len = get64(in + OFF_LEN);
+    uint32_t ff = get32(in + OFF_FFLAGS);
 
     if (magic != TS_FRAME_MAGIC)
         return ts_err_set(err, TS_ECORRUPT, "frame: magic 0x%08" PRIx32 " is not TSF1 (not a "
@@ -127,9 +136,11 @@ ts_status ts_frame_decode(const uint8_t in[TS_FRAME_HDR_LEN], struct ts_frame_hd
     if (type == 0 || type > TS_FRAME_TYPE_MAX)
         return ts_err_set(err, TS_ECORRUPT, "frame: type %u unknown (want 1..%d)", type,
                           TS_FRAME_TYPE_MAX);
-    if (get32(in + OFF_RSVD1) || get32(in + OFF_RSVD2))
-        return ts_err_set(err, TS_ECORRUPT, "frame: reserved header bytes (offsets 36, 56) "
+    if ((ff & ~FF_UNHASHED) || get32(in + OFF_RSVD2))
+        return ts_err_set(err, TS_ECORRUPT, "frame: reserved header bits (offsets 36, 56) "
                           "are not zero");
+    if ((ff & FF_UNHASHED) && get64(in + OFF_CHECKSUM))
+        return ts_err_set(err, TS_ECORRUPT, "frame: unhashed frame with a checksum");
     if (len > TS_FRAME_MAX)
         return ts_err_set(err, TS_ECORRUPT, "frame: length %" PRIu64 " over the maximum %u "
                           "(tensor %" PRIu32 ")", len, TS_FRAME_MAX, get32(in + OFF_TENSOR));
@@ -143,11 +154,28 @@ ts_status ts_frame_decode(const uint8_t in[TS_FRAME_HDR_LEN], struct ts_frame_hd
     h->flags = get32(in + OFF_FLAGS);
     h->len = len;
     h->checksum = get64(in + OFF_CHECKSUM);
+    h->unhashed = (ff & FF_UNHASHED) != 0;
     return TS_OK;
 }
 
-ts_status ts_frame_send(struct ts_conn *c, struct ts_frame_hdr *h, const void *payload,
-                        size_t len, struct ts_err *err)
+bool ts_frame_wants_hash(const struct ts_conn *c)
+{
+    const char *s;
+
+    if (!c->local_out)
+        return true;
+    s = getenv("TESSERA_FRAME_HASH");
+    return s && strcmp(s, "always") == 0;
+}
+
+uint64_t ts_frame_hash(const void *payload, size_t len)
+{
+    return XXH3_64bits(payload, len);
+}
+
+/* sum: the payload's hash, or NULL to compute it if the connection wants one. */
+static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const void *payload,
+                            size_t len, const uint64_t *sum, struct ts_err *err)
 {
     uint8_t b[TS_FRAME_HDR_LEN];
     ts_status st;
@@ -163,7 +191,8 @@ ts_status ts_frame_send(struct ts_conn *c, struct ts_frame_hdr *h, const void *p
     if (len && !payload)
         return ts_err_set(err, TS_EINVAL, "frame send: payload NULL with length %zu", len);
     h->len = len;
-    h->checksum = XXH3_64bits(payload, len);
+    h->unhashed = !ts_frame_wants_hash(c);
+    h->checksum = h->unhashed ? 0 : sum ? *sum : XXH3_64bits(payload, len);
     ts_frame_encode(h, b);
     st = ts_tp_send(c, b, sizeof(b), payload, len, err);
     if (st == TS_OK)
@@ -171,11 +200,23 @@ ts_status ts_frame_send(struct ts_conn *c, struct ts_frame_hdr *h, const void *p
     return st;
 }
 
+ts_status ts_frame_send(struct ts_conn *c, struct ts_frame_hdr *h, const void *payload,
+                        size_t len, struct ts_err *err)
+{
+    return send_frame(c, h, payload, len, NULL, err);
+}
+
+ts_status ts_frame_send_hashed(struct ts_conn *c, struct ts_frame_hdr *h, const void *payload,
+                               size_t len, uint64_t sum, struct ts_err *err)
+{
+    return send_frame(c, h, payload, len, &sum, err);
+}
+
 /* Reads the payload of a frame whose header has been consumed and returns its XXH3-64 in
  * *sum. An interrupt here must not leave half a frame in the stream: finish the frame, then
  * hand the interrupt on to the next recv (see the interrupt contract in transport.h). */
-static ts_status recv_payload(struct ts_conn *c, uint8_t *buf, size_t len, uint64_t *sum,
-                              struct ts_err *err)
+static ts_status recv_payload(struct ts_conn *c, uint8_t *buf, size_t len, bool hash,
+                              uint64_t *sum, struct ts_err *err)
 {
     XXH3_state_t hs;
     struct ts_err e = { 0 };
@@ -194,7 +235,8 @@ static ts_status recv_payload(struct ts_conn *c, uint8_t *buf, size_t len, uint6
         }
         if (st != TS_OK)
             break;
-        XXH3_64bits_update(&hs, buf + got, k);
+        if (hash)
+            XXH3_64bits_update(&hs, buf + got, k);
         got += k;
     }
     if (cancelled)
@@ -205,7 +247,7 @@ static ts_status recv_payload(struct ts_conn *c, uint8_t *buf, size_t len, uint6
     if (st != TS_OK)
         return ts_err_set(err, st, "frame: torn: payload cut after %zu of %zu bytes: %s", got,
                           len, e.msg);
-    *sum = XXH3_64bits_digest(&hs);
+    *sum = hash ? XXH3_64bits_digest(&hs) : 0;
     return TS_OK;
 }
 
@@ -215,34 +257,109 @@ static ts_status refuse(struct ts_conn *c, ts_status st)
     return st;
 }
 
-ts_status ts_frame_recv(struct ts_conn *c, struct ts_frame_hdr *h, void *buf, size_t cap,
-                        int ms, struct ts_err *err)
+void ts_frame_release(struct ts_conn *c)
+{
+    if (c->view_held) {
+        ts_tp_release(c, c->view_held);
+        c->view_held = 0;
+    }
+}
+
+/* Receives and validates a header; a frame whose payload would not fit cap is refused. */
+static ts_status recv_head(struct ts_conn *c, struct ts_frame_hdr *d, size_t cap, int ms,
+                           struct ts_err *err)
 {
     uint8_t b[TS_FRAME_HDR_LEN];
-    struct ts_frame_hdr d;
-    uint64_t sum = 0;
     ts_status st;
 
+    ts_frame_release(c);
     /* A timeout, an interrupt or a hang-up between frames is not a refused frame. */
     if ((st = ts_tp_recv(c, b, sizeof(b), ms, err)))
         return st;
     c->bytes_in += sizeof(b);
-    if ((st = ts_frame_decode(b, &d, err)))
+    if ((st = ts_frame_decode(b, d, err)))
         return refuse(c, st);
-    if (d.len > cap)
+    /* Only our own path decides whether a hash may be missing, never the peer's word. */
+    if (d->unhashed && !c->local_in)
+        return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: unhashed payload on a "
+                                    "connection that leaves the host (tensor %" PRIu32
+                                    ", peer %s)", d->tensor, c->peer));
+    if (d->len > cap)
         return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: length %" PRIu64 " over the "
                                     "receive buffer's %zu bytes (tensor %" PRIu32 " partition "
-                                    "%" PRIu32 " step %" PRIu64 ")", d.len, cap, d.tensor,
-                                    d.partition, d.step));
-    if ((st = recv_payload(c, buf, (size_t)d.len, &sum, err)))
+                                    "%" PRIu32 " step %" PRIu64 ")", d->len, cap, d->tensor,
+                                    d->partition, d->step));
+    return TS_OK;
+}
+
+static ts_status check_sum(struct ts_conn *c, const struct ts_frame_hdr *d, uint64_t sum,
+                           struct ts_err *err)
+{
+    if (d->unhashed || sum == d->checksum)
+        return TS_OK;
+    return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: payload checksum mismatch (tensor %"
+                                PRIu32 " partition %" PRIu32 " step %" PRIu64 ", %" PRIu64
+                                " bytes, peer %s)", d->tensor, d->partition, d->step, d->len,
+                                c->peer));
+}
+
+ts_status ts_frame_recv(struct ts_conn *c, struct ts_frame_hdr *h, void *buf, size_t cap,
+                        int ms, struct ts_err *err)
+{
+    struct ts_frame_hdr d;
+    uint64_t sum = 0;
+    ts_status st;
+
+    if ((st = recv_head(c, &d, cap, ms, err)))
+        return st;
+    if ((st = recv_payload(c, buf, (size_t)d.len, !d.unhashed, &sum, err)))
         return refuse(c, st);
     c->bytes_in += d.len;
-    if (sum != d.checksum)
-        return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: payload checksum mismatch "
-                                    "(tensor %" PRIu32 " partition %" PRIu32 " step %" PRIu64
-                                    ", %" PRIu64 " bytes, peer %s)", d.tensor, d.partition,
-                                    d.step, d.len, c->peer));
+    if ((st = check_sum(c, &d, sum, err)))
+        return st;
     c->frames_in++;
     *h = d;
+    return TS_OK;
+}
+
+ts_status ts_frame_recv_view(struct ts_conn *c, struct ts_frame_hdr *h, void *buf, size_t cap,
+                             int ms, const void **payload, struct ts_err *err)
+{
+    struct ts_frame_hdr d;
+    struct ts_err e = { 0 };
+    const void *p = NULL;
+    ts_status st;
+
+    if (!c->view_max) {
+        if ((st = ts_frame_recv(c, h, buf, cap, ms, err)) == TS_OK)
+            *payload = buf;
+        return st;
+    }
+    if ((st = recv_head(c, &d, cap, ms, err)))
+        return st;
+    if (d.len == 0 || d.len > c->view_max) {
+        uint64_t sum = 0;
+        if ((st = recv_payload(c, buf, (size_t)d.len, !d.unhashed, &sum, err)))
+            return refuse(c, st);
+        p = buf;
+        c->bytes_in += d.len;
+        if ((st = check_sum(c, &d, sum, err)))
+            return st;
+    } else {
+        /* The whole payload in place. A frame torn by the sender never fills it: the wait
+         * ends with TS_EUNAVAIL when the peer closes, dies or stalls. */
+        if ((st = ts_tp_recv_view(c, (size_t)d.len, &p, &e)))
+            return refuse(c, ts_err_set(err, st, "frame: torn: payload of %" PRIu64 " bytes "
+                                        "cut: %s", d.len, e.msg));
+        c->view_held = (size_t)d.len;
+        c->bytes_in += d.len;
+        if ((st = check_sum(c, &d, d.unhashed ? 0 : XXH3_64bits(p, (size_t)d.len), err))) {
+            ts_frame_release(c);
+            return st;
+        }
+    }
+    c->frames_in++;
+    *h = d;
+    *payload = p;
     return TS_OK;
 }

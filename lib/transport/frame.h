@@ -9,10 +9,17 @@
  * The length is checked before a payload byte is read. A frame cut short by a hang-up (torn)
  * is TS_EUNAVAIL and also counted as refused. After a refused frame the byte stream cannot be
  * trusted: close the connection. The wire layout is in frame.c and docs/transport.md.
+ *
+ * Payload hashes are skipped on a host-local connection (transport.h: shm),
+ * unless TESSERA_FRAME_HASH=always: the header then says "unhashed" (a bit its header check
+ * covers), and a receiver accepts such a frame only where its own local_in is set.
+ * A torn frame is still refused: its bytes never all arrive (docs/transport.md, "Integrity
+ * on one host").
  * Ownership: payload buffers are the caller's. Threads: as the connection's. */
 #ifndef TS_TRANSPORT_FRAME_H
 #define TS_TRANSPORT_FRAME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +54,7 @@ struct ts_frame_hdr {
     uint32_t flags;
     uint64_t len;           /* payload bytes; set by ts_frame_send */
     uint64_t checksum;      /* set by ts_frame_send, checked by ts_frame_recv */
+    bool unhashed;          /* set by ts_frame_send: no payload hash (checksum 0) */
 };
 
 /* Encodes h (len and checksum computed from payload) and sends header + payload with one
@@ -62,6 +70,25 @@ ts_status ts_frame_send(struct ts_conn *c, struct ts_frame_hdr *h, const void *p
  * frames_refused. */
 ts_status ts_frame_recv(struct ts_conn *c, struct ts_frame_hdr *h, void *buf, size_t cap,
                         int ms, struct ts_err *err) TS_MUST_CHECK;
+
+/* As ts_frame_send, with sum the caller vouches is ts_frame_hash(payload, len) (computed once
+ * for many sends of the same bytes: a shard's parameters of one version). Used only when the
+ * connection wants a hash. */
+ts_status ts_frame_send_hashed(struct ts_conn *c, struct ts_frame_hdr *h, const void *payload,
+                               size_t len, uint64_t sum, struct ts_err *err) TS_MUST_CHECK;
+/* Whether frames sent on c carry a payload hash (see above). */
+bool ts_frame_wants_hash(const struct ts_conn *c);
+uint64_t ts_frame_hash(const void *payload, size_t len);
+
+/* ts_frame_recv, but where the connection can show the payload in place (c->view_max, the shm
+ * ring) *payload points there, with no copy; otherwise the payload is received into buf (cap
+ * bytes) and *payload is buf. A view stays valid until ts_frame_release(c), which must come
+ * before the next receive on c (ts_frame_recv and ts_frame_recv_view release a view still
+ * held). *payload is set only on TS_OK. */
+ts_status ts_frame_recv_view(struct ts_conn *c, struct ts_frame_hdr *h, void *buf, size_t cap,
+                             int ms, const void **payload, struct ts_err *err) TS_MUST_CHECK;
+/* Gives back the view of the last ts_frame_recv_view, if any. Receiver thread. */
+void ts_frame_release(struct ts_conn *c);
 
 /* The pure parts, for tests and fuzzing: encode to / decode from TS_FRAME_HDR_LEN bytes.
  * ts_frame_decode checks magic, version, type and the header check (TS_ECORRUPT, naming the

@@ -12,6 +12,11 @@
  * Big messages stream through in chunks (CHUNK), so a frame larger than the ring works and
  * the consumer starts copying while the producer is still writing.
  *
+ * Views: each ring is mapped twice, back to back, so any size bytes from any offset are one
+ * contiguous range of addresses. That lets recv_view hand the consumer a payload in place (the
+ * shard adds a pushed gradient straight from the ring, with no copy into a private buffer);
+ * the bytes stay the consumer's until release() moves tail past them.
+ *
  * Waiting: spin (briefly for a first byte, longer mid-message, when the peer is busy copying
  * the next chunk), then sleep on a futex: each ring has a sequence word per direction
  * (data, space) and a "waiter present" word. A waiter reads the sequence, announces itself,
@@ -50,7 +55,7 @@
 #include "transport/internal.h"
 
 #define SHM_MAGIC 0x314d485354ull      /* "TSHM1" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2                   /* 2: data_need, rings mapped twice */
 #define RING_DEFAULT (16u << 20)        /* per direction; TESSERA_SHM_RING overrides */
 #define RING_MIN (64u << 10)
 #define RING_MAX (1u << 30)
@@ -70,6 +75,7 @@ struct ring_ctl {
     _Alignas(64) _Atomic uint64_t tail;
     _Alignas(64) _Atomic uint32_t data_seq;    /* futex: the consumer waits for data */
     _Atomic uint32_t data_waiting;
+    _Atomic uint64_t data_need;                /* the head the sleeping consumer waits for */
     _Alignas(64) _Atomic uint32_t space_seq;   /* futex: the producer waits for space */
     _Atomic uint32_t space_waiting;
     _Alignas(64) _Atomic uint32_t writer_closed;
@@ -98,8 +104,8 @@ struct shm_listener {
 struct shm_conn {
     struct ts_conn base;
     int sock;                 /* kept open to notice the peer's death (hang-up) */
-    uint8_t *map;
-    size_t map_len;
+    uint8_t *map;             /* the header, DATA_OFF bytes */
+    uint8_t *ring_map[2];     /* each ring mapped twice in a row: 2 * size bytes of addresses */
     uint64_t size;            /* ring bytes, a power of two */
     struct ring_ctl *tx, *rx;
     uint8_t *txd, *rxd;
@@ -266,12 +272,56 @@ static void conn_wire(struct shm_conn *c, int mine)
 {
     struct shm_hdr *h = (struct shm_hdr *)c->map;
 
-    c->size = h->ring_size;
     c->tx = &h->ring[mine];
     c->rx = &h->ring[!mine];
-    c->txd = c->map + DATA_OFF + (size_t)mine * c->size;
-    c->rxd = c->map + DATA_OFF + (size_t)!mine * c->size;
+    c->txd = c->ring_map[mine];
+    c->rxd = c->ring_map[!mine];
     c->tx_head = atomic_load(&c->tx->head);
+    c->base.local_in = c->base.local_out = true;
+    c->base.view_max = (size_t)c->size;
+}
+
+static void unmap_all(struct shm_conn *c)
+{
+    for (int i = 0; i < 2; i++)
+        if (c->ring_map[i])
+            munmap(c->ring_map[i], 2 * (size_t)c->size);
+    if (c->map)
+        munmap(c->map, DATA_OFF);
+    c->map = c->ring_map[0] = c->ring_map[1] = NULL;
+}
+
+/* Maps the header of fd and each ring twice in a row (see the file comment), ring bytes each.
+ * On failure nothing stays mapped. */
+static ts_status map_all(struct shm_conn *c, int fd, uint64_t ring, struct ts_err *e)
+{
+    c->size = ring;
+    c->map = mmap(NULL, DATA_OFF, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (c->map == MAP_FAILED) {
+        c->map = NULL;
+        goto out_fail;
+    }
+    for (int i = 0; i < 2; i++) {
+        off_t off = (off_t)(DATA_OFF + (size_t)i * ring);
+        uint8_t *r = mmap(NULL, 2 * ring, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                          -1, 0);
+        if (r == MAP_FAILED)
+            goto out_fail;
+        c->ring_map[i] = r;
+        /* MAP_FIXED over our own reservation: replaces it, never someone else's mapping. */
+        if (mmap(r, ring, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off) == MAP_FAILED ||
+            mmap(r + ring, ring, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off) ==
+                MAP_FAILED)
+            goto out_fail;
+    }
+    return TS_OK;
+out_fail:
+    {
+        ts_status st = ts_err_set(e, TS_ENOMEM, "shm: mapping %llu bytes of rings: %s",
+                                  (unsigned long long)(2 * ring), strerror(errno));
+        unmap_all(c);
+        return st;
+    }
 }
 
 static void conn_name(struct shm_conn *c)
@@ -362,20 +412,16 @@ static ts_status shm_accept(struct ts_listener *base, int ms, struct ts_conn **o
         st = ts_err_set(e, TS_ENOMEM, "shm accept: out of memory");
         goto out_fd;
     }
-    c->map = mmap(NULL, h.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (c->map == MAP_FAILED) {
+    if ((st = map_all(c, fd, h.ring_size, e))) {
         free(c);
-        st = ts_err_set(e, TS_ENOMEM, "shm accept: mmap %llu bytes: %s",
-                        (unsigned long long)h.map_size, strerror(errno));
         goto out_fd;
     }
     close(fd);
-    c->map_len = h.map_size;
     c->sock = sock;
     c->base.ops = &ts_transport_shm;
     if (((struct shm_hdr *)c->map)->ring_size != h.ring_size) {
         /* The header is the connector's to write; refuse one that disagrees with the hello. */
-        munmap(c->map, c->map_len);
+        unmap_all(c);
         free(c);
         st = ts_err_set(e, TS_ECORRUPT, "shm accept: header ring size differs from hello");
         goto out_sock;
@@ -437,15 +483,16 @@ static ts_status make_rings(struct shm_conn *c, uint64_t ring, int *fd, struct t
 
     if ((*fd = memfd_create("tessera-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0)
         return ts_err_set(e, TS_ENODEV, "shm connect: memfd_create: %s", strerror(errno));
-    c->map_len = DATA_OFF + 2 * ring;
-    if (ftruncate(*fd, (off_t)c->map_len) != 0 ||
-        fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
-        (c->map = mmap(NULL, c->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0)) ==
-            MAP_FAILED) {
-        ts_status st = ts_err_set(e, TS_ENOMEM, "shm connect: %zu bytes of shared memory: %s",
-                                  c->map_len, strerror(errno));
+    if (ftruncate(*fd, (off_t)(DATA_OFF + 2 * ring)) != 0 ||
+        fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        ts_status st = ts_err_set(e, TS_ENOMEM, "shm connect: %llu bytes of shared memory: %s",
+                                  (unsigned long long)(DATA_OFF + 2 * ring), strerror(errno));
         close(*fd);
         return st;
+    }
+    if (map_all(c, *fd, ring, e)) {
+        close(*fd);
+        return e ? e->code : TS_ENOMEM;
     }
     h = (struct shm_hdr *)c->map;     /* zero-filled by ftruncate: counters start at 0 */
     h->magic = SHM_MAGIC;
@@ -486,7 +533,7 @@ static ts_status shm_connect(const struct ts_blob *to, int ms, struct ts_conn **
     }
     if ((st = make_rings(c, h.ring_size, &fd, e)))
         goto out_sock;
-    h.map_size = c->map_len;
+    h.map_size = DATA_OFF + 2 * h.ring_size;
     cmsg = CMSG_FIRSTHDR(&m);
     cmsg->cmsg_level = SOL_SOCKET;
     cmsg->cmsg_type = SCM_RIGHTS;
@@ -506,7 +553,7 @@ static ts_status shm_connect(const struct ts_blob *to, int ms, struct ts_conn **
     *out = &c->base;
     return TS_OK;
 out_unmap:
-    munmap(c->map, c->map_len);
+    unmap_all(c);
 out_sock:
     close(c->sock);
 out_free:
@@ -555,13 +602,15 @@ static ts_status wait_end(_Atomic uint32_t *waiting, ts_status st)
     return st;
 }
 
-/* Waits until ready(c, k) > 0 and returns it in *n. first: the wait for a message's first
- * byte (interruptible, bounded by ms); otherwise a stall, bounded by TS_TP_STALL_MS.
+/* Waits until ready(c, k) >= need (1 .. size) and returns it in *n. first: the wait for a
+ * message's first byte (interruptible, bounded by ms); otherwise a stall, bounded by
+ * TS_TP_STALL_MS. A view waits for a whole payload (need > 1); the producer's publish after
+ * each chunk moves the sequence, so the waiter re-checks until enough has come.
  * Once spinning is over, each round reads the sequence word and announces the waiter BEFORE
  * checking the counters and flags, so a change after the check moves the sequence and the
  * futex wait returns at once: no wake-up is lost. */
 static ts_status wait_ready(struct shm_conn *c, enum wait_kind k, bool first, int ms,
-                            uint64_t *n, struct ts_err *e)
+                            uint64_t need, uint64_t *n, struct ts_err *e)
 {
     struct ring_ctl *r = k == W_DATA ? c->rx : c->tx;
     _Atomic uint32_t *seq = k == W_DATA ? &r->data_seq : &r->space_seq;
@@ -574,19 +623,25 @@ static ts_status wait_ready(struct shm_conn *c, enum wait_kind k, bool first, in
     int left;
 
     for (unsigned spin = 0;; spin++) {
-        /* The clock is read once nothing was ready at once, then every 64 polls. */
+        /* The clock is read once nothing was ready at once, then every 64 polls. Spinning
+         * pays only when the rest comes within one chunk's copy; a view missing more than
+         * that sleeps at once and leaves the core to the producer (2 cores, 4 processes). */
         if (spin == 1)
-            spin_end = ts_now_us() + (first ? SPIN_FIRST_US : SPIN_MID_US);
+            spin_end = ts_now_us() + (first || need - *n > CHUNK ? SPIN_FIRST_US : SPIN_MID_US);
         else if (spin > 1 && spinning && (spin & 63) == 0 && ts_now_us() >= spin_end)
             spinning = false;
         if (!spinning) {
             s = atomic_load(seq);
+            /* A view sleeps until its whole payload is in: one wake-up, not one per chunk. */
+            if (k == W_DATA)
+                atomic_store(&r->data_need, atomic_load_explicit(&r->tail,
+                                                                 memory_order_relaxed) + need);
             atomic_store(waiting, 1);
         }
         if ((*n = ready(c, k)) > c->size)
             return wait_end(waiting, ts_err_set(e, TS_ECORRUPT, "shm: ring counters from %s "
                                                 "are inconsistent", c->base.peer));
-        if (*n)
+        if (*n >= need)
             return wait_end(waiting, TS_OK);
         if ((st = wait_stop(c, k, first, e)))
             return wait_end(waiting, st);
@@ -604,7 +659,7 @@ static ts_status wait_ready(struct shm_conn *c, enum wait_kind k, bool first, in
             return wait_end(waiting, ts_err_set(e, TS_EUNAVAIL, "shm %s: peer %s stalled for "
                                                 "%d ms mid-message", what, c->base.peer, ms));
         if (futex_wait(seq, s, left < SLICE_MS ? left : SLICE_MS) < 0 &&
-            errno == ETIMEDOUT && ready(c, k) == 0 && peer_gone(c))
+            errno == ETIMEDOUT && ready(c, k) < need && peer_gone(c))
             return wait_end(waiting, ts_err_set(e, TS_EUNAVAIL, "shm %s: peer %s is gone "
                                                 "(process exited)", what, c->base.peer));
     }
@@ -614,7 +669,9 @@ static ts_status wait_ready(struct shm_conn *c, enum wait_kind k, bool first, in
 static void publish_tx(struct shm_conn *c)
 {
     atomic_store(&c->tx->head, c->tx_head);
-    if (atomic_load(&c->tx->data_waiting))
+    /* data_need is stored before data_waiting, both seq_cst: seeing the waiter means seeing
+     * what it waits for. */
+    if (atomic_load(&c->tx->data_waiting) && c->tx_head >= atomic_load(&c->tx->data_need))
         futex_bump(&c->tx->data_seq);
 }
 
@@ -629,7 +686,7 @@ static ts_status put(struct shm_conn *c, const uint8_t *src, size_t n, size_t *u
         if ((space = ready(c, W_SPACE)) == 0) {
             publish_tx(c);
             *unpub = 0;
-            if ((st = wait_ready(c, W_SPACE, false, TS_TP_STALL_MS, &space, e)))
+            if ((st = wait_ready(c, W_SPACE, false, TS_TP_STALL_MS, 1, &space, e)))
                 return st;
         }
         off = c->tx_head & (c->size - 1);
@@ -674,7 +731,8 @@ static ts_status shm_recv(struct ts_conn *base, void *buf, size_t n, int ms, str
         return ts_err_set(e, TS_EUNAVAIL, "shm recv: connection to %s was shut down",
                           c->base.peer);
     while (got < n) {
-        if ((st = wait_ready(c, W_DATA, got == 0, got == 0 ? ms : TS_TP_STALL_MS, &avail, e)))
+        if ((st = wait_ready(c, W_DATA, got == 0, got == 0 ? ms : TS_TP_STALL_MS, 1, &avail,
+                              e)))
             return st;
         off = tail & (c->size - 1);
         k = n - got < avail ? n - got : avail;
@@ -693,6 +751,38 @@ static ts_status shm_recv(struct ts_conn *base, void *buf, size_t n, int ms, str
     if (atomic_load(&c->rx->space_waiting))
         futex_bump(&c->rx->space_seq);
     return TS_OK;
+}
+
+static ts_status shm_recv_view(struct ts_conn *base, size_t n, const void **p,
+                              struct ts_err *e)
+{
+    struct shm_conn *c = (struct shm_conn *)base;
+    uint64_t tail = atomic_load_explicit(&c->rx->tail, memory_order_relaxed), avail;
+    ts_status st;
+
+    if (n == 0 || n > c->size)
+        return ts_err_set(e, TS_EINVAL, "shm view: %zu bytes, the ring holds 1..%llu", n,
+                          (unsigned long long)c->size);
+    if (atomic_load(&c->shut))
+        return ts_err_set(e, TS_EUNAVAIL, "shm recv: connection to %s was shut down",
+                          c->base.peer);
+    /* The producer may be blocked on a full ring that our last recv left: let it go on. */
+    if (atomic_load(&c->rx->space_waiting))
+        futex_bump(&c->rx->space_seq);
+    if ((st = wait_ready(c, W_DATA, false, TS_TP_STALL_MS, n, &avail, e)))
+        return st;
+    /* The second mapping makes [off, off + n) contiguous even across the ring's end. */
+    *p = c->rxd + (tail & (c->size - 1));
+    return TS_OK;
+}
+
+static void shm_release(struct ts_conn *base, size_t n)
+{
+    struct shm_conn *c = (struct shm_conn *)base;
+
+    atomic_store(&c->rx->tail, atomic_load_explicit(&c->rx->tail, memory_order_relaxed) + n);
+    if (atomic_load(&c->rx->space_waiting))
+        futex_bump(&c->rx->space_seq);
 }
 
 static void shm_interrupt(struct ts_conn *base)
@@ -724,7 +814,7 @@ static void shm_close(struct ts_conn *base)
 
     shm_shutdown(base);
     close(c->sock);
-    munmap(c->map, c->map_len);
+    unmap_all(c);
     free(c);
 }
 
@@ -738,6 +828,8 @@ const struct ts_transport_ops ts_transport_shm = {
     .connect = shm_connect,
     .send = shm_send,
     .recv = shm_recv,
+    .recv_view = shm_recv_view,
+    .release = shm_release,
     .interrupt = shm_interrupt,
     .shutdown = shm_shutdown,
     .close = shm_close,

@@ -47,6 +47,14 @@ struct ts_conn {
     const struct ts_transport_ops *ops;
     char peer[64];                 /* for logs */
     uint64_t frames_in, frames_refused, bytes_in, bytes_out;   /* kept by frame.c */
+    /* Set by the backend when the connection is made. local_in / local_out: bytes from the
+     * peer to us / from us to the peer stay in this host's memory, through no NIC, wire or
+     * offload engine (shm only: tcp always hashes), so frame.c may leave payloads
+     * unhashed (docs/transport.md). Backends set both; a wrapper that alters what it sends
+     * (fault.c) clears local_out. view_max: the largest recv_view (0: no views). */
+    bool local_in, local_out;
+    size_t view_max;
+    size_t view_held;              /* bytes of the view frame.c holds (receiver thread) */
 };
 
 struct ts_listener {
@@ -74,6 +82,13 @@ struct ts_transport_ops {
      * TS_ETIMEDOUT if nothing arrived (nothing was consumed: c is still in step); TS_EUNAVAIL
      * if the peer closed or went silent for TS_TP_STALL_MS after the first byte (torn). */
     ts_status (*recv)(struct ts_conn *c, void *buf, size_t n, int ms, struct ts_err *e);
+    /* Optional (NULL, and view_max 0, where the bytes must be copied out). Like recv of n bytes
+     * (1 .. c->view_max), but without a copy: *p points at them where they arrived (the shm
+     * ring), valid and unconsumed until release(c, n), which must come before the next recv or
+     * recv_view. The wait is mid-message (TS_TP_STALL_MS, not interruptible): frame.c views
+     * only payloads whose header has arrived. */
+    ts_status (*recv_view)(struct ts_conn *c, size_t n, const void **p, struct ts_err *e);
+    void (*release)(struct ts_conn *c, size_t n);
     /* Makes the recv that is waiting on c for its first byte, or else the next recv that would
      * have to wait, return TS_ECANCELLED (interrupts still pending do not add up). Data that
      * has arrived wins over an interrupt, and a recv that has its first byte finishes
@@ -122,6 +137,15 @@ TS_MUST_CHECK static inline ts_status ts_tp_recv(struct ts_conn *c, void *buf, s
                                                  struct ts_err *e)
 {
     return c->ops->recv(c, buf, n, ms, e);
+}
+TS_MUST_CHECK static inline ts_status ts_tp_recv_view(struct ts_conn *c, size_t n,
+                                                      const void **p, struct ts_err *e)
+{
+    return c->ops->recv_view(c, n, p, e);
+}
+static inline void ts_tp_release(struct ts_conn *c, size_t n)
+{
+    c->ops->release(c, n);
 }
 static inline void ts_tp_interrupt(struct ts_conn *c)
 {

@@ -5,7 +5,12 @@
  * version blocks only that worker's connection, while the other workers' pushes arrive on
  * theirs. A frame refused by lib/transport (torn, oversized, corrupted) is answered with an
  * ERROR frame and the connection is closed: after a bad frame the byte stream is not trusted,
- * and nothing from it was applied. */
+ * and nothing from it was applied.
+ *
+ * Copies: a push arriving over shm is added to the aggregation straight from the ring
+ * (ts_frame_recv_view), and a pull is sent straight from the partition's values. Where frames
+ * carry hashes (connections that leave the host), a version's hash is computed once and reused
+ * for every worker's pull of it (pull_sum). */
 #include "dataplane.h"
 
 #include <inttypes.h>
@@ -29,6 +34,30 @@ struct dp_conn {
     struct dp_conn *next;
     atomic_bool done;
 };
+
+/* The hash of a partition's values at one version, shared by the connection threads: every
+ * worker pulls the same bytes. Direct-mapped by partition address; a collision only costs a
+ * recomputation. An entry is right while its version is the partition's (values change only
+ * when the version moves, part.h). */
+static uint64_t pull_sum(struct dataplane *dp, struct ts_part *p, uint64_t version)
+{
+    size_t i = ((uintptr_t)p >> 6) % DP_SUM_CACHE;
+    struct dp_sum *s = &dp->sums[i];
+    uint64_t sum;
+
+    pthread_mutex_lock(&dp->sum_mu);
+    if (s->part == p && s->version == version) {
+        sum = s->sum;
+        pthread_mutex_unlock(&dp->sum_mu);
+        return sum;
+    }
+    pthread_mutex_unlock(&dp->sum_mu);
+    sum = ts_frame_hash(p->value, p->len * sizeof(float));
+    pthread_mutex_lock(&dp->sum_mu);
+    *s = (struct dp_sum){ p, version, sum };
+    pthread_mutex_unlock(&dp->sum_mu);
+    return sum;
+}
 
 static ts_status reply_error(struct ts_conn *c, const struct ts_frame_hdr *req,
                              const struct ts_err *e)
@@ -79,8 +108,11 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
         return err->code;
     out.step = version;
     /* Straight from the partition, no copy: it cannot change before this rank pushes again
-     * (part.h), and the frame checksum would catch a torn read from a misbehaving client. */
-    return ts_frame_send(dc->c, &out, p->value, p->len * sizeof(float), err);
+     * (part.h), so neither can its hash; version is the partition's until then. */
+    if (!ts_frame_wants_hash(dc->c))
+        return ts_frame_send(dc->c, &out, p->value, p->len * sizeof(float), err);
+    return ts_frame_send_hashed(dc->c, &out, p->value, p->len * sizeof(float),
+                                pull_sum(dc->dp, p, version), err);
 }
 
 /* Names the connection's job. The reply (ACK or ERROR) tells the worker whether it exists. */
@@ -110,7 +142,8 @@ static void *conn_main(void *arg)
     while (buf && !atomic_load(&dp->stop)) {
         struct ts_frame_hdr h;
         struct ts_err err = { 0 };
-        ts_status st = ts_frame_recv(dc->c, &h, buf, TS_FRAME_MAX, 1000, &err);
+        const void *in = NULL;
+        ts_status st = ts_frame_recv_view(dc->c, &h, buf, TS_FRAME_MAX, 1000, &in, &err);
 
         if (st == TS_ETIMEDOUT)
             continue;
@@ -126,16 +159,18 @@ static void *conn_main(void *arg)
         if (h.type == TS_FRAME_PUSH) {
             if (dc->after_pull) /* a new step's pushes begin */
                 dc->push_refused = dc->after_pull = false;
-            st = on_push(dc, &h, buf, &err);
+            st = on_push(dc, &h, in, &err);
             dc->push_refused |= st != TS_OK;
         } else if (h.type == TS_FRAME_PULL) {
             dc->after_pull = true;
             st = on_pull(dc, &h, &err);
         }
         else if (h.type == TS_FRAME_HELLO)
-            st = on_hello(dc, &h, buf, &err);
+            st = on_hello(dc, &h, in, &err);
         else
             st = ts_err_set(&err, TS_EINVAL, "frame type %u is not a request", h.type);
+        /* Done with the payload: let the worker reuse its place in the ring. */
+        ts_frame_release(dc->c);
         if (st == TS_EUNAVAIL || st == TS_ECANCELLED)
             break;
         if (st && reply_error(dc->c, &h, &err))
@@ -224,6 +259,7 @@ ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const c
     memset(dp, 0, sizeof(*dp));
     dp->params = sp;
     pthread_mutex_init(&dp->mu, NULL);
+    pthread_mutex_init(&dp->sum_mu, NULL);
     for (size_t i = 0; ts_transports[i] && dp->n < DP_MAX_LISTENERS; i++) {
         const struct ts_transport_ops *ops = ts_transports[i];
         struct dp_listener *dl = &dp->listeners[dp->n];
@@ -256,4 +292,5 @@ void dataplane_stop(struct dataplane *dp)
     for (size_t i = 0; i < dp->n; i++)
         ts_tp_unlisten(dp->listeners[i].l);
     pthread_mutex_destroy(&dp->mu);
+    pthread_mutex_destroy(&dp->sum_mu);
 }

@@ -9,6 +9,7 @@
 #include "transport/transport.h"
 
 #define DP_MAX_LISTENERS 4
+#define DP_SUM_CACHE 1024           /* pull hashes remembered (dataplane.c pull_sum) */
 
 struct dataplane;
 
@@ -19,6 +20,11 @@ struct dp_listener {
     pthread_t thread;
 };
 
+struct dp_sum {
+    const struct ts_part *part;
+    uint64_t version, sum;
+};
+
 struct dataplane {
     struct shard_params *params;    /* borrowed */
     struct dp_listener listeners[DP_MAX_LISTENERS];
@@ -27,6 +33,8 @@ struct dataplane {
     struct dp_conn *conns;
     atomic_bool stop;
     atomic_uint_least64_t closed_in, closed_refused;   /* counters of connections gone */
+    pthread_mutex_t sum_mu;
+    struct dp_sum sums[DP_SUM_CACHE];
 };
 
 /* Frames received and refused so far, over every connection. */

@@ -47,24 +47,27 @@ static void assert_hdr_equal(const struct ts_frame_hdr *a, const struct ts_frame
     assert_int_equal(a->flags, b->flags);
     assert_true(a->len == b->len);
     assert_true(a->checksum == b->checksum);
+    assert_true(a->unhashed == b->unhashed);
 }
 
 /* ---- the pure encoder and decoder ---- */
 
 static void t_round_trip(void **state)
 {
-    struct ts_frame_hdr in[3] = { sample(), sample(), sample() }, out;
+    struct ts_frame_hdr in[4] = { sample(), sample(), sample(), sample() }, out;
     struct ts_err err = { 0 };
     uint8_t b[TS_FRAME_HDR_LEN];
 
     /* Every field at its largest value, then distinct bytes in every field. */
     in[1] = (struct ts_frame_hdr){ TS_FRAME_TYPE_MAX, UINT32_MAX, UINT32_MAX, UINT64_MAX,
                                    UINT16_MAX, UINT16_MAX, UINT32_MAX, UINT32_MAX, TS_FRAME_MAX,
-                                   UINT64_MAX };
+                                   UINT64_MAX, false };
     in[2] = (struct ts_frame_hdr){ TS_FRAME_ERROR, 0x01020304, 0x05060708,
                                    0x090a0b0c0d0e0f10ull, 0x1112, 0x1314, 0x15161718,
-                                   0x191a1b1c, 0x1d1e1f, 0x2122232425262728ull };
-    for (int i = 0; i < 3; i++) {
+                                   0x191a1b1c, 0x1d1e1f, 0x2122232425262728ull, false };
+    in[3].unhashed = true;                       /* a host-local frame: no hash */
+    in[3].checksum = 0;
+    for (int i = 0; i < 4; i++) {
         memset(&out, 0xee, sizeof(out));
         ts_frame_encode(&in[i], b);
         must(ts_frame_decode(b, &out, &err), &err, "decode");
@@ -77,13 +80,13 @@ static void t_golden_layout(void **state)
 {
     struct ts_frame_hdr h = { TS_FRAME_ERROR, 0x01020304, 0x05060708, 0x090a0b0c0d0e0f10ull,
                               0x1112, 0x1314, 0x15161718, 0x191a1b1c, 0x1d1e1f,
-                              0x2122232425262728ull };
+                              0x2122232425262728ull, false };
     static const uint8_t want[60] = {
         'T', 'S', 'F', '1', 1, 0, 6, 0,                       /* magic, version, type */
         0x04, 0x03, 0x02, 0x01, 0x08, 0x07, 0x06, 0x05,       /* tensor, partition */
         0x10, 0x0f, 0x0e, 0x0d, 0x0c, 0x0b, 0x0a, 0x09,       /* step */
         0x12, 0x11, 0x14, 0x13, 0x18, 0x17, 0x16, 0x15,       /* dtype, encoding, rank */
-        0x1c, 0x1b, 0x1a, 0x19, 0, 0, 0, 0,                   /* flags, reserved */
+        0x1c, 0x1b, 0x1a, 0x19, 0, 0, 0, 0,                   /* flags, frame flags */
         0x1f, 0x1e, 0x1d, 0, 0, 0, 0, 0,                      /* len */
         0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,       /* checksum */
         0, 0, 0, 0,                                           /* reserved */
@@ -162,9 +165,13 @@ static void t_field_messages(void **state)
     expect_refused(b, "type 7 unknown");
     h = sample();
     ts_frame_encode(&h, b);
-    b[36] = 1;
+    b[36] = 2;                                   /* bit 0 is UNHASHED; the rest reserved */
     reseal(b);
     expect_refused(b, "reserved");
+    ts_frame_encode(&h, b);
+    b[36] = 1;                                   /* unhashed, yet a checksum */
+    reseal(b);
+    expect_refused(b, "unhashed frame with a checksum");
     h.len = (uint64_t)TS_FRAME_MAX + 1;
     ts_frame_encode(&h, b);
     expect_refused(b, "length 268435457 over the maximum");
@@ -234,7 +241,11 @@ static void t_wire_ok(void **state)
         must(recv_one(&w, &got, &err), &err, "recv");
         want.len = lens[i];
         want.checksum = got.checksum;
+        want.unhashed = got.unhashed;
         assert_hdr_equal(&want, &got);
+        /* shm never leaves the host: no hash; tcp always hashes (docs/transport.md). */
+        assert_true(w.rx->local_in == (strcmp((const char *)*state, "shm") == 0));
+        assert_true(got.unhashed == w.rx->local_in && (got.checksum == 0) == got.unhashed);
     }
     assert_true(w.rx->frames_in == 4 && w.rx->frames_refused == 0);
     assert_true(w.rx->bytes_in == 4 * TS_FRAME_HDR_LEN + 1 + 4096 + CAP);
@@ -405,6 +416,144 @@ static void t_wire_interrupt_mid_frame(void **state)
     wire_close(&w);
 }
 
+/* TESSERA_FRAME_HASH=always hashes even where the path is host-local. */
+static void t_wire_hash_always(void **state)
+{
+    struct ts_fault_cfg cfg = { .kind = TS_FAULT_NONE };
+    struct wire w = wire_open(state, &cfg);
+    struct ts_frame_hdr got;
+    struct ts_err err = { 0 };
+
+    setenv("TESSERA_FRAME_HASH", "always", 1);
+    send_sample(&w, 4096, TS_OK);
+    unsetenv("TESSERA_FRAME_HASH");
+    must(recv_one(&w, &got, &err), &err, "recv");
+    assert_true(!got.unhashed && got.checksum != 0);
+    wire_close(&w);
+}
+
+/* A receiver whose own path leaves the host refuses an unhashed frame, whatever the sender
+ * claims: here the receiving side's local_in is cleared, as a backend between hosts sets it.
+ * And a sender that corrupts (fault CORRUPT) hashes even on a host-local path. */
+static void t_wire_unhashed_refused(void **state)
+{
+    struct ts_fault_cfg cfg = { .kind = TS_FAULT_NONE };
+    struct ts_fault_cfg never = { .kind = TS_FAULT_CORRUPT, .nth = UINT64_MAX };
+    struct wire w = wire_open(state, &cfg);
+    struct ts_frame_hdr got;
+    struct ts_err err = { 0 };
+    struct ts_conn *fc = NULL;
+    static uint8_t buf[CAP];
+
+    if (!w.rx->local_in) { /* tcp: hashed anyway, nothing unhashed to refuse */
+        wire_close(&w);
+        skip();
+    }
+    must(ts_fault_wrap(w.rx, &never, &fc, &err), &err, "wrap");
+    assert_true(fc->local_in && !fc->local_out && ts_frame_wants_hash(fc));
+    assert_false(ts_frame_wants_hash(w.tx));
+    w.rx = fc;                                    /* receives through it; closing closes both */
+    w.rx->local_in = false;
+    send_sample(&w, 4096, TS_OK);
+    assert_int_equal(ts_frame_recv(w.rx, &got, buf, sizeof(buf), 5000, &err), TS_ECORRUPT);
+    assert_non_null(strstr(err.msg, "unhashed payload on a connection that leaves the host"));
+    assert_true(w.rx->frames_refused == 1 && w.rx->frames_in == 0);
+    wire_close(&w);
+}
+
+/* ts_frame_recv_view: in place where the backend can (shm: also across the ring's end, thanks
+ * to its double mapping), into the buffer otherwise or when the payload exceeds the ring. */
+static const size_t view_lens[] = { 0, 1, 40000, 65536, 100000, 39999, 4096, 65535, 333 };
+#define VIEW_ROUNDS 3
+#define VIEW_N (sizeof(view_lens) / sizeof(view_lens[0]))
+
+struct view_tx {
+    struct ts_conn *c;
+    const uint8_t *src;
+    ts_status st;
+    struct ts_err err;
+};
+
+static void *view_tx_main(void *arg)
+{
+    struct view_tx *v = arg;
+
+    for (int r = 0; r < VIEW_ROUNDS && !v->st; r++)
+        for (size_t i = 0; i < VIEW_N && !v->st; i++) {
+            struct ts_frame_hdr h = sample();
+            v->st = ts_frame_send(v->c, &h, v->src + i, view_lens[i], &v->err);
+        }
+    return NULL;
+}
+
+static void t_wire_view(void **state)
+{
+    struct ts_fault_cfg cfg = { .kind = TS_FAULT_NONE };
+    uint8_t *src = malloc(100000 + VIEW_N), *buf = malloc(100000);
+    struct view_tx v = { 0 };
+    struct ts_frame_hdr got;
+    struct ts_err err = { 0 };
+    struct wire w;
+    const void *p;
+    pthread_t th;
+
+    setenv("TESSERA_SHM_RING", "65536", 1);     /* a small ring: payloads wrap around it */
+    w = wire_open(state, &cfg);
+    unsetenv("TESSERA_SHM_RING");
+    for (size_t i = 0; i < 100000 + VIEW_N; i++)
+        src[i] = (uint8_t)(i * 131 + 17);
+    v.c = w.tx;
+    v.src = src;
+    assert_int_equal(pthread_create(&th, NULL, view_tx_main, &v), 0);
+    for (int r = 0; r < VIEW_ROUNDS; r++)
+        for (size_t i = 0; i < VIEW_N; i++) {
+            must(ts_frame_recv_view(w.rx, &got, buf, 100000, 5000, &p, &err), &err, "view");
+            assert_true(got.len == view_lens[i]);
+            if (got.len)
+                assert_memory_equal(p, src + i, got.len);
+            assert_true((p == buf) == (!w.rx->view_max || got.len == 0 ||
+                                        got.len > w.rx->view_max));
+            ts_frame_release(w.rx);
+        }
+    pthread_join(th, NULL);
+    must(v.st, &v.err, "send");
+    assert_true(w.rx->frames_in == VIEW_ROUNDS * VIEW_N && w.rx->frames_refused == 0);
+    wire_close(&w);
+    free(src);
+    free(buf);
+}
+
+/* Views refuse what copies refuse: a corrupted payload (hashed, the wrapper corrupts) and a
+ * payload torn by a hang-up (unhashed: the bytes never all arrive). */
+static void t_wire_view_refuses(void **state)
+{
+    struct ts_fault_cfg flip = { .kind = TS_FAULT_CORRUPT, .nth = 1,
+                                 .offset = TS_FRAME_HDR_LEN + 10 };
+    struct ts_fault_cfg cut = { .kind = TS_FAULT_TRUNCATE, .nth = 1,
+                                .keep = TS_FRAME_HDR_LEN + 1000 };
+    static uint8_t buf[CAP];
+    struct ts_frame_hdr got;
+    struct ts_err err = { 0 };
+    const void *p = NULL;
+    struct wire w = wire_open(state, &flip);
+
+    send_sample(&w, 4096, TS_OK);
+    assert_int_equal(ts_frame_recv_view(w.rx, &got, buf, sizeof(buf), 5000, &p, &err),
+                     TS_ECORRUPT);
+    assert_non_null(strstr(err.msg, "payload checksum mismatch"));
+    assert_true(w.rx->frames_refused == 1 && w.rx->view_held == 0);
+    wire_close(&w);
+
+    w = wire_open(state, &cut);   /* on shm the cut frame is unhashed */
+    send_sample(&w, 4096, TS_EUNAVAIL);
+    ts_err_clear(&err);
+    assert_int_equal(ts_frame_recv_view(w.rx, &got, buf, sizeof(buf), 5000, &p, &err),
+                     TS_EUNAVAIL);
+    assert_non_null(strstr(err.msg, "torn"));
+    assert_true(w.rx->frames_refused == 1 && w.rx->frames_in == 0);
+    wire_close(&w);
+}
+
 #define BOTH(f) { #f "/tcp", f, NULL, NULL, "tcp" }, { #f "/shm", f, NULL, NULL, "shm" }
 
 int main(void)
@@ -422,6 +571,10 @@ int main(void)
         BOTH(t_wire_drop),
         BOTH(t_send_refuses),
         BOTH(t_wire_interrupt_mid_frame),
+        BOTH(t_wire_hash_always),
+        BOTH(t_wire_unhashed_refused),
+        BOTH(t_wire_view),
+        BOTH(t_wire_view_refuses),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

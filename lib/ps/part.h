@@ -57,7 +57,7 @@ struct ts_part {
     float *state;               /* ts_optim_state_len * len */
     int64_t *acc_fixed;         /* exact mode */
     float *acc_f32;             /* otherwise */
-    float *grad;                /* scratch for the applied gradient */
+    float *grad;                /* scratch: one block of the applied gradient */
     uint8_t *pushed;            /* per rank: pushed this step */
     uint32_t npushed;
     /* Snapshot capture (ts_part_arm): a copy of value and state taken when version reaches

@@ -214,18 +214,24 @@ static void adam(const struct ts_optim_cfg *c, uint64_t step, float *restrict p,
     }
 }
 
-void ts_optim_apply(const struct ts_optim_cfg *cfg, uint64_t step, float *param, float *state,
-                    const float *grad, size_t n)
+void ts_optim_apply_range(const struct ts_optim_cfg *cfg, uint64_t step, float *param,
+                          float *state, size_t n, size_t off, const float *grad, size_t len)
 {
     switch (cfg->kind) {
     case TS_OPTIM_SGD:
-        sgd(cfg, param, grad, n);
+        sgd(cfg, param + off, grad, len);
         break;
     case TS_OPTIM_MOMENTUM:
-        momentum(cfg, param, state, grad, n);
+        momentum(cfg, param + off, state + off, grad, len);
         break;
     case TS_OPTIM_ADAM:
-        adam(cfg, step, param, state, state + n, grad, n);
+        adam(cfg, step, param + off, state + off, state + n + off, grad, len);
         break;
     }
+}
+
+void ts_optim_apply(const struct ts_optim_cfg *cfg, uint64_t step, float *param, float *state,
+                    const float *grad, size_t n)
+{
+    ts_optim_apply_range(cfg, step, param, state, n, 0, grad, n);
 }

@@ -103,5 +103,10 @@ ts_status ts_optim_parse(const char *spec, struct ts_optim_cfg *cfg,
  * it per partition gives the bits of applying it to the whole tensor. */
 void ts_optim_apply(const struct ts_optim_cfg *cfg, uint64_t step, float *param, float *state,
                     const float *grad, size_t n);
+/* The same update on elements [off, off + len) of arrays of n, with grad holding just those
+ * len gradients: the bits of ts_optim_apply, a block at a time (lib/ps applies in blocks that
+ * stay in cache). */
+void ts_optim_apply_range(const struct ts_optim_cfg *cfg, uint64_t step, float *param,
+                          float *state, size_t n, size_t off, const float *grad, size_t len);
 
 #endif

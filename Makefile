@@ -19,10 +19,10 @@ CTEST_ARGS ?=
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler xxd libxxhash-dev libcmocka-dev \
              libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist libzstd-dev
-DEB_TEST := python3 python3-grpcio python3-protobuf clang libclang-rt-14-dev
+DEB_TEST := python3 python3-grpcio python3-protobuf python3-scipy clang libclang-rt-14-dev
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_rpc test_tensor test_part \
-              test_frame test_transport test_mlp test_data test_store \
+              test_frame test_transport test_mlp test_data test_store test_verify \
               test_snapshot
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -93,6 +93,7 @@ bench: build
 	$(BUILD)/bin/bench_pushpull --exact --out bench/results/pushpull.json
 	/usr/bin/python3 bench/train.py --bin $(BUILD)/bin --out bench/results/train.json
 	$(BUILD)/bin/bench_snapshot --out bench/results/snapshot.json
+	$(BUILD)/bin/bench_verify --out bench/results/verify.json
 
 FAULT_TRIALS ?= 24
 test-fault: build

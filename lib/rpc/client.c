@@ -170,9 +170,9 @@ static grpc_status_code attempt(struct ts_rpc_channel *c, const char *method,
     return code;
 }
 
-ts_status ts_rpc_unary(struct ts_rpc_channel *c, const char *method, const ProtobufCMessage *req,
+static ts_status unary(struct ts_rpc_channel *c, const char *method, const ProtobufCMessage *req,
                        const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
-                       int deadline_ms, struct ts_err *err)
+                       int deadline_ms, bool retry, struct ts_err *err)
 {
     int64_t now = ts_now_ms(), deadline = now + (deadline_ms > 0 ? deadline_ms : 1);
     int64_t backoff = 20;
@@ -190,7 +190,7 @@ ts_status ts_rpc_unary(struct ts_rpc_channel *c, const char *method, const Proto
         now = ts_now_ms();
         /* Jitter in [backoff/2, backoff) keeps a restarted master from a thundering herd. */
         sleep_ms = backoff / 2 + (int64_t)((uint64_t)rand() % (uint64_t)(backoff / 2 + 1));
-        if (code != GRPC_STATUS_UNAVAILABLE || now + sleep_ms >= deadline) {
+        if (code != GRPC_STATUS_UNAVAILABLE || now + sleep_ms >= deadline || !retry) {
             if (code != GRPC_STATUS_OK)
                 ts_err_set(err, e.code, "%s", e.msg);
             break;
@@ -200,6 +200,21 @@ ts_status ts_rpc_unary(struct ts_rpc_channel *c, const char *method, const Proto
     }
     grpc_byte_buffer_destroy(packed);
     return ts_rpc_status_from_code(code);
+}
+
+ts_status ts_rpc_unary(struct ts_rpc_channel *c, const char *method, const ProtobufCMessage *req,
+                       const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                       int deadline_ms, struct ts_err *err)
+{
+    return unary(c, method, req, resp_desc, resp, deadline_ms, true, err);
+}
+
+ts_status ts_rpc_unary_once(struct ts_rpc_channel *c, const char *method,
+                            const ProtobufCMessage *req,
+                            const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                            int deadline_ms, struct ts_err *err)
+{
+    return unary(c, method, req, resp_desc, resp, deadline_ms, false, err);
 }
 
 ts_status ts_rpc_stream_open(struct ts_rpc_channel *c, const char *method,

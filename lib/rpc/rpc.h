@@ -149,6 +149,14 @@ ts_status ts_rpc_unary(struct ts_rpc_channel *ch, const char *method, const Prot
                        const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                        int deadline_ms, struct ts_err *err) TS_MUST_CHECK;
 
+/* ts_rpc_unary without the retry: one attempt, UNAVAILABLE returned at once. For a long call
+ * to a peer that may die meanwhile (a snapshot write), where retrying until the deadline
+ * would only hold the caller. */
+ts_status ts_rpc_unary_once(struct ts_rpc_channel *ch, const char *method,
+                            const ProtobufCMessage *req,
+                            const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                            int deadline_ms, struct ts_err *err) TS_MUST_CHECK;
+
 /* A server-streaming call: sends req, then ts_rpc_stream_read() returns the responses. No retry
  * (a stream may have been partly consumed). The caller owns *out: ts_rpc_stream_free(). */
 ts_status ts_rpc_stream_open(struct ts_rpc_channel *ch, const char *method,

@@ -37,6 +37,8 @@ static void shards_free(struct shards *s)
     memset(s, 0, sizeof(*s));
 }
 
+/* One call, not retried: a shard that is gone fails the snapshot at once (the previous one
+ * stays), and the master can stop instead of retrying until a deadline. */
 static ts_status shard_call(struct ts_rpc_channel *ch, const char *method,
                             const ProtobufCMessage *req, const ProtobufCMessageDescriptor *d,
                             void *resp, int ms, struct ts_err *err)
@@ -44,7 +46,7 @@ static ts_status shard_call(struct ts_rpc_channel *ch, const char *method,
     char full[96];
 
     snprintf(full, sizeof(full), "/tessera.v1.Shard/%s", method);
-    return ts_rpc_unary(ch, full, req, d, (ProtobufCMessage **)resp, ms, err);
+    return ts_rpc_unary_once(ch, full, req, d, (ProtobufCMessage **)resp, ms, err);
 }
 
 /* Finds the alive shards, the job (job "": the only one) and the span of its versions. */

@@ -13,6 +13,14 @@ int cmd_status(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+
+struct ts_store;
+/* Opens the snapshot store: store (a directory), else the one the master at master (NULL:
+ * the default address) reports. Prints what went wrong as `tessera CMD: ...`; returns 0, or 2
+ * (usage or I/O) with *s untouched. */
+int cli_open_store(const char *cmd, const char *store, const char *master, int timeout_ms,
+                   struct ts_store **s);
 
 /* What `tessera train` (and `tessera demo`) run (train.c). */
 struct train_cli {

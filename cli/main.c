@@ -13,6 +13,7 @@ static const struct {
     { "status", cmd_status, "show the cluster: epoch, shards, workers" },
     { "train", cmd_train, "train the built-in MLP on Fashion-MNIST (N workers, or --local)" },
     { "snapshot", cmd_snapshot, "snapshots: create, list, log, show, diff, rollback, gc, fsck" },
+    { "verify", cmd_verify, "audit model state: compare snapshots or files (bits, cosine, dist)" },
     { "demo", cmd_demo, "start a local cluster, show it, stop it (what `make demo` runs)" },
     { NULL, NULL, NULL },
 };

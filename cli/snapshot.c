@@ -39,37 +39,39 @@ static void when(int64_t unix_ms, char *out, size_t n)
     strftime(out, n, "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&t, &tm));
 }
 
-/* The store: --store, else the master's. */
-static int open_store(const char *sub, const struct snap_opts *o, struct ts_store **s)
+/* The store: --store, else the master's (cli.h). */
+int cli_open_store(const char *cmd, const char *store, const char *master, int timeout_ms,
+                   struct ts_store **s)
 {
     char dir[1024] = "";
     struct ts_err err = { 0 };
 
-    if (o->store) {
-        snprintf(dir, sizeof(dir), "%s", o->store);
+    if (store) {
+        snprintf(dir, sizeof(dir), "%s", store);
     } else {
-        const char *addr = ts_master_default_addr(o->master);
+        const char *addr = ts_master_default_addr(master);
         Tessera__V1__ClusterStatusResponse *cs = NULL;
         struct ts_master *m = NULL;
 
-        if (ts_master_open(addr, &m, &err) ||
-            ts_master_status(m, (int)o->timeout_ms, &cs, &err)) {
+        if (ts_master_open(addr, &m, &err) || ts_master_status(m, timeout_ms, &cs, &err)) {
             ts_master_close(m);
-            fprintf(stderr, "tessera snapshot %s: %s\n(give --store DIR to read a store without "
-                            "a cluster)\n", sub, err.msg);
+            fprintf(stderr, "tessera %s: %s\n(give --store DIR to read a store without a "
+                            "cluster)\n", cmd, err.msg);
             return 2;
         }
         snprintf(dir, sizeof(dir), "%s", cs->store);
         tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
         ts_master_close(m);
         if (!dir[0]) {
-            fprintf(stderr, "tessera snapshot %s: the master at %s runs without a store "
-                            "(tessera up --store DIR)\n", sub, addr);
+            fprintf(stderr, "tessera %s: the master at %s runs without a store (tessera up "
+                            "--store DIR)\n", cmd, addr);
             return 2;
         }
     }
-    if (ts_store_open(dir, NULL, s, &err))
-        return fail(sub, &err);
+    if (ts_store_open(dir, NULL, s, &err)) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, err.msg);
+        return 2;
+    }
     return 0;
 }
 
@@ -694,7 +696,10 @@ int cmd_snapshot(int argc, char **argv)
         return gc_via_master(&o);
     for (int i = 0; subs[i].name; i++)
         if (strcmp(sub, subs[i].name) == 0) {
-            if ((rc = open_store(sub, &o, &s)))
+            char cmd[64];
+
+            snprintf(cmd, sizeof(cmd), "snapshot %s", sub);
+            if ((rc = cli_open_store(cmd, o.store, o.master, (int)o.timeout_ms, &s)))
                 return rc;
             rc = strcmp(sub, "list") == 0       ? do_list(s, &o)
                  : strcmp(sub, "log") == 0      ? do_log(s, &o)

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define H1 256
-#define H2 128
+#define H1 TS_MLP_H1
+#define H2 TS_MLP_H2
 #define NC TS_MLP_CLASSES
 
 /* Per-sample row widths of the scratch arrays, in the order they are carved from one block. */
@@ -247,4 +247,19 @@ int ts_mlp_eval(struct ts_mlp *m, float *const params[TS_MLP_NTENSORS], const fl
     if (loss_sum)
         *loss_sum = loss;
     return correct;
+}
+
+int ts_mlp_forward(struct ts_mlp *m, float *const params[TS_MLP_NTENSORS], const float *x, int n,
+                   float *h1, float *h2, float *logits)
+{
+    if (n < 0 || n > m->max_batch)
+        return -1;
+    forward(m, params, x, n);
+    if (h1)
+        memcpy(h1, m->h1, (size_t)n * H1 * sizeof(float));
+    if (h2)
+        memcpy(h2, m->h2, (size_t)n * H2 * sizeof(float));
+    if (logits)
+        memcpy(logits, m->z, (size_t)n * NC * sizeof(float));
+    return 0;
 }

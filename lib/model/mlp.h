@@ -70,4 +70,12 @@ double ts_mlp_grad(struct ts_mlp *m, float *const params[TS_MLP_NTENSORS], const
 int ts_mlp_eval(struct ts_mlp *m, float *const params[TS_MLP_NTENSORS], const float *x,
                 const uint8_t *y, int n, double *loss_sum);
 
+/* Forward only, n <= max_batch samples: copies each layer's outputs, those wanted (NULL: not),
+ * into h1 (n x 256, after ReLU), h2 (n x 128, after ReLU) and logits (n x 10). For audits that
+ * compare two models layer by layer (tessera verify). Returns -1 if n is out of range. */
+int ts_mlp_forward(struct ts_mlp *m, float *const params[TS_MLP_NTENSORS], const float *x, int n,
+                   float *h1, float *h2, float *logits);
+#define TS_MLP_H1 256
+#define TS_MLP_H2 128
+
 #endif

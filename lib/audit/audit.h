@@ -1,0 +1,91 @@
+/* audit.h - compares two model states at three levels: bits, cosine, distributions.
+ *
+ * What `tessera verify compare` (and the verify service, later) runs. A model state is a list
+ * of named float32 tensors, loaded from a snapshot in a store (by any ref name), a NumPy .npy
+ * file or a raw little-endian float32 file. The comparison uses lib/verify's numbers:
+ * - bits: per tensor, lib/verify's block comparison (count of differing elements, max ULP,
+ *   abs and rel difference, first differing index with both values, blocks differing);
+ * - cosine: per tensor; and when both states are the built-in MLP, per layer output on a probe
+ *   batch (the first `probe` test images of Fashion-MNIST);
+ * - dist: for the MLP, the distribution of its logits on the probe batch (KS, PSI, Jensen-
+ *   Shannon of the predicted classes, mean/std, histogram, accuracy of each); for anything
+ *   else, the distribution of all values.
+ * Each level passes or fails by documented rules (docs/verify.md); the report says which.
+ * Ownership: ts_audit_load fills a state the caller frees with ts_audit_state_free; a report is
+ * freed with ts_audit_report_free. Threads: no shared state. Errors name the input. */
+#ifndef TS_AUDIT_AUDIT_H
+#define TS_AUDIT_AUDIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/store.h"
+#include "util/err.h"
+#include "verify/verify.h"
+
+struct ts_audit_tensor_data {
+    char name[129];
+    uint64_t numel;
+    float *v;
+};
+
+struct ts_audit_state {
+    char label[160];                 /* "snapshot 3f2a9c... (step 24)", "a.npy" */
+    size_t n;
+    struct ts_audit_tensor_data *t;
+};
+
+/* Loads spec: an existing file (.npy, else raw float32: one tensor named after the file), or
+ * else a snapshot ref resolved in store (which may then not be NULL). TS_ENOTFOUND names spec. */
+TS_MUST_CHECK ts_status ts_audit_load(const char *spec, struct ts_store *store,
+                                      struct ts_audit_state *out, struct ts_err *err);
+void ts_audit_state_free(struct ts_audit_state *s);
+
+enum { TS_AUDIT_BITS = 1, TS_AUDIT_COSINE = 2, TS_AUDIT_DIST = 4, TS_AUDIT_ALL = 7 };
+
+struct ts_audit_opts {
+    int levels;            /* TS_AUDIT_* mask; 0: all */
+    double cosine_min;     /* 0: TS_VERIFY_COSINE_MIN_F32 */
+    double alpha;          /* dist fails when the KS p-value is below it; 0: 0.01 */
+    double psi_max;        /* dist fails when PSI is above it; 0: 0.1 */
+    int probe;             /* MLP probe images; 0: 1000 */
+    const char *data_dir;  /* Fashion-MNIST; NULL: TS_FMNIST_DIR */
+};
+
+struct ts_audit_tensor {
+    const char *name;            /* borrowed from a state */
+    uint64_t numel;
+    bool only_a, only_b, shape_differs;
+    struct ts_verify_bits bits;  /* valid unless only_a/only_b/shape_differs */
+    double cosine;
+};
+
+#define TS_AUDIT_HIST_BINS 20
+
+struct ts_audit_report {
+    struct ts_audit_tensor *tensors;
+    size_t n;
+    bool model;                  /* both states are the MLP: layers and dist are on outputs */
+    double layer_cosine[3];      /* h1, h2, logits on the probe batch */
+    int probe;
+    double accuracy_a, accuracy_b;
+    const char *dist_of;         /* "logits" or "values" */
+    struct ts_verify_ks ks;
+    double psi, js_distance, mean_a, std_a, mean_b, std_b;
+    double edges[TS_AUDIT_HIST_BINS + 1];
+    uint64_t hist_a[TS_AUDIT_HIST_BINS], hist_b[TS_AUDIT_HIST_BINS];
+    bool pass_bits, pass_cosine, pass_dist, pass;
+    int levels;
+};
+
+/* Compares a and b at o->levels. TS_OK means the comparison ran (pass or not: see report).
+ * Errors: TS_ENOMEM, TS_ENOTFOUND (the probe data), TS_EINVAL (values the statistics cannot
+ * take, e.g. NaN in dist). */
+TS_MUST_CHECK ts_status ts_audit_compare(const struct ts_audit_state *a,
+                                         const struct ts_audit_state *b,
+                                         const struct ts_audit_opts *o,
+                                         struct ts_audit_report *r, struct ts_err *err);
+void ts_audit_report_free(struct ts_audit_report *r);
+
+#endif

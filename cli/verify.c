@@ -11,6 +11,8 @@
 
 #include "audit/audit.h"
 #include "cli.h"
+#include "data/data.h"
+#include "snapshot/snapshot.h"
 #include "util/flags.h"
 #include "util/json.h"
 
@@ -164,6 +166,80 @@ static void print_json(const struct ts_audit_state *a, const struct ts_audit_sta
     ts_json_fini(&j);
 }
 
+/* `tessera verify data DIR REF`: the data in DIR against the map in snapshot REF. */
+static int verify_data(const char *dir, const char *ref, struct ts_store *s, bool json)
+{
+    struct ts_dataset d = { 0 };
+    struct ts_data_checksum *cs = NULL;
+    uint8_t id[TS_STORE_ID_LEN];
+    ts_manifest *m = NULL;
+    struct ts_err err = { 0 };
+    size_t n = 0, bad = 0, missing = 0;
+    struct ts_json j;
+
+    if (!s) {
+        fprintf(stderr, "tessera verify data: which store? (--store DIR or --master ADDR)\n");
+        return 2;
+    }
+    if (ts_snap_resolve(s, ref, id, NULL, &err) || ts_manifest_load(s, id, &m, &err) ||
+        ts_fmnist_load(dir, true, &d, &err)) {
+        fprintf(stderr, "tessera verify data: %s\n", err.msg);
+        ts_manifest_free(m);
+        return 2;
+    }
+    if (!m->n_data_checksums) {
+        fprintf(stderr, "tessera verify data: snapshot %s holds no data checksums (taken before "
+                        "workers checked their data?)\n", ref);
+        ts_manifest_free(m);
+        ts_data_free(&d);
+        return 2;
+    }
+    n = ts_data_checksum_count(&d);
+    cs = calloc(n + 1, sizeof(*cs));
+    if (cs)
+        ts_data_checksums(&d, "train", cs);
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_arr(&j, "mismatches");
+    for (size_t i = 0; cs && i < n; i++) {
+        const Tessera__V1__Manifest__DataChecksumsEntry *e = NULL;
+        for (size_t k = 0; k < m->n_data_checksums && !e; k++)
+            if (strcmp(m->data_checksums[k]->key, cs[i].name) == 0)
+                e = m->data_checksums[k];
+        if (e && memcmp(e->value.data, cs[i].sha256, 32) == 0)
+            continue;
+        missing += !e;
+        bad += e != NULL;
+        if (json) {
+            ts_json_obj(&j, NULL);
+            ts_json_str(&j, "partition", cs[i].name);
+            ts_json_str(&j, "file", cs[i].file);
+            ts_json_str(&j, "problem", e ? "differs" : "not in the snapshot's map");
+            ts_json_end(&j);
+        } else {
+            printf("MISMATCH %s (%s/%s): %s\n", cs[i].name, dir, cs[i].file,
+                   e ? "SHA-256 differs from the snapshot's" : "not in the snapshot's map");
+        }
+    }
+    ts_json_end(&j);
+    ts_json_uint(&j, "partitions", n);
+    ts_json_uint(&j, "snapshot_partitions", m->n_data_checksums);
+    ts_json_bool(&j, "pass", cs && !bad && !missing && n == m->n_data_checksums);
+    ts_json_end(&j);
+    if (json)
+        printf("%s\n", j.buf);
+    else
+        printf("data: %zu partitions of %s checked against snapshot %s: %zu differ, %zu "
+               "unknown -> %s\n", n, dir, ref, bad, missing,
+               !bad && !missing && n == m->n_data_checksums ? "PASS" : "FAIL");
+    ts_json_fini(&j);
+    free(cs);
+    ts_data_free(&d);
+    bool pass = !bad && !missing && n == m->n_data_checksums;
+    ts_manifest_free(m);
+    return pass ? 0 : 1;
+}
+
 int cmd_verify(int argc, char **argv)
 {
     const char *store = NULL, *master = NULL, *level = NULL, *data = NULL;
@@ -203,15 +279,28 @@ int cmd_verify(int argc, char **argv)
         fprintf(stderr, "tessera verify: %s\n", err.msg);
         return 2;
     }
+    if (!help && npos == 3 && strcmp(pos[0], "data") == 0) {
+        int rc2;
+
+        if ((store || master) &&
+            (rc2 = cli_open_store("verify", store, master, (int)timeout_ms, &s)))
+            return rc2;
+        rc2 = verify_data(pos[1], pos[2], s, json);
+        ts_store_close(s);
+        return rc2;
+    }
     if (help || npos != 3 || strcmp(pos[0], "compare") != 0) {
         FILE *f = help ? stdout : stderr;
-        ts_flags_usage(f, "tessera verify compare A B [options]",
+        ts_flags_usage(f, "tessera verify compare A B [options]\n       tessera verify data "
+                          "DIR REF --store S [--json]",
                        "Audits two model states and says whether they are the same, or how\n"
                        "they differ: bits (every element, ULP, first difference), cosine (per\n"
                        "tensor, and per layer output on probe images for the built-in MLP),\n"
                        "dist (KS, PSI, Jensen-Shannon of the outputs, or of the values).\n"
                        "A and B: snapshot refs (with --store or --master) or files (.npy,\n"
-                       "raw float32). Exit 0: the audit passes; 1: it fails; 2: usage or I/O.",
+                       "raw float32). `verify data` re-hashes the training data in DIR and\n"
+                       "checks it against snapshot REF's data-checksum map.\n"
+                       "Exit 0: the audit passes; 1: it fails; 2: usage or I/O.",
                        flags);
         return help ? 0 : 2;
     }

@@ -86,6 +86,19 @@ int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tesser
 int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *const *params,
                  struct tessera_error *err);
 
+/* Data checksums (docs/verify.md): before training, a worker sends the SHA-256 of every data
+ * partition it loaded; the master compares them with the job's map (the restored snapshot's,
+ * else the first worker's) and refuses a mismatch with TESSERA_ESTATE, the message naming the
+ * partition and its file. reference (may be NULL) receives whose map matched ("rank 0",
+ * "snapshot 3f2a..."). A local run has nothing to compare with: TESSERA_OK, "local". */
+struct tessera_data_checksum {
+    const char *name;        /* "train-images[0:1000)" */
+    const char *file;        /* "train-images-idx3-ubyte.gz" */
+    unsigned char sha256[32];
+};
+int tessera_check_data(tessera *t, const struct tessera_data_checksum *cs, size_t n,
+                       char *reference, size_t reference_len, struct tessera_error *err);
+
 /* Exact mode helpers: out = fixed(g); acc += x; acc += fixed(g) in one pass (the fastest way
  * to add one micro-batch's gradient). Each refuses a value or sum out of range and then
  * changes nothing. */

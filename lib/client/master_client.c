@@ -93,6 +93,13 @@ ts_status ts_master_shard_map(struct ts_master *m, Tessera__V1__ShardMap **out,
                 TS_MASTER_CALL_MS, err);
 }
 
+ts_status ts_master_check_data(struct ts_master *m, const Tessera__V1__CheckDataRequest *req,
+                               Tessera__V1__CheckDataResponse **out, struct ts_err *err)
+{
+    return CALL(m, "CheckData", req, &tessera__v1__check_data_response__descriptor, out,
+                TS_MASTER_CALL_MS, err);
+}
+
 /* ---- membership ---- */
 
 static void set_epoch(struct ts_membership *ms, uint64_t epoch)

@@ -352,6 +352,51 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
     return ok(e);
 }
 
+int tessera_check_data(tessera *t, const struct tessera_data_checksum *cs, size_t n,
+                       char *reference, size_t reference_len, struct tessera_error *e)
+{
+    Tessera__V1__CheckDataRequest req = TESSERA__V1__CHECK_DATA_REQUEST__INIT;
+    Tessera__V1__CheckDataResponse *r = NULL;
+    Tessera__V1__DataChecksum *items, **ptrs;
+    struct ts_err err = { 0 };
+    ts_status st;
+
+    if (t->local) {
+        if (reference && reference_len)
+            snprintf(reference, reference_len, "local");
+        return ok(e);
+    }
+    items = calloc(n + 1, sizeof(*items));
+    ptrs = calloc(n + 1, sizeof(*ptrs));
+    if (!items || !ptrs) {
+        free(items);
+        free(ptrs);
+        ts_err_set(&err, TS_ENOMEM, "out of memory");
+        return fail(e, &err);
+    }
+    for (size_t i = 0; i < n; i++) {
+        Tessera__V1__DataChecksum init = TESSERA__V1__DATA_CHECKSUM__INIT;
+        items[i] = init;
+        items[i].name = (char *)cs[i].name;
+        items[i].file = (char *)(cs[i].file ? cs[i].file : "");
+        items[i].sha256.data = (uint8_t *)cs[i].sha256;
+        items[i].sha256.len = 32;
+        ptrs[i] = &items[i];
+    }
+    req.job = t->job.id;
+    req.rank = t->rank;
+    req.checksums = ptrs;
+    req.n_checksums = n;
+    st = ts_master_check_data(t->master, &req, &r, &err);
+    if (!st && reference && reference_len)
+        snprintf(reference, reference_len, "%s", r->reference);
+    if (r)
+        tessera__v1__check_data_response__free_unpacked(r, NULL);
+    free(items);
+    free(ptrs);
+    return st ? fail(e, &err) : ok(e);
+}
+
 uint64_t tessera_version(const tessera *t, int id)
 {
     return id >= 0 && id < t->ntensors ? t->tensors[id]->version : 0;

@@ -61,4 +61,21 @@ void ts_schedule_perm(const struct ts_schedule *s, uint32_t epoch, uint32_t *per
 uint32_t ts_schedule_micro(const struct ts_schedule *s, uint32_t rank, uint32_t workers,
                            uint32_t *first);
 
+/* ---- data checksums (docs/verify.md) ---- */
+
+#define TS_DATA_PARTITION 1000    /* samples per data partition */
+
+struct ts_data_checksum {
+    char name[64];            /* "train-images[12000:13000)", "train-labels[...)" */
+    char file[64];            /* the file it comes from: "train-images-idx3-ubyte.gz" */
+    uint8_t sha256[32];       /* of the decoded samples: pixels as float32 LE, labels as bytes */
+};
+
+/* The number of checksums ts_data_checksums gives for d: two per TS_DATA_PARTITION samples
+ * (images and labels), the last partition shorter. */
+size_t ts_data_checksum_count(const struct ts_dataset *d);
+/* SHA-256 of every data partition of d, loaded from set "train" or "t10k", into out
+ * (ts_data_checksum_count(d) entries, caller's), in order. */
+void ts_data_checksums(const struct ts_dataset *d, const char *set, struct ts_data_checksum *out);
+
 #endif

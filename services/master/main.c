@@ -92,8 +92,10 @@ int main(int argc, char **argv)
                         "DIR\n");
         return 2;
     }
+    datamap_init(&m.data);
     if (ts_members_create(&cfg, &m.members, &err) ||
-        snapper_open(&m.snap, m.members, store, restore, branch, (uint32_t)every, &err))
+        snapper_open(&m.snap, m.members, &m.data, store, restore, branch, (uint32_t)every,
+                     &err))
         goto out;
     ts_master_service.ctx = &m;
     if (ts_rpc_server_create(&(struct ts_rpc_server_opts){ .listen = listen,
@@ -119,6 +121,7 @@ out:
         ts_log(TS_ERROR, "master", "%s", err.msg);
     ts_rpc_server_free(srv);
     snapper_close(&m.snap);
+    datamap_fini(&m.data);
     ts_members_free(m.members);
     return rc;
 }

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "datamap.h"
 #include "members.h"
 #include "rpc/rpc.h"
 #include "snapshot.h"
@@ -13,6 +14,7 @@ struct master {
     int64_t started_ms;
     int64_t lease_ms;               /* the default lease: the reaper checks 20 times one */
     struct snapper snap;            /* snapshots (store NULL without --store) */
+    struct datamap data;            /* data checksums per job */
 };
 
 /* tessera.v1.Master; its ctx must be set to a struct master * before ts_rpc_server_add. */

@@ -249,6 +249,22 @@ static ts_status collect_garbage(struct ts_rpc_call *call, const ProtobufCMessag
     return st;
 }
 
+static ts_status check_data(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                            ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__CheckDataRequest *req = (const void *)rq;
+    Tessera__V1__CheckDataResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    char source[96];
+    ts_status st = datamap_check(&m->data, req, source, sizeof(source), err);
+
+    if (st)
+        return st;
+    resp->reference = ts_rpc_strdup(call, source);
+    resp->partitions = (uint32_t)req->n_checksums;
+    return TS_OK;
+}
+
 #define M(name, fn, rq, rs) \
     { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor, 0 }
 static const struct ts_rpc_method master_methods[] = {
@@ -258,6 +274,7 @@ static const struct ts_rpc_method master_methods[] = {
     M("Deregister", deregister, deregister_request, deregister_response),
     M("GetShardMap", get_shard_map, get_shard_map_request, shard_map),
     M("ClusterStatus", cluster_status, cluster_status_request, cluster_status_response),
+    M("CheckData", check_data, check_data_request, check_data_response),
     { "CreateSnapshot", create_snapshot, &tessera__v1__create_snapshot_request__descriptor,
       &tessera__v1__create_snapshot_response__descriptor, TS_RPC_OWN_THREAD },
     { "CollectGarbage", collect_garbage, &tessera__v1__collect_garbage_request__descriptor,

@@ -302,6 +302,7 @@ static ts_status take(struct snapper *sn, const char *job, const char *message, 
     int64_t until = ts_now_ms() + timeout_ms;
     uint64_t maxv = 0;
     void *mem = NULL;
+    Tessera__V1__Manifest__DataChecksumsEntry **dc = NULL;
     bool past = true;
     struct ts_err e = { 0 };
     ts_status st;
@@ -345,6 +346,9 @@ static ts_status take(struct snapper *sn, const char *job, const char *message, 
     sched.micro_batch = m.job->micro_batch;
     sched.next_step = step;
     m.schedule = &sched;
+    if ((st = datamap_manifest(sn->data, job_id, &dc, &m.n_data_checksums, err)))
+        goto out;
+    m.data_checksums = dc;
     *written = 0;
     for (size_t i = 0; i < s.n; i++)
         *written += s.got[i]->bytes_written;
@@ -371,6 +375,7 @@ static ts_status take(struct snapper *sn, const char *job, const char *message, 
            " bytes written, %s", hex, job_id, step, m.n_tensors, *written, sn->branch);
 out:
     free(mem);
+    free(dc);
     shards_free(&s);
     return st;
 }
@@ -517,7 +522,8 @@ static ts_status settle_branch(struct snapper *sn, const char *restore, const ch
     return ts_store_head_set(sn->store, sn->branch, err);
 }
 
-ts_status snapper_open(struct snapper *sn, struct ts_members *members, const char *dir,
+ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct datamap *data,
+                       const char *dir,
                        const char *restore, const char *branch, uint32_t every,
                        struct ts_err *err)
 {
@@ -527,6 +533,7 @@ ts_status snapper_open(struct snapper *sn, struct ts_members *members, const cha
     pthread_mutex_init(&sn->mu, NULL);
     pthread_mutex_init(&sn->stat_mu, NULL);
     sn->members = members;
+    sn->data = data;
     sn->every = every;
     if (!dir)
         return TS_OK;
@@ -544,6 +551,12 @@ ts_status snapper_open(struct snapper *sn, struct ts_members *members, const cha
             return st;
         sn->done_step = m->step;
         snprintf(sn->last_hex, sizeof(sn->last_hex), "%s", ts_store_hex(sn->tip, hex));
+        char source[96];
+        snprintf(source, sizeof(source), "snapshot %.12s", hex);
+        if ((st = datamap_restore(data, m, source, err))) {
+            ts_manifest_free(m);
+            return st;
+        }
         sn->last_step = m->step;
         sn->last_unix_ms = m->created_unix_ms;
         ts_manifest_free(m);

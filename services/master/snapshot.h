@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "datamap.h"
 #include "members.h"
 #include "rpc/rpc.h"
 #include "snapshot/snapshot.h"
@@ -25,6 +26,7 @@
 
 struct snapper {
     struct ts_members *members;
+    struct datamap *data;               /* borrowed: manifests record the job's map */
     struct ts_store *store;
     char dir[1024];
     uint32_t every;                     /* automatic snapshots every N steps (0: off) */
@@ -48,7 +50,8 @@ struct snapper {
  * when restore names a branch tip, else a new branch for a restore ("from-<id>") or for a
  * fresh run on a store whose HEAD branch already has snapshots ("run-<time>"); HEAD is moved
  * to it. every > 0 starts the automatic loop. */
-ts_status snapper_open(struct snapper *sn, struct ts_members *members, const char *dir,
+ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct datamap *data,
+                       const char *dir,
                        const char *restore, const char *branch, uint32_t every,
                        struct ts_err *err) TS_MUST_CHECK;
 /* Ends the automatic loop and cancels a snapshot in progress (it fails; nothing is lost). */

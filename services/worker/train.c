@@ -38,6 +38,36 @@ static int say(struct tessera_error *e, const char *what)
     return 1;
 }
 
+/* Hashes every training-data partition and has the master compare them with the job's map
+ * before anything trains: a host with other data stops here, named. */
+static int check_data(struct run *r, struct tessera_error *e)
+{
+    size_t n = ts_data_checksum_count(&r->train);
+    struct ts_data_checksum *cs = calloc(n + 1, sizeof(*cs));
+    struct tessera_data_checksum *tc = calloc(n + 1, sizeof(*tc));
+    char ref[96] = "";
+    int rc = 1;
+
+    if (!cs || !tc) {
+        snprintf(e->message, sizeof(e->message), "out of memory");
+    } else {
+        ts_data_checksums(&r->train, "train", cs);
+        for (size_t i = 0; i < n; i++) {
+            tc[i].name = cs[i].name;
+            tc[i].file = cs[i].file;
+            memcpy(tc[i].sha256, cs[i].sha256, 32);
+        }
+        rc = tessera_check_data(r->t, tc, n, ref, sizeof(ref), e);
+        if (!rc && r->o->rank == 0) {
+            printf("data: %zu partitions checked against %s\n", n, ref);
+            fflush(stdout);
+        }
+    }
+    free(cs);
+    free(tc);
+    return rc;
+}
+
 static int setup(struct run *r, struct tessera_error *e)
 {
     const struct train_opts *o = r->o;
@@ -63,6 +93,8 @@ static int setup(struct run *r, struct tessera_error *e)
     }
     if (tessera_connect(&to, &r->t, e))
         return say(e, "connect");
+    if (check_data(r, e))
+        return say(e, "data check");
     for (int i = 0; i < TS_MLP_NTENSORS; i++) {
         uint64_t shape[2] = { mt[i].rows, mt[i].cols };
         uint64_t n = ts_mlp_numel(i);

@@ -212,6 +212,18 @@ class BadInput(unittest.TestCase):
         self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND)
         self.assertIn("no-such-job", e.details())
 
+    def test_check_data_invalid(self):
+        good = dict(name="train-images[0:1000)", sha256=b"\x01" * 32, file="f.gz")
+        C = M.DataChecksum
+        self.run_cases("CheckData", M.CheckDataRequest, dict(job="j", checksums=[C(**good)]), [
+            ("job", dict(job="")),
+            ("job", dict(job="j" * 65)),
+            ("checksums", dict(checksums=[])),
+            ("checksums[0].name", dict(checksums=[C(**dict(good, name=""))])),
+            ("checksums[0].sha256", dict(checksums=[C(**dict(good, sha256=b"\x01" * 31))])),
+            ("checksums[0].file", dict(checksums=[C(**dict(good, file="f" * 257))])),
+        ])
+
     def test_undecodable_bytes(self):
         methods = ["/tessera.v1.Master/" + m for m in
                    ("RegisterShard", "RegisterWorker", "Heartbeat", "Deregister", "GetShardMap",

@@ -1,0 +1,186 @@
+/* datamap.c - see datamap.h. */
+#include "datamap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PARTITIONS 100000
+
+void datamap_init(struct datamap *d)
+{
+    memset(d, 0, sizeof(*d));
+    pthread_mutex_init(&d->mu, NULL);
+}
+
+void datamap_fini(struct datamap *d)
+{
+    for (size_t i = 0; i < d->njobs; i++)
+        free(d->jobs[i].e);
+    free(d->restored.e);
+    pthread_mutex_destroy(&d->mu);
+}
+
+static void hex8(const uint8_t *sha, char out[17])
+{
+    for (int i = 0; i < 8; i++)
+        snprintf(out + 2 * i, 3, "%02x", sha[i]);
+}
+
+ts_status datamap_restore(struct datamap *d, const Tessera__V1__Manifest *m, const char *source,
+                          struct ts_err *err)
+{
+    struct datamap_job *r = &d->restored;
+
+    if (!m->n_data_checksums)
+        return TS_OK;
+    if (!(r->e = calloc(m->n_data_checksums, sizeof(*r->e))))
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    for (size_t i = 0; i < m->n_data_checksums; i++) {
+        snprintf(r->e[i].name, sizeof(r->e[i].name), "%s", m->data_checksums[i]->key);
+        memcpy(r->e[i].sha, m->data_checksums[i]->value.data, 32);
+    }
+    r->n = m->n_data_checksums;
+    snprintf(r->source, sizeof(r->source), "%s", source);
+    return TS_OK;
+}
+
+static ts_status check_request(const Tessera__V1__CheckDataRequest *req, struct ts_err *err)
+{
+    if (!req->job[0] || strlen(req->job) > 64)
+        return ts_err_set(err, TS_EINVAL, "job: 1..64 bytes required");
+    if (req->n_checksums < 1 || req->n_checksums > MAX_PARTITIONS)
+        return ts_err_set(err, TS_EINVAL, "checksums: %zu, want 1..%d", req->n_checksums,
+                          MAX_PARTITIONS);
+    for (size_t i = 0; i < req->n_checksums; i++) {
+        const Tessera__V1__DataChecksum *c = req->checksums[i];
+        if (!c->name[0] || strlen(c->name) > 128)
+            return ts_err_set(err, TS_EINVAL, "checksums[%zu].name: 1..128 bytes", i);
+        if (c->sha256.len != 32)
+            return ts_err_set(err, TS_EINVAL, "checksums[%zu].sha256: %zu bytes, want 32", i,
+                              c->sha256.len);
+        if (strlen(c->file) > 256)
+            return ts_err_set(err, TS_EINVAL, "checksums[%zu].file: at most 256 bytes", i);
+    }
+    return TS_OK;
+}
+
+/* Compares req with ref: every partition of each must be in the other with the same hash. */
+static ts_status compare(const struct datamap_job *ref, const Tessera__V1__CheckDataRequest *req,
+                         struct ts_err *err)
+{
+    char mine[17], theirs[17];
+
+    for (size_t i = 0; i < req->n_checksums; i++) {
+        const Tessera__V1__DataChecksum *c = req->checksums[i];
+        const struct datamap_entry *e = NULL;
+
+        for (size_t j = 0; j < ref->n && !e; j++)
+            if (strcmp(ref->e[j].name, c->name) == 0)
+                e = &ref->e[j];
+        if (!e)
+            return ts_err_set(err, TS_ESTATE, "data partition %s (%s): not in %s's data "
+                              "(another dataset or split?)", c->name, c->file, ref->source);
+        if (memcmp(e->sha, c->sha256.data, 32) != 0) {
+            hex8(c->sha256.data, mine);
+            hex8(e->sha, theirs);
+            return ts_err_set(err, TS_ESTATE, "data partition %s (file %s): rank %u has "
+                              "SHA-256 %s..., %s has %s...: the data differ; fix the file and "
+                              "restart", c->name, c->file[0] ? c->file : "?", req->rank, mine,
+                              ref->source, theirs);
+        }
+    }
+    if (req->n_checksums != ref->n)
+        return ts_err_set(err, TS_ESTATE, "checksums: rank %u has %zu data partitions, %s has "
+                          "%zu (another dataset?)", req->rank, req->n_checksums, ref->source,
+                          ref->n);
+    return TS_OK;
+}
+
+ts_status datamap_check(struct datamap *d, const Tessera__V1__CheckDataRequest *req,
+                        char *source, size_t source_len, struct ts_err *err)
+{
+    struct datamap_job *j = NULL;
+    ts_status st = check_request(req, err);
+
+    if (st)
+        return st;
+    pthread_mutex_lock(&d->mu);
+    for (size_t i = 0; i < d->njobs && !j; i++)
+        if (strcmp(d->jobs[i].job, req->job) == 0)
+            j = &d->jobs[i];
+    if (d->restored.n)
+        st = compare(&d->restored, req, err);
+    if (!st && j) {
+        st = compare(j, req, err);
+    } else if (!st && d->njobs == DATAMAP_MAX_JOBS) {
+        st = ts_err_set(err, TS_ENOMEM, "job: the master holds %d data maps; restart it",
+                        DATAMAP_MAX_JOBS);
+    } else if (!st) { /* the first worker's map is the job's reference */
+        j = &d->jobs[d->njobs];
+        if (!(j->e = calloc(req->n_checksums, sizeof(*j->e)))) {
+            st = ts_err_set(err, TS_ENOMEM, "out of memory");
+        } else {
+            for (size_t i = 0; i < req->n_checksums; i++) {
+                snprintf(j->e[i].name, sizeof(j->e[i].name), "%s", req->checksums[i]->name);
+                snprintf(j->e[i].file, sizeof(j->e[i].file), "%s", req->checksums[i]->file);
+                memcpy(j->e[i].sha, req->checksums[i]->sha256.data, 32);
+            }
+            j->n = req->n_checksums;
+            snprintf(j->job, sizeof(j->job), "%s", req->job);
+            snprintf(j->source, sizeof(j->source), "rank %u", req->rank);
+            d->njobs++;
+        }
+    }
+    if (!st)
+        snprintf(source, source_len, "%s", d->restored.n ? d->restored.source : j->source);
+    pthread_mutex_unlock(&d->mu);
+    return st;
+}
+
+ts_status datamap_manifest(struct datamap *d, const char *job,
+                           Tessera__V1__Manifest__DataChecksumsEntry ***entries, size_t *n,
+                           struct ts_err *err)
+{
+    const struct datamap_job *j = NULL;
+
+    *entries = NULL;
+    *n = 0;
+    pthread_mutex_lock(&d->mu);
+    for (size_t i = 0; i < d->njobs && !j; i++)
+        if (strcmp(d->jobs[i].job, job) == 0)
+            j = &d->jobs[i];
+    if (!j && d->restored.n)
+        j = &d->restored;
+    if (j) {
+        /* One block: the pointers, the entries, then the names and hashes. */
+        size_t size = j->n * (sizeof(void *) + sizeof(Tessera__V1__Manifest__DataChecksumsEntry) +
+                              sizeof(j->e[0].name) + 32);
+        char *block = malloc(size + 1);
+
+        if (!block) {
+            pthread_mutex_unlock(&d->mu);
+            return ts_err_set(err, TS_ENOMEM, "out of memory");
+        }
+        Tessera__V1__Manifest__DataChecksumsEntry **pp = (void *)block;
+        Tessera__V1__Manifest__DataChecksumsEntry *ev = (void *)(pp + j->n);
+        char *names = (char *)(ev + j->n);
+        uint8_t *shas = (uint8_t *)(names + j->n * sizeof(j->e[0].name));
+
+        for (size_t i = 0; i < j->n; i++) {
+            Tessera__V1__Manifest__DataChecksumsEntry init =
+                TESSERA__V1__MANIFEST__DATA_CHECKSUMS_ENTRY__INIT;
+            ev[i] = init;
+            ev[i].key = names + i * sizeof(j->e[0].name);
+            memcpy(ev[i].key, j->e[i].name, sizeof(j->e[0].name));
+            memcpy(shas + 32 * i, j->e[i].sha, 32);
+            ev[i].value.data = shas + 32 * i;
+            ev[i].value.len = 32;
+            pp[i] = &ev[i];
+        }
+        *entries = pp;
+        *n = j->n;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return TS_OK;
+}

@@ -113,6 +113,16 @@ static ts_status wait_port(struct cluster *c, const char *file, int *port, struc
                       START_TIMEOUT_MS, c->dir);
 }
 
+/* Appends "flag value" to argv at n when value is set; returns the new count. */
+static int add_flag(char **argv, int n, const char *flag, const char *value)
+{
+    if (value) {
+        argv[n++] = (char *)flag;
+        argv[n++] = (char *)value;
+    }
+    return n;
+}
+
 static ts_status start_master(const struct cluster_opts *o, struct cluster *c, const char *bin,
                               struct ts_err *err)
 {
@@ -135,18 +145,9 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
         argv[n++] = "--lease-ms";
         argv[n++] = lease;
     }
-    if (o->store) {
-        argv[n++] = "--store";
-        argv[n++] = (char *)o->store;
-    }
-    if (o->restore) {
-        argv[n++] = "--restore";
-        argv[n++] = (char *)o->restore;
-    }
-    if (o->branch) {
-        argv[n++] = "--branch";
-        argv[n++] = (char *)o->branch;
-    }
+    n = add_flag(argv, n, "--store", o->store);
+    n = add_flag(argv, n, "--restore", o->restore);
+    n = add_flag(argv, n, "--branch", o->branch);
     if (o->snapshot_every) {
         snprintf(every, sizeof(every), "%d", o->snapshot_every);
         argv[n++] = "--snapshot-every";
@@ -169,14 +170,8 @@ static ts_status start_shards(const struct cluster_opts *o, struct cluster *c, c
     ts_status st;
 
     snprintf(exe, sizeof(exe), "%s/tessera-shard", bin);
-    if (o->store) {
-        argv[n++] = "--store";
-        argv[n++] = (char *)o->store;
-    }
-    if (o->restore) {
-        argv[n++] = "--restore";
-        argv[n++] = (char *)o->restore;
-    }
+    n = add_flag(argv, n, "--store", o->store);
+    n = add_flag(argv, n, "--restore", o->restore);
     argv[n] = NULL;
     c->shards = calloc((size_t)o->shards + 1, sizeof(*c->shards));
     if (!c->shards)

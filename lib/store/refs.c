@@ -61,23 +61,36 @@ static ts_status check_name(const char *name, struct ts_err *err)
                       name ? name : "(null)", TS_STORE_REF_MAX);
 }
 
+/* Reads up to cap bytes of the small file path (a ref, HEAD) into buf, *n set. TS_ENOTFOUND
+ * (err untouched) when it does not exist. */
+static ts_status read_small(struct ts_store *s, const char *path, char *buf, size_t cap,
+                            ssize_t *n, struct ts_err *err)
+{
+    int fd = s->sys.open(path, O_RDONLY | O_CLOEXEC, 0);
+
+    if (fd < 0 && (errno == ENOENT || errno == ENOTDIR))
+        return TS_ENOTFOUND;
+    if (fd < 0)
+        return ts_err_set(err, TS_EIO, "store: open %s: %s", path, strerror(errno));
+    *n = s->sys.read(fd, buf, cap);
+    s->sys.close(fd);
+    if (*n < 0)
+        return ts_err_set(err, TS_EIO, "store: read %s: %s", path, strerror(errno));
+    return TS_OK;
+}
+
 static ts_status read_ref(struct ts_store *s, const char *name, uint8_t id[TS_STORE_ID_LEN],
                           struct ts_err *err)
 {
     char path[TS__PATH_MAX], text[REF_FILE_LEN + 1];
-    ssize_t n;
-    int fd;
+    ssize_t n = 0;
+    ts_status st;
 
     snprintf(path, sizeof(path), "%s/refs/%s", s->dir, name);
-    fd = s->sys.open(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0 && (errno == ENOENT || errno == ENOTDIR))
+    if ((st = read_small(s, path, text, sizeof(text), &n, err)) == TS_ENOTFOUND)
         return ts_err_set(err, TS_ENOTFOUND, "store: ref %s: not found", name);
-    if (fd < 0)
-        return ts_err_set(err, TS_EIO, "store: open %s: %s", path, strerror(errno));
-    n = s->sys.read(fd, text, sizeof(text));
-    s->sys.close(fd);
-    if (n < 0)
-        return ts_err_set(err, TS_EIO, "store: read %s: %s", path, strerror(errno));
+    if (st)
+        return st;
     if (n != REF_FILE_LEN || text[TS_STORE_HEX_LEN] != '\n')
         return ts_err_set(err, TS_ECORRUPT, "store: ref %s: file is not one hex id", name);
     text[TS_STORE_HEX_LEN] = '\0';
@@ -323,21 +336,16 @@ ts_status ts_store_head_get(struct ts_store *s, char name[TS_STORE_REF_MAX + 1],
                             struct ts_err *err)
 {
     char path[TS__PATH_MAX], text[TS_STORE_REF_MAX + 2];
-    ssize_t n;
-    int fd;
+    ssize_t n = 0;
+    ts_status st;
 
     snprintf(path, sizeof(path), "%s/HEAD", s->dir);
-    fd = s->sys.open(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0 && errno == ENOENT) {
+    if ((st = read_small(s, path, text, sizeof(text), &n, err)) == TS_ENOTFOUND) {
         snprintf(name, TS_STORE_REF_MAX + 1, "heads/main");
         return TS_OK;
     }
-    if (fd < 0)
-        return ts_err_set(err, TS_EIO, "store: open %s: %s", path, strerror(errno));
-    n = s->sys.read(fd, text, sizeof(text));
-    s->sys.close(fd);
-    if (n < 0)
-        return ts_err_set(err, TS_EIO, "store: read %s: %s", path, strerror(errno));
+    if (st)
+        return st;
     if (n < 2 || text[n - 1] != '\n')
         return ts_err_set(err, TS_ECORRUPT, "store: HEAD: not one branch name and a newline");
     text[n - 1] = '\0';

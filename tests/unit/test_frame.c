@@ -445,7 +445,9 @@ static void t_wire_unhashed_refused(void **state)
     struct ts_conn *fc = NULL;
     static uint8_t buf[CAP];
 
-    if (!w.rx->local_in) { /* tcp: hashed anyway, nothing unhashed to refuse */
+    if (!w.rx->local_in) {
+        print_message("skipped on tcp: tcp always hashes, so there is no unhashed frame to "
+                      "refuse (docs/transport.md)\n");
         wire_close(&w);
         skip();
     }

@@ -1,0 +1,88 @@
+/* shm_internal.h - what the two files of the shm backend share: the layout of the shared
+ * header and rings, the listener and connection structs, and the few functions one file
+ * calls in the other. shm_setup.c makes connections (host identity, the Unix socket, the
+ * memfd and its mappings); shm.c moves bytes through them and holds the ops table. The
+ * design is described at the top of shm.c. Not part of lib/transport's interface. */
+#ifndef TS_TRANSPORT_SHM_INTERNAL_H
+#define TS_TRANSPORT_SHM_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport/internal.h"
+#include "transport/transport.h"
+
+#define SHM_MAGIC 0x314d485354ull      /* "TSHM1" */
+#define SHM_VERSION 2                   /* 2: data_need, rings mapped twice */
+#define RING_DEFAULT (16u << 20)        /* per direction; TESSERA_SHM_RING overrides */
+#define RING_MIN (64u << 10)
+#define RING_MAX (1u << 30)
+#define CHUNK (256u << 10)              /* bytes copied between publishing the counter */
+#define SLICE_MS 50                     /* a sleeper checks the peer is alive this often */
+#define SPIN_FIRST_US 2                 /* spinning before sleeping: for a first byte, */
+#define SPIN_MID_US 200                 /* and mid-message: the peer is copying a chunk */
+#define HELLO_MS 5000                   /* the hello follows connect() at once */
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
+               "shared-memory atomics must be lock-free (address-free)");
+
+/* One direction, in shared memory. Each group in its own cache line: head is written only by
+ * the producer, tail only by the consumer. */
+struct ring_ctl {
+    _Alignas(64) _Atomic uint64_t head;
+    _Alignas(64) _Atomic uint64_t tail;
+    _Alignas(64) _Atomic uint32_t data_seq;    /* futex: the consumer waits for data */
+    _Atomic uint32_t data_waiting;
+    _Atomic uint64_t data_need;                /* the head the sleeping consumer waits for */
+    _Alignas(64) _Atomic uint32_t space_seq;   /* futex: the producer waits for space */
+    _Atomic uint32_t space_waiting;
+    _Alignas(64) _Atomic uint32_t writer_closed;
+    _Atomic uint32_t reader_closed;
+};
+
+/* The start of the memfd; the ring data follows at DATA_OFF. Written once by the connector
+ * before the fd is passed, then read-only apart from the ring counters. */
+struct shm_hdr {
+    uint64_t magic, version, ring_size;
+    struct ring_ctl ring[2];                    /* [0]: connector -> acceptor; [1]: back */
+};
+
+#define DATA_OFF ((sizeof(struct shm_hdr) + 4095) & ~(size_t)4095)
+
+/* Sent with the memfd over the Unix socket; 64-bit fields only, so no padding. */
+struct hello {
+    uint64_t magic, version, ring_size, map_size;
+};
+
+struct shm_listener {
+    struct ts_listener base;
+    int fd;
+};
+
+struct shm_conn {
+    struct ts_conn base;
+    int sock;                 /* kept open to notice the peer's death (hang-up) */
+    uint8_t *map;             /* the header, DATA_OFF bytes */
+    uint8_t *ring_map[2];     /* each ring mapped twice in a row: 2 * size bytes of addresses */
+    uint64_t size;            /* ring bytes, a power of two */
+    struct ring_ctl *tx, *rx;
+    uint8_t *txd, *rxd;
+    uint64_t tx_head;         /* written but maybe not yet published (sender thread only) */
+    atomic_uint intr;         /* an interrupt is pending */
+    atomic_bool shut;
+};
+
+/* shm_setup.c */
+ts_status shm_probe(struct ts_err *e);
+bool shm_usable(const struct ts_blob *peer);
+ts_status shm_listen(const char *host, struct ts_listener **out, struct ts_blob *addr,
+                     struct ts_err *e);
+void shm_unlisten(struct ts_listener *base);
+ts_status shm_accept(struct ts_listener *base, int ms, struct ts_conn **out, struct ts_err *e);
+ts_status shm_connect(const struct ts_blob *to, int ms, struct ts_conn **out, struct ts_err *e);
+/* Unmaps the header and both rings of c (what its mapping step mapped). */
+void shm_unmap_all(struct shm_conn *c);
+
+#endif

@@ -1,0 +1,445 @@
+/* shm_setup.c - making shm connections: host identity, the listener's Unix socket, the
+ * connector's memfd with its two rings, the hello that passes it, and the mappings (each ring
+ * mapped twice, back to back). See shm.c for the design; shm_internal.h for what is shared. */
+#include "transport/transport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "transport/shm_internal.h"
+
+/* ---- host identity ---- */
+
+static char my_boot[40], my_netns[24];
+static pthread_once_t ident_once = PTHREAD_ONCE_INIT;
+
+static void ident_load(void)
+{
+    char link[64];
+    ssize_t n;
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+    if (f) {
+        if (!fgets(my_boot, sizeof(my_boot), f))
+            my_boot[0] = '\0';
+        my_boot[strcspn(my_boot, "\n")] = '\0';
+        fclose(f);
+    }
+    /* "net:[4026531833]" -> "4026531833" */
+    n = readlink("/proc/self/ns/net", link, sizeof(link) - 1);
+    link[n > 0 ? n : 0] = '\0';
+    snprintf(my_netns, sizeof(my_netns), "%.*s", (int)strspn(link + 5, "0123456789"),
+             n > 5 ? link + 5 : "");
+}
+
+static bool ident(void)
+{
+    pthread_once(&ident_once, ident_load);
+    return my_boot[0] && my_netns[0];
+}
+
+/* Parses "BOOTID NETNS NAME" into its parts (name: without the leading NUL). */
+static bool blob_parse(const struct ts_blob *b, char *boot, char *netns, char *name)
+{
+    char text[TS_BLOB_MAX + 1];
+
+    if (b->len == 0 || b->len > TS_BLOB_MAX)
+        return false;
+    memcpy(text, b->data, b->len);
+    text[b->len] = '\0';
+    return sscanf(text, "%39s %23s %107s", boot, netns, name) == 3;
+}
+
+/* ---- probe, usable ---- */
+
+ts_status shm_probe(struct ts_err *e)
+{
+    _Atomic uint32_t word = 0;
+    int fd = memfd_create("tessera-probe", MFD_CLOEXEC);
+
+    if (fd < 0)
+        return ts_err_set(e, TS_ENODEV, "shm: memfd_create: %s", strerror(errno));
+    close(fd);
+    if (syscall(SYS_futex, (uint32_t *)&word, FUTEX_WAKE, 1, NULL, NULL, 0) < 0)
+        return ts_err_set(e, TS_ENODEV, "shm: futex: %s", strerror(errno));
+    if (!ident())
+        return ts_err_set(e, TS_ENODEV, "shm: cannot read this host's boot id or network "
+                          "namespace from /proc");
+    return TS_OK;
+}
+
+bool shm_usable(const struct ts_blob *peer)
+{
+    char boot[40], netns[24], name[108];
+
+    return ident() && blob_parse(peer, boot, netns, name) && strcmp(boot, my_boot) == 0 &&
+           strcmp(netns, my_netns) == 0;
+}
+
+/* ---- listen, accept ---- */
+
+static socklen_t abstract_addr(struct sockaddr_un *sa, const char *name)
+{
+    size_t n = strnlen(name, sizeof(sa->sun_path) - 1);
+
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    memcpy(sa->sun_path + 1, name, n);      /* sun_path[0] = '\0': the abstract namespace */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+ts_status shm_listen(const char *host, struct ts_listener **out, struct ts_blob *addr,
+                            struct ts_err *e)
+{
+    static atomic_uint counter;
+    char name[64], id[33], text[TS_BLOB_MAX];
+    struct sockaddr_un sa;
+    struct shm_listener *l;
+    socklen_t sl;
+    int fd;
+
+    if (!ident())
+        return ts_err_set(e, TS_ENODEV, "shm listen: no boot id or network namespace in /proc");
+    /* pid and counter keep names of one process apart; the random part keeps a recycled pid
+     * from colliding with a dead process's name still held by a stuck child. */
+    ts_proc_instance_id(id, sizeof(id));
+    snprintf(name, sizeof(name), "tessera-shm-%d-%u-%.8s", (int)getpid(),
+             atomic_fetch_add(&counter, 1), id);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return ts_err_set(e, TS_EIO, "shm listen: socket: %s", strerror(errno));
+    sl = abstract_addr(&sa, name);
+    if (bind(fd, (struct sockaddr *)&sa, sl) != 0 || listen(fd, 128) != 0) {
+        close(fd);
+        return ts_err_set(e, TS_EIO, "shm listen on @%s: %s", name, strerror(errno));
+    }
+    if (!(l = calloc(1, sizeof(*l)))) {
+        close(fd);
+        return ts_err_set(e, TS_ENOMEM, "shm listen: out of memory");
+    }
+    l->base.ops = &ts_transport_shm;
+    l->fd = fd;
+    snprintf(text, sizeof(text), "%s %s %s", my_boot, my_netns, name);
+    addr->len = strlen(text);
+    memcpy(addr->data, text, addr->len);
+    *out = &l->base;
+    return TS_OK;
+}
+
+void shm_unlisten(struct ts_listener *base)
+{
+    struct shm_listener *l = (struct shm_listener *)base;
+
+    close(l->fd);
+    free(l);
+}
+
+/* Points c's rings into its mapping; tx is ring `mine`, rx the other one. */
+static void conn_wire(struct shm_conn *c, int mine)
+{
+    struct shm_hdr *h = (struct shm_hdr *)c->map;
+
+    c->tx = &h->ring[mine];
+    c->rx = &h->ring[!mine];
+    c->txd = c->ring_map[mine];
+    c->rxd = c->ring_map[!mine];
+    c->tx_head = atomic_load(&c->tx->head);
+    c->base.local_in = c->base.local_out = true;
+    c->base.view_max = (size_t)c->size;
+}
+
+void shm_unmap_all(struct shm_conn *c)
+{
+    for (int i = 0; i < 2; i++)
+        if (c->ring_map[i])
+            munmap(c->ring_map[i], 2 * (size_t)c->size);
+    if (c->map)
+        munmap(c->map, DATA_OFF);
+    c->map = c->ring_map[0] = c->ring_map[1] = NULL;
+}
+
+/* Maps the header of fd and each ring twice in a row (see the file comment), ring bytes each.
+ * On failure nothing stays mapped. */
+static ts_status map_all(struct shm_conn *c, int fd, uint64_t ring, struct ts_err *e)
+{
+    c->size = ring;
+    c->map = mmap(NULL, DATA_OFF, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (c->map == MAP_FAILED) {
+        c->map = NULL;
+        goto out_fail;
+    }
+    for (int i = 0; i < 2; i++) {
+        off_t off = (off_t)(DATA_OFF + (size_t)i * ring);
+        uint8_t *r = mmap(NULL, 2 * ring, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                          -1, 0);
+        if (r == MAP_FAILED)
+            goto out_fail;
+        c->ring_map[i] = r;
+        /* MAP_FIXED over our own reservation: replaces it, never someone else's mapping. */
+        if (mmap(r, ring, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off) == MAP_FAILED ||
+            mmap(r + ring, ring, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off) ==
+                MAP_FAILED)
+            goto out_fail;
+    }
+    return TS_OK;
+out_fail:
+    {
+        ts_status st = ts_err_set(e, TS_ENOMEM, "shm: mapping %llu bytes of rings: %s",
+                                  (unsigned long long)(2 * ring), strerror(errno));
+        shm_unmap_all(c);
+        return st;
+    }
+}
+
+static void conn_name(struct shm_conn *c)
+{
+    struct ucred cr;
+    socklen_t sl = sizeof(cr);
+
+    if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cr, &sl) == 0)
+        snprintf(c->base.peer, sizeof(c->base.peer), "shm:pid %d", (int)cr.pid);
+    else
+        snprintf(c->base.peer, sizeof(c->base.peer), "shm:?");
+}
+
+/* Receives the hello and its memfd on sock within ms; *fd is -1 when none came with it. */
+static ts_status recv_hello(int sock, int ms, struct hello *h, int *fd, struct ts_err *e)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    struct iovec iov = { h, sizeof(*h) };
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                        .msg_controllen = sizeof(cm.buf) };
+    struct pollfd p = { .fd = sock, .events = POLLIN };
+    struct cmsghdr *cmsg;
+    ssize_t n;
+
+    *fd = -1;
+    if (poll(&p, 1, ms) <= 0)
+        return ts_err_set(e, TS_EUNAVAIL, "shm accept: no hello from the peer in %d ms", ms);
+    n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    for (cmsg = CMSG_FIRSTHDR(&m); n >= 0 && cmsg; cmsg = CMSG_NXTHDR(&m, cmsg))
+        if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS)
+            memcpy(fd, CMSG_DATA(cmsg), sizeof(int));
+    if (n != (ssize_t)sizeof(*h) || *fd < 0 || (m.msg_flags & MSG_CTRUNC))
+        return ts_err_set(e, TS_ECORRUPT, "shm accept: bad hello (%zd bytes, %s)", n,
+                          *fd < 0 ? "no memfd" : "memfd");
+    return TS_OK;
+}
+
+/* Checks what the peer claims against the memfd itself before mapping it: the size must
+ * match and be sealed against shrinking, or a later ftruncate would SIGBUS us. */
+static ts_status check_memfd(const struct hello *h, int fd, struct ts_err *e)
+{
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS);
+
+    if (h->magic != SHM_MAGIC || h->version != SHM_VERSION)
+        return ts_err_set(e, TS_ECORRUPT, "shm accept: hello magic/version %#llx/%llu, want "
+                          "%#llx/%d", (unsigned long long)h->magic,
+                          (unsigned long long)h->version, SHM_MAGIC, SHM_VERSION);
+    if (h->ring_size < RING_MIN || h->ring_size > RING_MAX ||
+        (h->ring_size & (h->ring_size - 1)) || h->map_size != DATA_OFF + 2 * h->ring_size)
+        return ts_err_set(e, TS_ECORRUPT, "shm accept: ring size %llu / map size %llu invalid",
+                          (unsigned long long)h->ring_size, (unsigned long long)h->map_size);
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != h->map_size)
+        return ts_err_set(e, TS_ECORRUPT, "shm accept: memfd size differs from the hello's");
+    if (seals < 0 || !(seals & F_SEAL_SHRINK))
+        return ts_err_set(e, TS_ECORRUPT, "shm accept: memfd not sealed against shrinking");
+    return TS_OK;
+}
+
+ts_status shm_accept(struct ts_listener *base, int ms, struct ts_conn **out,
+                            struct ts_err *e)
+{
+    struct shm_listener *l = (struct shm_listener *)base;
+    struct pollfd p = { .fd = l->fd, .events = POLLIN };
+    int64_t deadline = ts__deadline(ms);
+    struct shm_conn *c;
+    struct hello h;
+    ts_status st;
+    int sock, fd, rc;
+
+    for (;;) {
+        rc = poll(&p, 1, ts__left_ms(deadline));
+        if (rc > 0 && (sock = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0)
+            break;
+        if (rc < 0 && errno != EINTR)
+            return ts_err_set(e, TS_EIO, "shm accept: poll: %s", strerror(errno));
+        if (deadline >= 0 && ts__left_ms(deadline) == 0)
+            return ts_err_set(e, TS_ETIMEDOUT, "shm accept: no peer within %d ms", ms);
+    }
+    if ((st = recv_hello(sock, HELLO_MS, &h, &fd, e)))
+        goto out_sock;
+    if ((st = check_memfd(&h, fd, e)))
+        goto out_fd;
+    if (!(c = calloc(1, sizeof(*c)))) {
+        st = ts_err_set(e, TS_ENOMEM, "shm accept: out of memory");
+        goto out_fd;
+    }
+    if ((st = map_all(c, fd, h.ring_size, e))) {
+        free(c);
+        goto out_fd;
+    }
+    close(fd);
+    c->sock = sock;
+    c->base.ops = &ts_transport_shm;
+    if (((struct shm_hdr *)c->map)->ring_size != h.ring_size) {
+        /* The header is the connector's to write; refuse one that disagrees with the hello. */
+        shm_unmap_all(c);
+        free(c);
+        st = ts_err_set(e, TS_ECORRUPT, "shm accept: header ring size differs from hello");
+        goto out_sock;
+    }
+    conn_wire(c, 1);
+    conn_name(c);
+    *out = &c->base;
+    return TS_OK;
+out_fd:
+    close(fd);
+out_sock:
+    close(sock);
+    return st;
+}
+
+/* ---- connect ---- */
+
+static uint64_t ring_bytes(void)
+{
+    const char *s = getenv("TESSERA_SHM_RING");
+    unsigned long long v = s ? strtoull(s, NULL, 10) : 0;
+
+    if (v < RING_MIN || v > RING_MAX || (v & (v - 1)))
+        return RING_DEFAULT;
+    return v;
+}
+
+/* A connected Unix socket to name, or -1 with errno; retries while the backlog is full. */
+static int connect_unix(const char *name, int ms)
+{
+    struct sockaddr_un sa;
+    socklen_t sl = abstract_addr(&sa, name);
+    int64_t deadline = ts__deadline(ms);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), saved;
+
+    if (fd < 0)
+        return -1;
+    while (connect(fd, (struct sockaddr *)&sa, sl) != 0) {
+        if (errno != EAGAIN && errno != EINTR)
+            goto out_close;
+        if (deadline >= 0 && ts__left_ms(deadline) == 0) {
+            errno = ETIMEDOUT;
+            goto out_close;
+        }
+        ts_sleep_ms(1);
+    }
+    return fd;
+out_close:
+    saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+}
+
+/* Creates the sealed memfd with both rings and maps it into c; *fd is the memfd. */
+static ts_status make_rings(struct shm_conn *c, uint64_t ring, int *fd, struct ts_err *e)
+{
+    struct shm_hdr *h;
+
+    if ((*fd = memfd_create("tessera-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0)
+        return ts_err_set(e, TS_ENODEV, "shm connect: memfd_create: %s", strerror(errno));
+    if (ftruncate(*fd, (off_t)(DATA_OFF + 2 * ring)) != 0 ||
+        fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        ts_status st = ts_err_set(e, TS_ENOMEM, "shm connect: %llu bytes of shared memory: %s",
+                                  (unsigned long long)(DATA_OFF + 2 * ring), strerror(errno));
+        close(*fd);
+        return st;
+    }
+    if (map_all(c, *fd, ring, e)) {
+        close(*fd);
+        return e ? e->code : TS_ENOMEM;
+    }
+    h = (struct shm_hdr *)c->map;     /* zero-filled by ftruncate: counters start at 0 */
+    h->magic = SHM_MAGIC;
+    h->version = SHM_VERSION;
+    h->ring_size = ring;
+    return TS_OK;
+}
+
+ts_status shm_connect(const struct ts_blob *to, int ms, struct ts_conn **out,
+                             struct ts_err *e)
+{
+    char boot[40], netns[24], name[108];
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    struct hello h = { SHM_MAGIC, SHM_VERSION, ring_bytes(), 0 };
+    struct iovec iov = { &h, sizeof(h) };
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                        .msg_controllen = sizeof(cm.buf) };
+    struct cmsghdr *cmsg;
+    struct shm_conn *c;
+    ts_status st;
+    int fd;
+
+    if (!blob_parse(to, boot, netns, name))
+        return ts_err_set(e, TS_EINVAL, "shm connect: address blob is not 'BOOTID NETNS NAME'");
+    if (!shm_usable(to))
+        return ts_err_set(e, TS_EUNAVAIL, "shm connect: peer is on another host or network "
+                          "namespace (boot %.8s netns %s, ours %.8s %s): use tcp", boot, netns,
+                          my_boot, my_netns);
+    if (!(c = calloc(1, sizeof(*c))))
+        return ts_err_set(e, TS_ENOMEM, "shm connect: out of memory");
+    if ((c->sock = connect_unix(name, ms)) < 0) {
+        st = ts_err_set(e, errno == ETIMEDOUT ? TS_ETIMEDOUT : TS_EUNAVAIL, "shm connect @%s: "
+                        "%s", name, strerror(errno));
+        goto out_free;
+    }
+    if ((st = make_rings(c, h.ring_size, &fd, e)))
+        goto out_sock;
+    h.map_size = DATA_OFF + 2 * h.ring_size;
+    cmsg = CMSG_FIRSTHDR(&m);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+    /* A fresh socket's buffer holds the 32-byte hello: this does not block. */
+    if (sendmsg(c->sock, &m, MSG_NOSIGNAL) != (ssize_t)sizeof(h)) {
+        st = ts_err_set(e, TS_EUNAVAIL, "shm connect @%s: sending the memfd: %s", name,
+                        strerror(errno));
+        close(fd);
+        goto out_unmap;
+    }
+    close(fd);
+    c->base.ops = &ts_transport_shm;
+    conn_wire(c, 0);
+    conn_name(c);
+    *out = &c->base;
+    return TS_OK;
+out_unmap:
+    shm_unmap_all(c);
+out_sock:
+    close(c->sock);
+out_free:
+    free(c);
+    return st;
+}
+

@@ -88,6 +88,9 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_obj(&j, NULL);
         ts_json_uint(&j, "id", w->id);
         ts_json_str(&j, "host", w->host);
+        ts_json_str(&j, "role", w->role[0] ? w->role : "trainer");
+        if (w->addr[0])
+            ts_json_str(&j, "addr", w->addr);
         ts_json_uint(&j, "pid", w->pid);
         ts_json_str(&j, "state", state_name(w->state));
         ts_json_uint(&j, "clock", w->clock);
@@ -135,8 +138,9 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
            "LAST HEARTBEAT");
     for (size_t i = 0; i < cs->n_workers; i++) {
         const Tessera__V1__WorkerInfo *w = cs->workers[i];
-        printf("%-6u %-24s %-8u %-6s %-8" PRIu64 " %.1f s ago\n", w->id, w->host, w->pid,
-               state_name(w->state), w->clock, w->last_heartbeat_ms_ago / 1000.0);
+        printf("%-6u %-24s %-8u %-6s %-8" PRIu64 " %.1f s ago%s%s\n", w->id, w->host, w->pid,
+               state_name(w->state), w->clock, w->last_heartbeat_ms_ago / 1000.0,
+               w->role[0] ? "  tessera-verify at " : "", w->addr);
     }
     if (!cs->n_workers)
         printf("(none)\n");

@@ -53,14 +53,15 @@ static ts_status load_file(const char *path, struct ts_audit_state *out, struct 
     return TS_OK;
 }
 
-static ts_status load_snapshot(const char *ref, struct ts_store *s, struct ts_audit_state *out,
-                               struct ts_err *err)
+ts_status ts_audit_load_snapshot(const char *ref, struct ts_store *s,
+                                 struct ts_audit_state *out, struct ts_err *err)
 {
     uint8_t id[TS_STORE_ID_LEN];
     char hex[TS_STORE_HEX_LEN + 1];
     ts_manifest *m = NULL;
     ts_status st;
 
+    memset(out, 0, sizeof(*out));
     if (!s)
         return ts_err_set(err, TS_ENOTFOUND, "%s: no such file, and no store to find a "
                           "snapshot of that name in (give --store DIR)", ref);
@@ -100,7 +101,7 @@ ts_status ts_audit_load(const char *spec, struct ts_store *store, struct ts_audi
         return ts_err_set(err, TS_EINVAL, "what to compare: a snapshot ref or a file");
     if (stat(spec, &sb) == 0 && S_ISREG(sb.st_mode))
         return load_file(spec, out, err);
-    return load_snapshot(spec, store, out, err);
+    return ts_audit_load_snapshot(spec, store, out, err);
 }
 
 void ts_audit_report_free(struct ts_audit_report *r)

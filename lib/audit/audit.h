@@ -40,6 +40,9 @@ struct ts_audit_state {
  * else a snapshot ref resolved in store (which may then not be NULL). TS_ENOTFOUND names spec. */
 TS_MUST_CHECK ts_status ts_audit_load(const char *spec, struct ts_store *store,
                                       struct ts_audit_state *out, struct ts_err *err);
+/* Only a snapshot ref, never a file (what a network service may be asked to read). */
+TS_MUST_CHECK ts_status ts_audit_load_snapshot(const char *ref, struct ts_store *store,
+                                               struct ts_audit_state *out, struct ts_err *err);
 void ts_audit_state_free(struct ts_audit_state *s);
 
 enum { TS_AUDIT_BITS = 1, TS_AUDIT_COSINE = 2, TS_AUDIT_DIST = 4, TS_AUDIT_ALL = 7 };

@@ -136,6 +136,8 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
         req.pid = (uint32_t)getpid();
         req.instance = ms->instance;
         req.lease_ms = ms->cfg.lease_ms;
+        req.role = (char *)(ms->cfg.role ? ms->cfg.role : "");
+        req.addr = (char *)(ms->cfg.service ? ms->cfg.service : "");
         if ((st = CALL(ms->m, "RegisterWorker", &req,
                        &tessera__v1__register_worker_response__descriptor, &resp, deadline_ms,
                        err)))

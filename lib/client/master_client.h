@@ -50,6 +50,8 @@ ts_status ts_master_check_data(struct ts_master *m, const Tessera__V1__CheckData
 struct ts_membership_cfg {
     Tessera__V1__MemberKind kind;             /* SHARD or WORKER */
     const char *addr;                         /* shards: own gRPC host:port; workers: host */
+    const char *role;                         /* workers: NULL/"" a trainer, "verify" */
+    const char *service;                      /* role verify: its gRPC host:port */
     uint32_t lease_ms;                        /* 0: the master's default */
     /* Shards: the data-plane listeners to publish (borrowed until ts_membership_start
      * returns; copied for re-registration). */

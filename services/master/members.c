@@ -348,6 +348,7 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
 }
 
 ts_status ts_members_register_worker(struct ts_members *m, const char *host, uint32_t pid,
+                                     const char *role, const char *service,
                                      const char *instance, uint32_t lease_ms, int64_t now_ms,
                                      struct ts_member_grant *g, struct ts_err *err)
 {
@@ -357,6 +358,10 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
     if ((st = check_addr("host", host, false, err)) || (st = check_instance(instance, err)) ||
         (st = check_lease(lease_ms, err)))
         return st;
+    if (role && role[0] && strcmp(role, "verify") != 0)
+        return ts_err_set(err, TS_EINVAL, "role: '%.32s'; \"\" (a trainer) or \"verify\"", role);
+    if (role && role[0] && (st = check_addr("addr", service, true, err)))
+        return st;
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     pthread_mutex_lock(&m->mu);
     if ((e = find_instance(&m->workers, instance))) {
@@ -364,6 +369,8 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
     } else if (!(st = new_member(&m->workers, TS_MEMBER_WORKER, host, instance, lease_ms,
                                  now_ms, &e, err))) {
         e->pid = pid;
+        snprintf(e->role, sizeof(e->role), "%s", role ? role : "");
+        snprintf(e->service, sizeof(e->service), "%s", role && role[0] ? service : "");
         e->registered_epoch = m->epoch;
         ts_log(TS_DEBUG, "master", "worker %u (%s pid %u) registered", e->id, host, pid);
     }

@@ -53,6 +53,8 @@ struct ts_member {
     int64_t last_heartbeat_ms;                /* monotonic */
     uint64_t registered_epoch;
     uint64_t clock;                           /* workers: last step reported */
+    char role[16];                            /* workers: "" trainer, "verify" */
+    char service[TS_MEMBERS_MAX_ADDR + 1];    /* role verify: its gRPC host:port */
     struct ts_endpoint endpoints[TS_MEMBERS_MAX_ENDPOINTS];   /* shards */
     size_t nendpoints;
 };
@@ -91,7 +93,9 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
                                     uint32_t lease_ms, const struct ts_endpoint *endpoints,
                                     size_t n, int64_t now_ms, struct ts_member_grant *g,
                                     struct ts_err *err) TS_MUST_CHECK;
+/* role: "" or "verify" (then service, its gRPC address, is required). */
 ts_status ts_members_register_worker(struct ts_members *m, const char *host, uint32_t pid,
+                                     const char *role, const char *service,
                                      const char *instance, uint32_t lease_ms, int64_t now_ms,
                                      struct ts_member_grant *g, struct ts_err *err) TS_MUST_CHECK;
 /* TS_ENOTFOUND for an id never registered, TS_ESTATE for a dead or departed member. */

@@ -58,8 +58,9 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     Tessera__V1__RegisterWorkerResponse *resp = (void *)rs;
     struct master *m = ts_rpc_ctx(call);
     struct ts_member_grant g;
-    ts_status st = ts_members_register_worker(m->members, req->host, req->pid, req->instance,
-                                              req->lease_ms, ts_now_ms(), &g, err);
+    ts_status st = ts_members_register_worker(m->members, req->host, req->pid, req->role,
+                                              req->addr, req->instance, req->lease_ms,
+                                              ts_now_ms(), &g, err);
     if (st)
         return st;
     resp->worker_id = g.id;
@@ -144,6 +145,8 @@ static Tessera__V1__WorkerInfo **worker_infos(struct ts_rpc_call *call,
         w->last_heartbeat_ms_ago = now - e->last_heartbeat_ms;
         w->instance = ts_rpc_strdup(call, e->instance);
         w->clock = e->clock;
+        w->role = ts_rpc_strdup(call, e->role);
+        w->addr = ts_rpc_strdup(call, e->service);
         out[i] = w;
     }
     return out;

@@ -57,7 +57,13 @@ static void register_validates_each_field(void **state)
                                                 0, 0, &g, &e), &e, bad[i].field);
     }
     struct ts_err e = { 0 };
-    assert_einval(ts_members_register_worker(m, "", 1, "w", 0, 0, &g, &e), &e, "host");
+    assert_einval(ts_members_register_worker(m, "", 1, "", NULL, "w", 0, 0, &g, &e), &e, "host");
+    e = (struct ts_err){ 0 };
+    assert_einval(ts_members_register_worker(m, "h", 1, "judge", NULL, "w", 0, 0, &g, &e), &e,
+                  "role");
+    e = (struct ts_err){ 0 };
+    assert_einval(ts_members_register_worker(m, "h", 1, "verify", "nohost", "w", 0, 0, &g, &e),
+                  &e, "addr");
     assert_int_equal(ts_members_epoch(m), 1); /* nothing changed */
     struct ts_members_view v;
     assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
@@ -166,7 +172,8 @@ static void deregister_and_replacement(void **state)
 
     /* Workers do not move the shard map epoch. */
     epoch = ts_members_epoch(m);
-    assert_int_equal(ts_members_register_worker(m, "host", 42, "w1", 0, 0, &g, NULL), TS_OK);
+    assert_int_equal(ts_members_register_worker(m, "host", 42, "", NULL, "w1", 0, 0, &g, NULL),
+                     TS_OK);
     assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, g.id, 0, 17, 1, &g, NULL), TS_OK);
     assert_int_equal(ts_members_expire(m, 4000), 2); /* the worker and shard c */
     assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
@@ -186,12 +193,14 @@ static void many_workers_keep_their_ids(void **state)
 
     for (uint32_t i = 1; i <= 20000; i++) {
         snprintf(inst, sizeof(inst), "w%u", i);
-        assert_int_equal(ts_members_register_worker(m, "h", i, inst, 0, 0, &g, NULL), TS_OK);
+        assert_int_equal(ts_members_register_worker(m, "h", i, "", NULL, inst, 0, 0, &g, NULL),
+                         TS_OK);
         assert_int_equal(g.id, i);
     }
     for (uint32_t i = 1; i <= 20000; i += 7) {
         snprintf(inst, sizeof(inst), "w%u", i);
-        assert_int_equal(ts_members_register_worker(m, "h", i, inst, 0, 1, &g, NULL), TS_OK);
+        assert_int_equal(ts_members_register_worker(m, "h", i, "", NULL, inst, 0, 1, &g, NULL),
+                         TS_OK);
         assert_int_equal(g.id, i);
     }
     ts_members_free(m);

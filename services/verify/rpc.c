@@ -1,0 +1,157 @@
+/* rpc.c - tessera.v1.Verify: Compare, on lib/audit. */
+#include <stdio.h>
+#include <string.h>
+
+#include "audit/audit.h"
+#include "tessera/v1/master.pb-c.h"
+#include "tessera/v1/verify.pb-c.h"
+#include "verify.h"
+
+#define LIVE_MS 120000
+
+static ts_status check(const Tessera__V1__CompareRequest *r, int *levels, struct ts_err *err)
+{
+    if (!r->a[0] || strlen(r->a) > 300)
+        return ts_err_set(err, TS_EINVAL, "a: a snapshot ref or \"live\", 1..300 bytes");
+    if (!r->b[0] || strlen(r->b) > 300)
+        return ts_err_set(err, TS_EINVAL, "b: a snapshot ref or \"live\", 1..300 bytes");
+    if (!r->level[0] || strcmp(r->level, "all") == 0)
+        *levels = TS_AUDIT_ALL;
+    else if (strcmp(r->level, "bits") == 0)
+        *levels = TS_AUDIT_BITS;
+    else if (strcmp(r->level, "cosine") == 0)
+        *levels = TS_AUDIT_COSINE;
+    else if (strcmp(r->level, "dist") == 0)
+        *levels = TS_AUDIT_DIST;
+    else
+        return ts_err_set(err, TS_EINVAL, "level: '%.32s'; bits, cosine, dist or all", r->level);
+    if (!(r->cosine_min >= 0 && r->cosine_min <= 1))
+        return ts_err_set(err, TS_EINVAL, "cosine_min: %g is outside [0, 1]", r->cosine_min);
+    if (!(r->alpha >= 0 && r->alpha < 1))
+        return ts_err_set(err, TS_EINVAL, "alpha: %g is outside [0, 1)", r->alpha);
+    if (!(r->psi_max >= 0))
+        return ts_err_set(err, TS_EINVAL, "psi_max: %g is negative", r->psi_max);
+    if (r->probe > 10000)
+        return ts_err_set(err, TS_EINVAL, "probe: %u, at most 10000", r->probe);
+    if (strlen(r->job) > 64)
+        return ts_err_set(err, TS_EINVAL, "job: at most 64 bytes");
+    return TS_OK;
+}
+
+/* "live": a coordinated snapshot of the job now, through the master; hex receives its id. */
+static ts_status live(struct verifier *v, const char *job, char hex[TS_STORE_HEX_LEN + 1],
+                      struct ts_err *err)
+{
+    Tessera__V1__CreateSnapshotRequest req = TESSERA__V1__CREATE_SNAPSHOT_REQUEST__INIT;
+    Tessera__V1__CreateSnapshotResponse *r = NULL;
+    ts_status st;
+
+    req.job = (char *)job;
+    req.message = "tessera-verify: live audit";
+    st = ts_rpc_unary(v->master, "/tessera.v1.Master/CreateSnapshot", &req.base,
+                      &tessera__v1__create_snapshot_response__descriptor,
+                      (ProtobufCMessage **)&r, LIVE_MS, err);
+    if (st)
+        return st;
+    snprintf(hex, TS_STORE_HEX_LEN + 1, "%s", r->snapshot->id);
+    tessera__v1__create_snapshot_response__free_unpacked(r, NULL);
+    return TS_OK;
+}
+
+static ts_status load(struct verifier *v, const char *which, const char *spec, const char *job,
+                      struct ts_audit_state *out, struct ts_err *err)
+{
+    char hex[TS_STORE_HEX_LEN + 1];
+    ts_status st = TS_OK;
+
+    memset(out, 0, sizeof(*out));
+    if (strcmp(spec, "live") == 0 && (st = live(v, job, hex, err)) == TS_OK)
+        spec = hex;
+    if (!st)
+        st = ts_audit_load_snapshot(spec, v->store, out, err);
+    if (st)
+        ts_err_prefix(err, "%s", which);
+    return st;
+}
+
+static void fill(struct ts_rpc_call *call, const struct ts_audit_state *a,
+                 const struct ts_audit_state *b, const struct ts_audit_report *r,
+                 Tessera__V1__CompareResponse *resp)
+{
+    resp->a = ts_rpc_strdup(call, a->label);
+    resp->b = ts_rpc_strdup(call, b->label);
+    resp->pass = r->pass;
+    resp->pass_bits = r->pass_bits;
+    resp->pass_cosine = r->pass_cosine;
+    resp->pass_dist = r->pass_dist;
+    resp->tensors = ts_rpc_alloc(call, (r->n + 1) * sizeof(*resp->tensors));
+    for (size_t i = 0; i < r->n; i++) {
+        const struct ts_audit_tensor *t = &r->tensors[i];
+        Tessera__V1__TensorAudit *ta = ts_rpc_new(call, &tessera__v1__tensor_audit__descriptor);
+        ta->name = ts_rpc_strdup(call, t->name);
+        ta->elements = t->numel;
+        ta->only_a = t->only_a;
+        ta->only_b = t->only_b;
+        ta->shape_differs = t->shape_differs;
+        ta->differing = t->bits.ndiff;
+        ta->max_ulp = t->bits.max_ulp;
+        ta->max_abs = t->bits.max_abs;
+        ta->max_rel = t->bits.max_rel;
+        ta->has_diff = t->bits.has_diff;
+        ta->first_index = t->bits.first_index;
+        ta->first_a = t->bits.first_a;
+        ta->first_b = t->bits.first_b;
+        ta->cosine = t->cosine;
+        resp->tensors[resp->n_tensors++] = ta;
+    }
+    if (r->model) {
+        resp->layer_cosine = ts_rpc_alloc(call, 3 * sizeof(double));
+        memcpy(resp->layer_cosine, r->layer_cosine, 3 * sizeof(double));
+        resp->n_layer_cosine = 3;
+    }
+    resp->dist_of = ts_rpc_strdup(call, r->dist_of ? r->dist_of : "");
+    resp->ks_statistic = r->ks.statistic;
+    resp->ks_pvalue = r->ks.pvalue;
+    resp->psi = r->psi;
+    resp->js_distance = r->js_distance;
+    resp->mean_a = r->mean_a;
+    resp->std_a = r->std_a;
+    resp->mean_b = r->mean_b;
+    resp->std_b = r->std_b;
+    resp->accuracy_a = r->accuracy_a;
+    resp->accuracy_b = r->accuracy_b;
+}
+
+static ts_status compare(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                         ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__CompareRequest *req = (const void *)rq;
+    struct verifier *v = ts_rpc_ctx(call);
+    struct ts_audit_state a = { 0 }, b = { 0 };
+    struct ts_audit_report r;
+    struct ts_audit_opts o = { 0 };
+    ts_status st = check(req, &o.levels, err);
+
+    o.cosine_min = req->cosine_min;
+    o.alpha = req->alpha;
+    o.psi_max = req->psi_max;
+    o.probe = (int)req->probe;
+    o.data_dir = v->data_dir;
+    if (!st && !(st = load(v, "a", req->a, req->job, &a, err)) &&
+        !(st = load(v, "b", req->b, req->job, &b, err)) &&
+        !(st = ts_audit_compare(&a, &b, &o, &r, err))) {
+        fill(call, &a, &b, &r, (Tessera__V1__CompareResponse *)rs);
+        ts_audit_report_free(&r);
+    }
+    ts_audit_state_free(&a);
+    ts_audit_state_free(&b);
+    return st;
+}
+
+static const struct ts_rpc_method verify_methods[] = {
+    { "Compare", compare, &tessera__v1__compare_request__descriptor,
+      &tessera__v1__compare_response__descriptor, TS_RPC_OWN_THREAD },
+    { NULL, NULL, NULL, NULL, 0 },
+};
+
+struct ts_rpc_service ts_verify_service = { "tessera.v1.Verify", verify_methods, NULL };

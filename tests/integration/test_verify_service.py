@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""test_verify_service.py - tessera-verify as a service, from python3-grpcio.
+
+A cluster with a store trains an exact job and tags a snapshot. tessera-verify, started on
+that store, must register with the master (a member with role "verify" and its address), answer
+Health as SERVING and list tessera.v1.Verify through reflection. Compare of the tag against
+"live" (a coordinated snapshot taken through the master during the call) passes bit for bit;
+bad fields get INVALID_ARGUMENT naming the field, an unknown ref NOT_FOUND; and SIGTERM makes it
+leave the cluster cleanly.
+"""
+import os
+import signal
+import sys
+import unittest
+
+sys.dont_write_bytecode = True
+import tessera_testlib as tl  # noqa: E402
+from tessera_testlib import health_pb2  # noqa: E402
+from tessera.v1 import verify_pb2  # noqa: E402
+import grpc  # noqa: E402
+from test_snapshot import Cell, cli  # noqa: E402
+from test_health_reflection import ReflectionStream  # noqa: E402
+
+V = verify_pb2
+
+
+class VerifyService(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls.tmpdir = tempfile.mkdtemp(prefix="tessera-vsvc.")
+        cls.store = os.path.join(cls.tmpdir, "store")
+        cls.cell = Cell(cls.store, 2)
+        try:
+            cli(["train", "--master", cls.cell.master.addr, "--workers", "2", "--job", "v",
+                 "--exact", "--steps", "10", "--seed", "4", "--partition-kb", "64", "--json"],
+                timeout=240)
+            cli(["snapshot", "create", "--master", cls.cell.master.addr, "--tag", "t10"])
+            port_file = os.path.join(cls.cell.c.dir, "verify.port")
+            cls.svc = cls.cell.c.spawn([os.path.join(tl.BIN, "tessera-verify"), "--master",
+                                        cls.cell.master.addr, "--store", cls.store,
+                                        "--port-file", port_file], "verify")
+            port = tl.wait_until(lambda: tl._read_port(port_file, cls.svc), tl.START_TIMEOUT,
+                                 "tessera-verify's port")
+            cls.addr = "127.0.0.1:%d" % port
+            cls.ch = cls.cell.c.channel(cls.addr)
+            cls.v = tl.Stub(cls.ch, V, "Verify")
+        except BaseException:
+            cls.cell.close(failed=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cell.close()
+        import shutil
+        shutil.rmtree(cls.tmpdir, ignore_errors=True)
+
+    def verify_members(self):
+        cs = tl.cluster_status(self.cell.c.channel(self.cell.master.addr))
+        return [w for w in cs.workers if w.role == "verify"]
+
+    def test_registered_healthy_reflected(self):
+        members = tl.wait_until(self.verify_members, 10, "the verify member")
+        self.assertEqual(members[0].addr, self.addr)
+        self.assertEqual(members[0].state, tl.ALIVE)
+        health = tl.Stub(self.ch, health_pb2, "Health")
+        r = health.Check(health_pb2.HealthCheckRequest(service="tessera.v1.Verify"),
+                         timeout=tl.RPC_TIMEOUT)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+        rs = ReflectionStream(self.ch, "v1")
+        try:
+            names = {s.name for s in rs.ask(list_services="").list_services_response.service}
+        finally:
+            rs.close()
+        self.assertIn("tessera.v1.Verify", names)
+
+    def test_compare_tag_with_live(self):
+        r = self.v.Compare(V.CompareRequest(a="t10", b="live", job="v"), timeout=120)
+        self.assertTrue(getattr(r, "pass") and r.pass_bits and r.pass_cosine and r.pass_dist, r)
+        self.assertEqual(len(r.tensors), 6)
+        self.assertTrue(all(t.differing == 0 and t.cosine == 1.0 for t in r.tensors))
+        self.assertEqual(list(r.layer_cosine), [1.0, 1.0, 1.0])
+        self.assertIn("step 10", r.b)
+        self.assertEqual(r.dist_of, "logits")
+        self.assertEqual(r.ks_statistic, 0.0)
+
+    def test_bad_fields_and_unknown_ref(self):
+        for req, field in ((V.CompareRequest(a="", b="t10"), "a"),
+                           (V.CompareRequest(a="t10", b="x" * 301), "b"),
+                           (V.CompareRequest(a="t10", b="t10", level="everything"), "level"),
+                           (V.CompareRequest(a="t10", b="t10", probe=20000), "probe"),
+                           (V.CompareRequest(a="t10", b="t10", alpha=1.5), "alpha"),
+                           (V.CompareRequest(a="t10", b="t10", cosine_min=2), "cosine_min")):
+            e = tl.call_error(self.v.Compare, req)
+            self.assertEqual(e.code(), grpc.StatusCode.INVALID_ARGUMENT, field)
+            self.assertTrue(e.details().startswith(field + ":"), e.details())
+        e = tl.call_error(self.v.Compare, V.CompareRequest(a="t10", b="nope"))
+        self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND)
+        self.assertTrue(e.details().startswith("b: "), e.details())
+        # A file path is not a ref: the service never reads arbitrary files.
+        e = tl.call_error(self.v.Compare, V.CompareRequest(a="t10", b="/etc/passwd"))
+        self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_zz_sigterm_leaves_cleanly(self):
+        self.svc.signal(signal.SIGTERM)
+        self.assertEqual(self.svc.wait(15), 0)
+        tl.wait_until(lambda: self.verify_members()[0].state == tl.LEFT, 10,
+                      "the verify member to leave")
+
+
+if __name__ == "__main__":
+    tl.main()

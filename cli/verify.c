@@ -11,6 +11,7 @@
 
 #include "audit/audit.h"
 #include "cli.h"
+#include "client/master_client.h"
 #include "data/data.h"
 #include "snapshot/snapshot.h"
 #include "util/flags.h"
@@ -240,6 +241,23 @@ static int verify_data(const char *dir, const char *ref, struct ts_store *s, boo
     return pass ? 0 : 1;
 }
 
+/* "live" as A or B: a coordinated snapshot of the running job, taken through the master now. */
+static ts_status live(const char *master, const char *a, const char *b, int timeout_ms,
+                      char hex[65], struct ts_err *err)
+{
+    struct ts_master *m = NULL;
+    ts_status st;
+
+    if (strcmp(a, "live") && strcmp(b, "live"))
+        return TS_OK;
+    if (!master)
+        return ts_err_set(err, TS_EINVAL, "\"live\" needs --master ADDR (the running cluster)");
+    if (!(st = ts_master_open(master, &m, err)))
+        st = ts_master_snapshot(m, NULL, "tessera verify: live audit", timeout_ms, hex, err);
+    ts_master_close(m);
+    return st;
+}
+
 int cmd_verify(int argc, char **argv)
 {
     const char *store = NULL, *master = NULL, *level = NULL, *data = NULL;
@@ -273,6 +291,7 @@ int cmd_verify(int argc, char **argv)
     struct ts_audit_report r;
     struct ts_store *s = NULL;
     struct ts_err err = { 0 };
+    char live_hex[65] = "";
     int rc = 2;
 
     if (ts_flags_parse(flags, argc, argv, pos, &npos, &help, &err)) {
@@ -297,8 +316,8 @@ int cmd_verify(int argc, char **argv)
                        "they differ: bits (every element, ULP, first difference), cosine (per\n"
                        "tensor, and per layer output on probe images for the built-in MLP),\n"
                        "dist (KS, PSI, Jensen-Shannon of the outputs, or of the values).\n"
-                       "A and B: snapshot refs (with --store or --master) or files (.npy,\n"
-                       "raw float32). `verify data` re-hashes the training data in DIR and\n"
+                       "A and B: snapshot refs (with --store or --master), `live` (a snapshot of\n"
+                       "the running job, with --master) or files (.npy, raw float32). `verify data` re-hashes the training data in DIR and\n"
                        "checks it against snapshot REF's data-checksum map.\n"
                        "Exit 0: the audit passes; 1: it fails; 2: usage or I/O.",
                        flags);
@@ -319,7 +338,10 @@ int cmd_verify(int argc, char **argv)
     if ((store || master) && (rc = cli_open_store("verify", store, master, (int)timeout_ms, &s)))
         return rc;
     rc = 2;
-    if (ts_audit_load(pos[1], s, &a, &err) || ts_audit_load(pos[2], s, &b, &err)) {
+    if (live(master, pos[1], pos[2], (int)timeout_ms, live_hex, &err)) {
+        fprintf(stderr, "tessera verify: %s\n", err.msg);
+    } else if (ts_audit_load(strcmp(pos[1], "live") ? pos[1] : live_hex, s, &a, &err) ||
+               ts_audit_load(strcmp(pos[2], "live") ? pos[2] : live_hex, s, &b, &err)) {
         fprintf(stderr, "tessera verify: %s\n", err.msg);
     } else if (ts_audit_compare(&a, &b, &o, &r, &err)) {
         fprintf(stderr, "tessera verify: %s\n", err.msg);

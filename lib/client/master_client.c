@@ -100,6 +100,24 @@ ts_status ts_master_check_data(struct ts_master *m, const Tessera__V1__CheckData
                 TS_MASTER_CALL_MS, err);
 }
 
+ts_status ts_master_snapshot(struct ts_master *m, const char *job, const char *message,
+                             int deadline_ms, char hex[65], struct ts_err *err)
+{
+    Tessera__V1__CreateSnapshotRequest req = TESSERA__V1__CREATE_SNAPSHOT_REQUEST__INIT;
+    Tessera__V1__CreateSnapshotResponse *r = NULL;
+    ts_status st;
+
+    req.job = (char *)(job ? job : "");
+    req.message = (char *)(message ? message : "");
+    st = CALL(m, "CreateSnapshot", &req, &tessera__v1__create_snapshot_response__descriptor, &r,
+              deadline_ms, err);
+    if (st)
+        return st;
+    snprintf(hex, 65, "%s", r->snapshot->id);
+    tessera__v1__create_snapshot_response__free_unpacked(r, NULL);
+    return TS_OK;
+}
+
 /* ---- membership ---- */
 
 static void set_epoch(struct ts_membership *ms, uint64_t epoch)

@@ -42,6 +42,10 @@ ts_status ts_master_status(struct ts_master *m, int deadline_ms,
                            struct ts_err *err) TS_MUST_CHECK;
 ts_status ts_master_shard_map(struct ts_master *m, Tessera__V1__ShardMap **out,
                               struct ts_err *err) TS_MUST_CHECK;
+/* CreateSnapshot of job (NULL or "": the only one) now; hex receives the snapshot's id. For
+ * audits of the live job (tessera-verify, tessera verify compare ... live). */
+ts_status ts_master_snapshot(struct ts_master *m, const char *job, const char *message,
+                             int deadline_ms, char hex[65], struct ts_err *err) TS_MUST_CHECK;
 /* CheckData: this worker's data checksums against the job's map (datamap.h). */
 ts_status ts_master_check_data(struct ts_master *m, const Tessera__V1__CheckDataRequest *req,
                                Tessera__V1__CheckDataResponse **out,

@@ -65,7 +65,7 @@ int main(int argc, char **argv)
     v.data_dir = data;
     ts_verify_service.ctx = &v;
     if (ts_store_open(store_dir, NULL, &v.store, &err) ||
-        ts_rpc_channel_create(v.master_addr, NULL, &v.master, &err) ||
+        ts_master_open(v.master_addr, &v.master, &err) ||
         ts_rpc_server_create(&(struct ts_rpc_server_opts){ .listen = listen,
                                                            .threads = (int)threads },
                              &srv, &err) ||
@@ -98,7 +98,7 @@ out:
     ts_membership_stop(ms, rc == 0);
     ts_rpc_server_free(srv);
     ts_master_close(m);
-    ts_rpc_channel_free(v.master);
+    ts_master_close(v.master);
     ts_store_close(v.store);
     return rc;
 }

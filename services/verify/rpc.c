@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "audit/audit.h"
-#include "tessera/v1/master.pb-c.h"
+#include "client/master_client.h"
 #include "tessera/v1/verify.pb-c.h"
 #include "verify.h"
 
@@ -38,26 +38,6 @@ static ts_status check(const Tessera__V1__CompareRequest *r, int *levels, struct
     return TS_OK;
 }
 
-/* "live": a coordinated snapshot of the job now, through the master; hex receives its id. */
-static ts_status live(struct verifier *v, const char *job, char hex[TS_STORE_HEX_LEN + 1],
-                      struct ts_err *err)
-{
-    Tessera__V1__CreateSnapshotRequest req = TESSERA__V1__CREATE_SNAPSHOT_REQUEST__INIT;
-    Tessera__V1__CreateSnapshotResponse *r = NULL;
-    ts_status st;
-
-    req.job = (char *)job;
-    req.message = "tessera-verify: live audit";
-    st = ts_rpc_unary(v->master, "/tessera.v1.Master/CreateSnapshot", &req.base,
-                      &tessera__v1__create_snapshot_response__descriptor,
-                      (ProtobufCMessage **)&r, LIVE_MS, err);
-    if (st)
-        return st;
-    snprintf(hex, TS_STORE_HEX_LEN + 1, "%s", r->snapshot->id);
-    tessera__v1__create_snapshot_response__free_unpacked(r, NULL);
-    return TS_OK;
-}
-
 static ts_status load(struct verifier *v, const char *which, const char *spec, const char *job,
                       struct ts_audit_state *out, struct ts_err *err)
 {
@@ -65,7 +45,9 @@ static ts_status load(struct verifier *v, const char *which, const char *spec, c
     ts_status st = TS_OK;
 
     memset(out, 0, sizeof(*out));
-    if (strcmp(spec, "live") == 0 && (st = live(v, job, hex, err)) == TS_OK)
+    if (strcmp(spec, "live") == 0 &&
+        (st = ts_master_snapshot(v->master, job, "tessera-verify: live audit", LIVE_MS, hex,
+                                 err)) == TS_OK)
         spec = hex;
     if (!st)
         st = ts_audit_load_snapshot(spec, v->store, out, err);

@@ -2,13 +2,14 @@
 #ifndef TS_VERIFY_SERVICE_H
 #define TS_VERIFY_SERVICE_H
 
+#include "client/master_client.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
 
 struct verifier {
     struct ts_store *store;         /* the snapshot store it audits (--store) */
     const char *master_addr;
-    struct ts_rpc_channel *master;  /* for "live": CreateSnapshot */
+    struct ts_master *master;       /* for "live": CreateSnapshot */
     const char *data_dir;           /* Fashion-MNIST for the MLP probe (NULL: Debian's) */
 };
 

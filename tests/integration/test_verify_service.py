@@ -84,6 +84,15 @@ class VerifyService(unittest.TestCase):
         self.assertEqual(r.dist_of, "logits")
         self.assertEqual(r.ks_statistic, 0.0)
 
+    def test_cli_live(self):
+        r = tl.run_cli(["verify", "compare", "--master", self.cell.master.addr, "t10", "live",
+                        "--level", "bits", "--timeout-ms", "60000"], timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("bit-identical", r.stdout)
+        r = tl.run_cli(["verify", "compare", "--store", self.store, "t10", "live"], timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--master", r.stderr)
+
     def test_bad_fields_and_unknown_ref(self):
         for req, field in ((V.CompareRequest(a="", b="t10"), "a"),
                            (V.CompareRequest(a="t10", b="x" * 301), "b"),

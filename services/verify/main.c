@@ -9,7 +9,7 @@
 #include "util/flags.h"
 #include "util/log.h"
 #include "util/proc.h"
-#include "verify.h"
+#include "service.h"
 
 int main(int argc, char **argv)
 {

@@ -5,7 +5,7 @@
 #include "audit/audit.h"
 #include "client/master_client.h"
 #include "tessera/v1/verify.pb-c.h"
-#include "verify.h"
+#include "service.h"
 
 #define LIVE_MS 120000
 

@@ -1,4 +1,5 @@
-/* verify.h - tessera-verify's state and its gRPC table (main.c, rpc.c). */
+/* service.h - tessera-verify's state and its gRPC table (main.c, rpc.c). Not verify.h: that
+ * name is lib/verify's, and tests see services/ on their include path. */
 #ifndef TS_VERIFY_SERVICE_H
 #define TS_VERIFY_SERVICE_H
 

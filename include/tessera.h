@@ -86,6 +86,20 @@ int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tesser
 int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *const *params,
                  struct tessera_error *err);
 
+/* Audits a worker's own copy of the parameters against the shards (docs/verify.md): pulls
+ * every registered tensor at `version` and compares it bit for bit with params[id] (numel
+ * floats each). For trainers that keep or update their own copy (reduce-style loops, user
+ * code). The result sums over tensors; first_tensor -1 when nothing differs. */
+struct tessera_local_audit {
+    uint64_t elements, differing;
+    uint64_t max_ulp;                 /* over differing pairs that are numbers */
+    int first_tensor;                 /* the first tensor id with a difference, or -1 */
+    uint64_t first_index;             /* its first differing element */
+    float first_local, first_shard;   /* the two values there */
+};
+int tessera_verify_local(tessera *t, float *const *params, uint64_t version,
+                         struct tessera_local_audit *out, struct tessera_error *err);
+
 /* Data checksums (docs/verify.md): before training, a worker sends the SHA-256 of every data
  * partition it loaded; the master compares them with the job's map (the restored snapshot's,
  * else the first worker's) and refuses a mismatch with TESSERA_ESTATE, the message naming the

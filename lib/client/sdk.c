@@ -21,6 +21,7 @@
 
 #include "client/master_client.h"
 #include "ps/part.h"
+#include "verify/verify.h"
 #include "transport/frame.h"
 #include "util/log.h"
 
@@ -395,6 +396,46 @@ int tessera_check_data(tessera *t, const struct tessera_data_checksum *cs, size_
     free(items);
     free(ptrs);
     return st ? fail(e, &err) : ok(e);
+}
+
+int tessera_verify_local(tessera *t, float *const *params, uint64_t version,
+                         struct tessera_local_audit *out, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct tessera_error pe = { 0 };
+
+    memset(out, 0, sizeof(*out));
+    out->first_tensor = -1;
+    for (int id = 0; id < t->ntensors; id++) {
+        uint64_t n = t->tensors[id]->numel;
+        float *shard = malloc(n * sizeof(float) + 1);
+        struct ts_verify_bits r;
+
+        if (!shard) {
+            ts_err_set(&err, TS_ENOMEM, "out of memory");
+            return fail(e, &err);
+        }
+        if (tessera_pull(t, id, version, shard, &pe)) {
+            free(shard);
+            *e = pe;
+            return pe.code;
+        }
+        if (ts_verify_bits_compare(params[id], shard, n, NULL, &r, NULL, &err)) {
+            free(shard);
+            return fail(e, &err);
+        }
+        out->elements += n;
+        out->differing += r.ndiff;
+        out->max_ulp = r.max_ulp > out->max_ulp ? r.max_ulp : out->max_ulp;
+        if (r.has_diff && out->first_tensor < 0) {
+            out->first_tensor = id;
+            out->first_index = r.first_index;
+            out->first_local = (float)r.first_a;
+            out->first_shard = (float)r.first_b;
+        }
+        free(shard);
+    }
+    return ok(e);
 }
 
 uint64_t tessera_version(const tessera *t, int id)

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -181,6 +182,33 @@ static void bad_frames_change_nothing(const char *transport, const char *job)
     tessera_close(t);
 }
 
+/* A worker's own copy against the shards: equal after a pull, one element off found. */
+static void local_copy_audit(void **state)
+{
+    struct tessera_options o = { .master = master, .job = "audit", .rank = 0, .workers = 1,
+                                 .exact = 1, .optimizer = "sgd:lr=0.5", .batch = 4 };
+    struct tessera_error e;
+    struct tessera_local_audit a;
+    tessera *t;
+    uint64_t shape[1] = { N };
+    static float w[N];
+    float *params[1] = { w };
+    int id;
+
+    if (tessera_connect(&o, &t, &e) ||
+        tessera_register(t, "w", shape, 1, "normal:0.1", 5, 0, 0, 0, &id, &e) ||
+        tessera_pull(t, id, 0, w, &e))
+        fail_msg("%s", e.message);
+    assert_int_equal(tessera_verify_local(t, params, 0, &a, &e), 0);
+    assert_true(a.elements == N && a.differing == 0 && a.first_tensor == -1);
+    float was = w[123];
+    w[123] = nextafterf(w[123], 1.0f);
+    assert_int_equal(tessera_verify_local(t, params, 0, &a, &e), 0);
+    assert_true(a.differing == 1 && a.first_tensor == id && a.first_index == 123);
+    assert_true(a.max_ulp == 1 && a.first_local == w[123] && a.first_shard == was);
+    tessera_close(t);
+}
+
 static void over_tcp(void **state)
 {
     bad_frames_change_nothing("tcp", "faults-tcp");
@@ -196,6 +224,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(over_tcp),
         cmocka_unit_test(over_shm),
+        cmocka_unit_test(local_copy_audit),
     };
     if (argc < 2) {
         fprintf(stderr, "usage: test_dataplane BIN_DIR\n");

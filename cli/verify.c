@@ -241,6 +241,16 @@ static int verify_data(const char *dir, const char *ref, struct ts_store *s, boo
     return pass ? 0 : 1;
 }
 
+/* Progress on stderr (stdout stays the report) when a side is large enough to take a while. */
+#define PROGRESS_MIN_BYTES (64u << 20)
+static void loading(void *ctx, const char *tensor, uint64_t done, uint64_t total)
+{
+    if (total < PROGRESS_MIN_BYTES)
+        return;
+    fprintf(stderr, "reading %s: %3.0f%% (%s, %.0f of %.0f MB)\n", (const char *)ctx,
+            100.0 * (double)done / (double)total, tensor, done / 1e6, total / 1e6);
+}
+
 /* "live" as A or B: a coordinated snapshot of the running job, taken through the master now. */
 static ts_status live(const char *master, const char *a, const char *b, int timeout_ms,
                       char hex[65], struct ts_err *err)
@@ -340,8 +350,10 @@ int cmd_verify(int argc, char **argv)
     rc = 2;
     if (live(master, pos[1], pos[2], (int)timeout_ms, live_hex, &err)) {
         fprintf(stderr, "tessera verify: %s\n", err.msg);
-    } else if (ts_audit_load(strcmp(pos[1], "live") ? pos[1] : live_hex, s, &a, &err) ||
-               ts_audit_load(strcmp(pos[2], "live") ? pos[2] : live_hex, s, &b, &err)) {
+    } else if (ts_audit_load(strcmp(pos[1], "live") ? pos[1] : live_hex, s,
+                             &(struct ts_audit_progress){ loading, "A" }, &a, &err) ||
+               ts_audit_load(strcmp(pos[2], "live") ? pos[2] : live_hex, s,
+                             &(struct ts_audit_progress){ loading, "B" }, &b, &err)) {
         fprintf(stderr, "tessera verify: %s\n", err.msg);
     } else if (ts_audit_compare(&a, &b, &o, &r, &err)) {
         fprintf(stderr, "tessera verify: %s\n", err.msg);

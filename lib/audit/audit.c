@@ -54,8 +54,10 @@ static ts_status load_file(const char *path, struct ts_audit_state *out, struct 
 }
 
 ts_status ts_audit_load_snapshot(const char *ref, struct ts_store *s,
+                                 const struct ts_audit_progress *progress,
                                  struct ts_audit_state *out, struct ts_err *err)
 {
+    uint64_t total = 0, done = 0;
     uint8_t id[TS_STORE_ID_LEN];
     char hex[TS_STORE_HEX_LEN + 1];
     ts_manifest *m = NULL;
@@ -70,6 +72,8 @@ ts_status ts_audit_load_snapshot(const char *ref, struct ts_store *s,
     out->t = calloc(m->n_tensors, sizeof(*out->t));
     if (!out->t)
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
+    for (size_t i = 0; i < m->n_tensors; i++)
+        total += m->tensors[i]->numel * sizeof(float);
     for (size_t i = 0; !st && i < m->n_tensors; i++) {
         const ts_tensor_manifest *tm = m->tensors[i];
         struct ts_audit_tensor_data *t = &out->t[out->n++];
@@ -81,6 +85,9 @@ ts_status ts_audit_load_snapshot(const char *ref, struct ts_store *s,
         for (size_t p = 0; !st && p < tm->n_partitions; p++)
             st = ts_snap_read_partition(s, m, tm, tm->partitions[p],
                                         t->v + tm->partitions[p]->offset, NULL, err);
+        done += tm->numel * sizeof(float);
+        if (!st && progress && progress->fn)
+            progress->fn(progress->ctx, t->name, done, total);
     }
     if (!st)
         snprintf(out->label, sizeof(out->label), "snapshot %.12s (step %" PRIu64 ")",
@@ -91,7 +98,8 @@ ts_status ts_audit_load_snapshot(const char *ref, struct ts_store *s,
     return st;
 }
 
-ts_status ts_audit_load(const char *spec, struct ts_store *store, struct ts_audit_state *out,
+ts_status ts_audit_load(const char *spec, struct ts_store *store,
+                        const struct ts_audit_progress *progress, struct ts_audit_state *out,
                         struct ts_err *err)
 {
     struct stat sb;
@@ -101,7 +109,7 @@ ts_status ts_audit_load(const char *spec, struct ts_store *store, struct ts_audi
         return ts_err_set(err, TS_EINVAL, "what to compare: a snapshot ref or a file");
     if (stat(spec, &sb) == 0 && S_ISREG(sb.st_mode))
         return load_file(spec, out, err);
-    return ts_audit_load_snapshot(spec, store, out, err);
+    return ts_audit_load_snapshot(spec, store, progress, out, err);
 }
 
 void ts_audit_report_free(struct ts_audit_report *r)

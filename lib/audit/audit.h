@@ -36,12 +36,20 @@ struct ts_audit_state {
     struct ts_audit_tensor_data *t;
 };
 
+/* Called after each tensor a load reads: its name, and bytes read so far of total. */
+struct ts_audit_progress {
+    void (*fn)(void *ctx, const char *tensor, uint64_t done, uint64_t total);
+    void *ctx;
+};
+
 /* Loads spec: an existing file (.npy, else raw float32: one tensor named after the file), or
  * else a snapshot ref resolved in store (which may then not be NULL). TS_ENOTFOUND names spec. */
 TS_MUST_CHECK ts_status ts_audit_load(const char *spec, struct ts_store *store,
+                                      const struct ts_audit_progress *progress,
                                       struct ts_audit_state *out, struct ts_err *err);
 /* Only a snapshot ref, never a file (what a network service may be asked to read). */
 TS_MUST_CHECK ts_status ts_audit_load_snapshot(const char *ref, struct ts_store *store,
+                                               const struct ts_audit_progress *progress,
                                                struct ts_audit_state *out, struct ts_err *err);
 void ts_audit_state_free(struct ts_audit_state *s);
 

@@ -50,7 +50,7 @@ static ts_status load(struct verifier *v, const char *which, const char *spec, c
                                  err)) == TS_OK)
         spec = hex;
     if (!st)
-        st = ts_audit_load_snapshot(spec, v->store, out, err);
+        st = ts_audit_load_snapshot(spec, v->store, NULL, out, err);
     if (st)
         ts_err_prefix(err, "%s", which);
     return st;

@@ -10,6 +10,7 @@ Environment (ctest sets it): TESSERA_BIN, the binaries; PYTHONPATH, build/gen/py
 TESSERA_SRC, the source tree. Run by hand from the source tree, the defaults point at build/.
 A failing test prints its processes' logs; TESSERA_KEEP_LOGS=1 keeps the temp dir as well.
 """
+import atexit
 import os
 import shutil
 import signal
@@ -37,6 +38,19 @@ except (ImportError, AttributeError):
                      "run them with /usr/bin/python3 (apt-get install python3-grpcio "
                      "python3-protobuf)\n")
     sys.exit(1)
+
+# Every process a test starts gets TMPDIR here, removed when the test script exits: a run that
+# fails on purpose (or is killed) keeps its logs under TMPDIR (tessera train does), and they
+# must not outlive the test.
+TEST_TMP = tempfile.mkdtemp(prefix="tessera-tests.")
+os.environ["TMPDIR"] = TEST_TMP
+
+
+def _remove_test_tmp():
+    shutil.rmtree(TEST_TMP, ignore_errors=True)
+
+
+atexit.register(_remove_test_tmp)
 
 from google.protobuf import symbol_database  # noqa: E402
 

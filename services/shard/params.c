@@ -299,6 +299,13 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
         st = ts_err_set(err, TS_EEXIST, "tensor_id: %u is '%s' with another shape, initializer "
                         "or seed", t->id, t->name);
     if (!st && !t && !(st = create_tensor(sp, sj, cl, my_id, req, numel, &t, err))) {
+        /* A snapshot armed before this tensor existed covers it too (shard_params_arm). */
+        for (uint32_t p = 0; sj->armed && p < t->nparts; p++) {
+            struct ts_err ignored = { 0 };
+            if (t->parts[p] && ts_part_arm(t->parts[p], sj->armed_step, &ignored))
+                ts_log(TS_WARN, "shard", "tensor '%s' partition %u: %s (the armed snapshot "
+                       "will be incomplete)", t->name, p, ignored.msg);
+        }
         sj->tensors[t->id] = t;
         for (uint32_t p = 0; p < t->nparts; p++)
             if (t->parts[p]) {
@@ -394,6 +401,14 @@ static ts_status disarm_one(void *ctx, struct shard_tensor *t, struct ts_part *p
     return TS_OK;
 }
 
+static void set_armed(struct shard_params *sp, struct shard_job *sj, bool armed, uint64_t step)
+{
+    pthread_mutex_lock(&sp->mu);
+    sj->armed_step = step;
+    sj->armed = armed;
+    pthread_mutex_unlock(&sp->mu);
+}
+
 ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
                            bool *armed, uint64_t *minv, uint64_t *maxv, struct ts_err *err)
 {
@@ -406,6 +421,9 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
     if (!sj)
         return ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
     pthread_mutex_lock(&sp->snap_mu);
+    /* Announced before the walk, under the registry lock: a tensor registered from now on
+     * arms its own partitions (shard_params_register), one registered before is walked. */
+    set_armed(sp, sj, !disarm, step);
     st = each_part(sp, sj, arm_one, &s, &past);
     if (st == TS_ESTATE && !disarm) { /* one is past step: undo, report the span */
         s.disarm = true;
@@ -415,14 +433,14 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
     } else if (st) {
         ts_err_set(err, st, "%s", past.msg);
     }
-    if (st == TS_OK) {
-        sj->armed = *armed;
-        sj->armed_step = step;
+    if (st == TS_OK && *armed) {
         *minv = s.min == UINT64_MAX ? 0 : s.min;
         *maxv = s.max;
     } else {
+        set_armed(sp, sj, false, 0);
         (void)each_part(sp, sj, disarm_one, NULL, err);
-        sj->armed = false;
+        *minv = s.min == UINT64_MAX ? 0 : s.min;
+        *maxv = s.max;
     }
     pthread_mutex_unlock(&sp->snap_mu);
     return st;
@@ -554,7 +572,7 @@ ts_status shard_params_write(struct shard_params *sp, struct ts_rpc_call *call, 
         resp->bytes_written = w.written;
         resp->ready = true;
         (void)each_part(sp, sj, disarm_one, NULL, err);
-        sj->armed = false;
+        set_armed(sp, sj, false, 0);
     }
     pthread_mutex_unlock(&sp->snap_mu);
     return st;

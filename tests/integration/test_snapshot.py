@@ -246,5 +246,39 @@ class Snapshots(unittest.TestCase):
         self.assertIn("exists", r.stderr)
 
 
+class ArmBeforeRegister(unittest.TestCase):
+    """A snapshot armed while a job is still registering its tensors covers the late ones:
+    the automatic loop may arm as soon as the first tensor of a job appears."""
+
+    def test_late_tensor_is_captured(self):
+        tmp = tempfile.mkdtemp(prefix="tessera-arm.")
+        cell = Cell(os.path.join(tmp, "store"), 1)
+        try:
+            from tessera_testlib import master_pb2 as M, shard_pb2 as S, common_pb2 as C
+            m = tl.Stub(cell.c.channel(cell.master.addr), M, "Master")
+            smap = m.GetShardMap(M.GetShardMapRequest(), timeout=tl.RPC_TIMEOUT)
+            sh = tl.Stub(cell.c.channel(smap.shards[0].addr), S, "Shard")
+            job = C.JobSpec(id="late", workers=1, exact=True, optimizer="sgd:lr=0.1", batch=4)
+
+            def register(name, tid):
+                sh.RegisterTensor(S.RegisterTensorRequest(
+                    job=job, tensor_id=tid, map_epoch=smap.epoch,
+                    tensor=C.TensorSpec(name=name, dtype=C.DTYPE_F32, shape=[300],
+                                        initializer="normal:0.1", seed=1)),
+                    timeout=tl.RPC_TIMEOUT)
+            register("first", 0)
+            armed = sh.ArmSnapshot(S.ArmSnapshotRequest(job="late", step=0),
+                                   timeout=tl.RPC_TIMEOUT)
+            self.assertTrue(armed.armed)
+            register("late", 1)
+            r = sh.WriteSnapshot(S.WriteSnapshotRequest(job="late", step=0, wait_ms=2000),
+                                 timeout=30)
+            self.assertTrue(r.ready, "the late tensor was not captured")
+            self.assertEqual(sorted(t.spec.name for t in r.tensors), ["first", "late"])
+        finally:
+            cell.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     tl.main()

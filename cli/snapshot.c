@@ -160,64 +160,73 @@ static void append(char *dst, size_t n, const char *word)
     snprintf(dst + len, n - len, "%s%s", len ? " " : "", word);
 }
 
+/* collect()'s walk of one ref's history. */
+struct listing {
+    struct entry *v;
+    size_t n, cap;
+    const char *ref;
+    bool first;          /* the ref's own snapshot: the ref names it */
+};
+
+static ts_status collect_one(void *ctx, const uint8_t id[TS_STORE_ID_LEN], ts_manifest **m,
+                             bool *stop, struct ts_err *err)
+{
+    struct listing *l = ctx;
+    struct entry *e = find(l->v, l->n, id);
+
+    if (e && !l->first) {
+        *stop = true; /* the rest of this history is listed already */
+        return TS_OK;
+    }
+    if (!e) {
+        if (l->n == l->cap) {
+            size_t cap = l->cap ? 2 * l->cap : 16;
+            struct entry *nv = realloc(l->v, cap * sizeof(*nv));
+            if (!nv)
+                return ts_err_set(err, TS_ENOMEM, "out of memory");
+            l->v = nv;
+            l->cap = cap;
+        }
+        e = &l->v[l->n++];
+        memset(e, 0, sizeof(*e));
+        memcpy(e->id, id, TS_STORE_ID_LEN);
+        e->m = *m; /* kept */
+        *m = NULL;
+        snprintf(e->branch, sizeof(e->branch), "%s", l->ref);
+    }
+    if (l->first)
+        append(e->names, sizeof(e->names), l->ref);
+    l->first = false;
+    return TS_OK;
+}
+
 /* Every snapshot reachable from a ref, with the refs naming it. */
 static ts_status collect(struct ts_store *s, struct entry **out, size_t *n, struct ts_err *err)
 {
     struct ts_store_ref *refs = NULL;
-    struct entry *v = NULL;
-    size_t nrefs = 0, k = 0, cap = 0;
+    struct listing l = { 0 };
+    size_t nrefs = 0;
     ts_status st = ts_store_ref_list(s, NULL, &refs, &nrefs, err);
 
     /* Branches first, so that an entry's branch is a branch when one holds it. */
     for (int pass = 0; pass < 2 && !st; pass++)
         for (size_t r = 0; !st && r < nrefs; r++) {
-            uint8_t id[TS_STORE_ID_LEN];
-            bool is_head = strncmp(refs[r].name, "heads/", 6) == 0, first = true;
-
-            if (is_head != (pass == 0))
+            if ((strncmp(refs[r].name, "heads/", 6) == 0) != (pass == 0))
                 continue;
-            memcpy(id, refs[r].id, sizeof(id));
-            for (;;) {
-                struct entry *e = find(v, k, id);
-                if (!e) {
-                    if (k == cap) {
-                        cap = cap ? 2 * cap : 16;
-                        struct entry *nv = realloc(v, cap * sizeof(*v));
-                        if (!nv) {
-                            st = ts_err_set(err, TS_ENOMEM, "out of memory");
-                            break;
-                        }
-                        v = nv;
-                    }
-                    e = &v[k];
-                    memset(e, 0, sizeof(*e));
-                    memcpy(e->id, id, sizeof(id));
-                    if ((st = ts_manifest_load(s, id, &e->m, err))) {
-                        ts_err_prefix(err, "ref %s", refs[r].name);
-                        break;
-                    }
-                    snprintf(e->branch, sizeof(e->branch), "%s", refs[r].name);
-                    k++;
-                } else if (!first) {
-                    break; /* the rest of this history is listed already */
-                }
-                if (first)
-                    append(e->names, sizeof(e->names), refs[r].name);
-                first = false;
-                if (e->m->parent.len != TS_STORE_ID_LEN)
-                    break;
-                memcpy(id, e->m->parent.data, sizeof(id));
-            }
+            l.ref = refs[r].name;
+            l.first = true;
+            if ((st = ts_snap_history(s, refs[r].id, collect_one, &l, err)))
+                ts_err_prefix(err, "ref %s", refs[r].name);
         }
     free(refs);
     if (st) {
-        for (size_t i = 0; i < k; i++)
-            ts_manifest_free(v[i].m);
-        free(v);
+        for (size_t i = 0; i < l.n; i++)
+            ts_manifest_free(l.v[i].m);
+        free(l.v);
         return st;
     }
-    *out = v;
-    *n = k;
+    *out = l.v;
+    *n = l.n;
     return TS_OK;
 }
 
@@ -296,51 +305,54 @@ static int do_list(struct ts_store *s, const struct snap_opts *o)
     return 0;
 }
 
+struct log_walk {
+    const struct snap_opts *o;
+    struct ts_json j;
+    int64_t shown;
+};
+
+static ts_status log_one(void *ctx, const uint8_t id[TS_STORE_ID_LEN], ts_manifest **mp,
+                         bool *stop, struct ts_err *err)
+{
+    struct log_walk *w = ctx;
+    const ts_manifest *m = *mp;
+    char hex[TS_STORE_HEX_LEN + 1], t[64];
+
+    if (w->o->json) {
+        struct entry e = { .m = *mp };
+        memcpy(e.id, id, TS_STORE_ID_LEN);
+        json_entry(&w->j, &e);
+    } else {
+        when(m->created_unix_ms, t, sizeof(t));
+        printf("snapshot %s\nstep     %" PRIu64 "\ndate     %s\njob      %s (%s, %u "
+               "workers, %s)\n", ts_store_hex(id, hex), m->step, t, m->job->id,
+               m->job->exact ? "exact" : "float", m->job->workers, m->job->optimizer);
+        if (m->message[0])
+            printf("\n    %s\n", m->message);
+        printf("\n");
+    }
+    *stop = w->o->limit && ++w->shown >= w->o->limit;
+    return TS_OK;
+}
+
 static int do_log(struct ts_store *s, const struct snap_opts *o)
 {
     uint8_t id[TS_STORE_ID_LEN];
     struct ts_err err = { 0 };
-    const char *ref = o->npos > 1 ? o->pos[1] : "HEAD";
-    char hex[TS_STORE_HEX_LEN + 1], t[64];
-    struct ts_json j;
-    int64_t shown = 0;
+    struct log_walk w = { .o = o };
+    int rc = 0;
 
-    if (ts_snap_resolve(s, ref, id, NULL, &err))
+    if (ts_snap_resolve(s, o->npos > 1 ? o->pos[1] : "HEAD", id, NULL, &err))
         return fail("log", &err);
-    ts_json_init(&j);
-    ts_json_arr(&j, NULL);
-    for (;;) {
-        ts_manifest *m;
-
-        if (ts_manifest_load(s, id, &m, &err)) {
-            ts_json_fini(&j);
-            return fail("log", &err);
-        }
-        if (o->json) {
-            struct entry e = { .m = m };
-            memcpy(e.id, id, sizeof(id));
-            json_entry(&j, &e);
-        } else {
-            when(m->created_unix_ms, t, sizeof(t));
-            printf("snapshot %s\nstep     %" PRIu64 "\ndate     %s\njob      %s (%s, %u "
-                   "workers, %s)\n", ts_store_hex(id, hex), m->step, t, m->job->id,
-                   m->job->exact ? "exact" : "float", m->job->workers, m->job->optimizer);
-            if (m->message[0])
-                printf("\n    %s\n", m->message);
-            printf("\n");
-        }
-        bool more = m->parent.len == TS_STORE_ID_LEN;
-        if (more)
-            memcpy(id, m->parent.data, sizeof(id));
-        ts_manifest_free(m);
-        if (!more || (o->limit && ++shown >= o->limit))
-            break;
-    }
-    ts_json_end(&j);
-    if (o->json)
-        printf("%s\n", j.buf);
-    ts_json_fini(&j);
-    return 0;
+    ts_json_init(&w.j);
+    ts_json_arr(&w.j, NULL);
+    if (ts_snap_history(s, id, log_one, &w, &err))
+        rc = fail("log", &err);
+    ts_json_end(&w.j);
+    if (!rc && o->json)
+        printf("%s\n", w.j.buf);
+    ts_json_fini(&w.j);
+    return rc;
 }
 
 static int do_show(struct ts_store *s, const struct snap_opts *o)
@@ -574,6 +586,29 @@ static void bad_file(void *ctx, const char *what, const char *name, const struct
     printf("BAD %s %s: %s\n", what, name, why->msg);
 }
 
+/* fsck's walk: a snapshot whose chunks are not all there fails the walk (its ref is bad). */
+static ts_status whole_one(void *ctx, const uint8_t id[TS_STORE_ID_LEN], ts_manifest **mp,
+                           bool *stop, struct ts_err *err)
+{
+    struct ts_store *s = ctx;
+    const ts_manifest *m = *mp;
+    char hex[TS_STORE_HEX_LEN + 1];
+    size_t missing = 0;
+
+    for (size_t t = 0; t < m->n_tensors; t++)
+        for (size_t p = 0; p < m->tensors[t]->n_partitions; p++) {
+            const ts_partition_manifest *pm = m->tensors[t]->partitions[p];
+            for (size_t c = 0; c < pm->n_value_chunks; c++)
+                missing += !ts_store_has(s, pm->value_chunks[c].data);
+            for (size_t c = 0; c < pm->n_state_chunks; c++)
+                missing += !ts_store_has(s, pm->state_chunks[c].data);
+        }
+    if (missing)
+        return ts_err_set(err, TS_ECORRUPT, "snapshot %.12s misses %zu chunks",
+                          ts_store_hex(id, hex), missing);
+    return TS_OK;
+}
+
 static int do_fsck(struct ts_store *s, const struct snap_opts *o)
 {
     struct ts_store_stats st = { 0 };
@@ -588,38 +623,11 @@ static int do_fsck(struct ts_store *s, const struct snap_opts *o)
         return fail("fsck", &err);
     /* Every ref must reach whole snapshots: valid manifests whose chunks all exist. */
     for (size_t r = 0; r < nrefs; r++) {
-        uint8_t id[TS_STORE_ID_LEN];
-        memcpy(id, refs[r].id, sizeof(id));
-        for (int depth = 0; depth < 1000000; depth++) {
-            ts_manifest *m;
-            struct ts_err e = { 0 };
-            size_t missing = 0;
+        struct ts_err e = { 0 };
 
-            if (ts_manifest_load(s, id, &m, &e)) {
-                printf("BAD ref %s: %s\n", refs[r].name, e.msg);
-                bad_refs++;
-                break;
-            }
-            for (size_t t = 0; t < m->n_tensors; t++)
-                for (size_t p = 0; p < m->tensors[t]->n_partitions; p++) {
-                    const ts_partition_manifest *pm = m->tensors[t]->partitions[p];
-                    for (size_t c = 0; c < pm->n_value_chunks; c++)
-                        missing += !ts_store_has(s, pm->value_chunks[c].data);
-                    for (size_t c = 0; c < pm->n_state_chunks; c++)
-                        missing += !ts_store_has(s, pm->state_chunks[c].data);
-                }
-            if (missing) {
-                char hex[TS_STORE_HEX_LEN + 1];
-                printf("BAD ref %s: snapshot %.12s misses %zu chunks\n", refs[r].name,
-                       ts_store_hex(id, hex), missing);
-                bad_refs++;
-            }
-            bool more = m->parent.len == TS_STORE_ID_LEN;
-            if (more)
-                memcpy(id, m->parent.data, sizeof(id));
-            ts_manifest_free(m);
-            if (!more || missing)
-                break;
+        if (ts_snap_history(s, refs[r].id, whole_one, s, &e)) {
+            printf("BAD ref %s: %s\n", refs[r].name, e.msg);
+            bad_refs++;
         }
     }
     free(refs);

@@ -78,10 +78,58 @@ static ts_status resolve_base(struct ts_store *s, const char *ref, uint8_t id[TS
                       "(tessera snapshot list shows them)", ref);
 }
 
+ts_status ts_snap_history(struct ts_store *s, const uint8_t id[TS_STORE_ID_LEN],
+                          ts_snap_visit fn, void *ctx, struct ts_err *err)
+{
+    uint8_t at[TS_STORE_ID_LEN], next[TS_STORE_ID_LEN];
+    bool stop = false, root = false;
+    ts_status st = TS_OK;
+
+    memcpy(at, id, sizeof(at));
+    for (unsigned long depth = 0; !st && !stop && !root; depth++) {
+        ts_manifest *m = NULL;
+
+        if (depth > MAX_HISTORY)
+            return ts_err_set(err, TS_ECORRUPT, "snapshot history longer than %d: a cycle?",
+                              MAX_HISTORY);
+        if ((st = ts_manifest_load(s, at, &m, err)))
+            break;
+        root = m->parent.len != TS_STORE_ID_LEN;
+        if (!root)
+            memcpy(next, m->parent.data, sizeof(next));
+        st = fn(ctx, at, &m, &stop, err);
+        ts_manifest_free(m);
+        memcpy(at, next, sizeof(at));
+    }
+    return st;
+}
+
+/* ts_snap_resolve's "~N": stops N parents back from where the walk starts. */
+struct back_walk {
+    unsigned long left;
+    bool started;
+    uint8_t id[TS_STORE_ID_LEN];
+};
+
+static ts_status step_back(void *ctx, const uint8_t id[TS_STORE_ID_LEN], ts_manifest **m,
+                           bool *stop, struct ts_err *err)
+{
+    struct back_walk *w = ctx;
+
+    if (!w->started) { /* the starting snapshot itself */
+        w->started = true;
+        return TS_OK;
+    }
+    memcpy(w->id, id, TS_STORE_ID_LEN);
+    *stop = --w->left == 0;
+    return TS_OK;
+}
+
 ts_status ts_snap_resolve(struct ts_store *s, const char *ref, uint8_t id[TS_STORE_ID_LEN],
                           char *branch, struct ts_err *err)
 {
     char base[TS_STORE_REF_MAX + 1];
+    struct back_walk w = { 0 };
     const char *tilde;
     unsigned long back = 0;
     ts_status st;
@@ -108,21 +156,15 @@ ts_status ts_snap_resolve(struct ts_store *s, const char *ref, uint8_t id[TS_STO
     } else {
         snprintf(base, sizeof(base), "%s", ref);
     }
-    if ((st = resolve_base(s, base, id, back ? NULL : branch, err)))
+    if ((st = resolve_base(s, base, id, back ? NULL : branch, err)) || !back)
         return st;
-    for (unsigned long i = 0; i < back; i++) {
-        ts_manifest *m;
-
-        if ((st = ts_manifest_load(s, id, &m, err)))
-            return st;
-        if (m->parent.len != TS_STORE_ID_LEN) {
-            ts_manifest_free(m);
-            return ts_err_set(err, TS_ENOTFOUND, "ref '%s': the history has only %lu snapshot%s "
-                              "before %s", ref, i, i == 1 ? "" : "s", base);
-        }
-        memcpy(id, m->parent.data, TS_STORE_ID_LEN);
-        ts_manifest_free(m);
-    }
+    w.left = back;
+    if ((st = ts_snap_history(s, id, step_back, &w, err)))
+        return st;
+    if (w.left)
+        return ts_err_set(err, TS_ENOTFOUND, "ref '%s': the history has only %lu snapshot%s "
+                          "before %s", ref, back - w.left, back - w.left == 1 ? "" : "s", base);
+    memcpy(id, w.id, TS_STORE_ID_LEN);
     return TS_OK;
 }
 
@@ -200,48 +242,48 @@ static ts_status add_chunks(struct idset *chunks, const ts_manifest *m, struct t
     return st;
 }
 
+/* gc's walk: the chunks of each snapshot not seen yet; a seen one's ancestors are too. */
+struct reach {
+    struct idset seen, chunks;
+};
+
+static ts_status reach_one(void *ctx, const uint8_t id[TS_STORE_ID_LEN], ts_manifest **m,
+                           bool *stop, struct ts_err *err)
+{
+    struct reach *r = ctx;
+    bool added;
+    ts_status st = idset_add(&r->seen, id, &added, err);
+
+    if (!st && !added)
+        *stop = true;
+    else if (!st)
+        st = add_chunks(&r->chunks, *m, err);
+    return st;
+}
+
 ts_status ts_snap_live_chunks(struct ts_store *s, uint8_t (**ids)[TS_STORE_ID_LEN], size_t *n,
                               size_t *nmanifests, struct ts_err *err)
 {
-    struct idset seen = { 0 }, chunks = { 0 };
+    struct reach r = { 0 };
     struct ts_store_ref *refs = NULL;
     size_t nrefs = 0, k = 0;
     ts_status st = ts_store_ref_list(s, NULL, &refs, &nrefs, err);
 
-    for (size_t r = 0; !st && r < nrefs; r++) {
-        uint8_t id[TS_STORE_ID_LEN];
-        bool added = true;
-
-        memcpy(id, refs[r].id, sizeof(id));
-        while (!st && (st = idset_add(&seen, id, &added, err)) == TS_OK && added) {
-            ts_manifest *m;
-
-            if ((st = ts_manifest_load(s, id, &m, err))) {
-                ts_err_prefix(err, "ref %s", refs[r].name);
-                break;
-            }
-            st = add_chunks(&chunks, m, err);
-            if (m->parent.len != TS_STORE_ID_LEN)
-                added = false;
-            else
-                memcpy(id, m->parent.data, sizeof(id));
-            ts_manifest_free(m);
-            if (!added)
-                break;
-        }
-    }
+    for (size_t i = 0; !st && i < nrefs; i++)
+        if ((st = ts_snap_history(s, refs[i].id, reach_one, &r, err)))
+            ts_err_prefix(err, "ref %s", refs[i].name);
     free(refs);
-    if (!st && !(*ids = malloc((chunks.n + 1) * sizeof(**ids))))
+    if (!st && !(*ids = malloc((r.chunks.n + 1) * sizeof(**ids))))
         st = ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
-    for (size_t i = 0; !st && i < chunks.cap; i++)
-        if (chunks.used[i])
-            memcpy((*ids)[k++], chunks.v[i], TS_STORE_ID_LEN);
+    for (size_t i = 0; !st && i < r.chunks.cap; i++)
+        if (r.chunks.used[i])
+            memcpy((*ids)[k++], r.chunks.v[i], TS_STORE_ID_LEN);
     if (!st) {
         *n = k;
         if (nmanifests)
-            *nmanifests = seen.n;
+            *nmanifests = r.seen.n;
     }
-    idset_free(&seen);
-    idset_free(&chunks);
+    idset_free(&r.seen);
+    idset_free(&r.chunks);
     return st;
 }

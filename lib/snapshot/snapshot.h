@@ -67,6 +67,17 @@ TS_MUST_CHECK ts_status ts_snap_resolve(struct ts_store *s, const char *ref,
                                         uint8_t id[TS_STORE_ID_LEN], char *branch,
                                         struct ts_err *err);
 
+/* Called by ts_snap_history for each snapshot, newest first. *m is the manifest: fn may keep
+ * it (set *m to NULL; the caller then frees it with ts_manifest_free), else the walk frees it.
+ * Set *stop to end the walk there. A status other than TS_OK (with err set) ends the walk and
+ * is returned. */
+typedef ts_status (*ts_snap_visit)(void *ctx, const uint8_t id[TS_STORE_ID_LEN],
+                                   ts_manifest **m, bool *stop, struct ts_err *err);
+/* Walks the history of snapshot id through its parents to the root, calling fn for each.
+ * A manifest that cannot be read ends the walk with its error (the message names its id). */
+TS_MUST_CHECK ts_status ts_snap_history(struct ts_store *s, const uint8_t id[TS_STORE_ID_LEN],
+                                        ts_snap_visit fn, void *ctx, struct ts_err *err);
+
 /* The chunk ids (values and state) of every manifest reachable from any ref through parents,
  * for ts_store_gc. *ids is malloc'd (caller frees); may repeat. *nmanifests counts those read
  * (may be NULL). */

@@ -211,62 +211,59 @@ static int by_index(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static int by_id(const void *a, const void *b)
-{
-    const Tessera__V1__TensorManifest *x = *(Tessera__V1__TensorManifest *const *)a;
-    const Tessera__V1__TensorManifest *y = *(Tessera__V1__TensorManifest *const *)b;
-
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
 /* The union of the shards' answers as one manifest. Tensor and partition entries are
  * borrowed from s->got (the partition arrays are the manifest's: *mem to free). */
 static ts_status merge(struct snapper *sn, struct shards *s, uint64_t step, const char *message,
                        Tessera__V1__Manifest *m, void **mem, struct ts_err *err)
 {
-    size_t nt = 0, np = 0, k = 0;
-    Tessera__V1__TensorManifest **tensors;
+    /* Tensor ids are below TS_MANIFEST_MAX_TENSORS: index by id, so the tensors come out in
+     * id order and each gathers every shard's partitions in one pass. */
+    size_t slot[TS_MANIFEST_MAX_TENSORS], np = 0, at = 0;
+    Tessera__V1__TensorManifest **tensors, *copies;
     Tessera__V1__PartitionManifest **parts;
-    Tessera__V1__TensorManifest *copies;
+    uint32_t count[TS_MANIFEST_MAX_TENSORS] = { 0 };
+    const Tessera__V1__TensorManifest *first[TS_MANIFEST_MAX_TENSORS] = { NULL };
 
     for (size_t i = 0; i < s->n; i++)
         for (size_t t = 0; t < s->got[i]->n_tensors; t++) {
-            nt++;
-            np += s->got[i]->tensors[t]->n_partitions;
+            const Tessera__V1__TensorManifest *src = s->got[i]->tensors[t];
+            if (src->id >= TS_MANIFEST_MAX_TENSORS)
+                return ts_err_set(err, TS_EINTERNAL, "snapshot: shard %u sent tensor id %u",
+                                  s->id[i], src->id);
+            if (!first[src->id])
+                first[src->id] = src;
+            count[src->id] += (uint32_t)src->n_partitions;
+            np += src->n_partitions;
         }
-    *mem = calloc(1, nt * (sizeof(*tensors) + sizeof(*copies)) + np * sizeof(*parts) + 1);
+    for (uint32_t id = 0; id < TS_MANIFEST_MAX_TENSORS; id++)
+        m->n_tensors += first[id] != NULL;
+    *mem = calloc(1, m->n_tensors * (sizeof(*tensors) + sizeof(*copies)) +
+                         np * sizeof(*parts) + 1);
     if (!*mem)
         return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
     tensors = *mem;
-    copies = (void *)(tensors + nt);
-    parts = (void *)(copies + nt);
-    /* One entry per tensor id (the spec from whichever shard answered first)... */
+    copies = (void *)(tensors + m->n_tensors);
+    parts = (void *)(copies + m->n_tensors);
+    for (uint32_t id = 0, k = 0; id < TS_MANIFEST_MAX_TENSORS; id++) {
+        if (!first[id])
+            continue;
+        copies[k] = *first[id]; /* the spec from whichever shard answered first */
+        copies[k].partitions = parts + at;
+        copies[k].n_partitions = 0;
+        at += count[id];
+        tensors[k] = &copies[k];
+        slot[id] = k++;
+    }
     for (size_t i = 0; i < s->n; i++)
         for (size_t t = 0; t < s->got[i]->n_tensors; t++) {
-            Tessera__V1__TensorManifest *src = s->got[i]->tensors[t];
-            bool have = false;
-            for (size_t j = 0; j < m->n_tensors && !have; j++)
-                have = tensors[j]->id == src->id;
-            if (!have) {
-                copies[m->n_tensors] = *src;
-                copies[m->n_tensors].n_partitions = 0;
-                tensors[m->n_tensors] = &copies[m->n_tensors];
-                m->n_tensors++;
-            }
+            const Tessera__V1__TensorManifest *src = s->got[i]->tensors[t];
+            Tessera__V1__TensorManifest *dst = &copies[slot[src->id]];
+            for (size_t p = 0; p < src->n_partitions; p++)
+                dst->partitions[dst->n_partitions++] = src->partitions[p];
         }
-    /* ...with every shard's partitions of it, in index order. */
-    for (size_t j = 0; j < m->n_tensors; j++) {
-        Tessera__V1__TensorManifest *dst = tensors[j];
-        dst->partitions = parts + k;
-        for (size_t i = 0; i < s->n; i++)
-            for (size_t t = 0; t < s->got[i]->n_tensors; t++)
-                if (s->got[i]->tensors[t]->id == dst->id)
-                    for (size_t p = 0; p < s->got[i]->tensors[t]->n_partitions; p++)
-                        dst->partitions[dst->n_partitions++] = s->got[i]->tensors[t]->partitions[p];
-        k += dst->n_partitions;
-        qsort(dst->partitions, dst->n_partitions, sizeof(*dst->partitions), by_index);
-    }
-    qsort(tensors, m->n_tensors, sizeof(*tensors), by_id);
+    for (size_t k = 0; k < m->n_tensors; k++)
+        qsort(copies[k].partitions, copies[k].n_partitions, sizeof(*copies[k].partitions),
+              by_index);
     m->tensors = tensors;
     m->format = TS_MANIFEST_FORMAT;
     m->step = step;

@@ -413,7 +413,7 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
                            bool *armed, uint64_t *minv, uint64_t *maxv, struct ts_err *err)
 {
     struct shard_job *sj = shard_params_job(sp, job);
-    struct span s = { .min = UINT64_MAX, .max = 0, .step = step, .disarm = disarm };
+    struct span s = { .min = UINT64_MAX, .step = step, .disarm = disarm };
     struct ts_err past = { 0 };
     ts_status st;
 
@@ -425,23 +425,17 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
      * arms its own partitions (shard_params_register), one registered before is walked. */
     set_armed(sp, sj, !disarm, step);
     st = each_part(sp, sj, arm_one, &s, &past);
-    if (st == TS_ESTATE && !disarm) { /* one is past step: undo, report the span */
-        s.disarm = true;
-        st = each_part(sp, sj, arm_one, &s, err);
-    } else if (st == TS_OK && !disarm) {
+    if (!st && !disarm) {
         *armed = true;
-    } else if (st) {
-        ts_err_set(err, st, "%s", past.msg);
-    }
-    if (st == TS_OK && *armed) {
-        *minv = s.min == UINT64_MAX ? 0 : s.min;
-        *maxv = s.max;
-    } else {
+    } else if (!disarm) {
+        /* One is past step (or out of memory): undo, walking all to report the full span. */
         set_armed(sp, sj, false, 0);
-        (void)each_part(sp, sj, disarm_one, NULL, err);
-        *minv = s.min == UINT64_MAX ? 0 : s.min;
-        *maxv = s.max;
+        s = (struct span){ .min = UINT64_MAX, .disarm = true };
+        (void)each_part(sp, sj, arm_one, &s, err);
+        st = st == TS_ESTATE ? TS_OK : ts_err_set(err, st, "%s", past.msg);
     }
+    *minv = s.min == UINT64_MAX ? 0 : s.min;
+    *maxv = s.max;
     pthread_mutex_unlock(&sp->snap_mu);
     return st;
 }

@@ -17,19 +17,6 @@
 #include "util/flags.h"
 #include "util/json.h"
 
-static int parse_level(const char *s)
-{
-    if (!s || strcmp(s, "all") == 0)
-        return TS_AUDIT_ALL;
-    if (strcmp(s, "bits") == 0)
-        return TS_AUDIT_BITS;
-    if (strcmp(s, "cosine") == 0)
-        return TS_AUDIT_COSINE;
-    if (strcmp(s, "dist") == 0)
-        return TS_AUDIT_DIST;
-    return -1;
-}
-
 static const char *verdict(bool ok)
 {
     return ok ? "PASS" : "FAIL";
@@ -176,6 +163,7 @@ static int verify_data(const char *dir, const char *ref, struct ts_store *s, boo
     ts_manifest *m = NULL;
     struct ts_err err = { 0 };
     size_t n = 0, bad = 0, missing = 0;
+    bool pass;
     struct ts_json j;
 
     if (!s) {
@@ -224,19 +212,18 @@ static int verify_data(const char *dir, const char *ref, struct ts_store *s, boo
     }
     ts_json_end(&j);
     ts_json_uint(&j, "partitions", n);
+    pass = cs && !bad && !missing && n == m->n_data_checksums;
     ts_json_uint(&j, "snapshot_partitions", m->n_data_checksums);
-    ts_json_bool(&j, "pass", cs && !bad && !missing && n == m->n_data_checksums);
+    ts_json_bool(&j, "pass", pass);
     ts_json_end(&j);
     if (json)
         printf("%s\n", j.buf);
     else
         printf("data: %zu partitions of %s checked against snapshot %s: %zu differ, %zu "
-               "unknown -> %s\n", n, dir, ref, bad, missing,
-               !bad && !missing && n == m->n_data_checksums ? "PASS" : "FAIL");
+               "unknown -> %s\n", n, dir, ref, bad, missing, pass ? "PASS" : "FAIL");
     ts_json_fini(&j);
     free(cs);
     ts_data_free(&d);
-    bool pass = !bad && !missing && n == m->n_data_checksums;
     ts_manifest_free(m);
     return pass ? 0 : 1;
 }
@@ -333,7 +320,7 @@ int cmd_verify(int argc, char **argv)
                        flags);
         return help ? 0 : 2;
     }
-    o.levels = parse_level(level);
+    o.levels = ts_audit_level(level);
     o.cosine_min = cosine_s ? atof(cosine_s) : 0;
     o.alpha = alpha_s ? atof(alpha_s) : 0;
     o.psi_max = psi_s ? atof(psi_s) : 0;

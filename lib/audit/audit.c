@@ -112,6 +112,22 @@ ts_status ts_audit_load(const char *spec, struct ts_store *store,
     return ts_audit_load_snapshot(spec, store, progress, out, err);
 }
 
+int ts_audit_level(const char *name)
+{
+    static const struct {
+        const char *name;
+        int mask;
+    } levels[] = { { "bits", TS_AUDIT_BITS }, { "cosine", TS_AUDIT_COSINE },
+                   { "dist", TS_AUDIT_DIST }, { "all", TS_AUDIT_ALL } };
+
+    if (!name || !name[0])
+        return TS_AUDIT_ALL;
+    for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++)
+        if (strcmp(name, levels[i].name) == 0)
+            return levels[i].mask;
+    return -1;
+}
+
 void ts_audit_report_free(struct ts_audit_report *r)
 {
     if (r)

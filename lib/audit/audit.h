@@ -54,6 +54,9 @@ TS_MUST_CHECK ts_status ts_audit_load_snapshot(const char *ref, struct ts_store 
 void ts_audit_state_free(struct ts_audit_state *s);
 
 enum { TS_AUDIT_BITS = 1, TS_AUDIT_COSINE = 2, TS_AUDIT_DIST = 4, TS_AUDIT_ALL = 7 };
+/* The mask for a level's name: "bits", "cosine", "dist", "all" (NULL or "": all); -1 if
+ * unknown. */
+int ts_audit_level(const char *name);
 
 struct ts_audit_opts {
     int levels;            /* TS_AUDIT_* mask; 0: all */

@@ -15,15 +15,7 @@ static ts_status check(const Tessera__V1__CompareRequest *r, int *levels, struct
         return ts_err_set(err, TS_EINVAL, "a: a snapshot ref or \"live\", 1..300 bytes");
     if (!r->b[0] || strlen(r->b) > 300)
         return ts_err_set(err, TS_EINVAL, "b: a snapshot ref or \"live\", 1..300 bytes");
-    if (!r->level[0] || strcmp(r->level, "all") == 0)
-        *levels = TS_AUDIT_ALL;
-    else if (strcmp(r->level, "bits") == 0)
-        *levels = TS_AUDIT_BITS;
-    else if (strcmp(r->level, "cosine") == 0)
-        *levels = TS_AUDIT_COSINE;
-    else if (strcmp(r->level, "dist") == 0)
-        *levels = TS_AUDIT_DIST;
-    else
+    if ((*levels = ts_audit_level(r->level)) < 0)
         return ts_err_set(err, TS_EINVAL, "level: '%.32s'; bits, cosine, dist or all", r->level);
     if (!(r->cosine_min >= 0 && r->cosine_min <= 1))
         return ts_err_set(err, TS_EINVAL, "cosine_min: %g is outside [0, 1]", r->cosine_min);

@@ -211,31 +211,27 @@ class Cluster:
         self.procs.append(p)
         return p
 
-    def start_master(self, lease_ms=None, name="master", extra=()):
-        """tessera-master on 127.0.0.1:0; returns the Proc with .addr set."""
+    def start_server(self, exe, name, args=()):
+        """A Tessera server (tessera-master, -shard, -verify) on 127.0.0.1:0: started with
+        --port-file, waited for; returns its Proc with .addr set."""
         port_file = os.path.join(self.dir, name + ".port")
-        argv = [os.path.join(BIN, "tessera-master"), "--listen", "127.0.0.1:0",
-                "--port-file", port_file]
-        if lease_ms:
-            argv += ["--lease-ms", str(lease_ms)]
-        p = self.spawn(argv + list(extra), name)
+        p = self.spawn([os.path.join(BIN, exe), "--port-file", port_file] + list(args), name)
         port = wait_until(lambda: _read_port(port_file, p), START_TIMEOUT,
                           "%s to write %s" % (name, port_file))
         p.addr = "127.0.0.1:%d" % port
         return p
 
+    def start_master(self, lease_ms=None, name="master", extra=()):
+        """tessera-master on 127.0.0.1:0; returns the Proc with .addr set."""
+        lease = ["--lease-ms", str(lease_ms)] if lease_ms else []
+        return self.start_server("tessera-master", name,
+                                 ["--listen", "127.0.0.1:0"] + lease + list(extra))
+
     def start_shard(self, master_addr, name="shard", lease_ms=None, extra=()):
         """tessera-shard on 127.0.0.1:0 registered with master_addr; returns it with .addr."""
-        port_file = os.path.join(self.dir, name + ".port")
-        argv = [os.path.join(BIN, "tessera-shard"), "--master", master_addr,
-                "--port-file", port_file]
-        if lease_ms:
-            argv += ["--lease-ms", str(lease_ms)]
-        p = self.spawn(argv + list(extra), name)
-        port = wait_until(lambda: _read_port(port_file, p), START_TIMEOUT,
-                          "%s to write %s" % (name, port_file))
-        p.addr = "127.0.0.1:%d" % port
-        return p
+        lease = ["--lease-ms", str(lease_ms)] if lease_ms else []
+        return self.start_server("tessera-shard", name,
+                                 ["--master", master_addr] + lease + list(extra))
 
     def channel(self, addr):
         ch = grpc.insecure_channel(addr)

@@ -36,13 +36,10 @@ class VerifyService(unittest.TestCase):
                  "--exact", "--steps", "10", "--seed", "4", "--partition-kb", "64", "--json"],
                 timeout=240)
             cli(["snapshot", "create", "--master", cls.cell.master.addr, "--tag", "t10"])
-            port_file = os.path.join(cls.cell.c.dir, "verify.port")
-            cls.svc = cls.cell.c.spawn([os.path.join(tl.BIN, "tessera-verify"), "--master",
-                                        cls.cell.master.addr, "--store", cls.store,
-                                        "--port-file", port_file], "verify")
-            port = tl.wait_until(lambda: tl._read_port(port_file, cls.svc), tl.START_TIMEOUT,
-                                 "tessera-verify's port")
-            cls.addr = "127.0.0.1:%d" % port
+            cls.svc = cls.cell.c.start_server("tessera-verify", "verify",
+                                              ["--master", cls.cell.master.addr,
+                                               "--store", cls.store])
+            cls.addr = cls.svc.addr
             cls.ch = cls.cell.c.channel(cls.addr)
             cls.v = tl.Stub(cls.ch, V, "Verify")
         except BaseException:

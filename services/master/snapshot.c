@@ -11,13 +11,37 @@
 #include "util/log.h"
 #include "util/proc.h"
 
-#define MAX_SHARDS 256
+#define MAX_SHARDS SNAP_MAX_SHARDS
 #define CALL_MS 10000           /* ShardStatus, ArmSnapshot */
 #define WRITE_CALL_MS 600000    /* WriteSnapshot: waiting plus writing the partitions */
 #define POLL_MS 500             /* one WriteSnapshot wait */
 #define STALL_MS 5000           /* no partition moved for this long: training has stopped */
 
-/* The shards holding a job, with a channel each. */
+/* The channel to the shard at addr, made on first use; sn->mu held. A full table starts over
+ * (shards that left keep their entries until then). */
+static ts_status channel_to(struct snapper *sn, const char *addr, struct ts_rpc_channel **ch,
+                            struct ts_err *err)
+{
+    ts_status st;
+
+    for (size_t i = 0; i < sn->nchan; i++)
+        if (strcmp(sn->chan[i].addr, addr) == 0) {
+            *ch = sn->chan[i].ch;
+            return TS_OK;
+        }
+    if (sn->nchan == SNAP_MAX_SHARDS) {
+        for (size_t i = 0; i < sn->nchan; i++)
+            ts_rpc_channel_free(sn->chan[i].ch);
+        sn->nchan = 0;
+    }
+    if ((st = ts_rpc_channel_create(addr, NULL, ch, err)))
+        return st;
+    snprintf(sn->chan[sn->nchan].addr, sizeof(sn->chan[0].addr), "%s", addr);
+    sn->chan[sn->nchan++].ch = *ch;
+    return TS_OK;
+}
+
+/* The shards holding a job, with a channel each (borrowed from the snapper). */
 struct shards {
     size_t n;
     uint32_t id[MAX_SHARDS];
@@ -30,7 +54,6 @@ struct shards {
 static void shards_free(struct shards *s)
 {
     for (size_t i = 0; i < s->n; i++) {
-        ts_rpc_channel_free(s->ch[i]);
         if (s->got[i])
             protobuf_c_message_free_unpacked(&s->got[i]->base, NULL);
     }
@@ -68,7 +91,7 @@ static ts_status discover(struct snapper *sn, const char *job, struct shards *ou
         Tessera__V1__ShardStatusResponse *r = NULL;
 
         out->id[out->n] = v.shards[i].id;
-        if ((st = ts_rpc_channel_create(v.shards[i].addr, NULL, &out->ch[out->n], err)))
+        if ((st = channel_to(sn, v.shards[i].addr, &out->ch[out->n], err)))
             break;
         out->n++;
         if ((st = shard_call(out->ch[out->n - 1], "ShardStatus", &req.base,
@@ -102,7 +125,6 @@ static ts_status discover(struct snapper *sn, const char *job, struct shards *ou
             out->id[k] = out->id[i];
             out->ch[k++] = out->ch[i];
         } else {
-            ts_rpc_channel_free(out->ch[i]);
             out->n--;
         }
     }
@@ -576,6 +598,8 @@ void snapper_stop(struct snapper *sn)
 void snapper_close(struct snapper *sn)
 {
     snapper_stop(sn);
+    for (size_t i = 0; i < sn->nchan; i++)
+        ts_rpc_channel_free(sn->chan[i].ch);
     ts_store_close(sn->store);
     pthread_mutex_destroy(&sn->mu);
     pthread_mutex_destroy(&sn->stat_mu);

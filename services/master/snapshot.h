@@ -24,6 +24,8 @@
 #include "snapshot/snapshot.h"
 #include "tessera/v1/master.pb-c.h"
 
+#define SNAP_MAX_SHARDS 256
+
 struct snapper {
     struct ts_members *members;
     struct datamap *data;               /* borrowed: manifests record the job's map */
@@ -41,6 +43,13 @@ struct snapper {
     uint64_t last_step;
     int64_t last_unix_ms;
     char error[512];
+    /* Channels to the shards, by address, kept across snapshots (the automatic loop asks the
+     * shards for their jobs every 50 ms while idle); used under mu. */
+    struct {
+        char addr[TS_MEMBERS_MAX_ADDR + 1];
+        struct ts_rpc_channel *ch;
+    } chan[SNAP_MAX_SHARDS];
+    size_t nchan;
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;

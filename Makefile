@@ -18,12 +18,13 @@ CTEST_ARGS ?=
 # Debian packages, by purpose. Node.js comes from Debian unless a node is already on PATH.
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler xxd libxxhash-dev libcmocka-dev \
-             libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist libzstd-dev
-DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy clang libclang-rt-14-dev
+             libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist libzstd-dev python3-dev
+DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy clang libclang-rt-14-dev \
+            python3-torch
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_rpc test_tensor test_part \
               test_frame test_transport test_mlp test_data test_store test_verify \
-              test_snapshot
+              test_snapshot test_codec
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -24,10 +24,11 @@ int cli_open_store(const char *cmd, const char *store, const char *master, int t
 
 /* What `tessera train` (and `tessera demo`) run (train.c). */
 struct train_cli {
-    bool local, exact, json;
+    bool local, exact, json, amp;
     int workers, epochs, batch, micro, partition_kb;
-    int64_t steps, seed;
+    int64_t steps, seed, staleness, delay_ms;
     const char *job, *optimizer, *transport;
+    const char *mode, *compress, *sync_every, *slow;   /* docs/modes.md; slow: "RANK:MS" */
 };
 /* Starts the workers against master (ignored with t->local) and waits for them. Returns the
  * exit code. */

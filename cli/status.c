@@ -94,6 +94,10 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_uint(&j, "pid", w->pid);
         ts_json_str(&j, "state", state_name(w->state));
         ts_json_uint(&j, "clock", w->clock);
+        ts_json_uint(&j, "staleness_last", w->staleness_last);
+        ts_json_uint(&j, "staleness_max", w->staleness_max);
+        ts_json_uint(&j, "steps_skipped", w->steps_skipped);
+        ts_json_num(&j, "loss_scale", w->loss_scale);
         ts_json_int(&j, "last_heartbeat_ms_ago", w->last_heartbeat_ms_ago);
         ts_json_end(&j);
     }
@@ -134,13 +138,17 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
     }
     if (!cs->n_shards)
         printf("(none: start some with `tessera up` or tessera-shard --master %s)\n", addr);
-    printf("\n%-6s %-24s %-8s %-6s %-8s %s\n", "WORKER", "HOST", "PID", "STATE", "CLOCK",
-           "LAST HEARTBEAT");
+    printf("\n%-6s %-24s %-8s %-6s %-8s %-11s %-8s %s\n", "WORKER", "HOST", "PID", "STATE",
+           "CLOCK", "STALE NOW/MAX", "SKIPPED", "LAST HEARTBEAT");
     for (size_t i = 0; i < cs->n_workers; i++) {
         const Tessera__V1__WorkerInfo *w = cs->workers[i];
-        printf("%-6u %-24s %-8u %-6s %-8" PRIu64 " %.1f s ago%s%s\n", w->id, w->host, w->pid,
-               state_name(w->state), w->clock, w->last_heartbeat_ms_ago / 1000.0,
-               w->role[0] ? "  tessera-verify at " : "", w->addr);
+        char stale[32];
+        snprintf(stale, sizeof(stale), "%" PRIu64 "/%" PRIu64, w->staleness_last,
+                 w->staleness_max);
+        printf("%-6u %-24s %-8u %-6s %-8" PRIu64 " %-11s %-8" PRIu64 " %.1f s ago%s%s\n", w->id,
+               w->host, w->pid, state_name(w->state), w->clock, stale, w->steps_skipped,
+               w->last_heartbeat_ms_ago / 1000.0, w->role[0] ? "  tessera-verify at " : "",
+               w->addr);
     }
     if (!cs->n_workers)
         printf("(none)\n");

@@ -19,8 +19,9 @@
 static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char *master,
                           int rank, const char *log)
 {
-    char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16];
-    char *argv[40];
+    char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16], stale[24];
+    char delay[24];
+    char *argv[64];
     int n = 0;
     struct ts_err err = { 0 };
     pid_t pid;
@@ -34,6 +35,8 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     snprintf(b, sizeof(b), "%d", t->batch);
     snprintf(m, sizeof(m), "%d", t->micro);
     snprintf(pk, sizeof(pk), "%d", t->partition_kb);
+    snprintf(stale, sizeof(stale), "%lld", (long long)t->staleness);
+    snprintf(delay, sizeof(delay), "%lld", (long long)t->delay_ms);
     argv[n++] = exe;
     argv[n++] = "--master";
     argv[n++] = (char *)master;
@@ -64,6 +67,34 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     if (t->transport) {
         argv[n++] = "--transport";
         argv[n++] = (char *)t->transport;
+    }
+    if (t->mode) {
+        argv[n++] = "--mode";
+        argv[n++] = (char *)t->mode;
+    }
+    if (t->staleness) {
+        argv[n++] = "--staleness";
+        argv[n++] = stale;
+    }
+    if (t->compress || t->amp) {
+        argv[n++] = "--compress";
+        argv[n++] = (char *)(t->amp ? "fp16" : t->compress);
+    }
+    if (t->amp) {
+        argv[n++] = "--loss-scale";
+        argv[n++] = "dynamic";
+    }
+    if (t->sync_every) {
+        argv[n++] = "--sync-every";
+        argv[n++] = (char *)t->sync_every;
+    }
+    if (t->slow && atoi(t->slow) == rank) {
+        argv[n++] = "--slow-ms";
+        argv[n++] = strchr(t->slow, ':') + 1;
+    }
+    if (t->delay_ms) {
+        argv[n++] = "--delay-ms";
+        argv[n++] = delay;
     }
     argv[n] = NULL;
     if (cli_spawn(log, argv, &pid, &err)) {

@@ -1,5 +1,7 @@
 /* train_cmd.c - `tessera train`'s flags. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "client/master_client.h"
@@ -14,7 +16,7 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
 {
     int64_t workers = t->workers, epochs = t->epochs, batch = t->batch, micro = t->micro;
     int64_t pkb = t->partition_kb;
-    struct ts_flag flags[24];
+    struct ts_flag flags[32];
     struct ts_err err = { 0 };
     int n = 0, npos = 0;
     bool help;
@@ -52,6 +54,24 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    0 };
     flags[n++] = (struct ts_flag){ "partition-kb", TS_FLAG_INT, &pkb, "KB",
                                    "partition size (default 4096)", 0, 131072 };
+    flags[n++] = (struct ts_flag){ "mode", TS_FLAG_STR, &t->mode, "MODE",
+                                   "bsp (default), ssp, asp, or reduce (the shards only sum; "
+                                   "workers apply the optimizer)", 0, 0 };
+    flags[n++] = (struct ts_flag){ "staleness", TS_FLAG_INT, &t->staleness, "S",
+                                   "ssp: how many steps a worker may run ahead of the slowest",
+                                   0, 1000000 };
+    flags[n++] = (struct ts_flag){ "compress", TS_FLAG_STR, &t->compress, "CODEC",
+                                   "gradients on the wire: none, fp16, bf16, int8, topk:RATIO, "
+                                   "or TENSOR=CODEC,...", 0, 0 };
+    flags[n++] = (struct ts_flag){ "sync-every", TS_FLAG_STR, &t->sync_every, "T=K,...",
+                                   "tensor T syncs every K steps (e.g. fc1.weight=4)", 0, 0 };
+    flags[n++] = (struct ts_flag){ "amp", TS_FLAG_BOOL, &t->amp, NULL,
+                                   "fp16 gradients with dynamic loss scaling (GradScaler's "
+                                   "defaults)", 0, 0 };
+    flags[n++] = (struct ts_flag){ "slow", TS_FLAG_STR, &t->slow, "RANK:MS",
+                                   "testing: worker RANK sleeps MS before each step", 0, 0 };
+    flags[n++] = (struct ts_flag){ "delay-ms", TS_FLAG_INT, &t->delay_ms, "MS",
+                                   "testing: delay each data-plane send by MS", 0, 60000 };
     flags[n++] = (struct ts_flag){ "job", TS_FLAG_STR, &t->job, "ID",
                                    "job id (default: a new one per run, train-PID-MS)", 0, 0 };
     flags[n++] = (struct ts_flag){ "json", TS_FLAG_BOOL, &t->json, NULL,
@@ -69,6 +89,15 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     if (batch % micro) {
         fprintf(stderr, "tessera %s: --micro %lld must divide --batch %lld\n", cmd,
                 (long long)micro, (long long)batch);
+        return 2;
+    }
+    if (t->slow && (!strchr(t->slow, ':') || atoi(t->slow) < 0 ||
+                    atoi(strchr(t->slow, ':') + 1) <= 0)) {
+        fprintf(stderr, "tessera %s: --slow %s: want RANK:MS, e.g. 1:50\n", cmd, t->slow);
+        return 2;
+    }
+    if (t->amp && t->compress) {
+        fprintf(stderr, "tessera %s: --amp sends fp16 gradients; drop --compress\n", cmd);
         return 2;
     }
     t->workers = (int)workers, t->epochs = (int)epochs, t->batch = (int)batch;

@@ -57,6 +57,28 @@ struct tessera_options {
                               * 0: 120000 */
     uint64_t data_seed;      /* the data schedule's seed and micro-batch size: recorded in */
     unsigned micro_batch;    /* snapshots, checked on restore (0: not recorded) */
+    /* Modes, compression and sync periods (docs/modes.md). NULL or 0 keeps the default. */
+    const char *mode;        /* "bsp" (default), "ssp", "asp" or "reduce" */
+    unsigned staleness;      /* ssp: a worker computes step c only once the slowest worker has
+                              * pushed step c - staleness - 1 (0: BSP's bound) */
+    const char *compress;    /* gradients on the wire: "none" (default), "fp16", "bf16", "int8",
+                              * "topk:RATIO"; or a list "TENSOR=CODEC,...[,CODEC]" where an
+                              * unnamed CODEC is the default for the other tensors */
+    const char *sync_every;  /* "TENSOR=K,...": TENSOR is pushed and pulled every K steps, its
+                              * gradient summed locally in between (NULL: all every step) */
+    int loss_scale;          /* enum tessera_loss_scale: dynamic loss scaling for fp16 pushes */
+    int delay_ms;            /* testing: every data-plane send sleeps this long first */
+};
+
+/* Dynamic loss scaling (GradScaler's defaults: 2^16 at first, halved when a step overflowed,
+ * doubled after 2000 steps without overflow). A shard that finds NaN or Inf in a step's
+ * aggregated fp16 gradient skips that step for the partition and says so in its reply; the
+ * SDK then halves the scale. */
+enum tessera_loss_scale {
+    TESSERA_LOSS_SCALE_NONE = 0,   /* gradients are pushed as given */
+    TESSERA_LOSS_SCALE_SDK = 1,    /* the SDK multiplies by tessera_loss_scale() before fp16 */
+    TESSERA_LOSS_SCALE_CALLER = 2, /* the caller's gradients are already multiplied by
+                                    * tessera_loss_scale() (it scaled its loss) */
 };
 
 typedef struct tessera tessera;
@@ -119,6 +141,21 @@ int tessera_check_data(tessera *t, const struct tessera_data_checksum *cs, size_
 int tessera_to_fixed(const float *g, size_t n, int64_t *out, struct tessera_error *err);
 int tessera_fixed_add(int64_t *acc, const int64_t *x, size_t n, struct tessera_error *err);
 int tessera_fixed_add_f32(int64_t *acc, const float *g, size_t n, struct tessera_error *err);
+
+/* The current loss scale (1 without loss scaling). */
+float tessera_loss_scale(const tessera *t);
+
+/* What this trainer saw so far. */
+struct tessera_stats {
+    uint64_t steps;              /* tessera_step calls that succeeded */
+    uint64_t steps_skipped;      /* steps a shard skipped for overflow (some partition) */
+    uint64_t staleness_last;     /* ssp/asp: steps the slowest worker was behind at the last pull */
+    uint64_t staleness_max;      /* ... and the most over all pulls */
+    uint64_t bytes_pushed;       /* gradient payload bytes sent, after compression */
+    uint64_t bytes_raw;          /* ... and what they were before compression */
+    float loss_scale;
+};
+void tessera_stats(const tessera *t, struct tessera_stats *out);
 
 /* The data-plane transport in use ("tcp", "shm", or "local"). */
 const char *tessera_transport(const tessera *t);

@@ -27,6 +27,7 @@ struct ts_membership {
     bool stop;
     atomic_uint id;
     atomic_uint_least64_t epoch, clock;
+    struct ts_worker_report report;   /* under mu */
     uint32_t interval_ms;
     /* Copies of the endpoints, for re-registering after the caller's are gone. */
     Tessera__V1__DataPlaneEndpoint endpoints[4];
@@ -182,6 +183,12 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     req.id = atomic_load(&ms->id);
     req.known_epoch = atomic_load(&ms->epoch);
     req.clock = atomic_load(&ms->clock);
+    pthread_mutex_lock(&ms->mu);
+    req.staleness_last = ms->report.staleness_last;
+    req.staleness_max = ms->report.staleness_max;
+    req.steps_skipped = ms->report.steps_skipped;
+    req.loss_scale = ms->report.loss_scale;
+    pthread_mutex_unlock(&ms->mu);
     /* A heartbeat later than its interval is worth nothing: keep its deadline to one interval. */
     st = CALL(ms->m, "Heartbeat", &req, &tessera__v1__heartbeat_response__descriptor, &resp,
               (int)ms->interval_ms, err);
@@ -313,4 +320,11 @@ const char *ts_membership_instance(struct ts_membership *ms)
 void ts_membership_set_clock(struct ts_membership *ms, uint64_t clock)
 {
     atomic_store(&ms->clock, clock);
+}
+
+void ts_membership_set_report(struct ts_membership *ms, const struct ts_worker_report *r)
+{
+    pthread_mutex_lock(&ms->mu);
+    ms->report = *r;
+    pthread_mutex_unlock(&ms->mu);
 }

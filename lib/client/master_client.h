@@ -104,5 +104,11 @@ ts_status ts_cluster_call(struct ts_cluster *cl, uint32_t id, const char *method
 
 /* Reports a worker's progress (its last completed step) in the next heartbeat. */
 void ts_membership_set_clock(struct ts_membership *ms, uint64_t clock);
+/* What a trainer saw, reported in its next heartbeat (HeartbeatRequest, docs/modes.md). */
+struct ts_worker_report {
+    uint64_t staleness_last, staleness_max, steps_skipped;
+    float loss_scale;
+};
+void ts_membership_set_report(struct ts_membership *ms, const struct ts_worker_report *r);
 
 #endif

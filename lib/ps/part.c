@@ -1,10 +1,12 @@
 /* part.c - see part.h. */
 #include "ps/part.h"
 
+#include "codec/codec.h"
 #include "util/proc.h"
 
 #include <ctype.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,13 +40,60 @@ ts_status ts_job_init(struct ts_job *j, const char *id, uint32_t workers, bool e
     j->workers = workers;
     j->exact = exact;
     j->batch = batch;
+    j->mode = TS_MODE_BSP;
+    return TS_OK;
+}
+
+static const char *const mode_names[] = { [TS_MODE_BSP] = "bsp", [TS_MODE_SSP] = "ssp",
+                                           [TS_MODE_ASP] = "asp", [TS_MODE_REDUCE] = "reduce" };
+
+ts_status ts_mode_parse(const char *s, enum ts_mode *out, struct ts_err *err)
+{
+    if (!s || !s[0]) {
+        *out = TS_MODE_BSP;
+        return TS_OK;
+    }
+    for (int m = TS_MODE_BSP; m <= TS_MODE_REDUCE; m++)
+        if (strcmp(s, mode_names[m]) == 0) {
+            *out = (enum ts_mode)m;
+            return TS_OK;
+        }
+    return ts_err_set(err, TS_EINVAL, "mode: '%s' is not one of bsp, ssp, asp, reduce", s);
+}
+
+const char *ts_mode_name(enum ts_mode m)
+{
+    return m >= TS_MODE_BSP && m <= TS_MODE_REDUCE ? mode_names[m] : "unknown";
+}
+
+ts_status ts_job_set_mode(struct ts_job *j, enum ts_mode mode, uint32_t staleness,
+                          struct ts_err *err)
+{
+    if (mode < TS_MODE_BSP || mode > TS_MODE_REDUCE)
+        return ts_err_set(err, TS_EINVAL, "job.mode: %d is not a mode (bsp, ssp, asp, reduce)",
+                          (int)mode);
+    if (j->exact && (mode == TS_MODE_SSP || mode == TS_MODE_ASP))
+        return ts_err_set(err, TS_EINVAL, "job.mode: %s applies updates in the order pushes "
+                          "arrive, which exact mode rules out; use bsp or reduce with --exact",
+                          mode_names[mode]);
+    if (staleness && mode != TS_MODE_SSP)
+        return ts_err_set(err, TS_EINVAL, "job.staleness: %u, but only ssp takes a bound "
+                          "(mode %s)", staleness, mode_names[mode]);
+    j->mode = mode;
+    j->staleness = staleness;
     return TS_OK;
 }
 
 bool ts_job_equal(const struct ts_job *a, const struct ts_job *b)
 {
     return strcmp(a->id, b->id) == 0 && a->workers == b->workers && a->exact == b->exact &&
-           strcmp(a->optimizer, b->optimizer) == 0 && a->batch == b->batch;
+           strcmp(a->optimizer, b->optimizer) == 0 && a->batch == b->batch &&
+           a->mode == b->mode && a->staleness == b->staleness;
+}
+
+static bool async_mode(const struct ts_job *j)
+{
+    return j->mode == TS_MODE_SSP || j->mode == TS_MODE_ASP;
 }
 
 ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const char *name,
@@ -65,20 +114,33 @@ ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const cha
     p->index = index;
     p->offset = offset;
     p->len = len;
-    p->value = malloc(len * sizeof(float));
-    p->state = calloc(slen * len + 1, sizeof(float));
+    p->sync_every = 1;
+    /* REDUCE: the values are the reduced gradient, zero until the first step; no state. */
+    p->value = job->mode == TS_MODE_REDUCE ? calloc(len + 1, sizeof(float))
+                                           : malloc(len * sizeof(float) + 1);
+    p->state = calloc(job->mode == TS_MODE_REDUCE ? 1 : slen * len + 1, sizeof(float));
     p->grad = malloc((len < APPLY_BLOCK ? len : APPLY_BLOCK) * sizeof(float) + 1);
     p->pushed = calloc(job->workers, 1);
+    p->overflow = calloc(job->workers, 1);
+    if (async_mode(job)) {
+        p->clock = calloc(job->workers, sizeof(uint64_t));
+        p->stale_last = calloc(job->workers, sizeof(uint64_t));
+        p->stale_max = calloc(job->workers, sizeof(uint64_t));
+    }
     if (job->exact)
         p->acc_fixed = calloc(len, sizeof(int64_t));
     else
         p->acc_f32 = calloc(len, sizeof(float));
-    if (!p->value || !p->state || !p->grad || !p->pushed || (!p->acc_fixed && !p->acc_f32)) {
+    if (!p->value || !p->state || !p->grad || !p->pushed || !p->overflow ||
+        (!p->acc_fixed && !p->acc_f32) ||
+        (async_mode(job) && (!p->clock || !p->stale_last || !p->stale_max))) {
         ts_part_free(p);
         return ts_err_set(err, TS_ENOMEM, "tensor '%s' partition %u: %" PRIu64
                           " elements do not fit in memory", name, index, len);
     }
-    st = ts_tensor_init(init, seed, name, fan_in, fan_out, offset, len, p->value, err);
+    st = job->mode == TS_MODE_REDUCE
+             ? ts_init_check(init, err)
+             : ts_tensor_init(init, seed, name, fan_in, fan_out, offset, len, p->value, err);
     if (st) {
         ts_part_free(p);
         return st;
@@ -98,6 +160,10 @@ void ts_part_free(struct ts_part *p)
     free(p->state);
     free(p->grad);
     free(p->pushed);
+    free(p->overflow);
+    free(p->clock);
+    free(p->stale_last);
+    free(p->stale_max);
     free(p->acc_fixed);
     free(p->acc_f32);
     free(p);
@@ -119,78 +185,157 @@ static void capture(struct ts_part *p)
     pthread_cond_broadcast(&p->cv);
 }
 
-/* All ranks are in: g = sum / batch, one optimizer step, next version. Called with mu held.
- * A block at a time (the gradient, the sums it came from and the values it updates stay in
- * cache), the sums zeroed as they are read: one pass over memory instead of three. Element
- * i depends only on element i, so the bits are those of whole-array passes. */
-static void apply(struct ts_part *p)
+void ts_part_set_sync(struct ts_part *p, uint32_t sync_every)
 {
-    float inv = (float)(1.0 / p->job->batch);
+    p->sync_every = sync_every ? sync_every : 1;
+}
+
+/* Whether every element of the float sums is finite. */
+static bool sums_finite(const struct ts_part *p)
+{
+    const uint32_t *bits = (const uint32_t *)(const void *)p->acc_f32;
+    uint32_t bad = 0;
+
+    for (uint64_t i = 0; i < p->len; i++)   /* exponent all ones: Inf or NaN */
+        bad |= (bits[i] & 0x7f800000u) == 0x7f800000u;
+    return !bad;
+}
+
+/* The step is complete: g = sum / (batch * sync_every * 2^scale_exp), then one optimizer
+ * step (REDUCE: g itself becomes the values), next version. Called with mu held. A block at a
+ * time (the gradient, the sums it came from and the values it updates stay in cache), the
+ * sums zeroed as they are read: one pass over memory instead of three. Element i depends only
+ * on element i, so the bits are those of whole-array passes. A float sum that is not finite
+ * skips the update: the values stay and the ranks that pushed it hear of it at their next
+ * pull (`rank` is the pusher in SSP and ASP, where an update is one rank's). */
+static void apply(struct ts_part *p, uint32_t rank)
+{
+    double divisor = p->job->batch * p->sync_every;
+    float inv = (float)(1.0 / divisor) * ldexpf(1.0f, -p->scale_exp);
+    bool skip = p->check_finite && !p->job->exact && !sums_finite(p);
 
     for (uint64_t off = 0; off < p->len; off += APPLY_BLOCK) {
         size_t n = p->len - off < APPLY_BLOCK ? (size_t)(p->len - off) : APPLY_BLOCK;
 
+        if (skip) {
+            memset(p->acc_f32 + off, 0, n * sizeof(float));
+            continue;
+        }
         if (p->job->exact) {
-            ts_fixed_to_f32(p->acc_fixed + off, n, p->job->batch, p->grad);
+            ts_fixed_to_f32(p->acc_fixed + off, n, ldexp(divisor, p->scale_exp), p->grad);
             memset(p->acc_fixed + off, 0, n * sizeof(int64_t));
         } else {
             for (size_t i = 0; i < n; i++)
                 p->grad[i] = p->acc_f32[off + i] * inv;
             memset(p->acc_f32 + off, 0, n * sizeof(float));
         }
-        ts_optim_apply_range(&p->job->optim, p->version + 1, p->value, p->state, p->len, off,
-                             p->grad, n);
+        if (p->job->mode == TS_MODE_REDUCE)
+            memcpy(p->value + off, p->grad, n * sizeof(float));
+        else
+            ts_optim_apply_range(&p->job->optim, p->version + 1, p->value, p->state, p->len,
+                                 off, p->grad, n);
+    }
+    if (skip) {
+        if (p->job->mode == TS_MODE_REDUCE)
+            memset(p->value, 0, p->len * sizeof(float));
+        p->skipped++;
+        if (async_mode(p->job))     /* the update was this rank's alone */
+            p->overflow[rank] = 1;
+        else
+            memset(p->overflow, 1, p->job->workers);
     }
     p->version++;
     p->npushed = 0;
+    p->check_finite = false;
     memset(p->pushed, 0, p->job->workers);
     capture(p);
     pthread_cond_broadcast(&p->cv);
 }
 
-static ts_status check_push(const struct ts_part *p, uint32_t rank, uint64_t step,
-                            unsigned encoding, size_t bytes, struct ts_err *err)
+static ts_status check_push(const struct ts_part *p, const struct ts_push *in,
+                            struct ts_err *err)
 {
-    unsigned want_enc = p->job->exact ? TS_ENC_FIXED : TS_ENC_RAW;
     size_t want_bytes = p->len * (p->job->exact ? sizeof(int64_t) : sizeof(float));
+    ts_status st;
 
-    if (rank >= p->job->workers)
-        return ts_err_set(err, TS_EINVAL, "rank: %u is not below the job's %u workers", rank,
+    if (in->rank >= p->job->workers)
+        return ts_err_set(err, TS_EINVAL, "rank: %u is not below the job's %u workers", in->rank,
                           p->job->workers);
-    if (encoding != want_enc)
-        return ts_err_set(err, TS_EINVAL, "encoding: %u, this job (%s mode) takes %u", encoding,
-                          p->job->exact ? "exact" : "float", want_enc);
-    if (bytes != want_bytes)
-        return ts_err_set(err, TS_EINVAL, "payload: %zu bytes for tensor %u partition %u, "
-                          "want %zu (%" PRIu64 " elements)", bytes, p->tensor_id, p->index,
-                          want_bytes, p->len);
-    if (step != p->version)
-        return ts_err_set(err, step < p->version ? TS_ESTATE : TS_EINVAL,
+    if (in->scale_exp < -126 || in->scale_exp > 127)
+        return ts_err_set(err, TS_EINVAL, "loss scale: 2^%d is outside 2^-126..2^127",
+                          in->scale_exp);
+    if (p->job->exact && in->encoding != TS_ENC_FIXED)
+        return ts_err_set(err, TS_EINVAL, "encoding: %u, this job (exact mode) takes %u "
+                          "(fixed point)", in->encoding, TS_ENC_FIXED);
+    if (!p->job->exact && (in->encoding == TS_ENC_FIXED || in->encoding > TS_ENC_FIXED))
+        return ts_err_set(err, TS_EINVAL, "encoding: %u, this job (float mode) takes raw float "
+                          "or a compressed encoding (docs/compression.md)", in->encoding);
+    if (in->encoding == TS_ENC_FIXED || in->encoding == TS_ENC_RAW) {
+        if (in->bytes != want_bytes)
+            return ts_err_set(err, TS_EINVAL, "payload: %zu bytes for tensor %u partition %u, "
+                              "want %zu (%" PRIu64 " elements)", in->bytes, p->tensor_id,
+                              p->index, want_bytes, p->len);
+    } else if ((st = ts_codec_check(in->encoding, in->payload, in->bytes, p->len, err))) {
+        return st;
+    }
+    if (async_mode(p->job)) {
+        if (in->step != p->clock[in->rank])
+            return ts_err_set(err, in->step < p->clock[in->rank] ? TS_ESTATE : TS_EINVAL,
+                              "step: %" PRIu64 " but rank %u of tensor %u partition %u is at "
+                              "step %" PRIu64 " (each rank pushes its steps in order)", in->step,
+                              in->rank, p->tensor_id, p->index, p->clock[in->rank]);
+        return TS_OK;
+    }
+    if (in->step != p->version)
+        return ts_err_set(err, in->step < p->version ? TS_ESTATE : TS_EINVAL,
                           "step: %" PRIu64 " but tensor %u partition %u is at version %" PRIu64
-                          " (BSP takes only the current step)", step, p->tensor_id, p->index,
-                          p->version);
-    if (p->pushed[rank])
+                          " (%s takes only the current step)", in->step, p->tensor_id,
+                          p->index, p->version, ts_mode_name(p->job->mode));
+    if (p->pushed[in->rank])
         return ts_err_set(err, TS_ESTATE, "rank %u already pushed step %" PRIu64
-                          " of tensor %u partition %u", rank, step, p->tensor_id, p->index);
+                          " of tensor %u partition %u", in->rank, in->step, p->tensor_id,
+                          p->index);
+    if (p->npushed && in->scale_exp != p->scale_exp)
+        return ts_err_set(err, TS_EINVAL, "loss scale: rank %u pushed step %" PRIu64 " scaled by "
+                          "2^%d, the others by 2^%d (every rank must use the same scale)",
+                          in->rank, in->step, in->scale_exp, p->scale_exp);
     return TS_OK;
 }
 
-ts_status ts_part_push(struct ts_part *p, uint32_t rank, uint64_t step, unsigned encoding,
-                       const void *payload, size_t bytes, bool *applied, struct ts_err *err)
+/* The slowest rank's clock. Called with mu held (SSP/ASP). */
+static uint64_t min_clock(const struct ts_part *p)
+{
+    uint64_t m = UINT64_MAX;
+
+    for (uint32_t r = 0; r < p->job->workers; r++)
+        m = p->clock[r] < m ? p->clock[r] : m;
+    return m;
+}
+
+ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applied,
+                       struct ts_err *err)
 {
     ts_status st;
 
     *applied = false;
     pthread_mutex_lock(&p->mu);
-    st = check_push(p, rank, step, encoding, bytes, err);
+    st = check_push(p, in, err);
     if (!st && p->job->exact)
-        st = ts_fixed_add(p->acc_fixed, payload, p->len, err);
+        st = ts_fixed_add(p->acc_fixed, in->payload, p->len, err);
+    else if (!st && in->encoding == TS_ENC_RAW)
+        ts_f32_add(p->acc_f32, in->payload, p->len);
     else if (!st)
-        ts_f32_add(p->acc_f32, payload, p->len);
+        ts_codec_add(in->encoding, in->payload, in->bytes, p->len, 1.0f, p->acc_f32);
     if (!st) {
-        p->pushed[rank] = 1;
-        if (++p->npushed == p->job->workers) {
-            apply(p);
+        p->check_finite |= in->encoding != TS_ENC_RAW || in->scale_exp != 0;
+        p->scale_exp = in->scale_exp;
+        p->pushed[in->rank] = 1;
+        if (async_mode(p->job)) {   /* applied alone, on arrival */
+            p->clock[in->rank]++;
+            apply(p, in->rank);
+            *applied = true;
+        } else if (++p->npushed == p->job->workers) {
+            apply(p, in->rank);
             *applied = true;
         }
     }
@@ -201,31 +346,87 @@ ts_status ts_part_push(struct ts_part *p, uint32_t rank, uint64_t step, unsigned
     return st;
 }
 
-ts_status ts_part_wait(struct ts_part *p, uint64_t want, int ms, const atomic_bool *cancel,
-                       uint64_t *version, struct ts_err *err)
+/* Whether a pull by rank for want may be answered. Called with mu held. */
+static bool pull_ready(const struct ts_part *p, uint64_t want)
+{
+    if (p->job->mode == TS_MODE_ASP)
+        return true;
+    if (p->job->mode == TS_MODE_SSP)
+        return min_clock(p) + p->job->staleness >= want;
+    return p->version >= want;
+}
+
+/* Waits, under mu, until pull_ready. */
+static ts_status wait_ready(struct ts_part *p, uint64_t want, int ms, const atomic_bool *cancel,
+                            struct ts_err *err)
 {
     int64_t until = ts_now_ms() + ms;
-    ts_status st = TS_OK;
 
-    pthread_mutex_lock(&p->mu);
-    while (p->version < want && !st) {
+    while (!pull_ready(p, want)) {
         /* Slices of 100 ms, so that a cancel (a shard shutting down) is seen soon. */
         int64_t now = ts_now_ms(), slice = until - now < 100 ? until - now : 100;
         struct timespec ts;
 
         if (cancel && atomic_load(cancel))
-            st = ts_err_set(err, TS_ECANCELLED, "tensor %u partition %u: wait for version %"
-                            PRIu64 " cancelled", p->tensor_id, p->index, want);
-        else if (slice <= 0)
-            st = ts_err_set(err, TS_ETIMEDOUT,
-                            "tensor %u partition %u: version %" PRIu64 " did not come within %d "
-                            "ms (at %" PRIu64 ", %u of %u ranks pushed)", p->tensor_id, p->index,
-                            want, ms, p->version, p->npushed, p->job->workers);
-        if (st)
-            break;
+            return ts_err_set(err, TS_ECANCELLED, "tensor %u partition %u: wait for version %"
+                              PRIu64 " cancelled", p->tensor_id, p->index, want);
+        if (slice <= 0) {
+            if (async_mode(p->job))
+                return ts_err_set(err, TS_ETIMEDOUT, "tensor %u partition %u: step %" PRIu64
+                                  " waited %d ms for the slowest worker (at step %" PRIu64
+                                  ", staleness bound %u)", p->tensor_id, p->index, want, ms,
+                                  min_clock(p), p->job->staleness);
+            return ts_err_set(err, TS_ETIMEDOUT,
+                              "tensor %u partition %u: version %" PRIu64 " did not come within "
+                              "%d ms (at %" PRIu64 ", %u of %u ranks pushed)", p->tensor_id,
+                              p->index, want, ms, p->version, p->npushed, p->job->workers);
+        }
         ts_abstime_ms(&ts, slice);
         pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     }
+    return TS_OK;
+}
+
+ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
+                       const atomic_bool *cancel, float *out, struct ts_pull_info *info,
+                       struct ts_err *err)
+{
+    ts_status st;
+
+    if (rank >= p->job->workers)
+        return ts_err_set(err, TS_EINVAL, "rank: %u is not below the job's %u workers", rank,
+                          p->job->workers);
+    if (!out && async_mode(p->job))
+        return ts_err_set(err, TS_EINVAL, "pull: %s needs a copy (values change under it)",
+                          ts_mode_name(p->job->mode));
+    memset(info, 0, sizeof(*info));
+    pthread_mutex_lock(&p->mu);
+    st = wait_ready(p, want, ms, cancel, err);
+    if (!st) {
+        if (async_mode(p->job)) {
+            uint64_t slow = min_clock(p);
+            info->staleness = want > slow ? want - slow : 0;
+            p->stale_last[rank] = info->staleness;
+            if (info->staleness > p->stale_max[rank])
+                p->stale_max[rank] = info->staleness;
+        }
+        if (out)
+            memcpy(out, p->value, p->len * sizeof(float));
+        info->version = p->version;
+        info->overflow = p->overflow[rank];
+        p->overflow[rank] = 0;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
+ts_status ts_part_wait(struct ts_part *p, uint64_t want, int ms, const atomic_bool *cancel,
+                       uint64_t *version, struct ts_err *err)
+{
+    ts_status st;
+
+    pthread_mutex_lock(&p->mu);
+    st = wait_ready(p, want, ms, cancel, err);
     if (!st)
         *version = p->version;
     pthread_mutex_unlock(&p->mu);
@@ -251,7 +452,11 @@ ts_status ts_part_arm(struct ts_part *p, uint64_t step, struct ts_err *err)
     ts_status st = TS_OK;
 
     pthread_mutex_lock(&p->mu);
-    if (p->version > step) {
+    if (p->job->mode != TS_MODE_BSP || p->sync_every > 1) {
+        st = ts_err_set(err, TS_ESTATE, "tensor %u: snapshots need every tensor in step, in "
+                        "mode bsp (this job: mode %s, sync every %u steps)", p->tensor_id,
+                        ts_mode_name(p->job->mode), p->sync_every);
+    } else if (p->version > step) {
         st = ts_err_set(err, TS_ESTATE, "tensor %u partition %u: at version %" PRIu64
                         ", past step %" PRIu64, p->tensor_id, p->index, p->version, step);
     } else {

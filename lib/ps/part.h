@@ -11,6 +11,14 @@
  * waiting for it wake up. In exact mode pushes are fixed-point int64 sums (lib/tensor), summed as
  * integers, so arrival order never matters. A bad push (wrong length or encoding, stale step,
  * a rank pushing twice, overflow) is refused with nothing changed.
+ * Other modes (docs/modes.md): REDUCE aggregates as BSP but keeps no parameters: the version's
+ * "values" are the reduced gradient (sum / batch) that the workers feed their own optimizer.
+ * SSP and ASP apply each push on arrival (version counts pushes applied); each rank pushes its
+ * steps in order (clock[rank] is its next step), and a pull by a rank at clock c waits until
+ * the slowest rank's clock is at least c - staleness (SSP) or not at all (ASP).
+ * Float pushes may be compressed (lib/codec); a step whose sum is not finite (an fp16 overflow,
+ * with loss scaling) is skipped: the values stay, the version moves on, and every rank's next
+ * pull reply says so (TS_PULL_OVERFLOW).
  * Ownership: ts_part_create returns a partition freed with ts_part_free.
  * Threads: all functions lock the partition; ts_part_wait blocks. */
 #ifndef TS_PS_PART_H
@@ -29,6 +37,13 @@
 #define TS_ENC_RAW 0            /* float32 sums */
 #define TS_ENC_FIXED 5          /* int64 fixed-point sums (exact mode) */
 #define TS_JOB_MAX_WORKERS 1024
+#define TS_SYNC_MAX 1000000     /* the longest sync period of a tensor, in steps */
+
+/* Training modes (values of tessera.v1.TrainMode). */
+enum ts_mode { TS_MODE_BSP = 1, TS_MODE_SSP = 2, TS_MODE_ASP = 3, TS_MODE_REDUCE = 4 };
+/* "bsp", "ssp", "asp", "reduce" (NULL or "": bsp); TS_EINVAL names the choices. */
+ts_status ts_mode_parse(const char *s, enum ts_mode *out, struct ts_err *err) TS_MUST_CHECK;
+const char *ts_mode_name(enum ts_mode m);   /* static storage; "unknown" */
 
 struct ts_job {
     char id[65];
@@ -37,13 +52,19 @@ struct ts_job {
     struct ts_optim_cfg optim;
     char optimizer[128];        /* the spec it was parsed from, for comparisons */
     double batch;
+    enum ts_mode mode;          /* ts_job_init: BSP */
+    uint32_t staleness;         /* SSP's bound */
 };
 
 /* Validates and fills a job; errors name the field (job.id, job.workers, job.batch,
  * job.optimizer). */
 ts_status ts_job_init(struct ts_job *j, const char *id, uint32_t workers, bool exact,
                       const char *optimizer, double batch, struct ts_err *err) TS_MUST_CHECK;
-/* Same id, workers, mode, optimizer and batch. */
+/* Sets the mode. TS_EINVAL (job.mode) for an unknown mode, or SSP/ASP with exact mode: their
+ * updates apply in arrival order, which exact mode exists to rule out. */
+ts_status ts_job_set_mode(struct ts_job *j, enum ts_mode mode, uint32_t staleness,
+                          struct ts_err *err) TS_MUST_CHECK;
+/* Same id, workers, exactness, optimizer, batch, mode and staleness. */
 bool ts_job_equal(const struct ts_job *a, const struct ts_job *b);
 
 struct ts_part {
@@ -60,6 +81,13 @@ struct ts_part {
     float *grad;                /* scratch: one block of the applied gradient */
     uint8_t *pushed;            /* per rank: pushed this step */
     uint32_t npushed;
+    uint32_t sync_every;        /* the tensor syncs every this many steps: divisor batch * it */
+    int scale_exp;              /* the step's loss scale is 2^scale_exp (pushes must agree) */
+    bool check_finite;          /* a push this step could carry Inf/NaN (compressed, scaled) */
+    uint8_t *overflow;          /* per rank: a skipped step not yet reported to it */
+    uint64_t skipped;           /* steps skipped for a non-finite sum */
+    uint64_t *clock;            /* SSP/ASP, per rank: its next step */
+    uint64_t *stale_last, *stale_max; /* SSP/ASP, per rank: steps ahead of the slowest, at pulls */
     /* Snapshot capture (ts_part_arm): a copy of value and state taken when version reaches
      * snap_step, so that training goes on while the copy is written out. */
     bool snap_armed, snap_ready;
@@ -75,10 +103,39 @@ ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const cha
                          struct ts_err *err) TS_MUST_CHECK;
 void ts_part_free(struct ts_part *p);
 
-/* Adds rank's gradient sum for `step`; payload is len int64 (TS_ENC_FIXED) or len float
- * (TS_ENC_RAW) in little-endian. *applied is set when this push completed the step. */
-ts_status ts_part_push(struct ts_part *p, uint32_t rank, uint64_t step, unsigned encoding,
-                       const void *payload, size_t bytes, bool *applied,
+/* The tensor's sync period (>= 1; 0 counts as 1): the applied gradient is the sum divided by
+ * batch * sync_every. Set before the first push. */
+void ts_part_set_sync(struct ts_part *p, uint32_t sync_every);
+
+/* One push: rank's gradient sum for `step`. payload is len int64 (TS_ENC_FIXED), len float
+ * (TS_ENC_RAW) or a lib/codec encoding of len floats (float jobs), little-endian; the values
+ * were multiplied by 2^scale_exp (loss scaling; every rank's push of a BSP step must agree). */
+struct ts_push {
+    uint32_t rank;
+    uint64_t step;
+    unsigned encoding;
+    int scale_exp;              /* -126..127 */
+    const void *payload;
+    size_t bytes;
+};
+/* Adds a push. *applied is set when this push completed (BSP, REDUCE) or made (SSP, ASP) an
+ * update. */
+ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applied,
+                       struct ts_err *err) TS_MUST_CHECK;
+
+/* What a pull saw. */
+struct ts_pull_info {
+    uint64_t version;           /* the version of the values returned */
+    uint64_t staleness;         /* SSP/ASP: steps the slowest rank was behind the puller */
+    bool overflow;              /* a step was skipped since this rank's last pull */
+};
+/* A pull by rank: BSP and REDUCE wait for version >= want; SSP and ASP take want as the rank's
+ * clock and wait as the mode says (see above). Then, with out: a copy of the values into out
+ * (len floats) under the lock; without (BSP and REDUCE only): p->value may be read in place
+ * until the rank pushes again. TS_ETIMEDOUT after ms, TS_ECANCELLED as soon as *cancel (if not
+ * NULL) turns true; TS_EINVAL for a rank out of range or SSP/ASP without out. */
+ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
+                       const atomic_bool *cancel, float *out, struct ts_pull_info *info,
                        struct ts_err *err) TS_MUST_CHECK;
 
 /* Waits up to ms for version >= want and sets *version. TS_ETIMEDOUT when it did not come

@@ -42,6 +42,12 @@ enum ts_frame_type {
 
 /* PULL flags. */
 #define TS_PULL_AFTER_PUSH 0x1u /* sent right behind this connection's pushes of the step */
+/* PUSH flags: bits 0-7 hold the loss scale's exponent e + 128 (0: no scaling, e = 0); the
+ * payload was multiplied by 2^e. */
+#define TS_PUSH_SCALE(e) ((e) ? (uint32_t)((e) + 128) & 0xffu : 0u)
+#define TS_PUSH_SCALE_EXP(flags) (((flags) & 0xffu) ? (int)((flags) & 0xffu) - 128 : 0)
+/* PARAMS flags; a PARAMS frame's `rank` field carries the staleness the pull saw (SSP/ASP). */
+#define TS_PARAMS_OVERFLOW 0x1u /* a step was skipped for a non-finite sum since the last pull */
 
 struct ts_frame_hdr {
     uint16_t type;

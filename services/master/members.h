@@ -53,6 +53,10 @@ struct ts_member {
     int64_t last_heartbeat_ms;                /* monotonic */
     uint64_t registered_epoch;
     uint64_t clock;                           /* workers: last step reported */
+    struct ts_member_report {                 /* workers: HeartbeatRequest's report */
+        uint64_t staleness_last, staleness_max, steps_skipped;
+        float loss_scale;
+    } report;
     char role[16];                            /* workers: "" trainer, "verify" */
     char service[TS_MEMBERS_MAX_ADDR + 1];    /* role verify: its gRPC host:port */
     struct ts_endpoint endpoints[TS_MEMBERS_MAX_ENDPOINTS];   /* shards */
@@ -102,6 +106,8 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
 ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                                uint64_t known_epoch, uint64_t clock, int64_t now_ms,
                                struct ts_member_grant *g, struct ts_err *err) TS_MUST_CHECK;
+/* Records a worker's report (after a heartbeat it was accepted). */
+void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member_report *r);
 ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                                 const char *reason, uint64_t *epoch,
                                 struct ts_err *err) TS_MUST_CHECK;

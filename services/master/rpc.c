@@ -81,6 +81,11 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                                         req->known_epoch, req->clock, ts_now_ms(), &g, err);
     if (st)
         return st;
+    if (req->kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER) {
+        struct ts_member_report r = { req->staleness_last, req->staleness_max,
+                                      req->steps_skipped, req->loss_scale };
+        ts_members_report(m->members, req->id, &r);
+    }
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
     resp->map_changed = g.map_changed;
@@ -145,6 +150,10 @@ static Tessera__V1__WorkerInfo **worker_infos(struct ts_rpc_call *call,
         w->last_heartbeat_ms_ago = now - e->last_heartbeat_ms;
         w->instance = ts_rpc_strdup(call, e->instance);
         w->clock = e->clock;
+        w->staleness_last = e->report.staleness_last;
+        w->staleness_max = e->report.staleness_max;
+        w->steps_skipped = e->report.steps_skipped;
+        w->loss_scale = e->report.loss_scale;
         w->role = ts_rpc_strdup(call, e->role);
         w->addr = ts_rpc_strdup(call, e->service);
         out[i] = w;

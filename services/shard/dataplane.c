@@ -29,6 +29,8 @@ struct dp_conn {
     struct ts_conn *c;
     struct shard_job *job;          /* named by the connection's HELLO */
     bool push_refused;              /* a push of the current step was refused */
+    float *copy;                    /* SSP/ASP pulls: the values copied under the lock */
+    size_t copy_cap;                /* floats */
     bool after_pull;                /* the last request was a PULL */
     pthread_t thread;
     struct dp_conn *next;
@@ -76,6 +78,9 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
     struct ts_part *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition);
     struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .tensor = h->tensor,
                                 .partition = h->partition, .step = h->step };
+    struct ts_push in = { .rank = h->rank, .step = h->step, .encoding = h->encoding,
+                          .scale_exp = TS_PUSH_SCALE_EXP(h->flags), .payload = buf,
+                          .bytes = h->len };
     bool applied;
 
     if (!dc->job)
@@ -84,7 +89,7 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
         return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
                           "register the tensor, or refresh the shard map", h->tensor,
                           h->partition);
-    if (ts_part_push(p, h->rank, h->step, h->encoding, buf, h->len, &applied, err))
+    if (ts_part_push(p, &in, &applied, err))
         return err->code;
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
@@ -94,7 +99,9 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
     struct ts_part *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition);
     struct ts_frame_hdr out = { .type = TS_FRAME_PARAMS, .tensor = h->tensor,
                                 .partition = h->partition, .dtype = 1 };
-    uint64_t version;
+    struct ts_pull_info info;
+    enum ts_mode mode = dc->job ? dc->job->job.mode : TS_MODE_BSP;
+    bool copy = mode == TS_MODE_SSP || mode == TS_MODE_ASP;
 
     if (!p)
         return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
@@ -104,15 +111,29 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
     if ((h->flags & TS_PULL_AFTER_PUSH) && dc->push_refused)
         return ts_err_set(err, TS_ESTATE, "pull of version %" PRIu64 " refused: a push of this "
                           "step was refused (see the error before)", h->step);
-    if (ts_part_wait(p, h->step, PULL_WAIT_MS, &dc->dp->stop, &version, err))
+    if (copy && dc->copy_cap < p->len) {
+        float *c = realloc(dc->copy, p->len * sizeof(float));
+        if (!c)
+            return ts_err_set(err, TS_ENOMEM, "pull: no memory for a copy of %" PRIu64
+                              " floats", p->len);
+        dc->copy = c;
+        dc->copy_cap = p->len;
+    }
+    if (ts_part_pull(p, h->rank, h->step, PULL_WAIT_MS, &dc->dp->stop, copy ? dc->copy : NULL,
+                     &info, err))
         return err->code;
-    out.step = version;
-    /* Straight from the partition, no copy: it cannot change before this rank pushes again
-     * (part.h), so neither can its hash; version is the partition's until then. */
+    out.step = info.version;
+    out.flags = info.overflow ? TS_PARAMS_OVERFLOW : 0;
+    out.rank = info.staleness > UINT32_MAX ? UINT32_MAX : (uint32_t)info.staleness;
+    /* SSP/ASP: from the copy. Otherwise straight from the partition: it cannot change before
+     * this rank pushes again (part.h), so neither can its hash; version is the partition's
+     * until then. */
+    if (copy)
+        return ts_frame_send(dc->c, &out, dc->copy, p->len * sizeof(float), err);
     if (!ts_frame_wants_hash(dc->c))
         return ts_frame_send(dc->c, &out, p->value, p->len * sizeof(float), err);
     return ts_frame_send_hashed(dc->c, &out, p->value, p->len * sizeof(float),
-                                pull_sum(dc->dp, p, version), err);
+                                pull_sum(dc->dp, p, info.version), err);
 }
 
 /* Names the connection's job. The reply (ACK or ERROR) tells the worker whether it exists. */
@@ -177,6 +198,7 @@ static void *conn_main(void *arg)
             break;
     }
     free(buf);
+    free(dc->copy);
     atomic_store(&dc->done, true);
     return NULL;
 }

@@ -77,6 +77,9 @@ static ts_status check_spec(const Tessera__V1__RegisterTensorRequest *req, uint6
                           SHARD_MAX_TENSORS - 1);
     if (!req->map_epoch)
         return ts_err_set(err, TS_EINVAL, "map_epoch: required (from GetShardMap)");
+    if (req->sync_every > TS_SYNC_MAX)
+        return ts_err_set(err, TS_EINVAL, "sync_every: %u, at most %d steps", req->sync_every,
+                          TS_SYNC_MAX);
     return TS_OK;
 }
 
@@ -111,6 +114,10 @@ static ts_status check_restore_job(const struct shard_params *sp, const Tessera_
         field = "exact";
         snprintf(want, sizeof(want), "%s", mj->exact ? "true" : "false");
         snprintf(got, sizeof(got), "%s", js->exact ? "true" : "false");
+    } else if (js->mode > TESSERA__V1__TRAIN_MODE__TRAIN_MODE_BSP) {
+        field = "mode"; /* snapshots are taken in BSP only (ts_part_arm) */
+        snprintf(want, sizeof(want), "bsp");
+        snprintf(got, sizeof(got), "%s", ts_mode_name((enum ts_mode)js->mode));
     } else if (mj->batch != js->batch) {
         field = "batch";
         snprintf(want, sizeof(want), "%g", mj->batch);
@@ -140,7 +147,9 @@ static ts_status get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js
 
     if (!js)
         return ts_err_set(err, TS_EINVAL, "job: required");
-    if ((st = ts_job_init(&j, js->id, js->workers, js->exact, js->optimizer, js->batch, err)))
+    if ((st = ts_job_init(&j, js->id, js->workers, js->exact, js->optimizer, js->batch, err)) ||
+        (st = ts_job_set_mode(&j, js->mode ? (enum ts_mode)js->mode : TS_MODE_BSP, js->staleness,
+                              err)))
         return st;
     for (size_t i = 0; i < sp->njobs; i++) {
         struct shard_job *sj = sp->jobs[i];
@@ -149,10 +158,11 @@ static ts_status get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js
         if (!ts_job_equal(&j, &sj->job) || sj->data_seed != js->data_seed ||
             sj->micro != js->micro_batch)
             return ts_err_set(err, TS_ESTATE, "job: '%s' runs with %u workers, %s mode, "
-                              "optimizer %s, batch %g, data seed %" PRIu64 ", micro-batch %u; "
-                              "use those or another job id", sj->job.id, sj->job.workers,
-                              sj->job.exact ? "exact" : "float", sj->job.optimizer,
-                              sj->job.batch, sj->data_seed, sj->micro);
+                              "optimizer %s, batch %g, data seed %" PRIu64 ", micro-batch %u, "
+                              "mode %s (staleness %u); use those or another job id", sj->job.id,
+                              sj->job.workers, sj->job.exact ? "exact" : "float",
+                              sj->job.optimizer, sj->job.batch, sj->data_seed, sj->micro,
+                              ts_mode_name(sj->job.mode), sj->job.staleness);
         *out = sj;
         return TS_OK;
     }
@@ -167,8 +177,8 @@ static ts_status get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js
     (*out)->data_seed = js->data_seed;
     (*out)->micro = js->micro_batch;
     sp->jobs[sp->njobs++] = *out;
-    ts_log(TS_INFO, "shard", "job %s: %u workers, %s mode, optimizer %s, batch %g", j.id,
-           j.workers, j.exact ? "exact" : "float", j.optimizer, j.batch);
+    ts_log(TS_INFO, "shard", "job %s: %u workers, %s mode, optimizer %s, batch %g, %s", j.id,
+           j.workers, j.exact ? "exact" : "float", j.optimizer, j.batch, ts_mode_name(j.mode));
     return TS_OK;
 }
 
@@ -189,9 +199,11 @@ static ts_status check_epoch(struct ts_cluster *cl, uint64_t want, struct ts_err
     return TS_OK;
 }
 
-static bool same_tensor(const struct shard_tensor *t, const Tessera__V1__TensorSpec *s)
+static bool same_tensor(const struct shard_tensor *t, const Tessera__V1__RegisterTensorRequest *r)
 {
-    if (strcmp(t->name, s->name) || strcmp(t->init, s->initializer) || t->seed != s->seed ||
+    const Tessera__V1__TensorSpec *s = r->tensor;
+
+    if (t->sync_every != (r->sync_every ? r->sync_every : 1) || strcmp(t->name, s->name) || strcmp(t->init, s->initializer) || t->seed != s->seed ||
         t->ndim != s->n_shape || t->partition_bytes != (s->partition_bytes ? s->partition_bytes
                                                                          : TS_PARTITION_BYTES_DEFAULT))
         return false;
@@ -241,6 +253,7 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
     t->seed = s->seed;
     t->fan_in = req->fan_in;
     t->fan_out = req->fan_out;
+    t->sync_every = req->sync_every ? req->sync_every : 1;
     t->numel = numel;
     t->ndim = s->n_shape;
     memcpy(t->shape, s->shape, s->n_shape * sizeof(uint64_t));
@@ -259,6 +272,8 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
         ts_partition_range(numel, sizeof(float), t->partition_bytes, p, &off, &len);
         st = ts_part_create(&sj->job, t->id, t->name, p, off, len, t->init, t->seed, t->fan_in,
                             t->fan_out, &t->parts[p], err);
+        if (!st)
+            ts_part_set_sync(t->parts[p], t->sync_every);
         /* Not yet visible to anyone: its values and version are ours to set. */
         if (!st && tm && !(st = ts_snap_read_partition(sp->store, sp->restore, tm,
                                                         tm->partitions[p], t->parts[p]->value,
@@ -295,9 +310,9 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     }
     if (!st)
         t = sj->tensors[req->tensor_id];
-    if (!st && t && !same_tensor(t, req->tensor))
-        st = ts_err_set(err, TS_EEXIST, "tensor_id: %u is '%s' with another shape, initializer "
-                        "or seed", t->id, t->name);
+    if (!st && t && !same_tensor(t, req))
+        st = ts_err_set(err, TS_EEXIST, "tensor_id: %u is '%s' with another shape, initializer, "
+                        "seed or sync period", t->id, t->name);
     if (!st && !t && !(st = create_tensor(sp, sj, cl, my_id, req, numel, &t, err))) {
         /* A snapshot armed before this tensor existed covers it too (shard_params_arm). */
         for (uint32_t p = 0; sj->armed && p < t->nparts; p++) {
@@ -409,6 +424,25 @@ static void set_armed(struct shard_params *sp, struct shard_job *sj, bool armed,
     pthread_mutex_unlock(&sp->mu);
 }
 
+/* Snapshots need BSP with every tensor in step (docs/modes.md). */
+static ts_status check_snapshottable(struct shard_params *sp, struct shard_job *sj,
+                                     struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    if (sj->job.mode != TS_MODE_BSP)
+        return ts_err_set(err, TS_ESTATE, "job: '%s' runs in mode %s; snapshots need mode bsp "
+                          "(docs/modes.md)", sj->job.id, ts_mode_name(sj->job.mode));
+    pthread_mutex_lock(&sp->mu);
+    for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++)
+        if (sj->tensors[i] && sj->tensors[i]->sync_every > 1)
+            st = ts_err_set(err, TS_ESTATE, "job: '%s' tensor '%s' syncs every %u steps; "
+                            "snapshots need every tensor at the same step", sj->job.id,
+                            sj->tensors[i]->name, sj->tensors[i]->sync_every);
+    pthread_mutex_unlock(&sp->mu);
+    return st;
+}
+
 ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
                            bool *armed, uint64_t *minv, uint64_t *maxv, struct ts_err *err)
 {
@@ -420,6 +454,8 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
     *armed = false;
     if (!sj)
         return ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
+    if (!disarm && (st = check_snapshottable(sp, sj, err)))
+        return st;
     pthread_mutex_lock(&sp->snap_mu);
     /* Announced before the walk, under the registry lock: a tensor registered from now on
      * arms its own partitions (shard_params_register), one registered before is walked. */
@@ -585,6 +621,59 @@ static ts_status span_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
     return TS_OK;
 }
 
+/* Per rank over a job's partitions (SSP/ASP): the lowest clock, the highest staleness. */
+struct ranks {
+    uint32_t n;
+    uint64_t *clock, *last, *max;
+    uint64_t skipped;
+};
+
+static ts_status ranks_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                           struct ts_err *err)
+{
+    struct ranks *r = ctx;
+
+    (void)t;
+    (void)err;
+    pthread_mutex_lock(&p->mu);
+    r->skipped = p->skipped > r->skipped ? p->skipped : r->skipped;
+    for (uint32_t k = 0; p->clock && k < r->n; k++) {
+        r->clock[k] = p->clock[k] < r->clock[k] ? p->clock[k] : r->clock[k];
+        r->last[k] = p->stale_last[k] > r->last[k] ? p->stale_last[k] : r->last[k];
+        r->max[k] = p->stale_max[k] > r->max[k] ? p->stale_max[k] : r->max[k];
+    }
+    pthread_mutex_unlock(&p->mu);
+    return TS_OK;
+}
+
+/* Fills js's per-rank records and skipped count (arena memory of call). */
+static void job_ranks(struct shard_params *sp, struct shard_job *sj, struct ts_rpc_call *call,
+                      Tessera__V1__JobStatus *js)
+{
+    uint32_t n = sj->job.mode == TS_MODE_SSP || sj->job.mode == TS_MODE_ASP ? sj->job.workers : 0;
+    struct ranks r = { .n = n };
+    struct ts_err e = { 0 };
+
+    r.clock = ts_rpc_alloc(call, (n + 1) * sizeof(uint64_t));
+    r.last = ts_rpc_alloc(call, (n + 1) * sizeof(uint64_t));
+    r.max = ts_rpc_alloc(call, (n + 1) * sizeof(uint64_t));
+    js->ranks = ts_rpc_alloc(call, (n + 1) * sizeof(*js->ranks));
+    for (uint32_t k = 0; k < n; k++) {
+        r.clock[k] = UINT64_MAX;
+        r.last[k] = r.max[k] = 0;
+    }
+    (void)each_part(sp, sj, ranks_one, &r, &e);
+    js->steps_skipped = r.skipped;
+    for (uint32_t k = 0; k < n; k++) {
+        Tessera__V1__RankStatus *rs = ts_rpc_new(call, &tessera__v1__rank_status__descriptor);
+        rs->rank = k;
+        rs->clock = r.clock[k] == UINT64_MAX ? 0 : r.clock[k];
+        rs->staleness_last = r.last[k];
+        rs->staleness_max = r.max[k];
+        js->ranks[js->n_ranks++] = rs;
+    }
+}
+
 void shard_params_jobs(struct shard_params *sp, struct ts_rpc_call *call,
                        Tessera__V1__JobStatus ***out, size_t *n)
 {
@@ -611,6 +700,9 @@ void shard_params_jobs(struct shard_params *sp, struct ts_rpc_call *call,
         js->min_version = s.min == UINT64_MAX ? 0 : s.min;
         js->max_version = s.max;
         js->partitions = s.step;
+        js->mode = (Tessera__V1__TrainMode)sj->job.mode;
+        js->staleness = sj->job.staleness;
+        job_ranks(sp, sj, call, js);
         (*out)[j] = js;
     }
 }

@@ -27,6 +27,7 @@ struct shard_tensor {
     char name[129];
     char init[64];
     uint64_t seed, fan_in, fan_out, numel, partition_bytes;
+    uint32_t sync_every;               /* steps per sync (RegisterTensorRequest.sync_every) */
     uint64_t shape[SHARD_MAX_DIMS];
     size_t ndim;
     uint32_t nparts;

@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util/flags.h"
 #include "util/log.h"
@@ -13,9 +14,10 @@
 int main(int argc, char **argv)
 {
     const char *master = NULL, *job = "default", *optimizer = DEFAULT_OPTIMIZER;
-    const char *transport = NULL, *data = NULL;
+    const char *transport = NULL, *data = NULL, *mode = NULL, *compress = NULL, *sync = NULL;
+    const char *loss = "none";
     int64_t rank = 0, workers = 1, batch = 64, micro = 16, epochs = 1, steps = 0, seed = 1;
-    int64_t partition_kb = 0;
+    int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0;
     bool exact = false, json = false, help;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
@@ -38,6 +40,18 @@ int main(int argc, char **argv)
           0, 131072 },
         { "data", TS_FLAG_STR, &data, "DIR", "Fashion-MNIST directory (default "
                                              TS_FMNIST_DIR ")", 0, 0 },
+        { "mode", TS_FLAG_STR, &mode, "MODE", "bsp (default), ssp, asp or reduce", 0, 0 },
+        { "staleness", TS_FLAG_INT, &staleness, "S", "ssp: steps ahead of the slowest worker",
+          0, 1000000 },
+        { "compress", TS_FLAG_STR, &compress, "CODEC", "none, fp16, bf16, int8, topk:RATIO, or "
+                                                       "TENSOR=CODEC,...", 0, 0 },
+        { "sync-every", TS_FLAG_STR, &sync, "T=K,...", "tensor T syncs every K steps", 0, 0 },
+        { "loss-scale", TS_FLAG_STR, &loss, "KIND", "none (default) or dynamic (fp16 "
+                                                    "gradients with GradScaler's rules)", 0, 0 },
+        { "slow-ms", TS_FLAG_INT, &slow_ms, "MS", "testing: sleep MS before each step", 0,
+          60000 },
+        { "delay-ms", TS_FLAG_INT, &delay_ms, "MS", "testing: delay each data-plane send", 0,
+          60000 },
         { "json", TS_FLAG_BOOL, &json, NULL, "rank 0 ends with one JSON line", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
@@ -58,6 +72,10 @@ int main(int argc, char **argv)
                        "through the Tessera SDK. `tessera train` starts these for you.", flags);
         return 0;
     }
+    if (strcmp(loss, "none") && strcmp(loss, "dynamic")) {
+        fprintf(stderr, "tessera-worker: --loss-scale %s: want none or dynamic\n", loss);
+        return 2;
+    }
     if (batch % micro || rank >= workers) {
         fprintf(stderr, "tessera-worker: %s\n", batch % micro ? "--micro must divide --batch"
                                                               : "--rank must be below --workers");
@@ -69,6 +87,10 @@ int main(int argc, char **argv)
                              .micro = (uint32_t)micro, .epochs = (uint32_t)epochs,
                              .steps = (uint64_t)steps, .seed = (uint64_t)seed,
                              .partition_bytes = (uint64_t)partition_kb * 1024, .exact = exact,
-                             .json = json };
+                             .json = json, .mode = mode, .compress = compress,
+                             .sync_every = sync, .staleness = (uint32_t)staleness,
+                             .loss_scale = strcmp(loss, "dynamic") ? TESSERA_LOSS_SCALE_NONE
+                                                                   : TESSERA_LOSS_SCALE_SDK,
+                             .slow_ms = (int)slow_ms, .delay_ms = (int)delay_ms };
     return train_run(&o);
 }

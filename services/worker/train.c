@@ -76,7 +76,10 @@ static int setup(struct run *r, struct tessera_error *e)
                                   .workers = o->workers, .exact = o->exact,
                                   .optimizer = o->optimizer, .batch = o->batch,
                                   .transport = o->transport, .data_seed = o->seed,
-                                  .micro_batch = o->micro };
+                                  .micro_batch = o->micro, .mode = o->mode,
+                                  .staleness = o->staleness, .compress = o->compress,
+                                  .sync_every = o->sync_every, .loss_scale = o->loss_scale,
+                                  .delay_ms = o->delay_ms };
     struct ts_err err = { 0 };
 
     if (ts_fmnist_load(o->data_dir, true, &r->train, &err) ||
@@ -198,8 +201,19 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs)
     struct ts_json j;
 
     fingerprint(r, hex);
-    printf("done: %" PRIu64 " steps, test accuracy %.4f, %.0f samples/s, %s mode over %s\n",
-           steps, test_acc, sps, r->o->exact ? "exact" : "float", tessera_transport(r->t));
+    struct tessera_stats st;
+
+    tessera_stats(r->t, &st);
+    printf("done: %" PRIu64 " steps, test accuracy %.4f, %.0f samples/s, %s %s over %s\n",
+           steps, test_acc, sps, r->o->mode ? r->o->mode : "bsp",
+           r->o->exact ? "exact" : "float", tessera_transport(r->t));
+    if (st.bytes_raw && st.bytes_pushed != st.bytes_raw)
+        printf("compression: %.1f MB pushed for %.1f MB of gradients (%.2fx)\n",
+               st.bytes_pushed / 1e6, st.bytes_raw / 1e6, (double)st.bytes_raw /
+               (double)(st.bytes_pushed ? st.bytes_pushed : 1));
+    if (st.steps_skipped || st.staleness_max)
+        printf("skipped steps %" PRIu64 " (overflow), staleness max %" PRIu64 ", loss scale %g\n",
+               st.steps_skipped, st.staleness_max, st.loss_scale);
     printf("params_sha256 %s\n", hex);
     if (!r->o->json)
         return;
@@ -214,6 +228,13 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs)
     ts_json_uint(&j, "workers", r->o->workers);
     ts_json_bool(&j, "exact", r->o->exact);
     ts_json_str(&j, "transport", tessera_transport(r->t));
+    ts_json_str(&j, "mode", r->o->mode ? r->o->mode : "bsp");
+    ts_json_str(&j, "compress", r->o->compress ? r->o->compress : "none");
+    ts_json_uint(&j, "steps_skipped", st.steps_skipped);
+    ts_json_uint(&j, "staleness_max", st.staleness_max);
+    ts_json_uint(&j, "bytes_pushed", st.bytes_pushed);
+    ts_json_uint(&j, "bytes_raw", st.bytes_raw);
+    ts_json_num(&j, "loss_scale", st.loss_scale);
     ts_json_uint(&j, "seed", r->o->seed);
     ts_json_uint(&j, "batch", r->o->batch);
     ts_json_end(&j);
@@ -242,6 +263,8 @@ int train_run(const struct train_opts *o)
             ts_schedule_perm(&r.sched, (uint32_t)(s / spe), r.perm);
         if ((rc = compute(&r, k * o->batch, &e)))
             goto out;
+        if (o->slow_ms) /* testing: a slow worker */
+            ts_sleep_ms(o->slow_ms);
         if (tessera_step(r.t, s, (const void *const *)r.acc, r.params, &e)) {
             rc = say(&e, "step");
             goto out;

@@ -10,9 +10,12 @@
 
 struct train_opts {
     const char *master, *job, *optimizer, *transport, *data_dir;
-    uint32_t rank, workers, batch, micro;
+    const char *mode, *compress, *sync_every;   /* docs/modes.md; NULL: defaults */
+    uint32_t rank, workers, batch, micro, staleness;
     uint32_t epochs;
     uint64_t steps, seed, partition_bytes;
+    int loss_scale;                  /* enum tessera_loss_scale */
+    int slow_ms, delay_ms;           /* testing: sleep per step; per data-plane send */
     bool exact, json;
 };
 

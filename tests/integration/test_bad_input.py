@@ -212,6 +212,28 @@ class BadInput(unittest.TestCase):
         self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND)
         self.assertIn("no-such-job", e.details())
 
+    def test_register_tensor_modes_invalid(self):
+        """Bad modes and sync periods are refused by name, and create no job (the shard's job
+        list is unchanged)."""
+        C = tl.common_pb2
+        jobs = lambda: [j.id for j in self.s.ShardStatus(S.ShardStatusRequest(),
+                                                          timeout=tl.RPC_TIMEOUT).jobs]
+        before = jobs()
+        epoch = self.s.ShardStatus(S.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT).epoch
+        good = dict(id="modes-bad", workers=2, exact=False, optimizer="sgd", batch=64)
+        tensor = C.TensorSpec(name="w", dtype=C.DTYPE_F32, shape=[10], initializer="zeros")
+        for field, job, extra in (
+                ("job.mode", dict(good, exact=True, mode=C.TRAIN_MODE_ASP), {}),
+                ("job.mode", dict(good, exact=True, mode=C.TRAIN_MODE_SSP), {}),
+                ("job.mode", dict(good, mode=9), {}),
+                ("job.staleness", dict(good, mode=C.TRAIN_MODE_BSP, staleness=2), {}),
+                ("sync_every", good, dict(sync_every=2000000))):
+            with self.subTest(field=field, job=job, extra=extra):
+                self.expect_invalid(self.s.RegisterTensor, S.RegisterTensorRequest(
+                    job=C.JobSpec(**job), tensor=tensor, tensor_id=0, map_epoch=epoch, **extra),
+                    field)
+        self.assertEqual(jobs(), before)
+
     def test_check_data_invalid(self):
         good = dict(name="train-images[0:1000)", sha256=b"\x01" * 32, file="f.gz")
         C = M.DataChecksum

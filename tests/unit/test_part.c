@@ -1,9 +1,11 @@
-/* test_part.c - lib/ps: a partition aggregates a step's pushes and applies it once. */
+/* test_part.c - lib/ps: a partition aggregates a step's pushes and applies it once; the
+ * other modes (SSP, reduce), overflow skips, loss scale and sync period. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +18,15 @@ static struct ts_job job(uint32_t workers, bool exact, const char *opt)
     struct ts_job j;
     assert_int_equal(ts_job_init(&j, "t", workers, exact, opt, 64, NULL), TS_OK);
     return j;
+}
+
+/* One raw push: no loss scale. */
+static ts_status push(struct ts_part *p, uint32_t rank, uint64_t step, unsigned enc,
+                      const void *data, size_t bytes, bool *applied, struct ts_err *e)
+{
+    struct ts_push in = { .rank = rank, .step = step, .encoding = enc, .payload = data,
+                          .bytes = bytes };
+    return ts_part_push(p, &in, applied, e);
 }
 
 static struct ts_part *mk(const struct ts_job *j)
@@ -50,7 +61,7 @@ static void run_order(const uint32_t *order, float *values)
         grad(r, g[r]);
     for (uint64_t step = 0; step < 2; step++)
         for (int k = 0; k < 3; k++) {
-            assert_int_equal(ts_part_push(p, order[k], step, TS_ENC_FIXED, g[order[k]],
+            assert_int_equal(push(p, order[k], step, TS_ENC_FIXED, g[order[k]],
                                           sizeof(g[0]), &applied, NULL), TS_OK);
             assert_int_equal(applied, k == 2);
         }
@@ -106,7 +117,7 @@ static void bad_pushes_change_nothing(void **state)
     grad(1, g1);
     for (int i = 0; i < N; i++)
         huge[i] = INT64_MAX - 5;
-    assert_int_equal(ts_part_push(p, 0, 0, TS_ENC_FIXED, g0, sizeof(g0), &applied, NULL), TS_OK);
+    assert_int_equal(push(p, 0, 0, TS_ENC_FIXED, g0, sizeof(g0), &applied, NULL), TS_OK);
     struct {
         uint32_t rank;
         uint64_t step;
@@ -125,17 +136,17 @@ static void bad_pushes_change_nothing(void **state)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         memset(&e, 0, sizeof(e));
-        assert_int_equal(ts_part_push(p, bad[i].rank, bad[i].step, bad[i].enc, bad[i].data,
+        assert_int_equal(push(p, bad[i].rank, bad[i].step, bad[i].enc, bad[i].data,
                                       bad[i].bytes, &applied, &e), bad[i].want);
         assert_false(applied);
         assert_non_null(strstr(e.msg, bad[i].says));
         assert_non_null(strstr(e.msg, "tensor 3 partition 1"));
     }
-    assert_int_equal(ts_part_push(p, 1, 0, TS_ENC_FIXED, g1, sizeof(g1), &applied, NULL), TS_OK);
+    assert_int_equal(push(p, 1, 0, TS_ENC_FIXED, g1, sizeof(g1), &applied, NULL), TS_OK);
     assert_true(applied);
-    assert_int_equal(ts_part_push(clean, 1, 0, TS_ENC_FIXED, g1, sizeof(g1), &applied, NULL),
+    assert_int_equal(push(clean, 1, 0, TS_ENC_FIXED, g1, sizeof(g1), &applied, NULL),
                      TS_OK);
-    assert_int_equal(ts_part_push(clean, 0, 0, TS_ENC_FIXED, g0, sizeof(g0), &applied, NULL),
+    assert_int_equal(push(clean, 0, 0, TS_ENC_FIXED, g0, sizeof(g0), &applied, NULL),
                      TS_OK);
     assert_int_equal(ts_part_read(p, 1, 10, a, &v, NULL), TS_OK);
     assert_int_equal(ts_part_read(clean, 1, 10, b, &v, NULL), TS_OK);
@@ -143,7 +154,7 @@ static void bad_pushes_change_nothing(void **state)
 
     /* A step that already happened is stale. */
     memset(&e, 0, sizeof(e));
-    assert_int_equal(ts_part_push(p, 0, 0, TS_ENC_FIXED, g0, sizeof(g0), &applied, &e),
+    assert_int_equal(push(p, 0, 0, TS_ENC_FIXED, g0, sizeof(g0), &applied, &e),
                      TS_ESTATE);
     ts_part_free(p);
     ts_part_free(clean);
@@ -161,17 +172,153 @@ static void read_waits_then_times_out(void **state)
     for (int i = 0; i < N; i++)
         g[i] = 64.0f; /* sum 128 over 2 ranks, / batch 64 = 2 per element, lr 1 */
     assert_int_equal(ts_part_read(p, 0, 10, before, &v, NULL), TS_OK);
-    assert_int_equal(ts_part_push(p, 0, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_int_equal(push(p, 0, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
     assert_int_equal(ts_part_read(p, 1, 50, after, &v, &e), TS_ETIMEDOUT);
     assert_non_null(strstr(e.msg, "1 of 2 ranks pushed"));
     /* A cancelled wait (a shard shutting down) returns at once, not after the timeout. */
     atomic_bool cancel = true;
     memset(&e, 0, sizeof(e));
     assert_int_equal(ts_part_wait(p, 1, 60000, &cancel, &v, &e), TS_ECANCELLED);
-    assert_int_equal(ts_part_push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_int_equal(push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
     assert_int_equal(ts_part_read(p, 1, 50, after, &v, NULL), TS_OK);
     for (int i = 0; i < N; i++)
         assert_true(after[i] == before[i] - 2.0f);
+    ts_part_free(p);
+}
+
+static struct ts_job job_mode(uint32_t workers, bool exact, const char *opt, enum ts_mode m,
+                              uint32_t s)
+{
+    struct ts_job j = job(workers, exact, opt);
+    assert_int_equal(ts_job_set_mode(&j, m, s, NULL), TS_OK);
+    return j;
+}
+
+/* SSP(1): a rank two steps ahead of the slowest waits; one step ahead does not. The shard
+ * records what each pull saw. */
+static void ssp_bounds_the_lead(void **state)
+{
+    struct ts_job j = job_mode(2, false, "sgd:lr=1", TS_MODE_SSP, 1);
+    struct ts_part *p = mk(&j);
+    float g[N], out[N];
+    struct ts_pull_info info;
+    struct ts_err e = { 0 };
+    bool applied;
+
+    for (int i = 0; i < N; i++)
+        g[i] = 64.0f;
+    /* Rank 0 pushes steps 0 and 1 alone: each is applied on arrival. */
+    assert_int_equal(push(p, 0, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_true(applied);
+    assert_int_equal(ts_part_pull(p, 0, 1, 10, NULL, out, &info, NULL), TS_OK);
+    assert_int_equal(info.staleness, 1);
+    assert_int_equal(info.version, 1);
+    assert_int_equal(push(p, 0, 1, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    /* Step 2 would be 2 ahead of rank 1 (still at 0): refused within the wait. */
+    assert_int_equal(ts_part_pull(p, 0, 2, 50, NULL, out, &info, &e), TS_ETIMEDOUT);
+    assert_non_null(strstr(e.msg, "slowest worker"));
+    assert_int_equal(push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(p, 0, 2, 50, NULL, out, &info, NULL), TS_OK);
+    assert_int_equal(info.version, 3);
+    assert_int_equal(p->stale_max[0], 1);
+    assert_int_equal(p->stale_max[1], 0);
+    /* Out of order is refused: rank 1 is at step 1. */
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(push(p, 1, 3, TS_ENC_RAW, g, sizeof(g), &applied, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "in order"));
+    /* Without a copy buffer an async pull is refused (values change under it). */
+    assert_int_equal(ts_part_pull(p, 1, 1, 10, NULL, NULL, &info, NULL), TS_EINVAL);
+    ts_part_free(p);
+}
+
+/* Reduce: the values a pull returns are the reduced gradient, sum / batch; and the update a
+ * worker makes from it equals the one a PS-mode partition makes. */
+static void reduce_returns_the_mean_gradient(void **state)
+{
+    struct ts_job jr = job_mode(2, true, "momentum:lr=0.1", TS_MODE_REDUCE, 0);
+    struct ts_job jp = job(2, true, "momentum:lr=0.1");
+    struct ts_part *r = mk(&jr), *ps = mk(&jp);
+    static int64_t g[2][N];
+    float mine[N], mom[N] = { 0 }, red[N], theirs[N];
+    struct ts_pull_info info;
+    uint64_t v;
+    bool applied;
+
+    assert_int_equal(ts_part_read(ps, 0, 10, mine, &v, NULL), TS_OK);
+    for (uint32_t k = 0; k < 2; k++)
+        grad(k, g[k]);
+    for (uint64_t step = 0; step < 3; step++) {
+        for (uint32_t k = 0; k < 2; k++) {
+            assert_int_equal(push(r, k, step, TS_ENC_FIXED, g[k], sizeof(g[k]), &applied, NULL),
+                             TS_OK);
+            assert_int_equal(push(ps, k, step, TS_ENC_FIXED, g[k], sizeof(g[k]), &applied,
+                                  NULL), TS_OK);
+        }
+        assert_int_equal(ts_part_pull(r, 0, step + 1, 10, NULL, red, &info, NULL), TS_OK);
+        ts_optim_apply(&jr.optim, step + 1, mine, mom, red, N);
+    }
+    assert_int_equal(ts_part_read(ps, 3, 10, theirs, &v, NULL), TS_OK);
+    assert_memory_equal(mine, theirs, sizeof(mine));
+    ts_part_free(r);
+    ts_part_free(ps);
+}
+
+/* A non-finite sum skips the step: values kept, version moves, every rank hears of it once.
+ * Loss scale and sync period divide the sum. */
+static void overflow_skips_and_scale_divides(void **state)
+{
+    struct ts_job j = job(2, false, "sgd:lr=1");
+    struct ts_part *p = mk(&j);
+    float g[N], bad[N], before[N], after[N], mid[N];
+    struct ts_pull_info info;
+    struct ts_push in = { .rank = 0, .step = 0, .encoding = TS_ENC_RAW, .scale_exp = 3,
+                          .payload = g, .bytes = sizeof(g) };
+    struct ts_err e = { 0 };
+    uint64_t v;
+    bool applied;
+
+    for (int i = 0; i < N; i++) {
+        g[i] = 64.0f * 8;             /* scaled by 2^3 */
+        bad[i] = i == 7 ? INFINITY : g[i];
+    }
+    assert_int_equal(ts_part_read(p, 0, 10, before, &v, NULL), TS_OK);
+    assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
+    in.rank = 1;
+    in.payload = bad;
+    in.scale_exp = 2;                 /* ranks must agree on the scale */
+    assert_int_equal(ts_part_push(p, &in, &applied, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "loss scale"));
+    in.scale_exp = 3;
+    assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(p, 0, 1, 10, NULL, after, &info, NULL), TS_OK);
+    assert_true(info.overflow);
+    assert_int_equal(info.version, 1);
+    assert_memory_equal(before, after, sizeof(before));
+    assert_int_equal(p->skipped, 1);
+    assert_int_equal(ts_part_pull(p, 0, 1, 10, NULL, after, &info, NULL), TS_OK);
+    assert_false(info.overflow);      /* reported once */
+    /* Step 1, finite: sum 1024, / (batch 64 * 2^3) = 2 per element with lr 1. */
+    in.step = 1;
+    in.payload = g;
+    for (uint32_t k = 0; k < 2; k++) {
+        in.rank = k;
+        assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
+    }
+    assert_int_equal(ts_part_pull(p, 1, 2, 10, NULL, after, &info, NULL), TS_OK);
+    assert_true(info.overflow);       /* rank 1 had not pulled since the skip */
+    for (int i = 0; i < N; i++)
+        assert_true(after[i] == before[i] - 2.0f);
+    /* A sync period of 2 halves the step. */
+    ts_part_set_sync(p, 2);
+    in.step = 2;
+    for (uint32_t k = 0; k < 2; k++) {
+        in.rank = k;
+        assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
+    }
+    memcpy(mid, after, sizeof(mid));
+    assert_int_equal(ts_part_read(p, 3, 10, after, &v, NULL), TS_OK);
+    for (int i = 0; i < N; i++)
+        assert_true(after[i] == mid[i] - 1.0f);
     ts_part_free(p);
 }
 
@@ -193,6 +340,19 @@ static void job_validation(void **state)
     memset(&e, 0, sizeof(e));
     assert_int_equal(ts_job_init(&j, "a", 1, true, "rmsprop", 64, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "job.optimizer"));
+    assert_int_equal(ts_job_init(&j, "a", 1, true, "sgd", 64, NULL), TS_OK);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_job_set_mode(&j, TS_MODE_ASP, 0, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "job.mode"));
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_job_set_mode(&j, TS_MODE_REDUCE, 2, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "job.staleness"));
+    enum ts_mode m;
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_mode_parse("bulk", &m, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "bsp, ssp, asp, reduce"));
+    assert_int_equal(ts_mode_parse("ssp", &m, NULL), TS_OK);
+    assert_int_equal(m, TS_MODE_SSP);
 }
 
 int main(void)
@@ -203,6 +363,9 @@ int main(void)
         cmocka_unit_test(bad_pushes_change_nothing),
         cmocka_unit_test(read_waits_then_times_out),
         cmocka_unit_test(job_validation),
+        cmocka_unit_test(ssp_bounds_the_lead),
+        cmocka_unit_test(reduce_returns_the_mean_gradient),
+        cmocka_unit_test(overflow_skips_and_scale_divides),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,281 @@
+/* codec.c - bench_codec: how fast does lib/codec compress and decompress gradients?
+ *
+ * Why: a trainer encodes every gradient partition before each push and a shard decodes (adds)
+ * every one it receives, so a codec must cost far less than the network it saves: the goal is
+ * well above 1 GB/s per core for the dense codecs. --bytes of fp32 gradients, normal(0, 0.01)
+ * with one element in 64 ten times larger (a gradient's few large entries, which TOPK is for),
+ * go through each codec, one thread:
+ *   encode        ts_codec_encode, no residual, scale 1
+ *   encode+res    the same with error feedback (the residual is read and rewritten)
+ *   decode        ts_codec_decode into a float buffer
+ *   add           ts_codec_add(mul 0.25) into an accumulator (the shard's path)
+ * Baseline from the same run and data: memcpy of the fp32 gradient into another buffer, the
+ * cost of touching the bytes at all. GB/s = fp32 bytes of the gradient (4 per element, not the
+ * encoded bytes) per second, 1e9. Each figure is the median of --reps runs.
+ * Output: a table and bench/results/codec.json; headline = fp16 encode against memcpy. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "benchlib.h"
+#include "codec/codec.h"
+#include "util/flags.h"
+#include "util/json.h"
+
+#define MAX_REPS 31
+#define NCODEC 5
+
+enum { OP_ENC, OP_ENC_RES, OP_DEC, OP_ADD, NOP };
+static const char *const op_key[NOP] = { "encode", "encode_residual", "decode", "add" };
+static const char *const specs[NCODEC] = { "none", "fp16", "bf16", "int8", "topk:0.01" };
+
+struct opts {
+    int64_t bytes, reps;
+    const char *out;
+    bool quick;
+};
+
+struct run {
+    struct opts o;
+    char machine[192];
+    size_t n;
+    float *g, *res, *acc, *copy;
+    unsigned char *payload;
+    double memcpy_gbps;
+    double gbps[NCODEC][NOP];
+    size_t enc_bytes[NCODEC];
+};
+
+static double r3(double x) { return (double)round_i(x * 1e3) / 1e3; }
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1p-53; }
+
+static void fill(float *x, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i += 2) {
+        double u = unit(&seed), v = unit(&seed);
+        double r = sqrt(-2.0 * log(u > 0 ? u : 0x1p-53)) * 0.01;
+
+        x[i] = (float)(r * cos(2 * M_PI * v));
+        if (i + 1 < n)
+            x[i + 1] = (float)(r * sin(2 * M_PI * v));
+    }
+    for (size_t i = 0; i < n; i += 64)
+        x[i] *= 10;
+}
+
+static int cmp_double(const void *pa, const void *pb)
+{
+    double a = *(const double *)pa, b = *(const double *)pb;
+
+    return (a > b) - (a < b);
+}
+
+static double median(double *x, int n)
+{
+    qsort(x, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+}
+
+static double gbps(size_t bytes, int64_t ns) { return ns > 0 ? (double)bytes / (double)ns : 0; }
+
+static volatile uint64_t sink;      /* keeps results alive */
+
+static double time_memcpy(struct run *r)
+{
+    double g[MAX_REPS];
+
+    for (int k = 0; k < r->o.reps; k++) {
+        int64_t t0 = now_ns();
+
+        memcpy(r->copy, r->g, r->n * 4);
+        g[k] = gbps(r->n * 4, now_ns() - t0);
+        sink += (uint64_t)r->copy[k];
+    }
+    return median(g, (int)r->o.reps);
+}
+
+/* One op of codec c, timed --reps times. The payload holds c's encoding of g throughout. */
+static double time_op(struct run *r, const struct ts_codec *c, int op)
+{
+    double g[MAX_REPS];
+    size_t bytes = 0;
+
+    for (int k = 0; k < r->o.reps; k++) {
+        int64_t t0;
+
+        memset(r->res, 0, r->n * 4);    /* the residual's pages, and a fresh start */
+        t0 = now_ns();
+        if (op == OP_ENC || op == OP_ENC_RES)
+            ts_codec_encode(c, r->g, r->n, 1.0f, op == OP_ENC_RES ? r->res : NULL, r->payload,
+                            &bytes);
+        else if (op == OP_DEC)
+            ts_codec_decode(c->kind, r->payload, ts_codec_max_bytes(c, r->n), r->n, r->acc);
+        else
+            ts_codec_add(c->kind, r->payload, ts_codec_max_bytes(c, r->n), r->n, 0.25f, r->acc);
+        g[k] = gbps(r->n * 4, now_ns() - t0);
+        sink += r->payload[k] + (uint64_t)r->acc[k];
+    }
+    return median(g, (int)r->o.reps);
+}
+
+static ts_status measure(struct run *r, struct ts_err *err)
+{
+    r->memcpy_gbps = time_memcpy(r);
+    for (int i = 0; i < NCODEC; i++) {
+        struct ts_codec c;
+        size_t bytes;
+        ts_status st = ts_codec_parse(specs[i], &c, err);
+
+        if (st != TS_OK)
+            return st;
+        ts_codec_encode(&c, r->g, r->n, 1.0f, NULL, r->payload, &bytes);
+        r->enc_bytes[i] = bytes;
+        st = ts_codec_check(c.kind, r->payload, bytes, r->n, err);
+        if (st != TS_OK)
+            return st;
+        /* Decode and add first: they need the plain encoding, which encode refreshes. */
+        r->gbps[i][OP_DEC] = time_op(r, &c, OP_DEC);
+        r->gbps[i][OP_ADD] = time_op(r, &c, OP_ADD);
+        r->gbps[i][OP_ENC_RES] = time_op(r, &c, OP_ENC_RES);
+        r->gbps[i][OP_ENC] = time_op(r, &c, OP_ENC);
+    }
+    return TS_OK;
+}
+
+static void print_table(const struct run *r)
+{
+    printf("bench_codec: %.0f MiB fp32 gradients (normal(0, 0.01), 1 in 64 x10), one thread, "
+           "median of %" PRId64 " (%s)\n", (double)r->n * 4 / 1048576, r->o.reps, r->machine);
+    printf("GB/s = fp32 bytes of the gradient per second (1e9)\n\n");
+    printf("%-10s | %9s | %8s | %11s | %8s | %8s\n", "codec", "wire size", "encode",
+           "encode+res", "decode", "add");
+    for (int i = 0; i < NCODEC; i++)
+        printf("%-10s | %8.2f%% | %8.2f | %11.2f | %8.2f | %8.2f\n", specs[i],
+               100.0 * (double)r->enc_bytes[i] / ((double)r->n * 4), r->gbps[i][OP_ENC],
+               r->gbps[i][OP_ENC_RES], r->gbps[i][OP_DEC], r->gbps[i][OP_ADD]);
+    printf("%-10s | %8.2f%% | %8.2f |\n", "memcpy", 100.0, r->memcpy_gbps);
+}
+
+static ts_status write_json(const struct run *r, struct ts_err *err)
+{
+    struct ts_json j;
+
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_str(&j, "name", "codec");
+    ts_json_str(&j, "machine", r->machine);
+    ts_json_bool(&j, "quick", r->o.quick);
+    ts_json_int(&j, "bytes", (int64_t)r->n * 4);
+    ts_json_int(&j, "reps", r->o.reps);
+    ts_json_str(&j, "gbps_counts", "fp32 bytes of the gradient per second, 1e9; median of reps");
+    ts_json_obj(&j, "codecs");
+    for (int i = 0; i < NCODEC; i++) {
+        ts_json_obj(&j, specs[i]);
+        ts_json_uint(&j, "wire_bytes", r->enc_bytes[i]);
+        for (int op = 0; op < NOP; op++)
+            ts_json_num(&j, op_key[op], r3(r->gbps[i][op]));
+        ts_json_end(&j);
+    }
+    ts_json_end(&j);
+    ts_json_num(&j, "memcpy_gbps", r3(r->memcpy_gbps));
+    ts_json_obj(&j, "headline");
+    ts_json_num(&j, "ours", r3(r->gbps[1][OP_ENC]));
+    ts_json_num(&j, "baseline", r3(r->memcpy_gbps));
+    ts_json_str(&j, "unit", "GB/s");
+    ts_json_str(&j, "what", "fp16 encode of fp32 gradients, one thread, vs memcpy of the same "
+                "fp32 bytes");
+    ts_json_num(&j, "ratio", r3(r->gbps[1][OP_ENC] / r->memcpy_gbps));
+    ts_json_end(&j);
+    return bench_write_json(&j, r->o.out, err);
+}
+
+static ts_status prepare(struct run *r, struct ts_err *err)
+{
+    r->n = (size_t)r->o.bytes / 4;
+    r->g = malloc(r->n * 4);
+    r->res = malloc(r->n * 4);
+    r->acc = malloc(r->n * 4);
+    r->copy = malloc(r->n * 4);
+    r->payload = malloc(r->n * 4 + 8);
+    if (!r->g || !r->res || !r->acc || !r->copy || !r->payload)
+        return ts_err_set(err, TS_ENOMEM, "out of memory for 5 x %zu bytes", r->n * 4);
+    fill(r->g, r->n, 42);
+    /* Fault the pages in before timing. */
+    memset(r->acc, 0, r->n * 4);
+    memset(r->copy, 0, r->n * 4);
+    memset(r->payload, 0, r->n * 4 + 8);
+    return TS_OK;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = { 0 };
+    const struct ts_flag flags[] = {
+        { "bytes", TS_FLAG_INT, &o.bytes, "N", "fp32 gradient bytes (default 67108864 = 64 MiB)",
+          1 << 16, 1ll << 32 },
+        { "reps", TS_FLAG_INT, &o.reps, "N", "runs per figure, the median reported (default 7)",
+          1, MAX_REPS },
+        { "out", TS_FLAG_STR, &o.out, "FILE", "results (default bench/results/codec.json)", 0,
+          0 },
+        { "quick", TS_FLAG_BOOL, &o.quick, NULL, "smoke run: 8 MiB, 3 reps (explicit flags "
+          "still win)", 0, 0 },
+        { NULL, 0, NULL, NULL, NULL, 0, 0 },
+    };
+    struct run *r = calloc(1, sizeof(*r));
+    struct ts_err err = { 0 };
+    int npos = 0, rc = 1;
+    ts_status st;
+    bool help;
+
+    if (!r || ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
+        fprintf(stderr, "bench_codec: %s\n", r ? err.msg : "out of memory");
+        free(r);
+        return 2;
+    }
+    if (help) {
+        ts_flags_usage(stdout, "bench_codec [options]",
+                       "Measures lib/codec's encode (with and without error feedback), decode\n"
+                       "and add of fp32 gradients for none, fp16, bf16, int8 and topk:0.01,\n"
+                       "beside memcpy of the same bytes. Prints a table and writes JSON whose\n"
+                       "headline is fp16 encode GB/s against memcpy.", flags);
+        free(r);
+        return 0;
+    }
+    o.bytes = o.bytes ? o.bytes : o.quick ? 8ll << 20 : 64ll << 20;
+    o.reps = o.reps ? o.reps : o.quick ? 3 : 7;
+    o.out = o.out ? o.out : "bench/results/codec.json";
+    r->o = o;
+    machine_desc(r->machine, sizeof(r->machine));
+    st = prepare(r, &err);
+    if (st == TS_OK)
+        st = measure(r, &err);
+    if (st == TS_OK) {
+        print_table(r);
+        st = write_json(r, &err);
+    }
+    if (st == TS_OK) {
+        printf("wrote %s\n", o.out);
+        rc = 0;
+    } else {
+        fprintf(stderr, "bench_codec: %s\n", err.msg);
+    }
+    free(r->g);
+    free(r->res);
+    free(r->acc);
+    free(r->copy);
+    free(r->payload);
+    free(r);
+    return rc;
+}

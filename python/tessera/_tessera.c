@@ -1,0 +1,1064 @@
+/* _tessera.c - the CPython binding of include/tessera.h (module tessera._tessera).
+ *
+ * A thin layer: every method checks its Python arguments completely, then makes one SDK call
+ * with the GIL released. Arrays cross by the buffer protocol, never copied: the SDK reads a
+ * gradient from, and writes parameters into, the caller's own memory (a NumPy array, or a CPU
+ * torch tensor through its zero-copy .numpy() view). So a wrong dtype, a strided view or a
+ * wrong length must be refused here, before anything is sent: the SDK takes a bare pointer and
+ * would read past the end or push garbage the shard then applies.
+ *
+ * Errors: one exception per failure, tessera.Error, with .code (the gRPC status name, mapped
+ * by lib/rpc/status.c exactly as the services map ts_status), .grpc_code and .message; bad
+ * input raises tessera.InvalidArgument, a subclass of both tessera.Error and ValueError.
+ * Threads: a tessera handle is used by one thread at a time, so each Client holds a lock
+ * around its SDK calls; other Python threads run while a call waits for the shards. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+
+#include <grpc/status.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rpc/rpc.h"
+#include "tessera.h"
+
+static PyObject *Error, *InvalidArgument;
+
+/* ---- errors ---- */
+
+static PyObject *raise_code(int code, const char *msg)
+{
+    int grpc = ts_rpc_code_from_status((ts_status)code);
+    PyObject *cls = grpc == GRPC_STATUS_INVALID_ARGUMENT ? InvalidArgument : Error;
+    PyObject *m = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+    PyObject *name = PyUnicode_FromString(ts_rpc_code_name(grpc));
+    PyObject *gc = PyLong_FromLong(grpc), *tc = PyLong_FromLong(code);
+    PyObject *text = m && name ? PyUnicode_FromFormat("%U: %U", name, m) : NULL;
+    PyObject *exc = text ? PyObject_CallOneArg(cls, text) : NULL;
+
+    if (exc && gc && tc && !PyObject_SetAttrString(exc, "message", m) &&
+        !PyObject_SetAttrString(exc, "code", name) &&
+        !PyObject_SetAttrString(exc, "grpc_code", gc) &&
+        !PyObject_SetAttrString(exc, "tessera_code", tc))
+        PyErr_SetObject(cls, exc);
+    Py_XDECREF(exc);
+    Py_XDECREF(text);
+    Py_XDECREF(tc);
+    Py_XDECREF(gc);
+    Py_XDECREF(name);
+    Py_XDECREF(m);
+    return NULL;
+}
+
+static PyObject *raise_sdk(const struct tessera_error *e)
+{
+    return raise_code(e->code ? e->code : TESSERA_EINTERNAL, e->message);
+}
+
+static PyObject *invalid(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static PyObject *invalid(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return raise_code(TESSERA_EINVAL, msg);
+}
+
+/* The pending Python exception's text, for a message that wraps it (cleared). */
+static void pending_text(char *buf, size_t cap)
+{
+    PyObject *type, *value, *tb, *s;
+    const char *text;
+
+    PyErr_Fetch(&type, &value, &tb);
+    s = value ? PyObject_Str(value) : NULL;
+    text = s ? PyUnicode_AsUTF8(s) : NULL;
+    snprintf(buf, cap, "%s", text ? text : "unknown error");
+    PyErr_Clear();
+    Py_XDECREF(s);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* ---- arrays: the buffer protocol, checked ---- */
+
+enum elem { F32, I64 };
+
+struct arr {
+    Py_buffer b;
+    PyObject *view;   /* the .detach().numpy() of a torch tensor, or NULL */
+    int held;
+};
+
+static const char *elem_name(enum elem e)
+{
+    return e == F32 ? "float32" : "int64";
+}
+
+/* The NumPy name of a buffer's items ("float32"), else a description of its format. */
+static const char *format_name(const Py_buffer *b, char *buf, size_t cap)
+{
+    static const struct { char c; Py_ssize_t size; const char *name; } names[] = {
+        { 'f', 4, "float32" }, { 'd', 8, "float64" }, { 'e', 2, "float16" },
+        { 'q', 8, "int64" }, { 'l', 8, "int64" }, { 'i', 4, "int32" }, { 'l', 4, "int32" },
+        { 'h', 2, "int16" }, { 'b', 1, "int8" }, { 'Q', 8, "uint64" }, { 'L', 8, "uint64" },
+        { 'I', 4, "uint32" }, { 'H', 2, "uint16" }, { 'B', 1, "uint8" }, { '?', 1, "bool" },
+    };
+    const char *f = b->format ? b->format : "B";
+
+    if (*f == '>' || *f == '!') {
+        snprintf(buf, cap, "big-endian '%s'", f);
+        return buf;
+    }
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    for (size_t i = 0; f[0] && !f[1] && i < sizeof(names) / sizeof(names[0]); i++)
+        if (names[i].c == f[0] && names[i].size == b->itemsize)
+            return names[i].name;
+    snprintf(buf, cap, "'%s' (item size %zd)", b->format ? b->format : "B", b->itemsize);
+    return buf;
+}
+
+static int is_elem(const Py_buffer *b, enum elem e)
+{
+    char tmp[64];
+
+    return strcmp(format_name(b, tmp, sizeof(tmp)), elem_name(e)) == 0;
+}
+
+/* "float64 array of 12 elements", "read-only non-contiguous float32 array of 12 elements". */
+static void describe(const Py_buffer *b, char *out, size_t cap)
+{
+    char tmp[64];
+    Py_ssize_t n = b->itemsize > 0 ? b->len / b->itemsize : 0;
+
+    snprintf(out, cap, "%s%s%s array of %zd elements", b->readonly ? "read-only " : "",
+             PyBuffer_IsContiguous(b, 'C') ? "" : "non-contiguous ",
+             format_name(b, tmp, sizeof(tmp)), n);
+}
+
+static void arr_put(struct arr *a)
+{
+    if (a->held)
+        PyBuffer_Release(&a->b);
+    Py_CLEAR(a->view);
+    a->held = 0;
+}
+
+/* Takes a view of o as a C-contiguous array of `numel` items of `want` (numel < 0: any count),
+ * writable if asked. A torch tensor (no buffer protocol) is viewed through .detach().numpy(),
+ * which shares its memory. On failure raises InvalidArgument naming `what` and returns -1. */
+static int arr_get(PyObject *o, const char *what, enum elem want, int writable, long long numel,
+                   struct arr *a)
+{
+    char got[160], exp[160], why[200];
+    int bad;
+
+    memset(a, 0, sizeof(*a));
+    snprintf(exp, sizeof(exp), "%s%s array of %lld elements",
+             writable ? "writable C-contiguous " : "C-contiguous ", elem_name(want), numel);
+    if (numel < 0)
+        snprintf(exp, sizeof(exp), "%s%s array", writable ? "writable C-contiguous " :
+                 "C-contiguous ", elem_name(want));
+    if (!PyObject_CheckBuffer(o) && PyObject_HasAttrString(o, "detach") &&
+        PyObject_HasAttrString(o, "numpy")) {
+        a->view = PyObject_CallMethod(o, "detach", NULL);
+        if (a->view)
+            Py_SETREF(a->view, PyObject_CallMethod(a->view, "numpy", NULL));
+        if (!a->view) {
+            pending_text(why, sizeof(why));
+            invalid("%s: %s expected; the tensor has no NumPy view (%s): pass a CPU tensor",
+                    what, exp, why);
+            return -1;
+        }
+        o = a->view;
+    }
+    if (!PyObject_CheckBuffer(o)) {
+        invalid("%s: %s (NumPy array or CPU torch tensor) expected, got %s", what, exp,
+                Py_TYPE(o)->tp_name);
+        goto fail;
+    }
+    /* Asked with strides and format rather than PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, so that
+     * a strided or read-only array is described in the message, not just refused. */
+    if (PyObject_GetBuffer(o, &a->b, PyBUF_RECORDS_RO)) {
+        pending_text(why, sizeof(why));
+        invalid("%s: %s expected, got %s (%s)", what, exp, Py_TYPE(o)->tp_name, why);
+        goto fail;
+    }
+    a->held = 1;
+    bad = !is_elem(&a->b, want) || !PyBuffer_IsContiguous(&a->b, 'C') ||
+          (writable && a->b.readonly) || (numel >= 0 && a->b.len != numel * a->b.itemsize);
+    if (bad) {
+        describe(&a->b, got, sizeof(got));
+        invalid("%s: %s expected, got %s%s", what, exp, got,
+                !PyBuffer_IsContiguous(&a->b, 'C') ? (writable ?
+                " (the values are written in place, so pass the array itself, not a strided "
+                "view)" : " (numpy.ascontiguousarray or tensor.contiguous() makes one)") : "");
+        goto fail;
+    }
+    return 0;
+fail:
+    arr_put(a);
+    return -1;
+}
+
+/* ---- scalar arguments ---- */
+
+/* An int in [0, max] (None: keeps *out). */
+static int get_uint(PyObject *o, const char *what, unsigned long long max,
+                    unsigned long long *out)
+{
+    unsigned long long v;
+
+    if (!o || o == Py_None)
+        return 0;
+    if (!PyLong_Check(o) || PyBool_Check(o)) {
+        invalid("%s: an int in 0..%llu expected, got %s", what, max, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    v = PyLong_AsUnsignedLongLong(o);
+    if (PyErr_Occurred() || v > max) {
+        PyErr_Clear();
+        PyObject *r = PyObject_Repr(o);
+        invalid("%s: %s is not in 0..%llu", what, r ? PyUnicode_AsUTF8(r) : "?", max);
+        Py_XDECREF(r);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A str without NUL bytes, or None (NULL). */
+static int get_str(PyObject *o, const char *what, const char **out)
+{
+    Py_ssize_t n;
+    const char *s;
+
+    if (!o || o == Py_None)
+        return 0;
+    if (!PyUnicode_Check(o)) {
+        invalid("%s: a str expected, got %s", what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (!s || (size_t)n != strlen(s)) {
+        PyErr_Clear();
+        invalid("%s: not a valid string (a NUL byte or a lone surrogate)", what);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+/* compress / sync_every: a str, or a dict {tensor: value} made into "NAME=VALUE,..." (a key
+ * None or "" gives a bare VALUE: compress's default codec). *keep owns the new string. */
+static int get_list(PyObject *o, const char *what, const char **out, PyObject **keep)
+{
+    PyObject *k, *v, *parts, *sep, *joined;
+    Py_ssize_t pos = 0;
+
+    if (!o || o == Py_None || PyUnicode_Check(o))
+        return get_str(o, what, out);
+    if (!PyDict_Check(o)) {
+        invalid("%s: a str \"TENSOR=VALUE,...\" or a dict {tensor: value} expected, got %s",
+                what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    if (!(parts = PyList_New(0)))
+        return -1;
+    while (PyDict_Next(o, &pos, &k, &v)) {
+        PyObject *item;
+        if ((k != Py_None && !PyUnicode_Check(k)) ||
+            (!PyUnicode_Check(v) && (!PyLong_Check(v) || PyBool_Check(v)))) {
+            invalid("%s: keys must be tensor names (str) and values str or int, got %s: %s",
+                    what, Py_TYPE(k)->tp_name, Py_TYPE(v)->tp_name);
+            Py_DECREF(parts);
+            return -1;
+        }
+        item = k == Py_None || !PyUnicode_GET_LENGTH(k) ? PyObject_Str(v)
+                                                        : PyUnicode_FromFormat("%U=%S", k, v);
+        if (!item || PyList_Append(parts, item)) {
+            Py_XDECREF(item);
+            Py_DECREF(parts);
+            return -1;
+        }
+        Py_DECREF(item);
+    }
+    sep = PyUnicode_FromString(",");
+    joined = sep ? PyUnicode_Join(sep, parts) : NULL;
+    Py_XDECREF(sep);
+    Py_DECREF(parts);
+    if (!joined)
+        return -1;
+    *keep = joined;
+    return get_str(joined, what, out);
+}
+
+static int get_loss_scale(PyObject *o, int *out)
+{
+    static const char *const names[] = { "none", "sdk", "caller" };
+
+    if (!o || o == Py_None)
+        return 0;
+    for (int i = 0; PyUnicode_Check(o) && i < 3; i++)
+        if (PyUnicode_CompareWithASCIIString(o, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    if (PyLong_Check(o) && !PyBool_Check(o)) {
+        long v = PyLong_AsLong(o);
+        if (v >= 0 && v <= 2) {
+            *out = (int)v;
+            return 0;
+        }
+        PyErr_Clear();
+    }
+    PyObject *r = PyObject_Repr(o);
+    invalid("loss_scale: \"none\", \"sdk\" or \"caller\" expected, got %s",
+            r ? PyUnicode_AsUTF8(r) : "?");
+    Py_XDECREF(r);
+    return -1;
+}
+
+/* ---- Client ---- */
+
+struct client {
+    PyObject_HEAD
+    tessera *t;
+    PyThread_type_lock lock;   /* held around every SDK call on t */
+    int exact;
+    PyObject *names;           /* list: tensor id -> name */
+    uint64_t *numel;           /* tensor id -> elements (PyMem; read without the SDK) */
+    PyObject *keep;            /* list: owners of the option strings, alive as long as t */
+};
+
+/* Runs expr (an SDK call on self->t) under the client's lock with the GIL released; a client
+ * closed meanwhile (by another thread) gives TESSERA_ESTATE. */
+#define SDK_CALL(self, rc, e, expr)                                                         \
+    do {                                                                                    \
+        Py_BEGIN_ALLOW_THREADS                                                              \
+        PyThread_acquire_lock((self)->lock, WAIT_LOCK);                                     \
+        if ((self)->t) {                                                                    \
+            (rc) = (expr);                                                                  \
+        } else {                                                                            \
+            (rc) = (e)->code = TESSERA_ESTATE;                                              \
+            snprintf((e)->message, sizeof((e)->message), "the client is closed");           \
+        }                                                                                   \
+        PyThread_release_lock((self)->lock);                                                \
+        Py_END_ALLOW_THREADS                                                                \
+    } while (0)
+
+static int open_or_raise(struct client *self)
+{
+    if (self->t)
+        return 0;
+    raise_code(TESSERA_ESTATE, "the client is closed (or was never connected)");
+    return -1;
+}
+
+static Py_ssize_t ntensors(const struct client *self)
+{
+    return PyList_GET_SIZE(self->names);
+}
+
+/* A registered tensor id from o; raises InvalidArgument otherwise. */
+static int get_id(struct client *self, PyObject *o, const char *what, int *id)
+{
+    unsigned long long v = 0;
+
+    if (!o || !PyLong_Check(o) || PyBool_Check(o)) {
+        invalid("%s: a tensor id (int, from register) expected, got %s", what,
+                o ? Py_TYPE(o)->tp_name : "nothing");
+        return -1;
+    }
+    v = PyLong_AsUnsignedLongLong(o);
+    if (PyErr_Occurred() || v >= (unsigned long long)ntensors(self)) {
+        PyErr_Clear();
+        PyObject *r = PyObject_Repr(o);
+        invalid("%s: tensor id %s is not registered (%zd tensors: ids 0..%zd)", what,
+                r ? PyUnicode_AsUTF8(r) : "?", ntensors(self), ntensors(self) - 1);
+        Py_XDECREF(r);
+        return -1;
+    }
+    *id = (int)v;
+    return 0;
+}
+
+static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    struct client *self = (struct client *)type->tp_alloc(type, 0);
+
+    if (!self)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    self->names = PyList_New(0);
+    self->keep = PyList_New(0);
+    if (!self->lock || !self->names || !self->keep) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+/* Client's keyword arguments, in struct tessera_options order. */
+static char *option_names[] = { "master", "job", "rank", "workers", "exact", "optimizer",
+                                "batch", "transport", "timeout_ms", "data_seed", "micro_batch",
+                                "mode", "staleness", "compress", "sync_every", "loss_scale",
+                                "delay_ms", NULL };
+enum { O_MASTER, O_JOB, O_RANK, O_WORKERS, O_EXACT, O_OPTIMIZER, O_BATCH, O_TRANSPORT,
+       O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS, O_DELAY,
+       O_COUNT };
+
+static int get_batch(PyObject *o, double *out)
+{
+    if (!o || o == Py_None) {
+        invalid("batch: required: the global batch size, which the shards divide the summed "
+                "gradient by");
+        return -1;
+    }
+    if (!PyNumber_Check(o) || PyBool_Check(o) || PyUnicode_Check(o)) {
+        invalid("batch: a number >= 1 expected, got %s", Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    *out = PyFloat_AsDouble(o);
+    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* The arguments o[] into *opt (the SDK checks the values it alone understands). Strings made
+ * from dicts are appended to keep, which must outlive opt. */
+static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt, PyObject *keep)
+{
+    unsigned long long v[O_COUNT] = { [O_WORKERS] = 1 };
+    PyObject *made[2] = { NULL, NULL };
+    int rc;
+
+    rc = get_str(o[O_MASTER], "master", &opt->master) || get_str(o[O_JOB], "job", &opt->job) ||
+         get_uint(o[O_RANK], "rank", UINT32_MAX, &v[O_RANK]) ||
+         get_uint(o[O_WORKERS], "workers", UINT32_MAX, &v[O_WORKERS]) ||
+         (opt->exact = o[O_EXACT] ? PyObject_IsTrue(o[O_EXACT]) : 0) < 0 ||
+         get_str(o[O_OPTIMIZER], "optimizer", &opt->optimizer) ||
+         get_batch(o[O_BATCH], &opt->batch) ||
+         get_str(o[O_TRANSPORT], "transport", &opt->transport) ||
+         get_uint(o[O_TIMEOUT], "timeout_ms", INT32_MAX, &v[O_TIMEOUT]) ||
+         get_uint(o[O_SEED], "data_seed", UINT64_MAX, &v[O_SEED]) ||
+         get_uint(o[O_MICRO], "micro_batch", UINT32_MAX, &v[O_MICRO]) ||
+         get_str(o[O_MODE], "mode", &opt->mode) ||
+         get_uint(o[O_STALENESS], "staleness", UINT32_MAX, &v[O_STALENESS]) ||
+         get_list(o[O_COMPRESS], "compress", &opt->compress, &made[0]) ||
+         get_list(o[O_SYNC], "sync_every", &opt->sync_every, &made[1]) ||
+         get_loss_scale(o[O_LOSS], &opt->loss_scale) ||
+         get_uint(o[O_DELAY], "delay_ms", INT32_MAX, &v[O_DELAY]);
+    for (int i = 0; i < 2; i++) {
+        if (made[i] && PyList_Append(keep, made[i]))
+            rc = -1;
+        Py_XDECREF(made[i]);
+    }
+    opt->rank = (unsigned)v[O_RANK];
+    opt->workers = (unsigned)v[O_WORKERS];
+    opt->timeout_ms = (int)v[O_TIMEOUT];
+    opt->data_seed = v[O_SEED];
+    opt->micro_batch = (unsigned)v[O_MICRO];
+    opt->staleness = (unsigned)v[O_STALENESS];
+    opt->delay_ms = (int)v[O_DELAY];
+    return rc ? -1 : 0;
+}
+
+static int client_init(struct client *self, PyObject *args, PyObject *kw)
+{
+    PyObject *o[O_COUNT] = { NULL };
+    struct tessera_options opt = { .master = "local", .workers = 1 };
+    struct tessera_error e = { 0 };
+    tessera *t = NULL;
+    int rc;
+
+    if (self->t) {
+        invalid("Client: already connected; make a new Client");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOO:Client", option_names,
+                                     &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                                     &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
+                                     &o[15], &o[16]))
+        return -1;
+    /* The SDK copies what it keeps; the arguments are kept anyway, as cheap insurance. */
+    for (int i = 0; i < O_COUNT; i++)
+        if (o[i] && PyList_Append(self->keep, o[i]))
+            return -1;
+    if (options_from(o, &opt, self->keep))
+        return -1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tessera_connect(&opt, &t, &e);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        raise_sdk(&e);
+        return -1;
+    }
+    self->t = t;
+    self->exact = opt.exact;
+    return 0;
+}
+
+static void client_close_handle(struct client *self)
+{
+    tessera *t;
+
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    t = self->t;
+    self->t = NULL;
+    tessera_close(t);
+    PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
+}
+
+static void client_dealloc(struct client *self)
+{
+    if (self->lock) {
+        client_close_handle(self);
+        PyThread_free_lock(self->lock);
+    }
+    Py_XDECREF(self->names);
+    Py_XDECREF(self->keep);
+    PyMem_Free(self->numel);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *client_close(struct client *self, PyObject *unused)
+{
+    client_close_handle(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *client_enter(struct client *self, PyObject *unused)
+{
+    return Py_NewRef(self);
+}
+
+static PyObject *client_exit(struct client *self, PyObject *args)
+{
+    client_close_handle(self);
+    Py_RETURN_FALSE;
+}
+
+/* shape: an int or a sequence of 1..8 ints. Returns ndim, or -1 with InvalidArgument. */
+static int get_shape(PyObject *o, uint64_t shape[8])
+{
+    PyObject *seq;
+    Py_ssize_t n;
+
+    if (PyLong_Check(o)) {
+        unsigned long long v = 0;
+        if (get_uint(o, "shape", UINT64_MAX, &v))
+            return -1;
+        shape[0] = v;
+        return 1;
+    }
+    seq = PySequence_Check(o) ? PySequence_Fast(o, "shape") : NULL;
+    if (!seq || (n = PySequence_Fast_GET_SIZE(seq)) < 1 || n > 8) {
+        PyErr_Clear();
+        Py_XDECREF(seq);
+        invalid("shape: an int or a sequence of 1..8 ints expected, got %s",
+                Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long v = 0;
+        char what[32];
+        snprintf(what, sizeof(what), "shape[%zd]", i);
+        if (get_uint(PySequence_Fast_GET_ITEM(seq, i), what, UINT64_MAX, &v)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        shape[i] = v;
+    }
+    Py_DECREF(seq);
+    return (int)n;
+}
+
+static PyObject *client_register(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "name", "shape", "init", "seed", "fan_in", "fan_out",
+                              "partition_bytes", NULL };
+    PyObject *oname, *oshape, *oinit = NULL, *o[4] = { NULL }, *pyname;
+    const char *name = NULL, *init = "zeros";
+    unsigned long long v[4] = { 0 };
+    uint64_t shape[8], *grown;
+    struct tessera_error e = { 0 };
+    int ndim, id = -1, rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOOOO:register", kwlist, &oname, &oshape,
+                                     &oinit, &o[0], &o[1], &o[2], &o[3]))
+        return NULL;
+    if (open_or_raise(self) || get_str(oname, "name", &name) || get_str(oinit, "init", &init) ||
+        get_uint(o[0], "seed", UINT64_MAX, &v[0]) ||
+        get_uint(o[1], "fan_in", UINT64_MAX, &v[1]) ||
+        get_uint(o[2], "fan_out", UINT64_MAX, &v[2]) ||
+        get_uint(o[3], "partition_bytes", UINT64_MAX, &v[3]) ||
+        (ndim = get_shape(oshape, shape)) < 0)
+        return NULL;
+    if (!name)
+        return invalid("name: the tensor's name (a str) is required");
+    SDK_CALL(self, rc, &e, tessera_register(self->t, name, shape, ndim, init, v[0], v[1], v[2],
+                                            v[3], &id, &e));
+    if (rc)
+        return raise_sdk(&e);
+    /* The SDK hands out ids in registration order; the name list relies on it. */
+    if (id != ntensors(self))
+        return raise_code(TESSERA_EINTERNAL, "register: the SDK returned an id out of order");
+    grown = PyMem_Realloc(self->numel, ((size_t)id + 1) * sizeof(*grown));
+    if (!grown)
+        return PyErr_NoMemory();
+    self->numel = grown;
+    SDK_CALL(self, rc, &e, (grown[id] = tessera_numel(self->t, id), 0));
+    pyname = PyUnicode_FromString(name);
+    if (rc || !pyname || PyList_Append(self->names, pyname)) {
+        Py_XDECREF(pyname);
+        return NULL;
+    }
+    Py_DECREF(pyname);
+    return PyLong_FromLong(id);
+}
+
+static int get_step(PyObject *o, const char *what, uint64_t *out)
+{
+    unsigned long long v = 0;
+
+    if (!o || o == Py_None) {
+        invalid("%s: an int >= 0 is required", what);
+        return -1;
+    }
+    if (get_uint(o, what, UINT64_MAX, &v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static PyObject *client_push(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "id", "step", "grad", NULL };
+    PyObject *oid, *ostep, *ograd;
+    struct tessera_error e = { 0 };
+    struct arr g;
+    uint64_t step;
+    int id, rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:push", kwlist, &oid, &ostep, &ograd) ||
+        open_or_raise(self) || get_id(self, oid, "id", &id) ||
+        get_step(ostep, "step", &step) ||
+        arr_get(ograd, "grad", self->exact ? I64 : F32, 0,
+                (long long)self->numel[id], &g))
+        return NULL;
+    SDK_CALL(self, rc, &e, tessera_push(self->t, id, step, g.b.buf, &e));
+    arr_put(&g);
+    if (rc)
+        return raise_sdk(&e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *client_pull(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "id", "version", "out", NULL };
+    PyObject *oid, *over, *oout;
+    struct tessera_error e = { 0 };
+    struct arr p;
+    uint64_t version;
+    int id, rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:pull", kwlist, &oid, &over, &oout) ||
+        open_or_raise(self) || get_id(self, oid, "id", &id) ||
+        get_step(over, "version", &version) ||
+        arr_get(oout, "out", F32, 1, (long long)self->numel[id], &p))
+        return NULL;
+    SDK_CALL(self, rc, &e, tessera_pull(self->t, id, version, p.b.buf, &e));
+    arr_put(&p);
+    if (rc)
+        return raise_sdk(&e);
+    return Py_NewRef(oout);
+}
+
+/* One array per registered tensor, by id, from the sequence o into a[] (ntensors entries,
+ * zeroed by the caller); ptrs[i] gets each buffer. On failure everything taken is released. */
+static int get_all(struct client *self, PyObject *o, const char *what, enum elem want,
+                   int writable, struct arr *a, void **ptrs)
+{
+    Py_ssize_t n = ntensors(self);
+    PyObject *seq = PySequence_Check(o) && !PyUnicode_Check(o) ? PySequence_Fast(o, what)
+                                                               : NULL;
+
+    if (!seq || PySequence_Fast_GET_SIZE(seq) != n) {
+        PyErr_Clear();
+        invalid("%s: a sequence of %zd arrays (one per registered tensor, by id) expected, "
+                "got %s of %zd", what, n, Py_TYPE(o)->tp_name,
+                seq ? PySequence_Fast_GET_SIZE(seq) : (Py_ssize_t)-1);
+        Py_XDECREF(seq);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char label[200];
+        snprintf(label, sizeof(label), "%s[%zd] (%s)", what, i,
+                 PyUnicode_AsUTF8(PyList_GET_ITEM(self->names, i)));
+        if (arr_get(PySequence_Fast_GET_ITEM(seq, i), label, want, writable,
+                    (long long)self->numel[i], &a[i])) {
+            while (i-- > 0)
+                arr_put(&a[i]);
+            Py_DECREF(seq);
+            return -1;
+        }
+        ptrs[i] = a[i].b.buf;
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+static PyObject *client_step(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "step", "grads", "params", NULL };
+    PyObject *ostep, *ograds, *oparams, *ret = NULL;
+    struct tessera_error e = { 0 };
+    Py_ssize_t n;
+    struct arr *a = NULL;
+    void **ptrs = NULL;
+    uint64_t step;
+    int rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:step", kwlist, &ostep, &ograds, &oparams) ||
+        open_or_raise(self) || get_step(ostep, "step", &step))
+        return NULL;
+    n = ntensors(self);
+    a = PyMem_Calloc(2 * (size_t)n + 1, sizeof(*a));
+    ptrs = PyMem_Calloc(2 * (size_t)n + 1, sizeof(*ptrs));
+    if (!a || !ptrs) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (get_all(self, ograds, "grads", self->exact ? I64 : F32, 0, a, ptrs))
+        goto out;
+    if (get_all(self, oparams, "params", F32, 1, a + n, ptrs + n)) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            arr_put(&a[i]);
+        goto out;
+    }
+    SDK_CALL(self, rc, &e, tessera_step(self->t, step, (const void *const *)ptrs,
+                                        (float *const *)(ptrs + n), &e));
+    for (Py_ssize_t i = 0; i < 2 * n; i++)
+        arr_put(&a[i]);
+    if (rc)
+        raise_sdk(&e);
+    else
+        ret = Py_NewRef(Py_None);
+out:
+    PyMem_Free(a);
+    PyMem_Free(ptrs);
+    return ret;
+}
+
+static PyObject *client_verify_local(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "params", "version", NULL };
+    PyObject *oparams, *over;
+    struct tessera_local_audit au = { 0 };
+    struct tessera_error e = { 0 };
+    Py_ssize_t n;
+    struct arr *a;
+    void **ptrs;
+    uint64_t version;
+    int rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:verify_local", kwlist, &oparams, &over) ||
+        open_or_raise(self) || get_step(over, "version", &version))
+        return NULL;
+    n = ntensors(self);
+    a = PyMem_Calloc((size_t)n + 1, sizeof(*a));
+    ptrs = PyMem_Calloc((size_t)n + 1, sizeof(*ptrs));
+    if (!a || !ptrs) {
+        PyMem_Free(a);
+        PyMem_Free(ptrs);
+        return PyErr_NoMemory();
+    }
+    rc = get_all(self, oparams, "params", F32, 0, a, ptrs);
+    if (!rc) {
+        SDK_CALL(self, rc, &e, tessera_verify_local(self->t, (float *const *)ptrs, version,
+                                                    &au, &e));
+        for (Py_ssize_t i = 0; i < n; i++)
+            arr_put(&a[i]);
+        if (rc)
+            raise_sdk(&e);
+    }
+    PyMem_Free(a);
+    PyMem_Free(ptrs);
+    if (rc)
+        return NULL;
+    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:O,s:K,s:d,s:d}", "elements",
+                         (unsigned long long)au.elements, "differing",
+                         (unsigned long long)au.differing, "max_ulp",
+                         (unsigned long long)au.max_ulp, "first_tensor", au.first_tensor,
+                         "first_name", au.first_tensor >= 0 && au.first_tensor < n ?
+                         PyList_GET_ITEM(self->names, au.first_tensor) : Py_None,
+                         "first_index", (unsigned long long)au.first_index,
+                         "first_local", (double)au.first_local,
+                         "first_shard", (double)au.first_shard);
+}
+
+static PyObject *client_numel(struct client *self, PyObject *oid)
+{
+    int id;
+
+    if (open_or_raise(self) || get_id(self, oid, "id", &id))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(self->numel[id]);
+}
+
+static PyObject *client_version(struct client *self, PyObject *oid)
+{
+    struct tessera_error e = { 0 };
+    uint64_t v = 0;
+    int id, rc;
+
+    if (open_or_raise(self) || get_id(self, oid, "id", &id))
+        return NULL;
+    SDK_CALL(self, rc, &e, (v = tessera_version(self->t, id), 0));
+    return rc ? raise_sdk(&e) : PyLong_FromUnsignedLongLong(v);
+}
+
+static PyObject *client_stats(struct client *self, PyObject *unused)
+{
+    struct tessera_stats s = { 0 };
+    struct tessera_error e = { 0 };
+    int rc;
+
+    SDK_CALL(self, rc, &e, (tessera_stats(self->t, &s), 0));
+    if (rc)
+        return raise_sdk(&e);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:d}", "steps",
+                         (unsigned long long)s.steps, "steps_skipped",
+                         (unsigned long long)s.steps_skipped, "staleness_last",
+                         (unsigned long long)s.staleness_last, "staleness_max",
+                         (unsigned long long)s.staleness_max, "bytes_pushed",
+                         (unsigned long long)s.bytes_pushed, "bytes_raw",
+                         (unsigned long long)s.bytes_raw, "loss_scale", (double)s.loss_scale);
+}
+
+static PyObject *client_get_transport(struct client *self, void *unused)
+{
+    struct tessera_error e = { 0 };
+    const char *name = NULL;
+    int rc;
+
+    SDK_CALL(self, rc, &e, (name = tessera_transport(self->t), 0));
+    return rc ? raise_sdk(&e) : PyUnicode_FromString(name);
+}
+
+static PyObject *client_get_loss_scale(struct client *self, void *unused)
+{
+    struct tessera_error e = { 0 };
+    float v = 1.0f;
+    int rc;
+
+    SDK_CALL(self, rc, &e, (v = tessera_loss_scale(self->t), 0));
+    return rc ? raise_sdk(&e) : PyFloat_FromDouble(v);
+}
+
+static PyObject *client_get_exact(struct client *self, void *unused)
+{
+    return PyBool_FromLong(self->exact);
+}
+
+static PyObject *client_get_tensors(struct client *self, void *unused)
+{
+    return PyList_AsTuple(self->names);
+}
+
+static PyObject *client_get_closed(struct client *self, void *unused)
+{
+    return PyBool_FromLong(self->t == NULL);
+}
+
+#define KW (PyCFunction)(void (*)(void))
+
+static PyMethodDef client_methods[] = {
+    { "register", KW client_register, METH_VARARGS | METH_KEYWORDS,
+      "register(name, shape, init='zeros', seed=0, fan_in=0, fan_out=0, partition_bytes=0)"
+      " -> id\n\nRegisters a float32 tensor (every rank registers the same tensors in the "
+      "same order);\nthe shards initialise it from (init, seed, name). Returns its id." },
+    { "push", KW client_push, METH_VARARGS | METH_KEYWORDS,
+      "push(id, step, grad)\n\nThis rank's gradient SUM of tensor id for `step`: float32, "
+      "or int64 fixed point\nin exact mode (see to_fixed), numel elements, C-contiguous." },
+    { "pull", KW client_pull, METH_VARARGS | METH_KEYWORDS,
+      "pull(id, version, out) -> out\n\nWrites the parameters of tensor id at `version` "
+      "into out (writable float32,\nC-contiguous, numel elements), waiting for that version."
+      },
+    { "step", KW client_step, METH_VARARGS | METH_KEYWORDS,
+      "step(step, grads, params)\n\nPushes grads[id] of every registered tensor for `step`, "
+      "then pulls version\nstep + 1 into params[id]; the shards work in parallel." },
+    { "verify_local", KW client_verify_local, METH_VARARGS | METH_KEYWORDS,
+      "verify_local(params, version) -> dict\n\nCompares params[id] bit for bit with the "
+      "shards' tensors at `version`." },
+    { "numel", (PyCFunction)client_numel, METH_O, "numel(id) -> int: elements of tensor id" },
+    { "version", (PyCFunction)client_version, METH_O,
+      "version(id) -> int: the version tensor id was at when registered (restored: > 0)" },
+    { "stats", (PyCFunction)client_stats, METH_NOARGS,
+      "stats() -> dict: steps, steps_skipped, staleness_last, staleness_max, bytes_pushed,\n"
+      "bytes_raw, loss_scale" },
+    { "close", (PyCFunction)client_close, METH_NOARGS,
+      "close(): leaves the cluster and frees the handle (idempotent)" },
+    { "__enter__", (PyCFunction)client_enter, METH_NOARGS, NULL },
+    { "__exit__", (PyCFunction)client_exit, METH_VARARGS, NULL },
+    { NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef client_getset[] = {
+    { "transport", (getter)client_get_transport, NULL,
+      "the data-plane transport in use: 'tcp', 'shm' or 'local'", NULL },
+    { "loss_scale", (getter)client_get_loss_scale, NULL,
+      "the current loss scale (1.0 without loss scaling)", NULL },
+    { "exact", (getter)client_get_exact, NULL, "True in exact (fixed-point) mode", NULL },
+    { "tensors", (getter)client_get_tensors, NULL, "the registered names, by id", NULL },
+    { "closed", (getter)client_get_closed, NULL, "True once close() ran", NULL },
+    { NULL, NULL, NULL, NULL, NULL },
+};
+
+static PyTypeObject client_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tessera.Client",
+    .tp_basicsize = sizeof(struct client),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Client(master='local', job='default', rank=0, workers=1, exact=False,\n"
+              "       optimizer='momentum', batch=..., transport=None, timeout_ms=0,\n"
+              "       data_seed=0, micro_batch=0, mode='bsp', staleness=0, compress=None,\n"
+              "       sync_every=None, loss_scale='none', delay_ms=0)\n\n"
+              "A connection to a Tessera cluster (tessera_connect); master 'local' runs the\n"
+              "shards' code in this process. Use as a context manager or call close().",
+    .tp_new = client_new,
+    .tp_init = (initproc)client_init,
+    .tp_dealloc = (destructor)client_dealloc,
+    .tp_methods = client_methods,
+    .tp_getset = client_getset,
+};
+
+/* ---- exact-mode helpers ---- */
+
+/* dst (int64, written) and src (kind) of the same length: out = fixed(g) (to_fixed),
+ * acc += fixed(g) (fixed_add_f32) or acc += x (fixed_add). */
+static PyObject *fixed_call(const char *fn, PyObject *odst, const char *dname, PyObject *osrc,
+                            const char *sname, enum elem kind)
+{
+    struct tessera_error e = { 0 };
+    struct arr src, dst;
+    char what[64];
+    size_t n;
+    int rc;
+
+    snprintf(what, sizeof(what), "%s: %s", fn, sname);
+    if (arr_get(osrc, what, kind, 0, -1, &src))
+        return NULL;
+    n = (size_t)(src.b.len / src.b.itemsize);
+    snprintf(what, sizeof(what), "%s: %s", fn, dname);
+    if (arr_get(odst, what, I64, 1, (long long)n, &dst)) {
+        arr_put(&src);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == I64)
+        rc = tessera_fixed_add(dst.b.buf, src.b.buf, n, &e);
+    else if (fn[0] == 't')
+        rc = tessera_to_fixed(src.b.buf, n, dst.b.buf, &e);
+    else
+        rc = tessera_fixed_add_f32(dst.b.buf, src.b.buf, n, &e);
+    Py_END_ALLOW_THREADS
+    arr_put(&src);
+    arr_put(&dst);
+    if (rc)
+        return raise_sdk(&e);
+    return Py_NewRef(odst);
+}
+
+static PyObject *mod_to_fixed(PyObject *m, PyObject *args)
+{
+    PyObject *src, *out;
+
+    if (!PyArg_ParseTuple(args, "OO:to_fixed", &src, &out))
+        return NULL;
+    return fixed_call("to_fixed", out, "out", src, "src", F32);
+}
+
+static PyObject *mod_fixed_add(PyObject *m, PyObject *args)
+{
+    PyObject *acc, *x;
+
+    if (!PyArg_ParseTuple(args, "OO:fixed_add", &acc, &x))
+        return NULL;
+    return fixed_call("fixed_add", acc, "acc", x, "x", I64);
+}
+
+static PyObject *mod_fixed_add_f32(PyObject *m, PyObject *args)
+{
+    PyObject *acc, *g;
+
+    if (!PyArg_ParseTuple(args, "OO:fixed_add_f32", &acc, &g))
+        return NULL;
+    return fixed_call("fixed_add_f32", acc, "acc", g, "g", F32);
+}
+
+static PyMethodDef module_methods[] = {
+    { "to_fixed", mod_to_fixed, METH_VARARGS,
+      "to_fixed(src, out) -> out\n\nout = fixed(src): float32 -> int64 with 32 fraction bits, "
+      "round half to even.\nA NaN, Inf or |value| >= 2^31 raises InvalidArgument and leaves "
+      "out unchanged." },
+    { "fixed_add", mod_fixed_add, METH_VARARGS,
+      "fixed_add(acc, x) -> acc\n\nacc += x (int64 fixed point, overflow-checked: a sum out of"
+      " range raises\nInvalidArgument and leaves acc unchanged)." },
+    { "fixed_add_f32", mod_fixed_add_f32, METH_VARARGS,
+      "fixed_add_f32(acc, g) -> acc\n\nacc += fixed(g) in one pass: the fastest way to add one"
+      " micro-batch's float32\ngradient to an exact-mode sum." },
+    { NULL, NULL, 0, NULL },
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "tessera._tessera",
+    "The C binding of include/tessera.h; import tessera, not this.", -1, module_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+static PyObject *new_error(const char *name, const char *doc, PyObject *bases)
+{
+    PyObject *dict = Py_BuildValue("{s:O,s:O,s:O,s:O}", "code", Py_None, "grpc_code", Py_None,
+                                   "message", Py_None, "tessera_code", Py_None);
+    PyObject *cls = dict ? PyErr_NewExceptionWithDoc(name, doc, bases, dict) : NULL;
+
+    Py_XDECREF(dict);
+    return cls;
+}
+
+PyMODINIT_FUNC PyInit__tessera(void)
+{
+    PyObject *m = PyModule_Create(&module_def), *bases = NULL;
+
+    if (!m || PyType_Ready(&client_type) < 0)
+        goto fail;
+    Error = new_error("tessera.Error", "A Tessera call failed. .code: the gRPC status name "
+                      "(INVALID_ARGUMENT, NOT_FOUND, ...),\n.grpc_code: its number, .message: "
+                      "the SDK's message.", PyExc_Exception);
+    bases = Error ? PyTuple_Pack(2, Error, PyExc_ValueError) : NULL;
+    InvalidArgument = bases ? new_error("tessera.InvalidArgument", "Bad input (code "
+                                        "INVALID_ARGUMENT): nothing was sent or changed.",
+                                        bases) : NULL;
+    Py_XDECREF(bases);
+    if (!InvalidArgument || PyModule_AddObjectRef(m, "Error", Error) ||
+        PyModule_AddObjectRef(m, "InvalidArgument", InvalidArgument) ||
+        PyModule_AddObjectRef(m, "Client", (PyObject *)&client_type) ||
+        PyModule_AddIntConstant(m, "LOSS_SCALE_NONE", TESSERA_LOSS_SCALE_NONE) ||
+        PyModule_AddIntConstant(m, "LOSS_SCALE_SDK", TESSERA_LOSS_SCALE_SDK) ||
+        PyModule_AddIntConstant(m, "LOSS_SCALE_CALLER", TESSERA_LOSS_SCALE_CALLER))
+        goto fail;
+    return m;
+fail:
+    Py_XDECREF(m);
+    return NULL;
+}

@@ -1,0 +1,273 @@
+"""tessera.torch - train a torch.nn.Module through a Tessera cluster.
+
+A training loop changes by about three lines: attach the model, drop the optimizer, and call
+``ps.step()`` after the backward pass::
+
+    ps = tessera.torch.attach(model, master="127.0.0.1:7070", job="mnist", rank=r, workers=W,
+                              optimizer="momentum:lr=0.03", batch=64)
+    for x, y in my_share_of_each_global_batch:
+        loss = F.cross_entropy(model(x), y, reduction="sum")
+        model.zero_grad()
+        loss.backward()
+        ps.step()          # push every p.grad, pull the new parameters into p (zero copy)
+
+The contract is the SDK's: each rank pushes the gradient SUM over its share of the global batch
+and the shards divide the total by ``batch``, then apply the optimizer (lib/tensor/optim.c:
+SGD, momentum and Adam as torch.optim defines them). A loss averaged over the n local samples
+is fine too: ``ps.step(local_batch=n)`` multiplies the gradients by n before pushing.
+
+Initial values. Tessera shards initialise every tensor themselves, from (initializer, seed,
+name), identically whatever the placement; a trainer cannot upload its own. So ``attach``
+registers each parameter with an SDK initializer and pulls version 0 INTO the module,
+replacing torch's own random initial weights: "he" (normal, std sqrt(2 / fan_in)) for
+parameters of two or more dimensions, "zeros" for the others, which is what the built-in MLP
+uses (lib/model/mlp.c; it also gives its last layer "xavier"). ``init`` overrides that: one
+initializer for all, a dict {parameter name: initializer}, or a callable (name, parameter) ->
+initializer; an initializer is a str ("he", "xavier", "normal:0.01", "zeros", ...) or a tuple
+(str, fan_in, fan_out). ``initialize(model, seed, init)`` gives a model the same values with no
+cluster at all (a local in-process Tessera), e.g. for a torch.distributed baseline.
+
+Exact mode (``exact=True``): gradients travel as int64 fixed point, so the parameters are the
+same bits for any worker and shard count. Compute the rank's share in micro-batches and call
+``ps.accumulate()`` after each micro-batch's backward (it adds fixed(p.grad) into an int64 sum:
+the order of the micro-batches no longer matters), then ``ps.step()``. ``accumulate`` works in
+float mode too (a float sum, like not zeroing .grad between backward passes).
+
+Loss scaling (``loss_scale="caller"``, with fp16 compression): multiply the loss by
+``ps.loss_scale`` before backward; the shards skip a step that overflowed and the SDK halves
+the scale. ``loss_scale="sdk"`` has the SDK scale the pushed gradients instead.
+
+Rules: parameters must be float32, on the CPU and contiguous (checked at attach); call
+``ps.step()`` after backward, never between a forward pass and its backward (the values change
+in place, under autograd). Threads: a ParameterServer is used by one thread at a time.
+"""
+import hashlib
+import struct
+
+import numpy as np
+import torch
+
+import tessera
+
+__all__ = ["attach", "initialize", "params_sha256", "default_init", "ParameterServer"]
+
+
+def default_init(name, param):
+    """The initializer attach() registers a parameter with when ``init`` does not name one:
+    ("he", fan_in, fan_out) for 2+ dimensions (fan_in = shape[1] * receptive field, as
+    torch.nn.init computes it), "zeros" for biases and other 1-d or 0-d parameters."""
+    if param.dim() < 2:
+        return ("zeros", 0, 0)
+    receptive = 1
+    for s in param.shape[2:]:
+        receptive *= int(s)
+    return ("he", int(param.shape[1]) * receptive, int(param.shape[0]) * receptive)
+
+
+def _spec(init, name, param):
+    """(initializer, fan_in, fan_out) of one parameter under attach()'s ``init``."""
+    dflt = default_init(name, param)
+    if init is None:
+        s = dflt
+    elif callable(init):
+        s = init(name, param)
+    elif isinstance(init, dict):
+        s = init.get(name, dflt)
+    else:
+        s = init
+    if isinstance(s, str):
+        # A 1-d parameter given "he" or "xavier" takes its length as its fans.
+        s = (s, dflt[1] or int(param.numel()), dflt[2] or int(param.numel()))
+    if not (isinstance(s, tuple) and len(s) == 3 and isinstance(s[0], str)):
+        raise _error("INVALID_ARGUMENT", "init for %r: a str or (str, fan_in, fan_out) "
+                     "expected, got %r" % (name, s))
+    return s
+
+
+def _error(code, msg):
+    """A tessera.Error raised here, shaped like the binding's (TESSERA_EINVAL, ESTATE)."""
+    grpc, tcode = {"INVALID_ARGUMENT": (3, 1), "FAILED_PRECONDITION": (9, 4)}[code]
+    e = (tessera.InvalidArgument if grpc == 3 else tessera.Error)("%s: %s" % (code, msg))
+    e.code, e.grpc_code, e.message, e.tessera_code = code, grpc, msg, tcode
+    return e
+
+
+def _invalid(msg):
+    return _error("INVALID_ARGUMENT", msg)
+
+
+class ParameterServer:
+    """A module's parameters held by Tessera shards. Made by attach(); see the module doc."""
+
+    def __init__(self, module, client, seed=0, init=None, partition_bytes=0):
+        self.module = module
+        self.client = client
+        named = list(module.named_parameters())
+        if not named:
+            raise _invalid("module: it has no parameters")
+        for name, p in named:
+            if p.device.type != "cpu" or p.dtype != torch.float32 or not p.is_contiguous():
+                raise _invalid("parameter %r: a contiguous float32 CPU tensor expected, got %s "
+                               "on %s%s (Tessera writes parameters in place)"
+                               % (name, p.dtype, p.device,
+                                  "" if p.is_contiguous() else ", not contiguous"))
+        self.names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        self.ids = []
+        for name, p in named:
+            kind, fan_in, fan_out = _spec(init, name, p)
+            self.ids.append(client.register(name, tuple(p.shape) or (1,), init=kind, seed=seed,
+                                            fan_in=fan_in, fan_out=fan_out,
+                                            partition_bytes=partition_bytes))
+        versions = {client.version(i) for i in self.ids}
+        if len(versions) != 1:
+            raise _error("FAILED_PRECONDITION", "the shards hold tensors at versions %s: "
+                         "restart the cluster" % sorted(versions))
+        #: The step the next ps.step() pushes (and the version the module holds).
+        self.version = versions.pop()
+        with torch.no_grad():
+            for i, p in zip(self.ids, self.params):
+                client.pull(i, self.version, p.detach().numpy())
+        self.exact = client.exact
+        self._acc = None        # accumulate()'s sums: int64 (exact) or float32 arrays
+        self._pending = False   # _acc holds this step's sum
+        self._zeros = {}        # numel -> zeros, for parameters without .grad
+
+    def _grads(self, local_batch):
+        """Each parameter's gradient as a float32 array (a view of .grad where possible)."""
+        out = []
+        for p in self.params:
+            g = p.grad
+            if g is None:
+                z = self._zeros.get(p.numel())
+                if z is None:
+                    z = self._zeros[p.numel()] = np.zeros(p.numel(), np.float32)
+                out.append(z)
+                continue
+            g = g.detach()
+            if not g.is_contiguous():
+                g = g.contiguous()
+            a = g.numpy().reshape(-1)
+            if local_batch is not None:
+                a = a * np.float32(local_batch)
+            out.append(a)
+        return out
+
+    def _check_local_batch(self, local_batch):
+        if local_batch is not None and (isinstance(local_batch, bool) or
+                                        not isinstance(local_batch, int) or local_batch < 0):
+            raise _invalid("local_batch: the number of samples the loss was averaged over "
+                           "(an int >= 0) expected, got %r" % (local_batch,))
+
+    def accumulate(self, local_batch=None):
+        """Adds the current p.grad of every parameter to this step's sum (int64 fixed point in
+        exact mode). Call it after each micro-batch's backward; local_batch: the loss was a
+        mean over that many samples (the gradient is multiplied by it)."""
+        self._check_local_batch(local_batch)
+        grads = self._grads(local_batch)
+        if self._acc is None:
+            self._acc = [np.empty(g.size, np.int64 if self.exact else np.float32)
+                         for g in grads]
+        for acc, g in zip(self._acc, grads):
+            if not self.exact:
+                if self._pending:
+                    acc += g
+                else:
+                    np.copyto(acc, g)
+            elif self._pending:
+                tessera.fixed_add_f32(acc, g)
+            else:
+                tessera.to_fixed(g, acc)
+        self._pending = True
+
+    def step(self, local_batch=None):
+        """Pushes this rank's gradient sum for step ``self.version`` (what accumulate() summed,
+        else every p.grad), then pulls the new parameters into the module, in place. Returns
+        the new version."""
+        self._check_local_batch(local_batch)
+        if self._pending:
+            if local_batch is not None:
+                raise _invalid("local_batch: give it to accumulate(), which already summed "
+                               "this step's gradients")
+            grads = self._acc
+        elif self.exact:
+            self.accumulate(local_batch)
+            grads = self._acc
+        else:
+            grads = self._grads(local_batch)
+        params = [p.detach().numpy() for p in self.params]
+        self.client.step(self.version, grads, params)
+        self._pending = False
+        self.version += 1
+        return self.version
+
+    def discard(self):
+        """Drops what accumulate() summed for this step (a step the trainer abandons)."""
+        self._pending = False
+
+    @property
+    def loss_scale(self):
+        """The factor to multiply the loss by with loss_scale="caller" (1.0 without)."""
+        return self.client.loss_scale
+
+    @property
+    def transport(self):
+        return self.client.transport
+
+    def stats(self):
+        return self.client.stats()
+
+    def verify(self):
+        """Audits the module's parameters against the shards' copy at self.version, bit for
+        bit (tessera.Client.verify_local)."""
+        return self.client.verify_local([p.detach().numpy() for p in self.params],
+                                        self.version)
+
+    def params_sha256(self):
+        return params_sha256(self.module)
+
+    def close(self):
+        self.client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def attach(module, master="local", job="default", rank=0, workers=1, optimizer="momentum",
+           batch=None, exact=False, seed=0, init=None, partition_bytes=0, **options):
+    """Connects to a cluster (tessera.Client(master, job, rank, workers, exact, optimizer,
+    batch, **options): mode, compress, sync_every, loss_scale, transport, timeout_ms, ...),
+    registers every parameter of ``module`` (named_parameters() order, initializer from
+    ``init`` and ``seed``, see the module doc) and pulls their current version into it.
+    Returns the ParameterServer; every rank must attach the same model the same way."""
+    client = tessera.Client(master=master, job=job, rank=rank, workers=workers, exact=exact,
+                            optimizer=optimizer, batch=batch, **options)
+    try:
+        return ParameterServer(module, client, seed=seed, init=init,
+                               partition_bytes=partition_bytes)
+    except BaseException:
+        client.close()
+        raise
+
+
+def initialize(module, seed=0, init=None):
+    """Gives module the initial values attach() would, with no cluster: the shards' own code
+    runs in this process (master "local")."""
+    attach(module, master="local", batch=1, seed=seed, init=init).close()
+    return module
+
+
+def params_sha256(module):
+    """SHA-256 of the module's parameters, in named_parameters() order, in the format of
+    lib/tensor/fingerprint.c (name, NUL, element count as 8 bytes little-endian, float32
+    values little-endian): equal hashes mean the same bits."""
+    h = hashlib.sha256()
+    for name, p in module.named_parameters():
+        a = p.detach().numpy().astype("<f4", copy=False).reshape(-1)
+        h.update(name.encode() + b"\0" + struct.pack("<Q", a.size))
+        h.update(a.tobytes())
+    return h.hexdigest()

@@ -1,0 +1,408 @@
+#!/usr/bin/python3
+"""test_python_binding.py - the Python binding (python/tessera) against a real cluster.
+
+A master and two shards run as processes; tensors are cut into small partitions so that each
+spreads over both shards. Checked: push/pull round trips with NumPy arrays and torch tensors
+(bit-exact against the optimizer's float32 arithmetic), zero copy (a pull into a tensor's
+.numpy() view changes the tensor), the local mode, exact mode and the fixed-point helpers,
+two ranks stepping from two Python threads (the GIL is released while a pull waits), and bad
+input: every wrong dtype, strided view, length, id, step or option value raises
+tessera.InvalidArgument (code INVALID_ARGUMENT) naming the argument, before anything is sent,
+so the shards' state is unchanged afterwards and the next valid step works.
+
+Environment (ctest sets it): PYTHONPATH with build/python (the binding) and build/gen/python.
+"""
+import os
+import sys
+import threading
+import unittest
+
+sys.dont_write_bytecode = True
+import tessera_testlib as tl  # noqa: E402
+
+try:
+    import numpy as np
+    import tessera
+    import tessera.torch
+    import torch
+except ImportError as e:
+    sys.stderr.write("test_python_binding: %s: build the binding (cmake --build build) and "
+                     "put build/python on PYTHONPATH; torch is Debian's python3-torch\n" % e)
+    sys.exit(1)
+
+N = 5000              # elements of "w": 5 partitions of 1024 floats (PART bytes)
+PART = 4096
+LR, BATCH = 0.5, 4    # sgd: p -= 0.5 * (sum / 4), exact scalings, one rounding
+
+
+def expected_sgd(p, *grad_sums):
+    """Tessera's float sgd step in float32: p - lr * (sum * (1 / batch))."""
+    s = grad_sums[0].copy()
+    for g in grad_sums[1:]:
+        s = s + g
+    return p - np.float32(LR) * (s * np.float32(1.0 / BATCH))
+
+
+def bits(a):
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+class Binding(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        cls.failed = False
+        cls.master = cls.c.start_master()
+        for i in range(2):
+            cls.c.start_shard(cls.master.addr, name="shard%d" % i)
+        ch = cls.c.channel(cls.master.addr)
+        tl.wait_until(lambda: sum(1 for s in tl.cluster_status(ch).shards
+                                  if s.state == tl.ALIVE) == 2, 15, "2 shards alive")
+        # The SDK in this process: warnings only (the servers started above log at info).
+        os.environ.setdefault("TESSERA_LOG", "warn")
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.failed:
+            cls.c.dump_logs()
+        cls.c.stop()
+
+    def run(self, result=None):
+        r = super().run(result)
+        if result and (result.failures or result.errors):
+            type(self).failed = True
+        return r
+
+    def client(self, job_id, **kw):
+        opts = dict(master=self.master.addr, job=job_id, batch=BATCH,
+                    optimizer="sgd:lr=%g" % LR, timeout_ms=20000)
+        opts.update(kw)
+        return tessera.Client(**opts)
+
+    def register(self, c):
+        w = c.register("w", (N,), init="normal:1", seed=3, partition_bytes=PART)
+        b = c.register("b", 10, init="uniform:0.5", seed=3)
+        return w, b
+
+    # ---- success paths ----
+
+    def test_round_trip_numpy_and_torch(self):
+        with self.client("rt") as c:
+            w, b = self.register(c)
+            self.assertIn(c.transport, ("shm", "tcp"))
+            self.assertEqual((c.numel(w), c.numel(b)), (N, 10))
+            self.assertEqual((c.version(w), c.version(b)), (0, 0))
+            self.assertEqual(c.tensors, ("w", "b"))
+            p0 = np.empty(N, np.float32)
+            self.assertIs(c.pull(w, 0, p0), p0)
+            self.assertTrue(np.isfinite(p0).all() and p0.std() > 0.5)
+            g = np.random.default_rng(1).standard_normal(N).astype(np.float32)
+            c.push(w, 0, g)
+            b0 = np.empty(10, np.float32)
+            c.pull(b, 0, b0)
+            c.push(b, 0, np.ones(10, np.float32))
+            p1 = np.empty(N, np.float32)
+            c.pull(w, 1, p1)
+            np.testing.assert_array_equal(bits(p1), bits(expected_sgd(p0, g)))
+
+            # torch tensors, through step(): parameters change in place, zero copy.
+            tw, tb = torch.from_numpy(p1.copy()), torch.zeros(10)
+            c.pull(b, 1, tb)
+            gw = torch.from_numpy(g)
+            gb = torch.ones(10)
+            c.step(1, [gw, gb], [tw, tb])
+            np.testing.assert_array_equal(bits(tw.numpy()), bits(expected_sgd(p1, g)))
+            self.assertEqual(c.stats()["steps"], 1)
+
+            # A pull into a tensor's .numpy() view changes the tensor itself.
+            t = torch.zeros(N)
+            c.pull(w, 2, t.numpy())
+            np.testing.assert_array_equal(bits(t.numpy()), bits(tw.numpy()))
+            t2 = torch.zeros(2, N)
+            c.pull(w, 2, t2[1])          # a contiguous row of a bigger tensor
+            np.testing.assert_array_equal(bits(t2[1].numpy()), bits(tw.numpy()))
+            self.assertEqual(float(t2[0].abs().sum()), 0.0)
+            self.assertEqual(c.loss_scale, 1.0)
+            self.assertTrue(c.verify_local([tw, tb], 2)["differing"] == 0)
+        self.assertTrue(c.closed)
+        with self.assertRaises(tessera.Error) as cm:
+            c.pull(w, 2, t)
+        self.assertEqual(cm.exception.code, "FAILED_PRECONDITION")
+
+    def test_local_mode_matches_cluster(self):
+        """master 'local' runs the shards' code in-process: same initial bits, same steps."""
+        with tessera.Client(batch=BATCH, optimizer="sgd:lr=%g" % LR) as lc, \
+                self.client("local-vs-cluster") as rc:
+            self.assertEqual(lc.transport, "local")
+            ids = [self.register(x) for x in (lc, rc)]
+            g = np.linspace(-1, 1, N, dtype=np.float32)
+            out = [[np.empty(N, np.float32), np.empty(10, np.float32)] for _ in range(2)]
+            for x, (w, b), o in zip((lc, rc), ids, out):
+                x.pull(w, 0, o[0])
+                x.pull(b, 0, o[1])
+            for k in range(2):
+                np.testing.assert_array_equal(bits(out[0][k]), bits(out[1][k]))
+            for x, o in zip((lc, rc), out):
+                x.step(0, [g, np.zeros(10, np.float32)], o)
+            np.testing.assert_array_equal(bits(out[0][0]), bits(out[1][0]))
+
+    def test_exact_mode_two_ranks_in_threads(self):
+        """Two ranks in two threads of one process: each pull waits for the other rank's push,
+        which only works if the binding releases the GIL. Their int64 sums give the same bits
+        as one local rank pushing the whole sum."""
+        rng = np.random.default_rng(2)
+        g = [rng.standard_normal(N).astype(np.float32) for _ in range(4)]
+        gb = [np.full(10, 0.25 * (i + 1), np.float32) for i in range(4)]
+
+        def fixed_sum(parts):
+            acc = tessera.to_fixed(parts[0], np.empty(parts[0].size, np.int64))
+            for p in parts[1:]:
+                tessera.fixed_add_f32(acc, p)
+            return acc
+
+        results, errors = {}, []
+
+        def rank(r):
+            try:
+                with self.client("exact", exact=True, rank=r, workers=2) as c:
+                    w, b = self.register(c)
+                    params = [np.empty(N, np.float32), np.empty(10, np.float32)]
+                    for step in range(2):   # rank r has micro-batches r and r + 2
+                        c.step(step, [fixed_sum([g[r], g[r + 2]]),
+                                      fixed_sum([gb[r], gb[r + 2]])], params)
+                    results[r] = params
+            except Exception as e:  # reported by the main thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertFalse(errors, errors)
+        with tessera.Client(batch=BATCH, optimizer="sgd:lr=%g" % LR, exact=True) as lc:
+            self.assertTrue(lc.exact)
+            w, b = self.register(lc)
+            params = [np.empty(N, np.float32), np.empty(10, np.float32)]
+            for step in range(2):
+                # Another grouping of the same four terms: integer sums do not care.
+                acc = tessera.fixed_add(fixed_sum([g[3], g[0]]), fixed_sum([g[2], g[1]]))
+                lc.step(step, [acc, fixed_sum(gb[::-1])], params)
+        for r in range(2):
+            for k in range(2):
+                np.testing.assert_array_equal(bits(results[r][k]), bits(params[k]))
+
+    def test_fixed_point_helpers(self):
+        out = tessera.to_fixed(np.array([1.0, -0.5, 0.0, 2.0 ** -33], np.float32),
+                               np.empty(4, np.int64))
+        self.assertEqual(out.tolist(), [1 << 32, -(1 << 31), 0, 0])   # 2^-33: a tie, to even
+        acc = np.array([1, 2, 3, 4], np.int64)
+        tessera.fixed_add(acc, np.array([10, 20, 30, 40], np.int64))
+        tessera.fixed_add_f32(acc, np.array([1.0, 0, 0, 0], np.float32))
+        self.assertEqual(acc.tolist(), [11 + (1 << 32), 22, 33, 44])
+        self.assertEqual(tessera.FIXED_ONE, 1 << 32)
+        before = acc.copy()
+        with self.assertRaises(tessera.InvalidArgument) as cm:
+            tessera.fixed_add_f32(acc, np.array([0, 0, np.inf, 0], np.float32))
+        self.assertIn("inf", cm.exception.message)
+        np.testing.assert_array_equal(acc, before)   # refused whole: nothing added
+        with self.assertRaises(tessera.InvalidArgument) as cm:
+            tessera.to_fixed(np.ones(4, np.float32), np.empty(3, np.int64))
+        self.assertIn("to_fixed: out", cm.exception.message)
+        with self.assertRaises(tessera.InvalidArgument) as cm:
+            tessera.fixed_add(acc, np.ones(4, np.int32))
+        self.assertIn("int64", cm.exception.message)
+        self.assertIn("int32", cm.exception.message)
+
+    def test_sdk_errors_keep_their_code(self):
+        """A refusal decided by a shard comes back as tessera.Error with the gRPC name."""
+        with self.client("dup") as c:
+            w, _ = self.register(c)
+            g = np.ones(N, np.float32)
+            c.push(w, 0, g)
+            with self.assertRaises(tessera.Error) as cm:
+                c.push(w, 0, g)      # a second push of step 0 by the same rank
+            e = cm.exception
+            self.assertNotIsInstance(e, tessera.InvalidArgument)
+            self.assertEqual((e.code, e.grpc_code), ("FAILED_PRECONDITION", 9))
+            self.assertIn("step", e.message)
+            self.assertTrue(str(e).startswith("FAILED_PRECONDITION: "))
+        with self.client("late", timeout_ms=300) as c:
+            w, _ = self.register(c)
+            with self.assertRaises(tessera.Error) as cm:
+                c.pull(w, 5, np.empty(N, np.float32))   # no one will ever push steps 0..4
+            self.assertEqual((cm.exception.code, cm.exception.grpc_code),
+                             ("DEADLINE_EXCEEDED", 4))
+
+    # ---- bad input: refused before anything is sent ----
+
+    def assert_invalid(self, fn, *needles):
+        with self.assertRaises(tessera.InvalidArgument) as cm:
+            fn()
+        e = cm.exception
+        self.assertIsInstance(e, tessera.Error)
+        self.assertIsInstance(e, ValueError)
+        self.assertEqual((e.code, e.grpc_code), ("INVALID_ARGUMENT", 3))
+        for n in needles:
+            self.assertIn(n, e.message)
+        return e
+
+    def test_bad_arrays_change_nothing(self):
+        with self.client("bad") as c:
+            w, b = self.register(c)
+            p0 = [np.empty(N, np.float32), np.empty(10, np.float32)]
+            c.pull(w, 0, p0[0])
+            c.pull(b, 0, p0[1])
+            good = [np.full(N, 0.5, np.float32), np.ones(10, np.float32)]
+            out = [np.empty(N, np.float32), np.empty(10, np.float32)]
+            ai = self.assert_invalid
+            e = ai(lambda: c.push(w, 0, np.ones(N)), "grad: ", "float32 array of %d elements "
+                   "expected, got float64" % N)
+            self.assertTrue(str(e).startswith("INVALID_ARGUMENT: grad: "))
+            ai(lambda: c.push(w, 0, np.ones(N, np.int64)), "grad: ", "int64")
+            ai(lambda: c.push(w, 0, np.ones(2 * N, np.float32)[::2]), "grad: ",
+               "non-contiguous")
+            ai(lambda: c.push(w, 0, torch.ones(N, 2)[:, 0]), "grad: ", "non-contiguous")
+            ai(lambda: c.push(w, 0, torch.ones(N, dtype=torch.float64)), "grad: ", "float64")
+            ai(lambda: c.push(w, 0, np.ones(N - 1, np.float32)), "grad: ",
+               "of %d elements expected, got float32 array of %d elements" % (N, N - 1))
+            ai(lambda: c.push(w, 0, [0.5] * N), "grad: ", "list")
+            ai(lambda: c.push(w, 0, None), "grad: ")
+            ai(lambda: c.push(2, 0, good[0]), "id: ", "not registered")
+            ai(lambda: c.push(-1, 0, good[0]), "id: ", "not registered")
+            ai(lambda: c.push("w", 0, good[0]), "id: ")
+            ai(lambda: c.push(w, -1, good[0]), "step: ")
+            ai(lambda: c.pull(w, 0, np.empty(N, np.float64)), "out: ", "float64")
+            ro = np.empty(N, np.float32)
+            ro.flags.writeable = False
+            ai(lambda: c.pull(w, 0, ro), "out: ", "read-only")
+            ai(lambda: c.pull(w, 0, torch.empty(N, 2)[:, 1]), "out: ", "non-contiguous")
+            # step(): every array is checked before the first push goes out.
+            ai(lambda: c.step(0, good[:1], out), "grads: ", "2 arrays")
+            ai(lambda: c.step(0, [good[0], np.ones(9, np.float32)], out), "grads[1] (b)")
+            ai(lambda: c.step(0, good, [out[0], np.empty(10, np.float64)]), "params[1] (b)")
+            ai(lambda: c.step(0, good, [out[0], ro]), "params[1] (b)")
+            ai(lambda: c.step(0, good, None), "params: ")
+            ai(lambda: c.verify_local([out[0]], 0), "params: ")
+            ai(lambda: c.register("x", []), "shape")
+            ai(lambda: c.register("x", [4, -1]), "shape[1]")
+            ai(lambda: c.register(None, [4]), "name")
+            ai(lambda: c.numel(7), "id: ")
+
+            # Nothing reached the shards: version 0 is intact, step 0 still open.
+            now = [np.empty(N, np.float32), np.empty(10, np.float32)]
+            c.pull(w, 0, now[0])
+            c.pull(b, 0, now[1])
+            for k in range(2):
+                np.testing.assert_array_equal(bits(now[k]), bits(p0[k]))
+            c.step(0, good, out)
+            np.testing.assert_array_equal(bits(out[0]), bits(expected_sgd(p0[0], good[0])))
+
+    def test_bad_options(self):
+        ai = self.assert_invalid
+        ai(lambda: self.client("opt", batch=0), "batch")
+        ai(lambda: self.client("opt", batch=None), "batch")
+        ai(lambda: self.client("opt", workers=0), "workers")
+        ai(lambda: self.client("opt", rank=-1), "rank")
+        ai(lambda: self.client("opt", rank=2, workers=2), "rank")
+        ai(lambda: self.client("opt", optimizer="sgdx"), "optimizer")
+        ai(lambda: self.client("opt", optimizer="sgd:lr=-1"), "optimizer", "lr")
+        ai(lambda: self.client("opt", job="no spaces"), "job")
+        ai(lambda: self.client("opt", job=7), "job")
+        ai(lambda: self.client("opt", timeout_ms=-5), "timeout_ms")
+        ai(lambda: self.client("opt", loss_scale="bogus"), "loss_scale")
+        ai(lambda: self.client("opt", compress=5), "compress")
+        ai(lambda: self.client("opt", sync_every=[1]), "sync_every")
+        ai(lambda: self.client("opt", mode="bogus"), "mode")
+        ai(lambda: self.client("opt", master="127.0.0.1:1\0x"), "master")
+        # A dict becomes "NAME=VALUE,...", checked by the SDK like the string.
+        ai(lambda: self.client("opt", sync_every={"w": 0}), "sync_every")
+        ai(lambda: self.client("opt", compress={"w": "bogus"}), "compress")
+        ai(lambda: self.client("opt", transport="carrier-pigeon"), "transport")
+
+    def test_loss_scale(self):
+        """loss_scale="caller" with fp16 pushes: a step whose gradient overflows fp16 is
+        skipped and the scale halves (GradScaler's rule), seen through the binding."""
+        with tessera.Client(batch=BATCH, compress="fp16", loss_scale="caller") as c:
+            w = c.register("w", 8)
+            self.assertEqual(c.loss_scale, 65536.0)
+            p = np.empty(8, np.float32)
+            c.pull(w, 0, p)
+            c.step(0, [np.full(8, c.loss_scale, np.float32)], [p])   # 65536: inf in fp16
+            st = c.stats()
+            self.assertEqual((st["steps"], st["steps_skipped"]), (1, 1))
+            self.assertEqual((c.loss_scale, st["loss_scale"]), (32768.0, 32768.0))
+            self.assertEqual(p.tolist(), [0.0] * 8)
+
+
+class TorchAttach(unittest.TestCase):
+    """tessera.torch on a small module, in-process (master 'local')."""
+
+    def linear(self):
+        torch.manual_seed(0)
+        return torch.nn.Linear(4, 3)
+
+    def test_attach_pulls_the_sdk_initial_values_and_steps_in_place(self):
+        m = self.linear()
+        ps = tessera.torch.attach(m, batch=2, optimizer="sgd:lr=0.5", seed=5)
+        with ps, tessera.Client(batch=2) as ref:
+            w = ref.register("weight", (3, 4), init="he", seed=5, fan_in=4, fan_out=3)
+            w0 = np.empty(12, np.float32)
+            ref.pull(w, 0, w0)
+            np.testing.assert_array_equal(bits(m.weight.detach().numpy().ravel()), bits(w0))
+            self.assertEqual(m.bias.detach().abs().sum().item(), 0.0)
+            self.assertEqual((ps.version, ps.names, ps.loss_scale), (0, ["weight", "bias"],
+                                                                     1.0))
+            weight = m.weight            # the same Parameter object is updated in place
+            x = torch.arange(8, dtype=torch.float32).reshape(2, 4) / 8
+            m(x).pow(2).sum().backward()
+            g = m.weight.grad.numpy().ravel().copy()
+            self.assertEqual(ps.step(), 1)
+            self.assertIs(m.weight, weight)
+            np.testing.assert_array_equal(
+                bits(m.weight.detach().numpy().ravel()),
+                bits(w0 - np.float32(0.5) * (g * np.float32(0.5))))
+            self.assertEqual(ps.verify()["differing"], 0)
+
+    def test_exact_accumulate_is_order_free(self):
+        xs = [torch.full((2, 4), v) for v in (0.1, -0.3, 0.7)]
+        digests = []
+        for order in ((0, 1, 2), (2, 0, 1)):
+            m = self.linear()
+            with tessera.torch.attach(m, batch=6, exact=True, seed=1) as ps:
+                for _ in range(2):
+                    for i in order:
+                        m.zero_grad(set_to_none=True)
+                        m(xs[i]).pow(2).sum().backward()
+                        ps.accumulate()
+                    ps.step()
+            digests.append(tessera.torch.params_sha256(m))
+        self.assertEqual(digests[0], digests[1])
+
+    def test_bad_modules_and_arguments(self):
+        with self.assertRaises(tessera.InvalidArgument) as cm:
+            tessera.torch.attach(self.linear().double(), batch=2)
+        self.assertIn("parameter 'weight'", cm.exception.message)
+        with self.assertRaises(tessera.InvalidArgument) as cm:
+            tessera.torch.attach(self.linear(), batch=2, init={"weight": 7})
+        self.assertIn("init", cm.exception.message)
+        with tessera.torch.attach(self.linear(), batch=2) as ps:
+            with self.assertRaises(tessera.InvalidArgument) as cm:
+                ps.step(local_batch=-1)
+            self.assertIn("local_batch", cm.exception.message)
+            self.assertEqual(ps.version, 0)
+
+    def test_params_sha256_format(self):
+        """lib/tensor/fingerprint.c's layout: name, NUL, count (8 bytes LE), float32 LE."""
+        import hashlib
+        import struct
+        m = self.linear()
+        h = hashlib.sha256()
+        for name, p in m.named_parameters():
+            a = p.detach().numpy().ravel()
+            h.update(name.encode() + b"\0" + struct.pack("<Q", a.size) + a.astype("<f4").tobytes())
+        self.assertEqual(tessera.torch.params_sha256(m), h.hexdigest())
+
+
+if __name__ == "__main__":
+    tl.main()

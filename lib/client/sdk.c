@@ -119,25 +119,49 @@ static size_t elem_bytes_job(const struct ts_job *j)
 
 /* ---- options: "NAME=VALUE,...[,DEFAULT]" lists (compress, sync_every) ---- */
 
-/* The value for tensor `name` (NULL: none, only the default counts) from spec into out:
- * its own item, else the unnamed default item. false when neither exists. */
+/* One item of such a list: the tensor name (none for the default) and the value. */
+struct spec_item {
+    const char *name, *value;
+    size_t name_len, value_len;
+};
+
+/* Reads the item at *p and moves *p past it; false at the end of the list. */
+static bool next_item(const char **p, struct spec_item *it)
+{
+    const char *end, *eq;
+    size_t len;
+
+    if (!*p || !**p)
+        return false;
+    end = strchr(*p, ',');
+    len = end ? (size_t)(end - *p) : strlen(*p);
+    eq = memchr(*p, '=', len);
+    it->name = *p;
+    it->name_len = eq ? (size_t)(eq - *p) : 0;
+    it->value = eq ? eq + 1 : *p;
+    it->value_len = eq ? len - it->name_len - 1 : len;
+    *p = end ? end + 1 : *p + len;
+    return true;
+}
+
+static bool item_names(const struct spec_item *it, const char *name)
+{
+    return it->name_len && strlen(name) == it->name_len && !strncmp(it->name, name, it->name_len);
+}
+
+/* The value for tensor `name` from spec into out: its own item, else the unnamed default.
+ * false when neither exists. */
 static bool spec_value(const char *spec, const char *name, char *out, size_t n)
 {
+    struct spec_item it;
     bool found = false;
 
-    for (const char *p = spec; p && *p;) {
-        const char *end = strchr(p, ','), *eq;
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        eq = memchr(p, '=', len);
-        if (eq && name && (size_t)(eq - p) == strlen(name) && !strncmp(p, name, eq - p)) {
-            snprintf(out, n, "%.*s", (int)(len - (size_t)(eq - p) - 1), eq + 1);
+    for (const char *p = spec; next_item(&p, &it);) {
+        if (item_names(&it, name) || (!it.name_len && !found))
+            snprintf(out, n, "%.*s", (int)it.value_len, it.value);
+        if (item_names(&it, name))
             return true;
-        }
-        if (!eq && !found) {
-            snprintf(out, n, "%.*s", (int)len, p);
-            found = true;
-        }
-        p = end ? end + 1 : NULL;
+        found |= !it.name_len;
     }
     return found;
 }
@@ -154,7 +178,7 @@ static ts_status parse_sync(const char *v, uint32_t *k, struct ts_err *err)
     unsigned long n = strtoul(v, &end, 10);
 
     if (!v[0] || *end || n < 1 || n > TS_SYNC_MAX)
-        return ts_err_set(err, TS_EINVAL, "sync_every: '%s' is not a step count in 1..%d", v,
+        return ts_err_set(err, TS_EINVAL, "'%s' is not a step count in 1..%d", v,
                           TS_SYNC_MAX);
     *k = (uint32_t)n;
     return TS_OK;
@@ -166,32 +190,30 @@ static ts_status check_sync(const char *v, struct ts_err *err)
     return parse_sync(v, &k, err);
 }
 
-/* Every item of spec (field names it in errors) has a value check accepts. */
+/* Copies spec into copy (cap bytes) after checking that every item (field names it in errors)
+ * has a name if it has an '=', and a value check accepts. */
 static ts_status check_spec(const char *field, const char *spec, char *copy, size_t cap,
                             ts_status (*check)(const char *v, struct ts_err *err),
                             struct ts_err *err)
 {
+    struct spec_item it;
+    ts_status st;
+
     if (!spec)
         spec = "";
     if (strlen(spec) >= cap)
         return ts_err_set(err, TS_EINVAL, "%s: longer than %zu bytes", field, cap - 1);
     snprintf(copy, cap, "%s", spec);
-    for (const char *p = spec; *p;) {
-        const char *end = strchr(p, ','), *eq;
-        size_t len = end ? (size_t)(end - p) : strlen(p);
+    for (const char *p = spec; next_item(&p, &it);) {
         char v[256];
-        ts_status st;
-        eq = memchr(p, '=', len);
-        if (len == 0 || (eq && eq == p))
+        if (!it.value_len || (it.value != it.name && !it.name_len))
             return ts_err_set(err, TS_EINVAL, "%s: an empty item or tensor name in '%s' (want "
                               "NAME=VALUE,...[,DEFAULT])", field, spec);
-        snprintf(v, sizeof(v), "%.*s", (int)(eq ? len - (size_t)(eq - p) - 1 : len),
-                 eq ? eq + 1 : p);
+        snprintf(v, sizeof(v), "%.*s", (int)it.value_len, it.value);
         if ((st = check(v, err))) {
             ts_err_prefix(err, "%s", field);
             return st;
         }
-        p = end ? end + 1 : p + len;
     }
     return TS_OK;
 }
@@ -200,22 +222,18 @@ static ts_status check_spec(const char *field, const char *spec, char *copy, siz
  * only once every tensor is). */
 static ts_status check_names(struct tessera *t, struct ts_err *err)
 {
-    const char *specs[2] = { t->compress, t->sync_every }, *fields[2] = { "compress",
-                                                                         "sync_every" };
+    const char *specs[2] = { t->compress, t->sync_every };
+    const char *fields[2] = { "compress", "sync_every" };
+    struct spec_item it;
 
     for (int s = 0; s < 2 && !t->names_checked; s++)
-        for (const char *p = specs[s]; *p;) {
-            const char *end = strchr(p, ','), *eq;
-            size_t len = end ? (size_t)(end - p) : strlen(p);
-            bool known = false;
-            eq = memchr(p, '=', len);
-            for (int i = 0; eq && i < t->ntensors && !known; i++)
-                known = strlen(t->tensors[i]->name) == (size_t)(eq - p) &&
-                        !strncmp(t->tensors[i]->name, p, eq - p);
-            if (eq && !known)
-                return ts_err_set(err, TS_EINVAL, "%s: no tensor '%.*s' is registered", fields[s],
-                                  (int)(eq - p), p);
-            p = end ? end + 1 : p + len;
+        for (const char *p = specs[s]; next_item(&p, &it);) {
+            bool known = !it.name_len;
+            for (int i = 0; i < t->ntensors && !known; i++)
+                known = item_names(&it, t->tensors[i]->name);
+            if (!known)
+                return ts_err_set(err, TS_EINVAL, "%s: no tensor '%.*s' is registered",
+                                  fields[s], (int)it.name_len, it.name);
         }
     t->names_checked = true;
     return TS_OK;
@@ -225,8 +243,8 @@ static ts_status check_names(struct tessera *t, struct ts_err *err)
 static ts_status set_modes(struct tessera *t, const struct tessera_options *o, struct ts_err *err)
 {
     enum ts_mode mode;
+    struct spec_item it;
     ts_status st;
-    char v[64];
 
     if ((st = ts_mode_parse(o->mode, &mode, err)) ||
         (st = ts_job_set_mode(&t->job, mode, o->staleness, err)) ||
@@ -235,19 +253,11 @@ static ts_status set_modes(struct tessera *t, const struct tessera_options *o, s
         (st = check_spec("sync_every", o->sync_every, t->sync_every, sizeof(t->sync_every),
                          check_sync, err)))
         return st;
-    if (t->job.exact)
-        for (const char *p = t->compress; *p;) {
-            const char *end = strchr(p, ','), *eq;
-            size_t len = end ? (size_t)(end - p) : strlen(p);
-            eq = memchr(p, '=', len);
-            snprintf(v, sizeof(v), "%.*s", (int)(eq ? len - (size_t)(eq - p) - 1 : len),
-                     eq ? eq + 1 : p);
-            if (strcmp(v, "none"))
-                return ts_err_set(err, TS_EINVAL, "compress: '%s' in exact mode: exact sums are "
-                                  "of fixed-point integers, which compression would round; "
-                                  "drop --exact or --compress", v);
-            p = end ? end + 1 : p + len;
-        }
+    for (const char *p = t->compress; t->job.exact && next_item(&p, &it);)
+        if (it.value_len != 4 || strncmp(it.value, "none", 4))
+            return ts_err_set(err, TS_EINVAL, "compress: '%.*s' in exact mode: exact sums are "
+                              "of fixed-point integers, which compression would round; drop "
+                              "--exact or --compress", (int)it.value_len, it.value);
     if (o->loss_scale < TESSERA_LOSS_SCALE_NONE || o->loss_scale > TESSERA_LOSS_SCALE_CALLER)
         return ts_err_set(err, TS_EINVAL, "loss_scale: %d is not none (0), sdk (1) or caller (2)",
                           o->loss_scale);

@@ -93,8 +93,10 @@ bench: build
 	$(BUILD)/bin/bench_transport_raw --out bench/results/transport_raw.json
 	$(BUILD)/bin/bench_pushpull --exact --out bench/results/pushpull.json
 	/usr/bin/python3 bench/train.py --bin $(BUILD)/bin --out bench/results/train.json
+	/usr/bin/python3 bench/modes.py --bin $(BUILD)/bin --out bench/results/modes.json
 	$(BUILD)/bin/bench_snapshot --out bench/results/snapshot.json
 	$(BUILD)/bin/bench_verify --out bench/results/verify.json
+	$(BUILD)/bin/bench_codec --out bench/results/codec.json
 
 FAULT_TRIALS ?= 24
 test-fault: build

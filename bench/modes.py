@@ -1,0 +1,513 @@
+#!/usr/bin/python3
+"""modes.py - bench/modes: what do the sync modes and gradient compression buy when one worker
+is slow and the links are limited?
+
+Why: BSP waits for the slowest rank every step and sends fp32 gradients; SSP, ASP and
+reduce-only change who waits, and fp16/bf16/int8/top-k shrink the pushes (docs/modes.md). The
+reduction-server design document reports 1.41x for async and 1.67x for async + compression
+over its baseline on an 8-node A100 cluster. This script measures the analogue with the
+built-in trainer (tessera-worker: MLP 784-256-128-10 on Fashion-MNIST, 235,146 floats, 0.94 MB
+of gradient per push), 2 workers x 2 shards, under two conditions at once:
+
+  - a slow worker: rank 1 sleeps --slow-ms before each step (tessera-worker --slow-ms);
+  - limited links: each process runs on its own emulated host (network namespace) whose veth
+    to a bridge is shaped with `tbf rate R burst 256kb latency 50ms` at both ends
+    (/work/shared/notes/emulated-hosts.md: netem is not available), and every data-plane send
+    of a worker first sleeps --delay-ms (tessera-worker --delay-ms, the fault transport).
+
+Layout: namespace <tag>-sw holds bridge br0; hosts master, shard0, shard1, worker0, worker1 are
+namespaces <tag>-<host> with eth0 at 10.77.0.1 .. 10.77.0.5/24. Shards and workers use
+`--transport tcp` (shared memory would bypass the links: the namespaces share /dev/shm), and
+workers `--partition-kb 256`: with the default 4 MiB partitions fc1.weight (0.8 MB) is one
+partition, so one shard would carry 99% of the bytes; in 4 pieces the split is 71/29. One
+cluster (master + 2 shards) serves every configuration, each under a fresh job id; after a
+failed configuration the cluster is restarted. Every process is started in its own process
+group and stopped by it (SIGTERM, then SIGKILL); every namespace this script made is deleted
+by its exact name at the end, also on errors and Ctrl-C. --no-netns (or no permission to
+create namespaces) runs the same configurations on 127.0.0.1 in one namespace, slow worker
+only (no rate limit, no send delay).
+
+Epoch time is the job's: rank 0's `seconds` (its training loop, epoch-end accuracy passes
+included, no start-up) plus how much later than rank 0's loop rank 1 exited. Under BSP the
+ranks finish together; under ASP the fast rank 0 ends early while rank 1 still has its half of
+the epoch's micro-batches to do, and rank 0's own figure is shown beside it ("rank0 s").
+Output: a table and bench/results/modes.json with every run and the headline
+{"ours": best configuration's s/epoch, "baseline": BSP-fp32's, "unit": "s/epoch",
+ "ratio": baseline / ours, "config": name}.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NPARAMS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10  # the MLP: 235,146 floats
+PULL_BYTES = NPARAMS * 4                                    # pulls are never compressed
+TRAIN_N = 60000
+PAPER = {"ASP": 1.41, "ASP-topk0.01": 1.67}  # reduction-server design doc, 8 x A100 nodes
+
+# (key for --configs, name in the table, tessera-worker flags). "noslow" is a reference, not a
+# contender: BSP-fp32 with rank 1 at full speed, to show what the slow worker costs.
+CONFIGS = [
+    ("bsp", "BSP-fp32", []),
+    ("ssp", "SSP(2)", ["--mode", "ssp", "--staleness", "2"]),
+    ("asp", "ASP", ["--mode", "asp"]),
+    ("reduce", "reduce", ["--mode", "reduce"]),
+    ("fp16", "BSP-fp16", ["--compress", "fp16"]),
+    ("bf16", "BSP-bf16", ["--compress", "bf16"]),
+    ("int8", "BSP-int8", ["--compress", "int8"]),
+    ("topk", "BSP-topk0.01", ["--compress", "topk:0.01"]),
+    ("asp-topk", "ASP-topk0.01", ["--mode", "asp", "--compress", "topk:0.01"]),
+    ("amp", "AMP", ["--compress", "fp16", "--loss-scale", "dynamic"]),
+    ("noslow", "BSP-fp32-noslow", []),
+]
+HOSTS = ["master", "shard0", "shard1", "worker0", "worker1"]  # 10.77.0.1 .. 10.77.0.5
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sh(cmd, check=True):
+    """Runs a setup command; returns (rc, stderr)."""
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
+    return r.returncode, r.stderr.strip()
+
+
+class Net:
+    """The emulated hosts, or loopback (netns=False). down() deletes what up() made, by name."""
+
+    def __init__(self, netns, rate, tag):
+        self.netns, self.rate, self.tag = netns, rate, tag
+        self.made = []  # namespaces created, in order
+
+    def ns(self, host):
+        return f"{self.tag}-{host}"
+
+    def addr(self, host):
+        return f"10.77.0.{HOSTS.index(host) + 1}" if self.netns else "127.0.0.1"
+
+    def wrap(self, host, cmd):
+        return ["ip", "netns", "exec", self.ns(host)] + cmd if self.netns else cmd
+
+    def probe(self):
+        """Can we make namespaces here? (False, why) if not."""
+        name = f"{self.tag}-probe"
+        rc, err = sh(["ip", "netns", "add", name], check=False)
+        if rc != 0:
+            return False, err or f"ip netns add: exit {rc}"
+        self.made.append(name)
+        if sh(["ip", "netns", "delete", name], check=False)[0] == 0:
+            self.made.remove(name)
+        return True, ""
+
+    def add_ns(self, name):
+        sh(["ip", "netns", "add", name])
+        self.made.append(name)
+
+    def up(self):
+        if not self.netns:
+            return
+        sw = self.ns("sw")
+        self.add_ns(sw)
+        sh(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
+        sh(["ip", "-n", sw, "link", "set", "br0", "up"])
+        for i, host in enumerate(HOSTS):
+            ns, port = self.ns(host), f"p{i}"
+            self.add_ns(ns)
+            sh(["ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+                "netns", ns])
+            sh(["ip", "-n", sw, "link", "set", port, "master", "br0", "up"])
+            sh(["ip", "-n", ns, "addr", "add", f"{self.addr(host)}/24", "dev", "eth0"])
+            sh(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+            for where, dev in ((ns, "eth0"), (sw, port)):  # both directions
+                sh(["ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root",
+                    "tbf", "rate", self.rate, "burst", "256kb", "latency", "50ms"])
+
+    def down(self):
+        for name in reversed(self.made):
+            rc, err = sh(["ip", "netns", "delete", name], check=False)
+            if rc != 0:
+                log(f"modes.py: could not delete namespace {name}: {err}")
+        self.made = []
+
+
+class Procs:
+    """Every process we start, each in its own session (= process group)."""
+
+    def __init__(self):
+        self.live = []
+
+    def start(self, cmd, stdout, stderr):
+        p = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                             start_new_session=True, text=True)
+        self.live.append(p)
+        return p
+
+    def stop(self, procs=None, grace=10):
+        """SIGTERM to each group, SIGKILL after `grace` s. A group is signalled only while its
+        leader is unreaped, so its id cannot have been reused by someone else's process (our
+        processes start no children: `ip netns exec` execs the binary in place)."""
+        procs = list(self.live if procs is None else procs)
+        for p in procs:
+            self.signal(p, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.signal(p, signal.SIGKILL)
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    log(f"modes.py: pid {p.pid} did not exit after SIGKILL")
+            if p in self.live:
+                self.live.remove(p)
+
+    @staticmethod
+    def signal(p, sig):
+        if p.returncode is None:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+class Cluster:
+    """tessera-master on host master, tessera-shard on shard0 and shard1."""
+
+    def __init__(self, a, net, procs, logs):
+        self.a, self.net, self.procs, self.logs = a, net, procs, logs
+        self.procs_here, self.master, self.n = [], None, 0
+
+    def bin(self, name):
+        return os.path.join(self.a.bin, name)
+
+    def start(self):
+        self.n += 1
+        d = os.path.join(self.logs, f"cluster{self.n}")
+        os.makedirs(d)
+        pf = os.path.join(d, "master.port")
+        self.spawn("master", [self.bin("tessera-master"), "--listen",
+                              f"{self.net.addr('master')}:0", "--port-file", pf], d)
+        port = wait_file(pf, 15, self.procs_here[0])
+        self.master = f"{self.net.addr('master')}:{port}"
+        for k in (0, 1):
+            host = f"shard{k}"
+            self.spawn(host, [self.bin("tessera-shard"), "--master", self.master, "--listen",
+                              f"{self.net.addr(host)}:0", "--transport", "tcp", "--port-file",
+                              os.path.join(d, f"{host}.port")], d)
+        self.wait_alive(2, 30)
+
+    def spawn(self, host, cmd, d):
+        err = open(os.path.join(d, f"{host}.log"), "w")
+        p = self.procs.start(self.net.wrap(host, cmd), subprocess.DEVNULL, err)
+        err.close()
+        self.procs_here.append(p)
+
+    def wait_alive(self, want, secs):
+        cmd = self.net.wrap("master", [self.bin("tessera"), "status", "--master", self.master,
+                                       "--json"])
+        deadline, last = time.monotonic() + secs, ""
+        while time.monotonic() < deadline:
+            for p in self.procs_here:
+                if p.poll() is not None:
+                    raise RuntimeError(f"{p.args[-1] if p.args else 'a process'} of the cluster "
+                                       f"exited {p.returncode} (logs in {self.logs})")
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if r.returncode == 0:
+                try:
+                    st = json.loads(r.stdout)
+                    if sum(s.get("state") == "alive" for s in st.get("shards", [])) >= want:
+                        return
+                except ValueError:
+                    pass
+            last = r.stderr.strip()
+            time.sleep(0.3)
+        raise RuntimeError(f"{want} shards not alive after {secs} s ({last}; logs in "
+                           f"{self.logs})")
+
+    def stop(self):
+        self.procs.stop(self.procs_here)
+        self.procs_here = []
+
+
+def wait_file(path, secs, proc):
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                s = f.read().strip()
+            if s:
+                return int(s)
+        except (OSError, ValueError):
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited {proc.returncode} before writing {path}")
+        time.sleep(0.05)
+    raise RuntimeError(f"no port in {path} after {secs} s")
+
+
+def read_lines(pipe, out):
+    """Collects (monotonic time, line) of rank 0's stdout; echoes epoch lines as progress."""
+    for line in pipe:
+        out.append((time.monotonic(), line.rstrip("\n")))
+        if line.startswith("epoch "):
+            log(f"      rank 0: {line.strip()}")
+
+
+def run_config(a, net, procs, cluster, key, name, flags, rep, logs):
+    """Both ranks of one job; returns rank 0's JSON plus the job's time, or raises."""
+    job = f"modes-{key}-{rep}-{os.getpid()}"
+    base = [os.path.join(a.bin, "tessera-worker"), "--master", cluster.master, "--workers", "2",
+            "--job", job, "--transport", "tcp", "--json"]
+    base += ["--steps", str(a.steps)] if a.steps else ["--epochs", str(a.epochs)]
+    if a.partition_kb:
+        base += ["--partition-kb", str(a.partition_kb)]
+    if net.netns and a.delay_ms:
+        base += ["--delay-ms", str(a.delay_ms)]
+    d = os.path.join(logs, job)
+    os.makedirs(d)
+    files = [open(os.path.join(d, f), "w") for f in ("rank0.err", "rank1.out", "rank1.err")]
+    lines = []
+    try:
+        slow = 0 if key == "noslow" else a.slow_ms
+        w1 = procs.start(net.wrap("worker1", base + ["--rank", "1", "--slow-ms", str(slow)] +
+                                  flags), files[1], files[2])
+        w0 = procs.start(net.wrap("worker0", base + ["--rank", "0"] + flags), subprocess.PIPE,
+                         files[0])
+    finally:
+        for f in files:
+            f.close()
+    reader = threading.Thread(target=read_lines, args=(w0.stdout, lines), daemon=True)
+    reader.start()
+    deadline, ends = time.monotonic() + a.timeout, {}
+    while len(ends) < 2 and time.monotonic() < deadline:
+        for r, p in ((0, w0), (1, w1)):
+            if r not in ends and p.poll() is not None:
+                ends[r] = time.monotonic()
+        time.sleep(0.01)
+    if len(ends) < 2:
+        procs.stop([w0, w1], grace=5)
+        raise RuntimeError(f"{name}: not done after {a.timeout} s (logs in {d})")
+    reader.join(timeout=5)
+    w0.stdout.close()
+    procs.stop([w0, w1], grace=1)  # both exited: this only reaps them and empties the groups
+    if w0.returncode or w1.returncode:
+        raise RuntimeError(f"{name}: rank 0 exited {w0.returncode}, rank 1 {w1.returncode} "
+                           f"(logs in {d})")
+    js = [l for _, l in lines if l.startswith("{")]
+    if not js:
+        raise RuntimeError(f"{name}: rank 0 printed no JSON line (logs in {d})")
+    r = json.loads(js[-1])
+    # The end of rank 0's loop: its last progress line, printed just before `seconds` is taken.
+    ep = [t for t, l in lines if l.startswith("epoch ")]
+    end0 = ep[-1] if ep else ends[0]
+    r["rank0_seconds"] = r["seconds"]
+    r["rank1_after_s"] = round(max(0.0, ends[1] - end0), 3)
+    r["job_seconds"] = round(r["seconds"] + r["rank1_after_s"], 3)
+    return r
+
+
+def summarize(runs):
+    spe = TRAIN_N // 64
+    rows = []
+    for key, name, flags in CONFIGS:
+        rs = runs.get(key)
+        if rs is None:
+            continue
+        ok = [r for r in rs if "error" not in r]
+        row = {"key": key, "config": name, "flags": flags, "runs": rs, "ok": len(ok) == len(rs)}
+        if ok:
+            steps = ok[0]["steps"] - ok[0]["start_step"]
+            per_epoch = spe / steps if steps else 0
+            med = lambda f: statistics.median(f(r) for r in ok)
+            row.update({
+                "epoch_s": round(med(lambda r: r["job_seconds"]) * per_epoch, 3),
+                "rank0_epoch_s": round(med(lambda r: r["rank0_seconds"]) * per_epoch, 3),
+                "test_accuracy": med(lambda r: r["test_accuracy"]),
+                "push_bytes_per_step": round(med(lambda r: r["bytes_pushed"] / steps)),
+                "wire_bytes_per_step": round(med(lambda r: r["bytes_pushed"] / steps)) +
+                PULL_BYTES,
+                "staleness_max": max(r["staleness_max"] for r in ok),
+                "steps_skipped": max(r["steps_skipped"] for r in ok),
+                "steps": steps})
+        rows.append(row)
+    base = next((r for r in rows if r["key"] == "bsp" and "epoch_s" in r), None)
+    for r in rows:
+        if base and "epoch_s" in r and r["epoch_s"] > 0:
+            r["speedup"] = round(base["epoch_s"] / r["epoch_s"], 3)
+    return rows, base
+
+
+def report(a, rows, base, net_desc, wall):
+    print(f"\nbench/modes.py: {os.cpu_count()} cpus; MLP 784-256-128-10 on Fashion-MNIST, "
+          f"2 workers x 2 shards over tcp, {net_desc};\nrank 1 sleeps {a.slow_ms} ms before "
+          f"each step; {a.steps or a.epochs} {'steps' if a.steps else 'epoch(s)'}, median of "
+          f"{a.repeats} run(s); epoch s = the job's (until both ranks are done), rank0 s = "
+          "rank 0's own;\nwire KB/step = one worker's push + its pull (pulls are fp32, "
+          f"{PULL_BYTES / 1e3:.0f} KB)\n")
+    hdr = (f"{'config':15} | {'epoch s':>7} | {'speedup':>7} | {'rank0 s':>7} | {'test acc':>8} "
+           f"| {'push KB/step':>12} | {'wire KB/step':>12} | {'max stale':>9} | "
+           f"{'skipped':>7} | paper")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        paper = f"{PAPER[r['config']]:.2f}x" if r["config"] in PAPER else ""
+        if "epoch_s" not in r:
+            err = next(x["error"] for x in r["runs"] if "error" in x)
+            print(f"{r['config']:15} | FAILED: {err}")
+            continue
+        sp = f"{r['speedup']:6.2f}x" if "speedup" in r else f"{'-':>7}"
+        print(f"{r['config']:15} | {r['epoch_s']:7.2f} | {sp} | {r['rank0_epoch_s']:7.2f} | "
+              f"{r['test_accuracy']:8.4f} | {r['push_bytes_per_step'] / 1e3:12.1f} | "
+              f"{r['wire_bytes_per_step'] / 1e3:12.1f} | {r['staleness_max']:9d} | "
+              f"{r['steps_skipped']:7d} | {paper}")
+    best = min((r for r in rows if "epoch_s" in r and r["key"] != "noslow"),
+               key=lambda r: r["epoch_s"], default=None)
+    headline = None
+    if base and best:
+        headline = {"ours": best["epoch_s"], "baseline": base["epoch_s"], "unit": "s/epoch",
+                    "ratio": round(base["epoch_s"] / best["epoch_s"], 3),
+                    "config": best["config"]}
+        print(f"\nheadline: {best['config']} {best['epoch_s']:.2f} s/epoch against BSP-fp32 "
+              f"{base['epoch_s']:.2f}: {headline['ratio']:.2f}x (reduction-server design doc, "
+              "8 x A100: async 1.41x, async + compression 1.67x)")
+    print(f"runtime {wall:.0f} s")
+    return headline
+
+
+def parse():
+    keys = [k for k, _, _ in CONFIGS]
+    ap = argparse.ArgumentParser(
+        description="Epoch time and accuracy of BSP, SSP, ASP, reduce-only and gradient "
+                    "compression, 2 workers x 2 shards, with one slow worker and rate-limited "
+                    "emulated links (network namespaces + tc tbf).")
+    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "bin"),
+                    help="where tessera, tessera-master, -shard, -worker are (default build/bin)")
+    ap.add_argument("--out", default="bench/results/modes.json",
+                    help="results (default bench/results/modes.json)")
+    ap.add_argument("--configs", default=",".join(keys),
+                    help=f"comma-separated subset of {','.join(keys)} (bsp, the baseline, is "
+                         "always run; default all)")
+    ap.add_argument("--epochs", type=int, default=1, help="epochs per run (default 1)")
+    ap.add_argument("--steps", type=int, default=0,
+                    help="train exactly K steps instead of --epochs (quicker; the time is "
+                         "scaled to an epoch of 937 steps)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of each configuration, median reported (default 1)")
+    ap.add_argument("--rate", default="400mbit",
+                    help="tbf rate of every link, both directions (default 400mbit)")
+    ap.add_argument("--delay-ms", type=int, default=1,
+                    help="sleep before each data-plane send of a worker (default 1)")
+    ap.add_argument("--slow-ms", type=int, default=15,
+                    help="rank 1 sleeps this long before each step (default 15)")
+    ap.add_argument("--partition-kb", type=int, default=256,
+                    help="partition size (default 256: fc1.weight, 0.8 MB, is cut in 4 and "
+                         "spread over both shards; 0 = the worker's default, 4096, which puts "
+                         "it whole on one shard)")
+    ap.add_argument("--no-netns", action="store_true",
+                    help="one namespace, 127.0.0.1, no rate limit or delay: slow worker only")
+    ap.add_argument("--timeout", type=int, default=0,
+                    help="seconds one run may take before it is killed (default 300 per "
+                         "epoch)")
+    a = ap.parse_args()
+    want = [k.strip() for k in a.configs.split(",") if k.strip()]
+    bad = [k for k in want if k not in keys]
+    if bad:
+        ap.error(f"--configs: unknown {','.join(bad)}; choose from {','.join(keys)}")
+    a.configs = ["bsp"] + [k for k in keys if k in want and k != "bsp"]
+    a.timeout = a.timeout or 300 * max(1, a.epochs if not a.steps else -(-a.steps // 937))
+    if a.epochs < 1 or a.steps < 0 or a.repeats < 1 or a.slow_ms < 0 or a.delay_ms < 0:
+        ap.error("--epochs and --repeats must be >= 1, --steps, --slow-ms, --delay-ms >= 0")
+    for b in ("tessera", "tessera-master", "tessera-shard", "tessera-worker"):
+        if not os.access(os.path.join(a.bin, b), os.X_OK):
+            ap.error(f"no executable {os.path.join(a.bin, b)}: build first or pass --bin")
+    return a
+
+
+def main():
+    a = parse()
+    t_start = time.monotonic()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # -> KeyboardInterrupt -> finally
+        signal.signal(sig, signal.default_int_handler)
+    net = Net(not a.no_netns, a.rate, f"tsm{os.getpid()}")
+    procs, logs = Procs(), tempfile.mkdtemp(prefix="ts-bench-modes-")
+    cluster, runs, failed, notes = None, {}, False, []
+    try:
+        if net.netns:
+            ok, why = net.probe()
+            if not ok:
+                msg = f"cannot create network namespaces ({why}); fell back to --no-netns " \
+                      "(loopback, slow worker only)"
+                log(f"modes.py: {msg}")
+                notes.append(msg)
+                net.netns = False
+        net_desc = (f"emulated hosts, tbf {a.rate} per link, {a.delay_ms} ms per worker send"
+                    if net.netns else "loopback in one namespace (no link limits)")
+        net.up()
+        cluster = Cluster(a, net, procs, logs)
+        cluster.start()
+        log(f"cluster: master {cluster.master}, {net_desc}; {len(a.configs)} configs x "
+            f"{a.repeats} run(s); logs in {logs}")
+        names = {k: (n, f) for k, n, f in CONFIGS}
+        for rep in range(a.repeats):
+            for key in a.configs:
+                name, flags = names[key]
+                what = " ".join(flags) or "bsp, fp32"
+                what += ", rank 1 not slowed" if key == "noslow" else ""
+                log(f"  [{rep + 1}/{a.repeats}] {name} ({what})...")
+                try:
+                    r = run_config(a, net, procs, cluster, key, name, flags, rep, logs)
+                    log(f"    {name}: {r['job_seconds']:.2f} s (rank 0 {r['rank0_seconds']:.2f} "
+                        f"s), test accuracy {r['test_accuracy']:.4f}")
+                except RuntimeError as e:
+                    failed = True
+                    r = {"error": str(e)}
+                    log(f"    {name}: FAILED: {e}; restarting the cluster")
+                    cluster.stop()
+                    cluster.start()
+                runs.setdefault(key, []).append(r)
+    except (RuntimeError, KeyboardInterrupt) as e:
+        log(f"modes.py: {str(e) or 'interrupted'} (logs in {logs})")
+        return 1
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # let the cleanup finish
+            signal.signal(sig, signal.SIG_IGN)
+        procs.stop()
+        net.down()
+    rows, base = summarize(runs)
+    headline = report(a, rows, base, net_desc, time.monotonic() - t_start)
+    for n in notes:
+        print(f"NOTE: {n}")
+    result = {"name": "modes", "machine": f"{os.cpu_count()} cpus", "ok": not failed,
+              "netns": net.netns, "rate": a.rate if net.netns else None,
+              "delay_ms": a.delay_ms if net.netns else 0, "slow_ms": a.slow_ms,
+              "epochs": a.epochs, "steps": a.steps, "repeats": a.repeats, "workers": 2,
+              "shards": 2, "pull_bytes_per_step": PULL_BYTES, "rows": rows,
+              "paper": {"source": "reduction-server design document, 8-node A100 cluster",
+                        "async": 1.41, "async_compression": 1.67},
+              "notes": notes, "headline": headline}
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(result, f, separators=(",", ":"))
+        f.write("\n")
+    print(f"wrote {a.out}")
+    if not failed:
+        shutil.rmtree(logs, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

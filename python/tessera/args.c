@@ -1,0 +1,306 @@
+/* args.c - see args.h. */
+#include "args.h"
+
+#include <grpc/status.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rpc/rpc.h"
+
+PyObject *Error, *InvalidArgument;
+
+/* ---- errors ---- */
+
+PyObject *raise_code(int code, const char *msg)
+{
+    int grpc = ts_rpc_code_from_status((ts_status)code);
+    PyObject *cls = grpc == GRPC_STATUS_INVALID_ARGUMENT ? InvalidArgument : Error;
+    PyObject *m = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+    PyObject *name = PyUnicode_FromString(ts_rpc_code_name(grpc));
+    PyObject *gc = PyLong_FromLong(grpc), *tc = PyLong_FromLong(code);
+    PyObject *text = m && name ? PyUnicode_FromFormat("%U: %U", name, m) : NULL;
+    PyObject *exc = text ? PyObject_CallOneArg(cls, text) : NULL;
+
+    if (exc && gc && tc && !PyObject_SetAttrString(exc, "message", m) &&
+        !PyObject_SetAttrString(exc, "code", name) &&
+        !PyObject_SetAttrString(exc, "grpc_code", gc) &&
+        !PyObject_SetAttrString(exc, "tessera_code", tc))
+        PyErr_SetObject(cls, exc);
+    Py_XDECREF(exc);
+    Py_XDECREF(text);
+    Py_XDECREF(tc);
+    Py_XDECREF(gc);
+    Py_XDECREF(name);
+    Py_XDECREF(m);
+    return NULL;
+}
+
+PyObject *raise_sdk(const struct tessera_error *e)
+{
+    return raise_code(e->code ? e->code : TESSERA_EINTERNAL, e->message);
+}
+
+PyObject *invalid(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return raise_code(TESSERA_EINVAL, msg);
+}
+
+/* The pending Python exception's text, for a message that wraps it (cleared). */
+static void pending_text(char *buf, size_t cap)
+{
+    PyObject *type, *value, *tb, *s;
+    const char *text;
+
+    PyErr_Fetch(&type, &value, &tb);
+    s = value ? PyObject_Str(value) : NULL;
+    text = s ? PyUnicode_AsUTF8(s) : NULL;
+    snprintf(buf, cap, "%s", text ? text : "unknown error");
+    PyErr_Clear();
+    Py_XDECREF(s);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* ---- arrays: the buffer protocol, checked ---- */
+
+
+
+static const char *elem_name(enum elem e)
+{
+    return e == F32 ? "float32" : "int64";
+}
+
+/* The NumPy name of a buffer's items ("float32"), else a description of its format. */
+static const char *format_name(const Py_buffer *b, char *buf, size_t cap)
+{
+    static const struct { char c; Py_ssize_t size; const char *name; } names[] = {
+        { 'f', 4, "float32" }, { 'd', 8, "float64" }, { 'e', 2, "float16" },
+        { 'q', 8, "int64" }, { 'l', 8, "int64" }, { 'i', 4, "int32" }, { 'l', 4, "int32" },
+        { 'h', 2, "int16" }, { 'b', 1, "int8" }, { 'Q', 8, "uint64" }, { 'L', 8, "uint64" },
+        { 'I', 4, "uint32" }, { 'H', 2, "uint16" }, { 'B', 1, "uint8" }, { '?', 1, "bool" },
+    };
+    const char *f = b->format ? b->format : "B";
+
+    if (*f == '>' || *f == '!') {
+        snprintf(buf, cap, "big-endian '%s'", f);
+        return buf;
+    }
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    for (size_t i = 0; f[0] && !f[1] && i < sizeof(names) / sizeof(names[0]); i++)
+        if (names[i].c == f[0] && names[i].size == b->itemsize)
+            return names[i].name;
+    snprintf(buf, cap, "'%s' (item size %zd)", b->format ? b->format : "B", b->itemsize);
+    return buf;
+}
+
+static int is_elem(const Py_buffer *b, enum elem e)
+{
+    char tmp[64];
+
+    return strcmp(format_name(b, tmp, sizeof(tmp)), elem_name(e)) == 0;
+}
+
+/* "float64 array of 12 elements", "read-only non-contiguous float32 array of 12 elements". */
+static void describe(const Py_buffer *b, char *out, size_t cap)
+{
+    char tmp[64];
+    Py_ssize_t n = b->itemsize > 0 ? b->len / b->itemsize : 0;
+
+    snprintf(out, cap, "%s%s%s array of %zd elements", b->readonly ? "read-only " : "",
+             PyBuffer_IsContiguous(b, 'C') ? "" : "non-contiguous ",
+             format_name(b, tmp, sizeof(tmp)), n);
+}
+
+void arr_put(struct arr *a)
+{
+    if (a->held)
+        PyBuffer_Release(&a->b);
+    Py_CLEAR(a->view);
+    a->held = 0;
+}
+
+/* Takes a view of o as a C-contiguous array of `numel` items of `want` (numel < 0: any count),
+ * writable if asked. A torch tensor (no buffer protocol) is viewed through .detach().numpy(),
+ * which shares its memory. On failure raises InvalidArgument naming `what` and returns -1. */
+int arr_get(PyObject *o, const char *what, enum elem want, int writable, long long numel,
+                   struct arr *a)
+{
+    char got[160], exp[160], why[200];
+    int bad;
+
+    memset(a, 0, sizeof(*a));
+    snprintf(exp, sizeof(exp), "%s%s array of %lld elements",
+             writable ? "writable C-contiguous " : "C-contiguous ", elem_name(want), numel);
+    if (numel < 0)
+        snprintf(exp, sizeof(exp), "%s%s array", writable ? "writable C-contiguous " :
+                 "C-contiguous ", elem_name(want));
+    if (!PyObject_CheckBuffer(o) && PyObject_HasAttrString(o, "detach") &&
+        PyObject_HasAttrString(o, "numpy")) {
+        a->view = PyObject_CallMethod(o, "detach", NULL);
+        if (a->view)
+            Py_SETREF(a->view, PyObject_CallMethod(a->view, "numpy", NULL));
+        if (!a->view) {
+            pending_text(why, sizeof(why));
+            invalid("%s: %s expected; the tensor has no NumPy view (%s): pass a CPU tensor",
+                    what, exp, why);
+            return -1;
+        }
+        o = a->view;
+    }
+    if (!PyObject_CheckBuffer(o)) {
+        invalid("%s: %s (NumPy array or CPU torch tensor) expected, got %s", what, exp,
+                Py_TYPE(o)->tp_name);
+        goto fail;
+    }
+    /* Asked with strides and format rather than PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, so that
+     * a strided or read-only array is described in the message, not just refused. */
+    if (PyObject_GetBuffer(o, &a->b, PyBUF_RECORDS_RO)) {
+        pending_text(why, sizeof(why));
+        invalid("%s: %s expected, got %s (%s)", what, exp, Py_TYPE(o)->tp_name, why);
+        goto fail;
+    }
+    a->held = 1;
+    bad = !is_elem(&a->b, want) || !PyBuffer_IsContiguous(&a->b, 'C') ||
+          (writable && a->b.readonly) || (numel >= 0 && a->b.len != numel * a->b.itemsize);
+    if (bad) {
+        describe(&a->b, got, sizeof(got));
+        invalid("%s: %s expected, got %s%s", what, exp, got,
+                !PyBuffer_IsContiguous(&a->b, 'C') ? (writable ?
+                " (the values are written in place, so pass the array itself, not a strided "
+                "view)" : " (numpy.ascontiguousarray or tensor.contiguous() makes one)") : "");
+        goto fail;
+    }
+    return 0;
+fail:
+    arr_put(a);
+    return -1;
+}
+
+/* ---- scalar arguments ---- */
+
+/* An int in [0, max] (None: keeps *out). */
+int get_uint(PyObject *o, const char *what, unsigned long long max,
+                    unsigned long long *out)
+{
+    unsigned long long v;
+
+    if (!o || o == Py_None)
+        return 0;
+    if (!PyLong_Check(o) || PyBool_Check(o)) {
+        invalid("%s: an int in 0..%llu expected, got %s", what, max, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    v = PyLong_AsUnsignedLongLong(o);
+    if (PyErr_Occurred() || v > max) {
+        PyErr_Clear();
+        PyObject *r = PyObject_Repr(o);
+        invalid("%s: %s is not in 0..%llu", what, r ? PyUnicode_AsUTF8(r) : "?", max);
+        Py_XDECREF(r);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A str without NUL bytes, or None (NULL). */
+int get_str(PyObject *o, const char *what, const char **out)
+{
+    Py_ssize_t n;
+    const char *s;
+
+    if (!o || o == Py_None)
+        return 0;
+    if (!PyUnicode_Check(o)) {
+        invalid("%s: a str expected, got %s", what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (!s || (size_t)n != strlen(s)) {
+        PyErr_Clear();
+        invalid("%s: not a valid string (a NUL byte or a lone surrogate)", what);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+/* compress / sync_every: a str, or a dict {tensor: value} made into "NAME=VALUE,..." (a key
+ * None or "" gives a bare VALUE: compress's default codec). *keep owns the new string. */
+int get_list(PyObject *o, const char *what, const char **out, PyObject **keep)
+{
+    PyObject *k, *v, *parts, *sep, *joined;
+    Py_ssize_t pos = 0;
+
+    if (!o || o == Py_None || PyUnicode_Check(o))
+        return get_str(o, what, out);
+    if (!PyDict_Check(o)) {
+        invalid("%s: a str \"TENSOR=VALUE,...\" or a dict {tensor: value} expected, got %s",
+                what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    if (!(parts = PyList_New(0)))
+        return -1;
+    while (PyDict_Next(o, &pos, &k, &v)) {
+        PyObject *item;
+        if ((k != Py_None && !PyUnicode_Check(k)) ||
+            (!PyUnicode_Check(v) && (!PyLong_Check(v) || PyBool_Check(v)))) {
+            invalid("%s: keys must be tensor names (str) and values str or int, got %s: %s",
+                    what, Py_TYPE(k)->tp_name, Py_TYPE(v)->tp_name);
+            Py_DECREF(parts);
+            return -1;
+        }
+        item = k == Py_None || !PyUnicode_GET_LENGTH(k) ? PyObject_Str(v)
+                                                        : PyUnicode_FromFormat("%U=%S", k, v);
+        if (!item || PyList_Append(parts, item)) {
+            Py_XDECREF(item);
+            Py_DECREF(parts);
+            return -1;
+        }
+        Py_DECREF(item);
+    }
+    sep = PyUnicode_FromString(",");
+    joined = sep ? PyUnicode_Join(sep, parts) : NULL;
+    Py_XDECREF(sep);
+    Py_DECREF(parts);
+    if (!joined)
+        return -1;
+    *keep = joined;
+    return get_str(joined, what, out);
+}
+
+int get_loss_scale(PyObject *o, int *out)
+{
+    static const char *const names[] = { "none", "sdk", "caller" };
+
+    if (!o || o == Py_None)
+        return 0;
+    for (int i = 0; PyUnicode_Check(o) && i < 3; i++)
+        if (PyUnicode_CompareWithASCIIString(o, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    if (PyLong_Check(o) && !PyBool_Check(o)) {
+        long v = PyLong_AsLong(o);
+        if (v >= 0 && v <= 2) {
+            *out = (int)v;
+            return 0;
+        }
+        PyErr_Clear();
+    }
+    PyObject *r = PyObject_Repr(o);
+    invalid("loss_scale: \"none\", \"sdk\" or \"caller\" expected, got %s",
+            r ? PyUnicode_AsUTF8(r) : "?");
+    Py_XDECREF(r);
+    return -1;
+}
+

@@ -1,0 +1,51 @@
+/* args.h - the binding's argument checks and errors (args.c), shared by _tessera.c.
+ *
+ * Everything a method takes from Python is checked here before any SDK call: arrays through
+ * the buffer protocol (C-contiguous, the right item format and element count, writable where
+ * the SDK writes), integers, strings and option lists; each refusal raises
+ * tessera.InvalidArgument naming the argument. SDK failures become tessera.Error with the
+ * gRPC status name. Ownership: an arr from arr_get holds a buffer (and maybe a torch .numpy()
+ * view) until arr_put. */
+#ifndef TS_PY_ARGS_H
+#define TS_PY_ARGS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "tessera.h"
+
+/* The module's exceptions, created at import (PyInit__tessera). */
+extern PyObject *Error, *InvalidArgument;
+
+enum elem { F32, I64 };
+
+struct arr {
+    Py_buffer b;
+    PyObject *view;   /* the .detach().numpy() of a torch tensor, or NULL */
+    int held;
+};
+
+/* Raise tessera.Error (InvalidArgument for TESSERA_EINVAL) for an SDK code and message, or
+ * for an SDK error; invalid() raises InvalidArgument with a formatted message. All return
+ * NULL, for `return raise_...(...)`. */
+PyObject *raise_code(int code, const char *msg);
+PyObject *raise_sdk(const struct tessera_error *e);
+PyObject *invalid(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Releases what arr_get took (a no-op if it holds nothing). */
+void arr_put(struct arr *a);
+/* Takes a view of o as a C-contiguous array of `numel` items of `want` (numel < 0: any count),
+ * writable if asked. A torch tensor (no buffer protocol) is viewed through .detach().numpy(),
+ * which shares its memory. On failure raises InvalidArgument naming `what` and returns -1. */
+int arr_get(PyObject *o, const char *what, enum elem want, int writable, long long numel,
+            struct arr *a);
+/* An int in [0, max] (None: keeps *out). */
+int get_uint(PyObject *o, const char *what, unsigned long long max, unsigned long long *out);
+/* A str without NUL bytes, or None (NULL). */
+int get_str(PyObject *o, const char *what, const char **out);
+/* compress / sync_every: a str, or a dict {tensor: value} made into "NAME=VALUE,..." (a key
+ * None or "" gives a bare VALUE: compress's default codec). *keep owns the new string. */
+int get_list(PyObject *o, const char *what, const char **out, PyObject **keep);
+/* "none", "sdk" or "caller" (None: none) into enum tessera_loss_scale. */
+int get_loss_scale(PyObject *o, int *out);
+
+#endif

@@ -1,0 +1,116 @@
+/* sdk_internal.h - the SDK's private state, shared by sdk.c (connecting, registration,
+ * audits), sdk_options.c (modes, compression and sync-period options) and sdk_step.c (push,
+ * pull and the step). Nothing here is part of include/tessera.h.
+ * Ownership: a struct tessera owns its tensors (freed by tessera_close), each sdk_tensor its
+ * buffers. Threads: as tessera.h says, one thread at a time per handle. */
+#ifndef TS_CLIENT_SDK_INTERNAL_H
+#define TS_CLIENT_SDK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "client/master_client.h"
+#include "codec/codec.h"
+#include "ps/part.h"
+#include "tessera.h"
+
+#define MAX_TENSORS 4096
+#define MAX_SHARDS 256
+#define LOSS_SCALE_INIT_EXP 16   /* GradScaler: init_scale 2^16, backoff 0.5, growth 2 ... */
+#define LOSS_GROWTH_STEPS 2000   /* ... every 2000 steps without overflow */
+#define SPEC_MAX 4096            /* the compress and sync_every option strings */
+
+struct sdk_tensor {
+    char name[129];
+    uint64_t numel, partition_bytes;
+    uint32_t nparts;
+    uint32_t *owner;              /* remote: shard slot per partition */
+    struct ts_part **parts;       /* local */
+    uint64_t version;             /* the lowest version at registration (restored: > 0) */
+    uint32_t sync_every;          /* steps per push and pull of this tensor */
+    struct ts_codec codec;        /* how its gradient travels (float jobs) */
+    void *acc;                    /* sync_every > 1: the gradient summed since the last sync */
+    float *residual;              /* top-k: what was not sent yet (error feedback) */
+    uint8_t *enc;                 /* encoded partitions, at enc_off[p], enc_len[p] bytes */
+    size_t *enc_off, *enc_len;
+    uint8_t *overflow;            /* per partition: the last pull said a step was skipped */
+    float *value, *state, *rgrad; /* reduce mode: this worker's parameters, optimizer state and
+                                   * the reduced gradient pulled */
+    uint64_t local_version;       /* reduce mode: the version of value */
+    /* The step in progress (plan_step, only): */
+    bool active, encoded;
+    uint64_t tstep, pull_version;
+    const void *src;              /* the raw gradient pushed when not encoded */
+};
+
+struct sdk_shard {
+    uint32_t id;
+    struct ts_conn *conn;
+};
+
+struct tessera {
+    struct ts_job job;
+    uint64_t data_seed;           /* recorded in snapshots */
+    uint32_t micro;
+    uint32_t rank;
+    int timeout_ms;
+    bool local;
+    char transport[16];
+    struct ts_cluster *cl;
+    struct ts_master *master;
+    struct ts_membership *ms;
+    struct sdk_shard shards[MAX_SHARDS];
+    size_t nshards;
+    struct sdk_tensor *tensors[MAX_TENSORS];
+    int ntensors;
+    bool hello_done;              /* every connection has named its job */
+    char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
+    bool names_checked;           /* every tensor the options name is registered */
+    int loss_mode;                /* enum tessera_loss_scale */
+    int scale_exp;                /* the loss scale is 2^scale_exp */
+    uint32_t good_steps;          /* steps since the last overflow or growth */
+    bool step_overflow;           /* the step in progress: a partition was skipped */
+    uint64_t step_stale;          /* ... the most staleness a reply reported */
+    struct tessera_stats stats;
+};
+
+static inline int sdk_fail(struct tessera_error *out, const struct ts_err *e)
+{
+    if (out) {
+        out->code = (int)e->code;
+        snprintf(out->message, sizeof(out->message), "%s", e->msg);
+    }
+    return (int)e->code;
+}
+
+static inline int sdk_ok(struct tessera_error *out)
+{
+    if (out) {
+        out->code = 0;
+        out->message[0] = '\0';
+    }
+    return 0;
+}
+
+static inline size_t elem_bytes_job(const struct ts_job *j)
+{
+    return j->exact ? sizeof(int64_t) : sizeof(float);
+}
+
+/* sdk_options.c */
+/* The mode, compression, sync periods and loss scaling of the options, checked. */
+ts_status sdk_set_modes(struct tessera *t, const struct tessera_options *o, struct ts_err *err);
+/* Every tensor the options name is registered (checked at the first step). */
+ts_status sdk_check_names(struct tessera *t, struct ts_err *err);
+/* Tensor x's sync period and codec, from the options. */
+ts_status sdk_tensor_options(struct tessera *t, struct sdk_tensor *x, struct ts_err *err);
+/* The buffers the options need for x (and, in reduce mode, its initial parameters). */
+ts_status sdk_tensor_buffers(struct tessera *t, struct sdk_tensor *x,
+                             const Tessera__V1__RegisterTensorRequest *req, struct ts_err *err);
+
+/* sdk_step.c */
+/* Names the job on every connection, once the shards know it (after a registration). */
+ts_status sdk_hello(struct tessera *t, struct ts_err *err);
+
+#endif

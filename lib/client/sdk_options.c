@@ -1,0 +1,223 @@
+/* sdk_options.c - the SDK's modes, compression and sync-period options (docs/modes.md):
+ * "NAME=VALUE,...[,DEFAULT]" lists checked at connect and resolved per tensor at
+ * registration, and the per-tensor buffers they need. */
+#include "client/sdk_internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/transport.h"
+
+/* ---- options: "NAME=VALUE,...[,DEFAULT]" lists (compress, sync_every) ---- */
+
+/* One item of such a list: the tensor name (none for the default) and the value. */
+struct spec_item {
+    const char *name, *value;
+    size_t name_len, value_len;
+};
+
+/* Reads the item at *p and moves *p past it; false at the end of the list. */
+static bool next_item(const char **p, struct spec_item *it)
+{
+    const char *end, *eq;
+    size_t len;
+
+    if (!*p || !**p)
+        return false;
+    end = strchr(*p, ',');
+    len = end ? (size_t)(end - *p) : strlen(*p);
+    eq = memchr(*p, '=', len);
+    it->name = *p;
+    it->name_len = eq ? (size_t)(eq - *p) : 0;
+    it->value = eq ? eq + 1 : *p;
+    it->value_len = eq ? len - it->name_len - 1 : len;
+    *p = end ? end + 1 : *p + len;
+    return true;
+}
+
+static bool item_names(const struct spec_item *it, const char *name)
+{
+    return it->name_len && strlen(name) == it->name_len && !strncmp(it->name, name, it->name_len);
+}
+
+/* The value for tensor `name` from spec into out: its own item, else the unnamed default.
+ * false when neither exists. */
+static bool spec_value(const char *spec, const char *name, char *out, size_t n)
+{
+    struct spec_item it;
+    bool found = false;
+
+    for (const char *p = spec; next_item(&p, &it);) {
+        if (item_names(&it, name) || (!it.name_len && !found))
+            snprintf(out, n, "%.*s", (int)it.value_len, it.value);
+        if (item_names(&it, name))
+            return true;
+        found |= !it.name_len;
+    }
+    return found;
+}
+
+static ts_status check_codec(const char *v, struct ts_err *err)
+{
+    struct ts_codec c;
+    return ts_codec_parse(v, &c, err);
+}
+
+static ts_status parse_sync(const char *v, uint32_t *k, struct ts_err *err)
+{
+    char *end;
+    unsigned long n = strtoul(v, &end, 10);
+
+    if (!v[0] || *end || n < 1 || n > TS_SYNC_MAX)
+        return ts_err_set(err, TS_EINVAL, "'%s' is not a step count in 1..%d", v,
+                          TS_SYNC_MAX);
+    *k = (uint32_t)n;
+    return TS_OK;
+}
+
+static ts_status check_sync(const char *v, struct ts_err *err)
+{
+    uint32_t k;
+    return parse_sync(v, &k, err);
+}
+
+/* Copies spec into copy (cap bytes) after checking that every item (field names it in errors)
+ * has a name if it has an '=', and a value check accepts. */
+static ts_status check_spec(const char *field, const char *spec, char *copy, size_t cap,
+                            ts_status (*check)(const char *v, struct ts_err *err),
+                            struct ts_err *err)
+{
+    struct spec_item it;
+    ts_status st;
+
+    if (!spec)
+        spec = "";
+    if (strlen(spec) >= cap)
+        return ts_err_set(err, TS_EINVAL, "%s: longer than %zu bytes", field, cap - 1);
+    snprintf(copy, cap, "%s", spec);
+    for (const char *p = spec; next_item(&p, &it);) {
+        char v[256];
+        if (!it.value_len || (it.value != it.name && !it.name_len))
+            return ts_err_set(err, TS_EINVAL, "%s: an empty item or tensor name in '%s' (want "
+                              "NAME=VALUE,...[,DEFAULT])", field, spec);
+        snprintf(v, sizeof(v), "%.*s", (int)it.value_len, it.value);
+        if ((st = check(v, err))) {
+            ts_err_prefix(err, "%s", field);
+            return st;
+        }
+    }
+    return TS_OK;
+}
+
+/* Every tensor the options name is registered (checked at the first step: names are known
+ * only once every tensor is). */
+ts_status sdk_check_names(struct tessera *t, struct ts_err *err)
+{
+    const char *specs[2] = { t->compress, t->sync_every };
+    const char *fields[2] = { "compress", "sync_every" };
+    struct spec_item it;
+
+    for (int s = 0; s < 2 && !t->names_checked; s++)
+        for (const char *p = specs[s]; next_item(&p, &it);) {
+            bool known = !it.name_len;
+            for (int i = 0; i < t->ntensors && !known; i++)
+                known = item_names(&it, t->tensors[i]->name);
+            if (!known)
+                return ts_err_set(err, TS_EINVAL, "%s: no tensor '%.*s' is registered",
+                                  fields[s], (int)it.name_len, it.name);
+        }
+    t->names_checked = true;
+    return TS_OK;
+}
+
+/* The mode, compression, sync periods and loss scaling of the options. */
+ts_status sdk_set_modes(struct tessera *t, const struct tessera_options *o, struct ts_err *err)
+{
+    enum ts_mode mode;
+    struct spec_item it;
+    ts_status st;
+
+    if ((st = ts_mode_parse(o->mode, &mode, err)) ||
+        (st = ts_job_set_mode(&t->job, mode, o->staleness, err)) ||
+        (st = check_spec("compress", o->compress, t->compress, sizeof(t->compress), check_codec,
+                         err)) ||
+        (st = check_spec("sync_every", o->sync_every, t->sync_every, sizeof(t->sync_every),
+                         check_sync, err)))
+        return st;
+    for (const char *p = t->compress; t->job.exact && next_item(&p, &it);)
+        if (it.value_len != 4 || strncmp(it.value, "none", 4))
+            return ts_err_set(err, TS_EINVAL, "compress: '%.*s' in exact mode: exact sums are "
+                              "of fixed-point integers, which compression would round; drop "
+                              "--exact or --compress", (int)it.value_len, it.value);
+    if (o->loss_scale < TESSERA_LOSS_SCALE_NONE || o->loss_scale > TESSERA_LOSS_SCALE_CALLER)
+        return ts_err_set(err, TS_EINVAL, "loss_scale: %d is not none (0), sdk (1) or caller (2)",
+                          o->loss_scale);
+    if (o->loss_scale && t->job.exact)
+        return ts_err_set(err, TS_EINVAL, "loss_scale: exact mode has no use for it (gradients "
+                          "are fixed point, not fp16)");
+    if (o->transport && o->transport[0] && !ts_transport_find(o->transport))
+        return ts_err_set(err, TS_EINVAL, "transport: '%s' is not one of tcp, shm",
+                          o->transport);
+    if (o->delay_ms < 0 || o->delay_ms > 60000)
+        return ts_err_set(err, TS_EINVAL, "delay_ms: %d is outside 0..60000", o->delay_ms);
+    t->loss_mode = o->loss_scale;
+    t->scale_exp = o->loss_scale ? LOSS_SCALE_INIT_EXP : 0;
+    return TS_OK;
+}
+
+/* The tensor's sync period and codec, from the options. */
+ts_status sdk_tensor_options(struct tessera *t, struct sdk_tensor *x, struct ts_err *err)
+{
+    char v[256];
+    ts_status st;
+
+    x->sync_every = 1;
+    if (spec_value(t->sync_every, x->name, v, sizeof(v)) &&
+        (st = parse_sync(v, &x->sync_every, err)))
+        return st;
+    x->codec.kind = TS_CODEC_NONE;
+    if (spec_value(t->compress, x->name, v, sizeof(v)) && (st = ts_codec_parse(v, &x->codec, err)))
+        return st;
+    return TS_OK;
+}
+
+/* What the options need per tensor: the sync sum, encoded partitions, the top-k residual,
+ * and in reduce mode this worker's parameters (initialised as a shard would) and optimizer
+ * state. */
+ts_status sdk_tensor_buffers(struct tessera *t, struct sdk_tensor *x,
+                                const Tessera__V1__RegisterTensorRequest *req, struct ts_err *err)
+{
+    size_t enc = 0;
+    bool good = (x->overflow = calloc(x->nparts + 1, 1)) != NULL;
+
+    if (good && x->sync_every > 1)
+        good = (x->acc = calloc(x->numel, elem_bytes_job(&t->job))) != NULL;
+    if (good && x->codec.kind == TS_CODEC_TOPK)
+        good = (x->residual = calloc(x->numel, sizeof(float))) != NULL;
+    if (good && !t->job.exact && (x->codec.kind != TS_CODEC_NONE || t->loss_mode ==
+                                TESSERA_LOSS_SCALE_SDK)) {
+        good = (x->enc_off = calloc(x->nparts, sizeof(size_t))) &&
+             (x->enc_len = calloc(x->nparts, sizeof(size_t)));
+        for (uint32_t p = 0; good && p < x->nparts; p++) {
+            uint64_t off, len;
+            ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+            x->enc_off[p] = enc;
+            enc += ts_codec_max_bytes(&x->codec, len);
+        }
+        good = good && (x->enc = malloc(enc + 1));
+    }
+    if (good && t->job.mode == TS_MODE_REDUCE) {
+        size_t slen = ts_optim_state_len(t->job.optim.kind);
+        good = (x->value = malloc(x->numel * sizeof(float))) &&
+             (x->state = calloc(slen * x->numel + 1, sizeof(float))) &&
+             (x->rgrad = malloc(x->numel * sizeof(float)));
+        if (good) {
+            x->local_version = 0;
+            return ts_tensor_init(req->tensor->initializer, req->tensor->seed, x->name,
+                                  req->fan_in, req->fan_out, 0, x->numel, x->value, err);
+        }
+    }
+    return good ? TS_OK : ts_err_set(err, TS_ENOMEM, "tensor '%s': out of memory", x->name);
+}

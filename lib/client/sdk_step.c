@@ -1,0 +1,402 @@
+/* sdk_step.c - the SDK's push, pull and step: frames to every shard before any reply is read,
+ * or the in-process partitions of a local run; compression and sync sums on the way out, the
+ * reduce-mode optimizer and the loss scale on the way back (docs/modes.md). */
+#include "client/sdk_internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/frame.h"
+
+/* ---- push and pull ---- */
+
+static size_t elem_bytes(const struct tessera *t)
+{
+    return elem_bytes_job(&t->job);
+}
+
+/* What a reply said besides its payload. */
+struct reply_info {
+    uint32_t flags;           /* PARAMS: TS_PARAMS_* */
+    uint32_t staleness;
+};
+
+/* Reads the reply to the oldest request on shard slot s; PARAMS land in dst (cap bytes). */
+static ts_status read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
+                            uint32_t part, void *dst, size_t cap, struct reply_info *ri,
+                            struct ts_err *err)
+{
+    struct ts_frame_hdr h;
+    char small[512];
+    bool params = want == TS_FRAME_PARAMS;
+    /* A reply is PARAMS of cap bytes or an ERROR of at most a message's length: small ones go
+     * to a local buffer, so that an error always fits (a 10-float bias is 40 bytes). */
+    bool direct = params && cap >= sizeof(small);
+    char *buf = direct ? dst : small;
+    ts_status st;
+
+    st = ts_frame_recv(t->shards[s].conn, &h, buf, direct ? cap : sizeof(small), t->timeout_ms,
+                       err);
+    if (st)
+        return st;
+    if (h.type == TS_FRAME_ERROR) {
+        char text[256];
+        size_t n = h.len < sizeof(text) - 1 ? h.len : sizeof(text) - 1;
+        memcpy(text, buf, n);
+        text[n] = '\0';
+        return ts_err_set(err, h.flags > 0 && h.flags <= TS_EINTERNAL ? (ts_status)h.flags
+                          : TS_EINTERNAL, "shard %u: %s", t->shards[s].id, text);
+    }
+    if (h.type != want || h.tensor != tensor || h.partition != part)
+        return ts_err_set(err, TS_ECORRUPT, "shard %u: reply type %u for tensor %u partition %u,"
+                          " expected type %u for %u/%u", t->shards[s].id, h.type, h.tensor,
+                          h.partition, want, tensor, part);
+    if (params && h.len != cap)
+        return ts_err_set(err, TS_ECORRUPT, "shard %u: %" PRIu64 " bytes for tensor %u partition "
+                          "%u, want %zu", t->shards[s].id, h.len, tensor, part, cap);
+    if (params && !direct)
+        memcpy(dst, small, cap);
+    if (ri) {
+        ri->flags = h.flags;
+        ri->staleness = h.rank;
+    }
+    return TS_OK;
+}
+
+/* Names the job on every connection, once the shards know it (after a registration). */
+ts_status sdk_hello(struct tessera *t, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    for (size_t i = 0; !st && i < t->nshards; i++) {
+        struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .rank = t->rank };
+        st = ts_frame_send(t->shards[i].conn, &h, t->job.id, strlen(t->job.id), err);
+    }
+    for (size_t i = 0; !st && i < t->nshards; i++)
+        st = read_reply(t, (uint32_t)i, TS_FRAME_ACK, 0, 0, NULL, 0, NULL, err);
+    t->hello_done = !st;
+    return st;
+}
+
+static int scale_exp_of(const struct tessera *t)
+{
+    return t->loss_mode == TESSERA_LOSS_SCALE_NONE ? 0 : t->scale_exp;
+}
+
+/* Readies tensor x's push of `grad` (numel int64 in exact mode, else floats): raw data goes
+ * as it is; with a codec, or a scale the SDK applies, each partition is encoded into x->enc. */
+static void prepare_push(struct tessera *t, struct sdk_tensor *x, const void *grad)
+{
+    float scale = t->loss_mode == TESSERA_LOSS_SCALE_SDK ? ldexpf(1.0f, t->scale_exp) : 1.0f;
+
+    x->src = grad;
+    x->encoded = !t->job.exact && (x->codec.kind != TS_CODEC_NONE || scale != 1.0f);
+    for (uint32_t p = 0; p < x->nparts; p++) {
+        uint64_t off, len;
+        ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+        if (x->encoded)
+            ts_codec_encode(&x->codec, (const float *)grad + off, len, scale,
+                            x->residual ? x->residual + off : NULL, x->enc + x->enc_off[p],
+                            &x->enc_len[p]);
+        t->stats.bytes_raw += len * elem_bytes(t);
+        t->stats.bytes_pushed += x->encoded ? x->enc_len[p] : len * elem_bytes(t);
+    }
+}
+
+/* Partition p's push as prepare_push left it. */
+static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *x, uint32_t p)
+{
+    uint64_t off, len;
+    struct ts_push in = { .rank = t->rank, .step = x->tstep, .scale_exp = scale_exp_of(t) };
+
+    ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+    if (x->encoded) {
+        in.encoding = x->codec.kind;
+        in.payload = x->enc + x->enc_off[p];
+        in.bytes = x->enc_len[p];
+    } else {
+        in.encoding = t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW;
+        in.payload = (const char *)x->src + off * elem_bytes(t);
+        in.bytes = len * elem_bytes(t);
+    }
+    return in;
+}
+
+/* Where partition p of a pull lands: the caller's params, or in reduce mode the reduced
+ * gradient the SDK applies itself. */
+static float *pull_dst(const struct tessera *t, struct sdk_tensor *x, float *params, uint64_t off)
+{
+    return t->job.mode == TS_MODE_REDUCE ? x->rgrad + off : params + off;
+}
+
+/* Notes what a pull reply said. */
+static void note_reply(struct tessera *t, struct sdk_tensor *x, uint32_t p,
+                       const struct reply_info *ri)
+{
+    x->overflow[p] = (ri->flags & TS_PARAMS_OVERFLOW) != 0;
+    t->step_overflow |= x->overflow[p];
+    t->step_stale = ri->staleness > t->step_stale ? ri->staleness : t->step_stale;
+}
+
+/* Sends a PUSH (push) or a PULL of each active tensor's version tstep + 1 (pull_version) for
+ * every partition of tensors [first, last). A pull sent right behind this step's pushes says
+ * so in its flags, so that a shard that refused one of them answers the pull at once instead
+ * of waiting. */
+static ts_status send_all(struct tessera *t, int first, int last, bool push, uint32_t flags,
+                          struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    for (int i = first; !st && i < last; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        for (uint32_t p = 0; x->active && !st && p < x->nparts; p++) {
+            struct ts_push in = push_of(t, x, p);
+            struct ts_frame_hdr h = { .type = push ? TS_FRAME_PUSH : TS_FRAME_PULL,
+                                      .tensor = (uint32_t)i, .partition = p,
+                                      .step = push ? x->tstep : x->pull_version, .dtype = 1,
+                                      .rank = t->rank,
+                                      .flags = push ? TS_PUSH_SCALE(in.scale_exp) : flags,
+                                      .encoding = push ? (uint16_t)in.encoding : 0 };
+            st = ts_frame_send(t->shards[x->owner[p]].conn, &h, push ? in.payload : NULL,
+                               push ? in.bytes : 0, err);
+        }
+    }
+    return st;
+}
+
+/* Reads the replies to send_all's requests, in order: ACKs, or PARAMS into params[i - first]. A refused
+ * request is remembered (the first in err) and reading goes on, so the streams stay in step;
+ * a transport error ends it. */
+static ts_status read_all(struct tessera *t, int first, int last, float *const *params,
+                          ts_status *first_err, struct ts_err *err)
+{
+    for (int i = first; i < last; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        for (uint32_t p = 0; x->active && p < x->nparts; p++) {
+            uint64_t off, len;
+            struct reply_info ri = { 0 };
+            struct ts_err e = { 0 };
+            ts_status r;
+            ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+            r = read_reply(t, x->owner[p], params ? TS_FRAME_PARAMS : TS_FRAME_ACK,
+                           (uint32_t)i, p, params ? pull_dst(t, x, params[i - first], off) : NULL,
+                           len * sizeof(float), &ri, &e);
+            if (!r && params)
+                note_reply(t, x, p, &ri);
+            if (r && !*first_err) {
+                *first_err = r;
+                ts_err_set(err, r, "%s", e.msg);
+            }
+            if (r == TS_EUNAVAIL || r == TS_ECORRUPT || r == TS_ETIMEDOUT)
+                return r;
+        }
+    }
+    return TS_OK;
+}
+
+/* The active tensors of [first, last) (arrays indexed from first): pushes (if push) and pulls
+ * (if params). Remote: every request goes out before any reply is read, so the shards work in
+ * parallel and a step costs one round trip. Local: the same partitions, in this process. */
+static ts_status exchange(struct tessera *t, int first, int last, bool push,
+                          float *const *params, struct ts_err *err)
+{
+    uint32_t flags = push ? TS_PULL_AFTER_PUSH : 0;
+    ts_status st = TS_OK, first_err = TS_OK;
+
+    if (t->local) {
+        for (int i = first; !st && push && i < last; i++)
+            for (uint32_t p = 0; t->tensors[i]->active && !st && p < t->tensors[i]->nparts;
+                 p++) {
+                struct ts_push in = push_of(t, t->tensors[i], p);
+                bool applied;
+                st = ts_part_push(t->tensors[i]->parts[p], &in, &applied, err);
+            }
+        for (int i = first; !st && params && i < last; i++) {
+            struct sdk_tensor *x = t->tensors[i];
+            for (uint32_t p = 0; x->active && !st && p < x->nparts; p++) {
+                struct ts_part *pt = x->parts[p];
+                struct ts_pull_info info;
+                st = ts_part_pull(pt, t->rank, x->pull_version, t->timeout_ms, NULL,
+                                  pull_dst(t, x, params[i - first], pt->offset), &info, err);
+                if (!st)
+                    note_reply(t, x, p, &(struct reply_info){
+                        info.overflow ? TS_PARAMS_OVERFLOW : 0,
+                        info.staleness > UINT32_MAX ? UINT32_MAX : (uint32_t)info.staleness });
+            }
+        }
+        return st;
+    }
+    if (push)
+        st = send_all(t, first, last, true, 0, err);
+    if (!st && params)
+        st = send_all(t, first, last, false, flags, err);
+    if (!st && push)
+        st = read_all(t, first, last, NULL, &first_err, err);
+    if (!st && params)
+        st = read_all(t, first, last, params, &first_err, err);
+    return st ? st : first_err;
+}
+
+static ts_status check_id(const struct tessera *t, int id, struct ts_err *err)
+{
+    if (id < 0 || id >= t->ntensors)
+        return ts_err_set(err, TS_EINVAL, "tensor id %d is not registered (%d tensors)", id,
+                          t->ntensors);
+    return TS_OK;
+}
+
+/* Only tensor id moves, at its own step `tstep` (pull: version tstep + 1 unless version). */
+static void only(struct tessera *t, int id, uint64_t tstep, uint64_t version)
+{
+    for (int i = 0; i < t->ntensors; i++)
+        t->tensors[i]->active = i == id;
+    t->tensors[id]->tstep = tstep;
+    t->tensors[id]->pull_version = version;
+}
+
+int tessera_push(tessera *t, int id, uint64_t step, const void *grad, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+
+    if (check_id(t, id, &err))
+        return sdk_fail(e, &err);
+    only(t, id, step, 0);
+    prepare_push(t, t->tensors[id], grad);
+    if (exchange(t, id, id + 1, true, NULL, &err))
+        return sdk_fail(e, &err);
+    return sdk_ok(e);
+}
+
+int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+
+    if (check_id(t, id, &err))
+        return sdk_fail(e, &err);
+    if (t->job.mode == TS_MODE_REDUCE) {
+        /* The parameters live here; the shards hold only sums. */
+        struct sdk_tensor *x = t->tensors[id];
+        if (version != x->local_version) {
+            ts_err_set(&err, TS_ESTATE, "reduce mode: this worker holds tensor %d at version %"
+                       PRIu64 " only, not %" PRIu64, id, x->local_version, version);
+            return sdk_fail(e, &err);
+        }
+        memcpy(out, x->value, x->numel * sizeof(float));
+        return sdk_ok(e);
+    }
+    only(t, id, 0, version);
+    if (exchange(t, id, id + 1, false, &out, &err))
+        return sdk_fail(e, &err);
+    return sdk_ok(e);
+}
+
+/* Sync periods: which tensors move at global step `step`, each at its own step. A tensor with
+ * a period K > 1 adds this step's gradient to its running sum, and moves that sum every Kth
+ * step. */
+static ts_status plan_step(struct tessera *t, uint64_t step, const void *const *grads,
+                           struct ts_err *err)
+{
+    for (int i = 0; i < t->ntensors; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        const void *g = grads[i];
+        ts_status st;
+
+        x->active = (step + 1) % x->sync_every == 0;
+        x->tstep = step / x->sync_every;
+        x->pull_version = x->tstep + 1;
+        if (x->sync_every > 1) {
+            if (t->job.exact)
+                st = ts_fixed_add(x->acc, g, x->numel, err);
+            else
+                ts_f32_add(x->acc, g, x->numel), st = TS_OK;
+            if (st) {
+                ts_err_prefix(err, "tensor '%s' (summed over its sync period)", x->name);
+                return st;
+            }
+            g = x->acc;
+        }
+        if (x->active)
+            prepare_push(t, x, g);
+    }
+    return TS_OK;
+}
+
+/* After a step's replies: sync sums restart, reduce mode applies the reduced gradients, the
+ * loss scale follows GradScaler. */
+static void finish_step(struct tessera *t, float *const *params)
+{
+    for (int i = 0; i < t->ntensors; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        size_t slen = ts_optim_state_len(t->job.optim.kind);
+
+        if (!x->active)
+            continue;
+        if (x->sync_every > 1)
+            memset(x->acc, 0, x->numel * elem_bytes(t));
+        if (t->job.mode != TS_MODE_REDUCE)
+            continue;
+        /* The shard's own update, partition by partition, with the same code: the bits of a
+         * PS-mode run. A partition whose sum overflowed is skipped, as a shard skips it. */
+        for (uint32_t p = 0; p < x->nparts; p++) {
+            uint64_t off, len;
+            ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+            if (!x->overflow[p])
+                ts_optim_apply_range(&t->job.optim, x->tstep + 1, x->value + off,
+                                     x->state + slen * off, len, 0, x->rgrad + off, len);
+        }
+        x->local_version = x->tstep + 1;
+        memcpy(params[i], x->value, x->numel * sizeof(float));
+    }
+    if (t->step_overflow) {
+        t->stats.steps_skipped++;
+        if (t->loss_mode != TESSERA_LOSS_SCALE_NONE && t->scale_exp > -126)
+            t->scale_exp--;
+        t->good_steps = 0;
+    } else if (t->loss_mode != TESSERA_LOSS_SCALE_NONE && ++t->good_steps == LOSS_GROWTH_STEPS) {
+        if (t->scale_exp < 127)
+            t->scale_exp++;
+        t->good_steps = 0;
+    }
+    t->stats.steps++;
+    t->stats.staleness_last = t->step_stale;
+    if (t->step_stale > t->stats.staleness_max)
+        t->stats.staleness_max = t->step_stale;
+}
+
+int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *const *params,
+                 struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    ts_status st;
+
+    t->step_overflow = false;
+    t->step_stale = 0;
+    st = sdk_check_names(t, &err);
+    if (!st)
+        st = plan_step(t, step, grads, &err);
+    if (!st)
+        st = exchange(t, 0, t->ntensors, true, params, &err);
+    if (st)
+        return sdk_fail(e, &err);
+    finish_step(t, params);
+    if (t->ms) {
+        struct ts_worker_report r = { t->stats.staleness_last, t->stats.staleness_max,
+                                      t->stats.steps_skipped, tessera_loss_scale(t) };
+        ts_membership_set_clock(t->ms, step + 1);
+        ts_membership_set_report(t->ms, &r);
+    }
+    return sdk_ok(e);
+}
+
+float tessera_loss_scale(const tessera *t)
+{
+    return t->loss_mode == TESSERA_LOSS_SCALE_NONE ? 1.0f : ldexpf(1.0f, t->scale_exp);
+}
+
+void tessera_stats(const tessera *t, struct tessera_stats *out)
+{
+    *out = t->stats;
+    out->loss_scale = tessera_loss_scale(t);
+}

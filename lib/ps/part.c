@@ -420,33 +420,6 @@ ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
     return st;
 }
 
-ts_status ts_part_wait(struct ts_part *p, uint64_t want, int ms, const atomic_bool *cancel,
-                       uint64_t *version, struct ts_err *err)
-{
-    ts_status st;
-
-    pthread_mutex_lock(&p->mu);
-    st = wait_ready(p, want, ms, cancel, err);
-    if (!st)
-        *version = p->version;
-    pthread_mutex_unlock(&p->mu);
-    return st;
-}
-
-ts_status ts_part_read(struct ts_part *p, uint64_t want, int ms, float *out, uint64_t *version,
-                       struct ts_err *err)
-{
-    ts_status st = ts_part_wait(p, want, ms, NULL, version, err);
-
-    if (st)
-        return st;
-    pthread_mutex_lock(&p->mu);
-    memcpy(out, p->value, p->len * sizeof(float));
-    *version = p->version;
-    pthread_mutex_unlock(&p->mu);
-    return TS_OK;
-}
-
 ts_status ts_part_arm(struct ts_part *p, uint64_t step, struct ts_err *err)
 {
     ts_status st = TS_OK;

@@ -18,9 +18,9 @@
  * the slowest rank's clock is at least c - staleness (SSP) or not at all (ASP).
  * Float pushes may be compressed (lib/codec); a step whose sum is not finite (an fp16 overflow,
  * with loss scaling) is skipped: the values stay, the version moves on, and every rank's next
- * pull reply says so (TS_PULL_OVERFLOW).
+ * pull says so (ts_pull_info.overflow).
  * Ownership: ts_part_create returns a partition freed with ts_part_free.
- * Threads: all functions lock the partition; ts_part_wait blocks. */
+ * Threads: all functions lock the partition; ts_part_pull blocks. */
 #ifndef TS_PS_PART_H
 #define TS_PS_PART_H
 
@@ -132,20 +132,11 @@ struct ts_pull_info {
 /* A pull by rank: BSP and REDUCE wait for version >= want; SSP and ASP take want as the rank's
  * clock and wait as the mode says (see above). Then, with out: a copy of the values into out
  * (len floats) under the lock; without (BSP and REDUCE only): p->value may be read in place
- * until the rank pushes again. TS_ETIMEDOUT after ms, TS_ECANCELLED as soon as *cancel (if not
+ * until the rank pushes again, since the next update needs that push (the shard sends pulls
+ * straight from p->value). TS_ETIMEDOUT after ms, TS_ECANCELLED as soon as *cancel (if not
  * NULL) turns true; TS_EINVAL for a rank out of range or SSP/ASP without out. */
 ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
                        const atomic_bool *cancel, float *out, struct ts_pull_info *info,
-                       struct ts_err *err) TS_MUST_CHECK;
-
-/* Waits up to ms for version >= want and sets *version. TS_ETIMEDOUT when it did not come
- * (a worker is missing); TS_ECANCELLED as soon as *cancel (if not NULL) turns true.
- * After it, p->value may be read without the lock until the calling rank pushes again: under
- * BSP the next update needs that push (the shard sends pulls straight from p->value). */
-ts_status ts_part_wait(struct ts_part *p, uint64_t want, int ms, const atomic_bool *cancel,
-                       uint64_t *version, struct ts_err *err) TS_MUST_CHECK;
-/* ts_part_wait, then a copy of the values into out (len floats) under the lock. */
-ts_status ts_part_read(struct ts_part *p, uint64_t want, int ms, float *out, uint64_t *version,
                        struct ts_err *err) TS_MUST_CHECK;
 
 /* Snapshots. ts_part_arm asks for a copy of the values and optimizer state as they are at

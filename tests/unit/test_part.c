@@ -29,6 +29,17 @@ static ts_status push(struct ts_part *p, uint32_t rank, uint64_t step, unsigned 
     return ts_part_push(p, &in, applied, e);
 }
 
+/* Rank 0's pull of version `want` into out (BSP, REDUCE); *v its version. */
+static ts_status read_at(struct ts_part *p, uint64_t want, int ms, float *out, uint64_t *v,
+                         struct ts_err *e)
+{
+    struct ts_pull_info info = { 0 };
+    ts_status st = ts_part_pull(p, 0, want, ms, NULL, out, &info, e);
+
+    *v = info.version;
+    return st;
+}
+
 static struct ts_part *mk(const struct ts_job *j)
 {
     struct ts_part *p;
@@ -65,7 +76,7 @@ static void run_order(const uint32_t *order, float *values)
                                           sizeof(g[0]), &applied, NULL), TS_OK);
             assert_int_equal(applied, k == 2);
         }
-    assert_int_equal(ts_part_read(p, 2, 1000, values, &v, NULL), TS_OK);
+    assert_int_equal(read_at(p, 2, 1000, values, &v, NULL), TS_OK);
     assert_int_equal(v, 2);
     ts_part_free(p);
 }
@@ -94,8 +105,8 @@ static void init_is_placement_independent(void **state)
      * tensor must have the very same values there. */
     assert_int_equal(ts_part_create(&j, 3, "w", 0, 0, 1500, "normal:0.1", 7, 0, 0, &whole,
                                     NULL), TS_OK);
-    assert_int_equal(ts_part_read(p, 0, 10, a, &v, NULL), TS_OK);
-    assert_int_equal(ts_part_read(whole, 0, 10, b, &v, NULL), TS_OK);
+    assert_int_equal(read_at(p, 0, 10, a, &v, NULL), TS_OK);
+    assert_int_equal(read_at(whole, 0, 10, b, &v, NULL), TS_OK);
     assert_memory_equal(a, b + 500, sizeof(a));
     ts_part_free(p);
     ts_part_free(whole);
@@ -148,8 +159,8 @@ static void bad_pushes_change_nothing(void **state)
                      TS_OK);
     assert_int_equal(push(clean, 0, 0, TS_ENC_FIXED, g0, sizeof(g0), &applied, NULL),
                      TS_OK);
-    assert_int_equal(ts_part_read(p, 1, 10, a, &v, NULL), TS_OK);
-    assert_int_equal(ts_part_read(clean, 1, 10, b, &v, NULL), TS_OK);
+    assert_int_equal(read_at(p, 1, 10, a, &v, NULL), TS_OK);
+    assert_int_equal(read_at(clean, 1, 10, b, &v, NULL), TS_OK);
     assert_memory_equal(a, b, sizeof(a));
 
     /* A step that already happened is stale. */
@@ -171,16 +182,17 @@ static void read_waits_then_times_out(void **state)
 
     for (int i = 0; i < N; i++)
         g[i] = 64.0f; /* sum 128 over 2 ranks, / batch 64 = 2 per element, lr 1 */
-    assert_int_equal(ts_part_read(p, 0, 10, before, &v, NULL), TS_OK);
+    assert_int_equal(read_at(p, 0, 10, before, &v, NULL), TS_OK);
     assert_int_equal(push(p, 0, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
-    assert_int_equal(ts_part_read(p, 1, 50, after, &v, &e), TS_ETIMEDOUT);
+    assert_int_equal(read_at(p, 1, 50, after, &v, &e), TS_ETIMEDOUT);
     assert_non_null(strstr(e.msg, "1 of 2 ranks pushed"));
     /* A cancelled wait (a shard shutting down) returns at once, not after the timeout. */
     atomic_bool cancel = true;
     memset(&e, 0, sizeof(e));
-    assert_int_equal(ts_part_wait(p, 1, 60000, &cancel, &v, &e), TS_ECANCELLED);
+    struct ts_pull_info info;
+    assert_int_equal(ts_part_pull(p, 0, 1, 60000, &cancel, after, &info, &e), TS_ECANCELLED);
     assert_int_equal(push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
-    assert_int_equal(ts_part_read(p, 1, 50, after, &v, NULL), TS_OK);
+    assert_int_equal(read_at(p, 1, 50, after, &v, NULL), TS_OK);
     for (int i = 0; i < N; i++)
         assert_true(after[i] == before[i] - 2.0f);
     ts_part_free(p);
@@ -244,7 +256,7 @@ static void reduce_returns_the_mean_gradient(void **state)
     uint64_t v;
     bool applied;
 
-    assert_int_equal(ts_part_read(ps, 0, 10, mine, &v, NULL), TS_OK);
+    assert_int_equal(read_at(ps, 0, 10, mine, &v, NULL), TS_OK);
     for (uint32_t k = 0; k < 2; k++)
         grad(k, g[k]);
     for (uint64_t step = 0; step < 3; step++) {
@@ -257,7 +269,7 @@ static void reduce_returns_the_mean_gradient(void **state)
         assert_int_equal(ts_part_pull(r, 0, step + 1, 10, NULL, red, &info, NULL), TS_OK);
         ts_optim_apply(&jr.optim, step + 1, mine, mom, red, N);
     }
-    assert_int_equal(ts_part_read(ps, 3, 10, theirs, &v, NULL), TS_OK);
+    assert_int_equal(read_at(ps, 3, 10, theirs, &v, NULL), TS_OK);
     assert_memory_equal(mine, theirs, sizeof(mine));
     ts_part_free(r);
     ts_part_free(ps);
@@ -281,7 +293,7 @@ static void overflow_skips_and_scale_divides(void **state)
         g[i] = 64.0f * 8;             /* scaled by 2^3 */
         bad[i] = i == 7 ? INFINITY : g[i];
     }
-    assert_int_equal(ts_part_read(p, 0, 10, before, &v, NULL), TS_OK);
+    assert_int_equal(read_at(p, 0, 10, before, &v, NULL), TS_OK);
     assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
     in.rank = 1;
     in.payload = bad;
@@ -316,7 +328,7 @@ static void overflow_skips_and_scale_divides(void **state)
         assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
     }
     memcpy(mid, after, sizeof(mid));
-    assert_int_equal(ts_part_read(p, 3, 10, after, &v, NULL), TS_OK);
+    assert_int_equal(read_at(p, 3, 10, after, &v, NULL), TS_OK);
     for (int i = 0; i < N; i++)
         assert_true(after[i] == mid[i] - 1.0f);
     ts_part_free(p);

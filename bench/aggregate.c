@@ -177,22 +177,6 @@ static ts_status run_exact(const struct opts *o, struct bufs *b, enum mode m, bo
     return s;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-static double median(const double *v, int64_t n)
-{
-    double s[MAX_REPS];
-
-    memcpy(s, v, (size_t)n * sizeof(double));
-    qsort(s, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
 /* Rep -1 warms up; each rep runs every mode once. Then checks that the exact modes agree. */
 static ts_status run_all(const struct opts *o, struct bufs *b, struct results *r,
                          struct ts_err *err)
@@ -228,11 +212,11 @@ static ts_status run_all(const struct opts *o, struct bufs *b, struct results *r
     if (memcmp(b->check, b->mean_fx, bytes))
         return ts_err_set(err, TS_EINTERNAL, "exact: reverse order gave other bits");
     for (int m = 0; m < NMODES; m++) {
-        r->med_ms[m] = median(r->ms[m], o->reps);
+        r->med_ms[m] = bench_median(r->ms[m], (size_t)o->reps);
         r->gbps[m] = (double)o->inputs * (double)bytes / (r->med_ms[m] / 1e3) / 1e9;
     }
     for (int k = 0; k < NSTAGES; k++)
-        r->med_stage[k] = median(r->stage_ms[k], o->reps);
+        r->med_stage[k] = bench_median(r->stage_ms[k], (size_t)o->reps);
     return TS_OK;
 }
 

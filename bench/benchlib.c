@@ -241,3 +241,47 @@ ts_status bench_write_json(struct ts_json *j, const char *path, struct ts_err *e
     free(text);
     return st;
 }
+
+static int cmp_double(const void *pa, const void *pb)
+{
+    double a = *(const double *)pa, b = *(const double *)pb;
+
+    return (a > b) - (a < b);
+}
+
+double bench_median(const double *v, size_t n)
+{
+    double *s = malloc(n * sizeof(double)), m;
+
+    if (!s)
+        return v[0];
+    memcpy(s, v, n * sizeof(double));
+    qsort(s, n, sizeof(double), cmp_double);
+    m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    free(s);
+    return m;
+}
+
+double bench_gbps(size_t bytes, int64_t ns)
+{
+    return ns > 0 ? (double)bytes / (double)ns : 0;
+}
+
+double bench_memcpy_gbps(void *dst, const void *src, size_t bytes, int reps)
+{
+    static volatile unsigned char sink; /* keeps the copies alive */
+    double *g = malloc((size_t)(reps > 0 ? reps : 1) * sizeof(double)), m;
+
+    if (!g)
+        return 0;
+    for (int k = 0; k < reps; k++) {
+        int64_t t0 = now_ns();
+
+        memcpy(dst, src, bytes);
+        g[k] = bench_gbps(bytes, now_ns() - t0);
+        sink = sink + ((unsigned char *)dst)[(size_t)k % bytes];
+    }
+    m = bench_median(g, (size_t)(reps > 0 ? reps : 1));
+    free(g);
+    return m;
+}

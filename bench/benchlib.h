@@ -44,6 +44,14 @@ ts_status master_start(const char *bin, struct master *m, struct ts_err *err) TS
 /* Returns false if the master did not exit cleanly. */
 bool master_stop(struct master *m);
 
+/* The median of v[0..n), n >= 1 (v is left as it is). */
+double bench_median(const double *v, size_t n);
+/* bytes / ns: GB/s (1e9 B/s); 0 for ns <= 0. */
+double bench_gbps(size_t bytes, int64_t ns);
+/* The median GB/s of `reps` memcpy of bytes from src to dst: the baseline of the benchmarks
+ * that move or scan memory. */
+double bench_memcpy_gbps(void *dst, const void *src, size_t bytes, int reps);
+
 /* "2 cpus, AMD EPYC ..." from /proc/cpuinfo, for the JSON's machine field. */
 void machine_desc(char *buf, size_t n);
 /* mkdir -p of the directory part of path (for --out). */

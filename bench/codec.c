@@ -75,36 +75,7 @@ static void fill(float *x, size_t n, uint64_t seed)
         x[i] *= 10;
 }
 
-static int cmp_double(const void *pa, const void *pb)
-{
-    double a = *(const double *)pa, b = *(const double *)pb;
-
-    return (a > b) - (a < b);
-}
-
-static double median(double *x, int n)
-{
-    qsort(x, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
-}
-
-static double gbps(size_t bytes, int64_t ns) { return ns > 0 ? (double)bytes / (double)ns : 0; }
-
-static volatile uint64_t sink;      /* keeps results alive */
-
-static double time_memcpy(struct run *r)
-{
-    double g[MAX_REPS];
-
-    for (int k = 0; k < r->o.reps; k++) {
-        int64_t t0 = now_ns();
-
-        memcpy(r->copy, r->g, r->n * 4);
-        g[k] = gbps(r->n * 4, now_ns() - t0);
-        sink += (uint64_t)r->copy[k];
-    }
-    return median(g, (int)r->o.reps);
-}
+static volatile uint64_t sink; /* keeps results alive */
 
 /* One op of codec c, timed --reps times. The payload holds c's encoding of g throughout. */
 static double time_op(struct run *r, const struct ts_codec *c, int op)
@@ -124,15 +95,15 @@ static double time_op(struct run *r, const struct ts_codec *c, int op)
             ts_codec_decode(c->kind, r->payload, ts_codec_max_bytes(c, r->n), r->n, r->acc);
         else
             ts_codec_add(c->kind, r->payload, ts_codec_max_bytes(c, r->n), r->n, 0.25f, r->acc);
-        g[k] = gbps(r->n * 4, now_ns() - t0);
+        g[k] = bench_gbps(r->n * 4, now_ns() - t0);
         sink += r->payload[k] + (uint64_t)r->acc[k];
     }
-    return median(g, (int)r->o.reps);
+    return bench_median(g, (size_t)r->o.reps);
 }
 
 static ts_status measure(struct run *r, struct ts_err *err)
 {
-    r->memcpy_gbps = time_memcpy(r);
+    r->memcpy_gbps = bench_memcpy_gbps(r->copy, r->g, r->n * 4, (int)r->o.reps);
     for (int i = 0; i < NCODEC; i++) {
         struct ts_codec c;
         size_t bytes;

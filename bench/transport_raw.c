@@ -55,21 +55,6 @@ struct config {
     char error[256];
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-    double s[MAX_RUNS];
-
-    memcpy(s, v, sizeof(double) * (size_t)n);
-    qsort(s, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
 /* ---- the peer process ---- */
 
 static int peer_serve(struct ts_conn *c, uint8_t *buf, size_t cap)
@@ -266,9 +251,9 @@ static bool bench_all(const struct opts *o, struct config *cf, int n, uint8_t *b
         }
         if (cf[i].error[0])
             continue;
-        cf[i].one_way_med = median(cf[i].one_way, (int)o->runs);
-        cf[i].round_trip_med = median(cf[i].round_trip, (int)o->runs);
-        cf[i].framed_med = median(cf[i].framed, (int)o->runs);
+        cf[i].one_way_med = bench_median(cf[i].one_way, (size_t)o->runs);
+        cf[i].round_trip_med = bench_median(cf[i].round_trip, (size_t)o->runs);
+        cf[i].framed_med = bench_median(cf[i].framed, (size_t)o->runs);
     }
     return ok;
 }

@@ -97,33 +97,7 @@ static void perturb(float *b, const float *a, size_t n, size_t every)
 
 /* ---- timing ---- */
 
-static int cmp_double(const void *pa, const void *pb)
-{
-    double a = *(const double *)pa, b = *(const double *)pb;
-    return (a > b) - (a < b);
-}
-
-static double median(double *x, int n)
-{
-    qsort(x, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
-}
-
-static double gbps(size_t bytes, int64_t ns) { return ns > 0 ? (double)bytes / (double)ns : 0; }
-
 static volatile uint64_t sink; /* keeps results alive */
-
-static double time_memcpy(struct run *r)
-{
-    double g[MAX_REPS];
-    for (int k = 0; k < r->o.reps; k++) {
-        int64_t t0 = now_ns();
-        memcpy(r->c, r->a, r->n * 4);
-        g[k] = gbps(r->n * 4, now_ns() - t0);
-        sink += (uint64_t)r->c[k];
-    }
-    return median(g, (int)r->o.reps);
-}
 
 static double time_sha(struct run *r)
 {
@@ -137,10 +111,10 @@ static double time_sha(struct run *r)
         for (size_t off = 0; off < len; off += ch)
             EVP_Digest((const char *)r->a + off, len - off < ch ? len - off : ch, id, &idn,
                        EVP_sha256(), NULL);
-        g[k] = gbps(len, now_ns() - t0);
+        g[k] = bench_gbps(len, now_ns() - t0);
         sink += id[0];
     }
-    return median(g, (int)r->o.reps);
+    return bench_median(g, (size_t)r->o.reps);
 }
 
 static ts_status time_bits(struct run *r, int c, bool sha, double *out, struct ts_err *err)
@@ -154,10 +128,10 @@ static ts_status time_bits(struct run *r, int c, bool sha, double *out, struct t
         ts_status st = ts_verify_bits_compare(r->a, r->b[c], r->n, &o, &res, r->blocks, err);
         if (st != TS_OK)
             return st;
-        g[k] = gbps(r->n * 4, now_ns() - t0);
+        g[k] = bench_gbps(r->n * 4, now_ns() - t0);
         r->f.ndiff[c] = res.ndiff;
     }
-    *out = median(g, (int)r->o.reps);
+    *out = bench_median(g, (size_t)r->o.reps);
     return TS_OK;
 }
 
@@ -167,10 +141,10 @@ static double time_cosine(struct run *r)
     for (int k = 0; k < r->o.reps; k++) {
         int64_t t0 = now_ns();
         double c = ts_verify_cosine_f32(r->a, r->b[C_ALL], r->n);
-        g[k] = gbps(r->n * 4, now_ns() - t0);
+        g[k] = bench_gbps(r->n * 4, now_ns() - t0);
         sink += (uint64_t)(c * 1e6);
     }
-    return median(g, (int)r->o.reps);
+    return bench_median(g, (size_t)r->o.reps);
 }
 
 static ts_status measure(struct run *r, struct ts_err *err)
@@ -178,7 +152,7 @@ static ts_status measure(struct run *r, struct ts_err *err)
     struct figs *f = &r->f;
     ts_status st = TS_OK;
 
-    f->memcpy_gbps = time_memcpy(r);
+    f->memcpy_gbps = bench_memcpy_gbps(r->c, r->a, r->n * 4, (int)r->o.reps);
     f->sha_gbps = time_sha(r);
     for (int c = 0; c < NCASE && st == TS_OK; c++) {
         st = time_bits(r, c, false, &f->bits_gbps[c], err);

@@ -247,11 +247,11 @@ static ts_status check_id(const struct tessera *t, int id, struct ts_err *err)
     return TS_OK;
 }
 
-/* Only tensor id moves, at its own step `tstep` (pull: version tstep + 1 unless version). */
+/* Readies tensor id alone, at its own step `tstep` (pull: version `version`): the exchange
+ * that follows covers [id, id + 1) only. */
 static void only(struct tessera *t, int id, uint64_t tstep, uint64_t version)
 {
-    for (int i = 0; i < t->ntensors; i++)
-        t->tensors[i]->active = i == id;
+    t->tensors[id]->active = true;
     t->tensors[id]->tstep = tstep;
     t->tensors[id]->pull_version = version;
 }

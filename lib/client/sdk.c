@@ -327,9 +327,7 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
         tensor_free(x);
         return sdk_fail(e, &err);
     }
-    /* SSP and ASP versions count updates, not steps; such jobs start at step 0 (they are not
-     * snapshotted, so never restored). */
-    if (x->version == UINT64_MAX || t->job.mode == TS_MODE_SSP || t->job.mode == TS_MODE_ASP)
+    if (x->version == UINT64_MAX)
         x->version = 0;
     *id = t->ntensors;
     t->tensors[t->ntensors++] = x;

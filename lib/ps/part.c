@@ -346,6 +346,16 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
     return st;
 }
 
+uint64_t ts_part_step(struct ts_part *p)
+{
+    uint64_t at;
+
+    pthread_mutex_lock(&p->mu);
+    at = async_mode(p->job) ? min_clock(p) : p->version;
+    pthread_mutex_unlock(&p->mu);
+    return at;
+}
+
 /* Whether a pull by rank for want may be answered. Called with mu held. */
 static bool pull_ready(const struct ts_part *p, uint64_t want)
 {

@@ -123,6 +123,10 @@ struct ts_push {
 ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applied,
                        struct ts_err *err) TS_MUST_CHECK;
 
+/* The step the partition is at: its version (BSP, REDUCE), the slowest rank's clock (SSP,
+ * ASP, where the version counts pushes). What a registering worker starts from. */
+uint64_t ts_part_step(struct ts_part *p);
+
 /* What a pull saw. */
 struct ts_pull_info {
     uint64_t version;           /* the version of the values returned */

@@ -336,10 +336,8 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
         for (uint32_t p = 0; p < t->nparts; p++)
             if (t->parts[p]) {
                 (*owned)[(*nowned)++] = p;
-                pthread_mutex_lock(&t->parts[p]->mu);
-                if (t->parts[p]->version < *version)
-                    *version = t->parts[p]->version;
-                pthread_mutex_unlock(&t->parts[p]->mu);
+                uint64_t at = ts_part_step(t->parts[p]);
+                *version = at < *version ? at : *version;
             }
         if (*version == UINT64_MAX)
             *version = 0;

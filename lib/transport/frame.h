@@ -37,17 +37,28 @@ enum ts_frame_type {
     TS_FRAME_PARAMS = 4,    /* parameters answering a PULL; `step` is their version */
     TS_FRAME_ACK = 5,       /* a PUSH was applied to the aggregation */
     TS_FRAME_ERROR = 6,     /* `flags` holds a ts_status, the payload its message */
-    TS_FRAME_TYPE_MAX = 6,
+    /* Shared regions (region.h), on connections that can pass descriptors: */
+    TS_FRAME_SHARE = 7,     /* a region of `tensor` (flags TS_SHARE_*) was passed beside the
+                             * stream (ts_tp_send_fd, before this frame); no payload */
+    TS_FRAME_MAP = 8,       /* worker -> shard: share `tensor`'s parameters (a SHARE answers) */
+    TS_FRAME_TYPE_MAX = 8,
 };
+
+/* SHARE flags: what the region holds. */
+#define TS_SHARE_GRAD 0x1u      /* worker -> shard: the worker's gradient buffer of the tensor */
+#define TS_SHARE_PARAMS 0x2u    /* shard -> worker: the tensor's parameters, at their offsets */
 
 /* PULL flags. */
 #define TS_PULL_AFTER_PUSH 0x1u /* sent right behind this connection's pushes of the step */
+#define TS_PULL_REGION 0x2u     /* answer with no payload: the values are in the shared region */
 /* PUSH flags: bits 0-7 hold the loss scale's exponent e + 128 (0: no scaling, e = 0); the
  * payload was multiplied by 2^e. */
 #define TS_PUSH_SCALE(e) ((e) ? (uint32_t)((e) + 128) & 0xffu : 0u)
 #define TS_PUSH_SCALE_EXP(flags) (((flags) & 0xffu) ? (int)((flags) & 0xffu) - 128 : 0)
+#define TS_PUSH_REGION 0x100u   /* no payload: the gradient is in the worker's shared region */
 /* PARAMS flags; a PARAMS frame's `rank` field carries the staleness the pull saw (SSP/ASP). */
 #define TS_PARAMS_OVERFLOW 0x1u /* a step was skipped for a non-finite sum since the last pull */
+#define TS_PARAMS_REGION 0x2u   /* no payload: read the values from the shared region */
 
 struct ts_frame_hdr {
     uint16_t type;

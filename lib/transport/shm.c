@@ -306,6 +306,81 @@ static void shm_release(struct ts_conn *base, size_t n)
         futex_bump(&c->rx->space_seq);
 }
 
+/* ---- descriptors, on the Unix socket beside the rings ---- */
+
+#define FD_MAGIC 0x3144464d48535354ull  /* "TSSHMFD1": what travels with a descriptor */
+
+static ts_status shm_send_fd(struct ts_conn *base, int fd, struct ts_err *e)
+{
+    struct shm_conn *c = (struct shm_conn *)base;
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    uint64_t magic = FD_MAGIC;
+    struct iovec iov = { &magic, sizeof(magic) };
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                        .msg_controllen = sizeof(cm.buf) };
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&m);
+    int64_t deadline = ts__deadline(TS_TP_STALL_MS);
+
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+    for (;;) {
+        struct pollfd p = { .fd = c->sock, .events = POLLOUT };
+        ssize_t n = sendmsg(c->sock, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+        if (n == (ssize_t)sizeof(magic))
+            return TS_OK;
+        if (n >= 0 || (errno != EAGAIN && errno != EINTR) || atomic_load(&c->shut))
+            return ts_err_set(e, TS_EUNAVAIL, "shm %s: passing a descriptor: %s", base->peer,
+                              n >= 0 ? "short send" : strerror(errno));
+        if (ts__left_ms(deadline) == 0)
+            return ts_err_set(e, TS_EUNAVAIL, "shm %s: the peer takes no descriptors",
+                              base->peer);
+        poll(&p, 1, SLICE_MS);
+    }
+}
+
+static ts_status shm_recv_fd(struct ts_conn *base, int ms, int *fd, struct ts_err *e)
+{
+    struct shm_conn *c = (struct shm_conn *)base;
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    uint64_t magic = 0;
+    struct iovec iov = { &magic, sizeof(magic) };
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                        .msg_controllen = sizeof(cm.buf) };
+    struct pollfd p = { .fd = c->sock, .events = POLLIN };
+    ssize_t n;
+
+    *fd = -1;
+    while (poll(&p, 1, ms) < 0 && errno == EINTR)
+        ;
+    n = recvmsg(c->sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0 && errno == EAGAIN)
+        return ts_err_set(e, TS_ETIMEDOUT, "shm %s: no descriptor came within %d ms",
+                          base->peer, ms);
+    for (struct cmsghdr *cmsg = CMSG_FIRSTHDR(&m); n > 0 && cmsg; cmsg = CMSG_NXTHDR(&m, cmsg))
+        if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS &&
+            cmsg->cmsg_len == CMSG_LEN(sizeof(int)))
+            memcpy(fd, CMSG_DATA(cmsg), sizeof(int));
+    if (n != (ssize_t)sizeof(magic) || magic != FD_MAGIC || *fd < 0 ||
+        (m.msg_flags & MSG_CTRUNC)) {
+        if (*fd >= 0)
+            close(*fd);
+        *fd = -1;
+        return ts_err_set(e, n <= 0 ? TS_EUNAVAIL : TS_ECORRUPT, "shm %s: expected a "
+                          "descriptor, got %zd bytes%s", base->peer, n,
+                          n < 0 ? " (socket error)" : "");
+    }
+    return TS_OK;
+}
+
 static void shm_interrupt(struct ts_conn *base)
 {
     struct shm_conn *c = (struct shm_conn *)base;
@@ -351,6 +426,8 @@ const struct ts_transport_ops ts_transport_shm = {
     .recv = shm_recv,
     .recv_view = shm_recv_view,
     .release = shm_release,
+    .send_fd = shm_send_fd,
+    .recv_fd = shm_recv_fd,
     .interrupt = shm_interrupt,
     .shutdown = shm_shutdown,
     .close = shm_close,

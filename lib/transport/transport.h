@@ -89,6 +89,14 @@ struct ts_transport_ops {
      * only payloads whose header has arrived. */
     ts_status (*recv_view)(struct ts_conn *c, size_t n, const void **p, struct ts_err *e);
     void (*release)(struct ts_conn *c, size_t n);
+    /* Optional (NULL where the peer cannot map our memory: every connection that leaves the
+     * host). Pass a file descriptor (a shared region, region.h) beside the byte stream: the
+     * sender calls send_fd before it sends the frame that announces the descriptor, so the
+     * peer's recv_fd, called once it has read that frame, finds it waiting. recv_fd waits up
+     * to ms; the descriptor it gives is the caller's to close (close-on-exec). The sender
+     * keeps its own. Called from the connection's sending / receiving thread. */
+    ts_status (*send_fd)(struct ts_conn *c, int fd, struct ts_err *e);
+    ts_status (*recv_fd)(struct ts_conn *c, int ms, int *fd, struct ts_err *e);
     /* Makes the recv that is waiting on c for its first byte, or else the next recv that would
      * have to wait, return TS_ECANCELLED (interrupts still pending do not add up). Data that
      * has arrived wins over an interrupt, and a recv that has its first byte finishes
@@ -146,6 +154,20 @@ TS_MUST_CHECK static inline ts_status ts_tp_recv_view(struct ts_conn *c, size_t 
 static inline void ts_tp_release(struct ts_conn *c, size_t n)
 {
     c->ops->release(c, n);
+}
+/* Whether c can pass descriptors (and so share regions) with its peer. */
+static inline bool ts_tp_can_share(const struct ts_conn *c)
+{
+    return c->ops->send_fd && c->ops->recv_fd;
+}
+TS_MUST_CHECK static inline ts_status ts_tp_send_fd(struct ts_conn *c, int fd, struct ts_err *e)
+{
+    return c->ops->send_fd(c, fd, e);
+}
+TS_MUST_CHECK static inline ts_status ts_tp_recv_fd(struct ts_conn *c, int ms, int *fd,
+                                                    struct ts_err *e)
+{
+    return c->ops->recv_fd(c, ms, fd, e);
 }
 static inline void ts_tp_interrupt(struct ts_conn *c)
 {

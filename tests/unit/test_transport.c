@@ -13,10 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "transport/transport.h"
+#include "transport/region.h"
 #include "util/proc.h"
 
 #define MIB (1u << 20)
@@ -398,6 +400,75 @@ static void t_peer_exits(void **state)
     ts_tp_unlisten(l);
 }
 
+/* ---- shared regions (region.h) and descriptors beside the stream ---- */
+
+/* shm passes descriptors in order, beside the bytes; both ends then see the same memory.
+ * tcp cannot, and says so. */
+static void t_regions(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    struct pair p = make_pair(t);
+    struct ts_err err = { 0 };
+    struct ts_region r1, r2, m1 = TS_REGION_NONE, m2 = TS_REGION_NONE;
+    int fd1 = -1, fd2 = -1;
+
+    if (strcmp(t->name, "shm") != 0) {
+        assert_false(ts_tp_can_share(p.a));
+        assert_false(ts_tp_can_share(p.b));
+        close_pair(&p);
+        return;
+    }
+    assert_true(ts_tp_can_share(p.a) && ts_tp_can_share(p.b));
+    must(ts_region_create("t1", 10000, &r1, &err), &err, "create");
+    must(ts_region_create("t2", 3 * ts_page_size(), &r2, &err), &err, "create");
+    assert_int_equal(r1.size, ts_page_round(10000));
+    /* No descriptor yet: a bounded wait. */
+    assert_int_equal(ts_tp_recv_fd(p.b, 20, &fd1, &err), TS_ETIMEDOUT);
+    ts_err_clear(&err);
+    must(ts_tp_send_fd(p.a, r1.fd, &err), &err, "send r1");
+    must(ts_tp_send_fd(p.a, r2.fd, &err), &err, "send r2");
+    must(ts_tp_recv_fd(p.b, 1000, &fd1, &err), &err, "recv 1");
+    must(ts_tp_recv_fd(p.b, 1000, &fd2, &err), &err, "recv 2");
+    must(ts_region_map(fd1, 10000, false, &m1, &err), &err, "map 1");
+    assert_int_equal(m1.size, r1.size);
+    memcpy(r1.base, "written by the creator", 23);
+    assert_string_equal((const char *)m1.base, "written by the creator");
+    /* Wanting more than there is, or mapping a part that is not page-aligned, is refused. */
+    assert_int_equal(ts_region_map(dup(fd2), 4 * ts_page_size(), false, &m2, &err),
+                     TS_ECORRUPT);
+    assert_non_null(strstr(err.msg, "at least"));
+    ts_err_clear(&err);
+    {
+        uint8_t *at = mmap(NULL, 2 * ts_page_size(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+                           -1, 0);
+        assert_true(at != MAP_FAILED);
+        assert_int_equal(ts_region_map_at(fd2, at, 100, 64, &err), TS_ECORRUPT);
+        assert_int_equal(ts_region_map_at(fd2, at, 2 * ts_page_size(), ts_page_size() + 1,
+                                          &err), TS_ECORRUPT);
+        ts_err_clear(&err);
+        ((uint8_t *)r2.base)[ts_page_size() + 5] = 42;
+        must(ts_region_map_at(fd2, at, ts_page_size(), 10, &err), &err, "map_at");
+        assert_int_equal(at[5], 42);
+        munmap(at, 2 * ts_page_size());
+    }
+    close(fd2);
+    /* A memfd not sealed against shrinking would let its owner make us fault: refused. */
+    {
+        int raw = memfd_create("unsealed", MFD_CLOEXEC);
+        assert_true(raw >= 0);
+        assert_int_equal(ftruncate(raw, 4096), 0);
+        ts_err_clear(&err);
+        assert_int_equal(ts_region_map(raw, 1, false, &m2, &err), TS_ECORRUPT);
+        assert_non_null(strstr(err.msg, "sealed"));
+        assert_null(m2.base);
+    }
+    ts_region_free(&m1);
+    ts_region_free(&r1);
+    ts_region_free(&r2);
+    ts_region_free(&r2);   /* freeing twice is harmless */
+    close_pair(&p);
+}
+
 /* ---- addresses and the table ---- */
 
 static void t_usable(void **state)
@@ -452,6 +523,7 @@ int main(void)
         BOTH(t_shutdown),
         BOTH(t_peer_exits),
         BOTH(t_usable),
+        BOTH(t_regions),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -108,6 +108,22 @@ int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tesser
 int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *const *params,
                  struct tessera_error *err);
 
+/* Zero-copy buffers for tensor id (docs/transport.md, "Shared regions"), made at the first
+ * call and kept until tessera_close; the same pointers each time.
+ * - *params: numel floats, read-only. Pass it as the destination of tessera_pull /
+ *   tessera_step. Where a shard on this host holds a partition (bsp, partitions a multiple of
+ *   4 KiB) those pages are the shard's own values, mapped: nothing is copied at all, and they
+ *   always show the shard's latest version, which changes in place while a step (this rank's
+ *   push) runs: read them between a step's or pull's return and the next push. Elsewhere the
+ *   pages are private and hold what was last pulled into them.
+ * - *grad: numel elements of the push type (float; int64 in exact mode) for the caller to
+ *   write its gradient into. Passing it to tessera_push / tessera_step lets shards on this
+ *   host read it in place (no copy); do not write it while that call runs. Remote shards,
+ *   compression and sync periods copy it as any other buffer.
+ * Either pointer may be NULL when not wanted. */
+int tessera_buffers(tessera *t, int id, const float **params, void **grad,
+                    struct tessera_error *err);
+
 /* Audits a worker's own copy of the parameters against the shards (docs/verify.md): pulls
  * every registered tensor at `version` and compares it bit for bit with params[id] (numel
  * floats each). For trainers that keep or update their own copy (reduce-style loops, user

@@ -163,6 +163,7 @@ static void tensor_free(struct sdk_tensor *x)
     free(x->value);
     free(x->state);
     free(x->rgrad);
+    sdk_region_free(x);
     free(x);
 }
 
@@ -255,7 +256,7 @@ static ts_status register_local(struct tessera *t, struct sdk_tensor *x,
         ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
         st = ts_part_create(&t->job, req->tensor_id, x->name, p, off, len,
                             req->tensor->initializer, req->tensor->seed, req->fan_in,
-                            req->fan_out, &x->parts[p], err);
+                            req->fan_out, NULL, &x->parts[p], err);
         if (!st)
             ts_part_set_sync(x->parts[p], x->sync_every);
     }
@@ -285,6 +286,7 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
         return sdk_fail(e, &err);
     }
     snprintf(x->name, sizeof(x->name), "%s", name);
+    x->grad = TS_REGION_NONE;
     x->numel = 1;
     for (int i = 0; i < ndim; i++)
         x->numel *= shape[i];
@@ -323,6 +325,8 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
         st = sdk_tensor_buffers(t, x, &req, &err);
     if (!st && !t->local && !t->hello_done)
         st = sdk_hello(t, &err);
+    if (!st)
+        st = sdk_map_params(t, x, (int)req.tensor_id, &err);
     if (st) {
         tensor_free(x);
         return sdk_fail(e, &err);

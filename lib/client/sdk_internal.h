@@ -13,6 +13,7 @@
 #include "client/master_client.h"
 #include "codec/codec.h"
 #include "ps/part.h"
+#include "transport/region.h"
 #include "tessera.h"
 
 #define MAX_TENSORS 4096
@@ -42,6 +43,13 @@ struct sdk_tensor {
     bool active, encoded;
     uint64_t tstep, pull_version;
     const void *src;              /* the raw gradient pushed when not encoded */
+    /* Shared regions (sdk_region.c): */
+    float *view;                  /* numel floats in view_bytes of pages, or NULL: partitions
+                                   * mapped from their shard (view_part[p]) and private pages */
+    size_t view_bytes;
+    uint8_t *view_part;           /* per partition: mapped, so pulls say TS_PULL_REGION */
+    struct ts_region grad;        /* tessera_buffers: the caller's gradient buffer */
+    uint8_t *grad_shared;         /* per shard slot: that shard maps grad */
 };
 
 struct sdk_shard {
@@ -112,5 +120,25 @@ ts_status sdk_tensor_buffers(struct tessera *t, struct sdk_tensor *x,
 /* sdk_step.c */
 /* Names the job on every connection, once the shards know it (after a registration). */
 ts_status sdk_hello(struct tessera *t, struct ts_err *err);
+/* What a reply said besides its payload. */
+struct reply_info {
+    uint32_t flags;           /* PARAMS: TS_PARAMS_* */
+    uint32_t staleness;
+};
+/* Reads the reply to the oldest request on shard slot s, of type want for (tensor, part);
+ * PARAMS land in dst (cap bytes). An ERROR reply is its status and message. */
+ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
+                         uint32_t part, void *dst, size_t cap, struct reply_info *ri,
+                         struct ts_err *err);
+
+/* sdk_region.c */
+/* After registering x as tensor id: maps the parameters of x that shards on this host hold
+ * into x->view (bsp; skipped, with x->view NULL, where nothing can be mapped). */
+ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err);
+/* Whether partition p of x's push goes as TS_PUSH_REGION: raw, from x->grad, to a shard that
+ * maps it. */
+bool sdk_push_in_region(const struct tessera *t, const struct sdk_tensor *x, uint32_t p);
+/* Unmaps what sdk_map_params and tessera_buffers made. */
+void sdk_region_free(struct sdk_tensor *x);
 
 #endif

@@ -17,16 +17,9 @@ static size_t elem_bytes(const struct tessera *t)
     return elem_bytes_job(&t->job);
 }
 
-/* What a reply said besides its payload. */
-struct reply_info {
-    uint32_t flags;           /* PARAMS: TS_PARAMS_* */
-    uint32_t staleness;
-};
-
-/* Reads the reply to the oldest request on shard slot s; PARAMS land in dst (cap bytes). */
-static ts_status read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
-                            uint32_t part, void *dst, size_t cap, struct reply_info *ri,
-                            struct ts_err *err)
+ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
+                         uint32_t part, void *dst, size_t cap, struct reply_info *ri,
+                         struct ts_err *err)
 {
     struct ts_frame_hdr h;
     char small[512];
@@ -56,7 +49,7 @@ static ts_status read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32
     if (params && h.len != cap)
         return ts_err_set(err, TS_ECORRUPT, "shard %u: %" PRIu64 " bytes for tensor %u partition "
                           "%u, want %zu", t->shards[s].id, h.len, tensor, part, cap);
-    if (params && !direct)
+    if (params && !direct && cap)
         memcpy(dst, small, cap);
     if (ri) {
         ri->flags = h.flags;
@@ -75,7 +68,7 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
         st = ts_frame_send(t->shards[i].conn, &h, t->job.id, strlen(t->job.id), err);
     }
     for (size_t i = 0; !st && i < t->nshards; i++)
-        st = read_reply(t, (uint32_t)i, TS_FRAME_ACK, 0, 0, NULL, 0, NULL, err);
+        st = sdk_read_reply(t, (uint32_t)i, TS_FRAME_ACK, 0, 0, NULL, 0, NULL, err);
     t->hello_done = !st;
     return st;
 }
@@ -159,6 +152,14 @@ static ts_status send_all(struct tessera *t, int first, int last, bool push, uin
                                       .rank = t->rank,
                                       .flags = push ? TS_PUSH_SCALE(in.scale_exp) : flags,
                                       .encoding = push ? (uint16_t)in.encoding : 0 };
+            /* Shared regions: the shard reads the gradient, or the worker the values, in
+             * place; the frame carries no payload. */
+            if (push && sdk_push_in_region(t, x, p)) {
+                h.flags |= TS_PUSH_REGION;
+                in.bytes = 0;
+            }
+            if (!push && x->view_part && x->view_part[p])
+                h.flags |= TS_PULL_REGION;
             st = ts_frame_send(t->shards[x->owner[p]].conn, &h, push ? in.payload : NULL,
                                push ? in.bytes : 0, err);
         }
@@ -179,10 +180,21 @@ static ts_status read_all(struct tessera *t, int first, int last, float *const *
             struct reply_info ri = { 0 };
             struct ts_err e = { 0 };
             ts_status r;
+            bool region = params && x->view_part && x->view_part[p];
+            float *dst = NULL;
             ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
-            r = read_reply(t, x->owner[p], params ? TS_FRAME_PARAMS : TS_FRAME_ACK,
-                           (uint32_t)i, p, params ? pull_dst(t, x, params[i - first], off) : NULL,
-                           len * sizeof(float), &ri, &e);
+            if (params)
+                dst = pull_dst(t, x, params[i - first], off);
+            r = sdk_read_reply(t, x->owner[p], params ? TS_FRAME_PARAMS : TS_FRAME_ACK,
+                               (uint32_t)i, p, region ? NULL : dst,
+                               region ? 0 : len * sizeof(float), &ri, &e);
+            if (!r && region && !(ri.flags & TS_PARAMS_REGION))
+                r = ts_err_set(&e, TS_ECORRUPT, "shard %u: tensor %d partition %u came without "
+                               "its payload, not from the shared region", t->shards[x->owner[p]].id,
+                               i, p);
+            /* The values are in the region until this rank pushes again (part.h). */
+            if (!r && region && dst != x->view + off)
+                memcpy(dst, x->view + off, len * sizeof(float));
             if (!r && params)
                 note_reply(t, x, p, &ri);
             if (r && !*first_err) {

@@ -74,8 +74,12 @@ struct ts_part {
     uint32_t tensor_id, index;
     uint64_t offset, len;       /* elements of the tensor */
     uint64_t version;
-    float *value;               /* len */
+    float *value;               /* len; the caller's storage when !value_owned */
+    bool value_owned;
     float *state;               /* ts_optim_state_len * len */
+    /* The step's sum so far: set by its first push, added to by the others; the last push of
+     * a raw float step is added on the way into apply() instead. Between steps it holds
+     * leftovers, never read (no clearing pass). */
     int64_t *acc_fixed;         /* exact mode */
     float *acc_f32;             /* otherwise */
     float *grad;                /* scratch: one block of the applied gradient */
@@ -96,11 +100,13 @@ struct ts_part {
 };
 
 /* Creates partition `index` ([offset, offset+len) of tensor `name`) and initialises its values
- * with lib/tensor's deterministic initializer. */
+ * with lib/tensor's deterministic initializer. storage: NULL to allocate the values here, or
+ * len floats of the caller's (a shard's shared region, which co-located workers map) that
+ * must outlive the partition; ts_part_free leaves them alone. */
 ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const char *name,
                          uint32_t index, uint64_t offset, uint64_t len, const char *init,
-                         uint64_t seed, uint64_t fan_in, uint64_t fan_out, struct ts_part **out,
-                         struct ts_err *err) TS_MUST_CHECK;
+                         uint64_t seed, uint64_t fan_in, uint64_t fan_out, float *storage,
+                         struct ts_part **out, struct ts_err *err) TS_MUST_CHECK;
 void ts_part_free(struct ts_part *p);
 
 /* The tensor's sync period (>= 1; 0 counts as 1): the applied gradient is the sum divided by

@@ -17,12 +17,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "transport/frame.h"
+#include "transport/region.h"
 #include "util/log.h"
 
 #define ACCEPT_POLL_MS 200
 #define PULL_WAIT_MS 120000
+
+/* What this connection shares with its worker, per tensor (region.h). */
+struct dp_region {
+    struct ts_region grad;          /* the worker's gradient buffer, mapped read-only */
+    bool params;                    /* the worker maps our values (MAP answered) */
+};
 
 struct dp_conn {
     struct dataplane *dp;
@@ -32,6 +40,7 @@ struct dp_conn {
     float *copy;                    /* SSP/ASP pulls: the values copied under the lock */
     size_t copy_cap;                /* floats */
     bool after_pull;                /* the last request was a PULL */
+    struct dp_region *regions;      /* by tensor id; NULL until the first SHARE or MAP */
     pthread_t thread;
     struct dp_conn *next;
     atomic_bool done;
@@ -72,6 +81,29 @@ static ts_status reply_error(struct ts_conn *c, const struct ts_frame_hdr *req,
     return ts_frame_send(c, &h, e->msg, strlen(e->msg), &ignore);
 }
 
+/* Points a push that says TS_PUSH_REGION at partition p's slice of the worker's gradient
+ * region: raw floats, or int64 in exact mode, at the partition's offset. */
+static ts_status in_region(struct dp_conn *dc, const struct ts_frame_hdr *h,
+                           const struct ts_part *p, struct ts_push *in, struct ts_err *err)
+{
+    const struct ts_region *r = dc->regions ? &dc->regions[h->tensor].grad : NULL;
+    size_t elem = dc->job->job.exact ? sizeof(int64_t) : sizeof(float);
+
+    if (!r || !r->base)
+        return ts_err_set(err, TS_ESTATE, "tensor %u: a push from a shared region, but this "
+                          "connection shared none for it (send SHARE first)", h->tensor);
+    if (h->len || (h->encoding != TS_ENC_RAW && h->encoding != TS_ENC_FIXED))
+        return ts_err_set(err, TS_EINVAL, "tensor %u: a push from a shared region carries no "
+                          "payload and is raw (encoding %u, %" PRIu64 " bytes)", h->tensor,
+                          h->encoding, h->len);
+    if ((p->offset + p->len) * elem > r->size)
+        return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: past the end of the shared "
+                          "region (%zu bytes)", h->tensor, h->partition, r->size);
+    in->payload = (const char *)r->base + p->offset * elem;
+    in->bytes = p->len * elem;
+    return TS_OK;
+}
+
 static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
                          struct ts_err *err)
 {
@@ -89,6 +121,8 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
         return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
                           "register the tensor, or refresh the shard map", h->tensor,
                           h->partition);
+    if ((h->flags & TS_PUSH_REGION) && in_region(dc, h, p, &in, err))
+        return err->code;
     if (ts_part_push(p, &in, &applied, err))
         return err->code;
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
@@ -108,6 +142,10 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
                           "register the tensor, or refresh the shard map", h->tensor,
                           h->partition);
     /* The version asked for needs the push that was refused: it would never come. */
+    if ((h->flags & TS_PULL_REGION) &&
+        (copy || !dc->regions || !dc->regions[h->tensor].params))
+        return ts_err_set(err, TS_ESTATE, "tensor %u: a pull from the shared region, but this "
+                          "connection does not map it (send MAP first; bsp only)", h->tensor);
     if ((h->flags & TS_PULL_AFTER_PUSH) && dc->push_refused)
         return ts_err_set(err, TS_ESTATE, "pull of version %" PRIu64 " refused: a push of this "
                           "step was refused (see the error before)", h->step);
@@ -128,12 +166,97 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
     /* SSP/ASP: from the copy. Otherwise straight from the partition: it cannot change before
      * this rank pushes again (part.h), so neither can its hash; version is the partition's
      * until then. */
+    if (h->flags & TS_PULL_REGION) {   /* the worker reads them where they are */
+        out.flags |= TS_PARAMS_REGION;
+        return ts_frame_send(dc->c, &out, NULL, 0, err);
+    }
     if (copy)
         return ts_frame_send(dc->c, &out, dc->copy, p->len * sizeof(float), err);
     if (!ts_frame_wants_hash(dc->c))
         return ts_frame_send(dc->c, &out, p->value, p->len * sizeof(float), err);
     return ts_frame_send_hashed(dc->c, &out, p->value, p->len * sizeof(float),
                                 pull_sum(dc->dp, p, info.version), err);
+}
+
+/* The tensor a SHARE or MAP names, with this connection's region slot for it. */
+static ts_status region_slot(struct dp_conn *dc, uint32_t tensor, struct shard_tensor **t,
+                             struct dp_region **r, struct ts_err *err)
+{
+    if (!dc->job)
+        return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
+    if (!(*t = shard_params_tensor(dc->dp->params, dc->job, tensor)))
+        return ts_err_set(err, TS_ENOTFOUND, "tensor %u is not registered in job '%s'", tensor,
+                          dc->job->job.id);
+    if (!dc->regions) {
+        if (!(dc->regions = calloc(SHARD_MAX_TENSORS, sizeof(*dc->regions))))
+            return ts_err_set(err, TS_ENOMEM, "out of memory");
+        for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
+            dc->regions[i].grad = TS_REGION_NONE;
+    }
+    *r = &dc->regions[tensor];
+    return TS_OK;
+}
+
+/* The worker shares its gradient buffer of a tensor: map it read-only; pushes that say
+ * TS_PUSH_REGION read from it (in_region). The descriptor comes first, beside the stream: a
+ * SHARE without one leaves the two out of step, so the connection is closed. */
+static ts_status on_share(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
+{
+    struct shard_tensor *t;
+    struct dp_region *r;
+    struct ts_region g;
+    int fd = -1;
+
+    if (!ts_tp_can_share(dc->c) || ts_tp_recv_fd(dc->c, 1000, &fd, err)) {
+        if (!err->code)
+            ts_err_set(err, TS_EINVAL, "SHARE on a %s connection, which cannot pass regions",
+                       dc->c->ops->name);
+        reply_error(dc->c, h, err);
+        return TS_EUNAVAIL;
+    }
+    if (h->flags != TS_SHARE_GRAD) {
+        close(fd);
+        return ts_err_set(err, TS_EINVAL, "SHARE flags %#x: a worker shares only gradients "
+                          "(%#x)", h->flags, TS_SHARE_GRAD);
+    }
+    if (region_slot(dc, h->tensor, &t, &r, err)) {
+        close(fd);
+        return err->code;
+    }
+    if (ts_region_map(fd, t->numel * (dc->job->job.exact ? sizeof(int64_t) : sizeof(float)),
+                      false, &g, err)) {
+        ts_err_prefix(err, "tensor '%s' gradient", t->name);
+        return err->code;
+    }
+    ts_region_free(&r->grad);
+    r->grad = g;
+    return ts_frame_send(dc->c, &(struct ts_frame_hdr){ .type = TS_FRAME_ACK,
+                                                        .tensor = h->tensor }, NULL, 0, err);
+}
+
+/* The worker asks to map a tensor's values: pass the region's descriptor, then a SHARE. Only
+ * where values change just between a rank's push and its next pull (bsp, reduce). */
+static ts_status on_map(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
+{
+    struct ts_frame_hdr out = { .type = TS_FRAME_SHARE, .tensor = h->tensor,
+                                .flags = TS_SHARE_PARAMS };
+    struct shard_tensor *t;
+    struct dp_region *r;
+    ts_status st;
+
+    if (region_slot(dc, h->tensor, &t, &r, err))
+        return err->code;
+    if (dc->job->job.mode == TS_MODE_SSP || dc->job->job.mode == TS_MODE_ASP)
+        return ts_err_set(err, TS_ESTATE, "tensor '%s': mode %s updates values under a reader; "
+                          "pull copies instead", t->name, ts_mode_name(dc->job->job.mode));
+    if (!t->values.base || !ts_tp_can_share(dc->c))
+        return ts_err_set(err, TS_ENOTSUP, "tensor '%s': its values are not shared (%s); pull "
+                          "copies instead", t->name, t->values.base ? "the connection cannot "
+                          "pass regions" : "small, or no memfd");
+    if ((st = ts_tp_send_fd(dc->c, t->values.fd, err)))
+        return st == TS_EUNAVAIL ? st : TS_EUNAVAIL;
+    r->params = true;
+    return ts_frame_send(dc->c, &out, NULL, 0, err);
 }
 
 /* Names the connection's job. The reply (ACK or ERROR) tells the worker whether it exists. */
@@ -188,6 +311,10 @@ static void *conn_main(void *arg)
         }
         else if (h.type == TS_FRAME_HELLO)
             st = on_hello(dc, &h, in, &err);
+        else if (h.type == TS_FRAME_SHARE)
+            st = on_share(dc, &h, &err);
+        else if (h.type == TS_FRAME_MAP)
+            st = on_map(dc, &h, &err);
         else
             st = ts_err_set(&err, TS_EINVAL, "frame type %u is not a request", h.type);
         /* Done with the payload: let the worker reuse its place in the ring. */
@@ -199,6 +326,10 @@ static void *conn_main(void *arg)
     }
     free(buf);
     free(dc->copy);
+    for (size_t i = 0; dc->regions && i < SHARD_MAX_TENSORS; i++)
+        ts_region_free(&dc->regions[i].grad);
+    free(dc->regions);
+    ts_tp_shutdown(dc->c);   /* the worker sees the hang-up now, not when reap() closes it */
     atomic_store(&dc->done, true);
     return NULL;
 }

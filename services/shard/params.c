@@ -27,6 +27,7 @@ static void tensor_free(struct shard_tensor *t)
     for (uint32_t i = 0; t->parts && i < t->nparts; i++)
         ts_part_free(t->parts[i]);
     free(t->parts);
+    ts_region_free(&t->values);   /* after the partitions that lived in it */
     free(t);
 }
 
@@ -235,6 +236,18 @@ static const ts_tensor_manifest *restored_tensor(const struct shard_params *sp,
     return NULL;
 }
 
+/* Gives t a shared region for its values (params.h), or leaves it without one (private
+ * values, copied to workers) where none can be made. */
+static void share_values(struct shard_tensor *t)
+{
+    struct ts_err e = { 0 };
+
+    if (ts_region_create("tessera-params", t->numel * sizeof(float), &t->values, &e)) {
+        ts_log(TS_DEBUG, "shard", "tensor '%s': %s; its values stay private", t->name, e.msg);
+        t->values = TS_REGION_NONE;
+    }
+}
+
 static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
                                struct ts_cluster *cl, uint32_t my_id,
                                const Tessera__V1__RegisterTensorRequest *req, uint64_t numel,
@@ -247,6 +260,7 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
 
     if (!t)
         return ts_err_set(err, TS_ENOMEM, "out of memory");
+    t->values = TS_REGION_NONE;
     t->id = req->tensor_id;
     snprintf(t->name, sizeof(t->name), "%s", s->name);
     snprintf(t->init, sizeof(t->init), "%s", s->initializer);
@@ -270,8 +284,11 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
         if ((st = ts_cluster_locate(cl, t->name, p, &owner, err)) || owner != my_id)
             continue;
         ts_partition_range(numel, sizeof(float), t->partition_bytes, p, &off, &len);
+        if (!t->values.base && numel * sizeof(float) >= SHARD_REGION_MIN_BYTES)
+            share_values(t);
         st = ts_part_create(&sj->job, t->id, t->name, p, off, len, t->init, t->seed, t->fan_in,
-                            t->fan_out, &t->parts[p], err);
+                            t->fan_out, t->values.base ? (float *)t->values.base + off : NULL,
+                            &t->parts[p], err);
         if (!st)
             ts_part_set_sync(t->parts[p], t->sync_every);
         /* Not yet visible to anyone: its values and version are ours to set. */
@@ -345,6 +362,19 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     }
     pthread_mutex_unlock(&sp->mu);
     return st;
+}
+
+struct shard_tensor *shard_params_tensor(struct shard_params *sp, struct shard_job *sj,
+                                         uint32_t tensor)
+{
+    struct shard_tensor *t = NULL;
+
+    if (!sj || tensor >= SHARD_MAX_TENSORS)
+        return NULL;
+    pthread_mutex_lock(&sp->mu);
+    t = sj->tensors[tensor];
+    pthread_mutex_unlock(&sp->mu);
+    return t;
 }
 
 struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *sj,

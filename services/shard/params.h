@@ -18,9 +18,13 @@
 #include "ps/part.h"
 #include "rpc/rpc.h"
 #include "snapshot/snapshot.h"
+#include "transport/region.h"
 
 #define SHARD_MAX_TENSORS 4096
 #define SHARD_MAX_DIMS 8
+/* Tensors from this size get a shared region for their values (smaller ones cost little to
+ * copy, and each region holds a descriptor open). */
+#define SHARD_REGION_MIN_BYTES (64u << 10)
 
 struct shard_tensor {
     uint32_t id;
@@ -32,6 +36,10 @@ struct shard_tensor {
     size_t ndim;
     uint32_t nparts;
     struct ts_part **parts;            /* by index; NULL where another shard holds it */
+    /* The values of this shard's partitions, each at its offset in the tensor (numel floats,
+     * only this shard's pages touched), which co-located workers map read-only (dataplane.c,
+     * MAP). TS_REGION_NONE where memfds cannot be made: the partitions then hold their own. */
+    struct ts_region values;
 };
 
 #define SHARD_MAX_JOBS 64
@@ -73,6 +81,10 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
 
 /* The job named id, or NULL. Jobs live until shard_params_fini. */
 struct shard_job *shard_params_job(struct shard_params *sp, const char *id);
+/* The tensor, or NULL if it is not registered in the job. Tensors live until
+ * shard_params_fini. */
+struct shard_tensor *shard_params_tensor(struct shard_params *sp, struct shard_job *job,
+                                         uint32_t tensor);
 /* The partition, or NULL if this shard does not hold it. */
 struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *job,
                                   uint32_t tensor, uint32_t part);

@@ -101,13 +101,17 @@ static int setup(struct run *r, struct tessera_error *e)
     for (int i = 0; i < TS_MLP_NTENSORS; i++) {
         uint64_t shape[2] = { mt[i].rows, mt[i].cols };
         uint64_t n = ts_mlp_numel(i);
+        const float *view;
         if (tessera_register(r->t, mt[i].name, shape, mt[i].cols > 1 ? 2 : 1, mt[i].init,
                              o->seed, mt[i].fan_in, mt[i].fan_out, o->partition_bytes,
                              &r->ids[i], e))
             return say(e, "register");
-        r->params[i] = malloc(n * sizeof(float));
+        /* The SDK's buffers: on one host the shards read the gradient sums where compute()
+         * writes them and the parameters are the shards' own pages (tessera.h). */
+        if (tessera_buffers(r->t, r->ids[i], &view, &r->acc[i], e))
+            return say(e, "buffers");
+        r->params[i] = (float *)view;   /* read-only pages: the model only reads them */
         r->grad[i] = malloc(n * sizeof(float));
-        r->acc[i] = calloc(n, 8);
         if (i == 0)
             r->start = tessera_version(r->t, r->ids[0]);
         if (tessera_version(r->t, r->ids[i]) != r->start) {
@@ -117,7 +121,7 @@ static int setup(struct run *r, struct tessera_error *e)
                      r->start);
             return say(e, "register");
         }
-        if (!r->params[i] || !r->grad[i] || !r->acc[i] ||
+        if (!r->grad[i] ||
             tessera_pull(r->t, r->ids[i], r->start, r->params[i], e))
             return say(e, "pull");
     }
@@ -290,9 +294,7 @@ int train_run(const struct train_opts *o)
 out:
     tessera_close(r.t);
     for (int i = 0; i < TS_MLP_NTENSORS; i++) {
-        free(r.params[i]);
         free(r.grad[i]);
-        free(r.acc[i]);
     }
     free(r.xb);
     free(r.yb);

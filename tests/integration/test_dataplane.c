@@ -1,30 +1,38 @@
 /* test_dataplane.c - a worker that sends a wrong-shape tensor or a corrupted frame gets a clear
  * error, and the shard's state is unchanged. Real master and shard processes; the bad frames
- * come from a raw transport connection (tcp, or shm) wrapped in lib/transport's fault layer. */
+ * come from a raw transport connection (tcp, or shm) wrapped in lib/transport's fault layer.
+ * Shared regions (tessera_buffers): the same bits as copies, really mapped on shm, and every
+ * misuse of SHARE / MAP / region pushes and pulls refused with nothing changed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "client/master_client.h"
 #include "harness.h"
 #include "tessera.h"
 #include "transport/fault.h"
 #include "transport/frame.h"
+#include "transport/region.h"
 #include "util/log.h"
 #include "util/proc.h"
 
 #define N 1000
 
 static const char *bin, *master;
+static pid_t shard_pid;
 
 static int setup(void **state)
 {
-    if (!(master = harness_master(bin)) || harness_shard(bin, NULL, NULL) < 0 ||
+    if (!(master = harness_master(bin)) || (shard_pid = harness_shard(bin, NULL, NULL)) < 0 ||
         harness_wait_shards(1))
         return -1;
     return 0;
@@ -209,6 +217,204 @@ static void local_copy_audit(void **state)
     tessera_close(t);
 }
 
+/* ---- shared regions ---- */
+
+#define BIG (64 * 1024)      /* floats: 256 KiB, over the shard's region threshold */
+#define BIG_PART (64 << 10)  /* 4 page-aligned partitions */
+
+/* Whether process pid maps a memfd called name (at addr, when addr is not NULL). */
+static bool maps_memfd(pid_t pid, const char *name, const void *addr)
+{
+    char path[64], line[512], want[80];
+    bool found = false;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+    snprintf(want, sizeof(want), "/memfd:%s", name);
+    assert_non_null(f = fopen(path, "r"));
+    while (!found && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        if (!strstr(line, want) || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
+            continue;
+        found = !addr || ((uintptr_t)addr >= lo && (uintptr_t)addr < hi);
+    }
+    fclose(f);
+    return found;
+}
+
+/* One worker, exact: a step through tessera_buffers gives the bits of the copy path, with the
+ * parameters mapped from the shard (shm) and the gradient read in place by it. */
+static void buffers_same_bits(const char *transport, const char *job)
+{
+    struct tessera_options o = { .master = master, .job = job, .rank = 0, .workers = 1,
+                                 .exact = 1, .optimizer = "sgd:lr=0.5", .batch = 4,
+                                 .transport = transport };
+    struct tessera_error e;
+    tessera *t;
+    uint64_t shape[1] = { BIG };
+    static float before[BIG], copy[BIG], g[BIG];
+    const float *params;
+    void *grad;
+    int id;
+
+    if (tessera_connect(&o, &t, &e) ||
+        tessera_register(t, "w", shape, 1, "normal:0.1", 9, 0, 0, BIG_PART, &id, &e) ||
+        tessera_buffers(t, id, &params, &grad, &e))
+        fail_msg("%s", e.message);
+    assert_int_equal(tessera_pull(t, id, 0, before, &e), 0);
+    assert_int_equal(tessera_pull(t, id, 0, (float *)params, &e), 0);
+    assert_memory_equal(before, params, sizeof(before));
+    if (strcmp(transport, "shm") == 0) {
+        assert_true(maps_memfd(getpid(), "tessera-params", params));
+        assert_true(maps_memfd(shard_pid, "tessera-grad", NULL));
+    } else {
+        assert_false(maps_memfd(getpid(), "tessera-params", params));
+    }
+    for (int i = 0; i < BIG; i++)
+        g[i] = 0.25f * (float)(i % 5);
+    assert_int_equal(tessera_to_fixed(g, BIG, grad, &e), 0);
+    {
+        const void *gs[1] = { grad };
+        float *ps[1] = { (float *)params };
+        if (tessera_step(t, 0, gs, ps, &e))
+            fail_msg("%s", e.message);
+    }
+    for (int i = 0; i < BIG; i++)
+        assert_true(params[i] == before[i] - 0.5f * (g[i] / 4));
+    assert_int_equal(tessera_pull(t, id, 1, copy, &e), 0);
+    assert_memory_equal(copy, params, sizeof(copy));
+    /* The same pointers again; a buffer push from another array copies as before. */
+    {
+        const float *p2;
+        void *g2;
+        static int64_t fixed[BIG];
+        assert_int_equal(tessera_buffers(t, id, &p2, &g2, &e), 0);
+        assert_ptr_equal(p2, params);
+        assert_ptr_equal(g2, grad);
+        memcpy(fixed, grad, sizeof(fixed));
+        if (tessera_push(t, id, 1, fixed, &e) || tessera_pull(t, id, 2, copy, &e))
+            fail_msg("%s", e.message);
+        for (int i = 0; i < BIG; i++)
+            assert_true(copy[i] == (before[i] - 0.5f * (g[i] / 4)) - 0.5f * (g[i] / 4));
+        /* Mapped, the view is the shard's values: version 2 already. Private, it holds what
+         * was last pulled into it: version 1. */
+        for (int i = 0; i < BIG; i++)
+            assert_true(params[i] == (strcmp(transport, "shm") == 0 ? copy[i]
+                                      : before[i] - 0.5f * (g[i] / 4)));
+    }
+    tessera_close(t);
+}
+
+static void buffers_shm(void **state)
+{
+    buffers_same_bits("shm", "buffers-shm");
+}
+
+static void buffers_tcp(void **state)
+{
+    buffers_same_bits("tcp", "buffers-tcp");
+}
+
+/* A memfd of bytes, sealed as a region is, or not. */
+static int memfd_of(size_t bytes, bool sealed)
+{
+    int fd = memfd_create("test-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)bytes), 0);
+    if (sealed)
+        assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    return fd;
+}
+
+/* SHARE of fd for tensor 0; expects an ERROR saying `says` (or an ACK when says is NULL). */
+static void share(struct ts_conn *c, int fd, const char *says)
+{
+    struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .tensor = 0, .flags = TS_SHARE_GRAD };
+    char buf[64];
+
+    assert_int_equal(ts_tp_send_fd(c, fd, NULL), TS_OK);
+    assert_int_equal(ts_frame_send(c, &h, NULL, 0, NULL), TS_OK);
+    if (says) {
+        expect_error(c, says);
+        return;
+    }
+    assert_int_equal(ts_frame_recv(c, &h, buf, sizeof(buf), 5000, NULL), TS_OK);
+    assert_int_equal(h.type, TS_FRAME_ACK);
+}
+
+/* Region pushes and pulls, SHARE and MAP, misused: clear errors, nothing applied. */
+static void regions_refused(void **state)
+{
+    const char *job = "regions-bad";
+    struct tessera_options o = { .master = master, .job = job, .rank = 0, .workers = 1,
+                                 .exact = 1, .optimizer = "sgd:lr=0.5", .batch = 4,
+                                 .transport = "shm" };
+    struct tessera_error e;
+    tessera *t;
+    uint64_t shape[1] = { BIG }, small_shape[1] = { 10 };
+    static float before[BIG], after[BIG];
+    struct ts_frame_hdr push = { .type = TS_FRAME_PUSH, .tensor = 0, .partition = 0,
+                                 .step = 0, .rank = 0, .encoding = 5, .dtype = 1,
+                                 .flags = TS_PUSH_REGION };
+    struct ts_frame_hdr pull = { .type = TS_FRAME_PULL, .tensor = 0, .partition = 0,
+                                 .step = 0, .rank = 0, .flags = TS_PULL_REGION };
+    struct ts_frame_hdr map = { .type = TS_FRAME_MAP, .tensor = 1 };
+    struct ts_conn *c;
+    int id, sid;
+
+    if (tessera_connect(&o, &t, &e) ||
+        tessera_register(t, "w", shape, 1, "normal:0.1", 4, 0, 0, BIG_PART, &id, &e) ||
+        tessera_register(t, "b", small_shape, 1, "zeros", 4, 0, 0, 0, &sid, &e) ||
+        tessera_pull(t, id, 0, before, &e))
+        fail_msg("%s", e.message);
+    c = raw_connect("shm", job);
+    /* Before any SHARE or MAP: no region push, no region pull. */
+    assert_int_equal(ts_frame_send(c, &push, NULL, 0, NULL), TS_OK);
+    assert_int_equal(expect_error(c, "send SHARE first"), TS_ESTATE);
+    assert_int_equal(ts_frame_send(c, &pull, NULL, 0, NULL), TS_OK);
+    assert_int_equal(expect_error(c, "send MAP first"), TS_ESTATE);
+    /* MAP: a small tensor has no region; an unknown one does not exist. */
+    assert_int_equal(ts_frame_send(c, &map, NULL, 0, NULL), TS_OK);
+    assert_int_equal(expect_error(c, "not shared"), TS_ENOTSUP);
+    map.tensor = 7;
+    assert_int_equal(ts_frame_send(c, &map, NULL, 0, NULL), TS_OK);
+    assert_int_equal(expect_error(c, "not registered"), TS_ENOTFOUND);
+    /* SHARE: unsealed, too small, then a good one with a payload-carrying region push. */
+    share(c, memfd_of(BIG * sizeof(int64_t), false), "sealed");
+    share(c, memfd_of(BIG * sizeof(int64_t) - 4096, true), "at least");
+    share(c, memfd_of(BIG * sizeof(int64_t), true), NULL);
+    assert_int_equal(ts_frame_send(c, &push, before, 8, NULL), TS_OK);
+    assert_int_equal(expect_error(c, "carries no payload"), TS_EINVAL);
+    push.encoding = 0; /* raw float in an exact job */
+    assert_int_equal(ts_frame_send(c, &push, NULL, 0, NULL), TS_OK);
+    assert_int_equal(expect_error(c, "encoding"), TS_EINVAL);
+    ts_tp_close(c);
+    /* SHARE on tcp: refused, and the connection closed (the stream and descriptors would be
+     * out of step). */
+    c = raw_connect("tcp", job);
+    {
+        struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .flags = TS_SHARE_GRAD };
+        char buf[256];
+        assert_int_equal(ts_frame_send(c, &h, NULL, 0, NULL), TS_OK);
+        expect_error(c, "cannot pass regions");
+        assert_int_not_equal(ts_frame_recv(c, &h, buf, sizeof(buf), 5000, NULL), TS_OK);
+    }
+    ts_tp_close(c);
+    /* Nothing was applied: version 0, the same values, and a real step still works. */
+    assert_int_equal(tessera_pull(t, id, 0, after, &e), 0);
+    assert_memory_equal(before, after, sizeof(before));
+    {
+        const float *params;
+        void *grad;
+        if (tessera_buffers(t, id, &params, &grad, &e) || tessera_push(t, id, 0, grad, &e) ||
+            tessera_pull(t, id, 1, after, &e))
+            fail_msg("%s", e.message);
+        assert_memory_equal(before, after, sizeof(before));   /* a zero gradient */
+    }
+    tessera_close(t);
+}
+
 static void over_tcp(void **state)
 {
     bad_frames_change_nothing("tcp", "faults-tcp");
@@ -225,6 +431,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(over_tcp),
         cmocka_unit_test(over_shm),
         cmocka_unit_test(local_copy_audit),
+        cmocka_unit_test(buffers_shm),
+        cmocka_unit_test(buffers_tcp),
+        cmocka_unit_test(regions_refused),
     };
     if (argc < 2) {
         fprintf(stderr, "usage: test_dataplane BIN_DIR\n");

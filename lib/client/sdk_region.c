@@ -1,0 +1,177 @@
+/* sdk_region.c - the SDK's shared regions (docs/transport.md, "Shared regions"): a tensor's
+ * parameters mapped from the shards on this host, and the gradient buffer of tessera_buffers
+ * that those shards read in place.
+ *
+ * A tensor's view is one range of numel floats. At registration (bsp), each shard on this host
+ * that holds some of its partitions is asked for its region (MAP); the shard keeps every
+ * partition's values at the partition's offset in the tensor, so the same offset in the view
+ * maps it (MAP_FIXED, read-only). Partitions held by other shards, or not page-aligned, stay
+ * private pages that pulls fill. A pull of a mapped partition carries no payload: the reply
+ * says the version is there, and the SDK copies from the view only when the caller's buffer
+ * is another one. */
+#include "client/sdk_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "transport/frame.h"
+#include "util/log.h"
+
+#define FD_WAIT_MS 5000          /* a descriptor is sent before the frame announcing it */
+
+/* Private, zeroed pages for x's view (numel floats). */
+static ts_status view_alloc(struct sdk_tensor *x, struct ts_err *err)
+{
+    size_t bytes = ts_page_round(x->numel * sizeof(float));
+    void *v = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    if (v == MAP_FAILED)
+        return ts_err_set(err, TS_ENOMEM, "tensor '%s': no memory for %zu bytes of parameters",
+                          x->name, bytes);
+    x->view = v;
+    x->view_bytes = bytes;
+    return TS_OK;
+}
+
+/* Asks shard slot s for x's region and maps the partitions it holds. TS_OK with nothing
+ * mapped when the shard declines (small tensor, no memfd): those partitions stay private. */
+static ts_status map_from(struct tessera *t, struct sdk_tensor *x, int id, uint32_t s,
+                          struct ts_err *err)
+{
+    struct ts_conn *c = t->shards[s].conn;
+    struct ts_frame_hdr h = { .type = TS_FRAME_MAP, .tensor = (uint32_t)id };
+    struct ts_err e = { 0 };
+    ts_status st;
+    int fd = -1;
+
+    if ((st = ts_frame_send(c, &h, NULL, 0, err)))
+        return st;
+    st = sdk_read_reply(t, s, TS_FRAME_SHARE, (uint32_t)id, 0, NULL, 0, NULL, &e);
+    if (st == TS_ENOTSUP || st == TS_ESTATE) {
+        ts_log(TS_DEBUG, "sdk", "tensor '%s': %s", x->name, e.msg);
+        return TS_OK;
+    }
+    if (st || (st = ts_tp_recv_fd(c, FD_WAIT_MS, &fd, &e)))
+        return ts_err_set(err, st, "tensor '%s': mapping its parameters: %s", x->name, e.msg);
+    for (uint32_t p = 0; !st && p < x->nparts; p++) {
+        uint64_t off, len;
+        if (x->owner[p] != s)
+            continue;
+        ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+        st = ts_region_map_at(fd, x->view + off, off * sizeof(float), len * sizeof(float), err);
+        x->view_part[p] = !st;
+    }
+    close(fd);
+    if (st)
+        ts_err_prefix(err, "tensor '%s' from shard %u", x->name, t->shards[s].id);
+    return st;
+}
+
+ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err)
+{
+    ts_status st;
+
+    if (t->local || t->job.mode != TS_MODE_BSP ||
+        x->partition_bytes % ts_page_size() != 0)
+        return TS_OK;
+    if ((st = view_alloc(x, err)))
+        return st;
+    if (!(x->view_part = calloc(x->nparts, 1)))
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        bool holds = false;
+        for (uint32_t p = 0; p < x->nparts && !holds; p++)
+            holds = x->owner[p] == s;
+        if (holds && ts_tp_can_share(t->shards[s].conn) && (st = map_from(t, x, id, s, err)))
+            return st;
+    }
+    return TS_OK;
+}
+
+bool sdk_push_in_region(const struct tessera *t, const struct sdk_tensor *x, uint32_t p)
+{
+    return !t->local && !x->encoded && x->grad_shared && x->src == x->grad.base &&
+           x->grad_shared[x->owner[p]];
+}
+
+/* Makes x's gradient buffer and shares it with every shard on this host that holds a
+ * partition of x (SHARE, then its ACK). A shard that declines is left out: its pushes copy. */
+static ts_status grad_alloc(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err)
+{
+    size_t bytes = x->numel * elem_bytes_job(&t->job);
+    ts_status st = ts_region_create("tessera-grad", bytes, &x->grad, err);
+
+    if (st == TS_ENODEV) {   /* no memfds here: private memory, always copied */
+        void *g = mmap(NULL, ts_page_round(bytes), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (g == MAP_FAILED)
+            return ts_err_set(err, TS_ENOMEM, "tensor '%s': no memory for its gradient",
+                              x->name);
+        x->grad = (struct ts_region){ g, ts_page_round(bytes), -1 };
+        return TS_OK;
+    }
+    if (st)
+        return st;
+    if (t->local)
+        return TS_OK;
+    if (!(x->grad_shared = calloc(t->nshards, 1)))
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .tensor = (uint32_t)id,
+                                  .flags = TS_SHARE_GRAD };
+        struct ts_conn *c = t->shards[s].conn;
+        struct ts_err e = { 0 };
+        bool holds = false;
+
+        for (uint32_t p = 0; p < x->nparts && !holds; p++)
+            holds = x->owner[p] == s;
+        if (!holds || !ts_tp_can_share(c))
+            continue;
+        if ((st = ts_tp_send_fd(c, x->grad.fd, err)) || (st = ts_frame_send(c, &h, NULL, 0, err)))
+            return st;
+        st = sdk_read_reply(t, s, TS_FRAME_ACK, (uint32_t)id, 0, NULL, 0, NULL, &e);
+        if (st == TS_EUNAVAIL || st == TS_ECORRUPT || st == TS_ETIMEDOUT)
+            return ts_err_set(err, st, "tensor '%s': sharing its gradient: %s", x->name, e.msg);
+        if (st)
+            ts_log(TS_DEBUG, "sdk", "tensor '%s': shard %u: %s", x->name, t->shards[s].id, e.msg);
+        x->grad_shared[s] = !st;
+    }
+    return TS_OK;
+}
+
+int tessera_buffers(tessera *t, int id, const float **params, void **grad,
+                    struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct sdk_tensor *x;
+
+    if (id < 0 || id >= t->ntensors) {
+        ts_err_set(&err, TS_EINVAL, "tensor id %d is not registered (%d tensors)", id,
+                   t->ntensors);
+        return sdk_fail(e, &err);
+    }
+    x = t->tensors[id];
+    if (params && !x->view && view_alloc(x, &err))
+        return sdk_fail(e, &err);
+    if (grad && !x->grad.base && grad_alloc(t, x, id, &err))
+        return sdk_fail(e, &err);
+    if (params)
+        *params = x->view;
+    if (grad)
+        *grad = x->grad.base;
+    return sdk_ok(e);
+}
+
+void sdk_region_free(struct sdk_tensor *x)
+{
+    if (x->view)
+        munmap(x->view, x->view_bytes);
+    x->view = NULL;
+    free(x->view_part);
+    x->view_part = NULL;
+    ts_region_free(&x->grad);
+    free(x->grad_shared);
+    x->grad_shared = NULL;
+}

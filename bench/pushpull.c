@@ -12,7 +12,17 @@
  * algbw = S / step (GB/s = 1e9 B/s), as for an all-reduce. Workers report on a pipe: "ready"
  * after the warm-up (the parent then reads the CPU clocks), then step times and CPU time. Every
  * child is stopped by pid at the end, on errors and on signals, and has PR_SET_PDEATHSIG.
- * Output: two tables, and bench/results/pushpull.json whose headline is best vs gloo at 64 MiB. */
+ *
+ * Buffers: each (transport, mode, size) runs with the worker's own malloc'd buffers ("shm") and
+ * with tessera_buffers' ("shm+buffers"; --buffers picks): the gradient is written once into the
+ * SDK's buffer, version 0 pulled into its params pointer, and both passed to every step. On shm
+ * the shard then reads the gradient in place and the params pages are its own values mapped
+ * read-only: a step copies nothing. That is fair against gloo, whose all_reduce is in place on
+ * the tensor too: a trainer computes its gradient into that buffer and reads its parameters
+ * there (as with BytePS's shared-memory tensors), and every step still pushes a gradient and
+ * waits for the next version. Own buffers are what a trainer with its own tensors gets.
+ * Output: two tables, and bench/results/pushpull.json whose headline is the best run of either
+ * kind vs gloo at 64 MiB, and headline_copy the best own-buffers run. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -43,6 +53,7 @@
 #define STEP_TIMEOUT_MS 60000      /* a worker stuck on a pull gives up after this */
 #define SHARD_WAIT_MS 15000        /* shards must be in the map within this */
 #define HEADLINE_MIB 64
+#define FILL_CHUNK 4096            /* floats converted per tessera_to_fixed call (stack) */
 #define GOAL_BEST 2.0              /* best transport / gloo at 64 MiB */
 #define GOAL_TCP 0.8               /* tcp / gloo at 64 MiB */
 /* The issue asked for lr = 0 (parameters that never change); lib/tensor refuses lr <= 0, so the
@@ -50,23 +61,25 @@
 #define OPTIMIZER "sgd:lr=1e-9"
 
 struct opts {
-    const char *bin, *sizes_s, *transports_s, *out, *python, *tp[2];
+    const char *bin, *sizes_s, *transports_s, *buffers_s, *out, *python, *tp[2];
     int64_t iters, sizes[MAX_SIZES];
-    int nsizes, ntp;
-    bool exact, quick;
+    int nsizes, ntp, nbuf;
+    bool exact, quick, buf[2];     /* buf: the --buffers kinds in order, true for "shared" */
 };
 
-/* One transport, mode and size. Times are per step in ms; CPU is summed over the processes. */
+/* One transport, buffers kind, mode and size. Times are per step in ms; CPU is summed over the
+ * processes. name: the transport, "+buffers" for a tessera_buffers run ("shm+buffers"). */
 struct run {
     const char *transport;
-    bool exact, done;
+    char name[24];
+    bool buffers, exact, done;
     int64_t size_mib;
     double med_ms, min_ms, max_ms, gbs, worker_cpu_ms, shard_cpu_ms, other_cpu_ms;
 };
 
 struct results {
     char machine[192], gloo_error[256];
-    struct run runs[2 * 2 * MAX_SIZES];
+    struct run runs[2 * 2 * 2 * MAX_SIZES];   /* transports x buffers kinds x modes x sizes */
     int nruns, ngloo;
     struct { int64_t size_mib; double med_ms, gbs; } gloo[MAX_SIZES];
 };
@@ -92,7 +105,7 @@ static void on_sig(int sig)
 struct wopts {
     const char *master, *job, *transport;
     int64_t rank, bytes, iters;
-    bool exact;
+    bool exact, buffers;
 };
 
 static int werr(const struct wopts *w, const char *what, const struct tessera_error *e)
@@ -101,29 +114,71 @@ static int werr(const struct wopts *w, const char *what, const struct tessera_er
     return 1;
 }
 
-/* Connects, registers, warms up, says "ready", times the steps, prints one line:
- * "TRANSPORT CPU_NS NS1 .. NSn". */
+/* Writes the gradient, n elements. The values do not matter (lr ~ 0); every page is touched.
+ * Exact mode converts them here, a chunk at a time straight into the int64 buffer: converting
+ * is the trainer's work, not the step's. */
+static int fill_grad(const struct wopts *w, void *grad, size_t n)
+{
+    float chunk[FILL_CHUNK];
+    struct tessera_error e;
+
+    for (size_t i0 = 0; i0 < n; i0 += FILL_CHUNK) {
+        size_t m = n - i0 < FILL_CHUNK ? n - i0 : FILL_CHUNK;
+        float *g = w->exact ? chunk : (float *)grad + i0;
+        for (size_t i = 0; i < m; i++)
+            g[i] = 1e-3f * (float)((i0 + i) % 7);
+        if (w->exact && tessera_to_fixed(chunk, m, (int64_t *)grad + i0, &e))
+            return werr(w, "to_fixed", &e);
+    }
+    return 0;
+}
+
+/* Registers the tensor, takes the SDK's buffers for a buffers run (*params and *grad are NULL
+ * then) or keeps the caller's, writes the gradient and pulls version 0 into *params. */
+static int worker_setup(const struct wopts *w, tessera *t, float **params, void **grad)
+{
+    uint64_t shape[1] = { (uint64_t)w->bytes / sizeof(float) };
+    const float *view = NULL;
+    struct tessera_error e;
+    int id;
+
+    if (tessera_register(t, "x", shape, 1, "zeros", 1, 0, 0, 0, &id, &e))
+        return werr(w, "register", &e);
+    if (w->buffers && tessera_buffers(t, id, &view, grad, &e))
+        return werr(w, "buffers", &e);
+    /* The view is read-only to us; the SDK recognises it as the destination and then writes
+     * only the partitions it does not map (private pages). The cast meets tessera_step's
+     * float *const *. */
+    if (w->buffers)
+        *params = (float *)view;
+    if (fill_grad(w, *grad, shape[0]))
+        return 1;
+    if (tessera_pull(t, id, 0, *params, &e))
+        return werr(w, "pull version 0", &e);
+    return 0;
+}
+
+/* Connects, sets up, warms up, says "ready", times the steps, prints one line:
+ * "TRANSPORT CPU_NS NS1 .. NSn". params and grad: the worker's own, or NULL for a buffers run. */
 static int worker_run(const struct wopts *w, float *params, void *grad, int64_t *ns)
 {
     struct tessera_options to = { .master = w->master, .job = w->job, .rank = (unsigned)w->rank,
                                   .workers = NWORKERS, .exact = w->exact, .batch = 1,
                                   .optimizer = OPTIMIZER, .transport = w->transport,
                                   .timeout_ms = STEP_TIMEOUT_MS };
-    uint64_t shape[1] = { (uint64_t)w->bytes / sizeof(float) };
-    const void *grads[1] = { grad };
-    float *pp[1] = { params };
+    const void *grads[1];
+    float *pp[1];
     struct tessera_error e;
     int64_t cpu0 = 0, t0;
     tessera *t;
-    int id, rc = 0;
+    int rc;
 
     if (tessera_connect(&to, &t, &e))
         return werr(w, "connect", &e);
-    if (tessera_register(t, "x", shape, 1, "zeros", 1, 0, 0, 0, &id, &e) ||
-        tessera_pull(t, id, 0, params, &e)) {
-        rc = werr(w, "register/pull version 0", &e);
+    if ((rc = worker_setup(w, t, &params, &grad)))
         goto out_close;
-    }
+    grads[0] = grad;
+    pp[0] = params;
     for (int64_t s = 0; s < WARMUP + w->iters; s++) {
         if (s == WARMUP) {
             printf("ready\n");
@@ -148,35 +203,27 @@ out_close:
     return rc;
 }
 
-/* argv: MASTER JOB TRANSPORT RANK BYTES ITERS EXACT, as worker_spawn writes them. */
+/* argv: MASTER JOB TRANSPORT RANK BYTES ITERS EXACT BUFFERS, as worker_spawn writes them. */
 static int worker_main(int argc, char **argv)
 {
-    struct tessera_error e = { 0 };
     int rc = 1;
 
-    if (argc != 7)
+    if (argc != 8)
         return 2;
     struct wopts w = { argv[0], argv[1], argv[2], atoll(argv[3]), atoll(argv[4]), atoll(argv[5]),
-                       strcmp(argv[6], "1") == 0 };
+                       strcmp(argv[6], "1") == 0, strcmp(argv[7], "1") == 0 };
     size_t n = (size_t)w.bytes / sizeof(float);
     if (w.rank < 0 || w.rank >= NWORKERS || w.bytes < 4 || w.iters < 1)
         return 2;
-    float *params = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
-    void *grad = w.exact ? malloc(n * sizeof(int64_t)) : g;
+    /* Own buffers: memory the trainer allocated itself, which every step copies from and to. */
+    float *params = w.buffers ? NULL : malloc(n * sizeof(float));
+    void *grad = w.buffers ? NULL : malloc(n * (w.exact ? sizeof(int64_t) : sizeof(float)));
     int64_t *ns = calloc((size_t)w.iters, sizeof(*ns));
-    /* The values do not matter (lr ~ 0); every page is touched. The exact gradient is converted
-     * once, here: converting is the trainer's work, not the step's. */
-    for (size_t i = 0; g && i < n; i++)
-        g[i] = 1e-3f * (float)(i % 7);
-    if (!params || !g || !grad || !ns)
+    if (!ns || (!w.buffers && (!params || !grad)))
         fprintf(stderr, "bench_pushpull worker: out of memory for %" PRId64 " bytes\n", w.bytes);
-    else if (w.exact && tessera_to_fixed(g, n, grad, &e))
-        werr(&w, "to_fixed", &e);
     else
         rc = worker_run(&w, params, grad, ns);
-    if (grad != g)
-        free(grad);
-    free(g);
+    free(grad);
     free(params);
     free(ns);
     return rc;
@@ -291,10 +338,12 @@ static ts_status worker_spawn(const struct opts *o, const struct cluster *c, con
 {
     char job[64], rk[8], bytes[24], iters[24];
     char *argv[] = { "bench_pushpull", "--worker", (char *)c->m.target, job,
-                     (char *)r->transport, rk, bytes, iters, r->exact ? "1" : "0", NULL };
+                     (char *)r->transport, rk, bytes, iters, r->exact ? "1" : "0",
+                     r->buffers ? "1" : "0", NULL };
 
-    snprintf(job, sizeof(job), "pp-%d-%s-%" PRId64 "-%s", (int)getpid(), r->transport,
-             r->size_mib, r->exact ? "x" : "f");
+    /* One job per run: a job's tensor and its versions start afresh. */
+    snprintf(job, sizeof(job), "pp-%d-%s-%" PRId64 "-%s-%s", (int)getpid(), r->transport,
+             r->size_mib, r->exact ? "x" : "f", r->buffers ? "b" : "o");
     snprintf(rk, sizeof(rk), "%d", rank);
     snprintf(bytes, sizeof(bytes), "%" PRIu64, (uint64_t)r->size_mib * MIB);
     snprintf(iters, sizeof(iters), "%" PRId64, o->iters);
@@ -407,7 +456,7 @@ static ts_status run_one(const struct opts *o, const struct cluster *c, struct r
     int status;
 
     memset(w, 0, sizeof(w));
-    fprintf(stderr, "  %s %s %" PRId64 " MiB: %d + %" PRId64 " steps...\n", r->transport,
+    fprintf(stderr, "  %s %s %" PRId64 " MiB: %d + %" PRId64 " steps...\n", r->name,
             r->exact ? "exact" : "float", r->size_mib, WARMUP, o->iters);
     for (int k = 0; k < NWORKERS && !st; k++)
         if (!(st = worker_spawn(o, c, r, k, &w[k], err)))
@@ -427,9 +476,11 @@ static ts_status run_one(const struct opts *o, const struct cluster *c, struct r
     return st;
 }
 
-/* One cluster per transport; every size (and mode) on it. False if anything failed. */
+/* One cluster per transport; every size, mode and buffers kind on it. False if anything
+ * failed. */
 static bool run_transport(const struct opts *o, const char *tp, struct results *res)
 {
+    int per = (o->exact ? 2 : 1) * o->nbuf;   /* runs per size */
     struct ts_err err = { 0 };
     struct cluster c;
     bool ok = true;
@@ -440,17 +491,18 @@ static bool run_transport(const struct opts *o, const char *tp, struct results *
         cluster_stop(&c);
         return false;
     }
-    for (int i = 0; i < o->nsizes; i++)
-        for (int m = 0; m < (o->exact ? 2 : 1); m++) {
-            struct run *r = &res->runs[res->nruns++];
-            *r = (struct run){ .transport = tp, .exact = m == 1, .size_mib = o->sizes[i] };
-            ts_err_clear(&err);
-            if (run_one(o, &c, r, &err)) {
-                fprintf(stderr, "bench_pushpull: %s %s %" PRId64 " MiB: %s\n", tp,
-                        r->exact ? "exact" : "float", r->size_mib, err.msg);
-                ok = false;
-            }
+    for (int i = 0; i < o->nsizes * per; i++) {
+        struct run *r = &res->runs[res->nruns++];
+        *r = (struct run){ .transport = tp, .buffers = o->buf[i % o->nbuf],
+                           .exact = i % per >= o->nbuf, .size_mib = o->sizes[i / per] };
+        snprintf(r->name, sizeof(r->name), "%s%s", tp, r->buffers ? "+buffers" : "");
+        ts_err_clear(&err);
+        if (run_one(o, &c, r, &err)) {
+            fprintf(stderr, "bench_pushpull: %s %s %" PRId64 " MiB: %s\n", r->name,
+                    r->exact ? "exact" : "float", r->size_mib, err.msg);
+            ok = false;
         }
+    }
     cluster_stop(&c);
     return ok;
 }
@@ -503,12 +555,13 @@ static ts_status run_gloo(const struct opts *o, struct results *res, struct ts_e
 
 /* ---- report ---- */
 
-static const struct run *find_run(const struct results *res, const char *tp, bool exact,
-                                  int64_t mib)
+static const struct run *find_run(const struct results *res, const char *tp, bool buffers,
+                                  bool exact, int64_t mib)
 {
     for (int i = 0; i < res->nruns; i++) {
         const struct run *r = &res->runs[i];
-        if (r->done && r->exact == exact && r->size_mib == mib && strcmp(r->transport, tp) == 0)
+        if (r->done && r->buffers == buffers && r->exact == exact && r->size_mib == mib &&
+            strcmp(r->transport, tp) == 0)
             return r;
     }
     return NULL;
@@ -522,37 +575,48 @@ static double gloo_gbs(const struct results *res, int64_t mib)
     return 0;
 }
 
-/* The best float-mode transport's run at mib, or NULL. */
-static const struct run *best_run(const struct opts *o, const struct results *res, int64_t mib)
+/* The best float-mode run at mib with own buffers (only_own) or of either kind, or NULL. */
+static const struct run *best_run(const struct opts *o, const struct results *res, int64_t mib,
+                                  bool only_own)
 {
     const struct run *best = NULL, *r;
 
-    for (int t = 0; t < o->ntp; t++)
-        if ((r = find_run(res, o->tp[t], false, mib)) && (!best || r->gbs > best->gbs))
+    for (int i = 0; i < o->ntp * 2; i++)
+        if ((i % 2 == 0 || !only_own) &&
+            (r = find_run(res, o->tp[i / 2], i % 2 == 1, false, mib)) &&
+            (!best || r->gbs > best->gbs))
             best = r;
     return best;
 }
 
+/* One row per size and mode, one column per transport and buffers kind. */
 static void print_algbw(const struct opts *o, const struct results *res)
 {
+    char name[24];
+
     printf("\nbench_pushpull: %s; loopback; %d workers x %d shards; GB/s = algbw = S / step "
            "time (1e9 B/s);\nmedian of %" PRId64 " steps after %d warm-up; (x) = against gloo "
-           "all_reduce of S bytes, 2 ranks\n\n%8s | %9s", res->machine, NWORKERS, NSHARDS,
-           o->iters, WARMUP, "size", "gloo GB/s");
-    for (int m = 0; m < (o->exact ? 2 : 1); m++)
-        for (int t = 0; t < o->ntp; t++)
-            printf(" | %6s%3s GB/s (x)", m ? "exact " : "", o->tp[t]);
-    for (int i = 0; i < o->nsizes; i++) {
-        double g = gloo_gbs(res, o->sizes[i]);
-        printf("\n%4" PRId64 " MiB | %9.2f", o->sizes[i], g);
-        for (int m = 0; m < (o->exact ? 2 : 1); m++)
-            for (int t = 0; t < o->ntp; t++) {
-                const struct run *r = find_run(res, o->tp[t], m == 1, o->sizes[i]);
-                char c[32] = "-";
-                if (r)
-                    snprintf(c, sizeof(c), "%.2f (%.2fx)", r->gbs, g > 0 ? r->gbs / g : 0);
-                printf(" | %18s", c);
-            }
+           "all_reduce of S bytes, 2 ranks;\n+buffers = tessera_buffers' zero-copy buffers, "
+           "else the worker's own\n\n%8s | %5s | %9s", res->machine, NWORKERS, NSHARDS,
+           o->iters, WARMUP, "size", "mode", "gloo GB/s");
+    for (int k = 0; k < o->ntp * o->nbuf; k++) {
+        snprintf(name, sizeof(name), "%s%s", o->tp[k / o->nbuf],
+                 o->buf[k % o->nbuf] ? "+buffers" : "");
+        printf(" | %14s", name);
+    }
+    for (int i = 0; i < o->nsizes * (o->exact ? 2 : 1); i++) {
+        int64_t mib = o->sizes[i / (o->exact ? 2 : 1)];
+        bool exact = o->exact && i % 2;
+        double g = gloo_gbs(res, mib);
+        printf("\n%4" PRId64 " MiB | %5s | %9.2f", mib, exact ? "exact" : "float", g);
+        for (int k = 0; k < o->ntp * o->nbuf; k++) {
+            const struct run *r = find_run(res, o->tp[k / o->nbuf], o->buf[k % o->nbuf], exact,
+                                           mib);
+            char c[32] = "-";
+            if (r)
+                snprintf(c, sizeof(c), "%.2f (%.2fx)", r->gbs, g > 0 ? r->gbs / g : 0);
+            printf(" | %14s", c);
+        }
     }
     printf("\n");
 }
@@ -563,33 +627,39 @@ static void print_detail(const struct opts *o, const struct results *res)
 
     printf("\nwhere the time goes, per step (CPU ms summed over processes, %ld cores = %ld CPU "
            "ms per ms;\nother = the rest of the machine, not ours: a large figure means a "
-           "disturbed run)\n%-11s | %8s | %7s | %7s | %7s | %5s | %10s | %9s | %9s\n", ncpu,
+           "disturbed run)\n%-17s | %8s | %7s | %7s | %7s | %5s | %10s | %9s | %9s\n", ncpu,
            ncpu, "run", "size", "step ms", "min ms", "max ms", "GB/s", "worker CPU",
            "shard CPU", "other CPU");
     for (int i = 0; i < res->nruns; i++) {
         const struct run *r = &res->runs[i];
-        char name[32];
-        snprintf(name, sizeof(name), "%s %s", r->transport, r->exact ? "exact" : "float");
+        char name[40];
+        snprintf(name, sizeof(name), "%s %s", r->name, r->exact ? "exact" : "float");
         if (!r->done)
-            printf("%-11s | %4" PRId64 " MiB | failed\n", name, r->size_mib);
+            printf("%-17s | %4" PRId64 " MiB | failed\n", name, r->size_mib);
         else
-            printf("%-11s | %4" PRId64 " MiB | %7.1f | %7.1f | %7.1f | %5.2f | %10.1f | %9.1f | "
+            printf("%-17s | %4" PRId64 " MiB | %7.1f | %7.1f | %7.1f | %5.2f | %10.1f | %9.1f | "
                    "%9.1f\n", name, r->size_mib, r->med_ms, r->min_ms, r->max_ms, r->gbs,
                    r->worker_cpu_ms, r->shard_cpu_ms, r->other_cpu_ms);
     }
 }
 
+/* The best run of either kind, the best own-buffers one when that is another run, and tcp
+ * with each kind of buffers. */
 static void print_goals(const struct opts *o, const struct results *res)
 {
-    const struct run *r[2] = { best_run(o, res, HEADLINE_MIB),
-                               find_run(res, "tcp", false, HEADLINE_MIB) };
-    double g = gloo_gbs(res, HEADLINE_MIB), goal[2] = { GOAL_BEST, GOAL_TCP };
+    static const char *const what[] = { "best", "best, own buffers", "tcp", "tcp+buffers" };
+    const struct run *r[4] = { best_run(o, res, HEADLINE_MIB, false),
+                               best_run(o, res, HEADLINE_MIB, true),
+                               find_run(res, "tcp", false, false, HEADLINE_MIB),
+                               find_run(res, "tcp", true, false, HEADLINE_MIB) };
+    double g = gloo_gbs(res, HEADLINE_MIB), goal[4] = { GOAL_BEST, GOAL_BEST, GOAL_TCP,
+                                                        GOAL_TCP };
 
     printf("\ngoals at %d MiB, against gloo's %.2f GB/s:\n", HEADLINE_MIB, g);
-    for (int i = 0; i < 2 && g > 0; i++)
-        if (r[i])
-            printf("  %s >= %.1fx gloo: %s %.2f GB/s = %.2fx: %s\n", i ? "tcp" : "best transport",
-                   goal[i], r[i]->transport, r[i]->gbs, r[i]->gbs / g,
+    for (int i = 0; i < 4 && g > 0; i++)
+        if (r[i] && (i != 1 || r[1] != r[0]))
+            printf("  %-17s >= %.1fx gloo: %s %.2f GB/s = %.2fx: %s\n", what[i], goal[i],
+                   r[i]->name, r[i]->gbs, r[i]->gbs / g,
                    r[i]->gbs / g >= goal[i] ? "met" : "NOT met");
     printf("\n");
 }
@@ -614,6 +684,7 @@ static void json_runs(struct ts_json *j, const struct results *res)
         const struct run *r = &res->runs[i];
         ts_json_obj(j, NULL);
         ts_json_str(j, "transport", r->transport);
+        ts_json_bool(j, "buffers", r->buffers);
         ts_json_bool(j, "exact", r->exact);
         ts_json_int(j, "size_mib", r->size_mib);
         ts_json_bool(j, "ok", r->done);
@@ -631,12 +702,28 @@ static void json_runs(struct ts_json *j, const struct results *res)
     ts_json_end(j);
 }
 
+/* best (NULL: none measured) against gloo's g, as object key. */
+static void json_headline(struct ts_json *j, const char *key, const struct run *best, double g)
+{
+    double ours = best ? RND(best->gbs, 1000) : 0;
+    char unit[128];
+
+    ts_json_obj(j, key);
+    snprintf(unit, sizeof(unit), "GB/s algbw, push+pull of %d MiB, %d workers x %d shards, "
+             "one host", HEADLINE_MIB, NWORKERS, NSHARDS);
+    ts_json_num(j, "ours", ours);
+    ts_json_num(j, "baseline", RND(g, 1000));
+    ts_json_str(j, "unit", unit);
+    ts_json_num(j, "ratio", g > 0 ? RND(ours / g, 1000) : 0);
+    if (best)
+        ts_json_str(j, "transport", best->name);
+    ts_json_end(j);
+}
+
 static ts_status write_json(const struct opts *o, const struct results *res, bool ok,
                             struct ts_err *err)
 {
-    const struct run *best = best_run(o, res, HEADLINE_MIB);
-    double g = gloo_gbs(res, HEADLINE_MIB), ours = best ? RND(best->gbs, 1000) : 0;
-    char unit[128];
+    double g = gloo_gbs(res, HEADLINE_MIB);
     struct ts_json j;
 
     ts_json_init(&j);
@@ -650,26 +737,35 @@ static ts_status write_json(const struct opts *o, const struct results *res, boo
     ts_json_int(&j, "warmup", WARMUP);
     ts_json_int(&j, "iters", o->iters);
     json_runs(&j, res);
-    ts_json_obj(&j, "headline");
-    snprintf(unit, sizeof(unit), "GB/s algbw, push+pull of %d MiB, %d workers x %d shards, "
-             "one host", HEADLINE_MIB, NWORKERS, NSHARDS);
-    ts_json_num(&j, "ours", ours);
-    ts_json_num(&j, "baseline", RND(g, 1000));
-    ts_json_str(&j, "unit", unit);
-    ts_json_num(&j, "ratio", g > 0 ? RND(ours / g, 1000) : 0);
-    if (best)
-        ts_json_str(&j, "transport", best->transport);
+    json_headline(&j, "headline", best_run(o, res, HEADLINE_MIB, false), g);
+    json_headline(&j, "headline_copy", best_run(o, res, HEADLINE_MIB, true), g);
     ts_json_end(&j);
     return bench_write_json(&j, o->out, err);
 }
 
 /* ---- main ---- */
 
+/* s is "A", "B", "A,B" or "B,A": its names in order into out, and their count; 0 if none of
+ * those (out untouched). */
+static int pick_pair(const char *s, const char *a, const char *b, const char **out)
+{
+    const char *names[2] = { a, b };
+    char both[64];
+
+    for (int i = 0; i < 2; i++) {
+        snprintf(both, sizeof(both), "%s,%s", names[i], names[1 - i]);
+        if (strcmp(s, names[i]) != 0 && strcmp(s, both) != 0)
+            continue;
+        out[0] = names[i];
+        out[1] = names[1 - i];
+        return strcmp(s, both) == 0 ? 2 : 1;
+    }
+    return 0;
+}
+
 static ts_status parse_lists(struct opts *o, struct ts_err *err)
 {
-    static const char *const lists[][3] = { { "shm,tcp", "shm", "tcp" },
-        { "tcp,shm", "tcp", "shm" }, { "shm", "shm", NULL }, { "tcp", "tcp", NULL } };
-    const char *p = o->sizes_s;
+    const char *p = o->sizes_s, *kinds[2];
     char *end;
 
     for (o->nsizes = 0; *p; p = *end ? end + 1 : end) {
@@ -679,15 +775,14 @@ static ts_status parse_lists(struct opts *o, struct ts_err *err)
                               "comma-separated", o->sizes_s, MAX_SIZES);
         o->sizes[o->nsizes++] = v;
     }
-    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
-        if (strcmp(o->transports_s, lists[i][0]) == 0) {
-            o->tp[0] = lists[i][1];
-            o->tp[1] = lists[i][2];
-            o->ntp = lists[i][2] ? 2 : 1;
-        }
-    if (!o->ntp || !o->nsizes)
+    if (!(o->ntp = pick_pair(o->transports_s, "shm", "tcp", o->tp)) || !o->nsizes)
         return ts_err_set(err, TS_EINVAL, "--transports %s: shm, tcp, shm,tcp or tcp,shm; "
                           "--sizes: at least one", o->transports_s);
+    if (!(o->nbuf = pick_pair(o->buffers_s, "own", "shared", kinds)))
+        return ts_err_set(err, TS_EINVAL, "--buffers %s: own, shared, own,shared or "
+                          "shared,own", o->buffers_s);
+    for (int i = 0; i < o->nbuf; i++)
+        o->buf[i] = strcmp(kinds[i], "shared") == 0;
     return TS_OK;
 }
 
@@ -701,6 +796,8 @@ int main(int argc, char **argv)
         { "iters", TS_FLAG_INT, &o.iters, "N", "timed steps after 2 warm-up (default 10)", 1,
           MAX_ITERS },
         { "transports", TS_FLAG_STR, &o.transports_s, "LIST", "default shm,tcp", 0, 0 },
+        { "buffers", TS_FLAG_STR, &o.buffers_s, "LIST", "own, shared (tessera_buffers) or "
+          "both: default own,shared", 0, 0 },
         { "exact", TS_FLAG_BOOL, &o.exact, NULL, "also measure exact mode", 0, 0 },
         { "out", TS_FLAG_STR, &o.out, "FILE", "default bench/results/pushpull.json", 0, 0 },
         { "python", TS_FLAG_STR, &o.python, "PATH", "python3 with torch (/usr/bin/python3)", 0,
@@ -724,14 +821,19 @@ int main(int argc, char **argv)
         ts_flags_usage(stdout, "bench_pushpull [options]",
                        "Push+pull of one tensor through 2 shards by 2 worker processes\n"
                        "(tessera_step), per transport, against gloo all_reduce of the same\n"
-                       "bytes between 2 ranks (bench/pushpull_gloo.py). Prints tables and\n"
-                       "writes JSON whose headline is the best transport against gloo at 64 MiB.",
+                       "bytes between 2 ranks (bench/pushpull_gloo.py). Each run is done with\n"
+                       "the worker's own buffers (\"shm\") and with tessera_buffers' zero-copy\n"
+                       "ones (\"shm+buffers\": the gradient is written there once, the params\n"
+                       "pointer is the shard's values mapped read-only; like gloo, in place).\n"
+                       "Prints tables and writes JSON whose headline is the best run against\n"
+                       "gloo at 64 MiB, and headline_copy the best with own buffers.",
                        flags);
         return 0;
     }
     o.sizes_s = o.sizes_s ? o.sizes_s : o.quick ? "4,64" : "4,64,256";
     o.iters = o.iters ? o.iters : o.quick ? 3 : 10;
     o.transports_s = o.transports_s ? o.transports_s : "shm,tcp";
+    o.buffers_s = o.buffers_s ? o.buffers_s : "own,shared";
     o.out = o.out ? o.out : "bench/results/pushpull.json";
     o.python = o.python ? o.python : "/usr/bin/python3";
     if (parse_lists(&o, &err)) {

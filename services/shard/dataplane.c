@@ -178,6 +178,15 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
                                 pull_sum(dc->dp, p, info.version), err);
 }
 
+/* Unmaps what the worker shared and forgets what it mapped. */
+static void regions_free(struct dp_conn *dc)
+{
+    for (size_t i = 0; dc->regions && i < SHARD_MAX_TENSORS; i++)
+        ts_region_free(&dc->regions[i].grad);
+    free(dc->regions);
+    dc->regions = NULL;
+}
+
 /* The tensor a SHARE or MAP names, with this connection's region slot for it. */
 static ts_status region_slot(struct dp_conn *dc, uint32_t tensor, struct shard_tensor **t,
                              struct dp_region **r, struct ts_err *err)
@@ -242,7 +251,6 @@ static ts_status on_map(struct dp_conn *dc, const struct ts_frame_hdr *h, struct
                                 .flags = TS_SHARE_PARAMS };
     struct shard_tensor *t;
     struct dp_region *r;
-    ts_status st;
 
     if (region_slot(dc, h->tensor, &t, &r, err))
         return err->code;
@@ -253,8 +261,8 @@ static ts_status on_map(struct dp_conn *dc, const struct ts_frame_hdr *h, struct
         return ts_err_set(err, TS_ENOTSUP, "tensor '%s': its values are not shared (%s); pull "
                           "copies instead", t->name, t->values.base ? "the connection cannot "
                           "pass regions" : "small, or no memfd");
-    if ((st = ts_tp_send_fd(dc->c, t->values.fd, err)))
-        return st == TS_EUNAVAIL ? st : TS_EUNAVAIL;
+    if (ts_tp_send_fd(dc->c, t->values.fd, err))
+        return TS_EUNAVAIL;   /* the worker waits for a descriptor: hang up */
     r->params = true;
     return ts_frame_send(dc->c, &out, NULL, 0, err);
 }
@@ -264,13 +272,17 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
                           struct ts_err *err)
 {
     struct ts_frame_hdr ack = { .type = TS_FRAME_ACK };
+    struct shard_job *job;
     char id[65];
 
     if (h->len == 0 || h->len >= sizeof(id))
         return ts_err_set(err, TS_EINVAL, "hello: job id of 1..64 bytes required");
     memcpy(id, buf, h->len);
     id[h->len] = '\0';
-    dc->job = shard_params_job(dc->dp->params, id);
+    job = shard_params_job(dc->dp->params, id);
+    if (job != dc->job)   /* regions belong to the job's tensors */
+        regions_free(dc);
+    dc->job = job;
     if (!dc->job)
         return ts_err_set(err, TS_ENOTFOUND, "hello: job '%s' has no tensors on this shard: "
                           "register them first", id);
@@ -326,9 +338,7 @@ static void *conn_main(void *arg)
     }
     free(buf);
     free(dc->copy);
-    for (size_t i = 0; dc->regions && i < SHARD_MAX_TENSORS; i++)
-        ts_region_free(&dc->regions[i].grad);
-    free(dc->regions);
+    regions_free(dc);
     ts_tp_shutdown(dc->c);   /* the worker sees the hang-up now, not when reap() closes it */
     atomic_store(&dc->done, true);
     return NULL;

@@ -38,27 +38,21 @@
 #include <unistd.h>
 
 #include "benchlib.h"
+#include "pushpull.h"
 #include "client/master_client.h"
 #include "tessera.h"
 #include "util/flags.h"
 #include "util/json.h"
 #include "util/proc.h"
 
-#define WARMUP 2
 #define MIB ((uint64_t)1 << 20)
 #define MAX_SIZES 8
 #define MAX_ITERS 10000
 #define NSHARDS 2
-#define NWORKERS 2
-#define STEP_TIMEOUT_MS 60000      /* a worker stuck on a pull gives up after this */
 #define SHARD_WAIT_MS 15000        /* shards must be in the map within this */
 #define HEADLINE_MIB 64
-#define FILL_CHUNK 4096            /* floats converted per tessera_to_fixed call (stack) */
 #define GOAL_BEST 2.0              /* best transport / gloo at 64 MiB */
 #define GOAL_TCP 0.8               /* tcp / gloo at 64 MiB */
-/* The issue asked for lr = 0 (parameters that never change); lib/tensor refuses lr <= 0, so the
- * smallest step that is still an SGD step: the apply pass costs the same for any lr. */
-#define OPTIMIZER "sgd:lr=1e-9"
 
 struct opts {
     const char *bin, *sizes_s, *transports_s, *buffers_s, *out, *python, *tp[2];
@@ -98,135 +92,6 @@ static void on_sig(int sig)
         if (kids[i] > 0)
             kill(kids[i], SIGTERM);
     on_signal(sig);
-}
-
-/* ---- the worker (hidden mode: bench_pushpull --worker ...) ---- */
-
-struct wopts {
-    const char *master, *job, *transport;
-    int64_t rank, bytes, iters;
-    bool exact, buffers;
-};
-
-static int werr(const struct wopts *w, const char *what, const struct tessera_error *e)
-{
-    fprintf(stderr, "bench_pushpull worker %" PRId64 ": %s: %s\n", w->rank, what, e->message);
-    return 1;
-}
-
-/* Writes the gradient, n elements. The values do not matter (lr ~ 0); every page is touched.
- * Exact mode converts them here, a chunk at a time straight into the int64 buffer: converting
- * is the trainer's work, not the step's. */
-static int fill_grad(const struct wopts *w, void *grad, size_t n)
-{
-    float chunk[FILL_CHUNK];
-    struct tessera_error e;
-
-    for (size_t i0 = 0; i0 < n; i0 += FILL_CHUNK) {
-        size_t m = n - i0 < FILL_CHUNK ? n - i0 : FILL_CHUNK;
-        float *g = w->exact ? chunk : (float *)grad + i0;
-        for (size_t i = 0; i < m; i++)
-            g[i] = 1e-3f * (float)((i0 + i) % 7);
-        if (w->exact && tessera_to_fixed(chunk, m, (int64_t *)grad + i0, &e))
-            return werr(w, "to_fixed", &e);
-    }
-    return 0;
-}
-
-/* Registers the tensor, takes the SDK's buffers for a buffers run (*params and *grad are NULL
- * then) or keeps the caller's, writes the gradient and pulls version 0 into *params. */
-static int worker_setup(const struct wopts *w, tessera *t, float **params, void **grad)
-{
-    uint64_t shape[1] = { (uint64_t)w->bytes / sizeof(float) };
-    const float *view = NULL;
-    struct tessera_error e;
-    int id;
-
-    if (tessera_register(t, "x", shape, 1, "zeros", 1, 0, 0, 0, &id, &e))
-        return werr(w, "register", &e);
-    if (w->buffers && tessera_buffers(t, id, &view, grad, &e))
-        return werr(w, "buffers", &e);
-    /* The view is read-only to us; the SDK recognises it as the destination and then writes
-     * only the partitions it does not map (private pages). The cast meets tessera_step's
-     * float *const *. */
-    if (w->buffers)
-        *params = (float *)view;
-    if (fill_grad(w, *grad, shape[0]))
-        return 1;
-    if (tessera_pull(t, id, 0, *params, &e))
-        return werr(w, "pull version 0", &e);
-    return 0;
-}
-
-/* Connects, sets up, warms up, says "ready", times the steps, prints one line:
- * "TRANSPORT CPU_NS NS1 .. NSn". params and grad: the worker's own, or NULL for a buffers run. */
-static int worker_run(const struct wopts *w, float *params, void *grad, int64_t *ns)
-{
-    struct tessera_options to = { .master = w->master, .job = w->job, .rank = (unsigned)w->rank,
-                                  .workers = NWORKERS, .exact = w->exact, .batch = 1,
-                                  .optimizer = OPTIMIZER, .transport = w->transport,
-                                  .timeout_ms = STEP_TIMEOUT_MS };
-    const void *grads[1];
-    float *pp[1];
-    struct tessera_error e;
-    int64_t cpu0 = 0, t0;
-    tessera *t;
-    int rc;
-
-    if (tessera_connect(&to, &t, &e))
-        return werr(w, "connect", &e);
-    if ((rc = worker_setup(w, t, &params, &grad)))
-        goto out_close;
-    grads[0] = grad;
-    pp[0] = params;
-    for (int64_t s = 0; s < WARMUP + w->iters; s++) {
-        if (s == WARMUP) {
-            printf("ready\n");
-            fflush(stdout);
-            cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-        }
-        t0 = now_ns();
-        if (tessera_step(t, (uint64_t)s, grads, pp, &e)) {
-            rc = werr(w, "step", &e);
-            goto out_close;
-        }
-        if (s >= WARMUP)
-            ns[s - WARMUP] = now_ns() - t0;
-    }
-    printf("%s %" PRId64, tessera_transport(t), clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0);
-    for (int64_t i = 0; i < w->iters; i++)
-        printf(" %" PRId64, ns[i]);
-    printf("\n");
-    fflush(stdout);
-out_close:
-    tessera_close(t);
-    return rc;
-}
-
-/* argv: MASTER JOB TRANSPORT RANK BYTES ITERS EXACT BUFFERS, as worker_spawn writes them. */
-static int worker_main(int argc, char **argv)
-{
-    int rc = 1;
-
-    if (argc != 8)
-        return 2;
-    struct wopts w = { argv[0], argv[1], argv[2], atoll(argv[3]), atoll(argv[4]), atoll(argv[5]),
-                       strcmp(argv[6], "1") == 0, strcmp(argv[7], "1") == 0 };
-    size_t n = (size_t)w.bytes / sizeof(float);
-    if (w.rank < 0 || w.rank >= NWORKERS || w.bytes < 4 || w.iters < 1)
-        return 2;
-    /* Own buffers: memory the trainer allocated itself, which every step copies from and to. */
-    float *params = w.buffers ? NULL : malloc(n * sizeof(float));
-    void *grad = w.buffers ? NULL : malloc(n * (w.exact ? sizeof(int64_t) : sizeof(float)));
-    int64_t *ns = calloc((size_t)w.iters, sizeof(*ns));
-    if (!ns || (!w.buffers && (!params || !grad)))
-        fprintf(stderr, "bench_pushpull worker: out of memory for %" PRId64 " bytes\n", w.bytes);
-    else
-        rc = worker_run(&w, params, grad, ns);
-    free(grad);
-    free(params);
-    free(ns);
-    return rc;
 }
 
 /* ---- child processes: a master and NSHARDS shards offering one transport, 2 workers ---- */
@@ -812,7 +677,7 @@ int main(int argc, char **argv)
     bool help, ok = true;
 
     if (argc > 1 && strcmp(argv[1], "--worker") == 0)
-        return worker_main(argc - 2, argv + 2);
+        return pushpull_worker_main(argc - 2, argv + 2);
     if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
         fprintf(stderr, "bench_pushpull: %s\n", err.msg);
         return 2;

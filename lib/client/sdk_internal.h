@@ -137,7 +137,7 @@ ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t 
 ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err);
 /* Whether partition p of x's push goes as TS_PUSH_REGION: raw, from x->grad, to a shard that
  * maps it. */
-bool sdk_push_in_region(const struct tessera *t, const struct sdk_tensor *x, uint32_t p);
+bool sdk_push_in_region(const struct sdk_tensor *x, uint32_t p);
 /* Unmaps what sdk_map_params and tessera_buffers made. */
 void sdk_region_free(struct sdk_tensor *x);
 

@@ -21,6 +21,15 @@
 
 #define FD_WAIT_MS 5000          /* a descriptor is sent before the frame announcing it */
 
+/* Whether shard slot s holds a partition of x. */
+static bool holds(const struct sdk_tensor *x, uint32_t s)
+{
+    for (uint32_t p = 0; p < x->nparts; p++)
+        if (x->owner[p] == s)
+            return true;
+    return false;
+}
+
 /* Private, zeroed pages for x's view (numel floats). */
 static ts_status view_alloc(struct sdk_tensor *x, struct ts_err *err)
 {
@@ -81,19 +90,17 @@ ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct
     if (!(x->view_part = calloc(x->nparts, 1)))
         return ts_err_set(err, TS_ENOMEM, "out of memory");
     for (uint32_t s = 0; s < t->nshards; s++) {
-        bool holds = false;
-        for (uint32_t p = 0; p < x->nparts && !holds; p++)
-            holds = x->owner[p] == s;
-        if (holds && ts_tp_can_share(t->shards[s].conn) && (st = map_from(t, x, id, s, err)))
+        if (holds(x, s) && ts_tp_can_share(t->shards[s].conn) &&
+            (st = map_from(t, x, id, s, err)))
             return st;
     }
     return TS_OK;
 }
 
-bool sdk_push_in_region(const struct tessera *t, const struct sdk_tensor *x, uint32_t p)
+bool sdk_push_in_region(const struct sdk_tensor *x, uint32_t p)
 {
-    return !t->local && !x->encoded && x->grad_shared && x->src == x->grad.base &&
-           x->grad_shared[x->owner[p]];
+    /* grad_shared exists only for remote shards (grad_alloc). */
+    return !x->encoded && x->grad_shared && x->src == x->grad.base && x->grad_shared[x->owner[p]];
 }
 
 /* Makes x's gradient buffer and shares it with every shard on this host that holds a
@@ -123,11 +130,8 @@ static ts_status grad_alloc(struct tessera *t, struct sdk_tensor *x, int id, str
                                   .flags = TS_SHARE_GRAD };
         struct ts_conn *c = t->shards[s].conn;
         struct ts_err e = { 0 };
-        bool holds = false;
 
-        for (uint32_t p = 0; p < x->nparts && !holds; p++)
-            holds = x->owner[p] == s;
-        if (!holds || !ts_tp_can_share(c))
+        if (!holds(x, s) || !ts_tp_can_share(c))
             continue;
         if ((st = ts_tp_send_fd(c, x->grad.fd, err)) || (st = ts_frame_send(c, &h, NULL, 0, err)))
             return st;

@@ -154,7 +154,7 @@ static ts_status send_all(struct tessera *t, int first, int last, bool push, uin
                                       .encoding = push ? (uint16_t)in.encoding : 0 };
             /* Shared regions: the shard reads the gradient, or the worker the values, in
              * place; the frame carries no payload. */
-            if (push && sdk_push_in_region(t, x, p)) {
+            if (push && sdk_push_in_region(x, p)) {
                 h.flags |= TS_PUSH_REGION;
                 in.bytes = 0;
             }

@@ -300,24 +300,19 @@ int main(int argc, char **argv)
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
-    struct results *r = calloc(1, sizeof(*r));
+    struct results *r;
     struct bufs b = { 0 };
-    int npos = 0, rc = 1;
-    bool help;
+    int done, rc = 1;
 
-    if (!r || ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "bench_aggregate: %s\n", r ? err.msg : "out of memory");
-        free(r);
+    if ((done = bench_flags("bench_aggregate",
+                            "Measures, on one core, the mean of W float gradient vectors: the plain\n"
+                            "float sum (baseline) against exact mode's fixed-point sum (conversion,\n"
+                            "overflow-checked int64 add, conversion back). Prints a table and writes\n"
+                            "JSON whose headline is exact GB/s against fp32 GB/s.", flags, argc, argv)) >= 0)
+        return done;
+    if (!(r = calloc(1, sizeof(*r)))) {
+        fprintf(stderr, "bench_aggregate: out of memory\n");
         return 2;
-    }
-    if (help) {
-        ts_flags_usage(stdout, "bench_aggregate [options]",
-                       "Measures, on one core, the mean of W float gradient vectors: the plain\n"
-                       "float sum (baseline) against exact mode's fixed-point sum (conversion,\n"
-                       "overflow-checked int64 add, conversion back). Prints a table and writes\n"
-                       "JSON whose headline is exact GB/s against fp32 GB/s.", flags);
-        free(r);
-        return 0;
     }
     o.n = o.n ? o.n : o.quick ? 1 << 20 : 1 << 24;
     o.inputs = o.inputs ? o.inputs : 4;

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "util/err.h"
+#include "util/flags.h"
 
 #define LEASE_MS 30000      /* generous: a simulated worker must never expire during a run */
 
@@ -28,6 +29,12 @@ struct lat {                  /* microseconds */
 };
 
 #include <time.h>
+
+/* Parses a benchmark's options (no positional arguments). Returns -1 to go on, or the exit
+ * status to return at once: 0 after printing --help ("PROG [options]", about, the table), 2
+ * after a bad option (printed as "PROG: message"). */
+int bench_flags(const char *prog, const char *about, const struct ts_flag *flags, int argc,
+                char **argv);
 
 int64_t clock_ns(clockid_t id);
 int64_t now_ns(void);

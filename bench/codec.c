@@ -204,25 +204,20 @@ int main(int argc, char **argv)
           "still win)", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
-    struct run *r = calloc(1, sizeof(*r));
+    struct run *r;
     struct ts_err err = { 0 };
-    int npos = 0, rc = 1;
+    int done, rc = 1;
     ts_status st;
-    bool help;
 
-    if (!r || ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "bench_codec: %s\n", r ? err.msg : "out of memory");
-        free(r);
+    if ((done = bench_flags("bench_codec",
+                            "Measures lib/codec's encode (with and without error feedback), decode\n"
+                            "and add of fp32 gradients for none, fp16, bf16, int8 and topk:0.01,\n"
+                            "beside memcpy of the same bytes. Prints a table and writes JSON whose\n"
+                            "headline is fp16 encode GB/s against memcpy.", flags, argc, argv)) >= 0)
+        return done;
+    if (!(r = calloc(1, sizeof(*r)))) {
+        fprintf(stderr, "bench_codec: out of memory\n");
         return 2;
-    }
-    if (help) {
-        ts_flags_usage(stdout, "bench_codec [options]",
-                       "Measures lib/codec's encode (with and without error feedback), decode\n"
-                       "and add of fp32 gradients for none, fp16, bf16, int8 and topk:0.01,\n"
-                       "beside memcpy of the same bytes. Prints a table and writes JSON whose\n"
-                       "headline is fp16 encode GB/s against memcpy.", flags);
-        free(r);
-        return 0;
     }
     o.bytes = o.bytes ? o.bytes : o.quick ? 8ll << 20 : 64ll << 20;
     o.reps = o.reps ? o.reps : o.quick ? 3 : 7;

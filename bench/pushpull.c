@@ -673,28 +673,21 @@ int main(int argc, char **argv)
     struct ts_err err = { 0 };
     static struct results res;
     char exe_dir[PATH_MAX];
-    int npos = 0;
-    bool help, ok = true;
+    int done;
+    bool ok = true;
 
     if (argc > 1 && strcmp(argv[1], "--worker") == 0)
         return pushpull_worker_main(argc - 2, argv + 2);
-    if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "bench_pushpull: %s\n", err.msg);
-        return 2;
-    }
-    if (help) {
-        ts_flags_usage(stdout, "bench_pushpull [options]",
-                       "Push+pull of one tensor through 2 shards by 2 worker processes\n"
-                       "(tessera_step), per transport, against gloo all_reduce of the same\n"
-                       "bytes between 2 ranks (bench/pushpull_gloo.py). Each run is done with\n"
-                       "the worker's own buffers (\"shm\") and with tessera_buffers' zero-copy\n"
-                       "ones (\"shm+buffers\": the gradient is written there once, the params\n"
-                       "pointer is the shard's values mapped read-only; like gloo, in place).\n"
-                       "Prints tables and writes JSON whose headline is the best run against\n"
-                       "gloo at 64 MiB, and headline_copy the best with own buffers.",
-                       flags);
-        return 0;
-    }
+    if ((done = bench_flags("bench_pushpull",
+                            "Push+pull of one tensor through 2 shards by 2 worker processes\n"
+                            "(tessera_step), per transport, against gloo all_reduce of the same\n"
+                            "bytes between 2 ranks (bench/pushpull_gloo.py). Each run is done with\n"
+                            "the worker's own buffers (\"shm\") and with tessera_buffers' zero-copy\n"
+                            "ones (\"shm+buffers\": the gradient is written there once, the params\n"
+                            "pointer is the shard's values mapped read-only; like gloo, in place).\n"
+                            "Prints tables and writes JSON whose headline is the best run against\n"
+                            "gloo at 64 MiB, and headline_copy the best with own buffers.", flags, argc, argv)) >= 0)
+        return done;
     o.sizes_s = o.sizes_s ? o.sizes_s : o.quick ? "4,64" : "4,64,256";
     o.iters = o.iters ? o.iters : o.quick ? 3 : 10;
     o.transports_s = o.transports_s ? o.transports_s : "shm,tcp";

@@ -617,21 +617,15 @@ int main(int argc, char **argv)
     struct results r = { 0 };
     struct master m = { 0 };
     char exe_dir[PATH_MAX];
-    int npos = 0;
-    bool help, ok;
+    int done;
+    bool ok;
 
-    if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);
-        return 2;
-    }
-    if (help) {
-        ts_flags_usage(stdout, "bench_rpc_latency [options]",
-                       "Starts a tessera-master on 127.0.0.1 and measures ClusterStatus latency\n"
-                       "(C client, then python3-grpcio; 200 warm-up calls each), then Heartbeat\n"
-                       "latency and master CPU with many simulated workers. Prints a table and\n"
-                       "writes JSON whose headline is the C p99 against the 1 ms goal.", flags);
-        return 0;
-    }
+    if ((done = bench_flags("bench_rpc_latency",
+                            "Starts a tessera-master on 127.0.0.1 and measures ClusterStatus latency\n"
+                            "(C client, then python3-grpcio; 200 warm-up calls each), then Heartbeat\n"
+                            "latency and master CPU with many simulated workers. Prints a table and\n"
+                            "writes JSON whose headline is the C p99 against the 1 ms goal.", flags, argc, argv)) >= 0)
+        return done;
     o.calls = o.calls ? o.calls : o.quick ? 1000 : 10000;
     o.workers = o.workers ? o.workers : o.quick ? 1000 : 10000;
     o.seconds = o.seconds ? o.seconds : o.quick ? 2 : 10;

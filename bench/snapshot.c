@@ -476,26 +476,21 @@ int main(int argc, char **argv)
           0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
-    struct run *r = calloc(1, sizeof(*r));
+    struct run *r;
     struct ts_err err = { 0 };
-    int npos = 0, rc = 1;
+    int done, rc = 1;
     ts_status st;
-    bool help;
 
-    if (!r || ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "bench_snapshot: %s\n", r ? err.msg : "out of memory");
-        free(r);
+    if ((done = bench_flags("bench_snapshot",
+                            "Measures lib/store on random and weight-like fp32: full snapshot write,\n"
+                            "incremental write after a 1% change, restore (cold and warm page cache),\n"
+                            "against one-core SHA-256 and zstd -1 speeds on the same data. Prints a\n"
+                            "table and writes JSON whose headline is the full-write GB/s on weights\n"
+                            "against the 0.5 GB/s goal.", flags, argc, argv)) >= 0)
+        return done;
+    if (!(r = calloc(1, sizeof(*r)))) {
+        fprintf(stderr, "bench_snapshot: out of memory\n");
         return 2;
-    }
-    if (help) {
-        ts_flags_usage(stdout, "bench_snapshot [options]",
-                       "Measures lib/store on random and weight-like fp32: full snapshot write,\n"
-                       "incremental write after a 1% change, restore (cold and warm page cache),\n"
-                       "against one-core SHA-256 and zstd -1 speeds on the same data. Prints a\n"
-                       "table and writes JSON whose headline is the full-write GB/s on weights\n"
-                       "against the 0.5 GB/s goal.", flags);
-        free(r);
-        return 0;
     }
     o.bytes = o.bytes ? o.bytes : o.quick ? 64ll << 20 : 1ll << 30;
     o.chunk = o.chunk ? o.chunk : TS_STORE_DEFAULT_CHUNK;

@@ -349,25 +349,18 @@ int main(int argc, char **argv)
         { .label = "tcp (4 MiB socket buffers)", .transport = "tcp", .sockbuf = 4 << 20 },
         { .label = "shm", .transport = "shm" },
     };
-    int n = (int)(sizeof(cf) / sizeof(cf[0])), npos = 0;
+    int n = (int)(sizeof(cf) / sizeof(cf[0])), done;
     struct ts_err err = { 0 };
     char mach[192];
     uint8_t *buf;
-    bool help, ok;
+    bool ok;
 
-    if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "bench_transport_raw: %s\n", err.msg);
-        return 2;
-    }
-    if (help) {
-        ts_flags_usage(stdout, "bench_transport_raw [options]",
-                       "Forks a peer process and measures GB/s of big messages over loopback:\n"
-                       "one way, round trip and framed (XXH3 both sides), for tcp with kernel\n"
-                       "buffer autotuning, tcp with 4 MiB socket buffers, and shm. Prints a\n"
-                       "table and writes JSON whose headline is shm against tcp, one way.",
-                       flags);
-        return 0;
-    }
+    if ((done = bench_flags("bench_transport_raw",
+                            "Forks a peer process and measures GB/s of big messages over loopback:\n"
+                            "one way, round trip and framed (XXH3 both sides), for tcp with kernel\n"
+                            "buffer autotuning, tcp with 4 MiB socket buffers, and shm. Prints a\n"
+                            "table and writes JSON whose headline is shm against tcp, one way.", flags, argc, argv)) >= 0)
+        return done;
     o.mib = o.mib ? o.mib : 64;
     o.runs = o.runs ? o.runs : 5;
     o.count = o.count ? o.count : 4;

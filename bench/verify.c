@@ -273,26 +273,21 @@ int main(int argc, char **argv)
           "still win)", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
-    struct run *r = calloc(1, sizeof(*r));
+    struct run *r;
     struct ts_err err = { 0 };
-    int npos = 0, rc = 1;
+    int done, rc = 1;
     ts_status st;
-    bool help;
 
-    if (!r || ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "bench_verify: %s\n", r ? err.msg : "out of memory");
-        free(r);
+    if ((done = bench_flags("bench_verify",
+                            "Measures lib/verify's bit-level comparison (identical, sparse and\n"
+                            "all-different fp32 tensors, with and without per-block SHA-256) and\n"
+                            "cosine similarity, beside memcpy and SHA-256 on the same data. Prints a\n"
+                            "table and writes JSON whose headline is the slowest bit-compare GB/s\n"
+                            "against the 1.5 GB/s goal.", flags, argc, argv)) >= 0)
+        return done;
+    if (!(r = calloc(1, sizeof(*r)))) {
+        fprintf(stderr, "bench_verify: out of memory\n");
         return 2;
-    }
-    if (help) {
-        ts_flags_usage(stdout, "bench_verify [options]",
-                       "Measures lib/verify's bit-level comparison (identical, sparse and\n"
-                       "all-different fp32 tensors, with and without per-block SHA-256) and\n"
-                       "cosine similarity, beside memcpy and SHA-256 on the same data. Prints a\n"
-                       "table and writes JSON whose headline is the slowest bit-compare GB/s\n"
-                       "against the 1.5 GB/s goal.", flags);
-        free(r);
-        return 0;
     }
     o.bytes = o.bytes ? o.bytes : o.quick ? 64ll << 20 : 1ll << 30;
     o.reps = o.reps ? o.reps : o.quick ? 3 : 5;

@@ -1,12 +1,14 @@
 # Tessera - a thin wrapper around CMake and ctest. `make help` lists the targets.
 #
-#   make deps   install every Debian package the build, tests and demo need (quiet when present)
+#   make deps   install every Debian package the build, tests, demo and benchmarks need
 #   make        build into build/
 #   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/)
 #   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N)
 #   make fuzz   run the libFuzzer targets for FUZZ_SECONDS (default 600; build-fuzz/, clang)
 #   make demo   start a local cluster, show it, stop it
 #   make bench  run the benchmarks (bench/results/*.json)
+#   make fresh-check [CMD="make demo"] [FRESH_ARGS=--user]  CMD on a clean clone of HEAD in a
+#               brand-new Debian 12 root (.ci/fresh-root; what CI runs with `make test`)
 
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -15,25 +17,37 @@ FUZZ_SECONDS ?= 600
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-# Debian packages, by purpose. Node.js comes from Debian unless a node is already on PATH.
+# Debian packages, by who reads them (docs/testing.md says how this list is kept complete: CI
+# runs `make test` in a brand-new minimal Debian 12 root, .ci/fresh-root). Node.js comes from
+# Debian unless a node is already on PATH.
+#   build:  compilers, CMake, the gRPC C core and protobuf-c, protoc with the well-known protos
+#           (libprotobuf-dev ships google/protobuf/descriptor.proto, which reflection embeds),
+#           the libraries we link, the Fashion-MNIST files the trainer and demo read, Python's
+#           headers for the binding
+#   test:   Debian's Python with grpcio, protobuf, numpy, scipy and torch (the independent
+#           clients and references), clang with its libFuzzer/ASan runtimes (the fuzz build)
+#   bench:  iproute2 (ip netns, tc: bench/modes.py's emulated hosts and links)
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
-             protobuf-c-compiler protobuf-compiler xxd libxxhash-dev libcmocka-dev \
-             libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist libzstd-dev python3-dev
-DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy clang libclang-rt-14-dev \
-            python3-torch
-DEB_ALL := $(DEB_BUILD) $(DEB_TEST)
+             protobuf-c-compiler protobuf-compiler libprotobuf-dev xxd libxxhash-dev \
+             libcmocka-dev libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist \
+             libzstd-dev python3-dev
+DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-torch \
+            clang libclang-rt-14-dev
+DEB_BENCH := iproute2
+DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_rpc test_tensor test_part \
               test_frame test_transport test_mlp test_data test_store test_verify \
               test_snapshot test_codec
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps deps-node test demo bench clean help asan fuzz fuzz-build test-fault
+.PHONY: all build deps deps-node test demo bench clean help asan fuzz fuzz-build test-fault \
+        fresh-check
 
 all: build
 
 help:
-	@sed -n '1,11p' Makefile
+	@sed -n '1,13p' Makefile
 
 deps:
 	@missing=$$(for p in $(DEB_ALL); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
@@ -103,6 +117,11 @@ test-fault: build
 	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
 	    /usr/bin/python3 tests/integration/test_snapshot_fault.py
+
+CMD ?= make test
+FRESH_ARGS ?=
+fresh-check:
+	.ci/fresh-root $(FRESH_ARGS) -- $(CMD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -178,31 +178,25 @@ static ts_status decode(struct ts_rpc_call *c, ProtobufCMessage **req, struct ts
     return TS_OK;
 }
 
-/* Runs the handler of a unary call; the response lives in the arena. */
-static ts_status run_handler(struct ts_rpc_call *c, ProtobufCMessage **resp, struct ts_err *err)
-{
-    const struct ts_rpc_method *m = c->method->m;
-    ProtobufCMessage *req = NULL;
-    ts_status st;
-
-    *resp = NULL;
-    if ((st = decode(c, &req, err)))
-        return st;
-    *resp = ts_rpc_new(c, m->resp);
-    st = m->fn(c, req, *resp, err);
-    if (st && !err->msg[0])
-        ts_err_set(err, st, "%s failed (%s)", m->name, ts_status_name(st));
-    protobuf_c_message_free_unpacked(req, NULL);
-    return st;
-}
-
+/* Runs the handler of a unary call and sends its reply. The response lives in the arena; the
+ * request is freed only after the reply is packed, so a reply may point into its request (a
+ * handler that echoes a string it was sent). */
 static void run_unary(struct ts_rpc_call *c)
 {
+    const struct ts_rpc_method *m = c->method->m;
+    ProtobufCMessage *req = NULL, *resp = NULL;
     struct ts_err err = { 0 };
-    ProtobufCMessage *resp;
-    ts_status st = run_handler(c, &resp, &err);
+    ts_status st = decode(c, &req, &err);
 
-    finish_unary(c, st, err.msg, resp);
+    if (!st) {
+        resp = ts_rpc_new(c, m->resp);
+        st = m->fn(c, req, resp, &err);
+        if (st && !err.msg[0])
+            ts_err_set(&err, st, "%s failed (%s)", m->name, ts_status_name(st));
+    }
+    finish_unary(c, st, err.msg, resp); /* packs resp before it returns */
+    if (req)
+        protobuf_c_message_free_unpacked(req, NULL);
 }
 
 static bool run_op(struct ts_rpc_call *c, grpc_op *ops, size_t n)
@@ -254,9 +248,7 @@ static void *thread_main(void *arg)
     ts_status st;
 
     if (!(flags & (TS_RPC_STREAM_IN | TS_RPC_STREAM_OUT))) {
-        ProtobufCMessage *resp;
-        st = run_handler(c, &resp, &err);
-        finish_unary(c, st, err.msg, resp); /* frees c when the batch completes */
+        run_unary(c); /* frees c when the batch completes */
     } else {
         ProtobufCMessage *req = NULL;
         grpc_byte_buffer *sent;

@@ -2,7 +2,7 @@
  *
  * Why: every Tessera service speaks gRPC so that independent tools (grpcurl, python3-grpcio,
  * @grpc/grpc-js) can call it. The gRPC C core is a completion-queue API with many sharp edges
- * (../shared/notes/grpc-c-core.md); this module keeps them in one place and gives services a
+ * (docs/rpc.md lists them); this module keeps them in one place and gives services a
  * handler table, typed messages and ts_status errors.
  *
  * Server: a service is a name and a table of methods. Unary handlers run on a completion-queue
@@ -19,7 +19,8 @@
  * (RegisterShard by instance), which is what makes that retry safe.
  *
  * Ownership: see each function. Memory a handler puts into its response comes from the call's
- * arena (ts_rpc_alloc, ts_rpc_strdup, ts_rpc_new) or is static; the layer frees it after sending.
+ * arena (ts_rpc_alloc, ts_rpc_strdup, ts_rpc_new), from the request (which the layer frees only
+ * after the reply is packed) or is static; the layer frees it after sending.
  * Threads: a server and a channel may be used from any thread; a call object belongs to the
  * handler that was given it, until the handler returns. */
 #ifndef TS_RPC_RPC_H

@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import unittest
 
 sys.dont_write_bytecode = True
@@ -90,6 +91,7 @@ class Snapshots(unittest.TestCase):
             half = train(cell.master.addr, 2, HALF, ["--job", "run1"])
             made = json.loads(cli(["snapshot", "create", "--master", cell.master.addr,
                                    "--tag", "half", "--json"]).stdout)
+            cls.direct = cls.create_direct(cell.master.addr)
             cls.first = train(cell.master.addr, 2, STEPS, ["--job", "run1"])
             cli(["snapshot", "create", "--master", cell.master.addr, "--tag", "last"])
             cls.auto = [s for s in snapshots(cls.store) if not s["tags"]]
@@ -104,8 +106,42 @@ class Snapshots(unittest.TestCase):
                                            sorted(s["step"] for s in snapshots(cls.store))))
 
     @classmethod
+    def create_direct(cls, addr):
+        """CreateSnapshot through python3-grpcio, with the times around it (the CLI prints
+        only some of the reply's fields)."""
+        ch = tl.grpc.insecure_channel(addr)
+        try:
+            t0 = time.time()
+            resp = tl.Stub(ch, tl.master_pb2, "Master").CreateSnapshot(
+                tl.master_pb2.CreateSnapshotRequest(tag="direct-half-" + "x" * 100,
+                                                    message="through grpcio"),
+                timeout=60.0)
+            return resp, t0, time.time()
+        finally:
+            ch.close()
+
+    @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_create_snapshot_reply_every_field(self):
+        # The reply once pointed at the request's tag, freed before the reply was packed.
+        resp, t0, t1 = self.direct
+        ref = resp.snapshot
+        listed = {s["id"]: s for s in snapshots(self.store)}
+        self.assertRegex(ref.id, "^[0-9a-f]{64}$")
+        self.assertIn(ref.id, listed)
+        self.assertEqual(list(ref.tags), ["direct-half-" + "x" * 100])
+        self.assertEqual(listed[ref.id]["tags"], list(ref.tags))
+        self.assertEqual(ref.branch, "heads/" + listed[ref.id]["branch"])
+        self.assertEqual(ref.branch, "heads/main")
+        self.assertEqual(ref.step, HALF)
+        self.assertLessEqual(int(t0 * 1000) - 1000, ref.created_unix_ms)
+        self.assertLessEqual(ref.created_unix_ms, int(t1 * 1000) + 1000)
+        # The CLI's snapshot of the same state came first and stored every chunk.
+        self.assertEqual(resp.bytes_written, 0)
+        self.assertGreaterEqual(resp.took_ms, 0)
+        self.assertLessEqual(resp.took_ms, int((t1 - t0) * 1000) + 1)
 
     def test_continuing_in_place_equals_one_run(self):
         self.assertEqual(self.first["start_step"], HALF)

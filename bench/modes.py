@@ -12,7 +12,7 @@ of gradient per push), 2 workers x 2 shards, under two conditions at once:
   - a slow worker: rank 1 sleeps --slow-ms before each step (tessera-worker --slow-ms);
   - limited links: each process runs on its own emulated host (network namespace) whose veth
     to a bridge is shaped with `tbf rate R burst 256kb latency 50ms` at both ends
-    (/work/shared/notes/emulated-hosts.md: netem is not available), and every data-plane send
+    (bench/README.md, "Emulated hosts": netem is not available), and every data-plane send
     of a worker first sleeps --delay-ms (tessera-worker --delay-ms, the fault transport).
 
 Layout: namespace <tag>-sw holds bridge br0; hosts master, shard0, shard1, worker0, worker1 are

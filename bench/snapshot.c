@@ -1,6 +1,6 @@
 /* snapshot.c - bench_snapshot: how fast does lib/store write, rewrite and restore a partition?
  *
- * Why: DESIGN §5 sets the snapshot goals: a full write of 1 GiB at >= 0.5 GB/s, an incremental
+ * Why: the snapshot goals are a full write of 1 GiB at >= 0.5 GB/s, an incremental
  * write proportional to what changed, a restore of 1 GiB in < 2 s. This program measures them
  * on two data sets of --bytes fp32 each: "random" (floats uniform in [-1,1): the worst case for
  * compression) and "weights" (normal(0, 0.05): what trained weights look like). Per data set:

@@ -1,7 +1,7 @@
 /* internal.h - lib/rpc's cross-file pieces: the server's threads, calls and tags.
  *
  * Every event on a completion queue carries a pointer to a `struct ts__tag`; its kind says
- * which struct embeds it. Each worker thread owns one completion queue (notes/grpc-c-core.md:
+ * which struct embeds it. Each worker thread owns one completion queue (docs/rpc.md:
  * one CQ per thread) and counts the tags outstanding on it in `live`, plus one per streaming
  * thread whose call is bound to that queue, so a queue is shut down only when nothing can
  * start a batch on it any more. */

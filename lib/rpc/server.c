@@ -3,7 +3,7 @@
  * Each worker thread owns a completion queue and keeps one request posted per registered
  * method plus one for unknown methods (without it, a call to an unknown method hangs until the
  * client's deadline). A request that arrives is re-posted at once and its call dispatched
- * (call.c). Shutdown follows the sequence checked in notes/grpc-c-core.md: shutdown_and_notify
+ * (call.c). Shutdown follows the sequence written down in docs/rpc.md: shutdown_and_notify
  * per queue, wait for calls in flight up to the grace period, cancel the rest, and let each
  * worker shut its own queue once nothing is outstanding on it. */
 #include <grpc/grpc.h>
@@ -266,7 +266,7 @@ ts_status ts_rpc_server_start(struct ts_rpc_server *s, struct ts_err *err)
     grpc_arg args[] = {
         { .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
           .value.integer = (int)s->opts.max_message },
-        /* Without this a second server on a busy port "binds" too (notes). */
+        /* Without this a second server on a busy port "binds" too (docs/rpc.md). */
         { .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0 },
     };
     grpc_channel_args ca = { .num_args = 2, .args = args };

@@ -1,6 +1,6 @@
 /* status.c - the one place where ts_status meets gRPC status codes.
  *
- * Exhaustive both ways (STYLE.md). gRPC itself never emits INVALID_ARGUMENT,
+ * Exhaustive both ways (docs/architecture.md). gRPC itself never emits INVALID_ARGUMENT,
  * FAILED_PRECONDITION, ABORTED or DATA_LOSS, so a client seeing one knows Tessera decided it. */
 #include <grpc/status.h>
 

@@ -1,7 +1,7 @@
 /* transport.h - the data plane: moving gradient and parameter frames between two processes.
  *
  * Why: gRPC carries control; bulk tensors need a path that can be zero-copy, shared-memory or
- * RDMA. A transport is a const table of operations (STYLE.md); callers use the ts_tp_* wrappers.
+ * RDMA. A transport is a const table of operations (docs/architecture.md); callers use the ts_tp_* wrappers.
  * Backends move bytes only. Framing, checksums and validation live above them, in frame.c, so
  * a torn, oversized or corrupted frame is refused the same way on every backend.
  *
@@ -117,7 +117,7 @@ extern const struct ts_transport_ops *const ts_transports[];
 /* By name; NULL if unknown. */
 const struct ts_transport_ops *ts_transport_find(const char *name);
 
-/* The wrappers callers use (STYLE.md: never c->ops directly). */
+/* The wrappers callers use (never c->ops directly). */
 TS_MUST_CHECK static inline ts_status ts_tp_listen(const struct ts_transport_ops *t,
                                                    const char *host, struct ts_listener **l,
                                                    struct ts_blob *addr, struct ts_err *e)

@@ -1,7 +1,7 @@
 /* verify.h - the numbers behind an audit: are two model states the same, and if not, how do
  * they differ?
  *
- * Three levels (DESIGN §6). Bits: two tensors compared bit for bit, block by block, with a
+ * Three levels (docs/verify.md). Bits: two tensors compared bit for bit, block by block, with a
  * SHA-256 per block, the count of differing elements, the largest ULP, absolute and relative
  * difference and the first differing index with both values. Module: the cosine similarity
  * of two tensors. System: the distributions of two samples (model outputs, or the values of

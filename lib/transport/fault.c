@@ -205,6 +205,9 @@ ts_status ts_fault_wrap(struct ts_conn *inner, const struct ts_fault_cfg *cfg,
     f->base.local_in = inner->local_in;
     f->base.local_out = inner->local_out && cfg->kind != TS_FAULT_CORRUPT;
     f->base.view_max = inner->view_max;
+    /* The wrapper goes on with inner's byte stream: the padding frame.c owes or expects there. */
+    f->base.tx_pad = inner->tx_pad;
+    f->base.rx_pad = inner->rx_pad;
     snprintf(f->base.peer, sizeof(f->base.peer), "fault>%.57s", inner->peer);
     *out = &f->base;
     return TS_OK;

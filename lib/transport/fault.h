@@ -29,7 +29,8 @@ enum ts_fault_kind {
 struct ts_fault_cfg {
     enum ts_fault_kind kind;
     uint64_t nth;          /* the send it hits, counting from 1 (0 means 1) */
-    uint64_t offset;       /* CORRUPT: byte of that send, 0 = first header byte */
+    uint64_t offset;       /* CORRUPT: byte of that send, 0 = its first (frame.c may put up to
+                            * 7 bytes of padding in front of a header: frame.h) */
     uint8_t mask;          /* CORRUPT: XORed into the byte (0 means 0x01, one bit) */
     uint64_t keep;         /* TRUNCATE: bytes that still go out */
     int delay_ms;          /* every send sleeps this long first, whatever the kind */

@@ -49,6 +49,9 @@ enum {
 /* The payload is received and hashed a piece at a time, so the hash reads bytes still in the
  * core's cache rather than a second pass over the whole payload from memory. */
 #define PIECE (256u << 10)
+/* Headers and payloads start at multiples of FRAME_ALIGN in the stream (frame.h). */
+#define FRAME_ALIGN 8u
+#define PAD_AFTER(len) ((uint8_t)((FRAME_ALIGN - (len) % FRAME_ALIGN) % FRAME_ALIGN))
 
 static void put16(uint8_t *p, uint16_t v)
 {
@@ -177,7 +180,8 @@ uint64_t ts_frame_hash(const void *payload, size_t len)
 static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const void *payload,
                             size_t len, const uint64_t *sum, struct ts_err *err)
 {
-    uint8_t b[TS_FRAME_HDR_LEN];
+    uint8_t b[FRAME_ALIGN - 1 + TS_FRAME_HDR_LEN] = { 0 };
+    size_t pad = c->tx_pad;
     ts_status st;
 
     /* Refuse here what the peer would refuse, so the error names the sender's mistake. */
@@ -193,10 +197,12 @@ static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const voi
     h->len = len;
     h->unhashed = !ts_frame_wants_hash(c);
     h->checksum = h->unhashed ? 0 : sum ? *sum : XXH3_64bits(payload, len);
-    ts_frame_encode(h, b);
-    st = ts_tp_send(c, b, sizeof(b), payload, len, err);
-    if (st == TS_OK)
-        c->bytes_out += sizeof(b) + len;
+    ts_frame_encode(h, b + pad); /* the previous payload's padding first (frame.h) */
+    st = ts_tp_send(c, b, pad + TS_FRAME_HDR_LEN, payload, len, err);
+    if (st == TS_OK) {
+        c->bytes_out += TS_FRAME_HDR_LEN + len;
+        c->tx_pad = PAD_AFTER(len);
+    }
     return st;
 }
 
@@ -269,15 +275,22 @@ void ts_frame_release(struct ts_conn *c)
 static ts_status recv_head(struct ts_conn *c, struct ts_frame_hdr *d, size_t cap, int ms,
                            struct ts_err *err)
 {
-    uint8_t b[TS_FRAME_HDR_LEN];
+    uint8_t b[FRAME_ALIGN - 1 + TS_FRAME_HDR_LEN];
+    size_t pad = c->rx_pad;
     ts_status st;
 
     ts_frame_release(c);
-    /* A timeout, an interrupt or a hang-up between frames is not a refused frame. */
-    if ((st = ts_tp_recv(c, b, sizeof(b), ms, err)))
+    /* A timeout, an interrupt or a hang-up between frames is not a refused frame. The padding
+     * owed by the previous payload comes in the same read as the header (frame.h). */
+    if ((st = ts_tp_recv(c, b, pad + TS_FRAME_HDR_LEN, ms, err)))
         return st;
-    c->bytes_in += sizeof(b);
-    if ((st = ts_frame_decode(b, d, err)))
+    c->rx_pad = 0;
+    c->bytes_in += TS_FRAME_HDR_LEN;
+    for (size_t i = 0; i < pad; i++)
+        if (b[i])
+            return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: padding byte %zu before the "
+                                        "header is 0x%02x, not 0 (peer %s)", i, b[i], c->peer));
+    if ((st = ts_frame_decode(b + pad, d, err)))
         return refuse(c, st);
     /* Only our own path decides whether a hash may be missing, never the peer's word. */
     if (d->unhashed && !c->local_in)
@@ -289,6 +302,7 @@ static ts_status recv_head(struct ts_conn *c, struct ts_frame_hdr *d, size_t cap
                                     "receive buffer's %zu bytes (tensor %" PRIu32 " partition "
                                     "%" PRIu32 " step %" PRIu64 ")", d->len, cap, d->tensor,
                                     d->partition, d->step));
+    c->rx_pad = PAD_AFTER(d->len); /* the payload follows at once; a cut one ends the stream */
     return TS_OK;
 }
 

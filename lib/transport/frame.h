@@ -15,6 +15,13 @@
  * covers), and a receiver accepts such a frame only where its own local_in is set.
  * A torn frame is still refused: its bytes never all arrive (docs/transport.md, "Integrity
  * on one host").
+ *
+ * Alignment: after a payload whose length is not a multiple of 8, the sender puts that many
+ * zero bytes (1..7) in front of its next header, and the receiver skips them (refusing the
+ * frame if they are not zero). Every header and payload then starts at a multiple of 8 in the
+ * byte stream, so a payload shown in place (ts_frame_recv_view on the shm ring, whose start is
+ * page-aligned) may be read as floats or int64s whatever frames came before it: an odd-length
+ * HELLO or an fp16 push no longer misaligns every payload after it.
  * Ownership: payload buffers are the caller's. Threads: as the connection's. */
 #ifndef TS_TRANSPORT_FRAME_H
 #define TS_TRANSPORT_FRAME_H

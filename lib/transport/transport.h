@@ -55,6 +55,10 @@ struct ts_conn {
     bool local_in, local_out;
     size_t view_max;
     size_t view_held;              /* bytes of the view frame.c holds (receiver thread) */
+    /* frame.c: zero bytes owed after the last payload sent (sent in front of the next header)
+     * and to skip in front of the next header received, so that every header, and so every
+     * payload, starts 8-aligned in the byte stream (frame.h, "Alignment"). */
+    uint8_t tx_pad, rx_pad;
 };
 
 struct ts_listener {

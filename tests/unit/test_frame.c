@@ -515,6 +515,8 @@ static void t_wire_view(void **state)
                 assert_memory_equal(p, src + i, got.len);
             assert_true((p == buf) == (!w.rx->view_max || got.len == 0 ||
                                         got.len > w.rx->view_max));
+            /* In place, behind payloads of odd lengths too: readable as int64s. */
+            assert_true(((uintptr_t)p & 7) == 0);
             ts_frame_release(w.rx);
         }
     pthread_join(th, NULL);
@@ -556,6 +558,29 @@ static void t_wire_view_refuses(void **state)
     wire_close(&w);
 }
 
+/* The padding in front of a header (frame.h, "Alignment") must be zeros: anything else means
+ * the stream is out of step, and the frame is refused. */
+static void t_wire_pad_refused(void **state)
+{
+    struct ts_fault_cfg cfg = { .kind = TS_FAULT_NONE };
+    struct wire w = wire_open(state, &cfg);
+    struct ts_frame_hdr h = sample(), got;
+    uint8_t b[7 + TS_FRAME_HDR_LEN];
+    struct ts_err err = { 0 };
+
+    send_sample(&w, 5, TS_OK);             /* owes 3 bytes of padding */
+    must(recv_one(&w, &got, &err), &err, "recv");
+    memset(b, 0, sizeof(b));
+    b[1] = 0xaa;
+    h.len = 0;
+    ts_frame_encode(&h, b + 3);
+    must(ts_tp_send(w.tx, b, 3 + TS_FRAME_HDR_LEN, NULL, 0, &err), &err, "send");
+    assert_int_equal(recv_one(&w, &got, &err), TS_ECORRUPT);
+    assert_non_null(strstr(err.msg, "padding byte 1 before the header is 0xaa"));
+    assert_true(w.rx->frames_in == 1 && w.rx->frames_refused == 1);
+    wire_close(&w);
+}
+
 #define BOTH(f) { #f "/tcp", f, NULL, NULL, "tcp" }, { #f "/shm", f, NULL, NULL, "shm" }
 
 int main(void)
@@ -576,6 +601,7 @@ int main(void)
         BOTH(t_wire_hash_always),
         BOTH(t_wire_unhashed_refused),
         BOTH(t_wire_view),
+        BOTH(t_wire_pad_refused),
         BOTH(t_wire_view_refuses),
     };
 

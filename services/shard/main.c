@@ -131,9 +131,11 @@ int main(int argc, char **argv)
     mcfg.lease_ms = (uint32_t)lease_ms;
     mcfg.endpoints = ep_ptrs;
     mcfg.nendpoints = s.dp.n;
+    /* The map client first: once the master lists this shard, clients may call it, and it
+     * must be able to check their map epochs (it fetches the newer map then). */
     if (ts_master_open(s.master_addr, &s.master, &err) ||
-        ts_membership_start(s.master, &mcfg, 30000, &s.membership, &err) ||
-        ts_cluster_open(s.master_addr, &s.cluster, &err)) {
+        ts_cluster_open(s.master_addr, &s.cluster, &err) ||
+        ts_membership_start(s.master, &mcfg, 30000, &s.membership, &err)) {
         ts_err_prefix(&err, "cannot join the cluster (is the master running at %s?)",
                       s.master_addr);
         goto out;

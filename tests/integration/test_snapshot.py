@@ -20,7 +20,7 @@ import unittest
 
 sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
-from tessera.v1 import snapshot_pb2  # noqa: E402
+from tessera.v1 import shard_pb2, snapshot_pb2  # noqa: E402
 
 STEPS = 24
 HALF = 12
@@ -70,6 +70,12 @@ class Cell:
         tl.wait_until(lambda: sum(1 for s in tl.cluster_status(ch).shards
                                   if s.state == tl.ALIVE) == shards, 15,
                       "%d shards alive" % shards)
+        # The master lists a shard as soon as it registers; it serves once it knows its id.
+        for s in tl.cluster_status(ch).shards:
+            st = tl.Stub(self.c.channel(s.addr), shard_pb2, "Shard")
+            tl.wait_until(lambda: st.ShardStatus(shard_pb2.ShardStatusRequest(),
+                                                 timeout=tl.RPC_TIMEOUT).shard_id, 15,
+                          "shard %d to know its id" % s.id)
 
     def close(self, failed=False):
         if failed:

@@ -133,6 +133,24 @@ uint64_t ts_cluster_epoch(struct ts_cluster *cl)
     return e;
 }
 
+ts_status ts_cluster_check_epoch(struct ts_cluster *cl, uint64_t want, struct ts_err *err)
+{
+    uint64_t have = ts_cluster_epoch(cl);
+    ts_status st;
+
+    if (want > have && (st = ts_cluster_refresh(cl, err)))
+        return st;
+    have = ts_cluster_epoch(cl);
+    if (want < have)
+        return ts_err_set(err, TS_ESTALE, "map_epoch: %" PRIu64 " is stale, the shard map is at "
+                          "epoch %" PRIu64 ": refresh the shard map (GetShardMap) and retry",
+                          want, have);
+    if (want > have)
+        return ts_err_set(err, TS_EINVAL, "map_epoch: %" PRIu64 " is ahead of the master's "
+                          "epoch %" PRIu64, want, have);
+    return TS_OK;
+}
+
 unsigned ts_cluster_refreshes(struct ts_cluster *cl)
 {
     unsigned n;

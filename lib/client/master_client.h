@@ -85,6 +85,12 @@ void ts_cluster_close(struct ts_cluster *cl);
 /* Fetches the map again and rebuilds the ring. */
 ts_status ts_cluster_refresh(struct ts_cluster *cl, struct ts_err *err) TS_MUST_CHECK;
 uint64_t ts_cluster_epoch(struct ts_cluster *cl);
+/* The one rule for a map epoch a caller says it used (the master's for known_epoch, in
+ * services/master/members.c, is the same): equal to the current map's is served; older is
+ * TS_ESTALE (ABORTED: refresh the map and retry); newer than the cached map makes us fetch the
+ * map again, and newer than the master's is TS_EINVAL. want 0 is the caller's to handle. */
+ts_status ts_cluster_check_epoch(struct ts_cluster *cl, uint64_t want,
+                                 struct ts_err *err) TS_MUST_CHECK;
 unsigned ts_cluster_refreshes(struct ts_cluster *cl);   /* how many refreshes so far */
 /* The shard owning (tensor, partition) under the cached map. TS_EUNAVAIL with no shards. */
 ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t partition,

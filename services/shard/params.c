@@ -183,23 +183,6 @@ static ts_status get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js
     return TS_OK;
 }
 
-/* The map the caller used must be the shard's current one. */
-static ts_status check_epoch(struct ts_cluster *cl, uint64_t want, struct ts_err *err)
-{
-    uint64_t have = ts_cluster_epoch(cl);
-    ts_status st;
-
-    if (want > have && (st = ts_cluster_refresh(cl, err)))
-        return st;
-    have = ts_cluster_epoch(cl);
-    if (want != have)
-        return ts_err_set(err, want < have ? TS_ESTALE : TS_EUNAVAIL,
-                          "map_epoch: %" PRIu64 " but this shard's map is at %" PRIu64 ": %s",
-                          want, have, want < have ? "refresh the shard map and retry"
-                                                  : "the shard is catching up; retry");
-    return TS_OK;
-}
-
 static bool same_tensor(const struct shard_tensor *t, const Tessera__V1__RegisterTensorRequest *r)
 {
     const Tessera__V1__TensorSpec *s = r->tensor;
@@ -315,7 +298,7 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     uint64_t numel = 0;
     ts_status st;
 
-    if ((st = check_spec(req, &numel, err)) || (st = check_epoch(cl, req->map_epoch, err)))
+    if ((st = check_spec(req, &numel, err)) || (st = ts_cluster_check_epoch(cl, req->map_epoch, err)))
         return st;
     pthread_mutex_lock(&sp->mu);
     st = get_job(sp, req->job, &sj, err);

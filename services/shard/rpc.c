@@ -6,18 +6,6 @@
 #include "shard.h"
 #include "util/proc.h"
 
-/* A request made under an older shard map may reach the wrong owner: refuse it. */
-static ts_status check_epoch(struct shard *s, uint64_t map_epoch, struct ts_err *err)
-{
-    uint64_t mine = s->membership ? ts_membership_epoch(s->membership) : 0;
-
-    if (map_epoch && map_epoch < mine)
-        return ts_err_set(err, TS_ESTALE,
-                          "map_epoch: %" PRIu64 " is stale, this shard is at epoch %" PRIu64
-                          ": refresh the shard map (GetShardMap) and retry", map_epoch, mine);
-    return TS_OK;
-}
-
 static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                               ProtobufCMessage *rs, struct ts_err *err)
 {
@@ -26,7 +14,10 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     struct shard *s = ts_rpc_ctx(call);
     ts_status st;
 
-    if ((st = check_epoch(s, req->map_epoch, err)))
+    /* A caller that used an older map may be asking the wrong owner (0: no check). */
+    if (req->map_epoch && !s->cluster)
+        return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet; retry");
+    if (req->map_epoch && (st = ts_cluster_check_epoch(s->cluster, req->map_epoch, err)))
         return st;
     resp->addr = s->addr;
     resp->master = (char *)s->master_addr;

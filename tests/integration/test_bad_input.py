@@ -298,12 +298,18 @@ class BadInput(unittest.TestCase):
         self.assertEqual(e.code(), grpc.StatusCode.ABORTED, e.details())
         self.assertIn("refresh", e.details())
         self.assertTrue(e.details().startswith("map_epoch:"), e.details())
-        # The shard's own epoch, a newer one, and 0 (no check) are served.
-        for ep in (0, mine, mine + 1):
+        # The master's epoch (the shard fetches the map if it lags) and 0 (no check) are
+        # served; an epoch the master has not reached is refused as the master refuses it.
+        master_epoch = tl.cluster_status(self.ch).epoch
+        for ep in (0, master_epoch):
             st = self.s.ShardStatus(S.ShardStatusRequest(map_epoch=ep), timeout=tl.RPC_TIMEOUT)
             self.assertEqual(st.shard_id, self.shard_status.shard_id)
             self.assertEqual(st.addr, self.shard.addr)
             self.assertEqual(st.master, self.master.addr)
+        e = tl.call_error(self.s.ShardStatus, S.ShardStatusRequest(map_epoch=master_epoch + 1))
+        self.assertEqual(e.code(), grpc.StatusCode.INVALID_ARGUMENT, e.details())
+        self.assertEqual(e.details(), "map_epoch: %d is ahead of the master's epoch %d"
+                         % (master_epoch + 1, master_epoch))
 
 
 class Membership(unittest.TestCase):

@@ -49,12 +49,19 @@ struct cluster_opts {
     int snapshot_every;             /* the master's --snapshot-every (0: off) */
 };
 
+/* A shard process of a local cluster. Its log is DIR/shard-<id>.log once the master has given
+ * it an id (the id every message names), DIR/shard-new-<n>.log before. */
+struct cluster_shard {
+    pid_t pid;                      /* 0 once reaped */
+    uint32_t id;                    /* the master's id for it; 0 until it registered */
+};
+
 struct cluster {
     char dir[512];
     bool own_dir;                   /* made by cluster_start (no --dir given) */
     char master_addr[64];
     pid_t master;
-    pid_t *shards;
+    struct cluster_shard *shards;
     int nshards;
 };
 
@@ -73,7 +80,8 @@ bool cluster_check(struct cluster *c);
  * gets SIGTERM if we die (PR_SET_PDEATHSIG) and starts with no signals blocked. */
 ts_status cli_spawn(const char *log, char *const argv[], pid_t *pid,
                     struct ts_err *err) TS_MUST_CHECK;
-/* The last non-empty line of the file at path into out ("no log" if unreadable). */
+/* The last non-empty line of the file at path into out ("no log" if unreadable, "(empty)"
+ * if it has none). */
 void cli_last_line(const char *path, char *out, size_t n);
 
 /* Prints the cluster's status to stdout (table or JSON). Returns the exit code. */

@@ -2,9 +2,12 @@
  *
  * The binaries are found beside the running `tessera`. Each child writes its log to DIR, gets
  * SIGTERM if the launcher dies (PR_SET_PDEATHSIG, so no process outlives a killed launcher),
- * and is stopped by pid, never by name. The master picks its port and writes it to a file,
- * which is how the launcher learns it without a race. */
+ * and is stopped by pid, never by name. The master and the shards pick their ports and write
+ * them to files, which is how the launcher learns them without a race; a shard's port, matched
+ * against the master's ClusterStatus, tells the launcher the id the master gave that process,
+ * so that its log and every message name the shard as the master and `tessera status` do. */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -78,6 +81,7 @@ void cli_last_line(const char *path, char *out, size_t n)
     snprintf(out, n, "no log");
     if (!(f = fopen(path, "r")))
         return;
+    snprintf(out, n, "(empty)");
     while (fgets(line, sizeof(line), f)) {
         line[strcspn(line, "\n")] = '\0';
         if (line[0])
@@ -161,12 +165,21 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
     return TS_OK;
 }
 
+/* The log (ext "log") or port file (ext "port") of shard process i (cli.h: its name). */
+static void shard_file(const struct cluster *c, int i, const char *ext, char *out, size_t n)
+{
+    if (c->shards[i].id)
+        snprintf(out, n, "%s/shard-%u.%s", c->dir, c->shards[i].id, ext);
+    else
+        snprintf(out, n, "%s/shard-new-%d.%s", c->dir, i + 1, ext);
+}
+
 static ts_status start_shards(const struct cluster_opts *o, struct cluster *c, const char *bin,
                               struct ts_err *err)
 {
-    char exe[700], log[64];
-    char *argv[10] = { exe, "--master", c->master_addr, NULL };
-    int n = 3;
+    char exe[700], log[700], port_file[700];
+    char *argv[12] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
+    int n = 5;
     ts_status st;
 
     snprintf(exe, sizeof(exe), "%s/tessera-shard", bin);
@@ -177,15 +190,56 @@ static ts_status start_shards(const struct cluster_opts *o, struct cluster *c, c
     if (!c->shards)
         return ts_err_set(err, TS_ENOMEM, "out of memory");
     for (int i = 0; i < o->shards; i++) {
-        snprintf(log, sizeof(log), "shard-%d.log", i + 1);
-        if ((st = spawn(c->dir, log, argv, &c->shards[i], err)))
+        shard_file(c, i, "log", log, sizeof(log));
+        shard_file(c, i, "port", port_file, sizeof(port_file));
+        unlink(port_file);
+        if ((st = cli_spawn(log, argv, &c->shards[i].pid, err)))
             return st;
         c->nshards++;
     }
     return TS_OK;
 }
 
-/* Waits until the master lists `want` alive shards. */
+/* The master's id of the shard listening on the port in port_file, or 0. */
+static uint32_t id_by_port(const Tessera__V1__ClusterStatusResponse *cs, const char *port_file)
+{
+    char suffix[16];
+    FILE *f = fopen(port_file, "r");
+    int port = 0;
+
+    if (!f)
+        return 0;
+    if (fscanf(f, "%d", &port) != 1)
+        port = 0;
+    fclose(f);
+    snprintf(suffix, sizeof(suffix), ":%d", port);
+    for (size_t i = 0; port && i < cs->n_shards; i++) {
+        const char *a = cs->shards[i]->addr;
+        size_t al = strlen(a), sl = strlen(suffix);
+        if (al > sl && strcmp(a + al - sl, suffix) == 0)
+            return cs->shards[i]->id;
+    }
+    return 0;
+}
+
+/* Gives each shard process the master's id for it: its log is renamed to shard-<id>.log. */
+static void name_shards(struct cluster *c, const Tessera__V1__ClusterStatusResponse *cs)
+{
+    char from[700], to[700], port_file[700];
+
+    for (int i = 0; i < c->nshards; i++) {
+        shard_file(c, i, "log", from, sizeof(from));
+        shard_file(c, i, "port", port_file, sizeof(port_file));
+        if (!(c->shards[i].id = id_by_port(cs, port_file)))
+            continue;
+        unlink(port_file);
+        shard_file(c, i, "log", to, sizeof(to));
+        if (rename(from, to) < 0)
+            fprintf(stderr, "tessera: cannot rename %s to %s: %s\n", from, to, strerror(errno));
+    }
+}
+
+/* Waits until the master lists `want` alive shards, then names them (name_shards). */
 static ts_status wait_shards(struct cluster *c, int want, struct ts_err *err)
 {
     int64_t until = ts_now_ms() + START_TIMEOUT_MS;
@@ -201,16 +255,20 @@ static ts_status wait_shards(struct cluster *c, int want, struct ts_err *err)
             alive = 0;
             for (size_t i = 0; i < cs->n_shards; i++)
                 alive += cs->shards[i]->state == TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE;
+            if (alive >= want)
+                name_shards(c, cs);
             tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
             if (alive >= want)
                 break;
         }
         for (int i = 0; i < c->nshards; i++)
-            if (exited(c->shards[i])) {
+            if (exited(c->shards[i].pid)) {
+                char log[700];
                 ts_master_close(m);
-                c->shards[i] = 0;
-                return ts_err_set(err, TS_EUNAVAIL, "shard %d exited at start: see %s/shard-%d.log",
-                                  i + 1, c->dir, i + 1);
+                c->shards[i].pid = 0;
+                shard_file(c, i, "log", log, sizeof(log));
+                return ts_err_set(err, TS_EUNAVAIL, "shard process %d of %d exited at start: "
+                                  "see %s", i + 1, c->nshards, log);
             }
         ts_sleep_ms(50);
     }
@@ -267,7 +325,7 @@ static void stop_pid(pid_t pid, int ms)
 void cluster_stop(struct cluster *c)
 {
     for (int i = 0; i < c->nshards; i++)
-        stop_pid(c->shards[i], 10000);
+        stop_pid(c->shards[i].pid, 10000);
     stop_pid(c->master, 10000);
     free(c->shards);
     c->shards = NULL;
@@ -277,28 +335,35 @@ void cluster_stop(struct cluster *c)
 
 void cluster_remove_logs(struct cluster *c)
 {
-    char path[700];
+    struct dirent *e;
+    char path[800];
+    DIR *d;
 
-    if (!c->own_dir)
+    if (!c->own_dir || !(d = opendir(c->dir)))
         return;
-    snprintf(path, sizeof(path), "%s/master.log", c->dir);
-    unlink(path);
-    snprintf(path, sizeof(path), "%s/master.port", c->dir);
-    unlink(path);
-    for (int i = 1; i <= 64; i++) {
-        snprintf(path, sizeof(path), "%s/shard-%d.log", c->dir, i);
-        unlink(path);
-    }
+    /* The directory is ours alone: what is in it, the launcher's children wrote. */
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, "shard-", 6) == 0 || strncmp(e->d_name, "master.", 7) == 0) {
+            snprintf(path, sizeof(path), "%s/%s", c->dir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
     rmdir(c->dir);
 }
 
 bool cluster_check(struct cluster *c)
 {
     for (int i = 0; i < c->nshards; i++) {
-        if (exited(c->shards[i])) {
-            fprintf(stderr, "shard process %d (pid %d) exited: see %s/shard-%d.log\n", i + 1,
-                    (int)c->shards[i], c->dir, i + 1);
-            c->shards[i] = 0;
+        if (exited(c->shards[i].pid)) {
+            char log[700];
+            shard_file(c, i, "log", log, sizeof(log));
+            if (c->shards[i].id)
+                fprintf(stderr, "shard %u (pid %d) exited: see %s\n", c->shards[i].id,
+                        (int)c->shards[i].pid, log);
+            else
+                fprintf(stderr, "shard process %d (pid %d) exited: see %s\n", i + 1,
+                        (int)c->shards[i].pid, log);
+            c->shards[i].pid = 0;
         }
     }
     if (exited(c->master)) {

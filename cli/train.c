@@ -104,13 +104,44 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     return pid;
 }
 
+/* How a worker ended, for the message that names it: "exited with status 1", "was killed by
+ * signal 9 (Killed)". */
+static void describe_end(int status, char *buf, size_t cap)
+{
+    if (WIFSIGNALED(status))
+        snprintf(buf, cap, "was killed by signal %d (%s)%s", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)), WCOREDUMP(status) ? ", core dumped" : "");
+    else
+        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
+}
+
+/* Says which worker failed, how, and where its messages are: rank 0 writes to our own stdout
+ * and stderr, the others to their logs in dir. */
+static void report_failure(const char *dir, int rank, int status)
+{
+    char how[96], log[600], last[512];
+
+    describe_end(status, how, sizeof(how));
+    if (rank == 0) {
+        fprintf(stderr, "tessera train: worker 0 %s%s\n", how, WIFSIGNALED(status)
+                ? " (it wrote to this terminal; a signal leaves it no last words)"
+                : " (its messages are above)");
+    } else {
+        snprintf(log, sizeof(log), "%s/worker-%d.log", dir, rank);
+        cli_last_line(log, last, sizeof(last));
+        fprintf(stderr, "tessera train: worker %d %s; its log:\n  %s: %s\n", rank, how, log,
+                last);
+    }
+    fprintf(stderr, "tessera train: the workers' logs are kept in %s\n", dir);
+}
+
 int run_training(const struct train_cli *in, const char *master)
 {
     struct train_cli job = *in, *t = &job;
     char job_id[64];
     pid_t pids[MAX_WORKERS];
     char bin[512], dir[512], log[600];
-    int nw = t->local ? 1 : t->workers, left, rc = 0, failed = -1;
+    int nw = t->local ? 1 : t->workers, left, rc = 0, failed = -1, failed_status = 0;
     struct ts_err err = { 0 };
 
     if (!t->job) { /* a new job per run: shards keep each job's state apart */
@@ -158,6 +189,7 @@ int run_training(const struct train_cli *in, const char *master)
                 left--;
                 if ((!WIFEXITED(status) || WEXITSTATUS(status)) && failed < 0 && rc != 130) {
                     failed = r;
+                    failed_status = status;
                     rc = 1;
                     for (int k = 0; k < nw; k++) /* they would wait for this rank */
                         if (pids[k] > 0)
@@ -167,15 +199,7 @@ int run_training(const struct train_cli *in, const char *master)
         }
     }
     if (failed >= 0) {
-        fprintf(stderr, "tessera train: worker %d failed%s\n", failed,
-                failed ? "; its log:" : " (its messages are above)");
-        if (failed) {
-            char last[512];
-            snprintf(log, sizeof(log), "%s/worker-%d.log", dir, failed);
-            cli_last_line(log, last, sizeof(last));
-            fprintf(stderr, "  %s: %s\n", log, last);
-        }
-        fprintf(stderr, "tessera train: the workers' logs are kept in %s\n", dir);
+        report_failure(dir, failed, failed_status);
         return rc;
     }
     for (int r = 1; r < nw; r++) { /* a run that worked leaves nothing behind */

@@ -133,6 +133,13 @@ class UpKillStop(unittest.TestCase):
         self.assertEqual([(s["id"], s["addr"]) for s in js["shards"]],
                          [(s.id, s.addr) for s in cs.shards])
         self.assertEqual([s.state for s in cs.shards], [tl.ALIVE] * 3)
+        # Each shard's log is named by the id the master gave it, as status shows it.
+        logs = os.path.join(self.c.dir, "up-logs")
+        self.assertEqual(sorted(n for n in os.listdir(logs) if n.startswith("shard-")),
+                         sorted("shard-%d.log" % s.id for s in cs.shards))
+        for s in cs.shards:
+            with open(os.path.join(logs, "shard-%d.log" % s.id)) as f:
+                self.assertRegex(f.read(), r"registered with \S+ as %d " % s.id)
         self.assertEqual(js["workers"], [])
         self.assertEqual(js["vnodes"], cs.vnodes)
         self.assertEqual(js["ring_digest"], "%016x" % cs.ring_digest)
@@ -219,6 +226,37 @@ class UpKillStop(unittest.TestCase):
         rest = up.p.stdout.read().decode()
         self.assertIn("stopped", rest)
         tl.log("tessera up stopped in %.2f s" % took)
+        self.passed = True
+
+    def killed_worker_message(self, rank):
+        """`tessera train --workers 2` with rank `rank` killed by SIGKILL mid-run: its exit
+        status and stderr."""
+        master = self.c.start_master()
+        self.c.start_shard(master.addr)
+        train = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", master.addr,
+                              "--workers", "2", "--steps", "100000"], "train-%d" % rank)
+
+        def worker():
+            for pid in tl.children_of(train.pid):
+                argv = tl.cmdline(pid)
+                if "--rank" in argv and argv[argv.index("--rank") + 1] == str(rank):
+                    return pid
+            return None
+        pid = tl.wait_until(worker, tl.START_TIMEOUT, "worker %d to start" % rank)
+        time.sleep(0.5)  # into its training loop
+        os.kill(pid, signal.SIGKILL)
+        rc = train.wait(30.0)
+        return rc, train.log_text()
+
+    def test_train_names_a_killed_worker_and_its_log(self):
+        rc, text = self.killed_worker_message(1)
+        self.assertEqual(rc, 1, text)
+        self.assertRegex(text, r"worker 1 was killed by signal 9 \(Killed\); its log:\n"
+                               r"  /\S+/worker-1\.log: ")
+        self.assertIn("the workers' logs are kept in", text)
+        rc, text = self.killed_worker_message(0)
+        self.assertEqual(rc, 1, text)
+        self.assertIn("worker 0 was killed by signal 9 (Killed) (it wrote to this terminal", text)
         self.passed = True
 
 

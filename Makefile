@@ -76,10 +76,12 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Only the unit tests are built with sanitizers: they cover lib/ and run in seconds.
+# The sanitizer build: the unit tests (they cover lib/) and the services and CLI, which a subset
+# of the integration tests runs against (tests/CMakeLists.txt, TS_ASAN_INTEGRATION).
+ASAN_BINS := tessera-master tessera-shard tessera-verify tessera-worker tessera
 asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(UNIT_TESTS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(UNIT_TESTS) $(ASAN_BINS)
 
 # The libFuzzer targets, built with clang (make test runs each for 20 s, make fuzz for longer).
 fuzz-build: deps

@@ -9,6 +9,10 @@ gets SIGKILL, so nothing outlives a failing test. Every wait is bounded.
 Environment (ctest sets it): TESSERA_BIN, the binaries; PYTHONPATH, build/gen/python;
 TESSERA_SRC, the source tree. Run by hand from the source tree, the defaults point at build/.
 A failing test prints its processes' logs; TESSERA_KEEP_LOGS=1 keeps the temp dir as well.
+TESSERA_SANITIZED=1 (TESSERA_BIN is then an ASan/UBSan build): every sanitizer report of every
+process a test starts fails the script in main(), whatever the tests asserted, and is printed.
+ASan and LSan write theirs to files (log_path); gcc's UBSan ignores log_path and writes to
+stderr, so the processes' logs and the CLI's output are searched too.
 """
 import atexit
 import os
@@ -51,6 +55,53 @@ def _remove_test_tmp():
 
 
 atexit.register(_remove_test_tmp)
+
+# Sanitizer reports of every process the test starts, directly or through `tessera up` and
+# `tessera train` (the environment is inherited): log_path makes each one a file, PREFIX.PID.
+SANITIZED = os.environ.get("TESSERA_SANITIZED") == "1"
+SAN_DIR = os.path.join(TEST_TMP, "sanitizer")
+if SANITIZED:
+    os.mkdir(SAN_DIR)
+    _supp = os.path.join(SRC, "tests", "lsan.supp")
+    os.environ["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=1:log_path=%s/asan" % SAN_DIR
+    os.environ["UBSAN_OPTIONS"] = ("print_stacktrace=1:halt_on_error=1:log_path=%s/ubsan"
+                                   % SAN_DIR)
+    os.environ["LSAN_OPTIONS"] = "suppressions=%s" % _supp
+
+
+_SAN_MARKERS = ("runtime error:", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer")
+_san_found = []
+
+
+def scan_for_sanitizer(where, text):
+    """Keeps the part of text (a log, a process's output) from the first sanitizer report
+    on, if it holds one; sanitizer_reports() returns it. A no-op when not sanitized."""
+    if not SANITIZED or not text:
+        return
+    at = [text.find(m) for m in _SAN_MARKERS if m in text]
+    if at:
+        start = text.rfind("\n", 0, min(at)) + 1
+        _san_found.append("---- %s ----\n%s" % (where, text[start:start + 8000]))
+
+
+def scan_logs(top):
+    """scan_for_sanitizer on every *.log under top."""
+    for root, _, names in os.walk(top):
+        for name in names:
+            if name.endswith(".log"):
+                with open(os.path.join(root, name), errors="replace") as f:
+                    scan_for_sanitizer(os.path.join(root, name), f.read())
+
+
+def sanitizer_reports():
+    """Every sanitizer report seen so far, one string each: the report files, and what
+    scan_for_sanitizer kept (empty when the binaries are not sanitized)."""
+    out = list(_san_found)
+    if SANITIZED:
+        for name in sorted(os.listdir(SAN_DIR)):
+            with open(os.path.join(SAN_DIR, name), errors="replace") as f:
+                out.append("---- %s ----\n%s" % (name, f.read()))
+    return out
 
 from google.protobuf import symbol_database  # noqa: E402
 
@@ -251,6 +302,7 @@ class Cluster:
         for p in reversed(self.procs):
             p.stop()
         self.procs = []
+        scan_logs(self.dir)
         if os.environ.get("TESSERA_KEEP_LOGS"):
             log("logs kept in %s" % self.dir)
         else:
@@ -348,8 +400,10 @@ def status_fingerprint(cs):
 
 def run_cli(args, timeout=15.0):
     """Runs `tessera ARGS` to completion; returns CompletedProcess (text)."""
-    return subprocess.run([os.path.join(BIN, "tessera")] + list(args), capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    r = subprocess.run([os.path.join(BIN, "tessera")] + list(args), capture_output=True,
+                       text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    scan_for_sanitizer("tessera " + " ".join(args), r.stderr)
+    return r
 
 
 def free_port():
@@ -366,5 +420,12 @@ def main():
     t0 = time.monotonic()
     prog = unittest.main(exit=False, verbosity=2)
     ok = prog.result.wasSuccessful()
+    if SANITIZED:
+        scan_logs(TEST_TMP)  # what is left: logs kept by failed runs, clusters not stopped
+    reports = sanitizer_reports()
+    if reports:
+        sys.stderr.write("sanitizer reports from the services (%d):\n%s\n"
+                         % (len(reports), "\n".join(reports)))
+        ok = False
     sys.stderr.write("%s in %.2f s\n" % ("OK" if ok else "FAILED", time.monotonic() - t0))
     sys.exit(0 if ok else 1)

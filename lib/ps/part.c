@@ -4,7 +4,6 @@
 #include "codec/codec.h"
 #include "util/proc.h"
 
-#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,11 +20,8 @@ ts_status ts_job_init(struct ts_job *j, const char *id, uint32_t workers, bool e
     struct ts_err e = { 0 };
 
     memset(j, 0, sizeof(*j));
-    if (!id || !id[0] || strlen(id) >= sizeof(j->id))
-        return ts_err_set(err, TS_EINVAL, "job.id: 1..%zu bytes required", sizeof(j->id) - 1);
-    for (const char *p = id; *p; p++)
-        if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
-            return ts_err_set(err, TS_EINVAL, "job.id: only letters, digits, '.', '_', '-'");
+    if (ts_job_id_check("job.id", id, err))
+        return TS_EINVAL;
     if (workers < 1 || workers > TS_JOB_MAX_WORKERS)
         return ts_err_set(err, TS_EINVAL, "job.workers: %u is outside 1..%d", workers,
                           TS_JOB_MAX_WORKERS);

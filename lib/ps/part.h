@@ -32,6 +32,7 @@
 
 #include "tensor/tensor.h"
 #include "util/err.h"
+#include "util/names.h"
 
 /* Encodings of a push payload (values of tessera.v1.Encoding). */
 #define TS_ENC_RAW 0            /* float32 sums */
@@ -46,7 +47,7 @@ ts_status ts_mode_parse(const char *s, enum ts_mode *out, struct ts_err *err) TS
 const char *ts_mode_name(enum ts_mode m);   /* static storage; "unknown" */
 
 struct ts_job {
-    char id[65];
+    char id[TS_JOB_ID_MAX + 1];
     uint32_t workers;
     bool exact;
     struct ts_optim_cfg optim;

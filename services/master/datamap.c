@@ -47,8 +47,8 @@ ts_status datamap_restore(struct datamap *d, const Tessera__V1__Manifest *m, con
 
 static ts_status check_request(const Tessera__V1__CheckDataRequest *req, struct ts_err *err)
 {
-    if (!req->job[0] || strlen(req->job) > 64)
-        return ts_err_set(err, TS_EINVAL, "job: 1..64 bytes required");
+    if (ts_job_id_check("job", req->job, err))
+        return TS_EINVAL;
     if (req->n_checksums < 1 || req->n_checksums > MAX_PARTITIONS)
         return ts_err_set(err, TS_EINVAL, "checksums: %zu, want 1..%d", req->n_checksums,
                           MAX_PARTITIONS);

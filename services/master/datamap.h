@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "tessera/v1/master.pb-c.h"
+#include "util/names.h"
 #include "tessera/v1/snapshot.pb-c.h"
 #include "util/err.h"
 
@@ -25,7 +26,7 @@ struct datamap_entry {
 };
 
 struct datamap_job {
-    char job[65];
+    char job[TS_JOB_ID_MAX + 1];
     char source[96];            /* "rank 0" */
     struct datamap_entry *e;
     size_t n;

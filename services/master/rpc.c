@@ -4,6 +4,7 @@
 
 #include "master.h"
 #include "tessera/v1/master.pb-c.h"
+#include "util/names.h"
 #include "util/proc.h"
 
 static Tessera__V1__MemberState state_pb(enum ts_member_state s)
@@ -219,8 +220,8 @@ static ts_status create_snapshot(struct ts_rpc_call *call, const ProtobufCMessag
     int64_t t0 = ts_now_ms();
     ts_status st;
 
-    if (strlen(req->job) > 64)
-        return ts_err_set(err, TS_EINVAL, "job: at most 64 bytes");
+    if (req->job[0] && ts_job_id_check("job", req->job, err)) /* "": the only job */
+        return TS_EINVAL;
     if (strlen(req->message) > TS_MANIFEST_MAX_MESSAGE)
         return ts_err_set(err, TS_EINVAL, "message: at most %d bytes", TS_MANIFEST_MAX_MESSAGE);
     if (strlen(req->tag) > 128)

@@ -9,6 +9,7 @@
 
 #include "tessera/v1/shard.pb-c.h"
 #include "util/log.h"
+#include "util/names.h"
 #include "util/proc.h"
 
 #define MAX_SHARDS SNAP_MAX_SHARDS
@@ -77,7 +78,7 @@ static ts_status discover(struct snapper *sn, const char *job, struct shards *ou
                           char *job_id, uint64_t *maxv, struct ts_err *err)
 {
     struct ts_members_view v;
-    char seen[2][65] = { "", "" };
+    char seen[2][TS_JOB_ID_MAX + 1] = { "", "" };
     ts_status st = ts_members_view(sn->members, true, &v, err);
     bool held[MAX_SHARDS] = { false };
 
@@ -316,7 +317,7 @@ static ts_status take(struct snapper *sn, const char *job, const char *message, 
     Tessera__V1__ClusterShape shape = TESSERA__V1__CLUSTER_SHAPE__INIT;
     Tessera__V1__ScheduleState sched = TESSERA__V1__SCHEDULE_STATE__INIT;
     struct shards s = { 0 };
-    char job_id[65], tagref[TS_STORE_REF_MAX + 8] = "";
+    char job_id[TS_JOB_ID_MAX + 1], tagref[TS_STORE_REF_MAX + 8] = "";
     uint8_t id[TS_STORE_ID_LEN], cur[TS_STORE_ID_LEN];
     int64_t until = ts_now_ms() + timeout_ms;
     uint64_t maxv = 0;
@@ -423,7 +424,7 @@ static void *auto_loop(void *arg)
 
     while (!atomic_load(&sn->stop)) {
         struct shards s = { 0 };
-        char job[65], hex[TS_STORE_HEX_LEN + 1];
+        char job[TS_JOB_ID_MAX + 1], hex[TS_STORE_HEX_LEN + 1];
         uint64_t maxv = 0, step, got, written;
         struct ts_err err = { 0 };
         ts_status st;

@@ -22,6 +22,7 @@
 #include "transport/frame.h"
 #include "transport/region.h"
 #include "util/log.h"
+#include "util/names.h"
 
 #define ACCEPT_POLL_MS 200
 #define PULL_WAIT_MS 120000
@@ -273,12 +274,17 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
 {
     struct ts_frame_hdr ack = { .type = TS_FRAME_ACK };
     struct shard_job *job;
-    char id[65];
+    char id[TS_JOB_ID_MAX + 1];
 
     if (h->len == 0 || h->len >= sizeof(id))
-        return ts_err_set(err, TS_EINVAL, "hello: job id of 1..64 bytes required");
+        return ts_err_set(err, TS_EINVAL, "hello: job id of 1..%d bytes required",
+                          TS_JOB_ID_MAX);
+    if (memchr(buf, '\0', h->len))
+        return ts_err_set(err, TS_EINVAL, "hello: job id holds a NUL byte");
     memcpy(id, buf, h->len);
     id[h->len] = '\0';
+    if (ts_job_id_check("hello: job id", id, err))
+        return TS_EINVAL;
     job = shard_params_job(dc->dp->params, id);
     if (job != dc->job)   /* regions belong to the job's tensors */
         regions_free(dc);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "shard.h"
+#include "util/names.h"
 #include "util/proc.h"
 
 static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *rq,
@@ -64,13 +65,6 @@ static ts_status register_tensor(struct ts_rpc_call *call, const ProtobufCMessag
     return TS_OK;
 }
 
-static ts_status check_job(const char *job, struct ts_err *err)
-{
-    if (!job[0] || strlen(job) > 64)
-        return ts_err_set(err, TS_EINVAL, "job: 1..64 bytes required");
-    return TS_OK;
-}
-
 static ts_status arm_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                               ProtobufCMessage *rs, struct ts_err *err)
 {
@@ -78,7 +72,7 @@ static ts_status arm_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *
     Tessera__V1__ArmSnapshotResponse *resp = (void *)rs;
     struct shard *s = ts_rpc_ctx(call);
     bool armed = false;
-    ts_status st = check_job(req->job, err);
+    ts_status st = ts_job_id_check("job", req->job, err);
 
     if (!st)
         st = shard_params_arm(&s->params, req->job, req->step, req->disarm, &armed,
@@ -94,7 +88,7 @@ static ts_status write_snapshot(struct ts_rpc_call *call, const ProtobufCMessage
     Tessera__V1__WriteSnapshotResponse *resp = (void *)rs;
     struct shard *s = ts_rpc_ctx(call);
     uint32_t i, j;
-    ts_status st = check_job(req->job, err);
+    ts_status st = ts_job_id_check("job", req->job, err);
 
     if (st)
         return st;

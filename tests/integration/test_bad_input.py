@@ -193,6 +193,7 @@ class BadInput(unittest.TestCase):
     def test_snapshot_rpcs_invalid(self):
         self.run_cases("CreateSnapshot", M.CreateSnapshotRequest, {}, [
             ("job", dict(job="j" * 65)),
+            ("job", dict(job="no/slash")),
             ("message", dict(message="m" * 4097)),
             ("tag", dict(tag="t" * 129)),
             ("timeout_ms", dict(timeout_ms=3600001)),
@@ -240,6 +241,7 @@ class BadInput(unittest.TestCase):
         self.run_cases("CheckData", M.CheckDataRequest, dict(job="j", checksums=[C(**good)]), [
             ("job", dict(job="")),
             ("job", dict(job="j" * 65)),
+            ("job", dict(job="no spaces")),
             ("checksums", dict(checksums=[])),
             ("checksums[0].name", dict(checksums=[C(**dict(good, name=""))])),
             ("checksums[0].sha256", dict(checksums=[C(**dict(good, sha256=b"\x01" * 31))])),

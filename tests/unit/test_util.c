@@ -11,6 +11,7 @@
 #include "util/err.h"
 #include "util/flags.h"
 #include "util/json.h"
+#include "util/names.h"
 
 static void err_first_message_wins(void **state)
 {
@@ -133,6 +134,35 @@ static void status_mapping(void **state)
     assert_string_equal(ts_rpc_code_name(99), "UNKNOWN");
 }
 
+/* One rule for job ids wherever one arrives (util/names.h). */
+static void job_id_rule(void **state)
+{
+    struct ts_err e = { 0 };
+    char id[TS_JOB_ID_MAX + 2];
+
+    (void)state;
+    memset(id, 'j', sizeof(id));
+    id[TS_JOB_ID_MAX] = '\0';
+    assert_int_equal(ts_job_id_check("job", id, &e), TS_OK);            /* 64 bytes */
+    assert_int_equal(ts_job_id_check("job", "run-1.a_B", &e), TS_OK);
+    id[TS_JOB_ID_MAX] = 'j';
+    id[TS_JOB_ID_MAX + 1] = '\0';
+    assert_int_equal(ts_job_id_check("job", id, &e), TS_EINVAL);        /* 65 */
+    assert_string_equal(e.msg, "job: 65 bytes, at most 64");
+    ts_err_clear(&e);
+    assert_int_equal(ts_job_id_check("job.id", "", &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "job.id: required"));
+    ts_err_clear(&e);
+    assert_int_equal(ts_job_id_check("job", NULL, &e), TS_EINVAL);
+    ts_err_clear(&e);
+    assert_int_equal(ts_job_id_check("job", "a b", &e), TS_EINVAL);
+    assert_string_equal(e.msg, "job: byte 1 is 0x20; only letters, digits, '.', '_' and '-' "
+                        "are allowed");
+    ts_err_clear(&e);
+    assert_int_equal(ts_job_id_check("job", "caf\xc3\xa9", &e), TS_EINVAL); /* not ASCII */
+    assert_non_null(strstr(e.msg, "byte 3 is 0xc3"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -140,6 +170,7 @@ int main(void)
         cmocka_unit_test(json_writer),
         cmocka_unit_test(flags_parse),
         cmocka_unit_test(status_mapping),
+        cmocka_unit_test(job_id_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,6 +28,27 @@
 
 #include "transport/fault.h"
 #include "transport/frame.h"
+
+/* include/tessera.h promises its codes are ts_status's values: the SDK returns one as the
+ * other. A code added to one enum and not the other stops the build here. */
+#define SAME_CODE(x) _Static_assert((int)TESSERA_##x == (int)TS_##x, "TESSERA_" #x " != TS_" #x)
+SAME_CODE(OK);
+SAME_CODE(EINVAL);
+SAME_CODE(ENOTFOUND);
+SAME_CODE(EEXIST);
+SAME_CODE(ESTATE);
+SAME_CODE(ESTALE);
+SAME_CODE(ETIMEDOUT);
+SAME_CODE(EUNAVAIL);
+SAME_CODE(ENOMEM);
+SAME_CODE(ECORRUPT);
+SAME_CODE(EIO);
+SAME_CODE(EAUTH);
+SAME_CODE(ENOTSUP);
+SAME_CODE(ENODEV);
+SAME_CODE(ECANCELLED);
+SAME_CODE(EINTERNAL);
+#undef SAME_CODE
 #include "verify/verify.h"
 
 /* ---- connecting ---- */

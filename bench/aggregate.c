@@ -162,18 +162,18 @@ static ts_status run_exact(const struct opts *o, struct bufs *b, enum mode m, bo
         } else if (m == M_SHARD) {
             s = ts_fixed_add(b->acc, b->fx[k], n, err);
         } else {
-            t0 = now_ns();
+            t0 = ts_now_ns();
             s = ts_fixed_from_f32(b->g[k], n, b->tmp, err);
-            t1 = now_ns();
+            t1 = ts_now_ns();
             s = s ? s : ts_fixed_add(b->acc, b->tmp, n, err);
             st[S_FROM] += (double)(t1 - t0) / 1e6;
-            st[S_ADD] += (double)(now_ns() - t1) / 1e6;
+            st[S_ADD] += (double)(ts_now_ns() - t1) / 1e6;
         }
     }
-    t0 = now_ns();
+    t0 = ts_now_ns();
     if (!s)
         ts_fixed_to_f32(b->acc, n, (double)o->inputs, out);
-    st[S_TO] += (double)(now_ns() - t0) / 1e6;
+    st[S_TO] += (double)(ts_now_ns() - t0) / 1e6;
     return s;
 }
 
@@ -187,7 +187,7 @@ static ts_status run_all(const struct opts *o, struct bufs *b, struct results *r
 
     for (int64_t rep = -1; rep < o->reps; rep++) {
         for (int m = 0; m < NMODES; m++) {
-            int64_t t0 = now_ns();
+            int64_t t0 = ts_now_ns();
 
             memset(st, 0, sizeof(st));
             if (m == M_FP32)
@@ -196,7 +196,7 @@ static ts_status run_all(const struct opts *o, struct bufs *b, struct results *r
                 return s;
             if (rep < 0)
                 continue;
-            r->ms[m][rep] = (double)(now_ns() - t0) / 1e6;
+            r->ms[m][rep] = (double)(ts_now_ns() - t0) / 1e6;
             if (m == M_EXACT)
                 for (int k = 0; k < NSTAGES; k++)
                     r->stage_ms[k][rep] = st[k];
@@ -222,7 +222,7 @@ static ts_status run_all(const struct opts *o, struct bufs *b, struct results *r
 
 /* ---- output ---- */
 
-static double round3(double x) { return (double)round_i(x * 1e3) / 1e3; }
+static double round3(double x) { return (double)bench_round_i(x * 1e3) / 1e3; }
 
 static void print_table(const struct opts *o, const struct results *r)
 {
@@ -318,7 +318,7 @@ int main(int argc, char **argv)
     o.inputs = o.inputs ? o.inputs : 4;
     o.reps = o.reps ? o.reps : o.quick ? 3 : 5;
     o.out = o.out ? o.out : "bench/results/aggregate.json";
-    machine_desc(r->machine, sizeof(r->machine));
+    bench_machine_desc(r->machine, sizeof(r->machine));
     fprintf(stderr, "bench_aggregate: preparing %" PRId64 " x %" PRId64 " gradients...\n",
             o.inputs, o.n);
     if (!make_bufs(&o, &b, &err)) {

@@ -23,16 +23,7 @@ static char port_file_for_signal[64];
 
 /* ---- time and statistics ---- */
 
-int64_t clock_ns(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-int64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
-
-void sleep_until_ns(int64_t t)
+void bench_sleep_until_ns(int64_t t)
 {
     struct timespec ts = { .tv_sec = t / 1000000000, .tv_nsec = t % 1000000000 };
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
@@ -54,7 +45,7 @@ static double pct_us(const int64_t *sorted, size_t n, unsigned p)
 }
 
 /* Sorts ns in place and fills l. */
-void lat_from_ns(int64_t *ns, size_t n, struct lat *l)
+void bench_lat_from_ns(int64_t *ns, size_t n, struct bench_lat *l)
 {
     memset(l, 0, sizeof(*l));
     if (!n)
@@ -67,12 +58,12 @@ void lat_from_ns(int64_t *ns, size_t n, struct lat *l)
     l->n = (int64_t)n;
 }
 
-int64_t round_i(double x) { return (int64_t)(x < 0 ? x - 0.5 : x + 0.5); }
-double round1(double x) { return (double)round_i(x * 10) / 10; }
+int64_t bench_round_i(double x) { return (int64_t)(x < 0 ? x - 0.5 : x + 0.5); }
+double bench_round1(double x) { return (double)bench_round_i(x * 10) / 10; }
 
 /* ---- the master process ---- */
 
-void on_signal(int sig)
+void bench_on_signal(int sig)
 {
     pid_t p = (pid_t)master_pid_for_signal;
 
@@ -85,7 +76,7 @@ void on_signal(int sig)
 
 /* utime + stime of pid in clock ticks: fields 14 and 15 of /proc/PID/stat. The command name
  * (field 2) is "tessera-master", so "%*[^)]" skips it safely. */
-ts_status proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err)
+ts_status bench_proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err)
 {
     unsigned long long ut = 0, st = 0;
     char path[64];
@@ -104,7 +95,7 @@ ts_status proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err)
 }
 
 /* Waits until the master has written its port (it renames a finished file into place). */
-static ts_status master_wait_port(struct master *m, struct ts_err *err)
+static ts_status master_wait_port(struct bench_master *m, struct ts_err *err)
 {
     int64_t until = ts_now_ms() + 10000;
     int port = 0, status;
@@ -133,7 +124,7 @@ static ts_status master_wait_port(struct master *m, struct ts_err *err)
 
 /* Starts BIN/tessera-master on 127.0.0.1:0. Its stderr is ours, at TESSERA_LOG=warn unless
  * the caller set a level: anything it prints during a run is worth reading. */
-ts_status master_start(const char *bin, struct master *m, struct ts_err *err)
+ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_err *err)
 {
     char exe[PATH_MAX], lease[16];
     pid_t parent = getpid();
@@ -170,7 +161,7 @@ ts_status master_start(const char *bin, struct master *m, struct ts_err *err)
 }
 
 /* SIGTERM, then SIGKILL after 5 s. Returns false if the master did not exit cleanly. */
-bool master_stop(struct master *m)
+bool bench_master_stop(struct bench_master *m)
 {
     int64_t until = ts_now_ms() + 5000;
     int status = 0;
@@ -196,7 +187,7 @@ bool master_stop(struct master *m)
     return false;
 }
 
-void machine_desc(char *buf, size_t n)
+void bench_machine_desc(char *buf, size_t n)
 {
     char line[256], *model = NULL;
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -209,7 +200,7 @@ void machine_desc(char *buf, size_t n)
     snprintf(buf, n, "%ld cpus, %s", sysconf(_SC_NPROCESSORS_ONLN), model ? model + 2 : "?");
 }
 
-ts_status make_parent_dirs(const char *path, struct ts_err *err)
+ts_status bench_make_parent_dirs(const char *path, struct ts_err *err)
 {
     char d[PATH_MAX];
 
@@ -233,13 +224,33 @@ ts_status bench_write_json(struct ts_json *j, const char *path, struct ts_err *e
 
     ts_json_end(j); /* the top-level object */
     text = ts_json_take(j);
-    if (!(st = make_parent_dirs(path, err))) {
+    if (!(st = bench_make_parent_dirs(path, err))) {
         f = fopen(path, "w");
         if (!f || fprintf(f, "%s\n", text) < 0 || fclose(f) != 0)
             st = ts_err_set(err, TS_EIO, "--out %s: %s", path, strerror(errno));
     }
     free(text);
     return st;
+}
+
+int bench_run(const struct bench_phases *ph, void *arg, const char *out)
+{
+    struct ts_err err = { 0 };
+    ts_status st = ph->prepare(arg, &err);
+
+    if (st == TS_OK)
+        st = ph->measure(arg, &err);
+    if (st == TS_OK) {
+        ph->table(arg);
+        st = ph->json(arg, &err);
+    }
+    ph->release(arg);
+    if (st != TS_OK) {
+        fprintf(stderr, "%s: %s\n", ph->prog, err.msg);
+        return 1;
+    }
+    printf("wrote %s\n", out);
+    return 0;
 }
 
 static int cmp_double(const void *pa, const void *pb)
@@ -275,10 +286,10 @@ double bench_memcpy_gbps(void *dst, const void *src, size_t bytes, int reps)
     if (!g)
         return 0;
     for (int k = 0; k < reps; k++) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ts_now_ns();
 
         memcpy(dst, src, bytes);
-        g[k] = bench_gbps(bytes, now_ns() - t0);
+        g[k] = bench_gbps(bytes, ts_now_ns() - t0);
         sink = sink + ((unsigned char *)dst)[(size_t)k % bytes];
     }
     m = bench_median(g, (size_t)(reps > 0 ? reps : 1));

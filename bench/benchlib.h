@@ -1,9 +1,9 @@
 /* benchlib.h - helpers the benchmarks share (bench/ only; not a library of the product).
  *
  * Clocks and nearest-rank percentiles in integers (no libm), and the master child process:
- * master_start() runs BIN/tessera-master on 127.0.0.1:0 with PR_SET_PDEATHSIG, so it cannot
- * outlive the benchmark, and master_stop() stops it by pid (SIGTERM, then SIGKILL after 5 s).
- * Threads: master_start/stop from the main thread only. */
+ * bench_master_start() runs BIN/tessera-master on 127.0.0.1:0 with PR_SET_PDEATHSIG, so it cannot
+ * outlive the benchmark, and bench_master_stop() stops it by pid (SIGTERM, then SIGKILL after 5 s).
+ * Threads: bench_master_start/stop from the main thread only. */
 #ifndef TS_BENCH_BENCHLIB_H
 #define TS_BENCH_BENCHLIB_H
 
@@ -14,21 +14,20 @@
 
 #include "util/err.h"
 #include "util/flags.h"
+#include "util/proc.h"
 
 #define LEASE_MS 30000      /* generous: a simulated worker must never expire during a run */
 
-struct master {
+struct bench_master {
     pid_t pid;
     char port_file[64];
     char target[64];          /* "127.0.0.1:PORT" */
 };
 
-struct lat {                  /* microseconds */
+struct bench_lat {                  /* microseconds */
     double p50, p90, p99, max;
     int64_t n;
 };
-
-#include <time.h>
 
 /* Parses a benchmark's options (no positional arguments). Returns -1 to go on, or the exit
  * status to return at once: 0 after printing --help ("PROG [options]", about, the table), 2
@@ -36,20 +35,19 @@ struct lat {                  /* microseconds */
 int bench_flags(const char *prog, const char *about, const struct ts_flag *flags, int argc,
                 char **argv);
 
-int64_t clock_ns(clockid_t id);
-int64_t now_ns(void);
-int64_t round_i(double x);
+/* Clocks: ts_clock_ns and ts_now_ns from util/proc.h. */
+int64_t bench_round_i(double x);
 /* SIGINT/SIGTERM handler: stops the master started last, then exits. */
-void on_signal(int sig);
-void sleep_until_ns(int64_t t);
+void bench_on_signal(int sig);
+void bench_sleep_until_ns(int64_t t);
 /* Sorts ns in place and fills l. */
-void lat_from_ns(int64_t *ns, size_t n, struct lat *l);
-double round1(double x);
+void bench_lat_from_ns(int64_t *ns, size_t n, struct bench_lat *l);
+double bench_round1(double x);
 /* utime + stime of pid in clock ticks (/proc/PID/stat). */
-ts_status proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err) TS_MUST_CHECK;
-ts_status master_start(const char *bin, struct master *m, struct ts_err *err) TS_MUST_CHECK;
+ts_status bench_proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err) TS_MUST_CHECK;
+ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_err *err) TS_MUST_CHECK;
 /* Returns false if the master did not exit cleanly. */
-bool master_stop(struct master *m);
+bool bench_master_stop(struct bench_master *m);
 
 /* The median of v[0..n), n >= 1 (v is left as it is). */
 double bench_median(const double *v, size_t n);
@@ -60,13 +58,28 @@ double bench_gbps(size_t bytes, int64_t ns);
 double bench_memcpy_gbps(void *dst, const void *src, size_t bytes, int reps);
 
 /* "2 cpus, AMD EPYC ..." from /proc/cpuinfo, for the JSON's machine field. */
-void machine_desc(char *buf, size_t n);
+void bench_machine_desc(char *buf, size_t n);
 /* mkdir -p of the directory part of path (for --out). */
-ts_status make_parent_dirs(const char *path, struct ts_err *err) TS_MUST_CHECK;
+ts_status bench_make_parent_dirs(const char *path, struct ts_err *err) TS_MUST_CHECK;
 
 /* Ends the top-level JSON object (the caller has closed its headline) and writes it to path,
  * making its directory. Frees j's text. */
 struct ts_json;
 ts_status bench_write_json(struct ts_json *j, const char *path, struct ts_err *err) TS_MUST_CHECK;
+
+/* The phases of a benchmark that measures inside its own process (codec, verify, snapshot).
+ * bench_run calls prepare, measure, table and json in that order on the benchmark's state
+ * (arg), stops at the first failure, then always calls release (which frees arg). */
+struct bench_phases {
+    const char *prog;                                   /* "bench_codec": for messages */
+    ts_status (*prepare)(void *arg, struct ts_err *err); /* allocate and fill the inputs */
+    ts_status (*measure)(void *arg, struct ts_err *err);
+    void (*table)(const void *arg);                     /* the table on stdout */
+    ts_status (*json)(const void *arg, struct ts_err *err); /* the results file */
+    void (*release)(void *arg);
+};
+/* Runs ph on arg and says how it ended: "wrote OUT" on stdout, or "PROG: message" on stderr.
+ * Returns the exit status: 0, or 1 after a failure. */
+int bench_run(const struct bench_phases *ph, void *arg, const char *out);
 
 #endif

@@ -48,7 +48,7 @@ struct run {
     size_t enc_bytes[NCODEC];
 };
 
-static double r3(double x) { return (double)round_i(x * 1e3) / 1e3; }
+static double r3(double x) { return (double)bench_round_i(x * 1e3) / 1e3; }
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -87,7 +87,7 @@ static double time_op(struct run *r, const struct ts_codec *c, int op)
         int64_t t0;
 
         memset(r->res, 0, r->n * 4);    /* the residual's pages, and a fresh start */
-        t0 = now_ns();
+        t0 = ts_now_ns();
         if (op == OP_ENC || op == OP_ENC_RES)
             ts_codec_encode(c, r->g, r->n, 1.0f, op == OP_ENC_RES ? r->res : NULL, r->payload,
                             &bytes);
@@ -95,14 +95,15 @@ static double time_op(struct run *r, const struct ts_codec *c, int op)
             ts_codec_decode(c->kind, r->payload, ts_codec_max_bytes(c, r->n), r->n, r->acc);
         else
             ts_codec_add(c->kind, r->payload, ts_codec_max_bytes(c, r->n), r->n, 0.25f, r->acc);
-        g[k] = bench_gbps(r->n * 4, now_ns() - t0);
+        g[k] = bench_gbps(r->n * 4, ts_now_ns() - t0);
         sink += r->payload[k] + (uint64_t)r->acc[k];
     }
     return bench_median(g, (size_t)r->o.reps);
 }
 
-static ts_status measure(struct run *r, struct ts_err *err)
+static ts_status measure(void *arg, struct ts_err *err)
 {
+    struct run *r = arg;
     r->memcpy_gbps = bench_memcpy_gbps(r->copy, r->g, r->n * 4, (int)r->o.reps);
     for (int i = 0; i < NCODEC; i++) {
         struct ts_codec c;
@@ -125,8 +126,9 @@ static ts_status measure(struct run *r, struct ts_err *err)
     return TS_OK;
 }
 
-static void print_table(const struct run *r)
+static void print_table(const void *arg)
 {
+    const struct run *r = arg;
     printf("bench_codec: %.0f MiB fp32 gradients (normal(0, 0.01), 1 in 64 x10), one thread, "
            "median of %" PRId64 " (%s)\n", (double)r->n * 4 / 1048576, r->o.reps, r->machine);
     printf("GB/s = fp32 bytes of the gradient per second (1e9)\n\n");
@@ -139,8 +141,9 @@ static void print_table(const struct run *r)
     printf("%-10s | %8.2f%% | %8.2f |\n", "memcpy", 100.0, r->memcpy_gbps);
 }
 
-static ts_status write_json(const struct run *r, struct ts_err *err)
+static ts_status write_json(const void *arg, struct ts_err *err)
 {
+    const struct run *r = arg;
     struct ts_json j;
 
     ts_json_init(&j);
@@ -172,8 +175,9 @@ static ts_status write_json(const struct run *r, struct ts_err *err)
     return bench_write_json(&j, r->o.out, err);
 }
 
-static ts_status prepare(struct run *r, struct ts_err *err)
+static ts_status prepare(void *arg, struct ts_err *err)
 {
+    struct run *r = arg;
     r->n = (size_t)r->o.bytes / 4;
     r->g = malloc(r->n * 4);
     r->res = malloc(r->n * 4);
@@ -190,6 +194,19 @@ static ts_status prepare(struct run *r, struct ts_err *err)
     return TS_OK;
 }
 
+/* Frees the run (bench_phases.release). */
+static void release(void *arg)
+{
+    struct run *r = arg;
+
+    free(r->g);
+    free(r->res);
+    free(r->acc);
+    free(r->copy);
+    free(r->payload);
+    free(r);
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = { 0 };
@@ -204,10 +221,10 @@ int main(int argc, char **argv)
           "still win)", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
+    static const struct bench_phases phases = {
+        "bench_codec", prepare, measure, print_table, write_json, release };
     struct run *r;
-    struct ts_err err = { 0 };
-    int done, rc = 1;
-    ts_status st;
+    int done;
 
     if ((done = bench_flags("bench_codec",
                             "Measures lib/codec's encode (with and without error feedback), decode\n"
@@ -223,25 +240,6 @@ int main(int argc, char **argv)
     o.reps = o.reps ? o.reps : o.quick ? 3 : 7;
     o.out = o.out ? o.out : "bench/results/codec.json";
     r->o = o;
-    machine_desc(r->machine, sizeof(r->machine));
-    st = prepare(r, &err);
-    if (st == TS_OK)
-        st = measure(r, &err);
-    if (st == TS_OK) {
-        print_table(r);
-        st = write_json(r, &err);
-    }
-    if (st == TS_OK) {
-        printf("wrote %s\n", o.out);
-        rc = 0;
-    } else {
-        fprintf(stderr, "bench_codec: %s\n", err.msg);
-    }
-    free(r->g);
-    free(r->res);
-    free(r->acc);
-    free(r->copy);
-    free(r->payload);
-    free(r);
-    return rc;
+    bench_machine_desc(r->machine, sizeof(r->machine));
+    return bench_run(&phases, r, o.out);
 }

@@ -79,7 +79,7 @@ struct results {
 };
 
 struct cluster {
-    struct master m, shard[NSHARDS];   /* shards: pid only; benchlib's master_stop stops them */
+    struct bench_master m, shard[NSHARDS];   /* shards: pid only; benchlib's bench_master_stop stops them */
 };
 
 /* Children other than the master, for the signal handler (benchlib's stops the master):
@@ -91,7 +91,7 @@ static void on_sig(int sig)
     for (size_t i = 0; i < sizeof(kids) / sizeof(kids[0]); i++)
         if (kids[i] > 0)
             kill(kids[i], SIGTERM);
-    on_signal(sig);
+    bench_on_signal(sig);
 }
 
 /* ---- child processes: a master and NSHARDS shards offering one transport, 2 workers ---- */
@@ -146,10 +146,10 @@ static ts_status wait_shards(const struct cluster *c, const char *tp, struct ts_
 static void cluster_stop(struct cluster *c)
 {
     for (int i = 0; i < NSHARDS; i++) {
-        master_stop(&c->shard[i]);
+        bench_master_stop(&c->shard[i]);
         kids[i] = 0;
     }
-    master_stop(&c->m);
+    bench_master_stop(&c->m);
 }
 
 static ts_status cluster_start(const struct opts *o, const char *tp, struct cluster *c,
@@ -163,7 +163,7 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
     if (access(exe, X_OK) != 0)
         return ts_err_set(err, TS_ENOTFOUND, "--bin: no executable %s (%s)", exe,
                           strerror(errno));
-    if ((st = master_start(o->bin, &c->m, err)))
+    if ((st = bench_master_start(o->bin, &c->m, err)))
         return st;
     char *argv[] = { exe, "--master", c->m.target, "--listen", "127.0.0.1:0", "--transport",
                      (char *)tp, "--grace-ms", "1000", NULL };
@@ -261,7 +261,7 @@ static uint64_t shard_ticks(const struct cluster *c)
     uint64_t sum = 0, t;
 
     for (int i = 0; i < NSHARDS; i++)
-        if (!proc_cpu_ticks(c->shard[i].pid, &t, NULL))
+        if (!bench_proc_cpu_ticks(c->shard[i].pid, &t, NULL))
             sum += t;
     return sum;
 }
@@ -270,12 +270,12 @@ static uint64_t shard_ticks(const struct cluster *c)
  * overwritten and sorted. */
 static double slower_median(int64_t *ns, int64_t n, double *min, double *max)
 {
-    struct lat l;
+    struct bench_lat l;
 
     for (int64_t i = 0; i < n; i++)
         for (int k = 1; k < NWORKERS; k++)
             ns[i] = ns[i] > ns[k * n + i] ? ns[i] : ns[k * n + i];
-    lat_from_ns(ns, (size_t)n, &l); /* sorts */
+    bench_lat_from_ns(ns, (size_t)n, &l); /* sorts */
     *min = (double)ns[0] / 1e6;
     *max = (double)ns[n - 1] / 1e6;
     return (n % 2 ? (double)ns[n / 2] : (double)(ns[n / 2 - 1] + ns[n / 2]) / 2) / 1e6;
@@ -529,7 +529,7 @@ static void print_goals(const struct opts *o, const struct results *res)
     printf("\n");
 }
 
-#define RND(x, scale) ((double)round_i((x) * (scale)) / (scale))
+#define RND(x, scale) ((double)bench_round_i((x) * (scale)) / (scale))
 
 static void json_runs(struct ts_json *j, const struct results *res)
 {
@@ -558,9 +558,9 @@ static void json_runs(struct ts_json *j, const struct results *res)
             ts_json_num(j, "min_ms", RND(r->min_ms, 100));
             ts_json_num(j, "max_ms", RND(r->max_ms, 100));
             ts_json_num(j, "algbw_gbs", RND(r->gbs, 1000));
-            ts_json_num(j, "worker_cpu_ms_per_step", round1(r->worker_cpu_ms));
-            ts_json_num(j, "shard_cpu_ms_per_step", round1(r->shard_cpu_ms));
-            ts_json_num(j, "other_cpu_ms_per_step", round1(r->other_cpu_ms));
+            ts_json_num(j, "worker_cpu_ms_per_step", bench_round1(r->worker_cpu_ms));
+            ts_json_num(j, "shard_cpu_ms_per_step", bench_round1(r->shard_cpu_ms));
+            ts_json_num(j, "other_cpu_ms_per_step", bench_round1(r->other_cpu_ms));
         }
         ts_json_end(j);
     }
@@ -707,7 +707,7 @@ int main(int argc, char **argv)
     signal(SIGTERM, on_sig);
     signal(SIGHUP, on_sig);
     signal(SIGPIPE, SIG_IGN);
-    machine_desc(res.machine, sizeof(res.machine));
+    bench_machine_desc(res.machine, sizeof(res.machine));
     fprintf(stderr, "gloo all_reduce, 2 ranks, sizes %s MiB...\n", o.sizes_s);
     if (run_gloo(&o, &res, &err)) {
         fprintf(stderr, "bench_pushpull: gloo: %s\n", err.msg);

@@ -96,17 +96,17 @@ static int worker_run(const struct wopts *w, float *params, void *grad, int64_t 
         if (s == WARMUP) {
             printf("ready\n");
             fflush(stdout);
-            cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+            cpu0 = ts_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
         }
-        t0 = now_ns();
+        t0 = ts_now_ns();
         if (tessera_step(t, (uint64_t)s, grads, pp, &e)) {
             rc = werr(w, "step", &e);
             goto out_close;
         }
         if (s >= WARMUP)
-            ns[s - WARMUP] = now_ns() - t0;
+            ns[s - WARMUP] = ts_now_ns() - t0;
     }
-    printf("%s %" PRId64, tessera_transport(t), clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0);
+    printf("%s %" PRId64, tessera_transport(t), ts_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0);
     for (int64_t i = 0; i < w->iters; i++)
         printf(" %" PRId64, ns[i]);
     printf("\n");

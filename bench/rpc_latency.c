@@ -55,15 +55,15 @@ struct opts {
 struct hb_result {
     int64_t workers, calls, errors, late, alive, clock_mismatch;
     double offered_per_s, achieved_per_s, master_cpu_pct, client_cpu_pct, register_s;
-    struct lat lat;
-    struct lat loaded;        /* ClusterStatus with all workers registered */
+    struct bench_lat lat;
+    struct bench_lat loaded;        /* ClusterStatus with all workers registered */
     size_t loaded_bytes;
     char first_error[256];
 };
 
 struct results {
     char machine[192];
-    struct lat c, py;
+    struct bench_lat c, py;
     char py_error[256];       /* empty when the Python run worked */
     struct hb_result hb;
 };
@@ -84,7 +84,7 @@ static ts_status cluster_status(struct ts_rpc_channel *ch, Tessera__V1__ClusterS
 /* warmup calls, then n timed ones on one channel. With last, *last is the final reply (the
  * caller frees it with protobuf_c_message_free_unpacked). */
 static ts_status time_cluster_status(const char *target, int64_t warmup, int64_t n,
-                                     struct lat *out, Tessera__V1__ClusterStatusResponse **last,
+                                     struct bench_lat *out, Tessera__V1__ClusterStatusResponse **last,
                                      struct ts_err *err)
 {
     Tessera__V1__ClusterStatusResponse *r;
@@ -97,17 +97,17 @@ static ts_status time_cluster_status(const char *target, int64_t warmup, int64_t
     if ((st = ts_rpc_channel_create(target, NULL, &ch, err)))
         goto out_free_ns;
     for (int64_t i = -warmup; i < n; i++) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ts_now_ns();
         if ((st = cluster_status(ch, &r, err)))
             goto out_free_ch;
         if (i >= 0)
-            ns[i] = now_ns() - t0;
+            ns[i] = ts_now_ns() - t0;
         if (last && i == n - 1)
             *last = r;
         else
             protobuf_c_message_free_unpacked(&r->base, NULL);
     }
-    lat_from_ns(ns, (size_t)n, out);
+    bench_lat_from_ns(ns, (size_t)n, out);
 out_free_ch:
     ts_rpc_channel_free(ch);
 out_free_ns:
@@ -136,7 +136,7 @@ static ts_status find_py_script(const char *bin, char *buf, size_t n, struct ts_
 
 /* Runs the script through popen (posix_spawn in glibc, so safe beside gRPC's threads) with
  * BIN/../gen/python in front of PYTHONPATH, and reads its last line. */
-static ts_status run_python(const struct opts *o, const char *target, struct lat *l,
+static ts_status run_python(const struct opts *o, const char *target, struct bench_lat *l,
                             struct ts_err *err)
 {
     char script[PATH_MAX], gen[PATH_MAX], rel[PATH_MAX], cmd[4 * PATH_MAX], line[1024];
@@ -233,7 +233,7 @@ static void hb_send(struct hb_thread *t, int64_t w, int64_t slot)
     req.id = p->ids[w];
     req.known_epoch = t->epoch;
     req.clock = p->acked[w] + 1;
-    t0 = now_ns();
+    t0 = ts_now_ns();
     if (ts_rpc_unary(t->ch, M_PATH("Heartbeat"), &req.base,
                      &tessera__v1__heartbeat_response__descriptor, (ProtobufCMessage **)&r,
                      CALL_MS, &e)) {
@@ -241,7 +241,7 @@ static void hb_send(struct hb_thread *t, int64_t w, int64_t slot)
             t->err = e;
         return;
     }
-    p->ns[slot] = now_ns() - t0;
+    p->ns[slot] = ts_now_ns() - t0;
     p->acked[w]++;
     protobuf_c_message_free_unpacked(&r->base, NULL);
 }
@@ -257,8 +257,8 @@ static void *hb_load_main(void *arg)
             int64_t due = p->t0 + slot * p->interval_ns / p->workers;
             if (slot >= p->nslots)
                 return NULL;
-            sleep_until_ns(due);
-            if (now_ns() - due > LATE_NS)
+            bench_sleep_until_ns(due);
+            if (ts_now_ns() - due > LATE_NS)
                 t->late++;
             hb_send(t, w, slot);
         }
@@ -294,17 +294,17 @@ static ts_status hb_phase(struct hb_thread *th, struct hb_plan *p, pid_t master,
     size_t n = 0;
     ts_status st;
 
-    p->t0 = now_ns() + 50000000; /* the threads start and wait for their first slot */
+    p->t0 = ts_now_ns() + 50000000; /* the threads start and wait for their first slot */
     p->end = p->t0 + p->nslots * p->interval_ns / p->workers;
     hb_start(th, hb_load_main);
-    sleep_until_ns(p->t0);
-    st = proc_cpu_ticks(master, &tick0, err);
-    cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    bench_sleep_until_ns(p->t0);
+    st = bench_proc_cpu_ticks(master, &tick0, err);
+    cpu0 = ts_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     hb_join(th, NULL);
-    wall = now_ns() - p->t0;
-    if (st || (st = proc_cpu_ticks(master, &tick1, err)))
+    wall = ts_now_ns() - p->t0;
+    if (st || (st = bench_proc_cpu_ticks(master, &tick1, err)))
         return st;
-    res->client_cpu_pct = 100.0 * (double)(clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0) /
+    res->client_cpu_pct = 100.0 * (double)(ts_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0) /
                           (double)wall;
     res->master_cpu_pct = 100.0 * (double)(tick1 - tick0) / (double)sysconf(_SC_CLK_TCK) /
                           ((double)wall / 1e9);
@@ -322,7 +322,7 @@ static ts_status hb_phase(struct hb_thread *th, struct hb_plan *p, pid_t master,
     if (wall < p->end - p->t0)
         wall = p->end - p->t0;
     res->achieved_per_s = (double)n / ((double)wall / 1e9);
-    lat_from_ns(p->ns, n, &res->lat);
+    bench_lat_from_ns(p->ns, n, &res->lat);
     return TS_OK;
 }
 
@@ -364,7 +364,7 @@ static ts_status hb_verify(struct hb_plan *p, struct hb_result *res, struct ts_e
     return TS_OK;
 }
 
-static ts_status hb_bench(const struct opts *o, const struct master *m, struct hb_result *res,
+static ts_status hb_bench(const struct opts *o, const struct bench_master *m, struct hb_result *res,
                           struct ts_err *err)
 {
     struct hb_plan p = { .target = m->target, .workers = o->workers,
@@ -390,11 +390,11 @@ static ts_status hb_bench(const struct opts *o, const struct master *m, struct h
         if ((st = ts_rpc_channel_create(m->target, NULL, &th[i].ch, err)))
             goto out_free;
     }
-    t0 = now_ns();
+    t0 = ts_now_ns();
     hb_start(th, hb_register_main);
     if ((st = hb_join(th, err)))
         goto out_free;
-    res->register_s = (double)(now_ns() - t0) / 1e9;
+    res->register_s = (double)(ts_now_ns() - t0) / 1e9;
     if (!(st = hb_phase(th, &p, m->pid, res, err)))
         st = hb_verify(&p, res, err);
 out_free:
@@ -424,7 +424,7 @@ static void TS_PRINTF(4, 5) row(const char *metric, const char *base, double rat
 }
 
 /* C rows compare p99 with the goal; Python rows compare each figure with C's. */
-static void print_lat_rows(const char *who, const struct lat *l, const struct lat *c)
+static void print_lat_rows(const char *who, const struct bench_lat *l, const struct bench_lat *c)
 {
     const char *name[] = { "p50", "p90", "p99", "max" };
     double v[] = { l->p50, l->p90, l->p99, l->max }, cv[] = { c->p50, c->p90, c->p99, c->max };
@@ -483,13 +483,13 @@ static void print_table(const struct opts *o, const struct results *r)
 }
 
 /* Opens an object named key with the figures of l; the caller may add members and ends it. */
-static void json_lat(struct ts_json *j, const char *key, const struct lat *l)
+static void json_lat(struct ts_json *j, const char *key, const struct bench_lat *l)
 {
     ts_json_obj(j, key);
-    ts_json_int(j, "p50", round_i(l->p50));
-    ts_json_int(j, "p90", round_i(l->p90));
-    ts_json_int(j, "p99", round_i(l->p99));
-    ts_json_int(j, "max", round_i(l->max));
+    ts_json_int(j, "p50", bench_round_i(l->p50));
+    ts_json_int(j, "p90", bench_round_i(l->p90));
+    ts_json_int(j, "p99", bench_round_i(l->p99));
+    ts_json_int(j, "max", bench_round_i(l->max));
     ts_json_int(j, "calls", l->n);
 }
 
@@ -498,15 +498,15 @@ static void json_hb(struct ts_json *j, const struct opts *o, const struct hb_res
     ts_json_obj(j, "heartbeat");
     ts_json_int(j, "workers", h->workers);
     ts_json_num(j, "rate_per_s", h->offered_per_s);
-    ts_json_num(j, "achieved_per_s", round1(h->achieved_per_s));
+    ts_json_num(j, "achieved_per_s", bench_round1(h->achieved_per_s));
     ts_json_int(j, "interval_ms", o->interval_ms);
     ts_json_int(j, "seconds", o->seconds);
     ts_json_int(j, "client_threads", HB_THREADS);
-    ts_json_num(j, "master_cpu_pct", round1(h->master_cpu_pct));
-    ts_json_num(j, "client_cpu_pct", round1(h->client_cpu_pct));
-    ts_json_int(j, "p50_us", round_i(h->lat.p50));
-    ts_json_int(j, "p99_us", round_i(h->lat.p99));
-    ts_json_int(j, "max_us", round_i(h->lat.max));
+    ts_json_num(j, "master_cpu_pct", bench_round1(h->master_cpu_pct));
+    ts_json_num(j, "client_cpu_pct", bench_round1(h->client_cpu_pct));
+    ts_json_int(j, "p50_us", bench_round_i(h->lat.p50));
+    ts_json_int(j, "p99_us", bench_round_i(h->lat.p99));
+    ts_json_int(j, "max_us", bench_round_i(h->lat.max));
     ts_json_int(j, "calls", h->calls);
     ts_json_int(j, "errors", h->errors);
     if (h->first_error[0])
@@ -514,7 +514,7 @@ static void json_hb(struct ts_json *j, const struct opts *o, const struct hb_res
     ts_json_int(j, "late_sends", h->late);
     ts_json_int(j, "alive_at_end", h->alive);
     ts_json_int(j, "clock_mismatches", h->clock_mismatch);
-    ts_json_num(j, "register_s", (double)round_i(h->register_s * 1000) / 1000);
+    ts_json_num(j, "register_s", (double)bench_round_i(h->register_s * 1000) / 1000);
     ts_json_end(j);
     json_lat(j, "c_clusterstatus_loaded_us", &h->loaded);
     ts_json_int(j, "workers", h->workers);
@@ -525,7 +525,7 @@ static void json_hb(struct ts_json *j, const struct opts *o, const struct hb_res
 static ts_status write_json(const struct opts *o, const struct results *r, bool ok,
                             struct ts_err *err)
 {
-    double ours = (double)round_i(r->c.p99) / 1e3;
+    double ours = (double)bench_round_i(r->c.p99) / 1e3;
     struct ts_json j;
 
     ts_json_init(&j);
@@ -550,7 +550,7 @@ static ts_status write_json(const struct opts *o, const struct results *r, bool 
     ts_json_num(&j, "ours", ours);
     ts_json_num(&j, "baseline", GOAL_MS);
     ts_json_str(&j, "unit", "ms (ClusterStatus p99, C client, loopback)");
-    ts_json_num(&j, "ratio", (double)round_i(ours / GOAL_MS * 1e3) / 1e3);
+    ts_json_num(&j, "ratio", (double)bench_round_i(ours / GOAL_MS * 1e3) / 1e3);
     ts_json_end(&j);
     return bench_write_json(&j, o->out, err);
 }
@@ -558,7 +558,7 @@ static ts_status write_json(const struct opts *o, const struct results *r, bool 
 /* ---- main ---- */
 
 /* All three measurements; false if any failed. The C one is the headline: without it, stop. */
-static bool run_all(const struct opts *o, const struct master *m, struct results *r,
+static bool run_all(const struct opts *o, const struct bench_master *m, struct results *r,
                     struct ts_err *err)
 {
     struct ts_err e = { 0 };
@@ -615,7 +615,7 @@ int main(int argc, char **argv)
     };
     struct ts_err err = { 0 };
     struct results r = { 0 };
-    struct master m = { 0 };
+    struct bench_master m = { 0 };
     char exe_dir[PATH_MAX];
     int done;
     bool ok;
@@ -639,18 +639,18 @@ int main(int argc, char **argv)
         }
         o.bin = exe_dir;
     }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    signal(SIGHUP, on_signal);
+    signal(SIGINT, bench_on_signal);
+    signal(SIGTERM, bench_on_signal);
+    signal(SIGHUP, bench_on_signal);
     signal(SIGPIPE, SIG_IGN);
-    machine_desc(r.machine, sizeof(r.machine));
-    if (master_start(o.bin, &m, &err)) {
+    bench_machine_desc(r.machine, sizeof(r.machine));
+    if (bench_master_start(o.bin, &m, &err)) {
         fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);
-        master_stop(&m);
+        bench_master_stop(&m);
         return 1;
     }
     ok = run_all(&o, &m, &r, &err);
-    ok = master_stop(&m) && ok;
+    ok = bench_master_stop(&m) && ok;
     if (r.c.n == 0) {
         fprintf(stderr, "bench_rpc_latency: C ClusterStatus: %s\n", err.msg);
         return 1;

@@ -70,8 +70,8 @@ struct run {
 };
 
 static double mbps(uint64_t bytes, double s) { return s > 0 ? (double)bytes / s / 1e6 : 0; }
-static double r2(double x) { return (double)round_i(x * 100) / 100; }
-static double r4(double x) { return (double)round_i(x * 1e4) / 1e4; }
+static double r2(double x) { return (double)bench_round_i(x * 100) / 100; }
+static double r4(double x) { return (double)bench_round_i(x * 1e4) / 1e4; }
 
 /* ---- data ---- */
 
@@ -148,12 +148,12 @@ static ts_status baselines(struct run *r, struct fig *f, struct ts_err *err)
         st = ts_err_set(err, TS_ENOMEM, "baselines: out of memory");
         goto out_free;
     }
-    t0 = now_ns();
+    t0 = ts_now_ns();
     for (size_t i = 0, off = 0; i < r->nch; i++, off += ch)
         EVP_Digest(src + off, r->len - off < ch ? r->len - off : ch, id, &idn, EVP_sha256(),
                    NULL);
-    f->sha_mbps = mbps(r->len, (double)(now_ns() - t0) / 1e9);
-    t0 = now_ns();
+    f->sha_mbps = mbps(r->len, (double)(ts_now_ns() - t0) / 1e9);
+    t0 = ts_now_ns();
     for (size_t i = 0, off = 0; i < r->nch; i++, off += ch) {
         zs[i] = ZSTD_compressCCtx(cc, zall + zlen, bound, src + off,
                                   r->len - off < ch ? r->len - off : ch, 1);
@@ -163,12 +163,12 @@ static ts_status baselines(struct run *r, struct fig *f, struct ts_err *err)
         }
         zlen += zs[i];
     }
-    f->zc_mbps = mbps(r->len, (double)(now_ns() - t0) / 1e9);
+    f->zc_mbps = mbps(r->len, (double)(ts_now_ns() - t0) / 1e9);
     f->z_ratio = (double)zlen / (double)r->len;
-    t0 = now_ns();
+    t0 = ts_now_ns();
     for (size_t i = 0, off = 0, zo = 0; i < r->nch; zo += zs[i], i++, off += ch)
         ZSTD_decompressDCtx(dc, out + off, ch, zall + zo, zs[i]);
-    f->zd_mbps = mbps(r->len, (double)(now_ns() - t0) / 1e9);
+    f->zd_mbps = mbps(r->len, (double)(ts_now_ns() - t0) / 1e9);
     if (memcmp(out, src, r->len) != 0)
         st = ts_err_set(err, TS_EINTERNAL, "zstd baseline: round trip differs");
 out_free:
@@ -258,11 +258,11 @@ static ts_status put_timed(struct run *r, struct ts_store *s, double *sec, doubl
                            uint64_t *bytes, struct ts_err *err)
 {
     double c0 = cpu_s();
-    int64_t t0 = now_ns();
+    int64_t t0 = ts_now_ns();
     ts_status st = ts_store_put_blob(s, r->data, r->len, (size_t)r->o.chunk, r->ids, bytes,
                                      err);
 
-    *sec = (double)(now_ns() - t0) / 1e9;
+    *sec = (double)(ts_now_ns() - t0) / 1e9;
     if (cpu)
         *cpu = cpu_s() - c0;
     return st;
@@ -275,10 +275,10 @@ static ts_status restore_timed(struct run *r, struct ts_store *s, double *sec,
     ts_status st;
 
     memset(r->back, 0, r->len); /* also faults the pages in, outside the timing */
-    t0 = now_ns();
+    t0 = ts_now_ns();
     st = ts_store_get_blob(s, (const uint8_t (*)[TS_STORE_ID_LEN])r->ids, r->back, r->len,
                            (size_t)r->o.chunk, err);
-    *sec = (double)(now_ns() - t0) / 1e9;
+    *sec = (double)(ts_now_ns() - t0) / 1e9;
     if (st == TS_OK && memcmp(r->back, r->data, r->len) != 0)
         st = ts_err_set(err, TS_EINTERNAL, "restore: bytes differ from what was written");
     return st;
@@ -329,8 +329,9 @@ static ts_status run_ds(struct run *r, int ds, struct ts_err *err)
 
 /* ---- output ---- */
 
-static void print_table(const struct run *r)
+static void print_table(const void *arg)
 {
+    const struct run *r = arg;
     const struct opts *o = &r->o;
 
     printf("bench_snapshot: %.0f MiB fp32 per data set, chunk %" PRId64 " KiB, %s threads, "
@@ -399,8 +400,9 @@ static void json_fig(struct ts_json *j, const struct run *r, int d)
     ts_json_end(j);
 }
 
-static ts_status write_json(const struct run *r, struct ts_err *err)
+static ts_status write_json(const void *arg, struct ts_err *err)
 {
+    const struct run *r = arg;
     const struct fig *w = &r->f[D_WEIGHTS];
     double ours = mbps(r->len, w->full_s) / 1e3, goal_s = GOAL_RESTORE_S * (double)r->len / 0x1p30;
     struct ts_json j;
@@ -436,8 +438,9 @@ static ts_status write_json(const struct run *r, struct ts_err *err)
 
 /* ---- main ---- */
 
-static ts_status prepare(struct run *r, struct ts_err *err)
+static ts_status prepare(void *arg, struct ts_err *err)
 {
+    struct run *r = arg;
     r->len = (size_t)r->o.bytes / 4 * 4;
     r->nch = ts_store_nchunks(r->len, (size_t)r->o.chunk);
     r->data = malloc(r->len);
@@ -458,6 +461,30 @@ static ts_status prepare(struct run *r, struct ts_err *err)
     return TS_OK;
 }
 
+/* Both data sets (bench_phases.measure). */
+static ts_status measure(void *arg, struct ts_err *err)
+{
+    struct run *r = arg;
+    ts_status st = TS_OK;
+
+    for (int d = 0; st == TS_OK && d < ND; d++)
+        st = run_ds(r, d, err);
+    return st;
+}
+
+/* Removes the stores' directory if it is ours, and frees the run (bench_phases.release). */
+static void release(void *arg)
+{
+    struct run *r = arg;
+
+    if (r->own_dir)
+        rm_tree(r->dir);
+    free(r->data);
+    free(r->back);
+    free(r->ids);
+    free(r);
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = { 0 };
@@ -476,10 +503,10 @@ int main(int argc, char **argv)
           0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
+    static const struct bench_phases phases = {
+        "bench_snapshot", prepare, measure, print_table, write_json, release };
     struct run *r;
-    struct ts_err err = { 0 };
-    int done, rc = 1;
-    ts_status st;
+    int done;
 
     if ((done = bench_flags("bench_snapshot",
                             "Measures lib/store on random and weight-like fp32: full snapshot write,\n"
@@ -496,25 +523,6 @@ int main(int argc, char **argv)
     o.chunk = o.chunk ? o.chunk : TS_STORE_DEFAULT_CHUNK;
     o.out = o.out ? o.out : "bench/results/snapshot.json";
     r->o = o;
-    machine_desc(r->machine, sizeof(r->machine));
-    st = prepare(r, &err);
-    for (int d = 0; st == TS_OK && d < ND; d++)
-        st = run_ds(r, d, &err);
-    if (r->own_dir)
-        rm_tree(r->dir);
-    if (st == TS_OK) {
-        print_table(r);
-        st = write_json(r, &err);
-    }
-    if (st == TS_OK) {
-        printf("wrote %s\n", o.out);
-        rc = 0;
-    } else {
-        fprintf(stderr, "bench_snapshot: %s\n", err.msg);
-    }
-    free(r->data);
-    free(r->back);
-    free(r->ids);
-    free(r);
-    return rc;
+    bench_machine_desc(r->machine, sizeof(r->machine));
+    return bench_run(&phases, r, o.out);
 }

@@ -129,7 +129,7 @@ static ts_status run_once(struct ts_conn *c, enum op op, uint8_t *buf, size_t si
 
     if ((st = send_cmd(c, op, size, count, err)))
         return st;
-    t0 = now_ns();
+    t0 = ts_now_ns();
     for (int64_t i = 0; i < count; i++) {
         st = op == OP_FRAMES ? ts_frame_send(c, &h, buf, size, err)
                              : ts_tp_send(c, buf, size, NULL, 0, err);
@@ -141,7 +141,7 @@ static ts_status run_once(struct ts_conn *c, enum op op, uint8_t *buf, size_t si
     if (op != OP_ECHO && (st = ts_tp_recv(c, &ack, 1, WAIT_MS, err)))
         return st;
     *gbps = (double)size * (double)count * (op == OP_ECHO ? 2 : 1) /
-            (double)(now_ns() - t0);
+            (double)(ts_now_ns() - t0);
     return TS_OK;
 }
 
@@ -366,7 +366,7 @@ int main(int argc, char **argv)
     o.count = o.count ? o.count : 4;
     o.out = o.out ? o.out : "bench/results/transport_raw.json";
     signal(SIGPIPE, SIG_IGN);
-    machine_desc(mach, sizeof(mach));
+    bench_machine_desc(mach, sizeof(mach));
     if (!(buf = malloc((size_t)o.mib << 20))) {
         fprintf(stderr, "bench_transport_raw: out of memory\n");
         return 1;

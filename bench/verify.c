@@ -56,7 +56,7 @@ struct run {
     struct figs f;
 };
 
-static double r3(double x) { return (double)round_i(x * 1e3) / 1e3; }
+static double r3(double x) { return (double)bench_round_i(x * 1e3) / 1e3; }
 
 /* ---- data ---- */
 
@@ -107,11 +107,11 @@ static double time_sha(struct run *r)
     size_t len = r->n * 4, ch = TS_VERIFY_DEFAULT_BLOCK;
 
     for (int k = 0; k < r->o.reps; k++) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ts_now_ns();
         for (size_t off = 0; off < len; off += ch)
             EVP_Digest((const char *)r->a + off, len - off < ch ? len - off : ch, id, &idn,
                        EVP_sha256(), NULL);
-        g[k] = bench_gbps(len, now_ns() - t0);
+        g[k] = bench_gbps(len, ts_now_ns() - t0);
         sink += id[0];
     }
     return bench_median(g, (size_t)r->o.reps);
@@ -124,11 +124,11 @@ static ts_status time_bits(struct run *r, int c, bool sha, double *out, struct t
     double g[MAX_REPS];
 
     for (int k = 0; k < r->o.reps; k++) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ts_now_ns();
         ts_status st = ts_verify_bits_compare(r->a, r->b[c], r->n, &o, &res, r->blocks, err);
         if (st != TS_OK)
             return st;
-        g[k] = bench_gbps(r->n * 4, now_ns() - t0);
+        g[k] = bench_gbps(r->n * 4, ts_now_ns() - t0);
         r->f.ndiff[c] = res.ndiff;
     }
     *out = bench_median(g, (size_t)r->o.reps);
@@ -139,16 +139,17 @@ static double time_cosine(struct run *r)
 {
     double g[MAX_REPS];
     for (int k = 0; k < r->o.reps; k++) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ts_now_ns();
         double c = ts_verify_cosine_f32(r->a, r->b[C_ALL], r->n);
-        g[k] = bench_gbps(r->n * 4, now_ns() - t0);
+        g[k] = bench_gbps(r->n * 4, ts_now_ns() - t0);
         sink += (uint64_t)(c * 1e6);
     }
     return bench_median(g, (size_t)r->o.reps);
 }
 
-static ts_status measure(struct run *r, struct ts_err *err)
+static ts_status measure(void *arg, struct ts_err *err)
 {
+    struct run *r = arg;
     struct figs *f = &r->f;
     ts_status st = TS_OK;
 
@@ -172,8 +173,9 @@ static ts_status measure(struct run *r, struct ts_err *err)
 
 /* ---- output ---- */
 
-static void print_table(const struct run *r)
+static void print_table(const void *arg)
 {
+    const struct run *r = arg;
     const struct figs *f = &r->f;
 
     printf("bench_verify: 2 x %.0f MiB fp32 (normal(0, 0.05)), 1 MiB blocks, one thread, "
@@ -192,8 +194,9 @@ static void print_table(const struct run *r)
            f->bits_gbps[C_SAME] >= GOAL_GBPS ? "met" : "NOT met");
 }
 
-static ts_status write_json(const struct run *r, struct ts_err *err)
+static ts_status write_json(const void *arg, struct ts_err *err)
 {
+    const struct run *r = arg;
     const struct figs *f = &r->f;
     double worst = f->bits_gbps[C_SAME];
     struct ts_json j;
@@ -239,8 +242,9 @@ static ts_status write_json(const struct run *r, struct ts_err *err)
 
 /* ---- main ---- */
 
-static ts_status prepare(struct run *r, struct ts_err *err)
+static ts_status prepare(void *arg, struct ts_err *err)
 {
+    struct run *r = arg;
     struct ts_verify_bits_opts o = { 0 };
 
     r->n = (size_t)r->o.bytes / 4;
@@ -259,6 +263,19 @@ static ts_status prepare(struct run *r, struct ts_err *err)
     return TS_OK;
 }
 
+/* Frees the run (bench_phases.release). */
+static void release(void *arg)
+{
+    struct run *r = arg;
+
+    free(r->a);
+    free(r->c);
+    for (int c = 0; c < NCASE; c++)
+        free(r->b[c]);
+    free(r->blocks);
+    free(r);
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = { 0 };
@@ -273,10 +290,10 @@ int main(int argc, char **argv)
           "still win)", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
+    static const struct bench_phases phases = {
+        "bench_verify", prepare, measure, print_table, write_json, release };
     struct run *r;
-    struct ts_err err = { 0 };
-    int done, rc = 1;
-    ts_status st;
+    int done;
 
     if ((done = bench_flags("bench_verify",
                             "Measures lib/verify's bit-level comparison (identical, sparse and\n"
@@ -293,25 +310,6 @@ int main(int argc, char **argv)
     o.reps = o.reps ? o.reps : o.quick ? 3 : 5;
     o.out = o.out ? o.out : "bench/results/verify.json";
     r->o = o;
-    machine_desc(r->machine, sizeof(r->machine));
-    st = prepare(r, &err);
-    if (st == TS_OK)
-        st = measure(r, &err);
-    if (st == TS_OK) {
-        print_table(r);
-        st = write_json(r, &err);
-    }
-    if (st == TS_OK) {
-        printf("wrote %s\n", o.out);
-        rc = 0;
-    } else {
-        fprintf(stderr, "bench_verify: %s\n", err.msg);
-    }
-    free(r->a);
-    free(r->c);
-    for (int c = 0; c < NCASE; c++)
-        free(r->b[c]);
-    free(r->blocks);
-    free(r);
-    return rc;
+    bench_machine_desc(r->machine, sizeof(r->machine));
+    return bench_run(&phases, r, o.out);
 }

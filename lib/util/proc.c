@@ -10,16 +10,17 @@
 #include <time.h>
 #include <unistd.h>
 
-static int64_t clock_ns(clockid_t id)
+int64_t ts_clock_ns(clockid_t id)
 {
     struct timespec ts;
     clock_gettime(id, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-int64_t ts_now_ms(void) { return clock_ns(CLOCK_MONOTONIC) / 1000000; }
-int64_t ts_now_us(void) { return clock_ns(CLOCK_MONOTONIC) / 1000; }
-int64_t ts_unix_ms(void) { return clock_ns(CLOCK_REALTIME) / 1000000; }
+int64_t ts_now_ns(void) { return ts_clock_ns(CLOCK_MONOTONIC); }
+int64_t ts_now_ms(void) { return ts_clock_ns(CLOCK_MONOTONIC) / 1000000; }
+int64_t ts_now_us(void) { return ts_clock_ns(CLOCK_MONOTONIC) / 1000; }
+int64_t ts_unix_ms(void) { return ts_clock_ns(CLOCK_REALTIME) / 1000000; }
 
 void ts_sleep_ms(int64_t ms)
 {
@@ -30,7 +31,7 @@ void ts_sleep_ms(int64_t ms)
 
 void ts_abstime_ms(struct timespec *ts, int64_t ms)
 {
-    int64_t ns = clock_ns(CLOCK_REALTIME) + ms * 1000000;
+    int64_t ns = ts_clock_ns(CLOCK_REALTIME) + ms * 1000000;
     ts->tv_sec = ns / 1000000000;
     ts->tv_nsec = ns % 1000000000;
 }
@@ -73,7 +74,7 @@ void ts_proc_instance_id(char *buf, size_t n)
     size_t i;
 
     if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
-        uint64_t t = (uint64_t)clock_ns(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
+        uint64_t t = (uint64_t)ts_clock_ns(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
         for (i = 0; i < sizeof(r); i++)
             r[i] = (unsigned char)(t >> (8 * (i % 8))) ^ (unsigned char)i;
     }

@@ -10,9 +10,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "util/err.h"
 
+int64_t ts_clock_ns(clockid_t id); /* that clock, nanoseconds */
+int64_t ts_now_ns(void);          /* CLOCK_MONOTONIC, nanoseconds */
 int64_t ts_now_ms(void);          /* CLOCK_MONOTONIC, milliseconds */
 int64_t ts_now_us(void);          /* CLOCK_MONOTONIC, microseconds */
 int64_t ts_unix_ms(void);         /* CLOCK_REALTIME, milliseconds since the epoch */

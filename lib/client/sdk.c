@@ -60,7 +60,7 @@ static ts_status pick_transport(const Tessera__V1__ShardInfo *s, const char *wan
     for (size_t k = 0; ts_transports[k]; k++) {
         const struct ts_transport_ops *o = ts_transports[k];
         struct ts_err e = { 0 };
-        if ((want && want[0] && strcmp(want, o->name)) || o->probe(&e))
+        if ((want && want[0] && strcmp(want, o->name)) || ts_tp_probe(o, &e))
             continue;
         for (size_t i = 0; i < s->n_data_planes; i++) {
             const Tessera__V1__DataPlaneEndpoint *d = s->data_planes[i];
@@ -68,7 +68,7 @@ static ts_status pick_transport(const Tessera__V1__ShardInfo *s, const char *wan
                 continue;
             memcpy(blob->data, d->address.data, d->address.len);
             blob->len = d->address.len;
-            if (!o->usable(blob))
+            if (!ts_tp_usable(o, blob))
                 continue;
             *ops = o;
             return TS_OK;
@@ -95,7 +95,7 @@ static ts_status connect_shards(struct tessera *t, const char *want, int delay_m
         struct sdk_shard *sh = &t->shards[t->nshards];
 
         if ((st = pick_transport(map->shards[i], want, &ops, &blob, err)) ||
-            (st = ops->connect(&blob, 10000, &sh->conn, err)))
+            (st = ts_tp_connect(ops, &blob, 10000, &sh->conn, err)))
             break;
         if (delay_ms) { /* testing and benchmarks: a slower link (lib/transport/fault.h) */
             struct ts_fault_cfg fc = { .kind = TS_FAULT_NONE, .delay_ms = delay_ms };
@@ -108,7 +108,7 @@ static ts_status connect_shards(struct tessera *t, const char *want, int delay_m
         }
         sh->id = map->shards[i]->id;
         t->nshards++;
-        snprintf(t->transport, sizeof(t->transport), "%s", ops->name);
+        snprintf(t->transport, sizeof(t->transport), "%s", ts_tp_name(sh->conn));
     }
     tessera__v1__shard_map__free_unpacked(map, NULL);
     return st;

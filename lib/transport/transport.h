@@ -122,6 +122,25 @@ extern const struct ts_transport_ops *const ts_transports[];
 const struct ts_transport_ops *ts_transport_find(const char *name);
 
 /* The wrappers callers use (never c->ops directly). */
+TS_MUST_CHECK static inline ts_status ts_tp_probe(const struct ts_transport_ops *t,
+                                                  struct ts_err *e)
+{
+    return t->probe(e);
+}
+/* Whether a peer that published addr can be reached with t (false: another host's shm). */
+static inline bool ts_tp_usable(const struct ts_transport_ops *t, const struct ts_blob *addr)
+{
+    return t->usable(addr);
+}
+/* The backend's name ("tcp", "shm") of a connection or a listener: for logs and replies. */
+static inline const char *ts_tp_name(const struct ts_conn *c)
+{
+    return c->ops->name;
+}
+static inline const char *ts_tp_listener_name(const struct ts_listener *l)
+{
+    return l->ops->name;
+}
 TS_MUST_CHECK static inline ts_status ts_tp_listen(const struct ts_transport_ops *t,
                                                    const char *host, struct ts_listener **l,
                                                    struct ts_blob *addr, struct ts_err *e)

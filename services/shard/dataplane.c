@@ -23,6 +23,7 @@
 #include "transport/region.h"
 #include "util/log.h"
 #include "util/names.h"
+#include "util/proc.h"
 
 #define ACCEPT_POLL_MS 200
 #define PULL_WAIT_MS 120000
@@ -220,7 +221,7 @@ static ts_status on_share(struct dp_conn *dc, const struct ts_frame_hdr *h, stru
     if (!ts_tp_can_share(dc->c) || ts_tp_recv_fd(dc->c, 1000, &fd, err)) {
         if (!err->code)
             ts_err_set(err, TS_EINVAL, "SHARE on a %s connection, which cannot pass regions",
-                       dc->c->ops->name);
+                       ts_tp_name(dc->c));
         reply_error(dc->c, h, err);
         return TS_EUNAVAIL;
     }
@@ -362,7 +363,7 @@ static void reap(struct dataplane *dp, bool all)
             continue;
         }
         if (all)
-            dc->c->ops->interrupt(dc->c);
+            ts_tp_interrupt(dc->c);
         pthread_join(dc->thread, NULL);
         atomic_fetch_add(&dp->closed_in, dc->c->frames_in);
         atomic_fetch_add(&dp->closed_refused, dc->c->frames_refused);
@@ -381,9 +382,17 @@ static void *accept_main(void *arg)
         struct ts_err err = { 0 };
         struct ts_conn *c;
         struct dp_conn *dc;
+        ts_status st = ts_tp_accept(dl->l, ACCEPT_POLL_MS, &c, &err);
 
-        if (dl->l->ops->accept(dl->l, ACCEPT_POLL_MS, &c, &err))
+        if (st == TS_ETIMEDOUT || st == TS_ECANCELLED)
             continue;
+        if (st) { /* a peer's bad handshake, or the system out of something */
+            ts_log(TS_WARN, "dataplane", "%s: accept: %s", ts_tp_listener_name(dl->l),
+                   err.msg);
+            if (st == TS_EIO)   /* e.g. out of descriptors: do not spin */
+                ts_sleep_ms(ACCEPT_POLL_MS);
+            continue;
+        }
         dc = calloc(1, sizeof(*dc));
         if (!dc) {
             ts_tp_close(c);
@@ -403,7 +412,8 @@ static void *accept_main(void *arg)
         dc->next = dp->conns;
         dp->conns = dc;
         pthread_mutex_unlock(&dp->mu);
-        ts_log(TS_DEBUG, "dataplane", "%s connection from %s", dl->l->ops->name, c->peer);
+        ts_log(TS_DEBUG, "dataplane", "%s connection from %s", ts_tp_listener_name(dl->l),
+               c->peer);
     }
     return NULL;
 }
@@ -434,9 +444,9 @@ ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const c
         struct dp_listener *dl = &dp->listeners[dp->n];
         struct ts_err e = { 0 };
 
-        if ((only && only[0] && strcmp(only, ops->name) != 0) || ops->probe(&e))
+        if ((only && only[0] && strcmp(only, ops->name) != 0) || ts_tp_probe(ops, &e))
             continue;
-        if (ops->listen(host, &dl->l, &dl->addr, &e)) {
+        if (ts_tp_listen(ops, host, &dl->l, &dl->addr, &e)) {
             ts_log(TS_WARN, "dataplane", "%s: cannot listen: %s", ops->name, e.msg);
             continue;
         }

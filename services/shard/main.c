@@ -122,7 +122,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < s.dp.n; i++) {
         Tessera__V1__DataPlaneEndpoint init = TESSERA__V1__DATA_PLANE_ENDPOINT__INIT;
         eps[i] = init;
-        eps[i].transport = (char *)s.dp.listeners[i].l->ops->name;
+        eps[i].transport = (char *)ts_tp_listener_name(s.dp.listeners[i].l);
         eps[i].address.data = s.dp.listeners[i].addr.data;
         eps[i].address.len = s.dp.listeners[i].addr.len;
         ep_ptrs[i] = &eps[i];

@@ -69,7 +69,7 @@ static struct ts_conn *raw_connect(const char *transport, const char *job)
     tessera__v1__shard_map__free_unpacked(map, NULL);
     ts_master_close(m);
     assert_true(blob.len > 0);
-    assert_int_equal(ops->connect(&blob, 5000, &c, NULL), TS_OK);
+    assert_int_equal(ts_tp_connect(ops, &blob, 5000, &c, NULL), TS_OK);
     assert_int_equal(ts_frame_send(c, &h, job, strlen(job), NULL), TS_OK);
     assert_int_equal(ts_frame_recv(c, &h, buf, sizeof(buf), 5000, NULL), TS_OK);
     assert_int_equal(h.type, TS_FRAME_ACK);

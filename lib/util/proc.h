@@ -29,6 +29,11 @@ void ts_proc_block_signals(void);
 /* Waits up to ms (-1: forever) for one of them; returns the signal, or 0 on timeout. */
 int ts_proc_wait_signal(int ms);
 
+/* Writes "PORT\n" to path atomically (a temporary file beside it, then rename), so that a
+ * launcher polling for the file reads the whole port or nothing, never an empty or partial
+ * file. TS_EIO naming path on failure (nothing left behind). */
+ts_status ts_port_file_write(const char *path, int port, struct ts_err *err) TS_MUST_CHECK;
+
 /* A random id for this process start, 32 hex characters, into buf (>= 33 bytes). */
 void ts_proc_instance_id(char *buf, size_t n);
 

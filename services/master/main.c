@@ -24,20 +24,6 @@ static void *reaper(void *arg)
     return NULL;
 }
 
-static int write_port_file(const char *path, int port)
-{
-    char tmp[4096];
-    FILE *f;
-
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    f = fopen(tmp, "w");
-    if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
-        ts_log(TS_ERROR, "master", "cannot write --port-file %s", path);
-        return -1;
-    }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:7070", *port_file = NULL, *store = NULL, *restore = NULL;
@@ -103,7 +89,7 @@ int main(int argc, char **argv)
                              &srv, &err) ||
         ts_rpc_server_add(srv, &ts_master_service, &err) || ts_rpc_server_start(srv, &err))
         goto out;
-    if (port_file && write_port_file(port_file, ts_rpc_server_port(srv)))
+    if (port_file && ts_port_file_write(port_file, ts_rpc_server_port(srv), &err))
         goto out;
     ts_log(TS_INFO, "master", "serving tessera.v1.Master on port %d (lease %lld ms)",
            ts_rpc_server_port(srv), (long long)lease_ms);

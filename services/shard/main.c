@@ -80,7 +80,6 @@ int main(int argc, char **argv)
     char host[256];
     bool dp_started = false;
     int npos = 0, sig, rc = 1;
-    FILE *f;
 
     ts_proc_block_signals();
     if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
@@ -111,11 +110,8 @@ int main(int argc, char **argv)
         goto out;
     advertised(s.addr, sizeof(s.addr), listen, adv, ts_rpc_server_port(srv));
     snprintf(host, sizeof(host), "%.*s", (int)(strrchr(s.addr, ':') - s.addr), s.addr);
-    if (port_file && (!(f = fopen(port_file, "w")) ||
-                      fprintf(f, "%d\n", ts_rpc_server_port(srv)) < 0 || fclose(f) != 0)) {
-        ts_err_set(&err, TS_EIO, "cannot write --port-file %s", port_file);
+    if (port_file && ts_port_file_write(port_file, ts_rpc_server_port(srv), &err))
         goto out;
-    }
     if (dataplane_start(&s.dp, &s.params, host, transport, &err))
         goto out;
     dp_started = true;

@@ -43,7 +43,6 @@ int main(int argc, char **argv)
     struct ts_err err = { 0 };
     char addr[300], host[256];
     int npos = 0, rc = 1, sig;
-    FILE *f;
 
     ts_proc_block_signals();
     if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
@@ -73,11 +72,8 @@ int main(int argc, char **argv)
         goto out;
     snprintf(host, sizeof(host), "%.*s", (int)(strrchr(listen, ':') - listen), listen);
     snprintf(addr, sizeof(addr), "%s:%d", host, ts_rpc_server_port(srv));
-    if (port_file && (!(f = fopen(port_file, "w")) ||
-                      fprintf(f, "%d\n", ts_rpc_server_port(srv)) < 0 || fclose(f) != 0)) {
-        ts_err_set(&err, TS_EIO, "cannot write --port-file %s", port_file);
+    if (port_file && ts_port_file_write(port_file, ts_rpc_server_port(srv), &err))
         goto out;
-    }
     mcfg.addr = host;
     mcfg.service = addr;
     mcfg.lease_ms = (uint32_t)lease_ms;

@@ -1,17 +1,24 @@
-/* test_util.c - lib/util (errors, JSON writer, flags) and lib/rpc/status.c's mapping. */
+/* test_util.c - lib/util (errors, JSON writer, flags, job ids, port files) and lib/rpc/status.c's
+ * mapping. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <grpc/status.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rpc/rpc.h"
 #include "util/err.h"
 #include "util/flags.h"
 #include "util/json.h"
 #include "util/names.h"
+#include "util/proc.h"
 
 static void err_first_message_wins(void **state)
 {
@@ -163,6 +170,59 @@ static void job_id_rule(void **state)
     assert_non_null(strstr(e.msg, "byte 3 is 0xc3"));
 }
 
+/* ts_port_file_write: a reader polling the file sees a whole port or no file, never an empty
+ * or partial one (what a launcher waiting for a service relies on). */
+struct port_writer {
+    const char *path;
+    atomic_bool done;
+    ts_status st;
+};
+
+static void *port_writer_main(void *arg)
+{
+    struct port_writer *w = arg;
+
+    for (int i = 0; i < 3000 && !w->st; i++)
+        w->st = ts_port_file_write(w->path, i % 2 ? 7 : 65535, NULL);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+static void port_file_atomic(void **state)
+{
+    char dir[] = "/tmp/tessera-port.XXXXXX", path[64], buf[16];
+    struct port_writer w = { .path = path };
+    struct ts_err e = { 0 };
+    pthread_t th;
+    long reads = 0;
+
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/x.port", dir);
+    assert_int_equal(pthread_create(&th, NULL, port_writer_main, &w), 0);
+    while (!atomic_load(&w.done)) {
+        FILE *f = fopen(path, "r");
+        size_t n;
+        if (!f)
+            continue;            /* not written yet */
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        if (strcmp(buf, "7\n") && strcmp(buf, "65535\n"))
+            fail_msg("read '%s' (%zu bytes) from the port file", buf, n);
+        reads++;
+    }
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, TS_OK);
+    assert_true(reads > 0);
+    unlink(path);
+    /* A directory that is not there: TS_EIO naming the path, and nothing left behind. */
+    snprintf(path, sizeof(path), "%s/no/x.port", dir);
+    assert_int_equal(ts_port_file_write(path, 80, &e), TS_EIO);
+    assert_non_null(strstr(e.msg, path));
+    assert_int_equal(rmdir(dir), 0);   /* empty: no temporary file left */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -171,6 +231,7 @@ int main(void)
         cmocka_unit_test(flags_parse),
         cmocka_unit_test(status_mapping),
         cmocka_unit_test(job_id_rule),
+        cmocka_unit_test(port_file_atomic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -39,7 +39,7 @@
 
 #include "benchlib.h"
 #include "pushpull.h"
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "tessera.h"
 #include "util/flags.h"
 #include "util/json.h"

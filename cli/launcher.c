@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "util/proc.h"
 
 #define START_TIMEOUT_MS 15000

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "rpc/rpc.h"
 #include "snapshot/snapshot.h"
 #include "util/flags.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "cli.h"
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "rpc/rpc.h"
 #include "util/flags.h"
 #include "util/json.h"

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "util/flags.h"
 #include "util/proc.h"
 

@@ -11,7 +11,7 @@
 
 #include "audit/audit.h"
 #include "cli.h"
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "data/data.h"
 #include "snapshot/snapshot.h"
 #include "util/flags.h"

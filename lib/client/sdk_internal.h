@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "codec/codec.h"
 #include "ps/part.h"
 #include "transport/region.h"

@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "ps/part.h"
 #include "rpc/rpc.h"
 #include "snapshot/snapshot.h"

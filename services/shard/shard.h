@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "dataplane.h"
 #include "params.h"
 #include "rpc/rpc.h"

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "util/flags.h"
 #include "util/log.h"
 #include "util/proc.h"

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "audit/audit.h"
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "tessera/v1/verify.pb-c.h"
 #include "service.h"
 

@@ -3,7 +3,7 @@
 #ifndef TS_VERIFY_SERVICE_H
 #define TS_VERIFY_SERVICE_H
 
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
 

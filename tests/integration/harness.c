@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "util/proc.h"
 
 static char tmpdir[] = "/tmp/ts-harness.XXXXXX";

@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "harness.h"
 #include "tessera.h"
 #include "transport/fault.h"

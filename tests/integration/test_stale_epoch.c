@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "harness.h"
 #include "rpc/rpc.h"
 #include "util/log.h"

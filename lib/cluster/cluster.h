@@ -1,4 +1,4 @@
-/* master_client.h - talking to the master: status, the shard map, and membership.
+/* cluster.h - talking to the master: status, the shard map, and membership.
  *
  * Why: shards, workers, the CLI and the SDK all join the cluster and follow the shard map the
  * same way; this is that one way. A membership registers a process with the master and keeps
@@ -12,8 +12,8 @@
  * protobuf_c_message_free_unpacked(msg, NULL).
  * Threads: a ts_master and a ts_cluster may be shared between threads; a membership's
  * accessors may be called from any thread while its heartbeat thread runs. */
-#ifndef TS_CLIENT_MASTER_CLIENT_H
-#define TS_CLIENT_MASTER_CLIENT_H
+#ifndef TS_CLUSTER_CLUSTER_H
+#define TS_CLUSTER_CLUSTER_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
-/* master_client.c - see master_client.h: the master handle and memberships. */
-#include "client/master_client.h"
+/* master.c - see cluster.h: the master handle and memberships. */
+#include "cluster/cluster.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

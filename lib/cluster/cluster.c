@@ -1,4 +1,4 @@
-/* cluster.c - see master_client.h: the cached shard map, and shard calls that refresh it.
+/* cluster.c - see cluster.h: the cached shard map, and shard calls that refresh it.
  *
  * A shard refuses a request made under an older map epoch with ABORTED (TS_ESTALE). The cure is
  * always the same, so it lives here once: fetch the map, rebuild the ring, send again with the
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/master_client.h"
+#include "cluster/cluster.h"
 #include "placement/ring.h"
 #include "rpc/rpc.h"
 #include "util/log.h"

@@ -1,6 +1,7 @@
 /* sdk_internal.h - the SDK's private state, shared by sdk.c (connecting, registration,
- * audits), sdk_options.c (modes, compression and sync-period options) and sdk_step.c (push,
- * pull and the step). Nothing here is part of include/tessera.h.
+ * audits), sdk_options.c (modes, compression and sync-period options), sdk_step.c (push,
+ * pull and the step), sdk_region.c (shared regions on one host) and, below the last two,
+ * sdk_reply.c (the HELLO and reading replies). Nothing here is part of include/tessera.h.
  * Ownership: a struct tessera owns its tensors (freed by tessera_close), each sdk_tensor its
  * buffers. Threads: as tessera.h says, one thread at a time per handle. */
 #ifndef TS_CLIENT_SDK_INTERNAL_H
@@ -117,7 +118,7 @@ ts_status sdk_tensor_options(struct tessera *t, struct sdk_tensor *x, struct ts_
 ts_status sdk_tensor_buffers(struct tessera *t, struct sdk_tensor *x,
                              const Tessera__V1__RegisterTensorRequest *req, struct ts_err *err);
 
-/* sdk_step.c */
+/* sdk_reply.c (below sdk_step.c and sdk_region.c) */
 /* Names the job on every connection, once the shards know it (after a registration). */
 ts_status sdk_hello(struct tessera *t, struct ts_err *err);
 /* What a reply said besides its payload. */

@@ -1,5 +1,5 @@
 /* part.c - see part.h. */
-#include "ps/part.h"
+#include "ps/part_internal.h"
 
 #include "codec/codec.h"
 #include "util/proc.h"

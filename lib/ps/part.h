@@ -68,37 +68,8 @@ ts_status ts_job_set_mode(struct ts_job *j, enum ts_mode mode, uint32_t stalenes
 /* Same id, workers, exactness, optimizer, batch, mode and staleness. */
 bool ts_job_equal(const struct ts_job *a, const struct ts_job *b);
 
-struct ts_part {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    const struct ts_job *job;   /* borrowed: outlives the partition */
-    uint32_t tensor_id, index;
-    uint64_t offset, len;       /* elements of the tensor */
-    uint64_t version;
-    float *value;               /* len; the caller's storage when !value_owned */
-    bool value_owned;
-    float *state;               /* ts_optim_state_len * len */
-    /* The step's sum so far: set by its first push, added to by the others; the last push of
-     * a raw float step is added on the way into apply() instead. Between steps it holds
-     * leftovers, never read (no clearing pass). */
-    int64_t *acc_fixed;         /* exact mode */
-    float *acc_f32;             /* otherwise */
-    float *grad;                /* scratch: one block of the applied gradient */
-    uint8_t *pushed;            /* per rank: pushed this step */
-    uint32_t npushed;
-    uint32_t sync_every;        /* the tensor syncs every this many steps: divisor batch * it */
-    int scale_exp;              /* the step's loss scale is 2^scale_exp (pushes must agree) */
-    bool check_finite;          /* a push this step could carry Inf/NaN (compressed, scaled) */
-    uint8_t *overflow;          /* per rank: a skipped step not yet reported to it */
-    uint64_t skipped;           /* steps skipped for a non-finite sum */
-    uint64_t *clock;            /* SSP/ASP, per rank: its next step */
-    uint64_t *stale_last, *stale_max; /* SSP/ASP, per rank: steps ahead of the slowest, at pulls */
-    /* Snapshot capture (ts_part_arm): a copy of value and state taken when version reaches
-     * snap_step, so that training goes on while the copy is written out. */
-    bool snap_armed, snap_ready;
-    uint64_t snap_step;
-    float *snap_value, *snap_state;
-};
+/* A partition: opaque outside lib/ps (its fields are in part_internal.h). */
+struct ts_part;
 
 /* Creates partition `index` ([offset, offset+len) of tensor `name`) and initialises its values
  * with lib/tensor's deterministic initializer. storage: NULL to allocate the values here, or
@@ -134,6 +105,36 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
  * ASP, where the version counts pushes). What a registering worker starts from. */
 uint64_t ts_part_step(struct ts_part *p);
 
+/* Where the partition lies in its tensor (elements) and its index there: fixed when it is
+ * created, so read without the lock. */
+uint32_t ts_part_index(const struct ts_part *p);
+uint64_t ts_part_offset(const struct ts_part *p);
+uint64_t ts_part_len(const struct ts_part *p);
+/* The version now: updates applied (BSP, REDUCE) or pushes applied (SSP, ASP). */
+uint64_t ts_part_version(struct ts_part *p);
+/* Restores a partition nobody uses yet: load writes its len values and its optimizer state
+ * (ts_optim_state_len * len floats) where it is given them, then the version becomes
+ * `version`. load's failure is returned, with the partition to be freed by the caller. */
+ts_status ts_part_restore(struct ts_part *p, uint64_t version,
+                          ts_status (*load)(void *ctx, float *value, float *state,
+                                            struct ts_err *err),
+                          void *ctx, struct ts_err *err) TS_MUST_CHECK;
+/* The len values in place. Read them only while they cannot change: in BSP and REDUCE, after
+ * this rank's ts_part_pull without a copy returned and before this rank pushes again (the
+ * next update needs that push). Anything else copies with ts_part_pull. */
+const float *ts_part_values(const struct ts_part *p);
+
+/* Per-rank figures of SSP and ASP, folded over a job's partitions by ts_part_fold_ranks: the
+ * lowest clock (next step) of each rank, the highest staleness it saw at its pulls (last and
+ * most), and the most steps skipped for a non-finite sum. Start clock at UINT64_MAX and the
+ * others at 0; n is the ranks the arrays hold (0 where the mode keeps no clocks). */
+struct ts_part_ranks {
+    uint32_t n;
+    uint64_t *clock, *stale_last, *stale_max;
+    uint64_t skipped;
+};
+void ts_part_fold_ranks(struct ts_part *p, struct ts_part_ranks *r);
+
 /* What a pull saw. */
 struct ts_pull_info {
     uint64_t version;           /* the version of the values returned */
@@ -142,9 +143,9 @@ struct ts_pull_info {
 };
 /* A pull by rank: BSP and REDUCE wait for version >= want; SSP and ASP take want as the rank's
  * clock and wait as the mode says (see above). Then, with out: a copy of the values into out
- * (len floats) under the lock; without (BSP and REDUCE only): p->value may be read in place
- * until the rank pushes again, since the next update needs that push (the shard sends pulls
- * straight from p->value). TS_ETIMEDOUT after ms, TS_ECANCELLED as soon as *cancel (if not
+ * (len floats) under the lock; without (BSP and REDUCE only): ts_part_values may be read in
+ * place until the rank pushes again, since the next update needs that push (the shard sends
+ * pulls straight from them). TS_ETIMEDOUT after ms, TS_ECANCELLED as soon as *cancel (if not
  * NULL) turns true; TS_EINVAL for a rank out of range or SSP/ASP without out. */
 ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
                        const atomic_bool *cancel, float *out, struct ts_pull_info *info,
@@ -154,9 +155,11 @@ ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
  * version `step`: taken at once if the partition is there, else by the push that applies
  * that step. TS_ESTATE (nothing armed) if the partition is already past step; arming again
  * replaces an earlier arm. ts_part_captured waits up to ms for the copy; once it returns
- * true, snap_value and snap_state may be read without the lock until ts_part_disarm, which
- * frees them (call it before ts_part_free, or let ts_part_free do it). */
+ * true, ts_part_capture gives it (len values, and ts_optim_state_len * len floats of state),
+ * to be read without the lock until ts_part_disarm, which frees it (call it before
+ * ts_part_free, or let ts_part_free do it). */
 ts_status ts_part_arm(struct ts_part *p, uint64_t step, struct ts_err *err) TS_MUST_CHECK;
 bool ts_part_captured(struct ts_part *p, int ms);
+void ts_part_capture(const struct ts_part *p, const float **value, const float **state);
 void ts_part_disarm(struct ts_part *p);
 #endif

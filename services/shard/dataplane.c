@@ -65,7 +65,7 @@ static uint64_t pull_sum(struct dataplane *dp, struct ts_part *p, uint64_t versi
         return sum;
     }
     pthread_mutex_unlock(&dp->sum_mu);
-    sum = ts_frame_hash(p->value, p->len * sizeof(float));
+    sum = ts_frame_hash(ts_part_values(p), ts_part_len(p) * sizeof(float));
     pthread_mutex_lock(&dp->sum_mu);
     *s = (struct dp_sum){ p, version, sum };
     pthread_mutex_unlock(&dp->sum_mu);
@@ -98,11 +98,11 @@ static ts_status in_region(struct dp_conn *dc, const struct ts_frame_hdr *h,
         return ts_err_set(err, TS_EINVAL, "tensor %u: a push from a shared region carries no "
                           "payload and is raw (encoding %u, %" PRIu64 " bytes)", h->tensor,
                           h->encoding, h->len);
-    if ((p->offset + p->len) * elem > r->size)
+    if ((ts_part_offset(p) + ts_part_len(p)) * elem > r->size)
         return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: past the end of the shared "
                           "region (%zu bytes)", h->tensor, h->partition, r->size);
-    in->payload = (const char *)r->base + p->offset * elem;
-    in->bytes = p->len * elem;
+    in->payload = (const char *)r->base + ts_part_offset(p) * elem;
+    in->bytes = ts_part_len(p) * elem;
     return TS_OK;
 }
 
@@ -136,6 +136,7 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
     struct ts_frame_hdr out = { .type = TS_FRAME_PARAMS, .tensor = h->tensor,
                                 .partition = h->partition, .dtype = 1 };
     struct ts_pull_info info;
+    uint64_t len;
     enum ts_mode mode = dc->job ? dc->job->job.mode : TS_MODE_BSP;
     bool copy = mode == TS_MODE_SSP || mode == TS_MODE_ASP;
 
@@ -143,6 +144,7 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
         return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
                           "register the tensor, or refresh the shard map", h->tensor,
                           h->partition);
+    len = ts_part_len(p);
     /* The version asked for needs the push that was refused: it would never come. */
     if ((h->flags & TS_PULL_REGION) &&
         (copy || !dc->regions || !dc->regions[h->tensor].params))
@@ -151,13 +153,13 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
     if ((h->flags & TS_PULL_AFTER_PUSH) && dc->push_refused)
         return ts_err_set(err, TS_ESTATE, "pull of version %" PRIu64 " refused: a push of this "
                           "step was refused (see the error before)", h->step);
-    if (copy && dc->copy_cap < p->len) {
-        float *c = realloc(dc->copy, p->len * sizeof(float));
+    if (copy && dc->copy_cap < len) {
+        float *c = realloc(dc->copy, len * sizeof(float));
         if (!c)
             return ts_err_set(err, TS_ENOMEM, "pull: no memory for a copy of %" PRIu64
-                              " floats", p->len);
+                              " floats", len);
         dc->copy = c;
-        dc->copy_cap = p->len;
+        dc->copy_cap = len;
     }
     if (ts_part_pull(p, h->rank, h->step, PULL_WAIT_MS, &dc->dp->stop, copy ? dc->copy : NULL,
                      &info, err))
@@ -173,10 +175,10 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
         return ts_frame_send(dc->c, &out, NULL, 0, err);
     }
     if (copy)
-        return ts_frame_send(dc->c, &out, dc->copy, p->len * sizeof(float), err);
+        return ts_frame_send(dc->c, &out, dc->copy, len * sizeof(float), err);
     if (!ts_frame_wants_hash(dc->c))
-        return ts_frame_send(dc->c, &out, p->value, p->len * sizeof(float), err);
-    return ts_frame_send_hashed(dc->c, &out, p->value, p->len * sizeof(float),
+        return ts_frame_send(dc->c, &out, ts_part_values(p), len * sizeof(float), err);
+    return ts_frame_send_hashed(dc->c, &out, ts_part_values(p), len * sizeof(float),
                                 pull_sum(dc->dp, p, info.version), err);
 }
 

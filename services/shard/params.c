@@ -231,6 +231,21 @@ static void share_values(struct shard_tensor *t)
     }
 }
 
+/* One partition of the --restore snapshot, read into a new partition (ts_part_restore). */
+struct restore_ctx {
+    struct shard_params *sp;
+    const ts_tensor_manifest *tm;
+    const ts_partition_manifest *pm;
+};
+
+static ts_status restore_load(void *ctx, float *value, float *state, struct ts_err *err)
+{
+    struct restore_ctx *rc = ctx;
+
+    return ts_snap_read_partition(rc->sp->store, rc->sp->restore, rc->tm, rc->pm, value, state,
+                                  err);
+}
+
 static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
                                struct ts_cluster *cl, uint32_t my_id,
                                const Tessera__V1__RegisterTensorRequest *req, uint64_t numel,
@@ -274,11 +289,10 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
                             &t->parts[p], err);
         if (!st)
             ts_part_set_sync(t->parts[p], t->sync_every);
-        /* Not yet visible to anyone: its values and version are ours to set. */
-        if (!st && tm && !(st = ts_snap_read_partition(sp->store, sp->restore, tm,
-                                                        tm->partitions[p], t->parts[p]->value,
-                                                        t->parts[p]->state, err)))
-            t->parts[p]->version = sp->restore->step;
+        if (!st && tm) {
+            struct restore_ctx rc = { sp, tm, tm->partitions[p] };
+            st = ts_part_restore(t->parts[p], sp->restore->step, restore_load, &rc, err);
+        }
     }
     if (st) {
         tensor_free(t);
@@ -325,7 +339,7 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
         for (uint32_t p = 0; p < t->nparts; p++)
             if (t->parts[p]) {
                 sp->partitions++;
-                sp->bytes += t->parts[p]->len * sizeof(float);
+                sp->bytes += ts_part_len(t->parts[p]) * sizeof(float);
             }
     }
     if (!st && !(*owned = malloc((t->nparts + 1) * sizeof(**owned))))
@@ -398,26 +412,44 @@ static ts_status each_part(struct shard_params *sp, struct shard_job *sj,
     return st;
 }
 
-struct span {
-    uint64_t min, max, step;
+/* The span of versions over a job's partitions (min starts at UINT64_MAX), and how many. */
+struct versions {
+    uint64_t min, max, count;
+};
+
+static void note_version(struct versions *v, struct ts_part *p)
+{
+    uint64_t ver = ts_part_version(p);
+
+    v->min = ver < v->min ? ver : v->min;
+    v->max = ver > v->max ? ver : v->max;
+    v->count++;
+}
+
+static ts_status versions_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                              struct ts_err *err)
+{
+    note_version(ctx, p);
+    return TS_OK;
+}
+
+/* The walk that arms (or, with disarm, disarms) every partition of a job for `step`. */
+struct arming {
+    struct versions v;
+    uint64_t step;
     bool disarm;
 };
 
 static ts_status arm_one(void *ctx, struct shard_tensor *t, struct ts_part *p, struct ts_err *err)
 {
-    struct span *s = ctx;
-    uint64_t v;
+    struct arming *a = ctx;
 
-    pthread_mutex_lock(&p->mu);
-    v = p->version;
-    pthread_mutex_unlock(&p->mu);
-    s->min = v < s->min ? v : s->min;
-    s->max = v > s->max ? v : s->max;
-    if (s->disarm) {
+    note_version(&a->v, p);
+    if (a->disarm) {
         ts_part_disarm(p);
         return TS_OK;
     }
-    return ts_part_arm(p, s->step, err);
+    return ts_part_arm(p, a->step, err);
 }
 
 static ts_status disarm_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
@@ -458,7 +490,7 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
                            bool *armed, uint64_t *minv, uint64_t *maxv, struct ts_err *err)
 {
     struct shard_job *sj = shard_params_job(sp, job);
-    struct span s = { .min = UINT64_MAX, .step = step, .disarm = disarm };
+    struct arming a = { .v.min = UINT64_MAX, .step = step, .disarm = disarm };
     struct ts_err past = { 0 };
     ts_status st;
 
@@ -471,24 +503,21 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
     /* Announced before the walk, under the registry lock: a tensor registered from now on
      * arms its own partitions (shard_params_register), one registered before is walked. */
     set_armed(sp, sj, !disarm, step);
-    st = each_part(sp, sj, arm_one, &s, &past);
+    st = each_part(sp, sj, arm_one, &a, &past);
     if (!st && !disarm) {
         *armed = true;
     } else if (!disarm) {
         /* One is past step (or out of memory): undo, walking all to report the full span. */
         set_armed(sp, sj, false, 0);
-        s = (struct span){ .min = UINT64_MAX, .disarm = true };
-        (void)each_part(sp, sj, arm_one, &s, err);
+        a = (struct arming){ .v.min = UINT64_MAX, .disarm = true };
+        (void)each_part(sp, sj, arm_one, &a, err);
         st = st == TS_ESTATE ? TS_OK : ts_err_set(err, st, "%s", past.msg);
     }
-    *minv = s.min == UINT64_MAX ? 0 : s.min;
-    *maxv = s.max;
+    *minv = a.v.min == UINT64_MAX ? 0 : a.v.min;
+    *maxv = a.v.max;
     pthread_mutex_unlock(&sp->snap_mu);
     return st;
 }
-
-static ts_status span_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
-                          struct ts_err *err);
 
 struct writer {
     struct shard_params *sp;
@@ -546,19 +575,21 @@ static ts_status write_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
     Tessera__V1__TensorManifest *tm = entry(w, t);
     Tessera__V1__PartitionManifest *pm =
         ts_rpc_new(w->call, &tessera__v1__partition_manifest__descriptor);
-    void *mem = ts_rpc_alloc(w->call, ts_snap_partition_mem(p->len, w->slen * p->len,
+    uint64_t len = ts_part_len(p), written = 0;
+    void *mem = ts_rpc_alloc(w->call, ts_snap_partition_mem(len, w->slen * len,
                                                             TS_SNAP_CHUNK_DEFAULT));
-    uint64_t written = 0;
+    const float *value, *state;
     ts_status st;
 
-    pm->index = p->index;
-    pm->offset = p->offset;
-    pm->length = p->len;
+    ts_part_capture(p, &value, &state);
+    pm->index = ts_part_index(p);
+    pm->offset = ts_part_offset(p);
+    pm->length = len;
     pm->version = w->step;
-    st = ts_snap_put_partition(w->sp->store, p->snap_value, p->len, p->snap_state,
-                               w->slen * p->len, TS_SNAP_CHUNK_DEFAULT, pm, mem, &written, err);
+    st = ts_snap_put_partition(w->sp->store, value, len, state, w->slen * len,
+                               TS_SNAP_CHUNK_DEFAULT, pm, mem, &written, err);
     if (st) {
-        ts_err_prefix(err, "tensor '%s' partition %u", t->name, p->index);
+        ts_err_prefix(err, "tensor '%s' partition %u", t->name, pm->index);
         return st;
     }
     w->written += written;
@@ -588,10 +619,10 @@ ts_status shard_params_write(struct shard_params *sp, struct ts_rpc_call *call, 
     if (!st)
         st = each_part(sp, sj, wait_one, &w, err);
     if (!st && w.missing) {
-        struct span sp_ = { .min = UINT64_MAX };
+        struct versions v = { .min = UINT64_MAX };
 
-        (void)each_part(sp, sj, span_one, &sp_, err);
-        resp->min_version = sp_.min;
+        (void)each_part(sp, sj, versions_one, &v, err);
+        resp->min_version = v.min;
         pthread_mutex_unlock(&sp->snap_mu);
         return TS_OK; /* resp->ready stays false; still armed */
     }
@@ -619,41 +650,10 @@ ts_status shard_params_write(struct shard_params *sp, struct ts_rpc_call *call, 
     return st;
 }
 
-static ts_status span_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
-                          struct ts_err *err)
-{
-    struct span *s = ctx;
-
-    pthread_mutex_lock(&p->mu);
-    s->min = p->version < s->min ? p->version : s->min;
-    s->max = p->version > s->max ? p->version : s->max;
-    s->step++; /* counts partitions */
-    pthread_mutex_unlock(&p->mu);
-    return TS_OK;
-}
-
-/* Per rank over a job's partitions (SSP/ASP): the lowest clock, the highest staleness. */
-struct ranks {
-    uint32_t n;
-    uint64_t *clock, *last, *max;
-    uint64_t skipped;
-};
-
 static ts_status ranks_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
                            struct ts_err *err)
 {
-    struct ranks *r = ctx;
-
-    (void)t;
-    (void)err;
-    pthread_mutex_lock(&p->mu);
-    r->skipped = p->skipped > r->skipped ? p->skipped : r->skipped;
-    for (uint32_t k = 0; p->clock && k < r->n; k++) {
-        r->clock[k] = p->clock[k] < r->clock[k] ? p->clock[k] : r->clock[k];
-        r->last[k] = p->stale_last[k] > r->last[k] ? p->stale_last[k] : r->last[k];
-        r->max[k] = p->stale_max[k] > r->max[k] ? p->stale_max[k] : r->max[k];
-    }
-    pthread_mutex_unlock(&p->mu);
+    ts_part_fold_ranks(p, ctx);
     return TS_OK;
 }
 
@@ -662,16 +662,16 @@ static void job_ranks(struct shard_params *sp, struct shard_job *sj, struct ts_r
                       Tessera__V1__JobStatus *js)
 {
     uint32_t n = sj->job.mode == TS_MODE_SSP || sj->job.mode == TS_MODE_ASP ? sj->job.workers : 0;
-    struct ranks r = { .n = n };
+    struct ts_part_ranks r = { .n = n };
     struct ts_err e = { 0 };
 
     r.clock = ts_rpc_alloc(call, (n + 1) * sizeof(uint64_t));
-    r.last = ts_rpc_alloc(call, (n + 1) * sizeof(uint64_t));
-    r.max = ts_rpc_alloc(call, (n + 1) * sizeof(uint64_t));
+    r.stale_last = ts_rpc_alloc(call, (n + 1) * sizeof(uint64_t));
+    r.stale_max = ts_rpc_alloc(call, (n + 1) * sizeof(uint64_t));
     js->ranks = ts_rpc_alloc(call, (n + 1) * sizeof(*js->ranks));
     for (uint32_t k = 0; k < n; k++) {
         r.clock[k] = UINT64_MAX;
-        r.last[k] = r.max[k] = 0;
+        r.stale_last[k] = r.stale_max[k] = 0;
     }
     (void)each_part(sp, sj, ranks_one, &r, &e);
     js->steps_skipped = r.skipped;
@@ -679,8 +679,8 @@ static void job_ranks(struct shard_params *sp, struct shard_job *sj, struct ts_r
         Tessera__V1__RankStatus *rs = ts_rpc_new(call, &tessera__v1__rank_status__descriptor);
         rs->rank = k;
         rs->clock = r.clock[k] == UINT64_MAX ? 0 : r.clock[k];
-        rs->staleness_last = r.last[k];
-        rs->staleness_max = r.max[k];
+        rs->staleness_last = r.stale_last[k];
+        rs->staleness_max = r.stale_max[k];
         js->ranks[js->n_ranks++] = rs;
     }
 }
@@ -698,19 +698,19 @@ void shard_params_jobs(struct shard_params *sp, struct ts_rpc_call *call,
     for (size_t j = 0; j < nj; j++) {
         struct shard_job *sj = sp->jobs[j];
         Tessera__V1__JobStatus *js = ts_rpc_new(call, &tessera__v1__job_status__descriptor);
-        struct span s = { .min = UINT64_MAX };
+        struct versions v = { .min = UINT64_MAX };
         struct ts_err e = { 0 };
 
-        (void)each_part(sp, sj, span_one, &s, &e);
+        (void)each_part(sp, sj, versions_one, &v, &e);
         js->armed_step = sj->armed ? sj->armed_step : 0;
         for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
             js->tensors += sj->tensors[i] != NULL;
         js->id = sj->job.id;
         js->workers = sj->job.workers;
         js->exact = sj->job.exact;
-        js->min_version = s.min == UINT64_MAX ? 0 : s.min;
-        js->max_version = s.max;
-        js->partitions = s.step;
+        js->min_version = v.min == UINT64_MAX ? 0 : v.min;
+        js->max_version = v.max;
+        js->partitions = v.count;
         js->mode = (Tessera__V1__TrainMode)sj->job.mode;
         js->staleness = sj->job.staleness;
         job_ranks(sp, sj, call, js);

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "codec/codec.h"
-#include "ps/part.h"
+#include "ps/part_internal.h"   /* white-box: refused pushes must leave every field */
 
 #define N 1000
 
@@ -234,8 +234,13 @@ static void ssp_bounds_the_lead(void **state)
     assert_int_equal(push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
     assert_int_equal(ts_part_pull(p, 0, 2, 50, NULL, out, &info, NULL), TS_OK);
     assert_int_equal(info.version, 3);
-    assert_int_equal(p->stale_max[0], 1);
-    assert_int_equal(p->stale_max[1], 0);
+    uint64_t clock[2] = { UINT64_MAX, UINT64_MAX }, last[2] = { 0 }, most[2] = { 0 };
+    struct ts_part_ranks rk = { 2, clock, last, most, 0 };
+    ts_part_fold_ranks(p, &rk);
+    assert_int_equal(most[0], 1);
+    assert_int_equal(most[1], 0);
+    assert_int_equal(clock[0], 2);   /* rank 0 pushed steps 0 and 1, rank 1 step 0 */
+    assert_int_equal(clock[1], 1);
     /* Out of order is refused: rank 1 is at step 1. */
     memset(&e, 0, sizeof(e));
     assert_int_equal(push(p, 1, 3, TS_ENC_RAW, g, sizeof(g), &applied, &e), TS_EINVAL);
@@ -308,7 +313,9 @@ static void overflow_skips_and_scale_divides(void **state)
     assert_true(info.overflow);
     assert_int_equal(info.version, 1);
     assert_memory_equal(before, after, sizeof(before));
-    assert_int_equal(p->skipped, 1);
+    struct ts_part_ranks rk = { 0 };
+    ts_part_fold_ranks(p, &rk);
+    assert_int_equal(rk.skipped, 1);
     assert_int_equal(ts_part_pull(p, 0, 1, 10, NULL, after, &info, NULL), TS_OK);
     assert_false(info.overflow);      /* reported once */
     /* Step 1, finite: sum 1024, / (batch 64 * 2^3) = 2 per element with lr 1. */
@@ -585,7 +592,9 @@ static void mixed_encodings_match_plain_summation(void **state)
         assert_int_equal(info.overflow, steps[step].inf != 0);
         assert_memory_equal(want, got, sizeof(got));
     }
-    assert_int_equal(p->skipped, 2);
+    struct ts_part_ranks rk = { 0 };
+    ts_part_fold_ranks(p, &rk);
+    assert_int_equal(rk.skipped, 2);
     ts_part_free(p);
 
     /* One worker: its loss-scaled push is both first and last, and still checked; then an
@@ -770,6 +779,71 @@ static void optimizers_match_hand_loop(void **state)
     ts_part_free(p);
 }
 
+/* What the shard reads of a partition through part.h: placement, version, values in place,
+ * a restore, and a snapshot capture. */
+static ts_status load_ramp(void *ctx, float *value, float *state, struct ts_err *err)
+{
+    (void)err;
+    for (int i = 0; i < N; i++) {
+        value[i] = (float)i * 0.5f;
+        state[i] = *(const float *)ctx;  /* momentum: one state float per value */
+    }
+    return TS_OK;
+}
+
+static ts_status load_fails(void *ctx, float *value, float *state, struct ts_err *err)
+{
+    (void)ctx;
+    (void)value;
+    (void)state;
+    return ts_err_set(err, TS_ECORRUPT, "chunk 3: hash mismatch");
+}
+
+static void accessors(void **state)
+{
+    struct ts_job j = { 0 };
+    struct ts_part *p, *q;
+    struct ts_err e = { 0 };
+    const float *val, *st;
+    float mom = 0.25f, out[N];
+    struct ts_pull_info info;
+
+    (void)state;
+    assert_int_equal(ts_job_init(&j, "acc", 1, false, "momentum:lr=0.1,momentum=0.9", 4, &e),
+                     TS_OK);
+    p = mk(&j);
+    assert_int_equal(ts_part_index(p), 1);
+    assert_int_equal(ts_part_offset(p), 500);
+    assert_int_equal(ts_part_len(p), N);
+    assert_int_equal(ts_part_version(p), 0);
+    /* A restore loads values and state and sets the version; a failing one leaves it. */
+    assert_int_equal(ts_part_restore(p, 12, load_ramp, &mom, &e), TS_OK);
+    assert_int_equal(ts_part_version(p), 12);
+    assert_int_equal(ts_part_pull(p, 0, 12, 10, NULL, NULL, &info, NULL), TS_OK);
+    val = ts_part_values(p);
+    for (int i = 0; i < N; i++)
+        assert_true(val[i] == (float)i * 0.5f);
+    assert_int_equal(ts_part_restore(p, 99, load_fails, NULL, &e), TS_ECORRUPT);
+    assert_string_equal(e.msg, "chunk 3: hash mismatch");
+    assert_int_equal(ts_part_version(p), 12);
+    /* The capture of an armed partition is the values and state at the armed version. */
+    assert_int_equal(ts_part_arm(p, 12, NULL), TS_OK);
+    assert_true(ts_part_captured(p, 10));
+    ts_part_capture(p, &val, &st);
+    assert_int_equal(ts_part_pull(p, 0, 12, 10, NULL, out, &info, NULL), TS_OK);
+    assert_memory_equal(val, out, sizeof(out));
+    for (int i = 0; i < N; i++)
+        assert_true(st[i] == 0.25f);
+    ts_part_disarm(p);
+    /* Ranks fold to nothing in BSP, which keeps no clocks. */
+    q = mk(&j);
+    struct ts_part_ranks rk = { 0 };
+    ts_part_fold_ranks(q, &rk);
+    assert_int_equal(rk.skipped, 0);
+    ts_part_free(q);
+    ts_part_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -785,6 +859,7 @@ int main(void)
         cmocka_unit_test(mixed_encodings_match_plain_summation),
         cmocka_unit_test(refused_push_changes_nothing),
         cmocka_unit_test(optimizers_match_hand_loop),
+        cmocka_unit_test(accessors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

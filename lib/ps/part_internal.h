@@ -1,0 +1,43 @@
+/* part_internal.h - the fields of a partition, for lib/ps's own files only.
+ *
+ * Outside lib/ps a partition is opaque (part.h): the shard and the SDK read what they need
+ * through accessors that take the lock where a field can change, so that replication can
+ * change what a partition holds without touching its callers. */
+#ifndef TS_PS_PART_INTERNAL_H
+#define TS_PS_PART_INTERNAL_H
+
+#include "ps/part.h"
+
+struct ts_part {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    const struct ts_job *job;   /* borrowed: outlives the partition */
+    uint32_t tensor_id, index;
+    uint64_t offset, len;       /* elements of the tensor */
+    uint64_t version;
+    float *value;               /* len; the caller's storage when !value_owned */
+    bool value_owned;
+    float *state;               /* ts_optim_state_len * len */
+    /* The step's sum so far: set by its first push, added to by the others; the last push of
+     * a raw float step is added on the way into apply() instead. Between steps it holds
+     * leftovers, never read (no clearing pass). */
+    int64_t *acc_fixed;         /* exact mode */
+    float *acc_f32;             /* otherwise */
+    float *grad;                /* scratch: one block of the applied gradient */
+    uint8_t *pushed;            /* per rank: pushed this step */
+    uint32_t npushed;
+    uint32_t sync_every;        /* the tensor syncs every this many steps: divisor batch * it */
+    int scale_exp;              /* the step's loss scale is 2^scale_exp (pushes must agree) */
+    bool check_finite;          /* a push this step could carry Inf/NaN (compressed, scaled) */
+    uint8_t *overflow;          /* per rank: a skipped step not yet reported to it */
+    uint64_t skipped;           /* steps skipped for a non-finite sum */
+    uint64_t *clock;            /* SSP/ASP, per rank: its next step */
+    uint64_t *stale_last, *stale_max; /* SSP/ASP, per rank: steps ahead of the slowest, at pulls */
+    /* Snapshot capture (ts_part_arm): a copy of value and state taken when version reaches
+     * snap_step, so that training goes on while the copy is written out. */
+    bool snap_armed, snap_ready;
+    uint64_t snap_step;
+    float *snap_value, *snap_state;
+};
+
+#endif

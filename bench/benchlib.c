@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -15,6 +14,7 @@
 
 #include "benchlib.h"
 #include "util/json.h"
+#include "util/launch.h"
 #include "util/proc.h"
 
 /* For the signal handler: stop the master and remove its port file if we are interrupted. */
@@ -94,30 +94,20 @@ ts_status bench_proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err)
     return TS_OK;
 }
 
-/* Waits until the master has written its port (it renames a finished file into place). */
+/* Waits until the master has written its port. */
 static ts_status master_wait_port(struct bench_master *m, struct ts_err *err)
 {
-    int64_t until = ts_now_ms() + 10000;
-    int port = 0, status;
-    FILE *f;
+    int port = 0, status = 0;
+    ts_status st = ts_launch_wait_port(m->pid, m->port_file, 10000, &port, &status, NULL);
 
-    for (;;) {
-        if ((f = fopen(m->port_file, "r"))) {
-            int got = fscanf(f, "%d", &port);
-            fclose(f);
-            if (got == 1 && port > 0)
-                break;
-        }
-        if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
-            m->pid = 0;
-            master_pid_for_signal = 0;
-            return ts_err_set(err, TS_EUNAVAIL, "tessera-master exited (wait status 0x%x) "
-                              "before listening; its stderr is above", status);
-        }
-        if (ts_now_ms() > until)
-            return ts_err_set(err, TS_ETIMEDOUT, "tessera-master wrote no port in 10 s");
-        ts_sleep_ms(10);
+    if (st == TS_EUNAVAIL) {
+        m->pid = 0; /* reaped */
+        master_pid_for_signal = 0;
+        return ts_err_set(err, TS_EUNAVAIL, "tessera-master exited (wait status 0x%x) "
+                          "before listening; its stderr is above", status);
     }
+    if (st)
+        return ts_err_set(err, st, "tessera-master wrote no port in 10 s");
     snprintf(m->target, sizeof(m->target), "127.0.0.1:%d", port);
     return TS_OK;
 }
@@ -127,7 +117,7 @@ static ts_status master_wait_port(struct bench_master *m, struct ts_err *err)
 ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_err *err)
 {
     char exe[PATH_MAX], lease[16];
-    pid_t parent = getpid();
+    ts_status st;
     int fd;
 
     snprintf(exe, sizeof(exe), "%s/tessera-master", bin);
@@ -145,16 +135,9 @@ ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_
     char *argv[] = { exe, "--listen", "127.0.0.1:0", "--port-file", m->port_file,
                      "--lease-ms", lease, "--grace-ms", "1000", NULL };
     setenv("TESSERA_LOG", "warn", 0); /* before any thread exists: main calls us first */
-    if ((m->pid = fork()) == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
-        execv(exe, argv);
-        _exit(127);
-    }
-    if (m->pid < 0) {
+    if ((st = ts_launch(exe, argv, NULL, -1, &m->pid, err))) {
         m->pid = 0;
-        return ts_err_set(err, TS_EIO, "fork: %s", strerror(errno));
+        return st;
     }
     master_pid_for_signal = m->pid;
     return master_wait_port(m, err);
@@ -163,27 +146,20 @@ ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_
 /* SIGTERM, then SIGKILL after 5 s. Returns false if the master did not exit cleanly. */
 bool bench_master_stop(struct bench_master *m)
 {
-    int64_t until = ts_now_ms() + 5000;
-    int status = 0;
-    pid_t r = 1;
+    int status;
 
     if (m->port_file[0])
         unlink(m->port_file);
     if (m->pid <= 0)
         return true;
-    kill(m->pid, SIGTERM);
-    while ((r = waitpid(m->pid, &status, WNOHANG)) == 0 && ts_now_ms() < until)
-        ts_sleep_ms(10);
-    if (r == 0) {
-        kill(m->pid, SIGKILL);
-        waitpid(m->pid, &status, 0);
-    }
+    status = ts_launch_stop(m->pid, 5000);
     m->pid = 0;
     master_pid_for_signal = 0;
-    if (r != 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return true;
     fprintf(stderr, "bench: tessera-master did not exit cleanly (wait status 0x%x%s)"
-            "\n", status, r == 0 ? ", killed after ignoring SIGTERM for 5 s" : "");
+            "\n", status, WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
+                          ? ", killed after ignoring SIGTERM for 5 s" : "");
     return false;
 }
 

@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -43,6 +42,7 @@
 #include "tessera.h"
 #include "util/flags.h"
 #include "util/json.h"
+#include "util/launch.h"
 #include "util/proc.h"
 
 #define MIB ((uint64_t)1 << 20)
@@ -96,25 +96,6 @@ static void on_sig(int sig)
 
 /* ---- child processes: a master and NSHARDS shards offering one transport, 2 workers ---- */
 
-/* Forks and executes exe with argv (built by the caller: the child only makes async-signal-safe
- * calls before execv), stdout on out_fd when it is >= 0. */
-static ts_status spawn(const char *exe, char **argv, int out_fd, pid_t *pid, struct ts_err *err)
-{
-    pid_t parent = getpid();
-
-    if ((*pid = fork()) == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent || (out_fd >= 0 && dup2(out_fd, STDOUT_FILENO) < 0))
-            _exit(1);
-        execv(exe, argv);
-        _exit(127);
-    }
-    if (*pid < 0) {
-        *pid = 0;
-        return ts_err_set(err, TS_EIO, "fork: %s", strerror(errno));
-    }
-    return TS_OK;
-}
 
 /* Waits until the master's map holds NSHARDS shards (started with --transport tp, they offer
  * only tp; the workers check the transport they got). */
@@ -168,7 +149,7 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
     char *argv[] = { exe, "--master", c->m.target, "--listen", "127.0.0.1:0", "--transport",
                      (char *)tp, "--grace-ms", "1000", NULL };
     for (int i = 0; i < NSHARDS && !st; i++)
-        if (!(st = spawn(exe, argv, -1, &c->shard[i].pid, err)))
+        if (!(st = ts_launch(exe, argv, NULL, -1, &c->shard[i].pid, err)))
             kids[i] = c->shard[i].pid;
     return st ? st : wait_shards(c, tp, err);
 }
@@ -179,7 +160,7 @@ struct wchild {
     char line[MAX_ITERS * 21 + 64];
 };
 
-/* spawn() with the child's stdout on a pipe that *out reads. */
+/* ts_launch() with the child's stdout on a pipe that *out reads. */
 static ts_status spawn_reader(const char *exe, char **argv, pid_t *pid, FILE **out,
                               struct ts_err *err)
 {
@@ -188,7 +169,7 @@ static ts_status spawn_reader(const char *exe, char **argv, pid_t *pid, FILE **o
 
     if (pipe2(fds, O_CLOEXEC) != 0)
         return ts_err_set(err, TS_EIO, "pipe: %s", strerror(errno));
-    st = spawn(exe, argv, fds[1], pid, err);
+    st = ts_launch(exe, argv, NULL, fds[1], pid, err);
     close(fds[1]);
     if (!st && !(*out = fdopen(fds[0], "r")))
         st = ts_err_set(err, TS_EIO, "fdopen: %s", strerror(errno));

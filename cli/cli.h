@@ -76,10 +76,6 @@ void cluster_remove_logs(struct cluster *c);
 /* Reaps exited children; prints a line for each and returns false if the master is gone. */
 bool cluster_check(struct cluster *c);
 
-/* Forks and execs argv[0] with stdout and stderr into the file log (NULL: ours). The child
- * gets SIGTERM if we die (PR_SET_PDEATHSIG) and starts with no signals blocked. */
-ts_status cli_spawn(const char *log, char *const argv[], pid_t *pid,
-                    struct ts_err *err) TS_MUST_CHECK;
 /* The last non-empty line of the file at path into out ("no log" if unreadable, "(empty)"
  * if it has none). */
 void cli_last_line(const char *path, char *out, size_t n);

@@ -1,77 +1,25 @@
 /* launcher.c - a local cluster of real processes: tessera-master and N tessera-shard.
  *
- * The binaries are found beside the running `tessera`. Each child writes its log to DIR, gets
- * SIGTERM if the launcher dies (PR_SET_PDEATHSIG, so no process outlives a killed launcher),
- * and is stopped by pid, never by name. The master and the shards pick their ports and write
+ * The binaries are found beside the running `tessera`. Each child is started, watched and
+ * stopped through util/launch.h (its log in DIR, SIGTERM if the launcher dies, stopped by pid,
+ * never by name). The master and the shards pick their ports and write
  * them to files, which is how the launcher learns them without a race; a shard's port, matched
  * against the master's ClusterStatus, tells the launcher the id the master gave that process,
  * so that its log and every message name the shard as the master and `tessera status` do. */
-#include <errno.h>
 #include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "cluster/cluster.h"
+#include "util/launch.h"
 #include "util/proc.h"
 
 #define START_TIMEOUT_MS 15000
-
-ts_status cli_spawn(const char *log, char *const argv[], pid_t *pid, struct ts_err *err)
-{
-    pid_t parent = getpid();
-    int fd = -1;
-
-    if (log && (fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-        return ts_err_set(err, TS_EIO, "cannot create %s: %s", log, strerror(errno));
-    *pid = fork();
-    if (*pid < 0) {
-        if (fd >= 0)
-            close(fd);
-        return ts_err_set(err, TS_EIO, "fork: %s", strerror(errno));
-    }
-    if (*pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1); /* the launcher died before prctl took effect */
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-        }
-        execv(argv[0], argv);
-        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    if (fd >= 0)
-        close(fd);
-    return TS_OK;
-}
-
-/* spawn() with the log in the cluster's directory. */
-static ts_status spawn(const char *dir, const char *log, char *const argv[], pid_t *pid,
-                       struct ts_err *err)
-{
-    char path[700];
-
-    snprintf(path, sizeof(path), "%s/%s", dir, log);
-    return cli_spawn(path, argv, pid, err);
-}
-
-static bool exited(pid_t pid)
-{
-    int status;
-    return pid > 0 && waitpid(pid, &status, WNOHANG) == pid;
-}
 
 void cli_last_line(const char *path, char *out, size_t n)
 {
@@ -90,31 +38,23 @@ void cli_last_line(const char *path, char *out, size_t n)
     fclose(f);
 }
 
-/* Waits for the master's port file; fails early if the master exits. */
+/* Waits for the master's port file; fails early, with its last words, if the master exits. */
 static ts_status wait_port(struct cluster *c, const char *file, int *port, struct ts_err *err)
 {
-    int64_t until = ts_now_ms() + START_TIMEOUT_MS;
+    char last[200], log[700];
+    ts_status st = ts_launch_wait_port(c->master, file, START_TIMEOUT_MS, port, NULL, NULL);
 
-    while (ts_now_ms() < until) {
-        FILE *f = fopen(file, "r");
-        if (f) {
-            int ok = fscanf(f, "%d", port) == 1;
-            fclose(f);
-            if (ok)
-                return TS_OK;
-        }
-        if (exited(c->master)) {
-            char last[200], path[700];
-            c->master = 0;
-            snprintf(path, sizeof(path), "%s/master.log", c->dir);
-            cli_last_line(path, last, sizeof(last));
-            return ts_err_set(err, TS_EUNAVAIL, "tessera-master exited at start (%s): see %s/master.log",
-                              last, c->dir);
-        }
-        ts_sleep_ms(20);
+    if (st == TS_OK)
+        return TS_OK;
+    snprintf(log, sizeof(log), "%s/master.log", c->dir);
+    if (st == TS_EUNAVAIL) {
+        c->master = 0; /* reaped */
+        cli_last_line(log, last, sizeof(last));
+        return ts_err_set(err, TS_EUNAVAIL, "tessera-master exited at start (%s): see %s", last,
+                          log);
     }
-    return ts_err_set(err, TS_ETIMEDOUT, "tessera-master did not start within %d ms: see %s/master.log",
-                      START_TIMEOUT_MS, c->dir);
+    return ts_err_set(err, TS_ETIMEDOUT, "tessera-master did not start within %d ms: see %s",
+                      START_TIMEOUT_MS, log);
 }
 
 /* Appends "flag value" to argv at n when value is set; returns the new count. */
@@ -130,7 +70,7 @@ static int add_flag(char **argv, int n, const char *flag, const char *value)
 static ts_status start_master(const struct cluster_opts *o, struct cluster *c, const char *bin,
                               struct ts_err *err)
 {
-    char exe[700], listen[64], port_file[700], lease[32], every[32];
+    char exe[700], listen[64], port_file[700], log[700], lease[32], every[32];
     char *argv[20];
     int n = 0, port;
     ts_status st;
@@ -158,7 +98,8 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
         argv[n++] = every;
     }
     argv[n] = NULL;
-    if ((st = spawn(c->dir, "master.log", argv, &c->master, err)) ||
+    snprintf(log, sizeof(log), "%s/master.log", c->dir);
+    if ((st = ts_launch(exe, argv, log, -1, &c->master, err)) ||
         (st = wait_port(c, port_file, &port, err)))
         return st;
     snprintf(c->master_addr, sizeof(c->master_addr), "127.0.0.1:%d", port);
@@ -193,7 +134,7 @@ static ts_status start_shards(const struct cluster_opts *o, struct cluster *c, c
         shard_file(c, i, "log", log, sizeof(log));
         shard_file(c, i, "port", port_file, sizeof(port_file));
         unlink(port_file);
-        if ((st = cli_spawn(log, argv, &c->shards[i].pid, err)))
+        if ((st = ts_launch(exe, argv, log, -1, &c->shards[i].pid, err)))
             return st;
         c->nshards++;
     }
@@ -262,7 +203,7 @@ static ts_status wait_shards(struct cluster *c, int want, struct ts_err *err)
                 break;
         }
         for (int i = 0; i < c->nshards; i++)
-            if (exited(c->shards[i].pid)) {
+            if (ts_launch_exited(c->shards[i].pid, NULL)) {
                 char log[700];
                 ts_master_close(m);
                 c->shards[i].pid = 0;
@@ -305,28 +246,11 @@ ts_status cluster_start(const struct cluster_opts *o, struct cluster *c, struct 
     return TS_OK;
 }
 
-/* SIGTERM, then up to ms for it to exit, then SIGKILL. */
-static void stop_pid(pid_t pid, int ms)
-{
-    int64_t until = ts_now_ms() + ms;
-
-    if (pid <= 0)
-        return;
-    kill(pid, SIGTERM);
-    while (ts_now_ms() < until) {
-        if (exited(pid) || (kill(pid, 0) < 0 && errno == ESRCH))
-            return;
-        ts_sleep_ms(10);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-}
-
 void cluster_stop(struct cluster *c)
 {
     for (int i = 0; i < c->nshards; i++)
-        stop_pid(c->shards[i].pid, 10000);
-    stop_pid(c->master, 10000);
+        ts_launch_stop(c->shards[i].pid, 10000);
+    ts_launch_stop(c->master, 10000);
     free(c->shards);
     c->shards = NULL;
     c->nshards = 0;
@@ -354,7 +278,7 @@ void cluster_remove_logs(struct cluster *c)
 bool cluster_check(struct cluster *c)
 {
     for (int i = 0; i < c->nshards; i++) {
-        if (exited(c->shards[i].pid)) {
+        if (ts_launch_exited(c->shards[i].pid, NULL)) {
             char log[700];
             shard_file(c, i, "log", log, sizeof(log));
             if (c->shards[i].id)
@@ -366,7 +290,7 @@ bool cluster_check(struct cluster *c)
             c->shards[i].pid = 0;
         }
     }
-    if (exited(c->master)) {
+    if (ts_launch_exited(c->master, NULL)) {
         fprintf(stderr, "the master (pid %d) exited: see %s/master.log\n", (int)c->master,
                 c->dir);
         c->master = 0;

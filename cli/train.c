@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "util/launch.h"
 #include "util/proc.h"
 
 #define MAX_WORKERS 64
@@ -97,7 +98,7 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
         argv[n++] = delay;
     }
     argv[n] = NULL;
-    if (cli_spawn(log, argv, &pid, &err)) {
+    if (ts_launch(argv[0], argv, log, -1, &pid, &err)) {
         fprintf(stderr, "tessera train: %s\n", err.msg);
         return -1;
     }

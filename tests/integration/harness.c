@@ -1,13 +1,12 @@
 /* harness.c - see harness.h. */
 #include "harness.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cluster/cluster.h"
+#include "util/launch.h"
 #include "util/proc.h"
 
 static char tmpdir[] = "/tmp/ts-harness.XXXXXX";
@@ -19,15 +18,10 @@ static pid_t spawn(char *const argv[])
 {
     pid_t p;
 
-    if (npids == (int)(sizeof(pids) / sizeof(pids[0])))
+    if (npids == (int)(sizeof(pids) / sizeof(pids[0])) ||
+        ts_launch(argv[0], argv, NULL, -1, &p, NULL))
         return -1;
-    p = fork();
-    if (p == 0) {
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    if (p > 0)
-        pids[npids++] = p;
+    pids[npids++] = p;
     return p;
 }
 
@@ -36,23 +30,13 @@ const char *harness_master(const char *bin)
     char exe[512], port_file[600];
     char *argv[] = { exe, "--listen", "127.0.0.1:0", "--port-file", port_file, NULL };
     int port = 0;
+    pid_t p;
 
     if (!mkdtemp(tmpdir))
         return NULL;
     snprintf(exe, sizeof(exe), "%s/tessera-master", bin);
     snprintf(port_file, sizeof(port_file), "%s/port", tmpdir);
-    if (spawn(argv) < 0)
-        return NULL;
-    for (int i = 0; i < 1000 && !port; i++) {
-        FILE *f = fopen(port_file, "r");
-        if (f) {
-            if (fscanf(f, "%d", &port) != 1)
-                port = 0;
-            fclose(f);
-        }
-        ts_sleep_ms(10);
-    }
-    if (!port)
+    if ((p = spawn(argv)) < 0 || ts_launch_wait_port(p, port_file, 10000, &port, NULL, NULL))
         return NULL;
     snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%d", port);
     return master_addr;
@@ -72,10 +56,8 @@ void harness_stop(void)
 {
     char path[600];
 
-    for (int i = npids - 1; i >= 0; i--) {
-        kill(pids[i], SIGTERM);
-        waitpid(pids[i], NULL, 0);
-    }
+    for (int i = npids - 1; i >= 0; i--)
+        (void)ts_launch_stop(pids[i], 10000);
     npids = 0;
     snprintf(path, sizeof(path), "%s/port", tmpdir);
     unlink(path);

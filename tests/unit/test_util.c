@@ -7,16 +7,19 @@
 #include <cmocka.h>
 #include <grpc/status.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "rpc/rpc.h"
 #include "util/err.h"
 #include "util/flags.h"
 #include "util/json.h"
+#include "util/launch.h"
 #include "util/names.h"
 #include "util/proc.h"
 
@@ -223,6 +226,50 @@ static void port_file_atomic(void **state)
     assert_int_equal(rmdir(dir), 0);   /* empty: no temporary file left */
 }
 
+/* util/launch.h with /bin/sh as the child: its log, the port it writes, an early exit, a stop. */
+static void launch_wait_stop(void **state)
+{
+    char dir[] = "/tmp/tessera-launch.XXXXXX", log[64], port[64], script[256], text[64] = "";
+    char *argv[] = { "sh", "-c", script, NULL };
+    struct ts_err e = { 0 };
+    int got = 0, status = 0;
+    pid_t pid;
+    FILE *f;
+
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(log, sizeof(log), "%s/child.log", dir);
+    snprintf(port, sizeof(port), "%s/child.port", dir);
+    /* Writes its port after a while, then waits to be stopped. */
+    snprintf(script, sizeof(script), "echo starting; sleep 0.2; echo 4242 > %s.tmp; "
+             "mv %s.tmp %s; exec sleep 30", port, port, port);
+    assert_int_equal(ts_launch("/bin/sh", argv, log, -1, &pid, &e), TS_OK);
+    assert_int_equal(ts_launch_wait_port(pid, port, 10000, &got, NULL, &e), TS_OK);
+    assert_int_equal(got, 4242);
+    assert_false(ts_launch_exited(pid, NULL));
+    status = ts_launch_stop(pid, 5000);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+    assert_non_null(f = fopen(log, "r"));
+    assert_non_null(fgets(text, sizeof(text), f));
+    fclose(f);
+    assert_string_equal(text, "starting\n");
+    /* Exits before writing a port: TS_EUNAVAIL with its status, reaped. */
+    unlink(port);
+    snprintf(script, sizeof(script), "exit 3");
+    assert_int_equal(ts_launch("/bin/sh", argv, NULL, -1, &pid, &e), TS_OK);
+    assert_int_equal(ts_launch_wait_port(pid, port, 10000, &got, &status, &e), TS_EUNAVAIL);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 3);
+    assert_non_null(strstr(e.msg, port));
+    assert_int_equal(ts_launch_stop(pid, 100), 0);   /* already reaped */
+    /* A log that cannot be created: nothing started. */
+    snprintf(log, sizeof(log), "%s/no/child.log", dir);
+    ts_err_clear(&e);
+    assert_int_equal(ts_launch("/bin/sh", argv, log, -1, &pid, &e), TS_EIO);
+    snprintf(log, sizeof(log), "%s/child.log", dir);
+    unlink(log);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -232,6 +279,7 @@ int main(void)
         cmocka_unit_test(status_mapping),
         cmocka_unit_test(job_id_rule),
         cmocka_unit_test(port_file_atomic),
+        cmocka_unit_test(launch_wait_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

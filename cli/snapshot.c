@@ -76,19 +76,17 @@ int cli_open_store(const char *cmd, const char *store, const char *master, int t
 }
 
 /* One call to the master's Snapshot RPCs. */
-static ts_status master_call(const struct snap_opts *o, const char *method,
-                             const ProtobufCMessage *req, const ProtobufCMessageDescriptor *d,
-                             void *resp, struct ts_err *err)
+/* The master of --master (then $TESSERA_MASTER, then the default); NULL after printing why. */
+static struct ts_master *open_master(const struct snap_opts *o, const char *cmd)
 {
-    struct ts_rpc_channel *ch = NULL;
-    char full[96];
-    ts_status st = ts_rpc_channel_create(ts_master_default_addr(o->master), NULL, &ch, err);
+    struct ts_err err = { 0 };
+    struct ts_master *m;
 
-    snprintf(full, sizeof(full), "/tessera.v1.Master/%s", method);
-    if (!st)
-        st = ts_rpc_unary(ch, full, req, d, (ProtobufCMessage **)resp, (int)o->timeout_ms, err);
-    ts_rpc_channel_free(ch);
-    return st;
+    if (ts_master_open(ts_master_default_addr(o->master), &m, &err)) {
+        fail(cmd, &err);
+        return NULL;
+    }
+    return m;
 }
 
 static int do_create(const struct snap_opts *o)
@@ -96,14 +94,19 @@ static int do_create(const struct snap_opts *o)
     Tessera__V1__CreateSnapshotRequest req = TESSERA__V1__CREATE_SNAPSHOT_REQUEST__INIT;
     Tessera__V1__CreateSnapshotResponse *r = NULL;
     struct ts_err err = { 0 };
+    struct ts_master *m;
     struct ts_json j;
+    ts_status st;
 
     req.job = (char *)(o->job ? o->job : "");
     req.message = (char *)(o->message ? o->message : "");
     req.tag = (char *)(o->tag ? o->tag : "");
     req.timeout_ms = (uint32_t)o->timeout_ms;
-    if (master_call(o, "CreateSnapshot", &req.base,
-                    &tessera__v1__create_snapshot_response__descriptor, &r, &err))
+    if (!(m = open_master(o, "create")))
+        return 1;
+    st = ts_master_create_snapshot(m, &req, (int)o->timeout_ms, &r, &err);
+    ts_master_close(m);
+    if (st)
         return fail("create", &err);
     if (o->json) {
         ts_json_init(&j);
@@ -568,10 +571,15 @@ static int gc_via_master(const struct snap_opts *o)
     Tessera__V1__CollectGarbageRequest req = TESSERA__V1__COLLECT_GARBAGE_REQUEST__INIT;
     Tessera__V1__CollectGarbageResponse *r = NULL;
     struct ts_err err = { 0 };
+    struct ts_master *m;
+    ts_status st;
 
     req.tmp_grace_s = (uint32_t)o->grace_s;
-    if (master_call(o, "CollectGarbage", &req.base,
-                    &tessera__v1__collect_garbage_response__descriptor, &r, &err))
+    if (!(m = open_master(o, "gc")))
+        return 1;
+    st = ts_master_collect_garbage(m, &req, (int)o->timeout_ms, &r, &err);
+    ts_master_close(m);
+    if (st)
         return fail("gc", &err);
     printf("gc: %" PRIu64 " chunks live; removed %" PRIu64 " chunks (%.1f MB) and %" PRIu64
            " stale temporary files\n", r->chunks_live, r->chunks_removed, r->bytes_removed / 1e6,

@@ -42,6 +42,16 @@ ts_status ts_master_status(struct ts_master *m, int deadline_ms,
                            struct ts_err *err) TS_MUST_CHECK;
 ts_status ts_master_shard_map(struct ts_master *m, Tessera__V1__ShardMap **out,
                               struct ts_err *err) TS_MUST_CHECK;
+/* CreateSnapshot and CollectGarbage with the caller's request; *out is the reply (the
+ * caller's, freed with protobuf_c_message_free_unpacked). For `tessera snapshot`. */
+ts_status ts_master_create_snapshot(struct ts_master *m,
+                                    const Tessera__V1__CreateSnapshotRequest *req,
+                                    int deadline_ms, Tessera__V1__CreateSnapshotResponse **out,
+                                    struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_master_collect_garbage(struct ts_master *m,
+                                    const Tessera__V1__CollectGarbageRequest *req,
+                                    int deadline_ms, Tessera__V1__CollectGarbageResponse **out,
+                                    struct ts_err *err) TS_MUST_CHECK;
 /* CreateSnapshot of job (NULL or "": the only one) now; hex receives the snapshot's id. For
  * audits of the live job (tessera-verify, tessera verify compare ... live). */
 ts_status ts_master_snapshot(struct ts_master *m, const char *job, const char *message,

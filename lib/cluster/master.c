@@ -101,6 +101,24 @@ ts_status ts_master_check_data(struct ts_master *m, const Tessera__V1__CheckData
                 TS_MASTER_CALL_MS, err);
 }
 
+ts_status ts_master_create_snapshot(struct ts_master *m,
+                                    const Tessera__V1__CreateSnapshotRequest *req,
+                                    int deadline_ms, Tessera__V1__CreateSnapshotResponse **out,
+                                    struct ts_err *err)
+{
+    return CALL(m, "CreateSnapshot", req, &tessera__v1__create_snapshot_response__descriptor,
+                out, deadline_ms, err);
+}
+
+ts_status ts_master_collect_garbage(struct ts_master *m,
+                                    const Tessera__V1__CollectGarbageRequest *req,
+                                    int deadline_ms, Tessera__V1__CollectGarbageResponse **out,
+                                    struct ts_err *err)
+{
+    return CALL(m, "CollectGarbage", req, &tessera__v1__collect_garbage_response__descriptor,
+                out, deadline_ms, err);
+}
+
 ts_status ts_master_snapshot(struct ts_master *m, const char *job, const char *message,
                              int deadline_ms, char hex[65], struct ts_err *err)
 {
@@ -110,9 +128,7 @@ ts_status ts_master_snapshot(struct ts_master *m, const char *job, const char *m
 
     req.job = (char *)(job ? job : "");
     req.message = (char *)(message ? message : "");
-    st = CALL(m, "CreateSnapshot", &req, &tessera__v1__create_snapshot_response__descriptor, &r,
-              deadline_ms, err);
-    if (st)
+    if ((st = ts_master_create_snapshot(m, &req, deadline_ms, &r, err)))
         return st;
     snprintf(hex, 65, "%s", r->snapshot->id);
     tessera__v1__create_snapshot_response__free_unpacked(r, NULL);

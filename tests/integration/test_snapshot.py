@@ -12,6 +12,7 @@ the chunk; unknown refs and mismatched jobs get clear errors.
 """
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -244,6 +245,20 @@ class Snapshots(unittest.TestCase):
         self.assertIn(chunk, f.stdout)
         clean = cli(["snapshot", "fsck", "--store", self.store], ok=False)
         self.assertEqual(clean.returncode, 0, clean.stdout)
+
+    def test_gc_through_the_master_keeps_what_refs_reach(self):
+        store = os.path.join(self.tmp, "gc-store")   # a master moves HEAD: use a copy
+        shutil.copytree(self.store, store)
+        cell = Cell(store, 1)
+        try:
+            r = cli(["snapshot", "gc", "--master", cell.master.addr])
+        finally:
+            cell.close()
+        m = re.match(r"gc: (\d+) chunks live; removed (\d+) chunks", r.stdout)
+        self.assertIsNotNone(m, r.stdout)
+        self.assertGreater(int(m.group(1)), 0)
+        self.assertEqual(int(m.group(2)), 0, "every chunk is reachable from a ref")
+        cli(["snapshot", "fsck", "--store", store])
 
     def test_unknown_refs_and_bad_prefixes(self):
         for ref, want in (("nope", "no branch, tag or snapshot id"),

@@ -304,7 +304,7 @@ int main(int argc, char **argv)
     struct bufs b = { 0 };
     int done, rc = 1;
 
-    if ((done = bench_flags("bench_aggregate",
+    if ((done = ts_flags_program("bench_aggregate", NULL,
                             "Measures, on one core, the mean of W float gradient vectors: the plain\n"
                             "float sum (baseline) against exact mode's fixed-point sum (conversion,\n"
                             "overflow-checked int64 add, conversion back). Prints a table and writes\n"

@@ -273,21 +273,3 @@ double bench_memcpy_gbps(void *dst, const void *src, size_t bytes, int reps)
     return m;
 }
 
-int bench_flags(const char *prog, const char *about, const struct ts_flag *flags, int argc,
-                char **argv)
-{
-    struct ts_err err = { 0 };
-    char usage[96];
-    int npos = 0;
-    bool help;
-
-    if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "%s: %s\n", prog, err.msg);
-        return 2;
-    }
-    if (!help)
-        return -1;
-    snprintf(usage, sizeof(usage), "%s [options]", prog);
-    ts_flags_usage(stdout, usage, about, flags);
-    return 0;
-}

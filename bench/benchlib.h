@@ -29,12 +29,6 @@ struct bench_lat {                  /* microseconds */
     int64_t n;
 };
 
-/* Parses a benchmark's options (no positional arguments). Returns -1 to go on, or the exit
- * status to return at once: 0 after printing --help ("PROG [options]", about, the table), 2
- * after a bad option (printed as "PROG: message"). */
-int bench_flags(const char *prog, const char *about, const struct ts_flag *flags, int argc,
-                char **argv);
-
 /* Clocks: ts_clock_ns and ts_now_ns from util/proc.h. */
 int64_t bench_round_i(double x);
 /* SIGINT/SIGTERM handler: stops the master started last, then exits. */

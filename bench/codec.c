@@ -226,7 +226,7 @@ int main(int argc, char **argv)
     struct run *r;
     int done;
 
-    if ((done = bench_flags("bench_codec",
+    if ((done = ts_flags_program("bench_codec", NULL,
                             "Measures lib/codec's encode (with and without error feedback), decode\n"
                             "and add of fp32 gradients for none, fp16, bf16, int8 and topk:0.01,\n"
                             "beside memcpy of the same bytes. Prints a table and writes JSON whose\n"

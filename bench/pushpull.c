@@ -659,7 +659,7 @@ int main(int argc, char **argv)
 
     if (argc > 1 && strcmp(argv[1], "--worker") == 0)
         return pushpull_worker_main(argc - 2, argv + 2);
-    if ((done = bench_flags("bench_pushpull",
+    if ((done = ts_flags_program("bench_pushpull", NULL,
                             "Push+pull of one tensor through 2 shards by 2 worker processes\n"
                             "(tessera_step), per transport, against gloo all_reduce of the same\n"
                             "bytes between 2 ranks (bench/pushpull_gloo.py). Each run is done with\n"

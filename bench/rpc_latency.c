@@ -620,7 +620,7 @@ int main(int argc, char **argv)
     int done;
     bool ok;
 
-    if ((done = bench_flags("bench_rpc_latency",
+    if ((done = ts_flags_program("bench_rpc_latency", NULL,
                             "Starts a tessera-master on 127.0.0.1 and measures ClusterStatus latency\n"
                             "(C client, then python3-grpcio; 200 warm-up calls each), then Heartbeat\n"
                             "latency and master CPU with many simulated workers. Prints a table and\n"

@@ -508,7 +508,7 @@ int main(int argc, char **argv)
     struct run *r;
     int done;
 
-    if ((done = bench_flags("bench_snapshot",
+    if ((done = ts_flags_program("bench_snapshot", NULL,
                             "Measures lib/store on random and weight-like fp32: full snapshot write,\n"
                             "incremental write after a 1% change, restore (cold and warm page cache),\n"
                             "against one-core SHA-256 and zstd -1 speeds on the same data. Prints a\n"

@@ -355,7 +355,7 @@ int main(int argc, char **argv)
     uint8_t *buf;
     bool ok;
 
-    if ((done = bench_flags("bench_transport_raw",
+    if ((done = ts_flags_program("bench_transport_raw", NULL,
                             "Forks a peer process and measures GB/s of big messages over loopback:\n"
                             "one way, round trip and framed (XXH3 both sides), for tcp with kernel\n"
                             "buffer autotuning, tcp with 4 MiB socket buffers, and shm. Prints a\n"

@@ -295,7 +295,7 @@ int main(int argc, char **argv)
     struct run *r;
     int done;
 
-    if ((done = bench_flags("bench_verify",
+    if ((done = ts_flags_program("bench_verify", NULL,
                             "Measures lib/verify's bit-level comparison (identical, sparse and\n"
                             "all-different fp32 tensors, with and without per-block SHA-256) and\n"
                             "cosine similarity, beside memcpy and SHA-256 on the same data. Prints a\n"

@@ -103,3 +103,25 @@ void ts_flags_usage(FILE *f, const char *usage, const char *about, const struct 
     }
     fprintf(f, "  %-24s %s\n", "--help", "show this help and exit");
 }
+
+int ts_flags_program(const char *prog, const char *usage, const char *about,
+                     const struct ts_flag *flags, int argc, char **argv)
+{
+    struct ts_err err = { 0 };
+    char line[128];
+    int npos = 0;
+    bool help;
+
+    if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        return 2;
+    }
+    if (!help)
+        return -1;
+    if (!usage) {
+        snprintf(line, sizeof(line), "%s [options]", prog);
+        usage = line;
+    }
+    ts_flags_usage(stdout, usage, about, flags);
+    return 0;
+}

@@ -33,4 +33,11 @@ ts_status ts_flags_parse(const struct ts_flag *flags, int argc, char **argv, cha
 /* Prints "usage: <usage>\n\n<about>\n\noptions:\n  --name METAVAR  help" to f. */
 void ts_flags_usage(FILE *f, const char *usage, const char *about, const struct ts_flag *flags);
 
+/* A program's own options (argv[1..argc), no positional arguments), the way every Tessera
+ * binary takes them: returns -1 to go on, or the exit status to return at once: 0 after
+ * printing --help (usage, NULL for "PROG [options]", then about and the table) on stdout, 2
+ * after printing "PROG: message" for a bad option on stderr. */
+int ts_flags_program(const char *prog, const char *usage, const char *about,
+                     const struct ts_flag *flags, int argc, char **argv);
+
 #endif

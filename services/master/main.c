@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "master.h"
+#include "rpc/serve.h"
 #include "util/flags.h"
 #include "util/log.h"
 #include "util/proc.h"
@@ -26,19 +27,15 @@ static void *reaper(void *arg)
 
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:7070", *port_file = NULL, *store = NULL, *restore = NULL;
-    const char *branch = NULL;
-    int64_t lease_ms = 3000, vnodes = 0, threads = 2, grace_ms = 5000, every = 0;
-    bool help;
+    struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:7070");
+    const char *store = NULL, *restore = NULL, *branch = NULL;
+    int64_t lease_ms = 3000, vnodes = 0, every = 0;
     const struct ts_flag flags[] = {
-        { "listen", TS_FLAG_STR, &listen, "ADDR", "gRPC address (default 127.0.0.1:7070; "
-                                                  "port 0 picks a free one)", 0, 0 },
-        { "port-file", TS_FLAG_STR, &port_file, "FILE", "write the bound port here", 0, 0 },
+        TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:7070; port 0 picks a free one)"),
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "default member lease (default 3000)", 100,
           600000 },
         { "vnodes", TS_FLAG_INT, &vnodes, "N", "virtual nodes per shard (default 1024)", 0,
           4096 },
-        { "threads", TS_FLAG_INT, &threads, "N", "completion-queue threads (default 2)", 1, 64 },
         { "store", TS_FLAG_STR, &store, "DIR", "snapshot store (created if missing; the shards "
                                                "must reach the same directory)", 0, 0 },
         { "snapshot-every", TS_FLAG_INT, &every, "N", "snapshot every N steps (default 0: only "
@@ -47,28 +44,21 @@ int main(int argc, char **argv)
                                                    "snapshots continue its history", 0, 0 },
         { "branch", TS_FLAG_STR, &branch, "NAME", "branch for new snapshots (default: the "
                                                   "restored branch, or HEAD's)", 0, 0 },
-        { "grace-ms", TS_FLAG_INT, &grace_ms, "MS", "on SIGTERM, time for calls in flight "
-                                                    "(default 5000)", 0, 600000 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
     struct ts_rpc_server *srv = NULL;
     struct master m = { 0 };
     struct ts_members_cfg cfg;
-    int npos = 0, sig, rc = 1;
+    int sig, rc = 1;
     pthread_t reap;
 
     ts_proc_block_signals();
-    if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "tessera-master: %s\n", err.msg);
-        return 2;
-    }
-    if (help) {
-        ts_flags_usage(stdout, "tessera-master [options]",
-                       "The Tessera master: membership, leases and the shard map (gRPC).\n"
-                       "Stops cleanly on SIGTERM or SIGINT.", flags);
-        return 0;
-    }
+    if ((rc = ts_flags_program("tessera-master", NULL,
+                               "The Tessera master: membership, leases and the shard map (gRPC).\n"
+                               "Stops cleanly on SIGTERM or SIGINT.", flags, argc, argv)) >= 0)
+        return rc;
+    rc = 1;
     cfg = (struct ts_members_cfg){ .default_lease_ms = (uint32_t)lease_ms,
                                    .vnodes = (unsigned)vnodes };
     m.started_ms = ts_now_ms();
@@ -84,23 +74,18 @@ int main(int argc, char **argv)
                      &err))
         goto out;
     ts_master_service.ctx = &m;
-    if (ts_rpc_server_create(&(struct ts_rpc_server_opts){ .listen = listen,
-                                                           .threads = (int)threads },
-                             &srv, &err) ||
-        ts_rpc_server_add(srv, &ts_master_service, &err) || ts_rpc_server_start(srv, &err))
-        goto out;
-    if (port_file && ts_port_file_write(port_file, ts_rpc_server_port(srv), &err))
+    if (ts_serve_start(&so, &ts_master_service, &srv, &err))
         goto out;
     ts_log(TS_INFO, "master", "serving tessera.v1.Master on port %d (lease %lld ms)",
            ts_rpc_server_port(srv), (long long)lease_ms);
     pthread_create(&reap, NULL, reaper, &m);
     sig = ts_proc_wait_signal(-1);
     ts_log(TS_INFO, "master", "signal %d: draining calls (up to %lld ms), then exiting", sig,
-           (long long)grace_ms);
+           (long long)so.grace_ms);
     atomic_store(&stopping, true);
     pthread_join(reap, NULL);
     snapper_stop(&m.snap);
-    ts_rpc_server_shutdown(srv, (int)grace_ms);
+    ts_rpc_server_shutdown(srv, (int)so.grace_ms);
     rc = 0;
 out:
     if (rc)

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "rpc/serve.h"
 #include "shard.h"
 #include "util/flags.h"
 #include "util/log.h"
@@ -44,18 +45,16 @@ static ts_status open_store(struct shard *s, const char *dir, const char *restor
 
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:0", *adv = NULL, *master = NULL, *port_file = NULL;
-    const char *transport = NULL, *store_dir = NULL, *restore = NULL;
-    int64_t lease_ms = 0, threads = 2, grace_ms = 5000;
-    bool help;
+    struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
+    const char *adv = NULL, *master = NULL, *transport = NULL, *store_dir = NULL;
+    const char *restore = NULL;
+    int64_t lease_ms = 0;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
                                                   "then 127.0.0.1:7070)", 0, 0 },
-        { "listen", TS_FLAG_STR, &listen, "ADDR", "gRPC address (default 127.0.0.1:0: a free "
-                                                  "port)", 0, 0 },
+        TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:0: a free port)"),
         { "advertise", TS_FLAG_STR, &adv, "ADDR", "address to register (default: the listen "
                                                   "host and bound port)", 0, 0 },
-        { "port-file", TS_FLAG_STR, &port_file, "FILE", "write the bound port here", 0, 0 },
         { "transport", TS_FLAG_STR, &transport, "NAME", "data plane: only this transport (shm, "
                                                          "tcp; default: every one that runs "
                                                          "here)", 0, 0 },
@@ -66,9 +65,6 @@ int main(int argc, char **argv)
           0 },
         { "restore", TS_FLAG_STR, &restore, "REF", "start tensors from this snapshot (id, "
                                                    "branch or tag in --store)", 0, 0 },
-        { "threads", TS_FLAG_INT, &threads, "N", "completion-queue threads (default 2)", 1, 64 },
-        { "grace-ms", TS_FLAG_INT, &grace_ms, "MS", "on SIGTERM, time for calls in flight "
-                                                    "(default 5000)", 0, 600000 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -79,20 +75,15 @@ int main(int argc, char **argv)
     Tessera__V1__DataPlaneEndpoint eps[DP_MAX_LISTENERS], *ep_ptrs[DP_MAX_LISTENERS];
     char host[256];
     bool dp_started = false;
-    int npos = 0, sig, rc = 1;
+    int sig, rc;
 
     ts_proc_block_signals();
-    if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "tessera-shard: %s\n", err.msg);
-        return 2;
-    }
-    if (help) {
-        ts_flags_usage(stdout, "tessera-shard [options]",
-                       "A Tessera shard: holds parameter partitions and aggregates gradients.\n"
-                       "Registers with the master, heartbeats, leaves cleanly on SIGTERM.",
-                       flags);
-        return 0;
-    }
+    if ((rc = ts_flags_program("tessera-shard", NULL,
+                               "A Tessera shard: holds parameter partitions and aggregates "
+                               "gradients.\nRegisters with the master, heartbeats, leaves cleanly "
+                               "on SIGTERM.", flags, argc, argv)) >= 0)
+        return rc;
+    rc = 1;
     s.started_ms = ts_now_ms();
     s.master_addr = ts_master_default_addr(master);
     shard_params_init(&s.params);
@@ -103,15 +94,10 @@ int main(int argc, char **argv)
     if (store_dir && open_store(&s, store_dir, restore, &store, &err))
         goto out;
     ts_shard_service.ctx = &s;
-    if (ts_rpc_server_create(&(struct ts_rpc_server_opts){ .listen = listen,
-                                                           .threads = (int)threads },
-                             &srv, &err) ||
-        ts_rpc_server_add(srv, &ts_shard_service, &err) || ts_rpc_server_start(srv, &err))
+    if (ts_serve_start(&so, &ts_shard_service, &srv, &err))
         goto out;
-    advertised(s.addr, sizeof(s.addr), listen, adv, ts_rpc_server_port(srv));
+    advertised(s.addr, sizeof(s.addr), so.listen, adv, ts_rpc_server_port(srv));
     snprintf(host, sizeof(host), "%.*s", (int)(strrchr(s.addr, ':') - s.addr), s.addr);
-    if (port_file && ts_port_file_write(port_file, ts_rpc_server_port(srv), &err))
-        goto out;
     if (dataplane_start(&s.dp, &s.params, host, transport, &err))
         goto out;
     dp_started = true;
@@ -144,7 +130,7 @@ out:
     if (rc)
         ts_log(TS_ERROR, "shard", "%s", err.msg);
     /* Drain first: handlers read the membership, so it must outlive every call. */
-    ts_rpc_server_shutdown(srv, (int)grace_ms);
+    ts_rpc_server_shutdown(srv, (int)so.grace_ms);
     if (dp_started)
         dataplane_stop(&s.dp);
     ts_membership_stop(s.membership, rc == 0);

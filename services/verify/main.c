@@ -9,29 +9,24 @@
 #include "util/flags.h"
 #include "util/log.h"
 #include "util/proc.h"
+#include "rpc/serve.h"
 #include "service.h"
 
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:0", *master = NULL, *store_dir = NULL, *port_file = NULL;
-    const char *data = NULL;
-    int64_t threads = 2, grace_ms = 5000, lease_ms = 0;
-    bool help;
+    struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
+    const char *master = NULL, *store_dir = NULL, *data = NULL;
+    int64_t lease_ms = 0;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
                                                   "then 127.0.0.1:7070)", 0, 0 },
         { "store", TS_FLAG_STR, &store_dir, "DIR", "the snapshot store to audit (required; "
                                                    "the cluster's for \"live\")", 0, 0 },
-        { "listen", TS_FLAG_STR, &listen, "ADDR", "gRPC address (default 127.0.0.1:0: a free "
-                                                  "port)", 0, 0 },
-        { "port-file", TS_FLAG_STR, &port_file, "FILE", "write the bound port here", 0, 0 },
+        TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:0: a free port)"),
         { "data", TS_FLAG_STR, &data, "DIR", "Fashion-MNIST for the MLP probe (default "
                                              "Debian's)", 0, 0 },
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "lease to ask for (default: the master's)",
           0, 600000 },
-        { "threads", TS_FLAG_INT, &threads, "N", "completion-queue threads (default 2)", 1, 64 },
-        { "grace-ms", TS_FLAG_INT, &grace_ms, "MS", "on SIGTERM, time for calls in flight "
-                                                    "(default 5000)", 0, 600000 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_membership_cfg mcfg = { .kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER,
@@ -42,20 +37,16 @@ int main(int argc, char **argv)
     struct ts_membership *ms = NULL;
     struct ts_err err = { 0 };
     char addr[300], host[256];
-    int npos = 0, rc = 1, sig;
+    int rc, sig;
 
     ts_proc_block_signals();
-    if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "tessera-verify: %s\n", err.msg);
-        return 2;
-    }
-    if (help) {
-        ts_flags_usage(stdout, "tessera-verify --store DIR [options]",
-                       "The Tessera audit service: tessera.v1.Verify/Compare of two snapshots,\n"
-                       "or of a snapshot and the live job (docs/verify.md). Registers with the\n"
-                       "master (role verify); stops cleanly on SIGTERM.", flags);
-        return 0;
-    }
+    if ((rc = ts_flags_program("tessera-verify", "tessera-verify --store DIR [options]",
+                               "The Tessera audit service: tessera.v1.Verify/Compare of two "
+                               "snapshots,\nor of a snapshot and the live job (docs/verify.md). "
+                               "Registers with the\nmaster (role verify); stops cleanly on "
+                               "SIGTERM.", flags, argc, argv)) >= 0)
+        return rc;
+    rc = 1;
     if (!store_dir) {
         fprintf(stderr, "tessera-verify: --store DIR is required (the snapshot store to audit)\n");
         return 2;
@@ -65,15 +56,10 @@ int main(int argc, char **argv)
     ts_verify_service.ctx = &v;
     if (ts_store_open(store_dir, NULL, &v.store, &err) ||
         ts_master_open(v.master_addr, &v.master, &err) ||
-        ts_rpc_server_create(&(struct ts_rpc_server_opts){ .listen = listen,
-                                                           .threads = (int)threads },
-                             &srv, &err) ||
-        ts_rpc_server_add(srv, &ts_verify_service, &err) || ts_rpc_server_start(srv, &err))
+        ts_serve_start(&so, &ts_verify_service, &srv, &err))
         goto out;
-    snprintf(host, sizeof(host), "%.*s", (int)(strrchr(listen, ':') - listen), listen);
+    snprintf(host, sizeof(host), "%.*s", (int)(strrchr(so.listen, ':') - so.listen), so.listen);
     snprintf(addr, sizeof(addr), "%s:%d", host, ts_rpc_server_port(srv));
-    if (port_file && ts_port_file_write(port_file, ts_rpc_server_port(srv), &err))
-        goto out;
     mcfg.addr = host;
     mcfg.service = addr;
     mcfg.lease_ms = (uint32_t)lease_ms;
@@ -90,7 +76,7 @@ int main(int argc, char **argv)
 out:
     if (rc)
         ts_log(TS_ERROR, "verify", "%s", err.msg);
-    ts_rpc_server_shutdown(srv, (int)grace_ms);
+    ts_rpc_server_shutdown(srv, (int)so.grace_ms);
     ts_membership_stop(ms, rc == 0);
     ts_rpc_server_free(srv);
     ts_master_close(m);

@@ -18,7 +18,7 @@ int main(int argc, char **argv)
     const char *loss = "none";
     int64_t rank = 0, workers = 1, batch = 64, micro = 16, epochs = 1, steps = 0, seed = 1;
     int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0;
-    bool exact = false, json = false, help;
+    bool exact = false, json = false;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
                                                   "single-process run (default local)", 0, 0 },
@@ -55,23 +55,17 @@ int main(int argc, char **argv)
         { "json", TS_FLAG_BOOL, &json, NULL, "rank 0 ends with one JSON line", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
-    struct ts_err err = { 0 };
     struct train_opts o;
-    int npos = 0;
+    int done;
 
     signal(SIGPIPE, SIG_IGN);
     if (!getenv("TESSERA_LOG")) /* rank 0 writes the user's progress: only problems on top */
         ts_log_set_level(TS_WARN);
-    if (ts_flags_parse(flags, argc - 1, argv + 1, NULL, &npos, &help, &err)) {
-        fprintf(stderr, "tessera-worker: %s\n", err.msg);
-        return 2;
-    }
-    if (help) {
-        ts_flags_usage(stdout, "tessera-worker [options]",
-                       "One rank of a training job: the MLP 784-256-128-10 on Fashion-MNIST,\n"
-                       "through the Tessera SDK. `tessera train` starts these for you.", flags);
-        return 0;
-    }
+    if ((done = ts_flags_program("tessera-worker", NULL,
+                                 "One rank of a training job: the MLP 784-256-128-10 on "
+                                 "Fashion-MNIST,\nthrough the Tessera SDK. `tessera train` starts "
+                                 "these for you.", flags, argc, argv)) >= 0)
+        return done;
     if (strcmp(loss, "none") && strcmp(loss, "dynamic")) {
         fprintf(stderr, "tessera-worker: --loss-scale %s: want none or dynamic\n", loss);
         return 2;

@@ -1,0 +1,38 @@
+/* serve.h - what every Tessera gRPC service does at start-up: its common options (--listen,
+ * --port-file, --threads, --grace-ms), a server with its handler table on --listen, and the
+ * port file a launcher waits for (util/launch.h). tessera-master, tessera-shard and
+ * tessera-verify each put TS_SERVE_FLAGS in their flag table and call ts_serve_start; their
+ * own start-up (membership, data plane, store) and their drain (ts_rpc_server_shutdown with
+ * grace_ms) stay theirs.
+ * Ownership: the server returned is the caller's, freed with ts_rpc_server_free. */
+#ifndef TS_RPC_SERVE_H
+#define TS_RPC_SERVE_H
+
+#include <stdint.h>
+
+#include "rpc/rpc.h"
+#include "util/flags.h"
+
+struct ts_serve_opts {
+    const char *listen;          /* the caller's default, then --listen */
+    const char *port_file;       /* --port-file; NULL: none */
+    int64_t threads;             /* --threads; set the default (2) first */
+    int64_t grace_ms;            /* --grace-ms: calls in flight on SIGTERM; default 5000 */
+};
+#define TS_SERVE_DEFAULTS(listen_) { .listen = (listen_), .threads = 2, .grace_ms = 5000 }
+
+/* The flag-table entries for o (a struct ts_serve_opts *); listen_help says its default. */
+#define TS_SERVE_FLAGS(o, listen_help)                                                           \
+    { "listen", TS_FLAG_STR, &(o)->listen, "ADDR", listen_help, 0, 0 },                          \
+    { "port-file", TS_FLAG_STR, &(o)->port_file, "FILE", "write the bound port here", 0, 0 },    \
+    { "threads", TS_FLAG_INT, &(o)->threads, "N", "completion-queue threads (default 2)", 1,     \
+      64 },                                                                                      \
+    { "grace-ms", TS_FLAG_INT, &(o)->grace_ms, "MS", "on SIGTERM, time for calls in flight "     \
+      "(default 5000)", 0, 600000 }
+
+/* Creates the server on o->listen with o->threads, adds svc (its ctx set by the caller),
+ * starts it and writes o->port_file. On failure nothing is left running and *out is NULL. */
+ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *svc,
+                         struct ts_rpc_server **out, struct ts_err *err) TS_MUST_CHECK;
+
+#endif

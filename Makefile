@@ -36,6 +36,7 @@ DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy 
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_rpc test_tensor test_part \
+              test_part_sums \
               test_frame test_transport test_mlp test_data test_store test_verify \
               test_snapshot test_codec
 

@@ -103,8 +103,10 @@ static ts_status master_wait_port(struct bench_master *m, struct ts_err *err)
     if (st == TS_EUNAVAIL) {
         m->pid = 0; /* reaped */
         master_pid_for_signal = 0;
-        return ts_err_set(err, TS_EUNAVAIL, "tessera-master exited (wait status 0x%x) "
-                          "before listening; its stderr is above", status);
+        char how[96];
+        ts_launch_describe(status, how, sizeof(how));
+        return ts_err_set(err, TS_EUNAVAIL, "tessera-master %s before listening; its stderr "
+                          "is above", how);
     }
     if (st)
         return ts_err_set(err, st, "tessera-master wrote no port in 10 s");
@@ -146,6 +148,7 @@ ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_
 /* SIGTERM, then SIGKILL after 5 s. Returns false if the master did not exit cleanly. */
 bool bench_master_stop(struct bench_master *m)
 {
+    char how[96];
     int status;
 
     if (m->port_file[0])
@@ -157,9 +160,10 @@ bool bench_master_stop(struct bench_master *m)
     master_pid_for_signal = 0;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return true;
-    fprintf(stderr, "bench: tessera-master did not exit cleanly (wait status 0x%x%s)"
-            "\n", status, WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
-                          ? ", killed after ignoring SIGTERM for 5 s" : "");
+    ts_launch_describe(status, how, sizeof(how));
+    fprintf(stderr, "bench: tessera-master did not exit cleanly: it %s%s\n", how,
+            WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
+                ? " after ignoring SIGTERM for 5 s" : "");
     return false;
 }
 

@@ -144,15 +144,9 @@ static ts_status start_shards(const struct cluster_opts *o, struct cluster *c, c
 /* The master's id of the shard listening on the port in port_file, or 0. */
 static uint32_t id_by_port(const Tessera__V1__ClusterStatusResponse *cs, const char *port_file)
 {
+    int port = ts_port_file_read(port_file);
     char suffix[16];
-    FILE *f = fopen(port_file, "r");
-    int port = 0;
 
-    if (!f)
-        return 0;
-    if (fscanf(f, "%d", &port) != 1)
-        port = 0;
-    fclose(f);
     snprintf(suffix, sizeof(suffix), ":%d", port);
     for (size_t i = 0; port && i < cs->n_shards; i++) {
         const char *a = cs->shards[i]->addr;

@@ -105,24 +105,13 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     return pid;
 }
 
-/* How a worker ended, for the message that names it: "exited with status 1", "was killed by
- * signal 9 (Killed)". */
-static void describe_end(int status, char *buf, size_t cap)
-{
-    if (WIFSIGNALED(status))
-        snprintf(buf, cap, "was killed by signal %d (%s)%s", WTERMSIG(status),
-                 strsignal(WTERMSIG(status)), WCOREDUMP(status) ? ", core dumped" : "");
-    else
-        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
-}
-
 /* Says which worker failed, how, and where its messages are: rank 0 writes to our own stdout
  * and stderr, the others to their logs in dir. */
 static void report_failure(const char *dir, int rank, int status)
 {
     char how[96], log[600], last[512];
 
-    describe_end(status, how, sizeof(how));
+    ts_launch_describe(status, how, sizeof(how));
     if (rank == 0) {
         fprintf(stderr, "tessera train: worker 0 %s%s\n", how, WIFSIGNALED(status)
                 ? " (it wrote to this terminal; a signal leaves it no last words)"

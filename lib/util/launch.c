@@ -64,12 +64,10 @@ ts_status ts_launch_wait_port(pid_t pid, const char *port_file, int ms, int *por
     int64_t until = ts_now_ms() + ms;
 
     for (;;) {
-        FILE *f = fopen(port_file, "r");
-        if (f) {
-            int got = fscanf(f, "%d", port);
-            fclose(f);
-            if (got == 1 && *port > 0)
-                return TS_OK;
+        int got = ts_port_file_read(port_file);
+        if (got) {
+            *port = got;
+            return TS_OK;
         }
         if (ts_launch_exited(pid, status))
             return ts_err_set(err, TS_EUNAVAIL, "exited before writing its port to %s",
@@ -101,4 +99,13 @@ int ts_launch_stop(pid_t pid, int ms)
     if (waitpid(pid, &status, 0) != pid)
         return 0;
     return status;
+}
+
+void ts_launch_describe(int status, char *buf, size_t cap)
+{
+    if (WIFSIGNALED(status))
+        snprintf(buf, cap, "was killed by signal %d (%s)%s", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)), WCOREDUMP(status) ? ", core dumped" : "");
+    else
+        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
 }

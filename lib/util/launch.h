@@ -14,6 +14,7 @@
 #define TS_UTIL_LAUNCH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "util/err.h"
@@ -34,6 +35,10 @@ ts_status ts_launch_wait_port(pid_t pid, const char *port_file, int ms, int *por
 /* Whether child pid has exited, reaping it if so (its wait status in *status when not
  * NULL). False for pid <= 0. */
 bool ts_launch_exited(pid_t pid, int *status);
+
+/* How a child ended, for messages: "exited with status 1", "was killed by signal 9 (Killed)"
+ * (", core dumped" when it did). */
+void ts_launch_describe(int status, char *buf, size_t cap);
 
 /* SIGTERM to child pid, up to ms for it to exit, then SIGKILL; reaps it. Returns its wait
  * status (0 when pid <= 0 or it was reaped elsewhere). */

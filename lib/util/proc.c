@@ -115,3 +115,16 @@ ts_status ts_port_file_write(const char *path, int port, struct ts_err *err)
     }
     return TS_OK;
 }
+
+int ts_port_file_read(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int port = 0;
+
+    if (!f)
+        return 0;
+    if (fscanf(f, "%d", &port) != 1 || port < 0)
+        port = 0;
+    fclose(f);
+    return port;
+}

@@ -33,6 +33,8 @@ int ts_proc_wait_signal(int ms);
  * launcher polling for the file reads the whole port or nothing, never an empty or partial
  * file. TS_EIO naming path on failure (nothing left behind). */
 ts_status ts_port_file_write(const char *path, int port, struct ts_err *err) TS_MUST_CHECK;
+/* The port in path (> 0), or 0 when the file is not there yet or holds no port. */
+int ts_port_file_read(const char *path);
 
 /* A random id for this process start, 32 hex characters, into buf (>= 33 bytes). */
 void ts_proc_instance_id(char *buf, size_t n);

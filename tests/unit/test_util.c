@@ -218,7 +218,9 @@ static void port_file_atomic(void **state)
     pthread_join(th, NULL);
     assert_int_equal(w.st, TS_OK);
     assert_true(reads > 0);
+    assert_int_equal(ts_port_file_read(path), 7);       /* the last one written (i = 2999) */
     unlink(path);
+    assert_int_equal(ts_port_file_read(path), 0);       /* not there (yet) */
     /* A directory that is not there: TS_EIO naming the path, and nothing left behind. */
     snprintf(path, sizeof(path), "%s/no/x.port", dir);
     assert_int_equal(ts_port_file_write(path, 80, &e), TS_EIO);
@@ -249,6 +251,8 @@ static void launch_wait_stop(void **state)
     assert_false(ts_launch_exited(pid, NULL));
     status = ts_launch_stop(pid, 5000);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+    ts_launch_describe(status, text, sizeof(text));
+    assert_string_equal(text, "was killed by signal 15 (Terminated)");
     assert_non_null(f = fopen(log, "r"));
     assert_non_null(fgets(text, sizeof(text), f));
     fclose(f);
@@ -259,6 +263,8 @@ static void launch_wait_stop(void **state)
     assert_int_equal(ts_launch("/bin/sh", argv, NULL, -1, &pid, &e), TS_OK);
     assert_int_equal(ts_launch_wait_port(pid, port, 10000, &got, &status, &e), TS_EUNAVAIL);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 3);
+    ts_launch_describe(status, text, sizeof(text));
+    assert_string_equal(text, "exited with status 3");
     assert_non_null(strstr(e.msg, port));
     assert_int_equal(ts_launch_stop(pid, 100), 0);   /* already reaped */
     /* A log that cannot be created: nothing started. */

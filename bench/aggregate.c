@@ -285,6 +285,11 @@ static ts_status write_json(const struct opts *o, const struct results *r, struc
 
 int main(int argc, char **argv)
 {
+    static const char about[] =
+        "Measures, on one core, the mean of W float gradient vectors: the plain\n"
+        "float sum (baseline) against exact mode's fixed-point sum (conversion,\n"
+        "overflow-checked int64 add, conversion back). Prints a table and writes\n"
+        "JSON whose headline is exact GB/s against fp32 GB/s.";
     struct opts o = { 0 };
     const struct ts_flag flags[] = {
         { "n", TS_FLAG_INT, &o.n, "N", "floats per input (default 16777216 = 64 MiB)", 1,
@@ -304,11 +309,7 @@ int main(int argc, char **argv)
     struct bufs b = { 0 };
     int done, rc = 1;
 
-    if ((done = ts_flags_program("bench_aggregate", NULL,
-                            "Measures, on one core, the mean of W float gradient vectors: the plain\n"
-                            "float sum (baseline) against exact mode's fixed-point sum (conversion,\n"
-                            "overflow-checked int64 add, conversion back). Prints a table and writes\n"
-                            "JSON whose headline is exact GB/s against fp32 GB/s.", flags, argc, argv)) >= 0)
+    if ((done = ts_flags_program("bench_aggregate", NULL, about, flags, argc, argv)) >= 0)
         return done;
     if (!(r = calloc(1, sizeof(*r)))) {
         fprintf(stderr, "bench_aggregate: out of memory\n");

@@ -39,7 +39,8 @@ void bench_lat_from_ns(int64_t *ns, size_t n, struct bench_lat *l);
 double bench_round1(double x);
 /* utime + stime of pid in clock ticks (/proc/PID/stat). */
 ts_status bench_proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err) TS_MUST_CHECK;
-ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_err *err) TS_MUST_CHECK;
+ts_status bench_master_start(const char *bin, struct bench_master *m,
+                             struct ts_err *err) TS_MUST_CHECK;
 /* Returns false if the master did not exit cleanly. */
 bool bench_master_stop(struct bench_master *m);
 

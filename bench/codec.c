@@ -209,6 +209,11 @@ static void release(void *arg)
 
 int main(int argc, char **argv)
 {
+    static const char about[] =
+        "Measures lib/codec's encode (with and without error feedback), decode\n"
+        "and add of fp32 gradients for none, fp16, bf16, int8 and topk:0.01,\n"
+        "beside memcpy of the same bytes. Prints a table and writes JSON whose\n"
+        "headline is fp16 encode GB/s against memcpy.";
     struct opts o = { 0 };
     const struct ts_flag flags[] = {
         { "bytes", TS_FLAG_INT, &o.bytes, "N", "fp32 gradient bytes (default 67108864 = 64 MiB)",
@@ -226,11 +231,7 @@ int main(int argc, char **argv)
     struct run *r;
     int done;
 
-    if ((done = ts_flags_program("bench_codec", NULL,
-                            "Measures lib/codec's encode (with and without error feedback), decode\n"
-                            "and add of fp32 gradients for none, fp16, bf16, int8 and topk:0.01,\n"
-                            "beside memcpy of the same bytes. Prints a table and writes JSON whose\n"
-                            "headline is fp16 encode GB/s against memcpy.", flags, argc, argv)) >= 0)
+    if ((done = ts_flags_program("bench_codec", NULL, about, flags, argc, argv)) >= 0)
         return done;
     if (!(r = calloc(1, sizeof(*r)))) {
         fprintf(stderr, "bench_codec: out of memory\n");

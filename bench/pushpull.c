@@ -79,7 +79,8 @@ struct results {
 };
 
 struct cluster {
-    struct bench_master m, shard[NSHARDS];   /* shards: pid only; benchlib's bench_master_stop stops them */
+    /* shards: pid only; benchlib's bench_master_stop stops them */
+    struct bench_master m, shard[NSHARDS];
 };
 
 /* Children other than the master, for the signal handler (benchlib's stops the master):
@@ -634,6 +635,15 @@ static ts_status parse_lists(struct opts *o, struct ts_err *err)
 
 int main(int argc, char **argv)
 {
+    static const char about[] =
+        "Push+pull of one tensor through 2 shards by 2 worker processes\n"
+        "(tessera_step), per transport, against gloo all_reduce of the same\n"
+        "bytes between 2 ranks (bench/pushpull_gloo.py). Each run is done with\n"
+        "the worker's own buffers (\"shm\") and with tessera_buffers' zero-copy\n"
+        "ones (\"shm+buffers\": the gradient is written there once, the params\n"
+        "pointer is the shard's values mapped read-only; like gloo, in place).\n"
+        "Prints tables and writes JSON whose headline is the best run against\n"
+        "gloo at 64 MiB, and headline_copy the best with own buffers.";
     struct opts o = { 0 };
     const struct ts_flag flags[] = {
         { "bin", TS_FLAG_STR, &o.bin, "DIR", "tessera-master, -shard (default: our dir)", 0, 0 },
@@ -659,15 +669,7 @@ int main(int argc, char **argv)
 
     if (argc > 1 && strcmp(argv[1], "--worker") == 0)
         return pushpull_worker_main(argc - 2, argv + 2);
-    if ((done = ts_flags_program("bench_pushpull", NULL,
-                            "Push+pull of one tensor through 2 shards by 2 worker processes\n"
-                            "(tessera_step), per transport, against gloo all_reduce of the same\n"
-                            "bytes between 2 ranks (bench/pushpull_gloo.py). Each run is done with\n"
-                            "the worker's own buffers (\"shm\") and with tessera_buffers' zero-copy\n"
-                            "ones (\"shm+buffers\": the gradient is written there once, the params\n"
-                            "pointer is the shard's values mapped read-only; like gloo, in place).\n"
-                            "Prints tables and writes JSON whose headline is the best run against\n"
-                            "gloo at 64 MiB, and headline_copy the best with own buffers.", flags, argc, argv)) >= 0)
+    if ((done = ts_flags_program("bench_pushpull", NULL, about, flags, argc, argv)) >= 0)
         return done;
     o.sizes_s = o.sizes_s ? o.sizes_s : o.quick ? "4,64" : "4,64,256";
     o.iters = o.iters ? o.iters : o.quick ? 3 : 10;

@@ -84,7 +84,8 @@ static ts_status cluster_status(struct ts_rpc_channel *ch, Tessera__V1__ClusterS
 /* warmup calls, then n timed ones on one channel. With last, *last is the final reply (the
  * caller frees it with protobuf_c_message_free_unpacked). */
 static ts_status time_cluster_status(const char *target, int64_t warmup, int64_t n,
-                                     struct bench_lat *out, Tessera__V1__ClusterStatusResponse **last,
+                                     struct bench_lat *out,
+                                     Tessera__V1__ClusterStatusResponse **last,
                                      struct ts_err *err)
 {
     Tessera__V1__ClusterStatusResponse *r;
@@ -593,6 +594,11 @@ static bool run_all(const struct opts *o, const struct bench_master *m, struct r
 
 int main(int argc, char **argv)
 {
+    static const char about[] =
+        "Starts a tessera-master on 127.0.0.1 and measures ClusterStatus latency\n"
+        "(C client, then python3-grpcio; 200 warm-up calls each), then Heartbeat\n"
+        "latency and master CPU with many simulated workers. Prints a table and\n"
+        "writes JSON whose headline is the C p99 against the 1 ms goal.";
     struct opts o = { 0 };
     const struct ts_flag flags[] = {
         { "bin", TS_FLAG_STR, &o.bin, "DIR", "where tessera-master is (default: this "
@@ -620,11 +626,7 @@ int main(int argc, char **argv)
     int done;
     bool ok;
 
-    if ((done = ts_flags_program("bench_rpc_latency", NULL,
-                            "Starts a tessera-master on 127.0.0.1 and measures ClusterStatus latency\n"
-                            "(C client, then python3-grpcio; 200 warm-up calls each), then Heartbeat\n"
-                            "latency and master CPU with many simulated workers. Prints a table and\n"
-                            "writes JSON whose headline is the C p99 against the 1 ms goal.", flags, argc, argv)) >= 0)
+    if ((done = ts_flags_program("bench_rpc_latency", NULL, about, flags, argc, argv)) >= 0)
         return done;
     o.calls = o.calls ? o.calls : o.quick ? 1000 : 10000;
     o.workers = o.workers ? o.workers : o.quick ? 1000 : 10000;

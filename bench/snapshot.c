@@ -487,6 +487,12 @@ static void release(void *arg)
 
 int main(int argc, char **argv)
 {
+    static const char about[] =
+        "Measures lib/store on random and weight-like fp32: full snapshot write,\n"
+        "incremental write after a 1% change, restore (cold and warm page cache),\n"
+        "against one-core SHA-256 and zstd -1 speeds on the same data. Prints a\n"
+        "table and writes JSON whose headline is the full-write GB/s on weights\n"
+        "against the 0.5 GB/s goal.";
     struct opts o = { 0 };
     const struct ts_flag flags[] = {
         { "bytes", TS_FLAG_INT, &o.bytes, "N", "fp32 bytes per data set (default 1073741824 = "
@@ -508,12 +514,7 @@ int main(int argc, char **argv)
     struct run *r;
     int done;
 
-    if ((done = ts_flags_program("bench_snapshot", NULL,
-                            "Measures lib/store on random and weight-like fp32: full snapshot write,\n"
-                            "incremental write after a 1% change, restore (cold and warm page cache),\n"
-                            "against one-core SHA-256 and zstd -1 speeds on the same data. Prints a\n"
-                            "table and writes JSON whose headline is the full-write GB/s on weights\n"
-                            "against the 0.5 GB/s goal.", flags, argc, argv)) >= 0)
+    if ((done = ts_flags_program("bench_snapshot", NULL, about, flags, argc, argv)) >= 0)
         return done;
     if (!(r = calloc(1, sizeof(*r)))) {
         fprintf(stderr, "bench_snapshot: out of memory\n");

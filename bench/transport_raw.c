@@ -332,6 +332,11 @@ static ts_status write_json(const struct opts *o, const struct config *cf, int n
 
 int main(int argc, char **argv)
 {
+    static const char about[] =
+        "Forks a peer process and measures GB/s of big messages over loopback:\n"
+        "one way, round trip and framed (XXH3 both sides), for tcp with kernel\n"
+        "buffer autotuning, tcp with 4 MiB socket buffers, and shm. Prints a\n"
+        "table and writes JSON whose headline is shm against tcp, one way.";
     struct opts o = { 0 };
     const struct ts_flag flags[] = {
         { "mib", TS_FLAG_INT, &o.mib, "N", "message size in MiB (default 64)", 1, 256 },
@@ -355,11 +360,7 @@ int main(int argc, char **argv)
     uint8_t *buf;
     bool ok;
 
-    if ((done = ts_flags_program("bench_transport_raw", NULL,
-                            "Forks a peer process and measures GB/s of big messages over loopback:\n"
-                            "one way, round trip and framed (XXH3 both sides), for tcp with kernel\n"
-                            "buffer autotuning, tcp with 4 MiB socket buffers, and shm. Prints a\n"
-                            "table and writes JSON whose headline is shm against tcp, one way.", flags, argc, argv)) >= 0)
+    if ((done = ts_flags_program("bench_transport_raw", NULL, about, flags, argc, argv)) >= 0)
         return done;
     o.mib = o.mib ? o.mib : 64;
     o.runs = o.runs ? o.runs : 5;

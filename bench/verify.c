@@ -278,6 +278,12 @@ static void release(void *arg)
 
 int main(int argc, char **argv)
 {
+    static const char about[] =
+        "Measures lib/verify's bit-level comparison (identical, sparse and\n"
+        "all-different fp32 tensors, with and without per-block SHA-256) and\n"
+        "cosine similarity, beside memcpy and SHA-256 on the same data. Prints a\n"
+        "table and writes JSON whose headline is the slowest bit-compare GB/s\n"
+        "against the 1.5 GB/s goal.";
     struct opts o = { 0 };
     const struct ts_flag flags[] = {
         { "bytes", TS_FLAG_INT, &o.bytes, "N", "fp32 bytes per tensor (default 1073741824 = "
@@ -295,12 +301,7 @@ int main(int argc, char **argv)
     struct run *r;
     int done;
 
-    if ((done = ts_flags_program("bench_verify", NULL,
-                            "Measures lib/verify's bit-level comparison (identical, sparse and\n"
-                            "all-different fp32 tensors, with and without per-block SHA-256) and\n"
-                            "cosine similarity, beside memcpy and SHA-256 on the same data. Prints a\n"
-                            "table and writes JSON whose headline is the slowest bit-compare GB/s\n"
-                            "against the 1.5 GB/s goal.", flags, argc, argv)) >= 0)
+    if ((done = ts_flags_program("bench_verify", NULL, about, flags, argc, argv)) >= 0)
         return done;
     if (!(r = calloc(1, sizeof(*r)))) {
         fprintf(stderr, "bench_verify: out of memory\n");

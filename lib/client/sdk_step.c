@@ -175,7 +175,8 @@ static ts_status exchange(struct tessera *t, int first, int last, bool push,
                 struct ts_part *pt = x->parts[p];
                 struct ts_pull_info info;
                 st = ts_part_pull(pt, t->rank, x->pull_version, t->timeout_ms, NULL,
-                                  pull_dst(t, x, params[i - first], ts_part_offset(pt)), &info, err);
+                                  pull_dst(t, x, params[i - first], ts_part_offset(pt)),
+                                  &info, err);
                 if (!st)
                     note_reply(t, x, p, &(struct reply_info){
                         info.overflow ? TS_PARAMS_OVERFLOW : 0,

@@ -1,7 +1,8 @@
 /* transport.h - the data plane: moving gradient and parameter frames between two processes.
  *
  * Why: gRPC carries control; bulk tensors need a path that can be zero-copy, shared-memory or
- * RDMA. A transport is a const table of operations (docs/architecture.md); callers use the ts_tp_* wrappers.
+ * RDMA. A transport is a const table of operations (docs/architecture.md); callers use the
+ * ts_tp_* wrappers.
  * Backends move bytes only. Framing, checksums and validation live above them, in frame.c, so
  * a torn, oversized or corrupted frame is refused the same way on every backend.
  *

@@ -312,7 +312,8 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     uint64_t numel = 0;
     ts_status st;
 
-    if ((st = check_spec(req, &numel, err)) || (st = ts_cluster_check_epoch(cl, req->map_epoch, err)))
+    if ((st = check_spec(req, &numel, err)) ||
+        (st = ts_cluster_check_epoch(cl, req->map_epoch, err)))
         return st;
     pthread_mutex_lock(&sp->mu);
     st = get_job(sp, req->job, &sj, err);

@@ -71,6 +71,7 @@ if SANITIZED:
 
 _SAN_MARKERS = ("runtime error:", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer")
 _san_found = []
+_san_scanned = set()   # logs already searched (a kept cluster dir is walked twice)
 
 
 def scan_for_sanitizer(where, text):
@@ -88,9 +89,11 @@ def scan_logs(top):
     """scan_for_sanitizer on every *.log under top."""
     for root, _, names in os.walk(top):
         for name in names:
-            if name.endswith(".log"):
-                with open(os.path.join(root, name), errors="replace") as f:
-                    scan_for_sanitizer(os.path.join(root, name), f.read())
+            path = os.path.join(root, name)
+            if name.endswith(".log") and path not in _san_scanned:
+                _san_scanned.add(path)
+                with open(path, errors="replace") as f:
+                    scan_for_sanitizer(path, f.read())
 
 
 def sanitizer_reports():

@@ -412,11 +412,13 @@ static void accessors(void **state)
     for (int i = 0; i < N; i++)
         assert_true(st[i] == 0.25f);
     ts_part_disarm(p);
-    /* Ranks fold to nothing in BSP, which keeps no clocks. */
+    /* BSP keeps no clocks: folding leaves the caller's arrays as they were. */
     q = mk(&j);
-    struct ts_part_ranks rk = { 0 };
+    uint64_t clock[1] = { UINT64_MAX }, last[1] = { 5 }, most[1] = { 6 };
+    struct ts_part_ranks rk = { 1, clock, last, most, 3 };
     ts_part_fold_ranks(q, &rk);
-    assert_int_equal(rk.skipped, 0);
+    assert_true(clock[0] == UINT64_MAX && last[0] == 5 && most[0] == 6);
+    assert_int_equal(rk.skipped, 3);   /* the most skipped: this one skipped none */
     ts_part_free(q);
     ts_part_free(p);
 }

@@ -194,8 +194,10 @@ static struct wire wire_open(void **state, const struct ts_fault_cfg *cfg)
     struct wire w = { 0 };
 
     assert_non_null(t);
-    if (t->probe(&err) == TS_ENODEV)
+    if (ts_tp_probe(t, &err) == TS_ENODEV) {
+        print_message("skipped: transport %s cannot run here: %s\n", t->name, err.msg);
         skip();
+    }
     must(ts_tp_listen(t, "127.0.0.1", &l, &addr, &err), &err, "listen");
     must(ts_tp_connect(t, &addr, 5000, &raw, &err), &err, "connect");
     must(ts_tp_accept(l, 5000, &w.rx, &err), &err, "accept");

@@ -34,8 +34,10 @@ static const struct ts_transport_ops *backend(void **state)
     struct ts_err err = { 0 };
 
     assert_non_null(t);
-    if (t->probe(&err) == TS_ENODEV)
+    if (ts_tp_probe(t, &err) == TS_ENODEV) {
+        print_message("skipped: transport %s cannot run here: %s\n", t->name, err.msg);
         skip();
+    }
     return t;
 }
 

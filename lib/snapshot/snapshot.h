@@ -1,4 +1,5 @@
-/* snapshot.h - snapshots on top of the store: manifests, refs by name, history, data.
+/* snapshot.h - snapshots on top of the store: manifests, refs by name, history, data, and the
+ * taking of one across shards (pieces, their merge, the commit).
  *
  * lib/store knows chunks, objects and refs; this module knows what a snapshot is. A snapshot
  * is a manifest (tessera.v1.Manifest, proto/tessera/v1/snapshot.proto) stored as an object:
@@ -22,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ps/part.h"
 #include "store/store.h"
 #include "tessera/v1/snapshot.pb-c.h"
 #include "util/err.h"
@@ -129,5 +131,78 @@ struct ts_snap_tensor_diff {
 TS_MUST_CHECK ts_status ts_snap_diff(struct ts_store *s, const ts_manifest *a,
                                      const ts_manifest *b, struct ts_snap_tensor_diff **out,
                                      size_t *n, struct ts_err *err);
+
+/* ---- a snapshot taken across shards (build.c) ----
+ * Each shard writes the partitions it holds and describes them as a piece; the master gathers
+ * every shard's piece (WriteSnapshot), merges them into one manifest, adds what only it knows
+ * (message, parent, cluster, schedule, data checksums) and commits it: the manifest first,
+ * then the branch by compare-and-swap, then the tag. Chunks are durable before the manifest
+ * and the manifest before the ref, so a crash anywhere leaves the previous snapshot as the
+ * branch's tip and at worst unreferenced chunks for gc. */
+
+/* A tensor as a manifest describes it (borrowed by the piece: keep it while the piece is
+ * used). */
+struct ts_snap_tensor {
+    uint32_t id, nparts;
+    const char *name, *init;
+    const uint64_t *shape;
+    size_t ndim;
+    uint64_t seed, fan_in, fan_out, numel, partition_bytes;
+};
+
+/* One partition's copy, as captured at the snapshot's step. */
+struct ts_snap_part {
+    uint32_t index;
+    uint64_t offset, len, version;
+    const float *value, *state;     /* len floats; slen floats (state may be NULL if 0) */
+    size_t slen;
+};
+
+/* One shard's share of a snapshot: what WriteSnapshot carries. The master fills one per shard
+ * from the replies (every pointer borrowed from them); a shard builds its own with
+ * ts_snap_piece_add, whose memory comes from alloc (the shard passes its RPC call's arena, so
+ * that the reply points into memory freed with the call). */
+struct ts_snap_piece {
+    uint32_t shard;                     /* the writer's shard id: in errors and partitions */
+    ts_tensor_manifest **tensors;
+    size_t n_tensors;
+    const Tessera__V1__JobSpec *job;
+    uint32_t chunk_bytes;
+    uint64_t bytes_written;             /* chunk-file bytes added to the store */
+    void *(*alloc)(void *ctx, size_t n); /* zeroed memory, freed by its owner, never by us */
+    void *alloc_ctx;
+};
+
+/* An empty piece that allocates with alloc(ctx, n) (NULL on failure) and cuts partitions into
+ * TS_SNAP_CHUNK_DEFAULT chunks. */
+void ts_snap_piece_init(struct ts_snap_piece *pc, void *(*alloc)(void *ctx, size_t n),
+                        void *ctx);
+/* Writes partition p of tensor t to the store and adds it to the piece; a tensor's partitions
+ * are added one after another. Errors name the tensor and the partition. */
+TS_MUST_CHECK ts_status ts_snap_piece_add(struct ts_snap_piece *pc, struct ts_store *s,
+                                          const struct ts_snap_tensor *t,
+                                          const struct ts_snap_part *p, struct ts_err *err);
+/* Records the job the piece belongs to (j is borrowed). */
+TS_MUST_CHECK ts_status ts_snap_piece_set_job(struct ts_snap_piece *pc, const struct ts_job *j,
+                                              uint64_t data_seed, uint32_t micro_batch,
+                                              struct ts_err *err);
+/* The union of n pieces as manifest m at step: tensors in id order, each with every piece's
+ * partitions in index order, the job and chunk size (pieces that disagree on them:
+ * TS_EINTERNAL naming both shards). Entries are borrowed from the pieces; the arrays are in
+ * *mem (caller frees, also on error). The caller adds the rest and validates by committing. */
+TS_MUST_CHECK ts_status ts_snap_merge(const struct ts_snap_piece *pieces, size_t n,
+                                      uint64_t step, ts_manifest *m, void **mem,
+                                      struct ts_err *err);
+/* TS_OK if tag (a user's name, without "tags/") is valid and not taken: TS_EINVAL, TS_EEXIST. */
+TS_MUST_CHECK ts_status ts_snap_tag_check(struct ts_store *s, const char *tag,
+                                          struct ts_err *err);
+/* Writes m (validated) and moves branch ("heads/...") to it from parent (NULL: only if the
+ * branch does not exist); a lost compare-and-swap is TS_ESTATE. id receives m's id. */
+TS_MUST_CHECK ts_status ts_snap_commit(struct ts_store *s, const ts_manifest *m,
+                                       const char *branch, const uint8_t *parent,
+                                       uint8_t id[TS_STORE_ID_LEN], struct ts_err *err);
+/* Points a new tag at snapshot id; the message says the snapshot itself was written. */
+TS_MUST_CHECK ts_status ts_snap_tag(struct ts_store *s, const char *tag,
+                                    const uint8_t id[TS_STORE_ID_LEN], struct ts_err *err);
 
 #endif

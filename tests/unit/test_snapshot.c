@@ -1,7 +1,8 @@
 /* test_snapshot.c - lib/snapshot: manifests round-trip and every invalid field is refused by
  * name; refs resolve (HEAD, branch, tag, id prefix, ~N, ambiguity); a corrupted chunk names
  * the chunk and the tensor; diff measures a change; gc keeps exactly what refs reach; and an
- * incremental snapshot after a 1% change writes at most 2% of the first one's bytes. */
+ * incremental snapshot after a 1% change writes at most 2% of the first one's bytes; shards'
+ * pieces merge into one manifest and commit on a branch by compare-and-swap. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -392,6 +393,123 @@ static void test_gc_keeps_reachable(void **state)
     free(v[0]);
 }
 
+/* A test allocator for pieces: every block is kept to be freed at the end. */
+struct blocks {
+    void *p[256];
+    size_t n;
+};
+
+static void *blocks_alloc(void *ctx, size_t n)
+{
+    struct blocks *b = ctx;
+
+    assert_true(b->n < 256);
+    return b->p[b->n++] = calloc(1, n);
+}
+
+/* Two shards' pieces of two tensors merge into one manifest (tensors by id, partitions by
+ * index, whatever order the shards added them in), commit on a branch by compare-and-swap,
+ * read back exactly; a tag is checked, set, and refused twice; pieces that disagree on the
+ * job are refused naming both shards. */
+static void test_pieces_merge_commit(void **state)
+{
+    struct fx *f = *state;
+    float w[10], bias[3] = { 7, 8, 9 }, got[10];
+    uint64_t wshape = 10, bshape = 3;
+    struct ts_snap_tensor tw = { .id = 0, .nparts = 5, .name = "w", .init = "zeros",
+                                 .shape = &wshape, .ndim = 1, .numel = 10,
+                                 .partition_bytes = 8 };
+    struct ts_snap_tensor tb = { .id = 1, .nparts = 1, .name = "b", .init = "zeros",
+                                 .shape = &bshape, .ndim = 1, .numel = 3,
+                                 .partition_bytes = 64 };
+    struct ts_job job;
+    struct blocks mem = { .n = 0 };
+    struct ts_snap_piece pc[2];
+    Tessera__V1__ClusterShape shape = TESSERA__V1__CLUSTER_SHAPE__INIT;
+    Tessera__V1__ScheduleState sched = TESSERA__V1__SCHEDULE_STATE__INIT;
+    ts_manifest m = TESSERA__V1__MANIFEST__INIT, *back;
+    uint8_t id[TS_STORE_ID_LEN], again[TS_STORE_ID_LEN], tip[TS_STORE_ID_LEN];
+    const uint32_t order[2][3] = { { 4, 0, 2 }, { 3, 1, UINT32_MAX } };
+    struct ts_err e = { 0 };
+    void *arrays = NULL;
+
+    for (int i = 0; i < 10; i++)
+        w[i] = (float)i * 0.5f;
+    assert_int_equal(ts_job_init(&job, "job", 2, true, "sgd:lr=0.1", 64, &e), TS_OK);
+    for (uint32_t k = 0; k < 2; k++) {
+        ts_snap_piece_init(&pc[k], blocks_alloc, &mem);
+        pc[k].shard = k + 1;
+        for (int j = 0; j < 3 && order[k][j] != UINT32_MAX; j++) {
+            uint32_t p = order[k][j];
+            struct ts_snap_part part = { .index = p, .offset = 2 * p, .len = 2, .version = 5,
+                                         .value = w + 2 * p };
+            assert_int_equal(ts_snap_piece_add(&pc[k], f->s, &tw, &part, &e), TS_OK);
+        }
+        assert_int_equal(ts_snap_piece_set_job(&pc[k], &job, 3, 16, &e), TS_OK);
+    }
+    struct ts_snap_part bp = { .index = 0, .offset = 0, .len = 3, .version = 5, .value = bias };
+    assert_int_equal(ts_snap_piece_add(&pc[1], f->s, &tb, &bp, &e), TS_OK);
+    assert_int_equal(pc[0].n_tensors, 1);
+    assert_int_equal(pc[1].n_tensors, 2);
+    assert_true(pc[0].bytes_written > 0);
+
+    assert_int_equal(ts_snap_merge(pc, 2, 5, &m, &arrays, &e), TS_OK);
+    assert_int_equal(m.n_tensors, 2);
+    assert_string_equal(m.tensors[0]->spec->name, "w");
+    assert_string_equal(m.tensors[1]->spec->name, "b");
+    assert_int_equal(m.tensors[0]->n_partitions, 5);
+    for (uint32_t p = 0; p < 5; p++) {
+        assert_int_equal(m.tensors[0]->partitions[p]->index, p);
+        assert_int_equal(m.tensors[0]->partitions[p]->shard_id, p % 2 ? 2 : 1);
+    }
+    assert_int_equal(m.step, 5);
+    assert_int_equal(m.job->data_seed, 3);
+    assert_int_equal(m.chunk_bytes, TS_SNAP_CHUNK_DEFAULT);
+    m.message = "";
+    m.cluster = &shape;
+    sched.next_step = 5;
+    m.schedule = &sched;
+    assert_int_equal(ts_snap_commit(f->s, &m, "heads/main", NULL, id, &e), TS_OK);
+    /* The branch exists now: a commit that expects it not to loses the swap. */
+    assert_int_equal(ts_snap_commit(f->s, &m, "heads/main", NULL, again, &e), TS_ESTATE);
+    assert_int_equal(ts_store_ref_get(f->s, "heads/main", tip, &e), TS_OK);
+    assert_memory_equal(tip, id, sizeof(id));
+
+    assert_int_equal(ts_manifest_load(f->s, id, &back, &e), TS_OK);
+    for (uint32_t p = 0; p < 5; p++)
+        assert_int_equal(ts_snap_read_partition(f->s, back, back->tensors[0],
+                                                back->tensors[0]->partitions[p], got + 2 * p,
+                                                NULL, &e), TS_OK);
+    assert_memory_equal(got, w, sizeof(w));
+    assert_int_equal(ts_snap_read_partition(f->s, back, back->tensors[1],
+                                            back->tensors[1]->partitions[0], got, NULL, &e),
+                     TS_OK);
+    assert_memory_equal(got, bias, sizeof(bias));
+    ts_manifest_free(back);
+
+    assert_int_equal(ts_snap_tag_check(f->s, "v1", &e), TS_OK);
+    assert_int_equal(ts_snap_tag(f->s, "v1", id, &e), TS_OK);
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_snap_tag_check(f->s, "v1", &e), TS_EEXIST);
+    assert_non_null(strstr(e.msg, "'v1' exists"));
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_snap_tag(f->s, "v1", id, &e), TS_ESTATE);
+    assert_non_null(strstr(e.msg, "written, but the tag was not"));
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_snap_tag_check(f->s, "a b", &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "tag: 'a b'"));
+    free(arrays);
+
+    job.workers = 3;
+    assert_int_equal(ts_snap_piece_set_job(&pc[1], &job, 3, 16, &e), TS_OK);
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_snap_merge(pc, 2, 5, &m, &arrays, &e), TS_EINTERNAL);
+    assert_non_null(strstr(e.msg, "shards 1 and 2 disagree"));
+    free(arrays);
+    for (size_t i = 0; i < mem.n; i++)
+        free(mem.p[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +519,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt_chunk_names_tensor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_incremental_two_percent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_keeps_reachable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pieces_merge_commit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -226,176 +226,128 @@ static ts_status write_all(struct snapper *sn, struct shards *s, const char *job
     return st;
 }
 
-static int by_index(const void *a, const void *b)
+/* What a snapshot is asked for: job ("": the only one), message and tag (may be ""). fixed:
+ * step is the one to take (the automatic loop); else the newest step any partition is at. */
+struct take_req {
+    const char *job, *message, *tag;
+    int timeout_ms;
+    bool fixed;
+    uint64_t step;
+};
+
+/* What a snapshot became. */
+struct taken {
+    char hex[TS_STORE_HEX_LEN + 1];
+    uint64_t step, written;
+};
+
+/* Arms a step on every shard: req's (fixed), else one ahead of training, aiming a little
+ * further each time training outruns the arming. */
+static ts_status arm(struct shards *s, const char *job, const struct take_req *req,
+                     uint64_t maxv, uint64_t *step, struct ts_err *err)
 {
-    const Tessera__V1__PartitionManifest *x = *(Tessera__V1__PartitionManifest *const *)a;
-    const Tessera__V1__PartitionManifest *y = *(Tessera__V1__PartitionManifest *const *)b;
-
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
-/* The union of the shards' answers as one manifest. Tensor and partition entries are
- * borrowed from s->got (the partition arrays are the manifest's: *mem to free). */
-static ts_status merge(struct snapper *sn, struct shards *s, uint64_t step, const char *message,
-                       Tessera__V1__Manifest *m, void **mem, struct ts_err *err)
-{
-    /* Tensor ids are below TS_MANIFEST_MAX_TENSORS: index by id, so the tensors come out in
-     * id order and each gathers every shard's partitions in one pass. */
-    size_t slot[TS_MANIFEST_MAX_TENSORS], np = 0, at = 0;
-    Tessera__V1__TensorManifest **tensors, *copies;
-    Tessera__V1__PartitionManifest **parts;
-    uint32_t count[TS_MANIFEST_MAX_TENSORS] = { 0 };
-    const Tessera__V1__TensorManifest *first[TS_MANIFEST_MAX_TENSORS] = { NULL };
-
-    for (size_t i = 0; i < s->n; i++)
-        for (size_t t = 0; t < s->got[i]->n_tensors; t++) {
-            const Tessera__V1__TensorManifest *src = s->got[i]->tensors[t];
-            if (src->id >= TS_MANIFEST_MAX_TENSORS)
-                return ts_err_set(err, TS_EINTERNAL, "snapshot: shard %u sent tensor id %u",
-                                  s->id[i], src->id);
-            if (!first[src->id])
-                first[src->id] = src;
-            count[src->id] += (uint32_t)src->n_partitions;
-            np += src->n_partitions;
-        }
-    for (uint32_t id = 0; id < TS_MANIFEST_MAX_TENSORS; id++)
-        m->n_tensors += first[id] != NULL;
-    *mem = calloc(1, m->n_tensors * (sizeof(*tensors) + sizeof(*copies)) +
-                         np * sizeof(*parts) + 1);
-    if (!*mem)
-        return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
-    tensors = *mem;
-    copies = (void *)(tensors + m->n_tensors);
-    parts = (void *)(copies + m->n_tensors);
-    for (uint32_t id = 0, k = 0; id < TS_MANIFEST_MAX_TENSORS; id++) {
-        if (!first[id])
-            continue;
-        copies[k] = *first[id]; /* the spec from whichever shard answered first */
-        copies[k].partitions = parts + at;
-        copies[k].n_partitions = 0;
-        at += count[id];
-        tensors[k] = &copies[k];
-        slot[id] = k++;
-    }
-    for (size_t i = 0; i < s->n; i++)
-        for (size_t t = 0; t < s->got[i]->n_tensors; t++) {
-            const Tessera__V1__TensorManifest *src = s->got[i]->tensors[t];
-            Tessera__V1__TensorManifest *dst = &copies[slot[src->id]];
-            for (size_t p = 0; p < src->n_partitions; p++)
-                dst->partitions[dst->n_partitions++] = src->partitions[p];
-        }
-    for (size_t k = 0; k < m->n_tensors; k++)
-        qsort(copies[k].partitions, copies[k].n_partitions, sizeof(*copies[k].partitions),
-              by_index);
-    m->tensors = tensors;
-    m->format = TS_MANIFEST_FORMAT;
-    m->step = step;
-    m->created_unix_ms = ts_unix_ms();
-    m->message = (char *)message;
-    m->job = s->got[0]->job;
-    m->chunk_bytes = s->got[0]->chunk_bytes;
-    if (sn->has_tip) {
-        m->parent.data = sn->tip;
-        m->parent.len = TS_STORE_ID_LEN;
-    }
-    for (size_t i = 1; i < s->n; i++)
-        if (strcmp(s->got[i]->job->optimizer, m->job->optimizer) ||
-            s->got[i]->job->workers != m->job->workers || s->got[i]->chunk_bytes != m->chunk_bytes)
-            return ts_err_set(err, TS_EINTERNAL, "snapshot: shards %u and %u disagree on the job",
-                              s->id[0], s->id[i]);
-    return TS_OK;
-}
-
-/* The snapshot itself; sn->mu held. fixed: step is the one to take (automatic loop); else
- * the newest step any partition is at. */
-static ts_status take(struct snapper *sn, const char *job, const char *message, const char *tag,
-                      int timeout_ms, bool fixed, uint64_t step, char hex[TS_STORE_HEX_LEN + 1],
-                      uint64_t *out_step, uint64_t *written, struct ts_err *err)
-{
-    static const uint8_t zero[TS_STORE_ID_LEN];
-    Tessera__V1__Manifest m = TESSERA__V1__MANIFEST__INIT;
-    Tessera__V1__ClusterShape shape = TESSERA__V1__CLUSTER_SHAPE__INIT;
-    Tessera__V1__ScheduleState sched = TESSERA__V1__SCHEDULE_STATE__INIT;
-    struct shards s = { 0 };
-    char job_id[TS_JOB_ID_MAX + 1], tagref[TS_STORE_REF_MAX + 8] = "";
-    uint8_t id[TS_STORE_ID_LEN], cur[TS_STORE_ID_LEN];
-    int64_t until = ts_now_ms() + timeout_ms;
-    uint64_t maxv = 0;
-    void *mem = NULL;
-    Tessera__V1__Manifest__DataChecksumsEntry **dc = NULL;
     bool past = true;
-    struct ts_err e = { 0 };
-    ts_status st;
+    ts_status st = TS_OK;
 
-    if (tag[0]) {
-        snprintf(tagref, sizeof(tagref), "tags/%s", tag);
-        if (!ts_store_ref_valid(tagref))
-            return ts_err_set(err, TS_EINVAL, "tag: '%s' is not a valid name ([A-Za-z0-9._-])",
-                              tag);
-        if (ts_store_ref_get(sn->store, tagref, cur, &e) == TS_OK)
-            return ts_err_set(err, TS_EEXIST, "tag: '%s' exists; pick another name", tag);
-    }
-    if ((st = discover(sn, job, &s, job_id, &maxv, err)))
-        goto out;
-    if (!fixed)
-        step = maxv;
+    *step = req->fixed ? req->step : maxv;
     for (int attempt = 0; !st && past && attempt < 20; attempt++) {
-        st = arm_all(&s, job_id, step, false, &past, &maxv, err);
-        if (past && fixed)
+        st = arm_all(s, job, *step, false, &past, &maxv, err);
+        if (past && req->fixed)
             st = ts_err_set(err, TS_ESTATE, "step %" PRIu64 ": training is already past it",
-                            step);
+                            *step);
         if (past)
-            step = maxv + (uint64_t)attempt; /* moving fast: aim a little further each time */
+            *step = maxv + (uint64_t)attempt;
     }
     if (!st && past)
         st = ts_err_set(err, TS_EUNAVAIL, "snapshot: could not arm a step ahead of training");
-    if (st)
-        goto out;
-    if ((st = write_all(sn, &s, job_id, step, until, fixed, err))) {
-        bool ignored;
-        (void)arm_all(&s, job_id, 0, true, &ignored, &maxv, &e);
-        goto out;
+    return st;
+}
+
+/* Merges the shards' pieces, adds what the master knows (message, parent, cluster, schedule,
+ * data checksums) and commits the manifest on the branch, then the tag; sn->mu held. */
+static ts_status commit(struct snapper *sn, struct shards *s, const char *job, uint64_t step,
+                        const struct take_req *req, struct taken *out, struct ts_err *err)
+{
+    ts_manifest m = TESSERA__V1__MANIFEST__INIT;
+    Tessera__V1__ClusterShape shape = TESSERA__V1__CLUSTER_SHAPE__INIT;
+    Tessera__V1__ScheduleState sched = TESSERA__V1__SCHEDULE_STATE__INIT;
+    Tessera__V1__Manifest__DataChecksumsEntry **dc = NULL;
+    struct ts_snap_piece pieces[MAX_SHARDS];
+    uint8_t id[TS_STORE_ID_LEN];
+    void *mem = NULL;
+    ts_status st;
+
+    out->written = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const Tessera__V1__WriteSnapshotResponse *r = s->got[i];
+        pieces[i] = (struct ts_snap_piece){ .shard = s->id[i], .tensors = r->tensors,
+                                            .n_tensors = r->n_tensors, .job = r->job,
+                                            .chunk_bytes = r->chunk_bytes,
+                                            .bytes_written = r->bytes_written };
+        out->written += r->bytes_written;
     }
-    if ((st = merge(sn, &s, step, message, &m, &mem, err)))
+    if ((st = ts_snap_merge(pieces, s->n, step, &m, &mem, err)) ||
+        (st = datamap_manifest(sn->data, job, &dc, &m.n_data_checksums, err)))
         goto out;
-    shape.shards = s.alive;
+    m.created_unix_ms = ts_unix_ms();
+    m.message = (char *)req->message;
+    if (sn->has_tip) {
+        m.parent.data = sn->tip;
+        m.parent.len = TS_STORE_ID_LEN;
+    }
+    shape.shards = s->alive;
     shape.workers = m.job->workers;
-    shape.map_epoch = s.map_epoch;
+    shape.map_epoch = s->map_epoch;
     m.cluster = &shape;
     sched.seed = m.job->data_seed;
     sched.micro_batch = m.job->micro_batch;
     sched.next_step = step;
     m.schedule = &sched;
-    if ((st = datamap_manifest(sn->data, job_id, &dc, &m.n_data_checksums, err)))
-        goto out;
     m.data_checksums = dc;
-    *written = 0;
-    for (size_t i = 0; i < s.n; i++)
-        *written += s.got[i]->bytes_written;
-    if ((st = ts_manifest_write(sn->store, &m, id, err))) {
-        ts_err_prefix(err, "snapshot of step %" PRIu64 " incomplete (did a shard leave?)", step);
-        goto out;
-    }
-    if ((st = ts_store_ref_set(sn->store, sn->branch, id, sn->has_tip ? sn->tip : zero, err)))
+    if ((st = ts_snap_commit(sn->store, &m, sn->branch, sn->has_tip ? sn->tip : NULL, id, err)))
         goto out;
     memcpy(sn->tip, id, sizeof(id));
     sn->has_tip = true;
     if (step > sn->done_step)
         sn->done_step = step;
-    ts_store_hex(id, hex);
-    *out_step = step;
-    if (tagref[0] && (st = ts_store_ref_set(sn->store, tagref, id, zero, err)))
-        ts_err_prefix(err, "snapshot %s written, but the tag was not", hex);
+    ts_store_hex(id, out->hex);
+    out->step = step;
+    if (req->tag[0])
+        st = ts_snap_tag(sn->store, req->tag, id, err);
     pthread_mutex_lock(&sn->stat_mu);
-    snprintf(sn->last_hex, sizeof(sn->last_hex), "%s", hex);
+    snprintf(sn->last_hex, sizeof(sn->last_hex), "%s", out->hex);
     sn->last_step = step;
     sn->last_unix_ms = m.created_unix_ms;
     pthread_mutex_unlock(&sn->stat_mu);
     ts_log(TS_INFO, "master", "snapshot %.12s: job %s step %" PRIu64 ", %zu tensors, %" PRIu64
-           " bytes written, %s", hex, job_id, step, m.n_tensors, *written, sn->branch);
+           " bytes written, %s", out->hex, job, step, m.n_tensors, out->written, sn->branch);
 out:
     free(mem);
     free(dc);
+    return st;
+}
+
+/* The snapshot itself: discover, arm, write, commit; sn->mu held. */
+static ts_status take(struct snapper *sn, const struct take_req *req, struct taken *out,
+                      struct ts_err *err)
+{
+    struct shards s = { 0 };
+    char job[TS_JOB_ID_MAX + 1];
+    int64_t until = ts_now_ms() + req->timeout_ms;
+    uint64_t maxv = 0, step = 0;
+    struct ts_err e = { 0 };
+    bool ignored;
+    ts_status st;
+
+    if (req->tag[0] && (st = ts_snap_tag_check(sn->store, req->tag, err)))
+        return st;
+    if (!(st = discover(sn, req->job, &s, job, &maxv, err)) &&
+        !(st = arm(&s, job, req, maxv, &step, err))) {
+        if ((st = write_all(sn, &s, job, step, until, req->fixed, err)))
+            (void)arm_all(&s, job, 0, true, &ignored, &maxv, &e);
+        else
+            st = commit(sn, &s, job, step, req, out, err);
+    }
     shards_free(&s);
     return st;
 }
@@ -404,6 +356,7 @@ ts_status snapper_create(struct snapper *sn, const char *job, const char *messag
                          const char *tag, int timeout_ms, char hex[TS_STORE_HEX_LEN + 1],
                          uint64_t *step, uint64_t *written, struct ts_err *err)
 {
+    struct taken t = { .hex = "" };
     ts_status st;
 
     if (!sn->store)
@@ -412,8 +365,13 @@ ts_status snapper_create(struct snapper *sn, const char *job, const char *messag
     atomic_fetch_add(&sn->requested, 1); /* an automatic snapshot waiting for a step yields */
     pthread_mutex_lock(&sn->mu);
     atomic_fetch_sub(&sn->requested, 1);
-    st = take(sn, job, message, tag, timeout_ms, false, 0, hex, step, written, err);
+    st = take(sn, &(struct take_req){ job, message, tag, timeout_ms, false, 0 }, &t, err);
     pthread_mutex_unlock(&sn->mu);
+    if (!st || t.hex[0]) {  /* written (a tag that failed is reported with the id) */
+        memcpy(hex, t.hex, sizeof(t.hex));
+        *step = t.step;
+        *written = t.written;
+    }
     return st;
 }
 
@@ -424,8 +382,9 @@ static void *auto_loop(void *arg)
 
     while (!atomic_load(&sn->stop)) {
         struct shards s = { 0 };
-        char job[TS_JOB_ID_MAX + 1], hex[TS_STORE_HEX_LEN + 1];
-        uint64_t maxv = 0, step, got, written;
+        char job[TS_JOB_ID_MAX + 1];
+        struct taken t;
+        uint64_t maxv = 0, step;
         struct ts_err err = { 0 };
         ts_status st;
 
@@ -438,7 +397,7 @@ static void *auto_loop(void *arg)
         step = maxv % sn->every == 0 && maxv > sn->done_step ? maxv
                                                               : (maxv / sn->every + 1) * sn->every;
         if (!st)
-            st = take(sn, job, "", "", 3600000, true, step, hex, &got, &written, &err);
+            st = take(sn, &(struct take_req){ job, "", "", 3600000, true, step }, &t, &err);
         if (st == TS_ESTATE)
             ts_log(TS_INFO, "master", "automatic snapshot: step %" PRIu64 " skipped (training "
                    "passed it while the previous snapshot was written)", step);

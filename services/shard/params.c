@@ -522,12 +522,11 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
 
 struct writer {
     struct shard_params *sp;
-    struct ts_rpc_call *call;
     int64_t until;
     bool missing;
     size_t slen;
-    uint64_t step, written;
-    Tessera__V1__WriteSnapshotResponse *resp;
+    uint64_t step;
+    struct ts_snap_piece *piece;
 };
 
 static ts_status wait_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
@@ -541,73 +540,35 @@ static ts_status wait_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
     return TS_OK;
 }
 
-/* The response's entry for t, added on first use. */
-static Tessera__V1__TensorManifest *entry(struct writer *w, struct shard_tensor *t)
-{
-    Tessera__V1__WriteSnapshotResponse *r = w->resp;
-    Tessera__V1__TensorManifest *tm;
-    Tessera__V1__TensorSpec *spec;
-
-    if (r->n_tensors && r->tensors[r->n_tensors - 1]->id == t->id)
-        return r->tensors[r->n_tensors - 1];
-    tm = ts_rpc_new(w->call, &tessera__v1__tensor_manifest__descriptor);
-    spec = ts_rpc_new(w->call, &tessera__v1__tensor_spec__descriptor);
-    spec->name = t->name;
-    spec->dtype = TESSERA__V1__DTYPE__DTYPE_F32;
-    spec->shape = t->shape;
-    spec->n_shape = t->ndim;
-    spec->initializer = t->init;
-    spec->seed = t->seed;
-    spec->partition_bytes = t->partition_bytes;
-    tm->id = t->id;
-    tm->spec = spec;
-    tm->fan_in = t->fan_in;
-    tm->fan_out = t->fan_out;
-    tm->numel = t->numel;
-    tm->partitions = ts_rpc_alloc(w->call, (t->nparts + 1) * sizeof(*tm->partitions));
-    r->tensors[r->n_tensors++] = tm;
-    return tm;
-}
-
 static ts_status write_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
                            struct ts_err *err)
 {
     struct writer *w = ctx;
-    Tessera__V1__TensorManifest *tm = entry(w, t);
-    Tessera__V1__PartitionManifest *pm =
-        ts_rpc_new(w->call, &tessera__v1__partition_manifest__descriptor);
-    uint64_t len = ts_part_len(p), written = 0;
-    void *mem = ts_rpc_alloc(w->call, ts_snap_partition_mem(len, w->slen * len,
-                                                            TS_SNAP_CHUNK_DEFAULT));
-    const float *value, *state;
-    ts_status st;
+    struct ts_snap_tensor ts = {
+        .id = t->id, .nparts = t->nparts, .name = t->name, .init = t->init, .shape = t->shape,
+        .ndim = t->ndim, .seed = t->seed, .fan_in = t->fan_in, .fan_out = t->fan_out,
+        .numel = t->numel, .partition_bytes = t->partition_bytes,
+    };
+    struct ts_snap_part part = {
+        .index = ts_part_index(p), .offset = ts_part_offset(p), .len = ts_part_len(p),
+        .version = w->step,
+    };
 
-    ts_part_capture(p, &value, &state);
-    pm->index = ts_part_index(p);
-    pm->offset = ts_part_offset(p);
-    pm->length = len;
-    pm->version = w->step;
-    st = ts_snap_put_partition(w->sp->store, value, len, state, w->slen * len,
-                               TS_SNAP_CHUNK_DEFAULT, pm, mem, &written, err);
-    if (st) {
-        ts_err_prefix(err, "tensor '%s' partition %u", t->name, pm->index);
-        return st;
-    }
-    w->written += written;
-    tm->partitions[tm->n_partitions++] = pm;
-    return TS_OK;
+    ts_part_capture(p, &part.value, &part.state);
+    part.slen = w->slen * part.len;
+    return ts_snap_piece_add(w->piece, w->sp->store, &ts, &part, err);
 }
 
-ts_status shard_params_write(struct shard_params *sp, struct ts_rpc_call *call, const char *job,
-                             uint64_t step, int wait_ms, Tessera__V1__WriteSnapshotResponse *resp,
-                             struct ts_err *err)
+ts_status shard_params_write(struct shard_params *sp, const char *job, uint64_t step,
+                             int wait_ms, struct ts_snap_piece *piece, bool *ready,
+                             uint64_t *min_version, struct ts_err *err)
 {
     struct shard_job *sj = shard_params_job(sp, job);
-    struct writer w = { .sp = sp, .call = call, .until = ts_now_ms() + wait_ms, .step = step,
-                        .resp = resp };
-    Tessera__V1__JobSpec *js;
+    struct writer w = { .sp = sp, .until = ts_now_ms() + wait_ms, .step = step, .piece = piece };
     ts_status st = TS_OK;
 
+    *ready = false;
+    *min_version = 0;
     if (!sj)
         return ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
     if (!sp->store)
@@ -623,27 +584,17 @@ ts_status shard_params_write(struct shard_params *sp, struct ts_rpc_call *call, 
         struct versions v = { .min = UINT64_MAX };
 
         (void)each_part(sp, sj, versions_one, &v, err);
-        resp->min_version = v.min;
+        *min_version = v.min;
         pthread_mutex_unlock(&sp->snap_mu);
-        return TS_OK; /* resp->ready stays false; still armed */
+        return TS_OK; /* not ready; still armed */
     }
     w.slen = ts_optim_state_len(sj->job.optim.kind);
-    resp->tensors = ts_rpc_alloc(call, (SHARD_MAX_TENSORS + 1) * sizeof(*resp->tensors));
     if (!st)
         st = each_part(sp, sj, write_one, &w, err);
+    if (!st)
+        st = ts_snap_piece_set_job(piece, &sj->job, sj->data_seed, sj->micro, err);
     if (!st) {
-        js = ts_rpc_new(call, &tessera__v1__job_spec__descriptor);
-        js->id = sj->job.id;
-        js->workers = sj->job.workers;
-        js->exact = sj->job.exact;
-        js->optimizer = sj->job.optimizer;
-        js->batch = sj->job.batch;
-        js->data_seed = sj->data_seed;
-        js->micro_batch = sj->micro;
-        resp->job = js;
-        resp->chunk_bytes = TS_SNAP_CHUNK_DEFAULT;
-        resp->bytes_written = w.written;
-        resp->ready = true;
+        *ready = true;
         (void)each_part(sp, sj, disarm_one, NULL, err);
         set_armed(sp, sj, false, 0);
     }
@@ -658,47 +609,45 @@ static ts_status ranks_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
     return TS_OK;
 }
 
-/* Fills js's per-rank records and skipped count (arena memory of call). */
-static void job_ranks(struct shard_params *sp, struct shard_job *sj, struct ts_rpc_call *call,
-                      Tessera__V1__JobStatus *js)
+/* sj's per-rank records and skipped count into js. */
+static ts_status job_ranks(struct shard_params *sp, struct shard_job *sj,
+                           struct shard_job_status *js, struct ts_err *err)
 {
     uint32_t n = sj->job.mode == TS_MODE_SSP || sj->job.mode == TS_MODE_ASP ? sj->job.workers : 0;
-    struct ts_part_ranks r = { .n = n };
+    struct ts_part_ranks *r = &js->ranks;
+    uint64_t *block = malloc((3 * (size_t)n + 1) * sizeof(uint64_t));
     struct ts_err e = { 0 };
 
-    r.clock = ts_rpc_alloc(call, (n + 1) * sizeof(uint64_t));
-    r.stale_last = ts_rpc_alloc(call, (n + 1) * sizeof(uint64_t));
-    r.stale_max = ts_rpc_alloc(call, (n + 1) * sizeof(uint64_t));
-    js->ranks = ts_rpc_alloc(call, (n + 1) * sizeof(*js->ranks));
+    if (!block)
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    *r = (struct ts_part_ranks){ .n = n, .clock = block, .stale_last = block + n,
+                                 .stale_max = block + 2 * (size_t)n };
     for (uint32_t k = 0; k < n; k++) {
-        r.clock[k] = UINT64_MAX;
-        r.stale_last[k] = r.stale_max[k] = 0;
+        r->clock[k] = UINT64_MAX;
+        r->stale_last[k] = r->stale_max[k] = 0;
     }
-    (void)each_part(sp, sj, ranks_one, &r, &e);
-    js->steps_skipped = r.skipped;
-    for (uint32_t k = 0; k < n; k++) {
-        Tessera__V1__RankStatus *rs = ts_rpc_new(call, &tessera__v1__rank_status__descriptor);
-        rs->rank = k;
-        rs->clock = r.clock[k] == UINT64_MAX ? 0 : r.clock[k];
-        rs->staleness_last = r.stale_last[k];
-        rs->staleness_max = r.stale_max[k];
-        js->ranks[js->n_ranks++] = rs;
-    }
+    (void)each_part(sp, sj, ranks_one, r, &e);
+    for (uint32_t k = 0; k < n; k++)
+        if (r->clock[k] == UINT64_MAX)
+            r->clock[k] = 0;
+    return TS_OK;
 }
 
-void shard_params_jobs(struct shard_params *sp, struct ts_rpc_call *call,
-                       Tessera__V1__JobStatus ***out, size_t *n)
+ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **out, size_t *n,
+                            struct ts_err *err)
 {
+    struct shard_job_status *all;
     size_t nj;
+    ts_status st = TS_OK;
 
     pthread_mutex_lock(&sp->mu);
     nj = sp->njobs;
     pthread_mutex_unlock(&sp->mu);
-    *out = ts_rpc_alloc(call, (nj + 1) * sizeof(**out));
-    *n = nj;
-    for (size_t j = 0; j < nj; j++) {
+    if (!(all = calloc(nj + 1, sizeof(*all))))
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    for (size_t j = 0; !st && j < nj; j++) {
         struct shard_job *sj = sp->jobs[j];
-        Tessera__V1__JobStatus *js = ts_rpc_new(call, &tessera__v1__job_status__descriptor);
+        struct shard_job_status *js = &all[j];
         struct versions v = { .min = UINT64_MAX };
         struct ts_err e = { 0 };
 
@@ -706,15 +655,28 @@ void shard_params_jobs(struct shard_params *sp, struct ts_rpc_call *call,
         js->armed_step = sj->armed ? sj->armed_step : 0;
         for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
             js->tensors += sj->tensors[i] != NULL;
-        js->id = sj->job.id;
+        snprintf(js->id, sizeof(js->id), "%s", sj->job.id);
         js->workers = sj->job.workers;
         js->exact = sj->job.exact;
         js->min_version = v.min == UINT64_MAX ? 0 : v.min;
         js->max_version = v.max;
         js->partitions = v.count;
-        js->mode = (Tessera__V1__TrainMode)sj->job.mode;
+        js->mode = sj->job.mode;
         js->staleness = sj->job.staleness;
-        job_ranks(sp, sj, call, js);
-        (*out)[j] = js;
+        st = job_ranks(sp, sj, js, err);
     }
+    if (st) {
+        shard_params_jobs_free(all, nj);
+        return st;
+    }
+    *out = all;
+    *n = nj;
+    return TS_OK;
+}
+
+void shard_params_jobs_free(struct shard_job_status *js, size_t n)
+{
+    for (size_t j = 0; js && j < n; j++)
+        free(js[j].ranks.clock);
+    free(js);
 }

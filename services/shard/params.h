@@ -16,8 +16,8 @@
 
 #include "cluster/cluster.h"
 #include "ps/part.h"
-#include "rpc/rpc.h"
 #include "snapshot/snapshot.h"
+#include "tessera/v1/shard.pb-c.h"
 #include "transport/region.h"
 
 #define SHARD_MAX_TENSORS 4096
@@ -95,15 +95,27 @@ struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *job
 ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
                            bool *armed, uint64_t *minv, uint64_t *maxv,
                            struct ts_err *err) TS_MUST_CHECK;
-/* Waits up to wait_ms for every armed copy, writes them to the store and fills resp (tensors,
- * job, chunk_bytes, bytes_written) with memory from call's arena; then disarms. resp->ready
- * false (nothing written, still armed) if a copy is missing when the wait ends. */
-ts_status shard_params_write(struct shard_params *sp, struct ts_rpc_call *call, const char *job,
-                             uint64_t step, int wait_ms,
-                             Tessera__V1__WriteSnapshotResponse *resp,
-                             struct ts_err *err) TS_MUST_CHECK;
-/* Fills *out with one JobStatus per job (arena memory of call). */
-void shard_params_jobs(struct shard_params *sp, struct ts_rpc_call *call,
-                       Tessera__V1__JobStatus ***out, size_t *n);
+/* Waits up to wait_ms for every armed copy, writes them to the store and adds them, and the
+ * job, to piece (built with ts_snap_piece_init; its shard id set); then disarms. *ready false
+ * (nothing written, still armed; *min_version the slowest partition's version) if a copy is
+ * missing when the wait ends. */
+ts_status shard_params_write(struct shard_params *sp, const char *job, uint64_t step,
+                             int wait_ms, struct ts_snap_piece *piece, bool *ready,
+                             uint64_t *min_version, struct ts_err *err) TS_MUST_CHECK;
+
+/* A job as ShardStatus reports it. */
+struct shard_job_status {
+    char id[TS_JOB_ID_MAX + 1];
+    uint32_t workers, staleness;
+    bool exact;
+    enum ts_mode mode;
+    uint64_t armed_step;               /* 0: no snapshot armed */
+    uint64_t tensors, partitions, min_version, max_version;
+    struct ts_part_ranks ranks;        /* SSP and ASP: one record per rank (n 0 otherwise) */
+};
+/* Every job's status: *out is malloc'd, *n entries, freed with shard_params_jobs_free. */
+ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **out, size_t *n,
+                            struct ts_err *err) TS_MUST_CHECK;
+void shard_params_jobs_free(struct shard_job_status *js, size_t n);
 
 #endif

@@ -7,6 +7,48 @@
 #include "util/names.h"
 #include "util/proc.h"
 
+/* The jobs' statuses as JobStatus messages in call's arena. */
+static ts_status encode_jobs(struct ts_rpc_call *call, struct shard_params *sp,
+                             Tessera__V1__JobStatus ***out, size_t *n, struct ts_err *err)
+{
+    struct shard_job_status *jobs;
+    size_t nj;
+    ts_status st = shard_params_jobs(sp, &jobs, &nj, err);
+
+    if (st)
+        return st;
+    *out = ts_rpc_alloc(call, (nj + 1) * sizeof(**out));
+    for (size_t j = 0; j < nj; j++) {
+        const struct shard_job_status *s = &jobs[j];
+        Tessera__V1__JobStatus *js = ts_rpc_new(call, &tessera__v1__job_status__descriptor);
+
+        js->id = ts_rpc_strdup(call, s->id);
+        js->workers = s->workers;
+        js->exact = s->exact;
+        js->min_version = s->min_version;
+        js->max_version = s->max_version;
+        js->partitions = s->partitions;
+        js->tensors = s->tensors;
+        js->armed_step = s->armed_step;
+        js->mode = (Tessera__V1__TrainMode)s->mode;
+        js->staleness = s->staleness;
+        js->steps_skipped = s->ranks.skipped;
+        js->ranks = ts_rpc_alloc(call, (s->ranks.n + 1) * sizeof(*js->ranks));
+        for (uint32_t k = 0; k < s->ranks.n; k++) {
+            Tessera__V1__RankStatus *rs = ts_rpc_new(call, &tessera__v1__rank_status__descriptor);
+            rs->rank = k;
+            rs->clock = s->ranks.clock[k];
+            rs->staleness_last = s->ranks.stale_last[k];
+            rs->staleness_max = s->ranks.stale_max[k];
+            js->ranks[js->n_ranks++] = rs;
+        }
+        (*out)[j] = js;
+    }
+    *n = nj;
+    shard_params_jobs_free(jobs, nj);
+    return TS_OK;
+}
+
 static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                               ProtobufCMessage *rs, struct ts_err *err)
 {
@@ -29,7 +71,8 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     resp->partitions = s->params.partitions;
     resp->bytes = s->params.bytes;
     pthread_mutex_unlock(&s->params.mu);
-    shard_params_jobs(&s->params, call, &resp->jobs, &resp->n_jobs);
+    if ((st = encode_jobs(call, &s->params, &resp->jobs, &resp->n_jobs, err)))
+        return st;
     resp->store = (char *)(s->store_dir ? s->store_dir : "");
     resp->restore = s->params.restore_hex;
     if (s->membership) {
@@ -81,24 +124,38 @@ static ts_status arm_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *
     return st;
 }
 
+static void *arena_alloc(void *call, size_t n)
+{
+    return ts_rpc_alloc(call, n);
+}
+
 static ts_status write_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                                 ProtobufCMessage *rs, struct ts_err *err)
 {
     const Tessera__V1__WriteSnapshotRequest *req = (const void *)rq;
     Tessera__V1__WriteSnapshotResponse *resp = (void *)rs;
     struct shard *s = ts_rpc_ctx(call);
-    uint32_t i, j;
+    struct ts_snap_piece piece;
+    bool ready;
     ts_status st = ts_job_id_check("job", req->job, err);
 
     if (st)
         return st;
     if (req->wait_ms > 60000)
         return ts_err_set(err, TS_EINVAL, "wait_ms: %u, at most 60000", req->wait_ms);
-    st = shard_params_write(&s->params, call, req->job, req->step, (int)req->wait_ms, resp, err);
-    for (i = 0; !st && i < resp->n_tensors; i++)
-        for (j = 0; j < resp->tensors[i]->n_partitions; j++)
-            resp->tensors[i]->partitions[j]->shard_id = ts_membership_id(s->membership);
-    return st;
+    ts_snap_piece_init(&piece, arena_alloc, call);
+    piece.shard = ts_membership_id(s->membership);
+    st = shard_params_write(&s->params, req->job, req->step, (int)req->wait_ms, &piece, &ready,
+                            &resp->min_version, err);
+    if (st || !ready)
+        return st;
+    resp->ready = true;
+    resp->tensors = piece.tensors;
+    resp->n_tensors = piece.n_tensors;
+    resp->job = (Tessera__V1__JobSpec *)piece.job;
+    resp->chunk_bytes = piece.chunk_bytes;
+    resp->bytes_written = piece.bytes_written;
+    return TS_OK;
 }
 
 static const struct ts_rpc_method shard_methods[] = {

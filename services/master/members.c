@@ -1,9 +1,12 @@
 /* members.c - see members.h.
  *
- * Members live in two arrays, shards and workers, where id = index + 1: heartbeats (the hot
- * path: thousands a second from large jobs) find their member in O(1). Registration finds an
- * instance through a hash index (open addressing, at most half full), so registering N workers
- * costs O(N), not O(N^2) (a scan took 11.5 s for 50,000 workers). */
+ * Members live in two arrays, shards and workers, in id order: heartbeats (the hot path:
+ * thousands a second from large jobs) find their member by binary search. Registration finds an
+ * instance through a hash index (open addressing, at most half full, holding positions), so
+ * registering N workers costs O(N), not O(N^2) (a scan took 11.5 s for 50,000 workers).
+ * Departed workers are forgotten, oldest first, once more than TS_MEMBERS_KEEP_DEPARTED of
+ * them are kept: a master that serves jobs for months holds the living, not every worker it
+ * ever saw. */
 #include "members.h"
 
 #include <ctype.h>
@@ -19,9 +22,10 @@
 #include "util/log.h"
 
 struct table {
-    struct ts_member *v;
+    struct ts_member *v;      /* by id, ascending */
     size_t n, cap;
-    uint32_t *index;          /* slots hold id (index + 1) or 0; size a power of two */
+    uint32_t next_id;
+    uint32_t *index;          /* slots hold a position + 1, or 0; size a power of two */
     size_t index_cap;
 };
 
@@ -170,9 +174,50 @@ static struct ts_member *find_instance(struct table *t, const char *instance)
 static void index_put(struct table *t, const struct ts_member *e)
 {
     size_t s = slot_of(t, e->instance);
+
     while (t->index[s])
         s = (s + 1) & (t->index_cap - 1);
-    t->index[s] = e->id;
+    t->index[s] = (uint32_t)(e - t->v) + 1;
+}
+
+/* The member with this id, or NULL. */
+static struct ts_member *find_id(struct table *t, uint32_t id)
+{
+    size_t lo = 0, hi = t->n;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->v[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < t->n && t->v[lo].id == id ? &t->v[lo] : NULL;
+}
+
+/* Forgets the oldest departed (left or dead) workers once more than TS_MEMBERS_KEEP_DEPARTED
+ * are kept, down to half that (so the rebuild is paid once per many departures). Moves
+ * members: call it last, with no member pointer held. */
+static void prune(struct table *t)
+{
+    size_t k = 0, gone = 0, drop;
+
+    for (size_t i = 0; i < t->n; i++)
+        gone += t->v[i].state != TS_MEMBER_ALIVE;
+    if (gone <= TS_MEMBERS_KEEP_DEPARTED)
+        return;
+    drop = gone - TS_MEMBERS_KEEP_DEPARTED / 2;
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->v[i].state != TS_MEMBER_ALIVE && drop) {
+            drop--;
+            continue;
+        }
+        t->v[k++] = t->v[i];
+    }
+    t->n = k;
+    memset(t->index, 0, t->index_cap * sizeof(*t->index));
+    for (size_t i = 0; i < t->n; i++)
+        index_put(t, &t->v[i]);
 }
 
 /* Indexes the member just appended (its instance set), growing the index to stay half empty. */
@@ -204,9 +249,9 @@ static ts_status append(struct table *t, struct ts_member **out, struct ts_err *
         t->v = v;
         t->cap = cap;
     }
-    *out = &t->v[t->n];
+    *out = &t->v[t->n++];
     memset(*out, 0, sizeof(**out));
-    (*out)->id = (uint32_t)++t->n;
+    (*out)->id = ++t->next_id;
     return TS_OK;
 }
 
@@ -229,6 +274,7 @@ static ts_status new_member(struct table *t, enum ts_member_kind kind, const cha
     e->last_heartbeat_ms = now_ms;
     if ((st = index_add(t, e, err))) {
         t->n--;
+        t->next_id--;
         return st;
     }
     *out = e;
@@ -389,10 +435,9 @@ static ts_status find_alive(struct ts_members *m, enum ts_member_kind kind, uint
 
     if (id == 0)
         return ts_err_set(err, TS_EINVAL, "id: required (the id RegisterShard/Worker returned)");
-    if (id > t->n)
-        return ts_err_set(err, TS_ENOTFOUND, "id: %s %u is not registered; register first",
-                          kind_name(kind), id);
-    e = &t->v[id - 1];
+    if (!(e = find_id(t, id)))
+        return ts_err_set(err, TS_ENOTFOUND, "id: %s %u is not registered (or left long ago); "
+                          "register first", kind_name(kind), id);
     if (e->state == TS_MEMBER_DEAD)
         return ts_err_set(err, TS_ESTATE,
                           "%s %u was declared dead (silent past its %u ms lease); register again",
@@ -468,12 +513,15 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
         else
             ts_log(TS_INFO, "master", "%s", why);
         *epoch = m->epoch;
+        if (kind == TS_MEMBER_WORKER)
+            prune(&m->workers);
     }
     pthread_mutex_unlock(&m->mu);
     return st;
 }
 
-static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms)
+static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms,
+                        void (*dead)(void *ctx, uint32_t worker), void *ctx)
 {
     char why[320];
     int n = 0;
@@ -492,17 +540,23 @@ static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms)
             new_epoch(m, "a shard died");
         } else {
             ts_log(TS_WARN, "master", "%s", why);
+            if (dead)
+                dead(ctx, e->id);
         }
     }
     return n;
 }
 
-int ts_members_expire(struct ts_members *m, int64_t now_ms)
+int ts_members_expire(struct ts_members *m, int64_t now_ms,
+                      void (*dead)(void *ctx, uint32_t worker), void *ctx)
 {
     int n;
 
     pthread_mutex_lock(&m->mu);
-    n = expire_table(m, &m->shards, now_ms) + expire_table(m, &m->workers, now_ms);
+    n = expire_table(m, &m->shards, now_ms, NULL, NULL) +
+        expire_table(m, &m->workers, now_ms, dead, ctx);
+    if (n)
+        prune(&m->workers);
     pthread_mutex_unlock(&m->mu);
     return n;
 }

@@ -7,7 +7,8 @@
  * same id back, so a retried RegisterShard is harmless), renews its lease with heartbeats, and
  * is declared dead by ts_members_expire() once silent past its lease. A dead member must
  * register again. The shard map epoch moves on whenever the set of alive shards changes, and
- * the ring (lib/placement) is rebuilt for it. Ids are never reused.
+ * the ring (lib/placement) is rebuilt for it. Ids are never reused. Departed workers beyond
+ * TS_MEMBERS_KEEP_DEPARTED are forgotten, oldest first (their ids are then NOT_FOUND).
  *
  * Validation lives here, so every entry point refuses bad input with TS_EINVAL naming the field
  * and changes nothing.
@@ -28,6 +29,8 @@
 #define TS_MEMBERS_MAX_ADDR 255
 #define TS_MEMBERS_MAX_INSTANCE 64
 #define TS_MEMBERS_MAX_REASON 256
+/* Departed workers kept for ClusterStatus; the oldest beyond are forgotten (members.c). */
+#define TS_MEMBERS_KEEP_DEPARTED 1024
 
 enum ts_member_kind { TS_MEMBER_SHARD = 1, TS_MEMBER_WORKER = 2 };
 enum ts_member_state { TS_MEMBER_ALIVE = 1, TS_MEMBER_DEAD = 2, TS_MEMBER_LEFT = 3 };
@@ -115,8 +118,10 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
 ts_status ts_members_check_epoch(struct ts_members *m, uint64_t known_epoch,
                                  struct ts_err *err) TS_MUST_CHECK;
 
-/* Declares dead every alive member silent past its lease; returns how many. Logs each. */
-int ts_members_expire(struct ts_members *m, int64_t now_ms);
+/* Declares dead every alive member silent past its lease; returns how many. Logs each, and
+ * calls dead (may be NULL; with the table's lock held) for each worker. */
+int ts_members_expire(struct ts_members *m, int64_t now_ms,
+                      void (*dead)(void *ctx, uint32_t worker), void *ctx);
 
 /* alive_only: only alive shards and no workers (GetShardMap). */
 ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,

@@ -99,8 +99,8 @@ static void lease_expiry_marks_dead_and_moves_epoch(void **state)
     assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, b, epoch, 0, 900, &g, NULL),
                      TS_OK);
     assert_false(g.map_changed);
-    assert_int_equal(ts_members_expire(m, 1000), 0); /* exactly at the lease: still alive */
-    assert_int_equal(ts_members_expire(m, 1001), 1); /* a is silent past it */
+    assert_int_equal(ts_members_expire(m, 1000, NULL, NULL), 0); /* exactly at the lease: still alive */
+    assert_int_equal(ts_members_expire(m, 1001, NULL, NULL), 1); /* a is silent past it */
     assert_int_equal(ts_members_epoch(m), epoch + 1);
     assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, a, 0, 0, 1002, &g, &e), TS_ESTATE);
     assert_non_null(strstr(e.msg, "register again"));
@@ -175,7 +175,7 @@ static void deregister_and_replacement(void **state)
     assert_int_equal(ts_members_register_worker(m, "host", 42, "", NULL, "w1", 0, 0, &g, NULL),
                      TS_OK);
     assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, g.id, 0, 17, 1, &g, NULL), TS_OK);
-    assert_int_equal(ts_members_expire(m, 4000), 2); /* the worker and shard c */
+    assert_int_equal(ts_members_expire(m, 4000, NULL, NULL), 2); /* the worker and shard c */
     assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
     assert_int_equal(v.workers[0].clock, 17);
     assert_int_equal(v.workers[0].state, TS_MEMBER_DEAD);
@@ -216,6 +216,51 @@ static void create_validates_lease(void **state)
     assert_null(m);
 }
 
+/* A master that serves jobs for months: departed workers beyond TS_MEMBERS_KEEP_DEPARTED are
+ * forgotten, oldest first, while the living keep their ids, heartbeats and instances. */
+static void departed_workers_are_forgotten(void **state)
+{
+    struct ts_members *m = mk(3000);
+    struct ts_member_grant g, again;
+    struct ts_members_view v;
+    uint32_t first = 0, keeper;
+    uint64_t epoch;
+    char inst[32];
+    struct ts_err e = { 0 };
+
+    (void)state;
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "keeper", 0, 0, &g, NULL),
+                     TS_OK);
+    keeper = g.id;
+    for (int i = 0; i < 3000; i++) {
+        snprintf(inst, sizeof(inst), "w%d", i);
+        assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, inst, 0, 0, &g, NULL),
+                         TS_OK);
+        if (i == 0)
+            first = g.id;
+        assert_int_equal(ts_members_deregister(m, TS_MEMBER_WORKER, g.id, "done", &epoch, NULL),
+                         TS_OK);
+    }
+    assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+    assert_true(v.nworkers <= TS_MEMBERS_KEEP_DEPARTED + 1);
+    assert_true(v.nworkers > TS_MEMBERS_KEEP_DEPARTED / 2);
+    for (size_t i = 1; i < v.nworkers; i++)
+        assert_true(v.workers[i].id > v.workers[i - 1].id);
+    ts_members_view_free(&v);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, keeper, 0, 0, 10, &g, NULL),
+                     TS_OK);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, first, 0, 0, 10, &g, &e),
+                     TS_ENOTFOUND);
+    /* The living instance registering again gets its id back; a new one gets a new id. */
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "keeper", 0, 20, &again,
+                                                NULL), TS_OK);
+    assert_int_equal(again.id, keeper);
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "new", 0, 20, &again,
+                                                NULL), TS_OK);
+    assert_int_equal(again.id, first + 3000);
+    ts_members_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -226,6 +271,7 @@ int main(void)
         cmocka_unit_test(deregister_and_replacement),
         cmocka_unit_test(many_workers_keep_their_ids),
         cmocka_unit_test(create_validates_lease),
+        cmocka_unit_test(departed_workers_are_forgotten),
     };
     ts_log_set_level(TS_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -93,6 +93,18 @@ static bool async_mode(const struct ts_job *j)
     return j->mode == TS_MODE_SSP || j->mode == TS_MODE_ASP;
 }
 
+uint64_t ts_part_mem(const struct ts_job *job, uint64_t len)
+{
+    uint64_t slen = job->mode == TS_MODE_REDUCE ? 0 : ts_optim_state_len(job->optim.kind);
+    uint64_t per_worker = 2 + (async_mode(job) ? 3 * sizeof(uint64_t) : 0);
+
+    /* What ts_part_create allocates below: values, state, the sum, one apply block, the
+     * per-rank flags and clocks. */
+    return sizeof(struct ts_part) + len * sizeof(float) * (1 + slen) +
+           len * (job->exact ? sizeof(int64_t) : sizeof(float)) +
+           (len < APPLY_BLOCK ? len : APPLY_BLOCK) * sizeof(float) + job->workers * per_worker;
+}
+
 ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const char *name,
                          uint32_t index, uint64_t offset, uint64_t len, const char *init,
                          uint64_t seed, uint64_t fan_in, uint64_t fan_out, float *storage,

@@ -71,6 +71,10 @@ bool ts_job_equal(const struct ts_job *a, const struct ts_job *b);
 /* A partition: opaque outside lib/ps (its fields are in part_internal.h). */
 struct ts_part;
 
+/* Bytes of memory ts_part_create allocates for a partition of len elements of job (values
+ * included, even where the caller provides them: they are memory all the same). A shard
+ * checks its budget with it before creating anything. */
+uint64_t ts_part_mem(const struct ts_job *job, uint64_t len);
 /* Creates partition `index` ([offset, offset+len) of tensor `name`) and initialises its values
  * with lib/tensor's deterministic initializer. storage: NULL to allocate the values here, or
  * len floats of the caller's (a shard's shared region, which co-located workers map) that

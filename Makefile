@@ -35,7 +35,8 @@ DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy 
             clang libclang-rt-14-dev
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
-UNIT_TESTS := test_ring test_reflection test_util test_members test_rpc test_tensor test_part \
+UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \
+              test_part \
               test_part_sums \
               test_frame test_transport test_mlp test_data test_store test_verify \
               test_snapshot test_codec

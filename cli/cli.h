@@ -24,7 +24,7 @@ int cli_open_store(const char *cmd, const char *store, const char *master, int t
 
 /* What `tessera train` (and `tessera demo`) run (train.c). */
 struct train_cli {
-    bool local, exact, json, amp;
+    bool local, exact, json, amp, keep;
     int workers, epochs, batch, micro, partition_kb;
     int64_t steps, seed, staleness, delay_ms;
     const char *job, *optimizer, *transport;
@@ -47,6 +47,8 @@ struct cluster_opts {
     const char *restore;            /* snapshot id the shards start from (NULL: none) */
     const char *branch;             /* the master's --branch (NULL: its default) */
     int snapshot_every;             /* the master's --snapshot-every (0: off) */
+    int64_t mem_budget_mib;         /* each shard's --mem-budget (0: half the machine's memory
+                                     * shared among the shards) */
 };
 
 /* A shard process of a local cluster. Its log is DIR/shard-<id>.log once the master has given

@@ -8,6 +8,7 @@
  * so that its log and every message name the shard as the master and `tessera status` do. */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,14 +119,19 @@ static void shard_file(const struct cluster *c, int i, const char *ext, char *ou
 static ts_status start_shards(const struct cluster_opts *o, struct cluster *c, const char *bin,
                               struct ts_err *err)
 {
-    char exe[700], log[700], port_file[700];
+    char exe[700], log[700], port_file[700], budget[32];
     char *argv[12] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     int n = 5;
     ts_status st;
 
     snprintf(exe, sizeof(exe), "%s/tessera-shard", bin);
     n = add_flag(argv, n, "--store", o->store);
     n = add_flag(argv, n, "--restore", o->restore);
+    /* Shards on one machine share it: half of its memory among them, unless told. */
+    snprintf(budget, sizeof(budget), "%" PRId64, o->mem_budget_mib ? o->mem_budget_mib
+             : pages > 0 && page > 0 ? (int64_t)pages * page / 2 / o->shards >> 20 : 4096);
+    n = add_flag(argv, n, "--mem-budget", budget);
     argv[n] = NULL;
     c->shards = calloc((size_t)o->shards + 1, sizeof(*c->shards));
     if (!c->shards)

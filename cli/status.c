@@ -48,6 +48,18 @@ static void free_views(Tessera__V1__ShardStatusResponse **v, size_t n)
     free(v);
 }
 
+static const char *job_state_name(Tessera__V1__JobState s)
+{
+    switch (s) {
+    case TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING: return "running";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_IDLE: return "idle";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_FINISHED: return "finished";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_FAILED: return "failed";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_ABANDONED: return "abandoned";
+    default: return "unknown";
+    }
+}
+
 static void print_json(const char *addr, const Tessera__V1__ClusterStatusResponse *cs,
                        Tessera__V1__ShardStatusResponse **views)
 {
@@ -102,6 +114,23 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_end(&j);
     }
     ts_json_end(&j);
+    ts_json_arr(&j, "jobs");
+    for (size_t i = 0; i < cs->n_jobs; i++) {
+        const Tessera__V1__JobInfo *jb = cs->jobs[i];
+        ts_json_obj(&j, NULL);
+        ts_json_str(&j, "id", jb->id);
+        ts_json_str(&j, "state", job_state_name(jb->state));
+        ts_json_uint(&j, "workers", jb->workers);
+        ts_json_uint(&j, "alive", jb->alive);
+        ts_json_uint(&j, "finished", jb->finished);
+        ts_json_bool(&j, "released", jb->released);
+        ts_json_int(&j, "started_unix_ms", jb->started_unix_ms);
+        ts_json_int(&j, "ended_unix_ms", jb->ended_unix_ms);
+        ts_json_str(&j, "params_sha256", jb->fingerprint);
+        ts_json_str(&j, "reason", jb->reason);
+        ts_json_end(&j);
+    }
+    ts_json_end(&j);
     ts_json_obj(&j, "snapshots");
     ts_json_str(&j, "store", cs->store);
     ts_json_str(&j, "branch", cs->branch);
@@ -151,6 +180,16 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                w->addr);
     }
     if (!cs->n_workers)
+        printf("(none)\n");
+    printf("\n%-24s %-9s %-8s %-9s %-8s %s\n", "JOB", "STATE", "WORKERS", "FINISHED", "FREED",
+           "PARAMS_SHA256 / REASON");
+    for (size_t i = 0; i < cs->n_jobs; i++) {
+        const Tessera__V1__JobInfo *jb = cs->jobs[i];
+        printf("%-24s %-9s %-8u %-9u %-8s %.64s\n", jb->id, job_state_name(jb->state),
+               jb->workers, jb->finished, jb->released ? "yes" : "no",
+               jb->reason[0] ? jb->reason : jb->fingerprint);
+    }
+    if (!cs->n_jobs)
         printf("(none)\n");
     if (cs->store[0]) {
         printf("\nsnapshots: store %s, branch %s", cs->store, cs->branch);

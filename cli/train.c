@@ -65,6 +65,8 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
         argv[n++] = "--exact";
     if (t->json)
         argv[n++] = "--json";
+    if (t->keep)
+        argv[n++] = "--keep";
     if (t->transport) {
         argv[n++] = "--transport";
         argv[n++] = (char *)t->transport;

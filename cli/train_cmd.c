@@ -74,6 +74,9 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "testing: delay each data-plane send by MS", 0, 60000 };
     flags[n++] = (struct ts_flag){ "job", TS_FLAG_STR, &t->job, "ID",
                                    "job id (default: a new one per run, train-PID-MS)", 0, 0 };
+    flags[n++] = (struct ts_flag){ "keep", TS_FLAG_BOOL, &t->keep, NULL,
+                                   "the shards keep the job when it finishes (to snapshot it or "
+                                   "train it on with the same --job)", 0, 0 };
     flags[n++] = (struct ts_flag){ "json", TS_FLAG_BOOL, &t->json, NULL,
                                    "end with one JSON line: test_accuracy, params_sha256, "
                                    "steps, samples_per_s", 0, 0 };

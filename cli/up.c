@@ -8,7 +8,7 @@
 #include "util/proc.h"
 
 struct up_flags {
-    int64_t shards, master_port, lease_ms, snapshot_every;
+    int64_t shards, master_port, lease_ms, snapshot_every, mem_budget;
     const char *dir, *store, *restore, *branch;
 };
 
@@ -28,6 +28,9 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
         { "restore", TS_FLAG_STR, &f->restore, "REF", "start the shards from this snapshot "
           "(branch, tag, id or HEAD; checked first)", 0, 0 },
         { "branch", TS_FLAG_STR, &f->branch, "NAME", "branch new snapshots go to", 0, 0 },
+        { "mem-budget", TS_FLAG_INT, &f->mem_budget, "MIB", "memory each shard's partitions "
+          "may use (default: half the machine's, shared among the shards)", 1,
+          INT64_C(1) << 30 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -90,7 +93,8 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
 {
     struct cluster_opts o = { .shards = (int)f->shards, .master_port = (int)f->master_port,
                               .dir = f->dir, .lease_ms = (int)f->lease_ms, .store = f->store,
-                              .branch = f->branch, .snapshot_every = (int)f->snapshot_every };
+                              .branch = f->branch, .snapshot_every = (int)f->snapshot_every,
+                              .mem_budget_mib = f->mem_budget };
     char hex[TS_STORE_HEX_LEN + 1];
     struct ts_err err = { 0 };
     int rc;

@@ -68,6 +68,9 @@ struct tessera_options {
                               * gradient summed locally in between (NULL: all every step) */
     int loss_scale;          /* enum tessera_loss_scale: dynamic loss scaling for fp16 pushes */
     int delay_ms;            /* testing: every data-plane send sleeps this long first */
+    int keep;                /* 1: once every worker has finished, the shards keep the job
+                              * (idle) for a later run of it or a snapshot, until the master's
+                              * --idle-job-ms; 0: the job is freed when its workers finish */
 };
 
 /* Dynamic loss scaling (GradScaler's defaults: 2^16 at first, halved when a step overflowed,
@@ -84,6 +87,10 @@ enum tessera_loss_scale {
 typedef struct tessera tessera;
 
 int tessera_connect(const struct tessera_options *o, tessera **out, struct tessera_error *err);
+/* How this worker's part of the job ended, told to the master by tessera_close: failed 0 with
+ * the final params_sha256 (64 hex digits; NULL or "" if not computed), or failed 1 with a
+ * reason. A job fails when one worker fails; without this call a worker leaves finished. */
+void tessera_set_result(tessera *t, int failed, const char *fingerprint_or_reason);
 void tessera_close(tessera *t);
 
 /* Registers a float32 tensor (idempotent: every rank registers the same tensors in the same

@@ -123,6 +123,10 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
 
     gethostname(host, sizeof(host) - 1);
     mc.addr = host;
+    mc.job = t->job.id;
+    mc.rank = o->rank;
+    mc.workers = o->workers;
+    mc.keep = o->keep != 0;
     if ((st = ts_master_open(o->master, &t->master, err)) ||
         (st = ts_membership_start(t->master, &mc, 10000, &t->ms, err)) ||
         (st = ts_cluster_open(o->master, &t->cl, err)))
@@ -186,6 +190,12 @@ static void tensor_free(struct sdk_tensor *x)
     free(x->rgrad);
     sdk_region_free(x);
     free(x);
+}
+
+void tessera_set_result(tessera *t, int failed, const char *text)
+{
+    if (t)
+        ts_membership_end(t->ms, failed != 0, text);
 }
 
 void tessera_close(tessera *t)

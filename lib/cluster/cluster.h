@@ -67,6 +67,11 @@ struct ts_membership_cfg {
     const char *role;                         /* workers: NULL/"" a trainer, "verify" */
     const char *service;                      /* role verify: its gRPC host:port */
     uint32_t lease_ms;                        /* 0: the master's default */
+    /* Trainers: the job (NULL or "": none), this rank, the job's worker count, and whether the
+     * shards keep the job once every worker finished (docs/operations.md). */
+    const char *job;
+    uint32_t rank, workers;
+    bool keep;
     /* Shards: the data-plane listeners to publish (borrowed until ts_membership_start
      * returns; copied for re-registration). */
     Tessera__V1__DataPlaneEndpoint **endpoints;
@@ -81,6 +86,10 @@ struct ts_membership_cfg {
 ts_status ts_membership_start(struct ts_master *m, const struct ts_membership_cfg *cfg,
                               int deadline_ms, struct ts_membership **out,
                               struct ts_err *err) TS_MUST_CHECK;
+/* How this worker's part of its job ended, for the Deregister of ts_membership_stop: failed
+ * with a reason, else finished with its final fingerprint (64 hex digits, or ""). Without it a
+ * worker leaves finished, without a fingerprint. */
+void ts_membership_end(struct ts_membership *ms, bool failed, const char *text);
 /* Stops heartbeating; with deregister, tells the master first (a clean leave). */
 void ts_membership_stop(struct ts_membership *ms, bool deregister);
 uint32_t ts_membership_id(struct ts_membership *ms);

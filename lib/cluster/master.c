@@ -1,5 +1,6 @@
 /* master.c - see cluster.h: the master handle and memberships. */
 #include "cluster/cluster.h"
+#include "util/names.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,6 +22,9 @@ struct ts_membership {
     struct ts_membership_cfg cfg;
     char addr[256];
     char instance[40];
+    char job[TS_JOB_ID_MAX + 1];      /* cfg.job, copied */
+    bool failed;                      /* the outcome Deregister reports (ts_membership_end) */
+    char outcome[257];                /* its fingerprint or reason */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -173,6 +177,10 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
         req.lease_ms = ms->cfg.lease_ms;
         req.role = (char *)(ms->cfg.role ? ms->cfg.role : "");
         req.addr = (char *)(ms->cfg.service ? ms->cfg.service : "");
+        req.job = ms->job;
+        req.rank = ms->cfg.rank;
+        req.workers = ms->cfg.workers;
+        req.keep = ms->cfg.keep;
         if ((st = CALL(ms->m, "RegisterWorker", &req,
                        &tessera__v1__register_worker_response__descriptor, &resp, deadline_ms,
                        err)))
@@ -275,6 +283,8 @@ ts_status ts_membership_start(struct ts_master *m, const struct ts_membership_cf
     ms->nendpoints = cfg->nendpoints;
     ms->cfg.endpoints = NULL;
     snprintf(ms->addr, sizeof(ms->addr), "%s", cfg->addr ? cfg->addr : "");
+    snprintf(ms->job, sizeof(ms->job), "%s", cfg->job ? cfg->job : "");
+    ms->cfg.job = NULL;
     ts_proc_instance_id(ms->instance, sizeof(ms->instance));
     pthread_mutex_init(&ms->mu, NULL);
     pthread_cond_init(&ms->cv, NULL);
@@ -306,7 +316,12 @@ void ts_membership_stop(struct ts_membership *ms, bool deregister)
         struct ts_err err = { 0 };
         req.kind = ms->cfg.kind;
         req.id = atomic_load(&ms->id);
-        req.reason = "clean shutdown";
+        req.reason = ms->failed ? ms->outcome : (char *)"clean shutdown";
+        if (ms->cfg.kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER && ms->job[0]) {
+            req.outcome = ms->failed ? TESSERA__V1__WORKER_OUTCOME__WORKER_OUTCOME_FAILED
+                                     : TESSERA__V1__WORKER_OUTCOME__WORKER_OUTCOME_FINISHED;
+            req.fingerprint = ms->failed ? (char *)"" : ms->outcome;
+        }
         if (CALL(ms->m, "Deregister", &req, &tessera__v1__deregister_response__descriptor,
                  &resp, 2000, &err))
             ts_log(TS_WARN, "member", "deregister: %s", err.msg);
@@ -316,6 +331,14 @@ void ts_membership_stop(struct ts_membership *ms, bool deregister)
     pthread_mutex_destroy(&ms->mu);
     pthread_cond_destroy(&ms->cv);
     free(ms);
+}
+
+void ts_membership_end(struct ts_membership *ms, bool failed, const char *text)
+{
+    if (!ms)
+        return;
+    ms->failed = failed;
+    snprintf(ms->outcome, sizeof(ms->outcome), "%s", text ? text : "");
 }
 
 uint32_t ts_membership_id(struct ts_membership *ms)

@@ -111,10 +111,10 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static char *option_names[] = { "master", "job", "rank", "workers", "exact", "optimizer",
                                 "batch", "transport", "timeout_ms", "data_seed", "micro_batch",
                                 "mode", "staleness", "compress", "sync_every", "loss_scale",
-                                "delay_ms", NULL };
+                                "delay_ms", "keep", NULL };
 enum { O_MASTER, O_JOB, O_RANK, O_WORKERS, O_EXACT, O_OPTIMIZER, O_BATCH, O_TRANSPORT,
        O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS, O_DELAY,
-       O_COUNT };
+       O_KEEP, O_COUNT };
 
 static int get_batch(PyObject *o, double *out)
 {
@@ -154,7 +154,8 @@ static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt,
          get_list(o[O_COMPRESS], "compress", &opt->compress, &made[0]) ||
          get_list(o[O_SYNC], "sync_every", &opt->sync_every, &made[1]) ||
          get_loss_scale(o[O_LOSS], &opt->loss_scale) ||
-         get_uint(o[O_DELAY], "delay_ms", INT32_MAX, &v[O_DELAY]);
+         get_uint(o[O_DELAY], "delay_ms", INT32_MAX, &v[O_DELAY]) ||
+         (opt->keep = o[O_KEEP] ? PyObject_IsTrue(o[O_KEEP]) : 0) < 0;
     for (int i = 0; i < 2; i++) {
         if (made[i] && PyList_Append(keep, made[i]))
             rc = -1;
@@ -182,10 +183,10 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
         invalid("Client: already connected; make a new Client");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOO:Client", option_names,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOO:Client", option_names,
                                      &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
                                      &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
-                                     &o[15], &o[16]))
+                                     &o[15], &o[16], &o[17]))
         return -1;
     /* The SDK copies what it keeps; the arguments are kept anyway, as cheap insurance. */
     for (int i = 0; i < O_COUNT; i++)
@@ -241,8 +242,35 @@ static PyObject *client_enter(struct client *self, PyObject *unused)
     return Py_NewRef(self);
 }
 
+/* set_result(failed, text=None): how this worker's part of the job ended (tessera.h). */
+static PyObject *client_set_result(struct client *self, PyObject *args)
+{
+    int failed = 0;
+    const char *text = NULL;
+
+    if (!PyArg_ParseTuple(args, "p|z:set_result", &failed, &text))
+        return NULL;
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    tessera_set_result(self->t, failed, text);
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
 static PyObject *client_exit(struct client *self, PyObject *args)
 {
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+
+    if (!PyArg_ParseTuple(args, "|OOO", &type, &value, &tb))
+        return NULL;
+    if (type && type != Py_None) {   /* leaving on an exception: this worker failed */
+        PyObject *text = value ? PyObject_Str(value) : NULL;
+        const char *why = text ? PyUnicode_AsUTF8(text) : NULL;
+        PyErr_Clear();
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        tessera_set_result(self->t, 1, why && why[0] ? why : ((PyTypeObject *)type)->tp_name);
+        PyThread_release_lock(self->lock);
+        Py_XDECREF(text);
+    }
     client_close_handle(self);
     Py_RETURN_FALSE;
 }
@@ -606,6 +634,10 @@ static PyMethodDef client_methods[] = {
     { "stats", (PyCFunction)client_stats, METH_NOARGS,
       "stats() -> dict: steps, steps_skipped, staleness_last, staleness_max, bytes_pushed,\n"
       "bytes_raw, loss_scale" },
+    { "set_result", (PyCFunction)client_set_result, METH_VARARGS,
+      "set_result(failed, text=None): how this worker's part of the job ended, told to the\n"
+      "master at close: failed False with the final params_sha256, or True with a reason.\n"
+      "Leaving a with-block on an exception sets it to failed." },
     { "close", (PyCFunction)client_close, METH_NOARGS,
       "close(): leaves the cluster and frees the handle (idempotent)" },
     { "__enter__", (PyCFunction)client_enter, METH_NOARGS, NULL },

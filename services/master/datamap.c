@@ -98,7 +98,7 @@ static ts_status compare(const struct datamap_job *ref, const Tessera__V1__Check
 }
 
 ts_status datamap_check(struct datamap *d, const Tessera__V1__CheckDataRequest *req,
-                        char *source, size_t source_len, struct ts_err *err)
+                        bool may_add, char *source, size_t source_len, struct ts_err *err)
 {
     struct datamap_job *j = NULL;
     ts_status st = check_request(req, err);
@@ -113,9 +113,12 @@ ts_status datamap_check(struct datamap *d, const Tessera__V1__CheckDataRequest *
         st = compare(&d->restored, req, err);
     if (!st && j) {
         st = compare(j, req, err);
+    } else if (!st && !may_add) {
+        st = ts_err_set(err, TS_ESTATE, "job: '%s' has no registered worker; a worker of the "
+                        "job registers (RegisterWorker.job) before it checks its data", req->job);
     } else if (!st && d->njobs == DATAMAP_MAX_JOBS) {
-        st = ts_err_set(err, TS_ENOMEM, "job: the master holds %d data maps; restart it",
-                        DATAMAP_MAX_JOBS);
+        st = ts_err_set(err, TS_ENOMEM, "job: the master holds %d data maps, its most; wait "
+                        "for a job to end", DATAMAP_MAX_JOBS);
     } else if (!st) { /* the first worker's map is the job's reference */
         j = &d->jobs[d->njobs];
         if (!(j->e = calloc(req->n_checksums, sizeof(*j->e)))) {
@@ -136,6 +139,19 @@ ts_status datamap_check(struct datamap *d, const Tessera__V1__CheckDataRequest *
         snprintf(source, source_len, "%s", d->restored.n ? d->restored.source : j->source);
     pthread_mutex_unlock(&d->mu);
     return st;
+}
+
+void datamap_drop(struct datamap *d, const char *job)
+{
+    pthread_mutex_lock(&d->mu);
+    for (size_t i = 0; i < d->njobs; i++)
+        if (strcmp(d->jobs[i].job, job) == 0) {
+            free(d->jobs[i].e);
+            d->jobs[i] = d->jobs[--d->njobs];
+            memset(&d->jobs[d->njobs], 0, sizeof(d->jobs[0]));
+            break;
+        }
+    pthread_mutex_unlock(&d->mu);
 }
 
 ts_status datamap_manifest(struct datamap *d, const char *job,

@@ -10,6 +10,7 @@
 #define TS_MASTER_DATAMAP_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tessera/v1/master.pb-c.h"
@@ -17,7 +18,10 @@
 #include "tessera/v1/snapshot.pb-c.h"
 #include "util/err.h"
 
-#define DATAMAP_MAX_JOBS 64
+#include "jobs.h"
+
+/* A map is kept only for a job that holds resources (jobs.h), so --max-jobs bounds them. */
+#define DATAMAP_MAX_JOBS JOBS_MAX
 
 struct datamap_entry {
     char name[129];
@@ -44,10 +48,14 @@ void datamap_fini(struct datamap *d);
 /* Takes the restored snapshot's map (source: "snapshot <id>"). */
 ts_status datamap_restore(struct datamap *d, const Tessera__V1__Manifest *m, const char *source,
                           struct ts_err *err) TS_MUST_CHECK;
-/* Checks req against the job's reference (setting it from req when there is none). On TS_OK
- * *source (TS: static-lifetime within d) names the reference. Errors name the field. */
+/* Checks req against the job's reference (setting it from req when there is none and
+ * may_add: the job is one the master tracks; else TS_ESTATE). On TS_OK *source names the
+ * reference. Errors name the field. */
 ts_status datamap_check(struct datamap *d, const Tessera__V1__CheckDataRequest *req,
-                        char *source, size_t source_len, struct ts_err *err) TS_MUST_CHECK;
+                        bool may_add, char *source, size_t source_len,
+                        struct ts_err *err) TS_MUST_CHECK;
+/* Forgets job's map (the job was released). */
+void datamap_drop(struct datamap *d, const char *job);
 /* The job's map as manifest entries: *entries malloc'd (entries and their strings in one
  * block, caller frees *entries with free()), *n entries; none: *n 0. */
 ts_status datamap_manifest(struct datamap *d, const char *job,

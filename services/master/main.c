@@ -10,7 +10,12 @@
 #include "util/log.h"
 #include "util/proc.h"
 
-static atomic_bool stopping;
+atomic_bool master_stopping;
+
+static void worker_died(void *ctx, uint32_t worker)
+{
+    jobs_dead(ctx, worker, ts_now_ms());
+}
 
 /* Declares members dead once silent past their lease; checks 20 times a lease. */
 static void *reaper(void *arg)
@@ -18,8 +23,8 @@ static void *reaper(void *arg)
     struct master *m = arg;
     int64_t period = m->lease_ms / 20 > 10 ? m->lease_ms / 20 : 10;
 
-    while (!atomic_load(&stopping)) {
-        ts_members_expire(m->members, ts_now_ms());
+    while (!atomic_load(&master_stopping)) {
+        ts_members_expire(m->members, ts_now_ms(), worker_died, m->jobs);
         ts_sleep_ms(period);
     }
     return NULL;
@@ -29,7 +34,8 @@ int main(int argc, char **argv)
 {
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:7070");
     const char *store = NULL, *restore = NULL, *branch = NULL;
-    int64_t lease_ms = 3000, vnodes = 0, every = 0;
+    int64_t lease_ms = 3000, vnodes = 0, every = 0, max_jobs = JOBS_DEFAULT_MAX;
+    int64_t idle_ms = JOBS_DEFAULT_IDLE_MS, history = JOBS_DEFAULT_HISTORY;
     const struct ts_flag flags[] = {
         TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:7070; port 0 picks a free one)"),
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "default member lease (default 3000)", 100,
@@ -44,14 +50,24 @@ int main(int argc, char **argv)
                                                    "snapshots continue its history", 0, 0 },
         { "branch", TS_FLAG_STR, &branch, "NAME", "branch for new snapshots (default: the "
                                                   "restored branch, or HEAD's)", 0, 0 },
+        { "max-jobs", TS_FLAG_INT, &max_jobs, "N", "jobs the shards hold at once: running, "
+                                                   "idle or being freed (default 64)", 1,
+          JOBS_MAX },
+        { "idle-job-ms", TS_FLAG_INT, &idle_ms, "MS", "how long a job trained with --keep stays "
+                                                      "on the shards after its workers finish "
+                                                      "(default 3600000)", 1, INT64_C(1) << 40 },
+        { "job-history", TS_FLAG_INT, &history, "N", "ended jobs kept as a summary for tessera "
+                                                     "status, for a day at most (default 256)",
+          1, 100000 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
     struct ts_rpc_server *srv = NULL;
     struct master m = { 0 };
     struct ts_members_cfg cfg;
+    struct jobs_cfg jcfg;
     int sig, rc = 1;
-    pthread_t reap;
+    pthread_t reap, release;
 
     ts_proc_block_signals();
     if ((rc = ts_flags_program("tessera-master", NULL,
@@ -61,6 +77,8 @@ int main(int argc, char **argv)
     rc = 1;
     cfg = (struct ts_members_cfg){ .default_lease_ms = (uint32_t)lease_ms,
                                    .vnodes = (unsigned)vnodes };
+    jcfg = (struct jobs_cfg){ .max_jobs = (uint32_t)max_jobs, .idle_ms = idle_ms,
+                              .history_max = (uint32_t)history };
     m.started_ms = ts_now_ms();
     m.lease_ms = lease_ms;
     if ((every || restore || branch) && !store) {
@@ -69,7 +87,7 @@ int main(int argc, char **argv)
         return 2;
     }
     datamap_init(&m.data);
-    if (ts_members_create(&cfg, &m.members, &err) ||
+    if (ts_members_create(&cfg, &m.members, &err) || jobs_create(&jcfg, &m.jobs, &err) ||
         snapper_open(&m.snap, m.members, &m.data, store, restore, branch, (uint32_t)every,
                      &err))
         goto out;
@@ -79,11 +97,13 @@ int main(int argc, char **argv)
     ts_log(TS_INFO, "master", "serving tessera.v1.Master on port %d (lease %lld ms)",
            ts_rpc_server_port(srv), (long long)lease_ms);
     pthread_create(&reap, NULL, reaper, &m);
+    pthread_create(&release, NULL, releaser_main, &m);
     sig = ts_proc_wait_signal(-1);
     ts_log(TS_INFO, "master", "signal %d: draining calls (up to %lld ms), then exiting", sig,
            (long long)so.grace_ms);
-    atomic_store(&stopping, true);
+    atomic_store(&master_stopping, true);
     pthread_join(reap, NULL);
+    pthread_join(release, NULL);
     snapper_stop(&m.snap);
     ts_rpc_server_shutdown(srv, (int)so.grace_ms);
     rc = 0;
@@ -94,5 +114,6 @@ out:
     snapper_close(&m.snap);
     datamap_fini(&m.data);
     ts_members_free(m.members);
+    jobs_free(m.jobs);
     return rc;
 }

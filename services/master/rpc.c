@@ -1,9 +1,11 @@
 /* rpc.c - tessera.v1.Master handlers: decode, call members.c, encode. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "master.h"
 #include "tessera/v1/master.pb-c.h"
+#include "util/log.h"
 #include "util/names.h"
 #include "util/proc.h"
 
@@ -59,11 +61,21 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     Tessera__V1__RegisterWorkerResponse *resp = (void *)rs;
     struct master *m = ts_rpc_ctx(call);
     struct ts_member_grant g;
+    struct ts_err ignored = { 0 };
+    uint64_t epoch;
     ts_status st = ts_members_register_worker(m->members, req->host, req->pid, req->role,
                                               req->addr, req->instance, req->lease_ms,
                                               ts_now_ms(), &g, err);
     if (st)
         return st;
+    if (req->job[0] && (st = jobs_join(m->jobs, req->job, g.id, req->rank, req->workers,
+                                       req->keep, ts_now_ms(), err))) {
+        /* Refused: the worker was not let in (a retry registers it again). */
+        if (ts_members_deregister(m->members, TS_MEMBER_WORKER, g.id, "its job refused it",
+                                  &epoch, &ignored))
+            ts_log(TS_WARN, "master", "worker %u: %s", g.id, ignored.msg);
+        return st;
+    }
     resp->worker_id = g.id;
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
@@ -99,9 +111,20 @@ static ts_status deregister(struct ts_rpc_call *call, const ProtobufCMessage *rq
     const Tessera__V1__DeregisterRequest *req = (const void *)rq;
     Tessera__V1__DeregisterResponse *resp = (void *)rs;
     struct master *m = ts_rpc_ctx(call);
+    ts_status st;
 
-    return ts_members_deregister(m->members, (enum ts_member_kind)req->kind, req->id,
-                                 req->reason, &resp->epoch, err);
+    if (req->outcome > TESSERA__V1__WORKER_OUTCOME__WORKER_OUTCOME_FAILED)
+        return ts_err_set(err, TS_EINVAL, "outcome: %d is not a WorkerOutcome", req->outcome);
+    if (req->fingerprint[0] && strspn(req->fingerprint, "0123456789abcdef") != 64)
+        return ts_err_set(err, TS_EINVAL, "fingerprint: want 64 lowercase hex digits or \"\"");
+    if ((st = ts_members_deregister(m->members, (enum ts_member_kind)req->kind, req->id,
+                                    req->reason, &resp->epoch, err)))
+        return st;
+    if (req->kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER)
+        jobs_leave(m->jobs, req->id,
+                   req->outcome == TESSERA__V1__WORKER_OUTCOME__WORKER_OUTCOME_FAILED,
+                   req->fingerprint, req->reason, ts_now_ms());
+    return TS_OK;
 }
 
 static Tessera__V1__ShardInfo **shard_infos(struct ts_rpc_call *call,
@@ -162,6 +185,35 @@ static Tessera__V1__WorkerInfo **worker_infos(struct ts_rpc_call *call,
     return out;
 }
 
+/* The job table as JobInfo messages in call's arena. */
+static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
+                           Tessera__V1__ClusterStatusResponse *resp, struct ts_err *err)
+{
+    struct job_info *v;
+    size_t n;
+    ts_status st = jobs_list(m->jobs, &v, &n, err);
+
+    if (st)
+        return st;
+    resp->jobs = ts_rpc_alloc(call, (n + 1) * sizeof(*resp->jobs));
+    for (size_t i = 0; i < n; i++) {
+        Tessera__V1__JobInfo *j = ts_rpc_new(call, &tessera__v1__job_info__descriptor);
+        j->id = ts_rpc_strdup(call, v[i].id);
+        j->state = (Tessera__V1__JobState)v[i].state;
+        j->workers = v[i].workers;
+        j->alive = v[i].alive;
+        j->finished = v[i].finished;
+        j->released = v[i].released;
+        j->started_unix_ms = v[i].started_unix_ms;
+        j->ended_unix_ms = v[i].ended_unix_ms;
+        j->fingerprint = ts_rpc_strdup(call, v[i].fingerprint);
+        j->reason = ts_rpc_strdup(call, v[i].reason);
+        resp->jobs[resp->n_jobs++] = j;
+    }
+    free(v);
+    return TS_OK;
+}
+
 static ts_status get_shard_map(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                                ProtobufCMessage *rs, struct ts_err *err)
 {
@@ -206,7 +258,7 @@ static ts_status cluster_status(struct ts_rpc_call *call, const ProtobufCMessage
     resp->default_lease_ms = v.default_lease_ms;
     ts_members_view_free(&v);
     snapper_status(&m->snap, call, resp);
-    return TS_OK;
+    return job_infos(call, m, resp, err);
 }
 
 static ts_status create_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *rq,
@@ -269,7 +321,8 @@ static ts_status check_data(struct ts_rpc_call *call, const ProtobufCMessage *rq
     Tessera__V1__CheckDataResponse *resp = (void *)rs;
     struct master *m = ts_rpc_ctx(call);
     char source[96];
-    ts_status st = datamap_check(&m->data, req, source, sizeof(source), err);
+    ts_status st = datamap_check(&m->data, req, jobs_holds(m->jobs, req->job), source,
+                                 sizeof(source), err);
 
     if (st)
         return st;

@@ -18,30 +18,6 @@
 #define POLL_MS 500             /* one WriteSnapshot wait */
 #define STALL_MS 5000           /* no partition moved for this long: training has stopped */
 
-/* The channel to the shard at addr, made on first use; sn->mu held. A full table starts over
- * (shards that left keep their entries until then). */
-static ts_status channel_to(struct snapper *sn, const char *addr, struct ts_rpc_channel **ch,
-                            struct ts_err *err)
-{
-    ts_status st;
-
-    for (size_t i = 0; i < sn->nchan; i++)
-        if (strcmp(sn->chan[i].addr, addr) == 0) {
-            *ch = sn->chan[i].ch;
-            return TS_OK;
-        }
-    if (sn->nchan == SNAP_MAX_SHARDS) {
-        for (size_t i = 0; i < sn->nchan; i++)
-            ts_rpc_channel_free(sn->chan[i].ch);
-        sn->nchan = 0;
-    }
-    if ((st = ts_rpc_channel_create(addr, NULL, ch, err)))
-        return st;
-    snprintf(sn->chan[sn->nchan].addr, sizeof(sn->chan[0].addr), "%s", addr);
-    sn->chan[sn->nchan++].ch = *ch;
-    return TS_OK;
-}
-
 /* The shards holding a job, with a channel each (borrowed from the snapper). */
 struct shards {
     size_t n;
@@ -86,13 +62,14 @@ static ts_status discover(struct snapper *sn, const char *job, struct shards *ou
         return st;
     *maxv = 0;
     out->map_epoch = v.epoch;
+    shard_channels_reserve(&sn->chan, v.nshards);
     out->alive = (uint32_t)v.nshards;
     for (size_t i = 0; !st && i < v.nshards && i < MAX_SHARDS; i++) {
         Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
         Tessera__V1__ShardStatusResponse *r = NULL;
 
         out->id[out->n] = v.shards[i].id;
-        if ((st = channel_to(sn, v.shards[i].addr, &out->ch[out->n], err)))
+        if ((st = shard_channels_get(&sn->chan, v.shards[i].addr, &out->ch[out->n], err)))
             break;
         out->n++;
         if ((st = shard_call(out->ch[out->n - 1], "ShardStatus", &req.base,
@@ -558,8 +535,7 @@ void snapper_stop(struct snapper *sn)
 void snapper_close(struct snapper *sn)
 {
     snapper_stop(sn);
-    for (size_t i = 0; i < sn->nchan; i++)
-        ts_rpc_channel_free(sn->chan[i].ch);
+    shard_channels_free(&sn->chan);
     ts_store_close(sn->store);
     pthread_mutex_destroy(&sn->mu);
     pthread_mutex_destroy(&sn->stat_mu);

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "channels.h"
 #include "datamap.h"
 #include "members.h"
 #include "rpc/rpc.h"
@@ -43,13 +44,7 @@ struct snapper {
     uint64_t last_step;
     int64_t last_unix_ms;
     char error[512];
-    /* Channels to the shards, by address, kept across snapshots (the automatic loop asks the
-     * shards for their jobs every 50 ms while idle); used under mu. */
-    struct {
-        char addr[TS_MEMBERS_MAX_ADDR + 1];
-        struct ts_rpc_channel *ch;
-    } chan[SNAP_MAX_SHARDS];
-    size_t nchan;
+    struct shard_channels chan;         /* used under mu */
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;

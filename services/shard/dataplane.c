@@ -43,6 +43,8 @@ struct dp_conn {
     size_t copy_cap;                /* floats */
     bool after_pull;                /* the last request was a PULL */
     struct dp_region *regions;      /* by tensor id; NULL until the first SHARE or MAP */
+    atomic_bool cancel;             /* ends a pull's wait: the shard stops, or the job ended */
+    char job_id[TS_JOB_ID_MAX + 1]; /* the HELLO's job, for cancel_waits (under dp->id_mu) */
     pthread_t thread;
     struct dp_conn *next;
     atomic_bool done;
@@ -161,7 +163,7 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
         dc->copy = c;
         dc->copy_cap = len;
     }
-    if (ts_part_pull(p, h->rank, h->step, PULL_WAIT_MS, &dc->dp->stop, copy ? dc->copy : NULL,
+    if (ts_part_pull(p, h->rank, h->step, PULL_WAIT_MS, &dc->cancel, copy ? dc->copy : NULL,
                      &info, err))
         return err->code;
     out.step = info.version;
@@ -288,14 +290,27 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     id[h->len] = '\0';
     if (ts_job_id_check("hello: job id", id, err))
         return TS_EINVAL;
-    job = shard_params_job(dc->dp->params, id);
+    job = shard_params_attach(dc->dp->params, id);
     if (job != dc->job)   /* regions belong to the job's tensors */
         regions_free(dc);
+    shard_params_detach(dc->dp->params, dc->job);
     dc->job = job;
+    pthread_mutex_lock(&dc->dp->id_mu);
+    snprintf(dc->job_id, sizeof(dc->job_id), "%s", job ? id : "");
+    pthread_mutex_unlock(&dc->dp->id_mu);
     if (!dc->job)
         return ts_err_set(err, TS_ENOTFOUND, "hello: job '%s' has no tensors on this shard: "
                           "register them first", id);
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
+}
+
+void dataplane_forget(void *arg)
+{
+    struct dataplane *dp = arg;
+
+    pthread_mutex_lock(&dp->sum_mu);
+    memset(dp->sums, 0, sizeof(dp->sums));
+    pthread_mutex_unlock(&dp->sum_mu);
 }
 
 static void *conn_main(void *arg)
@@ -348,6 +363,8 @@ static void *conn_main(void *arg)
     free(buf);
     free(dc->copy);
     regions_free(dc);
+    shard_params_detach(dp->params, dc->job);   /* the job may be released from now on */
+    dc->job = NULL;
     ts_tp_shutdown(dc->c);   /* the worker sees the hang-up now, not when reap() closes it */
     atomic_store(&dc->done, true);
     return NULL;
@@ -441,6 +458,7 @@ ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const c
     dp->params = sp;
     pthread_mutex_init(&dp->mu, NULL);
     pthread_mutex_init(&dp->sum_mu, NULL);
+    pthread_mutex_init(&dp->id_mu, NULL);
     for (size_t i = 0; ts_transports[i] && dp->n < DP_MAX_LISTENERS; i++) {
         const struct ts_transport_ops *ops = ts_transports[i];
         struct dp_listener *dl = &dp->listeners[dp->n];
@@ -462,16 +480,35 @@ ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const c
     return TS_OK;
 }
 
+/* Ends the pull waits of the connections of job (every connection: NULL); dp->mu held. */
+static void cancel_waits(struct dataplane *dp, const char *job)
+{
+    pthread_mutex_lock(&dp->id_mu);
+    for (struct dp_conn *dc = dp->conns; dc; dc = dc->next)
+        if (!job || strcmp(dc->job_id, job) == 0)
+            atomic_store(&dc->cancel, true);
+    pthread_mutex_unlock(&dp->id_mu);
+}
+
+void dataplane_end_job(struct dataplane *dp, const char *job)
+{
+    pthread_mutex_lock(&dp->mu);
+    cancel_waits(dp, job);
+    pthread_mutex_unlock(&dp->mu);
+}
+
 void dataplane_stop(struct dataplane *dp)
 {
     atomic_store(&dp->stop, true);
     for (size_t i = 0; i < dp->n; i++)
         pthread_join(dp->listeners[i].thread, NULL);
     pthread_mutex_lock(&dp->mu);
+    cancel_waits(dp, NULL);
     reap(dp, true);
     pthread_mutex_unlock(&dp->mu);
     for (size_t i = 0; i < dp->n; i++)
         ts_tp_unlisten(dp->listeners[i].l);
     pthread_mutex_destroy(&dp->mu);
     pthread_mutex_destroy(&dp->sum_mu);
+    pthread_mutex_destroy(&dp->id_mu);
 }

@@ -34,11 +34,21 @@ struct dataplane {
     atomic_bool stop;
     atomic_uint_least64_t closed_in, closed_refused;   /* counters of connections gone */
     pthread_mutex_t sum_mu;
+    pthread_mutex_t id_mu;          /* the connections' job ids (after mu) */
     struct dp_sum sums[DP_SUM_CACHE];
 };
 
 /* Frames received and refused so far, over every connection. */
 void dataplane_counters(struct dataplane *dp, uint64_t *in, uint64_t *refused);
+
+/* Forgets every pull hash (they are cached by partition address): for shard_params's
+ * on_release, after a job's partitions are freed. arg is the struct dataplane *. */
+void dataplane_forget(void *arg);
+
+/* The job ended (the master releases it): a connection of it waiting in a pull for a step that
+ * will never come (its workers are gone) stops waiting and closes, so that the job can be
+ * freed. */
+void dataplane_end_job(struct dataplane *dp, const char *job);
 
 /* Listens on every transport that can run here (only the one named `only`, if set). */
 ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const char *host,

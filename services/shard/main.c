@@ -2,6 +2,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rpc/serve.h"
 #include "shard.h"
@@ -43,12 +44,20 @@ static ts_status open_store(struct shard *s, const char *dir, const char *restor
     return TS_OK;
 }
 
+/* Half the machine's memory: room for the workers and the system beside one shard. */
+static uint64_t default_budget(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+
+    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size / 2 : UINT64_C(1) << 32;
+}
+
 int main(int argc, char **argv)
 {
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
     const char *adv = NULL, *master = NULL, *transport = NULL, *store_dir = NULL;
     const char *restore = NULL;
-    int64_t lease_ms = 0;
+    int64_t lease_ms = 0, mem_mib = 0;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
                                                   "then 127.0.0.1:7070)", 0, 0 },
@@ -65,6 +74,9 @@ int main(int argc, char **argv)
           0 },
         { "restore", TS_FLAG_STR, &restore, "REF", "start tensors from this snapshot (id, "
                                                    "branch or tag in --store)", 0, 0 },
+        { "mem-budget", TS_FLAG_INT, &mem_mib, "MIB", "memory the jobs' partitions may use, in "
+                                                      "MiB (default: half the machine's)", 1,
+          INT64_C(1) << 30 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -87,6 +99,9 @@ int main(int argc, char **argv)
     s.started_ms = ts_now_ms();
     s.master_addr = ts_master_default_addr(master);
     shard_params_init(&s.params);
+    s.params.mem_budget = mem_mib ? (uint64_t)mem_mib << 20 : default_budget();
+    s.params.on_release = dataplane_forget;
+    s.params.release_ctx = &s.dp;
     if (restore && !store_dir) {
         fprintf(stderr, "tessera-shard: --restore needs --store DIR\n");
         return 2;
@@ -122,7 +137,8 @@ int main(int argc, char **argv)
                       s.master_addr);
         goto out;
     }
-    ts_log(TS_INFO, "shard", "shard %u serving at %s", ts_membership_id(s.membership), s.addr);
+    ts_log(TS_INFO, "shard", "shard %u serving at %s (memory budget %" PRIu64 " MiB)",
+           ts_membership_id(s.membership), s.addr, s.params.mem_budget >> 20);
     sig = ts_proc_wait_signal(-1);
     ts_log(TS_INFO, "shard", "signal %d: leaving the cluster and draining calls", sig);
     rc = 0;

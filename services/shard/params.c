@@ -18,6 +18,8 @@ void shard_params_init(struct shard_params *sp)
     memset(sp, 0, sizeof(*sp));
     pthread_mutex_init(&sp->mu, NULL);
     pthread_mutex_init(&sp->snap_mu, NULL);
+    pthread_rwlock_init(&sp->life, NULL);
+    sp->mem_budget = UINT64_MAX;
 }
 
 static void tensor_free(struct shard_tensor *t)
@@ -31,16 +33,34 @@ static void tensor_free(struct shard_tensor *t)
     free(t);
 }
 
+/* Frees a job and everything in it; *bytes: its parameter bytes. */
+static void job_free(struct shard_params *sp, struct shard_job *sj, uint64_t *bytes)
+{
+    *bytes = 0;
+    for (size_t i = 0; i < SHARD_MAX_TENSORS; i++) {
+        struct shard_tensor *t = sj->tensors[i];
+        for (uint32_t p = 0; t && p < t->nparts; p++)
+            if (t->parts[p]) {
+                sp->partitions--;
+                *bytes += ts_part_len(t->parts[p]) * sizeof(float);
+            }
+        tensor_free(t);
+    }
+    sp->bytes -= *bytes;
+    sp->mem_used -= sj->mem;
+    free(sj);
+}
+
 void shard_params_fini(struct shard_params *sp)
 {
-    for (size_t j = 0; j < sp->njobs; j++) {
-        for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
-            tensor_free(sp->jobs[j]->tensors[i]);
-        free(sp->jobs[j]);
-    }
+    uint64_t bytes;
+
+    for (size_t j = 0; j < sp->njobs; j++)
+        job_free(sp, sp->jobs[j], &bytes);
     ts_manifest_free(sp->restore);
     pthread_mutex_destroy(&sp->mu);
     pthread_mutex_destroy(&sp->snap_mu);
+    pthread_rwlock_destroy(&sp->life);
 }
 
 static ts_status check_spec(const Tessera__V1__RegisterTensorRequest *req, uint64_t *numel,
@@ -73,6 +93,11 @@ static ts_status check_spec(const Tessera__V1__RegisterTensorRequest *req, uint6
     if (t->partition_bytes && (t->partition_bytes < 4 || t->partition_bytes > (128u << 20)))
         return ts_err_set(err, TS_EINVAL, "tensor.partition_bytes: %" PRIu64 " is outside "
                           "4..134217728 (0: 4 MiB)", t->partition_bytes);
+    if (*numel / ((t->partition_bytes ? t->partition_bytes : TS_PARTITION_BYTES_DEFAULT) /
+                  sizeof(float)) >= SHARD_MAX_PARTITIONS)
+        return ts_err_set(err, TS_EINVAL, "tensor.partition_bytes: %" PRIu64 " cuts %" PRIu64
+                          " elements into more than %d partitions; use larger partitions",
+                          t->partition_bytes, *numel, SHARD_MAX_PARTITIONS);
     if (req->tensor_id >= SHARD_MAX_TENSORS)
         return ts_err_set(err, TS_EINVAL, "tensor_id: %u, at most %d", req->tensor_id,
                           SHARD_MAX_TENSORS - 1);
@@ -84,7 +109,9 @@ static ts_status check_spec(const Tessera__V1__RegisterTensorRequest *req, uint6
     return TS_OK;
 }
 
-struct shard_job *shard_params_job(struct shard_params *sp, const char *id)
+/* The job named id, or NULL. The caller keeps it from being released: it holds snap_mu, or
+ * life for reading, or mu. */
+static struct shard_job *find_job(struct shard_params *sp, const char *id)
 {
     struct shard_job *found = NULL;
 
@@ -170,8 +197,8 @@ static ts_status get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js
     if (sp->restore && (st = check_restore_job(sp, js, err)))
         return st;
     if (sp->njobs == SHARD_MAX_JOBS)
-        return ts_err_set(err, TS_ENOMEM, "job: this shard holds %d jobs already; restart it",
-                          SHARD_MAX_JOBS);
+        return ts_err_set(err, TS_ENOMEM, "job: this shard holds %d jobs, its most; wait for "
+                          "one to end (tessera status lists them)", SHARD_MAX_JOBS);
     if (!(*out = calloc(1, sizeof(**out))))
         return ts_err_set(err, TS_ENOMEM, "out of memory");
     (*out)->job = j;
@@ -246,6 +273,42 @@ static ts_status restore_load(void *ctx, float *value, float *state, struct ts_e
                                   err);
 }
 
+/* Charges what t's partitions on this shard will take to the budget, or refuses (TS_ENOMEM,
+ * nothing charged) naming the budget and the jobs that use it; mu held. */
+static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts_cluster *cl,
+                        uint32_t my_id, struct shard_tensor *t, struct ts_err *err)
+{
+    uint64_t need = (uint64_t)t->nparts * sizeof(*t->parts), off, len;
+    char users[160] = "";
+    size_t at = 0;
+    ts_status st;
+
+    for (uint32_t p = 0; p < t->nparts; p++) {
+        uint32_t owner;
+        if ((st = ts_cluster_locate(cl, t->name, p, &owner, err)))
+            return st;
+        if (owner != my_id)
+            continue;
+        ts_partition_range(t->numel, sizeof(float), t->partition_bytes, p, &off, &len);
+        need += ts_part_mem(&sj->job, len);
+    }
+    if (need <= sp->mem_budget - sp->mem_used) {
+        sp->mem_used += need;
+        sj->mem += need;
+        t->mem = need;
+        return TS_OK;
+    }
+    for (size_t j = 0; j < sp->njobs && at < sizeof(users) - 1; j++)
+        at += (size_t)snprintf(users + at, sizeof(users) - at, "%s%s %.1f MiB", j ? ", " : "",
+                               sp->jobs[j]->job.id, (double)sp->jobs[j]->mem / (1 << 20));
+    return ts_err_set(err, TS_ENOMEM, "tensor '%s': needs %.1f MiB on this shard, but its "
+                      "--mem-budget of %.1f MiB has %.1f MiB free (in use: %s); wait for a job "
+                      "to end or raise --mem-budget", t->name, (double)need / (1 << 20),
+                      (double)sp->mem_budget / (1 << 20),
+                      (double)(sp->mem_budget - sp->mem_used) / (1 << 20),
+                      users[0] ? users : "nothing");
+}
+
 static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
                                struct ts_cluster *cl, uint32_t my_id,
                                const Tessera__V1__RegisterTensorRequest *req, uint64_t numel,
@@ -271,8 +334,8 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
     memcpy(t->shape, s->shape, s->n_shape * sizeof(uint64_t));
     t->partition_bytes = s->partition_bytes ? s->partition_bytes : TS_PARTITION_BYTES_DEFAULT;
     t->nparts = ts_partition_count(numel, sizeof(float), t->partition_bytes);
-    t->parts = calloc(t->nparts, sizeof(*t->parts));
-    if (!t->parts)
+    if ((st = charge(sp, sj, cl, my_id, t, err)) == TS_OK &&
+        !(t->parts = calloc(t->nparts, sizeof(*t->parts))))
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
     if (!st && sp->restore && !(tm = restored_tensor(sp, t, &st, err)))
         ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
@@ -295,6 +358,10 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
         }
     }
     if (st) {
+        if (t->mem) {   /* charged, then failed: give it back */
+            sp->mem_used -= t->mem;
+            sj->mem -= t->mem;
+        }
         tensor_free(t);
         return st;
     }
@@ -310,12 +377,14 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     struct shard_tensor *t = NULL;
     struct shard_job *sj = NULL;
     uint64_t numel = 0;
+    size_t njobs;
     ts_status st;
 
     if ((st = check_spec(req, &numel, err)) ||
         (st = ts_cluster_check_epoch(cl, req->map_epoch, err)))
         return st;
     pthread_mutex_lock(&sp->mu);
+    njobs = sp->njobs;
     st = get_job(sp, req->job, &sj, err);
     for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++) {
         struct shard_tensor *o = sj->tensors[i];
@@ -358,6 +427,11 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
             *version = 0;
         *nparts = t->nparts;
     }
+    if (st && sp->njobs > njobs) {   /* a job made by this refused call: state as it was */
+        uint64_t none;
+        job_free(sp, sp->jobs[--sp->njobs], &none);
+        sp->jobs[sp->njobs] = NULL;
+    }
     pthread_mutex_unlock(&sp->mu);
     return st;
 }
@@ -387,6 +461,66 @@ struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *sj,
         p = sj->tensors[tensor]->parts[part];
     pthread_mutex_unlock(&sp->mu);
     return p;
+}
+
+struct shard_job *shard_params_attach(struct shard_params *sp, const char *id)
+{
+    struct shard_job *found = NULL;
+
+    pthread_mutex_lock(&sp->mu);
+    for (size_t i = 0; i < sp->njobs && !found; i++)
+        if (strcmp(sp->jobs[i]->job.id, id) == 0)
+            found = sp->jobs[i];
+    if (found)
+        atomic_fetch_add(&found->conns, 1);
+    pthread_mutex_unlock(&sp->mu);
+    return found;
+}
+
+void shard_params_detach(struct shard_params *sp, struct shard_job *sj)
+{
+    (void)sp;
+    if (sj)
+        atomic_fetch_sub(&sj->conns, 1);
+}
+
+ts_status shard_params_release(struct shard_params *sp, const char *id, bool *held,
+                               uint64_t *bytes, struct ts_err *err)
+{
+    struct shard_job *sj = NULL;
+    size_t at = 0;
+    unsigned conns;
+    ts_status st = TS_OK;
+
+    *held = false;
+    *bytes = 0;
+    /* Lock order: snapshots, then walks, then the registry. */
+    pthread_mutex_lock(&sp->snap_mu);
+    pthread_rwlock_wrlock(&sp->life);
+    pthread_mutex_lock(&sp->mu);
+    for (size_t i = 0; i < sp->njobs && !sj; i++)
+        if (strcmp(sp->jobs[i]->job.id, id) == 0)
+            sj = sp->jobs[at = i];
+    if (sj && (conns = atomic_load(&sj->conns)) > 0)
+        st = ts_err_set(err, TS_ESTATE, "job '%s': %u data-plane connections of its workers are "
+                        "still open; release it once they close", id, conns);
+    else if (sj && sj->armed)
+        st = ts_err_set(err, TS_ESTATE, "job '%s': a snapshot of step %" PRIu64 " is armed; "
+                        "release it once the snapshot is written", id, (uint64_t)sj->armed_step);
+    if (sj && !st) {
+        sp->jobs[at] = sp->jobs[--sp->njobs];
+        sp->jobs[sp->njobs] = NULL;
+        job_free(sp, sj, bytes);
+        *held = true;
+        if (sp->on_release)
+            sp->on_release(sp->release_ctx);
+        ts_log(TS_INFO, "shard", "job %s released: %" PRIu64 " parameter bytes freed, %" PRIu64
+               " bytes of the budget in use", id, *bytes, sp->mem_used);
+    }
+    pthread_mutex_unlock(&sp->mu);
+    pthread_rwlock_unlock(&sp->life);
+    pthread_mutex_unlock(&sp->snap_mu);
+    return st;
 }
 
 /* ---- snapshots ---- */
@@ -490,17 +624,22 @@ static ts_status check_snapshottable(struct shard_params *sp, struct shard_job *
 ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
                            bool *armed, uint64_t *minv, uint64_t *maxv, struct ts_err *err)
 {
-    struct shard_job *sj = shard_params_job(sp, job);
+    struct shard_job *sj;
     struct arming a = { .v.min = UINT64_MAX, .step = step, .disarm = disarm };
     struct ts_err past = { 0 };
-    ts_status st;
+    ts_status st = TS_OK;
 
     *armed = false;
-    if (!sj)
-        return ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
-    if (!disarm && (st = check_snapshottable(sp, sj, err)))
+    *minv = *maxv = 0;
+    pthread_mutex_lock(&sp->snap_mu);   /* the job cannot be released meanwhile */
+    if (!(sj = find_job(sp, job)))
+        st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
+    else if (!disarm)
+        st = check_snapshottable(sp, sj, err);
+    if (st) {
+        pthread_mutex_unlock(&sp->snap_mu);
         return st;
-    pthread_mutex_lock(&sp->snap_mu);
+    }
     /* Announced before the walk, under the registry lock: a tensor registered from now on
      * arms its own partitions (shard_params_register), one registered before is walked. */
     set_armed(sp, sj, !disarm, step);
@@ -563,19 +702,19 @@ ts_status shard_params_write(struct shard_params *sp, const char *job, uint64_t 
                              int wait_ms, struct ts_snap_piece *piece, bool *ready,
                              uint64_t *min_version, struct ts_err *err)
 {
-    struct shard_job *sj = shard_params_job(sp, job);
+    struct shard_job *sj;
     struct writer w = { .sp = sp, .until = ts_now_ms() + wait_ms, .step = step, .piece = piece };
     ts_status st = TS_OK;
 
     *ready = false;
     *min_version = 0;
-    if (!sj)
-        return ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
     if (!sp->store)
         return ts_err_set(err, TS_ESTATE, "this shard runs without --store; restart it with "
                           "the cluster's store");
-    pthread_mutex_lock(&sp->snap_mu);
-    if (!sj->armed || sj->armed_step != step)
+    pthread_mutex_lock(&sp->snap_mu);   /* the job cannot be released meanwhile */
+    if (!(sj = find_job(sp, job)))
+        st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
+    else if (!sj->armed || sj->armed_step != step)
         st = ts_err_set(err, TS_ESTATE, "step: no snapshot of job '%s' is armed at step %"
                         PRIu64 " on this shard (ArmSnapshot first)", job, step);
     if (!st)
@@ -640,11 +779,14 @@ ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **o
     size_t nj;
     ts_status st = TS_OK;
 
+    pthread_rwlock_rdlock(&sp->life);   /* no job is released during the walk */
     pthread_mutex_lock(&sp->mu);
     nj = sp->njobs;
     pthread_mutex_unlock(&sp->mu);
-    if (!(all = calloc(nj + 1, sizeof(*all))))
+    if (!(all = calloc(nj + 1, sizeof(*all)))) {
+        pthread_rwlock_unlock(&sp->life);
         return ts_err_set(err, TS_ENOMEM, "out of memory");
+    }
     for (size_t j = 0; !st && j < nj; j++) {
         struct shard_job *sj = sp->jobs[j];
         struct shard_job_status *js = &all[j];
@@ -665,6 +807,7 @@ ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **o
         js->staleness = sj->job.staleness;
         st = job_ranks(sp, sj, js, err);
     }
+    pthread_rwlock_unlock(&sp->life);
     if (st) {
         shard_params_jobs_free(all, nj);
         return st;

@@ -4,8 +4,12 @@
  * a tensor the ring gives this shard, and creates them (lib/ps). The data plane finds a
  * partition by (job, tensor id, partition index); a connection names its job in its HELLO.
  * A job's settings (workers, mode, optimizer, batch) are fixed by its first registration.
- * Ownership: the registry owns its tensors and partitions until shard_params_fini().
- * Threads: safe; the registry lock is held only to find or add, partitions lock themselves. */
+ * Memory: every partition is charged to the shard's budget (--mem-budget) before it is
+ * created; a request over it is TS_ENOMEM naming the budget and the jobs using it.
+ * Ownership: the registry owns its jobs, tensors and partitions until the job is released
+ * (shard_params_release) or shard_params_fini().
+ * Threads: safe; the registry lock is held only to find, add or remove, partitions lock
+ * themselves. */
 #ifndef TS_SHARD_PARAMS_H
 #define TS_SHARD_PARAMS_H
 
@@ -22,6 +26,7 @@
 
 #define SHARD_MAX_TENSORS 4096
 #define SHARD_MAX_DIMS 8
+#define SHARD_MAX_PARTITIONS (1 << 20)  /* per tensor */
 /* Tensors from this size get a shared region for their values (smaller ones cost little to
  * copy, and each region holds a descriptor open). */
 #define SHARD_REGION_MIN_BYTES (64u << 10)
@@ -40,9 +45,12 @@ struct shard_tensor {
      * only this shard's pages touched), which co-located workers map read-only (dataplane.c,
      * MAP). TS_REGION_NONE where memfds cannot be made: the partitions then hold their own. */
     struct ts_region values;
+    uint64_t mem;                      /* bytes charged to the shard's budget for it */
 };
 
-#define SHARD_MAX_JOBS 64
+/* The most jobs a shard holds at once (the master's --max-jobs, default 64, refuses new jobs
+ * before this). */
+#define SHARD_MAX_JOBS 256
 
 struct shard_job {
     struct ts_job job;
@@ -51,6 +59,8 @@ struct shard_job {
     /* A snapshot armed at armed_step (when armed); written under snap_mu, read by status. */
     _Atomic uint64_t armed_step;
     atomic_bool armed;
+    atomic_uint conns;                 /* data-plane connections naming it (attach, detach) */
+    uint64_t mem;                      /* bytes charged to the budget for it (under mu) */
     struct shard_tensor *tensors[SHARD_MAX_TENSORS];
 };
 
@@ -64,6 +74,14 @@ struct shard_params {
                                         * owned, freed by shard_params_fini */
     char restore_hex[TS_STORE_HEX_LEN + 1];
     pthread_mutex_t snap_mu;           /* one snapshot arm or write at a time */
+    /* Walks that use a job outside mu (status) hold it for reading; a release for writing. */
+    pthread_rwlock_t life;
+    uint64_t mem_budget;               /* --mem-budget: bytes its partitions may use */
+    uint64_t mem_used;                 /* what they use now (under mu) */
+    /* Called under mu after a job's memory is freed, before anything can be created again
+     * (the data plane forgets what it cached by partition address). May be NULL. */
+    void (*on_release)(void *ctx);
+    void *release_ctx;
 };
 
 void shard_params_init(struct shard_params *sp);
@@ -79,10 +97,18 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
                                 size_t *nowned, uint32_t *nparts, uint64_t *version,
                                 struct ts_err *err) TS_MUST_CHECK;
 
-/* The job named id, or NULL. Jobs live until shard_params_fini. */
-struct shard_job *shard_params_job(struct shard_params *sp, const char *id);
-/* The tensor, or NULL if it is not registered in the job. Tensors live until
- * shard_params_fini. */
+/* The job named id for a data-plane connection, or NULL: the job cannot be released until
+ * shard_params_detach. */
+struct shard_job *shard_params_attach(struct shard_params *sp, const char *id);
+void shard_params_detach(struct shard_params *sp, struct shard_job *sj); /* NULL: no-op */
+/* Frees job id (docs/operations.md, "How jobs end"): its tensors, partitions and shared
+ * regions; *held false for a job this shard does not hold (TS_OK). TS_ESTATE, nothing freed,
+ * while a connection is attached to it or a snapshot of it is armed. *bytes: the parameter
+ * bytes freed. */
+ts_status shard_params_release(struct shard_params *sp, const char *id, bool *held,
+                               uint64_t *bytes, struct ts_err *err) TS_MUST_CHECK;
+/* The tensor, or NULL if it is not registered in the job. Tensors live as long as their job
+ * (an attached connection keeps it). */
 struct shard_tensor *shard_params_tensor(struct shard_params *sp, struct shard_job *job,
                                          uint32_t tensor);
 /* The partition, or NULL if this shard does not hold it. */

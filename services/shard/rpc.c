@@ -158,6 +158,23 @@ static ts_status write_snapshot(struct ts_rpc_call *call, const ProtobufCMessage
     return TS_OK;
 }
 
+static ts_status release_job(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                             ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__ReleaseJobRequest *req = (const void *)rq;
+    Tessera__V1__ReleaseJobResponse *resp = (void *)rs;
+    struct shard *s = ts_rpc_ctx(call);
+    bool held;
+    ts_status st = ts_job_id_check("job", req->job, err);
+
+    if (!st && s->dp.n)
+        dataplane_end_job(&s->dp, req->job);
+    if (!st)
+        st = shard_params_release(&s->params, req->job, &held, &resp->bytes_freed, err);
+    resp->held = !st && held;
+    return st;
+}
+
 static const struct ts_rpc_method shard_methods[] = {
     { "RegisterTensor", register_tensor, &tessera__v1__register_tensor_request__descriptor,
       &tessera__v1__register_tensor_response__descriptor, TS_RPC_OWN_THREAD },
@@ -165,6 +182,8 @@ static const struct ts_rpc_method shard_methods[] = {
       &tessera__v1__arm_snapshot_response__descriptor, TS_RPC_OWN_THREAD },
     { "WriteSnapshot", write_snapshot, &tessera__v1__write_snapshot_request__descriptor,
       &tessera__v1__write_snapshot_response__descriptor, TS_RPC_OWN_THREAD },
+    { "ReleaseJob", release_job, &tessera__v1__release_job_request__descriptor,
+      &tessera__v1__release_job_response__descriptor, TS_RPC_OWN_THREAD },
     { "ShardStatus", shard_status, &tessera__v1__shard_status_request__descriptor,
       &tessera__v1__shard_status_response__descriptor, 0 },
     { NULL, NULL, NULL, NULL, 0 },

@@ -18,7 +18,7 @@ int main(int argc, char **argv)
     const char *loss = "none";
     int64_t rank = 0, workers = 1, batch = 64, micro = 16, epochs = 1, steps = 0, seed = 1;
     int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0;
-    bool exact = false, json = false;
+    bool exact = false, json = false, keep = false;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
                                                   "single-process run (default local)", 0, 0 },
@@ -53,6 +53,8 @@ int main(int argc, char **argv)
         { "delay-ms", TS_FLAG_INT, &delay_ms, "MS", "testing: delay each data-plane send", 0,
           60000 },
         { "json", TS_FLAG_BOOL, &json, NULL, "rank 0 ends with one JSON line", 0, 0 },
+        { "keep", TS_FLAG_BOOL, &keep, NULL, "the shards keep the job once its workers finish",
+          0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct train_opts o;
@@ -81,7 +83,7 @@ int main(int argc, char **argv)
                              .micro = (uint32_t)micro, .epochs = (uint32_t)epochs,
                              .steps = (uint64_t)steps, .seed = (uint64_t)seed,
                              .partition_bytes = (uint64_t)partition_kb * 1024, .exact = exact,
-                             .json = json, .mode = mode, .compress = compress,
+                             .json = json, .keep = keep, .mode = mode, .compress = compress,
                              .sync_every = sync, .staleness = (uint32_t)staleness,
                              .loss_scale = strcmp(loss, "dynamic") ? TESSERA_LOSS_SCALE_NONE
                                                                    : TESSERA_LOSS_SCALE_SDK,

@@ -79,7 +79,7 @@ static int setup(struct run *r, struct tessera_error *e)
                                   .micro_batch = o->micro, .mode = o->mode,
                                   .staleness = o->staleness, .compress = o->compress,
                                   .sync_every = o->sync_every, .loss_scale = o->loss_scale,
-                                  .delay_ms = o->delay_ms };
+                                  .delay_ms = o->delay_ms, .keep = o->keep };
     struct ts_err err = { 0 };
 
     if (ts_fmnist_load(o->data_dir, true, &r->train, &err) ||
@@ -197,9 +197,8 @@ static void fingerprint(struct run *r, char hex[65])
 }
 
 /* steps: the final step; ran: how many of them this run did. */
-static void report(struct run *r, uint64_t steps, uint64_t ran, double secs)
+static void report(struct run *r, uint64_t steps, uint64_t ran, double secs, char hex[65])
 {
-    char hex[65];
     double test_acc = accuracy(r, &r->test, r->test.n, NULL);
     double sps = secs > 0 ? (double)ran * r->o->batch / secs : 0;
     struct ts_json j;
@@ -253,6 +252,7 @@ int train_run(const struct train_opts *o)
     uint32_t spe;
     uint64_t total, s, since = 0;
     int64_t t0, te;
+    char hex[65] = "";
     int rc;
 
     ts_mlp_single_thread();
@@ -289,9 +289,10 @@ int train_run(const struct train_opts *o)
     }
     if (o->rank == 0)
         report(&r, total > r.start ? total : r.start, total > r.start ? total - r.start : 0,
-               (double)(ts_now_ms() - t0) / 1000.0);
+               (double)(ts_now_ms() - t0) / 1000.0, hex);
     rc = 0;
 out:
+    tessera_set_result(r.t, rc != 0, rc ? (e.message[0] ? e.message : "failed") : hex);
     tessera_close(r.t);
     for (int i = 0; i < TS_MLP_NTENSORS; i++) {
         free(r.grad[i]);

@@ -16,7 +16,7 @@ struct train_opts {
     uint64_t steps, seed, partition_bytes;
     int loss_scale;                  /* enum tessera_loss_scale */
     int slow_ms, delay_ms;           /* testing: sleep per step; per data-plane send */
-    bool exact, json;
+    bool exact, json, keep;
 };
 
 /* Trains; returns the process exit code (messages already printed). */

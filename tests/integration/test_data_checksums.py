@@ -28,7 +28,7 @@ WORKER = ["--exact", "--seed", "2", "--batch", "64", "--micro", "16", "--steps",
 
 def worker(cell, rank, data, job):
     return cell.c.spawn([os.path.join(tl.BIN, "tessera-worker"), "--master", cell.master.addr,
-                         "--job", job, "--rank", str(rank), "--workers", "2", "--data", data] +
+                         "--job", job, "--rank", str(rank), "--workers", "2", "--data", data, "--keep"] +
                         WORKER, "worker-%s-%d" % (job, rank))
 
 

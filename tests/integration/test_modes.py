@@ -87,8 +87,10 @@ class Staleness(Case):
     def lead(self, mode, extra):
         cell = self.cell()
         job = "stale-" + mode
+        # --keep: the shards keep the finished job, whose rank statistics are read below.
         out = train(["--master", cell.master.addr, "--workers", "2", "--mode", mode,
-                     "--steps", "40", "--slow", "1:25", "--job", job, "--json"] + extra)
+                     "--steps", "40", "--slow", "1:25", "--job", job, "--keep", "--json"] +
+                    extra)
         jobs = cell.shard_jobs(job)
         self.assertTrue(jobs, "no shard holds job %s" % job)
         lead = {}
@@ -111,7 +113,9 @@ class Staleness(Case):
 
     def test_asp_has_no_bound(self):
         lead, _ = self.lead("asp", [])
-        self.assertGreater(lead[0], 2, "asp should let the fast worker run ahead")
+        # Whichever rank got going first (under load rank 0, which also loads the test set,
+        # can start a second late): asp let it run more than SSP's bound ahead.
+        self.assertGreater(max(lead.values()), 2, "asp should let a worker run ahead")
 
 
 class ReduceEqualsPs(Case):
@@ -183,13 +187,13 @@ class Snapshots(Case):
         for job, args in (("snap-asp", ["--mode", "asp"]),
                           ("snap-sync", ["--sync-every", "fc1.weight=2"])):
             train(["--master", cell.master.addr, "--workers", "1", "--steps", "4", "--job", job,
-                   "--json"] + args)
+                   "--keep", "--json"] + args)
             r = tl.run_cli(["snapshot", "create", "--master", cell.master.addr, "--job", job],
                            timeout=60)
             self.assertNotEqual(r.returncode, 0, r.stdout)
             self.assertIn("snapshots need", r.stderr, job)
         train(["--master", cell.master.addr, "--workers", "1", "--steps", "4", "--job", "snap-bsp",
-               "--json"])
+               "--keep", "--json"])
         r = tl.run_cli(["snapshot", "create", "--master", cell.master.addr, "--job", "snap-bsp"],
                        timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -39,8 +39,9 @@ def cli(args, timeout=120.0, ok=True):
 
 
 def train(master, workers, steps, extra=()):
-    r = cli(["train", "--master", master, "--workers", str(workers), "--steps", str(steps)] +
-            COMMON + list(extra), timeout=240.0)
+    # --keep: the shards keep the job after it finishes, to snapshot it or train it on.
+    r = cli(["train", "--master", master, "--workers", str(workers), "--steps", str(steps),
+             "--keep"] + COMMON + list(extra), timeout=240.0)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 

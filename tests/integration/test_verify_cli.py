@@ -86,7 +86,7 @@ class Snapshots(unittest.TestCase):
                                       ("lr", 2, "momentum:lr=0.025")):
                 extra = ["--optimizer", opt] if opt else []
                 cli(["train", "--master", cell.master.addr, "--workers", str(workers),
-                     "--job", job] + TRAIN + extra, timeout=240)
+                     "--job", job, "--keep"] + TRAIN + extra, timeout=240)
                 cli(["snapshot", "create", "--master", cell.master.addr, "--job", job,
                      "--tag", job])
         except BaseException:

@@ -32,7 +32,7 @@ class VerifyService(unittest.TestCase):
         cls.store = os.path.join(cls.tmpdir, "store")
         cls.cell = Cell(cls.store, 2)
         try:
-            cli(["train", "--master", cls.cell.master.addr, "--workers", "2", "--job", "v",
+            cli(["train", "--master", cls.cell.master.addr, "--workers", "2", "--job", "v", "--keep",
                  "--exact", "--steps", "10", "--seed", "4", "--partition-kb", "64", "--json"],
                 timeout=240)
             cli(["snapshot", "create", "--master", cls.cell.master.addr, "--tag", "t10"])

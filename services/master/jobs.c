@@ -1,0 +1,365 @@
+/* jobs.c - the master's job table; see jobs.h. */
+#include "jobs.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+#include "util/proc.h"
+
+enum seat_state { SEAT_ALIVE, SEAT_FINISHED, SEAT_FAILED, SEAT_DEAD };
+
+/* One worker's place in a job. */
+struct seat {
+    uint32_t worker, rank;
+    enum seat_state state;
+};
+
+struct job {
+    struct job_info info;
+    struct seat *seats;
+    size_t nseats, cap;
+    bool failed, died;                  /* this run: a worker failed, a worker died */
+    int64_t idle_since_ms, ended_ms;    /* monotonic */
+};
+
+struct jobs {
+    pthread_mutex_t mu;
+    struct jobs_cfg cfg;
+    struct job *v;
+    size_t n, cap;
+};
+
+const char *jobs_state_name(enum job_state s)
+{
+    switch (s) {
+    case JOB_RUNNING: return "running";
+    case JOB_IDLE: return "idle";
+    case JOB_FINISHED: return "finished";
+    case JOB_FAILED: return "failed";
+    case JOB_ABANDONED: return "abandoned";
+    }
+    return "unknown";
+}
+
+ts_status jobs_create(const struct jobs_cfg *cfg, struct jobs **out, struct ts_err *err)
+{
+    struct jobs *j = calloc(1, sizeof(*j));
+
+    if (!j)
+        return ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+    j->cfg = *cfg;
+    if (!j->cfg.max_jobs)
+        j->cfg.max_jobs = JOBS_DEFAULT_MAX;
+    if (!j->cfg.history_max)
+        j->cfg.history_max = JOBS_DEFAULT_HISTORY;
+    if (!j->cfg.history_ms)
+        j->cfg.history_ms = JOBS_DEFAULT_HISTORY_MS;
+    if (!j->cfg.idle_ms)
+        j->cfg.idle_ms = JOBS_DEFAULT_IDLE_MS;
+    if (j->cfg.max_jobs > JOBS_MAX) {
+        free(j);
+        return ts_err_set(err, TS_EINVAL, "--max-jobs: %u, at most %d", cfg->max_jobs,
+                          JOBS_MAX);
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    *out = j;
+    return TS_OK;
+}
+
+void jobs_free(struct jobs *j)
+{
+    if (!j)
+        return;
+    for (size_t i = 0; i < j->n; i++)
+        free(j->v[i].seats);
+    free(j->v);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+static struct job *find(struct jobs *j, const char *id)
+{
+    for (size_t i = 0; i < j->n; i++)
+        if (strcmp(j->v[i].info.id, id) == 0)
+            return &j->v[i];
+    return NULL;
+}
+
+/* The job and seat of a worker, alive or not; NULL if it is in no job. */
+static struct seat *seat_of(struct jobs *j, uint32_t worker, struct job **jb)
+{
+    for (size_t i = 0; i < j->n; i++)
+        for (size_t k = 0; k < j->v[i].nseats; k++)
+            if (j->v[i].seats[k].worker == worker) {
+                *jb = &j->v[i];
+                return &j->v[i].seats[k];
+            }
+    return NULL;
+}
+
+static void drop(struct jobs *j, struct job *jb)
+{
+    free(jb->seats);
+    *jb = j->v[--j->n];
+}
+
+static size_t resident(const struct jobs *j)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < j->n; i++)
+        n += !j->v[i].info.released;
+    return n;
+}
+
+/* A new run of a job: no seats yet. */
+static void start_run(struct job *jb, uint32_t workers, bool keep)
+{
+    jb->nseats = 0;
+    jb->failed = jb->died = false;
+    jb->info.state = JOB_RUNNING;
+    jb->info.workers = workers;
+    jb->info.alive = jb->info.finished = 0;
+    jb->info.keep = keep;
+    jb->info.ended_unix_ms = 0;
+    jb->info.fingerprint[0] = jb->info.reason[0] = '\0';
+}
+
+ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
+                    uint32_t workers, bool keep, int64_t now_ms, struct ts_err *err)
+{
+    struct job *jb, *other;
+    struct seat *s;
+    ts_status st;
+
+    (void)now_ms;
+    if ((st = ts_job_id_check("job", id, err)))
+        return st;
+    if (workers < 1 || workers > JOBS_MAX_WORKERS)
+        return ts_err_set(err, TS_EINVAL, "workers: %u, want 1..%d", workers, JOBS_MAX_WORKERS);
+    if (rank >= workers)
+        return ts_err_set(err, TS_EINVAL, "rank: %u is not below workers %u", rank, workers);
+    pthread_mutex_lock(&j->mu);
+    if ((s = seat_of(j, worker, &other))) {   /* a retried RegisterWorker */
+        st = strcmp(other->info.id, id) ? ts_err_set(err, TS_EEXIST, "job: worker %u is in "
+                                                     "job '%s' already", worker, other->info.id)
+                                        : TS_OK;
+        pthread_mutex_unlock(&j->mu);
+        return st;
+    }
+    jb = find(j, id);
+    if (jb && jb->info.state > JOB_IDLE && !jb->info.released) {
+        st = ts_err_set(err, TS_EUNAVAIL, "job: '%s' has %s and the shards are freeing it; "
+                        "retry in a moment", id, jobs_state_name(jb->info.state));
+    } else if (jb && jb->info.state == JOB_RUNNING && workers != jb->info.workers) {
+        st = ts_err_set(err, TS_EINVAL, "workers: %u, but job '%s' runs with %u", workers, id,
+                        jb->info.workers);
+    } else if (!jb && resident(j) >= j->cfg.max_jobs) {
+        st = ts_err_set(err, TS_ENOMEM, "job: the cluster holds %zu jobs, its --max-jobs; wait "
+                        "for one to end (tessera status lists them) or raise --max-jobs",
+                        resident(j));
+    }
+    for (size_t k = 0; !st && jb && jb->info.state == JOB_RUNNING && k < jb->nseats; k++)
+        if (jb->seats[k].rank == rank && jb->seats[k].state == SEAT_ALIVE)
+            st = ts_err_set(err, TS_EEXIST, "rank: %u of job '%s' is worker %u, alive", rank,
+                            id, jb->seats[k].worker);
+    if (!st && !jb) {
+        struct job *v = j->v;
+        if (j->n == j->cap &&
+            !(v = realloc(j->v, (j->cap ? 2 * j->cap : 16) * sizeof(*v))))
+            st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+        if (!st) {
+            j->v = v;
+            j->cap = j->n == j->cap ? (j->cap ? 2 * j->cap : 16) : j->cap;
+            jb = &j->v[j->n++];
+            memset(jb, 0, sizeof(*jb));
+            snprintf(jb->info.id, sizeof(jb->info.id), "%s", id);
+            jb->info.started_unix_ms = ts_unix_ms();
+            start_run(jb, workers, keep);
+            ts_log(TS_INFO, "master", "job %s: running (%u workers%s)", id, workers,
+                   keep ? ", kept when finished" : "");
+        }
+    } else if (!st && (jb->info.state == JOB_IDLE || jb->info.released)) {
+        jb->info.released = false;
+        jb->info.started_unix_ms = ts_unix_ms();
+        start_run(jb, workers, keep);
+        ts_log(TS_INFO, "master", "job %s: running again (%u workers)", id, workers);
+    }
+    if (!st && jb->nseats == jb->cap) {
+        struct seat *v = realloc(jb->seats, (jb->cap ? 2 * jb->cap : 4) * sizeof(*v));
+        if (!v)
+            st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+        else
+            jb->seats = v, jb->cap = jb->cap ? 2 * jb->cap : 4;
+    }
+    if (!st) {
+        jb->seats[jb->nseats++] = (struct seat){ worker, rank, SEAT_ALIVE };
+        jb->info.alive++;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return st;
+}
+
+/* A job with no worker alive ends (or idles); mu held. */
+static void settle(struct job *jb, int64_t now_ms)
+{
+    if (jb->info.state != JOB_RUNNING || jb->info.alive)
+        return;
+    if (jb->failed)
+        jb->info.state = JOB_FAILED;
+    else if (jb->died)
+        jb->info.state = JOB_ABANDONED;
+    else if (jb->info.keep)
+        jb->info.state = JOB_IDLE;
+    else
+        jb->info.state = JOB_FINISHED;
+    if (jb->info.state == JOB_IDLE) {
+        jb->idle_since_ms = now_ms;
+    } else {
+        jb->ended_ms = now_ms;
+        jb->info.ended_unix_ms = ts_unix_ms();
+    }
+    ts_log(jb->info.state == JOB_FINISHED || jb->info.state == JOB_IDLE ? TS_INFO : TS_WARN,
+           "master", "job %s: %s%s%s", jb->info.id, jobs_state_name(jb->info.state),
+           jb->info.reason[0] ? ": " : "", jb->info.reason);
+}
+
+/* The seat's worker is gone as `to`; mu held. */
+static void vacate(struct job *jb, struct seat *s, enum seat_state to, const char *why,
+                   int64_t now_ms)
+{
+    if (s->state != SEAT_ALIVE)
+        return;
+    s->state = to;
+    jb->info.alive--;
+    if (to == SEAT_FINISHED)
+        jb->info.finished++;
+    if (to == SEAT_FAILED)
+        jb->failed = true;
+    if (to == SEAT_DEAD)
+        jb->died = true;
+    if (to != SEAT_FINISHED && !jb->info.reason[0])
+        snprintf(jb->info.reason, sizeof(jb->info.reason), "rank %u: %s", s->rank, why);
+    settle(jb, now_ms);
+}
+
+void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *fingerprint,
+                const char *reason, int64_t now_ms)
+{
+    struct job *jb;
+    struct seat *s;
+
+    pthread_mutex_lock(&j->mu);
+    if ((s = seat_of(j, worker, &jb))) {
+        if (!failed && fingerprint && strlen(fingerprint) == 64)
+            snprintf(jb->info.fingerprint, sizeof(jb->info.fingerprint), "%s", fingerprint);
+        vacate(jb, s, failed ? SEAT_FAILED : SEAT_FINISHED,
+               reason && reason[0] ? reason : "failed", now_ms);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms)
+{
+    struct job *jb;
+    struct seat *s;
+
+    pthread_mutex_lock(&j->mu);
+    if ((s = seat_of(j, worker, &jb)))
+        vacate(jb, s, SEAT_DEAD, "its lease expired (the process died or hung)", now_ms);
+    pthread_mutex_unlock(&j->mu);
+}
+
+size_t jobs_due(struct jobs *j, int64_t now_ms, char (*ids)[TS_JOB_ID_MAX + 1], size_t max)
+{
+    size_t n = 0, summaries = 0;
+
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n; i++) {
+        struct job *jb = &j->v[i];
+        if (jb->info.state == JOB_IDLE && now_ms - jb->idle_since_ms > j->cfg.idle_ms) {
+            jb->info.state = JOB_FINISHED;
+            jb->ended_ms = now_ms;
+            jb->info.ended_unix_ms = ts_unix_ms();
+            ts_log(TS_INFO, "master", "job %s: idle for %" PRId64 " ms (--idle-job-ms): "
+                   "finished", jb->info.id, now_ms - jb->idle_since_ms);
+        }
+    }
+    /* Summaries: drop those past history_ms, then the oldest beyond history_max. */
+    for (size_t i = 0; i < j->n;)
+        if (j->v[i].info.released && now_ms - j->v[i].ended_ms > j->cfg.history_ms)
+            drop(j, &j->v[i]);
+        else
+            summaries += j->v[i++].info.released;
+    while (summaries > j->cfg.history_max) {
+        struct job *oldest = NULL;
+        for (size_t i = 0; i < j->n; i++)
+            if (j->v[i].info.released && (!oldest || j->v[i].ended_ms < oldest->ended_ms))
+                oldest = &j->v[i];
+        drop(j, oldest);
+        summaries--;
+    }
+    for (size_t i = 0; i < j->n && n < max; i++)
+        if (j->v[i].info.state > JOB_IDLE && !j->v[i].info.released)
+            snprintf(ids[n++], TS_JOB_ID_MAX + 1, "%s", j->v[i].info.id);
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+void jobs_released(struct jobs *j, const char *id, int64_t now_ms)
+{
+    struct job *jb;
+
+    pthread_mutex_lock(&j->mu);
+    if ((jb = find(j, id)) && jb->info.state > JOB_IDLE) {
+        jb->info.released = true;
+        jb->ended_ms = now_ms;
+        jb->nseats = 0;   /* a summary keeps no workers */
+        free(jb->seats);
+        jb->seats = NULL;
+        jb->cap = 0;
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+bool jobs_holds(struct jobs *j, const char *id)
+{
+    struct job *jb;
+    bool holds;
+
+    pthread_mutex_lock(&j->mu);
+    holds = (jb = find(j, id)) && !jb->info.released;
+    pthread_mutex_unlock(&j->mu);
+    return holds;
+}
+
+static int by_listing(const void *a, const void *b)
+{
+    const struct job_info *x = a, *y = b;
+
+    if (x->released != y->released)
+        return x->released ? 1 : -1;
+    if (!x->released)
+        return x->started_unix_ms < y->started_unix_ms ? -1 : x->started_unix_ms > y->started_unix_ms;
+    return x->ended_unix_ms > y->ended_unix_ms ? -1 : x->ended_unix_ms < y->ended_unix_ms;
+}
+
+ts_status jobs_list(struct jobs *j, struct job_info **out, size_t *n, struct ts_err *err)
+{
+    pthread_mutex_lock(&j->mu);
+    *out = malloc((j->n + 1) * sizeof(**out));
+    if (!*out) {
+        pthread_mutex_unlock(&j->mu);
+        return ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+    }
+    for (size_t i = 0; i < j->n; i++)
+        (*out)[i] = j->v[i].info;
+    *n = j->n;
+    pthread_mutex_unlock(&j->mu);
+    qsort(*out, *n, sizeof(**out), by_listing);
+    return TS_OK;
+}

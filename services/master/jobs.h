@@ -1,0 +1,93 @@
+/* jobs.h - the master's job table: which jobs run, how each ended, what is left to release.
+ *
+ * Why: a cluster lives for months and serves thousands of jobs, so every job must end and
+ * give back what it holds. A job exists from its first worker's RegisterWorker (which names
+ * the job, the rank and the job's worker count) and ends when no worker of it is alive:
+ *   FAILED     a worker left saying it failed (Deregister, outcome FAILED);
+ *   ABANDONED  otherwise, a worker died (its lease expired);
+ *   IDLE       otherwise, if the job asked to be kept (RegisterWorker.keep): the shards keep its
+ *              parameters for a later run of the same job or a snapshot, for idle_ms at most,
+ *              then it is FINISHED;
+ *   FINISHED   every worker left saying it finished.
+ * An ended job is released: the master's releaser calls Shard.ReleaseJob on every alive shard
+ * (a shard refuses while a connection or an armed snapshot holds the job, and the releaser
+ * retries) and drops the job's data map. Released jobs are kept as a summary (state, workers,
+ * final fingerprint, times) for history_ms, at most history_max of them.
+ * A worker of a job that ended but is not released yet is refused with TS_EUNAVAIL (retry);
+ * a new job beyond max_jobs (jobs holding shard memory: running, idle or not yet released) is
+ * TS_ENOMEM saying how to free room.
+ * Like members.c, every operation takes now_ms from the caller, so tests control the clock.
+ * Ownership: jobs_create returns a table freed with jobs_free; jobs_list returns a copy.
+ * Threads: all functions are safe to call concurrently (one mutex). */
+#ifndef TS_MASTER_JOBS_H
+#define TS_MASTER_JOBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+#include "util/names.h"
+
+#define JOBS_MAX 256                    /* the ceiling of --max-jobs (a shard holds as many) */
+#define JOBS_DEFAULT_MAX 64
+#define JOBS_DEFAULT_HISTORY 256
+#define JOBS_DEFAULT_HISTORY_MS (24 * 3600 * 1000)
+#define JOBS_DEFAULT_IDLE_MS (3600 * 1000)
+#define JOBS_MAX_WORKERS 4096           /* workers per job */
+
+enum job_state {
+    JOB_RUNNING = 1, JOB_IDLE = 2, JOB_FINISHED = 3, JOB_FAILED = 4, JOB_ABANDONED = 5,
+};
+
+struct jobs_cfg {
+    uint32_t max_jobs;                  /* 0: JOBS_DEFAULT_MAX; at most JOBS_MAX */
+    uint32_t history_max;               /* 0: JOBS_DEFAULT_HISTORY */
+    int64_t history_ms;                 /* 0: JOBS_DEFAULT_HISTORY_MS */
+    int64_t idle_ms;                    /* 0: JOBS_DEFAULT_IDLE_MS */
+};
+
+/* A job as ClusterStatus reports it. */
+struct job_info {
+    char id[TS_JOB_ID_MAX + 1];
+    enum job_state state;
+    uint32_t workers, alive, finished;
+    bool keep, released;
+    int64_t started_unix_ms, ended_unix_ms;
+    char fingerprint[65];
+    char reason[257];
+};
+
+struct jobs;
+
+ts_status jobs_create(const struct jobs_cfg *cfg, struct jobs **out,
+                      struct ts_err *err) TS_MUST_CHECK;
+void jobs_free(struct jobs *j);
+
+/* Worker `worker` (a member id) joins job id as rank of workers. Idempotent for the same
+ * worker. Errors name the field: job, rank, workers (another count than the job's). */
+ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
+                    uint32_t workers, bool keep, int64_t now_ms,
+                    struct ts_err *err) TS_MUST_CHECK;
+/* Worker `worker` left: failed or finished, with its fingerprint (64 hex digits, or "") or its
+ * reason. A worker of no job is ignored. */
+void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *fingerprint,
+                const char *reason, int64_t now_ms);
+/* Worker `worker` died (its lease expired). */
+void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms);
+/* Moves idle jobs past idle_ms to FINISHED, forgets summaries past the history limits, and
+ * copies into ids (at most max) the jobs that ended and are not released yet; returns how
+ * many. */
+size_t jobs_due(struct jobs *j, int64_t now_ms, char (*ids)[TS_JOB_ID_MAX + 1], size_t max);
+/* Every alive shard released job id (and its data map is dropped): it is a summary now. */
+void jobs_released(struct jobs *j, const char *id, int64_t now_ms);
+/* True if job id holds resources now (running, idle, or ended and not released). */
+bool jobs_holds(struct jobs *j, const char *id);
+
+/* Every job: resident ones first (by start), then summaries (newest end first). *out is
+ * malloc'd (caller frees), *n entries. */
+ts_status jobs_list(struct jobs *j, struct job_info **out, size_t *n,
+                    struct ts_err *err) TS_MUST_CHECK;
+const char *jobs_state_name(enum job_state s);
+
+#endif

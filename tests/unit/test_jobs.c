@@ -1,0 +1,192 @@
+/* test_jobs.c - the master's job table with a clock the test controls: how jobs end
+ * (finished, failed, abandoned, idle), what is due for release, the limits and the history. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/jobs.h"
+
+static struct jobs *mk(uint32_t max_jobs, uint32_t history, int64_t idle_ms)
+{
+    struct jobs_cfg cfg = { .max_jobs = max_jobs, .history_max = history, .idle_ms = idle_ms };
+    struct jobs *j;
+
+    assert_int_equal(jobs_create(&cfg, &j, NULL), TS_OK);
+    return j;
+}
+
+/* The job's entry in a listing. */
+static struct job_info info(struct jobs *j, const char *id)
+{
+    struct job_info *v, out = { .state = 0 };
+    size_t n;
+
+    assert_int_equal(jobs_list(j, &v, &n, NULL), TS_OK);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].id, id) == 0)
+            out = v[i];
+    free(v);
+    assert_true(out.state != 0);
+    return out;
+}
+
+static size_t due(struct jobs *j, int64_t now, const char *first)
+{
+    char ids[8][TS_JOB_ID_MAX + 1];
+    size_t n = jobs_due(j, now, ids, 8);
+
+    if (first) {
+        assert_true(n >= 1);
+        assert_string_equal(ids[0], first);
+    }
+    return n;
+}
+
+static const char *FP = "4a46566458cfa292a2acb4a6e62bab77943f0e83216270ed2c330d22904e6043";
+
+static void finished_then_released(void **state)
+{
+    struct jobs *j = mk(0, 0, 0);
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "a", 1, 0, 2, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 2, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 2, false, 0, NULL), TS_OK); /* a retry */
+    assert_int_equal(info(j, "a").alive, 2);
+    jobs_leave(j, 1, false, FP, "", 10);
+    assert_int_equal(info(j, "a").state, JOB_RUNNING);
+    assert_int_equal(due(j, 10, NULL), 0);
+    jobs_leave(j, 2, false, "", "", 20);
+    assert_int_equal(info(j, "a").state, JOB_FINISHED);
+    assert_string_equal(info(j, "a").fingerprint, FP);
+    assert_true(jobs_holds(j, "a"));
+    due(j, 20, "a");
+    /* Not released yet: a worker of it must wait. */
+    struct ts_err e = { 0 };
+    assert_int_equal(jobs_join(j, "a", 3, 0, 1, false, 30, &e), TS_EUNAVAIL);
+    assert_non_null(strstr(e.msg, "retry"));
+    jobs_released(j, "a", 40);
+    assert_false(jobs_holds(j, "a"));
+    assert_true(info(j, "a").released);
+    assert_int_equal(due(j, 40, NULL), 0);
+    /* The same id again: a new run replaces the summary. */
+    assert_int_equal(jobs_join(j, "a", 3, 0, 1, false, 50, NULL), TS_OK);
+    assert_int_equal(info(j, "a").state, JOB_RUNNING);
+    assert_false(info(j, "a").released);
+    jobs_free(j);
+}
+
+static void failed_and_abandoned(void **state)
+{
+    struct jobs *j = mk(0, 0, 0);
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "f", 1, 0, 2, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "f", 2, 1, 2, false, 0, NULL), TS_OK);
+    jobs_leave(j, 1, true, NULL, "data check: partition differs", 5);
+    jobs_dead(j, 2, 9);
+    assert_int_equal(info(j, "f").state, JOB_FAILED);   /* a failure outranks a death */
+    assert_string_equal(info(j, "f").reason, "rank 0: data check: partition differs");
+    assert_int_equal(jobs_join(j, "d", 3, 0, 1, false, 0, NULL), TS_OK);
+    jobs_dead(j, 3, 9);
+    jobs_dead(j, 3, 10);   /* twice: no effect */
+    assert_int_equal(info(j, "d").state, JOB_ABANDONED);
+    assert_non_null(strstr(info(j, "d").reason, "lease expired"));
+    assert_int_equal(due(j, 10, NULL), 2);
+    jobs_leave(j, 99, false, NULL, NULL, 10);   /* a worker of no job */
+    jobs_free(j);
+}
+
+static void idle_until_timeout(void **state)
+{
+    struct jobs *j = mk(0, 0, 1000);
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "k", 1, 0, 1, true, 0, NULL), TS_OK);
+    jobs_leave(j, 1, false, FP, "", 100);
+    assert_int_equal(info(j, "k").state, JOB_IDLE);
+    assert_int_equal(due(j, 1000, NULL), 0);
+    /* A later run continues it, with another worker count. */
+    assert_int_equal(jobs_join(j, "k", 2, 0, 3, true, 1050, NULL), TS_OK);
+    assert_int_equal(info(j, "k").workers, 3);
+    jobs_leave(j, 2, false, "", "", 1100);
+    assert_int_equal(info(j, "k").state, JOB_IDLE);   /* no worker alive: the run is over */
+    assert_int_equal(info(j, "k").alive, 0);
+    jobs_free(j);
+}
+
+static void idle_expires(void **state)
+{
+    struct jobs *j = mk(0, 0, 1000);
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "k", 1, 0, 1, true, 0, NULL), TS_OK);
+    jobs_leave(j, 1, false, FP, "", 100);
+    assert_int_equal(due(j, 1100, NULL), 0);
+    due(j, 1101, "k");
+    assert_int_equal(info(j, "k").state, JOB_FINISHED);
+    jobs_free(j);
+}
+
+static void limits_and_fields(void **state)
+{
+    struct jobs *j = mk(2, 2, 0);
+    struct ts_err e = { 0 };
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "", 1, 0, 1, false, 0, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "job"));
+    e = (struct ts_err){ 0 };
+    assert_int_equal(jobs_join(j, "a", 1, 2, 2, false, 0, &e), TS_EINVAL);
+    assert_true(strncmp(e.msg, "rank", 4) == 0);
+    e = (struct ts_err){ 0 };
+    assert_int_equal(jobs_join(j, "a", 1, 0, 0, false, 0, &e), TS_EINVAL);
+    assert_true(strncmp(e.msg, "workers", 7) == 0);
+    assert_int_equal(jobs_join(j, "a", 1, 0, 2, false, 0, NULL), TS_OK);
+    e = (struct ts_err){ 0 };
+    assert_int_equal(jobs_join(j, "a", 2, 1, 3, false, 0, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "runs with 2"));
+    e = (struct ts_err){ 0 };
+    assert_int_equal(jobs_join(j, "a", 2, 0, 2, false, 0, &e), TS_EEXIST);
+    assert_true(strncmp(e.msg, "rank", 4) == 0);
+    e = (struct ts_err){ 0 };
+    assert_int_equal(jobs_join(j, "b", 1, 0, 1, false, 0, &e), TS_EEXIST); /* worker 1 is in a */
+    assert_int_equal(jobs_join(j, "b", 3, 0, 1, false, 0, NULL), TS_OK);
+    e = (struct ts_err){ 0 };
+    assert_int_equal(jobs_join(j, "c", 4, 0, 1, false, 0, &e), TS_ENOMEM);
+    assert_non_null(strstr(e.msg, "--max-jobs"));
+    assert_int_equal(info(j, "a").alive, 1);   /* refusals changed nothing */
+    /* Ended and released jobs free room; summaries beyond history_max are forgotten. */
+    for (uint32_t w = 10; w < 20; w++) {
+        char id[8];
+        snprintf(id, sizeof(id), "s%u", w);
+        jobs_leave(j, 3, false, "", "", w);
+        jobs_released(j, "b", w);
+        assert_int_equal(jobs_join(j, id, w, 0, 1, false, w, NULL), TS_OK);
+        jobs_leave(j, w, false, "", "", w);
+        jobs_released(j, id, w);
+        (void)due(j, w, NULL);
+    }
+    struct job_info *v;
+    size_t n;
+    assert_int_equal(jobs_list(j, &v, &n, NULL), TS_OK);
+    assert_int_equal(n, 3);                      /* a (running) and two summaries */
+    assert_string_equal(v[0].id, "a");
+    free(v);
+    jobs_free(j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(finished_then_released), cmocka_unit_test(failed_and_abandoned),
+        cmocka_unit_test(idle_until_timeout),     cmocka_unit_test(idle_expires),
+        cmocka_unit_test(limits_and_fields),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

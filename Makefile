@@ -4,6 +4,8 @@
 #   make        build into build/
 #   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/)
 #   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N)
+#   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
+#               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
 #   make fuzz   run the libFuzzer targets for FUZZ_SECONDS (default 600; build-fuzz/, clang)
 #   make demo   start a local cluster, show it, stop it
 #   make bench  run the benchmarks (bench/results/*.json)
@@ -44,12 +46,12 @@ UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all build deps deps-node test demo bench clean help asan fuzz fuzz-build test-fault \
-        fresh-check
+        soak fresh-check
 
 all: build
 
 help:
-	@sed -n '1,13p' Makefile
+	@sed -n '1,15p' Makefile
 
 deps:
 	@missing=$$(for p in $(DEB_ALL); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
@@ -121,6 +123,14 @@ test-fault: build
 	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
 	    /usr/bin/python3 tests/integration/test_snapshot_fault.py
+
+# One long-lived cluster, many short jobs, then its services' resources (test_soak.py; the
+# suite runs its short profile; docs/operations.md, "The soak test").
+SOAK_ARGS ?=
+soak: build
+	TESSERA_BIN=$(abspath $(BUILD))/bin PYTHONPATH=$(abspath $(BUILD))/gen/python \
+	    TESSERA_SRC=$(CURDIR) /usr/bin/python3 tests/integration/test_soak.py --full \
+	    $(SOAK_ARGS)
 
 CMD ?= make test
 FRESH_ARGS ?=

@@ -1,0 +1,309 @@
+/* walks.c - the walks over a job's partitions: snapshot arm and write, and status. See
+ * params.h; the registry itself is params.c. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "params.h"
+#include "params_internal.h"
+#include "util/proc.h"
+
+/* Calls fn on every partition this shard holds of sj; takes mu to walk (tensors are only ever
+ * added, partitions never removed). Stops at the first error. */
+static ts_status each_part(struct shard_params *sp, struct shard_job *sj,
+                           ts_status (*fn)(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                                           struct ts_err *err),
+                           void *ctx, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++) {
+        struct shard_tensor *t;
+
+        pthread_mutex_lock(&sp->mu);
+        t = sj->tensors[i];
+        pthread_mutex_unlock(&sp->mu);
+        for (uint32_t p = 0; t && !st && p < t->nparts; p++)
+            if (t->parts[p])
+                st = fn(ctx, t, t->parts[p], err);
+    }
+    return st;
+}
+
+/* The span of versions over a job's partitions (min starts at UINT64_MAX), and how many. */
+struct versions {
+    uint64_t min, max, count;
+};
+
+static void note_version(struct versions *v, struct ts_part *p)
+{
+    uint64_t ver = ts_part_version(p);
+
+    v->min = ver < v->min ? ver : v->min;
+    v->max = ver > v->max ? ver : v->max;
+    v->count++;
+}
+
+static ts_status versions_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                              struct ts_err *err)
+{
+    note_version(ctx, p);
+    return TS_OK;
+}
+
+/* The walk that arms (or, with disarm, disarms) every partition of a job for `step`. */
+struct arming {
+    struct versions v;
+    uint64_t step;
+    bool disarm;
+};
+
+static ts_status arm_one(void *ctx, struct shard_tensor *t, struct ts_part *p, struct ts_err *err)
+{
+    struct arming *a = ctx;
+
+    note_version(&a->v, p);
+    if (a->disarm) {
+        ts_part_disarm(p);
+        return TS_OK;
+    }
+    return ts_part_arm(p, a->step, err);
+}
+
+static ts_status disarm_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                            struct ts_err *err)
+{
+    ts_part_disarm(p);
+    return TS_OK;
+}
+
+static void set_armed(struct shard_params *sp, struct shard_job *sj, bool armed, uint64_t step)
+{
+    pthread_mutex_lock(&sp->mu);
+    sj->armed_step = step;
+    sj->armed = armed;
+    pthread_mutex_unlock(&sp->mu);
+}
+
+/* Snapshots need BSP with every tensor in step (docs/modes.md). */
+static ts_status check_snapshottable(struct shard_params *sp, struct shard_job *sj,
+                                     struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    if (sj->job.mode != TS_MODE_BSP)
+        return ts_err_set(err, TS_ESTATE, "job: '%s' runs in mode %s; snapshots need mode bsp "
+                          "(docs/modes.md)", sj->job.id, ts_mode_name(sj->job.mode));
+    pthread_mutex_lock(&sp->mu);
+    for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++)
+        if (sj->tensors[i] && sj->tensors[i]->sync_every > 1)
+            st = ts_err_set(err, TS_ESTATE, "job: '%s' tensor '%s' syncs every %u steps; "
+                            "snapshots need every tensor at the same step", sj->job.id,
+                            sj->tensors[i]->name, sj->tensors[i]->sync_every);
+    pthread_mutex_unlock(&sp->mu);
+    return st;
+}
+
+ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
+                           bool *armed, uint64_t *minv, uint64_t *maxv, struct ts_err *err)
+{
+    struct shard_job *sj;
+    struct arming a = { .v.min = UINT64_MAX, .step = step, .disarm = disarm };
+    struct ts_err past = { 0 };
+    ts_status st = TS_OK;
+
+    *armed = false;
+    *minv = *maxv = 0;
+    pthread_mutex_lock(&sp->snap_mu);   /* the job cannot be released meanwhile */
+    if (!(sj = params_find_job(sp, job)))
+        st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
+    else if (!disarm)
+        st = check_snapshottable(sp, sj, err);
+    if (st) {
+        pthread_mutex_unlock(&sp->snap_mu);
+        return st;
+    }
+    /* Announced before the walk, under the registry lock: a tensor registered from now on
+     * arms its own partitions (shard_params_register), one registered before is walked. */
+    set_armed(sp, sj, !disarm, step);
+    st = each_part(sp, sj, arm_one, &a, &past);
+    if (!st && !disarm) {
+        *armed = true;
+    } else if (!disarm) {
+        /* One is past step (or out of memory): undo, walking all to report the full span. */
+        set_armed(sp, sj, false, 0);
+        a = (struct arming){ .v.min = UINT64_MAX, .disarm = true };
+        (void)each_part(sp, sj, arm_one, &a, err);
+        st = st == TS_ESTATE ? TS_OK : ts_err_set(err, st, "%s", past.msg);
+    }
+    *minv = a.v.min == UINT64_MAX ? 0 : a.v.min;
+    *maxv = a.v.max;
+    pthread_mutex_unlock(&sp->snap_mu);
+    return st;
+}
+
+struct writer {
+    struct shard_params *sp;
+    int64_t until;
+    bool missing;
+    size_t slen;
+    uint64_t step;
+    struct ts_snap_piece *piece;
+};
+
+static ts_status wait_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                          struct ts_err *err)
+{
+    struct writer *w = ctx;
+    int64_t left = w->until - ts_now_ms();
+
+    if (!ts_part_captured(p, left > 0 ? (int)left : 0))
+        w->missing = true;
+    return TS_OK;
+}
+
+static ts_status write_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                           struct ts_err *err)
+{
+    struct writer *w = ctx;
+    struct ts_snap_tensor ts = {
+        .id = t->id, .nparts = t->nparts, .name = t->name, .init = t->init, .shape = t->shape,
+        .ndim = t->ndim, .seed = t->seed, .fan_in = t->fan_in, .fan_out = t->fan_out,
+        .numel = t->numel, .partition_bytes = t->partition_bytes,
+    };
+    struct ts_snap_part part = {
+        .index = ts_part_index(p), .offset = ts_part_offset(p), .len = ts_part_len(p),
+        .version = w->step,
+    };
+
+    ts_part_capture(p, &part.value, &part.state);
+    part.slen = w->slen * part.len;
+    return ts_snap_piece_add(w->piece, w->sp->store, &ts, &part, err);
+}
+
+ts_status shard_params_write(struct shard_params *sp, const char *job, uint64_t step,
+                             int wait_ms, struct ts_snap_piece *piece, bool *ready,
+                             uint64_t *min_version, struct ts_err *err)
+{
+    struct shard_job *sj;
+    struct writer w = { .sp = sp, .until = ts_now_ms() + wait_ms, .step = step, .piece = piece };
+    ts_status st = TS_OK;
+
+    *ready = false;
+    *min_version = 0;
+    if (!sp->store)
+        return ts_err_set(err, TS_ESTATE, "this shard runs without --store; restart it with "
+                          "the cluster's store");
+    pthread_mutex_lock(&sp->snap_mu);   /* the job cannot be released meanwhile */
+    if (!(sj = params_find_job(sp, job)))
+        st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
+    else if (!sj->armed || sj->armed_step != step)
+        st = ts_err_set(err, TS_ESTATE, "step: no snapshot of job '%s' is armed at step %"
+                        PRIu64 " on this shard (ArmSnapshot first)", job, step);
+    if (!st)
+        st = each_part(sp, sj, wait_one, &w, err);
+    if (!st && w.missing) {
+        struct versions v = { .min = UINT64_MAX };
+
+        (void)each_part(sp, sj, versions_one, &v, err);
+        *min_version = v.min;
+        pthread_mutex_unlock(&sp->snap_mu);
+        return TS_OK; /* not ready; still armed */
+    }
+    w.slen = ts_optim_state_len(sj->job.optim.kind);
+    if (!st)
+        st = each_part(sp, sj, write_one, &w, err);
+    if (!st)
+        st = ts_snap_piece_set_job(piece, &sj->job, sj->data_seed, sj->micro, err);
+    if (!st) {
+        *ready = true;
+        (void)each_part(sp, sj, disarm_one, NULL, err);
+        set_armed(sp, sj, false, 0);
+    }
+    pthread_mutex_unlock(&sp->snap_mu);
+    return st;
+}
+
+static ts_status ranks_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                           struct ts_err *err)
+{
+    ts_part_fold_ranks(p, ctx);
+    return TS_OK;
+}
+
+/* sj's per-rank records and skipped count into js. */
+static ts_status job_ranks(struct shard_params *sp, struct shard_job *sj,
+                           struct shard_job_status *js, struct ts_err *err)
+{
+    uint32_t n = sj->job.mode == TS_MODE_SSP || sj->job.mode == TS_MODE_ASP ? sj->job.workers : 0;
+    struct ts_part_ranks *r = &js->ranks;
+    uint64_t *block = malloc((3 * (size_t)n + 1) * sizeof(uint64_t));
+    struct ts_err e = { 0 };
+
+    if (!block)
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    *r = (struct ts_part_ranks){ .n = n, .clock = block, .stale_last = block + n,
+                                 .stale_max = block + 2 * (size_t)n };
+    for (uint32_t k = 0; k < n; k++) {
+        r->clock[k] = UINT64_MAX;
+        r->stale_last[k] = r->stale_max[k] = 0;
+    }
+    (void)each_part(sp, sj, ranks_one, r, &e);
+    for (uint32_t k = 0; k < n; k++)
+        if (r->clock[k] == UINT64_MAX)
+            r->clock[k] = 0;
+    return TS_OK;
+}
+
+ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **out, size_t *n,
+                            struct ts_err *err)
+{
+    struct shard_job_status *all;
+    size_t nj;
+    ts_status st = TS_OK;
+
+    pthread_rwlock_rdlock(&sp->life);   /* no job is released during the walk */
+    pthread_mutex_lock(&sp->mu);
+    nj = sp->njobs;
+    pthread_mutex_unlock(&sp->mu);
+    if (!(all = calloc(nj + 1, sizeof(*all)))) {
+        pthread_rwlock_unlock(&sp->life);
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    }
+    for (size_t j = 0; !st && j < nj; j++) {
+        struct shard_job *sj = sp->jobs[j];
+        struct shard_job_status *js = &all[j];
+        struct versions v = { .min = UINT64_MAX };
+        struct ts_err e = { 0 };
+
+        (void)each_part(sp, sj, versions_one, &v, &e);
+        js->armed_step = sj->armed ? sj->armed_step : 0;
+        for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
+            js->tensors += sj->tensors[i] != NULL;
+        snprintf(js->id, sizeof(js->id), "%s", sj->job.id);
+        js->workers = sj->job.workers;
+        js->exact = sj->job.exact;
+        js->min_version = v.min == UINT64_MAX ? 0 : v.min;
+        js->max_version = v.max;
+        js->partitions = v.count;
+        js->mode = sj->job.mode;
+        js->staleness = sj->job.staleness;
+        st = job_ranks(sp, sj, js, err);
+    }
+    pthread_rwlock_unlock(&sp->life);
+    if (st) {
+        shard_params_jobs_free(all, nj);
+        return st;
+    }
+    *out = all;
+    *n = nj;
+    return TS_OK;
+}
+
+void shard_params_jobs_free(struct shard_job_status *js, size_t n)
+{
+    for (size_t j = 0; js && j < n; j++)
+        free(js[j].ranks.clock);
+    free(js);
+}

@@ -57,7 +57,7 @@ int main(int argc, char **argv)
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
     const char *adv = NULL, *master = NULL, *transport = NULL, *store_dir = NULL;
     const char *restore = NULL;
-    int64_t lease_ms = 0, mem_mib = 0;
+    int64_t lease_ms = 0, mem_mib = 0, max_tensors = SHARD_MAX_TENSORS;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
                                                   "then 127.0.0.1:7070)", 0, 0 },
@@ -77,6 +77,8 @@ int main(int argc, char **argv)
         { "mem-budget", TS_FLAG_INT, &mem_mib, "MIB", "memory the jobs' partitions may use, in "
                                                       "MiB (default: half the machine's)", 1,
           INT64_C(1) << 30 },
+        { "max-tensors", TS_FLAG_INT, &max_tensors, "N", "tensors per job (ids 0..N-1; default "
+                                                         "and most 4096)", 1, SHARD_MAX_TENSORS },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -100,6 +102,7 @@ int main(int argc, char **argv)
     s.master_addr = ts_master_default_addr(master);
     shard_params_init(&s.params);
     s.params.mem_budget = mem_mib ? (uint64_t)mem_mib << 20 : default_budget();
+    s.params.max_tensors = (uint32_t)max_tensors;
     s.params.on_release = dataplane_forget;
     s.params.release_ctx = &s.dp;
     if (restore && !store_dir) {

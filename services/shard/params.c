@@ -21,6 +21,7 @@ void shard_params_init(struct shard_params *sp)
     pthread_mutex_init(&sp->snap_mu, NULL);
     pthread_rwlock_init(&sp->life, NULL);
     sp->mem_budget = UINT64_MAX;
+    sp->max_tensors = SHARD_MAX_TENSORS;
 }
 
 static void tensor_free(struct shard_tensor *t)
@@ -382,6 +383,10 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     if ((st = check_spec(req, &numel, err)) ||
         (st = ts_cluster_check_epoch(cl, req->map_epoch, err)))
         return st;
+    if (req->tensor_id >= sp->max_tensors)
+        return ts_err_set(err, TS_EINVAL, "tensor_id: %u; this shard takes at most %u tensors "
+                          "per job (--max-tensors), ids 0..%u", req->tensor_id, sp->max_tensors,
+                          sp->max_tensors - 1);
     pthread_mutex_lock(&sp->mu);
     njobs = sp->njobs;
     st = get_job(sp, req->job, &sj, err);

@@ -78,6 +78,7 @@ struct shard_params {
     pthread_rwlock_t life;
     uint64_t mem_budget;               /* --mem-budget: bytes its partitions may use */
     uint64_t mem_used;                 /* what they use now (under mu) */
+    uint32_t max_tensors;              /* --max-tensors: tensor ids per job are below it */
     /* Called under mu after a job's memory is freed, before anything can be created again
      * (the data plane forgets what it cached by partition address). May be NULL. */
     void (*on_release)(void *ctx);

@@ -13,7 +13,8 @@ months does. Checked:
   budget and the jobs using it, before anything is allocated (the shard's memory, partitions and
   jobs are unchanged); a tensor that fits is charged, and its memory is back once the job ends;
 - a job trained with keep=True stays (IDLE) until a later run of it without keep finishes;
-- CheckData for a job no worker registered is refused (a made-up name holds nothing).
+- CheckData for a job no worker registered is refused (a made-up name holds nothing), and a
+  tensor beyond the shards' --max-tensors is refused naming the flag.
 """
 import os
 import signal
@@ -60,7 +61,8 @@ class Jobs(unittest.TestCase):
         cls.failed = False
         cls.master = cls.c.start_master(lease_ms=LEASE_MS)
         cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i, lease_ms=LEASE_MS,
-                                        extra=["--mem-budget", str(BUDGET_MIB)])
+                                        extra=["--mem-budget", str(BUDGET_MIB),
+                                               "--max-tensors", "8"])
                       for i in range(2)]
         cls.ch = cls.c.channel(cls.master.addr)
         cls.m = tl.Stub(cls.ch, master_pb2, "Master")
@@ -250,7 +252,17 @@ class Jobs(unittest.TestCase):
             self.assertTrue(np.array_equal(p, q))
         self.assertEqual(self.wait_released("kept").state, master_pb2.JOB_STATE_FINISHED)
 
-    def test_5_check_data_for_unknown_job(self):
+    def test_5_tensors_per_job(self):
+        with self.client("many") as c:
+            for i in range(8):
+                c.register("t%d" % i, 10)
+            with self.assertRaises(tessera.Error) as cm:
+                c.register("t8", 10)
+            self.assertEqual(cm.exception.code, "INVALID_ARGUMENT", str(cm.exception))
+            self.assertIn("--max-tensors", str(cm.exception))
+        self.wait_released("many")
+
+    def test_6_check_data_for_unknown_job(self):
         e = tl.call_error(self.m.CheckData, master_pb2.CheckDataRequest(
             job="made-up", checksums=[master_pb2.DataChecksum(name="a", sha256=b"\0" * 32)]))
         self.assertEqual(e.code(), grpc.StatusCode.FAILED_PRECONDITION, e.details())

@@ -403,8 +403,14 @@ static void *accept_main(void *arg)
         struct dp_conn *dc;
         ts_status st = ts_tp_accept(dl->l, ACCEPT_POLL_MS, &c, &err);
 
-        if (st == TS_ETIMEDOUT || st == TS_ECANCELLED)
+        if (st == TS_ETIMEDOUT || st == TS_ECANCELLED) {
+            /* Idle: join the connections that ended, so that their buffers and rings do not
+             * wait for the next worker to connect. */
+            pthread_mutex_lock(&dp->mu);
+            reap(dp, false);
+            pthread_mutex_unlock(&dp->mu);
             continue;
+        }
         if (st) { /* a peer's bad handshake, or the system out of something */
             ts_log(TS_WARN, "dataplane", "%s: accept: %s", ts_tp_listener_name(dl->l),
                    err.msg);

@@ -3,6 +3,7 @@
 #include "params_internal.h"
 
 #include <inttypes.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -524,5 +525,10 @@ ts_status shard_params_release(struct shard_params *sp, const char *id, bool *he
     pthread_mutex_unlock(&sp->mu);
     pthread_rwlock_unlock(&sp->life);
     pthread_mutex_unlock(&sp->snap_mu);
+    /* Give what the job's connection threads and partitions left in malloc's per-thread
+     * arenas back to the system: a shard that served 20 jobs at once otherwise keeps their
+     * peak for good (the soak test saw +40 MiB after 520 jobs, with nothing in use). */
+    if (*held)
+        malloc_trim(0);
     return st;
 }

@@ -417,6 +417,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+class ClusterCase:
+    """A mixin for a unittest.TestCase whose class shares one Cluster in cls.c: once any test
+    of the class fails, tearDownClass prints the cluster's logs before stopping it."""
+    failed = False
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.failed:
+            cls.c.dump_logs()
+        cls.c.stop()
+
+    def run(self, result=None):
+        r = super().run(result)
+        if result and (result.failures or result.errors):
+            type(self).failed = True
+        return r
+
+
 def main():
     """unittest.main that exits non-zero on failure and prints the wall time."""
     import unittest

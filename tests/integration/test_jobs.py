@@ -53,12 +53,11 @@ def proc_usage(pid):
     return rss, len(os.listdir("/proc/%d/fd" % pid)), threads
 
 
-class Jobs(unittest.TestCase):
+class Jobs(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         os.environ.setdefault("TESSERA_LOG", "warn")
         cls.c = tl.Cluster()
-        cls.failed = False
         cls.master = cls.c.start_master(lease_ms=LEASE_MS)
         cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i, lease_ms=LEASE_MS,
                                         extra=["--mem-budget", str(BUDGET_MIB),
@@ -74,17 +73,6 @@ class Jobs(unittest.TestCase):
                                                  timeout=tl.RPC_TIMEOUT).shard_id, 15,
                           "the shard to know its id")
 
-    @classmethod
-    def tearDownClass(cls):
-        if cls.failed:
-            cls.c.dump_logs()
-        cls.c.stop()
-
-    def run(self, result=None):
-        r = super().run(result)
-        if result and (result.failures or result.errors):
-            type(self).failed = True
-        return r
 
     # ---- helpers ----
 

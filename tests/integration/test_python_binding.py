@@ -47,11 +47,10 @@ def bits(a):
     return np.asarray(a, np.float32).view(np.uint32)
 
 
-class Binding(unittest.TestCase):
+class Binding(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.c = tl.Cluster()
-        cls.failed = False
         cls.master = cls.c.start_master()
         for i in range(2):
             cls.c.start_shard(cls.master.addr, name="shard%d" % i)
@@ -61,17 +60,6 @@ class Binding(unittest.TestCase):
         # The SDK in this process: warnings only (the servers started above log at info).
         os.environ.setdefault("TESSERA_LOG", "warn")
 
-    @classmethod
-    def tearDownClass(cls):
-        if cls.failed:
-            cls.c.dump_logs()
-        cls.c.stop()
-
-    def run(self, result=None):
-        r = super().run(result)
-        if result and (result.failures or result.errors):
-            type(self).failed = True
-        return r
 
     def client(self, job_id, **kw):
         opts = dict(master=self.master.addr, job=job_id, batch=BATCH,

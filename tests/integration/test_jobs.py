@@ -110,7 +110,7 @@ class Jobs(tl.ClusterCase, unittest.TestCase):
         """A short job: a tensor of n floats, one step, a data map; returns its values."""
         with self.client(job_id) as c:
             self.check_data(job_id)
-            t = c.register("w", n, init="normal:0.1", seed=7, partition_bytes=4096)
+            c.register("w", n, init="normal:0.1", seed=7, partition_bytes=4096)
             p = np.empty(n, np.float32)
             c.step(0, [np.full(n, 0.25, np.float32)], [p])
             c.set_result(False, None)

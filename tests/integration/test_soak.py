@@ -61,6 +61,10 @@ THREAD_MARGIN = 4
 # 1 MiB a job for this MLP, plus optimizer state) over hundreds of jobs is far above this.
 RSS_MARGIN_MIB = 32       # at least this much, in MiB ...
 RSS_MARGIN_FRAC = 0.25    # ... or this fraction of the baseline, whichever is more
+# Heap in use (a shard's ShardStatus.heap_in_use, malloc's live bytes): the sharp check. What a
+# released job leaves allocated is a leak whatever malloc keeps, so only the noise of gRPC's
+# own caches is allowed, against the warm baseline (the first jobs fill those caches).
+HEAP_MARGIN_MIB = 4
 
 # ---- Profiles and timing ----
 PROFILES = {"short": {"jobs": 30, "concurrent": 6, "kill_every": 12},
@@ -225,14 +229,16 @@ class Soak:
             ch.close()
         self._ch = {}
 
+    def shard_status(self):
+        """{shard id: ShardStatusResponse} of every shard."""
+        return {sid: tl.Stub(self.channel(addr), shard_pb2, "Shard").ShardStatus(
+                    shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+                for sid, addr in self.shard_addrs.items()}
+
     def shard_jobs(self):
         """{shard id: {job id: max_version}} from every shard's ShardStatus."""
-        out = {}
-        for sid, addr in self.shard_addrs.items():
-            st = tl.Stub(self.channel(addr), shard_pb2, "Shard").ShardStatus(
-                shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
-            out[sid] = {j.id: j.max_version for j in st.jobs}
-        return out
+        return {sid: {j.id: j.max_version for j in st.jobs}
+                for sid, st in self.shard_status().items()}
 
     def cluster(self):
         return tl.cluster_status(self.channel(self.addr))
@@ -273,6 +279,12 @@ def settle(soak, what):
     soak.close_channels()
     time.sleep(SETTLE_QUIET)
     s = sample(soak.services)
+    keep_smaps(soak.services, what)
+    try:   # after the sample: these channels would count as the shards' descriptors
+        for sid, st in soak.shard_status().items():
+            s["shard-%d" % sid].update(heap=st.heap_in_use // 1024, held=st.heap_held // 1024)
+    except tl.grpc.RpcError as e:
+        say("heap figures (%s): %s" % (what, e))
     jobs_held = {"shard-%d" % sid: len(j) for sid, j in (held or {}).items()}
     if mjobs is None:
         table = "no job table"
@@ -306,6 +318,19 @@ def sample(services):
         out[name]["fd_kinds"] = fd_kinds(pid)
         out[name]["thread_names"] = thread_names(pid)
     return out
+
+
+def keep_smaps(services, what):
+    """With TESSERA_SOAK_SMAPS=DIR, copies each service's /proc/PID/smaps into DIR, named after
+    the service and the sample: which mappings grew tells heap from stacks from arenas."""
+    out = os.environ.get("TESSERA_SOAK_SMAPS")
+    if not out:
+        return
+    os.makedirs(out, exist_ok=True)
+    for name, pid in services.items():
+        with open("/proc/%d/smaps" % pid) as src, \
+                open(os.path.join(out, "%s.%s.smaps" % (name, what.replace(" ", "-"))), "w") as dst:
+            dst.write(src.read())
 
 
 def growth(before, after):
@@ -539,13 +564,16 @@ def limits(base):
 
 def table(start, warm, end, pids):
     mib = lambda kib: "%.1f" % (kib / 1024.0)  # noqa: E731
-    lines = ["%-9s %7s | %-22s | %-14s | %-14s | %s" % (
-        "service", "pid", "RSS MiB start/warm/end", "fds s/w/e", "threads s/w/e",
-        "jobs held s/w/e")]
+    heap = lambda x, k: mib(x[k]) if k in x else "?"  # noqa: E731
+    lines = ["%-9s %7s | %-22s | %-20s | %-20s | %-14s | %-14s | %s" % (
+        "service", "pid", "RSS MiB start/warm/end", "heap in use MiB s/w/e",
+        "heap held MiB s/w/e", "fds s/w/e", "threads s/w/e", "jobs held s/w/e")]
     for name in sorted(start):
         s, w, e = start[name], warm[name], end[name]
-        lines.append("%-9s %7d | %-22s | %-14s | %-14s | %s" % (
+        lines.append("%-9s %7d | %-22s | %-20s | %-20s | %-14s | %-14s | %s" % (
             name, pids[name], "/".join(mib(x["rss"]) for x in (s, w, e)),
+            "/".join(heap(x, "heap") for x in (s, w, e)) if "heap" in s else "-",
+            "/".join(heap(x, "held") for x in (s, w, e)) if "held" in s else "-",
             "/".join(str(x["fds"]) for x in (s, w, e)),
             "/".join(str(x["threads"]) for x in (s, w, e)),
             "/".join(str(x["jobs"]) for x in (s, w, e)) if s["jobs"] != "" else "-"))
@@ -563,6 +591,13 @@ def resource_problems(start, warm, end):
                     bad.append("%s: %s %d%s at the end, above its %s baseline %d%s + margin "
                                "(limit %d%s)" % (name, k, end[name][k], unit, base_name,
                                                  base[name][k], unit, lim[k], unit))
+    for name in sorted(end):
+        if "heap" in end[name] and "heap" in warm[name]:
+            lim = warm[name]["heap"] + HEAP_MARGIN_MIB * 1024
+            if end[name]["heap"] > lim:
+                bad.append("%s: heap in use %d KiB at the end, above its warm baseline %d KiB "
+                           "+ %d MiB: a released job left memory allocated (a leak)" % (
+                               name, end[name]["heap"], warm[name]["heap"], HEAP_MARGIN_MIB))
     return bad
 
 
@@ -633,9 +668,9 @@ def main(argv):
             done = run_batch(soak, conc, len(jobs), done)
         end = settle(soak, "end, after %d jobs" % len(jobs))
         say("resources (the least of %d reads %.1f s apart; margins: fds +%d, threads +%d, "
-            "RSS +max(%d MiB, %d%%)):\n%s" % (SAMPLE_READS, SAMPLE_GAP, FD_MARGIN, THREAD_MARGIN,
-                                              RSS_MARGIN_MIB, RSS_MARGIN_FRAC * 100,
-                                              table(start, warm, end, soak.services)))
+            "RSS +max(%d MiB, %d%%), shards' heap in use +%d MiB over warm):\n%s" % (
+                SAMPLE_READS, SAMPLE_GAP, FD_MARGIN, THREAD_MARGIN, RSS_MARGIN_MIB,
+                RSS_MARGIN_FRAC * 100, HEAP_MARGIN_MIB, table(start, warm, end, soak.services)))
 
         # the services lived through it: same pids, shards alive, the map as it was
         for name, pid in sorted(soak.services.items()):

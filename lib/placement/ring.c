@@ -227,13 +227,12 @@ void ts_ring_free(struct ts_ring *r)
     free(r);
 }
 
-uint32_t ts_ring_lookup_hash(const struct ts_ring *r, uint64_t key_hash)
+/* The index of the first point at or after key_hash, wrapping past the top; r not empty. */
+static size_t point_at(const struct ts_ring *r, uint64_t key_hash)
 {
     const uint64_t *base = r->hash;
     size_t len = r->npoints, i;
 
-    if (len == 0)
-        return 0;
     /* Branch-free lower bound; the answer stays within [base, base + len]. Keys are random, so
      * a branch here is mispredicted half the time, and without one the CPU cannot run ahead
      * into the next load, hence the prefetch of both candidates. Per lookup against the
@@ -249,7 +248,42 @@ uint32_t ts_ring_lookup_hash(const struct ts_ring *r, uint64_t key_hash)
     }
     i = (size_t)(base - r->hash) + (*base < key_hash);
     /* Past the last point the ring wraps to the first. */
-    return r->owner[i == r->npoints ? 0 : i];
+    return i == r->npoints ? 0 : i;
+}
+
+uint32_t ts_ring_lookup_hash(const struct ts_ring *r, uint64_t key_hash)
+{
+    return r->npoints ? r->owner[point_at(r, key_hash)] : 0;
+}
+
+size_t ts_ring_chain_hash(const struct ts_ring *r, uint64_t key_hash, size_t want,
+                          uint32_t *out)
+{
+    size_t n = 0;
+
+    if (want > r->n)
+        want = r->n;
+    if (!want)
+        return 0;
+    /* Walk the points clockwise and keep each owner the first time it shows up. With vnodes
+     * points per shard spread at random, R distinct owners come within a few points. */
+    for (size_t i = point_at(r, key_hash), seen = 0; n < want && seen < r->npoints;
+         i = i + 1 == r->npoints ? 0 : i + 1, seen++) {
+        uint32_t id = r->owner[i];
+        size_t k = 0;
+
+        while (k < n && out[k] != id)
+            k++;
+        if (k == n)
+            out[n++] = id;
+    }
+    return n;
+}
+
+size_t ts_ring_chain(const struct ts_ring *r, const char *tensor, uint32_t partition,
+                     size_t want, uint32_t *out)
+{
+    return ts_ring_chain_hash(r, ts_ring_key_hash(tensor, partition), want, out);
 }
 
 uint32_t ts_ring_lookup(const struct ts_ring *r, const char *tensor, uint32_t partition)

@@ -60,6 +60,16 @@ uint32_t ts_ring_lookup(const struct ts_ring *r, const char *tensor, uint32_t pa
  * when the ring is empty. O(log(members * vnodes)). */
 uint32_t ts_ring_lookup_hash(const struct ts_ring *r, uint64_t key_hash);
 
+/* The chain of a key, for replication (docs/replication.md): its owner first, then the next
+ * distinct shards clockwise, up to `want` of them (fewer when the ring has fewer members).
+ * Writes the ids to out[0..k) and returns k; out[0] is ts_ring_lookup's answer. Removing a
+ * shard from the ring removes it from every chain it was in and appends the next distinct
+ * shard to those chains; every other chain stays as it was. out: room for `want` ids. */
+size_t ts_ring_chain(const struct ts_ring *r, const char *tensor, uint32_t partition,
+                     size_t want, uint32_t *out);
+size_t ts_ring_chain_hash(const struct ts_ring *r, uint64_t key_hash, size_t want,
+                          uint32_t *out);
+
 /* The number of shards in r. */
 size_t ts_ring_members(const struct ts_ring *r);
 

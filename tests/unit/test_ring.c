@@ -114,6 +114,64 @@ static void test_leave_moves_only_that_shards_keys(void **state)
     ts_ring_free(b);
 }
 
+/* Chains: the owner first, distinct members, as many as asked for or as the ring has; and a
+ * shard's leaving changes only the chains it was in, each by dropping it and appending one
+ * shard at the tail (what re-replication copies to). */
+static void test_chains(void **state)
+{
+    static const uint32_t five[] = { 1, 2, 3, 4, 5 }, no3[] = { 1, 2, 4, 5 };
+    struct ts_ring *a = make(five, 5, 0), *b = make(no3, 4, 0);
+    size_t touched = 0;
+
+    (void)state;
+    for (int i = 0; i < NKEYS; i++) {
+        char name[64];
+        uint32_t part, ca[8], cb[8], all[8];
+        size_t na, nb;
+
+        key_of(i, name, sizeof(name), &part);
+        na = ts_ring_chain(a, name, part, 3, ca);
+        nb = ts_ring_chain(b, name, part, 3, cb);
+        assert_int_equal(na, 3);
+        assert_int_equal(nb, 3);
+        assert_int_equal(ca[0], ts_ring_lookup(a, name, part));
+        assert_true(ca[0] != ca[1] && ca[0] != ca[2] && ca[1] != ca[2]);
+        assert_int_equal(ts_ring_chain(a, name, part, 8, all), 5);
+        assert_memory_equal(all, ca, 3 * sizeof(*ca));   /* a longer chain extends it */
+        size_t k = 0, j = 0;
+        for (; k < 3; k++) {
+            if (ca[k] == 3)
+                continue;
+            assert_int_equal(cb[j], ca[k]);   /* the others keep their order */
+            j++;
+        }
+        if (j == 3)
+            continue;
+        touched++;
+        assert_int_equal(j, 2);
+        assert_true(cb[2] != 3 && cb[2] != cb[0] && cb[2] != cb[1]);
+    }
+    /* Shard 3 is in about 3/5 of the chains. */
+    assert_true(touched >= NKEYS * 50 / 100 && touched <= NKEYS * 70 / 100);
+    ts_ring_free(a);
+    ts_ring_free(b);
+}
+
+static void test_chain_small_rings(void **state)
+{
+    static const uint32_t one[] = { 7 };
+    struct ts_ring *e = make(NULL, 0, 0), *s1 = make(one, 1, 4);
+    uint32_t out[4] = { 0 };
+
+    (void)state;
+    assert_int_equal(ts_ring_chain(e, "w", 0, 2, out), 0);
+    assert_int_equal(ts_ring_chain(s1, "w", 0, 3, out), 1);
+    assert_int_equal(out[0], 7);
+    assert_int_equal(ts_ring_chain(s1, "w", 0, 0, out), 0);
+    ts_ring_free(e);
+    ts_ring_free(s1);
+}
+
 static void check_balance(size_t n, double bound)
 {
     uint32_t ids[16];
@@ -341,6 +399,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_join_moves_keys_to_new_shard_only),
         cmocka_unit_test(test_leave_moves_only_that_shards_keys),
+        cmocka_unit_test(test_chains),
+        cmocka_unit_test(test_chain_small_rings),
         cmocka_unit_test(test_balance),
         cmocka_unit_test(test_few_vnodes),
         cmocka_unit_test(test_input_order_does_not_matter),

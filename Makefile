@@ -40,6 +40,7 @@ DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \
               test_part \
               test_part_sums \
+              test_part_replica \
               test_frame test_transport test_mlp test_data test_store test_verify \
               test_snapshot test_codec
 

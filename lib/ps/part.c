@@ -486,7 +486,7 @@ static bool pull_ready(const struct ts_part *p, uint64_t want)
         return true;
     if (p->job->mode == TS_MODE_SSP)
         return min_clock(p) + p->job->staleness >= want;
-    return p->version >= want;
+    return (p->hold ? p->visible : p->version) >= want;
 }
 
 /* Waits, under mu, until pull_ready. */
@@ -509,6 +509,11 @@ static ts_status wait_ready(struct ts_part *p, uint64_t want, int ms, const atom
                                   " waited %d ms for the slowest worker (at step %" PRIu64
                                   ", staleness bound %u)", p->tensor_id, p->index, want, ms,
                                   min_clock(p), p->job->staleness);
+            if (p->version >= want)   /* held (replica.c) */
+                return ts_err_set(err, TS_ETIMEDOUT, "tensor %u partition %u: version %" PRIu64
+                                  " is applied but its chain did not hold it within %d ms "
+                                  "(visible: %" PRIu64 ")", p->tensor_id, p->index, want, ms,
+                                  p->visible);
             return ts_err_set(err, TS_ETIMEDOUT,
                               "tensor %u partition %u: version %" PRIu64 " did not come within "
                               "%d ms (at %" PRIu64 ", %u of %u ranks pushed)", p->tensor_id,

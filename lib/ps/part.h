@@ -155,6 +155,34 @@ ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
                        const atomic_bool *cancel, float *out, struct ts_pull_info *info,
                        struct ts_err *err) TS_MUST_CHECK;
 
+/* Replication (docs/replication.md): a chain of shards holds each partition; the head takes
+ * the pushes and sends its state down the chain after each update, and a pull may see an
+ * update only once the chain's tail holds it. BSP and REDUCE only (TS_EINVAL otherwise).
+ *
+ * An image is the partition's whole state at one version: the version, the values, the
+ * optimizer state, the count of skipped steps and each rank's overflow not yet reported. It
+ * is meant for a peer running the same build (host byte order, no conversion). */
+size_t ts_part_image_bytes(const struct ts_part *p);
+/* Copies the image at the current version into buf (cap >= ts_part_image_bytes), under the
+ * lock; *version receives its version. */
+ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *version,
+                        struct ts_err *err) TS_MUST_CHECK;
+/* Makes p hold the image buf[0..n). TS_EINVAL (naming the field) for an image of a different
+ * partition, mode, worker count or optimizer, or of the wrong size; TS_ESTATE if the image is
+ * older than p (a chain never goes back); in both cases nothing changes. The same version
+ * again is accepted (a resend). Pushes p had taken for its current step are dropped: a
+ * follower takes none, and a head that fails over starts the step afresh, every rank pushing
+ * it again. The image's version is visible at once; pullers wake up. */
+ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n,
+                             struct ts_err *err) TS_MUST_CHECK;
+/* With hold on, an update applied by a push is not visible to pulls (they wait) until
+ * ts_part_publish(p, v) with v at least its version: the chain holds it. Turning hold off
+ * makes every applied version visible. */
+ts_status ts_part_hold(struct ts_part *p, bool on, struct ts_err *err) TS_MUST_CHECK;
+void ts_part_publish(struct ts_part *p, uint64_t version);
+/* The newest version pulls may see. */
+uint64_t ts_part_visible(struct ts_part *p);
+
 /* Snapshots. ts_part_arm asks for a copy of the values and optimizer state as they are at
  * version `step`: taken at once if the partition is there, else by the push that applies
  * that step. TS_ESTATE (nothing armed) if the partition is already past step; arming again

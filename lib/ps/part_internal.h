@@ -35,6 +35,10 @@ struct ts_part {
     uint64_t *stale_last, *stale_max; /* SSP/ASP, per rank: steps ahead of the slowest, at pulls */
     /* Snapshot capture (ts_part_arm): a copy of value and state taken when version reaches
      * snap_step, so that training goes on while the copy is written out. */
+    /* Replication (replica.c): with hold set, pulls see an applied version only once
+     * ts_part_publish says its chain holds it; `visible` is the newest such version. */
+    bool hold;
+    uint64_t visible;
     bool snap_armed, snap_ready;
     uint64_t snap_step;
     float *snap_value, *snap_state;

@@ -1,0 +1,173 @@
+/* replica.c - a partition's image for chain replication, and the hold on what pulls may see
+ * (part.h, "Replication"; docs/replication.md).
+ *
+ * The image is a fixed header, then the values, the optimizer state and one overflow byte
+ * per rank. The header names the partition (tensor, index, offset, length) and the job's
+ * shape (mode, workers, state floats), so that a follower loads only an image of its own
+ * partition. */
+#include <inttypes.h>
+#include <string.h>
+
+#include "part_internal.h"
+
+#define IMAGE_MAGIC "TSPIMG1"
+
+struct image_hdr {
+    char magic[8];
+    uint32_t mode, workers;
+    uint32_t tensor_id, index;
+    uint64_t offset, len;
+    uint64_t state_floats;
+    uint64_t version, skipped;
+};
+
+static bool replicable(const struct ts_part *p)
+{
+    return p->job->mode == TS_MODE_BSP || p->job->mode == TS_MODE_REDUCE;
+}
+
+/* REDUCE keeps no optimizer state on the shard (the workers apply the update). */
+static uint64_t state_floats(const struct ts_part *p)
+{
+    return p->job->mode == TS_MODE_REDUCE ? 0 : ts_optim_state_len(p->job->optim.kind) * p->len;
+}
+
+static ts_status check_mode(const struct ts_part *p, struct ts_err *err)
+{
+    if (!replicable(p))
+        return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: mode %s is not replicated "
+                          "(bsp and reduce are)", p->tensor_id, p->index,
+                          ts_mode_name(p->job->mode));
+    return TS_OK;
+}
+
+size_t ts_part_image_bytes(const struct ts_part *p)
+{
+    return sizeof(struct image_hdr) + (p->len + state_floats(p)) * sizeof(float) +
+           p->job->workers;
+}
+
+ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *version,
+                        struct ts_err *err)
+{
+    size_t need = ts_part_image_bytes(p);
+    struct image_hdr h = { .magic = IMAGE_MAGIC, .mode = p->job->mode,
+                           .workers = p->job->workers, .tensor_id = p->tensor_id,
+                           .index = p->index, .offset = p->offset, .len = p->len,
+                           .state_floats = state_floats(p) };
+    char *at = buf;
+    ts_status st;
+
+    if ((st = check_mode(p, err)))
+        return st;
+    if (cap < need)
+        return ts_err_set(err, TS_EINVAL, "image: %zu bytes of room, want %zu", cap, need);
+    pthread_mutex_lock(&p->mu);
+    h.version = *version = p->version;
+    h.skipped = p->skipped;
+    memcpy(at, &h, sizeof(h));
+    at += sizeof(h);
+    memcpy(at, p->value, p->len * sizeof(float));
+    at += p->len * sizeof(float);
+    memcpy(at, p->state, h.state_floats * sizeof(float));
+    at += h.state_floats * sizeof(float);
+    memcpy(at, p->overflow, p->job->workers);
+    pthread_mutex_unlock(&p->mu);
+    return TS_OK;
+}
+
+/* Whether the header describes p; the mismatch named in err. */
+static ts_status check_hdr(const struct ts_part *p, const struct image_hdr *h, size_t n,
+                           struct ts_err *err)
+{
+    if (memcmp(h->magic, IMAGE_MAGIC, sizeof(h->magic)) != 0)
+        return ts_err_set(err, TS_EINVAL, "image: not a partition image (magic)");
+    if (h->tensor_id != p->tensor_id || h->index != p->index || h->offset != p->offset ||
+        h->len != p->len)
+        return ts_err_set(err, TS_EINVAL, "image: of tensor %u partition %u (%" PRIu64
+                          " elements from %" PRIu64 "), not this one", h->tensor_id, h->index,
+                          h->len, h->offset);
+    if (h->mode != (uint32_t)p->job->mode || h->workers != p->job->workers)
+        return ts_err_set(err, TS_EINVAL, "image: job mode %u with %u workers, this "
+                          "partition's job is %s with %u", h->mode, h->workers,
+                          ts_mode_name(p->job->mode), p->job->workers);
+    if (h->state_floats != state_floats(p))
+        return ts_err_set(err, TS_EINVAL, "image: state_floats %" PRIu64 ", this partition's "
+                          "optimizer keeps %" PRIu64, h->state_floats, state_floats(p));
+    if (n != ts_part_image_bytes(p))
+        return ts_err_set(err, TS_EINVAL, "image: %zu bytes, want %zu", n,
+                          ts_part_image_bytes(p));
+    return TS_OK;
+}
+
+ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struct ts_err *err)
+{
+    struct image_hdr h;
+    const char *at = (const char *)buf + sizeof(h);
+    ts_status st;
+
+    if ((st = check_mode(p, err)))
+        return st;
+    if (n < sizeof(h))
+        return ts_err_set(err, TS_EINVAL, "image: %zu bytes, shorter than its header", n);
+    memcpy(&h, buf, sizeof(h));
+    if ((st = check_hdr(p, &h, n, err)))
+        return st;
+    pthread_mutex_lock(&p->mu);
+    if (h.version < p->version) {
+        uint64_t have = p->version;
+        pthread_mutex_unlock(&p->mu);
+        return ts_err_set(err, TS_ESTATE, "image: version %" PRIu64 " of tensor %u partition "
+                          "%u, older than the %" PRIu64 " held here", h.version, p->tensor_id,
+                          p->index, have);
+    }
+    memcpy(p->value, at, p->len * sizeof(float));
+    at += p->len * sizeof(float);
+    memcpy(p->state, at, h.state_floats * sizeof(float));
+    at += h.state_floats * sizeof(float);
+    memcpy(p->overflow, at, p->job->workers);
+    p->version = p->visible = h.version;
+    p->skipped = h.skipped;
+    p->npushed = 0;
+    p->check_finite = false;
+    memset(p->pushed, 0, p->job->workers);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return TS_OK;
+}
+
+ts_status ts_part_hold(struct ts_part *p, bool on, struct ts_err *err)
+{
+    ts_status st;
+
+    if (on && (st = check_mode(p, err)))
+        return st;
+    pthread_mutex_lock(&p->mu);
+    p->hold = on;
+    p->visible = p->version;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return TS_OK;
+}
+
+void ts_part_publish(struct ts_part *p, uint64_t version)
+{
+    pthread_mutex_lock(&p->mu);
+    if (version > p->version)   /* never past what is applied */
+        version = p->version;
+    if (version > p->visible) {
+        p->visible = version;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+uint64_t ts_part_visible(struct ts_part *p)
+{
+    uint64_t v;
+
+    pthread_mutex_lock(&p->mu);
+    v = p->hold ? p->visible : p->version;
+    pthread_mutex_unlock(&p->mu);
+    return v;
+}

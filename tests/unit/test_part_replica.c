@@ -1,0 +1,230 @@
+/* test_part_replica.c - lib/ps's replication pieces (part.h, "Replication"): a follower
+ * loaded with the head's image after each step holds the head's bits and, promoted, trains
+ * on to the same bits; images that do not fit are refused with nothing changed; a held
+ * update is not pulled until it is published. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "part_test.h"
+
+#define N 777
+#define W 3
+
+static struct ts_job job(bool exact, const char *opt, enum ts_mode mode)
+{
+    struct ts_job j;
+    assert_int_equal(ts_job_init(&j, "t", W, exact, opt, 64, NULL), TS_OK);
+    assert_int_equal(ts_job_set_mode(&j, mode, 0, NULL), TS_OK);
+    return j;
+}
+
+static struct ts_part *mk(const struct ts_job *j, uint32_t index, uint64_t len)
+{
+    struct ts_part *p;
+    assert_int_equal(ts_part_create(j, 2, "w", index, 100, len, "normal:0.1", 5, 0, 0, NULL, &p,
+                                    NULL), TS_OK);
+    return p;
+}
+
+/* Rank r's fixed-point gradient for step s. */
+static void grad(uint32_t r, uint64_t s, int64_t *out)
+{
+    float g[N];
+    for (int i = 0; i < N; i++)
+        g[i] = (float)((i % 5) - 2) * 1e-2f * (float)(r + 1) + (float)s * 1e-4f;
+    assert_int_equal(ts_fixed_from_f32(g, N, out, NULL), TS_OK);
+}
+
+static void step(struct ts_part *p, uint64_t s)
+{
+    static int64_t g[N];
+    bool applied;
+
+    for (uint32_t r = 0; r < W; r++) {
+        grad(r, s, g);
+        assert_int_equal(push(p, r, s, TS_ENC_FIXED, g, sizeof(g), &applied, NULL), TS_OK);
+        assert_int_equal(applied, r == W - 1);
+    }
+}
+
+/* Copies head's image into follower; returns its version. */
+static uint64_t replicate(struct ts_part *head, struct ts_part *follower)
+{
+    size_t n = ts_part_image_bytes(head);
+    void *img = malloc(n);
+    uint64_t v;
+
+    assert_int_equal(ts_part_image(head, img, n, &v, NULL), TS_OK);
+    assert_int_equal(ts_part_load_image(follower, img, n, NULL), TS_OK);
+    free(img);
+    return v;
+}
+
+static void same_bits(struct ts_part *a, struct ts_part *b)
+{
+    size_t n = ts_part_image_bytes(a);
+    char *x = malloc(n), *y = malloc(n);
+    uint64_t va, vb;
+
+    assert_int_equal(ts_part_image(a, x, n, &va, NULL), TS_OK);
+    assert_int_equal(ts_part_image(b, y, n, &vb, NULL), TS_OK);
+    assert_int_equal(va, vb);
+    assert_memory_equal(x, y, n);   /* values, optimizer state, overflow flags */
+    free(x);
+    free(y);
+}
+
+/* The head trains; the follower gets its image after every step; then the head "dies" in the
+ * middle of a step (two ranks had pushed to it), the follower takes the step from every rank
+ * again and ends where a partition that never failed ends. */
+static void follower_takes_over_bit_exact(void **state)
+{
+    struct ts_job j = job(true, "adam:lr=0.01", TS_MODE_BSP);
+    struct ts_part *head = mk(&j, 1, N), *follower = mk(&j, 1, N), *ref = mk(&j, 1, N);
+    static int64_t g[N];
+    bool applied;
+
+    (void)state;
+    for (uint64_t s = 0; s < 4; s++) {
+        step(head, s);
+        step(ref, s);
+        assert_int_equal(replicate(head, follower), s + 1);
+        same_bits(head, follower);
+    }
+    /* Step 4: ranks 0 and 1 push to the head, which then dies before applying it. A rank
+     * also pushed to the follower before the failover was noticed: the next image drops it. */
+    for (uint32_t r = 0; r < 2; r++) {
+        grad(r, 4, g);
+        assert_int_equal(push(head, r, 4, TS_ENC_FIXED, g, sizeof(g), &applied, NULL), TS_OK);
+    }
+    assert_int_equal(push(follower, 0, 4, TS_ENC_FIXED, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_int_equal(replicate(head, follower), 4);   /* the resend of version 4 */
+    ts_part_free(head);
+    for (uint64_t s = 4; s < 6; s++) {
+        step(follower, s);
+        step(ref, s);
+    }
+    same_bits(follower, ref);
+    assert_int_equal(ts_part_version(follower), 6);
+    ts_part_free(follower);
+    ts_part_free(ref);
+}
+
+/* Each refused image names what does not match and leaves the follower as it was. */
+static void bad_images_change_nothing(void **state)
+{
+    struct ts_job j = job(true, "momentum:lr=0.1,momentum=0.9", TS_MODE_BSP);
+    struct ts_job sgd = job(true, "sgd:lr=0.1", TS_MODE_BSP);
+    struct ts_job ssp = job(false, "sgd:lr=0.1", TS_MODE_SSP);
+    struct ts_part *head = mk(&j, 1, N), *follower = mk(&j, 1, N);
+    struct ts_part *other = mk(&j, 2, N), *shorter = mk(&j, 1, N - 1), *plain = mk(&sgd, 1, N);
+    struct ts_part *async = mk(&ssp, 1, N);
+    size_t n = ts_part_image_bytes(head);
+    char *img = malloc(n), *before = malloc(n), *after = malloc(n);
+    struct ts_err e = { 0 };
+    uint64_t v;
+
+    (void)state;
+    step(head, 0);
+    step(head, 1);
+    assert_int_equal(ts_part_image(head, img, n, &v, NULL), TS_OK);
+    assert_int_equal(v, 2);
+    assert_int_equal(ts_part_image(head, img, n - 1, &v, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "room"));
+
+    struct { struct ts_part *to; size_t n; ts_status want; const char *says; } cases[] = {
+        { other, n, TS_EINVAL, "not this one" },
+        { shorter, n, TS_EINVAL, "not this one" },
+        { plain, n, TS_EINVAL, "state_floats" },
+        { follower, n - 1, TS_EINVAL, "bytes, want" },
+        { follower, 10, TS_EINVAL, "shorter than its header" },
+        { async, n, TS_EINVAL, "not replicated" },
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        size_t m = ts_part_image_bytes(cases[k].to);
+        char *b = malloc(m + 1), *c = malloc(m + 1);
+        uint64_t vb = 0;
+
+        memset(&e, 0, sizeof(e));
+        if (cases[k].to != async)
+            assert_int_equal(ts_part_image(cases[k].to, b, m, &vb, NULL), TS_OK);
+        assert_int_equal(ts_part_load_image(cases[k].to, img, cases[k].n, &e), cases[k].want);
+        if (!strstr(e.msg, cases[k].says))
+            fail_msg("case %zu: '%s' does not say '%s'", k, e.msg, cases[k].says);
+        if (cases[k].to != async) {
+            assert_int_equal(ts_part_image(cases[k].to, c, m, &vb, NULL), TS_OK);
+            assert_memory_equal(b, c, m);
+        }
+        free(b);
+        free(c);
+    }
+    /* A bad magic, and an image older than the follower. */
+    memset(&e, 0, sizeof(e));
+    img[0] ^= 1;
+    assert_int_equal(ts_part_load_image(follower, img, n, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "magic"));
+    img[0] ^= 1;
+    step(follower, 0);
+    step(follower, 1);
+    step(follower, 2);
+    assert_int_equal(ts_part_image(follower, before, n, &v, NULL), TS_OK);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_part_load_image(follower, img, n, &e), TS_ESTATE);
+    assert_non_null(strstr(e.msg, "older than the 3 held here"));
+    assert_int_equal(ts_part_image(follower, after, n, &v, NULL), TS_OK);
+    assert_memory_equal(before, after, n);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_part_hold(async, true, &e), TS_EINVAL);
+    free(img);
+    free(before);
+    free(after);
+    ts_part_free(head);
+    ts_part_free(follower);
+    ts_part_free(other);
+    ts_part_free(shorter);
+    ts_part_free(plain);
+    ts_part_free(async);
+}
+
+/* Held: the applied update waits for its publication, and no further. */
+static void held_updates_wait_for_publish(void **state)
+{
+    struct ts_job j = job(true, "sgd:lr=0.5", TS_MODE_REDUCE);
+    struct ts_part *p = mk(&j, 0, N);
+    float out[N];
+    struct ts_err e = { 0 };
+    uint64_t v;
+
+    (void)state;
+    assert_int_equal(ts_part_hold(p, true, NULL), TS_OK);
+    step(p, 0);
+    assert_int_equal(ts_part_version(p), 1);
+    assert_int_equal(ts_part_visible(p), 0);
+    assert_int_equal(read_at(p, 1, 30, out, &v, &e), TS_ETIMEDOUT);
+    assert_non_null(strstr(e.msg, "chain did not hold it"));
+    ts_part_publish(p, 7);    /* never past what is applied */
+    assert_int_equal(ts_part_visible(p), 1);
+    assert_int_equal(read_at(p, 1, 30, out, &v, NULL), TS_OK);
+    assert_int_equal(v, 1);
+    step(p, 1);
+    assert_int_equal(ts_part_visible(p), 1);
+    assert_int_equal(ts_part_hold(p, false, NULL), TS_OK);   /* unheld: all is visible */
+    assert_int_equal(ts_part_visible(p), 2);
+    assert_int_equal(read_at(p, 2, 30, out, &v, NULL), TS_OK);
+    ts_part_free(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(follower_takes_over_bit_exact),
+        cmocka_unit_test(bad_images_change_nothing),
+        cmocka_unit_test(held_updates_wait_for_publish),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

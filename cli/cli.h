@@ -14,6 +14,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_verify_replicas(int argc, char **argv);   /* `tessera verify replicas` */
 
 struct ts_store;
 /* Opens the snapshot store: store (a directory), else the one the master at master (NULL:
@@ -47,6 +48,7 @@ struct cluster_opts {
     const char *restore;            /* snapshot id the shards start from (NULL: none) */
     const char *branch;             /* the master's --branch (NULL: its default) */
     int snapshot_every;             /* the master's --snapshot-every (0: off) */
+    int replicas;                   /* the master's --replicas (0: its default, 1) */
     int64_t mem_budget_mib;         /* each shard's --mem-budget (0: half the machine's memory
                                      * shared among the shards) */
 };

@@ -71,7 +71,7 @@ static int add_flag(char **argv, int n, const char *flag, const char *value)
 static ts_status start_master(const struct cluster_opts *o, struct cluster *c, const char *bin,
                               struct ts_err *err)
 {
-    char exe[700], listen[64], port_file[700], log[700], lease[32], every[32];
+    char exe[700], listen[64], port_file[700], log[700], lease[32], every[32], replicas[32];
     char *argv[20];
     int n = 0, port;
     ts_status st;
@@ -97,6 +97,11 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
         snprintf(every, sizeof(every), "%d", o->snapshot_every);
         argv[n++] = "--snapshot-every";
         argv[n++] = every;
+    }
+    if (o->replicas) {
+        snprintf(replicas, sizeof(replicas), "%d", o->replicas);
+        argv[n++] = "--replicas";
+        argv[n++] = replicas;
     }
     argv[n] = NULL;
     snprintf(log, sizeof(log), "%s/master.log", c->dir);

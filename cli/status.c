@@ -73,6 +73,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
     ts_json_str(&j, "version", cs->version);
     ts_json_int(&j, "uptime_ms", cs->uptime_ms);
     ts_json_uint(&j, "vnodes", cs->vnodes);
+    ts_json_uint(&j, "replicas", cs->replicas ? cs->replicas : 1);
     snprintf(digest, sizeof(digest), "%016" PRIx64, cs->ring_digest);
     ts_json_str(&j, "ring_digest", digest);
     ts_json_arr(&j, "shards");
@@ -148,8 +149,8 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                         Tessera__V1__ShardStatusResponse **views)
 {
     printf("master %s  version %s  up %.1f s  epoch %" PRIu64 "  ring %u vnodes/shard "
-           "(digest %016" PRIx64 ")\n\n", addr, cs->version, cs->uptime_ms / 1000.0, cs->epoch,
-           cs->vnodes, cs->ring_digest);
+           "(digest %016" PRIx64 ")  replicas %u\n\n", addr, cs->version, cs->uptime_ms / 1000.0,
+           cs->epoch, cs->vnodes, cs->ring_digest, cs->replicas ? cs->replicas : 1);
     printf("%-6s %-22s %-6s %-7s %-10s %-6s %-9s %s\n", "SHARD", "ADDR", "STATE", "LEASE",
            "HB S AGO", "PARTS", "MB", "REFUSED FRAMES");
     for (size_t i = 0; i < cs->n_shards; i++) {

@@ -3,12 +3,13 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "placement/ring.h"
 #include "snapshot/snapshot.h"
 #include "util/flags.h"
 #include "util/proc.h"
 
 struct up_flags {
-    int64_t shards, master_port, lease_ms, snapshot_every, mem_budget;
+    int64_t shards, master_port, lease_ms, snapshot_every, mem_budget, replicas;
     const char *dir, *store, *restore, *branch;
 };
 
@@ -22,6 +23,8 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
           "log directory, one log per process (default: a new one in /tmp)", 0, 0 },
         { "lease-ms", TS_FLAG_INT, &f->lease_ms, "MS", "member lease (default 3000)", 100,
           600000 },
+        { "replicas", TS_FLAG_INT, &f->replicas, "R", "shards holding each partition, a chain "
+          "(default 1; at most --shards; docs/replication.md)", 1, TS_MAX_REPLICAS },
         { "store", TS_FLAG_STR, &f->store, "DIR", "snapshot store (created if missing)", 0, 0 },
         { "snapshot-every", TS_FLAG_INT, &f->snapshot_every, "N",
           "take a snapshot every N steps (needs --store)", 0, 1000000000 },
@@ -94,11 +97,16 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
     struct cluster_opts o = { .shards = (int)f->shards, .master_port = (int)f->master_port,
                               .dir = f->dir, .lease_ms = (int)f->lease_ms, .store = f->store,
                               .branch = f->branch, .snapshot_every = (int)f->snapshot_every,
-                              .mem_budget_mib = f->mem_budget };
+                              .mem_budget_mib = f->mem_budget, .replicas = (int)f->replicas };
     char hex[TS_STORE_HEX_LEN + 1];
     struct ts_err err = { 0 };
     int rc;
 
+    if (f->replicas > f->shards) {
+        fprintf(stderr, "tessera %s: --replicas %" PRId64 " needs at least as many shards "
+                        "(--shards %" PRId64 ")\n", cmd, f->replicas, f->shards);
+        return 2;
+    }
     if ((f->snapshot_every || f->branch) && !f->store) {
         fprintf(stderr, "tessera %s: --snapshot-every and --branch need --store DIR\n", cmd);
         return 2;

@@ -291,6 +291,8 @@ int cmd_verify(int argc, char **argv)
     char live_hex[65] = "";
     int rc = 2;
 
+    if (argc > 0 && strcmp(argv[0], "replicas") == 0)
+        return cmd_verify_replicas(argc - 1, argv + 1);
     if (ts_flags_parse(flags, argc, argv, pos, &npos, &help, &err)) {
         fprintf(stderr, "tessera verify: %s\n", err.msg);
         return 2;
@@ -308,14 +310,16 @@ int cmd_verify(int argc, char **argv)
     if (help || npos != 3 || strcmp(pos[0], "compare") != 0) {
         FILE *f = help ? stdout : stderr;
         ts_flags_usage(f, "tessera verify compare A B [options]\n       tessera verify data "
-                          "DIR REF --store S [--json]",
+                          "DIR REF --store S [--json]\n       tessera verify replicas "
+                          "[--master ADDR] [--job ID] [--json]",
                        "Audits two model states and says whether they are the same, or how\n"
                        "they differ: bits (every element, ULP, first difference), cosine (per\n"
                        "tensor, and per layer output on probe images for the built-in MLP),\n"
                        "dist (KS, PSI, Jensen-Shannon of the outputs, or of the values).\n"
                        "A and B: snapshot refs (with --store or --master), `live` (a snapshot of\n"
                        "the running job, with --master) or files (.npy, raw float32). `verify data` re-hashes the training data in DIR and\n"
-                       "checks it against snapshot REF's data-checksum map.\n"
+                       "checks it against snapshot REF's data-checksum map. `verify replicas`\n"
+                       "compares every replica of a job's partitions with its chain's head.\n"
                        "Exit 0: the audit passes; 1: it fails; 2: usage or I/O.",
                        flags);
         return help ? 0 : 2;

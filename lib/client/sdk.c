@@ -53,31 +53,6 @@ SAME_CODE(EINTERNAL);
 
 /* ---- connecting ---- */
 
-static ts_status pick_transport(const Tessera__V1__ShardInfo *s, const char *want,
-                                const struct ts_transport_ops **ops, struct ts_blob *blob,
-                                struct ts_err *err)
-{
-    for (size_t k = 0; ts_transports[k]; k++) {
-        const struct ts_transport_ops *o = ts_transports[k];
-        struct ts_err e = { 0 };
-        if ((want && want[0] && strcmp(want, o->name)) || ts_tp_probe(o, &e))
-            continue;
-        for (size_t i = 0; i < s->n_data_planes; i++) {
-            const Tessera__V1__DataPlaneEndpoint *d = s->data_planes[i];
-            if (strcmp(d->transport, o->name) || d->address.len > sizeof(blob->data))
-                continue;
-            memcpy(blob->data, d->address.data, d->address.len);
-            blob->len = d->address.len;
-            if (!ts_tp_usable(o, blob))
-                continue;
-            *ops = o;
-            return TS_OK;
-        }
-    }
-    return ts_err_set(err, TS_ENODEV, "shard %u (%s): no data-plane transport in common%s%s",
-                      s->id, s->addr, want ? " with --transport " : "", want ? want : "");
-}
-
 static ts_status connect_shards(struct tessera *t, const char *want, int delay_ms,
                                 struct ts_err *err)
 {
@@ -94,7 +69,7 @@ static ts_status connect_shards(struct tessera *t, const char *want, int delay_m
         struct ts_blob blob;
         struct sdk_shard *sh = &t->shards[t->nshards];
 
-        if ((st = pick_transport(map->shards[i], want, &ops, &blob, err)) ||
+        if ((st = ts_shard_pick_transport(map->shards[i], want, &ops, &blob, err)) ||
             (st = ts_tp_connect(ops, &blob, 10000, &sh->conn, err)))
             break;
         if (delay_ms) { /* testing and benchmarks: a slower link (lib/transport/fault.h) */

@@ -11,6 +11,7 @@
 
 #include "cluster/cluster.h"
 #include "placement/ring.h"
+#include "transport/transport.h"
 #include "rpc/rpc.h"
 #include "util/log.h"
 
@@ -28,6 +29,8 @@ struct ts_cluster {
     uint64_t epoch;
     unsigned refreshes;
     struct ts_ring *ring;
+    uint32_t replicas;              /* the map's chain length, at least 1 */
+    Tessera__V1__ShardMap *map;     /* the installed map: the shards' data-plane endpoints */
     struct shard_ch *shards;
     size_t nshards;
 };
@@ -65,13 +68,16 @@ void ts_cluster_close(struct ts_cluster *cl)
         return;
     drop_shards(cl);
     ts_ring_free(cl->ring);
+    if (cl->map)
+        tessera__v1__shard_map__free_unpacked(cl->map, NULL);
     ts_master_close(cl->master);
     pthread_mutex_destroy(&cl->mu);
     free(cl);
 }
 
-/* Installs a fetched map: the ring from its alive ids, checked against the master's digest. */
-static ts_status install(struct ts_cluster *cl, const Tessera__V1__ShardMap *map,
+/* Installs a fetched map, which it keeps on success: the ring from its alive ids, checked
+ * against the master's digest. */
+static ts_status install(struct ts_cluster *cl, Tessera__V1__ShardMap *map,
                          struct ts_err *err)
 {
     uint32_t *ids = calloc(map->n_shards + 1, sizeof(*ids));
@@ -86,6 +92,9 @@ static ts_status install(struct ts_cluster *cl, const Tessera__V1__ShardMap *map
         sh[i].id = map->shards[i]->id;
         snprintf(sh[i].addr, sizeof(sh[i].addr), "%s", map->shards[i]->addr);
     }
+    if (!st && map->replicas > TS_MAX_REPLICAS)
+        st = ts_err_set(err, TS_EINVAL, "shard map epoch %" PRIu64 ": replicas %u, at most %d",
+                        map->epoch, map->replicas, TS_MAX_REPLICAS);
     if (!st)
         st = ts_ring_create(ids, map->n_shards, map->vnodes, &ring, err);
     if (!st && ts_ring_digest(ring) != map->digest)
@@ -105,6 +114,10 @@ static ts_status install(struct ts_cluster *cl, const Tessera__V1__ShardMap *map
     cl->shards = sh;
     cl->nshards = map->n_shards;
     cl->epoch = map->epoch;
+    cl->replicas = map->replicas ? map->replicas : 1;
+    if (cl->map)
+        tessera__v1__shard_map__free_unpacked(cl->map, NULL);
+    cl->map = map;
     return TS_OK;
 }
 
@@ -120,7 +133,8 @@ ts_status ts_cluster_refresh(struct ts_cluster *cl, struct ts_err *err)
     if (!st)
         cl->refreshes++;
     pthread_mutex_unlock(&cl->mu);
-    tessera__v1__shard_map__free_unpacked(map, NULL);
+    if (st)
+        tessera__v1__shard_map__free_unpacked(map, NULL);
     return st;
 }
 
@@ -173,6 +187,70 @@ ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t 
                           ts_cluster_epoch(cl));
     *shard_id = id;
     return TS_OK;
+}
+
+size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t partition,
+                        uint32_t out[TS_MAX_REPLICAS])
+{
+    size_t n;
+
+    pthread_mutex_lock(&cl->mu);
+    n = ts_ring_chain(cl->ring, tensor, partition, cl->replicas, out);
+    pthread_mutex_unlock(&cl->mu);
+    return n;
+}
+
+uint32_t ts_cluster_replicas(struct ts_cluster *cl)
+{
+    uint32_t r;
+
+    pthread_mutex_lock(&cl->mu);
+    r = cl->replicas;
+    pthread_mutex_unlock(&cl->mu);
+    return r;
+}
+
+ts_status ts_shard_pick_transport(const Tessera__V1__ShardInfo *s, const char *want,
+                                  const struct ts_transport_ops **ops, struct ts_blob *blob,
+                                  struct ts_err *err)
+{
+    for (size_t k = 0; ts_transports[k]; k++) {
+        const struct ts_transport_ops *o = ts_transports[k];
+        struct ts_err e = { 0 };
+        if ((want && want[0] && strcmp(want, o->name)) || ts_tp_probe(o, &e))
+            continue;
+        for (size_t i = 0; i < s->n_data_planes; i++) {
+            const Tessera__V1__DataPlaneEndpoint *d = s->data_planes[i];
+            if (strcmp(d->transport, o->name) || d->address.len > sizeof(blob->data))
+                continue;
+            memcpy(blob->data, d->address.data, d->address.len);
+            blob->len = d->address.len;
+            if (!ts_tp_usable(o, blob))
+                continue;
+            *ops = o;
+            return TS_OK;
+        }
+    }
+    return ts_err_set(err, TS_ENODEV, "shard %u (%s): no data-plane transport in common%s%s",
+                      s->id, s->addr, want ? " with --transport " : "", want ? want : "");
+}
+
+ts_status ts_cluster_connect(struct ts_cluster *cl, uint32_t id, int ms, struct ts_conn **out,
+                             struct ts_err *err)
+{
+    const struct ts_transport_ops *ops = NULL;
+    struct ts_blob blob;
+    ts_status st = TS_ENOTFOUND;
+
+    pthread_mutex_lock(&cl->mu);
+    for (size_t i = 0; cl->map && i < cl->map->n_shards && st == TS_ENOTFOUND; i++)
+        if (cl->map->shards[i]->id == id)
+            st = ts_shard_pick_transport(cl->map->shards[i], NULL, &ops, &blob, err);
+    pthread_mutex_unlock(&cl->mu);
+    if (st == TS_ENOTFOUND)
+        return ts_err_set(err, TS_EUNAVAIL, "shard %u is not in the map (epoch %" PRIu64 ")",
+                          id, ts_cluster_epoch(cl));
+    return st ? st : ts_tp_connect(ops, &blob, ms, out, err);
 }
 
 /* The channel to a shard under the cached map, and the epoch it belongs to. Called with mu. */

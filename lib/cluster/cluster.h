@@ -18,8 +18,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "placement/ring.h"
 #include "tessera/v1/master.pb-c.h"
 #include "tessera/v1/shard.pb-c.h"
+#include "transport/transport.h"
 #include "util/err.h"
 
 /* Deadline of one control call, retries on UNAVAILABLE included. */
@@ -114,6 +116,22 @@ unsigned ts_cluster_refreshes(struct ts_cluster *cl);   /* how many refreshes so
 /* The shard owning (tensor, partition) under the cached map. TS_EUNAVAIL with no shards. */
 ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t partition,
                             uint32_t *shard_id, struct ts_err *err) TS_MUST_CHECK;
+/* The chain of (tensor, partition) under the cached map: the owner first, then its followers
+ * (docs/replication.md); returns how many (0 with no shards). */
+size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t partition,
+                        uint32_t out[TS_MAX_REPLICAS]);
+/* The cached map's chain length (ShardMap.replicas, at least 1). */
+uint32_t ts_cluster_replicas(struct ts_cluster *cl);
+/* The first transport of ts_transports[] (or `want` only, if set) that can run here and that
+ * shard s published a usable endpoint for: its ops and the endpoint's blob. TS_ENODEV if none. */
+ts_status ts_shard_pick_transport(const Tessera__V1__ShardInfo *s, const char *want,
+                                  const struct ts_transport_ops **ops, struct ts_blob *blob,
+                                  struct ts_err *err) TS_MUST_CHECK;
+/* A data-plane connection to shard id of the cached map (a shard to its chain successor);
+ * TS_EUNAVAIL if the map does not list it. *out is the caller's (ts_tp_close). */
+ts_status ts_cluster_connect(struct ts_cluster *cl, uint32_t id, int ms, struct ts_conn **out,
+                             struct ts_err *err) TS_MUST_CHECK;
+
 /* ShardStatus of one shard, sent with the cached epoch; on ABORTED the map is refreshed and
  * the call retried (up to 3 times). */
 ts_status ts_cluster_shard_status(struct ts_cluster *cl, uint32_t shard_id,

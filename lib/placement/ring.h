@@ -29,6 +29,9 @@
 /* The most virtual nodes per shard; more buys no balance worth the memory. */
 #define TS_RING_MAX_VNODES 4096
 
+/* The longest replica chain (docs/replication.md). */
+#define TS_MAX_REPLICAS 8
+
 /* Seed of every hash in this module: the ASCII bytes "tessera1" read big-endian. Changing it
  * (or the encoding) moves almost every key: it is a wire-format change. */
 #define TS_RING_SEED UINT64_C(0x7465737365726131)

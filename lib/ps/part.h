@@ -161,7 +161,9 @@ ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
  *
  * An image is the partition's whole state at one version: the version, the values, the
  * optimizer state, the count of skipped steps and each rank's overflow not yet reported. It
- * is meant for a peer running the same build (host byte order, no conversion). */
+ * is meant for a peer running the same build (host byte order, no conversion). Its header is
+ * TS_PART_IMAGE_HDR bytes; the len float values follow it. */
+#define TS_PART_IMAGE_HDR 64
 size_t ts_part_image_bytes(const struct ts_part *p);
 /* Copies the image at the current version into buf (cap >= ts_part_image_bytes), under the
  * lock; *version receives its version. */

@@ -21,6 +21,8 @@ struct image_hdr {
     uint64_t version, skipped;
 };
 
+_Static_assert(sizeof(struct image_hdr) == TS_PART_IMAGE_HDR, "part.h documents the header");
+
 static bool replicable(const struct ts_part *p)
 {
     return p->job->mode == TS_MODE_BSP || p->job->mode == TS_MODE_REDUCE;

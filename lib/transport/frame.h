@@ -48,7 +48,11 @@ enum ts_frame_type {
     TS_FRAME_SHARE = 7,     /* a region of `tensor` (flags TS_SHARE_*) was passed beside the
                              * stream (ts_tp_send_fd, before this frame); no payload */
     TS_FRAME_MAP = 8,       /* worker -> shard: share `tensor`'s parameters (a SHARE answers) */
-    TS_FRAME_TYPE_MAX = 8,
+    /* Replication (docs/replication.md), on a connection from a shard to the next one in a
+     * partition's chain (its HELLO names the job): */
+    TS_FRAME_IMAGE = 9,     /* the partition's image (ts_part_image) at version `step`; ACK
+                             * once this shard and the rest of the chain hold it */
+    TS_FRAME_TYPE_MAX = 9,
 };
 
 /* SHARE flags: what the region holds. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "master.h"
+#include "placement/ring.h"
 #include "rpc/serve.h"
 #include "util/flags.h"
 #include "util/log.h"
@@ -34,7 +35,7 @@ int main(int argc, char **argv)
 {
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:7070");
     const char *store = NULL, *restore = NULL, *branch = NULL;
-    int64_t lease_ms = 3000, vnodes = 0, every = 0, max_jobs = JOBS_DEFAULT_MAX;
+    int64_t lease_ms = 3000, vnodes = 0, every = 0, max_jobs = JOBS_DEFAULT_MAX, replicas = 1;
     int64_t idle_ms = JOBS_DEFAULT_IDLE_MS, history = JOBS_DEFAULT_HISTORY;
     const struct ts_flag flags[] = {
         TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:7070; port 0 picks a free one)"),
@@ -42,6 +43,9 @@ int main(int argc, char **argv)
           600000 },
         { "vnodes", TS_FLAG_INT, &vnodes, "N", "virtual nodes per shard (default 1024)", 0,
           4096 },
+        { "replicas", TS_FLAG_INT, &replicas, "R", "shards that hold each partition, a chain "
+                                                   "(default 1; docs/replication.md)", 1,
+          TS_MAX_REPLICAS },
         { "store", TS_FLAG_STR, &store, "DIR", "snapshot store (created if missing; the shards "
                                                "must reach the same directory)", 0, 0 },
         { "snapshot-every", TS_FLAG_INT, &every, "N", "snapshot every N steps (default 0: only "
@@ -76,7 +80,8 @@ int main(int argc, char **argv)
         return rc;
     rc = 1;
     cfg = (struct ts_members_cfg){ .default_lease_ms = (uint32_t)lease_ms,
-                                   .vnodes = (unsigned)vnodes };
+                                   .vnodes = (unsigned)vnodes,
+                                   .replicas = (uint32_t)replicas };
     jcfg = (struct jobs_cfg){ .max_jobs = (uint32_t)max_jobs, .idle_ms = idle_ms,
                               .history_max = (uint32_t)history };
     m.started_ms = ts_now_ms();

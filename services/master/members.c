@@ -583,6 +583,7 @@ ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_membe
     pthread_mutex_lock(&m->mu);
     v->epoch = m->epoch;
     v->vnodes = m->cfg.vnodes;
+    v->replicas = m->cfg.replicas ? m->cfg.replicas : 1;
     v->ring_digest = ts_ring_digest(m->ring);
     v->default_lease_ms = m->cfg.default_lease_ms;
     st = copy_table(&m->shards, alive_only, &v->shards, &v->nshards, err);

@@ -69,6 +69,7 @@ struct ts_member {
 struct ts_members_cfg {
     uint32_t default_lease_ms;                /* 0: 3000 */
     unsigned vnodes;                          /* 0: TS_RING_DEFAULT_VNODES */
+    uint32_t replicas;                        /* shards per chain; 0: 1 */
 };
 
 /* What a register or heartbeat grants. */
@@ -83,6 +84,7 @@ struct ts_member_grant {
 struct ts_members_view {
     uint64_t epoch;
     unsigned vnodes;
+    uint32_t replicas;
     uint64_t ring_digest;
     uint32_t default_lease_ms;
     struct ts_member *shards, *workers;       /* by id */

@@ -228,6 +228,7 @@ static ts_status get_shard_map(struct ts_rpc_call *call, const ProtobufCMessage 
         return st;
     resp->epoch = v.epoch;
     resp->vnodes = v.vnodes;
+    resp->replicas = v.replicas;
     resp->digest = v.ring_digest;
     resp->n_shards = v.nshards;
     resp->shards = shard_infos(call, &v, ts_now_ms());
@@ -254,6 +255,7 @@ static ts_status cluster_status(struct ts_rpc_call *call, const ProtobufCMessage
     resp->version = TESSERA_VERSION;
     resp->uptime_ms = now - m->started_ms;
     resp->vnodes = v.vnodes;
+    resp->replicas = v.replicas;
     resp->ring_digest = v.ring_digest;
     resp->default_lease_ms = v.default_lease_ms;
     ts_members_view_free(&v);

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chain.h"
 #include "transport/frame.h"
 #include "transport/region.h"
 #include "util/log.h"
@@ -43,6 +44,7 @@ struct dp_conn {
     size_t copy_cap;                /* floats */
     bool after_pull;                /* the last request was a PULL */
     struct dp_region *regions;      /* by tensor id; NULL until the first SHARE or MAP */
+    struct chain_links chain;       /* to the next shards of this shard's chains */
     atomic_bool cancel;             /* ends a pull's wait: the shard stops, or the job ended */
     char job_id[TS_JOB_ID_MAX + 1]; /* the HELLO's job, for cancel_waits (under dp->id_mu) */
     pthread_t thread;
@@ -108,33 +110,122 @@ static ts_status in_region(struct dp_conn *dc, const struct ts_frame_hdr *h,
     return TS_OK;
 }
 
+/* The partition a worker's PUSH or PULL names, which this shard must head; *next: the shard
+ * after it in its chain (0: none). */
+static ts_status head_of(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part **p,
+                         uint32_t *next, struct ts_err *err)
+{
+    bool follows = false;
+
+    if (!dc->job)
+        return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
+    if (!(*p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows,
+                                 next)))
+        return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
+                          "register the tensor, or refresh the shard map", h->tensor,
+                          h->partition);
+    if (follows)
+        return ts_err_set(err, TS_ESTALE, "tensor %u partition %u: this shard is a replica, "
+                          "not the head of its chain; refresh the shard map", h->tensor,
+                          h->partition);
+    return TS_OK;
+}
+
+/* After p's update: its image down the chain, then the update is visible to pulls. */
+static ts_status replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
+                           uint32_t next, struct ts_err *err)
+{
+    size_t n = ts_part_image_bytes(p);
+    uint64_t version;
+    ts_status st;
+
+    if ((st = chain_image_room(&dc->chain, n, err)) ||
+        (st = ts_part_image(p, dc->chain.image, n, &version, err)) ||
+        (st = chain_send(&dc->chain, atomic_load(&dc->dp->cluster), dc->job->job.id, next,
+                         h->tensor, h->partition, version, dc->chain.image, n,
+                         &dc->dp->stop, err)))
+        return st;
+    ts_part_publish(p, version);
+    return TS_OK;
+}
+
+/* The image with the lowest bit of its first value flipped, loaded
+ * ($TESSERA_TEST_FLIP_REPLICA, dataplane.h). */
+static ts_status load_flipped(struct dp_conn *dc, struct ts_part *p, const void *buf, size_t n,
+                              struct ts_err *err)
+{
+    ts_status st;
+
+    if (n <= TS_PART_IMAGE_HDR)
+        return ts_part_load_image(p, buf, n, err);   /* refused as it is */
+    if ((st = chain_image_room(&dc->chain, n, err)))
+        return st;
+    memcpy(dc->chain.image, buf, n);
+    ((unsigned char *)dc->chain.image)[TS_PART_IMAGE_HDR] ^= 1;
+    return ts_part_load_image(p, dc->chain.image, n, err);
+}
+
+/* A predecessor's image of a partition whose chain this shard follows: held, passed on to the
+ * next shard if there is one, then acknowledged. */
+static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
+                          struct ts_err *err)
+{
+    struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .tensor = h->tensor,
+                                .partition = h->partition, .step = h->step };
+    struct ts_part *p;
+    bool follows = false;
+    uint32_t next = 0;
+    ts_status st;
+
+    if (!dc->job)
+        return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
+    if (!(p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows,
+                                &next)))
+        return ts_err_set(err, TS_ENOTFOUND, "image of tensor %u partition %u: not on this "
+                          "shard", h->tensor, h->partition);
+    if (!follows)
+        return ts_err_set(err, TS_ESTATE, "image of tensor %u partition %u: this shard heads "
+                          "its chain and takes no image", h->tensor, h->partition);
+    if (dc->dp->flip && h->tensor == dc->dp->flip_tensor && h->partition == dc->dp->flip_part)
+        st = load_flipped(dc, p, buf, h->len, err);
+    else
+        st = ts_part_load_image(p, buf, h->len, err);
+    if (st)
+        return st;
+    if (next && (st = chain_send(&dc->chain, atomic_load(&dc->dp->cluster), dc->job->job.id,
+                                 next, h->tensor, h->partition, h->step, buf, h->len,
+                                 &dc->dp->stop, err)))
+        return st;
+    return ts_frame_send(dc->c, &ack, NULL, 0, err);
+}
+
 static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
                          struct ts_err *err)
 {
-    struct ts_part *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition);
+    struct ts_part *p = NULL;
+    uint32_t next = 0;
     struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .tensor = h->tensor,
                                 .partition = h->partition, .step = h->step };
     struct ts_push in = { .rank = h->rank, .step = h->step, .encoding = h->encoding,
                           .scale_exp = TS_PUSH_SCALE_EXP(h->flags), .payload = buf,
                           .bytes = h->len };
     bool applied;
+    ts_status st;
 
-    if (!dc->job)
-        return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
-    if (!p)
-        return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
-                          "register the tensor, or refresh the shard map", h->tensor,
-                          h->partition);
+    if ((st = head_of(dc, h, &p, &next, err)))
+        return st;
     if ((h->flags & TS_PUSH_REGION) && in_region(dc, h, p, &in, err))
         return err->code;
     if (ts_part_push(p, &in, &applied, err))
         return err->code;
+    if (applied && next && (st = replicate(dc, h, p, next, err)))
+        return st;
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
 
 static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
 {
-    struct ts_part *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition);
+    struct ts_part *p = NULL;
     struct ts_frame_hdr out = { .type = TS_FRAME_PARAMS, .tensor = h->tensor,
                                 .partition = h->partition, .dtype = 1 };
     struct ts_pull_info info;
@@ -142,10 +233,8 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
     enum ts_mode mode = dc->job ? dc->job->job.mode : TS_MODE_BSP;
     bool copy = mode == TS_MODE_SSP || mode == TS_MODE_ASP;
 
-    if (!p)
-        return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
-                          "register the tensor, or refresh the shard map", h->tensor,
-                          h->partition);
+    if (head_of(dc, h, &p, NULL, err))
+        return err->code;
     len = ts_part_len(p);
     /* The version asked for needs the push that was refused: it would never come. */
     if ((h->flags & TS_PULL_REGION) &&
@@ -351,6 +440,8 @@ static void *conn_main(void *arg)
             st = on_share(dc, &h, &err);
         else if (h.type == TS_FRAME_MAP)
             st = on_map(dc, &h, &err);
+        else if (h.type == TS_FRAME_IMAGE)
+            st = on_image(dc, &h, in, &err);
         else
             st = ts_err_set(&err, TS_EINVAL, "frame type %u is not a request", h.type);
         /* Done with the payload: let the worker reuse its place in the ring. */
@@ -363,6 +454,7 @@ static void *conn_main(void *arg)
     free(buf);
     free(dc->copy);
     regions_free(dc);
+    chain_links_close(&dc->chain);
     shard_params_detach(dp->params, dc->job);   /* the job may be released from now on */
     dc->job = NULL;
     ts_tp_shutdown(dc->c);   /* the worker sees the hang-up now, not when reap() closes it */
@@ -462,6 +554,12 @@ ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const c
 {
     memset(dp, 0, sizeof(*dp));
     dp->params = sp;
+    const char *flip = getenv("TESSERA_TEST_FLIP_REPLICA");
+    if (flip && sscanf(flip, "%u:%u", &dp->flip_tensor, &dp->flip_part) == 2) {
+        dp->flip = true;
+        ts_log(TS_WARN, "dataplane", "TESSERA_TEST_FLIP_REPLICA: images of tensor %u partition "
+               "%u will be corrupted here (a test)", dp->flip_tensor, dp->flip_part);
+    }
     pthread_mutex_init(&dp->mu, NULL);
     pthread_mutex_init(&dp->sum_mu, NULL);
     pthread_mutex_init(&dp->id_mu, NULL);

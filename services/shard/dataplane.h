@@ -27,6 +27,9 @@ struct dp_sum {
 
 struct dataplane {
     struct shard_params *params;    /* borrowed */
+    /* The shard's map, once it has joined (borrowed; outlives dataplane_stop): where the next
+     * shard of a chain listens (replication, docs/replication.md). */
+    _Atomic(struct ts_cluster *) cluster;
     struct dp_listener listeners[DP_MAX_LISTENERS];
     size_t n;
     pthread_mutex_t mu;
@@ -36,6 +39,11 @@ struct dataplane {
     pthread_mutex_t sum_mu;
     pthread_mutex_t id_mu;          /* the connections' job ids (after mu) */
     struct dp_sum sums[DP_SUM_CACHE];
+    /* Testing only: $TESSERA_TEST_FLIP_REPLICA=TENSOR:PARTITION makes this shard flip one bit
+     * of every image of that partition it takes as a follower, a planted difference for
+     * `tessera verify replicas` to find. */
+    bool flip;
+    uint32_t flip_tensor, flip_part;
 };
 
 /* Frames received and refused so far, over every connection. */

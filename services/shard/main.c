@@ -151,6 +151,7 @@ int main(int argc, char **argv)
                       s.master_addr);
         goto out;
     }
+    atomic_store(&s.dp.cluster, s.cluster);
     ts_log(TS_INFO, "shard", "shard %u serving at %s (memory budget %" PRIu64 " MiB)",
            ts_membership_id(s.membership), s.addr, s.params.mem_budget >> 20);
     sig = ts_proc_wait_signal(-1);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "tensor/tensor.h"
+#include "transport/frame.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -32,6 +33,8 @@ static void tensor_free(struct shard_tensor *t)
     for (uint32_t i = 0; t->parts && i < t->nparts; i++)
         ts_part_free(t->parts[i]);
     free(t->parts);
+    free(t->follows);
+    free(t->next);
     ts_region_free(&t->values);   /* after the partitions that lived in it */
     free(t);
 }
@@ -274,21 +277,46 @@ static ts_status restore_load(void *ctx, float *value, float *state, struct ts_e
                                   err);
 }
 
+/* Where this shard stands in partition p's chain under cl's map: whether it holds the
+ * partition, whether as the head, and the shard after it (0: none). */
+struct place {
+    bool held, head;
+    uint32_t next;
+    size_t len;                        /* the chain's */
+};
+
+static ts_status place_of(struct ts_cluster *cl, uint32_t my_id, const char *name, uint32_t p,
+                          struct place *at, struct ts_err *err)
+{
+    uint32_t chain[TS_MAX_REPLICAS];
+    size_t n = ts_cluster_chain(cl, name, p, chain), k = 0;
+
+    if (!n)
+        return ts_err_set(err, TS_EUNAVAIL, "no shard is alive (map epoch %" PRIu64 ")",
+                          ts_cluster_epoch(cl));
+    while (k < n && chain[k] != my_id)
+        k++;
+    *at = (struct place){ .held = k < n, .head = k == 0, .next = k + 1 < n ? chain[k + 1] : 0,
+                          .len = n };
+    return TS_OK;
+}
+
 /* Charges what t's partitions on this shard will take to the budget, or refuses (TS_ENOMEM,
  * nothing charged) naming the budget and the jobs that use it; mu held. */
 static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts_cluster *cl,
                         uint32_t my_id, struct shard_tensor *t, struct ts_err *err)
 {
-    uint64_t need = (uint64_t)t->nparts * sizeof(*t->parts), off, len;
+    uint64_t need = (uint64_t)t->nparts * (sizeof(*t->parts) + sizeof(*t->follows) +
+                                           sizeof(*t->next)), off, len;
     char users[160] = "";
     size_t at = 0;
     ts_status st;
 
     for (uint32_t p = 0; p < t->nparts; p++) {
-        uint32_t owner;
-        if ((st = ts_cluster_locate(cl, t->name, p, &owner, err)))
+        struct place pl;
+        if ((st = place_of(cl, my_id, t->name, p, &pl, err)))
             return st;
-        if (owner != my_id)
+        if (!pl.held)
             continue;
         ts_partition_range(t->numel, sizeof(float), t->partition_bytes, p, &off, &len);
         need += ts_part_mem(&sj->job, len);
@@ -308,6 +336,21 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
                       (double)sp->mem_budget / (1 << 20),
                       (double)(sp->mem_budget - sp->mem_used) / (1 << 20),
                       users[0] ? users : "nothing");
+}
+
+/* A partition on a chain of more than one shard: its image must fit one data-plane frame, and
+ * the head holds each update until the chain's tail has it (docs/replication.md). */
+static ts_status replicable(const struct ts_job *job, const struct shard_tensor *t,
+                            struct ts_part *p, bool head, struct ts_err *err)
+{
+    if (job->mode != TS_MODE_BSP && job->mode != TS_MODE_REDUCE)
+        return ts_err_set(err, TS_EINVAL, "job.mode: %s is not replicated yet (bsp and reduce "
+                          "are); run it on a master with --replicas 1", ts_mode_name(job->mode));
+    if (ts_part_image_bytes(p) > TS_FRAME_MAX)
+        return ts_err_set(err, TS_EINVAL, "tensor.partition_bytes: %" PRIu64 "; a replicated "
+                          "partition with its optimizer state must fit %u MiB, use smaller "
+                          "partitions", t->partition_bytes, TS_FRAME_MAX >> 20);
+    return head ? ts_part_hold(p, true, err) : TS_OK;
 }
 
 static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
@@ -336,15 +379,19 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
     t->partition_bytes = s->partition_bytes ? s->partition_bytes : TS_PARTITION_BYTES_DEFAULT;
     t->nparts = ts_partition_count(numel, sizeof(float), t->partition_bytes);
     if ((st = charge(sp, sj, cl, my_id, t, err)) == TS_OK &&
-        !(t->parts = calloc(t->nparts, sizeof(*t->parts))))
+        (!(t->parts = calloc(t->nparts, sizeof(*t->parts))) ||
+         !(t->follows = calloc(t->nparts, sizeof(*t->follows))) ||
+         !(t->next = calloc(t->nparts, sizeof(*t->next)))))
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
     if (!st && sp->restore && !(tm = restored_tensor(sp, t, &st, err)))
         ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
     for (uint32_t p = 0; !st && p < t->nparts; p++) {
         uint64_t off, len;
-        uint32_t owner;
-        if ((st = ts_cluster_locate(cl, t->name, p, &owner, err)) || owner != my_id)
+        struct place at;
+        if ((st = place_of(cl, my_id, t->name, p, &at, err)) || !at.held)
             continue;
+        t->follows[p] = !at.head;
+        t->next[p] = at.next;
         ts_partition_range(numel, sizeof(float), t->partition_bytes, p, &off, &len);
         if (!t->values.base && numel * sizeof(float) >= SHARD_REGION_MIN_BYTES)
             share_values(t);
@@ -353,6 +400,8 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
                             &t->parts[p], err);
         if (!st)
             ts_part_set_sync(t->parts[p], t->sync_every);
+        if (!st && at.len > 1)
+            st = replicable(&sj->job, t, t->parts[p], at.head, err);
         if (!st && tm) {
             struct restore_ctx rc = { sp, tm, tm->partitions[p] };
             st = ts_part_restore(t->parts[p], sp->restore->step, restore_load, &rc, err);
@@ -423,7 +472,7 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
         *nowned = 0;
         *version = UINT64_MAX;
         for (uint32_t p = 0; p < t->nparts; p++)
-            if (t->parts[p]) {
+            if (t->parts[p] && !t->follows[p]) {
                 (*owned)[(*nowned)++] = p;
                 uint64_t at = ts_part_step(t->parts[p]);
                 *version = at < *version ? at : *version;
@@ -455,15 +504,20 @@ struct shard_tensor *shard_params_tensor(struct shard_params *sp, struct shard_j
 }
 
 struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *sj,
-                                  uint32_t tensor, uint32_t part)
+                                  uint32_t tensor, uint32_t part, bool *follows, uint32_t *next)
 {
+    struct shard_tensor *t;
     struct ts_part *p = NULL;
 
     if (!sj || tensor >= SHARD_MAX_TENSORS)
         return NULL;
     pthread_mutex_lock(&sp->mu);
-    if (sj->tensors[tensor] && part < sj->tensors[tensor]->nparts)
-        p = sj->tensors[tensor]->parts[part];
+    if ((t = sj->tensors[tensor]) && part < t->nparts && (p = t->parts[part])) {
+        if (follows)
+            *follows = t->follows[part];
+        if (next)
+            *next = t->next[part];
+    }
     pthread_mutex_unlock(&sp->mu);
     return p;
 }

@@ -4,6 +4,9 @@
  * a tensor the ring gives this shard, and creates them (lib/ps). The data plane finds a
  * partition by (job, tensor id, partition index); a connection names its job in its HELLO.
  * A job's settings (workers, mode, optimizer, batch) are fixed by its first registration.
+ * With replicas (docs/replication.md) the shard also holds the partitions whose chain it
+ * follows: each is charged and registered like its own, but only heads answer workers, are
+ * reported to RegisterTensor, snapshotted and counted in a job's status.
  * Memory: every partition is charged to the shard's budget (--mem-budget) before it is
  * created; a request over it is TS_ENOMEM naming the budget and the jobs using it.
  * Ownership: the registry owns its jobs, tensors and partitions until the job is released
@@ -41,6 +44,11 @@ struct shard_tensor {
     size_t ndim;
     uint32_t nparts;
     struct ts_part **parts;            /* by index; NULL where another shard holds it */
+    /* Replication (docs/replication.md), by index, fixed at registration from the map the
+     * request named: whether this shard follows (is not the head of) the partition's chain,
+     * and the shard after it in the chain (0: none, this shard is its tail). */
+    bool *follows;
+    uint32_t *next;
     /* The values of this shard's partitions, each at its offset in the tensor (numel floats,
      * only this shard's pages touched), which co-located workers map read-only (dataplane.c,
      * MAP). TS_REGION_NONE where memfds cannot be made: the partitions then hold their own. */
@@ -112,9 +120,12 @@ ts_status shard_params_release(struct shard_params *sp, const char *id, bool *he
  * (an attached connection keeps it). */
 struct shard_tensor *shard_params_tensor(struct shard_params *sp, struct shard_job *job,
                                          uint32_t tensor);
-/* The partition, or NULL if this shard does not hold it. */
+/* The partition, or NULL if this shard does not hold it. *follows (if not NULL): whether this
+ * shard follows the partition's chain rather than heads it; *next (if not NULL): the shard
+ * after this one in the chain, 0 if none. */
 struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *job,
-                                  uint32_t tensor, uint32_t part);
+                                  uint32_t tensor, uint32_t part, bool *follows,
+                                  uint32_t *next);
 
 /* Snapshots (docs/snapshots.md). Arm: every partition of the job copies itself when it reaches
  * `step`; *armed false (nothing armed) when one is already past it. disarm drops the job's
@@ -144,5 +155,20 @@ struct shard_job_status {
 ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **out, size_t *n,
                             struct ts_err *err) TS_MUST_CHECK;
 void shard_params_jobs_free(struct shard_job_status *js, size_t n);
+/* A partition this shard holds, as `tessera verify replicas` compares it: the SHA-256 of its
+ * image (ts_part_image: values, optimizer state, version) and its place in its chain. */
+struct shard_part_digest {
+    uint32_t tensor_id, partition;
+    char tensor[129];
+    uint64_t version;
+    bool follows;                      /* a follower, not the head */
+    uint32_t next;                     /* the next shard of its chain (0: none) */
+    uint8_t sha256[32];
+};
+/* Every partition of job on this shard, heads and followers: *out malloc'd (the caller frees
+ * it), *n entries. TS_ENOTFOUND for a job the shard does not hold. */
+ts_status shard_params_digests(struct shard_params *sp, const char *job,
+                               struct shard_part_digest **out, size_t *n,
+                               struct ts_err *err) TS_MUST_CHECK;
 
 #endif

@@ -187,6 +187,39 @@ static ts_status release_job(struct ts_rpc_call *call, const ProtobufCMessage *r
     return st;
 }
 
+static ts_status partition_digests(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                                   ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__PartitionDigestsRequest *req = (const void *)rq;
+    Tessera__V1__PartitionDigestsResponse *resp = (void *)rs;
+    struct shard *s = ts_rpc_ctx(call);
+    struct shard_part_digest *d = NULL;
+    size_t n = 0;
+    ts_status st;
+
+    if ((st = ts_job_id_check("job", req->job, err)) ||
+        (st = shard_params_digests(&s->params, req->job, &d, &n, err)))
+        return st;
+    resp->shard_id = s->membership ? ts_membership_id(s->membership) : 0;
+    resp->partitions = ts_rpc_alloc(call, (n + 1) * sizeof(*resp->partitions));
+    for (size_t i = 0; i < n; i++) {
+        Tessera__V1__PartitionDigest *pd = ts_rpc_new(call,
+                                                      &tessera__v1__partition_digest__descriptor);
+        pd->tensor_id = d[i].tensor_id;
+        pd->tensor = ts_rpc_strdup(call, d[i].tensor);
+        pd->partition = d[i].partition;
+        pd->version = d[i].version;
+        pd->follower = d[i].follows;
+        pd->next = d[i].next;
+        pd->sha256.data = ts_rpc_alloc(call, sizeof(d[i].sha256));
+        memcpy(pd->sha256.data, d[i].sha256, sizeof(d[i].sha256));
+        pd->sha256.len = sizeof(d[i].sha256);
+        resp->partitions[resp->n_partitions++] = pd;
+    }
+    free(d);
+    return TS_OK;
+}
+
 static const struct ts_rpc_method shard_methods[] = {
     { "RegisterTensor", register_tensor, &tessera__v1__register_tensor_request__descriptor,
       &tessera__v1__register_tensor_response__descriptor, TS_RPC_OWN_THREAD },
@@ -198,6 +231,8 @@ static const struct ts_rpc_method shard_methods[] = {
       &tessera__v1__release_job_response__descriptor, TS_RPC_OWN_THREAD },
     { "ShardStatus", shard_status, &tessera__v1__shard_status_request__descriptor,
       &tessera__v1__shard_status_response__descriptor, 0 },
+    { "PartitionDigests", partition_digests, &tessera__v1__partition_digests_request__descriptor,
+      &tessera__v1__partition_digests_response__descriptor, TS_RPC_OWN_THREAD },
     { NULL, NULL, NULL, NULL, 0 },
 };
 

@@ -5,16 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "params.h"
 #include "params_internal.h"
 #include "util/proc.h"
 
 /* Calls fn on every partition this shard holds of sj; takes mu to walk (tensors are only ever
  * added, partitions never removed). Stops at the first error. */
-static ts_status each_part(struct shard_params *sp, struct shard_job *sj,
-                           ts_status (*fn)(void *ctx, struct shard_tensor *t, struct ts_part *p,
-                                           struct ts_err *err),
-                           void *ctx, struct ts_err *err)
+static ts_status walk(struct shard_params *sp, struct shard_job *sj, bool followers,
+                      ts_status (*fn)(void *ctx, struct shard_tensor *t, uint32_t index,
+                                      struct ts_part *p, struct ts_err *err),
+                      void *ctx, struct ts_err *err)
 {
     ts_status st = TS_OK;
 
@@ -25,10 +27,34 @@ static ts_status each_part(struct shard_params *sp, struct shard_job *sj,
         t = sj->tensors[i];
         pthread_mutex_unlock(&sp->mu);
         for (uint32_t p = 0; t && !st && p < t->nparts; p++)
-            if (t->parts[p])
-                st = fn(ctx, t, t->parts[p], err);
+            if (t->parts[p] && (followers || !t->follows[p]))
+                st = fn(ctx, t, p, t->parts[p], err);
     }
     return st;
+}
+
+/* fn's calls through each_part, which walks heads only: a chain speaks through its head. */
+struct head_fn {
+    ts_status (*fn)(void *ctx, struct shard_tensor *t, struct ts_part *p, struct ts_err *err);
+    void *ctx;
+};
+
+static ts_status head_one(void *ctx, struct shard_tensor *t, uint32_t index, struct ts_part *p,
+                          struct ts_err *err)
+{
+    struct head_fn *h = ctx;
+
+    return h->fn(h->ctx, t, p, err);
+}
+
+static ts_status each_part(struct shard_params *sp, struct shard_job *sj,
+                           ts_status (*fn)(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                                           struct ts_err *err),
+                           void *ctx, struct ts_err *err)
+{
+    struct head_fn h = { fn, ctx };
+
+    return walk(sp, sj, false, head_one, &h, err);
 }
 
 /* The span of versions over a job's partitions (min starts at UINT64_MAX), and how many. */
@@ -306,4 +332,68 @@ void shard_params_jobs_free(struct shard_job_status *js, size_t n)
     for (size_t j = 0; js && j < n; j++)
         free(js[j].ranks.clock);
     free(js);
+}
+
+/* ---- replica digests ---- */
+
+struct digests {
+    struct shard_part_digest *d;
+    size_t n, cap;
+};
+
+static ts_status digest_one(void *ctx, struct shard_tensor *t, uint32_t index, struct ts_part *p,
+                            struct ts_err *err)
+{
+    struct digests *ds = ctx;
+    size_t n = ts_part_image_bytes(p);
+    struct shard_part_digest *d;
+    void *img;
+    ts_status st;
+
+    if (ds->n == ds->cap) {
+        size_t cap = ds->cap ? 2 * ds->cap : 64;
+        if (!(d = realloc(ds->d, cap * sizeof(*d))))
+            return ts_err_set(err, TS_ENOMEM, "out of memory");
+        ds->d = d;
+        ds->cap = cap;
+    }
+    d = &ds->d[ds->n];
+    memset(d, 0, sizeof(*d));
+    if (!(img = malloc(n)))
+        return ts_err_set(err, TS_ENOMEM, "out of memory for a %zu-byte image", n);
+    if (!(st = ts_part_image(p, img, n, &d->version, err)) &&
+        EVP_Digest(img, n, d->sha256, NULL, EVP_sha256(), NULL) != 1)
+        st = ts_err_set(err, TS_EINTERNAL, "SHA-256 failed");
+    free(img);
+    if (st)
+        return st;
+    d->tensor_id = t->id;
+    snprintf(d->tensor, sizeof(d->tensor), "%s", t->name);
+    d->partition = index;
+    d->follows = t->follows[index];
+    d->next = t->next[index];
+    ds->n++;
+    return TS_OK;
+}
+
+ts_status shard_params_digests(struct shard_params *sp, const char *job,
+                               struct shard_part_digest **out, size_t *n, struct ts_err *err)
+{
+    struct digests ds = { 0 };
+    struct shard_job *sj;
+    ts_status st;
+
+    pthread_rwlock_rdlock(&sp->life);   /* no job is released during the walk */
+    if (!(sj = params_find_job(sp, job)))
+        st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not on this shard", job);
+    else
+        st = walk(sp, sj, true, digest_one, &ds, err);
+    pthread_rwlock_unlock(&sp->life);
+    if (st) {
+        free(ds.d);
+        return st;
+    }
+    *out = ds.d;
+    *n = ds.n;
+    return TS_OK;
 }

@@ -1,0 +1,124 @@
+/* chain.c - see chain.h. */
+#include "chain.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+#define LINK_CONNECT_MS 10000
+#define LINK_POLL_MS 1000
+#define LINK_ACK_MS 120000   /* the rest of the chain applies the image: generous */
+#define REPLY_MAX 1024       /* an ERROR's message */
+
+static void drop(struct chain_links *cs, size_t i)
+{
+    ts_tp_close(cs->links[i].c);
+    cs->links[i] = cs->links[--cs->n];
+}
+
+/* Waits for the reply to the frame just sent on c: TS_OK for an ACK, the peer's status and
+ * message for an ERROR. */
+static ts_status await_reply(struct ts_conn *c, uint32_t shard, const atomic_bool *stop,
+                             struct ts_err *err)
+{
+    char msg[REPLY_MAX + 1];
+    struct ts_frame_hdr h;
+    ts_status st;
+    int waited = 0;
+
+    while ((st = ts_frame_recv(c, &h, msg, REPLY_MAX, LINK_POLL_MS, err)) == TS_ETIMEDOUT &&
+           waited < LINK_ACK_MS && !(stop && atomic_load(stop))) {
+        memset(err, 0, sizeof(*err));
+        waited += LINK_POLL_MS;
+    }
+    if (st)
+        return ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", shard,
+                          err->msg[0] ? err->msg : "no reply");
+    if (h.type == TS_FRAME_ACK)
+        return TS_OK;
+    msg[h.len < REPLY_MAX ? h.len : REPLY_MAX] = '\0';
+    if (h.type == TS_FRAME_ERROR)
+        return ts_err_set(err, h.flags && h.flags < 64 ? (ts_status)h.flags : TS_EINTERNAL,
+                          "replica shard %u: %s", shard, msg);
+    return ts_err_set(err, TS_EUNAVAIL, "replica shard %u answered with frame type %u",
+                      shard, h.type);
+}
+
+/* The link to shard next, opened (and its HELLO answered) if there is none. */
+static ts_status link_to(struct chain_links *cs, struct ts_cluster *cl, const char *job,
+                         uint32_t next, const atomic_bool *stop, size_t *at,
+                         struct ts_err *err)
+{
+    struct ts_frame_hdr hello = { .type = TS_FRAME_HELLO };
+    struct ts_conn *c;
+    ts_status st;
+
+    for (*at = 0; *at < cs->n; (*at)++)
+        if (cs->links[*at].shard == next)
+            return TS_OK;
+    if (cs->n == cs->cap) {
+        size_t cap = cs->cap ? 2 * cs->cap : 4;
+        struct chain_link *l = realloc(cs->links, cap * sizeof(*l));
+        if (!l)
+            return ts_err_set(err, TS_ENOMEM, "out of memory");
+        cs->links = l;
+        cs->cap = cap;
+    }
+    if ((st = ts_cluster_connect(cl, next, LINK_CONNECT_MS, &c, err)))
+        return ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", next, err->msg);
+    if ((st = ts_frame_send(c, &hello, job, strlen(job), err)) ||
+        (st = await_reply(c, next, stop, err))) {
+        ts_tp_close(c);
+        return st;
+    }
+    cs->links[cs->n] = (struct chain_link){ next, c };
+    *at = cs->n++;
+    ts_log(TS_DEBUG, "chain", "job %s: linked to shard %u over %s", job, next, ts_tp_name(c));
+    return TS_OK;
+}
+
+ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *job,
+                     uint32_t next, uint32_t tensor, uint32_t partition, uint64_t version,
+                     const void *image, size_t n, const atomic_bool *stop, struct ts_err *err)
+{
+    struct ts_frame_hdr h = { .type = TS_FRAME_IMAGE, .tensor = tensor, .partition = partition,
+                              .step = version };
+    size_t at;
+    ts_status st;
+
+    if (!cl)
+        return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet");
+    if ((st = link_to(cs, cl, job, next, stop, &at, err)))
+        return st;
+    if ((st = ts_frame_send(cs->links[at].c, &h, image, n, err)))
+        st = ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", next, err->msg);
+    else
+        st = await_reply(cs->links[at].c, next, stop, err);
+    if (st == TS_EUNAVAIL)   /* the stream is out of step or gone: start afresh next time */
+        drop(cs, at);
+    return st;
+}
+
+ts_status chain_image_room(struct chain_links *cs, size_t n, struct ts_err *err)
+{
+    void *b;
+
+    if (n <= cs->image_cap)
+        return TS_OK;
+    if (!(b = realloc(cs->image, n)))
+        return ts_err_set(err, TS_ENOMEM, "out of memory for a %zu-byte image", n);
+    cs->image = b;
+    cs->image_cap = n;
+    return TS_OK;
+}
+
+void chain_links_close(struct chain_links *cs)
+{
+    while (cs->n)
+        drop(cs, cs->n - 1);
+    free(cs->links);
+    free(cs->image);
+    memset(cs, 0, sizeof(*cs));
+}

@@ -1,0 +1,45 @@
+/* chain.h - a shard's links down its partitions' chains (docs/replication.md).
+ *
+ * A head that applied a step sends the partition's image to the next shard of its chain, and
+ * a follower that is not the tail passes it on; each waits for the acknowledgement, which
+ * comes once the rest of the chain holds the image. A link is a data-plane connection to the
+ * next shard, opened on first use with a HELLO naming the job, and kept for the next step.
+ * Ownership: a struct chain_links belongs to one data-plane connection thread, which alone
+ * uses it and closes it (chain_links_close) when it ends.
+ * Threads: none of its own; a send blocks its caller until the acknowledgement. */
+#ifndef TS_SHARD_CHAIN_H
+#define TS_SHARD_CHAIN_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/cluster.h"
+#include "transport/frame.h"
+
+struct chain_link {
+    uint32_t shard;
+    struct ts_conn *c;
+};
+
+struct chain_links {
+    struct chain_link *links;
+    size_t n, cap;
+    void *image;                     /* a head's image of its partition, reused per step */
+    size_t image_cap;
+};
+
+/* Sends an IMAGE frame (tensor, partition, version in `step`) with the image to shard `next`
+ * of job, through cl's map, and waits for its ACK. `stop` (may be NULL) ends the wait early.
+ * TS_EUNAVAIL if the link broke or the next shard is not in the map: the link is closed and
+ * the next call opens a new one; the next shard's refusal comes back with its status and
+ * message. */
+ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *job,
+                     uint32_t next, uint32_t tensor, uint32_t partition, uint64_t version,
+                     const void *image, size_t n, const atomic_bool *stop,
+                     struct ts_err *err) TS_MUST_CHECK;
+/* Room for n bytes of image in cs->image (TS_ENOMEM). */
+ts_status chain_image_room(struct chain_links *cs, size_t n, struct ts_err *err) TS_MUST_CHECK;
+void chain_links_close(struct chain_links *cs);
+
+#endif

@@ -1,0 +1,163 @@
+"""test_replication.py - partitions on chains of shards (docs/replication.md).
+
+Real processes: a master with --replicas 2 and three shards. Checked:
+- exact training over replicated partitions ends with the params_sha256 of `tessera train
+  --local` (the hold on pulls and the images down the chain change no bit);
+- every partition is held by exactly 2 shards, and `tessera verify replicas` finds every
+  follower equal to its head (text and --json), so a failover would find the same state;
+- shards started with TESSERA_TEST_FLIP_REPLICA corrupt one bit of the copy of one partition
+  they follow, and `tessera verify replicas` exits 1 naming that partition and that shard
+  (training stays exact: a follower serves no pull);
+- refusals: `tessera up --replicas` above --shards, the master's --replicas out of range, and
+  an SSP job on a replicated cluster (not replicated yet), each naming what to change.
+"""
+import json
+import os
+import sys
+import unittest
+
+sys.dont_write_bytecode = True
+import tessera_testlib as tl  # noqa: E402
+from tessera_testlib import master_pb2, shard_pb2  # noqa: E402
+
+STEPS = 6
+SHARDS = 3
+# Every shard runs with TESSERA_TEST_FLIP_REPLICA=2:1: whichever follows tensor 2 (fc2.weight,
+# 256 x 128 floats) partition 1 corrupts one bit of its copy. With the default 4 MiB
+# partitions fc2.weight has one partition, so nothing is corrupted; with 64 KiB it has two.
+FLIP = (2, 1)
+
+
+def train(master, job, *extra):
+    r = tl.run_cli(["train", "--master", master, "--workers", "2", "--steps", str(STEPS),
+                    "--exact", "--keep", "--job", job, "--json"] + list(extra), timeout=180)
+    if r.returncode != 0:
+        raise AssertionError("tessera train exited %d:\n%s" % (r.returncode, r.stderr))
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def local_sha(*extra):
+    r = tl.run_cli(["train", "--local", "--steps", str(STEPS), "--exact", "--json"] +
+                   list(extra), timeout=120)
+    if r.returncode != 0:
+        raise AssertionError("tessera train --local exited %d:\n%s" % (r.returncode, r.stderr))
+    return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
+
+
+class Replicated(tl.ClusterCase, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        os.environ.setdefault("TESSERA_LOG", "warn")
+        cls.c = tl.Cluster()
+        cls.master = cls.c.start_master(extra=["--replicas", "2"])
+        os.environ["TESSERA_TEST_FLIP_REPLICA"] = "%d:%d" % FLIP
+        try:
+            cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i)
+                          for i in range(SHARDS)]
+        finally:
+            os.environ.pop("TESSERA_TEST_FLIP_REPLICA", None)
+        cls.ch = cls.c.channel(cls.master.addr)
+        tl.wait_until(lambda: sum(1 for s in tl.cluster_status(cls.ch).shards
+                                  if s.state == tl.ALIVE) == SHARDS, 15, "3 shards alive")
+        cls.stubs = [tl.Stub(cls.c.channel(s.addr), shard_pb2, "Shard") for s in cls.shards]
+        for st in cls.stubs:
+            tl.wait_until(lambda: st.ShardStatus(shard_pb2.ShardStatusRequest(),
+                                                 timeout=tl.RPC_TIMEOUT).shard_id, 15,
+                          "the shard to know its id")
+        cls.ids = [st.ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+                   .shard_id for st in cls.stubs]
+
+    def digests(self, job):
+        """{(tensor_id, partition): [(shard id, PartitionDigest)]} over the shards."""
+        out = {}
+        for sid, st in zip(self.ids, self.stubs):
+            r = st.PartitionDigests(shard_pb2.PartitionDigestsRequest(job=job),
+                                    timeout=tl.RPC_TIMEOUT)
+            self.assertEqual(r.shard_id, sid)
+            for d in r.partitions:
+                out.setdefault((d.tensor_id, d.partition), []).append((sid, d))
+        return out
+
+    def check_chains(self, parts):
+        """Each partition on 2 shards: one head whose next is the follower, the follower the
+        tail, both at the last step. Returns the follower of FLIP (or None)."""
+        flip_follower = None
+        for key, copies in parts.items():
+            self.assertEqual(len(copies), 2, "partition %s on %s" % (key, copies))
+            heads = [(sid, d) for sid, d in copies if not d.follower]
+            tails = [(sid, d) for sid, d in copies if d.follower]
+            self.assertEqual((len(heads), len(tails)), (1, 1), key)
+            (hs, hd), (fs, fd) = heads[0], tails[0]
+            self.assertNotEqual(hs, fs)
+            self.assertEqual(hd.next, fs, "the head's next is its follower")
+            self.assertEqual(fd.next, 0, "a chain of 2 ends at the follower")
+            self.assertEqual((hd.version, fd.version), (STEPS, STEPS), key)
+            if key == FLIP:
+                self.assertNotEqual(hd.sha256, fd.sha256, "the planted bit")
+                flip_follower = fs
+            else:
+                self.assertEqual(hd.sha256, fd.sha256, key)
+        return flip_follower
+
+    def test_1_exact_training_matches_local_and_replicas_are_equal(self):
+        m = tl.Stub(self.ch, master_pb2, "Master")
+        self.assertEqual(m.GetShardMap(master_pb2.GetShardMapRequest(),
+                                       timeout=tl.RPC_TIMEOUT).replicas, 2)
+        self.assertEqual(tl.cluster_status(self.ch).replicas, 2)
+        r = tl.run_cli(["status", "--master", self.master.addr, "--json"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["replicas"], 2)
+        got = train(self.master.addr, "rep-a")
+        self.assertEqual(got["params_sha256"], local_sha())
+        parts = self.digests("rep-a")
+        self.assertEqual(len(parts), 6)   # the MLP's 6 tensors, one partition each
+        self.assertIsNone(self.check_chains(parts))
+        r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", "rep-a"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("PASS: 6 of 6 partitions", r.stdout)
+
+    def test_2_a_flipped_bit_in_a_replica_is_found(self):
+        got = train(self.master.addr, "rep-flip", "--partition-kb", "64")
+        # The corrupted follower never serves a pull: training is still exact.
+        self.assertEqual(got["params_sha256"], local_sha("--partition-kb", "64"))
+        parts = self.digests("rep-flip")
+        self.assertGreater(len(parts), 6)
+        bad = self.check_chains(parts)
+        self.assertIsNotNone(bad)
+        r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job",
+                        "rep-flip"])
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("shard %d differs from the head" % bad, r.stdout)
+        self.assertIn("FAIL: %d of %d partitions" % (len(parts) - 1, len(parts)), r.stdout)
+        r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job",
+                        "rep-flip", "--json"])
+        self.assertEqual(r.returncode, 1)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["differ"], 1)
+        self.assertEqual([(d["tensor"], d["partition"]) for d in doc["details"]
+                          if not d["equal"]], [("fc2.weight", 1)])
+        # Two jobs on the shards: --job is needed.
+        r = tl.run_cli(["verify", "replicas", "--master", self.master.addr])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("name one with --job", r.stderr)
+
+    def test_3_refusals(self):
+        r = tl.run_cli(["train", "--master", self.master.addr, "--workers", "1", "--steps", "1",
+                        "--mode", "ssp", "--job", "rep-ssp"], timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("ssp is not replicated yet", r.stderr)
+        self.assertIn("--replicas 1", r.stderr)
+        r = tl.run_cli(["up", "--shards", "2", "--replicas", "3", "--master-port", "0"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--replicas 3 needs at least as many shards (--shards 2)", r.stderr)
+        r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", "nope"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("'nope' is on no alive shard", r.stderr)
+        p = self.c.spawn([os.path.join(tl.BIN, "tessera-master"), "--replicas", "9",
+                          "--listen", "127.0.0.1:0"], "bad-master")
+        self.assertEqual(p.wait(10), 2)
+        self.assertIn("replicas", p.log_text())
+
+
+if __name__ == "__main__":
+    tl.main()

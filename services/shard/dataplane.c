@@ -28,6 +28,9 @@
 
 #define ACCEPT_POLL_MS 200
 #define PULL_WAIT_MS 120000
+/* How long a head waits for the map to drop a dead next shard of a chain (its lease, and a
+ * heartbeat to hear of the new map, must fit in it). */
+#define CHAIN_REPAIR_MS 60000
 
 /* What this connection shares with its worker, per tensor (region.h). */
 struct dp_region {
@@ -140,10 +143,32 @@ static ts_status replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, str
     ts_status st;
 
     if ((st = chain_image_room(&dc->chain, n, err)) ||
-        (st = ts_part_image(p, dc->chain.image, n, &version, err)) ||
-        (st = chain_send(&dc->chain, atomic_load(&dc->dp->cluster), dc->job->job.id, next,
-                         h->tensor, h->partition, version, dc->chain.image, n,
-                         &dc->dp->stop, err)))
+        (st = ts_part_image(p, dc->chain.image, n, &version, err)))
+        return st;
+    /* A next shard that is gone: wait for the map without it, then send to the new next (a
+     * new copy takes the whole image), or publish if the chain ends here now. */
+    for (int64_t until = ts_now_ms() + CHAIN_REPAIR_MS; next; ) {
+        struct ts_err e = { 0 };
+        uint32_t now = next;
+
+        st = chain_send(&dc->chain, atomic_load(&dc->dp->cluster), dc->job->job.id, next,
+                        h->tensor, h->partition, version, dc->chain.image, n, &dc->dp->stop,
+                        &e);
+        if (st != TS_EUNAVAIL || ts_now_ms() > until || atomic_load(&dc->dp->stop)) {
+            if (st)
+                ts_err_set(err, st, "%s", e.msg);
+            break;
+        }
+        ts_log(TS_WARN, "dataplane", "tensor %u partition %u: %s; waiting for the map to drop "
+               "it", h->tensor, h->partition, e.msg);
+        while (now == next && ts_now_ms() <= until && !atomic_load(&dc->dp->stop)) {
+            ts_sleep_ms(50);
+            (void)shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, NULL,
+                                    &now);
+        }
+        next = now;
+    }
+    if (st)
         return st;
     ts_part_publish(p, version);
     return TS_OK;
@@ -179,10 +204,17 @@ static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
 
     if (!dc->job)
         return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
-    if (!(p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows,
-                                &next)))
-        return ts_err_set(err, TS_ENOTFOUND, "image of tensor %u partition %u: not on this "
-                          "shard", h->tensor, h->partition);
+    if (!shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, NULL, NULL) &&
+        !shard_params_adopt(dc->dp->params, dc->job, h->tensor, h->partition, err)) {
+        if (err->code != TS_ESTATE || !atomic_load(&dc->dp->cluster) || !dc->dp->remap)
+            return err->code;
+        /* The sender follows a newer map, in which this shard joined the chain. */
+        memset(err, 0, sizeof(*err));
+        dc->dp->remap(dc->dp->remap_ctx);
+        if (!shard_params_adopt(dc->dp->params, dc->job, h->tensor, h->partition, err))
+            return err->code;
+    }
+    p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows, &next);
     if (!follows)
         return ts_err_set(err, TS_ESTATE, "image of tensor %u partition %u: this shard heads "
                           "its chain and takes no image", h->tensor, h->partition);

@@ -30,6 +30,11 @@ struct dataplane {
     /* The shard's map, once it has joined (borrowed; outlives dataplane_stop): where the next
      * shard of a chain listens (replication, docs/replication.md). */
     _Atomic(struct ts_cluster *) cluster;
+    /* Fetches the map and follows its chains (shard_params_rechain): called when a shard
+     * before this one in a chain sends an image under a map this shard has not seen yet. Set
+     * with cluster; NULL before. */
+    void (*remap)(void *ctx);
+    void *remap_ctx;
     struct dp_listener listeners[DP_MAX_LISTENERS];
     size_t n;
     pthread_mutex_t mu;

@@ -55,6 +55,29 @@ static uint64_t default_budget(void)
 
 #define SHARD_MALLOC_THRESHOLD (128 * 1024)   /* glibc's starting value of both */
 
+/* The map's epoch moved (membership's heartbeat thread): fetch it, and follow the new chains
+ * (docs/replication.md, "Failover"). */
+static void remap(void *arg)
+{
+    struct shard *s = arg;
+    struct ts_err err = { 0 };
+
+    if (!s->cluster || !s->membership)
+        return;
+    pthread_mutex_lock(&s->remap_mu);   /* the heartbeat thread and the data plane */
+    if (ts_cluster_refresh(s->cluster, &err))
+        ts_log(TS_WARN, "shard", "fetching the shard map: %s", err.msg);
+    else
+        shard_params_rechain(&s->params, s->cluster, ts_membership_id(s->membership));
+    pthread_mutex_unlock(&s->remap_mu);
+}
+
+static void on_epoch(void *arg, uint64_t epoch)
+{
+    (void)epoch;
+    remap(arg);
+}
+
 int main(int argc, char **argv)
 {
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
@@ -102,6 +125,7 @@ int main(int argc, char **argv)
      * there (docs/operations.md, "The soak test"). */
     mallopt(M_MMAP_THRESHOLD, SHARD_MALLOC_THRESHOLD);
     mallopt(M_TRIM_THRESHOLD, SHARD_MALLOC_THRESHOLD);
+    pthread_mutex_init(&s.remap_mu, NULL);
     ts_proc_block_signals();
     if ((rc = ts_flags_program("tessera-shard", NULL,
                                "A Tessera shard: holds parameter partitions and aggregates "
@@ -139,6 +163,8 @@ int main(int argc, char **argv)
         ep_ptrs[i] = &eps[i];
     }
     mcfg.addr = s.addr;
+    mcfg.on_epoch = on_epoch;
+    mcfg.arg = &s;
     mcfg.lease_ms = (uint32_t)lease_ms;
     mcfg.endpoints = ep_ptrs;
     mcfg.nendpoints = s.dp.n;
@@ -151,6 +177,8 @@ int main(int argc, char **argv)
                       s.master_addr);
         goto out;
     }
+    s.dp.remap = remap;
+    s.dp.remap_ctx = &s;
     atomic_store(&s.dp.cluster, s.cluster);
     ts_log(TS_INFO, "shard", "shard %u serving at %s (memory budget %" PRIu64 " MiB)",
            ts_membership_id(s.membership), s.addr, s.params.mem_budget >> 20);

@@ -353,6 +353,32 @@ static ts_status replicable(const struct ts_job *job, const struct shard_tensor 
     return head ? ts_part_hold(p, true, err) : TS_OK;
 }
 
+/* Creates partition p of t, where this shard stands at `at` in its chain: in t's shared region
+ * if it has (or can now have) one, held if it heads a chain of more than one shard. The caller
+ * charged it to the budget and counts it. */
+static ts_status new_part(struct shard_job *sj, struct shard_tensor *t, uint32_t p,
+                          const struct place *at, struct ts_err *err)
+{
+    uint64_t off, len;
+    ts_status st;
+
+    ts_partition_range(t->numel, sizeof(float), t->partition_bytes, p, &off, &len);
+    if (!t->values.base && t->numel * sizeof(float) >= SHARD_REGION_MIN_BYTES)
+        share_values(t);
+    st = ts_part_create(&sj->job, t->id, t->name, p, off, len, t->init, t->seed, t->fan_in,
+                        t->fan_out, t->values.base ? (float *)t->values.base + off : NULL,
+                        &t->parts[p], err);
+    if (!st)
+        ts_part_set_sync(t->parts[p], t->sync_every);
+    if (!st && at->len > 1)
+        st = replicable(&sj->job, t, t->parts[p], at->head, err);
+    if (st) {
+        ts_part_free(t->parts[p]);
+        t->parts[p] = NULL;
+    }
+    return st;
+}
+
 static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
                                struct ts_cluster *cl, uint32_t my_id,
                                const Tessera__V1__RegisterTensorRequest *req, uint64_t numel,
@@ -386,22 +412,12 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
     if (!st && sp->restore && !(tm = restored_tensor(sp, t, &st, err)))
         ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
     for (uint32_t p = 0; !st && p < t->nparts; p++) {
-        uint64_t off, len;
         struct place at;
         if ((st = place_of(cl, my_id, t->name, p, &at, err)) || !at.held)
             continue;
         t->follows[p] = !at.head;
         t->next[p] = at.next;
-        ts_partition_range(numel, sizeof(float), t->partition_bytes, p, &off, &len);
-        if (!t->values.base && numel * sizeof(float) >= SHARD_REGION_MIN_BYTES)
-            share_values(t);
-        st = ts_part_create(&sj->job, t->id, t->name, p, off, len, t->init, t->seed, t->fan_in,
-                            t->fan_out, t->values.base ? (float *)t->values.base + off : NULL,
-                            &t->parts[p], err);
-        if (!st)
-            ts_part_set_sync(t->parts[p], t->sync_every);
-        if (!st && at.len > 1)
-            st = replicable(&sj->job, t, t->parts[p], at.head, err);
+        st = new_part(sj, t, p, &at, err);
         if (!st && tm) {
             struct restore_ctx rc = { sp, tm, tm->partitions[p] };
             st = ts_part_restore(t->parts[p], sp->restore->step, restore_load, &rc, err);
@@ -585,4 +601,93 @@ ts_status shard_params_release(struct shard_params *sp, const char *id, bool *he
     if (*held)
         malloc_trim(0);
     return st;
+}
+
+/* ---- the chains after the map changed (docs/replication.md, "Failover") ---- */
+
+/* Partition p of t under the new map: its role and next shard follow the new chain. A follower
+ * that now heads the chain is promoted (it holds the newest version the chain acknowledged);
+ * a head left alone publishes what it applied. A chain this shard joined gets its copy with
+ * the head's next image (shard_params_adopt). Called with mu held. */
+static void rechain_part(struct shard_tensor *t, uint32_t p, const struct place *at,
+                         const char *job)
+{
+    struct ts_part *part = t->parts[p];
+    struct ts_err e = { 0 };
+    bool was_head = part && !t->follows[p];
+
+    if (!at->held)      /* a shard joined and took it (not yet: docs/replication.md) */
+        return;
+    if (!part && at->head) {
+        ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: every copy is lost (this "
+               "shard heads its chain and holds none)", job, t->name, p);
+        return;
+    }
+    t->follows[p] = !at->head;
+    t->next[p] = at->next;
+    if (part && at->head && (!was_head || at->len == 1) &&
+        ts_part_hold(part, at->len > 1, &e))
+        ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: %s", job, t->name, p,
+               e.msg);
+    if (part && at->head && !was_head)
+        ts_log(TS_INFO, "shard", "job %s tensor '%s' partition %u: promoted to head at version "
+               "%" PRIu64, job, t->name, p, ts_part_version(part));
+}
+
+void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id)
+{
+    pthread_mutex_lock(&sp->mu);
+    for (size_t j = 0; j < sp->njobs; j++) {
+        struct shard_job *sj = sp->jobs[j];
+        for (size_t i = 0; i < SHARD_MAX_TENSORS; i++) {
+            struct shard_tensor *t = sj->tensors[i];
+            for (uint32_t p = 0; t && p < t->nparts; p++) {
+                struct place at;
+                struct ts_err e = { 0 };
+                if (!place_of(cl, my_id, t->name, p, &at, &e))
+                    rechain_part(t, p, &at, sj->job.id);
+            }
+        }
+    }
+    pthread_mutex_unlock(&sp->mu);
+}
+
+struct ts_part *shard_params_adopt(struct shard_params *sp, struct shard_job *sj,
+                                   uint32_t tensor, uint32_t part, struct ts_err *err)
+{
+    struct shard_tensor *t;
+    struct place at = { .held = true, .len = 2 };
+    struct ts_part *p = NULL;
+    uint64_t off, len, need;
+
+    pthread_mutex_lock(&sp->mu);
+    t = tensor < SHARD_MAX_TENSORS ? sj->tensors[tensor] : NULL;
+    if (!t || part >= t->nparts) {
+        ts_err_set(err, TS_ENOTFOUND, "image of tensor %u partition %u: no such tensor or "
+                   "partition in job '%s'", tensor, part, sj->job.id);
+    } else if (t->parts[part]) {
+        p = t->parts[part];
+    } else if (!t->follows[part]) {
+        ts_err_set(err, TS_ESTATE, "image of tensor %u partition %u: this shard is not in its "
+                   "chain", tensor, part);
+    } else {
+        ts_partition_range(t->numel, sizeof(float), t->partition_bytes, part, &off, &len);
+        need = ts_part_mem(&sj->job, len);
+        if (need > sp->mem_budget - sp->mem_used)
+            ts_err_set(err, TS_ENOMEM, "tensor '%s' partition %u: a new copy needs %.1f MiB, "
+                       "over this shard's --mem-budget", t->name, part,
+                       (double)need / (1 << 20));
+        else if (!new_part(sj, t, part, &at, err)) {
+            p = t->parts[part];
+            sp->mem_used += need;
+            sj->mem += need;
+            t->mem += need;
+            sp->partitions++;
+            sp->bytes += len * sizeof(float);
+            ts_log(TS_INFO, "shard", "job %s tensor '%s' partition %u: joined its chain (a "
+                   "new copy)", sj->job.id, t->name, part);
+        }
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return p;
 }

@@ -127,6 +127,15 @@ struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *job
                                   uint32_t tensor, uint32_t part, bool *follows,
                                   uint32_t *next);
 
+/* The map changed (a shard died): every partition's role and next shard follow the new
+ * chains, followers that now head a chain are promoted (docs/replication.md, "Failover").
+ * cl must hold the new map. */
+void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id);
+/* Partition part of tensor in job, created if this shard joined its chain since and does not
+ * hold it yet (a new copy, filled by the image that follows); NULL with err set otherwise. */
+struct ts_part *shard_params_adopt(struct shard_params *sp, struct shard_job *job,
+                                   uint32_t tensor, uint32_t part, struct ts_err *err);
+
 /* Snapshots (docs/snapshots.md). Arm: every partition of the job copies itself when it reaches
  * `step`; *armed false (nothing armed) when one is already past it. disarm drops the job's
  * copies. *minv, *maxv: the versions the job's partitions span. TS_ENOTFOUND: no such job. */

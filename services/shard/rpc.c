@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shard.h"
 #include "util/names.h"
@@ -79,6 +80,7 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     if (s->dp.n)
         dataplane_counters(&s->dp, &resp->frames_in, &resp->frames_refused);
     heap_figures(&resp->heap_in_use, &resp->heap_held);
+    resp->pid = (int32_t)getpid();
     pthread_mutex_lock(&s->params.mu);
     resp->partitions = s->params.partitions;
     resp->bytes = s->params.bytes;

@@ -18,6 +18,7 @@ struct shard {
     struct shard_params params;
     const char *store_dir;          /* --store, or NULL */
     struct dataplane dp;
+    pthread_mutex_t remap_mu;       /* one map refresh and rechain at a time */
     int64_t started_ms;
 };
 

@@ -9,11 +9,17 @@ Real processes: a master with --replicas 2 and three shards. Checked:
   they follow, and `tessera verify replicas` exits 1 naming that partition and that shard
   (training stays exact: a follower serves no pull);
 - refusals: `tessera up --replicas` above --shards, the master's --replicas out of range, and
-  an SSP job on a replicated cluster (not replicated yet), each naming what to change.
+  an SSP job on a replicated cluster (not replicated yet), each naming what to change;
+- a follower killed with SIGKILL while exact training runs (4 shards, R = 2, a shard that
+  heads no partition): the heads wait for the map to drop it, send their next image to the
+  shard that joined each chain, and training ends by itself with the --local fingerprint;
+  then every partition has 2 equal copies again, none on the dead shard.
 """
 import json
 import os
+import signal
 import sys
+import time
 import unittest
 
 sys.dont_write_bytecode = True
@@ -157,6 +163,90 @@ class Replicated(tl.ClusterCase, unittest.TestCase):
                           "--listen", "127.0.0.1:0"], "bad-master")
         self.assertEqual(p.wait(10), 2)
         self.assertIn("replicas", p.log_text())
+
+
+class DeadFollower(tl.ClusterCase, unittest.TestCase):
+    LEASE_MS = 1000
+    LONG = 400 if tl.SANITIZED else 1500   # steps: long enough to be killed in the middle
+
+    @classmethod
+    def setUpClass(cls):
+        os.environ.setdefault("TESSERA_LOG", "warn")
+        cls.c = tl.Cluster()
+        cls.master = cls.c.start_master(lease_ms=cls.LEASE_MS, extra=["--replicas", "2"])
+        cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i,
+                                        lease_ms=cls.LEASE_MS) for i in range(4)]
+        cls.ch = cls.c.channel(cls.master.addr)
+        tl.wait_until(lambda: sum(1 for s in tl.cluster_status(cls.ch).shards
+                                  if s.state == tl.ALIVE) == 4, 15, "4 shards alive")
+        cls.stubs = [tl.Stub(cls.c.channel(s.addr), shard_pb2, "Shard") for s in cls.shards]
+        for st in cls.stubs:
+            tl.wait_until(lambda: st.ShardStatus(shard_pb2.ShardStatusRequest(),
+                                                 timeout=tl.RPC_TIMEOUT).shard_id, 15,
+                          "the shard to know its id")
+        cls.status = [st.ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+                      for st in cls.stubs]
+
+    def roles(self, job, alive):
+        """{shard index: (heads, follows)} over the shards in `alive`."""
+        out = {}
+        for i in alive:
+            r = self.stubs[i].PartitionDigests(shard_pb2.PartitionDigestsRequest(job=job),
+                                               timeout=tl.RPC_TIMEOUT)
+            out[i] = (sum(1 for d in r.partitions if not d.follower),
+                      sum(1 for d in r.partitions if d.follower))
+        return out
+
+    def test_a_dead_follower_is_replaced_and_training_ends_exact(self):
+        train(self.master.addr, "probe")   # the chains are a function of the shard ids alone
+        roles = self.roles("probe", range(4))
+        victims = [i for i, (h, f) in roles.items() if h == 0 and f > 0]
+        if not victims:
+            self.skipTest("every shard heads a partition: %s" % roles)
+        v = victims[0]
+        heads = [i for i, (h, f) in roles.items() if h > 0]
+        want = local_sha_steps(self.LONG)
+        job = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
+                            self.master.addr, "--workers", "2", "--steps", str(self.LONG),
+                            "--exact", "--keep", "--job", "long", "--json"], "train-long",
+                            stdout_pipe=True)
+
+        def stepping():
+            for i in heads:
+                for j in self.stubs[i].ShardStatus(shard_pb2.ShardStatusRequest(),
+                                                   timeout=tl.RPC_TIMEOUT).jobs:
+                    if j.id == "long" and j.max_version >= 100:
+                        return True
+            return False
+        tl.wait_until(stepping, 60, "job long to step")
+        os.kill(self.status[v].pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        rc = job.wait(180)
+        self.assertEqual(rc, 0, job.log_text())
+        out = job.p.stdout.read().decode()
+        got = json.loads(out.strip().splitlines()[-1])
+        self.assertEqual(got["params_sha256"], want)
+        tl.log("training ended %.1f s after the kill" % (time.monotonic() - t0))
+
+        alive = [i for i in range(4) if i != v]
+        self.assertFalse(tl.pid_alive(self.status[v].pid))
+        r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", "long",
+                        "--json"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["differ"], 0)
+        self.assertTrue(all(d["copies"] == 2 and d["version"] == self.LONG
+                            for d in doc["details"]), doc)
+        after = self.roles("long", alive)
+        self.assertEqual(sum(h for h, f in after.values()), 6)
+        self.assertEqual(sum(f for h, f in after.values()), 6)
+
+
+def local_sha_steps(steps):
+    r = tl.run_cli(["train", "--local", "--steps", str(steps), "--exact", "--json"], timeout=300)
+    if r.returncode != 0:
+        raise AssertionError("tessera train --local exited %d:\n%s" % (r.returncode, r.stderr))
+    return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
 
 
 if __name__ == "__main__":

@@ -53,8 +53,8 @@ SAME_CODE(EINTERNAL);
 
 /* ---- connecting ---- */
 
-static ts_status connect_shards(struct tessera *t, const char *want, int delay_ms,
-                                struct ts_err *err)
+ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
+                             struct ts_err *err)
 {
     Tessera__V1__ShardMap *map;
     ts_status st;
@@ -106,7 +106,9 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
         (st = ts_membership_start(t->master, &mc, 10000, &t->ms, err)) ||
         (st = ts_cluster_open(o->master, &t->cl, err)))
         return st;
-    return connect_shards(t, o->transport, o->delay_ms, err);
+    snprintf(t->want_transport, sizeof(t->want_transport), "%s", o->transport ? o->transport : "");
+    t->delay_ms = o->delay_ms;
+    return sdk_connect_shards(t, o->transport, o->delay_ms, err);
 }
 
 int tessera_connect(const struct tessera_options *o, tessera **out, struct tessera_error *e)
@@ -199,7 +201,7 @@ uint64_t tessera_numel(const tessera *t, int id)
 
 /* ---- registration ---- */
 
-static ts_status slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot, struct ts_err *err)
+ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot, struct ts_err *err)
 {
     for (size_t i = 0; i < t->nshards; i++)
         if (t->shards[i].id == shard_id) {
@@ -238,7 +240,7 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
     for (uint32_t p = 0; !st && p < x->nparts; p++) {
         uint32_t id = 0, slot = 0;
         if (!(st = ts_cluster_locate(t->cl, x->name, p, &id, err)) &&
-            !(st = slot_of(t, id, &slot, err)) && slot != x->owner[p])
+            !(st = sdk_slot_of(t, id, &slot, err)) && slot != x->owner[p])
             st = ts_err_set(err, TS_ESTATE, "tensor '%s' partition %u: the shards disagree on "
                             "its owner (map changing?): retry", x->name, p);
     }

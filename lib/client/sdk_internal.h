@@ -66,6 +66,10 @@ struct tessera {
     int timeout_ms;
     bool local;
     char transport[16];
+    char want_transport[16];      /* tessera_options.transport ("" : any), for reconnecting */
+    int delay_ms;                 /* tessera_options.delay_ms, for reconnecting */
+    bool retrying;                /* the step is being sent again after a failover */
+    unsigned failovers;           /* how many so far */
     struct ts_cluster *cl;
     struct ts_master *master;
     struct ts_membership *ms;
@@ -107,6 +111,24 @@ static inline size_t elem_bytes_job(const struct ts_job *j)
     return j->exact ? sizeof(int64_t) : sizeof(float);
 }
 
+/* sdk.c */
+/* Connects to every shard of the master's current map, appending to t->shards. */
+ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
+                             struct ts_err *err) TS_MUST_CHECK;
+/* The slot of shard_id in t->shards (TS_EUNAVAIL if not connected). */
+ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot,
+                      struct ts_err *err) TS_MUST_CHECK;
+
+/* sdk_failover.c */
+/* Whether a step that lost a shard connection can be sent again: a remote job on a cluster
+ * whose partitions have replicas (docs/replication.md). */
+bool sdk_can_fail_over(struct tessera *t);
+/* After a broken shard connection: waits for the master's map to change (the dead shard
+ * dropped, a follower promoted), connects to the shards of the new map, and redoes what a
+ * connection carried (HELLO, owners, shared regions). The caller then sends the step again
+ * with t->retrying set. */
+ts_status sdk_failover(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
+
 /* sdk_options.c */
 /* The mode, compression, sync periods and loss scaling of the options, checked. */
 ts_status sdk_set_modes(struct tessera *t, const struct tessera_options *o, struct ts_err *err);
@@ -117,6 +139,12 @@ ts_status sdk_tensor_options(struct tessera *t, struct sdk_tensor *x, struct ts_
 /* The buffers the options need for x (and, in reduce mode, its initial parameters). */
 ts_status sdk_tensor_buffers(struct tessera *t, struct sdk_tensor *x,
                              const Tessera__V1__RegisterTensorRequest *req, struct ts_err *err);
+
+/* sdk_region.c */
+/* After a failover: x's partitions mapped from a shard become private pages again, and the
+ * shards of the new connections that are on this host map them and read the gradient anew. */
+ts_status sdk_region_reconnect(struct tessera *t, struct sdk_tensor *x, int id,
+                               struct ts_err *err) TS_MUST_CHECK;
 
 /* sdk_reply.c (below sdk_step.c and sdk_region.c) */
 /* Names the job on every connection, once the shards know it (after a registration). */

@@ -30,6 +30,9 @@ static bool holds(const struct sdk_tensor *x, uint32_t s)
     return false;
 }
 
+static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id,
+                            struct ts_err *err);
+
 /* Private, zeroed pages for x's view (numel floats). */
 static ts_status view_alloc(struct sdk_tensor *x, struct ts_err *err)
 {
@@ -78,6 +81,19 @@ static ts_status map_from(struct tessera *t, struct sdk_tensor *x, int id, uint3
     return st;
 }
 
+/* Maps x's partitions from every shard on this host that holds some. */
+static ts_status map_all(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err)
+{
+    ts_status st;
+
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        if (holds(x, s) && ts_tp_can_share(t->shards[s].conn) &&
+            (st = map_from(t, x, id, s, err)))
+            return st;
+    }
+    return TS_OK;
+}
+
 ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err)
 {
     ts_status st;
@@ -89,12 +105,38 @@ ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct
         return st;
     if (!(x->view_part = calloc(x->nparts, 1)))
         return ts_err_set(err, TS_ENOMEM, "out of memory");
-    for (uint32_t s = 0; s < t->nshards; s++) {
-        if (holds(x, s) && ts_tp_can_share(t->shards[s].conn) &&
-            (st = map_from(t, x, id, s, err)))
-            return st;
+    return map_all(t, x, id, err);
+}
+
+ts_status sdk_region_reconnect(struct tessera *t, struct sdk_tensor *x, int id,
+                               struct ts_err *err)
+{
+    ts_status st;
+
+    for (uint32_t p = 0; x->view_part && p < x->nparts; p++) {
+        uint64_t off, len;
+        if (!x->view_part[p])
+            continue;
+        /* Private pages where the shard's were: the values stay until the next pull. */
+        ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+        size_t bytes = ts_page_round(len * sizeof(float));
+        void *keep = malloc(len * sizeof(float) + 1);
+        if (!keep)
+            return ts_err_set(err, TS_ENOMEM, "out of memory");
+        memcpy(keep, x->view + off, len * sizeof(float));
+        if (mmap(x->view + off, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+            free(keep);
+            return ts_err_set(err, TS_ENOMEM, "tensor '%s': no memory to unmap partition %u",
+                              x->name, p);
+        }
+        memcpy(x->view + off, keep, len * sizeof(float));
+        free(keep);
+        x->view_part[p] = 0;
     }
-    return TS_OK;
+    if (x->view_part && (st = map_all(t, x, id, err)))
+        return st;
+    return x->grad_shared ? grad_share(t, x, id, err) : TS_OK;
 }
 
 bool sdk_push_in_region(const struct sdk_tensor *x, uint32_t p)
@@ -121,9 +163,17 @@ static ts_status grad_alloc(struct tessera *t, struct sdk_tensor *x, int id, str
     }
     if (st)
         return st;
-    if (t->local)
-        return TS_OK;
-    if (!(x->grad_shared = calloc(t->nshards, 1)))
+    return t->local ? TS_OK : grad_share(t, x, id, err);
+}
+
+/* Shares x's gradient region with every shard on this host that holds a partition of x; a
+ * shard that declines is left out (its pushes copy). */
+static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err)
+{
+    ts_status st;
+
+    free(x->grad_shared);
+    if (!(x->grad_shared = calloc(t->nshards + 1, 1)))
         return ts_err_set(err, TS_ENOMEM, "out of memory");
     for (uint32_t s = 0; s < t->nshards; s++) {
         struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .tensor = (uint32_t)id,

@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "transport/frame.h"
+#include "util/log.h"
+
+#define MAX_FAILOVERS 3   /* shards lost in one step before it fails */
 
 /* ---- push and pull ---- */
 
@@ -94,7 +97,9 @@ static ts_status send_all(struct tessera *t, int first, int last, bool push, uin
                                       .tensor = (uint32_t)i, .partition = p,
                                       .step = push ? x->tstep : x->pull_version, .dtype = 1,
                                       .rank = t->rank,
-                                      .flags = push ? TS_PUSH_SCALE(in.scale_exp) : flags,
+                                      .flags = push ? TS_PUSH_SCALE(in.scale_exp) |
+                                                          (t->retrying ? TS_PUSH_RETRY : 0)
+                                                    : flags,
                                       .encoding = push ? (uint16_t)in.encoding : 0 };
             /* Shared regions: the shard reads the gradient, or the worker the values, in
              * place; the frame carries no payload. */
@@ -335,6 +340,16 @@ int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *con
         st = plan_step(t, step, grads, &err);
     if (!st)
         st = exchange(t, 0, t->ntensors, true, params, &err);
+    /* A shard died: once the map drops it, the step goes again to the new heads. */
+    for (int k = 0; st == TS_EUNAVAIL && k < MAX_FAILOVERS && sdk_can_fail_over(t); k++) {
+        ts_log(TS_WARN, "sdk", "step %" PRIu64 ": %s; failing over", step, err.msg);
+        memset(&err, 0, sizeof(err));
+        if ((st = sdk_failover(t, &err)))
+            break;
+        t->retrying = true;
+        st = exchange(t, 0, t->ntensors, true, params, &err);
+        t->retrying = false;
+    }
     if (st)
         return sdk_fail(e, &err);
     finish_step(t, params);

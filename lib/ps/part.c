@@ -440,6 +440,11 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
 
     *applied = false;
     pthread_mutex_lock(&p->mu);
+    if (in->retry && !async_mode(p->job) && in->rank < p->job->workers &&
+        (in->step < p->version || (in->step == p->version && p->pushed[in->rank]))) {
+        pthread_mutex_unlock(&p->mu);   /* a duplicate: it was counted before the failover */
+        return TS_OK;
+    }
     st = check_push(p, in, err);
     if (!st) {
         /* SSP and ASP apply each push alone, on arrival. */

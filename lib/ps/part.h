@@ -99,9 +99,12 @@ struct ts_push {
     int scale_exp;              /* -126..127 */
     const void *payload;
     size_t bytes;
+    /* Sent again after a failover (docs/replication.md): in BSP and REDUCE, a step already
+     * applied, or already pushed by this rank, is a duplicate, acknowledged and not added. */
+    bool retry;
 };
 /* Adds a push. *applied is set when this push completed (BSP, REDUCE) or made (SSP, ASP) an
- * update. */
+ * update; a duplicate retry (above) returns TS_OK with nothing changed. */
 ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applied,
                        struct ts_err *err) TS_MUST_CHECK;
 

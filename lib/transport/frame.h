@@ -67,6 +67,7 @@ enum ts_frame_type {
 #define TS_PUSH_SCALE(e) ((e) ? (uint32_t)((e) + 128) & 0xffu : 0u)
 #define TS_PUSH_SCALE_EXP(flags) (((flags) & 0xffu) ? (int)((flags) & 0xffu) - 128 : 0)
 #define TS_PUSH_REGION 0x100u   /* no payload: the gradient is in the worker's shared region */
+#define TS_PUSH_RETRY 0x200u    /* sent again after a failover: a duplicate is acknowledged */
 /* PARAMS flags; a PARAMS frame's `rank` field carries the staleness the pull saw (SSP/ASP). */
 #define TS_PARAMS_OVERFLOW 0x1u /* a step was skipped for a non-finite sum since the last pull */
 #define TS_PARAMS_REGION 0x2u   /* no payload: read the values from the shared region */

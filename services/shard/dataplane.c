@@ -127,6 +127,12 @@ static ts_status head_of(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
         return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
                           "register the tensor, or refresh the shard map", h->tensor,
                           h->partition);
+    if (follows && atomic_load(&dc->dp->cluster) && dc->dp->remap) {
+        /* A worker that failed over may know the new map before this shard does. */
+        dc->dp->remap(dc->dp->remap_ctx);
+        (void)shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows,
+                                next);
+    }
     if (follows)
         return ts_err_set(err, TS_ESTALE, "tensor %u partition %u: this shard is a replica, "
                           "not the head of its chain; refresh the shard map", h->tensor,
@@ -240,7 +246,7 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
                                 .partition = h->partition, .step = h->step };
     struct ts_push in = { .rank = h->rank, .step = h->step, .encoding = h->encoding,
                           .scale_exp = TS_PUSH_SCALE_EXP(h->flags), .payload = buf,
-                          .bytes = h->len };
+                          .bytes = h->len, .retry = (h->flags & TS_PUSH_RETRY) != 0 };
     bool applied;
     ts_status st;
 

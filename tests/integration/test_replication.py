@@ -13,8 +13,13 @@ Real processes: a master with --replicas 2 and three shards. Checked:
 - a follower killed with SIGKILL while exact training runs (4 shards, R = 2, a shard that
   heads no partition): the heads wait for the map to drop it, send their next image to the
   shard that joined each chain, and training ends by itself with the --local fingerprint;
-  then every partition has 2 equal copies again, none on the dead shard.
+  then every partition has 2 equal copies again, none on the dead shard;
+- then a head killed the same way: the workers' connections to it break, they wait for the
+  map to drop it, connect to the shards of the new map and send the step again (duplicates
+  acknowledged, not added); the promoted followers take it, and training ends by itself with
+  the --local fingerprint and whole chains.
 """
+import functools
 import json
 import os
 import signal
@@ -197,6 +202,59 @@ class DeadFollower(tl.ClusterCase, unittest.TestCase):
                       sum(1 for d in r.partitions if d.follower))
         return out
 
+    def kill_while_training(self, victim, heads, job):
+        """Starts exact training of `job`, kills -9 shard index victim once a shard in heads
+        shows it stepping, and returns (params_sha256, seconds from the kill to the end)."""
+        p = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
+                          self.master.addr, "--workers", "2", "--steps", str(self.LONG),
+                          "--exact", "--keep", "--job", job, "--json"], "train-" + job,
+                         stdout_pipe=True)
+
+        def stepping():
+            for i in heads:
+                for j in self.stubs[i].ShardStatus(shard_pb2.ShardStatusRequest(),
+                                                   timeout=tl.RPC_TIMEOUT).jobs:
+                    if j.id == job and j.max_version >= 100:
+                        return True
+            return False
+        tl.wait_until(stepping, 60, "job %s to step" % job)
+        os.kill(self.status[victim].pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        rc = p.wait(180)
+        self.assertEqual(rc, 0, p.log_text())
+        took = time.monotonic() - t0
+        out = p.p.stdout.read().decode()
+        self.assertFalse(tl.pid_alive(self.status[victim].pid))
+        return json.loads(out.strip().splitlines()[-1])["params_sha256"], took
+
+    def replicas_whole(self, job, alive):
+        """verify replicas passes: every partition has 2 equal copies at the last step, on the
+        shards in alive only."""
+        r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", job,
+                        "--json"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["differ"], 0)
+        self.assertTrue(all(d["copies"] == 2 and d["version"] == self.LONG
+                            for d in doc["details"]), doc)
+        after = self.roles(job, alive)
+        self.assertEqual(sum(h for h, f in after.values()), 6)
+        self.assertEqual(sum(f for h, f in after.values()), 6)
+
+    def test_b_a_dead_head_fails_over_and_training_ends_exact(self):
+        """After test_a, 3 shards: kill one that heads partitions. The workers' connections to
+        it break; once the map drops it they send the step again to the promoted followers."""
+        alive = [i for i in range(4) if tl.pid_alive(self.status[i].pid)]
+        train(self.master.addr, "probe-b")
+        roles = self.roles("probe-b", alive)
+        v = max(alive, key=lambda i: roles[i][0])
+        self.assertGreater(roles[v][0], 0)
+        want = local_sha_steps(self.LONG)
+        got, took = self.kill_while_training(v, [i for i in alive if i != v], "long-b")
+        self.assertEqual(got, want)
+        tl.log("training ended %.1f s after the head was killed" % took)
+        self.replicas_whole("long-b", [i for i in alive if i != v])
+
     def test_a_dead_follower_is_replaced_and_training_ends_exact(self):
         train(self.master.addr, "probe")   # the chains are a function of the shard ids alone
         roles = self.roles("probe", range(4))
@@ -206,42 +264,13 @@ class DeadFollower(tl.ClusterCase, unittest.TestCase):
         v = victims[0]
         heads = [i for i, (h, f) in roles.items() if h > 0]
         want = local_sha_steps(self.LONG)
-        job = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
-                            self.master.addr, "--workers", "2", "--steps", str(self.LONG),
-                            "--exact", "--keep", "--job", "long", "--json"], "train-long",
-                            stdout_pipe=True)
-
-        def stepping():
-            for i in heads:
-                for j in self.stubs[i].ShardStatus(shard_pb2.ShardStatusRequest(),
-                                                   timeout=tl.RPC_TIMEOUT).jobs:
-                    if j.id == "long" and j.max_version >= 100:
-                        return True
-            return False
-        tl.wait_until(stepping, 60, "job long to step")
-        os.kill(self.status[v].pid, signal.SIGKILL)
-        t0 = time.monotonic()
-        rc = job.wait(180)
-        self.assertEqual(rc, 0, job.log_text())
-        out = job.p.stdout.read().decode()
-        got = json.loads(out.strip().splitlines()[-1])
-        self.assertEqual(got["params_sha256"], want)
-        tl.log("training ended %.1f s after the kill" % (time.monotonic() - t0))
-
-        alive = [i for i in range(4) if i != v]
-        self.assertFalse(tl.pid_alive(self.status[v].pid))
-        r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", "long",
-                        "--json"])
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        doc = json.loads(r.stdout)
-        self.assertEqual(doc["differ"], 0)
-        self.assertTrue(all(d["copies"] == 2 and d["version"] == self.LONG
-                            for d in doc["details"]), doc)
-        after = self.roles("long", alive)
-        self.assertEqual(sum(h for h, f in after.values()), 6)
-        self.assertEqual(sum(f for h, f in after.values()), 6)
+        got, took = self.kill_while_training(v, heads, "long")
+        self.assertEqual(got, want)
+        tl.log("training ended %.1f s after the follower was killed" % took)
+        self.replicas_whole("long", [i for i in range(4) if i != v])
 
 
+@functools.lru_cache(maxsize=None)
 def local_sha_steps(steps):
     r = tl.run_cli(["train", "--local", "--steps", str(steps), "--exact", "--json"], timeout=300)
     if r.returncode != 0:

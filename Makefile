@@ -3,7 +3,8 @@
 #   make deps   install every Debian package the build, tests, demo and benchmarks need
 #   make        build into build/
 #   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/)
-#   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N)
+#   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N), and
+#               shards killed while training with replicas, under the sanitizers
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
 #   make fuzz   run the libFuzzer targets for FUZZ_SECONDS (default 600; build-fuzz/, clang)
@@ -120,10 +121,13 @@ bench: build
 	$(BUILD)/bin/bench_codec --out bench/results/codec.json
 
 FAULT_TRIALS ?= 24
-test-fault: build
+test-fault: build asan
 	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
 	    /usr/bin/python3 tests/integration/test_snapshot_fault.py
+	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 \
+	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
+	    /usr/bin/python3 tests/integration/test_replication.py DeadFollower
 
 # One long-lived cluster, many short jobs, then its services' resources (test_soak.py; the
 # suite runs its short profile; docs/operations.md, "The soak test").

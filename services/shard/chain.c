@@ -2,6 +2,7 @@
 #include "chain.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,7 +57,7 @@ static ts_status link_to(struct chain_links *cs, struct ts_cluster *cl, const ch
     ts_status st;
 
     for (*at = 0; *at < cs->n; (*at)++)
-        if (cs->links[*at].shard == next)
+        if (cs->links[*at].shard == next && strcmp(cs->links[*at].job, job) == 0)
             return TS_OK;
     if (cs->n == cs->cap) {
         size_t cap = cs->cap ? 2 * cs->cap : 4;
@@ -73,7 +74,8 @@ static ts_status link_to(struct chain_links *cs, struct ts_cluster *cl, const ch
         ts_tp_close(c);
         return st;
     }
-    cs->links[cs->n] = (struct chain_link){ next, c };
+    cs->links[cs->n] = (struct chain_link){ .shard = next, .c = c };
+    snprintf(cs->links[cs->n].job, sizeof(cs->links[cs->n].job), "%s", job);
     *at = cs->n++;
     ts_log(TS_DEBUG, "chain", "job %s: linked to shard %u over %s", job, next, ts_tp_name(c));
     return TS_OK;

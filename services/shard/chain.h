@@ -16,9 +16,12 @@
 
 #include "cluster/cluster.h"
 #include "transport/frame.h"
+#include "util/names.h"
 
+/* A link names one job (its HELLO): images of another job need another link. */
 struct chain_link {
     uint32_t shard;
+    char job[TS_JOB_ID_MAX + 1];
     struct ts_conn *c;
 };
 

@@ -180,6 +180,7 @@ int main(int argc, char **argv)
     s.dp.remap = remap;
     s.dp.remap_ctx = &s;
     atomic_store(&s.dp.cluster, s.cluster);
+    repair_start(&s.repair, &s.params, &s.dp);
     ts_log(TS_INFO, "shard", "shard %u serving at %s (memory budget %" PRIu64 " MiB)",
            ts_membership_id(s.membership), s.addr, s.params.mem_budget >> 20);
     sig = ts_proc_wait_signal(-1);
@@ -190,6 +191,7 @@ out:
         ts_log(TS_ERROR, "shard", "%s", err.msg);
     /* Drain first: handlers read the membership, so it must outlive every call. */
     ts_rpc_server_shutdown(srv, (int)so.grace_ms);
+    repair_stop(&s.repair);
     if (dp_started)
         dataplane_stop(&s.dp);
     ts_membership_stop(s.membership, rc == 0);

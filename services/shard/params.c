@@ -35,6 +35,7 @@ static void tensor_free(struct shard_tensor *t)
     free(t->parts);
     free(t->follows);
     free(t->next);
+    free(t->resync);
     ts_region_free(&t->values);   /* after the partitions that lived in it */
     free(t);
 }
@@ -307,7 +308,7 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
                         uint32_t my_id, struct shard_tensor *t, struct ts_err *err)
 {
     uint64_t need = (uint64_t)t->nparts * (sizeof(*t->parts) + sizeof(*t->follows) +
-                                           sizeof(*t->next)), off, len;
+                                           sizeof(*t->next) + sizeof(*t->resync)), off, len;
     char users[160] = "";
     size_t at = 0;
     ts_status st;
@@ -407,7 +408,8 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
     if ((st = charge(sp, sj, cl, my_id, t, err)) == TS_OK &&
         (!(t->parts = calloc(t->nparts, sizeof(*t->parts))) ||
          !(t->follows = calloc(t->nparts, sizeof(*t->follows))) ||
-         !(t->next = calloc(t->nparts, sizeof(*t->next)))))
+         !(t->next = calloc(t->nparts, sizeof(*t->next))) ||
+         !(t->resync = calloc(t->nparts, sizeof(*t->resync)))))
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
     if (!st && sp->restore && !(tm = restored_tensor(sp, t, &st, err)))
         ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
@@ -609,8 +611,8 @@ ts_status shard_params_release(struct shard_params *sp, const char *id, bool *he
  * that now heads the chain is promoted (it holds the newest version the chain acknowledged);
  * a head left alone publishes what it applied. A chain this shard joined gets its copy with
  * the head's next image (shard_params_adopt). Called with mu held. */
-static void rechain_part(struct shard_tensor *t, uint32_t p, const struct place *at,
-                         const char *job)
+static void rechain_part(struct shard_params *sp, struct shard_tensor *t, uint32_t p,
+                         const struct place *at, const char *job)
 {
     struct ts_part *part = t->parts[p];
     struct ts_err e = { 0 };
@@ -622,6 +624,10 @@ static void rechain_part(struct shard_tensor *t, uint32_t p, const struct place 
         ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: every copy is lost (this "
                "shard heads its chain and holds none)", job, t->name, p);
         return;
+    }
+    if (part && at->head && at->next && at->next != t->next[p] && !t->resync[p]) {
+        t->resync[p] = true;   /* a new member of its chain: send it the image now */
+        sp->resyncs++;
     }
     t->follows[p] = !at->head;
     t->next[p] = at->next;
@@ -645,7 +651,7 @@ void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32
                 struct place at;
                 struct ts_err e = { 0 };
                 if (!place_of(cl, my_id, t->name, p, &at, &e))
-                    rechain_part(t, p, &at, sj->job.id);
+                    rechain_part(sp, t, p, &at, sj->job.id);
             }
         }
     }

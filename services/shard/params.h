@@ -49,6 +49,9 @@ struct shard_tensor {
      * and the shard after it in the chain (0: none, this shard is its tail). */
     bool *follows;
     uint32_t *next;
+    /* A head whose chain gained a shard: its image goes there now (repair.c), not only with
+     * the next step. Under the registry lock. */
+    bool *resync;
     /* The values of this shard's partitions, each at its offset in the tensor (numel floats,
      * only this shard's pages touched), which co-located workers map read-only (dataplane.c,
      * MAP). TS_REGION_NONE where memfds cannot be made: the partitions then hold their own. */
@@ -91,6 +94,7 @@ struct shard_params {
      * (the data plane forgets what it cached by partition address). May be NULL. */
     void (*on_release)(void *ctx);
     void *release_ctx;
+    uint64_t resyncs;                  /* partitions flagged for resync (under mu) */
 };
 
 void shard_params_init(struct shard_params *sp);

@@ -6,6 +6,7 @@
 
 #include "cluster/cluster.h"
 #include "dataplane.h"
+#include "repair.h"
 #include "params.h"
 #include "rpc/rpc.h"
 
@@ -19,6 +20,7 @@ struct shard {
     const char *store_dir;          /* --store, or NULL */
     struct dataplane dp;
     pthread_mutex_t remap_mu;       /* one map refresh and rechain at a time */
+    struct repair repair;           /* new chain members brought up to date (repair.h) */
     int64_t started_ms;
 };
 

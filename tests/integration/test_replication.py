@@ -17,7 +17,9 @@ Real processes: a master with --replicas 2 and three shards. Checked:
 - then a head killed the same way: the workers' connections to it break, they wait for the
   map to drop it, connect to the shards of the new map and send the step again (duplicates
   acknowledged, not added); the promoted followers take it, and training ends by itself with
-  the --local fingerprint and whole chains.
+  the --local fingerprint and whole chains;
+- after each kill, the jobs kept idle on the cluster get whole chains too, with no step to
+  carry the images (the heads' repair thread).
 """
 import functools
 import json
@@ -170,6 +172,9 @@ class Replicated(tl.ClusterCase, unittest.TestCase):
         self.assertIn("replicas", p.log_text())
 
 
+@unittest.skipIf(os.environ.get("TESSERA_REPLICATION_KILLS") == "0",
+                 "TESSERA_REPLICATION_KILLS=0: the sanitizer run of make test leaves the kills "
+                 "to make test-fault, for time")
 class DeadFollower(tl.ClusterCase, unittest.TestCase):
     LEASE_MS = 1000
     LONG = 400 if tl.SANITIZED else 1500   # steps: long enough to be killed in the middle
@@ -241,6 +246,20 @@ class DeadFollower(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(sum(h for h, f in after.values()), 6)
         self.assertEqual(sum(f for h, f in after.values()), 6)
 
+    def idle_job_whole(self, job):
+        """An idle job (kept, not stepping) gets its chains whole again too: the heads send
+        their images to the shards that joined them (repair.c), without a step."""
+        last = []
+
+        def whole():
+            r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", job])
+            last[:] = [r.stdout + r.stderr]
+            return r.returncode == 0
+        try:
+            tl.wait_until(whole, 15, "job %s to have 2 equal copies of every partition" % job)
+        except AssertionError:
+            raise AssertionError("tessera verify replicas --job %s:\n%s" % (job, last[0]))
+
     def test_b_a_dead_head_fails_over_and_training_ends_exact(self):
         """After test_a, 3 shards: kill one that heads partitions. The workers' connections to
         it break; once the map drops it they send the step again to the promoted followers."""
@@ -254,6 +273,8 @@ class DeadFollower(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(got, want)
         tl.log("training ended %.1f s after the head was killed" % took)
         self.replicas_whole("long-b", [i for i in alive if i != v])
+        for job in ("probe", "long", "probe-b"):
+            self.idle_job_whole(job)
 
     def test_a_dead_follower_is_replaced_and_training_ends_exact(self):
         train(self.master.addr, "probe")   # the chains are a function of the shard ids alone
@@ -268,6 +289,7 @@ class DeadFollower(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(got, want)
         tl.log("training ended %.1f s after the follower was killed" % took)
         self.replicas_whole("long", [i for i in range(4) if i != v])
+        self.idle_job_whole("probe")
 
 
 @functools.lru_cache(maxsize=None)

@@ -87,6 +87,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_int(&j, "last_heartbeat_ms_ago", s->last_heartbeat_ms_ago);
         ts_json_uint(&j, "registered_epoch", s->registered_epoch);
         if (views && views[i]) {
+            ts_json_int(&j, "pid", views[i]->pid);
             ts_json_uint(&j, "partitions", views[i]->partitions);
             ts_json_uint(&j, "bytes", views[i]->bytes);
             ts_json_uint(&j, "frames_in", views[i]->frames_in);
@@ -151,18 +152,19 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
     printf("master %s  version %s  up %.1f s  epoch %" PRIu64 "  ring %u vnodes/shard "
            "(digest %016" PRIx64 ")  replicas %u\n\n", addr, cs->version, cs->uptime_ms / 1000.0,
            cs->epoch, cs->vnodes, cs->ring_digest, cs->replicas ? cs->replicas : 1);
-    printf("%-6s %-22s %-6s %-7s %-10s %-6s %-9s %s\n", "SHARD", "ADDR", "STATE", "LEASE",
-           "HB S AGO", "PARTS", "MB", "REFUSED FRAMES");
+    printf("%-6s %-22s %-8s %-6s %-7s %-10s %-6s %-9s %s\n", "SHARD", "ADDR", "PID", "STATE",
+           "LEASE", "HB S AGO", "PARTS", "MB", "REFUSED FRAMES");
     for (size_t i = 0; i < cs->n_shards; i++) {
         const Tessera__V1__ShardInfo *s = cs->shards[i];
         const Tessera__V1__ShardStatusResponse *v = views ? views[i] : NULL;
-        char parts[24] = "-", mb[24] = "-", refused[24] = "-";
+        char parts[24] = "-", mb[24] = "-", refused[24] = "-", pid[16] = "-";
         if (v) {
+            snprintf(pid, sizeof(pid), "%d", v->pid);
             snprintf(parts, sizeof(parts), "%" PRIu64, v->partitions);
             snprintf(mb, sizeof(mb), "%.1f", v->bytes / 1048576.0);
             snprintf(refused, sizeof(refused), "%" PRIu64, v->frames_refused);
         }
-        printf("%-6u %-22s %-6s %-7u %-10.1f %-6s %-9s %s\n", s->id, s->addr,
+        printf("%-6u %-22s %-8s %-6s %-7u %-10.1f %-6s %-9s %s\n", s->id, s->addr, pid,
                state_name(s->state), s->lease_ms, s->last_heartbeat_ms_ago / 1000.0, parts, mb,
                refused);
     }

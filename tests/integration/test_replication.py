@@ -57,28 +57,36 @@ def local_sha(*extra):
     return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
 
 
+def start_cluster(cls, shards, lease_ms=None, env=None):
+    """cls.c: a master with --replicas 2 and `shards` shards (env set while they start), all
+    alive and knowing their ids; cls.stubs their Shard stubs, cls.status their ShardStatus."""
+    os.environ.setdefault("TESSERA_LOG", "warn")
+    cls.c = tl.Cluster()
+    cls.master = cls.c.start_master(lease_ms=lease_ms, extra=["--replicas", "2"])
+    os.environ.update(env or {})
+    try:
+        cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i, lease_ms=lease_ms)
+                      for i in range(shards)]
+    finally:
+        for k in env or {}:
+            os.environ.pop(k, None)
+    cls.ch = cls.c.channel(cls.master.addr)
+    tl.wait_until(lambda: sum(1 for s in tl.cluster_status(cls.ch).shards
+                              if s.state == tl.ALIVE) == shards, 15, "%d shards alive" % shards)
+    cls.stubs = [tl.Stub(cls.c.channel(s.addr), shard_pb2, "Shard") for s in cls.shards]
+    for st in cls.stubs:
+        tl.wait_until(lambda: st.ShardStatus(shard_pb2.ShardStatusRequest(),
+                                             timeout=tl.RPC_TIMEOUT).shard_id, 15,
+                      "the shard to know its id")
+    cls.status = [st.ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+                  for st in cls.stubs]
+
+
 class Replicated(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        os.environ.setdefault("TESSERA_LOG", "warn")
-        cls.c = tl.Cluster()
-        cls.master = cls.c.start_master(extra=["--replicas", "2"])
-        os.environ["TESSERA_TEST_FLIP_REPLICA"] = "%d:%d" % FLIP
-        try:
-            cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i)
-                          for i in range(SHARDS)]
-        finally:
-            os.environ.pop("TESSERA_TEST_FLIP_REPLICA", None)
-        cls.ch = cls.c.channel(cls.master.addr)
-        tl.wait_until(lambda: sum(1 for s in tl.cluster_status(cls.ch).shards
-                                  if s.state == tl.ALIVE) == SHARDS, 15, "3 shards alive")
-        cls.stubs = [tl.Stub(cls.c.channel(s.addr), shard_pb2, "Shard") for s in cls.shards]
-        for st in cls.stubs:
-            tl.wait_until(lambda: st.ShardStatus(shard_pb2.ShardStatusRequest(),
-                                                 timeout=tl.RPC_TIMEOUT).shard_id, 15,
-                          "the shard to know its id")
-        cls.ids = [st.ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
-                   .shard_id for st in cls.stubs]
+        start_cluster(cls, SHARDS, env={"TESSERA_TEST_FLIP_REPLICA": "%d:%d" % FLIP})
+        cls.ids = [s.shard_id for s in cls.status]
 
     def digests(self, job):
         """{(tensor_id, partition): [(shard id, PartitionDigest)]} over the shards."""
@@ -181,21 +189,7 @@ class DeadFollower(tl.ClusterCase, unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        os.environ.setdefault("TESSERA_LOG", "warn")
-        cls.c = tl.Cluster()
-        cls.master = cls.c.start_master(lease_ms=cls.LEASE_MS, extra=["--replicas", "2"])
-        cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i,
-                                        lease_ms=cls.LEASE_MS) for i in range(4)]
-        cls.ch = cls.c.channel(cls.master.addr)
-        tl.wait_until(lambda: sum(1 for s in tl.cluster_status(cls.ch).shards
-                                  if s.state == tl.ALIVE) == 4, 15, "4 shards alive")
-        cls.stubs = [tl.Stub(cls.c.channel(s.addr), shard_pb2, "Shard") for s in cls.shards]
-        for st in cls.stubs:
-            tl.wait_until(lambda: st.ShardStatus(shard_pb2.ShardStatusRequest(),
-                                                 timeout=tl.RPC_TIMEOUT).shard_id, 15,
-                          "the shard to know its id")
-        cls.status = [st.ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
-                      for st in cls.stubs]
+        start_cluster(cls, 4, lease_ms=cls.LEASE_MS)
 
     def roles(self, job, alive):
         """{shard index: (heads, follows)} over the shards in `alive`."""

@@ -140,26 +140,21 @@ static ts_status head_of(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
     return TS_OK;
 }
 
-/* After p's update: its image down the chain, then the update is visible to pulls. */
-static ts_status replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
-                           uint32_t next, struct ts_err *err)
+/* Sends the image of partition (h->tensor, h->partition) at version down its chain, starting
+ * at shard next. A next shard that is gone: wait for the map without it, then send to the new
+ * next (a new copy takes the whole image); TS_OK with nothing sent if the chain ends here
+ * now. */
+static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uint32_t next,
+                           uint64_t version, const void *image, size_t n, struct ts_err *err)
 {
-    size_t n = ts_part_image_bytes(p);
-    uint64_t version;
-    ts_status st;
+    ts_status st = TS_OK;
 
-    if ((st = chain_image_room(&dc->chain, n, err)) ||
-        (st = ts_part_image(p, dc->chain.image, n, &version, err)))
-        return st;
-    /* A next shard that is gone: wait for the map without it, then send to the new next (a
-     * new copy takes the whole image), or publish if the chain ends here now. */
     for (int64_t until = ts_now_ms() + CHAIN_REPAIR_MS; next; ) {
         struct ts_err e = { 0 };
         uint32_t now = next;
 
         st = chain_send(&dc->chain, atomic_load(&dc->dp->cluster), dc->job->job.id, next,
-                        h->tensor, h->partition, version, dc->chain.image, n, &dc->dp->stop,
-                        &e);
+                        h->tensor, h->partition, version, image, n, &dc->dp->stop, &e);
         if (st != TS_EUNAVAIL || ts_now_ms() > until || atomic_load(&dc->dp->stop)) {
             if (st)
                 ts_err_set(err, st, "%s", e.msg);
@@ -173,8 +168,22 @@ static ts_status replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, str
                                     &now);
         }
         next = now;
+        st = TS_OK;   /* a chain that ends here now is done */
     }
-    if (st)
+    return st;
+}
+
+/* After p's update: its image down the chain, then the update is visible to pulls. */
+static ts_status replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
+                           uint32_t next, struct ts_err *err)
+{
+    size_t n = ts_part_image_bytes(p);
+    uint64_t version;
+    ts_status st;
+
+    if ((st = chain_image_room(&dc->chain, n, err)) ||
+        (st = ts_part_image(p, dc->chain.image, n, &version, err)) ||
+        (st = send_down(dc, h, next, version, dc->chain.image, n, err)))
         return st;
     ts_part_publish(p, version);
     return TS_OK;
@@ -230,9 +239,7 @@ static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
         st = ts_part_load_image(p, buf, h->len, err);
     if (st)
         return st;
-    if (next && (st = chain_send(&dc->chain, atomic_load(&dc->dp->cluster), dc->job->job.id,
-                                 next, h->tensor, h->partition, h->step, buf, h->len,
-                                 &dc->dp->stop, err)))
+    if ((st = send_down(dc, h, next, h->step, buf, h->len, err)))
         return st;
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
 }

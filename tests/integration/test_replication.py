@@ -19,7 +19,8 @@ Real processes: a master with --replicas 2 and three shards. Checked:
   acknowledged, not added); the promoted followers take it, and training ends by itself with
   the --local fingerprint and whole chains;
 - after each kill, the jobs kept idle on the cluster get whole chains too, with no step to
-  carry the images (the heads' repair thread).
+  carry the images (the heads' repair thread);
+- then down to one shard: the chains shrink to it, and training still ends exact.
 """
 import functools
 import json
@@ -269,6 +270,20 @@ class DeadFollower(tl.ClusterCase, unittest.TestCase):
         self.replicas_whole("long-b", [i for i in alive if i != v])
         for job in ("probe", "long", "probe-b"):
             self.idle_job_whole(job)
+
+    def test_c_down_to_one_shard_training_still_ends_exact(self):
+        """After test_b, 2 shards, each holding every partition (the chains were made whole):
+        kill one more. The chains shrink to the survivor alone, which publishes what it
+        applies; the training still ends with the --local fingerprint."""
+        alive = [i for i in range(4) if tl.pid_alive(self.status[i].pid)]
+        self.assertEqual(len(alive), 2)
+        got, took = self.kill_while_training(alive[0], alive, "long-c")
+        self.assertEqual(got, local_sha_steps(self.LONG))
+        tl.log("training ended %.1f s after the second-to-last shard was killed" % took)
+        r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", "long-c",
+                        "--json"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(json.loads(r.stdout)["copies_wanted"], 1)
 
     def test_a_dead_follower_is_replaced_and_training_ends_exact(self):
         train(self.master.addr, "probe")   # the chains are a function of the shard ids alone

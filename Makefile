@@ -119,6 +119,7 @@ bench: build
 	$(BUILD)/bin/bench_snapshot --out bench/results/snapshot.json
 	$(BUILD)/bin/bench_verify --out bench/results/verify.json
 	$(BUILD)/bin/bench_codec --out bench/results/codec.json
+	/usr/bin/python3 bench/recovery.py --bin $(BUILD)/bin --out bench/results/recovery.json
 
 FAULT_TRIALS ?= 24
 test-fault: build asan

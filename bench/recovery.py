@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""recovery.py - bench/recovery: what does a dead shard cost a job with replicas?
+
+Two figures, both against `tessera up` clusters started here (docs/replication.md):
+
+1. Recovery. Each trial starts `tessera up --shards 3 --replicas 2 --lease-ms L`, runs
+   `tessera train --workers 2 --exact` on it, and once the job has stepped a while kills -9 a
+   shard that heads some of its partitions (chosen at random, seeded). The recovery time is
+   from the kill to the first step completed after it: polling the survivors' ShardStatus
+   every few ms until the job's newest version is 2 past the newest seen at the kill (the step
+   in flight at the kill may have been applied already; the one after needs the failover).
+   Every trial's training must end by itself with the params_sha256 of `tessera train
+   --local`, or the run fails.
+2. Cost. The same training, 300 steps, on `--replicas 1` and `--replicas 2` clusters, rounds
+   alternating; the median of the JSON's `seconds` of each. This is the built-in MLP (about
+   1 MiB of parameters), not the 64 MiB push+pull of the issue's goal.
+
+Output: a table, and bench/results/recovery.json whose headline is the cost:
+{"ours": R = 2 s per run, "baseline": R = 1 s per run, "unit", "ratio"}, with the recovery
+figures beside it ("recovery": median, max, each trial).
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RECOVERY_GOAL_S = 3.0
+COST_GOAL = 1.3
+POLL_S = 0.005
+
+
+def load_protos(bin_dir):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(bin_dir)), "gen", "python"))
+    global grpc, master_pb2, shard_pb2, stub
+    import grpc  # noqa: E402
+    from tessera.v1 import master_pb2, shard_pb2  # noqa: E402
+
+    def stub(channel, svc, method, req_cls, resp_cls):
+        return channel.unary_unary("/tessera.v1.%s/%s" % (svc, method),
+                                   request_serializer=req_cls.SerializeToString,
+                                   response_deserializer=resp_cls.FromString)
+
+
+class Cluster:
+    """`tessera up` as a child in its own process group; stop() ends the whole group."""
+
+    def __init__(self, binary, replicas, lease_ms, workdir):
+        self.proc = subprocess.Popen(
+            [binary, "up", "--shards", "3", "--replicas", str(replicas), "--lease-ms",
+             str(lease_ms), "--master-port", "0", "--dir", workdir],
+            stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.master = None
+        for line in self.proc.stdout:
+            if line.startswith("master "):
+                self.master = line.split()[1]
+            if "shards alive" in line:
+                break
+        if not self.master or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError("tessera up did not start (logs in %s)" % workdir)
+        ch = grpc.insecure_channel(self.master)
+        cs = stub(ch, "Master", "ClusterStatus", master_pb2.ClusterStatusRequest,
+                  master_pb2.ClusterStatusResponse)(master_pb2.ClusterStatusRequest(),
+                                                    timeout=5)
+        self.shards = {}
+        for s in cs.shards:
+            sc = grpc.insecure_channel(s.addr)
+            call = stub(sc, "Shard", "ShardStatus", shard_pb2.ShardStatusRequest,
+                        shard_pb2.ShardStatusResponse)
+            self.shards[s.id] = (call, call(shard_pb2.ShardStatusRequest(), timeout=5).pid)
+
+    def version(self, job, ids):
+        """The newest version of job over the shards ids (that answer), and the ids holding
+        some of it as head."""
+        best, heads = -1, []
+        for sid in ids:
+            try:
+                st = self.shards[sid][0](shard_pb2.ShardStatusRequest(), timeout=1)
+            except grpc.RpcError:
+                continue
+            for j in st.jobs:
+                if j.id == job:
+                    best = max(best, j.max_version)
+                    if j.partitions:
+                        heads.append(sid)
+        return best, heads
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=45)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)   # a shard whose parent was killed
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.proc.stdout.close()
+
+
+def train(binary, master, steps, job=None):
+    argv = [binary, "train", "--steps", str(steps), "--exact", "--json"]
+    argv += ["--local"] if master is None else ["--master", master, "--workers", "2"]
+    if job:
+        argv += ["--job", job]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def result(p, what):
+    out, err = p.communicate(timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError("%s exited %d:\n%s" % (what, p.returncode, err[-2000:]))
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def trial(a, binary, rng, want):
+    with tempfile.TemporaryDirectory(prefix="tessera-recovery.") as d:
+        c = Cluster(binary, 2, a.lease_ms, d)
+        try:
+            p = train(binary, c.master, a.steps, "rec")
+            ids = list(c.shards)
+            deadline = time.monotonic() + 120
+            while True:
+                v, heads = c.version("rec", ids)
+                if v >= a.kill_at and heads:
+                    break
+                if time.monotonic() > deadline or p.poll() is not None:
+                    raise RuntimeError("the job did not reach step %d" % a.kill_at)
+                time.sleep(POLL_S)
+            victim = rng.choice(sorted(heads))
+            os.kill(c.shards[victim][1], signal.SIGKILL)
+            t0 = time.monotonic()
+            survivors = [i for i in ids if i != victim]
+            while True:
+                v2, _ = c.version("rec", survivors)
+                if v2 >= v + 2:
+                    took = time.monotonic() - t0
+                    break
+                if time.monotonic() - t0 > 120 or p.poll() is not None:
+                    raise RuntimeError("no step completed within 120 s of the kill")
+                time.sleep(POLL_S)
+            got = result(p, "tessera train")
+            if got["params_sha256"] != want:
+                raise RuntimeError("params_sha256 %s after the kill, %s without" %
+                                   (got["params_sha256"], want))
+            return {"seconds": took, "victim": victim, "killed_at_version": v}
+        finally:
+            c.stop()
+
+
+def cost(a, binary):
+    runs = {1: [], 2: []}
+    with tempfile.TemporaryDirectory(prefix="tessera-recovery.") as d:
+        clusters = {}
+        for r in (1, 2):
+            os.makedirs(os.path.join(d, "r%d" % r))
+            clusters[r] = Cluster(binary, r, 3000, os.path.join(d, "r%d" % r))
+        try:
+            for _ in range(a.rounds):
+                for r in (1, 2):
+                    runs[r].append(result(train(binary, clusters[r].master, 300),
+                                          "tessera train")["seconds"])
+        finally:
+            for c in clusters.values():
+                c.stop()
+    return runs
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        prog="recovery.py", description="Recovery time after kill -9 of a shard with "
+        "--replicas 2, and the step time with replicas against without (docs/replication.md).")
+    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "bin"),
+                    help="directory of tessera and its services (default build/bin)")
+    ap.add_argument("--trials", type=int, default=5, help="kills (default 5)")
+    ap.add_argument("--rounds", type=int, default=3, help="cost rounds per R (default 3)")
+    ap.add_argument("--lease-ms", type=int, default=3000, help="member lease (default 3000, "
+                    "the master's)")
+    ap.add_argument("--steps", type=int, default=3000, help="steps of each trial's training")
+    ap.add_argument("--kill-at", type=int, default=300, help="the step after which to kill")
+    ap.add_argument("--seed", type=int, default=1, help="which shards are killed")
+    ap.add_argument("--out", default="bench/results/recovery.json")
+    ap.add_argument("--quick", action="store_true", help="2 trials, 1 round, 1000 steps")
+    a = ap.parse_args()
+    if a.quick:
+        a.trials, a.rounds, a.steps = 2, 1, 1000
+    binary = os.path.join(a.bin, "tessera")
+    load_protos(a.bin)
+    rng = random.Random(a.seed)
+    want = result(train(binary, None, a.steps), "tessera train --local")["params_sha256"]
+    trials = []
+    for i in range(a.trials):
+        t = trial(a, binary, rng, want)
+        trials.append(t)
+        print("trial %d: shard %d killed after step %d, a step completed %.2f s later; "
+              "params_sha256 equal to --local" % (i + 1, t["victim"], t["killed_at_version"],
+                                                  t["seconds"]), flush=True)
+    runs = cost(a, binary)
+    rec = [t["seconds"] for t in trials]
+    r1, r2 = statistics.median(runs[1]), statistics.median(runs[2])
+    print("\nbench_recovery: 3 shards, 2 exact workers (tessera train), lease %d ms, one "
+          "host" % a.lease_ms)
+    print("%-44s %10s %10s %8s" % ("", "median", "max", "goal"))
+    print("%-44s %9.2fs %9.2fs %7.1fs" % ("recovery: kill -9 of a head -> next step",
+                                           statistics.median(rec), max(rec), RECOVERY_GOAL_S))
+    print("%-44s %9.3fs %9.3fs" % ("300 steps, --replicas 1 (baseline)", r1, max(runs[1])))
+    print("%-44s %9.3fs %9.3fs %7.1fx" % ("300 steps, --replicas 2", r2, max(runs[2]),
+                                           COST_GOAL))
+    print("ratio R=2 / R=1: %.2fx (goal at most %.1fx)" % (r2 / r1, COST_GOAL))
+    doc = {"bench": "recovery", "lease_ms": a.lease_ms, "steps": a.steps,
+           "headline": {"ours": r2, "baseline": r1,
+                        "unit": "s per 300 exact steps of the MLP, 2 workers x 3 shards, "
+                                "--replicas 2 (ours) against --replicas 1",
+                        "ratio": r2 / r1},
+           "recovery": {"median_s": statistics.median(rec), "max_s": max(rec),
+                        "goal_s": RECOVERY_GOAL_S, "trials": trials},
+           "cost_runs": {"replicas_1": runs[1], "replicas_2": runs[2]}}
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    print("wrote %s" % a.out)
+
+
+if __name__ == "__main__":
+    main()

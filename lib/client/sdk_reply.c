@@ -30,8 +30,8 @@ ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t 
         size_t n = h.len < sizeof(text) - 1 ? h.len : sizeof(text) - 1;
         memcpy(text, buf, n);
         text[n] = '\0';
-        return ts_err_set(err, h.flags > 0 && h.flags <= TS_EINTERNAL ? (ts_status)h.flags
-                          : TS_EINTERNAL, "shard %u: %s", t->shards[s].id, text);
+        return ts_err_set(err, ts_frame_error_status(&h), "shard %u: %s", t->shards[s].id,
+                          text);
     }
     if (h.type != want || h.tensor != tensor || h.partition != part)
         return ts_err_set(err, TS_ECORRUPT, "shard %u: reply type %u for tensor %u partition %u,"

@@ -119,6 +119,9 @@ ts_status ts_frame_recv_view(struct ts_conn *c, struct ts_frame_hdr *h, void *bu
 /* Gives back the view of the last ts_frame_recv_view, if any. Receiver thread. */
 void ts_frame_release(struct ts_conn *c);
 
+/* The status an ERROR frame carries in its flags (TS_EINTERNAL if they hold none). */
+ts_status ts_frame_error_status(const struct ts_frame_hdr *h);
+
 /* The pure parts, for tests and fuzzing: encode to / decode from TS_FRAME_HDR_LEN bytes.
  * ts_frame_decode checks magic, version, type and the header check (TS_ECORRUPT, naming the
  * field). */

@@ -41,8 +41,7 @@ static ts_status await_reply(struct ts_conn *c, uint32_t shard, const atomic_boo
         return TS_OK;
     msg[h.len < REPLY_MAX ? h.len : REPLY_MAX] = '\0';
     if (h.type == TS_FRAME_ERROR)
-        return ts_err_set(err, h.flags && h.flags < 64 ? (ts_status)h.flags : TS_EINTERNAL,
-                          "replica shard %u: %s", shard, msg);
+        return ts_err_set(err, ts_frame_error_status(&h), "replica shard %u: %s", shard, msg);
     return ts_err_set(err, TS_EUNAVAIL, "replica shard %u answered with frame type %u",
                       shard, h.type);
 }

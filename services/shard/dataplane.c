@@ -219,8 +219,8 @@ static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
 
     if (!dc->job)
         return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
-    if (!shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, NULL, NULL) &&
-        !shard_params_adopt(dc->dp->params, dc->job, h->tensor, h->partition, err)) {
+    /* The partition, or a new copy of it if this shard joined its chain since. */
+    if (!shard_params_adopt(dc->dp->params, dc->job, h->tensor, h->partition, err)) {
         if (err->code != TS_ESTATE || !atomic_load(&dc->dp->cluster) || !dc->dp->remap)
             return err->code;
         /* The sender follows a newer map, in which this shard joined the chain. */

@@ -616,7 +616,8 @@ static void rechain_part(struct shard_params *sp, struct shard_tensor *t, uint32
 {
     struct ts_part *part = t->parts[p];
     struct ts_err e = { 0 };
-    bool was_head = part && !t->follows[p];
+    uint32_t old_next = t->next[p];
+    bool promoted = part && t->follows[p];
 
     if (!at->held)      /* a shard joined and took it (not yet: docs/replication.md) */
         return;
@@ -625,17 +626,18 @@ static void rechain_part(struct shard_params *sp, struct shard_tensor *t, uint32
                "shard heads its chain and holds none)", job, t->name, p);
         return;
     }
-    if (part && at->head && at->next && at->next != t->next[p] && !t->resync[p]) {
+    t->follows[p] = !at->head;
+    t->next[p] = at->next;
+    if (!part || !at->head)   /* a follower: its copy comes with the head's images */
+        return;
+    if (at->next && at->next != old_next && !t->resync[p]) {
         t->resync[p] = true;   /* a new member of its chain: send it the image now */
         sp->resyncs++;
     }
-    t->follows[p] = !at->head;
-    t->next[p] = at->next;
-    if (part && at->head && (!was_head || at->len == 1) &&
-        ts_part_hold(part, at->len > 1, &e))
+    if ((promoted || at->len == 1) && ts_part_hold(part, at->len > 1, &e))
         ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: %s", job, t->name, p,
                e.msg);
-    if (part && at->head && !was_head)
+    if (promoted)
         ts_log(TS_INFO, "shard", "job %s tensor '%s' partition %u: promoted to head at version "
                "%" PRIu64, job, t->name, p, ts_part_version(part));
 }

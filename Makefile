@@ -3,8 +3,10 @@
 #   make deps   install every Debian package the build, tests, demo and benchmarks need
 #   make        build into build/
 #   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/)
-#   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N), and
-#               shards killed while training with replicas, under the sanitizers
+#   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N),
+#               shards killed while training with replicas and rollbacks of lost partitions,
+#               under the sanitizers, and the kill matrix: 30 random shard kills in exact
+#               runs, with its table (KILL_TRIALS=N)
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
 #   make fuzz   run the libFuzzer targets for FUZZ_SECONDS (default 600; build-fuzz/, clang)
@@ -53,7 +55,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 all: build
 
 help:
-	@sed -n '1,15p' Makefile
+	@sed -n '1,16p' Makefile
 
 deps:
 	@missing=$$(for p in $(DEB_ALL); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
@@ -122,6 +124,7 @@ bench: build
 	/usr/bin/python3 bench/recovery.py --bin $(BUILD)/bin --out bench/results/recovery.json
 
 FAULT_TRIALS ?= 24
+KILL_TRIALS ?= 30
 test-fault: build asan
 	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
@@ -129,6 +132,11 @@ test-fault: build asan
 	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
 	    /usr/bin/python3 tests/integration/test_replication.py DeadFollower
+	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 TESSERA_ROLLBACK_LONG=1 \
+	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
+	    /usr/bin/python3 tests/integration/test_rollback.py
+	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
+	    --trials $(KILL_TRIALS)
 
 # One long-lived cluster, many short jobs, then its services' resources (test_soak.py; the
 # suite runs its short profile; docs/operations.md, "The soak test").

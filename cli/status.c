@@ -19,6 +19,24 @@ static const char *state_name(Tessera__V1__MemberState s)
     }
 }
 
+/* A shard's chains over its jobs: partitions it heads and copies it follows, and versions its
+ * heads hold back from pulls until their tails acknowledge them. */
+struct roles {
+    uint64_t heads, follows, lag;
+};
+
+static struct roles roles_of(const Tessera__V1__ShardStatusResponse *v)
+{
+    struct roles r = { 0 };
+
+    for (size_t k = 0; k < v->n_jobs; k++) {
+        r.heads += v->jobs[k]->partitions;
+        r.follows += v->jobs[k]->follows;
+        r.lag += v->jobs[k]->lag;
+    }
+    return r;
+}
+
 /* What each alive shard says of itself (ShardStatus), asked with a short deadline; NULL for a
  * shard that is dead or did not answer. */
 static Tessera__V1__ShardStatusResponse **shard_views(const Tessera__V1__ClusterStatusResponse *cs)
@@ -74,6 +92,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
     ts_json_int(&j, "uptime_ms", cs->uptime_ms);
     ts_json_uint(&j, "vnodes", cs->vnodes);
     ts_json_uint(&j, "replicas", cs->replicas ? cs->replicas : 1);
+    ts_json_uint(&j, "shard_failures", cs->shard_failures);
     snprintf(digest, sizeof(digest), "%016" PRIx64, cs->ring_digest);
     ts_json_str(&j, "ring_digest", digest);
     ts_json_arr(&j, "shards");
@@ -86,12 +105,22 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_uint(&j, "lease_ms", s->lease_ms);
         ts_json_int(&j, "last_heartbeat_ms_ago", s->last_heartbeat_ms_ago);
         ts_json_uint(&j, "registered_epoch", s->registered_epoch);
+        if (s->death[0])
+            ts_json_str(&j, "death", s->death);
         if (views && views[i]) {
+            struct roles r = roles_of(views[i]);
             ts_json_int(&j, "pid", views[i]->pid);
             ts_json_uint(&j, "partitions", views[i]->partitions);
             ts_json_uint(&j, "bytes", views[i]->bytes);
             ts_json_uint(&j, "frames_in", views[i]->frames_in);
             ts_json_uint(&j, "frames_refused", views[i]->frames_refused);
+            ts_json_uint(&j, "heads", r.heads);
+            ts_json_uint(&j, "follows", r.follows);
+            ts_json_uint(&j, "lag", r.lag);
+            ts_json_uint(&j, "promotions", views[i]->promotions);
+            ts_json_uint(&j, "copies_sent", views[i]->copies_sent);
+            ts_json_uint(&j, "copies_pending", views[i]->copies_pending);
+            ts_json_uint(&j, "partitions_lost", views[i]->partitions_lost);
         }
         ts_json_end(&j);
     }
@@ -130,6 +159,11 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_int(&j, "ended_unix_ms", jb->ended_unix_ms);
         ts_json_str(&j, "params_sha256", jb->fingerprint);
         ts_json_str(&j, "reason", jb->reason);
+        ts_json_uint(&j, "rollbacks", jb->rollbacks);
+        ts_json_uint(&j, "rollback_step", jb->rollback_step);
+        ts_json_bool(&j, "rolling_back", jb->rolling_back);
+        ts_json_bool(&j, "lost", jb->lost);
+        ts_json_str(&j, "rollback_note", jb->rollback_note);
         ts_json_end(&j);
     }
     ts_json_end(&j);
@@ -150,23 +184,36 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                         Tessera__V1__ShardStatusResponse **views)
 {
     printf("master %s  version %s  up %.1f s  epoch %" PRIu64 "  ring %u vnodes/shard "
-           "(digest %016" PRIx64 ")  replicas %u\n\n", addr, cs->version, cs->uptime_ms / 1000.0,
-           cs->epoch, cs->vnodes, cs->ring_digest, cs->replicas ? cs->replicas : 1);
-    printf("%-6s %-22s %-8s %-6s %-7s %-10s %-6s %-9s %s\n", "SHARD", "ADDR", "PID", "STATE",
-           "LEASE", "HB S AGO", "PARTS", "MB", "REFUSED FRAMES");
+           "(digest %016" PRIx64 ")  replicas %u  shard failures %u\n\n", addr, cs->version,
+           cs->uptime_ms / 1000.0, cs->epoch, cs->vnodes, cs->ring_digest,
+           cs->replicas ? cs->replicas : 1, cs->shard_failures);
+    printf("%-6s %-22s %-8s %-6s %-7s %-9s %-11s %-5s %-6s %-11s %-7s %s\n", "SHARD", "ADDR",
+           "PID", "STATE", "LEASE", "HB S AGO", "HEAD/FOLLOW", "LAG", "PROMO", "COPIED/TODO",
+           "MB", "REFUSED");
     for (size_t i = 0; i < cs->n_shards; i++) {
         const Tessera__V1__ShardInfo *s = cs->shards[i];
         const Tessera__V1__ShardStatusResponse *v = views ? views[i] : NULL;
-        char parts[24] = "-", mb[24] = "-", refused[24] = "-", pid[16] = "-";
+        char roles[48] = "-", lag[24] = "-", promo[24] = "-", copies[48] = "-", mb[24] = "-",
+             refused[24] = "-", pid[16] = "-";
         if (v) {
+            struct roles r = roles_of(v);
             snprintf(pid, sizeof(pid), "%d", v->pid);
-            snprintf(parts, sizeof(parts), "%" PRIu64, v->partitions);
+            snprintf(roles, sizeof(roles), "%" PRIu64 "/%" PRIu64, r.heads, r.follows);
+            snprintf(lag, sizeof(lag), "%" PRIu64, r.lag);
+            snprintf(promo, sizeof(promo), "%" PRIu64, v->promotions);
+            snprintf(copies, sizeof(copies), "%" PRIu64 "/%" PRIu64, v->copies_sent,
+                     v->copies_pending);
             snprintf(mb, sizeof(mb), "%.1f", v->bytes / 1048576.0);
             snprintf(refused, sizeof(refused), "%" PRIu64, v->frames_refused);
         }
-        printf("%-6u %-22s %-8s %-6s %-7u %-10.1f %-6s %-9s %s\n", s->id, s->addr, pid,
-               state_name(s->state), s->lease_ms, s->last_heartbeat_ms_ago / 1000.0, parts, mb,
-               refused);
+        printf("%-6u %-22s %-8s %-6s %-7u %-9.1f %-11s %-5s %-6s %-11s %-7s %s\n", s->id, s->addr,
+               pid, state_name(s->state), s->lease_ms, s->last_heartbeat_ms_ago / 1000.0, roles,
+               lag, promo, copies, mb, refused);
+        if (s->death[0])
+            printf("       dead: %s\n", s->death);
+        if (v && v->partitions_lost)
+            printf("       %" PRIu64 " partitions it heads lost every copy\n",
+                   v->partitions_lost);
     }
     if (!cs->n_shards)
         printf("(none: start some with `tessera up` or tessera-shard --master %s)\n", addr);
@@ -191,6 +238,12 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
         printf("%-24s %-9s %-8u %-9u %-8s %.64s\n", jb->id, job_state_name(jb->state),
                jb->workers, jb->finished, jb->released ? "yes" : "no",
                jb->reason[0] ? jb->reason : jb->fingerprint);
+        if (jb->rolling_back)
+            printf("       rolling back to its last snapshot now\n");
+        if (jb->rollbacks || jb->lost)
+            printf("       %s%u rollback%s, the last to step %" PRIu64 ": %s\n",
+                   jb->lost ? "LOST: " : "", jb->rollbacks, jb->rollbacks == 1 ? "" : "s",
+                   jb->rollback_step, jb->rollback_note);
     }
     if (!cs->n_jobs)
         printf("(none)\n");
@@ -257,7 +310,10 @@ int cmd_status(int argc, char **argv)
     if (help) {
         ts_flags_usage(stdout, "tessera status [options]",
                        "Shows the cluster as the master sees it: the shard map epoch, each\n"
-                       "shard (alive, dead or left) and each worker.", flags);
+                       "shard (alive, dead or left, and how it died) with its chains (partitions\n"
+                       "it heads and copies it follows, versions not yet at the tail, partitions\n"
+                       "it took over, copies sent to new chain members and still to send), each\n"
+                       "worker and each job.", flags);
         return 0;
     }
     return print_status(ts_master_default_addr(master), json, (int)timeout_ms);

@@ -38,6 +38,10 @@ enum tessera_code {
     TESSERA_ESTALE, TESSERA_ETIMEDOUT, TESSERA_EUNAVAIL, TESSERA_ENOMEM, TESSERA_ECORRUPT,
     TESSERA_EIO, TESSERA_EAUTH, TESSERA_ENOTSUP, TESSERA_ENODEV, TESSERA_ECANCELLED,
     TESSERA_EINTERNAL,
+    /* tessera_step: the job lost state (every copy of a partition) and the cluster rolled it
+     * back to its last snapshot. The parameters given to tessera_step now hold that step's
+     * values; train on from tessera_resume_step(). Not a failure. */
+    TESSERA_EROLLBACK,
 };
 
 struct tessera_error {
@@ -103,6 +107,9 @@ uint64_t tessera_numel(const tessera *t, int id);
 /* The version tensor id was at when registered: 0 for a fresh job, the snapshot's step when
  * the shards restored one (tessera up --restore). Training continues from that step. */
 uint64_t tessera_version(const tessera *t, int id);
+/* After tessera_step returned TESSERA_EROLLBACK: the step the job went back to, the next one
+ * to train (its parameters are in tessera_step's params). */
+uint64_t tessera_resume_step(const tessera *t);
 
 /* This rank's gradient sum of tensor id for `step` (the step whose parameters it used):
  * int64 fixed point in exact mode, float otherwise, numel elements. */

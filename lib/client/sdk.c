@@ -56,22 +56,22 @@ SAME_CODE(EINTERNAL);
 ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
                              struct ts_err *err)
 {
-    Tessera__V1__ShardMap *map;
-    ts_status st;
+    uint32_t ids[MAX_SHARDS + 1];
+    size_t n = ts_cluster_shard_ids(t->cl, ids, MAX_SHARDS + 1);
+    ts_status st = TS_OK;
 
-    if ((st = ts_master_shard_map(t->master, &map, err)))
-        return st;
-    if (!map->n_shards || map->n_shards > MAX_SHARDS)
+    /* The cached map: the one every partition's head is then located in. */
+    if (!n || n > MAX_SHARDS)
         st = ts_err_set(err, TS_EUNAVAIL, "the cluster has %zu alive shards; start some "
-                        "(tessera up --shards N)", map->n_shards);
-    for (size_t i = 0; !st && i < map->n_shards; i++) {
-        const struct ts_transport_ops *ops = NULL;
-        struct ts_blob blob;
+                        "(tessera up --shards N)", n);
+    for (size_t i = 0; !st && i < n; i++) {
         struct sdk_shard *sh = &t->shards[t->nshards];
 
-        if ((st = ts_shard_pick_transport(map->shards[i], want, &ops, &blob, err)) ||
-            (st = ts_tp_connect(ops, &blob, 10000, &sh->conn, err)))
+        if ((st = ts_cluster_connect(t->cl, ids[i], want, 10000, &sh->conn, err))) {
+            if (st == TS_EUNAVAIL)
+                t->broken = ids[i];   /* a failover reports it (sdk_failover.c) */
             break;
+        }
         if (delay_ms) { /* testing and benchmarks: a slower link (lib/transport/fault.h) */
             struct ts_fault_cfg fc = { .kind = TS_FAULT_NONE, .delay_ms = delay_ms };
             struct ts_conn *w;
@@ -81,11 +81,10 @@ ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
             }
             sh->conn = w;
         }
-        sh->id = map->shards[i]->id;
+        sh->id = ids[i];
         t->nshards++;
         snprintf(t->transport, sizeof(t->transport), "%s", ts_tp_name(sh->conn));
     }
-    tessera__v1__shard_map__free_unpacked(map, NULL);
     return st;
 }
 

@@ -7,10 +7,12 @@
  * a worker could have seen. This worker then closes its connections, connects to the shards
  * of the new map, and sends the whole step again flagged as a retry: a shard that already
  * counted a push of it acknowledges the duplicate without adding it, so every step is applied
- * exactly once. */
+ * exactly once. The shard whose connection broke is reported to the master first, which
+ * checks it and drops it from the map at once if it is dead, rather than at its lease. */
 #include "client/sdk_internal.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "util/log.h"
@@ -18,10 +20,11 @@
 
 #define MAP_WAIT_MIN_MS 30000   /* a lease or two, and the heartbeat that tells the master */
 #define MAP_POLL_MS 100
+#define ROLLBACK_WAIT_MIN_MS 120000   /* detection, then every shard reads the snapshot */
 
 bool sdk_can_fail_over(struct tessera *t)
 {
-    return !t->local && t->cl && ts_cluster_replicas(t->cl) > 1;
+    return !t->local && t->cl;
 }
 
 /* Refreshes the map until its epoch is past `old`. */
@@ -43,17 +46,21 @@ static ts_status await_map(struct tessera *t, uint64_t old, struct ts_err *err)
     }
 }
 
-ts_status sdk_failover(struct tessera *t, struct ts_err *err)
+static void close_all(struct tessera *t)
 {
-    uint64_t old = ts_cluster_epoch(t->cl);
-    ts_status st;
-
     for (size_t s = 0; s < t->nshards; s++)
         ts_tp_close(t->shards[s].conn);
     t->nshards = 0;
     t->hello_done = false;
-    if ((st = await_map(t, old, err)) ||
-        (st = sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL,
+}
+
+/* Connects to the shards of the cached map and redoes what a connection carried: HELLO, each
+ * partition's head, the shared regions. */
+static ts_status reconnect(struct tessera *t, struct ts_err *err)
+{
+    ts_status st;
+
+    if ((st = sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL,
                                  t->delay_ms, err)) ||
         (st = sdk_hello(t, err)))
         return st;
@@ -68,8 +75,92 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
         if ((st = sdk_region_reconnect(t, x, i, err)))
             return st;
     }
+    return TS_OK;
+}
+
+ts_status sdk_failover(struct tessera *t, struct ts_err *err)
+{
+    uint64_t old = ts_cluster_epoch(t->cl);
+    char who[64];
+    ts_status st;
+
+    if (t->broken) {
+        snprintf(who, sizeof(who), "worker rank %u", t->rank);
+        (void)ts_cluster_report_unreachable(t->cl, t->broken, who, "its data-plane connection "
+                                            "broke in the middle of a step");
+        t->broken = 0;
+    }
+    close_all(t);
+    if ((st = await_map(t, old, err)) || (st = reconnect(t, err)))
+        return st;
     t->failovers++;
     ts_log(TS_WARN, "sdk", "failed over: shard map epoch %" PRIu64 " -> %" PRIu64 ", %zu "
            "shards; the step is sent again", old, ts_cluster_epoch(t->cl), t->nshards);
+    return TS_OK;
+}
+
+/* The job as the master lists it; NULL if it does not (cs is the caller's). */
+static const Tessera__V1__JobInfo *job_of(const Tessera__V1__ClusterStatusResponse *cs,
+                                          const char *id)
+{
+    for (size_t i = 0; i < cs->n_jobs; i++)
+        if (!strcmp(cs->jobs[i]->id, id) && cs->jobs[i]->state ==
+            TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING)
+            return cs->jobs[i];
+    return NULL;
+}
+
+/* Waits until the master has rolled the job back past this worker's generation; *step: the
+ * step it went back to. */
+static ts_status await_rollback(struct tessera *t, uint64_t *step, struct ts_err *err)
+{
+    int wait_ms = t->timeout_ms > ROLLBACK_WAIT_MIN_MS ? t->timeout_ms : ROLLBACK_WAIT_MIN_MS;
+    int64_t until = ts_now_ms() + wait_ms, said = 0;
+
+    for (;;) {
+        Tessera__V1__ClusterStatusResponse *cs = NULL;
+        const Tessera__V1__JobInfo *j;
+        struct ts_err e = { 0 };
+        ts_status st = TS_OK;
+        bool done = false;
+
+        if (!ts_master_status(t->master, TS_MASTER_CALL_MS, &cs, &e) &&
+            (j = job_of(cs, t->job.id))) {
+            if (j->lost)
+                st = ts_err_set(err, TS_ESTATE, "%s", j->rollback_note);
+            else if (j->rollbacks > t->generation && !j->rolling_back) {
+                *step = j->rollback_step;
+                done = true;
+            }
+        }
+        if (cs)
+            protobuf_c_message_free_unpacked(&cs->base, NULL);
+        if (st || done)
+            return st;
+        if (ts_now_ms() > until)
+            return ts_err_set(err, TS_ETIMEDOUT, "job '%s' lost state and was not rolled back "
+                              "within %d ms (is the master running? tessera status says what "
+                              "it knows)", t->job.id, wait_ms);
+        if (ts_now_ms() - said >= 5000) {
+            ts_log(TS_WARN, "sdk", "job '%s': waiting for the master to take it back to its "
+                   "last snapshot", t->job.id);
+            said = ts_now_ms();
+        }
+        ts_sleep_ms(MAP_POLL_MS);
+    }
+}
+
+ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
+                       struct ts_err *err)
+{
+    ts_status st;
+
+    close_all(t);
+    if ((st = await_rollback(t, step, err)) ||
+        (st = ts_cluster_refresh(t->cl, err)) || (st = reconnect(t, err)) ||
+        (st = sdk_pull_all(t, *step, params, err)))
+        return st;
+    ts_log(TS_WARN, "sdk", "job '%s' went back to step %" PRIu64 " (rollback %u); training "
+           "goes on from there", t->job.id, *step, t->generation);
     return TS_OK;
 }

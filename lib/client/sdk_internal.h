@@ -69,6 +69,9 @@ struct tessera {
     char want_transport[16];      /* tessera_options.transport ("" : any), for reconnecting */
     int delay_ms;                 /* tessera_options.delay_ms, for reconnecting */
     bool retrying;                /* the step is being sent again after a failover */
+    uint32_t broken;              /* the shard whose connection broke last (0: none) */
+    uint32_t generation;          /* the job's rollbacks when its connections said HELLO */
+    uint64_t resume_step;         /* the step the last rollback went back to */
     unsigned failovers;           /* how many so far */
     struct ts_cluster *cl;
     struct ts_master *master;
@@ -87,6 +90,14 @@ struct tessera {
     uint64_t step_stale;          /* ... the most staleness a reply reported */
     struct tessera_stats stats;
 };
+
+/* A data-plane call to slot s ended with st: remember a broken connection, so that a failover
+ * can report the shard to the master (sdk_failover.c). */
+static inline void sdk_note_broken(struct tessera *t, size_t s, ts_status st)
+{
+    if (st == TS_EUNAVAIL || st == TS_ECORRUPT)
+        t->broken = t->shards[s].id;
+}
 
 static inline int sdk_fail(struct tessera_error *out, const struct ts_err *e)
 {
@@ -120,14 +131,25 @@ ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot,
                       struct ts_err *err) TS_MUST_CHECK;
 
 /* sdk_failover.c */
-/* Whether a step that lost a shard connection can be sent again: a remote job on a cluster
- * whose partitions have replicas (docs/replication.md). */
+/* Whether a step that lost a shard connection can be sent again: a remote job. With replicas
+ * a follower takes over (docs/replication.md); without, the partitions of the dead shard are
+ * lost, and the step ends in a rollback (sdk_rollback) or fails saying why. */
 bool sdk_can_fail_over(struct tessera *t);
 /* After a broken shard connection: waits for the master's map to change (the dead shard
  * dropped, a follower promoted), connects to the shards of the new map, and redoes what a
  * connection carried (HELLO, owners, shared regions). The caller then sends the step again
  * with t->retrying set. */
 ts_status sdk_failover(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
+/* A shard said the job goes (or went) back to its last snapshot: waits for the master to
+ * finish the rollback, connects again and pulls every tensor at the snapshot's step into
+ * params (indexed by tensor id); *step: that step. The job's note as the error when the
+ * cluster could not roll back (no snapshot). */
+ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
+                       struct ts_err *err) TS_MUST_CHECK;
+/* sdk_step.c: every tensor pulled at global step `step` into params, on the connections as
+ * they are. */
+ts_status sdk_pull_all(struct tessera *t, uint64_t step, float *const *params,
+                       struct ts_err *err) TS_MUST_CHECK;
 
 /* sdk_options.c */
 /* The mode, compression, sync periods and loss scaling of the options, checked. */
@@ -153,6 +175,7 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err);
 struct reply_info {
     uint32_t flags;           /* PARAMS: TS_PARAMS_* */
     uint32_t staleness;
+    uint64_t step;            /* the frame's step field (an ACK of HELLO: the job's rollbacks) */
 };
 /* Reads the reply to the oldest request on shard slot s, of type want for (tensor, part);
  * PARAMS land in dst (cap bytes). An ERROR reply is its status and message. */

@@ -23,8 +23,10 @@ ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t 
 
     st = ts_frame_recv(t->shards[s].conn, &h, buf, direct ? cap : sizeof(small), t->timeout_ms,
                        err);
-    if (st)
+    if (st) {
+        sdk_note_broken(t, s, st);
         return st;
+    }
     if (h.type == TS_FRAME_ERROR) {
         char text[256];
         size_t n = h.len < sizeof(text) - 1 ? h.len : sizeof(text) - 1;
@@ -45,6 +47,7 @@ ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t 
     if (ri) {
         ri->flags = h.flags;
         ri->staleness = h.rank;
+        ri->step = h.step;
     }
     return TS_OK;
 }
@@ -58,8 +61,13 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
         struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .rank = t->rank };
         st = ts_frame_send(t->shards[i].conn, &h, t->job.id, strlen(t->job.id), err);
     }
-    for (size_t i = 0; !st && i < t->nshards; i++)
-        st = sdk_read_reply(t, (uint32_t)i, TS_FRAME_ACK, 0, 0, NULL, 0, NULL, err);
+    t->generation = 0;
+    for (size_t i = 0; !st && i < t->nshards; i++) {
+        struct reply_info ri = { 0 };
+        st = sdk_read_reply(t, (uint32_t)i, TS_FRAME_ACK, 0, 0, NULL, 0, &ri, err);
+        if (!st && ri.step > t->generation)
+            t->generation = (uint32_t)ri.step;
+    }
     t->hello_done = !st;
     return st;
 }

@@ -111,6 +111,7 @@ static ts_status send_all(struct tessera *t, int first, int last, bool push, uin
                 h.flags |= TS_PULL_REGION;
             st = ts_frame_send(t->shards[x->owner[p]].conn, &h, push ? in.payload : NULL,
                                push ? in.bytes : 0, err);
+            sdk_note_broken(t, x->owner[p], st);
         }
     }
     return st;
@@ -184,8 +185,9 @@ static ts_status exchange(struct tessera *t, int first, int last, bool push,
                                   &info, err);
                 if (!st)
                     note_reply(t, x, p, &(struct reply_info){
-                        info.overflow ? TS_PARAMS_OVERFLOW : 0,
-                        info.staleness > UINT32_MAX ? UINT32_MAX : (uint32_t)info.staleness });
+                        .flags = info.overflow ? TS_PARAMS_OVERFLOW : 0,
+                        .staleness = info.staleness > UINT32_MAX ? UINT32_MAX
+                                                                 : (uint32_t)info.staleness });
             }
         }
         return st;
@@ -345,10 +347,23 @@ int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *con
         ts_log(TS_WARN, "sdk", "step %" PRIu64 ": %s; failing over", step, err.msg);
         memset(&err, 0, sizeof(err));
         if ((st = sdk_failover(t, &err)))
-            break;
+            continue;   /* another shard died meanwhile (TS_EUNAVAIL): fail over again */
         t->retrying = true;
         st = exchange(t, 0, t->ntensors, true, params, &err);
         t->retrying = false;
+    }
+    /* State was lost: the cluster takes the job back to its last snapshot, and so do we. */
+    if (st == TS_EROLLBACK && sdk_can_fail_over(t)) {
+        uint64_t back = 0;
+        ts_log(TS_WARN, "sdk", "step %" PRIu64 ": %s", step, err.msg);
+        memset(&err, 0, sizeof(err));
+        if (!(st = sdk_rollback(t, params, &back, &err))) {
+            t->resume_step = back;
+            st = ts_err_set(&err, TS_EROLLBACK, "step %" PRIu64 ": the cluster took job '%s' "
+                            "back to step %" PRIu64 " of its last snapshot (a partition lost "
+                            "every copy); params hold that step's values: train on from "
+                            "tessera_resume_step()", step, t->job.id, back);
+        }
     }
     if (st)
         return sdk_fail(e, &err);
@@ -360,6 +375,23 @@ int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *con
         ts_membership_set_report(t->ms, &r);
     }
     return sdk_ok(e);
+}
+
+ts_status sdk_pull_all(struct tessera *t, uint64_t step, float *const *params,
+                       struct ts_err *err)
+{
+    for (int i = 0; i < t->ntensors; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        only(t, i, 0, step / x->sync_every);
+        if (x->acc)   /* a sum since the last sync of steps that are undone */
+            memset(x->acc, 0, x->numel * elem_bytes(t));
+    }
+    return exchange(t, 0, t->ntensors, false, params, err);
+}
+
+uint64_t tessera_resume_step(const tessera *t)
+{
+    return t->resume_step;
 }
 
 float tessera_loss_scale(const tessera *t)

@@ -138,6 +138,43 @@ ts_status ts_cluster_refresh(struct ts_cluster *cl, struct ts_err *err)
     return st;
 }
 
+bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const char *reporter,
+                                   const char *detail)
+{
+    Tessera__V1__ReportUnreachableResponse *r = NULL;
+    struct ts_err err = { 0 };
+    bool dead;
+
+    if (ts_master_report_unreachable(cl->master, id, reporter, detail, &r, &err)) {
+        ts_log(TS_WARN, "cluster", "reporting shard %u unreachable: %s", id, err.msg);
+        return false;
+    }
+    dead = r->dead;
+    ts_log(dead ? TS_INFO : TS_WARN, "cluster", "reported shard %u unreachable: %s (%s)", id,
+           dead ? "out of the map" : "the master keeps it", r->verdict);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return dead;
+}
+
+bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t shard)
+{
+    Tessera__V1__ReportLostRequest req = TESSERA__V1__REPORT_LOST_REQUEST__INIT;
+    Tessera__V1__ReportLostResponse *r = NULL;
+    struct ts_err err = { 0 };
+
+    req.job = (char *)job;
+    req.shard_id = shard;
+    if (ts_master_call(cl->master, "ReportLost", &req.base,
+                       &tessera__v1__report_lost_response__descriptor, (ProtobufCMessage **)&r,
+                       &err)) {
+        ts_log(TS_WARN, "cluster", "reporting job %s's lost partitions: %s", job, err.msg);
+        return err.code == TS_ENOTFOUND;   /* a job that ended needs no rollback */
+    }
+    ts_log(TS_WARN, "cluster", "job %s lost a partition; the master: %s", job, r->action);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return true;
+}
+
 uint64_t ts_cluster_epoch(struct ts_cluster *cl)
 {
     uint64_t e;
@@ -235,8 +272,19 @@ ts_status ts_shard_pick_transport(const Tessera__V1__ShardInfo *s, const char *w
                       s->id, s->addr, want ? " with --transport " : "", want ? want : "");
 }
 
-ts_status ts_cluster_connect(struct ts_cluster *cl, uint32_t id, int ms, struct ts_conn **out,
-                             struct ts_err *err)
+size_t ts_cluster_shard_ids(struct ts_cluster *cl, uint32_t *ids, size_t max)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&cl->mu);
+    for (size_t i = 0; cl->map && i < cl->map->n_shards && n < max; i++)
+        ids[n++] = cl->map->shards[i]->id;
+    pthread_mutex_unlock(&cl->mu);
+    return n;
+}
+
+ts_status ts_cluster_connect(struct ts_cluster *cl, uint32_t id, const char *want, int ms,
+                             struct ts_conn **out, struct ts_err *err)
 {
     const struct ts_transport_ops *ops = NULL;
     struct ts_blob blob;
@@ -245,7 +293,7 @@ ts_status ts_cluster_connect(struct ts_cluster *cl, uint32_t id, int ms, struct 
     pthread_mutex_lock(&cl->mu);
     for (size_t i = 0; cl->map && i < cl->map->n_shards && st == TS_ENOTFOUND; i++)
         if (cl->map->shards[i]->id == id)
-            st = ts_shard_pick_transport(cl->map->shards[i], NULL, &ops, &blob, err);
+            st = ts_shard_pick_transport(cl->map->shards[i], want, &ops, &blob, err);
     pthread_mutex_unlock(&cl->mu);
     if (st == TS_ENOTFOUND)
         return ts_err_set(err, TS_EUNAVAIL, "shard %u is not in the map (epoch %" PRIu64 ")",

@@ -62,6 +62,18 @@ ts_status ts_master_snapshot(struct ts_master *m, const char *job, const char *m
 ts_status ts_master_check_data(struct ts_master *m, const Tessera__V1__CheckDataRequest *req,
                                Tessera__V1__CheckDataResponse **out,
                                struct ts_err *err) TS_MUST_CHECK;
+/* A unary Master call of `method` ("ReportLost") with req; *out the caller's (freed with
+ * protobuf_c_message_free_unpacked). */
+ts_status ts_master_call(struct ts_master *m, const char *method, const ProtobufCMessage *req,
+                         const ProtobufCMessageDescriptor *rdesc, ProtobufCMessage **out,
+                         struct ts_err *err) TS_MUST_CHECK;
+/* ReportUnreachable: this member (reporter, e.g. "worker 2") could not reach shard over the data
+ * plane (detail: what it saw, cut to 256 bytes). The master checks and answers whether the
+ * shard is out of the map now. */
+ts_status ts_master_report_unreachable(struct ts_master *m, uint32_t shard,
+                                       const char *reporter, const char *detail,
+                                       Tessera__V1__ReportUnreachableResponse **out,
+                                       struct ts_err *err) TS_MUST_CHECK;
 
 struct ts_membership_cfg {
     Tessera__V1__MemberKind kind;             /* SHARD or WORKER */
@@ -122,15 +134,26 @@ size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t part
                         uint32_t out[TS_MAX_REPLICAS]);
 /* The cached map's chain length (ShardMap.replicas, at least 1). */
 uint32_t ts_cluster_replicas(struct ts_cluster *cl);
+/* Tells the master that shard id could not be reached (ts_master_report_unreachable). Returns
+ * whether the shard is out of the map now: the caller may refresh its map without waiting for
+ * the lease. Errors are logged, not returned: a report only speeds up what the lease does. */
+bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const char *reporter,
+                                   const char *detail);
+/* ReportLost: a partition of job that this shard (shard) heads lost every copy. Logged, as
+ * ts_cluster_report_unreachable; false if the master could not be told (try again). */
+bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t shard);
 /* The first transport of ts_transports[] (or `want` only, if set) that can run here and that
  * shard s published a usable endpoint for: its ops and the endpoint's blob. TS_ENODEV if none. */
 ts_status ts_shard_pick_transport(const Tessera__V1__ShardInfo *s, const char *want,
                                   const struct ts_transport_ops **ops, struct ts_blob *blob,
                                   struct ts_err *err) TS_MUST_CHECK;
-/* A data-plane connection to shard id of the cached map (a shard to its chain successor);
- * TS_EUNAVAIL if the map does not list it. *out is the caller's (ts_tp_close). */
-ts_status ts_cluster_connect(struct ts_cluster *cl, uint32_t id, int ms, struct ts_conn **out,
-                             struct ts_err *err) TS_MUST_CHECK;
+/* The ids of the cached map's shards (at most max); returns how many. */
+size_t ts_cluster_shard_ids(struct ts_cluster *cl, uint32_t *ids, size_t max);
+/* A data-plane connection to shard id of the cached map (a worker to a shard, a shard to its
+ * chain successor) over the first transport both can use (`want` only, if set); TS_EUNAVAIL
+ * if the map does not list it. *out is the caller's (ts_tp_close). */
+ts_status ts_cluster_connect(struct ts_cluster *cl, uint32_t id, const char *want, int ms,
+                             struct ts_conn **out, struct ts_err *err) TS_MUST_CHECK;
 
 /* ShardStatus of one shard, sent with the cached epoch; on ABORTED the map is refreshed and
  * the call retried (up to 3 times). */

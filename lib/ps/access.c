@@ -2,6 +2,8 @@
  * creation without the lock, the rest under it; and the restore of a new one. */
 #include "ps/part_internal.h"
 
+#include <string.h>
+
 uint32_t ts_part_index(const struct ts_part *p)
 {
     return p->index;
@@ -39,6 +41,37 @@ ts_status ts_part_restore(struct ts_part *p, uint64_t version,
         p->version = version;
     pthread_mutex_unlock(&p->mu);
     return st;
+}
+
+ts_status ts_part_rollback(struct ts_part *p, uint64_t version, uint32_t generation,
+                           ts_status (*load)(void *ctx, float *value, float *state,
+                                             struct ts_err *err),
+                           void *ctx, struct ts_err *err)
+{
+    ts_status st;
+
+    if (p->job->mode != TS_MODE_BSP && p->job->mode != TS_MODE_REDUCE)
+        return ts_err_set(err, TS_ENOTSUP, "job.mode: %s jobs are not rolled back (only bsp "
+                          "and reduce are snapshotted)", ts_mode_name(p->job->mode));
+    pthread_mutex_lock(&p->mu);
+    if (!(st = load(ctx, p->value, p->state, err))) {
+        p->version = p->visible = version;
+        p->gen = generation;
+        p->npushed = 0;
+        p->check_finite = false;
+        memset(p->pushed, 0, p->job->workers);
+        memset(p->overflow, 0, p->job->workers);
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
+void ts_part_set_generation(struct ts_part *p, uint32_t generation)
+{
+    pthread_mutex_lock(&p->mu);
+    p->gen = generation;
+    pthread_mutex_unlock(&p->mu);
 }
 
 const float *ts_part_values(const struct ts_part *p)

@@ -440,6 +440,14 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
 
     *applied = false;
     pthread_mutex_lock(&p->mu);
+    if (in->gen != p->gen) {
+        uint32_t have = p->gen;
+        pthread_mutex_unlock(&p->mu);
+        return ts_err_set(err, TS_EROLLBACK, "push of step %" PRIu64 " to tensor %u partition "
+                          "%u: made before its job went back to a snapshot (rollback %u, the "
+                          "partition's is %u): continue from the snapshot's step", in->step,
+                          p->tensor_id, p->index, in->gen, have);
+    }
     if (in->retry && !async_mode(p->job) && in->rank < p->job->workers &&
         (in->step < p->version || (in->step == p->version && p->pushed[in->rank]))) {
         pthread_mutex_unlock(&p->mu);   /* a duplicate: it was counted before the failover */

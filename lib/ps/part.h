@@ -102,6 +102,9 @@ struct ts_push {
     /* Sent again after a failover (docs/replication.md): in BSP and REDUCE, a step already
      * applied, or already pushed by this rank, is a duplicate, acknowledged and not added. */
     bool retry;
+    /* The job's rollbacks the sender knows of: a push made before the partition went back to
+     * a snapshot (ts_part_rollback) is refused with TS_EROLLBACK, nothing changed. */
+    uint32_t gen;
 };
 /* Adds a push. *applied is set when this push completed (BSP, REDUCE) or made (SSP, ASP) an
  * update; a duplicate retry (above) returns TS_OK with nothing changed. */
@@ -126,6 +129,17 @@ ts_status ts_part_restore(struct ts_part *p, uint64_t version,
                           ts_status (*load)(void *ctx, float *value, float *state,
                                             struct ts_err *err),
                           void *ctx, struct ts_err *err) TS_MUST_CHECK;
+/* The same for a partition in use, when its job goes back to a snapshot (docs/replication.md,
+ * "Rollback"), the generation-th time: the step in progress is dropped (pushes summed so far,
+ * which ranks pushed, overflow flags), the version and what pulls may see become `version`,
+ * and waiting pulls wake. Pushes and images of an older generation are refused from then on
+ * (ts_push.gen), even one that was on its way while this ran. BSP and REDUCE (the modes that
+ * are snapshotted). On load's failure the values may be part-written: the caller must not
+ * serve the partition until a rollback succeeds. */
+ts_status ts_part_rollback(struct ts_part *p, uint64_t version, uint32_t generation,
+                           ts_status (*load)(void *ctx, float *value, float *state,
+                                             struct ts_err *err),
+                           void *ctx, struct ts_err *err) TS_MUST_CHECK;
 /* The len values in place. Read them only while they cannot change: in BSP and REDUCE, after
  * this rank's ts_part_pull without a copy returned and before this rank pushes again (the
  * next update needs that push). Anything else copies with ts_part_pull. */
@@ -163,21 +177,25 @@ ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
  * update only once the chain's tail holds it. BSP and REDUCE only (TS_EINVAL otherwise).
  *
  * An image is the partition's whole state at one version: the version, the values, the
- * optimizer state, the count of skipped steps and each rank's overflow not yet reported. It
+ * optimizer state, the count of skipped steps, each rank's overflow not yet reported, and the
+ * job's rollbacks the state comes after (its generation: a follower that went back to a
+ * snapshot since refuses an image taken before, TS_EROLLBACK). It
  * is meant for a peer running the same build (host byte order, no conversion). Its header is
  * TS_PART_IMAGE_HDR bytes; the len float values follow it. */
-#define TS_PART_IMAGE_HDR 64
+#define TS_PART_IMAGE_HDR 72
 size_t ts_part_image_bytes(const struct ts_part *p);
 /* Copies the image at the current version into buf (cap >= ts_part_image_bytes), under the
  * lock; *version receives its version. */
 ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *version,
                         struct ts_err *err) TS_MUST_CHECK;
-/* Makes p hold the image buf[0..n). TS_EINVAL (naming the field) for an image of a different
- * partition, mode, worker count or optimizer, or of the wrong size; TS_ESTATE if the image is
- * older than p (a chain never goes back); in both cases nothing changes. The same version
- * again is accepted (a resend). Pushes p had taken for its current step are dropped: a
- * follower takes none, and a head that fails over starts the step afresh, every rank pushing
- * it again. The image's version is visible at once; pullers wake up. */
+/* Makes p hold the image buf[0..n) (TS_EROLLBACK, nothing changed, for an image of another
+ * generation than p's: taken before p's job went back to a snapshot). TS_EINVAL (naming the
+ * field) for an image of a different partition, mode, worker count or optimizer, or of the
+ * wrong size; TS_ESTATE if the image is older than p (a chain never goes back); in all these
+ * cases nothing changes. The same version again is accepted (a resend). Pushes p had taken
+ * for its current step are dropped: a follower takes none, and a head that fails over starts
+ * the step afresh, every rank pushing it again. The image's version is visible at once;
+ * pullers wake up. */
 ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n,
                              struct ts_err *err) TS_MUST_CHECK;
 /* With hold on, an update applied by a push is not visible to pulls (they wait) until
@@ -185,6 +203,8 @@ ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n,
  * makes every applied version visible. */
 ts_status ts_part_hold(struct ts_part *p, bool on, struct ts_err *err) TS_MUST_CHECK;
 void ts_part_publish(struct ts_part *p, uint64_t version);
+/* The partition's generation: set when it is created in a job rolled back before. */
+void ts_part_set_generation(struct ts_part *p, uint32_t generation);
 /* The newest version pulls may see. */
 uint64_t ts_part_visible(struct ts_part *p);
 

@@ -31,6 +31,7 @@ struct ts_part {
     bool check_finite;          /* a push this step could carry Inf/NaN (compressed, scaled) */
     uint8_t *overflow;          /* per rank: a skipped step not yet reported to it */
     uint64_t skipped;           /* steps skipped for a non-finite sum */
+    uint32_t gen;               /* the job's rollbacks its state comes after (ts_part_rollback) */
     uint64_t *clock;            /* SSP/ASP, per rank: its next step */
     uint64_t *stale_last, *stale_max; /* SSP/ASP, per rank: steps ahead of the slowest, at pulls */
     /* Snapshot capture (ts_part_arm): a copy of value and state taken when version reaches

@@ -19,6 +19,7 @@ struct image_hdr {
     uint64_t offset, len;
     uint64_t state_floats;
     uint64_t version, skipped;
+    uint32_t gen, reserved;     /* gen: ts_part_rollback's; reserved: 0 */
 };
 
 _Static_assert(sizeof(struct image_hdr) == TS_PART_IMAGE_HDR, "part.h documents the header");
@@ -65,6 +66,7 @@ ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *vers
     if (cap < need)
         return ts_err_set(err, TS_EINVAL, "image: %zu bytes of room, want %zu", cap, need);
     pthread_mutex_lock(&p->mu);
+    h.gen = p->gen;
     h.version = *version = p->version;
     h.skipped = p->skipped;
     memcpy(at, &h, sizeof(h));
@@ -116,6 +118,13 @@ ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struc
     if ((st = check_hdr(p, &h, n, err)))
         return st;
     pthread_mutex_lock(&p->mu);
+    if (h.gen != p->gen) {
+        uint32_t have = p->gen;
+        pthread_mutex_unlock(&p->mu);
+        return ts_err_set(err, TS_EROLLBACK, "image: of tensor %u partition %u at rollback %u "
+                          "of its job, this copy is at rollback %u", p->tensor_id, p->index,
+                          h.gen, have);
+    }
     if (h.version < p->version) {
         uint64_t have = p->version;
         pthread_mutex_unlock(&p->mu);

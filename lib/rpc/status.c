@@ -1,7 +1,9 @@
 /* status.c - the one place where ts_status meets gRPC status codes.
  *
- * Exhaustive both ways (docs/architecture.md). gRPC itself never emits INVALID_ARGUMENT,
- * FAILED_PRECONDITION, ABORTED or DATA_LOSS, so a client seeing one knows Tessera decided it. */
+ * Exhaustive both ways (docs/architecture.md), but for TS_EROLLBACK, which only the data plane
+ * carries: over gRPC it is ABORTED, as a stale map is (both say: learn what changed, retry).
+ * gRPC itself never emits INVALID_ARGUMENT, FAILED_PRECONDITION, ABORTED or DATA_LOSS, so a
+ * client seeing one knows Tessera decided it. */
 #include <grpc/status.h>
 
 #include "rpc/rpc.h"
@@ -14,7 +16,8 @@ int ts_rpc_code_from_status(ts_status s)
     case TS_ENOTFOUND: return GRPC_STATUS_NOT_FOUND;
     case TS_EEXIST: return GRPC_STATUS_ALREADY_EXISTS;
     case TS_ESTATE: return GRPC_STATUS_FAILED_PRECONDITION;
-    case TS_ESTALE: return GRPC_STATUS_ABORTED;
+    case TS_ESTALE:
+    case TS_EROLLBACK: return GRPC_STATUS_ABORTED;
     case TS_ETIMEDOUT: return GRPC_STATUS_DEADLINE_EXCEEDED;
     case TS_EUNAVAIL: return GRPC_STATUS_UNAVAILABLE;
     case TS_ENOMEM: return GRPC_STATUS_RESOURCE_EXHAUSTED;

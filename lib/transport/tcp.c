@@ -262,25 +262,40 @@ out_close:
     return -1;
 }
 
-static ts_status tcp_connect(const struct ts_blob *to, int ms, struct ts_conn **out,
-                             struct ts_err *e)
+/* Connects to host:port, trying each of its addresses until the deadline; returns the socket,
+ * or -1 with *saved the errno of the last try. */
+static int dial(const char *host, const char *port, int64_t deadline, int *saved,
+                struct ts_err *e)
 {
     struct addrinfo hints = { .ai_flags = AI_NUMERICSERV, .ai_socktype = SOCK_STREAM }, *res,
                     *ai;
+    int fd = -1, rc;
+
+    *saved = ECONNREFUSED;
+    if ((rc = getaddrinfo(host, port, &hints, &res))) {
+        ts_err_set(e, TS_EUNAVAIL, "tcp connect %s:%s: %s", host, port, gai_strerror(rc));
+        *saved = 0;
+        return -1;
+    }
+    for (ai = res; ai && fd < 0; ai = ai->ai_next)
+        if ((fd = connect_one(ai, deadline)) < 0)
+            *saved = errno;
+    freeaddrinfo(res);
+    return fd;
+}
+
+static ts_status tcp_connect(const struct ts_blob *to, int ms, struct ts_conn **out,
+                             struct ts_err *e)
+{
     char host[TS_BLOB_MAX + 1], port[16];
-    int64_t deadline = ts__deadline(ms);
-    int fd = -1, rc, saved = ECONNREFUSED;
+    int fd, saved;
     ts_status st;
 
     if ((st = parse_blob(to, host, sizeof(host), port, sizeof(port), e)))
         return st;
-    if ((rc = getaddrinfo(host, port, &hints, &res)))
-        return ts_err_set(e, TS_EUNAVAIL, "tcp connect %s:%s: %s", host, port,
-                          gai_strerror(rc));
-    for (ai = res; ai && fd < 0; ai = ai->ai_next)
-        if ((fd = connect_one(ai, deadline)) < 0)
-            saved = errno;
-    freeaddrinfo(res);
+    fd = dial(host, port, ts__deadline(ms), &saved, e);
+    if (fd < 0 && !saved)
+        return e->code;
     if (fd < 0 && saved == ETIMEDOUT)
         return ts_err_set(e, TS_ETIMEDOUT, "tcp connect %s:%s: no answer within %d ms", host,
                           port, ms);
@@ -288,6 +303,34 @@ static ts_status tcp_connect(const struct ts_blob *to, int ms, struct ts_conn **
         return ts_err_set(e, TS_EUNAVAIL, "tcp connect %s:%s: %s", host, port,
                           strerror(saved));
     return conn_new(fd, out, e);
+}
+
+bool ts_tcp_refused(const char *hostport, int ms, char *why, size_t n)
+{
+    struct ts_blob b = { .len = hostport ? strlen(hostport) : 0 };
+    char host[TS_BLOB_MAX + 1], port[16];
+    struct ts_err e = { 0 };
+    int fd, saved;
+
+    if (b.len == 0 || b.len > TS_BLOB_MAX) {
+        snprintf(why, n, "address of %zu bytes", b.len);
+        return false;
+    }
+    memcpy(b.data, hostport, b.len);
+    if (parse_blob(&b, host, sizeof(host), port, sizeof(port), &e)) {
+        snprintf(why, n, "%s", e.msg);
+        return false;
+    }
+    if ((fd = dial(host, port, ts__deadline(ms), &saved, &e)) >= 0) {
+        close(fd);
+        snprintf(why, n, "%s accepts connections", hostport);
+        return false;
+    }
+    if (!saved)
+        snprintf(why, n, "%s", e.msg);
+    else
+        snprintf(why, n, "%s: %s", hostport, saved == ETIMEDOUT ? "no answer" : strerror(saved));
+    return saved == ECONNREFUSED;
 }
 
 static ts_status gone(struct tcp_conn *c, const char *what, size_t done, size_t n, int err,

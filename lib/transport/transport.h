@@ -117,6 +117,13 @@ struct ts_transport_ops {
 extern const struct ts_transport_ops ts_transport_tcp;
 extern const struct ts_transport_ops ts_transport_shm;
 
+/* Whether nothing listens at hostport ("HOST:PORT", "[V6]:PORT"): true only when every address
+ * of the host refused a TCP connection within ms, which is what a process killed on a live
+ * host leaves behind. A timeout, a host that does not resolve or a connection accepted is
+ * false. why gets what was seen, for logs. For the master's check of a shard reported
+ * unreachable (docs/replication.md). */
+bool ts_tcp_refused(const char *hostport, int ms, char *why, size_t n);
+
 /* NULL-terminated, in preference order. */
 extern const struct ts_transport_ops *const ts_transports[];
 /* By name; NULL if unknown. */

@@ -52,7 +52,7 @@ const char *ts_status_name(ts_status s)
         [TS_ETIMEDOUT] = "ETIMEDOUT", [TS_EUNAVAIL] = "EUNAVAIL", [TS_ENOMEM] = "ENOMEM",
         [TS_ECORRUPT] = "ECORRUPT", [TS_EIO] = "EIO",           [TS_EAUTH] = "EAUTH",
         [TS_ENOTSUP] = "ENOTSUP", [TS_ENODEV] = "ENODEV",       [TS_ECANCELLED] = "ECANCELLED",
-        [TS_EINTERNAL] = "EINTERNAL",
+        [TS_EINTERNAL] = "EINTERNAL", [TS_EROLLBACK] = "EROLLBACK",
     };
     if ((unsigned)s < sizeof(names) / sizeof(names[0]) && names[s])
         return names[s];

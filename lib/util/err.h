@@ -33,6 +33,8 @@ typedef enum ts_status {
     TS_ENODEV,     /* no such device (a transport that cannot run here) */
     TS_ECANCELLED, /* the caller or a shutdown cancelled it */
     TS_EINTERNAL,  /* a bug: an invariant did not hold */
+    TS_EROLLBACK,  /* the job lost state and goes back to its last snapshot: continue from the
+                    * step it names (docs/replication.md, "Rollback") */
 } ts_status;
 
 struct ts_err {

@@ -310,6 +310,44 @@ size_t jobs_due(struct jobs *j, int64_t now_ms, char (*ids)[TS_JOB_ID_MAX + 1], 
     return n;
 }
 
+ts_status jobs_rollback_begin(struct jobs *j, const char *id, uint32_t *generation,
+                              struct ts_err *err)
+{
+    struct job *jb;
+    ts_status st = TS_OK;
+
+    pthread_mutex_lock(&j->mu);
+    if (!(jb = find(j, id)) || jb->info.state != JOB_RUNNING)
+        st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not running", id);
+    else if (jb->info.rolling_back || jb->info.lost)
+        st = ts_err_set(err, TS_EEXIST, "job '%s': %s", id, jb->info.rolling_back
+                        ? "a rollback runs already" : jb->info.rollback_note);
+    else {
+        jb->info.rolling_back = true;
+        *generation = jb->info.rollbacks + 1;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return st;
+}
+
+void jobs_rollback_end(struct jobs *j, const char *id, bool ok, bool lost, uint64_t step,
+                       const char *note)
+{
+    struct job *jb;
+
+    pthread_mutex_lock(&j->mu);
+    if ((jb = find(j, id))) {
+        jb->info.rolling_back = false;
+        jb->info.lost = lost;
+        if (ok) {
+            jb->info.rollbacks++;
+            jb->info.rollback_step = step;
+        }
+        snprintf(jb->info.rollback_note, sizeof(jb->info.rollback_note), "%s", note);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
 void jobs_released(struct jobs *j, const char *id, int64_t now_ms)
 {
     struct job *jb;

@@ -56,6 +56,12 @@ struct job_info {
     int64_t started_unix_ms, ended_unix_ms;
     char fingerprint[65];
     char reason[257];
+    /* Rollback (docs/replication.md): done so far, the last one's step, one running now, the
+     * job lost state it cannot get back (no snapshot), and what happened. */
+    uint32_t rollbacks;
+    uint64_t rollback_step;
+    bool rolling_back, lost;
+    char rollback_note[257];
 };
 
 struct jobs;
@@ -84,6 +90,14 @@ void jobs_released(struct jobs *j, const char *id, int64_t now_ms);
 /* True if job id holds resources now (running, idle, or ended and not released). */
 bool jobs_holds(struct jobs *j, const char *id);
 
+/* A rollback of running job id begins; *generation: which one it will be. TS_ENOTFOUND if
+ * the job is not running; TS_EEXIST if one runs already (or the job is marked lost). */
+ts_status jobs_rollback_begin(struct jobs *j, const char *id, uint32_t *generation,
+                              struct ts_err *err) TS_MUST_CHECK;
+/* It ended: done at step (ok), or not; lost marks the job as beyond recovery (its workers
+ * fail with note). */
+void jobs_rollback_end(struct jobs *j, const char *id, bool ok, bool lost, uint64_t step,
+                       const char *note);
 /* Every job: resident ones first (by start), then summaries (newest end first). *out is
  * malloc'd (caller frees), *n entries. */
 ts_status jobs_list(struct jobs *j, struct job_info **out, size_t *n,

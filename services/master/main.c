@@ -71,7 +71,7 @@ int main(int argc, char **argv)
     struct ts_members_cfg cfg;
     struct jobs_cfg jcfg;
     int sig, rc = 1;
-    pthread_t reap, release;
+    pthread_t reap, release, rollback;
 
     ts_proc_block_signals();
     if ((rc = ts_flags_program("tessera-master", NULL,
@@ -92,6 +92,7 @@ int main(int argc, char **argv)
         return 2;
     }
     datamap_init(&m.data);
+    rollbacks_init(&m.rb);
     if (ts_members_create(&cfg, &m.members, &err) || jobs_create(&jcfg, &m.jobs, &err) ||
         snapper_open(&m.snap, m.members, &m.data, store, restore, branch, (uint32_t)every,
                      &err))
@@ -103,12 +104,15 @@ int main(int argc, char **argv)
            ts_rpc_server_port(srv), (long long)lease_ms);
     pthread_create(&reap, NULL, reaper, &m);
     pthread_create(&release, NULL, releaser_main, &m);
+    pthread_create(&rollback, NULL, rollbacker_main, &m);
     sig = ts_proc_wait_signal(-1);
     ts_log(TS_INFO, "master", "signal %d: draining calls (up to %lld ms), then exiting", sig,
            (long long)so.grace_ms);
     atomic_store(&master_stopping, true);
     pthread_join(reap, NULL);
     pthread_join(release, NULL);
+    rollbacks_wake(&m.rb);
+    pthread_join(rollback, NULL);
     snapper_stop(&m.snap);
     ts_rpc_server_shutdown(srv, (int)so.grace_ms);
     rc = 0;
@@ -118,6 +122,7 @@ out:
     ts_rpc_server_free(srv);
     snapper_close(&m.snap);
     datamap_fini(&m.data);
+    rollbacks_fini(&m.rb);
     ts_members_free(m.members);
     jobs_free(m.jobs);
     return rc;

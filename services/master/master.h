@@ -8,6 +8,7 @@
 #include "datamap.h"
 #include "jobs.h"
 #include "members.h"
+#include "rollback.h"
 #include "rpc/rpc.h"
 #include "snapshot.h"
 
@@ -18,6 +19,7 @@ struct master {
     struct snapper snap;            /* snapshots (store NULL without --store) */
     struct datamap data;            /* data checksums per job */
     struct jobs *jobs;              /* the job table */
+    struct rollbacks rb;            /* rollbacks to run (rollback.c) */
 };
 
 /* The releaser thread (release.c): frees ended jobs on every alive shard, then their data

@@ -35,6 +35,7 @@ struct ts_members {
     struct table shards, workers;
     uint64_t epoch;
     struct ts_ring *ring;
+    uint32_t shard_failures;
 };
 
 static const char *kind_name(enum ts_member_kind k)
@@ -325,6 +326,7 @@ static void reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
     if (e->state == TS_MEMBER_ALIVE)
         return;
     e->state = TS_MEMBER_ALIVE;
+    e->death[0] = '\0';
     if (e->kind == TS_MEMBER_SHARD) {
         snprintf(why, sizeof(why), "shard %u (%s) is back", e->id, e->addr);
         new_epoch(m, why);
@@ -439,9 +441,8 @@ static ts_status find_alive(struct ts_members *m, enum ts_member_kind kind, uint
         return ts_err_set(err, TS_ENOTFOUND, "id: %s %u is not registered (or left long ago); "
                           "register first", kind_name(kind), id);
     if (e->state == TS_MEMBER_DEAD)
-        return ts_err_set(err, TS_ESTATE,
-                          "%s %u was declared dead (silent past its %u ms lease); register again",
-                          kind_name(kind), id, e->lease_ms);
+        return ts_err_set(err, TS_ESTATE, "%s %u was declared dead (%s); register again",
+                          kind_name(kind), id, e->death);
     if (e->state == TS_MEMBER_LEFT)
         return ts_err_set(err, TS_ESTATE, "%s %u deregistered; register again",
                           kind_name(kind), id);
@@ -520,10 +521,22 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
     return st;
 }
 
+/* Declares alive member e dead for why; called with mu held. */
+static void declare_dead(struct ts_members *m, struct ts_member *e, const char *why)
+{
+    e->state = TS_MEMBER_DEAD;
+    snprintf(e->death, sizeof(e->death), "%s", why);
+    ts_log(TS_WARN, "master", "%s %u (%s): %s: dead", kind_name(e->kind), e->id, e->addr, why);
+    if (e->kind == TS_MEMBER_SHARD) {
+        m->shard_failures++;
+        new_epoch(m, "a shard died");
+    }
+}
+
 static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms,
                         void (*dead)(void *ctx, uint32_t worker), void *ctx)
 {
-    char why[320];
+    char why[160];
     int n = 0;
 
     for (size_t i = 0; i < t->n; i++) {
@@ -531,18 +544,12 @@ static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms,
         int64_t silent = now_ms - e->last_heartbeat_ms;
         if (e->state != TS_MEMBER_ALIVE || silent <= (int64_t)e->lease_ms)
             continue;
-        e->state = TS_MEMBER_DEAD;
         n++;
-        snprintf(why, sizeof(why), "%s %u (%s) silent for %" PRId64 " ms, past its %u ms lease: dead",
-                 kind_name(e->kind), e->id, e->addr, silent, e->lease_ms);
-        if (e->kind == TS_MEMBER_SHARD) {
-            ts_log(TS_WARN, "master", "%s", why);
-            new_epoch(m, "a shard died");
-        } else {
-            ts_log(TS_WARN, "master", "%s", why);
-            if (dead)
-                dead(ctx, e->id);
-        }
+        snprintf(why, sizeof(why), "silent for %" PRId64 " ms, past its %u ms lease", silent,
+                 e->lease_ms);
+        declare_dead(m, e, why);
+        if (e->kind == TS_MEMBER_WORKER && dead)
+            dead(ctx, e->id);
     }
     return n;
 }
@@ -559,6 +566,44 @@ int ts_members_expire(struct ts_members *m, int64_t now_ms,
         prune(&m->workers);
     pthread_mutex_unlock(&m->mu);
     return n;
+}
+
+ts_status ts_members_shard_addr(struct ts_members *m, uint32_t id,
+                                char addr[TS_MEMBERS_MAX_ADDR + 1],
+                                char instance[TS_MEMBERS_MAX_INSTANCE + 1], bool *alive,
+                                struct ts_err *err)
+{
+    struct ts_member *e;
+    ts_status st = TS_OK;
+
+    if (id == 0)
+        return ts_err_set(err, TS_EINVAL, "shard_id: required");
+    pthread_mutex_lock(&m->mu);
+    if (!(e = find_id(&m->shards, id))) {
+        st = ts_err_set(err, TS_ENOTFOUND, "shard_id: no shard %u is registered", id);
+    } else {
+        memcpy(addr, e->addr, sizeof(e->addr));
+        memcpy(instance, e->instance, sizeof(e->instance));
+        *alive = e->state == TS_MEMBER_ALIVE;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
+
+bool ts_members_declare_dead(struct ts_members *m, uint32_t id, const char *instance,
+                             const char *why)
+{
+    struct ts_member *e;
+    bool done = false;
+
+    pthread_mutex_lock(&m->mu);
+    if ((e = find_id(&m->shards, id)) && e->state == TS_MEMBER_ALIVE &&
+        !strcmp(e->instance, instance)) {
+        declare_dead(m, e, why);
+        done = true;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return done;
 }
 
 static ts_status copy_table(const struct table *t, bool alive_only, struct ts_member **out,
@@ -586,6 +631,7 @@ ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_membe
     v->replicas = m->cfg.replicas ? m->cfg.replicas : 1;
     v->ring_digest = ts_ring_digest(m->ring);
     v->default_lease_ms = m->cfg.default_lease_ms;
+    v->shard_failures = m->shard_failures;
     st = copy_table(&m->shards, alive_only, &v->shards, &v->nshards, err);
     if (!st && !alive_only)
         st = copy_table(&m->workers, false, &v->workers, &v->nworkers, err);

@@ -64,6 +64,7 @@ struct ts_member {
     char service[TS_MEMBERS_MAX_ADDR + 1];    /* role verify: its gRPC host:port */
     struct ts_endpoint endpoints[TS_MEMBERS_MAX_ENDPOINTS];   /* shards */
     size_t nendpoints;
+    char death[200];                          /* DEAD: how it was found dead, for status */
 };
 
 struct ts_members_cfg {
@@ -87,6 +88,7 @@ struct ts_members_view {
     uint32_t replicas;
     uint64_t ring_digest;
     uint32_t default_lease_ms;
+    uint32_t shard_failures;                  /* shards declared dead so far */
     struct ts_member *shards, *workers;       /* by id */
     size_t nshards, nworkers;
 };
@@ -124,6 +126,18 @@ ts_status ts_members_check_epoch(struct ts_members *m, uint64_t known_epoch,
  * calls dead (may be NULL; with the table's lock held) for each worker. */
 int ts_members_expire(struct ts_members *m, int64_t now_ms,
                       void (*dead)(void *ctx, uint32_t worker), void *ctx);
+
+/* A shard reported unreachable, to be tried before it is declared dead: its gRPC address and
+ * instance (the process start the caller tries). TS_ENOTFOUND for an id never registered;
+ * *alive false if it is out of the map already. */
+ts_status ts_members_shard_addr(struct ts_members *m, uint32_t id,
+                                char addr[TS_MEMBERS_MAX_ADDR + 1],
+                                char instance[TS_MEMBERS_MAX_INSTANCE + 1], bool *alive,
+                                struct ts_err *err) TS_MUST_CHECK;
+/* Declares shard id dead for `why` (logged, kept for status) if it is still alive and still the
+ * process start `instance`; returns whether it did. The map moves on as for an expired lease. */
+bool ts_members_declare_dead(struct ts_members *m, uint32_t id, const char *instance,
+                             const char *why);
 
 /* alive_only: only alive shards and no workers (GetShardMap). */
 ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,

@@ -5,6 +5,7 @@
 
 #include "master.h"
 #include "tessera/v1/master.pb-c.h"
+#include "transport/transport.h"
 #include "util/log.h"
 #include "util/names.h"
 #include "util/proc.h"
@@ -142,6 +143,7 @@ static Tessera__V1__ShardInfo **shard_infos(struct ts_rpc_call *call,
         s->last_heartbeat_ms_ago = now - e->last_heartbeat_ms;
         s->instance = ts_rpc_strdup(call, e->instance);
         s->registered_epoch = e->registered_epoch;
+        s->death = ts_rpc_strdup(call, e->death);
         s->n_data_planes = e->nendpoints;
         s->data_planes = ts_rpc_alloc(call, (e->nendpoints + 1) * sizeof(*s->data_planes));
         for (size_t k = 0; k < e->nendpoints; k++) {
@@ -208,6 +210,11 @@ static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
         j->ended_unix_ms = v[i].ended_unix_ms;
         j->fingerprint = ts_rpc_strdup(call, v[i].fingerprint);
         j->reason = ts_rpc_strdup(call, v[i].reason);
+        j->rollbacks = v[i].rollbacks;
+        j->rollback_step = v[i].rollback_step;
+        j->rolling_back = v[i].rolling_back;
+        j->lost = v[i].lost;
+        j->rollback_note = ts_rpc_strdup(call, v[i].rollback_note);
         resp->jobs[resp->n_jobs++] = j;
     }
     free(v);
@@ -258,6 +265,7 @@ static ts_status cluster_status(struct ts_rpc_call *call, const ProtobufCMessage
     resp->replicas = v.replicas;
     resp->ring_digest = v.ring_digest;
     resp->default_lease_ms = v.default_lease_ms;
+    resp->shard_failures = v.shard_failures;
     ts_members_view_free(&v);
     snapper_status(&m->snap, call, resp);
     return job_infos(call, m, resp, err);
@@ -333,6 +341,61 @@ static ts_status check_data(struct ts_rpc_call *call, const ProtobufCMessage *rq
     return TS_OK;
 }
 
+static ts_status report_lost(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                            ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__ReportLostRequest *req = (const void *)rq;
+    Tessera__V1__ReportLostResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    char action[400];
+    ts_status st;
+
+    if ((st = ts_job_id_check("job", req->job, err)) ||
+        (st = rollback_request(m, req->job, req->shard_id, action, sizeof(action), err)))
+        return st;
+    resp->action = ts_rpc_strdup(call, action);
+    return TS_OK;
+}
+
+/* How long the master tries a reported shard's address. A dead process's port refuses at
+ * once; a slow answer proves nothing, and the lease decides. */
+#define REPORT_PROBE_MS 500
+
+static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                                    ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__ReportUnreachableRequest *req = (const void *)rq;
+    Tessera__V1__ReportUnreachableResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    char addr[TS_MEMBERS_MAX_ADDR + 1], instance[TS_MEMBERS_MAX_INSTANCE + 1], seen[160];
+    char why[200];
+    bool alive = false;
+    ts_status st;
+
+    if (strlen(req->reporter) > 128)
+        return ts_err_set(err, TS_EINVAL, "reporter: %zu bytes, at most 128",
+                          strlen(req->reporter));
+    if (strlen(req->detail) > 256)
+        return ts_err_set(err, TS_EINVAL, "detail: %zu bytes, at most 256", strlen(req->detail));
+    if ((st = ts_members_shard_addr(m->members, req->shard_id, addr, instance, &alive, err)))
+        return st;
+    if (!alive) {
+        snprintf(seen, sizeof(seen), "shard %u is out of the map already", req->shard_id);
+    } else if (ts_tcp_refused(addr, REPORT_PROBE_MS, seen, sizeof(seen))) {
+        snprintf(why, sizeof(why), "reported unreachable by %.60s, and %.120s",
+                 req->reporter[0] ? req->reporter : "a member", seen);
+        ts_members_declare_dead(m->members, req->shard_id, instance, why);
+        alive = false;
+    } else {
+        ts_log(TS_INFO, "master", "shard %u reported unreachable by %s (%s), but %s: kept",
+               req->shard_id, req->reporter[0] ? req->reporter : "a member", req->detail, seen);
+    }
+    resp->dead = !alive;
+    resp->epoch = ts_members_epoch(m->members);
+    resp->verdict = ts_rpc_strdup(call, seen);
+    return TS_OK;
+}
+
 #define M(name, fn, rq, rs) \
     { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor, 0 }
 static const struct ts_rpc_method master_methods[] = {
@@ -345,6 +408,10 @@ static const struct ts_rpc_method master_methods[] = {
     M("CheckData", check_data, check_data_request, check_data_response),
     { "CreateSnapshot", create_snapshot, &tessera__v1__create_snapshot_request__descriptor,
       &tessera__v1__create_snapshot_response__descriptor, TS_RPC_OWN_THREAD },
+    { "ReportUnreachable", report_unreachable,
+      &tessera__v1__report_unreachable_request__descriptor,
+      &tessera__v1__report_unreachable_response__descriptor, TS_RPC_OWN_THREAD },
+    M("ReportLost", report_lost, report_lost_request, report_lost_response),
     { "CollectGarbage", collect_garbage, &tessera__v1__collect_garbage_request__descriptor,
       &tessera__v1__collect_garbage_response__descriptor, TS_RPC_OWN_THREAD },
     { NULL, NULL, NULL, NULL, 0 },

@@ -293,6 +293,7 @@ static ts_status commit(struct snapper *sn, struct shards *s, const char *job, u
         st = ts_snap_tag(sn->store, req->tag, id, err);
     pthread_mutex_lock(&sn->stat_mu);
     snprintf(sn->last_hex, sizeof(sn->last_hex), "%s", out->hex);
+    snprintf(sn->last_job, sizeof(sn->last_job), "%s", m.job->id);
     sn->last_step = step;
     sn->last_unix_ms = m.created_unix_ms;
     pthread_mutex_unlock(&sn->stat_mu);
@@ -515,6 +516,7 @@ ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct da
         }
         sn->last_step = m->step;
         sn->last_unix_ms = m->created_unix_ms;
+        snprintf(sn->last_job, sizeof(sn->last_job), "%s", m->job ? m->job->id : "");
         ts_manifest_free(m);
     }
     ts_log(TS_INFO, "master", "snapshots: store %s, branch %s%s", dir, sn->branch,
@@ -559,6 +561,21 @@ ts_status snapper_gc(struct snapper *sn, unsigned tmp_grace_s, struct ts_store_s
     free(ids);
     *live = n;
     return st;
+}
+
+bool snapper_last_of(struct snapper *sn, const char *job, char hex[TS_STORE_HEX_LEN + 1],
+                     uint64_t *step)
+{
+    bool found;
+
+    pthread_mutex_lock(&sn->stat_mu);
+    found = sn->store && sn->last_hex[0] && !strcmp(sn->last_job, job);
+    if (found) {
+        memcpy(hex, sn->last_hex, TS_STORE_HEX_LEN + 1);
+        *step = sn->last_step;
+    }
+    pthread_mutex_unlock(&sn->stat_mu);
+    return found;
 }
 
 void snapper_status(struct snapper *sn, struct ts_rpc_call *call,

@@ -24,6 +24,7 @@
 #include "rpc/rpc.h"
 #include "snapshot/snapshot.h"
 #include "tessera/v1/master.pb-c.h"
+#include "util/names.h"
 
 #define SNAP_MAX_SHARDS 256
 
@@ -41,6 +42,7 @@ struct snapper {
     atomic_int requested;               /* CreateSnapshot calls waiting for the lock */
     pthread_mutex_t stat_mu;            /* guards what status reports */
     char last_hex[TS_STORE_HEX_LEN + 1];
+    char last_job[TS_JOB_ID_MAX + 1];   /* the job last_hex is of */
     uint64_t last_step;
     int64_t last_unix_ms;
     char error[512];
@@ -70,6 +72,10 @@ ts_status snapper_create(struct snapper *sn, const char *job, const char *messag
 /* Removes chunks no ref reaches, and stale tmp files, under the snapshot lock. */
 ts_status snapper_gc(struct snapper *sn, unsigned tmp_grace_s, struct ts_store_stats *stats,
                      uint64_t *live, struct ts_err *err) TS_MUST_CHECK;
+/* The newest snapshot of job on the branch this master writes: its hex id and step; false if
+ * there is none (no --store, or the branch's tip is of another job). */
+bool snapper_last_of(struct snapper *sn, const char *job, char hex[TS_STORE_HEX_LEN + 1],
+                     uint64_t *step);
 /* What ClusterStatus reports (strings in call's arena). */
 void snapper_status(struct snapper *sn, struct ts_rpc_call *call,
                     Tessera__V1__ClusterStatusResponse *resp);

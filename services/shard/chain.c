@@ -66,7 +66,7 @@ static ts_status link_to(struct chain_links *cs, struct ts_cluster *cl, const ch
         cs->links = l;
         cs->cap = cap;
     }
-    if ((st = ts_cluster_connect(cl, next, LINK_CONNECT_MS, &c, err)))
+    if ((st = ts_cluster_connect(cl, next, NULL, LINK_CONNECT_MS, &c, err)))
         return ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", next, err->msg);
     if ((st = ts_frame_send(c, &hello, job, strlen(job), err)) ||
         (st = await_reply(c, next, stop, err))) {

@@ -42,6 +42,7 @@ struct dp_conn {
     struct dataplane *dp;
     struct ts_conn *c;
     struct shard_job *job;          /* named by the connection's HELLO */
+    unsigned gen;                   /* the job's rollbacks at the HELLO */
     bool push_refused;              /* a push of the current step was refused */
     float *copy;                    /* SSP/ASP pulls: the values copied under the lock */
     size_t copy_cap;                /* floats */
@@ -122,22 +123,39 @@ static ts_status head_of(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
 
     if (!dc->job)
         return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
-    if (!(*p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows,
-                                 next)))
+    *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows, next);
+    if ((!*p || follows) && atomic_load(&dc->dp->cluster) && dc->dp->remap) {
+        /* A worker that failed over may know the new map before this shard does: in it this
+         * shard heads the partition, or heads one whose every copy is lost. */
+        dc->dp->remap(dc->dp->remap_ctx);
+        *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows,
+                               next);
+    }
+    if (!*p && shard_params_lost(dc->dp->params, dc->job, h->tensor, h->partition))
+        return ts_err_set(err, TS_EROLLBACK, "tensor %u partition %u lost every copy (the "
+                          "shards of its chain died): the job goes back to its last snapshot; "
+                          "wait for the master", h->tensor, h->partition);
+    if (!*p)
         return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
                           "register the tensor, or refresh the shard map", h->tensor,
                           h->partition);
-    if (follows && atomic_load(&dc->dp->cluster) && dc->dp->remap) {
-        /* A worker that failed over may know the new map before this shard does. */
-        dc->dp->remap(dc->dp->remap_ctx);
-        (void)shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows,
-                                next);
-    }
     if (follows)
         return ts_err_set(err, TS_ESTALE, "tensor %u partition %u: this shard is a replica, "
                           "not the head of its chain; refresh the shard map", h->tensor,
                           h->partition);
     return TS_OK;
+}
+
+/* Next shard `next` of a chain is unreachable: the master hears of it (and checks it), and if
+ * it is out of the map now, this shard follows the new chains at once, not at its next
+ * heartbeat. */
+static void report(struct dataplane *dp, uint32_t next, const char *seen)
+{
+    char who[32];
+
+    snprintf(who, sizeof(who), "shard %u", atomic_load(&dp->self));
+    if (ts_cluster_report_unreachable(atomic_load(&dp->cluster), next, who, seen) && dp->remap)
+        dp->remap(dp->remap_ctx);
 }
 
 /* Sends the image of partition (h->tensor, h->partition) at version down its chain, starting
@@ -162,6 +180,7 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
         }
         ts_log(TS_WARN, "dataplane", "tensor %u partition %u: %s; waiting for the map to drop "
                "it", h->tensor, h->partition, e.msg);
+        report(dc->dp, next, e.msg);
         while (now == next && ts_now_ms() <= until && !atomic_load(&dc->dp->stop)) {
             ts_sleep_ms(50);
             (void)shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, NULL,
@@ -253,7 +272,8 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
                                 .partition = h->partition, .step = h->step };
     struct ts_push in = { .rank = h->rank, .step = h->step, .encoding = h->encoding,
                           .scale_exp = TS_PUSH_SCALE_EXP(h->flags), .payload = buf,
-                          .bytes = h->len, .retry = (h->flags & TS_PUSH_RETRY) != 0 };
+                          .bytes = h->len, .retry = (h->flags & TS_PUSH_RETRY) != 0,
+                          .gen = dc->gen };
     bool applied;
     ts_status st;
 
@@ -435,7 +455,30 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     if (!dc->job)
         return ts_err_set(err, TS_ENOTFOUND, "hello: job '%s' has no tensors on this shard: "
                           "register them first", id);
+    dc->gen = atomic_load(&dc->job->rollbacks);
+    ack.step = dc->gen;   /* the worker learns which rollback it works after */
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
+}
+
+/* The connection's job is going back to a snapshot, or went back since its HELLO: every
+ * request of it is refused (docs/replication.md, "Rollback"); the worker starts over from
+ * the snapshot's step on new connections. */
+static ts_status rolled_back(struct dp_conn *dc, struct ts_err *err)
+{
+    uint64_t fence;
+
+    if (!dc->job)
+        return TS_OK;
+    if ((fence = atomic_load(&dc->job->fence)))
+        return ts_err_set(err, TS_EROLLBACK, "job '%s' is going back to step %" PRIu64 " of "
+                          "its last snapshot (a partition lost every copy); wait for the "
+                          "master, then continue from there", dc->job->job.id, fence - 1);
+    if (atomic_load(&dc->job->rollbacks) != dc->gen)
+        return ts_err_set(err, TS_EROLLBACK, "job '%s' went back to step %" PRIu64 " of its "
+                          "last snapshot since this connection named it: connect again and "
+                          "continue from there", dc->job->job.id,
+                          (uint64_t)atomic_load(&dc->job->rollback_step));
+    return TS_OK;
 }
 
 void dataplane_forget(void *arg)
@@ -470,7 +513,10 @@ static void *conn_main(void *arg)
         }
         if (st)
             break; /* the worker went away or the shard is stopping */
-        if (h.type == TS_FRAME_PUSH) {
+        if ((h.type == TS_FRAME_PUSH || h.type == TS_FRAME_PULL ||
+             h.type == TS_FRAME_IMAGE) && rolled_back(dc, &err))
+            st = TS_EROLLBACK;
+        else if (h.type == TS_FRAME_PUSH) {
             if (dc->after_pull) /* a new step's pushes begin */
                 dc->push_refused = dc->after_pull = false;
             st = on_push(dc, &h, in, &err);
@@ -491,6 +537,10 @@ static void *conn_main(void *arg)
             st = ts_err_set(&err, TS_EINVAL, "frame type %u is not a request", h.type);
         /* Done with the payload: let the worker reuse its place in the ring. */
         ts_frame_release(dc->c);
+        if (st == TS_ECANCELLED && dc->job && atomic_load(&dc->job->fence)) {
+            err = (struct ts_err){ 0 };   /* a pull ended by a rollback: say so */
+            st = rolled_back(dc, &err);
+        }
         if (st == TS_EUNAVAIL || st == TS_ECANCELLED)
             break;
         if (st && reply_error(dc->c, &h, &err))

@@ -35,6 +35,7 @@ struct dataplane {
      * with cluster; NULL before. */
     void (*remap)(void *ctx);
     void *remap_ctx;
+    atomic_uint self;               /* this shard's id, set before cluster (for reports) */
     struct dp_listener listeners[DP_MAX_LISTENERS];
     size_t n;
     pthread_mutex_t mu;
@@ -58,9 +59,9 @@ void dataplane_counters(struct dataplane *dp, uint64_t *in, uint64_t *refused);
  * on_release, after a job's partitions are freed. arg is the struct dataplane *. */
 void dataplane_forget(void *arg);
 
-/* The job ended (the master releases it): a connection of it waiting in a pull for a step that
- * will never come (its workers are gone) stops waiting and closes, so that the job can be
- * freed. */
+/* The job ended (the master releases it), or goes back to a snapshot: a connection of it
+ * waiting in a pull for a step that will never come stops waiting (and closes, or, with the
+ * job fenced for a rollback, refuses the pull with the step to continue from). */
 void dataplane_end_job(struct dataplane *dp, const char *job);
 
 /* Listens on every transport that can run here (only the one named `only`, if set). */

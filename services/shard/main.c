@@ -177,6 +177,7 @@ int main(int argc, char **argv)
                       s.master_addr);
         goto out;
     }
+    atomic_store(&s.dp.self, ts_membership_id(s.membership));
     s.dp.remap = remap;
     s.dp.remap_ctx = &s;
     atomic_store(&s.dp.cluster, s.cluster);

@@ -36,6 +36,7 @@ static void tensor_free(struct shard_tensor *t)
     free(t->follows);
     free(t->next);
     free(t->resync);
+    free(t->lost);
     ts_region_free(&t->values);   /* after the partitions that lived in it */
     free(t);
 }
@@ -226,14 +227,12 @@ static bool same_tensor(const struct shard_tensor *t, const Tessera__V1__Registe
     return memcmp(t->shape, s->shape, t->ndim * sizeof(uint64_t)) == 0;
 }
 
-/* The --restore snapshot's entry for tensor t, which must have t's shape and partitioning;
- * NULL with *st set otherwise. */
-static const ts_tensor_manifest *restored_tensor(const struct shard_params *sp,
+const ts_tensor_manifest *params_manifest_tensor(const ts_manifest *m,
                                                  const struct shard_tensor *t, ts_status *st,
                                                  struct ts_err *err)
 {
-    for (size_t i = 0; i < sp->restore->n_tensors; i++) {
-        const ts_tensor_manifest *tm = sp->restore->tensors[i];
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const ts_tensor_manifest *tm = m->tensors[i];
         if (strcmp(tm->spec->name, t->name))
             continue;
         if (tm->numel != t->numel || tm->spec->n_shape != t->ndim ||
@@ -263,31 +262,15 @@ static void share_values(struct shard_tensor *t)
     }
 }
 
-/* One partition of the --restore snapshot, read into a new partition (ts_part_restore). */
-struct restore_ctx {
-    struct shard_params *sp;
-    const ts_tensor_manifest *tm;
-    const ts_partition_manifest *pm;
-};
-
-static ts_status restore_load(void *ctx, float *value, float *state, struct ts_err *err)
+ts_status params_restore_load(void *ctx, float *value, float *state, struct ts_err *err)
 {
-    struct restore_ctx *rc = ctx;
+    struct params_restore *rc = ctx;
 
-    return ts_snap_read_partition(rc->sp->store, rc->sp->restore, rc->tm, rc->pm, value, state,
-                                  err);
+    return ts_snap_read_partition(rc->sp->store, rc->m, rc->tm, rc->pm, value, state, err);
 }
 
-/* Where this shard stands in partition p's chain under cl's map: whether it holds the
- * partition, whether as the head, and the shard after it (0: none). */
-struct place {
-    bool held, head;
-    uint32_t next;
-    size_t len;                        /* the chain's */
-};
-
-static ts_status place_of(struct ts_cluster *cl, uint32_t my_id, const char *name, uint32_t p,
-                          struct place *at, struct ts_err *err)
+ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const char *name, uint32_t p,
+                          struct params_place *at, struct ts_err *err)
 {
     uint32_t chain[TS_MAX_REPLICAS];
     size_t n = ts_cluster_chain(cl, name, p, chain), k = 0;
@@ -297,8 +280,8 @@ static ts_status place_of(struct ts_cluster *cl, uint32_t my_id, const char *nam
                           ts_cluster_epoch(cl));
     while (k < n && chain[k] != my_id)
         k++;
-    *at = (struct place){ .held = k < n, .head = k == 0, .next = k + 1 < n ? chain[k + 1] : 0,
-                          .len = n };
+    *at = (struct params_place){ .held = k < n, .head = k == 0,
+                                 .next = k + 1 < n ? chain[k + 1] : 0, .len = n };
     return TS_OK;
 }
 
@@ -308,14 +291,15 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
                         uint32_t my_id, struct shard_tensor *t, struct ts_err *err)
 {
     uint64_t need = (uint64_t)t->nparts * (sizeof(*t->parts) + sizeof(*t->follows) +
-                                           sizeof(*t->next) + sizeof(*t->resync)), off, len;
+                                           sizeof(*t->next) + sizeof(*t->resync) +
+                                           sizeof(*t->lost)), off, len;
     char users[160] = "";
     size_t at = 0;
     ts_status st;
 
     for (uint32_t p = 0; p < t->nparts; p++) {
-        struct place pl;
-        if ((st = place_of(cl, my_id, t->name, p, &pl, err)))
+        struct params_place pl;
+        if ((st = params_place_of(cl, my_id, t->name, p, &pl, err)))
             return st;
         if (!pl.held)
             continue;
@@ -354,11 +338,8 @@ static ts_status replicable(const struct ts_job *job, const struct shard_tensor 
     return head ? ts_part_hold(p, true, err) : TS_OK;
 }
 
-/* Creates partition p of t, where this shard stands at `at` in its chain: in t's shared region
- * if it has (or can now have) one, held if it heads a chain of more than one shard. The caller
- * charged it to the budget and counts it. */
-static ts_status new_part(struct shard_job *sj, struct shard_tensor *t, uint32_t p,
-                          const struct place *at, struct ts_err *err)
+ts_status params_new_part(struct shard_job *sj, struct shard_tensor *t, uint32_t p,
+                          const struct params_place *at, struct ts_err *err)
 {
     uint64_t off, len;
     ts_status st;
@@ -369,8 +350,10 @@ static ts_status new_part(struct shard_job *sj, struct shard_tensor *t, uint32_t
     st = ts_part_create(&sj->job, t->id, t->name, p, off, len, t->init, t->seed, t->fan_in,
                         t->fan_out, t->values.base ? (float *)t->values.base + off : NULL,
                         &t->parts[p], err);
-    if (!st)
+    if (!st) {
         ts_part_set_sync(t->parts[p], t->sync_every);
+        ts_part_set_generation(t->parts[p], atomic_load(&sj->rollbacks));
+    }
     if (!st && at->len > 1)
         st = replicable(&sj->job, t, t->parts[p], at->head, err);
     if (st) {
@@ -409,20 +392,21 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
         (!(t->parts = calloc(t->nparts, sizeof(*t->parts))) ||
          !(t->follows = calloc(t->nparts, sizeof(*t->follows))) ||
          !(t->next = calloc(t->nparts, sizeof(*t->next))) ||
-         !(t->resync = calloc(t->nparts, sizeof(*t->resync)))))
+         !(t->resync = calloc(t->nparts, sizeof(*t->resync))) ||
+         !(t->lost = calloc(t->nparts, sizeof(*t->lost)))))
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
-    if (!st && sp->restore && !(tm = restored_tensor(sp, t, &st, err)))
+    if (!st && sp->restore && !(tm = params_manifest_tensor(sp->restore, t, &st, err)))
         ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
     for (uint32_t p = 0; !st && p < t->nparts; p++) {
-        struct place at;
-        if ((st = place_of(cl, my_id, t->name, p, &at, err)) || !at.held)
+        struct params_place at;
+        if ((st = params_place_of(cl, my_id, t->name, p, &at, err)) || !at.held)
             continue;
         t->follows[p] = !at.head;
         t->next[p] = at.next;
-        st = new_part(sj, t, p, &at, err);
+        st = params_new_part(sj, t, p, &at, err);
         if (!st && tm) {
-            struct restore_ctx rc = { sp, tm, tm->partitions[p] };
-            st = ts_part_restore(t->parts[p], sp->restore->step, restore_load, &rc, err);
+            struct params_restore rc = { sp, sp->restore, tm, tm->partitions[p] };
+            st = ts_part_restore(t->parts[p], sp->restore->step, params_restore_load, &rc, err);
         }
     }
     if (st) {
@@ -540,6 +524,21 @@ struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *sj,
     return p;
 }
 
+bool shard_params_lost(struct shard_params *sp, struct shard_job *sj, uint32_t tensor,
+                       uint32_t part)
+{
+    struct shard_tensor *t;
+    bool lost = false;
+
+    if (!sj || tensor >= SHARD_MAX_TENSORS)
+        return false;
+    pthread_mutex_lock(&sp->mu);
+    if ((t = sj->tensors[tensor]) && part < t->nparts)
+        lost = t->lost[part];
+    pthread_mutex_unlock(&sp->mu);
+    return lost;
+}
+
 struct shard_job *shard_params_attach(struct shard_params *sp, const char *id)
 {
     struct shard_job *found = NULL;
@@ -612,7 +611,7 @@ ts_status shard_params_release(struct shard_params *sp, const char *id, bool *he
  * a head left alone publishes what it applied. A chain this shard joined gets its copy with
  * the head's next image (shard_params_adopt). Called with mu held. */
 static void rechain_part(struct shard_params *sp, struct shard_tensor *t, uint32_t p,
-                         const struct place *at, const char *job)
+                         const struct params_place *at, struct shard_job *job)
 {
     struct ts_part *part = t->parts[p];
     struct ts_err e = { 0 };
@@ -622,8 +621,14 @@ static void rechain_part(struct shard_params *sp, struct shard_tensor *t, uint32
     if (!at->held)      /* a shard joined and took it (not yet: docs/replication.md) */
         return;
     if (!part && at->head) {
-        ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: every copy is lost (this "
-               "shard heads its chain and holds none)", job, t->name, p);
+        if (!t->lost[p]) {
+            ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: every copy is lost "
+                   "(this shard heads its chain and holds none); the job goes back to its "
+                   "last snapshot if it has one", job->job.id, t->name, p);
+            sp->lost++;
+            t->lost[p] = true;
+            atomic_store(&job->lost_report, true);
+        }
         return;
     }
     t->follows[p] = !at->head;
@@ -635,11 +640,12 @@ static void rechain_part(struct shard_params *sp, struct shard_tensor *t, uint32
         sp->resyncs++;
     }
     if ((promoted || at->len == 1) && ts_part_hold(part, at->len > 1, &e))
-        ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: %s", job, t->name, p,
+        ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: %s", job->job.id, t->name, p,
                e.msg);
+    sp->promotions += promoted;
     if (promoted)
         ts_log(TS_INFO, "shard", "job %s tensor '%s' partition %u: promoted to head at version "
-               "%" PRIu64, job, t->name, p, ts_part_version(part));
+               "%" PRIu64, job->job.id, t->name, p, ts_part_version(part));
 }
 
 void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id)
@@ -650,23 +656,44 @@ void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32
         for (size_t i = 0; i < SHARD_MAX_TENSORS; i++) {
             struct shard_tensor *t = sj->tensors[i];
             for (uint32_t p = 0; t && p < t->nparts; p++) {
-                struct place at;
+                struct params_place at;
                 struct ts_err e = { 0 };
-                if (!place_of(cl, my_id, t->name, p, &at, &e))
-                    rechain_part(sp, t, p, &at, sj->job.id);
+                if (!params_place_of(cl, my_id, t->name, p, &at, &e))
+                    rechain_part(sp, t, p, &at, sj);
             }
         }
     }
     pthread_mutex_unlock(&sp->mu);
 }
 
+ts_status params_add_copy(struct shard_params *sp, struct shard_job *sj, struct shard_tensor *t,
+                          uint32_t part, const struct params_place *at, struct ts_err *err)
+{
+    uint64_t off, len, need;
+    ts_status st;
+
+    ts_partition_range(t->numel, sizeof(float), t->partition_bytes, part, &off, &len);
+    need = ts_part_mem(&sj->job, len);
+    if (need > sp->mem_budget - sp->mem_used)
+        return ts_err_set(err, TS_ENOMEM, "tensor '%s' partition %u: a new copy needs %.1f "
+                          "MiB, over this shard's --mem-budget", t->name, part,
+                          (double)need / (1 << 20));
+    if ((st = params_new_part(sj, t, part, at, err)))
+        return st;
+    sp->mem_used += need;
+    sj->mem += need;
+    t->mem += need;
+    sp->partitions++;
+    sp->bytes += len * sizeof(float);
+    return TS_OK;
+}
+
 struct ts_part *shard_params_adopt(struct shard_params *sp, struct shard_job *sj,
                                    uint32_t tensor, uint32_t part, struct ts_err *err)
 {
     struct shard_tensor *t;
-    struct place at = { .held = true, .len = 2 };
+    struct params_place at = { .held = true, .len = 2 };
     struct ts_part *p = NULL;
-    uint64_t off, len, need;
 
     pthread_mutex_lock(&sp->mu);
     t = tensor < SHARD_MAX_TENSORS ? sj->tensors[tensor] : NULL;
@@ -678,23 +705,10 @@ struct ts_part *shard_params_adopt(struct shard_params *sp, struct shard_job *sj
     } else if (!t->follows[part]) {
         ts_err_set(err, TS_ESTATE, "image of tensor %u partition %u: this shard is not in its "
                    "chain", tensor, part);
-    } else {
-        ts_partition_range(t->numel, sizeof(float), t->partition_bytes, part, &off, &len);
-        need = ts_part_mem(&sj->job, len);
-        if (need > sp->mem_budget - sp->mem_used)
-            ts_err_set(err, TS_ENOMEM, "tensor '%s' partition %u: a new copy needs %.1f MiB, "
-                       "over this shard's --mem-budget", t->name, part,
-                       (double)need / (1 << 20));
-        else if (!new_part(sj, t, part, &at, err)) {
-            p = t->parts[part];
-            sp->mem_used += need;
-            sj->mem += need;
-            t->mem += need;
-            sp->partitions++;
-            sp->bytes += len * sizeof(float);
-            ts_log(TS_INFO, "shard", "job %s tensor '%s' partition %u: joined its chain (a "
-                   "new copy)", sj->job.id, t->name, part);
-        }
+    } else if (!params_add_copy(sp, sj, t, part, &at, err)) {
+        p = t->parts[part];
+        ts_log(TS_INFO, "shard", "job %s tensor '%s' partition %u: joined its chain (a new "
+               "copy)", sj->job.id, t->name, part);
     }
     pthread_mutex_unlock(&sp->mu);
     return p;

@@ -52,6 +52,9 @@ struct shard_tensor {
     /* A head whose chain gained a shard: its image goes there now (repair.c), not only with
      * the next step. Under the registry lock. */
     bool *resync;
+    /* A chain this shard heads now with every copy gone (its members died): pushes and pulls
+     * of it wait for the job's rollback (docs/replication.md, "Rollback"). Under mu. */
+    bool *lost;
     /* The values of this shard's partitions, each at its offset in the tensor (numel floats,
      * only this shard's pages touched), which co-located workers map read-only (dataplane.c,
      * MAP). TS_REGION_NONE where memfds cannot be made: the partitions then hold their own. */
@@ -73,6 +76,13 @@ struct shard_job {
     atomic_uint conns;                 /* data-plane connections naming it (attach, detach) */
     uint64_t mem;                      /* bytes charged to the budget for it (under mu) */
     struct shard_tensor *tensors[SHARD_MAX_TENSORS];
+    /* Rollback (docs/replication.md, "Rollback"): while fence is set (the step + 1) the job
+     * goes back to a snapshot and the data plane refuses it; rollbacks counts those done
+     * (a connection that named the job under an older count must start over), the last to
+     * rollback_step. lost_report: a partition of it lost every copy; the master is to hear. */
+    atomic_uint_least64_t fence, rollback_step;
+    atomic_uint rollbacks;
+    atomic_bool lost_report;
 };
 
 struct shard_params {
@@ -95,6 +105,10 @@ struct shard_params {
     void (*on_release)(void *ctx);
     void *release_ctx;
     uint64_t resyncs;                  /* partitions flagged for resync (under mu) */
+    /* Since start (under mu): partitions promoted to head, and headed with every copy lost;
+     * images the repair thread sent to new chain members (atomic). */
+    uint64_t promotions, lost;
+    atomic_uint_least64_t copies_sent;
 };
 
 void shard_params_init(struct shard_params *sp);
@@ -131,6 +145,10 @@ struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *job
                                   uint32_t tensor, uint32_t part, bool *follows,
                                   uint32_t *next);
 
+/* Whether the partition lost every copy and waits for the job's rollback (rechain). */
+bool shard_params_lost(struct shard_params *sp, struct shard_job *job, uint32_t tensor,
+                       uint32_t part);
+
 /* The map changed (a shard died): every partition's role and next shard follow the new
  * chains, followers that now head a chain are promoted (docs/replication.md, "Failover").
  * cl must hold the new map. */
@@ -139,6 +157,28 @@ void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32
  * hold it yet (a new copy, filled by the image that follows); NULL with err set otherwise. */
 struct ts_part *shard_params_adopt(struct shard_params *sp, struct shard_job *job,
                                    uint32_t tensor, uint32_t part, struct ts_err *err);
+
+/* Rollback (docs/replication.md, "Rollback"; rollback.c). Fence: the data plane refuses the
+ * job from now on, with `step` to continue from (the caller then ends its waiting pulls).
+ * TS_ENOTFOUND: the job is not here; TS_ENOTSUP: an SSP or ASP job. */
+ts_status shard_params_fence(struct shard_params *sp, const char *job, uint64_t step,
+                             struct ts_err *err) TS_MUST_CHECK;
+/* Then loads snapshot `hex` (of the job, at `step`, from the shard's --store) into every
+ * partition of the fenced job whose chain this shard is in under cl's map, creating the
+ * copies it lacks, as the job's generation-th rollback (older pushes and images are refused
+ * from then on, ts_part_rollback). *restored: how many. TS_ESTATE without --store or the
+ * fence. The job stays fenced until shard_params_reopen. */
+ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                                const char *job, const char *hex, uint64_t step,
+                                uint32_t generation, uint64_t *restored,
+                                struct ts_err *err) TS_MUST_CHECK;
+/* Lifts the fence: the job runs again from its rollback, the generation-th (> 0). */
+ts_status shard_params_reopen(struct shard_params *sp, const char *job, uint32_t generation,
+                              struct ts_err *err) TS_MUST_CHECK;
+/* Jobs with a partition lost since the last call (lost_report cleared): their ids into ids,
+ * at most max; returns how many. */
+size_t shard_params_lost_jobs(struct shard_params *sp, char (*ids)[TS_JOB_ID_MAX + 1],
+                              size_t max);
 
 /* Snapshots (docs/snapshots.md). Arm: every partition of the job copies itself when it reaches
  * `step`; *armed false (nothing armed) when one is already past it. disarm drops the job's
@@ -162,6 +202,7 @@ struct shard_job_status {
     enum ts_mode mode;
     uint64_t armed_step;               /* 0: no snapshot armed */
     uint64_t tensors, partitions, min_version, max_version;
+    uint64_t follows, lag;             /* copies followed; versions held back from pulls */
     struct ts_part_ranks ranks;        /* SSP and ASP: one record per rank (n 0 otherwise) */
 };
 /* Every job's status: *out is malloc'd, *n entries, freed with shard_params_jobs_free. */

@@ -9,4 +9,40 @@
  * life for reading, or mu. */
 struct shard_job *params_find_job(struct shard_params *sp, const char *id);
 
+/* Where this shard stands in partition p's chain under cl's map: whether it holds the
+ * partition, whether as the head, and the shard after it (0: none). */
+struct params_place {
+    bool held, head;
+    uint32_t next;
+    size_t len;                        /* the chain's */
+};
+ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const char *name, uint32_t p,
+                          struct params_place *at, struct ts_err *err) TS_MUST_CHECK;
+
+/* Creates partition p of t, where this shard stands at `at` in its chain: in t's shared region
+ * if it has (or can now have) one, held if it heads a chain of more than one shard. The caller
+ * charged it to the budget and counts it. */
+ts_status params_new_part(struct shard_job *sj, struct shard_tensor *t, uint32_t p,
+                          const struct params_place *at, struct ts_err *err) TS_MUST_CHECK;
+/* params_new_part of a copy this shard did not hold: charged to the budget (TS_ENOMEM, nothing
+ * created, if over it) and counted. mu held. */
+ts_status params_add_copy(struct shard_params *sp, struct shard_job *sj, struct shard_tensor *t,
+                          uint32_t part, const struct params_place *at,
+                          struct ts_err *err) TS_MUST_CHECK;
+
+/* Snapshot m's entry for tensor t, which must have t's shape and partitioning; NULL with *st
+ * set otherwise. */
+const ts_tensor_manifest *params_manifest_tensor(const ts_manifest *m,
+                                                 const struct shard_tensor *t, ts_status *st,
+                                                 struct ts_err *err);
+/* One partition of a snapshot, read from the shard's store into a partition: the ctx of
+ * ts_part_restore and ts_part_rollback's load. */
+struct params_restore {
+    struct shard_params *sp;
+    const ts_manifest *m;
+    const ts_tensor_manifest *tm;
+    const ts_partition_manifest *pm;
+};
+ts_status params_restore_load(void *ctx, float *value, float *state, struct ts_err *err);
+
 #endif

@@ -70,9 +70,22 @@ static bool resync(struct repair *r, struct chain_links *links, const struct tod
         return st != TS_EUNAVAIL;
     }
     ts_part_publish(p, version);
+    atomic_fetch_add(&r->sp->copies_sent, 1);
     ts_log(TS_INFO, "repair", "job %s tensor '%s' partition %u: shard %u has its copy at "
            "version %" PRIu64, td->sj->job.id, td->t->name, td->p, next, version);
     return true;
+}
+
+/* Jobs with a partition whose every copy is lost: the master hears of each, and rolls it back
+ * to its last snapshot (docs/replication.md, "Rollback"). */
+static void report_lost(struct repair *r)
+{
+    char ids[8][TS_JOB_ID_MAX + 1];
+    size_t n = shard_params_lost_jobs(r->sp, ids, 8);
+
+    for (size_t i = 0; i < n && atomic_load(&r->dp->cluster); i++)
+        (void)ts_cluster_report_lost(atomic_load(&r->dp->cluster), ids[i],
+                                     atomic_load(&r->dp->self));
 }
 
 static void *repair_main(void *arg)
@@ -86,6 +99,7 @@ static void *repair_main(void *arg)
         bool again = false;
 
         ts_sleep_ms(REPAIR_POLL_MS);
+        report_lost(r);
         pthread_rwlock_rdlock(&r->sp->life);   /* no job is released under the pass */
         todo = collect(r->sp, &n);
         for (size_t i = 0; i < n && !atomic_load(&r->stop); i++)

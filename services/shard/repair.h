@@ -1,5 +1,6 @@
 /* repair.h - a head brings a shard that joined its chain up to date at once
- * (docs/replication.md, "Failover").
+ * (docs/replication.md, "Failover"), and the master hears of partitions that lost every copy
+ * ("Rollback").
  *
  * When the map drops a shard, each chain it was in gains the next shard on the ring at its
  * tail (shard_params_rechain flags the head's partition). A running job would send that shard

@@ -35,6 +35,8 @@ static ts_status encode_jobs(struct ts_rpc_call *call, struct shard_params *sp,
         js->mode = (Tessera__V1__TrainMode)s->mode;
         js->staleness = s->staleness;
         js->steps_skipped = s->ranks.skipped;
+        js->follows = s->follows;
+        js->lag = s->lag;
         js->ranks = ts_rpc_alloc(call, (s->ranks.n + 1) * sizeof(*js->ranks));
         for (uint32_t k = 0; k < s->ranks.n; k++) {
             Tessera__V1__RankStatus *rs = ts_rpc_new(call, &tessera__v1__rank_status__descriptor);
@@ -84,7 +86,11 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     pthread_mutex_lock(&s->params.mu);
     resp->partitions = s->params.partitions;
     resp->bytes = s->params.bytes;
+    resp->promotions = s->params.promotions;
+    resp->partitions_lost = s->params.lost;
+    resp->copies_pending = s->params.resyncs;
     pthread_mutex_unlock(&s->params.mu);
+    resp->copies_sent = atomic_load(&s->params.copies_sent);
     if ((st = encode_jobs(call, &s->params, &resp->jobs, &resp->n_jobs, err)))
         return st;
     resp->store = (char *)(s->store_dir ? s->store_dir : "");
@@ -222,6 +228,39 @@ static ts_status partition_digests(struct ts_rpc_call *call, const ProtobufCMess
     return TS_OK;
 }
 
+static ts_status rollback_job(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                              ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__RollbackJobRequest *req = (const void *)rq;
+    Tessera__V1__RollbackJobResponse *resp = (void *)rs;
+    struct shard *s = ts_rpc_ctx(call);
+    ts_status st;
+
+    if ((st = ts_job_id_check("job", req->job, err)))
+        return st;
+    if (!s->membership || !s->cluster)
+        return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet; retry");
+    if (!req->generation)
+        return ts_err_set(err, TS_EINVAL, "generation: required (1 for the job's first "
+                          "rollback)");
+    if (req->open)
+        return shard_params_reopen(&s->params, req->job, req->generation, err);
+    if (!req->snapshot_id[0])
+        return ts_err_set(err, TS_EINVAL, "snapshot_id: required");
+    if (!req->map_epoch)
+        return ts_err_set(err, TS_EINVAL, "map_epoch: required (the chains to restore)");
+    if ((st = ts_cluster_check_epoch(s->cluster, req->map_epoch, err)))
+        return st;
+    s->dp.remap(s->dp.remap_ctx);   /* this shard's roles under that map */
+    if ((st = shard_params_fence(&s->params, req->job, req->step, err)))
+        return st;
+    if (s->dp.n)
+        dataplane_end_job(&s->dp, req->job);   /* its waiting pulls hear of the fence */
+    return shard_params_rollback(&s->params, s->cluster, ts_membership_id(s->membership),
+                                 req->job, req->snapshot_id, req->step, req->generation,
+                                 &resp->partitions, err);
+}
+
 static const struct ts_rpc_method shard_methods[] = {
     { "RegisterTensor", register_tensor, &tessera__v1__register_tensor_request__descriptor,
       &tessera__v1__register_tensor_response__descriptor, TS_RPC_OWN_THREAD },
@@ -231,6 +270,8 @@ static const struct ts_rpc_method shard_methods[] = {
       &tessera__v1__write_snapshot_response__descriptor, TS_RPC_OWN_THREAD },
     { "ReleaseJob", release_job, &tessera__v1__release_job_request__descriptor,
       &tessera__v1__release_job_response__descriptor, TS_RPC_OWN_THREAD },
+    { "RollbackJob", rollback_job, &tessera__v1__rollback_job_request__descriptor,
+      &tessera__v1__rollback_job_response__descriptor, TS_RPC_OWN_THREAD },
     { "ShardStatus", shard_status, &tessera__v1__shard_status_request__descriptor,
       &tessera__v1__shard_status_response__descriptor, 0 },
     { "PartitionDigests", partition_digests, &tessera__v1__partition_digests_request__descriptor,

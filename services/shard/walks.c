@@ -282,6 +282,18 @@ static ts_status job_ranks(struct shard_params *sp, struct shard_job *sj,
     return TS_OK;
 }
 
+static ts_status roles_one(void *ctx, struct shard_tensor *t, uint32_t index, struct ts_part *p,
+                          struct ts_err *err)
+{
+    struct shard_job_status *js = ctx;
+
+    if (t->follows[index])
+        js->follows++;
+    else
+        js->lag += ts_part_version(p) - ts_part_visible(p);
+    return TS_OK;
+}
+
 ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **out, size_t *n,
                             struct ts_err *err)
 {
@@ -304,6 +316,7 @@ ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **o
         struct ts_err e = { 0 };
 
         (void)each_part(sp, sj, versions_one, &v, &e);
+        (void)walk(sp, sj, true, roles_one, js, &e);
         js->armed_step = sj->armed ? sj->armed_step : 0;
         for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
             js->tensors += sj->tensors[i] != NULL;

@@ -30,6 +30,7 @@ struct run {
     uint32_t *perm, *first;
     int ids[TS_MLP_NTENSORS];
     uint64_t start;                    /* the step training starts at (restored: > 0) */
+    unsigned rollbacks;                /* times the cluster took the job back to a snapshot */
 };
 
 static int say(struct tessera_error *e, const char *what)
@@ -226,6 +227,7 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs, cha
     ts_json_str(&j, "params_sha256", hex);
     ts_json_uint(&j, "steps", steps);
     ts_json_uint(&j, "start_step", r->start);
+    ts_json_uint(&j, "rollbacks", r->rollbacks);
     ts_json_num(&j, "samples_per_s", sps);
     ts_json_num(&j, "seconds", secs);
     ts_json_uint(&j, "workers", r->o->workers);
@@ -251,6 +253,7 @@ int train_run(const struct train_opts *o)
     struct tessera_error e = { 0 };
     uint32_t spe;
     uint64_t total, s, since = 0;
+    bool fresh;
     int64_t t0, te;
     char hex[65] = "";
     int rc;
@@ -261,15 +264,26 @@ int train_run(const struct train_opts *o)
     spe = ts_schedule_steps_per_epoch(&r.sched);
     total = o->steps ? o->steps : (uint64_t)o->epochs * spe;
     t0 = te = ts_now_ms();
-    for (s = r.start; s < total; s++) {
+    for (s = r.start, fresh = true; s < total; s++) {
         uint32_t k = (uint32_t)(s % spe);
-        if (k == 0 || s == r.start)
+        if (k == 0 || fresh)
             ts_schedule_perm(&r.sched, (uint32_t)(s / spe), r.perm);
+        fresh = false;
         if ((rc = compute(&r, k * o->batch, &e)))
             goto out;
         if (o->slow_ms) /* testing: a slow worker */
             ts_sleep_ms(o->slow_ms);
-        if (tessera_step(r.t, s, (const void *const *)r.acc, r.params, &e)) {
+        rc = tessera_step(r.t, s, (const void *const *)r.acc, r.params, &e);
+        if (rc == TESSERA_EROLLBACK) {
+            /* The schedule is a function of the step: the same samples from there on. */
+            printf("rank %u: %s\n", o->rank, e.message);
+            fflush(stdout);
+            r.rollbacks++;
+            s = tessera_resume_step(r.t) - 1;   /* s++ makes it the resume step */
+            fresh = true;
+            continue;
+        }
+        if (rc) {
             rc = say(&e, "step");
             goto out;
         }

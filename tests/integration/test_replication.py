@@ -21,6 +21,11 @@ Real processes: a master with --replicas 2 and three shards. Checked:
 - after each kill, the jobs kept idle on the cluster get whole chains too, with no step to
   carry the images (the heads' repair thread);
 - then down to one shard: the chains shrink to it, and training still ends exact.
+- The lease of those kills is 10 s, longer than a failover may take: each dead shard must be
+  dropped from the map because a worker or a chain neighbour reported it (ReportUnreachable)
+  and the master found its port closed, which ClusterStatus says as the shard's death;
+- ReportUnreachable's refusals (shard_id missing or unknown, reporter too long), and a live
+  shard reported unreachable stays in the map.
 """
 import functools
 import json
@@ -180,12 +185,37 @@ class Replicated(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(p.wait(10), 2)
         self.assertIn("replicas", p.log_text())
 
+    def test_4_report_unreachable(self):
+        """A report is checked, never trusted: a live shard stays; bad fields are refused."""
+        m = tl.Stub(self.ch, master_pb2, "Master")
+        before = tl.cluster_status(self.ch)
+        sid = self.status[0].shard_id
+        r = m.ReportUnreachable(master_pb2.ReportUnreachableRequest(
+            shard_id=sid, reporter="test", detail="made up"), timeout=tl.RPC_TIMEOUT)
+        self.assertFalse(r.dead)
+        self.assertEqual(r.epoch, before.epoch)
+        self.assertIn("accepts connections", r.verdict)
+        after = tl.cluster_status(self.ch)
+        self.assertEqual(after.epoch, before.epoch)
+        self.assertEqual(after.shard_failures, 0)
+        for req, code, field in (
+                (master_pb2.ReportUnreachableRequest(), "INVALID_ARGUMENT", "shard_id"),
+                (master_pb2.ReportUnreachableRequest(shard_id=9999), "NOT_FOUND", "shard_id"),
+                (master_pb2.ReportUnreachableRequest(shard_id=sid, reporter="x" * 129),
+                 "INVALID_ARGUMENT", "reporter"),
+                (master_pb2.ReportUnreachableRequest(shard_id=sid, detail="x" * 257),
+                 "INVALID_ARGUMENT", "detail")):
+            e = tl.call_error(m.ReportUnreachable, req)
+            self.assertEqual(e.code().name, code)
+            self.assertIn(field, e.details())
+        self.assertEqual(tl.cluster_status(self.ch).epoch, before.epoch)
+
 
 @unittest.skipIf(os.environ.get("TESSERA_REPLICATION_KILLS") == "0",
                  "TESSERA_REPLICATION_KILLS=0: the sanitizer run of make test leaves the kills "
                  "to make test-fault, for time")
 class DeadFollower(tl.ClusterCase, unittest.TestCase):
-    LEASE_MS = 1000
+    LEASE_MS = 10000   # longer than a failover may take: reports must drop the dead
     LONG = 400 if tl.SANITIZED else 1500   # steps: long enough to be killed in the middle
 
     @classmethod
@@ -225,6 +255,11 @@ class DeadFollower(tl.ClusterCase, unittest.TestCase):
         took = time.monotonic() - t0
         out = p.p.stdout.read().decode()
         self.assertFalse(tl.pid_alive(self.status[victim].pid))
+        dead = [s for s in tl.cluster_status(self.ch).shards
+                if s.id == self.status[victim].shard_id][0]
+        self.assertEqual(dead.state, tl.DEAD)
+        self.assertIn("reported unreachable by", dead.death)
+        self.assertIn("refused", dead.death)
         return json.loads(out.strip().splitlines()[-1])["params_sha256"], took
 
     def replicas_whole(self, job, alive):

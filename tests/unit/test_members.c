@@ -121,6 +121,50 @@ static void lease_expiry_marks_dead_and_moves_epoch(void **state)
     ts_members_free(m);
 }
 
+/* A shard reported unreachable and checked: declared dead at once, for that process start
+ * only, with the reason kept for status; the same instance registering again is alive. */
+static void declared_dead_on_report(void **state)
+{
+    struct ts_members *m = mk(1000);
+    struct ts_member_grant g;
+    struct ts_err e = { 0 };
+    char addr[TS_MEMBERS_MAX_ADDR + 1], inst[TS_MEMBERS_MAX_INSTANCE + 1];
+    bool alive = false;
+    uint32_t a = add_shard(m, "h:1", "a", 0);
+    uint64_t epoch = ts_members_epoch(m);
+    struct ts_members_view v;
+
+    (void)state;
+    assert_int_equal(ts_members_shard_addr(m, 0, addr, inst, &alive, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "shard_id"));
+    assert_int_equal(ts_members_shard_addr(m, a + 7, addr, inst, &alive, &e), TS_ENOTFOUND);
+    assert_int_equal(ts_members_shard_addr(m, a, addr, inst, &alive, NULL), TS_OK);
+    assert_true(alive);
+    assert_string_equal(addr, "h:1");
+    assert_string_equal(inst, "a");
+    assert_false(ts_members_declare_dead(m, a, "another-start", "refused"));
+    assert_int_equal(ts_members_epoch(m), epoch);
+    assert_true(ts_members_declare_dead(m, a, "a", "reported unreachable, and refused"));
+    assert_false(ts_members_declare_dead(m, a, "a", "again"));   /* once */
+    assert_int_equal(ts_members_epoch(m), epoch + 1);
+    assert_int_equal(ts_members_shard_addr(m, a, addr, inst, &alive, NULL), TS_OK);
+    assert_false(alive);
+    assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+    assert_int_equal(v.shard_failures, 1);
+    assert_int_equal(v.shards[0].state, TS_MEMBER_DEAD);
+    assert_string_equal(v.shards[0].death, "reported unreachable, and refused");
+    ts_members_view_free(&v);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, a, 0, 0, 10, &g, &e), TS_ESTATE);
+    assert_non_null(strstr(e.msg, "reported unreachable"));
+    assert_int_equal(add_shard(m, "h:1", "a", 20), a);   /* back: alive, no death */
+    assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+    assert_int_equal(v.shards[0].state, TS_MEMBER_ALIVE);
+    assert_string_equal(v.shards[0].death, "");
+    ts_members_view_free(&v);
+    ts_members_free(m);
+}
+
 static void heartbeat_errors(void **state)
 {
     struct ts_members *m = mk(3000);
@@ -267,6 +311,7 @@ int main(void)
         cmocka_unit_test(register_validates_each_field),
         cmocka_unit_test(register_is_idempotent_per_instance),
         cmocka_unit_test(lease_expiry_marks_dead_and_moves_epoch),
+        cmocka_unit_test(declared_dead_on_report),
         cmocka_unit_test(heartbeat_errors),
         cmocka_unit_test(deregister_and_replacement),
         cmocka_unit_test(many_workers_keep_their_ids),

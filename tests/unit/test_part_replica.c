@@ -1,7 +1,9 @@
 /* test_part_replica.c - lib/ps's replication pieces (part.h, "Replication"): a follower
  * loaded with the head's image after each step holds the head's bits and, promoted, trains
  * on to the same bits; images that do not fit are refused with nothing changed; a held
- * update is not pulled until it is published. */
+ * update is not pulled until it is published; after a rollback to a snapshot, the partition
+ * holds the snapshot at its step, trains on to the bits of a run without the detour, and
+ * refuses pushes and images of before. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -219,12 +221,89 @@ static void held_updates_wait_for_publish(void **state)
     ts_part_free(p);
 }
 
+/* The snapshot a rollback loads: the values and state saved from another partition. */
+struct saved {
+    float *value, *state;
+    size_t nv, ns;
+};
+
+static ts_status load_saved(void *ctx, float *value, float *state, struct ts_err *err)
+{
+    struct saved *s = ctx;
+
+    (void)err;
+    memcpy(value, s->value, s->nv * sizeof(float));
+    memcpy(state, s->state, s->ns * sizeof(float));
+    return TS_OK;
+}
+
+static void rollback_goes_back_and_refuses_what_came_before(void **state)
+{
+    struct ts_job j = job(true, "adam:lr=0.01", TS_MODE_BSP);
+    struct ts_part *p = mk(&j, 0, N), *straight = mk(&j, 0, N), *follower = mk(&j, 0, N);
+    struct saved snap = { malloc(N * sizeof(float)), malloc(2 * N * sizeof(float)), N, 2 * N };
+    size_t n = ts_part_image_bytes(p);
+    void *old = malloc(n);
+    static int64_t g[N];
+    struct ts_err e = { 0 };
+    bool applied;
+    uint64_t v;
+
+    (void)state;
+    for (uint64_t s = 0; s < 3; s++) {
+        step(p, s);
+        step(straight, s);
+    }
+    memcpy(snap.value, ts_part_values(p), N * sizeof(float));
+    assert_int_equal(ts_part_image(p, old, n, &v, NULL), TS_OK);   /* at 3, of rollback 0 */
+    memcpy(snap.state, (const char *)old + TS_PART_IMAGE_HDR + N * sizeof(float),
+           2 * N * sizeof(float));
+    step(p, 3);
+    step(p, 4);
+    grad(0, 5, g);   /* rank 0 pushed step 5, then the job went back to step 3 */
+    assert_int_equal(push(p, 0, 5, TS_ENC_FIXED, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_int_equal(ts_part_rollback(p, 3, 1, load_saved, &snap, NULL), TS_OK);
+    assert_int_equal(ts_part_version(p), 3);
+    assert_int_equal(ts_part_visible(p), 3);
+    ts_part_set_generation(straight, 1);   /* the images differ only there */
+    same_bits(p, straight);
+    ts_part_set_generation(straight, 0);
+    /* A push made before the rollback (generation 0) is refused, nothing changed. */
+    grad(0, 3, g);
+    assert_int_equal(push(p, 0, 3, TS_ENC_FIXED, g, sizeof(g), &applied, &e), TS_EROLLBACK);
+    assert_non_null(strstr(e.msg, "before its job went back"));
+    assert_int_equal(ts_part_version(p), 3);
+    /* An image of before is refused by a copy that went back (it is of generation 0). */
+    ts_part_set_generation(follower, 1);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_part_load_image(follower, old, n, &e), TS_EROLLBACK);
+    assert_non_null(strstr(e.msg, "at rollback 0"));
+    /* Training on from step 3 with the new generation reaches the straight run's bits. */
+    for (uint64_t s = 3; s < 6; s++) {
+        for (uint32_t r = 0; r < W; r++) {
+            struct ts_push in = { .rank = r, .step = s, .encoding = TS_ENC_FIXED, .payload = g,
+                                  .bytes = sizeof(g), .gen = 1 };
+            grad(r, s, g);
+            assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
+        }
+        step(straight, s);
+    }
+    assert_memory_equal(ts_part_values(p), ts_part_values(straight), N * sizeof(float));
+    free(old);
+    free(snap.value);
+    free(snap.state);
+    ts_part_free(p);
+    ts_part_free(straight);
+    ts_part_free(follower);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(follower_takes_over_bit_exact),
         cmocka_unit_test(bad_images_change_nothing),
         cmocka_unit_test(held_updates_wait_for_publish),
+        cmocka_unit_test(rollback_goes_back_and_refuses_what_came_before),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,169 @@
+/* rollback.c - a job back to a snapshot on this shard, when a partition of it lost every copy
+ * (docs/replication.md, "Rollback"). See params.h for the contract; the master drives it
+ * (services/master/rollback.c): fence and restore on every shard, then reopen on every shard. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "params.h"
+#include "params_internal.h"
+#include "util/log.h"
+
+/* Partition p of t back to the snapshot: its place in the chain under cl's map, created if
+ * this shard lacks it, loaded at step. Called with life held for reading. */
+static ts_status rollback_part(struct shard_params *sp, struct shard_job *sj,
+                               struct ts_cluster *cl, uint32_t my_id, struct shard_tensor *t,
+                               uint32_t p, struct params_restore *rc, uint64_t step,
+                               uint32_t generation, bool *done, struct ts_err *err)
+{
+    struct params_place at;
+    struct ts_part *part;
+    ts_status st;
+
+    *done = false;
+    if ((st = params_place_of(cl, my_id, t->name, p, &at, err)) || !at.held)
+        return st;
+    pthread_mutex_lock(&sp->mu);
+    t->follows[p] = !at.head;
+    t->next[p] = at.next;
+    t->resync[p] = false;   /* every member of the chain loads the same snapshot */
+    st = t->parts[p] ? TS_OK : params_add_copy(sp, sj, t, p, &at, err);
+    part = t->parts[p];
+    pthread_mutex_unlock(&sp->mu);
+    if (st)
+        return st;
+    rc->pm = rc->tm->partitions[p];
+    if ((st = ts_part_rollback(part, step, generation, params_restore_load, rc, err)) ||
+        (st = ts_part_hold(part, at.head && at.len > 1, err)))
+        return st;
+    pthread_mutex_lock(&sp->mu);
+    t->lost[p] = false;
+    pthread_mutex_unlock(&sp->mu);
+    *done = true;
+    return TS_OK;
+}
+
+/* The snapshot of job named hex, which must be of that job at that step. */
+static ts_status load_manifest(struct shard_params *sp, const char *job, const char *hex,
+                               uint64_t step, ts_manifest **out, struct ts_err *err)
+{
+    uint8_t id[TS_STORE_ID_LEN];
+    ts_status st;
+
+    if (!sp->store)
+        return ts_err_set(err, TS_ESTATE, "this shard runs without --store: it cannot read "
+                          "snapshots");
+    if ((st = ts_snap_resolve(sp->store, hex, id, NULL, err)) ||
+        (st = ts_manifest_load(sp->store, id, out, err)))
+        return st;
+    if (!(*out)->job || strcmp((*out)->job->id, job) || (*out)->step != step) {
+        st = ts_err_set(err, TS_EINVAL, "snapshot_id: %.12s is job '%s' at step %" PRIu64
+                        ", not '%s' at %" PRIu64, hex, (*out)->job ? (*out)->job->id : "?",
+                        (*out)->step, job, step);
+        ts_manifest_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+ts_status shard_params_fence(struct shard_params *sp, const char *job, uint64_t step,
+                             struct ts_err *err)
+{
+    struct shard_job *sj;
+    ts_status st = TS_OK;
+
+    pthread_rwlock_rdlock(&sp->life);
+    if (!(sj = params_find_job(sp, job)))
+        st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not on this shard", job);
+    else if (sj->job.mode != TS_MODE_BSP && sj->job.mode != TS_MODE_REDUCE)
+        st = ts_err_set(err, TS_ENOTSUP, "job '%s' is %s: only bsp and reduce jobs are "
+                        "snapshotted and rolled back", job, ts_mode_name(sj->job.mode));
+    else
+        atomic_store(&sj->fence, step + 1);
+    pthread_rwlock_unlock(&sp->life);
+    return st;
+}
+
+ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                                const char *job, const char *hex, uint64_t step,
+                                uint32_t generation, uint64_t *restored, struct ts_err *err)
+{
+    struct params_restore rc = { .sp = sp };
+    ts_manifest *m = NULL;
+    struct shard_job *sj;
+    ts_status st = TS_OK;
+
+    *restored = 0;
+    pthread_rwlock_rdlock(&sp->life);   /* no job is released under the rollback */
+    if (!(sj = params_find_job(sp, job))) {
+        pthread_rwlock_unlock(&sp->life);
+        return ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not on this shard", job);
+    }
+    if (atomic_load(&sj->fence) != step + 1)
+        st = ts_err_set(err, TS_ESTATE, "job '%s' is not fenced for step %" PRIu64
+                        " (shard_params_fence first)", job, step);
+    if (!st && !(st = load_manifest(sp, job, hex, step, &m, err)))
+        rc.m = m;
+    for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++) {
+        struct shard_tensor *t;
+
+        pthread_mutex_lock(&sp->mu);
+        t = sj->tensors[i];
+        pthread_mutex_unlock(&sp->mu);
+        if (!t || !(rc.tm = params_manifest_tensor(m, t, &st, err)))
+            continue;
+        for (uint32_t p = 0; !st && p < t->nparts; p++) {
+            bool done;
+            st = rollback_part(sp, sj, cl, my_id, t, p, &rc, step, generation, &done, err);
+            *restored += done;
+        }
+        if (st)
+            ts_err_prefix(err, "tensor '%s'", t->name);
+    }
+    pthread_rwlock_unlock(&sp->life);
+    ts_manifest_free(m);
+    if (!st)
+        ts_log(TS_WARN, "shard", "job %s: back to step %" PRIu64 " of snapshot %.12s (%" PRIu64
+               " partitions loaded); waiting for the master to reopen it", job, step, hex,
+               *restored);
+    return st;
+}
+
+ts_status shard_params_reopen(struct shard_params *sp, const char *job, uint32_t generation,
+                              struct ts_err *err)
+{
+    struct shard_job *sj;
+    uint64_t fence;
+
+    pthread_rwlock_rdlock(&sp->life);
+    if (!(sj = params_find_job(sp, job))) {
+        pthread_rwlock_unlock(&sp->life);
+        return ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not on this shard", job);
+    }
+    if (!(fence = atomic_load(&sj->fence))) {
+        pthread_rwlock_unlock(&sp->life);
+        return ts_err_set(err, TS_ESTATE, "job '%s' is not rolling back on this shard "
+                          "(open it after the restore)", job);
+    }
+    atomic_store(&sj->rollback_step, fence - 1);
+    atomic_store(&sj->rollbacks, generation);
+    atomic_store(&sj->fence, 0);
+    pthread_rwlock_unlock(&sp->life);
+    ts_log(TS_INFO, "shard", "job %s: open again at step %" PRIu64 " (rollback %u)", job,
+           fence - 1, generation);
+    return TS_OK;
+}
+
+size_t shard_params_lost_jobs(struct shard_params *sp, char (*ids)[TS_JOB_ID_MAX + 1],
+                              size_t max)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&sp->mu);
+    for (size_t j = 0; j < sp->njobs && n < max; j++)
+        if (atomic_exchange(&sp->jobs[j]->lost_report, false))
+            snprintf(ids[n++], TS_JOB_ID_MAX + 1, "%s", sp->jobs[j]->job.id);
+    pthread_mutex_unlock(&sp->mu);
+    return n;
+}

@@ -1,0 +1,169 @@
+"""clusterlib.py - a `tessera up` cluster driven from Python, for the kill trials of
+tests/fault/ and bench/recovery.py.
+
+A Cluster is `tessera up` started as a child in its own process group, with the master's
+address read from its output and each shard's ShardStatus stub and PID. stop() ends it the
+way an operator would (SIGTERM to `tessera up`), says how many processes of its group were
+still there afterwards (0 is the only right answer), then SIGKILLs whatever is left so that a
+failed run leaves nothing behind. Trainings run as `tessera train` in their own groups too.
+
+Protos come from the build: load_protos(bin_dir) before anything else.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+grpc = master_pb2 = shard_pb2 = None
+
+
+def load_protos(bin_dir):
+    """Imports grpc and the generated modules of the build whose binaries are in bin_dir."""
+    global grpc, master_pb2, shard_pb2
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(bin_dir)), "gen", "python"))
+    import grpc as g  # noqa: E402
+    from tessera.v1 import master_pb2 as m, shard_pb2 as s  # noqa: E402
+    grpc, master_pb2, shard_pb2 = g, m, s
+
+
+def exit_on_sigterm():
+    """SIGTERM ends the script through SystemExit, so that each `finally` stops its cluster
+    and nothing of it is left behind."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def stub(channel, svc, method, req_cls, resp_cls):
+    return channel.unary_unary("/tessera.v1.%s/%s" % (svc, method),
+                               request_serializer=req_cls.SerializeToString,
+                               response_deserializer=resp_cls.FromString)
+
+
+def group_members(pgid):
+    """PIDs of the live (not zombie) processes in process group pgid."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(d))
+    return out
+
+
+def stop_group(proc, grace_s=45):
+    """SIGTERM to proc (the leader of its own group), a wait, then returns the PIDs of its
+    group still alive, and SIGKILLs them."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    left = group_members(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    return left
+
+
+class Cluster:
+    """`tessera up --shards N --replicas R --lease-ms L` in workdir."""
+
+    def __init__(self, binary, workdir, shards=3, replicas=2, lease_ms=3000, extra=()):
+        self.proc = subprocess.Popen(
+            [binary, "up", "--shards", str(shards), "--replicas", str(replicas), "--lease-ms",
+             str(lease_ms), "--master-port", "0", "--dir", workdir] + list(extra),
+            stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.workdir = workdir
+        self.master = None
+        for line in self.proc.stdout:
+            if line.startswith("master "):
+                self.master = line.split()[1]
+            if "shards alive" in line:
+                break
+        if not self.master or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError("tessera up did not start (logs in %s)" % workdir)
+        ch = grpc.insecure_channel(self.master)
+        self.cluster_status = stub(ch, "Master", "ClusterStatus",
+                                   master_pb2.ClusterStatusRequest,
+                                   master_pb2.ClusterStatusResponse)
+        self.shards = {}
+        for s in self.status().shards:
+            call = stub(grpc.insecure_channel(s.addr), "Shard", "ShardStatus",
+                        shard_pb2.ShardStatusRequest, shard_pb2.ShardStatusResponse)
+            self.shards[s.id] = (call, call(shard_pb2.ShardStatusRequest(), timeout=5).pid)
+
+    def status(self):
+        return self.cluster_status(master_pb2.ClusterStatusRequest(), timeout=5)
+
+    def pid(self, shard_id):
+        return self.shards[shard_id][1]
+
+    def version(self, job, ids):
+        """The newest version of job over the shards ids (those that answer), and the ids
+        heading some of its partitions."""
+        best, heads = -1, []
+        for sid in ids:
+            try:
+                st = self.shards[sid][0](shard_pb2.ShardStatusRequest(), timeout=1)
+            except grpc.RpcError:
+                continue
+            for j in st.jobs:
+                if j.id == job:
+                    best = max(best, j.max_version)
+                    if j.partitions:
+                        heads.append(sid)
+        return best, heads
+
+    def stop(self):
+        """Stops the cluster; returns the PIDs of its processes that outlived the stop."""
+        left = stop_group(self.proc)
+        self.proc.stdout.close()
+        return left
+
+
+def train(binary, master, steps, job=None, workers=2, extra=()):
+    """`tessera train --exact --json`: --local when master is None."""
+    argv = [binary, "train", "--steps", str(steps), "--exact", "--json"]
+    argv += ["--local"] if master is None else ["--master", master, "--workers", str(workers)]
+    if job:
+        argv += ["--job", job]
+    return subprocess.Popen(argv + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def result(p, what, timeout=600):
+    """The last JSON line of a finished training; RuntimeError with its stderr if it failed."""
+    out, err = p.communicate(timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError("%s exited %d:\n%s" % (what, p.returncode, err[-2000:]))
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def wait_version(c, job, ids, at_least, proc, limit_s, poll_s=0.005):
+    """Polls until job's newest version over ids is at least at_least; returns (version,
+    heads, seconds waited). RuntimeError if proc ended first or limit_s passed."""
+    t0 = time.monotonic()
+    while True:
+        v, heads = c.version(job, ids)
+        if v >= at_least and heads:
+            return v, heads, time.monotonic() - t0
+        if time.monotonic() - t0 > limit_s:
+            raise RuntimeError("job %s did not reach version %d within %d s" %
+                               (job, at_least, limit_s))
+        if proc.poll() is not None:
+            raise RuntimeError("the training of job %s ended before version %d" %
+                               (job, at_least))
+        time.sleep(poll_s)

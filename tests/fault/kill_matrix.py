@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""kill_matrix.py - shards killed at random moments of exact training; nothing may be lost.
+
+Each trial starts `tessera up --shards 3 --replicas 2` (default lease), runs `tessera train
+--workers 2 --exact`, and at a random step (and a random few milliseconds after it, so that
+the kill lands in a push, between head and tail, in a pull or in a re-replication) kills -9 a
+random shard. Then, for the trial to pass:
+- the training ends by itself with exit 0, and its params_sha256 equals `tessera train
+  --local` with the same steps (computed once);
+- acknowledged steps lost is 0: every partition's version on the survivors equals the steps
+  run (a step acknowledged and then lost would leave a partition behind, and a worker that
+  pushed past it would have been refused);
+- `tessera verify replicas` passes: every partition has 2 equal copies again, on survivors;
+- the master declared the shard dead and the cluster stops cleanly: no process of it or of
+  the training outlives `tessera up`'s SIGTERM.
+The recovery time is from the kill to the second step past the newest version the survivors
+hold just after it (that one step may complete without the dead shard, not two), polled on
+the survivors' ShardStatus.
+
+Prints a line per trial and a table; exits 1 if any trial failed. `make test-fault` runs 30
+trials (KILL_TRIALS=N to change). Usage: kill_matrix.py --help.
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import clusterlib as cl  # noqa: E402
+
+JOB = "km"
+
+
+def verify_replicas(binary, master, wait_s=10):
+    """`tessera verify replicas --json` until it passes or wait_s passed (a chain that gained
+    a member gets its copy from the head's repair thread): (exit code, JSON or None, text)."""
+    until = time.monotonic() + wait_s
+    while True:
+        r = subprocess.run([binary, "verify", "replicas", "--master", master, "--job", JOB,
+                            "--json"], capture_output=True, text=True, timeout=60)
+        try:
+            doc = json.loads(r.stdout)
+        except ValueError:
+            doc = None
+        if r.returncode == 0 or time.monotonic() > until:
+            return r.returncode, doc, r.stdout + r.stderr
+        time.sleep(0.5)
+
+
+def trial(a, binary, rng, want):
+    """One kill; returns a dict of what was seen (its "errors" empty when it passed)."""
+    errors = []
+    out = {"errors": errors}
+    d = tempfile.mkdtemp(prefix="tessera-killmatrix.")
+    c = cl.Cluster(binary, d, shards=a.shards, replicas=2, lease_ms=a.lease_ms)
+    p = None
+    try:
+        p = cl.train(binary, c.master, a.steps, JOB, extra=("--keep",))
+        ids = sorted(c.shards)
+        at = rng.randrange(a.steps // 10, a.steps * 6 // 10)
+        victim = rng.choice(ids)
+        delay_ms = rng.randrange(0, 30)
+        v, heads, _ = cl.wait_version(c, JOB, ids, at, p, 120, poll_s=0.002)
+        time.sleep(delay_ms / 1000.0)
+        out.update(victim=victim, at=v, delay_ms=delay_ms,
+                   role="head" if victim in heads else "follower")
+        os.kill(c.pid(victim), signal.SIGKILL)
+        t0 = time.monotonic()
+        survivors = [i for i in ids if i != victim]
+        # Read after the kill: a step past the next one needs the failover.
+        v, _ = c.version(JOB, survivors)
+        try:
+            cl.wait_version(c, JOB, survivors, v + 2, p, 120, poll_s=0.002)
+            out["recovery_s"] = time.monotonic() - t0
+        except RuntimeError:
+            pass   # the training ended first (killed near its end): no recovery figure
+        got = cl.result(p, "tessera train", timeout=300)
+        out["seconds"] = time.monotonic() - t0
+        out["equal"] = got["params_sha256"] == want
+        if not out["equal"]:
+            errors.append("params_sha256 %s, --local %s" % (got["params_sha256"], want))
+        rc, doc, text = verify_replicas(binary, c.master)
+        if rc != 0 or not doc:
+            errors.append("tessera verify replicas exited %d: %s" % (rc, text[-600:]))
+            out["lost"] = None
+        else:
+            out["lost"] = sum(max(0, a.steps - x["version"]) for x in doc["details"])
+            if out["lost"]:
+                errors.append("%d acknowledged steps missing from partitions" % out["lost"])
+        dead = [s for s in c.status().shards if s.id == victim][0]
+        out["death"] = dead.death
+        if not dead.death:
+            errors.append("the master did not declare shard %d dead" % victim)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        errors.append(str(e))
+    finally:
+        if p is not None:
+            left = cl.stop_group(p, grace_s=5)
+            if left:
+                errors.append("training processes left: %s" % left)
+        left = c.stop()
+        out["left"] = len(left)
+        if left:
+            errors.append("cluster processes left after SIGTERM: %s" % left)
+    if errors:
+        out["logs"] = d      # kept for the reader
+    else:
+        shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+def table(trials, steps):
+    ok = [t for t in trials if not t["errors"]]
+    rec = [t["recovery_s"] for t in trials if "recovery_s" in t]
+    print("\nkill_matrix: 3 shards, --replicas 2, 2 exact workers, %d steps, kill -9 of a "
+          "random shard at a random step" % steps)
+    print("%-40s %s" % ("trials", len(trials)))
+    for role in ("head", "follower"):
+        print("%-40s %d" % ("  victim heading partitions" if role == "head"
+                            else "  victim heading none", sum(1 for t in trials
+                                                              if t.get("role") == role)))
+    print("%-40s %d of %d" % ("params_sha256 equal to --local",
+                              sum(1 for t in trials if t.get("equal")), len(trials)))
+    print("%-40s %s" % ("acknowledged steps lost",
+                        sum(t["lost"] or 0 for t in trials if "lost" in t)))
+    print("%-40s %d" % ("processes left after the stop", sum(t.get("left", 0) for t in trials)))
+    if rec:
+        print("%-40s median %.2f s, max %.2f s (%d trials)" % (
+            "recovery: kill -> 2nd step after it", statistics.median(rec), max(rec), len(rec)))
+    print("%-40s %d of %d" % ("trials passed", len(ok), len(trials)))
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        prog="kill_matrix.py", description="Random kill -9 of shards during exact training "
+        "with --replicas 2: each run must end with the --local fingerprint, lose no "
+        "acknowledged step, have whole chains again and leave no process behind.")
+    ap.add_argument("--bin", default=os.environ.get("TESSERA_BIN",
+                                                    os.path.join(HERE, "..", "..", "build",
+                                                                 "bin")),
+                    help="directory of tessera and its services (default $TESSERA_BIN, then "
+                    "build/bin)")
+    ap.add_argument("--trials", type=int, default=30, help="kills (default 30)")
+    ap.add_argument("--steps", type=int, default=800, help="steps of each training "
+                    "(default 800)")
+    ap.add_argument("--shards", type=int, default=3, help="shards (default 3)")
+    ap.add_argument("--lease-ms", type=int, default=3000, help="member lease (default 3000)")
+    ap.add_argument("--seed", type=int, default=None, help="victims, steps and delays "
+                    "(default: random, printed)")
+    ap.add_argument("--json-out", help="write every trial's record here")
+    a = ap.parse_args()
+    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+    print("kill_matrix: seed %d (rerun with --seed %d)" % (seed, seed), flush=True)
+    rng = random.Random(seed)
+    binary = os.path.join(a.bin, "tessera")
+    cl.load_protos(a.bin)
+    cl.exit_on_sigterm()
+    want = cl.result(cl.train(binary, None, a.steps), "tessera train --local")["params_sha256"]
+    trials = []
+    for i in range(a.trials):
+        t = trial(a, binary, rng, want)
+        trials.append(t)
+        print("trial %2d: shard %s (%s) killed %d ms after step %s: %s%s" % (
+            i + 1, t.get("victim"), t.get("role"), t.get("delay_ms", 0), t.get("at"),
+            "FAILED: " + "; ".join(t["errors"]) if t["errors"] else "ok",
+            ", recovery %.2f s" % t["recovery_s"] if "recovery_s" in t else ""), flush=True)
+        if t["errors"]:
+            print("  (logs were in %s)" % t["logs"], flush=True)
+    table(trials, a.steps)
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump({"seed": seed, "steps": a.steps, "trials": trials}, f, indent=1)
+    return 0 if all(not t["errors"] for t in trials) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""test_rollback.py - a job whose partition lost every copy goes back to its last snapshot by
+itself (docs/replication.md, "Rollback").
+
+Real processes: a master and shards sharing a snapshot store, `tessera train` with 2 exact
+workers. Checked:
+- R = 1, --snapshot-every 50: a shard heading partitions is killed with SIGKILL mid-run. Its
+  partitions have no other copy; the shard that heads them now reports the loss, the master
+  fences the job on every shard, loads its last snapshot everywhere and reopens it; the
+  workers reconnect, pull the snapshot's values and train on from its step. The training ends
+  by itself (exit 0) with the params_sha256 of `tessera train --local` and "rollbacks": 1;
+  ClusterStatus and `tessera status` show the rollback, its step (a multiple of 50, not past
+  the kill), and `tessera status --json` the same;
+- without a snapshot store: the same kill ends the training (exit 1) with a message naming
+  what was lost and both ways to survive it (--replicas, --store with --snapshot-every), and
+  the job is marked lost;
+- R = 2 on 4 shards (with TESSERA_ROLLBACK_LONG=1, `make test-fault`): two shards killed at
+  once, so some chain loses both members: the same rollback, the same fingerprint.
+The lease is 10 s, longer than any of this may take: every dead shard is found by a report.
+"""
+import json
+import os
+import signal
+import sys
+import unittest
+
+sys.dont_write_bytecode = True
+import tessera_testlib as tl  # noqa: E402
+from tessera_testlib import shard_pb2  # noqa: E402
+
+STEPS = 400 if tl.SANITIZED else 900
+EVERY = 50
+LEASE_MS = 10000
+
+
+def local_sha(steps):
+    r = tl.run_cli(["train", "--local", "--steps", str(steps), "--exact", "--json"],
+                   timeout=300)
+    if r.returncode != 0:
+        raise AssertionError("tessera train --local exited %d:\n%s" % (r.returncode, r.stderr))
+    return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
+
+
+class Base(tl.ClusterCase):
+    SHARDS = 3
+    REPLICAS = 1
+    STORE = True
+
+    @classmethod
+    def setUpClass(cls):
+        os.environ.setdefault("TESSERA_LOG", "warn")
+        cls.c = tl.Cluster()
+        store = ["--store", os.path.join(cls.c.dir, "store")] if cls.STORE else []
+        snap = ["--snapshot-every", str(EVERY)] if cls.STORE else []
+        cls.master = cls.c.start_master(lease_ms=LEASE_MS, extra=[
+            "--replicas", str(cls.REPLICAS)] + store + snap)
+        cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i, lease_ms=LEASE_MS,
+                                        extra=store)
+                      for i in range(cls.SHARDS)]
+        cls.ch = cls.c.channel(cls.master.addr)
+        tl.wait_until(lambda: sum(1 for s in tl.cluster_status(cls.ch).shards
+                                  if s.state == tl.ALIVE) == cls.SHARDS, 15, "shards alive")
+        cls.stubs = [tl.Stub(cls.c.channel(s.addr), shard_pb2, "Shard") for s in cls.shards]
+        cls.status = [tl.wait_until(lambda st=st: (lambda r: r if r.shard_id else None)(
+            st.ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)), 15,
+            "the shard to know its id") for st in cls.stubs]
+
+    def version(self, i, job):
+        r = self.stubs[i].ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+        return max([j.max_version for j in r.jobs if j.id == job and j.partitions] or [-1])
+
+    def train_and_kill(self, job, nvictims, at):
+        """Starts exact training of job; once it passed step `at` (and a snapshot), kills -9
+        nvictims shards that head its partitions, at once; returns (exit code, last JSON line
+        or None, the training's log)."""
+        p = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
+                          self.master.addr, "--workers", "2", "--steps", str(STEPS), "--exact",
+                          "--keep", "--job", job, "--json"], "train-" + job, stdout_pipe=True)
+        tl.wait_until(lambda: max(self.version(i, job) for i in range(self.SHARDS)) >= at, 120,
+                      "job %s to pass step %d" % (job, at))
+        if self.STORE:
+            tl.wait_until(lambda: tl.cluster_status(self.ch).last_snapshot.step >= EVERY, 60,
+                          "a snapshot")
+        self.killed_at = max(self.version(i, job) for i in range(self.SHARDS))
+        for v in self.heads(job)[:nvictims]:
+            os.kill(self.status[v].pid, signal.SIGKILL)
+        rc = p.wait(300)
+        out = p.p.stdout.read().decode().strip().splitlines()
+        return rc, json.loads(out[-1]) if out and out[-1].startswith("{") else None, p.log_text()
+
+    def heads(self, job):
+        """Shard indexes heading some partition of job."""
+        out = []
+        for i, st in enumerate(self.stubs):
+            r = st.ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+            if any(j.id == job and j.partitions for j in r.jobs):
+                out.append(i)
+        return out
+
+    def job_info(self, job):
+        return [j for j in tl.cluster_status(self.ch).jobs if j.id == job][0]
+
+    def check_rolled_back(self, job, rc, doc, log):
+        self.assertEqual(rc, 0, log)
+        self.assertEqual(doc["params_sha256"], local_sha(STEPS))
+        self.assertEqual(doc["rollbacks"], 1)
+        j = self.job_info(job)
+        self.assertEqual(j.rollbacks, 1)
+        self.assertFalse(j.lost)
+        self.assertFalse(j.rolling_back)
+        self.assertEqual(j.rollback_step % EVERY, 0)
+        self.assertLessEqual(j.rollback_step, self.killed_at)
+        self.assertIn("back to step %d of snapshot" % j.rollback_step, j.rollback_note)
+        tl.log("rolled back to step %d after a kill at step %d; %s" %
+               (j.rollback_step, self.killed_at, j.rollback_note))
+        r = tl.run_cli(["status", "--master", self.master.addr])
+        self.assertIn("1 rollback, the last to step %d" % j.rollback_step, r.stdout)
+        r = tl.run_cli(["status", "--master", self.master.addr, "--json"])
+        js = [x for x in json.loads(r.stdout)["jobs"] if x["id"] == job][0]
+        self.assertEqual((js["rollbacks"], js["rollback_step"], js["lost"]),
+                         (1, j.rollback_step, False))
+        for s in tl.cluster_status(self.ch).shards:
+            if s.state == tl.DEAD:
+                self.assertIn("reported unreachable", s.death)
+
+
+class RollbackOneCopy(Base, unittest.TestCase):
+    def test_a_shard_killed_without_replicas_rolls_back_and_ends_exact(self):
+        rc, doc, log = self.train_and_kill("rb", 1, 3 * EVERY)
+        self.check_rolled_back("rb", rc, doc, log)
+
+
+class LostWithoutSnapshot(Base, unittest.TestCase):
+    SHARDS = 2
+    STORE = False
+
+    def test_lost_state_fails_saying_what_and_how_to_avoid_it(self):
+        rc, doc, log = self.train_and_kill("nostore", 1, 100)
+        self.assertNotEqual(rc, 0)
+        for want in ("every copy of a partition of job 'nostore' is lost",
+                     "no snapshot of the job", "--replicas 2", "--snapshot-every"):
+            self.assertIn(want, log)
+        j = self.job_info("nostore")
+        self.assertTrue(j.lost)
+        self.assertIn("no snapshot", j.rollback_note)
+
+
+@unittest.skipUnless(os.environ.get("TESSERA_ROLLBACK_LONG") == "1",
+                     "TESSERA_ROLLBACK_LONG=1 (make test-fault): two of four shards killed")
+class TwoOfFour(Base, unittest.TestCase):
+    SHARDS = 4
+    REPLICAS = 2
+
+    def test_two_shards_killed_at_once_roll_back_and_end_exact(self):
+        rc, doc, log = self.train_and_kill("rb4", 2, 3 * EVERY)
+        if rc == 0 and doc and doc["rollbacks"] == 0:
+            self.skipTest("no chain had both members among the two killed")
+        self.check_rolled_back("rb4", rc, doc, log)
+
+
+if __name__ == "__main__":
+    tl.main()

@@ -364,6 +364,17 @@ void jobs_released(struct jobs *j, const char *id, int64_t now_ms)
     pthread_mutex_unlock(&j->mu);
 }
 
+bool jobs_running(struct jobs *j, const char *id)
+{
+    struct job *jb;
+    bool r;
+
+    pthread_mutex_lock(&j->mu);
+    r = (jb = find(j, id)) && jb->info.state == JOB_RUNNING;
+    pthread_mutex_unlock(&j->mu);
+    return r;
+}
+
 bool jobs_holds(struct jobs *j, const char *id)
 {
     struct job *jb;

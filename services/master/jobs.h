@@ -87,6 +87,8 @@ void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms);
 size_t jobs_due(struct jobs *j, int64_t now_ms, char (*ids)[TS_JOB_ID_MAX + 1], size_t max);
 /* Every alive shard released job id (and its data map is dropped): it is a summary now. */
 void jobs_released(struct jobs *j, const char *id, int64_t now_ms);
+/* True if job id is running (not idle, not ended). */
+bool jobs_running(struct jobs *j, const char *id);
 /* True if job id holds resources now (running, idle, or ended and not released). */
 bool jobs_holds(struct jobs *j, const char *id);
 

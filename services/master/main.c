@@ -94,7 +94,7 @@ int main(int argc, char **argv)
     datamap_init(&m.data);
     rollbacks_init(&m.rb);
     if (ts_members_create(&cfg, &m.members, &err) || jobs_create(&jcfg, &m.jobs, &err) ||
-        snapper_open(&m.snap, m.members, &m.data, store, restore, branch, (uint32_t)every,
+        snapper_open(&m.snap, m.members, &m.data, m.jobs, store, restore, branch, (uint32_t)every,
                      &err))
         goto out;
     ts_master_service.ctx = &m;

@@ -240,6 +240,34 @@ static ts_status arm(struct shards *s, const char *job, const struct take_req *r
     return st;
 }
 
+/* job's record (added, in place of the oldest when full, if add); stat_mu held. */
+static struct snap_job *job_rec(struct snapper *sn, const char *job, bool add)
+{
+    struct snap_job *r;
+
+    for (size_t i = 0; i < sn->njobs; i++)
+        if (!strcmp(sn->jobs[i].id, job))
+            return &sn->jobs[i];
+    if (!add)
+        return NULL;
+    if (sn->njobs < SNAP_MAX_JOBS)
+        r = &sn->jobs[sn->njobs++];
+    else
+        r = &sn->jobs[sn->next_slot++ % SNAP_MAX_JOBS];
+    memset(r, 0, sizeof(*r));
+    snprintf(r->id, sizeof(r->id), "%s", job);
+    return r;
+}
+
+/* job's newest snapshot is hex at step; stat_mu held. */
+static void note_job(struct snapper *sn, const char *job, const char *hex, uint64_t step)
+{
+    struct snap_job *r = job_rec(sn, job, true);
+
+    snprintf(r->hex, sizeof(r->hex), "%s", hex);
+    r->step = step;
+}
+
 /* Merges the shards' pieces, adds what the master knows (message, parent, cluster, schedule,
  * data checksums) and commits the manifest on the branch, then the tag; sn->mu held. */
 static ts_status commit(struct snapper *sn, struct shards *s, const char *job, uint64_t step,
@@ -285,15 +313,13 @@ static ts_status commit(struct snapper *sn, struct shards *s, const char *job, u
         goto out;
     memcpy(sn->tip, id, sizeof(id));
     sn->has_tip = true;
-    if (step > sn->done_step)
-        sn->done_step = step;
     ts_store_hex(id, out->hex);
     out->step = step;
     if (req->tag[0])
         st = ts_snap_tag(sn->store, req->tag, id, err);
     pthread_mutex_lock(&sn->stat_mu);
+    note_job(sn, m.job->id, out->hex, step);
     snprintf(sn->last_hex, sizeof(sn->last_hex), "%s", out->hex);
-    snprintf(sn->last_job, sizeof(sn->last_job), "%s", m.job->id);
     sn->last_step = step;
     sn->last_unix_ms = m.created_unix_ms;
     pthread_mutex_unlock(&sn->stat_mu);
@@ -353,32 +379,82 @@ ts_status snapper_create(struct snapper *sn, const char *job, const char *messag
     return st;
 }
 
-/* The automatic loop: the next multiple of `every` that the job has not passed. */
+/* The running bsp jobs on the alive shards (at most max) and the newest version of each;
+ * returns how many. sn->mu held (its channels). */
+static size_t running_jobs(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1], uint64_t *maxv,
+                           size_t max)
+{
+    struct ts_members_view v;
+    struct ts_err err = { 0 };
+    size_t n = 0;
+
+    if (ts_members_view(sn->members, true, &v, &err))
+        return 0;
+    shard_channels_reserve(&sn->chan, v.nshards);
+    for (size_t i = 0; i < v.nshards; i++) {
+        Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
+        Tessera__V1__ShardStatusResponse *r = NULL;
+        struct ts_rpc_channel *ch;
+
+        if (shard_channels_get(&sn->chan, v.shards[i].addr, &ch, &err) ||
+            shard_call(ch, "ShardStatus", &req.base,
+                       &tessera__v1__shard_status_response__descriptor, &r, CALL_MS, &err))
+            continue;
+        for (size_t j = 0; j < r->n_jobs; j++) {
+            const Tessera__V1__JobStatus *js = r->jobs[j];
+            size_t k = 0;
+            if (js->mode > TESSERA__V1__TRAIN_MODE__TRAIN_MODE_BSP || !js->partitions ||
+                (sn->running && !jobs_running(sn->running, js->id)))
+                continue;
+            while (k < n && strcmp(ids[k], js->id))
+                k++;
+            if (k == n && n < max) {
+                snprintf(ids[n], TS_JOB_ID_MAX + 1, "%s", js->id);
+                maxv[n++] = 0;
+            }
+            if (k < n && js->max_version > maxv[k])
+                maxv[k] = js->max_version;
+        }
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+    }
+    ts_members_view_free(&v);
+    return n;
+}
+
+/* The automatic loop: each running bsp job in turn, at the next multiple of `every` it has not
+ * passed (the current step itself when it is a multiple not written yet: an idle job is
+ * captured at once). */
 static void *auto_loop(void *arg)
 {
     struct snapper *sn = arg;
 
     while (!atomic_load(&sn->stop)) {
-        struct shards s = { 0 };
-        char job[TS_JOB_ID_MAX + 1];
+        char ids[SNAP_MAX_JOBS][TS_JOB_ID_MAX + 1];
+        uint64_t maxvs[SNAP_MAX_JOBS], maxv, step, done = 0;
         struct taken t;
-        uint64_t maxv = 0, step;
         struct ts_err err = { 0 };
+        struct snap_job *r;
+        size_t n, k;
         ts_status st;
 
         ts_sleep_ms(20);
         pthread_mutex_lock(&sn->mu);
-        st = discover(sn, "", &s, job, &maxv, &err);
-        shards_free(&s);
-        /* The next multiple of every ahead of training; the current step itself only when
-         * it is a multiple not yet written (training idle there: it is captured at once). */
-        step = maxv % sn->every == 0 && maxv > sn->done_step ? maxv
-                                                              : (maxv / sn->every + 1) * sn->every;
-        if (!st)
-            st = take(sn, &(struct take_req){ job, "", "", 3600000, true, step }, &t, &err);
+        if (!(n = running_jobs(sn, ids, maxvs, SNAP_MAX_JOBS))) {
+            pthread_mutex_unlock(&sn->mu);
+            ts_sleep_ms(50);
+            continue;
+        }
+        k = sn->turn++ % n;
+        maxv = maxvs[k];
+        pthread_mutex_lock(&sn->stat_mu);
+        if ((r = job_rec(sn, ids[k], false)))
+            done = r->step;
+        pthread_mutex_unlock(&sn->stat_mu);
+        step = maxv % sn->every == 0 && maxv > done ? maxv : (maxv / sn->every + 1) * sn->every;
+        st = take(sn, &(struct take_req){ ids[k], "", "", 3600000, true, step }, &t, &err);
         if (st == TS_ESTATE)
-            ts_log(TS_INFO, "master", "automatic snapshot: step %" PRIu64 " skipped (training "
-                   "passed it while the previous snapshot was written)", step);
+            ts_log(TS_INFO, "master", "automatic snapshot: job %s step %" PRIu64 " skipped "
+                   "(training passed it while another snapshot was written)", ids[k], step);
         pthread_mutex_unlock(&sn->mu);
         pthread_mutex_lock(&sn->stat_mu);
         if (st && st != TS_ENOTFOUND && st != TS_ETIMEDOUT && st != TS_ESTATE &&
@@ -391,7 +467,7 @@ static void *auto_loop(void *arg)
         }
         pthread_mutex_unlock(&sn->stat_mu);
         if (st)
-            ts_sleep_ms(st == TS_ENOTFOUND || st == TS_ESTATE ? 50 : 300);
+            ts_sleep_ms(st == TS_ENOTFOUND || st == TS_ESTATE ? 50 : 300 / n);
     }
     return NULL;
 }
@@ -480,9 +556,8 @@ static ts_status settle_branch(struct snapper *sn, const char *restore, const ch
 }
 
 ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct datamap *data,
-                       const char *dir,
-                       const char *restore, const char *branch, uint32_t every,
-                       struct ts_err *err)
+                       struct jobs *jobs, const char *dir, const char *restore,
+                       const char *branch, uint32_t every, struct ts_err *err)
 {
     ts_status st;
 
@@ -490,6 +565,7 @@ ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct da
     pthread_mutex_init(&sn->mu, NULL);
     pthread_mutex_init(&sn->stat_mu, NULL);
     sn->members = members;
+    sn->running = jobs;
     sn->data = data;
     sn->every = every;
     if (!dir)
@@ -506,7 +582,6 @@ ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct da
 
         if ((st = ts_manifest_load(sn->store, sn->tip, &m, err)))
             return st;
-        sn->done_step = m->step;
         snprintf(sn->last_hex, sizeof(sn->last_hex), "%s", ts_store_hex(sn->tip, hex));
         char source[96];
         snprintf(source, sizeof(source), "snapshot %.12s", hex);
@@ -516,7 +591,8 @@ ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct da
         }
         sn->last_step = m->step;
         sn->last_unix_ms = m->created_unix_ms;
-        snprintf(sn->last_job, sizeof(sn->last_job), "%s", m->job ? m->job->id : "");
+        if (m->job)
+            note_job(sn, m->job->id, sn->last_hex, m->step);
         ts_manifest_free(m);
     }
     ts_log(TS_INFO, "master", "snapshots: store %s, branch %s%s", dir, sn->branch,
@@ -566,13 +642,14 @@ ts_status snapper_gc(struct snapper *sn, unsigned tmp_grace_s, struct ts_store_s
 bool snapper_last_of(struct snapper *sn, const char *job, char hex[TS_STORE_HEX_LEN + 1],
                      uint64_t *step)
 {
+    struct snap_job *r;
     bool found;
 
     pthread_mutex_lock(&sn->stat_mu);
-    found = sn->store && sn->last_hex[0] && !strcmp(sn->last_job, job);
-    if (found) {
-        memcpy(hex, sn->last_hex, TS_STORE_HEX_LEN + 1);
-        *step = sn->last_step;
+    r = sn->store ? job_rec(sn, job, false) : NULL;
+    if ((found = r && r->hex[0])) {
+        memcpy(hex, r->hex, TS_STORE_HEX_LEN + 1);
+        *step = r->step;
     }
     pthread_mutex_unlock(&sn->stat_mu);
     return found;

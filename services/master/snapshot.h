@@ -20,6 +20,7 @@
 
 #include "channels.h"
 #include "datamap.h"
+#include "jobs.h"
 #include "members.h"
 #include "rpc/rpc.h"
 #include "snapshot/snapshot.h"
@@ -27,6 +28,14 @@
 #include "util/names.h"
 
 #define SNAP_MAX_SHARDS 256
+#define SNAP_MAX_JOBS 64      /* jobs whose newest snapshot the master remembers */
+
+/* A job's snapshots on the branch: the newest (hex, step), and the newest step written. */
+struct snap_job {
+    char id[TS_JOB_ID_MAX + 1];
+    char hex[TS_STORE_HEX_LEN + 1];
+    uint64_t step;
+};
 
 struct snapper {
     struct ts_members *members;
@@ -38,28 +47,30 @@ struct snapper {
     char branch[TS_STORE_REF_MAX + 1];  /* "heads/..." */
     uint8_t tip[TS_STORE_ID_LEN];       /* the branch's value as we last set or read it */
     bool has_tip;
-    uint64_t done_step;                 /* the newest step snapshotted on the branch */
+    struct snap_job jobs[SNAP_MAX_JOBS];   /* by job, under stat_mu (the oldest replaced) */
+    size_t njobs, next_slot;
+    size_t turn;                        /* the automatic loop's round robin over jobs */
     atomic_int requested;               /* CreateSnapshot calls waiting for the lock */
     pthread_mutex_t stat_mu;            /* guards what status reports */
     char last_hex[TS_STORE_HEX_LEN + 1];
-    char last_job[TS_JOB_ID_MAX + 1];   /* the job last_hex is of */
     uint64_t last_step;
     int64_t last_unix_ms;
     char error[512];
     struct shard_channels chan;         /* used under mu */
+    struct jobs *running;               /* borrowed (may be NULL): which jobs run */
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;
 };
 
-/* Opens the store in dir and settles the branch: --branch, else the restored ref's branch
+/* Opens the store in dir and settles the branch (jobs, borrowed, says which jobs run): --branch, else the restored ref's branch
  * when restore names a branch tip, else a new branch for a restore ("from-<id>") or for a
  * fresh run on a store whose HEAD branch already has snapshots ("run-<time>"); HEAD is moved
- * to it. every > 0 starts the automatic loop. */
+ * to it. every > 0 starts the automatic loop, which snapshots every running bsp job at the
+ * multiples of every, one job after another. */
 ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct datamap *data,
-                       const char *dir,
-                       const char *restore, const char *branch, uint32_t every,
-                       struct ts_err *err) TS_MUST_CHECK;
+                       struct jobs *jobs, const char *dir, const char *restore,
+                       const char *branch, uint32_t every, struct ts_err *err) TS_MUST_CHECK;
 /* Ends the automatic loop and cancels a snapshot in progress (it fails; nothing is lost). */
 void snapper_stop(struct snapper *sn);
 void snapper_close(struct snapper *sn);
@@ -72,8 +83,8 @@ ts_status snapper_create(struct snapper *sn, const char *job, const char *messag
 /* Removes chunks no ref reaches, and stale tmp files, under the snapshot lock. */
 ts_status snapper_gc(struct snapper *sn, unsigned tmp_grace_s, struct ts_store_stats *stats,
                      uint64_t *live, struct ts_err *err) TS_MUST_CHECK;
-/* The newest snapshot of job on the branch this master writes: its hex id and step; false if
- * there is none (no --store, or the branch's tip is of another job). */
+/* The newest snapshot of job on the branch this master writes (or restored from): its hex id
+ * and step; false if there is none (no --store, or no snapshot of that job). */
 bool snapper_last_of(struct snapper *sn, const char *job, char hex[TS_STORE_HEX_LEN + 1],
                      uint64_t *step);
 /* What ClusterStatus reports (strings in call's arena). */

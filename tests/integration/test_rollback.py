@@ -3,7 +3,8 @@ itself (docs/replication.md, "Rollback").
 
 Real processes: a master and shards sharing a snapshot store, `tessera train` with 2 exact
 workers. Checked:
-- R = 1, --snapshot-every 50: a shard heading partitions is killed with SIGKILL mid-run. Its
+- R = 1, --snapshot-every 50, two jobs training at once (each snapshotted in turn): a shard
+  heading partitions is killed with SIGKILL mid-run; both jobs roll back. Its
   partitions have no other copy; the shard that heads them now reports the loss, the master
   fences the job on every shard, loads its last snapshot everywhere and reopens it; the
   workers reconnect, pull the snapshot's values and train on from its step. The training ends
@@ -68,24 +69,37 @@ class Base(tl.ClusterCase):
         r = self.stubs[i].ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
         return max([j.max_version for j in r.jobs if j.id == job and j.partitions] or [-1])
 
-    def train_and_kill(self, job, nvictims, at):
-        """Starts exact training of job; once it passed step `at` (and a snapshot), kills -9
-        nvictims shards that head its partitions, at once; returns (exit code, last JSON line
-        or None, the training's log)."""
-        p = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
-                          self.master.addr, "--workers", "2", "--steps", str(STEPS), "--exact",
-                          "--keep", "--job", job, "--json"], "train-" + job, stdout_pipe=True)
-        tl.wait_until(lambda: max(self.version(i, job) for i in range(self.SHARDS)) >= at, 120,
-                      "job %s to pass step %d" % (job, at))
-        if self.STORE:
-            tl.wait_until(lambda: tl.cluster_status(self.ch).last_snapshot.step >= EVERY, 60,
-                          "a snapshot")
+    def train_and_kill(self, job, nvictims, at, also=()):
+        """Starts exact training of job (and of the jobs in also, beside it); once it passed
+        step `at` (and each a snapshot), kills -9 nvictims shards that head its partitions, at
+        once; returns (exit code, last JSON line or None, the training's log) of job, or with
+        also, a list of those for job and each of also."""
+        procs = [self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
+                               self.master.addr, "--workers", "2", "--steps", str(STEPS),
+                               "--exact", "--keep", "--job", j, "--json"], "train-" + j,
+                              stdout_pipe=True) for j in (job,) + tuple(also)]
+        for j in (job,) + tuple(also):
+            tl.wait_until(lambda: max(self.version(i, j) for i in range(self.SHARDS)) >= at,
+                          120, "job %s to pass step %d" % (j, at))
+            if self.STORE:
+                tl.wait_until(lambda: self.job_snapshot(j) >= EVERY, 60, "a snapshot of " + j)
         self.killed_at = max(self.version(i, job) for i in range(self.SHARDS))
         for v in self.heads(job)[:nvictims]:
             os.kill(self.status[v].pid, signal.SIGKILL)
-        rc = p.wait(300)
-        out = p.p.stdout.read().decode().strip().splitlines()
-        return rc, json.loads(out[-1]) if out and out[-1].startswith("{") else None, p.log_text()
+        got = []
+        for p in procs:
+            rc = p.wait(300)
+            out = p.p.stdout.read().decode().strip().splitlines()
+            got.append((rc, json.loads(out[-1]) if out and out[-1].startswith("{") else None,
+                        p.log_text()))
+        return got if also else got[0]
+
+    def job_snapshot(self, job):
+        """The step of job's newest snapshot in the store (0: none)."""
+        r = tl.run_cli(["snapshot", "list", "--store", os.path.join(self.c.dir, "store"),
+                        "--json"])
+        steps = [s["step"] for s in json.loads(r.stdout or "[]") if s.get("job") == job]
+        return max(steps or [0])
 
     def heads(self, job):
         """Shard indexes heading some partition of job."""
@@ -99,12 +113,12 @@ class Base(tl.ClusterCase):
     def job_info(self, job):
         return [j for j in tl.cluster_status(self.ch).jobs if j.id == job][0]
 
-    def check_rolled_back(self, job, rc, doc, log):
+    def check_rolled_back(self, job, rc, doc, log, rollbacks=1):
         self.assertEqual(rc, 0, log)
         self.assertEqual(doc["params_sha256"], local_sha(STEPS))
-        self.assertEqual(doc["rollbacks"], 1)
+        self.assertEqual(doc["rollbacks"], rollbacks)
         j = self.job_info(job)
-        self.assertEqual(j.rollbacks, 1)
+        self.assertEqual(j.rollbacks, rollbacks)
         self.assertFalse(j.lost)
         self.assertFalse(j.rolling_back)
         self.assertEqual(j.rollback_step % EVERY, 0)
@@ -125,8 +139,16 @@ class Base(tl.ClusterCase):
 
 class RollbackOneCopy(Base, unittest.TestCase):
     def test_a_shard_killed_without_replicas_rolls_back_and_ends_exact(self):
-        rc, doc, log = self.train_and_kill("rb", 1, 3 * EVERY)
+        """Two jobs train at once, each snapshotted by --snapshot-every; the dead shard held
+        partitions of both, and both roll back and end exact."""
+        (rc, doc, log), (rc2, doc2, log2) = self.train_and_kill("rb", 1, 3 * EVERY,
+                                                                also=("rb2",))
         self.check_rolled_back("rb", rc, doc, log)
+        self.assertEqual(rc2, 0, log2)
+        self.assertEqual(doc2["params_sha256"], local_sha(STEPS))
+        # Placement depends on tensor names, not jobs: rb2 lost the same partitions.
+        self.assertEqual((doc2["rollbacks"], self.job_info("rb2").rollbacks), (1, 1))
+        tl.log("rb2: %s" % self.job_info("rb2").rollback_note)
 
 
 class LostWithoutSnapshot(Base, unittest.TestCase):

@@ -118,7 +118,7 @@ static ts_status master_wait_port(struct bench_master *m, struct ts_err *err)
  * the caller set a level: anything it prints during a run is worth reading. */
 ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_err *err)
 {
-    char exe[PATH_MAX], lease[16];
+    char exe[PATH_MAX], lease[16], replicas[16];
     ts_status st;
     int fd;
 
@@ -134,8 +134,9 @@ ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_
     close(fd); /* empty until the master renames its port file over it */
     memcpy(port_file_for_signal, m->port_file, sizeof(port_file_for_signal));
     snprintf(lease, sizeof(lease), "%d", LEASE_MS);
+    snprintf(replicas, sizeof(replicas), "%d", m->replicas > 0 ? m->replicas : 1);
     char *argv[] = { exe, "--listen", "127.0.0.1:0", "--port-file", m->port_file,
-                     "--lease-ms", lease, "--grace-ms", "1000", NULL };
+                     "--lease-ms", lease, "--grace-ms", "1000", "--replicas", replicas, NULL };
     setenv("TESSERA_LOG", "warn", 0); /* before any thread exists: main calls us first */
     if ((st = ts_launch(exe, argv, NULL, -1, &m->pid, err))) {
         m->pid = 0;

@@ -22,6 +22,7 @@ struct bench_master {
     pid_t pid;
     char port_file[64];
     char target[64];          /* "127.0.0.1:PORT" */
+    int replicas;             /* set before bench_master_start: its --replicas (0: default) */
 };
 
 struct bench_lat {                  /* microseconds */

@@ -56,7 +56,7 @@
 
 struct opts {
     const char *bin, *sizes_s, *transports_s, *buffers_s, *out, *python, *tp[2];
-    int64_t iters, sizes[MAX_SIZES];
+    int64_t iters, sizes[MAX_SIZES], replicas;
     int nsizes, ntp, nbuf;
     bool exact, quick, buf[2];     /* buf: the --buffers kinds in order, true for "shared" */
 };
@@ -141,6 +141,7 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
     ts_status st;
 
     memset(c, 0, sizeof(*c));
+    c->m.replicas = (int)o->replicas;
     snprintf(exe, sizeof(exe), "%s/tessera-shard", o->bin);
     if (access(exe, X_OK) != 0)
         return ts_err_set(err, TS_ENOTFOUND, "--bin: no executable %s (%s)", exe,
@@ -581,6 +582,7 @@ static ts_status write_json(const struct opts *o, const struct results *res, boo
     ts_json_bool(&j, "quick", o->quick);
     ts_json_int(&j, "workers", NWORKERS);
     ts_json_int(&j, "shards", NSHARDS);
+    ts_json_int(&j, "replicas", o->replicas ? o->replicas : 1);
     ts_json_int(&j, "warmup", WARMUP);
     ts_json_int(&j, "iters", o->iters);
     json_runs(&j, res);
@@ -655,6 +657,9 @@ int main(int argc, char **argv)
         { "buffers", TS_FLAG_STR, &o.buffers_s, "LIST", "own, shared (tessera_buffers) or "
           "both: default own,shared", 0, 0 },
         { "exact", TS_FLAG_BOOL, &o.exact, NULL, "also measure exact mode", 0, 0 },
+        { "replicas", TS_FLAG_INT, &o.replicas, "R", "the master's --replicas: 2 makes every "
+          "partition a chain of both shards (default 1; bench/recovery.py compares)", 1,
+          NSHARDS },
         { "out", TS_FLAG_STR, &o.out, "FILE", "default bench/results/pushpull.json", 0, 0 },
         { "python", TS_FLAG_STR, &o.python, "PATH", "python3 with torch (/usr/bin/python3)", 0,
           0 },

@@ -69,7 +69,9 @@ class Cluster:
 
     def __init__(self, binary, workdir):
         self.proc = subprocess.Popen(
-            [binary, "up", "--shards", "2", "--master-port", "0", "--dir", workdir],
+            # The data path alone: replication's cost is bench/recovery.py's to measure.
+            [binary, "up", "--shards", "2", "--replicas", "1", "--master-port", "0", "--dir",
+             workdir],
             stdout=subprocess.PIPE, text=True)
         self.master = None
         deadline = time.monotonic() + 30

@@ -24,7 +24,8 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
         { "lease-ms", TS_FLAG_INT, &f->lease_ms, "MS", "member lease (default 3000)", 100,
           600000 },
         { "replicas", TS_FLAG_INT, &f->replicas, "R", "shards holding each partition, a chain "
-          "(default 1; at most --shards; docs/replication.md)", 1, TS_MAX_REPLICAS },
+          "(default 2 with 2 shards or more, else 1; at most --shards; --replicas 1 turns "
+          "replication off; docs/replication.md)", 1, TS_MAX_REPLICAS },
         { "store", TS_FLAG_STR, &f->store, "DIR", "snapshot store (created if missing)", 0, 0 },
         { "snapshot-every", TS_FLAG_INT, &f->snapshot_every, "N",
           "take a snapshot every N steps (needs --store)", 0, 1000000000 },
@@ -94,10 +95,12 @@ static int check_restore(const char *cmd, const struct up_flags *f, char hex[TS_
 
 static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
 {
+    /* A shard that dies loses nothing by default (docs/replication.md). */
+    int replicas = f->replicas ? (int)f->replicas : f->shards >= 2 ? 2 : 1;
     struct cluster_opts o = { .shards = (int)f->shards, .master_port = (int)f->master_port,
                               .dir = f->dir, .lease_ms = (int)f->lease_ms, .store = f->store,
                               .branch = f->branch, .snapshot_every = (int)f->snapshot_every,
-                              .mem_budget_mib = f->mem_budget, .replicas = (int)f->replicas };
+                              .mem_budget_mib = f->mem_budget, .replicas = replicas };
     char hex[TS_STORE_HEX_LEN + 1];
     struct ts_err err = { 0 };
     int rc;

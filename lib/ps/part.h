@@ -185,7 +185,8 @@ ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
 #define TS_PART_IMAGE_HDR 72
 size_t ts_part_image_bytes(const struct ts_part *p);
 /* Copies the image at the current version into buf (cap >= ts_part_image_bytes), under the
- * lock; *version receives its version. */
+ * lock; *version receives its version. Any mode (SSP and ASP images serve digests only: their
+ * ranks' clocks are not in it, and only bsp and reduce ones load). */
 ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *version,
                         struct ts_err *err) TS_MUST_CHECK;
 /* Makes p hold the image buf[0..n) (TS_EROLLBACK, nothing changed, for an image of another

@@ -59,10 +59,7 @@ ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *vers
                            .index = p->index, .offset = p->offset, .len = p->len,
                            .state_floats = state_floats(p) };
     char *at = buf;
-    ts_status st;
 
-    if ((st = check_mode(p, err)))
-        return st;
     if (cap < need)
         return ts_err_set(err, TS_EINVAL, "image: %zu bytes of room, want %zu", cap, need);
     pthread_mutex_lock(&p->mu);

@@ -269,12 +269,15 @@ ts_status params_restore_load(void *ctx, float *value, float *state, struct ts_e
     return ts_snap_read_partition(rc->sp->store, rc->m, rc->tm, rc->pm, value, state, err);
 }
 
-ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const char *name, uint32_t p,
-                          struct params_place *at, struct ts_err *err)
+ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct ts_job *job,
+                          const char *name, uint32_t p, struct params_place *at,
+                          struct ts_err *err)
 {
     uint32_t chain[TS_MAX_REPLICAS];
     size_t n = ts_cluster_chain(cl, name, p, chain), k = 0;
 
+    if (n > 1 && !params_replicated(job))
+        n = 1;   /* its head alone holds it */
     if (!n)
         return ts_err_set(err, TS_EUNAVAIL, "no shard is alive (map epoch %" PRIu64 ")",
                           ts_cluster_epoch(cl));
@@ -299,7 +302,7 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
 
     for (uint32_t p = 0; p < t->nparts; p++) {
         struct params_place pl;
-        if ((st = params_place_of(cl, my_id, t->name, p, &pl, err)))
+        if ((st = params_place_of(cl, my_id, &sj->job, t->name, p, &pl, err)))
             return st;
         if (!pl.held)
             continue;
@@ -323,14 +326,12 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
                       users[0] ? users : "nothing");
 }
 
-/* A partition on a chain of more than one shard: its image must fit one data-plane frame, and
- * the head holds each update until the chain's tail has it (docs/replication.md). */
-static ts_status replicable(const struct ts_job *job, const struct shard_tensor *t,
-                            struct ts_part *p, bool head, struct ts_err *err)
+/* A partition on a chain of more than one shard (bsp and reduce: params_place_of): its image
+ * must fit one data-plane frame, and the head holds each update until the chain's tail has it
+ * (docs/replication.md). */
+static ts_status replicable(const struct shard_tensor *t, struct ts_part *p, bool head,
+                            struct ts_err *err)
 {
-    if (job->mode != TS_MODE_BSP && job->mode != TS_MODE_REDUCE)
-        return ts_err_set(err, TS_EINVAL, "job.mode: %s is not replicated yet (bsp and reduce "
-                          "are); run it on a master with --replicas 1", ts_mode_name(job->mode));
     if (ts_part_image_bytes(p) > TS_FRAME_MAX)
         return ts_err_set(err, TS_EINVAL, "tensor.partition_bytes: %" PRIu64 "; a replicated "
                           "partition with its optimizer state must fit %u MiB, use smaller "
@@ -355,7 +356,7 @@ ts_status params_new_part(struct shard_job *sj, struct shard_tensor *t, uint32_t
         ts_part_set_generation(t->parts[p], atomic_load(&sj->rollbacks));
     }
     if (!st && at->len > 1)
-        st = replicable(&sj->job, t, t->parts[p], at->head, err);
+        st = replicable(t, t->parts[p], at->head, err);
     if (st) {
         ts_part_free(t->parts[p]);
         t->parts[p] = NULL;
@@ -399,7 +400,7 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
         ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
     for (uint32_t p = 0; !st && p < t->nparts; p++) {
         struct params_place at;
-        if ((st = params_place_of(cl, my_id, t->name, p, &at, err)) || !at.held)
+        if ((st = params_place_of(cl, my_id, &sj->job, t->name, p, &at, err)) || !at.held)
             continue;
         t->follows[p] = !at.head;
         t->next[p] = at.next;
@@ -658,7 +659,7 @@ void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32
             for (uint32_t p = 0; t && p < t->nparts; p++) {
                 struct params_place at;
                 struct ts_err e = { 0 };
-                if (!params_place_of(cl, my_id, t->name, p, &at, &e))
+                if (!params_place_of(cl, my_id, &sj->job, t->name, p, &at, &e))
                     rechain_part(sp, t, p, &at, sj);
             }
         }

@@ -9,15 +9,22 @@
  * life for reading, or mu. */
 struct shard_job *params_find_job(struct shard_params *sp, const char *id);
 
-/* Where this shard stands in partition p's chain under cl's map: whether it holds the
+/* Where this shard stands in partition p's chain under cl's map, for job: whether it holds the
  * partition, whether as the head, and the shard after it (0: none). */
 struct params_place {
     bool held, head;
     uint32_t next;
     size_t len;                        /* the chain's */
 };
-ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const char *name, uint32_t p,
-                          struct params_place *at, struct ts_err *err) TS_MUST_CHECK;
+ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct ts_job *job,
+                          const char *name, uint32_t p, struct params_place *at,
+                          struct ts_err *err) TS_MUST_CHECK;
+/* Whether the job's partitions have replicas: bsp and reduce (an SSP or ASP job's head alone
+ * holds each, whatever the map's replicas; docs/replication.md). */
+static inline bool params_replicated(const struct ts_job *job)
+{
+    return job->mode == TS_MODE_BSP || job->mode == TS_MODE_REDUCE;
+}
 
 /* Creates partition p of t, where this shard stands at `at` in its chain: in t's shared region
  * if it has (or can now have) one, held if it heads a chain of more than one shard. The caller

@@ -8,8 +8,9 @@ Real processes: a master with --replicas 2 and three shards. Checked:
 - shards started with TESSERA_TEST_FLIP_REPLICA corrupt one bit of the copy of one partition
   they follow, and `tessera verify replicas` exits 1 naming that partition and that shard
   (training stays exact: a follower serves no pull);
-- refusals: `tessera up --replicas` above --shards, the master's --replicas out of range, and
-  an SSP job on a replicated cluster (not replicated yet), each naming what to change;
+- refusals: `tessera up --replicas` above --shards, the master's --replicas out of range, each
+  naming what to change; an SSP job on a replicated cluster keeps one copy of each partition
+  (not replicated yet), and `tessera verify replicas` expects one;
 - a follower killed with SIGKILL while exact training runs (4 shards, R = 2, a shard that
   heads no partition): the heads wait for the map to drop it, send their next image to the
   shard that joined each chain, and training ends by itself with the --local fingerprint;
@@ -168,12 +169,17 @@ class Replicated(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("name one with --job", r.stderr)
 
-    def test_3_refusals(self):
-        r = tl.run_cli(["train", "--master", self.master.addr, "--workers", "1", "--steps", "1",
-                        "--mode", "ssp", "--job", "rep-ssp"], timeout=120)
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn("ssp is not replicated yet", r.stderr)
-        self.assertIn("--replicas 1", r.stderr)
+    def test_3_refusals_and_unreplicated_modes(self):
+        # SSP keeps one copy per partition on a replicated cluster (not replicated yet).
+        r = tl.run_cli(["train", "--master", self.master.addr, "--workers", "1", "--steps", "3",
+                        "--mode", "ssp", "--job", "rep-ssp", "--keep", "--json"], timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", "rep-ssp",
+                        "--json"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["copies_wanted"], 1)
+        self.assertTrue(all(d["copies"] == 1 for d in doc["details"]), doc)
         r = tl.run_cli(["up", "--shards", "2", "--replicas", "3", "--master-port", "0"])
         self.assertEqual(r.returncode, 2)
         self.assertIn("--replicas 3 needs at least as many shards (--shards 2)", r.stderr)

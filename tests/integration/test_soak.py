@@ -49,6 +49,9 @@ import tessera_testlib as tl  # noqa: E402
 from tessera_testlib import master_pb2, shard_pb2  # noqa: E402
 from test_cluster import listen_ports  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
+from clusterlib import group_members  # noqa: E402
+
 # ---- Margins of the resource check: end (and warm) against a baseline ----
 # Descriptors: a finished job owns none; a few may come and go with gRPC's own connections and
 # wakeup fds (the master's connections to the shards, a health check), so a small constant.
@@ -148,22 +151,6 @@ def thread_names(pid):
         except OSError:
             continue
         out[k] = out.get(k, 0) + 1
-    return out
-
-
-def group_members(pgid):
-    """Live (not zombie) processes whose process group is pgid, from /proc/*/stat."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(name))
     return out
 
 

@@ -9,7 +9,6 @@ tensor is cut into several partitions spread over the shards. Rows are repeated 
 plane transport. A 1-epoch run must reach a test accuracy of 0.80.
 """
 import json
-import os
 import sys
 import unittest
 
@@ -70,15 +69,17 @@ class Reproducibility(unittest.TestCase):
             cell.close(not ok)
 
     def test_matrix_matches_local(self):
-        for shards in (1, 2, 3):
-            for workers in (1, 2, 4):
-                with self.subTest(shards=shards, workers=workers):
-                    out = self.run_cell(shards, workers)
-                    tl.log("S=%d W=%d %s over %s" % (shards, workers, out["params_sha256"],
-                                                     out["transport"]))
-                    self.assertEqual(out["steps"], STEPS)
-                    self.assertEqual(out["params_sha256"], self.ref["params_sha256"],
-                                     "S=%d W=%d differs from --local" % (shards, workers))
+        # The sanitizer run looks for memory errors on the same paths: its diagonal is enough.
+        cells = ([(1, 1), (2, 2), (3, 4)] if tl.SANITIZED else
+                 [(s, w) for s in (1, 2, 3) for w in (1, 2, 4)])
+        for shards, workers in cells:
+            with self.subTest(shards=shards, workers=workers):
+                out = self.run_cell(shards, workers)
+                tl.log("S=%d W=%d %s over %s" % (shards, workers, out["params_sha256"],
+                                                 out["transport"]))
+                self.assertEqual(out["steps"], STEPS)
+                self.assertEqual(out["params_sha256"], self.ref["params_sha256"],
+                                 "S=%d W=%d differs from --local" % (shards, workers))
 
     def test_each_transport(self):
         for transport in ("tcp", "shm"):
@@ -92,6 +93,7 @@ class Reproducibility(unittest.TestCase):
         self.assertNotEqual(other["params_sha256"], self.ref["params_sha256"])
 
 
+@unittest.skipIf(tl.SANITIZED, "the sanitizer run leaves the 1-epoch accuracy to the plain one")
 class Accuracy(unittest.TestCase):
     def test_one_epoch_reaches_080(self):
         cell = Cell(2)

@@ -13,32 +13,36 @@
 #define RELEASE_DUE_MAX 64          /* jobs released per round */
 #define RELEASE_WARN_MS 30000       /* a release refused this long is logged as a warning */
 
-/* Asks every alive shard to free job; TS_OK once all of them have. */
+/* Asks every alive shard to free job, also after one refused: a shard's refusal can wait on
+ * another's (a chain link from a head whose workers' pulls only that shard's ReleaseJob ends).
+ * TS_OK once all of them have; else the first refusal. */
 static ts_status release_everywhere(struct shard_channels *chan,
                                     const struct ts_members_view *v, const char *job,
                                     uint64_t *freed, struct ts_err *err)
 {
-    ts_status st = TS_OK;
+    ts_status first = TS_OK;
 
     *freed = 0;
-    for (size_t i = 0; !st && i < v->nshards; i++) {
+    for (size_t i = 0; i < v->nshards; i++) {
         Tessera__V1__ReleaseJobRequest req = TESSERA__V1__RELEASE_JOB_REQUEST__INIT;
         Tessera__V1__ReleaseJobResponse *r = NULL;
         struct ts_rpc_channel *ch = NULL;
+        struct ts_err e = { 0 };
+        ts_status st;
 
         req.job = (char *)job;
-        if (!(st = shard_channels_get(chan, v->shards[i].addr, &ch, err)))
+        if (!(st = shard_channels_get(chan, v->shards[i].addr, &ch, &e)))
             st = ts_rpc_unary_once(ch, "/tessera.v1.Shard/ReleaseJob", &req.base,
                                    &tessera__v1__release_job_response__descriptor,
-                                   (ProtobufCMessage **)&r, RELEASE_CALL_MS, err);
-        if (st) {
-            ts_err_prefix(err, "shard %u", v->shards[i].id);
-        } else {
+                                   (ProtobufCMessage **)&r, RELEASE_CALL_MS, &e);
+        if (st && !first) {
+            first = ts_err_set(err, st, "shard %u: %s", v->shards[i].id, e.msg);
+        } else if (!st) {
             *freed += r->bytes_freed;
             protobuf_c_message_free_unpacked(&r->base, NULL);
         }
     }
-    return st;
+    return first;
 }
 
 void *releaser_main(void *arg)

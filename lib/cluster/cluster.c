@@ -141,11 +141,19 @@ ts_status ts_cluster_refresh(struct ts_cluster *cl, struct ts_err *err)
 bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const char *reporter,
                                    const char *detail)
 {
+    Tessera__V1__ReportUnreachableRequest req = TESSERA__V1__REPORT_UNREACHABLE_REQUEST__INIT;
     Tessera__V1__ReportUnreachableResponse *r = NULL;
     struct ts_err err = { 0 };
+    char d[257];
     bool dead;
 
-    if (ts_master_report_unreachable(cl->master, id, reporter, detail, &r, &err)) {
+    snprintf(d, sizeof(d), "%s", detail ? detail : "");
+    req.shard_id = id;
+    req.reporter = (char *)reporter;
+    req.detail = d;
+    if (ts_master_call(cl->master, "ReportUnreachable", &req.base,
+                       &tessera__v1__report_unreachable_response__descriptor,
+                       (ProtobufCMessage **)&r, &err)) {
         ts_log(TS_WARN, "cluster", "reporting shard %u unreachable: %s", id, err.msg);
         return false;
     }

@@ -62,19 +62,11 @@ ts_status ts_master_snapshot(struct ts_master *m, const char *job, const char *m
 ts_status ts_master_check_data(struct ts_master *m, const Tessera__V1__CheckDataRequest *req,
                                Tessera__V1__CheckDataResponse **out,
                                struct ts_err *err) TS_MUST_CHECK;
-/* A unary Master call of `method` ("ReportLost") with req; *out the caller's (freed with
+/* A unary Master call of `method` ("ReportUnreachable", "ReportLost") with req; *out the caller's (freed with
  * protobuf_c_message_free_unpacked). */
 ts_status ts_master_call(struct ts_master *m, const char *method, const ProtobufCMessage *req,
                          const ProtobufCMessageDescriptor *rdesc, ProtobufCMessage **out,
                          struct ts_err *err) TS_MUST_CHECK;
-/* ReportUnreachable: this member (reporter, e.g. "worker 2") could not reach shard over the data
- * plane (detail: what it saw, cut to 256 bytes). The master checks and answers whether the
- * shard is out of the map now. */
-ts_status ts_master_report_unreachable(struct ts_master *m, uint32_t shard,
-                                       const char *reporter, const char *detail,
-                                       Tessera__V1__ReportUnreachableResponse **out,
-                                       struct ts_err *err) TS_MUST_CHECK;
-
 struct ts_membership_cfg {
     Tessera__V1__MemberKind kind;             /* SHARD or WORKER */
     const char *addr;                         /* shards: own gRPC host:port; workers: host */
@@ -134,7 +126,8 @@ size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t part
                         uint32_t out[TS_MAX_REPLICAS]);
 /* The cached map's chain length (ShardMap.replicas, at least 1). */
 uint32_t ts_cluster_replicas(struct ts_cluster *cl);
-/* Tells the master that shard id could not be reached (ts_master_report_unreachable). Returns
+/* Tells the master that shard id could not be reached (ReportUnreachable; reporter: e.g.
+ * "worker 2", detail: what it saw, cut to 256 bytes). Returns
  * whether the shard is out of the map now: the caller may refresh its map without waiting for
  * the lease. Errors are logged, not returned: a report only speeds up what the lease does. */
 bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const char *reporter,

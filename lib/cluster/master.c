@@ -115,23 +115,6 @@ ts_status ts_master_call(struct ts_master *m, const char *method, const Protobuf
     return ts_rpc_unary(m->ch, path, req, rdesc, out, TS_MASTER_CALL_MS, err);
 }
 
-ts_status ts_master_report_unreachable(struct ts_master *m, uint32_t shard,
-                                       const char *reporter, const char *detail,
-                                       Tessera__V1__ReportUnreachableResponse **out,
-                                       struct ts_err *err)
-{
-    Tessera__V1__ReportUnreachableRequest req = TESSERA__V1__REPORT_UNREACHABLE_REQUEST__INIT;
-    char d[257];
-
-    snprintf(d, sizeof(d), "%s", detail ? detail : "");
-    req.shard_id = shard;
-    req.reporter = (char *)reporter;
-    req.detail = d;
-    return CALL(m, "ReportUnreachable", &req,
-                &tessera__v1__report_unreachable_response__descriptor, out, TS_MASTER_CALL_MS,
-                err);
-}
-
 ts_status ts_master_create_snapshot(struct ts_master *m,
                                     const Tessera__V1__CreateSnapshotRequest *req,
                                     int deadline_ms, Tessera__V1__CreateSnapshotResponse **out,

@@ -179,6 +179,8 @@ ts_status shard_params_reopen(struct shard_params *sp, const char *job, uint32_t
  * at most max; returns how many. */
 size_t shard_params_lost_jobs(struct shard_params *sp, char (*ids)[TS_JOB_ID_MAX + 1],
                               size_t max);
+/* Job id is to be reported again (the master could not be told). */
+void shard_params_mark_lost(struct shard_params *sp, const char *id);
 
 /* Snapshots (docs/snapshots.md). Arm: every partition of the job copies itself when it reaches
  * `step`; *armed false (nothing armed) when one is already past it. disarm drops the job's

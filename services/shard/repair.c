@@ -83,9 +83,11 @@ static void report_lost(struct repair *r)
     char ids[8][TS_JOB_ID_MAX + 1];
     size_t n = shard_params_lost_jobs(r->sp, ids, 8);
 
-    for (size_t i = 0; i < n && atomic_load(&r->dp->cluster); i++)
-        (void)ts_cluster_report_lost(atomic_load(&r->dp->cluster), ids[i],
-                                     atomic_load(&r->dp->self));
+    for (size_t i = 0; i < n; i++)
+        if (!atomic_load(&r->dp->cluster) ||
+            !ts_cluster_report_lost(atomic_load(&r->dp->cluster), ids[i],
+                                    atomic_load(&r->dp->self)))
+            shard_params_mark_lost(r->sp, ids[i]);   /* the next pass tries again */
 }
 
 static void *repair_main(void *arg)

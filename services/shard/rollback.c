@@ -155,6 +155,16 @@ ts_status shard_params_reopen(struct shard_params *sp, const char *job, uint32_t
     return TS_OK;
 }
 
+void shard_params_mark_lost(struct shard_params *sp, const char *id)
+{
+    struct shard_job *sj;
+
+    pthread_mutex_lock(&sp->mu);
+    if ((sj = params_find_job(sp, id)))
+        atomic_store(&sj->lost_report, true);
+    pthread_mutex_unlock(&sp->mu);
+}
+
 size_t shard_params_lost_jobs(struct shard_params *sp, char (*ids)[TS_JOB_ID_MAX + 1],
                               size_t max)
 {

@@ -62,8 +62,8 @@ ts_status ts_master_snapshot(struct ts_master *m, const char *job, const char *m
 ts_status ts_master_check_data(struct ts_master *m, const Tessera__V1__CheckDataRequest *req,
                                Tessera__V1__CheckDataResponse **out,
                                struct ts_err *err) TS_MUST_CHECK;
-/* A unary Master call of `method` ("ReportUnreachable", "ReportLost") with req; *out the caller's (freed with
- * protobuf_c_message_free_unpacked). */
+/* A unary Master call of `method` ("ReportUnreachable", "ReportLost") with req; *out the
+ * caller's (freed with protobuf_c_message_free_unpacked). */
 ts_status ts_master_call(struct ts_master *m, const char *method, const ProtobufCMessage *req,
                          const ProtobufCMessageDescriptor *rdesc, ProtobufCMessage **out,
                          struct ts_err *err) TS_MUST_CHECK;

@@ -107,6 +107,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_uint(&j, "registered_epoch", s->registered_epoch);
         if (s->death[0])
             ts_json_str(&j, "death", s->death);
+        ts_json_bool(&j, "joining", s->joining);
         if (views && views[i]) {
             struct roles r = roles_of(views[i]);
             ts_json_int(&j, "pid", views[i]->pid);
@@ -121,6 +122,8 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
             ts_json_uint(&j, "copies_sent", views[i]->copies_sent);
             ts_json_uint(&j, "copies_pending", views[i]->copies_pending);
             ts_json_uint(&j, "partitions_lost", views[i]->partitions_lost);
+            ts_json_uint(&j, "moves_pending", views[i]->moves_pending);
+            ts_json_uint(&j, "partitions_dropped", views[i]->partitions_dropped);
         }
         ts_json_end(&j);
     }
@@ -207,13 +210,22 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
             snprintf(refused, sizeof(refused), "%" PRIu64, v->frames_refused);
         }
         printf("%-6u %-22s %-8s %-6s %-7u %-9.1f %-11s %-5s %-6s %-11s %-7s %s\n", s->id, s->addr,
-               pid, state_name(s->state), s->lease_ms, s->last_heartbeat_ms_ago / 1000.0, roles,
+               pid, s->joining ? "JOIN" : state_name(s->state), s->lease_ms,
+               s->last_heartbeat_ms_ago / 1000.0, roles,
                lag, promo, copies, mb, refused);
         if (s->death[0])
             printf("       dead: %s\n", s->death);
         if (v && v->partitions_lost)
             printf("       %" PRIu64 " partitions it heads lost every copy\n",
                    v->partitions_lost);
+        if (s->joining)
+            printf("       joining: not on the ring until every copy it will hold has moved "
+                   "(%" PRIu64 " left here)\n", v ? v->moves_pending : 0);
+        else if (v && v->moves_pending)
+            printf("       %" PRIu64 " moves left for joining shards\n", v->moves_pending);
+        if (v && v->partitions_dropped)
+            printf("       %" PRIu64 " partitions moved away to shards that joined\n",
+                   v->partitions_dropped);
     }
     if (!cs->n_shards)
         printf("(none: start some with `tessera up` or tessera-shard --master %s)\n", addr);

@@ -28,6 +28,12 @@
 
 #include "transport/fault.h"
 #include "transport/frame.h"
+#include "util/log.h"
+#include "util/proc.h"
+
+/* A registration the map moved under is made again, this often, this far apart. */
+#define REGISTER_TRIES 10
+#define REGISTER_PAUSE_MS 200
 
 /* include/tessera.h promises its codes are ts_status's values: the SDK returns one as the
  * other. A code added to one enum and not the other stops the build here. */
@@ -240,13 +246,33 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
         uint32_t id = 0, slot = 0;
         if (!(st = ts_cluster_locate(t->cl, x->name, p, &id, err)) &&
             !(st = sdk_slot_of(t, id, &slot, err)) && slot != x->owner[p])
-            st = ts_err_set(err, TS_ESTATE, "tensor '%s' partition %u: the shards disagree on "
+            st = ts_err_set(err, TS_ESTALE, "tensor '%s' partition %u: the shards disagree on "
                             "its owner (map changing?): retry", x->name, p);
     }
     if (!st && seen != x->nparts)
-        st = ts_err_set(err, TS_ESTATE, "tensor '%s': %u of %u partitions placed: retry",
+        st = ts_err_set(err, TS_ESTALE, "tensor '%s': %u of %u partitions placed: retry",
                         x->name, seen, x->nparts);
     return st;
+}
+
+/* register_remote, again under the newest map while the map moves under it (a shard died,
+ * or joined the ring: the shards answer under different maps for a moment). */
+static ts_status register_settled(struct tessera *t, struct sdk_tensor *x,
+                                  Tessera__V1__RegisterTensorRequest *req, struct ts_err *err)
+{
+    ts_status st;
+
+    for (int k = 0; ; k++) {
+        memset(x->owner, 0, x->nparts * sizeof(*x->owner));
+        st = register_remote(t, x, req, err);
+        if (st != TS_ESTALE || k == REGISTER_TRIES || !sdk_can_fail_over(t))
+            return st;
+        ts_log(TS_INFO, "sdk", "%s; again under the newest map", err->msg);
+        memset(err, 0, sizeof(*err));
+        ts_sleep_ms(REGISTER_PAUSE_MS);
+        if ((st = sdk_remap(t, err)))
+            return st;
+    }
 }
 
 static ts_status register_local(struct tessera *t, struct sdk_tensor *x,
@@ -327,7 +353,7 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
         st = sdk_tensor_options(t, x, &err);
     req.sync_every = x->sync_every;
     if (!st)
-        st = t->local ? register_local(t, x, &req, &err) : register_remote(t, x, &req, &err);
+        st = t->local ? register_local(t, x, &req, &err) : register_settled(t, x, &req, &err);
     if (!st)
         st = sdk_tensor_buffers(t, x, &req, &err);
     if (!st && !t->local && !t->hello_done)

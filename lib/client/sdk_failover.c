@@ -8,7 +8,11 @@
  * of the new map, and sends the whole step again flagged as a retry: a shard that already
  * counted a push of it acknowledges the duplicate without adding it, so every step is applied
  * exactly once. The shard whose connection broke is reported to the master first, which
- * checks it and drops it from the map at once if it is dead, rather than at its lease. */
+ * checks it and drops it from the map at once if it is dead, rather than at its lease.
+ *
+ * A partition that moved to a shard that joined the ring (docs/replication.md, "Joining") is
+ * the same to a worker: its old head answers TS_ESTALE, and the step goes again under the
+ * new map. */
 #include "client/sdk_internal.h"
 
 #include <inttypes.h>
@@ -39,9 +43,10 @@ static ts_status await_map(struct tessera *t, uint64_t old, struct ts_err *err)
         if (!(st = ts_cluster_refresh(t->cl, &e)) && ts_cluster_epoch(t->cl) > old)
             return TS_OK;
         if (ts_now_ms() > until)
-            return ts_err_set(err, TS_EUNAVAIL, "a shard connection broke and the shard map "
-                              "did not change within %d ms (epoch %" PRIu64 "%s%s)", wait_ms,
-                              old, st ? ": " : "", st ? e.msg : "");
+            return ts_err_set(err, TS_EUNAVAIL, "a shard connection broke (or a shard said "
+                              "the map moved) and the shard map did not change within %d ms "
+                              "(epoch %" PRIu64 "%s%s)", wait_ms, old, st ? ": " : "",
+                              st ? e.msg : "");
         ts_sleep_ms(MAP_POLL_MS);
     }
 }
@@ -76,6 +81,20 @@ static ts_status reconnect(struct tessera *t, struct ts_err *err)
             return st;
     }
     return TS_OK;
+}
+
+ts_status sdk_remap(struct tessera *t, struct ts_err *err)
+{
+    bool hello = t->hello_done;
+    ts_status st;
+
+    close_all(t);
+    if ((st = ts_cluster_refresh(t->cl, err)))
+        return st;
+    if (hello)
+        return reconnect(t, err);
+    return sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL, t->delay_ms,
+                              err);
 }
 
 ts_status sdk_failover(struct tessera *t, struct ts_err *err)

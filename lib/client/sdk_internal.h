@@ -140,6 +140,9 @@ bool sdk_can_fail_over(struct tessera *t);
  * connection carried (HELLO, owners, shared regions). The caller then sends the step again
  * with t->retrying set. */
 ts_status sdk_failover(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
+/* Connects again under the newest map, at once (a registration the map moved under): HELLO
+ * and the tensors' heads again if the connections had them. */
+ts_status sdk_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
 /* A shard said the job goes (or went) back to its last snapshot: waits for the master to
  * finish the rollback, connects again and pulls every tensor at the snapshot's step into
  * params (indexed by tensor id); *step: that step. The job's note as the error when the

@@ -11,7 +11,7 @@
 #include "transport/frame.h"
 #include "util/log.h"
 
-#define MAX_FAILOVERS 3   /* shards lost in one step before it fails */
+#define MAX_FAILOVERS 8   /* map changes (shards lost or joined) in one step before it fails */
 
 /* ---- push and pull ---- */
 
@@ -342,8 +342,10 @@ int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *con
         st = plan_step(t, step, grads, &err);
     if (!st)
         st = exchange(t, 0, t->ntensors, true, params, &err);
-    /* A shard died: once the map drops it, the step goes again to the new heads. */
-    for (int k = 0; st == TS_EUNAVAIL && k < MAX_FAILOVERS && sdk_can_fail_over(t); k++) {
+    /* A shard died (TS_EUNAVAIL), or a partition moved to a shard that joined the ring
+     * (TS_ESTALE): under the new map, the step goes again to the new heads. */
+    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ESTALE) && k < MAX_FAILOVERS &&
+                    sdk_can_fail_over(t); k++) {
         ts_log(TS_WARN, "sdk", "step %" PRIu64 ": %s; failing over", step, err.msg);
         memset(&err, 0, sizeof(err));
         if ((st = sdk_failover(t, &err)))

@@ -28,7 +28,8 @@ struct ts_cluster {
     pthread_mutex_t mu;
     uint64_t epoch;
     unsigned refreshes;
-    struct ts_ring *ring;
+    struct ts_ring *ring;           /* over the shards on the ring (not joining) */
+    struct ts_ring *full;           /* over every alive shard, joining ones too; NULL if none */
     uint32_t replicas;              /* the map's chain length, at least 1 */
     Tessera__V1__ShardMap *map;     /* the installed map: the shards' data-plane endpoints */
     struct shard_ch *shards;
@@ -68,6 +69,7 @@ void ts_cluster_close(struct ts_cluster *cl)
         return;
     drop_shards(cl);
     ts_ring_free(cl->ring);
+    ts_ring_free(cl->full);
     if (cl->map)
         tessera__v1__shard_map__free_unpacked(cl->map, NULL);
     ts_master_close(cl->master);
@@ -75,20 +77,24 @@ void ts_cluster_close(struct ts_cluster *cl)
     free(cl);
 }
 
-/* Installs a fetched map, which it keeps on success: the ring from its alive ids, checked
- * against the master's digest. */
+/* Installs a fetched map, which it keeps on success: the ring from the ids of the shards not
+ * joining, checked against the master's digest, and with joining shards the ring they will
+ * make (docs/replication.md, "Joining"). */
 static ts_status install(struct ts_cluster *cl, Tessera__V1__ShardMap *map,
                          struct ts_err *err)
 {
-    uint32_t *ids = calloc(map->n_shards + 1, sizeof(*ids));
+    uint32_t *ids = calloc(2 * map->n_shards + 1, sizeof(*ids)), *all = ids + map->n_shards;
     struct shard_ch *sh = calloc(map->n_shards + 1, sizeof(*sh));
-    struct ts_ring *ring = NULL;
+    struct ts_ring *ring = NULL, *full = NULL;
+    size_t n = 0;
     ts_status st = TS_OK;
 
     if (!ids || !sh)
         st = ts_err_set(err, TS_ENOMEM, "cluster: out of memory");
     for (size_t i = 0; !st && i < map->n_shards; i++) {
-        ids[i] = map->shards[i]->id;
+        all[i] = map->shards[i]->id;
+        if (!map->shards[i]->joining)
+            ids[n++] = map->shards[i]->id;
         sh[i].id = map->shards[i]->id;
         snprintf(sh[i].addr, sizeof(sh[i].addr), "%s", map->shards[i]->addr);
     }
@@ -96,7 +102,9 @@ static ts_status install(struct ts_cluster *cl, Tessera__V1__ShardMap *map,
         st = ts_err_set(err, TS_EINVAL, "shard map epoch %" PRIu64 ": replicas %u, at most %d",
                         map->epoch, map->replicas, TS_MAX_REPLICAS);
     if (!st)
-        st = ts_ring_create(ids, map->n_shards, map->vnodes, &ring, err);
+        st = ts_ring_create(ids, n, map->vnodes, &ring, err);
+    if (!st && n < map->n_shards)
+        st = ts_ring_create(all, map->n_shards, map->vnodes, &full, err);
     if (!st && ts_ring_digest(ring) != map->digest)
         st = ts_err_set(err, TS_ECORRUPT,
                         "shard map epoch %" PRIu64 ": our ring digest %016" PRIx64
@@ -105,12 +113,15 @@ static ts_status install(struct ts_cluster *cl, Tessera__V1__ShardMap *map,
     free(ids);
     if (st) {
         ts_ring_free(ring);
+        ts_ring_free(full);
         free(sh);
         return st;
     }
     drop_shards(cl);
     ts_ring_free(cl->ring);
+    ts_ring_free(cl->full);
     cl->ring = ring;
+    cl->full = full;
     cl->shards = sh;
     cl->nshards = map->n_shards;
     cl->epoch = map->epoch;
@@ -234,13 +245,51 @@ ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t 
     return TS_OK;
 }
 
-size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t partition,
-                        uint32_t out[TS_MAX_REPLICAS])
+/* Whether shard id is on the ring of the cached map; mu held. */
+static bool ring_member(const struct ts_cluster *cl, uint32_t id)
 {
-    size_t n;
+    for (size_t i = 0; cl->map && i < cl->map->n_shards; i++)
+        if (cl->map->shards[i]->id == id)
+            return !cl->map->shards[i]->joining;
+    return false;
+}
+
+size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t partition,
+                        uint32_t out[TS_MAX_CHAIN], size_t *on_ring)
+{
+    uint32_t will[TS_MAX_REPLICAS];
+    size_t n, m;
 
     pthread_mutex_lock(&cl->mu);
     n = ts_ring_chain(cl->ring, tensor, partition, cl->replicas, out);
+    if (on_ring)
+        *on_ring = n;
+    m = cl->full ? ts_ring_chain(cl->full, tensor, partition, cl->replicas, will) : 0;
+    for (size_t i = 0; i < m; i++)
+        if (!ring_member(cl, will[i]))
+            out[n++] = will[i];   /* joining: at the tail, copying */
+    pthread_mutex_unlock(&cl->mu);
+    return n;
+}
+
+uint32_t ts_cluster_future_head(struct ts_cluster *cl, const char *tensor, uint32_t partition)
+{
+    uint32_t id;
+
+    pthread_mutex_lock(&cl->mu);
+    id = ts_ring_lookup(cl->full ? cl->full : cl->ring, tensor, partition);
+    pthread_mutex_unlock(&cl->mu);
+    return id;
+}
+
+size_t ts_cluster_joining(struct ts_cluster *cl, uint32_t *ids, size_t max)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&cl->mu);
+    for (size_t i = 0; cl->map && i < cl->map->n_shards && n < max; i++)
+        if (cl->map->shards[i]->joining)
+            ids[n++] = cl->map->shards[i]->id;
     pthread_mutex_unlock(&cl->mu);
     return n;
 }
@@ -286,7 +335,8 @@ size_t ts_cluster_shard_ids(struct ts_cluster *cl, uint32_t *ids, size_t max)
 
     pthread_mutex_lock(&cl->mu);
     for (size_t i = 0; cl->map && i < cl->map->n_shards && n < max; i++)
-        ids[n++] = cl->map->shards[i]->id;
+        if (!cl->map->shards[i]->joining)
+            ids[n++] = cl->map->shards[i]->id;
     pthread_mutex_unlock(&cl->mu);
     return n;
 }

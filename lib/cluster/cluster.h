@@ -84,6 +84,9 @@ struct ts_membership_cfg {
     size_t nendpoints;
     /* Called from the heartbeat thread when the map epoch changes. May be NULL. */
     void (*on_epoch)(void *arg, uint64_t epoch);
+    /* Shards: called before each heartbeat for the moves left for joining shards and the map
+     * epoch they were counted under (HeartbeatRequest.moves_*). May be NULL. */
+    uint64_t (*moves)(void *arg, uint64_t *epoch);
     void *arg;
 };
 
@@ -121,9 +124,16 @@ unsigned ts_cluster_refreshes(struct ts_cluster *cl);   /* how many refreshes so
 ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t partition,
                             uint32_t *shard_id, struct ts_err *err) TS_MUST_CHECK;
 /* The chain of (tensor, partition) under the cached map: the owner first, then its followers
- * (docs/replication.md); returns how many (0 with no shards). */
+ * (docs/replication.md), then the joining shards that will be in it, copying at its tail
+ * ("Joining"); returns how many (0 with no shards). *on_ring (if not NULL): how many of them
+ * are on the ring, the rest joining. */
 size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t partition,
-                        uint32_t out[TS_MAX_REPLICAS]);
+                        uint32_t out[TS_MAX_CHAIN], size_t *on_ring);
+/* The head (tensor, partition) will have once the joining shards are on the ring (the head
+ * now if none joins); 0 with no shards. */
+uint32_t ts_cluster_future_head(struct ts_cluster *cl, const char *tensor, uint32_t partition);
+/* The ids of the cached map's joining shards (at most max); returns how many. */
+size_t ts_cluster_joining(struct ts_cluster *cl, uint32_t *ids, size_t max);
 /* The cached map's chain length (ShardMap.replicas, at least 1). */
 uint32_t ts_cluster_replicas(struct ts_cluster *cl);
 /* Tells the master that shard id could not be reached (ReportUnreachable; reporter: e.g.
@@ -140,7 +150,8 @@ bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t sha
 ts_status ts_shard_pick_transport(const Tessera__V1__ShardInfo *s, const char *want,
                                   const struct ts_transport_ops **ops, struct ts_blob *blob,
                                   struct ts_err *err) TS_MUST_CHECK;
-/* The ids of the cached map's shards (at most max); returns how many. */
+/* The ids of the cached map's shards on the ring, which serve workers (at most max; joining
+ * ones head nothing and are left out); returns how many. */
 size_t ts_cluster_shard_ids(struct ts_cluster *cl, uint32_t *ids, size_t max);
 /* A data-plane connection to shard id of the cached map (a worker to a shard, a shard to its
  * chain successor) over the first transport both can use (`want` only, if set); TS_EUNAVAIL

@@ -223,6 +223,8 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     req.steps_skipped = ms->report.steps_skipped;
     req.loss_scale = ms->report.loss_scale;
     pthread_mutex_unlock(&ms->mu);
+    if (ms->cfg.moves)
+        req.moves_pending = ms->cfg.moves(ms->cfg.arg, &req.moves_epoch);
     /* A heartbeat later than its interval is worth nothing: keep its deadline to one interval. */
     st = CALL(ms->m, "Heartbeat", &req, &tessera__v1__heartbeat_response__descriptor, &resp,
               (int)ms->interval_ms, err);

@@ -31,6 +31,8 @@
 
 /* The longest replica chain (docs/replication.md). */
 #define TS_MAX_REPLICAS 8
+/* A chain while shards join: its R members, then up to R joining ones (cluster.h). */
+#define TS_MAX_CHAIN (2 * TS_MAX_REPLICAS)
 
 /* Seed of every hash in this module: the ASCII bytes "tessera1" read big-endian. Changing it
  * (or the encoding) moves almost every key: it is a wire-format change. */

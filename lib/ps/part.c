@@ -440,6 +440,12 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
 
     *applied = false;
     pthread_mutex_lock(&p->mu);
+    if (p->moved) {
+        pthread_mutex_unlock(&p->mu);
+        return ts_err_set(err, TS_ESTALE, "push of step %" PRIu64 " to tensor %u partition %u: "
+                          "this shard no longer heads its chain; refresh the shard map",
+                          in->step, p->tensor_id, p->index);
+    }
     if (in->gen != p->gen) {
         uint32_t have = p->gen;
         pthread_mutex_unlock(&p->mu);
@@ -513,6 +519,10 @@ static ts_status wait_ready(struct ts_part *p, uint64_t want, int ms, const atom
         int64_t now = ts_now_ms(), slice = until - now < 100 ? until - now : 100;
         struct timespec ts;
 
+        if (p->moved)
+            return ts_err_set(err, TS_ESTALE, "tensor %u partition %u: this shard no longer "
+                              "heads its chain (version %" PRIu64 " will come from the new "
+                              "head); refresh the shard map", p->tensor_id, p->index, want);
         if (cancel && atomic_load(cancel))
             return ts_err_set(err, TS_ECANCELLED, "tensor %u partition %u: wait for version %"
                               PRIu64 " cancelled", p->tensor_id, p->index, want);

@@ -204,6 +204,18 @@ ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n,
  * makes every applied version visible. */
 ts_status ts_part_hold(struct ts_part *p, bool on, struct ts_err *err) TS_MUST_CHECK;
 void ts_part_publish(struct ts_part *p, uint64_t version);
+/* Whether hold is on. */
+bool ts_part_holding(struct ts_part *p);
+/* Joining and failover (docs/replication.md): head false says this copy no longer heads its
+ * chain. Pulls waiting in it and pushes to it then end with TS_ESTALE (refresh the map and
+ * send the step to the new head), and an image loads if it is not older than the version
+ * pulls could see (a demoted head drops the update its chain never acknowledged). Partitions
+ * start as heads. */
+void ts_part_set_head(struct ts_part *p, bool head);
+/* A partition in use outside its owner's lock: its owner frees it only once unpinned. */
+void ts_part_pin(struct ts_part *p);
+void ts_part_unpin(struct ts_part *p);
+bool ts_part_pinned(struct ts_part *p);
 /* The partition's generation: set when it is created in a job rolled back before. */
 void ts_part_set_generation(struct ts_part *p, uint32_t generation);
 /* The newest version pulls may see. */

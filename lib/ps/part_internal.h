@@ -6,6 +6,8 @@
 #ifndef TS_PS_PART_INTERNAL_H
 #define TS_PS_PART_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include "ps/part.h"
 
 struct ts_part {
@@ -40,6 +42,11 @@ struct ts_part {
      * ts_part_publish says its chain holds it; `visible` is the newest such version. */
     bool hold;
     uint64_t visible;
+    /* Joining (docs/replication.md): moved is set once this copy no longer heads its chain
+     * (demoted, or dropped): waiting pulls and new pushes end with TS_ESTALE. pins: users of
+     * the partition outside its owner's lock (ts_part_pin). */
+    bool moved;
+    atomic_uint pins;
     bool snap_armed, snap_ready;
     uint64_t snap_step;
     float *snap_value, *snap_state;

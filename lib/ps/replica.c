@@ -122,7 +122,7 @@ ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struc
                           "of its job, this copy is at rollback %u", p->tensor_id, p->index,
                           h.gen, have);
     }
-    if (h.version < p->version) {
+    if (h.version < (p->moved && p->hold ? p->visible : p->version)) {
         uint64_t have = p->version;
         pthread_mutex_unlock(&p->mu);
         return ts_err_set(err, TS_ESTATE, "image: version %" PRIu64 " of tensor %u partition "
@@ -156,6 +156,39 @@ ts_status ts_part_hold(struct ts_part *p, bool on, struct ts_err *err)
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return TS_OK;
+}
+
+bool ts_part_holding(struct ts_part *p)
+{
+    bool on;
+
+    pthread_mutex_lock(&p->mu);
+    on = p->hold;
+    pthread_mutex_unlock(&p->mu);
+    return on;
+}
+
+void ts_part_set_head(struct ts_part *p, bool head)
+{
+    pthread_mutex_lock(&p->mu);
+    p->moved = !head;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void ts_part_pin(struct ts_part *p)
+{
+    atomic_fetch_add(&p->pins, 1);
+}
+
+void ts_part_unpin(struct ts_part *p)
+{
+    atomic_fetch_sub(&p->pins, 1);
+}
+
+bool ts_part_pinned(struct ts_part *p)
+{
+    return atomic_load(&p->pins) != 0;
 }
 
 void ts_part_publish(struct ts_part *p, uint64_t version)

@@ -375,6 +375,16 @@ bool jobs_running(struct jobs *j, const char *id)
     return r;
 }
 
+size_t jobs_resident(struct jobs *j)
+{
+    size_t n;
+
+    pthread_mutex_lock(&j->mu);
+    n = resident(j);
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
 bool jobs_holds(struct jobs *j, const char *id)
 {
     struct job *jb;

@@ -18,6 +18,14 @@ static void worker_died(void *ctx, uint32_t worker)
     jobs_dead(ctx, worker, ts_now_ms());
 }
 
+/* A shard that registers while no job is resident goes on the ring at once: nothing to copy. */
+static bool no_jobs(void *ctx)
+{
+    struct master *m = ctx;
+
+    return !m->jobs || !jobs_resident(m->jobs);
+}
+
 /* Declares members dead once silent past their lease; checks 20 times a lease. */
 static void *reaper(void *arg)
 {
@@ -81,7 +89,8 @@ int main(int argc, char **argv)
     rc = 1;
     cfg = (struct ts_members_cfg){ .default_lease_ms = (uint32_t)lease_ms,
                                    .vnodes = (unsigned)vnodes,
-                                   .replicas = (uint32_t)replicas };
+                                   .replicas = (uint32_t)replicas,
+                                   .quiet = no_jobs, .quiet_ctx = &m };
     jcfg = (struct jobs_cfg){ .max_jobs = (uint32_t)max_jobs, .idle_ms = idle_ms,
                               .history_max = (uint32_t)history };
     m.started_ms = ts_now_ms();

@@ -282,17 +282,32 @@ static ts_status new_member(struct table *t, enum ts_member_kind kind, const cha
     return TS_OK;
 }
 
-/* Rebuilds the ring over the alive shards and moves the epoch on. Called with mu held. */
+/* Whether an alive shard is on the ring; called with mu held. */
+static bool has_active(const struct ts_members *m)
+{
+    for (size_t i = 0; i < m->shards.n; i++)
+        if (m->shards.v[i].state == TS_MEMBER_ALIVE && !m->shards.v[i].joining)
+            return true;
+    return false;
+}
+
+/* Rebuilds the ring over the alive shards not joining and moves the epoch on. With none on
+ * the ring, joining shards go on it at once: there is nothing left to copy from. Called with
+ * mu held. */
 static void new_epoch(struct ts_members *m, const char *why)
 {
     uint32_t *ids = malloc((m->shards.n + 1) * sizeof(*ids));
     struct ts_ring *ring;
     struct ts_err err = { 0 };
+    bool none = !has_active(m);
     size_t n = 0;
 
-    for (size_t i = 0; ids && i < m->shards.n; i++)
-        if (m->shards.v[i].state == TS_MEMBER_ALIVE)
-            ids[n++] = m->shards.v[i].id;
+    for (size_t i = 0; ids && i < m->shards.n; i++) {
+        struct ts_member *e = &m->shards.v[i];
+        e->joining &= !none;
+        if (e->state == TS_MEMBER_ALIVE && !e->joining)
+            ids[n++] = e->id;
+    }
     if (!ids || ts_ring_create(ids, n, m->cfg.vnodes, &ring, &err)) {
         /* The old ring stays; the epoch still moves so clients refetch and see the members. */
         ts_log(TS_ERROR, "master", "cannot rebuild the ring: %s", ids ? err.msg : "no memory");
@@ -316,8 +331,10 @@ static void grant(struct ts_members *m, const struct ts_member *e, uint64_t know
     g->map_changed = known_epoch != m->epoch;
 }
 
-/* The same instance again: a retried register, or a member declared dead coming back. */
-static void reregister(struct ts_members *m, struct ts_member *e, uint32_t lease_ms, int64_t now)
+/* The same instance again: a retried register, or a member declared dead coming back (a shard
+ * then joins, unless quiet: its copies are stale). */
+static void reregister(struct ts_members *m, struct ts_member *e, uint32_t lease_ms, int64_t now,
+                       bool quiet)
 {
     char why[96];
 
@@ -325,10 +342,13 @@ static void reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
     e->last_heartbeat_ms = now;
     if (e->state == TS_MEMBER_ALIVE)
         return;
+    e->joining = e->kind == TS_MEMBER_SHARD && !quiet && has_active(m);
+    e->moves_epoch = e->moves_pending = 0;
     e->state = TS_MEMBER_ALIVE;
     e->death[0] = '\0';
     if (e->kind == TS_MEMBER_SHARD) {
-        snprintf(why, sizeof(why), "shard %u (%s) is back", e->id, e->addr);
+        snprintf(why, sizeof(why), "shard %u (%s) is back%s", e->id, e->addr,
+                 e->joining ? ", joining" : "");
         new_epoch(m, why);
         e->registered_epoch = m->epoch;
     }
@@ -357,15 +377,17 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
 {
     struct ts_member *e;
     char why[320];
+    bool quiet;
     ts_status st;
 
     if ((st = check_addr("addr", addr, true, err)) || (st = check_instance(instance, err)) ||
         (st = check_lease(lease_ms, err)) || (st = check_endpoints(endpoints, n, err)))
         return st;
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
+    quiet = !m->cfg.quiet || m->cfg.quiet(m->cfg.quiet_ctx);
     pthread_mutex_lock(&m->mu);
     if ((e = find_instance(&m->shards, instance))) {
-        reregister(m, e, lease_ms, now_ms);
+        reregister(m, e, lease_ms, now_ms, quiet);
         grant(m, e, 0, g);
         pthread_mutex_unlock(&m->mu);
         return TS_OK;
@@ -378,6 +400,7 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
     if (n) /* endpoints may be NULL when n is 0 */
         memcpy(e->endpoints, endpoints, n * sizeof(*endpoints));
     e->nendpoints = n;
+    e->joining = !quiet;   /* new_epoch puts it on the ring if it is the only one */
     /* Only one process can listen on an address, so an alive shard there has gone away. */
     for (size_t i = 0; i + 1 < m->shards.n; i++) {
         struct ts_member *old = &m->shards.v[i];
@@ -387,7 +410,8 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
                    old->id, addr);
         }
     }
-    snprintf(why, sizeof(why), "shard %u (%s) registered", e->id, addr);
+    snprintf(why, sizeof(why), "shard %u (%s) registered%s", e->id, addr,
+             !quiet && has_active(m) ? ", joining: the shards copy it their partitions" : "");
     new_epoch(m, why);
     e->registered_epoch = m->epoch;
     grant(m, e, 0, g);
@@ -413,7 +437,7 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     pthread_mutex_lock(&m->mu);
     if ((e = find_instance(&m->workers, instance))) {
-        reregister(m, e, lease_ms, now_ms);
+        reregister(m, e, lease_ms, now_ms, true);
     } else if (!(st = new_member(&m->workers, TS_MEMBER_WORKER, host, instance, lease_ms,
                                  now_ms, &e, err))) {
         e->pid = pid;
@@ -479,6 +503,41 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
     }
     pthread_mutex_unlock(&m->mu);
     return st;
+}
+
+void ts_members_moves(struct ts_members *m, uint32_t id, uint64_t epoch, uint64_t pending)
+{
+    struct ts_member *e;
+    struct ts_err ignore = { 0 };
+    char why[160];
+    size_t at = 0, n = 0;
+    bool ready = true;
+
+    pthread_mutex_lock(&m->mu);
+    if (find_alive(m, TS_MEMBER_SHARD, id, &e, &ignore) == TS_OK) {
+        e->moves_epoch = epoch;
+        e->moves_pending = pending;
+    }
+    for (size_t i = 0; i < m->shards.n; i++) {
+        const struct ts_member *s = &m->shards.v[i];
+        if (s->state != TS_MEMBER_ALIVE)
+            continue;
+        n += s->joining;
+        ready &= s->moves_epoch == m->epoch && !s->moves_pending;
+    }
+    if (n && ready) {
+        at = (size_t)snprintf(why, sizeof(why), "shard%s", n > 1 ? "s" : "");
+        for (size_t i = 0; i < m->shards.n; i++) {
+            struct ts_member *s = &m->shards.v[i];
+            if (s->state == TS_MEMBER_ALIVE && s->joining && at < sizeof(why))
+                at += (size_t)snprintf(why + at, sizeof(why) - at, " %u", s->id);
+            s->joining = false;
+        }
+        if (at < sizeof(why))
+            snprintf(why + at, sizeof(why) - at, " joined the ring (every copy moved)");
+        new_epoch(m, why);
+    }
+    pthread_mutex_unlock(&m->mu);
 }
 
 void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member_report *r)

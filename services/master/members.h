@@ -65,12 +65,21 @@ struct ts_member {
     struct ts_endpoint endpoints[TS_MEMBERS_MAX_ENDPOINTS];   /* shards */
     size_t nendpoints;
     char death[200];                          /* DEAD: how it was found dead, for status */
+    /* Shards: not on the ring yet, copying the partitions it will hold (docs/replication.md,
+     * "Joining"); and its last report of the moves left, under the map of moves_epoch. */
+    bool joining;
+    uint64_t moves_epoch, moves_pending;
 };
 
 struct ts_members_cfg {
     uint32_t default_lease_ms;                /* 0: 3000 */
     unsigned vnodes;                          /* 0: TS_RING_DEFAULT_VNODES */
     uint32_t replicas;                        /* shards per chain; 0: 1 */
+    /* Whether no shard holds a job's state (no job is resident): a shard that registers then
+     * goes on the ring at once, else it joins (ts_members_moves). NULL: always at once.
+     * Called without the members' lock. */
+    bool (*quiet)(void *ctx);
+    void *quiet_ctx;
 };
 
 /* What a register or heartbeat grants. */
@@ -113,6 +122,10 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
 ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                                uint64_t known_epoch, uint64_t clock, int64_t now_ms,
                                struct ts_member_grant *g, struct ts_err *err) TS_MUST_CHECK;
+/* A shard's report of the moves left for joining shards (HeartbeatRequest.moves_*), after a
+ * heartbeat it was accepted. Once every alive shard reported none under the current epoch,
+ * the joining shards go on the ring with a new epoch. */
+void ts_members_moves(struct ts_members *m, uint32_t id, uint64_t epoch, uint64_t pending);
 /* Records a worker's report (after a heartbeat it was accepted). */
 void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member_report *r);
 ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, uint32_t id,

@@ -99,6 +99,8 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
         struct ts_member_report r = { req->staleness_last, req->staleness_max,
                                       req->steps_skipped, req->loss_scale };
         ts_members_report(m->members, req->id, &r);
+    } else {
+        ts_members_moves(m->members, req->id, req->moves_epoch, req->moves_pending);
     }
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
@@ -144,6 +146,7 @@ static Tessera__V1__ShardInfo **shard_infos(struct ts_rpc_call *call,
         s->instance = ts_rpc_strdup(call, e->instance);
         s->registered_epoch = e->registered_epoch;
         s->death = ts_rpc_strdup(call, e->death);
+        s->joining = e->state == TS_MEMBER_ALIVE && e->joining;
         s->n_data_planes = e->nendpoints;
         s->data_planes = ts_rpc_alloc(call, (e->nendpoints + 1) * sizeof(*s->data_planes));
         for (size_t k = 0; k < e->nendpoints; k++) {

@@ -114,36 +114,55 @@ static ts_status in_region(struct dp_conn *dc, const struct ts_frame_hdr *h,
     return TS_OK;
 }
 
-/* The partition a worker's PUSH or PULL names, which this shard must head; *next: the shard
- * after it in its chain (0: none). */
+/* The partition a worker's PUSH or PULL names, which this shard must head, pinned (the caller
+ * puts it); *next: the shard after it in its chain (0: none). */
 static ts_status head_of(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part **p,
                          uint32_t *next, struct ts_err *err)
 {
+    struct shard_params *sp = dc->dp->params;
     bool follows = false;
 
     if (!dc->job)
         return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
-    *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows, next);
+    *p = shard_params_find(sp, dc->job, h->tensor, h->partition, &follows, next);
     if ((!*p || follows) && atomic_load(&dc->dp->cluster) && dc->dp->remap) {
         /* A worker that failed over may know the new map before this shard does: in it this
          * shard heads the partition, or heads one whose every copy is lost. */
+        shard_params_put(*p);
         dc->dp->remap(dc->dp->remap_ctx);
-        *p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows,
-                               next);
+        *p = shard_params_find(sp, dc->job, h->tensor, h->partition, &follows, next);
     }
-    if (!*p && shard_params_lost(dc->dp->params, dc->job, h->tensor, h->partition))
+    if (!*p && shard_params_lost(sp, dc->job, h->tensor, h->partition))
         return ts_err_set(err, TS_EROLLBACK, "tensor %u partition %u lost every copy (the "
                           "shards of its chain died): the job goes back to its last snapshot; "
                           "wait for the master", h->tensor, h->partition);
+    if (!*p && shard_params_tensor(sp, dc->job, h->tensor))
+        return ts_err_set(err, TS_ESTALE, "tensor %u partition %u is not on this shard under "
+                          "the shard map (epoch %" PRIu64 "): refresh the shard map", h->tensor,
+                          h->partition, ts_cluster_epoch(atomic_load(&dc->dp->cluster)));
     if (!*p)
-        return ts_err_set(err, TS_ENOTFOUND, "tensor %u partition %u is not on this shard: "
-                          "register the tensor, or refresh the shard map", h->tensor,
-                          h->partition);
-    if (follows)
+        return ts_err_set(err, TS_ENOTFOUND, "tensor %u is not registered in job '%s' on this "
+                          "shard: register the tensor first", h->tensor, dc->job->job.id);
+    if (follows) {
+        shard_params_put(*p);
+        *p = NULL;
         return ts_err_set(err, TS_ESTALE, "tensor %u partition %u: this shard is a replica, "
                           "not the head of its chain; refresh the shard map", h->tensor,
                           h->partition);
+    }
     return TS_OK;
+}
+
+/* Whether shard id is joining the ring (docs/replication.md, "Joining"). */
+static bool joining(struct dataplane *dp, uint32_t id)
+{
+    uint32_t ids[SHARD_MAX_JOINING];
+    size_t n = ts_cluster_joining(atomic_load(&dp->cluster), ids, SHARD_MAX_JOINING);
+
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id)
+            return true;
+    return false;
 }
 
 /* Next shard `next` of a chain is unreachable: the master hears of it (and checks it), and if
@@ -159,11 +178,14 @@ static void report(struct dataplane *dp, uint32_t next, const char *seen)
 }
 
 /* Sends the image of partition (h->tensor, h->partition) at version down its chain, starting
- * at shard next. A next shard that is gone: wait for the map without it, then send to the new
- * next (a new copy takes the whole image); TS_OK with nothing sent if the chain ends here
- * now. */
+ * at shard next; head: whether this shard sends it as the head (else it passes it on). A next
+ * shard that is gone: wait for the map without it, then send to the new next (a new copy
+ * takes the whole image); one that is no longer in the chain (TS_ESTALE): the same under the
+ * newest map. TS_OK with nothing sent if the chain ends here now; TS_ESTALE if this shard's
+ * place in it changed (a worker then sends the step to the new head). */
 static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uint32_t next,
-                           uint64_t version, const void *image, size_t n, struct ts_err *err)
+                           bool head, uint64_t version, const void *image, size_t n,
+                           struct ts_err *err)
 {
     ts_status st = TS_OK;
 
@@ -173,18 +195,34 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
 
         st = chain_send(&dc->chain, atomic_load(&dc->dp->cluster), dc->job->job.id, next,
                         h->tensor, h->partition, version, image, n, &dc->dp->stop, &e);
-        if (st != TS_EUNAVAIL || ts_now_ms() > until || atomic_load(&dc->dp->stop)) {
+        /* A joining shard not yet told of the job or tensor (the repair thread tells it, then
+         * sends it the image): the chain ends here for now. */
+        if (st == TS_ENOTFOUND && joining(dc->dp, next))
+            return TS_OK;
+        if ((st != TS_EUNAVAIL && st != TS_ESTALE) || ts_now_ms() > until ||
+            atomic_load(&dc->dp->stop)) {
             if (st)
                 ts_err_set(err, st, "%s", e.msg);
             break;
         }
-        ts_log(TS_WARN, "dataplane", "tensor %u partition %u: %s; waiting for the map to drop "
-               "it", h->tensor, h->partition, e.msg);
-        report(dc->dp, next, e.msg);
+        if (st == TS_EUNAVAIL) {
+            ts_log(TS_WARN, "dataplane", "tensor %u partition %u: %s; waiting for the map to "
+                   "drop it", h->tensor, h->partition, e.msg);
+            report(dc->dp, next, e.msg);
+        } else if (dc->dp->remap) {
+            dc->dp->remap(dc->dp->remap_ctx);
+        }
         while (now == next && ts_now_ms() <= until && !atomic_load(&dc->dp->stop)) {
-            ts_sleep_ms(50);
-            (void)shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, NULL,
-                                    &now);
+            bool follows = false;
+            struct ts_part *q = shard_params_find(dc->dp->params, dc->job, h->tensor,
+                                                  h->partition, &follows, &now);
+            shard_params_put(q);
+            if (!q || follows == head)
+                return ts_err_set(err, TS_ESTALE, "tensor %u partition %u: this shard's place "
+                                  "in its chain changed; refresh the shard map", h->tensor,
+                                  h->partition);
+            if (now == next)
+                ts_sleep_ms(50);
         }
         next = now;
         st = TS_OK;   /* a chain that ends here now is done */
@@ -202,7 +240,7 @@ static ts_status replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, str
 
     if ((st = chain_image_room(&dc->chain, n, err)) ||
         (st = ts_part_image(p, dc->chain.image, n, &version, err)) ||
-        (st = send_down(dc, h, next, version, dc->chain.image, n, err)))
+        (st = send_down(dc, h, next, true, version, dc->chain.image, n, err)))
         return st;
     ts_part_publish(p, version);
     return TS_OK;
@@ -240,7 +278,7 @@ static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
         return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
     /* The partition, or a new copy of it if this shard joined its chain since. */
     if (!shard_params_adopt(dc->dp->params, dc->job, h->tensor, h->partition, err)) {
-        if (err->code != TS_ESTATE || !atomic_load(&dc->dp->cluster) || !dc->dp->remap)
+        if (err->code != TS_ESTALE || !atomic_load(&dc->dp->cluster) || !dc->dp->remap)
             return err->code;
         /* The sender follows a newer map, in which this shard joined the chain. */
         memset(err, 0, sizeof(*err));
@@ -249,16 +287,21 @@ static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
             return err->code;
     }
     p = shard_params_find(dc->dp->params, dc->job, h->tensor, h->partition, &follows, &next);
-    if (!follows)
-        return ts_err_set(err, TS_ESTATE, "image of tensor %u partition %u: this shard heads "
-                          "its chain and takes no image", h->tensor, h->partition);
+    if (!p || !follows) {
+        shard_params_put(p);
+        return ts_err_set(err, TS_ESTALE, "image of tensor %u partition %u: this shard %s "
+                          "its chain under the shard map it holds (epoch %" PRIu64 ")",
+                          h->tensor, h->partition, p ? "heads" : "left",
+                          ts_cluster_epoch(atomic_load(&dc->dp->cluster)));
+    }
     if (dc->dp->flip && h->tensor == dc->dp->flip_tensor && h->partition == dc->dp->flip_part)
         st = load_flipped(dc, p, buf, h->len, err);
     else
         st = ts_part_load_image(p, buf, h->len, err);
+    shard_params_put(p);
     if (st)
         return st;
-    if ((st = send_down(dc, h, next, h->step, buf, h->len, err)))
+    if ((st = send_down(dc, h, next, false, h->step, buf, h->len, err)))
         return st;
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
@@ -279,28 +322,24 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
 
     if ((st = head_of(dc, h, &p, &next, err)))
         return st;
-    if ((h->flags & TS_PUSH_REGION) && in_region(dc, h, p, &in, err))
-        return err->code;
-    if (ts_part_push(p, &in, &applied, err))
-        return err->code;
-    if (applied && next && (st = replicate(dc, h, p, next, err)))
-        return st;
-    return ts_frame_send(dc->c, &ack, NULL, 0, err);
+    if (!((h->flags & TS_PUSH_REGION) && in_region(dc, h, p, &in, err)) &&
+        !ts_part_push(p, &in, &applied, err) && applied && next)
+        (void)replicate(dc, h, p, next, err);
+    shard_params_put(p);
+    return err->code ? err->code : ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
 
-static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
+/* A PULL of partition p, which this shard heads (pinned by the caller). */
+static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
+                           struct ts_err *err)
 {
-    struct ts_part *p = NULL;
     struct ts_frame_hdr out = { .type = TS_FRAME_PARAMS, .tensor = h->tensor,
                                 .partition = h->partition, .dtype = 1 };
     struct ts_pull_info info;
-    uint64_t len;
-    enum ts_mode mode = dc->job ? dc->job->job.mode : TS_MODE_BSP;
+    uint64_t len = ts_part_len(p);
+    enum ts_mode mode = dc->job->job.mode;
     bool copy = mode == TS_MODE_SSP || mode == TS_MODE_ASP;
 
-    if (head_of(dc, h, &p, NULL, err))
-        return err->code;
-    len = ts_part_len(p);
     /* The version asked for needs the push that was refused: it would never come. */
     if ((h->flags & TS_PULL_REGION) &&
         (copy || !dc->regions || !dc->regions[h->tensor].params))
@@ -336,6 +375,18 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
         return ts_frame_send(dc->c, &out, ts_part_values(p), len * sizeof(float), err);
     return ts_frame_send_hashed(dc->c, &out, ts_part_values(p), len * sizeof(float),
                                 pull_sum(dc->dp, p, info.version), err);
+}
+
+static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
+{
+    struct ts_part *p = NULL;
+    ts_status st;
+
+    if ((st = head_of(dc, h, &p, NULL, err)))
+        return st;
+    st = pull_from(dc, h, p, err);
+    shard_params_put(p);
+    return st;
 }
 
 /* Unmaps what the worker shared and forgets what it mapped. */
@@ -543,6 +594,9 @@ static void *conn_main(void *arg)
         }
         if (st == TS_EUNAVAIL || st == TS_ECANCELLED)
             break;
+        if (st)
+            ts_log(TS_DEBUG, "dataplane", "frame type %u tensor %u partition %u refused: %s",
+                   h.type, h.tensor, h.partition, err.msg);
         if (st && reply_error(dc->c, &h, &err))
             break;
     }

@@ -78,6 +78,17 @@ static void on_epoch(void *arg, uint64_t epoch)
     remap(arg);
 }
 
+/* The heartbeat's report of what joining shards still wait for (docs/replication.md). */
+static uint64_t moves(void *arg, uint64_t *epoch)
+{
+    struct shard *s = arg;
+
+    *epoch = 0;
+    if (!s->cluster || !s->membership)
+        return 0;
+    return shard_params_moves(&s->params, s->cluster, ts_membership_id(s->membership), epoch);
+}
+
 int main(int argc, char **argv)
 {
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
@@ -164,6 +175,7 @@ int main(int argc, char **argv)
     }
     mcfg.addr = s.addr;
     mcfg.on_epoch = on_epoch;
+    mcfg.moves = moves;
     mcfg.arg = &s;
     mcfg.lease_ms = (uint32_t)lease_ms;
     mcfg.endpoints = ep_ptrs;
@@ -181,6 +193,7 @@ int main(int argc, char **argv)
     s.dp.remap = remap;
     s.dp.remap_ctx = &s;
     atomic_store(&s.dp.cluster, s.cluster);
+    remap(&s);   /* the map this shard registered into: the chains are taken up under it */
     repair_start(&s.repair, &s.params, &s.dp);
     ts_log(TS_INFO, "shard", "shard %u serving at %s (memory budget %" PRIu64 " MiB)",
            ts_membership_id(s.membership), s.addr, s.params.mem_budget >> 20);

@@ -37,6 +37,7 @@ static void tensor_free(struct shard_tensor *t)
     free(t->next);
     free(t->resync);
     free(t->lost);
+    free(t->held);
     ts_region_free(&t->values);   /* after the partitions that lived in it */
     free(t);
 }
@@ -45,6 +46,13 @@ static void tensor_free(struct shard_tensor *t)
 static void job_free(struct shard_params *sp, struct shard_job *sj, uint64_t *bytes)
 {
     *bytes = 0;
+    for (size_t i = 0; i < sp->ndrops; )   /* no connection is attached: none is pinned */
+        if (sp->drops[i].sj == sj) {
+            ts_part_free(sp->drops[i].p);
+            sp->drops[i] = sp->drops[--sp->ndrops];
+        } else {
+            i++;
+        }
     for (size_t i = 0; i < SHARD_MAX_TENSORS; i++) {
         struct shard_tensor *t = sj->tensors[i];
         for (uint32_t p = 0; t && p < t->nparts; p++)
@@ -65,6 +73,7 @@ void shard_params_fini(struct shard_params *sp)
 
     for (size_t j = 0; j < sp->njobs; j++)
         job_free(sp, sp->jobs[j], &bytes);
+    free(sp->drops);
     ts_manifest_free(sp->restore);
     pthread_mutex_destroy(&sp->mu);
     pthread_mutex_destroy(&sp->snap_mu);
@@ -273,18 +282,19 @@ ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct ts
                           const char *name, uint32_t p, struct params_place *at,
                           struct ts_err *err)
 {
-    uint32_t chain[TS_MAX_REPLICAS];
-    size_t n = ts_cluster_chain(cl, name, p, chain), k = 0;
+    uint32_t chain[TS_MAX_CHAIN];
+    size_t ring = 0, n = ts_cluster_chain(cl, name, p, chain, &ring), k = 0;
 
     if (n > 1 && !params_replicated(job))
-        n = 1;   /* its head alone holds it */
+        n = ring = 1;   /* its head alone holds it */
     if (!n)
         return ts_err_set(err, TS_EUNAVAIL, "no shard is alive (map epoch %" PRIu64 ")",
                           ts_cluster_epoch(cl));
     while (k < n && chain[k] != my_id)
         k++;
     *at = (struct params_place){ .held = k < n, .head = k == 0,
-                                 .next = k + 1 < n ? chain[k + 1] : 0, .len = n };
+                                 .next = k + 1 < n ? chain[k + 1] : 0, .len = n,
+                                 .joining = k < n && k >= ring, .joiners = n - ring };
     return TS_OK;
 }
 
@@ -295,7 +305,7 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
 {
     uint64_t need = (uint64_t)t->nparts * (sizeof(*t->parts) + sizeof(*t->follows) +
                                            sizeof(*t->next) + sizeof(*t->resync) +
-                                           sizeof(*t->lost)), off, len;
+                                           sizeof(*t->lost) + sizeof(*t->held)), off, len;
     char users[160] = "";
     size_t at = 0;
     ts_status st;
@@ -304,7 +314,7 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
         struct params_place pl;
         if ((st = params_place_of(cl, my_id, &sj->job, t->name, p, &pl, err)))
             return st;
-        if (!pl.held)
+        if (!pl.held || pl.joining)   /* a joining shard's copies are charged as they come */
             continue;
         ts_partition_range(t->numel, sizeof(float), t->partition_bytes, p, &off, &len);
         need += ts_part_mem(&sj->job, len);
@@ -394,7 +404,8 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
          !(t->follows = calloc(t->nparts, sizeof(*t->follows))) ||
          !(t->next = calloc(t->nparts, sizeof(*t->next))) ||
          !(t->resync = calloc(t->nparts, sizeof(*t->resync))) ||
-         !(t->lost = calloc(t->nparts, sizeof(*t->lost)))))
+         !(t->lost = calloc(t->nparts, sizeof(*t->lost))) ||
+         !(t->held = calloc(t->nparts, sizeof(*t->held)))))
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
     if (!st && sp->restore && !(tm = params_manifest_tensor(sp->restore, t, &st, err)))
         ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
@@ -404,6 +415,13 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
             continue;
         t->follows[p] = !at.head;
         t->next[p] = at.next;
+        t->held[p] = true;
+        if (at.joining)   /* its copy comes with the head's image, never from the spec */
+            continue;
+        if (at.head && at.joiners) {   /* and the head sends it at once (repair.c) */
+            t->resync[p] = true;
+            sp->resyncs++;
+        }
         st = params_new_part(sj, t, p, &at, err);
         if (!st && tm) {
             struct params_restore rc = { sp, sp->restore, tm, tm->partitions[p] };
@@ -463,6 +481,7 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
                        "will be incomplete)", t->name, p, ignored.msg);
         }
         sj->tensors[t->id] = t;
+        sj->ntensors++;
         for (uint32_t p = 0; p < t->nparts; p++)
             if (t->parts[p]) {
                 sp->partitions++;
@@ -516,6 +535,7 @@ struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *sj,
         return NULL;
     pthread_mutex_lock(&sp->mu);
     if ((t = sj->tensors[tensor]) && part < t->nparts && (p = t->parts[part])) {
+        ts_part_pin(p);
         if (follows)
             *follows = t->follows[part];
         if (next)
@@ -523,6 +543,12 @@ struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *sj,
     }
     pthread_mutex_unlock(&sp->mu);
     return p;
+}
+
+void shard_params_put(struct ts_part *p)
+{
+    if (p)
+        ts_part_unpin(p);
 }
 
 bool shard_params_lost(struct shard_params *sp, struct shard_job *sj, uint32_t tensor,
@@ -605,68 +631,6 @@ ts_status shard_params_release(struct shard_params *sp, const char *id, bool *he
     return st;
 }
 
-/* ---- the chains after the map changed (docs/replication.md, "Failover") ---- */
-
-/* Partition p of t under the new map: its role and next shard follow the new chain. A follower
- * that now heads the chain is promoted (it holds the newest version the chain acknowledged);
- * a head left alone publishes what it applied. A chain this shard joined gets its copy with
- * the head's next image (shard_params_adopt). Called with mu held. */
-static void rechain_part(struct shard_params *sp, struct shard_tensor *t, uint32_t p,
-                         const struct params_place *at, struct shard_job *job)
-{
-    struct ts_part *part = t->parts[p];
-    struct ts_err e = { 0 };
-    uint32_t old_next = t->next[p];
-    bool promoted = part && t->follows[p];
-
-    if (!at->held)      /* a shard joined and took it (not yet: docs/replication.md) */
-        return;
-    if (!part && at->head) {
-        if (!t->lost[p]) {
-            ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: every copy is lost "
-                   "(this shard heads its chain and holds none); the job goes back to its "
-                   "last snapshot if it has one", job->job.id, t->name, p);
-            sp->lost++;
-            t->lost[p] = true;
-            atomic_store(&job->lost_report, true);
-        }
-        return;
-    }
-    t->follows[p] = !at->head;
-    t->next[p] = at->next;
-    if (!part || !at->head)   /* a follower: its copy comes with the head's images */
-        return;
-    if (at->next && at->next != old_next && !t->resync[p]) {
-        t->resync[p] = true;   /* a new member of its chain: send it the image now */
-        sp->resyncs++;
-    }
-    if ((promoted || at->len == 1) && ts_part_hold(part, at->len > 1, &e))
-        ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: %s", job->job.id, t->name, p,
-               e.msg);
-    sp->promotions += promoted;
-    if (promoted)
-        ts_log(TS_INFO, "shard", "job %s tensor '%s' partition %u: promoted to head at version "
-               "%" PRIu64, job->job.id, t->name, p, ts_part_version(part));
-}
-
-void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id)
-{
-    pthread_mutex_lock(&sp->mu);
-    for (size_t j = 0; j < sp->njobs; j++) {
-        struct shard_job *sj = sp->jobs[j];
-        for (size_t i = 0; i < SHARD_MAX_TENSORS; i++) {
-            struct shard_tensor *t = sj->tensors[i];
-            for (uint32_t p = 0; t && p < t->nparts; p++) {
-                struct params_place at;
-                struct ts_err e = { 0 };
-                if (!params_place_of(cl, my_id, &sj->job, t->name, p, &at, &e))
-                    rechain_part(sp, t, p, &at, sj);
-            }
-        }
-    }
-    pthread_mutex_unlock(&sp->mu);
-}
-
 ts_status params_add_copy(struct shard_params *sp, struct shard_job *sj, struct shard_tensor *t,
                           uint32_t part, const struct params_place *at, struct ts_err *err)
 {
@@ -703,9 +667,9 @@ struct ts_part *shard_params_adopt(struct shard_params *sp, struct shard_job *sj
                    "partition in job '%s'", tensor, part, sj->job.id);
     } else if (t->parts[part]) {
         p = t->parts[part];
-    } else if (!t->follows[part]) {
-        ts_err_set(err, TS_ESTATE, "image of tensor %u partition %u: this shard is not in its "
-                   "chain", tensor, part);
+    } else if (!t->held[part] || !t->follows[part]) {
+        ts_err_set(err, TS_ESTALE, "image of tensor %u partition %u: this shard is not in its "
+                   "chain under the shard map it holds; refresh the shard map", tensor, part);
     } else if (!params_add_copy(sp, sj, t, part, &at, err)) {
         p = t->parts[part];
         ts_log(TS_INFO, "shard", "job %s tensor '%s' partition %u: joined its chain (a new "

@@ -49,12 +49,16 @@ struct shard_tensor {
      * and the shard after it in the chain (0: none, this shard is its tail). */
     bool *follows;
     uint32_t *next;
-    /* A head whose chain gained a shard: its image goes there now (repair.c), not only with
+    /* A member whose next shard changed: its image goes there now (repair.c), not only with
      * the next step. Under the registry lock. */
     bool *resync;
     /* A chain this shard heads now with every copy gone (its members died): pushes and pulls
      * of it wait for the job's rollback (docs/replication.md, "Rollback"). Under mu. */
     bool *lost;
+    /* Under mu, as of the map the chains were last taken up under (registration, rechain):
+     * whether this shard is in the partition's chain (a joining shard that is, and has no copy
+     * yet, waits for the head's image; docs/replication.md, "Joining"). */
+    bool *held;
     /* The values of this shard's partitions, each at its offset in the tensor (numel floats,
      * only this shard's pages touched), which co-located workers map read-only (dataplane.c,
      * MAP). TS_REGION_NONE where memfds cannot be made: the partitions then hold their own. */
@@ -65,6 +69,8 @@ struct shard_tensor {
 /* The most jobs a shard holds at once (the master's --max-jobs, default 64, refuses new jobs
  * before this). */
 #define SHARD_MAX_JOBS 256
+/* Joining shards a job is introduced to at once (more wait for the next pass). */
+#define SHARD_MAX_JOINING 16
 
 struct shard_job {
     struct ts_job job;
@@ -83,6 +89,20 @@ struct shard_job {
     atomic_uint_least64_t fence, rollback_step;
     atomic_uint rollbacks;
     atomic_bool lost_report;
+    /* Under mu: the tensors registered, and the joining shards this shard registered them
+     * with (repair.c), with how many there were then. */
+    uint32_t ntensors;
+    struct {
+        uint32_t id, tensors;
+    } introduced[SHARD_MAX_JOINING];
+    size_t nintroduced;
+};
+
+/* A partition whose chain left this shard: out of its tensor, freed once unpinned
+ * (shard_params_reap). */
+struct shard_dropped {
+    struct shard_job *sj;
+    struct ts_part *p;
 };
 
 struct shard_params {
@@ -109,6 +129,14 @@ struct shard_params {
      * images the repair thread sent to new chain members (atomic). */
     uint64_t promotions, lost;
     atomic_uint_least64_t copies_sent;
+    /* Joining (rechain.c): the map epoch the chains were last taken up under; partitions
+     * dropped since start, and those not yet freed; images the repair thread collected and
+     * has not sent yet (all under mu). */
+    uint64_t rechained, dropped;
+    bool joining;                      /* joining the ring under the map of rechained */
+    struct shard_dropped *drops;
+    size_t ndrops, drops_cap;
+    uint64_t inflight;
 };
 
 void shard_params_init(struct shard_params *sp);
@@ -138,23 +166,39 @@ ts_status shard_params_release(struct shard_params *sp, const char *id, bool *he
  * (an attached connection keeps it). */
 struct shard_tensor *shard_params_tensor(struct shard_params *sp, struct shard_job *job,
                                          uint32_t tensor);
-/* The partition, or NULL if this shard does not hold it. *follows (if not NULL): whether this
- * shard follows the partition's chain rather than heads it; *next (if not NULL): the shard
- * after this one in the chain, 0 if none. */
+/* The partition, pinned (release it with shard_params_put), or NULL if this shard does not
+ * hold it. *follows (if not NULL): whether this shard follows the partition's chain rather
+ * than heads it; *next (if not NULL): the shard after this one in the chain, 0 if none. */
 struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *job,
                                   uint32_t tensor, uint32_t part, bool *follows,
                                   uint32_t *next);
+/* Unpins what shard_params_find returned (NULL: no-op). A partition dropped meanwhile is
+ * freed by the next shard_params_reap. */
+void shard_params_put(struct ts_part *p);
 
 /* Whether the partition lost every copy and waits for the job's rollback (rechain). */
 bool shard_params_lost(struct shard_params *sp, struct shard_job *job, uint32_t tensor,
                        uint32_t part);
 
-/* The map changed (a shard died): every partition's role and next shard follow the new
- * chains, followers that now head a chain are promoted (docs/replication.md, "Failover").
+/* The map changed (rechain.c): every partition's role and next shard follow the new chains;
+ * followers that now head a chain are promoted (docs/replication.md, "Failover"), heads that
+ * no longer do are demoted, and partitions whose chain left this shard are dropped (freed by
+ * shard_params_reap); a head whose chain changed sends it its image (the repair thread).
  * cl must hold the new map. */
 void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id);
+/* Frees the dropped partitions no one uses any more. The caller holds life for writing (walks
+ * read partitions without mu). */
+void shard_params_reap(struct shard_params *sp);
+/* The moves left for joining shards (HeartbeatRequest.moves_pending): copies this shard's
+ * chains still lack, images to send, jobs to introduce, and partitions of SSP and ASP jobs
+ * that would move (they have no chain to copy them: a join waits for them to end); *epoch:
+ * the map epoch the chains were taken up under. */
+uint64_t shard_params_moves(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                            uint64_t *epoch);
 /* Partition part of tensor in job, created if this shard joined its chain since and does not
- * hold it yet (a new copy, filled by the image that follows); NULL with err set otherwise. */
+ * hold it yet (a new copy, filled by the image that follows); NULL with err set otherwise
+ * (TS_ESTALE if this shard is not in its chain under the map it holds). Not pinned: the
+ * caller finds it with shard_params_find. */
 struct ts_part *shard_params_adopt(struct shard_params *sp, struct shard_job *job,
                                    uint32_t tensor, uint32_t part, struct ts_err *err);
 

@@ -15,6 +15,10 @@ struct params_place {
     bool held, head;
     uint32_t next;
     size_t len;                        /* the chain's */
+    /* Joining (docs/replication.md): whether this shard is a joining member of the chain
+     * (it gets its copy from the head's image), and how many of the chain's members are. */
+    bool joining;
+    size_t joiners;
 };
 ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct ts_job *job,
                           const char *name, uint32_t p, struct params_place *at,
@@ -25,6 +29,9 @@ static inline bool params_replicated(const struct ts_job *job)
 {
     return job->mode == TS_MODE_BSP || job->mode == TS_MODE_REDUCE;
 }
+
+/* Whether joining shard id was given every tensor sj has now (repair.c); mu held. */
+bool params_introduced(const struct shard_job *sj, uint32_t id);
 
 /* Creates partition p of t, where this shard stands at `at` in its chain: in t's shared region
  * if it has (or can now have) one, held if it heads a chain of more than one shard. The caller

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "chain.h"
+#include "params_internal.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -39,6 +40,7 @@ static struct todo *collect(struct shard_params *sp, size_t *n)
                     }
             }
         sp->resyncs = 0;   /* flags of released jobs went with them */
+        sp->inflight += *n;   /* moves still to make until each is done (shard_params_moves) */
     }
     pthread_mutex_unlock(&sp->mu);
     return all;
@@ -56,24 +58,167 @@ static bool resync(struct repair *r, struct chain_links *links, const struct tod
     size_t n;
 
     p = shard_params_find(r->sp, td->sj, td->t->id, td->p, &follows, &next);
-    if (!p || follows || !next)   /* no longer this shard's to send */
+    if (!p || !next) {   /* no longer this shard's to send */
+        shard_params_put(p);
         return true;
+    }
     n = ts_part_image_bytes(p);
     if ((st = chain_image_room(links, n, &e)) ||
         (st = ts_part_image(p, links->image, n, &version, &e)) ||
         (st = chain_send(links, atomic_load(&r->dp->cluster), td->sj->job.id, next, td->t->id,
                          td->p, version, links->image, n, &r->stop, &e))) {
-        if (st == TS_ESTATE)   /* the member already holds a newer image: done */
+        shard_params_put(p);
+        /* A newer image is there (done), or the chain changed again (the rechain flags it
+         * anew). */
+        if (st == TS_ESTATE || st == TS_ESTALE)
             return true;
         ts_log(TS_WARN, "repair", "job %s tensor '%s' partition %u to shard %u: %s",
                td->sj->job.id, td->t->name, td->p, next, e.msg);
-        return st != TS_EUNAVAIL;
+        /* Unreachable, or a joining shard not yet told of the job (introduce, next pass). */
+        return st != TS_EUNAVAIL && st != TS_ENOTFOUND;
     }
-    ts_part_publish(p, version);
+    if (!follows)
+        ts_part_publish(p, version);
+    shard_params_put(p);
     atomic_fetch_add(&r->sp->copies_sent, 1);
     ts_log(TS_INFO, "repair", "job %s tensor '%s' partition %u: shard %u has its copy at "
            "version %" PRIu64, td->sj->job.id, td->t->name, td->p, next, version);
     return true;
+}
+
+/* A RegisterTensor request for tensor t of job sj, as its workers sent it (the caller's
+ * storage holds what it points to). */
+static void tensor_request(const struct shard_job *sj, const struct shard_tensor *t,
+                           Tessera__V1__JobSpec *js, Tessera__V1__TensorSpec *ts,
+                           Tessera__V1__RegisterTensorRequest *req)
+{
+    *js = (Tessera__V1__JobSpec)TESSERA__V1__JOB_SPEC__INIT;
+    *ts = (Tessera__V1__TensorSpec)TESSERA__V1__TENSOR_SPEC__INIT;
+    *req = (Tessera__V1__RegisterTensorRequest)TESSERA__V1__REGISTER_TENSOR_REQUEST__INIT;
+    js->id = (char *)sj->job.id;
+    js->workers = sj->job.workers;
+    js->exact = sj->job.exact;
+    js->optimizer = (char *)sj->job.optimizer;
+    js->batch = sj->job.batch;
+    js->data_seed = sj->data_seed;
+    js->micro_batch = sj->micro;
+    js->mode = (Tessera__V1__TrainMode)sj->job.mode;
+    js->staleness = sj->job.staleness;
+    ts->name = (char *)t->name;
+    ts->dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    ts->shape = (uint64_t *)t->shape;
+    ts->n_shape = t->ndim;
+    ts->initializer = (char *)t->init;
+    ts->seed = t->seed;
+    ts->partition_bytes = t->partition_bytes;
+    req->job = js;
+    req->tensor = ts;
+    req->tensor_id = t->id;
+    req->fan_in = t->fan_in;
+    req->fan_out = t->fan_out;
+    req->sync_every = t->sync_every;
+}
+
+/* Registers every tensor of sj with joining shard id, which holds none of its copies until
+ * their heads' images come (docs/replication.md, "Joining"); returns how many tensors it
+ * had, or -1 if a call failed (tried again next pass). Life held for reading. */
+static int64_t introduce_job(struct repair *r, struct ts_cluster *cl, struct shard_job *sj,
+                             uint32_t id)
+{
+    uint32_t count;
+
+    pthread_mutex_lock(&r->sp->mu);
+    count = sj->ntensors;
+    pthread_mutex_unlock(&r->sp->mu);
+    for (uint32_t i = 0; i < SHARD_MAX_TENSORS; i++) {
+        Tessera__V1__JobSpec js;
+        Tessera__V1__TensorSpec ts;
+        Tessera__V1__RegisterTensorRequest req;
+        ProtobufCMessage *resp = NULL;
+        struct shard_tensor *t = shard_params_tensor(r->sp, sj, i);
+        struct ts_err e = { 0 };
+
+        if (!t)
+            continue;
+        tensor_request(sj, t, &js, &ts, &req);
+        if (ts_cluster_call(cl, id, "/tessera.v1.Shard/RegisterTensor", &req.base,
+                            &req.map_epoch, &tessera__v1__register_tensor_response__descriptor,
+                            &resp, &e)) {
+            ts_log(TS_WARN, "repair", "job %s tensor '%s': telling joining shard %u of it: %s",
+                   sj->job.id, t->name, id, e.msg);
+            return -1;
+        }
+        protobuf_c_message_free_unpacked(resp, NULL);
+    }
+    return count;
+}
+
+/* Notes that joining shard id has count tensors of sj; forgets shards that no longer join. */
+static void introduced(struct shard_params *sp, struct shard_job *sj, uint32_t id,
+                       uint32_t count, const uint32_t *joining, size_t nj)
+{
+    size_t k = 0;
+
+    pthread_mutex_lock(&sp->mu);
+    for (size_t i = 0; i < sj->nintroduced; i++) {
+        bool still = false;
+        for (size_t j = 0; j < nj; j++)
+            still |= joining[j] == sj->introduced[i].id;
+        if (still && sj->introduced[i].id != id)
+            sj->introduced[k++] = sj->introduced[i];
+    }
+    sj->nintroduced = k;
+    if (k < SHARD_MAX_JOINING) {
+        sj->introduced[k].id = id;
+        sj->introduced[k].tensors = count;
+        sj->nintroduced++;
+    }
+    pthread_mutex_unlock(&sp->mu);
+}
+
+/* Tells each joining shard of the jobs (and tensors) it does not know yet: a shard that joins
+ * knows nothing of the jobs that started before it. Life held for reading. */
+static void introduce(struct repair *r)
+{
+    struct ts_cluster *cl = atomic_load(&r->dp->cluster);
+    uint32_t joining[SHARD_MAX_JOINING], self = atomic_load(&r->dp->self);
+    size_t nj = cl ? ts_cluster_joining(cl, joining, SHARD_MAX_JOINING) : 0;
+
+    for (size_t k = 0; k < nj; k++)
+        if (joining[k] == self)
+            return;   /* a joining shard introduces nothing */
+    for (size_t k = 0; k < nj && !atomic_load(&r->stop); k++)
+        for (size_t j = 0; !atomic_load(&r->stop); j++) {
+            struct shard_job *sj = NULL;
+            bool done = false;
+            int64_t count;
+
+            pthread_mutex_lock(&r->sp->mu);
+            if (j < r->sp->njobs) {   /* no job is released under the pass: indices hold */
+                sj = r->sp->jobs[j];
+                done = params_introduced(sj, joining[k]);
+            }
+            pthread_mutex_unlock(&r->sp->mu);
+            if (!sj)
+                break;
+            if (!done && (count = introduce_job(r, cl, sj, joining[k])) >= 0)
+                introduced(r->sp, sj, joining[k], (uint32_t)count, joining, nj);
+        }
+}
+
+/* Frees the partitions whose chains left this shard, once unused. */
+static void reap(struct shard_params *sp)
+{
+    size_t n;
+
+    pthread_mutex_lock(&sp->mu);
+    n = sp->ndrops;
+    pthread_mutex_unlock(&sp->mu);
+    if (!n)
+        return;
+    pthread_rwlock_wrlock(&sp->life);   /* walks read partitions without mu */
+    shard_params_reap(sp);
+    pthread_rwlock_unlock(&sp->life);
 }
 
 /* Jobs with a partition whose every copy is lost: the master hears of each, and rolls it back
@@ -102,16 +247,21 @@ static void *repair_main(void *arg)
 
         ts_sleep_ms(REPAIR_POLL_MS);
         report_lost(r);
+        reap(r->sp);
         pthread_rwlock_rdlock(&r->sp->life);   /* no job is released under the pass */
+        introduce(r);
         todo = collect(r->sp, &n);
-        for (size_t i = 0; i < n && !atomic_load(&r->stop); i++)
-            if (!resync(r, &links, &todo[i])) {
-                pthread_mutex_lock(&r->sp->mu);
+        for (size_t i = 0; i < n; i++) {
+            bool done = atomic_load(&r->stop) || resync(r, &links, &todo[i]);
+            pthread_mutex_lock(&r->sp->mu);
+            if (!done) {
                 todo[i].t->resync[todo[i].p] = true;
                 r->sp->resyncs++;
-                pthread_mutex_unlock(&r->sp->mu);
                 again = true;
             }
+            r->sp->inflight--;
+            pthread_mutex_unlock(&r->sp->mu);
+        }
         /* The links name their jobs on the other shards: closed, they let those end. */
         chain_links_close(&links);
         pthread_rwlock_unlock(&r->sp->life);

@@ -88,8 +88,14 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     resp->bytes = s->params.bytes;
     resp->promotions = s->params.promotions;
     resp->partitions_lost = s->params.lost;
-    resp->copies_pending = s->params.resyncs;
+    resp->copies_pending = s->params.resyncs + s->params.inflight;
+    resp->partitions_dropped = s->params.dropped;
     pthread_mutex_unlock(&s->params.mu);
+    if (s->cluster && s->membership) {
+        uint64_t epoch;
+        resp->moves_pending = shard_params_moves(&s->params, s->cluster,
+                                                 ts_membership_id(s->membership), &epoch);
+    }
     resp->copies_sent = atomic_load(&s->params.copies_sent);
     if ((st = encode_jobs(call, &s->params, &resp->jobs, &resp->n_jobs, err)))
         return st;

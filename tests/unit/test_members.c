@@ -305,6 +305,72 @@ static void departed_workers_are_forgotten(void **state)
     ts_members_free(m);
 }
 
+static bool is_quiet(void *ctx)
+{
+    return *(bool *)ctx;
+}
+
+/* With jobs resident, a shard joins: off the ring until every alive shard reports no moves
+ * left under the current epoch; then one epoch puts it on. Quiet, it goes on at once. */
+static void joining_shard_goes_on_the_ring_once_moves_are_done(void **state)
+{
+    bool quiet = true;
+    struct ts_members_cfg cfg = { .default_lease_ms = 3000, .quiet = is_quiet,
+                                  .quiet_ctx = &quiet };
+    struct ts_members *m;
+    struct ts_members_view v;
+    uint32_t a, b, c;
+    uint64_t e0, digest;
+
+    (void)state;
+    assert_int_equal(ts_members_create(&cfg, &m, NULL), TS_OK);
+    a = add_shard(m, "h:1", "a", 0);         /* no job resident: on the ring at once */
+    quiet = false;   /* a job: now shards join */
+    b = add_shard(m, "h:2", "b", 0);
+    e0 = ts_members_epoch(m);
+    assert_int_equal(ts_members_view(m, true, &v, NULL), TS_OK);
+    assert_int_equal(v.nshards, 2);
+    assert_false(v.shards[0].joining);
+    assert_true(v.shards[1].joining);
+    digest = v.ring_digest;
+    ts_members_view_free(&v);
+    ts_members_moves(m, a, e0, 3);           /* copies still to send */
+    ts_members_moves(m, b, e0, 0);
+    assert_int_equal(ts_members_epoch(m), e0);
+    ts_members_moves(m, a, e0 - 1, 0);       /* counted under an older map: not enough */
+    assert_int_equal(ts_members_epoch(m), e0);
+    c = add_shard(m, "h:3", "c", 0);         /* a new epoch: every report must come again */
+    ts_members_moves(m, a, e0, 0);
+    assert_int_equal(ts_members_epoch(m), e0 + 1);
+    ts_members_moves(m, a, e0 + 1, 0);
+    ts_members_moves(m, b, e0 + 1, 0);
+    assert_int_equal(ts_members_epoch(m), e0 + 1);
+    ts_members_moves(m, c, e0 + 1, 0);       /* the last one: both go on the ring */
+    assert_int_equal(ts_members_epoch(m), e0 + 2);
+    assert_int_equal(ts_members_view(m, true, &v, NULL), TS_OK);
+    for (size_t i = 0; i < v.nshards; i++)
+        assert_false(v.shards[i].joining);
+    assert_true(v.ring_digest != digest);
+    ts_members_view_free(&v);
+    ts_members_moves(m, a, e0 + 2, 0);       /* nothing joins: no new epoch */
+    assert_int_equal(ts_members_epoch(m), e0 + 2);
+    /* The only shard on the ring dies: the joining one goes on at once. */
+    quiet = false;
+    assert_true(ts_members_declare_dead(m, a, "a", "gone"));
+    assert_true(ts_members_declare_dead(m, b, "b", "gone"));
+    uint32_t d = add_shard(m, "h:4", "d", 0);
+    assert_int_equal(ts_members_view(m, true, &v, NULL), TS_OK);
+    for (size_t i = 0; i < v.nshards; i++)
+        assert_true(v.shards[i].id != d || v.shards[i].joining);
+    ts_members_view_free(&v);
+    assert_true(ts_members_declare_dead(m, c, "c", "gone"));
+    assert_int_equal(ts_members_view(m, true, &v, NULL), TS_OK);
+    assert_int_equal(v.nshards, 1);
+    assert_false(v.shards[0].joining);
+    ts_members_view_free(&v);
+    ts_members_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +378,7 @@ int main(void)
         cmocka_unit_test(register_is_idempotent_per_instance),
         cmocka_unit_test(lease_expiry_marks_dead_and_moves_epoch),
         cmocka_unit_test(declared_dead_on_report),
+        cmocka_unit_test(joining_shard_goes_on_the_ring_once_moves_are_done),
         cmocka_unit_test(heartbeat_errors),
         cmocka_unit_test(deregister_and_replacement),
         cmocka_unit_test(many_workers_keep_their_ids),

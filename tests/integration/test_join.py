@@ -1,0 +1,226 @@
+"""test_join.py - a shard that joins a running cluster takes its share of the ring
+(docs/replication.md, "Joining").
+
+Real processes: a master and shards started by hand, `tessera train` as the workers. Checked,
+with R = 2 (chains of 2) and with R = 1 (no replicas):
+- a shard started while exact training runs joins: the master lists it joining, the heads
+  copy it the partitions it will hold (it is the tail of their chains meanwhile), then a new
+  epoch puts it on the ring; the workers send the step in flight to the new heads, and the
+  training ends by itself with the params_sha256 of `tessera train --local`;
+- afterwards the new shard heads partitions of the running job and of a job kept idle on the
+  cluster, every partition has exactly R copies (the old owners dropped the ones that moved:
+  ShardStatus.partitions_dropped, and no shard lists them), and `tessera verify replicas`
+  finds every copy equal to its head;
+- `tessera status` shows no shard joining once it is done, and the dropped partitions;
+- a shard stopped past its lease and resumed registers again and joins like a new one: it
+  drops what it held (behind its chains) and takes fresh copies; training stays exact;
+- with TESSERA_JOIN_KILLS=1 (make test-fault): the joining shard killed -9 while its copies
+  move, then an old shard killed while another joins; the training still ends exact and the
+  chains whole.
+"""
+import json
+import os
+import sys
+import unittest
+
+sys.dont_write_bytecode = True
+import tessera_testlib as tl  # noqa: E402
+from tessera_testlib import shard_pb2  # noqa: E402
+
+LONG = 300 if tl.SANITIZED else 1200   # steps: long enough to join in the middle
+PART_KB = "64"                          # 19 partitions of the MLP: every shard gets some
+
+
+def local_sha(steps):
+    r = tl.run_cli(["train", "--local", "--steps", str(steps), "--exact", "--partition-kb",
+                    PART_KB, "--json"], timeout=300)
+    if r.returncode != 0:
+        raise AssertionError("tessera train --local exited %d:\n%s" % (r.returncode, r.stderr))
+    return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
+
+
+class JoinCase(tl.ClusterCase):
+    REPLICAS = 2
+
+    @classmethod
+    def setUpClass(cls):
+        os.environ.setdefault("TESSERA_LOG", "warn")
+        cls.c = tl.Cluster()
+        cls.master = cls.c.start_master(extra=["--replicas", str(cls.REPLICAS)])
+        cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i) for i in range(2)]
+        cls.ch = cls.c.channel(cls.master.addr)
+        tl.wait_until(lambda: sum(1 for s in tl.cluster_status(cls.ch).shards
+                                  if s.state == tl.ALIVE) == 2, 15, "2 shards alive")
+
+    def stub(self, proc):
+        return tl.Stub(self.c.channel(proc.addr), shard_pb2, "Shard")
+
+    def train(self, job, steps, wait=True):
+        argv = [os.path.join(tl.BIN, "tessera"), "train", "--master", self.master.addr,
+                "--workers", "2", "--steps", str(steps), "--exact", "--partition-kb", PART_KB,
+                "--keep", "--job", job, "--json"]
+        p = self.c.spawn(argv, "train-" + job, stdout_pipe=True)
+        if wait:
+            return self.finish(p)
+        return p
+
+    def finish(self, p):
+        rc = p.wait(300)
+        self.assertEqual(rc, 0, p.log_text())
+        return json.loads(p.p.stdout.read().decode().strip().splitlines()[-1])
+
+    def copies(self, job, procs):
+        """{(tensor, partition): [(shard id, PartitionDigest)]} over procs."""
+        out = {}
+        for proc in procs:
+            r = self.stub(proc).PartitionDigests(shard_pb2.PartitionDigestsRequest(job=job),
+                                                 timeout=tl.RPC_TIMEOUT)
+            for d in r.partitions:
+                out.setdefault((d.tensor_id, d.partition), []).append((r.shard_id, d))
+        return out
+
+    def test_a_a_shard_joins_while_training_runs(self):
+        self.train("idle", 5)           # kept on the shards, not stepping
+        p = self.train("run", LONG, wait=False)
+        tl.wait_until(lambda: any(j.id == "run" and j.max_version >= LONG // 6
+                                  for st in map(self.stub, self.shards)
+                                  for j in st.ShardStatus(shard_pb2.ShardStatusRequest(),
+                                                          timeout=tl.RPC_TIMEOUT).jobs),
+                      120, "job run to step")
+        epoch = tl.cluster_status(self.ch).epoch
+        new = self.c.start_shard(self.master.addr, name="shard-new")
+        got = self.finish(p)
+        self.assertEqual(got["params_sha256"], local_sha(LONG))
+        # The move happened while it trained: the old heads sent the workers to the new ones.
+        self.assertIn("failed over", p.log_text())
+
+        procs = self.shards + [new]
+        type(self).shards = procs   # test_b goes on from here
+        tl.wait_until(lambda: not any(s.joining for s in tl.cluster_status(self.ch).shards),
+                      60, "the new shard to be on the ring")
+        cs = tl.cluster_status(self.ch)
+        self.assertEqual(sum(1 for s in cs.shards if s.state == tl.ALIVE), 3)
+        self.assertGreaterEqual(cs.epoch, epoch + 2, "one epoch to join, one to be on the ring")
+        new_id = self.stub(new).ShardStatus(shard_pb2.ShardStatusRequest(),
+                                            timeout=tl.RPC_TIMEOUT).shard_id
+        for job, steps in (("run", LONG), ("idle", 5)):
+            def settled():
+                parts = self.copies(job, procs)
+                return parts and all(len(c) == self.REPLICAS for c in parts.values())
+            tl.wait_until(settled, 30, "job %s: %d copies of each partition" %
+                          (job, self.REPLICAS))
+            parts = self.copies(job, procs)
+            self.assertEqual(len(parts), 19)
+            heads = [sid for c in parts.values() for sid, d in c if not d.follower]
+            self.assertEqual(len(heads), 19)
+            self.assertIn(new_id, heads, "job %s: the new shard heads some partitions" % job)
+            for key, c in parts.items():
+                self.assertEqual(len({d.sha256 for _, d in c}), 1, key)
+                self.assertEqual({d.version for _, d in c}, {steps}, key)
+            r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", job])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        dropped = [self.stub(s).ShardStatus(shard_pb2.ShardStatusRequest(),
+                                            timeout=tl.RPC_TIMEOUT).partitions_dropped
+                   for s in self.shards]
+        self.assertGreater(sum(dropped), 0, "the old owners dropped what moved")
+        r = tl.run_cli(["status", "--master", self.master.addr])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("JOIN", r.stdout)
+        self.assertIn("moved away to shards that joined", r.stdout)
+        r = tl.run_cli(["status", "--master", self.master.addr, "--json"])
+        doc = json.loads(r.stdout)
+        self.assertFalse(any(s["joining"] for s in doc["shards"]))
+        self.assertEqual(sum(s.get("partitions_dropped", 0) for s in doc["shards"]),
+                         sum(dropped))
+
+
+class JoinReplicated(JoinCase, unittest.TestCase):
+    REPLICAS = 2
+
+    @unittest.skipUnless(os.environ.get("TESSERA_JOIN_KILLS") == "1",
+                         "TESSERA_JOIN_KILLS=1 (make test-fault): kills during a join")
+    def test_b_kills_during_a_join(self):
+        """After test_a, 3 shards. A fourth joins while exact training runs and is killed -9
+        while its copies move; then a fifth joins and one of the old shards is killed while
+        it copies. The training ends by itself with the --local fingerprint both times, and
+        the survivors end with 2 equal copies of every partition."""
+        for round_, job in enumerate(("kill-joiner", "kill-old")):
+            p = self.train(job, LONG, wait=False)
+            tl.wait_until(lambda: any(j.id == job and j.max_version >= LONG // 6
+                                      for st in map(self.stub, self.alive())
+                                      for j in st.ShardStatus(shard_pb2.ShardStatusRequest(),
+                                                              timeout=tl.RPC_TIMEOUT).jobs),
+                          120, "job %s to step" % job)
+            new = self.c.start_shard(self.master.addr, name="shard-%s" % job)
+            tl.wait_until(lambda: any(s.joining for s in tl.cluster_status(self.ch).shards),
+                          30, "a shard joining")
+            victim = new if round_ == 0 else self.alive()[0]
+            victim.signal(9)
+            victim.wait(10)
+            self.shards = [s for s in self.shards if s is not victim]
+            if round_ == 1:
+                self.shards.append(new)
+            got = self.finish(p)
+            self.assertEqual(got["params_sha256"], local_sha(LONG), job)
+            tl.wait_until(lambda: not any(s.joining for s in tl.cluster_status(self.ch).shards),
+                          60, "no shard joining")
+            r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", job,
+                            "--json"])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertTrue(all(d["copies"] == 2 for d in json.loads(r.stdout)["details"]))
+
+    def alive(self):
+        return [s for s in self.shards if s.running()]
+
+    def test_c_a_stalled_shard_comes_back_and_joins_again(self):
+        """A shard stopped (SIGSTOP) past its lease while exact training runs is declared dead
+        and its chains go on without it; resumed, it registers again and joins as a new shard
+        would: what it held is behind, so it drops it and takes fresh copies from the heads.
+        The training ends with the --local fingerprint and the chains are whole and equal."""
+        import signal
+        job = "stall"
+        p = self.train(job, LONG, wait=False)
+        shards = self.alive()
+        tl.wait_until(lambda: any(j.id == job and j.max_version >= LONG // 6
+                                  for st in map(self.stub, shards)
+                                  for j in st.ShardStatus(shard_pb2.ShardStatusRequest(),
+                                                          timeout=tl.RPC_TIMEOUT).jobs),
+                      120, "job %s to step" % job)
+        victim = shards[-1]
+        sid = self.stub(victim).ShardStatus(shard_pb2.ShardStatusRequest(),
+                                            timeout=tl.RPC_TIMEOUT).shard_id
+        victim.signal(signal.SIGSTOP)
+        try:
+            tl.wait_until(lambda: [s for s in tl.cluster_status(self.ch).shards
+                                   if s.id == sid][0].state == tl.DEAD, 30,
+                          "the stopped shard to be declared dead")
+        finally:
+            victim.signal(signal.SIGCONT)
+        got = self.finish(p)
+        self.assertEqual(got["params_sha256"], local_sha(LONG))
+        tl.wait_until(lambda: [s for s in tl.cluster_status(self.ch).shards
+                               if s.id == sid][0].state == tl.ALIVE, 30, "it to register again")
+        tl.wait_until(lambda: not any(s.joining for s in tl.cluster_status(self.ch).shards),
+                      60, "it to be on the ring again")
+        last = []
+
+        def whole():
+            r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", job,
+                            "--json"])
+            last[:] = [r.stdout + r.stderr]
+            return r.returncode == 0 and all(d["copies"] == 2 and d["version"] == LONG
+                                             for d in json.loads(r.stdout)["details"])
+        try:
+            tl.wait_until(whole, 30, "2 equal copies of every partition at step %d" % LONG)
+        except AssertionError:
+            raise AssertionError(last[0])
+        self.assertGreater(self.stub(victim).ShardStatus(
+            shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT).partitions_dropped, 0)
+
+
+class JoinUnreplicated(JoinCase, unittest.TestCase):
+    REPLICAS = 1
+
+
+if __name__ == "__main__":
+    tl.main()

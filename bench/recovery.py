@@ -17,6 +17,12 @@ Two figures, both against `tessera up` clusters started here (docs/replication.m
    parameters). And bench_pushpull's 64 MiB push+pull step (shm, float, 2 workers on 2
    shards) on a master with `--replicas 1` and `--replicas 2`, rounds alternating.
 
+3. Joining. A third shard started while the job trains on `tessera up --shards 2` (R = 2):
+   seconds from its start to being on the ring (it joined, got its copies, and a new epoch
+   put it on), and the longest wait between two steps from its start to 2 s after (the
+   workers move to the new heads), against the longest wait over 3.5 s just before; the
+   training must still end at the --local fingerprint.
+
 Output: a table, and bench/results/recovery.json whose headline is the 64 MiB cost:
 {"ours": R = 2 ms per step, "baseline": R = 1 ms per step, "unit", "ratio"}, with the MLP's
 and the recovery figures beside it ("recovery": median, max, each trial).
@@ -64,6 +70,65 @@ def trial(a, binary, rng, want):
                                    (got["params_sha256"], want))
             return {"seconds": took, "victim": victim, "killed_at_version": v}
         finally:
+            c.stop()
+
+
+def longest_gap(c, job, ids, seconds, p, until=None):
+    """Polls the job's newest version over ids for `seconds` (or until until() is true, then
+    `seconds` more); returns the longest time between two advances, in seconds."""
+    last_v, last_t, gap = -1, time.monotonic(), 0.0
+    end = None if until else last_t + seconds
+    while end is None or time.monotonic() < end:
+        v, _ = c.version(job, ids)
+        now = time.monotonic()
+        if v != last_v:
+            gap, last_v, last_t = max(gap, now - last_t), v, now
+        if end is None and until():
+            end = now + seconds
+        if p.poll() is not None:
+            break
+    return max(gap, time.monotonic() - last_t)
+
+
+def join_trial(a, binary, want):
+    """A third shard started once the job stepped a while on 2 shards (R = 2): seconds from
+    its start to being on the ring, and the longest wait between two steps from its start
+    to 2 s after that (the workers move to the new heads once the old ones hear of the new
+    map), against the longest wait over as long just before it started."""
+    with tempfile.TemporaryDirectory(prefix="tessera-join.") as d:
+        c = Cluster(binary, d, shards=2, lease_ms=a.lease_ms)
+        extra = None
+        try:
+            p = train(binary, c.master, a.steps, "grow")
+            ids = list(c.shards)
+            cl.wait_version(c, "grow", ids, a.kill_at, p, 120)
+            before = longest_gap(c, "grow", ids, 3.5, p)
+            log = open(os.path.join(d, "shard-joined.log"), "w")
+            extra = subprocess.Popen([os.path.join(a.bin, "tessera-shard"), "--master",
+                                      c.master, "--lease-ms", str(a.lease_ms)],
+                                     stdout=log, stderr=log, start_new_session=True)
+            t0 = time.monotonic()
+            state = {"seen": False, "joined": None}
+
+            def on_ring():
+                if state["joined"] is None:
+                    shards = [s for s in c.status().shards if s.state == 1]
+                    state["seen"] |= any(s.joining for s in shards)
+                    if len(shards) == 3 and state["seen"] and \
+                            not any(s.joining for s in shards):
+                        state["joined"] = time.monotonic() - t0
+                return state["joined"] is not None
+            during = longest_gap(c, "grow", ids, 2.0, p, until=on_ring)
+            if state["joined"] is None:
+                raise RuntimeError("the new shard did not join while the job trained")
+            got = result(p, "tessera train")
+            if got["params_sha256"] != want:
+                raise RuntimeError("params_sha256 %s with the join, %s without" %
+                                   (got["params_sha256"], want))
+            return {"join_s": state["joined"], "gap_s": during, "gap_before_s": before}
+        finally:
+            if extra:
+                cl.stop_group(extra)
             c.stop()
 
 
@@ -118,6 +183,8 @@ def main():
     ap.add_argument("--steps", type=int, default=3000, help="steps of each trial's training")
     ap.add_argument("--kill-at", type=int, default=300, help="the step after which to kill")
     ap.add_argument("--seed", type=int, default=1, help="which shards are killed")
+    ap.add_argument("--join-trials", type=int, default=3, help="shards that join a running "
+                    "job (default 3)")
     ap.add_argument("--out", default="bench/results/recovery.json")
     ap.add_argument("--pp-iters", type=int, default=10, help="timed steps of each 64 MiB "
                     "push+pull run (default 10)")
@@ -125,7 +192,7 @@ def main():
                     "push+pull steps")
     a = ap.parse_args()
     if a.quick:
-        a.trials, a.rounds, a.steps, a.pp_iters = 2, 1, 1000, 3
+        a.trials, a.rounds, a.steps, a.pp_iters, a.join_trials = 2, 1, 1000, 3, 1
     binary = os.path.join(a.bin, "tessera")
     cl.load_protos(a.bin)
     cl.exit_on_sigterm()
@@ -138,6 +205,13 @@ def main():
         print("trial %d: shard %d killed after step %d, a step completed %.2f s later; "
               "params_sha256 equal to --local" % (i + 1, t["victim"], t["killed_at_version"],
                                                   t["seconds"]), flush=True)
+    joins = []
+    for i in range(a.join_trials):
+        t = join_trial(a, binary, want)
+        joins.append(t)
+        print("join %d: on the ring %.2f s after it started; longest wait between steps "
+              "%.3f s (before it started: %.3f s); params_sha256 equal to --local" %
+              (i + 1, t["join_s"], t["gap_s"], t["gap_before_s"]), flush=True)
     runs = cost(a, binary)
     pp = pushpull(a)
     rec = [t["seconds"] for t in trials]
@@ -153,6 +227,16 @@ def main():
     print("%-44s %9.2fs %9s  (recovery / lease: %.2f)" % (
         "the lease (--lease-ms, the baseline)", a.lease_ms / 1000.0, "",
         statistics.median(rec) / (a.lease_ms / 1000.0)))
+    if joins:
+        js = [t["join_s"] for t in joins]
+        sw = [t["gap_s"] for t in joins]
+        ts = [t["gap_before_s"] for t in joins]
+        print("%-44s %9.2fs %9.2fs" % ("join: shard start -> on the ring (2 -> 3)",
+                                       statistics.median(js), max(js)))
+        print("%-44s %9.3fs %9.3fs" % ("join: longest wait between steps", statistics.median(sw),
+                                       max(sw)))
+        print("%-44s %9.3fs %9.3fs" % ("  the same before it (baseline)",
+                                       statistics.median(ts), max(ts)))
     print("%-44s %9.3fs %9.3fs" % ("300 steps, --replicas 1 (baseline)", r1, max(runs[1])))
     print("%-44s %9.3fs %9.3fs %7.1fx" % ("300 steps, --replicas 2", r2, max(runs[2]),
                                            COST_GOAL))
@@ -173,7 +257,8 @@ def main():
                         "goal_s": RECOVERY_GOAL_S, "baseline_lease_s": a.lease_ms / 1000.0,
                         "ratio_to_lease": statistics.median(rec) / (a.lease_ms / 1000.0),
                         "trials": trials},
-           "cost_runs": {"replicas_1": runs[1], "replicas_2": runs[2]}}
+           "cost_runs": {"replicas_1": runs[1], "replicas_2": runs[2]},
+           "join": {"trials": joins}}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)

@@ -137,7 +137,10 @@ test-fault: build asan
 	    /usr/bin/python3 tests/integration/test_rollback.py
 	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
-	    /usr/bin/python3 tests/integration/test_join.py
+	    TESSERA_JOIN_KILLS=1 /usr/bin/python3 tests/integration/test_join.py
+	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 \
+	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
+	    /usr/bin/python3 tests/fault/kill_points.py
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
 	    --trials $(KILL_TRIALS)
 

@@ -317,8 +317,9 @@ int cmd_verify(int argc, char **argv)
                        "tensor, and per layer output on probe images for the built-in MLP),\n"
                        "dist (KS, PSI, Jensen-Shannon of the outputs, or of the values).\n"
                        "A and B: snapshot refs (with --store or --master), `live` (a snapshot of\n"
-                       "the running job, with --master) or files (.npy, raw float32). `verify data` re-hashes the training data in DIR and\n"
-                       "checks it against snapshot REF's data-checksum map. `verify replicas`\n"
+                       "the running job, with --master) or files (.npy, raw float32).\n"
+                       "`verify data` re-hashes the training data in DIR and checks it\n"
+                       "against snapshot REF's data-checksum map. `verify replicas`\n"
                        "compares every replica of a job's partitions with its chain's head.\n"
                        "Exit 0: the audit passes; 1: it fails; 2: usage or I/O.",
                        flags);

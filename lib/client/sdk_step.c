@@ -117,9 +117,9 @@ static ts_status send_all(struct tessera *t, int first, int last, bool push, uin
     return st;
 }
 
-/* Reads the replies to send_all's requests, in order: ACKs, or PARAMS into params[i - first]. A refused
- * request is remembered (the first in err) and reading goes on, so the streams stay in step;
- * a transport error ends it. */
+/* Reads the replies to send_all's requests, in order: ACKs, or PARAMS into params[i - first].
+ * A refused request is remembered (the first in err) and reading goes on, so the streams stay
+ * in step; a transport error ends it. */
 static ts_status read_all(struct tessera *t, int first, int last, float *const *params,
                           ts_status *first_err, struct ts_err *err)
 {

@@ -282,6 +282,18 @@ uint32_t ts_cluster_future_head(struct ts_cluster *cl, const char *tensor, uint3
     return id;
 }
 
+bool ts_cluster_is_joining(struct ts_cluster *cl, uint32_t id)
+{
+    bool joining = false;
+
+    pthread_mutex_lock(&cl->mu);
+    for (size_t i = 0; cl->map && i < cl->map->n_shards; i++)
+        if (cl->map->shards[i]->id == id)
+            joining = cl->map->shards[i]->joining;
+    pthread_mutex_unlock(&cl->mu);
+    return joining;
+}
+
 size_t ts_cluster_joining(struct ts_cluster *cl, uint32_t *ids, size_t max)
 {
     size_t n = 0;

@@ -40,7 +40,8 @@ struct ts_rpc_stream;
 
 /* Method flags. */
 #define TS_RPC_STREAM_OUT  0x1u /* the server sends a stream of responses (ts_rpc_send) */
-#define TS_RPC_STREAM_IN   0x2u /* the client sends a stream of requests (ts_rpc_recv); req is NULL */
+#define TS_RPC_STREAM_IN   0x2u /* the client sends a stream of requests (ts_rpc_recv); req is
+                                 * NULL */
 #define TS_RPC_OWN_THREAD  0x4u /* a unary handler that may block: run it on its own thread */
 
 /* A handler. Unary: req is the decoded request (borrowed, valid until return) and resp an

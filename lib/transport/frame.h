@@ -50,8 +50,9 @@ enum ts_frame_type {
     TS_FRAME_MAP = 8,       /* worker -> shard: share `tensor`'s parameters (a SHARE answers) */
     /* Replication (docs/replication.md), on a connection from a shard to the next one in a
      * partition's chain (its HELLO names the job): */
-    TS_FRAME_IMAGE = 9,     /* the partition's image (ts_part_image) at version `step`; ACK
-                             * once this shard and the rest of the chain hold it */
+    TS_FRAME_IMAGE = 9,     /* the partition's image (ts_part_image) at version `step`, from
+                             * shard `rank`, the one before in the chain; ACK once this shard
+                             * and the rest of the chain hold it */
     TS_FRAME_TYPE_MAX = 9,
 };
 

@@ -10,8 +10,9 @@
  * listener is bound to: listen on the address peers should dial. TCP_NODELAY is set because a
  * frame is handed to the kernel whole (header and payload in one sendmsg); Nagle would only
  * delay the last segment of each frame. TCP is the cross-host path, so its frames are always
- * hashed, loopback included (never host-local: transport.h). Socket buffers are left to the kernel's autotuning
- * unless TESSERA_TCP_SOCKBUF=BYTES asks for fixed ones (bench/transport_raw measures both). */
+ * hashed, loopback included (never host-local: transport.h). Socket buffers are left to the
+ * kernel's autotuning unless TESSERA_TCP_SOCKBUF=BYTES asks for fixed ones
+ * (bench/transport_raw measures both). */
 #include "transport/transport.h"
 
 #include <arpa/inet.h>

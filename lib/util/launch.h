@@ -21,8 +21,9 @@
 
 /* Forks and executes path with argv (argv[0] is what the child sees as its name). Its stdout
  * and stderr go to the file log (created or truncated) when log is not NULL, else its stdout
- * goes to out_fd when that is >= 0, else both stay ours. TS_EIO (nothing started) if log cannot be created or fork fails;
- * an exec failure shows as the child exiting with status 127. */
+ * goes to out_fd when that is >= 0, else both stay ours. TS_EIO (nothing started) if log
+ * cannot be created or fork fails; an exec failure shows as the child exiting with status
+ * 127. */
 ts_status ts_launch(const char *path, char *const argv[], const char *log, int out_fd,
                     pid_t *pid, struct ts_err *err) TS_MUST_CHECK;
 

@@ -403,7 +403,8 @@ static int by_listing(const void *a, const void *b)
     if (x->released != y->released)
         return x->released ? 1 : -1;
     if (!x->released)
-        return x->started_unix_ms < y->started_unix_ms ? -1 : x->started_unix_ms > y->started_unix_ms;
+        return x->started_unix_ms < y->started_unix_ms ? -1
+                                                       : x->started_unix_ms > y->started_unix_ms;
     return x->ended_unix_ms > y->ended_unix_ms ? -1 : x->ended_unix_ms < y->ended_unix_ms;
 }
 

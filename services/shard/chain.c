@@ -85,7 +85,7 @@ ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *
                      const void *image, size_t n, const atomic_bool *stop, struct ts_err *err)
 {
     struct ts_frame_hdr h = { .type = TS_FRAME_IMAGE, .tensor = tensor, .partition = partition,
-                              .step = version };
+                              .step = version, .rank = cs->self };
     size_t at;
     ts_status st;
 

@@ -26,13 +26,15 @@ struct chain_link {
 };
 
 struct chain_links {
+    uint32_t self;                   /* this shard's id: an IMAGE names its sender in `rank` */
     struct chain_link *links;
     size_t n, cap;
     void *image;                     /* a head's image of its partition, reused per step */
     size_t image_cap;
 };
 
-/* Sends an IMAGE frame (tensor, partition, version in `step`) with the image to shard `next`
+/* Sends an IMAGE frame (tensor, partition, version in `step`, cs->self in `rank`: the next
+ * shard takes images from the shard before it in the chain only) with the image to shard `next`
  * of job, through cl's map, and waits for its ACK. `stop` (may be NULL) ends the wait early.
  * TS_EUNAVAIL if the link broke or the next shard is not in the map: the link is closed and
  * the next call opens a new one; the next shard's refusal comes back with its status and

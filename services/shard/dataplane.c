@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "chain.h"
+#include "testhooks.h"
 #include "transport/frame.h"
 #include "transport/region.h"
 #include "util/log.h"
@@ -153,17 +154,6 @@ static ts_status head_of(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
     return TS_OK;
 }
 
-/* Whether shard id is joining the ring (docs/replication.md, "Joining"). */
-static bool joining(struct dataplane *dp, uint32_t id)
-{
-    uint32_t ids[SHARD_MAX_JOINING];
-    size_t n = ts_cluster_joining(atomic_load(&dp->cluster), ids, SHARD_MAX_JOINING);
-
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] == id)
-            return true;
-    return false;
-}
 
 /* Next shard `next` of a chain is unreachable: the master hears of it (and checks it), and if
  * it is out of the map now, this shard follows the new chains at once, not at its next
@@ -193,11 +183,12 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
         struct ts_err e = { 0 };
         uint32_t now = next;
 
+        dc->chain.self = atomic_load(&dc->dp->self);
         st = chain_send(&dc->chain, atomic_load(&dc->dp->cluster), dc->job->job.id, next,
                         h->tensor, h->partition, version, image, n, &dc->dp->stop, &e);
         /* A joining shard not yet told of the job or tensor (the repair thread tells it, then
          * sends it the image): the chain ends here for now. */
-        if (st == TS_ENOTFOUND && joining(dc->dp, next))
+        if (st == TS_ENOTFOUND && ts_cluster_is_joining(atomic_load(&dc->dp->cluster), next))
             return TS_OK;
         if ((st != TS_EUNAVAIL && st != TS_ESTALE) || ts_now_ms() > until ||
             atomic_load(&dc->dp->stop)) {
@@ -262,6 +253,39 @@ static ts_status load_flipped(struct dp_conn *dc, struct ts_part *p, const void 
     return ts_part_load_image(p, dc->chain.image, n, err);
 }
 
+/* An IMAGE must come from the shard before this one in the partition's chain (`rank`), under
+ * the newest map: anything else (a sender with an older map, or one not in the chain at all)
+ * is refused before it changes anything. A tensor this shard does not know passes: the image
+ * is refused as unknown then. */
+static ts_status check_from(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
+{
+    struct dataplane *dp = dc->dp;
+    struct ts_cluster *cl = atomic_load(&dp->cluster);
+    uint32_t self = atomic_load(&dp->self), prev;
+
+    if (!cl || !shard_params_tensor(dp->params, dc->job, h->tensor))
+        return TS_OK;
+    if (!h->rank)
+        return ts_err_set(err, TS_EINVAL, "image.from: required (the sending shard's id, in "
+                          "the frame's rank)");
+    prev = shard_params_prev(dp->params, cl, self, dc->job, h->tensor, h->partition);
+    if (prev != h->rank && dp->remap) {
+        dp->remap(dp->remap_ctx);
+        prev = shard_params_prev(dp->params, cl, self, dc->job, h->tensor, h->partition);
+    }
+    if (prev == h->rank)
+        return TS_OK;
+    if (!prev)
+        return ts_err_set(err, TS_ESTALE, "image.from: shard %u sent an image of tensor %u "
+                          "partition %u, but this shard heads its chain or is not in it (map "
+                          "epoch %" PRIu64 "); refresh the shard map", h->rank, h->tensor,
+                          h->partition, ts_cluster_epoch(cl));
+    return ts_err_set(err, TS_ESTALE, "image.from: shard %u is not the shard before this one in "
+                      "the chain of tensor %u partition %u (shard %u is, map epoch %" PRIu64 "); "
+                      "refresh the shard map", h->rank, h->tensor, h->partition, prev,
+                      ts_cluster_epoch(cl));
+}
+
 /* A predecessor's image of a partition whose chain this shard follows: held, passed on to the
  * next shard if there is one, then acknowledged. */
 static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
@@ -276,6 +300,8 @@ static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
 
     if (!dc->job)
         return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
+    if ((st = check_from(dc, h, err)))
+        return st;
     /* The partition, or a new copy of it if this shard joined its chain since. */
     if (!shard_params_adopt(dc->dp->params, dc->job, h->tensor, h->partition, err)) {
         if (err->code != TS_ESTALE || !atomic_load(&dc->dp->cluster) || !dc->dp->remap)
@@ -301,6 +327,7 @@ static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     shard_params_put(p);
     if (st)
         return st;
+    hook_reach(HOOK_IMAGE);
     if ((st = send_down(dc, h, next, false, h->step, buf, h->len, err)))
         return st;
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
@@ -323,8 +350,10 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
     if ((st = head_of(dc, h, &p, &next, err)))
         return st;
     if (!((h->flags & TS_PUSH_REGION) && in_region(dc, h, p, &in, err)) &&
-        !ts_part_push(p, &in, &applied, err) && applied && next)
+        !ts_part_push(p, &in, &applied, err) && applied && next) {
+        hook_reach(HOOK_PUSH);
         (void)replicate(dc, h, p, next, err);
+    }
     shard_params_put(p);
     return err->code ? err->code : ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
@@ -359,6 +388,7 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, str
     if (ts_part_pull(p, h->rank, h->step, PULL_WAIT_MS, &dc->cancel, copy ? dc->copy : NULL,
                      &info, err))
         return err->code;
+    hook_reach(HOOK_PULL);
     out.step = info.version;
     out.flags = info.overflow ? TS_PARAMS_OVERFLOW : 0;
     out.rank = info.staleness > UINT32_MAX ? UINT32_MAX : (uint32_t)info.staleness;
@@ -594,9 +624,6 @@ static void *conn_main(void *arg)
         }
         if (st == TS_EUNAVAIL || st == TS_ECANCELLED)
             break;
-        if (st)
-            ts_log(TS_DEBUG, "dataplane", "frame type %u tensor %u partition %u refused: %s",
-                   h.type, h.tensor, h.partition, err.msg);
         if (st && reply_error(dc->c, &h, &err))
             break;
     }

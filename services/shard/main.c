@@ -7,6 +7,7 @@
 
 #include "rpc/serve.h"
 #include "shard.h"
+#include "testhooks.h"
 #include "util/flags.h"
 #include "util/log.h"
 #include "util/proc.h"
@@ -144,6 +145,7 @@ int main(int argc, char **argv)
                                "on SIGTERM.", flags, argc, argv)) >= 0)
         return rc;
     rc = 1;
+    hooks_init();
     s.started_ms = ts_now_ms();
     s.master_addr = ts_master_default_addr(master);
     shard_params_init(&s.params);

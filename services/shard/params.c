@@ -229,9 +229,11 @@ static bool same_tensor(const struct shard_tensor *t, const Tessera__V1__Registe
 {
     const Tessera__V1__TensorSpec *s = r->tensor;
 
-    if (t->sync_every != (r->sync_every ? r->sync_every : 1) || strcmp(t->name, s->name) || strcmp(t->init, s->initializer) || t->seed != s->seed ||
-        t->ndim != s->n_shape || t->partition_bytes != (s->partition_bytes ? s->partition_bytes
-                                                                         : TS_PARTITION_BYTES_DEFAULT))
+    uint64_t pbytes = s->partition_bytes ? s->partition_bytes : TS_PARTITION_BYTES_DEFAULT;
+
+    if (t->sync_every != (r->sync_every ? r->sync_every : 1) || strcmp(t->name, s->name) ||
+        strcmp(t->init, s->initializer) || t->seed != s->seed || t->ndim != s->n_shape ||
+        t->partition_bytes != pbytes)
         return false;
     return memcmp(t->shape, s->shape, t->ndim * sizeof(uint64_t)) == 0;
 }
@@ -293,6 +295,7 @@ ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct ts
     while (k < n && chain[k] != my_id)
         k++;
     *at = (struct params_place){ .held = k < n, .head = k == 0,
+                                 .prev = k && k < n ? chain[k - 1] : 0,
                                  .next = k + 1 < n ? chain[k + 1] : 0, .len = n,
                                  .joining = k < n && k >= ring, .joiners = n - ring };
     return TS_OK;
@@ -543,6 +546,18 @@ struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *sj,
     }
     pthread_mutex_unlock(&sp->mu);
     return p;
+}
+
+uint32_t shard_params_prev(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                           struct shard_job *sj, uint32_t tensor, uint32_t part)
+{
+    struct shard_tensor *t = shard_params_tensor(sp, sj, tensor);
+    struct params_place at;
+    struct ts_err e = { 0 };
+
+    if (!t || part >= t->nparts || params_place_of(cl, my_id, &sj->job, t->name, part, &at, &e))
+        return 0;
+    return at.prev;
 }
 
 void shard_params_put(struct ts_part *p)

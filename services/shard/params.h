@@ -132,7 +132,8 @@ struct shard_params {
     /* Joining (rechain.c): the map epoch the chains were last taken up under; partitions
      * dropped since start, and those not yet freed; images the repair thread collected and
      * has not sent yet (all under mu). */
-    uint64_t rechained, dropped;
+    _Atomic uint64_t rechained;        /* written under mu */
+    uint64_t dropped;
     bool joining;                      /* joining the ring under the map of rechained */
     struct shard_dropped *drops;
     size_t ndrops, drops_cap;
@@ -144,9 +145,9 @@ void shard_params_fini(struct shard_params *sp);
 
 /* Registers req's tensor. On TS_OK *owned is a malloc'd array (caller frees) of the *nowned
  * partition indices this shard holds, out of *nparts, and *version the lowest version among
- * them (0 for a fresh tensor, the snapshot's step for a restored one). cl is the shard's own map handle
- * (refreshed here when req->map_epoch is newer); my_id this shard's id. Errors name the
- * field; TS_ESTALE for an old map_epoch. */
+ * them (0 for a fresh tensor, the snapshot's step for a restored one). cl is the shard's own
+ * map handle (refreshed here when req->map_epoch is newer); my_id this shard's id. Errors
+ * name the field; TS_ESTALE for an old map_epoch. */
 ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                                 const Tessera__V1__RegisterTensorRequest *req, uint32_t **owned,
                                 size_t *nowned, uint32_t *nparts, uint64_t *version,
@@ -172,6 +173,10 @@ struct shard_tensor *shard_params_tensor(struct shard_params *sp, struct shard_j
 struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *job,
                                   uint32_t tensor, uint32_t part, bool *follows,
                                   uint32_t *next);
+/* The shard before this one (my_id) in the chain of partition part of tensor under cl's map;
+ * 0 if it heads the chain, is not in it, or does not know the tensor. */
+uint32_t shard_params_prev(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                           struct shard_job *job, uint32_t tensor, uint32_t part);
 /* Unpins what shard_params_find returned (NULL: no-op). A partition dropped meanwhile is
  * freed by the next shard_params_reap. */
 void shard_params_put(struct ts_part *p);
@@ -192,7 +197,8 @@ void shard_params_reap(struct shard_params *sp);
 /* The moves left for joining shards (HeartbeatRequest.moves_pending): copies this shard's
  * chains still lack, images to send, jobs to introduce, and partitions of SSP and ASP jobs
  * that would move (they have no chain to copy them: a join waits for them to end); *epoch:
- * the map epoch the chains were taken up under. */
+ * the map epoch the chains were taken up under. Never waits for the registry lock: 1 (a
+ * move left) while it is held. */
 uint64_t shard_params_moves(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                             uint64_t *epoch);
 /* Partition part of tensor in job, created if this shard joined its chain since and does not

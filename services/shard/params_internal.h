@@ -13,7 +13,7 @@ struct shard_job *params_find_job(struct shard_params *sp, const char *id);
  * partition, whether as the head, and the shard after it (0: none). */
 struct params_place {
     bool held, head;
-    uint32_t next;
+    uint32_t prev, next;               /* the shards before and after it (0: none) */
     size_t len;                        /* the chain's */
     /* Joining (docs/replication.md): whether this shard is a joining member of the chain
      * (it gets its copy from the head's image), and how many of the chain's members are. */

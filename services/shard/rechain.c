@@ -97,20 +97,10 @@ static void rechain_part(struct shard_params *sp, struct shard_job *sj, struct s
                "%" PRIu64, sj->job.id, t->name, p, ts_part_version(part));
 }
 
-static bool listed(const uint32_t *ids, size_t n, uint32_t id)
-{
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] == id)
-            return true;
-    return false;
-}
-
 void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id)
 {
     uint64_t epoch = ts_cluster_epoch(cl);
-    uint32_t joining[SHARD_MAX_JOINING];
-    size_t nj = ts_cluster_joining(cl, joining, SHARD_MAX_JOINING);
-    bool self = listed(joining, nj, my_id), stale;
+    bool self = ts_cluster_is_joining(cl, my_id), stale;
 
     pthread_mutex_lock(&sp->mu);
     /* Joining again (declared dead, and back): what it held may be behind its chains, which
@@ -168,10 +158,15 @@ uint64_t shard_params_moves(struct shard_params *sp, struct ts_cluster *cl, uint
 {
     uint32_t joining[SHARD_MAX_JOINING];
     size_t nj = ts_cluster_joining(cl, joining, SHARD_MAX_JOINING);
-    bool self = listed(joining, nj, my_id);
+    bool self = ts_cluster_is_joining(cl, my_id);
     uint64_t n;
 
-    pthread_mutex_lock(&sp->mu);
+    /* The heartbeat asks: it must not wait behind a registration creating a large tensor
+     * under the lock (it would miss its lease). Busy counts as a move left. */
+    if (pthread_mutex_trylock(&sp->mu)) {
+        *epoch = atomic_load(&sp->rechained);
+        return 1;
+    }
     *epoch = sp->rechained;
     n = sp->resyncs + sp->inflight;
     for (size_t j = 0; nj && j < sp->njobs; j++) {

@@ -7,6 +7,7 @@
 
 #include "chain.h"
 #include "params_internal.h"
+#include "testhooks.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -63,6 +64,7 @@ static bool resync(struct repair *r, struct chain_links *links, const struct tod
         return true;
     }
     n = ts_part_image_bytes(p);
+    hook_reach(HOOK_REPAIR);
     if ((st = chain_image_room(links, n, &e)) ||
         (st = ts_part_image(p, links->image, n, &version, &e)) ||
         (st = chain_send(links, atomic_load(&r->dp->cluster), td->sj->job.id, next, td->t->id,
@@ -184,9 +186,8 @@ static void introduce(struct repair *r)
     uint32_t joining[SHARD_MAX_JOINING], self = atomic_load(&r->dp->self);
     size_t nj = cl ? ts_cluster_joining(cl, joining, SHARD_MAX_JOINING) : 0;
 
-    for (size_t k = 0; k < nj; k++)
-        if (joining[k] == self)
-            return;   /* a joining shard introduces nothing */
+    if (cl && ts_cluster_is_joining(cl, self))
+        return;   /* a joining shard introduces nothing */
     for (size_t k = 0; k < nj && !atomic_load(&r->stop); k++)
         for (size_t j = 0; !atomic_load(&r->stop); j++) {
             struct shard_job *sj = NULL;
@@ -240,7 +241,7 @@ static void *repair_main(void *arg)
     struct repair *r = arg;
 
     while (!atomic_load(&r->stop)) {
-        struct chain_links links = { 0 };
+        struct chain_links links = { .self = atomic_load(&r->dp->self) };
         struct todo *todo;
         size_t n;
         bool again = false;

@@ -1,5 +1,6 @@
-/* test_dataplane.c - a worker that sends a wrong-shape tensor or a corrupted frame gets a clear
- * error, and the shard's state is unchanged. Real master and shard processes; the bad frames
+/* test_dataplane.c - a worker that sends a wrong-shape tensor or a corrupted frame, or an
+ * image that does not come from the shard before in the chain, gets a clear error, and the
+ * shard's state is unchanged. Real master and shard processes; the bad frames
  * come from a raw transport connection (tcp, or shm) wrapped in lib/transport's fault layer.
  * Shared regions (tessera_buffers): the same bits as copies, really mapped on shm, and every
  * misuse of SHARE / MAP / region pushes and pulls refused with nothing changed. */
@@ -144,6 +145,22 @@ static void bad_frames_change_nothing(const char *transport, const char *job)
     assert_int_equal(ts_frame_send(c, &push, fixed, N * sizeof(float), NULL), TS_OK);
     assert_int_equal(expect_error(c, "encoding"), TS_EINVAL);
     ts_tp_close(c);
+
+    /* An image from a shard that is not the one before this shard in the partition's chain
+     * (here the only shard, which heads it), or naming no sender: refused naming the field,
+     * nothing loaded (checked below with the values). */
+    {
+        static char image[72 + N * sizeof(float)];
+        struct ts_frame_hdr im = { .type = TS_FRAME_IMAGE, .tensor = 0, .partition = 0,
+                                   .step = 9, .rank = 7 };
+        c = raw_connect(transport, job);
+        assert_int_equal(ts_frame_send(c, &im, image, sizeof(image), NULL), TS_OK);
+        assert_int_equal(expect_error(c, "image.from: shard 7"), TS_ESTALE);
+        im.rank = 0;
+        assert_int_equal(ts_frame_send(c, &im, image, sizeof(image), NULL), TS_OK);
+        assert_int_equal(expect_error(c, "image.from: required"), TS_EINVAL);
+        ts_tp_close(c);
+    }
 
     /* A corrupted payload: refused by the frame layer, counted, the connection closed. */
     refused = frames_refused();

@@ -99,7 +99,8 @@ static void lease_expiry_marks_dead_and_moves_epoch(void **state)
     assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, b, epoch, 0, 900, &g, NULL),
                      TS_OK);
     assert_false(g.map_changed);
-    assert_int_equal(ts_members_expire(m, 1000, NULL, NULL), 0); /* exactly at the lease: still alive */
+    /* exactly at the lease: still alive */
+    assert_int_equal(ts_members_expire(m, 1000, NULL, NULL), 0);
     assert_int_equal(ts_members_expire(m, 1001, NULL, NULL), 1); /* a is silent past it */
     assert_int_equal(ts_members_epoch(m), epoch + 1);
     assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, a, 0, 0, 1002, &g, &e), TS_ESTATE);

@@ -1,0 +1,21 @@
+/* testhooks.h - a shard that kills itself at a chosen moment, for the fault tests
+ * (docs/testing.md, tests/fault/kill_points.py).
+ *
+ * $TESSERA_TEST_KILL_AT=POINT:N, read once at start, makes the shard SIGKILL itself the Nth
+ * time it reaches POINT:
+ *   push    a head applied a step, before its image goes down the chain;
+ *   image   a follower loaded an image, before passing it on or acknowledging it (the moment
+ *           between head and tail);
+ *   pull    a head is about to answer a pull;
+ *   repair  the repair thread is about to send an image to a new member of a chain.
+ * Unset (production), hook_reach costs a load and a compare. */
+#ifndef TS_SHARD_TESTHOOKS_H
+#define TS_SHARD_TESTHOOKS_H
+
+enum hook_point { HOOK_NONE, HOOK_PUSH, HOOK_IMAGE, HOOK_PULL, HOOK_REPAIR };
+
+/* Reads $TESSERA_TEST_KILL_AT; a malformed value is logged and ignored. */
+void hooks_init(void);
+void hook_reach(enum hook_point p);
+
+#endif

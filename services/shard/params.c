@@ -24,6 +24,7 @@ void shard_params_init(struct shard_params *sp)
     pthread_rwlock_init(&sp->life, NULL);
     sp->mem_budget = UINT64_MAX;
     sp->max_tensors = SHARD_MAX_TENSORS;
+    sp->joining = true;   /* a new shard holds nothing stale: see shard_params_rechain */
 }
 
 static void tensor_free(struct shard_tensor *t)

@@ -8,10 +8,11 @@
 #include "params_internal.h"
 #include "util/log.h"
 
-/* Partition p's chain left this shard: out of its tensor and uncharged, its waiting pulls
- * sent to the new head; freed by shard_params_reap once no one uses it. mu held. */
+/* Partition p leaves this shard (why, for the log): out of its tensor and uncharged, its
+ * waiting pulls sent to the new head; freed by shard_params_reap once no one uses it. mu
+ * held. */
 static void drop(struct shard_params *sp, struct shard_job *sj, struct shard_tensor *t,
-                 uint32_t p)
+                 uint32_t p, const char *why)
 {
     struct ts_part *part = t->parts[p];
     uint64_t off, len, need;
@@ -38,8 +39,7 @@ static void drop(struct shard_params *sp, struct shard_job *sj, struct shard_ten
     t->parts[p] = NULL;
     sp->dropped++;
     ts_log(TS_INFO, "shard", "job %s tensor '%s' partition %u: dropped at version %" PRIu64
-           " (%s)", sj->job.id, t->name, p, ts_part_version(part), sp->joining ?
-           "this shard joins again: a copy comes from the head" : "its chain left this shard");
+           " (%s)", sj->job.id, t->name, p, ts_part_version(part), why);
 }
 
 /* Partition p of t under the new map: its role and next shard follow the new chain. A follower
@@ -48,8 +48,8 @@ static void drop(struct shard_params *sp, struct shard_job *sj, struct shard_ten
  * with a new next shard sends it its image at once (repair.c): a head's new follower, or a
  * joining shard appended after the tail, whose predecessor may have passed the head's last
  * images on before it knew of it. A head holds its updates while its chain is longer than
- * one. A chain this shard joined gets its copy with the head's
- * next image (shard_params_adopt). Called with mu held. */
+ * one. A chain this shard joined gets its copy with the head's next image
+ * (shard_params_adopt). Called with mu held. */
 static void rechain_part(struct shard_params *sp, struct shard_job *sj, struct shard_tensor *t,
                          uint32_t p, const struct params_place *at)
 {
@@ -61,7 +61,7 @@ static void rechain_part(struct shard_params *sp, struct shard_job *sj, struct s
     t->held[p] = at->held;
     if (!at->held) {
         if (part)
-            drop(sp, sj, t, p);
+            drop(sp, sj, t, p, "its chain left this shard");
         t->lost[p] = false;   /* whichever shard heads it now knows */
         return;
     }
@@ -115,7 +115,7 @@ void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32
                 struct params_place at;
                 struct ts_err e = { 0 };
                 if (stale && t->parts[p])
-                    drop(sp, sj, t, p);
+                    drop(sp, sj, t, p, "this shard joins again: a copy comes from the head");
                 if (!params_place_of(cl, my_id, &sj->job, t->name, p, &at, &e))
                     rechain_part(sp, sj, t, p, &at);
             }

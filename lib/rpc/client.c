@@ -38,8 +38,13 @@ ts_status ts_rpc_channel_create(const char *target, const struct ts_rpc_channel_
           .value.integer = (int)maxmsg },
         { .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
           .value.integer = 50 },
+        /* gRPC reads this as the least time a connection attempt (TCP connect and HTTP/2
+         * handshake) may take. At 50 ms a loaded host (the sanitizer suite on 2 cores) could
+         * not finish a handshake in time, and a worker's RegisterWorker failed for its whole
+         * deadline with "tcp handshaker shutdown". A refused connect still fails at once, and
+         * the next attempt comes after the initial backoff. */
         { .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-          .value.integer = 50 },
+          .value.integer = 5000 },
         { .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
           .value.integer = 1000 },
         /* Our retry is the one retry: gRPC's own would hide attempts from the deadline math. */

@@ -261,17 +261,17 @@ static ts_status check_from(struct dp_conn *dc, const struct ts_frame_hdr *h, st
 {
     struct dataplane *dp = dc->dp;
     struct ts_cluster *cl = atomic_load(&dp->cluster);
-    uint32_t self = atomic_load(&dp->self), prev;
+    uint32_t prev;
 
     if (!cl || !shard_params_tensor(dp->params, dc->job, h->tensor))
         return TS_OK;
     if (!h->rank)
         return ts_err_set(err, TS_EINVAL, "image.from: required (the sending shard's id, in "
                           "the frame's rank)");
-    prev = shard_params_prev(dp->params, cl, self, dc->job, h->tensor, h->partition);
+    prev = shard_params_prev(dp->params, dc->job, h->tensor, h->partition);
     if (prev != h->rank && dp->remap) {
         dp->remap(dp->remap_ctx);
-        prev = shard_params_prev(dp->params, cl, self, dc->job, h->tensor, h->partition);
+        prev = shard_params_prev(dp->params, dc->job, h->tensor, h->partition);
     }
     if (prev == h->rank)
         return TS_OK;

@@ -39,6 +39,7 @@ static void tensor_free(struct shard_tensor *t)
     free(t->resync);
     free(t->lost);
     free(t->held);
+    free(t->prev);
     ts_region_free(&t->values);   /* after the partitions that lived in it */
     free(t);
 }
@@ -309,7 +310,8 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
 {
     uint64_t need = (uint64_t)t->nparts * (sizeof(*t->parts) + sizeof(*t->follows) +
                                            sizeof(*t->next) + sizeof(*t->resync) +
-                                           sizeof(*t->lost) + sizeof(*t->held)), off, len;
+                                           sizeof(*t->lost) + sizeof(*t->held) +
+                                           sizeof(*t->prev)), off, len;
     char users[160] = "";
     size_t at = 0;
     ts_status st;
@@ -409,7 +411,8 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
          !(t->next = calloc(t->nparts, sizeof(*t->next))) ||
          !(t->resync = calloc(t->nparts, sizeof(*t->resync))) ||
          !(t->lost = calloc(t->nparts, sizeof(*t->lost))) ||
-         !(t->held = calloc(t->nparts, sizeof(*t->held)))))
+         !(t->held = calloc(t->nparts, sizeof(*t->held))) ||
+         !(t->prev = calloc(t->nparts, sizeof(*t->prev)))))
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
     if (!st && sp->restore && !(tm = params_manifest_tensor(sp->restore, t, &st, err)))
         ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
@@ -420,6 +423,7 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
         t->follows[p] = !at.head;
         t->next[p] = at.next;
         t->held[p] = true;
+        t->prev[p] = at.prev;
         if (at.joining)   /* its copy comes with the head's image, never from the spec */
             continue;
         if (at.head && at.joiners) {   /* and the head sends it at once (repair.c) */
@@ -549,16 +553,19 @@ struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *sj,
     return p;
 }
 
-uint32_t shard_params_prev(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
-                           struct shard_job *sj, uint32_t tensor, uint32_t part)
+uint32_t shard_params_prev(struct shard_params *sp, struct shard_job *sj, uint32_t tensor,
+                           uint32_t part)
 {
-    struct shard_tensor *t = shard_params_tensor(sp, sj, tensor);
-    struct params_place at;
-    struct ts_err e = { 0 };
+    struct shard_tensor *t;
+    uint32_t prev = 0;
 
-    if (!t || part >= t->nparts || params_place_of(cl, my_id, &sj->job, t->name, part, &at, &e))
+    if (!sj || tensor >= SHARD_MAX_TENSORS)
         return 0;
-    return at.prev;
+    pthread_mutex_lock(&sp->mu);
+    if ((t = sj->tensors[tensor]) && part < t->nparts && t->held[part])
+        prev = t->prev[part];
+    pthread_mutex_unlock(&sp->mu);
+    return prev;
 }
 
 void shard_params_put(struct ts_part *p)

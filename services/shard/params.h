@@ -59,6 +59,7 @@ struct shard_tensor {
      * whether this shard is in the partition's chain (a joining shard that is, and has no copy
      * yet, waits for the head's image; docs/replication.md, "Joining"). */
     bool *held;
+    uint32_t *prev;                    /* the shard before this one in the chain (0: none) */
     /* The values of this shard's partitions, each at its offset in the tensor (numel floats,
      * only this shard's pages touched), which co-located workers map read-only (dataplane.c,
      * MAP). TS_REGION_NONE where memfds cannot be made: the partitions then hold their own. */
@@ -173,10 +174,11 @@ struct shard_tensor *shard_params_tensor(struct shard_params *sp, struct shard_j
 struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *job,
                                   uint32_t tensor, uint32_t part, bool *follows,
                                   uint32_t *next);
-/* The shard before this one (my_id) in the chain of partition part of tensor under cl's map;
- * 0 if it heads the chain, is not in it, or does not know the tensor. */
-uint32_t shard_params_prev(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
-                           struct shard_job *job, uint32_t tensor, uint32_t part);
+/* The shard before this one in the chain of partition part of tensor, as of the map the
+ * chains were last taken up under (registration, rechain); 0 if it heads the chain, is not in
+ * it, or does not know the tensor. */
+uint32_t shard_params_prev(struct shard_params *sp, struct shard_job *job, uint32_t tensor,
+                           uint32_t part);
 /* Unpins what shard_params_find returned (NULL: no-op). A partition dropped meanwhile is
  * freed by the next shard_params_reap. */
 void shard_params_put(struct ts_part *p);

@@ -59,6 +59,7 @@ static void rechain_part(struct shard_params *sp, struct shard_job *sj, struct s
     uint32_t old_next = t->next[p];
 
     t->held[p] = at->held;
+    t->prev[p] = at->prev;
     if (!at->held) {
         if (part)
             drop(sp, sj, t, p, "its chain left this shard");

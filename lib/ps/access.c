@@ -29,6 +29,18 @@ uint64_t ts_part_version(struct ts_part *p)
     return v;
 }
 
+/* The partition at step: its version (BSP, REDUCE); in SSP and ASP every rank's clock, and
+ * the version counts the pushes that makes. Called with mu held. */
+static void set_step(struct ts_part *p, uint64_t step)
+{
+    p->version = p->visible = step;
+    if (!async_mode(p->job))
+        return;
+    for (uint32_t r = 0; r < p->job->workers; r++)
+        p->clock[r] = step;
+    p->version = p->visible = step * p->job->workers;
+}
+
 ts_status ts_part_restore(struct ts_part *p, uint64_t version,
                           ts_status (*load)(void *ctx, float *value, float *state,
                                             struct ts_err *err),
@@ -38,7 +50,7 @@ ts_status ts_part_restore(struct ts_part *p, uint64_t version,
 
     pthread_mutex_lock(&p->mu);
     if (!(st = load(ctx, p->value, p->state, err)))
-        p->version = version;
+        set_step(p, version);
     pthread_mutex_unlock(&p->mu);
     return st;
 }
@@ -50,12 +62,9 @@ ts_status ts_part_rollback(struct ts_part *p, uint64_t version, uint32_t generat
 {
     ts_status st;
 
-    if (p->job->mode != TS_MODE_BSP && p->job->mode != TS_MODE_REDUCE)
-        return ts_err_set(err, TS_ENOTSUP, "job.mode: %s jobs are not rolled back (only bsp "
-                          "and reduce are snapshotted)", ts_mode_name(p->job->mode));
     pthread_mutex_lock(&p->mu);
     if (!(st = load(ctx, p->value, p->state, err))) {
-        p->version = p->visible = version;
+        set_step(p, version);
         p->gen = generation;
         p->npushed = 0;
         p->check_finite = false;

@@ -13,6 +13,7 @@
 
 #define APPLY_BLOCK 4096      /* elements per block of apply(): 48 KiB of gradients and sums */
 #define LANES 8               /* elements per inner loop: a constant trip count -O2 vectorises */
+#define HOLD_MS 30000         /* SSP/ASP: the longest a push past an armed snapshot waits */
 
 ts_status ts_job_init(struct ts_job *j, const char *id, uint32_t workers, bool exact,
                       const char *optimizer, double batch, struct ts_err *err)
@@ -86,11 +87,6 @@ bool ts_job_equal(const struct ts_job *a, const struct ts_job *b)
     return strcmp(a->id, b->id) == 0 && a->workers == b->workers && a->exact == b->exact &&
            strcmp(a->optimizer, b->optimizer) == 0 && a->batch == b->batch &&
            a->mode == b->mode && a->staleness == b->staleness;
-}
-
-static bool async_mode(const struct ts_job *j)
-{
-    return j->mode == TS_MODE_SSP || j->mode == TS_MODE_ASP;
 }
 
 uint64_t ts_part_mem(const struct ts_job *job, uint64_t len)
@@ -192,10 +188,22 @@ static size_t state_floats(const struct ts_part *p)
     return ts_optim_state_len(p->job->optim.kind) * p->len;
 }
 
-/* Takes the armed copy if version is the armed step. Called with mu held. */
+/* Whether the partition is exactly at step: its version (BSP), every rank's clock (SSP, ASP:
+ * the pushes of every step below it applied, none of a later one). Called with mu held. */
+static bool at_step(const struct ts_part *p, uint64_t step)
+{
+    if (!async_mode(p->job))
+        return p->version == step;
+    for (uint32_t r = 0; r < p->job->workers; r++)
+        if (p->clock[r] != step)
+            return false;
+    return true;
+}
+
+/* Takes the armed copy if the partition is at the armed step. Called with mu held. */
 static void capture(struct ts_part *p)
 {
-    if (!p->snap_armed || p->snap_ready || p->version != p->snap_step)
+    if (!p->snap_armed || p->snap_ready || !at_step(p, p->snap_step))
         return;
     memcpy(p->snap_value, p->value, p->len * sizeof(float));
     memcpy(p->snap_state, p->state, state_floats(p) * sizeof(float));
@@ -432,6 +440,24 @@ static uint64_t min_clock(const struct ts_part *p)
     return m;
 }
 
+/* SSP and ASP with a snapshot armed at step s: a rank's push of step s or later waits until
+ * every rank has pushed its steps below s and capture() has taken the copy, so that the copy
+ * holds the pushes of those steps and no other, the same cut on every partition. At most
+ * HOLD_MS: a snapshot that cannot complete (a rank or the master gone) lets training go on;
+ * its copy is then never taken and the master gives the snapshot up. Called with mu held. */
+static void hold_for_snapshot(struct ts_part *p, const struct ts_push *in)
+{
+    int64_t until = ts_now_ms() + HOLD_MS;
+
+    while (p->snap_armed && !p->snap_ready && in->step >= p->snap_step && !p->moved &&
+           in->gen == p->gen && ts_now_ms() < until) {
+        struct timespec ts;
+
+        ts_abstime_ms(&ts, 100);
+        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    }
+}
+
 ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applied,
                        struct ts_err *err)
 {
@@ -440,6 +466,8 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
 
     *applied = false;
     pthread_mutex_lock(&p->mu);
+    if (async_mode(p->job))
+        hold_for_snapshot(p, in);
     if (p->moved) {
         pthread_mutex_unlock(&p->mu);
         return ts_err_set(err, TS_ESTALE, "push of step %" PRIu64 " to tensor %u partition %u: "
@@ -496,6 +524,24 @@ uint64_t ts_part_step(struct ts_part *p)
     at = async_mode(p->job) ? min_clock(p) : p->version;
     pthread_mutex_unlock(&p->mu);
     return at;
+}
+
+/* The newest rank's clock. Called with mu held (SSP/ASP). */
+static uint64_t max_clock(const struct ts_part *p)
+{
+    uint64_t m = 0;
+
+    for (uint32_t r = 0; r < p->job->workers; r++)
+        m = p->clock[r] > m ? p->clock[r] : m;
+    return m;
+}
+
+void ts_part_steps(struct ts_part *p, uint64_t *lo, uint64_t *hi)
+{
+    pthread_mutex_lock(&p->mu);
+    *lo = async_mode(p->job) ? min_clock(p) : p->version;
+    *hi = async_mode(p->job) ? max_clock(p) : p->version;
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* Whether a pull by rank for want may be answered. Called with mu held. */
@@ -586,13 +632,14 @@ ts_status ts_part_arm(struct ts_part *p, uint64_t step, struct ts_err *err)
     ts_status st = TS_OK;
 
     pthread_mutex_lock(&p->mu);
-    if (p->job->mode != TS_MODE_BSP || p->sync_every > 1) {
+    if (p->job->mode == TS_MODE_REDUCE || p->sync_every > 1) {
         st = ts_err_set(err, TS_ESTATE, "tensor %u: snapshots need every tensor in step, in "
-                        "mode bsp (this job: mode %s, sync every %u steps)", p->tensor_id,
-                        ts_mode_name(p->job->mode), p->sync_every);
-    } else if (p->version > step) {
-        st = ts_err_set(err, TS_ESTATE, "tensor %u partition %u: at version %" PRIu64
-                        ", past step %" PRIu64, p->tensor_id, p->index, p->version, step);
+                        "mode bsp, ssp or asp (this job: mode %s, sync every %u steps)",
+                        p->tensor_id, ts_mode_name(p->job->mode), p->sync_every);
+    } else if ((async_mode(p->job) ? max_clock(p) : p->version) > step) {
+        st = ts_err_set(err, TS_ESTATE, "tensor %u partition %u: at step %" PRIu64
+                        ", past step %" PRIu64, p->tensor_id, p->index,
+                        async_mode(p->job) ? max_clock(p) : p->version, step);
     } else {
         if (!p->snap_value)
             p->snap_value = malloc(p->len * sizeof(float));
@@ -637,5 +684,6 @@ void ts_part_disarm(struct ts_part *p)
     free(p->snap_state);
     p->snap_value = p->snap_state = NULL;
     p->snap_armed = p->snap_ready = false;
+    pthread_cond_broadcast(&p->cv);     /* pushes held for the snapshot go on */
     pthread_mutex_unlock(&p->mu);
 }

@@ -114,6 +114,9 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
 /* The step the partition is at: its version (BSP, REDUCE), the slowest rank's clock (SSP,
  * ASP, where the version counts pushes). What a registering worker starts from. */
 uint64_t ts_part_step(struct ts_part *p);
+/* The steps the partition spans: *lo = *hi = its version (BSP, REDUCE), or the slowest and
+ * the fastest rank's clocks (SSP, ASP). */
+void ts_part_steps(struct ts_part *p, uint64_t *lo, uint64_t *hi);
 
 /* Where the partition lies in its tensor (elements) and its index there: fixed when it is
  * created, so read without the lock. */
@@ -123,18 +126,19 @@ uint64_t ts_part_len(const struct ts_part *p);
 /* The version now: updates applied (BSP, REDUCE) or pushes applied (SSP, ASP). */
 uint64_t ts_part_version(struct ts_part *p);
 /* Restores a partition nobody uses yet: load writes its len values and its optimizer state
- * (ts_optim_state_len * len floats) where it is given them, then the version becomes
- * `version`. load's failure is returned, with the partition to be freed by the caller. */
+ * (ts_optim_state_len * len floats) where it is given them, then the partition is at step
+ * `version`: its version (BSP, REDUCE), or every rank's clock (SSP, ASP, where the version
+ * becomes version * workers, the pushes that took it there). load's failure is returned, with the partition to be freed by the caller. */
 ts_status ts_part_restore(struct ts_part *p, uint64_t version,
                           ts_status (*load)(void *ctx, float *value, float *state,
                                             struct ts_err *err),
                           void *ctx, struct ts_err *err) TS_MUST_CHECK;
 /* The same for a partition in use, when its job goes back to a snapshot (docs/replication.md,
  * "Rollback"), the generation-th time: the step in progress is dropped (pushes summed so far,
- * which ranks pushed, overflow flags), the version and what pulls may see become `version`,
- * and waiting pulls wake. Pushes and images of an older generation are refused from then on
- * (ts_push.gen), even one that was on its way while this ran. BSP and REDUCE (the modes that
- * are snapshotted). On load's failure the values may be part-written: the caller must not
+ * which ranks pushed, overflow flags), the partition is at step `version` as above and what
+ * pulls may see with it, and waiting pulls wake. Pushes and images of an older generation
+ * are refused from then on (ts_push.gen), even one that was on its way while this ran. On
+ * load's failure the values may be part-written: the caller must not
  * serve the partition until a rollback succeeds. */
 ts_status ts_part_rollback(struct ts_part *p, uint64_t version, uint32_t generation,
                            ts_status (*load)(void *ctx, float *value, float *state,
@@ -222,8 +226,11 @@ void ts_part_set_generation(struct ts_part *p, uint32_t generation);
 uint64_t ts_part_visible(struct ts_part *p);
 
 /* Snapshots. ts_part_arm asks for a copy of the values and optimizer state as they are at
- * version `step`: taken at once if the partition is there, else by the push that applies
- * that step. TS_ESTATE (nothing armed) if the partition is already past step; arming again
+ * step `step`: taken at once if the partition is there, else by the push that applies that
+ * step. In SSP and ASP the partition is at step s when every rank has pushed its steps below
+ * s: a push of step s or later waits (at most 30 s) until the copy is taken. Refused for
+ * REDUCE and for a tensor with a sync period above 1; TS_ESTATE (nothing armed) if the
+ * partition is already past step (in SSP and ASP, any rank's clock); arming again
  * replaces an earlier arm. ts_part_captured waits up to ms for the copy; once it returns
  * true, ts_part_capture gives it (len values, and ts_optim_state_len * len floats of state),
  * to be read without the lock until ts_part_disarm, which frees it (call it before

@@ -52,4 +52,10 @@ struct ts_part {
     float *snap_value, *snap_state;
 };
 
+/* SSP and ASP: each push is an update, and each rank has its own clock. */
+static inline bool async_mode(const struct ts_job *j)
+{
+    return j->mode == TS_MODE_SSP || j->mode == TS_MODE_ASP;
+}
+
 #endif

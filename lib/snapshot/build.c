@@ -118,6 +118,10 @@ ts_status ts_snap_piece_set_job(struct ts_snap_piece *pc, const struct ts_job *j
     js->batch = j->batch;
     js->data_seed = data_seed;
     js->micro_batch = micro_batch;
+    if (j->mode != TS_MODE_BSP) {   /* unset is bsp: bsp manifests stay as they were */
+        js->mode = (Tessera__V1__TrainMode)j->mode;
+        js->staleness = j->staleness;
+    }
     pc->job = js;
     return TS_OK;
 }

@@ -169,7 +169,9 @@ void *rollbacker_main(void *arg)
         pthread_mutex_unlock(&m->rb.mu);
 
         t0 = ts_now_ms();
+        atomic_fetch_add(&m->snap.rollbacks, 1);   /* an automatic snapshot yields */
         pthread_mutex_lock(&m->snap.mu);   /* no snapshot of a job going back */
+        atomic_fetch_sub(&m->snap.rollbacks, 1);
         st = run(&m->snap, &td, &loaded, &err);
         pthread_mutex_unlock(&m->snap.mu);
         if (!st)

@@ -192,6 +192,11 @@ static ts_status write_all(struct snapper *sn, struct shards *s, const char *job
         if (!st && done < s->n && yield && atomic_load(&sn->requested))
             st = ts_err_set(err, TS_ECANCELLED, "automatic snapshot of step %" PRIu64 " yields "
                             "to a requested one", step);
+        /* A job going back stopped training (its own, or a job beside it on the dead shard):
+         * the step may never come. */
+        if (!st && done < s->n && yield && atomic_load(&sn->rollbacks))
+            st = ts_err_set(err, TS_ECANCELLED, "automatic snapshot of step %" PRIu64 " yields "
+                            "to a rollback", step);
         if (!st && done < s->n && ts_now_ms() - moved > STALL_MS)
             st = ts_err_set(err, TS_ETIMEDOUT, "training is not moving: the job's partitions "
                             "stay at version %" PRIu64 ", short of step %" PRIu64 " (finished, "
@@ -379,7 +384,7 @@ ts_status snapper_create(struct snapper *sn, const char *job, const char *messag
     return st;
 }
 
-/* The running bsp jobs on the alive shards (at most max) and the newest version of each;
+/* The running jobs that keep parameters on the shards (not reduce) on the alive shards (at most max) and the newest version of each;
  * returns how many. sn->mu held (its channels). */
 static size_t running_jobs(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1], uint64_t *maxv,
                            size_t max)
@@ -403,7 +408,7 @@ static size_t running_jobs(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1], u
         for (size_t j = 0; j < r->n_jobs; j++) {
             const Tessera__V1__JobStatus *js = r->jobs[j];
             size_t k = 0;
-            if (js->mode > TESSERA__V1__TRAIN_MODE__TRAIN_MODE_BSP || !js->partitions ||
+            if (js->mode == TESSERA__V1__TRAIN_MODE__TRAIN_MODE_REDUCE || !js->partitions ||
                 (sn->running && !jobs_running(sn->running, js->id)))
                 continue;
             while (k < n && strcmp(ids[k], js->id))
@@ -421,9 +426,9 @@ static size_t running_jobs(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1], u
     return n;
 }
 
-/* The automatic loop: each running bsp job in turn, at the next multiple of `every` it has not
- * passed (the current step itself when it is a multiple not written yet: an idle job is
- * captured at once). */
+/* The automatic loop: each running bsp, ssp or asp job in turn, at the next multiple of
+ * `every` it has not passed (the current step itself when it is a multiple not written yet:
+ * an idle job is captured at once). */
 static void *auto_loop(void *arg)
 {
     struct snapper *sn = arg;

@@ -51,6 +51,7 @@ struct snapper {
     size_t njobs, next_slot;
     size_t turn;                        /* the automatic loop's round robin over jobs */
     atomic_int requested;               /* CreateSnapshot calls waiting for the lock */
+    atomic_int rollbacks;               /* rollbacks waiting for the lock (master/rollback.c) */
     pthread_mutex_t stat_mu;            /* guards what status reports */
     char last_hex[TS_STORE_HEX_LEN + 1];
     uint64_t last_step;
@@ -66,8 +67,8 @@ struct snapper {
 /* Opens the store in dir and settles the branch: --branch, else the restored ref's branch
  * when restore names a branch tip, else a new branch for a restore ("from-<id>") or for a
  * fresh run on a store whose HEAD branch already has snapshots ("run-<time>"); HEAD is moved
- * to it. every > 0 starts the automatic loop, which snapshots every running bsp job at the
- * multiples of every, one job after another (jobs, borrowed, says which jobs run). */
+ * to it. every > 0 starts the automatic loop, which snapshots every running job that keeps
+ * its parameters on the shards (bsp, ssp, asp; not reduce) at the multiples of every, one job after another (jobs, borrowed, says which jobs run). */
 ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct datamap *data,
                        struct jobs *jobs, const char *dir, const char *restore,
                        const char *branch, uint32_t every, struct ts_err *err) TS_MUST_CHECK;

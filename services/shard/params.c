@@ -140,6 +140,12 @@ struct shard_job *params_find_job(struct shard_params *sp, const char *id)
     return found;
 }
 
+/* A JobSpec's mode: unset is bsp. */
+static enum ts_mode mode_of(const Tessera__V1__JobSpec *js)
+{
+    return js->mode ? (enum ts_mode)js->mode : TS_MODE_BSP;
+}
+
 /* A job that starts from the --restore snapshot must run as the snapshot's did: the same
  * optimizer (its state is in the snapshot), mode, batch and data schedule. The worker count
  * may differ: exact mode gives the same bits for any. */
@@ -159,10 +165,12 @@ static ts_status check_restore_job(const struct shard_params *sp, const Tessera_
         field = "exact";
         snprintf(want, sizeof(want), "%s", mj->exact ? "true" : "false");
         snprintf(got, sizeof(got), "%s", js->exact ? "true" : "false");
-    } else if (js->mode > TESSERA__V1__TRAIN_MODE__TRAIN_MODE_BSP) {
-        field = "mode"; /* snapshots are taken in BSP only (ts_part_arm) */
-        snprintf(want, sizeof(want), "bsp");
-        snprintf(got, sizeof(got), "%s", ts_mode_name((enum ts_mode)js->mode));
+    } else if (mode_of(js) != mode_of(mj) || js->staleness != mj->staleness) {
+        field = "mode";
+        snprintf(want, sizeof(want), "%s (staleness %u)", ts_mode_name(mode_of(mj)),
+                 mj->staleness);
+        snprintf(got, sizeof(got), "%s (staleness %u)", ts_mode_name(mode_of(js)),
+                 js->staleness);
     } else if (mj->batch != js->batch) {
         field = "batch";
         snprintf(want, sizeof(want), "%g", mj->batch);
@@ -193,8 +201,7 @@ static ts_status get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js
     if (!js)
         return ts_err_set(err, TS_EINVAL, "job: required");
     if ((st = ts_job_init(&j, js->id, js->workers, js->exact, js->optimizer, js->batch, err)) ||
-        (st = ts_job_set_mode(&j, js->mode ? (enum ts_mode)js->mode : TS_MODE_BSP, js->staleness,
-                              err)))
+        (st = ts_job_set_mode(&j, mode_of(js), js->staleness, err)))
         return st;
     for (size_t i = 0; i < sp->njobs; i++) {
         struct shard_job *sj = sp->jobs[i];

@@ -76,9 +76,6 @@ ts_status shard_params_fence(struct shard_params *sp, const char *job, uint64_t 
     pthread_rwlock_rdlock(&sp->life);
     if (!(sj = params_find_job(sp, job)))
         st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not on this shard", job);
-    else if (sj->job.mode != TS_MODE_BSP && sj->job.mode != TS_MODE_REDUCE)
-        st = ts_err_set(err, TS_ENOTSUP, "job '%s' is %s: only bsp and reduce jobs are "
-                        "snapshotted and rolled back", job, ts_mode_name(sj->job.mode));
     else
         atomic_store(&sj->fence, step + 1);
     pthread_rwlock_unlock(&sp->life);

@@ -64,10 +64,11 @@ struct versions {
 
 static void note_version(struct versions *v, struct ts_part *p)
 {
-    uint64_t ver = ts_part_version(p);
+    uint64_t lo, hi;
 
-    v->min = ver < v->min ? ver : v->min;
-    v->max = ver > v->max ? ver : v->max;
+    ts_part_steps(p, &lo, &hi);
+    v->min = lo < v->min ? lo : v->min;
+    v->max = hi > v->max ? hi : v->max;
     v->count++;
 }
 
@@ -112,15 +113,16 @@ static void set_armed(struct shard_params *sp, struct shard_job *sj, bool armed,
     pthread_mutex_unlock(&sp->mu);
 }
 
-/* Snapshots need BSP with every tensor in step (docs/modes.md). */
+/* Snapshots need every tensor in step, in a mode that keeps the parameters (docs/modes.md). */
 static ts_status check_snapshottable(struct shard_params *sp, struct shard_job *sj,
                                      struct ts_err *err)
 {
     ts_status st = TS_OK;
 
-    if (sj->job.mode != TS_MODE_BSP)
-        return ts_err_set(err, TS_ESTATE, "job: '%s' runs in mode %s; snapshots need mode bsp "
-                          "(docs/modes.md)", sj->job.id, ts_mode_name(sj->job.mode));
+    if (sj->job.mode == TS_MODE_REDUCE)
+        return ts_err_set(err, TS_ESTATE, "job: '%s' runs in mode reduce, whose parameters "
+                          "live on the workers; snapshots need mode bsp, ssp or asp "
+                          "(docs/modes.md)", sj->job.id);
     pthread_mutex_lock(&sp->mu);
     for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++)
         if (sj->tensors[i] && sj->tensors[i]->sync_every > 1)

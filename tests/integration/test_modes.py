@@ -13,6 +13,7 @@ through real services (docs/modes.md).
   workers back off their scale, and training goes on.
 - Accuracy: BSP, SSP(2), ASP, reduce-only and top-k with error feedback each reach 0.84 test
   accuracy in 3 epochs (TESSERA_MODES_ACCURACY=0 skips these slower runs).
+- Snapshots: bsp and asp jobs are snapshotted; reduce and sync periods are refused by name.
 - Bad options are refused by name before anything trains.
 """
 import json
@@ -181,22 +182,25 @@ class Accuracy(Case):
 
 
 class Snapshots(Case):
-    def test_only_bsp_jobs_are_snapshotted(self):
+    def test_jobs_with_parameters_on_the_shards_are_snapshotted(self):
+        """bsp and asp jobs are snapshotted (test_rollback.py rolls ssp and asp back); reduce
+        (the parameters live on the workers) and sync periods above 1 are refused by name."""
         store = os.path.join(os.environ.get("TMPDIR", "/tmp"), "modes-store")
         cell = self.cell(1, store)
-        for job, args in (("snap-asp", ["--mode", "asp"]),
-                          ("snap-sync", ["--sync-every", "fc1.weight=2"])):
+        for job, args, ok in (("snap-reduce", ["--mode", "reduce"], False),
+                              ("snap-sync", ["--sync-every", "fc1.weight=2"], False),
+                              ("snap-asp", ["--mode", "asp"], True),
+                              ("snap-bsp", [], True)):
             train(["--master", cell.master.addr, "--workers", "1", "--steps", "4", "--job", job,
                    "--keep", "--json"] + args)
             r = tl.run_cli(["snapshot", "create", "--master", cell.master.addr, "--job", job],
                            timeout=60)
-            self.assertNotEqual(r.returncode, 0, r.stdout)
-            self.assertIn("snapshots need", r.stderr, job)
-        train(["--master", cell.master.addr, "--workers", "1", "--steps", "4", "--job", "snap-bsp",
-               "--keep", "--json"])
-        r = tl.run_cli(["snapshot", "create", "--master", cell.master.addr, "--job", "snap-bsp"],
-                       timeout=60)
-        self.assertEqual(r.returncode, 0, r.stderr)
+            if ok:
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("snapshot of step 4", r.stderr, job)
+            else:
+                self.assertNotEqual(r.returncode, 0, r.stdout)
+                self.assertIn("snapshots need", r.stderr, job)
 
 
 class BadOptions(Case):

@@ -11,6 +11,9 @@ workers. Checked:
   by itself (exit 0) with the params_sha256 of `tessera train --local` and "rollbacks": 1;
   ClusterStatus and `tessera status` show the rollback, its step (a multiple of 50, not past
   the kill), and `tessera status --json` the same;
+- an ASP job of one worker and an SSP job of two (float), on a cluster of their own: the same
+  kill, both roll back by themselves; the ASP job ends at the params_sha256 of the float
+  --local run (one worker applies its pushes in one order), the SSP job as well trained;
 - without a snapshot store: the same kill ends the training (exit 1) with a message naming
   what was lost and both ways to survive it (--replicas, --store with --snapshot-every), and
   the job is marked lost;
@@ -31,11 +34,12 @@ from tessera_testlib import shard_pb2  # noqa: E402
 STEPS = 400 if tl.SANITIZED else 900
 EVERY = 50
 LEASE_MS = 10000
+EXACT = ["--workers", "2", "--exact"]
 
 
-def local_sha(steps):
-    r = tl.run_cli(["train", "--local", "--steps", str(steps), "--exact", "--json"],
-                   timeout=300)
+def local_sha(steps, exact=True):
+    r = tl.run_cli(["train", "--local", "--steps", str(steps), "--json"] +
+                   (["--exact"] if exact else []), timeout=300)
     if r.returncode != 0:
         raise AssertionError("tessera train --local exited %d:\n%s" % (r.returncode, r.stderr))
     return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
@@ -69,16 +73,18 @@ class Base(tl.ClusterCase):
         r = self.stubs[i].ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
         return max([j.max_version for j in r.jobs if j.id == job and j.partitions] or [-1])
 
-    def train_and_kill(self, job, nvictims, at, also=()):
-        """Starts exact training of job (and of the jobs in also, beside it); once it passed
-        step `at` (and each a snapshot), kills -9 nvictims shards that head its partitions, at
-        once; returns (exit code, last JSON line or None, the training's log) of job, or with
-        also, a list of those for job and each of also."""
+    def train_and_kill(self, job, nvictims, at, also=(), args=EXACT):
+        """Starts training of job with args, tessera train's (and of the jobs in also, beside
+        it: an id, trained with EXACT, or (id, args)); once each passed step `at` and
+        has a snapshot, kills -9 nvictims shards that head job's partitions, at once; returns
+        (exit code, last JSON line or None, the training's log) of job, or with also, a list
+        of those for job and each of also."""
+        runs = [(job, args)] + [a if isinstance(a, tuple) else (a, EXACT) for a in also]
         procs = [self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
-                               self.master.addr, "--workers", "2", "--steps", str(STEPS),
-                               "--exact", "--keep", "--job", j, "--json"], "train-" + j,
-                              stdout_pipe=True) for j in (job,) + tuple(also)]
-        for j in (job,) + tuple(also):
+                               self.master.addr, "--steps", str(STEPS), "--keep", "--job", j,
+                               "--json"] + args, "train-" + j, stdout_pipe=True)
+                 for j, args in runs]
+        for j, _ in runs:
             tl.wait_until(lambda: max(self.version(i, j) for i in range(self.SHARDS)) >= at,
                           120, "job %s to pass step %d" % (j, at))
             if self.STORE:
@@ -149,6 +155,25 @@ class RollbackOneCopy(Base, unittest.TestCase):
         # Placement depends on tensor names, not jobs: rb2 lost the same partitions.
         self.assertEqual((doc2["rollbacks"], self.job_info("rb2").rollbacks), (1, 1))
         tl.log("rb2: %s" % self.job_info("rb2").rollback_note)
+
+
+class RollbackModes(Base, unittest.TestCase):
+    def test_ssp_and_asp_jobs_roll_back_too(self):
+        """Every mode that keeps parameters on the shards is snapshotted and rolls back. ASP
+        with one worker applies its pushes in one order, so it must end at the bits of the
+        float --local run; SSP with two workers (their pushes interleave) must end, after the
+        rollback, as well trained as without one."""
+        (rc, doc, log), (rc2, doc2, log2) = self.train_and_kill(
+            "rb-asp", 1, 3 * EVERY, args=["--workers", "1", "--mode", "asp"],
+            also=(("rb-ssp", ["--workers", "2", "--mode", "ssp", "--staleness", "2"]),))
+        for job, rc_, doc_, log_ in (("rb-asp", rc, doc, log), ("rb-ssp", rc2, doc2, log2)):
+            self.assertEqual(rc_, 0, log_)
+            j = self.job_info(job)
+            self.assertEqual((doc_["rollbacks"], j.rollbacks), (1, 1), log_)
+            self.assertEqual(j.rollback_step % EVERY, 0)
+            tl.log("%s: %s; test accuracy %.4f" % (job, j.rollback_note, doc_["test_accuracy"]))
+        self.assertEqual(doc["params_sha256"], local_sha(STEPS, exact=False))
+        self.assertGreaterEqual(doc2["test_accuracy"], 0.75)
 
 
 class LostWithoutSnapshot(Base, unittest.TestCase):

@@ -1,16 +1,20 @@
 /* test_part.c - lib/ps: a partition aggregates a step's pushes and applies it once; the
- * other modes (SSP, reduce), overflow skips, loss scale and sync period; what part.h's
- * accessors show. The step's sum against plain summation: test_part_sums.c. */
+ * other modes (SSP, reduce), an ASP snapshot's cut, overflow skips, loss scale and sync
+ * period; what part.h's accessors show. The step's sum against plain summation: test_part_sums.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdatomic.h>
+
 #include "codec/codec.h"
+#include "util/proc.h"
 #include "part_test.h"
 
 #define N 1000
@@ -230,6 +234,108 @@ static void ssp_bounds_the_lead(void **state)
     ts_part_free(p);
 }
 
+/* A restore's load for SGD, which keeps no optimizer state: zeros. */
+static ts_status load_zeros(void *ctx, float *value, float *state, struct ts_err *err)
+{
+    (void)ctx;
+    (void)state;
+    (void)err;
+    memset(value, 0, N * sizeof(float));
+    return TS_OK;
+}
+
+/* A push made on a thread of its own: it may wait (a snapshot's cut). */
+struct bg_push {
+    pthread_t th;
+    struct ts_part *p;
+    uint32_t rank;
+    uint64_t step;
+    const float *g;
+    ts_status st;
+    atomic_bool done;
+};
+
+static void *bg_push_run(void *arg)
+{
+    struct bg_push *b = arg;
+    bool applied;
+
+    b->st = push(b->p, b->rank, b->step, TS_ENC_RAW, b->g, N * sizeof(float), &applied, NULL);
+    atomic_store(&b->done, true);
+    return NULL;
+}
+
+static void bg_push_start(struct bg_push *b, struct ts_part *p, uint32_t rank, uint64_t step,
+                          const float *g)
+{
+    *b = (struct bg_push){ .p = p, .rank = rank, .step = step, .g = g };
+    assert_int_equal(pthread_create(&b->th, NULL, bg_push_run, b), 0);
+}
+
+/* ASP: a snapshot armed at step s is one cut over the ranks. A rank that reaches s first
+ * waits; the copy is taken when the last rank has pushed its steps below s, and holds exactly
+ * those pushes; the waiting push then goes on. A disarm lets a waiting push go; a restore puts
+ * every rank's clock at the step. */
+static void async_snapshot_is_one_cut(void **state)
+{
+    struct ts_job j = job_mode(2, false, "sgd:lr=1", TS_MODE_ASP, 0);
+    struct ts_part *p = mk(&j), *q = mk(&j);
+    float g[N], want[N], got[N];
+    const float *val, *st;
+    struct ts_pull_info info;
+    struct bg_push b;
+    uint64_t lo, hi;
+    bool applied;
+
+    (void)state;
+    for (int i = 0; i < N; i++)
+        g[i] = (float)(i % 5) * 64.0f;
+    assert_int_equal(ts_part_arm(p, 2, NULL), TS_OK);
+    assert_int_equal(push(p, 0, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_int_equal(push(p, 0, 1, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    bg_push_start(&b, p, 0, 2, g);  /* rank 0's step 2: past the cut, it waits */
+    ts_sleep_ms(150);
+    assert_false(atomic_load(&b.done));
+    assert_int_equal(push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_false(ts_part_captured(p, 10));
+    assert_int_equal(push(p, 1, 1, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_true(ts_part_captured(p, 1000));
+    assert_int_equal(pthread_join(b.th, NULL), 0);
+    assert_int_equal(b.st, TS_OK);
+    /* The copy is the four pushes below step 2, and not rank 0's step 2. */
+    for (uint32_t r = 0; r < 2; r++)
+        for (uint64_t s = 0; s < 2; s++)
+            assert_int_equal(push(q, r, s, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(q, 0, 0, 10, NULL, want, &info, NULL), TS_OK);
+    ts_part_capture(p, &val, &st);
+    assert_memory_equal(val, want, sizeof(want));
+    assert_int_equal(ts_part_pull(p, 0, 0, 10, NULL, got, &info, NULL), TS_OK);
+    assert_memory_not_equal(got, want, sizeof(want));   /* step 2 was applied after */
+    ts_part_steps(p, &lo, &hi);
+    assert_true(lo == 2 && hi == 3);
+    ts_part_disarm(p);
+    /* Past step 1 already (rank 0 is at 3): nothing armed. */
+    assert_int_equal(ts_part_arm(p, 1, NULL), TS_ESTATE);
+    /* A disarm releases a waiting push at once. */
+    assert_int_equal(ts_part_arm(p, 3, NULL), TS_OK);
+    bg_push_start(&b, p, 0, 3, g);
+    ts_sleep_ms(100);
+    assert_false(atomic_load(&b.done));
+    int64_t t0 = ts_now_ms();
+    ts_part_disarm(p);
+    assert_int_equal(pthread_join(b.th, NULL), 0);
+    assert_int_equal(b.st, TS_OK);
+    assert_true(ts_now_ms() - t0 < 2000);
+    /* A restore at step 7: every rank's clock is 7, and the version counts 14 pushes. */
+    assert_int_equal(ts_part_restore(p, 7, load_zeros, NULL, NULL), TS_OK);
+    ts_part_steps(p, &lo, &hi);
+    assert_true(lo == 7 && hi == 7);
+    assert_int_equal(ts_part_version(p), 14);
+    assert_int_equal(push(p, 1, 7, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    ts_part_free(q);
+    ts_part_free(p);
+}
+
 /* Reduce: the values a pull returns are the reduced gradient, sum / batch; and the update a
  * worker makes from it equals the one a PS-mode partition makes. */
 static void reduce_returns_the_mean_gradient(void **state)
@@ -432,6 +538,7 @@ int main(void)
         cmocka_unit_test(read_waits_then_times_out),
         cmocka_unit_test(job_validation),
         cmocka_unit_test(ssp_bounds_the_lead),
+        cmocka_unit_test(async_snapshot_is_one_cut),
         cmocka_unit_test(reduce_returns_the_mean_gradient),
         cmocka_unit_test(overflow_skips_and_scale_divides),
         cmocka_unit_test(accessors),

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "tensor/tensor.h"
 #include "util/err.h"
@@ -193,6 +194,15 @@ size_t ts_part_image_bytes(const struct ts_part *p);
  * ranks' clocks are not in it, and only bsp and reduce ones load). */
 ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *version,
                         struct ts_err *err) TS_MUST_CHECK;
+/* The image at the current version without copying the values and state: pieces[0..4) are
+ * the header, the values and the state in place, and the overflow flags, the header and
+ * flags written to small (TS_PART_IMAGE_SMALL bytes, the caller's), ts_part_image's bytes
+ * once joined. BSP and REDUCE only (TS_EINVAL otherwise), and only between the update that
+ * made the version and its ts_part_publish, while the partition holds it: no rank can pull
+ * that version yet, so none can push the next step, and the values stay as they are. */
+#define TS_PART_IMAGE_SMALL (TS_PART_IMAGE_HDR + TS_JOB_MAX_WORKERS)
+ts_status ts_part_image_pieces(struct ts_part *p, void *small, struct iovec pieces[4],
+                               uint64_t *version, struct ts_err *err) TS_MUST_CHECK;
 /* Makes p hold the image buf[0..n) (TS_EROLLBACK, nothing changed, for an image of another
  * generation than p's: taken before p's job went back to a snapshot). TS_EINVAL (naming the
  * field) for an image of a different partition, mode, worker count or optimizer, or of the

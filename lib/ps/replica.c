@@ -77,6 +77,32 @@ ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *vers
     return TS_OK;
 }
 
+ts_status ts_part_image_pieces(struct ts_part *p, void *small, struct iovec pieces[4],
+                               uint64_t *version, struct ts_err *err)
+{
+    struct image_hdr h = { .magic = IMAGE_MAGIC, .mode = p->job->mode,
+                           .workers = p->job->workers, .tensor_id = p->tensor_id,
+                           .index = p->index, .offset = p->offset, .len = p->len,
+                           .state_floats = state_floats(p) };
+    char *flags = (char *)small + sizeof(h);
+    ts_status st;
+
+    if ((st = check_mode(p, err)))
+        return st;
+    pthread_mutex_lock(&p->mu);
+    h.gen = p->gen;
+    h.version = *version = p->version;
+    h.skipped = p->skipped;
+    memcpy(small, &h, sizeof(h));
+    memcpy(flags, p->overflow, p->job->workers);   /* a pull of an older version clears them */
+    pthread_mutex_unlock(&p->mu);
+    pieces[0] = (struct iovec){ small, sizeof(h) };
+    pieces[1] = (struct iovec){ p->value, p->len * sizeof(float) };
+    pieces[2] = (struct iovec){ p->state, h.state_floats * sizeof(float) };
+    pieces[3] = (struct iovec){ flags, p->job->workers };
+    return TS_OK;
+}
+
 /* Whether the header describes p; the mismatch named in err. */
 static ts_status check_hdr(const struct ts_part *p, const struct image_hdr *h, size_t n,
                            struct ts_err *err)

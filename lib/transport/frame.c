@@ -176,14 +176,21 @@ uint64_t ts_frame_hash(const void *payload, size_t len)
     return XXH3_64bits(payload, len);
 }
 
-/* sum: the payload's hash, or NULL to compute it if the connection wants one. */
-static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const void *payload,
-                            size_t len, const uint64_t *sum, struct ts_err *err)
+/* The frame's payload is the n pieces one after another; sum: their hash, or NULL to compute
+ * it if the connection wants one. */
+static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const struct iovec *pc,
+                            size_t n, const uint64_t *sum, struct ts_err *err)
 {
     uint8_t b[FRAME_ALIGN - 1 + TS_FRAME_HDR_LEN] = { 0 };
-    size_t pad = c->tx_pad;
+    size_t pad = c->tx_pad, len = 0;
     ts_status st;
 
+    for (size_t i = 0; i < n; i++) {
+        if (pc[i].iov_len && !pc[i].iov_base)
+            return ts_err_set(err, TS_EINVAL, "frame send: payload NULL with length %zu",
+                              pc[i].iov_len);
+        len += pc[i].iov_len;
+    }
     /* Refuse here what the peer would refuse, so the error names the sender's mistake. */
     if (h->type == 0 || h->type > TS_FRAME_TYPE_MAX)
         return ts_err_set(err, TS_EINVAL, "frame send: type %u unknown (want 1..%d)", h->type,
@@ -192,13 +199,28 @@ static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const voi
         return ts_err_set(err, TS_EINVAL, "frame send: payload of %zu bytes over the maximum "
                           "%u (tensor %" PRIu32 "): split it into partitions", len, TS_FRAME_MAX,
                           h->tensor);
-    if (len && !payload)
-        return ts_err_set(err, TS_EINVAL, "frame send: payload NULL with length %zu", len);
     h->len = len;
     h->unhashed = !ts_frame_wants_hash(c);
-    h->checksum = h->unhashed ? 0 : sum ? *sum : XXH3_64bits(payload, len);
+    if (h->unhashed) {
+        h->checksum = 0;
+    } else if (sum) {
+        h->checksum = *sum;
+    } else {
+        XXH3_state_t hs;
+
+        XXH3_64bits_reset(&hs);
+        for (size_t i = 0; i < n; i++)
+            XXH3_64bits_update(&hs, pc[i].iov_base, pc[i].iov_len);
+        h->checksum = XXH3_64bits_digest(&hs);
+    }
     ts_frame_encode(h, b + pad); /* the previous payload's padding first (frame.h) */
-    st = ts_tp_send(c, b, pad + TS_FRAME_HDR_LEN, payload, len, err);
+    /* The header with the first piece, then one send per further piece: on the byte stream
+     * they follow each other as one send's would. */
+    st = ts_tp_send(c, b, pad + TS_FRAME_HDR_LEN, n ? pc[0].iov_base : NULL,
+                    n ? pc[0].iov_len : 0, err);
+    for (size_t i = 1; st == TS_OK && i < n; i++)
+        if (pc[i].iov_len)
+            st = ts_tp_send(c, NULL, 0, pc[i].iov_base, pc[i].iov_len, err);
     if (st == TS_OK) {
         c->bytes_out += TS_FRAME_HDR_LEN + len;
         c->tx_pad = PAD_AFTER(len);
@@ -209,13 +231,23 @@ static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const voi
 ts_status ts_frame_send(struct ts_conn *c, struct ts_frame_hdr *h, const void *payload,
                         size_t len, struct ts_err *err)
 {
-    return send_frame(c, h, payload, len, NULL, err);
+    struct iovec one = { (void *)payload, len };
+
+    return send_frame(c, h, &one, 1, NULL, err);
+}
+
+ts_status ts_frame_sendv(struct ts_conn *c, struct ts_frame_hdr *h, const struct iovec *pieces,
+                         size_t n, struct ts_err *err)
+{
+    return send_frame(c, h, pieces, n, NULL, err);
 }
 
 ts_status ts_frame_send_hashed(struct ts_conn *c, struct ts_frame_hdr *h, const void *payload,
                                size_t len, uint64_t sum, struct ts_err *err)
 {
-    return send_frame(c, h, payload, len, &sum, err);
+    struct iovec one = { (void *)payload, len };
+
+    return send_frame(c, h, &one, 1, &sum, err);
 }
 
 /* Reads the payload of a frame whose header has been consumed and returns its XXH3-64 in

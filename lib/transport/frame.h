@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "transport/transport.h"
 
@@ -100,6 +101,11 @@ ts_status ts_frame_send(struct ts_conn *c, struct ts_frame_hdr *h, const void *p
  * frames_refused. */
 ts_status ts_frame_recv(struct ts_conn *c, struct ts_frame_hdr *h, void *buf, size_t cap,
                         int ms, struct ts_err *err) TS_MUST_CHECK;
+
+/* As ts_frame_send, with the payload in n pieces (struct iovec), sent where they lie: one
+ * frame whose payload is the pieces one after another, with no copy to join them first. */
+ts_status ts_frame_sendv(struct ts_conn *c, struct ts_frame_hdr *h, const struct iovec *pieces,
+                         size_t n, struct ts_err *err) TS_MUST_CHECK;
 
 /* As ts_frame_send, with sum the caller vouches is ts_frame_hash(payload, len) (computed once
  * for many sends of the same bytes: a shard's parameters of one version). Used only when the

@@ -82,7 +82,8 @@ static ts_status link_to(struct chain_links *cs, struct ts_cluster *cl, const ch
 
 ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *job,
                      uint32_t next, uint32_t tensor, uint32_t partition, uint64_t version,
-                     const void *image, size_t n, const atomic_bool *stop, struct ts_err *err)
+                     const struct iovec *image, size_t npieces, const atomic_bool *stop,
+                     struct ts_err *err)
 {
     struct ts_frame_hdr h = { .type = TS_FRAME_IMAGE, .tensor = tensor, .partition = partition,
                               .step = version, .rank = cs->self };
@@ -93,7 +94,7 @@ ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *
         return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet");
     if ((st = link_to(cs, cl, job, next, stop, &at, err)))
         return st;
-    if ((st = ts_frame_send(cs->links[at].c, &h, image, n, err)))
+    if ((st = ts_frame_sendv(cs->links[at].c, &h, image, npieces, err)))
         st = ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", next, err->msg);
     else
         st = await_reply(cs->links[at].c, next, stop, err);

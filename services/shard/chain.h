@@ -29,19 +29,20 @@ struct chain_links {
     uint32_t self;                   /* this shard's id: an IMAGE names its sender in `rank` */
     struct chain_link *links;
     size_t n, cap;
-    void *image;                     /* a head's image of its partition, reused per step */
+    void *image;                     /* an image, or a step's small pieces, reused per step */
     size_t image_cap;
 };
 
 /* Sends an IMAGE frame (tensor, partition, version in `step`, cs->self in `rank`: the next
- * shard takes images from the shard before it in the chain only) with the image to shard `next`
+ * shard takes images from the shard before it in the chain only) with the image, npieces
+ * pieces sent where they lie (ts_frame_sendv), to shard `next`
  * of job, through cl's map, and waits for its ACK. `stop` (may be NULL) ends the wait early.
  * TS_EUNAVAIL if the link broke or the next shard is not in the map: the link is closed and
  * the next call opens a new one; the next shard's refusal comes back with its status and
  * message. */
 ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *job,
                      uint32_t next, uint32_t tensor, uint32_t partition, uint64_t version,
-                     const void *image, size_t n, const atomic_bool *stop,
+                     const struct iovec *image, size_t npieces, const atomic_bool *stop,
                      struct ts_err *err) TS_MUST_CHECK;
 /* Room for n bytes of image in cs->image (TS_ENOMEM). */
 ts_status chain_image_room(struct chain_links *cs, size_t n, struct ts_err *err) TS_MUST_CHECK;

@@ -174,8 +174,8 @@ static void report(struct dataplane *dp, uint32_t next, const char *seen)
  * newest map. TS_OK with nothing sent if the chain ends here now; TS_ESTALE if this shard's
  * place in it changed (a worker then sends the step to the new head). */
 static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uint32_t next,
-                           bool head, uint64_t version, const void *image, size_t n,
-                           struct ts_err *err)
+                           bool head, uint64_t version, const struct iovec *image,
+                           size_t npieces, struct ts_err *err)
 {
     ts_status st = TS_OK;
 
@@ -185,7 +185,8 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
 
         dc->chain.self = atomic_load(&dc->dp->self);
         st = chain_send(&dc->chain, atomic_load(&dc->dp->cluster), dc->job->job.id, next,
-                        h->tensor, h->partition, version, image, n, &dc->dp->stop, &e);
+                        h->tensor, h->partition, version, image, npieces, &dc->dp->stop,
+                        &e);
         /* A joining shard not yet told of the job or tensor (the repair thread tells it, then
          * sends it the image): the chain ends here for now. */
         if (st == TS_ENOTFOUND && ts_cluster_is_joining(atomic_load(&dc->dp->cluster), next))
@@ -221,17 +222,19 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
     return st;
 }
 
-/* After p's update: its image down the chain, then the update is visible to pulls. */
+/* After p's update: its image down the chain, then the update is visible to pulls. The
+ * values and state go from where they lie (ts_part_image_pieces: they cannot change before
+ * the publish); a copy of 64 MiB measured 5 ms of a 36 ms step (bench/recovery.py). */
 static ts_status replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
                            uint32_t next, struct ts_err *err)
 {
-    size_t n = ts_part_image_bytes(p);
+    struct iovec pieces[4];
     uint64_t version;
     ts_status st;
 
-    if ((st = chain_image_room(&dc->chain, n, err)) ||
-        (st = ts_part_image(p, dc->chain.image, n, &version, err)) ||
-        (st = send_down(dc, h, next, true, version, dc->chain.image, n, err)))
+    if ((st = chain_image_room(&dc->chain, TS_PART_IMAGE_SMALL, err)) ||
+        (st = ts_part_image_pieces(p, dc->chain.image, pieces, &version, err)) ||
+        (st = send_down(dc, h, next, true, version, pieces, 4, err)))
         return st;
     ts_part_publish(p, version);
     return TS_OK;
@@ -328,7 +331,8 @@ static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     if (st)
         return st;
     hook_reach(HOOK_IMAGE);
-    if ((st = send_down(dc, h, next, false, h->step, buf, h->len, err)))
+    if ((st = send_down(dc, h, next, false, h->step, &(struct iovec){ (void *)buf, h->len }, 1,
+                        err)))
         return st;
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
 }

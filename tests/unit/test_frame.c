@@ -583,6 +583,38 @@ static void t_wire_pad_refused(void **state)
     wire_close(&w);
 }
 
+/* A payload sent in pieces (ts_frame_sendv) arrives as one frame, its hash over all of them
+ * (tcp; TESSERA_FRAME_HASH=always on shm is t_wire_hash_always's), the same bytes. */
+static void t_wire_pieces(void **state)
+{
+    struct ts_fault_cfg cfg = { .kind = TS_FAULT_NONE };
+    struct wire w = wire_open(state, &cfg);
+    static uint8_t payload[CAP], buf[CAP];
+    struct ts_frame_hdr h = sample(), got;
+    struct ts_err err = { 0 };
+
+    for (size_t i = 0; i < sizeof(payload); i++)
+        payload[i] = (uint8_t)(i * 13 + 5);
+    struct iovec pieces[4] = { { payload, 72 }, { payload + 72, 0 }, { payload + 72, 4093 },
+                               { payload + 72 + 4093, 3 } };
+    must(ts_frame_sendv(w.tx, &h, pieces, 4, &err), &err, "sendv");
+    must(ts_frame_recv(w.rx, &got, buf, sizeof(buf), 5000, &err), &err, "recv");
+    assert_int_equal(got.len, 72 + 4093 + 3);
+    assert_memory_equal(buf, payload, got.len);
+    assert_true(got.unhashed == w.rx->local_in);
+    if (!got.unhashed)
+        assert_true(got.checksum == ts_frame_hash(payload, got.len));
+    /* The next frame starts in step (the odd length's padding was sent). */
+    send_sample(&w, 16, TS_OK);
+    must(recv_one(&w, &got, &err), &err, "recv after");
+    assert_int_equal(got.len, 16);
+    assert_true(w.rx->frames_refused == 0);
+    /* A piece with bytes but no address is refused before anything is sent. */
+    pieces[1] = (struct iovec){ NULL, 8 };
+    assert_int_equal(ts_frame_sendv(w.tx, &h, pieces, 2, &err), TS_EINVAL);
+    wire_close(&w);
+}
+
 #define BOTH(f) { #f "/tcp", f, NULL, NULL, "tcp" }, { #f "/shm", f, NULL, NULL, "shm" }
 
 int main(void)
@@ -593,6 +625,7 @@ int main(void)
         cmocka_unit_test(t_every_header_byte),
         cmocka_unit_test(t_field_messages),
         BOTH(t_wire_ok),
+        BOTH(t_wire_pieces),
         BOTH(t_wire_payload_flip),
         BOTH(t_wire_header_flip),
         BOTH(t_wire_oversized),

@@ -54,14 +54,26 @@ static void step(struct ts_part *p, uint64_t s)
     }
 }
 
-/* Copies head's image into follower; returns its version. */
+/* Copies head's image into follower; returns its version. The image in pieces, as a head
+ * sends it down its chain (ts_part_image_pieces), joins into the same bytes. */
 static uint64_t replicate(struct ts_part *head, struct ts_part *follower)
 {
-    size_t n = ts_part_image_bytes(head);
-    void *img = malloc(n);
-    uint64_t v;
+    size_t n = ts_part_image_bytes(head), at = 0;
+    char *img = malloc(n), *joined = malloc(n), small[TS_PART_IMAGE_SMALL];
+    struct iovec pieces[4];
+    uint64_t v, pv;
 
     assert_int_equal(ts_part_image(head, img, n, &v, NULL), TS_OK);
+    assert_int_equal(ts_part_image_pieces(head, small, pieces, &pv, NULL), TS_OK);
+    assert_int_equal(pv, v);
+    for (int i = 0; i < 4; i++) {
+        assert_true(at + pieces[i].iov_len <= n);
+        memcpy(joined + at, pieces[i].iov_base, pieces[i].iov_len);
+        at += pieces[i].iov_len;
+    }
+    assert_int_equal(at, n);
+    assert_memory_equal(joined, img, n);
+    free(joined);
     assert_int_equal(ts_part_load_image(follower, img, n, NULL), TS_OK);
     free(img);
     return v;
@@ -138,6 +150,13 @@ static void bad_images_change_nothing(void **state)
     assert_int_equal(v, 2);
     assert_int_equal(ts_part_image(head, img, n - 1, &v, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "room"));
+    {   /* SSP and ASP have no pieces to send: every push changes their values */
+        char small[TS_PART_IMAGE_SMALL];
+        struct iovec pieces[4];
+        memset(&e, 0, sizeof(e));
+        assert_int_equal(ts_part_image_pieces(async, small, pieces, &v, &e), TS_EINVAL);
+        assert_non_null(strstr(e.msg, "not replicated"));
+    }
 
     struct { struct ts_part *to; size_t n; ts_status want; const char *says; } cases[] = {
         { other, n, TS_EINVAL, "not this one" },

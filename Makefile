@@ -5,8 +5,8 @@
 #   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/)
 #   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N),
 #               shards killed while training with replicas and rollbacks of lost partitions,
-#               under the sanitizers, and the kill matrix: 30 random shard kills in exact
-#               runs, with its table (KILL_TRIALS=N)
+#               under the sanitizers, shards restarted by `tessera up --respawn`, and the
+#               kill matrix: 30 random shard kills in exact runs, with its table (KILL_TRIALS=N)
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
 #   make fuzz   run the libFuzzer targets for FUZZ_SECONDS (default 600; build-fuzz/, clang)
@@ -55,7 +55,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 all: build
 
 help:
-	@sed -n '1,16p' Makefile
+	@sed -n '1,17p' Makefile
 
 deps:
 	@missing=$$(for p in $(DEB_ALL); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
@@ -141,6 +141,8 @@ test-fault: build asan
 	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
 	    /usr/bin/python3 tests/fault/kill_points.py
+	TESSERA_BIN=$(abspath $(BUILD))/bin PYTHONPATH=$(abspath $(BUILD))/gen/python \
+	    TESSERA_SRC=$(CURDIR) /usr/bin/python3 tests/fault/respawn.py
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
 	    --trials $(KILL_TRIALS)
 

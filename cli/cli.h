@@ -51,6 +51,7 @@ struct cluster_opts {
     int replicas;                   /* the master's --replicas (0: its default, 1) */
     int64_t mem_budget_mib;         /* each shard's --mem-budget (0: half the machine's memory
                                      * shared among the shards) */
+    bool respawn;                   /* cluster_check restarts a shard that died */
 };
 
 /* A shard process of a local cluster. Its log is DIR/shard-<id>.log once the master has given
@@ -58,6 +59,13 @@ struct cluster_opts {
 struct cluster_shard {
     pid_t pid;                      /* 0 once reaped */
     uint32_t id;                    /* the master's id for it; 0 until it registered */
+    /* With respawn: the restarts of this slot (the process replaces a shard that died this
+     * many times), when the next is due (0: none), when the process started, and how many
+     * restarts came in a row without it staying up a minute (the backoff's exponent). */
+    uint32_t restarts;
+    int64_t restart_at, started_ms;
+    int backoff;
+    bool named;                     /* its id was said (a restarted one's, once registered) */
 };
 
 struct cluster {
@@ -67,6 +75,9 @@ struct cluster {
     pid_t master;
     struct cluster_shard *shards;
     int nshards;
+    struct cluster_opts opts;       /* as started (its strings borrowed), for restarts */
+    char bin[512];                  /* where tessera-master and tessera-shard are */
+    int64_t named_ms;               /* the last look for restarted shards' ids */
 };
 
 /* Starts the master and the shards, and waits until every shard is registered. On failure
@@ -77,7 +88,11 @@ ts_status cluster_start(const struct cluster_opts *o, struct cluster *c,
 void cluster_stop(struct cluster *c);
 /* Removes the logs and the directory when cluster_start made it (after cluster_stop). */
 void cluster_remove_logs(struct cluster *c);
-/* Reaps exited children; prints a line for each and returns false if the master is gone. */
+/* Reaps exited children; prints a line for each and returns false if the master is gone.
+ * With opts.respawn, a shard that died is started again after a backoff (0.5 s, doubling
+ * for each restart in a row that did not stay up a minute, at most 30 s), without --restore:
+ * it joins the running cluster (docs/replication.md, "Joining"). Call it often (every
+ * 200 ms): it also starts what is due and names restarted shards once registered. */
 bool cluster_check(struct cluster *c);
 
 /* The last non-empty line of the file at path into out ("no log" if unreadable, "(empty)"

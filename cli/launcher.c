@@ -121,31 +121,50 @@ static void shard_file(const struct cluster *c, int i, const char *ext, char *ou
         snprintf(out, n, "%s/shard-new-%d.%s", c->dir, i + 1, ext);
 }
 
-static ts_status start_shards(const struct cluster_opts *o, struct cluster *c, const char *bin,
-                              struct ts_err *err)
+/* Starts shard process i (again, when restarts > 0: without --restore, which a shard that
+ * joins a running cluster must not use). */
+static ts_status start_shard(struct cluster *c, int i, struct ts_err *err)
 {
-    char exe[700], log[700], port_file[700], budget[32];
-    char *argv[12] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
+    const struct cluster_opts *o = &c->opts;
+    char exe[700], log[700], port_file[700], budget[32], restarts[16];
+    char *argv[14] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    struct cluster_shard *sh = &c->shards[i];
     int n = 5;
     ts_status st;
 
-    snprintf(exe, sizeof(exe), "%s/tessera-shard", bin);
+    snprintf(exe, sizeof(exe), "%s/tessera-shard", c->bin);
     n = add_flag(argv, n, "--store", o->store);
-    n = add_flag(argv, n, "--restore", o->restore);
+    if (!sh->restarts)
+        n = add_flag(argv, n, "--restore", o->restore);
     /* Shards on one machine share it: half of its memory among them, unless told. */
     snprintf(budget, sizeof(budget), "%" PRId64, o->mem_budget_mib ? o->mem_budget_mib
              : pages > 0 && page > 0 ? (int64_t)pages * page / 2 / o->shards >> 20 : 4096);
     n = add_flag(argv, n, "--mem-budget", budget);
+    if (sh->restarts) {
+        snprintf(restarts, sizeof(restarts), "%u", sh->restarts);
+        n = add_flag(argv, n, "--restarts", restarts);
+    }
     argv[n] = NULL;
-    c->shards = calloc((size_t)o->shards + 1, sizeof(*c->shards));
+    sh->id = 0;
+    shard_file(c, i, "log", log, sizeof(log));
+    shard_file(c, i, "port", port_file, sizeof(port_file));
+    unlink(port_file);
+    if ((st = ts_launch(exe, argv, log, -1, &sh->pid, err)))
+        return st;
+    sh->started_ms = ts_now_ms();
+    return TS_OK;
+}
+
+static ts_status start_shards(struct cluster *c, struct ts_err *err)
+{
+    ts_status st;
+
+    c->shards = calloc((size_t)c->opts.shards + 1, sizeof(*c->shards));
     if (!c->shards)
         return ts_err_set(err, TS_ENOMEM, "out of memory");
-    for (int i = 0; i < o->shards; i++) {
-        shard_file(c, i, "log", log, sizeof(log));
-        shard_file(c, i, "port", port_file, sizeof(port_file));
-        unlink(port_file);
-        if ((st = ts_launch(exe, argv, log, -1, &c->shards[i].pid, err)))
+    for (int i = 0; i < c->opts.shards; i++) {
+        if ((st = start_shard(c, i, err)))
             return st;
         c->nshards++;
     }
@@ -174,6 +193,8 @@ static void name_shards(struct cluster *c, const Tessera__V1__ClusterStatusRespo
     char from[700], to[700], port_file[700];
 
     for (int i = 0; i < c->nshards; i++) {
+        if (c->shards[i].id || !c->shards[i].pid)
+            continue;
         shard_file(c, i, "log", from, sizeof(from));
         shard_file(c, i, "port", port_file, sizeof(port_file));
         if (!(c->shards[i].id = id_by_port(cs, port_file)))
@@ -227,10 +248,11 @@ static ts_status wait_shards(struct cluster *c, int want, struct ts_err *err)
 
 ts_status cluster_start(const struct cluster_opts *o, struct cluster *c, struct ts_err *err)
 {
-    char bin[512];
+    char *bin = c->bin;
     ts_status st;
 
     memset(c, 0, sizeof(*c));
+    c->opts = *o;
     if (o->dir) {
         snprintf(c->dir, sizeof(c->dir), "%s", o->dir);
         if (mkdir(c->dir, 0755) < 0 && errno != EEXIST)
@@ -242,8 +264,8 @@ ts_status cluster_start(const struct cluster_opts *o, struct cluster *c, struct 
             return ts_err_set(err, TS_EIO, "cannot make a log directory: %s", strerror(errno));
         c->own_dir = true;
     }
-    if ((st = ts_proc_exe_dir(bin, sizeof(bin), err)) ||
-        (st = start_master(o, c, bin, err)) || (st = start_shards(o, c, bin, err)) ||
+    if ((st = ts_proc_exe_dir(bin, sizeof(c->bin), err)) ||
+        (st = start_master(o, c, bin, err)) || (st = start_shards(c, err)) ||
         (st = wait_shards(c, o->shards, err))) {
         cluster_stop(c);
         return st;
@@ -280,26 +302,108 @@ void cluster_remove_logs(struct cluster *c)
     rmdir(c->dir);
 }
 
-bool cluster_check(struct cluster *c)
+#define RESPAWN_FIRST_MS 500      /* the first restart's delay; doubled per restart in a row */
+#define RESPAWN_MAX_MS 30000      /* the longest delay */
+#define RESPAWN_STEADY_MS 60000   /* up this long: the next death starts the backoff afresh */
+#define NAME_POLL_MS 500          /* how often to look for restarted shards' ids */
+
+/* Shard slot i's process exited with status: said, and with respawn a restart scheduled. */
+static void shard_exited(struct cluster *c, int i, int status)
+{
+    struct cluster_shard *sh = &c->shards[i];
+    char log[700], how[96], who[48];
+    int64_t now = ts_now_ms(), delay;
+
+    shard_file(c, i, "log", log, sizeof(log));
+    ts_launch_describe(status, how, sizeof(how));
+    if (sh->id)
+        snprintf(who, sizeof(who), "shard %u", sh->id);
+    else
+        snprintf(who, sizeof(who), "shard process %d", i + 1);
+    if (!c->opts.respawn) {
+        fprintf(stderr, "%s (pid %d) %s: see %s\n", who, (int)sh->pid, how, log);
+        sh->pid = 0;
+        return;
+    }
+    if (now - sh->started_ms >= RESPAWN_STEADY_MS)
+        sh->backoff = 0;
+    delay = (int64_t)RESPAWN_FIRST_MS << (sh->backoff < 6 ? sh->backoff : 6);
+    delay = delay < RESPAWN_MAX_MS ? delay : RESPAWN_MAX_MS;
+    sh->backoff++;
+    sh->restart_at = now + delay;
+    fprintf(stderr, "%s (pid %d) %s: see %s; restarting it in %.1f s (restart %u)\n", who,
+            (int)sh->pid, how, log, delay / 1000.0, sh->restarts + 1);
+    sh->pid = 0;
+}
+
+/* Starts the shards whose restart is due. */
+static void restart_due(struct cluster *c)
 {
     for (int i = 0; i < c->nshards; i++) {
-        if (ts_launch_exited(c->shards[i].pid, NULL)) {
-            char log[700];
-            shard_file(c, i, "log", log, sizeof(log));
-            if (c->shards[i].id)
-                fprintf(stderr, "shard %u (pid %d) exited: see %s\n", c->shards[i].id,
-                        (int)c->shards[i].pid, log);
-            else
-                fprintf(stderr, "shard process %d (pid %d) exited: see %s\n", i + 1,
-                        (int)c->shards[i].pid, log);
-            c->shards[i].pid = 0;
+        struct cluster_shard *sh = &c->shards[i];
+        struct ts_err err = { 0 };
+        char log[700];
+
+        if (!sh->restart_at || ts_now_ms() < sh->restart_at)
+            continue;
+        sh->restart_at = 0;
+        sh->restarts++;
+        if (start_shard(c, i, &err)) {
+            fprintf(stderr, "restart %u of shard process %d failed: %s\n", sh->restarts, i + 1,
+                    err.msg);
+            shard_exited(c, i, 127 << 8);   /* try again, later */
+            continue;
         }
+        shard_file(c, i, "log", log, sizeof(log));
+        printf("shard process %d restarted (pid %d, restart %u): it joins the cluster; log %s\n",
+               i + 1, (int)sh->pid, sh->restarts, log);
+        fflush(stdout);
     }
+}
+
+/* Names restarted shards once the master lists them (their logs become shard-<id>.log). */
+static void name_restarted(struct cluster *c)
+{
+    Tessera__V1__ClusterStatusResponse *cs;
+    struct ts_master *m;
+    bool unnamed = false;
+
+    for (int i = 0; i < c->nshards; i++)
+        unnamed |= c->shards[i].pid && !c->shards[i].id;
+    if (!unnamed || ts_now_ms() - c->named_ms < NAME_POLL_MS)
+        return;
+    c->named_ms = ts_now_ms();
+    if (ts_master_open(c->master_addr, &m, NULL))
+        return;
+    if (!ts_master_status(m, 1000, &cs, NULL)) {
+        name_shards(c, cs);
+        tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+        for (int i = 0; i < c->nshards; i++)
+            if (c->shards[i].pid && c->shards[i].id && !c->shards[i].named) {
+                printf("shard process %d registered as shard %u (log %s/shard-%u.log)\n", i + 1,
+                       c->shards[i].id, c->dir, c->shards[i].id);
+                fflush(stdout);
+            }
+    }
+    for (int i = 0; i < c->nshards; i++)
+        c->shards[i].named = c->shards[i].id != 0;
+    ts_master_close(m);
+}
+
+bool cluster_check(struct cluster *c)
+{
+    int status;
+
+    for (int i = 0; i < c->nshards; i++)
+        if (ts_launch_exited(c->shards[i].pid, &status))
+            shard_exited(c, i, status);
     if (ts_launch_exited(c->master, NULL)) {
         fprintf(stderr, "the master (pid %d) exited: see %s/master.log\n", (int)c->master,
                 c->dir);
         c->master = 0;
         return false;
     }
+    restart_due(c);
+    name_restarted(c);
     return true;
 }

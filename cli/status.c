@@ -108,6 +108,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         if (s->death[0])
             ts_json_str(&j, "death", s->death);
         ts_json_bool(&j, "joining", s->joining);
+        ts_json_uint(&j, "restarts", s->restarts);
         if (views && views[i]) {
             struct roles r = roles_of(views[i]);
             ts_json_int(&j, "pid", views[i]->pid);
@@ -215,6 +216,8 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                lag, promo, copies, mb, refused);
         if (s->death[0])
             printf("       dead: %s\n", s->death);
+        if (s->restarts)
+            printf("       restart %u of its shard (tessera up --respawn)\n", s->restarts);
         if (v && v->partitions_lost)
             printf("       %" PRIu64 " partitions it heads lost every copy\n",
                    v->partitions_lost);

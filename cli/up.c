@@ -11,6 +11,7 @@
 struct up_flags {
     int64_t shards, master_port, lease_ms, snapshot_every, mem_budget, replicas;
     const char *dir, *store, *restore, *branch;
+    bool respawn;
 };
 
 static int parse(const char *cmd, const char *about, struct up_flags *f, int argc, char **argv)
@@ -35,6 +36,9 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
         { "mem-budget", TS_FLAG_INT, &f->mem_budget, "MIB", "memory each shard's partitions "
           "may use (default: half the machine's, shared among the shards)", 1,
           INT64_C(1) << 30 },
+        { "respawn", TS_FLAG_BOOL, &f->respawn, NULL, "restart a shard that dies, after a "
+          "backoff (0.5 s doubling to 30 s); it joins the running cluster (docs/operations.md)",
+          0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -100,7 +104,8 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
     struct cluster_opts o = { .shards = (int)f->shards, .master_port = (int)f->master_port,
                               .dir = f->dir, .lease_ms = (int)f->lease_ms, .store = f->store,
                               .branch = f->branch, .snapshot_every = (int)f->snapshot_every,
-                              .mem_budget_mib = f->mem_budget, .replicas = replicas };
+                              .mem_budget_mib = f->mem_budget, .replicas = replicas,
+                              .respawn = f->respawn };
     char hex[TS_STORE_HEX_LEN + 1];
     struct ts_err err = { 0 };
     int rc;
@@ -140,7 +145,8 @@ int cmd_up(int argc, char **argv)
     if ((rc = start("up", &f, &c)))
         return rc;
     printf("master %s\n", c.master_addr);
-    printf("%d shards alive; logs in %s\n", c.nshards, c.dir);
+    printf("%d shards alive; logs in %s%s\n", c.nshards, c.dir,
+           f.respawn ? "; a shard that dies is restarted" : "");
     if (f.store)
         printf("snapshots: store %s%s\n", f.store, f.snapshot_every ? ", automatic" : "");
     printf("try: tessera status --master %s   (Ctrl-C stops the cluster)\n", c.master_addr);

@@ -78,6 +78,8 @@ struct ts_membership_cfg {
     const char *job;
     uint32_t rank, workers;
     bool keep;
+    /* Shards: how many times a supervisor restarted the shard this process replaces. */
+    uint32_t restarts;
     /* Shards: the data-plane listeners to publish (borrowed until ts_membership_start
      * returns; copied for re-registration). */
     Tessera__V1__DataPlaneEndpoint **endpoints;

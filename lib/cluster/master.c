@@ -169,6 +169,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
         req.addr = ms->addr;
         req.instance = ms->instance;
         req.lease_ms = ms->cfg.lease_ms;
+        req.restarts = ms->cfg.restarts;
         req.n_data_planes = ms->nendpoints;
         req.data_planes = ms->endpoint_ptrs;
         if ((st = CALL(ms->m, "RegisterShard", &req,

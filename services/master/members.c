@@ -551,6 +551,17 @@ void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member
     pthread_mutex_unlock(&m->mu);
 }
 
+void ts_members_set_restarts(struct ts_members *m, uint32_t id, uint32_t restarts)
+{
+    struct ts_member *e;
+    struct ts_err ignore = { 0 };
+
+    pthread_mutex_lock(&m->mu);
+    if (find_alive(m, TS_MEMBER_SHARD, id, &e, &ignore) == TS_OK)
+        e->restarts = restarts;
+    pthread_mutex_unlock(&m->mu);
+}
+
 ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                                 const char *reason, uint64_t *epoch, struct ts_err *err)
 {

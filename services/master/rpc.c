@@ -48,6 +48,7 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
                                    ts_now_ms(), &g, err);
     if (st)
         return st;
+    ts_members_set_restarts(m->members, g.id, req->restarts);
     resp->shard_id = g.id;
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
@@ -147,6 +148,7 @@ static Tessera__V1__ShardInfo **shard_infos(struct ts_rpc_call *call,
         s->registered_epoch = e->registered_epoch;
         s->death = ts_rpc_strdup(call, e->death);
         s->joining = e->state == TS_MEMBER_ALIVE && e->joining;
+        s->restarts = e->restarts;
         s->n_data_planes = e->nendpoints;
         s->data_planes = ts_rpc_alloc(call, (e->nendpoints + 1) * sizeof(*s->data_planes));
         for (size_t k = 0; k < e->nendpoints; k++) {

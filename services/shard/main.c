@@ -95,7 +95,7 @@ int main(int argc, char **argv)
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
     const char *adv = NULL, *master = NULL, *transport = NULL, *store_dir = NULL;
     const char *restore = NULL;
-    int64_t lease_ms = 0, mem_mib = 0, max_tensors = SHARD_MAX_TENSORS;
+    int64_t lease_ms = 0, mem_mib = 0, max_tensors = SHARD_MAX_TENSORS, restarts = 0;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
                                                   "then 127.0.0.1:7070)", 0, 0 },
@@ -115,6 +115,8 @@ int main(int argc, char **argv)
         { "mem-budget", TS_FLAG_INT, &mem_mib, "MIB", "memory the jobs' partitions may use, in "
                                                       "MiB (default: half the machine's)", 1,
           INT64_C(1) << 30 },
+        { "restarts", TS_FLAG_INT, &restarts, "N", "this process replaces a shard restarted N "
+          "times (set by tessera up --respawn; shown by tessera status)", 0, 1000000 },
         { "max-tensors", TS_FLAG_INT, &max_tensors, "N", "tensors per job (ids 0..N-1; default "
                                                          "and most 4096)", 1, SHARD_MAX_TENSORS },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
@@ -180,6 +182,7 @@ int main(int argc, char **argv)
     mcfg.moves = moves;
     mcfg.arg = &s;
     mcfg.lease_ms = (uint32_t)lease_ms;
+    mcfg.restarts = (uint32_t)restarts;
     mcfg.endpoints = ep_ptrs;
     mcfg.nendpoints = s.dp.n;
     /* The map client first: once the master lists this shard, clients may call it, and it

@@ -175,7 +175,8 @@ bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const cha
     return dead;
 }
 
-bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t shard)
+bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t shard,
+                            uint32_t generation)
 {
     Tessera__V1__ReportLostRequest req = TESSERA__V1__REPORT_LOST_REQUEST__INIT;
     Tessera__V1__ReportLostResponse *r = NULL;
@@ -183,6 +184,7 @@ bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t sha
 
     req.job = (char *)job;
     req.shard_id = shard;
+    req.generation = generation;
     if (ts_master_call(cl->master, "ReportLost", &req.base,
                        &tessera__v1__report_lost_response__descriptor, (ProtobufCMessage **)&r,
                        &err)) {

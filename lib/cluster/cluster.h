@@ -146,9 +146,11 @@ uint32_t ts_cluster_replicas(struct ts_cluster *cl);
  * the lease. Errors are logged, not returned: a report only speeds up what the lease does. */
 bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const char *reporter,
                                    const char *detail);
-/* ReportLost: a partition of job that this shard (shard) heads lost every copy. Logged, as
+/* ReportLost: a partition of job that this shard (shard) heads lost every copy, found when the
+ * job had gone back to snapshots `generation` times. Logged, as
  * ts_cluster_report_unreachable; false if the master could not be told (try again). */
-bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t shard);
+bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t shard,
+                            uint32_t generation);
 /* The first transport of ts_transports[] (or `want` only, if set) that can run here and that
  * shard s published a usable endpoint for: its ops and the endpoint's blob. TS_ENODEV if none. */
 ts_status ts_shard_pick_transport(const Tessera__V1__ShardInfo *s, const char *want,

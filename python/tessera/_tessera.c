@@ -9,7 +9,8 @@
  *
  * Errors: one exception per failure, tessera.Error, with .code (the gRPC status name, mapped
  * by lib/rpc/status.c exactly as the services map ts_status), .grpc_code and .message; bad
- * input raises tessera.InvalidArgument, a subclass of both tessera.Error and ValueError.
+ * input raises tessera.InvalidArgument, a subclass of both tessera.Error and ValueError; a
+ * step the cluster took back to a snapshot raises tessera.Rollback (a tessera.Error).
  * Threads: a tessera handle is used by one thread at a time, so each Client holds a lock
  * around its SDK calls; other Python threads run while a call waits for the shards.
  * The argument checks and the error mapping are in args.c. */
@@ -593,6 +594,16 @@ static PyObject *client_get_loss_scale(struct client *self, void *unused)
     return rc ? raise_sdk(&e) : PyFloat_FromDouble(v);
 }
 
+static PyObject *client_get_resume_step(struct client *self, void *unused)
+{
+    struct tessera_error e = { 0 };
+    uint64_t v = 0;
+    int rc;
+
+    SDK_CALL(self, rc, &e, (v = tessera_resume_step(self->t), 0));
+    return rc ? raise_sdk(&e) : PyLong_FromUnsignedLongLong(v);
+}
+
 static PyObject *client_get_exact(struct client *self, void *unused)
 {
     return PyBool_FromLong(self->exact);
@@ -650,6 +661,9 @@ static PyGetSetDef client_getset[] = {
       "the data-plane transport in use: 'tcp', 'shm' or 'local'", NULL },
     { "loss_scale", (getter)client_get_loss_scale, NULL,
       "the current loss scale (1.0 without loss scaling)", NULL },
+    { "resume_step", (getter)client_get_resume_step, NULL,
+      "the step the last rollback went back to (0: none): after step() raised "
+      "tessera.Rollback, params hold that step's values; train on from it", NULL },
     { "exact", (getter)client_get_exact, NULL, "True in exact (fixed-point) mode", NULL },
     { "tensors", (getter)client_get_tensors, NULL, "the registered names, by id", NULL },
     { "closed", (getter)client_get_closed, NULL, "True once close() ran", NULL },
@@ -674,87 +688,9 @@ static PyTypeObject client_type = {
     .tp_getset = client_getset,
 };
 
-/* ---- exact-mode helpers ---- */
-
-/* dst (int64, written) and src (kind) of the same length: out = fixed(g) (to_fixed),
- * acc += fixed(g) (fixed_add_f32) or acc += x (fixed_add). */
-static PyObject *fixed_call(const char *fn, PyObject *odst, const char *dname, PyObject *osrc,
-                            const char *sname, enum elem kind)
-{
-    struct tessera_error e = { 0 };
-    struct arr src, dst;
-    char what[64];
-    size_t n;
-    int rc;
-
-    snprintf(what, sizeof(what), "%s: %s", fn, sname);
-    if (arr_get(osrc, what, kind, 0, -1, &src))
-        return NULL;
-    n = (size_t)(src.b.len / src.b.itemsize);
-    snprintf(what, sizeof(what), "%s: %s", fn, dname);
-    if (arr_get(odst, what, I64, 1, (long long)n, &dst)) {
-        arr_put(&src);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == I64)
-        rc = tessera_fixed_add(dst.b.buf, src.b.buf, n, &e);
-    else if (fn[0] == 't')
-        rc = tessera_to_fixed(src.b.buf, n, dst.b.buf, &e);
-    else
-        rc = tessera_fixed_add_f32(dst.b.buf, src.b.buf, n, &e);
-    Py_END_ALLOW_THREADS
-    arr_put(&src);
-    arr_put(&dst);
-    if (rc)
-        return raise_sdk(&e);
-    return Py_NewRef(odst);
-}
-
-static PyObject *mod_to_fixed(PyObject *m, PyObject *args)
-{
-    PyObject *src, *out;
-
-    if (!PyArg_ParseTuple(args, "OO:to_fixed", &src, &out))
-        return NULL;
-    return fixed_call("to_fixed", out, "out", src, "src", F32);
-}
-
-static PyObject *mod_fixed_add(PyObject *m, PyObject *args)
-{
-    PyObject *acc, *x;
-
-    if (!PyArg_ParseTuple(args, "OO:fixed_add", &acc, &x))
-        return NULL;
-    return fixed_call("fixed_add", acc, "acc", x, "x", I64);
-}
-
-static PyObject *mod_fixed_add_f32(PyObject *m, PyObject *args)
-{
-    PyObject *acc, *g;
-
-    if (!PyArg_ParseTuple(args, "OO:fixed_add_f32", &acc, &g))
-        return NULL;
-    return fixed_call("fixed_add_f32", acc, "acc", g, "g", F32);
-}
-
-static PyMethodDef module_methods[] = {
-    { "to_fixed", mod_to_fixed, METH_VARARGS,
-      "to_fixed(src, out) -> out\n\nout = fixed(src): float32 -> int64 with 32 fraction bits, "
-      "round half to even.\nA NaN, Inf or |value| >= 2^31 raises InvalidArgument and leaves "
-      "out unchanged." },
-    { "fixed_add", mod_fixed_add, METH_VARARGS,
-      "fixed_add(acc, x) -> acc\n\nacc += x (int64 fixed point, overflow-checked: a sum out of"
-      " range raises\nInvalidArgument and leaves acc unchanged)." },
-    { "fixed_add_f32", mod_fixed_add_f32, METH_VARARGS,
-      "fixed_add_f32(acc, g) -> acc\n\nacc += fixed(g) in one pass: the fastest way to add one"
-      " micro-batch's float32\ngradient to an exact-mode sum." },
-    { NULL, NULL, 0, NULL },
-};
-
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "tessera._tessera",
-    "The C binding of include/tessera.h; import tessera, not this.", -1, module_methods,
+    "The C binding of include/tessera.h; import tessera, not this.", -1, fixed_methods,
     NULL, NULL, NULL, NULL,
 };
 
@@ -782,8 +718,14 @@ PyMODINIT_FUNC PyInit__tessera(void)
                                         "INVALID_ARGUMENT): nothing was sent or changed.",
                                         bases) : NULL;
     Py_XDECREF(bases);
-    if (!InvalidArgument || PyModule_AddObjectRef(m, "Error", Error) ||
+    Rollback = InvalidArgument ? new_error("tessera.Rollback", "step(): the job lost every "
+                                           "copy of a partition and the cluster took it back "
+                                           "to its last snapshot. params hold that step's "
+                                           "values; train on from Client.resume_step.",
+                                           Error) : NULL;
+    if (!Rollback || PyModule_AddObjectRef(m, "Error", Error) ||
         PyModule_AddObjectRef(m, "InvalidArgument", InvalidArgument) ||
+        PyModule_AddObjectRef(m, "Rollback", Rollback) ||
         PyModule_AddObjectRef(m, "Client", (PyObject *)&client_type) ||
         PyModule_AddIntConstant(m, "LOSS_SCALE_NONE", TESSERA_LOSS_SCALE_NONE) ||
         PyModule_AddIntConstant(m, "LOSS_SCALE_SDK", TESSERA_LOSS_SCALE_SDK) ||

@@ -9,14 +9,16 @@
 
 #include "rpc/rpc.h"
 
-PyObject *Error, *InvalidArgument;
+PyObject *Error, *InvalidArgument, *Rollback;
 
 /* ---- errors ---- */
 
 PyObject *raise_code(int code, const char *msg)
 {
     int grpc = ts_rpc_code_from_status((ts_status)code);
-    PyObject *cls = grpc == GRPC_STATUS_INVALID_ARGUMENT ? InvalidArgument : Error;
+    PyObject *cls = grpc == GRPC_STATUS_INVALID_ARGUMENT ? InvalidArgument
+                    : code == TESSERA_EROLLBACK                ? Rollback
+                                                               : Error;
     PyObject *m = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
     PyObject *name = PyUnicode_FromString(ts_rpc_code_name(grpc));
     PyObject *gc = PyLong_FromLong(grpc), *tc = PyLong_FromLong(code);

@@ -14,8 +14,11 @@
 
 #include "tessera.h"
 
+/* fixed.c: the module's functions (the exact-mode helpers), NULL-terminated. */
+extern PyMethodDef fixed_methods[];
+
 /* The module's exceptions, created at import (PyInit__tessera). */
-extern PyObject *Error, *InvalidArgument;
+extern PyObject *Error, *InvalidArgument, *Rollback;
 
 enum elem { F32, I64 };
 
@@ -25,7 +28,7 @@ struct arr {
     int held;
 };
 
-/* Raise tessera.Error (InvalidArgument for TESSERA_EINVAL) for an SDK code and message, or
+/* Raise tessera.Error (InvalidArgument for TESSERA_EINVAL, Rollback for TESSERA_EROLLBACK) for an SDK code and message, or
  * for an SDK error; invalid() raises InvalidArgument with a formatted message. All return
  * NULL, for `return raise_...(...)`. */
 PyObject *raise_code(int code, const char *msg);

@@ -183,7 +183,9 @@ class ParameterServer:
     def step(self, local_batch=None):
         """Pushes this rank's gradient sum for step ``self.version`` (what accumulate() summed,
         else every p.grad), then pulls the new parameters into the module, in place. Returns
-        the new version."""
+        the new version. Raises tessera.Rollback when the cluster took the job back to its
+        last snapshot: the module then holds that step's values and ``self.version`` is it;
+        train on from there (the data of that step)."""
         self._check_local_batch(local_batch)
         if self._pending:
             if local_batch is not None:
@@ -196,7 +198,13 @@ class ParameterServer:
         else:
             grads = self._grads(local_batch)
         params = [p.detach().numpy() for p in self.params]
-        self.client.step(self.version, grads, params)
+        try:
+            self.client.step(self.version, grads, params)
+        except tessera.Rollback:
+            # The module holds the snapshot's values: go on from its step.
+            self._pending = False
+            self.version = self.client.resume_step
+            raise
         self._pending = False
         self.version += 1
         return self.version

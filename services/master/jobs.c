@@ -310,8 +310,8 @@ size_t jobs_due(struct jobs *j, int64_t now_ms, char (*ids)[TS_JOB_ID_MAX + 1], 
     return n;
 }
 
-ts_status jobs_rollback_begin(struct jobs *j, const char *id, uint32_t *generation,
-                              struct ts_err *err)
+ts_status jobs_rollback_begin(struct jobs *j, const char *id, uint32_t seen,
+                              uint32_t *generation, struct ts_err *err)
 {
     struct job *jb;
     ts_status st = TS_OK;
@@ -322,6 +322,10 @@ ts_status jobs_rollback_begin(struct jobs *j, const char *id, uint32_t *generati
     else if (jb->info.rolling_back || jb->info.lost)
         st = ts_err_set(err, TS_EEXIST, "job '%s': %s", id, jb->info.rolling_back
                         ? "a rollback runs already" : jb->info.rollback_note);
+    else if (jb->info.rollbacks > seen)
+        st = ts_err_set(err, TS_EEXIST, "job '%s' went back to a snapshot since the loss was "
+                        "found (rollback %u, found after %u): nothing to do", id,
+                        jb->info.rollbacks, seen);
     else {
         jb->info.rolling_back = true;
         *generation = jb->info.rollbacks + 1;

@@ -94,10 +94,12 @@ size_t jobs_resident(struct jobs *j);
 /* True if job id holds resources now (running, idle, or ended and not released). */
 bool jobs_holds(struct jobs *j, const char *id);
 
-/* A rollback of running job id begins; *generation: which one it will be. TS_ENOTFOUND if
- * the job is not running; TS_EEXIST if one runs already (or the job is marked lost). */
-ts_status jobs_rollback_begin(struct jobs *j, const char *id, uint32_t *generation,
-                              struct ts_err *err) TS_MUST_CHECK;
+/* A rollback of running job id begins, for a loss found after `seen` rollbacks; *generation:
+ * which one it will be. TS_ENOTFOUND if the job is not running; TS_EEXIST if one runs
+ * already, one ran since the loss was seen (it restored that partition), or the job is
+ * marked lost. */
+ts_status jobs_rollback_begin(struct jobs *j, const char *id, uint32_t seen,
+                              uint32_t *generation, struct ts_err *err) TS_MUST_CHECK;
 /* It ended: done at step (ok), or not; lost marks the job as beyond recovery (its workers
  * fail with note). */
 void jobs_rollback_end(struct jobs *j, const char *id, bool ok, bool lost, uint64_t step,

@@ -33,8 +33,8 @@ void rollbacks_wake(struct rollbacks *rb)
     pthread_mutex_unlock(&rb->mu);
 }
 
-ts_status rollback_request(struct master *m, const char *job, uint32_t shard, char *action,
-                           size_t n, struct ts_err *err)
+ts_status rollback_request(struct master *m, const char *job, uint32_t shard, uint32_t seen,
+                           char *action, size_t n, struct ts_err *err)
 {
     struct rollback_todo td = { .step = 0 };
     struct ts_err e = { 0 };
@@ -46,7 +46,7 @@ ts_status rollback_request(struct master *m, const char *job, uint32_t shard, ch
                  "and holds none) and there is no snapshot of the job to go back to; to "
                  "survive this, run with --replicas 2 or more, or with --store DIR "
                  "--snapshot-every N", job, shard);
-        if ((st = jobs_rollback_begin(m->jobs, job, &td.generation, &e)) == TS_EEXIST)
+        if ((st = jobs_rollback_begin(m->jobs, job, seen, &td.generation, &e)) == TS_EEXIST)
             return TS_OK;   /* said already */
         if (st)
             return ts_err_set(err, st, "%s", e.msg);
@@ -54,7 +54,7 @@ ts_status rollback_request(struct master *m, const char *job, uint32_t shard, ch
         ts_log(TS_ERROR, "master", "%s", action);
         return TS_OK;
     }
-    if ((st = jobs_rollback_begin(m->jobs, job, &td.generation, &e)) == TS_EEXIST) {
+    if ((st = jobs_rollback_begin(m->jobs, job, seen, &td.generation, &e)) == TS_EEXIST) {
         snprintf(action, n, "%s", e.msg);
         return TS_OK;
     }

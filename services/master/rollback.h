@@ -47,11 +47,11 @@ struct master;
 
 void rollbacks_init(struct rollbacks *rb);
 void rollbacks_fini(struct rollbacks *rb);
-/* ReportLost of job by shard: queues the rollback (or marks the job lost when there is no
- * snapshot to go back to); action (n bytes) says which. TS_ENOTFOUND: the job is not
- * running. */
-ts_status rollback_request(struct master *m, const char *job, uint32_t shard, char *action,
-                           size_t n, struct ts_err *err) TS_MUST_CHECK;
+/* ReportLost of job by shard, found after `seen` rollbacks: queues the rollback (or marks the
+ * job lost when there is no snapshot to go back to); action (n bytes) says which, or why
+ * nothing is done (one runs already, or ran since). TS_ENOTFOUND: the job is not running. */
+ts_status rollback_request(struct master *m, const char *job, uint32_t shard, uint32_t seen,
+                           char *action, size_t n, struct ts_err *err) TS_MUST_CHECK;
 /* The thread that runs queued rollbacks until master_stopping. arg: the struct master *. */
 void *rollbacker_main(void *arg);
 /* Wakes rollbacker_main to see master_stopping. */

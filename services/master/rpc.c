@@ -356,7 +356,8 @@ static ts_status report_lost(struct ts_rpc_call *call, const ProtobufCMessage *r
     ts_status st;
 
     if ((st = ts_job_id_check("job", req->job, err)) ||
-        (st = rollback_request(m, req->job, req->shard_id, action, sizeof(action), err)))
+        (st = rollback_request(m, req->job, req->shard_id, req->generation, action,
+                               sizeof(action), err)))
         return st;
     resp->action = ts_rpc_strdup(call, action);
     return TS_OK;

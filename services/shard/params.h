@@ -86,9 +86,10 @@ struct shard_job {
     /* Rollback (docs/replication.md, "Rollback"): while fence is set (the step + 1) the job
      * goes back to a snapshot and the data plane refuses it; rollbacks counts those done
      * (a connection that named the job under an older count must start over), the last to
-     * rollback_step. lost_report: a partition of it lost every copy; the master is to hear. */
+     * rollback_step. lost_report: a partition of it lost every copy; the master is to hear,
+     * with lost_gen, the rollbacks done when the loss was found. */
     atomic_uint_least64_t fence, rollback_step;
-    atomic_uint rollbacks;
+    atomic_uint rollbacks, lost_gen;
     atomic_bool lost_report;
     /* Under mu: the tensors registered, and the joining shards this shard registered them
      * with (repair.c), with how many there were then. */
@@ -227,10 +228,10 @@ ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, 
 /* Lifts the fence: the job runs again from its rollback, the generation-th (> 0). */
 ts_status shard_params_reopen(struct shard_params *sp, const char *job, uint32_t generation,
                               struct ts_err *err) TS_MUST_CHECK;
-/* Jobs with a partition lost since the last call (lost_report cleared): their ids into ids,
- * at most max; returns how many. */
+/* Jobs with a partition lost since the last call (lost_report cleared): their ids into ids
+ * and the rollbacks each had seen then into gens, at most max; returns how many. */
 size_t shard_params_lost_jobs(struct shard_params *sp, char (*ids)[TS_JOB_ID_MAX + 1],
-                              size_t max);
+                              uint32_t *gens, size_t max);
 /* Job id is to be reported again (the master could not be told). */
 void shard_params_mark_lost(struct shard_params *sp, const char *id);
 

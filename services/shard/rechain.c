@@ -73,6 +73,7 @@ static void rechain_part(struct shard_params *sp, struct shard_job *sj, struct s
                    "last snapshot if it has one", sj->job.id, t->name, p);
             sp->lost++;
             t->lost[p] = true;
+            atomic_store(&sj->lost_gen, atomic_load(&sj->rollbacks));
             atomic_store(&sj->lost_report, true);
         }
         return;

@@ -228,12 +228,13 @@ static void reap(struct shard_params *sp)
 static void report_lost(struct repair *r)
 {
     char ids[8][TS_JOB_ID_MAX + 1];
-    size_t n = shard_params_lost_jobs(r->sp, ids, 8);
+    uint32_t gens[8];
+    size_t n = shard_params_lost_jobs(r->sp, ids, gens, 8);
 
     for (size_t i = 0; i < n; i++)
         if (!atomic_load(&r->dp->cluster) ||
             !ts_cluster_report_lost(atomic_load(&r->dp->cluster), ids[i],
-                                    atomic_load(&r->dp->self)))
+                                    atomic_load(&r->dp->self), gens[i]))
             shard_params_mark_lost(r->sp, ids[i]);   /* the next pass tries again */
 }
 

@@ -163,14 +163,16 @@ void shard_params_mark_lost(struct shard_params *sp, const char *id)
 }
 
 size_t shard_params_lost_jobs(struct shard_params *sp, char (*ids)[TS_JOB_ID_MAX + 1],
-                              size_t max)
+                              uint32_t *gens, size_t max)
 {
     size_t n = 0;
 
     pthread_mutex_lock(&sp->mu);
     for (size_t j = 0; j < sp->njobs && n < max; j++)
-        if (atomic_exchange(&sp->jobs[j]->lost_report, false))
+        if (atomic_exchange(&sp->jobs[j]->lost_report, false)) {
+            gens[n] = atomic_load(&sp->jobs[j]->lost_gen);
             snprintf(ids[n++], TS_JOB_ID_MAX + 1, "%s", sp->jobs[j]->job.id);
+        }
     pthread_mutex_unlock(&sp->mu);
     return n;
 }

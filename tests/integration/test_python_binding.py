@@ -204,7 +204,11 @@ class Binding(tl.ClusterCase, unittest.TestCase):
 
     def test_sdk_errors_keep_their_code(self):
         """A refusal decided by a shard comes back as tessera.Error with the gRPC name."""
+        # A rollback is an Error of its own kind, with the step to go on from on the client.
+        self.assertTrue(issubclass(tessera.Rollback, tessera.Error))
+        self.assertFalse(issubclass(tessera.Rollback, tessera.InvalidArgument))
         with self.client("dup") as c:
+            self.assertEqual(c.resume_step, 0)
             w, _ = self.register(c)
             g = np.ones(N, np.float32)
             c.push(w, 0, g)

@@ -13,7 +13,9 @@ workers. Checked:
   the kill), and `tessera status --json` the same;
 - an ASP job of one worker and an SSP job of two (float), on a cluster of their own: the same
   kill, both roll back by themselves; the ASP job ends at the params_sha256 of the float
-  --local run (one worker applies its pushes in one order), the SSP job as well trained;
+  --local run (one worker applies its pushes in one order), the SSP job as well trained; a
+  Python worker beside them sees tessera.Rollback, trains on from Client.resume_step, and
+  ends with every value exactly what its steps add up to (none lost, none twice);
 - without a snapshot store: the same kill ends the training (exit 1) with a message naming
   what was lost and both ways to survive it (--replicas, --store with --snapshot-every), and
   the job is marked lost;
@@ -35,6 +37,35 @@ STEPS = 400 if tl.SANITIZED else 900
 EVERY = 50
 LEASE_MS = 10000
 EXACT = ["--workers", "2", "--exact"]
+
+
+# A worker of the Python binding: one tensor of 64 Ki floats in 16 partitions (so that every
+# shard heads some), SGD with lr 0.5 and batch 1, and at step s the gradient s % 7 + 1 in
+# every element, a millisecond apart: all exact in binary, so the final value must be -0.5 times the sum over every
+# step of its gradient, whatever rollbacks came between (a step lost or applied twice shows).
+# On tessera.Rollback it trains on from Client.resume_step, and stops 200 steps after it (or
+# at the step count given, which a run without a rollback reaches). Prints its findings.
+PY_WORKER = ["/usr/bin/python3", "-c", """
+import json, sys, time
+import numpy as np
+import tessera
+master, job, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = tessera.Client(master=master, job=job, optimizer="sgd:lr=0.5", batch=1, keep=True)
+w = c.register("w", 65536, partition_bytes=16384)
+p, backs, s = np.zeros(65536, np.float32), [], 0
+while s < steps and not (backs and s >= backs[-1] + 200):
+    try:
+        c.step(s, [np.full(65536, s % 7 + 1, np.float32)], [p])
+        s += 1
+        time.sleep(0.001)   # still training when the shard is killed
+    except tessera.Rollback:
+        backs.append(c.resume_step)
+        s = c.resume_step
+want = -0.5 * sum(k % 7 + 1 for k in range(s))
+print(json.dumps({"rollbacks": len(backs), "back_to": backs, "want": want,
+                  "wrong": int(np.count_nonzero(p != np.float32(want)))}))
+c.close()
+"""]
 
 
 def local_sha(steps, exact=True):
@@ -74,13 +105,14 @@ class Base(tl.ClusterCase):
         return max([j.max_version for j in r.jobs if j.id == job and j.partitions] or [-1])
 
     def train_and_kill(self, job, nvictims, at, also=(), args=EXACT):
-        """Starts training of job with args, tessera train's (and of the jobs in also, beside
-        it: an id, trained with EXACT, or (id, args)); once each passed step `at` and
+        """Starts training of job with args, tessera train's or a PY_WORKER command (and of the
+        jobs in also, beside it: an id, trained with EXACT, or (id, args)); once each passed step `at` and
         has a snapshot, kills -9 nvictims shards that head job's partitions, at once; returns
         (exit code, last JSON line or None, the training's log) of job, or with also, a list
         of those for job and each of also."""
         runs = [(job, args)] + [a if isinstance(a, tuple) else (a, EXACT) for a in also]
-        procs = [self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
+        procs = [self.c.spawn(args if args[0] == PY_WORKER[0] else
+                              [os.path.join(tl.BIN, "tessera"), "train", "--master",
                                self.master.addr, "--steps", str(STEPS), "--keep", "--job", j,
                                "--json"] + args, "train-" + j, stdout_pipe=True)
                  for j, args in runs]
@@ -163,9 +195,14 @@ class RollbackModes(Base, unittest.TestCase):
         with one worker applies its pushes in one order, so it must end at the bits of the
         float --local run; SSP with two workers (their pushes interleave) must end, after the
         rollback, as well trained as without one."""
-        (rc, doc, log), (rc2, doc2, log2) = self.train_and_kill(
-            "rb-asp", 1, 3 * EVERY, args=["--workers", "1", "--mode", "asp"],
-            also=(("rb-ssp", ["--workers", "2", "--mode", "ssp", "--staleness", "2"]),))
+        # Float steps are quick: 4 ms more each, so that these jobs still train when the
+        # shard dies (it waits for a snapshot of each of the three).
+        slow = ["--slow", "0:4"]
+        got = self.train_and_kill(
+            "rb-asp", 1, 3 * EVERY, args=["--workers", "1", "--mode", "asp"] + slow,
+            also=(("rb-ssp", ["--workers", "2", "--mode", "ssp", "--staleness", "2"] + slow),
+                  ("rb-py", PY_WORKER + [self.master.addr, "rb-py", str(20 * STEPS)])))
+        (rc, doc, log), (rc2, doc2, log2), (rc3, doc3, log3) = got
         for job, rc_, doc_, log_ in (("rb-asp", rc, doc, log), ("rb-ssp", rc2, doc2, log2)):
             self.assertEqual(rc_, 0, log_)
             j = self.job_info(job)
@@ -174,6 +211,14 @@ class RollbackModes(Base, unittest.TestCase):
             tl.log("%s: %s; test accuracy %.4f" % (job, j.rollback_note, doc_["test_accuracy"]))
         self.assertEqual(doc["params_sha256"], local_sha(STEPS, exact=False))
         self.assertGreaterEqual(doc2["test_accuracy"], 0.75)
+        # The Python binding: tessera.Rollback, resume_step, and no step lost or doubled.
+        self.assertEqual(rc3, 0, log3)
+        self.assertEqual((doc3["rollbacks"], self.job_info("rb-py").rollbacks), (1, 1),
+                         (doc3, log3[-3000:]))
+        self.assertEqual(doc3["back_to"], [self.job_info("rb-py").rollback_step])
+        self.assertEqual(doc3["wrong"], 0, doc3)
+        tl.log("rb-py: went back to step %d; all %d values are %g" %
+               (doc3["back_to"][0], 65536, doc3["want"]))
 
 
 class LostWithoutSnapshot(Base, unittest.TestCase):

@@ -1,5 +1,6 @@
 /* test_jobs.c - the master's job table with a clock the test controls: how jobs end
- * (finished, failed, abandoned, idle), what is due for release, the limits and the history. */
+ * (finished, failed, abandoned, idle), what is due for release, the limits and the history, and
+ * one rollback per loss. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -78,6 +79,33 @@ static void finished_then_released(void **state)
     assert_int_equal(jobs_join(j, "a", 3, 0, 1, false, 50, NULL), TS_OK);
     assert_int_equal(info(j, "a").state, JOB_RUNNING);
     assert_false(info(j, "a").released);
+    jobs_free(j);
+}
+
+/* A rollback per loss: a second report while one runs, or one of a loss found before a
+ * rollback that has run since (it restored the partition), begins none. */
+static void rollbacks_once_per_loss(void **state)
+{
+    struct jobs *j = mk(0, 0, 0);
+    struct ts_err e = { 0 };
+    uint32_t gen = 0;
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "r", 1, 0, 1, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_rollback_begin(j, "r", 0, &gen, NULL), TS_OK);
+    assert_int_equal(gen, 1);
+    assert_int_equal(jobs_rollback_begin(j, "r", 0, &gen, &e), TS_EEXIST);
+    assert_non_null(strstr(e.msg, "runs already"));
+    jobs_rollback_end(j, "r", true, false, 50, "back to step 50");
+    assert_int_equal(info(j, "r").rollbacks, 1);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(jobs_rollback_begin(j, "r", 0, &gen, &e), TS_EEXIST);   /* late report */
+    assert_non_null(strstr(e.msg, "since the loss was found"));
+    assert_int_equal(info(j, "r").rollbacks, 1);
+    assert_int_equal(jobs_rollback_begin(j, "r", 1, &gen, NULL), TS_OK);     /* a new loss */
+    assert_int_equal(gen, 2);
+    jobs_rollback_end(j, "r", true, false, 100, "back to step 100");
+    assert_int_equal(jobs_rollback_begin(j, "nope", 0, &gen, &e), TS_ENOTFOUND);
     jobs_free(j);
 }
 
@@ -186,7 +214,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(finished_then_released), cmocka_unit_test(failed_and_abandoned),
         cmocka_unit_test(idle_until_timeout),     cmocka_unit_test(idle_expires),
-        cmocka_unit_test(limits_and_fields),
+        cmocka_unit_test(limits_and_fields),      cmocka_unit_test(rollbacks_once_per_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,8 +133,8 @@ test-fault: build asan
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
 	    /usr/bin/python3 tests/integration/test_replication.py DeadFollower
 	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 TESSERA_ROLLBACK_LONG=1 \
-	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
-	    /usr/bin/python3 tests/integration/test_rollback.py
+	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
+	    TESSERA_SRC=$(CURDIR) /usr/bin/python3 tests/integration/test_rollback.py
 	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
 	    TESSERA_JOIN_KILLS=1 /usr/bin/python3 tests/integration/test_join.py

@@ -116,9 +116,13 @@ class Base(tl.ClusterCase):
                                self.master.addr, "--steps", str(STEPS), "--keep", "--job", j,
                                "--json"] + args, "train-" + j, stdout_pipe=True)
                  for j, args in runs]
-        for j, _ in runs:
-            tl.wait_until(lambda: max(self.version(i, j) for i in range(self.SHARDS)) >= at,
-                          120, "job %s to pass step %d" % (j, at))
+        for (j, _), p in zip(runs, procs):
+            # A trainer gone before the kill fails the test at once, with its log.
+            if tl.wait_until(lambda: "exited" if not p.running() else
+                             max(self.version(i, j) for i in range(self.SHARDS)) >= at,
+                             120, "job %s to pass step %d" % (j, at)) == "exited":
+                self.fail("the trainer of job %s exited (%s) before the kill:\n%s" %
+                          (j, p.p.returncode, p.log_text()[-3000:]))
             if self.STORE:
                 tl.wait_until(lambda: self.job_snapshot(j) >= EVERY, 60, "a snapshot of " + j)
         self.killed_at = max(self.version(i, job) for i in range(self.SHARDS))

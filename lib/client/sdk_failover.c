@@ -129,9 +129,10 @@ static const Tessera__V1__JobInfo *job_of(const Tessera__V1__ClusterStatusRespon
     return NULL;
 }
 
-/* Waits until the master has rolled the job back past this worker's generation; *step: the
- * step it went back to. */
-static ts_status await_rollback(struct tessera *t, uint64_t *step, struct ts_err *err)
+/* Waits until the master has rolled the job back past the rollbacks this worker followed;
+ * *step: the step it went back to, *rollbacks: the job's rollbacks then. */
+static ts_status await_rollback(struct tessera *t, uint64_t *step, uint32_t *rollbacks,
+                                struct ts_err *err)
 {
     int wait_ms = t->timeout_ms > ROLLBACK_WAIT_MIN_MS ? t->timeout_ms : ROLLBACK_WAIT_MIN_MS;
     int64_t until = ts_now_ms() + wait_ms, said = 0;
@@ -147,8 +148,9 @@ static ts_status await_rollback(struct tessera *t, uint64_t *step, struct ts_err
             (j = job_of(cs, t->job.id))) {
             if (j->lost)
                 st = ts_err_set(err, TS_ESTATE, "%s", j->rollback_note);
-            else if (j->rollbacks > t->generation && !j->rolling_back) {
+            else if (j->rollbacks > t->followed && !j->rolling_back) {
                 *step = j->rollback_step;
+                *rollbacks = j->rollbacks;
                 done = true;
             }
         }
@@ -172,14 +174,16 @@ static ts_status await_rollback(struct tessera *t, uint64_t *step, struct ts_err
 ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
                        struct ts_err *err)
 {
+    uint32_t rollbacks = 0;
     ts_status st;
 
     close_all(t);
-    if ((st = await_rollback(t, step, err)) ||
+    if ((st = await_rollback(t, step, &rollbacks, err)) ||
         (st = ts_cluster_refresh(t->cl, err)) || (st = reconnect(t, err)) ||
         (st = sdk_pull_all(t, *step, params, err)))
         return st;
+    t->followed = rollbacks;
     ts_log(TS_WARN, "sdk", "job '%s' went back to step %" PRIu64 " (rollback %u); training "
-           "goes on from there", t->job.id, *step, t->generation);
+           "goes on from there", t->job.id, *step, rollbacks);
     return TS_OK;
 }

@@ -71,6 +71,12 @@ struct tessera {
     bool retrying;                /* the step is being sent again after a failover */
     uint32_t broken;              /* the shard whose connection broke last (0: none) */
     uint32_t generation;          /* the job's rollbacks when its connections said HELLO */
+    /* The job's rollbacks this worker's parameters come after: the generation at its first
+     * HELLO, then each rollback it followed (sdk_rollback). Not the connections': a failover
+     * that reconnects after a rollback ended learns the new generation before the worker has
+     * gone back. */
+    uint32_t followed;
+    bool followed_set;
     uint64_t resume_step;         /* the step the last rollback went back to */
     unsigned failovers;           /* how many so far */
     struct ts_cluster *cl;

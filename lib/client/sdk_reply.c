@@ -69,5 +69,9 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
             t->generation = (uint32_t)ri.step;
     }
     t->hello_done = !st;
+    if (!st && !t->followed_set) {
+        t->followed = t->generation;
+        t->followed_set = true;
+    }
     return st;
 }

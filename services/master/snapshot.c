@@ -384,8 +384,9 @@ ts_status snapper_create(struct snapper *sn, const char *job, const char *messag
     return st;
 }
 
-/* The running jobs that keep parameters on the shards (not reduce) on the alive shards (at most max) and the newest version of each;
- * returns how many. sn->mu held (its channels). */
+/* The running jobs that keep their parameters on the shards (not reduce), on the alive
+ * shards (at most max), and the newest step of each; returns how many. sn->mu held (its
+ * channels). */
 static size_t running_jobs(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1], uint64_t *maxv,
                            size_t max)
 {

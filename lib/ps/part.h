@@ -129,7 +129,8 @@ uint64_t ts_part_version(struct ts_part *p);
 /* Restores a partition nobody uses yet: load writes its len values and its optimizer state
  * (ts_optim_state_len * len floats) where it is given them, then the partition is at step
  * `version`: its version (BSP, REDUCE), or every rank's clock (SSP, ASP, where the version
- * becomes version * workers, the pushes that took it there). load's failure is returned, with the partition to be freed by the caller. */
+ * becomes version * workers, the pushes that took it there). load's failure is returned,
+ * with the partition to be freed by the caller. */
 ts_status ts_part_restore(struct ts_part *p, uint64_t version,
                           ts_status (*load)(void *ctx, float *value, float *state,
                                             struct ts_err *err),

@@ -25,7 +25,8 @@ Every failure raises tessera.Error, with ``code`` (the gRPC status name: INVALID
 NOT_FOUND, FAILED_PRECONDITION, ABORTED, DEADLINE_EXCEEDED, UNAVAILABLE, ...), ``grpc_code``
 (its number) and ``message``; bad input raises the subclass tessera.InvalidArgument, which is
 also a ValueError. A step the cluster took back to its last snapshot raises tessera.Rollback
-(a tessera.Error): the params hold that step's values; train on from Client.resume_step. SDK calls release the GIL; one Client serialises its own calls.
+(a tessera.Error): the params hold that step's values; train on from Client.resume_step.
+SDK calls release the GIL; one Client serialises its own calls.
 
 ``tessera.torch`` attaches a ``torch.nn.Module`` to a cluster (docs/python.md).
 """
@@ -48,8 +49,9 @@ from tessera._tessera import (  # noqa: E402,F401
     to_fixed,
 )
 
-__all__ = ["Client", "Error", "InvalidArgument", "Rollback", "to_fixed", "fixed_add", "fixed_add_f32",
-           "LOSS_SCALE_NONE", "LOSS_SCALE_SDK", "LOSS_SCALE_CALLER", "FIXED_ONE", "torch"]
+__all__ = ["Client", "Error", "InvalidArgument", "Rollback", "to_fixed", "fixed_add",
+           "fixed_add_f32", "LOSS_SCALE_NONE", "LOSS_SCALE_SDK", "LOSS_SCALE_CALLER", "FIXED_ONE",
+           "torch"]
 
 #: fixed(1.0): exact mode's int64 values carry 32 fraction bits (docs/exact-mode.md).
 FIXED_ONE = 1 << 32

@@ -68,7 +68,8 @@ struct snapper {
  * when restore names a branch tip, else a new branch for a restore ("from-<id>") or for a
  * fresh run on a store whose HEAD branch already has snapshots ("run-<time>"); HEAD is moved
  * to it. every > 0 starts the automatic loop, which snapshots every running job that keeps
- * its parameters on the shards (bsp, ssp, asp; not reduce) at the multiples of every, one job after another (jobs, borrowed, says which jobs run). */
+ * its parameters on the shards (bsp, ssp, asp; not reduce) at the multiples of every, one
+ * job after another (jobs, borrowed, says which jobs run). */
 ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct datamap *data,
                        struct jobs *jobs, const char *dir, const char *restore,
                        const char *branch, uint32_t every, struct ts_err *err) TS_MUST_CHECK;

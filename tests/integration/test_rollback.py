@@ -41,8 +41,9 @@ EXACT = ["--workers", "2", "--exact"]
 
 # A worker of the Python binding: one tensor of 64 Ki floats in 16 partitions (so that every
 # shard heads some), SGD with lr 0.5 and batch 1, and at step s the gradient s % 7 + 1 in
-# every element, a millisecond apart: all exact in binary, so the final value must be -0.5 times the sum over every
-# step of its gradient, whatever rollbacks came between (a step lost or applied twice shows).
+# every element, a millisecond apart: all exact in binary, so the final value must be -0.5
+# times the sum over every step of its gradient, whatever rollbacks came between (a step lost
+# or applied twice shows).
 # On tessera.Rollback it trains on from Client.resume_step, and stops 200 steps after it (or
 # at the step count given, which a run without a rollback reaches). Prints its findings.
 PY_WORKER = ["/usr/bin/python3", "-c", """
@@ -106,10 +107,10 @@ class Base(tl.ClusterCase):
 
     def train_and_kill(self, job, nvictims, at, also=(), args=EXACT):
         """Starts training of job with args, tessera train's or a PY_WORKER command (and of the
-        jobs in also, beside it: an id, trained with EXACT, or (id, args)); once each passed step `at` and
-        has a snapshot, kills -9 nvictims shards that head job's partitions, at once; returns
-        (exit code, last JSON line or None, the training's log) of job, or with also, a list
-        of those for job and each of also."""
+        jobs in also, beside it: an id, trained with EXACT, or (id, args)); once each passed
+        step `at` and has a snapshot, kills -9 nvictims shards that head job's partitions, at
+        once; returns (exit code, last JSON line or None, the training's log) of job, or with
+        also, a list of those for job and each of also."""
         runs = [(job, args)] + [a if isinstance(a, tuple) else (a, EXACT) for a in also]
         procs = [self.c.spawn(args if args[0] == PY_WORKER[0] else
                               [os.path.join(tl.BIN, "tessera"), "train", "--master",

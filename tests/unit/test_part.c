@@ -1,6 +1,7 @@
 /* test_part.c - lib/ps: a partition aggregates a step's pushes and applies it once; the
  * other modes (SSP, reduce), an ASP snapshot's cut, overflow skips, loss scale and sync
- * period; what part.h's accessors show. The step's sum against plain summation: test_part_sums.c. */
+ * period; what part.h's accessors show. The step's sum against plain summation:
+ * test_part_sums.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

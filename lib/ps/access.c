@@ -29,11 +29,12 @@ uint64_t ts_part_version(struct ts_part *p)
     return v;
 }
 
-/* The partition at step: its version (BSP, REDUCE); in SSP and ASP every rank's clock, and
- * the version counts the pushes that makes. Called with mu held. */
+/* The partition at step: its version (BSP, REDUCE: the syncs up to step, one per sync
+ * period); in SSP and ASP every rank's clock, and the version counts the pushes that makes.
+ * Called with mu held. */
 static void set_step(struct ts_part *p, uint64_t step)
 {
-    p->version = p->visible = step;
+    p->version = p->visible = step / p->sync_every;
     if (!async_mode(p->job))
         return;
     for (uint32_t r = 0; r < p->job->workers; r++)

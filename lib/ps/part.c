@@ -188,12 +188,13 @@ static size_t state_floats(const struct ts_part *p)
     return ts_optim_state_len(p->job->optim.kind) * p->len;
 }
 
-/* Whether the partition is exactly at step: its version (BSP), every rank's clock (SSP, ASP:
- * the pushes of every step below it applied, none of a later one). Called with mu held. */
+/* Whether the partition is exactly at step: its version times its sync period (BSP: the
+ * version counts syncs), every rank's clock (SSP, ASP: the pushes of every step below it
+ * applied, none of a later one). Called with mu held. */
 static bool at_step(const struct ts_part *p, uint64_t step)
 {
     if (!async_mode(p->job))
-        return p->version == step;
+        return p->version * p->sync_every == step;
     for (uint32_t r = 0; r < p->job->workers; r++)
         if (p->clock[r] != step)
             return false;
@@ -536,11 +537,17 @@ static uint64_t max_clock(const struct ts_part *p)
     return m;
 }
 
+/* The newest step the partition reached. Called with mu held. */
+static uint64_t top_step(const struct ts_part *p)
+{
+    return async_mode(p->job) ? max_clock(p) : p->version * p->sync_every;
+}
+
 void ts_part_steps(struct ts_part *p, uint64_t *lo, uint64_t *hi)
 {
     pthread_mutex_lock(&p->mu);
-    *lo = async_mode(p->job) ? min_clock(p) : p->version;
-    *hi = async_mode(p->job) ? max_clock(p) : p->version;
+    *lo = async_mode(p->job) ? min_clock(p) : p->version * p->sync_every;
+    *hi = top_step(p);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -632,14 +639,18 @@ ts_status ts_part_arm(struct ts_part *p, uint64_t step, struct ts_err *err)
     ts_status st = TS_OK;
 
     pthread_mutex_lock(&p->mu);
-    if (p->job->mode == TS_MODE_REDUCE || p->sync_every > 1) {
-        st = ts_err_set(err, TS_ESTATE, "tensor %u: snapshots need every tensor in step, in "
-                        "mode bsp, ssp or asp (this job: mode %s, sync every %u steps)",
-                        p->tensor_id, ts_mode_name(p->job->mode), p->sync_every);
-    } else if ((async_mode(p->job) ? max_clock(p) : p->version) > step) {
+    if (p->job->mode == TS_MODE_REDUCE || (async_mode(p->job) && p->sync_every > 1)) {
+        st = ts_err_set(err, TS_EINVAL, "tensor %u: snapshots need mode bsp (with any sync "
+                        "periods), ssp or asp without sync periods (this job: mode %s, sync "
+                        "every %u steps)", p->tensor_id, ts_mode_name(p->job->mode),
+                        p->sync_every);
+    } else if (step % p->sync_every) {
+        st = ts_err_set(err, TS_ESTATE, "tensor %u syncs every %u steps: step %" PRIu64 " is "
+                        "not one of its syncs (a snapshot falls on a multiple of every sync "
+                        "period)", p->tensor_id, p->sync_every, step);
+    } else if (top_step(p) > step) {
         st = ts_err_set(err, TS_ESTATE, "tensor %u partition %u: at step %" PRIu64
-                        ", past step %" PRIu64, p->tensor_id, p->index,
-                        async_mode(p->job) ? max_clock(p) : p->version, step);
+                        ", past step %" PRIu64, p->tensor_id, p->index, top_step(p), step);
     } else {
         if (!p->snap_value)
             p->snap_value = malloc(p->len * sizeof(float));

@@ -460,7 +460,8 @@ static void *auto_loop(void *arg)
         st = take(sn, &(struct take_req){ ids[k], "", "", 3600000, true, step }, &t, &err);
         if (st == TS_ESTATE)
             ts_log(TS_INFO, "master", "automatic snapshot: job %s step %" PRIu64 " skipped "
-                   "(training passed it while another snapshot was written)", ids[k], step);
+                   "(training passed it while another snapshot was written, or it is not a "
+                   "sync of a tensor with a sync period)", ids[k], step);
         pthread_mutex_unlock(&sn->mu);
         pthread_mutex_lock(&sn->stat_mu);
         if (st && st != TS_ENOTFOUND && st != TS_ETIMEDOUT && st != TS_ESTATE &&

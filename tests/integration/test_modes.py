@@ -13,7 +13,8 @@ through real services (docs/modes.md).
   workers back off their scale, and training goes on.
 - Accuracy: BSP, SSP(2), ASP, reduce-only and top-k with error feedback each reach 0.84 test
   accuracy in 3 epochs (TESSERA_MODES_ACCURACY=0 skips these slower runs).
-- Snapshots: bsp and asp jobs are snapshotted; reduce and sync periods are refused by name.
+- Snapshots: bsp (with a sync period too) and asp jobs are snapshotted; reduce is refused by
+  name.
 - Bad options are refused by name before anything trains.
 """
 import json
@@ -183,12 +184,13 @@ class Accuracy(Case):
 
 class Snapshots(Case):
     def test_jobs_with_parameters_on_the_shards_are_snapshotted(self):
-        """bsp and asp jobs are snapshotted (test_rollback.py rolls ssp and asp back); reduce
-        (the parameters live on the workers) and sync periods above 1 are refused by name."""
+        """bsp (with sync periods too: at a multiple of every one) and asp jobs are snapshotted
+        (test_rollback.py rolls ssp, asp and a sync period back); reduce (the parameters live
+        on the workers) is refused by name."""
         store = os.path.join(os.environ.get("TMPDIR", "/tmp"), "modes-store")
         cell = self.cell(1, store)
         for job, args, ok in (("snap-reduce", ["--mode", "reduce"], False),
-                              ("snap-sync", ["--sync-every", "fc1.weight=2"], False),
+                              ("snap-sync", ["--sync-every", "fc1.weight=2"], True),
                               ("snap-asp", ["--mode", "asp"], True),
                               ("snap-bsp", [], True)):
             train(["--master", cell.master.addr, "--workers", "1", "--steps", "4", "--job", job,

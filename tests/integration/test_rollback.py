@@ -3,8 +3,9 @@ itself (docs/replication.md, "Rollback").
 
 Real processes: a master and shards sharing a snapshot store, `tessera train` with 2 exact
 workers. Checked:
-- R = 1, --snapshot-every 50, two jobs training at once (each snapshotted in turn): a shard
-  heading partitions is killed with SIGKILL mid-run; both jobs roll back. Its
+- R = 1, --snapshot-every 50, two jobs training at once (each snapshotted in turn; the second
+  with fc1.weight syncing every other step): a shard heading partitions is killed with
+  SIGKILL mid-run; both jobs roll back, and both end at the `--local` bits of their settings. Its
   partitions have no other copy; the shard that heads them now reports the loss, the master
   fences the job on every shard, loads its last snapshot everywhere and reopens it; the
   workers reconnect, pull the snapshot's values and train on from its step. The training ends
@@ -37,6 +38,7 @@ STEPS = 400 if tl.SANITIZED else 900
 EVERY = 50
 LEASE_MS = 10000
 EXACT = ["--workers", "2", "--exact"]
+SYNC = ["--sync-every", "fc1.weight=2"]   # rb2's largest tensor syncs every other step
 
 
 # A worker of the Python binding: one tensor of 64 Ki floats in 16 partitions (so that every
@@ -69,9 +71,9 @@ c.close()
 """]
 
 
-def local_sha(steps, exact=True):
+def local_sha(steps, exact=True, extra=()):
     r = tl.run_cli(["train", "--local", "--steps", str(steps), "--json"] +
-                   (["--exact"] if exact else []), timeout=300)
+                   (["--exact"] if exact else []) + list(extra), timeout=300)
     if r.returncode != 0:
         raise AssertionError("tessera train --local exited %d:\n%s" % (r.returncode, r.stderr))
     return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
@@ -182,13 +184,14 @@ class Base(tl.ClusterCase):
 
 class RollbackOneCopy(Base, unittest.TestCase):
     def test_a_shard_killed_without_replicas_rolls_back_and_ends_exact(self):
-        """Two jobs train at once, each snapshotted by --snapshot-every; the dead shard held
+        """Two jobs train at once, each snapshotted by --snapshot-every (rb2 with a sync
+        period: its snapshots fall on its syncs); the dead shard held
         partitions of both, and both roll back and end exact."""
-        (rc, doc, log), (rc2, doc2, log2) = self.train_and_kill("rb", 1, 3 * EVERY,
-                                                                also=("rb2",))
+        (rc, doc, log), (rc2, doc2, log2) = self.train_and_kill(
+            "rb", 1, 3 * EVERY, also=(("rb2", EXACT + SYNC),))
         self.check_rolled_back("rb", rc, doc, log)
         self.assertEqual(rc2, 0, log2)
-        self.assertEqual(doc2["params_sha256"], local_sha(STEPS))
+        self.assertEqual(doc2["params_sha256"], local_sha(STEPS, extra=SYNC))
         # Placement depends on tensor names, not jobs: rb2 lost the same partitions.
         self.assertEqual((doc2["rollbacks"], self.job_info("rb2").rollbacks), (1, 1))
         tl.log("rb2: %s" % self.job_info("rb2").rollback_note)

@@ -337,6 +337,41 @@ static void async_snapshot_is_one_cut(void **state)
     ts_part_free(p);
 }
 
+/* BSP with a sync period of 2: the version counts syncs, so step s is version s / 2. A
+ * snapshot falls on a sync (an odd step is refused, nothing armed), the copy is taken at
+ * version 2 for step 4, and a restore at step 6 gives version 3. */
+static void sync_period_snapshot_on_its_syncs(void **state)
+{
+    struct ts_job j = job(1, false, "sgd:lr=1");
+    struct ts_part *p = mk(&j);
+    struct ts_err e = { 0 };
+    float g[N];
+    uint64_t lo, hi;
+    bool applied;
+
+    (void)state;
+    for (int i = 0; i < N; i++)
+        g[i] = 1.0f;
+    ts_part_set_sync(p, 2);
+    assert_int_equal(ts_part_arm(p, 3, &e), TS_ESTATE);
+    assert_non_null(strstr(e.msg, "not one of its syncs"));
+    assert_false(ts_part_captured(p, 0));
+    assert_int_equal(ts_part_arm(p, 4, NULL), TS_OK);
+    assert_int_equal(push(p, 0, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_false(ts_part_captured(p, 0));
+    assert_int_equal(push(p, 0, 1, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_true(ts_part_captured(p, 0));
+    ts_part_steps(p, &lo, &hi);
+    assert_true(lo == 4 && hi == 4);
+    ts_part_disarm(p);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_part_arm(p, 2, &e), TS_ESTATE);   /* past: it is at step 4 */
+    assert_non_null(strstr(e.msg, "past step 2"));
+    assert_int_equal(ts_part_restore(p, 6, load_zeros, NULL, NULL), TS_OK);
+    assert_int_equal(ts_part_version(p), 3);
+    ts_part_free(p);
+}
+
 /* Reduce: the values a pull returns are the reduced gradient, sum / batch; and the update a
  * worker makes from it equals the one a PS-mode partition makes. */
 static void reduce_returns_the_mean_gradient(void **state)
@@ -540,6 +575,7 @@ int main(void)
         cmocka_unit_test(job_validation),
         cmocka_unit_test(ssp_bounds_the_lead),
         cmocka_unit_test(async_snapshot_is_one_cut),
+        cmocka_unit_test(sync_period_snapshot_on_its_syncs),
         cmocka_unit_test(reduce_returns_the_mean_gradient),
         cmocka_unit_test(overflow_skips_and_scale_divides),
         cmocka_unit_test(accessors),

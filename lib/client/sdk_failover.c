@@ -177,10 +177,16 @@ ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
     uint32_t rollbacks = 0;
     ts_status st;
 
-    close_all(t);
-    if ((st = await_rollback(t, step, &rollbacks, err)) ||
-        (st = ts_cluster_refresh(t->cl, err)) || (st = reconnect(t, err)) ||
-        (st = sdk_pull_all(t, *step, params, err)))
+    for (;;) {
+        close_all(t);
+        if ((st = await_rollback(t, step, &rollbacks, err)) ||
+            (st = ts_cluster_refresh(t->cl, err)) || (st = reconnect(t, err)))
+            return st;
+        if (t->generation <= rollbacks)
+            break;
+        t->followed = rollbacks;   /* another rollback came since: follow that one */
+    }
+    if ((st = sdk_pull_all(t, *step, params, err)))
         return st;
     t->followed = rollbacks;
     ts_log(TS_WARN, "sdk", "job '%s' went back to step %" PRIu64 " (rollback %u); training "

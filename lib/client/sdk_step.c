@@ -350,6 +350,11 @@ int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *con
         memset(&err, 0, sizeof(err));
         if ((st = sdk_failover(t, &err)))
             continue;   /* another shard died meanwhile (TS_EUNAVAIL): fail over again */
+        if (t->generation > t->followed) {   /* the new connections name a rollback */
+            st = ts_err_set(&err, TS_EROLLBACK, "job '%s' went back to a snapshot while this "
+                            "worker failed over", t->job.id);
+            break;
+        }
         t->retrying = true;
         st = exchange(t, 0, t->ntensors, true, params, &err);
         t->retrying = false;

@@ -253,12 +253,16 @@ class Proc:
 
 
 class Cluster:
-    """The processes and temp dir of one test; stop() ends them all (call it in tearDown)."""
+    """The processes and temp dir of one test; stop() ends them all (call it in tearDown). A
+    cluster not stopped by then is stopped when the test process exits: unittest skips
+    tearDownClass when setUpClass fails halfway, which once left a master and two shards of a
+    failed setUpClass running."""
 
     def __init__(self, prefix="tessera-test."):
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.procs = []
         self.channels = []
+        atexit.register(lambda: self.procs and self.stop())
 
     def spawn(self, argv, name, stdout_pipe=False):
         p = Proc(argv, self.dir, name, stdout_pipe)

@@ -34,9 +34,10 @@ uint64_t ts_part_version(struct ts_part *p)
  * Called with mu held. */
 static void set_step(struct ts_part *p, uint64_t step)
 {
-    p->version = p->visible = step / p->sync_every;
-    if (!async_mode(p->job))
+    if (!async_mode(p->job)) {
+        p->version = p->visible = step / p->sync_every;
         return;
+    }
     for (uint32_t r = 0; r < p->job->workers; r++)
         p->clock[r] = step;
     p->version = p->visible = step * p->job->workers;

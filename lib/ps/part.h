@@ -115,8 +115,8 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
 /* The step the partition is at: its version (BSP, REDUCE), the slowest rank's clock (SSP,
  * ASP, where the version counts pushes). What a registering worker starts from. */
 uint64_t ts_part_step(struct ts_part *p);
-/* The steps the partition spans: *lo = *hi = its version (BSP, REDUCE), or the slowest and
- * the fastest rank's clocks (SSP, ASP). */
+/* The steps the partition spans: *lo = *hi = its version times its sync period (BSP, REDUCE:
+ * the version counts syncs), or the slowest and the fastest rank's clocks (SSP, ASP). */
 void ts_part_steps(struct ts_part *p, uint64_t *lo, uint64_t *hi);
 
 /* Where the partition lies in its tensor (elements) and its index there: fixed when it is
@@ -128,8 +128,9 @@ uint64_t ts_part_len(const struct ts_part *p);
 uint64_t ts_part_version(struct ts_part *p);
 /* Restores a partition nobody uses yet: load writes its len values and its optimizer state
  * (ts_optim_state_len * len floats) where it is given them, then the partition is at step
- * `version`: its version (BSP, REDUCE), or every rank's clock (SSP, ASP, where the version
- * becomes version * workers, the pushes that took it there). load's failure is returned,
+ * `version`: its version becomes version / its sync period (BSP, REDUCE), or every rank's
+ * clock becomes `version` (SSP, ASP, where the version becomes version * workers, the pushes
+ * that took it there). load's failure is returned,
  * with the partition to be freed by the caller. */
 ts_status ts_part_restore(struct ts_part *p, uint64_t version,
                           ts_status (*load)(void *ctx, float *value, float *state,
@@ -238,10 +239,11 @@ uint64_t ts_part_visible(struct ts_part *p);
 
 /* Snapshots. ts_part_arm asks for a copy of the values and optimizer state as they are at
  * step `step`: taken at once if the partition is there, else by the push that applies that
- * step. In SSP and ASP the partition is at step s when every rank has pushed its steps below
- * s: a push of step s or later waits (at most 30 s) until the copy is taken. Refused for
- * REDUCE and for a tensor with a sync period above 1; TS_ESTATE (nothing armed) if the
- * partition is already past step (in SSP and ASP, any rank's clock); arming again
+ * step. In BSP with a sync period K the partition is at step s at version s / K; in SSP and
+ * ASP when every rank has pushed its steps below s: a push of step s or later waits (at most
+ * 30 s) until the copy is taken. TS_EINVAL for REDUCE and for SSP or ASP with a sync period;
+ * TS_ESTATE (nothing armed) for a step that is not a multiple of the sync period, or that the
+ * partition is already past (in SSP and ASP, any rank's clock); arming again
  * replaces an earlier arm. ts_part_captured waits up to ms for the copy; once it returns
  * true, ts_part_capture gives it (len values, and ts_optim_state_len * len floats of state),
  * to be read without the lock until ts_part_disarm, which frees it (call it before

@@ -50,22 +50,28 @@ size_t ts_part_image_bytes(const struct ts_part *p)
            p->job->workers;
 }
 
+/* The header of p's image at its current version. Called with mu held. */
+static struct image_hdr header_now(const struct ts_part *p)
+{
+    return (struct image_hdr){ .magic = IMAGE_MAGIC, .mode = p->job->mode,
+                               .workers = p->job->workers, .tensor_id = p->tensor_id,
+                               .index = p->index, .offset = p->offset, .len = p->len,
+                               .state_floats = state_floats(p), .version = p->version,
+                               .skipped = p->skipped, .gen = p->gen };
+}
+
 ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *version,
                         struct ts_err *err)
 {
     size_t need = ts_part_image_bytes(p);
-    struct image_hdr h = { .magic = IMAGE_MAGIC, .mode = p->job->mode,
-                           .workers = p->job->workers, .tensor_id = p->tensor_id,
-                           .index = p->index, .offset = p->offset, .len = p->len,
-                           .state_floats = state_floats(p) };
+    struct image_hdr h;
     char *at = buf;
 
     if (cap < need)
         return ts_err_set(err, TS_EINVAL, "image: %zu bytes of room, want %zu", cap, need);
     pthread_mutex_lock(&p->mu);
-    h.gen = p->gen;
-    h.version = *version = p->version;
-    h.skipped = p->skipped;
+    h = header_now(p);
+    *version = h.version;
     memcpy(at, &h, sizeof(h));
     at += sizeof(h);
     memcpy(at, p->value, p->len * sizeof(float));
@@ -80,19 +86,15 @@ ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *vers
 ts_status ts_part_image_pieces(struct ts_part *p, void *small, struct iovec pieces[4],
                                uint64_t *version, struct ts_err *err)
 {
-    struct image_hdr h = { .magic = IMAGE_MAGIC, .mode = p->job->mode,
-                           .workers = p->job->workers, .tensor_id = p->tensor_id,
-                           .index = p->index, .offset = p->offset, .len = p->len,
-                           .state_floats = state_floats(p) };
+    struct image_hdr h;
     char *flags = (char *)small + sizeof(h);
     ts_status st;
 
     if ((st = check_mode(p, err)))
         return st;
     pthread_mutex_lock(&p->mu);
-    h.gen = p->gen;
-    h.version = *version = p->version;
-    h.skipped = p->skipped;
+    h = header_now(p);
+    *version = h.version;
     memcpy(small, &h, sizeof(h));
     memcpy(flags, p->overflow, p->job->workers);   /* a pull of an older version clears them */
     pthread_mutex_unlock(&p->mu);

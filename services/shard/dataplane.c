@@ -224,7 +224,8 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
 
 /* After p's update: its image down the chain, then the update is visible to pulls. The
  * values and state go from where they lie (ts_part_image_pieces: they cannot change before
- * the publish); a copy of 64 MiB measured 5 ms of a 36 ms step (bench/recovery.py). */
+ * the publish): a 64 MiB step with R = 2 took 33.5 ms so, 37.8 ms with the copy
+ * (bench_pushpull, bench/README.md). */
 static ts_status replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
                            uint32_t next, struct ts_err *err)
 {

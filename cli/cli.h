@@ -65,7 +65,6 @@ struct cluster_shard {
     uint32_t restarts;
     int64_t restart_at, started_ms;
     int backoff;
-    bool named;                     /* its id was said (a restarted one's, once registered) */
 };
 
 struct cluster {

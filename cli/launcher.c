@@ -187,8 +187,10 @@ static uint32_t id_by_port(const Tessera__V1__ClusterStatusResponse *cs, const c
     return 0;
 }
 
-/* Gives each shard process the master's id for it: its log is renamed to shard-<id>.log. */
-static void name_shards(struct cluster *c, const Tessera__V1__ClusterStatusResponse *cs)
+/* Gives each shard process the master's id for it: its log is renamed to shard-<id>.log;
+ * with say, a line on stdout for each (a restarted one). */
+static void name_shards(struct cluster *c, const Tessera__V1__ClusterStatusResponse *cs,
+                        bool say)
 {
     char from[700], to[700], port_file[700];
 
@@ -203,6 +205,11 @@ static void name_shards(struct cluster *c, const Tessera__V1__ClusterStatusRespo
         shard_file(c, i, "log", to, sizeof(to));
         if (rename(from, to) < 0)
             fprintf(stderr, "tessera: cannot rename %s to %s: %s\n", from, to, strerror(errno));
+        if (say) {
+            printf("shard process %d registered as shard %u (log %s)\n", i + 1,
+                   c->shards[i].id, to);
+            fflush(stdout);
+        }
     }
 }
 
@@ -223,7 +230,7 @@ static ts_status wait_shards(struct cluster *c, int want, struct ts_err *err)
             for (size_t i = 0; i < cs->n_shards; i++)
                 alive += cs->shards[i]->state == TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE;
             if (alive >= want)
-                name_shards(c, cs);
+                name_shards(c, cs, false);
             tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
             if (alive >= want)
                 break;
@@ -376,17 +383,9 @@ static void name_restarted(struct cluster *c)
     if (ts_master_open(c->master_addr, &m, NULL))
         return;
     if (!ts_master_status(m, 1000, &cs, NULL)) {
-        name_shards(c, cs);
+        name_shards(c, cs, true);
         tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
-        for (int i = 0; i < c->nshards; i++)
-            if (c->shards[i].pid && c->shards[i].id && !c->shards[i].named) {
-                printf("shard process %d registered as shard %u (log %s/shard-%u.log)\n", i + 1,
-                       c->shards[i].id, c->dir, c->shards[i].id);
-                fflush(stdout);
-            }
     }
-    for (int i = 0; i < c->nshards; i++)
-        c->shards[i].named = c->shards[i].id != 0;
     ts_master_close(m);
 }
 

@@ -9,7 +9,8 @@ the same slot dies again within a minute, so its restart waits twice as long (1.
 - the training ends by itself with the params_sha256 of `tessera train --local`;
 - `tessera up` printed each death and restart with its delay (0.5 s, then 1.0 s);
 - `tessera status --json` lists the last restarted shard alive, on the ring, with
-  "restarts": 2, and the table says "restart 2 of its shard";
+  "restarts": 2, under an id of its own (and `tessera up` said which, with its log), and the
+  table says "restart 2 of its shard";
 - `tessera verify replicas` finds every partition's copies equal;
 - SIGTERM to `tessera up` leaves none of its processes behind.
 
@@ -103,7 +104,10 @@ class Respawn(unittest.TestCase):
         self.assertIn("restarting it in 1.0 s (restart 2)", said)
         table = tl.run_cli(["status", "--master", addr])
         self.assertIn("restart 2 of its shard", table.stdout)
-        self.assertEqual(third["restarts"], 2)
+        # (third was picked by "restarts": 2; what it must also be: a new shard, named so.)
+        self.assertNotIn(third["id"], (first["id"], again["id"]), "each restart registers anew")
+        self.assertIn("registered as shard %d (log %s/shard-%d.log)" %
+                      (third["id"], logs, third["id"]), said)
         v = tl.run_cli(["verify", "replicas", "--master", addr, "--job", "rsp"], timeout=120)
         self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
 

@@ -180,7 +180,7 @@ static ts_status exchange(struct tessera *t, int first, int last, bool push,
             for (uint32_t p = 0; x->active && !st && p < x->nparts; p++) {
                 struct ts_part *pt = x->parts[p];
                 struct ts_pull_info info;
-                st = ts_part_pull(pt, t->rank, x->pull_version, t->timeout_ms, NULL,
+                st = ts_part_pull(pt, t->rank, x->pull_version, 0, t->timeout_ms, NULL,
                                   pull_dst(t, x, params[i - first], ts_part_offset(pt)),
                                   &info, err);
                 if (!st)

@@ -561,17 +561,24 @@ static bool pull_ready(const struct ts_part *p, uint64_t want)
     return (p->hold ? p->visible : p->version) >= want;
 }
 
-/* Waits, under mu, until pull_ready. */
-static ts_status wait_ready(struct ts_part *p, uint64_t want, int ms, const atomic_bool *cancel,
-                            struct ts_err *err)
+/* Waits, under mu, until pull_ready, for a puller of generation gen. */
+static ts_status wait_ready(struct ts_part *p, uint64_t want, uint32_t gen, int ms,
+                            const atomic_bool *cancel, struct ts_err *err)
 {
     int64_t until = ts_now_ms() + ms;
 
-    while (!pull_ready(p, want)) {
+    for (;;) {
         /* Slices of 100 ms, so that a cancel (a shard shutting down) is seen soon. */
         int64_t now = ts_now_ms(), slice = until - now < 100 ? until - now : 100;
         struct timespec ts;
 
+        if (gen != p->gen)
+            return ts_err_set(err, TS_EROLLBACK, "pull of tensor %u partition %u: made before "
+                              "its job went back to a snapshot (rollback %u, the partition's "
+                              "is %u): continue from the snapshot's step", p->tensor_id,
+                              p->index, gen, p->gen);
+        if (pull_ready(p, want))
+            return TS_OK;
         if (p->moved)
             return ts_err_set(err, TS_ESTALE, "tensor %u partition %u: this shard no longer "
                               "heads its chain (version %" PRIu64 " will come from the new "
@@ -598,10 +605,9 @@ static ts_status wait_ready(struct ts_part *p, uint64_t want, int ms, const atom
         ts_abstime_ms(&ts, slice);
         pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     }
-    return TS_OK;
 }
 
-ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
+ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, uint32_t gen, int ms,
                        const atomic_bool *cancel, float *out, struct ts_pull_info *info,
                        struct ts_err *err)
 {
@@ -615,7 +621,7 @@ ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
                           ts_mode_name(p->job->mode));
     memset(info, 0, sizeof(*info));
     pthread_mutex_lock(&p->mu);
-    st = wait_ready(p, want, ms, cancel, err);
+    st = wait_ready(p, want, gen, ms, cancel, err);
     if (!st) {
         if (async_mode(p->job)) {
             uint64_t slow = min_clock(p);

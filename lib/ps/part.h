@@ -173,9 +173,12 @@ struct ts_pull_info {
  * clock and wait as the mode says (see above). Then, with out: a copy of the values into out
  * (len floats) under the lock; without (BSP and REDUCE only): ts_part_values may be read in
  * place until the rank pushes again, since the next update needs that push (the shard sends
- * pulls straight from them). TS_ETIMEDOUT after ms, TS_ECANCELLED as soon as *cancel (if not
- * NULL) turns true; TS_EINVAL for a rank out of range or SSP/ASP without out. */
-ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, int ms,
+ * pulls straight from them). gen: the job's rollbacks the puller works after (ts_push.gen; 0
+ * where the job never went back): TS_EROLLBACK at once, or as soon as ts_part_rollback runs
+ * under the wait, where it is not the partition's. TS_ETIMEDOUT after ms, TS_ECANCELLED as
+ * soon as *cancel (if not NULL) turns true; TS_EINVAL for a rank out of range or SSP/ASP
+ * without out. */
+ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, uint32_t gen, int ms,
                        const atomic_bool *cancel, float *out, struct ts_pull_info *info,
                        struct ts_err *err) TS_MUST_CHECK;
 

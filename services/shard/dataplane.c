@@ -390,8 +390,8 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, str
         dc->copy = c;
         dc->copy_cap = len;
     }
-    if (ts_part_pull(p, h->rank, h->step, PULL_WAIT_MS, &dc->cancel, copy ? dc->copy : NULL,
-                     &info, err))
+    if (ts_part_pull(p, h->rank, h->step, dc->gen, PULL_WAIT_MS, &dc->cancel,
+                     copy ? dc->copy : NULL, &info, err))
         return err->code;
     hook_reach(HOOK_PULL);
     out.step = info.version;

@@ -28,7 +28,10 @@ static ts_status rollback_part(struct shard_params *sp, struct shard_job *sj,
     t->follows[p] = !at.head;
     t->next[p] = at.next;
     t->resync[p] = false;   /* every member of the chain loads the same snapshot */
-    st = t->parts[p] ? TS_OK : params_add_copy(sp, sj, t, p, &at, err);
+    if (!t->parts[p] && !(st = params_add_copy(sp, sj, t, p, &at, err)))
+        /* Not loaded yet: a push or pull of a connection from before the rollback that finds
+         * it is refused as one of an older generation, not served from version 0. */
+        ts_part_set_generation(t->parts[p], generation);
     part = t->parts[p];
     pthread_mutex_unlock(&sp->mu);
     if (st)

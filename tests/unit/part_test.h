@@ -19,7 +19,7 @@ static inline ts_status read_at(struct ts_part *p, uint64_t want, int ms, float 
                          struct ts_err *e)
 {
     struct ts_pull_info info = { 0 };
-    ts_status st = ts_part_pull(p, 0, want, ms, NULL, out, &info, e);
+    ts_status st = ts_part_pull(p, 0, want, 0, ms, NULL, out, &info, e);
 
     *v = info.version;
     return st;

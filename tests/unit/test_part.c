@@ -177,7 +177,7 @@ static void read_waits_then_times_out(void **state)
     atomic_bool cancel = true;
     memset(&e, 0, sizeof(e));
     struct ts_pull_info info;
-    assert_int_equal(ts_part_pull(p, 0, 1, 60000, &cancel, after, &info, &e), TS_ECANCELLED);
+    assert_int_equal(ts_part_pull(p, 0, 1, 0, 60000, &cancel, after, &info, &e), TS_ECANCELLED);
     assert_int_equal(push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
     assert_int_equal(read_at(p, 1, 50, after, &v, NULL), TS_OK);
     for (int i = 0; i < N; i++)
@@ -209,15 +209,15 @@ static void ssp_bounds_the_lead(void **state)
     /* Rank 0 pushes steps 0 and 1 alone: each is applied on arrival. */
     assert_int_equal(push(p, 0, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
     assert_true(applied);
-    assert_int_equal(ts_part_pull(p, 0, 1, 10, NULL, out, &info, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(p, 0, 1, 0, 10, NULL, out, &info, NULL), TS_OK);
     assert_int_equal(info.staleness, 1);
     assert_int_equal(info.version, 1);
     assert_int_equal(push(p, 0, 1, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
     /* Step 2 would be 2 ahead of rank 1 (still at 0): refused within the wait. */
-    assert_int_equal(ts_part_pull(p, 0, 2, 50, NULL, out, &info, &e), TS_ETIMEDOUT);
+    assert_int_equal(ts_part_pull(p, 0, 2, 0, 50, NULL, out, &info, &e), TS_ETIMEDOUT);
     assert_non_null(strstr(e.msg, "slowest worker"));
     assert_int_equal(push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
-    assert_int_equal(ts_part_pull(p, 0, 2, 50, NULL, out, &info, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(p, 0, 2, 0, 50, NULL, out, &info, NULL), TS_OK);
     assert_int_equal(info.version, 3);
     uint64_t clock[2] = { UINT64_MAX, UINT64_MAX }, last[2] = { 0 }, most[2] = { 0 };
     struct ts_part_ranks rk = { 2, clock, last, most, 0 };
@@ -231,7 +231,7 @@ static void ssp_bounds_the_lead(void **state)
     assert_int_equal(push(p, 1, 3, TS_ENC_RAW, g, sizeof(g), &applied, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "in order"));
     /* Without a copy buffer an async pull is refused (values change under it). */
-    assert_int_equal(ts_part_pull(p, 1, 1, 10, NULL, NULL, &info, NULL), TS_EINVAL);
+    assert_int_equal(ts_part_pull(p, 1, 1, 0, 10, NULL, NULL, &info, NULL), TS_EINVAL);
     ts_part_free(p);
 }
 
@@ -307,10 +307,10 @@ static void async_snapshot_is_one_cut(void **state)
     for (uint32_t r = 0; r < 2; r++)
         for (uint64_t s = 0; s < 2; s++)
             assert_int_equal(push(q, r, s, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
-    assert_int_equal(ts_part_pull(q, 0, 0, 10, NULL, want, &info, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(q, 0, 0, 0, 10, NULL, want, &info, NULL), TS_OK);
     ts_part_capture(p, &val, &st);
     assert_memory_equal(val, want, sizeof(want));
-    assert_int_equal(ts_part_pull(p, 0, 0, 10, NULL, got, &info, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(p, 0, 0, 0, 10, NULL, got, &info, NULL), TS_OK);
     assert_memory_not_equal(got, want, sizeof(want));   /* step 2 was applied after */
     ts_part_steps(p, &lo, &hi);
     assert_true(lo == 2 && hi == 3);
@@ -395,7 +395,7 @@ static void reduce_returns_the_mean_gradient(void **state)
             assert_int_equal(push(ps, k, step, TS_ENC_FIXED, g[k], sizeof(g[k]), &applied,
                                   NULL), TS_OK);
         }
-        assert_int_equal(ts_part_pull(r, 0, step + 1, 10, NULL, red, &info, NULL), TS_OK);
+        assert_int_equal(ts_part_pull(r, 0, step + 1, 0, 10, NULL, red, &info, NULL), TS_OK);
         ts_optim_apply(&jr.optim, step + 1, mine, mom, red, N);
     }
     assert_int_equal(read_at(ps, 3, 10, theirs, &v, NULL), TS_OK);
@@ -431,14 +431,14 @@ static void overflow_skips_and_scale_divides(void **state)
     assert_non_null(strstr(e.msg, "loss scale"));
     in.scale_exp = 3;
     assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
-    assert_int_equal(ts_part_pull(p, 0, 1, 10, NULL, after, &info, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(p, 0, 1, 0, 10, NULL, after, &info, NULL), TS_OK);
     assert_true(info.overflow);
     assert_int_equal(info.version, 1);
     assert_memory_equal(before, after, sizeof(before));
     struct ts_part_ranks rk = { 0 };
     ts_part_fold_ranks(p, &rk);
     assert_int_equal(rk.skipped, 1);
-    assert_int_equal(ts_part_pull(p, 0, 1, 10, NULL, after, &info, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(p, 0, 1, 0, 10, NULL, after, &info, NULL), TS_OK);
     assert_false(info.overflow);      /* reported once */
     /* Step 1, finite: sum 1024, / (batch 64 * 2^3) = 2 per element with lr 1. */
     in.step = 1;
@@ -447,7 +447,7 @@ static void overflow_skips_and_scale_divides(void **state)
         in.rank = k;
         assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
     }
-    assert_int_equal(ts_part_pull(p, 1, 2, 10, NULL, after, &info, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(p, 1, 2, 0, 10, NULL, after, &info, NULL), TS_OK);
     assert_true(info.overflow);       /* rank 1 had not pulled since the skip */
     for (int i = 0; i < N; i++)
         assert_true(after[i] == before[i] - 2.0f);
@@ -538,7 +538,7 @@ static void accessors(void **state)
     /* A restore loads values and state and sets the version; a failing one leaves it. */
     assert_int_equal(ts_part_restore(p, 12, load_ramp, &mom, &e), TS_OK);
     assert_int_equal(ts_part_version(p), 12);
-    assert_int_equal(ts_part_pull(p, 0, 12, 10, NULL, NULL, &info, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(p, 0, 12, 0, 10, NULL, NULL, &info, NULL), TS_OK);
     val = ts_part_values(p);
     for (int i = 0; i < N; i++)
         assert_true(val[i] == (float)i * 0.5f);
@@ -549,7 +549,7 @@ static void accessors(void **state)
     assert_int_equal(ts_part_arm(p, 12, NULL), TS_OK);
     assert_true(ts_part_captured(p, 10));
     ts_part_capture(p, &val, &st);
-    assert_int_equal(ts_part_pull(p, 0, 12, 10, NULL, out, &info, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(p, 0, 12, 0, 10, NULL, out, &info, NULL), TS_OK);
     assert_memory_equal(val, out, sizeof(out));
     for (int i = 0; i < N; i++)
         assert_true(st[i] == 0.25f);

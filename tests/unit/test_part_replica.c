@@ -3,7 +3,8 @@
  * on to the same bits; images that do not fit are refused with nothing changed; a held
  * update is not pulled until it is published; after a rollback to a snapshot, the partition
  * holds the snapshot at its step, trains on to the bits of a run without the detour, and
- * refuses pushes and images of before. */
+ * refuses pushes, pulls and images of before (a pull waiting under the rollback ends). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,8 +12,10 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "part_test.h"
+#include "util/proc.h"
 
 #define N 777
 #define W 3
@@ -256,6 +259,27 @@ static ts_status load_saved(void *ctx, float *value, float *state, struct ts_err
     return TS_OK;
 }
 
+/* A pull of generation 0 for a version that never comes, in its own thread. */
+struct waiting_pull {
+    struct ts_part *p;
+    uint64_t want;
+    ts_status st;
+    int64_t ms;   /* how long it waited */
+};
+
+static void *pull_waits(void *arg)
+{
+    struct waiting_pull *w = arg;
+    struct ts_pull_info info;
+    float *out = malloc(N * sizeof(float));
+    int64_t t0 = ts_now_ms();
+
+    w->st = ts_part_pull(w->p, 0, w->want, 0, 60000, NULL, out, &info, NULL);
+    w->ms = ts_now_ms() - t0;
+    free(out);
+    return NULL;
+}
+
 static void rollback_goes_back_and_refuses_what_came_before(void **state)
 {
     struct ts_job j = job(true, "adam:lr=0.01", TS_MODE_BSP);
@@ -281,7 +305,15 @@ static void rollback_goes_back_and_refuses_what_came_before(void **state)
     step(p, 4);
     grad(0, 5, g);   /* rank 0 pushed step 5, then the job went back to step 3 */
     assert_int_equal(push(p, 0, 5, TS_ENC_FIXED, g, sizeof(g), &applied, NULL), TS_OK);
+    /* Rank 0 waits for version 6, which the rollback makes never come: the wait ends. */
+    struct waiting_pull w = { .p = p, .want = 6 };
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, pull_waits, &w), 0);
+    usleep(50 * 1000);
     assert_int_equal(ts_part_rollback(p, 3, 1, load_saved, &snap, NULL), TS_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, TS_EROLLBACK);
+    assert_true(w.ms < 10000);
     assert_int_equal(ts_part_version(p), 3);
     assert_int_equal(ts_part_visible(p), 3);
     ts_part_set_generation(straight, 1);   /* the images differ only there */
@@ -292,6 +324,15 @@ static void rollback_goes_back_and_refuses_what_came_before(void **state)
     assert_int_equal(push(p, 0, 3, TS_ENC_FIXED, g, sizeof(g), &applied, &e), TS_EROLLBACK);
     assert_non_null(strstr(e.msg, "before its job went back"));
     assert_int_equal(ts_part_version(p), 3);
+    /* So is a pull, even of a version the partition holds. */
+    float *seen = malloc(N * sizeof(float));
+    struct ts_pull_info info;
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_part_pull(p, 0, 3, 0, 10, NULL, seen, &info, &e), TS_EROLLBACK);
+    assert_non_null(strstr(e.msg, "pull of tensor 2 partition 0: made before"));
+    assert_int_equal(ts_part_pull(p, 0, 3, 1, 10, NULL, seen, &info, NULL), TS_OK);
+    assert_memory_equal(seen, snap.value, N * sizeof(float));
+    free(seen);
     /* An image of before is refused by a copy that went back (it is of generation 0). */
     ts_part_set_generation(follower, 1);
     memset(&e, 0, sizeof(e));

@@ -227,7 +227,7 @@ static void mixed_encodings_match_plain_summation(void **state)
         ref_grad(false, dpl, order, 3, 48, steps[step].scale_exp, want);
         if (steps[step].inf)
             memset(want, 0, sizeof(want));      /* reduce: a skipped step's gradient is 0 */
-        assert_int_equal(ts_part_pull(p, 0, step + 1, 10, NULL, got, &info, NULL), TS_OK);
+        assert_int_equal(ts_part_pull(p, 0, step + 1, 0, 10, NULL, got, &info, NULL), TS_OK);
         assert_int_equal(info.overflow, steps[step].inf != 0);
         assert_memory_equal(want, got, sizeof(got));
     }
@@ -252,7 +252,7 @@ static void mixed_encodings_match_plain_summation(void **state)
         ref_grad(false, gr.pl, &only, 1, 48, in.scale_exp, want);
         if (in.step == 0)
             memset(want, 0, sizeof(want));
-        assert_int_equal(ts_part_pull(p, 0, in.step + 1, 10, NULL, got, &info, NULL), TS_OK);
+        assert_int_equal(ts_part_pull(p, 0, in.step + 1, 0, 10, NULL, got, &info, NULL), TS_OK);
         assert_int_equal(info.overflow, in.step == 0);
         assert_memory_equal(want, got, sizeof(got));
     }
@@ -401,7 +401,7 @@ static void optimizers_match_hand_loop(void **state)
     bool applied;
 
     memset(st, 0, sizeof(st));
-    assert_int_equal(ts_part_pull(p, 0, 0, 10, NULL, vals, &info, NULL), TS_OK);
+    assert_int_equal(ts_part_pull(p, 0, 0, 0, 10, NULL, vals, &info, NULL), TS_OK);
     for (uint64_t k = 0; k < sizeof(ranks) / sizeof(ranks[0]); k++) {
         uint32_t r = ranks[k];
 
@@ -411,7 +411,7 @@ static void optimizers_match_hand_loop(void **state)
         assert_true(applied);
         ref_grad(false, gr.pl, &r, 1, 48, 0, g);
         ts_optim_apply(&j.optim, k + 1, vals, st, g, L);
-        assert_int_equal(ts_part_pull(p, 0, 0, 10, NULL, got, &info, NULL), TS_OK);
+        assert_int_equal(ts_part_pull(p, 0, 0, 0, 10, NULL, got, &info, NULL), TS_OK);
         assert_int_equal(info.version, k + 1);
         assert_memory_equal(vals, got, sizeof(got));
     }

@@ -234,6 +234,21 @@ static ts_status get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js
     return TS_OK;
 }
 
+/* A shard that joined after a rollback of sj learns it from the shard that introduces the
+ * job (repair.c): sj and its copies, which hold nothing yet, take the job's count of
+ * rollbacks. Called with mu held. */
+static void follow_rollbacks(struct shard_job *sj, uint32_t rollbacks)
+{
+    if (rollbacks <= atomic_load(&sj->rollbacks))
+        return;
+    atomic_store(&sj->rollbacks, rollbacks);
+    for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
+        for (uint32_t p = 0; sj->tensors[i] && p < sj->tensors[i]->nparts; p++)
+            if (sj->tensors[i]->parts[p])
+                ts_part_set_generation(sj->tensors[i]->parts[p], rollbacks);
+    ts_log(TS_INFO, "shard", "job %s: joined after %u rollbacks of it", sj->job.id, rollbacks);
+}
+
 static bool same_tensor(const struct shard_tensor *t, const Tessera__V1__RegisterTensorRequest *r)
 {
     const Tessera__V1__TensorSpec *s = r->tensor;
@@ -517,6 +532,7 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
         if (*version == UINT64_MAX)
             *version = 0;
         *nparts = t->nparts;
+        follow_rollbacks(sj, req->rollbacks);
     }
     if (st && sp->njobs > njobs) {   /* a job made by this refused call: state as it was */
         uint64_t none;

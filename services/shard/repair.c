@@ -120,6 +120,7 @@ static void tensor_request(const struct shard_job *sj, const struct shard_tensor
     req->fan_in = t->fan_in;
     req->fan_out = t->fan_out;
     req->sync_every = t->sync_every;
+    req->rollbacks = atomic_load(&sj->rollbacks);
 }
 
 /* Registers every tensor of sj with joining shard id, which holds none of its copies until

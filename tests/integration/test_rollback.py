@@ -11,7 +11,8 @@ workers. Checked:
   workers reconnect, pull the snapshot's values and train on from its step. The training ends
   by itself (exit 0) with the params_sha256 of `tessera train --local` and "rollbacks": 1;
   ClusterStatus and `tessera status` show the rollback, its step (a multiple of 50, not past
-  the kill), and `tessera status --json` the same;
+  the kill), and `tessera status --json` the same; a shard that joins after the rollback
+  takes its partitions' images (of the rollback's generation) and heads them;
 - an ASP job of one worker and an SSP job of two (float), on a cluster of their own: the same
   kill, both roll back by themselves; the ASP job ends at the params_sha256 of the float
   --local run (one worker applies its pushes in one order), the SSP job as well trained; a
@@ -195,6 +196,20 @@ class RollbackOneCopy(Base, unittest.TestCase):
         # Placement depends on tensor names, not jobs: rb2 lost the same partitions.
         self.assertEqual((doc2["rollbacks"], self.job_info("rb2").rollbacks), (1, 1))
         tl.log("rb2: %s" % self.job_info("rb2").rollback_note)
+        # A shard that joins after the rollback (a new one, or the dead one restarted) learns
+        # the job's rollbacks from the shard that introduces the job, takes the heads' images
+        # (of rollback 1) and heads partitions of it at its last version.
+        s = self.c.start_shard(self.master.addr, name="joiner", lease_ms=LEASE_MS,
+                               extra=["--store", os.path.join(self.c.dir, "store")])
+        st = tl.Stub(self.c.channel(s.addr), shard_pb2, "Shard")
+
+        def joined():
+            if any(x.joining for x in tl.cluster_status(self.ch).shards):
+                return None
+            r = st.ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+            return [j.max_version for j in r.jobs if j.id == "rb" and j.partitions] or None
+        self.assertEqual(tl.wait_until(joined, 30, "the joiner to head partitions of rb"),
+                         [STEPS])
 
 
 class RollbackModes(Base, unittest.TestCase):

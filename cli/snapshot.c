@@ -278,7 +278,8 @@ static int do_list(struct ts_store *s, const struct snap_opts *o)
 
     if (collect(s, &v, &n, &err))
         return fail("list", &err);
-    qsort(v, n, sizeof(*v), newest_first);
+    if (n)   /* v is NULL without snapshots */
+        qsort(v, n, sizeof(*v), newest_first);
     if (o->json) {
         struct ts_json j;
 

@@ -93,6 +93,9 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
     ts_json_uint(&j, "vnodes", cs->vnodes);
     ts_json_uint(&j, "replicas", cs->replicas ? cs->replicas : 1);
     ts_json_uint(&j, "shard_failures", cs->shard_failures);
+    ts_json_uint(&j, "master_pid", cs->master_pid);
+    ts_json_uint(&j, "master_restarts", cs->master_restarts);
+    ts_json_bool(&j, "restored", cs->restored);
     snprintf(digest, sizeof(digest), "%016" PRIx64, cs->ring_digest);
     ts_json_str(&j, "ring_digest", digest);
     ts_json_arr(&j, "shards");
@@ -191,6 +194,9 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
            "(digest %016" PRIx64 ")  replicas %u  shard failures %u\n\n", addr, cs->version,
            cs->uptime_ms / 1000.0, cs->epoch, cs->vnodes, cs->ring_digest,
            cs->replicas ? cs->replicas : 1, cs->shard_failures);
+    if (cs->master_restarts || cs->restored)
+        printf("the master is restart %u of the cluster's master%s\n\n", cs->master_restarts,
+               cs->restored ? ", with the state it kept (members, jobs, epoch)" : "");
     printf("%-6s %-22s %-8s %-6s %-7s %-9s %-11s %-5s %-6s %-11s %-7s %s\n", "SHARD", "ADDR",
            "PID", "STATE", "LEASE", "HB S AGO", "HEAD/FOLLOW", "LAG", "PROMO", "COPIED/TODO",
            "MB", "REFUSED");

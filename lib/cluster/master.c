@@ -17,6 +17,8 @@ struct ts_master {
     struct ts_rpc_channel *ch;
 };
 
+#define DEREGISTER_OUTCOME_MS 20000
+
 struct ts_membership {
     struct ts_master *m;
     struct ts_membership_cfg cfg;
@@ -208,7 +210,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
     return TS_OK;
 }
 
-static ts_status beat(struct ts_membership *ms, struct ts_err *err)
+static ts_status beat(struct ts_membership *ms, bool reconnecting, struct ts_err *err)
 {
     Tessera__V1__HeartbeatRequest req = TESSERA__V1__HEARTBEAT_REQUEST__INIT;
     Tessera__V1__HeartbeatResponse *resp;
@@ -226,9 +228,11 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     pthread_mutex_unlock(&ms->mu);
     if (ms->cfg.moves)
         req.moves_pending = ms->cfg.moves(ms->cfg.arg, &req.moves_epoch);
-    /* A heartbeat later than its interval is worth nothing: keep its deadline to one interval. */
+    /* Keep a heartbeat's deadline to one interval, so that beats do not pile up; but after a
+     * failed one the channel reconnects (a restarted master: docs/membership.md), and on a
+     * loaded host that took longer than an interval, so then allow twice as long. */
     st = CALL(ms->m, "Heartbeat", &req, &tessera__v1__heartbeat_response__descriptor, &resp,
-              (int)ms->interval_ms, err);
+              (int)ms->interval_ms * (reconnecting ? 2 : 1), err);
     if (st)
         return st;
     set_epoch(ms, resp->epoch);
@@ -248,7 +252,7 @@ static void *heartbeat_main(void *arg)
         ts_status st;
 
         pthread_mutex_unlock(&ms->mu);
-        st = beat(ms, &err);
+        st = beat(ms, warned, &err);
         if (st == TS_ESTATE || st == TS_ENOTFOUND) {
             /* Declared dead, or a master that restarted and forgot us: join again. */
             ts_log(TS_WARN, "member", "%s; registering again", err.msg);
@@ -335,8 +339,10 @@ void ts_membership_stop(struct ts_membership *ms, bool deregister)
                                      : TESSERA__V1__WORKER_OUTCOME__WORKER_OUTCOME_FINISHED;
             req.fingerprint = ms->failed ? (char *)"" : ms->outcome;
         }
+        /* A worker's outcome (its fingerprint) is what its job is judged by: it waits out a
+         * master that restarts (docs/membership.md), retrying while it is unreachable. */
         if (CALL(ms->m, "Deregister", &req, &tessera__v1__deregister_response__descriptor,
-                 &resp, 2000, &err))
+                 &resp, req.outcome ? DEREGISTER_OUTCOME_MS : 2000, &err))
             ts_log(TS_WARN, "member", "deregister: %s", err.msg);
         else
             tessera__v1__deregister_response__free_unpacked(resp, NULL);

@@ -378,6 +378,21 @@ void *ts_rpc_alloc(struct ts_rpc_call *c, size_t n)
     return b->data;
 }
 
+struct ts_rpc_call *ts_rpc_scratch_new(void)
+{
+    return calloc(1, sizeof(struct ts_rpc_call));
+}
+
+void ts_rpc_scratch_free(struct ts_rpc_call *c)
+{
+    while (c && c->arena) {
+        struct ts__arena_block *b = c->arena;
+        c->arena = b->next;
+        free(b);
+    }
+    free(c);
+}
+
 char *ts_rpc_strdup(struct ts_rpc_call *c, const char *s)
 {
     size_t n = strlen(s) + 1;

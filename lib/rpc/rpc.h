@@ -114,6 +114,11 @@ void *ts_rpc_alloc(struct ts_rpc_call *call, size_t n);
 char *ts_rpc_strdup(struct ts_rpc_call *call, const char *s);
 /* A message of type d, initialised, in the arena. */
 void *ts_rpc_new(struct ts_rpc_call *call, const ProtobufCMessageDescriptor *d);
+/* A call with no RPC behind it, for code that builds messages with the three functions above
+ * outside a handler (the master's state file) and shares builders with handlers: only those
+ * may be given it. NULL when out of memory; ts_rpc_scratch_free frees it, arena and all. */
+struct ts_rpc_call *ts_rpc_scratch_new(void);
+void ts_rpc_scratch_free(struct ts_rpc_call *call);
 
 /* Streaming handlers only. ts_rpc_send blocks until the message is written; TS_ECANCELLED when
  * the call is over (client gone, deadline, shutdown). msg is borrowed. */

@@ -132,6 +132,7 @@ ts_status datamap_check(struct datamap *d, const Tessera__V1__CheckDataRequest *
             j->n = req->n_checksums;
             snprintf(j->job, sizeof(j->job), "%s", req->job);
             snprintf(j->source, sizeof(j->source), "rank %u", req->rank);
+            j->rank = req->rank;
             d->njobs++;
         }
     }
@@ -199,4 +200,35 @@ ts_status datamap_manifest(struct datamap *d, const char *job,
     }
     pthread_mutex_unlock(&d->mu);
     return TS_OK;
+}
+
+Tessera__V1__CheckDataRequest **datamap_requests(struct datamap *d, struct ts_rpc_call *call,
+                                                 size_t *n)
+{
+    Tessera__V1__CheckDataRequest **out;
+
+    pthread_mutex_lock(&d->mu);
+    out = ts_rpc_alloc(call, (d->njobs + 1) * sizeof(*out));
+    for (size_t i = 0; i < d->njobs; i++) {
+        const struct datamap_job *j = &d->jobs[i];
+        Tessera__V1__CheckDataRequest *r =
+            ts_rpc_new(call, &tessera__v1__check_data_request__descriptor);
+        r->job = ts_rpc_strdup(call, j->job);
+        r->rank = j->rank;
+        r->n_checksums = j->n;
+        r->checksums = ts_rpc_alloc(call, (j->n + 1) * sizeof(*r->checksums));
+        for (size_t k = 0; k < j->n; k++) {
+            Tessera__V1__DataChecksum *c = ts_rpc_new(call,
+                                                      &tessera__v1__data_checksum__descriptor);
+            c->name = ts_rpc_strdup(call, j->e[k].name);
+            c->file = ts_rpc_strdup(call, j->e[k].file);
+            c->sha256.len = 32;
+            c->sha256.data = memcpy(ts_rpc_alloc(call, 32), j->e[k].sha, 32);
+            r->checksums[k] = c;
+        }
+        out[i] = r;
+    }
+    *n = d->njobs;
+    pthread_mutex_unlock(&d->mu);
+    return out;
 }

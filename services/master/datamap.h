@@ -19,6 +19,7 @@
 #include "util/err.h"
 
 #include "jobs.h"
+#include "rpc/rpc.h"
 
 /* A map is kept only for a job that holds resources (jobs.h), so --max-jobs bounds them. */
 #define DATAMAP_MAX_JOBS JOBS_MAX
@@ -32,6 +33,7 @@ struct datamap_entry {
 struct datamap_job {
     char job[TS_JOB_ID_MAX + 1];
     char source[96];            /* "rank 0" */
+    uint32_t rank;              /* whose map it is */
     struct datamap_entry *e;
     size_t n;
 };
@@ -61,5 +63,9 @@ void datamap_drop(struct datamap *d, const char *job);
 ts_status datamap_manifest(struct datamap *d, const char *job,
                            Tessera__V1__Manifest__DataChecksumsEntry ***entries, size_t *n,
                            struct ts_err *err) TS_MUST_CHECK;
+/* Every job's reference map as the CheckDataRequest that made it, in call's arena (the
+ * master's state file, which restores them with datamap_check); *n of them. */
+Tessera__V1__CheckDataRequest **datamap_requests(struct datamap *d, struct ts_rpc_call *call,
+                                                 size_t *n);
 
 #endif

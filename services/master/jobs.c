@@ -10,17 +10,10 @@
 #include "util/log.h"
 #include "util/proc.h"
 
-enum seat_state { SEAT_ALIVE, SEAT_FINISHED, SEAT_FAILED, SEAT_DEAD };
-
-/* One worker's place in a job. */
-struct seat {
-    uint32_t worker, rank;
-    enum seat_state state;
-};
 
 struct job {
     struct job_info info;
-    struct seat *seats;
+    struct job_seat *seats;
     size_t nseats, cap;
     bool failed, died;                  /* this run: a worker failed, a worker died */
     int64_t idle_since_ms, ended_ms;    /* monotonic */
@@ -90,7 +83,7 @@ static struct job *find(struct jobs *j, const char *id)
 }
 
 /* The job and seat of a worker, alive or not; NULL if it is in no job. */
-static struct seat *seat_of(struct jobs *j, uint32_t worker, struct job **jb)
+static struct job_seat *seat_of(struct jobs *j, uint32_t worker, struct job **jb)
 {
     for (size_t i = 0; i < j->n; i++)
         for (size_t k = 0; k < j->v[i].nseats; k++)
@@ -133,7 +126,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
                     uint32_t workers, bool keep, int64_t now_ms, struct ts_err *err)
 {
     struct job *jb, *other;
-    struct seat *s;
+    struct job_seat *s;
     ts_status st;
 
     (void)now_ms;
@@ -190,14 +183,14 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         ts_log(TS_INFO, "master", "job %s: running again (%u workers)", id, workers);
     }
     if (!st && jb->nseats == jb->cap) {
-        struct seat *v = realloc(jb->seats, (jb->cap ? 2 * jb->cap : 4) * sizeof(*v));
+        struct job_seat *v = realloc(jb->seats, (jb->cap ? 2 * jb->cap : 4) * sizeof(*v));
         if (!v)
             st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
         else
             jb->seats = v, jb->cap = jb->cap ? 2 * jb->cap : 4;
     }
     if (!st) {
-        jb->seats[jb->nseats++] = (struct seat){ worker, rank, SEAT_ALIVE };
+        jb->seats[jb->nseats++] = (struct job_seat){ worker, rank, SEAT_ALIVE };
         jb->info.alive++;
     }
     pthread_mutex_unlock(&j->mu);
@@ -229,7 +222,7 @@ static void settle(struct job *jb, int64_t now_ms)
 }
 
 /* The seat's worker is gone as `to`; mu held. */
-static void vacate(struct job *jb, struct seat *s, enum seat_state to, const char *why,
+static void vacate(struct job *jb, struct job_seat *s, enum job_seat_state to, const char *why,
                    int64_t now_ms)
 {
     if (s->state != SEAT_ALIVE)
@@ -251,7 +244,7 @@ void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *finger
                 const char *reason, int64_t now_ms)
 {
     struct job *jb;
-    struct seat *s;
+    struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
     if ((s = seat_of(j, worker, &jb))) {
@@ -266,7 +259,7 @@ void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *finger
 void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms)
 {
     struct job *jb;
-    struct seat *s;
+    struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
     if ((s = seat_of(j, worker, &jb)))
@@ -426,4 +419,112 @@ ts_status jobs_list(struct jobs *j, struct job_info **out, size_t *n, struct ts_
     pthread_mutex_unlock(&j->mu);
     qsort(*out, *n, sizeof(**out), by_listing);
     return TS_OK;
+}
+
+ts_status jobs_export(struct jobs *j, struct job_record **out, size_t *n, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    pthread_mutex_lock(&j->mu);
+    *n = 0;
+    if (!(*out = calloc(j->n + 1, sizeof(**out))))
+        st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+    for (size_t i = 0; !st && i < j->n; i++) {
+        const struct job *jb = &j->v[i];
+        struct job_record *r = &(*out)[(*n)++];
+        r->info = jb->info;
+        r->failed = jb->failed;
+        r->died = jb->died;
+        if (jb->nseats && !(r->seats = malloc(jb->nseats * sizeof(*r->seats))))
+            st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+        else if (jb->nseats)
+            memcpy(r->seats, jb->seats, (r->nseats = jb->nseats) * sizeof(*r->seats));
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (st) {
+        jobs_records_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+    }
+    return st;
+}
+
+void jobs_records_free(struct job_record *r, size_t n)
+{
+    for (size_t i = 0; r && i < n; i++)
+        free(r[i].seats);
+    free(r);
+}
+
+/* Checks a record to restore against those already restored; mu held. */
+static ts_status check_record(struct jobs *j, const struct job_record *r, struct ts_err *err)
+{
+    struct job *other;
+    ts_status st;
+
+    if ((st = ts_job_id_check("job", r->info.id, err)))
+        return st;
+    if (find(j, r->info.id))
+        return ts_err_set(err, TS_EINVAL, "job: '%s' twice", r->info.id);
+    if (r->info.state < JOB_RUNNING || r->info.state > JOB_ABANDONED)
+        return ts_err_set(err, TS_EINVAL, "job '%s': state %d", r->info.id, r->info.state);
+    for (size_t k = 0; k < r->nseats; k++)
+        if (seat_of(j, r->seats[k].worker, &other))
+            return ts_err_set(err, TS_EINVAL, "job '%s': worker %u is in job '%s' too",
+                              r->info.id, r->seats[k].worker, other->info.id);
+    return TS_OK;
+}
+
+ts_status jobs_restore(struct jobs *j, const struct job_record *r, size_t n, int64_t now_ms,
+                       char (*rerun)[TS_JOB_ID_MAX + 1], size_t max, size_t *nrerun,
+                       struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    *nrerun = 0;
+    pthread_mutex_lock(&j->mu);
+    if (j->n) {
+        pthread_mutex_unlock(&j->mu);
+        return ts_err_set(err, TS_ESTATE, "jobs: restore into a table in use");
+    }
+    if (n > j->cap) {
+        struct job *v = realloc(j->v, n * sizeof(*v));
+        if (!v) {
+            pthread_mutex_unlock(&j->mu);
+            return ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+        }
+        j->v = v;
+        j->cap = n;
+    }
+    for (size_t i = 0; !st && i < n; i++) {
+        struct job *jb = &j->v[j->n];
+        if ((st = check_record(j, &r[i], err)))
+            break;
+        memset(jb, 0, sizeof(*jb));
+        jb->info = r[i].info;
+        jb->failed = r[i].failed;
+        jb->died = r[i].died;
+        jb->idle_since_ms = jb->ended_ms = now_ms;
+        if (r[i].nseats && !(jb->seats = malloc(r[i].nseats * sizeof(*jb->seats)))) {
+            st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+            break;
+        }
+        if (r[i].nseats)
+            memcpy(jb->seats, r[i].seats, r[i].nseats * sizeof(*jb->seats));
+        jb->nseats = jb->cap = r[i].nseats;
+        if (jb->info.rolling_back) {
+            jb->info.rolling_back = false;
+            if (*nrerun < max)
+                snprintf(rerun[(*nrerun)++], TS_JOB_ID_MAX + 1, "%s", jb->info.id);
+        }
+        j->n++;
+    }
+    if (st) {
+        for (size_t i = 0; i < j->n; i++)
+            free(j->v[i].seats);
+        j->n = 0;
+        *nrerun = 0;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return st;
 }

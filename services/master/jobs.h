@@ -64,6 +64,21 @@ struct job_info {
     char rollback_note[257];
 };
 
+/* A job's durable record (services/master/state.h): what ClusterStatus shows, and each of its
+ * workers' seat (state: alive, finished, failed, dead); failed and died: this run saw a worker
+ * fail or die. */
+enum job_seat_state { SEAT_ALIVE, SEAT_FINISHED, SEAT_FAILED, SEAT_DEAD };
+struct job_seat {
+    uint32_t worker, rank;
+    enum job_seat_state state;
+};
+struct job_record {
+    struct job_info info;
+    struct job_seat *seats;
+    size_t nseats;
+    bool failed, died;
+};
+
 struct jobs;
 
 ts_status jobs_create(const struct jobs_cfg *cfg, struct jobs **out,
@@ -109,5 +124,18 @@ void jobs_rollback_end(struct jobs *j, const char *id, bool ok, bool lost, uint6
 ts_status jobs_list(struct jobs *j, struct job_info **out, size_t *n,
                     struct ts_err *err) TS_MUST_CHECK;
 const char *jobs_state_name(enum job_state s);
+
+/* Every job as a record: *out malloc'd, freed with jobs_records_free. */
+ts_status jobs_export(struct jobs *j, struct job_record **out, size_t *n,
+                      struct ts_err *err) TS_MUST_CHECK;
+void jobs_records_free(struct job_record *r, size_t n);
+/* A restarted master's empty table takes the records (copied). Times kept in the monotonic
+ * clock (idle since, ended at) start again at now_ms. A rollback that was running is not:
+ * rolling_back is cleared and the job's id is written into rerun (up to max; *nrerun of
+ * them), for the master to request it again. TS_ESTATE if the table is not empty; TS_EINVAL
+ * for a record that cannot be (a bad id, a worker in two jobs), the table left empty. */
+ts_status jobs_restore(struct jobs *j, const struct job_record *r, size_t n, int64_t now_ms,
+                       char (*rerun)[TS_JOB_ID_MAX + 1], size_t max, size_t *nrerun,
+                       struct ts_err *err) TS_MUST_CHECK;
 
 #endif

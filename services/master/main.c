@@ -42,9 +42,9 @@ static void *reaper(void *arg)
 int main(int argc, char **argv)
 {
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:7070");
-    const char *store = NULL, *restore = NULL, *branch = NULL;
+    const char *store = NULL, *restore = NULL, *branch = NULL, *state_dir = NULL;
     int64_t lease_ms = 3000, vnodes = 0, every = 0, max_jobs = JOBS_DEFAULT_MAX, replicas = 1;
-    int64_t idle_ms = JOBS_DEFAULT_IDLE_MS, history = JOBS_DEFAULT_HISTORY;
+    int64_t idle_ms = JOBS_DEFAULT_IDLE_MS, history = JOBS_DEFAULT_HISTORY, restarts = 0;
     const struct ts_flag flags[] = {
         TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:7070; port 0 picks a free one)"),
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "default member lease (default 3000)", 100,
@@ -71,6 +71,13 @@ int main(int argc, char **argv)
         { "job-history", TS_FLAG_INT, &history, "N", "ended jobs kept as a summary for tessera "
                                                      "status, for a day at most (default 256)",
           1, 100000 },
+        { "state-dir", TS_FLAG_STR, &state_dir, "DIR", "keep the master's state here, and take "
+                                                       "it back when started again after a "
+                                                       "crash (default: none; "
+                                                       "docs/membership.md)", 0, 0 },
+        { "restarts", TS_FLAG_INT, &restarts, "N", "this process is restart N of the cluster's "
+                                                   "master (set by tessera up; shown by tessera "
+                                                   "status)", 0, 1000000 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -90,10 +97,12 @@ int main(int argc, char **argv)
     cfg = (struct ts_members_cfg){ .default_lease_ms = (uint32_t)lease_ms,
                                    .vnodes = (unsigned)vnodes,
                                    .replicas = (uint32_t)replicas,
-                                   .quiet = no_jobs, .quiet_ctx = &m };
+                                   .quiet = no_jobs, .quiet_ctx = &m,
+                                   .durable = master_state_durable, .durable_ctx = &m.state };
     jcfg = (struct jobs_cfg){ .max_jobs = (uint32_t)max_jobs, .idle_ms = idle_ms,
                               .history_max = (uint32_t)history };
     m.started_ms = ts_now_ms();
+    m.restarts = (uint32_t)restarts;
     m.lease_ms = lease_ms;
     if ((every || restore || branch) && !store) {
         fprintf(stderr, "tessera-master: --snapshot-every, --restore and --branch need --store "
@@ -102,9 +111,11 @@ int main(int argc, char **argv)
     }
     datamap_init(&m.data);
     rollbacks_init(&m.rb);
-    if (ts_members_create(&cfg, &m.members, &err) || jobs_create(&jcfg, &m.jobs, &err) ||
-        snapper_open(&m.snap, m.members, &m.data, m.jobs, store, restore, branch, (uint32_t)every,
-                     &err))
+    if (master_state_open(&m.state, state_dir, &err) ||
+        ts_members_create(&cfg, &m.members, &err) || jobs_create(&jcfg, &m.jobs, &err) ||
+        snapper_open(&m.snap, m.members, &m.data, m.jobs, store, restore, branch,
+                     master_state_branch(&m.state), (uint32_t)every, &err) ||
+        master_state_load(&m.state, &m, &m.restored, &err))
         goto out;
     ts_master_service.ctx = &m;
     if (ts_serve_start(&so, &ts_master_service, &srv, &err))
@@ -114,6 +125,7 @@ int main(int argc, char **argv)
     pthread_create(&reap, NULL, reaper, &m);
     pthread_create(&release, NULL, releaser_main, &m);
     pthread_create(&rollback, NULL, rollbacker_main, &m);
+    master_state_start(&m.state, &m);
     sig = ts_proc_wait_signal(-1);
     ts_log(TS_INFO, "master", "signal %d: draining calls (up to %lld ms), then exiting", sig,
            (long long)so.grace_ms);
@@ -124,11 +136,13 @@ int main(int argc, char **argv)
     pthread_join(rollback, NULL);
     snapper_stop(&m.snap);
     ts_rpc_server_shutdown(srv, (int)so.grace_ms);
+    master_state_stop(&m.state);
     rc = 0;
 out:
     if (rc)
         ts_log(TS_ERROR, "master", "%s", err.msg);
     ts_rpc_server_free(srv);
+    master_state_close(&m.state);
     snapper_close(&m.snap);
     datamap_fini(&m.data);
     rollbacks_fini(&m.rb);

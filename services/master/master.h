@@ -11,21 +11,33 @@
 #include "rollback.h"
 #include "rpc/rpc.h"
 #include "snapshot.h"
+#include "state.h"
 
 struct master {
     struct ts_members *members;
     int64_t started_ms;
+    uint32_t restarts;              /* --restarts: this process is restart N of the master */
+    bool restored;                  /* it took back a state from --state-dir */
     int64_t lease_ms;               /* the default lease: the reaper checks 20 times one */
     struct snapper snap;            /* snapshots (store NULL without --store) */
     struct datamap data;            /* data checksums per job */
     struct jobs *jobs;              /* the job table */
     struct rollbacks rb;            /* rollbacks to run (rollback.c) */
+    struct master_state state;      /* what a restart takes back (--state-dir; state.c) */
 };
 
 /* The releaser thread (release.c): frees ended jobs on every alive shard, then their data
  * maps, until *stop. arg is the struct master *. */
 void *releaser_main(void *arg);
 extern atomic_bool master_stopping;
+
+/* The members of v as ClusterStatus lists them, in call's arena (heartbeat ages against now,
+ * monotonic ms); also the master's state file (state.c). */
+Tessera__V1__ShardInfo **master_shard_infos(struct ts_rpc_call *call,
+                                            const struct ts_members_view *v, int64_t now);
+Tessera__V1__WorkerInfo **master_worker_infos(struct ts_rpc_call *call,
+                                              const struct ts_members_view *v, int64_t now);
+Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job_info *v);
 
 /* tessera.v1.Master; its ctx must be set to a struct master * before ts_rpc_server_add. */
 extern struct ts_rpc_service ts_master_service;

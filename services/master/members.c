@@ -24,7 +24,7 @@
 struct table {
     struct ts_member *v;      /* by id, ascending */
     size_t n, cap;
-    uint32_t next_id;
+    uint32_t next_id, reserved;   /* the last id handed out, the last one durably reserved */
     uint32_t *index;          /* slots hold a position + 1, or 0; size a power of two */
     size_t index_cap;
 };
@@ -256,15 +256,30 @@ static ts_status append(struct table *t, struct ts_member **out, struct ts_err *
     return TS_OK;
 }
 
+static ts_status make_durable(struct ts_members *m, struct ts_err *err)
+{
+    struct ts_members_clock c = { m->epoch, m->shards.reserved, m->workers.reserved };
+
+    return m->cfg.durable ? m->cfg.durable(m->cfg.durable_ctx, &c, err) : TS_OK;
+}
+
 /* Appends a new alive member with its common fields set and indexes it; on failure the table
  * is as it was. Called with mu held. */
-static ts_status new_member(struct table *t, enum ts_member_kind kind, const char *addr,
-                            const char *instance, uint32_t lease_ms, int64_t now_ms,
-                            struct ts_member **out, struct ts_err *err)
+static ts_status new_member(struct ts_members *m, struct table *t, enum ts_member_kind kind,
+                            const char *addr, const char *instance, uint32_t lease_ms,
+                            int64_t now_ms, struct ts_member **out, struct ts_err *err)
 {
     struct ts_member *e = NULL;
     ts_status st;
 
+    if (t->next_id == t->reserved) {
+        t->reserved += TS_MEMBERS_ID_BLOCK;
+        if ((st = make_durable(m, err))) {
+            t->reserved -= TS_MEMBERS_ID_BLOCK;
+            return ts_err_set(err, TS_EUNAVAIL, "the master cannot keep its state (%s); "
+                              "register again later", err->msg);
+        }
+    }
     if ((st = append(t, &e, err)))
         return st;
     e->kind = kind;
@@ -319,6 +334,8 @@ static void new_epoch(struct ts_members *m, const char *why)
         m->ring = ring;
     }
     m->epoch++;
+    if (make_durable(m, &err))
+        ts_log(TS_ERROR, "master", "epoch %" PRIu64 " is not durable: %s", m->epoch, err.msg);
     ts_log(TS_INFO, "master", "epoch %" PRIu64 ": %s; %zu shards alive", m->epoch, why, n);
 }
 
@@ -392,7 +409,7 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
         pthread_mutex_unlock(&m->mu);
         return TS_OK;
     }
-    if ((st = new_member(&m->shards, TS_MEMBER_SHARD, addr, instance, lease_ms, now_ms, &e,
+    if ((st = new_member(m, &m->shards, TS_MEMBER_SHARD, addr, instance, lease_ms, now_ms, &e,
                          err))) {
         pthread_mutex_unlock(&m->mu);
         return st;
@@ -438,7 +455,7 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
     pthread_mutex_lock(&m->mu);
     if ((e = find_instance(&m->workers, instance))) {
         reregister(m, e, lease_ms, now_ms, true);
-    } else if (!(st = new_member(&m->workers, TS_MEMBER_WORKER, host, instance, lease_ms,
+    } else if (!(st = new_member(m, &m->workers, TS_MEMBER_WORKER, host, instance, lease_ms,
                                  now_ms, &e, err))) {
         e->pid = pid;
         snprintf(e->role, sizeof(e->role), "%s", role ? role : "");
@@ -726,4 +743,52 @@ uint64_t ts_members_epoch(struct ts_members *m)
     e = m->epoch;
     pthread_mutex_unlock(&m->mu);
     return e;
+}
+
+/* Puts restored members into the empty table t: ids ascending, indexed, a fresh lease. */
+static ts_status restore_table(struct table *t, const struct ts_member *v, size_t n,
+                               uint32_t reserve, int64_t now_ms, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    for (size_t i = 0; !st && i < n; i++) {
+        struct ts_member *e;
+        if (!v[i].id || (t->n && v[i].id <= t->v[t->n - 1].id) || find_instance(t, v[i].instance))
+            return ts_err_set(err, TS_EINVAL, "%s %u: ids must ascend, instances differ",
+                              kind_name(v[i].kind), v[i].id);
+        if (!(st = append(t, &e, err))) {
+            *e = v[i];
+            e->last_heartbeat_ms = now_ms;
+            st = index_add(t, e, err);
+        }
+    }
+    t->next_id = t->reserved = t->n && t->v[t->n - 1].id > reserve ? t->v[t->n - 1].id : reserve;
+    return st;
+}
+
+ts_status ts_members_restore(struct ts_members *m, const struct ts_members_view *v,
+                             const struct ts_members_clock *c, int64_t now_ms,
+                             struct ts_err *err)
+{
+    ts_status st;
+
+    pthread_mutex_lock(&m->mu);
+    if (m->shards.n || m->workers.n) {
+        pthread_mutex_unlock(&m->mu);
+        return ts_err_set(err, TS_ESTATE, "members: restore into a table in use");
+    }
+    if ((st = restore_table(&m->shards, v->shards, v->nshards, c->shard_ids, now_ms, err)) ||
+        (st = restore_table(&m->workers, v->workers, v->nworkers, c->worker_ids, now_ms, err))) {
+        m->shards.n = m->workers.n = 0;
+        m->shards.next_id = m->shards.reserved = m->workers.next_id = m->workers.reserved = 0;
+        for (struct table *t = &m->shards; t; t = t == &m->shards ? &m->workers : NULL)
+            if (t->index)
+                memset(t->index, 0, t->index_cap * sizeof(*t->index));
+    } else {
+        m->epoch = v->epoch > c->epoch ? v->epoch : c->epoch;
+        m->shard_failures = v->shard_failures;
+        new_epoch(m, "the master restarted with its state");
+    }
+    pthread_mutex_unlock(&m->mu);
+    return st;
 }

@@ -72,6 +72,16 @@ struct ts_member {
     uint32_t restarts;                        /* shards: see ts_members_set_restarts */
 };
 
+/* What must never go backwards across a master restart: the epoch, and the ids reserved for
+ * each kind (an id up to its reserve may have been handed out; a restarted master goes on
+ * after it). Ids are reserved TS_MEMBERS_ID_BLOCK at a time, so a registration rarely waits
+ * for the disk. */
+#define TS_MEMBERS_ID_BLOCK 256
+struct ts_members_clock {
+    uint64_t epoch;
+    uint32_t shard_ids, worker_ids;
+};
+
 struct ts_members_cfg {
     uint32_t default_lease_ms;                /* 0: 3000 */
     unsigned vnodes;                          /* 0: TS_RING_DEFAULT_VNODES */
@@ -81,6 +91,12 @@ struct ts_members_cfg {
      * Called without the members' lock. */
     bool (*quiet)(void *ctx);
     void *quiet_ctx;
+    /* Durability (services/master/state.h): called with the table's lock held whenever the
+     * epoch moves on or ids are reserved, before any reply can carry them; it must make *c
+     * durable. A failure refuses the registration that needed the ids (TS_EUNAVAIL) or, for
+     * an epoch, is logged. NULL: nothing is durable. */
+    ts_status (*durable)(void *ctx, const struct ts_members_clock *c, struct ts_err *err);
+    void *durable_ctx;
 };
 
 /* What a register or heartbeat grants. */
@@ -162,5 +178,16 @@ ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_membe
 void ts_members_view_free(struct ts_members_view *v);
 
 uint64_t ts_members_epoch(struct ts_members *m);
+
+/* A restarted master (services/master/state.h): the empty table takes the members of v
+ * (those its state file kept) and ids after c's reserves; every alive member's lease starts
+ * again at now_ms (which may be ahead, a grace; one that does not heartbeat within it is
+ * declared dead as usual),
+ * and the epoch moves on from the larger of v's and c's, so it never goes backwards.
+ * TS_ESTATE if the table is not empty; TS_EINVAL for a record that cannot be (ids not
+ * ascending, a field past its limit), with the table left empty. */
+ts_status ts_members_restore(struct ts_members *m, const struct ts_members_view *v,
+                             const struct ts_members_clock *c, int64_t now_ms,
+                             struct ts_err *err) TS_MUST_CHECK;
 
 #endif

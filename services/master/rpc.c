@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "master.h"
 #include "tessera/v1/master.pb-c.h"
@@ -131,7 +132,7 @@ static ts_status deregister(struct ts_rpc_call *call, const ProtobufCMessage *rq
     return TS_OK;
 }
 
-static Tessera__V1__ShardInfo **shard_infos(struct ts_rpc_call *call,
+Tessera__V1__ShardInfo **master_shard_infos(struct ts_rpc_call *call,
                                             const struct ts_members_view *v, int64_t now)
 {
     Tessera__V1__ShardInfo **out = ts_rpc_alloc(call, (v->nshards + 1) * sizeof(*out));
@@ -165,7 +166,7 @@ static Tessera__V1__ShardInfo **shard_infos(struct ts_rpc_call *call,
     return out;
 }
 
-static Tessera__V1__WorkerInfo **worker_infos(struct ts_rpc_call *call,
+Tessera__V1__WorkerInfo **master_worker_infos(struct ts_rpc_call *call,
                                               const struct ts_members_view *v, int64_t now)
 {
     Tessera__V1__WorkerInfo **out = ts_rpc_alloc(call, (v->nworkers + 1) * sizeof(*out));
@@ -192,6 +193,28 @@ static Tessera__V1__WorkerInfo **worker_infos(struct ts_rpc_call *call,
     return out;
 }
 
+Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job_info *v)
+{
+    Tessera__V1__JobInfo *j = ts_rpc_new(call, &tessera__v1__job_info__descriptor);
+
+    j->id = ts_rpc_strdup(call, v->id);
+    j->state = (Tessera__V1__JobState)v->state;
+    j->workers = v->workers;
+    j->alive = v->alive;
+    j->finished = v->finished;
+    j->released = v->released;
+    j->started_unix_ms = v->started_unix_ms;
+    j->ended_unix_ms = v->ended_unix_ms;
+    j->fingerprint = ts_rpc_strdup(call, v->fingerprint);
+    j->reason = ts_rpc_strdup(call, v->reason);
+    j->rollbacks = v->rollbacks;
+    j->rollback_step = v->rollback_step;
+    j->rolling_back = v->rolling_back;
+    j->lost = v->lost;
+    j->rollback_note = ts_rpc_strdup(call, v->rollback_note);
+    return j;
+}
+
 /* The job table as JobInfo messages in call's arena. */
 static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
                            Tessera__V1__ClusterStatusResponse *resp, struct ts_err *err)
@@ -203,25 +226,8 @@ static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
     if (st)
         return st;
     resp->jobs = ts_rpc_alloc(call, (n + 1) * sizeof(*resp->jobs));
-    for (size_t i = 0; i < n; i++) {
-        Tessera__V1__JobInfo *j = ts_rpc_new(call, &tessera__v1__job_info__descriptor);
-        j->id = ts_rpc_strdup(call, v[i].id);
-        j->state = (Tessera__V1__JobState)v[i].state;
-        j->workers = v[i].workers;
-        j->alive = v[i].alive;
-        j->finished = v[i].finished;
-        j->released = v[i].released;
-        j->started_unix_ms = v[i].started_unix_ms;
-        j->ended_unix_ms = v[i].ended_unix_ms;
-        j->fingerprint = ts_rpc_strdup(call, v[i].fingerprint);
-        j->reason = ts_rpc_strdup(call, v[i].reason);
-        j->rollbacks = v[i].rollbacks;
-        j->rollback_step = v[i].rollback_step;
-        j->rolling_back = v[i].rolling_back;
-        j->lost = v[i].lost;
-        j->rollback_note = ts_rpc_strdup(call, v[i].rollback_note);
-        resp->jobs[resp->n_jobs++] = j;
-    }
+    for (size_t i = 0; i < n; i++)
+        resp->jobs[resp->n_jobs++] = master_job_info(call, &v[i]);
     free(v);
     return TS_OK;
 }
@@ -243,7 +249,7 @@ static ts_status get_shard_map(struct ts_rpc_call *call, const ProtobufCMessage 
     resp->replicas = v.replicas;
     resp->digest = v.ring_digest;
     resp->n_shards = v.nshards;
-    resp->shards = shard_infos(call, &v, ts_now_ms());
+    resp->shards = master_shard_infos(call, &v, ts_now_ms());
     ts_members_view_free(&v);
     return TS_OK;
 }
@@ -261,9 +267,9 @@ static ts_status cluster_status(struct ts_rpc_call *call, const ProtobufCMessage
         return st;
     resp->epoch = v.epoch;
     resp->n_shards = v.nshards;
-    resp->shards = shard_infos(call, &v, now);
+    resp->shards = master_shard_infos(call, &v, now);
     resp->n_workers = v.nworkers;
-    resp->workers = worker_infos(call, &v, now);
+    resp->workers = master_worker_infos(call, &v, now);
     resp->version = TESSERA_VERSION;
     resp->uptime_ms = now - m->started_ms;
     resp->vnodes = v.vnodes;
@@ -271,6 +277,9 @@ static ts_status cluster_status(struct ts_rpc_call *call, const ProtobufCMessage
     resp->ring_digest = v.ring_digest;
     resp->default_lease_ms = v.default_lease_ms;
     resp->shard_failures = v.shard_failures;
+    resp->master_restarts = m->restarts;
+    resp->restored = m->restored;
+    resp->master_pid = (uint32_t)getpid();
     ts_members_view_free(&v);
     snapper_status(&m->snap, call, resp);
     return job_infos(call, m, resp, err);

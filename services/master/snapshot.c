@@ -503,6 +503,39 @@ static ts_status new_branch(struct snapper *sn, const char *stem, const uint8_t 
     return ts_err_set(err, TS_EEXIST, "store: branches %s-2..999 all exist; use --branch", stem);
 }
 
+/* The snapshot restore names becomes the tip (named: the branch it is the tip of, or ""). */
+static ts_status resolve_restore(struct snapper *sn, const char *restore,
+                                 char named[TS_STORE_REF_MAX + 1], struct ts_err *err)
+{
+    ts_status st;
+
+    named[0] = '\0';
+    if (!restore || !restore[0])
+        return TS_OK;
+    if ((st = ts_snap_resolve(sn->store, restore, sn->tip, named, err)))
+        return st;
+    sn->has_tip = true;
+    return TS_OK;
+}
+
+/* A restarted master goes on committing to the branch it had: the tip is the branch's value
+ * now (none if it has no snapshot yet), and HEAD points at it. */
+static ts_status continue_branch(struct snapper *sn, const char *resume, struct ts_err *err)
+{
+    struct ts_err e = { 0 };
+    ts_status st;
+
+    snprintf(sn->branch, sizeof(sn->branch), "%s", resume);
+    if (!ts_store_ref_valid(sn->branch))
+        return ts_err_set(err, TS_ECORRUPT, "the state's branch '%s' is not a valid name",
+                          resume);
+    st = ts_store_ref_get(sn->store, sn->branch, sn->tip, &e);
+    if (st && st != TS_ENOTFOUND)
+        return ts_err_set(err, st, "%s", e.msg);
+    sn->has_tip = st == TS_OK;
+    return ts_store_head_set(sn->store, sn->branch, err);
+}
+
 static ts_status settle_branch(struct snapper *sn, const char *restore, const char *branch,
                                struct ts_err *err)
 {
@@ -511,11 +544,8 @@ static ts_status settle_branch(struct snapper *sn, const char *restore, const ch
     struct ts_err e = { 0 };
     ts_status st;
 
-    if (restore && restore[0]) {
-        if ((st = ts_snap_resolve(sn->store, restore, sn->tip, named, err)))
-            return st;
-        sn->has_tip = true;
-    }
+    if ((st = resolve_restore(sn, restore, named, err)))
+        return st;
     if (branch && branch[0]) {
         snprintf(sn->branch, sizeof(sn->branch), "heads/%s", branch);
         if (!ts_store_ref_valid(sn->branch))
@@ -564,8 +594,11 @@ static ts_status settle_branch(struct snapper *sn, const char *restore, const ch
 
 ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct datamap *data,
                        struct jobs *jobs, const char *dir, const char *restore,
-                       const char *branch, uint32_t every, struct ts_err *err)
+                       const char *branch, const char *resume, uint32_t every,
+                       struct ts_err *err)
 {
+    char named[TS_STORE_REF_MAX + 1];
+    bool resuming = resume && resume[0];
     ts_status st;
 
     memset(sn, 0, sizeof(*sn));
@@ -579,7 +612,8 @@ ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct da
         return TS_OK;
     snprintf(sn->dir, sizeof(sn->dir), "%s", dir);
     if ((st = ts_store_open(dir, NULL, &sn->store, err)) ||
-        (st = settle_branch(sn, restore, branch, err))) {
+        (st = resuming ? resolve_restore(sn, restore, named, err)
+                       : settle_branch(sn, restore, branch, err))) {
         ts_err_prefix(err, "--store %s", dir);
         return st;
     }
@@ -602,8 +636,12 @@ ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct da
             note_job(sn, m->job->id, sn->last_hex, m->step);
         ts_manifest_free(m);
     }
+    if (resuming && (st = continue_branch(sn, resume, err))) {
+        ts_err_prefix(err, "--store %s", dir);
+        return st;
+    }
     ts_log(TS_INFO, "master", "snapshots: store %s, branch %s%s", dir, sn->branch,
-           sn->has_tip ? " (restored)" : "");
+           resuming ? " (continued after a restart)" : sn->has_tip ? " (restored)" : "");
     if (every && pthread_create(&sn->thread, NULL, auto_loop, sn) == 0)
         sn->thread_started = true;
     return TS_OK;
@@ -678,5 +716,46 @@ void snapper_status(struct snapper *sn, struct ts_rpc_call *call,
         r->created_unix_ms = sn->last_unix_ms;
         resp->last_snapshot = r;
     }
+    pthread_mutex_unlock(&sn->stat_mu);
+}
+
+const char *snapper_branch(struct snapper *sn, struct ts_rpc_call *call)
+{
+    const char *b;
+
+    pthread_mutex_lock(&sn->stat_mu);
+    b = ts_rpc_strdup(call, sn->store ? sn->branch : "");
+    pthread_mutex_unlock(&sn->stat_mu);
+    return b;
+}
+
+Tessera__V1__JobSnapshot **snapper_job_snapshots(struct snapper *sn, struct ts_rpc_call *call,
+                                                 size_t *n)
+{
+    Tessera__V1__JobSnapshot **out;
+
+    pthread_mutex_lock(&sn->stat_mu);
+    out = ts_rpc_alloc(call, (sn->njobs + 1) * sizeof(*out));
+    *n = 0;
+    for (size_t i = 0; i < sn->njobs; i++) {
+        Tessera__V1__JobSnapshot *j;
+        if (!sn->jobs[i].hex[0])
+            continue;
+        j = ts_rpc_new(call, &tessera__v1__job_snapshot__descriptor);
+        j->job = ts_rpc_strdup(call, sn->jobs[i].id);
+        j->id = ts_rpc_strdup(call, sn->jobs[i].hex);
+        j->step = sn->jobs[i].step;
+        out[(*n)++] = j;
+    }
+    pthread_mutex_unlock(&sn->stat_mu);
+    return out;
+}
+
+void snapper_restore_jobs(struct snapper *sn, Tessera__V1__JobSnapshot *const *v, size_t n)
+{
+    pthread_mutex_lock(&sn->stat_mu);
+    for (size_t i = 0; i < n; i++)
+        if (strlen(v[i]->job) <= TS_JOB_ID_MAX && strlen(v[i]->id) == TS_STORE_HEX_LEN)
+            note_job(sn, v[i]->job, v[i]->id, v[i]->step);
     pthread_mutex_unlock(&sn->stat_mu);
 }

@@ -25,6 +25,7 @@
 #include "rpc/rpc.h"
 #include "snapshot/snapshot.h"
 #include "tessera/v1/master.pb-c.h"
+#include "tessera/v1/state.pb-c.h"
 #include "util/names.h"
 
 #define SNAP_MAX_SHARDS 256
@@ -69,10 +70,19 @@ struct snapper {
  * fresh run on a store whose HEAD branch already has snapshots ("run-<time>"); HEAD is moved
  * to it. every > 0 starts the automatic loop, which snapshots every running job that keeps
  * its parameters on the shards (bsp, ssp, asp; not reduce) at the multiples of every, one
- * job after another (jobs, borrowed, says which jobs run). */
+ * job after another (jobs, borrowed, says which jobs run). resume (a restarted master's, from
+ * its state; NULL or "": none) is the branch to go on committing to, whatever branch and
+ * restore say (restore still gives the data map of the restored snapshot). */
 ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct datamap *data,
                        struct jobs *jobs, const char *dir, const char *restore,
-                       const char *branch, uint32_t every, struct ts_err *err) TS_MUST_CHECK;
+                       const char *branch, const char *resume, uint32_t every,
+                       struct ts_err *err) TS_MUST_CHECK;
+/* For the master's state file (state.h): the branch ("" without a store) and each job's
+ * newest snapshot, in call's arena; and back, on a restart. */
+const char *snapper_branch(struct snapper *sn, struct ts_rpc_call *call);
+Tessera__V1__JobSnapshot **snapper_job_snapshots(struct snapper *sn, struct ts_rpc_call *call,
+                                                 size_t *n);
+void snapper_restore_jobs(struct snapper *sn, Tessera__V1__JobSnapshot *const *v, size_t n);
 /* Ends the automatic loop and cancels a snapshot in progress (it fails; nothing is lost). */
 void snapper_stop(struct snapper *sn);
 void snapper_close(struct snapper *sn);

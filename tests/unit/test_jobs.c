@@ -209,12 +209,58 @@ static void limits_and_fields(void **state)
     jobs_free(j);
 }
 
+/* A restarted master's table: the records of the old one give the same listing; the workers
+ * keep their seats (one that finishes afterwards ends the job with its fingerprint); a
+ * rollback that was running is handed back to be run again; a record that cannot be (a
+ * worker in two jobs) is refused with the table left empty. */
+static void restored_from_records(void **state)
+{
+    struct jobs *j = mk(0, 0, 0), *r = mk(0, 0, 0), *bad = mk(0, 0, 0);
+    char rerun[4][TS_JOB_ID_MAX + 1];
+    struct job_record *rec;
+    struct ts_err e = { 0 };
+    uint32_t gen;
+    size_t n, nrerun;
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "a", 1, 0, 2, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 2, false, 0, NULL), TS_OK);
+    jobs_leave(j, 1, false, "", "", 5);
+    assert_int_equal(jobs_join(j, "b", 3, 0, 1, true, 0, NULL), TS_OK);
+    assert_int_equal(jobs_rollback_begin(j, "b", 0, &gen, NULL), TS_OK);
+    assert_int_equal(jobs_export(j, &rec, &n, NULL), TS_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(jobs_restore(r, rec, n, 100, rerun, 4, &nrerun, NULL), TS_OK);
+    assert_int_equal(nrerun, 1);
+    assert_string_equal(rerun[0], "b");
+    assert_false(info(r, "b").rolling_back);
+    assert_true(info(r, "b").keep);
+    assert_int_equal(info(r, "a").alive, 1);
+    assert_int_equal(info(r, "a").finished, 1);
+    assert_int_equal(jobs_restore(r, rec, n, 100, rerun, 4, &nrerun, &e), TS_ESTATE);
+    jobs_leave(r, 2, false, "ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12",
+               "", 200);
+    assert_int_equal(info(r, "a").state, JOB_FINISHED);
+    assert_string_equal(info(r, "a").fingerprint,
+                        "ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12");
+    rec[1].seats[0].worker = 2;   /* job b's worker is job a's too */
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(jobs_restore(bad, rec, n, 100, rerun, 4, &nrerun, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "worker 2 is in job"));
+    assert_int_equal(jobs_resident(bad), 0);
+    jobs_records_free(rec, n);
+    jobs_free(j);
+    jobs_free(r);
+    jobs_free(bad);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(finished_then_released), cmocka_unit_test(failed_and_abandoned),
         cmocka_unit_test(idle_until_timeout),     cmocka_unit_test(idle_expires),
         cmocka_unit_test(limits_and_fields),      cmocka_unit_test(rollbacks_once_per_loss),
+        cmocka_unit_test(restored_from_records),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

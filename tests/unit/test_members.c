@@ -372,6 +372,93 @@ static void joining_shard_goes_on_the_ring_once_moves_are_done(void **state)
     ts_members_free(m);
 }
 
+/* What a durable hook was last told, and whether it fails. */
+struct durable_log {
+    struct ts_members_clock last;
+    int calls;
+    bool fail;
+};
+
+static ts_status note_durable(void *ctx, const struct ts_members_clock *c, struct ts_err *err)
+{
+    struct durable_log *d = ctx;
+
+    if (d->fail)
+        return ts_err_set(err, TS_EIO, "disk full");
+    d->last = *c;
+    d->calls++;
+    return TS_OK;
+}
+
+/* The epoch and the ids are made durable before anyone is told them; a table restored from a
+ * view and a clock goes on after both, never reusing an id or an epoch; restored members get a
+ * fresh lease from the restore's time; a bad view is refused with the table left empty. */
+static void restore_goes_on_after_the_durable_clock(void **state)
+{
+    struct durable_log d = { 0 };
+    struct ts_members_cfg cfg = { .default_lease_ms = 1000, .durable = note_durable,
+                                  .durable_ctx = &d };
+    struct ts_members *m, *r;
+    struct ts_members_view v;
+    struct ts_member_grant g;
+    struct ts_err e = { 0 };
+    uint32_t a, w;
+
+    (void)state;
+    assert_int_equal(ts_members_create(&cfg, &m, NULL), TS_OK);
+    a = add_shard(m, "h:1", "a", 0);
+    assert_int_equal(d.last.epoch, ts_members_epoch(m));
+    assert_int_equal(d.last.shard_ids, TS_MEMBERS_ID_BLOCK);   /* reserved before id 1 */
+    assert_int_equal(ts_members_register_worker(m, "h", 7, "", "", "w1", 0, 0, &g, NULL), TS_OK);
+    w = g.id;
+    assert_int_equal(d.last.worker_ids, TS_MEMBERS_ID_BLOCK);
+    /* A reservation that cannot be made durable refuses the registration, nothing changed. */
+    d.fail = true;
+    struct ts_members *f;
+    assert_int_equal(ts_members_create(&cfg, &f, NULL), TS_OK);
+    assert_int_equal(ts_members_register_worker(f, "h", 8, "", "", "w9", 0, 0, &g, &e),
+                     TS_EUNAVAIL);
+    assert_non_null(strstr(e.msg, "disk full"));
+    assert_int_equal(ts_members_view(f, false, &v, NULL), TS_OK);
+    assert_int_equal(v.nworkers, 0);
+    ts_members_view_free(&v);
+    ts_members_free(f);
+    d.fail = false;
+
+    /* A restart: the view as the state file kept it, the clock as the hook last saw it. */
+    assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+    struct ts_members_clock c = d.last;
+    assert_int_equal(ts_members_create(&cfg, &r, NULL), TS_OK);
+    assert_int_equal(ts_members_restore(r, &v, &c, 5000, NULL), TS_OK);
+    assert_int_equal(ts_members_restore(r, &v, &c, 5000, &e), TS_ESTATE);   /* not twice */
+    assert_true(ts_members_epoch(r) > c.epoch);
+    assert_int_equal(d.last.epoch, ts_members_epoch(r));
+    /* The same members, alive, heartbeating under their ids; new ids come after the reserve. */
+    assert_int_equal(ts_members_heartbeat(r, TS_MEMBER_SHARD, a, c.epoch, 0, 5100, &g, NULL),
+                     TS_OK);
+    assert_true(g.map_changed);
+    assert_int_equal(ts_members_heartbeat(r, TS_MEMBER_WORKER, w, 0, 0, 5100, &g, NULL), TS_OK);
+    assert_int_equal(add_shard(r, "h:2", "b", 5200), TS_MEMBERS_ID_BLOCK + 1);
+    assert_int_equal(ts_members_register_worker(r, "h", 9, "", "", "w2", 0, 5200, &g, NULL),
+                     TS_OK);
+    assert_int_equal(g.id, TS_MEMBERS_ID_BLOCK + 1);
+    /* Leases run from the restore's time on: a and w beat at 5100, b and w2 came at 5200. */
+    assert_int_equal(ts_members_expire(r, 6000, NULL, NULL), 0);
+    assert_int_equal(ts_members_expire(r, 6150, NULL, NULL), 2);
+    ts_members_free(r);
+
+    /* Ids not ascending: refused, the table empty. */
+    v.shards[0].id = 0;
+    assert_int_equal(ts_members_create(&cfg, &r, NULL), TS_OK);
+    assert_int_equal(ts_members_restore(r, &v, &c, 0, &e), TS_EINVAL);
+    ts_members_view_free(&v);
+    assert_int_equal(ts_members_view(r, false, &v, NULL), TS_OK);
+    assert_int_equal(v.nshards + v.nworkers, 0);
+    ts_members_view_free(&v);
+    ts_members_free(r);
+    ts_members_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +472,7 @@ int main(void)
         cmocka_unit_test(many_workers_keep_their_ids),
         cmocka_unit_test(create_validates_lease),
         cmocka_unit_test(departed_workers_are_forgotten),
+        cmocka_unit_test(restore_goes_on_after_the_durable_clock),
     };
     ts_log_set_level(TS_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,495 @@
+/* state.c - see state.h. */
+#include "state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "master.h"
+#include "tessera/v1/state.pb-c.h"
+#include "util/log.h"
+#include "util/proc.h"
+
+#define STATE_FORMAT 1
+
+/* Replaces dir/name with the n bytes at p: a temporary file, fsync, rename, fsync of dir. */
+static ts_status replace_file(const char *dir, const char *name, const void *p, size_t n,
+                              struct ts_err *err)
+{
+    char path[4096], tmp[4200];
+    ssize_t w = 0;
+    int fd, dfd, e = 0;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+        return ts_err_set(err, TS_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    for (size_t off = 0; off < n && w >= 0; off += (size_t)w)
+        if ((w = write(fd, (const char *)p + off, n - off)) < 0 && errno == EINTR)
+            w = 0;
+    if (w < 0 || fsync(fd) < 0)
+        e = errno;
+    if (close(fd) < 0 && !e)
+        e = errno;
+    if (!e && rename(tmp, path) < 0)
+        e = errno;
+    if (e) {
+        unlink(tmp);
+        return ts_err_set(err, TS_EIO, "cannot write %s: %s", path, strerror(e));
+    }
+    if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 || fsync(dfd) < 0)
+        e = errno;
+    if (dfd >= 0)
+        close(dfd);
+    return e ? ts_err_set(err, TS_EIO, "cannot sync %s: %s", dir, strerror(e)) : TS_OK;
+}
+
+/* dir/name's bytes into *out (malloc'd, *n); *out NULL when there is no such file. */
+static ts_status read_file(const char *dir, const char *name, uint8_t **out, size_t *n,
+                           struct ts_err *err)
+{
+    char path[4096];
+    struct stat st;
+    ssize_t r = 0;
+    int fd;
+
+    *out = NULL;
+    *n = 0;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return errno == ENOENT ? TS_OK
+                               : ts_err_set(err, TS_EIO, "cannot read %s: %s", path,
+                                            strerror(errno));
+    if (fstat(fd, &st) < 0 || !(*out = malloc((size_t)st.st_size + 1))) {
+        close(fd);
+        return ts_err_set(err, TS_EIO, "cannot read %s: %s", path, strerror(errno));
+    }
+    for (*n = 0; *n < (size_t)st.st_size; *n += (size_t)r)
+        if ((r = read(fd, *out + *n, (size_t)st.st_size - *n)) <= 0 && errno != EINTR)
+            break;
+    close(fd);
+    if (*n != (size_t)st.st_size) {
+        free(*out);
+        *out = NULL;
+        return ts_err_set(err, TS_EIO, "cannot read %s: short read", path);
+    }
+    return TS_OK;
+}
+
+/* Reads and parses the clock and state files into s->saved_clock and s->saved. */
+static ts_status read_saved(struct master_state *s, struct ts_err *err)
+{
+    uint8_t *cb = NULL, *sb = NULL;
+    size_t cn, sn;
+    ts_status st;
+
+    if (!(st = read_file(s->dir, "clock", &cb, &cn, err)) &&
+        !(st = read_file(s->dir, "state", &sb, &sn, err))) {
+        if (cb && !(s->saved_clock = tessera__v1__master_clock__unpack(NULL, cn, cb)))
+            st = ts_err_set(err, TS_ECORRUPT, "%s/clock does not parse", s->dir);
+        else if (sb && !(s->saved = tessera__v1__master_state__unpack(NULL, sn, sb)))
+            st = ts_err_set(err, TS_ECORRUPT, "%s/state does not parse", s->dir);
+        else if (s->saved && s->saved->format != STATE_FORMAT)
+            st = ts_err_set(err, TS_ECORRUPT, "%s/state: format %u, this master reads %d",
+                            s->dir, s->saved->format, STATE_FORMAT);
+    }
+    free(cb);
+    free(sb);
+    return st;
+}
+
+const char *master_state_branch(const struct master_state *s)
+{
+    return s->saved && s->saved->branch[0] ? s->saved->branch : NULL;
+}
+
+ts_status master_state_open(struct master_state *s, const char *dir, struct ts_err *err)
+{
+    char path[4096];
+
+    memset(s, 0, sizeof(*s));
+    s->lock_fd = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (!dir)
+        return TS_OK;
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return ts_err_set(err, TS_EIO, "--state-dir %s: %s", dir, strerror(errno));
+    snprintf(path, sizeof(path), "%s/lock", dir);
+    if ((s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
+        return ts_err_set(err, TS_EIO, "--state-dir %s: %s", path, strerror(errno));
+    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0)
+        return ts_err_set(err, errno == EWOULDBLOCK ? TS_EEXIST : TS_EIO, "--state-dir %s: %s",
+                          dir, errno == EWOULDBLOCK ? "another master uses it; stop it first, "
+                          "or give this one another directory" : strerror(errno));
+    s->dir = strdup(dir);
+    return read_saved(s, err);
+}
+
+ts_status master_state_durable(void *ctx, const struct ts_members_clock *c, struct ts_err *err)
+{
+    struct master_state *s = ctx;
+    Tessera__V1__MasterClock mc = TESSERA__V1__MASTER_CLOCK__INIT;
+    uint8_t buf[64];
+
+    if (!s->dir)
+        return TS_OK;
+    mc.epoch = c->epoch;
+    mc.shard_ids = c->shard_ids;
+    mc.worker_ids = c->worker_ids;
+    return replace_file(s->dir, "clock", buf, tessera__v1__master_clock__pack(&mc, buf), err);
+}
+
+/* ---- members, from the state file and back ---- */
+
+static void shard_of(const Tessera__V1__ShardInfo *i, struct ts_member *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->id = i->id;
+    e->kind = TS_MEMBER_SHARD;
+    e->state = (enum ts_member_state)i->state;
+    snprintf(e->addr, sizeof(e->addr), "%s", i->addr);
+    snprintf(e->instance, sizeof(e->instance), "%s", i->instance);
+    e->lease_ms = i->lease_ms;
+    e->registered_epoch = i->registered_epoch;
+    snprintf(e->death, sizeof(e->death), "%s", i->death);
+    e->joining = i->joining;
+    e->restarts = i->restarts;
+    for (size_t k = 0; k < i->n_data_planes && k < TS_MEMBERS_MAX_ENDPOINTS; k++) {
+        struct ts_endpoint *d = &e->endpoints[e->nendpoints++];
+        snprintf(d->transport, sizeof(d->transport), "%s", i->data_planes[k]->transport);
+        d->len = i->data_planes[k]->address.len < sizeof(d->addr)
+                     ? i->data_planes[k]->address.len : sizeof(d->addr);
+        memcpy(d->addr, i->data_planes[k]->address.data, d->len);
+    }
+}
+
+static void worker_of(const Tessera__V1__WorkerInfo *i, struct ts_member *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->id = i->id;
+    e->kind = TS_MEMBER_WORKER;
+    e->state = (enum ts_member_state)i->state;
+    snprintf(e->addr, sizeof(e->addr), "%s", i->host);
+    snprintf(e->instance, sizeof(e->instance), "%s", i->instance);
+    e->pid = i->pid;
+    e->lease_ms = i->lease_ms;
+    snprintf(e->role, sizeof(e->role), "%s", i->role);
+    snprintf(e->service, sizeof(e->service), "%s", i->addr);
+}
+
+static ts_status check_member(uint32_t state, uint32_t lease_ms, const char *what, uint32_t id,
+                              struct ts_err *err)
+{
+    if (state < TS_MEMBER_ALIVE || state > TS_MEMBER_LEFT ||
+        lease_ms < TS_MEMBERS_MIN_LEASE_MS || lease_ms > TS_MEMBERS_MAX_LEASE_MS)
+        return ts_err_set(err, TS_ECORRUPT, "%s %u: state %u, lease %u ms", what, id, state,
+                          lease_ms);
+    return TS_OK;
+}
+
+static ts_status restore_members(struct master *m, const Tessera__V1__MasterState *ms,
+                                 const Tessera__V1__MasterClock *clock, struct ts_err *err)
+{
+    struct ts_members_view v = { .epoch = ms->clock ? ms->clock->epoch : 0,
+                                 .shard_failures = ms->shard_failures };
+    struct ts_members_clock c = { 0 };
+    ts_status st = TS_OK;
+
+    if (!(v.shards = calloc(ms->n_shards + 1, sizeof(*v.shards))) ||
+        !(v.workers = calloc(ms->n_workers + 1, sizeof(*v.workers)))) {
+        ts_members_view_free(&v);
+        return ts_err_set(err, TS_ENOMEM, "state: out of memory");
+    }
+    for (size_t i = 0; !st && i < ms->n_shards; i++) {
+        shard_of(ms->shards[i], &v.shards[v.nshards++]);
+        st = check_member(ms->shards[i]->state, ms->shards[i]->lease_ms, "shard",
+                          ms->shards[i]->id, err);
+    }
+    for (size_t i = 0; !st && i < ms->n_workers; i++) {
+        worker_of(ms->workers[i], &v.workers[v.nworkers++]);
+        st = check_member(ms->workers[i]->state, ms->workers[i]->lease_ms, "worker",
+                          ms->workers[i]->id, err);
+    }
+    /* The clock file is written first and may be ahead of the state file. */
+    if (ms->clock)
+        c = (struct ts_members_clock){ ms->clock->epoch, ms->clock->shard_ids,
+                                       ms->clock->worker_ids };
+    if (clock) {
+        c.epoch = clock->epoch > c.epoch ? clock->epoch : c.epoch;
+        c.shard_ids = clock->shard_ids > c.shard_ids ? clock->shard_ids : c.shard_ids;
+        c.worker_ids = clock->worker_ids > c.worker_ids ? clock->worker_ids : c.worker_ids;
+    }
+    if (!st)
+        st = ts_members_restore(m->members, &v, &c, ts_now_ms() + STATE_RESTART_GRACE_MS, err);
+    ts_members_view_free(&v);
+    return st;
+}
+
+/* ---- jobs and data maps ---- */
+
+static ts_status restore_jobs(struct master_state *s, struct master *m,
+                              const Tessera__V1__MasterState *ms, struct ts_err *err)
+{
+    struct job_record *r = calloc(ms->n_jobs + 1, sizeof(*r));
+    ts_status st = r ? TS_OK : ts_err_set(err, TS_ENOMEM, "state: out of memory");
+
+    for (size_t i = 0; !st && i < ms->n_jobs; i++) {
+        const Tessera__V1__JobRecord *jr = ms->jobs[i];
+        const Tessera__V1__JobInfo *in = jr->info;
+        struct job_info *o = &r[i].info;
+        if (!in || strlen(in->id) > TS_JOB_ID_MAX) {
+            st = ts_err_set(err, TS_ECORRUPT, "jobs[%zu]: no info, or a bad id", i);
+            break;
+        }
+        snprintf(o->id, sizeof(o->id), "%s", in->id);
+        o->state = (enum job_state)in->state;
+        o->workers = in->workers;
+        o->alive = in->alive;
+        o->finished = in->finished;
+        o->keep = jr->keep;
+        o->released = in->released;
+        o->started_unix_ms = in->started_unix_ms;
+        o->ended_unix_ms = in->ended_unix_ms;
+        snprintf(o->fingerprint, sizeof(o->fingerprint), "%s", in->fingerprint);
+        snprintf(o->reason, sizeof(o->reason), "%s", in->reason);
+        o->rollbacks = in->rollbacks;
+        o->rollback_step = in->rollback_step;
+        o->rolling_back = in->rolling_back;
+        o->lost = in->lost;
+        snprintf(o->rollback_note, sizeof(o->rollback_note), "%s", in->rollback_note);
+        r[i].failed = jr->failed;
+        r[i].died = jr->died;
+        if (jr->n_seats && !(r[i].seats = calloc(jr->n_seats, sizeof(*r[i].seats)))) {
+            st = ts_err_set(err, TS_ENOMEM, "state: out of memory");
+            break;
+        }
+        for (size_t k = 0; k < jr->n_seats; k++)
+            r[i].seats[r[i].nseats++] = (struct job_seat){
+                jr->seats[k]->worker, jr->seats[k]->rank,
+                (enum job_seat_state)(jr->seats[k]->state > SEAT_DEAD ? SEAT_DEAD
+                                                                       : jr->seats[k]->state) };
+    }
+    if (!st)
+        st = jobs_restore(m->jobs, r, ms->n_jobs, ts_now_ms(), s->rerun, STATE_MAX_RERUN,
+                          &s->nrerun, err);
+    jobs_records_free(r, ms->n_jobs);
+    for (size_t i = 0; !st && i < ms->n_data; i++) {
+        char source[96];
+        st = datamap_check(&m->data, ms->data[i], true, source, sizeof(source), err);
+    }
+    return st;
+}
+
+/* m's state as a message in call's arena. */
+static Tessera__V1__MasterState *build(struct master *m, struct ts_rpc_call *call,
+                                       struct ts_err *err)
+{
+    Tessera__V1__MasterState *ms = ts_rpc_new(call, &tessera__v1__master_state__descriptor);
+    Tessera__V1__MasterClock *clock = ts_rpc_new(call, &tessera__v1__master_clock__descriptor);
+    struct ts_members_view v;
+    struct job_record *r;
+    size_t n;
+
+    if (ts_members_view(m->members, false, &v, err))
+        return NULL;
+    if (jobs_export(m->jobs, &r, &n, err)) {
+        ts_members_view_free(&v);
+        return NULL;
+    }
+    ms->format = STATE_FORMAT;
+    clock->epoch = v.epoch;
+    ms->clock = clock;
+    ms->vnodes = v.vnodes;
+    ms->replicas = v.replicas;
+    ms->shard_failures = v.shard_failures;
+    ms->shards = master_shard_infos(call, &v, 0);
+    ms->n_shards = v.nshards;
+    ms->workers = master_worker_infos(call, &v, 0);
+    ms->n_workers = v.nworkers;
+    for (size_t i = 0; i < v.nshards; i++)   /* only what a heartbeat does not change */
+        ms->shards[i]->last_heartbeat_ms_ago = 0;
+    for (size_t i = 0; i < v.nworkers; i++) {
+        Tessera__V1__WorkerInfo *w = ms->workers[i];
+        w->last_heartbeat_ms_ago = 0;
+        w->clock = w->staleness_last = w->staleness_max = w->steps_skipped = 0;
+        w->loss_scale = 0;
+    }
+    ms->jobs = ts_rpc_alloc(call, (n + 1) * sizeof(*ms->jobs));
+    for (size_t i = 0; i < n; i++) {
+        Tessera__V1__JobRecord *jr = ts_rpc_new(call, &tessera__v1__job_record__descriptor);
+        jr->info = master_job_info(call, &r[i].info);
+        jr->keep = r[i].info.keep;
+        jr->failed = r[i].failed;
+        jr->died = r[i].died;
+        jr->seats = ts_rpc_alloc(call, (r[i].nseats + 1) * sizeof(*jr->seats));
+        for (size_t k = 0; k < r[i].nseats; k++) {
+            Tessera__V1__JobSeat *s = ts_rpc_new(call, &tessera__v1__job_seat__descriptor);
+            s->worker = r[i].seats[k].worker;
+            s->rank = r[i].seats[k].rank;
+            s->state = r[i].seats[k].state;
+            jr->seats[jr->n_seats++] = s;
+        }
+        ms->jobs[ms->n_jobs++] = jr;
+    }
+    ms->data = datamap_requests(&m->data, call, &ms->n_data);
+    ms->branch = (char *)snapper_branch(&m->snap, call);
+    ms->snapshots = snapper_job_snapshots(&m->snap, call, &ms->n_snapshots);
+    jobs_records_free(r, n);
+    ts_members_view_free(&v);
+    return ms;
+}
+
+ts_status master_state_load(struct master_state *s, struct master *m, bool *restored,
+                            struct ts_err *err)
+{
+    Tessera__V1__MasterState none = TESSERA__V1__MASTER_STATE__INIT;
+    const Tessera__V1__MasterState *use = s->saved ? s->saved : &none;
+    struct ts_members_view v;
+    ts_status st = TS_OK;
+
+    *restored = false;
+    if (!s->saved && !s->saved_clock)
+        return TS_OK;   /* a first start */
+    if (s->saved && !(st = ts_members_view(m->members, true, &v, err))) {
+        ts_members_view_free(&v);
+        if (use->vnodes != v.vnodes || use->replicas != v.replicas)
+            st = ts_err_set(err, TS_EINVAL, "--vnodes %u --replicas %u, but the cluster in %s "
+                            "runs with --vnodes %u --replicas %u: start the master with those",
+                            v.vnodes, v.replicas, s->dir, use->vnodes, use->replicas);
+    }
+    if (!st && !(st = restore_members(m, use, s->saved_clock, err)) &&
+        !(st = restore_jobs(s, m, use, err))) {
+        snapper_restore_jobs(&m->snap, use->snapshots, use->n_snapshots);
+        *restored = true;
+        ts_log(TS_WARN, "master", "restarted with the state in %s: %zu shards, %zu workers, "
+               "%zu jobs; epoch %" PRIu64, s->dir, use->n_shards, use->n_workers, use->n_jobs,
+               ts_members_epoch(m->members));
+    }
+    if (st)
+        ts_err_prefix(err, "restoring the master's state from %s", s->dir);
+    tessera__v1__master_clock__free_unpacked(s->saved_clock, NULL);
+    tessera__v1__master_state__free_unpacked(s->saved, NULL);
+    s->saved_clock = NULL;
+    s->saved = NULL;
+    return st;
+}
+
+/* Writes the state file if m's state differs from what was last written. */
+static void save(struct master_state *s, struct master *m)
+{
+    struct ts_rpc_call *call = ts_rpc_scratch_new();
+    Tessera__V1__MasterState *ms;
+    struct ts_err err = { 0 };
+    uint8_t *buf = NULL;
+    size_t n;
+
+    if (!call || !(ms = build(m, call, &err))) {
+        ts_log(TS_ERROR, "master", "state: %s", call ? err.msg : "out of memory");
+        ts_rpc_scratch_free(call);
+        return;
+    }
+    n = tessera__v1__master_state__get_packed_size(ms);
+    if ((buf = malloc(n + 1))) {
+        tessera__v1__master_state__pack(ms, buf);
+        if (n == s->last_len && !memcmp(buf, s->last, n)) {
+            free(buf);
+            buf = NULL;
+        } else if (replace_file(s->dir, "state", buf, n, &err)) {
+            ts_log(TS_ERROR, "master", "state: %s (tried again in %d ms)", err.msg,
+                   STATE_PERIOD_MS);
+            free(buf);
+            buf = NULL;
+        } else {
+            free(s->last);
+            s->last = buf;
+            s->last_len = n;
+            s->saves++;
+        }
+    }
+    ts_rpc_scratch_free(call);
+}
+
+static void *saver_main(void *arg)
+{
+    struct master_state *s = arg;
+    bool stop;
+
+    do {
+        struct timespec ts;
+        save(s, s->m);
+        pthread_mutex_lock(&s->mu);
+        ts_abstime_ms(&ts, STATE_PERIOD_MS);
+        if (!s->stop)
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        stop = s->stop;
+        pthread_mutex_unlock(&s->mu);
+    } while (!stop);
+    save(s, s->m);   /* the last word before a clean exit */
+    return NULL;
+}
+
+void master_state_start(struct master_state *s, struct master *m)
+{
+    for (size_t i = 0; i < s->nrerun; i++) {
+        struct job_info *v;
+        char action[512];
+        struct ts_err err = { 0 };
+        size_t n;
+        uint32_t seen = 0;
+
+        if (jobs_list(m->jobs, &v, &n, &err) == TS_OK) {
+            for (size_t k = 0; k < n; k++)
+                if (!strcmp(v[k].id, s->rerun[i]))
+                    seen = v[k].rollbacks;
+            free(v);
+        }
+        if (rollback_request(m, s->rerun[i], 0, seen, action, sizeof(action), &err))
+            ts_log(TS_ERROR, "master", "job %s: the rollback the master was running when it "
+                   "stopped: %s", s->rerun[i], err.msg);
+        else
+            ts_log(TS_WARN, "master", "job %s: the rollback the master was running when it "
+                   "stopped, again: %s", s->rerun[i], action);
+    }
+    s->nrerun = 0;
+    if (!s->dir)
+        return;
+    s->m = m;
+    s->saving = pthread_create(&s->saver, NULL, saver_main, s) == 0;
+}
+
+void master_state_stop(struct master_state *s)
+{
+    if (!s->saving)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->saver, NULL);
+    s->saving = false;
+}
+
+void master_state_close(struct master_state *s)
+{
+    master_state_stop(s);
+    tessera__v1__master_clock__free_unpacked(s->saved_clock, NULL);
+    tessera__v1__master_state__free_unpacked(s->saved, NULL);
+    s->saved_clock = NULL;
+    s->saved = NULL;
+    if (s->lock_fd >= 0)
+        close(s->lock_fd);
+    free(s->dir);
+    free(s->last);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    s->dir = NULL;
+    s->last = NULL;
+    s->lock_fd = -1;
+}

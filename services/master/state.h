@@ -1,0 +1,85 @@
+/* state.h - the master's durable state: what a master killed at any instruction takes back
+ * when it starts again (docs/membership.md, "A master that restarts").
+ *
+ * Two files in the state directory (tessera-master --state-dir), each replaced whole and
+ * atomically (written to a temporary file, fsync'd, renamed over the old one, the directory
+ * fsync'd), so a kill leaves the old file or the new one, never a mix:
+ *   clock  the epoch and the ids reserved (MasterClock), written by the members' table under
+ *          its lock (ts_members_cfg.durable) before any reply can carry a new epoch or id:
+ *          neither goes back across a restart;
+ *   state  members, jobs and the jobs' data maps (MasterState), written by a thread of its
+ *          own whenever they differ from what it last wrote, checked every STATE_PERIOD_MS.
+ * What the state file may lack after a kill (changes of the last period) mends itself: a
+ * member the restarted master does not know gets NOT_FOUND at its heartbeat and registers
+ * again (its RegisterWorker names its job and rank again); one it believes alive that died
+ * meanwhile is declared dead when its fresh lease runs out. A lock (flock) on the directory
+ * keeps a second master off it.
+ * Ownership: struct master_state is embedded in struct master (master.h); dir is copied.
+ * Threads: master_state_durable from any thread (the members' lock serialises it); the
+ * saver is one thread of its own. */
+#ifndef TS_MASTER_STATE_H
+#define TS_MASTER_STATE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "members.h"
+#include "util/err.h"
+#include "util/names.h"
+
+#define STATE_PERIOD_MS 100
+/* A restarted master gives every member it knows this long, beyond its lease, to reach it:
+ * a client's channel reconnects with backoff, and on a loaded host (workers training) the
+ * first heartbeats after a restart were seen to take 3 s. */
+#define STATE_RESTART_GRACE_MS 10000
+#define STATE_MAX_RERUN 16
+
+struct master;
+
+struct master_state {
+    char *dir;                  /* NULL: nothing is kept (no --state-dir) */
+    int lock_fd;
+    pthread_t saver;
+    bool saving;
+    pthread_mutex_t mu;         /* stop, cv */
+    pthread_cond_t cv;
+    bool stop;
+    void *last;                 /* the state file's bytes as last written */
+    size_t last_len;
+    uint64_t saves;             /* state files written */
+    /* What master_state_open read (NULL: no such file), until master_state_load. */
+    struct Tessera__V1__MasterState *saved;
+    struct Tessera__V1__MasterClock *saved_clock;
+    struct master *m;           /* what the saver writes (master_state_start) */
+    /* Rollbacks that were running when the master stopped (master_state_load), requested
+     * again by master_state_start. */
+    char rerun[STATE_MAX_RERUN][TS_JOB_ID_MAX + 1];
+    size_t nrerun;
+};
+
+/* Opens (creating) dir, locks it and reads what it holds; dir NULL: a master without durable
+ * state. TS_EEXIST if another master holds it; TS_ECORRUPT for a file that does not parse;
+ * TS_EIO naming the path otherwise. */
+ts_status master_state_open(struct master_state *s, const char *dir,
+                            struct ts_err *err) TS_MUST_CHECK;
+/* The snapshot branch the state names (for snapper_open's resume), or NULL. */
+const char *master_state_branch(const struct master_state *s);
+/* Loads what dir held into m's empty members, jobs, data maps and the snapper's record of
+ * each job's newest snapshot; *restored says whether there was a state (a first start has
+ * none). Refuses (TS_EINVAL, naming the flag) a state written under other --vnodes or
+ * --replicas.
+ * Rollbacks that were running are requested again once m runs (master_state_start). */
+ts_status master_state_load(struct master_state *s, struct master *m, bool *restored,
+                            struct ts_err *err) TS_MUST_CHECK;
+/* ts_members_cfg.durable: writes the clock file. ctx: the struct master_state *. */
+ts_status master_state_durable(void *ctx, const struct ts_members_clock *c,
+                               struct ts_err *err);
+/* Starts the saver thread (nothing without a dir) and re-requests interrupted rollbacks. */
+void master_state_start(struct master_state *s, struct master *m);
+/* Stops the saver after a last save. */
+void master_state_stop(struct master_state *s);
+void master_state_close(struct master_state *s);
+
+#endif

@@ -72,6 +72,11 @@ struct cluster {
     bool own_dir;                   /* made by cluster_start (no --dir given) */
     char master_addr[64];
     pid_t master;
+    /* The master's restarts, when the next is due, when it started, and the backoff's
+     * exponent, as for a shard. */
+    uint32_t master_restarts;
+    int64_t master_restart_at, master_started_ms;
+    int master_backoff;
     struct cluster_shard *shards;
     int nshards;
     struct cluster_opts opts;       /* as started (its strings borrowed), for restarts */
@@ -87,11 +92,13 @@ ts_status cluster_start(const struct cluster_opts *o, struct cluster *c,
 void cluster_stop(struct cluster *c);
 /* Removes the logs and the directory when cluster_start made it (after cluster_stop). */
 void cluster_remove_logs(struct cluster *c);
-/* Reaps exited children; prints a line for each and returns false if the master is gone.
- * With opts.respawn, a shard that died is started again after a backoff (0.5 s, doubling
- * for each restart in a row that did not stay up a minute, at most 30 s), without --restore:
- * it joins the running cluster (docs/replication.md, "Joining"). Call it often (every
- * 200 ms): it also starts what is due and names restarted shards once registered. */
+/* Reaps exited children and prints a line for each. A master that died is started again
+ * after a backoff (0.5 s, doubling for each restart in a row that did not stay up a minute,
+ * at most 30 s) on the same port with the state it kept (--state-dir DIR/master-state;
+ * docs/membership.md); with opts.respawn, so is a shard, without --restore: it joins the
+ * running cluster (docs/replication.md, "Joining"). Call it often (every 200 ms): it also
+ * starts what is due and names restarted shards once registered. Returns false only when
+ * the master cannot be started again (its binary is gone, say). */
 bool cluster_check(struct cluster *c);
 
 /* The last non-empty line of the file at path into out ("no log" if unreadable, "(empty)"

@@ -68,23 +68,43 @@ static int add_flag(char **argv, int n, const char *flag, const char *value)
     return n;
 }
 
+/* Starts the master; again after it died (c->master_restarts > 0): on the port it had, with
+ * the state it kept. A first start forgets the state of an earlier cluster in the same
+ * --dir. */
 static ts_status start_master(const struct cluster_opts *o, struct cluster *c, const char *bin,
                               struct ts_err *err)
 {
     char exe[700], listen[64], port_file[700], log[700], lease[32], every[32], replicas[32];
-    char *argv[20];
+    char state[600], restarts[16], old[700];
+    char *argv[24];
     int n = 0, port;
+    const char *colon = strrchr(c->master_addr, ':');
     ts_status st;
 
     snprintf(exe, sizeof(exe), "%s/tessera-master", bin);
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", o->master_port);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d",
+             c->master_restarts && colon ? atoi(colon + 1) : o->master_port);
     snprintf(port_file, sizeof(port_file), "%s/master.port", c->dir);
+    snprintf(state, sizeof(state), "%s/master-state", c->dir);
     unlink(port_file);
+    for (const char *const *f = (const char *const[]){ "state", "clock", NULL };
+         !c->master_restarts && *f; f++) {
+        snprintf(old, sizeof(old), "%s/%s", state, *f);
+        unlink(old);
+    }
     argv[n++] = exe;
     argv[n++] = "--listen";
     argv[n++] = listen;
     argv[n++] = "--port-file";
     argv[n++] = port_file;
+    n = add_flag(argv, n, "--state-dir", state);
+    if (c->master_restarts) {   /* the dead master's log stays, as master.N.log */
+        snprintf(restarts, sizeof(restarts), "%u", c->master_restarts);
+        n = add_flag(argv, n, "--restarts", restarts);
+        snprintf(log, sizeof(log), "%s/master.log", c->dir);
+        snprintf(old, sizeof(old), "%s/master.%u.log", c->dir, c->master_restarts - 1);
+        rename(log, old);
+    }
     if (o->lease_ms) {
         snprintf(lease, sizeof(lease), "%d", o->lease_ms);
         argv[n++] = "--lease-ms";
@@ -109,6 +129,7 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
         (st = wait_port(c, port_file, &port, err)))
         return st;
     snprintf(c->master_addr, sizeof(c->master_addr), "127.0.0.1:%d", port);
+    c->master_started_ms = ts_now_ms();
     return TS_OK;
 }
 
@@ -306,6 +327,13 @@ void cluster_remove_logs(struct cluster *c)
             unlink(path);
         }
     closedir(d);
+    for (const char *const *f = (const char *const[]){ "state", "clock", "lock", "state.tmp",
+                                                       "clock.tmp", NULL }; *f; f++) {
+        snprintf(path, sizeof(path), "%s/master-state/%s", c->dir, *f);
+        unlink(path);
+    }
+    snprintf(path, sizeof(path), "%s/master-state", c->dir);
+    rmdir(path);
     rmdir(c->dir);
 }
 
@@ -314,12 +342,25 @@ void cluster_remove_logs(struct cluster *c)
 #define RESPAWN_STEADY_MS 60000   /* up this long: the next death starts the backoff afresh */
 #define NAME_POLL_MS 500          /* how often to look for restarted shards' ids */
 
+/* The delay before the next restart of a process that started at started_ms, with *backoff
+ * restarts in a row before it (counted on). */
+static int64_t restart_delay(int *backoff, int64_t started_ms)
+{
+    int64_t delay;
+
+    if (ts_now_ms() - started_ms >= RESPAWN_STEADY_MS)
+        *backoff = 0;
+    delay = (int64_t)RESPAWN_FIRST_MS << (*backoff < 6 ? *backoff : 6);
+    ++*backoff;
+    return delay < RESPAWN_MAX_MS ? delay : RESPAWN_MAX_MS;
+}
+
 /* Shard slot i's process exited with status: said, and with respawn a restart scheduled. */
 static void shard_exited(struct cluster *c, int i, int status)
 {
     struct cluster_shard *sh = &c->shards[i];
     char log[700], how[96], who[48];
-    int64_t now = ts_now_ms(), delay;
+    int64_t delay;
 
     shard_file(c, i, "log", log, sizeof(log));
     ts_launch_describe(status, how, sizeof(how));
@@ -332,12 +373,8 @@ static void shard_exited(struct cluster *c, int i, int status)
         sh->pid = 0;
         return;
     }
-    if (now - sh->started_ms >= RESPAWN_STEADY_MS)
-        sh->backoff = 0;
-    delay = (int64_t)RESPAWN_FIRST_MS << (sh->backoff < 6 ? sh->backoff : 6);
-    delay = delay < RESPAWN_MAX_MS ? delay : RESPAWN_MAX_MS;
-    sh->backoff++;
-    sh->restart_at = now + delay;
+    delay = restart_delay(&sh->backoff, sh->started_ms);
+    sh->restart_at = ts_now_ms() + delay;
     fprintf(stderr, "%s (pid %d) %s: see %s; restarting it in %.1f s (restart %u)\n", who,
             (int)sh->pid, how, log, delay / 1000.0, sh->restarts + 1);
     sh->pid = 0;
@@ -389,6 +426,43 @@ static void name_restarted(struct cluster *c)
     ts_master_close(m);
 }
 
+/* The master exited with status: said, and its restart scheduled. */
+static void master_exited(struct cluster *c, int status)
+{
+    int64_t delay = restart_delay(&c->master_backoff, c->master_started_ms);
+    char how[96];
+
+    ts_launch_describe(status, how, sizeof(how));
+    fprintf(stderr, "the master (pid %d) %s: see %s/master.log; restarting it in %.1f s "
+            "(restart %u) with its state; training goes on meanwhile\n", (int)c->master, how,
+            c->dir, delay / 1000.0, c->master_restarts + 1);
+    c->master = 0;
+    c->master_restart_at = ts_now_ms() + delay;
+}
+
+/* Starts the master again when its restart is due; false if it cannot be. */
+static bool restart_master(struct cluster *c)
+{
+    struct ts_err err = { 0 };
+
+    if (!c->master_restart_at || ts_now_ms() < c->master_restart_at)
+        return true;
+    c->master_restart_at = 0;
+    c->master_restarts++;
+    if (start_master(&c->opts, c, c->bin, &err)) {
+        fprintf(stderr, "restart %u of the master failed: %s\n", c->master_restarts, err.msg);
+        if (c->master)   /* started but not listening: stop it, try again later */
+            ts_launch_stop(c->master, 2000);
+        c->master = 0;
+        master_exited(c, 127 << 8);
+        return c->master_restarts < 1000;
+    }
+    printf("the master restarted (pid %d, restart %u) at %s with its state; log %s/master.log\n",
+           (int)c->master, c->master_restarts, c->master_addr, c->dir);
+    fflush(stdout);
+    return true;
+}
+
 bool cluster_check(struct cluster *c)
 {
     int status;
@@ -396,13 +470,12 @@ bool cluster_check(struct cluster *c)
     for (int i = 0; i < c->nshards; i++)
         if (ts_launch_exited(c->shards[i].pid, &status))
             shard_exited(c, i, status);
-    if (ts_launch_exited(c->master, NULL)) {
-        fprintf(stderr, "the master (pid %d) exited: see %s/master.log\n", (int)c->master,
-                c->dir);
-        c->master = 0;
+    if (ts_launch_exited(c->master, &status))
+        master_exited(c, status);
+    if (!restart_master(c))
         return false;
-    }
     restart_due(c);
-    name_restarted(c);
+    if (c->master)
+        name_restarted(c);
     return true;
 }

@@ -139,14 +139,17 @@ int cmd_up(int argc, char **argv)
 
     if ((rc = parse("up", "Starts tessera-master and N tessera-shard on 127.0.0.1, prints\n"
                           "`master 127.0.0.1:PORT` first, then runs until Ctrl-C or SIGTERM,\n"
-                          "which stops every process it started.", &f, argc, argv)) >= 0)
+                          "which stops every process it started. A master that dies is started\n"
+                          "again on its port with the state it kept (docs/membership.md).",
+                     &f, argc, argv)) >= 0)
         return rc;
     ts_proc_block_signals();
     if ((rc = start("up", &f, &c)))
         return rc;
     printf("master %s\n", c.master_addr);
     printf("%d shards alive; logs in %s%s\n", c.nshards, c.dir,
-           f.respawn ? "; a shard that dies is restarted" : "");
+           f.respawn ? "; a master or shard that dies is restarted"
+                     : "; a master that dies is restarted");
     if (f.store)
         printf("snapshots: store %s%s\n", f.store, f.snapshot_every ? ", automatic" : "");
     printf("try: tessera status --master %s   (Ctrl-C stops the cluster)\n", c.master_addr);

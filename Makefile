@@ -5,8 +5,9 @@
 #   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/)
 #   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N),
 #               shards killed while training with replicas and rollbacks of lost partitions,
-#               under the sanitizers, shards restarted by `tessera up --respawn`, and the
-#               kill matrix: 30 random shard kills in exact runs, with its table (KILL_TRIALS=N)
+#               under the sanitizers, shards restarted by `tessera up --respawn`, the master
+#               killed twice under the sanitizers, and the kill matrix: 50 random kills of a
+#               shard or the master in exact runs, with its table (KILL_TRIALS=N)
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
 #   make fuzz   run the libFuzzer targets for FUZZ_SECONDS (default 600; build-fuzz/, clang)
@@ -124,7 +125,7 @@ bench: build
 	/usr/bin/python3 bench/recovery.py --bin $(BUILD)/bin --out bench/results/recovery.json
 
 FAULT_TRIALS ?= 24
-KILL_TRIALS ?= 30
+KILL_TRIALS ?= 50
 test-fault: build asan
 	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
@@ -143,6 +144,9 @@ test-fault: build asan
 	    /usr/bin/python3 tests/fault/kill_points.py
 	TESSERA_BIN=$(abspath $(BUILD))/bin PYTHONPATH=$(abspath $(BUILD))/gen/python \
 	    TESSERA_SRC=$(CURDIR) /usr/bin/python3 tests/fault/respawn.py
+	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 \
+	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
+	    /usr/bin/python3 tests/integration/test_master_restart.py
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
 	    --trials $(KILL_TRIALS)
 

@@ -450,11 +450,13 @@ static bool restart_master(struct cluster *c)
     c->master_restart_at = 0;
     c->master_restarts++;
     if (start_master(&c->opts, c, c->bin, &err)) {
-        fprintf(stderr, "restart %u of the master failed: %s\n", c->master_restarts, err.msg);
+        int64_t delay = restart_delay(&c->master_backoff, c->master_started_ms);
         if (c->master)   /* started but not listening: stop it, try again later */
             ts_launch_stop(c->master, 2000);
         c->master = 0;
-        master_exited(c, 127 << 8);
+        c->master_restart_at = ts_now_ms() + delay;
+        fprintf(stderr, "restart %u of the master failed: %s; trying again in %.1f s\n",
+                c->master_restarts, err.msg, delay / 1000.0);
         return c->master_restarts < 1000;
     }
     printf("the master restarted (pid %d, restart %u) at %s with its state; log %s/master.log\n",

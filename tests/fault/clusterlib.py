@@ -108,6 +108,18 @@ class Cluster:
     def status(self):
         return self.cluster_status(master_pb2.ClusterStatusRequest(), timeout=5)
 
+    def fresh_status(self):
+        """ClusterStatus over a new channel: after the master was killed and restarted, a
+        channel that was connected to the old one went on failing calls for seconds
+        (docs/membership.md), which would time the client, not the master."""
+        ch = grpc.insecure_channel(self.master)
+        try:
+            return stub(ch, "Master", "ClusterStatus", master_pb2.ClusterStatusRequest,
+                        master_pb2.ClusterStatusResponse)(master_pb2.ClusterStatusRequest(),
+                                                          timeout=1)
+        finally:
+            ch.close()
+
     def pid(self, shard_id):
         return self.shards[shard_id][1]
 

@@ -1,23 +1,31 @@
 #!/usr/bin/python3
-"""kill_matrix.py - shards killed at random moments of exact training; nothing may be lost.
+"""kill_matrix.py - a shard or the master killed at random moments of exact training; nothing
+may be lost.
 
 Each trial starts `tessera up --shards 3 --replicas 2` (default lease), runs `tessera train
 --workers 2 --exact`, and at a random step (and a random few milliseconds after it, so that
 the kill lands in a push, between head and tail, in a pull or in a re-replication) kills -9 a
-random shard. Then, for the trial to pass:
+random process of the cluster: one of the shards or the master (one chance in shards + 1;
+`tessera up` restarts a master with the state it kept, docs/membership.md). Workers are not
+victims yet: a worker that dies still ends its job (issue: elastic workers). Then, for the
+trial to pass:
 - the training ends by itself with exit 0, and its params_sha256 equals `tessera train
   --local` with the same steps (computed once);
 - acknowledged steps lost is 0: every partition's version on the survivors equals the steps
   run (a step acknowledged and then lost would leave a partition behind, and a worker that
   pushed past it would have been refused);
 - `tessera verify replicas` passes: every partition has 2 equal copies again, on survivors;
-- the master declared the shard dead and the cluster stops cleanly: no process of it or of
-  the training outlives `tessera up`'s SIGTERM.
+- a shard victim: the master declared it dead; a master victim: the restarted master took its
+  state back (ClusterStatus: restored, master_restarts 1), its epoch is above the one before
+  the kill, and the shards are the same ids, alive;
+- the cluster stops cleanly: no process of it or of the training outlives `tessera up`'s
+  SIGTERM.
 The recovery time is from the kill to the second step past the newest version the survivors
 hold just after it (that one step may complete without the dead shard, not two), polled on
-the survivors' ShardStatus.
+the survivors' ShardStatus; for a master, also the time until the restarted master answers
+with its state (`master back`).
 
-Prints a line per trial and a table; exits 1 if any trial failed. `make test-fault` runs 30
+Prints a line per trial and a table; exits 1 if any trial failed. `make test-fault` runs 50
 trials (KILL_TRIALS=N to change). Usage: kill_matrix.py --help.
 """
 
@@ -56,6 +64,34 @@ def verify_replicas(binary, master, wait_s=10):
         time.sleep(0.5)
 
 
+def master_back(c, before, errors, limit_s=30):
+    """Waits for the restarted master to answer with the state it kept; returns when (the
+    monotonic clock), noting in errors what is wrong with what it says."""
+    until = time.monotonic() + limit_s
+    while time.monotonic() < until:
+        try:
+            st = c.fresh_status()
+        except cl.grpc.RpcError:
+            time.sleep(0.01)
+            continue
+        if st.master_pid == before.master_pid:
+            time.sleep(0.01)
+            continue
+        back = time.monotonic()
+        if not st.restored or st.master_restarts != 1:
+            errors.append("the restarted master: restored %s, restarts %d" %
+                          (st.restored, st.master_restarts))
+        if st.epoch <= before.epoch:
+            errors.append("epoch %d after the restart, %d before" % (st.epoch, before.epoch))
+        alive = lambda s: sorted(x.id for x in s.shards if x.state == 1)  # noqa: E731
+        if alive(st) != alive(before):
+            errors.append("shards alive %s after the restart, %s before" %
+                          (alive(st), alive(before)))
+        return back
+    errors.append("the master did not come back within %d s" % limit_s)
+    return time.monotonic()
+
+
 def trial(a, binary, rng, want):
     """One kill; returns a dict of what was seen (its "errors" empty when it passed)."""
     errors = []
@@ -67,13 +103,15 @@ def trial(a, binary, rng, want):
         p = cl.train(binary, c.master, a.steps, JOB, extra=("--keep",))
         ids = sorted(c.shards)
         at = rng.randrange(a.steps // 10, a.steps * 6 // 10)
-        victim = rng.choice(ids)
+        victim = rng.choice(ids + ["master"])
         delay_ms = rng.randrange(0, 30)
         v, heads, _ = cl.wait_version(c, JOB, ids, at, p, 120, poll_s=0.002)
+        before = c.status()
         time.sleep(delay_ms / 1000.0)
         out.update(victim=victim, at=v, delay_ms=delay_ms,
-                   role="head" if victim in heads else "follower")
-        os.kill(c.pid(victim), signal.SIGKILL)
+                   role="master" if victim == "master" else
+                   "head" if victim in heads else "follower")
+        os.kill(before.master_pid if victim == "master" else c.pid(victim), signal.SIGKILL)
         t0 = time.monotonic()
         survivors = [i for i in ids if i != victim]
         # Read after the kill: a step past the next one needs the failover.
@@ -83,6 +121,8 @@ def trial(a, binary, rng, want):
             out["recovery_s"] = time.monotonic() - t0
         except RuntimeError:
             pass   # the training ended first (killed near its end): no recovery figure
+        if victim == "master":
+            out["master_back_s"] = master_back(c, before, errors) - t0
         got = cl.result(p, "tessera train", timeout=300)
         out["seconds"] = time.monotonic() - t0
         out["equal"] = got["params_sha256"] == want
@@ -96,10 +136,11 @@ def trial(a, binary, rng, want):
             out["lost"] = sum(max(0, a.steps - x["version"]) for x in doc["details"])
             if out["lost"]:
                 errors.append("%d acknowledged steps missing from partitions" % out["lost"])
-        dead = [s for s in c.status().shards if s.id == victim][0]
-        out["death"] = dead.death
-        if not dead.death:
-            errors.append("the master did not declare shard %d dead" % victim)
+        if victim != "master":
+            dead = [s for s in c.status().shards if s.id == victim][0]
+            out["death"] = dead.death
+            if not dead.death:
+                errors.append("the master did not declare shard %d dead" % victim)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         errors.append(str(e))
     finally:
@@ -121,13 +162,13 @@ def trial(a, binary, rng, want):
 def table(trials, steps):
     ok = [t for t in trials if not t["errors"]]
     rec = [t["recovery_s"] for t in trials if "recovery_s" in t]
+    back = [t["master_back_s"] for t in trials if "master_back_s" in t]
     print("\nkill_matrix: 3 shards, --replicas 2, 2 exact workers, %d steps, kill -9 of a "
-          "random shard at a random step" % steps)
+          "random shard or the master at a random step" % steps)
     print("%-40s %s" % ("trials", len(trials)))
-    for role in ("head", "follower"):
-        print("%-40s %d" % ("  victim heading partitions" if role == "head"
-                            else "  victim heading none", sum(1 for t in trials
-                                                              if t.get("role") == role)))
+    for role, what in (("head", "  a shard heading partitions"),
+                       ("follower", "  a shard heading none"), ("master", "  the master")):
+        print("%-40s %d" % (what, sum(1 for t in trials if t.get("role") == role)))
     print("%-40s %d of %d" % ("params_sha256 equal to --local",
                               sum(1 for t in trials if t.get("equal")), len(trials)))
     print("%-40s %s" % ("acknowledged steps lost",
@@ -136,20 +177,24 @@ def table(trials, steps):
     if rec:
         print("%-40s median %.2f s, max %.2f s (%d trials)" % (
             "recovery: kill -> 2nd step after it", statistics.median(rec), max(rec), len(rec)))
+    if back:
+        print("%-40s median %.2f s, max %.2f s (%d trials)" % (
+            "master: kill -> back with its state", statistics.median(back), max(back),
+            len(back)))
     print("%-40s %d of %d" % ("trials passed", len(ok), len(trials)))
 
 
 def main():
     ap = argparse.ArgumentParser(
-        prog="kill_matrix.py", description="Random kill -9 of shards during exact training "
-        "with --replicas 2: each run must end with the --local fingerprint, lose no "
-        "acknowledged step, have whole chains again and leave no process behind.")
+        prog="kill_matrix.py", description="Random kill -9 of a shard or the master during "
+        "exact training with --replicas 2: each run must end with the --local fingerprint, "
+        "lose no acknowledged step, have whole chains again and leave no process behind.")
     ap.add_argument("--bin", default=os.environ.get("TESSERA_BIN",
                                                     os.path.join(HERE, "..", "..", "build",
                                                                  "bin")),
                     help="directory of tessera and its services (default $TESSERA_BIN, then "
                     "build/bin)")
-    ap.add_argument("--trials", type=int, default=30, help="kills (default 30)")
+    ap.add_argument("--trials", type=int, default=50, help="kills (default 50)")
     ap.add_argument("--steps", type=int, default=800, help="steps of each training "
                     "(default 800)")
     ap.add_argument("--shards", type=int, default=3, help="shards (default 3)")
@@ -169,8 +214,9 @@ def main():
     for i in range(a.trials):
         t = trial(a, binary, rng, want)
         trials.append(t)
-        print("trial %2d: shard %s (%s) killed %d ms after step %s: %s%s" % (
-            i + 1, t.get("victim"), t.get("role"), t.get("delay_ms", 0), t.get("at"),
+        print("trial %2d: %s (%s) killed %d ms after step %s: %s%s" % (
+            i + 1, "the master" if t.get("victim") == "master" else
+            "shard %s" % t.get("victim"), t.get("role"), t.get("delay_ms", 0), t.get("at"),
             "FAILED: " + "; ".join(t["errors"]) if t["errors"] else "ok",
             ", recovery %.2f s" % t["recovery_s"] if "recovery_s" in t else ""), flush=True)
         if t["errors"]:

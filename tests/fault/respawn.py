@@ -30,13 +30,6 @@ import tessera_testlib as tl  # noqa: E402
 STEPS = 3000
 
 
-def status(addr):
-    r = tl.run_cli(["status", "--master", addr, "--json"])
-    if r.returncode != 0:
-        raise AssertionError("tessera status: %s" % r.stderr)
-    return json.loads(r.stdout)
-
-
 class Respawn(unittest.TestCase):
     def setUp(self):
         os.environ.setdefault("TESSERA_LOG", "warn")
@@ -51,7 +44,7 @@ class Respawn(unittest.TestCase):
     def victim(self, addr, not_pid=None):
         """The pid of an alive shard on the ring that heads partitions of the job."""
         def pick():
-            for s in status(addr)["shards"]:
+            for s in tl.status_json(addr)["shards"]:
                 if (s["state"] == "alive" and not s["joining"] and s.get("pid") and
                         s["pid"] != not_pid and s.get("heads", 0) > 0):
                     return s
@@ -70,20 +63,20 @@ class Respawn(unittest.TestCase):
         train = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", addr,
                               "--workers", "2", "--steps", str(STEPS), "--exact", "--keep",
                               "--job", "rsp", "--json"], "train", stdout_pipe=True)
-        tl.wait_until(lambda: max([w["clock"] for w in status(addr)["workers"]] or [0]) >=
+        tl.wait_until(lambda: max([w["clock"] for w in tl.status_json(addr)["workers"]] or [0]) >=
                       STEPS // 8, 120, "the job to pass step %d" % (STEPS // 8), interval=0.1)
         first = self.victim(addr)
         os.kill(first["pid"], signal.SIGKILL)
         tl.log("killed shard %d (pid %d)" % (first["id"], first["pid"]))
         # The restarted process: restarts 1, alive, on the ring once its copies moved.
-        again = tl.wait_until(lambda: next((s for s in status(addr)["shards"]
+        again = tl.wait_until(lambda: next((s for s in tl.status_json(addr)["shards"]
                                             if s["restarts"] == 1 and s["state"] == "alive"
                                             and not s["joining"]), None), 60,
                               "the restarted shard on the ring", interval=0.2)
         self.assertNotEqual(again["id"], first["id"], "a new process registers anew")
         tl.log("restarted as shard %d (pid %d), on the ring" % (again["id"], again["pid"]))
         os.kill(again["pid"], signal.SIGKILL)
-        third = tl.wait_until(lambda: next((s for s in status(addr)["shards"]
+        third = tl.wait_until(lambda: next((s for s in tl.status_json(addr)["shards"]
                                             if s["restarts"] == 2 and s["state"] == "alive"
                                             and not s["joining"]), None), 60,
                               "the second restart on the ring", interval=0.2)

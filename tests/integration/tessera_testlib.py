@@ -15,6 +15,7 @@ ASan and LSan write theirs to files (log_path); gcc's UBSan ignores log_path and
 stderr, so the processes' logs and the CLI's output are searched too.
 """
 import atexit
+import json
 import os
 import shutil
 import signal
@@ -411,6 +412,14 @@ def run_cli(args, timeout=15.0):
                        text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     scan_for_sanitizer("tessera " + " ".join(args), r.stderr)
     return r
+
+
+def status_json(addr):
+    """`tessera status --master ADDR --json`, parsed; AssertionError if it fails."""
+    r = run_cli(["status", "--master", addr, "--json"])
+    if r.returncode != 0:
+        raise AssertionError("tessera status exited %d: %s" % (r.returncode, r.stderr))
+    return json.loads(r.stdout)
 
 
 def free_port():

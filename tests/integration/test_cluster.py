@@ -8,7 +8,6 @@ move the epoch on, keep the other two alive, and publish a shard map without it.
 `tessera up` must stop every process it started and exit 0. Also the CLI's help and its error
 when no master listens.
 """
-import json
 import os
 import select
 import signal
@@ -69,13 +68,6 @@ def listen_ports(pid):
     return ports
 
 
-def status_json(addr):
-    r = tl.run_cli(["status", "--master", addr, "--json"])
-    if r.returncode != 0:
-        raise AssertionError("tessera status exited %d: %s" % (r.returncode, r.stderr))
-    return json.loads(r.stdout)
-
-
 class CliHelp(unittest.TestCase):
     def test_help_exits_0_with_usage(self):
         for args in (["--help"], ["up", "--help"], ["status", "--help"]):
@@ -124,7 +116,7 @@ class UpKillStop(unittest.TestCase):
         master = tl.Stub(ch, master_pb2, "Master")
 
         # The CLI and grpcio see the same cluster: 3 alive shards, one epoch per registration.
-        js = status_json(addr)
+        js = tl.status_json(addr)
         cs = tl.cluster_status(ch)
         self.assertEqual(js["epoch"], cs.epoch)
         self.assertGreaterEqual(cs.epoch, 4, "epoch 1, then one per shard registered")
@@ -200,7 +192,7 @@ class UpKillStop(unittest.TestCase):
         tl.log("shard %d dead %.2f s after SIGKILL (lease %.1f s, last heartbeat %d ms before)"
                % (victim.id, t_dead - t_kill, LEASE_MS / 1000, h0))
 
-        js = status_json(addr)
+        js = tl.status_json(addr)
         self.assertEqual(js["epoch"], after.epoch)
         self.assertEqual({s["id"]: s["state"] for s in js["shards"]}[victim.id], "dead")
 

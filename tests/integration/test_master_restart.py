@@ -32,13 +32,6 @@ STEPS = 800 if tl.SANITIZED else 2000
 EVERY = 50
 
 
-def status(addr):
-    r = tl.run_cli(["status", "--master", addr, "--json"])
-    if r.returncode != 0:
-        raise AssertionError("tessera status: %s" % r.stderr)
-    return json.loads(r.stdout)
-
-
 def snapshots(store):
     r = tl.run_cli(["snapshot", "list", "--store", store, "--json"])
     if r.returncode != 0:
@@ -58,7 +51,7 @@ class MasterRestart(unittest.TestCase):
         self.c.stop()
 
     def kill_master(self, addr):
-        pid = status(addr)["master_pid"]
+        pid = tl.status_json(addr)["master_pid"]
         os.kill(pid, signal.SIGKILL)
         tl.log("killed the master (pid %d)" % pid)
         return pid
@@ -77,14 +70,14 @@ class MasterRestart(unittest.TestCase):
                               "--workers", "2", "--steps", str(STEPS), "--exact",
                               "--job", "mr", "--json"], "train", stdout_pipe=True)
         tl.wait_until(lambda: len(snapshots(store)) >= 2, 120, "two snapshots", interval=0.1)
-        before = status(addr)
+        before = tl.status_json(addr)
         shards = {s["id"] for s in before["shards"] if s["state"] == "alive"}
         snaps = {s["id"] for s in snapshots(store)}
         epochs = [before["epoch"]]
 
         first = self.kill_master(addr)
         after = tl.wait_until(lambda: (lambda d: d if d["master_pid"] != first else None)(
-            status(addr)), 30, "the master back", interval=0.1)
+            tl.status_json(addr)), 30, "the master back", interval=0.1)
         epochs.append(after["epoch"])
         self.kill_master(addr)   # within a minute of its restart: the backoff doubles
         rc = train.wait(300)
@@ -98,13 +91,13 @@ class MasterRestart(unittest.TestCase):
         self.assertEqual(doc["params_sha256"], local)
 
         end = tl.wait_until(lambda: (lambda d: d if d["master_restarts"] == 2 else None)(
-            status(addr)), 30, "the second restart", interval=0.1)
+            tl.status_json(addr)), 30, "the second restart", interval=0.1)
         self.assertTrue(end["restored"])
         self.assertGreater(end["epoch"], max(epochs[:1]))
         self.assertGreaterEqual(end["epoch"], epochs[-1])
         self.assertEqual({s["id"] for s in end["shards"] if s["state"] == "alive"}, shards)
         self.assertEqual([s for s in end["shards"] if s["state"] == "dead"], [])
-        job = tl.wait_until(lambda: next((j for j in status(addr)["jobs"]
+        job = tl.wait_until(lambda: next((j for j in tl.status_json(addr)["jobs"]
                                           if j["id"] == "mr" and j["state"] == "finished"),
                                          None), 30, "job mr finished", interval=0.1)
         self.assertEqual(job["params_sha256"], local)
@@ -134,7 +127,7 @@ class MasterRestart(unittest.TestCase):
                               "second-master")
         self.assertNotEqual(second.wait(30), 0)
         self.assertIn("another master uses it", second.log_text())
-        self.assertEqual(status(addr)["epoch"], end["epoch"])
+        self.assertEqual(tl.status_json(addr)["epoch"], end["epoch"])
 
         kids |= set(tl.children_of(up.pid))
         up.signal(signal.SIGTERM)

@@ -629,7 +629,8 @@ static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms,
     for (size_t i = 0; i < t->n; i++) {
         struct ts_member *e = &t->v[i];
         int64_t silent = now_ms - e->last_heartbeat_ms;
-        if (e->state != TS_MEMBER_ALIVE || silent <= (int64_t)e->lease_ms)
+        if (e->state != TS_MEMBER_ALIVE || silent <= (int64_t)e->lease_ms ||
+            now_ms < e->grace_until_ms)
             continue;
         n++;
         snprintf(why, sizeof(why), "silent for %" PRId64 " ms, past its %u ms lease", silent,
@@ -747,7 +748,8 @@ uint64_t ts_members_epoch(struct ts_members *m)
 
 /* Puts restored members into the empty table t: ids ascending, indexed, a fresh lease. */
 static ts_status restore_table(struct table *t, const struct ts_member *v, size_t n,
-                               uint32_t reserve, int64_t now_ms, struct ts_err *err)
+                               uint32_t reserve, int64_t now_ms, int64_t grace_ms,
+                               struct ts_err *err)
 {
     ts_status st = TS_OK;
 
@@ -759,6 +761,7 @@ static ts_status restore_table(struct table *t, const struct ts_member *v, size_
         if (!(st = append(t, &e, err))) {
             *e = v[i];
             e->last_heartbeat_ms = now_ms;
+            e->grace_until_ms = now_ms + grace_ms;
             st = index_add(t, e, err);
         }
     }
@@ -767,7 +770,7 @@ static ts_status restore_table(struct table *t, const struct ts_member *v, size_
 }
 
 ts_status ts_members_restore(struct ts_members *m, const struct ts_members_view *v,
-                             const struct ts_members_clock *c, int64_t now_ms,
+                             const struct ts_members_clock *c, int64_t now_ms, int64_t grace_ms,
                              struct ts_err *err)
 {
     ts_status st;
@@ -777,8 +780,10 @@ ts_status ts_members_restore(struct ts_members *m, const struct ts_members_view 
         pthread_mutex_unlock(&m->mu);
         return ts_err_set(err, TS_ESTATE, "members: restore into a table in use");
     }
-    if ((st = restore_table(&m->shards, v->shards, v->nshards, c->shard_ids, now_ms, err)) ||
-        (st = restore_table(&m->workers, v->workers, v->nworkers, c->worker_ids, now_ms, err))) {
+    if ((st = restore_table(&m->shards, v->shards, v->nshards, c->shard_ids, now_ms, grace_ms,
+                            err)) ||
+        (st = restore_table(&m->workers, v->workers, v->nworkers, c->worker_ids, now_ms,
+                            grace_ms, err))) {
         m->shards.n = m->workers.n = 0;
         m->shards.next_id = m->shards.reserved = m->workers.next_id = m->workers.reserved = 0;
         for (struct table *t = &m->shards; t; t = t == &m->shards ? &m->workers : NULL)

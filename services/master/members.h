@@ -70,6 +70,7 @@ struct ts_member {
     bool joining;
     uint64_t moves_epoch, moves_pending;
     uint32_t restarts;                        /* shards: see ts_members_set_restarts */
+    int64_t grace_until_ms;                   /* not declared dead before (ts_members_restore) */
 };
 
 /* What must never go backwards across a master restart: the epoch, and the ids reserved for
@@ -181,13 +182,13 @@ uint64_t ts_members_epoch(struct ts_members *m);
 
 /* A restarted master (services/master/state.h): the empty table takes the members of v
  * (those its state file kept) and ids after c's reserves; every alive member's lease starts
- * again at now_ms (which may be ahead, a grace; one that does not heartbeat within it is
- * declared dead as usual),
+ * again at now_ms, and none is declared dead before now_ms + grace_ms (one that has not
+ * heartbeat by then and within its lease is declared dead as usual),
  * and the epoch moves on from the larger of v's and c's, so it never goes backwards.
  * TS_ESTATE if the table is not empty; TS_EINVAL for a record that cannot be (ids not
  * ascending, a field past its limit), with the table left empty. */
 ts_status ts_members_restore(struct ts_members *m, const struct ts_members_view *v,
-                             const struct ts_members_clock *c, int64_t now_ms,
+                             const struct ts_members_clock *c, int64_t now_ms, int64_t grace_ms,
                              struct ts_err *err) TS_MUST_CHECK;
 
 #endif

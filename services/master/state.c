@@ -227,7 +227,7 @@ static ts_status restore_members(struct master *m, const Tessera__V1__MasterStat
         c.worker_ids = clock->worker_ids > c.worker_ids ? clock->worker_ids : c.worker_ids;
     }
     if (!st)
-        st = ts_members_restore(m->members, &v, &c, ts_now_ms() + STATE_RESTART_GRACE_MS, err);
+        st = ts_members_restore(m->members, &v, &c, ts_now_ms(), STATE_RESTART_GRACE_MS, err);
     ts_members_view_free(&v);
     return st;
 }

@@ -429,8 +429,8 @@ static void restore_goes_on_after_the_durable_clock(void **state)
     assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
     struct ts_members_clock c = d.last;
     assert_int_equal(ts_members_create(&cfg, &r, NULL), TS_OK);
-    assert_int_equal(ts_members_restore(r, &v, &c, 5000, NULL), TS_OK);
-    assert_int_equal(ts_members_restore(r, &v, &c, 5000, &e), TS_ESTATE);   /* not twice */
+    assert_int_equal(ts_members_restore(r, &v, &c, 5000, 0, NULL), TS_OK);
+    assert_int_equal(ts_members_restore(r, &v, &c, 5000, 0, &e), TS_ESTATE);   /* not twice */
     assert_true(ts_members_epoch(r) > c.epoch);
     assert_int_equal(d.last.epoch, ts_members_epoch(r));
     /* The same members, alive, heartbeating under their ids; new ids come after the reserve. */
@@ -446,11 +446,17 @@ static void restore_goes_on_after_the_durable_clock(void **state)
     assert_int_equal(ts_members_expire(r, 6000, NULL, NULL), 0);
     assert_int_equal(ts_members_expire(r, 6150, NULL, NULL), 2);
     ts_members_free(r);
+    /* With a grace, silence past the lease is not death until the grace is over. */
+    assert_int_equal(ts_members_create(&cfg, &r, NULL), TS_OK);
+    assert_int_equal(ts_members_restore(r, &v, &c, 5000, 3000, NULL), TS_OK);
+    assert_int_equal(ts_members_expire(r, 7999, NULL, NULL), 0);
+    assert_int_equal(ts_members_expire(r, 8000, NULL, NULL), 2);   /* a and w */
+    ts_members_free(r);
 
     /* Ids not ascending: refused, the table empty. */
     v.shards[0].id = 0;
     assert_int_equal(ts_members_create(&cfg, &r, NULL), TS_OK);
-    assert_int_equal(ts_members_restore(r, &v, &c, 0, &e), TS_EINVAL);
+    assert_int_equal(ts_members_restore(r, &v, &c, 0, 0, &e), TS_EINVAL);
     ts_members_view_free(&v);
     assert_int_equal(ts_members_view(r, false, &v, NULL), TS_OK);
     assert_int_equal(v.nshards + v.nworkers, 0);

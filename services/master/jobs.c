@@ -10,7 +10,6 @@
 #include "util/log.h"
 #include "util/proc.h"
 
-
 struct job {
     struct job_info info;
     struct job_seat *seats;

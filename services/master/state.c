@@ -70,9 +70,9 @@ static ts_status read_file(const char *dir, const char *name, uint8_t **out, siz
         close(fd);
         return ts_err_set(err, TS_EIO, "cannot read %s: %s", path, strerror(errno));
     }
-    for (*n = 0; *n < (size_t)st.st_size; *n += (size_t)r)
-        if ((r = read(fd, *out + *n, (size_t)st.st_size - *n)) <= 0 && errno != EINTR)
-            break;
+    while (*n < (size_t)st.st_size &&
+           ((r = read(fd, *out + *n, (size_t)st.st_size - *n)) > 0 || (r < 0 && errno == EINTR)))
+        *n += r > 0 ? (size_t)r : 0;
     close(fd);
     if (*n != (size_t)st.st_size) {
         free(*out);
@@ -197,8 +197,7 @@ static ts_status check_member(uint32_t state, uint32_t lease_ms, const char *wha
 static ts_status restore_members(struct master *m, const Tessera__V1__MasterState *ms,
                                  const Tessera__V1__MasterClock *clock, struct ts_err *err)
 {
-    struct ts_members_view v = { .epoch = ms->clock ? ms->clock->epoch : 0,
-                                 .shard_failures = ms->shard_failures };
+    struct ts_members_view v = { .epoch = ms->epoch, .shard_failures = ms->shard_failures };
     struct ts_members_clock c = { 0 };
     ts_status st = TS_OK;
 
@@ -217,15 +216,8 @@ static ts_status restore_members(struct master *m, const Tessera__V1__MasterStat
         st = check_member(ms->workers[i]->state, ms->workers[i]->lease_ms, "worker",
                           ms->workers[i]->id, err);
     }
-    /* The clock file is written first and may be ahead of the state file. */
-    if (ms->clock)
-        c = (struct ts_members_clock){ ms->clock->epoch, ms->clock->shard_ids,
-                                       ms->clock->worker_ids };
-    if (clock) {
-        c.epoch = clock->epoch > c.epoch ? clock->epoch : c.epoch;
-        c.shard_ids = clock->shard_ids > c.shard_ids ? clock->shard_ids : c.shard_ids;
-        c.worker_ids = clock->worker_ids > c.worker_ids ? clock->worker_ids : c.worker_ids;
-    }
+    if (clock)   /* written first: its epoch may be ahead of v's (the restore takes the larger) */
+        c = (struct ts_members_clock){ clock->epoch, clock->shard_ids, clock->worker_ids };
     if (!st)
         st = ts_members_restore(m->members, &v, &c, ts_now_ms(), STATE_RESTART_GRACE_MS, err);
     ts_members_view_free(&v);
@@ -292,7 +284,6 @@ static Tessera__V1__MasterState *build(struct master *m, struct ts_rpc_call *cal
                                        struct ts_err *err)
 {
     Tessera__V1__MasterState *ms = ts_rpc_new(call, &tessera__v1__master_state__descriptor);
-    Tessera__V1__MasterClock *clock = ts_rpc_new(call, &tessera__v1__master_clock__descriptor);
     struct ts_members_view v;
     struct job_record *r;
     size_t n;
@@ -304,8 +295,7 @@ static Tessera__V1__MasterState *build(struct master *m, struct ts_rpc_call *cal
         return NULL;
     }
     ms->format = STATE_FORMAT;
-    clock->epoch = v.epoch;
-    ms->clock = clock;
+    ms->epoch = v.epoch;
     ms->vnodes = v.vnodes;
     ms->replicas = v.replicas;
     ms->shard_failures = v.shard_failures;
@@ -388,32 +378,27 @@ static void save(struct master_state *s, struct master *m)
     Tessera__V1__MasterState *ms;
     struct ts_err err = { 0 };
     uint8_t *buf = NULL;
-    size_t n;
+    size_t n = 0;
 
-    if (!call || !(ms = build(m, call, &err))) {
-        ts_log(TS_ERROR, "master", "state: %s", call ? err.msg : "out of memory");
-        ts_rpc_scratch_free(call);
+    if (call && (ms = build(m, call, &err)) &&
+        (buf = malloc((n = tessera__v1__master_state__get_packed_size(ms)) + 1)))
+        tessera__v1__master_state__pack(ms, buf);
+    ts_rpc_scratch_free(call);
+    if (!buf) {
+        ts_log(TS_ERROR, "master", "state: %s (tried again in %d ms)",
+               call && err.msg[0] ? err.msg : "out of memory", STATE_PERIOD_MS);
         return;
     }
-    n = tessera__v1__master_state__get_packed_size(ms);
-    if ((buf = malloc(n + 1))) {
-        tessera__v1__master_state__pack(ms, buf);
-        if (n == s->last_len && !memcmp(buf, s->last, n)) {
-            free(buf);
-            buf = NULL;
-        } else if (replace_file(s->dir, "state", buf, n, &err)) {
-            ts_log(TS_ERROR, "master", "state: %s (tried again in %d ms)", err.msg,
-                   STATE_PERIOD_MS);
-            free(buf);
-            buf = NULL;
-        } else {
-            free(s->last);
-            s->last = buf;
-            s->last_len = n;
-            s->saves++;
-        }
+    if (n == s->last_len && !memcmp(buf, s->last, n)) {
+        free(buf);   /* nothing changed */
+    } else if (replace_file(s->dir, "state", buf, n, &err)) {
+        ts_log(TS_ERROR, "master", "state: %s (tried again in %d ms)", err.msg, STATE_PERIOD_MS);
+        free(buf);
+    } else {
+        free(s->last);
+        s->last = buf;
+        s->last_len = n;
     }
-    ts_rpc_scratch_free(call);
 }
 
 static void *saver_main(void *arg)

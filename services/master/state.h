@@ -50,7 +50,6 @@ struct master_state {
     bool stop;
     void *last;                 /* the state file's bytes as last written */
     size_t last_len;
-    uint64_t saves;             /* state files written */
     /* What master_state_open read (NULL: no such file), until master_state_load. */
     struct Tessera__V1__MasterState *saved;
     struct Tessera__V1__MasterClock *saved_clock;

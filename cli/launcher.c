@@ -68,6 +68,22 @@ static int add_flag(char **argv, int n, const char *flag, const char *value)
     return n;
 }
 
+/* Removes the files in dir whose names start with prefix ("": every file). */
+static void remove_files(const char *dir, const char *prefix)
+{
+    struct dirent *e;
+    char path[800];
+    DIR *d = opendir(dir);
+
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.' && strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    if (d)
+        closedir(d);
+}
+
 /* Starts the master; again after it died (c->master_restarts > 0): on the port it had, with
  * the state it kept. A first start forgets the state of an earlier cluster in the same
  * --dir. */
@@ -87,10 +103,9 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
     snprintf(port_file, sizeof(port_file), "%s/master.port", c->dir);
     snprintf(state, sizeof(state), "%s/master-state", c->dir);
     unlink(port_file);
-    for (const char *const *f = (const char *const[]){ "state", "clock", NULL };
-         !c->master_restarts && *f; f++) {
-        snprintf(old, sizeof(old), "%s/%s", state, *f);
-        unlink(old);
+    if (!c->master_restarts) {   /* not the lock: a master still holding it must refuse us */
+        remove_files(state, "state");
+        remove_files(state, "clock");
     }
     argv[n++] = exe;
     argv[n++] = "--listen";
@@ -314,26 +329,16 @@ void cluster_stop(struct cluster *c)
 
 void cluster_remove_logs(struct cluster *c)
 {
-    struct dirent *e;
-    char path[800];
-    DIR *d;
+    char state[600];
 
-    if (!c->own_dir || !(d = opendir(c->dir)))
+    if (!c->own_dir)
         return;
     /* The directory is ours alone: what is in it, the launcher's children wrote. */
-    while ((e = readdir(d)))
-        if (strncmp(e->d_name, "shard-", 6) == 0 || strncmp(e->d_name, "master.", 7) == 0) {
-            snprintf(path, sizeof(path), "%s/%s", c->dir, e->d_name);
-            unlink(path);
-        }
-    closedir(d);
-    for (const char *const *f = (const char *const[]){ "state", "clock", "lock", "state.tmp",
-                                                       "clock.tmp", NULL }; *f; f++) {
-        snprintf(path, sizeof(path), "%s/master-state/%s", c->dir, *f);
-        unlink(path);
-    }
-    snprintf(path, sizeof(path), "%s/master-state", c->dir);
-    rmdir(path);
+    remove_files(c->dir, "shard-");
+    remove_files(c->dir, "master.");
+    snprintf(state, sizeof(state), "%s/master-state", c->dir);
+    remove_files(state, "");
+    rmdir(state);
     rmdir(c->dir);
 }
 

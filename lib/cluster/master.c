@@ -210,7 +210,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
     return TS_OK;
 }
 
-static ts_status beat(struct ts_membership *ms, bool reconnecting, struct ts_err *err)
+static ts_status beat(struct ts_membership *ms, struct ts_err *err)
 {
     Tessera__V1__HeartbeatRequest req = TESSERA__V1__HEARTBEAT_REQUEST__INIT;
     Tessera__V1__HeartbeatResponse *resp;
@@ -228,11 +228,9 @@ static ts_status beat(struct ts_membership *ms, bool reconnecting, struct ts_err
     pthread_mutex_unlock(&ms->mu);
     if (ms->cfg.moves)
         req.moves_pending = ms->cfg.moves(ms->cfg.arg, &req.moves_epoch);
-    /* Keep a heartbeat's deadline to one interval, so that beats do not pile up; but after a
-     * failed one the channel reconnects (a restarted master: docs/membership.md), and on a
-     * loaded host that took longer than an interval, so then allow twice as long. */
+    /* A heartbeat later than its interval is worth nothing: keep its deadline to one interval. */
     st = CALL(ms->m, "Heartbeat", &req, &tessera__v1__heartbeat_response__descriptor, &resp,
-              (int)ms->interval_ms * (reconnecting ? 2 : 1), err);
+              (int)ms->interval_ms, err);
     if (st)
         return st;
     set_epoch(ms, resp->epoch);
@@ -252,7 +250,7 @@ static void *heartbeat_main(void *arg)
         ts_status st;
 
         pthread_mutex_unlock(&ms->mu);
-        st = beat(ms, warned, &err);
+        st = beat(ms, &err);
         if (st == TS_ESTATE || st == TS_ENOTFOUND) {
             /* Declared dead, or a master that restarted and forgot us: join again. */
             ts_log(TS_WARN, "member", "%s; registering again", err.msg);

@@ -164,6 +164,34 @@ def result(p, what, timeout=600):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def master_back(c, before, limit_s=30):
+    """Waits for the master killed after ClusterStatus `before` to answer again (another
+    pid, over a new channel); returns (when it did, on the monotonic clock, and what is wrong
+    with what it says: not restored, not restart 1, an epoch not above before's, other shards
+    alive)."""
+    until = time.monotonic() + limit_s
+    alive = lambda s: sorted(x.id for x in s.shards if x.state == 1)  # noqa: E731
+    while time.monotonic() < until:
+        try:
+            st = c.fresh_status()
+        except grpc.RpcError:
+            st = None
+        if st is None or st.master_pid == before.master_pid:
+            time.sleep(0.005)
+            continue
+        back, wrong = time.monotonic(), []
+        if not st.restored or st.master_restarts != 1:
+            wrong.append("the restarted master: restored %s, restarts %d" %
+                         (st.restored, st.master_restarts))
+        if st.epoch <= before.epoch:
+            wrong.append("epoch %d after the restart, %d before" % (st.epoch, before.epoch))
+        if alive(st) != alive(before):
+            wrong.append("shards alive %s after the restart, %s before" %
+                         (alive(st), alive(before)))
+        return back, wrong
+    return time.monotonic(), ["the master did not come back within %d s" % limit_s]
+
+
 def wait_version(c, job, ids, at_least, proc, limit_s, poll_s=0.005):
     """Polls until job's newest version over ids is at least at_least; returns (version,
     heads, seconds waited). RuntimeError if proc ended first or limit_s passed."""

@@ -64,34 +64,6 @@ def verify_replicas(binary, master, wait_s=10):
         time.sleep(0.5)
 
 
-def master_back(c, before, errors, limit_s=30):
-    """Waits for the restarted master to answer with the state it kept; returns when (the
-    monotonic clock), noting in errors what is wrong with what it says."""
-    until = time.monotonic() + limit_s
-    while time.monotonic() < until:
-        try:
-            st = c.fresh_status()
-        except cl.grpc.RpcError:
-            time.sleep(0.01)
-            continue
-        if st.master_pid == before.master_pid:
-            time.sleep(0.01)
-            continue
-        back = time.monotonic()
-        if not st.restored or st.master_restarts != 1:
-            errors.append("the restarted master: restored %s, restarts %d" %
-                          (st.restored, st.master_restarts))
-        if st.epoch <= before.epoch:
-            errors.append("epoch %d after the restart, %d before" % (st.epoch, before.epoch))
-        alive = lambda s: sorted(x.id for x in s.shards if x.state == 1)  # noqa: E731
-        if alive(st) != alive(before):
-            errors.append("shards alive %s after the restart, %s before" %
-                          (alive(st), alive(before)))
-        return back
-    errors.append("the master did not come back within %d s" % limit_s)
-    return time.monotonic()
-
-
 def trial(a, binary, rng, want):
     """One kill; returns a dict of what was seen (its "errors" empty when it passed)."""
     errors = []
@@ -122,7 +94,9 @@ def trial(a, binary, rng, want):
         except RuntimeError:
             pass   # the training ended first (killed near its end): no recovery figure
         if victim == "master":
-            out["master_back_s"] = master_back(c, before, errors) - t0
+            back, wrong = cl.master_back(c, before)
+            out["master_back_s"] = back - t0
+            errors.extend(wrong)
         got = cl.result(p, "tessera train", timeout=300)
         out["seconds"] = time.monotonic() - t0
         out["equal"] = got["params_sha256"] == want

@@ -26,6 +26,7 @@ int cli_open_store(const char *cmd, const char *store, const char *master, int t
 /* What `tessera train` (and `tessera demo`) run (train.c). */
 struct train_cli {
     bool local, exact, json, amp, keep;
+    bool no_elastic, respawn;        /* docs/elastic.md */
     int workers, epochs, batch, micro, partition_kb;
     int64_t steps, seed, staleness, delay_ms;
     const char *job, *optimizer, *transport;

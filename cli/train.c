@@ -2,7 +2,9 @@
  *
  * Rank 0 writes to our stdout (progress, then the JSON line with --json); the other ranks
  * log to DIR/worker-R.log. If one rank fails the others are stopped (they would wait for it
- * at the next step) and its log's last line is shown. */
+ * at the next step) and its log's last line is shown. In an elastic job (docs/elastic.md) a
+ * rank killed by a signal is a death the job survives: the others take its slots, and with
+ * --respawn it is started again (it joins the running job). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,10 +14,12 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cluster/cluster.h"
 #include "util/launch.h"
 #include "util/proc.h"
 
 #define MAX_WORKERS 64
+#define RESPAWN_MS 500      /* --respawn: a killed worker starts again this much later */
 
 static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char *master,
                           int rank, const char *log)
@@ -67,6 +71,8 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
         argv[n++] = "--json";
     if (t->keep)
         argv[n++] = "--keep";
+    if (t->no_elastic)
+        argv[n++] = "--no-elastic";
     if (t->transport) {
         argv[n++] = "--transport";
         argv[n++] = (char *)t->transport;
@@ -127,13 +133,53 @@ static void report_failure(const char *dir, int rank, int status)
     fprintf(stderr, "tessera train: the workers' logs are kept in %s\n", dir);
 }
 
+/* Whether the job's workers take over a dead worker's slots (tessera-worker's own rule). */
+static bool elastic(const struct train_cli *t)
+{
+    return !t->local && !t->no_elastic && (!t->mode || !strcmp(t->mode, "bsp")) &&
+           !t->sync_every && !(t->compress && strstr(t->compress, "topk"));
+}
+
+static bool respawning(const int64_t *due, int nw)
+{
+    for (int r = 0; r < nw; r++)
+        if (due[r])
+            return true;
+    return false;
+}
+
+/* Rank 0 died and did not come back: the job's fingerprint as its workers told the master. */
+static void print_job_fingerprint(const struct train_cli *t, const char *master)
+{
+    Tessera__V1__ClusterStatusResponse *cs = NULL;
+    struct ts_master *m = NULL;
+    struct ts_err err = { 0 };
+
+    if (ts_master_open(master, &m, &err) || ts_master_status(m, 5000, &cs, &err)) {
+        fprintf(stderr, "tessera train: the job's fingerprint: %s\n", err.msg);
+    } else {
+        for (size_t i = 0; i < cs->n_jobs; i++)
+            if (!strcmp(cs->jobs[i]->id, t->job) && cs->jobs[i]->fingerprint[0]) {
+                printf("params_sha256 %s (the job's, as its workers told the master: worker 0 "
+                       "died)\n", cs->jobs[i]->fingerprint);
+                if (t->json)
+                    printf("{\"params_sha256\":\"%s\",\"job\":\"%s\"}\n",
+                           cs->jobs[i]->fingerprint, t->job);
+            }
+        tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+    }
+    ts_master_close(m);
+}
+
 int run_training(const struct train_cli *in, const char *master)
 {
     struct train_cli job = *in, *t = &job;
     char job_id[64];
     pid_t pids[MAX_WORKERS];
+    int64_t due[MAX_WORKERS] = { 0 };   /* --respawn: when a killed rank starts again */
     char bin[512], dir[512], log[600];
     int nw = t->local ? 1 : t->workers, left, rc = 0, failed = -1, failed_status = 0;
+    bool lost0 = false;
     struct ts_err err = { 0 };
 
     if (!t->job) { /* a new job per run: shards keep each job's state apart */
@@ -163,7 +209,7 @@ int run_training(const struct train_cli *in, const char *master)
             return 1;
         }
     }
-    for (left = nw; left > 0;) {
+    for (left = nw; left > 0 || respawning(due, nw);) {
         int status, sig = ts_proc_wait_signal(100);
         pid_t p;
         if (sig) {
@@ -171,18 +217,41 @@ int run_training(const struct train_cli *in, const char *master)
             for (int r = 0; r < nw; r++)
                 if (pids[r] > 0)
                     kill(pids[r], SIGTERM);
+            memset(due, 0, sizeof(due));
             rc = 130;
         }
+        for (int r = 0; r < nw; r++)
+            if (due[r] && ts_now_ms() >= due[r]) {
+                due[r] = 0;
+                snprintf(log, sizeof(log), "%s/worker-%d.log", dir, r);
+                fprintf(stderr, "tessera train: starting worker %d again\n", r);
+                if ((pids[r] = spawn_worker(t, bin, master, r, r ? log : NULL)) > 0) {
+                    left++;
+                    lost0 &= r != 0;
+                }
+            }
         while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
             for (int r = 0; r < nw; r++) {
                 if (pids[r] != p)
                     continue;
                 pids[r] = 0;
                 left--;
+                if (WIFSIGNALED(status) && elastic(t) && left > 0 && rc != 130 &&
+                    failed < 0) {
+                    /* A death the job survives: the live workers take the rank's slot. */
+                    fprintf(stderr, "tessera train: worker %d was killed (signal %d); the "
+                            "others take over its share%s\n", r, WTERMSIG(status),
+                            t->respawn ? ", and it starts again" : "");
+                    lost0 |= r == 0;
+                    if (t->respawn)
+                        due[r] = ts_now_ms() + RESPAWN_MS;
+                    continue;
+                }
                 if ((!WIFEXITED(status) || WEXITSTATUS(status)) && failed < 0 && rc != 130) {
                     failed = r;
                     failed_status = status;
                     rc = 1;
+                    memset(due, 0, sizeof(due));
                     for (int k = 0; k < nw; k++) /* they would wait for this rank */
                         if (pids[k] > 0)
                             kill(pids[k], SIGTERM);
@@ -194,6 +263,8 @@ int run_training(const struct train_cli *in, const char *master)
         report_failure(dir, failed, failed_status);
         return rc;
     }
+    if (lost0 && !rc)
+        print_job_fingerprint(t, master);
     for (int r = 1; r < nw; r++) { /* a run that worked leaves nothing behind */
         snprintf(log, sizeof(log), "%s/worker-%d.log", dir, r);
         unlink(log);

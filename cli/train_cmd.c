@@ -77,6 +77,13 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     flags[n++] = (struct ts_flag){ "keep", TS_FLAG_BOOL, &t->keep, NULL,
                                    "the shards keep the job when it finishes (to snapshot it or "
                                    "train it on with the same --job)", 0, 0 };
+    flags[n++] = (struct ts_flag){ "no-elastic", TS_FLAG_BOOL, &t->no_elastic, NULL,
+                                   "a worker that dies stops the job (default: its slot moves "
+                                   "to a live worker; needs bsp, no --sync-every, no top-k)",
+                                   0, 0 };
+    flags[n++] = (struct ts_flag){ "respawn", TS_FLAG_BOOL, &t->respawn, NULL,
+                                   "start a worker killed by a signal again, with its rank: it "
+                                   "joins the running job (elastic jobs)", 0, 0 };
     flags[n++] = (struct ts_flag){ "json", TS_FLAG_BOOL, &t->json, NULL,
                                    "end with one JSON line: test_accuracy, params_sha256, "
                                    "steps, samples_per_s", 0, 0 };

@@ -42,6 +42,12 @@ enum tessera_code {
      * back to its last snapshot. The parameters given to tessera_step now hold that step's
      * values; train on from tessera_resume_step(). Not a failure. */
     TESSERA_EROLLBACK,
+    /* tessera_step of an elastic job (docs/elastic.md): the slots of the job changed hands (a
+     * worker died and its slot may be this worker's now, a worker came back for its own, or
+     * this worker was declared dead and joined again). The parameters given to tessera_step
+     * now hold the values of step tessera_resume_step(): compute the slots tessera_slots()
+     * names at that step and go on from there. Not a failure. */
+    TESSERA_ESLOTS,
 };
 
 struct tessera_error {
@@ -75,6 +81,10 @@ struct tessera_options {
     int keep;                /* 1: once every worker has finished, the shards keep the job
                               * (idle) for a later run of it or a snapshot, until the master's
                               * --idle-job-ms; 0: the job is freed when its workers finish */
+    int elastic;             /* 1: this trainer computes whatever slots it is given
+                              * (tessera_slots, tessera_step_slots), so the job outlives a dead
+                              * worker (docs/elastic.md); bsp, no sync periods, no top-k. Every
+                              * worker of a job says the same. */
 };
 
 /* Dynamic loss scaling (GradScaler's defaults: 2^16 at first, halved when a step overflowed,
@@ -107,8 +117,8 @@ uint64_t tessera_numel(const tessera *t, int id);
 /* The version tensor id was at when registered: 0 for a fresh job, the snapshot's step when
  * the shards restored one (tessera up --restore). Training continues from that step. */
 uint64_t tessera_version(const tessera *t, int id);
-/* After tessera_step returned TESSERA_EROLLBACK: the step the job went back to, the next one
- * to train (its parameters are in tessera_step's params). */
+/* After tessera_step returned TESSERA_EROLLBACK or TESSERA_ESLOTS: the step to train next
+ * (its parameters are in tessera_step's params). */
 uint64_t tessera_resume_step(const tessera *t);
 
 /* This rank's gradient sum of tensor id for `step` (the step whose parameters it used):
@@ -121,6 +131,26 @@ int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tesser
  * step + 1 into params[id], overlapping the shards. */
 int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *const *params,
                  struct tessera_error *err);
+
+/* Elastic jobs (docs/elastic.md). A job of `workers` workers has that many slots: slot k is
+ * the share of every step that rank k computes in a run where nothing fails (in the built-in
+ * trainer, the micro-batches the schedule gives rank k). A worker owns its own rank's slot and,
+ * after deaths, those the master handed it; whoever computes a slot, its gradient is the same
+ * bits, so the parameters are too.
+ * tessera_slots: the slots this worker owns now (ascending, at most max into slots); returns
+ * how many. Without elastic, or before the master said otherwise: this worker's rank. */
+size_t tessera_slots(tessera *t, uint32_t *slots, size_t max);
+/* tessera_step for n slots: grads[k] holds slot slots[k]'s gradients (by tensor id). params:
+ * as for tessera_step; in an elastic job they must hold the values of `step` when called
+ * (the SDK keeps a copy, to recompute from after a death). */
+int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slots,
+                       const void *const *const *grads, float *const *params,
+                       struct tessera_error *err);
+/* Elastic jobs, before the first step: pulls every tensor at one version, the newest the job
+ * reached (waiting for a step under way), into params (by tensor id); *step receives it, the
+ * step to train from. A worker that joins a running job must start this way: a plain pull
+ * may mix versions while the others train. */
+int tessera_join(tessera *t, float *const *params, uint64_t *step, struct tessera_error *err);
 
 /* Zero-copy buffers for tensor id (docs/transport.md, "Shared regions"), made at the first
  * call and kept until tessera_close; the same pointers each time.

@@ -54,6 +54,8 @@ SAME_CODE(ENOTSUP);
 SAME_CODE(ENODEV);
 SAME_CODE(ECANCELLED);
 SAME_CODE(EINTERNAL);
+SAME_CODE(EROLLBACK);
+SAME_CODE(ESLOTS);
 #undef SAME_CODE
 #include "verify/verify.h"
 
@@ -107,10 +109,12 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
     mc.rank = o->rank;
     mc.workers = o->workers;
     mc.keep = o->keep != 0;
+    mc.elastic = t->elastic;
     if ((st = ts_master_open(o->master, &t->master, err)) ||
         (st = ts_membership_start(t->master, &mc, 10000, &t->ms, err)) ||
         (st = ts_cluster_open(o->master, &t->cl, err)))
         return st;
+    t->registrations_seen = ts_membership_registrations(t->ms);
     snprintf(t->want_transport, sizeof(t->want_transport), "%s", o->transport ? o->transport : "");
     t->delay_ms = o->delay_ms;
     return sdk_connect_shards(t, o->transport, o->delay_ms, err);
@@ -170,6 +174,7 @@ static void tensor_free(struct sdk_tensor *x)
     free(x->value);
     free(x->state);
     free(x->rgrad);
+    free(x->prev);
     sdk_region_free(x);
     free(x);
 }
@@ -184,8 +189,14 @@ void tessera_close(tessera *t)
 {
     if (!t)
         return;
-    for (size_t i = 0; i < t->nshards; i++)
+    for (size_t i = 0; i < t->nshards; i++) {
+        struct ts_frame_hdr bye = { .type = TS_FRAME_BYE };
+        struct ts_err ignore = { 0 };
+        /* Leaving on purpose, not dying (docs/elastic.md). */
+        if (t->hello_done && ts_frame_send(t->shards[i].conn, &bye, NULL, 0, &ignore))
+            ts_log(TS_DEBUG, "sdk", "goodbye to shard %u: %s", t->shards[i].id, ignore.msg);
         ts_tp_close(t->shards[i].conn);
+    }
     ts_membership_stop(t->ms, true);
     ts_cluster_close(t->cl);
     ts_master_close(t->master);

@@ -39,6 +39,7 @@ struct sdk_tensor {
     uint8_t *overflow;            /* per partition: the last pull said a step was skipped */
     float *value, *state, *rgrad; /* reduce mode: this worker's parameters, optimizer state and
                                    * the reduced gradient pulled */
+    float *prev;                  /* elastic jobs: the values of the step in progress, numel */
     uint64_t local_version;       /* reduce mode: the version of value */
     /* The step in progress (plan_step, only): */
     bool active, encoded;
@@ -95,6 +96,14 @@ struct tessera {
     bool step_overflow;           /* the step in progress: a partition was skipped */
     uint64_t step_stale;          /* ... the most staleness a reply reported */
     struct tessera_stats stats;
+    /* Elastic jobs (sdk_elastic.c, docs/elastic.md): */
+    bool elastic;
+    size_t nstep;                 /* the step in progress: its slots and their gradients */
+    const uint32_t *step_slots;
+    const void *const *const *step_grads;
+    uint32_t push_rank;           /* the slot a push is sent for */
+    uint64_t newest;              /* the newest version a pull reply carried since reset */
+    unsigned registrations_seen;  /* the membership's registrations this worker followed */
 };
 
 /* A data-plane call to slot s ended with st: remember a broken connection, so that a failover
@@ -159,6 +168,20 @@ ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
  * they are. */
 ts_status sdk_pull_all(struct tessera *t, uint64_t step, float *const *params,
                        struct ts_err *err) TS_MUST_CHECK;
+
+/* sdk_elastic.c */
+/* Keeps params (the values of the step about to be sent, by tensor id) to recompute from. */
+ts_status sdk_elastic_keep(struct tessera *t, float *const *params,
+                           struct ts_err *err) TS_MUST_CHECK;
+/* TS_ESLOTS if the master handed this worker a slot that slots[0..n) lacks. */
+ts_status sdk_elastic_check(struct tessera *t, uint64_t step, size_t n, const uint32_t *slots,
+                            struct ts_err *err) TS_MUST_CHECK;
+/* After a step that ended in TS_ESLOTS, or saw a version past step + 1: asks the master for
+ * this worker's slots, finds the step to go on from (the same one, recomputed from the kept
+ * values; or a later one the job reached without this worker) with its values in params, and
+ * returns TS_ESLOTS naming it (resume_step), or what went wrong. */
+ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *params,
+                              struct ts_err *err);
 
 /* sdk_options.c */
 /* The mode, compression, sync periods and loss scaling of the options, checked. */

@@ -162,6 +162,12 @@ ts_status sdk_set_modes(struct tessera *t, const struct tessera_options *o, stru
                           o->transport);
     if (o->delay_ms < 0 || o->delay_ms > 60000)
         return ts_err_set(err, TS_EINVAL, "delay_ms: %d is outside 0..60000", o->delay_ms);
+    /* A slot computed by another worker must be the same bits: no state of the worker's own. */
+    if (o->elastic && (mode != TS_MODE_BSP || t->sync_every[0] || strstr(t->compress, "topk")))
+        return ts_err_set(err, TS_EINVAL, "elastic: needs mode bsp, no sync_every and no top-k "
+                          "compression (their state is one worker's own, which another worker "
+                          "taking its slot would not have)");
+    t->elastic = o->elastic && !t->local;
     t->loss_mode = o->loss_scale;
     t->scale_exp = o->loss_scale ? LOSS_SCALE_INIT_EXP : 0;
     return TS_OK;

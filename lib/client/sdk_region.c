@@ -98,7 +98,9 @@ ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct
 {
     ts_status st;
 
-    if (t->local || t->job.mode != TS_MODE_BSP ||
+    /* Elastic jobs recompute a step from values that must not change under them
+     * (sdk_elastic.c): pulled into private pages, not mapped. */
+    if (t->local || t->elastic || t->job.mode != TS_MODE_BSP ||
         x->partition_bytes % ts_page_size() != 0)
         return TS_OK;
     if ((st = view_alloc(x, err)))

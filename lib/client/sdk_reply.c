@@ -58,7 +58,10 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
     ts_status st = TS_OK;
 
     for (size_t i = 0; !st && i < t->nshards; i++) {
-        struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .rank = t->rank };
+        /* An elastic worker names itself: a shard that sees it hang up tells the master. */
+        struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .rank = t->rank,
+                                  .tensor = t->elastic ? ts_membership_id(t->ms) : 0,
+                                  .flags = t->elastic ? TS_HELLO_ELASTIC : 0 };
         st = ts_frame_send(t->shards[i].conn, &h, t->job.id, strlen(t->job.id), err);
     }
     t->generation = 0;

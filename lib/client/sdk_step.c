@@ -49,7 +49,7 @@ static void prepare_push(struct tessera *t, struct sdk_tensor *x, const void *gr
 static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *x, uint32_t p)
 {
     uint64_t off, len;
-    struct ts_push in = { .rank = t->rank, .step = x->tstep, .scale_exp = scale_exp_of(t) };
+    struct ts_push in = { .rank = t->push_rank, .step = x->tstep, .scale_exp = scale_exp_of(t) };
 
     ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
     if (x->encoded) {
@@ -80,13 +80,16 @@ static void note_reply(struct tessera *t, struct sdk_tensor *x, uint32_t p,
     t->step_stale = ri->staleness > t->step_stale ? ri->staleness : t->step_stale;
 }
 
-/* Sends a PUSH (push) or a PULL of each active tensor's version tstep + 1 (pull_version) for
- * every partition of tensors [first, last). A pull sent right behind this step's pushes says
- * so in its flags, so that a shard that refused one of them answers the pull at once instead
- * of waiting. */
+/* Sends a PUSH (push) of slot t->push_rank or a PULL of each active tensor's version tstep + 1
+ * (pull_version) for every partition of tensors [first, last). A pull sent right behind this
+ * step's pushes says so in its flags, so that a shard that refused one of them answers the
+ * pull at once instead of waiting; the first pull on each connection says that a round
+ * begins. An elastic worker's pushes may repeat what another worker sent for the same slot
+ * (docs/elastic.md): they go as retries, which a shard acknowledges as already counted. */
 static ts_status send_all(struct tessera *t, int first, int last, bool push, uint32_t flags,
                           struct ts_err *err)
 {
+    bool begun[MAX_SHARDS] = { false };
     ts_status st = TS_OK;
 
     for (int i = first; !st && i < last; i++) {
@@ -96,9 +99,10 @@ static ts_status send_all(struct tessera *t, int first, int last, bool push, uin
             struct ts_frame_hdr h = { .type = push ? TS_FRAME_PUSH : TS_FRAME_PULL,
                                       .tensor = (uint32_t)i, .partition = p,
                                       .step = push ? x->tstep : x->pull_version, .dtype = 1,
-                                      .rank = t->rank,
+                                      .rank = push ? t->push_rank : t->rank,
                                       .flags = push ? TS_PUSH_SCALE(in.scale_exp) |
-                                                          (t->retrying ? TS_PUSH_RETRY : 0)
+                                                          (t->retrying || t->elastic
+                                                               ? TS_PUSH_RETRY : 0)
                                                     : flags,
                                       .encoding = push ? (uint16_t)in.encoding : 0 };
             /* Shared regions: the shard reads the gradient, or the worker the values, in
@@ -109,6 +113,9 @@ static ts_status send_all(struct tessera *t, int first, int last, bool push, uin
             }
             if (!push && x->view_part && x->view_part[p])
                 h.flags |= TS_PULL_REGION;
+            if (!push && !begun[x->owner[p]])
+                h.flags |= TS_PULL_ROUND;
+            begun[x->owner[p]] = true;
             st = ts_frame_send(t->shards[x->owner[p]].conn, &h, push ? in.payload : NULL,
                                push ? in.bytes : 0, err);
             sdk_note_broken(t, x->owner[p], st);
@@ -145,8 +152,11 @@ static ts_status read_all(struct tessera *t, int first, int last, float *const *
             /* The values are in the region until this rank pushes again (part.h). */
             if (!r && region && dst != x->view + off)
                 memcpy(dst, x->view + off, len * sizeof(float));
-            if (!r && params)
+            if (!r && params) {
                 note_reply(t, x, p, &ri);
+                if (ri.step > t->newest)
+                    t->newest = ri.step;
+            }
             if (r && !*first_err) {
                 *first_err = r;
                 ts_err_set(err, r, "%s", e.msg);
@@ -158,8 +168,18 @@ static ts_status read_all(struct tessera *t, int first, int last, float *const *
     return TS_OK;
 }
 
-/* The active tensors of [first, last) (arrays indexed from first): pushes (if push) and pulls
- * (if params). Remote: every request goes out before any reply is read, so the shards work in
+/* Readies the pushes of the step's slot k (t->step_slots): its rank, and with more than one
+ * slot its gradients (one slot's were readied by plan_step or tessera_push). */
+static void next_slot(struct tessera *t, int first, int last, size_t k)
+{
+    t->push_rank = t->step_slots[k];
+    for (int i = first; t->nstep > 1 && i < last; i++)
+        if (t->tensors[i]->active)
+            prepare_push(t, t->tensors[i], t->step_grads[k][i]);
+}
+
+/* The active tensors of [first, last) (arrays indexed from first): pushes (if push, of every
+ * slot of the step) and pulls (if params). Remote: every request goes out before any reply is read, so the shards work in
  * parallel and a step costs one round trip. Local: the same partitions, in this process. */
 static ts_status exchange(struct tessera *t, int first, int last, bool push,
                           float *const *params, struct ts_err *err)
@@ -168,13 +188,16 @@ static ts_status exchange(struct tessera *t, int first, int last, bool push,
     ts_status st = TS_OK, first_err = TS_OK;
 
     if (t->local) {
-        for (int i = first; !st && push && i < last; i++)
-            for (uint32_t p = 0; t->tensors[i]->active && !st && p < t->tensors[i]->nparts;
-                 p++) {
-                struct ts_push in = push_of(t, t->tensors[i], p);
-                bool applied;
-                st = ts_part_push(t->tensors[i]->parts[p], &in, &applied, err);
-            }
+        for (size_t k = 0; push && !st && k < t->nstep; k++) {
+            next_slot(t, first, last, k);
+            for (int i = first; !st && i < last; i++)
+                for (uint32_t p = 0; t->tensors[i]->active && !st && p < t->tensors[i]->nparts;
+                     p++) {
+                    struct ts_push in = push_of(t, t->tensors[i], p);
+                    bool applied;
+                    st = ts_part_push(t->tensors[i]->parts[p], &in, &applied, err);
+                }
+        }
         for (int i = first; !st && params && i < last; i++) {
             struct sdk_tensor *x = t->tensors[i];
             for (uint32_t p = 0; x->active && !st && p < x->nparts; p++) {
@@ -192,11 +215,13 @@ static ts_status exchange(struct tessera *t, int first, int last, bool push,
         }
         return st;
     }
-    if (push)
+    for (size_t k = 0; push && !st && k < t->nstep; k++) {
+        next_slot(t, first, last, k);
         st = send_all(t, first, last, true, 0, err);
+    }
     if (!st && params)
         st = send_all(t, first, last, false, flags, err);
-    if (!st && push)
+    for (size_t k = 0; push && !st && k < t->nstep; k++)
         st = read_all(t, first, last, NULL, &first_err, err);
     if (!st && params)
         st = read_all(t, first, last, params, &first_err, err);
@@ -227,6 +252,8 @@ int tessera_push(tessera *t, int id, uint64_t step, const void *grad, struct tes
     if (check_id(t, id, &err))
         return sdk_fail(e, &err);
     only(t, id, step, 0);
+    t->nstep = 1;
+    t->step_slots = &t->rank;
     prepare_push(t, t->tensors[id], grad);
     if (exchange(t, id, id + 1, true, NULL, &err))
         return sdk_fail(e, &err);
@@ -329,19 +356,56 @@ static void finish_step(struct tessera *t, float *const *params)
         t->stats.staleness_max = t->step_stale;
 }
 
+/* Slots a step may push: 1..workers of them, ascending, each below workers; more than one
+ * only where each slot's push is the caller's gradient alone (no sync sums, no top-k). */
+static ts_status check_slots(const struct tessera *t, size_t n, const uint32_t *slots,
+                             struct ts_err *err)
+{
+    if (n < 1 || n > t->job.workers || !slots)
+        return ts_err_set(err, TS_EINVAL, "slots: %zu of them, want 1..%u (the job's workers)",
+                          n, t->job.workers);
+    for (size_t k = 0; k < n; k++)
+        if (slots[k] >= t->job.workers || (k && slots[k] <= slots[k - 1]))
+            return ts_err_set(err, TS_EINVAL, "slots[%zu]: %u; want ascending slots below %u",
+                              k, slots[k], t->job.workers);
+    for (int i = 0; n > 1 && i < t->ntensors; i++)
+        if (t->tensors[i]->sync_every > 1 || t->tensors[i]->residual)
+            return ts_err_set(err, TS_EINVAL, "slots: %zu, but tensor '%s' has a sync period or "
+                              "top-k compression, whose state is one worker's own; push one "
+                              "slot", n, t->tensors[i]->name);
+    return TS_OK;
+}
+
 int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *const *params,
                  struct tessera_error *e)
 {
+    return tessera_step_slots(t, step, 1, &t->rank, &grads, params, e);
+}
+
+int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slots,
+                       const void *const *const *grads, float *const *params,
+                       struct tessera_error *e)
+{
     struct ts_err err = { 0 };
-    ts_status st;
+    ts_status st = check_slots(t, n, slots, &err);
+    bool sent = false;
 
     t->step_overflow = false;
     t->step_stale = 0;
-    st = sdk_check_names(t, &err);
+    t->nstep = n;
+    t->step_slots = slots;
+    t->step_grads = grads;
+    t->newest = 0;
     if (!st)
-        st = plan_step(t, step, grads, &err);
+        st = sdk_check_names(t, &err);
+    if (!st && t->elastic && !(st = sdk_elastic_check(t, step, n, slots, &err)))
+        st = sdk_elastic_keep(t, params, &err);
     if (!st)
+        st = plan_step(t, step, grads[0], &err);
+    if (!st) {
+        sent = true;
         st = exchange(t, 0, t->ntensors, true, params, &err);
+    }
     /* A shard died (TS_EUNAVAIL), or a partition moved to a shard that joined the ring
      * (TS_ESTALE): under the new map, the step goes again to the new heads. */
     for (int k = 0; (st == TS_EUNAVAIL || st == TS_ESTALE) && k < MAX_FAILOVERS &&
@@ -372,6 +436,12 @@ int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *con
                             "tessera_resume_step()", step, t->job.id, back);
         }
     }
+    /* Elastic: the slots changed hands, or the job went on past this worker's step. */
+    if (t->elastic && sent && (st == TS_ESLOTS || (!st && t->newest > step + 1))) {
+        memset(&err, 0, sizeof(err));
+        st = sdk_elastic_recover(t, step, params, &err);
+    }
+    t->nstep = 0;
     if (st)
         return sdk_fail(e, &err);
     finish_step(t, params);

@@ -149,30 +149,46 @@ ts_status ts_cluster_refresh(struct ts_cluster *cl, struct ts_err *err)
     return st;
 }
 
-bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const char *reporter,
-                                   const char *detail)
+/* ReportUnreachable of shard id or worker wid (the other 0). */
+static bool report(struct ts_cluster *cl, uint32_t id, uint32_t wid, const char *reporter,
+                   const char *detail)
 {
     Tessera__V1__ReportUnreachableRequest req = TESSERA__V1__REPORT_UNREACHABLE_REQUEST__INIT;
     Tessera__V1__ReportUnreachableResponse *r = NULL;
+    const char *what = id ? "shard" : "worker";
     struct ts_err err = { 0 };
     char d[257];
     bool dead;
 
     snprintf(d, sizeof(d), "%s", detail ? detail : "");
     req.shard_id = id;
+    req.worker_id = wid;
     req.reporter = (char *)reporter;
     req.detail = d;
     if (ts_master_call(cl->master, "ReportUnreachable", &req.base,
                        &tessera__v1__report_unreachable_response__descriptor,
                        (ProtobufCMessage **)&r, &err)) {
-        ts_log(TS_WARN, "cluster", "reporting shard %u unreachable: %s", id, err.msg);
+        ts_log(TS_WARN, "cluster", "reporting %s %u unreachable: %s", what, id ? id : wid,
+               err.msg);
         return false;
     }
     dead = r->dead;
-    ts_log(dead ? TS_INFO : TS_WARN, "cluster", "reported shard %u unreachable: %s (%s)", id,
-           dead ? "out of the map" : "the master keeps it", r->verdict);
+    ts_log(dead ? TS_INFO : TS_WARN, "cluster", "reported %s %u unreachable: %s (%s)", what,
+           id ? id : wid, dead ? "dead" : "the master keeps it", r->verdict);
     protobuf_c_message_free_unpacked(&r->base, NULL);
     return dead;
+}
+
+bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const char *reporter,
+                                   const char *detail)
+{
+    return report(cl, id, 0, reporter, detail);
+}
+
+bool ts_cluster_report_worker(struct ts_cluster *cl, uint32_t worker, const char *reporter,
+                              const char *detail)
+{
+    return worker ? report(cl, 0, worker, reporter, detail) : false;
 }
 
 bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t shard,

@@ -78,6 +78,8 @@ struct ts_membership_cfg {
     const char *job;
     uint32_t rank, workers;
     bool keep;
+    /* Trainers: the worker takes over dead workers' slots (docs/elastic.md). */
+    bool elastic;
     /* Shards: how many times a supervisor restarted the shard this process replaces. */
     uint32_t restarts;
     /* Shards: the data-plane listeners to publish (borrowed until ts_membership_start
@@ -89,6 +91,9 @@ struct ts_membership_cfg {
     /* Shards: called before each heartbeat for the moves left for joining shards and the map
      * epoch they were counted under (HeartbeatRequest.moves_*). May be NULL. */
     uint64_t (*moves)(void *arg, uint64_t *epoch);
+    /* Shards: called from the heartbeat thread with each elastic job's roster (HeartbeatResponse
+     * .rosters). May be NULL. */
+    void (*on_roster)(void *arg, const char *job, uint64_t roster);
     void *arg;
 };
 
@@ -104,6 +109,16 @@ void ts_membership_end(struct ts_membership *ms, bool failed, const char *text);
 /* Stops heartbeating; with deregister, tells the master first (a clean leave). */
 void ts_membership_stop(struct ts_membership *ms, bool deregister);
 uint32_t ts_membership_id(struct ts_membership *ms);
+/* How many times this member registered: more than 1 after the master declared it dead (or
+ * forgot it, restarting) and it registered again. */
+unsigned ts_membership_registrations(struct ts_membership *ms);
+/* Workers of an elastic job: the slots this worker owned at the last heartbeat (ascending, at
+ * most max into slots) and the job's roster; returns how many (0 before any heartbeat). */
+size_t ts_membership_slots(struct ts_membership *ms, uint64_t *roster, uint32_t *slots,
+                           size_t max);
+/* A heartbeat now, from the caller's thread (registering again if the master declared this
+ * member dead), so that ts_membership_slots and ts_membership_id are fresh. */
+ts_status ts_membership_beat(struct ts_membership *ms, struct ts_err *err) TS_MUST_CHECK;
 uint64_t ts_membership_epoch(struct ts_membership *ms);
 const char *ts_membership_instance(struct ts_membership *ms);
 
@@ -146,6 +161,10 @@ uint32_t ts_cluster_replicas(struct ts_cluster *cl);
  * the lease. Errors are logged, not returned: a report only speeds up what the lease does. */
 bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const char *reporter,
                                    const char *detail);
+/* A shard saw worker `worker`'s data-plane connection hang up without a goodbye: the master
+ * declares it dead now (docs/elastic.md). Logged as above; whether the master heard. */
+bool ts_cluster_report_worker(struct ts_cluster *cl, uint32_t worker, const char *reporter,
+                              const char *detail);
 /* ReportLost: a partition of job that this shard (shard) heads lost every copy, found when the
  * job had gone back to snapshots `generation` times. Logged, as
  * ts_cluster_report_unreachable; false if the master could not be told (try again). */

@@ -18,6 +18,7 @@ struct ts_master {
 };
 
 #define DEREGISTER_OUTCOME_MS 20000
+#define SLOTS_MAX 4096                /* a job's workers (services/master/jobs.h) */
 
 struct ts_membership {
     struct ts_master *m;
@@ -31,9 +32,13 @@ struct ts_membership {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;
-    atomic_uint id;
+    atomic_uint id, registrations;
     atomic_uint_least64_t epoch, clock;
     struct ts_worker_report report;   /* under mu */
+    uint64_t roster;                  /* under mu: the last heartbeat's roster and slots */
+    uint32_t slots[SLOTS_MAX];
+    size_t nslots;
+    pthread_mutex_t beat_mu;          /* one heartbeat (or registration) at a time */
     uint32_t interval_ms;
     /* Copies of the endpoints, for re-registering after the caller's are gone. */
     Tessera__V1__DataPlaneEndpoint endpoints[4];
@@ -194,6 +199,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
         req.rank = ms->cfg.rank;
         req.workers = ms->cfg.workers;
         req.keep = ms->cfg.keep;
+        req.elastic = ms->cfg.elastic;
         if ((st = CALL(ms->m, "RegisterWorker", &req,
                        &tessera__v1__register_worker_response__descriptor, &resp, deadline_ms,
                        err)))
@@ -203,6 +209,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
         tessera__v1__register_worker_response__free_unpacked(resp, NULL);
     }
     atomic_store(&ms->id, id);
+    atomic_fetch_add(&ms->registrations, 1);
     ms->interval_ms = interval ? interval : lease / 3;
     set_epoch(ms, epoch);
     ts_log(TS_INFO, "member", "registered with %s as %u (lease %u ms, epoch %llu)",
@@ -234,8 +241,58 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     if (st)
         return st;
     set_epoch(ms, resp->epoch);
+    if (ms->cfg.kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER) {
+        pthread_mutex_lock(&ms->mu);
+        ms->roster = resp->roster;
+        ms->nslots = resp->n_slots < SLOTS_MAX ? resp->n_slots : SLOTS_MAX;
+        memcpy(ms->slots, resp->slots, ms->nslots * sizeof(*ms->slots));
+        pthread_mutex_unlock(&ms->mu);
+    }
+    for (size_t i = 0; ms->cfg.on_roster && i < resp->n_rosters; i++)
+        ms->cfg.on_roster(ms->cfg.arg, resp->rosters[i]->job, resp->rosters[i]->roster);
     tessera__v1__heartbeat_response__free_unpacked(resp, NULL);
     return TS_OK;
+}
+
+/* A heartbeat, and a new registration if the master declared us dead or forgot us. */
+static ts_status beat_or_join(struct ts_membership *ms, struct ts_err *err)
+{
+    ts_status st;
+
+    pthread_mutex_lock(&ms->beat_mu);
+    st = beat(ms, err);
+    if (st == TS_ESTATE || st == TS_ENOTFOUND) {
+        /* Declared dead, or a master that restarted and forgot us: join again. */
+        ts_log(TS_WARN, "member", "%s; registering again", err->msg);
+        ts_err_clear(err);
+        if (!(st = do_register(ms, (int)ms->interval_ms, err)))
+            st = beat(ms, err);   /* the new registration's slots */
+    }
+    pthread_mutex_unlock(&ms->beat_mu);
+    return st;
+}
+
+ts_status ts_membership_beat(struct ts_membership *ms, struct ts_err *err)
+{
+    return beat_or_join(ms, err);
+}
+
+unsigned ts_membership_registrations(struct ts_membership *ms)
+{
+    return atomic_load(&ms->registrations);
+}
+
+size_t ts_membership_slots(struct ts_membership *ms, uint64_t *roster, uint32_t *slots,
+                           size_t max)
+{
+    size_t n;
+
+    pthread_mutex_lock(&ms->mu);
+    *roster = ms->roster;
+    n = ms->nslots < max ? ms->nslots : max;
+    memcpy(slots, ms->slots, n * sizeof(*slots));
+    pthread_mutex_unlock(&ms->mu);
+    return n;
 }
 
 static void *heartbeat_main(void *arg)
@@ -250,13 +307,7 @@ static void *heartbeat_main(void *arg)
         ts_status st;
 
         pthread_mutex_unlock(&ms->mu);
-        st = beat(ms, &err);
-        if (st == TS_ESTATE || st == TS_ENOTFOUND) {
-            /* Declared dead, or a master that restarted and forgot us: join again. */
-            ts_log(TS_WARN, "member", "%s; registering again", err.msg);
-            ts_err_clear(&err);
-            st = do_register(ms, (int)ms->interval_ms, &err);
-        }
+        st = beat_or_join(ms, &err);
         if (st && !warned)
             ts_log(TS_WARN, "member", "heartbeat failed: %s (will keep trying)", err.msg);
         warned = st != TS_OK;
@@ -302,12 +353,14 @@ ts_status ts_membership_start(struct ts_master *m, const struct ts_membership_cf
     ms->cfg.job = NULL;
     ts_proc_instance_id(ms->instance, sizeof(ms->instance));
     pthread_mutex_init(&ms->mu, NULL);
+    pthread_mutex_init(&ms->beat_mu, NULL);
     pthread_cond_init(&ms->cv, NULL);
     if ((st = do_register(ms, deadline_ms, err)) ||
         pthread_create(&ms->thread, NULL, heartbeat_main, ms) != 0) {
         if (!st)
             st = ts_err_set(err, TS_ENOMEM, "membership: cannot start the heartbeat thread");
         pthread_mutex_destroy(&ms->mu);
+        pthread_mutex_destroy(&ms->beat_mu);
         pthread_cond_destroy(&ms->cv);
         free(ms);
         return st;
@@ -346,6 +399,7 @@ void ts_membership_stop(struct ts_membership *ms, bool deregister)
             tessera__v1__deregister_response__free_unpacked(resp, NULL);
     }
     pthread_mutex_destroy(&ms->mu);
+    pthread_mutex_destroy(&ms->beat_mu);
     pthread_cond_destroy(&ms->cv);
     free(ms);
 }

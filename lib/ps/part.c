@@ -563,7 +563,7 @@ static bool pull_ready(const struct ts_part *p, uint64_t want)
 
 /* Waits, under mu, until pull_ready, for a puller of generation gen. */
 static ts_status wait_ready(struct ts_part *p, uint64_t want, uint32_t gen, int ms,
-                            const atomic_bool *cancel, struct ts_err *err)
+                            const atomic_uint *cancel, struct ts_err *err)
 {
     int64_t until = ts_now_ms() + ms;
 
@@ -608,7 +608,7 @@ static ts_status wait_ready(struct ts_part *p, uint64_t want, uint32_t gen, int 
 }
 
 ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, uint32_t gen, int ms,
-                       const atomic_bool *cancel, float *out, struct ts_pull_info *info,
+                       const atomic_uint *cancel, float *out, struct ts_pull_info *info,
                        struct ts_err *err)
 {
     ts_status st;

@@ -176,10 +176,10 @@ struct ts_pull_info {
  * pulls straight from them). gen: the job's rollbacks the puller works after (ts_push.gen; 0
  * where the job never went back): TS_EROLLBACK at once, or as soon as ts_part_rollback runs
  * under the wait, where it is not the partition's. TS_ETIMEDOUT after ms, TS_ECANCELLED as
- * soon as *cancel (if not NULL) turns true; TS_EINVAL for a rank out of range or SSP/ASP
- * without out. */
+ * soon as *cancel (if not NULL) is not 0 (the caller's reasons, as bits); TS_EINVAL for a
+ * rank out of range or SSP/ASP without out. */
 ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, uint32_t gen, int ms,
-                       const atomic_bool *cancel, float *out, struct ts_pull_info *info,
+                       const atomic_uint *cancel, float *out, struct ts_pull_info *info,
                        struct ts_err *err) TS_MUST_CHECK;
 
 /* Replication (docs/replication.md): a chain of shards holds each partition; the head takes

@@ -1,7 +1,8 @@
 /* status.c - the one place where ts_status meets gRPC status codes.
  *
- * Exhaustive both ways (docs/architecture.md), but for TS_EROLLBACK, which only the data plane
- * carries: over gRPC it is ABORTED, as a stale map is (both say: learn what changed, retry).
+ * Exhaustive both ways (docs/architecture.md), but for TS_EROLLBACK and TS_ESLOTS, which only
+ * the data plane carries: over gRPC they are ABORTED, as a stale map is (all say: learn what
+ * changed, retry).
  * gRPC itself never emits INVALID_ARGUMENT, FAILED_PRECONDITION, ABORTED or DATA_LOSS, so a
  * client seeing one knows Tessera decided it. */
 #include <grpc/status.h>
@@ -17,7 +18,8 @@ int ts_rpc_code_from_status(ts_status s)
     case TS_EEXIST: return GRPC_STATUS_ALREADY_EXISTS;
     case TS_ESTATE: return GRPC_STATUS_FAILED_PRECONDITION;
     case TS_ESTALE:
-    case TS_EROLLBACK: return GRPC_STATUS_ABORTED;
+    case TS_EROLLBACK:
+    case TS_ESLOTS: return GRPC_STATUS_ABORTED;
     case TS_ETIMEDOUT: return GRPC_STATUS_DEADLINE_EXCEEDED;
     case TS_EUNAVAIL: return GRPC_STATUS_UNAVAILABLE;
     case TS_ENOMEM: return GRPC_STATUS_RESOURCE_EXHAUSTED;

@@ -39,7 +39,8 @@
 #define TS_FRAME_MAX (256u << 20)    /* largest payload accepted */
 
 enum ts_frame_type {
-    TS_FRAME_HELLO = 1,     /* worker -> shard: rank in `rank`, job token as payload */
+    TS_FRAME_HELLO = 1,     /* worker -> shard: rank in `rank`, job id as payload; flags
+                             * TS_HELLO_*; an elastic worker's member id in `tensor` */
     TS_FRAME_PUSH = 2,      /* gradient for (tensor, partition, step) */
     TS_FRAME_PULL = 3,      /* ask for (tensor, partition) at version `step` */
     TS_FRAME_PARAMS = 4,    /* parameters answering a PULL; `step` is their version */
@@ -54,9 +55,13 @@ enum ts_frame_type {
     TS_FRAME_IMAGE = 9,     /* the partition's image (ts_part_image) at version `step`, from
                              * shard `rank`, the one before in the chain; ACK once this shard
                              * and the rest of the chain hold it */
-    TS_FRAME_TYPE_MAX = 9,
+    TS_FRAME_BYE = 10,      /* worker -> shard, no reply: closing on purpose, not a death
+                             * (elastic jobs, docs/elastic.md) */
+    TS_FRAME_TYPE_MAX = 10,
 };
 
+/* HELLO flags. */
+#define TS_HELLO_ELASTIC 0x1u   /* the worker is elastic: a hang-up without BYE is its death */
 /* SHARE flags: what the region holds. */
 #define TS_SHARE_GRAD 0x1u      /* worker -> shard: the worker's gradient buffer of the tensor */
 #define TS_SHARE_PARAMS 0x2u    /* shard -> worker: the tensor's parameters, at their offsets */
@@ -64,6 +69,7 @@ enum ts_frame_type {
 /* PULL flags. */
 #define TS_PULL_AFTER_PUSH 0x1u /* sent right behind this connection's pushes of the step */
 #define TS_PULL_REGION 0x2u     /* answer with no payload: the values are in the shared region */
+#define TS_PULL_ROUND 0x4u      /* the first pull of a round of requests on this connection */
 /* PUSH flags: bits 0-7 hold the loss scale's exponent e + 128 (0: no scaling, e = 0); the
  * payload was multiplied by 2^e. */
 #define TS_PUSH_SCALE(e) ((e) ? (uint32_t)((e) + 128) & 0xffu : 0u)

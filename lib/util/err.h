@@ -35,6 +35,8 @@ typedef enum ts_status {
     TS_EINTERNAL,  /* a bug: an invariant did not hold */
     TS_EROLLBACK,  /* the job lost state and goes back to its last snapshot: continue from the
                     * step it names (docs/replication.md, "Rollback") */
+    TS_ESLOTS,     /* the job's slots changed hands (a worker died or came back): ask the
+                    * master for this worker's slots and do the step again (docs/elastic.md) */
 } ts_status;
 
 struct ts_err {

@@ -14,6 +14,7 @@ struct job {
     struct job_info info;
     struct job_seat *seats;
     size_t nseats, cap;
+    uint32_t *owners;                   /* by slot (info.workers): its worker, 0 none */
     bool failed, died;                  /* this run: a worker failed, a worker died */
     int64_t idle_since_ms, ended_ms;    /* monotonic */
 };
@@ -66,8 +67,10 @@ void jobs_free(struct jobs *j)
 {
     if (!j)
         return;
-    for (size_t i = 0; i < j->n; i++)
+    for (size_t i = 0; i < j->n; i++) {
         free(j->v[i].seats);
+        free(j->v[i].owners);
+    }
     free(j->v);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -96,6 +99,7 @@ static struct job_seat *seat_of(struct jobs *j, uint32_t worker, struct job **jb
 static void drop(struct jobs *j, struct job *jb)
 {
     free(jb->seats);
+    free(jb->owners);
     *jb = j->v[--j->n];
 }
 
@@ -108,9 +112,19 @@ static size_t resident(const struct jobs *j)
     return n;
 }
 
-/* A new run of a job: no seats yet. */
-static void start_run(struct job *jb, uint32_t workers, bool keep)
+/* A new run of a job: no seats yet, no slot owned. */
+static ts_status start_run(struct job *jb, uint32_t workers, bool keep, bool elastic,
+                           struct ts_err *err)
 {
+    uint32_t *o = realloc(jb->owners, workers * sizeof(*o));
+
+    if (!o)
+        return ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+    memset(o, 0, workers * sizeof(*o));
+    jb->owners = o;
+    jb->info.elastic = elastic;
+    jb->info.roster = 0;
+    jb->info.adopted = 0;
     jb->nseats = 0;
     jb->failed = jb->died = false;
     jb->info.state = JOB_RUNNING;
@@ -119,10 +133,75 @@ static void start_run(struct job *jb, uint32_t workers, bool keep)
     jb->info.keep = keep;
     jb->info.ended_unix_ms = 0;
     jb->info.fingerprint[0] = jb->info.reason[0] = '\0';
+    return TS_OK;
+}
+
+/* The alive seat of worker, or of rank (worker 0); NULL if none. mu held. */
+static struct job_seat *alive_seat(struct job *jb, uint32_t worker, uint32_t rank)
+{
+    for (size_t k = 0; k < jb->nseats; k++)
+        if (jb->seats[k].state == SEAT_ALIVE &&
+            (worker ? jb->seats[k].worker == worker : jb->seats[k].rank == rank))
+            return &jb->seats[k];
+    return NULL;
+}
+
+static bool seat_dead(struct job *jb, uint32_t worker)
+{
+    for (size_t k = 0; k < jb->nseats; k++)
+        if (jb->seats[k].worker == worker)
+            return jb->seats[k].state == SEAT_DEAD;
+    return false;
+}
+
+/* Hands out the slots (jobs.h); mu held. The roster grows when a slot changes hands. */
+static void reslot(struct job *jb)
+{
+    uint32_t w = jb->info.workers;
+    bool changed = false;
+
+    if (jb->info.state != JOB_RUNNING)
+        return;
+    for (uint32_t k = 0; k < w; k++) {   /* each rank's own worker first */
+        struct job_seat *home = alive_seat(jb, 0, k);
+        if (home && jb->owners[k] != home->worker) {
+            if (jb->owners[k]) {   /* a first owner changes nothing */
+                ts_log(TS_INFO, "master", "job %s: slot %u goes back to rank %u (worker %u)",
+                       jb->info.id, k, k, home->worker);
+                changed = true;
+            }
+            jb->owners[k] = home->worker;
+        }
+    }
+    for (uint32_t k = 0; jb->info.elastic && k < w; k++) {
+        struct job_seat *best = NULL;
+        uint32_t least = UINT32_MAX;
+        if (!jb->owners[k] || !seat_dead(jb, jb->owners[k]))
+            continue;
+        for (size_t s = 0; s < jb->nseats; s++) {
+            uint32_t load = 0;
+            if (jb->seats[s].state != SEAT_ALIVE)
+                continue;
+            for (uint32_t q = 0; q < w; q++)
+                load += jb->owners[q] == jb->seats[s].worker;
+            if (load < least || (load == least && jb->seats[s].rank < best->rank))
+                best = &jb->seats[s], least = load;
+        }
+        if (!best)
+            break;   /* nobody left: the job is abandoned (settle) */
+        ts_log(TS_WARN, "master", "job %s: slot %u (worker %u died) goes to worker %u (rank %u)",
+               jb->info.id, k, jb->owners[k], best->worker, best->rank);
+        jb->owners[k] = best->worker;
+        jb->info.adopted++;
+        changed = true;
+    }
+    if (changed)
+        jb->info.roster++;
 }
 
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
-                    uint32_t workers, bool keep, int64_t now_ms, struct ts_err *err)
+                    uint32_t workers, bool keep, bool elastic, int64_t now_ms,
+                    struct ts_err *err)
 {
     struct job *jb, *other;
     struct job_seat *s;
@@ -140,6 +219,19 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         st = strcmp(other->info.id, id) ? ts_err_set(err, TS_EEXIST, "job: worker %u is in "
                                                      "job '%s' already", worker, other->info.id)
                                         : TS_OK;
+        struct job_seat *now = !st && s->state == SEAT_DEAD ? alive_seat(other, 0, s->rank)
+                                                            : NULL;
+        if (now)
+            st = ts_err_set(err, TS_EEXIST, "rank: %u of job '%s' is worker %u now (it came "
+                            "while this worker was declared dead)", s->rank, id, now->worker);
+        if (!st && s->state == SEAT_DEAD && other->info.state == JOB_RUNNING) {
+            /* Declared dead, and back (it was stopped or cut off): its rank again. */
+            s->state = SEAT_ALIVE;
+            other->info.alive++;
+            ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) is back", id, worker,
+                   s->rank);
+            reslot(other);
+        }
         pthread_mutex_unlock(&j->mu);
         return st;
     }
@@ -150,6 +242,9 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
     } else if (jb && jb->info.state == JOB_RUNNING && workers != jb->info.workers) {
         st = ts_err_set(err, TS_EINVAL, "workers: %u, but job '%s' runs with %u", workers, id,
                         jb->info.workers);
+    } else if (jb && jb->info.state == JOB_RUNNING && elastic != jb->info.elastic) {
+        st = ts_err_set(err, TS_EINVAL, "elastic: %s, but job '%s' runs %s", elastic ? "on" :
+                        "off", id, jb->info.elastic ? "elastic" : "without elastic workers");
     } else if (!jb && resident(j) >= j->cfg.max_jobs) {
         st = ts_err_set(err, TS_ENOMEM, "job: the cluster holds %zu jobs, its --max-jobs; wait "
                         "for one to end (tessera status lists them) or raise --max-jobs",
@@ -171,15 +266,18 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
             memset(jb, 0, sizeof(*jb));
             snprintf(jb->info.id, sizeof(jb->info.id), "%s", id);
             jb->info.started_unix_ms = ts_unix_ms();
-            start_run(jb, workers, keep);
-            ts_log(TS_INFO, "master", "job %s: running (%u workers%s)", id, workers,
-                   keep ? ", kept when finished" : "");
+            if ((st = start_run(jb, workers, keep, elastic, err)))
+                j->n--;
+            else
+                ts_log(TS_INFO, "master", "job %s: running (%u workers%s%s)", id, workers,
+                       elastic ? ", elastic" : "", keep ? ", kept when finished" : "");
         }
     } else if (!st && (jb->info.state == JOB_IDLE || jb->info.released)) {
-        jb->info.released = false;
-        jb->info.started_unix_ms = ts_unix_ms();
-        start_run(jb, workers, keep);
-        ts_log(TS_INFO, "master", "job %s: running again (%u workers)", id, workers);
+        if (!(st = start_run(jb, workers, keep, elastic, err))) {
+            jb->info.released = false;
+            jb->info.started_unix_ms = ts_unix_ms();
+            ts_log(TS_INFO, "master", "job %s: running again (%u workers)", id, workers);
+        }
     }
     if (!st && jb->nseats == jb->cap) {
         struct job_seat *v = realloc(jb->seats, (jb->cap ? 2 * jb->cap : 4) * sizeof(*v));
@@ -191,6 +289,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
     if (!st) {
         jb->seats[jb->nseats++] = (struct job_seat){ worker, rank, SEAT_ALIVE };
         jb->info.alive++;
+        reslot(jb);
     }
     pthread_mutex_unlock(&j->mu);
     return st;
@@ -232,6 +331,13 @@ static void vacate(struct job *jb, struct job_seat *s, enum job_seat_state to, c
         jb->info.finished++;
     if (to == SEAT_FAILED)
         jb->failed = true;
+    /* An elastic job with a worker left goes on: the dead worker's slots move (reslot). */
+    if (to == SEAT_DEAD && jb->info.elastic && jb->info.alive) {
+        ts_log(TS_WARN, "master", "job %s: rank %u (worker %u): %s; its slots move", jb->info.id,
+               s->rank, s->worker, why);
+        reslot(jb);
+        return;
+    }
     if (to == SEAT_DEAD)
         jb->died = true;
     if (to != SEAT_FINISHED && !jb->info.reason[0])
@@ -262,8 +368,56 @@ void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms)
 
     pthread_mutex_lock(&j->mu);
     if ((s = seat_of(j, worker, &jb)))
-        vacate(jb, s, SEAT_DEAD, "its lease expired (the process died or hung)", now_ms);
+        vacate(jb, s, SEAT_DEAD, "its lease expired or its connection broke (the process "
+               "died or hung)", now_ms);
     pthread_mutex_unlock(&j->mu);
+}
+
+int jobs_slots(struct jobs *j, uint32_t worker, uint64_t *roster, uint32_t *slots, size_t max)
+{
+    struct job *jb;
+    struct job_seat *s;
+    int n = -1;
+
+    pthread_mutex_lock(&j->mu);
+    if ((s = seat_of(j, worker, &jb)) && jb->info.state == JOB_RUNNING &&
+        s->state == SEAT_ALIVE) {
+        n = 0;
+        *roster = jb->info.roster;
+        for (uint32_t k = 0; k < jb->info.workers && (size_t)n < max; k++)
+            if (jb->owners[k] == worker)
+                slots[n++] = k;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+size_t jobs_rosters(struct jobs *j, char (*ids)[TS_JOB_ID_MAX + 1], uint64_t *rosters,
+                    size_t max)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n && n < max; i++)
+        if (j->v[i].info.state == JOB_RUNNING && j->v[i].info.elastic && j->v[i].info.roster) {
+            snprintf(ids[n], TS_JOB_ID_MAX + 1, "%s", j->v[i].info.id);
+            rosters[n++] = j->v[i].info.roster;
+        }
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+size_t jobs_owners(struct jobs *j, const char *id, uint32_t *owners, size_t max)
+{
+    struct job *jb;
+    size_t n = 0;
+
+    pthread_mutex_lock(&j->mu);
+    if ((jb = find(j, id)) && jb->owners)
+        for (; n < jb->info.workers && n < max; n++)
+            owners[n] = jb->owners[n];
+    pthread_mutex_unlock(&j->mu);
+    return n;
 }
 
 size_t jobs_due(struct jobs *j, int64_t now_ms, char (*ids)[TS_JOB_ID_MAX + 1], size_t max)
@@ -438,6 +592,10 @@ ts_status jobs_export(struct jobs *j, struct job_record **out, size_t *n, struct
             st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
         else if (jb->nseats)
             memcpy(r->seats, jb->seats, (r->nseats = jb->nseats) * sizeof(*r->seats));
+        if (!st && jb->owners && !(r->owners = malloc(jb->info.workers * sizeof(*r->owners))))
+            st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+        else if (!st && jb->owners)
+            memcpy(r->owners, jb->owners, (r->nowners = jb->info.workers) * sizeof(*r->owners));
     }
     pthread_mutex_unlock(&j->mu);
     if (st) {
@@ -450,8 +608,10 @@ ts_status jobs_export(struct jobs *j, struct job_record **out, size_t *n, struct
 
 void jobs_records_free(struct job_record *r, size_t n)
 {
-    for (size_t i = 0; r && i < n; i++)
+    for (size_t i = 0; r && i < n; i++) {
         free(r[i].seats);
+        free(r[i].owners);
+    }
     free(r);
 }
 
@@ -467,6 +627,9 @@ static ts_status check_record(struct jobs *j, const struct job_record *r, struct
         return ts_err_set(err, TS_EINVAL, "job: '%s' twice", r->info.id);
     if (r->info.state < JOB_RUNNING || r->info.state > JOB_ABANDONED)
         return ts_err_set(err, TS_EINVAL, "job '%s': state %d", r->info.id, r->info.state);
+    if (r->nowners && r->nowners != r->info.workers)
+        return ts_err_set(err, TS_EINVAL, "job '%s': %zu slot owners for %u workers", r->info.id,
+                          r->nowners, r->info.workers);
     for (size_t k = 0; k < r->nseats; k++)
         if (seat_of(j, r->seats[k].worker, &other))
             return ts_err_set(err, TS_EINVAL, "job '%s': worker %u is in job '%s' too",
@@ -511,6 +674,13 @@ ts_status jobs_restore(struct jobs *j, const struct job_record *r, size_t n, int
         if (r[i].nseats)
             memcpy(jb->seats, r[i].seats, r[i].nseats * sizeof(*jb->seats));
         jb->nseats = jb->cap = r[i].nseats;
+        if (!(jb->owners = calloc(jb->info.workers + 1, sizeof(*jb->owners)))) {
+            free(jb->seats);
+            st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+            break;
+        }
+        if (r[i].nowners)
+            memcpy(jb->owners, r[i].owners, r[i].nowners * sizeof(*jb->owners));
         if (jb->info.rolling_back) {
             jb->info.rolling_back = false;
             if (*nrerun < max)
@@ -519,8 +689,10 @@ ts_status jobs_restore(struct jobs *j, const struct job_record *r, size_t n, int
         j->n++;
     }
     if (st) {
-        for (size_t i = 0; i < j->n; i++)
+        for (size_t i = 0; i < j->n; i++) {
             free(j->v[i].seats);
+            free(j->v[i].owners);
+        }
         j->n = 0;
         *nrerun = 0;
     }

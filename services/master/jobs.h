@@ -62,6 +62,12 @@ struct job_info {
     uint64_t rollback_step;
     bool rolling_back, lost;
     char rollback_note[257];
+    /* Elastic jobs (docs/elastic.md): the job hands a dead worker's slot to a live worker;
+     * roster grows at every change of a slot's owner; adopted counts the slots handed on
+     * after a death. */
+    bool elastic;
+    uint64_t roster;
+    uint32_t adopted;
 };
 
 /* A job's durable record (services/master/state.h): what ClusterStatus shows, and each of its
@@ -76,6 +82,8 @@ struct job_record {
     struct job_info info;
     struct job_seat *seats;
     size_t nseats;
+    uint32_t *owners;                   /* by slot: its worker, 0 none; info.workers of them */
+    size_t nowners;
     bool failed, died;
 };
 
@@ -86,16 +94,33 @@ ts_status jobs_create(const struct jobs_cfg *cfg, struct jobs **out,
 void jobs_free(struct jobs *j);
 
 /* Worker `worker` (a member id) joins job id as rank of workers. Idempotent for the same
- * worker. Errors name the field: job, rank, workers (another count than the job's). */
+ * worker. Errors name the field: job, rank, workers (another count than the job's), elastic
+ * (other than the running job's). A rank whose worker died may be taken by a new worker: it
+ * gets its slot back (docs/elastic.md). */
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
-                    uint32_t workers, bool keep, int64_t now_ms,
+                    uint32_t workers, bool keep, bool elastic, int64_t now_ms,
                     struct ts_err *err) TS_MUST_CHECK;
 /* Worker `worker` left: failed or finished, with its fingerprint (64 hex digits, or "") or its
  * reason. A worker of no job is ignored. */
 void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *fingerprint,
                 const char *reason, int64_t now_ms);
-/* Worker `worker` died (its lease expired). */
+/* Worker `worker` died (its lease expired, or a shard saw its connection hang up). In an
+ * elastic job with a worker left its slots go to the live workers; otherwise the job is
+ * abandoned once no worker is left. */
 void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms);
+
+/* Slots (docs/elastic.md). A job of W workers has W slots, slot k being the share of every
+ * step that the schedule gives rank k. Slot k belongs to rank k's worker while it is alive;
+ * in an elastic job a dead worker's slot goes to the live worker owning the fewest (the
+ * lowest rank on a tie) and back to rank k when a new worker takes that rank. */
+/* The slots worker owns (ascending, at most max into slots) and its job's roster: returns
+ * how many, or -1 if the worker is in no running job. */
+int jobs_slots(struct jobs *j, uint32_t worker, uint64_t *roster, uint32_t *slots, size_t max);
+/* Running elastic jobs with a roster above 0: ids and rosters (at most max); how many. */
+size_t jobs_rosters(struct jobs *j, char (*ids)[TS_JOB_ID_MAX + 1], uint64_t *rosters,
+                    size_t max);
+/* Job id's slot owners (at most max, by slot); how many (0 if no such job). */
+size_t jobs_owners(struct jobs *j, const char *id, uint32_t *owners, size_t max);
 /* Moves idle jobs past idle_ms to FINISHED, forgets summaries past the history limits, and
  * copies into ids (at most max) the jobs that ended and are not released yet; returns how
  * many. */

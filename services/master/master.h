@@ -38,6 +38,9 @@ Tessera__V1__ShardInfo **master_shard_infos(struct ts_rpc_call *call,
 Tessera__V1__WorkerInfo **master_worker_infos(struct ts_rpc_call *call,
                                               const struct ts_members_view *v, int64_t now);
 Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job_info *v);
+/* j's slot owners: a copy of owners[0..n) in call's arena. */
+void master_job_owners(struct ts_rpc_call *call, Tessera__V1__JobInfo *j, const uint32_t *owners,
+                       size_t n);
 
 /* tessera.v1.Master; its ctx must be set to a struct master * before ts_rpc_server_add. */
 extern struct ts_rpc_service ts_master_service;

@@ -172,6 +172,9 @@ ts_status ts_members_shard_addr(struct ts_members *m, uint32_t id,
  * process start `instance`; returns whether it did. The map moves on as for an expired lease. */
 bool ts_members_declare_dead(struct ts_members *m, uint32_t id, const char *instance,
                              const char *why);
+/* Declares worker id dead for why (a shard saw its connection hang up without a goodbye), as
+ * its lease would; returns whether it was alive. The caller tells the job table. */
+bool ts_members_worker_dead(struct ts_members *m, uint32_t id, const char *why);
 
 /* alive_only: only alive shards and no workers (GetShardMap). */
 ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,

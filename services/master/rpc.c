@@ -72,7 +72,7 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     if (st)
         return st;
     if (req->job[0] && (st = jobs_join(m->jobs, req->job, g.id, req->rank, req->workers,
-                                       req->keep, ts_now_ms(), err))) {
+                                       req->keep, req->elastic, ts_now_ms(), err))) {
         /* Refused: the worker was not let in (a retry registers it again). */
         if (ts_members_deregister(m->members, TS_MEMBER_WORKER, g.id, "its job refused it",
                                   &epoch, &ignored))
@@ -84,6 +84,35 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     resp->lease_ms = g.lease_ms;
     resp->heartbeat_interval_ms = g.lease_ms / 3;
     return TS_OK;
+}
+
+/* A worker's slots and its job's roster, for its heartbeat (docs/elastic.md). */
+static void slots_of(struct ts_rpc_call *call, struct master *m, uint32_t worker,
+                     Tessera__V1__HeartbeatResponse *resp)
+{
+    uint32_t *slots = ts_rpc_alloc(call, JOBS_MAX_WORKERS * sizeof(*slots));
+    int n = jobs_slots(m->jobs, worker, &resp->roster, slots, JOBS_MAX_WORKERS);
+
+    resp->slots = slots;
+    resp->n_slots = n > 0 ? (size_t)n : 0;
+}
+
+/* The rosters of the elastic jobs, for a shard's heartbeat: a shard wakes the pulls of a job
+ * whose roster grew, so that its workers take the slots of the dead. */
+static void rosters_of(struct ts_rpc_call *call, struct master *m,
+                       Tessera__V1__HeartbeatResponse *resp)
+{
+    char (*ids)[TS_JOB_ID_MAX + 1] = ts_rpc_alloc(call, JOBS_MAX * sizeof(*ids));
+    uint64_t rosters[JOBS_MAX];
+    size_t n = jobs_rosters(m->jobs, ids, rosters, JOBS_MAX);
+
+    resp->rosters = ts_rpc_alloc(call, (n + 1) * sizeof(*resp->rosters));
+    for (size_t i = 0; i < n; i++) {
+        Tessera__V1__JobRoster *r = ts_rpc_new(call, &tessera__v1__job_roster__descriptor);
+        r->job = ids[i];
+        r->roster = rosters[i];
+        resp->rosters[resp->n_rosters++] = r;
+    }
 }
 
 static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
@@ -101,8 +130,10 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
         struct ts_member_report r = { req->staleness_last, req->staleness_max,
                                       req->steps_skipped, req->loss_scale };
         ts_members_report(m->members, req->id, &r);
+        slots_of(call, m, req->id, resp);
     } else {
         ts_members_moves(m->members, req->id, req->moves_epoch, req->moves_pending);
+        rosters_of(call, m, resp);
     }
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
@@ -212,7 +243,19 @@ Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job
     j->rolling_back = v->rolling_back;
     j->lost = v->lost;
     j->rollback_note = ts_rpc_strdup(call, v->rollback_note);
+    j->elastic = v->elastic;
+    j->roster = v->roster;
+    j->adopted = v->adopted;
     return j;
+}
+
+void master_job_owners(struct ts_rpc_call *call, Tessera__V1__JobInfo *j, const uint32_t *owners,
+                       size_t n)
+{
+    j->slot_owners = ts_rpc_alloc(call, (n + 1) * sizeof(*j->slot_owners));
+    if (n)
+        memcpy(j->slot_owners, owners, n * sizeof(*owners));
+    j->n_slot_owners = n;
 }
 
 /* The job table as JobInfo messages in call's arena. */
@@ -226,8 +269,16 @@ static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
     if (st)
         return st;
     resp->jobs = ts_rpc_alloc(call, (n + 1) * sizeof(*resp->jobs));
-    for (size_t i = 0; i < n; i++)
-        resp->jobs[resp->n_jobs++] = master_job_info(call, &v[i]);
+    for (size_t i = 0; i < n; i++) {
+        Tessera__V1__JobInfo *j = master_job_info(call, &v[i]);
+        uint32_t *owners = v[i].elastic ? ts_rpc_alloc(call, (v[i].workers + 1) *
+                                                                 sizeof(*owners)) : NULL;
+        if (owners) {
+            j->slot_owners = owners;
+            j->n_slot_owners = jobs_owners(m->jobs, v[i].id, owners, v[i].workers);
+        }
+        resp->jobs[resp->n_jobs++] = j;
+    }
     free(v);
     return TS_OK;
 }
@@ -392,6 +443,18 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
                           strlen(req->reporter));
     if (strlen(req->detail) > 256)
         return ts_err_set(err, TS_EINVAL, "detail: %zu bytes, at most 256", strlen(req->detail));
+    if (req->worker_id && req->shard_id)
+        return ts_err_set(err, TS_EINVAL, "worker_id: set with shard_id; report one member");
+    if (req->worker_id) {   /* its process is gone: nothing to probe (workers serve nothing) */
+        snprintf(why, sizeof(why), "its connection to %.60s hung up without a goodbye (%.100s)",
+                 req->reporter[0] ? req->reporter : "a shard", req->detail);
+        if (ts_members_worker_dead(m->members, req->worker_id, why))
+            jobs_dead(m->jobs, req->worker_id, ts_now_ms());
+        resp->dead = true;
+        resp->epoch = ts_members_epoch(m->members);
+        resp->verdict = ts_rpc_strdup(call, "declared dead");
+        return TS_OK;
+    }
     if ((st = ts_members_shard_addr(m->members, req->shard_id, addr, instance, &alive, err)))
         return st;
     if (!alive) {

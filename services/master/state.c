@@ -256,6 +256,17 @@ static ts_status restore_jobs(struct master_state *s, struct master *m,
         o->rolling_back = in->rolling_back;
         o->lost = in->lost;
         snprintf(o->rollback_note, sizeof(o->rollback_note), "%s", in->rollback_note);
+        o->elastic = in->elastic;
+        o->roster = in->roster;
+        o->adopted = in->adopted;
+        if (in->n_slot_owners &&
+            !(r[i].owners = malloc(in->n_slot_owners * sizeof(*r[i].owners)))) {
+            st = ts_err_set(err, TS_ENOMEM, "state: out of memory");
+            break;
+        }
+        if (in->n_slot_owners)
+            memcpy(r[i].owners, in->slot_owners,
+                   (r[i].nowners = in->n_slot_owners) * sizeof(*r[i].owners));
         r[i].failed = jr->failed;
         r[i].died = jr->died;
         if (jr->n_seats && !(r[i].seats = calloc(jr->n_seats, sizeof(*r[i].seats)))) {
@@ -315,6 +326,7 @@ static Tessera__V1__MasterState *build(struct master *m, struct ts_rpc_call *cal
     for (size_t i = 0; i < n; i++) {
         Tessera__V1__JobRecord *jr = ts_rpc_new(call, &tessera__v1__job_record__descriptor);
         jr->info = master_job_info(call, &r[i].info);
+        master_job_owners(call, jr->info, r[i].owners, r[i].nowners);
         jr->keep = r[i].info.keep;
         jr->failed = r[i].failed;
         jr->died = r[i].died;

@@ -11,7 +11,7 @@
  * (ts_frame_recv_view), and a pull is sent straight from the partition's values. Where frames
  * carry hashes (connections that leave the host), a version's hash is computed once and reused
  * for every worker's pull of it (pull_sum). */
-#include "dataplane.h"
+#include "dp_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -19,7 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chain.h"
 #include "testhooks.h"
 #include "transport/frame.h"
 #include "transport/region.h"
@@ -32,30 +31,6 @@
 /* How long a head waits for the map to drop a dead next shard of a chain (its lease, and a
  * heartbeat to hear of the new map, must fit in it). */
 #define CHAIN_REPAIR_MS 60000
-
-/* What this connection shares with its worker, per tensor (region.h). */
-struct dp_region {
-    struct ts_region grad;          /* the worker's gradient buffer, mapped read-only */
-    bool params;                    /* the worker maps our values (MAP answered) */
-};
-
-struct dp_conn {
-    struct dataplane *dp;
-    struct ts_conn *c;
-    struct shard_job *job;          /* named by the connection's HELLO */
-    unsigned gen;                   /* the job's rollbacks at the HELLO */
-    bool push_refused;              /* a push of the current step was refused */
-    float *copy;                    /* SSP/ASP pulls: the values copied under the lock */
-    size_t copy_cap;                /* floats */
-    bool after_pull;                /* the last request was a PULL */
-    struct dp_region *regions;      /* by tensor id; NULL until the first SHARE or MAP */
-    struct chain_links chain;       /* to the next shards of this shard's chains */
-    atomic_bool cancel;             /* ends a pull's wait: the shard stops, or the job ended */
-    char job_id[TS_JOB_ID_MAX + 1]; /* the HELLO's job, for cancel_waits (under dp->id_mu) */
-    pthread_t thread;
-    struct dp_conn *next;
-    atomic_bool done;
-};
 
 /* The hash of a partition's values at one version, shared by the connection threads: every
  * worker pulls the same bytes. Direct-mapped by partition address; a collision only costs a
@@ -390,9 +365,17 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, str
         dc->copy = c;
         dc->copy_cap = len;
     }
-    if (ts_part_pull(p, h->rank, h->step, dc->gen, PULL_WAIT_MS, &dc->cancel,
-                     copy ? dc->copy : NULL, &info, err))
-        return err->code;
+    for (;;) {   /* elastic jobs: a wake (slots.c) ends the wait with TS_ESLOTS */
+        ts_status st = dp_slots_moved(dc, err);
+        if (!st)
+            st = ts_part_pull(p, h->rank, h->step, dc->gen, PULL_WAIT_MS, &dc->cancel,
+                              copy ? dc->copy : NULL, &info, err);
+        if (!st)
+            break;
+        if (st != TS_ECANCELLED || !dp_slots_rewait(dc))
+            return st;
+        ts_err_clear(err);   /* a wake already told: wait on */
+    }
     hook_reach(HOOK_PULL);
     out.step = info.version;
     out.flags = info.overflow ? TS_PARAMS_OVERFLOW : 0;
@@ -542,6 +525,8 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
         return ts_err_set(err, TS_ENOTFOUND, "hello: job '%s' has no tensors on this shard: "
                           "register them first", id);
     dc->gen = atomic_load(&dc->job->rollbacks);
+    dc->worker = h->flags & TS_HELLO_ELASTIC ? h->tensor : 0;
+    dc->bye = false;
     ack.step = dc->gen;   /* the worker learns which rollback it works after */
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
@@ -581,6 +566,7 @@ static void *conn_main(void *arg)
     struct dp_conn *dc = arg;
     struct dataplane *dp = dc->dp;
     void *buf = malloc(TS_FRAME_MAX); /* pages are touched only as frames need them */
+    bool hung_up = false;
 
     while (buf && !atomic_load(&dp->stop)) {
         struct ts_frame_hdr h;
@@ -597,22 +583,28 @@ static void *conn_main(void *arg)
             reply_error(dc->c, &none, &err);
             break;
         }
-        if (st)
-            break; /* the worker went away or the shard is stopping */
+        if (st) {  /* the worker went away or the shard is stopping */
+            hung_up = st == TS_EUNAVAIL;
+            break;
+        }
         if ((h.type == TS_FRAME_PUSH || h.type == TS_FRAME_PULL ||
              h.type == TS_FRAME_IMAGE) && rolled_back(dc, &err))
             st = TS_EROLLBACK;
         else if (h.type == TS_FRAME_PUSH) {
             if (dc->after_pull) /* a new step's pushes begin */
-                dc->push_refused = dc->after_pull = false;
+                dc->push_refused = dc->after_pull = dc->reslot = false;
             st = on_push(dc, &h, in, &err);
             dc->push_refused |= st != TS_OK;
         } else if (h.type == TS_FRAME_PULL) {
+            if (h.flags & TS_PULL_ROUND)   /* a round begins: slots.c */
+                dc->reslot = false;
             dc->after_pull = true;
             st = on_pull(dc, &h, &err);
         }
         else if (h.type == TS_FRAME_HELLO)
             st = on_hello(dc, &h, in, &err);
+        else if (h.type == TS_FRAME_BYE)
+            dc->bye = true;   /* no reply: the worker is closing */
         else if (h.type == TS_FRAME_SHARE)
             st = on_share(dc, &h, &err);
         else if (h.type == TS_FRAME_MAP)
@@ -632,6 +624,8 @@ static void *conn_main(void *arg)
         if (st && reply_error(dc->c, &h, &err))
             break;
     }
+    if (hung_up && !atomic_load(&dp->stop))
+        dp_slots_lost(dc);
     free(buf);
     free(dc->copy);
     regions_free(dc);
@@ -771,7 +765,7 @@ static void cancel_waits(struct dataplane *dp, const char *job)
     pthread_mutex_lock(&dp->id_mu);
     for (struct dp_conn *dc = dp->conns; dc; dc = dc->next)
         if (!job || strcmp(dc->job_id, job) == 0)
-            atomic_store(&dc->cancel, true);
+            atomic_fetch_or(&dc->cancel, DP_CANCEL_END);
     pthread_mutex_unlock(&dp->id_mu);
 }
 

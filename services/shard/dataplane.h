@@ -64,6 +64,10 @@ void dataplane_forget(void *arg);
  * job fenced for a rollback, refuses the pull with the step to continue from). */
 void dataplane_end_job(struct dataplane *dp, const char *job);
 
+/* Elastic jobs: the master's roster of job is roster (a heartbeat): where it grew since a
+ * connection of the job last heard, the connection's pulls are answered TS_ESLOTS (slots.c). */
+void dataplane_roster(struct dataplane *dp, const char *job, uint64_t roster);
+
 /* Listens on every transport that can run here (only the one named `only`, if set). */
 ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const char *host,
                           const char *only, struct ts_err *err) TS_MUST_CHECK;

@@ -79,6 +79,14 @@ static void on_epoch(void *arg, uint64_t epoch)
     remap(arg);
 }
 
+/* An elastic job's roster, from the heartbeat: its waiting pulls hear when slots moved. */
+static void on_roster(void *arg, const char *job, uint64_t roster)
+{
+    struct shard *s = arg;
+
+    dataplane_roster(&s->dp, job, roster);
+}
+
 /* The heartbeat's report of what joining shards still wait for (docs/replication.md). */
 static uint64_t moves(void *arg, uint64_t *epoch)
 {
@@ -180,6 +188,7 @@ int main(int argc, char **argv)
     mcfg.addr = s.addr;
     mcfg.on_epoch = on_epoch;
     mcfg.moves = moves;
+    mcfg.on_roster = on_roster;
     mcfg.arg = &s;
     mcfg.lease_ms = (uint32_t)lease_ms;
     mcfg.restarts = (uint32_t)restarts;

@@ -18,7 +18,7 @@ int main(int argc, char **argv)
     const char *loss = "none";
     int64_t rank = 0, workers = 1, batch = 64, micro = 16, epochs = 1, steps = 0, seed = 1;
     int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0;
-    bool exact = false, json = false, keep = false;
+    bool exact = false, json = false, keep = false, no_elastic = false;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
                                                   "single-process run (default local)", 0, 0 },
@@ -55,6 +55,9 @@ int main(int argc, char **argv)
         { "json", TS_FLAG_BOOL, &json, NULL, "rank 0 ends with one JSON line", 0, 0 },
         { "keep", TS_FLAG_BOOL, &keep, NULL, "the shards keep the job once its workers finish",
           0, 0 },
+        { "no-elastic", TS_FLAG_BOOL, &no_elastic, NULL, "a dead worker stops the job instead "
+          "of its slot moving to a live one (elastic needs bsp, no --sync-every, no top-k)", 0,
+          0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct train_opts o;
@@ -88,5 +91,8 @@ int main(int argc, char **argv)
                              .loss_scale = strcmp(loss, "dynamic") ? TESSERA_LOSS_SCALE_NONE
                                                                    : TESSERA_LOSS_SCALE_SDK,
                              .slow_ms = (int)slow_ms, .delay_ms = (int)delay_ms };
+    /* Elastic where it can be: bsp, no sync periods, no top-k (docs/elastic.md). */
+    o.elastic = !no_elastic && (!mode || !strcmp(mode, "bsp")) && !sync &&
+                !(compress && strstr(compress, "topk"));
     return train_run(&o);
 }

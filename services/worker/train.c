@@ -1,10 +1,12 @@
 /* train.c - the built-in trainer: the MLP on Fashion-MNIST, through the SDK exactly as a
  * user's trainer would use it.
  *
- * Every rank walks the same schedule (lib/data): at step s it computes the gradient of the
- * micro-batches the schedule gives it, each micro-batch's gradient turned into fixed point and
- * summed as integers in exact mode, and hands the sum to tessera_step, which returns the
- * parameters of version s + 1. Rank 0 also evaluates and reports. */
+ * Every rank walks the same schedule (lib/data): at step s it computes, for each slot it owns
+ * (its own rank's, and in an elastic job those of dead workers the master handed it), the
+ * gradient of the micro-batches the schedule gives that slot's rank, each micro-batch's
+ * gradient turned into fixed point and summed as integers in exact mode, and hands the sums to
+ * tessera_step_slots, which returns the parameters of version s + 1. Rank 0 also evaluates and
+ * reports. */
 #include "worker.h"
 
 #include <inttypes.h>
@@ -25,7 +27,8 @@ struct run {
     struct ts_dataset train, test;
     struct ts_schedule sched;
     float *params[TS_MLP_NTENSORS], *grad[TS_MLP_NTENSORS], *xb;
-    void *acc[TS_MLP_NTENSORS];        /* int64 (exact) or float sums of this rank's share */
+    void *acc[TS_MLP_NTENSORS];        /* int64 (exact) or float sums of the first slot's share */
+    void *(*more)[TS_MLP_NTENSORS];    /* the same for the other slots owned, by position */
     uint8_t *yb;
     uint32_t *perm, *first;
     int ids[TS_MLP_NTENSORS];
@@ -73,7 +76,8 @@ static int setup(struct run *r, struct tessera_error *e)
 {
     const struct train_opts *o = r->o;
     const struct ts_mlp_tensor *mt = ts_mlp_tensors();
-    struct tessera_options to = { .master = o->master, .job = o->job, .rank = o->rank,
+    struct tessera_options to = { .elastic = o->elastic, .master = o->master, .job = o->job,
+                                  .rank = o->rank,
                                   .workers = o->workers, .exact = o->exact,
                                   .optimizer = o->optimizer, .batch = o->batch,
                                   .transport = o->transport, .data_seed = o->seed,
@@ -115,7 +119,7 @@ static int setup(struct run *r, struct tessera_error *e)
         r->grad[i] = malloc(n * sizeof(float));
         if (i == 0)
             r->start = tessera_version(r->t, r->ids[0]);
-        if (tessera_version(r->t, r->ids[i]) != r->start) {
+        if (!o->elastic && tessera_version(r->t, r->ids[i]) != r->start) {
             snprintf(e->message, sizeof(e->message), "tensor %s is at version %" PRIu64
                      ", %s at %" PRIu64 ": the shards hold a mixed state; restart the "
                      "cluster", mt[i].name, tessera_version(r->t, r->ids[i]), mt[0].name,
@@ -123,26 +127,43 @@ static int setup(struct run *r, struct tessera_error *e)
             return say(e, "register");
         }
         if (!r->grad[i] ||
-            tessera_pull(r->t, r->ids[i], r->start, r->params[i], e))
+            (!o->elastic && tessera_pull(r->t, r->ids[i], r->start, r->params[i], e)))
             return say(e, "pull");
     }
+    /* Elastic: the newest step the job reached, all tensors at it (it may be running). */
+    if (o->elastic && tessera_join(r->t, r->params, &r->start, e))
+        return say(e, "join");
     if (r->start && o->rank == 0)
         printf("resuming at step %" PRIu64 " (the shards restored a snapshot)\n", r->start);
     r->xb = malloc((size_t)o->micro * TS_MLP_IN * sizeof(float));
     r->yb = malloc(o->micro);
     r->perm = malloc(r->train.n * sizeof(uint32_t));
     r->first = malloc((o->batch / o->micro + 1) * sizeof(uint32_t));
-    return r->xb && r->yb && r->perm && r->first ? 0 : (say(e, "memory"), 1);
+    r->more = calloc(o->workers, sizeof(*r->more));
+    return r->xb && r->yb && r->perm && r->first && r->more ? 0 : (say(e, "memory"), 1);
 }
 
-/* This rank's gradient sum for the step at batch offset base of perm into acc. */
-static int compute(struct run *r, uint32_t base, struct tessera_error *e)
+/* The sums of the slot at position k of this step's slots: the SDK's buffers for the first,
+ * made here for the others (NULL: out of memory). */
+static void **sums_of(struct run *r, size_t k)
 {
-    uint32_t n = ts_schedule_micro(&r->sched, r->o->rank, r->o->workers, r->first);
+    if (k == 0)
+        return r->acc;
+    for (int i = 0; i < TS_MLP_NTENSORS; i++)
+        if (!r->more[k][i] && !(r->more[k][i] = malloc(ts_mlp_numel(i) * 8)))
+            return NULL;
+    return r->more[k];
+}
+
+/* Slot `slot`'s gradient sum for the step at batch offset base of perm into acc. */
+static int compute(struct run *r, uint32_t base, uint32_t slot, void **acc,
+                   struct tessera_error *e)
+{
+    uint32_t n = ts_schedule_micro(&r->sched, slot, r->o->workers, r->first);
 
     /* The first micro-batch writes the sums (no separate zeroing pass); none: zeros. */
     for (int i = 0; i < TS_MLP_NTENSORS && n == 0; i++)
-        memset(r->acc[i], 0, ts_mlp_numel(i) * 8);
+        memset(acc[i], 0, ts_mlp_numel(i) * 8);
     for (uint32_t j = 0; j < n; j++) {
         for (uint32_t k = 0; k < r->o->micro; k++) {
             uint32_t idx = r->perm[base + r->first[j] + k];
@@ -156,13 +177,13 @@ static int compute(struct run *r, uint32_t base, struct tessera_error *e)
             int bad;
             if (!r->o->exact) {
                 if (j == 0)
-                    memcpy(r->acc[i], r->grad[i], numel * sizeof(float));
+                    memcpy(acc[i], r->grad[i], numel * sizeof(float));
                 else
-                    ts_f32_add(r->acc[i], r->grad[i], numel);
+                    ts_f32_add(acc[i], r->grad[i], numel);
                 continue;
             }
-            bad = j == 0 ? tessera_to_fixed(r->grad[i], numel, r->acc[i], e)
-                         : tessera_fixed_add_f32(r->acc[i], r->grad[i], numel, e);
+            bad = j == 0 ? tessera_to_fixed(r->grad[i], numel, acc[i], e)
+                         : tessera_fixed_add_f32(acc[i], r->grad[i], numel, e);
             if (bad)
                 return say(e, "gradient");
         }
@@ -251,7 +272,9 @@ int train_run(const struct train_opts *o)
 {
     struct run r = { .o = o };
     struct tessera_error e = { 0 };
-    uint32_t spe;
+    uint32_t spe, *slots = calloc(o->workers, sizeof(uint32_t));
+    const void *const **grads = calloc(o->workers, sizeof(*grads));
+    size_t ns;
     uint64_t total, s, since = 0;
     bool fresh;
     int64_t t0, te;
@@ -259,6 +282,10 @@ int train_run(const struct train_opts *o)
     int rc;
 
     ts_mlp_single_thread();
+    if (!slots || !grads) {
+        rc = say(&(struct tessera_error){ .message = "out of memory" }, "setup");
+        goto out;
+    }
     if ((rc = setup(&r, &e)))
         goto out;
     spe = ts_schedule_steps_per_epoch(&r.sched);
@@ -269,16 +296,25 @@ int train_run(const struct train_opts *o)
         if (k == 0 || fresh)
             ts_schedule_perm(&r.sched, (uint32_t)(s / spe), r.perm);
         fresh = false;
-        if ((rc = compute(&r, k * o->batch, &e)))
-            goto out;
+        ns = tessera_slots(r.t, slots, o->workers);
+        for (size_t q = 0; q < ns; q++) {
+            void **acc = sums_of(&r, q);
+            if (!acc) {
+                rc = say(&(struct tessera_error){ .message = "out of memory" }, "slots");
+                goto out;
+            }
+            grads[q] = (const void *const *)acc;
+            if ((rc = compute(&r, k * o->batch, slots[q], acc, &e)))
+                goto out;
+        }
         if (o->slow_ms) /* testing: a slow worker */
             ts_sleep_ms(o->slow_ms);
-        rc = tessera_step(r.t, s, (const void *const *)r.acc, r.params, &e);
-        if (rc == TESSERA_EROLLBACK) {
+        rc = tessera_step_slots(r.t, s, ns, slots, grads, r.params, &e);
+        if (rc == TESSERA_EROLLBACK || rc == TESSERA_ESLOTS) {
             /* The schedule is a function of the step: the same samples from there on. */
             printf("rank %u: %s\n", o->rank, e.message);
             fflush(stdout);
-            r.rollbacks++;
+            r.rollbacks += rc == TESSERA_EROLLBACK;
             s = tessera_resume_step(r.t) - 1;   /* s++ makes it the resume step */
             fresh = true;
             continue;
@@ -304,13 +340,20 @@ int train_run(const struct train_opts *o)
     if (o->rank == 0)
         report(&r, total > r.start ? total : r.start, total > r.start ? total - r.start : 0,
                (double)(ts_now_ms() - t0) / 1000.0, hex);
+    else   /* every worker tells the master its fingerprint: rank 0 may have died */
+        fingerprint(&r, hex);
     rc = 0;
 out:
     tessera_set_result(r.t, rc != 0, rc ? (e.message[0] ? e.message : "failed") : hex);
     tessera_close(r.t);
     for (int i = 0; i < TS_MLP_NTENSORS; i++) {
         free(r.grad[i]);
+        for (uint32_t k = 0; r.more && k < o->workers; k++)
+            free(r.more[k][i]);
     }
+    free(r.more);
+    free(slots);
+    free(grads);
     free(r.xb);
     free(r.yb);
     free(r.perm);

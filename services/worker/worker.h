@@ -17,6 +17,7 @@ struct train_opts {
     int loss_scale;                  /* enum tessera_loss_scale */
     int slow_ms, delay_ms;           /* testing: sleep per step; per data-plane send */
     bool exact, json, keep;
+    bool elastic;                    /* take over dead workers' slots (docs/elastic.md) */
 };
 
 /* Trains; returns the process exit code (messages already printed). */

@@ -162,7 +162,7 @@ static void t_field_messages(void **state)
     expect_refused(b, "type 0 unknown");
     h.type = TS_FRAME_TYPE_MAX + 1;
     ts_frame_encode(&h, b);
-    expect_refused(b, "type 10 unknown");
+    expect_refused(b, "type 11 unknown");
     h = sample();
     ts_frame_encode(&h, b);
     b[36] = 2;                                   /* bit 0 is UNHASHED; the rest reserved */

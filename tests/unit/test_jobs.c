@@ -1,6 +1,6 @@
 /* test_jobs.c - the master's job table with a clock the test controls: how jobs end
- * (finished, failed, abandoned, idle), what is due for release, the limits and the history, and
- * one rollback per loss. */
+ * (finished, failed, abandoned, idle), what is due for release, the limits and the history,
+ * one rollback per loss, and the slots of elastic jobs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -55,9 +55,9 @@ static void finished_then_released(void **state)
     struct jobs *j = mk(0, 0, 0);
 
     (void)state;
-    assert_int_equal(jobs_join(j, "a", 1, 0, 2, false, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "a", 2, 1, 2, false, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "a", 2, 1, 2, false, 0, NULL), TS_OK); /* a retry */
+    assert_int_equal(jobs_join(j, "a", 1, 0, 2, false, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 2, false, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 2, false, false, 0, NULL), TS_OK); /* a retry */
     assert_int_equal(info(j, "a").alive, 2);
     jobs_leave(j, 1, false, FP, "", 10);
     assert_int_equal(info(j, "a").state, JOB_RUNNING);
@@ -69,14 +69,14 @@ static void finished_then_released(void **state)
     due(j, 20, "a");
     /* Not released yet: a worker of it must wait. */
     struct ts_err e = { 0 };
-    assert_int_equal(jobs_join(j, "a", 3, 0, 1, false, 30, &e), TS_EUNAVAIL);
+    assert_int_equal(jobs_join(j, "a", 3, 0, 1, false, false, 30, &e), TS_EUNAVAIL);
     assert_non_null(strstr(e.msg, "retry"));
     jobs_released(j, "a", 40);
     assert_false(jobs_holds(j, "a"));
     assert_true(info(j, "a").released);
     assert_int_equal(due(j, 40, NULL), 0);
     /* The same id again: a new run replaces the summary. */
-    assert_int_equal(jobs_join(j, "a", 3, 0, 1, false, 50, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 3, 0, 1, false, false, 50, NULL), TS_OK);
     assert_int_equal(info(j, "a").state, JOB_RUNNING);
     assert_false(info(j, "a").released);
     jobs_free(j);
@@ -91,7 +91,7 @@ static void rollbacks_once_per_loss(void **state)
     uint32_t gen = 0;
 
     (void)state;
-    assert_int_equal(jobs_join(j, "r", 1, 0, 1, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "r", 1, 0, 1, false, false, 0, NULL), TS_OK);
     assert_int_equal(jobs_rollback_begin(j, "r", 0, &gen, NULL), TS_OK);
     assert_int_equal(gen, 1);
     assert_int_equal(jobs_rollback_begin(j, "r", 0, &gen, &e), TS_EEXIST);
@@ -114,13 +114,13 @@ static void failed_and_abandoned(void **state)
     struct jobs *j = mk(0, 0, 0);
 
     (void)state;
-    assert_int_equal(jobs_join(j, "f", 1, 0, 2, false, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "f", 2, 1, 2, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "f", 1, 0, 2, false, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "f", 2, 1, 2, false, false, 0, NULL), TS_OK);
     jobs_leave(j, 1, true, NULL, "data check: partition differs", 5);
     jobs_dead(j, 2, 9);
     assert_int_equal(info(j, "f").state, JOB_FAILED);   /* a failure outranks a death */
     assert_string_equal(info(j, "f").reason, "rank 0: data check: partition differs");
-    assert_int_equal(jobs_join(j, "d", 3, 0, 1, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "d", 3, 0, 1, false, false, 0, NULL), TS_OK);
     jobs_dead(j, 3, 9);
     jobs_dead(j, 3, 10);   /* twice: no effect */
     assert_int_equal(info(j, "d").state, JOB_ABANDONED);
@@ -135,12 +135,12 @@ static void idle_until_timeout(void **state)
     struct jobs *j = mk(0, 0, 1000);
 
     (void)state;
-    assert_int_equal(jobs_join(j, "k", 1, 0, 1, true, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "k", 1, 0, 1, true, false, 0, NULL), TS_OK);
     jobs_leave(j, 1, false, FP, "", 100);
     assert_int_equal(info(j, "k").state, JOB_IDLE);
     assert_int_equal(due(j, 1000, NULL), 0);
     /* A later run continues it, with another worker count. */
-    assert_int_equal(jobs_join(j, "k", 2, 0, 3, true, 1050, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "k", 2, 0, 3, true, false, 1050, NULL), TS_OK);
     assert_int_equal(info(j, "k").workers, 3);
     jobs_leave(j, 2, false, "", "", 1100);
     assert_int_equal(info(j, "k").state, JOB_IDLE);   /* no worker alive: the run is over */
@@ -153,7 +153,7 @@ static void idle_expires(void **state)
     struct jobs *j = mk(0, 0, 1000);
 
     (void)state;
-    assert_int_equal(jobs_join(j, "k", 1, 0, 1, true, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "k", 1, 0, 1, true, false, 0, NULL), TS_OK);
     jobs_leave(j, 1, false, FP, "", 100);
     assert_int_equal(due(j, 1100, NULL), 0);
     due(j, 1101, "k");
@@ -167,26 +167,26 @@ static void limits_and_fields(void **state)
     struct ts_err e = { 0 };
 
     (void)state;
-    assert_int_equal(jobs_join(j, "", 1, 0, 1, false, 0, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "", 1, 0, 1, false, false, 0, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "job"));
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "a", 1, 2, 2, false, 0, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "a", 1, 2, 2, false, false, 0, &e), TS_EINVAL);
     assert_true(strncmp(e.msg, "rank", 4) == 0);
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "a", 1, 0, 0, false, 0, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "a", 1, 0, 0, false, false, 0, &e), TS_EINVAL);
     assert_true(strncmp(e.msg, "workers", 7) == 0);
-    assert_int_equal(jobs_join(j, "a", 1, 0, 2, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 1, 0, 2, false, false, 0, NULL), TS_OK);
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "a", 2, 1, 3, false, 0, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 3, false, false, 0, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "runs with 2"));
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "a", 2, 0, 2, false, 0, &e), TS_EEXIST);
+    assert_int_equal(jobs_join(j, "a", 2, 0, 2, false, false, 0, &e), TS_EEXIST);
     assert_true(strncmp(e.msg, "rank", 4) == 0);
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "b", 1, 0, 1, false, 0, &e), TS_EEXIST); /* worker 1 is in a */
-    assert_int_equal(jobs_join(j, "b", 3, 0, 1, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "b", 1, 0, 1, false, false, 0, &e), TS_EEXIST); /* worker 1 is in a */
+    assert_int_equal(jobs_join(j, "b", 3, 0, 1, false, false, 0, NULL), TS_OK);
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "c", 4, 0, 1, false, 0, &e), TS_ENOMEM);
+    assert_int_equal(jobs_join(j, "c", 4, 0, 1, false, false, 0, &e), TS_ENOMEM);
     assert_non_null(strstr(e.msg, "--max-jobs"));
     assert_int_equal(info(j, "a").alive, 1);   /* refusals changed nothing */
     /* Ended and released jobs free room; summaries beyond history_max are forgotten. */
@@ -195,7 +195,7 @@ static void limits_and_fields(void **state)
         snprintf(id, sizeof(id), "s%u", w);
         jobs_leave(j, 3, false, "", "", w);
         jobs_released(j, "b", w);
-        assert_int_equal(jobs_join(j, id, w, 0, 1, false, w, NULL), TS_OK);
+        assert_int_equal(jobs_join(j, id, w, 0, 1, false, false, w, NULL), TS_OK);
         jobs_leave(j, w, false, "", "", w);
         jobs_released(j, id, w);
         (void)due(j, w, NULL);
@@ -223,10 +223,10 @@ static void restored_from_records(void **state)
     size_t n, nrerun;
 
     (void)state;
-    assert_int_equal(jobs_join(j, "a", 1, 0, 2, false, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "a", 2, 1, 2, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 1, 0, 2, false, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 2, false, false, 0, NULL), TS_OK);
     jobs_leave(j, 1, false, "", "", 5);
-    assert_int_equal(jobs_join(j, "b", 3, 0, 1, true, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "b", 3, 0, 1, true, false, 0, NULL), TS_OK);
     assert_int_equal(jobs_rollback_begin(j, "b", 0, &gen, NULL), TS_OK);
     assert_int_equal(jobs_export(j, &rec, &n, NULL), TS_OK);
     assert_int_equal(n, 2);
@@ -254,13 +254,122 @@ static void restored_from_records(void **state)
     jobs_free(bad);
 }
 
+/* Worker w's slots as a string ("0,2"), and the roster in *roster; "-" in no running job. */
+static const char *slots_of(struct jobs *j, uint32_t w, uint64_t *roster)
+{
+    static char out[64];
+    uint32_t v[16];
+    int n = jobs_slots(j, w, roster, v, 16);
+    size_t at = 0;
+
+    out[0] = '\0';
+    if (n < 0)
+        return "-";
+    for (int k = 0; k < n; k++)
+        at += (size_t)snprintf(out + at, sizeof(out) - at, "%s%u", k ? "," : "", v[k]);
+    return out;
+}
+
+/* A dead worker's slot goes to the live worker owning the fewest (lowest rank on a tie), the
+ * roster grows at each change, the job is not abandoned while a worker lives, and the rank's
+ * slot goes back to a new worker of that rank, or to the same worker coming back. */
+static void elastic_slots_move(void **state)
+{
+    struct jobs *j = mk(0, 0, 0);
+    char ids[4][TS_JOB_ID_MAX + 1];
+    uint64_t roster, rosters[4];
+    struct ts_err e = { 0 };
+
+    (void)state;
+    for (uint32_t r = 0; r < 3; r++)
+        assert_int_equal(jobs_join(j, "e", 10 + r, r, 3, false, true, 0, NULL), TS_OK);
+    assert_string_equal(slots_of(j, 11, &roster), "1");
+    assert_int_equal(roster, 0);   /* first owners change nothing */
+    assert_int_equal(jobs_rosters(j, ids, rosters, 4), 0);
+    jobs_dead(j, 11, 5);
+    assert_string_equal(slots_of(j, 10, &roster), "0,1");
+    assert_string_equal(slots_of(j, 12, &roster), "2");
+    assert_int_equal(roster, 1);
+    assert_int_equal(info(j, "e").state, JOB_RUNNING);
+    assert_int_equal(info(j, "e").adopted, 1);
+    assert_int_equal(jobs_rosters(j, ids, rosters, 4), 1);
+    assert_string_equal(ids[0], "e");
+    assert_int_equal(rosters[0], 1);
+    jobs_dead(j, 10, 6);          /* both its slots go to the one left */
+    assert_string_equal(slots_of(j, 12, &roster), "0,1,2");
+    assert_int_equal(roster, 2);
+    /* A new worker for rank 1 gets slot 1 back; worker 10 comes back for rank 0. */
+    assert_int_equal(jobs_join(j, "e", 20, 1, 3, false, true, 7, NULL), TS_OK);
+    assert_string_equal(slots_of(j, 20, &roster), "1");
+    assert_int_equal(jobs_join(j, "e", 10, 0, 3, false, true, 8, NULL), TS_OK);
+    assert_string_equal(slots_of(j, 10, &roster), "0");
+    assert_string_equal(slots_of(j, 12, &roster), "2");
+    assert_int_equal(roster, 4);
+    /* Worker 11 comes back too late: rank 1 is worker 20's now. */
+    assert_int_equal(jobs_join(j, "e", 11, 1, 3, false, true, 9, &e), TS_EEXIST);
+    assert_non_null(strstr(e.msg, "rank: 1"));
+    assert_string_equal(slots_of(j, 11, &roster), "-");
+    /* Settings must match the running job's. */
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(jobs_join(j, "e", 30, 2, 3, false, false, 9, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "elastic:"));
+    /* Everyone finishes: finished, not abandoned, though workers died. */
+    jobs_leave(j, 10, false, FP, "", 10);
+    jobs_leave(j, 12, false, FP, "", 10);
+    jobs_leave(j, 20, false, FP, "", 10);
+    assert_int_equal(info(j, "e").state, JOB_FINISHED);
+    jobs_free(j);
+}
+
+/* A restarted master's table has the slots and the roster the old one had. */
+static void elastic_slots_restored(void **state)
+{
+    struct jobs *j = mk(0, 0, 0), *k = mk(0, 0, 0);
+    struct job_record *r;
+    char rerun[2][TS_JOB_ID_MAX + 1];
+    size_t n, nrerun;
+    uint64_t roster;
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "e", 1, 0, 2, false, true, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "e", 2, 1, 2, false, true, 0, NULL), TS_OK);
+    jobs_dead(j, 2, 5);
+    assert_int_equal(jobs_export(j, &r, &n, NULL), TS_OK);
+    assert_int_equal(jobs_restore(k, r, n, 0, rerun, 2, &nrerun, NULL), TS_OK);
+    jobs_records_free(r, n);
+    assert_string_equal(slots_of(k, 1, &roster), "0,1");
+    assert_int_equal(roster, 1);
+    assert_true(info(k, "e").elastic);
+    assert_int_equal(info(k, "e").adopted, 1);
+    jobs_free(j);
+    jobs_free(k);
+}
+
+/* Without elastic a dead worker's slot stays: the job is abandoned once the rest are gone. */
+static void not_elastic_keeps_slots(void **state)
+{
+    struct jobs *j = mk(0, 0, 0);
+    uint64_t roster;
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "n", 1, 0, 2, false, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "n", 2, 1, 2, false, false, 0, NULL), TS_OK);
+    jobs_dead(j, 2, 5);
+    assert_string_equal(slots_of(j, 1, &roster), "0");
+    assert_int_equal(roster, 0);
+    jobs_leave(j, 1, false, FP, "", 10);
+    assert_int_equal(info(j, "n").state, JOB_ABANDONED);
+    jobs_free(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(finished_then_released), cmocka_unit_test(failed_and_abandoned),
         cmocka_unit_test(idle_until_timeout),     cmocka_unit_test(idle_expires),
         cmocka_unit_test(limits_and_fields),      cmocka_unit_test(rollbacks_once_per_loss),
-        cmocka_unit_test(restored_from_records),
+        cmocka_unit_test(restored_from_records),  cmocka_unit_test(elastic_slots_move),
+        cmocka_unit_test(not_elastic_keeps_slots), cmocka_unit_test(elastic_slots_restored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -174,7 +174,7 @@ static void read_waits_then_times_out(void **state)
     assert_int_equal(read_at(p, 1, 50, after, &v, &e), TS_ETIMEDOUT);
     assert_non_null(strstr(e.msg, "1 of 2 ranks pushed"));
     /* A cancelled wait (a shard shutting down) returns at once, not after the timeout. */
-    atomic_bool cancel = true;
+    atomic_uint cancel = 1;
     memset(&e, 0, sizeof(e));
     struct ts_pull_info info;
     assert_int_equal(ts_part_pull(p, 0, 1, 0, 60000, &cancel, after, &info, &e), TS_ECANCELLED);

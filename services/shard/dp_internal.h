@@ -1,0 +1,67 @@
+/* dp_internal.h - a data-plane connection as dataplane.c (the frames) and slots.c (elastic
+ * jobs: waking pulls when slots change hands, reporting a worker that hung up) share it.
+ * Not used elsewhere. Ownership: dataplane.c creates and frees connections; a connection's
+ * thread alone touches its fields but for the atomics and job_id (under dp->id_mu). */
+#ifndef TS_SHARD_DP_INTERNAL_H
+#define TS_SHARD_DP_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "chain.h"
+#include "dataplane.h"
+#include "transport/region.h"
+#include "util/names.h"
+
+/* Why a connection's pull stops waiting (dp_conn.cancel, bits). */
+#define DP_CANCEL_END 0x1u          /* the shard stops, or the job ended */
+#define DP_CANCEL_WAKE 0x2u         /* the job's slots changed hands (slots.c) */
+
+/* What this connection shares with its worker, per tensor (region.h). */
+struct dp_region {
+    struct ts_region grad;          /* the worker's gradient buffer, mapped read-only */
+    bool params;                    /* the worker maps our values (MAP answered) */
+};
+
+struct dp_conn {
+    struct dataplane *dp;
+    struct ts_conn *c;
+    struct shard_job *job;          /* named by the connection's HELLO */
+    unsigned gen;                   /* the job's rollbacks at the HELLO */
+    bool push_refused;              /* a push of the current step was refused */
+    float *copy;                    /* SSP/ASP pulls: the values copied under the lock */
+    size_t copy_cap;                /* floats */
+    bool after_pull;                /* the last request was a PULL */
+    struct dp_region *regions;      /* by tensor id; NULL until the first SHARE or MAP */
+    struct chain_links chain;       /* to the next shards of this shard's chains */
+    atomic_uint cancel;             /* DP_CANCEL_* bits: end a pull's wait */
+    char job_id[TS_JOB_ID_MAX + 1]; /* the HELLO's job, for cancel_waits (under dp->id_mu) */
+    /* Elastic jobs (docs/elastic.md), from the HELLO: the worker's member id (0: a shard of a
+     * chain, or a worker that is not elastic), whether it said goodbye (BYE) before hanging
+     * up; wakes counts the slot changes told to this connection, wakes_seen those its pulls
+     * answered, reslot: answer every pull with TS_ESLOTS until the next push; roster: the
+     * newest roster of its job heard from the master. */
+    uint32_t worker;
+    bool bye;
+    atomic_uint wakes;
+    unsigned wakes_seen;
+    bool reslot;
+    _Atomic uint64_t roster;
+    pthread_t thread;
+    struct dp_conn *next;
+    atomic_bool done;
+};
+
+/* slots.c */
+/* TS_ESLOTS (and from then on until the next push) if the connection's job changed slots
+ * since its pulls last said so; TS_OK otherwise. */
+ts_status dp_slots_moved(struct dp_conn *dc, struct ts_err *err);
+/* After a pull's wait was cancelled: true if only a wake did it (cleared: wait again, after
+ * dp_slots_moved); false if the shard stops or the job ended. */
+bool dp_slots_rewait(struct dp_conn *dc);
+/* The connection's elastic worker hung up without a goodbye: the master hears of it (and
+ * moves its slots), then every connection of its job on this shard is woken. */
+void dp_slots_lost(struct dp_conn *dc);
+
+#endif

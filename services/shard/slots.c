@@ -1,0 +1,91 @@
+/* slots.c - the shard's part in elastic jobs (docs/elastic.md): telling a job's workers that
+ * its slots changed hands, and telling the master that a worker hung up.
+ *
+ * A worker waiting in a pull for a step that needs a dead worker's slot would wait forever:
+ * the live worker that takes the slot must first hear of it, and its own connection is the
+ * one blocked. So when the slots of a job change hands (the master's roster grows, heard in
+ * this shard's heartbeat, or this shard saw a worker hang up), every connection of the job is
+ * woken: its waiting pull, and every pull after it until the worker's next push, is answered
+ * TS_ESLOTS; the worker asks the master for its slots and sends the step again. An extra wake
+ * costs a worker one more round trip; a missed one would cost the job, so wakes are counted
+ * per connection and a pull compares counts before it waits. */
+#include "dp_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "util/log.h"
+#include "util/proc.h"
+
+ts_status dp_slots_moved(struct dp_conn *dc, struct ts_err *err)
+{
+    unsigned w = atomic_load(&dc->wakes);
+
+    if (!dc->reslot && w == dc->wakes_seen)
+        return TS_OK;
+    dc->wakes_seen = w;
+    dc->reslot = true;
+    atomic_fetch_and(&dc->cancel, ~DP_CANCEL_WAKE);
+    return ts_err_set(err, TS_ESLOTS, "job '%s': its slots changed hands (a worker died or came "
+                      "back): ask the master for this worker's slots and send the step again",
+                      dc->job ? dc->job->job.id : "?");
+}
+
+bool dp_slots_rewait(struct dp_conn *dc)
+{
+    if (atomic_load(&dc->cancel) & DP_CANCEL_END)
+        return false;
+    atomic_fetch_and(&dc->cancel, ~DP_CANCEL_WAKE);
+    return true;
+}
+
+/* Wakes every connection of job whose roster is below roster (every one: roster 0); dp->mu
+ * held (the list of connections). */
+static void wake(struct dataplane *dp, const char *job, uint64_t roster)
+{
+    pthread_mutex_lock(&dp->id_mu);
+    for (struct dp_conn *dc = dp->conns; dc; dc = dc->next) {
+        uint64_t had = atomic_load(&dc->roster);
+        if (strcmp(dc->job_id, job) != 0 || (roster && had >= roster))
+            continue;
+        if (roster)
+            atomic_store(&dc->roster, roster);
+        atomic_fetch_add(&dc->wakes, 1);   /* before the bit: dp_slots_moved */
+        atomic_fetch_or(&dc->cancel, DP_CANCEL_WAKE);
+    }
+    pthread_mutex_unlock(&dp->id_mu);
+}
+
+void dataplane_roster(struct dataplane *dp, const char *job, uint64_t roster)
+{
+    if (!roster)
+        return;
+    pthread_mutex_lock(&dp->mu);
+    wake(dp, job, roster);
+    pthread_mutex_unlock(&dp->mu);
+}
+
+void dp_slots_lost(struct dp_conn *dc)
+{
+    struct dataplane *dp = dc->dp;
+    struct ts_cluster *cl = atomic_load(&dp->cluster);
+    char who[32], job[TS_JOB_ID_MAX + 1];
+
+    if (!dc->worker || dc->bye || !dc->job)
+        return;
+    snprintf(who, sizeof(who), "shard %u", atomic_load(&dp->self));
+    snprintf(job, sizeof(job), "%s", dc->job->job.id);
+    ts_log(TS_WARN, "dataplane", "worker %u of job %s hung up without a goodbye: telling the "
+           "master", dc->worker, job);
+    /* The master first, so that the workers woken next find the new slots there. */
+    if (cl)
+        ts_cluster_report_worker(cl, dc->worker, who, "its data-plane connection hung up");
+    /* dataplane_stop holds mu while it joins this thread: give way to it. */
+    while (pthread_mutex_trylock(&dp->mu)) {
+        if (atomic_load(&dp->stop))
+            return;
+        ts_sleep_ms(1);
+    }
+    wake(dp, job, 0);
+    pthread_mutex_unlock(&dp->mu);
+}

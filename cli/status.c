@@ -171,6 +171,13 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_bool(&j, "rolling_back", jb->rolling_back);
         ts_json_bool(&j, "lost", jb->lost);
         ts_json_str(&j, "rollback_note", jb->rollback_note);
+        ts_json_bool(&j, "elastic", jb->elastic);
+        ts_json_uint(&j, "roster", jb->roster);
+        ts_json_uint(&j, "adopted", jb->adopted);
+        ts_json_arr(&j, "slot_owners");
+        for (size_t k = 0; k < jb->n_slot_owners; k++)
+            ts_json_uint(&j, NULL, jb->slot_owners[k]);
+        ts_json_end(&j);
         ts_json_end(&j);
     }
     ts_json_end(&j);
@@ -261,6 +268,16 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                jb->reason[0] ? jb->reason : jb->fingerprint);
         if (jb->rolling_back)
             printf("       rolling back to its last snapshot now\n");
+        if (jb->adopted) {   /* elastic (docs/elastic.md): who computes which slot */
+            printf("       %u slot%s taken over after deaths; slots now:", jb->adopted,
+                   jb->adopted == 1 ? "" : "s");
+            for (size_t k = 0; k < jb->n_slot_owners && k < 16; k++)
+                if (jb->slot_owners[k])
+                    printf(" %zu:worker %u", k, jb->slot_owners[k]);
+                else
+                    printf(" %zu:none", k);
+            printf("%s\n", jb->n_slot_owners > 16 ? " ..." : "");
+        }
         if (jb->rollbacks || jb->lost)
             printf("       %s%u rollback%s, the last to step %" PRIu64 ": %s\n",
                    jb->lost ? "LOST: " : "", jb->rollbacks, jb->rollbacks == 1 ? "" : "s",

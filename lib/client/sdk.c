@@ -185,18 +185,26 @@ void tessera_set_result(tessera *t, int failed, const char *text)
         ts_membership_end(t->ms, failed != 0, text);
 }
 
-void tessera_close(tessera *t)
+void sdk_close_shards(struct tessera *t)
 {
-    if (!t)
-        return;
     for (size_t i = 0; i < t->nshards; i++) {
         struct ts_frame_hdr bye = { .type = TS_FRAME_BYE };
         struct ts_err ignore = { 0 };
-        /* Leaving on purpose, not dying (docs/elastic.md). */
+        /* Closing on purpose, not dying: an elastic job's shard would report a hang-up
+         * without it as this worker's death (docs/elastic.md). */
         if (t->hello_done && ts_frame_send(t->shards[i].conn, &bye, NULL, 0, &ignore))
             ts_log(TS_DEBUG, "sdk", "goodbye to shard %u: %s", t->shards[i].id, ignore.msg);
         ts_tp_close(t->shards[i].conn);
     }
+    t->nshards = 0;
+    t->hello_done = false;
+}
+
+void tessera_close(tessera *t)
+{
+    if (!t)
+        return;
+    sdk_close_shards(t);
     ts_membership_stop(t->ms, true);
     ts_cluster_close(t->cl);
     ts_master_close(t->master);

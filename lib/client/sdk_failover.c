@@ -51,13 +51,6 @@ static ts_status await_map(struct tessera *t, uint64_t old, struct ts_err *err)
     }
 }
 
-static void close_all(struct tessera *t)
-{
-    for (size_t s = 0; s < t->nshards; s++)
-        ts_tp_close(t->shards[s].conn);
-    t->nshards = 0;
-    t->hello_done = false;
-}
 
 /* Connects to the shards of the cached map and redoes what a connection carried: HELLO, each
  * partition's head, the shared regions. */
@@ -88,7 +81,7 @@ ts_status sdk_remap(struct tessera *t, struct ts_err *err)
     bool hello = t->hello_done;
     ts_status st;
 
-    close_all(t);
+    sdk_close_shards(t);
     if ((st = ts_cluster_refresh(t->cl, err)))
         return st;
     if (hello)
@@ -109,7 +102,7 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
                                             "broke in the middle of a step");
         t->broken = 0;
     }
-    close_all(t);
+    sdk_close_shards(t);
     if ((st = await_map(t, old, err)) || (st = reconnect(t, err)))
         return st;
     t->failovers++;
@@ -178,7 +171,7 @@ ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
     ts_status st;
 
     for (;;) {
-        close_all(t);
+        sdk_close_shards(t);
         if ((st = await_rollback(t, step, &rollbacks, err)) ||
             (st = ts_cluster_refresh(t->cl, err)) || (st = reconnect(t, err)))
             return st;

@@ -141,6 +141,8 @@ static inline size_t elem_bytes_job(const struct ts_job *j)
 /* Connects to every shard of the master's current map, appending to t->shards. */
 ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
                              struct ts_err *err) TS_MUST_CHECK;
+/* Closes every data-plane connection, saying goodbye on each that named the job. */
+void sdk_close_shards(struct tessera *t);
 /* The slot of shard_id in t->shards (TS_EUNAVAIL if not connected). */
 ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot,
                       struct ts_err *err) TS_MUST_CHECK;

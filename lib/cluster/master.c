@@ -245,7 +245,8 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
         pthread_mutex_lock(&ms->mu);
         ms->roster = resp->roster;
         ms->nslots = resp->n_slots < SLOTS_MAX ? resp->n_slots : SLOTS_MAX;
-        memcpy(ms->slots, resp->slots, ms->nslots * sizeof(*ms->slots));
+        if (ms->nslots)
+            memcpy(ms->slots, resp->slots, ms->nslots * sizeof(*ms->slots));
         pthread_mutex_unlock(&ms->mu);
     }
     for (size_t i = 0; ms->cfg.on_roster && i < resp->n_rosters; i++)

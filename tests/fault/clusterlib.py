@@ -156,12 +156,26 @@ def train(binary, master, steps, job=None, workers=2, extra=()):
                             text=True, start_new_session=True)
 
 
-def result(p, what, timeout=600):
-    """The last JSON line of a finished training; RuntimeError with its stderr if it failed."""
+def result(p, what, timeout=600, stderr=False):
+    """The last JSON line of a finished training (and, with stderr, what it wrote there);
+    RuntimeError with its stderr if it failed."""
     out, err = p.communicate(timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError("%s exited %d:\n%s" % (what, p.returncode, err[-2000:]))
-    return json.loads(out.strip().splitlines()[-1])
+    doc = json.loads(out.strip().splitlines()[-1])
+    return (doc, err) if stderr else doc
+
+
+def children(pid):
+    """The pids of pid's children."""
+    out = []
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
 
 
 def master_back(c, before, limit_s=30):

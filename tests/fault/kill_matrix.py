@@ -1,14 +1,13 @@
 #!/usr/bin/python3
-"""kill_matrix.py - a shard or the master killed at random moments of exact training; nothing
-may be lost.
+"""kill_matrix.py - a shard, a worker or the master killed at random moments of exact training;
+nothing may be lost.
 
 Each trial starts `tessera up --shards 3 --replicas 2` (default lease), runs `tessera train
---workers 2 --exact`, and at a random step (and a random few milliseconds after it, so that
+--workers 3 --exact`, and at a random step (and a random few milliseconds after it, so that
 the kill lands in a push, between head and tail, in a pull or in a re-replication) kills -9 a
-random process of the cluster: one of the shards or the master (one chance in shards + 1;
-`tessera up` restarts a master with the state it kept, docs/membership.md). Workers are not
-victims yet: a worker that dies still ends its job (issue: elastic workers). Then, for the
-trial to pass:
+random process: one of the shards, one of the workers or the master (each process one chance
+in 7; `tessera up` restarts a master with the state it kept, docs/membership.md; a dead
+worker's slot moves to a live one, docs/elastic.md). Then, for the trial to pass:
 - the training ends by itself with exit 0, and its params_sha256 equals `tessera train
   --local` with the same steps (computed once);
 - acknowledged steps lost is 0: every partition's version on the survivors equals the steps
@@ -17,7 +16,8 @@ trial to pass:
 - `tessera verify replicas` passes: every partition has 2 equal copies again, on survivors;
 - a shard victim: the master declared it dead; a master victim: the restarted master took its
   state back (ClusterStatus: restored, master_restarts 1), its epoch is above the one before
-  the kill, and the shards are the same ids, alive;
+  the kill, and the shards are the same ids, alive; a worker victim: its slot was taken over
+  (the job's `adopted` is 1 or more) and `tessera train` said so;
 - the cluster stops cleanly: no process of it or of the training outlives `tessera up`'s
   SIGTERM.
 The recovery time is from the kill to the second step past the newest version the survivors
@@ -46,6 +46,7 @@ sys.path.insert(0, HERE)
 import clusterlib as cl  # noqa: E402
 
 JOB = "km"
+WORKERS = 3
 
 
 def verify_replicas(binary, master, wait_s=10):
@@ -64,6 +65,19 @@ def verify_replicas(binary, master, wait_s=10):
         time.sleep(0.5)
 
 
+def worker_pid(p, rank):
+    """The pid of `tessera train` p's worker of rank, or None."""
+    for pid in cl.children(p.pid):
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"--rank" in argv and argv[argv.index(b"--rank") + 1] == str(rank).encode():
+            return pid
+    return None
+
+
 def trial(a, binary, rng, want):
     """One kill; returns a dict of what was seen (its "errors" empty when it passed)."""
     errors = []
@@ -72,18 +86,23 @@ def trial(a, binary, rng, want):
     c = cl.Cluster(binary, d, shards=a.shards, replicas=2, lease_ms=a.lease_ms)
     p = None
     try:
-        p = cl.train(binary, c.master, a.steps, JOB, extra=("--keep",))
+        p = cl.train(binary, c.master, a.steps, JOB, workers=WORKERS, extra=("--keep",))
         ids = sorted(c.shards)
         at = rng.randrange(a.steps // 10, a.steps * 6 // 10)
-        victim = rng.choice(ids + ["master"])
+        victim = rng.choice(ids + ["master"] + ["worker %d" % r for r in range(WORKERS)])
         delay_ms = rng.randrange(0, 30)
         v, heads, _ = cl.wait_version(c, JOB, ids, at, p, 120, poll_s=0.002)
         before = c.status()
         time.sleep(delay_ms / 1000.0)
+        worker = str(victim).startswith("worker")
         out.update(victim=victim, at=v, delay_ms=delay_ms,
-                   role="master" if victim == "master" else
+                   role="master" if victim == "master" else "worker" if worker else
                    "head" if victim in heads else "follower")
-        os.kill(before.master_pid if victim == "master" else c.pid(victim), signal.SIGKILL)
+        pid = (before.master_pid if victim == "master" else
+               worker_pid(p, int(victim.split()[1])) if worker else c.pid(victim))
+        if pid is None:
+            raise RuntimeError("no process for %s" % victim)
+        os.kill(pid, signal.SIGKILL)
         t0 = time.monotonic()
         survivors = [i for i in ids if i != victim]
         # Read after the kill: a step past the next one needs the failover.
@@ -97,7 +116,7 @@ def trial(a, binary, rng, want):
             back, wrong = cl.master_back(c, before)
             out["master_back_s"] = back - t0
             errors.extend(wrong)
-        got = cl.result(p, "tessera train", timeout=300)
+        got, said = cl.result(p, "tessera train", timeout=300, stderr=True)
         out["seconds"] = time.monotonic() - t0
         out["equal"] = got["params_sha256"] == want
         if not out["equal"]:
@@ -110,7 +129,13 @@ def trial(a, binary, rng, want):
             out["lost"] = sum(max(0, a.steps - x["version"]) for x in doc["details"])
             if out["lost"]:
                 errors.append("%d acknowledged steps missing from partitions" % out["lost"])
-        if victim != "master":
+        if worker:
+            job = [j for j in c.status().jobs if j.id == JOB][0]
+            if job.adopted < 1:
+                errors.append("the job's slots were not taken over (adopted %d)" % job.adopted)
+            if "%s was killed (signal 9); the others take over its share" % victim not in said:
+                errors.append("tessera train did not say %s was killed" % victim)
+        elif victim != "master":
             dead = [s for s in c.status().shards if s.id == victim][0]
             out["death"] = dead.death
             if not dead.death:
@@ -137,11 +162,12 @@ def table(trials, steps):
     ok = [t for t in trials if not t["errors"]]
     rec = [t["recovery_s"] for t in trials if "recovery_s" in t]
     back = [t["master_back_s"] for t in trials if "master_back_s" in t]
-    print("\nkill_matrix: 3 shards, --replicas 2, 2 exact workers, %d steps, kill -9 of a "
-          "random shard or the master at a random step" % steps)
+    print("\nkill_matrix: 3 shards, --replicas 2, %d exact workers, %d steps, kill -9 of a "
+          "random shard, worker or the master at a random step" % (WORKERS, steps))
     print("%-40s %s" % ("trials", len(trials)))
     for role, what in (("head", "  a shard heading partitions"),
-                       ("follower", "  a shard heading none"), ("master", "  the master")):
+                       ("follower", "  a shard heading none"), ("worker", "  a worker"),
+                       ("master", "  the master")):
         print("%-40s %d" % (what, sum(1 for t in trials if t.get("role") == role)))
     print("%-40s %d of %d" % ("params_sha256 equal to --local",
                               sum(1 for t in trials if t.get("equal")), len(trials)))
@@ -160,7 +186,8 @@ def table(trials, steps):
 
 def main():
     ap = argparse.ArgumentParser(
-        prog="kill_matrix.py", description="Random kill -9 of a shard or the master during "
+        prog="kill_matrix.py", description="Random kill -9 of a shard, a worker or the master "
+        "during "
         "exact training with --replicas 2: each run must end with the --local fingerprint, "
         "lose no acknowledged step, have whole chains again and leave no process behind.")
     ap.add_argument("--bin", default=os.environ.get("TESSERA_BIN",
@@ -190,6 +217,7 @@ def main():
         trials.append(t)
         print("trial %2d: %s (%s) killed %d ms after step %s: %s%s" % (
             i + 1, "the master" if t.get("victim") == "master" else
+            t.get("victim") if t.get("role") == "worker" else
             "shard %s" % t.get("victim"), t.get("role"), t.get("delay_ms", 0), t.get("at"),
             "FAILED: " + "; ".join(t["errors"]) if t["errors"] else "ok",
             ", recovery %.2f s" % t["recovery_s"] if "recovery_s" in t else ""), flush=True)

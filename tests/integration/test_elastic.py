@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""test_elastic.py - workers that die, come back or stall do not change the bits
+(docs/elastic.md).
+
+Real processes: one `tessera up --shards 2 --lease-ms 1500` (R = 2), and `tessera train
+--workers 3 --exact` runs of the same job settings, each compared with `tessera train --local`:
+- Killed: SIGKILL of a random rank at a random step. `tessera train` says the others take
+  over its share and exits 0; the final params_sha256 (rank 0's, or the job's as the master
+  has it when rank 0 was the one killed) equals --local's; the job is finished (not
+  abandoned), its slot taken over (adopted >= 1, roster >= 1) and every slot owned by a live
+  worker at the end.
+- Respawned: `--respawn`, SIGKILL of rank 0: a new rank 0 joins the running job, gets its slot
+  back (the roster grows twice), prints the final report itself; same fingerprint.
+- Stopped: SIGSTOP of rank 1 past its lease, then SIGCONT: its slot moves, and comes back to it
+  when it does; it catches up with the job and ends with the others; same fingerprint.
+- Settings: RegisterWorker for a running elastic job without elastic is INVALID_ARGUMENT
+  naming the field `elastic`; one for a rank that is alive is ALREADY_EXISTS naming `rank`;
+  the job is unchanged.
+- Nothing of the cluster is left after SIGTERM to `tessera up`.
+"""
+import json
+import os
+import random
+import re
+import signal
+import sys
+import unittest
+
+sys.dont_write_bytecode = True
+import tessera_testlib as tl  # noqa: E402
+
+STEPS = 500 if tl.SANITIZED else 1000
+LEASE_MS = 1500
+SEED = int(os.environ.get("TESSERA_ELASTIC_SEED", "0")) or random.randrange(1, 1 << 30)
+
+
+class Elastic(tl.ClusterCase, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        os.environ.setdefault("TESSERA_LOG", "warn")
+        tl.log("seed %d (TESSERA_ELASTIC_SEED=%d repeats this run)" % (SEED, SEED))
+        cls.rng = random.Random(SEED)
+        cls.c = tl.Cluster()
+        cls.logs = os.path.join(cls.c.dir, "up-logs")
+        cls.up = cls.c.spawn([os.path.join(tl.BIN, "tessera"), "up", "--shards", "2",
+                              "--master-port", "0", "--lease-ms", str(LEASE_MS), "--dir",
+                              cls.logs], "up")
+        cls.addr = tl.wait_until(lambda: next((ln.split()[1] for ln in
+                                               cls.up.log_text().splitlines()
+                                               if ln.startswith("master ")), None),
+                                 tl.START_TIMEOUT, "tessera up to print the master's address")
+        tl.wait_until(lambda: "shards alive" in cls.up.log_text(), tl.START_TIMEOUT,
+                      "the shards")
+        r = tl.run_cli(["train", "--local", "--steps", str(STEPS), "--exact", "--json"],
+                       timeout=300)
+        if r.returncode != 0:
+            raise AssertionError("tessera train --local: %s" % r.stderr)
+        cls.local = json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
+
+    @classmethod
+    def tearDownClass(cls):
+        kids = set(tl.children_of(cls.up.pid))
+        cls.up.signal(signal.SIGTERM)
+        rc = cls.up.wait(30)
+        left = [p for p in kids if tl.pid_alive(p)]
+        super().tearDownClass()
+        assert rc == 0, "tessera up exited %r" % rc
+        assert not left, "processes left behind: %r" % left
+
+    def train(self, job, extra=()):
+        return self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", self.addr,
+                             "--workers", "3", "--steps", str(STEPS), "--exact", "--job", job,
+                             "--json"] + list(extra), "train-" + job, stdout_pipe=True)
+
+    def worker(self, train, rank):
+        """The pid of train's worker of rank, once it runs and the job has begun."""
+        def find():
+            for pid in tl.children_of(train.pid):
+                argv = tl.cmdline(pid)
+                if "--rank" in argv and argv[argv.index("--rank") + 1] == str(rank):
+                    return pid
+            return None
+        return tl.wait_until(find, tl.START_TIMEOUT, "worker %d of %s" % (rank, train.name))
+
+    def job(self, job_id):
+        return next((j for j in tl.status_json(self.addr)["jobs"] if j["id"] == job_id), None)
+
+    def at_step(self, job_id, step):
+        """Waits until some worker of the job reported step `step` done."""
+        def reached():
+            st = tl.status_json(self.addr)
+            return any(w["clock"] >= step for w in st["workers"] if w["state"] == "alive")
+        tl.wait_until(reached, 120, "job %s at step %d" % (job_id, step), interval=0.01)
+
+    def finish(self, train):
+        rc = train.wait(300)
+        out = train.p.stdout.read().decode()
+        err = train.log_text()
+        self.assertEqual(rc, 0, "tessera train exited %r:\n%s\n%s" % (rc, out, err))
+        prints = re.findall(r"^params_sha256 ([0-9a-f]{64})", out, re.M)
+        self.assertTrue(prints, out)
+        self.assertEqual(prints[-1], self.local, out)
+        return out, err
+
+    def finished(self, job_id):
+        return tl.wait_until(lambda: (lambda j: j if j and j["state"] == "finished" else None)(
+            self.job(job_id)), 30, "job %s finished" % job_id, interval=0.05)
+
+    def test_killed(self):
+        rank, step = self.rng.randrange(3), self.rng.randrange(5, STEPS * 2 // 3)
+        tl.log("killing rank %d at step %d" % (rank, step))
+        train = self.train("killed")
+        pid = self.worker(train, rank)
+        self.at_step("killed", step)
+        os.kill(pid, signal.SIGKILL)
+        out, err = self.finish(train)
+        self.assertIn("worker %d was killed (signal 9); the others take over its share" % rank,
+                      err)
+        j = self.finished("killed")
+        self.assertEqual(j["params_sha256"], self.local)
+        self.assertTrue(j["elastic"])
+        self.assertGreaterEqual(j["adopted"], 1)
+        self.assertGreaterEqual(j["roster"], 1)
+        self.assertEqual(len(j["slot_owners"]), 3)
+        self.assertNotIn(0, j["slot_owners"])
+
+    def test_respawned(self):
+        step = self.rng.randrange(5, STEPS // 3)
+        tl.log("killing rank 0 at step %d, --respawn" % step)
+        train = self.train("respawned", ["--respawn"])
+        pid = self.worker(train, 0)
+        self.at_step("respawned", step)
+        os.kill(pid, signal.SIGKILL)
+        out, err = self.finish(train)
+        self.assertIn("worker 0 was killed (signal 9); the others take over its share, and it "
+                      "starts again", err)
+        self.assertIn("starting worker 0 again", err)
+        self.assertIn("done: %d steps" % STEPS, out)   # the new rank 0 reports
+        j = self.finished("respawned")
+        self.assertGreaterEqual(j["roster"], 2)        # slot 0 went away and came back
+        self.assertNotEqual(j["slot_owners"][0], j["slot_owners"][1])
+
+    def test_stopped_past_its_lease(self):
+        step = self.rng.randrange(5, STEPS // 3)
+        train = self.train("stopped")
+        pid = self.worker(train, 1)
+        self.at_step("stopped", step)
+        os.kill(pid, signal.SIGSTOP)
+        tl.log("stopped rank 1 at step %d until its slot moves" % step)
+        try:
+            tl.wait_until(lambda: (self.job("stopped") or {}).get("adopted", 0) >= 1,
+                          10 * LEASE_MS / 1000, "rank 1's slot to move")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wid = next(w["id"] for w in tl.status_json(self.addr)["workers"] if w["pid"] == pid)
+        self.finish(train)
+        j = self.finished("stopped")
+        self.assertGreaterEqual(j["roster"], 2)        # away, and back
+        self.assertEqual(j["slot_owners"][1], wid)
+
+    def test_settings_refused(self):
+        ch = self.c.channel(self.addr)
+        master = tl.Stub(ch, tl.master_pb2, "Master")
+        train = self.train("settings")
+        self.worker(train, 2)
+        self.at_step("settings", 2)
+        before = self.job("settings")
+        e = tl.call_error(master.RegisterWorker, tl.master_pb2.RegisterWorkerRequest(
+            host="h", instance="elastic-off", job="settings", rank=2, workers=3,
+            elastic=False))
+        self.assertEqual(e.code(), tl.grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("elastic:", e.details())
+        e = tl.call_error(master.RegisterWorker, tl.master_pb2.RegisterWorkerRequest(
+            host="h", instance="rank-taken", job="settings", rank=2, workers=3, elastic=True))
+        self.assertEqual(e.code(), tl.grpc.StatusCode.ALREADY_EXISTS)
+        self.assertIn("rank: 2", e.details())
+        after = self.job("settings")
+        self.assertEqual((after["alive"], after["roster"], after["slot_owners"]),
+                         (before["alive"], before["roster"], before["slot_owners"]))
+        self.finish(train)
+
+
+if __name__ == "__main__":
+    tl.main()

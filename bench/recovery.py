@@ -25,7 +25,13 @@ Two figures, both against `tessera up` clusters started here (docs/replication.m
    and to the restarted master answering ClusterStatus with its state (restored, the same
    shards alive). The training must end at the --local fingerprint.
 
-4. Joining. A third shard started while the job trains on `tessera up --shards 2` (R = 2):
+4. A worker. The same training with 3 workers (elastic, docs/elastic.md); once it has
+   stepped a while a random worker is killed -9: time from the kill to the next step completed
+   (2 past the newest held just after the kill: the dead worker's slot must have moved to a
+   live worker, which computes it), against its baseline, two steps timed the same way just
+   before the kill. The training must end at the --local fingerprint.
+
+5. Joining. A third shard started while the job trains on `tessera up --shards 2` (R = 2):
    seconds from its start to being on the ring (it joined, got its copies, and a new epoch
    put it on), and the longest wait between two steps from its start to 2 s after (the
    workers move to the new heads), against the longest wait over 3.5 s just before; the
@@ -112,6 +118,37 @@ def master_trial(a, binary, want):
                                    (got["params_sha256"], want))
             return {"step_s": step, "back_s": back - t0, "two_steps_s": two,
                     "killed_at_version": v}
+        finally:
+            c.stop()
+
+
+def worker_trial(a, binary, rng, want):
+    """Kills a worker of a 3-worker training; seconds to the next step, and (the baseline) for
+    two steps just before the kill."""
+    with tempfile.TemporaryDirectory(prefix="tessera-recovery-w.") as d:
+        c = Cluster(binary, d, lease_ms=a.lease_ms)
+        try:
+            p = train(binary, c.master, a.steps, "recw", workers=3)
+            ids = list(c.shards)
+            cl.wait_version(c, "recw", ids, a.kill_at, p, 120)
+            t0 = time.monotonic()
+            v, _ = c.version("recw", ids)
+            cl.wait_version(c, "recw", ids, v + 2, p, 120)
+            two = time.monotonic() - t0
+            rank = rng.randrange(3)
+            pid = cl.worker_pid(p, rank)
+            if pid is None:
+                raise RuntimeError("no worker of rank %d" % rank)
+            os.kill(pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            v, _ = c.version("recw", ids)
+            cl.wait_version(c, "recw", ids, v + 2, p, 120)
+            step = time.monotonic() - t0
+            got = result(p, "tessera train")
+            if got["params_sha256"] != want:
+                raise RuntimeError("params_sha256 %s after the worker's kill, %s without" %
+                                   (got["params_sha256"], want))
+            return {"step_s": step, "two_steps_s": two, "rank": rank, "killed_at_version": v}
         finally:
             c.stop()
 
@@ -228,6 +265,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1, help="which shards are killed")
     ap.add_argument("--master-trials", type=int, default=5, help="kills of the master "
                     "(default 5)")
+    ap.add_argument("--worker-trials", type=int, default=5, help="kills of a worker of 3 "
+                    "(default 5)")
     ap.add_argument("--join-trials", type=int, default=3, help="shards that join a running "
                     "job (default 3)")
     ap.add_argument("--out", default="bench/results/recovery.json")
@@ -238,7 +277,7 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.trials, a.rounds, a.steps, a.pp_iters, a.join_trials = 2, 1, 1000, 3, 1
-        a.master_trials = 2
+        a.master_trials = a.worker_trials = 2
     binary = os.path.join(a.bin, "tessera")
     cl.load_protos(a.bin)
     cl.exit_on_sigterm()
@@ -258,6 +297,14 @@ def main():
         print("master %d: killed after step %d; a step completed %.3f s later, the master back "
               "with its state %.2f s later; params_sha256 equal to --local" %
               (i + 1, t["killed_at_version"], t["step_s"], t["back_s"]), flush=True)
+    workers = []
+    for i in range(a.worker_trials):
+        t = worker_trial(a, binary, rng, want)
+        workers.append(t)
+        print("worker %d: rank %d killed after step %d; a step completed %.3f s later (two "
+              "steps before: %.3f s); params_sha256 equal to --local" %
+              (i + 1, t["rank"], t["killed_at_version"], t["step_s"], t["two_steps_s"]),
+              flush=True)
     joins = []
     for i in range(a.join_trials):
         t = join_trial(a, binary, want)
@@ -298,6 +345,17 @@ def main():
         print("%-44s %9.2fs %9s  (back / that: %.2f)" % (
             "  the restart's backoff (baseline)", RESTART_BACKOFF_S, "",
             statistics.median(mb) / RESTART_BACKOFF_S))
+    worker = {"trials": workers, "goal_s": RECOVERY_GOAL_S}
+    if workers:
+        ws = [t["step_s"] for t in workers]
+        w2 = [t["two_steps_s"] for t in workers]
+        worker.update(step_median_s=statistics.median(ws), step_max_s=max(ws),
+                      two_steps_median_s=statistics.median(w2))
+        print("%-44s %9.3fs %9.3fs %7.1fs" % ("worker kill -9 -> next step (3 workers)",
+                                               statistics.median(ws), max(ws), RECOVERY_GOAL_S))
+        print("%-44s %9.3fs %9.3fs  (kill / that: %.2f)" % (
+            "  two steps, nothing killed (baseline)", statistics.median(w2), max(w2),
+            statistics.median(ws) / statistics.median(w2)))
     if joins:
         js = [t["join_s"] for t in joins]
         sw = [t["gap_s"] for t in joins]
@@ -335,7 +393,7 @@ def main():
                         "trials": trials},
            "cost_runs": {"replicas_1": runs[1], "replicas_2": runs[2]},
            "join": {"trials": joins, "baseline_two_heartbeats_s": 2 * a.lease_ms / 3000.0},
-           "master": master}
+           "master": master, "worker": worker}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)

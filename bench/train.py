@@ -9,6 +9,8 @@ same partitions applied in-process), in exact mode. This script measures, in one
     dist exact    tessera train --master ADDR --workers 2 --epochs E --exact --json
     local float   the same without --exact
     dist float
+    dist exact --no-elastic   the cost of elastic workers (docs/elastic.md): the default keeps a
+                  copy of each step's parameters and pulls them rather than mapping the shards'
 
 against one `tessera up --shards 2 --master-port 0` started here (and stopped by pid with
 SIGTERM at the end, on errors and on Ctrl-C too). Each configuration runs --reps times (default
@@ -35,7 +37,8 @@ import tempfile
 import time
 
 GOAL = 1.3
-CONFIGS = [("local", True), ("dist", True), ("local", False), ("dist", False)]
+CONFIGS = [("local", True, False), ("dist", True, False), ("local", False, False),
+           ("dist", False, False), ("dist", True, True)]
 HERE = os.path.dirname(os.path.abspath(__file__))
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -108,11 +111,12 @@ class Cluster:
                 pass  # gone, as it should be
 
 
-def train(binary, cluster, where, exact, epochs):
+def train(binary, cluster, where, exact, rigid, epochs):
     """One `tessera train`; returns its JSON line plus the machine's other CPU meanwhile."""
     cmd = [binary, "train", "--epochs", str(epochs), "--json"]
     cmd += ["--local"] if where == "local" else ["--master", cluster.master, "--workers", "2"]
     cmd += ["--exact"] if exact else []
+    cmd += ["--no-elastic"] if rigid else []
     busy0, ours0 = machine_busy_s(), cluster.cpu_s()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
@@ -131,8 +135,8 @@ def train(binary, cluster, where, exact, epochs):
 def summarize(runs):
     """Per configuration: median seconds and samples/s, the fingerprint, the other CPU."""
     out = {}
-    for (where, exact), rs in runs.items():
-        name = f"{where} {'exact' if exact else 'float'}"
+    for (where, exact, rigid), rs in runs.items():
+        name = f"{where} {'exact' if exact else 'float'}{' rigid' if rigid else ''}"
         out[name] = {"where": where, "exact": exact,
                      "seconds": round(statistics.median(r["seconds"] for r in rs), 3),
                      "samples_per_s": round(statistics.median(r["samples_per_s"] for r in rs)),
@@ -150,20 +154,23 @@ def report(s, a, quick, ok, notes):
           f"{a.epochs} epoch(s), {le['steps']} steps of batch 64; median of {a.reps} run(s) "
           "each;\ndist = tessera train --workers 2 against tessera up --shards 2 "
           f"(transport {de['transport']}); seconds = the JSON's `seconds`\n")
-    print(f"{'config':12} | {'seconds':>8} | {'samples/s':>9} | {'vs local':>8} | "
+    print(f"{'config':16} | {'seconds':>8} | {'samples/s':>9} | {'vs local':>8} | "
           f"{'runs (s)':>13} | {'other CPU s':>11}")
-    print("-" * 13 + "+" + "-" * 10 + "+" + "-" * 11 + "+" + "-" * 10 + "+" + "-" * 15 + "+" +
+    print("-" * 17 + "+" + "-" * 10 + "+" + "-" * 11 + "+" + "-" * 10 + "+" + "-" * 15 + "+" +
           "-" * 12)
     for name, local in (("local exact", le), ("dist exact", le), ("local float", lf),
-                        ("dist float", lf)):
+                        ("dist float", lf), ("dist exact rigid", le)):
         r = s[name]
         runs = ", ".join(f"{x:.2f}" for x in r["runs_seconds"])
         other = ", ".join(f"{x:.1f}".replace("-0.0", "0.0") for x in r["other_cpu_s"])
-        print(f"{name:12} | {r['seconds']:8.2f} | {r['samples_per_s']:9.0f} | "
+        print(f"{name:16} | {r['seconds']:8.2f} | {r['samples_per_s']:9.0f} | "
               f"{r['seconds'] / local['seconds']:7.2f}x | {runs:>13} | {other:>11}")
     ratio = de["seconds"] / le["seconds"]
     print(f"\nexact / float step time: distributed {de['seconds'] / df['seconds']:.2f}x, "
           f"local {le['seconds'] / lf['seconds']:.2f}x")
+    elastic = de["seconds"] / s["dist exact rigid"]["seconds"]
+    print(f"elastic workers (the default) / --no-elastic (\"rigid\"), dist exact: "
+          f"{elastic:.2f}x")
     print(f"goal: dist exact <= {GOAL}x local exact: {ratio:.2f}x: "
           f"{'met' if ratio <= GOAL else 'NOT met'}")
     for n in notes:
@@ -172,6 +179,7 @@ def report(s, a, quick, ok, notes):
               "epochs": a.epochs, "reps": a.reps, "configs": s,
               "exact_over_float": {"dist": round(de["seconds"] / df["seconds"], 3),
                                    "local": round(le["seconds"] / lf["seconds"], 3)},
+              "elastic_over_rigid": round(elastic, 3),
               "notes": notes,
               "headline": {"ours": de["seconds"], "baseline": le["seconds"],
                            "unit": "s per epoch (2 workers x 2 shards vs --local, exact)",
@@ -216,11 +224,12 @@ def main():
               f"{a.epochs} epoch(s)...", file=sys.stderr)
         runs = {c: [] for c in CONFIGS}
         for rep in range(a.reps):
-            for where, exact in CONFIGS:
-                r = train(binary, cluster, where, exact, a.epochs)
-                print(f"  run {rep + 1}: {where} {'exact' if exact else 'float'}: "
-                      f"{r['seconds']:.2f} s", file=sys.stderr)
-                runs[(where, exact)].append(r)
+            for where, exact, rigid in CONFIGS:
+                r = train(binary, cluster, where, exact, rigid, a.epochs)
+                print(f"  run {rep + 1}: {where} {'exact' if exact else 'float'}"
+                      f"{' --no-elastic' if rigid else ''}: {r['seconds']:.2f} s",
+                      file=sys.stderr)
+                runs[(where, exact, rigid)].append(r)
     except (RuntimeError, KeyboardInterrupt) as e:
         sys.exit(f"train.py: {str(e) or 'interrupted'} (cluster logs in {logs})")
     finally:

@@ -678,33 +678,20 @@ ts_status ts_members_shard_addr(struct ts_members *m, uint32_t id,
     return st;
 }
 
-/* Declares alive member id of table t dead for why, if it is the process start instance (any:
- * NULL); whether it did. */
-static bool declare_in(struct ts_members *m, struct table *t, uint32_t id, const char *instance,
-                       const char *why)
+bool ts_members_declare_dead(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                             const char *instance, const char *why)
 {
     struct ts_member *e;
     bool done = false;
 
     pthread_mutex_lock(&m->mu);
-    if ((e = find_id(t, id)) && e->state == TS_MEMBER_ALIVE &&
+    if ((e = find_id(table_of(m, kind), id)) && e->state == TS_MEMBER_ALIVE &&
         (!instance || !strcmp(e->instance, instance))) {
         declare_dead(m, e, why);
         done = true;
     }
     pthread_mutex_unlock(&m->mu);
     return done;
-}
-
-bool ts_members_declare_dead(struct ts_members *m, uint32_t id, const char *instance,
-                             const char *why)
-{
-    return declare_in(m, &m->shards, id, instance, why);
-}
-
-bool ts_members_worker_dead(struct ts_members *m, uint32_t id, const char *why)
-{
-    return declare_in(m, &m->workers, id, NULL, why);
 }
 
 static ts_status copy_table(const struct table *t, bool alive_only, struct ts_member **out,

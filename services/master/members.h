@@ -168,13 +168,13 @@ ts_status ts_members_shard_addr(struct ts_members *m, uint32_t id,
                                 char addr[TS_MEMBERS_MAX_ADDR + 1],
                                 char instance[TS_MEMBERS_MAX_INSTANCE + 1], bool *alive,
                                 struct ts_err *err) TS_MUST_CHECK;
-/* Declares shard id dead for `why` (logged, kept for status) if it is still alive and still the
- * process start `instance`; returns whether it did. The map moves on as for an expired lease. */
-bool ts_members_declare_dead(struct ts_members *m, uint32_t id, const char *instance,
-                             const char *why);
-/* Declares worker id dead for why (a shard saw its connection hang up without a goodbye), as
- * its lease would; returns whether it was alive. The caller tells the job table. */
-bool ts_members_worker_dead(struct ts_members *m, uint32_t id, const char *why);
+/* Declares member id of kind dead for `why` (logged, kept for status) if it is still alive and
+ * still the process start `instance` (NULL: any); returns whether it did. The map moves on, or
+ * (a worker: the caller tells the job table) its job goes on, as for an expired lease. Shards
+ * are reported unreachable and checked first; a worker is reported when a shard saw its
+ * data-plane connection hang up without a goodbye (docs/elastic.md). */
+bool ts_members_declare_dead(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                             const char *instance, const char *why);
 
 /* alive_only: only alive shards and no workers (GetShardMap). */
 ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,

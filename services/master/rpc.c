@@ -448,7 +448,7 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
     if (req->worker_id) {   /* its process is gone: nothing to probe (workers serve nothing) */
         snprintf(why, sizeof(why), "its connection to %.60s hung up without a goodbye (%.100s)",
                  req->reporter[0] ? req->reporter : "a shard", req->detail);
-        if (ts_members_worker_dead(m->members, req->worker_id, why))
+        if (ts_members_declare_dead(m->members, TS_MEMBER_WORKER, req->worker_id, NULL, why))
             jobs_dead(m->jobs, req->worker_id, ts_now_ms());
         resp->dead = true;
         resp->epoch = ts_members_epoch(m->members);
@@ -462,7 +462,7 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
     } else if (ts_tcp_refused(addr, REPORT_PROBE_MS, seen, sizeof(seen))) {
         snprintf(why, sizeof(why), "reported unreachable by %.60s, and %.120s",
                  req->reporter[0] ? req->reporter : "a member", seen);
-        ts_members_declare_dead(m->members, req->shard_id, instance, why);
+        ts_members_declare_dead(m->members, TS_MEMBER_SHARD, req->shard_id, instance, why);
         alive = false;
     } else {
         ts_log(TS_INFO, "master", "shard %u reported unreachable by %s (%s), but %s: kept",

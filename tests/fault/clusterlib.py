@@ -178,6 +178,20 @@ def children(pid):
     return out
 
 
+def worker_pid(p, rank):
+    """The pid of `tessera train` p's worker of rank, or None."""
+    for pid in children(p.pid):
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"--rank" in argv and argv[argv.index(b"--rank") + 1] == str(rank).encode():
+            return pid
+    return None
+
+
+
 def master_back(c, before, limit_s=30):
     """Waits for the master killed after ClusterStatus `before` to answer again (another
     pid, over a new channel); returns (when it did, on the monotonic clock, and what is wrong

@@ -65,19 +65,6 @@ def verify_replicas(binary, master, wait_s=10):
         time.sleep(0.5)
 
 
-def worker_pid(p, rank):
-    """The pid of `tessera train` p's worker of rank, or None."""
-    for pid in cl.children(p.pid):
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if b"--rank" in argv and argv[argv.index(b"--rank") + 1] == str(rank).encode():
-            return pid
-    return None
-
-
 def trial(a, binary, rng, want):
     """One kill; returns a dict of what was seen (its "errors" empty when it passed)."""
     errors = []
@@ -99,7 +86,7 @@ def trial(a, binary, rng, want):
                    role="master" if victim == "master" else "worker" if worker else
                    "head" if victim in heads else "follower")
         pid = (before.master_pid if victim == "master" else
-               worker_pid(p, int(victim.split()[1])) if worker else c.pid(victim))
+               cl.worker_pid(p, int(victim.split()[1])) if worker else c.pid(victim))
         if pid is None:
             raise RuntimeError("no process for %s" % victim)
         os.kill(pid, signal.SIGKILL)

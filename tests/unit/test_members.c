@@ -143,10 +143,10 @@ static void declared_dead_on_report(void **state)
     assert_true(alive);
     assert_string_equal(addr, "h:1");
     assert_string_equal(inst, "a");
-    assert_false(ts_members_declare_dead(m, a, "another-start", "refused"));
+    assert_false(ts_members_declare_dead(m, TS_MEMBER_SHARD, a, "another-start", "refused"));
     assert_int_equal(ts_members_epoch(m), epoch);
-    assert_true(ts_members_declare_dead(m, a, "a", "reported unreachable, and refused"));
-    assert_false(ts_members_declare_dead(m, a, "a", "again"));   /* once */
+    assert_true(ts_members_declare_dead(m, TS_MEMBER_SHARD, a, "a", "reported unreachable, and refused"));
+    assert_false(ts_members_declare_dead(m, TS_MEMBER_SHARD, a, "a", "again"));   /* once */
     assert_int_equal(ts_members_epoch(m), epoch + 1);
     assert_int_equal(ts_members_shard_addr(m, a, addr, inst, &alive, NULL), TS_OK);
     assert_false(alive);
@@ -357,14 +357,14 @@ static void joining_shard_goes_on_the_ring_once_moves_are_done(void **state)
     assert_int_equal(ts_members_epoch(m), e0 + 2);
     /* The only shard on the ring dies: the joining one goes on at once. */
     quiet = false;
-    assert_true(ts_members_declare_dead(m, a, "a", "gone"));
-    assert_true(ts_members_declare_dead(m, b, "b", "gone"));
+    assert_true(ts_members_declare_dead(m, TS_MEMBER_SHARD, a, "a", "gone"));
+    assert_true(ts_members_declare_dead(m, TS_MEMBER_SHARD, b, "b", "gone"));
     uint32_t d = add_shard(m, "h:4", "d", 0);
     assert_int_equal(ts_members_view(m, true, &v, NULL), TS_OK);
     for (size_t i = 0; i < v.nshards; i++)
         assert_true(v.shards[i].id != d || v.shards[i].joining);
     ts_members_view_free(&v);
-    assert_true(ts_members_declare_dead(m, c, "c", "gone"));
+    assert_true(ts_members_declare_dead(m, TS_MEMBER_SHARD, c, "c", "gone"));
     assert_int_equal(ts_members_view(m, true, &v, NULL), TS_OK);
     assert_int_equal(v.nshards, 1);
     assert_false(v.shards[0].joining);

@@ -179,8 +179,9 @@ static void next_slot(struct tessera *t, int first, int last, size_t k)
 }
 
 /* The active tensors of [first, last) (arrays indexed from first): pushes (if push, of every
- * slot of the step) and pulls (if params). Remote: every request goes out before any reply is read, so the shards work in
- * parallel and a step costs one round trip. Local: the same partitions, in this process. */
+ * slot of the step) and pulls (if params). Remote: every request goes out before any reply is
+ * read, so the shards work in parallel and a step costs one round trip. Local: the same
+ * partitions, in this process. */
 static ts_status exchange(struct tessera *t, int first, int last, bool push,
                           float *const *params, struct ts_err *err)
 {

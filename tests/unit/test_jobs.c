@@ -183,7 +183,8 @@ static void limits_and_fields(void **state)
     assert_int_equal(jobs_join(j, "a", 2, 0, 2, false, false, 0, &e), TS_EEXIST);
     assert_true(strncmp(e.msg, "rank", 4) == 0);
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "b", 1, 0, 1, false, false, 0, &e), TS_EEXIST); /* worker 1 is in a */
+    /* Worker 1 is in job a. */
+    assert_int_equal(jobs_join(j, "b", 1, 0, 1, false, false, 0, &e), TS_EEXIST);
     assert_int_equal(jobs_join(j, "b", 3, 0, 1, false, false, 0, NULL), TS_OK);
     e = (struct ts_err){ 0 };
     assert_int_equal(jobs_join(j, "c", 4, 0, 1, false, false, 0, &e), TS_ENOMEM);

@@ -145,7 +145,8 @@ static void declared_dead_on_report(void **state)
     assert_string_equal(inst, "a");
     assert_false(ts_members_declare_dead(m, TS_MEMBER_SHARD, a, "another-start", "refused"));
     assert_int_equal(ts_members_epoch(m), epoch);
-    assert_true(ts_members_declare_dead(m, TS_MEMBER_SHARD, a, "a", "reported unreachable, and refused"));
+    assert_true(ts_members_declare_dead(m, TS_MEMBER_SHARD, a, "a",
+                                        "reported unreachable, and refused"));
     assert_false(ts_members_declare_dead(m, TS_MEMBER_SHARD, a, "a", "again"));   /* once */
     assert_int_equal(ts_members_epoch(m), epoch + 1);
     assert_int_equal(ts_members_shard_addr(m, a, addr, inst, &alive, NULL), TS_OK);

@@ -88,69 +88,63 @@ def trial(a, binary, rng, want):
             c.stop()
 
 
-def master_trial(a, binary, want):
-    """Kills the master of a training run under `tessera up`; seconds to the next step (and,
-    its baseline, for two steps just before the kill), and to the restarted master answering
-    with its state."""
-    with tempfile.TemporaryDirectory(prefix="tessera-recovery-m.") as d:
+def timed_kill(a, binary, want, job, workers, pick, after=None):
+    """Trains job with `workers` workers and, once it has stepped a while, kills -9 the process
+    pick(cluster, training) names, returning (pid, record); after(cluster, record, t0), if
+    given, runs once the next step is done. Returns the record with the seconds from the
+    kill to the next step and, its baseline, for two steps just before the kill."""
+    with tempfile.TemporaryDirectory(prefix="tessera-recovery-%s." % job) as d:
         c = Cluster(binary, d, lease_ms=a.lease_ms)
         try:
-            p = train(binary, c.master, a.steps, "recm")
+            p = train(binary, c.master, a.steps, job, workers=workers)
             ids = list(c.shards)
-            cl.wait_version(c, "recm", ids, a.kill_at, p, 120)
-            # The baseline: two steps with nothing killed, just before.
+            cl.wait_version(c, job, ids, a.kill_at, p, 120)
             t0 = time.monotonic()
-            v, _ = c.version("recm", ids)
-            cl.wait_version(c, "recm", ids, v + 2, p, 120)
+            v, _ = c.version(job, ids)
+            cl.wait_version(c, job, ids, v + 2, p, 120)
             two = time.monotonic() - t0
-            before = c.status()
-            os.kill(before.master_pid, signal.SIGKILL)
+            pid, out = pick(c, p)
+            os.kill(pid, signal.SIGKILL)
             t0 = time.monotonic()
-            v, _ = c.version("recm", ids)
-            cl.wait_version(c, "recm", ids, v + 2, p, 120)
-            step = time.monotonic() - t0
-            back, wrong = cl.master_back(c, before, 60)
-            if wrong:
-                raise RuntimeError("; ".join(wrong))
+            v, _ = c.version(job, ids)
+            cl.wait_version(c, job, ids, v + 2, p, 120)
+            out.update(step_s=time.monotonic() - t0, two_steps_s=two, killed_at_version=v)
+            if after:
+                after(c, out, t0)
             got = result(p, "tessera train")
             if got["params_sha256"] != want:
-                raise RuntimeError("params_sha256 %s after the master's kill, %s without" %
+                raise RuntimeError("params_sha256 %s after the kill, %s without" %
                                    (got["params_sha256"], want))
-            return {"step_s": step, "back_s": back - t0, "two_steps_s": two,
-                    "killed_at_version": v}
+            return out
         finally:
             c.stop()
+
+
+def master_trial(a, binary, want):
+    """Kills the master of a training run under `tessera up`: timed_kill's figures, and the
+    seconds to the restarted master answering with its state."""
+    def pick(c, p):
+        before = c.status()
+        return before.master_pid, {"before": before}
+
+    def after(c, out, t0):
+        back, wrong = cl.master_back(c, out.pop("before"), 60)
+        if wrong:
+            raise RuntimeError("; ".join(wrong))
+        out["back_s"] = back - t0
+    return timed_kill(a, binary, want, "recm", 2, pick, after)
 
 
 def worker_trial(a, binary, rng, want):
-    """Kills a worker of a 3-worker training; seconds to the next step, and (the baseline) for
-    two steps just before the kill."""
-    with tempfile.TemporaryDirectory(prefix="tessera-recovery-w.") as d:
-        c = Cluster(binary, d, lease_ms=a.lease_ms)
-        try:
-            p = train(binary, c.master, a.steps, "recw", workers=3)
-            ids = list(c.shards)
-            cl.wait_version(c, "recw", ids, a.kill_at, p, 120)
-            t0 = time.monotonic()
-            v, _ = c.version("recw", ids)
-            cl.wait_version(c, "recw", ids, v + 2, p, 120)
-            two = time.monotonic() - t0
-            rank = rng.randrange(3)
-            pid = cl.worker_pid(p, rank)
-            if pid is None:
-                raise RuntimeError("no worker of rank %d" % rank)
-            os.kill(pid, signal.SIGKILL)
-            t0 = time.monotonic()
-            v, _ = c.version("recw", ids)
-            cl.wait_version(c, "recw", ids, v + 2, p, 120)
-            step = time.monotonic() - t0
-            got = result(p, "tessera train")
-            if got["params_sha256"] != want:
-                raise RuntimeError("params_sha256 %s after the worker's kill, %s without" %
-                                   (got["params_sha256"], want))
-            return {"step_s": step, "two_steps_s": two, "rank": rank, "killed_at_version": v}
-        finally:
-            c.stop()
+    """Kills a random worker of a 3-worker training (docs/elastic.md): timed_kill's figures."""
+    rank = rng.randrange(3)
+
+    def pick(c, p):
+        pid = cl.worker_pid(p, rank)
+        if pid is None:
+            raise RuntimeError("no worker of rank %d" % rank)
+        return pid, {"rank": rank}
+    return timed_kill(a, binary, want, "recw", 3, pick)
 
 
 def longest_gap(c, job, ids, seconds, p, until=None):

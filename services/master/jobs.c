@@ -218,7 +218,9 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
     if ((s = seat_of(j, worker, &other))) {   /* a retried RegisterWorker */
         st = strcmp(other->info.id, id) ? ts_err_set(err, TS_EEXIST, "job: worker %u is in "
                                                      "job '%s' already", worker, other->info.id)
-                                        : TS_OK;
+             : s->rank != rank ? ts_err_set(err, TS_EINVAL, "rank: %u, but worker %u is rank %u "
+                                            "of job '%s'", rank, worker, s->rank, id)
+                               : TS_OK;
         struct job_seat *now = !st && s->state == SEAT_DEAD ? alive_seat(other, 0, s->rank)
                                                             : NULL;
         if (now)

@@ -340,17 +340,18 @@ static void new_epoch(struct ts_members *m, const char *why)
 }
 
 static void grant(struct ts_members *m, const struct ts_member *e, uint64_t known_epoch,
-                  struct ts_member_grant *g)
+                  bool joined, struct ts_member_grant *g)
 {
     g->id = e->id;
     g->epoch = m->epoch;
     g->lease_ms = e->lease_ms;
     g->map_changed = known_epoch != m->epoch;
+    g->joined = joined;
 }
 
 /* The same instance again: a retried register, or a member declared dead coming back (a shard
- * then joins, unless quiet: its copies are stale). */
-static void reregister(struct ts_members *m, struct ts_member *e, uint32_t lease_ms, int64_t now,
+ * then joins, unless quiet: its copies are stale); returns whether it came back. */
+static bool reregister(struct ts_members *m, struct ts_member *e, uint32_t lease_ms, int64_t now,
                        bool quiet)
 {
     char why[96];
@@ -358,7 +359,7 @@ static void reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
     e->lease_ms = lease_ms;
     e->last_heartbeat_ms = now;
     if (e->state == TS_MEMBER_ALIVE)
-        return;
+        return false;
     e->joining = e->kind == TS_MEMBER_SHARD && !quiet && has_active(m);
     e->moves_epoch = e->moves_pending = 0;
     e->state = TS_MEMBER_ALIVE;
@@ -369,6 +370,7 @@ static void reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
         new_epoch(m, why);
         e->registered_epoch = m->epoch;
     }
+    return true;
 }
 
 static ts_status check_endpoints(const struct ts_endpoint *ep, size_t n, struct ts_err *err)
@@ -404,8 +406,7 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
     quiet = !m->cfg.quiet || m->cfg.quiet(m->cfg.quiet_ctx);
     pthread_mutex_lock(&m->mu);
     if ((e = find_instance(&m->shards, instance))) {
-        reregister(m, e, lease_ms, now_ms, quiet);
-        grant(m, e, 0, g);
+        grant(m, e, 0, reregister(m, e, lease_ms, now_ms, quiet), g);
         pthread_mutex_unlock(&m->mu);
         return TS_OK;
     }
@@ -431,7 +432,7 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
              !quiet && has_active(m) ? ", joining: the shards copy it their partitions" : "");
     new_epoch(m, why);
     e->registered_epoch = m->epoch;
-    grant(m, e, 0, g);
+    grant(m, e, 0, true, g);
     pthread_mutex_unlock(&m->mu);
     return TS_OK;
 }
@@ -442,6 +443,7 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
                                      struct ts_member_grant *g, struct ts_err *err)
 {
     struct ts_member *e;
+    bool joined = true;
     ts_status st;
 
     if ((st = check_addr("host", host, false, err)) || (st = check_instance(instance, err)) ||
@@ -454,7 +456,7 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     pthread_mutex_lock(&m->mu);
     if ((e = find_instance(&m->workers, instance))) {
-        reregister(m, e, lease_ms, now_ms, true);
+        joined = reregister(m, e, lease_ms, now_ms, true);
     } else if (!(st = new_member(m, &m->workers, TS_MEMBER_WORKER, host, instance, lease_ms,
                                  now_ms, &e, err))) {
         e->pid = pid;
@@ -464,7 +466,7 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
         ts_log(TS_DEBUG, "master", "worker %u (%s pid %u) registered", e->id, host, pid);
     }
     if (!st)
-        grant(m, e, 0, g);
+        grant(m, e, 0, joined, g);
     pthread_mutex_unlock(&m->mu);
     return st;
 }
@@ -516,7 +518,7 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
         e->last_heartbeat_ms = now_ms;
         if (clock > e->clock)
             e->clock = clock;
-        grant(m, e, known_epoch, g);
+        grant(m, e, known_epoch, false, g);
     }
     pthread_mutex_unlock(&m->mu);
     return st;

@@ -106,6 +106,7 @@ struct ts_member_grant {
     uint64_t epoch;
     uint32_t lease_ms;
     bool map_changed;
+    bool joined;             /* registrations: the member is new, or was dead (not a retry) */
 };
 
 /* A consistent copy for ClusterStatus and GetShardMap. */

@@ -15,7 +15,8 @@ Real processes: one `tessera up --shards 2 --lease-ms 1500` (R = 2), and `tesser
   when it does; it catches up with the job and ends with the others; same fingerprint.
 - Settings: RegisterWorker for a running elastic job without elastic is INVALID_ARGUMENT
   naming the field `elastic`; one for a rank that is alive is ALREADY_EXISTS naming `rank`;
-  the job is unchanged.
+  a worker's own process start claiming another rank is INVALID_ARGUMENT naming `rank`, and
+  the worker stays in; the job is unchanged.
 - Nothing of the cluster is left after SIGTERM to `tessera up`.
 """
 import json
@@ -162,9 +163,17 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         ch = self.c.channel(self.addr)
         master = tl.Stub(ch, tl.master_pb2, "Master")
         train = self.train("settings")
-        self.worker(train, 2)
+        pid = self.worker(train, 2)
         self.at_step("settings", 2)
         before = self.job("settings")
+        me = next(w for w in master.ClusterStatus(tl.master_pb2.ClusterStatusRequest(),
+                                                  timeout=tl.RPC_TIMEOUT).workers
+                  if w.pid == pid)
+        # Rank 2's own process start claiming rank 1: refused, and rank 2 stays registered.
+        e = tl.call_error(master.RegisterWorker, tl.master_pb2.RegisterWorkerRequest(
+            host="h", instance=me.instance, job="settings", rank=1, workers=3, elastic=True))
+        self.assertEqual(e.code(), tl.grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("rank: 1, but worker %d is rank 2" % me.id, e.details())
         e = tl.call_error(master.RegisterWorker, tl.master_pb2.RegisterWorkerRequest(
             host="h", instance="elastic-off", job="settings", rank=2, workers=3,
             elastic=False))

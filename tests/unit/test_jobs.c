@@ -306,6 +306,10 @@ static void elastic_slots_move(void **state)
     assert_string_equal(slots_of(j, 10, &roster), "0");
     assert_string_equal(slots_of(j, 12, &roster), "2");
     assert_int_equal(roster, 4);
+    /* A worker cannot come back as another rank. */
+    assert_int_equal(jobs_join(j, "e", 12, 1, 3, false, true, 9, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "rank: 1, but worker 12 is rank 2"));
+    memset(&e, 0, sizeof(e));
     /* Worker 11 comes back too late: rank 1 is worker 20's now. */
     assert_int_equal(jobs_join(j, "e", 11, 1, 3, false, true, 9, &e), TS_EEXIST);
     assert_non_null(strstr(e.msg, "rank: 1"));

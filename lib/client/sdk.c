@@ -80,9 +80,18 @@ ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
                 t->broken = ids[i];   /* a failover reports it (sdk_failover.c) */
             break;
         }
-        if (delay_ms) { /* testing and benchmarks: a slower link (lib/transport/fault.h) */
-            struct ts_fault_cfg fc = { .kind = TS_FAULT_NONE, .delay_ms = delay_ms };
+        /* Testing: a slower link (benchmarks too), or $TESSERA_TEST_LINK_CUT=RANK:N: rank
+         * RANK's first connection hangs up instead of its Nth send, a link cut in the middle
+         * of a step (lib/transport/fault.h). */
+        const char *env = t->cut_done ? NULL : getenv("TESSERA_TEST_LINK_CUT");
+        long long cut = env && strchr(env, ':') && atoll(env) == (long long)t->rank
+                        ? atoll(strchr(env, ':') + 1) : 0;
+        if (delay_ms || cut > 0) {
+            struct ts_fault_cfg fc = { .kind = cut > 0 ? TS_FAULT_DROP : TS_FAULT_NONE,
+                                       .nth = cut > 0 ? (uint64_t)cut : 0,
+                                       .delay_ms = delay_ms };
             struct ts_conn *w;
+            t->cut_done |= cut > 0;
             if ((st = ts_fault_wrap(sh->conn, &fc, &w, err))) {
                 ts_tp_close(sh->conn);
                 break;

@@ -93,17 +93,20 @@ ts_status sdk_remap(struct tessera *t, struct ts_err *err)
 ts_status sdk_failover(struct tessera *t, struct ts_err *err)
 {
     uint64_t old = ts_cluster_epoch(t->cl);
+    enum ts_report said = TS_REPORT_UNHEARD;
     char who[64];
     ts_status st;
 
     if (t->broken) {
         snprintf(who, sizeof(who), "worker rank %u", t->rank);
-        (void)ts_cluster_report_unreachable(t->cl, t->broken, who, "its data-plane connection "
-                                            "broke in the middle of a step");
+        said = ts_cluster_report_unreachable(t->cl, t->broken, who, "its data-plane connection "
+                                             "broke in the middle of a step");
         t->broken = 0;
     }
     sdk_close_shards(t);
-    if ((st = await_map(t, old, err)) || (st = reconnect(t, err)))
+    /* A shard the master found answering is alive: the link broke, not the shard. Connect
+     * again at once, under the same map; otherwise wait for the map without it. */
+    if ((said != TS_REPORT_KEPT && (st = await_map(t, old, err))) || (st = reconnect(t, err)))
         return st;
     t->failovers++;
     ts_log(TS_WARN, "sdk", "failed over: shard map epoch %" PRIu64 " -> %" PRIu64 ", %zu "

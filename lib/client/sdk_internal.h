@@ -104,6 +104,7 @@ struct tessera {
     uint32_t push_rank;           /* the slot a push is sent for */
     uint64_t newest;              /* the newest version a pull reply carried since reset */
     unsigned registrations_seen;  /* the membership's registrations this worker followed */
+    bool cut_done;                /* testing: $TESSERA_TEST_LINK_CUT was applied (sdk.c) */
 };
 
 /* A data-plane call to slot s ended with st: remember a broken connection, so that a failover

@@ -150,8 +150,8 @@ ts_status ts_cluster_refresh(struct ts_cluster *cl, struct ts_err *err)
 }
 
 /* ReportUnreachable of shard id or worker wid (the other 0). */
-static bool report(struct ts_cluster *cl, uint32_t id, uint32_t wid, const char *reporter,
-                   const char *detail)
+static enum ts_report report(struct ts_cluster *cl, uint32_t id, uint32_t wid,
+                             const char *reporter, const char *detail)
 {
     Tessera__V1__ReportUnreachableRequest req = TESSERA__V1__REPORT_UNREACHABLE_REQUEST__INIT;
     Tessera__V1__ReportUnreachableResponse *r = NULL;
@@ -170,17 +170,17 @@ static bool report(struct ts_cluster *cl, uint32_t id, uint32_t wid, const char 
                        (ProtobufCMessage **)&r, &err)) {
         ts_log(TS_WARN, "cluster", "reporting %s %u unreachable: %s", what, id ? id : wid,
                err.msg);
-        return false;
+        return TS_REPORT_UNHEARD;
     }
     dead = r->dead;
     ts_log(dead ? TS_INFO : TS_WARN, "cluster", "reported %s %u unreachable: %s (%s)", what,
            id ? id : wid, dead ? "dead" : "the master keeps it", r->verdict);
     protobuf_c_message_free_unpacked(&r->base, NULL);
-    return dead;
+    return dead ? TS_REPORT_DEAD : TS_REPORT_KEPT;
 }
 
-bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const char *reporter,
-                                   const char *detail)
+enum ts_report ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id,
+                                             const char *reporter, const char *detail)
 {
     return report(cl, id, 0, reporter, detail);
 }
@@ -188,7 +188,7 @@ bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const cha
 bool ts_cluster_report_worker(struct ts_cluster *cl, uint32_t worker, const char *reporter,
                               const char *detail)
 {
-    return worker ? report(cl, 0, worker, reporter, detail) : false;
+    return worker && report(cl, 0, worker, reporter, detail) != TS_REPORT_UNHEARD;
 }
 
 bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t shard,

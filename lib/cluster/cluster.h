@@ -155,12 +155,15 @@ bool ts_cluster_is_joining(struct ts_cluster *cl, uint32_t id);
 size_t ts_cluster_joining(struct ts_cluster *cl, uint32_t *ids, size_t max);
 /* The cached map's chain length (ShardMap.replicas, at least 1). */
 uint32_t ts_cluster_replicas(struct ts_cluster *cl);
+/* What the master made of a report: the member is out of the map (DEAD: the caller may
+ * refresh its map without waiting for the lease), it keeps it (KEPT: it answers, so the link,
+ * not the process, failed), or the master could not be told (UNHEARD). */
+enum ts_report { TS_REPORT_UNHEARD = -1, TS_REPORT_KEPT = 0, TS_REPORT_DEAD = 1 };
 /* Tells the master that shard id could not be reached (ReportUnreachable; reporter: e.g.
- * "worker 2", detail: what it saw, cut to 256 bytes). Returns
- * whether the shard is out of the map now: the caller may refresh its map without waiting for
- * the lease. Errors are logged, not returned: a report only speeds up what the lease does. */
-bool ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id, const char *reporter,
-                                   const char *detail);
+ * "worker 2", detail: what it saw, cut to 256 bytes). Errors are logged, not returned: a
+ * report only speeds up what the lease does. */
+enum ts_report ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id,
+                                             const char *reporter, const char *detail);
 /* A shard saw worker `worker`'s data-plane connection hang up without a goodbye: the master
  * declares it dead now (docs/elastic.md). Logged as above; whether the master heard. */
 bool ts_cluster_report_worker(struct ts_cluster *cl, uint32_t worker, const char *reporter,

@@ -138,7 +138,8 @@ static void report(struct dataplane *dp, uint32_t next, const char *seen)
     char who[32];
 
     snprintf(who, sizeof(who), "shard %u", atomic_load(&dp->self));
-    if (ts_cluster_report_unreachable(atomic_load(&dp->cluster), next, who, seen) && dp->remap)
+    if (ts_cluster_report_unreachable(atomic_load(&dp->cluster), next, who, seen) ==
+        TS_REPORT_DEAD && dp->remap)
         dp->remap(dp->remap_ctx);
 }
 
@@ -619,10 +620,11 @@ static void *conn_main(void *arg)
             err = (struct ts_err){ 0 };   /* a pull ended by a rollback: say so */
             st = rolled_back(dc, &err);
         }
-        if (st == TS_EUNAVAIL || st == TS_ECANCELLED)
+        if (st == TS_EUNAVAIL || st == TS_ECANCELLED || (st && reply_error(dc->c, &h, &err))) {
+            /* A reply that could not go: the worker may have hung up under it (slots.c). */
+            hung_up = st != TS_ECANCELLED && dp_slots_peer_gone(dc, buf);
             break;
-        if (st && reply_error(dc->c, &h, &err))
-            break;
+        }
     }
     if (hung_up && !atomic_load(&dp->stop))
         dp_slots_lost(dc);

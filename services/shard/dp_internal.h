@@ -60,6 +60,11 @@ ts_status dp_slots_moved(struct dp_conn *dc, struct ts_err *err);
 /* After a pull's wait was cancelled: true if only a wake did it (cleared: wait again, after
  * dp_slots_moved); false if the shard stops or the job ended. */
 bool dp_slots_rewait(struct dp_conn *dc);
+/* After a request whose reply could not go: whether the peer hung up (what it still sent is
+ * read and dropped, for up to DP_GONE_MS) rather than this shard ending the connection.
+ * buf: TS_FRAME_MAX bytes. */
+#define DP_GONE_MS 200
+bool dp_slots_peer_gone(struct dp_conn *dc, void *buf);
 /* The connection's elastic worker hung up without a goodbye: the master hears of it (and
  * moves its slots), then every connection of its job on this shard is woken. */
 void dp_slots_lost(struct dp_conn *dc);

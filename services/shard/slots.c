@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "transport/frame.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -63,6 +64,23 @@ void dataplane_roster(struct dataplane *dp, const char *job, uint64_t roster)
     pthread_mutex_lock(&dp->mu);
     wake(dp, job, roster);
     pthread_mutex_unlock(&dp->mu);
+}
+
+bool dp_slots_peer_gone(struct dp_conn *dc, void *buf)
+{
+    int64_t until = ts_now_ms() + DP_GONE_MS;
+
+    while (ts_now_ms() < until && !atomic_load(&dc->dp->stop)) {
+        struct ts_frame_hdr h;
+        struct ts_err e = { 0 };
+        ts_status st = ts_frame_recv(dc->c, &h, buf, TS_FRAME_MAX, 50, &e);
+        if (st == TS_EUNAVAIL)
+            return true;
+        if (st && st != TS_ETIMEDOUT)
+            return false;
+        dc->bye |= !st && h.type == TS_FRAME_BYE;
+    }
+    return false;
 }
 
 void dp_slots_lost(struct dp_conn *dc)

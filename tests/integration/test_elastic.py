@@ -13,6 +13,9 @@ Real processes: one `tessera up --shards 2 --lease-ms 1500` (R = 2), and `tesser
   back (the roster grows twice), prints the final report itself; same fingerprint.
 - Stopped: SIGSTOP of rank 1 past its lease, then SIGCONT: its slot moves, and comes back to it
   when it does; it catches up with the job and ends with the others; same fingerprint.
+- Link cut: rank 0's first data-plane connection hangs up in the middle of a step
+  (TESSERA_TEST_LINK_CUT); it reconnects at once, its slot moves and comes back; same
+  fingerprint.
 - Settings: RegisterWorker for a running elastic job without elastic is INVALID_ARGUMENT
   naming the field `elastic`; one for a rank that is alive is ALREADY_EXISTS naming `rank`;
   a worker's own process start claiming another rank is INVALID_ARGUMENT naming `rank`, and
@@ -68,7 +71,19 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         assert rc == 0, "tessera up exited %r" % rc
         assert not left, "processes left behind: %r" % left
 
-    def train(self, job, extra=()):
+    def train(self, job, extra=(), env=None):
+        old = {k: os.environ.get(k) for k in (env or {})}
+        os.environ.update(env or {})
+        try:
+            return self.spawn_train(job, extra)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
+
+    def spawn_train(self, job, extra):
         return self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", self.addr,
                              "--workers", "3", "--steps", str(STEPS), "--exact", "--job", job,
                              "--json"] + list(extra), "train-" + job, stdout_pipe=True)
@@ -158,6 +173,19 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         j = self.finished("stopped")
         self.assertGreaterEqual(j["roster"], 2)        # away, and back
         self.assertEqual(j["slot_owners"][1], wid)
+
+    def test_link_cut(self):
+        """A data-plane link of a live worker cut in the middle of a step (the fault wrapper
+        hangs up instead of a send): the shard takes it for a death and its slot moves; the
+        worker connects again at once (the master finds the shard answering), comes back
+        for its slot, and the step completes once: the same fingerprint."""
+        nth = self.rng.randrange(200, 2000)
+        tl.log("cutting rank 0's first link at its send %d" % nth)
+        train = self.train("cut", env={"TESSERA_TEST_LINK_CUT": "0:%d" % nth})
+        out, err = self.finish(train)
+        self.assertIn("the master keeps it", err)
+        j = self.finished("cut")
+        self.assertGreaterEqual(j["roster"], 2)   # away, and back
 
     def test_settings_refused(self):
         ch = self.c.channel(self.addr)

@@ -105,8 +105,13 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
     }
     sdk_close_shards(t);
     /* A shard the master found answering is alive: the link broke, not the shard. Connect
-     * again at once, under the same map; otherwise wait for the map without it. */
-    if ((said != TS_REPORT_KEPT && (st = await_map(t, old, err))) || (st = reconnect(t, err)))
+     * again under the same map (a pause, so that a shard that keeps refusing is not
+     * hammered); otherwise wait for the map without it. */
+    if (said == TS_REPORT_KEPT)
+        ts_sleep_ms(MAP_POLL_MS);
+    else if ((st = await_map(t, old, err)))
+        return st;
+    if ((st = reconnect(t, err)))
         return st;
     t->failovers++;
     ts_log(TS_WARN, "sdk", "failed over: shard map epoch %" PRIu64 " -> %" PRIu64 ", %zu "

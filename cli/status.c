@@ -149,6 +149,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_uint(&j, "steps_skipped", w->steps_skipped);
         ts_json_num(&j, "loss_scale", w->loss_scale);
         ts_json_int(&j, "last_heartbeat_ms_ago", w->last_heartbeat_ms_ago);
+        ts_json_uint(&j, "restarts", w->restarts);
         ts_json_end(&j);
     }
     ts_json_end(&j);
@@ -256,6 +257,8 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                w->host, w->pid, state_name(w->state), w->clock, stale, w->steps_skipped,
                w->last_heartbeat_ms_ago / 1000.0, w->role[0] ? "  tessera-verify at " : "",
                w->addr);
+        if (w->restarts)
+            printf("       restart %u of its worker (tessera train --respawn)\n", w->restarts);
     }
     if (!cs->n_workers)
         printf("(none)\n");

@@ -22,10 +22,10 @@
 #define RESPAWN_MS 500      /* --respawn: a killed worker starts again this much later */
 
 static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char *master,
-                          int rank, const char *log)
+                          int rank, int restarts, const char *log)
 {
     char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16], stale[24];
-    char delay[24];
+    char delay[24], again[16];
     char *argv[64];
     int n = 0;
     struct ts_err err = { 0 };
@@ -73,6 +73,11 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
         argv[n++] = "--keep";
     if (t->no_elastic)
         argv[n++] = "--no-elastic";
+    if (restarts) {
+        snprintf(again, sizeof(again), "%d", restarts);
+        argv[n++] = "--restarts";
+        argv[n++] = again;
+    }
     if (t->transport) {
         argv[n++] = "--transport";
         argv[n++] = (char *)t->transport;
@@ -177,6 +182,7 @@ int run_training(const struct train_cli *in, const char *master)
     char job_id[64];
     pid_t pids[MAX_WORKERS];
     int64_t due[MAX_WORKERS] = { 0 };   /* --respawn: when a killed rank starts again */
+    int restarts[MAX_WORKERS] = { 0 };
     char bin[512], dir[512], log[600];
     int nw = t->local ? 1 : t->workers, left, rc = 0, failed = -1, failed_status = 0;
     bool lost0 = false;
@@ -200,7 +206,7 @@ int run_training(const struct train_cli *in, const char *master)
     fflush(stdout);
     for (int r = 0; r < nw; r++) {
         snprintf(log, sizeof(log), "%s/worker-%d.log", dir, r);
-        pids[r] = spawn_worker(t, bin, t->local ? "local" : master, r, r ? log : NULL);
+        pids[r] = spawn_worker(t, bin, t->local ? "local" : master, r, 0, r ? log : NULL);
         if (pids[r] < 0) { /* could not fork: stop the ranks already started */
             for (int k = 0; k < r; k++) {
                 kill(pids[k], SIGTERM);
@@ -224,8 +230,10 @@ int run_training(const struct train_cli *in, const char *master)
             if (due[r] && ts_now_ms() >= due[r]) {
                 due[r] = 0;
                 snprintf(log, sizeof(log), "%s/worker-%d.log", dir, r);
-                fprintf(stderr, "tessera train: starting worker %d again\n", r);
-                if ((pids[r] = spawn_worker(t, bin, master, r, r ? log : NULL)) > 0) {
+                fprintf(stderr, "tessera train: starting worker %d again (restart %d)\n", r,
+                        ++restarts[r]);
+                if ((pids[r] = spawn_worker(t, bin, master, r, restarts[r], r ? log : NULL)) >
+                    0) {
                     left++;
                     lost0 &= r != 0;
                 }

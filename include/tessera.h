@@ -81,6 +81,8 @@ struct tessera_options {
     int keep;                /* 1: once every worker has finished, the shards keep the job
                               * (idle) for a later run of it or a snapshot, until the master's
                               * --idle-job-ms; 0: the job is freed when its workers finish */
+    unsigned restarts;       /* times a supervisor restarted the worker this one replaces
+                              * (tessera status shows it; 0: a first start) */
     int elastic;             /* 1: this trainer computes whatever slots it is given
                               * (tessera_slots, tessera_step_slots), so the job outlives a dead
                               * worker (docs/elastic.md); bsp, no sync periods, no top-k. Every

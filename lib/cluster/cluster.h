@@ -80,7 +80,7 @@ struct ts_membership_cfg {
     bool keep;
     /* Trainers: the worker takes over dead workers' slots (docs/elastic.md). */
     bool elastic;
-    /* Shards: how many times a supervisor restarted the shard this process replaces. */
+    /* How many times a supervisor restarted the member this process replaces. */
     uint32_t restarts;
     /* Shards: the data-plane listeners to publish (borrowed until ts_membership_start
      * returns; copied for re-registration). */

@@ -570,13 +570,14 @@ void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member
     pthread_mutex_unlock(&m->mu);
 }
 
-void ts_members_set_restarts(struct ts_members *m, uint32_t id, uint32_t restarts)
+void ts_members_set_restarts(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                             uint32_t restarts)
 {
     struct ts_member *e;
     struct ts_err ignore = { 0 };
 
     pthread_mutex_lock(&m->mu);
-    if (find_alive(m, TS_MEMBER_SHARD, id, &e, &ignore) == TS_OK)
+    if (find_alive(m, kind, id, &e, &ignore) == TS_OK)
         e->restarts = restarts;
     pthread_mutex_unlock(&m->mu);
 }

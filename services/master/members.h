@@ -69,7 +69,7 @@ struct ts_member {
      * "Joining"); and its last report of the moves left, under the map of moves_epoch. */
     bool joining;
     uint64_t moves_epoch, moves_pending;
-    uint32_t restarts;                        /* shards: see ts_members_set_restarts */
+    uint32_t restarts;                        /* see ts_members_set_restarts */
     int64_t grace_until_ms;                   /* not declared dead before (ts_members_restore) */
 };
 
@@ -145,9 +145,10 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
  * heartbeat it was accepted. Once every alive shard reported none under the current epoch,
  * the joining shards go on the ring with a new epoch. */
 void ts_members_moves(struct ts_members *m, uint32_t id, uint64_t epoch, uint64_t pending);
-/* Records how many times a supervisor restarted the shard this one replaces
- * (RegisterShardRequest.restarts), for status. */
-void ts_members_set_restarts(struct ts_members *m, uint32_t id, uint32_t restarts);
+/* Records how many times a supervisor restarted the member this one replaces
+ * (Register{Shard,Worker}Request.restarts), for status. */
+void ts_members_set_restarts(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                             uint32_t restarts);
 /* Records a worker's report (after a heartbeat it was accepted). */
 void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member_report *r);
 ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, uint32_t id,

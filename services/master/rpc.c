@@ -49,7 +49,7 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
                                    ts_now_ms(), &g, err);
     if (st)
         return st;
-    ts_members_set_restarts(m->members, g.id, req->restarts);
+    ts_members_set_restarts(m->members, TS_MEMBER_SHARD, g.id, req->restarts);
     resp->shard_id = g.id;
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
@@ -80,6 +80,7 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
             ts_log(TS_WARN, "master", "worker %u: %s", g.id, ignored.msg);
         return st;
     }
+    ts_members_set_restarts(m->members, TS_MEMBER_WORKER, g.id, req->restarts);
     resp->worker_id = g.id;
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
@@ -220,6 +221,7 @@ Tessera__V1__WorkerInfo **master_worker_infos(struct ts_rpc_call *call,
         w->loss_scale = e->report.loss_scale;
         w->role = ts_rpc_strdup(call, e->role);
         w->addr = ts_rpc_strdup(call, e->service);
+        w->restarts = e->restarts;
         out[i] = w;
     }
     return out;

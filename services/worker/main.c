@@ -17,7 +17,7 @@ int main(int argc, char **argv)
     const char *transport = NULL, *data = NULL, *mode = NULL, *compress = NULL, *sync = NULL;
     const char *loss = "none";
     int64_t rank = 0, workers = 1, batch = 64, micro = 16, epochs = 1, steps = 0, seed = 1;
-    int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0;
+    int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0, restarts = 0;
     bool exact = false, json = false, keep = false, no_elastic = false;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
@@ -55,6 +55,8 @@ int main(int argc, char **argv)
         { "json", TS_FLAG_BOOL, &json, NULL, "rank 0 ends with one JSON line", 0, 0 },
         { "keep", TS_FLAG_BOOL, &keep, NULL, "the shards keep the job once its workers finish",
           0, 0 },
+        { "restarts", TS_FLAG_INT, &restarts, "N", "times a supervisor restarted this rank's "
+          "worker (tessera train --respawn; shown by tessera status)", 0, 1000000 },
         { "no-elastic", TS_FLAG_BOOL, &no_elastic, NULL, "a dead worker stops the job instead "
           "of its slot moving to a live one (elastic needs bsp, no --sync-every, no top-k)", 0,
           0 },
@@ -92,6 +94,7 @@ int main(int argc, char **argv)
                                                                    : TESSERA_LOSS_SCALE_SDK,
                              .slow_ms = (int)slow_ms, .delay_ms = (int)delay_ms };
     /* Elastic where it can be: bsp, no sync periods, no top-k (docs/elastic.md). */
+    o.restarts = (uint32_t)restarts;
     o.elastic = !no_elastic && (!mode || !strcmp(mode, "bsp")) && !sync &&
                 !(compress && strstr(compress, "topk"));
     return train_run(&o);

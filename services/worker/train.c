@@ -76,8 +76,8 @@ static int setup(struct run *r, struct tessera_error *e)
 {
     const struct train_opts *o = r->o;
     const struct ts_mlp_tensor *mt = ts_mlp_tensors();
-    struct tessera_options to = { .elastic = o->elastic, .master = o->master, .job = o->job,
-                                  .rank = o->rank,
+    struct tessera_options to = { .elastic = o->elastic, .restarts = o->restarts,
+                                  .master = o->master, .job = o->job, .rank = o->rank,
                                   .workers = o->workers, .exact = o->exact,
                                   .optimizer = o->optimizer, .batch = o->batch,
                                   .transport = o->transport, .data_seed = o->seed,

@@ -18,6 +18,7 @@ struct train_opts {
     int slow_ms, delay_ms;           /* testing: sleep per step; per data-plane send */
     bool exact, json, keep;
     bool elastic;                    /* take over dead workers' slots (docs/elastic.md) */
+    uint32_t restarts;               /* times a supervisor restarted this rank's worker */
 };
 
 /* Trains; returns the process exit code (messages already printed). */

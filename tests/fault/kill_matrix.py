@@ -26,7 +26,8 @@ the survivors' ShardStatus; for a master, also the time until the restarted mast
 with its state (`master back`).
 
 Prints a line per trial and a table; exits 1 if any trial failed. `make test-fault` runs 50
-trials (KILL_TRIALS=N to change). Usage: kill_matrix.py --help.
+trials (KILL_TRIALS=N to change), `make test` 3 (integration/kill_matrix_short). Usage:
+kill_matrix.py --help.
 """
 
 import argparse

@@ -9,8 +9,9 @@ Real processes: one `tessera up --shards 2 --lease-ms 1500` (R = 2), and `tesser
   has it when rank 0 was the one killed) equals --local's; the job is finished (not
   abandoned), its slot taken over (adopted >= 1, roster >= 1) and every slot owned by a live
   worker at the end.
-- Respawned: `--respawn`, SIGKILL of rank 0: a new rank 0 joins the running job, gets its slot
-  back (the roster grows twice), prints the final report itself; same fingerprint.
+- Respawned: `--respawn`, SIGKILL of rank 0: a new rank 0 joins the running job (tessera
+  status shows it as restart 1), gets its slot back (the roster grows twice), prints the
+  final report itself; same fingerprint.
 - Stopped: SIGSTOP of rank 1 past its lease, then SIGCONT: its slot moves, and comes back to it
   when it does; it catches up with the job and ends with the others; same fingerprint.
 - Link cut: rank 0's first data-plane connection hangs up in the middle of a step
@@ -147,10 +148,13 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         pid = self.worker(train, 0)
         self.at_step("respawned", step)
         os.kill(pid, signal.SIGKILL)
+        tl.wait_until(lambda: any(w["restarts"] == 1 and w["state"] == "alive"
+                                  for w in tl.status_json(self.addr)["workers"]), 60,
+                      "tessera status to show the new rank 0 as restart 1")
         out, err = self.finish(train)
         self.assertIn("worker 0 was killed (signal 9); the others take over its share, and it "
                       "starts again", err)
-        self.assertIn("starting worker 0 again", err)
+        self.assertIn("starting worker 0 again (restart 1)", err)
         self.assertIn("done: %d steps" % STEPS, out)   # the new rank 0 reports
         j = self.finished("respawned")
         self.assertGreaterEqual(j["roster"], 2)        # slot 0 went away and came back

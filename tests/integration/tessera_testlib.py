@@ -197,6 +197,17 @@ def cmdline(pid):
         return []
 
 
+def worker_of(train, rank):
+    """The pid of `tessera train` train's (a Proc) tessera-worker of rank, once it runs."""
+    def find():
+        for pid in children_of(train.pid):
+            argv = cmdline(pid)
+            if "--rank" in argv and argv[argv.index("--rank") + 1] == str(rank):
+                return pid
+        return None
+    return wait_until(find, START_TIMEOUT, "worker %d of %s to start" % (rank, train.name))
+
+
 class Proc:
     """A process of ours: its own session, stdout+stderr in a log file, stopped by pid."""
 

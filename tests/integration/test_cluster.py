@@ -229,13 +229,7 @@ class UpKillStop(unittest.TestCase):
                               "--workers", "2", "--steps", "100000", "--no-elastic"],
                              "train-%d" % rank)
 
-        def worker():
-            for pid in tl.children_of(train.pid):
-                argv = tl.cmdline(pid)
-                if "--rank" in argv and argv[argv.index("--rank") + 1] == str(rank):
-                    return pid
-            return None
-        pid = tl.wait_until(worker, tl.START_TIMEOUT, "worker %d to start" % rank)
+        pid = tl.worker_of(train, rank)
         time.sleep(0.5)  # into its training loop
         os.kill(pid, signal.SIGKILL)
         rc = train.wait(30.0)

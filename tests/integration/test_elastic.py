@@ -89,16 +89,6 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
                              "--workers", "3", "--steps", str(STEPS), "--exact", "--job", job,
                              "--json"] + list(extra), "train-" + job, stdout_pipe=True)
 
-    def worker(self, train, rank):
-        """The pid of train's worker of rank, once it runs and the job has begun."""
-        def find():
-            for pid in tl.children_of(train.pid):
-                argv = tl.cmdline(pid)
-                if "--rank" in argv and argv[argv.index("--rank") + 1] == str(rank):
-                    return pid
-            return None
-        return tl.wait_until(find, tl.START_TIMEOUT, "worker %d of %s" % (rank, train.name))
-
     def job(self, job_id):
         return next((j for j in tl.status_json(self.addr)["jobs"] if j["id"] == job_id), None)
 
@@ -127,7 +117,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         rank, step = self.rng.randrange(3), self.rng.randrange(5, STEPS * 2 // 3)
         tl.log("killing rank %d at step %d" % (rank, step))
         train = self.train("killed")
-        pid = self.worker(train, rank)
+        pid = tl.worker_of(train, rank)
         self.at_step("killed", step)
         os.kill(pid, signal.SIGKILL)
         out, err = self.finish(train)
@@ -145,7 +135,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         step = self.rng.randrange(5, STEPS // 3)
         tl.log("killing rank 0 at step %d, --respawn" % step)
         train = self.train("respawned", ["--respawn"])
-        pid = self.worker(train, 0)
+        pid = tl.worker_of(train, 0)
         self.at_step("respawned", step)
         os.kill(pid, signal.SIGKILL)
         tl.wait_until(lambda: any(w["restarts"] == 1 and w["state"] == "alive"
@@ -163,7 +153,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
     def test_stopped_past_its_lease(self):
         step = self.rng.randrange(5, STEPS // 3)
         train = self.train("stopped")
-        pid = self.worker(train, 1)
+        pid = tl.worker_of(train, 1)
         self.at_step("stopped", step)
         os.kill(pid, signal.SIGSTOP)
         tl.log("stopped rank 1 at step %d until its slot moves" % step)
@@ -195,7 +185,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         ch = self.c.channel(self.addr)
         master = tl.Stub(ch, tl.master_pb2, "Master")
         train = self.train("settings")
-        pid = self.worker(train, 2)
+        pid = tl.worker_of(train, 2)
         self.at_step("settings", 2)
         before = self.job("settings")
         me = next(w for w in master.ClusterStatus(tl.master_pb2.ClusterStatusRequest(),

@@ -8,8 +8,8 @@
  * them are kept: a master that serves jobs for months holds the living, not every worker it
  * ever saw. */
 #include "members.h"
+#include "members_check.h"
 
-#include <ctype.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -86,68 +86,6 @@ void ts_members_free(struct ts_members *m)
     free(m->workers.index);
     pthread_mutex_destroy(&m->mu);
     free(m);
-}
-
-/* ---- validation: each names its field ---- */
-
-static bool printable_token(const char *s)
-{
-    for (; *s; s++)
-        if (!isgraph((unsigned char)*s))
-            return false;
-    return true;
-}
-
-static ts_status check_addr(const char *field, const char *a, bool need_port, struct ts_err *err)
-{
-    const char *colon;
-    char *end;
-    long port;
-
-    if (!a || !a[0])
-        return ts_err_set(err, TS_EINVAL, "%s: required", field);
-    if (strlen(a) > TS_MEMBERS_MAX_ADDR)
-        return ts_err_set(err, TS_EINVAL, "%s: %zu bytes, at most %d", field, strlen(a),
-                          TS_MEMBERS_MAX_ADDR);
-    if (!printable_token(a))
-        return ts_err_set(err, TS_EINVAL, "%s: must be printable with no spaces", field);
-    if (!need_port)
-        return TS_OK;
-    colon = strrchr(a, ':');
-    if (!colon || colon == a)
-        return ts_err_set(err, TS_EINVAL, "%s: '%.64s' is not host:port", field, a);
-    port = strtol(colon + 1, &end, 10);
-    if (*end || end == colon + 1 || !isdigit((unsigned char)colon[1]) || port < 1 || port > 65535)
-        return ts_err_set(err, TS_EINVAL, "%s: port of '%.64s' must be 1..65535", field, a);
-    return TS_OK;
-}
-
-static ts_status check_instance(const char *s, struct ts_err *err)
-{
-    if (!s || !s[0])
-        return ts_err_set(err, TS_EINVAL, "instance: required (a unique id per process start)");
-    if (strlen(s) > TS_MEMBERS_MAX_INSTANCE)
-        return ts_err_set(err, TS_EINVAL, "instance: %zu bytes, at most %d", strlen(s),
-                          TS_MEMBERS_MAX_INSTANCE);
-    for (const char *p = s; *p; p++)
-        if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
-            return ts_err_set(err, TS_EINVAL, "instance: only letters, digits, '.', '_', '-'");
-    return TS_OK;
-}
-
-static ts_status check_lease(uint32_t lease_ms, struct ts_err *err)
-{
-    if (lease_ms && (lease_ms < TS_MEMBERS_MIN_LEASE_MS || lease_ms > TS_MEMBERS_MAX_LEASE_MS))
-        return ts_err_set(err, TS_EINVAL, "lease_ms: %u is outside %u..%u (0: the default)",
-                          lease_ms, TS_MEMBERS_MIN_LEASE_MS, TS_MEMBERS_MAX_LEASE_MS);
-    return TS_OK;
-}
-
-static ts_status check_kind(enum ts_member_kind kind, struct ts_err *err)
-{
-    if (kind != TS_MEMBER_SHARD && kind != TS_MEMBER_WORKER)
-        return ts_err_set(err, TS_EINVAL, "kind: %d is not SHARD (1) or WORKER (2)", (int)kind);
-    return TS_OK;
 }
 
 /* ---- the table ---- */
@@ -373,22 +311,6 @@ static bool reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
     return true;
 }
 
-static ts_status check_endpoints(const struct ts_endpoint *ep, size_t n, struct ts_err *err)
-{
-    if (n > TS_MEMBERS_MAX_ENDPOINTS)
-        return ts_err_set(err, TS_EINVAL, "data_planes: %zu endpoints, at most %d", n,
-                          TS_MEMBERS_MAX_ENDPOINTS);
-    for (size_t i = 0; i < n; i++) {
-        if (!ep[i].transport[0] || !printable_token(ep[i].transport))
-            return ts_err_set(err, TS_EINVAL, "data_planes[%zu].transport: a name like tcp or "
-                              "shm is required", i);
-        if (!ep[i].len || ep[i].len > TS_MEMBERS_MAX_BLOB)
-            return ts_err_set(err, TS_EINVAL, "data_planes[%zu].address: 1..%d bytes", i,
-                              TS_MEMBERS_MAX_BLOB);
-    }
-    return TS_OK;
-}
-
 ts_status ts_members_register_shard(struct ts_members *m, const char *addr, const char *instance,
                                     uint32_t lease_ms, const struct ts_endpoint *endpoints,
                                     size_t n, int64_t now_ms, struct ts_member_grant *g,
@@ -399,8 +321,10 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
     bool quiet;
     ts_status st;
 
-    if ((st = check_addr("addr", addr, true, err)) || (st = check_instance(instance, err)) ||
-        (st = check_lease(lease_ms, err)) || (st = check_endpoints(endpoints, n, err)))
+    if ((st = members_check_addr("addr", addr, true, err)) ||
+        (st = members_check_instance(instance, err)) ||
+        (st = members_check_lease(lease_ms, err)) ||
+        (st = members_check_endpoints(endpoints, n, err)))
         return st;
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     quiet = !m->cfg.quiet || m->cfg.quiet(m->cfg.quiet_ctx);
@@ -446,12 +370,12 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
     bool joined = true;
     ts_status st;
 
-    if ((st = check_addr("host", host, false, err)) || (st = check_instance(instance, err)) ||
-        (st = check_lease(lease_ms, err)))
+    if ((st = members_check_addr("host", host, false, err)) ||
+        (st = members_check_instance(instance, err)) || (st = members_check_lease(lease_ms, err)))
         return st;
     if (role && role[0] && strcmp(role, "verify") != 0)
         return ts_err_set(err, TS_EINVAL, "role: '%.32s'; \"\" (a trainer) or \"verify\"", role);
-    if (role && role[0] && (st = check_addr("addr", service, true, err)))
+    if (role && role[0] && (st = members_check_addr("addr", service, true, err)))
         return st;
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     pthread_mutex_lock(&m->mu);
@@ -511,7 +435,7 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
     struct ts_member *e;
     ts_status st;
 
-    if ((st = check_kind(kind, err)) || (st = ts_members_check_epoch(m, known_epoch, err)))
+    if ((st = members_check_kind(kind, err)) || (st = ts_members_check_epoch(m, known_epoch, err)))
         return st;
     pthread_mutex_lock(&m->mu);
     if (!(st = find_alive(m, kind, id, &e, err))) {
@@ -589,7 +513,7 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
     char why[400];
     ts_status st;
 
-    if ((st = check_kind(kind, err)))
+    if ((st = members_check_kind(kind, err)))
         return st;
     if (reason && strlen(reason) > TS_MEMBERS_MAX_REASON)
         return ts_err_set(err, TS_EINVAL, "reason: %zu bytes, at most %d", strlen(reason),

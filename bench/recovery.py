@@ -244,6 +244,29 @@ def cost(a, binary):
     return runs
 
 
+def next_step_rows(label, trials):
+    """Prints timed_kill's figures over trials, kill -> next step against its baseline (two
+    steps, nothing killed); returns them for the JSON."""
+    ks = [t["step_s"] for t in trials]
+    two = [t["two_steps_s"] for t in trials]
+    print("%-44s %9.3fs %9.3fs %7.1fs" % (label, statistics.median(ks), max(ks),
+                                           RECOVERY_GOAL_S))
+    print("%-44s %9.3fs %9.3fs  (kill / that: %.2f)" % (
+        "  two steps, nothing killed (baseline)", statistics.median(two), max(two),
+        statistics.median(ks) / statistics.median(two)))
+    return {"step_median_s": statistics.median(ks), "step_max_s": max(ks),
+            "two_steps_median_s": statistics.median(two)}
+
+
+def repeat(n, run, say):
+    """n trials of run(), each printed as say(its number from 1, its record); the records."""
+    out = []
+    for i in range(n):
+        out.append(run())
+        print(say(i + 1, out[-1]), flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(
         prog="recovery.py", description="Recovery time after kill -9 of a shard with "
@@ -277,35 +300,21 @@ def main():
     cl.exit_on_sigterm()
     rng = random.Random(a.seed)
     want = result(train(binary, None, a.steps), "tessera train --local")["params_sha256"]
-    trials = []
-    for i in range(a.trials):
-        t = trial(a, binary, rng, want)
-        trials.append(t)
-        print("trial %d: shard %d killed after step %d, a step completed %.2f s later; "
-              "params_sha256 equal to --local" % (i + 1, t["victim"], t["killed_at_version"],
-                                                  t["seconds"]), flush=True)
-    masters = []
-    for i in range(a.master_trials):
-        t = master_trial(a, binary, want)
-        masters.append(t)
-        print("master %d: killed after step %d; a step completed %.3f s later, the master back "
-              "with its state %.2f s later; params_sha256 equal to --local" %
-              (i + 1, t["killed_at_version"], t["step_s"], t["back_s"]), flush=True)
-    workers = []
-    for i in range(a.worker_trials):
-        t = worker_trial(a, binary, rng, want)
-        workers.append(t)
-        print("worker %d: rank %d killed after step %d; a step completed %.3f s later (two "
-              "steps before: %.3f s); params_sha256 equal to --local" %
-              (i + 1, t["rank"], t["killed_at_version"], t["step_s"], t["two_steps_s"]),
-              flush=True)
-    joins = []
-    for i in range(a.join_trials):
-        t = join_trial(a, binary, want)
-        joins.append(t)
-        print("join %d: on the ring %.2f s after it started; longest wait between steps "
-              "%.3f s (before it started: %.3f s); params_sha256 equal to --local" %
-              (i + 1, t["join_s"], t["gap_s"], t["gap_before_s"]), flush=True)
+    trials = repeat(a.trials, lambda: trial(a, binary, rng, want), lambda i, t: (
+        "trial %d: shard %d killed after step %d, a step completed %.2f s later; params_sha256 "
+        "equal to --local" % (i, t["victim"], t["killed_at_version"], t["seconds"])))
+    masters = repeat(a.master_trials, lambda: master_trial(a, binary, want), lambda i, t: (
+        "master %d: killed after step %d; a step completed %.3f s later, the master back with "
+        "its state %.2f s later; params_sha256 equal to --local" %
+        (i, t["killed_at_version"], t["step_s"], t["back_s"])))
+    workers = repeat(a.worker_trials, lambda: worker_trial(a, binary, rng, want), lambda i, t: (
+        "worker %d: rank %d killed after step %d; a step completed %.3f s later (two steps "
+        "before: %.3f s); params_sha256 equal to --local" %
+        (i, t["rank"], t["killed_at_version"], t["step_s"], t["two_steps_s"])))
+    joins = repeat(a.join_trials, lambda: join_trial(a, binary, want), lambda i, t: (
+        "join %d: on the ring %.2f s after it started; longest wait between steps %.3f s "
+        "(before it started: %.3f s); params_sha256 equal to --local" %
+        (i, t["join_s"], t["gap_s"], t["gap_before_s"])))
     runs = cost(a, binary)
     pp = pushpull(a)
     rec = [t["seconds"] for t in trials]
@@ -324,16 +333,9 @@ def main():
     master = {"trials": masters, "baseline_backoff_s": RESTART_BACKOFF_S,
               "goal_s": RECOVERY_GOAL_S}
     if masters:
-        ms = [t["step_s"] for t in masters]
-        m2 = [t["two_steps_s"] for t in masters]
         mb = [t["back_s"] for t in masters]
-        master.update(step_median_s=statistics.median(ms), two_steps_median_s=statistics.median(m2),
+        master.update(next_step_rows("master kill -9 -> next step", masters),
                       back_median_s=statistics.median(mb), back_max_s=max(mb))
-        print("%-44s %9.3fs %9.3fs %7.1fs" % ("master kill -9 -> next step", statistics.median(ms),
-                                               max(ms), RECOVERY_GOAL_S))
-        print("%-44s %9.3fs %9.3fs  (kill / that: %.2f)" % (
-            "  two steps, nothing killed (baseline)", statistics.median(m2), max(m2),
-            statistics.median(ms) / statistics.median(m2)))
         print("%-44s %9.2fs %9.2fs %7.1fs" % ("master kill -9 -> back with its state",
                                                statistics.median(mb), max(mb), RECOVERY_GOAL_S))
         print("%-44s %9.2fs %9s  (back / that: %.2f)" % (
@@ -341,15 +343,7 @@ def main():
             statistics.median(mb) / RESTART_BACKOFF_S))
     worker = {"trials": workers, "goal_s": RECOVERY_GOAL_S}
     if workers:
-        ws = [t["step_s"] for t in workers]
-        w2 = [t["two_steps_s"] for t in workers]
-        worker.update(step_median_s=statistics.median(ws), step_max_s=max(ws),
-                      two_steps_median_s=statistics.median(w2))
-        print("%-44s %9.3fs %9.3fs %7.1fs" % ("worker kill -9 -> next step (3 workers)",
-                                               statistics.median(ws), max(ws), RECOVERY_GOAL_S))
-        print("%-44s %9.3fs %9.3fs  (kill / that: %.2f)" % (
-            "  two steps, nothing killed (baseline)", statistics.median(w2), max(w2),
-            statistics.median(ws) / statistics.median(w2)))
+        worker.update(next_step_rows("worker kill -9 -> next step (3 workers)", workers))
     if joins:
         js = [t["join_s"] for t in joins]
         sw = [t["gap_s"] for t in joins]

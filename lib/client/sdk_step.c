@@ -309,7 +309,7 @@ static ts_status plan_step(struct tessera *t, uint64_t step, const void *const *
             }
             g = x->acc;
         }
-        if (x->active)
+        if (x->active && t->nstep == 1)   /* several slots: next_slot readies each */
             prepare_push(t, x, g);
     }
     return TS_OK;

@@ -79,7 +79,8 @@ deps-node:
 	    touch tests/node/node_modules; \
 	fi
 
-$(BUILD)/CMakeCache.txt:
+# After deps (order only): under `make -j` CMake must not look for packages still being installed.
+$(BUILD)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 build: deps $(BUILD)/CMakeCache.txt

@@ -150,7 +150,7 @@ test-fault: build asan
 	    /usr/bin/python3 tests/integration/test_master_restart.py
 	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
-	    TESSERA_ELASTIC_RESPAWN=1 /usr/bin/python3 tests/integration/test_elastic.py
+	    /usr/bin/python3 tests/integration/test_elastic.py
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
 	    --trials $(KILL_TRIALS)
 

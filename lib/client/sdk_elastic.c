@@ -1,6 +1,7 @@
 /* sdk_elastic.c - the SDK's side of elastic jobs (docs/elastic.md): the slots this worker
  * computes, the copy of a step's parameters it recomputes from when a dead worker's slot
- * comes to it mid-step, and finding the step to go on from after the slots changed hands.
+ * comes to it mid-step, finding the step to go on from after the slots changed hands, and
+ * telling the master when a worker that joined or came back caught up.
  *
  * Why a copy: a partition moves to the next version as soon as every slot's push is in, and
  * a bsp shard keeps only the newest values. When a worker dies after pushing some partitions
@@ -98,6 +99,20 @@ static ts_status catch_up(struct tessera *t, uint64_t from, float *const *params
                       CATCH_UP_TRIES, from, v);
 }
 
+/* catch_up, then tells the master so: a worker that came for a rank whose slot a live worker
+ * holds gets the slot only then, because a new owner must hold the values of the step under
+ * way, and a process that just started or was away does not (docs/elastic.md, "Coming
+ * back"). */
+static ts_status rejoin(struct tessera *t, uint64_t from, float *const *params, uint64_t *at,
+                        struct ts_err *err)
+{
+    unsigned reg = t->ms ? ts_membership_registrations(t->ms) : 0;
+    ts_status st = catch_up(t, from, params, at, err);
+
+    t->registrations_seen = reg;   /* registered again meanwhile: the next recovery sees it */
+    return st || !t->ms ? st : ts_membership_caught_up(t->ms, reg, err);
+}
+
 ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *params,
                               struct ts_err *err)
 {
@@ -113,9 +128,8 @@ ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *pa
         why = "this worker was declared dead and joined again";
         ts_log(TS_WARN, "sdk", "step %" PRIu64 ": %s, as worker %u", step, why,
                ts_membership_id(t->ms));
-        t->registrations_seen = ts_membership_registrations(t->ms);
         if (!(st = sdk_hello(t, err)))
-            st = catch_up(t, step, params, &at, err);
+            st = rejoin(t, step, params, &at, err);
     } else if (newest > step + 1) {
         why = "the job went on without this worker";
         st = catch_up(t, newest, params, &at, err);
@@ -142,7 +156,7 @@ int tessera_join(tessera *t, float *const *params, uint64_t *step, struct tesser
         if (t->tensors[i]->version > v)
             v = t->tensors[i]->version;
     if (t->elastic) {
-        st = catch_up(t, v, params, step, &err);
+        st = rejoin(t, v, params, step, &err);
     } else {
         *step = v;
         st = sdk_pull_all(t, v, params, &err);

@@ -119,6 +119,12 @@ size_t ts_membership_slots(struct ts_membership *ms, uint64_t *roster, uint32_t 
 /* A heartbeat now, from the caller's thread (registering again if the master declared this
  * member dead), so that ts_membership_slots and ts_membership_id are fresh. */
 ts_status ts_membership_beat(struct ts_membership *ms, struct ts_err *err) TS_MUST_CHECK;
+/* Workers of an elastic job: registration number `registration` (ts_membership_registrations)
+ * caught up, so it may own slots (docs/elastic.md, "Coming back"); said in every heartbeat of
+ * that registration from now on, and in one sent now. Does nothing if the member registered
+ * again since: the new registration has not caught up. */
+ts_status ts_membership_caught_up(struct ts_membership *ms, unsigned registration,
+                                  struct ts_err *err) TS_MUST_CHECK;
 uint64_t ts_membership_epoch(struct ts_membership *ms);
 const char *ts_membership_instance(struct ts_membership *ms);
 

@@ -33,6 +33,7 @@ struct ts_membership {
     pthread_cond_t cv;
     bool stop;
     atomic_uint id, registrations;
+    atomic_bool caught_up;            /* workers: ts_membership_caught_up, this registration */
     atomic_uint_least64_t epoch, clock;
     struct ts_worker_report report;   /* under mu */
     uint64_t roster;                  /* under mu: the last heartbeat's roster and slots */
@@ -170,6 +171,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
     uint64_t epoch;
     ts_status st;
 
+    atomic_store(&ms->caught_up, false);   /* a new registration has not, yet */
     if (ms->cfg.kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD) {
         Tessera__V1__RegisterShardRequest req = TESSERA__V1__REGISTER_SHARD_REQUEST__INIT;
         Tessera__V1__RegisterShardResponse *resp;
@@ -228,6 +230,7 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     req.id = atomic_load(&ms->id);
     req.known_epoch = atomic_load(&ms->epoch);
     req.clock = atomic_load(&ms->clock);
+    req.caught_up = atomic_load(&ms->caught_up);
     pthread_mutex_lock(&ms->mu);
     req.staleness_last = ms->report.staleness_last;
     req.staleness_max = ms->report.staleness_max;
@@ -277,6 +280,18 @@ static ts_status beat_or_join(struct ts_membership *ms, struct ts_err *err)
 ts_status ts_membership_beat(struct ts_membership *ms, struct ts_err *err)
 {
     return beat_or_join(ms, err);
+}
+
+ts_status ts_membership_caught_up(struct ts_membership *ms, unsigned registration,
+                                  struct ts_err *err)
+{
+    bool same;
+
+    pthread_mutex_lock(&ms->beat_mu);
+    if ((same = atomic_load(&ms->registrations) == registration))
+        atomic_store(&ms->caught_up, true);
+    pthread_mutex_unlock(&ms->beat_mu);
+    return same ? beat_or_join(ms, err) : TS_OK;
 }
 
 unsigned ts_membership_registrations(struct ts_membership *ms)

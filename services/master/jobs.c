@@ -154,17 +154,38 @@ static bool seat_dead(struct job *jb, uint32_t worker)
     return false;
 }
 
+/* Whether a live seat that caught up holds slot k (mu held): a worker that comes for rank k
+ * then waits until it caught up too (jobs_ready). */
+static bool held(struct job *jb, uint32_t k)
+{
+    for (size_t s = 0; jb->owners[k] && s < jb->nseats; s++)
+        if (jb->seats[s].worker == jb->owners[k])
+            return jb->seats[s].state == SEAT_ALIVE && !jb->seats[s].waiting;
+    return false;
+}
+
+/* Whether any live seat caught up (mu held). Only when none did may a waiting one take slots:
+ * nobody else is left to compute them. */
+static bool any_ready(struct job *jb)
+{
+    for (size_t s = 0; s < jb->nseats; s++)
+        if (jb->seats[s].state == SEAT_ALIVE && !jb->seats[s].waiting)
+            return true;
+    return false;
+}
+
 /* Hands out the slots (jobs.h); mu held. The roster grows when a slot changes hands. */
 static void reslot(struct job *jb)
 {
     uint32_t w = jb->info.workers;
-    bool changed = false;
+    bool changed = false, caught_up;
 
     if (jb->info.state != JOB_RUNNING)
         return;
-    for (uint32_t k = 0; k < w; k++) {   /* each rank's own worker first */
+    caught_up = any_ready(jb);
+    for (uint32_t k = 0; k < w; k++) {   /* each rank's own worker first, once caught up */
         struct job_seat *home = alive_seat(jb, 0, k);
-        if (home && jb->owners[k] != home->worker) {
+        if (home && jb->owners[k] != home->worker && (!home->waiting || !caught_up)) {
             if (jb->owners[k]) {   /* a first owner changes nothing */
                 ts_log(TS_INFO, "master", "job %s: slot %u goes back to rank %u (worker %u)",
                        jb->info.id, k, k, home->worker);
@@ -180,7 +201,7 @@ static void reslot(struct job *jb)
             continue;
         for (size_t s = 0; s < jb->nseats; s++) {
             uint32_t load = 0;
-            if (jb->seats[s].state != SEAT_ALIVE)
+            if (jb->seats[s].state != SEAT_ALIVE || (jb->seats[s].waiting && caught_up))
                 continue;
             for (uint32_t q = 0; q < w; q++)
                 load += jb->owners[q] == jb->seats[s].worker;
@@ -228,6 +249,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
                             "while this worker was declared dead)", s->rank, id, now->worker);
         if (!st && s->state == SEAT_DEAD && other->info.state == JOB_RUNNING) {
             /* Declared dead, and back (it was stopped or cut off): its rank again. */
+            s->waiting = other->info.elastic && held(other, s->rank);   /* not itself: dead */
             s->state = SEAT_ALIVE;
             other->info.alive++;
             ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) is back", id, worker,
@@ -289,7 +311,8 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
             jb->seats = v, jb->cap = jb->cap ? 2 * jb->cap : 4;
     }
     if (!st) {
-        jb->seats[jb->nseats++] = (struct job_seat){ worker, rank, SEAT_ALIVE };
+        jb->seats[jb->nseats++] = (struct job_seat){ worker, rank, SEAT_ALIVE,
+                                                     elastic && held(jb, rank) };
         jb->info.alive++;
         reslot(jb);
     }
@@ -359,6 +382,21 @@ void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *finger
             snprintf(jb->info.fingerprint, sizeof(jb->info.fingerprint), "%s", fingerprint);
         vacate(jb, s, failed ? SEAT_FAILED : SEAT_FINISHED,
                reason && reason[0] ? reason : "failed", now_ms);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+void jobs_ready(struct jobs *j, uint32_t worker)
+{
+    struct job *jb;
+    struct job_seat *s;
+
+    pthread_mutex_lock(&j->mu);
+    if ((s = seat_of(j, worker, &jb)) && s->state == SEAT_ALIVE && s->waiting) {
+        s->waiting = false;
+        ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) caught up", jb->info.id, worker,
+               s->rank);
+        reslot(jb);
     }
     pthread_mutex_unlock(&j->mu);
 }

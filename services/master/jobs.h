@@ -74,9 +74,12 @@ struct job_info {
  * workers' seat (state: alive, finished, failed, dead); failed and died: this run saw a worker
  * fail or die. */
 enum job_seat_state { SEAT_ALIVE, SEAT_FINISHED, SEAT_FAILED, SEAT_DEAD };
+/* waiting: alive, but it came for a rank whose slot a live worker holds, and it has not yet
+ * caught up (jobs_ready): it owns no slot and adopts none meanwhile (docs/elastic.md). */
 struct job_seat {
     uint32_t worker, rank;
     enum job_seat_state state;
+    bool waiting;
 };
 struct job_record {
     struct job_info info;
@@ -96,7 +99,8 @@ void jobs_free(struct jobs *j);
 /* Worker `worker` (a member id) joins job id as rank of workers. Idempotent for the same
  * worker. Errors name the field: job, rank, workers (another count than the job's), elastic
  * (other than the running job's). A rank whose worker died may be taken by a new worker: it
- * gets its slot back (docs/elastic.md). */
+ * waits (struct job_seat) while a live worker holds its slot, and gets the slot back at
+ * jobs_ready (docs/elastic.md). */
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
                     uint32_t workers, bool keep, bool elastic, int64_t now_ms,
                     struct ts_err *err) TS_MUST_CHECK;
@@ -104,6 +108,9 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
  * reason. A worker of no job is ignored. */
 void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *fingerprint,
                 const char *reason, int64_t now_ms);
+/* Worker `worker` caught up (it holds a step's values that every partition agreed on): a
+ * waiting seat gets its rank's slot back. Idempotent; a worker of no job is ignored. */
+void jobs_ready(struct jobs *j, uint32_t worker);
 /* Worker `worker` died (its lease expired, or a shard saw its connection hang up). In an
  * elastic job with a worker left its slots go to the live workers; otherwise the job is
  * abandoned once no worker is left. */
@@ -112,7 +119,9 @@ void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms);
 /* Slots (docs/elastic.md). A job of W workers has W slots, slot k being the share of every
  * step that the schedule gives rank k. Slot k belongs to rank k's worker while it is alive;
  * in an elastic job a dead worker's slot goes to the live worker owning the fewest (the
- * lowest rank on a tie) and back to rank k when a new worker takes that rank. */
+ * lowest rank on a tie) and back to rank k when a new worker takes that rank and has caught
+ * up (jobs_ready): a new owner must hold the values of the step under way, which a process
+ * that just started does not (docs/elastic.md, "Coming back"). */
 /* The slots worker owns (ascending, at most max into slots) and its job's roster: returns
  * how many, or -1 if the worker is in no running job. */
 int jobs_slots(struct jobs *j, uint32_t worker, uint64_t *roster, uint32_t *slots, size_t max);

@@ -132,6 +132,8 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
         struct ts_member_report r = { req->staleness_last, req->staleness_max,
                                       req->steps_skipped, req->loss_scale };
         ts_members_report(m->members, req->id, &r);
+        if (req->caught_up)
+            jobs_ready(m->jobs, req->id);
         slots_of(call, m, req->id, resp);
     } else {
         ts_members_moves(m->members, req->id, req->moves_epoch, req->moves_pending);

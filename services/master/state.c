@@ -277,7 +277,8 @@ static ts_status restore_jobs(struct master_state *s, struct master *m,
             r[i].seats[r[i].nseats++] = (struct job_seat){
                 jr->seats[k]->worker, jr->seats[k]->rank,
                 (enum job_seat_state)(jr->seats[k]->state > SEAT_DEAD ? SEAT_DEAD
-                                                                       : jr->seats[k]->state) };
+                                                                       : jr->seats[k]->state),
+                jr->seats[k]->waiting };
     }
     if (!st)
         st = jobs_restore(m->jobs, r, ms->n_jobs, ts_now_ms(), s->rerun, STATE_MAX_RERUN,
@@ -336,6 +337,7 @@ static Tessera__V1__MasterState *build(struct master *m, struct ts_rpc_call *cal
             s->worker = r[i].seats[k].worker;
             s->rank = r[i].seats[k].rank;
             s->state = r[i].seats[k].state;
+            s->waiting = r[i].seats[k].waiting;
             jr->seats[jr->n_seats++] = s;
         }
         ms->jobs[ms->n_jobs++] = jr;

@@ -10,10 +10,11 @@ Real processes: one `tessera up --shards 2 --lease-ms 1500` (R = 2), and `tesser
   abandoned), its slot taken over (adopted >= 1, roster >= 1) and every slot owned by a live
   worker at the end.
 - Respawned: `--respawn`, SIGKILL of rank 0: a new rank 0 joins the running job (tessera
-  status shows it as restart 1), gets its slot back (the roster grows twice), prints the
-  final report itself; same fingerprint.
+  status shows it as restart 1), gets its slot back only after it caught up (the master's
+  log says so; the roster grows twice), prints the final report itself; same fingerprint.
 - Stopped: SIGSTOP of rank 1 past its lease, then SIGCONT: its slot moves, and comes back to it
-  when it does; it catches up with the job and ends with the others; same fingerprint.
+  once it caught up with the job (the master's log); it ends with the others; same
+  fingerprint.
 - Link cut: rank 0's first data-plane connection hangs up in the middle of a step
   (TESSERA_TEST_LINK_CUT); it reconnects at once, its slot moves and comes back; same
   fingerprint.
@@ -42,7 +43,9 @@ SEED = int(os.environ.get("TESSERA_ELASTIC_SEED", "0")) or random.randrange(1, 1
 class Elastic(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        os.environ.setdefault("TESSERA_LOG", "warn")
+        # The services log at info (assert_caught_up reads the master's); workers at warn.
+        was = os.environ.get("TESSERA_LOG")
+        os.environ["TESSERA_LOG"] = "info"
         tl.log("seed %d (TESSERA_ELASTIC_SEED=%d repeats this run)" % (SEED, SEED))
         cls.rng = random.Random(SEED)
         cls.c = tl.Cluster()
@@ -50,6 +53,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         cls.up = cls.c.spawn([os.path.join(tl.BIN, "tessera"), "up", "--shards", "2",
                               "--master-port", "0", "--lease-ms", str(LEASE_MS), "--dir",
                               cls.logs], "up")
+        os.environ["TESSERA_LOG"] = was or "warn"
         cls.addr = tl.wait_until(lambda: next((ln.split()[1] for ln in
                                                cls.up.log_text().splitlines()
                                                if ln.startswith("master ")), None),
@@ -109,6 +113,14 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(prints[-1], self.local, out)
         return out, err
 
+    def assert_caught_up(self, job_id, rank):
+        """The master's log says the worker that came back for rank caught up before it got
+        the slot back (docs/elastic.md, "Coming back")."""
+        with open(os.path.join(self.logs, "master.log")) as f:
+            text = f.read()
+        self.assertRegex(text, r"job %s: worker \d+ \(rank %d\) caught up" % (job_id, rank))
+        self.assertRegex(text, r"job %s: slot %d goes back to rank %d" % (job_id, rank, rank))
+
     def finished(self, job_id):
         return tl.wait_until(lambda: (lambda j: j if j and j["state"] == "finished" else None)(
             self.job(job_id)), 30, "job %s finished" % job_id, interval=0.05)
@@ -131,10 +143,6 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(len(j["slot_owners"]), 3)
         self.assertNotIn(0, j["slot_owners"])
 
-    @unittest.skipUnless(os.environ.get("TESSERA_ELASTIC_RESPAWN") == "1",
-                         "a respawned rank 0 once waited 120 s for a step under a loaded "
-                         "make test (seed 790806922; not understood yet): make test-fault runs "
-                         "it with TESSERA_ELASTIC_RESPAWN=1")
     def test_respawned(self):
         step = self.rng.randrange(5, STEPS // 3)
         tl.log("killing rank 0 at step %d, --respawn" % step)
@@ -152,6 +160,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         self.assertIn("done: %d steps" % STEPS, out)   # the new rank 0 reports
         j = self.finished("respawned")
         self.assertGreaterEqual(j["roster"], 2)        # slot 0 went away and came back
+        self.assert_caught_up("respawned", 0)
         self.assertNotEqual(j["slot_owners"][0], j["slot_owners"][1])
 
     def test_stopped_past_its_lease(self):
@@ -171,6 +180,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         j = self.finished("stopped")
         self.assertGreaterEqual(j["roster"], 2)        # away, and back
         self.assertEqual(j["slot_owners"][1], wid)
+        self.assert_caught_up("stopped", 1)
 
     def test_link_cut(self):
         """A data-plane link of a live worker cut in the middle of a step (the fault wrapper

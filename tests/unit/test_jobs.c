@@ -299,10 +299,16 @@ static void elastic_slots_move(void **state)
     jobs_dead(j, 10, 6);          /* both its slots go to the one left */
     assert_string_equal(slots_of(j, 12, &roster), "0,1,2");
     assert_int_equal(roster, 2);
-    /* A new worker for rank 1 gets slot 1 back; worker 10 comes back for rank 0. */
+    /* A new worker for rank 1 gets slot 1 back once it caught up; worker 10 comes back for
+     * rank 0 the same way. */
     assert_int_equal(jobs_join(j, "e", 20, 1, 3, false, true, 7, NULL), TS_OK);
+    assert_string_equal(slots_of(j, 20, &roster), "");
+    assert_int_equal(roster, 2);
+    jobs_ready(j, 20);
     assert_string_equal(slots_of(j, 20, &roster), "1");
     assert_int_equal(jobs_join(j, "e", 10, 0, 3, false, true, 8, NULL), TS_OK);
+    assert_string_equal(slots_of(j, 10, &roster), "");
+    jobs_ready(j, 10);
     assert_string_equal(slots_of(j, 10, &roster), "0");
     assert_string_equal(slots_of(j, 12, &roster), "2");
     assert_int_equal(roster, 4);
@@ -324,6 +330,45 @@ static void elastic_slots_move(void **state)
     jobs_leave(j, 20, false, FP, "", 10);
     assert_int_equal(info(j, "e").state, JOB_FINISHED);
     jobs_free(j);
+}
+
+/* A worker that came back for a rank waits, owning and adopting nothing, while a live worker
+ * that caught up holds its slot: it could not compute the step under way. When nobody else is
+ * left it takes every slot; a restarted master keeps it waiting. */
+static void elastic_waits_until_caught_up(void **state)
+{
+    struct jobs *j = mk(0, 0, 0), *k = mk(0, 0, 0);
+    struct job_record *r;
+    char rerun[2][TS_JOB_ID_MAX + 1];
+    size_t n, nrerun;
+    uint64_t roster;
+
+    (void)state;
+    for (uint32_t q = 0; q < 3; q++)
+        assert_int_equal(jobs_join(j, "e", 10 + q, q, 3, false, true, 0, NULL), TS_OK);
+    jobs_dead(j, 10, 1);
+    assert_int_equal(jobs_join(j, "e", 20, 0, 3, false, true, 2, NULL), TS_OK);
+    assert_string_equal(slots_of(j, 20, &roster), "");
+    assert_string_equal(slots_of(j, 11, &roster), "0,1");
+    assert_int_equal(roster, 1);
+    assert_int_equal(jobs_export(j, &r, &n, NULL), TS_OK);
+    assert_int_equal(jobs_restore(k, r, n, 0, rerun, 2, &nrerun, NULL), TS_OK);
+    jobs_records_free(r, n);
+    assert_string_equal(slots_of(k, 20, &roster), "");
+    jobs_ready(k, 20);
+    assert_string_equal(slots_of(k, 20, &roster), "0");
+    assert_int_equal(roster, 2);
+    jobs_dead(j, 11, 3);          /* the one that caught up adopts, not the one waiting */
+    assert_string_equal(slots_of(j, 12, &roster), "0,1,2");
+    assert_string_equal(slots_of(j, 20, &roster), "");
+    jobs_dead(j, 12, 4);          /* nobody else left: the waiting one takes them all */
+    assert_string_equal(slots_of(j, 20, &roster), "0,1,2");
+    assert_int_equal(info(j, "e").state, JOB_RUNNING);
+    jobs_ready(j, 20);            /* changes nothing now */
+    assert_string_equal(slots_of(j, 20, &roster), "0,1,2");
+    assert_int_equal(roster, 3);
+    jobs_free(j);
+    jobs_free(k);
 }
 
 /* A restarted master's table has the slots and the roster the old one had. */
@@ -375,6 +420,7 @@ int main(void)
         cmocka_unit_test(limits_and_fields),      cmocka_unit_test(rollbacks_once_per_loss),
         cmocka_unit_test(restored_from_records),  cmocka_unit_test(elastic_slots_move),
         cmocka_unit_test(not_elastic_keeps_slots), cmocka_unit_test(elastic_slots_restored),
+        cmocka_unit_test(elastic_waits_until_caught_up),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,7 +21,9 @@ Real processes: a master with --replicas 2 and three shards. Checked:
   the --local fingerprint and whole chains;
 - after each kill, the jobs kept idle on the cluster get whole chains too, with no step to
   carry the images (the heads' repair thread);
-- then down to one shard: the chains shrink to it, and training still ends exact.
+- then down to one shard: the chains shrink to it, and training still ends exact;
+- R = 3 on 4 shards: the shard in the middle of the most chains killed the same way; training
+  ends with the --local fingerprint and every partition has 3 equal copies again.
 - The lease of those kills is 10 s, longer than a failover may take: each dead shard must be
   dropped from the map because a worker or a chain neighbour reported it (ReportUnreachable)
   and the master found its port closed, which ClusterStatus says as the shard's death;
@@ -64,12 +66,13 @@ def local_sha(*extra):
     return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
 
 
-def start_cluster(cls, shards, lease_ms=None, env=None):
-    """cls.c: a master with --replicas 2 and `shards` shards (env set while they start), all
-    alive and knowing their ids; cls.stubs their Shard stubs, cls.status their ShardStatus."""
+def start_cluster(cls, shards, lease_ms=None, env=None, replicas=2):
+    """cls.c: a master with --replicas `replicas` and `shards` shards (env set while they
+    start), all alive and knowing their ids; cls.stubs their Shard stubs, cls.status their
+    ShardStatus."""
     os.environ.setdefault("TESSERA_LOG", "warn")
     cls.c = tl.Cluster()
-    cls.master = cls.c.start_master(lease_ms=lease_ms, extra=["--replicas", "2"])
+    cls.master = cls.c.start_master(lease_ms=lease_ms, extra=["--replicas", str(replicas)])
     os.environ.update(env or {})
     try:
         cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i, lease_ms=lease_ms)
@@ -217,16 +220,20 @@ class Replicated(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(tl.cluster_status(self.ch).epoch, before.epoch)
 
 
-@unittest.skipIf(os.environ.get("TESSERA_REPLICATION_KILLS") == "0",
-                 "TESSERA_REPLICATION_KILLS=0: the sanitizer run of make test leaves the kills "
-                 "to make test-fault, for time")
-class DeadFollower(tl.ClusterCase, unittest.TestCase):
+KILLS = unittest.skipIf(os.environ.get("TESSERA_REPLICATION_KILLS") == "0",
+                        "TESSERA_REPLICATION_KILLS=0: the sanitizer run of make test leaves the "
+                        "kills to make test-fault, for time")
+
+
+class Kills:
+    """Shards killed while exact training runs, on a cluster of start_cluster."""
     LEASE_MS = 10000   # longer than a failover may take: reports must drop the dead
     LONG = 400 if tl.SANITIZED else 1500   # steps: long enough to be killed in the middle
+    REPLICAS = 2
 
     @classmethod
     def setUpClass(cls):
-        start_cluster(cls, 4, lease_ms=cls.LEASE_MS)
+        start_cluster(cls, 4, lease_ms=cls.LEASE_MS, replicas=cls.REPLICAS)
 
     def roles(self, job, alive):
         """{shard index: (heads, follows)} over the shards in `alive`."""
@@ -269,18 +276,18 @@ class DeadFollower(tl.ClusterCase, unittest.TestCase):
         return json.loads(out.strip().splitlines()[-1])["params_sha256"], took
 
     def replicas_whole(self, job, alive):
-        """verify replicas passes: every partition has 2 equal copies at the last step, on the
-        shards in alive only."""
+        """verify replicas passes: every partition has REPLICAS equal copies at the last step,
+        on the shards in alive only."""
         r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", job,
                         "--json"])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         doc = json.loads(r.stdout)
         self.assertEqual(doc["differ"], 0)
-        self.assertTrue(all(d["copies"] == 2 and d["version"] == self.LONG
+        self.assertTrue(all(d["copies"] == self.REPLICAS and d["version"] == self.LONG
                             for d in doc["details"]), doc)
         after = self.roles(job, alive)
         self.assertEqual(sum(h for h, f in after.values()), 6)
-        self.assertEqual(sum(f for h, f in after.values()), 6)
+        self.assertEqual(sum(f for h, f in after.values()), 6 * (self.REPLICAS - 1))
 
     def idle_job_whole(self, job):
         """An idle job (kept, not stepping) gets its chains whole again too: the heads send
@@ -296,6 +303,10 @@ class DeadFollower(tl.ClusterCase, unittest.TestCase):
         except AssertionError:
             raise AssertionError("tessera verify replicas --job %s:\n%s" % (job, last[0]))
 
+
+
+@KILLS
+class DeadFollower(Kills, tl.ClusterCase, unittest.TestCase):
     def test_b_a_dead_head_fails_over_and_training_ends_exact(self):
         """After test_a, 3 shards: kill one that heads partitions. The workers' connections to
         it break; once the map drops it they send the step again to the promoted followers."""
@@ -340,6 +351,35 @@ class DeadFollower(tl.ClusterCase, unittest.TestCase):
         tl.log("training ended %.1f s after the follower was killed" % took)
         self.replicas_whole("long", [i for i in range(4) if i != v])
         self.idle_job_whole("probe")
+
+
+@KILLS
+class MiddleOfThree(Kills, tl.ClusterCase, unittest.TestCase):
+    """R = 3 on 4 shards: kill -9 of the shard in the middle of the most chains. Its head
+    sends the next image past it to the tail and a shard joins each chain; training ends
+    with the --local fingerprint, and every partition has 3 equal copies again."""
+    REPLICAS = 3
+
+    def middles(self, job):
+        """{shard index: partitions whose chain it is the middle of (a follower with a
+        next)}."""
+        out = {}
+        for i, st in enumerate(self.stubs):
+            r = st.PartitionDigests(shard_pb2.PartitionDigestsRequest(job=job),
+                                    timeout=tl.RPC_TIMEOUT)
+            out[i] = sum(1 for d in r.partitions if d.follower and d.next)
+        return out
+
+    def test_the_middle_of_a_chain_dies_and_training_ends_exact(self):
+        train(self.master.addr, "probe3")
+        mids = self.middles("probe3")
+        v = max(mids, key=lambda i: mids[i])
+        self.assertGreater(mids[v], 0, mids)
+        got, took = self.kill_while_training(v, [i for i in range(4) if i != v], "long3")
+        self.assertEqual(got, local_sha_steps(self.LONG))
+        tl.log("training ended %.1f s after the middle of %d chains was killed" % (took, mids[v]))
+        self.replicas_whole("long3", [i for i in range(4) if i != v])
+        self.idle_job_whole("probe3")
 
 
 @functools.lru_cache(maxsize=None)

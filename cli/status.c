@@ -175,6 +175,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_bool(&j, "elastic", jb->elastic);
         ts_json_uint(&j, "roster", jb->roster);
         ts_json_uint(&j, "adopted", jb->adopted);
+        ts_json_uint(&j, "start_workers", jb->start_workers);
         ts_json_arr(&j, "slot_owners");
         for (size_t k = 0; k < jb->n_slot_owners; k++)
             ts_json_uint(&j, NULL, jb->slot_owners[k]);
@@ -271,8 +272,14 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                jb->reason[0] ? jb->reason : jb->fingerprint);
         if (jb->rolling_back)
             printf("       rolling back to its last snapshot now\n");
-        if (jb->adopted) {   /* elastic (docs/elastic.md): who computes which slot */
-            printf("       %u slot%s taken over after deaths; slots now:", jb->adopted,
+        if (jb->adopted || (jb->start_workers && jb->start_workers < jb->workers)) {
+            /* elastic (docs/elastic.md): who computes which slot */
+            if (jb->start_workers < jb->workers)
+                printf("       started with %u of %u workers; ", jb->start_workers,
+                       jb->workers);
+            else
+                printf("       ");
+            printf("%u slot%s taken over after deaths; slots now:", jb->adopted,
                    jb->adopted == 1 ? "" : "s");
             for (size_t k = 0; k < jb->n_slot_owners && k < 16; k++)
                 if (jb->slot_owners[k])

@@ -25,7 +25,7 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
                           int rank, int restarts, const char *log)
 {
     char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16], stale[24];
-    char delay[24], again[16];
+    char delay[24], again[16], start[16];
     char *argv[64];
     int n = 0;
     struct ts_err err = { 0 };
@@ -33,7 +33,7 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
 
     snprintf(exe, sizeof(exe), "%s/tessera-worker", bin);
     snprintf(r, sizeof(r), "%d", rank);
-    snprintf(w, sizeof(w), "%d", t->local ? 1 : t->workers);
+    snprintf(w, sizeof(w), "%d", t->local ? 1 : t->width ? t->width : t->workers);
     snprintf(ep, sizeof(ep), "%d", t->epochs);
     snprintf(st, sizeof(st), "%lld", (long long)t->steps);
     snprintf(sd, sizeof(sd), "%lld", (long long)t->seed);
@@ -73,6 +73,11 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
         argv[n++] = "--keep";
     if (t->no_elastic)
         argv[n++] = "--no-elastic";
+    if (t->width && !t->local) {   /* the job's other slots wait for workers that join */
+        snprintf(start, sizeof(start), "%d", t->workers);
+        argv[n++] = "--start-workers";
+        argv[n++] = start;
+    }
     if (restarts) {
         snprintf(again, sizeof(again), "%d", restarts);
         argv[n++] = "--restarts";

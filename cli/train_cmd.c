@@ -15,7 +15,7 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                 const char **master, int64_t *shards, int argc, char **argv)
 {
     int64_t workers = t->workers, epochs = t->epochs, batch = t->batch, micro = t->micro;
-    int64_t pkb = t->partition_kb;
+    int64_t pkb = t->partition_kb, width = 0;
     struct ts_flag flags[32];
     struct ts_err err = { 0 };
     int n = 0, npos = 0;
@@ -81,6 +81,10 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "a worker that dies stops the job (default: its slot moves "
                                    "to a live worker; needs bsp, no --sync-every, no top-k)",
                                    0, 0 };
+    flags[n++] = (struct ts_flag){ "width", TS_FLAG_INT, &width, "W",
+                                   "the job's slots, above --workers: workers that join later "
+                                   "(tessera-worker --rank R, R below W) take theirs "
+                                   "(elastic; default --workers)", 0, 64 };
     flags[n++] = (struct ts_flag){ "respawn", TS_FLAG_BOOL, &t->respawn, NULL,
                                    "start a worker killed by a signal again, with its rank: it "
                                    "joins the running job (elastic jobs)", 0, 0 };
@@ -110,6 +114,16 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
         fprintf(stderr, "tessera %s: --amp sends fp16 gradients; drop --compress\n", cmd);
         return 2;
     }
+    if (width && width < workers) {
+        fprintf(stderr, "tessera %s: --width %lld is below --workers %lld: the width counts "
+                "every worker the job may have\n", cmd, (long long)width, (long long)workers);
+        return 2;
+    }
+    if (width > workers && t->no_elastic) {
+        fprintf(stderr, "tessera %s: --width needs an elastic job: drop --no-elastic\n", cmd);
+        return 2;
+    }
+    t->width = width > workers ? (int)width : 0;
     t->workers = (int)workers, t->epochs = (int)epochs, t->batch = (int)batch;
     t->micro = (int)micro, t->partition_kb = (int)pkb;
     return -1;

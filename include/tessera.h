@@ -87,6 +87,10 @@ struct tessera_options {
                               * (tessera_slots, tessera_step_slots), so the job outlives a dead
                               * worker (docs/elastic.md); bsp, no sync periods, no top-k. Every
                               * worker of a job says the same. */
+    unsigned start_workers;  /* elastic: the workers the job starts with, below `workers` (0:
+                              * all): the slots of ranks start_workers and above go to them
+                              * until a worker joins for that rank (docs/elastic.md,
+                              * "Joining"). The worker that starts the job decides. */
 };
 
 /* Dynamic loss scaling (GradScaler's defaults: 2^16 at first, halved when a step overflowed,

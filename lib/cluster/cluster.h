@@ -78,8 +78,10 @@ struct ts_membership_cfg {
     const char *job;
     uint32_t rank, workers;
     bool keep;
-    /* Trainers: the worker takes over dead workers' slots (docs/elastic.md). */
+    /* Trainers: the worker takes over dead workers' slots (docs/elastic.md), and the workers
+     * the job starts with (0: workers; RegisterWorkerRequest.start_workers). */
     bool elastic;
+    uint32_t start_workers;
     /* How many times a supervisor restarted the member this process replaces. */
     uint32_t restarts;
     /* Shards: the data-plane listeners to publish (borrowed until ts_membership_start

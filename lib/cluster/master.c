@@ -203,6 +203,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
         req.keep = ms->cfg.keep;
         req.elastic = ms->cfg.elastic;
         req.restarts = ms->cfg.restarts;
+        req.start_workers = ms->cfg.start_workers;
         if ((st = CALL(ms->m, "RegisterWorker", &req,
                        &tessera__v1__register_worker_response__descriptor, &resp, deadline_ms,
                        err)))

@@ -113,8 +113,8 @@ static size_t resident(const struct jobs *j)
 }
 
 /* A new run of a job: no seats yet, no slot owned. */
-static ts_status start_run(struct job *jb, uint32_t workers, bool keep, bool elastic,
-                           struct ts_err *err)
+static ts_status start_run(struct job *jb, uint32_t workers, uint32_t start, bool keep,
+                           bool elastic, struct ts_err *err)
 {
     uint32_t *o = realloc(jb->owners, workers * sizeof(*o));
 
@@ -125,6 +125,7 @@ static ts_status start_run(struct job *jb, uint32_t workers, bool keep, bool ela
     jb->info.elastic = elastic;
     jb->info.roster = 0;
     jb->info.adopted = 0;
+    jb->info.start_workers = start && start < workers ? start : workers;
     jb->nseats = 0;
     jb->failed = jb->died = false;
     jb->info.state = JOB_RUNNING;
@@ -164,6 +165,23 @@ static bool held(struct job *jb, uint32_t k)
     return false;
 }
 
+/* Whether slot k belongs to a rank the run did not start with, and every rank it started with
+ * has come (mu held): its slot goes to them meanwhile, evenly. */
+static bool late(struct job *jb, uint32_t k)
+{
+    uint32_t came = 0;
+
+    if (k < jb->info.start_workers)
+        return false;
+    for (uint32_t r = 0; r < jb->info.start_workers; r++)
+        for (size_t s = 0; s < jb->nseats; s++)
+            if (jb->seats[s].rank == r) {
+                came++;
+                break;
+            }
+    return came == jb->info.start_workers;
+}
+
 /* Whether any live seat caught up (mu held). Only when none did may a waiting one take slots:
  * nobody else is left to compute them. */
 static bool any_ready(struct job *jb)
@@ -197,7 +215,8 @@ static void reslot(struct job *jb)
     for (uint32_t k = 0; jb->info.elastic && k < w; k++) {
         struct job_seat *best = NULL;
         uint32_t least = UINT32_MAX;
-        if (!jb->owners[k] || !seat_dead(jb, jb->owners[k]))
+        bool gone = jb->owners[k] ? seat_dead(jb, jb->owners[k]) : late(jb, k);
+        if (!gone)
             continue;
         for (size_t s = 0; s < jb->nseats; s++) {
             uint32_t load = 0;
@@ -210,18 +229,23 @@ static void reslot(struct job *jb)
         }
         if (!best)
             break;   /* nobody left: the job is abandoned (settle) */
-        ts_log(TS_WARN, "master", "job %s: slot %u (worker %u died) goes to worker %u (rank %u)",
-               jb->info.id, k, jb->owners[k], best->worker, best->rank);
+        if (jb->owners[k]) {
+            ts_log(TS_WARN, "master", "job %s: slot %u (worker %u died) goes to worker %u "
+                   "(rank %u)", jb->info.id, k, jb->owners[k], best->worker, best->rank);
+            jb->info.adopted++;
+            changed = true;
+        } else {   /* a first owner changes nothing */
+            ts_log(TS_INFO, "master", "job %s: slot %u goes to worker %u (rank %u) until a "
+                   "worker joins for rank %u", jb->info.id, k, best->worker, best->rank, k);
+        }
         jb->owners[k] = best->worker;
-        jb->info.adopted++;
-        changed = true;
     }
     if (changed)
         jb->info.roster++;
 }
 
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
-                    uint32_t workers, bool keep, bool elastic, int64_t now_ms,
+                    uint32_t workers, uint32_t start, bool keep, bool elastic, int64_t now_ms,
                     struct ts_err *err)
 {
     struct job *jb, *other;
@@ -235,6 +259,9 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         return ts_err_set(err, TS_EINVAL, "workers: %u, want 1..%d", workers, JOBS_MAX_WORKERS);
     if (rank >= workers)
         return ts_err_set(err, TS_EINVAL, "rank: %u is not below workers %u", rank, workers);
+    if (start > workers || (start && start < workers && !elastic))
+        return ts_err_set(err, TS_EINVAL, "start_workers: %u, want 1..%u (workers), and below "
+                          "workers only in an elastic job", start, workers);
     pthread_mutex_lock(&j->mu);
     if ((s = seat_of(j, worker, &other))) {   /* a retried RegisterWorker */
         st = strcmp(other->info.id, id) ? ts_err_set(err, TS_EEXIST, "job: worker %u is in "
@@ -290,14 +317,14 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
             memset(jb, 0, sizeof(*jb));
             snprintf(jb->info.id, sizeof(jb->info.id), "%s", id);
             jb->info.started_unix_ms = ts_unix_ms();
-            if ((st = start_run(jb, workers, keep, elastic, err)))
+            if ((st = start_run(jb, workers, start, keep, elastic, err)))
                 j->n--;
             else
                 ts_log(TS_INFO, "master", "job %s: running (%u workers%s%s)", id, workers,
                        elastic ? ", elastic" : "", keep ? ", kept when finished" : "");
         }
     } else if (!st && (jb->info.state == JOB_IDLE || jb->info.released)) {
-        if (!(st = start_run(jb, workers, keep, elastic, err))) {
+        if (!(st = start_run(jb, workers, start, keep, elastic, err))) {
             jb->info.released = false;
             jb->info.started_unix_ms = ts_unix_ms();
             ts_log(TS_INFO, "master", "job %s: running again (%u workers)", id, workers);

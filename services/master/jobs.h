@@ -68,6 +68,7 @@ struct job_info {
     bool elastic;
     uint64_t roster;
     uint32_t adopted;
+    uint32_t start_workers;   /* the ranks the run started with; the others join later */
 };
 
 /* A job's durable record (services/master/state.h): what ClusterStatus shows, and each of its
@@ -100,9 +101,11 @@ void jobs_free(struct jobs *j);
  * worker. Errors name the field: job, rank, workers (another count than the job's), elastic
  * (other than the running job's). A rank whose worker died may be taken by a new worker: it
  * waits (struct job_seat) while a live worker holds its slot, and gets the slot back at
- * jobs_ready (docs/elastic.md). */
+ * jobs_ready (docs/elastic.md). start (elastic; 0: workers): the ranks the run starts with,
+ * set by the registration that starts it; the slots of the others go to them until a worker
+ * joins for that rank (field start_workers). */
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
-                    uint32_t workers, bool keep, bool elastic, int64_t now_ms,
+                    uint32_t workers, uint32_t start, bool keep, bool elastic, int64_t now_ms,
                     struct ts_err *err) TS_MUST_CHECK;
 /* Worker `worker` left: failed or finished, with its fingerprint (64 hex digits, or "") or its
  * reason. A worker of no job is ignored. */

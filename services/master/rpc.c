@@ -72,7 +72,8 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     if (st)
         return st;
     if (req->job[0] && (st = jobs_join(m->jobs, req->job, g.id, req->rank, req->workers,
-                                       req->keep, req->elastic, ts_now_ms(), err))) {
+                                       req->start_workers, req->keep, req->elastic,
+                                       ts_now_ms(), err))) {
         /* Refused: the worker was not let in (a retry registers it again); one that was in
          * already (the same process start, alive) stays. */
         if (g.joined && ts_members_deregister(m->members, TS_MEMBER_WORKER, g.id, "its job refused it",
@@ -251,6 +252,7 @@ Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job
     j->elastic = v->elastic;
     j->roster = v->roster;
     j->adopted = v->adopted;
+    j->start_workers = v->start_workers;
     return j;
 }
 

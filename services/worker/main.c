@@ -18,6 +18,7 @@ int main(int argc, char **argv)
     const char *loss = "none";
     int64_t rank = 0, workers = 1, batch = 64, micro = 16, epochs = 1, steps = 0, seed = 1;
     int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0, restarts = 0;
+    int64_t start_workers = 0;
     bool exact = false, json = false, keep = false, no_elastic = false;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
@@ -57,6 +58,9 @@ int main(int argc, char **argv)
           0, 0 },
         { "restarts", TS_FLAG_INT, &restarts, "N", "times a supervisor restarted this rank's "
           "worker (tessera train --respawn; shown by tessera status)", 0, 1000000 },
+        { "start-workers", TS_FLAG_INT, &start_workers, "N", "the workers the job starts "
+          "with, below --workers (elastic; default all): the slots of ranks N and above go to "
+          "them until a worker joins for that rank (docs/elastic.md)", 0, 1024 },
         { "no-elastic", TS_FLAG_BOOL, &no_elastic, NULL, "a dead worker stops the job instead "
           "of its slot moving to a live one (elastic needs bsp, no --sync-every, no top-k)", 0,
           0 },
@@ -95,6 +99,7 @@ int main(int argc, char **argv)
                              .slow_ms = (int)slow_ms, .delay_ms = (int)delay_ms };
     /* Elastic where it can be: bsp, no sync periods, no top-k (docs/elastic.md). */
     o.restarts = (uint32_t)restarts;
+    o.start_workers = (uint32_t)start_workers;
     o.elastic = !no_elastic && (!mode || !strcmp(mode, "bsp")) && !sync &&
                 !(compress && strstr(compress, "topk"));
     return train_run(&o);

@@ -77,6 +77,7 @@ static int setup(struct run *r, struct tessera_error *e)
     const struct train_opts *o = r->o;
     const struct ts_mlp_tensor *mt = ts_mlp_tensors();
     struct tessera_options to = { .elastic = o->elastic, .restarts = o->restarts,
+                                  .start_workers = o->start_workers,
                                   .master = o->master, .job = o->job, .rank = o->rank,
                                   .workers = o->workers, .exact = o->exact,
                                   .optimizer = o->optimizer, .batch = o->batch,

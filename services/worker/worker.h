@@ -19,6 +19,7 @@ struct train_opts {
     bool exact, json, keep;
     bool elastic;                    /* take over dead workers' slots (docs/elastic.md) */
     uint32_t restarts;               /* times a supervisor restarted this rank's worker */
+    uint32_t start_workers;          /* elastic: the workers the job starts with (0: all) */
 };
 
 /* Trains; returns the process exit code (messages already printed). */

@@ -12,6 +12,9 @@ Real processes: one `tessera up --shards 2 --lease-ms 1500` (R = 2), and `tesser
 - Respawned: `--respawn`, SIGKILL of rank 0: a new rank 0 joins the running job (tessera
   status shows it as restart 1), gets its slot back only after it caught up (the master's
   log says so; the roster grows twice), prints the final report itself; same fingerprint.
+- Joined: a job started with 2 workers and --width 3; a third worker joins for rank 2 at a
+  random step, catches up, takes slot 2 from rank 0 (the master's log) and trains to the end;
+  same fingerprint.
 - Stopped: SIGSTOP of rank 1 past its lease, then SIGCONT: its slot moves, and comes back to it
   once it caught up with the job (the master's log); it ends with the others; same
   fingerprint.
@@ -89,9 +92,10 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
                     os.environ[k] = v
 
     def spawn_train(self, job, extra):
+        workers = [] if "--workers" in extra else ["--workers", "3"]
         return self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", self.addr,
-                             "--workers", "3", "--steps", str(STEPS), "--exact", "--job", job,
-                             "--json"] + list(extra), "train-" + job, stdout_pipe=True)
+                             "--steps", str(STEPS), "--exact", "--job", job, "--json"] +
+                            workers + list(extra), "train-" + job, stdout_pipe=True)
 
     def job(self, job_id):
         return next((j for j in tl.status_json(self.addr)["jobs"] if j["id"] == job_id), None)
@@ -162,6 +166,31 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         self.assertGreaterEqual(j["roster"], 2)        # slot 0 went away and came back
         self.assert_caught_up("respawned", 0)
         self.assertNotEqual(j["slot_owners"][0], j["slot_owners"][1])
+
+    def test_joined(self):
+        """A job started with 2 of its 3 slots' workers (--width 3): a third worker joins
+        for rank 2 at a random step, catches up, takes slot 2 from the worker that held it,
+        and trains to the end; same fingerprint."""
+        step = self.rng.randrange(5, STEPS // 2)
+        train = self.train("joined", ["--workers", "2", "--width", "3"])
+        argv = tl.cmdline(tl.worker_of(train, 0))
+        argv[argv.index("--rank") + 1] = "2"
+        argv.remove("--json")
+        self.at_step("joined", step)
+        j = self.job("joined")
+        self.assertEqual((j["start_workers"], j["workers"]), (2, 3))
+        self.assertEqual(j["slot_owners"][2], j["slot_owners"][0])   # rank 0 holds slot 2
+        tl.log("rank 2 joins at step %d" % step)
+        joiner = self.c.spawn(argv, "joiner")
+        self.finish(train)
+        self.assertEqual(joiner.wait(60), 0, joiner.log_text())
+        j = self.finished("joined")
+        wid = next(w["id"] for w in tl.status_json(self.addr)["workers"]
+                   if w["pid"] == joiner.pid)
+        self.assertEqual(j["slot_owners"][2], wid)
+        self.assertEqual(j["adopted"], 0)   # nobody died
+        self.assertGreaterEqual(j["roster"], 1)
+        self.assert_caught_up("joined", 2)
 
     def test_stopped_past_its_lease(self):
         step = self.rng.randrange(5, STEPS // 3)

@@ -271,6 +271,20 @@ static const char *slots_of(struct jobs *j, uint32_t w, uint64_t *roster)
     return out;
 }
 
+/* A table restored from j's records, as a restarted master's. */
+static struct jobs *restarted(struct jobs *j)
+{
+    struct jobs *k = mk(0, 0, 0);
+    struct job_record *r;
+    char rerun[2][TS_JOB_ID_MAX + 1];
+    size_t n, nrerun;
+
+    assert_int_equal(jobs_export(j, &r, &n, NULL), TS_OK);
+    assert_int_equal(jobs_restore(k, r, n, 0, rerun, 2, &nrerun, NULL), TS_OK);
+    jobs_records_free(r, n);
+    return k;
+}
+
 /* A dead worker's slot goes to the live worker owning the fewest (lowest rank on a tie), the
  * roster grows at each change, the job is not abandoned while a worker lives, and the rank's
  * slot goes back to a new worker of that rank, or to the same worker coming back. */
@@ -337,10 +351,7 @@ static void elastic_slots_move(void **state)
  * left it takes every slot; a restarted master keeps it waiting. */
 static void elastic_waits_until_caught_up(void **state)
 {
-    struct jobs *j = mk(0, 0, 0), *k = mk(0, 0, 0);
-    struct job_record *r;
-    char rerun[2][TS_JOB_ID_MAX + 1];
-    size_t n, nrerun;
+    struct jobs *j = mk(0, 0, 0), *k;
     uint64_t roster;
 
     (void)state;
@@ -351,9 +362,7 @@ static void elastic_waits_until_caught_up(void **state)
     assert_string_equal(slots_of(j, 20, &roster), "");
     assert_string_equal(slots_of(j, 11, &roster), "0,1");
     assert_int_equal(roster, 1);
-    assert_int_equal(jobs_export(j, &r, &n, NULL), TS_OK);
-    assert_int_equal(jobs_restore(k, r, n, 0, rerun, 2, &nrerun, NULL), TS_OK);
-    jobs_records_free(r, n);
+    k = restarted(j);
     assert_string_equal(slots_of(k, 20, &roster), "");
     jobs_ready(k, 20);
     assert_string_equal(slots_of(k, 20, &roster), "0");
@@ -407,19 +416,14 @@ static void elastic_starts_narrow(void **state)
 /* A restarted master's table has the slots and the roster the old one had. */
 static void elastic_slots_restored(void **state)
 {
-    struct jobs *j = mk(0, 0, 0), *k = mk(0, 0, 0);
-    struct job_record *r;
-    char rerun[2][TS_JOB_ID_MAX + 1];
-    size_t n, nrerun;
+    struct jobs *j = mk(0, 0, 0), *k;
     uint64_t roster;
 
     (void)state;
     assert_int_equal(jobs_join(j, "e", 1, 0, 2, 0, false, true, 0, NULL), TS_OK);
     assert_int_equal(jobs_join(j, "e", 2, 1, 2, 0, false, true, 0, NULL), TS_OK);
     jobs_dead(j, 2, 5);
-    assert_int_equal(jobs_export(j, &r, &n, NULL), TS_OK);
-    assert_int_equal(jobs_restore(k, r, n, 0, rerun, 2, &nrerun, NULL), TS_OK);
-    jobs_records_free(r, n);
+    k = restarted(j);
     assert_string_equal(slots_of(k, 1, &roster), "0,1");
     assert_int_equal(roster, 1);
     assert_true(info(k, "e").elastic);

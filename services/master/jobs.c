@@ -169,17 +169,18 @@ static bool held(struct job *jb, uint32_t k)
  * has come (mu held): its slot goes to them meanwhile, evenly. */
 static bool late(struct job *jb, uint32_t k)
 {
+    uint32_t start = jb->info.start_workers ? jb->info.start_workers : jb->info.workers;
     uint32_t came = 0;
 
-    if (k < jb->info.start_workers)
+    if (k < start)   /* 0: a state file from before start_workers, every rank */
         return false;
-    for (uint32_t r = 0; r < jb->info.start_workers; r++)
+    for (uint32_t r = 0; r < start; r++)
         for (size_t s = 0; s < jb->nseats; s++)
             if (jb->seats[s].rank == r) {
                 came++;
                 break;
             }
-    return came == jb->info.start_workers;
+    return came == start;
 }
 
 /* Whether any live seat caught up (mu held). Only when none did may a waiting one take slots:

@@ -29,6 +29,7 @@ struct train_cli {
     bool no_elastic, respawn;        /* docs/elastic.md */
     int workers, epochs, batch, micro, partition_kb;
     int width;                       /* above workers: slots for workers that join later */
+    int join;                        /* -1, or the one rank this run adds to a running job */
     int64_t steps, seed, staleness, delay_ms;
     const char *job, *optimizer, *transport;
     const char *mode, *compress, *sync_every, *slow;   /* docs/modes.md; slow: "RANK:MS" */

@@ -4,7 +4,8 @@
  * log to DIR/worker-R.log. If one rank fails the others are stopped (they would wait for it
  * at the next step) and its log's last line is shown. In an elastic job (docs/elastic.md) a
  * rank killed by a signal is a death the job survives: the others take its slots, and with
- * --respawn it is started again (it joins the running job). */
+ * --respawn it is started again (it joins the running job). With --join R only rank R
+ * starts, writing to our stdout: one more worker for a running elastic job. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -125,13 +126,14 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
 
 /* Says which worker failed, how, and where its messages are: rank 0 writes to our own stdout
  * and stderr, the others to their logs in dir. */
-static void report_failure(const char *dir, int rank, int status)
+/* terminal: the worker wrote to this terminal (rank 0, or the one rank of --join). */
+static void report_failure(const char *dir, int rank, bool terminal, int status)
 {
     char how[96], log[600], last[512];
 
     ts_launch_describe(status, how, sizeof(how));
-    if (rank == 0) {
-        fprintf(stderr, "tessera train: worker 0 %s%s\n", how, WIFSIGNALED(status)
+    if (terminal) {
+        fprintf(stderr, "tessera train: worker %d %s%s\n", rank, how, WIFSIGNALED(status)
                 ? " (it wrote to this terminal; a signal leaves it no last words)"
                 : " (its messages are above)");
     } else {
@@ -156,6 +158,31 @@ static bool respawning(const int64_t *due, int nw)
         if (due[r])
             return true;
     return false;
+}
+
+/* --join: the job must be running, or the new worker would start a run of its own and wait
+ * for ranks that never come. */
+static int check_running(const struct train_cli *t, const char *master)
+{
+    Tessera__V1__ClusterStatusResponse *cs = NULL;
+    struct ts_master *m = NULL;
+    struct ts_err err = { 0 };
+    int rc = 1;
+
+    if (ts_master_open(master, &m, &err) || ts_master_status(m, 5000, &cs, &err)) {
+        fprintf(stderr, "tessera train: --join: %s\n", err.msg);
+    } else {
+        for (size_t i = 0; i < cs->n_jobs && rc; i++)
+            rc = strcmp(cs->jobs[i]->id, t->job) ||
+                 cs->jobs[i]->state != TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING;
+        if (rc)
+            fprintf(stderr, "tessera train: --join %d: job '%s' is not running at %s "
+                    "(tessera status lists the jobs); start it first\n", t->join, t->job,
+                    master);
+        tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+    }
+    ts_master_close(m);
+    return rc;
 }
 
 /* Rank 0 died and did not come back: the job's fingerprint as its workers told the master. */
@@ -189,7 +216,9 @@ int run_training(const struct train_cli *in, const char *master)
     int64_t due[MAX_WORKERS] = { 0 };   /* --respawn: when a killed rank starts again */
     int restarts[MAX_WORKERS] = { 0 };
     char bin[512], dir[512], log[600];
-    int nw = t->local ? 1 : t->workers, left, rc = 0, failed = -1, failed_status = 0;
+    /* Ranks first .. first + nw - 1: every rank, or the one of --join. */
+    int first = t->join >= 0 ? t->join : 0, nw = t->local || t->join >= 0 ? 1 : t->workers;
+    int left, rc = 0, failed = -1, failed_status = 0;
     bool lost0 = false;
     struct ts_err err = { 0 };
 
@@ -208,10 +237,13 @@ int run_training(const struct train_cli *in, const char *master)
         fprintf(stderr, "tessera train: cannot make a log directory: %s\n", strerror(errno));
         return 1;
     }
+    if (t->join >= 0 && check_running(t, master))
+        return 1;
     fflush(stdout);
     for (int r = 0; r < nw; r++) {
-        snprintf(log, sizeof(log), "%s/worker-%d.log", dir, r);
-        pids[r] = spawn_worker(t, bin, t->local ? "local" : master, r, 0, r ? log : NULL);
+        snprintf(log, sizeof(log), "%s/worker-%d.log", dir, first + r);
+        pids[r] = spawn_worker(t, bin, t->local ? "local" : master, first + r, 0,
+                               first + r && t->join < 0 ? log : NULL);
         if (pids[r] < 0) { /* could not fork: stop the ranks already started */
             for (int k = 0; k < r; k++) {
                 kill(pids[k], SIGTERM);
@@ -234,13 +266,13 @@ int run_training(const struct train_cli *in, const char *master)
         for (int r = 0; r < nw; r++)
             if (due[r] && ts_now_ms() >= due[r]) {
                 due[r] = 0;
-                snprintf(log, sizeof(log), "%s/worker-%d.log", dir, r);
-                fprintf(stderr, "tessera train: starting worker %d again (restart %d)\n", r,
-                        ++restarts[r]);
-                if ((pids[r] = spawn_worker(t, bin, master, r, restarts[r], r ? log : NULL)) >
-                    0) {
+                snprintf(log, sizeof(log), "%s/worker-%d.log", dir, first + r);
+                fprintf(stderr, "tessera train: starting worker %d again (restart %d)\n",
+                        first + r, ++restarts[r]);
+                if ((pids[r] = spawn_worker(t, bin, master, first + r, restarts[r],
+                                            first + r && t->join < 0 ? log : NULL)) > 0) {
                     left++;
-                    lost0 &= r != 0;
+                    lost0 &= first + r != 0;
                 }
             }
         while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
@@ -249,13 +281,15 @@ int run_training(const struct train_cli *in, const char *master)
                     continue;
                 pids[r] = 0;
                 left--;
-                if (WIFSIGNALED(status) && elastic(t) && left > 0 && rc != 130 &&
-                    failed < 0) {
+                /* (--join: the job goes on without its worker; this run did not, unless
+                 * it starts it again.) */
+                if (WIFSIGNALED(status) && elastic(t) &&
+                    (left > 0 || (t->join >= 0 && t->respawn)) && rc != 130 && failed < 0) {
                     /* A death the job survives: the live workers take the rank's slot. */
                     fprintf(stderr, "tessera train: worker %d was killed (signal %d); the "
-                            "others take over its share%s\n", r, WTERMSIG(status),
+                            "others take over its share%s\n", first + r, WTERMSIG(status),
                             t->respawn ? ", and it starts again" : "");
-                    lost0 |= r == 0;
+                    lost0 |= first + r == 0;
                     if (t->respawn)
                         due[r] = ts_now_ms() + RESPAWN_MS;
                     continue;
@@ -273,13 +307,14 @@ int run_training(const struct train_cli *in, const char *master)
         }
     }
     if (failed >= 0) {
-        report_failure(dir, failed, failed_status);
+        report_failure(dir, first + failed, first + failed == 0 || t->join >= 0,
+                       failed_status);
         return rc;
     }
     if (lost0 && !rc)
         print_job_fingerprint(t, master);
-    for (int r = 1; r < nw; r++) { /* a run that worked leaves nothing behind */
-        snprintf(log, sizeof(log), "%s/worker-%d.log", dir, r);
+    for (int r = 0; r < nw; r++) { /* a run that worked leaves nothing behind */
+        snprintf(log, sizeof(log), "%s/worker-%d.log", dir, first + r);
         unlink(log);
     }
     rmdir(dir);

@@ -15,7 +15,7 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                 const char **master, int64_t *shards, int argc, char **argv)
 {
     int64_t workers = t->workers, epochs = t->epochs, batch = t->batch, micro = t->micro;
-    int64_t pkb = t->partition_kb, width = 0;
+    int64_t pkb = t->partition_kb, width = 0, join = -1;
     struct ts_flag flags[32];
     struct ts_err err = { 0 };
     int n = 0, npos = 0;
@@ -85,6 +85,10 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "the job's slots, above --workers: workers that join later "
                                    "(tessera-worker --rank R, R below W) take theirs "
                                    "(elastic; default --workers)", 0, 64 };
+    flags[n++] = (struct ts_flag){ "join", TS_FLAG_INT, &join, "R",
+                                   "start only rank R, a worker that joins the running job "
+                                   "--job (elastic; R below --width; the same settings as the "
+                                   "job's)", 0, 63 };
     flags[n++] = (struct ts_flag){ "respawn", TS_FLAG_BOOL, &t->respawn, NULL,
                                    "start a worker killed by a signal again, with its rank: it "
                                    "joins the running job (elastic jobs)", 0, 0 };
@@ -123,6 +127,14 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
         fprintf(stderr, "tessera %s: --width needs an elastic job: drop --no-elastic\n", cmd);
         return 2;
     }
+    if (join >= 0 && (join >= (width > workers ? width : workers) || !t->job || t->local ||
+                      t->no_elastic)) {
+        fprintf(stderr, "tessera %s: --join %lld adds one worker to a running elastic job: it "
+                "needs --job, a rank below --width (or --workers), and no --local or "
+                "--no-elastic\n", cmd, (long long)join);
+        return 2;
+    }
+    t->join = (int)join;
     t->width = width > workers ? (int)width : 0;
     t->workers = (int)workers, t->epochs = (int)epochs, t->batch = (int)batch;
     t->micro = (int)micro, t->partition_kb = (int)pkb;
@@ -132,7 +144,7 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
 void train_defaults(struct train_cli *t)
 {
     *t = (struct train_cli){ .workers = 2, .epochs = 3, .batch = 64, .micro = 16, .seed = 1,
-                             .job = NULL, .optimizer = DEFAULT_OPTIMIZER };
+                             .job = NULL, .optimizer = DEFAULT_OPTIMIZER, .join = -1 };
 }
 
 int cmd_train(int argc, char **argv)

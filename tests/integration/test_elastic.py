@@ -12,9 +12,9 @@ Real processes: one `tessera up --shards 2 --lease-ms 1500` (R = 2), and `tesser
 - Respawned: `--respawn`, SIGKILL of rank 0: a new rank 0 joins the running job (tessera
   status shows it as restart 1), gets its slot back only after it caught up (the master's
   log says so; the roster grows twice), prints the final report itself; same fingerprint.
-- Joined: a job started with 2 workers and --width 3; a third worker joins for rank 2 at a
-  random step, catches up, takes slot 2 from rank 0 (the master's log) and trains to the end;
-  same fingerprint.
+- Joined: a job started with 2 workers and --width 3; `tessera train --join 2` adds a
+  worker for rank 2 at a random step, which catches up, takes slot 2 from rank 0 (the
+  master's log) and trains to the end; same fingerprint.
 - Stopped: SIGSTOP of rank 1 past its lease, then SIGCONT: its slot moves, and comes back to it
   once it caught up with the job (the master's log); it ends with the others; same
   fingerprint.
@@ -168,25 +168,23 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         self.assertNotEqual(j["slot_owners"][0], j["slot_owners"][1])
 
     def test_joined(self):
-        """A job started with 2 of its 3 slots' workers (--width 3): a third worker joins
-        for rank 2 at a random step, catches up, takes slot 2 from the worker that held it,
-        and trains to the end; same fingerprint."""
+        """A job started with 2 of its 3 slots' workers (--width 3): `tessera train --join 2`
+        adds a worker for rank 2 at a random step; it catches up, takes slot 2 from the worker
+        that held it, and trains to the end; same fingerprint."""
         step = self.rng.randrange(5, STEPS // 2)
-        train = self.train("joined", ["--workers", "2", "--width", "3"])
-        argv = tl.cmdline(tl.worker_of(train, 0))
-        argv[argv.index("--rank") + 1] = "2"
-        argv.remove("--json")
+        wide = ["--workers", "2", "--width", "3"]
+        train = self.train("joined", wide)
         self.at_step("joined", step)
         j = self.job("joined")
         self.assertEqual((j["start_workers"], j["workers"]), (2, 3))
         self.assertEqual(j["slot_owners"][2], j["slot_owners"][0])   # rank 0 holds slot 2
         tl.log("rank 2 joins at step %d" % step)
-        joiner = self.c.spawn(argv, "joiner")
+        joiner = self.train("joined", wide + ["--join", "2"])   # only rank 2 starts
+        jpid = tl.worker_of(joiner, 2)
         self.finish(train)
         self.assertEqual(joiner.wait(60), 0, joiner.log_text())
         j = self.finished("joined")
-        wid = next(w["id"] for w in tl.status_json(self.addr)["workers"]
-                   if w["pid"] == joiner.pid)
+        wid = next(w["id"] for w in tl.status_json(self.addr)["workers"] if w["pid"] == jpid)
         self.assertEqual(j["slot_owners"][2], wid)
         self.assertEqual(j["adopted"], 0)   # nobody died
         self.assertGreaterEqual(j["roster"], 1)

@@ -124,9 +124,8 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     return pid;
 }
 
-/* Says which worker failed, how, and where its messages are: rank 0 writes to our own stdout
- * and stderr, the others to their logs in dir. */
-/* terminal: the worker wrote to this terminal (rank 0, or the one rank of --join). */
+/* Says which worker failed, how, and where its messages are: on our own stdout and stderr
+ * (terminal: rank 0, or the one rank of --join), or in its log in dir. */
 static void report_failure(const char *dir, int rank, bool terminal, int status)
 {
     char how[96], log[600], last[512];
@@ -227,6 +226,8 @@ int run_training(const struct train_cli *in, const char *master)
                  (long long)ts_unix_ms());
         t->job = job_id;
     }
+    if (t->join >= 0 && check_running(t, master))
+        return 1;
     if (ts_proc_exe_dir(bin, sizeof(bin), &err)) {
         fprintf(stderr, "tessera train: %s\n", err.msg);
         return 1;
@@ -237,8 +238,6 @@ int run_training(const struct train_cli *in, const char *master)
         fprintf(stderr, "tessera train: cannot make a log directory: %s\n", strerror(errno));
         return 1;
     }
-    if (t->join >= 0 && check_running(t, master))
-        return 1;
     fflush(stdout);
     for (int r = 0; r < nw; r++) {
         snprintf(log, sizeof(log), "%s/worker-%d.log", dir, first + r);

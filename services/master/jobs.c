@@ -230,16 +230,18 @@ static void reslot(struct job *jb)
         }
         if (!best)
             break;   /* nobody left: the job is abandoned (settle) */
+        /* A late slot's first owner is a change too: that worker may have begun the step
+         * without it, and the roster is what wakes it. */
         if (jb->owners[k]) {
             ts_log(TS_WARN, "master", "job %s: slot %u (worker %u died) goes to worker %u "
                    "(rank %u)", jb->info.id, k, jb->owners[k], best->worker, best->rank);
             jb->info.adopted++;
-            changed = true;
-        } else {   /* a first owner changes nothing */
+        } else {
             ts_log(TS_INFO, "master", "job %s: slot %u goes to worker %u (rank %u) until a "
                    "worker joins for rank %u", jb->info.id, k, best->worker, best->rank, k);
         }
         jb->owners[k] = best->worker;
+        changed = true;
     }
     if (changed)
         jb->info.roster++;

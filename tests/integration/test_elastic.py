@@ -33,6 +33,7 @@ import random
 import re
 import signal
 import sys
+import time
 import unittest
 
 sys.dont_write_bytecode = True
@@ -189,6 +190,33 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(j["adopted"], 0)   # nobody died
         self.assertGreaterEqual(j["roster"], 1)
         self.assert_caught_up("joined", 2)
+
+    def test_late_slot_wakes_a_step_begun_without_it(self):
+        """Rank 0 of a job of width 3 started with 2 begins step 0 alone, with its own slot;
+        when rank 1 comes, slot 2 goes to rank 0, whose pull must be woken to compute it (the
+        roster grows): the run ends, at the --local fingerprint."""
+        steps = 40
+        r = tl.run_cli(["train", "--local", "--steps", str(steps), "--exact", "--json"])
+        want = json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
+
+        def worker(rank):
+            return self.c.spawn([os.path.join(tl.BIN, "tessera-worker"), "--master", self.addr,
+                                 "--rank", str(rank), "--workers", "3", "--start-workers", "2",
+                                 "--steps", str(steps), "--exact", "--job", "late", "--json"],
+                                "late-%d" % rank, stdout_pipe=True)
+        w0 = worker(0)
+        tl.wait_until(lambda: any(w["pid"] == w0.pid and w["state"] == "alive"
+                                  for w in tl.status_json(self.addr)["workers"]), 30,
+                      "rank 0 to register")
+        time.sleep(1.5)   # rank 0 waits in step 0 for slot 1, and (after it) slot 2
+        w1 = worker(1)
+        self.assertEqual(w0.wait(60), 0, w0.log_text())
+        self.assertEqual(w1.wait(60), 0, w1.log_text())
+        out = w0.p.stdout.read().decode()
+        self.assertEqual(json.loads(out.strip().splitlines()[-1])["params_sha256"], want, out)
+        j = self.finished("late")
+        self.assertEqual(j["slot_owners"][2], j["slot_owners"][0])
+        self.assertGreaterEqual(j["roster"], 1)
 
     def test_stopped_past_its_lease(self):
         step = self.rng.randrange(5, STEPS // 3)

@@ -106,11 +106,11 @@ static ts_status catch_up(struct tessera *t, uint64_t from, float *const *params
 static ts_status rejoin(struct tessera *t, uint64_t from, float *const *params, uint64_t *at,
                         struct ts_err *err)
 {
-    unsigned reg = t->ms ? ts_membership_registrations(t->ms) : 0;
+    unsigned reg = ts_membership_registrations(t->ms);   /* elastic: never local */
     ts_status st = catch_up(t, from, params, at, err);
 
     t->registrations_seen = reg;   /* registered again meanwhile: the next recovery sees it */
-    return st || !t->ms ? st : ts_membership_caught_up(t->ms, reg, err);
+    return st ? st : ts_membership_caught_up(t->ms, reg, err);
 }
 
 ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *params,

@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool members_printable(const char *s)
+/* Printable characters, no spaces. */
+static bool printable(const char *s)
 {
     for (; *s; s++)
         if (!isgraph((unsigned char)*s))
@@ -24,7 +25,7 @@ ts_status members_check_addr(const char *field, const char *a, bool need_port, s
     if (strlen(a) > TS_MEMBERS_MAX_ADDR)
         return ts_err_set(err, TS_EINVAL, "%s: %zu bytes, at most %d", field, strlen(a),
                           TS_MEMBERS_MAX_ADDR);
-    if (!members_printable(a))
+    if (!printable(a))
         return ts_err_set(err, TS_EINVAL, "%s: must be printable with no spaces", field);
     if (!need_port)
         return TS_OK;
@@ -71,7 +72,7 @@ ts_status members_check_endpoints(const struct ts_endpoint *ep, size_t n, struct
         return ts_err_set(err, TS_EINVAL, "data_planes: %zu endpoints, at most %d", n,
                           TS_MEMBERS_MAX_ENDPOINTS);
     for (size_t i = 0; i < n; i++) {
-        if (!ep[i].transport[0] || !members_printable(ep[i].transport))
+        if (!ep[i].transport[0] || !printable(ep[i].transport))
             return ts_err_set(err, TS_EINVAL, "data_planes[%zu].transport: a name like tcp or "
                               "shm is required", i);
         if (!ep[i].len || ep[i].len > TS_MEMBERS_MAX_BLOB)

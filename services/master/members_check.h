@@ -10,8 +10,6 @@
 
 #include "members.h"
 
-/* Printable characters, no spaces. */
-bool members_printable(const char *s);
 /* An address in `field`: required, at most TS_MEMBERS_MAX_ADDR bytes, printable; with
  * need_port, host:port with a port of 1..65535. */
 ts_status members_check_addr(const char *field, const char *a, bool need_port,

@@ -147,22 +147,33 @@ static struct job_seat *alive_seat(struct job *jb, uint32_t worker, uint32_t ran
     return NULL;
 }
 
+/* Worker's seat in this job, alive or not; NULL if none (worker 0: none). mu held. */
+static struct job_seat *seat_in(struct job *jb, uint32_t worker)
+{
+    for (size_t k = 0; worker && k < jb->nseats; k++)
+        if (jb->seats[k].worker == worker)
+            return &jb->seats[k];
+    return NULL;
+}
+
+/* Alive and caught up: it may own slots (struct job_seat). */
+static bool ready(const struct job_seat *s)
+{
+    return s && s->state == SEAT_ALIVE && !s->waiting;
+}
+
 static bool seat_dead(struct job *jb, uint32_t worker)
 {
-    for (size_t k = 0; k < jb->nseats; k++)
-        if (jb->seats[k].worker == worker)
-            return jb->seats[k].state == SEAT_DEAD;
-    return false;
+    struct job_seat *s = seat_in(jb, worker);
+
+    return s && s->state == SEAT_DEAD;
 }
 
 /* Whether a live seat that caught up holds slot k (mu held): a worker that comes for rank k
  * then waits until it caught up too (jobs_ready). */
 static bool held(struct job *jb, uint32_t k)
 {
-    for (size_t s = 0; jb->owners[k] && s < jb->nseats; s++)
-        if (jb->seats[s].worker == jb->owners[k])
-            return jb->seats[s].state == SEAT_ALIVE && !jb->seats[s].waiting;
-    return false;
+    return ready(seat_in(jb, jb->owners[k]));
 }
 
 /* Whether slot k belongs to a rank the run did not start with, and every rank it started with
@@ -188,7 +199,7 @@ static bool late(struct job *jb, uint32_t k)
 static bool any_ready(struct job *jb)
 {
     for (size_t s = 0; s < jb->nseats; s++)
-        if (jb->seats[s].state == SEAT_ALIVE && !jb->seats[s].waiting)
+        if (ready(&jb->seats[s]))
             return true;
     return false;
 }

@@ -272,13 +272,13 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                jb->reason[0] ? jb->reason : jb->fingerprint);
         if (jb->rolling_back)
             printf("       rolling back to its last snapshot now\n");
-        if (jb->adopted || (jb->start_workers && jb->start_workers < jb->workers)) {
-            /* elastic (docs/elastic.md): who computes which slot */
-            if (jb->start_workers < jb->workers)
-                printf("       started with %u of %u workers; ", jb->start_workers,
-                       jb->workers);
-            else
-                printf("       ");
+        /* elastic (docs/elastic.md): who computes which slot; a master from before
+         * start_workers says 0 */
+        bool narrow = jb->start_workers && jb->start_workers < jb->workers;
+        if (jb->adopted || narrow) {
+            printf("       ");
+            if (narrow)
+                printf("started with %u of %u workers; ", jb->start_workers, jb->workers);
             printf("%u slot%s taken over after deaths; slots now:", jb->adopted,
                    jb->adopted == 1 ? "" : "s");
             for (size_t k = 0; k < jb->n_slot_owners && k < 16; k++)

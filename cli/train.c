@@ -159,52 +159,69 @@ static bool respawning(const int64_t *due, int nw)
     return false;
 }
 
+/* Job t->job as the master at master lists it (NULL: not listed, or *cs NULL and err set:
+ * the master did not answer). The caller frees *cs. */
+static const Tessera__V1__JobInfo *job_at(const struct train_cli *t, const char *master,
+                                          Tessera__V1__ClusterStatusResponse **cs,
+                                          struct ts_err *err)
+{
+    struct ts_master *m = NULL;
+
+    *cs = NULL;
+    if (!ts_master_open(master, &m, err) && ts_master_status(m, 5000, cs, err))
+        *cs = NULL;
+    ts_master_close(m);
+    for (size_t i = 0; *cs && i < (*cs)->n_jobs; i++)
+        if (!strcmp((*cs)->jobs[i]->id, t->job))
+            return (*cs)->jobs[i];
+    return NULL;
+}
+
 /* --join: the job must be running, or the new worker would start a run of its own and wait
  * for ranks that never come. */
 static int check_running(const struct train_cli *t, const char *master)
 {
-    Tessera__V1__ClusterStatusResponse *cs = NULL;
-    struct ts_master *m = NULL;
+    Tessera__V1__ClusterStatusResponse *cs;
     struct ts_err err = { 0 };
-    int rc = 1;
+    const Tessera__V1__JobInfo *j = job_at(t, master, &cs, &err);
+    int rc = !j || j->state != TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING;
 
-    if (ts_master_open(master, &m, &err) || ts_master_status(m, 5000, &cs, &err)) {
+    if (!cs)
         fprintf(stderr, "tessera train: --join: %s\n", err.msg);
-    } else {
-        for (size_t i = 0; i < cs->n_jobs && rc; i++)
-            rc = strcmp(cs->jobs[i]->id, t->job) ||
-                 cs->jobs[i]->state != TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING;
-        if (rc)
-            fprintf(stderr, "tessera train: --join %d: job '%s' is not running at %s "
-                    "(tessera status lists the jobs); start it first\n", t->join, t->job,
-                    master);
+    else if (rc)
+        fprintf(stderr, "tessera train: --join %d: job '%s' is not running at %s (tessera "
+                "status lists the jobs); start it first\n", t->join, t->job, master);
+    if (cs)
         tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
-    }
-    ts_master_close(m);
     return rc;
 }
 
 /* Rank 0 died and did not come back: the job's fingerprint as its workers told the master. */
 static void print_job_fingerprint(const struct train_cli *t, const char *master)
 {
-    Tessera__V1__ClusterStatusResponse *cs = NULL;
-    struct ts_master *m = NULL;
+    Tessera__V1__ClusterStatusResponse *cs;
     struct ts_err err = { 0 };
+    const Tessera__V1__JobInfo *j = job_at(t, master, &cs, &err);
 
-    if (ts_master_open(master, &m, &err) || ts_master_status(m, 5000, &cs, &err)) {
+    if (!cs) {
         fprintf(stderr, "tessera train: the job's fingerprint: %s\n", err.msg);
-    } else {
-        for (size_t i = 0; i < cs->n_jobs; i++)
-            if (!strcmp(cs->jobs[i]->id, t->job) && cs->jobs[i]->fingerprint[0]) {
-                printf("params_sha256 %s (the job's, as its workers told the master: worker 0 "
-                       "died)\n", cs->jobs[i]->fingerprint);
-                if (t->json)
-                    printf("{\"params_sha256\":\"%s\",\"job\":\"%s\"}\n",
-                           cs->jobs[i]->fingerprint, t->job);
-            }
-        tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+    } else if (j && j->fingerprint[0]) {
+        printf("params_sha256 %s (the job's, as its workers told the master: worker 0 died)\n",
+               j->fingerprint);
+        if (t->json)
+            printf("{\"params_sha256\":\"%s\",\"job\":\"%s\"}\n", j->fingerprint, t->job);
     }
-    ts_master_close(m);
+    if (cs)
+        tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+}
+
+/* Where rank's worker writes: NULL for this terminal (rank 0, or the one rank of --join),
+ * else its log in dir, formatted into buf. */
+static const char *log_of(const struct train_cli *t, const char *dir, int rank, char *buf,
+                          size_t n)
+{
+    snprintf(buf, n, "%s/worker-%d.log", dir, rank);
+    return rank == 0 || t->join >= 0 ? NULL : buf;
 }
 
 int run_training(const struct train_cli *in, const char *master)
@@ -240,9 +257,8 @@ int run_training(const struct train_cli *in, const char *master)
     }
     fflush(stdout);
     for (int r = 0; r < nw; r++) {
-        snprintf(log, sizeof(log), "%s/worker-%d.log", dir, first + r);
         pids[r] = spawn_worker(t, bin, t->local ? "local" : master, first + r, 0,
-                               first + r && t->join < 0 ? log : NULL);
+                               log_of(t, dir, first + r, log, sizeof(log)));
         if (pids[r] < 0) { /* could not fork: stop the ranks already started */
             for (int k = 0; k < r; k++) {
                 kill(pids[k], SIGTERM);
@@ -265,11 +281,10 @@ int run_training(const struct train_cli *in, const char *master)
         for (int r = 0; r < nw; r++)
             if (due[r] && ts_now_ms() >= due[r]) {
                 due[r] = 0;
-                snprintf(log, sizeof(log), "%s/worker-%d.log", dir, first + r);
                 fprintf(stderr, "tessera train: starting worker %d again (restart %d)\n",
                         first + r, ++restarts[r]);
                 if ((pids[r] = spawn_worker(t, bin, master, first + r, restarts[r],
-                                            first + r && t->join < 0 ? log : NULL)) > 0) {
+                                            log_of(t, dir, first + r, log, sizeof(log)))) > 0) {
                     left++;
                     lost0 &= first + r != 0;
                 }
@@ -306,16 +321,15 @@ int run_training(const struct train_cli *in, const char *master)
         }
     }
     if (failed >= 0) {
-        report_failure(dir, first + failed, first + failed == 0 || t->join >= 0,
+        report_failure(dir, first + failed, !log_of(t, dir, first + failed, log, sizeof(log)),
                        failed_status);
         return rc;
     }
     if (lost0 && !rc)
         print_job_fingerprint(t, master);
-    for (int r = 0; r < nw; r++) { /* a run that worked leaves nothing behind */
-        snprintf(log, sizeof(log), "%s/worker-%d.log", dir, first + r);
-        unlink(log);
-    }
+    for (int r = 0; r < nw; r++) /* a run that worked leaves nothing behind */
+        if (log_of(t, dir, first + r, log, sizeof(log)))
+            unlink(log);
     rmdir(dir);
     return rc;
 }

@@ -230,8 +230,6 @@ int cmd_verify_replicas(int argc, char **argv)
             memset(&err, 0, sizeof(err));
             continue;
         }
-        if (!st && got[i]->unreplicated)   /* ssp, asp: one copy each, whatever the map */
-            want = 1;
         for (size_t k = 0; !st && k < got[i]->n_partitions; k++) {
             struct part *p = part_of(&parts, &nparts, &cap, got[i]->partitions[k]);
             struct copy *c = p ? realloc(p->copies, (p->n + 1) * sizeof(*c)) : NULL;

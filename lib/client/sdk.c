@@ -128,7 +128,7 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
     t->registrations_seen = ts_membership_registrations(t->ms);
     snprintf(t->want_transport, sizeof(t->want_transport), "%s", o->transport ? o->transport : "");
     t->delay_ms = o->delay_ms;
-    return sdk_connect_shards(t, o->transport, o->delay_ms, err);
+    return sdk_start_over(t, sdk_connect_shards(t, o->transport, o->delay_ms, err), err);
 }
 
 int tessera_connect(const struct tessera_options *o, tessera **out, struct tessera_error *e)
@@ -250,6 +250,7 @@ ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot, stru
 static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
                                  Tessera__V1__RegisterTensorRequest *req, struct ts_err *err)
 {
+    uint64_t epoch = ts_cluster_epoch(t->cl);
     uint32_t seen = 0;
     ts_status st = TS_OK;
 
@@ -260,8 +261,15 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
                              &req->base, &req->map_epoch,
                              &tessera__v1__register_tensor_response__descriptor,
                              (ProtobufCMessage **)&r, err);
-        if (st)
+        /* Another shard's newer map dropped this one (the call refreshed it): retry. */
+        if (st == TS_ENOTFOUND && ts_cluster_epoch(t->cl) != epoch) {
+            err->code = st = TS_ESTALE;
+            ts_err_prefix(err, "tensor '%s'", x->name);
+        }
+        if (st) {
+            sdk_note_broken(t, i, st);
             break;
+        }
         for (size_t k = 0; k < r->n_partitions; k++)
             if (r->partitions[k] < x->nparts) {
                 x->owner[r->partitions[k]] = (uint32_t)i;
@@ -286,7 +294,9 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
 }
 
 /* register_remote, again under the newest map while the map moves under it (a shard died,
- * or joined the ring: the shards answer under different maps for a moment). */
+ * or joined the ring: the shards answer under different maps for a moment). A shard that
+ * does not answer is reported and the registration waits for the map without it, as a step
+ * does (sdk_failover): a shard may die while workers start. */
 static ts_status register_settled(struct tessera *t, struct sdk_tensor *x,
                                   Tessera__V1__RegisterTensorRequest *req, struct ts_err *err)
 {
@@ -295,10 +305,17 @@ static ts_status register_settled(struct tessera *t, struct sdk_tensor *x,
     for (int k = 0; ; k++) {
         memset(x->owner, 0, x->nparts * sizeof(*x->owner));
         st = register_remote(t, x, req, err);
-        if (st != TS_ESTALE || k == REGISTER_TRIES || !sdk_can_fail_over(t))
+        if ((st != TS_ESTALE && st != TS_EUNAVAIL) || k == REGISTER_TRIES ||
+            !sdk_can_fail_over(t))
             return st;
-        ts_log(TS_INFO, "sdk", "%s; again under the newest map", err->msg);
+        ts_log(st == TS_ESTALE ? TS_INFO : TS_WARN, "sdk", "registering tensor '%s': %s; again under the "
+               "newest map", x->name, err->msg);
         memset(err, 0, sizeof(*err));
+        if (st == TS_EUNAVAIL) {
+            if ((st = sdk_failover(t, err)))
+                return st;
+            continue;
+        }
         ts_sleep_ms(REGISTER_PAUSE_MS);
         if ((st = sdk_remap(t, err)))
             return st;

@@ -25,6 +25,7 @@
 #define MAP_WAIT_MIN_MS 30000   /* a lease or two, and the heartbeat that tells the master */
 #define MAP_POLL_MS 100
 #define ROLLBACK_WAIT_MIN_MS 120000   /* detection, then every shard reads the snapshot */
+#define START_TRIES 5                 /* sdk_start_over: shards dying one after another */
 
 bool sdk_can_fail_over(struct tessera *t)
 {
@@ -76,6 +77,15 @@ static ts_status reconnect(struct tessera *t, struct ts_err *err)
     return TS_OK;
 }
 
+/* reconnect() once the connections carried a HELLO; before (a registration), connects. */
+static ts_status connect_again(struct tessera *t, bool hello, struct ts_err *err)
+{
+    if (hello)
+        return reconnect(t, err);
+    return sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL, t->delay_ms,
+                              err);
+}
+
 ts_status sdk_remap(struct tessera *t, struct ts_err *err)
 {
     bool hello = t->hello_done;
@@ -84,16 +94,14 @@ ts_status sdk_remap(struct tessera *t, struct ts_err *err)
     sdk_close_shards(t);
     if ((st = ts_cluster_refresh(t->cl, err)))
         return st;
-    if (hello)
-        return reconnect(t, err);
-    return sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL, t->delay_ms,
-                              err);
+    return connect_again(t, hello, err);
 }
 
 ts_status sdk_failover(struct tessera *t, struct ts_err *err)
 {
     uint64_t old = ts_cluster_epoch(t->cl);
     enum ts_report said = TS_REPORT_UNHEARD;
+    bool hello = t->hello_done;
     char who[64];
     ts_status st;
 
@@ -111,12 +119,24 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
         ts_sleep_ms(MAP_POLL_MS);
     else if ((st = await_map(t, old, err)))
         return st;
-    if ((st = reconnect(t, err)))
+    if ((st = connect_again(t, hello, err)))
         return st;
     t->failovers++;
     ts_log(TS_WARN, "sdk", "failed over: shard map epoch %" PRIu64 " -> %" PRIu64 ", %zu "
-           "shards; the step is sent again", old, ts_cluster_epoch(t->cl), t->nshards);
+           "shards; what the lost connection carried is sent again", old,
+           ts_cluster_epoch(t->cl), t->nshards);
     return TS_OK;
+}
+
+ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err)
+{
+    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ECORRUPT) && t->broken &&
+                    sdk_can_fail_over(t) && k < START_TRIES; k++) {
+        ts_log(TS_WARN, "sdk", "%s; waiting for the map without that shard", err->msg);
+        memset(err, 0, sizeof(*err));
+        st = sdk_failover(t, err);
+    }
+    return st;
 }
 
 /* The job as the master lists it; NULL if it does not (cs is the caller's). */

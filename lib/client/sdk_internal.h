@@ -153,11 +153,15 @@ ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot,
  * a follower takes over (docs/replication.md); without, the partitions of the dead shard are
  * lost, and the step ends in a rollback (sdk_rollback) or fails saying why. */
 bool sdk_can_fail_over(struct tessera *t);
-/* After a broken shard connection: waits for the master's map to change (the dead shard
- * dropped, a follower promoted), connects to the shards of the new map, and redoes what a
- * connection carried (HELLO, owners, shared regions). The caller then sends the step again
- * with t->retrying set. */
+/* After a broken shard connection (t->broken): waits for the master's map to change (the
+ * dead shard dropped, a follower promoted), connects to the shards of the new map, and
+ * redoes what a connection carried (HELLO, owners, shared regions). The caller then sends
+ * the step again with t->retrying set, or the registration again. */
 ts_status sdk_failover(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
+/* A call made while the worker starts (connecting, sharing a region) ended with st: if a
+ * shard connection broke, sdk_failover, as often as shards keep dying (a few times); the
+ * call's work is redone by it. Returns st, or what the failover ended with. */
+ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err) TS_MUST_CHECK;
 /* Connects again under the newest map, at once (a registration the map moved under): HELLO
  * and the tensors' heads again if the connections had them. */
 ts_status sdk_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;

@@ -185,9 +185,13 @@ static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id, str
 
         if (!holds(x, s) || !ts_tp_can_share(c))
             continue;
-        if ((st = ts_tp_send_fd(c, x->grad.fd, err)) || (st = ts_frame_send(c, &h, NULL, 0, err)))
+        if ((st = ts_tp_send_fd(c, x->grad.fd, err)) ||
+            (st = ts_frame_send(c, &h, NULL, 0, err))) {
+            sdk_note_broken(t, s, st);
             return st;
+        }
         st = sdk_read_reply(t, s, TS_FRAME_ACK, (uint32_t)id, 0, NULL, 0, NULL, &e);
+        sdk_note_broken(t, s, st);
         if (st == TS_EUNAVAIL || st == TS_ECORRUPT || st == TS_ETIMEDOUT)
             return ts_err_set(err, st, "tensor '%s': sharing its gradient: %s", x->name, e.msg);
         if (st)
@@ -202,6 +206,7 @@ int tessera_buffers(tessera *t, int id, const float **params, void **grad,
 {
     struct ts_err err = { 0 };
     struct sdk_tensor *x;
+    ts_status st;
 
     if (id < 0 || id >= t->ntensors) {
         ts_err_set(&err, TS_EINVAL, "tensor id %d is not registered (%d tensors)", id,
@@ -211,7 +216,9 @@ int tessera_buffers(tessera *t, int id, const float **params, void **grad,
     x = t->tensors[id];
     if (params && !x->view && view_alloc(x, &err))
         return sdk_fail(e, &err);
-    if (grad && !x->grad.base && grad_alloc(t, x, id, &err))
+    /* A shard that died as the region was shared: connecting again shares it again. */
+    if (grad && !x->grad.base && (st = grad_alloc(t, x, id, &err)) &&
+        (!x->grad.base || sdk_start_over(t, st, &err)))
         return sdk_fail(e, &err);
     if (params)
         *params = x->view;

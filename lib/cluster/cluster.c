@@ -290,16 +290,6 @@ size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t part
     return n;
 }
 
-uint32_t ts_cluster_future_head(struct ts_cluster *cl, const char *tensor, uint32_t partition)
-{
-    uint32_t id;
-
-    pthread_mutex_lock(&cl->mu);
-    id = ts_ring_lookup(cl->full ? cl->full : cl->ring, tensor, partition);
-    pthread_mutex_unlock(&cl->mu);
-    return id;
-}
-
 bool ts_cluster_is_joining(struct ts_cluster *cl, uint32_t id)
 {
     bool joining = false;

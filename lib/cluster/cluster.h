@@ -154,9 +154,6 @@ ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t 
  * are on the ring, the rest joining. */
 size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t partition,
                         uint32_t out[TS_MAX_CHAIN], size_t *on_ring);
-/* The head (tensor, partition) will have once the joining shards are on the ring (the head
- * now if none joins); 0 with no shards. */
-uint32_t ts_cluster_future_head(struct ts_cluster *cl, const char *tensor, uint32_t partition);
 /* Whether shard id is joining in the cached map. */
 bool ts_cluster_is_joining(struct ts_cluster *cl, uint32_t id);
 /* The ids of the cached map's joining shards (at most max); returns how many. */

@@ -483,8 +483,9 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
                           "partition's is %u): continue from the snapshot's step", in->step,
                           p->tensor_id, p->index, in->gen, have);
     }
-    if (in->retry && !async_mode(p->job) && in->rank < p->job->workers &&
-        (in->step < p->version || (in->step == p->version && p->pushed[in->rank]))) {
+    if (in->retry && in->rank < p->job->workers &&
+        (async_mode(p->job) ? in->step < p->clock[in->rank] :
+         in->step < p->version || (in->step == p->version && p->pushed[in->rank]))) {
         pthread_mutex_unlock(&p->mu);   /* a duplicate: it was counted before the failover */
         return TS_OK;
     }

@@ -100,8 +100,9 @@ struct ts_push {
     int scale_exp;              /* -126..127 */
     const void *payload;
     size_t bytes;
-    /* Sent again after a failover (docs/replication.md): in BSP and REDUCE, a step already
-     * applied, or already pushed by this rank, is a duplicate, acknowledged and not added. */
+    /* Sent again after a failover (docs/replication.md): a step already applied, or already
+     * pushed by this rank (BSP, REDUCE), or below the rank's clock (SSP, ASP), is a
+     * duplicate, acknowledged and not added. */
     bool retry;
     /* The job's rollbacks the sender knows of: a push made before the partition went back to
      * a snapshot (ts_part_rollback) is refused with TS_EROLLBACK, nothing changed. */
@@ -183,26 +184,27 @@ ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, uint32_t
                        struct ts_err *err) TS_MUST_CHECK;
 
 /* Replication (docs/replication.md): a chain of shards holds each partition; the head takes
- * the pushes and sends its state down the chain after each update, and a pull may see an
- * update only once the chain's tail holds it. BSP and REDUCE only (TS_EINVAL otherwise).
+ * the pushes and sends its state down the chain after each update. In BSP and REDUCE a pull
+ * may see an update only once the chain's tail holds it; in SSP and ASP, whose pulls read
+ * whatever is applied, the push is acknowledged only then.
  *
  * An image is the partition's whole state at one version: the version, the values, the
- * optimizer state, the count of skipped steps, each rank's overflow not yet reported, and the
- * job's rollbacks the state comes after (its generation: a follower that went back to a
- * snapshot since refuses an image taken before, TS_EROLLBACK). It
- * is meant for a peer running the same build (host byte order, no conversion). Its header is
- * TS_PART_IMAGE_HDR bytes; the len float values follow it. */
+ * optimizer state, the count of skipped steps, each rank's overflow not yet reported, each
+ * rank's clock (SSP, ASP), and the job's rollbacks the state comes after (its generation: a
+ * follower that went back to a snapshot since refuses an image taken before, TS_EROLLBACK).
+ * It is meant for a peer running the same build (host byte order, no conversion). Its header
+ * is TS_PART_IMAGE_HDR bytes; the len float values follow it. */
 #define TS_PART_IMAGE_HDR 72
 size_t ts_part_image_bytes(const struct ts_part *p);
 /* Copies the image at the current version into buf (cap >= ts_part_image_bytes), under the
- * lock; *version receives its version. Any mode (SSP and ASP images serve digests only: their
- * ranks' clocks are not in it, and only bsp and reduce ones load). */
+ * lock; *version receives its version. */
 ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *version,
                         struct ts_err *err) TS_MUST_CHECK;
 /* The image at the current version without copying the values and state: pieces[0..4) are
  * the header, the values and the state in place, and the overflow flags, the header and
  * flags written to small (TS_PART_IMAGE_SMALL bytes, the caller's), ts_part_image's bytes
- * once joined. BSP and REDUCE only (TS_EINVAL otherwise), and only between the update that
+ * once joined. BSP and REDUCE only (TS_EINVAL otherwise: SSP and ASP change the values
+ * under it, so their image is copied with ts_part_image), and only between the update that
  * made the version and its ts_part_publish, while the partition holds it: no rank can pull
  * that version yet, so none can push the next step, and the values stay as they are. */
 #define TS_PART_IMAGE_SMALL (TS_PART_IMAGE_HDR + TS_JOB_MAX_WORKERS)
@@ -211,8 +213,10 @@ ts_status ts_part_image_pieces(struct ts_part *p, void *small, struct iovec piec
 /* Makes p hold the image buf[0..n) (TS_EROLLBACK, nothing changed, for an image of another
  * generation than p's: taken before p's job went back to a snapshot). TS_EINVAL (naming the
  * field) for an image of a different partition, mode, worker count or optimizer, or of the
- * wrong size; TS_ESTATE if the image is older than p (a chain never goes back); in all these
- * cases nothing changes. The same version again is accepted (a resend). Pushes p had taken
+ * wrong size; TS_ESTATE if the image is older than p (a chain never goes back), except in SSP
+ * and ASP, where the images of pushes applied one after another may overtake each other and
+ * an older one is accepted as it is already held (TS_OK, nothing loaded); in all these cases
+ * nothing changes. The same version again is accepted (a resend). Pushes p had taken
  * for its current step are dropped: a follower takes none, and a head that fails over starts
  * the step afresh, every rank pushing it again. The image's version is visible at once;
  * pullers wake up. */
@@ -220,8 +224,10 @@ ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n,
                              struct ts_err *err) TS_MUST_CHECK;
 /* With hold on, an update applied by a push is not visible to pulls (they wait) until
  * ts_part_publish(p, v) with v at least its version: the chain holds it. Turning hold off
- * makes every applied version visible. */
-ts_status ts_part_hold(struct ts_part *p, bool on, struct ts_err *err) TS_MUST_CHECK;
+ * makes every applied version visible. In SSP and ASP pulls never wait for it (their bound
+ * is on clocks, not versions); the hold then only records what the chain holds, which a
+ * demoted head goes back to (ts_part_set_head). */
+void ts_part_hold(struct ts_part *p, bool on);
 void ts_part_publish(struct ts_part *p, uint64_t version);
 /* Whether hold is on. */
 bool ts_part_holding(struct ts_part *p);

@@ -1,16 +1,16 @@
 /* replica.c - a partition's image for chain replication, and the hold on what pulls may see
  * (part.h, "Replication"; docs/replication.md).
  *
- * The image is a fixed header, then the values, the optimizer state and one overflow byte
- * per rank. The header names the partition (tensor, index, offset, length) and the job's
- * shape (mode, workers, state floats), so that a follower loads only an image of its own
- * partition. */
+ * The image is a fixed header, then the values, the optimizer state, one overflow byte per
+ * rank and, in SSP and ASP, each rank's clock (8 bytes each). The header names the partition
+ * (tensor, index, offset, length) and the job's shape (mode, workers, state floats), so that
+ * a follower loads only an image of its own partition. */
 #include <inttypes.h>
 #include <string.h>
 
 #include "part_internal.h"
 
-#define IMAGE_MAGIC "TSPIMG1"
+#define IMAGE_MAGIC "TSPIMG2"   /* 2: the clocks of SSP and ASP */
 
 struct image_hdr {
     char magic[8];
@@ -24,30 +24,22 @@ struct image_hdr {
 
 _Static_assert(sizeof(struct image_hdr) == TS_PART_IMAGE_HDR, "part.h documents the header");
 
-static bool replicable(const struct ts_part *p)
-{
-    return p->job->mode == TS_MODE_BSP || p->job->mode == TS_MODE_REDUCE;
-}
-
 /* REDUCE keeps no optimizer state on the shard (the workers apply the update). */
 static uint64_t state_floats(const struct ts_part *p)
 {
     return p->job->mode == TS_MODE_REDUCE ? 0 : ts_optim_state_len(p->job->optim.kind) * p->len;
 }
 
-static ts_status check_mode(const struct ts_part *p, struct ts_err *err)
+/* The bytes of each rank's clock: SSP and ASP keep one. */
+static size_t clock_bytes(const struct ts_part *p)
 {
-    if (!replicable(p))
-        return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: mode %s is not replicated "
-                          "(bsp and reduce are)", p->tensor_id, p->index,
-                          ts_mode_name(p->job->mode));
-    return TS_OK;
+    return async_mode(p->job) ? p->job->workers * sizeof(uint64_t) : 0;
 }
 
 size_t ts_part_image_bytes(const struct ts_part *p)
 {
     return sizeof(struct image_hdr) + (p->len + state_floats(p)) * sizeof(float) +
-           p->job->workers;
+           p->job->workers + clock_bytes(p);
 }
 
 /* The header of p's image at its current version. Called with mu held. */
@@ -79,6 +71,8 @@ ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *vers
     memcpy(at, p->state, h.state_floats * sizeof(float));
     at += h.state_floats * sizeof(float);
     memcpy(at, p->overflow, p->job->workers);
+    at += p->job->workers;
+    memcpy(at, p->clock, clock_bytes(p));
     pthread_mutex_unlock(&p->mu);
     return TS_OK;
 }
@@ -88,10 +82,11 @@ ts_status ts_part_image_pieces(struct ts_part *p, void *small, struct iovec piec
 {
     struct image_hdr h;
     char *flags = (char *)small + sizeof(h);
-    ts_status st;
 
-    if ((st = check_mode(p, err)))
-        return st;
+    if (async_mode(p->job))
+        return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: mode %s updates the values "
+                          "under a reader; take the image with ts_part_image", p->tensor_id,
+                          p->index, ts_mode_name(p->job->mode));
     pthread_mutex_lock(&p->mu);
     h = header_now(p);
     *version = h.version;
@@ -135,8 +130,6 @@ ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struc
     const char *at = (const char *)buf + sizeof(h);
     ts_status st;
 
-    if ((st = check_mode(p, err)))
-        return st;
     if (n < sizeof(h))
         return ts_err_set(err, TS_EINVAL, "image: %zu bytes, shorter than its header", n);
     memcpy(&h, buf, sizeof(h));
@@ -153,6 +146,10 @@ ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struc
     if (h.version < (p->moved && p->hold ? p->visible : p->version)) {
         uint64_t have = p->version;
         pthread_mutex_unlock(&p->mu);
+        /* SSP and ASP: images of pushes applied one after another can overtake each other
+         * on their way down; the newer one held here has every update the older one has. */
+        if (async_mode(p->job))
+            return TS_OK;
         return ts_err_set(err, TS_ESTATE, "image: version %" PRIu64 " of tensor %u partition "
                           "%u, older than the %" PRIu64 " held here", h.version, p->tensor_id,
                           p->index, have);
@@ -162,6 +159,8 @@ ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struc
     memcpy(p->state, at, h.state_floats * sizeof(float));
     at += h.state_floats * sizeof(float);
     memcpy(p->overflow, at, p->job->workers);
+    at += p->job->workers;
+    memcpy(p->clock, at, clock_bytes(p));
     p->version = p->visible = h.version;
     p->skipped = h.skipped;
     p->npushed = 0;
@@ -172,18 +171,13 @@ ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struc
     return TS_OK;
 }
 
-ts_status ts_part_hold(struct ts_part *p, bool on, struct ts_err *err)
+void ts_part_hold(struct ts_part *p, bool on)
 {
-    ts_status st;
-
-    if (on && (st = check_mode(p, err)))
-        return st;
     pthread_mutex_lock(&p->mu);
     p->hold = on;
     p->visible = p->version;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    return TS_OK;
 }
 
 bool ts_part_holding(struct ts_part *p)

@@ -198,20 +198,31 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
     return st;
 }
 
-/* After p's update: its image down the chain, then the update is visible to pulls. The
- * values and state go from where they lie (ts_part_image_pieces: they cannot change before
- * the publish): a 64 MiB step with R = 2 took 33.5 ms so, 37.8 ms with the copy
- * (bench_pushpull, bench/README.md). */
+/* After p's update: its image down the chain, then the update is visible to pulls (BSP,
+ * REDUCE) or the push is acknowledged (SSP, ASP: on_push). In BSP and REDUCE the values and
+ * state go from where they lie (ts_part_image_pieces: they cannot change before the
+ * publish): a 64 MiB step with R = 2 took 33.5 ms so, 37.8 ms with the copy (bench_pushpull,
+ * bench/README.md). In SSP and ASP another rank's push may change them meanwhile: a copy,
+ * taken under the partition's lock, goes. */
 static ts_status replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
                            uint32_t next, struct ts_err *err)
 {
+    enum ts_mode mode = dc->job->job.mode;
+    bool copy = mode == TS_MODE_SSP || mode == TS_MODE_ASP;
+    size_t n = ts_part_image_bytes(p);
     struct iovec pieces[4];
     uint64_t version;
     ts_status st;
 
-    if ((st = chain_image_room(&dc->chain, TS_PART_IMAGE_SMALL, err)) ||
-        (st = ts_part_image_pieces(p, dc->chain.image, pieces, &version, err)) ||
-        (st = send_down(dc, h, next, true, version, pieces, 4, err)))
+    if ((st = chain_image_room(&dc->chain, copy ? n : TS_PART_IMAGE_SMALL, err)))
+        return st;
+    if (copy) {
+        st = ts_part_image(p, dc->chain.image, n, &version, err);
+        pieces[0] = (struct iovec){ dc->chain.image, n };
+    } else {
+        st = ts_part_image_pieces(p, dc->chain.image, pieces, &version, err);
+    }
+    if (st || (st = send_down(dc, h, next, true, version, pieces, copy ? 1 : 4, err)))
         return st;
     ts_part_publish(p, version);
     return TS_OK;

@@ -304,15 +304,12 @@ ts_status params_restore_load(void *ctx, float *value, float *state, struct ts_e
     return ts_snap_read_partition(rc->sp->store, rc->m, rc->tm, rc->pm, value, state, err);
 }
 
-ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct ts_job *job,
-                          const char *name, uint32_t p, struct params_place *at,
-                          struct ts_err *err)
+ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const char *name, uint32_t p,
+                          struct params_place *at, struct ts_err *err)
 {
     uint32_t chain[TS_MAX_CHAIN];
     size_t ring = 0, n = ts_cluster_chain(cl, name, p, chain, &ring), k = 0;
 
-    if (n > 1 && !params_replicated(job))
-        n = ring = 1;   /* its head alone holds it */
     if (!n)
         return ts_err_set(err, TS_EUNAVAIL, "no shard is alive (map epoch %" PRIu64 ")",
                           ts_cluster_epoch(cl));
@@ -340,7 +337,7 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
 
     for (uint32_t p = 0; p < t->nparts; p++) {
         struct params_place pl;
-        if ((st = params_place_of(cl, my_id, &sj->job, t->name, p, &pl, err)))
+        if ((st = params_place_of(cl, my_id, t->name, p, &pl, err)))
             return st;
         if (!pl.held || pl.joining)   /* a joining shard's copies are charged as they come */
             continue;
@@ -364,9 +361,8 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
                       users[0] ? users : "nothing");
 }
 
-/* A partition on a chain of more than one shard (bsp and reduce: params_place_of): its image
- * must fit one data-plane frame, and the head holds each update until the chain's tail has it
- * (docs/replication.md). */
+/* A partition on a chain of more than one shard: its image must fit one data-plane frame, and
+ * the head holds each update until the chain's tail has it (docs/replication.md). */
 static ts_status replicable(const struct shard_tensor *t, struct ts_part *p, bool head,
                             struct ts_err *err)
 {
@@ -374,7 +370,9 @@ static ts_status replicable(const struct shard_tensor *t, struct ts_part *p, boo
         return ts_err_set(err, TS_EINVAL, "tensor.partition_bytes: %" PRIu64 "; a replicated "
                           "partition with its optimizer state must fit %u MiB, use smaller "
                           "partitions", t->partition_bytes, TS_FRAME_MAX >> 20);
-    return head ? ts_part_hold(p, true, err) : TS_OK;
+    if (head)
+        ts_part_hold(p, true);
+    return TS_OK;
 }
 
 ts_status params_new_part(struct shard_job *sj, struct shard_tensor *t, uint32_t p,
@@ -440,7 +438,7 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
         ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
     for (uint32_t p = 0; !st && p < t->nparts; p++) {
         struct params_place at;
-        if ((st = params_place_of(cl, my_id, &sj->job, t->name, p, &at, err)) || !at.held)
+        if ((st = params_place_of(cl, my_id, t->name, p, &at, err)) || !at.held)
             continue;
         t->follows[p] = !at.head;
         t->next[p] = at.next;

@@ -275,10 +275,9 @@ struct shard_part_digest {
     uint8_t sha256[32];
 };
 /* Every partition of job on this shard, heads and followers: *out malloc'd (the caller frees
- * it), *n entries; *replicated: whether the job's mode has replicas (bsp, reduce).
- * TS_ENOTFOUND for a job the shard does not hold. */
+ * it), *n entries. TS_ENOTFOUND for a job the shard does not hold. */
 ts_status shard_params_digests(struct shard_params *sp, const char *job,
-                               struct shard_part_digest **out, size_t *n, bool *replicated,
+                               struct shard_part_digest **out, size_t *n,
                                struct ts_err *err) TS_MUST_CHECK;
 
 #endif

@@ -9,7 +9,7 @@
  * life for reading, or mu. */
 struct shard_job *params_find_job(struct shard_params *sp, const char *id);
 
-/* Where this shard stands in partition p's chain under cl's map, for job: whether it holds the
+/* Where this shard stands in partition p's chain under cl's map: whether it holds the
  * partition, whether as the head, and the shard after it (0: none). */
 struct params_place {
     bool held, head;
@@ -20,16 +20,8 @@ struct params_place {
     bool joining;
     size_t joiners;
 };
-ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct ts_job *job,
-                          const char *name, uint32_t p, struct params_place *at,
-                          struct ts_err *err) TS_MUST_CHECK;
-/* Whether the job's partitions have replicas: bsp and reduce (an SSP or ASP job's head alone
- * holds each, whatever the map's replicas; docs/replication.md). */
-static inline bool params_replicated(const struct ts_job *job)
-{
-    return job->mode == TS_MODE_BSP || job->mode == TS_MODE_REDUCE;
-}
-
+ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const char *name, uint32_t p,
+                          struct params_place *at, struct ts_err *err) TS_MUST_CHECK;
 /* Whether joining shard id was given every tensor sj has now (repair.c); mu held. */
 bool params_introduced(const struct shard_job *sj, uint32_t id);
 

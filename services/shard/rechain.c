@@ -54,7 +54,6 @@ static void rechain_part(struct shard_params *sp, struct shard_job *sj, struct s
                          uint32_t p, const struct params_place *at)
 {
     struct ts_part *part = t->parts[p];
-    struct ts_err e = { 0 };
     bool promoted = part && t->follows[p] && at->head;
     uint32_t old_next = t->next[p];
 
@@ -89,10 +88,8 @@ static void rechain_part(struct shard_params *sp, struct shard_job *sj, struct s
     }
     if (!at->head)
         return;
-    if ((promoted || (at->len > 1) != ts_part_holding(part)) &&
-        ts_part_hold(part, at->len > 1, &e))
-        ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: %s", sj->job.id, t->name, p,
-               e.msg);
+    if (promoted || (at->len > 1) != ts_part_holding(part))
+        ts_part_hold(part, at->len > 1);
     sp->promotions += promoted;
     if (promoted)
         ts_log(TS_INFO, "shard", "job %s tensor '%s' partition %u: promoted to head at version "
@@ -118,7 +115,7 @@ void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32
                 struct ts_err e = { 0 };
                 if (stale && t->parts[p])
                     drop(sp, sj, t, p, "this shard joins again: a copy comes from the head");
-                if (!params_place_of(cl, my_id, &sj->job, t->name, p, &at, &e))
+                if (!params_place_of(cl, my_id, t->name, p, &at, &e))
                     rechain_part(sp, sj, t, p, &at);
             }
         }
@@ -180,9 +177,6 @@ uint64_t shard_params_moves(struct shard_params *sp, struct ts_cluster *cl, uint
             for (uint32_t p = 0; t && p < t->nparts; p++) {
                 if (t->held[p] && !t->parts[p] && !t->lost[p])
                     n++;   /* a copy still to come */
-                else if (t->parts[p] && !t->follows[p] && !params_replicated(&sj->job) &&
-                         ts_cluster_future_head(cl, t->name, p) != my_id)
-                    n++;   /* SSP or ASP: no chain brings it to its new head */
             }
         }
     }

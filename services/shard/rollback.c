@@ -22,7 +22,7 @@ static ts_status rollback_part(struct shard_params *sp, struct shard_job *sj,
     ts_status st;
 
     *done = false;
-    if ((st = params_place_of(cl, my_id, &sj->job, t->name, p, &at, err)) || !at.held)
+    if ((st = params_place_of(cl, my_id, t->name, p, &at, err)) || !at.held)
         return st;
     pthread_mutex_lock(&sp->mu);
     t->follows[p] = !at.head;
@@ -37,9 +37,9 @@ static ts_status rollback_part(struct shard_params *sp, struct shard_job *sj,
     if (st)
         return st;
     rc->pm = rc->tm->partitions[p];
-    if ((st = ts_part_rollback(part, step, generation, params_restore_load, rc, err)) ||
-        (st = ts_part_hold(part, at.head && at.len > 1, err)))
+    if ((st = ts_part_rollback(part, step, generation, params_restore_load, rc, err)))
         return st;
+    ts_part_hold(part, at.head && at.len > 1);
     pthread_mutex_lock(&sp->mu);
     t->lost[p] = false;
     pthread_mutex_unlock(&sp->mu);

@@ -208,14 +208,12 @@ static ts_status partition_digests(struct ts_rpc_call *call, const ProtobufCMess
     Tessera__V1__PartitionDigestsResponse *resp = (void *)rs;
     struct shard *s = ts_rpc_ctx(call);
     struct shard_part_digest *d = NULL;
-    bool replicated = true;
     size_t n = 0;
     ts_status st;
 
     if ((st = ts_job_id_check("job", req->job, err)) ||
-        (st = shard_params_digests(&s->params, req->job, &d, &n, &replicated, err)))
+        (st = shard_params_digests(&s->params, req->job, &d, &n, err)))
         return st;
-    resp->unreplicated = !replicated;
     resp->shard_id = s->membership ? ts_membership_id(s->membership) : 0;
     resp->partitions = ts_rpc_alloc(call, (n + 1) * sizeof(*resp->partitions));
     for (size_t i = 0; i < n; i++) {

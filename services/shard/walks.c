@@ -397,8 +397,7 @@ static ts_status digest_one(void *ctx, struct shard_tensor *t, uint32_t index, s
 }
 
 ts_status shard_params_digests(struct shard_params *sp, const char *job,
-                               struct shard_part_digest **out, size_t *n, bool *replicated,
-                               struct ts_err *err)
+                               struct shard_part_digest **out, size_t *n, struct ts_err *err)
 {
     struct digests ds = { 0 };
     struct shard_job *sj;
@@ -409,7 +408,6 @@ ts_status shard_params_digests(struct shard_params *sp, const char *job,
         st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not on this shard", job);
     else
         st = walk(sp, sj, true, digest_one, &ds, err);
-    *replicated = sj && params_replicated(&sj->job);
     pthread_rwlock_unlock(&sp->life);
     if (st) {
         free(ds.d);

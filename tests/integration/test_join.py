@@ -6,7 +6,8 @@ with R = 2 (chains of 2) and with R = 1 (no replicas):
 - a shard started while exact training runs joins: the master lists it joining, the heads
   copy it the partitions it will hold (it is the tail of their chains meanwhile), then a new
   epoch puts it on the ring; the workers send the step in flight to the new heads, and the
-  training ends by itself with the params_sha256 of `tessera train --local`;
+  training ends by itself with the params_sha256 of `tessera train --local`; an ASP job of
+  one worker training beside it moves the same way and ends at the float --local bits;
 - afterwards the new shard heads partitions of the running job and of a job kept idle on the
   cluster, every partition has exactly R copies (the old owners dropped the ones that moved:
   ShardStatus.partitions_dropped, and no shard lists them), and `tessera verify replicas`
@@ -31,9 +32,13 @@ LONG = 300 if tl.SANITIZED else 1200   # steps: long enough to join in the middl
 PART_KB = "64"                          # 19 partitions of the MLP: every shard gets some
 
 
-def local_sha(steps):
-    r = tl.run_cli(["train", "--local", "--steps", str(steps), "--exact", "--partition-kb",
-                    PART_KB, "--json"], timeout=300)
+EXACT = ["--workers", "2", "--exact"]
+ASP = ["--workers", "1", "--mode", "asp"]   # one worker: the bits of the float --local run
+
+
+def local_sha(steps, exact=True):
+    r = tl.run_cli(["train", "--local", "--steps", str(steps), "--partition-kb", PART_KB,
+                    "--json"] + (["--exact"] if exact else []), timeout=300)
     if r.returncode != 0:
         raise AssertionError("tessera train --local exited %d:\n%s" % (r.returncode, r.stderr))
     return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
@@ -55,10 +60,10 @@ class JoinCase(tl.ClusterCase):
     def stub(self, proc):
         return tl.Stub(self.c.channel(proc.addr), shard_pb2, "Shard")
 
-    def train(self, job, steps, wait=True):
+    def train(self, job, steps, wait=True, args=EXACT):
         argv = [os.path.join(tl.BIN, "tessera"), "train", "--master", self.master.addr,
-                "--workers", "2", "--steps", str(steps), "--exact", "--partition-kb", PART_KB,
-                "--keep", "--job", job, "--json"]
+                "--steps", str(steps), "--partition-kb", PART_KB, "--keep", "--job", job,
+                "--json"] + args
         p = self.c.spawn(argv, "train-" + job, stdout_pipe=True)
         if wait:
             return self.finish(p)
@@ -82,6 +87,7 @@ class JoinCase(tl.ClusterCase):
     def test_a_a_shard_joins_while_training_runs(self):
         self.train("idle", 5)           # kept on the shards, not stepping
         p = self.train("run", LONG, wait=False)
+        pa = self.train("run-asp", LONG, wait=False, args=ASP + ["--slow", "0:3"])
         tl.wait_until(lambda: any(j.id == "run" and j.max_version >= LONG // 6
                                   for st in map(self.stub, self.shards)
                                   for j in st.ShardStatus(shard_pb2.ShardStatusRequest(),
@@ -93,6 +99,8 @@ class JoinCase(tl.ClusterCase):
         self.assertEqual(got["params_sha256"], local_sha(LONG))
         # The move happened while it trained: the old heads sent the workers to the new ones.
         self.assertIn("failed over", p.log_text())
+        self.assertEqual(self.finish(pa)["params_sha256"], local_sha(LONG, exact=False))
+        self.assertIn("failed over", pa.log_text(), "the ASP job trained through the move")
 
         procs = self.shards + [new]
         type(self).shards = procs   # test_b goes on from here
@@ -103,7 +111,7 @@ class JoinCase(tl.ClusterCase):
         self.assertGreaterEqual(cs.epoch, epoch + 2, "one epoch to join, one to be on the ring")
         new_id = self.stub(new).ShardStatus(shard_pb2.ShardStatusRequest(),
                                             timeout=tl.RPC_TIMEOUT).shard_id
-        for job, steps in (("run", LONG), ("idle", 5)):
+        for job, steps in (("run", LONG), ("idle", 5), ("run-asp", LONG)):
             def settled():
                 parts = self.copies(job, procs)
                 return parts and all(len(c) == self.REPLICAS for c in parts.values())

@@ -9,8 +9,8 @@ Real processes: a master with --replicas 2 and three shards. Checked:
   they follow, and `tessera verify replicas` exits 1 naming that partition and that shard
   (training stays exact: a follower serves no pull);
 - refusals: `tessera up --replicas` above --shards, the master's --replicas out of range, each
-  naming what to change; an SSP job on a replicated cluster keeps one copy of each partition
-  (not replicated yet), and `tessera verify replicas` expects one;
+  naming what to change; an SSP job of two workers has 2 equal copies of each partition at
+  version 6 (its 6 pushes);
 - a follower killed with SIGKILL while exact training runs (4 shards, R = 2, a shard that
   heads no partition): the heads wait for the map to drop it, send their next image to the
   shard that joined each chain, and training ends by itself with the --local fingerprint;
@@ -23,7 +23,13 @@ Real processes: a master with --replicas 2 and three shards. Checked:
   carry the images (the heads' repair thread);
 - then down to one shard: the chains shrink to it, and training still ends exact;
 - R = 3 on 4 shards: the shard in the middle of the most chains killed the same way; training
-  ends with the --local fingerprint and every partition has 3 equal copies again.
+  ends with the --local fingerprint and every partition has 3 equal copies again;
+- SSP and ASP (3 shards, R = 2): a head killed under an ASP job of one worker, an SSP job of
+  two and an ASP job of two Python workers at once; each ends by itself without a rollback,
+  the first with the float --local fingerprint, the second well trained, the third with every
+  value the sum of every push of both ranks (none lost, none applied twice); then their
+  chains are whole again. Then a shard killed just before workers start: they find it dead
+  as they connect, report it, and train to the --local fingerprint.
 - The lease of those kills is 10 s, longer than a failover may take: each dead shard must be
   dropped from the map because a worker or a chain neighbour reported it (ReportUnreachable)
   and the master found its port closed, which ClusterStatus says as the shard's death;
@@ -172,17 +178,18 @@ class Replicated(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("name one with --job", r.stderr)
 
-    def test_3_refusals_and_unreplicated_modes(self):
-        # SSP keeps one copy per partition on a replicated cluster (not replicated yet).
-        r = tl.run_cli(["train", "--master", self.master.addr, "--workers", "1", "--steps", "3",
+    def test_3_refusals_and_async_modes(self):
+        # SSP is replicated too: 2 equal copies of each partition, clocks and all.
+        r = tl.run_cli(["train", "--master", self.master.addr, "--workers", "2", "--steps", "3",
                         "--mode", "ssp", "--job", "rep-ssp", "--keep", "--json"], timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
         r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", "rep-ssp",
                         "--json"])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         doc = json.loads(r.stdout)
-        self.assertEqual(doc["copies_wanted"], 1)
-        self.assertTrue(all(d["copies"] == 1 for d in doc["details"]), doc)
+        self.assertEqual(doc["copies_wanted"], 2)
+        self.assertTrue(all(d["copies"] == 2 and d["version"] == 6 for d in doc["details"]),
+                        doc)
         r = tl.run_cli(["up", "--shards", "2", "--replicas", "3", "--master-port", "0"])
         self.assertEqual(r.returncode, 2)
         self.assertIn("--replicas 3 needs at least as many shards (--shards 2)", r.stderr)
@@ -382,9 +389,121 @@ class MiddleOfThree(Kills, tl.ClusterCase, unittest.TestCase):
         self.idle_job_whole("probe3")
 
 
+# A rank of an ASP job of two Python workers: one tensor of 64 Ki floats in 16 partitions (so
+# that every shard heads some), SGD with lr 0.5 and batch 1, and at step s the gradient
+# (5 rank + s) % 7 + 1 in every element, a millisecond apart. Every value is a multiple of 0.5
+# far below 2^24, so whatever order the pushes of both ranks come in, once both are done
+# every value must be -0.5 times the sum of every push of both: one lost, or applied twice,
+# shows. After its steps the rank pulls until it sees that (or 60 s pass), and prints what
+# it found.
+PY_ASP = ["/usr/bin/python3", "-c", """
+import json, sys, time
+import numpy as np
+import tessera
+master, job, rank, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+c = tessera.Client(master=master, job=job, rank=rank, workers=2, mode="asp",
+                   optimizer="sgd:lr=0.5", batch=1, keep=True)
+w = c.register("w", 65536, partition_bytes=16384)
+p = np.zeros(65536, np.float32)
+for s in range(steps):
+    c.step(s, [np.full(65536, (5 * rank + s) % 7 + 1, np.float32)], [p])
+    time.sleep(0.001)
+want = np.float32(-0.5 * sum((5 * r + k) % 7 + 1 for r in range(2) for k in range(steps)))
+until = time.time() + 60
+while not np.all(p == want) and time.time() < until:
+    time.sleep(0.05)
+    c.pull(w, steps, p)
+print(json.dumps({"want": float(want), "wrong": int(np.count_nonzero(p != want))}))
+c.close()
+"""]
+
+
+@KILLS
+class AsyncModes(Kills, tl.ClusterCase, unittest.TestCase):
+    """SSP and ASP jobs are replicated too: a push is acknowledged once the chain's tail holds
+    it, with every rank's clock; a head killed with SIGKILL under three such jobs at once,
+    and each ends by itself, without a rollback (the cluster has no snapshot store: a lost
+    partition would end it)."""
+    STEPS = 300 if tl.SANITIZED else 1500
+
+    @classmethod
+    def setUpClass(cls):
+        start_cluster(cls, 3, lease_ms=cls.LEASE_MS, replicas=2)
+
+    def test_a_dead_head_under_ssp_and_asp_jobs(self):
+        steps = str(self.STEPS)
+        train = [os.path.join(tl.BIN, "tessera"), "train", "--master", self.master.addr,
+                 "--steps", steps, "--keep", "--json", "--slow", "0:2"]
+        runs = {"asp1": self.c.spawn(train + ["--job", "asp1", "--workers", "1", "--mode",
+                                              "asp"], "train-asp1", stdout_pipe=True),
+                "ssp2": self.c.spawn(train + ["--job", "ssp2", "--workers", "2", "--mode",
+                                              "ssp", "--staleness", "2"], "train-ssp2",
+                                     stdout_pipe=True)}
+        for r in (0, 1):
+            runs["py%d" % r] = self.c.spawn(PY_ASP + [self.master.addr, "asp-py", str(r),
+                                                      steps], "asp-py-%d" % r, stdout_pipe=True)
+
+        def stepping():
+            for name, p in runs.items():
+                if not p.running():
+                    self.fail("%s exited (%s) before the kill:\n%s" %
+                              (name, p.p.returncode, p.log_text()[-3000:]))
+            return all(max(self.version(i, j) for i in range(3)) >= 100
+                       for j in ("asp1", "asp-py"))
+        tl.wait_until(stepping, 60, "the jobs to step")
+        roles = self.roles("asp-py", range(3))
+        v = max(range(3), key=lambda i: roles[i][0])
+        self.assertGreater(roles[v][0], 0, roles)
+        self.assertGreater(roles[v][1], 0, "every partition has a follower: %s" % roles)
+        os.kill(self.status[v].pid, signal.SIGKILL)
+        docs = {}
+        for name, p in runs.items():
+            self.assertEqual(p.wait(180), 0, p.log_text()[-3000:])
+            docs[name] = json.loads(p.p.stdout.read().decode().strip().splitlines()[-1])
+        # One worker applies its pushes in one order: the bits of the float --local run.
+        self.assertEqual(docs["asp1"]["params_sha256"], local_sha_steps(self.STEPS, False))
+        self.assertGreaterEqual(docs["ssp2"]["test_accuracy"], 0.75)
+        for r in (0, 1):
+            self.assertEqual(docs["py%d" % r]["wrong"], 0, docs["py%d" % r])
+        for j in ("asp1", "ssp2"):
+            self.assertEqual(docs[j]["rollbacks"], 0)
+        tl.log("after the kill: asp1 exact, ssp2 test accuracy %.4f, asp-py every value %g" %
+               (docs["ssp2"]["test_accuracy"], docs["py0"]["want"]))
+        dead = [s for s in tl.cluster_status(self.ch).shards
+                if s.id == self.status[v].shard_id][0]
+        self.assertEqual(dead.state, tl.DEAD)
+        self.assertIn("reported unreachable by", dead.death)
+        alive = [i for i in range(3) if i != v]
+        for j in ("asp1", "ssp2", "asp-py"):
+            self.idle_job_whole(j)
+            after = self.roles(j, alive)
+            self.assertEqual(sum(h for h, f in after.values()),
+                             sum(f for h, f in after.values()), (j, after))
+
+    def test_b_a_shard_dead_as_workers_start(self):
+        """After test_a, 2 shards: one is killed just before training starts, long before its
+        lease runs out. The workers find it dead as they connect, report it and wait for the
+        map without it, as in a step; the training ends with the --local fingerprint."""
+        alive = [i for i in range(3) if tl.pid_alive(self.status[i].pid)]
+        self.assertEqual(len(alive), 2)
+        v = alive[0]
+        os.kill(self.status[v].pid, signal.SIGKILL)
+        doc = train(self.master.addr, "late-start")
+        self.assertEqual(doc["params_sha256"], local_sha_steps(STEPS))
+        dead = [s for s in tl.cluster_status(self.ch).shards
+                if s.id == self.status[v].shard_id][0]
+        self.assertEqual(dead.state, tl.DEAD)
+        self.assertIn("reported unreachable by worker rank", dead.death)
+
+    def version(self, i, job):
+        r = self.stubs[i].ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+        return max([j.max_version for j in r.jobs if j.id == job and j.partitions] or [-1])
+
+
 @functools.lru_cache(maxsize=None)
-def local_sha_steps(steps):
-    r = tl.run_cli(["train", "--local", "--steps", str(steps), "--exact", "--json"], timeout=300)
+def local_sha_steps(steps, exact=True):
+    r = tl.run_cli(["train", "--local", "--steps", str(steps), "--json"] +
+                   (["--exact"] if exact else []), timeout=300)
     if r.returncode != 0:
         raise AssertionError("tessera train --local exited %d:\n%s" % (r.returncode, r.stderr))
     return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]

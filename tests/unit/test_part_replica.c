@@ -1,6 +1,8 @@
 /* test_part_replica.c - lib/ps's replication pieces (part.h, "Replication"): a follower
  * loaded with the head's image after each step holds the head's bits and, promoted, trains
- * on to the same bits; images that do not fit are refused with nothing changed; a held
+ * on to the same bits; images that do not fit are refused with nothing changed; in SSP and
+ * ASP images carry the ranks' clocks, an older image changes nothing and a retried push
+ * counts once; a held
  * update is not pulled until it is published; after a rollback to a snapshot, the partition
  * holds the snapshot at its step, trains on to the bits of a run without the detour, and
  * refuses pushes, pulls and images of before (a pull waiting under the rollback ends). */
@@ -158,7 +160,7 @@ static void bad_images_change_nothing(void **state)
         struct iovec pieces[4];
         memset(&e, 0, sizeof(e));
         assert_int_equal(ts_part_image_pieces(async, small, pieces, &v, &e), TS_EINVAL);
-        assert_non_null(strstr(e.msg, "not replicated"));
+        assert_non_null(strstr(e.msg, "take the image with ts_part_image"));
     }
 
     struct { struct ts_part *to; size_t n; ts_status want; const char *says; } cases[] = {
@@ -167,7 +169,7 @@ static void bad_images_change_nothing(void **state)
         { plain, n, TS_EINVAL, "state_floats" },
         { follower, n - 1, TS_EINVAL, "bytes, want" },
         { follower, 10, TS_EINVAL, "shorter than its header" },
-        { async, n, TS_EINVAL, "not replicated" },
+        { async, n, TS_EINVAL, "this partition's job is ssp" },
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         size_t m = ts_part_image_bytes(cases[k].to);
@@ -175,15 +177,12 @@ static void bad_images_change_nothing(void **state)
         uint64_t vb = 0;
 
         memset(&e, 0, sizeof(e));
-        if (cases[k].to != async)
-            assert_int_equal(ts_part_image(cases[k].to, b, m, &vb, NULL), TS_OK);
+        assert_int_equal(ts_part_image(cases[k].to, b, m, &vb, NULL), TS_OK);
         assert_int_equal(ts_part_load_image(cases[k].to, img, cases[k].n, &e), cases[k].want);
         if (!strstr(e.msg, cases[k].says))
             fail_msg("case %zu: '%s' does not say '%s'", k, e.msg, cases[k].says);
-        if (cases[k].to != async) {
-            assert_int_equal(ts_part_image(cases[k].to, c, m, &vb, NULL), TS_OK);
-            assert_memory_equal(b, c, m);
-        }
+        assert_int_equal(ts_part_image(cases[k].to, c, m, &vb, NULL), TS_OK);
+        assert_memory_equal(b, c, m);
         free(b);
         free(c);
     }
@@ -202,8 +201,6 @@ static void bad_images_change_nothing(void **state)
     assert_non_null(strstr(e.msg, "older than the 3 held here"));
     assert_int_equal(ts_part_image(follower, after, n, &v, NULL), TS_OK);
     assert_memory_equal(before, after, n);
-    memset(&e, 0, sizeof(e));
-    assert_int_equal(ts_part_hold(async, true, &e), TS_EINVAL);
     free(img);
     free(before);
     free(after);
@@ -213,6 +210,72 @@ static void bad_images_change_nothing(void **state)
     ts_part_free(shorter);
     ts_part_free(plain);
     ts_part_free(async);
+}
+
+/* ASP (float) push of rank r at step s to p, flagged as a retry or not. */
+static ts_status async_push(struct ts_part *p, uint32_t r, uint64_t s, bool retry)
+{
+    float g[N];
+    struct ts_push in = { .rank = r, .step = s, .encoding = TS_ENC_RAW, .payload = g,
+                          .bytes = sizeof(g), .retry = retry };
+    bool applied;
+
+    for (int i = 0; i < N; i++)
+        g[i] = (float)((i % 7) - 3) * 1e-3f * (float)(r + 1) + (float)s * 1e-5f;
+    return ts_part_push(p, &in, &applied, NULL);
+}
+
+/* SSP and ASP: every push is an update, and its image carries each rank's clock. Images of
+ * pushes applied one after another may arrive out of order: the older one changes nothing.
+ * The head dies having applied a push the chain never got: on the promoted follower, each
+ * rank sends its last step again flagged as a retry, and the one it holds (a rank's clock
+ * past the step) is acknowledged without being added, the lost one applied. Every push
+ * counts once, in the order of a partition that never failed. */
+static void async_images_carry_clocks_and_retries_apply_once(void **state)
+{
+    struct ts_job j = job(false, "momentum:lr=0.1,momentum=0.9", TS_MODE_ASP);
+    struct ts_part *head = mk(&j, 1, N), *follower = mk(&j, 1, N), *ref = mk(&j, 1, N);
+    size_t n = ts_part_image_bytes(head);
+    char *older = malloc(n), *newer = malloc(n);
+    uint64_t v, lo, hi;
+
+    (void)state;
+    for (uint32_t r = 0; r < W; r++) {   /* step 0 of each rank */
+        assert_int_equal(async_push(head, r, 0, false), TS_OK);
+        assert_int_equal(async_push(ref, r, 0, false), TS_OK);
+    }
+    assert_int_equal(async_push(head, 0, 1, false), TS_OK);
+    assert_int_equal(async_push(ref, 0, 1, false), TS_OK);
+    assert_int_equal(ts_part_image(head, older, n, &v, NULL), TS_OK);
+    assert_int_equal(v, W + 1);
+    assert_int_equal(async_push(head, 1, 1, false), TS_OK);   /* never reaches the chain */
+    assert_int_equal(ts_part_load_image(follower, older, n, NULL), TS_OK);
+    {   /* a newer image, then an older one: the older one is already held */
+        struct ts_part *f2 = mk(&j, 1, N);
+        assert_int_equal(ts_part_image(head, newer, n, &v, NULL), TS_OK);
+        assert_int_equal(ts_part_load_image(f2, newer, n, NULL), TS_OK);
+        assert_int_equal(ts_part_load_image(f2, older, n, NULL), TS_OK);
+        same_bits(head, f2);
+        ts_part_free(f2);
+    }
+    ts_part_free(head);
+    ts_part_steps(follower, &lo, &hi);
+    assert_int_equal(lo, 1);   /* the clocks came with the image: ranks at 2, 1, 1 */
+    assert_int_equal(hi, 2);
+    assert_int_equal(async_push(follower, 0, 1, true), TS_OK);   /* held: a duplicate */
+    assert_int_equal(ts_part_version(follower), W + 1);
+    assert_int_equal(async_push(follower, 1, 1, true), TS_OK);   /* lost with the head */
+    assert_int_equal(async_push(ref, 1, 1, false), TS_OK);
+    assert_int_equal(async_push(follower, 2, 1, false), TS_OK);
+    assert_int_equal(async_push(ref, 2, 1, false), TS_OK);
+    /* Not a retry: a step below the rank's clock is refused, nothing changed. */
+    assert_int_equal(async_push(follower, 2, 0, false), TS_ESTATE);
+    same_bits(follower, ref);
+    assert_int_equal(ts_part_version(follower), 2 * W);
+    free(older);
+    free(newer);
+    ts_part_free(follower);
+    ts_part_free(ref);
 }
 
 /* Held: the applied update waits for its publication, and no further. */
@@ -225,7 +288,7 @@ static void held_updates_wait_for_publish(void **state)
     uint64_t v;
 
     (void)state;
-    assert_int_equal(ts_part_hold(p, true, NULL), TS_OK);
+    ts_part_hold(p, true);
     step(p, 0);
     assert_int_equal(ts_part_version(p), 1);
     assert_int_equal(ts_part_visible(p), 0);
@@ -237,7 +300,7 @@ static void held_updates_wait_for_publish(void **state)
     assert_int_equal(v, 1);
     step(p, 1);
     assert_int_equal(ts_part_visible(p), 1);
-    assert_int_equal(ts_part_hold(p, false, NULL), TS_OK);   /* unheld: all is visible */
+    ts_part_hold(p, false);   /* unheld: all is visible */
     assert_int_equal(ts_part_visible(p), 2);
     assert_int_equal(read_at(p, 2, 30, out, &v, NULL), TS_OK);
     ts_part_free(p);
@@ -362,6 +425,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(follower_takes_over_bit_exact),
         cmocka_unit_test(bad_images_change_nothing),
+        cmocka_unit_test(async_images_carry_clocks_and_retries_apply_once),
         cmocka_unit_test(held_updates_wait_for_publish),
         cmocka_unit_test(rollback_goes_back_and_refuses_what_came_before),
     };

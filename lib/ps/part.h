@@ -222,6 +222,11 @@ ts_status ts_part_image_pieces(struct ts_part *p, void *small, struct iovec piec
  * pullers wake up. */
 ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n,
                              struct ts_err *err) TS_MUST_CHECK;
+/* The same with the values apart (a chain link that maps the sender's values, docs/
+ * replication.md): buf[0..n) is the image without them (the header, then what follows the
+ * values), and values its len floats. */
+ts_status ts_part_load_image_split(struct ts_part *p, const void *buf, size_t n,
+                                   const float *values, struct ts_err *err) TS_MUST_CHECK;
 /* With hold on, an update applied by a push is not visible to pulls (they wait) until
  * ts_part_publish(p, v) with v at least its version: the chain holds it. Turning hold off
  * makes every applied version visible. In SSP and ASP pulls never wait for it (their bound

@@ -124,14 +124,14 @@ static ts_status check_hdr(const struct ts_part *p, const struct image_hdr *h, s
     return TS_OK;
 }
 
-ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struct ts_err *err)
+/* Loads the image whose header starts buf, values are at `values` and the rest (state,
+ * flags, clocks) at `at`; n: the whole image's bytes. */
+static ts_status load(struct ts_part *p, const void *buf, const void *values, const char *at,
+                      size_t n, struct ts_err *err)
 {
     struct image_hdr h;
-    const char *at = (const char *)buf + sizeof(h);
     ts_status st;
 
-    if (n < sizeof(h))
-        return ts_err_set(err, TS_EINVAL, "image: %zu bytes, shorter than its header", n);
     memcpy(&h, buf, sizeof(h));
     if ((st = check_hdr(p, &h, n, err)))
         return st;
@@ -154,8 +154,7 @@ ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struc
                           "%u, older than the %" PRIu64 " held here", h.version, p->tensor_id,
                           p->index, have);
     }
-    memcpy(p->value, at, p->len * sizeof(float));
-    at += p->len * sizeof(float);
+    memcpy(p->value, values, p->len * sizeof(float));
     memcpy(p->state, at, h.state_floats * sizeof(float));
     at += h.state_floats * sizeof(float);
     memcpy(p->overflow, at, p->job->workers);
@@ -169,6 +168,26 @@ ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struc
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return TS_OK;
+}
+
+ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struct ts_err *err)
+{
+    const char *values = (const char *)buf + sizeof(struct image_hdr);
+
+    if (n < sizeof(struct image_hdr))
+        return ts_err_set(err, TS_EINVAL, "image: %zu bytes, shorter than its header", n);
+    if (n < ts_part_image_bytes(p))   /* check_hdr names it */
+        return load(p, buf, values, values, n, err);
+    return load(p, buf, values, values + p->len * sizeof(float), n, err);
+}
+
+ts_status ts_part_load_image_split(struct ts_part *p, const void *buf, size_t n,
+                                   const float *values, struct ts_err *err)
+{
+    if (n < sizeof(struct image_hdr))
+        return ts_err_set(err, TS_EINVAL, "image: %zu bytes, shorter than its header", n);
+    return load(p, buf, values, (const char *)buf + sizeof(struct image_hdr),
+                n + p->len * sizeof(float), err);
 }
 
 void ts_part_hold(struct ts_part *p, bool on)

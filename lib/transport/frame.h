@@ -64,7 +64,11 @@ enum ts_frame_type {
 #define TS_HELLO_ELASTIC 0x1u   /* the worker is elastic: a hang-up without BYE is its death */
 /* SHARE flags: what the region holds. */
 #define TS_SHARE_GRAD 0x1u      /* worker -> shard: the worker's gradient buffer of the tensor */
-#define TS_SHARE_PARAMS 0x2u    /* shard -> worker: the tensor's parameters, at their offsets */
+#define TS_SHARE_PARAMS 0x2u    /* shard -> worker, or shard -> the next shard of a chain: the
+                                 * tensor's parameters, at their offsets */
+/* IMAGE flags. */
+#define TS_IMAGE_REGION 0x1u    /* the values are not in the payload: read them from the
+                                 * sender's parameters, SHAREd on this connection */
 
 /* PULL flags. */
 #define TS_PULL_AFTER_PUSH 0x1u /* sent right behind this connection's pushes of the step */

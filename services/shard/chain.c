@@ -16,6 +16,7 @@
 static void drop(struct chain_links *cs, size_t i)
 {
     ts_tp_close(cs->links[i].c);
+    free(cs->links[i].maps);
     cs->links[i] = cs->links[--cs->n];
 }
 
@@ -73,20 +74,52 @@ static ts_status link_to(struct chain_links *cs, struct ts_cluster *cl, const ch
         ts_tp_close(c);
         return st;
     }
-    cs->links[cs->n] = (struct chain_link){ .shard = next, .c = c };
+    cs->links[cs->n] = (struct chain_link){ .shard = next, .c = c,
+                                            .maps = calloc(CHAIN_MAX_TENSORS, 1) };
     snprintf(cs->links[cs->n].job, sizeof(cs->links[cs->n].job), "%s", job);
     *at = cs->n++;
     ts_log(TS_DEBUG, "chain", "job %s: linked to shard %u over %s", job, next, ts_tp_name(c));
     return TS_OK;
 }
 
+/* Whether the next shard of link l maps this shard's values of tensor (the region fd): asked
+ * once per link and tensor. A refusal (it cannot map, or a test corrupts its copies) is
+ * remembered: whole images then. TS_EUNAVAIL if the link broke. */
+static ts_status maps_values(struct chain_link *l, uint32_t tensor, int fd,
+                             const atomic_bool *stop, bool *maps, struct ts_err *err)
+{
+    struct ts_frame_hdr share = { .type = TS_FRAME_SHARE, .tensor = tensor,
+                                  .flags = TS_SHARE_PARAMS };
+    ts_status st;
+
+    *maps = false;
+    if (!l->maps || tensor >= CHAIN_MAX_TENSORS || !ts_tp_can_share(l->c))
+        return TS_OK;
+    if (!l->maps[tensor]) {
+        if ((st = ts_tp_send_fd(l->c, fd, err)) ||
+            (st = ts_frame_send(l->c, &share, NULL, 0, err)))
+            return ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", l->shard, err->msg);
+        st = await_reply(l->c, l->shard, stop, err);
+        if (st == TS_EUNAVAIL)
+            return st;
+        if (st)
+            ts_log(TS_DEBUG, "chain", "tensor %u: whole images to shard %u: %s", tensor,
+                   l->shard, err->msg);
+        memset(err, 0, sizeof(*err));
+        l->maps[tensor] = st ? -1 : 1;
+    }
+    *maps = l->maps[tensor] > 0;
+    return TS_OK;
+}
+
 ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *job,
                      uint32_t next, uint32_t tensor, uint32_t partition, uint64_t version,
-                     const struct iovec *image, size_t npieces, const atomic_bool *stop,
+                     const struct chain_image *img, const atomic_bool *stop,
                      struct ts_err *err)
 {
     struct ts_frame_hdr h = { .type = TS_FRAME_IMAGE, .tensor = tensor, .partition = partition,
                               .step = version, .rank = cs->self };
+    bool maps = false;
     size_t at;
     ts_status st;
 
@@ -94,9 +127,13 @@ ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *
         return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet");
     if ((st = link_to(cs, cl, job, next, stop, &at, err)))
         return st;
-    if ((st = ts_frame_sendv(cs->links[at].c, &h, image, npieces, err)))
+    if (img->values_fd >= 0)
+        st = maps_values(&cs->links[at], tensor, img->values_fd, stop, &maps, err);
+    h.flags = maps ? TS_IMAGE_REGION : 0;
+    if (!st && (st = ts_frame_sendv(cs->links[at].c, &h, maps ? img->rest : img->whole,
+                                    maps ? img->nrest : img->nwhole, err)))
         st = ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", next, err->msg);
-    else
+    else if (!st)
         st = await_reply(cs->links[at].c, next, stop, err);
     if (st == TS_EUNAVAIL)   /* the stream is out of step or gone: start afresh next time */
         drop(cs, at);

@@ -18,11 +18,27 @@
 #include "transport/frame.h"
 #include "util/names.h"
 
-/* A link names one job (its HELLO): images of another job need another link. */
+/* A link names one job (its HELLO): images of another job need another link. maps[tensor]:
+ * whether the next shard maps this shard's values of the tensor (1), declined to (-1), or was
+ * not asked yet (0). */
 struct chain_link {
     uint32_t shard;
     char job[TS_JOB_ID_MAX + 1];
     struct ts_conn *c;
+    int8_t *maps;                    /* CHAIN_MAX_TENSORS */
+};
+#define CHAIN_MAX_TENSORS 4096       /* SHARD_MAX_TENSORS */
+
+/* An image to send: whole, as pieces sent where they lie (ts_frame_sendv). A head whose
+ * tensor's values live in a shared region (values_fd >= 0) sends `rest`, the pieces without
+ * the values, to a next shard on this host that maps the region (the values cross once,
+ * read by the next shard, rather than copied through the link and out of it again). */
+struct chain_image {
+    const struct iovec *whole;
+    size_t nwhole;
+    int values_fd;
+    const struct iovec *rest;
+    size_t nrest;
 };
 
 struct chain_links {
@@ -34,15 +50,16 @@ struct chain_links {
 };
 
 /* Sends an IMAGE frame (tensor, partition, version in `step`, cs->self in `rank`: the next
- * shard takes images from the shard before it in the chain only) with the image, npieces
- * pieces sent where they lie (ts_frame_sendv), to shard `next`
- * of job, through cl's map, and waits for its ACK. `stop` (may be NULL) ends the wait early.
- * TS_EUNAVAIL if the link broke or the next shard is not in the map: the link is closed and
- * the next call opens a new one; the next shard's refusal comes back with its status and
- * message. */
+ * shard takes images from the shard before it in the chain only) with the image to shard
+ * `next` of job, through cl's map, and waits for its ACK. With img->values_fd, the first image
+ * of a tensor on a link that can pass descriptors offers the region (SHARE, TS_SHARE_PARAMS);
+ * once the next shard maps it, images go without their values (TS_IMAGE_REGION). `stop` (may
+ * be NULL) ends the wait early. TS_EUNAVAIL if the link broke or the next shard is not in the
+ * map: the link is closed and the next call opens a new one; the next shard's refusal comes
+ * back with its status and message. */
 ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *job,
                      uint32_t next, uint32_t tensor, uint32_t partition, uint64_t version,
-                     const struct iovec *image, size_t npieces, const atomic_bool *stop,
+                     const struct chain_image *img, const atomic_bool *stop,
                      struct ts_err *err) TS_MUST_CHECK;
 /* Room for n bytes of image in cs->image (TS_ENOMEM). */
 ts_status chain_image_room(struct chain_links *cs, size_t n, struct ts_err *err) TS_MUST_CHECK;

@@ -150,8 +150,8 @@ static void report(struct dataplane *dp, uint32_t next, const char *seen)
  * newest map. TS_OK with nothing sent if the chain ends here now; TS_ESTALE if this shard's
  * place in it changed (a worker then sends the step to the new head). */
 static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uint32_t next,
-                           bool head, uint64_t version, const struct iovec *image,
-                           size_t npieces, struct ts_err *err)
+                           bool head, uint64_t version, const struct chain_image *image,
+                           struct ts_err *err)
 {
     ts_status st = TS_OK;
 
@@ -161,8 +161,7 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
 
         dc->chain.self = atomic_load(&dc->dp->self);
         st = chain_send(&dc->chain, atomic_load(&dc->dp->cluster), dc->job->job.id, next,
-                        h->tensor, h->partition, version, image, npieces, &dc->dp->stop,
-                        &e);
+                        h->tensor, h->partition, version, image, &dc->dp->stop, &e);
         /* A joining shard not yet told of the job or tensor (the repair thread tells it, then
          * sends it the image): the chain ends here for now. */
         if (st == TS_ENOTFOUND && ts_cluster_is_joining(atomic_load(&dc->dp->cluster), next))
@@ -202,15 +201,19 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
  * REDUCE) or the push is acknowledged (SSP, ASP: on_push). In BSP and REDUCE the values and
  * state go from where they lie (ts_part_image_pieces: they cannot change before the
  * publish): a 64 MiB step with R = 2 took 33.5 ms so, 37.8 ms with the copy (bench_pushpull,
- * bench/README.md). In SSP and ASP another rank's push may change them meanwhile: a copy,
- * taken under the partition's lock, goes. */
+ * bench/README.md); and where the tensor's values live in a shared region, a next shard on
+ * this host reads them there (chain_image). In SSP and ASP another rank's push may change
+ * them meanwhile: a copy, taken under the partition's lock, goes. */
 static ts_status replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
                            uint32_t next, struct ts_err *err)
 {
     enum ts_mode mode = dc->job->job.mode;
     bool copy = mode == TS_MODE_SSP || mode == TS_MODE_ASP;
+    const struct shard_tensor *t = shard_params_tensor(dc->dp->params, dc->job, h->tensor);
     size_t n = ts_part_image_bytes(p);
-    struct iovec pieces[4];
+    struct iovec pieces[4], rest[3];
+    struct chain_image img = { .whole = pieces, .nwhole = 4, .values_fd = -1, .rest = rest,
+                               .nrest = 3 };
     uint64_t version;
     ts_status st;
 
@@ -219,10 +222,15 @@ static ts_status replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, str
     if (copy) {
         st = ts_part_image(p, dc->chain.image, n, &version, err);
         pieces[0] = (struct iovec){ dc->chain.image, n };
-    } else {
-        st = ts_part_image_pieces(p, dc->chain.image, pieces, &version, err);
+        img.nwhole = 1;
+    } else if (!(st = ts_part_image_pieces(p, dc->chain.image, pieces, &version, err)) &&
+               t && t->values.base) {
+        rest[0] = pieces[0];
+        rest[1] = pieces[2];
+        rest[2] = pieces[3];
+        img.values_fd = t->values.fd;
     }
-    if (st || (st = send_down(dc, h, next, true, version, pieces, copy ? 1 : 4, err)))
+    if (st || (st = send_down(dc, h, next, true, version, &img, err)))
         return st;
     ts_part_publish(p, version);
     return TS_OK;
@@ -277,13 +285,37 @@ static ts_status check_from(struct dp_conn *dc, const struct ts_frame_hdr *h, st
                       ts_cluster_epoch(cl));
 }
 
+/* Loads an image whose values are in the previous shard's region (TS_IMAGE_REGION): buf holds
+ * the rest. */
+static ts_status load_split(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
+                            const void *buf, struct ts_err *err)
+{
+    const struct ts_region *r = dc->regions ? &dc->regions[h->tensor].prev : NULL;
+
+    if (!r || !r->base)
+        return ts_err_set(err, TS_ESTATE, "image.flags: the values are in the sender's region, "
+                          "but it shared none for tensor %u on this connection", h->tensor);
+    if ((ts_part_offset(p) + ts_part_len(p)) * sizeof(float) > r->size)
+        return ts_err_set(err, TS_EINVAL, "image of tensor %u partition %u: past the end of the "
+                          "sender's region (%zu bytes)", h->tensor, h->partition, r->size);
+    if (ts_part_load_image_split(p, buf, h->len, (const float *)r->base + ts_part_offset(p),
+                                 err))
+        return err->code;
+    atomic_fetch_add(&dc->dp->params->images_from_region, 1);
+    return TS_OK;
+}
+
 /* A predecessor's image of a partition whose chain this shard follows: held, passed on to the
- * next shard if there is one, then acknowledged. */
+ * next shard if there is one, then acknowledged. An image whose values came from the
+ * previous shard's region goes on whole, copied from this copy (chains of 3 or more). */
 static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
                           struct ts_err *err)
 {
     struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .tensor = h->tensor,
                                 .partition = h->partition, .step = h->step };
+    struct chain_image img = { .nwhole = 1, .values_fd = -1 };
+    struct iovec whole;
+    uint64_t version = h->step;
     struct ts_part *p;
     bool follows = false;
     uint32_t next = 0;
@@ -311,16 +343,26 @@ static ts_status on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
                           h->tensor, h->partition, p ? "heads" : "left",
                           ts_cluster_epoch(atomic_load(&dc->dp->cluster)));
     }
-    if (dc->dp->flip && h->tensor == dc->dp->flip_tensor && h->partition == dc->dp->flip_part)
+    if (h->flags & TS_IMAGE_REGION)
+        st = load_split(dc, h, p, buf, err);
+    else if (dc->dp->flip && h->tensor == dc->dp->flip_tensor &&
+             h->partition == dc->dp->flip_part)
         st = load_flipped(dc, p, buf, h->len, err);
     else
         st = ts_part_load_image(p, buf, h->len, err);
+    img.whole = &whole;
+    whole = (struct iovec){ (void *)buf, h->len };
+    if (!st && next && (h->flags & TS_IMAGE_REGION)) {
+        size_t n = ts_part_image_bytes(p);
+        if (!(st = chain_image_room(&dc->chain, n, err)) &&
+            !(st = ts_part_image(p, dc->chain.image, n, &version, err)))
+            whole = (struct iovec){ dc->chain.image, n };
+    }
     shard_params_put(p);
     if (st)
         return st;
     hook_reach(HOOK_IMAGE);
-    if ((st = send_down(dc, h, next, false, h->step, &(struct iovec){ (void *)buf, h->len }, 1,
-                        err)))
+    if ((st = send_down(dc, h, next, false, version, &img, err)))
         return st;
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
@@ -422,8 +464,10 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
 /* Unmaps what the worker shared and forgets what it mapped. */
 static void regions_free(struct dp_conn *dc)
 {
-    for (size_t i = 0; dc->regions && i < SHARD_MAX_TENSORS; i++)
+    for (size_t i = 0; dc->regions && i < SHARD_MAX_TENSORS; i++) {
         ts_region_free(&dc->regions[i].grad);
+        ts_region_free(&dc->regions[i].prev);
+    }
     free(dc->regions);
     dc->regions = NULL;
 }
@@ -441,20 +485,24 @@ static ts_status region_slot(struct dp_conn *dc, uint32_t tensor, struct shard_t
         if (!(dc->regions = calloc(SHARD_MAX_TENSORS, sizeof(*dc->regions))))
             return ts_err_set(err, TS_ENOMEM, "out of memory");
         for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
-            dc->regions[i].grad = TS_REGION_NONE;
+            dc->regions[i].grad = dc->regions[i].prev = TS_REGION_NONE;
     }
     *r = &dc->regions[tensor];
     return TS_OK;
 }
 
-/* The worker shares its gradient buffer of a tensor: map it read-only; pushes that say
- * TS_PUSH_REGION read from it (in_region). The descriptor comes first, beside the stream: a
- * SHARE without one leaves the two out of step, so the connection is closed. */
+/* The worker shares its gradient buffer of a tensor (TS_SHARE_GRAD), or the shard before this
+ * one in a chain its values (TS_SHARE_PARAMS): map it read-only; pushes that say
+ * TS_PUSH_REGION read from the first (in_region), images that say TS_IMAGE_REGION from the
+ * second (on_image). The descriptor comes first, beside the stream: a SHARE without one
+ * leaves the two out of step, so the connection is closed. */
 static ts_status on_share(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
 {
     struct shard_tensor *t;
     struct dp_region *r;
-    struct ts_region g;
+    struct ts_region g, *slot;
+    size_t elem = h->flags == TS_SHARE_GRAD && dc->job && dc->job->job.exact ? sizeof(int64_t)
+                                                                            : sizeof(float);
     int fd = -1;
 
     if (!ts_tp_can_share(dc->c) || ts_tp_recv_fd(dc->c, 1000, &fd, err)) {
@@ -464,22 +512,29 @@ static ts_status on_share(struct dp_conn *dc, const struct ts_frame_hdr *h, stru
         reply_error(dc->c, h, err);
         return TS_EUNAVAIL;
     }
-    if (h->flags != TS_SHARE_GRAD) {
+    if (h->flags != TS_SHARE_GRAD && h->flags != TS_SHARE_PARAMS) {
         close(fd);
-        return ts_err_set(err, TS_EINVAL, "SHARE flags %#x: a worker shares only gradients "
-                          "(%#x)", h->flags, TS_SHARE_GRAD);
+        return ts_err_set(err, TS_EINVAL, "SHARE flags %#x: a worker shares gradients (%#x), a "
+                          "shard its values (%#x)", h->flags, TS_SHARE_GRAD, TS_SHARE_PARAMS);
+    }
+    /* A test that corrupts the copies it follows needs the values in the images. */
+    if (h->flags == TS_SHARE_PARAMS && dc->dp->flip) {
+        close(fd);
+        return ts_err_set(err, TS_ENOTSUP, "this shard corrupts a replica for a test "
+                          "(TESSERA_TEST_FLIP_REPLICA): send whole images");
     }
     if (region_slot(dc, h->tensor, &t, &r, err)) {
         close(fd);
         return err->code;
     }
-    if (ts_region_map(fd, t->numel * (dc->job->job.exact ? sizeof(int64_t) : sizeof(float)),
-                      false, &g, err)) {
-        ts_err_prefix(err, "tensor '%s' gradient", t->name);
+    if (ts_region_map(fd, t->numel * elem, false, &g, err)) {
+        ts_err_prefix(err, "tensor '%s' %s", t->name,
+                      h->flags == TS_SHARE_GRAD ? "gradient" : "values");
         return err->code;
     }
-    ts_region_free(&r->grad);
-    r->grad = g;
+    slot = h->flags == TS_SHARE_GRAD ? &r->grad : &r->prev;
+    ts_region_free(slot);
+    *slot = g;
     return ts_frame_send(dc->c, &(struct ts_frame_hdr){ .type = TS_FRAME_ACK,
                                                         .tensor = h->tensor }, NULL, 0, err);
 }

@@ -18,10 +18,12 @@
 #define DP_CANCEL_END 0x1u          /* the shard stops, or the job ended */
 #define DP_CANCEL_WAKE 0x2u         /* the job's slots changed hands (slots.c) */
 
-/* What this connection shares with its worker, per tensor (region.h). */
+/* What this connection shares with its worker, or with the shard before this one in a
+ * chain, per tensor (region.h). */
 struct dp_region {
     struct ts_region grad;          /* the worker's gradient buffer, mapped read-only */
     bool params;                    /* the worker maps our values (MAP answered) */
+    struct ts_region prev;          /* the previous shard's values, mapped read-only */
 };
 
 struct dp_conn {

@@ -9,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chain.h"
 #include "tensor/tensor.h"
+
+_Static_assert(CHAIN_MAX_TENSORS == SHARD_MAX_TENSORS, "a chain link knows every tensor");
 #include "transport/frame.h"
 #include "util/log.h"
 #include "util/proc.h"

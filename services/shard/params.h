@@ -131,6 +131,7 @@ struct shard_params {
      * images the repair thread sent to new chain members (atomic). */
     uint64_t promotions, lost;
     atomic_uint_least64_t copies_sent;
+    atomic_uint_least64_t images_from_region;   /* loaded from the previous shard's region */
     /* Joining (rechain.c): the map epoch the chains were last taken up under; partitions
      * dropped since start, and those not yet freed; images the repair thread collected and
      * has not sent yet (all under mu). */

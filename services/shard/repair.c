@@ -68,8 +68,9 @@ static bool resync(struct repair *r, struct chain_links *links, const struct tod
     if ((st = chain_image_room(links, n, &e)) ||
         (st = ts_part_image(p, links->image, n, &version, &e)) ||
         (st = chain_send(links, atomic_load(&r->dp->cluster), td->sj->job.id, next, td->t->id,
-                         td->p, version, &(struct iovec){ links->image, n }, 1, &r->stop,
-                         &e))) {
+                         td->p, version, &(struct chain_image){
+                             .whole = &(struct iovec){ links->image, n }, .nwhole = 1,
+                             .values_fd = -1 }, &r->stop, &e))) {
         shard_params_put(p);
         /* A newer image is there (done), or the chain changed again (the rechain flags it
          * anew). */

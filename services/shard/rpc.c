@@ -97,6 +97,7 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
                                                  ts_membership_id(s->membership), &epoch);
     }
     resp->copies_sent = atomic_load(&s->params.copies_sent);
+    resp->images_from_region = atomic_load(&s->params.images_from_region);
     if ((st = encode_jobs(call, &s->params, &resp->jobs, &resp->n_jobs, err)))
         return st;
     resp->store = (char *)(s->store_dir ? s->store_dir : "");

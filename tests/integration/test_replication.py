@@ -358,6 +358,12 @@ class DeadFollower(Kills, tl.ClusterCase, unittest.TestCase):
         tl.log("training ended %.1f s after the follower was killed" % took)
         self.replicas_whole("long", [i for i in range(4) if i != v])
         self.idle_job_whole("probe")
+        # On one host the followers read the values of fc1.weight (the largest tensor, in a
+        # shared region) from their heads' regions, not through the link.
+        mapped = [self.stubs[i].ShardStatus(shard_pb2.ShardStatusRequest(),
+                                            timeout=tl.RPC_TIMEOUT).images_from_region
+                  for i in range(4) if i != v]
+        self.assertGreater(sum(mapped), 0, mapped)
 
 
 @KILLS

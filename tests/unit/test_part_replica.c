@@ -78,8 +78,21 @@ static uint64_t replicate(struct ts_part *head, struct ts_part *follower)
     }
     assert_int_equal(at, n);
     assert_memory_equal(joined, img, n);
+    /* Every other time, the values apart (a chain link that maps the head's values): the
+     * pieces but the values, joined, and the values where they lie. */
+    if (v % 2) {
+        at = 0;
+        for (int i = 0; i < 4; i++)
+            if (i != 1) {
+                memcpy(joined + at, pieces[i].iov_base, pieces[i].iov_len);
+                at += pieces[i].iov_len;
+            }
+        assert_int_equal(ts_part_load_image_split(follower, joined, at, pieces[1].iov_base,
+                                                  NULL), TS_OK);
+    } else {
+        assert_int_equal(ts_part_load_image(follower, img, n, NULL), TS_OK);
+    }
     free(joined);
-    assert_int_equal(ts_part_load_image(follower, img, n, NULL), TS_OK);
     free(img);
     return v;
 }

@@ -3,7 +3,8 @@
  * shard's state is unchanged. Real master and shard processes; the bad frames
  * come from a raw transport connection (tcp, or shm) wrapped in lib/transport's fault layer.
  * Shared regions (tessera_buffers): the same bits as copies, really mapped on shm, and every
- * misuse of SHARE / MAP / region pushes and pulls refused with nothing changed. */
+ * misuse of SHARE (a worker's gradients, a shard's values) / MAP / region pushes and pulls
+ * refused with nothing changed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -344,10 +345,11 @@ static int memfd_of(size_t bytes, bool sealed)
     return fd;
 }
 
-/* SHARE of fd for tensor 0; expects an ERROR saying `says` (or an ACK when says is NULL). */
-static void share(struct ts_conn *c, int fd, const char *says)
+/* SHARE of fd for tensor 0 as `flags`; expects an ERROR saying `says` (or an ACK when says is
+ * NULL). */
+static void share_as(struct ts_conn *c, uint32_t flags, int fd, const char *says)
 {
-    struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .tensor = 0, .flags = TS_SHARE_GRAD };
+    struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .tensor = 0, .flags = flags };
     char buf[64];
 
     assert_int_equal(ts_tp_send_fd(c, fd, NULL), TS_OK);
@@ -358,6 +360,11 @@ static void share(struct ts_conn *c, int fd, const char *says)
     }
     assert_int_equal(ts_frame_recv(c, &h, buf, sizeof(buf), 5000, NULL), TS_OK);
     assert_int_equal(h.type, TS_FRAME_ACK);
+}
+
+static void share(struct ts_conn *c, int fd, const char *says)
+{
+    share_as(c, TS_SHARE_GRAD, fd, says);
 }
 
 /* Region pushes and pulls, SHARE and MAP, misused: clear errors, nothing applied. */
@@ -401,6 +408,11 @@ static void regions_refused(void **state)
     share(c, memfd_of(BIG * sizeof(int64_t), false), "sealed");
     share(c, memfd_of(BIG * sizeof(int64_t) - 4096, true), "at least");
     share(c, memfd_of(BIG * sizeof(int64_t), true), NULL);
+    /* A shard's values (what the shard before in a chain offers): float-sized, and no other
+     * kind of region. */
+    share_as(c, TS_SHARE_PARAMS, memfd_of(BIG * sizeof(float) - 4096, true), "values");
+    share_as(c, 0x4, memfd_of(BIG * sizeof(float), true), "SHARE flags 0x4");
+    share_as(c, TS_SHARE_PARAMS, memfd_of(BIG * sizeof(float), true), NULL);
     assert_int_equal(ts_frame_send(c, &push, before, 8, NULL), TS_OK);
     assert_int_equal(expect_error(c, "carries no payload"), TS_EINVAL);
     push.encoding = 0; /* raw float in an exact job */

@@ -132,8 +132,9 @@ test-fault: build asan
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
 	    /usr/bin/python3 tests/integration/test_snapshot_fault.py
 	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 \
-	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
-	    /usr/bin/python3 tests/integration/test_replication.py DeadFollower
+	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
+	    TESSERA_SRC=$(CURDIR) /usr/bin/python3 tests/integration/test_replication.py \
+	    DeadFollower AsyncModes
 	TESSERA_BIN=$(abspath build-asan)/bin TESSERA_SANITIZED=1 TESSERA_ROLLBACK_LONG=1 \
 	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
 	    TESSERA_SRC=$(CURDIR) /usr/bin/python3 tests/integration/test_rollback.py

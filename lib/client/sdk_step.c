@@ -246,6 +246,30 @@ static void only(struct tessera *t, int id, uint64_t tstep, uint64_t version)
     t->tensors[id]->pull_version = version;
 }
 
+/* An exchange of tensors [first, last) that ended with st: a shard died (TS_EUNAVAIL), or a
+ * partition moved to a shard that joined the ring (TS_ESTALE). Under the new map it goes again
+ * to the new heads, pushes flagged as retries (counted once), as often as the map keeps
+ * changing (MAX_FAILOVERS). TS_EROLLBACK if the job went back to a snapshot meanwhile. */
+static ts_status fail_over(struct tessera *t, const char *what, uint64_t n, int first,
+                           int last, bool push, float *const *params, ts_status st,
+                           struct ts_err *err)
+{
+    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ESTALE) && k < MAX_FAILOVERS &&
+                    sdk_can_fail_over(t); k++) {
+        ts_log(TS_WARN, "sdk", "%s %" PRIu64 ": %s; failing over", what, n, err->msg);
+        memset(err, 0, sizeof(*err));
+        if ((st = sdk_failover(t, err)))
+            continue;   /* another shard died meanwhile (TS_EUNAVAIL): fail over again */
+        if (t->generation > t->followed)   /* the new connections name a rollback */
+            return ts_err_set(err, TS_EROLLBACK, "job '%s' went back to a snapshot while this "
+                              "worker failed over", t->job.id);
+        t->retrying = true;
+        st = exchange(t, first, last, push, params, err);
+        t->retrying = false;
+    }
+    return st;
+}
+
 int tessera_push(tessera *t, int id, uint64_t step, const void *grad, struct tessera_error *e)
 {
     struct ts_err err = { 0 };
@@ -256,7 +280,8 @@ int tessera_push(tessera *t, int id, uint64_t step, const void *grad, struct tes
     t->nstep = 1;
     t->step_slots = &t->rank;
     prepare_push(t, t->tensors[id], grad);
-    if (exchange(t, id, id + 1, true, NULL, &err))
+    if (fail_over(t, "push of step", step, id, id + 1, true, NULL,
+                  exchange(t, id, id + 1, true, NULL, &err), &err))
         return sdk_fail(e, &err);
     return sdk_ok(e);
 }
@@ -279,7 +304,8 @@ int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tesser
         return sdk_ok(e);
     }
     only(t, id, 0, version);
-    if (exchange(t, id, id + 1, false, &out, &err))
+    if (fail_over(t, "pull of version", version, id, id + 1, false, &out,
+                  exchange(t, id, id + 1, false, &out, &err), &err))
         return sdk_fail(e, &err);
     return sdk_ok(e);
 }
@@ -407,23 +433,7 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
         sent = true;
         st = exchange(t, 0, t->ntensors, true, params, &err);
     }
-    /* A shard died (TS_EUNAVAIL), or a partition moved to a shard that joined the ring
-     * (TS_ESTALE): under the new map, the step goes again to the new heads. */
-    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ESTALE) && k < MAX_FAILOVERS &&
-                    sdk_can_fail_over(t); k++) {
-        ts_log(TS_WARN, "sdk", "step %" PRIu64 ": %s; failing over", step, err.msg);
-        memset(&err, 0, sizeof(err));
-        if ((st = sdk_failover(t, &err)))
-            continue;   /* another shard died meanwhile (TS_EUNAVAIL): fail over again */
-        if (t->generation > t->followed) {   /* the new connections name a rollback */
-            st = ts_err_set(&err, TS_EROLLBACK, "job '%s' went back to a snapshot while this "
-                            "worker failed over", t->job.id);
-            break;
-        }
-        t->retrying = true;
-        st = exchange(t, 0, t->ntensors, true, params, &err);
-        t->retrying = false;
-    }
+    st = fail_over(t, "step", step, 0, t->ntensors, true, params, st, &err);
     /* State was lost: the cluster takes the job back to its last snapshot, and so do we. */
     if (st == TS_EROLLBACK && sdk_can_fail_over(t)) {
         uint64_t back = 0;

@@ -72,7 +72,8 @@ ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *vers
     at += h.state_floats * sizeof(float);
     memcpy(at, p->overflow, p->job->workers);
     at += p->job->workers;
-    memcpy(at, p->clock, clock_bytes(p));
+    if (clock_bytes(p))
+        memcpy(at, p->clock, clock_bytes(p));
     pthread_mutex_unlock(&p->mu);
     return TS_OK;
 }
@@ -159,7 +160,8 @@ static ts_status load(struct ts_part *p, const void *buf, const void *values, co
     at += h.state_floats * sizeof(float);
     memcpy(p->overflow, at, p->job->workers);
     at += p->job->workers;
-    memcpy(p->clock, at, clock_bytes(p));
+    if (clock_bytes(p))
+        memcpy(p->clock, at, clock_bytes(p));
     p->version = p->visible = h.version;
     p->skipped = h.skipped;
     p->npushed = 0;

@@ -29,7 +29,8 @@ Real processes: a master with --replicas 2 and three shards. Checked:
   the first with the float --local fingerprint, the second well trained, the third with every
   value the sum of every push of both ranks (none lost, none applied twice); then their
   chains are whole again. Then a shard killed just before workers start: they find it dead
-  as they connect, report it, and train to the --local fingerprint.
+  as they connect, report it, and train to the --local fingerprint; and one killed before a
+  tessera_pull outside any step, which fails over like a step.
 - The lease of those kills is 10 s, longer than a failover may take: each dead shard must be
   dropped from the map because a worker or a chain neighbour reported it (ReportUnreachable)
   and the master found its port closed, which ClusterStatus says as the shard's death;
@@ -40,6 +41,7 @@ import functools
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import unittest
@@ -424,6 +426,28 @@ c.close()
 """]
 
 
+# A Python client of one worker: 5 steps of one tensor in 16 partitions, "stepped" on
+# stdout; then, once a line comes on stdin, tessera_pull of version 5 (a shard was killed
+# meanwhile), and whether it gave the values the last step gave.
+PULL_AFTER = """
+import json, sys
+import numpy as np
+import tessera
+c = tessera.Client(master=sys.argv[1], job="pull-after", optimizer="sgd:lr=0.5", batch=1,
+                   keep=True)
+w = c.register("w", 65536, partition_bytes=16384)
+p = np.zeros(65536, np.float32)
+for s in range(5):
+    c.step(s, [np.full(65536, s + 1, np.float32)], [p])
+print("stepped", flush=True)
+sys.stdin.readline()
+q = np.empty_like(p)
+c.pull(w, 5, q)
+print(json.dumps({"same": bool(np.array_equal(p, q))}))
+c.close()
+"""
+
+
 @KILLS
 class AsyncModes(Kills, tl.ClusterCase, unittest.TestCase):
     """SSP and ASP jobs are replicated too: a push is acknowledged once the chain's tail holds
@@ -431,32 +455,34 @@ class AsyncModes(Kills, tl.ClusterCase, unittest.TestCase):
     and each ends by itself, without a rollback (the cluster has no snapshot store: a lost
     partition would end it)."""
     STEPS = 300 if tl.SANITIZED else 1500
+    PY_STEPS = 1500   # the Python workers start slower: still stepping at the kill
 
     @classmethod
     def setUpClass(cls):
         start_cluster(cls, 3, lease_ms=cls.LEASE_MS, replicas=2)
 
     def test_a_dead_head_under_ssp_and_asp_jobs(self):
-        steps = str(self.STEPS)
         train = [os.path.join(tl.BIN, "tessera"), "train", "--master", self.master.addr,
-                 "--steps", steps, "--keep", "--json", "--slow", "0:2"]
-        runs = {"asp1": self.c.spawn(train + ["--job", "asp1", "--workers", "1", "--mode",
-                                              "asp"], "train-asp1", stdout_pipe=True),
-                "ssp2": self.c.spawn(train + ["--job", "ssp2", "--workers", "2", "--mode",
-                                              "ssp", "--staleness", "2"], "train-ssp2",
-                                     stdout_pipe=True)}
-        for r in (0, 1):
-            runs["py%d" % r] = self.c.spawn(PY_ASP + [self.master.addr, "asp-py", str(r),
-                                                      steps], "asp-py-%d" % r, stdout_pipe=True)
+                 "--steps", str(self.STEPS), "--keep", "--json", "--slow", "0:2"]
+        runs = {}
 
-        def stepping():
+        def stepping(jobs, at):
             for name, p in runs.items():
                 if not p.running():
                     self.fail("%s exited (%s) before the kill:\n%s" %
                               (name, p.p.returncode, p.log_text()[-3000:]))
-            return all(max(self.version(i, j) for i in range(3)) >= 100
-                       for j in ("asp1", "asp-py"))
-        tl.wait_until(stepping, 60, "the jobs to step")
+            return all(max(self.version(i, j) for i in range(3)) >= at for j in jobs)
+        for r in (0, 1):
+            runs["py%d" % r] = self.c.spawn(PY_ASP + [self.master.addr, "asp-py", str(r),
+                                                      str(self.PY_STEPS)], "asp-py-%d" % r,
+                                            stdout_pipe=True)
+        tl.wait_until(lambda: stepping(["asp-py"], 20), 60, "the Python workers to step")
+        runs["asp1"] = self.c.spawn(train + ["--job", "asp1", "--workers", "1", "--mode",
+                                             "asp"], "train-asp1", stdout_pipe=True)
+        runs["ssp2"] = self.c.spawn(train + ["--job", "ssp2", "--workers", "2", "--mode",
+                                             "ssp", "--staleness", "2"], "train-ssp2",
+                                    stdout_pipe=True)
+        tl.wait_until(lambda: stepping(["asp1", "ssp2"], 100), 60, "the jobs to step")
         roles = self.roles("asp-py", range(3))
         v = max(range(3), key=lambda i: roles[i][0])
         self.assertGreater(roles[v][0], 0, roles)
@@ -468,7 +494,7 @@ class AsyncModes(Kills, tl.ClusterCase, unittest.TestCase):
             docs[name] = json.loads(p.p.stdout.read().decode().strip().splitlines()[-1])
         # One worker applies its pushes in one order: the bits of the float --local run.
         self.assertEqual(docs["asp1"]["params_sha256"], local_sha_steps(self.STEPS, False))
-        self.assertGreaterEqual(docs["ssp2"]["test_accuracy"], 0.75)
+        self.assertGreaterEqual(docs["ssp2"]["test_accuracy"], 0.7 if tl.SANITIZED else 0.75)
         for r in (0, 1):
             self.assertEqual(docs["py%d" % r]["wrong"], 0, docs["py%d" % r])
         for j in ("asp1", "ssp2"):
@@ -500,6 +526,36 @@ class AsyncModes(Kills, tl.ClusterCase, unittest.TestCase):
                 if s.id == self.status[v].shard_id][0]
         self.assertEqual(dead.state, tl.DEAD)
         self.assertIn("reported unreachable by worker rank", dead.death)
+
+    def test_c_a_pull_outside_a_step_fails_over(self):
+        """After test_b, 1 shard; two more join. A Python client steps 5 times, then a shard
+        heading some of its partitions is killed, and tessera_pull (outside any step) of
+        version 5 fails over like a step and gives the values the last step gave."""
+        more = [self.c.start_shard(self.master.addr, name="more%d" % i,
+                                   lease_ms=self.LEASE_MS) for i in range(2)]
+        tl.wait_until(lambda: sum(1 for s in tl.cluster_status(self.ch).shards
+                                  if s.state == tl.ALIVE and not s.joining) == 3, 60,
+                      "3 shards on the ring")
+        p = subprocess.Popen(["/usr/bin/python3", "-c", PULL_AFTER, self.master.addr],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(p.stdout.readline().strip(), "stepped")
+            stubs = [tl.Stub(self.c.channel(s.addr), shard_pb2, "Shard") for s in more]
+            heads = [s for s, st in zip(more, stubs)
+                     if any(not d.follower for d in st.PartitionDigests(
+                         shard_pb2.PartitionDigestsRequest(job="pull-after"),
+                         timeout=tl.RPC_TIMEOUT).partitions)]
+            self.assertTrue(heads, "a new shard heads partitions of pull-after")
+            pid = tl.Stub(self.c.channel(heads[0].addr), shard_pb2, "Shard").ShardStatus(
+                shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT).pid
+            os.kill(pid, signal.SIGKILL)
+            out, _ = p.communicate("pull\n", timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(json.loads(out.strip().splitlines()[-1]), {"same": True})
 
     def version(self, i, job):
         r = self.stubs[i].ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)

@@ -30,8 +30,8 @@ uint64_t ts_part_version(struct ts_part *p)
 }
 
 /* The partition at step: its version (BSP, REDUCE: the syncs up to step, one per sync
- * period); in SSP and ASP every rank's clock, and the version counts the pushes that makes.
- * Called with mu held. */
+ * period); in SSP and ASP every rank's clock (the syncs up to step as well), and the version
+ * counts the pushes that makes. Called with mu held. */
 static void set_step(struct ts_part *p, uint64_t step)
 {
     if (!async_mode(p->job)) {
@@ -39,8 +39,8 @@ static void set_step(struct ts_part *p, uint64_t step)
         return;
     }
     for (uint32_t r = 0; r < p->job->workers; r++)
-        p->clock[r] = step;
-    p->version = p->visible = step * p->job->workers;
+        p->clock[r] = step / p->sync_every;
+    p->version = p->visible = step / p->sync_every * p->job->workers;
 }
 
 ts_status ts_part_restore(struct ts_part *p, uint64_t version,

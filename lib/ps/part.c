@@ -189,14 +189,15 @@ static size_t state_floats(const struct ts_part *p)
 }
 
 /* Whether the partition is exactly at step: its version times its sync period (BSP: the
- * version counts syncs), every rank's clock (SSP, ASP: the pushes of every step below it
- * applied, none of a later one). Called with mu held. */
+ * version counts syncs), every rank's clock times it (SSP, ASP: a clock counts a rank's
+ * syncs; the pushes of every step below it applied, none of a later one). Called with mu
+ * held. */
 static bool at_step(const struct ts_part *p, uint64_t step)
 {
     if (!async_mode(p->job))
         return p->version * p->sync_every == step;
     for (uint32_t r = 0; r < p->job->workers; r++)
-        if (p->clock[r] != step)
+        if (p->clock[r] * p->sync_every != step)
             return false;
     return true;
 }
@@ -450,7 +451,8 @@ static void hold_for_snapshot(struct ts_part *p, const struct ts_push *in)
 {
     int64_t until = ts_now_ms() + HOLD_MS;
 
-    while (p->snap_armed && !p->snap_ready && in->step >= p->snap_step && !p->moved &&
+    while (p->snap_armed && !p->snap_ready && in->step * p->sync_every >= p->snap_step &&
+           !p->moved &&
            in->gen == p->gen && ts_now_ms() < until) {
         struct timespec ts;
 
@@ -541,13 +543,13 @@ static uint64_t max_clock(const struct ts_part *p)
 /* The newest step the partition reached. Called with mu held. */
 static uint64_t top_step(const struct ts_part *p)
 {
-    return async_mode(p->job) ? max_clock(p) : p->version * p->sync_every;
+    return (async_mode(p->job) ? max_clock(p) : p->version) * p->sync_every;
 }
 
 void ts_part_steps(struct ts_part *p, uint64_t *lo, uint64_t *hi)
 {
     pthread_mutex_lock(&p->mu);
-    *lo = async_mode(p->job) ? min_clock(p) : p->version * p->sync_every;
+    *lo = (async_mode(p->job) ? min_clock(p) : p->version) * p->sync_every;
     *hi = top_step(p);
     pthread_mutex_unlock(&p->mu);
 }
@@ -646,11 +648,9 @@ ts_status ts_part_arm(struct ts_part *p, uint64_t step, struct ts_err *err)
     ts_status st = TS_OK;
 
     pthread_mutex_lock(&p->mu);
-    if (p->job->mode == TS_MODE_REDUCE || (async_mode(p->job) && p->sync_every > 1)) {
-        st = ts_err_set(err, TS_EINVAL, "tensor %u: snapshots need mode bsp (with any sync "
-                        "periods), ssp or asp without sync periods (this job: mode %s, sync "
-                        "every %u steps)", p->tensor_id, ts_mode_name(p->job->mode),
-                        p->sync_every);
+    if (p->job->mode == TS_MODE_REDUCE) {
+        st = ts_err_set(err, TS_EINVAL, "tensor %u: snapshots need mode bsp, ssp or asp (this "
+                        "job: mode reduce, whose parameters live on the workers)", p->tensor_id);
     } else if (step % p->sync_every) {
         st = ts_err_set(err, TS_ESTATE, "tensor %u syncs every %u steps: step %" PRIu64 " is "
                         "not one of its syncs (a snapshot falls on a multiple of every sync "

@@ -130,7 +130,7 @@ uint64_t ts_part_version(struct ts_part *p);
 /* Restores a partition nobody uses yet: load writes its len values and its optimizer state
  * (ts_optim_state_len * len floats) where it is given them, then the partition is at step
  * `version`: its version becomes version / its sync period (BSP, REDUCE), or every rank's
- * clock becomes `version` (SSP, ASP, where the version becomes version * workers, the pushes
+ * clock becomes that (SSP, ASP, where the version becomes that times workers, the pushes
  * that took it there). load's failure is returned,
  * with the partition to be freed by the caller. */
 ts_status ts_part_restore(struct ts_part *p, uint64_t version,
@@ -254,8 +254,8 @@ uint64_t ts_part_visible(struct ts_part *p);
 /* Snapshots. ts_part_arm asks for a copy of the values and optimizer state as they are at
  * step `step`: taken at once if the partition is there, else by the push that applies that
  * step. In BSP with a sync period K the partition is at step s at version s / K; in SSP and
- * ASP when every rank has pushed its steps below s: a push of step s or later waits (at most
- * 30 s) until the copy is taken. TS_EINVAL for REDUCE and for SSP or ASP with a sync period;
+ * ASP when every rank has pushed its syncs below s (its clock is s / K): a push of a sync at
+ * step s or later waits (at most 30 s) until the copy is taken. TS_EINVAL for REDUCE;
  * TS_ESTATE (nothing armed) for a step that is not a multiple of the sync period, or that the
  * partition is already past (in SSP and ASP, any rank's clock); arming again
  * replaces an earlier arm. ts_part_captured waits up to ms for the copy; once it returns

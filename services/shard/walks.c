@@ -113,29 +113,15 @@ static void set_armed(struct shard_params *sp, struct shard_job *sj, bool armed,
     pthread_mutex_unlock(&sp->mu);
 }
 
-/* Snapshots need a mode that keeps the parameters on the shards, and in SSP and ASP every
- * tensor syncing every step (docs/modes.md). BSP sync periods are fine: a snapshot falls on
- * a multiple of every one (ts_part_arm). */
-static ts_status check_snapshottable(struct shard_params *sp, struct shard_job *sj,
-                                     struct ts_err *err)
+/* Snapshots need a mode that keeps the parameters on the shards (docs/modes.md). Sync
+ * periods are fine: a snapshot falls on a multiple of every one (ts_part_arm). */
+static ts_status check_snapshottable(struct shard_job *sj, struct ts_err *err)
 {
-    ts_status st = TS_OK;
-
     if (sj->job.mode == TS_MODE_REDUCE)
         return ts_err_set(err, TS_ESTATE, "job: '%s' runs in mode reduce, whose parameters "
                           "live on the workers; snapshots need mode bsp, ssp or asp "
                           "(docs/modes.md)", sj->job.id);
-    if (sj->job.mode == TS_MODE_BSP)
-        return TS_OK;
-    pthread_mutex_lock(&sp->mu);
-    for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++)
-        if (sj->tensors[i] && sj->tensors[i]->sync_every > 1)
-            st = ts_err_set(err, TS_ESTATE, "job: '%s' (mode %s) tensor '%s' syncs every %u "
-                            "steps; snapshots need sync periods in mode bsp only", sj->job.id,
-                            ts_mode_name(sj->job.mode), sj->tensors[i]->name,
-                            sj->tensors[i]->sync_every);
-    pthread_mutex_unlock(&sp->mu);
-    return st;
+    return TS_OK;
 }
 
 ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
@@ -152,7 +138,7 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
     if (!(sj = params_find_job(sp, job)))
         st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
     else if (!disarm)
-        st = check_snapshottable(sp, sj, err);
+        st = check_snapshottable(sj, err);
     if (st) {
         pthread_mutex_unlock(&sp->snap_mu);
         return st;

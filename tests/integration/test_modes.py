@@ -13,7 +13,7 @@ through real services (docs/modes.md).
   workers back off their scale, and training goes on.
 - Accuracy: BSP, SSP(2), ASP, reduce-only and top-k with error feedback each reach 0.84 test
   accuracy in 3 epochs (TESSERA_MODES_ACCURACY=0 skips these slower runs).
-- Snapshots: bsp (with a sync period too) and asp jobs are snapshotted; reduce is refused by
+- Snapshots: bsp and asp jobs (with a sync period too) are snapshotted; reduce is refused by
   name.
 - Bad options are refused by name before anything trains.
 """
@@ -184,7 +184,7 @@ class Accuracy(Case):
 
 class Snapshots(Case):
     def test_jobs_with_parameters_on_the_shards_are_snapshotted(self):
-        """bsp (with sync periods too: at a multiple of every one) and asp jobs are snapshotted
+        """bsp and asp (with sync periods too: at a multiple of every one) jobs are snapshotted
         (test_rollback.py rolls ssp, asp and a sync period back); reduce (the parameters live
         on the workers) is refused by name."""
         store = os.path.join(os.environ.get("TMPDIR", "/tmp"), "modes-store")
@@ -192,6 +192,8 @@ class Snapshots(Case):
         for job, args, ok in (("snap-reduce", ["--mode", "reduce"], False),
                               ("snap-sync", ["--sync-every", "fc1.weight=2"], True),
                               ("snap-asp", ["--mode", "asp"], True),
+                              ("snap-asp-sync", ["--mode", "asp", "--sync-every",
+                                                 "fc1.weight=2"], True),
                               ("snap-bsp", [], True)):
             train(["--master", cell.master.addr, "--workers", "1", "--steps", "4", "--job", job,
                    "--keep", "--json"] + args)

@@ -13,9 +13,10 @@ workers. Checked:
   ClusterStatus and `tessera status` show the rollback, its step (a multiple of 50, not past
   the kill), and `tessera status --json` the same; a shard that joins after the rollback
   takes its partitions' images (of the rollback's generation) and heads them;
-- an ASP job of one worker and an SSP job of two (float), on a cluster of their own: the same
-  kill, both roll back by themselves; the ASP job ends at the params_sha256 of the float
-  --local run (one worker applies its pushes in one order), the SSP job as well trained; a
+- an ASP job of one worker (fc1.weight syncing every other step) and an SSP job of two
+  (float), on a cluster of their own: the same kill, both roll back by themselves; the ASP
+  job ends at the params_sha256 of the float --local run of the same sync period (one worker
+  applies its pushes in one order), the SSP job as well trained; a
   Python worker beside them sees tessera.Rollback, trains on from Client.resume_step, and
   ends with every value exactly what its steps add up to (none lost, none twice);
 - without a snapshot store: the same kill ends the training (exit 1) with a message naming
@@ -214,15 +215,15 @@ class RollbackOneCopy(Base, unittest.TestCase):
 
 class RollbackModes(Base, unittest.TestCase):
     def test_ssp_and_asp_jobs_roll_back_too(self):
-        """Every mode that keeps parameters on the shards is snapshotted and rolls back. ASP
-        with one worker applies its pushes in one order, so it must end at the bits of the
-        float --local run; SSP with two workers (their pushes interleave) must end, after the
-        rollback, as well trained as without one."""
+        """Every mode that keeps parameters on the shards is snapshotted and rolls back, with
+        sync periods too. ASP with one worker applies its pushes in one order, so it must end
+        at the bits of the float --local run; SSP with two workers (their pushes interleave)
+        must end, after the rollback, as well trained as without one."""
         # Float steps are quick: 4 ms more each, so that these jobs still train when the
         # shard dies (it waits for a snapshot of each of the three).
         slow = ["--slow", "0:4"]
         got = self.train_and_kill(
-            "rb-asp", 1, 3 * EVERY, args=["--workers", "1", "--mode", "asp"] + slow,
+            "rb-asp", 1, 3 * EVERY, args=["--workers", "1", "--mode", "asp"] + SYNC + slow,
             also=(("rb-ssp", ["--workers", "2", "--mode", "ssp", "--staleness", "2"] + slow),
                   ("rb-py", PY_WORKER + [self.master.addr, "rb-py", str(20 * STEPS)])))
         (rc, doc, log), (rc2, doc2, log2), (rc3, doc3, log3) = got
@@ -232,7 +233,7 @@ class RollbackModes(Base, unittest.TestCase):
             self.assertEqual((doc_["rollbacks"], j.rollbacks), (1, 1), log_)
             self.assertEqual(j.rollback_step % EVERY, 0)
             tl.log("%s: %s; test accuracy %.4f" % (job, j.rollback_note, doc_["test_accuracy"]))
-        self.assertEqual(doc["params_sha256"], local_sha(STEPS, exact=False))
+        self.assertEqual(doc["params_sha256"], local_sha(STEPS, exact=False, extra=SYNC))
         self.assertGreaterEqual(doc2["test_accuracy"], 0.75)
         # The Python binding: tessera.Rollback, resume_step, and no step lost or doubled.
         self.assertEqual(rc3, 0, log3)

@@ -372,6 +372,49 @@ static void sync_period_snapshot_on_its_syncs(void **state)
     ts_part_free(p);
 }
 
+/* ASP with a sync period of 2: a rank's clock counts its syncs, so step s is clock s / 2 on
+ * every rank. A snapshot falls on a sync; the cut is taken once both ranks pushed their syncs
+ * below it, a rank's sync at it waits; a restore at step 6 puts every clock at 3. */
+static void async_sync_period_snapshot_on_its_syncs(void **state)
+{
+    struct ts_job j = job_mode(2, false, "sgd:lr=1", TS_MODE_ASP, 0);
+    struct ts_part *p = mk(&j);
+    struct ts_err e = { 0 };
+    struct bg_push b;
+    float g[N];
+    uint64_t lo, hi;
+    bool applied;
+
+    (void)state;
+    for (int i = 0; i < N; i++)
+        g[i] = 1.0f;
+    ts_part_set_sync(p, 2);
+    assert_int_equal(ts_part_arm(p, 3, &e), TS_ESTATE);
+    assert_non_null(strstr(e.msg, "not one of its syncs"));
+    assert_int_equal(ts_part_arm(p, 4, NULL), TS_OK);
+    for (uint64_t s = 0; s < 2; s++)   /* rank 0's syncs of steps 0-3 */
+        assert_int_equal(push(p, 0, s, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    bg_push_start(&b, p, 0, 2, g);      /* its sync of steps 4-5: past the cut, it waits */
+    ts_sleep_ms(100);
+    assert_false(atomic_load(&b.done));
+    assert_int_equal(push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_false(ts_part_captured(p, 10));
+    assert_int_equal(push(p, 1, 1, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_true(ts_part_captured(p, 1000));
+    assert_int_equal(pthread_join(b.th, NULL), 0);
+    assert_int_equal(b.st, TS_OK);
+    ts_part_steps(p, &lo, &hi);         /* in steps: rank 1 at 4, rank 0 at 6 */
+    assert_true(lo == 4 && hi == 6);
+    ts_part_disarm(p);
+    assert_int_equal(ts_part_arm(p, 4, NULL), TS_ESTATE);   /* rank 0 is past it */
+    assert_int_equal(ts_part_restore(p, 6, load_zeros, NULL, NULL), TS_OK);
+    ts_part_steps(p, &lo, &hi);
+    assert_true(lo == 6 && hi == 6);
+    assert_int_equal(ts_part_version(p), 6);   /* 3 syncs of 2 ranks */
+    assert_int_equal(push(p, 1, 3, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    ts_part_free(p);
+}
+
 /* Reduce: the values a pull returns are the reduced gradient, sum / batch; and the update a
  * worker makes from it equals the one a PS-mode partition makes. */
 static void reduce_returns_the_mean_gradient(void **state)
@@ -576,6 +619,7 @@ int main(void)
         cmocka_unit_test(ssp_bounds_the_lead),
         cmocka_unit_test(async_snapshot_is_one_cut),
         cmocka_unit_test(sync_period_snapshot_on_its_syncs),
+        cmocka_unit_test(async_sync_period_snapshot_on_its_syncs),
         cmocka_unit_test(reduce_returns_the_mean_gradient),
         cmocka_unit_test(overflow_skips_and_scale_divides),
         cmocka_unit_test(accessors),

@@ -308,8 +308,8 @@ static ts_status register_settled(struct tessera *t, struct sdk_tensor *x,
         if ((st != TS_ESTALE && st != TS_EUNAVAIL) || k == REGISTER_TRIES ||
             !sdk_can_fail_over(t))
             return st;
-        ts_log(st == TS_ESTALE ? TS_INFO : TS_WARN, "sdk", "registering tensor '%s': %s; again under the "
-               "newest map", x->name, err->msg);
+        ts_log(st == TS_ESTALE ? TS_INFO : TS_WARN, "sdk", "registering tensor '%s': %s; "
+               "again under the newest map", x->name, err->msg);
         memset(err, 0, sizeof(*err));
         if (st == TS_EUNAVAIL) {
             if ((st = sdk_failover(t, err)))

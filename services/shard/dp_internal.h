@@ -1,6 +1,6 @@
-/* dp_internal.h - a data-plane connection as dataplane.c (the frames) and slots.c (elastic
- * jobs: waking pulls when slots change hands, reporting a worker that hung up) share it.
- * Not used elsewhere. Ownership: dataplane.c creates and frees connections; a connection's
+/* dp_internal.h - a data-plane connection as dataplane.c (the frames), dp_chain.c (images
+ * down a partition's chain) and slots.c (elastic jobs: waking pulls when slots change hands,
+ * reporting a worker that hung up) share it. Not used elsewhere. Ownership: dataplane.c creates and frees connections; a connection's
  * thread alone touches its fields but for the atomics and job_id (under dp->id_mu). */
 #ifndef TS_SHARD_DP_INTERNAL_H
 #define TS_SHARD_DP_INTERNAL_H
@@ -54,6 +54,17 @@ struct dp_conn {
     struct dp_conn *next;
     atomic_bool done;
 };
+
+/* dp_chain.c (docs/replication.md) */
+/* After p's update (a push this connection took, p pinned by the caller): its image down
+ * the chain from shard next, then the version is published to pulls (TS_OK), or the error
+ * that kept it from the chain's tail, also in err (which the push's reply reads). */
+ts_status dp_replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
+                       uint32_t next, struct ts_err *err);
+/* An IMAGE frame from the shard before this one in a partition's chain: checked, loaded,
+ * passed on, acknowledged. */
+ts_status dp_on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
+                      struct ts_err *err) TS_MUST_CHECK;
 
 /* slots.c */
 /* TS_ESLOTS (and from then on until the next push) if the connection's job changed slots

@@ -125,17 +125,27 @@ static ts_status check_hdr(const struct ts_part *p, const struct image_hdr *h, s
     return TS_OK;
 }
 
-/* Loads the image whose header starts buf, values are at `values` and the rest (state,
- * flags, clocks) at `at`; n: the whole image's bytes. */
-static ts_status load(struct ts_part *p, const void *buf, const void *values, const char *at,
-                      size_t n, struct ts_err *err)
+/* Loads the image buf[0..n): whole, or with values given (ts_part_load_image_split) without
+ * its values, which are at `values`. */
+static ts_status load(struct ts_part *p, const void *buf, size_t n, const float *values,
+                      struct ts_err *err)
 {
+    const char *after_hdr, *at;
     struct image_hdr h;
     ts_status st;
 
+    if (n < sizeof(h))
+        return ts_err_set(err, TS_EINVAL, "image: %zu bytes, shorter than its header", n);
+    after_hdr = (const char *)buf + sizeof(h);
     memcpy(&h, buf, sizeof(h));
-    if ((st = check_hdr(p, &h, n, err)))
+    if ((st = check_hdr(p, &h, values ? n + p->len * sizeof(float) : n, err)))
         return st;
+    if (!values) {
+        values = (const float *)(const void *)after_hdr;
+        at = after_hdr + p->len * sizeof(float);
+    } else {
+        at = after_hdr;
+    }
     pthread_mutex_lock(&p->mu);
     if (h.gen != p->gen) {
         uint32_t have = p->gen;
@@ -174,22 +184,13 @@ static ts_status load(struct ts_part *p, const void *buf, const void *values, co
 
 ts_status ts_part_load_image(struct ts_part *p, const void *buf, size_t n, struct ts_err *err)
 {
-    const char *values = (const char *)buf + sizeof(struct image_hdr);
-
-    if (n < sizeof(struct image_hdr))
-        return ts_err_set(err, TS_EINVAL, "image: %zu bytes, shorter than its header", n);
-    if (n < ts_part_image_bytes(p))   /* check_hdr names it */
-        return load(p, buf, values, values, n, err);
-    return load(p, buf, values, values + p->len * sizeof(float), n, err);
+    return load(p, buf, n, NULL, err);
 }
 
 ts_status ts_part_load_image_split(struct ts_part *p, const void *buf, size_t n,
                                    const float *values, struct ts_err *err)
 {
-    if (n < sizeof(struct image_hdr))
-        return ts_err_set(err, TS_EINVAL, "image: %zu bytes, shorter than its header", n);
-    return load(p, buf, values, (const char *)buf + sizeof(struct image_hdr),
-                n + p->len * sizeof(float), err);
+    return load(p, buf, n, values, err);
 }
 
 void ts_part_hold(struct ts_part *p, bool on)

@@ -95,29 +95,32 @@ ts_status dp_replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct 
                        uint32_t next, struct ts_err *err)
 {
     enum ts_mode mode = dc->job->job.mode;
-    bool copy = mode == TS_MODE_SSP || mode == TS_MODE_ASP;
-    const struct shard_tensor *t = shard_params_tensor(dc->dp->params, dc->job, h->tensor);
-    size_t n = ts_part_image_bytes(p);
     struct iovec pieces[4], rest[3];
     struct chain_image img = { .whole = pieces, .nwhole = 4, .values_fd = -1, .rest = rest,
                                .nrest = 3 };
+    const struct shard_tensor *t;
     uint64_t version;
     ts_status st;
 
-    if ((st = chain_image_room(&dc->chain, copy ? n : TS_PART_IMAGE_SMALL, err)))
-        return st;
-    if (copy) {
-        st = ts_part_image(p, dc->chain.image, n, &version, err);
+    if (mode == TS_MODE_SSP || mode == TS_MODE_ASP) {
+        size_t n = ts_part_image_bytes(p);
+        if ((st = chain_image_room(&dc->chain, n, err)) ||
+            (st = ts_part_image(p, dc->chain.image, n, &version, err)))
+            return st;
         pieces[0] = (struct iovec){ dc->chain.image, n };
         img.nwhole = 1;
-    } else if (!(st = ts_part_image_pieces(p, dc->chain.image, pieces, &version, err)) &&
-               t && t->values.base) {
-        rest[0] = pieces[0];
-        rest[1] = pieces[2];
-        rest[2] = pieces[3];
-        img.values_fd = t->values.fd;
+    } else {
+        if ((st = chain_image_room(&dc->chain, TS_PART_IMAGE_SMALL, err)) ||
+            (st = ts_part_image_pieces(p, dc->chain.image, pieces, &version, err)))
+            return st;
+        if ((t = shard_params_tensor(dc->dp->params, dc->job, h->tensor)) && t->values.base) {
+            rest[0] = pieces[0];   /* all but the values */
+            rest[1] = pieces[2];
+            rest[2] = pieces[3];
+            img.values_fd = t->values.fd;
+        }
     }
-    if (st || (st = send_down(dc, h, next, true, version, &img, err)))
+    if ((st = send_down(dc, h, next, true, version, &img, err)))
         return st;
     ts_part_publish(p, version);
     return TS_OK;

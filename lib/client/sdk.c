@@ -308,14 +308,13 @@ static ts_status register_settled(struct tessera *t, struct sdk_tensor *x,
         if ((st != TS_ESTALE && st != TS_EUNAVAIL) || k == REGISTER_TRIES ||
             !sdk_can_fail_over(t))
             return st;
-        ts_log(st == TS_ESTALE ? TS_INFO : TS_WARN, "sdk", "registering tensor '%s': %s; "
-               "again under the newest map", x->name, err->msg);
-        memset(err, 0, sizeof(*err));
-        if (st == TS_EUNAVAIL) {
-            if ((st = sdk_failover(t, err)))
+        if (st == TS_EUNAVAIL) {   /* a shard died: as when connecting */
+            if ((st = sdk_start_over(t, st, err)))
                 return st;
             continue;
         }
+        ts_log(TS_INFO, "sdk", "%s; again under the newest map", err->msg);
+        memset(err, 0, sizeof(*err));
         ts_sleep_ms(REGISTER_PAUSE_MS);
         if ((st = sdk_remap(t, err)))
             return st;

@@ -158,9 +158,11 @@ bool sdk_can_fail_over(struct tessera *t);
  * redoes what a connection carried (HELLO, owners, shared regions). The caller then sends
  * the step again with t->retrying set, or the registration again. */
 ts_status sdk_failover(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
-/* A call made while the worker starts (connecting, sharing a region) ended with st: if a
- * shard connection broke, sdk_failover, as often as shards keep dying (a few times); the
- * call's work is redone by it. Returns st, or what the failover ended with. */
+/* A call made while the worker starts (connecting, registering, sharing a region) ended
+ * with st: if a shard connection broke, sdk_failover, as often as shards keep dying (a few
+ * times). That connects again and redoes what the connections carried (HELLO, owners,
+ * shared regions); a registration is the caller's to send again. Returns st, or what the
+ * failover ended with. */
 ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err) TS_MUST_CHECK;
 /* Connects again under the newest map, at once (a registration the map moved under): HELLO
  * and the tensors' heads again if the connections had them. */

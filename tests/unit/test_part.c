@@ -273,6 +273,28 @@ static void bg_push_start(struct bg_push *b, struct ts_part *p, uint32_t rank, u
     assert_int_equal(pthread_create(&b->th, NULL, bg_push_run, b), 0);
 }
 
+/* ASP, 2 ranks, p armed for the cut after each rank's pushes 0 and 1: rank 0 pushes them and
+ * its push 2 waits; the copy is taken only once rank 1 has pushed its two, and rank 0's push 2
+ * then goes on. */
+static void cut_after_two_pushes(struct ts_part *p, const float *g)
+{
+    struct bg_push b;
+    bool applied;
+
+    for (uint64_t s = 0; s < 2; s++)
+        assert_int_equal(push(p, 0, s, TS_ENC_RAW, g, N * sizeof(float), &applied, NULL),
+                         TS_OK);
+    bg_push_start(&b, p, 0, 2, g);   /* past the cut, it waits */
+    ts_sleep_ms(150);
+    assert_false(atomic_load(&b.done));
+    assert_int_equal(push(p, 1, 0, TS_ENC_RAW, g, N * sizeof(float), &applied, NULL), TS_OK);
+    assert_false(ts_part_captured(p, 10));
+    assert_int_equal(push(p, 1, 1, TS_ENC_RAW, g, N * sizeof(float), &applied, NULL), TS_OK);
+    assert_true(ts_part_captured(p, 1000));
+    assert_int_equal(pthread_join(b.th, NULL), 0);
+    assert_int_equal(b.st, TS_OK);
+}
+
 /* ASP: a snapshot armed at step s is one cut over the ranks. A rank that reaches s first
  * waits; the copy is taken when the last rank has pushed its steps below s, and holds exactly
  * those pushes; the waiting push then goes on. A disarm lets a waiting push go; a restore puts
@@ -292,17 +314,7 @@ static void async_snapshot_is_one_cut(void **state)
     for (int i = 0; i < N; i++)
         g[i] = (float)(i % 5) * 64.0f;
     assert_int_equal(ts_part_arm(p, 2, NULL), TS_OK);
-    assert_int_equal(push(p, 0, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
-    assert_int_equal(push(p, 0, 1, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
-    bg_push_start(&b, p, 0, 2, g);  /* rank 0's step 2: past the cut, it waits */
-    ts_sleep_ms(150);
-    assert_false(atomic_load(&b.done));
-    assert_int_equal(push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
-    assert_false(ts_part_captured(p, 10));
-    assert_int_equal(push(p, 1, 1, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
-    assert_true(ts_part_captured(p, 1000));
-    assert_int_equal(pthread_join(b.th, NULL), 0);
-    assert_int_equal(b.st, TS_OK);
+    cut_after_two_pushes(p, g);   /* steps 0 and 1 of each rank */
     /* The copy is the four pushes below step 2, and not rank 0's step 2. */
     for (uint32_t r = 0; r < 2; r++)
         for (uint64_t s = 0; s < 2; s++)
@@ -337,25 +349,35 @@ static void async_snapshot_is_one_cut(void **state)
     ts_part_free(p);
 }
 
-/* BSP with a sync period of 2: the version counts syncs, so step s is version s / 2. A
- * snapshot falls on a sync (an odd step is refused, nothing armed), the copy is taken at
- * version 2 for step 4, and a restore at step 6 gives version 3. */
-static void sync_period_snapshot_on_its_syncs(void **state)
+/* A partition of job j syncing every 2 steps, and g a gradient of ones. A snapshot at an
+ * odd step is refused (not one of its syncs), nothing armed. */
+static struct ts_part *synced_by_two(const struct ts_job *j, float *g)
 {
-    struct ts_job j = job(1, false, "sgd:lr=1");
-    struct ts_part *p = mk(&j);
+    struct ts_part *p = mk(j);
     struct ts_err e = { 0 };
-    float g[N];
-    uint64_t lo, hi;
-    bool applied;
 
-    (void)state;
     for (int i = 0; i < N; i++)
         g[i] = 1.0f;
     ts_part_set_sync(p, 2);
     assert_int_equal(ts_part_arm(p, 3, &e), TS_ESTATE);
     assert_non_null(strstr(e.msg, "not one of its syncs"));
     assert_false(ts_part_captured(p, 0));
+    return p;
+}
+
+/* BSP with a sync period of 2: the version counts syncs, so step s is version s / 2. A
+ * snapshot falls on a sync (an odd step is refused, nothing armed), the copy is taken at
+ * version 2 for step 4, and a restore at step 6 gives version 3. */
+static void sync_period_snapshot_on_its_syncs(void **state)
+{
+    struct ts_job j = job(1, false, "sgd:lr=1");
+    struct ts_err e = { 0 };
+    float g[N];
+    struct ts_part *p = synced_by_two(&j, g);
+    uint64_t lo, hi;
+    bool applied;
+
+    (void)state;
     assert_int_equal(ts_part_arm(p, 4, NULL), TS_OK);
     assert_int_equal(push(p, 0, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
     assert_false(ts_part_captured(p, 0));
@@ -378,31 +400,14 @@ static void sync_period_snapshot_on_its_syncs(void **state)
 static void async_sync_period_snapshot_on_its_syncs(void **state)
 {
     struct ts_job j = job_mode(2, false, "sgd:lr=1", TS_MODE_ASP, 0);
-    struct ts_part *p = mk(&j);
-    struct ts_err e = { 0 };
-    struct bg_push b;
     float g[N];
+    struct ts_part *p = synced_by_two(&j, g);
     uint64_t lo, hi;
     bool applied;
 
     (void)state;
-    for (int i = 0; i < N; i++)
-        g[i] = 1.0f;
-    ts_part_set_sync(p, 2);
-    assert_int_equal(ts_part_arm(p, 3, &e), TS_ESTATE);
-    assert_non_null(strstr(e.msg, "not one of its syncs"));
     assert_int_equal(ts_part_arm(p, 4, NULL), TS_OK);
-    for (uint64_t s = 0; s < 2; s++)   /* rank 0's syncs of steps 0-3 */
-        assert_int_equal(push(p, 0, s, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
-    bg_push_start(&b, p, 0, 2, g);      /* its sync of steps 4-5: past the cut, it waits */
-    ts_sleep_ms(100);
-    assert_false(atomic_load(&b.done));
-    assert_int_equal(push(p, 1, 0, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
-    assert_false(ts_part_captured(p, 10));
-    assert_int_equal(push(p, 1, 1, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
-    assert_true(ts_part_captured(p, 1000));
-    assert_int_equal(pthread_join(b.th, NULL), 0);
-    assert_int_equal(b.st, TS_OK);
+    cut_after_two_pushes(p, g);   /* syncs of steps 0-3; rank 0's of steps 4-5 waited */
     ts_part_steps(p, &lo, &hi);         /* in steps: rank 1 at 4, rank 0 at 6 */
     assert_true(lo == 4 && hi == 6);
     ts_part_disarm(p);

@@ -126,6 +126,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
             ts_json_uint(&j, "copies_sent", views[i]->copies_sent);
             ts_json_uint(&j, "copies_pending", views[i]->copies_pending);
             ts_json_uint(&j, "partitions_lost", views[i]->partitions_lost);
+            ts_json_uint(&j, "partitions_reseeded", views[i]->partitions_reseeded);
             ts_json_uint(&j, "moves_pending", views[i]->moves_pending);
             ts_json_uint(&j, "partitions_dropped", views[i]->partitions_dropped);
         }
@@ -236,6 +237,9 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
         if (v && v->partitions_lost)
             printf("       %" PRIu64 " partitions it heads lost every copy\n",
                    v->partitions_lost);
+        if (v && v->partitions_reseeded)
+            printf("       %" PRIu64 " of them of reduce jobs, seeded again by their workers\n",
+                   v->partitions_reseeded);
         if (s->joining)
             printf("       joining: not on the ring until every copy it will hold has moved "
                    "(%" PRIu64 " left here)\n", v ? v->moves_pending : 0);

@@ -185,6 +185,7 @@ static void tensor_free(struct sdk_tensor *x)
     free(x->value);
     free(x->state);
     free(x->rgrad);
+    free(x->have);
     free(x->prev);
     sdk_region_free(x);
     free(x);

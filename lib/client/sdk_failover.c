@@ -12,13 +12,19 @@
  *
  * A partition that moved to a shard that joined the ring (docs/replication.md, "Joining") is
  * the same to a worker: its old head answers TS_ESTALE, and the step goes again under the
- * new map. */
+ * new map.
+ *
+ * In a reduce job a partition may have lost every copy: before the step goes again, the
+ * worker tells each head which version of each partition it pulled last, with its values
+ * (SEED), and a head that made the partition afresh takes it from the ranks (docs/
+ * replication.md, "Reduce jobs that lose every copy"). */
 #include "client/sdk_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "transport/frame.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -88,7 +94,7 @@ static ts_status connect_again(struct tessera *t, bool hello, struct ts_err *err
 
 ts_status sdk_remap(struct tessera *t, struct ts_err *err)
 {
-    bool hello = t->hello_done;
+    bool hello = t->hello_said;
     ts_status st;
 
     sdk_close_shards(t);
@@ -97,15 +103,56 @@ ts_status sdk_remap(struct tessera *t, struct ts_err *err)
     return connect_again(t, hello, err);
 }
 
+/* Reduce jobs: tells the head of every partition which version of it this worker pulled
+ * last, with its values (none for version 0) and whether it was a skipped step. A head that
+ * lost every copy waits for the word of every rank (docs/replication.md, "Reduce jobs that
+ * lose every copy"); another takes it as a no-op. Every SEED goes out before any ACK is
+ * read, as a step's requests do. */
+static ts_status seed(struct tessera *t, struct ts_err *err)
+{
+    ts_status st = TS_OK, first = TS_OK;
+
+    for (int i = 0; !st && i < t->ntensors; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        for (uint32_t p = 0; !st && p < x->nparts; p++) {
+            uint64_t off, len;
+            struct ts_frame_hdr h = { .type = TS_FRAME_SEED, .tensor = (uint32_t)i,
+                                      .partition = p, .step = x->have[p], .rank = t->rank,
+                                      .flags = x->overflow[p] ? TS_SEED_OVERFLOW : 0 };
+            ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+            st = ts_frame_send(t->shards[x->owner[p]].conn, &h, x->have[p] ? x->rgrad + off
+                                                                             : NULL,
+                               x->have[p] ? len * sizeof(float) : 0, err);
+            sdk_note_broken(t, x->owner[p], st);
+        }
+    }
+    for (int i = 0; !st && i < t->ntensors; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        for (uint32_t p = 0; !st && p < x->nparts; p++) {
+            struct reply_info ri = { 0 };
+            struct ts_err e = { 0 };
+            ts_status r = sdk_read_reply(t, x->owner[p], TS_FRAME_ACK, (uint32_t)i, p, NULL, 0,
+                                         &ri, &e);
+            if (r && !first) {
+                first = r;
+                ts_err_set(err, r, "seeding tensor '%s' partition %u: %s", x->name, p, e.msg);
+            }
+            if (r == TS_EUNAVAIL || r == TS_ECORRUPT || r == TS_ETIMEDOUT)
+                st = r;
+        }
+    }
+    return first;
+}
+
 ts_status sdk_failover(struct tessera *t, struct ts_err *err)
 {
     uint64_t old = ts_cluster_epoch(t->cl);
     enum ts_report said = TS_REPORT_UNHEARD;
-    bool hello = t->hello_done;
+    bool hello = t->hello_said, broke = t->broken != 0;
     char who[64];
     ts_status st;
 
-    if (t->broken) {
+    if (broke) {
         snprintf(who, sizeof(who), "worker rank %u", t->rank);
         said = ts_cluster_report_unreachable(t->cl, t->broken, who, "its data-plane connection "
                                              "broke in the middle of a step");
@@ -114,12 +161,14 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
     sdk_close_shards(t);
     /* A shard the master found answering is alive: the link broke, not the shard. Connect
      * again under the same map (a pause, so that a shard that keeps refusing is not
-     * hammered); otherwise wait for the map without it. */
+     * hammered); otherwise wait for the map without it, unless no link broke and the map
+     * this worker holds is newer than its connections (a shard refused them for that). */
     if (said == TS_REPORT_KEPT)
         ts_sleep_ms(MAP_POLL_MS);
-    else if ((st = await_map(t, old, err)))
+    else if ((broke || !hello || t->hello_epoch >= old) && (st = await_map(t, old, err)))
         return st;
-    if ((st = connect_again(t, hello, err)))
+    if ((st = connect_again(t, hello, err)) ||
+        (hello && t->job.mode == TS_MODE_REDUCE && (st = seed(t, err))))
         return st;
     t->failovers++;
     ts_log(TS_WARN, "sdk", "failed over: shard map epoch %" PRIu64 " -> %" PRIu64 ", %zu "

@@ -41,6 +41,8 @@ struct sdk_tensor {
                                    * the reduced gradient pulled */
     float *prev;                  /* elastic jobs: the values of the step in progress, numel */
     uint64_t local_version;       /* reduce mode: the version of value */
+    uint64_t *have;               /* reduce mode, per partition: the version of its rgrad (what
+                                   * a failover says to a head that seeds it, sdk_failover.c) */
     /* The step in progress (plan_step, only): */
     bool active, encoded;
     uint64_t tstep, pull_version;
@@ -88,6 +90,9 @@ struct tessera {
     struct sdk_tensor *tensors[MAX_TENSORS];
     int ntensors;
     bool hello_done;              /* every connection has named its job */
+    bool hello_said;              /* a HELLO went out once: connections made again (failover,
+                                   * remap) must say it too, even after one that failed */
+    uint64_t hello_epoch;         /* the shard map epoch the last HELLOs named */
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
     bool names_checked;           /* every tensor the options name is registered */
     int loss_mode;                /* enum tessera_loss_scale */

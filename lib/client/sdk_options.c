@@ -218,7 +218,8 @@ ts_status sdk_tensor_buffers(struct tessera *t, struct sdk_tensor *x,
         size_t slen = ts_optim_state_len(t->job.optim.kind);
         good = (x->value = malloc(x->numel * sizeof(float))) &&
              (x->state = calloc(slen * x->numel + 1, sizeof(float))) &&
-             (x->rgrad = malloc(x->numel * sizeof(float)));
+             (x->rgrad = calloc(x->numel + 1, sizeof(float))) &&
+             (x->have = calloc(x->nparts + 1, sizeof(uint64_t)));
         if (good) {
             x->local_version = 0;
             return ts_tensor_init(req->tensor->initializer, req->tensor->seed, x->name,

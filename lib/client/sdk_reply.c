@@ -57,9 +57,12 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
 {
     ts_status st = TS_OK;
 
+    t->hello_epoch = t->cl ? ts_cluster_epoch(t->cl) : 0;
     for (size_t i = 0; !st && i < t->nshards; i++) {
-        /* An elastic worker names itself: a shard that sees it hang up tells the master. */
+        /* An elastic worker names itself: a shard that sees it hang up tells the master. The
+         * map epoch: a reduce job's shard refuses pulls under an older one (dataplane.h). */
         struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .rank = t->rank,
+                                  .step = t->hello_epoch,
                                   .tensor = t->elastic ? ts_membership_id(t->ms) : 0,
                                   .flags = t->elastic ? TS_HELLO_ELASTIC : 0 };
         st = ts_frame_send(t->shards[i].conn, &h, t->job.id, strlen(t->job.id), err);
@@ -72,6 +75,7 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
             t->generation = (uint32_t)ri.step;
     }
     t->hello_done = !st;
+    t->hello_said |= !st;
     if (!st && !t->followed_set) {
         t->followed = t->generation;
         t->followed_set = true;

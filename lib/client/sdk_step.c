@@ -154,6 +154,8 @@ static ts_status read_all(struct tessera *t, int first, int last, float *const *
                 memcpy(dst, x->view + off, len * sizeof(float));
             if (!r && params) {
                 note_reply(t, x, p, &ri);
+                if (x->have)
+                    x->have[p] = ri.step;
                 if (ri.step > t->newest)
                     t->newest = ri.step;
             }

@@ -167,6 +167,7 @@ void ts_part_free(struct ts_part *p)
     if (!p)
         return;
     ts_part_disarm(p);
+    part_seed_drop(p);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     if (p->value_owned)
@@ -485,6 +486,10 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
                           "partition's is %u): continue from the snapshot's step", in->step,
                           p->tensor_id, p->index, in->gen, have);
     }
+    if (p->seed && (st = part_seed_push(p, in->rank, in->step, err))) {
+        pthread_mutex_unlock(&p->mu);
+        return st;
+    }
     if (in->retry && in->rank < p->job->workers &&
         (async_mode(p->job) ? in->step < p->clock[in->rank] :
          in->step < p->version || (in->step == p->version && p->pushed[in->rank]))) {
@@ -580,7 +585,7 @@ static ts_status wait_ready(struct ts_part *p, uint64_t want, uint32_t gen, int 
                               "its job went back to a snapshot (rollback %u, the partition's "
                               "is %u): continue from the snapshot's step", p->tensor_id,
                               p->index, gen, p->gen);
-        if (pull_ready(p, want))
+        if (!p->seed && pull_ready(p, want))
             return TS_OK;
         if (p->moved)
             return ts_err_set(err, TS_ESTALE, "tensor %u partition %u: this shard no longer "
@@ -589,6 +594,8 @@ static ts_status wait_ready(struct ts_part *p, uint64_t want, uint32_t gen, int 
         if (cancel && atomic_load(cancel))
             return ts_err_set(err, TS_ECANCELLED, "tensor %u partition %u: wait for version %"
                               PRIu64 " cancelled", p->tensor_id, p->index, want);
+        if (p->seed && (slice <= 0 || part_seed_failed(p)))
+            return part_seed_error(p, err);
         if (slice <= 0) {
             if (async_mode(p->job))
                 return ts_err_set(err, TS_ETIMEDOUT, "tensor %u partition %u: step %" PRIu64

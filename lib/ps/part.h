@@ -251,6 +251,25 @@ void ts_part_set_generation(struct ts_part *p, uint32_t generation);
 /* The newest version pulls may see. */
 uint64_t ts_part_visible(struct ts_part *p);
 
+/* Seeding (seed.c; docs/replication.md, "Reduce jobs that lose every copy"). A reduce
+ * partition whose every copy was lost is created afresh and begun with ts_part_seed_begin:
+ * until each of the job's ranks said which version of it it holds (the version of its last
+ * pull), the partition has no version; pushes and pulls wait for it (a push says it for its
+ * rank: a rank pushing step v pulled version v), and its image is TS_EUNAVAIL. Then it is at
+ * the newest version said, with the values a rank sent for it (ranks behind pull them), or
+ * zeros where no rank will pull that version. ts_part_seed is one rank's word: its version
+ * and, if it pulled one, its values (len floats; NULL: none) and whether that version was a
+ * skipped step. TS_OK and nothing done on a partition not seeding; TS_EINVAL (version) for
+ * a version more than one apart from another rank's, TS_ECORRUPT (values) for values that
+ * differ from another rank's of the same version, nothing changed. Should no rank have sent
+ * the values a rank behind needs, pushes and pulls fail with TS_ESTATE. An image loaded ends
+ * the seeding (a follower takes its state from its head). TS_EINVAL from seed_begin for a
+ * partition of another mode. */
+ts_status ts_part_seed_begin(struct ts_part *p, struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_part_seed(struct ts_part *p, uint32_t rank, uint64_t version, const float *values,
+                       bool overflow, struct ts_err *err) TS_MUST_CHECK;
+bool ts_part_seeding(struct ts_part *p);
+
 /* Snapshots. ts_part_arm asks for a copy of the values and optimizer state as they are at
  * step `step`: taken at once if the partition is there, else by the push that applies that
  * step. In BSP with a sync period K the partition is at step s at version s / K; in SSP and

@@ -47,6 +47,9 @@ struct ts_part {
      * the partition outside its owner's lock (ts_part_pin). */
     bool moved;
     atomic_uint pins;
+    /* Seeding (seed.c): a reduce partition created afresh after every copy was lost learns
+     * its version and values from its ranks; NULL otherwise. Pushes and pulls wait for it. */
+    struct ts_seed *seed;
     bool snap_armed, snap_ready;
     uint64_t snap_step;
     float *snap_value, *snap_state;
@@ -57,5 +60,15 @@ static inline bool async_mode(const struct ts_job *j)
 {
     return j->mode == TS_MODE_SSP || j->mode == TS_MODE_ASP;
 }
+
+/* seed.c, called with mu held and p->seed set: a push of rank's step says the rank holds
+ * version step; it waits (at most 30 s) until every rank said, then TS_OK, or the
+ * reason it cannot go on. part_seed_failed: every rank said, and the values of the newest
+ * version were not among it. part_seed_error: why a wait for the seed ends. part_seed_drop:
+ * an image replaces what the seed would have given. */
+ts_status part_seed_push(struct ts_part *p, uint32_t rank, uint64_t step, struct ts_err *err);
+bool part_seed_failed(const struct ts_part *p);
+ts_status part_seed_error(const struct ts_part *p, struct ts_err *err);
+void part_seed_drop(struct ts_part *p);
 
 #endif

@@ -62,6 +62,12 @@ ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *vers
     if (cap < need)
         return ts_err_set(err, TS_EINVAL, "image: %zu bytes of room, want %zu", cap, need);
     pthread_mutex_lock(&p->mu);
+    if (p->seed) {
+        pthread_mutex_unlock(&p->mu);
+        return ts_err_set(err, TS_EUNAVAIL, "tensor %u partition %u: its ranks are seeding it "
+                          "(every copy was lost); its image comes once they did", p->tensor_id,
+                          p->index);
+    }
     h = header_now(p);
     *version = h.version;
     memcpy(at, &h, sizeof(h));
@@ -165,6 +171,7 @@ static ts_status load(struct ts_part *p, const void *buf, size_t n, const float 
                           "%u, older than the %" PRIu64 " held here", h.version, p->tensor_id,
                           p->index, have);
     }
+    part_seed_drop(p);   /* a follower now: the image is the state */
     memcpy(p->value, values, p->len * sizeof(float));
     memcpy(p->state, at, h.state_floats * sizeof(float));
     at += h.state_floats * sizeof(float);

@@ -57,10 +57,14 @@ enum ts_frame_type {
                              * and the rest of the chain hold it */
     TS_FRAME_BYE = 10,      /* worker -> shard, no reply: closing on purpose, not a death
                              * (elastic jobs, docs/elastic.md) */
-    TS_FRAME_TYPE_MAX = 10,
+    TS_FRAME_SEED = 11,     /* worker -> shard, after a failover in a reduce job: rank `rank`
+                             * holds version `step` of (tensor, partition), its values as
+                             * payload (none: version 0); flags TS_SEED_*; ACK (docs/
+                             * replication.md, "Reduce jobs that lose every copy") */
+    TS_FRAME_TYPE_MAX = 11,
 };
 
-/* HELLO flags. */
+/* HELLO flags; a HELLO's `step` is the worker's shard map epoch (0: not said). */
 #define TS_HELLO_ELASTIC 0x1u   /* the worker is elastic: a hang-up without BYE is its death */
 /* SHARE flags: what the region holds. */
 #define TS_SHARE_GRAD 0x1u      /* worker -> shard: the worker's gradient buffer of the tensor */
@@ -69,6 +73,9 @@ enum ts_frame_type {
 /* IMAGE flags. */
 #define TS_IMAGE_REGION 0x1u    /* the values are not in the payload: read them from the
                                  * sender's parameters, SHAREd on this connection */
+
+/* SEED flags. */
+#define TS_SEED_OVERFLOW 0x1u   /* the version was a skipped step (its pull said so) */
 
 /* PULL flags. */
 #define TS_PULL_AFTER_PUSH 0x1u /* sent right behind this connection's pushes of the step */

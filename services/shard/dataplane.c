@@ -152,6 +152,57 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
     return err->code ? err->code : ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
 
+/* TS_ESTALE for a pull of a reduce job on a connection begun under an older shard map than
+ * this shard's (dataplane_remapped). */
+static ts_status map_moved(struct dp_conn *dc, struct ts_err *err)
+{
+    struct ts_cluster *cl = atomic_load(&dc->dp->cluster);
+    uint64_t now;
+
+    if (!dc->reduce || !dc->hello_epoch || !cl || (now = ts_cluster_epoch(cl)) <= dc->hello_epoch)
+        return TS_OK;
+    return ts_err_set(err, TS_ESTALE, "the shard map moved to epoch %" PRIu64 " since this "
+                      "connection began (epoch %" PRIu64 "): a partition of reduce job '%s' may "
+                      "have lost every copy, which its workers seed; fail over and send the step "
+                      "again", now, dc->hello_epoch, dc->job->job.id);
+}
+
+void dataplane_remapped(struct dataplane *dp, uint64_t epoch)
+{
+    pthread_mutex_lock(&dp->id_mu);
+    for (struct dp_conn *dc = dp->conns; dc; dc = dc->next)
+        if (dc->reduce && dc->hello_epoch && dc->hello_epoch < epoch)
+            atomic_fetch_or(&dc->cancel, DP_CANCEL_WAKE);
+    pthread_mutex_unlock(&dp->id_mu);
+}
+
+/* A SEED from a worker of a reduce job that failed over: the version of the partition its
+ * rank holds, with the values; taken if the partition is being seeded (lib/ps/seed.c). */
+static ts_status on_seed(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
+                         struct ts_err *err)
+{
+    struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .tensor = h->tensor,
+                                .partition = h->partition, .step = h->step };
+    struct ts_part *p = NULL;
+    ts_status st;
+
+    if (dc->job && dc->job->job.mode != TS_MODE_REDUCE)
+        return ts_err_set(err, TS_EINVAL, "seed: job '%s' is mode %s; only a reduce job's "
+                          "workers seed partitions", dc->job->job.id,
+                          ts_mode_name(dc->job->job.mode));
+    if ((st = head_of(dc, h, &p, NULL, err)))
+        return st;
+    if (h->len && h->len != ts_part_len(p) * sizeof(float))
+        st = ts_err_set(err, TS_EINVAL, "seed: %" PRIu64 " bytes of values for tensor %u "
+                        "partition %u, want %" PRIu64 " (or none)", (uint64_t)h->len, h->tensor,
+                        h->partition, ts_part_len(p) * sizeof(float));
+    else
+        st = ts_part_seed(p, h->rank, h->step, h->len ? buf : NULL,
+                          (h->flags & TS_SEED_OVERFLOW) != 0, err);
+    shard_params_put(p);
+    return st ? st : ts_frame_send(dc->c, &ack, NULL, 0, err);
+}
+
 /* A PULL of partition p, which this shard heads (pinned by the caller). */
 static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
                            struct ts_err *err)
@@ -179,8 +230,10 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, str
         dc->copy = c;
         dc->copy_cap = len;
     }
-    for (;;) {   /* elastic jobs: a wake (slots.c) ends the wait with TS_ESLOTS */
+    for (;;) {   /* a wake (slots.c, dataplane_remapped) ends the wait */
         ts_status st = dp_slots_moved(dc, err);
+        if (!st)
+            st = map_moved(dc, err);
         if (!st)
             st = ts_part_pull(p, h->rank, h->step, dc->gen, PULL_WAIT_MS, &dc->cancel,
                               copy ? dc->copy : NULL, &info, err);
@@ -347,6 +400,8 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     dc->job = job;
     pthread_mutex_lock(&dc->dp->id_mu);
     snprintf(dc->job_id, sizeof(dc->job_id), "%s", job ? id : "");
+    dc->hello_epoch = h->step;
+    dc->reduce = job && job->job.mode == TS_MODE_REDUCE;
     pthread_mutex_unlock(&dc->dp->id_mu);
     if (!dc->job)
         return ts_err_set(err, TS_ENOTFOUND, "hello: job '%s' has no tensors on this shard: "
@@ -438,6 +493,8 @@ static void *conn_main(void *arg)
             st = on_map(dc, &h, &err);
         else if (h.type == TS_FRAME_IMAGE)
             st = dp_on_image(dc, &h, in, &err);
+        else if (h.type == TS_FRAME_SEED)
+            st = on_seed(dc, &h, in, &err);
         else
             st = ts_err_set(&err, TS_EINVAL, "frame type %u is not a request", h.type);
         /* Done with the payload: let the worker reuse its place in the ring. */

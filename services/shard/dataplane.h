@@ -64,6 +64,14 @@ void dataplane_forget(void *arg);
  * job fenced for a rollback, refuses the pull with the step to continue from). */
 void dataplane_end_job(struct dataplane *dp, const char *job);
 
+/* The shard map moved to epoch (after the chains followed it): a worker of a reduce job may
+ * have to seed a partition that lost every copy (docs/replication.md, "Reduce jobs that lose
+ * every copy"), but not while its pull waits here for a step that needs it. So a pull of a
+ * reduce job on a connection begun under an older map ends, and every later one is
+ * refused, with TS_ESTALE: the worker fails over, says what it holds, and sends the step
+ * again. */
+void dataplane_remapped(struct dataplane *dp, uint64_t epoch);
+
 /* Elastic jobs: the master's roster of job is roster (a heartbeat): where it grew since a
  * connection of the job last heard, the connection's pulls are answered TS_ESLOTS (slots.c). */
 void dataplane_roster(struct dataplane *dp, const char *job, uint64_t roster);

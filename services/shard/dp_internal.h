@@ -39,6 +39,10 @@ struct dp_conn {
     struct chain_links chain;       /* to the next shards of this shard's chains */
     atomic_uint cancel;             /* DP_CANCEL_* bits: end a pull's wait */
     char job_id[TS_JOB_ID_MAX + 1]; /* the HELLO's job, for cancel_waits (under dp->id_mu) */
+    /* From the HELLO (written under dp->id_mu): the worker's shard map epoch then (0: not
+     * said), and whether the job is a reduce job (dataplane_remapped). */
+    uint64_t hello_epoch;
+    bool reduce;
     /* Elastic jobs (docs/elastic.md), from the HELLO: the worker's member id (0: a shard of a
      * chain, or a worker that is not elastic), whether it said goodbye (BYE) before hanging
      * up; wakes counts the slot changes told to this connection, wakes_seen those its pulls

@@ -68,8 +68,10 @@ static void remap(void *arg)
     pthread_mutex_lock(&s->remap_mu);   /* the heartbeat thread and the data plane */
     if (ts_cluster_refresh(s->cluster, &err))
         ts_log(TS_WARN, "shard", "fetching the shard map: %s", err.msg);
-    else
+    else {
         shard_params_rechain(&s->params, s->cluster, ts_membership_id(s->membership));
+        dataplane_remapped(&s->dp, ts_cluster_epoch(s->cluster));
+    }
     pthread_mutex_unlock(&s->remap_mu);
 }
 

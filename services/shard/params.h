@@ -127,9 +127,10 @@ struct shard_params {
     void (*on_release)(void *ctx);
     void *release_ctx;
     uint64_t resyncs;                  /* partitions flagged for resync (under mu) */
-    /* Since start (under mu): partitions promoted to head, and headed with every copy lost;
-     * images the repair thread sent to new chain members (atomic). */
-    uint64_t promotions, lost;
+    /* Since start (under mu): partitions promoted to head, headed with every copy lost, and
+     * of those the reduce ones made afresh for their workers to seed (rechain.c); images the
+     * repair thread sent to new chain members (atomic). */
+    uint64_t promotions, lost, reseeded;
     atomic_uint_least64_t copies_sent;
     atomic_uint_least64_t images_from_region;   /* loaded from the previous shard's region */
     /* Joining (rechain.c): the map epoch the chains were last taken up under; partitions

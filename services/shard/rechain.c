@@ -42,6 +42,32 @@ static void drop(struct shard_params *sp, struct shard_job *sj, struct shard_ten
            " (%s)", sj->job.id, t->name, p, ts_part_version(part), why);
 }
 
+/* Partition p of a reduce job, which this shard now heads and of which every copy is lost:
+ * a fresh copy that its ranks seed (lib/ps/seed.c; the workers hold the parameters, the
+ * shard only the step's sum). NULL if it cannot be made (then it is lost as in other modes).
+ * mu held. */
+static struct ts_part *reseed(struct shard_params *sp, struct shard_job *sj,
+                              struct shard_tensor *t, uint32_t p, const struct params_place *at)
+{
+    struct ts_err e = { 0 };
+    bool made = !params_add_copy(sp, sj, t, p, at, &e);
+
+    if (made && ts_part_seed_begin(t->parts[p], &e))
+        drop(sp, sj, t, p, "it could not be seeded");
+    if (!t->parts[p]) {
+        ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: every copy is lost, and a "
+               "fresh one for its workers to seed could not be made: %s", sj->job.id, t->name,
+               p, e.msg);
+        return NULL;
+    }
+    ts_log(TS_WARN, "shard", "job %s tensor '%s' partition %u: every copy is lost; a fresh one "
+           "waits for the job's workers to seed it (reduce mode: they hold the parameters)",
+           sj->job.id, t->name, p);
+    sp->lost++;
+    sp->reseeded++;
+    return t->parts[p];
+}
+
 /* Partition p of t under the new map: its role and next shard follow the new chain. A follower
  * that now heads the chain is promoted (it holds the newest version the chain acknowledged);
  * a head that no longer does is demoted (its pulls and pushes go to the new head). A member
@@ -65,6 +91,8 @@ static void rechain_part(struct shard_params *sp, struct shard_job *sj, struct s
         t->lost[p] = false;   /* whichever shard heads it now knows */
         return;
     }
+    if (!part && at->head && sj->job.mode == TS_MODE_REDUCE && !t->lost[p])
+        part = reseed(sp, sj, t, p, at);
     if (!part && at->head) {
         if (!t->lost[p]) {
             ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: every copy is lost "

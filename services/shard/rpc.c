@@ -88,6 +88,7 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     resp->bytes = s->params.bytes;
     resp->promotions = s->params.promotions;
     resp->partitions_lost = s->params.lost;
+    resp->partitions_reseeded = s->params.reseeded;
     resp->copies_pending = s->params.resyncs + s->params.inflight;
     resp->partitions_dropped = s->params.dropped;
     pthread_mutex_unlock(&s->params.mu);

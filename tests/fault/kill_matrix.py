@@ -25,6 +25,10 @@ hold just after it (that one step may complete without the dead shard, not two),
 the survivors' ShardStatus; for a master, also the time until the restarted master answers
 with its state (`master back`).
 
+With --mode reduce: a reduce job on --replicas 1, so that a dead shard takes every copy of
+the partitions it held and the workers seed them again (docs/replication.md, "Reduce jobs
+that lose every copy"); the victim is a shard or the master, and the same checks hold.
+
 Prints a line per trial and a table; exits 1 if any trial failed. `make test-fault` runs 50
 trials (KILL_TRIALS=N to change), `make test` 3 (integration/kill_matrix_short). Usage:
 kill_matrix.py --help.
@@ -66,18 +70,32 @@ def verify_replicas(binary, master, wait_s=10):
         time.sleep(0.5)
 
 
+def replicas(a):
+    """bsp: 2 copies of each partition; reduce: 1, so that a shard's death loses every copy
+    of its partitions and the workers seed them (docs/replication.md)."""
+    return 1 if a.mode == "reduce" else 2
+
+
+def mode_args(a):
+    return ("--mode", "reduce") if a.mode == "reduce" else ()
+
+
 def trial(a, binary, rng, want):
     """One kill; returns a dict of what was seen (its "errors" empty when it passed)."""
     errors = []
     out = {"errors": errors}
     d = tempfile.mkdtemp(prefix="tessera-killmatrix.")
-    c = cl.Cluster(binary, d, shards=a.shards, replicas=2, lease_ms=a.lease_ms)
+    c = cl.Cluster(binary, d, shards=a.shards, replicas=replicas(a), lease_ms=a.lease_ms)
     p = None
     try:
-        p = cl.train(binary, c.master, a.steps, JOB, workers=WORKERS, extra=("--keep",))
+        p = cl.train(binary, c.master, a.steps, JOB, workers=WORKERS,
+                     extra=("--keep",) + mode_args(a))
         ids = sorted(c.shards)
         at = rng.randrange(a.steps // 10, a.steps * 6 // 10)
-        victim = rng.choice(ids + ["master"] + ["worker %d" % r for r in range(WORKERS)])
+        # A reduce job's worker holds its own parameters: one that dies stops the job
+        # (docs/elastic.md), so there only shards and the master are killed.
+        victim = rng.choice(ids + ["master"] + ([] if a.mode == "reduce" else
+                                                ["worker %d" % r for r in range(WORKERS)]))
         delay_ms = rng.randrange(0, 30)
         v, heads, _ = cl.wait_version(c, JOB, ids, at, p, 120, poll_s=0.002)
         before = c.status()
@@ -146,12 +164,14 @@ def trial(a, binary, rng, want):
     return out
 
 
-def table(trials, steps):
+def table(trials, a):
     ok = [t for t in trials if not t["errors"]]
     rec = [t["recovery_s"] for t in trials if "recovery_s" in t]
     back = [t["master_back_s"] for t in trials if "master_back_s" in t]
-    print("\nkill_matrix: 3 shards, --replicas 2, %d exact workers, %d steps, kill -9 of a "
-          "random shard, worker or the master at a random step" % (WORKERS, steps))
+    print("\nkill_matrix: %d shards, --replicas %d, mode %s, %d exact workers, %d steps, kill "
+          "-9 of a random shard, %sthe master at a random step" % (
+              a.shards, replicas(a), a.mode, WORKERS, a.steps,
+              "" if a.mode == "reduce" else "worker or "))
     print("%-40s %s" % ("trials", len(trials)))
     for role, what in (("head", "  a shard heading partitions"),
                        ("follower", "  a shard heading none"), ("worker", "  a worker"),
@@ -188,6 +208,9 @@ def main():
                     "(default 800)")
     ap.add_argument("--shards", type=int, default=3, help="shards (default 3)")
     ap.add_argument("--lease-ms", type=int, default=3000, help="member lease (default 3000)")
+    ap.add_argument("--mode", choices=("bsp", "reduce"), default="bsp",
+                    help="bsp (default, --replicas 2) or reduce (--replicas 1: the workers "
+                    "seed the partitions a dead shard held)")
     ap.add_argument("--seed", type=int, default=None, help="victims, steps and delays "
                     "(default: random, printed)")
     ap.add_argument("--json-out", help="write every trial's record here")
@@ -198,7 +221,8 @@ def main():
     binary = os.path.join(a.bin, "tessera")
     cl.load_protos(a.bin)
     cl.exit_on_sigterm()
-    want = cl.result(cl.train(binary, None, a.steps), "tessera train --local")["params_sha256"]
+    want = cl.result(cl.train(binary, None, a.steps, extra=mode_args(a)),
+                     "tessera train --local")["params_sha256"]
     trials = []
     for i in range(a.trials):
         t = trial(a, binary, rng, want)
@@ -211,7 +235,7 @@ def main():
             ", recovery %.2f s" % t["recovery_s"] if "recovery_s" in t else ""), flush=True)
         if t["errors"]:
             print("  (logs were in %s)" % t["logs"], flush=True)
-    table(trials, a.steps)
+    table(trials, a)
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump({"seed": seed, "steps": a.steps, "trials": trials}, f, indent=1)

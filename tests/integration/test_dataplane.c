@@ -4,7 +4,7 @@
  * come from a raw transport connection (tcp, or shm) wrapped in lib/transport's fault layer.
  * Shared regions (tessera_buffers): the same bits as copies, really mapped on shm, and every
  * misuse of SHARE (a worker's gradients, a shard's values) / MAP / region pushes and pulls
- * refused with nothing changed. */
+ * refused with nothing changed; so are SEEDs of the wrong job or length. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -160,6 +160,16 @@ static void bad_frames_change_nothing(const char *transport, const char *job)
         im.rank = 0;
         assert_int_equal(ts_frame_send(c, &im, image, sizeof(image), NULL), TS_OK);
         assert_int_equal(expect_error(c, "image.from: required"), TS_EINVAL);
+        ts_tp_close(c);
+    }
+
+    /* A SEED (docs/replication.md, "Reduce jobs that lose every copy") in a bsp job. */
+    {
+        struct ts_frame_hdr sd = { .type = TS_FRAME_SEED, .tensor = 0, .partition = 0,
+                                   .step = 1, .rank = 0 };
+        c = raw_connect(transport, job);
+        assert_int_equal(ts_frame_send(c, &sd, NULL, 0, NULL), TS_OK);
+        assert_int_equal(expect_error(c, "only a reduce job's workers seed"), TS_EINVAL);
         ts_tp_close(c);
     }
 
@@ -444,6 +454,45 @@ static void regions_refused(void **state)
     tessera_close(t);
 }
 
+/* SEEDs in a reduce job: values of the wrong length are refused naming the field; a
+ * partition that lost nothing takes a good one as a no-op (ACK), and trains on. */
+static void seeds_refused(void **state)
+{
+    struct tessera_options o = { .master = master, .job = "dp-seed", .rank = 0, .workers = 1,
+                                 .exact = 1, .optimizer = "sgd:lr=0.5", .batch = 4,
+                                 .mode = "reduce" };
+    struct ts_frame_hdr sd = { .type = TS_FRAME_SEED, .tensor = 0, .partition = 0, .step = 1,
+                               .rank = 0 };
+    static float vals[N + 1], before[N], after[N];
+    static int64_t fixed[N];
+    uint64_t shape[1] = { N };
+    struct tessera_error e;
+    struct ts_conn *c;
+    char buf[64];
+    tessera *t;
+    int id;
+
+    (void)state;
+    if (tessera_connect(&o, &t, &e) ||
+        tessera_register(t, "w", shape, 1, "normal:0.1", 3, 0, 0, 0, &id, &e) ||
+        tessera_pull(t, id, 0, before, &e))
+        fail_msg("%s", e.message);
+    c = raw_connect("tcp", "dp-seed");
+    assert_int_equal(ts_frame_send(c, &sd, vals, (N + 1) * sizeof(float), NULL), TS_OK);
+    assert_int_equal(expect_error(c, "seed: 4004 bytes"), TS_EINVAL);
+    assert_int_equal(ts_frame_send(c, &sd, vals, N * sizeof(float), NULL), TS_OK);
+    assert_int_equal(ts_frame_recv(c, &sd, buf, sizeof(buf), 5000, NULL), TS_OK);
+    assert_int_equal(sd.type, TS_FRAME_ACK);
+    ts_tp_close(c);
+    for (int i = 0; i < N; i++)
+        vals[i] = 0.25f;
+    assert_int_equal(tessera_to_fixed(vals, N, fixed, &e), 0);
+    if (tessera_step(t, 0, (const void *[]){ fixed }, (float *[]){ after }, &e))
+        fail_msg("%s", e.message);
+    assert_memory_not_equal(before, after, sizeof(after));
+    tessera_close(t);
+}
+
 static void over_tcp(void **state)
 {
     bad_frames_change_nothing("tcp", "faults-tcp");
@@ -463,6 +512,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(buffers_shm),
         cmocka_unit_test(buffers_tcp),
         cmocka_unit_test(regions_refused),
+        cmocka_unit_test(seeds_refused),
     };
     if (argc < 2) {
         fprintf(stderr, "usage: test_dataplane BIN_DIR\n");

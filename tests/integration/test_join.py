@@ -7,7 +7,9 @@ with R = 2 (chains of 2) and with R = 1 (no replicas):
   copy it the partitions it will hold (it is the tail of their chains meanwhile), then a new
   epoch puts it on the ring; the workers send the step in flight to the new heads, and the
   training ends by itself with the params_sha256 of `tessera train --local`; an ASP job of
-  one worker training beside it moves the same way and ends at the float --local bits;
+  one worker training beside it moves the same way and ends at the float --local bits, and
+  so does an exact reduce job of one worker (its pulls are refused under the old map and it
+  fails over: docs/replication.md), at the --local bits of reduce;
 - afterwards the new shard heads partitions of the running job and of a job kept idle on the
   cluster, every partition has exactly R copies (the old owners dropped the ones that moved:
   ShardStatus.partitions_dropped, and no shard lists them), and `tessera verify replicas`
@@ -34,11 +36,12 @@ PART_KB = "64"                          # 19 partitions of the MLP: every shard 
 
 EXACT = ["--workers", "2", "--exact"]
 ASP = ["--workers", "1", "--mode", "asp"]   # one worker: the bits of the float --local run
+REDUCE = ["--workers", "1", "--exact", "--mode", "reduce"]
 
 
-def local_sha(steps, exact=True):
+def local_sha(steps, exact=True, extra=()):
     r = tl.run_cli(["train", "--local", "--steps", str(steps), "--partition-kb", PART_KB,
-                    "--json"] + (["--exact"] if exact else []), timeout=300)
+                    "--json"] + (["--exact"] if exact else []) + list(extra), timeout=300)
     if r.returncode != 0:
         raise AssertionError("tessera train --local exited %d:\n%s" % (r.returncode, r.stderr))
     return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
@@ -88,6 +91,7 @@ class JoinCase(tl.ClusterCase):
         self.train("idle", 5)           # kept on the shards, not stepping
         p = self.train("run", LONG, wait=False)
         pa = self.train("run-asp", LONG, wait=False, args=ASP + ["--slow", "0:3"])
+        pr = self.train("run-reduce", LONG, wait=False, args=REDUCE + ["--slow", "0:3"])
         tl.wait_until(lambda: any(j.id == "run" and j.max_version >= LONG // 6
                                   for st in map(self.stub, self.shards)
                                   for j in st.ShardStatus(shard_pb2.ShardStatusRequest(),
@@ -101,6 +105,8 @@ class JoinCase(tl.ClusterCase):
         self.assertIn("failed over", p.log_text())
         self.assertEqual(self.finish(pa)["params_sha256"], local_sha(LONG, exact=False))
         self.assertIn("failed over", pa.log_text(), "the ASP job trained through the move")
+        self.assertEqual(self.finish(pr)["params_sha256"], local_sha(LONG, extra=REDUCE[2:]))
+        self.assertIn("failed over", pr.log_text(), "the reduce job trained through the move")
 
         procs = self.shards + [new]
         type(self).shards = procs   # test_b goes on from here
@@ -111,7 +117,7 @@ class JoinCase(tl.ClusterCase):
         self.assertGreaterEqual(cs.epoch, epoch + 2, "one epoch to join, one to be on the ring")
         new_id = self.stub(new).ShardStatus(shard_pb2.ShardStatusRequest(),
                                             timeout=tl.RPC_TIMEOUT).shard_id
-        for job, steps in (("run", LONG), ("idle", 5), ("run-asp", LONG)):
+        for job, steps in (("run", LONG), ("idle", 5), ("run-asp", LONG), ("run-reduce", LONG)):
             def settled():
                 parts = self.copies(job, procs)
                 return parts and all(len(c) == self.REPLICAS for c in parts.values())

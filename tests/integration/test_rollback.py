@@ -22,6 +22,11 @@ workers. Checked:
 - without a snapshot store: the same kill ends the training (exit 1) with a message naming
   what was lost and both ways to survive it (--replicas, --store with --snapshot-every), and
   the job is marked lost;
+- a reduce job without a snapshot store (R = 1): the same kill, and the training ends by
+  itself with the params_sha256 of `tessera train --local --mode reduce`, no rollback: the
+  shards that now head the lost partitions make fresh ones that the workers seed with what
+  they pulled last (docs/replication.md, "Reduce jobs that lose every copy"), counted in
+  ShardStatus.partitions_reseeded and `tessera status`;
 - R = 2 on 4 shards (with TESSERA_ROLLBACK_LONG=1, `make test-fault`): two shards killed at
   once, so some chain loses both members: the same rollback, the same fingerprint.
 The lease is 10 s, longer than any of this may take: every dead shard is found by a report.
@@ -258,6 +263,27 @@ class LostWithoutSnapshot(Base, unittest.TestCase):
         j = self.job_info("nostore")
         self.assertTrue(j.lost)
         self.assertIn("no snapshot", j.rollback_note)
+
+
+class ReduceSeeded(Base, unittest.TestCase):
+    STORE = False
+
+    def test_reduce_job_seeded_by_its_workers_ends_exact_without_a_snapshot(self):
+        mode = ["--mode", "reduce"]
+        rc, doc, log = self.train_and_kill("rd", 1, 100, args=EXACT + mode)
+        self.assertEqual(rc, 0, log[-3000:])
+        self.assertEqual(doc["params_sha256"], local_sha(STEPS, extra=mode))
+        self.assertEqual(doc["rollbacks"], 0)
+        self.assertFalse(self.job_info("rd").lost)
+        alive = [i for i in range(self.SHARDS) if self.shards[i].running()]
+        seeded = sum(self.stubs[i].ShardStatus(shard_pb2.ShardStatusRequest(),
+                                               timeout=tl.RPC_TIMEOUT).partitions_reseeded
+                     for i in alive)
+        self.assertGreater(seeded, 0)
+        r = tl.run_cli(["status", "--master", self.master.addr])
+        self.assertIn("seeded again by their workers", r.stdout)
+        tl.log("rd: killed at step %d; %d partitions seeded again by the workers, same "
+               "params_sha256 as --local" % (self.killed_at, seeded))
 
 
 @unittest.skipUnless(os.environ.get("TESSERA_ROLLBACK_LONG") == "1",

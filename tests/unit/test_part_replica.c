@@ -5,7 +5,8 @@
  * counts once; a held
  * update is not pulled until it is published; after a rollback to a snapshot, the partition
  * holds the snapshot at its step, trains on to the bits of a run without the detour, and
- * refuses pushes, pulls and images of before (a pull waiting under the rollback ends). */
+ * refuses pushes, pulls and images of before (a pull waiting under the rollback ends); a
+ * reduce partition that lost every copy is seeded again by its ranks (seed.c). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -433,6 +434,91 @@ static void rollback_goes_back_and_refuses_what_came_before(void **state)
     ts_part_free(follower);
 }
 
+/* Rank r's pull of version want into out; its status. */
+static ts_status pull_as(struct ts_part *p, uint32_t r, uint64_t want, float *out,
+                         struct ts_err *e)
+{
+    struct ts_pull_info info;
+    return ts_part_pull(p, r, want, 0, 30, NULL, out, &info, e);
+}
+
+/* A reduce partition lost with every copy: ranks 0 and 1 had pulled version 2, rank 2 only
+ * version 1. A fresh copy seeded by them is at version 2 with the values rank 0 sent, rank 2
+ * pulls them, and the next step ends where the partition that was never lost does. Reports
+ * that contradict each other are refused, nothing changed; a version no rank sent the values
+ * of, where a rank needs them, fails; versions of 0 need none. */
+static void reduce_partition_seeded_by_its_ranks(void **state)
+{
+    struct ts_job j = job(true, "sgd:lr=0.5", TS_MODE_REDUCE);
+    struct ts_part *ref = mk(&j, 0, N), *p = mk(&j, 0, N), *q = mk(&j, 0, N);
+    float v1[N], v2[N], out[N], bad[N];
+    static int64_t g[N];
+    struct ts_err e = { 0 };
+    bool applied;
+    char img[TS_PART_IMAGE_HDR + N * sizeof(float) + W];
+    uint64_t v;
+
+    (void)state;
+    step(ref, 0);
+    assert_int_equal(pull_as(ref, 2, 1, v1, NULL), TS_OK);
+    step(ref, 1);
+    assert_int_equal(pull_as(ref, 0, 2, v2, NULL), TS_OK);
+    assert_int_equal(ts_part_seed_begin(p, NULL), TS_OK);
+    assert_true(ts_part_seeding(p));
+    e = (struct ts_err){ 0 };
+    assert_int_equal(pull_as(p, 2, 2, out, &e), TS_ETIMEDOUT);
+    assert_non_null(strstr(e.msg, "0 of 3 did"));
+    assert_int_equal(ts_part_image(p, img, sizeof(img), &v, NULL), TS_EUNAVAIL);
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_part_seed(p, W, 2, v2, false, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "rank"));
+    assert_int_equal(ts_part_seed(p, 2, 1, v1, false, NULL), TS_OK);
+    assert_int_equal(ts_part_seed(p, 0, 2, v2, false, NULL), TS_OK);
+    assert_int_equal(ts_part_seed(p, 0, 2, v2, false, NULL), TS_OK);   /* said twice */
+    memcpy(bad, v2, sizeof(bad));
+    bad[7] += 1.0f;
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_part_seed(p, 1, 2, bad, false, &e), TS_ECORRUPT);
+    assert_non_null(strstr(e.msg, "values"));
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_part_seed(p, 1, 3, NULL, false, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "version"));
+    assert_true(ts_part_seeding(p));
+    /* Rank 1 says it with its push of step 2: the last word, then the push counts. */
+    grad(1, 2, g);
+    assert_int_equal(push(p, 1, 2, TS_ENC_FIXED, g, sizeof(g), &applied, NULL), TS_OK);
+    assert_false(ts_part_seeding(p));
+    assert_int_equal(ts_part_version(p), 2);
+    assert_int_equal(pull_as(p, 2, 2, out, NULL), TS_OK);
+    assert_memory_equal(out, v2, sizeof(v2));
+    for (uint32_t r = 0; r < W; r += 2) {
+        grad(r, 2, g);
+        assert_int_equal(push(p, r, 2, TS_ENC_FIXED, g, sizeof(g), &applied, NULL), TS_OK);
+    }
+    step(ref, 2);
+    same_bits(p, ref);
+    /* Ranks 0 and 1 hold version 2 but sent no values; rank 2 needs them. */
+    assert_int_equal(ts_part_seed_begin(q, NULL), TS_OK);
+    assert_int_equal(ts_part_seed(q, 0, 2, NULL, false, NULL), TS_OK);
+    assert_int_equal(ts_part_seed(q, 1, 2, NULL, false, NULL), TS_OK);
+    assert_int_equal(ts_part_seed(q, 2, 1, v1, false, NULL), TS_OK);
+    assert_true(ts_part_seeding(q));
+    e = (struct ts_err){ 0 };
+    assert_int_equal(pull_as(q, 2, 2, out, &e), TS_ESTATE);
+    assert_non_null(strstr(e.msg, "no rank that pulled its version 2"));
+    /* Every rank at version 0: nothing to send, zeros. */
+    assert_int_equal(ts_part_seed_begin(q, NULL), TS_OK);
+    for (uint32_t r = 0; r < W; r++)
+        assert_int_equal(ts_part_seed(q, r, 0, NULL, false, NULL), TS_OK);
+    assert_int_equal(pull_as(q, 1, 0, out, NULL), TS_OK);
+    for (int i = 0; i < N; i++)
+        assert_true(out[i] == 0.0f);
+    assert_int_equal(ts_part_seed(q, 1, 0, NULL, false, NULL), TS_OK);   /* seeded: no-op */
+    ts_part_free(q);
+    ts_part_free(p);
+    ts_part_free(ref);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -441,6 +527,7 @@ int main(void)
         cmocka_unit_test(async_images_carry_clocks_and_retries_apply_once),
         cmocka_unit_test(held_updates_wait_for_publish),
         cmocka_unit_test(rollback_goes_back_and_refuses_what_came_before),
+        cmocka_unit_test(reduce_partition_seeded_by_its_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,16 +7,20 @@
 #               shards killed while training with replicas and rollbacks of lost partitions,
 #               under the sanitizers, shards restarted by `tessera up --respawn`, the master
 #               killed twice under the sanitizers, and the kill matrix: 50 random kills of a
-#               shard or the master in exact runs, with its table (KILL_TRIALS=N)
+#               shard or the master in exact runs, with its table (KILL_TRIALS=N), then 10 of
+#               a reduce job without replicas (KILL_REDUCE_TRIALS=N)
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
 #   make fuzz   run the libFuzzer targets for FUZZ_SECONDS (default 600; build-fuzz/, clang)
 #   make demo   start a local cluster, show it, stop it
 #   make bench  run the benchmarks (bench/results/*.json)
+#   make install [PREFIX=/usr/local] [DESTDIR=]  the commands, libtessera (shared and static),
+#               tessera.h, tessera.pc and the CMake package (docs/install.md)
 #   make fresh-check [CMD="make demo"] [FRESH_ARGS=--user]  CMD on a clean clone of HEAD in a
 #               brand-new Debian 12 root (.ci/fresh-root; what CI runs with `make test`)
 
 BUILD ?= build
+PREFIX ?= /usr/local
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 600
@@ -38,7 +42,7 @@ DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf
              libcmocka-dev libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist \
              libzstd-dev python3-dev
 DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-torch \
-            clang libclang-rt-14-dev
+            clang libclang-rt-14-dev python3-pip python3-setuptools python3-wheel python3-venv
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \
@@ -50,13 +54,13 @@ UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rp
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps deps-node test demo bench clean help asan fuzz fuzz-build test-fault \
+.PHONY: all build deps deps-node test demo bench clean help asan fuzz fuzz-build test-fault install \
         soak fresh-check
 
 all: build
 
 help:
-	@sed -n '1,17p' Makefile
+	@sed -n '1,21p' Makefile
 
 deps:
 	@missing=$$(for p in $(DEB_ALL); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
@@ -109,6 +113,10 @@ test: asan fuzz-build build
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
+# DESTDIR, when set, is read by cmake --install from the environment (a staging root).
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
 demo: build
 	$(BUILD)/bin/tessera demo
 
@@ -127,6 +135,7 @@ bench: build
 
 FAULT_TRIALS ?= 24
 KILL_TRIALS ?= 50
+KILL_REDUCE_TRIALS ?= 10
 test-fault: build asan
 	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \
@@ -154,6 +163,8 @@ test-fault: build asan
 	    /usr/bin/python3 tests/integration/test_elastic.py
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
 	    --trials $(KILL_TRIALS)
+	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
+	    --mode reduce --trials $(KILL_REDUCE_TRIALS)
 
 # One long-lived cluster, many short jobs, then its services' resources (test_soak.py; the
 # suite runs its short profile; docs/operations.md, "The soak test").

@@ -55,6 +55,12 @@ struct tessera_error {
     char message[256];
 };
 
+/* The gRPC status code the services report a TESSERA_E* code as (gRPC's numbers: 3 is
+ * INVALID_ARGUMENT, 14 UNAVAILABLE, ...; docs/architecture.md), and a gRPC code's name
+ * ("INVALID_ARGUMENT"; static storage), for bindings and logs that speak gRPC's terms. */
+int tessera_grpc_code(int code);
+const char *tessera_grpc_code_name(int grpc_code);
+
 struct tessera_options {
     const char *master;      /* "host:port"; "local" (or NULL): everything in this process */
     const char *job;         /* job id, 1-64 of [A-Za-z0-9._-]; NULL: "default" */

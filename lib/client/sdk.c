@@ -57,7 +57,18 @@ SAME_CODE(EINTERNAL);
 SAME_CODE(EROLLBACK);
 SAME_CODE(ESLOTS);
 #undef SAME_CODE
+#include "rpc/rpc.h"
 #include "verify/verify.h"
+
+int tessera_grpc_code(int code)
+{
+    return ts_rpc_code_from_status((ts_status)code);
+}
+
+const char *tessera_grpc_code_name(int grpc_code)
+{
+    return ts_rpc_code_name(grpc_code);
+}
 
 /* ---- connecting ---- */
 

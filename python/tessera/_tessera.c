@@ -18,14 +18,12 @@
 #include <Python.h>
 #include <pythread.h>
 
-#include <grpc/status.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "args.h"
-#include "rpc/rpc.h"
 #include "tessera.h"
 
 /* ---- Client ---- */

@@ -1,13 +1,10 @@
 /* args.c - see args.h. */
 #include "args.h"
 
-#include <grpc/status.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "rpc/rpc.h"
 
 PyObject *Error, *InvalidArgument, *Rollback;
 
@@ -15,12 +12,12 @@ PyObject *Error, *InvalidArgument, *Rollback;
 
 PyObject *raise_code(int code, const char *msg)
 {
-    int grpc = ts_rpc_code_from_status((ts_status)code);
-    PyObject *cls = grpc == GRPC_STATUS_INVALID_ARGUMENT ? InvalidArgument
-                    : code == TESSERA_EROLLBACK                ? Rollback
-                                                               : Error;
+    int grpc = tessera_grpc_code(code);
+    PyObject *cls = grpc == tessera_grpc_code(TESSERA_EINVAL) ? InvalidArgument
+                    : code == TESSERA_EROLLBACK                 ? Rollback
+                                                                : Error;
     PyObject *m = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
-    PyObject *name = PyUnicode_FromString(ts_rpc_code_name(grpc));
+    PyObject *name = PyUnicode_FromString(tessera_grpc_code_name(grpc));
     PyObject *gc = PyLong_FromLong(grpc), *tc = PyLong_FromLong(code);
     PyObject *text = m && name ? PyUnicode_FromFormat("%U: %U", name, m) : NULL;
     PyObject *exc = text ? PyObject_CallOneArg(cls, text) : NULL;

@@ -32,17 +32,19 @@ CTEST_ARGS ?=
 # Debian unless a node is already on PATH.
 #   build:  compilers, CMake, the gRPC C core and protobuf-c, protoc with the well-known protos
 #           (libprotobuf-dev ships google/protobuf/descriptor.proto, which reflection embeds),
-#           the libraries we link, the Fashion-MNIST files the trainer and demo read, Python's
-#           headers for the binding
+#           the libraries we link (libmicrohttpd serves /metrics), the Fashion-MNIST files the
+#           trainer and demo read, Python's headers for the binding
 #   test:   Debian's Python with grpcio, protobuf, numpy, scipy and torch (the independent
-#           clients and references), clang with its libFuzzer/ASan runtimes (the fuzz build)
+#           clients and references), clang with its libFuzzer/ASan runtimes (the fuzz build),
+#           pip, setuptools, wheel and venv (the install test), Prometheus (the scrape test)
 #   bench:  iproute2 (ip netns, tc: bench/modes.py's emulated hosts and links)
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler libprotobuf-dev xxd libxxhash-dev \
              libcmocka-dev libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist \
-             libzstd-dev python3-dev
+             libzstd-dev python3-dev libmicrohttpd-dev
 DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-torch \
-            clang libclang-rt-14-dev python3-pip python3-setuptools python3-wheel python3-venv
+            clang libclang-rt-14-dev python3-pip python3-setuptools python3-wheel python3-venv \
+            prometheus
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \
@@ -50,7 +52,7 @@ UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rp
               test_part_sums \
               test_part_replica \
               test_frame test_transport test_mlp test_data test_store test_verify \
-              test_snapshot test_codec
+              test_snapshot test_codec test_metrics
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -31,6 +31,7 @@ struct train_cli {
     int width;                       /* above workers: slots for workers that join later */
     int join;                        /* -1, or the one rank this run adds to a running job */
     int64_t steps, seed, staleness, delay_ms;
+    int64_t metrics_port;            /* -1, or rank r's /metrics on this + r */
     const char *job, *optimizer, *transport;
     const char *mode, *compress, *sync_every, *slow;   /* docs/modes.md; slow: "RANK:MS" */
 };
@@ -55,6 +56,8 @@ struct cluster_opts {
     int64_t mem_budget_mib;         /* each shard's --mem-budget (0: half the machine's memory
                                      * shared among the shards) */
     bool respawn;                   /* cluster_check restarts a shard that died */
+    int metrics_port;               /* > 0: /metrics of the master here, shard i's at + 1 + i
+                                     * (docs/observability.md); 0: none */
 };
 
 /* A shard process of a local cluster. Its log is DIR/shard-<id>.log once the master has given

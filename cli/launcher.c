@@ -91,6 +91,7 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
                               struct ts_err *err)
 {
     char exe[700], listen[64], port_file[700], log[700], lease[32], every[32], replicas[32];
+    char mport[16];
     char state[600], restarts[16], old[700];
     char *argv[24];
     int n = 0, port;
@@ -138,6 +139,10 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
         argv[n++] = "--replicas";
         argv[n++] = replicas;
     }
+    if (o->metrics_port) {
+        snprintf(mport, sizeof(mport), "%d", o->metrics_port);
+        n = add_flag(argv, n, "--metrics-port", mport);
+    }
     argv[n] = NULL;
     snprintf(log, sizeof(log), "%s/master.log", c->dir);
     if ((st = ts_launch(exe, argv, log, -1, &c->master, err)) ||
@@ -162,8 +167,8 @@ static void shard_file(const struct cluster *c, int i, const char *ext, char *ou
 static ts_status start_shard(struct cluster *c, int i, struct ts_err *err)
 {
     const struct cluster_opts *o = &c->opts;
-    char exe[700], log[700], port_file[700], budget[32], restarts[16];
-    char *argv[14] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
+    char exe[700], log[700], port_file[700], budget[32], restarts[16], mport[16];
+    char *argv[16] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     struct cluster_shard *sh = &c->shards[i];
     int n = 5;
@@ -180,6 +185,10 @@ static ts_status start_shard(struct cluster *c, int i, struct ts_err *err)
     if (sh->restarts) {
         snprintf(restarts, sizeof(restarts), "%u", sh->restarts);
         n = add_flag(argv, n, "--restarts", restarts);
+    }
+    if (o->metrics_port) {   /* a restarted shard takes its slot's port again */
+        snprintf(mport, sizeof(mport), "%d", o->metrics_port + 1 + i);
+        n = add_flag(argv, n, "--metrics-port", mport);
     }
     argv[n] = NULL;
     sh->id = 0;

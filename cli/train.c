@@ -26,7 +26,7 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
                           int rank, int restarts, const char *log)
 {
     char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16], stale[24];
-    char delay[24], again[16], start[16];
+    char delay[24], again[16], start[16], mport[16];
     char *argv[64];
     int n = 0;
     struct ts_err err = { 0 };
@@ -115,6 +115,12 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     if (t->delay_ms) {
         argv[n++] = "--delay-ms";
         argv[n++] = delay;
+    }
+    if (t->metrics_port >= 0) {   /* 0: each picks a free port */
+        snprintf(mport, sizeof(mport), "%lld",
+                 (long long)(t->metrics_port ? t->metrics_port + rank : 0));
+        argv[n++] = "--metrics-port";
+        argv[n++] = mport;
     }
     argv[n] = NULL;
     if (ts_launch(argv[0], argv, log, -1, &pid, &err)) {

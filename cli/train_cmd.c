@@ -16,7 +16,7 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
 {
     int64_t workers = t->workers, epochs = t->epochs, batch = t->batch, micro = t->micro;
     int64_t pkb = t->partition_kb, width = 0, join = -1;
-    struct ts_flag flags[32];
+    struct ts_flag flags[40];
     struct ts_err err = { 0 };
     int n = 0, npos = 0;
     bool help;
@@ -72,6 +72,9 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "testing: worker RANK sleeps MS before each step", 0, 0 };
     flags[n++] = (struct ts_flag){ "delay-ms", TS_FLAG_INT, &t->delay_ms, "MS",
                                    "testing: delay each data-plane send by MS", 0, 60000 };
+    flags[n++] = (struct ts_flag){ "metrics-port", TS_FLAG_INT, &t->metrics_port, "BASE",
+                                   "rank R serves Prometheus metrics on port BASE + R "
+                                   "(docs/observability.md; 0: free ports, logged)", 0, 65000 };
     flags[n++] = (struct ts_flag){ "job", TS_FLAG_STR, &t->job, "ID",
                                    "job id (default: a new one per run, train-PID-MS)", 0, 0 };
     flags[n++] = (struct ts_flag){ "keep", TS_FLAG_BOOL, &t->keep, NULL,
@@ -144,7 +147,8 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
 void train_defaults(struct train_cli *t)
 {
     *t = (struct train_cli){ .workers = 2, .epochs = 3, .batch = 64, .micro = 16, .seed = 1,
-                             .job = NULL, .optimizer = DEFAULT_OPTIMIZER, .join = -1 };
+                             .job = NULL, .optimizer = DEFAULT_OPTIMIZER, .join = -1,
+                             .metrics_port = -1 };
 }
 
 int cmd_train(int argc, char **argv)

@@ -9,7 +9,7 @@
 #include "util/proc.h"
 
 struct up_flags {
-    int64_t shards, master_port, lease_ms, snapshot_every, mem_budget, replicas;
+    int64_t shards, master_port, lease_ms, snapshot_every, mem_budget, replicas, metrics_port;
     const char *dir, *store, *restore, *branch;
     bool respawn;
 };
@@ -39,6 +39,9 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
         { "respawn", TS_FLAG_BOOL, &f->respawn, NULL, "restart a shard that dies, after a "
           "backoff (0.5 s doubling to 30 s); it joins the running cluster (docs/operations.md)",
           0, 0 },
+        { "metrics-port", TS_FLAG_INT, &f->metrics_port, "BASE", "Prometheus metrics: the "
+          "master's on port BASE, shard i's (1, 2, ...) on BASE + i (docs/observability.md)",
+          1, 65000 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -105,7 +108,7 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
                               .dir = f->dir, .lease_ms = (int)f->lease_ms, .store = f->store,
                               .branch = f->branch, .snapshot_every = (int)f->snapshot_every,
                               .mem_budget_mib = f->mem_budget, .replicas = replicas,
-                              .respawn = f->respawn };
+                              .respawn = f->respawn, .metrics_port = (int)f->metrics_port };
     char hex[TS_STORE_HEX_LEN + 1];
     struct ts_err err = { 0 };
     int rc;

@@ -14,8 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics/metrics.h"
 #include "rpc/internal.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 grpc_byte_buffer *ts__pack(const ProtobufCMessage *m)
 {
@@ -66,6 +68,7 @@ struct ts_rpc_call *ts__call_from_request(struct ts__request *r)
             n = sizeof(c->unknown_path) - 1;
         memcpy(c->unknown_path, GRPC_SLICE_START_PTR(r->details.method), n);
     }
+    c->t0_ns = ts_now_ns();
     c->finish_tag.kind = TS__TAG_FINISH;
     c->op_tag.kind = TS__TAG_OP;
     c->close_tag.kind = TS__TAG_CLOSE;
@@ -104,6 +107,36 @@ static const char *path_of(const struct ts_rpc_call *c)
     return c->method ? c->method->path : c->unknown_path;
 }
 
+/* Every server's calls by method and final status, and their durations from arrival to the
+ * final status (docs/observability.md). */
+static struct {
+    pthread_once_t once;
+    struct ts_metric_family *calls, *secs;
+} call_metrics = { PTHREAD_ONCE_INIT, NULL, NULL };
+
+static void register_call_metrics(void)
+{
+    call_metrics.calls = ts_metrics_family("tessera_rpc_requests_total", "gRPC calls served, by "
+                                           "method and final status code", TS_METRIC_COUNTER,
+                                           "method,code", NULL, 0);
+    call_metrics.secs = ts_metrics_family("tessera_rpc_duration_seconds", "gRPC calls served: "
+                                          "time from arrival to the final status, by method",
+                                          TS_METRIC_HISTOGRAM, "method", NULL, 0);
+}
+
+/* Counts c, ending with st. An unknown method counts as "unknown", not under whatever path
+ * its caller made up. */
+static void count_call(const struct ts_rpc_call *c, ts_status st)
+{
+    const char *method = c->method ? c->method->path + 1 : "unknown";
+    const char *labels[2] = { method, ts_rpc_code_name(ts_rpc_code_from_status(st)) };
+
+    pthread_once(&call_metrics.once, register_call_metrics);
+    ts_counter_add(ts_metric_child(call_metrics.calls, labels), 1);
+    ts_histogram_observe(ts_metric_one(call_metrics.secs, method),
+                         (double)(ts_now_ns() - c->t0_ns) / 1e9);
+}
+
 /* Starts the final batch. with_close: the call has no close tag posted yet (unary), so the
  * batch includes RECV_CLOSE_ON_SERVER and its completion (TS__TAG_FINISH) frees the call. */
 static grpc_call_error start_final(struct ts_rpc_call *c, ts_status st, const char *msg,
@@ -135,6 +168,7 @@ static grpc_call_error start_final(struct ts_rpc_call *c, ts_status st, const ch
     if (st != TS_OK)
         ts_log(TS_DEBUG, "rpc", "%s: %s: %s", path_of(c),
                ts_rpc_code_name(ts_rpc_code_from_status(st)), msg);
+    count_call(c, st);
     atomic_fetch_add(&c->w->live, 1);
     e = grpc_call_start_batch(c->call, ops, n, with_close ? &c->finish_tag : &c->op_tag, NULL);
     grpc_slice_unref(details); /* not retained past start_batch (notes) */

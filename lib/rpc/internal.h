@@ -71,6 +71,7 @@ struct ts_rpc_call {
     struct ts__arena_block *arena;
     char peer[96];
     char unknown_path[192];
+    int64_t t0_ns;                   /* arrival (ts_now_ns), for tessera_rpc_duration_seconds */
 
     /* Streams and own-thread calls: the handler thread waits here for its batches. */
     pthread_mutex_t mu;

@@ -1,7 +1,38 @@
 /* serve.c - see serve.h. */
 #include "rpc/serve.h"
 
+#include <pthread.h>
+
+#include "metrics/http.h"
+#include "util/log.h"
 #include "util/proc.h"
+
+/* The process's /metrics server. */
+static struct ts_metrics_http *metrics_http;
+static pthread_mutex_t metrics_mu = PTHREAD_MUTEX_INITIALIZER;
+
+ts_status ts_serve_metrics(int64_t port, const char *who, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    pthread_mutex_lock(&metrics_mu);
+    if (metrics_http)
+        st = ts_err_set(err, TS_EEXIST, "metrics: served already on port %u",
+                        ts_metrics_http_port(metrics_http));
+    else if (!(st = ts_metrics_http_start((uint16_t)port, &metrics_http, err)))
+        ts_log(TS_INFO, who, "metrics at http://0.0.0.0:%u/metrics",
+               ts_metrics_http_port(metrics_http));
+    pthread_mutex_unlock(&metrics_mu);
+    return st;
+}
+
+void ts_serve_metrics_stop(void)
+{
+    pthread_mutex_lock(&metrics_mu);
+    ts_metrics_http_stop(metrics_http);
+    metrics_http = NULL;
+    pthread_mutex_unlock(&metrics_mu);
+}
 
 ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *svc,
                          struct ts_rpc_server **out, struct ts_err *err)
@@ -13,7 +44,8 @@ ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *s
     *out = NULL;
     if ((st = ts_rpc_server_create(&so, &srv, err)) ||
         (st = ts_rpc_server_add(srv, svc, err)) || (st = ts_rpc_server_start(srv, err)) ||
-        (o->port_file && (st = ts_port_file_write(o->port_file, ts_rpc_server_port(srv), err)))) {
+        (o->port_file && (st = ts_port_file_write(o->port_file, ts_rpc_server_port(srv), err))) ||
+        (o->metrics_port >= 0 && (st = ts_serve_metrics(o->metrics_port, svc->name, err)))) {
         ts_rpc_server_free(srv);
         return st;
     }

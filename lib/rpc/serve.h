@@ -18,8 +18,10 @@ struct ts_serve_opts {
     const char *port_file;       /* --port-file; NULL: none */
     int64_t threads;             /* --threads; set the default (2) first */
     int64_t grace_ms;            /* --grace-ms: calls in flight on SIGTERM; default 5000 */
+    int64_t metrics_port;        /* --metrics-port: Prometheus' /metrics; -1 (default): off */
 };
-#define TS_SERVE_DEFAULTS(listen_) { .listen = (listen_), .threads = 2, .grace_ms = 5000 }
+#define TS_SERVE_DEFAULTS(listen_)                                                               \
+    { .listen = (listen_), .threads = 2, .grace_ms = 5000, .metrics_port = -1 }
 
 /* The flag-table entries for o (a struct ts_serve_opts *); listen_help says its default. */
 #define TS_SERVE_FLAGS(o, listen_help)                                                           \
@@ -28,11 +30,24 @@ struct ts_serve_opts {
     { "threads", TS_FLAG_INT, &(o)->threads, "N", "completion-queue threads (default 2)", 1,     \
       64 },                                                                                      \
     { "grace-ms", TS_FLAG_INT, &(o)->grace_ms, "MS", "on SIGTERM, time for calls in flight "     \
-      "(default 5000)", 0, 600000 }
+      "(default 5000)", 0, 600000 },                                                             \
+    TS_METRICS_FLAG(&(o)->metrics_port)
+/* --metrics-port, for any program (the worker too): into an int64_t that defaults to -1. */
+#define TS_METRICS_FLAG(p)                                                                       \
+    { "metrics-port", TS_FLAG_INT, (p), "PORT", "serve Prometheus metrics on "                  \
+      "http://HOST:PORT/metrics, every address (0: a free port, logged; default: off; "          \
+      "docs/observability.md)", 0, 65535 }
 
 /* Creates the server on o->listen with o->threads, adds svc (its ctx set by the caller),
- * starts it and writes o->port_file. On failure nothing is left running and *out is NULL. */
+ * starts it and writes o->port_file; with o->metrics_port >= 0, serves /metrics too
+ * (ts_serve_metrics). On failure nothing is left running and *out is NULL. */
 ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *svc,
                          struct ts_rpc_server **out, struct ts_err *err) TS_MUST_CHECK;
+
+/* Serves the process's metrics on port (>= 0; 0: a free one) and logs the address; `who`
+ * names the program in the log. Once per process (a second call: TS_EEXIST). A program
+ * calls ts_serve_metrics_stop before it frees what its collectors read. */
+ts_status ts_serve_metrics(int64_t port, const char *who, struct ts_err *err) TS_MUST_CHECK;
+void ts_serve_metrics_stop(void);
 
 #endif

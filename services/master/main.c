@@ -118,6 +118,7 @@ int main(int argc, char **argv)
         master_state_load(&m.state, &m, &m.restored, &err))
         goto out;
     ts_master_service.ctx = &m;
+    master_metrics_init(&m);
     if (ts_serve_start(&so, &ts_master_service, &srv, &err))
         goto out;
     ts_log(TS_INFO, "master", "serving tessera.v1.Master on port %d (lease %lld ms)",
@@ -141,6 +142,7 @@ int main(int argc, char **argv)
 out:
     if (rc)
         ts_log(TS_ERROR, "master", "%s", err.msg);
+    ts_serve_metrics_stop();   /* before what its collectors read goes */
     ts_rpc_server_free(srv);
     master_state_close(&m.state);
     snapper_close(&m.snap);

@@ -42,6 +42,9 @@ Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job
 void master_job_owners(struct ts_rpc_call *call, Tessera__V1__JobInfo *j, const uint32_t *owners,
                        size_t n);
 
+/* Registers the master's metrics (metrics.c), read from m at each scrape. */
+void master_metrics_init(struct master *m);
+
 /* tessera.v1.Master; its ctx must be set to a struct master * before ts_rpc_server_add. */
 extern struct ts_rpc_service ts_master_service;
 

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "metrics/metrics.h"
 #include "testhooks.h"
 #include "transport/frame.h"
 #include "transport/region.h"
@@ -138,7 +139,8 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
                           .scale_exp = TS_PUSH_SCALE_EXP(h->flags), .payload = buf,
                           .bytes = h->len, .retry = (h->flags & TS_PUSH_RETRY) != 0,
                           .gen = dc->gen };
-    bool applied;
+    int64_t t0 = ts_now_ns();
+    bool applied = false;
     ts_status st;
 
     if ((st = head_of(dc, h, &p, &next, err)))
@@ -149,7 +151,13 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
         (void)dp_replicate(dc, h, p, next, err);
     }
     shard_params_put(p);
-    return err->code ? err->code : ts_frame_send(dc->c, &ack, NULL, 0, err);
+    if (err->code)
+        return err->code;
+    ts_counter_add(dc->metrics.updates, applied);
+    ts_counter_add(dc->metrics.push_bytes, in.bytes);
+    st = ts_frame_send(dc->c, &ack, NULL, 0, err);
+    ts_histogram_observe(dc->metrics.push_s, (double)(ts_now_ns() - t0) / 1e9);
+    return st;
 }
 
 /* TS_ESTALE for a pull of a reduce job on a connection begun under an older shard map than
@@ -265,11 +273,16 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, str
 static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
 {
     struct ts_part *p = NULL;
+    int64_t t0 = ts_now_ns();
     ts_status st;
 
     if ((st = head_of(dc, h, &p, NULL, err)))
         return st;
     st = pull_from(dc, h, p, err);
+    if (!st) {
+        ts_counter_add(dc->metrics.pull_bytes, ts_part_len(p) * sizeof(float));
+        ts_histogram_observe(dc->metrics.pull_s, (double)(ts_now_ns() - t0) / 1e9);
+    }
     shard_params_put(p);
     return st;
 }
@@ -403,6 +416,8 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     dc->hello_epoch = h->step;
     dc->reduce = job && job->job.mode == TS_MODE_REDUCE;
     pthread_mutex_unlock(&dc->dp->id_mu);
+    if (job)
+        shard_metrics_job(&dc->metrics, id);
     if (!dc->job)
         return ts_err_set(err, TS_ENOTFOUND, "hello: job '%s' has no tensors on this shard: "
                           "register them first", id);

@@ -18,6 +18,13 @@
 #define DP_CANCEL_END 0x1u          /* the shard stops, or the job ended */
 #define DP_CANCEL_WAKE 0x2u         /* the job's slots changed hands (slots.c) */
 
+/* The data plane's metrics of a connection's job (metrics.c), found at its HELLO; NULL
+ * members (no HELLO yet, or no memory) are ignored by the updates. */
+struct dp_metrics {
+    struct ts_metric *push_s, *pull_s, *push_bytes, *pull_bytes, *updates;
+};
+void shard_metrics_job(struct dp_metrics *m, const char *job);
+
 /* What this connection shares with its worker, or with the shard before this one in a
  * chain, per tensor (region.h). */
 struct dp_region {
@@ -43,6 +50,7 @@ struct dp_conn {
      * said), and whether the job is a reduce job (dataplane_remapped). */
     uint64_t hello_epoch;
     bool reduce;
+    struct dp_metrics metrics;
     /* Elastic jobs (docs/elastic.md), from the HELLO: the worker's member id (0: a shard of a
      * chain, or a worker that is not elastic), whether it said goodbye (BYE) before hanging
      * up; wakes counts the slot changes told to this connection, wakes_seen those its pulls

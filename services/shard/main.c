@@ -172,6 +172,7 @@ int main(int argc, char **argv)
     if (store_dir && open_store(&s, store_dir, restore, &store, &err))
         goto out;
     ts_shard_service.ctx = &s;
+    shard_metrics_init(&s);
     if (ts_serve_start(&so, &ts_shard_service, &srv, &err))
         goto out;
     advertised(s.addr, sizeof(s.addr), so.listen, adv, ts_rpc_server_port(srv));
@@ -219,6 +220,7 @@ int main(int argc, char **argv)
 out:
     if (rc)
         ts_log(TS_ERROR, "shard", "%s", err.msg);
+    ts_serve_metrics_stop();   /* before what its collectors read goes */
     /* Drain first: handlers read the membership, so it must outlive every call. */
     ts_rpc_server_shutdown(srv, (int)so.grace_ms);
     repair_stop(&s.repair);

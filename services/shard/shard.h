@@ -24,6 +24,9 @@ struct shard {
     int64_t started_ms;
 };
 
+/* Registers the shard's metrics (metrics.c), read from s at each scrape. */
+void shard_metrics_init(struct shard *s);
+
 /* tessera.v1.Shard; ctx must be set to a struct shard * before ts_rpc_server_add. */
 extern struct ts_rpc_service ts_shard_service;
 

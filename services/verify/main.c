@@ -76,6 +76,7 @@ int main(int argc, char **argv)
 out:
     if (rc)
         ts_log(TS_ERROR, "verify", "%s", err.msg);
+    ts_serve_metrics_stop();   /* before what its collectors read goes */
     ts_rpc_server_shutdown(srv, (int)so.grace_ms);
     ts_membership_stop(ms, rc == 0);
     ts_rpc_server_free(srv);

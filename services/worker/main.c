@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rpc/serve.h"
 #include "util/flags.h"
 #include "util/log.h"
 #include "util/proc.h"
@@ -18,7 +19,7 @@ int main(int argc, char **argv)
     const char *loss = "none";
     int64_t rank = 0, workers = 1, batch = 64, micro = 16, epochs = 1, steps = 0, seed = 1;
     int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0, restarts = 0;
-    int64_t start_workers = 0;
+    int64_t start_workers = 0, metrics_port = -1;
     bool exact = false, json = false, keep = false, no_elastic = false;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
@@ -64,6 +65,7 @@ int main(int argc, char **argv)
         { "no-elastic", TS_FLAG_BOOL, &no_elastic, NULL, "a dead worker stops the job instead "
           "of its slot moving to a live one (elastic needs bsp, no --sync-every, no top-k)", 0,
           0 },
+        TS_METRICS_FLAG(&metrics_port),
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct train_opts o;
@@ -100,6 +102,7 @@ int main(int argc, char **argv)
     /* Elastic where it can be: bsp, no sync periods, no top-k (docs/elastic.md). */
     o.restarts = (uint32_t)restarts;
     o.start_workers = (uint32_t)start_workers;
+    o.metrics_port = metrics_port;
     o.elastic = !no_elastic && (!mode || !strcmp(mode, "bsp")) && !sync &&
                 !(compress && strstr(compress, "topk"));
     return train_run(&o);

@@ -287,13 +287,14 @@ int train_run(const struct train_opts *o)
         rc = say(&(struct tessera_error){ .message = "out of memory" }, "setup");
         goto out;
     }
-    if ((rc = setup(&r, &e)))
+    if ((rc = setup(&r, &e)) || (rc = worker_metrics_start(o, r.t)))
         goto out;
     spe = ts_schedule_steps_per_epoch(&r.sched);
     total = o->steps ? o->steps : (uint64_t)o->epochs * spe;
     t0 = te = ts_now_ms();
     for (s = r.start, fresh = true; s < total; s++) {
         uint32_t k = (uint32_t)(s % spe);
+        int64_t step_t0 = ts_now_ns(), exchange_t0;
         if (k == 0 || fresh)
             ts_schedule_perm(&r.sched, (uint32_t)(s / spe), r.perm);
         fresh = false;
@@ -310,7 +311,11 @@ int train_run(const struct train_opts *o)
         }
         if (o->slow_ms) /* testing: a slow worker */
             ts_sleep_ms(o->slow_ms);
+        exchange_t0 = ts_now_ns();
         rc = tessera_step_slots(r.t, s, ns, slots, grads, r.params, &e);
+        if (!rc)
+            worker_metrics_step((double)(ts_now_ns() - step_t0) / 1e9,
+                                (double)(ts_now_ns() - exchange_t0) / 1e9);
         if (rc == TESSERA_EROLLBACK || rc == TESSERA_ESLOTS) {
             /* The schedule is a function of the step: the same samples from there on. */
             printf("rank %u: %s\n", o->rank, e.message);
@@ -329,6 +334,7 @@ int train_run(const struct train_opts *o)
             double tl, train_acc = accuracy(&r, &r.train, 10000, &tl);
             double test_acc = accuracy(&r, &r.test, r.test.n, NULL);
             int64_t now = ts_now_ms();
+            worker_metrics_eval(tl, train_acc, test_acc);
             printf("epoch %" PRIu64 " step %" PRIu64 "/%" PRIu64 ": loss %.4f, train accuracy "
                    "%.4f, test accuracy %.4f, %.0f samples/s\n", s / spe + 1, s + 1, total, tl,
                    train_acc, test_acc,
@@ -345,6 +351,7 @@ int train_run(const struct train_opts *o)
         fingerprint(&r, hex);
     rc = 0;
 out:
+    worker_metrics_stop();   /* its collector reads r.t */
     tessera_set_result(r.t, rc != 0, rc ? (e.message[0] ? e.message : "failed") : hex);
     tessera_close(r.t);
     for (int i = 0; i < TS_MLP_NTENSORS; i++) {

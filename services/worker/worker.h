@@ -20,9 +20,18 @@ struct train_opts {
     bool elastic;                    /* take over dead workers' slots (docs/elastic.md) */
     uint32_t restarts;               /* times a supervisor restarted this rank's worker */
     uint32_t start_workers;          /* elastic: the workers the job starts with (0: all) */
+    int64_t metrics_port;            /* --metrics-port; -1: no /metrics */
 };
 
 /* Trains; returns the process exit code (messages already printed). */
 int train_run(const struct train_opts *o);
+
+/* metrics.c: /metrics on o->metrics_port (nothing if negative), reading t's stats at each
+ * scrape; 1 (said on stderr) if the port cannot be served. Then per step (seconds), per
+ * evaluation of rank 0, and stop before t is closed. */
+int worker_metrics_start(const struct train_opts *o, tessera *t);
+void worker_metrics_step(double step_s, double exchange_s);
+void worker_metrics_eval(double loss, double train_acc, double test_acc);
+void worker_metrics_stop(void);
 
 #endif

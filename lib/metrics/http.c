@@ -1,0 +1,102 @@
+/* http.c - see http.h. */
+#include "metrics/http.h"
+
+#include <microhttpd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics/metrics.h"
+
+#define REQUEST_MEMORY (16 * 1024)   /* a request line and headers past this are refused */
+#define MAX_CONNECTIONS 64
+#define IDLE_TIMEOUT_S 10
+
+struct ts_metrics_http {
+    struct MHD_Daemon *d;
+    uint16_t port;
+};
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *text,
+                             const char *allow)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text,
+                                                             MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ok;
+
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+    if (allow)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    ok = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **state)
+{
+    struct MHD_Response *r;
+    enum MHD_Result ok;
+    size_t len = 0;
+    char *text;
+
+    (void)cls;
+    (void)version;
+    (void)upload;
+    (void)upload_size;
+    (void)state;
+    if (strcmp(url, "/metrics"))
+        return reply(c, MHD_HTTP_NOT_FOUND, "not found: this server has /metrics only\n", NULL);
+    if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
+        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed: use GET /metrics\n",
+                     "GET, HEAD");
+    if (!(text = ts_metrics_render(&len)))
+        return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n", NULL);
+    if (!(r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE))) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8");
+    ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+ts_status ts_metrics_http_start(uint16_t port, struct ts_metrics_http **out, struct ts_err *err)
+{
+    struct ts_metrics_http *h = calloc(1, sizeof(*h));
+    const union MHD_DaemonInfo *info;
+
+    if (!h)
+        return ts_err_set(err, TS_ENOMEM, "metrics: out of memory");
+    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, port, NULL, NULL,
+                            handle, NULL, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                            (size_t)REQUEST_MEMORY, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_END);
+    if (!h->d) {
+        free(h);
+        return ts_err_set(err, TS_EIO, "metrics-port: cannot serve HTTP on port %u (in use? "
+                          "pick another with --metrics-port, or 0 for a free one)", port);
+    }
+    info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = info ? info->port : port;
+    *out = h;
+    return TS_OK;
+}
+
+uint16_t ts_metrics_http_port(const struct ts_metrics_http *h)
+{
+    return h->port;
+}
+
+void ts_metrics_http_stop(struct ts_metrics_http *h)
+{
+    if (!h)
+        return;
+    MHD_stop_daemon(h->d);
+    free(h);
+}

@@ -1,0 +1,27 @@
+/* http.h - a service's HTTP endpoint for Prometheus: GET /metrics (docs/observability.md).
+ *
+ * libmicrohttpd, its own thread: a scrape renders the registry (metrics.h), which reads
+ * atomics and takes no lock a step holds, so it never blocks training. Only GET and HEAD of
+ * /metrics are served: another method is 405 with an Allow header, another path 404, and a
+ * request whose line and headers pass 16 KiB is refused by libmicrohttpd (431 or 414); the
+ * service goes on either way. Plain HTTP, no authentication: bind it where only the
+ * Prometheus you trust reaches (docs/observability.md).
+ * Ownership: ts_metrics_http_start returns a server freed by ts_metrics_http_stop.
+ * Threads: start and stop from one thread; requests are served on the server's. */
+#ifndef TS_METRICS_HTTP_H
+#define TS_METRICS_HTTP_H
+
+#include <stdint.h>
+
+#include "util/err.h"
+
+struct ts_metrics_http;
+
+/* Listens on every IPv4 address, port `port` (0: a free one, see ts_metrics_http_port).
+ * TS_EIO naming the port if it cannot be bound. */
+ts_status ts_metrics_http_start(uint16_t port, struct ts_metrics_http **out,
+                                struct ts_err *err) TS_MUST_CHECK;
+uint16_t ts_metrics_http_port(const struct ts_metrics_http *h);
+void ts_metrics_http_stop(struct ts_metrics_http *h);   /* NULL: nothing */
+
+#endif

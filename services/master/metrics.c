@@ -1,0 +1,77 @@
+/* metrics.c - the master's figures for Prometheus (docs/observability.md), read at each scrape
+ * from the membership and the job table: the map epoch, members by kind and state, shards
+ * declared dead so far, jobs by state, rollbacks. Calls (heartbeats among them) are counted
+ * by lib/rpc for every service. */
+#include "master.h"
+
+#include <stdlib.h>
+
+#include "metrics/metrics.h"
+
+static struct {
+    struct ts_metric_family *epoch, *members, *failures, *jobs, *rollbacks;
+} fam;
+
+static const char *state_label(enum ts_member_state s)
+{
+    return s == TS_MEMBER_ALIVE ? "alive" : s == TS_MEMBER_DEAD ? "dead" : "left";
+}
+
+static void count_members(const struct ts_member *m, size_t n, const char *kind)
+{
+    double by[4] = { 0 };
+
+    for (size_t i = 0; i < n; i++)
+        if (m[i].state >= TS_MEMBER_ALIVE && m[i].state <= TS_MEMBER_LEFT)
+            by[m[i].state]++;
+    for (int s = TS_MEMBER_ALIVE; s <= TS_MEMBER_LEFT; s++)
+        ts_gauge_set(ts_metric_child(fam.members, (const char *[]){ kind, state_label(s) }),
+                     by[s]);
+}
+
+static void collect(void *arg)
+{
+    struct master *m = arg;
+    struct ts_members_view v;
+    struct job_info *jobs = NULL;
+    size_t n = 0;
+    double by[JOB_ABANDONED + 1] = { 0 };
+    uint64_t rollbacks = 0;
+
+    if (!ts_members_view(m->members, false, &v, NULL)) {
+        ts_gauge_set(ts_metric_one(fam.epoch, NULL), (double)v.epoch);
+        ts_counter_set(ts_metric_one(fam.failures, NULL), v.shard_failures);
+        count_members(v.shards, v.nshards, "shard");
+        count_members(v.workers, v.nworkers, "worker");
+        ts_members_view_free(&v);
+    }
+    if (!jobs_list(m->jobs, &jobs, &n, NULL)) {
+        for (size_t i = 0; i < n; i++) {
+            if (jobs[i].state >= JOB_RUNNING && jobs[i].state <= JOB_ABANDONED)
+                by[jobs[i].state]++;
+            rollbacks += jobs[i].rollbacks;
+        }
+        for (int s = JOB_RUNNING; s <= JOB_ABANDONED; s++)
+            ts_gauge_set(ts_metric_one(fam.jobs, jobs_state_name((enum job_state)s)), by[s]);
+        ts_counter_set(ts_metric_one(fam.rollbacks, NULL), rollbacks);
+        free(jobs);
+    }
+}
+
+void master_metrics_init(struct master *m)
+{
+    fam.epoch = ts_metrics_family("tessera_map_epoch", "the shard map's epoch (moves on at "
+                                  "every change of the alive shards)", TS_METRIC_GAUGE, NULL,
+                                  NULL, 0);
+    fam.members = ts_metrics_family("tessera_members", "members the master lists, by kind and "
+                                    "state", TS_METRIC_GAUGE, "kind,state", NULL, 0);
+    fam.failures = ts_metrics_family("tessera_shard_failures_total", "shards declared dead "
+                                     "(lease expired, or reported and found gone)",
+                                     TS_METRIC_COUNTER, NULL, NULL, 0);
+    fam.jobs = ts_metrics_family("tessera_jobs", "jobs the master lists, by state",
+                                 TS_METRIC_GAUGE, "state", NULL, 0);
+    fam.rollbacks = ts_metrics_family("tessera_rollbacks_total", "rollbacks to a snapshot of "
+                                      "the jobs listed, after a partition lost every copy",
+                                      TS_METRIC_COUNTER, NULL, NULL, 0);
+    ts_metrics_collector(collect, m);
+}

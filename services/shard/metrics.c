@@ -1,0 +1,82 @@
+/* metrics.c - the shard's figures for Prometheus (docs/observability.md). The data plane's,
+ * per job, are updated by its connection threads through children found at the HELLO
+ * (dp_conn.metrics): one atomic add or histogram bucket per request. The rest are read at
+ * each scrape from the partitions' counters, as ShardStatus reads them. */
+#include "shard.h"
+
+#include "dp_internal.h"
+#include "metrics/metrics.h"
+
+static struct {
+    struct ts_metric_family *push_s, *pull_s, *push_bytes, *pull_bytes, *updates;
+    struct ts_metric_family *partitions, *bytes, *promotions, *lost, *reseeded, *copies,
+        *refused;
+} fam;
+
+static void collect(void *arg)
+{
+    struct shard *s = arg;
+    uint64_t in = 0, refused = 0;
+
+    pthread_mutex_lock(&s->params.mu);
+    ts_gauge_set(ts_metric_one(fam.partitions, NULL), (double)s->params.partitions);
+    ts_gauge_set(ts_metric_one(fam.bytes, NULL), (double)s->params.bytes);
+    ts_counter_set(ts_metric_one(fam.promotions, NULL), s->params.promotions);
+    ts_counter_set(ts_metric_one(fam.lost, NULL), s->params.lost);
+    ts_counter_set(ts_metric_one(fam.reseeded, NULL), s->params.reseeded);
+    pthread_mutex_unlock(&s->params.mu);
+    ts_counter_set(ts_metric_one(fam.copies, NULL), atomic_load(&s->params.copies_sent));
+    if (s->dp.n) {
+        dataplane_counters(&s->dp, &in, &refused);
+        ts_counter_set(ts_metric_one(fam.refused, NULL), refused);
+    }
+}
+
+void shard_metrics_init(struct shard *s)
+{
+    fam.push_s = ts_metrics_family("tessera_shard_push_seconds", "a worker's push on the data "
+                                   "plane, from its arrival to its acknowledgement (the step's "
+                                   "last push includes the update and the chain's images)",
+                                   TS_METRIC_HISTOGRAM, "job_id", NULL, 0);
+    fam.pull_s = ts_metrics_family("tessera_shard_pull_seconds", "a worker's pull, from its "
+                                   "arrival to its reply (waiting for the other ranks' pushes "
+                                   "included)", TS_METRIC_HISTOGRAM, "job_id", NULL, 0);
+    fam.push_bytes = ts_metrics_family("tessera_shard_push_bytes_total", "gradient bytes "
+                                       "pushed to this shard (as sent: compressed, fixed point)",
+                                       TS_METRIC_COUNTER, "job_id", NULL, 0);
+    fam.pull_bytes = ts_metrics_family("tessera_shard_pull_bytes_total", "parameter bytes "
+                                       "pulled from this shard", TS_METRIC_COUNTER, "job_id", NULL,
+                                       0);
+    fam.updates = ts_metrics_family("tessera_shard_updates_total", "updates this shard applied "
+                                    "to the partitions it heads (one per partition and step)",
+                                    TS_METRIC_COUNTER, "job_id", NULL, 0);
+    fam.partitions = ts_metrics_family("tessera_shard_partitions", "partition copies held, "
+                                       "heads and followers", TS_METRIC_GAUGE, NULL, NULL, 0);
+    fam.bytes = ts_metrics_family("tessera_shard_parameter_bytes", "parameter bytes held",
+                                  TS_METRIC_GAUGE, NULL, NULL, 0);
+    fam.promotions = ts_metrics_family("tessera_shard_promotions_total", "partitions this shard "
+                                       "took over as head when their head died (failovers)",
+                                       TS_METRIC_COUNTER, NULL, NULL, 0);
+    fam.lost = ts_metrics_family("tessera_shard_partitions_lost_total", "partitions this shard "
+                                 "came to head with every copy lost", TS_METRIC_COUNTER, NULL,
+                                 NULL, 0);
+    fam.reseeded = ts_metrics_family("tessera_shard_partitions_reseeded_total", "of those, "
+                                     "reduce partitions its workers seeded again",
+                                     TS_METRIC_COUNTER, NULL, NULL, 0);
+    fam.copies = ts_metrics_family("tessera_shard_copies_sent_total", "images sent to bring "
+                                   "new chain members up to date (re-replication)",
+                                   TS_METRIC_COUNTER, NULL, NULL, 0);
+    fam.refused = ts_metrics_family("tessera_shard_frames_refused_total", "data-plane frames "
+                                    "refused (checksum, bad header)", TS_METRIC_COUNTER, NULL,
+                                    NULL, 0);
+    ts_metrics_collector(collect, s);
+}
+
+void shard_metrics_job(struct dp_metrics *m, const char *job)
+{
+    m->push_s = ts_metric_one(fam.push_s, job);
+    m->pull_s = ts_metric_one(fam.pull_s, job);
+    m->push_bytes = ts_metric_one(fam.push_bytes, job);
+    m->pull_bytes = ts_metric_one(fam.pull_bytes, job);
+    m->updates = ts_metric_one(fam.updates, job);
+}

@@ -1,0 +1,98 @@
+/* metrics.c - a worker's figures for Prometheus (docs/observability.md), labelled with its
+ * job and rank: steps and their time (the whole step, and the part spent in the SDK's push
+ * and pull), what tessera_stats counts, and rank 0's loss and accuracy at each evaluation.
+ * Served with --metrics-port (tessera train --metrics-port BASE gives rank r BASE + r). */
+#include "worker.h"
+
+#include <stdio.h>
+
+#include "metrics/metrics.h"
+#include "rpc/serve.h"
+
+static struct {
+    struct ts_metric *steps, *step_s, *exchange_s, *skipped, *pushed, *raw, *stale, *scale;
+    struct ts_metric *loss, *train_acc, *test_acc;
+    tessera *t;
+} w;
+
+static struct ts_metric *child(const char *name, const char *help, enum ts_metric_type type,
+                               const char *job, const char *rank)
+{
+    return ts_metric_child(ts_metrics_family(name, help, type, "job_id,rank", NULL, 0),
+                           (const char *[]){ job, rank });
+}
+
+static void collect(void *arg)
+{
+    struct tessera_stats st;
+
+    (void)arg;
+    if (!w.t)
+        return;
+    tessera_stats(w.t, &st);
+    ts_counter_set(w.skipped, st.steps_skipped);
+    ts_counter_set(w.pushed, st.bytes_pushed);
+    ts_counter_set(w.raw, st.bytes_raw);
+    ts_gauge_set(w.stale, (double)st.staleness_last);
+    ts_gauge_set(w.scale, st.loss_scale);
+}
+
+int worker_metrics_start(const struct train_opts *o, tessera *t)
+{
+    struct ts_err err = { 0 };
+    char rank[16];
+
+    if (o->metrics_port < 0)
+        return 0;
+    snprintf(rank, sizeof(rank), "%u", o->rank);
+    w.steps = child("tessera_worker_steps_total", "training steps done", TS_METRIC_COUNTER,
+                    o->job, rank);
+    w.step_s = child("tessera_worker_step_seconds", "a whole step: forward, backward and the "
+                     "exchange", TS_METRIC_HISTOGRAM, o->job, rank);
+    w.exchange_s = child("tessera_worker_exchange_seconds", "the part of a step in the SDK: "
+                         "pushes, pulls and waiting for the other ranks", TS_METRIC_HISTOGRAM,
+                         o->job, rank);
+    w.skipped = child("tessera_worker_steps_skipped_total", "steps a shard skipped for a "
+                      "non-finite sum", TS_METRIC_COUNTER, o->job, rank);
+    w.pushed = child("tessera_worker_push_bytes_total", "gradient bytes pushed, as sent "
+                     "(after compression)", TS_METRIC_COUNTER, o->job, rank);
+    w.raw = child("tessera_worker_push_raw_bytes_total", "gradient bytes pushed, before "
+                  "compression", TS_METRIC_COUNTER, o->job, rank);
+    w.stale = child("tessera_worker_staleness_steps", "ssp, asp: steps the slowest worker was "
+                    "behind at the last pull", TS_METRIC_GAUGE, o->job, rank);
+    w.scale = child("tessera_worker_loss_scale", "the fp16 loss scale (1 without loss "
+                    "scaling)", TS_METRIC_GAUGE, o->job, rank);
+    w.loss = child("tessera_worker_loss", "training loss at the last evaluation (rank 0)",
+                   TS_METRIC_GAUGE, o->job, rank);
+    w.train_acc = child("tessera_worker_train_accuracy", "training accuracy at the last "
+                        "evaluation (rank 0)", TS_METRIC_GAUGE, o->job, rank);
+    w.test_acc = child("tessera_worker_test_accuracy", "test accuracy at the last evaluation "
+                       "(rank 0)", TS_METRIC_GAUGE, o->job, rank);
+    w.t = t;
+    ts_metrics_collector(collect, NULL);
+    if (ts_serve_metrics(o->metrics_port, "worker", &err)) {
+        fprintf(stderr, "tessera-worker: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+void worker_metrics_step(double step_s, double exchange_s)
+{
+    ts_counter_add(w.steps, 1);
+    ts_histogram_observe(w.step_s, step_s);
+    ts_histogram_observe(w.exchange_s, exchange_s);
+}
+
+void worker_metrics_eval(double loss, double train_acc, double test_acc)
+{
+    ts_gauge_set(w.loss, loss);
+    ts_gauge_set(w.train_acc, train_acc);
+    ts_gauge_set(w.test_acc, test_acc);
+}
+
+void worker_metrics_stop(void)
+{
+    ts_serve_metrics_stop();
+    w.t = NULL;
+}

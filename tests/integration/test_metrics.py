@@ -1,0 +1,249 @@
+"""test_metrics.py - Prometheus metrics on every service (docs/observability.md).
+
+Real processes: `tessera up --metrics-port BASE` (the master on BASE, shard i on BASE + i),
+`tessera train --metrics-port W` (rank r on W + r), and Debian's Prometheus scraping all of
+them every second. Checked:
+- every endpoint answers GET /metrics in the text format: each family has HELP and TYPE,
+  every sample line parses, histogram buckets never decrease and end in +Inf equal to
+  _count; the families the docs promise are there (the master's epoch and members, the
+  shards' push and pull histograms and byte counters, the workers' steps, the calls of
+  lib/rpc by method and code);
+- during training the worker's tessera_worker_steps_total rises between two scrapes, and a
+  scrape every 100 ms beside it never stops the steps;
+- Prometheus, given a generated config, scrapes them: a PromQL query through its HTTP API
+  shows tessera_worker_steps_total rising, and histogram_quantile gives the p99 of the
+  shards' push latency;
+- POST is 405 with an Allow header, an unknown path 404, a request with 40 KB of headers
+  431; the service answers /metrics normally right after;
+- deploy/grafana/tessera.json: every expression of the dashboard names only metrics the
+  services export.
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.parse
+import urllib.request
+
+sys.dont_write_bytecode = True
+import tessera_testlib as tl  # noqa: E402
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"'
+                    r',?)*\})? (-?[0-9.eE+-]+|[+-]Inf|NaN)$')
+STEPS = 1500
+
+
+def free_ports(n):
+    """A base port with n free ports from it."""
+    for _ in range(200):
+        base = tl.free_port()
+        if base + n >= 65000:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("0.0.0.0", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no %d consecutive free ports" % n)
+
+
+def get(port, path="/metrics", method="GET", headers=None):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), method=method,
+                                 headers=headers or {}, data=b"x" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read().decode()
+
+
+def parse(text):
+    """{family: type}, [(name, labels, value)]; AssertionError on any line that is not the
+    text format."""
+    types, helps, samples = {}, set(), []
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            helps.add(line.split()[2])
+        elif line.startswith("# TYPE "):
+            types[line.split()[2]] = line.split()[3]
+        else:
+            m = SAMPLE.match(line)
+            if not m:
+                raise AssertionError("not a sample line: %r" % line)
+            samples.append((m.group(1), m.group(2) or "", float(m.group(3))))
+    if set(types) != helps:
+        raise AssertionError("families without HELP or TYPE: %s" % (set(types) ^ helps))
+    return types, samples
+
+
+def check_histograms(types, samples):
+    for fam, t in types.items():
+        if t != "histogram":
+            continue
+        series = {}
+        for name, labels, v in samples:
+            if name == fam + "_bucket":
+                key = re.sub(r',?le="[^"]*"', "", labels)
+                series.setdefault(key, []).append(v)
+        counts = {labels.replace("{}", ""): v for name, labels, v in samples
+                  if name == fam + "_count"}
+        for key, buckets in series.items():
+            if buckets != sorted(buckets):
+                raise AssertionError("%s%s: buckets decrease: %s" % (fam, key, buckets))
+            if buckets[-1] != counts.get(key.replace("{}", "")):
+                raise AssertionError("%s%s: +Inf %s != _count" % (fam, key, buckets[-1]))
+
+
+def value(samples, name, labels_contain=""):
+    return sum(v for n, lab, v in samples if n == name and labels_contain in lab)
+
+
+class Metrics(tl.ClusterCase, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        cls.base = free_ports(3)
+        cls.wbase = free_ports(2)
+        up = cls.c.spawn([os.path.join(tl.BIN, "tessera"), "up", "--shards", "2",
+                          "--master-port", "0", "--dir", os.path.join(cls.c.dir, "up"),
+                          "--metrics-port", str(cls.base)], "up", stdout_pipe=True)
+        cls.master = None
+        for line in up.p.stdout:
+            line = line.decode()
+            if line.startswith("master "):
+                cls.master = line.split()[1]
+            if "shards alive" in line:
+                break
+        if not cls.master:
+            raise AssertionError("tessera up did not start:\n" + up.log_text())
+        cls.train = cls.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
+                                 cls.master, "--workers", "2", "--steps", str(STEPS),
+                                 "--exact", "--job", "metrics", "--slow", "0:4",
+                                 "--metrics-port", str(cls.wbase), "--json"], "train",
+                                stdout_pipe=True)
+        tl.wait_until(lambda: get(cls.wbase)[0] == 200 if cls.train.running() else "gone",
+                      60, "rank 0's /metrics")
+        cls.ports = [cls.base, cls.base + 1, cls.base + 2, cls.wbase, cls.wbase + 1]
+
+    def test_a_format_and_families(self):
+        want = {self.base: ["tessera_map_epoch", "tessera_members", "tessera_jobs",
+                            "tessera_rpc_requests_total", "tessera_rpc_duration_seconds",
+                            "tessera_shard_failures_total"],
+                self.base + 1: ["tessera_shard_push_seconds", "tessera_shard_pull_seconds",
+                                "tessera_shard_push_bytes_total", "tessera_shard_updates_total",
+                                "tessera_shard_partitions", "tessera_shard_promotions_total"],
+                self.wbase: ["tessera_worker_steps_total", "tessera_worker_step_seconds",
+                             "tessera_worker_exchange_seconds",
+                             "tessera_worker_push_bytes_total"]}
+        tl.wait_until(lambda: value(parse(get(self.base + 1)[2])[1],
+                                    "tessera_shard_push_seconds_count") > 0, 60, "pushes")
+        for port in self.ports:
+            code, headers, text = get(port)
+            self.assertEqual(code, 200, port)
+            self.assertTrue(headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+            types, samples = parse(text)
+            check_histograms(types, samples)
+            for fam in want.get(port, []):
+                self.assertIn(fam, types, "port %d" % port)
+        _, samples = parse(get(self.base)[2])
+        self.assertGreater(value(samples, "tessera_rpc_requests_total",
+                                 'method="tessera.v1.Master/Heartbeat",code="OK"'), 0)
+        self.assertEqual(value(samples, "tessera_members", 'kind="shard",state="alive"'), 2)
+
+    def test_b_steps_rise_and_scrapes_never_block_them(self):
+        stop, scrapes = threading.Event(), [0]
+
+        def hammer():
+            while not stop.is_set():
+                if get(self.base + 1)[0] == 200 and get(self.wbase)[0] == 200:
+                    scrapes[0] += 1
+                time.sleep(0.1)
+        th = threading.Thread(target=hammer)
+        th.start()
+        try:
+            first = value(parse(get(self.wbase)[2])[1], "tessera_worker_steps_total")
+            time.sleep(2)
+            second = value(parse(get(self.wbase)[2])[1], "tessera_worker_steps_total")
+        finally:
+            stop.set()
+            th.join()
+        self.assertGreater(second, first, "steps rose while scraped every 100 ms")
+        self.assertGreater(scrapes[0], 5)
+        tl.log("steps %d -> %d in 2 s, %d scrape pairs beside" % (first, second, scrapes[0]))
+
+    def test_c_prometheus_scrapes_and_answers_promql(self):
+        prom = shutil.which("prometheus")
+        self.assertIsNotNone(prom, "prometheus (Debian's package, in make deps)")
+        port = tl.free_port()
+        cfg = os.path.join(self.c.dir, "prometheus.yml")
+        with open(cfg, "w") as f:
+            f.write("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                    "scrape_configs:\n- job_name: tessera\n  static_configs:\n"
+                    "  - targets: [%s]\n" % ", ".join("'127.0.0.1:%d'" % p for p in self.ports))
+        self.c.spawn([prom, "--config.file=" + cfg,
+                      "--storage.tsdb.path=" + os.path.join(self.c.dir, "tsdb"),
+                      "--web.listen-address=127.0.0.1:%d" % port], "prometheus")
+
+        def query(q):
+            url = "http://127.0.0.1:%d/api/v1/query?%s" % (port, urllib.parse.urlencode(
+                {"query": q}))
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    doc = json.load(r)
+            except (urllib.error.URLError, ConnectionError):
+                return None
+            res = doc.get("data", {}).get("result", [])
+            return [float(x["value"][1]) for x in res] or None
+
+        steps = 'sum(tessera_worker_steps_total{job="tessera"})'
+        first = tl.wait_until(lambda: query(steps), 60, "Prometheus to scrape the workers")
+        tl.wait_until(lambda: (query(steps) or [0])[0] > first[0], 30, "the steps to rise")
+        p99 = tl.wait_until(lambda: [v for v in query(
+            "histogram_quantile(0.99, sum by (le) (rate(tessera_shard_push_seconds_bucket[5s])))")
+            or [] if v == v], 30, "a push-latency p99")
+        self.assertGreater(p99[0], 0)
+        up = query("sum(up)")
+        self.assertEqual(up, [float(len(self.ports))], "every target up")
+        tl.log("Prometheus: steps %d -> rising; shard push p99 %.2f ms" % (first[0],
+                                                                           p99[0] * 1000))
+
+    def test_d_bad_requests_and_the_service_goes_on(self):
+        code, headers, _ = get(self.base, method="POST")
+        self.assertEqual(code, 405)
+        self.assertIn("GET", headers.get("Allow", ""))
+        self.assertEqual(get(self.base, "/nope")[0], 404)
+        self.assertEqual(get(self.base, headers={"X-Big": "a" * 40000})[0], 431)
+        self.assertEqual(get(self.base)[0], 200)
+
+    def test_e_dashboard_names_only_exported_metrics(self):
+        exported = set()
+        for port in self.ports[:3] + [self.wbase]:
+            exported |= set(parse(get(port)[2])[0])
+        with open(os.path.join(tl.SRC, "deploy", "grafana", "tessera.json")) as f:
+            dash = json.load(f)
+        exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+        self.assertGreater(len(exprs), 10)
+        for e in exprs:
+            for name in re.findall(r"\btessera_[a-z_]+", e):
+                fam = re.sub(r"_(bucket|sum|count)$", "", name)
+                self.assertIn(fam, exported, "%s in %r" % (name, e))
+
+    def test_z_training_ends(self):
+        self.assertEqual(self.train.wait(300), 0, self.train.log_text()[-2000:])
+
+
+if __name__ == "__main__":
+    tl.main()

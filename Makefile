@@ -36,7 +36,8 @@ CTEST_ARGS ?=
 #           trainer and demo read, Python's headers for the binding
 #   test:   Debian's Python with grpcio, protobuf, numpy, scipy and torch (the independent
 #           clients and references), clang with its libFuzzer/ASan runtimes (the fuzz build),
-#           pip, setuptools, wheel and venv (the install test), Prometheus (the scrape test)
+#           pip, setuptools, wheel and venv (the install test), Prometheus (the scrape test),
+#           Chromium (the status page, rendered headless)
 #   bench:  iproute2 (ip netns, tc: bench/modes.py's emulated hosts and links)
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler libprotobuf-dev xxd libxxhash-dev \
@@ -44,7 +45,7 @@ DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf
              libzstd-dev python3-dev libmicrohttpd-dev
 DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-torch \
             clang libclang-rt-14-dev python3-pip python3-setuptools python3-wheel python3-venv \
-            prometheus
+            prometheus chromium
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \
@@ -52,7 +53,7 @@ UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rp
               test_part_sums \
               test_part_replica \
               test_frame test_transport test_mlp test_data test_store test_verify \
-              test_snapshot test_codec test_metrics
+              test_snapshot test_codec test_metrics test_progress
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -134,6 +135,7 @@ bench: build
 	$(BUILD)/bin/bench_verify --out bench/results/verify.json
 	$(BUILD)/bin/bench_codec --out bench/results/codec.json
 	/usr/bin/python3 bench/recovery.py --bin $(BUILD)/bin --out bench/results/recovery.json
+	/usr/bin/python3 bench/metrics.py --bin $(BUILD)/bin --out bench/results/metrics.json
 
 FAULT_TRIALS ?= 24
 KILL_TRIALS ?= 50

@@ -229,6 +229,15 @@ struct tessera_stats {
 };
 void tessera_stats(const tessera *t, struct tessera_stats *out);
 
+/* Training progress for the master's status page (docs/observability.md), carried by this
+ * worker's next heartbeats: the mean loss over the steps since the last call, the last
+ * evaluated accuracy (NaN if none), samples per second over those steps. The master plots
+ * rank 0's. A no-op with master "local". */
+struct tessera_progress {
+    double loss, accuracy, samples_per_s;
+};
+void tessera_report_progress(tessera *t, const struct tessera_progress *p);
+
 /* The data-plane transport in use ("tcp", "shm", or "local"). */
 const char *tessera_transport(const tessera *t);
 

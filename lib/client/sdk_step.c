@@ -484,6 +484,12 @@ uint64_t tessera_resume_step(const tessera *t)
     return t->resume_step;
 }
 
+void tessera_report_progress(tessera *t, const struct tessera_progress *p)
+{
+    if (t->ms && p)
+        ts_membership_set_progress(t->ms, p->loss, p->accuracy, p->samples_per_s);
+}
+
 float tessera_loss_scale(const tessera *t)
 {
     return t->loss_mode == TESSERA_LOSS_SCALE_NONE ? 1.0f : ldexpf(1.0f, t->scale_exp);

@@ -213,5 +213,8 @@ struct ts_worker_report {
     float loss_scale;
 };
 void ts_membership_set_report(struct ts_membership *ms, const struct ts_worker_report *r);
+/* Workers: training progress, sent with the next heartbeats (tessera_report_progress). */
+void ts_membership_set_progress(struct ts_membership *ms, double loss, double accuracy,
+                                double samples_per_s);
 
 #endif

@@ -36,6 +36,8 @@ struct ts_membership {
     atomic_bool caught_up;            /* workers: ts_membership_caught_up, this registration */
     atomic_uint_least64_t epoch, clock;
     struct ts_worker_report report;   /* under mu */
+    bool progress;                    /* under mu: loss, accuracy, samples_per_s are set */
+    double loss, accuracy, samples_per_s;
     uint64_t roster;                  /* under mu: the last heartbeat's roster and slots */
     uint32_t slots[SLOTS_MAX];
     size_t nslots;
@@ -237,6 +239,10 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     req.staleness_max = ms->report.staleness_max;
     req.steps_skipped = ms->report.steps_skipped;
     req.loss_scale = ms->report.loss_scale;
+    req.has_progress = ms->progress;
+    req.loss = ms->loss;
+    req.accuracy = ms->accuracy;
+    req.samples_per_s = ms->samples_per_s;
     pthread_mutex_unlock(&ms->mu);
     if (ms->cfg.moves)
         req.moves_pending = ms->cfg.moves(ms->cfg.arg, &req.moves_epoch);
@@ -454,5 +460,16 @@ void ts_membership_set_report(struct ts_membership *ms, const struct ts_worker_r
 {
     pthread_mutex_lock(&ms->mu);
     ms->report = *r;
+    pthread_mutex_unlock(&ms->mu);
+}
+
+void ts_membership_set_progress(struct ts_membership *ms, double loss, double accuracy,
+                                double samples_per_s)
+{
+    pthread_mutex_lock(&ms->mu);
+    ms->progress = true;
+    ms->loss = loss;
+    ms->accuracy = accuracy;
+    ms->samples_per_s = samples_per_s;
     pthread_mutex_unlock(&ms->mu);
 }

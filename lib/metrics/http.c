@@ -11,10 +11,52 @@
 #define MAX_CONNECTIONS 64
 #define IDLE_TIMEOUT_S 10
 
+#define MAX_ROUTES 8
+
 struct ts_metrics_http {
     struct MHD_Daemon *d;
     uint16_t port;
 };
+
+struct route {
+    const char *path;
+    char *(*fn)(void *ctx, size_t *len, const char **type);
+    void *ctx;
+};
+static struct route routes[MAX_ROUTES];
+static size_t nroutes;   /* written before any server starts */
+
+void ts_metrics_http_route(const char *path, char *(*fn)(void *ctx, size_t *len,
+                                                         const char **type), void *ctx)
+{
+    if (nroutes < MAX_ROUTES)
+        routes[nroutes++] = (struct route){ path, fn, ctx };
+}
+
+/* The body of path: the registry's text for /metrics, or a route's; NULL with *code 404 for
+ * an unknown path, 500 when it could not be made. */
+static char *body_of(const char *path, size_t *len, const char **type, unsigned *code)
+{
+    char *text;
+
+    *code = MHD_HTTP_OK;
+    if (!strcmp(path, "/metrics")) {
+        *type = "text/plain; version=0.0.4; charset=utf-8";
+        text = ts_metrics_render(len);
+    } else {
+        size_t i = 0;
+        while (i < nroutes && strcmp(routes[i].path, path))
+            i++;
+        if (i == nroutes) {
+            *code = MHD_HTTP_NOT_FOUND;
+            return NULL;
+        }
+        text = routes[i].fn(routes[i].ctx, len, type);
+    }
+    if (!text)
+        *code = MHD_HTTP_INTERNAL_SERVER_ERROR;
+    return text;
+}
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *text,
                              const char *allow)
@@ -39,6 +81,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 {
     struct MHD_Response *r;
     enum MHD_Result ok;
+    const char *type = NULL;
+    unsigned code;
     size_t len = 0;
     char *text;
 
@@ -47,19 +91,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     (void)upload;
     (void)upload_size;
     (void)state;
-    if (strcmp(url, "/metrics"))
-        return reply(c, MHD_HTTP_NOT_FOUND, "not found: this server has /metrics only\n", NULL);
     if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
-        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed: use GET /metrics\n",
+        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed: use GET\n",
                      "GET, HEAD");
-    if (!(text = ts_metrics_render(&len)))
-        return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n", NULL);
+    if (!(text = body_of(url, &len, &type, &code)))
+        return reply(c, code, code == MHD_HTTP_NOT_FOUND ? "not found: try /metrics\n"
+                                                         : "could not render it\n", NULL);
     if (!(r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE))) {
         free(text);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            "text/plain; version=0.0.4; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     ok = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ok;

@@ -2,7 +2,8 @@
  *
  * libmicrohttpd, its own thread: a scrape renders the registry (metrics.h), which reads
  * atomics and takes no lock a step holds, so it never blocks training. Only GET and HEAD of
- * /metrics are served: another method is 405 with an Allow header, another path 404, and a
+ * /metrics (and of the routes a program adds) are served: another method is 405 with an
+ * Allow header, another path 404, and a
  * request whose line and headers pass 16 KiB is refused by libmicrohttpd (431 or 414); the
  * service goes on either way. Plain HTTP, no authentication: bind it where only the
  * Prometheus you trust reaches (docs/observability.md).
@@ -11,11 +12,19 @@
 #ifndef TS_METRICS_HTTP_H
 #define TS_METRICS_HTTP_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "util/err.h"
 
 struct ts_metrics_http;
+
+/* Another path served with GET and HEAD beside /metrics, for every server of the process
+ * (the master's status page): fn(ctx) returns the body, malloc'd (the server frees it), its
+ * length in *len and its Content-Type in *type; NULL: 500. At most 8 routes; register them
+ * before ts_metrics_http_start. */
+void ts_metrics_http_route(const char *path, char *(*fn)(void *ctx, size_t *len,
+                                                         const char **type), void *ctx);
 
 /* Listens on every IPv4 address, port `port` (0: a free one, see ts_metrics_http_port).
  * TS_EIO naming the port if it cannot be bound. */

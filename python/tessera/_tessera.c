@@ -572,6 +572,22 @@ static PyObject *client_stats(struct client *self, PyObject *unused)
                          (unsigned long long)s.bytes_raw, "loss_scale", (double)s.loss_scale);
 }
 
+static PyObject *client_report_progress(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = { "loss", "accuracy", "samples_per_s", NULL };
+    struct tessera_progress p = { .accuracy = Py_NAN, .samples_per_s = Py_NAN };
+    struct tessera_error e = { 0 };
+    int rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "d|dd", names, &p.loss, &p.accuracy,
+                                     &p.samples_per_s))
+        return NULL;
+    SDK_CALL(self, rc, &e, (tessera_report_progress(self->t, &p), 0));
+    if (rc)
+        return raise_sdk(&e);
+    Py_RETURN_NONE;
+}
+
 static PyObject *client_get_transport(struct client *self, void *unused)
 {
     struct tessera_error e = { 0 };
@@ -643,6 +659,9 @@ static PyMethodDef client_methods[] = {
     { "stats", (PyCFunction)client_stats, METH_NOARGS,
       "stats() -> dict: steps, steps_skipped, staleness_last, staleness_max, bytes_pushed,\n"
       "bytes_raw, loss_scale" },
+    { "report_progress", KW client_report_progress, METH_VARARGS | METH_KEYWORDS,
+      "report_progress(loss, accuracy=nan, samples_per_s=nan): training progress for the\n"
+      "master's status page, sent with the next heartbeats (rank 0's is plotted)" },
     { "set_result", (PyCFunction)client_set_result, METH_VARARGS,
       "set_result(failed, text=None): how this worker's part of the job ended, told to the\n"
       "master at close: failed False with the final params_sha256, or True with a reason.\n"

@@ -427,6 +427,20 @@ void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *finger
     pthread_mutex_unlock(&j->mu);
 }
 
+bool jobs_seat_of(struct jobs *j, uint32_t worker, char *id, size_t n, uint32_t *rank)
+{
+    struct job *jb;
+    struct job_seat *s;
+
+    pthread_mutex_lock(&j->mu);
+    if ((s = seat_of(j, worker, &jb))) {
+        snprintf(id, n, "%s", jb->info.id);
+        *rank = s->rank;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return s != NULL;
+}
+
 void jobs_ready(struct jobs *j, uint32_t worker)
 {
     struct job *jb;

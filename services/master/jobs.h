@@ -141,6 +141,8 @@ size_t jobs_due(struct jobs *j, int64_t now_ms, char (*ids)[TS_JOB_ID_MAX + 1], 
 void jobs_released(struct jobs *j, const char *id, int64_t now_ms);
 /* True if job id is running (not idle, not ended). */
 bool jobs_running(struct jobs *j, const char *id);
+/* The job (id, n bytes) and rank of worker's seat; false if it holds none. */
+bool jobs_seat_of(struct jobs *j, uint32_t worker, char *id, size_t n, uint32_t *rank);
 /* How many jobs the shards hold now (running, or idle and not yet released). */
 size_t jobs_resident(struct jobs *j);
 /* True if job id holds resources now (running, idle, or ended and not released). */

@@ -119,6 +119,7 @@ int main(int argc, char **argv)
         goto out;
     ts_master_service.ctx = &m;
     master_metrics_init(&m);
+    master_page_init(&m);
     if (ts_serve_start(&so, &ts_master_service, &srv, &err))
         goto out;
     ts_log(TS_INFO, "master", "serving tessera.v1.Master on port %d (lease %lld ms)",
@@ -145,6 +146,7 @@ out:
     ts_serve_metrics_stop();   /* before what its collectors read goes */
     ts_rpc_server_free(srv);
     master_state_close(&m.state);
+    progress_free(m.progress);
     snapper_close(&m.snap);
     datamap_fini(&m.data);
     rollbacks_fini(&m.rb);

@@ -8,6 +8,7 @@
 #include "datamap.h"
 #include "jobs.h"
 #include "members.h"
+#include "progress.h"
 #include "rollback.h"
 #include "rpc/rpc.h"
 #include "snapshot.h"
@@ -24,6 +25,7 @@ struct master {
     struct jobs *jobs;              /* the job table */
     struct rollbacks rb;            /* rollbacks to run (rollback.c) */
     struct master_state state;      /* what a restart takes back (--state-dir; state.c) */
+    struct progress *progress;      /* the jobs' progress for the status page (progress.h) */
 };
 
 /* The releaser thread (release.c): frees ended jobs on every alive shard, then their data
@@ -42,8 +44,10 @@ Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job
 void master_job_owners(struct ts_rpc_call *call, Tessera__V1__JobInfo *j, const uint32_t *owners,
                        size_t n);
 
-/* Registers the master's metrics (metrics.c), read from m at each scrape. */
+/* Registers the master's metrics (metrics.c), read from m at each scrape, and its status
+ * page (page.c: / and /api/status on the same port). */
 void master_metrics_init(struct master *m);
+void master_page_init(struct master *m);
 
 /* tessera.v1.Master; its ctx must be set to a struct master * before ts_rpc_server_add. */
 extern struct ts_rpc_service ts_master_service;

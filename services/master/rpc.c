@@ -118,6 +118,18 @@ static void rosters_of(struct ts_rpc_call *call, struct master *m,
     }
 }
 
+/* A worker's progress report: the page plots its job's rank 0's. */
+static void note_progress(struct master *m, const Tessera__V1__HeartbeatRequest *req)
+{
+    char job[TS_JOB_ID_MAX + 1];
+    uint32_t rank;
+
+    if (jobs_seat_of(m->jobs, req->id, job, sizeof(job), &rank) && rank == 0)
+        progress_note(m->progress, job, &(struct progress_point){
+            .step = req->clock, .loss = req->loss, .accuracy = req->accuracy,
+            .samples_per_s = req->samples_per_s }, ts_now_ms());
+}
+
 static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                            ProtobufCMessage *rs, struct ts_err *err)
 {
@@ -133,6 +145,8 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
         struct ts_member_report r = { req->staleness_last, req->staleness_max,
                                       req->steps_skipped, req->loss_scale };
         ts_members_report(m->members, req->id, &r);
+        if (req->has_progress)
+            note_progress(m, req);
         if (req->caught_up)
             jobs_ready(m->jobs, req->id);
         slots_of(call, m, req->id, resp);

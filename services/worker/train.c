@@ -10,6 +10,7 @@
 #include "worker.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,31 @@ struct run {
     int ids[TS_MLP_NTENSORS];
     uint64_t start;                    /* the step training starts at (restored: > 0) */
     unsigned rollbacks;                /* times the cluster took the job back to a snapshot */
+    /* Progress for the master's status page: the summed loss of this worker's samples since
+     * the last report and their count, its steps and start, and rank 0's last test accuracy. */
+    double loss_sum, accuracy;
+    uint32_t loss_n, report_steps;
+    int64_t report_ms;
 };
+
+#define REPORT_MS 500   /* progress goes to the master at most this often (its heartbeat) */
+
+/* After a step: every REPORT_MS, the mean loss and the samples per second since the last
+ * report go out with the next heartbeat (tessera_report_progress). */
+static void progress(struct run *r, bool now)
+{
+    int64_t t = ts_now_ms();
+
+    if ((!now && t - r->report_ms < REPORT_MS) || !r->loss_n)
+        return;
+    tessera_report_progress(r->t, &(struct tessera_progress){
+        .loss = r->loss_sum / r->loss_n, .accuracy = r->accuracy,
+        .samples_per_s = (double)r->report_steps * r->o->batch * 1000.0 /
+                         (double)(t - r->report_ms > 0 ? t - r->report_ms : 1) });
+    r->loss_sum = 0;
+    r->loss_n = r->report_steps = 0;
+    r->report_ms = t;
+}
 
 static int say(struct tessera_error *e, const char *what)
 {
@@ -172,7 +197,8 @@ static int compute(struct run *r, uint32_t base, uint32_t slot, void **acc,
                    TS_MLP_IN * sizeof(float));
             r->yb[k] = r->train.y[idx];
         }
-        ts_mlp_grad(r->mlp, r->params, r->xb, r->yb, (int)r->o->micro, r->grad);
+        r->loss_sum += ts_mlp_grad(r->mlp, r->params, r->xb, r->yb, (int)r->o->micro, r->grad);
+        r->loss_n += r->o->micro;   /* the loss is summed over the samples */
         for (int i = 0; i < TS_MLP_NTENSORS; i++) {
             uint64_t numel = ts_mlp_numel(i);
             int bad;
@@ -291,7 +317,8 @@ int train_run(const struct train_opts *o)
         goto out;
     spe = ts_schedule_steps_per_epoch(&r.sched);
     total = o->steps ? o->steps : (uint64_t)o->epochs * spe;
-    t0 = te = ts_now_ms();
+    t0 = te = r.report_ms = ts_now_ms();
+    r.accuracy = NAN;
     for (s = r.start, fresh = true; s < total; s++) {
         uint32_t k = (uint32_t)(s % spe);
         int64_t step_t0 = ts_now_ns(), exchange_t0;
@@ -316,6 +343,10 @@ int train_run(const struct train_opts *o)
         if (!rc)
             worker_metrics_step((double)(ts_now_ns() - step_t0) / 1e9,
                                 (double)(ts_now_ns() - exchange_t0) / 1e9);
+        if (!rc) {
+            r.report_steps++;
+            progress(&r, false);
+        }
         if (rc == TESSERA_EROLLBACK || rc == TESSERA_ESLOTS) {
             /* The schedule is a function of the step: the same samples from there on. */
             printf("rank %u: %s\n", o->rank, e.message);
@@ -335,6 +366,8 @@ int train_run(const struct train_opts *o)
             double test_acc = accuracy(&r, &r.test, r.test.n, NULL);
             int64_t now = ts_now_ms();
             worker_metrics_eval(tl, train_acc, test_acc);
+            r.accuracy = test_acc;
+            progress(&r, true);
             printf("epoch %" PRIu64 " step %" PRIu64 "/%" PRIu64 ": loss %.4f, train accuracy "
                    "%.4f, test accuracy %.4f, %.0f samples/s\n", s / spe + 1, s + 1, total, tl,
                    train_acc, test_acc,

@@ -16,13 +16,19 @@ them every second. Checked:
 - POST is 405 with an Allow header, an unknown path 404, a request with 40 KB of headers
   431; the service answers /metrics normally right after;
 - deploy/grafana/tessera.json: every expression of the dashboard names only metrics the
-  services export.
+  services export;
+- the master's status page: `/` is one HTML page that fetches nothing from elsewhere;
+  /api/status lists both shards alive and the job with its progress points (a per-sample
+  loss); headless Chromium renders the page: two shard rows, the job's row, a loss plot with
+  its points; its screenshot is kept in BUILD/artifacts/status-page.png
+  ($TESSERA_ARTIFACTS to change).
 """
 import json
 import os
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -37,6 +43,9 @@ import tessera_testlib as tl  # noqa: E402
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"'
                     r',?)*\})? (-?[0-9.eE+-]+|[+-]Inf|NaN)$')
 STEPS = 1500
+# The status page's screenshot is kept here (a test artifact).
+ARTIFACTS = os.environ.get("TESSERA_ARTIFACTS") or os.path.join(
+    os.path.dirname(os.path.abspath(tl.BIN)), "artifacts")
 
 
 def free_ports(n):
@@ -240,6 +249,43 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
             for name in re.findall(r"\btessera_[a-z_]+", e):
                 fam = re.sub(r"_(bucket|sum|count)$", "", name)
                 self.assertIn(fam, exported, "%s in %r" % (name, e))
+
+    def test_f_status_page_in_a_headless_browser(self):
+        code, headers, html = get(self.base, "/")
+        self.assertEqual(code, 200)
+        self.assertTrue(headers["Content-Type"].startswith("text/html"))
+        self.assertIsNone(re.search(r'(src|href)="?(https?:)?//', html), "nothing fetched "
+                          "from elsewhere")
+
+        def points():
+            doc = json.loads(get(self.base, "/api/status")[2])
+            job = [j for j in doc["jobs"] if j["id"] == "metrics"]
+            return job and len(job[0]["points"]) >= 3 and doc
+        doc = tl.wait_until(points, 60, "3 progress points of the job")
+        self.assertEqual([s["state"] for s in doc["shards"]], ["alive", "alive"])
+        loss = [p[1] for p in [j for j in doc["jobs"] if j["id"] == "metrics"][0]["points"]]
+        self.assertTrue(all(0 < v < 10 for v in loss), loss)
+        chromium = shutil.which("chromium")
+        self.assertIsNotNone(chromium, "chromium (Debian's package, in make deps)")
+        profile = os.path.join(self.c.dir, "chromium")
+        env = dict(os.environ, HOME=profile)
+        argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                "--user-data-dir=" + profile, "--virtual-time-budget=3000",
+                "--window-size=1200,1100"]
+        url = "http://127.0.0.1:%d/" % self.base
+        dom = subprocess.run(argv + ["--dump-dom", url], capture_output=True, text=True,
+                             timeout=120, env=env).stdout
+        self.assertEqual(dom.count('<tr class="shard">'), 2, dom[-3000:])
+        self.assertIn("<td>metrics</td>", dom)
+        lines = re.findall(r'<polyline points="([^"]*)"', dom)
+        self.assertTrue(lines and len(lines[0].split()) >= 3, "a loss plot with points")
+        shot = os.path.join(ARTIFACTS, "status-page.png")
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        subprocess.run(argv + ["--screenshot=" + shot, url], capture_output=True, timeout=120,
+                       env=env)
+        self.assertGreater(os.path.getsize(shot), 10000)
+        tl.log("status page: 2 shard rows, a loss plot of %d points; screenshot %s" %
+               (len(lines[0].split()), shot))
 
     def test_z_training_ends(self):
         self.assertEqual(self.train.wait(300), 0, self.train.log_text()[-2000:])

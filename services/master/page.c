@@ -1,0 +1,122 @@
+/* page.c - the master's status page on its HTTP port (--metrics-port; docs/observability.md):
+ * `/` is one self-contained HTML page (status.html, built in: no CDN, nothing fetched from
+ * elsewhere) that polls `/api/status` every second and draws the cluster's tables and each
+ * job's loss, accuracy and samples/s over its steps as inline SVG. */
+#include "master.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics/http.h"
+#include "util/json.h"
+#include "util/proc.h"
+
+extern unsigned char ts_status_html[];
+extern unsigned int ts_status_html_len;
+
+static const char *state_name(enum ts_member_state s)
+{
+    return s == TS_MEMBER_ALIVE ? "alive" : s == TS_MEMBER_DEAD ? "dead" : "left";
+}
+
+static char *page(void *ctx, size_t *len, const char **type)
+{
+    char *out = malloc(ts_status_html_len + 1);
+
+    (void)ctx;
+    if (!out)
+        return NULL;
+    memcpy(out, ts_status_html, ts_status_html_len);
+    *len = ts_status_html_len;
+    *type = "text/html; charset=utf-8";
+    return out;
+}
+
+static void members_json(struct ts_json *j, const struct ts_members_view *v, int64_t now)
+{
+    ts_json_arr(j, "shards");
+    for (size_t i = 0; i < v->nshards; i++) {
+        const struct ts_member *s = &v->shards[i];
+        ts_json_obj(j, NULL);
+        ts_json_uint(j, "id", s->id);
+        ts_json_str(j, "addr", s->addr);
+        ts_json_str(j, "state", s->joining ? "joining" : state_name(s->state));
+        ts_json_uint(j, "lease_ms", s->lease_ms);
+        ts_json_num(j, "heartbeat_s_ago", (double)(now - s->last_heartbeat_ms) / 1000.0);
+        ts_json_uint(j, "restarts", s->restarts);
+        ts_json_str(j, "death", s->death);
+        ts_json_end(j);
+    }
+    ts_json_end(j);
+    ts_json_arr(j, "workers");
+    for (size_t i = 0; i < v->nworkers; i++) {
+        const struct ts_member *w = &v->workers[i];
+        ts_json_obj(j, NULL);
+        ts_json_uint(j, "id", w->id);
+        ts_json_str(j, "host", w->addr);
+        ts_json_uint(j, "pid", w->pid);
+        ts_json_str(j, "state", state_name(w->state));
+        ts_json_uint(j, "clock", w->clock);
+        ts_json_num(j, "heartbeat_s_ago", (double)(now - w->last_heartbeat_ms) / 1000.0);
+        ts_json_end(j);
+    }
+    ts_json_end(j);
+}
+
+static void jobs_json(struct ts_json *j, struct master *m)
+{
+    struct job_info *jobs = NULL;
+    size_t n = 0;
+
+    ts_json_arr(j, "jobs");
+    if (!jobs_list(m->jobs, &jobs, &n, NULL)) {
+        for (size_t i = 0; i < n; i++) {
+            ts_json_obj(j, NULL);
+            ts_json_str(j, "id", jobs[i].id);
+            ts_json_str(j, "state", jobs_state_name(jobs[i].state));
+            ts_json_uint(j, "workers", jobs[i].workers);
+            ts_json_uint(j, "alive", jobs[i].alive);
+            ts_json_uint(j, "finished", jobs[i].finished);
+            ts_json_uint(j, "rollbacks", jobs[i].rollbacks);
+            ts_json_str(j, "params_sha256", jobs[i].fingerprint);
+            ts_json_str(j, "reason", jobs[i].reason);
+            progress_json(m->progress, jobs[i].id, j);
+            ts_json_end(j);
+        }
+        free(jobs);
+    }
+    ts_json_end(j);
+}
+
+static char *status(void *ctx, size_t *len, const char **type)
+{
+    struct master *m = ctx;
+    struct ts_members_view v;
+    struct ts_json j;
+    int64_t now = ts_now_ms();
+    char *out;
+
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_num(&j, "uptime_s", (double)(now - m->started_ms) / 1000.0);
+    if (!ts_members_view(m->members, false, &v, NULL)) {
+        ts_json_uint(&j, "epoch", v.epoch);
+        ts_json_uint(&j, "replicas", v.replicas);
+        ts_json_uint(&j, "shard_failures", v.shard_failures);
+        members_json(&j, &v, now);
+        ts_members_view_free(&v);
+    }
+    jobs_json(&j, m);
+    ts_json_end(&j);
+    out = ts_json_take(&j);
+    *len = strlen(out);
+    *type = "application/json";
+    return out;
+}
+
+void master_page_init(struct master *m)
+{
+    m->progress = progress_create();
+    ts_metrics_http_route("/", page, m);
+    ts_metrics_http_route("/api/status", status, m);
+}

@@ -281,6 +281,25 @@ class Cluster:
         self.procs.append(p)
         return p
 
+    def tessera_up(self, args=(), tessera=None, name="up"):
+        """`tessera up --master-port 0 --dir DIR/name ARGS` (tessera: the binary, default
+        BIN's), waited for until its shards are alive; returns (its Proc, the master's address).
+        """
+        up = self.spawn([tessera or os.path.join(BIN, "tessera"), "up", "--master-port", "0",
+                         "--dir", os.path.join(self.dir, name)] + list(args), name,
+                        stdout_pipe=True)
+        master = None
+        for line in up.p.stdout:
+            line = line.decode()
+            if line.startswith("master "):
+                master = line.split()[1]
+            if "shards alive" in line:
+                break
+        if not master:
+            raise AssertionError("%s up did not start:\n%s" % (tessera or "tessera",
+                                                              up.log_text()))
+        return up, master
+
     def start_server(self, exe, name, args=()):
         """A Tessera server (tessera-master, -shard, -verify) on 127.0.0.1:0: started with
         --port-file, waited for; returns its Proc with .addr set."""

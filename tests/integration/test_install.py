@@ -72,18 +72,8 @@ class Installed(tl.ClusterCase, unittest.TestCase):
         run(["cmake", "--install", BUILD, "--prefix", cls.prefix])
         shutil.copytree(os.path.join(tl.SRC, "examples", "c"), cls.work)
         cls.env = clean_env(PKG_CONFIG_PATH=os.path.join(cls.prefix, "lib", "pkgconfig"))
-        up = cls.c.spawn([os.path.join(cls.prefix, "bin", "tessera"), "up", "--shards", "2",
-                          "--master-port", "0", "--dir", os.path.join(cls.c.dir, "up")],
-                         "up", stdout_pipe=True)
-        cls.master = None
-        for line in up.p.stdout:
-            line = line.decode()
-            if line.startswith("master "):
-                cls.master = line.split()[1]
-            if "shards alive" in line:
-                break
-        if not cls.master:
-            raise AssertionError("the installed tessera up did not start:\n" + up.log_text())
+        _, cls.master = cls.c.tessera_up(["--shards", "2"],
+                                         tessera=os.path.join(cls.prefix, "bin", "tessera"))
 
     def test_a_layout_and_exported_symbols(self):
         for rel in ("bin/tessera", "bin/tessera-master", "bin/tessera-shard",

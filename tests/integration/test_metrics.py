@@ -126,18 +126,7 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         cls.c = tl.Cluster()
         cls.base = free_ports(3)
         cls.wbase = free_ports(2)
-        up = cls.c.spawn([os.path.join(tl.BIN, "tessera"), "up", "--shards", "2",
-                          "--master-port", "0", "--dir", os.path.join(cls.c.dir, "up"),
-                          "--metrics-port", str(cls.base)], "up", stdout_pipe=True)
-        cls.master = None
-        for line in up.p.stdout:
-            line = line.decode()
-            if line.startswith("master "):
-                cls.master = line.split()[1]
-            if "shards alive" in line:
-                break
-        if not cls.master:
-            raise AssertionError("tessera up did not start:\n" + up.log_text())
+        _, cls.master = cls.c.tessera_up(["--shards", "2", "--metrics-port", str(cls.base)])
         cls.train = cls.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
                                  cls.master, "--workers", "2", "--steps", str(STEPS),
                                  "--exact", "--job", "metrics", "--slow", "0:4",

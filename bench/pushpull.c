@@ -23,14 +23,20 @@
  * waits for the next version. Own buffers are what a trainer with its own tensors gets.
  * Output: two tables, and bench/results/pushpull.json whose headline is the best run of either
  * kind vs gloo at 64 MiB, and headline_copy the best own-buffers run. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -57,6 +63,7 @@
 struct opts {
     const char *bin, *sizes_s, *transports_s, *buffers_s, *out, *python, *tp[2];
     int64_t iters, sizes[MAX_SIZES], replicas;
+    int64_t metrics_port;          /* shard i serves /metrics on this + i, scraped each second */
     int nsizes, ntp, nbuf;
     bool exact, quick, buf[2];     /* buf: the --buffers kinds in order, true for "shared" */
 };
@@ -93,6 +100,49 @@ static void on_sig(int sig)
         if (kids[i] > 0)
             kill(kids[i], SIGTERM);
     bench_on_signal(sig);
+}
+
+/* ---- --metrics-port: a Prometheus-like scrape of each shard every second ---- */
+
+static struct {
+    int64_t base;
+    atomic_bool stop;
+    atomic_uint_least64_t scrapes;     /* answered with a body */
+    pthread_t thread;
+} scraper;
+
+/* GET /metrics from 127.0.0.1:port, the whole answer read and dropped; whether one came. */
+static bool scrape_once(int port)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    char buf[65536];
+    size_t got = 0;
+    ssize_t n;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    if (fd < 0)
+        return false;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1))
+        while ((n = read(fd, buf, sizeof(buf))) > 0)
+            got += (size_t)n;
+    close(fd);
+    return got > 0;
+}
+
+static void *scrape_main(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&scraper.stop)) {
+        for (int i = 0; i < NSHARDS; i++)
+            if (scrape_once((int)scraper.base + i))
+                atomic_fetch_add(&scraper.scrapes, 1);
+        for (int k = 0; k < 20 && !atomic_load(&scraper.stop); k++)
+            ts_sleep_ms(50);
+    }
+    return NULL;
 }
 
 /* ---- child processes: a master and NSHARDS shards offering one transport, 2 workers ---- */
@@ -148,11 +198,15 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
                           strerror(errno));
     if ((st = bench_master_start(o->bin, &c->m, err)))
         return st;
-    char *argv[] = { exe, "--master", c->m.target, "--listen", "127.0.0.1:0", "--transport",
-                     (char *)tp, "--grace-ms", "1000", NULL };
-    for (int i = 0; i < NSHARDS && !st; i++)
+    for (int i = 0; i < NSHARDS && !st; i++) {
+        char port[16];
+        char *argv[] = { exe, "--master", c->m.target, "--listen", "127.0.0.1:0", "--transport",
+                         (char *)tp, "--grace-ms", "1000", o->metrics_port ? "--metrics-port"
+                                                                          : NULL, port, NULL };
+        snprintf(port, sizeof(port), "%lld", (long long)(o->metrics_port + i));
         if (!(st = ts_launch(exe, argv, NULL, -1, &c->shard[i].pid, err)))
             kids[i] = c->shard[i].pid;
+    }
     return st ? st : wait_shards(c, tp, err);
 }
 
@@ -585,6 +639,8 @@ static ts_status write_json(const struct opts *o, const struct results *res, boo
     ts_json_int(&j, "replicas", o->replicas ? o->replicas : 1);
     ts_json_int(&j, "warmup", WARMUP);
     ts_json_int(&j, "iters", o->iters);
+    ts_json_int(&j, "metrics_port", o->metrics_port);
+    ts_json_uint(&j, "scrapes", atomic_load(&scraper.scrapes));
     json_runs(&j, res);
     json_headline(&j, "headline", best_run(o, res, HEADLINE_MIB, false), g);
     json_headline(&j, "headline_copy", best_run(o, res, HEADLINE_MIB, true), g);
@@ -664,6 +720,9 @@ int main(int argc, char **argv)
         { "python", TS_FLAG_STR, &o.python, "PATH", "python3 with torch (/usr/bin/python3)", 0,
           0 },
         { "quick", TS_FLAG_BOOL, &o.quick, NULL, "sizes 4,64, 3 steps (flags given win)", 0, 0 },
+        { "metrics-port", TS_FLAG_INT, &o.metrics_port, "BASE", "shard i serves Prometheus "
+          "metrics on BASE + i, scraped every second while the runs go (bench/metrics.py)", 1,
+          65000 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -702,8 +761,19 @@ int main(int argc, char **argv)
         snprintf(res.gloo_error, sizeof(res.gloo_error), "%s", err.msg);
         ok = false;
     }
+    scraper.base = o.metrics_port;
+    if (o.metrics_port && pthread_create(&scraper.thread, NULL, scrape_main, NULL)) {
+        fprintf(stderr, "bench_pushpull: cannot start the scraper thread\n");
+        return 1;
+    }
     for (int t = 0; t < o.ntp; t++)
         ok = run_transport(&o, o.tp[t], &res) && ok;
+    if (o.metrics_port) {
+        atomic_store(&scraper.stop, true);
+        pthread_join(scraper.thread, NULL);
+        printf("metrics: %llu scrapes of the shards' /metrics answered during the runs\n",
+               (unsigned long long)atomic_load(&scraper.scrapes));
+    }
     print_algbw(&o, &res);
     print_detail(&o, &res);
     print_goals(&o, &res);

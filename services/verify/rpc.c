@@ -1,11 +1,14 @@
 /* rpc.c - tessera.v1.Verify: Compare, on lib/audit. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "audit/audit.h"
 #include "cluster/cluster.h"
+#include "metrics/metrics.h"
 #include "tessera/v1/verify.pb-c.h"
 #include "service.h"
+#include "util/proc.h"
 
 #define LIVE_MS 120000
 
@@ -96,9 +99,36 @@ static void fill(struct ts_rpc_call *call, const struct ts_audit_state *a,
     resp->accuracy_b = r->accuracy_b;
 }
 
+/* Audits for Prometheus (docs/observability.md): by result (pass, fail: the comparison ran;
+ * error: it could not), and how long each took. */
+static struct {
+    pthread_once_t once;
+    struct ts_metric_family *audits, *secs;
+} audit_metrics = { PTHREAD_ONCE_INIT, NULL, NULL };
+
+static void register_audit_metrics(void)
+{
+    audit_metrics.audits = ts_metrics_family("tessera_verify_audits_total", "Compare calls, by "
+                                             "result: pass, fail (the states differ beyond the "
+                                             "thresholds) or error", TS_METRIC_COUNTER,
+                                             "result", NULL, 0);
+    audit_metrics.secs = ts_metrics_family("tessera_verify_audit_seconds", "a Compare: loading "
+                                           "both states and comparing them",
+                                           TS_METRIC_HISTOGRAM, NULL, NULL, 0);
+}
+
+static void count_audit(const char *result, int64_t t0)
+{
+    pthread_once(&audit_metrics.once, register_audit_metrics);
+    ts_counter_add(ts_metric_one(audit_metrics.audits, result), 1);
+    ts_histogram_observe(ts_metric_one(audit_metrics.secs, NULL),
+                         (double)(ts_now_ns() - t0) / 1e9);
+}
+
 static ts_status compare(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                          ProtobufCMessage *rs, struct ts_err *err)
 {
+    int64_t t0 = ts_now_ns();
     const Tessera__V1__CompareRequest *req = (const void *)rq;
     struct verifier *v = ts_rpc_ctx(call);
     struct ts_audit_state a = { 0 }, b = { 0 };
@@ -115,7 +145,10 @@ static ts_status compare(struct ts_rpc_call *call, const ProtobufCMessage *rq,
         !(st = load(v, "b", req->b, req->job, &b, err)) &&
         !(st = ts_audit_compare(&a, &b, &o, &r, err))) {
         fill(call, &a, &b, &r, (Tessera__V1__CompareResponse *)rs);
+        count_audit(r.pass ? "pass" : "fail", t0);
         ts_audit_report_free(&r);
+    } else {
+        count_audit("error", t0);
     }
     ts_audit_state_free(&a);
     ts_audit_state_free(&b);

@@ -13,6 +13,8 @@ them every second. Checked:
 - Prometheus, given a generated config, scrapes them: a PromQL query through its HTTP API
   shows tessera_worker_steps_total rising, and histogram_quantile gives the p99 of the
   shards' push latency;
+- after the training (kept), `tessera snapshot create`: the master counts it
+  (tessera_snapshots_total{result="ok"}, its duration and the bytes written);
 - POST is 405 with an Allow header, an unknown path 404, a request with 40 KB of headers
   431; the service answers /metrics normally right after;
 - deploy/grafana/tessera.json: every expression of the dashboard names only metrics the
@@ -126,10 +128,11 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         cls.c = tl.Cluster()
         cls.base = free_ports(3)
         cls.wbase = free_ports(2)
-        _, cls.master = cls.c.tessera_up(["--shards", "2", "--metrics-port", str(cls.base)])
+        _, cls.master = cls.c.tessera_up(["--shards", "2", "--metrics-port", str(cls.base),
+                                          "--store", os.path.join(cls.c.dir, "store")])
         cls.train = cls.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
                                  cls.master, "--workers", "2", "--steps", str(STEPS),
-                                 "--exact", "--job", "metrics", "--slow", "0:4",
+                                 "--exact", "--job", "metrics", "--slow", "0:4", "--keep",
                                  "--metrics-port", str(cls.wbase), "--json"], "train",
                                 stdout_pipe=True)
         tl.wait_until(lambda: get(cls.wbase)[0] == 200 if cls.train.running() else "gone",
@@ -278,6 +281,15 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
 
     def test_z_training_ends(self):
         self.assertEqual(self.train.wait(300), 0, self.train.log_text()[-2000:])
+
+    def test_zz_a_snapshot_is_counted(self):
+        r = tl.run_cli(["snapshot", "create", "--master", self.master, "--job", "metrics"],
+                       timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        _, samples = parse(get(self.base)[2])
+        self.assertEqual(value(samples, "tessera_snapshots_total", 'result="ok"'), 1)
+        self.assertEqual(value(samples, "tessera_snapshot_seconds_count"), 1)
+        self.assertGreater(value(samples, "tessera_snapshot_bytes_total"), 0)
 
 
 if __name__ == "__main__":

@@ -5,13 +5,16 @@ A cluster with a store trains an exact job and tags a snapshot. tessera-verify, 
 that store, must register with the master (a member with role "verify" and its address), answer
 Health as SERVING and list tessera.v1.Verify through reflection. Compare of the tag against
 "live" (a coordinated snapshot taken through the master during the call) passes bit for bit;
-bad fields get INVALID_ARGUMENT naming the field, an unknown ref NOT_FOUND; and SIGTERM makes it
+bad fields get INVALID_ARGUMENT naming the field, an unknown ref NOT_FOUND; its /metrics
+(--metrics-port) counts those audits by result with their durations; and SIGTERM makes it
 leave the cluster cleanly.
 """
 import os
+import re
 import signal
 import sys
 import unittest
+import urllib.request
 
 sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
@@ -36,9 +39,11 @@ class VerifyService(unittest.TestCase):
                  "--exact", "--steps", "10", "--seed", "4", "--partition-kb", "64", "--json"],
                 timeout=240)
             cli(["snapshot", "create", "--master", cls.cell.master.addr, "--tag", "t10"])
+            cls.metrics_port = tl.free_port()
             cls.svc = cls.cell.c.start_server("tessera-verify", "verify",
                                               ["--master", cls.cell.master.addr,
-                                               "--store", cls.store])
+                                               "--store", cls.store, "--metrics-port",
+                                               str(cls.metrics_port)])
             cls.addr = cls.svc.addr
             cls.ch = cls.cell.c.channel(cls.addr)
             cls.v = tl.Stub(cls.ch, V, "Verify")
@@ -106,6 +111,22 @@ class VerifyService(unittest.TestCase):
         # A file path is not a ref: the service never reads arbitrary files.
         e = tl.call_error(self.v.Compare, V.CompareRequest(a="t10", b="/etc/passwd"))
         self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_y_metrics_count_audits(self):
+        """After the tests above (in name order): the Compare that passed and the 8 refused
+        are counted, each timed (the CLI's compare runs in the CLI, not here)."""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
+                                    timeout=10) as r:
+            text = r.read().decode()
+        got = {}
+        for line in text.splitlines():
+            m = re.match(r'(tessera_verify_audit\w*)(\{result="(\w+)"\})? (\S+)$', line)
+            if m:
+                got[m.group(1) + ":" + (m.group(3) or "")] = float(m.group(4))
+        self.assertEqual(got.get("tessera_verify_audits_total:pass", 0), 1, got)
+        self.assertGreaterEqual(got.get("tessera_verify_audits_total:error", 0), 8, got)
+        self.assertEqual(got.get("tessera_verify_audit_seconds_count:"),
+                         sum(v for k, v in got.items() if k.startswith("tessera_verify_audits")))
 
     def test_zz_sigterm_leaves_cleanly(self):
         self.svc.signal(signal.SIGTERM)

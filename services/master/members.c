@@ -43,6 +43,11 @@ static const char *kind_name(enum ts_member_kind k)
     return k == TS_MEMBER_SHARD ? "shard" : "worker";
 }
 
+const char *ts_member_state_name(enum ts_member_state s)
+{
+    return s == TS_MEMBER_ALIVE ? "alive" : s == TS_MEMBER_DEAD ? "dead" : "left";
+}
+
 ts_status ts_members_create(const struct ts_members_cfg *cfg, struct ts_members **out,
                             struct ts_err *err)
 {

@@ -151,6 +151,8 @@ void ts_members_set_restarts(struct ts_members *m, enum ts_member_kind kind, uin
                              uint32_t restarts);
 /* Records a worker's report (after a heartbeat it was accepted). */
 void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member_report *r);
+/* "alive", "dead" or "left" (static storage). */
+const char *ts_member_state_name(enum ts_member_state s);
 ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                                 const char *reason, uint64_t *epoch,
                                 struct ts_err *err) TS_MUST_CHECK;

@@ -12,11 +12,6 @@ static struct {
     struct ts_metric_family *epoch, *members, *failures, *jobs, *rollbacks;
 } fam;
 
-static const char *state_label(enum ts_member_state s)
-{
-    return s == TS_MEMBER_ALIVE ? "alive" : s == TS_MEMBER_DEAD ? "dead" : "left";
-}
-
 static void count_members(const struct ts_member *m, size_t n, const char *kind)
 {
     double by[4] = { 0 };
@@ -25,8 +20,8 @@ static void count_members(const struct ts_member *m, size_t n, const char *kind)
         if (m[i].state >= TS_MEMBER_ALIVE && m[i].state <= TS_MEMBER_LEFT)
             by[m[i].state]++;
     for (int s = TS_MEMBER_ALIVE; s <= TS_MEMBER_LEFT; s++)
-        ts_gauge_set(ts_metric_child(fam.members, (const char *[]){ kind, state_label(s) }),
-                     by[s]);
+        ts_gauge_set(ts_metric_child(fam.members,
+                                     (const char *[]){ kind, ts_member_state_name(s) }), by[s]);
 }
 
 static void collect(void *arg)

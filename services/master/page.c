@@ -14,11 +14,6 @@
 extern unsigned char ts_status_html[];
 extern unsigned int ts_status_html_len;
 
-static const char *state_name(enum ts_member_state s)
-{
-    return s == TS_MEMBER_ALIVE ? "alive" : s == TS_MEMBER_DEAD ? "dead" : "left";
-}
-
 static char *page(void *ctx, size_t *len, const char **type)
 {
     char *out = malloc(ts_status_html_len + 1);
@@ -40,7 +35,7 @@ static void members_json(struct ts_json *j, const struct ts_members_view *v, int
         ts_json_obj(j, NULL);
         ts_json_uint(j, "id", s->id);
         ts_json_str(j, "addr", s->addr);
-        ts_json_str(j, "state", s->joining ? "joining" : state_name(s->state));
+        ts_json_str(j, "state", s->joining ? "joining" : ts_member_state_name(s->state));
         ts_json_uint(j, "lease_ms", s->lease_ms);
         ts_json_num(j, "heartbeat_s_ago", (double)(now - s->last_heartbeat_ms) / 1000.0);
         ts_json_uint(j, "restarts", s->restarts);
@@ -55,7 +50,7 @@ static void members_json(struct ts_json *j, const struct ts_members_view *v, int
         ts_json_uint(j, "id", w->id);
         ts_json_str(j, "host", w->addr);
         ts_json_uint(j, "pid", w->pid);
-        ts_json_str(j, "state", state_name(w->state));
+        ts_json_str(j, "state", ts_member_state_name(w->state));
         ts_json_uint(j, "clock", w->clock);
         ts_json_num(j, "heartbeat_s_ago", (double)(now - w->last_heartbeat_ms) / 1000.0);
         ts_json_end(j);

@@ -135,9 +135,12 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
                                  "--exact", "--job", "metrics", "--slow", "0:4", "--keep",
                                  "--metrics-port", str(cls.wbase), "--json"], "train",
                                 stdout_pipe=True)
-        tl.wait_until(lambda: get(cls.wbase)[0] == 200 if cls.train.running() else "gone",
-                      60, "rank 0's /metrics")
         cls.ports = [cls.base, cls.base + 1, cls.base + 2, cls.wbase, cls.wbase + 1]
+        # Each rank serves /metrics once it has connected; rank 1 may come up well after
+        # rank 0 has pushed on a loaded machine, so wait for every endpoint.
+        for port in cls.ports:
+            tl.wait_until(lambda: get(port)[0] == 200 if cls.train.running() else "gone",
+                          60, "/metrics on port %d" % port)
 
     def test_a_format_and_families(self):
         want = {self.base: ["tessera_map_epoch", "tessera_members", "tessera_jobs",

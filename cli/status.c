@@ -19,24 +19,6 @@ static const char *state_name(Tessera__V1__MemberState s)
     }
 }
 
-/* A shard's chains over its jobs: partitions it heads and copies it follows, and versions its
- * heads hold back from pulls until their tails acknowledge them. */
-struct roles {
-    uint64_t heads, follows, lag;
-};
-
-static struct roles roles_of(const Tessera__V1__ShardStatusResponse *v)
-{
-    struct roles r = { 0 };
-
-    for (size_t k = 0; k < v->n_jobs; k++) {
-        r.heads += v->jobs[k]->partitions;
-        r.follows += v->jobs[k]->follows;
-        r.lag += v->jobs[k]->lag;
-    }
-    return r;
-}
-
 /* What each alive shard says of itself (ShardStatus), asked with a short deadline; NULL for a
  * shard that is dead or did not answer. */
 static Tessera__V1__ShardStatusResponse **shard_views(const Tessera__V1__ClusterStatusResponse *cs)
@@ -113,7 +95,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_bool(&j, "joining", s->joining);
         ts_json_uint(&j, "restarts", s->restarts);
         if (views && views[i]) {
-            struct roles r = roles_of(views[i]);
+            struct ts_shard_roles r = ts_shard_roles(views[i]);
             ts_json_int(&j, "pid", views[i]->pid);
             ts_json_uint(&j, "partitions", views[i]->partitions);
             ts_json_uint(&j, "bytes", views[i]->bytes);
@@ -216,7 +198,7 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
         char roles[48] = "-", lag[24] = "-", promo[24] = "-", copies[48] = "-", mb[24] = "-",
              refused[24] = "-", pid[16] = "-";
         if (v) {
-            struct roles r = roles_of(v);
+            struct ts_shard_roles r = ts_shard_roles(v);
             snprintf(pid, sizeof(pid), "%d", v->pid);
             snprintf(roles, sizeof(roles), "%" PRIu64 "/%" PRIu64, r.heads, r.follows);
             snprintf(lag, sizeof(lag), "%" PRIu64, r.lag);

@@ -226,6 +226,8 @@ struct tessera_stats {
     uint64_t bytes_pushed;       /* gradient payload bytes sent, after compression */
     uint64_t bytes_raw;          /* ... and what they were before compression */
     float loss_scale;
+    uint64_t failovers;          /* times a step was sent again to a new shard map after a
+                                  * shard died (docs/replication.md) */
 };
 void tessera_stats(const tessera *t, struct tessera_stats *out);
 

@@ -499,4 +499,5 @@ void tessera_stats(const tessera *t, struct tessera_stats *out)
 {
     *out = t->stats;
     out->loss_scale = tessera_loss_scale(t);
+    out->failovers = t->failovers;
 }

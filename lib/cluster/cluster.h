@@ -130,6 +130,25 @@ ts_status ts_membership_caught_up(struct ts_membership *ms, unsigned registratio
 uint64_t ts_membership_epoch(struct ts_membership *ms);
 const char *ts_membership_instance(struct ts_membership *ms);
 
+/* A shard's chains over its jobs, summed from its ShardStatus: partitions it heads, copies it
+ * follows, and versions its heads hold back from pulls until their tails acknowledge them.
+ * For `tessera status` and the master's status page. */
+struct ts_shard_roles {
+    uint64_t heads, follows, lag;
+};
+
+static inline struct ts_shard_roles ts_shard_roles(const Tessera__V1__ShardStatusResponse *v)
+{
+    struct ts_shard_roles r = { 0, 0, 0 };
+
+    for (size_t k = 0; k < v->n_jobs; k++) {
+        r.heads += v->jobs[k]->partitions;
+        r.follows += v->jobs[k]->follows;
+        r.lag += v->jobs[k]->lag;
+    }
+    return r;
+}
+
 /* ---- the cached shard map ---- */
 
 ts_status ts_cluster_open(const char *master_addr, struct ts_cluster **out,

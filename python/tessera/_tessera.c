@@ -563,13 +563,14 @@ static PyObject *client_stats(struct client *self, PyObject *unused)
     SDK_CALL(self, rc, &e, (tessera_stats(self->t, &s), 0));
     if (rc)
         return raise_sdk(&e);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:d}", "steps",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K}", "steps",
                          (unsigned long long)s.steps, "steps_skipped",
                          (unsigned long long)s.steps_skipped, "staleness_last",
                          (unsigned long long)s.staleness_last, "staleness_max",
                          (unsigned long long)s.staleness_max, "bytes_pushed",
                          (unsigned long long)s.bytes_pushed, "bytes_raw",
-                         (unsigned long long)s.bytes_raw, "loss_scale", (double)s.loss_scale);
+                         (unsigned long long)s.bytes_raw, "loss_scale", (double)s.loss_scale,
+                         "failovers", (unsigned long long)s.failovers);
 }
 
 static PyObject *client_report_progress(struct client *self, PyObject *args, PyObject *kw)
@@ -658,7 +659,7 @@ static PyMethodDef client_methods[] = {
       "version(id) -> int: the version tensor id was at when registered (restored: > 0)" },
     { "stats", (PyCFunction)client_stats, METH_NOARGS,
       "stats() -> dict: steps, steps_skipped, staleness_last, staleness_max, bytes_pushed,\n"
-      "bytes_raw, loss_scale" },
+      "bytes_raw, loss_scale, failovers" },
     { "report_progress", KW client_report_progress, METH_VARARGS | METH_KEYWORDS,
       "report_progress(loss, accuracy=nan, samples_per_s=nan): training progress for the\n"
       "master's status page, sent with the next heartbeats (rank 0's is plotted)" },

@@ -144,6 +144,7 @@ out:
     if (rc)
         ts_log(TS_ERROR, "master", "%s", err.msg);
     ts_serve_metrics_stop();   /* before what its collectors read goes */
+    views_stop(m.views);
     ts_rpc_server_free(srv);
     master_state_close(&m.state);
     progress_free(m.progress);

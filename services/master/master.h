@@ -13,6 +13,7 @@
 #include "rpc/rpc.h"
 #include "snapshot.h"
 #include "state.h"
+#include "views.h"
 
 struct master {
     struct ts_members *members;
@@ -26,6 +27,7 @@ struct master {
     struct rollbacks rb;            /* rollbacks to run (rollback.c) */
     struct master_state state;      /* what a restart takes back (--state-dir; state.c) */
     struct progress *progress;      /* the jobs' progress for the status page (progress.h) */
+    struct views *views;            /* the shards' own status for the page (views.h) */
 };
 
 /* The releaser thread (release.c): frees ended jobs on every alive shard, then their data

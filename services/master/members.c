@@ -36,6 +36,7 @@ struct ts_members {
     uint64_t epoch;
     struct ts_ring *ring;
     uint32_t shard_failures;
+    uint64_t expired[2];      /* leases that ran out since this process began: shards, workers */
 };
 
 static const char *kind_name(enum ts_member_kind k)
@@ -565,6 +566,7 @@ static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms,
             now_ms < e->grace_until_ms)
             continue;
         n++;
+        m->expired[e->kind == TS_MEMBER_WORKER]++;
         snprintf(why, sizeof(why), "silent for %" PRId64 " ms, past its %u ms lease", silent,
                  e->lease_ms);
         declare_dead(m, e, why);
@@ -652,6 +654,8 @@ ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_membe
     v->ring_digest = ts_ring_digest(m->ring);
     v->default_lease_ms = m->cfg.default_lease_ms;
     v->shard_failures = m->shard_failures;
+    v->shard_expiries = m->expired[0];
+    v->worker_expiries = m->expired[1];
     st = copy_table(&m->shards, alive_only, &v->shards, &v->nshards, err);
     if (!st && !alive_only)
         st = copy_table(&m->workers, false, &v->workers, &v->nworkers, err);

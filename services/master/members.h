@@ -117,6 +117,8 @@ struct ts_members_view {
     uint64_t ring_digest;
     uint32_t default_lease_ms;
     uint32_t shard_failures;                  /* shards declared dead so far */
+    /* leases that ran out since this master began (not kept by ts_members_restore) */
+    uint64_t shard_expiries, worker_expiries;
     struct ts_member *shards, *workers;       /* by id */
     size_t nshards, nworkers;
 };

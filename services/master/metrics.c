@@ -1,6 +1,6 @@
 /* metrics.c - the master's figures for Prometheus (docs/observability.md), read at each scrape
  * from the membership and the job table: the map epoch, members by kind and state, shards
- * declared dead so far, jobs by state, rollbacks. Calls (heartbeats among them) are counted
+ * declared dead so far, leases that ran out, jobs by state, rollbacks. Calls (heartbeats among them) are counted
  * by lib/rpc for every service. */
 #include "master.h"
 
@@ -9,7 +9,7 @@
 #include "metrics/metrics.h"
 
 static struct {
-    struct ts_metric_family *epoch, *members, *failures, *jobs, *rollbacks;
+    struct ts_metric_family *epoch, *members, *failures, *expiries, *jobs, *rollbacks;
 } fam;
 
 static void count_members(const struct ts_member *m, size_t n, const char *kind)
@@ -36,6 +36,8 @@ static void collect(void *arg)
     if (!ts_members_view(m->members, false, &v, NULL)) {
         ts_gauge_set(ts_metric_one(fam.epoch, NULL), (double)v.epoch);
         ts_counter_set(ts_metric_one(fam.failures, NULL), v.shard_failures);
+        ts_counter_set(ts_metric_one(fam.expiries, "shard"), v.shard_expiries);
+        ts_counter_set(ts_metric_one(fam.expiries, "worker"), v.worker_expiries);
         count_members(v.shards, v.nshards, "shard");
         count_members(v.workers, v.nworkers, "worker");
         ts_members_view_free(&v);
@@ -63,6 +65,9 @@ void master_metrics_init(struct master *m)
     fam.failures = ts_metrics_family("tessera_shard_failures_total", "shards declared dead "
                                      "(lease expired, or reported and found gone)",
                                      TS_METRIC_COUNTER, NULL, NULL, 0);
+    fam.expiries = ts_metrics_family("tessera_lease_expiries_total", "members declared dead "
+                                     "because their lease ran out without a heartbeat, by kind",
+                                     TS_METRIC_COUNTER, "kind", NULL, 0);
     fam.jobs = ts_metrics_family("tessera_jobs", "jobs the master lists, by state",
                                  TS_METRIC_GAUGE, "state", NULL, 0);
     fam.rollbacks = ts_metrics_family("tessera_rollbacks_total", "rollbacks to a snapshot of "

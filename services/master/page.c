@@ -27,7 +27,8 @@ static char *page(void *ctx, size_t *len, const char **type)
     return out;
 }
 
-static void members_json(struct ts_json *j, const struct ts_members_view *v, int64_t now)
+static void members_json(struct ts_json *j, struct master *m, const struct ts_members_view *v,
+                         int64_t now)
 {
     ts_json_arr(j, "shards");
     for (size_t i = 0; i < v->nshards; i++) {
@@ -40,6 +41,8 @@ static void members_json(struct ts_json *j, const struct ts_members_view *v, int
         ts_json_num(j, "heartbeat_s_ago", (double)(now - s->last_heartbeat_ms) / 1000.0);
         ts_json_uint(j, "restarts", s->restarts);
         ts_json_str(j, "death", s->death);
+        if (s->state == TS_MEMBER_ALIVE)
+            views_json(m->views, s->id, j);
         ts_json_end(j);
     }
     ts_json_end(j);
@@ -91,6 +94,7 @@ static char *status(void *ctx, size_t *len, const char **type)
     int64_t now = ts_now_ms();
     char *out;
 
+    views_watched(m->views);
     ts_json_init(&j);
     ts_json_obj(&j, NULL);
     ts_json_num(&j, "uptime_s", (double)(now - m->started_ms) / 1000.0);
@@ -98,7 +102,7 @@ static char *status(void *ctx, size_t *len, const char **type)
         ts_json_uint(&j, "epoch", v.epoch);
         ts_json_uint(&j, "replicas", v.replicas);
         ts_json_uint(&j, "shard_failures", v.shard_failures);
-        members_json(&j, &v, now);
+        members_json(&j, m, &v, now);
         ts_members_view_free(&v);
     }
     jobs_json(&j, m);
@@ -112,6 +116,7 @@ static char *status(void *ctx, size_t *len, const char **type)
 void master_page_init(struct master *m)
 {
     m->progress = progress_create();
+    m->views = views_start(m->members);
     ts_metrics_http_route("/", page, m);
     ts_metrics_http_route("/api/status", status, m);
 }

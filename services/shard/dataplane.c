@@ -145,10 +145,15 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
 
     if ((st = head_of(dc, h, &p, &next, err)))
         return st;
-    if (!((h->flags & TS_PUSH_REGION) && in_region(dc, h, p, &in, err)) &&
-        !ts_part_push(p, &in, &applied, err) && applied && next) {
-        hook_reach(HOOK_PUSH);
-        (void)dp_replicate(dc, h, p, next, err);
+    if (!((h->flags & TS_PUSH_REGION) && in_region(dc, h, p, &in, err))) {
+        int64_t t1 = ts_now_ns();
+        if (!ts_part_push(p, &in, &applied, err) && applied) {
+            ts_histogram_observe(dc->metrics.aggregate_s, (double)(ts_now_ns() - t1) / 1e9);
+            if (next) {
+                hook_reach(HOOK_PUSH);
+                (void)dp_replicate(dc, h, p, next, err);
+            }
+        }
     }
     shard_params_put(p);
     if (err->code)

@@ -21,7 +21,7 @@
 /* The data plane's metrics of a connection's job (metrics.c), found at its HELLO; NULL
  * members (no HELLO yet, or no memory) are ignored by the updates. */
 struct dp_metrics {
-    struct ts_metric *push_s, *pull_s, *push_bytes, *pull_bytes, *updates;
+    struct ts_metric *push_s, *pull_s, *push_bytes, *pull_bytes, *updates, *aggregate_s;
 };
 void shard_metrics_job(struct dp_metrics *m, const char *job);
 

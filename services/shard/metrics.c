@@ -8,7 +8,7 @@
 #include "metrics/metrics.h"
 
 static struct {
-    struct ts_metric_family *push_s, *pull_s, *push_bytes, *pull_bytes, *updates;
+    struct ts_metric_family *push_s, *pull_s, *push_bytes, *pull_bytes, *updates, *aggregate_s;
     struct ts_metric_family *partitions, *bytes, *promotions, *lost, *reseeded, *copies,
         *refused;
 } fam;
@@ -41,6 +41,10 @@ void shard_metrics_init(struct shard *s)
     fam.pull_s = ts_metrics_family("tessera_shard_pull_seconds", "a worker's pull, from its "
                                    "arrival to its reply (waiting for the other ranks' pushes "
                                    "included)", TS_METRIC_HISTOGRAM, "job_id", NULL, 0);
+    fam.aggregate_s = ts_metrics_family("tessera_shard_aggregate_seconds", "aggregation of the "
+                                        "push that completes an update: adding it to the sum, "
+                                        "then the optimizer over the partition",
+                                        TS_METRIC_HISTOGRAM, "job_id", NULL, 0);
     fam.push_bytes = ts_metrics_family("tessera_shard_push_bytes_total", "gradient bytes "
                                        "pushed to this shard (as sent: compressed, fixed point)",
                                        TS_METRIC_COUNTER, "job_id", NULL, 0);
@@ -79,4 +83,5 @@ void shard_metrics_job(struct dp_metrics *m, const char *job)
     m->push_bytes = ts_metric_one(fam.push_bytes, job);
     m->pull_bytes = ts_metric_one(fam.pull_bytes, job);
     m->updates = ts_metric_one(fam.updates, job);
+    m->aggregate_s = ts_metric_one(fam.aggregate_s, job);
 }

@@ -1,6 +1,6 @@
 /* metrics.c - a worker's figures for Prometheus (docs/observability.md), labelled with its
  * job and rank: steps and their time (the whole step, and the part spent in the SDK's push
- * and pull), what tessera_stats counts, and rank 0's loss and accuracy at each evaluation.
+ * and pull), what tessera_stats counts (failovers among them), and rank 0's loss and accuracy at each evaluation.
  * Served with --metrics-port (tessera train --metrics-port BASE gives rank r BASE + r). */
 #include "worker.h"
 
@@ -11,6 +11,7 @@
 
 static struct {
     struct ts_metric *steps, *step_s, *exchange_s, *skipped, *pushed, *raw, *stale, *scale;
+    struct ts_metric *failovers;
     struct ts_metric *loss, *train_acc, *test_acc;
     tessera *t;
 } w;
@@ -35,6 +36,7 @@ static void collect(void *arg)
     ts_counter_set(w.raw, st.bytes_raw);
     ts_gauge_set(w.stale, (double)st.staleness_last);
     ts_gauge_set(w.scale, st.loss_scale);
+    ts_counter_set(w.failovers, st.failovers);
 }
 
 int worker_metrics_start(const struct train_opts *o, tessera *t)
@@ -62,6 +64,8 @@ int worker_metrics_start(const struct train_opts *o, tessera *t)
                     "behind at the last pull", TS_METRIC_GAUGE, o->job, rank);
     w.scale = child("tessera_worker_loss_scale", "the fp16 loss scale (1 without loss "
                     "scaling)", TS_METRIC_GAUGE, o->job, rank);
+    w.failovers = child("tessera_worker_failovers_total", "steps sent again to a new shard map "
+                        "after a shard died", TS_METRIC_COUNTER, o->job, rank);
     w.loss = child("tessera_worker_loss", "training loss at the last evaluation (rank 0)",
                    TS_METRIC_GAUGE, o->job, rank);
     w.train_acc = child("tessera_worker_train_accuracy", "training accuracy at the last "

@@ -20,9 +20,10 @@ them every second. Checked:
 - deploy/grafana/tessera.json: every expression of the dashboard names only metrics the
   services export;
 - the master's status page: `/` is one HTML page that fetches nothing from elsewhere;
-  /api/status lists both shards alive and the job with its progress points (a per-sample
-  loss); headless Chromium renders the page: two shard rows, the job's row, a loss plot with
-  its points; its screenshot is kept in BUILD/artifacts/status-page.png
+  /api/status lists both shards alive, with what each says of itself (pid, partitions it
+  heads and follows, bytes: the figures of `tessera status --json`), and the job with its
+  progress points (a per-sample loss); headless Chromium renders the page: two shard rows
+  with their chains, the job's row, a loss plot with its points; its screenshot is kept in BUILD/artifacts/status-page.png
   ($TESSERA_ARTIFACTS to change).
 """
 import json
@@ -145,13 +146,15 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
     def test_a_format_and_families(self):
         want = {self.base: ["tessera_map_epoch", "tessera_members", "tessera_jobs",
                             "tessera_rpc_requests_total", "tessera_rpc_duration_seconds",
-                            "tessera_shard_failures_total"],
+                            "tessera_shard_failures_total", "tessera_lease_expiries_total"],
                 self.base + 1: ["tessera_shard_push_seconds", "tessera_shard_pull_seconds",
                                 "tessera_shard_push_bytes_total", "tessera_shard_updates_total",
-                                "tessera_shard_partitions", "tessera_shard_promotions_total"],
+                                "tessera_shard_partitions", "tessera_shard_promotions_total",
+                                "tessera_shard_aggregate_seconds"],
                 self.wbase: ["tessera_worker_steps_total", "tessera_worker_step_seconds",
                              "tessera_worker_exchange_seconds",
-                             "tessera_worker_push_bytes_total"]}
+                             "tessera_worker_push_bytes_total",
+                             "tessera_worker_failovers_total"]}
         tl.wait_until(lambda: value(parse(get(self.base + 1)[2])[1],
                                     "tessera_shard_push_seconds_count") > 0, 60, "pushes")
         for port in self.ports:
@@ -166,6 +169,14 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         self.assertGreater(value(samples, "tessera_rpc_requests_total",
                                  'method="tessera.v1.Master/Heartbeat",code="OK"'), 0)
         self.assertEqual(value(samples, "tessera_members", 'kind="shard",state="alive"'), 2)
+        self.assertEqual(value(samples, "tessera_lease_expiries_total"), 0)
+        # every update a shard applied was aggregated once
+        for port in (self.base + 1, self.base + 2):
+            _, samples = parse(get(port)[2])
+            updates = value(samples, "tessera_shard_updates_total")
+            aggregated = value(samples, "tessera_shard_aggregate_seconds_count")
+            self.assertGreater(aggregated, 0, port)
+            self.assertLessEqual(abs(aggregated - updates), 64, (port, aggregated, updates))
 
     def test_b_steps_rise_and_scrapes_never_block_them(self):
         stop, scrapes = threading.Event(), [0]
@@ -258,6 +269,17 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
             return job and len(job[0]["points"]) >= 3 and doc
         doc = tl.wait_until(points, 60, "3 progress points of the job")
         self.assertEqual([s["state"] for s in doc["shards"]], ["alive", "alive"])
+        # the shards' own status (pid, chains, bytes), asked by the master's thread once the
+        # page is watched: the same figures `tessera status --json` gets from each shard
+        doc = tl.wait_until(lambda: (lambda d: all("heads" in s for s in d["shards"]) and d)(
+            json.loads(get(self.base, "/api/status")[2])), 20, "the shards' own status")
+        cli = json.loads(tl.run_cli(["status", "--master", self.master, "--json"]).stdout)
+        for page_s, cli_s in zip(doc["shards"], cli["shards"]):
+            for k in ("id", "pid", "heads", "follows"):
+                self.assertEqual(page_s[k], cli_s[k], k)
+            self.assertGreater(page_s["bytes"], 0)
+            self.assertLess(page_s["view_s_ago"], 5)
+        self.assertGreater(sum(s["heads"] for s in doc["shards"]), 0)
         loss = [p[1] for p in [j for j in doc["jobs"] if j["id"] == "metrics"][0]["points"]]
         self.assertTrue(all(0 < v < 10 for v in loss), loss)
         chromium = shutil.which("chromium")
@@ -271,6 +293,8 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         dom = subprocess.run(argv + ["--dump-dom", url], capture_output=True, text=True,
                              timeout=120, env=env).stdout
         self.assertEqual(dom.count('<tr class="shard">'), 2, dom[-3000:])
+        roles = re.findall(r'<td class="roles">(\d+)/(\d+)</td>', dom)
+        self.assertEqual(roles, [(str(s["heads"]), str(s["follows"])) for s in doc["shards"]])
         self.assertIn("<td>metrics</td>", dom)
         lines = re.findall(r'<polyline points="([^"]*)"', dom)
         self.assertTrue(lines and len(lines[0].split()) >= 3, "a loss plot with points")

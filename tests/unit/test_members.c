@@ -113,6 +113,8 @@ static void lease_expiry_marks_dead_and_moves_epoch(void **state)
     assert_int_equal(ts_members_view(m, true, &v, NULL), TS_OK);
     assert_int_equal(v.nshards, 1);
     assert_int_equal(v.shards[0].id, b);
+    assert_int_equal(v.shard_expiries, 1);   /* tessera_lease_expiries_total{kind="shard"} */
+    assert_int_equal(v.worker_expiries, 0);
     ts_members_view_free(&v);
 
     /* The dead member comes back with the same instance: same id, alive, new epoch. */
@@ -225,6 +227,8 @@ static void deregister_and_replacement(void **state)
     assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
     assert_int_equal(v.workers[0].clock, 17);
     assert_int_equal(v.workers[0].state, TS_MEMBER_DEAD);
+    assert_int_equal(v.worker_expiries, 1);
+    assert_int_equal(v.shard_expiries, 1);   /* c; b was replaced, a left: no lease ran out */
     ts_members_view_free(&v);
     assert_int_equal(ts_members_epoch(m), epoch + 1);
     ts_members_free(m);

@@ -284,6 +284,7 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs, cha
     ts_json_str(&j, "mode", r->o->mode ? r->o->mode : "bsp");
     ts_json_str(&j, "compress", r->o->compress ? r->o->compress : "none");
     ts_json_uint(&j, "steps_skipped", st.steps_skipped);
+    ts_json_uint(&j, "failovers", st.failovers);
     ts_json_uint(&j, "staleness_max", st.staleness_max);
     ts_json_uint(&j, "bytes_pushed", st.bytes_pushed);
     ts_json_uint(&j, "bytes_raw", st.bytes_raw);

@@ -256,7 +256,7 @@ class Kills:
 
     def kill_while_training(self, victim, heads, job):
         """Starts exact training of `job`, kills -9 shard index victim once a shard in heads
-        shows it stepping, and returns (params_sha256, seconds from the kill to the end)."""
+        shows it stepping, and returns (rank 0's result, seconds from the kill to the end)."""
         p = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
                           self.master.addr, "--workers", "2", "--steps", str(self.LONG),
                           "--exact", "--keep", "--job", job, "--json"], "train-" + job,
@@ -282,7 +282,7 @@ class Kills:
         self.assertEqual(dead.state, tl.DEAD)
         self.assertIn("reported unreachable by", dead.death)
         self.assertIn("refused", dead.death)
-        return json.loads(out.strip().splitlines()[-1])["params_sha256"], took
+        return json.loads(out.strip().splitlines()[-1]), took
 
     def replicas_whole(self, job, alive):
         """verify replicas passes: every partition has REPLICAS equal copies at the last step,
@@ -325,8 +325,10 @@ class DeadFollower(Kills, tl.ClusterCase, unittest.TestCase):
         v = max(alive, key=lambda i: roles[i][0])
         self.assertGreater(roles[v][0], 0)
         want = local_sha_steps(self.LONG)
-        got, took = self.kill_while_training(v, [i for i in alive if i != v], "long-b")
-        self.assertEqual(got, want)
+        doc, took = self.kill_while_training(v, [i for i in alive if i != v], "long-b")
+        self.assertEqual(doc["params_sha256"], want)
+        # rank 0 sent a step again to the new map (tessera_worker_failovers_total)
+        self.assertGreaterEqual(doc["failovers"], 1)
         tl.log("training ended %.1f s after the head was killed" % took)
         self.replicas_whole("long-b", [i for i in alive if i != v])
         for job in ("probe", "long", "probe-b"):
@@ -338,8 +340,8 @@ class DeadFollower(Kills, tl.ClusterCase, unittest.TestCase):
         applies; the training still ends with the --local fingerprint."""
         alive = [i for i in range(4) if tl.pid_alive(self.status[i].pid)]
         self.assertEqual(len(alive), 2)
-        got, took = self.kill_while_training(alive[0], alive, "long-c")
-        self.assertEqual(got, local_sha_steps(self.LONG))
+        doc, took = self.kill_while_training(alive[0], alive, "long-c")
+        self.assertEqual(doc["params_sha256"], local_sha_steps(self.LONG))
         tl.log("training ended %.1f s after the second-to-last shard was killed" % took)
         r = tl.run_cli(["verify", "replicas", "--master", self.master.addr, "--job", "long-c",
                         "--json"])
@@ -355,8 +357,8 @@ class DeadFollower(Kills, tl.ClusterCase, unittest.TestCase):
         v = victims[0]
         heads = [i for i, (h, f) in roles.items() if h > 0]
         want = local_sha_steps(self.LONG)
-        got, took = self.kill_while_training(v, heads, "long")
-        self.assertEqual(got, want)
+        doc, took = self.kill_while_training(v, heads, "long")
+        self.assertEqual(doc["params_sha256"], want)
         tl.log("training ended %.1f s after the follower was killed" % took)
         self.replicas_whole("long", [i for i in range(4) if i != v])
         self.idle_job_whole("probe")
@@ -390,8 +392,8 @@ class MiddleOfThree(Kills, tl.ClusterCase, unittest.TestCase):
         mids = self.middles("probe3")
         v = max(mids, key=lambda i: mids[i])
         self.assertGreater(mids[v], 0, mids)
-        got, took = self.kill_while_training(v, [i for i in range(4) if i != v], "long3")
-        self.assertEqual(got, local_sha_steps(self.LONG))
+        doc, took = self.kill_while_training(v, [i for i in range(4) if i != v], "long3")
+        self.assertEqual(doc["params_sha256"], local_sha_steps(self.LONG))
         tl.log("training ended %.1f s after the middle of %d chains was killed" % (took, mids[v]))
         self.replicas_whole("long3", [i for i in range(4) if i != v])
         self.idle_job_whole("probe3")

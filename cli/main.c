@@ -14,6 +14,8 @@ static const struct {
     { "train", cmd_train, "train the built-in MLP on Fashion-MNIST (N workers, or --local)" },
     { "snapshot", cmd_snapshot, "snapshots: create, list, log, show, diff, rollback, gc, fsck" },
     { "verify", cmd_verify, "audit model state: compare snapshots or files (bits, cosine, dist)" },
+    { "certs", cmd_certs, "a cluster's TLS certificates: init DIR (a CA and one per role), "
+                          "show FILE" },
     { "demo", cmd_demo, "start a local cluster, show it, stop it (what `make demo` runs)" },
     { NULL, NULL, NULL },
 };

@@ -1,0 +1,458 @@
+/* test_certs.c - lib/sec: the certificate set ts_certs_init() writes, checked with libcrypto's
+ * own verifier (chain, purpose, key match), and its refusals. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include "sec/certs.h"
+
+static const char *const leaf_stems[] = { "master", "shard", "verify", "client", "admin" };
+#define NLEAF (sizeof(leaf_stems) / sizeof(leaf_stems[0]))
+
+static void path_of(char *out, size_t n, const char *dir, const char *stem, const char *ext)
+{
+    snprintf(out, n, "%s/%s.%s", dir, stem, ext);
+}
+
+static void mk_tmp(char *dir, size_t n)
+{
+    snprintf(dir, n, "%s/tessera-certs-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    assert_non_null(mkdtemp(dir));
+}
+
+/* Removes the set (and stray temporary files would fail rmdir: the test sees them). */
+static void rm_set(const char *dir)
+{
+    char p[512];
+
+    for (int i = 0; ts_certs_stems[i]; i++) {
+        path_of(p, sizeof(p), dir, ts_certs_stems[i], "pem");
+        unlink(p);
+        path_of(p, sizeof(p), dir, ts_certs_stems[i], "key");
+        unlink(p);
+    }
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static X509 *load_cert(const char *dir, const char *stem)
+{
+    char p[512];
+    FILE *f;
+    X509 *x;
+
+    path_of(p, sizeof(p), dir, stem, "pem");
+    assert_non_null(f = fopen(p, "r"));
+    x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    assert_non_null(x);
+    return x;
+}
+
+static EVP_PKEY *load_key(const char *dir, const char *stem)
+{
+    char p[512];
+    FILE *f;
+    EVP_PKEY *k;
+
+    path_of(p, sizeof(p), dir, stem, "key");
+    assert_non_null(f = fopen(p, "r"));
+    k = PEM_read_PrivateKey(f, NULL, NULL, NULL);
+    fclose(f);
+    assert_non_null(k);
+    return k;
+}
+
+/* X509_V_OK when stem.pem verifies against ca.pem for purpose, else the verifier's error. */
+static int verify(const char *dir, const char *stem, int purpose)
+{
+    X509_STORE *store = X509_STORE_new();
+    X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+    X509 *ca = load_cert(dir, "ca"), *x = load_cert(dir, stem);
+    int rc;
+
+    assert_true(store && ctx);
+    assert_int_equal(X509_STORE_add_cert(store, ca), 1);
+    assert_int_equal(X509_STORE_CTX_init(ctx, store, x, NULL), 1);
+    assert_int_equal(X509_STORE_CTX_set_purpose(ctx, purpose), 1);
+    rc = X509_verify_cert(ctx) == 1 ? X509_V_OK : X509_STORE_CTX_get_error(ctx);
+    if (rc == X509_V_OK)
+        assert_int_equal(X509_STORE_CTX_get_error(ctx), X509_V_OK);
+    X509_STORE_CTX_free(ctx);
+    X509_STORE_free(store);
+    X509_free(ca);
+    X509_free(x);
+    return rc;
+}
+
+static struct ts_cert_info info_of(const char *dir, const char *stem)
+{
+    struct ts_cert_info ci;
+    struct ts_err e = { 0 };
+    char p[512], *pem;
+    size_t len;
+
+    path_of(p, sizeof(p), dir, stem, "pem");
+    assert_int_equal(ts_read_file(p, &pem, &len, &e), TS_OK);
+    assert_int_equal(strlen(pem), len);
+    assert_int_equal(ts_cert_info(pem, len, &ci, &e), TS_OK);
+    free(pem);
+    return ci;
+}
+
+static mode_t mode_of(const char *dir, const char *stem, const char *ext)
+{
+    char p[512];
+    struct stat st;
+
+    path_of(p, sizeof(p), dir, stem, ext);
+    assert_int_equal(stat(p, &st), 0);
+    return st.st_mode & 07777;
+}
+
+static void init_ok(const char *dir, const char *hosts, int days, bool force)
+{
+    struct ts_certs_opts o = { .hosts = hosts, .days = days, .force = force };
+    struct ts_err e = { 0 };
+
+    if (ts_certs_init(dir, &o, &e) != TS_OK)
+        fail_msg("ts_certs_init: %s", e.msg);
+}
+
+static void every_leaf_verifies_for_its_purpose(void **state)
+{
+    char top[256], dir[300];
+    struct ts_cert_info ca;
+
+    mk_tmp(top, sizeof(top));
+    snprintf(dir, sizeof(dir), "%s/tls", top);   /* made by init */
+    init_ok(dir, "10.1.2.3,node7", 0, false);
+    struct stat st;
+    assert_int_equal(stat(dir, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0700);
+
+    for (size_t i = 0; i < NLEAF; i++) {
+        bool server = i < 3;
+        int purpose = server ? X509_PURPOSE_SSL_SERVER : X509_PURPOSE_SSL_CLIENT;
+        if (verify(dir, leaf_stems[i], purpose) != X509_V_OK)
+            fail_msg("%s.pem: %s", leaf_stems[i],
+                     X509_verify_cert_error_string(verify(dir, leaf_stems[i], purpose)));
+        /* The servers' certificates are also their client certificates. */
+        assert_int_equal(verify(dir, leaf_stems[i], X509_PURPOSE_SSL_CLIENT), X509_V_OK);
+    }
+    assert_int_equal(verify(dir, "client", X509_PURPOSE_SSL_SERVER), X509_V_ERR_INVALID_PURPOSE);
+    assert_int_equal(verify(dir, "admin", X509_PURPOSE_SSL_SERVER), X509_V_ERR_INVALID_PURPOSE);
+
+    ca = info_of(dir, "ca");
+    assert_int_equal(ca.roles, 0);
+    assert_int_equal(strncmp(ca.cn, "Tessera CA ", 11), 0);
+    assert_int_equal(strlen(ca.cn), 11 + 8);
+    assert_int_equal(strspn(ca.cn + 11, "0123456789abcdef"), 8);
+    rm_set(dir);
+    assert_int_equal(rmdir(top), 0);
+}
+
+static void roles_names_modes_and_keys(void **state)
+{
+    static const struct {
+        const char *stem, *cn;
+        unsigned roles;
+    } want[] = {
+        { "master", "master.tessera", TS_ROLE_MASTER | TS_ROLE_SERVER },
+        { "shard", "shard.tessera", TS_ROLE_SHARD | TS_ROLE_SERVER },
+        { "verify", "verify.tessera", TS_ROLE_VERIFY | TS_ROLE_SERVER },
+        { "client", "worker.tessera", TS_ROLE_WORKER },
+        { "admin", "admin.tessera", TS_ROLE_ADMIN | TS_ROLE_WORKER },
+    };
+    int64_t now = (int64_t)time(NULL);
+    char dir[256];
+
+    mk_tmp(dir, sizeof(dir));       /* exists already: init writes into it */
+    init_ok(dir, "10.1.2.3,node7", 30, false);
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        struct ts_cert_info ci = info_of(dir, want[i].stem);
+        X509 *x = load_cert(dir, want[i].stem), *other = load_cert(dir, "ca");
+        EVP_PKEY *k = load_key(dir, want[i].stem);
+        const ASN1_INTEGER *serial = X509_get0_serialNumber(x);
+        bool server = ci.roles & TS_ROLE_SERVER;
+
+        assert_int_equal(ci.roles, want[i].roles);
+        assert_string_equal(ci.cn, want[i].cn);
+        assert_true(ci.not_after >= now + 30 * 86400 - 5 && ci.not_after <= now + 30 * 86400 + 5);
+        assert_int_equal(mode_of(dir, want[i].stem, "key"), 0600);
+        assert_int_equal(mode_of(dir, want[i].stem, "pem"), 0644);
+        assert_int_equal(X509_check_private_key(x, k), 1);
+        assert_int_equal(X509_check_private_key(other, k), 0);
+        assert_true(EVP_PKEY_is_a(k, "EC"));
+        assert_int_equal(EVP_PKEY_get_bits(k), 256);
+        assert_int_equal(X509_get_signature_nid(x), NID_ecdsa_with_SHA256);
+        assert_int_equal(X509_get_version(x), X509_VERSION_3);
+        assert_int_equal(ASN1_STRING_type(serial), V_ASN1_INTEGER);   /* positive */
+        assert_int_equal(ASN1_STRING_length(serial), 16);
+        /* --hosts reach the servers' certificates only */
+        assert_int_equal(strstr(ci.sans, "IP:10.1.2.3") != NULL, server);
+        assert_int_equal(strstr(ci.sans, "DNS:node7") != NULL, server);
+        assert_int_equal(strstr(ci.sans, "DNS:localhost,IP:127.0.0.1") != NULL, server);
+        assert_int_equal(strstr(ci.sans, "DNS:" TS_TLS_SERVER_NAME) != NULL, server);
+        X509_free(x);
+        X509_free(other);
+        EVP_PKEY_free(k);
+        ERR_clear_error();   /* X509_check_private_key's mismatch */
+    }
+    assert_int_equal(mode_of(dir, "ca", "key"), 0600);
+    assert_int_equal(mode_of(dir, "ca", "pem"), 0644);
+    assert_true(info_of(dir, "ca").not_after > now + 3649 * 86400);
+    rm_set(dir);
+}
+
+static char *slurp(const char *dir, const char *stem, const char *ext, size_t *len)
+{
+    struct ts_err e = { 0 };
+    char p[512], *b;
+
+    path_of(p, sizeof(p), dir, stem, ext);
+    assert_int_equal(ts_read_file(p, &b, len, &e), TS_OK);
+    return b;
+}
+
+static void second_init_needs_force(void **state)
+{
+    struct ts_certs_opts o = { 0 };
+    struct ts_err e = { 0 };
+    char dir[256], *before[12], *after;
+    size_t blen[12], alen;
+    int n = 0;
+
+    mk_tmp(dir, sizeof(dir));
+    init_ok(dir, NULL, 0, false);
+    for (int i = 0; ts_certs_stems[i]; i++) {
+        before[n] = slurp(dir, ts_certs_stems[i], "pem", &blen[n]);
+        n++;
+        before[n] = slurp(dir, ts_certs_stems[i], "key", &blen[n]);
+        n++;
+    }
+    assert_int_equal(n, 12);
+    assert_int_equal(ts_certs_init(dir, &o, &e), TS_EEXIST);
+    assert_non_null(strstr(e.msg, "/ca.pem exists"));
+    for (int i = 0, k = 0; ts_certs_stems[i]; i++, k += 2) {
+        after = slurp(dir, ts_certs_stems[i], "pem", &alen);
+        assert_int_equal(alen, blen[k]);
+        assert_memory_equal(after, before[k], alen);
+        free(after);
+        after = slurp(dir, ts_certs_stems[i], "key", &alen);
+        assert_int_equal(alen, blen[k + 1]);
+        assert_memory_equal(after, before[k + 1], alen);
+        free(after);
+    }
+    /* One leftover file of a set is enough to refuse. */
+    char p[512];
+    path_of(p, sizeof(p), dir, "ca", "pem");
+    assert_int_equal(unlink(p), 0);
+    ts_err_clear(&e);
+    assert_int_equal(ts_certs_init(dir, &o, &e), TS_EEXIST);
+    assert_non_null(strstr(e.msg, "/ca.key exists"));
+
+    init_ok(dir, NULL, 0, true);
+    for (int i = 0, k = 0; ts_certs_stems[i]; i++, k += 2) {
+        after = slurp(dir, ts_certs_stems[i], "key", &alen);
+        assert_false(alen == blen[k + 1] && memcmp(after, before[k + 1], alen) == 0);
+        free(after);
+    }
+    assert_int_equal(verify(dir, "master", X509_PURPOSE_SSL_SERVER), X509_V_OK);
+    for (int i = 0; i < n; i++)
+        free(before[i]);
+    rm_set(dir);
+}
+
+static void bad_options_write_nothing(void **state)
+{
+    static const struct {
+        const char *hosts;
+        int days;
+        const char *field;
+    } bad[] = {
+        { "a b", 0, "hosts" },           { "node1,,node2", 0, "hosts" },
+        { "", 0, "hosts" },              { "node1,", 0, "hosts" },
+        { "admin.tessera", 0, "hosts" }, { "x.TESSERA", 0, "hosts" },
+        { "10.0.0", 0, "hosts" },        { "-node", 0, "hosts" },
+        { "a_b", 0, "hosts" },           { "ok", -1, "days" },
+        { NULL, 3651, "days" },
+    };
+    char top[256], dir[300];
+
+    mk_tmp(top, sizeof(top));
+    snprintf(dir, sizeof(dir), "%s/tls", top);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct ts_certs_opts o = { .hosts = bad[i].hosts, .days = bad[i].days };
+        struct ts_err e = { 0 };
+        struct stat st;
+
+        assert_int_equal(ts_certs_init(dir, &o, &e), TS_EINVAL);
+        if (strncmp(e.msg, bad[i].field, strlen(bad[i].field)) != 0)
+            fail_msg("case %zu: '%s', want it to name %s", i, e.msg, bad[i].field);
+        assert_int_equal(stat(dir, &st), -1);
+    }
+    struct ts_err e = { 0 };
+    assert_int_equal(ts_certs_init("", NULL, &e), TS_EINVAL);
+    assert_int_equal(rmdir(top), 0);
+}
+
+static void ipv6_and_duplicate_hosts(void **state)
+{
+    char dir[256];
+    struct ts_cert_info ci;
+
+    mk_tmp(dir, sizeof(dir));
+    init_ok(dir, "fd00::5,localhost,127.0.0.1,Node-1.example.com", 0, false);
+    ci = info_of(dir, "shard");
+    assert_string_equal(ci.sans, "DNS:shard.tessera,DNS:server.tessera,DNS:localhost,"
+                                 "IP:127.0.0.1,IP:fd00::5,DNS:Node-1.example.com");
+    assert_int_equal(verify(dir, "shard", X509_PURPOSE_SSL_SERVER), X509_V_OK);
+    rm_set(dir);
+}
+
+/* A file that cannot be put in place: EIO naming it, and no temporary file stays. */
+static void unwritable_file_leaves_nothing(void **state)
+{
+    struct ts_certs_opts o = { .force = true };
+    struct ts_err e = { 0 };
+    char dir[256], p[300];
+    struct dirent *d;
+    DIR *dh;
+    int n = 0;
+
+    mk_tmp(dir, sizeof(dir));
+    path_of(p, sizeof(p), dir, "master", "pem");
+    assert_int_equal(mkdir(p, 0700), 0);     /* rename onto a directory fails */
+    assert_int_equal(ts_certs_init(dir, &o, &e), TS_EIO);
+    assert_non_null(strstr(e.msg, "master.pem"));
+    assert_non_null(dh = opendir(dir));
+    while ((d = readdir(dh)))
+        if (d->d_name[0] != '.' || strncmp(d->d_name, ".certs-tmp", 10) == 0)
+            n++;
+    closedir(dh);
+    assert_int_equal(n, 1);                  /* master.pem, the directory */
+    assert_int_equal(rmdir(p), 0);
+    /* A dir that is a file. */
+    ts_err_clear(&e);
+    path_of(p, sizeof(p), dir, "file", "pem");
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(ts_certs_init(p, NULL, &e), TS_EIO);
+    assert_non_null(strstr(e.msg, "not a directory"));
+    unlink(p);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static void cert_info_refuses_what_is_not_a_certificate(void **state)
+{
+    static const char garbage[] = "-----BEGIN CERTIFICATE-----\nnot base64 at all\n"
+                                  "-----END CERTIFICATE-----\n";
+    struct ts_cert_info ci;
+    struct ts_err e = { 0 };
+    char dir[256], *key;
+    size_t len;
+
+    assert_int_equal(ts_cert_info("garbage", 7, &ci, &e), TS_ECORRUPT);
+    ts_err_clear(&e);
+    assert_int_equal(ts_cert_info(garbage, sizeof(garbage) - 1, &ci, &e), TS_ECORRUPT);
+    assert_int_equal(ts_cert_info("", 0, &ci, NULL), TS_ECORRUPT);
+    mk_tmp(dir, sizeof(dir));
+    init_ok(dir, NULL, 0, false);
+    key = slurp(dir, "master", "key", &len);
+    assert_int_equal(ts_cert_info(key, len, &ci, NULL), TS_ECORRUPT);
+    free(key);
+    rm_set(dir);
+}
+
+static void read_file_errors(void **state)
+{
+    struct ts_err e = { 0 };
+    char dir[256], p[300], *buf = NULL;
+    size_t len;
+    FILE *f;
+
+    mk_tmp(dir, sizeof(dir));
+    snprintf(p, sizeof(p), "%s/nope.pem", dir);
+    assert_int_equal(ts_read_file(p, &buf, &len, &e), TS_EIO);
+    assert_non_null(strstr(e.msg, "nope.pem"));
+    assert_null(buf);
+    /* past 1 MiB: not a PEM */
+    assert_non_null(f = fopen(p, "w"));
+    for (int i = 0; i < (1 << 20) / 64 + 1; i++)
+        fputs("0123456789012345678901234567890123456789012345678901234567890123", f);
+    fclose(f);
+    ts_err_clear(&e);
+    assert_int_equal(ts_read_file(p, &buf, &len, &e), TS_EINVAL);
+    assert_null(buf);
+    /* empty: a buffer of "" */
+    assert_non_null(f = fopen(p, "w"));
+    fclose(f);
+    assert_int_equal(ts_read_file(p, &buf, &len, NULL), TS_OK);
+    assert_int_equal(len, 0);
+    assert_string_equal(buf, "");
+    free(buf);
+    unlink(p);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static void role_names(void **state)
+{
+    char buf[64], tiny[8];
+
+    assert_int_equal(ts_role_of_name("shard.tessera"), TS_ROLE_SHARD);
+    assert_int_equal(ts_role_of_name("Master.TESSERA"), TS_ROLE_MASTER);
+    assert_int_equal(ts_role_of_name(TS_TLS_SERVER_NAME), TS_ROLE_SERVER);
+    assert_int_equal(ts_role_of_name("admin.tessera"), TS_ROLE_ADMIN);
+    assert_int_equal(ts_role_of_name("x.tessera"), 0);
+    assert_int_equal(ts_role_of_name("shard.tessera.evil"), 0);
+    assert_int_equal(ts_role_of_name("evil.shard.tessera"), 0);
+    assert_int_equal(ts_role_of_name(".tessera"), 0);
+    assert_int_equal(ts_role_of_name("tessera"), 0);
+    assert_int_equal(ts_role_of_name(NULL), 0);
+    assert_string_equal(ts_role_name(TS_ROLE_VERIFY), "verify");
+    assert_string_equal(ts_role_name(TS_ROLE_SERVER), "server");
+    assert_null(ts_role_name(0));
+    assert_null(ts_role_name(TS_ROLE_SHARD | TS_ROLE_WORKER));
+    assert_null(ts_role_name(1u << 6));
+
+    ts_roles_format(0, buf, sizeof(buf));
+    assert_string_equal(buf, "none");
+    ts_roles_format(TS_ROLE_SHARD | TS_ROLE_WORKER, buf, sizeof(buf));
+    assert_string_equal(buf, "shard,worker");
+    ts_roles_format(TS_ROLE_MASTER | TS_ROLE_SERVER | (1u << 9), buf, sizeof(buf));
+    assert_string_equal(buf, "master,server,0x200");
+    ts_roles_format(TS_ROLE_MASTER | TS_ROLE_SHARD | TS_ROLE_VERIFY, tiny, sizeof(tiny));
+    assert_string_equal(tiny, "master,");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_leaf_verifies_for_its_purpose),
+        cmocka_unit_test(roles_names_modes_and_keys),
+        cmocka_unit_test(second_init_needs_force),
+        cmocka_unit_test(bad_options_write_nothing),
+        cmocka_unit_test(ipv6_and_duplicate_hosts),
+        cmocka_unit_test(unwritable_file_leaves_nothing),
+        cmocka_unit_test(cert_info_refuses_what_is_not_a_certificate),
+        cmocka_unit_test(read_file_errors),
+        cmocka_unit_test(role_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

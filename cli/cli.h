@@ -59,6 +59,12 @@ struct cluster_opts {
     bool respawn;                   /* cluster_check restarts a shard that died */
     int metrics_port;               /* > 0: /metrics of the master here, shard i's at + 1 + i
                                      * (docs/observability.md); 0: none */
+    /* Mutual TLS (docs/security.md): master and shards serve it with the master.pem and
+     * shard.pem of tls_dir (`tessera certs init`; NULL: DIR/tls, made if it has no ca.pem)
+     * and take its admin.token (made if missing) as their admin token; this process calls
+     * them with its client.pem. false: plaintext, no token. */
+    bool tls;
+    const char *tls_dir;
 };
 
 /* A shard process of a local cluster. Its log is DIR/shard-<id>.log once the master has given
@@ -88,6 +94,7 @@ struct cluster {
     int nshards;
     struct cluster_opts opts;       /* as started (its strings borrowed), for restarts */
     char bin[512];                  /* where tessera-master and tessera-shard are */
+    char tls_dir[600];              /* opts.tls: the certificates in use; "": plaintext */
     int64_t named_ms;               /* the last look for restarted shards' ids */
 };
 

@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "cluster/cluster.h"
+#include "rpc/rpc.h"
 #include "util/launch.h"
 #include "util/proc.h"
 
@@ -68,6 +69,23 @@ static int add_flag(char **argv, int n, const char *flag, const char *value)
     return n;
 }
 
+/* With TLS: --tls-cert, --tls-key (DIR/<stem>.pem, .key), --tls-ca and --token-file for a
+ * service. buf holds the paths. */
+static int add_tls(char **argv, int n, const struct cluster *c, const char *stem,
+                   char buf[4][700])
+{
+    if (!c->tls_dir[0])
+        return n;
+    snprintf(buf[0], 700, "%s/%s.pem", c->tls_dir, stem);
+    snprintf(buf[1], 700, "%s/%s.key", c->tls_dir, stem);
+    snprintf(buf[2], 700, "%s/ca.pem", c->tls_dir);
+    snprintf(buf[3], 700, "%s/admin.token", c->tls_dir);
+    n = add_flag(argv, n, "--tls-cert", buf[0]);
+    n = add_flag(argv, n, "--tls-key", buf[1]);
+    n = add_flag(argv, n, "--tls-ca", buf[2]);
+    return add_flag(argv, n, "--token-file", buf[3]);
+}
+
 /* Removes the files in dir whose names start with prefix ("": every file). */
 static void remove_files(const char *dir, const char *prefix)
 {
@@ -92,8 +110,8 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
 {
     char exe[700], listen[64], port_file[700], log[700], lease[32], every[32], replicas[32];
     char mport[16];
-    char state[600], restarts[16], old[700];
-    char *argv[24];
+    char state[600], restarts[16], old[700], tls[4][700];
+    char *argv[32];
     int n = 0, port;
     const char *colon = strrchr(c->master_addr, ':');
     ts_status st;
@@ -143,6 +161,7 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
         snprintf(mport, sizeof(mport), "%d", o->metrics_port);
         n = add_flag(argv, n, "--metrics-port", mport);
     }
+    n = add_tls(argv, n, c, "master", tls);
     argv[n] = NULL;
     snprintf(log, sizeof(log), "%s/master.log", c->dir);
     if ((st = ts_launch(exe, argv, log, -1, &c->master, err)) ||
@@ -167,8 +186,8 @@ static void shard_file(const struct cluster *c, int i, const char *ext, char *ou
 static ts_status start_shard(struct cluster *c, int i, struct ts_err *err)
 {
     const struct cluster_opts *o = &c->opts;
-    char exe[700], log[700], port_file[700], budget[32], restarts[16], mport[16];
-    char *argv[16] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
+    char exe[700], log[700], port_file[700], budget[32], restarts[16], mport[16], tls[4][700];
+    char *argv[24] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     struct cluster_shard *sh = &c->shards[i];
     int n = 5;
@@ -190,6 +209,7 @@ static ts_status start_shard(struct cluster *c, int i, struct ts_err *err)
         snprintf(mport, sizeof(mport), "%d", o->metrics_port + 1 + i);
         n = add_flag(argv, n, "--metrics-port", mport);
     }
+    n = add_tls(argv, n, c, "shard", tls);
     argv[n] = NULL;
     sh->id = 0;
     shard_file(c, i, "log", log, sizeof(log));
@@ -298,6 +318,32 @@ static ts_status wait_shards(struct cluster *c, int want, struct ts_err *err)
     return TS_OK;
 }
 
+/* opts.tls: the certificates (made when the directory has none) and the admin token (made
+ * when missing); this process's calls use the client certificate. */
+static ts_status setup_tls(struct cluster *c, struct ts_err *err)
+{
+    char path[700], cert[700], key[700];
+    struct stat sb;
+    ts_status st;
+
+    if (!c->opts.tls)
+        return TS_OK;
+    if (c->opts.tls_dir)
+        snprintf(c->tls_dir, sizeof(c->tls_dir), "%s", c->opts.tls_dir);
+    else
+        snprintf(c->tls_dir, sizeof(c->tls_dir), "%s/tls", c->dir);
+    snprintf(path, sizeof(path), "%s/ca.pem", c->tls_dir);
+    if (stat(path, &sb) < 0 && (st = ts_certs_init(c->tls_dir, NULL, err)))
+        return st;
+    snprintf(path, sizeof(path), "%s/admin.token", c->tls_dir);
+    if (stat(path, &sb) < 0 && (st = ts_token_init(path, err)))
+        return st;
+    snprintf(cert, sizeof(cert), "%s/client.pem", c->tls_dir);
+    snprintf(key, sizeof(key), "%s/client.key", c->tls_dir);
+    snprintf(path, sizeof(path), "%s/ca.pem", c->tls_dir);
+    return ts_rpc_tls_setup(&(struct ts_rpc_tls){ .cert = cert, .key = key, .ca = path }, err);
+}
+
 ts_status cluster_start(const struct cluster_opts *o, struct cluster *c, struct ts_err *err)
 {
     char *bin = c->bin;
@@ -316,7 +362,7 @@ ts_status cluster_start(const struct cluster_opts *o, struct cluster *c, struct 
             return ts_err_set(err, TS_EIO, "cannot make a log directory: %s", strerror(errno));
         c->own_dir = true;
     }
-    if ((st = ts_proc_exe_dir(bin, sizeof(c->bin), err)) ||
+    if ((st = ts_proc_exe_dir(bin, sizeof(c->bin), err)) || (st = setup_tls(c, err)) ||
         (st = start_master(o, c, bin, err)) || (st = start_shards(c, err)) ||
         (st = wait_shards(c, o->shards, err))) {
         cluster_stop(c);

@@ -668,6 +668,7 @@ static const struct {
 int cmd_snapshot(int argc, char **argv)
 {
     struct snap_opts o = { .timeout_ms = 60000, .grace_s = 3600, .npos = 3 };
+    struct ts_rpc_tls tls = { 0 };
     const struct ts_flag flags[] = {
         { "store", TS_FLAG_STR, &o.store, "DIR", "the store (default: the master's)", 0, 0 },
         { "master", TS_FLAG_STR, &o.master, "ADDR", "master address (default $TESSERA_MASTER, "
@@ -683,6 +684,8 @@ int cmd_snapshot(int argc, char **argv)
                                                    "seconds (default 3600)", 0, 100000000 },
         { "timeout-ms", TS_FLAG_INT, &o.timeout_ms, "MS", "master calls (default 60000)", 1,
           3600000 },
+        { "token-file", TS_FLAG_STR, &tls.token_file, "FILE", "create, gc: the admin token "
+          "(default $TESSERA_TOKEN_FILE; docs/security.md)", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -691,7 +694,8 @@ int cmd_snapshot(int argc, char **argv)
     bool help;
     int rc;
 
-    if (ts_flags_parse(flags, argc, argv, o.pos, &o.npos, &help, &err)) {
+    if (ts_flags_parse(flags, argc, argv, o.pos, &o.npos, &help, &err) ||
+        (!help && ts_rpc_tls_setup(&tls, &err))) {
         fprintf(stderr, "tessera snapshot: %s\n", err.msg);
         return 2;
     }

@@ -1,6 +1,8 @@
 /* up.c - `tessera up` and `tessera demo`: a local cluster on loopback. */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli.h"
 #include "placement/ring.h"
@@ -10,8 +12,8 @@
 
 struct up_flags {
     int64_t shards, master_port, lease_ms, snapshot_every, mem_budget, replicas, metrics_port;
-    const char *dir, *store, *restore, *branch;
-    bool respawn;
+    const char *dir, *store, *restore, *branch, *tls_dir;
+    bool respawn, tls;
 };
 
 static int parse(const char *cmd, const char *about, struct up_flags *f, int argc, char **argv)
@@ -42,6 +44,11 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
         { "metrics-port", TS_FLAG_INT, &f->metrics_port, "BASE", "Prometheus metrics: the "
           "master's on port BASE, shard i's (1, 2, ...) on BASE + i (docs/observability.md)",
           1, 65000 },
+        { "tls", TS_FLAG_BOOL, &f->tls, NULL, "mutual TLS on every gRPC endpoint, with the "
+          "certificates of --tls-dir (made there when it has none) and an admin token; prints "
+          "the `export TESSERA_TLS_DIR=...` clients need (docs/security.md)", 0, 0 },
+        { "tls-dir", TS_FLAG_STR, &f->tls_dir, "DIR", "with --tls: the certificates "
+          "(`tessera certs init DIR`; default DIR/tls under --dir)", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -108,7 +115,8 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
                               .dir = f->dir, .lease_ms = (int)f->lease_ms, .store = f->store,
                               .branch = f->branch, .snapshot_every = (int)f->snapshot_every,
                               .mem_budget_mib = f->mem_budget, .replicas = replicas,
-                              .respawn = f->respawn, .metrics_port = (int)f->metrics_port };
+                              .respawn = f->respawn, .metrics_port = (int)f->metrics_port,
+                              .tls = f->tls || f->tls_dir, .tls_dir = f->tls_dir };
     char hex[TS_STORE_HEX_LEN + 1];
     struct ts_err err = { 0 };
     int rc;
@@ -150,6 +158,13 @@ int cmd_up(int argc, char **argv)
     if ((rc = start("up", &f, &c)))
         return rc;
     printf("master %s\n", c.master_addr);
+    if (c.tls_dir[0]) {
+        char abs[PATH_MAX];
+        const char *d = realpath(c.tls_dir, abs) ? abs : c.tls_dir;
+        printf("export TESSERA_TLS_DIR=%s\n", d);
+        printf("mutual TLS: clients need the line above; admin calls (snapshot gc, ...) the "
+               "token: export TESSERA_TOKEN_FILE=%s/admin.token\n", d);
+    }
     printf("%d shards alive; logs in %s%s\n", c.nshards, c.dir,
            f.respawn ? "; a master or shard that dies is restarted"
                      : "; a master that dies is restarted");

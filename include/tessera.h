@@ -48,6 +48,9 @@ enum tessera_code {
      * now hold the values of step tessera_resume_step(): compute the slots tessera_slots()
      * names at that step and go on from there. Not a failure. */
     TESSERA_ESLOTS,
+    /* The caller is known but not allowed: its certificate or token lacks the right
+     * (docs/security.md). */
+    TESSERA_EPERM,
 };
 
 struct tessera_error {

@@ -56,6 +56,7 @@ SAME_CODE(ECANCELLED);
 SAME_CODE(EINTERNAL);
 SAME_CODE(EROLLBACK);
 SAME_CODE(ESLOTS);
+SAME_CODE(EPERM);
 #undef SAME_CODE
 #include "rpc/rpc.h"
 #include "verify/verify.h"

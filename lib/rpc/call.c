@@ -317,7 +317,12 @@ void ts__call_dispatch(struct ts_rpc_call *c)
     pthread_attr_t attr;
     pthread_t t;
     bool stream = flags & (TS_RPC_STREAM_IN | TS_RPC_STREAM_OUT);
+    struct ts_err e = { 0 };
 
+    if (c->method->m->roles && ts_rpc_need_role(c, c->method->m->roles, &e)) {
+        finish_unary(c, e.code, e.msg, NULL);
+        return;
+    }
     if (!(flags & (TS_RPC_STREAM_IN | TS_RPC_STREAM_OUT | TS_RPC_OWN_THREAD))) {
         run_unary(c);
         return;

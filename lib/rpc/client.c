@@ -12,11 +12,13 @@
 #include <string.h>
 
 #include "rpc/internal.h"
+#include "sec/certs.h"
 #include "util/proc.h"
 
 struct ts_rpc_channel {
     grpc_channel *ch;
     char target[256];
+    bool secure;                     /* TLS (tls.c) */
 };
 
 struct ts_rpc_stream {
@@ -53,10 +55,13 @@ ts_status ts_rpc_channel_create(const char *target, const struct ts_rpc_channel_
           .value.integer = 1000 },
         /* Our retry is the one retry: gRPC's own would hide attempts from the deadline math. */
         { .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ENABLE_RETRIES, .value.integer = 0 },
+        { .key = NULL },   /* room for the TLS target name */
     };
-    grpc_channel_args ca = { .num_args = sizeof(args) / sizeof(args[0]), .args = args };
+    grpc_channel_args ca = { .num_args = sizeof(args) / sizeof(args[0]) - 1, .args = args };
     grpc_channel_credentials *creds;
     struct ts_rpc_channel *c;
+    bool secure;
+    ts_status st;
 
     if (!target || !target[0] || strlen(target) >= sizeof(c->target))
         return ts_err_set(err, TS_EINVAL, "target: need host:port, got '%.64s'",
@@ -66,7 +71,15 @@ ts_status ts_rpc_channel_create(const char *target, const struct ts_rpc_channel_
         return ts_err_set(err, TS_ENOMEM, "rpc channel: out of memory");
     grpc_init();
     snprintf(c->target, sizeof(c->target), "%s", target);
-    creds = grpc_insecure_credentials_create();
+    if ((st = ts__channel_creds(&creds, &secure, err))) {
+        ts_rpc_channel_free(c);
+        return st;
+    }
+    c->secure = secure;
+    if (secure)   /* every Tessera server's certificate names it, whatever its address */
+        args[ca.num_args++] = (grpc_arg){ .type = GRPC_ARG_STRING,
+                                          .key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG,
+                                          .value.string = TS_TLS_SERVER_NAME };
     c->ch = grpc_channel_create(target, creds, &ca);
     grpc_channel_credentials_release(creds);
     *out = c;
@@ -77,7 +90,8 @@ void ts_rpc_channel_free(struct ts_rpc_channel *c)
 {
     if (!c)
         return;
-    grpc_channel_destroy(c->ch);
+    if (c->ch)
+        grpc_channel_destroy(c->ch);
     free(c);
     grpc_shutdown();
 }
@@ -109,15 +123,30 @@ static bool pluck(grpc_completion_queue *cq, void *tag)
     return ev.type == GRPC_OP_COMPLETE && ev.success;
 }
 
-static ts_status status_error(const char *method, const char *target, grpc_status_code code,
-                              grpc_slice details, struct ts_err *err)
+/* What to try when a connection failed the way a TLS mismatch makes it fail. */
+static const char *tls_hint(const struct ts_rpc_channel *c, grpc_status_code code,
+                            const char *msg)
+{
+    if (code != GRPC_STATUS_UNAVAILABLE)
+        return "";
+    if (!c->secure && (strstr(msg, "Socket closed") || strstr(msg, "handshaker shutdown")))
+        return " (if the server speaks TLS, it closes plaintext connections: set "
+               "TESSERA_TLS_DIR, or --tls-ca, --tls-cert and --tls-key; docs/security.md)";
+    if (c->secure && (strstr(msg, "andshake") || strstr(msg, "SSL")))
+        return " (the TLS handshake failed: is the server's certificate signed by this "
+               "process's CA, and its own by the server's? docs/security.md)";
+    return "";
+}
+
+static ts_status status_error(const struct ts_rpc_channel *c, const char *method,
+                              grpc_status_code code, grpc_slice details, struct ts_err *err)
 {
     char *msg = grpc_slice_to_c_string(details);
     const char *m = strrchr(method, '/');
     ts_status st = ts_rpc_status_from_code(code);
 
-    ts_err_set(err, st, "%s at %s: %s: %s", m ? m + 1 : method, target, ts_rpc_code_name(code),
-               msg);
+    ts_err_set(err, st, "%s at %s: %s: %s%s", m ? m + 1 : method, c->target,
+               ts_rpc_code_name(code), msg, tls_hint(c, code, msg));
     gpr_free(msg);
     return st;
 }
@@ -137,12 +166,15 @@ static grpc_status_code attempt(struct ts_rpc_channel *c, const char *method,
     grpc_status_code code = GRPC_STATUS_UNKNOWN;
     grpc_slice details = grpc_empty_slice();
     grpc_op ops[6];
+    grpc_metadata md;
     int tag = 0;
 
     grpc_metadata_array_init(&init_md);
     grpc_metadata_array_init(&trail_md);
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = ts__client_md(&md);
+    ops[0].data.send_initial_metadata.metadata = &md;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -167,9 +199,11 @@ static grpc_status_code attempt(struct ts_rpc_channel *c, const char *method,
         }
     }
     if (code != GRPC_STATUS_OK)
-        status_error(method, c->target, code, details, err);
+        status_error(c, method, code, details, err);
     if (recv)
         grpc_byte_buffer_destroy(recv);
+    if (ops[0].data.send_initial_metadata.count)
+        grpc_slice_unref(md.value);
     grpc_slice_unref(details);
     grpc_slice_unref(path);
     grpc_metadata_array_destroy(&init_md);
@@ -234,6 +268,7 @@ ts_status ts_rpc_stream_open(struct ts_rpc_channel *c, const char *method,
     grpc_byte_buffer *send;
     grpc_slice path;
     grpc_op ops[3];
+    grpc_metadata md;
 
     if (!s)
         return ts_err_set(err, TS_ENOMEM, "rpc stream: out of memory");
@@ -248,15 +283,21 @@ ts_status ts_rpc_stream_open(struct ts_rpc_channel *c, const char *method,
     send = ts__pack(req);
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = ts__client_md(&md);
+    ops[0].data.send_initial_metadata.metadata = &md;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     if (grpc_call_start_batch(s->call, ops, 3, &s->tag, NULL) != GRPC_CALL_OK) {
+        if (ops[0].data.send_initial_metadata.count)
+            grpc_slice_unref(md.value);
         grpc_byte_buffer_destroy(send);
         ts_rpc_stream_free(s);
         return ts_err_set(err, TS_EINTERNAL, "%s: the call could not be started", method);
     }
     pluck(s->cq, &s->tag); /* a failure here shows up as the status on the first read */
+    if (ops[0].data.send_initial_metadata.count)
+        grpc_slice_unref(md.value);
     grpc_byte_buffer_destroy(send);
     *out = s;
     return TS_OK;
@@ -279,7 +320,7 @@ static ts_status stream_status(struct ts_rpc_stream *s, struct ts_err *err)
         pluck(s->cq, &s->tag);
     s->finished = true;
     if (code != GRPC_STATUS_OK)
-        st = status_error(s->method, s->ch->target, code, details, err);
+        st = status_error(s->ch, s->method, code, details, err);
     grpc_slice_unref(details);
     grpc_metadata_array_destroy(&trail);
     return st;

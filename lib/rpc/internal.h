@@ -72,6 +72,8 @@ struct ts_rpc_call {
     char peer[96];
     char unknown_path[192];
     int64_t t0_ns;                   /* arrival (ts_now_ns), for tessera_rpc_duration_seconds */
+    unsigned roles;                  /* the caller's certificate's (ts_rpc_peer_roles) */
+    bool roles_known;
 
     /* Streams and own-thread calls: the handler thread waits here for its batches. */
     pthread_mutex_t mu;
@@ -96,6 +98,7 @@ struct ts_rpc_server {
     int nworkers;
     int port;
     bool started, stopped;
+    bool mtls;                       /* client certificates required and checked (tls.c) */
     atomic_bool stopping;
     atomic_int streams;
     atomic_int calls;                /* calls accepted and not yet freed */
@@ -122,6 +125,16 @@ grpc_byte_buffer *ts__pack(const ProtobufCMessage *m);          /* caller destro
  * checked first (wirecheck.c): NULL with err set to TS_EINVAL naming the field. */
 ProtobufCMessage *ts__unpack(const ProtobufCMessageDescriptor *d, grpc_byte_buffer *bb,
                              bool check, struct ts_err *err);
+/* tls.c: the credentials for a server or a channel made now, from the process's TLS material
+ * (resolved from the environment first if nobody set it); the caller releases *out. *mtls:
+ * client certificates will be required and checked; *secure: the channel speaks TLS. */
+ts_status ts__server_creds(grpc_server_credentials **out, bool *mtls,
+                           struct ts_err *err) TS_MUST_CHECK;
+ts_status ts__channel_creds(grpc_channel_credentials **out, bool *secure,
+                            struct ts_err *err) TS_MUST_CHECK;
+/* The metadata a call sends: the admin token, if this process has one (1 entry in *md, whose
+ * value the caller unrefs after the batch), else none (0). */
+size_t ts__client_md(grpc_metadata *md);
 /* wirecheck.c */
 ts_status ts__wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
                          struct ts_err *err);

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sec/certs.h"
 #include "util/err.h"
 
 struct ts_rpc_server;
@@ -56,6 +57,9 @@ struct ts_rpc_method {
     const ProtobufCMessageDescriptor *req;    /* request type */
     const ProtobufCMessageDescriptor *resp;   /* response type */
     unsigned flags;                           /* TS_RPC_* */
+    /* Who may call it (sec/certs.h TS_ROLE_* bits; ts_rpc_need_role checks before the
+     * handler runs); 0: any caller the server lets in. */
+    unsigned roles;
 };
 
 struct ts_rpc_service {
@@ -175,6 +179,43 @@ ts_status ts_rpc_stream_read(struct ts_rpc_stream *st, const ProtobufCMessageDes
                              ProtobufCMessage **resp, struct ts_err *err) TS_MUST_CHECK;
 /* Cancels the call if it is still running, and frees it. NULL is a no-op. */
 void ts_rpc_stream_free(struct ts_rpc_stream *st);
+
+/* ---- TLS and the admin token (tls.c; docs/security.md) ---- */
+
+#define TS_RPC_TOKEN_MAX 256
+
+/* PEM files and the admin token's file; NULL or "": not given. */
+struct ts_rpc_tls {
+    const char *cert, *key, *ca, *token_file;
+};
+
+/* Sets the TLS material of every server and channel this process makes from now on: each
+ * member not given comes from $TESSERA_TLS_CERT, $TESSERA_TLS_KEY, $TESSERA_TLS_CA, else from
+ * $TESSERA_TLS_DIR's client.pem, client.key and ca.pem; none at all is plaintext (the token:
+ * from $TESSERA_TOKEN_FILE; none: no token). Without a
+ * call, the first server or channel resolves the environment alone. Reads and checks the
+ * files now: TS_EINVAL for a certificate without its key (or the key of another), TS_EIO
+ * naming a file that cannot be read, TS_ECORRUPT for one that is not PEM.
+ * Servers: with a certificate, TLS; with a CA too, mutual TLS (every client must show a
+ * certificate the CA signed; ts_rpc_need_role checks its role). Channels: TLS when a CA or a
+ * certificate is set, checking the server's certificate names TS_TLS_SERVER_NAME.
+ * The admin token: every call this process makes sends it ("authorization: Bearer ..."), and
+ * its servers' admin methods (ts_rpc_method.roles naming TS_ROLE_ADMIN) accept a caller that
+ * sends it as admin; set, it guards them on plaintext and TLS servers too. */
+ts_status ts_rpc_tls_setup(const struct ts_rpc_tls *t, struct ts_err *err) TS_MUST_CHECK;
+/* What servers made now serve: "mtls", "tls" or "plaintext". */
+const char *ts_rpc_tls_mode(void);
+/* The roles (sec/certs.h TS_ROLE_*) of this process's own certificate; 0 without one. */
+unsigned ts_rpc_tls_roles(void);
+/* Inside a handler: the roles of the caller's certificate (0: none shown). */
+unsigned ts_rpc_peer_roles(struct ts_rpc_call *call);
+/* TS_OK if the caller may make a call open to `roles`: its certificate has one of them, or it
+ * sent this process's admin token and roles has TS_ROLE_ADMIN. A server that checks no client
+ * certificates (plaintext, TLS without a CA) takes every caller for any member role, and for
+ * an admin too while it has no token. Else TS_EAUTH (no credential, or a wrong token) or
+ * TS_EPERM (a certificate without the role), naming the method and what it needs. */
+ts_status ts_rpc_need_role(struct ts_rpc_call *call, unsigned roles,
+                           struct ts_err *err) TS_MUST_CHECK;
 
 /* ---- status codes (status.c) ---- */
 

@@ -2,6 +2,7 @@
 #include "rpc/serve.h"
 
 #include <pthread.h>
+#include <string.h>
 
 #include "metrics/http.h"
 #include "util/log.h"
@@ -42,13 +43,21 @@ ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *s
     ts_status st;
 
     *out = NULL;
-    if ((st = ts_rpc_server_create(&so, &srv, err)) ||
+    if ((st = ts_rpc_tls_setup(&o->tls, err)) || (st = ts_rpc_server_create(&so, &srv, err)) ||
         (st = ts_rpc_server_add(srv, svc, err)) || (st = ts_rpc_server_start(srv, err)) ||
         (o->port_file && (st = ts_port_file_write(o->port_file, ts_rpc_server_port(srv), err))) ||
         (o->metrics_port >= 0 && (st = ts_serve_metrics(o->metrics_port, svc->name, err)))) {
         ts_rpc_server_free(srv);
         return st;
     }
+    if (!strcmp(ts_rpc_tls_mode(), "plaintext"))
+        ts_log(TS_INFO, svc->name, "plaintext gRPC: anyone who reaches the port may call it; "
+               "for loopback development only (--tls-cert, --tls-key, --tls-ca: "
+               "docs/security.md)");
+    else
+        ts_log(TS_INFO, svc->name, "gRPC over %s", !strcmp(ts_rpc_tls_mode(), "mtls") ?
+               "TLS, client certificates required (mutual TLS)" : "TLS, no client certificates "
+               "checked (no --tls-ca): anyone who reaches the port may call it");
     *out = srv;
     return TS_OK;
 }

@@ -19,6 +19,7 @@ struct ts_serve_opts {
     int64_t threads;             /* --threads; set the default (2) first */
     int64_t grace_ms;            /* --grace-ms: calls in flight on SIGTERM; default 5000 */
     int64_t metrics_port;        /* --metrics-port: Prometheus' /metrics; -1 (default): off */
+    struct ts_rpc_tls tls;       /* --tls-cert, --tls-key, --tls-ca (ts_rpc_tls_setup) */
 };
 #define TS_SERVE_DEFAULTS(listen_)                                                               \
     { .listen = (listen_), .threads = 2, .grace_ms = 5000, .metrics_port = -1 }
@@ -31,15 +32,29 @@ struct ts_serve_opts {
       64 },                                                                                      \
     { "grace-ms", TS_FLAG_INT, &(o)->grace_ms, "MS", "on SIGTERM, time for calls in flight "     \
       "(default 5000)", 0, 600000 },                                                             \
-    TS_METRICS_FLAG(&(o)->metrics_port)
+    TS_METRICS_FLAG(&(o)->metrics_port),                                                         \
+    TS_TLS_FLAGS(&(o)->tls)
+/* --tls-cert, --tls-key, --tls-ca, --token-file into a struct ts_rpc_tls, for any program. */
+#define TS_TLS_FLAGS(t)                                                                          \
+    { "tls-cert", TS_FLAG_STR, &(t)->cert, "PEM", "this process's certificate: TLS on every "   \
+      "gRPC server and call (default $TESSERA_TLS_CERT; docs/security.md)", 0, 0 },             \
+    { "tls-key", TS_FLAG_STR, &(t)->key, "PEM", "its private key (default $TESSERA_TLS_KEY)",   \
+      0, 0 },                                                                                    \
+    { "tls-ca", TS_FLAG_STR, &(t)->ca, "PEM", "the CA: a server requires client certificates " \
+      "it signed (mutual TLS); a client checks servers against it (default $TESSERA_TLS_CA, "    \
+      "then $TESSERA_TLS_DIR/ca.pem)", 0, 0 },                                                  \
+    { "token-file", TS_FLAG_STR, &(t)->token_file, "FILE", "the admin token: admin calls need " \
+      "it (or an admin certificate), and this process's calls send it (default "                 \
+      "$TESSERA_TOKEN_FILE)", 0, 0 }
 /* --metrics-port, for any program (the worker too): into an int64_t that defaults to -1. */
 #define TS_METRICS_FLAG(p)                                                                       \
     { "metrics-port", TS_FLAG_INT, (p), "PORT", "serve Prometheus metrics on "                  \
       "http://HOST:PORT/metrics, every address (0: a free port, logged; default: off; "          \
       "docs/observability.md)", 0, 65535 }
 
-/* Creates the server on o->listen with o->threads, adds svc (its ctx set by the caller),
- * starts it and writes o->port_file; with o->metrics_port >= 0, serves /metrics too
+/* Sets the process's TLS material from o->tls (ts_rpc_tls_setup), creates the server on
+ * o->listen with o->threads, adds svc (its ctx set by the caller), starts it, logs whether it
+ * serves plaintext, TLS or mutual TLS, and writes o->port_file; with o->metrics_port >= 0, serves /metrics too
  * (ts_serve_metrics). On failure nothing is left running and *out is NULL. */
 ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *svc,
                          struct ts_rpc_server **out, struct ts_err *err) TS_MUST_CHECK;

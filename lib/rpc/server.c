@@ -280,7 +280,8 @@ ts_status ts_rpc_server_start(struct ts_rpc_server *s, struct ts_err *err)
     s->server = grpc_server_create(&ca, NULL);
     if ((st = register_methods(s, err)) || (st = start_workers(s, err)))
         return st;
-    creds = grpc_insecure_server_credentials_create();
+    if ((st = ts__server_creds(&creds, &s->mtls, err)))
+        return st;
     s->port = grpc_server_add_http2_port(s->server, s->opts.listen, creds);
     grpc_server_credentials_release(creds);
     if (s->port <= 0)

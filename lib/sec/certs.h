@@ -79,6 +79,16 @@ struct ts_cert_info {
 ts_status ts_cert_info(const char *pem, size_t len, struct ts_cert_info *out,
                        struct ts_err *err) TS_MUST_CHECK;
 
+/* keys.c: TS_OK if key_pem (NUL-terminated, unencrypted PEM) is the private key of cert_pem's
+ * certificate; TS_EINVAL if it is another's, TS_ECORRUPT if either does not parse. */
+ts_status ts_cert_key_match(const char *cert_pem, const char *key_pem,
+                            struct ts_err *err) TS_MUST_CHECK;
+
+/* keys.c: writes a fresh admin token to path (created 0600, never replaced): 64 hex digits
+ * of libcrypto's random bytes and a newline, what --token-file reads. TS_EEXIST if path
+ * exists, TS_EIO naming it if it cannot be written. */
+ts_status ts_token_init(const char *path, struct ts_err *err) TS_MUST_CHECK;
+
 /* Reads a whole file (for PEMs, so at most 1 MiB): *out malloc'd, NUL-terminated, the caller
  * frees; *len is the size without the NUL. TS_EIO naming path; TS_EINVAL naming path when
  * the file is larger than 1 MiB. */

@@ -412,5 +412,5 @@ ts_status ts_frame_recv_view(struct ts_conn *c, struct ts_frame_hdr *h, void *bu
 
 ts_status ts_frame_error_status(const struct ts_frame_hdr *h)
 {
-    return h->flags > 0 && h->flags <= TS_ESLOTS ? (ts_status)h->flags : TS_EINTERNAL;
+    return h->flags > 0 && h->flags <= TS_EPERM ? (ts_status)h->flags : TS_EINTERNAL;
 }

@@ -54,6 +54,7 @@ const char *ts_status_name(ts_status s)
         [TS_ENOTSUP] = "ENOTSUP", [TS_ENODEV] = "ENODEV",       [TS_ECANCELLED] = "ECANCELLED",
         [TS_EINTERNAL] = "EINTERNAL", [TS_EROLLBACK] = "EROLLBACK",
         [TS_ESLOTS] = "ESLOTS",
+        [TS_EPERM] = "EPERM",
     };
     if ((unsigned)s < sizeof(names) / sizeof(names[0]) && names[s])
         return names[s];

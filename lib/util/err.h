@@ -37,6 +37,8 @@ typedef enum ts_status {
                     * step it names (docs/replication.md, "Rollback") */
     TS_ESLOTS,     /* the job's slots changed hands (a worker died or came back): ask the
                     * master for this worker's slots and do the step again (docs/elastic.md) */
+    TS_EPERM,      /* authenticated, but not allowed: the caller's certificate or token lacks
+                    * the right (docs/security.md) */
 } ts_status;
 
 struct ts_err {

@@ -57,6 +57,19 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
     return TS_OK;
 }
 
+/* Under mutual TLS a member speaks for its own kind only: a shard's certificate for shards, a
+ * worker's or the verify service's for workers (`extra`: who else may, an admin). A kind that
+ * is neither is left to the handler to refuse. */
+static ts_status kind_role(struct ts_rpc_call *call, Tessera__V1__MemberKind kind,
+                           unsigned extra, struct ts_err *err)
+{
+    if (kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD)
+        return ts_rpc_need_role(call, TS_ROLE_SHARD | extra, err);
+    if (kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER)
+        return ts_rpc_need_role(call, TS_ROLE_WORKER | TS_ROLE_VERIFY | extra, err);
+    return TS_OK;
+}
+
 static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                                  ProtobufCMessage *rs, struct ts_err *err)
 {
@@ -66,10 +79,13 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     struct ts_member_grant g;
     struct ts_err ignored = { 0 };
     uint64_t epoch;
-    ts_status st = ts_members_register_worker(m->members, req->host, req->pid, req->role,
-                                              req->addr, req->instance, req->lease_ms,
-                                              ts_now_ms(), &g, err);
-    if (st)
+    ts_status st;
+
+    /* the verify service registers with its own certificate, trainers with a worker's */
+    if ((st = ts_rpc_need_role(call, strcmp(req->role, "verify") ? TS_ROLE_WORKER
+                                                                 : TS_ROLE_VERIFY, err)) ||
+        (st = ts_members_register_worker(m->members, req->host, req->pid, req->role, req->addr,
+                                         req->instance, req->lease_ms, ts_now_ms(), &g, err)))
         return st;
     if (req->job[0] && (st = jobs_join(m->jobs, req->job, g.id, req->rank, req->workers,
                                        req->start_workers, req->keep, req->elastic,
@@ -137,9 +153,11 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
     Tessera__V1__HeartbeatResponse *resp = (void *)rs;
     struct master *m = ts_rpc_ctx(call);
     struct ts_member_grant g;
-    ts_status st = ts_members_heartbeat(m->members, (enum ts_member_kind)req->kind, req->id,
-                                        req->known_epoch, req->clock, ts_now_ms(), &g, err);
-    if (st)
+    ts_status st;
+
+    if ((st = kind_role(call, req->kind, 0, err)) ||
+        (st = ts_members_heartbeat(m->members, (enum ts_member_kind)req->kind, req->id,
+                                   req->known_epoch, req->clock, ts_now_ms(), &g, err)))
         return st;
     if (req->kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER) {
         struct ts_member_report r = { req->staleness_last, req->staleness_max,
@@ -172,7 +190,8 @@ static ts_status deregister(struct ts_rpc_call *call, const ProtobufCMessage *rq
         return ts_err_set(err, TS_EINVAL, "outcome: %d is not a WorkerOutcome", req->outcome);
     if (req->fingerprint[0] && strspn(req->fingerprint, "0123456789abcdef") != 64)
         return ts_err_set(err, TS_EINVAL, "fingerprint: want 64 lowercase hex digits or \"\"");
-    if ((st = ts_members_deregister(m->members, (enum ts_member_kind)req->kind, req->id,
+    if ((st = kind_role(call, req->kind, TS_ROLE_ADMIN, err)) ||
+        (st = ts_members_deregister(m->members, (enum ts_member_kind)req->kind, req->id,
                                     req->reason, &resp->epoch, err)))
         return st;
     if (req->kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER)
@@ -495,25 +514,33 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
     return TS_OK;
 }
 
-#define M(name, fn, rq, rs) \
-    { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor, 0 }
+/* Who may call what, under mutual TLS (docs/security.md): members their own registration,
+ * heartbeats and reports; the handlers narrow these by the member kind a request names. */
+#define MEMBERS (TS_ROLE_SHARD | TS_ROLE_WORKER | TS_ROLE_VERIFY)
+#define M(name, fn, rq, rs, roles) \
+    { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor, 0, roles }
+#define T(name, fn, rq, rs, roles)                                                               \
+    { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor,             \
+      TS_RPC_OWN_THREAD, roles }
 static const struct ts_rpc_method master_methods[] = {
-    M("RegisterShard", register_shard, register_shard_request, register_shard_response),
-    M("RegisterWorker", register_worker, register_worker_request, register_worker_response),
-    M("Heartbeat", heartbeat, heartbeat_request, heartbeat_response),
-    M("Deregister", deregister, deregister_request, deregister_response),
-    M("GetShardMap", get_shard_map, get_shard_map_request, shard_map),
-    M("ClusterStatus", cluster_status, cluster_status_request, cluster_status_response),
-    M("CheckData", check_data, check_data_request, check_data_response),
-    { "CreateSnapshot", create_snapshot, &tessera__v1__create_snapshot_request__descriptor,
-      &tessera__v1__create_snapshot_response__descriptor, TS_RPC_OWN_THREAD },
-    { "ReportUnreachable", report_unreachable,
-      &tessera__v1__report_unreachable_request__descriptor,
-      &tessera__v1__report_unreachable_response__descriptor, TS_RPC_OWN_THREAD },
-    M("ReportLost", report_lost, report_lost_request, report_lost_response),
-    { "CollectGarbage", collect_garbage, &tessera__v1__collect_garbage_request__descriptor,
-      &tessera__v1__collect_garbage_response__descriptor, TS_RPC_OWN_THREAD },
-    { NULL, NULL, NULL, NULL, 0 },
+    M("RegisterShard", register_shard, register_shard_request, register_shard_response,
+      TS_ROLE_SHARD),
+    M("RegisterWorker", register_worker, register_worker_request, register_worker_response,
+      TS_ROLE_WORKER | TS_ROLE_VERIFY),
+    M("Heartbeat", heartbeat, heartbeat_request, heartbeat_response, MEMBERS),
+    M("Deregister", deregister, deregister_request, deregister_response,
+      MEMBERS | TS_ROLE_ADMIN),
+    M("GetShardMap", get_shard_map, get_shard_map_request, shard_map, 0),
+    M("ClusterStatus", cluster_status, cluster_status_request, cluster_status_response, 0),
+    M("CheckData", check_data, check_data_request, check_data_response, TS_ROLE_WORKER),
+    T("CreateSnapshot", create_snapshot, create_snapshot_request, create_snapshot_response,
+      TS_ROLE_ADMIN | TS_ROLE_VERIFY),
+    T("ReportUnreachable", report_unreachable, report_unreachable_request,
+      report_unreachable_response, MEMBERS),
+    M("ReportLost", report_lost, report_lost_request, report_lost_response, MEMBERS),
+    T("CollectGarbage", collect_garbage, collect_garbage_request, collect_garbage_response,
+      TS_ROLE_ADMIN),
+    { NULL, NULL, NULL, NULL, 0, 0 },
 };
 
 struct ts_rpc_service ts_master_service = { "tessera.v1.Master", master_methods, NULL };

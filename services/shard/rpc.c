@@ -269,22 +269,24 @@ static ts_status rollback_job(struct ts_rpc_call *call, const ProtobufCMessage *
                                  &resp->partitions, err);
 }
 
+/* Who may call what, under mutual TLS (docs/security.md): workers register tensors; what
+ * changes a job's state for the whole cluster comes from the master (or an admin). */
+#define T(name, fn, rq, rs, roles)                                                               \
+    { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor,             \
+      TS_RPC_OWN_THREAD, roles }
+#define MASTER (TS_ROLE_MASTER | TS_ROLE_ADMIN)
 static const struct ts_rpc_method shard_methods[] = {
-    { "RegisterTensor", register_tensor, &tessera__v1__register_tensor_request__descriptor,
-      &tessera__v1__register_tensor_response__descriptor, TS_RPC_OWN_THREAD },
-    { "ArmSnapshot", arm_snapshot, &tessera__v1__arm_snapshot_request__descriptor,
-      &tessera__v1__arm_snapshot_response__descriptor, TS_RPC_OWN_THREAD },
-    { "WriteSnapshot", write_snapshot, &tessera__v1__write_snapshot_request__descriptor,
-      &tessera__v1__write_snapshot_response__descriptor, TS_RPC_OWN_THREAD },
-    { "ReleaseJob", release_job, &tessera__v1__release_job_request__descriptor,
-      &tessera__v1__release_job_response__descriptor, TS_RPC_OWN_THREAD },
-    { "RollbackJob", rollback_job, &tessera__v1__rollback_job_request__descriptor,
-      &tessera__v1__rollback_job_response__descriptor, TS_RPC_OWN_THREAD },
+    T("RegisterTensor", register_tensor, register_tensor_request, register_tensor_response,
+      TS_ROLE_WORKER),
+    T("ArmSnapshot", arm_snapshot, arm_snapshot_request, arm_snapshot_response, MASTER),
+    T("WriteSnapshot", write_snapshot, write_snapshot_request, write_snapshot_response, MASTER),
+    T("ReleaseJob", release_job, release_job_request, release_job_response, MASTER),
+    T("RollbackJob", rollback_job, rollback_job_request, rollback_job_response, MASTER),
     { "ShardStatus", shard_status, &tessera__v1__shard_status_request__descriptor,
-      &tessera__v1__shard_status_response__descriptor, 0 },
-    { "PartitionDigests", partition_digests, &tessera__v1__partition_digests_request__descriptor,
-      &tessera__v1__partition_digests_response__descriptor, TS_RPC_OWN_THREAD },
-    { NULL, NULL, NULL, NULL, 0 },
+      &tessera__v1__shard_status_response__descriptor, 0, 0 },
+    T("PartitionDigests", partition_digests, partition_digests_request,
+      partition_digests_response, 0),
+    { NULL, NULL, NULL, NULL, 0, 0 },
 };
 
 struct ts_rpc_service ts_shard_service = { "tessera.v1.Shard", shard_methods, NULL };

@@ -55,6 +55,7 @@ int main(int argc, char **argv)
     v.data_dir = data;
     ts_verify_service.ctx = &v;
     if (ts_store_open(store_dir, NULL, &v.store, &err) ||
+        ts_rpc_tls_setup(&so.tls, &err) ||   /* before the master's channel is made */
         ts_master_open(v.master_addr, &v.master, &err) ||
         ts_serve_start(&so, &ts_verify_service, &srv, &err))
         goto out;

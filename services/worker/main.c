@@ -21,6 +21,7 @@ int main(int argc, char **argv)
     int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0, restarts = 0;
     int64_t start_workers = 0, metrics_port = -1;
     bool exact = false, json = false, keep = false, no_elastic = false;
+    struct ts_rpc_tls tls = { 0 };
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
                                                   "single-process run (default local)", 0, 0 },
@@ -66,9 +67,11 @@ int main(int argc, char **argv)
           "of its slot moving to a live one (elastic needs bsp, no --sync-every, no top-k)", 0,
           0 },
         TS_METRICS_FLAG(&metrics_port),
+        TS_TLS_FLAGS(&tls),
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct train_opts o;
+    struct ts_err err = { 0 };
     int done;
 
     signal(SIGPIPE, SIG_IGN);
@@ -79,6 +82,10 @@ int main(int argc, char **argv)
                                  "Fashion-MNIST,\nthrough the Tessera SDK. `tessera train` starts "
                                  "these for you.", flags, argc, argv)) >= 0)
         return done;
+    if (ts_rpc_tls_setup(&tls, &err)) {
+        fprintf(stderr, "tessera-worker: %s\n", err.msg);
+        return 2;
+    }
     if (strcmp(loss, "none") && strcmp(loss, "dynamic")) {
         fprintf(stderr, "tessera-worker: --loss-scale %s: want none or dynamic\n", loss);
         return 2;

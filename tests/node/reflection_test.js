@@ -5,14 +5,17 @@
 // no .proto file, and with grpc-js-reflection-client: lists the services over reflection
 // v1alpha (the library's default) and v1 (4th constructor argument), loads the descriptor of
 // tessera.v1.Master, builds a client from it, calls ClusterStatus, and checks that a Heartbeat
-// with id 0 gets INVALID_ARGUMENT naming "id". The master is stopped by pid at the end, on
-// failure too. Exit 0 when every check passed, 1 otherwise.
+// with id 0 gets INVALID_ARGUMENT naming "id". Then all of it again over mutual TLS
+// (docs/security.md): certificates from `tessera certs init`, the master started with them,
+// grpc-js's createSsl with the shard's certificate (RegisterShard needs the shard role), and
+// the client certificate refused RegisterShard with PERMISSION_DENIED. Each master is stopped
+// by pid at the end, on failure too. Exit 0 when every check passed, 1 otherwise.
 'use strict';
 
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { spawn } = require('child_process');
+const { spawn, execFileSync } = require('child_process');
 
 let grpc, GrpcReflection;
 try {
@@ -46,12 +49,14 @@ function check(cond, what, detail) {
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function startMaster() {
+function startMaster(extra) {
   const exe = path.join(BIN, 'tessera-master');
   const portFile = path.join(tmp, 'master.port');
+  try { fs.unlinkSync(portFile); } catch (e) { /* none yet */ }
+  masterExit = null;
   const log = fs.openSync(path.join(tmp, 'master.log'), 'w');
   // detached: its own process group, so a last-resort SIGKILL can reach only what we started.
-  master = spawn(exe, ['--listen', '127.0.0.1:0', '--port-file', portFile],
+  master = spawn(exe, ['--listen', '127.0.0.1:0', '--port-file', portFile].concat(extra || []),
                  { stdio: ['ignore', log, log], detached: true });
   fs.closeSync(log);
   master.on('exit', (code, signal) => { masterExit = { code, signal }; });
@@ -110,11 +115,26 @@ function call(client, method, req) {
   });
 }
 
-async function checkVersion(addr, version, shardAddr) {
-  const label = version || 'v1alpha (default)';
+// How to reach the master: plaintext, or mutual TLS with certs/<stem>.pem.
+function plaintext() {
+  return { label: '', creds: () => grpc.credentials.createInsecure(), options: {} };
+}
+function mutualTls(certs) {
+  const read = (f) => fs.readFileSync(path.join(certs, f));
+  return {
+    label: 'TLS ',
+    creds: (stem) => grpc.credentials.createSsl(read('ca.pem'), read(`${stem}.key`),
+                                                read(`${stem}.pem`)),
+    // every Tessera server's certificate names server.tessera, whatever its address
+    options: { 'grpc.ssl_target_name_override': 'server.tessera' },
+  };
+}
+
+async function checkVersion(addr, version, shardAddr, how) {
+  const label = how.label + (version || 'v1alpha (default)');
   const refl = version
-    ? new GrpcReflection(addr, grpc.credentials.createInsecure(), {}, version)
-    : new GrpcReflection(addr, grpc.credentials.createInsecure());
+    ? new GrpcReflection(addr, how.creds('client'), how.options, version)
+    : new GrpcReflection(addr, how.creds('client'), how.options);
   if (refl.client) clients.push(refl.client);
 
   const services = await refl.listServices();
@@ -135,8 +155,17 @@ async function checkVersion(addr, version, shardAddr) {
   const Master = pkg && pkg.tessera && pkg.tessera.v1 && pkg.tessera.v1.Master;
   check(typeof Master === 'function', `${label}: descriptor of tessera.v1.Master builds a client`);
   if (typeof Master !== 'function') return;
-  const client = new Master(addr, grpc.credentials.createInsecure());
+  // the shard's certificate: under mutual TLS only it may register a shard
+  const client = new Master(addr, how.creds('shard'), how.options);
   clients.push(client);
+  if (how.label) {
+    const worker = new Master(addr, how.creds('client'), how.options);
+    clients.push(worker);
+    const denied = await call(worker, 'RegisterShard', { addr: shardAddr, instance: 'intruder' });
+    check(denied.err && denied.err.code === grpc.status.PERMISSION_DENIED,
+          `${label}: RegisterShard with the client (worker) certificate: PERMISSION_DENIED (7)`,
+          denied.err ? `code ${denied.err.code}: ${denied.err.details}` : 'a reply');
+  }
 
   // A shard registered through the dynamic client must show up in ClusterStatus.
   const instance = `node-${version || 'v1alpha'}`;
@@ -175,10 +204,20 @@ async function main() {
   const t0 = Date.now();
   let rc = 1;
   try {
-    const addr = await startMaster();
+    let addr = await startMaster();
     ok(`tessera-master (pid ${master.pid}) listens at ${addr}`);
-    await checkVersion(addr, undefined, '127.0.0.1:9');
-    await checkVersion(addr, 'v1', '127.0.0.1:10');
+    await checkVersion(addr, undefined, '127.0.0.1:9', plaintext());
+    await checkVersion(addr, 'v1', '127.0.0.1:10', plaintext());
+    const st = await stopMaster();
+    check(st && st.code === 0, 'the plaintext master exits 0 on SIGTERM', JSON.stringify(st));
+    const certs = path.join(tmp, 'certs');
+    execFileSync(path.join(BIN, 'tessera'), ['certs', 'init', certs], { stdio: 'ignore' });
+    addr = await startMaster(['--tls-cert', path.join(certs, 'master.pem'),
+                              '--tls-key', path.join(certs, 'master.key'),
+                              '--tls-ca', path.join(certs, 'ca.pem')]);
+    ok(`tessera-master (pid ${master.pid}) listens at ${addr} with mutual TLS`);
+    await checkVersion(addr, undefined, '127.0.0.1:9', mutualTls(certs));
+    await checkVersion(addr, 'v1', '127.0.0.1:10', mutualTls(certs));
     rc = failures ? 1 : 0;
   } catch (e) {
     fail(`unexpected error: ${e && e.stack ? e.stack : e}`);

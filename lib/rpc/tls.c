@@ -1,0 +1,321 @@
+/* tls.c - the process's credentials for every gRPC server and channel: its TLS material and
+ * the admin token; see rpc.h, "TLS and the admin token", and docs/security.md.
+ *
+ * One set per process: a service's servers and its calls to other members show the same
+ * certificate, and the SDK's channels (made deep inside lib/cluster) need no plumbing to get
+ * it. Resolved once, from ts_rpc_tls_setup or, failing that, from the environment at the first
+ * channel or server; a failed resolution is kept and reported by every later create. */
+#include <ctype.h>
+#include <grpc/grpc_security.h>
+#include <openssl/crypto.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc/internal.h"
+#include "sec/certs.h"
+
+static struct {
+    pthread_mutex_t mu;
+    bool resolved;
+    struct ts_err failed;            /* code TS_OK: resolved fine */
+    char *cert, *key, *ca;           /* PEM contents; NULL: none */
+    char cert_path[512];
+    unsigned roles;                  /* of our own certificate */
+    char bearer[TS_RPC_TOKEN_MAX + 8]; /* "Bearer <token>"; "": no token */
+} tls = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static void forget(void)
+{
+    free(tls.cert);
+    free(tls.key);
+    free(tls.ca);
+    tls.cert = tls.key = tls.ca = NULL;
+    tls.cert_path[0] = '\0';
+    tls.roles = 0;
+    OPENSSL_cleanse(tls.bearer, sizeof(tls.bearer));
+}
+
+/* The admin token from path: one line of 16 to TS_RPC_TOKEN_MAX printable characters, no
+ * spaces (what `tessera certs init` writes). */
+static ts_status load_token(const char *path, struct ts_err *err)
+{
+    char *text = NULL;
+    size_t len;
+    ts_status st;
+
+    if (!path)
+        return TS_OK;
+    if ((st = ts_read_file(path, &text, &len, err))) {
+        ts_err_prefix(err, "--token-file");
+        return st;
+    }
+    while (len && isspace((unsigned char)text[len - 1]))
+        len--;
+    for (size_t i = 0; i < len && !st; i++)
+        if (!isgraph((unsigned char)text[i]))
+            st = ts_err_set(err, TS_EINVAL, "--token-file %s: byte %zu is not a printable "
+                            "character (the token is one line, no spaces)", path, i);
+    if (!st && (len < 16 || len > TS_RPC_TOKEN_MAX))
+        st = ts_err_set(err, TS_EINVAL, "--token-file %s: the token has %zu characters; want "
+                        "16 to %d (`openssl rand -hex 32 > FILE` makes one)", path, len,
+                        TS_RPC_TOKEN_MAX);
+    if (!st)
+        snprintf(tls.bearer, sizeof(tls.bearer), "Bearer %.*s", (int)len, text);
+    OPENSSL_cleanse(text, len);
+    free(text);
+    return st;
+}
+
+/* path: the flag's value, else $env, else $TESSERA_TLS_DIR/file; NULL for none. */
+static const char *pick(const char *flag, const char *env, const char *dir, const char *file,
+                        char *buf, size_t len)
+{
+    const char *v = flag && flag[0] ? flag : getenv(env);
+
+    if (v && v[0])
+        return v;
+    if (!dir || !dir[0])
+        return NULL;
+    snprintf(buf, len, "%s/%s", dir, file);
+    return buf;
+}
+
+static ts_status load(const char *path, const char *what, char **out, struct ts_err *err)
+{
+    size_t len;
+
+    if (!path)
+        return TS_OK;
+    if (ts_read_file(path, out, &len, err)) {
+        ts_err_prefix(err, "%s", what);
+        return err ? err->code : TS_EIO;
+    }
+    return TS_OK;
+}
+
+static ts_status resolve(const struct ts_rpc_tls *t, struct ts_err *err)
+{
+    const char *dir = getenv("TESSERA_TLS_DIR");
+    char b1[512], b2[512], b3[512];
+    const char *cert = pick(t ? t->cert : NULL, "TESSERA_TLS_CERT", dir, "client.pem", b1,
+                            sizeof(b1));
+    const char *key = pick(t ? t->key : NULL, "TESSERA_TLS_KEY", dir, "client.key", b2,
+                           sizeof(b2));
+    const char *ca = pick(t ? t->ca : NULL, "TESSERA_TLS_CA", dir, "ca.pem", b3, sizeof(b3));
+    const char *token = pick(t ? t->token_file : NULL, "TESSERA_TOKEN_FILE", NULL, NULL, NULL,
+                             0);
+    struct ts_cert_info info;
+    ts_status st;
+
+    forget();
+    if (!cert != !key)
+        return ts_err_set(err, TS_EINVAL, "%s: required with %s (a certificate and its key "
+                          "come together)", cert ? "--tls-key" : "--tls-cert",
+                          cert ? "--tls-cert" : "--tls-key");
+    if ((st = load(cert, "--tls-cert", &tls.cert, err)) ||
+        (st = load(key, "--tls-key", &tls.key, err)) ||
+        (st = load(ca, "--tls-ca", &tls.ca, err)) || (st = load_token(token, err)))
+        goto fail;
+    if (tls.cert) {
+        if ((st = ts_cert_info(tls.cert, strlen(tls.cert), &info, err)) ||
+            (st = ts_cert_key_match(tls.cert, tls.key, err))) {
+            ts_err_prefix(err, "--tls-cert %s", cert);
+            goto fail;
+        }
+        tls.roles = info.roles;
+        snprintf(tls.cert_path, sizeof(tls.cert_path), "%s", cert);
+    }
+    return TS_OK;
+fail:
+    forget();
+    return st;
+}
+
+ts_status ts_rpc_tls_setup(const struct ts_rpc_tls *t, struct ts_err *err)
+{
+    ts_status st;
+
+    pthread_mutex_lock(&tls.mu);
+    ts_err_clear(&tls.failed);
+    if ((st = resolve(t, &tls.failed)) && err)
+        *err = tls.failed;
+    tls.resolved = true;
+    pthread_mutex_unlock(&tls.mu);
+    return st;
+}
+
+/* Resolves from the environment if nothing did yet; the resolution's error, if it failed.
+ * Called with tls.mu held. */
+static ts_status resolved(struct ts_err *err)
+{
+    if (!tls.resolved) {
+        ts_err_clear(&tls.failed);
+        (void)resolve(NULL, &tls.failed);
+        tls.resolved = true;
+    }
+    if (tls.failed.code && err && !err->code)
+        *err = tls.failed;
+    return tls.failed.code;
+}
+
+const char *ts_rpc_tls_mode(void)
+{
+    const char *mode;
+
+    pthread_mutex_lock(&tls.mu);
+    mode = resolved(NULL) || !tls.cert ? "plaintext" : tls.ca ? "mtls" : "tls";
+    pthread_mutex_unlock(&tls.mu);
+    return mode;
+}
+
+unsigned ts_rpc_tls_roles(void)
+{
+    unsigned r;
+
+    pthread_mutex_lock(&tls.mu);
+    r = resolved(NULL) ? 0 : tls.roles;
+    pthread_mutex_unlock(&tls.mu);
+    return r;
+}
+
+ts_status ts__server_creds(grpc_server_credentials **out, bool *mtls, struct ts_err *err)
+{
+    ts_status st;
+    char roles[96];
+
+    pthread_mutex_lock(&tls.mu);
+    *mtls = false;
+    if ((st = resolved(err))) {
+        ts_err_prefix(err, "TLS");
+    } else if (!tls.cert && tls.ca) {
+        st = ts_err_set(err, TS_EINVAL, "--tls-ca without --tls-cert: a server needs its own "
+                        "certificate and key (--tls-cert, --tls-key; `tessera certs init DIR` "
+                        "makes them)");
+    } else if (tls.cert && !(tls.roles & TS_ROLE_SERVER)) {
+        ts_roles_format(tls.roles, roles, sizeof(roles));
+        st = ts_err_set(err, TS_EINVAL, "--tls-cert %s: not a server's certificate (its roles: "
+                        "%s; a server's names DNS:%s): clients would refuse it; pass the "
+                        "service's own (master.pem, shard.pem, verify.pem of `tessera certs "
+                        "init`)", tls.cert_path, roles, TS_TLS_SERVER_NAME);
+    } else if (!tls.cert) {
+        *out = grpc_insecure_server_credentials_create();
+    } else {
+        grpc_ssl_pem_key_cert_pair pair = { .private_key = tls.key, .cert_chain = tls.cert };
+        *mtls = tls.ca != NULL;
+        *out = grpc_ssl_server_credentials_create_ex(
+            tls.ca, &pair, 1,
+            tls.ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, NULL);
+    }
+    pthread_mutex_unlock(&tls.mu);
+    return st;
+}
+
+ts_status ts__channel_creds(grpc_channel_credentials **out, bool *secure, struct ts_err *err)
+{
+    ts_status st;
+
+    pthread_mutex_lock(&tls.mu);
+    *secure = false;
+    if ((st = resolved(err))) {
+        ts_err_prefix(err, "TLS");
+    } else if (!tls.cert && !tls.ca) {
+        *out = grpc_insecure_credentials_create();
+    } else {
+        grpc_ssl_pem_key_cert_pair pair = { .private_key = tls.key, .cert_chain = tls.cert };
+        *secure = true;
+        *out = grpc_ssl_credentials_create(tls.ca, tls.cert ? &pair : NULL, NULL, NULL);
+    }
+    pthread_mutex_unlock(&tls.mu);
+    return st;
+}
+
+size_t ts__client_md(grpc_metadata *md)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&tls.mu);
+    if (!resolved(NULL) && tls.bearer[0]) {
+        memset(md, 0, sizeof(*md));
+        md->key = grpc_slice_from_static_string("authorization");
+        md->value = grpc_slice_from_copied_string(tls.bearer);
+        n = 1;
+    }
+    pthread_mutex_unlock(&tls.mu);
+    return n;
+}
+
+unsigned ts_rpc_peer_roles(struct ts_rpc_call *c)
+{
+    grpc_auth_context *ctx;
+    grpc_auth_property_iterator it;
+    const grpc_auth_property *p;
+    unsigned roles = 0;
+    char name[256];
+
+    if (c->roles_known)
+        return c->roles;
+    if ((ctx = grpc_call_auth_context(c->call))) {
+        it = grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_SAN_PROPERTY_NAME);
+        while ((p = grpc_auth_property_iterator_next(&it))) {
+            if (p->value_length >= sizeof(name))
+                continue;
+            memcpy(name, p->value, p->value_length);
+            name[p->value_length] = '\0';
+            roles |= ts_role_of_name(name);
+        }
+        grpc_auth_context_release(ctx);
+    }
+    c->roles = roles;
+    c->roles_known = true;
+    return roles;
+}
+
+/* The caller sent the admin token (compared in constant time). */
+static bool token_sent(const struct ts_rpc_call *c, const char *bearer, bool *sent_any)
+{
+    size_t want = strlen(bearer);
+
+    for (size_t i = 0; i < c->md.count; i++) {
+        const grpc_metadata *m = &c->md.metadata[i];
+        if (!grpc_slice_str_cmp(m->key, "authorization")) {
+            *sent_any = true;
+            if (GRPC_SLICE_LENGTH(m->value) == want &&
+                !CRYPTO_memcmp(GRPC_SLICE_START_PTR(m->value), bearer, want))
+                return true;
+        }
+    }
+    return false;
+}
+
+ts_status ts_rpc_need_role(struct ts_rpc_call *c, unsigned roles, struct ts_err *err)
+{
+    char want[96], have[96];
+    bool mtls = c->w && c->w->srv->mtls, sent = false, token;
+    unsigned got;
+
+    if (!c->w)
+        return TS_OK;   /* a scratch call: no caller */
+    pthread_mutex_lock(&tls.mu);
+    token = tls.bearer[0] ? token_sent(c, tls.bearer, &sent) : !mtls;
+    pthread_mutex_unlock(&tls.mu);
+    /* Without mutual TLS no member's role can be checked: only the admin token guards. */
+    got = (mtls ? ts_rpc_peer_roles(c) : ~(unsigned)TS_ROLE_ADMIN) |
+          (token ? (unsigned)TS_ROLE_ADMIN : 0);
+    if (got & roles)
+        return TS_OK;
+    if (sent)
+        return ts_err_set(err, TS_EAUTH, "%s: the bearer token sent is not this service's "
+                          "admin token (--token-file)", ts_rpc_method_name(c));
+    if (roles == TS_ROLE_ADMIN)
+        return ts_err_set(err, TS_EAUTH, "%s is an admin call: send the admin token "
+                          "(--token-file, or $TESSERA_TOKEN_FILE) or use an admin certificate "
+                          "(docs/security.md)", ts_rpc_method_name(c));
+    ts_roles_format(roles & ~(unsigned)TS_ROLE_ADMIN, want, sizeof(want));
+    ts_roles_format(got, have, sizeof(have));
+    return ts_err_set(err, TS_EPERM, "%s needs a certificate with a role of [%s]%s; the "
+                      "caller's has [%s] (docs/security.md)", ts_rpc_method_name(c), want,
+                      roles & TS_ROLE_ADMIN ? ", or the admin token" : "", have);
+}

@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
+#include "transport/mac.h"
+
 #define XXH_STATIC_LINKING_ONLY     /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
@@ -41,7 +45,8 @@ enum {
     OFF_HCHECK = 60,    /* u32 low half of XXH3-64 of bytes [0, 60) */
 };
 
-#define FF_UNHASHED 0x1u   /* no payload hash: host-local connections only */
+#define FF_UNHASHED 0x1u   /* no payload hash: host-local connections, or MAC'd frames */
+#define FF_MAC 0x2u        /* a TS_FRAME_MAC_LEN-byte MAC follows the header (mac.h) */
 
 /* The payload of a frame arrives right behind its header; waiting longer than this for its
  * first byte means the sender stopped mid-frame. */
@@ -110,7 +115,7 @@ void ts_frame_encode(const struct ts_frame_hdr *h, uint8_t out[TS_FRAME_HDR_LEN]
     put16(out + OFF_ENCODING, h->encoding);
     put32(out + OFF_RANK, h->rank);
     put32(out + OFF_FLAGS, h->flags);
-    put32(out + OFF_FFLAGS, h->unhashed ? FF_UNHASHED : 0);
+    put32(out + OFF_FFLAGS, (h->unhashed ? FF_UNHASHED : 0) | (h->mac ? FF_MAC : 0));
     put64(out + OFF_LEN, h->len);
     put64(out + OFF_CHECKSUM, h->checksum);
     put32(out + OFF_HCHECK, header_check(out));
@@ -139,7 +144,7 @@ ts_status ts_frame_decode(const uint8_t in[TS_FRAME_HDR_LEN], struct ts_frame_hd
     if (type == 0 || type > TS_FRAME_TYPE_MAX)
         return ts_err_set(err, TS_ECORRUPT, "frame: type %u unknown (want 1..%d)", type,
                           TS_FRAME_TYPE_MAX);
-    if ((ff & ~FF_UNHASHED) || get32(in + OFF_RSVD2))
+    if ((ff & ~(FF_UNHASHED | FF_MAC)) || get32(in + OFF_RSVD2))
         return ts_err_set(err, TS_ECORRUPT, "frame: reserved header bits (offsets 36, 56) "
                           "are not zero");
     if ((ff & FF_UNHASHED) && get64(in + OFF_CHECKSUM))
@@ -158,6 +163,7 @@ ts_status ts_frame_decode(const uint8_t in[TS_FRAME_HDR_LEN], struct ts_frame_hd
     h->len = len;
     h->checksum = get64(in + OFF_CHECKSUM);
     h->unhashed = (ff & FF_UNHASHED) != 0;
+    h->mac = (ff & FF_MAC) != 0;
     return TS_OK;
 }
 
@@ -181,8 +187,9 @@ uint64_t ts_frame_hash(const void *payload, size_t len)
 static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const struct iovec *pc,
                             size_t n, const uint64_t *sum, struct ts_err *err)
 {
-    uint8_t b[FRAME_ALIGN - 1 + TS_FRAME_HDR_LEN] = { 0 };
-    size_t pad = c->tx_pad, len = 0;
+    uint8_t b[FRAME_ALIGN - 1 + TS_FRAME_HDR_LEN + TS_FRAME_MAC_LEN] = { 0 };
+    size_t pad = c->tx_pad, len = 0, head;
+    struct ts_mac_dir *mac = ts__mac_tx(c);
     ts_status st;
 
     for (size_t i = 0; i < n; i++) {
@@ -200,7 +207,8 @@ static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const str
                           "%u (tensor %" PRIu32 "): split it into partitions", len, TS_FRAME_MAX,
                           h->tensor);
     h->len = len;
-    h->unhashed = !ts_frame_wants_hash(c);
+    h->mac = mac != NULL;
+    h->unhashed = h->mac || !ts_frame_wants_hash(c);   /* a MAC covers more than a hash */
     if (h->unhashed) {
         h->checksum = 0;
     } else if (sum) {
@@ -214,15 +222,24 @@ static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const str
         h->checksum = XXH3_64bits_digest(&hs);
     }
     ts_frame_encode(h, b + pad); /* the previous payload's padding first (frame.h) */
+    head = pad + TS_FRAME_HDR_LEN;
+    if (mac) {   /* the MAC right behind the header, so a receiver can view the payload */
+        ts__mac_begin(mac);
+        ts__mac_add(mac, b + pad, TS_FRAME_HDR_LEN);
+        for (size_t i = 0; i < n; i++)
+            ts__mac_add(mac, pc[i].iov_base, pc[i].iov_len);
+        if (!ts__mac_end(mac, b + head))
+            return ts_err_set(err, TS_EINTERNAL, "frame send: libcrypto could not MAC it");
+        head += TS_FRAME_MAC_LEN;
+    }
     /* The header with the first piece, then one send per further piece: on the byte stream
      * they follow each other as one send's would. */
-    st = ts_tp_send(c, b, pad + TS_FRAME_HDR_LEN, n ? pc[0].iov_base : NULL,
-                    n ? pc[0].iov_len : 0, err);
+    st = ts_tp_send(c, b, head, n ? pc[0].iov_base : NULL, n ? pc[0].iov_len : 0, err);
     for (size_t i = 1; st == TS_OK && i < n; i++)
         if (pc[i].iov_len)
             st = ts_tp_send(c, NULL, 0, pc[i].iov_base, pc[i].iov_len, err);
     if (st == TS_OK) {
-        c->bytes_out += TS_FRAME_HDR_LEN + len;
+        c->bytes_out += head - pad + len;
         c->tx_pad = PAD_AFTER(len);
     }
     return st;
@@ -256,6 +273,7 @@ ts_status ts_frame_send_hashed(struct ts_conn *c, struct ts_frame_hdr *h, const 
 static ts_status recv_payload(struct ts_conn *c, uint8_t *buf, size_t len, bool hash,
                               uint64_t *sum, struct ts_err *err)
 {
+    struct ts_mac_dir *mac = ts__mac_rx(c);
     XXH3_state_t hs;
     struct ts_err e = { 0 };
     bool cancelled = false;
@@ -275,6 +293,8 @@ static ts_status recv_payload(struct ts_conn *c, uint8_t *buf, size_t len, bool 
             break;
         if (hash)
             XXH3_64bits_update(&hs, buf + got, k);
+        if (mac)
+            ts__mac_add(mac, buf + got, k);
         got += k;
     }
     if (cancelled)
@@ -303,11 +323,15 @@ void ts_frame_release(struct ts_conn *c)
     }
 }
 
-/* Receives and validates a header; a frame whose payload would not fit cap is refused. */
+/* Receives and validates a header (and the MAC behind it, kept in tag); a frame whose
+ * payload would not fit cap is refused. On a MAC'd connection the MAC of the frame is begun
+ * over its header. */
 static ts_status recv_head(struct ts_conn *c, struct ts_frame_hdr *d, size_t cap, int ms,
-                           struct ts_err *err)
+                           uint8_t tag[TS_FRAME_MAC_LEN], struct ts_err *err)
 {
     uint8_t b[FRAME_ALIGN - 1 + TS_FRAME_HDR_LEN];
+    struct ts_mac_dir *mac = ts__mac_rx(c);
+    struct ts_err e = { 0 };
     size_t pad = c->rx_pad;
     ts_status st;
 
@@ -324,8 +348,25 @@ static ts_status recv_head(struct ts_conn *c, struct ts_frame_hdr *d, size_t cap
                                         "header is 0x%02x, not 0 (peer %s)", i, b[i], c->peer));
     if ((st = ts_frame_decode(b + pad, d, err)))
         return refuse(c, st);
+    /* Only our own state decides whether a MAC is due, never the peer's word. An ERROR frame
+     * without one is let through: it can only end the connection, and says why. */
+    if (mac && !d->mac && d->type != TS_FRAME_ERROR)
+        return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: type %u without a MAC on an "
+                                    "authenticated connection (peer %s): refused, nothing "
+                                    "applied", d->type, c->peer));
+    if (!mac && d->mac)
+        return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: a MAC on a connection that has "
+                                    "no keys (peer %s)", c->peer));
+    if (d->mac) {
+        if ((st = ts_tp_recv(c, tag, TS_FRAME_MAC_LEN, PAYLOAD_WAIT_MS, &e)))
+            return refuse(c, ts_err_set(err, st == TS_ETIMEDOUT ? TS_EUNAVAIL : st, "frame: "
+                                        "torn: no MAC behind the header: %s", e.msg));
+        c->bytes_in += TS_FRAME_MAC_LEN;
+        ts__mac_begin(mac);
+        ts__mac_add(mac, b + pad, TS_FRAME_HDR_LEN);
+    }
     /* Only our own path decides whether a hash may be missing, never the peer's word. */
-    if (d->unhashed && !c->local_in)
+    if (d->unhashed && !c->local_in && !d->mac)
         return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: unhashed payload on a "
                                     "connection that leaves the host (tensor %" PRIu32
                                     ", peer %s)", d->tensor, c->peer));
@@ -338,9 +379,21 @@ static ts_status recv_head(struct ts_conn *c, struct ts_frame_hdr *d, size_t cap
     return TS_OK;
 }
 
+/* The payload's hash, or its MAC (tag: the one received; the MAC of the frame was fed its
+ * header and payload). */
 static ts_status check_sum(struct ts_conn *c, const struct ts_frame_hdr *d, uint64_t sum,
-                           struct ts_err *err)
+                           const uint8_t tag[TS_FRAME_MAC_LEN], struct ts_err *err)
 {
+    uint8_t want[TS_FRAME_MAC_LEN];
+
+    if (d->mac) {
+        if (ts__mac_end(ts__mac_rx(c), want) && CRYPTO_memcmp(want, tag, sizeof(want)) == 0)
+            return TS_OK;
+        return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: MAC mismatch (type %u tensor %"
+                                    PRIu32 " partition %" PRIu32 " step %" PRIu64 ", peer %s):"
+                                    " forged, replayed or corrupted; refused, nothing applied",
+                                    d->type, d->tensor, d->partition, d->step, c->peer));
+    }
     if (d->unhashed || sum == d->checksum)
         return TS_OK;
     return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: payload checksum mismatch (tensor %"
@@ -353,15 +406,16 @@ ts_status ts_frame_recv(struct ts_conn *c, struct ts_frame_hdr *h, void *buf, si
                         int ms, struct ts_err *err)
 {
     struct ts_frame_hdr d;
+    uint8_t tag[TS_FRAME_MAC_LEN];
     uint64_t sum = 0;
     ts_status st;
 
-    if ((st = recv_head(c, &d, cap, ms, err)))
+    if ((st = recv_head(c, &d, cap, ms, tag, err)))
         return st;
     if ((st = recv_payload(c, buf, (size_t)d.len, !d.unhashed, &sum, err)))
         return refuse(c, st);
     c->bytes_in += d.len;
-    if ((st = check_sum(c, &d, sum, err)))
+    if ((st = check_sum(c, &d, sum, tag, err)))
         return st;
     c->frames_in++;
     *h = d;
@@ -373,6 +427,7 @@ ts_status ts_frame_recv_view(struct ts_conn *c, struct ts_frame_hdr *h, void *bu
 {
     struct ts_frame_hdr d;
     struct ts_err e = { 0 };
+    uint8_t tag[TS_FRAME_MAC_LEN];
     const void *p = NULL;
     ts_status st;
 
@@ -381,7 +436,7 @@ ts_status ts_frame_recv_view(struct ts_conn *c, struct ts_frame_hdr *h, void *bu
             *payload = buf;
         return st;
     }
-    if ((st = recv_head(c, &d, cap, ms, err)))
+    if ((st = recv_head(c, &d, cap, ms, tag, err)))
         return st;
     if (d.len == 0 || d.len > c->view_max) {
         uint64_t sum = 0;
@@ -389,7 +444,7 @@ ts_status ts_frame_recv_view(struct ts_conn *c, struct ts_frame_hdr *h, void *bu
             return refuse(c, st);
         p = buf;
         c->bytes_in += d.len;
-        if ((st = check_sum(c, &d, sum, err)))
+        if ((st = check_sum(c, &d, sum, tag, err)))
             return st;
     } else {
         /* The whole payload in place. A frame torn by the sender never fills it: the wait
@@ -399,7 +454,10 @@ ts_status ts_frame_recv_view(struct ts_conn *c, struct ts_frame_hdr *h, void *bu
                                         "cut: %s", d.len, e.msg));
         c->view_held = (size_t)d.len;
         c->bytes_in += d.len;
-        if ((st = check_sum(c, &d, d.unhashed ? 0 : XXH3_64bits(p, (size_t)d.len), err))) {
+        if (d.mac)
+            ts__mac_add(ts__mac_rx(c), p, (size_t)d.len);
+        if ((st = check_sum(c, &d, d.unhashed ? 0 : XXH3_64bits(p, (size_t)d.len), tag,
+                            err))) {
             ts_frame_release(c);
             return st;
         }

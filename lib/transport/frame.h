@@ -103,6 +103,7 @@ struct ts_frame_hdr {
     uint64_t len;           /* payload bytes; set by ts_frame_send */
     uint64_t checksum;      /* set by ts_frame_send, checked by ts_frame_recv */
     bool unhashed;          /* set by ts_frame_send: no payload hash (checksum 0) */
+    bool mac;               /* set by ts_frame_send: a MAC follows the header (mac.h) */
 };
 
 /* Encodes h (len and checksum computed from payload) and sends header + payload with one

@@ -60,6 +60,8 @@ struct ts_conn {
      * and to skip in front of the next header received, so that every header, and so every
      * payload, starts 8-aligned in the byte stream (frame.h, "Alignment"). */
     uint8_t tx_pad, rx_pad;
+    /* mac.h: frame MACs once the connection is authenticated; NULL before (and without). */
+    struct ts_frame_mac *mac;
 };
 
 struct ts_listener {
@@ -208,10 +210,13 @@ static inline void ts_tp_shutdown(struct ts_conn *c)
 {
     c->ops->shutdown(c);
 }
+void ts_frame_mac_free(struct ts_conn *c);   /* mac.h */
 static inline void ts_tp_close(struct ts_conn *c)
 {
-    if (c)
+    if (c) {
+        ts_frame_mac_free(c);
         c->ops->close(c);
+    }
 }
 static inline void ts_tp_unlisten(struct ts_listener *l)
 {

@@ -136,6 +136,7 @@ bench: build
 	$(BUILD)/bin/bench_codec --out bench/results/codec.json
 	/usr/bin/python3 bench/recovery.py --bin $(BUILD)/bin --out bench/results/recovery.json
 	/usr/bin/python3 bench/metrics.py --bin $(BUILD)/bin --out bench/results/metrics.json
+	/usr/bin/python3 bench/security.py --bin $(BUILD)/bin --out bench/results/security.json
 
 FAULT_TRIALS ?= 24
 KILL_TRIALS ?= 50

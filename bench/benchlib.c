@@ -114,11 +114,27 @@ static ts_status master_wait_port(struct bench_master *m, struct ts_err *err)
     return TS_OK;
 }
 
+int bench_tls_args(char **argv, int n, const char *dir, const char *stem, char buf[3][512])
+{
+    if (!dir)
+        return n;
+    snprintf(buf[0], 512, "%s/%s.pem", dir, stem);
+    snprintf(buf[1], 512, "%s/%s.key", dir, stem);
+    snprintf(buf[2], 512, "%s/ca.pem", dir);
+    argv[n++] = "--tls-cert";
+    argv[n++] = buf[0];
+    argv[n++] = "--tls-key";
+    argv[n++] = buf[1];
+    argv[n++] = "--tls-ca";
+    argv[n++] = buf[2];
+    return n;
+}
+
 /* Starts BIN/tessera-master on 127.0.0.1:0. Its stderr is ours, at TESSERA_LOG=warn unless
  * the caller set a level: anything it prints during a run is worth reading. */
 ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_err *err)
 {
-    char exe[PATH_MAX], lease[16], replicas[16];
+    char exe[PATH_MAX], lease[16], replicas[16], tls[3][512];
     ts_status st;
     int fd;
 
@@ -135,8 +151,9 @@ ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_
     memcpy(port_file_for_signal, m->port_file, sizeof(port_file_for_signal));
     snprintf(lease, sizeof(lease), "%d", LEASE_MS);
     snprintf(replicas, sizeof(replicas), "%d", m->replicas > 0 ? m->replicas : 1);
-    char *argv[] = { exe, "--listen", "127.0.0.1:0", "--port-file", m->port_file,
-                     "--lease-ms", lease, "--grace-ms", "1000", "--replicas", replicas, NULL };
+    char *argv[20] = { exe, "--listen", "127.0.0.1:0", "--port-file", m->port_file,
+                       "--lease-ms", lease, "--grace-ms", "1000", "--replicas", replicas };
+    argv[bench_tls_args(argv, 11, m->tls_dir, "master", tls)] = NULL;
     setenv("TESSERA_LOG", "warn", 0); /* before any thread exists: main calls us first */
     if ((st = ts_launch(exe, argv, NULL, -1, &m->pid, err))) {
         m->pid = 0;

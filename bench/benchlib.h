@@ -23,7 +23,14 @@ struct bench_master {
     char port_file[64];
     char target[64];          /* "127.0.0.1:PORT" */
     int replicas;             /* set before bench_master_start: its --replicas (0: default) */
+    /* set before bench_master_start: a `tessera certs init` directory: the master serves
+     * mutual TLS with its master.pem (NULL: plaintext). */
+    const char *tls_dir;
 };
+
+/* With dir: "--tls-cert DIR/STEM.pem --tls-key DIR/STEM.key --tls-ca DIR/ca.pem" appended at
+ * argv[n] (paths in buf); returns the new count. Without: n. */
+int bench_tls_args(char **argv, int n, const char *dir, const char *stem, char buf[3][512]);
 
 struct bench_lat {                  /* microseconds */
     double p50, p90, p99, max;

@@ -64,6 +64,7 @@ struct opts {
     const char *bin, *sizes_s, *transports_s, *buffers_s, *out, *python, *tp[2];
     int64_t iters, sizes[MAX_SIZES], replicas;
     int64_t metrics_port;          /* shard i serves /metrics on this + i, scraped each second */
+    const char *tls;               /* --tls DIR: mutual TLS and the data-plane handshake */
     int nsizes, ntp, nbuf;
     bool exact, quick, buf[2];     /* buf: the --buffers kinds in order, true for "shared" */
 };
@@ -192,6 +193,7 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
 
     memset(c, 0, sizeof(*c));
     c->m.replicas = (int)o->replicas;
+    c->m.tls_dir = o->tls;
     snprintf(exe, sizeof(exe), "%s/tessera-shard", o->bin);
     if (access(exe, X_OK) != 0)
         return ts_err_set(err, TS_ENOTFOUND, "--bin: no executable %s (%s)", exe,
@@ -199,10 +201,15 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
     if ((st = bench_master_start(o->bin, &c->m, err)))
         return st;
     for (int i = 0; i < NSHARDS && !st; i++) {
-        char port[16];
-        char *argv[] = { exe, "--master", c->m.target, "--listen", "127.0.0.1:0", "--transport",
-                         (char *)tp, "--grace-ms", "1000", o->metrics_port ? "--metrics-port"
-                                                                          : NULL, port, NULL };
+        char port[16], tls[3][512];
+        char *argv[24] = { exe, "--master", c->m.target, "--listen", "127.0.0.1:0",
+                           "--transport", (char *)tp, "--grace-ms", "1000" };
+        int n = bench_tls_args(argv, 9, o->tls, "shard", tls);
+        if (o->metrics_port) {
+            argv[n++] = "--metrics-port";
+            argv[n++] = port;
+        }
+        argv[n] = NULL;
         snprintf(port, sizeof(port), "%lld", (long long)(o->metrics_port + i));
         if (!(st = ts_launch(exe, argv, NULL, -1, &c->shard[i].pid, err)))
             kids[i] = c->shard[i].pid;
@@ -720,6 +727,9 @@ int main(int argc, char **argv)
         { "python", TS_FLAG_STR, &o.python, "PATH", "python3 with torch (/usr/bin/python3)", 0,
           0 },
         { "quick", TS_FLAG_BOOL, &o.quick, NULL, "sizes 4,64, 3 steps (flags given win)", 0, 0 },
+        { "tls", TS_FLAG_STR, &o.tls, "DIR", "mutual TLS with the certificates of DIR "
+          "(`tessera certs init DIR`): every gRPC call, and the data-plane handshake, with "
+          "frame MACs on tcp (docs/security.md)", 0, 0 },
         { "metrics-port", TS_FLAG_INT, &o.metrics_port, "BASE", "shard i serves Prometheus "
           "metrics on BASE + i, scraped every second while the runs go (bench/metrics.py)", 1,
           65000 },
@@ -750,6 +760,8 @@ int main(int argc, char **argv)
         return 1;
     }
     o.bin = o.bin ? o.bin : exe_dir;
+    if (o.tls)   /* the workers (and our own calls) show the client certificate */
+        setenv("TESSERA_TLS_DIR", o.tls, 1);
     signal(SIGINT, on_sig);
     signal(SIGTERM, on_sig);
     signal(SIGHUP, on_sig);

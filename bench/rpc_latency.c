@@ -600,6 +600,7 @@ int main(int argc, char **argv)
         "latency and master CPU with many simulated workers. Prints a table and\n"
         "writes JSON whose headline is the C p99 against the 1 ms goal.";
     struct opts o = { 0 };
+    struct bench_master m = { 0 };
     const struct ts_flag flags[] = {
         { "bin", TS_FLAG_STR, &o.bin, "DIR", "where tessera-master is (default: this "
                                              "program's directory)", 0, 0 },
@@ -617,11 +618,12 @@ int main(int argc, char **argv)
                                                     "/usr/bin/python3)", 0, 0 },
         { "quick", TS_FLAG_BOOL, &o.quick, NULL, "smoke run: 1000 calls, 1000 workers, 2 s "
                                                  "(explicit flags still win)", 0, 0 },
+        { "tls", TS_FLAG_STR, &m.tls_dir, "DIR", "mutual TLS: the master with DIR/master.pem, "
+          "the clients with DIR/client.pem (`tessera certs init DIR`)", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
     struct results r = { 0 };
-    struct bench_master m = { 0 };
     char exe_dir[PATH_MAX];
     int done;
     bool ok;
@@ -634,6 +636,8 @@ int main(int argc, char **argv)
     o.interval_ms = o.interval_ms ? o.interval_ms : LEASE_MS / 3;
     o.out = o.out ? o.out : "bench/results/rpc_latency.json";
     o.python = o.python ? o.python : "/usr/bin/python3";
+    if (m.tls_dir)   /* our C calls and the Python client's (TESSERA_TLS_DIR) */
+        setenv("TESSERA_TLS_DIR", m.tls_dir, 1);
     if (!o.bin) {
         if (ts_proc_exe_dir(exe_dir, sizeof(exe_dir), &err)) {
             fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);

@@ -13,6 +13,7 @@ Percentiles use the nearest-rank rule, as the C side does.
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -25,6 +26,21 @@ except ImportError as e:
 
 METHOD = "/tessera.v1.Master/ClusterStatus"
 
+
+
+def channel(target):
+    """Plaintext, or mutual TLS with $TESSERA_TLS_DIR's client certificate as our SDK does
+    (docs/security.md)."""
+    d = os.environ.get("TESSERA_TLS_DIR")
+    if not d:
+        return grpc.insecure_channel(target)
+
+    def read(name):
+        with open(os.path.join(d, name), "rb") as f:
+            return f.read()
+    creds = grpc.ssl_channel_credentials(read("ca.pem"), read("client.key"), read("client.pem"))
+    return grpc.secure_channel(target, creds,
+                               options=[("grpc.ssl_target_name_override", "server.tessera")])
 
 def percentile(sorted_ns, p):
     """Nearest rank: the smallest sample with at least p% of the samples at or below it."""
@@ -42,7 +58,7 @@ def main():
     if a.calls < 1 or a.warmup < 0:
         sys.exit("rpc_latency_py: --calls must be >= 1 and --warmup >= 0")
 
-    with grpc.insecure_channel(a.target) as ch:
+    with channel(a.target) as ch:
         call = ch.unary_unary(
             METHOD,
             request_serializer=master_pb2.ClusterStatusRequest.SerializeToString,

@@ -219,9 +219,11 @@ ts_status sdk_region_reconnect(struct tessera *t, struct sdk_tensor *x, int id,
 ts_status sdk_hello(struct tessera *t, struct ts_err *err);
 /* What a reply said besides its payload. */
 struct reply_info {
-    uint32_t flags;           /* PARAMS: TS_PARAMS_* */
+    uint32_t flags;           /* PARAMS: TS_PARAMS_*; an ACK of HELLO: TS_ACK_* */
     uint32_t staleness;
     uint64_t step;            /* the frame's step field (an ACK of HELLO: the job's rollbacks) */
+    uint8_t data[48];         /* an ACK's payload (a handshake's proof, transport/auth.h) */
+    size_t data_len;
 };
 /* Reads the reply to the oldest request on shard slot s, of type want for (tensor, part);
  * PARAMS land in dst (cap bytes). An ERROR reply is its status and message. */

@@ -6,6 +6,9 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
+#include "transport/auth.h"
 #include "transport/frame.h"
 
 ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
@@ -48,16 +51,25 @@ ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t 
         ri->flags = h.flags;
         ri->staleness = h.rank;
         ri->step = h.step;
+        ri->data_len = !params && h.len <= sizeof(ri->data) ? (size_t)h.len : 0;
+        memcpy(ri->data, small, ri->data_len);
     }
     return TS_OK;
 }
 
-/* Names the job on every connection, once the shards know it (after a registration). */
+/* Names the job on every connection, once the shards know it (after a registration). A
+ * connection not yet authenticated does the handshake on the way, when the master gave this
+ * worker its job's key (mutual TLS; transport/auth.h). */
 ts_status sdk_hello(struct tessera *t, struct ts_err *err)
 {
+    struct ts_dp_hs hs[MAX_SHARDS];
+    size_t jl = strlen(t->job.id);
+    uint8_t hello[TS_JOB_ID_MAX + TS_DP_NONCE_LEN];
+    bool keyed = t->ms && ts_membership_data_key(t->ms, hs[0].key);
     ts_status st = TS_OK;
 
     t->hello_epoch = t->cl ? ts_cluster_epoch(t->cl) : 0;
+    memcpy(hello, t->job.id, jl);
     for (size_t i = 0; !st && i < t->nshards; i++) {
         /* An elastic worker names itself: a shard that sees it hang up tells the master. The
          * map epoch: a reduce job's shard refuses pulls under an older one (dataplane.h). */
@@ -65,15 +77,33 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
                                   .step = t->hello_epoch,
                                   .tensor = t->elastic ? ts_membership_id(t->ms) : 0,
                                   .flags = t->elastic ? TS_HELLO_ELASTIC : 0 };
-        st = ts_frame_send(t->shards[i].conn, &h, t->job.id, strlen(t->job.id), err);
+        bool auth = keyed && !t->shards[i].conn->authed;
+        if (auth) {
+            memcpy(hs[i].key, hs[0].key, TS_DP_KEY_LEN);
+            hs[i].job = t->job.id;
+            hs[i].rank = t->rank;
+            h.flags |= TS_HELLO_AUTH;
+            if ((st = ts_dp_nonce(hs[i].nc, err)))
+                break;
+            memcpy(hello + jl, hs[i].nc, TS_DP_NONCE_LEN);
+        }
+        st = ts_frame_send(t->shards[i].conn, &h, hello, jl + (auth ? TS_DP_NONCE_LEN : 0), err);
     }
     t->generation = 0;
     for (size_t i = 0; !st && i < t->nshards; i++) {
         struct reply_info ri = { 0 };
+        bool auth = keyed && !t->shards[i].conn->authed;
         st = sdk_read_reply(t, (uint32_t)i, TS_FRAME_ACK, 0, 0, NULL, 0, &ri, err);
+        if (!st && auth) {
+            struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .flags = ri.flags,
+                                        .len = ri.data_len };
+            if ((st = ts_dp_initiate_finish(t->shards[i].conn, &hs[i], &ack, ri.data, err)))
+                ts_err_prefix(err, "shard %u", t->shards[i].id);
+        }
         if (!st && ri.step > t->generation)
             t->generation = (uint32_t)ri.step;
     }
+    OPENSSL_cleanse(hs, sizeof(hs));
     t->hello_done = !st;
     t->hello_said |= !st;
     if (!st && !t->followed_set) {

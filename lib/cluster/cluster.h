@@ -128,6 +128,10 @@ ts_status ts_membership_beat(struct ts_membership *ms, struct ts_err *err) TS_MU
 ts_status ts_membership_caught_up(struct ts_membership *ms, unsigned registration,
                                   struct ts_err *err) TS_MUST_CHECK;
 uint64_t ts_membership_epoch(struct ts_membership *ms);
+/* The data-plane key of the member's last registration into out (shards: the cluster's;
+ * trainers: their job's; transport/auth.h); false when the master gave none (it serves
+ * plaintext, or TLS without client certificates). */
+bool ts_membership_data_key(struct ts_membership *ms, uint8_t out[32]);
 const char *ts_membership_instance(struct ts_membership *ms);
 
 /* A shard's chains over its jobs, summed from its ShardStatus: partitions it heads, copies it

@@ -49,7 +49,32 @@ struct ts_membership {
     uint8_t endpoint_addr[4][192];
     char endpoint_name[4][16];
     size_t nendpoints;
+    /* The data-plane key of the last registration (shards: the cluster's; workers: their
+     * job's); under mu. */
+    uint8_t data_key[32];
+    bool has_data_key;
 };
+
+/* Keeps the key a registration handed out (none: plaintext, no handshake). */
+static void keep_key(struct ts_membership *ms, const ProtobufCBinaryData *k)
+{
+    pthread_mutex_lock(&ms->mu);
+    ms->has_data_key = k->len == sizeof(ms->data_key);
+    if (ms->has_data_key)
+        memcpy(ms->data_key, k->data, sizeof(ms->data_key));
+    pthread_mutex_unlock(&ms->mu);
+}
+
+bool ts_membership_data_key(struct ts_membership *ms, uint8_t out[32])
+{
+    bool has;
+
+    pthread_mutex_lock(&ms->mu);
+    if ((has = ms->has_data_key))
+        memcpy(out, ms->data_key, sizeof(ms->data_key));
+    pthread_mutex_unlock(&ms->mu);
+    return has;
+}
 
 const char *ts_master_default_addr(const char *flag)
 {
@@ -189,6 +214,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
             return st;
         id = resp->shard_id, epoch = resp->epoch, lease = resp->lease_ms;
         interval = resp->heartbeat_interval_ms;
+        keep_key(ms, &resp->data_key);
         tessera__v1__register_shard_response__free_unpacked(resp, NULL);
     } else {
         Tessera__V1__RegisterWorkerRequest req = TESSERA__V1__REGISTER_WORKER_REQUEST__INIT;
@@ -212,6 +238,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
             return st;
         id = resp->worker_id, epoch = resp->epoch, lease = resp->lease_ms;
         interval = resp->heartbeat_interval_ms;
+        keep_key(ms, &resp->data_key);
         tessera__v1__register_worker_response__free_unpacked(resp, NULL);
     }
     atomic_store(&ms->id, id);

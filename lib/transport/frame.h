@@ -61,11 +61,18 @@ enum ts_frame_type {
                              * holds version `step` of (tensor, partition), its values as
                              * payload (none: version 0); flags TS_SEED_*; ACK (docs/
                              * replication.md, "Reduce jobs that lose every copy") */
-    TS_FRAME_TYPE_MAX = 11,
+    TS_FRAME_AUTH = 12,     /* initiator -> acceptor: the last step of the handshake (auth.h);
+                             * no reply */
+    TS_FRAME_TYPE_MAX = 12,
 };
 
 /* HELLO flags; a HELLO's `step` is the worker's shard map epoch (0: not said). */
 #define TS_HELLO_ELASTIC 0x1u   /* the worker is elastic: a hang-up without BYE is its death */
+#define TS_HELLO_AUTH 0x2u      /* a handshake (auth.h): a 16-byte nonce follows the job id */
+#define TS_HELLO_CHAIN 0x4u     /* from the shard before this one in a chain, keyed as such */
+/* ACK flags (the ACK of a HELLO). */
+#define TS_ACK_AUTH 0x1u        /* the payload is the acceptor's nonce and proof (auth.h) */
+#define TS_ACK_MAC 0x2u         /* from the AUTH on, frames each way carry MACs (mac.h) */
 /* SHARE flags: what the region holds. */
 #define TS_SHARE_GRAD 0x1u      /* worker -> shard: the worker's gradient buffer of the tensor */
 #define TS_SHARE_PARAMS 0x2u    /* shard -> worker, or shard -> the next shard of a chain: the

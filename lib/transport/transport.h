@@ -60,8 +60,10 @@ struct ts_conn {
      * and to skip in front of the next header received, so that every header, and so every
      * payload, starts 8-aligned in the byte stream (frame.h, "Alignment"). */
     uint8_t tx_pad, rx_pad;
-    /* mac.h: frame MACs once the connection is authenticated; NULL before (and without). */
+    /* mac.h: frame MACs once the connection is authenticated; NULL before (and without).
+     * authed: the data-plane handshake (auth.h) succeeded on it. */
     struct ts_frame_mac *mac;
+    bool authed;
 };
 
 struct ts_listener {

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <openssl/rand.h>
+
 #include "master.h"
 #include "placement/ring.h"
 #include "rpc/serve.h"
@@ -115,6 +117,8 @@ int main(int argc, char **argv)
         ts_members_create(&cfg, &m.members, &err) || jobs_create(&jcfg, &m.jobs, &err) ||
         snapper_open(&m.snap, m.members, &m.data, m.jobs, store, restore, branch,
                      master_state_branch(&m.state), (uint32_t)every, &err) ||
+        (RAND_bytes(m.data_key, sizeof(m.data_key)) != 1 &&   /* a restored one replaces it */
+         ts_err_set(&err, TS_EINTERNAL, "no random bytes from libcrypto for the data key")) ||
         master_state_load(&m.state, &m, &m.restored, &err))
         goto out;
     ts_master_service.ctx = &m;

@@ -28,6 +28,9 @@ struct master {
     struct master_state state;      /* what a restart takes back (--state-dir; state.c) */
     struct progress *progress;      /* the jobs' progress for the status page (progress.h) */
     struct views *views;            /* the shards' own status for the page (views.h) */
+    /* The cluster's data-plane key (transport/auth.h): made at the first start, kept in the
+     * state; handed out only under mutual TLS. */
+    uint8_t data_key[32];
 };
 
 /* The releaser thread (release.c): frees ended jobs on every alive shard, then their data

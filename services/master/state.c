@@ -28,7 +28,8 @@ static ts_status replace_file(const char *dir, const char *name, const void *p, 
 
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+    /* 0600: the state holds the cluster's data-plane key */
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
         return ts_err_set(err, TS_EIO, "cannot write %s: %s", tmp, strerror(errno));
     for (size_t off = 0; off < n && w >= 0; off += (size_t)w)
         if ((w = write(fd, (const char *)p + off, n - off)) < 0 && errno == EINTR)
@@ -346,6 +347,7 @@ static Tessera__V1__MasterState *build(struct master *m, struct ts_rpc_call *cal
     ms->data = datamap_requests(&m->data, call, &ms->n_data);
     ms->branch = (char *)snapper_branch(&m->snap, call);
     ms->snapshots = snapper_job_snapshots(&m->snap, call, &ms->n_snapshots);
+    ms->data_key = (ProtobufCBinaryData){ sizeof(m->data_key), m->data_key };
     jobs_records_free(r, n);
     ts_members_view_free(&v);
     return ms;
@@ -372,6 +374,8 @@ ts_status master_state_load(struct master_state *s, struct master *m, bool *rest
     if (!st && !(st = restore_members(m, use, s->saved_clock, err)) &&
         !(st = restore_jobs(s, m, use, err))) {
         snapper_restore_jobs(&m->snap, use->snapshots, use->n_snapshots);
+        if (use->data_key.len == sizeof(m->data_key))
+            memcpy(m->data_key, use->data_key.data, sizeof(m->data_key));
         *restored = true;
         ts_log(TS_WARN, "master", "restarted with the state in %s: %zu shards, %zu workers, "
                "%zu jobs; epoch %" PRIu64, s->dir, use->n_shards, use->n_workers, use->n_jobs,

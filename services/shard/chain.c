@@ -4,8 +4,10 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <openssl/crypto.h>
 #include <string.h>
 
+#include "transport/auth.h"
 #include "util/log.h"
 
 #define LINK_CONNECT_MS 10000
@@ -22,8 +24,9 @@ static void drop(struct chain_links *cs, size_t i)
 
 /* Waits for the reply to the frame just sent on c: TS_OK for an ACK, the peer's status and
  * message for an ERROR. */
-static ts_status await_reply(struct ts_conn *c, uint32_t shard, const atomic_bool *stop,
-                             struct ts_err *err)
+/* ack, if not NULL, receives the ACK's header, and data its payload (REPLY_MAX bytes). */
+static ts_status await_ack(struct ts_conn *c, uint32_t shard, const atomic_bool *stop,
+                           struct ts_frame_hdr *ack, char *data, struct ts_err *err)
 {
     char msg[REPLY_MAX + 1];
     struct ts_frame_hdr h;
@@ -38,8 +41,13 @@ static ts_status await_reply(struct ts_conn *c, uint32_t shard, const atomic_boo
     if (st)
         return ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", shard,
                           err->msg[0] ? err->msg : "no reply");
-    if (h.type == TS_FRAME_ACK)
+    if (h.type == TS_FRAME_ACK) {
+        if (ack) {
+            *ack = h;
+            memcpy(data, msg, h.len);
+        }
         return TS_OK;
+    }
     msg[h.len < REPLY_MAX ? h.len : REPLY_MAX] = '\0';
     if (h.type == TS_FRAME_ERROR)
         return ts_err_set(err, ts_frame_error_status(&h), "replica shard %u: %s", shard, msg);
@@ -47,12 +55,44 @@ static ts_status await_reply(struct ts_conn *c, uint32_t shard, const atomic_boo
                       shard, h.type);
 }
 
+static ts_status await_reply(struct ts_conn *c, uint32_t shard, const atomic_bool *stop,
+                             struct ts_err *err)
+{
+    return await_ack(c, shard, stop, NULL, NULL, err);
+}
+
+/* The HELLO of a new link, and with the cluster's key the handshake (transport/auth.h): the
+ * job's chain key, which workers never hold, proves a shard of this cluster to the next. */
+static ts_status hello(struct chain_links *cs, struct ts_conn *c, const char *job, uint32_t next,
+                       const atomic_bool *stop, struct ts_err *err)
+{
+    struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .rank = cs->self }, ack;
+    uint8_t payload[TS_JOB_ID_MAX + TS_DP_NONCE_LEN];
+    char reply[REPLY_MAX];
+    struct ts_dp_hs hs = { .job = job, .rank = cs->self };
+    size_t jl = strlen(job);
+    ts_status st;
+
+    memcpy(payload, job, jl);
+    if (cs->key) {
+        h.flags = TS_HELLO_AUTH | TS_HELLO_CHAIN;
+        ts_dp_job_key(cs->key, job, true, hs.key);
+        if ((st = ts_dp_nonce(hs.nc, err)))
+            return st;
+        memcpy(payload + jl, hs.nc, TS_DP_NONCE_LEN);
+    }
+    if (!(st = ts_frame_send(c, &h, payload, jl + (cs->key ? TS_DP_NONCE_LEN : 0), err)) &&
+        !(st = await_ack(c, next, stop, &ack, reply, err)) && cs->key)
+        st = ts_dp_initiate_finish(c, &hs, &ack, reply, err);
+    OPENSSL_cleanse(&hs, sizeof(hs));
+    return st;
+}
+
 /* The link to shard next, opened (and its HELLO answered) if there is none. */
 static ts_status link_to(struct chain_links *cs, struct ts_cluster *cl, const char *job,
                          uint32_t next, const atomic_bool *stop, size_t *at,
                          struct ts_err *err)
 {
-    struct ts_frame_hdr hello = { .type = TS_FRAME_HELLO };
     struct ts_conn *c;
     ts_status st;
 
@@ -69,8 +109,7 @@ static ts_status link_to(struct chain_links *cs, struct ts_cluster *cl, const ch
     }
     if ((st = ts_cluster_connect(cl, next, NULL, LINK_CONNECT_MS, &c, err)))
         return ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", next, err->msg);
-    if ((st = ts_frame_send(c, &hello, job, strlen(job), err)) ||
-        (st = await_reply(c, next, stop, err))) {
+    if ((st = hello(cs, c, job, next, stop, err))) {
         ts_tp_close(c);
         return st;
     }

@@ -43,6 +43,9 @@ struct chain_image {
 
 struct chain_links {
     uint32_t self;                   /* this shard's id: an IMAGE names its sender in `rank` */
+    /* The cluster's data-plane key (borrowed; NULL: none): a new link does the handshake
+     * with the job's chain key (transport/auth.h). */
+    const uint8_t *key;
     struct chain_link *links;
     size_t n, cap;
     void *image;                     /* an image, or a step's small pieces, reused per step */

@@ -50,7 +50,17 @@ struct dataplane {
      * `tessera verify replicas` to find. */
     bool flip;
     uint32_t flip_tensor, flip_part;
+    /* The data-plane handshake (transport/auth.h; docs/security.md). require_auth: set at
+     * start when the shard serves mutual TLS; then every connection must do the handshake
+     * before any other frame. key: the cluster's data key, once the master gave it
+     * (dataplane_set_key); a HELLO before that is refused as "retry". */
+    bool require_auth;
+    atomic_bool keyed;
+    uint8_t key[32];
 };
+
+/* The cluster's data-plane key from the shard's registration (ts_membership_data_key). */
+void dataplane_set_key(struct dataplane *dp, const uint8_t key[32]);
 
 /* Frames received and refused so far, over every connection. */
 void dataplane_counters(struct dataplane *dp, uint64_t *in, uint64_t *refused);

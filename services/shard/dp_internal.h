@@ -11,6 +11,7 @@
 
 #include "chain.h"
 #include "dataplane.h"
+#include "transport/auth.h"
 #include "transport/region.h"
 #include "util/names.h"
 
@@ -58,6 +59,12 @@ struct dp_conn {
      * newest roster of its job heard from the master. */
     uint32_t worker;
     bool bye;
+    /* The handshake (auth.h): begun by a HELLO with TS_HELLO_AUTH (hs_pending until its AUTH),
+     * with MACs or not (hs_mac, what the ACK said); link: the peer proved the chain key, so
+     * it is a shard before this one in a chain (IMAGE frames are taken only from such). */
+    struct ts_dp_hs hs;
+    char hs_job[TS_JOB_ID_MAX + 1];
+    bool hs_pending, hs_mac, link;
     atomic_uint wakes;
     unsigned wakes_seen;
     bool reslot;

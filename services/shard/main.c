@@ -1,6 +1,7 @@
 /* main.c - tessera-shard: serve, join the cluster, heartbeat, leave cleanly on SIGTERM. */
 #include <inttypes.h>
 #include <malloc.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -105,6 +106,7 @@ int main(int argc, char **argv)
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
     const char *adv = NULL, *master = NULL, *transport = NULL, *store_dir = NULL;
     const char *restore = NULL;
+    uint8_t key[32];
     int64_t lease_ms = 0, mem_mib = 0, max_tensors = SHARD_MAX_TENSORS, restarts = 0;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
@@ -180,6 +182,8 @@ int main(int argc, char **argv)
     if (dataplane_start(&s.dp, &s.params, host, transport, &err))
         goto out;
     dp_started = true;
+    /* mutual TLS on gRPC: the data plane takes only connections that did the handshake */
+    s.dp.require_auth = !strcmp(ts_rpc_tls_mode(), "mtls");
     for (size_t i = 0; i < s.dp.n; i++) {
         Tessera__V1__DataPlaneEndpoint init = TESSERA__V1__DATA_PLANE_ENDPOINT__INIT;
         eps[i] = init;
@@ -206,6 +210,16 @@ int main(int argc, char **argv)
                       s.master_addr);
         goto out;
     }
+    if (ts_membership_data_key(s.membership, key)) {
+        dataplane_set_key(&s.dp, key);
+        OPENSSL_cleanse(key, sizeof(key));
+    } else if (s.dp.require_auth) {
+        ts_err_set(&err, TS_EAUTH, "the master gave no data-plane key, though this shard "
+                   "serves mutual TLS: start the master with --tls-ca too");
+        goto out;
+    }
+    ts_log(TS_INFO, "shard", "data plane: %s", s.dp.require_auth ? "the handshake required "
+           "(TESSERA_DATA_MAC: MACs on tcp by default)" : "unauthenticated (no mutual TLS)");
     atomic_store(&s.dp.self, ts_membership_id(s.membership));
     s.dp.remap = remap;
     s.dp.remap_ctx = &s;

@@ -245,7 +245,8 @@ static void *repair_main(void *arg)
     struct repair *r = arg;
 
     while (!atomic_load(&r->stop)) {
-        struct chain_links links = { .self = atomic_load(&r->dp->self) };
+        struct chain_links links = { .self = atomic_load(&r->dp->self),
+                                     .key = atomic_load(&r->dp->keyed) ? r->dp->key : NULL };
         struct todo *todo;
         size_t n;
         bool again = false;

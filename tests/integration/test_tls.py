@@ -26,7 +26,8 @@ sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
 
 import grpc  # noqa: E402
-from tessera_testlib import master_pb2  # noqa: E402
+from tessera_testlib import master_pb2, shard_pb2  # noqa: E402
+from tessera.v1 import state_pb2  # noqa: E402
 
 STEPS = 60 if tl.SANITIZED else 200
 # The Python binding (build/python): a job of its own through the TLS cluster; the channels
@@ -72,15 +73,15 @@ class Tls(tl.ClusterCase, unittest.TestCase):
             raise AssertionError(r.stdout + r.stderr)
         cls.other = other
 
-    def channel(self, stem="client", ca=None, certs=None):
-        """A grpcio channel to the master over TLS, showing certs/stem.pem (stem None: no
-        client certificate), checking the server against ca (default ours)."""
+    def channel(self, stem="client", ca=None, certs=None, addr=None):
+        """A grpcio channel to the master (or addr) over TLS, showing certs/stem.pem (stem
+        None: no client certificate), checking the server against ca (default ours)."""
         certs = certs or self.certs
         creds = grpc.ssl_channel_credentials(
             root_certificates=read(ca or os.path.join(self.certs, "ca.pem")),
             private_key=read(os.path.join(certs, stem + ".key")) if stem else None,
             certificate_chain=read(os.path.join(certs, stem + ".pem")) if stem else None)
-        ch = grpc.secure_channel(self.master, creds,
+        ch = grpc.secure_channel(addr or self.master, creds,
                                  options=[("grpc.ssl_target_name_override", "server.tessera")])
         self.c.channels.append(ch)
         return ch
@@ -105,15 +106,25 @@ class Tls(tl.ClusterCase, unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--force", r.stderr)
 
+    @classmethod
+    def local_sha(cls):
+        if not hasattr(cls, "_local"):
+            r = cli(["train", "--local", "--steps", str(STEPS), "--exact", "--json"],
+                    timeout=300)
+            if r.returncode:
+                raise AssertionError(r.stderr[-3000:])
+            cls._local = json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
+        return cls._local
+
     def test_b_a_tls_cluster_trains_to_the_local_fingerprint(self):
-        r = cli(["train", "--master", self.master, "--workers", "2", "--steps", str(STEPS),
-                 "--exact", "--json"], env=self.env, timeout=300)
-        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        got = json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
-        r = cli(["train", "--local", "--steps", str(STEPS), "--exact", "--json"], timeout=300)
-        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        self.assertEqual(got, json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"])
-        tl.log("TLS cluster: %d exact steps, params_sha256 %s... as --local" % (STEPS, got[:12]))
+        for transport in ("shm", "tcp"):   # tcp: frames MAC'd; shm: the handshake alone
+            r = cli(["train", "--master", self.master, "--workers", "2", "--steps", str(STEPS),
+                     "--exact", "--json", "--transport", transport], env=self.env, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            got = json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
+            self.assertEqual(got, self.local_sha(), transport)
+        tl.log("TLS cluster: %d exact steps over shm and tcp, params_sha256 %s... as --local"
+               % (STEPS, got[:12]))
 
     def test_c_python_grpcio_over_mutual_tls(self):
         cs = self.status()
@@ -185,6 +196,68 @@ class Tls(tl.ClusterCase, unittest.TestCase):
         r = cli(["snapshot", "gc", "--master", self.master], env=dict(
             self.env, TESSERA_TOKEN_FILE=os.path.join(self.certs, "admin.token")))
         self.assertNotIn("UNAUTHENTICATED", r.stderr)
+
+    def test_g_the_data_plane_takes_only_the_handshake(self):
+        """dp_probe speaks the frame format to a shard's tcp data plane: no handshake, a
+        HELLO without one, a recorded handshake replayed, a frame whose MAC does not match,
+        the wrong key: each refused and the connection closed; the kept job's partitions are
+        bit for bit as before, and a job training meanwhile ends with the --local
+        fingerprint."""
+        r = cli(["train", "--master", self.master, "--workers", "1", "--steps", "20", "--exact",
+                 "--keep", "--job", "dp-target", "--transport", "tcp"], env=self.env,
+                timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        state = state_pb2.MasterState()
+        state.ParseFromString(read(os.path.join(self.c.dir, "up", "master-state", "state")))
+        self.assertEqual(len(state.data_key), 32)
+        self.assertEqual(os.stat(os.path.join(self.c.dir, "up", "master-state", "state"))
+                         .st_mode & 0o777, 0o600)
+        smap = self.master_stub().GetShardMap(master_pb2.GetShardMapRequest(),
+                                              timeout=tl.RPC_TIMEOUT)
+        shard = smap.shards[0]
+        tcp = [d.address.decode() for d in shard.data_planes if d.transport == "tcp"][0]
+        stub = tl.Stub(self.channel(addr=shard.addr), shard_pb2, "Shard")
+
+        def digests():
+            return sorted((d.tensor_id, d.partition, d.version, d.sha256) for d in
+                          stub.PartitionDigests(shard_pb2.PartitionDigestsRequest(
+                              job="dp-target"), timeout=tl.RPC_TIMEOUT).partitions)
+        before = digests()
+        self.assertTrue(before)
+        refused0 = stub.ShardStatus(shard_pb2.ShardStatusRequest(),
+                                    timeout=tl.RPC_TIMEOUT).frames_refused
+        bystander = subprocess.Popen(
+            [os.path.join(tl.BIN, "tessera"), "train", "--master", self.master, "--workers",
+             "2", "--steps", str(STEPS), "--exact", "--json", "--transport", "tcp"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, **self.env))
+        try:
+            want = {"good": ["good ok"],
+                    "nohandshake": ["refused EAUTH", "before the data-plane handshake",
+                                    "closed"],
+                    "noauth": ["refused EAUTH", "needs the handshake", "closed"],
+                    "replay": ["nonce is new", "refused EAUTH", "proof", "closed"],
+                    "badmac": ["refused ECORRUPT", "MAC mismatch", "closed"],
+                    "wrongkey": ["refused EAUTH", "wrong proof"]}
+            for mode, needles in want.items():
+                p = subprocess.run([os.path.join(tl.BIN, "dp_probe"), tcp, "dp-target",
+                                    state.data_key.hex(), mode], capture_output=True,
+                                   text=True, timeout=60)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                for n in needles:
+                    self.assertIn(n, p.stdout, mode)
+            out, errs = bystander.communicate(timeout=300)
+        finally:
+            if bystander.poll() is None:
+                bystander.kill()
+                bystander.wait()
+        self.assertEqual(bystander.returncode, 0, errs[-3000:])
+        self.assertEqual(json.loads(out.strip().splitlines()[-1])["params_sha256"],
+                         self.local_sha())
+        self.assertEqual(digests(), before, "the kept job's partitions changed")
+        refused = stub.ShardStatus(shard_pb2.ShardStatusRequest(),
+                                   timeout=tl.RPC_TIMEOUT).frames_refused
+        self.assertGreater(refused, refused0, "the frame with the bad MAC is counted")
 
 
 if __name__ == "__main__":

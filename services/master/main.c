@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include "master.h"
@@ -157,5 +158,6 @@ out:
     rollbacks_fini(&m.rb);
     ts_members_free(m.members);
     jobs_free(m.jobs);
+    OPENSSL_cleanse(m.data_key, sizeof(m.data_key));
     return rc;
 }

@@ -14,7 +14,13 @@ starts a master and two shards serving mutual TLS with them and an admin token. 
   the role); CollectGarbage without the admin token, or with a wrong one
   (UNAUTHENTICATED); ClusterStatus shows the cluster unchanged after every refusal;
 - with the admin token or the admin certificate, CollectGarbage gets past the check;
-- `tessera status` without TESSERA_TLS_DIR says what to set.
+- tessera-verify with its own certificate registers as the verify service and answers over
+  mutual TLS; a worker's certificate registering as "verify" is refused;
+- `tessera status` without TESSERA_TLS_DIR says what to set;
+- the data plane (test_g): a hostile client (dp_probe) without the handshake, with a HELLO
+  but no proof, replaying a recorded handshake, with a bit flipped after the MAC, or with the
+  wrong key, is refused and cut off; the job it aims at keeps its partitions bit for bit, and
+  a job training meanwhile ends with the --local fingerprint.
 """
 import json
 import os
@@ -258,6 +264,27 @@ class Tls(tl.ClusterCase, unittest.TestCase):
         refused = stub.ShardStatus(shard_pb2.ShardStatusRequest(),
                                    timeout=tl.RPC_TIMEOUT).frames_refused
         self.assertGreater(refused, refused0, "the frame with the bad MAC is counted")
+
+    def test_h_the_verify_service_registers_with_its_own_certificate(self):
+        tls = []
+        for flag, f in (("--tls-cert", "verify.pem"), ("--tls-key", "verify.key"),
+                        ("--tls-ca", "ca.pem")):
+            tls += [flag, os.path.join(self.certs, f)]
+        svc = self.c.start_server("tessera-verify", "verify", [
+            "--master", self.master, "--store", os.path.join(self.c.dir, "vstore")] + tls)
+        tl.wait_until(lambda: any(w.role == "verify" and w.state == tl.ALIVE
+                                  for w in self.status().workers), 30,
+                      "tessera-verify registered as role verify")
+        health = self.channel(addr=svc.addr).unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=tl.health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=tl.health_pb2.HealthCheckResponse.FromString)
+        self.assertEqual(health(tl.health_pb2.HealthCheckRequest(), timeout=tl.RPC_TIMEOUT)
+                         .status, tl.health_pb2.HealthCheckResponse.SERVING)
+        # a worker's certificate may not pose as the verify service
+        e = tl.call_error(self.master_stub().RegisterWorker, master_pb2.RegisterWorkerRequest(
+            host="h", instance="fake-verify", role="verify", addr="127.0.0.1:1"))
+        self.assertEqual(e.code(), grpc.StatusCode.PERMISSION_DENIED, e.details())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,161 @@
+/* fuzz_seeds.c - writes the seed corpora of the libFuzzer targets (tests/fuzz/corpus-<name>).
+ *
+ * Seeds are a few well-formed inputs, so that a fuzzer starts past the checksums, lengths
+ * and field numbers, plus a few edge cases. They are committed; run this again after a
+ * change to a format they hold:
+ *     build-fuzz/bin/fuzz_seeds tests/fuzz
+ * (a TESSERA_FUZZ build; it writes corpus-<name>/ under the directory given, replacing files
+ * of the same names). Each seed is under 4 KiB. Files named regress-* are inputs that found
+ * a bug, kept by hand; fuzz_manifest's seeds are real manifests (tests/fuzz/corpus). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "transport/frame.h"
+
+#define MAX_SEED 4096
+
+struct seed {
+    uint8_t b[MAX_SEED];
+    size_t n;
+};
+
+static const char *root;
+
+static void put(struct seed *s, const void *p, size_t n)
+{
+    if (s->n + n > MAX_SEED) {
+        fprintf(stderr, "fuzz_seeds: a seed over %d bytes\n", MAX_SEED);
+        exit(1);
+    }
+    if (n)
+        memcpy(s->b + s->n, p, n);
+    s->n += n;
+}
+
+static void save(const char *dir, const char *name, const struct seed *s)
+{
+    char path[512];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", root, dir);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        perror(path);
+        exit(1);
+    }
+    snprintf(path, sizeof(path), "%s/%s/%s", root, dir, name);
+    if (!(f = fopen(path, "wb")) || fwrite(s->b, 1, s->n, f) != s->n || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+/* ---- fuzz_frame: a byte stream, then the option byte (fuzz_frame.c, OPT_*) ---- */
+
+enum { OPT_MEM = 0x01, OPT_VIEW = 0x02, OPT_LOCAL = 0x04, OPT_FIX = 0x08 };
+#define OPT_CAP(i) ((i) << 4)
+#define OPT_VIEWS(i) ((i) << 6)
+
+/* One frame as ts_frame_send puts it on the stream: padding owed, header, payload. */
+static void frame(struct seed *s, size_t *pad, struct ts_frame_hdr h, const void *p,
+                  size_t len, bool unhashed)
+{
+    static const uint8_t zeros[8];
+    uint8_t b[TS_FRAME_HDR_LEN];
+
+    h.len = len;
+    h.unhashed = unhashed;
+    h.checksum = unhashed ? 0 : ts_frame_hash(p, len);
+    ts_frame_encode(&h, b);
+    put(s, zeros, *pad);
+    put(s, b, sizeof(b));
+    put(s, p, len);
+    *pad = (8 - len % 8) % 8;
+}
+
+static void frames(void)
+{
+    struct ts_frame_hdr hello = { .type = TS_FRAME_HELLO, .rank = 1, .step = 3 };
+    struct ts_frame_hdr push = { .type = TS_FRAME_PUSH, .tensor = 2, .partition = 1, .step = 7,
+                                 .dtype = 0, .encoding = 1, .rank = 1 };
+    struct ts_frame_hdr pull = { .type = TS_FRAME_PULL, .tensor = 2, .partition = 1, .step = 7,
+                                 .flags = TS_PULL_AFTER_PUSH };
+    struct ts_frame_hdr error = { .type = TS_FRAME_ERROR, .flags = TS_ESTALE };
+    float g[64];
+    struct seed s;
+    size_t pad;
+    uint8_t opt;
+
+    for (int i = 0; i < 64; i++)
+        g[i] = (float)i / 8 - 4;
+
+    /* A worker's opening: HELLO (odd length: padding follows), PUSH, PULL; over tcp. */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, hello, "job-1", 5, false);
+    frame(&s, &pad, push, g, 48, false);
+    frame(&s, &pad, pull, NULL, 0, false);
+    opt = 0;
+    put(&s, &opt, 1);
+    save("corpus-frame", "hello-push-pull-tcp", &s);
+
+    /* The same on a host-local connection: unhashed payloads, shown in place. */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, hello, "job-1", 5, true);
+    frame(&s, &pad, push, g, sizeof(g), true);
+    frame(&s, &pad, pull, NULL, 0, true);
+    opt = OPT_MEM | OPT_VIEW | OPT_LOCAL | OPT_VIEWS(3);
+    put(&s, &opt, 1);
+    save("corpus-frame", "unhashed-views-local", &s);
+
+    /* Hashed frames viewed in place, a view too small for the second payload. */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, push, g, 40, false);
+    frame(&s, &pad, push, g, 200, false);
+    opt = OPT_MEM | OPT_VIEW | OPT_VIEWS(2);
+    put(&s, &opt, 1);
+    save("corpus-frame", "views-small", &s);
+
+    /* An ERROR frame, then a frame torn by the hang-up (its header says 100 bytes). */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, error, "stale map", 9, false);
+    frame(&s, &pad, push, g, 100, false);
+    s.n -= 90;
+    opt = OPT_MEM;
+    put(&s, &opt, 1);
+    save("corpus-frame", "error-torn", &s);
+
+    /* Unhashed frames on a connection that leaves the host: refused. */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, push, g, 16, true);
+    opt = OPT_MEM;
+    put(&s, &opt, 1);
+    save("corpus-frame", "unhashed-remote", &s);
+
+    /* A payload over the receive buffer (capacity 64), then checksums left to OPT_FIX. */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, push, g, 128, false);
+    opt = OPT_CAP(2);
+    put(&s, &opt, 1);
+    save("corpus-frame", "over-capacity", &s);
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, hello, "job-2", 5, false);
+    frame(&s, &pad, push, g, 24, false);
+    s.b[TS_FRAME_HDR_LEN + 6] = 1; /* the padding is not zero, and both sums are off */
+    s.b[20] ^= 0xff;
+    opt = OPT_FIX | OPT_MEM | OPT_CAP(3);
+    put(&s, &opt, 1);
+    save("corpus-frame", "fix-sums", &s);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: fuzz_seeds DIR (tests/fuzz)\n");
+        return 2;
+    }
+    root = argv[1];
+    frames();
+    return 0;
+}

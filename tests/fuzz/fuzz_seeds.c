@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "codec/codec.h"
 #include "transport/frame.h"
 
 #define MAX_SEED 4096
@@ -149,6 +150,47 @@ static void frames(void)
     save("corpus-frame", "fix-sums", &s);
 }
 
+/* ---- fuzz_codec: encoding, n (little-endian u16), the payload ---- */
+
+static void codec(const char *name, unsigned enc, uint16_t n, const void *p, size_t len)
+{
+    struct seed s = { .n = 0 };
+    uint8_t hdr[3] = { (uint8_t)enc, (uint8_t)n, (uint8_t)(n >> 8) };
+
+    put(&s, hdr, 3);
+    put(&s, p, len);
+    save("corpus-codec", name, &s);
+}
+
+static void codecs(void)
+{
+    static const char *const specs[] = { "none", "fp16", "bf16", "int8", "topk:0.25" };
+    uint8_t out[1024];
+    float g[100];
+    size_t bytes;
+    uint32_t bad[5] = { 2, 5, 3, 0x3f800000, 0x40000000 }; /* k 2, indices 5 3, 1.0f 2.0f */
+
+    for (int i = 0; i < 100; i++)
+        g[i] = (i % 7 - 3) * 0.37f + (i == 42 ? 70000.0f : 0);
+    for (unsigned k = 0; k < 5; k++) {
+        struct ts_codec c;
+        char name[32];
+
+        if (ts_codec_parse(specs[k], &c, NULL))
+            exit(1);
+        ts_codec_encode(&c, g, 100, 1.0f, NULL, out, &bytes);
+        snprintf(name, sizeof(name), "%s-100", k == 4 ? "topk" : specs[k]);
+        codec(name, c.kind, 100, out, bytes);
+    }
+    /* Edge cases: TOPK indices out of order, an index past n, n = 0, an encoding past TOPK. */
+    codec("topk-unordered", TS_CODEC_TOPK, 8, bad, sizeof(bad));
+    bad[1] = 2, bad[2] = 9;
+    codec("topk-past-n", TS_CODEC_TOPK, 8, bad, sizeof(bad));
+    memset(out, 0, 4);
+    codec("topk-empty", TS_CODEC_TOPK, 0, out, 4);
+    codec("enc-5", 5, 4, out, 16);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -157,5 +199,6 @@ int main(int argc, char **argv)
     }
     root = argv[1];
     frames();
+    codecs();
     return 0;
 }

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "codec/codec.h"
+#include "rpc_types.h"
 #include "transport/frame.h"
 
 #define MAX_SEED 4096
@@ -150,6 +151,112 @@ static void frames(void)
     save("corpus-frame", "fix-sums", &s);
 }
 
+/* ---- fuzz_rpc: the type's index, then the message ---- */
+
+/* find, when not NULL: an edge case, byte `to` put at find's offset `at` in the message (bytes
+ * no encoder writes: a NUL, invalid UTF-8). */
+static void message(const char *name, const ProtobufCMessage *m, const char *find, size_t at,
+                    uint8_t to)
+{
+    const ProtobufCMessageDescriptor *types[64];
+    size_t n = fuzz_rpc_types(types, 64), len = protobuf_c_message_get_packed_size(m);
+    uint8_t *b = malloc(len ? len : 1);
+    struct seed s = { .n = 0 };
+    uint8_t idx;
+
+    for (idx = 0; idx < n && types[idx] != m->descriptor; idx++)
+        ;
+    if (idx == n || !b) {
+        fprintf(stderr, "fuzz_seeds: %s is not a request type\n", m->descriptor->name);
+        exit(1);
+    }
+    protobuf_c_message_pack(m, b);
+    if (find) {
+        uint8_t *p = memmem(b, len, find, strlen(find));
+        if (!p || at >= strlen(find))
+            exit(1);
+        p[at] = to;
+    }
+    put(&s, &idx, 1);
+    put(&s, b, len);
+    save("corpus-rpc", name, &s);
+    free(b);
+}
+
+static void rpcs(void)
+{
+    Tessera__V1__DataPlaneEndpoint ep[2] = { TESSERA__V1__DATA_PLANE_ENDPOINT__INIT,
+                                             TESSERA__V1__DATA_PLANE_ENDPOINT__INIT };
+    Tessera__V1__DataPlaneEndpoint *eps[2] = { &ep[0], &ep[1] };
+    Tessera__V1__RegisterShardRequest rs = TESSERA__V1__REGISTER_SHARD_REQUEST__INIT;
+    Tessera__V1__RegisterWorkerRequest rw = TESSERA__V1__REGISTER_WORKER_REQUEST__INIT;
+    Tessera__V1__HeartbeatRequest hb = TESSERA__V1__HEARTBEAT_REQUEST__INIT;
+    Tessera__V1__DeregisterRequest dr = TESSERA__V1__DEREGISTER_REQUEST__INIT;
+    Tessera__V1__DataChecksum dc[2] = { TESSERA__V1__DATA_CHECKSUM__INIT,
+                                        TESSERA__V1__DATA_CHECKSUM__INIT };
+    Tessera__V1__DataChecksum *dcs[2] = { &dc[0], &dc[1] };
+    Tessera__V1__CheckDataRequest cd = TESSERA__V1__CHECK_DATA_REQUEST__INIT;
+    Tessera__V1__CompareRequest cmp = TESSERA__V1__COMPARE_REQUEST__INIT;
+    Grpc__Health__V1__HealthCheckRequest hc = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    static uint8_t sha[2][32] = { { 1, 2, 3 }, { 4, 5, 6 } };
+
+    ep[0].transport = "tcp";
+    ep[0].address = (ProtobufCBinaryData){ 15, (uint8_t *)"127.0.0.1:40001" };
+    ep[1].transport = "shm";
+    ep[1].address = (ProtobufCBinaryData){ 12, (uint8_t *)"boot:ns:name" };
+    rs.addr = "127.0.0.1:7001";
+    rs.instance = "shard-7001-1";
+    rs.lease_ms = 3000;
+    rs.n_data_planes = 2;
+    rs.data_planes = eps;
+    message("register-shard", &rs.base, NULL, 0, 0);
+    message("register-shard-nul", &rs.base, "7001-1", 4, 0);
+
+    rw.host = "127.0.0.1";
+    rw.pid = 4242;
+    rw.instance = "worker-4242";
+    rw.role = "verify";
+    rw.addr = "127.0.0.1:7100";
+    rw.job = "job-1";
+    rw.workers = 2;
+    message("register-worker", &rw.base, NULL, 0, 0);
+    message("register-worker-utf8", &rw.base, "worker-4242", 8, 0xc3);
+
+    hb.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER;
+    hb.id = 1;
+    hb.known_epoch = 2;
+    hb.clock = 10;
+    hb.loss_scale = 1024;
+    message("heartbeat-worker", &hb.base, NULL, 0, 0);
+    hb.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD;
+    hb.moves_epoch = 2;
+    message("heartbeat-shard", &hb.base, NULL, 0, 0);
+
+    dr.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER;
+    dr.id = 1;
+    dr.reason = "finished";
+    message("deregister", &dr.base, NULL, 0, 0);
+
+    dc[0].name = "train[0:1000)";
+    dc[0].sha256 = (ProtobufCBinaryData){ 32, sha[0] };
+    dc[0].file = "train-images-idx3-ubyte.gz";
+    dc[1].name = "train[1000:2000)";
+    dc[1].sha256 = (ProtobufCBinaryData){ 32, sha[1] };
+    cd.job = "job-1";
+    cd.n_checksums = 2;
+    cd.checksums = dcs;
+    message("check-data", &cd.base, NULL, 0, 0);
+
+    cmp.a = "HEAD";
+    cmp.b = "live";
+    cmp.level = "bits";
+    cmp.job = "job-1";
+    message("compare", &cmp.base, NULL, 0, 0);
+
+    hc.service = "tessera.v1.Master";
+    message("health-check", &hc.base, NULL, 0, 0);
+}
+
 /* ---- fuzz_codec: encoding, n (little-endian u16), the payload ---- */
 
 static void codec(const char *name, unsigned enc, uint16_t n, const void *p, size_t len)
@@ -199,6 +306,7 @@ int main(int argc, char **argv)
     }
     root = argv[1];
     frames();
+    rpcs();
     codecs();
     return 0;
 }

@@ -140,7 +140,8 @@ static void register_shard(const Tessera__V1__RegisterShardRequest *req)
             return;
         snprintf(ep[i].transport, sizeof(ep[i].transport), "%s", d->transport);
         ep[i].len = d->address.len;
-        memcpy(ep[i].addr, d->address.data, d->address.len);
+        if (d->address.len) /* an empty bytes field is NULL, which memcpy may not get */
+            memcpy(ep[i].addr, d->address.data, d->address.len);
     }
     m = members_new();
     st = ts_members_register_shard(m, req->addr, req->instance, req->lease_ms, ep, n, NOW_MS,

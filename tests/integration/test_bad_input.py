@@ -55,6 +55,9 @@ BAD_REGISTER_SHARD = [
     ("lease_ms", dict(lease_ms=99)),
     ("lease_ms", dict(lease_ms=600001)),
     ("lease_ms", dict(lease_ms=MAX_U32)),
+    # No address: an empty bytes field, which reached memcpy as NULL (fuzz_rpc).
+    ("data_planes[0].address", dict(data_planes=[tl.common_pb2.DataPlaneEndpoint(
+        transport="tcp")])),
 ]
 
 BAD_REGISTER_WORKER = [

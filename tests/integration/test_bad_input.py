@@ -249,6 +249,7 @@ class BadInput(unittest.TestCase):
             ("checksums[0].name", dict(checksums=[C(**dict(good, name=""))])),
             ("checksums[0].sha256", dict(checksums=[C(**dict(good, sha256=b"\x01" * 31))])),
             ("checksums[0].file", dict(checksums=[C(**dict(good, file="f" * 257))])),
+            ("checksums", dict(checksums=[C(**good), C(**good)])),   # one name twice
         ])
 
     def test_undecodable_bytes(self):

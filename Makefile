@@ -11,7 +11,7 @@
 #               a reduce job without replicas (KILL_REDUCE_TRIALS=N)
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
-#   make fuzz   run the libFuzzer targets for FUZZ_SECONDS (default 600; build-fuzz/, clang)
+#   make fuzz   run each libFuzzer target for FUZZ_SECONDS (default 600; build-fuzz/, clang)
 #   make demo   start a local cluster, show it, stop it
 #   make bench  run the benchmarks (bench/results/*.json)
 #   make install [PREFIX=/usr/local] [DESTDIR=]  the commands, libtessera (shared and static),
@@ -24,6 +24,9 @@ PREFIX ?= /usr/local
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 600
+# tests/fuzz/fuzz_<name>.c; the seeds of each are in tests/fuzz/corpus-<name>, the manifest's
+# in tests/fuzz/corpus.
+FUZZ_TARGETS := manifest frame rpc codec
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
@@ -100,15 +103,19 @@ asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(UNIT_TESTS) $(ASAN_BINS)
 
-# The libFuzzer targets, built with clang (make test runs each for 20 s, make fuzz for longer).
+# The libFuzzer targets, built with clang (make test runs each for 10-20 s, make fuzz for
+# longer, one after the other; new inputs collect in build-fuzz/corpus-<name>).
 fuzz-build: deps
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON >/dev/null
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_manifest
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 
 fuzz: fuzz-build
-	@mkdir -p $(FUZZ_BUILD)/corpus-manifest
-	cd $(FUZZ_BUILD) && ./bin/fuzz_manifest -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	    corpus-manifest $(abspath tests/fuzz/corpus)
+	@for t in $(FUZZ_TARGETS); do \
+	    s=corpus-$$t; [ $$t = manifest ] && s=corpus; \
+	    mkdir -p $(FUZZ_BUILD)/corpus-$$t && \
+	    (cd $(FUZZ_BUILD) && ./bin/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	        -print_final_stats=1 corpus-$$t $(abspath tests/fuzz)/$$s) || exit 1; \
+	done
 
 test: asan fuzz-build build
 	cmake -S . -B $(BUILD) -DTESSERA_ASAN_DIR=$(abspath $(ASAN_BUILD)) \

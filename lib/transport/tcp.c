@@ -173,6 +173,19 @@ static ts_status conn_new(int fd, struct ts_conn **out, struct ts_err *e)
     return TS_OK;
 }
 
+ts_status ts_tcp_adopt(int fd, struct ts_conn **out, struct ts_err *e)
+{
+    int fl = fcntl(fd, F_GETFL);
+
+    /* conn_new wants a blocking socket: poll and SO_RCVTIMEO bound its waits. */
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int saved = errno;
+        close(fd);
+        return ts_err_set(e, TS_EINVAL, "tcp: adopt fd %d: %s", fd, strerror(saved));
+    }
+    return conn_new(fd, out, e);
+}
+
 static ts_status tcp_accept(struct ts_listener *base, int ms, struct ts_conn **out,
                             struct ts_err *e)
 {

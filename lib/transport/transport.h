@@ -127,6 +127,11 @@ extern const struct ts_transport_ops ts_transport_shm;
  * false. why gets what was seen, for logs. For the master's check of a shard reported
  * unreachable (docs/replication.md). */
 bool ts_tcp_refused(const char *hostport, int ms, char *why, size_t n);
+/* Wraps fd, a connected stream socket the caller made, as a tcp connection (TCP-only options
+ * are ignored): one end of a socketpair(AF_UNIX), for the fuzzer and tests that want the tcp
+ * backend's receive path without a listener. Takes ownership of fd, closed on failure too;
+ * free *c with ts_tp_close. */
+ts_status ts_tcp_adopt(int fd, struct ts_conn **c, struct ts_err *err) TS_MUST_CHECK;
 
 /* NULL-terminated, in preference order. */
 extern const struct ts_transport_ops *const ts_transports[];

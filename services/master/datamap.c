@@ -45,6 +45,31 @@ ts_status datamap_restore(struct datamap *d, const Tessera__V1__Manifest *m, con
     return TS_OK;
 }
 
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((*(const Tessera__V1__DataChecksum *const *)a)->name,
+                  (*(const Tessera__V1__DataChecksum *const *)b)->name);
+}
+
+/* Names are unique (master.proto): compare() looks a name up in the reference and takes the
+ * first, so a map holding one twice would not even match itself. Sorted, in n log n. */
+static ts_status check_unique(const Tessera__V1__CheckDataRequest *req, struct ts_err *err)
+{
+    Tessera__V1__DataChecksum **v = malloc(req->n_checksums * sizeof(*v));
+    ts_status st = TS_OK;
+
+    if (!v)
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    memcpy(v, req->checksums, req->n_checksums * sizeof(*v));
+    qsort(v, req->n_checksums, sizeof(*v), by_name);
+    for (size_t i = 1; i < req->n_checksums && !st; i++)
+        if (strcmp(v[i - 1]->name, v[i]->name) == 0)
+            st = ts_err_set(err, TS_EINVAL, "checksums: name '%.128s' appears twice (names are "
+                            "unique)", v[i]->name);
+    free(v);
+    return st;
+}
+
 static ts_status check_request(const Tessera__V1__CheckDataRequest *req, struct ts_err *err)
 {
     if (ts_job_id_check("job", req->job, err))
@@ -62,7 +87,7 @@ static ts_status check_request(const Tessera__V1__CheckDataRequest *req, struct 
         if (strlen(c->file) > 256)
             return ts_err_set(err, TS_EINVAL, "checksums[%zu].file: at most 256 bytes", i);
     }
-    return TS_OK;
+    return check_unique(req, err);
 }
 
 /* Compares req with ref: every partition of each must be in the other with the same hash. */

@@ -44,7 +44,8 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
                               i, d->address.len, sizeof(ep[i].addr));
         snprintf(ep[i].transport, sizeof(ep[i].transport), "%s", d->transport);
         ep[i].len = d->address.len;
-        memcpy(ep[i].addr, d->address.data, d->address.len);
+        if (d->address.len) /* an empty bytes field is NULL, which memcpy may not get */
+            memcpy(ep[i].addr, d->address.data, d->address.len);
     }
     st = ts_members_register_shard(m->members, req->addr, req->instance, req->lease_ms, ep, n,
                                    ts_now_ms(), &g, err);

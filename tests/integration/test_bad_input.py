@@ -55,6 +55,9 @@ BAD_REGISTER_SHARD = [
     ("lease_ms", dict(lease_ms=99)),
     ("lease_ms", dict(lease_ms=600001)),
     ("lease_ms", dict(lease_ms=MAX_U32)),
+    # No address: an empty bytes field, which reached memcpy as NULL (fuzz_rpc).
+    ("data_planes[0].address", dict(data_planes=[tl.common_pb2.DataPlaneEndpoint(
+        transport="tcp")])),
 ]
 
 BAD_REGISTER_WORKER = [
@@ -246,6 +249,7 @@ class BadInput(unittest.TestCase):
             ("checksums[0].name", dict(checksums=[C(**dict(good, name=""))])),
             ("checksums[0].sha256", dict(checksums=[C(**dict(good, sha256=b"\x01" * 31))])),
             ("checksums[0].file", dict(checksums=[C(**dict(good, file="f" * 257))])),
+            ("checksums", dict(checksums=[C(**good), C(**good)])),   # one name twice
         ])
 
     def test_undecodable_bytes(self):

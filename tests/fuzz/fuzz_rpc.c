@@ -1,0 +1,280 @@
+/* fuzz_rpc.c - libFuzzer target: decoding and validating every gRPC request message.
+ *
+ * Each request a service takes is decoded by ts__unpack (lib/rpc/call.c): the wire check
+ * (wirecheck.c) refuses a string field holding a NUL byte or invalid UTF-8, which protobuf-c
+ * would let through cut short or unchecked, then protobuf-c unpacks. input[0] picks the
+ * request type (every method's input type of tessera.v1.Master, Shard and Verify, and of the
+ * health and reflection services every server carries), the rest is the message. The bytes
+ * go through ts__unpack from a grpc_byte_buffer, as a server receives them, and through
+ * ts__wire_check and protobuf_c_message_unpack directly: both must agree, a refusal must name
+ * the field, and every string in a message that was let through must be valid UTF-8.
+ * A decoded message then meets the master's validators that run without a server: the
+ * membership table's (members.c, members_check.c) for RegisterShard, RegisterWorker,
+ * Heartbeat and Deregister, on a fresh table, and the data-checksum map's (datamap.c) for
+ * CheckData. The handlers' own few lines (each service's rpc.c) need a call and are not run.
+ * Seeds: tests/fuzz/corpus-rpc (written by fuzz_seeds). */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "datamap.h"
+#include "members.h"
+#include "rpc/internal.h"
+#include "rpc_types.h"
+#include "util/log.h"
+
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define MAX_TYPES 64
+#define NOW_MS 1000000
+
+static const ProtobufCMessageDescriptor *types[MAX_TYPES];
+static size_t ntypes;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    ts_log_set_level(TS_ERROR); /* registrations log at INFO */
+    if (!(ntypes = fuzz_rpc_types(types, MAX_TYPES)))
+        abort();
+    return 0;
+}
+
+/* UTF-8 as proto3 means it, written apart from wirecheck.c's so that they check each other. */
+static bool utf8(const unsigned char *s)
+{
+    static const uint32_t least[4] = { 0, 0x80, 0x800, 0x10000 };
+
+    while (*s) {
+        unsigned c = *s++;
+        unsigned more = c < 0x80 ? 0 : c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2
+                        : c >= 0xf0 && c <= 0xf4 ? 3 : 4;
+        uint32_t cp = c & (0x7f >> more);
+
+        if (more == 4)
+            return false;
+        for (unsigned k = 0; k < more; k++, s++) {
+            if ((*s & 0xc0) != 0x80)
+                return false; /* the terminating NUL included: nothing past it is read */
+            cp = cp << 6 | (*s & 0x3f);
+        }
+        if (cp < least[more] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+            return false;
+    }
+    return true;
+}
+
+/* Aborts unless every string field of m, nested messages included, is valid UTF-8. */
+static void strings_ok(const ProtobufCMessage *m)
+{
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    const char *base = (const char *)m;
+
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        void *const *v = (void *const *)(base + f->offset);
+        size_t n = 1;
+
+        if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF &&
+            *(const uint32_t *)(base + f->quantifier_offset) != f->id)
+            continue;
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            n = *(const size_t *)(base + f->quantifier_offset);
+            v = (void *const *)*v;
+        }
+        for (size_t k = 0; k < n; k++) {
+            if (!v[k])
+                continue;
+            if (f->type == PROTOBUF_C_TYPE_STRING && !utf8(v[k]))
+                abort();
+            if (f->type == PROTOBUF_C_TYPE_MESSAGE)
+                strings_ok(v[k]);
+        }
+    }
+}
+
+static struct ts_members *members_new(void)
+{
+    struct ts_members *m;
+    struct ts_member_grant g;
+    struct ts_err err = { 0 };
+
+    /* One shard (id 1) and one worker (id 1) to heartbeat and deregister. */
+    if (ts_members_create(NULL, &m, &err) ||
+        ts_members_register_shard(m, "127.0.0.1:7000", "shard-a", 0, NULL, 0, NOW_MS, &g,
+                                  &err) ||
+        ts_members_register_worker(m, "127.0.0.1", 1, "", "", "worker-a", 0, NOW_MS, &g, &err))
+        abort();
+    return m;
+}
+
+/* A refusal says why; a retry of an accepted registration gets the same id back. */
+static void refused_ok(ts_status st, const struct ts_err *err)
+{
+    if (st && (!err->msg[0] || err->code != st))
+        abort();
+}
+
+static void register_shard(const Tessera__V1__RegisterShardRequest *req)
+{
+    struct ts_endpoint ep[TS_MEMBERS_MAX_ENDPOINTS];
+    struct ts_member_grant g, again;
+    struct ts_err err = { 0 };
+    struct ts_members *m;
+    size_t n = req->n_data_planes;
+    ts_status st;
+
+    /* As services/master/rpc.c converts them (its register_shard). */
+    if (n > TS_MEMBERS_MAX_ENDPOINTS)
+        return;
+    memset(ep, 0, sizeof(ep));
+    for (size_t i = 0; i < n; i++) {
+        const Tessera__V1__DataPlaneEndpoint *d = req->data_planes[i];
+        if (d->address.len > sizeof(ep[i].addr))
+            return;
+        snprintf(ep[i].transport, sizeof(ep[i].transport), "%s", d->transport);
+        ep[i].len = d->address.len;
+        if (d->address.len) /* an empty bytes field is NULL, which memcpy may not get */
+            memcpy(ep[i].addr, d->address.data, d->address.len);
+    }
+    m = members_new();
+    st = ts_members_register_shard(m, req->addr, req->instance, req->lease_ms, ep, n, NOW_MS,
+                                   &g, &err);
+    refused_ok(st, &err);
+    if (!st && (ts_members_register_shard(m, req->addr, req->instance, req->lease_ms, ep, n,
+                                          NOW_MS, &again, &err) || again.id != g.id))
+        abort();
+    ts_members_free(m);
+}
+
+static void register_worker(const Tessera__V1__RegisterWorkerRequest *req)
+{
+    struct ts_member_grant g, again;
+    struct ts_err err = { 0 };
+    struct ts_members *m = members_new();
+    ts_status st;
+
+    st = ts_members_register_worker(m, req->host, req->pid, req->role, req->addr, req->instance,
+                                    req->lease_ms, NOW_MS, &g, &err);
+    refused_ok(st, &err);
+    if (!st && (ts_members_register_worker(m, req->host, req->pid, req->role, req->addr,
+                                           req->instance, req->lease_ms, NOW_MS, &again,
+                                           &err) || again.id != g.id))
+        abort();
+    ts_members_free(m);
+}
+
+static void heartbeat(const Tessera__V1__HeartbeatRequest *req)
+{
+    struct ts_member_grant g;
+    struct ts_err err = { 0 };
+    struct ts_members *m = members_new();
+    ts_status st;
+
+    st = ts_members_heartbeat(m, (enum ts_member_kind)req->kind, req->id, req->known_epoch,
+                              req->clock, NOW_MS, &g, &err);
+    refused_ok(st, &err);
+    if (!st && req->kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER) {
+        struct ts_member_report r = { req->staleness_last, req->staleness_max,
+                                      req->steps_skipped, req->loss_scale };
+        ts_members_report(m, req->id, &r);
+    } else if (!st) {
+        ts_members_moves(m, req->id, req->moves_epoch, req->moves_pending);
+    }
+    ts_members_free(m);
+}
+
+static void deregister(const Tessera__V1__DeregisterRequest *req)
+{
+    struct ts_err err = { 0 };
+    struct ts_members *m = members_new();
+    uint64_t epoch;
+
+    refused_ok(ts_members_deregister(m, (enum ts_member_kind)req->kind, req->id, req->reason,
+                                     &epoch, &err), &err);
+    ts_members_free(m);
+}
+
+/* The first worker's map becomes the job's reference; the same request again must match it. */
+static void check_data(const Tessera__V1__CheckDataRequest *req)
+{
+    struct datamap *d = calloc(1, sizeof(*d));
+    struct ts_err err = { 0 };
+    char source[96];
+    ts_status st;
+
+    if (!d)
+        abort();
+    datamap_init(d);
+    st = datamap_check(d, req, true, source, sizeof(source), &err);
+    refused_ok(st, &err);
+    if (!st && datamap_check(d, req, false, source, sizeof(source), &err))
+        abort();
+    datamap_fini(d);
+    free(d);
+}
+
+static void validate(const ProtobufCMessage *m)
+{
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+
+    if (d == &tessera__v1__register_shard_request__descriptor)
+        register_shard((const void *)m);
+    else if (d == &tessera__v1__register_worker_request__descriptor)
+        register_worker((const void *)m);
+    else if (d == &tessera__v1__heartbeat_request__descriptor)
+        heartbeat((const void *)m);
+    else if (d == &tessera__v1__deregister_request__descriptor)
+        deregister((const void *)m);
+    else if (d == &tessera__v1__check_data_request__descriptor)
+        check_data((const void *)m);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const ProtobufCMessageDescriptor *d;
+    struct ts_err err = { 0 }, err2 = { 0 };
+    ProtobufCMessage *m, *direct = NULL;
+    grpc_byte_buffer *bb;
+    grpc_slice sl;
+    ts_status st;
+
+    if (size == 0)
+        return 0;
+    d = types[data[0] % ntypes];
+    data++, size--;
+
+    /* The server's path: the bytes as gRPC hands them over. */
+    sl = grpc_slice_from_copied_buffer((const char *)data, size);
+    bb = grpc_raw_byte_buffer_create(&sl, 1);
+    grpc_slice_unref(sl);
+    m = ts__unpack(d, bb, true, &err);
+    grpc_byte_buffer_destroy(bb);
+
+    /* The same in two steps, which must agree with it. */
+    st = ts__wire_check(d, data, size, &err2);
+    if (st) {
+        if (st != TS_EINVAL || err2.code != TS_EINVAL || !strstr(err2.msg, ": holds a NUL"))
+            abort(); /* a refusal names the field */
+    } else {
+        direct = protobuf_c_message_unpack(d, NULL, size, data);
+    }
+    if (!m != !direct || (m && strcmp(err.msg, "") != 0) || strcmp(err.msg, err2.msg) != 0)
+        abort();
+    if (direct)
+        protobuf_c_message_free_unpacked(direct, NULL);
+    if (!m)
+        return 0;
+    if (!protobuf_c_message_check(m))
+        abort();
+    strings_ok(m);
+    validate(m);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return 0;
+}

@@ -1,0 +1,312 @@
+/* fuzz_seeds.c - writes the seed corpora of the libFuzzer targets (tests/fuzz/corpus-<name>).
+ *
+ * Seeds are a few well-formed inputs, so that a fuzzer starts past the checksums, lengths
+ * and field numbers, plus a few edge cases. They are committed; run this again after a
+ * change to a format they hold:
+ *     build-fuzz/bin/fuzz_seeds tests/fuzz
+ * (a TESSERA_FUZZ build; it writes corpus-<name>/ under the directory given, replacing files
+ * of the same names). Each seed is under 4 KiB. Files named regress-* are inputs that found
+ * a bug, kept by hand; fuzz_manifest's seeds are real manifests (tests/fuzz/corpus). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "codec/codec.h"
+#include "rpc_types.h"
+#include "transport/frame.h"
+
+#define MAX_SEED 4096
+
+struct seed {
+    uint8_t b[MAX_SEED];
+    size_t n;
+};
+
+static const char *root;
+
+static void put(struct seed *s, const void *p, size_t n)
+{
+    if (s->n + n > MAX_SEED) {
+        fprintf(stderr, "fuzz_seeds: a seed over %d bytes\n", MAX_SEED);
+        exit(1);
+    }
+    if (n)
+        memcpy(s->b + s->n, p, n);
+    s->n += n;
+}
+
+static void save(const char *dir, const char *name, const struct seed *s)
+{
+    char path[512];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", root, dir);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        perror(path);
+        exit(1);
+    }
+    snprintf(path, sizeof(path), "%s/%s/%s", root, dir, name);
+    if (!(f = fopen(path, "wb")) || fwrite(s->b, 1, s->n, f) != s->n || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+/* ---- fuzz_frame: a byte stream, then the option byte (fuzz_frame.c, OPT_*) ---- */
+
+enum { OPT_MEM = 0x01, OPT_VIEW = 0x02, OPT_LOCAL = 0x04, OPT_FIX = 0x08 };
+#define OPT_CAP(i) ((i) << 4)
+#define OPT_VIEWS(i) ((i) << 6)
+
+/* One frame as ts_frame_send puts it on the stream: padding owed, header, payload. */
+static void frame(struct seed *s, size_t *pad, struct ts_frame_hdr h, const void *p,
+                  size_t len, bool unhashed)
+{
+    static const uint8_t zeros[8];
+    uint8_t b[TS_FRAME_HDR_LEN];
+
+    h.len = len;
+    h.unhashed = unhashed;
+    h.checksum = unhashed ? 0 : ts_frame_hash(p, len);
+    ts_frame_encode(&h, b);
+    put(s, zeros, *pad);
+    put(s, b, sizeof(b));
+    put(s, p, len);
+    *pad = (8 - len % 8) % 8;
+}
+
+static void frames(void)
+{
+    struct ts_frame_hdr hello = { .type = TS_FRAME_HELLO, .rank = 1, .step = 3 };
+    struct ts_frame_hdr push = { .type = TS_FRAME_PUSH, .tensor = 2, .partition = 1, .step = 7,
+                                 .dtype = 0, .encoding = 1, .rank = 1 };
+    struct ts_frame_hdr pull = { .type = TS_FRAME_PULL, .tensor = 2, .partition = 1, .step = 7,
+                                 .flags = TS_PULL_AFTER_PUSH };
+    struct ts_frame_hdr error = { .type = TS_FRAME_ERROR, .flags = TS_ESTALE };
+    float g[64];
+    struct seed s;
+    size_t pad;
+    uint8_t opt;
+
+    for (int i = 0; i < 64; i++)
+        g[i] = (float)i / 8 - 4;
+
+    /* A worker's opening: HELLO (odd length: padding follows), PUSH, PULL; over tcp. */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, hello, "job-1", 5, false);
+    frame(&s, &pad, push, g, 48, false);
+    frame(&s, &pad, pull, NULL, 0, false);
+    opt = 0;
+    put(&s, &opt, 1);
+    save("corpus-frame", "hello-push-pull-tcp", &s);
+
+    /* The same on a host-local connection: unhashed payloads, shown in place. */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, hello, "job-1", 5, true);
+    frame(&s, &pad, push, g, sizeof(g), true);
+    frame(&s, &pad, pull, NULL, 0, true);
+    opt = OPT_MEM | OPT_VIEW | OPT_LOCAL | OPT_VIEWS(3);
+    put(&s, &opt, 1);
+    save("corpus-frame", "unhashed-views-local", &s);
+
+    /* Hashed frames viewed in place, a view too small for the second payload. */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, push, g, 40, false);
+    frame(&s, &pad, push, g, 200, false);
+    opt = OPT_MEM | OPT_VIEW | OPT_VIEWS(2);
+    put(&s, &opt, 1);
+    save("corpus-frame", "views-small", &s);
+
+    /* An ERROR frame, then a frame torn by the hang-up (its header says 100 bytes). */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, error, "stale map", 9, false);
+    frame(&s, &pad, push, g, 100, false);
+    s.n -= 90;
+    opt = OPT_MEM;
+    put(&s, &opt, 1);
+    save("corpus-frame", "error-torn", &s);
+
+    /* Unhashed frames on a connection that leaves the host: refused. */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, push, g, 16, true);
+    opt = OPT_MEM;
+    put(&s, &opt, 1);
+    save("corpus-frame", "unhashed-remote", &s);
+
+    /* A payload over the receive buffer (capacity 64), then checksums left to OPT_FIX. */
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, push, g, 128, false);
+    opt = OPT_CAP(2);
+    put(&s, &opt, 1);
+    save("corpus-frame", "over-capacity", &s);
+    memset(&s, 0, sizeof(s)), pad = 0;
+    frame(&s, &pad, hello, "job-2", 5, false);
+    frame(&s, &pad, push, g, 24, false);
+    s.b[TS_FRAME_HDR_LEN + 6] = 1; /* the padding is not zero, and both sums are off */
+    s.b[20] ^= 0xff;
+    opt = OPT_FIX | OPT_MEM | OPT_CAP(3);
+    put(&s, &opt, 1);
+    save("corpus-frame", "fix-sums", &s);
+}
+
+/* ---- fuzz_rpc: the type's index, then the message ---- */
+
+/* find, when not NULL: an edge case, byte `to` put at find's offset `at` in the message (bytes
+ * no encoder writes: a NUL, invalid UTF-8). */
+static void message(const char *name, const ProtobufCMessage *m, const char *find, size_t at,
+                    uint8_t to)
+{
+    const ProtobufCMessageDescriptor *types[64];
+    size_t n = fuzz_rpc_types(types, 64), len = protobuf_c_message_get_packed_size(m);
+    uint8_t *b = malloc(len ? len : 1);
+    struct seed s = { .n = 0 };
+    uint8_t idx;
+
+    for (idx = 0; idx < n && types[idx] != m->descriptor; idx++)
+        ;
+    if (idx == n || !b) {
+        fprintf(stderr, "fuzz_seeds: %s is not a request type\n", m->descriptor->name);
+        exit(1);
+    }
+    protobuf_c_message_pack(m, b);
+    if (find) {
+        uint8_t *p = memmem(b, len, find, strlen(find));
+        if (!p || at >= strlen(find))
+            exit(1);
+        p[at] = to;
+    }
+    put(&s, &idx, 1);
+    put(&s, b, len);
+    save("corpus-rpc", name, &s);
+    free(b);
+}
+
+static void rpcs(void)
+{
+    Tessera__V1__DataPlaneEndpoint ep[2] = { TESSERA__V1__DATA_PLANE_ENDPOINT__INIT,
+                                             TESSERA__V1__DATA_PLANE_ENDPOINT__INIT };
+    Tessera__V1__DataPlaneEndpoint *eps[2] = { &ep[0], &ep[1] };
+    Tessera__V1__RegisterShardRequest rs = TESSERA__V1__REGISTER_SHARD_REQUEST__INIT;
+    Tessera__V1__RegisterWorkerRequest rw = TESSERA__V1__REGISTER_WORKER_REQUEST__INIT;
+    Tessera__V1__HeartbeatRequest hb = TESSERA__V1__HEARTBEAT_REQUEST__INIT;
+    Tessera__V1__DeregisterRequest dr = TESSERA__V1__DEREGISTER_REQUEST__INIT;
+    Tessera__V1__DataChecksum dc[2] = { TESSERA__V1__DATA_CHECKSUM__INIT,
+                                        TESSERA__V1__DATA_CHECKSUM__INIT };
+    Tessera__V1__DataChecksum *dcs[2] = { &dc[0], &dc[1] };
+    Tessera__V1__CheckDataRequest cd = TESSERA__V1__CHECK_DATA_REQUEST__INIT;
+    Tessera__V1__CompareRequest cmp = TESSERA__V1__COMPARE_REQUEST__INIT;
+    Grpc__Health__V1__HealthCheckRequest hc = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    static uint8_t sha[2][32] = { { 1, 2, 3 }, { 4, 5, 6 } };
+
+    ep[0].transport = "tcp";
+    ep[0].address = (ProtobufCBinaryData){ 15, (uint8_t *)"127.0.0.1:40001" };
+    ep[1].transport = "shm";
+    ep[1].address = (ProtobufCBinaryData){ 12, (uint8_t *)"boot:ns:name" };
+    rs.addr = "127.0.0.1:7001";
+    rs.instance = "shard-7001-1";
+    rs.lease_ms = 3000;
+    rs.n_data_planes = 2;
+    rs.data_planes = eps;
+    message("register-shard", &rs.base, NULL, 0, 0);
+    message("register-shard-nul", &rs.base, "7001-1", 4, 0);
+
+    rw.host = "127.0.0.1";
+    rw.pid = 4242;
+    rw.instance = "worker-4242";
+    rw.role = "verify";
+    rw.addr = "127.0.0.1:7100";
+    rw.job = "job-1";
+    rw.workers = 2;
+    message("register-worker", &rw.base, NULL, 0, 0);
+    message("register-worker-utf8", &rw.base, "worker-4242", 8, 0xc3);
+
+    hb.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER;
+    hb.id = 1;
+    hb.known_epoch = 2;
+    hb.clock = 10;
+    hb.loss_scale = 1024;
+    message("heartbeat-worker", &hb.base, NULL, 0, 0);
+    hb.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD;
+    hb.moves_epoch = 2;
+    message("heartbeat-shard", &hb.base, NULL, 0, 0);
+
+    dr.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER;
+    dr.id = 1;
+    dr.reason = "finished";
+    message("deregister", &dr.base, NULL, 0, 0);
+
+    dc[0].name = "train[0:1000)";
+    dc[0].sha256 = (ProtobufCBinaryData){ 32, sha[0] };
+    dc[0].file = "train-images-idx3-ubyte.gz";
+    dc[1].name = "train[1000:2000)";
+    dc[1].sha256 = (ProtobufCBinaryData){ 32, sha[1] };
+    cd.job = "job-1";
+    cd.n_checksums = 2;
+    cd.checksums = dcs;
+    message("check-data", &cd.base, NULL, 0, 0);
+
+    cmp.a = "HEAD";
+    cmp.b = "live";
+    cmp.level = "bits";
+    cmp.job = "job-1";
+    message("compare", &cmp.base, NULL, 0, 0);
+
+    hc.service = "tessera.v1.Master";
+    message("health-check", &hc.base, NULL, 0, 0);
+}
+
+/* ---- fuzz_codec: encoding, n (little-endian u16), the payload ---- */
+
+static void codec(const char *name, unsigned enc, uint16_t n, const void *p, size_t len)
+{
+    struct seed s = { .n = 0 };
+    uint8_t hdr[3] = { (uint8_t)enc, (uint8_t)n, (uint8_t)(n >> 8) };
+
+    put(&s, hdr, 3);
+    put(&s, p, len);
+    save("corpus-codec", name, &s);
+}
+
+static void codecs(void)
+{
+    static const char *const specs[] = { "none", "fp16", "bf16", "int8", "topk:0.25" };
+    uint8_t out[1024];
+    float g[100];
+    size_t bytes;
+    uint32_t bad[5] = { 2, 5, 3, 0x3f800000, 0x40000000 }; /* k 2, indices 5 3, 1.0f 2.0f */
+
+    for (int i = 0; i < 100; i++)
+        g[i] = (i % 7 - 3) * 0.37f + (i == 42 ? 70000.0f : 0);
+    for (unsigned k = 0; k < 5; k++) {
+        struct ts_codec c;
+        char name[32];
+
+        if (ts_codec_parse(specs[k], &c, NULL))
+            exit(1);
+        ts_codec_encode(&c, g, 100, 1.0f, NULL, out, &bytes);
+        snprintf(name, sizeof(name), "%s-100", k == 4 ? "topk" : specs[k]);
+        codec(name, c.kind, 100, out, bytes);
+    }
+    /* Edge cases: TOPK indices out of order, an index past n, n = 0, an encoding past TOPK. */
+    codec("topk-unordered", TS_CODEC_TOPK, 8, bad, sizeof(bad));
+    bad[1] = 2, bad[2] = 9;
+    codec("topk-past-n", TS_CODEC_TOPK, 8, bad, sizeof(bad));
+    memset(out, 0, 4);
+    codec("topk-empty", TS_CODEC_TOPK, 0, out, 4);
+    codec("enc-5", 5, 4, out, 16);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: fuzz_seeds DIR (tests/fuzz)\n");
+        return 2;
+    }
+    root = argv[1];
+    frames();
+    rpcs();
+    codecs();
+    return 0;
+}

@@ -10,7 +10,8 @@
  *      the hang-up (TS_EUNAVAIL), never a wait; every frame returned must hold what it says.
  * The last byte (OPT_*) picks the connection: the real tcp backend on one end of a socketpair
  * (ts_tcp_adopt), or an in-memory backend that shows payloads in place as the shm ring does,
- * host-local or not; ts_frame_recv or ts_frame_recv_view; the receive buffer's capacity; and
+ * host-local or not, or tcp keyed for frame MACs; ts_frame_recv or ts_frame_recv_view; the
+ * receive buffer's capacity; and
  * whether header checks and payload hashes are made right first, so that mutations reach what
  * the checksums guard (lengths, padding, types, the frames behind the first).
  * Seeds: tests/fuzz/corpus-frame (written by fuzz_seeds). */
@@ -26,13 +27,15 @@
 #include <xxhash.h>
 
 #include "transport/frame.h"
+#include "transport/mac.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 enum {
     OPT_MEM = 0x01,   /* the in-memory backend, else tcp over a socketpair */
     OPT_VIEW = 0x02,  /* receive with ts_frame_recv_view */
-    OPT_LOCAL = 0x04, /* in-memory: local_in, as on shm (unhashed frames allowed) */
+    OPT_LOCAL = 0x04, /* in-memory: local_in, as on shm (unhashed frames allowed); tcp: the
+                       * connection has MAC keys (mac.h), as after a handshake */
     OPT_FIX = 0x08,   /* make header checks, payload hashes and padding right first */
     /* bits 4-5: the receive buffer's capacity (caps below); bits 6-7: view_max (views) */
 };
@@ -279,6 +282,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     default: cap = 4096; break;
     }
     c = opt & OPT_MEM ? mem_open(s, n, opt & OPT_LOCAL, views[(opt >> 6) & 3]) : tcp_open(s, n);
+    if (!(opt & OPT_MEM) && (opt & OPT_LOCAL)) {
+        static const uint8_t key[TS_DP_KEY_LEN] = { 7 };
+        if (ts_frame_mac_start(c, key, key, NULL))
+            abort();
+    }
     receive(c, opt & OPT_VIEW, cap);
     ts_tp_close(c);
     free(s);

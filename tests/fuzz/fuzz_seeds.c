@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "codec/codec.h"
+#include "handshake_facts.h"
 #include "rpc_types.h"
 #include "transport/frame.h"
 
@@ -298,6 +299,38 @@ static void codecs(void)
     codec("enc-5", 5, 4, out, 16);
 }
 
+/* ---- fuzz_handshake: side byte, the ACK's flags (4 bytes), the peer's payload ---- */
+
+static void handshake(const char *name, uint8_t side, uint32_t flags, const void *p, size_t n)
+{
+    struct seed s = { .n = 0 };
+
+    put(&s, &side, 1);
+    put(&s, &flags, 4);
+    put(&s, p, n);
+    save("corpus-handshake", name, &s);
+}
+
+static void handshakes(void)
+{
+    struct ts_dp_hs hs;
+    uint8_t ack[TS_DP_ACK_LEN], proof[TS_DP_TAG_LEN];
+
+    handshake_facts(&hs);
+    ts_dp_proof(&hs, true, proof);
+    handshake("accept-good-mac", 1, 1, proof, sizeof(proof));
+    handshake("accept-good", 1, 0, proof, sizeof(proof));
+    proof[7] ^= 1;
+    handshake("accept-flipped", 1, 1, proof, sizeof(proof));
+    handshake("accept-short", 1, 0, proof, 31);
+    memcpy(ack, hs.ns, TS_DP_NONCE_LEN);
+    ts_dp_proof(&hs, false, ack + TS_DP_NONCE_LEN);
+    handshake("initiate-good-mac", 0, TS_ACK_AUTH | TS_ACK_MAC, ack, sizeof(ack));
+    handshake("initiate-good", 0, TS_ACK_AUTH, ack, sizeof(ack));
+    handshake("initiate-no-auth-flag", 0, TS_ACK_MAC, ack, sizeof(ack));
+    handshake("initiate-long", 0, TS_ACK_AUTH, ack, sizeof(ack) - 1);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -308,5 +341,6 @@ int main(int argc, char **argv)
     frames();
     rpcs();
     codecs();
+    handshakes();
     return 0;
 }

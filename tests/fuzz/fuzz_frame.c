@@ -11,9 +11,9 @@
  * The last byte (OPT_*) picks the connection: the real tcp backend on one end of a socketpair
  * (ts_tcp_adopt), or an in-memory backend that shows payloads in place as the shm ring does,
  * host-local or not, or tcp keyed for frame MACs; ts_frame_recv or ts_frame_recv_view; the
- * receive buffer's capacity; and
- * whether header checks and payload hashes are made right first, so that mutations reach what
- * the checksums guard (lengths, padding, types, the frames behind the first).
+ * receive buffer's capacity; and whether header checks and payload hashes are made right
+ * first, so that mutations reach what the checksums guard (lengths, padding, types, the
+ * frames behind the first).
  * Seeds: tests/fuzz/corpus-frame (written by fuzz_seeds). */
 #include <errno.h>
 #include <fcntl.h>

@@ -98,7 +98,7 @@ build: deps $(BUILD)/CMakeCache.txt
 
 # The sanitizer build: the unit tests (they cover lib/) and the services and CLI, which a subset
 # of the integration tests runs against (tests/CMakeLists.txt, TS_ASAN_INTEGRATION).
-ASAN_BINS := tessera-master tessera-shard tessera-verify tessera-worker tessera
+ASAN_BINS := tessera-master tessera-shard tessera-verify tessera-worker tessera dp_probe
 asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(UNIT_TESTS) $(ASAN_BINS)

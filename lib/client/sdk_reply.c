@@ -64,8 +64,8 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
 {
     struct ts_dp_hs hs[MAX_SHARDS];
     size_t jl = strlen(t->job.id);
-    uint8_t hello[TS_JOB_ID_MAX + TS_DP_NONCE_LEN];
-    bool keyed = t->ms && ts_membership_data_key(t->ms, hs[0].key);
+    uint8_t hello[TS_JOB_ID_MAX + TS_DP_NONCE_LEN], key[TS_DP_KEY_LEN];
+    bool keyed = t->ms && ts_membership_data_key(t->ms, key);
     ts_status st = TS_OK;
 
     t->hello_epoch = t->cl ? ts_cluster_epoch(t->cl) : 0;
@@ -79,7 +79,7 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
                                   .flags = t->elastic ? TS_HELLO_ELASTIC : 0 };
         bool auth = keyed && !t->shards[i].conn->authed;
         if (auth) {
-            memcpy(hs[i].key, hs[0].key, TS_DP_KEY_LEN);
+            memcpy(hs[i].key, key, TS_DP_KEY_LEN);
             hs[i].job = t->job.id;
             hs[i].rank = t->rank;
             h.flags |= TS_HELLO_AUTH;
@@ -104,6 +104,7 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
             t->generation = (uint32_t)ri.step;
     }
     OPENSSL_cleanse(hs, sizeof(hs));
+    OPENSSL_cleanse(key, sizeof(key));
     t->hello_done = !st;
     t->hello_said |= !st;
     if (!st && !t->followed_set) {

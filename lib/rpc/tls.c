@@ -28,6 +28,8 @@ static struct {
 
 static void forget(void)
 {
+    if (tls.key)   /* a private key: wiped, not only freed */
+        OPENSSL_cleanse(tls.key, strlen(tls.key));
     free(tls.cert);
     free(tls.key);
     free(tls.ca);
@@ -85,12 +87,11 @@ static const char *pick(const char *flag, const char *env, const char *dir, cons
 static ts_status load(const char *path, const char *what, char **out, struct ts_err *err)
 {
     size_t len;
+    ts_status st;
 
-    if (!path)
-        return TS_OK;
-    if (ts_read_file(path, out, &len, err)) {
+    if (path && (st = ts_read_file(path, out, &len, err))) {
         ts_err_prefix(err, "%s", what);
-        return err ? err->code : TS_EIO;
+        return st;
     }
     return TS_OK;
 }

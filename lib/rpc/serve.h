@@ -52,10 +52,10 @@ struct ts_serve_opts {
       "http://HOST:PORT/metrics, every address (0: a free port, logged; default: off; "          \
       "docs/observability.md)", 0, 65535 }
 
-/* Sets the process's TLS material from o->tls (ts_rpc_tls_setup), creates the server on
- * o->listen with o->threads, adds svc (its ctx set by the caller), starts it, logs whether it
- * serves plaintext, TLS or mutual TLS, and writes o->port_file; with o->metrics_port >= 0, serves /metrics too
- * (ts_serve_metrics). On failure nothing is left running and *out is NULL. */
+/* Sets the process's TLS material from o->tls (ts_rpc_tls_setup), creates the server on o->listen
+ * with o->threads, adds svc (its ctx set by the caller), starts it, logs whether it serves
+ * plaintext, TLS or mutual TLS, and writes o->port_file; with o->metrics_port >= 0, serves
+ * /metrics too (ts_serve_metrics). On failure nothing is left running and *out is NULL. */
 ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *svc,
                          struct ts_rpc_server **out, struct ts_err *err) TS_MUST_CHECK;
 

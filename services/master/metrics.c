@@ -1,7 +1,7 @@
 /* metrics.c - the master's figures for Prometheus (docs/observability.md), read at each scrape
- * from the membership and the job table: the map epoch, members by kind and state, shards
- * declared dead so far, leases that ran out, jobs by state, rollbacks. Calls (heartbeats among them) are counted
- * by lib/rpc for every service. */
+ * from the membership and the job table: the map epoch, members by kind and state, shards declared
+ * dead so far, leases that ran out, jobs by state, rollbacks. Calls (heartbeats among them) are
+ * counted by lib/rpc for every service. */
 #include "master.h"
 
 #include <stdlib.h>

@@ -97,8 +97,8 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
                                        ts_now_ms(), err))) {
         /* Refused: the worker was not let in (a retry registers it again); one that was in
          * already (the same process start, alive) stays. */
-        if (g.joined && ts_members_deregister(m->members, TS_MEMBER_WORKER, g.id, "its job refused it",
-                                  &epoch, &ignored))
+        if (g.joined && ts_members_deregister(m->members, TS_MEMBER_WORKER, g.id,
+                                              "its job refused it", &epoch, &ignored))
             ts_log(TS_WARN, "master", "worker %u: %s", g.id, ignored.msg);
         return st;
     }

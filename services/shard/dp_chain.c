@@ -85,13 +85,13 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
     return st;
 }
 
-/* After p's update: its image down the chain, then the update is visible to pulls (BSP,
- * REDUCE) or the push is acknowledged (SSP, ASP: the caller acknowledges the push). In BSP and REDUCE the values and
- * state go from where they lie (ts_part_image_pieces: they cannot change before the
+/* After p's update: its image down the chain, then the update is visible to pulls (BSP, REDUCE) or
+ * the push is acknowledged (SSP, ASP: the caller acknowledges the push). In BSP and REDUCE the
+ * values and state go from where they lie (ts_part_image_pieces: they cannot change before the
  * publish): a 64 MiB step with R = 2 took 33.5 ms so, 37.8 ms with the copy (bench_pushpull,
- * bench/README.md); and where the tensor's values live in a shared region, a next shard on
- * this host reads them there (chain_image). In SSP and ASP another rank's push may change
- * them meanwhile: a copy, taken under the partition's lock, goes. */
+ * bench/README.md); and where the tensor's values live in a shared region, a next shard on this
+ * host reads them there (chain_image). In SSP and ASP another rank's push may change them
+ * meanwhile: a copy, taken under the partition's lock, goes. */
 ts_status dp_replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
                        uint32_t next, struct ts_err *err)
 {

@@ -1,7 +1,8 @@
-/* dp_internal.h - a data-plane connection as dataplane.c (the frames), dp_chain.c (images
- * down a partition's chain) and slots.c (elastic jobs: waking pulls when slots change hands,
- * reporting a worker that hung up) share it. Not used elsewhere. Ownership: dataplane.c creates and frees connections; a connection's
- * thread alone touches its fields but for the atomics and job_id (under dp->id_mu). */
+/* dp_internal.h - a data-plane connection as dataplane.c (the frames), dp_chain.c (images down a
+ * partition's chain) and slots.c (elastic jobs: waking pulls when slots change hands, reporting a
+ * worker that hung up) share it. Not used elsewhere. Ownership: dataplane.c creates and frees
+ * connections; a connection's thread alone touches its fields but for the atomics and job_id
+ * (under dp->id_mu). */
 #ifndef TS_SHARD_DP_INTERNAL_H
 #define TS_SHARD_DP_INTERNAL_H
 

@@ -1,6 +1,6 @@
-/* metrics.c - a worker's figures for Prometheus (docs/observability.md), labelled with its
- * job and rank: steps and their time (the whole step, and the part spent in the SDK's push
- * and pull), what tessera_stats counts (failovers among them), and rank 0's loss and accuracy at each evaluation.
+/* metrics.c - a worker's figures for Prometheus (docs/observability.md), labelled with its job and
+ * rank: steps and their time (the whole step, and the part spent in the SDK's push and pull), what
+ * tessera_stats counts (failovers among them), and rank 0's loss and accuracy at each evaluation.
  * Served with --metrics-port (tessera train --metrics-port BASE gives rank r BASE + r). */
 #include "worker.h"
 

@@ -23,8 +23,8 @@ them every second. Checked:
   /api/status lists both shards alive, with what each says of itself (pid, partitions it
   heads and follows, bytes: the figures of `tessera status --json`), and the job with its
   progress points (a per-sample loss); headless Chromium renders the page: two shard rows
-  with their chains, the job's row, a loss plot with its points; its screenshot is kept in BUILD/artifacts/status-page.png
-  ($TESSERA_ARTIFACTS to change).
+  with their chains, the job's row, a loss plot with its points; its screenshot is kept in
+  BUILD/artifacts/status-page.png ($TESSERA_ARTIFACTS to change).
 """
 import json
 import os

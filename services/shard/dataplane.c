@@ -20,8 +20,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-
 #include "metrics/metrics.h"
 #include "testhooks.h"
 #include "transport/frame.h"
@@ -56,8 +54,6 @@ static uint64_t pull_sum(struct dataplane *dp, struct ts_part *p, uint64_t versi
     pthread_mutex_unlock(&dp->sum_mu);
     return sum;
 }
-
-#define KEY_WAIT_MS 5000   /* a HELLO's wait for the key of a shard still registering */
 
 static ts_status reply_error(struct ts_conn *c, const struct ts_frame_hdr *req,
                              const struct ts_err *e)
@@ -399,76 +395,6 @@ static ts_status on_map(struct dp_conn *dc, const struct ts_frame_hdr *h, struct
 }
 
 /* Names the connection's job. The reply (ACK or ERROR) tells the worker whether it exists. */
-/* A HELLO that begins the handshake (auth.h): its nonce is the last TS_DP_NONCE_LEN bytes
- * (taken off *len); the key is the job's, or its chain key for a chain link. The proof goes
- * in the ACK (ack, its payload in out); the AUTH frame finishes it (on_auth). */
-static ts_status hello_auth(struct dp_conn *dc, const struct ts_frame_hdr *h, const char *buf,
-                            size_t *len, struct ts_frame_hdr *ack, uint8_t out[TS_DP_ACK_LEN],
-                            struct ts_err *err)
-{
-    struct dataplane *dp = dc->dp;
-    uint8_t key[TS_DP_KEY_LEN];
-
-    if (!(h->flags & TS_HELLO_AUTH)) {
-        if (dp->require_auth && !dc->c->authed)
-            return ts_err_set(err, TS_EAUTH, "hello: this shard's data plane needs the "
-                              "handshake (TS_HELLO_AUTH, with the job's key from the master; "
-                              "docs/security.md)");
-        return TS_OK;
-    }
-    if (dc->c->authed)
-        return ts_err_set(err, TS_ESTATE, "hello: the handshake is done on this connection");
-    /* a shard is keyed right after it registers: a worker that found it in the map at once
-     * may come a moment before */
-    for (int i = 0; i < KEY_WAIT_MS / 10 && dp->require_auth && !atomic_load(&dp->keyed); i++)
-        ts_sleep_ms(10);
-    if (!atomic_load(&dp->keyed))
-        return ts_err_set(err, TS_ESTATE, "hello: this shard has no data-plane key %s",
-                          dp->require_auth ? "(it has not registered with the master)" :
-                          "(its master serves no mutual TLS): connect without the handshake");
-    if (*len <= TS_DP_NONCE_LEN || *len - TS_DP_NONCE_LEN > TS_JOB_ID_MAX)
-        return ts_err_set(err, TS_EINVAL, "hello: a handshake needs the job id and a %d-byte "
-                          "nonce", TS_DP_NONCE_LEN);
-    *len -= TS_DP_NONCE_LEN;
-    memcpy(dc->hs_job, buf, *len);
-    dc->hs_job[*len] = '\0';
-    ts_dp_job_key(dp->key, dc->hs_job, (h->flags & TS_HELLO_CHAIN) != 0, key);
-    memcpy(dc->hs.key, key, sizeof(key));
-    OPENSSL_cleanse(key, sizeof(key));
-    memcpy(dc->hs.nc, buf + *len, TS_DP_NONCE_LEN);
-    dc->hs.job = dc->hs_job;
-    dc->hs.rank = h->rank;
-    dc->link = (h->flags & TS_HELLO_CHAIN) != 0;
-    dc->hs_mac = ts_dp_mac_wanted(dc->c);
-    dc->hs_pending = true;
-    ack->flags = TS_ACK_AUTH | (dc->hs_mac ? TS_ACK_MAC : 0);
-    return ts_dp_accept_hello(&dc->hs, out, err);
-}
-
-/* The AUTH frame: the handshake's end; no reply (a wrong proof closes the connection). */
-static ts_status on_auth(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
-                         struct ts_err *err)
-{
-    ts_status st;
-
-    if (!dc->hs_pending)
-        return ts_err_set(err, TS_EAUTH, "auth: no handshake begun on this connection");
-    dc->hs_pending = false;
-    st = ts_dp_accept_auth(dc->c, &dc->hs, buf, h->len, dc->hs_mac, err);
-    OPENSSL_cleanse(dc->hs.key, sizeof(dc->hs.key));
-    if (!st)
-        ts_log(TS_DEBUG, "dataplane", "%s: authenticated for job %s%s%s", dc->c->peer,
-               dc->hs_job, dc->link ? " (a chain link)" : "", dc->hs_mac ? ", frames MAC'd" :
-               "");
-    return st;
-}
-
-void dataplane_set_key(struct dataplane *dp, const uint8_t key[32])
-{
-    memcpy(dp->key, key, sizeof(dp->key));
-    atomic_store(&dp->keyed, true);
-}
-
 static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, const char *buf,
                           struct ts_err *err)
 {
@@ -480,7 +406,7 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     bool auth = (h->flags & TS_HELLO_AUTH) != 0;
     ts_status st;
 
-    if ((st = hello_auth(dc, h, buf, &len, &ack, proof, err)))
+    if ((st = dp_hello_auth(dc, h, buf, &len, &ack, proof, err)))
         return st;
     if (len == 0 || len >= sizeof(id))
         return ts_err_set(err, TS_EINVAL, "hello: job id of 1..%d bytes required",
@@ -515,27 +441,6 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     dc->bye = false;
     ack.step = dc->gen;   /* the worker learns which rollback it works after */
     return ts_frame_send(dc->c, &ack, auth ? proof : NULL, auth ? sizeof(proof) : 0, err);
-}
-
-/* Whether a frame of type may come on dc now: with the handshake required, only HELLO and
- * AUTH before it is done; then a chain link (keyed with the chain key) sends images and
- * their regions, a worker its requests. */
-static ts_status allowed(struct dp_conn *dc, uint16_t type, struct ts_err *err)
-{
-    bool link = type == TS_FRAME_IMAGE || type == TS_FRAME_SHARE || type == TS_FRAME_HELLO;
-    bool worker = type != TS_FRAME_IMAGE && type != TS_FRAME_AUTH;
-
-    if (!dc->dp->require_auth || type == TS_FRAME_HELLO ||
-        (type == TS_FRAME_AUTH && dc->hs_pending))
-        return TS_OK;
-    if (!dc->c->authed)
-        return ts_err_set(err, TS_EAUTH, "frame type %u before the data-plane handshake: "
-                          "refused, nothing applied (docs/security.md)", type);
-    if (dc->link ? !link : !worker)
-        return ts_err_set(err, TS_EAUTH, "frame type %u is not for this connection (%s): "
-                          "refused, nothing applied", type, dc->link ? "a chain link"
-                                                                      : "a worker's");
-    return TS_OK;
 }
 
 /* The connection's job is going back to a snapshot, or went back since its HELLO: every
@@ -594,7 +499,7 @@ static void *conn_main(void *arg)
             hung_up = st == TS_EUNAVAIL;
             break;
         }
-        if ((st = allowed(dc, h.type, &err))) {
+        if ((st = dp_allowed(dc, h.type, &err))) {
             ts_log(TS_WARN, "dataplane", "%s: %s; closing the connection", dc->c->peer,
                    err.msg);
             ts_frame_release(dc->c);
@@ -618,7 +523,7 @@ static void *conn_main(void *arg)
         else if (h.type == TS_FRAME_HELLO)
             st = on_hello(dc, &h, in, &err);
         else if (h.type == TS_FRAME_AUTH)
-            st = on_auth(dc, &h, in, &err);
+            st = dp_on_auth(dc, &h, in, &err);
         else if (h.type == TS_FRAME_BYE)
             dc->bye = true;   /* no reply: the worker is closing */
         else if (h.type == TS_FRAME_SHARE)

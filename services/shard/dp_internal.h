@@ -75,6 +75,19 @@ struct dp_conn {
     atomic_bool done;
 };
 
+/* dp_auth.c: the handshake (transport/auth.h; docs/security.md) */
+/* A HELLO: without TS_HELLO_AUTH, TS_OK unless the handshake is required; with it, takes the
+ * nonce off *len (the job id is what stays), and fills the ACK's flags (ack) and its payload
+ * (out) with this shard's nonce and proof. */
+ts_status dp_hello_auth(struct dp_conn *dc, const struct ts_frame_hdr *h, const char *buf,
+                        size_t *len, struct ts_frame_hdr *ack, uint8_t out[TS_DP_ACK_LEN],
+                        struct ts_err *err) TS_MUST_CHECK;
+/* The AUTH frame that ends the handshake: TS_EAUTH for a wrong proof (close the connection). */
+ts_status dp_on_auth(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
+                     struct ts_err *err) TS_MUST_CHECK;
+/* Whether a frame of type may come on dc now (TS_EAUTH naming why not). */
+ts_status dp_allowed(struct dp_conn *dc, uint16_t type, struct ts_err *err) TS_MUST_CHECK;
+
 /* dp_chain.c (docs/replication.md) */
 /* After p's update (a push this connection took, p pinned by the caller): its image down
  * the chain from shard next, then the version is published to pulls (TS_OK), or the error

@@ -203,8 +203,9 @@ struct ts_rpc_tls {
  * its servers' admin methods (ts_rpc_method.roles naming TS_ROLE_ADMIN) accept a caller that
  * sends it as admin; set, it guards them on plaintext and TLS servers too. */
 ts_status ts_rpc_tls_setup(const struct ts_rpc_tls *t, struct ts_err *err) TS_MUST_CHECK;
-/* What servers made now serve: "mtls", "tls" or "plaintext". */
+/* What servers made now serve: "mtls", "tls" or "plaintext"; ts_rpc_tls_mutual: "mtls". */
 const char *ts_rpc_tls_mode(void);
+bool ts_rpc_tls_mutual(void);
 /* The roles (sec/certs.h TS_ROLE_*) of this process's own certificate; 0 without one. */
 unsigned ts_rpc_tls_roles(void);
 /* Inside a handler: the roles of the caller's certificate (0: none shown). */

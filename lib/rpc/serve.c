@@ -55,7 +55,7 @@ ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *s
                "for loopback development only (--tls-cert, --tls-key, --tls-ca: "
                "docs/security.md)");
     else
-        ts_log(TS_INFO, svc->name, "gRPC over %s", !strcmp(ts_rpc_tls_mode(), "mtls") ?
+        ts_log(TS_INFO, svc->name, "gRPC over %s", ts_rpc_tls_mutual() ?
                "TLS, client certificates required (mutual TLS)" : "TLS, no client certificates "
                "checked (no --tls-ca): anyone who reaches the port may call it");
     *out = srv;

@@ -171,6 +171,11 @@ const char *ts_rpc_tls_mode(void)
     return mode;
 }
 
+bool ts_rpc_tls_mutual(void)
+{
+    return !strcmp(ts_rpc_tls_mode(), "mtls");
+}
+
 unsigned ts_rpc_tls_roles(void)
 {
     unsigned r;

@@ -57,7 +57,7 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
     resp->lease_ms = g.lease_ms;
     resp->heartbeat_interval_ms = g.lease_ms / 3;
     /* the key travels only where the channel is private and the caller a shard's */
-    if (!strcmp(ts_rpc_tls_mode(), "mtls"))
+    if (ts_rpc_tls_mutual())
         resp->data_key = (ProtobufCBinaryData){ sizeof(m->data_key), m->data_key };
     return TS_OK;
 }
@@ -107,7 +107,7 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
     resp->heartbeat_interval_ms = g.lease_ms / 3;
-    if (req->job[0] && !strcmp(ts_rpc_tls_mode(), "mtls")) {   /* its job's key alone */
+    if (req->job[0] && ts_rpc_tls_mutual()) {   /* its job's key alone */
         uint8_t *k = ts_rpc_alloc(call, TS_DP_KEY_LEN);
         ts_dp_job_key(m->data_key, req->job, false, k);
         resp->data_key = (ProtobufCBinaryData){ TS_DP_KEY_LEN, k };

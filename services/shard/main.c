@@ -183,7 +183,7 @@ int main(int argc, char **argv)
         goto out;
     dp_started = true;
     /* mutual TLS on gRPC: the data plane takes only connections that did the handshake */
-    s.dp.require_auth = !strcmp(ts_rpc_tls_mode(), "mtls");
+    s.dp.require_auth = ts_rpc_tls_mutual();
     for (size_t i = 0; i < s.dp.n; i++) {
         Tessera__V1__DataPlaneEndpoint init = TESSERA__V1__DATA_PLANE_ENDPOINT__INIT;
         eps[i] = init;

@@ -197,6 +197,10 @@ struct hb_thread {
     struct ts_err err;        /* the first error */
 };
 
+/* The simulated workers' secret (RegisterWorkerRequest.secret): one for all, as each sends it
+ * with its heartbeats; required under mutual TLS, where the master also checks it. */
+static uint8_t hb_secret[32] = "tessera bench rpc_latency secret";
+
 static void *hb_register_main(void *arg)
 {
     struct hb_thread *t = arg;
@@ -209,6 +213,7 @@ static void *hb_register_main(void *arg)
         req.host = "bench-sim";
         req.pid = (uint32_t)w + 1;
         req.instance = instance;
+        req.secret = (ProtobufCBinaryData){ sizeof(hb_secret), hb_secret };
         if (ts_rpc_unary(t->ch, M_PATH("RegisterWorker"), &req.base,
                          &tessera__v1__register_worker_response__descriptor,
                          (ProtobufCMessage **)&r, CALL_MS, &t->err)) {
@@ -234,6 +239,7 @@ static void hb_send(struct hb_thread *t, int64_t w, int64_t slot)
     req.id = p->ids[w];
     req.known_epoch = t->epoch;
     req.clock = p->acked[w] + 1;
+    req.secret = (ProtobufCBinaryData){ sizeof(hb_secret), hb_secret };
     t0 = ts_now_ns();
     if (ts_rpc_unary(t->ch, M_PATH("Heartbeat"), &req.base,
                      &tessera__v1__heartbeat_response__descriptor, (ProtobufCMessage **)&r,

@@ -70,6 +70,7 @@ ts_status ts_master_call(struct ts_master *m, const char *method, const Protobuf
 struct ts_membership_cfg {
     Tessera__V1__MemberKind kind;             /* SHARD or WORKER */
     const char *addr;                         /* shards: own gRPC host:port; workers: host */
+    const char *instance;                     /* this process start's id; NULL: one is made */
     const char *role;                         /* workers: NULL/"" a trainer, "verify" */
     const char *service;                      /* role verify: its gRPC host:port */
     uint32_t lease_ms;                        /* 0: the master's default */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "rpc/rpc.h"
@@ -25,6 +26,9 @@ struct ts_membership {
     struct ts_membership_cfg cfg;
     char addr[256];
     char instance[40];
+    /* Proves to the master that this process holds its registration (RegisterShardRequest
+     * .secret): sent with every registration, heartbeat and deregistration, never shown. */
+    uint8_t secret[32];
     char job[TS_JOB_ID_MAX + 1];      /* cfg.job, copied */
     bool failed;                      /* the outcome Deregister reports (ts_membership_end) */
     char outcome[257];                /* its fingerprint or reason */
@@ -206,6 +210,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
         req.instance = ms->instance;
         req.lease_ms = ms->cfg.lease_ms;
         req.restarts = ms->cfg.restarts;
+        req.secret = (ProtobufCBinaryData){ sizeof(ms->secret), ms->secret };
         req.n_data_planes = ms->nendpoints;
         req.data_planes = ms->endpoint_ptrs;
         if ((st = CALL(ms->m, "RegisterShard", &req,
@@ -232,6 +237,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
         req.elastic = ms->cfg.elastic;
         req.restarts = ms->cfg.restarts;
         req.start_workers = ms->cfg.start_workers;
+        req.secret = (ProtobufCBinaryData){ sizeof(ms->secret), ms->secret };
         if ((st = CALL(ms->m, "RegisterWorker", &req,
                        &tessera__v1__register_worker_response__descriptor, &resp, deadline_ms,
                        err)))
@@ -261,6 +267,7 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     req.known_epoch = atomic_load(&ms->epoch);
     req.clock = atomic_load(&ms->clock);
     req.caught_up = atomic_load(&ms->caught_up);
+    req.secret = (ProtobufCBinaryData){ sizeof(ms->secret), ms->secret };
     pthread_mutex_lock(&ms->mu);
     req.staleness_last = ms->report.staleness_last;
     req.staleness_max = ms->report.staleness_max;
@@ -402,7 +409,14 @@ ts_status ts_membership_start(struct ts_master *m, const struct ts_membership_cf
     snprintf(ms->addr, sizeof(ms->addr), "%s", cfg->addr ? cfg->addr : "");
     snprintf(ms->job, sizeof(ms->job), "%s", cfg->job ? cfg->job : "");
     ms->cfg.job = NULL;
-    ts_proc_instance_id(ms->instance, sizeof(ms->instance));
+    if (cfg->instance)
+        snprintf(ms->instance, sizeof(ms->instance), "%s", cfg->instance);
+    else
+        ts_proc_instance_id(ms->instance, sizeof(ms->instance));
+    if (getrandom(ms->secret, sizeof(ms->secret), 0) != (ssize_t)sizeof(ms->secret)) {
+        free(ms);
+        return ts_err_set(err, TS_EIO, "membership: getrandom: no random bytes for its secret");
+    }
     pthread_mutex_init(&ms->mu, NULL);
     pthread_mutex_init(&ms->beat_mu, NULL);
     pthread_cond_init(&ms->cv, NULL);
@@ -436,6 +450,7 @@ void ts_membership_stop(struct ts_membership *ms, bool deregister)
         req.kind = ms->cfg.kind;
         req.id = atomic_load(&ms->id);
         req.reason = ms->failed ? ms->outcome : (char *)"clean shutdown";
+        req.secret = (ProtobufCBinaryData){ sizeof(ms->secret), ms->secret };
         if (ms->cfg.kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER && ms->job[0]) {
             req.outcome = ms->failed ? TESSERA__V1__WORKER_OUTCOME__WORKER_OUTCOME_FAILED
                                      : TESSERA__V1__WORKER_OUTCOME__WORKER_OUTCOME_FINISHED;

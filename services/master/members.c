@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
 #include <xxhash.h>
 
 #include "placement/ring.h"
@@ -293,6 +294,31 @@ static void grant(struct ts_members *m, const struct ts_member *e, uint64_t know
     g->joined = joined;
 }
 
+/* Whether cred may act for e (members.h, struct ts_member_cred): `what` names the act for the
+ * error. Called with mu held. */
+static ts_status check_cred(const struct ts_member *e, const struct ts_member_cred *cred,
+                            const char *what, struct ts_err *err)
+{
+    if (!cred || cred->admin || !e->has_secret)
+        return TS_OK;
+    if (!cred->has_secret)
+        return ts_err_set(err, TS_EAUTH, "secret: %s %u registered with a secret and %s needs "
+                          "it (or an admin's credential)", kind_name(e->kind), e->id, what);
+    if (CRYPTO_memcmp(cred->secret_sha256, e->secret_sha256, sizeof(e->secret_sha256)))
+        return ts_err_set(err, TS_EPERM, "secret: not the one %s %u registered with; only that "
+                          "process (or an admin) may %s", kind_name(e->kind), e->id, what);
+    return TS_OK;
+}
+
+/* Gives e cred's secret if it has none yet (a new member, or one registered without). */
+static void keep_secret(struct ts_member *e, const struct ts_member_cred *cred)
+{
+    if (!cred || !cred->has_secret || e->has_secret)
+        return;
+    memcpy(e->secret_sha256, cred->secret_sha256, sizeof(e->secret_sha256));
+    e->has_secret = true;
+}
+
 /* The same instance again: a retried register, or a member declared dead coming back (a shard
  * then joins, unless quiet: its copies are stale); returns whether it came back. */
 static bool reregister(struct ts_members *m, struct ts_member *e, uint32_t lease_ms, int64_t now,
@@ -320,7 +346,7 @@ static bool reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
 ts_status ts_members_register_shard(struct ts_members *m, const char *addr, const char *instance,
                                     uint32_t lease_ms, const struct ts_endpoint *endpoints,
                                     size_t n, int64_t now_ms, struct ts_member_grant *g,
-                                    struct ts_err *err)
+                                    const struct ts_member_cred *cred, struct ts_err *err)
 {
     struct ts_member *e;
     char why[320];
@@ -336,9 +362,12 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
     quiet = !m->cfg.quiet || m->cfg.quiet(m->cfg.quiet_ctx);
     pthread_mutex_lock(&m->mu);
     if ((e = find_instance(&m->shards, instance))) {
-        grant(m, e, 0, reregister(m, e, lease_ms, now_ms, quiet), g);
+        if (!(st = check_cred(e, cred, "register this instance again", err))) {
+            keep_secret(e, cred);
+            grant(m, e, 0, reregister(m, e, lease_ms, now_ms, quiet), g);
+        }
         pthread_mutex_unlock(&m->mu);
-        return TS_OK;
+        return st;
     }
     if ((st = new_member(m, &m->shards, TS_MEMBER_SHARD, addr, instance, lease_ms, now_ms, &e,
                          err))) {
@@ -348,6 +377,7 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
     if (n) /* endpoints may be NULL when n is 0 */
         memcpy(e->endpoints, endpoints, n * sizeof(*endpoints));
     e->nendpoints = n;
+    keep_secret(e, cred);
     e->joining = !quiet;   /* new_epoch puts it on the ring if it is the only one */
     /* Only one process can listen on an address, so an alive shard there has gone away. */
     for (size_t i = 0; i + 1 < m->shards.n; i++) {
@@ -370,7 +400,8 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
 ts_status ts_members_register_worker(struct ts_members *m, const char *host, uint32_t pid,
                                      const char *role, const char *service,
                                      const char *instance, uint32_t lease_ms, int64_t now_ms,
-                                     struct ts_member_grant *g, struct ts_err *err)
+                                     struct ts_member_grant *g, const struct ts_member_cred *cred,
+                                     struct ts_err *err)
 {
     struct ts_member *e;
     bool joined = true;
@@ -386,7 +417,8 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     pthread_mutex_lock(&m->mu);
     if ((e = find_instance(&m->workers, instance))) {
-        joined = reregister(m, e, lease_ms, now_ms, true);
+        if (!(st = check_cred(e, cred, "register this instance again", err)))
+            joined = reregister(m, e, lease_ms, now_ms, true);
     } else if (!(st = new_member(m, &m->workers, TS_MEMBER_WORKER, host, instance, lease_ms,
                                  now_ms, &e, err))) {
         e->pid = pid;
@@ -395,8 +427,10 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
         e->registered_epoch = m->epoch;
         ts_log(TS_DEBUG, "master", "worker %u (%s pid %u) registered", e->id, host, pid);
     }
-    if (!st)
+    if (!st) {
+        keep_secret(e, cred);
         grant(m, e, 0, joined, g);
+    }
     pthread_mutex_unlock(&m->mu);
     return st;
 }
@@ -436,7 +470,8 @@ ts_status ts_members_check_epoch(struct ts_members *m, uint64_t known_epoch, str
 
 ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                                uint64_t known_epoch, uint64_t clock, int64_t now_ms,
-                               struct ts_member_grant *g, struct ts_err *err)
+                               struct ts_member_grant *g, const struct ts_member_cred *cred,
+                               struct ts_err *err)
 {
     struct ts_member *e;
     ts_status st;
@@ -444,7 +479,8 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
     if ((st = members_check_kind(kind, err)) || (st = ts_members_check_epoch(m, known_epoch, err)))
         return st;
     pthread_mutex_lock(&m->mu);
-    if (!(st = find_alive(m, kind, id, &e, err))) {
+    if (!(st = find_alive(m, kind, id, &e, err)) &&
+        !(st = check_cred(e, cred, "renew its lease", err))) {
         e->last_heartbeat_ms = now_ms;
         if (clock > e->clock)
             e->clock = clock;
@@ -452,6 +488,24 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
     }
     pthread_mutex_unlock(&m->mu);
     return st;
+}
+
+bool ts_members_guarded_addr(struct ts_members *m, const char *addr, const char *instance,
+                             uint32_t *id)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; !found && i < m->shards.n; i++) {
+        const struct ts_member *e = &m->shards.v[i];
+        if (e->state == TS_MEMBER_ALIVE && e->has_secret && strcmp(e->addr, addr) == 0 &&
+            strcmp(e->instance, instance) != 0) {
+            *id = e->id;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return found;
 }
 
 void ts_members_moves(struct ts_members *m, uint32_t id, uint64_t epoch, uint64_t pending)
@@ -513,7 +567,8 @@ void ts_members_set_restarts(struct ts_members *m, enum ts_member_kind kind, uin
 }
 
 ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
-                                const char *reason, uint64_t *epoch, struct ts_err *err)
+                                const char *reason, uint64_t *epoch,
+                                const struct ts_member_cred *cred, struct ts_err *err)
 {
     struct ts_member *e;
     char why[400];
@@ -525,7 +580,8 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
         return ts_err_set(err, TS_EINVAL, "reason: %zu bytes, at most %d", strlen(reason),
                           TS_MEMBERS_MAX_REASON);
     pthread_mutex_lock(&m->mu);
-    if (!(st = find_alive(m, kind, id, &e, err))) {
+    if (!(st = find_alive(m, kind, id, &e, err)) &&
+        !(st = check_cred(e, cred, "deregister it", err))) {
         e->state = TS_MEMBER_LEFT;
         snprintf(why, sizeof(why), "%s %u left (%s)", kind_name(kind), id,
                  reason && reason[0] ? reason : "no reason given");

@@ -37,6 +37,7 @@ enum ts_member_state { TS_MEMBER_ALIVE = 1, TS_MEMBER_DEAD = 2, TS_MEMBER_LEFT =
 
 #define TS_MEMBERS_MAX_ENDPOINTS 4
 #define TS_MEMBERS_MAX_BLOB 192
+#define TS_MEMBER_SECRET_HASH 32
 
 /* A data-plane endpoint a shard listens on (tessera.v1.DataPlaneEndpoint). */
 struct ts_endpoint {
@@ -71,6 +72,21 @@ struct ts_member {
     uint64_t moves_epoch, moves_pending;
     uint32_t restarts;                        /* see ts_members_set_restarts */
     int64_t grace_until_ms;                   /* not declared dead before (ts_members_restore) */
+    /* The SHA-256 of the secret it registered with (has_secret; see ts_member_cred). */
+    uint8_t secret_sha256[TS_MEMBER_SECRET_HASH];
+    bool has_secret;
+};
+
+/* Who makes a call about a member (docs/security.md, "Member identity"): the SHA-256 of the
+ * secret it sent (has_secret false: none), and whether it may act for any member (an admin,
+ * or any caller of a server that checks no credentials). A member registered with a secret
+ * answers, to a heartbeat, a deregistration or a registration of its instance again, only a
+ * caller that sends the same secret or is an admin: else TS_EAUTH (none sent) or TS_EPERM
+ * (another), naming the field `secret`, with nothing changed. A NULL cred is an admin's. */
+struct ts_member_cred {
+    uint8_t secret_sha256[TS_MEMBER_SECRET_HASH];
+    bool has_secret;
+    bool admin;
 };
 
 /* What must never go backwards across a master restart: the epoch, and the ids reserved for
@@ -133,20 +149,27 @@ void ts_members_free(struct ts_members *m);
 ts_status ts_members_register_shard(struct ts_members *m, const char *addr, const char *instance,
                                     uint32_t lease_ms, const struct ts_endpoint *endpoints,
                                     size_t n, int64_t now_ms, struct ts_member_grant *g,
+                                    const struct ts_member_cred *cred,
                                     struct ts_err *err) TS_MUST_CHECK;
 /* role: "" or "verify" (then service, its gRPC address, is required). */
 ts_status ts_members_register_worker(struct ts_members *m, const char *host, uint32_t pid,
                                      const char *role, const char *service,
                                      const char *instance, uint32_t lease_ms, int64_t now_ms,
-                                     struct ts_member_grant *g, struct ts_err *err) TS_MUST_CHECK;
+                                     struct ts_member_grant *g, const struct ts_member_cred *cred,
+                                     struct ts_err *err) TS_MUST_CHECK;
 /* TS_ENOTFOUND for an id never registered, TS_ESTATE for a dead or departed member. */
 ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                                uint64_t known_epoch, uint64_t clock, int64_t now_ms,
-                               struct ts_member_grant *g, struct ts_err *err) TS_MUST_CHECK;
+                               struct ts_member_grant *g, const struct ts_member_cred *cred,
+                               struct ts_err *err) TS_MUST_CHECK;
 /* A shard's report of the moves left for joining shards (HeartbeatRequest.moves_*), after a
  * heartbeat it was accepted. Once every alive shard reported none under the current epoch,
  * the joining shards go on the ring with a new epoch. */
 void ts_members_moves(struct ts_members *m, uint32_t id, uint64_t epoch, uint64_t pending);
+/* Whether an alive shard of another process start than `instance` is registered at addr with a
+ * secret (a registration at addr marks it dead, see register); *id is then its id. */
+bool ts_members_guarded_addr(struct ts_members *m, const char *addr, const char *instance,
+                             uint32_t *id);
 /* Records how many times a supervisor restarted the member this one replaces
  * (Register{Shard,Worker}Request.restarts), for status. */
 void ts_members_set_restarts(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
@@ -157,6 +180,7 @@ void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member
 const char *ts_member_state_name(enum ts_member_state s);
 ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                                 const char *reason, uint64_t *epoch,
+                                const struct ts_member_cred *cred,
                                 struct ts_err *err) TS_MUST_CHECK;
 /* Validates known_epoch against the current epoch (it may not be ahead). */
 ts_status ts_members_check_epoch(struct ts_members *m, uint64_t known_epoch,

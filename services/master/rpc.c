@@ -4,8 +4,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "master.h"
 #include "tessera/v1/master.pb-c.h"
+#include "tessera/v1/shard.pb-c.h"
 #include "transport/auth.h"
 #include "transport/transport.h"
 #include "util/log.h"
@@ -22,6 +25,71 @@ static Tessera__V1__MemberState state_pb(enum ts_member_state s)
     return TESSERA__V1__MEMBER_STATE__MEMBER_STATE_UNSPECIFIED;
 }
 
+/* The caller's credential for a call about a member (members.h, struct ts_member_cred): the
+ * SHA-256 of the secret it sent and whether it is an admin. `registering`: under mutual TLS a
+ * registration must bring a secret, since nothing else tells its process from another holding
+ * a certificate of the same role. */
+static ts_status member_cred(struct ts_rpc_call *call, const ProtobufCBinaryData *secret,
+                             bool registering, struct ts_member_cred *c, struct ts_err *err)
+{
+    struct ts_err ignored = { 0 };
+
+    if (secret->len && (secret->len < 16 || secret->len > 64))
+        return ts_err_set(err, TS_EINVAL, "secret: %zu bytes; want 16 to 64 random bytes",
+                          secret->len);
+    if (registering && !secret->len && ts_rpc_tls_mutual())
+        return ts_err_set(err, TS_EINVAL, "secret: required under mutual TLS (16 to 64 random "
+                          "bytes the member keeps and sends with its heartbeats)");
+    *c = (struct ts_member_cred){
+        .has_secret = secret->len > 0,
+        .admin = ts_rpc_need_role(call, TS_ROLE_ADMIN, &ignored) == TS_OK,
+    };
+    if (c->has_secret &&
+        !EVP_Digest(secret->data, secret->len, c->secret_sha256, NULL, EVP_sha256(), NULL))
+        return ts_err_set(err, TS_EINTERNAL, "secret: SHA-256 failed (OpenSSL)");
+    return TS_OK;
+}
+
+/* How long a registration waits for the address it claims to say which process listens. */
+#define ADDR_PROBE_MS 2000
+
+/* A shard registering at the address of an alive shard marks that one dead, since only one
+ * process can listen on an address. From anyone but an admin that needs proof that the
+ * caller's process is the one listening there now: the master asks the address (ShardStatus)
+ * for its instance. A shard starts serving before it registers, so a restarted one answers. */
+static ts_status check_addr_claim(const struct master *m,
+                                  const Tessera__V1__RegisterShardRequest *req,
+                                  const struct ts_member_cred *cred, struct ts_err *err)
+{
+    Tessera__V1__ShardStatusRequest sreq = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
+    Tessera__V1__ShardStatusResponse *r = NULL;
+    struct ts_rpc_channel *ch = NULL;
+    struct ts_err why = { 0 };
+    uint32_t old;
+    bool same;
+
+    if (cred->admin || !ts_members_guarded_addr(m->members, req->addr, req->instance, &old))
+        return TS_OK;
+    if (ts_rpc_channel_create(req->addr, NULL, &ch, &why) ||
+        ts_rpc_unary_once(ch, "/tessera.v1.Shard/ShardStatus", &sreq.base,
+                          &tessera__v1__shard_status_response__descriptor,
+                          (ProtobufCMessage **)&r, ADDR_PROBE_MS, &why)) {
+        ts_rpc_channel_free(ch);
+        return ts_err_set(err, TS_EUNAVAIL, "addr: shard %u is registered at %s, and asked which "
+                          "process listens there, the address did not answer (%s); register "
+                          "again once this process serves there", old, req->addr, why.msg);
+    }
+    same = strcmp(r->instance, req->instance) == 0;
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    ts_rpc_channel_free(ch);
+    if (!same)
+        return ts_err_set(err, TS_EPERM, "addr: shard %u is registered at %s, and the process "
+                          "answering there is not instance %s; only the process listening on "
+                          "an address (or an admin) may register it", old, req->addr,
+                          req->instance);
+    return TS_OK;
+}
+
 static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                                 ProtobufCMessage *rs, struct ts_err *err)
 {
@@ -30,6 +98,7 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
     struct master *m = ts_rpc_ctx(call);
     struct ts_endpoint ep[TS_MEMBERS_MAX_ENDPOINTS];
     struct ts_member_grant g;
+    struct ts_member_cred cred;
     size_t n = req->n_data_planes;
     ts_status st;
 
@@ -47,9 +116,10 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
         if (d->address.len) /* an empty bytes field is NULL, which memcpy may not get */
             memcpy(ep[i].addr, d->address.data, d->address.len);
     }
-    st = ts_members_register_shard(m->members, req->addr, req->instance, req->lease_ms, ep, n,
-                                   ts_now_ms(), &g, err);
-    if (st)
+    if ((st = member_cred(call, &req->secret, true, &cred, err)) ||
+        (st = check_addr_claim(m, req, &cred, err)) ||
+        (st = ts_members_register_shard(m->members, req->addr, req->instance, req->lease_ms, ep,
+                                        n, ts_now_ms(), &g, &cred, err)))
         return st;
     ts_members_set_restarts(m->members, TS_MEMBER_SHARD, g.id, req->restarts);
     resp->shard_id = g.id;
@@ -82,6 +152,7 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     Tessera__V1__RegisterWorkerResponse *resp = (void *)rs;
     struct master *m = ts_rpc_ctx(call);
     struct ts_member_grant g;
+    struct ts_member_cred cred;
     struct ts_err ignored = { 0 };
     uint64_t epoch;
     ts_status st;
@@ -89,8 +160,10 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     /* the verify service registers with its own certificate, trainers with a worker's */
     if ((st = ts_rpc_need_role(call, strcmp(req->role, "verify") ? TS_ROLE_WORKER
                                                                  : TS_ROLE_VERIFY, err)) ||
+        (st = member_cred(call, &req->secret, true, &cred, err)) ||
         (st = ts_members_register_worker(m->members, req->host, req->pid, req->role, req->addr,
-                                         req->instance, req->lease_ms, ts_now_ms(), &g, err)))
+                                         req->instance, req->lease_ms, ts_now_ms(), &g, &cred,
+                                         err)))
         return st;
     if (req->job[0] && (st = jobs_join(m->jobs, req->job, g.id, req->rank, req->workers,
                                        req->start_workers, req->keep, req->elastic,
@@ -98,7 +171,7 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
         /* Refused: the worker was not let in (a retry registers it again); one that was in
          * already (the same process start, alive) stays. */
         if (g.joined && ts_members_deregister(m->members, TS_MEMBER_WORKER, g.id,
-                                              "its job refused it", &epoch, &ignored))
+                                              "its job refused it", &epoch, NULL, &ignored))
             ts_log(TS_WARN, "master", "worker %u: %s", g.id, ignored.msg);
         return st;
     }
@@ -163,11 +236,13 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
     Tessera__V1__HeartbeatResponse *resp = (void *)rs;
     struct master *m = ts_rpc_ctx(call);
     struct ts_member_grant g;
+    struct ts_member_cred cred;
     ts_status st;
 
     if ((st = kind_role(call, req->kind, 0, err)) ||
+        (st = member_cred(call, &req->secret, false, &cred, err)) ||
         (st = ts_members_heartbeat(m->members, (enum ts_member_kind)req->kind, req->id,
-                                   req->known_epoch, req->clock, ts_now_ms(), &g, err)))
+                                   req->known_epoch, req->clock, ts_now_ms(), &g, &cred, err)))
         return st;
     if (req->kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER) {
         struct ts_member_report r = { req->staleness_last, req->staleness_max,
@@ -194,6 +269,7 @@ static ts_status deregister(struct ts_rpc_call *call, const ProtobufCMessage *rq
     const Tessera__V1__DeregisterRequest *req = (const void *)rq;
     Tessera__V1__DeregisterResponse *resp = (void *)rs;
     struct master *m = ts_rpc_ctx(call);
+    struct ts_member_cred cred;
     ts_status st;
 
     if (req->outcome > TESSERA__V1__WORKER_OUTCOME__WORKER_OUTCOME_FAILED)
@@ -201,8 +277,9 @@ static ts_status deregister(struct ts_rpc_call *call, const ProtobufCMessage *rq
     if (req->fingerprint[0] && strspn(req->fingerprint, "0123456789abcdef") != 64)
         return ts_err_set(err, TS_EINVAL, "fingerprint: want 64 lowercase hex digits or \"\"");
     if ((st = kind_role(call, req->kind, TS_ROLE_ADMIN, err)) ||
+        (st = member_cred(call, &req->secret, false, &cred, err)) ||
         (st = ts_members_deregister(m->members, (enum ts_member_kind)req->kind, req->id,
-                                    req->reason, &resp->epoch, err)))
+                                    req->reason, &resp->epoch, &cred, err)))
         return st;
     if (req->kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER)
         jobs_leave(m->jobs, req->id,
@@ -496,6 +573,9 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
     if (req->worker_id && req->shard_id)
         return ts_err_set(err, TS_EINVAL, "worker_id: set with shard_id; report one member");
     if (req->worker_id) {   /* its process is gone: nothing to probe (workers serve nothing) */
+        /* so only those who see it go may say so: a shard (its data plane) or an admin */
+        if ((st = ts_rpc_need_role(call, TS_ROLE_SHARD | TS_ROLE_ADMIN, err)))
+            return st;
         snprintf(why, sizeof(why), "its connection to %.60s hung up without a goodbye (%.100s)",
                  req->reporter[0] ? req->reporter : "a shard", req->detail);
         if (ts_members_declare_dead(m->members, TS_MEMBER_WORKER, req->worker_id, NULL, why))
@@ -533,7 +613,7 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
     { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor,             \
       TS_RPC_OWN_THREAD, roles }
 static const struct ts_rpc_method master_methods[] = {
-    M("RegisterShard", register_shard, register_shard_request, register_shard_response,
+    T("RegisterShard", register_shard, register_shard_request, register_shard_response,
       TS_ROLE_SHARD),
     M("RegisterWorker", register_worker, register_worker_request, register_worker_response,
       TS_ROLE_WORKER | TS_ROLE_VERIFY),

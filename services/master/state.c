@@ -195,6 +195,26 @@ static ts_status check_member(uint32_t state, uint32_t lease_ms, const char *wha
     return TS_OK;
 }
 
+/* Gives the member of v that s names its secret hash. */
+static ts_status restore_secret(struct ts_members_view *v, const Tessera__V1__MemberSecret *s,
+                                struct ts_err *err)
+{
+    bool shard = s->kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD;
+    struct ts_member *e = shard ? v->shards : v->workers;
+    size_t n = shard ? v->nshards : v->nworkers;
+
+    if (s->sha256.len != TS_MEMBER_SECRET_HASH)
+        return ts_err_set(err, TS_ECORRUPT, "secrets: %zu bytes for member %u, want %d",
+                          s->sha256.len, s->id, TS_MEMBER_SECRET_HASH);
+    for (size_t i = 0; i < n; i++)
+        if (e[i].id == s->id) {
+            memcpy(e[i].secret_sha256, s->sha256.data, TS_MEMBER_SECRET_HASH);
+            e[i].has_secret = true;
+            return TS_OK;
+        }
+    return TS_OK;   /* a departed worker forgotten since: nothing to keep */
+}
+
 static ts_status restore_members(struct master *m, const Tessera__V1__MasterState *ms,
                                  const Tessera__V1__MasterClock *clock, struct ts_err *err)
 {
@@ -217,6 +237,8 @@ static ts_status restore_members(struct master *m, const Tessera__V1__MasterStat
         st = check_member(ms->workers[i]->state, ms->workers[i]->lease_ms, "worker",
                           ms->workers[i]->id, err);
     }
+    for (size_t i = 0; !st && i < ms->n_secrets; i++)
+        st = restore_secret(&v, ms->secrets[i], err);
     if (clock)   /* written first: its epoch may be ahead of v's (the restore takes the larger) */
         c = (struct ts_members_clock){ clock->epoch, clock->shard_ids, clock->worker_ids };
     if (!st)
@@ -293,6 +315,30 @@ static ts_status restore_jobs(struct master_state *s, struct master *m,
     return st;
 }
 
+/* The members' secret hashes (MasterState.secrets) in call's arena; *n of them. */
+static Tessera__V1__MemberSecret **member_secrets(struct ts_rpc_call *call,
+                                                 const struct ts_members_view *v, size_t *n)
+{
+    Tessera__V1__MemberSecret **out = ts_rpc_alloc(call, (v->nshards + v->nworkers + 1) *
+                                                             sizeof(*out));
+
+    *n = 0;
+    for (size_t i = 0; i < v->nshards + v->nworkers; i++) {
+        struct ts_member *e = i < v->nshards ? &v->shards[i] : &v->workers[i - v->nshards];
+        Tessera__V1__MemberSecret *s;
+        if (!e->has_secret)
+            continue;
+        s = ts_rpc_new(call, &tessera__v1__member_secret__descriptor);
+        s->kind = (Tessera__V1__MemberKind)e->kind;
+        s->id = e->id;
+        s->sha256.data = ts_rpc_alloc(call, sizeof(e->secret_sha256));
+        s->sha256.len = sizeof(e->secret_sha256);
+        memcpy(s->sha256.data, e->secret_sha256, sizeof(e->secret_sha256));
+        out[(*n)++] = s;
+    }
+    return out;
+}
+
 /* m's state as a message in call's arena. */
 static Tessera__V1__MasterState *build(struct master *m, struct ts_rpc_call *call,
                                        struct ts_err *err)
@@ -348,6 +394,7 @@ static Tessera__V1__MasterState *build(struct master *m, struct ts_rpc_call *cal
     ms->branch = (char *)snapper_branch(&m->snap, call);
     ms->snapshots = snapper_job_snapshots(&m->snap, call, &ms->n_snapshots);
     ms->data_key = (ProtobufCBinaryData){ sizeof(m->data_key), m->data_key };
+    ms->secrets = member_secrets(call, &v, &ms->n_secrets);
     jobs_records_free(r, n);
     ts_members_view_free(&v);
     return ms;

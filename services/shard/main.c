@@ -174,6 +174,7 @@ int main(int argc, char **argv)
     if (store_dir && open_store(&s, store_dir, restore, &store, &err))
         goto out;
     ts_shard_service.ctx = &s;
+    ts_proc_instance_id(s.instance, sizeof(s.instance));
     shard_metrics_init(&s);
     if (ts_serve_start(&so, &ts_shard_service, &srv, &err))
         goto out;
@@ -193,6 +194,7 @@ int main(int argc, char **argv)
         ep_ptrs[i] = &eps[i];
     }
     mcfg.addr = s.addr;
+    mcfg.instance = s.instance;
     mcfg.on_epoch = on_epoch;
     mcfg.moves = moves;
     mcfg.on_roster = on_roster;

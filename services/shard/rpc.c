@@ -103,10 +103,10 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
         return st;
     resp->store = (char *)(s->store_dir ? s->store_dir : "");
     resp->restore = s->params.restore_hex;
+    resp->instance = s->instance;
     if (s->membership) {
         resp->shard_id = ts_membership_id(s->membership);
         resp->epoch = ts_membership_epoch(s->membership);
-        resp->instance = (char *)ts_membership_instance(s->membership);
         resp->state = TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE;
     }
     return TS_OK;

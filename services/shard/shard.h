@@ -12,6 +12,10 @@
 
 struct shard {
     char addr[256];                 /* advertised gRPC address */
+    /* This process start's id (RegisterShardRequest.instance), made before the server starts:
+     * ShardStatus reports it from the first call, so the master can check that this process
+     * answers at addr before it takes the address from another registration. */
+    char instance[40];
     const char *master_addr;
     struct ts_master *master;
     struct ts_membership *membership;

@@ -107,9 +107,10 @@ static struct ts_members *members_new(void)
 
     /* One shard (id 1) and one worker (id 1) to heartbeat and deregister. */
     if (ts_members_create(NULL, &m, &err) ||
-        ts_members_register_shard(m, "127.0.0.1:7000", "shard-a", 0, NULL, 0, NOW_MS, &g,
+        ts_members_register_shard(m, "127.0.0.1:7000", "shard-a", 0, NULL, 0, NOW_MS, &g, NULL,
                                   &err) ||
-        ts_members_register_worker(m, "127.0.0.1", 1, "", "", "worker-a", 0, NOW_MS, &g, &err))
+        ts_members_register_worker(m, "127.0.0.1", 1, "", "", "worker-a", 0, NOW_MS, &g, NULL,
+                                   &err))
         abort();
     return m;
 }
@@ -145,10 +146,10 @@ static void register_shard(const Tessera__V1__RegisterShardRequest *req)
     }
     m = members_new();
     st = ts_members_register_shard(m, req->addr, req->instance, req->lease_ms, ep, n, NOW_MS,
-                                   &g, &err);
+                                   &g, NULL, &err);
     refused_ok(st, &err);
     if (!st && (ts_members_register_shard(m, req->addr, req->instance, req->lease_ms, ep, n,
-                                          NOW_MS, &again, &err) || again.id != g.id))
+                                          NOW_MS, &again, NULL, &err) || again.id != g.id))
         abort();
     ts_members_free(m);
 }
@@ -161,10 +162,10 @@ static void register_worker(const Tessera__V1__RegisterWorkerRequest *req)
     ts_status st;
 
     st = ts_members_register_worker(m, req->host, req->pid, req->role, req->addr, req->instance,
-                                    req->lease_ms, NOW_MS, &g, &err);
+                                    req->lease_ms, NOW_MS, &g, NULL, &err);
     refused_ok(st, &err);
     if (!st && (ts_members_register_worker(m, req->host, req->pid, req->role, req->addr,
-                                           req->instance, req->lease_ms, NOW_MS, &again,
+                                           req->instance, req->lease_ms, NOW_MS, &again, NULL,
                                            &err) || again.id != g.id))
         abort();
     ts_members_free(m);
@@ -178,7 +179,7 @@ static void heartbeat(const Tessera__V1__HeartbeatRequest *req)
     ts_status st;
 
     st = ts_members_heartbeat(m, (enum ts_member_kind)req->kind, req->id, req->known_epoch,
-                              req->clock, NOW_MS, &g, &err);
+                              req->clock, NOW_MS, &g, NULL, &err);
     refused_ok(st, &err);
     if (!st && req->kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER) {
         struct ts_member_report r = { req->staleness_last, req->staleness_max,
@@ -197,7 +198,7 @@ static void deregister(const Tessera__V1__DeregisterRequest *req)
     uint64_t epoch;
 
     refused_ok(ts_members_deregister(m, (enum ts_member_kind)req->kind, req->id, req->reason,
-                                     &epoch, &err), &err);
+                                     &epoch, NULL, &err), &err);
     ts_members_free(m);
 }
 

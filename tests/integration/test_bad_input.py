@@ -25,6 +25,8 @@ MAX_U64 = 2**64 - 1
 
 # (field named in the details, request fields) for each RPC. Every other field is valid.
 BAD_REGISTER_SHARD = [
+    ("secret", dict(secret=b"short")),                 # 16 to 64 bytes
+    ("secret", dict(secret=b"s" * 65)),
     ("addr", dict(addr="")),
     ("addr", dict(addr="h" * 254 + ":1")),             # 256 bytes; the limit is 255
     ("addr", dict(addr="a" * 5000 + ":1")),
@@ -61,6 +63,8 @@ BAD_REGISTER_SHARD = [
 ]
 
 BAD_REGISTER_WORKER = [
+    ("secret", dict(secret=b"short")),                 # 16 to 64 bytes
+    ("secret", dict(secret=b"s" * 65)),
     ("host", dict(host="")),
     ("host", dict(host="h" * 256)),
     ("host", dict(host="two words")),
@@ -76,6 +80,8 @@ BAD_REGISTER_WORKER = [
 # Heartbeat/Deregister cases name the real shard's id where the id is not the point, so that a
 # missed check would show as a state change.
 BAD_HEARTBEAT = [
+    ("secret", dict(secret=b"short")),                 # 16 to 64 bytes
+    ("secret", dict(secret=b"s" * 65)),
     ("kind", dict(kind=0)),
     ("kind", dict(kind=3)),                            # VERIFY: not a heartbeating kind
     ("kind", dict(kind=42)),                           # not in the enum at all
@@ -86,6 +92,8 @@ BAD_HEARTBEAT = [
 ]
 
 BAD_DEREGISTER = [
+    ("secret", dict(secret=b"short")),                 # 16 to 64 bytes
+    ("secret", dict(secret=b"s" * 65)),
     ("kind", dict(kind=0)),
     ("kind", dict(kind=3)),
     ("kind", dict(kind=7)),

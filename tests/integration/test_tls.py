@@ -17,15 +17,26 @@ starts a master and two shards serving mutual TLS with them and an admin token. 
 - tessera-verify with its own certificate registers as the verify service and answers over
   mutual TLS; a worker's certificate registering as "verify" is refused;
 - `tessera status` without TESSERA_TLS_DIR says what to set;
+- a member's registration (test_i): another holder of a certificate of the same role cannot
+  renew, take over or end it without the member's secret (UNAUTHENTICATED without one,
+  PERMISSION_DENIED with another), ClusterStatus unchanged; its own process can, an admin may
+  deregister it; the state file keeps the secret's SHA-256, never the secret; and a master
+  killed with SIGKILL comes back knowing them (test_j): the shards' own heartbeats taken, an
+  impostor's refused; a shard certificate's holder cannot register at an alive shard's
+  address (which would mark it dead: the master asks the address which process listens
+  there), while a shard restarted on its address replaces its dead predecessor (test_k);
 - the data plane (test_g): a hostile client (dp_probe) without the handshake, with a HELLO
   but no proof, replaying a recorded handshake, with a bit flipped after the MAC, or with the
   wrong key, is refused and cut off; the job it aims at keeps its partitions bit for bit, and
   a job training meanwhile ends with the --local fingerprint.
 """
+import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import unittest
 
 sys.dont_write_bytecode = True
@@ -265,6 +276,70 @@ class Tls(tl.ClusterCase, unittest.TestCase):
                                    timeout=tl.RPC_TIMEOUT).frames_refused
         self.assertGreater(refused, refused0, "the frame with the bad MAC is counted")
 
+    def test_i_a_registration_answers_only_to_its_own_process(self):
+        """Another holder of a certificate of the same role cannot renew, take over or end a
+        member's registration: the member's secret (docs/security.md, "Member identity") is
+        the proof; an admin may still deregister it. The master keeps only its SHA-256."""
+        stub = self.master_stub()
+        secret, other = os.urandom(32), os.urandom(32)
+        e = tl.call_error(stub.RegisterWorker, master_pb2.RegisterWorkerRequest(
+            host="h", instance="victim"))
+        self.assertEqual(e.code(), grpc.StatusCode.INVALID_ARGUMENT, e.details())
+        self.assertIn("secret", e.details())
+        w = stub.RegisterWorker(master_pb2.RegisterWorkerRequest(
+            host="h", instance="victim", secret=secret, lease_ms=60000),
+            timeout=tl.RPC_TIMEOUT).worker_id
+        before = self.status()
+        shard = before.shards[0]
+        shard_stub = self.master_stub(stem="shard")
+        for what, fn, req, code in (
+                ("heartbeat, no secret", stub.Heartbeat,
+                 master_pb2.HeartbeatRequest(kind=tl.WORKER, id=w), "UNAUTHENTICATED"),
+                ("heartbeat, another secret", stub.Heartbeat,
+                 master_pb2.HeartbeatRequest(kind=tl.WORKER, id=w, secret=other),
+                 "PERMISSION_DENIED"),
+                ("deregister, another secret", stub.Deregister,
+                 master_pb2.DeregisterRequest(kind=tl.WORKER, id=w, secret=other),
+                 "PERMISSION_DENIED"),
+                ("take over the instance", stub.RegisterWorker,
+                 master_pb2.RegisterWorkerRequest(host="h", instance="victim", secret=other),
+                 "PERMISSION_DENIED"),
+                ("a worker certificate reporting another worker gone", stub.ReportUnreachable,
+                 master_pb2.ReportUnreachableRequest(worker_id=w), "PERMISSION_DENIED"),
+                ("a shard certificate renewing a running shard's lease", shard_stub.Heartbeat,
+                 master_pb2.HeartbeatRequest(kind=tl.SHARD, id=shard.id), "UNAUTHENTICATED"),
+                ("a shard certificate ending a running shard", shard_stub.Deregister,
+                 master_pb2.DeregisterRequest(kind=tl.SHARD, id=shard.id, secret=other),
+                 "PERMISSION_DENIED")):
+            e = tl.call_error(fn, req)
+            self.assertEqual(e.code().name, code, what + ": " + e.details())
+            self.assertIn("shard" if fn is stub.ReportUnreachable else "secret", e.details(),
+                          what)
+        after = self.status()
+        self.assertEqual(tl.status_fingerprint(after), tl.status_fingerprint(before))
+        self.assertEqual(after.epoch, before.epoch)
+        self.assertEqual([x.state for x in after.workers if x.id == w], [tl.ALIVE])
+        # its own process renews it; the state file holds the secret's hash, not the secret
+        stub.Heartbeat(master_pb2.HeartbeatRequest(kind=tl.WORKER, id=w, secret=secret),
+                       timeout=tl.RPC_TIMEOUT)
+        path = os.path.join(self.c.dir, "up", "master-state", "state")
+
+        def saved():
+            st = state_pb2.MasterState()
+            st.ParseFromString(read(path))
+            return {(x.kind, x.id): x.sha256 for x in st.secrets}
+        tl.wait_until(lambda: (tl.WORKER, w) in saved(), 30, "the state file to keep worker %d"
+                      % w)
+        kept = saved()
+        self.assertEqual(kept[(tl.WORKER, w)], hashlib.sha256(secret).digest())
+        self.assertTrue(all((tl.SHARD, s.id) in kept for s in after.shards), kept.keys())
+        self.assertNotIn(secret, read(path))
+        # an admin deregisters it without the secret
+        token = read(os.path.join(self.certs, "admin.token")).decode().strip()
+        stub.Deregister(master_pb2.DeregisterRequest(kind=tl.WORKER, id=w, reason="test"),
+                        timeout=tl.RPC_TIMEOUT, metadata=[("authorization", "Bearer " + token)])
+        self.assertEqual([x.state for x in self.status().workers if x.id == w], [tl.LEFT])
+
     def test_h_the_verify_service_registers_with_its_own_certificate(self):
         tls = []
         for flag, f in (("--tls-cert", "verify.pem"), ("--tls-key", "verify.key"),
@@ -285,6 +360,67 @@ class Tls(tl.ClusterCase, unittest.TestCase):
         e = tl.call_error(self.master_stub().RegisterWorker, master_pb2.RegisterWorkerRequest(
             host="h", instance="fake-verify", role="verify", addr="127.0.0.1:1"))
         self.assertEqual(e.code(), grpc.StatusCode.PERMISSION_DENIED, e.details())
+
+    def test_j_a_restarted_master_still_knows_whose_registration_is_whose(self):
+        """The master killed with SIGKILL comes back (tessera up) with the secrets' hashes of
+        its state file: the shards' own heartbeats are taken, an impostor's still refused."""
+        def status():
+            r = cli(["status", "--master", self.master, "--json"], env=self.env)
+            return json.loads(r.stdout) if r.returncode == 0 else None
+        first = status()["master_pid"]
+        os.kill(first, signal.SIGKILL)
+        back = tl.wait_until(lambda: (lambda d: d if d and d["master_pid"] != first and
+                                      d["restored"] else None)(status()), 60,
+                             "the master back with its state", interval=0.2)
+        self.assertTrue(back["restored"])
+        shard = self.status().shards[0]
+        e = tl.call_error(self.master_stub(stem="shard").Heartbeat, master_pb2.HeartbeatRequest(
+            kind=tl.SHARD, id=shard.id))
+        self.assertEqual(e.code(), grpc.StatusCode.UNAUTHENTICATED, e.details())
+        self.assertIn("secret", e.details())
+        # past the restart's grace and a lease: the shards' own heartbeats were taken
+        lease_s = max(s.lease_ms for s in self.status().shards) / 1000.0
+        time.sleep(lease_s * 2)
+        after = self.status()
+        self.assertEqual([s.state for s in after.shards], [tl.ALIVE, tl.ALIVE])
+        self.assertTrue(all(s.last_heartbeat_ms_ago < s.lease_ms for s in after.shards),
+                        [(s.id, s.last_heartbeat_ms_ago) for s in after.shards])
+
+    def test_k_a_shard_address_is_taken_only_by_the_process_listening_there(self):
+        """A registration at an alive shard's address marks that shard dead. A shard
+        certificate's holder cannot use that to end a running shard: the master asks the
+        address which process listens there. A shard restarted on its address still
+        replaces its dead predecessor at once."""
+        addr = "127.0.0.1:%d" % tl.free_port()
+        tls = []
+        for flag, f in (("--tls-cert", "shard.pem"), ("--tls-key", "shard.key"),
+                        ("--tls-ca", "ca.pem")):
+            tls += [flag, os.path.join(self.certs, f)]
+        argv = [os.path.join(tl.BIN, "tessera-shard"), "--master", self.master, "--listen",
+                addr] + tls
+
+        def at_addr(state=tl.ALIVE):
+            return [s.id for s in self.status().shards if s.addr == addr and s.state == state]
+        first = self.c.spawn(argv, "shard-k1")
+        old = tl.wait_until(at_addr, 30, "the shard at %s registered" % addr)[0]
+        before = self.status()
+        e = tl.call_error(self.master_stub(stem="shard").RegisterShard,
+                          master_pb2.RegisterShardRequest(addr=addr, instance="impostor",
+                                                          secret=os.urandom(32)))
+        self.assertEqual(e.code(), grpc.StatusCode.PERMISSION_DENIED, e.details())
+        self.assertIn("addr", e.details())
+        after = self.status()
+        self.assertEqual(after.epoch, before.epoch)
+        self.assertEqual(tl.status_fingerprint(after), tl.status_fingerprint(before))
+        self.assertEqual(at_addr(), [old])
+        first.signal(signal.SIGKILL)
+        first.wait(10)
+        second = self.c.spawn(argv, "shard-k2")
+        new = tl.wait_until(lambda: [i for i in at_addr() if i != old], 30,
+                            "the restarted shard registered at %s" % addr)[0]
+        self.assertEqual(at_addr(tl.DEAD), [old], "replaced at once, not at its lease's end")
+        second.stop()
+        tl.log("shard %d at %s: an impostor refused; restarted as shard %d" % (old, addr, new))
 
 
 if __name__ == "__main__":

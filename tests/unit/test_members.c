@@ -21,7 +21,8 @@ static struct ts_members *mk(uint32_t lease)
 static uint32_t add_shard(struct ts_members *m, const char *addr, const char *inst, int64_t now)
 {
     struct ts_member_grant g;
-    assert_int_equal(ts_members_register_shard(m, addr, inst, 0, NULL, 0, now, &g, NULL), TS_OK);
+    assert_int_equal(ts_members_register_shard(m, addr, inst, 0, NULL, 0, now, &g, NULL, NULL),
+                     TS_OK);
     return g.id;
 }
 
@@ -54,16 +55,18 @@ static void register_validates_each_field(void **state)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct ts_err e = { 0 };
         assert_einval(ts_members_register_shard(m, bad[i].addr, bad[i].inst, bad[i].lease, NULL,
-                                                0, 0, &g, &e), &e, bad[i].field);
+                                                0, 0, &g, NULL, &e), &e, bad[i].field);
     }
     struct ts_err e = { 0 };
-    assert_einval(ts_members_register_worker(m, "", 1, "", NULL, "w", 0, 0, &g, &e), &e, "host");
+    assert_einval(ts_members_register_worker(m, "", 1, "", NULL, "w", 0, 0, &g, NULL, &e), &e,
+                  "host");
     e = (struct ts_err){ 0 };
-    assert_einval(ts_members_register_worker(m, "h", 1, "judge", NULL, "w", 0, 0, &g, &e), &e,
+    assert_einval(ts_members_register_worker(m, "h", 1, "judge", NULL, "w", 0, 0, &g, NULL, &e), &e,
                   "role");
     e = (struct ts_err){ 0 };
-    assert_einval(ts_members_register_worker(m, "h", 1, "verify", "nohost", "w", 0, 0, &g, &e),
-                  &e, "addr");
+    assert_einval(
+        ts_members_register_worker(m, "h", 1, "verify", "nohost", "w", 0, 0, &g, NULL, &e), &e,
+        "addr");
     assert_int_equal(ts_members_epoch(m), 1); /* nothing changed */
     struct ts_members_view v;
     assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
@@ -79,8 +82,9 @@ static void register_is_idempotent_per_instance(void **state)
     uint32_t a = add_shard(m, "127.0.0.1:7101", "i1", 0);
     uint64_t epoch = ts_members_epoch(m);
 
-    assert_int_equal(ts_members_register_shard(m, "127.0.0.1:7101", "i1", 0, NULL, 0, 10, &g, NULL),
-                     TS_OK);
+    assert_int_equal(
+        ts_members_register_shard(m, "127.0.0.1:7101", "i1", 0, NULL, 0, 10, &g, NULL, NULL),
+        TS_OK);
     assert_int_equal(g.id, a);
     assert_int_equal(ts_members_epoch(m), epoch);
     assert_int_equal(add_shard(m, "127.0.0.1:7102", "i2", 20), a + 1);
@@ -96,16 +100,17 @@ static void lease_expiry_marks_dead_and_moves_epoch(void **state)
     uint32_t a = add_shard(m, "h:1", "a", 0), b = add_shard(m, "h:2", "b", 0);
     uint64_t epoch = ts_members_epoch(m);
 
-    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, b, epoch, 0, 900, &g, NULL),
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, b, epoch, 0, 900, &g, NULL, NULL),
                      TS_OK);
     assert_false(g.map_changed);
     /* exactly at the lease: still alive */
     assert_int_equal(ts_members_expire(m, 1000, NULL, NULL), 0);
     assert_int_equal(ts_members_expire(m, 1001, NULL, NULL), 1); /* a is silent past it */
     assert_int_equal(ts_members_epoch(m), epoch + 1);
-    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, a, 0, 0, 1002, &g, &e), TS_ESTATE);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, a, 0, 0, 1002, &g, NULL, &e),
+                     TS_ESTATE);
     assert_non_null(strstr(e.msg, "register again"));
-    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, b, epoch, 0, 1002, &g, NULL),
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, b, epoch, 0, 1002, &g, NULL, NULL),
                      TS_OK);
     assert_true(g.map_changed);
 
@@ -118,7 +123,8 @@ static void lease_expiry_marks_dead_and_moves_epoch(void **state)
     ts_members_view_free(&v);
 
     /* The dead member comes back with the same instance: same id, alive, new epoch. */
-    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, NULL, 0, 1100, &g, NULL), TS_OK);
+    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, NULL, 0, 1100, &g, NULL, NULL),
+                     TS_OK);
     assert_int_equal(g.id, a);
     assert_int_equal(g.epoch, epoch + 2);
     ts_members_free(m);
@@ -159,7 +165,8 @@ static void declared_dead_on_report(void **state)
     assert_string_equal(v.shards[0].death, "reported unreachable, and refused");
     ts_members_view_free(&v);
     memset(&e, 0, sizeof(e));
-    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, a, 0, 0, 10, &g, &e), TS_ESTATE);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, a, 0, 0, 10, &g, NULL, &e),
+                     TS_ESTATE);
     assert_non_null(strstr(e.msg, "reported unreachable"));
     assert_int_equal(add_shard(m, "h:1", "a", 20), a);   /* back: alive, no death */
     assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
@@ -176,16 +183,17 @@ static void heartbeat_errors(void **state)
     struct ts_err e = { 0 };
 
     add_shard(m, "h:1", "a", 0);
-    assert_einval(ts_members_heartbeat(m, 0, 1, 0, 0, 1, &g, &e), &e, "kind");
+    assert_einval(ts_members_heartbeat(m, 0, 1, 0, 0, 1, &g, NULL, &e), &e, "kind");
     ts_err_clear(&e);
-    assert_einval(ts_members_heartbeat(m, TS_MEMBER_SHARD, 0, 0, 0, 1, &g, &e), &e, "id");
+    assert_einval(ts_members_heartbeat(m, TS_MEMBER_SHARD, 0, 0, 0, 1, &g, NULL, &e), &e, "id");
     ts_err_clear(&e);
-    assert_einval(ts_members_heartbeat(m, TS_MEMBER_SHARD, 1, 99, 0, 1, &g, &e), &e,
+    assert_einval(ts_members_heartbeat(m, TS_MEMBER_SHARD, 1, 99, 0, 1, &g, NULL, &e), &e,
                   "known_epoch");
     ts_err_clear(&e);
-    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, 7, 0, 0, 1, &g, &e), TS_ENOTFOUND);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, 7, 0, 0, 1, &g, NULL, &e),
+                     TS_ENOTFOUND);
     ts_err_clear(&e);
-    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, 1, 0, 0, 1, &g, &e),
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, 1, 0, 0, 1, &g, NULL, &e),
                      TS_ENOTFOUND);
     ts_members_free(m);
 }
@@ -201,11 +209,13 @@ static void deregister_and_replacement(void **state)
 
     memset(reason, 'r', sizeof(reason) - 1);
     reason[sizeof(reason) - 1] = '\0';
-    assert_einval(ts_members_deregister(m, TS_MEMBER_SHARD, a, reason, &epoch, &e), &e, "reason");
-    assert_int_equal(ts_members_deregister(m, TS_MEMBER_SHARD, a, "bye", &epoch, NULL), TS_OK);
+    assert_einval(ts_members_deregister(m, TS_MEMBER_SHARD, a, reason, &epoch, NULL, &e), &e,
+                  "reason");
+    assert_int_equal(ts_members_deregister(m, TS_MEMBER_SHARD, a, "bye", &epoch, NULL, NULL),
+                     TS_OK);
     assert_int_equal(epoch, 3);
     ts_err_clear(&e);
-    assert_int_equal(ts_members_deregister(m, TS_MEMBER_SHARD, a, "", &epoch, &e), TS_ESTATE);
+    assert_int_equal(ts_members_deregister(m, TS_MEMBER_SHARD, a, "", &epoch, NULL, &e), TS_ESTATE);
 
     /* A new process at the address of an alive shard: the old one is gone. */
     uint32_t b = add_shard(m, "h:2", "b", 0);
@@ -220,9 +230,10 @@ static void deregister_and_replacement(void **state)
 
     /* Workers do not move the shard map epoch. */
     epoch = ts_members_epoch(m);
-    assert_int_equal(ts_members_register_worker(m, "host", 42, "", NULL, "w1", 0, 0, &g, NULL),
+    assert_int_equal(
+        ts_members_register_worker(m, "host", 42, "", NULL, "w1", 0, 0, &g, NULL, NULL), TS_OK);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, g.id, 0, 17, 1, &g, NULL, NULL),
                      TS_OK);
-    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, g.id, 0, 17, 1, &g, NULL), TS_OK);
     assert_int_equal(ts_members_expire(m, 4000, NULL, NULL), 2); /* the worker and shard c */
     assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
     assert_int_equal(v.workers[0].clock, 17);
@@ -243,14 +254,14 @@ static void many_workers_keep_their_ids(void **state)
 
     for (uint32_t i = 1; i <= 20000; i++) {
         snprintf(inst, sizeof(inst), "w%u", i);
-        assert_int_equal(ts_members_register_worker(m, "h", i, "", NULL, inst, 0, 0, &g, NULL),
-                         TS_OK);
+        assert_int_equal(
+            ts_members_register_worker(m, "h", i, "", NULL, inst, 0, 0, &g, NULL, NULL), TS_OK);
         assert_int_equal(g.id, i);
     }
     for (uint32_t i = 1; i <= 20000; i += 7) {
         snprintf(inst, sizeof(inst), "w%u", i);
-        assert_int_equal(ts_members_register_worker(m, "h", i, "", NULL, inst, 0, 1, &g, NULL),
-                         TS_OK);
+        assert_int_equal(
+            ts_members_register_worker(m, "h", i, "", NULL, inst, 0, 1, &g, NULL, NULL), TS_OK);
         assert_int_equal(g.id, i);
     }
     ts_members_free(m);
@@ -279,17 +290,17 @@ static void departed_workers_are_forgotten(void **state)
     struct ts_err e = { 0 };
 
     (void)state;
-    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "keeper", 0, 0, &g, NULL),
-                     TS_OK);
+    assert_int_equal(
+        ts_members_register_worker(m, "h", 1, "", NULL, "keeper", 0, 0, &g, NULL, NULL), TS_OK);
     keeper = g.id;
     for (int i = 0; i < 3000; i++) {
         snprintf(inst, sizeof(inst), "w%d", i);
-        assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, inst, 0, 0, &g, NULL),
-                         TS_OK);
+        assert_int_equal(
+            ts_members_register_worker(m, "h", 1, "", NULL, inst, 0, 0, &g, NULL, NULL), TS_OK);
         if (i == 0)
             first = g.id;
-        assert_int_equal(ts_members_deregister(m, TS_MEMBER_WORKER, g.id, "done", &epoch, NULL),
-                         TS_OK);
+        assert_int_equal(
+            ts_members_deregister(m, TS_MEMBER_WORKER, g.id, "done", &epoch, NULL, NULL), TS_OK);
     }
     assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
     assert_true(v.nworkers <= TS_MEMBERS_KEEP_DEPARTED + 1);
@@ -297,15 +308,15 @@ static void departed_workers_are_forgotten(void **state)
     for (size_t i = 1; i < v.nworkers; i++)
         assert_true(v.workers[i].id > v.workers[i - 1].id);
     ts_members_view_free(&v);
-    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, keeper, 0, 0, 10, &g, NULL),
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, keeper, 0, 0, 10, &g, NULL, NULL),
                      TS_OK);
-    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, first, 0, 0, 10, &g, &e),
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, first, 0, 0, 10, &g, NULL, &e),
                      TS_ENOTFOUND);
     /* The living instance registering again gets its id back; a new one gets a new id. */
-    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "keeper", 0, 20, &again,
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "keeper", 0, 20, &again, NULL,
                                                 NULL), TS_OK);
     assert_int_equal(again.id, keeper);
-    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "new", 0, 20, &again,
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "new", 0, 20, &again, NULL,
                                                 NULL), TS_OK);
     assert_int_equal(again.id, first + 3000);
     ts_members_free(m);
@@ -414,14 +425,15 @@ static void restore_goes_on_after_the_durable_clock(void **state)
     a = add_shard(m, "h:1", "a", 0);
     assert_int_equal(d.last.epoch, ts_members_epoch(m));
     assert_int_equal(d.last.shard_ids, TS_MEMBERS_ID_BLOCK);   /* reserved before id 1 */
-    assert_int_equal(ts_members_register_worker(m, "h", 7, "", "", "w1", 0, 0, &g, NULL), TS_OK);
+    assert_int_equal(ts_members_register_worker(m, "h", 7, "", "", "w1", 0, 0, &g, NULL, NULL),
+                     TS_OK);
     w = g.id;
     assert_int_equal(d.last.worker_ids, TS_MEMBERS_ID_BLOCK);
     /* A reservation that cannot be made durable refuses the registration, nothing changed. */
     d.fail = true;
     struct ts_members *f;
     assert_int_equal(ts_members_create(&cfg, &f, NULL), TS_OK);
-    assert_int_equal(ts_members_register_worker(f, "h", 8, "", "", "w9", 0, 0, &g, &e),
+    assert_int_equal(ts_members_register_worker(f, "h", 8, "", "", "w9", 0, 0, &g, NULL, &e),
                      TS_EUNAVAIL);
     assert_non_null(strstr(e.msg, "disk full"));
     assert_int_equal(ts_members_view(f, false, &v, NULL), TS_OK);
@@ -439,12 +451,13 @@ static void restore_goes_on_after_the_durable_clock(void **state)
     assert_true(ts_members_epoch(r) > c.epoch);
     assert_int_equal(d.last.epoch, ts_members_epoch(r));
     /* The same members, alive, heartbeating under their ids; new ids come after the reserve. */
-    assert_int_equal(ts_members_heartbeat(r, TS_MEMBER_SHARD, a, c.epoch, 0, 5100, &g, NULL),
+    assert_int_equal(ts_members_heartbeat(r, TS_MEMBER_SHARD, a, c.epoch, 0, 5100, &g, NULL, NULL),
                      TS_OK);
     assert_true(g.map_changed);
-    assert_int_equal(ts_members_heartbeat(r, TS_MEMBER_WORKER, w, 0, 0, 5100, &g, NULL), TS_OK);
+    assert_int_equal(ts_members_heartbeat(r, TS_MEMBER_WORKER, w, 0, 0, 5100, &g, NULL, NULL),
+                     TS_OK);
     assert_int_equal(add_shard(r, "h:2", "b", 5200), TS_MEMBERS_ID_BLOCK + 1);
-    assert_int_equal(ts_members_register_worker(r, "h", 9, "", "", "w2", 0, 5200, &g, NULL),
+    assert_int_equal(ts_members_register_worker(r, "h", 9, "", "", "w2", 0, 5200, &g, NULL, NULL),
                      TS_OK);
     assert_int_equal(g.id, TS_MEMBERS_ID_BLOCK + 1);
     /* Leases run from the restore's time on: a and w beat at 5100, b and w2 came at 5200. */
@@ -470,6 +483,74 @@ static void restore_goes_on_after_the_durable_clock(void **state)
     ts_members_free(m);
 }
 
+/* A member registered with a secret answers only to it, or to an admin; a refusal changes
+ * nothing; a retried registration with the secret is still harmless. */
+static void secret_guards_the_registration(void **state)
+{
+    (void)state;
+    struct ts_members *m = mk(1000);
+    struct ts_member_cred own = { .has_secret = true }, other = { .has_secret = true };
+    struct ts_member_cred none = { 0 }, admin = { .admin = true };
+    struct ts_member_grant g;
+    struct ts_members_view v;
+    uint64_t epoch;
+
+    memset(own.secret_sha256, 0xa5, sizeof(own.secret_sha256));
+    memset(other.secret_sha256, 0x5a, sizeof(other.secret_sha256));
+    assert_int_equal(ts_members_register_shard(m, "h:1", "s1", 0, NULL, 0, 0, &g, &own, NULL),
+                     TS_OK);
+    uint32_t s = g.id;
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "w1", 0, 0, &g, &own, NULL),
+                     TS_OK);
+    uint32_t w = g.id;
+    epoch = ts_members_epoch(m);
+
+    const struct { const struct ts_member_cred *cred; ts_status want; } who[] = {
+        { &none, TS_EAUTH }, { &other, TS_EPERM },
+    };
+    for (size_t i = 0; i < 2; i++) {
+        struct ts_err e = { 0 };
+        assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, s, 0, 0, 900, &g, who[i].cred,
+                                              &e), who[i].want);
+        assert_non_null(strstr(e.msg, "secret"));
+        e = (struct ts_err){ 0 };
+        assert_int_equal(ts_members_deregister(m, TS_MEMBER_WORKER, w, "x", &epoch, who[i].cred,
+                                               &e), who[i].want);
+        e = (struct ts_err){ 0 };
+        assert_int_equal(ts_members_register_shard(m, "h:1", "s1", 0, NULL, 0, 900, &g,
+                                                   who[i].cred, &e), who[i].want);
+        e = (struct ts_err){ 0 };
+        assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "w1", 0, 900, &g,
+                                                    who[i].cred, &e), who[i].want);
+    }
+    /* nothing changed: the refused calls renewed no lease */
+    assert_int_equal(ts_members_epoch(m), epoch);
+    assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+    assert_int_equal(v.shards[0].state, TS_MEMBER_ALIVE);
+    assert_int_equal(v.workers[0].state, TS_MEMBER_ALIVE);
+    assert_int_equal(v.shards[0].last_heartbeat_ms, 0);
+    assert_int_equal(v.workers[0].last_heartbeat_ms, 0);
+    assert_memory_equal(v.shards[0].secret_sha256, own.secret_sha256, sizeof(own.secret_sha256));
+    ts_members_view_free(&v);
+
+    /* the owner, and a retry of its registration, are let in */
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, s, 0, 0, 900, &g, &own, NULL),
+                     TS_OK);
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "w1", 0, 900, &g, &own, NULL),
+                     TS_OK);
+    assert_int_equal(g.id, w);
+    assert_false(g.joined);
+    /* an admin may deregister another member's registration */
+    assert_int_equal(ts_members_deregister(m, TS_MEMBER_SHARD, s, "drained", &epoch, &admin,
+                                           NULL), TS_OK);
+    /* a member registered without a secret answers to anyone, as before */
+    assert_int_equal(ts_members_register_worker(m, "h", 2, "", NULL, "w2", 0, 0, &g, &none, NULL),
+                     TS_OK);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, g.id, 0, 0, 10, &g, &other,
+                                          NULL), TS_OK);
+    ts_members_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -484,6 +565,7 @@ int main(void)
         cmocka_unit_test(create_validates_lease),
         cmocka_unit_test(departed_workers_are_forgotten),
         cmocka_unit_test(restore_goes_on_after_the_durable_clock),
+        cmocka_unit_test(secret_guards_the_registration),
     };
     ts_log_set_level(TS_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -40,7 +40,8 @@ CTEST_ARGS ?=
 #   test:   Debian's Python with grpcio, protobuf, numpy, scipy and torch (the independent
 #           clients and references), clang with its libFuzzer/ASan runtimes (the fuzz build),
 #           pip, setuptools, wheel and venv (the install test), Prometheus (the scrape test),
-#           Chromium (the status page, rendered headless)
+#           Chromium (the status page, rendered headless), iproute2 (ip netns: test_hosts'
+#           emulated hosts)
 #   bench:  iproute2 (ip netns, tc: bench/modes.py's emulated hosts and links)
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler libprotobuf-dev xxd libxxhash-dev \
@@ -48,7 +49,7 @@ DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf
              libzstd-dev python3-dev libmicrohttpd-dev
 DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-torch \
             clang libclang-rt-14-dev python3-pip python3-setuptools python3-wheel python3-venv \
-            prometheus chromium
+            prometheus chromium iproute2
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \

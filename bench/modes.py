@@ -49,6 +49,8 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from emuhosts import Net  # noqa: E402
 NPARAMS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10  # the MLP: 235,146 floats
 PULL_BYTES = NPARAMS * 4                                    # pulls are never compressed
 TRAIN_N = 60000
@@ -74,73 +76,6 @@ HOSTS = ["master", "shard0", "shard1", "worker0", "worker1"]  # 10.77.0.1 .. 10.
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
-
-
-def sh(cmd, check=True):
-    """Runs a setup command; returns (rc, stderr)."""
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
-    return r.returncode, r.stderr.strip()
-
-
-class Net:
-    """The emulated hosts, or loopback (netns=False). down() deletes what up() made, by name."""
-
-    def __init__(self, netns, rate, tag):
-        self.netns, self.rate, self.tag = netns, rate, tag
-        self.made = []  # namespaces created, in order
-
-    def ns(self, host):
-        return f"{self.tag}-{host}"
-
-    def addr(self, host):
-        return f"10.77.0.{HOSTS.index(host) + 1}" if self.netns else "127.0.0.1"
-
-    def wrap(self, host, cmd):
-        return ["ip", "netns", "exec", self.ns(host)] + cmd if self.netns else cmd
-
-    def probe(self):
-        """Can we make namespaces here? (False, why) if not."""
-        name = f"{self.tag}-probe"
-        rc, err = sh(["ip", "netns", "add", name], check=False)
-        if rc != 0:
-            return False, err or f"ip netns add: exit {rc}"
-        self.made.append(name)
-        if sh(["ip", "netns", "delete", name], check=False)[0] == 0:
-            self.made.remove(name)
-        return True, ""
-
-    def add_ns(self, name):
-        sh(["ip", "netns", "add", name])
-        self.made.append(name)
-
-    def up(self):
-        if not self.netns:
-            return
-        sw = self.ns("sw")
-        self.add_ns(sw)
-        sh(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
-        sh(["ip", "-n", sw, "link", "set", "br0", "up"])
-        for i, host in enumerate(HOSTS):
-            ns, port = self.ns(host), f"p{i}"
-            self.add_ns(ns)
-            sh(["ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-                "netns", ns])
-            sh(["ip", "-n", sw, "link", "set", port, "master", "br0", "up"])
-            sh(["ip", "-n", ns, "addr", "add", f"{self.addr(host)}/24", "dev", "eth0"])
-            sh(["ip", "-n", ns, "link", "set", "eth0", "up"])
-            sh(["ip", "-n", ns, "link", "set", "lo", "up"])
-            for where, dev in ((ns, "eth0"), (sw, port)):  # both directions
-                sh(["ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root",
-                    "tbf", "rate", self.rate, "burst", "256kb", "latency", "50ms"])
-
-    def down(self):
-        for name in reversed(self.made):
-            rc, err = sh(["ip", "netns", "delete", name], check=False)
-            if rc != 0:
-                log(f"modes.py: could not delete namespace {name}: {err}")
-        self.made = []
 
 
 class Procs:
@@ -442,7 +377,7 @@ def main():
     t_start = time.monotonic()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # -> KeyboardInterrupt -> finally
         signal.signal(sig, signal.default_int_handler)
-    net = Net(not a.no_netns, a.rate, f"tsm{os.getpid()}")
+    net = Net(HOSTS, not a.no_netns, a.rate, f"tsm{os.getpid()}")
     procs, logs = Procs(), tempfile.mkdtemp(prefix="ts-bench-modes-")
     cluster, runs, failed, notes = None, {}, False, []
     try:

@@ -2,11 +2,39 @@
 #include "rpc/serve.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "metrics/http.h"
 #include "util/log.h"
 #include "util/proc.h"
+
+ts_status ts_serve_advertised(const char *listen, const char *advertise, int port, char *out,
+                              size_t n, struct ts_err *err)
+{
+    const char *colon = strrchr(listen, ':');
+    int hostlen = colon ? (int)(colon - listen) : (int)strlen(listen);
+    char *end;
+    long p;
+
+    if (advertise && advertise[0]) {
+        colon = strrchr(advertise, ':');
+        p = colon ? strtol(colon + 1, &end, 10) : 0;
+        if (!colon || colon == advertise || colon[1] == '\0' || *end || p < 1 || p > 65535)
+            return ts_err_set(err, TS_EINVAL, "--advertise: '%.200s' is not HOST:PORT (the "
+                              "address other hosts reach this server at)", advertise);
+        snprintf(out, n, "%s", advertise);
+        return TS_OK;
+    }
+    if (hostlen == 0 || (hostlen == 7 && strncmp(listen, "0.0.0.0", 7) == 0) ||
+        (hostlen == 4 && strncmp(listen, "[::]", 4) == 0))
+        return ts_err_set(err, TS_EINVAL, "--advertise: required with --listen %s (every "
+                          "address): name the one other hosts reach, e.g. --advertise "
+                          "HOST:%d", listen, port);
+    snprintf(out, n, "%.*s:%d", hostlen, listen, port);
+    return TS_OK;
+}
 
 /* The process's /metrics server. */
 static struct ts_metrics_http *metrics_http;

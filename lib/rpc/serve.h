@@ -46,6 +46,11 @@ struct ts_serve_opts {
     { "token-file", TS_FLAG_STR, &(t)->token_file, "FILE", "the admin token: admin calls need " \
       "it (or an admin certificate), and this process's calls send it (default "                 \
       "$TESSERA_TOKEN_FILE)", 0, 0 }
+/* --advertise, for the servers that register (shards, the verify service): into a const char *
+ * that defaults to NULL; ts_serve_advertised makes the address from it. */
+#define TS_ADVERTISE_FLAG(p)                                                                     \
+    { "advertise", TS_FLAG_STR, (p), "ADDR", "address to register, which other hosts reach "     \
+      "(default: the listen host and bound port; give it when listening on 0.0.0.0)", 0, 0 }
 /* --metrics-port, for any program (the worker too): into an int64_t that defaults to -1. */
 #define TS_METRICS_FLAG(p)                                                                       \
     { "metrics-port", TS_FLAG_INT, (p), "PORT", "serve Prometheus metrics on "                  \
@@ -58,6 +63,12 @@ struct ts_serve_opts {
  * /metrics too (ts_serve_metrics). On failure nothing is left running and *out is NULL. */
 ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *svc,
                          struct ts_rpc_server **out, struct ts_err *err) TS_MUST_CHECK;
+
+/* The address a server registers, into out (n bytes): `advertise` when set, else listen's host
+ * with the bound port. TS_EINVAL for an advertise that is not HOST:PORT, or a wildcard listen
+ * host (0.0.0.0, [::]) without one: other hosts could not reach it. */
+ts_status ts_serve_advertised(const char *listen, const char *advertise, int port, char *out,
+                              size_t n, struct ts_err *err) TS_MUST_CHECK;
 
 /* Serves the process's metrics on port (>= 0; 0: a free one) and logs the address; `who`
  * names the program in the log. Once per process (a second call: TS_EEXIST). A program

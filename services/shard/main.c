@@ -13,18 +13,6 @@
 #include "util/log.h"
 #include "util/proc.h"
 
-/* The address others reach us at: --advertise, or the listen host with the bound port. */
-static void advertised(char *out, size_t n, const char *listen, const char *adv, int port)
-{
-    const char *colon = strrchr(listen, ':');
-    int hostlen = colon ? (int)(colon - listen) : (int)strlen(listen);
-
-    if (adv && adv[0])
-        snprintf(out, n, "%s", adv);
-    else
-        snprintf(out, n, "%.*s:%d", hostlen, listen, port);
-}
-
 /* Opens --store and loads the --restore manifest (its chunks are read as tensors register). */
 static ts_status open_store(struct shard *s, const char *dir, const char *restore,
                             struct ts_store **store, struct ts_err *err)
@@ -112,8 +100,7 @@ int main(int argc, char **argv)
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
                                                   "then 127.0.0.1:7070)", 0, 0 },
         TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:0: a free port)"),
-        { "advertise", TS_FLAG_STR, &adv, "ADDR", "address to register (default: the listen "
-                                                  "host and bound port)", 0, 0 },
+        TS_ADVERTISE_FLAG(&adv),
         { "transport", TS_FLAG_STR, &transport, "NAME", "data plane: only this transport (shm, "
                                                          "tcp; default: every one that runs "
                                                          "here)", 0, 0 },
@@ -176,9 +163,10 @@ int main(int argc, char **argv)
     ts_shard_service.ctx = &s;
     ts_proc_instance_id(s.instance, sizeof(s.instance));
     shard_metrics_init(&s);
-    if (ts_serve_start(&so, &ts_shard_service, &srv, &err))
+    if (ts_serve_start(&so, &ts_shard_service, &srv, &err) ||
+        ts_serve_advertised(so.listen, adv, ts_rpc_server_port(srv), s.addr, sizeof(s.addr),
+                            &err))
         goto out;
-    advertised(s.addr, sizeof(s.addr), so.listen, adv, ts_rpc_server_port(srv));
     snprintf(host, sizeof(host), "%.*s", (int)(strrchr(s.addr, ':') - s.addr), s.addr);
     if (dataplane_start(&s.dp, &s.params, host, transport, &err))
         goto out;

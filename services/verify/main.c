@@ -15,7 +15,7 @@
 int main(int argc, char **argv)
 {
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
-    const char *master = NULL, *store_dir = NULL, *data = NULL;
+    const char *master = NULL, *store_dir = NULL, *data = NULL, *adv = NULL;
     int64_t lease_ms = 0;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
@@ -23,6 +23,7 @@ int main(int argc, char **argv)
         { "store", TS_FLAG_STR, &store_dir, "DIR", "the snapshot store to audit (required; "
                                                    "the cluster's for \"live\")", 0, 0 },
         TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:0: a free port)"),
+        TS_ADVERTISE_FLAG(&adv),
         { "data", TS_FLAG_STR, &data, "DIR", "Fashion-MNIST for the MLP probe (default "
                                              "Debian's)", 0, 0 },
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "lease to ask for (default: the master's)",
@@ -57,10 +58,10 @@ int main(int argc, char **argv)
     if (ts_store_open(store_dir, NULL, &v.store, &err) ||
         ts_rpc_tls_setup(&so.tls, &err) ||   /* before the master's channel is made */
         ts_master_open(v.master_addr, &v.master, &err) ||
-        ts_serve_start(&so, &ts_verify_service, &srv, &err))
+        ts_serve_start(&so, &ts_verify_service, &srv, &err) ||
+        ts_serve_advertised(so.listen, adv, ts_rpc_server_port(srv), addr, sizeof(addr), &err))
         goto out;
-    snprintf(host, sizeof(host), "%.*s", (int)(strrchr(so.listen, ':') - so.listen), so.listen);
-    snprintf(addr, sizeof(addr), "%s:%d", host, ts_rpc_server_port(srv));
+    snprintf(host, sizeof(host), "%.*s", (int)(strrchr(addr, ':') - addr), addr);
     mcfg.addr = host;
     mcfg.service = addr;
     mcfg.lease_ms = (uint32_t)lease_ms;

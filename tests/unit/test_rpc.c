@@ -16,6 +16,7 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "rpc/rpc.h"
+#include "rpc/serve.h"
 #include "tessera/v1/master.pb-c.h"
 #include "tessera/v1/shard.pb-c.h"
 #include "util/log.h"
@@ -321,6 +322,35 @@ static void shutdown_drains_calls_in_flight(void **state)
     ts_rpc_server_free(srv);
 }
 
+/* The address a shard or the verify service registers: --advertise, or the listen host. */
+static void advertised_address(void **state)
+{
+    (void)state;
+    char out[64];
+    const struct { const char *listen, *adv, *want; } ok[] = {
+        { "127.0.0.1:0", NULL, "127.0.0.1:4242" },
+        { "10.1.0.2:7001", "", "10.1.0.2:4242" },
+        { "0.0.0.0:7001", "shard-0.tessera-shards:7001", "shard-0.tessera-shards:7001" },
+        { "[::]:0", "[fd00::2]:7001", "[fd00::2]:7001" },
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        assert_int_equal(ts_serve_advertised(ok[i].listen, ok[i].adv, 4242, out, sizeof(out),
+                                             NULL), TS_OK);
+        assert_string_equal(out, ok[i].want);
+    }
+    const struct { const char *listen, *adv; } bad[] = {
+        { "0.0.0.0:7001", NULL }, { "[::]:0", "" }, { "127.0.0.1:0", "host" },
+        { "127.0.0.1:0", ":7001" }, { "127.0.0.1:0", "h:" }, { "127.0.0.1:0", "h:70000" },
+        { "127.0.0.1:0", "h:7001x" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct ts_err e = { 0 };
+        assert_int_equal(ts_serve_advertised(bad[i].listen, bad[i].adv, 4242, out, sizeof(out),
+                                             &e), TS_EINVAL);
+        assert_non_null(strstr(e.msg, "--advertise"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -333,6 +363,7 @@ int main(void)
     const struct CMUnitTest solo[] = {
         cmocka_unit_test(retries_until_the_server_is_up),
         cmocka_unit_test(shutdown_drains_calls_in_flight),
+        cmocka_unit_test(advertised_address),
     };
     ts_log_set_level(TS_ERROR);
     return cmocka_run_group_tests(tests, setup, teardown) |

@@ -18,12 +18,17 @@ ts_status ts_serve_advertised(const char *listen, const char *advertise, int por
     char *end;
     long p;
 
+    if (advertise && advertise[0] && (!strchr(advertise, ':') ||
+                                      advertise[strlen(advertise) - 1] == ']')) {
+        snprintf(out, n, "%s:%d", advertise, port);   /* a host alone: the bound port */
+        return TS_OK;
+    }
     if (advertise && advertise[0]) {
         colon = strrchr(advertise, ':');
         p = colon ? strtol(colon + 1, &end, 10) : 0;
         if (!colon || colon == advertise || colon[1] == '\0' || *end || p < 1 || p > 65535)
-            return ts_err_set(err, TS_EINVAL, "--advertise: '%.200s' is not HOST:PORT (the "
-                              "address other hosts reach this server at)", advertise);
+            return ts_err_set(err, TS_EINVAL, "--advertise: '%.200s' is not HOST or HOST:PORT "
+                              "(the address other hosts reach this server at)", advertise);
         snprintf(out, n, "%s", advertise);
         return TS_OK;
     }

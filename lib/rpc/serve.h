@@ -49,8 +49,9 @@ struct ts_serve_opts {
 /* --advertise, for the servers that register (shards, the verify service): into a const char *
  * that defaults to NULL; ts_serve_advertised makes the address from it. */
 #define TS_ADVERTISE_FLAG(p)                                                                     \
-    { "advertise", TS_FLAG_STR, (p), "ADDR", "address to register, which other hosts reach "     \
-      "(default: the listen host and bound port; give it when listening on 0.0.0.0)", 0, 0 }
+    { "advertise", TS_FLAG_STR, (p), "HOST[:PORT]", "address to register, which other hosts "   \
+      "reach (default: the listen host; the port: the bound one; give it when listening on "     \
+      "0.0.0.0)", 0, 0 }
 /* --metrics-port, for any program (the worker too): into an int64_t that defaults to -1. */
 #define TS_METRICS_FLAG(p)                                                                       \
     { "metrics-port", TS_FLAG_INT, (p), "PORT", "serve Prometheus metrics on "                  \
@@ -64,9 +65,10 @@ struct ts_serve_opts {
 ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *svc,
                          struct ts_rpc_server **out, struct ts_err *err) TS_MUST_CHECK;
 
-/* The address a server registers, into out (n bytes): `advertise` when set, else listen's host
- * with the bound port. TS_EINVAL for an advertise that is not HOST:PORT, or a wildcard listen
- * host (0.0.0.0, [::]) without one: other hosts could not reach it. */
+/* The address a server registers, into out (n bytes): `advertise` when set (HOST:PORT, or a
+ * HOST alone, or [IPv6] alone, which takes the bound port), else listen's host with the bound
+ * port. TS_EINVAL for a malformed advertise, or a wildcard listen host (0.0.0.0, [::]) without
+ * one: other hosts could not reach it. */
 ts_status ts_serve_advertised(const char *listen, const char *advertise, int port, char *out,
                               size_t n, struct ts_err *err) TS_MUST_CHECK;
 

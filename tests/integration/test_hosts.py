@@ -141,7 +141,7 @@ class Hosts(tl.ClusterCase, unittest.TestCase):
     def test_c_a_wildcard_listen_needs_an_advertised_address(self):
         before = len(self.status()["shards"])
         for adv, needle in (([], "--advertise: required"),
-                            (["--advertise", "shard-host"], "is not HOST:PORT")):
+                            (["--advertise", "shard-host:port"], "is not HOST or HOST:PORT")):
             r = subprocess.run(self.net.wrap("shard0", [
                 os.path.join(tl.BIN, "tessera-shard"), "--master", self.master,
                 "--listen", "0.0.0.0:7002"] + adv), capture_output=True, text=True,

@@ -61,7 +61,7 @@ UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rp
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps deps-node test demo bench clean help asan fuzz fuzz-build test-fault install \
+.PHONY: all build deps deps-build deps-node test demo bench clean help asan fuzz fuzz-build test-fault install \
         soak fresh-check
 
 all: build
@@ -69,10 +69,11 @@ all: build
 help:
 	@sed -n '1,21p' Makefile
 
-deps:
-	@missing=$$(for p in $(DEB_ALL); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
+# Installs the Debian packages of $(1) that are missing.
+define apt_install
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
 	    | grep -q 'ok installed' || echo $$p; done); \
-	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	if [ -n "$(2)" ] && { ! command -v node >/dev/null || ! command -v npm >/dev/null; }; then \
 	    missing="$$missing nodejs npm"; fi; \
 	if [ -n "$$missing" ]; then \
 	    echo "deps: installing$$missing"; \
@@ -80,7 +81,15 @@ deps:
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 	        $$missing >/dev/null || { echo "deps: apt-get failed; install by hand:$$missing"; exit 1; }; \
 	fi
+endef
+
+deps:
+	$(call apt_install,$(DEB_ALL),node)
 	@$(MAKE) --no-print-directory deps-node
+
+# What building alone needs (deploy/container builds the image with it).
+deps-build:
+	$(call apt_install,$(DEB_BUILD),)
 
 # The Node reflection test's packages, exactly as package-lock.json records them.
 deps-node:

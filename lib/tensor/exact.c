@@ -239,8 +239,9 @@ static inline double i64_to_f64(int64_t v)
     return hi + lo;
 }
 
+/* o[i] = (float)((double)a[i] * 2^-32 / divisor), divided. */
 TS_HOT
-void ts_fixed_to_f32(const int64_t *restrict a, size_t n, double divisor, float *restrict o)
+static void to_f32_div(const int64_t *restrict a, size_t n, double divisor, float *restrict o)
 {
     size_t i = 0;
 
@@ -249,6 +250,34 @@ void ts_fixed_to_f32(const int64_t *restrict a, size_t n, double divisor, float 
             o[i + j] = (float)(i64_to_f64(a[i + j]) * 0x1p-32 / divisor);
     for (; i < n; i++)
         o[i] = (float)(i64_to_f64(a[i]) * 0x1p-32 / divisor);
+}
+
+/* o[i] = (float)((double)a[i] * mul), for mul = 2^-32 / divisor when that is exact. */
+TS_HOT
+static void to_f32_mul(const int64_t *restrict a, size_t n, double mul, float *restrict o)
+{
+    size_t i = 0;
+
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
+            o[i + j] = (float)(i64_to_f64(a[i + j]) * mul);
+    for (; i < n; i++)
+        o[i] = (float)(i64_to_f64(a[i]) * mul);
+}
+
+/* A division is the slowest step of the loop (a vector divide retires a few lanes every several
+ * cycles). When divisor is a power of two 2^k (batch and sync period usually are), x * 2^-32 and
+ * the division by 2^k only move the exponent, exactly, as does one multiplication by 2^(-32-k):
+ * the same bits, since no value here comes near the ends of double's exponent range
+ * (|x| <= 2^63, k within +-900). */
+void ts_fixed_to_f32(const int64_t *restrict a, size_t n, double divisor, float *restrict o)
+{
+    int k;
+
+    if (frexp(divisor, &k) == 0.5 && k > -900 && k < 900)
+        to_f32_mul(a, n, ldexp(1.0, -32 - (k - 1)), o);
+    else
+        to_f32_div(a, n, divisor, o);
 }
 
 TS_HOT

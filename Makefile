@@ -53,6 +53,7 @@ DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy 
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \
+              test_tensor_sse2 test_tensor_scalar \
               test_part \
               test_part_sums \
               test_part_replica \
@@ -144,6 +145,7 @@ bench: build
 	mkdir -p bench/results
 	$(BUILD)/bin/bench_rpc_latency --out bench/results/rpc_latency.json
 	$(BUILD)/bin/bench_aggregate --out bench/results/aggregate.json
+	$(BUILD)/bin/bench_optim --out bench/results/optim.json
 	$(BUILD)/bin/bench_transport_raw --out bench/results/transport_raw.json
 	$(BUILD)/bin/bench_pushpull --exact --out bench/results/pushpull.json
 	/usr/bin/python3 bench/train.py --bin $(BUILD)/bin --out bench/results/train.json

@@ -7,8 +7,9 @@
  * These loops are the shard's hot path, so they are written for the vectoriser of a plain
  * `-O2` build (GCC 12's "very cheap" cost model), which takes a loop only if it needs neither
  * a scalar remainder nor a horizontal reduction nor a conversion SSE2 lacks:
- *  - the bulk runs in blocks of LANES elements, with an inner loop of constant trip count, and
- *    a scalar loop does the tail; flags are OR-ed into a small per-lane array, not one scalar;
+ *  - the bulk runs in blocks of TS_LANES elements (internal.h), with an inner loop of constant
+ *    trip count, and a scalar loop does the tail; flags are OR-ed into a small per-lane array,
+ *    not one scalar;
  *  - conditions are computed as bits (sign bits of sums), never as branches or bools;
  *  - SSE2 has no double <-> int64 conversion, so rounding and conversion use the classic magic
  *    constant: for |y| < 2^51, adding M = 1.5 * 2^52 rounds y to an integer with the current
@@ -20,14 +21,14 @@
  * Every result is an exact integer or a correctly rounded IEEE operation, so a vectorised and
  * a scalar run, or an AVX and an SSE2 build, give the same bits. Checked by
  * `gcc -O2 -fopt-info-vec` (each bulk loop reports "loop vectorized") and by
- * bench/aggregate.c. */
+ * bench/aggregate.c. TS_HOT (internal.h) compiles the loops for SSE2 and for AVX2 and picks one
+ * per CPU at load time; both give the same bits. */
 #include "tensor/tensor.h"
 #include "tensor/internal.h"
 
 #include <math.h>
 #include <string.h>
 
-#define LANES 8                          /* elements per block of the vectorised loops */
 #define MAGIC 0x1.8p52                   /* 1.5 * 2^52: see the file comment */
 #define SCALE 0x1p32                     /* 2^TS_FIXED_FRAC_BITS */
 #define SIGN64 0x8000000000000000ull
@@ -36,16 +37,6 @@
 #define RANGE_BIAS (SIGN64 - 0x43E0000000000000ull)   /* 0x43E0... = bits of 2^63 */
 
 _Static_assert(TS_FIXED_FRAC_BITS == 32, "exact.c hard-codes 2^32 scaling");
-
-/* The loops are compiled twice, for the x86-64 baseline (SSE2: two doubles a vector) and for
- * x86-64-v3 (AVX2: four), and the loader picks one per CPU (GCC function multi-versioning).
- * Both give the same bits: every step is exact or one correctly rounded IEEE operation, and
- * nothing is contracted into an FMA (internal.h). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-#define HOT __attribute__((target_clones("default", "arch=x86-64-v3")))
-#else
-#define HOT
-#endif
 
 static inline uint64_t dbits(double d)
 {
@@ -111,15 +102,15 @@ static ts_status overflow(const int64_t *acc, const int64_t *x, const float *g, 
     return ts_err_set(err, TS_EINTERNAL, "exact mode: overflow check flagged no element");
 }
 
-HOT
+TS_HOT
 ts_status ts_fixed_from_f32(const float *restrict in, size_t n, int64_t *restrict o,
                             struct ts_err *err)
 {
-    uint64_t flag[LANES] = { 0 }, bad = 0;
+    uint64_t flag[TS_LANES] = { 0 }, bad = 0;
     size_t i = 0;
 
-    for (; i + LANES <= n; i += LANES) {
-        for (size_t j = 0; j < LANES; j++) {
+    for (; i + TS_LANES <= n; i += TS_LANES) {
+        for (size_t j = 0; j < TS_LANES; j++) {
             double x = (double)in[i + j] * SCALE;   /* exact: a float has 24 bits */
 
             flag[j] |= range_flag(x);
@@ -132,20 +123,20 @@ ts_status ts_fixed_from_f32(const float *restrict in, size_t n, int64_t *restric
         bad |= range_flag(x);
         o[i] = (int64_t)fix_round(x);
     }
-    for (size_t j = 0; j < LANES; j++)
+    for (size_t j = 0; j < TS_LANES; j++)
         bad |= flag[j];
     return bad & SIGN64 ? bad_value(in, n, err) : TS_OK;
 }
 
 /* acc[i] += x[i] modulo 2^64, returning the OR of the overflow flags. */
-HOT
+TS_HOT
 static uint64_t add_wrap(int64_t *restrict a, const int64_t *restrict b, size_t n)
 {
-    uint64_t flag[LANES] = { 0 }, f = 0;
+    uint64_t flag[TS_LANES] = { 0 }, f = 0;
     size_t i = 0;
 
-    for (; i + LANES <= n; i += LANES) {
-        for (size_t j = 0; j < LANES; j++) {
+    for (; i + TS_LANES <= n; i += TS_LANES) {
+        for (size_t j = 0; j < TS_LANES; j++) {
             uint64_t u = (uint64_t)a[i + j], v = (uint64_t)b[i + j], s = u + v;
 
             flag[j] |= add_flag(u, v, s);
@@ -158,7 +149,7 @@ static uint64_t add_wrap(int64_t *restrict a, const int64_t *restrict b, size_t 
         f |= add_flag(u, v, s);
         a[i] = (int64_t)s;
     }
-    for (size_t j = 0; j < LANES; j++)
+    for (size_t j = 0; j < TS_LANES; j++)
         f |= flag[j];
     return f;
 }
@@ -184,15 +175,15 @@ ts_status ts_fixed_add(int64_t *acc, const int64_t *x, size_t n, struct ts_err *
 
 /* acc[i] += fixed(g[i]) modulo 2^64; returns the range flags, and the overflow flags in *ovf
  * (bit 63 of each). */
-HOT
+TS_HOT
 static uint64_t add_f32_wrap(int64_t *restrict a, const float *restrict in, size_t n,
                              uint64_t *ovf)
 {
-    uint64_t flag[LANES] = { 0 }, oflag[LANES] = { 0 }, bad = 0, o = 0;
+    uint64_t flag[TS_LANES] = { 0 }, oflag[TS_LANES] = { 0 }, bad = 0, o = 0;
     size_t i = 0;
 
-    for (; i + LANES <= n; i += LANES) {
-        for (size_t j = 0; j < LANES; j++) {
+    for (; i + TS_LANES <= n; i += TS_LANES) {
+        for (size_t j = 0; j < TS_LANES; j++) {
             double x = (double)in[i + j] * SCALE;
             uint64_t u = (uint64_t)a[i + j], v = fix_round(x), s = u + v;
 
@@ -209,7 +200,7 @@ static uint64_t add_f32_wrap(int64_t *restrict a, const float *restrict in, size
         o |= add_flag(u, v, s);
         a[i] = (int64_t)s;
     }
-    for (size_t j = 0; j < LANES; j++) {
+    for (size_t j = 0; j < TS_LANES; j++) {
         bad |= flag[j];
         o |= oflag[j];
     }
@@ -248,25 +239,54 @@ static inline double i64_to_f64(int64_t v)
     return hi + lo;
 }
 
-HOT
-void ts_fixed_to_f32(const int64_t *restrict a, size_t n, double divisor, float *restrict o)
+/* o[i] = (float)((double)a[i] * 2^-32 / divisor), divided. */
+TS_HOT
+static void to_f32_div(const int64_t *restrict a, size_t n, double divisor, float *restrict o)
 {
     size_t i = 0;
 
-    for (; i + LANES <= n; i += LANES)
-        for (size_t j = 0; j < LANES; j++)
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
             o[i + j] = (float)(i64_to_f64(a[i + j]) * 0x1p-32 / divisor);
     for (; i < n; i++)
         o[i] = (float)(i64_to_f64(a[i]) * 0x1p-32 / divisor);
 }
 
-HOT
+/* o[i] = (float)((double)a[i] * mul), for mul = 2^-32 / divisor when that is exact. */
+TS_HOT
+static void to_f32_mul(const int64_t *restrict a, size_t n, double mul, float *restrict o)
+{
+    size_t i = 0;
+
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
+            o[i + j] = (float)(i64_to_f64(a[i + j]) * mul);
+    for (; i < n; i++)
+        o[i] = (float)(i64_to_f64(a[i]) * mul);
+}
+
+/* A division is the slowest step of the loop (a vector divide retires a few lanes every several
+ * cycles). When divisor is a power of two 2^k (batch and sync period usually are), x * 2^-32 and
+ * the division by 2^k only move the exponent, exactly, as does one multiplication by 2^(-32-k):
+ * the same bits, since no value here comes near the ends of double's exponent range
+ * (|x| <= 2^63, k within +-900). */
+void ts_fixed_to_f32(const int64_t *restrict a, size_t n, double divisor, float *restrict o)
+{
+    int k;
+
+    if (frexp(divisor, &k) == 0.5 && k > -900 && k < 900)
+        to_f32_mul(a, n, ldexp(1.0, -32 - (k - 1)), o);
+    else
+        to_f32_div(a, n, divisor, o);
+}
+
+TS_HOT
 void ts_f32_add(float *restrict a, const float *restrict b, size_t n)
 {
     size_t i = 0;
 
-    for (; i + LANES <= n; i += LANES)
-        for (size_t j = 0; j < LANES; j++)
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
             a[i + j] += b[i + j];
     for (; i < n; i++)
         a[i] += b[i];

@@ -166,52 +166,121 @@ static double pow_step(double b, uint64_t t)
     return r;
 }
 
+/* The loops below are written for the vectoriser as exact.c's are (blocks of TS_LANES with an
+ * inner loop of constant trip count, a scalar tail, no branch inside), and compiled for the
+ * x86-64 baseline and x86-64-v3 (TS_HOT, internal.h). Each element goes through the same IEEE
+ * operations in the same order in either version and in the tail: + - * / and sqrtf are
+ * correctly rounded in SSE and AVX as in scalar code, nothing is contracted (internal.h), and
+ * the weight-decay test is hoisted out of the loops rather than turned into a select, because
+ * g + 0 * p is not g (p infinite, or g = -0). sqrtf vectorises only without errno, which
+ * CMakeLists.txt turns off for lib/tensor (-fno-math-errno: sqrtf of a negative value is never
+ * reached here, v being a sum of squares, and nothing in lib/tensor reads errno after math). */
+
+static inline void sgd_el(float *restrict p, const float *restrict grad, size_t i, float lr,
+                          float wd)
+{
+    p[i] -= lr * (grad[i] + wd * p[i]);
+}
+
+static inline void sgd0_el(float *restrict p, const float *restrict grad, size_t i, float lr)
+{
+    p[i] -= lr * grad[i];
+}
+
+TS_HOT
 static void sgd(const struct ts_optim_cfg *c, float *restrict p, const float *restrict grad,
                 size_t n)
 {
     const float lr = c->lr, wd = c->weight_decay;
+    size_t i = 0;
 
     if (wd != 0.0f) {
-        for (size_t i = 0; i < n; i++)
-            p[i] -= lr * (grad[i] + wd * p[i]);
+        for (; i + TS_LANES <= n; i += TS_LANES)
+            for (size_t j = 0; j < TS_LANES; j++)
+                sgd_el(p, grad, i + j, lr, wd);
+        for (; i < n; i++)
+            sgd_el(p, grad, i, lr, wd);
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        p[i] -= lr * grad[i];
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
+            sgd0_el(p, grad, i + j, lr);
+    for (; i < n; i++)
+        sgd0_el(p, grad, i, lr);
 }
 
+/* g is grad[i], plus wd * p[i] when the caller has weight decay (see above). */
+static inline void momentum_el(float *restrict p, float *restrict v, float g, size_t i,
+                               float lr, float mu)
+{
+    v[i] = mu * v[i] + g;
+    p[i] -= lr * v[i];
+}
+
+TS_HOT
 static void momentum(const struct ts_optim_cfg *c, float *restrict p, float *restrict v,
                      const float *restrict grad, size_t n)
 {
     const float lr = c->lr, wd = c->weight_decay, mu = c->momentum;
+    size_t i = 0;
 
-    for (size_t i = 0; i < n; i++) {
-        float g = wd != 0.0f ? grad[i] + wd * p[i] : grad[i];
-
-        v[i] = mu * v[i] + g;
-        p[i] -= lr * v[i];
+    if (wd != 0.0f) {
+        for (; i + TS_LANES <= n; i += TS_LANES)
+            for (size_t j = 0; j < TS_LANES; j++)
+                momentum_el(p, v, grad[i + j] + wd * p[i + j], i + j, lr, mu);
+        for (; i < n; i++)
+            momentum_el(p, v, grad[i] + wd * p[i], i, lr, mu);
+        return;
     }
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
+            momentum_el(p, v, grad[i + j], i + j, lr, mu);
+    for (; i < n; i++)
+        momentum_el(p, v, grad[i], i, lr, mu);
 }
 
+/* Adam's per-step constants. */
+struct adam_k {
+    float lr, b1, b2, eps, c1, c2, bc1, bc2;
+};
+
+static inline void adam_el(float *restrict p, float *restrict m, float *restrict v, float g,
+                           size_t i, const struct adam_k *k)
+{
+    float mhat, vhat;
+
+    m[i] = k->b1 * m[i] + k->c1 * g;
+    v[i] = k->b2 * v[i] + k->c2 * g * g;
+    mhat = m[i] / k->bc1;
+    vhat = v[i] / k->bc2;
+    p[i] -= k->lr * mhat / (sqrtf(vhat) + k->eps);
+}
+
+TS_HOT
 static void adam(const struct ts_optim_cfg *c, uint64_t step, float *restrict p,
                  float *restrict m, float *restrict v, const float *restrict grad, size_t n)
 {
-    const float lr = c->lr, wd = c->weight_decay, b1 = c->beta1, b2 = c->beta2, eps = c->eps;
-    const float c1 = 1.0f - b1, c2 = 1.0f - b2;
     /* Bias corrections: per step, in double as PyTorch does, then rounded to float once. */
-    const float bc1 = (float)(1.0 - pow_step(b1, step ? step : 1));
-    const float bc2 = (float)(1.0 - pow_step(b2, step ? step : 1));
+    const struct adam_k k = { .lr = c->lr, .b1 = c->beta1, .b2 = c->beta2, .eps = c->eps,
+                              .c1 = 1.0f - c->beta1, .c2 = 1.0f - c->beta2,
+                              .bc1 = (float)(1.0 - pow_step(c->beta1, step ? step : 1)),
+                              .bc2 = (float)(1.0 - pow_step(c->beta2, step ? step : 1)) };
+    const float wd = c->weight_decay;
+    size_t i = 0;
 
-    for (size_t i = 0; i < n; i++) {
-        float g = wd != 0.0f ? grad[i] + wd * p[i] : grad[i];
-        float mhat, vhat;
-
-        m[i] = b1 * m[i] + c1 * g;
-        v[i] = b2 * v[i] + c2 * g * g;
-        mhat = m[i] / bc1;
-        vhat = v[i] / bc2;
-        p[i] -= lr * mhat / (sqrtf(vhat) + eps);
+    if (wd != 0.0f) {
+        for (; i + TS_LANES <= n; i += TS_LANES)
+            for (size_t j = 0; j < TS_LANES; j++)
+                adam_el(p, m, v, grad[i + j] + wd * p[i + j], i + j, &k);
+        for (; i < n; i++)
+            adam_el(p, m, v, grad[i] + wd * p[i], i, &k);
+        return;
     }
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
+            adam_el(p, m, v, grad[i + j], i + j, &k);
+    for (; i < n; i++)
+        adam_el(p, m, v, grad[i], i, &k);
 }
 
 void ts_optim_apply_range(const struct ts_optim_cfg *cfg, uint64_t step, float *param,

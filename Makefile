@@ -32,7 +32,8 @@ CTEST_ARGS ?=
 
 # Debian packages, by who reads them (docs/testing.md says how this list is kept complete: CI
 # runs `make test` in a brand-new minimal Debian 12 root, .ci/fresh-root). Node.js comes from
-# Debian unless a node is already on PATH.
+# Debian unless a node is already on PATH; so does kubectl (kubernetes-client, 1.20, for
+# `kubectl kustomize` in test_deploy_kubernetes; a newer kubectl on PATH is used as it is).
 #   build:  compilers, CMake, the gRPC C core and protobuf-c, protoc with the well-known protos
 #           (libprotobuf-dev ships google/protobuf/descriptor.proto, which reflection embeds),
 #           the libraries we link (libmicrohttpd serves /metrics), the Fashion-MNIST files the
@@ -41,7 +42,7 @@ CTEST_ARGS ?=
 #           clients and references), clang with its libFuzzer/ASan runtimes (the fuzz build),
 #           pip, setuptools, wheel and venv (the install test), Prometheus (the scrape test),
 #           Chromium (the status page, rendered headless), iproute2 (ip netns: test_hosts'
-#           emulated hosts)
+#           emulated hosts), PyYAML (the Kubernetes manifests)
 #   bench:  iproute2 (ip netns, tc: bench/modes.py's emulated hosts and links)
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler libprotobuf-dev xxd libxxhash-dev \
@@ -49,7 +50,7 @@ DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf
              libzstd-dev python3-dev libmicrohttpd-dev
 DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-torch \
             clang libclang-rt-14-dev python3-pip python3-setuptools python3-wheel python3-venv \
-            prometheus chromium iproute2
+            prometheus chromium iproute2 python3-yaml
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \
@@ -70,12 +71,15 @@ all: build
 help:
 	@sed -n '1,21p' Makefile
 
-# Installs the Debian packages of $(1) that are missing.
+# Installs the Debian packages of $(1) that are missing; with $(2) set, also Node.js and
+# kubectl when none is on PATH.
 define apt_install
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
 	    | grep -q 'ok installed' || echo $$p; done); \
 	if [ -n "$(2)" ] && { ! command -v node >/dev/null || ! command -v npm >/dev/null; }; then \
 	    missing="$$missing nodejs npm"; fi; \
+	if [ -n "$(2)" ] && ! command -v kubectl >/dev/null; then \
+	    missing="$$missing kubernetes-client"; fi; \
 	if [ -n "$$missing" ]; then \
 	    echo "deps: installing$$missing"; \
 	    $(SUDO) apt-get update -qq && \
@@ -92,7 +96,8 @@ deps:
 deps-build:
 	$(call apt_install,$(DEB_BUILD),)
 
-# The Node reflection test's packages, exactly as package-lock.json records them.
+# The Node tests' packages (reflection; kubernetes-models for the manifests), exactly as
+# package-lock.json records them.
 deps-node:
 	@if [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt tests/node/node_modules ]; then \
 	    echo "deps: npm ci in tests/node"; \

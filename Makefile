@@ -9,6 +9,8 @@
 #               killed twice under the sanitizers, and the kill matrix: 50 random kills of a
 #               shard or the master in exact runs, with its table (KILL_TRIALS=N), then 10 of
 #               a reduce job without replicas (KILL_REDUCE_TRIALS=N)
+#   make test-deploy  the deployments (docs/deploy.md): emulated hosts, Kubernetes manifests,
+#               systemd units, a real Slurm, the podman image; says what it skipped and why
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
 #   make fuzz   run each libFuzzer target for FUZZ_SECONDS (default 600; build-fuzz/, clang)
@@ -42,7 +44,8 @@ CTEST_ARGS ?=
 #           clients and references), clang with its libFuzzer/ASan runtimes (the fuzz build),
 #           pip, setuptools, wheel and venv (the install test), Prometheus (the scrape test),
 #           Chromium (the status page, rendered headless), iproute2 (ip netns: test_hosts'
-#           emulated hosts), PyYAML (the Kubernetes manifests)
+#           emulated hosts), PyYAML (the Kubernetes manifests), Slurm and munge (a real
+#           Slurm of three nodes on this host: tests/deploy/test_slurm.py)
 #   bench:  iproute2 (ip netns, tc: bench/modes.py's emulated hosts and links)
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler libprotobuf-dev xxd libxxhash-dev \
@@ -50,7 +53,7 @@ DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf
              libzstd-dev python3-dev libmicrohttpd-dev
 DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-torch \
             clang libclang-rt-14-dev python3-pip python3-setuptools python3-wheel python3-venv \
-            prometheus chromium iproute2 python3-yaml
+            prometheus chromium iproute2 python3-yaml slurmctld slurmd slurm-client munge
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \
@@ -64,12 +67,12 @@ UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all build deps deps-build deps-node test demo bench clean help asan fuzz fuzz-build test-fault install \
-        soak fresh-check
+        soak fresh-check test-deploy
 
 all: build
 
 help:
-	@sed -n '1,21p' Makefile
+	@sed -n '1,23p' Makefile
 
 # Installs the Debian packages of $(1) that are missing; with $(2) set, also Node.js and
 # kubectl when none is on PATH.
@@ -194,6 +197,17 @@ test-fault: build asan
 	    --trials $(KILL_TRIALS)
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
 	    --mode reduce --trials $(KILL_REDUCE_TRIALS)
+
+# The deployments (docs/deploy.md): emulated hosts, Kubernetes manifests, systemd units, a real
+# Slurm and the container image, with what each needs; a table at the end says what ran, what
+# was skipped and why. DEPLOY_ONLY=slurm,container runs a subset.
+DEB_DEPLOY := podman runc mmdebstrap uidmap
+DEPLOY_ONLY ?=
+test-deploy: build
+	$(call apt_install,$(DEB_DEPLOY),)
+	TESSERA_BIN=$(abspath $(BUILD))/bin PYTHONPATH=$(abspath $(BUILD))/gen/python \
+	    TESSERA_SRC=$(CURDIR) /usr/bin/python3 tests/deploy/run.py \
+	    $(if $(DEPLOY_ONLY),--only $(DEPLOY_ONLY))
 
 # One long-lived cluster, many short jobs, then its services' resources (test_soak.py; the
 # suite runs its short profile; docs/operations.md, "The soak test").

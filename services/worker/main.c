@@ -12,6 +12,27 @@
 
 #define DEFAULT_OPTIMIZER "momentum:lr=0.02,momentum=0.9"
 
+/* An integer default from environment variable name (unset or empty: *v stays), so that a
+ * launcher can hand every worker the same command line (Slurm, a Kubernetes Indexed Job:
+ * docs/deploy.md). False, said on stderr, for a value that is not an integer in [lo, hi]. */
+static bool env_int(const char *name, int64_t lo, int64_t hi, int64_t *v)
+{
+    const char *s = getenv(name);
+    char *end;
+    long long x;
+
+    if (!s || !s[0])
+        return true;
+    x = strtoll(s, &end, 10);
+    if (*end || x < lo || x > hi) {
+        fprintf(stderr, "tessera-worker: $%s: '%.40s' is not an integer in %lld..%lld\n", name,
+                s, (long long)lo, (long long)hi);
+        return false;
+    }
+    *v = x;
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     const char *master = NULL, *job = "default", *optimizer = DEFAULT_OPTIMIZER;
@@ -24,10 +45,14 @@ int main(int argc, char **argv)
     struct ts_rpc_tls tls = { 0 };
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
-                                                  "single-process run (default local)", 0, 0 },
-        { "job", TS_FLAG_STR, &job, "ID", "job id (default `default`)", 0, 0 },
-        { "rank", TS_FLAG_INT, &rank, "R", "this worker's rank (default 0)", 0, 1023 },
-        { "workers", TS_FLAG_INT, &workers, "N", "workers in the job (default 1)", 1, 1024 },
+                                                  "single-process run (default "
+                                                  "$TESSERA_MASTER, then local)", 0, 0 },
+        { "job", TS_FLAG_STR, &job, "ID", "job id (default $TESSERA_JOB, then `default`)", 0,
+          0 },
+        { "rank", TS_FLAG_INT, &rank, "R", "this worker's rank (default $TESSERA_RANK, then 0)",
+          0, 1023 },
+        { "workers", TS_FLAG_INT, &workers, "N", "workers in the job (default "
+                                                 "$TESSERA_WORKERS, then 1)", 1, 1024 },
         { "epochs", TS_FLAG_INT, &epochs, "E", "epochs to train (default 1)", 1, 1000 },
         { "steps", TS_FLAG_INT, &steps, "K", "train exactly K global steps instead", 0,
           100000000 },
@@ -77,6 +102,13 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if (!getenv("TESSERA_LOG")) /* rank 0 writes the user's progress: only problems on top */
         ts_log_set_level(TS_WARN);
+    if (getenv("TESSERA_MASTER") && getenv("TESSERA_MASTER")[0])
+        master = getenv("TESSERA_MASTER");
+    if (getenv("TESSERA_JOB") && getenv("TESSERA_JOB")[0])
+        job = getenv("TESSERA_JOB");
+    if (!env_int("TESSERA_RANK", 0, 1023, &rank) || !env_int("TESSERA_WORKERS", 1, 1024,
+                                                             &workers))
+        return 2;
     if ((done = ts_flags_program("tessera-worker", NULL,
                                  "One rank of a training job: the MLP 784-256-128-10 on "
                                  "Fashion-MNIST,\nthrough the Tessera SDK. `tessera train` starts "

@@ -11,6 +11,9 @@ hosts reach (--advertise); the two workers run one per host. Checked:
 - ClusterStatus (asked from the worker's host) lists each shard and the verify service at its
   advertised address, never 127.0.0.1 or 0.0.0.0, and the verify service answers health
   checks there from another host;
+- one worker takes its master, job, rank and worker count from the environment
+  ($TESSERA_MASTER, $TESSERA_JOB, $TESSERA_RANK, $TESSERA_WORKERS), as a launcher would hand
+  every worker one command line; a malformed $TESSERA_RANK is refused, naming it;
 - a shard listening on 0.0.0.0 without --advertise, or with a malformed one, exits at once
   naming --advertise, and nothing was registered.
 Skipped, with the reason printed, where network namespaces cannot be made (not root, no `ip`).
@@ -94,12 +97,15 @@ class Hosts(tl.ClusterCase, unittest.TestCase):
         return json.loads(r.stdout) if r.returncode == 0 else None
 
     def test_a_workers_on_two_hosts_train_to_the_local_fingerprint(self):
-        ranks = []
-        for rank in (0, 1):
-            ranks.append(self.c.spawn(self.net.wrap("worker%d" % rank, [
-                os.path.join(tl.BIN, "tessera-worker"), "--master", self.master,
-                "--job", "hosts", "--rank", str(rank), "--workers", "2", "--steps", str(STEPS),
-                "--exact", "--json"]), "worker%d" % rank, stdout_pipe=rank == 0))
+        # rank 0 by flags; rank 1 by the environment, as a launcher hands one command line
+        ranks = [self.c.spawn(self.net.wrap("worker0", [
+            os.path.join(tl.BIN, "tessera-worker"), "--master", self.master, "--job", "hosts",
+            "--rank", "0", "--workers", "2", "--steps", str(STEPS), "--exact", "--json"]),
+            "worker0", stdout_pipe=True)]
+        ranks.append(self.c.spawn(self.net.wrap("worker1", [
+            "env", "TESSERA_MASTER=" + self.master, "TESSERA_JOB=hosts", "TESSERA_RANK=1",
+            "TESSERA_WORKERS=2", os.path.join(tl.BIN, "tessera-worker"), "--steps", str(STEPS),
+            "--exact"]), "worker1"))
         out, _ = ranks[0].p.communicate(timeout=300)
         for r in ranks:
             self.assertEqual(r.wait(120), 0, r.log_text()[-3000:])
@@ -149,6 +155,11 @@ class Hosts(tl.ClusterCase, unittest.TestCase):
             self.assertNotEqual(r.returncode, 0)
             self.assertIn(needle, r.stderr)
         self.assertEqual(len(self.status()["shards"]), before)
+        r = subprocess.run([os.path.join(tl.BIN, "tessera-worker"), "--steps", "1"],
+                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                           env=dict(os.environ, TESSERA_RANK="one"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("$TESSERA_RANK: 'one' is not an integer", r.stderr)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 // by pid at the end, on failure too. Exit 0 when every check passed, 1 otherwise.
 'use strict';
 
+const crypto = require('crypto');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
@@ -167,9 +168,11 @@ async function checkVersion(addr, version, shardAddr, how) {
           denied.err ? `code ${denied.err.code}: ${denied.err.details}` : 'a reply');
   }
 
-  // A shard registered through the dynamic client must show up in ClusterStatus.
+  // A shard registered through the dynamic client must show up in ClusterStatus. It sends a
+  // secret of its own (required under mutual TLS: docs/security.md, "Member identity").
   const instance = `node-${version || 'v1alpha'}`;
-  const reg = await call(client, 'RegisterShard', { addr: shardAddr, instance });
+  const reg = await call(client, 'RegisterShard', { addr: shardAddr, instance,
+                                                    secret: crypto.randomBytes(32) });
   check(!reg.err && reg.resp.shard_id >= 1, `${label}: RegisterShard ${shardAddr} gets an id`,
         reg.err ? `${reg.err.code} ${reg.err.details}` : JSON.stringify(reg.resp));
 

@@ -13,6 +13,8 @@ Checked:
   the host's build (TESSERA_BIN) for the same command;
 - the image runs as uid 10001 (`tessera`), not root, and its default command prints the
   CLI's help;
+- its runtime stage has no compiler, cmake, make, protoc or header, and every package of
+  the build's list (/opt/tessera/runtime-packages) is installed;
 - a master and two shards, each in a container of its own on one podman network (found by
   container name: the shards listen on 0.0.0.0:7071 and advertise NAME:7071), sharing one
   volume for the snapshot store and the master's --state-dir, and `tessera train --master
@@ -21,14 +23,16 @@ Checked:
   (`podman healthcheck run`) passes; the master's state is in the volume, written by the
   non-root user; the master and the shards stop cleanly (exit 0) on `podman stop`'s SIGTERM.
 
-Left behind: nothing of a run's containers, network or volume (removed by their exact names,
-also when a test fails). Images: localhost/bookworm stays (made once, and FROM of the image);
-the images this run's build made (localhost/tessera:test and its build stage's layers) are
-removed by their ids unless TESSERA_KEEP_IMAGE=1, which keeps them so that a rerun's build
-takes seconds. Images that were there before the run are never touched.
+Left behind: nothing of a run's containers, their anonymous volumes, its network or its
+volume (removed by their exact names, also when a test fails; tearDownClass fails if one
+stays). Images: localhost/bookworm stays (made once; the FROM of the image). The images this
+run's build made (localhost/tessera:test and the layers of both stages) are removed by their
+ids unless TESSERA_KEEP_IMAGE=1, which keeps them so that a rerun of an unchanged tree builds
+from cache in seconds. Images that were there before the run are never touched: one kept
+earlier, once the build moves its tag, stays untagged until removed by hand.
 
-Skipped, with the reason printed, where podman cannot run here: not root, podman, runc,
-netavark or aardvark-dns missing, or mmdebstrap missing while localhost/bookworm is.
+Skipped, with the reason printed, where podman cannot run here: not root; podman, runc,
+netavark or aardvark-dns missing; or localhost/bookworm missing with no mmdebstrap to make it.
 Needs: podman runc netavark aardvark-dns mmdebstrap (Debian 12), and the Debian archive for
 the image's packages.
 """
@@ -199,8 +203,8 @@ class Podman:
                 left.append("volume " + v)
         if os.environ.get("TESSERA_KEEP_IMAGE") == "1":
             if self.images:
-                tl.log("TESSERA_KEEP_IMAGE=1: kept %s and %d build layer(s)"
-                       % (IMAGE, len(self.images) - 1))
+                tl.log("TESSERA_KEEP_IMAGE=1: kept %s and the %d new image(s) of this build"
+                       % (IMAGE, len(self.images)))
         else:
             for i in reversed(self.images):   # the final image first, then its layers
                 self.run(["rmi", i], check=False, timeout=120)
@@ -290,6 +294,17 @@ class Container(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("usage: tessera <command>", r.stdout + r.stderr)
 
+    def test_b_the_runtime_stage_has_no_build_tools(self):
+        # The build stage's compilers and headers stay there: the runtime has the programs
+        # and the packages the build listed, which are all installed.
+        r, _ = self.podman_run("tools", ["sh", "-c", "for t in cc gcc cmake make protoc; do "
+                                         "command -v $t; done; ls /usr/include | wc -l; "
+                                         "dpkg-query -W -f '${Status}\\n' "
+                                         "$(cat /opt/tessera/runtime-packages) | sort | uniq -c"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # no tool found, no header, every listed package installed
+        self.assertRegex(r.stdout.strip(), r"^0\n\s*\d+ install ok installed$")
+
     def test_c_three_containers_on_one_network_train_to_the_fingerprint(self):
         net = self.p.name("net")
         vol = self.p.name("data")
@@ -312,17 +327,7 @@ class Container(unittest.TestCase):
                 "--listen", "0.0.0.0:7071", "--advertise", s + ":7071",
                 "--store", "/var/lib/tessera/store"])
 
-        def alive():
-            r = self.p.run(["exec", master, "tessera", "status", "--json"], check=False)
-            if r.returncode != 0:
-                return None
-            doc = json.loads(r.stdout)
-            return doc if len([s for s in doc.get("shards", [])
-                               if s.get("state") == "alive"]) == 2 else None
-        try:
-            doc = tl.wait_until(alive, 60, "two shards alive at the master", interval=0.5)
-        except AssertionError:
-            raise AssertionError("the shards did not join:\n" + self.logs([master] + shards))
+        doc = self.wait_alive(master, shards, 60)
         addrs = sorted(s.get("addr", "") for s in doc["shards"])
         self.assertEqual(addrs, sorted(s + ":7071" for s in shards), doc)
         # The documented health check, run once (no systemd here to run it on a timer).
@@ -351,6 +356,25 @@ class Container(unittest.TestCase):
         tl.log("master + 2 shards in 3 containers, train --workers 2 in a 4th: "
                "params_sha256 %s... as the host's --local; cluster up in %.1f s, "
                "training container %.1f s" % (got["params_sha256"][:12], up, secs))
+
+    def wait_alive(self, master, shards, timeout):
+        """`tessera status --json` at the master once every shard is alive there; fails at
+        once, with the logs, when one of the containers has exited."""
+        names = [master] + shards
+        end = time.monotonic() + timeout
+        while True:
+            r = self.p.run(["exec", master, "tessera", "status", "--json"], check=False)
+            if r.returncode == 0:
+                doc = json.loads(r.stdout)
+                if len([s for s in doc.get("shards", [])
+                        if s.get("state") == "alive"]) == len(shards):
+                    return doc
+            states = self.p.run(["inspect", "--format", "{{.Name}} {{.State.Status}}"] + names)
+            gone = [ln for ln in states.stdout.splitlines() if not ln.endswith(" running")]
+            if gone or time.monotonic() > end:
+                raise AssertionError("the shards did not join (%s):\n%s" % (
+                    ", ".join(gone) or "timed out after %d s" % timeout, self.logs(names)))
+            time.sleep(0.5)
 
     def logs(self, names):
         out = []

@@ -201,7 +201,7 @@ test-fault: build asan
 # The deployments (docs/deploy.md): emulated hosts, Kubernetes manifests, systemd units, a real
 # Slurm and the container image, with what each needs; a table at the end says what ran, what
 # was skipped and why. DEPLOY_ONLY=slurm,container runs a subset.
-DEB_DEPLOY := podman runc mmdebstrap uidmap
+DEB_DEPLOY := podman runc netavark aardvark-dns iptables mmdebstrap uidmap
 DEPLOY_ONLY ?=
 test-deploy: build
 	$(call apt_install,$(DEB_DEPLOY),)

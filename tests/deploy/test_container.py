@@ -46,6 +46,8 @@ import tempfile
 import time
 import unittest
 
+import yaml
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 sys.dont_write_bytecode = True
@@ -333,6 +335,17 @@ class Container(unittest.TestCase):
         # The documented health check, run once (no systemd here to run it on a timer).
         self.p.run(["healthcheck", "run", master])
         up = time.monotonic() - t0
+        # The Kubernetes manifests' probe script (plaintext form) runs in the image: serving
+        # shard, then an address nobody serves.
+        with open(os.path.join(tl.SRC, "deploy", "kubernetes", "probe.yaml")) as f:
+            probe = yaml.safe_load(f)["data"]["health.py"]
+        r, _ = self.podman_run("probe", ["python3", "-c", probe, shards[0] + ":7071"],
+                               extra=["--network", net])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r, _ = self.podman_run("probe-down", ["python3", "-c", probe, master + ":7099"],
+                               extra=["--network", net])
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("UNAVAILABLE", r.stderr)
 
         r, secs = self.podman_run("train", ["tessera", "train", "--master", master + ":7070",
                                             "--workers", "2"] + TRAIN,

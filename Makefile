@@ -78,7 +78,7 @@ help:
 # kubectl when none is on PATH.
 define apt_install
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
-	    | grep -q 'ok installed' || echo $$p; done); \
+	    | grep -q 'ok installed' || printf ' %s' $$p; done); \
 	if [ -n "$(2)" ] && { ! command -v node >/dev/null || ! command -v npm >/dev/null; }; then \
 	    missing="$$missing nodejs npm"; fi; \
 	if [ -n "$(2)" ] && ! command -v kubectl >/dev/null; then \

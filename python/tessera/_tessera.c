@@ -115,21 +115,6 @@ enum { O_MASTER, O_JOB, O_RANK, O_WORKERS, O_EXACT, O_OPTIMIZER, O_BATCH, O_TRAN
        O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS, O_DELAY,
        O_KEEP, O_COUNT };
 
-static int get_batch(PyObject *o, double *out)
-{
-    if (!o || o == Py_None) {
-        invalid("batch: required: the global batch size, which the shards divide the summed "
-                "gradient by");
-        return -1;
-    }
-    if (!PyNumber_Check(o) || PyBool_Check(o) || PyUnicode_Check(o)) {
-        invalid("batch: a number >= 1 expected, got %s", Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    *out = PyFloat_AsDouble(o);
-    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
-}
-
 /* The arguments o[] into *opt (the SDK checks the values it alone understands). Strings made
  * from dicts are appended to keep, which must outlive opt. */
 static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt, PyObject *keep)
@@ -274,41 +259,6 @@ static PyObject *client_exit(struct client *self, PyObject *args)
     Py_RETURN_FALSE;
 }
 
-/* shape: an int or a sequence of 1..8 ints. Returns ndim, or -1 with InvalidArgument. */
-static int get_shape(PyObject *o, uint64_t shape[8])
-{
-    PyObject *seq;
-    Py_ssize_t n;
-
-    if (PyLong_Check(o)) {
-        unsigned long long v = 0;
-        if (get_uint(o, "shape", UINT64_MAX, &v))
-            return -1;
-        shape[0] = v;
-        return 1;
-    }
-    seq = PySequence_Check(o) ? PySequence_Fast(o, "shape") : NULL;
-    if (!seq || (n = PySequence_Fast_GET_SIZE(seq)) < 1 || n > 8) {
-        PyErr_Clear();
-        Py_XDECREF(seq);
-        invalid("shape: an int or a sequence of 1..8 ints expected, got %s",
-                Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned long long v = 0;
-        char what[32];
-        snprintf(what, sizeof(what), "shape[%zd]", i);
-        if (get_uint(PySequence_Fast_GET_ITEM(seq, i), what, UINT64_MAX, &v)) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        shape[i] = v;
-    }
-    Py_DECREF(seq);
-    return (int)n;
-}
-
 static PyObject *client_register(struct client *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = { "name", "shape", "init", "seed", "fan_in", "fan_out",
@@ -351,20 +301,6 @@ static PyObject *client_register(struct client *self, PyObject *args, PyObject *
     }
     Py_DECREF(pyname);
     return PyLong_FromLong(id);
-}
-
-static int get_step(PyObject *o, const char *what, uint64_t *out)
-{
-    unsigned long long v = 0;
-
-    if (!o || o == Py_None) {
-        invalid("%s: an int >= 0 is required", what);
-        return -1;
-    }
-    if (get_uint(o, what, UINT64_MAX, &v))
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static PyObject *client_push(struct client *self, PyObject *args, PyObject *kw)

@@ -128,11 +128,9 @@ void arr_put(struct arr *a)
     a->held = 0;
 }
 
-/* Takes a view of o as a C-contiguous array of `numel` items of `want` (numel < 0: any count),
- * writable if asked. A torch tensor (no buffer protocol) is viewed through .detach().numpy(),
- * which shares its memory. On failure raises InvalidArgument naming `what` and returns -1. */
-int arr_get(PyObject *o, const char *what, enum elem want, int writable, long long numel,
-                   struct arr *a)
+/* arr_get, and arr_get_out where own is the one read-only buffer accepted as writable. */
+static int take(PyObject *o, const char *what, enum elem want, int writable, long long numel,
+                const void *own, struct arr *a)
 {
     char got[160], exp[160], why[200];
     int bad;
@@ -170,7 +168,8 @@ int arr_get(PyObject *o, const char *what, enum elem want, int writable, long lo
     }
     a->held = 1;
     bad = !is_elem(&a->b, want) || !PyBuffer_IsContiguous(&a->b, 'C') ||
-          (writable && a->b.readonly) || (numel >= 0 && a->b.len != numel * a->b.itemsize);
+          (writable && a->b.readonly && !(own && a->b.buf == own)) ||
+          (numel >= 0 && a->b.len != numel * a->b.itemsize);
     if (bad) {
         describe(&a->b, got, sizeof(got));
         invalid("%s: %s expected, got %s%s", what, exp, got,
@@ -183,6 +182,18 @@ int arr_get(PyObject *o, const char *what, enum elem want, int writable, long lo
 fail:
     arr_put(a);
     return -1;
+}
+
+int arr_get(PyObject *o, const char *what, enum elem want, int writable, long long numel,
+            struct arr *a)
+{
+    return take(o, what, want, writable, numel, NULL, a);
+}
+
+int arr_get_out(PyObject *o, const char *what, long long numel, const float *own,
+                struct arr *a)
+{
+    return take(o, what, F32, 1, numel, own, a);
 }
 
 /* ---- scalar arguments ---- */

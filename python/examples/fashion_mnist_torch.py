@@ -177,7 +177,7 @@ def run_tessera(a):
                               rank=rank, workers=workers, exact=a.exact, batch=a.batch,
                               optimizer="momentum:lr=%r,momentum=%r" % (a.lr, a.momentum),
                               seed=a.seed, init=INIT, data_seed=a.seed, micro_batch=a.micro,
-                              partition_bytes=a.partition_kb * 1024)
+                              partition_bytes=a.partition_kb * 1024, buffers=a.buffers)
 
     def step(mbs):
         total = 0.0
@@ -200,7 +200,8 @@ def run_tessera(a):
     with ps:
         out = train(a, rank, workers, step, model)
         if out:
-            out.update(mode="tessera", exact=a.exact, transport=ps.transport)
+            out.update(mode="tessera", exact=a.exact, transport=ps.transport,
+                       zero_copy=list(ps.zero_copy))
     return out
 
 
@@ -271,7 +272,8 @@ def common_args(a):
     return ["--epochs", str(a.epochs), "--steps", str(a.steps), "--batch", str(a.batch),
             "--micro", str(a.micro), "--lr", repr(a.lr), "--momentum", repr(a.momentum),
             "--seed", str(a.seed), "--data", a.data, "--threads", str(a.threads),
-            "--partition-kb", str(a.partition_kb), "--ddp-sgd", a.ddp_sgd]
+            "--partition-kb", str(a.partition_kb), "--ddp-sgd", a.ddp_sgd] + \
+        ([] if a.buffers else ["--no-buffers"])
 
 
 def run_ranks(argvs, label):
@@ -426,6 +428,9 @@ def parse_args(argv):
                    help="DDP's optimizer: torch.optim.SGD (default), or the same momentum "
                    "update rounded as Tessera's shards round it (then 2 DDP ranks and 2 Tessera "
                    "workers give the same bits in float mode)")
+    p.add_argument("--no-buffers", dest="buffers", action="store_false",
+                   help="Tessera: private parameters and gradients, copied by each push and "
+                   "pull, instead of the SDK's zero-copy buffers (tessera.torch's default)")
     p.add_argument("--json", action="store_true", help="print the result as a JSON line last")
     p.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--ddp-port", type=int, default=0, help=argparse.SUPPRESS)

@@ -11,7 +11,7 @@ tessera.InvalidArgument (code INVALID_ARGUMENT) naming the argument, before anyt
 so the shards' state is unchanged afterwards and the next valid step works.
 Client.buffers (the SDK's zero-copy buffers): the same memory at every call, pulls and pushes
 through it (on shm the parameters are the shard's own pages and the shard reads the gradient
-where it lies), the same bits as private arrays in exact mode, bad
+where it lies), the same bits as private arrays in exact mode and through tessera.torch, bad
 ids and closed clients refused, and arrays that outlive close() still safe to touch.
 
 Environment (ctest sets it): PYTHONPATH with build/python (the binding) and build/gen/python.
@@ -423,6 +423,54 @@ class Binding(tl.ClusterCase, unittest.TestCase):
             big = c2.register("big", BIG, init="normal:1", seed=4, partition_bytes=BIG_PART)
             where = addr(c2.buffers(big)[1])
         self.assertFalse(memfd_at(os.getpid(), "tessera-grad", where))
+
+    def test_torch_buffers_same_bits(self):
+        """tessera.torch with buffers (parameters that are the SDK's pages, gradients summed
+        into its buffers) ends on the bits of the copying path, float and exact, and leaves
+        the module its values at close."""
+        xs = [torch.linspace(-1, 1, 8 * 256).reshape(8, 256) * (k + 1) for k in range(3)]
+
+        def train(exact, buffers):
+            torch.manual_seed(0)
+            m = torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.ReLU(),
+                                    torch.nn.Linear(128, 4))
+            ps = tessera.torch.attach(m, master=self.master.addr, batch=8, exact=exact,
+                                      job="torch-buf-%d-%d" % (exact, buffers), seed=3,
+                                      optimizer="momentum:lr=0.05", partition_bytes=BIG_PART,
+                                      buffers=buffers)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", ResourceWarning)   # close() is not deferred
+                with ps:
+                    self.assertEqual(ps.zero_copy, (buffers, buffers and (
+                        exact or ps.transport == "shm")))
+                    w = m[0].weight
+                    ptr = w.data_ptr()
+                    if buffers:
+                        self.assertEqual(ptr, addr(ps.client.buffers(0)[0]))
+                    for k, x in enumerate(xs):
+                        if exact:   # two micro-batches
+                            for half in (x[:4], x[4:]):
+                                m.zero_grad(set_to_none=True)
+                                m(half).pow(2).sum().backward()
+                                ps.accumulate()
+                            ps.step()
+                            continue
+                        m.zero_grad(set_to_none=True)
+                        m(x).pow(2).mean().backward()
+                        if k == 1:   # once through accumulate()
+                            ps.accumulate(local_batch=8)
+                            ps.step()
+                        else:
+                            ps.step(local_batch=8)
+                    self.assertIs(m[0].weight, w)
+                    self.assertEqual(w.data_ptr(), ptr)          # pulled in place
+                    self.assertEqual(ps.verify()["differing"], 0)
+                    digest = tessera.torch.params_sha256(m)
+            self.assertEqual(tessera.torch.params_sha256(m), digest)   # kept after close
+            return digest
+
+        for exact in (True, False):
+            self.assertEqual(train(exact, True), train(exact, False), "exact=%s" % exact)
 
     # ---- bad input: refused before anything is sent ----
 

@@ -207,6 +207,8 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
 
 static void close_now(tessera *t)
 {
+    if (!t)
+        return;
     Py_BEGIN_ALLOW_THREADS
     tessera_close(t);
     Py_END_ALLOW_THREADS

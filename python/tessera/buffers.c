@@ -75,7 +75,7 @@ PyObject *buffer_array(PyObject *owner, const struct buf_owner_ops *ops, void *p
                        Py_ssize_t n, enum elem e, int readonly)
 {
     struct exporter *x = PyObject_New(struct exporter, &exporter_type);
-    PyObject *np, *arr;
+    PyObject *np, *mv, *arr = NULL;
 
     if (!x)
         return NULL;
@@ -86,11 +86,17 @@ PyObject *buffer_array(PyObject *owner, const struct buf_owner_ops *ops, void *p
     x->itemsize = e == F32 ? 4 : 8;
     x->format = e == F32 ? "f" : "q";
     x->readonly = readonly;
-    /* numpy.asarray takes one memoryview of x and keeps it as the array's base: one export,
-     * released when the last array or view over it is freed. */
-    np = PyImport_ImportModule("numpy");
-    arr = np ? PyObject_CallMethod(np, "asarray", "O", (PyObject *)x) : NULL;
-    Py_XDECREF(np);
+    /* One export, taken here rather than by numpy.asarray(x), which would turn a refused
+     * export (a closed owner) into a 0-d object array; the array's base keeps the memoryview's
+     * buffer, released when the last array or view over it is freed. */
+    mv = PyMemoryView_FromObject((PyObject *)x);
     Py_DECREF(x);
+    if (!mv)
+        return NULL;
+    np = PyImport_ImportModule("numpy");
+    if (np)
+        arr = PyObject_CallMethod(np, "asarray", "O", mv);
+    Py_XDECREF(np);
+    Py_DECREF(mv);
     return arr;
 }

@@ -143,16 +143,18 @@ def train(a, rank, workers, step_fn, model):
     xte, yte = load(a.data, False) if rank == 0 else (None, None)
     spe = len(xtr) // a.batch
     total = a.steps or a.epochs * spe
-    epoch_times, loss_sum, seen, t_epoch = [], 0.0, 0, 0.0
+    epoch_times, step_times, step_cpu, loss_sum, seen, t_epoch = [], [], [], 0.0, 0, 0.0
     perm = None
     for s in range(total):
         k = s % spe
         if k == 0:
             perm = permutation(a.seed, s // spe, len(xtr))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         mbs = [(xtr[i], ytr[i]) for i in my_micro_batches(perm, k, a, rank, workers)]
         loss_sum += step_fn(mbs)
-        t_epoch += time.perf_counter() - t0
+        step_times.append(time.perf_counter() - t0)
+        step_cpu.append(time.process_time() - c0)
+        t_epoch += step_times[-1]
         seen += sum(len(y) for _, y in mbs)
         if k == spe - 1 or s + 1 == total:
             epoch_times.append(t_epoch * spe / (k + 1))   # a partial epoch: scaled up
@@ -165,7 +167,11 @@ def train(a, rank, workers, step_fn, model):
         return None
     return {"test_accuracy": accuracy(model, xte, yte),
             "params_sha256": tessera.torch.params_sha256(model), "steps": total,
-            "epoch_seconds": sum(epoch_times) / len(epoch_times), "workers": workers}
+            "epoch_seconds": sum(epoch_times) / len(epoch_times), "workers": workers,
+            # The median step and its CPU time in this process, less swayed than the mean
+            # by another load on the machine.
+            "step_ms_median": sorted(step_times)[len(step_times) // 2] * 1e3,
+            "step_cpu_ms_median": sorted(step_cpu)[len(step_cpu) // 2] * 1e3}
 
 
 def run_tessera(a):

@@ -146,14 +146,19 @@ class ParameterServer:
         self._grad_bufs = False  # buffers: _acc is the SDK's gradient buffers
         if buffers:
             self._use_buffers()
-        with torch.no_grad():
-            for i, p, v in zip(self.ids, self.params, self._views or [None] * len(self.ids)):
-                client.pull(i, self.version, p.detach().numpy() if v is None else v)
-                if v is not None:   # the parameter's storage becomes the SDK's buffer
-                    with warnings.catch_warnings():
-                        # "not writable": Python may not write it; the SDK's pulls do.
-                        warnings.simplefilter("ignore", UserWarning)
-                        p.data = torch.from_numpy(v).reshape(p.shape)
+        try:
+            with torch.no_grad():
+                for i, p, v in zip(self.ids, self.params,
+                                   self._views or [None] * len(self.ids)):
+                    client.pull(i, self.version, p.detach().numpy() if v is None else v)
+                    if v is not None:   # the parameter's storage becomes the SDK's buffer
+                        with warnings.catch_warnings():
+                            # "not writable": Python may not write it; the SDK's pulls do.
+                            warnings.simplefilter("ignore", UserWarning)
+                            p.data = torch.from_numpy(v).reshape(p.shape)
+        except BaseException:
+            self._private()   # the module must not hold the client attach() now closes
+            raise
 
     def _use_buffers(self):
         """The SDK's buffers of every tensor: params always; gradients in exact mode, where
@@ -285,13 +290,19 @@ class ParameterServer:
     def close(self):
         """Leaves the cluster. With buffers, every parameter first gets a private copy of its
         values (the SDK's pages go with the client); its Parameter object stays the same."""
+        self._private()
+        self.client.close()
+
+    def _private(self):
+        """Gives every parameter that is a view of the SDK's buffers a private copy of its
+        values, and drops the buffers."""
         if self._views is not None:
             with torch.no_grad():
-                for p in self.params:
-                    p.data = p.data.clone()
+                for p, v in zip(self.params, self._views):
+                    if p.data_ptr() == v.__array_interface__["data"][0]:
+                        p.data = p.data.clone()
             self._views = self._acc = None
             self._grad_bufs = self._pending = False
-        self.client.close()
 
     def __enter__(self):
         return self

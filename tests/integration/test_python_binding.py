@@ -630,6 +630,33 @@ class TorchAttach(unittest.TestCase):
             self.assertIn("local_batch", cm.exception.message)
             self.assertEqual(ps.version, 0)
 
+    def test_failed_attach_leaves_the_module_private(self):
+        """A pull that fails halfway through attach leaves no parameter on the SDK's buffers,
+        so the client closes at once instead of waiting for the module to go."""
+        class FailingPull:
+            def __init__(self, c):
+                self.c, self.pulls = c, 0
+
+            def __getattr__(self, name):
+                return getattr(self.c, name)
+
+            def pull(self, *args):
+                self.pulls += 1
+                if self.pulls == 2:
+                    raise tessera.Error("injected")
+                return self.c.pull(*args)
+
+        m = self.linear()
+        c = tessera.Client(batch=2)
+        with self.assertRaises(tessera.Error):
+            tessera.torch.ParameterServer(m, FailingPull(c))
+        w = c.buffers(0)[0]
+        self.assertNotEqual(m.weight.data_ptr(), addr(w))   # pulled, then given back
+        del w
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ResourceWarning)
+            c.close()
+
     def test_params_sha256_format(self):
         """lib/tensor/fingerprint.c's layout: name, NUL, count (8 bytes LE), float32 LE."""
         import hashlib

@@ -247,6 +247,8 @@ class ParameterServer:
             grads = self._acc
         elif self.exact or self.zero_copy[1]:
             self.accumulate(local_batch)   # into the gradient buffers, where there are some
+            # A float step that fails reads p.grad again next time, as without buffers.
+            self._pending = self.exact
             grads = self._acc
         else:
             grads = self._grads(local_batch)

@@ -19,7 +19,7 @@ started here (stopped by SIGTERM at the end, on errors and on Ctrl-C too):
    hits them alike. Per step: wall time and
    this process's CPU time (time.process_time: the worker side of the copies).
 2. the example: python/examples/fashion_mnist_torch.py, 2 workers on the cluster, --example-steps
-   steps, with tessera.torch's buffers and with --no-buffers, alternating (again reversed every
+   steps, with tessera.torch's buffers (--buffers) and without, alternating (again reversed every
    other round), --reps rounds; its `step_ms_median` (rank 0's median step: samples,
    forward, backward, push and pull), `step_cpu_ms_median` (that process's CPU time per step,
    which another load on the machine sways less) and `epoch_seconds`. --no-example skips it.
@@ -128,7 +128,7 @@ class Loop:
 def example(master, job, buffers, steps):
     """Both ranks of the example on the cluster; rank 0's JSON result."""
     common = ["--master", master, "--job", job, "--workers", "2", "--steps", str(steps),
-              "--json"] + ([] if buffers else ["--no-buffers"])
+              "--json"] + (["--buffers"] if buffers else [])
     env = dict(os.environ, TESSERA_LOG="warn")
     procs = [subprocess.Popen([sys.executable, EXAMPLE, "--rank", str(r)] + common,
                               stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL,
@@ -231,7 +231,7 @@ def main():
                 "runs_epoch_s": [round(r["epoch_seconds"], 2) for r in ex[buffers]],
                 "params_sha256": sorted({r["params_sha256"] for r in ex[buffers]}),
                 "zero_copy": ex[buffers][0]["zero_copy"]}
-            print(f"  {'buffers' if buffers else 'copies (--no-buffers)':22} "
+            print(f"  {'buffers' if buffers else 'copies (default)':22} "
                   f"{statistics.median(runs):6.2f} ms, CPU {statistics.median(cpu):5.2f} ms  "
                   f"(runs {', '.join(f'{x:.2f}' for x in runs)})")
         b, c = exr["buffers"], exr["copies"]

@@ -279,7 +279,7 @@ def common_args(a):
             "--micro", str(a.micro), "--lr", repr(a.lr), "--momentum", repr(a.momentum),
             "--seed", str(a.seed), "--data", a.data, "--threads", str(a.threads),
             "--partition-kb", str(a.partition_kb), "--ddp-sgd", a.ddp_sgd] + \
-        ([] if a.buffers else ["--no-buffers"])
+        (["--buffers"] if a.buffers else [])
 
 
 def run_ranks(argvs, label):
@@ -434,9 +434,10 @@ def parse_args(argv):
                    help="DDP's optimizer: torch.optim.SGD (default), or the same momentum "
                    "update rounded as Tessera's shards round it (then 2 DDP ranks and 2 Tessera "
                    "workers give the same bits in float mode)")
-    p.add_argument("--no-buffers", dest="buffers", action="store_false",
-                   help="Tessera: private parameters and gradients, copied by each push and "
-                   "pull, instead of the SDK's zero-copy buffers (tessera.torch's default)")
+    p.add_argument("--buffers", action="store_true",
+                   help="Tessera: parameters and gradients in the SDK's zero-copy buffers "
+                   "(tessera.torch's buffers=True; parameters become read-only) instead of "
+                   "private arrays copied by each push and pull")
     p.add_argument("--json", action="store_true", help="print the result as a JSON line last")
     p.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--ddp-port", type=int, default=0, help=argparse.SUPPRESS)

@@ -37,16 +37,17 @@ Loss scaling (``loss_scale="caller"``, with fp16 compression): multiply the loss
 ``ps.loss_scale`` before backward; the shards skip a step that overflowed and the SDK halves
 the scale. ``loss_scale="sdk"`` has the SDK scale the pushed gradients instead.
 
-Zero copy (``buffers=True``, the default): each parameter becomes a view of the SDK's
+Zero copy (``buffers=True``; off by default, because of the rule below): each parameter becomes a view of the SDK's
 parameter buffer for its tensor (tessera.Client.buffers), so a pull writes nothing more and,
 on one host with shared memory, forward reads the shard's own pages; gradients go into the
 SDK's gradient buffers in one pass (exact mode sums straight into them; float mode copies
 p.grad into them where shards on this host read them in place, "shm", and elsewhere pushes
 p.grad as it is). Those pages are read-only: an in-place write to a parameter (a torch
 optimizer, load_state_dict, torch.nn.init) faults on one host and is overwritten by the next
-pull anywhere. ``ps.close()`` gives every parameter a private copy of its values before the
-client goes, so the module outlives the cluster. ``buffers=False`` keeps private parameters
-that the pulls copy into, and pushes p.grad as it is.
+pull anywhere, which is why it is asked for, not the default. ``ps.close()`` gives every
+parameter a private copy of its values before the
+client goes, so the module outlives the cluster. ``buffers=False`` (the default) keeps
+private parameters that the pulls copy into, and pushes p.grad as it is.
 
 Rules: parameters must be float32, on the CPU and contiguous (checked at attach); call
 ``ps.step()`` after backward, never between a forward pass and its backward (the values change
@@ -112,7 +113,7 @@ def _invalid(msg):
 class ParameterServer:
     """A module's parameters held by Tessera shards. Made by attach(); see the module doc."""
 
-    def __init__(self, module, client, seed=0, init=None, partition_bytes=0, buffers=True):
+    def __init__(self, module, client, seed=0, init=None, partition_bytes=0, buffers=False):
         self.module = module
         self.client = client
         named = list(module.named_parameters())
@@ -315,7 +316,7 @@ class ParameterServer:
 
 
 def attach(module, master="local", job="default", rank=0, workers=1, optimizer="momentum",
-           batch=None, exact=False, seed=0, init=None, partition_bytes=0, buffers=True,
+           batch=None, exact=False, seed=0, init=None, partition_bytes=0, buffers=False,
            **options):
     """Connects to a cluster (tessera.Client(master, job, rank, workers, exact, optimizer,
     batch, **options): mode, compress, sync_every, loss_scale, transport, timeout_ms, ...),

@@ -649,7 +649,7 @@ class TorchAttach(unittest.TestCase):
         m = self.linear()
         c = tessera.Client(batch=2)
         with self.assertRaises(tessera.Error):
-            tessera.torch.ParameterServer(m, FailingPull(c))
+            tessera.torch.ParameterServer(m, FailingPull(c), buffers=True)
         w = c.buffers(0)[0]
         self.assertNotEqual(m.weight.data_ptr(), addr(w))   # pulled, then given back
         del w

@@ -157,6 +157,8 @@ bench: build
 	$(BUILD)/bin/bench_transport_raw --out bench/results/transport_raw.json
 	$(BUILD)/bin/bench_pushpull --exact --out bench/results/pushpull.json
 	/usr/bin/python3 bench/train.py --bin $(BUILD)/bin --out bench/results/train.json
+	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/python_buffers.py \
+	    --bin $(BUILD)/bin --out bench/results/python_buffers.json
 	/usr/bin/python3 bench/modes.py --bin $(BUILD)/bin --out bench/results/modes.json
 	$(BUILD)/bin/bench_snapshot --out bench/results/snapshot.json
 	$(BUILD)/bin/bench_verify --out bench/results/verify.json

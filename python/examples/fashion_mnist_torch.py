@@ -143,16 +143,18 @@ def train(a, rank, workers, step_fn, model):
     xte, yte = load(a.data, False) if rank == 0 else (None, None)
     spe = len(xtr) // a.batch
     total = a.steps or a.epochs * spe
-    epoch_times, loss_sum, seen, t_epoch = [], 0.0, 0, 0.0
+    epoch_times, step_times, step_cpu, loss_sum, seen, t_epoch = [], [], [], 0.0, 0, 0.0
     perm = None
     for s in range(total):
         k = s % spe
         if k == 0:
             perm = permutation(a.seed, s // spe, len(xtr))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         mbs = [(xtr[i], ytr[i]) for i in my_micro_batches(perm, k, a, rank, workers)]
         loss_sum += step_fn(mbs)
-        t_epoch += time.perf_counter() - t0
+        step_times.append(time.perf_counter() - t0)
+        step_cpu.append(time.process_time() - c0)
+        t_epoch += step_times[-1]
         seen += sum(len(y) for _, y in mbs)
         if k == spe - 1 or s + 1 == total:
             epoch_times.append(t_epoch * spe / (k + 1))   # a partial epoch: scaled up
@@ -165,7 +167,11 @@ def train(a, rank, workers, step_fn, model):
         return None
     return {"test_accuracy": accuracy(model, xte, yte),
             "params_sha256": tessera.torch.params_sha256(model), "steps": total,
-            "epoch_seconds": sum(epoch_times) / len(epoch_times), "workers": workers}
+            "epoch_seconds": sum(epoch_times) / len(epoch_times), "workers": workers,
+            # The median step and its CPU time in this process, less swayed than the mean
+            # by another load on the machine.
+            "step_ms_median": sorted(step_times)[len(step_times) // 2] * 1e3,
+            "step_cpu_ms_median": sorted(step_cpu)[len(step_cpu) // 2] * 1e3}
 
 
 def run_tessera(a):
@@ -177,7 +183,7 @@ def run_tessera(a):
                               rank=rank, workers=workers, exact=a.exact, batch=a.batch,
                               optimizer="momentum:lr=%r,momentum=%r" % (a.lr, a.momentum),
                               seed=a.seed, init=INIT, data_seed=a.seed, micro_batch=a.micro,
-                              partition_bytes=a.partition_kb * 1024)
+                              partition_bytes=a.partition_kb * 1024, buffers=a.buffers)
 
     def step(mbs):
         total = 0.0
@@ -200,7 +206,8 @@ def run_tessera(a):
     with ps:
         out = train(a, rank, workers, step, model)
         if out:
-            out.update(mode="tessera", exact=a.exact, transport=ps.transport)
+            out.update(mode="tessera", exact=a.exact, transport=ps.transport,
+                       zero_copy=list(ps.zero_copy))
     return out
 
 
@@ -271,7 +278,8 @@ def common_args(a):
     return ["--epochs", str(a.epochs), "--steps", str(a.steps), "--batch", str(a.batch),
             "--micro", str(a.micro), "--lr", repr(a.lr), "--momentum", repr(a.momentum),
             "--seed", str(a.seed), "--data", a.data, "--threads", str(a.threads),
-            "--partition-kb", str(a.partition_kb), "--ddp-sgd", a.ddp_sgd]
+            "--partition-kb", str(a.partition_kb), "--ddp-sgd", a.ddp_sgd] + \
+        (["--buffers"] if a.buffers else [])
 
 
 def run_ranks(argvs, label):
@@ -426,6 +434,10 @@ def parse_args(argv):
                    help="DDP's optimizer: torch.optim.SGD (default), or the same momentum "
                    "update rounded as Tessera's shards round it (then 2 DDP ranks and 2 Tessera "
                    "workers give the same bits in float mode)")
+    p.add_argument("--buffers", action="store_true",
+                   help="Tessera: parameters and gradients in the SDK's zero-copy buffers "
+                   "(tessera.torch's buffers=True; parameters become read-only) instead of "
+                   "private arrays copied by each push and pull")
     p.add_argument("--json", action="store_true", help="print the result as a JSON line last")
     p.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--ddp-port", type=int, default=0, help=argparse.SUPPRESS)

@@ -21,6 +21,11 @@ numel elements; outputs must be writable. NumPy arrays work as they are; a CPU t
 is viewed through its zero-copy ``.detach().numpy()``. Anything else raises
 tessera.InvalidArgument naming the argument before anything is sent.
 
+``Client.buffers(id)`` goes one step further: (params, grad), NumPy arrays over the SDK's own
+memory for the tensor. Pulled into, params needs no copy at all (on one host its pages are the
+shard's own, read-only); pushed, grad is read by the shards on this host where it lies. They
+keep the Client alive, and close() keeps their memory mapped until the last is freed.
+
 Every failure raises tessera.Error, with ``code`` (the gRPC status name: INVALID_ARGUMENT,
 NOT_FOUND, FAILED_PRECONDITION, ABORTED, DEADLINE_EXCEEDED, UNAVAILABLE, ...), ``grpc_code``
 (its number) and ``message``; bad input raises the subclass tessera.InvalidArgument, which is

@@ -13,7 +13,10 @@
  * step the cluster took back to a snapshot raises tessera.Rollback (a tessera.Error).
  * Threads: a tessera handle is used by one thread at a time, so each Client holds a lock
  * around its SDK calls; other Python threads run while a call waits for the shards.
- * The argument checks and the error mapping are in args.c. */
+ * Client.buffers lends out the SDK's own memory (tessera_buffers) as NumPy arrays that keep
+ * the Client alive; close() leaves that memory mapped until the last of them is freed.
+ * The argument checks and the error mapping are in args.c, the arrays' exporter in
+ * buffers.c. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
@@ -24,9 +27,16 @@
 #include <string.h>
 
 #include "args.h"
+#include "buffers.h"
 #include "tessera.h"
 
 /* ---- Client ---- */
+
+/* A tensor's tessera_buffers, once asked for (NULL before). */
+struct bufs {
+    const float *params;
+    void *grad;
+};
 
 struct client {
     PyObject_HEAD
@@ -35,7 +45,12 @@ struct client {
     int exact;
     PyObject *names;           /* list: tensor id -> name */
     uint64_t *numel;           /* tensor id -> elements (PyMem; read without the SDK) */
+    struct bufs *bufs;         /* tensor id -> its buffers (PyMem) */
     PyObject *keep;            /* list: owners of the option strings, alive as long as t */
+    /* Client.buffers' arrays (buffers.h). Read and written with the GIL held only: */
+    Py_ssize_t exports;        /* arrays over the SDK's pages alive now */
+    int closed;                /* close() began: no new export */
+    tessera *deferred;         /* closed with exports alive: tessera_close at the last drop */
 };
 
 /* Runs expr (an SDK call on self->t) under the client's lock with the GIL released; a client
@@ -56,7 +71,7 @@ struct client {
 
 static int open_or_raise(struct client *self)
 {
-    if (self->t)
+    if (self->t && !self->closed)
         return 0;
     raise_code(TESSERA_ESTATE, "the client is closed (or was never connected)");
     return -1;
@@ -114,21 +129,6 @@ static char *option_names[] = { "master", "job", "rank", "workers", "exact", "op
 enum { O_MASTER, O_JOB, O_RANK, O_WORKERS, O_EXACT, O_OPTIMIZER, O_BATCH, O_TRANSPORT,
        O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS, O_DELAY,
        O_KEEP, O_COUNT };
-
-static int get_batch(PyObject *o, double *out)
-{
-    if (!o || o == Py_None) {
-        invalid("batch: required: the global batch size, which the shards divide the summed "
-                "gradient by");
-        return -1;
-    }
-    if (!PyNumber_Check(o) || PyBool_Check(o) || PyUnicode_Check(o)) {
-        invalid("batch: a number >= 1 expected, got %s", Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    *out = PyFloat_AsDouble(o);
-    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
-}
 
 /* The arguments o[] into *opt (the SDK checks the values it alone understands). Strings made
  * from dicts are appended to keep, which must outlive opt. */
@@ -205,34 +205,88 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
     return 0;
 }
 
-static void client_close_handle(struct client *self)
+static void close_now(tessera *t)
 {
-    tessera *t;
-
+    if (!t)
+        return;
     Py_BEGIN_ALLOW_THREADS
-    PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    t = self->t;
-    self->t = NULL;
     tessera_close(t);
-    PyThread_release_lock(self->lock);
     Py_END_ALLOW_THREADS
 }
 
+/* Closes the handle (with the GIL): every call is refused from now on, and tessera_close runs
+ * at once, or, while arrays from buffers() are alive, when the last of them is freed: it
+ * unmaps their pages, and an array over unmapped pages would crash the interpreter at its
+ * next read. -1 if the ResourceWarning saying so was turned into an exception. */
+static int client_close_handle(struct client *self)
+{
+    tessera *t;
+
+    self->closed = 1;   /* client_hold refuses from here: exports can only fall */
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);   /* waits for a call in flight */
+    t = self->t;
+    self->t = NULL;
+    PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
+    if (t && self->exports > 0) {
+        self->deferred = t;
+        return PyErr_WarnFormat(PyExc_ResourceWarning, 1, "tessera.Client.close(): %zd arrays "
+                                "from buffers() are still alive; the client leaves the cluster "
+                                "when the last of them is freed (del them before close)",
+                                self->exports);
+    }
+    close_now(t);
+    return 0;
+}
+
+/* buffers.h's hold and drop: the count of live arrays over this client's SDK pages. */
+static int client_hold(PyObject *o)
+{
+    struct client *self = (struct client *)o;
+
+    if (self->closed || !self->t) {
+        raise_code(TESSERA_ESTATE, "buffers: the client is closed; its buffers are gone");
+        return -1;
+    }
+    self->exports++;
+    return 0;
+}
+
+static void client_drop(PyObject *o)
+{
+    struct client *self = (struct client *)o;
+    tessera *t = NULL;
+
+    if (--self->exports == 0 && self->deferred) {
+        t = self->deferred;
+        self->deferred = NULL;
+    }
+    close_now(t);
+}
+
+static const struct buf_owner_ops client_buf_ops = { client_hold, client_drop };
+
 static void client_dealloc(struct client *self)
 {
+    /* Arrays from buffers() hold a reference: none is alive here, so nothing is deferred. */
     if (self->lock) {
-        client_close_handle(self);
+        if (client_close_handle(self))
+            PyErr_WriteUnraisable((PyObject *)self);
         PyThread_free_lock(self->lock);
     }
+    close_now(self->deferred);
     Py_XDECREF(self->names);
     Py_XDECREF(self->keep);
     PyMem_Free(self->numel);
+    PyMem_Free(self->bufs);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *client_close(struct client *self, PyObject *unused)
 {
-    client_close_handle(self);
+    if (client_close_handle(self))
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -270,43 +324,9 @@ static PyObject *client_exit(struct client *self, PyObject *args)
         PyThread_release_lock(self->lock);
         Py_XDECREF(text);
     }
-    client_close_handle(self);
+    if (client_close_handle(self))
+        return NULL;
     Py_RETURN_FALSE;
-}
-
-/* shape: an int or a sequence of 1..8 ints. Returns ndim, or -1 with InvalidArgument. */
-static int get_shape(PyObject *o, uint64_t shape[8])
-{
-    PyObject *seq;
-    Py_ssize_t n;
-
-    if (PyLong_Check(o)) {
-        unsigned long long v = 0;
-        if (get_uint(o, "shape", UINT64_MAX, &v))
-            return -1;
-        shape[0] = v;
-        return 1;
-    }
-    seq = PySequence_Check(o) ? PySequence_Fast(o, "shape") : NULL;
-    if (!seq || (n = PySequence_Fast_GET_SIZE(seq)) < 1 || n > 8) {
-        PyErr_Clear();
-        Py_XDECREF(seq);
-        invalid("shape: an int or a sequence of 1..8 ints expected, got %s",
-                Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned long long v = 0;
-        char what[32];
-        snprintf(what, sizeof(what), "shape[%zd]", i);
-        if (get_uint(PySequence_Fast_GET_ITEM(seq, i), what, UINT64_MAX, &v)) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        shape[i] = v;
-    }
-    Py_DECREF(seq);
-    return (int)n;
 }
 
 static PyObject *client_register(struct client *self, PyObject *args, PyObject *kw)
@@ -317,6 +337,7 @@ static PyObject *client_register(struct client *self, PyObject *args, PyObject *
     const char *name = NULL, *init = "zeros";
     unsigned long long v[4] = { 0 };
     uint64_t shape[8], *grown;
+    struct bufs *grown_bufs;
     struct tessera_error e = { 0 };
     int ndim, id = -1, rc;
 
@@ -343,6 +364,11 @@ static PyObject *client_register(struct client *self, PyObject *args, PyObject *
     if (!grown)
         return PyErr_NoMemory();
     self->numel = grown;
+    grown_bufs = PyMem_Realloc(self->bufs, ((size_t)id + 1) * sizeof(*grown_bufs));
+    if (!grown_bufs)
+        return PyErr_NoMemory();
+    self->bufs = grown_bufs;
+    self->bufs[id] = (struct bufs){ NULL, NULL };
     SDK_CALL(self, rc, &e, (grown[id] = tessera_numel(self->t, id), 0));
     pyname = PyUnicode_FromString(name);
     if (rc || !pyname || PyList_Append(self->names, pyname)) {
@@ -351,20 +377,6 @@ static PyObject *client_register(struct client *self, PyObject *args, PyObject *
     }
     Py_DECREF(pyname);
     return PyLong_FromLong(id);
-}
-
-static int get_step(PyObject *o, const char *what, uint64_t *out)
-{
-    unsigned long long v = 0;
-
-    if (!o || o == Py_None) {
-        invalid("%s: an int >= 0 is required", what);
-        return -1;
-    }
-    if (get_uint(o, what, UINT64_MAX, &v))
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static PyObject *client_push(struct client *self, PyObject *args, PyObject *kw)
@@ -401,7 +413,7 @@ static PyObject *client_pull(struct client *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:pull", kwlist, &oid, &over, &oout) ||
         open_or_raise(self) || get_id(self, oid, "id", &id) ||
         get_step(over, "version", &version) ||
-        arr_get(oout, "out", F32, 1, (long long)self->numel[id], &p))
+        arr_get_out(oout, "out", (long long)self->numel[id], self->bufs[id].params, &p))
         return NULL;
     SDK_CALL(self, rc, &e, tessera_pull(self->t, id, version, p.b.buf, &e));
     arr_put(&p);
@@ -411,7 +423,8 @@ static PyObject *client_pull(struct client *self, PyObject *args, PyObject *kw)
 }
 
 /* One array per registered tensor, by id, from the sequence o into a[] (ntensors entries,
- * zeroed by the caller); ptrs[i] gets each buffer. On failure everything taken is released. */
+ * zeroed by the caller); ptrs[i] gets each buffer. Outputs (writable) may be the tensors'
+ * read-only params from buffers(). On failure everything taken is released. */
 static int get_all(struct client *self, PyObject *o, const char *what, enum elem want,
                    int writable, struct arr *a, void **ptrs)
 {
@@ -431,8 +444,10 @@ static int get_all(struct client *self, PyObject *o, const char *what, enum elem
         char label[200];
         snprintf(label, sizeof(label), "%s[%zd] (%s)", what, i,
                  PyUnicode_AsUTF8(PyList_GET_ITEM(self->names, i)));
-        if (arr_get(PySequence_Fast_GET_ITEM(seq, i), label, want, writable,
-                    (long long)self->numel[i], &a[i])) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        long long numel = (long long)self->numel[i];
+        if (writable ? arr_get_out(item, label, numel, self->bufs[i].params, &a[i])
+                     : arr_get(item, label, want, 0, numel, &a[i])) {
             while (i-- > 0)
                 arr_put(&a[i]);
             Py_DECREF(seq);
@@ -533,6 +548,45 @@ static PyObject *client_verify_local(struct client *self, PyObject *args, PyObje
                          "first_shard", (double)au.first_shard);
 }
 
+/* buffers(id, params=True, grad=True) -> (params, grad): tessera_buffers as NumPy arrays over
+ * the SDK's own pages (buffers.h), None for one not asked for. The same memory at every call:
+ * the SDK makes it once per tensor and keeps it until tessera_close. */
+static PyObject *client_buffers(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "id", "params", "grad", NULL };
+    struct tessera_error e = { 0 };
+    PyObject *oid, *p = NULL, *g = NULL, *ret = NULL;
+    const float *params = NULL;
+    void *grad = NULL;
+    int want_p = 1, want_g = 1, id, rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pp:buffers", kwlist, &oid, &want_p,
+                                     &want_g) ||
+        open_or_raise(self) || get_id(self, oid, "id", &id))
+        return NULL;
+    SDK_CALL(self, rc, &e, tessera_buffers(self->t, id, want_p ? &params : NULL,
+                                           want_g ? &grad : NULL, &e));
+    if (rc)
+        return raise_sdk(&e);
+    if (params)
+        self->bufs[id].params = params;
+    if (grad)
+        self->bufs[id].grad = grad;
+    /* Made only now, with the GIL: a close() that ran meanwhile makes client_hold refuse. */
+    p = !params ? Py_NewRef(Py_None)
+                : buffer_array((PyObject *)self, &client_buf_ops, (void *)params,
+                               (Py_ssize_t)self->numel[id], F32, 1);
+    if (p)
+        g = !grad ? Py_NewRef(Py_None)
+                  : buffer_array((PyObject *)self, &client_buf_ops, grad,
+                                 (Py_ssize_t)self->numel[id], self->exact ? I64 : F32, 0);
+    if (g)
+        ret = PyTuple_Pack(2, p, g);
+    Py_XDECREF(p);
+    Py_XDECREF(g);
+    return ret;
+}
+
 static PyObject *client_numel(struct client *self, PyObject *oid)
 {
     int id;
@@ -631,7 +685,7 @@ static PyObject *client_get_tensors(struct client *self, void *unused)
 
 static PyObject *client_get_closed(struct client *self, void *unused)
 {
-    return PyBool_FromLong(self->t == NULL);
+    return PyBool_FromLong(self->t == NULL || self->closed);
 }
 
 #define KW (PyCFunction)(void (*)(void))
@@ -654,6 +708,15 @@ static PyMethodDef client_methods[] = {
     { "verify_local", KW client_verify_local, METH_VARARGS | METH_KEYWORDS,
       "verify_local(params, version) -> dict\n\nCompares params[id] bit for bit with the "
       "shards' tensors at `version`." },
+    { "buffers", KW client_buffers, METH_VARARGS | METH_KEYWORDS,
+      "buffers(id, params=True, grad=True) -> (params, grad)\n\nThe SDK's zero-copy buffers of"
+      " tensor id (tessera_buffers), as NumPy arrays over\nits own memory, the same at every "
+      "call: params, read-only float32 (on one host\nthe shard's own pages, which change in "
+      "place when a step completes: read them\nbetween a step's return and the next push), to "
+      "pass as the out of pull / step;\ngrad, writable (float32, int64 in exact mode), to fill "
+      "and pass to push / step,\nwhich shards on this host then read in place. None for one "
+      "not asked for.\nThe arrays keep the Client alive; close() waits for the last of them "
+      "before\nthe SDK frees the memory (docs/python.md)." },
     { "numel", (PyCFunction)client_numel, METH_O, "numel(id) -> int: elements of tensor id" },
     { "version", (PyCFunction)client_version, METH_O,
       "version(id) -> int: the version tensor id was at when registered (restored: > 0)" },
@@ -726,7 +789,7 @@ PyMODINIT_FUNC PyInit__tessera(void)
 {
     PyObject *m = PyModule_Create(&module_def), *bases = NULL;
 
-    if (!m || PyType_Ready(&client_type) < 0)
+    if (!m || PyType_Ready(&client_type) < 0 || buffers_ready() < 0)
         goto fail;
     Error = new_error("tessera.Error", "A Tessera call failed. .code: the gRPC status name "
                       "(INVALID_ARGUMENT, NOT_FOUND, ...),\n.grpc_code: its number, .message: "

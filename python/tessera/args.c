@@ -128,11 +128,9 @@ void arr_put(struct arr *a)
     a->held = 0;
 }
 
-/* Takes a view of o as a C-contiguous array of `numel` items of `want` (numel < 0: any count),
- * writable if asked. A torch tensor (no buffer protocol) is viewed through .detach().numpy(),
- * which shares its memory. On failure raises InvalidArgument naming `what` and returns -1. */
-int arr_get(PyObject *o, const char *what, enum elem want, int writable, long long numel,
-                   struct arr *a)
+/* arr_get, and arr_get_out where own is the one read-only buffer accepted as writable. */
+static int take(PyObject *o, const char *what, enum elem want, int writable, long long numel,
+                const void *own, struct arr *a)
 {
     char got[160], exp[160], why[200];
     int bad;
@@ -170,7 +168,8 @@ int arr_get(PyObject *o, const char *what, enum elem want, int writable, long lo
     }
     a->held = 1;
     bad = !is_elem(&a->b, want) || !PyBuffer_IsContiguous(&a->b, 'C') ||
-          (writable && a->b.readonly) || (numel >= 0 && a->b.len != numel * a->b.itemsize);
+          (writable && a->b.readonly && !(own && a->b.buf == own)) ||
+          (numel >= 0 && a->b.len != numel * a->b.itemsize);
     if (bad) {
         describe(&a->b, got, sizeof(got));
         invalid("%s: %s expected, got %s%s", what, exp, got,
@@ -183,6 +182,18 @@ int arr_get(PyObject *o, const char *what, enum elem want, int writable, long lo
 fail:
     arr_put(a);
     return -1;
+}
+
+int arr_get(PyObject *o, const char *what, enum elem want, int writable, long long numel,
+            struct arr *a)
+{
+    return take(o, what, want, writable, numel, NULL, a);
+}
+
+int arr_get_out(PyObject *o, const char *what, long long numel, const float *own,
+                struct arr *a)
+{
+    return take(o, what, F32, 1, numel, own, a);
 }
 
 /* ---- scalar arguments ---- */
@@ -231,6 +242,72 @@ int get_str(PyObject *o, const char *what, const char **out)
     }
     *out = s;
     return 0;
+}
+
+/* batch: a number, required. */
+int get_batch(PyObject *o, double *out)
+{
+    if (!o || o == Py_None) {
+        invalid("batch: required: the global batch size, which the shards divide the summed "
+                "gradient by");
+        return -1;
+    }
+    if (!PyNumber_Check(o) || PyBool_Check(o) || PyUnicode_Check(o)) {
+        invalid("batch: a number >= 1 expected, got %s", Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    *out = PyFloat_AsDouble(o);
+    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* step, version: an int >= 0, required. */
+int get_step(PyObject *o, const char *what, uint64_t *out)
+{
+    unsigned long long v = 0;
+
+    if (!o || o == Py_None) {
+        invalid("%s: an int >= 0 is required", what);
+        return -1;
+    }
+    if (get_uint(o, what, UINT64_MAX, &v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* shape: an int or a sequence of 1..8 ints. Returns ndim, or -1 with InvalidArgument. */
+int get_shape(PyObject *o, uint64_t shape[8])
+{
+    PyObject *seq;
+    Py_ssize_t n;
+
+    if (PyLong_Check(o)) {
+        unsigned long long v = 0;
+        if (get_uint(o, "shape", UINT64_MAX, &v))
+            return -1;
+        shape[0] = v;
+        return 1;
+    }
+    seq = PySequence_Check(o) ? PySequence_Fast(o, "shape") : NULL;
+    if (!seq || (n = PySequence_Fast_GET_SIZE(seq)) < 1 || n > 8) {
+        PyErr_Clear();
+        Py_XDECREF(seq);
+        invalid("shape: an int or a sequence of 1..8 ints expected, got %s",
+                Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long v = 0;
+        char what[32];
+        snprintf(what, sizeof(what), "shape[%zd]", i);
+        if (get_uint(PySequence_Fast_GET_ITEM(seq, i), what, UINT64_MAX, &v)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        shape[i] = v;
+    }
+    Py_DECREF(seq);
+    return (int)n;
 }
 
 /* compress / sync_every: a str, or a dict {tensor: value} made into "NAME=VALUE,..." (a key

@@ -41,8 +41,19 @@ void arr_put(struct arr *a);
  * which shares its memory. On failure raises InvalidArgument naming `what` and returns -1. */
 int arr_get(PyObject *o, const char *what, enum elem want, int writable, long long numel,
             struct arr *a);
+/* arr_get for a float32 output (writable), where the read-only buffer at exactly `own` (may
+ * be NULL) is accepted too: a tensor's params from tessera_buffers, which Python may not write
+ * but the SDK's pulls do. */
+int arr_get_out(PyObject *o, const char *what, long long numel, const float *own,
+                struct arr *a);
 /* An int in [0, max] (None: keeps *out). */
 int get_uint(PyObject *o, const char *what, unsigned long long max, unsigned long long *out);
+/* batch: a number, required (the global batch). */
+int get_batch(PyObject *o, double *out);
+/* step or version: an int >= 0, required. */
+int get_step(PyObject *o, const char *what, uint64_t *out);
+/* shape: an int or a sequence of 1..8 ints. Returns ndim, or -1 with InvalidArgument. */
+int get_shape(PyObject *o, uint64_t shape[8]);
 /* A str without NUL bytes, or None (NULL). */
 int get_str(PyObject *o, const char *what, const char **out);
 /* compress / sync_every: a str, or a dict {tensor: value} made into "NAME=VALUE,..." (a key

@@ -37,12 +37,26 @@ Loss scaling (``loss_scale="caller"``, with fp16 compression): multiply the loss
 ``ps.loss_scale`` before backward; the shards skip a step that overflowed and the SDK halves
 the scale. ``loss_scale="sdk"`` has the SDK scale the pushed gradients instead.
 
+Zero copy (``buffers=True``; off by default, because of the rule below): each parameter becomes a view of the SDK's
+parameter buffer for its tensor (tessera.Client.buffers), so a pull writes nothing more and,
+on one host with shared memory, forward reads the shard's own pages; gradients go into the
+SDK's gradient buffers in one pass (exact mode sums straight into them; float mode copies
+p.grad into them where shards on this host read them in place, "shm", and elsewhere pushes
+p.grad as it is). Those pages are read-only: an in-place write to a parameter (a torch
+optimizer, load_state_dict, torch.nn.init) faults on one host and is overwritten by the next
+pull anywhere, which is why it is asked for, not the default. ``ps.close()`` gives every
+parameter a private copy of its values before the
+client goes, so the module outlives the cluster. ``buffers=False`` (the default) keeps
+private parameters that the pulls copy into, and pushes p.grad as it is.
+
 Rules: parameters must be float32, on the CPU and contiguous (checked at attach); call
 ``ps.step()`` after backward, never between a forward pass and its backward (the values change
-in place, under autograd). Threads: a ParameterServer is used by one thread at a time.
+in place, under autograd); do not write parameters in place (see Zero copy). Threads: a
+ParameterServer is used by one thread at a time.
 """
 import hashlib
 import struct
+import warnings
 
 import numpy as np
 import torch
@@ -99,7 +113,7 @@ def _invalid(msg):
 class ParameterServer:
     """A module's parameters held by Tessera shards. Made by attach(); see the module doc."""
 
-    def __init__(self, module, client, seed=0, init=None, partition_bytes=0):
+    def __init__(self, module, client, seed=0, init=None, partition_bytes=0, buffers=False):
         self.module = module
         self.client = client
         named = list(module.named_parameters())
@@ -125,13 +139,44 @@ class ParameterServer:
                          "restart the cluster" % sorted(versions))
         #: The step the next ps.step() pushes (and the version the module holds).
         self.version = versions.pop()
-        with torch.no_grad():
-            for i, p in zip(self.ids, self.params):
-                client.pull(i, self.version, p.detach().numpy())
         self.exact = client.exact
         self._acc = None        # accumulate()'s sums: int64 (exact) or float32 arrays
         self._pending = False   # _acc holds this step's sum
         self._zeros = {}        # numel -> zeros, for parameters without .grad
+        self._views = None      # buffers: each parameter's params array (read-only, the SDK's)
+        self._grad_bufs = False  # buffers: _acc is the SDK's gradient buffers
+        if buffers:
+            self._use_buffers()
+        try:
+            with torch.no_grad():
+                for i, p, v in zip(self.ids, self.params,
+                                   self._views or [None] * len(self.ids)):
+                    client.pull(i, self.version, p.detach().numpy() if v is None else v)
+                    if v is not None:   # the parameter's storage becomes the SDK's buffer
+                        with warnings.catch_warnings():
+                            # "not writable": Python may not write it; the SDK's pulls do.
+                            warnings.simplefilter("ignore", UserWarning)
+                            p.data = torch.from_numpy(v).reshape(p.shape)
+        except BaseException:
+            self._private()   # the module must not hold the client attach() now closes
+            raise
+
+    def _use_buffers(self):
+        """The SDK's buffers of every tensor: params always; gradients in exact mode, where
+        they are the fixed-point sums, and in float mode only where the shards read them in
+        place (shm): elsewhere the SDK copies a push anyway, so filling a buffer would be one
+        pass more than pushing p.grad as it is."""
+        grads = self.exact or self.client.transport == "shm"
+        pairs = [self.client.buffers(i, grad=grads) for i in self.ids]
+        self._views = [v for v, _ in pairs]
+        if grads:
+            self._acc = [g for _, g in pairs]
+            self._grad_bufs = True
+
+    @property
+    def zero_copy(self):
+        """(parameters, gradients): whether each goes through the SDK's buffers."""
+        return (self._views is not None, self._grad_bufs)
 
     def _grads(self, local_batch):
         """Each parameter's gradient as a float32 array (a view of .grad where possible)."""
@@ -164,20 +209,29 @@ class ParameterServer:
         exact mode). Call it after each micro-batch's backward; local_batch: the loss was a
         mean over that many samples (the gradient is multiplied by it)."""
         self._check_local_batch(local_batch)
+        first = not self._pending
+        if not self.exact and first:
+            # One pass into the sums, the scaling included (a * lb, rounded as before).
+            grads = self._grads(None)
+            if self._acc is None:
+                self._acc = [np.empty(g.size, np.float32) for g in grads]
+            for acc, g in zip(self._acc, grads):
+                if local_batch is None:
+                    np.copyto(acc, g)
+                else:
+                    np.multiply(g, np.float32(local_batch), out=acc)
+            self._pending = True
+            return
         grads = self._grads(local_batch)
         if self._acc is None:
-            self._acc = [np.empty(g.size, np.int64 if self.exact else np.float32)
-                         for g in grads]
+            self._acc = [np.empty(g.size, np.int64) for g in grads]
         for acc, g in zip(self._acc, grads):
             if not self.exact:
-                if self._pending:
-                    acc += g
-                else:
-                    np.copyto(acc, g)
-            elif self._pending:
-                tessera.fixed_add_f32(acc, g)
-            else:
+                acc += g
+            elif first:
                 tessera.to_fixed(g, acc)
+            else:
+                tessera.fixed_add_f32(acc, g)
         self._pending = True
 
     def step(self, local_batch=None):
@@ -192,12 +246,14 @@ class ParameterServer:
                 raise _invalid("local_batch: give it to accumulate(), which already summed "
                                "this step's gradients")
             grads = self._acc
-        elif self.exact:
-            self.accumulate(local_batch)
+        elif self.exact or self.zero_copy[1]:
+            self.accumulate(local_batch)   # into the gradient buffers, where there are some
+            # A float step that fails reads p.grad again next time, as without buffers.
+            self._pending = self.exact
             grads = self._acc
         else:
             grads = self._grads(local_batch)
-        params = [p.detach().numpy() for p in self.params]
+        params = self._views or [p.detach().numpy() for p in self.params]
         try:
             self.client.step(self.version, grads, params)
         except tessera.Rollback:
@@ -235,7 +291,21 @@ class ParameterServer:
         return params_sha256(self.module)
 
     def close(self):
+        """Leaves the cluster. With buffers, every parameter first gets a private copy of its
+        values (the SDK's pages go with the client); its Parameter object stays the same."""
+        self._private()
         self.client.close()
+
+    def _private(self):
+        """Gives every parameter that is a view of the SDK's buffers a private copy of its
+        values, and drops the buffers."""
+        if self._views is not None:
+            with torch.no_grad():
+                for p, v in zip(self.params, self._views):
+                    if p.data_ptr() == v.__array_interface__["data"][0]:
+                        p.data = p.data.clone()
+            self._views = self._acc = None
+            self._grad_bufs = self._pending = False
 
     def __enter__(self):
         return self
@@ -246,17 +316,19 @@ class ParameterServer:
 
 
 def attach(module, master="local", job="default", rank=0, workers=1, optimizer="momentum",
-           batch=None, exact=False, seed=0, init=None, partition_bytes=0, **options):
+           batch=None, exact=False, seed=0, init=None, partition_bytes=0, buffers=False,
+           **options):
     """Connects to a cluster (tessera.Client(master, job, rank, workers, exact, optimizer,
     batch, **options): mode, compress, sync_every, loss_scale, transport, timeout_ms, ...),
     registers every parameter of ``module`` (named_parameters() order, initializer from
     ``init`` and ``seed``, see the module doc) and pulls their current version into it.
+    ``buffers``: the SDK's zero-copy buffers (module doc, "Zero copy"); False: copies.
     Returns the ParameterServer; every rank must attach the same model the same way."""
     client = tessera.Client(master=master, job=job, rank=rank, workers=workers, exact=exact,
                             optimizer=optimizer, batch=batch, **options)
     try:
         return ParameterServer(module, client, seed=seed, init=init,
-                               partition_bytes=partition_bytes)
+                               partition_bytes=partition_bytes, buffers=buffers)
     except BaseException:
         client.close()
         raise

@@ -9,13 +9,21 @@ two ranks stepping from two Python threads (the GIL is released while a pull wai
 input: every wrong dtype, strided view, length, id, step or option value raises
 tessera.InvalidArgument (code INVALID_ARGUMENT) naming the argument, before anything is sent,
 so the shards' state is unchanged afterwards and the next valid step works.
+Client.buffers (the SDK's zero-copy buffers): the same memory at every call, pulls and pushes
+through it (on shm the parameters are the shard's own pages and the shard reads the gradient
+where it lies), the same bits as private arrays in exact mode and through tessera.torch, bad
+ids and closed clients refused, and arrays that outlive close() still safe to touch.
 
 Environment (ctest sets it): PYTHONPATH with build/python (the binding) and build/gen/python.
 """
+import gc
 import os
+import signal
 import sys
 import threading
+import time
 import unittest
+import warnings
 
 sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
@@ -33,6 +41,8 @@ except ImportError as e:
 N = 5000              # elements of "w": 5 partitions of 1024 floats (PART bytes)
 PART = 4096
 LR, BATCH = 0.5, 4    # sgd: p -= 0.5 * (sum / 4), exact scalings, one rounding
+BIG = 32768           # elements of a tensor the shards keep in a region (>= 64 KiB) ...
+BIG_PART = 16384      # ... cut into 8 page-multiple partitions, so that they can be mapped
 
 
 def expected_sgd(p, *grad_sums):
@@ -47,13 +57,29 @@ def bits(a):
     return np.asarray(a, np.float32).view(np.uint32)
 
 
+def addr(a):
+    return a.__array_interface__["data"][0]
+
+
+def memfd_at(pid, name, where=None):
+    """Whether process pid maps the memfd `name` (at address where, if given): the SDK's and
+    the shards' regions (lib/transport/region.c names them)."""
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and parts[5] == "/memfd:%s" % name:
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if where is None or lo <= where < hi:
+                    return True
+    return False
+
+
 class Binding(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.c = tl.Cluster()
         cls.master = cls.c.start_master()
-        for i in range(2):
-            cls.c.start_shard(cls.master.addr, name="shard%d" % i)
+        cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i) for i in range(2)]
         ch = cls.c.channel(cls.master.addr)
         tl.wait_until(lambda: sum(1 for s in tl.cluster_status(ch).shards
                                   if s.state == tl.ALIVE) == 2, 15, "2 shards alive")
@@ -226,6 +252,226 @@ class Binding(tl.ClusterCase, unittest.TestCase):
             self.assertEqual((cm.exception.code, cm.exception.grpc_code),
                              ("DEADLINE_EXCEEDED", 4))
 
+    # ---- Client.buffers: the SDK's own memory ----
+
+    def test_buffers_are_the_sdks_memory(self):
+        """The same arrays at every call; a pull into the read-only params array is accepted
+        and writes nothing new; on shm its pages are the shard's, which show the next version
+        without a pull, and the shards map the gradient buffer."""
+        with self.client("buf") as c:
+            w, b = self.register(c)
+            big = c.register("big", BIG, init="normal:1", seed=4, partition_bytes=BIG_PART)
+            p, g = c.buffers(big)
+            self.assertEqual((p.dtype, g.dtype, p.shape, g.shape),
+                             (np.float32, np.float32, (BIG,), (BIG,)))
+            self.assertFalse(p.flags.writeable)
+            self.assertTrue(g.flags.writeable)
+            with self.assertRaises(ValueError):
+                p[0] = 1.0
+            with self.assertRaises(ValueError):
+                p.setflags(write=True)
+            p2, g2 = c.buffers(big)
+            self.assertEqual((addr(p2), addr(g2)), (addr(p), addr(g)))
+            self.assertIsNone(c.buffers(b, grad=False)[1])
+            self.assertIsNone(c.buffers(b, params=False)[0])
+            ref = np.empty(BIG, np.float32)
+            c.pull(big, 0, ref)
+            self.assertIs(c.pull(big, 0, p), p)
+            np.testing.assert_array_equal(bits(p), bits(ref))
+            shm = c.transport == "shm"
+            if shm:
+                self.assertTrue(memfd_at(os.getpid(), "tessera-params", addr(p)))
+                self.assertTrue(memfd_at(os.getpid(), "tessera-grad", addr(g)))
+                self.assertTrue(all(memfd_at(s.pid, "tessera-grad") for s in self.shards))
+            g[:] = np.linspace(-1, 1, BIG, dtype=np.float32)
+            c.step(0, [np.zeros(N, np.float32), np.zeros(10, np.float32), g],
+                   [np.empty(N, np.float32), np.empty(10, np.float32), p])
+            want = expected_sgd(ref, g)
+            np.testing.assert_array_equal(bits(p), bits(want))
+            # Step 1 from a private copy of the gradient, pulled into private memory: on shm
+            # the params array is the shard's pages and shows version 2 all the same.
+            c.push(big, 1, g.copy())
+            out = np.empty(BIG, np.float32)
+            c.pull(big, 2, out)
+            np.testing.assert_array_equal(bits(out), bits(expected_sgd(want, g)))
+            np.testing.assert_array_equal(bits(p), bits(out if shm else want))
+            self.assertEqual(addr(c.buffers(big)[0]), addr(p))
+            del p, g, p2, g2      # or close() warns that it waits for them
+
+    def test_buffers_grad_read_in_place(self):
+        """On shm the shards read a push from the gradient buffer where it lies, when they get
+        to it: with both shards stopped, a push of 1s is sent, the buffer then overwritten
+        with 2s (which the API forbids, to see who reads when), and the shards, resumed,
+        apply 2s. A copy would have carried the 1s of the moment the push was called."""
+        with self.client("inplace") as c:
+            big = c.register("big", BIG, init="normal:1", seed=5, partition_bytes=BIG_PART)
+            if c.transport != "shm":
+                self.skipTest("transport %s: shards read in place on shm only" % c.transport)
+            p, g = c.buffers(big)
+            p0 = np.empty(BIG, np.float32)
+            c.pull(big, 0, p0)
+            g[:] = 1.0
+            calling, errors = threading.Event(), []
+
+            def push():
+                calling.set()
+                try:
+                    c.push(big, 0, g)
+                except Exception as e:  # reported by the main thread
+                    errors.append(e)
+
+            for s in self.shards:
+                s.signal(signal.SIGSTOP)
+            try:
+                t = threading.Thread(target=push)
+                t.start()
+                calling.wait(10)
+                time.sleep(0.5)    # the push is sent; the stopped shards have not read it
+                g[:] = 2.0
+            finally:
+                for s in self.shards:
+                    s.signal(signal.SIGCONT)
+            t.join(30)
+            self.assertFalse(errors, errors)
+            out = np.empty(BIG, np.float32)
+            c.pull(big, 1, out)
+            np.testing.assert_array_equal(bits(out), bits(expected_sgd(p0, g)))
+            self.assertEqual(float(g[0]), 2.0)
+            del p, g
+
+    def test_buffers_exact_same_bits_as_copies(self):
+        """Exact mode: fixed-point sums written straight into the int64 buffers give the bits
+        of private arrays, step after step (the fingerprints cannot move)."""
+        rng = np.random.default_rng(7)
+        gs = [rng.standard_normal(BIG).astype(np.float32) for _ in range(3)]
+        finals = []
+        for use in (False, True):
+            with self.client("exact-buf-%d" % use, exact=True) as c:
+                w, b = self.register(c)
+                big = c.register("big", BIG, init="normal:0.5", seed=6,
+                                 partition_bytes=BIG_PART)
+                params = [np.empty(N, np.float32), np.empty(10, np.float32),
+                          np.empty(BIG, np.float32)]
+                grads = [np.zeros(N, np.int64), np.zeros(10, np.int64),
+                         np.empty(BIG, np.int64)]
+                if use:
+                    params[2], grads[2] = c.buffers(big)
+                    self.assertEqual(grads[2].dtype, np.int64)
+                for k in range(3):
+                    tessera.to_fixed(gs[k], grads[2])
+                    tessera.fixed_add_f32(grads[2], gs[(k + 1) % 3])
+                    c.step(k, grads, params)
+                finals.append(params[2].copy())
+                del params, grads
+        np.testing.assert_array_equal(bits(finals[1]), bits(finals[0]))
+
+    def test_buffers_bad_input(self):
+        with self.client("buf-bad") as c, self.client("buf-bad-2") as other:
+            big = c.register("big", BIG, init="normal:1", seed=4, partition_bytes=BIG_PART)
+            big2 = c.register("big2", BIG, init="normal:1", seed=4, partition_bytes=BIG_PART)
+            oid = other.register("big", BIG, init="normal:1", seed=4, partition_bytes=BIG_PART)
+            ai = self.assert_invalid
+            ai(lambda: c.buffers(2), "id: ", "tensor id 2 is not registered")
+            ai(lambda: c.buffers("big"), "id: ", "str")
+            p, g = c.buffers(big)
+            # Read-only everywhere but where it is the SDK's own params of that tensor.
+            ai(lambda: c.pull(big2, 0, p), "out: ", "read-only")
+            ai(lambda: other.pull(oid, 0, p), "out: ", "read-only")
+            ai(lambda: c.step(0, [g, g], [c.buffers(big2)[0], p]), "params[0] (big)",
+               "read-only")
+            ai(lambda: c.push(big, 0, p.view(np.int32)), "grad: ", "int32")
+            del p, g
+        with self.assertRaises(tessera.Error) as cm:
+            c.buffers(big)
+        self.assertEqual(cm.exception.code, "FAILED_PRECONDITION")
+        self.assertIn("closed", cm.exception.message)
+
+    def test_buffers_outlive_close_safely(self):
+        """Arrays alive at close() keep the SDK's pages mapped until the last one goes: the
+        client refuses every call at once, the arrays stay readable and writable, and the
+        handle closes (the pages unmapped) when they are freed, not before."""
+        c = self.client("buf-close")
+        big = c.register("big", BIG, init="normal:1", seed=4, partition_bytes=BIG_PART)
+        p, g = c.buffers(big)
+        view = p[10:20]                        # a NumPy view keeps them alive too
+        c.pull(big, 0, p)
+        before = p.copy()
+        where = addr(g)
+        with self.assertWarns(ResourceWarning):
+            c.close()
+        self.assertTrue(c.closed)
+        for call in (lambda: c.push(big, 0, g), lambda: c.pull(big, 0, p),
+                     lambda: c.buffers(big)):
+            with self.assertRaises(tessera.Error) as cm:
+                call()
+            self.assertEqual(cm.exception.code, "FAILED_PRECONDITION")
+        del c                                  # the arrays hold the client
+        gc.collect()
+        self.assertTrue(memfd_at(os.getpid(), "tessera-grad", where))
+        np.testing.assert_array_equal(bits(p), bits(before))
+        g[:] = 3.0
+        self.assertEqual(float(g.sum()), 3.0 * BIG)
+        del p, g
+        gc.collect()
+        self.assertTrue(memfd_at(os.getpid(), "tessera-grad", where))   # view still holds
+        self.assertEqual(view.size, 10)
+        del view
+        gc.collect()
+        self.assertFalse(memfd_at(os.getpid(), "tessera-grad", where))
+        # Without arrays alive, close() is immediate and silent.
+        with self.client("buf-close-2") as c2:
+            big = c2.register("big", BIG, init="normal:1", seed=4, partition_bytes=BIG_PART)
+            where = addr(c2.buffers(big)[1])
+        self.assertFalse(memfd_at(os.getpid(), "tessera-grad", where))
+
+    def test_torch_buffers_same_bits(self):
+        """tessera.torch with buffers (parameters that are the SDK's pages, gradients summed
+        into its buffers) ends on the bits of the copying path, float and exact, and leaves
+        the module its values at close."""
+        xs = [torch.linspace(-1, 1, 8 * 256).reshape(8, 256) * (k + 1) for k in range(3)]
+
+        def train(exact, buffers):
+            torch.manual_seed(0)
+            m = torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.ReLU(),
+                                    torch.nn.Linear(128, 4))
+            ps = tessera.torch.attach(m, master=self.master.addr, batch=8, exact=exact,
+                                      job="torch-buf-%d-%d" % (exact, buffers), seed=3,
+                                      optimizer="momentum:lr=0.05", partition_bytes=BIG_PART,
+                                      buffers=buffers)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", ResourceWarning)   # close() is not deferred
+                with ps:
+                    self.assertEqual(ps.zero_copy, (buffers, buffers and (
+                        exact or ps.transport == "shm")))
+                    w = m[0].weight
+                    ptr = w.data_ptr()
+                    if buffers:
+                        self.assertEqual(ptr, addr(ps.client.buffers(0)[0]))
+                    for k, x in enumerate(xs):
+                        if exact:   # two micro-batches
+                            for half in (x[:4], x[4:]):
+                                m.zero_grad(set_to_none=True)
+                                m(half).pow(2).sum().backward()
+                                ps.accumulate()
+                            ps.step()
+                            continue
+                        m.zero_grad(set_to_none=True)
+                        m(x).pow(2).mean().backward()
+                        if k == 1:   # once through accumulate()
+                            ps.accumulate(local_batch=8)
+                            ps.step()
+                        else:
+                            ps.step(local_batch=8)
+                    self.assertIs(m[0].weight, w)
+                    self.assertEqual(w.data_ptr(), ptr)          # pulled in place
+                    self.assertEqual(ps.verify()["differing"], 0)
+                    digest = tessera.torch.params_sha256(m)
+            self.assertEqual(tessera.torch.params_sha256(m), digest)   # kept after close
+            return digest
+
+        for exact in (True, False):
+            self.assertEqual(train(exact, True), train(exact, False), "exact=%s" % exact)
+
     # ---- bad input: refused before anything is sent ----
 
     def assert_invalid(self, fn, *needles):
@@ -383,6 +629,33 @@ class TorchAttach(unittest.TestCase):
                 ps.step(local_batch=-1)
             self.assertIn("local_batch", cm.exception.message)
             self.assertEqual(ps.version, 0)
+
+    def test_failed_attach_leaves_the_module_private(self):
+        """A pull that fails halfway through attach leaves no parameter on the SDK's buffers,
+        so the client closes at once instead of waiting for the module to go."""
+        class FailingPull:
+            def __init__(self, c):
+                self.c, self.pulls = c, 0
+
+            def __getattr__(self, name):
+                return getattr(self.c, name)
+
+            def pull(self, *args):
+                self.pulls += 1
+                if self.pulls == 2:
+                    raise tessera.Error("injected")
+                return self.c.pull(*args)
+
+        m = self.linear()
+        c = tessera.Client(batch=2)
+        with self.assertRaises(tessera.Error):
+            tessera.torch.ParameterServer(m, FailingPull(c), buffers=True)
+        w = c.buffers(0)[0]
+        self.assertNotEqual(m.weight.data_ptr(), addr(w))   # pulled, then given back
+        del w
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ResourceWarning)
+            c.close()
 
     def test_params_sha256_format(self):
         """lib/tensor/fingerprint.c's layout: name, NUL, count (8 bytes LE), float32 LE."""

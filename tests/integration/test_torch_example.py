@@ -10,7 +10,9 @@ the same samples per step from the same initial weights. Checked:
   - with DDP using Tessera's rounding of the same momentum update (--ddp-sgd tessera) the
     parameters are the same bits: same samples, same initial weights, same sums;
   - exact mode: 2 workers x 2 shards, tensors cut into 64 KiB partitions spread over both
-    shards, give the same parameter hash as the single-process exact run (--local --exact).
+    shards, give the same parameter hash as the single-process exact run (--local --exact),
+    the 2x2 run through the SDK's zero-copy buffers (--buffers), the single-process runs with
+    private copies (the default) and with the buffers.
 """
 import json
 import os
@@ -86,12 +88,16 @@ class TorchExample(unittest.TestCase):
 
     def test_exact_matches_single_process(self):
         exact = ["--exact", "--partition-kb", "64"]
-        ts = self.tessera_workers("exact", exact)
+        ts = self.tessera_workers("exact", exact + ["--buffers"])
         local = self.example("local-exact", ["--local"] + COMMON + exact)
-        tl.log("exact: 2x2 %s, local %s" % (ts["params_sha256"][:16],
-                                           local["params_sha256"][:16]))
+        zero = self.example("local-exact-buffers", ["--local", "--buffers"] + COMMON + exact)
+        tl.log("exact: 2x2 %s, local %s, local with zero-copy buffers %s" % (
+            ts["params_sha256"][:16], local["params_sha256"][:16], zero["params_sha256"][:16]))
         self.assertTrue(ts["exact"] and local["exact"])
+        self.assertEqual((ts["zero_copy"], local["zero_copy"], zero["zero_copy"]),
+                         ([True, True], [False, False], [True, True]))
         self.assertEqual(ts["params_sha256"], local["params_sha256"])
+        self.assertEqual(zero["params_sha256"], local["params_sha256"])
         self.assertGreaterEqual(ts["test_accuracy"], FLOOR)
 
 

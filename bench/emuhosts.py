@@ -7,9 +7,12 @@ With a rate, both directions of each link are shaped with `tbf rate R burst 256k
 (netem is not available here: bench/README.md, "Emulated hosts"). Without namespaces
 (netns=False) every host is 127.0.0.1 and commands run as they are.
 
-down() deletes every namespace up() or probe() made, by its exact name, also after a failure
-half way; callers run it in a `finally`. Needs root (CAP_NET_ADMIN) and `ip` (iproute2);
-probe() says why not where it cannot run.
+Commands enter a host's namespace with `nsenter --net` rather than `ip netns exec`, which also
+makes a mount namespace and remounts /sys: that fails in a chroot (CI's fresh root), and only
+the network namespace matters here. down() deletes every namespace up() or probe() made, by
+its exact name, also after a failure half way; callers run it in a `finally`. Needs root
+(CAP_NET_ADMIN), `ip` (iproute2) and `nsenter` (util-linux); probe() says why not where it
+cannot run.
 """
 
 import subprocess
@@ -38,9 +41,13 @@ class Net:
     def addr(self, host):
         return f"{self.subnet}.{self.hosts.index(host) + 1}" if self.netns else "127.0.0.1"
 
+    @staticmethod
+    def _enter(ns):
+        return ["nsenter", f"--net=/run/netns/{ns}"]
+
     def wrap(self, host, cmd):
-        """cmd run on host: `ip netns exec` execs it in place, so its pid is cmd's."""
-        return ["ip", "netns", "exec", self.ns(host)] + list(cmd) if self.netns else list(cmd)
+        """cmd run on host: nsenter execs it in place (no fork), so its pid is cmd's."""
+        return self._enter(self.ns(host)) + list(cmd) if self.netns else list(cmd)
 
     def probe(self):
         """Can we make namespaces here? (True, "") or (False, why)."""
@@ -52,9 +59,17 @@ class Net:
         if rc != 0:
             return False, err or f"ip netns add: exit {rc}"
         self.made.append(name)
+        why = ""
+        cmd = self._enter(name) + ["ip", "link", "set", "lo", "up"]
+        try:
+            rc, err = sh(cmd, check=False)
+            if rc != 0:
+                why = f"{' '.join(cmd)}: {err or f'exit {rc}'}"
+        except OSError as e:
+            why = f"nsenter: {e}"
         if sh(["ip", "netns", "delete", name], check=False)[0] == 0:
             self.made.remove(name)
-        return True, ""
+        return (False, why) if why else (True, "")
 
     def _add_ns(self, name):
         sh(["ip", "netns", "add", name])
@@ -65,22 +80,23 @@ class Net:
             return
         sw = self.ns("sw")
         self._add_ns(sw)
-        sh(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
-        sh(["ip", "-n", sw, "link", "set", "br0", "up"])
+        sw_ip = self._enter(sw) + ["ip"]
+        sh(sw_ip + ["link", "add", "br0", "type", "bridge"])
+        sh(sw_ip + ["link", "set", "br0", "up"])
         for i, host in enumerate(self.hosts):
             ns, port = self.ns(host), f"p{i}"
             self._add_ns(ns)
-            sh(["ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-                "netns", ns])
-            sh(["ip", "-n", sw, "link", "set", port, "master", "br0", "up"])
-            sh(["ip", "-n", ns, "addr", "add", f"{self.addr(host)}/24", "dev", "eth0"])
-            sh(["ip", "-n", ns, "link", "set", "eth0", "up"])
-            sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+            ns_ip = self._enter(ns) + ["ip"]
+            sh(sw_ip + ["link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns])
+            sh(sw_ip + ["link", "set", port, "master", "br0", "up"])
+            sh(ns_ip + ["addr", "add", f"{self.addr(host)}/24", "dev", "eth0"])
+            sh(ns_ip + ["link", "set", "eth0", "up"])
+            sh(ns_ip + ["link", "set", "lo", "up"])
             if not self.rate:
                 continue
             for where, dev in ((ns, "eth0"), (sw, port)):  # both directions
-                sh(["ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root",
-                    "tbf", "rate", self.rate, "burst", "256kb", "latency", "50ms"])
+                sh(self._enter(where) + ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+                                         self.rate, "burst", "256kb", "latency", "50ms"])
 
     def down(self):
         for name in reversed(self.made):

@@ -93,7 +93,7 @@ class Procs:
     def stop(self, procs=None, grace=10):
         """SIGTERM to each group, SIGKILL after `grace` s. A group is signalled only while its
         leader is unreaped, so its id cannot have been reused by someone else's process (our
-        processes start no children: `ip netns exec` execs the binary in place)."""
+        processes start no children: nsenter execs the binary in place)."""
         procs = list(self.live if procs is None else procs)
         for p in procs:
             self.signal(p, signal.SIGTERM)

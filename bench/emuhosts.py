@@ -1,20 +1,23 @@
 """emuhosts.py - emulated hosts on one machine: one network namespace per host on a bridge.
 
 Used by bench/modes.py and by the tests that run Tessera across hosts
-(tests/integration/test_hosts.py). Layout: namespace <tag>-sw holds bridge br0; host i is
-namespace <tag>-<name> with eth0 at <subnet>.(i+1)/24, whose veth peer sits on the bridge.
-With a rate, both directions of each link are shaped with `tbf rate R burst 256kb latency 50ms`
+(tests/integration/test_hosts.py). Layout: a switch namespace holds bridge br0; host i is a
+namespace with eth0 at <subnet>.(i+1)/24, whose veth peer (p<i>) sits on the bridge. With a
+rate, both directions of each link are shaped with `tbf rate R burst 256kb latency 50ms`
 (netem is not available here: bench/README.md, "Emulated hosts"). Without namespaces
 (netns=False) every host is 127.0.0.1 and commands run as they are.
 
-Commands enter a host's namespace with `nsenter --net` rather than `ip netns exec`, which also
-makes a mount namespace and remounts /sys: that fails in a chroot (CI's fresh root), and only
-the network namespace matters here. down() deletes every namespace up() or probe() made, by
-its exact name, also after a failure half way; callers run it in a `finally`. Needs root
-(CAP_NET_ADMIN), `ip` (iproute2) and `nsenter` (util-linux); probe() says why not where it
-cannot run.
+Each namespace is held by a process of ours (`unshare --net sleep`), and commands enter it with
+`nsenter --net=/proc/PID/ns/net`. Not `ip netns add` and `ip netns exec`: those bind-mount
+/run/netns, make a mount namespace and remount /sys, which a chroot (CI's fresh root) refuses
+or, worse, leaves mounted under the root; only the network namespace matters here, and a held
+namespace leaves nothing behind once its holder and the processes run in it are gone. down()
+kills the holders by pid, also after a failure half way; callers run it in a `finally` and stop
+what they ran in the namespaces first. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), `unshare` and
+`nsenter` (util-linux) and `ip` (iproute2); probe() says why not where it cannot run.
 """
 
+import signal
 import subprocess
 import sys
 
@@ -33,7 +36,7 @@ class Net:
     def __init__(self, hosts, netns=True, rate=None, tag="ts", subnet="10.77.0"):
         self.hosts, self.netns, self.rate = list(hosts), netns, rate
         self.tag, self.subnet = tag, subnet
-        self.made = []  # namespaces created, in order
+        self.holders = {}  # namespace name -> the Popen that holds it
 
     def ns(self, host):
         return f"{self.tag}-{host}"
@@ -41,53 +44,52 @@ class Net:
     def addr(self, host):
         return f"{self.subnet}.{self.hosts.index(host) + 1}" if self.netns else "127.0.0.1"
 
-    @staticmethod
-    def _enter(ns):
-        return ["nsenter", f"--net=/run/netns/{ns}"]
+    def _enter(self, ns):
+        return ["nsenter", f"--net=/proc/{self.holders[ns].pid}/ns/net"]
 
     def wrap(self, host, cmd):
         """cmd run on host: nsenter execs it in place (no fork), so its pid is cmd's."""
         return self._enter(self.ns(host)) + list(cmd) if self.netns else list(cmd)
 
+    def _hold(self, name):
+        """A new network namespace, held by a sleeping process (unshare execs it in place)."""
+        p = subprocess.Popen(["unshare", "--net", "sleep", "infinity"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             start_new_session=True)
+        self.holders[name] = p
+        try:
+            p.wait(0.2)   # unshare refused: it exits at once, saying why
+        except subprocess.TimeoutExpired:
+            return
+        raise RuntimeError("unshare --net: " + (p.stderr.read().decode().strip() or
+                                                "exit %d" % p.returncode))
+
     def probe(self):
         """Can we make namespaces here? (True, "") or (False, why)."""
         name = f"{self.tag}-probe"
         try:
-            rc, err = sh(["ip", "netns", "add", name], check=False)
-        except OSError as e:
-            return False, f"ip: {e}"
-        if rc != 0:
-            return False, err or f"ip netns add: exit {rc}"
-        self.made.append(name)
-        why = ""
-        cmd = self._enter(name) + ["ip", "link", "set", "lo", "up"]
-        try:
-            rc, err = sh(cmd, check=False)
-            if rc != 0:
-                why = f"{' '.join(cmd)}: {err or f'exit {rc}'}"
-        except OSError as e:
-            why = f"nsenter: {e}"
-        if sh(["ip", "netns", "delete", name], check=False)[0] == 0:
-            self.made.remove(name)
+            self._hold(name)
+            rc, err = sh(self._enter(name) + ["ip", "link", "set", "lo", "up"], check=False)
+            why = "" if rc == 0 else "nsenter ... ip link set lo up: " + (err or f"exit {rc}")
+        except (OSError, RuntimeError) as e:
+            why = str(e)
+        self.down()
         return (False, why) if why else (True, "")
-
-    def _add_ns(self, name):
-        sh(["ip", "netns", "add", name])
-        self.made.append(name)
 
     def up(self):
         if not self.netns:
             return
         sw = self.ns("sw")
-        self._add_ns(sw)
+        self._hold(sw)
         sw_ip = self._enter(sw) + ["ip"]
         sh(sw_ip + ["link", "add", "br0", "type", "bridge"])
         sh(sw_ip + ["link", "set", "br0", "up"])
         for i, host in enumerate(self.hosts):
             ns, port = self.ns(host), f"p{i}"
-            self._add_ns(ns)
+            self._hold(ns)
             ns_ip = self._enter(ns) + ["ip"]
-            sh(sw_ip + ["link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns])
+            sh(sw_ip + ["link", "add", port, "type", "veth", "peer", "name", "eth0", "netns",
+                        str(self.holders[ns].pid)])
             sh(sw_ip + ["link", "set", port, "master", "br0", "up"])
             sh(ns_ip + ["addr", "add", f"{self.addr(host)}/24", "dev", "eth0"])
             sh(ns_ip + ["link", "set", "eth0", "up"])
@@ -99,9 +101,15 @@ class Net:
                                          self.rate, "burst", "256kb", "latency", "50ms"])
 
     def down(self):
-        for name in reversed(self.made):
-            rc, err = sh(["ip", "netns", "delete", name], check=False)
-            if rc != 0:
-                print(f"emuhosts: could not delete namespace {name}: {err}", file=sys.stderr,
-                      flush=True)
-        self.made = []
+        """Kills every holder: a namespace goes when nothing else runs in it."""
+        for name, p in reversed(list(self.holders.items())):
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                print(f"emuhosts: the holder of {name} (pid {p.pid}) did not exit",
+                      file=sys.stderr, flush=True)
+            if p.stderr:
+                p.stderr.close()
+        self.holders = {}

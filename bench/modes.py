@@ -22,8 +22,8 @@ workers `--partition-kb 256`: with the default 4 MiB partitions fc1.weight (0.8 
 partition, so one shard would carry 99% of the bytes; in 4 pieces the split is 71/29. One
 cluster (master + 2 shards) serves every configuration, each under a fresh job id; after a
 failed configuration the cluster is restarted. Every process is started in its own process
-group and stopped by it (SIGTERM, then SIGKILL); every namespace this script made is deleted
-by its exact name at the end, also on errors and Ctrl-C. --no-netns (or no permission to
+group and stopped by it (SIGTERM, then SIGKILL); every namespace this script made goes at the
+end (bench/emuhosts.py kills its holder by pid), also on errors and Ctrl-C. --no-netns (or no permission to
 create namespaces) runs the same configurations on 127.0.0.1 in one namespace, slow worker
 only (no rate limit, no send delay).
 

@@ -54,6 +54,9 @@ def unavailable():
     """Why a Slurm cannot run here, or None."""
     if os.geteuid() != 0:
         return "not root (slurmd and munged must run as root and as munge)"
+    if not os.path.ismount("/sys/fs/cgroup"):
+        return ("no cgroup file system at /sys/fs/cgroup: slurmd 22.05 will not start without "
+                "one (a chroot such as CI's fresh root has none)")
     for exe in ("slurmctld", "slurmd", "sbatch", "srun", "munged"):
         if not shutil.which(exe) and not os.path.exists("/usr/sbin/" + exe):
             return ("%s is not installed (apt-get install slurmctld slurmd slurm-client munge;"

@@ -16,8 +16,9 @@ hosts reach (--advertise); the two workers run one per host. Checked:
   every worker one command line; a malformed $TESSERA_RANK is refused, naming it;
 - a shard listening on 0.0.0.0 without --advertise, or with a malformed one, exits at once
   naming --advertise, and nothing was registered.
-Skipped, with the reason printed, where network namespaces cannot be made (not root, no `ip`).
-Every namespace is deleted by its exact name at the end, also on failure.
+Skipped, with the reason printed, where network namespaces cannot be made (not root, no
+`unshare`, `nsenter` or `ip`). Every namespace goes at the end (its holder killed by pid), also
+on failure.
 """
 import json
 import os

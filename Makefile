@@ -57,7 +57,8 @@ DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy 
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \
-              test_tensor_sse2 test_tensor_scalar \
+              test_tensor_vec test_tensor_sse2 test_tensor_scalar test_tensor_vec_sse2 \
+              test_tensor_vec_scalar \
               test_part \
               test_part_sums \
               test_part_replica \

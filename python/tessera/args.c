@@ -380,3 +380,67 @@ int get_loss_scale(PyObject *o, int *out)
     return -1;
 }
 
+/* Client's keyword arguments, in struct tessera_options order. */
+static char *option_names[] = { "master", "job", "rank", "workers", "exact", "optimizer",
+                                "batch", "transport", "timeout_ms", "data_seed", "micro_batch",
+                                "mode", "staleness", "compress", "sync_every", "loss_scale",
+                                "delay_ms", "keep", NULL };
+enum { O_MASTER, O_JOB, O_RANK, O_WORKERS, O_EXACT, O_OPTIMIZER, O_BATCH, O_TRANSPORT,
+       O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS, O_DELAY,
+       O_KEEP, O_COUNT };
+
+/* The arguments o[] into *opt (the SDK checks the values it alone understands). Strings made
+ * from dicts are appended to keep, which must outlive opt. */
+static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt, PyObject *keep)
+{
+    unsigned long long v[O_COUNT] = { [O_WORKERS] = 1 };
+    PyObject *made[2] = { NULL, NULL };
+    int rc;
+
+    rc = get_str(o[O_MASTER], "master", &opt->master) || get_str(o[O_JOB], "job", &opt->job) ||
+         get_uint(o[O_RANK], "rank", UINT32_MAX, &v[O_RANK]) ||
+         get_uint(o[O_WORKERS], "workers", UINT32_MAX, &v[O_WORKERS]) ||
+         (opt->exact = o[O_EXACT] ? PyObject_IsTrue(o[O_EXACT]) : 0) < 0 ||
+         get_str(o[O_OPTIMIZER], "optimizer", &opt->optimizer) ||
+         get_batch(o[O_BATCH], &opt->batch) ||
+         get_str(o[O_TRANSPORT], "transport", &opt->transport) ||
+         get_uint(o[O_TIMEOUT], "timeout_ms", INT32_MAX, &v[O_TIMEOUT]) ||
+         get_uint(o[O_SEED], "data_seed", UINT64_MAX, &v[O_SEED]) ||
+         get_uint(o[O_MICRO], "micro_batch", UINT32_MAX, &v[O_MICRO]) ||
+         get_str(o[O_MODE], "mode", &opt->mode) ||
+         get_uint(o[O_STALENESS], "staleness", UINT32_MAX, &v[O_STALENESS]) ||
+         get_list(o[O_COMPRESS], "compress", &opt->compress, &made[0]) ||
+         get_list(o[O_SYNC], "sync_every", &opt->sync_every, &made[1]) ||
+         get_loss_scale(o[O_LOSS], &opt->loss_scale) ||
+         get_uint(o[O_DELAY], "delay_ms", INT32_MAX, &v[O_DELAY]) ||
+         (opt->keep = o[O_KEEP] ? PyObject_IsTrue(o[O_KEEP]) : 0) < 0;
+    for (int i = 0; i < 2; i++) {
+        if (made[i] && PyList_Append(keep, made[i]))
+            rc = -1;
+        Py_XDECREF(made[i]);
+    }
+    opt->rank = (unsigned)v[O_RANK];
+    opt->workers = (unsigned)v[O_WORKERS];
+    opt->timeout_ms = (int)v[O_TIMEOUT];
+    opt->data_seed = v[O_SEED];
+    opt->micro_batch = (unsigned)v[O_MICRO];
+    opt->staleness = (unsigned)v[O_STALENESS];
+    opt->delay_ms = (int)v[O_DELAY];
+    return rc ? -1 : 0;
+}
+
+int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt, PyObject *keep)
+{
+    PyObject *o[O_COUNT] = { NULL };
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOO:Client", option_names,
+                                     &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                                     &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
+                                     &o[15], &o[16], &o[17]))
+        return -1;
+    /* The SDK copies what it keeps; the arguments are kept anyway, as cheap insurance. */
+    for (int i = 0; i < O_COUNT; i++)
+        if (o[i] && PyList_Append(keep, o[i]))
+            return -1;
+    return options_from(o, opt, keep);
+}

@@ -61,5 +61,8 @@ int get_str(PyObject *o, const char *what, const char **out);
 int get_list(PyObject *o, const char *what, const char **out, PyObject **keep);
 /* "none", "sdk" or "caller" (None: none) into enum tessera_loss_scale. */
 int get_loss_scale(PyObject *o, int *out);
+/* Client(...)'s arguments into *opt (its defaults already set); the objects *opt points into
+ * are appended to keep, which must outlive opt. -1 with the exception set on bad input. */
+int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt, PyObject *keep);
 
 #endif

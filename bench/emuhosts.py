@@ -17,9 +17,11 @@ what they ran in the namespaces first. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN)
 `nsenter` (util-linux) and `ip` (iproute2); probe() says why not where it cannot run.
 """
 
+import os
 import signal
 import subprocess
 import sys
+import time
 
 
 def sh(cmd, check=True):
@@ -52,17 +54,25 @@ class Net:
         return self._enter(self.ns(host)) + list(cmd) if self.netns else list(cmd)
 
     def _hold(self, name):
-        """A new network namespace, held by a sleeping process (unshare execs it in place)."""
+        """A new network namespace, held by a sleeping process (unshare execs it in place).
+        Returns once /proc/PID/ns/net is the new namespace: until unshare has run, it is still
+        ours, and a command entering it would change this host's own network."""
         p = subprocess.Popen(["unshare", "--net", "sleep", "infinity"], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              start_new_session=True)
         self.holders[name] = p
-        try:
-            p.wait(0.2)   # unshare refused: it exits at once, saying why
-        except subprocess.TimeoutExpired:
-            return
-        raise RuntimeError("unshare --net: " + (p.stderr.read().decode().strip() or
-                                                "exit %d" % p.returncode))
+        mine, end = os.readlink("/proc/self/ns/net"), time.monotonic() + 5
+        while time.monotonic() < end:
+            if p.poll() is not None:   # unshare refused: it says why
+                raise RuntimeError("unshare --net: " + (p.stderr.read().decode().strip() or
+                                                        "exit %d" % p.returncode))
+            try:
+                if os.readlink(f"/proc/{p.pid}/ns/net") != mine:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.001)
+        raise RuntimeError("unshare --net: no namespace of its own after 5 s")
 
     def probe(self):
         """Can we make namespaces here? (True, "") or (False, why)."""

@@ -85,11 +85,11 @@ class Slurm(unittest.TestCase):
         job, out = self.sbatch("train", ["-N", "3", "-n", "3"],
                                ["--shards", "3", "--workers", "2", "--", "--steps", str(STEPS),
                                 "--exact", "--json"])
-        seen = tl.wait_until(lambda: self.s.job_state(job) in ("RUNNING", "COMPLETED", "FAILED")
-                             and self.s.job_state(job), 60, "job %s to start" % job)
-        q = self.s.run(["squeue", "-h", "-j", job, "-o", "%i %T %D"], check=False).stdout
-        if seen == "RUNNING":
-            self.assertIn("RUNNING", q)
+        # squeue shows it running on three nodes (the training takes seconds: polled at 50 Hz)
+        q = tl.wait_until(lambda: (lambda out: out if "RUNNING" in out else None)(
+            self.s.run(["squeue", "-h", "-j", job, "-o", "%i %T %D"], check=False).stdout),
+            60, "squeue to show job %s RUNNING" % job)
+        self.assertEqual(q.split()[1:], ["RUNNING", "3"], q)
         state = self.s.wait_job(job, 300)
         text = self.output(out)
         self.assertEqual(state, "COMPLETED", text[-3000:] + self.s.logs()[-2000:])

@@ -60,9 +60,11 @@ class Slurm(unittest.TestCase):
     def sbatch(self, name, slurm_args, args):
         """Submits tessera.sbatch; returns (job id, output path)."""
         out = os.path.join(self.work, name + "-%j.out")
-        # TMPDIR: the launcher's scratch, where the test reads the logs
+        # TMPDIR: the launcher's scratch, where the test reads the logs; TESSERA_SLURM_DIR: the
+        # launcher, wherever sbatch runs from (ctest runs in build/tests)
         r = self.s.run(["sbatch", "--parsable", "-o", out, "-D", tl.SRC,
-                        "--export=ALL,TESSERA_BIN=%s,TMPDIR=%s" % (tl.BIN, self.work)] +
+                        "--export=ALL,TESSERA_BIN=%s,TMPDIR=%s,TESSERA_SLURM_DIR=%s"
+                        % (tl.BIN, self.work, os.path.dirname(SBATCH))] +
                        slurm_args + [SBATCH] + args)
         job = r.stdout.strip().split(";")[0]
         return job, out.replace("%j", job)

@@ -16,6 +16,8 @@ TLS / plaintext for latencies.
 
 Output: a table, and bench/results/security.json whose headline is the tcp 64 MiB step:
 {ours: TLS+MAC ms, baseline: plaintext ms, unit, ratio: plaintext / TLS}.
+Loopback tcp is host-local unless told otherwise, without hashes or MACs; the bench tells every
+process to take it for another host's (TESSERA_TCP_LOOPBACK=remote), which is what it measures.
 """
 import argparse
 import json
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 
+os.environ["TESSERA_TCP_LOOPBACK"] = "remote"
 SIZES = (4, 64)
 TRANSPORTS = ("tcp", "shm")
 

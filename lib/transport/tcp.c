@@ -9,9 +9,13 @@
  * The address blob is the text "HOST:PORT" ("[V6]:PORT"), HOST being the numeric address the
  * listener is bound to: listen on the address peers should dial. TCP_NODELAY is set because a
  * frame is handed to the kernel whole (header and payload in one sendmsg); Nagle would only
- * delay the last segment of each frame. TCP is the cross-host path, so its frames are always
- * hashed, loopback included (never host-local: transport.h). Socket buffers are left to the
- * kernel's autotuning unless TESSERA_TCP_SOCKBUF=BYTES asks for fixed ones
+ * delay the last segment of each frame. A connection whose peer is a loopback address
+ * (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104) is host-local (transport.h): the kernel copies
+ * the bytes from one process's memory to the other's, through no NIC or wire, as shm does, so
+ * frames skip the payload hash and MAC there (docs/transport.md, "Integrity on one host").
+ * Every other peer, a socketpair given to ts_tcp_adopt included, is hashed, and so is every
+ * peer with TESSERA_TCP_LOOPBACK=remote (tests of the cross-host path on one host). Socket buffers
+ * are left to the kernel's autotuning unless TESSERA_TCP_SOCKBUF=BYTES asks for fixed ones
  * (bench/transport_raw measures both). */
 #include "transport/transport.h"
 
@@ -85,6 +89,25 @@ static void addr_text(const struct sockaddr *sa, char *buf, size_t n)
     } else {
         snprintf(buf, n, "?");
     }
+}
+
+/* Whether sa is a loopback address: the peer is this host, reached through no device (unless
+ * TESSERA_TCP_LOOPBACK=remote says to treat it as another host). */
+static bool loopback(const struct sockaddr *sa)
+{
+    static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+    const char *env = getenv("TESSERA_TCP_LOOPBACK");
+
+    if (env && strcmp(env, "remote") == 0)
+        return false;
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (memcmp(a->s6_addr, mapped, 12) == 0 &&
+                                           a->s6_addr[12] == 127);
+    }
+    return false;
 }
 
 static ts_status tcp_probe(struct ts_err *e)
@@ -167,8 +190,10 @@ static ts_status conn_new(int fd, struct ts_conn **out, struct ts_err *e)
     c->base.ops = &ts_transport_tcp;
     c->fd = fd;
     strcpy(c->base.peer, "tcp:");
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
         addr_text((struct sockaddr *)&ss, c->base.peer + 4, sizeof(c->base.peer) - 4);
+        c->base.local_in = c->base.local_out = loopback((struct sockaddr *)&ss);
+    }
     *out = &c->base;
     return TS_OK;
 }

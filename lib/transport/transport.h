@@ -50,7 +50,7 @@ struct ts_conn {
     uint64_t frames_in, frames_refused, bytes_in, bytes_out;   /* kept by frame.c */
     /* Set by the backend when the connection is made. local_in / local_out: bytes from the
      * peer to us / from us to the peer stay in this host's memory, through no NIC, wire or
-     * offload engine (shm only: tcp always hashes), so frame.c may leave payloads
+     * offload engine (shm, and tcp to a loopback address), so frame.c may leave payloads
      * unhashed (docs/transport.md). Backends set both; a wrapper that alters what it sends
      * (fault.c) clears local_out. view_max: the largest recv_view (0: no views). */
     bool local_in, local_out;

@@ -29,6 +29,9 @@ starts a master and two shards serving mutual TLS with them and an admin token. 
   but no proof, replaying a recorded handshake, with a bit flipped after the MAC, or with the
   wrong key, is refused and cut off; the job it aims at keeps its partitions bit for bit, and
   a job training meanwhile ends with the --local fingerprint.
+
+Every process here takes loopback tcp for another host's (TESSERA_TCP_LOOPBACK=remote), so
+that the data plane's frames carry their MACs as between hosts (docs/transport.md).
 """
 import hashlib
 import json
@@ -41,6 +44,8 @@ import unittest
 
 sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
+
+os.environ["TESSERA_TCP_LOOPBACK"] = "remote"
 
 import grpc  # noqa: E402
 from tessera_testlib import master_pb2, shard_pb2  # noqa: E402

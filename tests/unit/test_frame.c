@@ -191,9 +191,12 @@ struct wire {
     struct ts_conn *rx;       /* the accepting side */
 };
 
+/* The wire of state "tcp" (loopback: host-local), "tcp-remote" (loopback taken for another
+ * host: TESSERA_TCP_LOOPBACK=remote, hashed) or "shm". */
 static struct wire wire_open(void **state, const struct ts_fault_cfg *cfg)
 {
-    const struct ts_transport_ops *t = ts_transport_find((const char *)*state);
+    bool remote = strcmp((const char *)*state, "tcp-remote") == 0;
+    const struct ts_transport_ops *t = ts_transport_find(remote ? "tcp" : (const char *)*state);
     struct ts_listener *l = NULL;
     struct ts_blob addr = { 0 };
     struct ts_conn *raw = NULL;
@@ -205,9 +208,12 @@ static struct wire wire_open(void **state, const struct ts_fault_cfg *cfg)
         print_message("skipped: transport %s cannot run here: %s\n", t->name, err.msg);
         skip();
     }
+    if (remote)
+        setenv("TESSERA_TCP_LOOPBACK", "remote", 1);
     must(ts_tp_listen(t, "127.0.0.1", &l, &addr, &err), &err, "listen");
     must(ts_tp_connect(t, &addr, 5000, &raw, &err), &err, "connect");
     must(ts_tp_accept(l, 5000, &w.rx, &err), &err, "accept");
+    unsetenv("TESSERA_TCP_LOOPBACK");
     ts_tp_unlisten(l);
     must(ts_fault_wrap(raw, cfg, &w.tx, &err), &err, "fault wrap");
     return w;
@@ -252,8 +258,9 @@ static void t_wire_ok(void **state)
         want.checksum = got.checksum;
         want.unhashed = got.unhashed;
         assert_hdr_equal(&want, &got);
-        /* shm never leaves the host: no hash; tcp always hashes (docs/transport.md). */
-        assert_true(w.rx->local_in == (strcmp((const char *)*state, "shm") == 0));
+        /* shm and loopback tcp never leave the host: no hash; another host's tcp hashes
+         * (docs/transport.md). */
+        assert_true(w.rx->local_in == (strcmp((const char *)*state, "tcp-remote") != 0));
         assert_true(got.unhashed == w.rx->local_in && (got.checksum == 0) == got.unhashed);
     }
     assert_true(w.rx->frames_in == 4 && w.rx->frames_refused == 0);
@@ -746,7 +753,8 @@ static void t_wire_mac_replay(void **state)
     wire_close(&w);
 }
 
-#define BOTH(f) { #f "/tcp", f, NULL, NULL, "tcp" }, { #f "/shm", f, NULL, NULL, "shm" }
+#define EACH(f) { #f "/tcp", f, NULL, NULL, "tcp" }, { #f "/shm", f, NULL, NULL, "shm" }, \
+                { #f "/tcp-remote", f, NULL, NULL, "tcp-remote" }
 
 int main(void)
 {
@@ -755,23 +763,23 @@ int main(void)
         cmocka_unit_test(t_golden_layout),
         cmocka_unit_test(t_every_header_byte),
         cmocka_unit_test(t_field_messages),
-        BOTH(t_wire_ok),
-        BOTH(t_wire_pieces),
-        BOTH(t_wire_payload_flip),
-        BOTH(t_wire_header_flip),
-        BOTH(t_wire_oversized),
-        BOTH(t_wire_torn),
-        BOTH(t_wire_drop),
-        BOTH(t_send_refuses),
-        BOTH(t_wire_interrupt_mid_frame),
-        BOTH(t_wire_hash_always),
-        BOTH(t_wire_unhashed_refused),
-        BOTH(t_wire_view),
-        BOTH(t_wire_pad_refused),
-        BOTH(t_wire_view_refuses),
-        BOTH(t_wire_mac),
-        BOTH(t_wire_mac_refuses),
-        BOTH(t_wire_mac_replay),
+        EACH(t_wire_ok),
+        EACH(t_wire_pieces),
+        EACH(t_wire_payload_flip),
+        EACH(t_wire_header_flip),
+        EACH(t_wire_oversized),
+        EACH(t_wire_torn),
+        EACH(t_wire_drop),
+        EACH(t_send_refuses),
+        EACH(t_wire_interrupt_mid_frame),
+        EACH(t_wire_hash_always),
+        EACH(t_wire_unhashed_refused),
+        EACH(t_wire_view),
+        EACH(t_wire_pad_refused),
+        EACH(t_wire_view_refuses),
+        EACH(t_wire_mac),
+        EACH(t_wire_mac_refuses),
+        EACH(t_wire_mac_replay),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -162,6 +162,8 @@ int tessera_connect(const struct tessera_options *o, tessera **out, struct tesse
                      o->optimizer ? o->optimizer : "momentum", o->batch, &err);
     if (!st)
         st = sdk_set_modes(t, o, &err);
+    if (!st)
+        st = sdk_pipe_mode(t, &err);
     if (!st && o->rank >= o->workers)
         st = ts_err_set(&err, TS_EINVAL, "rank: %u is not below workers %u", o->rank,
                         o->workers);

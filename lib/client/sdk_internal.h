@@ -72,7 +72,8 @@ struct tessera {
     char want_transport[16];      /* tessera_options.transport ("" : any), for reconnecting */
     int delay_ms;                 /* tessera_options.delay_ms, for reconnecting */
     bool retrying;                /* the step is being sent again after a failover */
-    uint32_t broken;              /* the shard whose connection broke last (0: none) */
+    /* The shard whose connection broke last (0: none); atomic: sdk_pipe.c's threads note it. */
+    _Atomic uint32_t broken;
     uint32_t generation;          /* the job's rollbacks when its connections said HELLO */
     /* The job's rollbacks this worker's parameters come after: the generation at its first
      * HELLO, then each rollback it followed (sdk_rollback). Not the connections': a failover
@@ -110,6 +111,7 @@ struct tessera {
     uint64_t newest;              /* the newest version a pull reply carried since reset */
     unsigned registrations_seen;  /* the membership's registrations this worker followed */
     bool cut_done;                /* testing: $TESSERA_TEST_LINK_CUT was applied (sdk.c) */
+    int pipe;                     /* enum sdk_pipe_mode, from $TESSERA_PIPELINE (sdk_pipe.c) */
 };
 
 /* A data-plane call to slot s ended with st: remember a broken connection, so that a failover
@@ -118,6 +120,12 @@ static inline void sdk_note_broken(struct tessera *t, size_t s, ts_status st)
 {
     if (st == TS_EUNAVAIL || st == TS_ECORRUPT)
         t->broken = t->shards[s].id;
+}
+
+/* A data-plane error after which the connection is out of step or gone (a refusal is not). */
+static inline bool sdk_transport_failed(ts_status st)
+{
+    return st == TS_EUNAVAIL || st == TS_ECORRUPT || st == TS_ETIMEDOUT;
 }
 
 static inline int sdk_fail(struct tessera_error *out, const struct ts_err *e)
@@ -178,8 +186,38 @@ ts_status sdk_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
  * cluster could not roll back (no snapshot). */
 ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
                        struct ts_err *err) TS_MUST_CHECK;
-/* sdk_step.c: every tensor pulled at global step `step` into params, on the connections as
- * they are. */
+/* sdk_step.c */
+/* What the pull replies of a step said, summed over the partitions read; merged into the
+ * handle's step_* fields and newest by sdk_reads_merge. */
+struct step_reads {
+    bool overflow;                /* a partition's step was skipped */
+    uint64_t stale, newest;       /* the most staleness, the newest version */
+};
+void sdk_reads_merge(struct tessera *t, const struct step_reads *acc);
+/* Sends partition p of tensor i to the shard heading it: the push of slot t->push_rank
+ * (push), or the pull of x->pull_version with flags. *begun: whether a request of that kind
+ * already went on that connection in this exchange; set. The first push says that a step
+ * begins (TS_PUSH_ROUND), the first pull that a round of pulls does (TS_PULL_ROUND). */
+ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t flags,
+                       bool *begun, struct ts_err *err) TS_MUST_CHECK;
+/* Reads the reply to sdk_send_one(t, i, p, ...): an ACK (params NULL), or PARAMS into
+ * tensor i's destination params (the whole tensor's). What it said goes to acc. */
+ts_status sdk_read_one(struct tessera *t, int i, uint32_t p, float *params,
+                       struct step_reads *acc, struct ts_err *e) TS_MUST_CHECK;
+
+/* sdk_pipe.c */
+enum sdk_pipe_mode { SDK_PIPE_AUTO, SDK_PIPE_ON, SDK_PIPE_OFF };
+/* t->pipe from $TESSERA_PIPELINE (auto, on, off; unset: auto); TS_EINVAL naming it. */
+ts_status sdk_pipe_mode(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
+/* Whether the exchange of [first, last) goes through sdk_pipe_exchange: one slot, and
+ * (auto) bytes that leave the host on some connection, at least SDK_PIPE_MIN_BYTES. */
+bool sdk_pipe_pays(const struct tessera *t, int first, int last, bool push,
+                   float *const *params);
+/* sdk_step.c's exchange, with a sender and a reader thread per shard connection. */
+ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
+                            float *const *params, uint32_t flags,
+                            struct ts_err *err) TS_MUST_CHECK;
+/* Every tensor pulled at global step `step` into params, on the connections as they are. */
 ts_status sdk_pull_all(struct tessera *t, uint64_t step, float *const *params,
                        struct ts_err *err) TS_MUST_CHECK;
 

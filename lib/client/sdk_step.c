@@ -71,57 +71,101 @@ static float *pull_dst(const struct tessera *t, struct sdk_tensor *x, float *par
     return t->job.mode == TS_MODE_REDUCE ? x->rgrad + off : params + off;
 }
 
-/* Notes what a pull reply said. */
-static void note_reply(struct tessera *t, struct sdk_tensor *x, uint32_t p,
+/* Notes what a pull reply said: per partition in x, for the step in acc. */
+static void note_reply(struct step_reads *acc, struct sdk_tensor *x, uint32_t p,
                        const struct reply_info *ri)
 {
     x->overflow[p] = (ri->flags & TS_PARAMS_OVERFLOW) != 0;
-    t->step_overflow |= x->overflow[p];
-    t->step_stale = ri->staleness > t->step_stale ? ri->staleness : t->step_stale;
+    acc->overflow |= x->overflow[p];
+    acc->stale = ri->staleness > acc->stale ? ri->staleness : acc->stale;
 }
 
-/* Sends a PUSH (push) of slot t->push_rank or a PULL of each active tensor's version tstep + 1
- * (pull_version) for every partition of tensors [first, last). A pull sent right behind this
- * step's pushes says so in its flags, so that a shard that refused one of them answers the
- * pull at once instead of waiting; the first pull on each connection says that a round
- * begins. An elastic worker's pushes may repeat what another worker sent for the same slot
- * (docs/elastic.md): they go as retries, which a shard acknowledges as already counted. */
-static ts_status send_all(struct tessera *t, int first, int last, bool push, uint32_t flags,
-                          struct ts_err *err)
+void sdk_reads_merge(struct tessera *t, const struct step_reads *acc)
 {
-    bool begun[MAX_SHARDS] = { false };
+    t->step_overflow |= acc->overflow;
+    t->step_stale = acc->stale > t->step_stale ? acc->stale : t->step_stale;
+    t->newest = acc->newest > t->newest ? acc->newest : t->newest;
+}
+
+/* A pull sent in the same exchange as this step's pushes says so (TS_PULL_AFTER_PUSH in
+ * flags), so that a shard that refused one of them answers the pull at once instead of
+ * waiting. An elastic worker's pushes may repeat what another worker sent for the same slot
+ * (docs/elastic.md): they go as retries, which a shard acknowledges as already counted. */
+ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t flags,
+                       bool *begun, struct ts_err *err)
+{
+    struct sdk_tensor *x = t->tensors[i];
+    struct ts_push in = push_of(t, x, p);
+    struct ts_frame_hdr h = { .type = push ? TS_FRAME_PUSH : TS_FRAME_PULL, .tensor = (uint32_t)i,
+                              .partition = p, .step = push ? x->tstep : x->pull_version,
+                              .dtype = 1, .rank = push ? t->push_rank : t->rank,
+                              .flags = push ? TS_PUSH_SCALE(in.scale_exp) |
+                                                  (t->retrying || t->elastic ? TS_PUSH_RETRY : 0)
+                                            : flags,
+                              .encoding = push ? (uint16_t)in.encoding : 0 };
+    ts_status st;
+
+    /* Shared regions: the shard reads the gradient, or the worker the values, in place; the
+     * frame carries no payload. */
+    if (push && sdk_push_in_region(x, p)) {
+        h.flags |= TS_PUSH_REGION;
+        in.bytes = 0;
+    }
+    if (!push && x->view_part && x->view_part[p])
+        h.flags |= TS_PULL_REGION;
+    if (!*begun)
+        h.flags |= push ? TS_PUSH_ROUND : TS_PULL_ROUND;
+    *begun = true;
+    st = ts_frame_send(t->shards[x->owner[p]].conn, &h, push ? in.payload : NULL,
+                       push ? in.bytes : 0, err);
+    sdk_note_broken(t, x->owner[p], st);
+    return st;
+}
+
+/* Sends a PUSH or a PULL (sdk_send_one) for every partition of the active tensors of
+ * [first, last); begun: by shard slot, whether one of that kind went already. */
+static ts_status send_all(struct tessera *t, int first, int last, bool push, uint32_t flags,
+                          bool *begun, struct ts_err *err)
+{
     ts_status st = TS_OK;
 
     for (int i = first; !st && i < last; i++) {
         struct sdk_tensor *x = t->tensors[i];
-        for (uint32_t p = 0; x->active && !st && p < x->nparts; p++) {
-            struct ts_push in = push_of(t, x, p);
-            struct ts_frame_hdr h = { .type = push ? TS_FRAME_PUSH : TS_FRAME_PULL,
-                                      .tensor = (uint32_t)i, .partition = p,
-                                      .step = push ? x->tstep : x->pull_version, .dtype = 1,
-                                      .rank = push ? t->push_rank : t->rank,
-                                      .flags = push ? TS_PUSH_SCALE(in.scale_exp) |
-                                                          (t->retrying || t->elastic
-                                                               ? TS_PUSH_RETRY : 0)
-                                                    : flags,
-                                      .encoding = push ? (uint16_t)in.encoding : 0 };
-            /* Shared regions: the shard reads the gradient, or the worker the values, in
-             * place; the frame carries no payload. */
-            if (push && sdk_push_in_region(x, p)) {
-                h.flags |= TS_PUSH_REGION;
-                in.bytes = 0;
-            }
-            if (!push && x->view_part && x->view_part[p])
-                h.flags |= TS_PULL_REGION;
-            if (!push && !begun[x->owner[p]])
-                h.flags |= TS_PULL_ROUND;
-            begun[x->owner[p]] = true;
-            st = ts_frame_send(t->shards[x->owner[p]].conn, &h, push ? in.payload : NULL,
-                               push ? in.bytes : 0, err);
-            sdk_note_broken(t, x->owner[p], st);
-        }
+        for (uint32_t p = 0; x->active && !st && p < x->nparts; p++)
+            st = sdk_send_one(t, i, p, push, flags, &begun[x->owner[p]], err);
     }
     return st;
+}
+
+ts_status sdk_read_one(struct tessera *t, int i, uint32_t p, float *params,
+                       struct step_reads *acc, struct ts_err *e)
+{
+    struct sdk_tensor *x = t->tensors[i];
+    uint64_t off, len;
+    struct reply_info ri = { 0 };
+    ts_status r;
+    bool region = params && x->view_part && x->view_part[p];
+    float *dst = NULL;
+
+    ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+    if (params)
+        dst = pull_dst(t, x, params, off);
+    r = sdk_read_reply(t, x->owner[p], params ? TS_FRAME_PARAMS : TS_FRAME_ACK, (uint32_t)i, p,
+                       region ? NULL : dst, region ? 0 : len * sizeof(float), &ri, e);
+    if (!r && region && !(ri.flags & TS_PARAMS_REGION))
+        r = ts_err_set(e, TS_ECORRUPT, "shard %u: tensor %d partition %u came without its "
+                       "payload, not from the shared region", t->shards[x->owner[p]].id, i, p);
+    /* The values are in the region until this rank pushes again (part.h). */
+    if (!r && region && dst != x->view + off)
+        memcpy(dst, x->view + off, len * sizeof(float));
+    if (!r && params) {
+        note_reply(acc, x, p, &ri);
+        if (x->have)
+            x->have[p] = ri.step;
+        if (ri.step > acc->newest)
+            acc->newest = ri.step;
+    }
+    return r;
 }
 
 /* Reads the replies to send_all's requests, in order: ACKs, or PARAMS into params[i - first].
@@ -130,44 +174,24 @@ static ts_status send_all(struct tessera *t, int first, int last, bool push, uin
 static ts_status read_all(struct tessera *t, int first, int last, float *const *params,
                           ts_status *first_err, struct ts_err *err)
 {
-    for (int i = first; i < last; i++) {
+    struct step_reads acc = { 0 };
+    ts_status st = TS_OK;
+
+    for (int i = first; !st && i < last; i++) {
         struct sdk_tensor *x = t->tensors[i];
-        for (uint32_t p = 0; x->active && p < x->nparts; p++) {
-            uint64_t off, len;
-            struct reply_info ri = { 0 };
+        for (uint32_t p = 0; x->active && !st && p < x->nparts; p++) {
             struct ts_err e = { 0 };
-            ts_status r;
-            bool region = params && x->view_part && x->view_part[p];
-            float *dst = NULL;
-            ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
-            if (params)
-                dst = pull_dst(t, x, params[i - first], off);
-            r = sdk_read_reply(t, x->owner[p], params ? TS_FRAME_PARAMS : TS_FRAME_ACK,
-                               (uint32_t)i, p, region ? NULL : dst,
-                               region ? 0 : len * sizeof(float), &ri, &e);
-            if (!r && region && !(ri.flags & TS_PARAMS_REGION))
-                r = ts_err_set(&e, TS_ECORRUPT, "shard %u: tensor %d partition %u came without "
-                               "its payload, not from the shared region", t->shards[x->owner[p]].id,
-                               i, p);
-            /* The values are in the region until this rank pushes again (part.h). */
-            if (!r && region && dst != x->view + off)
-                memcpy(dst, x->view + off, len * sizeof(float));
-            if (!r && params) {
-                note_reply(t, x, p, &ri);
-                if (x->have)
-                    x->have[p] = ri.step;
-                if (ri.step > t->newest)
-                    t->newest = ri.step;
-            }
+            ts_status r = sdk_read_one(t, i, p, params ? params[i - first] : NULL, &acc, &e);
             if (r && !*first_err) {
                 *first_err = r;
                 ts_err_set(err, r, "%s", e.msg);
             }
-            if (r == TS_EUNAVAIL || r == TS_ECORRUPT || r == TS_ETIMEDOUT)
-                return r;
+            if (sdk_transport_failed(r))
+                st = r;
         }
     }
-    return TS_OK;
+    sdk_reads_merge(t, &acc);
+    return st;
 }
 
 /* Readies the pushes of the step's slot k (t->step_slots): its rank, and with more than one
@@ -180,50 +204,63 @@ static void next_slot(struct tessera *t, int first, int last, size_t k)
             prepare_push(t, t->tensors[i], t->step_grads[k][i]);
 }
 
+/* exchange() in a local run: the same partitions, in this process. */
+static ts_status exchange_local(struct tessera *t, int first, int last, bool push,
+                                float *const *params, struct ts_err *err)
+{
+    struct step_reads acc = { 0 };
+    ts_status st = TS_OK;
+
+    for (size_t k = 0; push && !st && k < t->nstep; k++) {
+        next_slot(t, first, last, k);
+        for (int i = first; !st && i < last; i++)
+            for (uint32_t p = 0; t->tensors[i]->active && !st && p < t->tensors[i]->nparts;
+                 p++) {
+                struct ts_push in = push_of(t, t->tensors[i], p);
+                bool applied;
+                st = ts_part_push(t->tensors[i]->parts[p], &in, &applied, err);
+            }
+    }
+    for (int i = first; !st && params && i < last; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        for (uint32_t p = 0; x->active && !st && p < x->nparts; p++) {
+            struct ts_part *pt = x->parts[p];
+            struct ts_pull_info info;
+            st = ts_part_pull(pt, t->rank, x->pull_version, 0, t->timeout_ms, NULL,
+                              pull_dst(t, x, params[i - first], ts_part_offset(pt)), &info,
+                              err);
+            if (!st)
+                note_reply(&acc, x, p, &(struct reply_info){
+                    .flags = info.overflow ? TS_PARAMS_OVERFLOW : 0,
+                    .staleness = info.staleness > UINT32_MAX ? UINT32_MAX
+                                                             : (uint32_t)info.staleness });
+        }
+    }
+    sdk_reads_merge(t, &acc);
+    return st;
+}
+
 /* The active tensors of [first, last) (arrays indexed from first): pushes (if push, of every
  * slot of the step) and pulls (if params). Remote: every request goes out before any reply is
- * read, so the shards work in parallel and a step costs one round trip. Local: the same
- * partitions, in this process. */
+ * read, so the shards work in parallel and a step costs one round trip; or, where the bytes
+ * leave the host, each shard's requests and replies flow at once (sdk_pipe.c). */
 static ts_status exchange(struct tessera *t, int first, int last, bool push,
                           float *const *params, struct ts_err *err)
 {
     uint32_t flags = push ? TS_PULL_AFTER_PUSH : 0;
+    bool pushed[MAX_SHARDS] = { false }, pulled[MAX_SHARDS] = { false };
     ts_status st = TS_OK, first_err = TS_OK;
 
-    if (t->local) {
-        for (size_t k = 0; push && !st && k < t->nstep; k++) {
-            next_slot(t, first, last, k);
-            for (int i = first; !st && i < last; i++)
-                for (uint32_t p = 0; t->tensors[i]->active && !st && p < t->tensors[i]->nparts;
-                     p++) {
-                    struct ts_push in = push_of(t, t->tensors[i], p);
-                    bool applied;
-                    st = ts_part_push(t->tensors[i]->parts[p], &in, &applied, err);
-                }
-        }
-        for (int i = first; !st && params && i < last; i++) {
-            struct sdk_tensor *x = t->tensors[i];
-            for (uint32_t p = 0; x->active && !st && p < x->nparts; p++) {
-                struct ts_part *pt = x->parts[p];
-                struct ts_pull_info info;
-                st = ts_part_pull(pt, t->rank, x->pull_version, 0, t->timeout_ms, NULL,
-                                  pull_dst(t, x, params[i - first], ts_part_offset(pt)),
-                                  &info, err);
-                if (!st)
-                    note_reply(t, x, p, &(struct reply_info){
-                        .flags = info.overflow ? TS_PARAMS_OVERFLOW : 0,
-                        .staleness = info.staleness > UINT32_MAX ? UINT32_MAX
-                                                                 : (uint32_t)info.staleness });
-            }
-        }
-        return st;
-    }
+    if (t->local)
+        return exchange_local(t, first, last, push, params, err);
+    if (sdk_pipe_pays(t, first, last, push, params))
+        return sdk_pipe_exchange(t, first, last, push, params, flags, err);
     for (size_t k = 0; push && !st && k < t->nstep; k++) {
         next_slot(t, first, last, k);
-        st = send_all(t, first, last, true, 0, err);
+        st = send_all(t, first, last, true, 0, pushed, err);
     }
     if (!st && params)
-        st = send_all(t, first, last, false, flags, err);
+        st = send_all(t, first, last, false, flags, pulled, err);
     for (size_t k = 0; push && !st && k < t->nstep; k++)
         st = read_all(t, first, last, NULL, &first_err, err);
     if (!st && params)

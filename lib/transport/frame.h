@@ -94,6 +94,10 @@ enum ts_frame_type {
 #define TS_PUSH_SCALE_EXP(flags) (((flags) & 0xffu) ? (int)((flags) & 0xffu) - 128 : 0)
 #define TS_PUSH_REGION 0x100u   /* no payload: the gradient is in the worker's shared region */
 #define TS_PUSH_RETRY 0x200u    /* sent again after a failover: a duplicate is acknowledged */
+#define TS_PUSH_ROUND 0x400u    /* the first push of a step on this connection: what the shard
+                                 * remembers of the last step's requests (a refused push, a
+                                 * slot change told) ends here, not at a push after a pull, as
+                                 * a pipelined step sends each pull right behind its push */
 /* PARAMS flags; a PARAMS frame's `rank` field carries the staleness the pull saw (SSP/ASP). */
 #define TS_PARAMS_OVERFLOW 0x1u /* a step was skipped for a non-finite sum since the last pull */
 #define TS_PARAMS_REGION 0x2u   /* no payload: read the values from the shared region */

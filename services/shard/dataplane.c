@@ -510,14 +510,13 @@ static void *conn_main(void *arg)
              h.type == TS_FRAME_IMAGE) && rolled_back(dc, &err))
             st = TS_EROLLBACK;
         else if (h.type == TS_FRAME_PUSH) {
-            if (dc->after_pull) /* a new step's pushes begin */
-                dc->push_refused = dc->after_pull = dc->reslot = false;
+            if (h.flags & TS_PUSH_ROUND)   /* a new step's pushes begin */
+                dc->push_refused = dc->reslot = false;
             st = on_push(dc, &h, in, &err);
             dc->push_refused |= st != TS_OK;
         } else if (h.type == TS_FRAME_PULL) {
             if (h.flags & TS_PULL_ROUND)   /* a round begins: slots.c */
                 dc->reslot = false;
-            dc->after_pull = true;
             st = on_pull(dc, &h, &err);
         }
         else if (h.type == TS_FRAME_HELLO)

@@ -40,10 +40,10 @@ struct dp_conn {
     struct ts_conn *c;
     struct shard_job *job;          /* named by the connection's HELLO */
     unsigned gen;                   /* the job's rollbacks at the HELLO */
-    bool push_refused;              /* a push of the current step was refused */
+    bool push_refused;              /* a push of the current step (since the last push that
+                                     * said TS_PUSH_ROUND) was refused */
     float *copy;                    /* SSP/ASP pulls: the values copied under the lock */
     size_t copy_cap;                /* floats */
-    bool after_pull;                /* the last request was a PULL */
     struct dp_region *regions;      /* by tensor id; NULL until the first SHARE or MAP */
     struct chain_links chain;       /* to the next shards of this shard's chains */
     atomic_uint cancel;             /* DP_CANCEL_* bits: end a pull's wait */
@@ -56,8 +56,9 @@ struct dp_conn {
     /* Elastic jobs (docs/elastic.md), from the HELLO: the worker's member id (0: a shard of a
      * chain, or a worker that is not elastic), whether it said goodbye (BYE) before hanging
      * up; wakes counts the slot changes told to this connection, wakes_seen those its pulls
-     * answered, reslot: answer every pull with TS_ESLOTS until the next push; roster: the
-     * newest roster of its job heard from the master. */
+     * answered, reslot: answer every pull with TS_ESLOTS until the next step (a push that says
+     * TS_PUSH_ROUND, or a pull that says TS_PULL_ROUND); roster: the newest roster of its job
+     * heard from the master. */
     uint32_t worker;
     bool bye;
     /* The handshake (auth.h): begun by a HELLO with TS_HELLO_AUTH (hs_pending until its AUTH),
@@ -100,7 +101,7 @@ ts_status dp_on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, const vo
                       struct ts_err *err) TS_MUST_CHECK;
 
 /* slots.c */
-/* TS_ESLOTS (and from then on until the next push) if the connection's job changed slots
+/* TS_ESLOTS (and from then on until the next step's first push or pull) if the connection's job changed slots
  * since its pulls last said so; TS_OK otherwise. */
 ts_status dp_slots_moved(struct dp_conn *dc, struct ts_err *err);
 /* After a pull's wait was cancelled: true if only a wake did it (cleared: wait again, after

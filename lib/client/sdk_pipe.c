@@ -1,0 +1,229 @@
+/* sdk_pipe.c - a step's requests to each shard and its replies back at the same time, on the
+ * connections whose bytes leave the host.
+ *
+ * Why: sdk_step.c's plain exchange sends every push, then every pull request, then reads the
+ * replies. A shard serves a connection in order, so a worker's link carries pushes up with
+ * nothing coming down, then parameters down with nothing going up, and a step costs at least
+ * 2 x size / link rate (docs/transport.md, "Push and pull at once"). Here each shard
+ * connection gets a sender thread and a reader thread. The sender sends, partition by
+ * partition in the plain exchange's order, each push and right behind it the pull of the same
+ * partition; the reader reads the ACK and the PARAMS as they come. A shard answers partition
+ * k's pull once every worker pushed k, while the pushes of the partitions after k are still
+ * going up, so both directions of every link are busy together. What is summed, and in which
+ * order, does not change: only when the bytes move.
+ *
+ * Not for shared memory, where both directions are memory copies on the same cores and the
+ * plain exchange's single thread is cheaper (auto mode), nor for a step of several slots
+ * (an elastic worker's takeover: one slot's gradients are encoded at a time).
+ *
+ * Threads: every thread reads the handle; each writes only its own struct pipe_conn and the
+ * per-partition fields of the partitions its shard heads (x->overflow[p], x->have[p]);
+ * t->broken is atomic. What the replies said is merged once all are joined. */
+#include "client/sdk_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+#define SDK_PIPE_MIN_BYTES (256 << 10)   /* below this, two threads per shard cost more */
+
+struct pipe_conn {
+    struct tessera *t;
+    uint32_t s;                   /* the shard slot */
+    int first, last;
+    bool push;
+    float *const *params;
+    uint32_t flags;
+    pthread_t sender, reader;
+    bool sender_made, reader_made;
+    ts_status send_st, read_st, refused;
+    struct ts_err send_err, read_err, refused_err;
+    struct step_reads acc;
+};
+
+ts_status sdk_pipe_mode(struct tessera *t, struct ts_err *err)
+{
+    const char *v = getenv("TESSERA_PIPELINE");
+
+    if (!v || !*v || strcmp(v, "auto") == 0)
+        t->pipe = SDK_PIPE_AUTO;
+    else if (strcmp(v, "on") == 0)
+        t->pipe = SDK_PIPE_ON;
+    else if (strcmp(v, "off") == 0)
+        t->pipe = SDK_PIPE_OFF;
+    else
+        return ts_err_set(err, TS_EINVAL, "TESSERA_PIPELINE: '%s'; want auto, on or off", v);
+    return TS_OK;
+}
+
+bool sdk_pipe_pays(const struct tessera *t, int first, int last, bool push,
+                   float *const *params)
+{
+    uint64_t bytes = 0;
+    bool leaves = false;
+
+    if (t->pipe == SDK_PIPE_OFF || t->nstep > 1 || t->nshards < 1)
+        return false;
+    if (t->pipe == SDK_PIPE_ON)
+        return true;
+    for (size_t s = 0; s < t->nshards; s++)
+        leaves |= !(t->shards[s].conn->local_in && t->shards[s].conn->local_out);
+    for (int i = first; leaves && i < last; i++) {
+        const struct sdk_tensor *x = t->tensors[i];
+        if (x->active)
+            bytes += x->numel * ((push ? elem_bytes_job(&t->job) : 0) +
+                                 (params ? sizeof(float) : 0));
+    }
+    return leaves && bytes >= SDK_PIPE_MIN_BYTES;
+}
+
+/* A place in a connection's partitions: tensor i, partition p. */
+struct cursor {
+    int i;
+    uint32_t p;
+};
+
+/* The first cursor, for next_part. */
+static struct cursor cursor_start(const struct pipe_conn *c)
+{
+    return (struct cursor){ c->first, UINT32_MAX };
+}
+
+/* Moves k to the next active partition of [first, last) that c's shard heads, in the plain
+ * exchange's order; false when there is none. */
+static bool next_part(const struct pipe_conn *c, struct cursor *k)
+{
+    for (k->p++; k->i < c->last; k->i++, k->p = 0) {
+        const struct sdk_tensor *x = c->t->tensors[k->i];
+        for (; x->active && k->p < x->nparts; k->p++)
+            if (x->owner[k->p] == c->s)
+                return true;
+    }
+    return false;
+}
+
+/* The sender: each partition's push, then its pull. After a failure the connection is cut, so
+ * that the reader, waiting for replies that will not come, stops too. */
+static void *pipe_send(void *arg)
+{
+    struct pipe_conn *c = arg;
+    struct tessera *t = c->t;
+    bool pushed = false, begun = false;
+
+    for (struct cursor k = cursor_start(c); !c->send_st && next_part(c, &k);) {
+        if (c->push)
+            c->send_st = sdk_send_one(t, k.i, k.p, true, 0, &pushed, &c->send_err);
+        if (!c->send_st && c->params)
+            c->send_st = sdk_send_one(t, k.i, k.p, false, c->flags, &begun, &c->send_err);
+    }
+    if (c->send_st)
+        ts_tp_shutdown(t->shards[c->s].conn);
+    return NULL;
+}
+
+/* One reply: a refusal is remembered (the first) and reading goes on, as the streams stay in
+ * step; a transport error ends the connection's reading and cuts it, so that the sender stops
+ * too. Returns whether to go on. */
+static bool pipe_read_one(struct pipe_conn *c, int i, uint32_t p, float *params)
+{
+    struct ts_err e = { 0 };
+    ts_status r = sdk_read_one(c->t, i, p, params, &c->acc, &e);
+
+    if (r && !c->refused) {
+        c->refused = r;
+        c->refused_err = e;
+    }
+    if (sdk_transport_failed(r)) {
+        c->read_st = r;
+        c->read_err = e;
+        ts_tp_shutdown(c->t->shards[c->s].conn);
+        return false;
+    }
+    return true;
+}
+
+static void *pipe_read(void *arg)
+{
+    struct pipe_conn *c = arg;
+
+    for (struct cursor k = cursor_start(c); next_part(c, &k);) {
+        if (c->push && !pipe_read_one(c, k.i, k.p, NULL))
+            break;
+        if (c->params && !pipe_read_one(c, k.i, k.p, c->params[k.i - c->first]))
+            break;
+    }
+    return NULL;
+}
+
+/* The outcome, as the plain exchange gives it: a transport error first (the lowest slot's;
+ * the send's before the read's, which it caused), else the first refusal, else TS_OK. */
+static ts_status outcome(struct tessera *t, struct pipe_conn *cs, size_t n, struct ts_err *err)
+{
+    struct step_reads acc = { 0 };
+
+    for (size_t k = 0; k < n; k++) {
+        acc.overflow |= cs[k].acc.overflow;
+        acc.stale = cs[k].acc.stale > acc.stale ? cs[k].acc.stale : acc.stale;
+        acc.newest = cs[k].acc.newest > acc.newest ? cs[k].acc.newest : acc.newest;
+    }
+    sdk_reads_merge(t, &acc);
+    for (size_t k = 0; k < n; k++) {
+        if (cs[k].send_st) {
+            *err = cs[k].send_err;
+            return cs[k].send_st;
+        }
+        if (cs[k].read_st) {
+            *err = cs[k].read_err;
+            return cs[k].read_st;
+        }
+    }
+    for (size_t k = 0; k < n; k++)
+        if (cs[k].refused) {
+            *err = cs[k].refused_err;
+            return cs[k].refused;
+        }
+    return TS_OK;
+}
+
+ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
+                            float *const *params, uint32_t flags, struct ts_err *err)
+{
+    struct pipe_conn *cs = calloc(t->nshards, sizeof(*cs));
+    size_t n = 0;
+    ts_status st = TS_OK;
+
+    if (!cs)
+        return ts_err_set(err, TS_ENOMEM, "out of memory for %zu shard connections",
+                          t->nshards);
+    if (push && t->nstep == 1)
+        t->push_rank = t->step_slots[0];
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        struct cursor k;
+        cs[n] = (struct pipe_conn){ .t = t, .s = s, .first = first, .last = last,
+                                    .push = push, .params = params, .flags = flags };
+        k = cursor_start(&cs[n]);
+        n += next_part(&cs[n], &k);   /* only the shards that head a partition of it */
+    }
+    for (size_t k = 0; !st && k < n; k++) {
+        int rc = pthread_create(&cs[k].reader, NULL, pipe_read, &cs[k]);
+        cs[k].reader_made = rc == 0;
+        if (!rc && (rc = pthread_create(&cs[k].sender, NULL, pipe_send, &cs[k])) != 0)
+            ts_tp_shutdown(t->shards[cs[k].s].conn);   /* its reader would wait forever */
+        cs[k].sender_made = rc == 0;
+        if (rc)
+            st = ts_err_set(err, TS_ENOMEM, "starting the threads of shard %u's connection: %s",
+                            t->shards[cs[k].s].id, strerror(rc));
+    }
+    /* Threads not started leave their connections untouched and their results empty. */
+    for (size_t k = 0; k < n; k++) {
+        if (cs[k].sender_made)
+            pthread_join(cs[k].sender, NULL);
+        if (cs[k].reader_made)
+            pthread_join(cs[k].reader, NULL);
+    }
+    if (!st)
+        st = outcome(t, cs, n, err);
+    free(cs);
+    return st;
+}

@@ -15,6 +15,7 @@ ASan and LSan write theirs to files (log_path); gcc's UBSan ignores log_path and
 stderr, so the processes' logs and the CLI's output are searched too.
 """
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -434,6 +435,21 @@ def status_fingerprint(cs):
     for w in c.workers:
         w.last_heartbeat_ms_ago = 0
     return c.SerializeToString(deterministic=True)
+
+
+@contextlib.contextmanager
+def environ(**kv):
+    """os.environ with kv set, for every process started inside (a cluster's too)."""
+    old = {k: os.environ.get(k) for k in kv}
+    os.environ.update(kv)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_cli(args, timeout=15.0):

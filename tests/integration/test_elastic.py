@@ -81,16 +81,8 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         assert not left, "processes left behind: %r" % left
 
     def train(self, job, extra=(), env=None):
-        old = {k: os.environ.get(k) for k in (env or {})}
-        os.environ.update(env or {})
-        try:
+        with tl.environ(**(env or {})):
             return self.spawn_train(job, extra)
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    del os.environ[k]
-                else:
-                    os.environ[k] = v
 
     def spawn_train(self, job, extra):
         workers = [] if "--workers" in extra else ["--workers", "3"]
@@ -130,23 +122,30 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         return tl.wait_until(lambda: (lambda j: j if j and j["state"] == "finished" else None)(
             self.job(job_id)), 30, "job %s finished" % job_id, interval=0.05)
 
-    def test_killed(self):
+    def test_killed(self, job="killed", env=None):
         rank, step = self.rng.randrange(3), self.rng.randrange(5, STEPS * 2 // 3)
         tl.log("killing rank %d at step %d" % (rank, step))
-        train = self.train("killed")
+        train = self.train(job, env=env)
         pid = tl.worker_of(train, rank)
-        self.at_step("killed", step)
+        self.at_step(job, step)
         os.kill(pid, signal.SIGKILL)
         out, err = self.finish(train)
         self.assertIn("worker %d was killed (signal 9); the others take over its share" % rank,
                       err)
-        j = self.finished("killed")
+        j = self.finished(job)
         self.assertEqual(j["params_sha256"], self.local)
         self.assertTrue(j["elastic"])
         self.assertGreaterEqual(j["adopted"], 1)
         self.assertGreaterEqual(j["roster"], 1)
         self.assertEqual(len(j["slot_owners"]), 3)
         self.assertNotIn(0, j["slot_owners"])
+
+    def test_killed_pipelined(self):
+        """As test_killed, with each partition's pull sent right behind its push
+        (TESSERA_PIPELINE=on, lib/client/sdk_pipe.c): the shard must tell a step's start from
+        the push that says so, not from a push after a pull, or the survivors' pulls wait
+        for a slot that moved (they did, until TS_PUSH_ROUND)."""
+        self.test_killed("killed-piped", {"TESSERA_PIPELINE": "on"})
 
     def test_respawned(self):
         step = self.rng.randrange(5, STEPS // 3)

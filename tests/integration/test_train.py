@@ -6,7 +6,9 @@ a single-process run. Each cell of the matrix is a fresh cluster (a master and S
 processes on loopback) trained by `tessera train --workers W --exact --steps K --json`; every
 cell's params_sha256 must equal the --local run's. Partitions are small (64 KiB) so that every
 tensor is cut into several partitions spread over the shards. Rows are repeated over each data
-plane transport. A 1-epoch run must reach a test accuracy of 0.80.
+plane transport, and once over tcp as between hosts (loopback taken for another host:
+hashed frames) with push and pull pipelined (lib/client/sdk_pipe.c), which on one host runs
+only when asked. A 1-epoch run must reach a test accuracy of 0.80.
 """
 import json
 import sys
@@ -87,6 +89,12 @@ class Reproducibility(unittest.TestCase):
                 out = self.run_cell(2, 2, transport)
                 self.assertEqual(out["transport"], transport)
                 self.assertEqual(out["params_sha256"], self.ref["params_sha256"])
+
+    def test_pipelined_as_between_hosts(self):
+        with tl.environ(TESSERA_TCP_LOOPBACK="remote", TESSERA_PIPELINE="on"):
+            out = self.run_cell(2, 3, "tcp")
+        self.assertEqual(out["transport"], "tcp")
+        self.assertEqual(out["params_sha256"], self.ref["params_sha256"])
 
     def test_another_seed_differs(self):
         other = train(["--local"] + COMMON[:3] + ["--seed", "8"] + COMMON[5:])

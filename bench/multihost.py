@@ -202,8 +202,12 @@ def tail(path, n=600):
 
 
 def run_quiet(cmd, timeout=30):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, preexec_fn=die_with_us())
+    """cmd's exit and output; one that outlives timeout is killed and counts as a failure."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, preexec_fn=die_with_us())
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 124, "", f"timed out after {timeout} s")
 
 
 def has_option(binary, option):
@@ -211,8 +215,17 @@ def has_option(binary, option):
     try:
         r = run_quiet([binary, "--help"])
         return re.search(r"(^|\s)" + re.escape(option) + r"\b", r.stdout + r.stderr) is not None
-    except (OSError, subprocess.TimeoutExpired):
+    except OSError:
         return False
+
+
+def wait_exit(p, secs):
+    """p's exit status once it has exited; an error if it has not within secs."""
+    try:
+        return p.wait(timeout=secs)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{p.args[-1] if p.args else 'a process'}: still running {secs:.0f} "
+                           f"s after its results ({tail(p.log)})") from None
 
 
 def stats(values):
@@ -350,15 +363,18 @@ class RateRun:
             t0, b0, w0 = sum(map(proc_ticks, shards)), busy_ticks(), time.monotonic()
             # The warm-up was too short for the placement: asked in the first timed step.
             if asker is not None:
-                self.take_placement(asker.communicate(timeout=30)[0].decode(errors="replace"),
-                                    size_mib)
+                try:
+                    self.take_placement(asker.communicate(timeout=30)[0].decode(
+                        errors="replace"), size_mib)
+                except subprocess.TimeoutExpired:
+                    pass      # no placement in the table then; the steps go on regardless
                 self.procs.stop([asker])
             if size_mib not in self.placement:
                 self.take_placement(run_quiet(self.status_cmd()).stdout, size_mib)
             results = [ln.readline(deadline, p.log).split() for ln, p in zip(lines, workers)]
             t1, b1, w1 = sum(map(proc_ticks, shards)), busy_ticks(), time.monotonic()
             for p in workers:
-                if p.wait(timeout=max(1, deadline - time.monotonic())):
+                if wait_exit(p, max(1, deadline - time.monotonic())):
                     raise RuntimeError(f"worker exited {p.returncode}: {tail(p.log)}")
         finally:
             self.procs.stop(workers, grace=2)
@@ -401,7 +417,7 @@ class RateRun:
                                           (b1 - b0) * TICK_MS, w1 - w0)
                 self.report_row(rows[size_mib])
             for p in ranks:
-                if p.wait(timeout=60):
+                if wait_exit(p, 60):
                     raise RuntimeError(f"a gloo rank exited {p.returncode}: {tail(p.log)}")
         finally:
             self.procs.stop(ranks, grace=2)
@@ -444,7 +460,7 @@ class RateRun:
                 try:
                     rows.append(self.tessera(size_mib))
                     self.report_row(rows[-1])
-                except RuntimeError as e:
+                except (RuntimeError, ValueError) as e:
                     errors.append(f"{self.rate} tessera {size_mib} MiB: {e}")
                     log(f"    FAILED: {e}")
         except RuntimeError as e:

@@ -46,7 +46,8 @@ CTEST_ARGS ?=
 #           Chromium (the status page, rendered headless), iproute2 (ip netns: test_hosts'
 #           emulated hosts), PyYAML (the Kubernetes manifests), Slurm and munge (a real
 #           Slurm of three nodes on this host: tests/deploy/test_slurm.py)
-#   bench:  iproute2 (ip netns, tc: bench/modes.py's emulated hosts and links)
+#   bench:  iproute2 (ip netns, tc: the emulated hosts and links of bench/modes.py and
+#           bench/multihost.py)
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler libprotobuf-dev xxd libxxhash-dev \
              libcmocka-dev libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist \
@@ -161,6 +162,7 @@ bench: build
 	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/python_buffers.py \
 	    --bin $(BUILD)/bin --out bench/results/python_buffers.json
 	/usr/bin/python3 bench/modes.py --bin $(BUILD)/bin --out bench/results/modes.json
+	/usr/bin/python3 bench/multihost.py --bin $(BUILD)/bin --out bench/results/multihost.json
 	$(BUILD)/bin/bench_snapshot --out bench/results/snapshot.json
 	$(BUILD)/bin/bench_verify --out bench/results/verify.json
 	$(BUILD)/bin/bench_codec --out bench/results/codec.json

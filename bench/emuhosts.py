@@ -13,20 +13,44 @@ Each namespace is held by a process of ours (`unshare --net sleep`), and command
 or, worse, leaves mounted under the root; only the network namespace matters here, and a held
 namespace leaves nothing behind once its holder and the processes run in it are gone. down()
 kills the holders by pid, also after a failure half way; callers run it in a `finally` and stop
-what they ran in the namespaces first. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), `unshare` and
+what they ran in the namespaces first. A `finally` does not run when the caller is killed with
+SIGKILL, so every holder, and every setup command, is started with PR_SET_PDEATHSIG = SIGKILL
+(die_with_us()): the namespaces go with the caller whatever kills it. The signal follows the
+death of the *thread* that started the child, so call up() from a thread that outlives the
+namespaces' use (the main thread, in every user here); callers can give the processes they run
+in the namespaces the same preexec_fn. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), `unshare` and
 `nsenter` (util-linux) and `ip` (iproute2); probe() says why not where it cannot run.
 """
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
 
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)   # loaded here: a preexec_fn should do little
+
+
+def die_with_us():
+    """A preexec_fn for Popen: the child gets SIGKILL when the thread that started it dies, also
+    when that thread's process is killed with SIGKILL and cleans nothing up. The setting
+    survives exec (of anything not set-user-ID), and nsenter and unshare exec in place. If we
+    died between the fork and the prctl, the child has another parent already: it leaves."""
+    parent = os.getpid()
+
+    def preexec():
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
+
 
 def sh(cmd, check=True):
     """Runs a setup command; returns (rc, stderr)."""
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       preexec_fn=die_with_us())
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
     return r.returncode, r.stderr.strip()
@@ -59,7 +83,7 @@ class Net:
         ours, and a command entering it would change this host's own network."""
         p = subprocess.Popen(["unshare", "--net", "sleep", "infinity"], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=die_with_us())
         self.holders[name] = p
         mine, end = os.readlink("/proc/self/ns/net"), time.monotonic() + 5
         while time.monotonic() < end:

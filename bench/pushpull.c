@@ -245,10 +245,11 @@ static ts_status spawn_reader(const char *exe, char **argv, pid_t *pid, FILE **o
 static ts_status worker_spawn(const struct opts *o, const struct cluster *c, const struct run *r,
                               int rank, struct wchild *w, struct ts_err *err)
 {
-    char job[64], rk[8], bytes[24], iters[24];
+    char job[64], rk[8], bytes[24], iters[24], nw[8];
+    /* Partition bytes 0: the SDK's 4 MiB. */
     char *argv[] = { "bench_pushpull", "--worker", (char *)c->m.target, job,
                      (char *)r->transport, rk, bytes, iters, r->exact ? "1" : "0",
-                     r->buffers ? "1" : "0", NULL };
+                     r->buffers ? "1" : "0", nw, "0", NULL };
 
     /* One job per run: a job's tensor and its versions start afresh. */
     snprintf(job, sizeof(job), "pp-%d-%s-%" PRId64 "-%s-%s", (int)getpid(), r->transport,
@@ -256,6 +257,7 @@ static ts_status worker_spawn(const struct opts *o, const struct cluster *c, con
     snprintf(rk, sizeof(rk), "%d", rank);
     snprintf(bytes, sizeof(bytes), "%" PRIu64, (uint64_t)r->size_mib * MIB);
     snprintf(iters, sizeof(iters), "%" PRId64, o->iters);
+    snprintf(nw, sizeof(nw), "%d", NWORKERS);
     return spawn_reader("/proc/self/exe", argv, &w->pid, &w->out, err);
 }
 

@@ -17,7 +17,7 @@
 
 struct wopts {
     const char *master, *job, *transport;
-    int64_t rank, bytes, iters;
+    int64_t rank, bytes, iters, workers, partition_bytes;
     bool exact, buffers;
 };
 
@@ -55,7 +55,8 @@ static int worker_setup(const struct wopts *w, tessera *t, float **params, void 
     struct tessera_error e;
     int id;
 
-    if (tessera_register(t, "x", shape, 1, "zeros", 1, 0, 0, 0, &id, &e))
+    if (tessera_register(t, "x", shape, 1, "zeros", 1, 0, 0, (uint64_t)w->partition_bytes, &id,
+                         &e))
         return werr(w, "register", &e);
     if (w->buffers && tessera_buffers(t, id, &view, grad, &e))
         return werr(w, "buffers", &e);
@@ -76,7 +77,8 @@ static int worker_setup(const struct wopts *w, tessera *t, float **params, void 
 static int worker_run(const struct wopts *w, float *params, void *grad, int64_t *ns)
 {
     struct tessera_options to = { .master = w->master, .job = w->job, .rank = (unsigned)w->rank,
-                                  .workers = NWORKERS, .exact = w->exact, .batch = 1,
+                                  .workers = (unsigned)w->workers, .exact = w->exact,
+                                  .batch = 1,
                                   .optimizer = OPTIMIZER, .transport = w->transport,
                                   .timeout_ms = STEP_TIMEOUT_MS };
     const void *grads[1];
@@ -120,12 +122,14 @@ int pushpull_worker_main(int argc, char **argv)
 {
     int rc = 1;
 
-    if (argc != 8)
+    if (argc != 10)
         return 2;
     struct wopts w = { argv[0], argv[1], argv[2], atoll(argv[3]), atoll(argv[4]), atoll(argv[5]),
-                       strcmp(argv[6], "1") == 0, strcmp(argv[7], "1") == 0 };
+                       atoll(argv[8]), atoll(argv[9]), strcmp(argv[6], "1") == 0,
+                       strcmp(argv[7], "1") == 0 };
     size_t n = (size_t)w.bytes / sizeof(float);
-    if (w.rank < 0 || w.rank >= NWORKERS || w.bytes < 4 || w.iters < 1)
+    if (w.workers < 1 || w.workers > MAX_WORKERS || w.rank < 0 || w.rank >= w.workers ||
+        w.bytes < 4 || w.iters < 1 || w.partition_bytes < 0)
         return 2;
     /* Own buffers: memory the trainer allocated itself, which every step copies from and to. */
     float *params = w.buffers ? NULL : malloc(n * sizeof(float));

@@ -14,8 +14,9 @@ R each way with tc tbf): a master host m, shard hosts s0..s3, worker hosts w0..w
   1. Tessera: tessera-master --listen on m; on each s_i tessera-shard --listen 0.0.0.0:7001
      --advertise s_i:7001 --transport tcp (shared memory would bypass the links); on each w_i
      one bench_pushpull worker (its hidden --worker mode, bench/pushpull_worker.c) with one
-     float tensor of S bytes in --partition-mib partitions (default 1, so 4 MiB spreads over
-     the 4 shards), 2 warm-up then --iters timed tessera_step calls (push S, pull S), BSP.
+     float tensor of S bytes in --partition-kib partitions (default auto: S / 64, so that each
+     shard heads about 16 and pulls overlap the pushes after them), 2 warm-up then --iters
+     timed tessera_step calls (push S, pull S), BSP.
      A step takes the slowest worker's time; the figure is the median over steps.
      tessera-master --placement is passed when the master's --help lists it (--placement,
      default striped); otherwise the run says the master has none and the ring places.
@@ -305,8 +306,9 @@ class RateRun:
         got = {where.get(s.get("addr"), s.get("addr")): {
             "partitions": s.get("partitions", 0), "bytes": s.get("bytes", 0)}
             for s in st.get("shards", []) if s.get("state") == "alive"}
-        if sum(v["partitions"] or 0 for v in got.values()) == -(-size_mib //
-                                                                  self.a.partition_mib):
+        if sum(v["partitions"] or 0 for v in got.values()) == -(-size_mib * MIB //
+                                                                  partition_bytes(self.a,
+                                                                                  size_mib)):
             self.placement[size_mib] = got
 
     def wait_ready(self, lines, workers, size_mib, deadline):
@@ -353,7 +355,7 @@ class RateRun:
             for k, w in enumerate(WORKERS):
                 cmd = [self.bin("bench_pushpull"), "--worker", self.master, job, "tcp", str(k),
                        str(nbytes), str(a.iters), "0", "0", str(len(WORKERS)),
-                       str(a.partition_mib * MIB)]
+                       str(partition_bytes(a, size_mib))]
                 workers.append(self.spawn(w, cmd, f"tessera-{size_mib}-{w}", subprocess.PIPE))
             lines = [Lines(p, f"worker {k} (host {w})")
                      for k, (p, w) in enumerate(zip(workers, WORKERS))]
@@ -495,11 +497,28 @@ def fmt_row(name, r, gloo):
             f"{r['other_cpu_ms_per_step']:6.1f} | {r['machine_busy']:4.0%}")
 
 
+def partition_bytes(a, size_mib):
+    """The partition size for a tensor of size_mib: --partition-kib, or auto: S / 64 within
+    64 KiB .. 4 MiB. A shard's pull answer waits for every worker's push of that partition,
+    so with k partitions per shard the pushes and pulls overlap but for one partition's time:
+    a step of (k + 1) / k x S / R at best. 16 per shard (4 shards) keeps that within 6 %."""
+    if a.partition_kib != "auto":
+        return int(a.partition_kib) * 1024
+    return min(max(size_mib * MIB // (16 * len(SHARDS)), 64 * 1024), 4 * MIB)
+
+
+def partition_desc(a):
+    if a.partition_kib != "auto":
+        return f"{a.partition_kib} KiB partitions"
+    return "partitions of S / 64 (" + ", ".join(
+        f"{partition_bytes(a, s) // 1024} KiB at {s} MiB" for s in a.sizes) + ")"
+
+
 def report(a, rows, placements, caps):
     print(f"""
 bench/multihost: {machine_desc()}; 4 workers (w0..w3) x 4 shards (s0..s3) and a master
 (m), one emulated host each (network namespaces on a bridge), every link tbf R each way.
-Tessera: push+pull of S bytes per step over tcp, {a.partition_mib} MiB partitions; placement:
+Tessera: push+pull of S bytes per step over tcp, {partition_desc(a)}; placement:
   {caps['placement_desc']}.
 gloo: all_reduce of S bytes, 4 ranks on w0..w3.
 Median of {a.iters} steps after {WARMUP} warm-up, a step being the slowest worker's.
@@ -585,8 +604,10 @@ def parse():
     ap.add_argument("--sizes", default=None, help="tensor sizes in MiB (default 4,64)")
     ap.add_argument("--iters", type=int, default=None,
                     help=f"timed steps after {WARMUP} warm-up (default 10)")
-    ap.add_argument("--partition-mib", type=int, default=1,
-                    help="Tessera's partition size (default 1: 4 MiB spreads over 4 shards)")
+    ap.add_argument("--partition-kib", default="auto",
+                    help="Tessera's partition size in KiB, or auto (default): S / 64, within "
+                         "64 KiB .. 4 MiB, so that each shard heads 16 partitions of the "
+                         "tensor and a pull overlaps the pushes after it")
     ap.add_argument("--placement", default="striped",
                     help="tessera-master --placement, where the master has it (default "
                          "striped; the run says so where it has not)")
@@ -610,8 +631,11 @@ def parse():
         ap.error(f"--rates or --sizes: {e}")
     if not a.rates or not a.sizes or min(a.sizes) < 1 or max(a.sizes) > 1024 or a.iters < 1:
         ap.error("--sizes 1..1024 MiB, at least one rate and size, --iters >= 1")
-    if a.partition_mib < 1 or not re.fullmatch(r"[A-Za-z0-9]{1,16}", a.tag):
-        ap.error("--partition-mib >= 1; --tag: 1 to 16 letters and digits")
+    if a.partition_kib != "auto" and not (a.partition_kib.isdigit() and
+                                          1 <= int(a.partition_kib) <= 131072):
+        ap.error(f"--partition-kib: '{a.partition_kib}'; want auto or 1..131072 (KiB)")
+    if not re.fullmatch(r"[A-Za-z0-9]{1,16}", a.tag):
+        ap.error("--tag: 1 to 16 letters and digits")
     if len({r for _, r in a.rates}) != len(a.rates) or len({b for b, _ in a.rates}) != len(
             a.rates):
         ap.error("--rates: each rate once")
@@ -681,7 +705,7 @@ def main():
         print(f"NOTE: {n}")
     result = {"name": "multihost", "machine": machine_desc(), "ok": not errors,
               "quick": a.quick, "workers": len(WORKERS), "shards": len(SHARDS),
-              "warmup": WARMUP, "iters": a.iters, "partition_mib": a.partition_mib,
+              "warmup": WARMUP, "iters": a.iters, "partition_kib": {s: partition_bytes(a, s) // 1024 for s in a.sizes},
               "placement": {"asked": a.placement, "master_has_option": caps["placement"],
                             "used": caps["placement_desc"], "partitions": placements},
               "rates": [r for _, r in a.rates], "sizes_mib": a.sizes,

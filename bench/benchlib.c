@@ -1,12 +1,16 @@
 /* benchlib.c - what the benchmarks share: clocks, percentiles, and a tessera-master child
  * process started on an ephemeral port and stopped by pid on every exit path. See benchlib.h. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -274,6 +278,83 @@ double bench_median(const double *v, size_t n)
 double bench_gbps(size_t bytes, int64_t ns)
 {
     return ns > 0 ? (double)bytes / (double)ns : 0;
+}
+
+struct stream_writer {
+    int fd;
+    const unsigned char *buf;
+    size_t bytes;
+    int reps;
+};
+
+static void *stream_write(void *arg)
+{
+    struct stream_writer *w = arg;
+
+    for (int k = 0; k < w->reps; k++)
+        for (size_t done = 0; done < w->bytes;) {
+            ssize_t n = send(w->fd, w->buf + done, w->bytes - done, MSG_NOSIGNAL);
+            if (n <= 0)
+                return NULL;   /* the reader sees the stream end */
+            done += (size_t)n;
+        }
+    return NULL;
+}
+
+/* A connected pair of loopback TCP sockets in fds (the second end accepted). */
+static bool loopback_pair(int fds[2])
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof(a);
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool ok;
+
+    fds[0] = fds[1] = -1;
+    ok = l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0 &&
+         getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
+         (fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+         connect(fds[0], (struct sockaddr *)&a, sizeof(a)) == 0 &&
+         (fds[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC)) >= 0;
+    if (l >= 0)
+        close(l);
+    return ok;
+}
+
+double bench_tcp_stream_gbps(size_t bytes, int reps)
+{
+    unsigned char *src = malloc(bytes), *dst = malloc(bytes);
+    double *g = calloc((size_t)(reps > 0 ? reps : 1), sizeof(double)), m = 0;
+    struct stream_writer w = { -1, src, bytes, reps };
+    int fds[2] = { -1, -1 }, k = 0;
+    pthread_t th;
+
+    if (src && dst && g && reps > 0 && loopback_pair(fds)) {
+        memset(src, 0x5a, bytes);
+        memset(dst, 0, bytes);   /* both buffers touched: page faults are not the stream's */
+        w.fd = fds[0];
+        if (pthread_create(&th, NULL, stream_write, &w) == 0) {
+            for (; k < reps; k++) {
+                int64_t t0 = ts_now_ns();
+                size_t done = 0;
+                ssize_t n = 1;
+                while (done < bytes && (n = recv(fds[1], dst + done, bytes - done, 0)) > 0)
+                    done += (size_t)n;
+                if (done < bytes)
+                    break;
+                g[k] = bench_gbps(bytes, ts_now_ns() - t0);
+            }
+            shutdown(fds[1], SHUT_RDWR);   /* a writer still blocked gives up */
+            pthread_join(th, NULL);
+            m = k == reps ? bench_median(g, (size_t)reps) : 0;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(src);
+    free(dst);
+    free(g);
+    return m;
 }
 
 double bench_memcpy_gbps(void *dst, const void *src, size_t bytes, int reps)

@@ -59,6 +59,10 @@ double bench_gbps(size_t bytes, int64_t ns);
 /* The median GB/s of `reps` memcpy of bytes from src to dst: the baseline of the benchmarks
  * that move or scan memory. */
 double bench_memcpy_gbps(void *dst, const void *src, size_t bytes, int reps);
+/* The median GB/s of `reps` transfers of bytes over one loopback TCP connection, from a thread
+ * writing a buffer to the caller reading into another: what the kernel's loopback path can
+ * carry one way, the limit a tcp benchmark on one host chases. 0 if it could not run. */
+double bench_tcp_stream_gbps(size_t bytes, int reps);
 
 /* "2 cpus, AMD EPYC ..." from /proc/cpuinfo, for the JSON's machine field. */
 void bench_machine_desc(char *buf, size_t n);

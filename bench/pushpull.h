@@ -3,6 +3,11 @@
 #ifndef TS_BENCH_PUSHPULL_H
 #define TS_BENCH_PUSHPULL_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
 #define WARMUP 2
 #define NWORKERS 2                 /* bench_pushpull's own runs */
 #define MAX_WORKERS 256            /* the worker mode's bound (bench/multihost.py runs 4) */
@@ -17,5 +22,50 @@
  * job's worker count, PARTITION_BYTES the tensor's partition size (0: the SDK's, 4 MiB). Prints
  * "ready" after the warm-up, then "TRANSPORT CPU_NS NS1 .. NSn". Returns the exit status. */
 int pushpull_worker_main(int argc, char **argv);
+
+/* ---- the parent's options and results, shared by pushpull.c and pushpull_report.c ---- */
+
+#define MIB ((uint64_t)1 << 20)
+#define MAX_SIZES 8
+#define NSHARDS 2
+#define HEADLINE_MIB 64
+#define GOAL_BEST 2.0              /* best transport / gloo at 64 MiB */
+#define GOAL_TCP 0.8               /* tcp / gloo at 64 MiB */
+
+struct opts {
+    const char *bin, *sizes_s, *transports_s, *buffers_s, *out, *python, *tp[2];
+    int64_t iters, sizes[MAX_SIZES], replicas;
+    int64_t metrics_port;          /* shard i serves /metrics on this + i, scraped each second */
+    const char *tls;               /* --tls DIR: mutual TLS and the data-plane handshake */
+    int nsizes, ntp, nbuf;
+    bool exact, quick, buf[2];     /* buf: the --buffers kinds in order, true for "shared" */
+};
+
+/* One transport, buffers kind, mode and size. Times are per step in ms; CPU is summed over the
+ * processes. name: the transport, "+buffers" for a tessera_buffers run ("shm+buffers"). */
+struct run {
+    const char *transport;
+    char name[24];
+    bool buffers, exact, done;
+    int64_t size_mib;
+    double med_ms, min_ms, max_ms, gbs, worker_cpu_ms, shard_cpu_ms, other_cpu_ms;
+};
+
+struct results {
+    char machine[192], gloo_error[256];
+    struct run runs[2 * 2 * 2 * MAX_SIZES];   /* transports x buffers kinds x modes x sizes */
+    int nruns, ngloo;
+    struct { int64_t size_mib; double med_ms, gbs; } gloo[MAX_SIZES];
+    /* The machine's limits per size (by index in o->sizes), measured in the same run: a
+     * memcpy of S bytes, the limit of shared memory; a raw loopback TCP stream of S bytes
+     * between two threads, the limit of tcp. GB/s; 0 where not measured. */
+    double limit_memcpy[MAX_SIZES], limit_tcp[MAX_SIZES];
+    uint64_t scrapes;              /* --metrics-port: scrapes answered */
+};
+
+/* pushpull_report.c: the tables on stdout, and the JSON written to o->out. */
+void pushpull_report(const struct opts *o, const struct results *res);
+ts_status pushpull_write_json(const struct opts *o, const struct results *res, bool ok,
+                              struct ts_err *err) TS_MUST_CHECK;
 
 #endif

@@ -297,7 +297,7 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
     /* Every partition must have exactly one owner, the one our ring names. */
     for (uint32_t p = 0; !st && p < x->nparts; p++) {
         uint32_t id = 0, slot = 0;
-        if (!(st = ts_cluster_locate(t->cl, x->name, p, &id, err)) &&
+        if (!(st = ts_cluster_locate(t->cl, x->name, x->salt, p, &id, err)) &&
             !(st = sdk_slot_of(t, id, &slot, err)) && slot != x->owner[p])
             st = ts_err_set(err, TS_ESTALE, "tensor '%s' partition %u: the shards disagree on "
                             "its owner (map changing?): retry", x->name, p);

@@ -31,6 +31,7 @@ struct sdk_tensor {
     struct ts_part **parts;       /* local */
     uint64_t version;             /* the lowest version at registration (restored: > 0) */
     uint32_t sync_every;          /* steps per push and pull of this tensor */
+    uint32_t salt;                /* remote: its placement salt, as the shards answered it */
     struct ts_codec codec;        /* how its gradient travels (float jobs) */
     void *acc;                    /* sync_every > 1: the gradient summed since the last sync */
     float *residual;              /* top-k: what was not sent yet (error feedback) */

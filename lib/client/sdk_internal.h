@@ -113,6 +113,10 @@ struct tessera {
     unsigned registrations_seen;  /* the membership's registrations this worker followed */
     bool cut_done;                /* testing: $TESSERA_TEST_LINK_CUT was applied (sdk.c) */
     int pipe;                     /* enum sdk_pipe_mode, from $TESSERA_PIPELINE (sdk_pipe.c) */
+    /* $TESSERA_PLACEMENT_SALT (sdk.c): a salt every tensor is proposed with, instead of the
+     * one chosen for balance (docs/placement.md). */
+    bool salt_fixed;
+    uint32_t salt;
 };
 
 /* A data-plane call to slot s ended with st: remember a broken connection, so that a failover

@@ -348,6 +348,8 @@ uint32_t ts_ring_choose_salt(const struct ts_ring *r, const char *tensor, uint32
     uint32_t salt;
 
     if (!r->n || !nparts || !share) {   /* out of memory: salt 0 places as it always did */
+        if (share != stack)
+            free(share);
         if (out)
             *out = res;
         return 0;

@@ -494,6 +494,24 @@ static void test_choose_salt_edges(void **state)
     ts_ring_free(e);
 }
 
+/* More than 64 shards: the shares live on the heap (freed on every path; ASan checks). */
+static void test_choose_salt_many_shards(void **state)
+{
+    uint32_t ids[70];
+    struct ts_ring *r;
+    struct ts_ring_salt a;
+
+    (void)state;
+    for (uint32_t i = 0; i < 70; i++)
+        ids[i] = 100 + 3 * i;
+    r = make(ids, 70, 64);
+    assert_int_equal(ts_ring_choose_salt(r, "x", 0, 4, 4, TS_RING_SALT_TRIES, &a), 0);
+    ts_ring_choose_salt(r, "x", 140, 4, 4, TS_RING_SALT_TRIES, &a);
+    assert_int_equal(a.floor, 2 * 4);
+    assert_true(a.max_share <= a.salt0_share && a.max_share >= a.floor);
+    ts_ring_free(r);
+}
+
 static void test_empty_and_single(void **state)
 {
     static const uint32_t one[] = { 42 };
@@ -567,6 +585,7 @@ int main(void)
         cmocka_unit_test(test_choose_salt_balances),
         cmocka_unit_test(test_choose_salt_counts_bytes),
         cmocka_unit_test(test_choose_salt_edges),
+        cmocka_unit_test(test_choose_salt_many_shards),
         cmocka_unit_test(test_empty_and_single),
         cmocka_unit_test(test_bad_members),
     };

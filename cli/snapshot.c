@@ -405,6 +405,7 @@ static int do_show(struct ts_store *s, const struct snap_opts *o)
             ts_json_end(&j);
             ts_json_uint(&j, "numel", tm->numel);
             ts_json_uint(&j, "partitions", tm->n_partitions);
+            ts_json_uint(&j, "placement_salt", tm->spec->placement_salt);
             ts_json_end(&j);
         }
         ts_json_end(&j);
@@ -426,7 +427,8 @@ static int do_show(struct ts_store *s, const struct snap_opts *o)
            m->schedule->seed, m->schedule->micro_batch, m->schedule->next_step);
     printf("cluster  %u shards (map epoch %" PRIu64 ")\n\n", m->cluster->shards,
            m->cluster->map_epoch);
-    printf("%-20s %-14s %6s %8s %10s\n", "TENSOR", "SHAPE", "PARTS", "CHUNKS", "MB");
+    printf("%-20s %-14s %6s %8s %10s %5s\n", "TENSOR", "SHAPE", "PARTS", "CHUNKS", "MB",
+           "SALT");
     for (size_t i = 0; i < m->n_tensors; i++) {
         const ts_tensor_manifest *tm = m->tensors[i];
         size_t chunks = 0, len = 0;
@@ -438,8 +440,8 @@ static int do_show(struct ts_store *s, const struct snap_opts *o)
         for (size_t d = 0; d < tm->spec->n_shape; d++)
             len += (size_t)snprintf(shape + len, sizeof(shape) - len, "%s%" PRIu64, d ? "x" : "",
                                     tm->spec->shape[d]);
-        printf("%-20s %-14s %6zu %8zu %10.2f\n", tm->spec->name, shape, tm->n_partitions, chunks,
-               bytes / 1e6);
+        printf("%-20s %-14s %6zu %8zu %10.2f %5u\n", tm->spec->name, shape, tm->n_partitions,
+               chunks, bytes / 1e6, tm->spec->placement_salt);
         total += bytes;
     }
     printf("\n%zu tensors, %.2f MB of values and optimizer state\n", m->n_tensors, total / 1e6);

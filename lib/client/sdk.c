@@ -4,10 +4,11 @@
  * `tessera status`), reads the shard map, and opens one data-plane connection per shard, over
  * the first transport both ends can use (shm on the same host, else tcp). Registration is a
  * gRPC call to every alive shard under the cached map (a stale map is refreshed by
- * ts_cluster_call); each partition is owned by the shard the ring names. A step sends every
- * PUSH to every shard before reading any ACK, then every PULL before reading any PARAMS, so the
- * shards work in parallel while the SDK stays single-threaded; replies on one connection come
- * in request order.
+ * ts_cluster_call); each partition is owned by the shard the ring names under the tensor's
+ * placement salt, proposed here for balance and fixed by the shards (docs/placement.md). A
+ * step sends every PUSH to every shard before reading any ACK, then every PULL before reading
+ * any PARAMS, so the shards work in parallel while the SDK stays single-threaded; replies on
+ * one connection come in request order.
  * Local ("local"): the same partitions (lib/ps) live in this process, so `tessera train
  * --local` applies steps with exactly the shard's code.
  * Modes, compression, sync periods and loss scaling (docs/modes.md) live on the worker's
@@ -117,6 +118,27 @@ ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
     return st;
 }
 
+/* $TESSERA_PLACEMENT_SALT: unset, "" or "auto", each tensor is proposed with the salt that
+ * balances it best (docs/placement.md); a number, with that salt (0: as before salts, for
+ * comparison). */
+static ts_status salt_mode(struct tessera *t, struct ts_err *err)
+{
+    const char *v = getenv("TESSERA_PLACEMENT_SALT");
+    char *end = NULL;
+    unsigned long long n;
+
+    t->salt_fixed = false;
+    if (!v || !*v || strcmp(v, "auto") == 0)
+        return TS_OK;
+    n = v[0] >= '0' && v[0] <= '9' ? strtoull(v, &end, 10) : 0;
+    if (!end || *end || n > UINT32_MAX)
+        return ts_err_set(err, TS_EINVAL, "TESSERA_PLACEMENT_SALT: '%s'; want auto, or a salt "
+                          "0..%" PRIu32 " (0: place as before salts)", v, UINT32_MAX);
+    t->salt_fixed = true;
+    t->salt = (uint32_t)n;
+    return TS_OK;
+}
+
 static ts_status connect_remote(struct tessera *t, const struct tessera_options *o,
                                 struct ts_err *err)
 {
@@ -172,6 +194,8 @@ int tessera_connect(const struct tessera_options *o, tessera **out, struct tesse
                         o->workers);
     if (!st && t->local)
         snprintf(t->transport, sizeof(t->transport), "local");
+    if (!st && !t->local)
+        st = salt_mode(t, &err);
     if (!st && !t->local)
         st = connect_remote(t, o, &err);
     if (st) {
@@ -262,15 +286,51 @@ ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot, stru
                       "reconnect", shard_id);
 }
 
+/* The salt to propose for x: the fixed one, or the one that balances its bytes best over the
+ * shards of the cached map (every worker under that map proposes the same). */
+static uint32_t propose_salt(struct tessera *t, const struct sdk_tensor *x)
+{
+    uint64_t off, full, last;
+    struct ts_ring_salt rs;
+    uint32_t salt;
+
+    if (t->salt_fixed)
+        return t->salt;
+    ts_partition_range(x->numel, sizeof(float), x->partition_bytes, 0, &off, &full);
+    ts_partition_range(x->numel, sizeof(float), x->partition_bytes, x->nparts - 1, &off, &last);
+    salt = ts_cluster_choose_salt(t->cl, x->name, x->nparts, full * sizeof(float),
+                                  last * sizeof(float), &rs);
+    ts_log(TS_DEBUG, "sdk", "tensor '%s': placement salt %u (%u tried): the busiest shard heads "
+           "%" PRIu64 " bytes, %" PRIu64 " with salt 0, %" PRIu64 " at best", x->name, salt,
+           rs.tried, rs.max_share, rs.salt0_share, rs.floor);
+    return salt;
+}
+
+/* Which shard slot the k-th RegisterTensor goes to: the lowest shard id first, whose answer
+ * fixes the salt (docs/placement.md: every worker under one map asks the same shard first),
+ * then the others in map order. */
+static size_t register_order(const struct tessera *t, size_t k)
+{
+    size_t low = 0;
+
+    for (size_t i = 1; i < t->nshards; i++)
+        low = t->shards[i].id < t->shards[low].id ? i : low;
+    if (k == 0)
+        return low;
+    return k - 1 < low ? k - 1 : k;
+}
+
 static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
                                  Tessera__V1__RegisterTensorRequest *req, struct ts_err *err)
 {
     uint64_t epoch = ts_cluster_epoch(t->cl);
-    uint32_t seen = 0;
+    uint32_t seen = 0, first = 0;
     ts_status st = TS_OK;
 
     x->version = UINT64_MAX;
-    for (size_t i = 0; !st && i < t->nshards; i++) {
+    req->tensor->placement_salt = propose_salt(t, x);
+    for (size_t k = 0; !st && k < t->nshards; k++) {
+        size_t i = register_order(t, k);
         Tessera__V1__RegisterTensorResponse *r;
         st = ts_cluster_call(t->cl, t->shards[i].id, "/tessera.v1.Shard/RegisterTensor",
                              &req->base, &req->map_epoch,
@@ -285,19 +345,31 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
             sdk_note_broken(t, i, st);
             break;
         }
-        for (size_t k = 0; k < r->n_partitions; k++)
-            if (r->partitions[k] < x->nparts) {
-                x->owner[r->partitions[k]] = (uint32_t)i;
+        /* The first answer's salt is the tensor's: the others are asked with it, and must
+         * have it. A shard with another got the tensor from a worker under another map, while
+         * the map moved: retry, asking the first shard again under the newest map. */
+        if (k == 0) {
+            x->salt = req->tensor->placement_salt = r->placement_salt;
+            first = t->shards[i].id;
+        } else if (r->placement_salt != x->salt) {
+            st = ts_err_set(err, TS_ESTALE, "tensor '%s': shard %u places it with placement "
+                            "salt %u, shard %u with %u (registered under two maps at once): "
+                            "retry", x->name, first, x->salt, t->shards[i].id,
+                            r->placement_salt);
+        }
+        for (size_t j = 0; !st && j < r->n_partitions; j++)
+            if (r->partitions[j] < x->nparts) {
+                x->owner[r->partitions[j]] = (uint32_t)i;
                 seen++;
             }
         if (r->n_partitions && r->version < x->version)
             x->version = r->version;
         tessera__v1__register_tensor_response__free_unpacked(r, NULL);
     }
-    /* Every partition must have exactly one owner, the one our ring names. */
+    /* Every partition must have exactly one owner, the one our ring names under its salt. */
     for (uint32_t p = 0; !st && p < x->nparts; p++) {
         uint32_t id = 0, slot = 0;
-        if (!(st = ts_cluster_locate(t->cl, x->name, p, &id, err)) &&
+        if (!(st = ts_cluster_locate(t->cl, x->name, x->salt, p, &id, err)) &&
             !(st = sdk_slot_of(t, id, &slot, err)) && slot != x->owner[p])
             st = ts_err_set(err, TS_ESTALE, "tensor '%s' partition %u: the shards disagree on "
                             "its owner (map changing?): retry", x->name, p);

@@ -73,7 +73,7 @@ static ts_status reconnect(struct tessera *t, struct ts_err *err)
         struct sdk_tensor *x = t->tensors[i];
         for (uint32_t p = 0; p < x->nparts; p++) {
             uint32_t id = 0;
-            if ((st = ts_cluster_locate(t->cl, x->name, p, &id, err)) ||
+            if ((st = ts_cluster_locate(t->cl, x->name, x->salt, p, &id, err)) ||
                 (st = sdk_slot_of(t, id, &x->owner[p], err)))
                 return st;
         }

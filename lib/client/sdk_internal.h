@@ -31,6 +31,7 @@ struct sdk_tensor {
     struct ts_part **parts;       /* local */
     uint64_t version;             /* the lowest version at registration (restored: > 0) */
     uint32_t sync_every;          /* steps per push and pull of this tensor */
+    uint32_t salt;                /* remote: its placement salt, as the shards answered it */
     struct ts_codec codec;        /* how its gradient travels (float jobs) */
     void *acc;                    /* sync_every > 1: the gradient summed since the last sync */
     float *residual;              /* top-k: what was not sent yet (error feedback) */
@@ -112,6 +113,10 @@ struct tessera {
     unsigned registrations_seen;  /* the membership's registrations this worker followed */
     bool cut_done;                /* testing: $TESSERA_TEST_LINK_CUT was applied (sdk.c) */
     int pipe;                     /* enum sdk_pipe_mode, from $TESSERA_PIPELINE (sdk_pipe.c) */
+    /* $TESSERA_PLACEMENT_SALT (sdk.c): a salt every tensor is proposed with, instead of the
+     * one chosen for balance (docs/placement.md). */
+    bool salt_fixed;
+    uint32_t salt;
 };
 
 /* A data-plane call to slot s ended with st: remember a broken connection, so that a failover

@@ -248,13 +248,14 @@ unsigned ts_cluster_refreshes(struct ts_cluster *cl)
     return n;
 }
 
-ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t partition,
-                            uint32_t *shard_id, struct ts_err *err)
+ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t salt,
+                            uint32_t partition, uint32_t *shard_id, struct ts_err *err)
 {
+    uint64_t key = ts_ring_key_hash_salted(tensor, salt, partition);
     uint32_t id;
 
     pthread_mutex_lock(&cl->mu);
-    id = ts_ring_lookup(cl->ring, tensor, partition);
+    id = ts_ring_lookup_hash(cl->ring, key);
     pthread_mutex_unlock(&cl->mu);
     if (!id)
         return ts_err_set(err, TS_EUNAVAIL, "no shard is alive (map epoch %" PRIu64 ")",
@@ -272,22 +273,38 @@ static bool ring_member(const struct ts_cluster *cl, uint32_t id)
     return false;
 }
 
-size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t partition,
-                        uint32_t out[TS_MAX_CHAIN], size_t *on_ring)
+size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t salt,
+                        uint32_t partition, uint32_t out[TS_MAX_CHAIN], size_t *on_ring)
 {
+    uint64_t key = ts_ring_key_hash_salted(tensor, salt, partition);
     uint32_t will[TS_MAX_REPLICAS];
     size_t n, m;
 
     pthread_mutex_lock(&cl->mu);
-    n = ts_ring_chain(cl->ring, tensor, partition, cl->replicas, out);
+    n = ts_ring_chain_hash(cl->ring, key, cl->replicas, out);
     if (on_ring)
         *on_ring = n;
-    m = cl->full ? ts_ring_chain(cl->full, tensor, partition, cl->replicas, will) : 0;
+    m = cl->full ? ts_ring_chain_hash(cl->full, key, cl->replicas, will) : 0;
     for (size_t i = 0; i < m; i++)
         if (!ring_member(cl, will[i]))
             out[n++] = will[i];   /* joining: at the tail, copying */
     pthread_mutex_unlock(&cl->mu);
     return n;
+}
+
+uint32_t ts_cluster_choose_salt(struct ts_cluster *cl, const char *tensor, uint32_t nparts,
+                                uint64_t part_bytes, uint64_t last_bytes,
+                                struct ts_ring_salt *out)
+{
+    uint32_t salt;
+
+    /* Under mu for the ring pointer: a refresh swaps and frees it. Choosing takes about a
+     * millisecond at most (TS_RING_SALT_LOOKUPS), once per tensor. */
+    pthread_mutex_lock(&cl->mu);
+    salt = ts_ring_choose_salt(cl->ring, tensor, nparts, part_bytes, last_bytes,
+                               TS_RING_SALT_TRIES, out);
+    pthread_mutex_unlock(&cl->mu);
+    return salt;
 }
 
 bool ts_cluster_is_joining(struct ts_cluster *cl, uint32_t id)

@@ -169,15 +169,24 @@ uint64_t ts_cluster_epoch(struct ts_cluster *cl);
 ts_status ts_cluster_check_epoch(struct ts_cluster *cl, uint64_t want,
                                  struct ts_err *err) TS_MUST_CHECK;
 unsigned ts_cluster_refreshes(struct ts_cluster *cl);   /* how many refreshes so far */
+/* Every placement below takes the tensor's placement salt (TensorSpec.placement_salt, fixed
+ * when the tensor is first registered; docs/placement.md): the same salt on every shard and
+ * worker, or they disagree on where its partitions live. */
 /* The shard owning (tensor, partition) under the cached map. TS_EUNAVAIL with no shards. */
-ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t partition,
-                            uint32_t *shard_id, struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_cluster_locate(struct ts_cluster *cl, const char *tensor, uint32_t salt,
+                            uint32_t partition, uint32_t *shard_id,
+                            struct ts_err *err) TS_MUST_CHECK;
 /* The chain of (tensor, partition) under the cached map: the owner first, then its followers
  * (docs/replication.md), then the joining shards that will be in it, copying at its tail
  * ("Joining"); returns how many (0 with no shards). *on_ring (if not NULL): how many of them
  * are on the ring, the rest joining. */
-size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t partition,
-                        uint32_t out[TS_MAX_CHAIN], size_t *on_ring);
+size_t ts_cluster_chain(struct ts_cluster *cl, const char *tensor, uint32_t salt,
+                        uint32_t partition, uint32_t out[TS_MAX_CHAIN], size_t *on_ring);
+/* ts_ring_choose_salt (TS_RING_SALT_TRIES salts) against the cached map's ring, the shards
+ * that serve workers: the salt a worker proposes when it registers the tensor. */
+uint32_t ts_cluster_choose_salt(struct ts_cluster *cl, const char *tensor, uint32_t nparts,
+                                uint64_t part_bytes, uint64_t last_bytes,
+                                struct ts_ring_salt *out);
 /* Whether shard id is joining in the cached map. */
 bool ts_cluster_is_joining(struct ts_cluster *cl, uint32_t id);
 /* The ids of the cached map's joining shards (at most max); returns how many. */

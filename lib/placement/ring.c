@@ -55,15 +55,36 @@ static uint64_t point_hash(uint32_t id, uint32_t v)
     return XXH3_64bits_withSeed(b, sizeof(b), TS_RING_SEED);
 }
 
+static uint64_t name_hash(const char *tensor)
+{
+    return XXH3_64bits_withSeed(tensor, strlen(tensor), TS_RING_SEED);
+}
+
+/* The key hash from the name's hash: le64(nh) || le32(partition), then le32(salt) only when
+ * salt != 0, so salt 0 hashes exactly the 12 bytes it always did (every key placed before
+ * salts existed stays where it was). The two lengths keep the encoding unambiguous. */
+static uint64_t key_hash_of(uint64_t nh, uint32_t salt, uint32_t partition)
+{
+    unsigned char b[16];
+
+    put_le64(b, nh);
+    put_le32(b + 8, partition);
+    if (!salt)
+        return XXH3_64bits_withSeed(b, 12, TS_RING_SEED);
+    put_le32(b + 12, salt);
+    return XXH3_64bits_withSeed(b, 16, TS_RING_SEED);
+}
+
 uint64_t ts_ring_key_hash(const char *tensor, uint32_t partition)
 {
-    unsigned char b[12];
-
     /* Hashing the name first keeps the input fixed-size (no allocation, no length limit) and
      * unambiguous: no (name, partition) pair can spell another's bytes. */
-    put_le64(b, XXH3_64bits_withSeed(tensor, strlen(tensor), TS_RING_SEED));
-    put_le32(b + 8, partition);
-    return XXH3_64bits_withSeed(b, sizeof(b), TS_RING_SEED);
+    return key_hash_of(name_hash(tensor), 0, partition);
+}
+
+uint64_t ts_ring_key_hash_salted(const char *tensor, uint32_t salt, uint32_t partition)
+{
+    return key_hash_of(name_hash(tensor), salt, partition);
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -289,6 +310,80 @@ size_t ts_ring_chain(const struct ts_ring *r, const char *tensor, uint32_t parti
 uint32_t ts_ring_lookup(const struct ts_ring *r, const char *tensor, uint32_t partition)
 {
     return ts_ring_lookup_hash(r, ts_ring_key_hash(tensor, partition));
+}
+
+/* The index of member id in r->members (ascending); id is a member. */
+static size_t member_index(const struct ts_ring *r, uint32_t id)
+{
+    size_t lo = 0, hi = r->n;
+
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->members[mid] <= id)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The least largest share any placement of the partitions on n shards can give: nparts - 1
+ * full ones (bytes each) and a last one of last <= bytes. The full ones put q or q + 1 on a
+ * shard; with r > 0 some shard has q + 1 and the short one fits beside a q, otherwise it goes
+ * on top of a q. */
+static uint64_t share_floor(uint32_t nparts, uint64_t bytes, uint64_t last, size_t n)
+{
+    uint64_t full = nparts - 1, q = full / n, r = full % n;
+
+    return r ? (q + 1) * bytes : q * bytes + last;
+}
+
+uint32_t ts_ring_choose_salt(const struct ts_ring *r, const char *tensor, uint32_t nparts,
+                             uint64_t part_bytes, uint64_t last_bytes, uint32_t tries,
+                             struct ts_ring_salt *out)
+{
+    uint64_t stack[64], *share = r->n <= 64 ? stack : malloc(r->n * sizeof(*share));
+    uint64_t nh = name_hash(tensor), best = UINT64_MAX, floor;
+    struct ts_ring_salt res = { 0 };
+    uint32_t salt;
+
+    if (!r->n || !nparts || !share) {   /* out of memory: salt 0 places as it always did */
+        if (share != stack)
+            free(share);
+        if (out)
+            *out = res;
+        return 0;
+    }
+    floor = share_floor(nparts, part_bytes, last_bytes, r->n);
+    tries = tries ? tries : 1;
+    if (tries > TS_RING_SALT_LOOKUPS / nparts)
+        tries = TS_RING_SALT_LOOKUPS / nparts ? TS_RING_SALT_LOOKUPS / nparts : 1;
+    for (salt = 0; salt < tries && best > floor; salt++) {
+        uint64_t max = 0;
+
+        memset(share, 0, r->n * sizeof(*share));
+        for (uint32_t p = 0; p < nparts; p++) {
+            size_t i = member_index(r, r->owner[point_at(r, key_hash_of(nh, salt, p))]);
+            share[i] += p + 1 == nparts ? last_bytes : part_bytes;
+            max = share[i] > max ? share[i] : max;
+            if (max >= best)   /* cannot win: ties go to the smaller salt */
+                break;
+        }
+        if (salt == 0)
+            res.salt0_share = max;
+        if (max < best) {
+            best = max;
+            res.salt = salt;
+        }
+    }
+    res.max_share = best;
+    res.floor = floor;
+    res.tried = salt;
+    if (share != stack)
+        free(share);
+    if (out)
+        *out = res;
+    return res.salt;
 }
 
 size_t ts_ring_members(const struct ts_ring *r)

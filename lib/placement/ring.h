@@ -53,10 +53,43 @@ ts_status ts_ring_create(const uint32_t *shard_ids, size_t n, unsigned vnodes,
 /* Frees r; NULL is a no-op. */
 void ts_ring_free(struct ts_ring *r);
 
-/* The 64-bit position of the key (tensor, partition) on the ring; independent of any ring, so
- * a caller may compute it once and use ts_ring_lookup_hash() against successive epochs.
- * tensor: borrowed, NUL-terminated, not NULL. */
+/* The 64-bit position of the key (tensor, partition) on the ring, salt 0; independent of any
+ * ring, so a caller may compute it once and use ts_ring_lookup_hash() against successive
+ * epochs. tensor: borrowed, NUL-terminated, not NULL. */
 uint64_t ts_ring_key_hash(const char *tensor, uint32_t partition);
+
+/* The key hash of partition `partition` of a tensor placed with `salt` (docs/placement.md,
+ * "Balance within a tensor: the placement salt"). Salt 0 gives ts_ring_key_hash exactly; any
+ * other salt is hashed too, so the tensor's partitions land on other points. A tensor keeps
+ * its salt for life, so its keys are as fixed as unsalted ones and every map keeps the ring's
+ * guarantees for it (keys move only to a joining shard, only from a leaving one). */
+uint64_t ts_ring_key_hash_salted(const char *tensor, uint32_t salt, uint32_t partition);
+
+/* Salts ts_ring_choose_salt tries by default, and the most partition lookups it makes in all:
+ * a tensor of more than TS_RING_SALT_LOOKUPS / tries partitions gets fewer tries (its many
+ * keys spread well anyway): choosing takes microseconds for a few partitions and about a
+ * millisecond at most (docs/placement.md has the measurements). */
+#define TS_RING_SALT_TRIES 256
+#define TS_RING_SALT_LOOKUPS 16384
+
+/* What ts_ring_choose_salt found, in bytes per shard. */
+struct ts_ring_salt {
+    uint32_t salt;                     /* the salt chosen */
+    uint64_t max_share;                /* the busiest shard's bytes under it */
+    uint64_t salt0_share;              /* ... under salt 0 */
+    uint64_t floor;                    /* the least any placement on these shards can give */
+    uint32_t tried;                    /* salts tried (it stops once one reaches floor) */
+};
+
+/* The salt in 0 .. tries-1 (tries 0: 1) that minimises the largest share of the tensor's
+ * bytes any one shard of r heads, ties to the smaller salt: a pure function of (r, tensor,
+ * sizes), so every worker under one map picks the same. Partitions 0 .. nparts-2 hold
+ * part_bytes each, the last last_bytes (it may be short). Stops at the first salt that
+ * reaches the floor (a perfect split); makes at most TS_RING_SALT_LOOKUPS lookups but always
+ * tries salt 0. Salt 0 for an empty ring or no partitions. out (may be NULL): the figures. */
+uint32_t ts_ring_choose_salt(const struct ts_ring *r, const char *tensor, uint32_t nparts,
+                             uint64_t part_bytes, uint64_t last_bytes, uint32_t tries,
+                             struct ts_ring_salt *out);
 
 /* The shard id that owns (tensor, partition), or 0 when the ring is empty. r: borrowed. */
 uint32_t ts_ring_lookup(const struct ts_ring *r, const char *tensor, uint32_t partition);

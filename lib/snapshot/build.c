@@ -53,6 +53,7 @@ static ts_tensor_manifest *entry(struct ts_snap_piece *pc, const struct ts_snap_
     spec->initializer = (char *)t->init;
     spec->seed = t->seed;
     spec->partition_bytes = t->partition_bytes;
+    spec->placement_salt = t->salt;
     tm->id = t->id;
     tm->spec = spec;
     tm->fan_in = t->fan_in;
@@ -169,6 +170,16 @@ ts_status ts_snap_merge(const struct ts_snap_piece *pieces, size_t n, uint64_t s
             }
             if (!first[src->id])
                 first[src->id] = src;
+            /* One salt per tensor on every shard (docs/placement.md); a restore places by it. */
+            if (first[src->id]->spec->placement_salt != src->spec->placement_salt) {
+                ts_status st = ts_err_set(err, TS_EINTERNAL, "snapshot: shard %u places "
+                                          "tensor '%s' with placement salt %u, another with %u",
+                                          pieces[i].shard, src->spec->name,
+                                          src->spec->placement_salt,
+                                          first[src->id]->spec->placement_salt);
+                free(count);   /* first[] lives in it */
+                return st;
+            }
             count[src->id] += (uint32_t)src->n_partitions;
             np += src->n_partitions;
         }

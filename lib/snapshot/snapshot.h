@@ -148,6 +148,7 @@ struct ts_snap_tensor {
     const uint64_t *shape;
     size_t ndim;
     uint64_t seed, fan_in, fan_out, numel, partition_bytes;
+    uint32_t salt;               /* its placement salt, for a restore to place it as it was */
 };
 
 /* One partition's copy, as captured at the snapshot's step. */
@@ -187,9 +188,10 @@ TS_MUST_CHECK ts_status ts_snap_piece_set_job(struct ts_snap_piece *pc, const st
                                               uint64_t data_seed, uint32_t micro_batch,
                                               struct ts_err *err);
 /* The union of n pieces as manifest m at step: tensors in id order, each with every piece's
- * partitions in index order, the job and chunk size (pieces that disagree on them:
- * TS_EINTERNAL naming both shards). Entries are borrowed from the pieces; the arrays are in
- * *mem (caller frees, also on error). The caller adds the rest and validates by committing. */
+ * partitions in index order, the job and chunk size (pieces that disagree on them, or on a
+ * tensor's placement salt: TS_EINTERNAL naming a shard). Entries are borrowed from the
+ * pieces; the arrays are in *mem (caller frees, also on error). The caller adds the rest and
+ * validates by committing. */
 TS_MUST_CHECK ts_status ts_snap_merge(const struct ts_snap_piece *pieces, size_t n,
                                       uint64_t step, ts_manifest *m, void **mem,
                                       struct ts_err *err);

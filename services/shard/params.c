@@ -307,11 +307,11 @@ ts_status params_restore_load(void *ctx, float *value, float *state, struct ts_e
     return ts_snap_read_partition(rc->sp->store, rc->m, rc->tm, rc->pm, value, state, err);
 }
 
-ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const char *name, uint32_t p,
-                          struct params_place *at, struct ts_err *err)
+ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct shard_tensor *t,
+                          uint32_t p, struct params_place *at, struct ts_err *err)
 {
     uint32_t chain[TS_MAX_CHAIN];
-    size_t ring = 0, n = ts_cluster_chain(cl, name, p, chain, &ring), k = 0;
+    size_t ring = 0, n = ts_cluster_chain(cl, t->name, t->salt, p, chain, &ring), k = 0;
 
     if (!n)
         return ts_err_set(err, TS_EUNAVAIL, "no shard is alive (map epoch %" PRIu64 ")",
@@ -340,7 +340,7 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
 
     for (uint32_t p = 0; p < t->nparts; p++) {
         struct params_place pl;
-        if ((st = params_place_of(cl, my_id, t->name, p, &pl, err)))
+        if ((st = params_place_of(cl, my_id, t, p, &pl, err)))
             return st;
         if (!pl.held || pl.joining)   /* a joining shard's copies are charged as they come */
             continue;
@@ -428,7 +428,14 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
     memcpy(t->shape, s->shape, s->n_shape * sizeof(uint64_t));
     t->partition_bytes = s->partition_bytes ? s->partition_bytes : TS_PARTITION_BYTES_DEFAULT;
     t->nparts = ts_partition_count(numel, sizeof(float), t->partition_bytes);
-    if ((st = charge(sp, sj, cl, my_id, t, err)) == TS_OK &&
+    t->salt = s->placement_salt;
+    /* A restored tensor goes on with its life, and so with the salt it had (the workers adopt
+     * it from the answer): the manifest's, 0 in one from before salts. */
+    if (sp->restore && !(tm = params_manifest_tensor(sp->restore, t, &st, err)))
+        ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
+    if (tm)
+        t->salt = tm->spec->placement_salt;
+    if (!st && (st = charge(sp, sj, cl, my_id, t, err)) == TS_OK &&
         (!(t->parts = calloc(t->nparts, sizeof(*t->parts))) ||
          !(t->follows = calloc(t->nparts, sizeof(*t->follows))) ||
          !(t->next = calloc(t->nparts, sizeof(*t->next))) ||
@@ -437,11 +444,9 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
          !(t->held = calloc(t->nparts, sizeof(*t->held))) ||
          !(t->prev = calloc(t->nparts, sizeof(*t->prev)))))
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
-    if (!st && sp->restore && !(tm = params_manifest_tensor(sp->restore, t, &st, err)))
-        ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
     for (uint32_t p = 0; !st && p < t->nparts; p++) {
         struct params_place at;
-        if ((st = params_place_of(cl, my_id, t->name, p, &at, err)) || !at.held)
+        if ((st = params_place_of(cl, my_id, t, p, &at, err)) || !at.held)
             continue;
         t->follows[p] = !at.head;
         t->next[p] = at.next;
@@ -474,7 +479,7 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
 ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                                 const Tessera__V1__RegisterTensorRequest *req, uint32_t **owned,
                                 size_t *nowned, uint32_t *nparts, uint64_t *version,
-                                struct ts_err *err)
+                                uint32_t *salt, struct ts_err *err)
 {
     struct shard_tensor *t = NULL;
     struct shard_job *sj = NULL;
@@ -503,6 +508,12 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     if (!st && t && !same_tensor(t, req))
         st = ts_err_set(err, TS_EEXIST, "tensor_id: %u is '%s' with another shape, initializer, "
                         "seed or sync period", t->id, t->name);
+    /* Another salt: a worker that chose under another map (or a restore). The first one stays,
+     * so that the tensor is placed one way on every shard; the answer names it. */
+    if (!st && t && t->salt != req->tensor->placement_salt)
+        ts_log(TS_INFO, "shard", "job %s tensor '%s': registered with tensor.placement_salt "
+               "%u; it keeps %u, the salt it was created with", sj->job.id, t->name,
+               req->tensor->placement_salt, t->salt);
     if (!st && !t && !(st = create_tensor(sp, sj, cl, my_id, req, numel, &t, err))) {
         /* A snapshot armed before this tensor existed covers it too (shard_params_arm). */
         for (uint32_t p = 0; sj->armed && p < t->nparts; p++) {
@@ -533,6 +544,7 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
         if (*version == UINT64_MAX)
             *version = 0;
         *nparts = t->nparts;
+        *salt = t->salt;
         follow_rollbacks(sj, req->rollbacks);
     }
     if (st && sp->njobs > njobs) {   /* a job made by this refused call: state as it was */

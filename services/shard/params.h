@@ -40,6 +40,9 @@ struct shard_tensor {
     char init[64];
     uint64_t seed, fan_in, fan_out, numel, partition_bytes;
     uint32_t sync_every;               /* steps per sync (RegisterTensorRequest.sync_every) */
+    /* Mixed into its partitions' keys (TensorSpec.placement_salt): fixed by the registration
+     * that created it (a restore: the snapshot's), never changed, used in every chain. */
+    uint32_t salt;
     uint64_t shape[SHARD_MAX_DIMS];
     size_t ndim;
     uint32_t nparts;
@@ -149,13 +152,16 @@ void shard_params_fini(struct shard_params *sp);
 
 /* Registers req's tensor. On TS_OK *owned is a malloc'd array (caller frees) of the *nowned
  * partition indices this shard holds, out of *nparts, and *version the lowest version among
- * them (0 for a fresh tensor, the snapshot's step for a restored one). cl is the shard's own
- * map handle (refreshed here when req->map_epoch is newer); my_id this shard's id. Errors
- * name the field; TS_ESTALE for an old map_epoch. */
+ * them (0 for a fresh tensor, the snapshot's step for a restored one); *salt the tensor's
+ * placement salt, which *owned follows: the request's if it created the tensor, else the
+ * tensor's own (a request with another is answered, not refused, and changes nothing: the
+ * worker adopts it; docs/placement.md). cl is the shard's own map handle (refreshed here
+ * when req->map_epoch is newer); my_id this shard's id. Errors name the field; TS_ESTALE for
+ * an old map_epoch. */
 ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                                 const Tessera__V1__RegisterTensorRequest *req, uint32_t **owned,
                                 size_t *nowned, uint32_t *nparts, uint64_t *version,
-                                struct ts_err *err) TS_MUST_CHECK;
+                                uint32_t *salt, struct ts_err *err) TS_MUST_CHECK;
 
 /* The job named id for a data-plane connection, or NULL: the job cannot be released until
  * shard_params_detach. */

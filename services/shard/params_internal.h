@@ -9,8 +9,9 @@
  * life for reading, or mu. */
 struct shard_job *params_find_job(struct shard_params *sp, const char *id);
 
-/* Where this shard stands in partition p's chain under cl's map: whether it holds the
- * partition, whether as the head, and the shard after it (0: none). */
+/* Where this shard stands in partition p's chain under cl's map (placed with t's name and
+ * salt): whether it holds the partition, whether as the head, and the shard after it (0:
+ * none). */
 struct params_place {
     bool held, head;
     uint32_t prev, next;               /* the shards before and after it (0: none) */
@@ -20,8 +21,8 @@ struct params_place {
     bool joining;
     size_t joiners;
 };
-ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const char *name, uint32_t p,
-                          struct params_place *at, struct ts_err *err) TS_MUST_CHECK;
+ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct shard_tensor *t,
+                          uint32_t p, struct params_place *at, struct ts_err *err) TS_MUST_CHECK;
 /* Whether joining shard id was given every tensor sj has now (repair.c); mu held. */
 bool params_introduced(const struct shard_job *sj, uint32_t id);
 

@@ -143,7 +143,7 @@ void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32
                 struct ts_err e = { 0 };
                 if (stale && t->parts[p])
                     drop(sp, sj, t, p, "this shard joins again: a copy comes from the head");
-                if (!params_place_of(cl, my_id, t->name, p, &at, &e))
+                if (!params_place_of(cl, my_id, t, p, &at, &e))
                     rechain_part(sp, sj, t, p, &at);
             }
         }

@@ -115,6 +115,7 @@ static void tensor_request(const struct shard_job *sj, const struct shard_tensor
     ts->initializer = (char *)t->init;
     ts->seed = t->seed;
     ts->partition_bytes = t->partition_bytes;
+    ts->placement_salt = t->salt;   /* the joining shard places the tensor as we do */
     req->job = js;
     req->tensor = ts;
     req->tensor_id = t->id;
@@ -153,6 +154,12 @@ static int64_t introduce_job(struct repair *r, struct ts_cluster *cl, struct sha
                    sj->job.id, t->name, id, e.msg);
             return -1;
         }
+        /* It knew the tensor already (it joins again), under another salt: its chains and
+         * ours differ. Never seen; said loudly should it ever happen. */
+        if (((Tessera__V1__RegisterTensorResponse *)resp)->placement_salt != t->salt)
+            ts_log(TS_ERROR, "repair", "job %s tensor '%s': joining shard %u places it with "
+                   "placement salt %u, this shard with %u", sj->job.id, t->name, id,
+                   ((Tessera__V1__RegisterTensorResponse *)resp)->placement_salt, t->salt);
         protobuf_c_message_free_unpacked(resp, NULL);
     }
     return count;

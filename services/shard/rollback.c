@@ -22,7 +22,7 @@ static ts_status rollback_part(struct shard_params *sp, struct shard_job *sj,
     ts_status st;
 
     *done = false;
-    if ((st = params_place_of(cl, my_id, t->name, p, &at, err)) || !at.held)
+    if ((st = params_place_of(cl, my_id, t, p, &at, err)) || !at.held)
         return st;
     pthread_mutex_lock(&sp->mu);
     t->follows[p] = !at.head;

@@ -189,7 +189,7 @@ static ts_status write_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
     struct ts_snap_tensor ts = {
         .id = t->id, .nparts = t->nparts, .name = t->name, .init = t->init, .shape = t->shape,
         .ndim = t->ndim, .seed = t->seed, .fan_in = t->fan_in, .fan_out = t->fan_out,
-        .numel = t->numel, .partition_bytes = t->partition_bytes,
+        .numel = t->numel, .partition_bytes = t->partition_bytes, .salt = t->salt,
     };
     struct ts_snap_part part = {
         .index = ts_part_index(p), .offset = ts_part_offset(p), .len = ts_part_len(p),

@@ -45,6 +45,12 @@ def train(master, workers, steps, extra=()):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def salts(store, ref):
+    """Each tensor's placement salt in snapshot ref (docs/placement.md)."""
+    shown = json.loads(cli(["snapshot", "show", "--store", store, ref, "--json"]).stdout)
+    return {t["name"]: t["placement_salt"] for t in shown["tensors"]}
+
+
 def snapshots(store):
     return json.loads(cli(["snapshot", "list", "--store", store, "--json"]).stdout)
 
@@ -201,9 +207,18 @@ class Snapshots(unittest.TestCase):
             for t in d["tensors"]:
                 self.assertEqual(t["change"], "same", t)
                 self.assertEqual(t["chunks_shared"], t["chunks"])
+            # A restored tensor keeps the placement salt it was snapshotted with, chosen for
+            # the first run's two shards, whatever its new workers proposed.
+            self.assertEqual(salts(store, "again"), salts(store, self.half))
             failed = False
         finally:
             cell.close(failed)
+
+    def test_manifest_records_placement_salts(self):
+        got = salts(self.store, self.half)
+        self.assertEqual(set(got), {t.spec.name for t in manifest(self.store, self.half).tensors})
+        # Some tensor of several partitions needed a salt to spread over the two shards.
+        self.assertTrue(any(got.values()), got)
 
     def test_restore_three_shards_one_worker(self):
         self.restore_and_train(3, 1)

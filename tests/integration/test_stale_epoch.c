@@ -95,7 +95,7 @@ static void stale_map_is_refused_then_refreshed(void **state)
     wait_alive(m, 2, &e1);
     assert_int_equal(ts_cluster_open(master_addr, &cl, NULL), TS_OK);
     assert_int_equal(ts_cluster_epoch(cl), e1);
-    assert_int_equal(ts_cluster_locate(cl, "layer0.weight", 0, &owner, NULL), TS_OK);
+    assert_int_equal(ts_cluster_locate(cl, "layer0.weight", 0, 0, &owner, NULL), TS_OK);
     assert_true(owner == 1 || owner == 2);
 
     /* A third shard joins: the master's epoch moves on, the cluster handle's does not. */

@@ -337,6 +337,181 @@ static void test_lookup_matches_reference(void **state)
     ts_ring_free(r);
 }
 
+/* ref_key_hash with a salt, from docs/placement.md alone: le32(salt) after the 12 bytes. */
+static uint64_t ref_key_hash_salted(const char *tensor, uint32_t salt, uint32_t part)
+{
+    uint64_t nh = XXH3_64bits_withSeed(tensor, strlen(tensor), TS_RING_SEED);
+    unsigned char b[16];
+
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(nh >> (8 * i));
+    for (int i = 0; i < 4; i++) {
+        b[8 + i] = (unsigned char)(part >> (8 * i));
+        b[12 + i] = (unsigned char)(salt >> (8 * i));
+    }
+    return XXH3_64bits_withSeed(b, salt ? 16 : 12, TS_RING_SEED);
+}
+
+/* Salt 0 is the unsalted key, bit for bit (every key placed before salts stays put); any other
+ * salt moves the key, as the documented encoding says. */
+static void test_salted_keys(void **state)
+{
+    char name[32];
+    uint32_t part;
+
+    (void)state;
+    for (int i = 0; i < 2000; i++) {
+        key_of(i, name, sizeof(name), &part);
+        assert_int_equal(ts_ring_key_hash_salted(name, 0, part), ts_ring_key_hash(name, part));
+        for (uint32_t salt = 1; salt < 4; salt++) {
+            uint64_t h = ts_ring_key_hash_salted(name, salt, part);
+            assert_int_equal(h, ref_key_hash_salted(name, salt, part));
+            assert_int_not_equal(h, ts_ring_key_hash(name, part));
+        }
+        assert_int_not_equal(ts_ring_key_hash_salted(name, 1, part),
+                             ts_ring_key_hash_salted(name, 2, part));
+    }
+    assert_int_equal(ts_ring_key_hash_salted("layer0.weight", 0, 0),
+                     UINT64_C(0x6ffef7b0ca565ef8));
+    assert_int_equal(ts_ring_key_hash_salted("layer0.weight", 1, 0),
+                     UINT64_C(0x46a689349a780d39));
+}
+
+/* Partitions of tensor name, placed with salt, per shard of ids 1..4 into cnt[0..4). */
+static void split4(const struct ts_ring *r, const char *name, uint32_t salt, uint32_t nparts,
+                   unsigned cnt[4])
+{
+    memset(cnt, 0, 4 * sizeof(*cnt));
+    for (uint32_t p = 0; p < nparts; p++) {
+        uint32_t id = ts_ring_lookup_hash(r, ts_ring_key_hash_salted(name, salt, p));
+        assert_true(id >= 1 && id <= 4);
+        cnt[id - 1]++;
+    }
+}
+
+static unsigned max4(const unsigned c[4])
+{
+    unsigned m = 0;
+
+    for (int i = 0; i < 4; i++)
+        m = c[i] > m ? c[i] : m;
+    return m;
+}
+
+/* The chooser on shards 1..4, tensor "x" in 1 MiB partitions (the brief's case: salt 0 splits
+ * 4 partitions 1/0/2/1, 16 3/3/5/5, 64 17/19/14/14, so the busiest shard paces the step). */
+static void test_choose_salt_balances(void **state)
+{
+    static const uint32_t ids[] = { 1, 2, 3, 4 }, shuffled[] = { 3, 1, 4, 2 };
+    static const struct {
+        uint32_t nparts;
+        unsigned salt0[4], max;      /* salt 0's split; the busiest shard the chooser gets */
+    } cases[] = {
+        { 4, { 1, 0, 2, 1 }, 1 },
+        { 16, { 3, 3, 5, 5 }, 4 },
+        { 64, { 17, 19, 14, 14 }, 17 },   /* measured: no salt below 256 gets 16 */
+    };
+    const uint64_t mib = 1 << 20;
+    struct ts_ring *r = make(ids, 4, 0), *r2 = make(shuffled, 4, 0);
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct ts_ring_salt a, b;
+        unsigned cnt[4];
+        uint32_t n = cases[i].nparts;
+        uint32_t salt = ts_ring_choose_salt(r, "x", n, mib, mib, TS_RING_SALT_TRIES, &a);
+
+        split4(r, "x", 0, n, cnt);
+        assert_memory_equal(cnt, cases[i].salt0, sizeof(cnt));
+        assert_int_equal(a.salt0_share, max4(cases[i].salt0) * mib);
+        split4(r, "x", salt, n, cnt);
+        assert_int_equal(max4(cnt), cases[i].max);
+        assert_int_equal(a.max_share, cases[i].max * mib);
+        assert_true(a.max_share < a.salt0_share);
+        assert_int_equal(a.floor, (n + 3) / 4 * mib);
+        assert_true(a.salt > 0 && a.salt < TS_RING_SALT_TRIES);
+        /* A perfect split ends the search; otherwise every salt was tried. */
+        assert_int_equal(a.tried, a.max_share == a.floor ? a.salt + 1 : TS_RING_SALT_TRIES);
+        /* Deterministic: again, and on the same members given in another order. */
+        assert_int_equal(ts_ring_choose_salt(r2, "x", n, mib, mib, TS_RING_SALT_TRIES, &b),
+                         salt);
+        assert_true(a.max_share == b.max_share && a.salt0_share == b.salt0_share &&
+                    a.floor == b.floor && a.tried == b.tried);
+        /* Ties go to the smallest salt: no smaller salt does as well. */
+        for (uint32_t s = 0; s < salt; s++) {
+            split4(r, "x", s, n, cnt);
+            assert_true(max4(cnt) > cases[i].max);
+        }
+    }
+    ts_ring_free(r);
+    ts_ring_free(r2);
+}
+
+/* Bytes, not counts: 5 partitions on 4 shards, the last of 4 bytes. Some shard heads two;
+ * only the salts that pair the short one with a full one reach the floor, 1 MiB + 4. */
+static void test_choose_salt_counts_bytes(void **state)
+{
+    static const uint32_t ids[] = { 1, 2, 3, 4 };
+    const uint64_t mib = 1 << 20;
+    struct ts_ring *r = make(ids, 4, 0);
+    struct ts_ring_salt a;
+    uint64_t share[4] = { 0 };
+    uint32_t salt = ts_ring_choose_salt(r, "x", 5, mib, 4, TS_RING_SALT_TRIES, &a);
+
+    (void)state;
+    for (uint32_t p = 0; p < 5; p++)
+        share[ts_ring_lookup_hash(r, ts_ring_key_hash_salted("x", salt, p)) - 1] +=
+            p == 4 ? 4 : mib;
+    assert_int_equal(a.floor, mib + 4);
+    assert_int_equal(a.max_share, mib + 4);
+    for (int i = 0; i < 4; i++)
+        assert_true(share[i] <= mib + 4);
+    ts_ring_free(r);
+}
+
+/* What is left alone: one partition (any salt is as good: 0), an empty ring, and tensors so
+ * large that only salt 0 fits the lookup budget. tries 1 is salt 0. */
+static void test_choose_salt_edges(void **state)
+{
+    static const uint32_t ids[] = { 1, 2, 3 };
+    struct ts_ring *r = make(ids, 3, 0), *e = make(NULL, 0, 0);
+    struct ts_ring_salt a;
+
+    (void)state;
+    assert_int_equal(ts_ring_choose_salt(r, "x", 1, 100, 100, TS_RING_SALT_TRIES, &a), 0);
+    assert_int_equal(a.tried, 1);
+    assert_int_equal(a.max_share, 100);
+    assert_int_equal(ts_ring_choose_salt(e, "x", 8, 100, 100, TS_RING_SALT_TRIES, &a), 0);
+    assert_int_equal(ts_ring_choose_salt(r, "x", 0, 100, 100, TS_RING_SALT_TRIES, NULL), 0);
+    assert_int_equal(ts_ring_choose_salt(r, "x", 16, 100, 100, 1, &a), 0);
+    assert_int_equal(a.tried, 1);
+    assert_int_equal(ts_ring_choose_salt(r, "x", TS_RING_SALT_LOOKUPS + 1, 4, 4,
+                                         TS_RING_SALT_TRIES, &a), 0);
+    assert_int_equal(a.tried, 1);
+    ts_ring_choose_salt(r, "x", TS_RING_SALT_LOOKUPS / 16, 4, 4, TS_RING_SALT_TRIES, &a);
+    assert_true(a.tried <= 16);
+    ts_ring_free(r);
+    ts_ring_free(e);
+}
+
+/* More than 64 shards: the shares live on the heap (freed on every path; ASan checks). */
+static void test_choose_salt_many_shards(void **state)
+{
+    uint32_t ids[70];
+    struct ts_ring *r;
+    struct ts_ring_salt a;
+
+    (void)state;
+    for (uint32_t i = 0; i < 70; i++)
+        ids[i] = 100 + 3 * i;
+    r = make(ids, 70, 64);
+    assert_int_equal(ts_ring_choose_salt(r, "x", 0, 4, 4, TS_RING_SALT_TRIES, &a), 0);
+    ts_ring_choose_salt(r, "x", 140, 4, 4, TS_RING_SALT_TRIES, &a);
+    assert_int_equal(a.floor, 2 * 4);
+    assert_true(a.max_share <= a.salt0_share && a.max_share >= a.floor);
+    ts_ring_free(r);
+}
+
 static void test_empty_and_single(void **state)
 {
     static const uint32_t one[] = { 42 };
@@ -406,6 +581,11 @@ int main(void)
         cmocka_unit_test(test_input_order_does_not_matter),
         cmocka_unit_test(test_golden_values),
         cmocka_unit_test(test_lookup_matches_reference),
+        cmocka_unit_test(test_salted_keys),
+        cmocka_unit_test(test_choose_salt_balances),
+        cmocka_unit_test(test_choose_salt_counts_bytes),
+        cmocka_unit_test(test_choose_salt_edges),
+        cmocka_unit_test(test_choose_salt_many_shards),
         cmocka_unit_test(test_empty_and_single),
         cmocka_unit_test(test_bad_members),
     };

@@ -409,8 +409,9 @@ static void *blocks_alloc(void *ctx, size_t n)
 
 /* Two shards' pieces of two tensors merge into one manifest (tensors by id, partitions by
  * index, whatever order the shards added them in), commit on a branch by compare-and-swap,
- * read back exactly; a tag is checked, set, and refused twice; pieces that disagree on the
- * job are refused naming both shards. */
+ * read back exactly (a tensor's placement salt too: 0, written as nothing, is how a manifest
+ * from before salts reads); a tag is checked, set, and refused twice; pieces that disagree on
+ * the job are refused naming both shards, and on a tensor's salt naming one. */
 static void test_pieces_merge_commit(void **state)
 {
     struct fx *f = *state;
@@ -418,7 +419,7 @@ static void test_pieces_merge_commit(void **state)
     uint64_t wshape = 10, bshape = 3;
     struct ts_snap_tensor tw = { .id = 0, .nparts = 5, .name = "w", .init = "zeros",
                                  .shape = &wshape, .ndim = 1, .numel = 10,
-                                 .partition_bytes = 8 };
+                                 .partition_bytes = 8, .salt = 7 };
     struct ts_snap_tensor tb = { .id = 1, .nparts = 1, .name = "b", .init = "zeros",
                                  .shape = &bshape, .ndim = 1, .numel = 3,
                                  .partition_bytes = 64 };
@@ -458,6 +459,7 @@ static void test_pieces_merge_commit(void **state)
     assert_string_equal(m.tensors[0]->spec->name, "w");
     assert_string_equal(m.tensors[1]->spec->name, "b");
     assert_int_equal(m.tensors[0]->n_partitions, 5);
+    assert_int_equal(m.tensors[0]->spec->placement_salt, 7);
     for (uint32_t p = 0; p < 5; p++) {
         assert_int_equal(m.tensors[0]->partitions[p]->index, p);
         assert_int_equal(m.tensors[0]->partitions[p]->shard_id, p % 2 ? 2 : 1);
@@ -485,6 +487,8 @@ static void test_pieces_merge_commit(void **state)
                                             back->tensors[1]->partitions[0], got, NULL, &e),
                      TS_OK);
     assert_memory_equal(got, bias, sizeof(bias));
+    assert_int_equal(back->tensors[0]->spec->placement_salt, 7);
+    assert_int_equal(back->tensors[1]->spec->placement_salt, 0);
     ts_manifest_free(back);
 
     assert_int_equal(ts_snap_tag_check(f->s, "v1", &e), TS_OK);
@@ -505,6 +509,13 @@ static void test_pieces_merge_commit(void **state)
     e = (struct ts_err){ 0 };
     assert_int_equal(ts_snap_merge(pc, 2, 5, &m, &arrays, &e), TS_EINTERNAL);
     assert_non_null(strstr(e.msg, "shards 1 and 2 disagree"));
+    free(arrays);
+    job.workers = 2;
+    assert_int_equal(ts_snap_piece_set_job(&pc[1], &job, 3, 16, &e), TS_OK);
+    pc[1].tensors[0]->spec->placement_salt = 8;
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_snap_merge(pc, 2, 5, &m, &arrays, &e), TS_EINTERNAL);
+    assert_non_null(strstr(e.msg, "shard 2 places tensor 'w' with placement salt 8"));
     free(arrays);
     for (size_t i = 0; i < mem.n; i++)
         free(mem.p[i]);

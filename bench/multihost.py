@@ -18,8 +18,8 @@ R each way with tc tbf): a master host m, shard hosts s0..s3, worker hosts w0..w
      shard heads about 16 and pulls overlap the pushes after them), 2 warm-up then --iters
      timed tessera_step calls (push S, pull S), BSP.
      A step takes the slowest worker's time; the figure is the median over steps.
-     tessera-master --placement is passed when the master's --help lists it (--placement,
-     default striped); otherwise the run says the master has none and the ring places.
+     Placement: the ring, each tensor under the salt its workers choose for balance
+     (docs/placement.md); --salt 0 sets TESSERA_PLACEMENT_SALT=0 for the ring's own split.
   2. gloo: bench/pushpull_gloo.py --rank i on each w_i, 4 ranks meeting at w0's address
      (GLOO_SOCKET_IFNAME=eth0), all_reduce of S bytes, the same warm-up and timed calls.
 algbw = S / step (GB/s = 1e9 B/s); fraction of R = algbw * 8 / R. CPU per step: Tessera's
@@ -265,8 +265,6 @@ class RateRun:
 
     def start_cluster(self):
         cmd = [self.bin("tessera-master"), "--listen", self.master]
-        if self.caps["placement"]:
-            cmd += ["--placement", self.a.placement]
         self.cluster = [self.spawn("m", cmd, "master")]
         for s in SHARDS:
             addr = f"{self.net.addr(s)}:{SHARD_PORT}"
@@ -608,9 +606,9 @@ def parse():
                     help="Tessera's partition size in KiB, or auto (default): S / 64, within "
                          "64 KiB .. 4 MiB, so that each shard heads 16 partitions of the "
                          "tensor and a pull overlaps the pushes after it")
-    ap.add_argument("--placement", default="striped",
-                    help="tessera-master --placement, where the master has it (default "
-                         "striped; the run says so where it has not)")
+    ap.add_argument("--salt", default="auto",
+                    help="the workers' TESSERA_PLACEMENT_SALT: auto (default) balances each "
+                         "tensor over the shards; 0 places it by the ring's own hash")
     ap.add_argument("--python", default="/usr/bin/python3",
                     help="python3 with torch, for gloo (default /usr/bin/python3)")
     ap.add_argument("--tag", default=None,
@@ -636,6 +634,8 @@ def parse():
         ap.error(f"--partition-kib: '{a.partition_kib}'; want auto or 1..131072 (KiB)")
     if not re.fullmatch(r"[A-Za-z0-9]{1,16}", a.tag):
         ap.error("--tag: 1 to 16 letters and digits")
+    if a.salt != "auto" and not (a.salt.isdigit() and int(a.salt) < 1 << 32):
+        ap.error(f"--salt: '{a.salt}'; want auto or a salt 0..4294967295")
     if len({r for _, r in a.rates}) != len(a.rates) or len({b for b, _ in a.rates}) != len(
             a.rates):
         ap.error("--rates: each rate once")
@@ -647,15 +647,11 @@ def parse():
 
 def capabilities(a):
     """What the build offers, detected: a missing option is said, not failed on."""
-    caps = {"placement": has_option(os.path.join(a.bin, "tessera-master"), "--placement"),
-            "advertise": has_option(os.path.join(a.bin, "tessera-shard"), "--advertise")}
-    caps["placement_desc"] = (f"--placement {a.placement}" if caps["placement"] else
-                              "the consistent-hash ring (tessera-master has no --placement "
-                              "option)")
+    caps = {"advertise": has_option(os.path.join(a.bin, "tessera-shard"), "--advertise")}
+    caps["placement_desc"] = ("the ring, each tensor under the salt that balances it "
+                              "(TESSERA_PLACEMENT_SALT=auto)" if a.salt == "auto" else
+                              f"the ring, TESSERA_PLACEMENT_SALT={a.salt}")
     notes = []
-    if not caps["placement"]:
-        notes.append(f"tessera-master has no --placement option: ran without it (asked: "
-                     f"{a.placement}); the consistent-hash ring places the partitions")
     if not caps["advertise"]:
         notes.append("tessera-shard has no --advertise option: shards listen on their host's "
                      "address instead of 0.0.0.0")
@@ -666,6 +662,7 @@ def main():
     a = parse()
     t_start = time.monotonic()
     os.environ[TAG_ENV] = a.tag      # every child inherits it: a test finds what is left
+    os.environ["TESSERA_PLACEMENT_SALT"] = a.salt
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # -> KeyboardInterrupt -> finally
         signal.signal(sig, signal.default_int_handler)
     procs, logs = Procs(), tempfile.mkdtemp(prefix=f"ts-bench-multihost-{a.tag}-")
@@ -706,8 +703,8 @@ def main():
     result = {"name": "multihost", "machine": machine_desc(), "ok": not errors,
               "quick": a.quick, "workers": len(WORKERS), "shards": len(SHARDS),
               "warmup": WARMUP, "iters": a.iters, "partition_kib": {s: partition_bytes(a, s) // 1024 for s in a.sizes},
-              "placement": {"asked": a.placement, "master_has_option": caps["placement"],
-                            "used": caps["placement_desc"], "partitions": placements},
+              "placement": {"salt": a.salt, "used": caps["placement_desc"],
+                            "partitions": placements},
               "rates": [r for _, r in a.rates], "sizes_mib": a.sizes,
               "goal": {"rate": "1gbit", "fraction_of_r": GOAL_OF_R, "vs_gloo": GOAL_VS_GLOO},
               "rows": rows + [{"system": "limit", "rate": r, "rate_bps": b,

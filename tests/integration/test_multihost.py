@@ -114,6 +114,18 @@ class MultiHost(unittest.TestCase):
         except OSError:
             return False
 
+    def test_0_bad_options_are_refused_naming_the_option(self):
+        """Before any namespace is made: a partition size of 0 or larger than the tensor, a
+        salt that is not one, each exit 2 naming the option."""
+        for args, needle in ((["--partition-kib", "0"], "--partition-kib: '0'"),
+                             (["--partition-kib", "8192", "--sizes", "4"],
+                              "larger than the 4 MiB tensor"),
+                             (["--salt", "-1"], "--salt: '-1'")):
+            r = subprocess.run([sys.executable, BENCH, "--bin", tl.BIN] + args,
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(needle, r.stderr, args)
+
     def test_a_quick_run_writes_its_rows_and_leaves_nothing(self):
         tag, out = "mt%da" % os.getpid(), os.path.join(tl.TEST_TMP, "multihost.json")
         with open(os.path.join(tl.TEST_TMP, "multihost-a.err"), "w+") as errf:

@@ -47,6 +47,53 @@ def die_with_us():
     return preexec
 
 
+class Procs:
+    """Every process a bench starts, each in its own session (= process group), each dying with
+    the thread that started it (die_with_us). name: the bench's, for the log; text: the
+    children's pipes are text."""
+
+    def __init__(self, name, text=False):
+        self.name, self.text, self.live = name, text, []
+
+    def start(self, cmd, stdout, stderr):
+        p = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                             start_new_session=True, text=self.text, preexec_fn=die_with_us())
+        self.live.append(p)
+        return p
+
+    def stop(self, procs=None, grace=10):
+        """SIGTERM to each group, SIGKILL after `grace` s. A group is signalled only while its
+        leader is unreaped, so its id cannot have been reused by someone else's process (our
+        processes start no children: nsenter execs the binary in place)."""
+        procs = list(self.live if procs is None else procs)
+        for p in procs:
+            self.signal(p, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.signal(p, signal.SIGKILL)
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    print(f"{self.name}: pid {p.pid} did not exit after SIGKILL",
+                          file=sys.stderr, flush=True)
+            for f in (p.stdout, p.stderr):
+                if f:
+                    f.close()
+            if p in self.live:
+                self.live.remove(p)
+
+    @staticmethod
+    def signal(p, sig):
+        if p.returncode is None:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
 def sh(cmd, check=True):
     """Runs a setup command; returns (rc, stderr)."""
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -50,7 +50,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from emuhosts import Net  # noqa: E402
+from emuhosts import Net, Procs  # noqa: E402
 NPARAMS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10  # the MLP: 235,146 floats
 PULL_BYTES = NPARAMS * 4                                    # pulls are never compressed
 TRAIN_N = 60000
@@ -76,47 +76,6 @@ HOSTS = ["master", "shard0", "shard1", "worker0", "worker1"]  # 10.77.0.1 .. 10.
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
-
-
-class Procs:
-    """Every process we start, each in its own session (= process group)."""
-
-    def __init__(self):
-        self.live = []
-
-    def start(self, cmd, stdout, stderr):
-        p = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                             start_new_session=True, text=True)
-        self.live.append(p)
-        return p
-
-    def stop(self, procs=None, grace=10):
-        """SIGTERM to each group, SIGKILL after `grace` s. A group is signalled only while its
-        leader is unreaped, so its id cannot have been reused by someone else's process (our
-        processes start no children: nsenter execs the binary in place)."""
-        procs = list(self.live if procs is None else procs)
-        for p in procs:
-            self.signal(p, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.signal(p, signal.SIGKILL)
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    log(f"modes.py: pid {p.pid} did not exit after SIGKILL")
-            if p in self.live:
-                self.live.remove(p)
-
-    @staticmethod
-    def signal(p, sig):
-        if p.returncode is None:
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                pass
 
 
 class Cluster:
@@ -378,7 +337,7 @@ def main():
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # -> KeyboardInterrupt -> finally
         signal.signal(sig, signal.default_int_handler)
     net = Net(HOSTS, not a.no_netns, a.rate, f"tsm{os.getpid()}")
-    procs, logs = Procs(), tempfile.mkdtemp(prefix="ts-bench-modes-")
+    procs, logs = Procs("modes.py", text=True), tempfile.mkdtemp(prefix="ts-bench-modes-")
     cluster, runs, failed, notes = None, {}, False, []
     try:
         if net.netns:

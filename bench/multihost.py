@@ -57,7 +57,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from emuhosts import Net, die_with_us  # noqa: E402
+from emuhosts import Net, Procs, die_with_us  # noqa: E402
 
 SHARDS = ["s0", "s1", "s2", "s3"]
 WORKERS = ["w0", "w1", "w2", "w3"]
@@ -115,49 +115,6 @@ def machine_desc():
     except OSError:
         pass
     return f"{os.cpu_count()} cpus" + (f", {model}" if model else "")
-
-
-class Procs:
-    """Every process we start, each in its own session (= process group), each dying with us."""
-
-    def __init__(self):
-        self.live = []
-
-    def start(self, cmd, stdout, stderr):
-        p = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                             start_new_session=True, preexec_fn=die_with_us())
-        self.live.append(p)
-        return p
-
-    def stop(self, procs=None, grace=10):
-        """SIGTERM to each group, SIGKILL after `grace` s. A group is signalled only while its
-        leader is unreaped, so its id cannot be someone else's by then."""
-        procs = list(self.live if procs is None else procs)
-        for p in procs:
-            self.signal(p, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.signal(p, signal.SIGKILL)
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    log(f"pid {p.pid} did not exit after SIGKILL")
-            for f in (p.stdout, p.stderr):
-                if f:
-                    f.close()
-            if p in self.live:
-                self.live.remove(p)
-
-    @staticmethod
-    def signal(p, sig):
-        if p.returncode is None:
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                pass
 
 
 class Lines:
@@ -672,7 +629,7 @@ def main():
     os.environ["TESSERA_PLACEMENT_SALT"] = a.salt
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # -> KeyboardInterrupt -> finally
         signal.signal(sig, signal.default_int_handler)
-    procs, logs = Procs(), tempfile.mkdtemp(prefix=f"ts-bench-multihost-{a.tag}-")
+    procs, logs = Procs("multihost"), tempfile.mkdtemp(prefix=f"ts-bench-multihost-{a.tag}-")
     caps, notes = capabilities(a)
     for n in notes:
         log(n)

@@ -56,12 +56,15 @@
 
 struct cluster {
     /* shards: pid only; benchlib's bench_master_stop stops them */
-    struct bench_master m, shard[NSHARDS];
+    struct bench_master m, shard[PP_MAX_SHARDS];
+    int nshards;
 };
 
 /* Children other than the master, for the signal handler (benchlib's stops the master):
- * shards, workers, then the gloo script. */
-static volatile pid_t kids[NSHARDS + NWORKERS + 1];
+ * shards at [0, PP_MAX_SHARDS), workers at KID_WORKER + k, then the gloo script at KID_GLOO. */
+#define KID_WORKER PP_MAX_SHARDS
+#define KID_GLOO (PP_MAX_SHARDS + PP_MAX_WORKERS)
+static volatile pid_t kids[KID_GLOO + 1];
 
 static void on_sig(int sig)
 {
@@ -75,6 +78,7 @@ static void on_sig(int sig)
 
 static struct {
     int64_t base;
+    int nshards;
     atomic_bool stop;
     atomic_uint_least64_t scrapes;     /* answered with a body */
     pthread_t thread;
@@ -105,7 +109,7 @@ static void *scrape_main(void *arg)
 {
     (void)arg;
     while (!atomic_load(&scraper.stop)) {
-        for (int i = 0; i < NSHARDS; i++)
+        for (int i = 0; i < scraper.nshards; i++)
             if (scrape_once((int)scraper.base + i))
                 atomic_fetch_add(&scraper.scrapes, 1);
         for (int k = 0; k < 20 && !atomic_load(&scraper.stop); k++)
@@ -114,10 +118,10 @@ static void *scrape_main(void *arg)
     return NULL;
 }
 
-/* ---- child processes: a master and NSHARDS shards offering one transport, 2 workers ---- */
+/* ---- child processes: a master and --shards shards offering one transport, --workers workers ---- */
 
 
-/* Waits until the master's map holds NSHARDS shards (started with --transport tp, they offer
+/* Waits until the master's map holds c->nshards shards (started with --transport tp, they offer
  * only tp; the workers check the transport they got). */
 static ts_status wait_shards(const struct cluster *c, const char *tp, struct ts_err *err)
 {
@@ -131,12 +135,12 @@ static ts_status wait_shards(const struct cluster *c, const char *tp, struct ts_
     while (!ready && !st) {
         Tessera__V1__ShardMap *map;
         if (!ts_master_shard_map(mc, &map, NULL)) {
-            ready = map->n_shards == NSHARDS;
+            ready = map->n_shards == (size_t)c->nshards;
             tessera__v1__shard_map__free_unpacked(map, NULL);
         }
         if (!ready && ts_now_ms() > until)
             st = ts_err_set(err, TS_ETIMEDOUT, "%d shards --transport %s not in the map after "
-                            "%d ms (their stderr is above)", NSHARDS, tp, SHARD_WAIT_MS);
+                            "%d ms (their stderr is above)", c->nshards, tp, SHARD_WAIT_MS);
         if (!st && !ready)
             ts_sleep_ms(50);
     }
@@ -146,7 +150,7 @@ static ts_status wait_shards(const struct cluster *c, const char *tp, struct ts_
 
 static void cluster_stop(struct cluster *c)
 {
-    for (int i = 0; i < NSHARDS; i++) {
+    for (int i = 0; i < c->nshards; i++) {
         bench_master_stop(&c->shard[i]);
         kids[i] = 0;
     }
@@ -160,6 +164,7 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
     ts_status st;
 
     memset(c, 0, sizeof(*c));
+    c->nshards = (int)o->shards;
     c->m.replicas = (int)o->replicas;
     c->m.tls_dir = o->tls;
     snprintf(exe, sizeof(exe), "%s/tessera-shard", o->bin);
@@ -168,7 +173,7 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
                           strerror(errno));
     if ((st = bench_master_start(o->bin, &c->m, err)))
         return st;
-    for (int i = 0; i < NSHARDS && !st; i++) {
+    for (int i = 0; i < c->nshards && !st; i++) {
         char port[16], tls[3][512];
         char *argv[24] = { exe, "--master", c->m.target, "--listen", "127.0.0.1:0",
                            "--transport", (char *)tp, "--grace-ms", "1000" };
@@ -213,11 +218,10 @@ static ts_status spawn_reader(const char *exe, char **argv, pid_t *pid, FILE **o
 static ts_status worker_spawn(const struct opts *o, const struct cluster *c, const struct run *r,
                               int rank, struct wchild *w, struct ts_err *err)
 {
-    char job[64], rk[8], bytes[24], iters[24], nw[8];
-    /* Partition bytes 0: the SDK's 4 MiB. */
+    char job[64], rk[8], bytes[24], iters[24], nw[8], pb[24];
     char *argv[] = { "bench_pushpull", "--worker", (char *)c->m.target, job,
                      (char *)r->transport, rk, bytes, iters, r->exact ? "1" : "0",
-                     r->buffers ? "1" : "0", nw, "0", NULL };
+                     r->buffers ? "1" : "0", nw, pb, NULL };
 
     /* One job per run: a job's tensor and its versions start afresh. */
     snprintf(job, sizeof(job), "pp-%d-%s-%" PRId64 "-%s-%s", (int)getpid(), r->transport,
@@ -225,11 +229,12 @@ static ts_status worker_spawn(const struct opts *o, const struct cluster *c, con
     snprintf(rk, sizeof(rk), "%d", rank);
     snprintf(bytes, sizeof(bytes), "%" PRIu64, (uint64_t)r->size_mib * MIB);
     snprintf(iters, sizeof(iters), "%" PRId64, o->iters);
-    snprintf(nw, sizeof(nw), "%d", NWORKERS);
+    snprintf(nw, sizeof(nw), "%" PRId64, o->workers);
+    snprintf(pb, sizeof(pb), "%" PRId64, o->partition_kib * 1024);   /* 0: the SDK's 4 MiB */
     return spawn_reader("/proc/self/exe", argv, &w->pid, &w->out, err);
 }
 
-/* ---- one measurement: 2 workers against the cluster ---- */
+/* ---- one measurement: --workers workers against the cluster ---- */
 
 /* Reads worker k's next line: with ns, "TRANSPORT CPU_NS NS..." into ns[0..n) and *cpu_ns. */
 static ts_status read_line(const struct run *r, struct wchild *w, int k, int64_t n, int64_t *ns,
@@ -274,20 +279,20 @@ static uint64_t shard_ticks(const struct cluster *c)
 {
     uint64_t sum = 0, t;
 
-    for (int i = 0; i < NSHARDS; i++)
+    for (int i = 0; i < c->nshards; i++)
         if (!bench_proc_cpu_ticks(c->shard[i].pid, &t, NULL))
             sum += t;
     return sum;
 }
 
-/* The median in ms of each step's slower worker. ns holds NWORKERS series of n; the first is
+/* The median in ms of each step's slowest worker. ns holds `workers` series of n; the first is
  * overwritten and sorted. */
-static double slower_median(int64_t *ns, int64_t n, double *min, double *max)
+static double slower_median(int64_t *ns, int64_t n, int64_t workers, double *min, double *max)
 {
     struct bench_lat l;
 
     for (int64_t i = 0; i < n; i++)
-        for (int k = 1; k < NWORKERS; k++)
+        for (int64_t k = 1; k < workers; k++)
             ns[i] = ns[i] > ns[k * n + i] ? ns[i] : ns[k * n + i];
     bench_lat_from_ns(ns, (size_t)n, &l); /* sorts */
     *min = (double)ns[0] / 1e6;
@@ -295,22 +300,22 @@ static double slower_median(int64_t *ns, int64_t n, double *min, double *max)
     return (n % 2 ? (double)ns[n / 2] : (double)(ns[n / 2 - 1] + ns[n / 2]) / 2) / 1e6;
 }
 
-/* Reads both workers' lines: "ready" (then the CPU clocks are read), then the results. */
+/* Reads every worker's lines: "ready" (then the CPU clocks are read), then the results. */
 static ts_status collect(const struct opts *o, const struct cluster *c, struct run *r,
                          struct wchild *w, struct ts_err *err)
 {
-    int64_t n = o->iters, cpu = 0, wcpu = 0, *ns = calloc((size_t)(NWORKERS * n), sizeof(*ns));
+    int64_t n = o->iters, cpu = 0, wcpu = 0, *ns = calloc((size_t)(o->workers * n), sizeof(*ns));
     double tick_ms = 1e3 / (double)sysconf(_SC_CLK_TCK);
     uint64_t t0, b0;
     ts_status st = TS_OK;
 
     if (!ns)
         return ts_err_set(err, TS_ENOMEM, "out of memory");
-    for (int k = 0; k < NWORKERS && !st; k++)
+    for (int k = 0; k < o->workers && !st; k++)
         st = read_line(r, &w[k], k, n, NULL, NULL, err);
     t0 = shard_ticks(c);
     b0 = machine_busy_ticks();
-    for (int k = 0; k < NWORKERS && !st; k++) {
+    for (int k = 0; k < o->workers && !st; k++) {
         st = read_line(r, &w[k], k, n, ns + k * n, &cpu, err);
         wcpu += cpu;
     }
@@ -319,7 +324,7 @@ static ts_status collect(const struct opts *o, const struct cluster *c, struct r
         r->worker_cpu_ms = (double)wcpu / 1e6 / (double)n;
         r->other_cpu_ms = (double)(machine_busy_ticks() - b0) * tick_ms / (double)n -
                           r->shard_cpu_ms - r->worker_cpu_ms;
-        r->med_ms = slower_median(ns, n, &r->min_ms, &r->max_ms);
+        r->med_ms = slower_median(ns, n, o->workers, &r->min_ms, &r->max_ms);
         r->gbs = (double)((uint64_t)r->size_mib * MIB) / (r->med_ms * 1e6);
         r->done = true;
     }
@@ -330,27 +335,27 @@ static ts_status collect(const struct opts *o, const struct cluster *c, struct r
 static ts_status run_one(const struct opts *o, const struct cluster *c, struct run *r,
                          struct ts_err *err)
 {
-    static struct wchild w[NWORKERS];   /* big line buffers: not on the stack */
+    static struct wchild w[PP_MAX_WORKERS];   /* big line buffers: not on the stack */
     ts_status st = TS_OK;
     int status;
 
     memset(w, 0, sizeof(w));
     fprintf(stderr, "  %s %s %" PRId64 " MiB: %d + %" PRId64 " steps...\n", r->name,
             r->exact ? "exact" : "float", r->size_mib, WARMUP, o->iters);
-    for (int k = 0; k < NWORKERS && !st; k++)
+    for (int k = 0; k < o->workers && !st; k++)
         if (!(st = worker_spawn(o, c, r, k, &w[k], err)))
-            kids[NSHARDS + k] = w[k].pid;
+            kids[KID_WORKER + k] = w[k].pid;
     if (!st)
         st = collect(o, c, r, w, err);
-    for (int k = 0; k < NWORKERS; k++) {
+    for (int k = 0; k < o->workers; k++) {
         if (st && w[k].pid > 0)
-            kill(w[k].pid, SIGTERM); /* the other one would wait for it at the next step */
+            kill(w[k].pid, SIGTERM); /* the others would wait for it at the next step */
         if (w[k].out)
             fclose(w[k].out);
         if (w[k].pid > 0 && waitpid(w[k].pid, &status, 0) == w[k].pid && !st &&
             (!WIFEXITED(status) || WEXITSTATUS(status)))
             st = ts_err_set(err, TS_EINTERNAL, "worker %d: wait status 0x%x", k, status);
-        kids[NSHARDS + k] = 0;
+        kids[KID_WORKER + k] = 0;
     }
     return st;
 }
@@ -364,7 +369,7 @@ static bool run_transport(const struct opts *o, const char *tp, struct results *
     struct cluster c;
     bool ok = true;
 
-    fprintf(stderr, "%s: a master and %d shards --transport %s\n", tp, NSHARDS, tp);
+    fprintf(stderr, "%s: a master and %" PRId64 " shards --transport %s\n", tp, o->shards, tp);
     if (cluster_start(o, tp, &c, &err)) {
         fprintf(stderr, "bench_pushpull: %s\n", err.msg);
         cluster_stop(&c);
@@ -393,8 +398,9 @@ static ts_status run_gloo(const struct opts *o, struct results *res, struct ts_e
 {
     const char *slash = strrchr(__FILE__, '/');
     char script[PATH_MAX], it[24], wu[8], line[512];
+    char world[8];
     char *argv[] = { (char *)o->python, script, "--sizes", (char *)o->sizes_s, "--iters", it,
-                     "--warmup", wu, NULL };
+                     "--warmup", wu, "--world", world, NULL };
     FILE *f = NULL;
     ts_status st;
     double med;
@@ -411,9 +417,10 @@ static ts_status run_gloo(const struct opts *o, struct results *res, struct ts_e
                           "./bench) or no --python %s", __FILE__, o->python);
     snprintf(it, sizeof(it), "%" PRId64, o->iters);
     snprintf(wu, sizeof(wu), "%d", WARMUP);
+    snprintf(world, sizeof(world), "%" PRId64, o->workers);
     if ((st = spawn_reader(o->python, argv, &pid, &f, err)))
         return st;
-    kids[NSHARDS + NWORKERS] = pid;
+    kids[KID_GLOO] = pid;
     while (fgets(line, sizeof(line), f))
         if (res->ngloo < o->nsizes &&
             sscanf(line, "{\"size_mib\":%" SCNd64 ",\"iters\":%*d,\"median_s\":%lf,\"min_s\":"
@@ -422,7 +429,7 @@ static ts_status run_gloo(const struct opts *o, struct results *res, struct ts_e
             res->gloo[res->ngloo++].med_ms = med * 1e3;
     fclose(f);
     waitpid(pid, &status, 0);
-    kids[NSHARDS + NWORKERS] = 0;
+    kids[KID_GLOO] = 0;
     if (!WIFEXITED(status) || WEXITSTATUS(status))
         return ts_err_set(err, TS_EIO, "%s %s failed (wait status 0x%x; its stderr is above)",
                           o->python, script, status);
@@ -507,12 +514,32 @@ static ts_status parse_lists(struct opts *o, struct ts_err *err)
     return TS_OK;
 }
 
+/* --replicas within --shards; a partition no larger than the smallest tensor (else it would be
+ * one partition on one shard). */
+static ts_status check_counts(const struct opts *o, struct ts_err *err)
+{
+    int64_t least = o->sizes[0];
+
+    for (int i = 1; i < o->nsizes; i++)
+        least = o->sizes[i] < least ? o->sizes[i] : least;
+    if (o->replicas > o->shards)
+        return ts_err_set(err, TS_EINVAL, "--replicas %" PRId64 ": more than the %" PRId64
+                          " shards (--shards)", o->replicas, o->shards);
+    if (o->partition_kib > least * 1024)
+        return ts_err_set(err, TS_EINVAL, "--partition-kib %" PRId64 ": larger than the %"
+                          PRId64 " MiB tensor (--sizes); want at most %" PRId64 " to spread it "
+                          "over the %" PRId64 " shards", o->partition_kib, least,
+                          least * 1024 / o->shards, o->shards);
+    return TS_OK;
+}
+
 int main(int argc, char **argv)
 {
     static const char about[] =
-        "Push+pull of one tensor through 2 shards by 2 worker processes\n"
-        "(tessera_step), per transport, against gloo all_reduce of the same\n"
-        "bytes between 2 ranks (bench/pushpull_gloo.py). Each run is done with\n"
+        "Push+pull of one tensor through --shards shards (2) by --workers\n"
+        "worker processes (2; tessera_step), per transport, against gloo\n"
+        "all_reduce of the same bytes between as many ranks\n"
+        "(bench/pushpull_gloo.py). Each run is done with\n"
         "the worker's own buffers (\"shm\") and with tessera_buffers' zero-copy\n"
         "ones (\"shm+buffers\": the gradient is written there once, the params\n"
         "pointer is the shard's values mapped read-only; like gloo, in place).\n"
@@ -530,8 +557,14 @@ int main(int argc, char **argv)
           "both: default own,shared", 0, 0 },
         { "exact", TS_FLAG_BOOL, &o.exact, NULL, "also measure exact mode", 0, 0 },
         { "replicas", TS_FLAG_INT, &o.replicas, "R", "the master's --replicas: 2 makes every "
-          "partition a chain of both shards (default 1; bench/recovery.py compares)", 1,
-          NSHARDS },
+          "partition a chain of 2 shards (default 1; bench/recovery.py compares)", 1,
+          PP_MAX_SHARDS },
+        { "workers", TS_FLAG_INT, &o.workers, "N", "worker processes, and gloo's ranks "
+          "(default 2)", 2, PP_MAX_WORKERS },
+        { "shards", TS_FLAG_INT, &o.shards, "N", "shard processes (default 2)", 1,
+          PP_MAX_SHARDS },
+        { "partition-kib", TS_FLAG_INT, &o.partition_kib, "K", "the tensor's partition size "
+          "(default: the SDK's, 4 MiB); at most the smallest size", 1, 131072 },
         { "out", TS_FLAG_STR, &o.out, "FILE", "default bench/results/pushpull.json", 0, 0 },
         { "python", TS_FLAG_STR, &o.python, "PATH", "python3 with torch (/usr/bin/python3)", 0,
           0 },
@@ -560,7 +593,9 @@ int main(int argc, char **argv)
     o.buffers_s = o.buffers_s ? o.buffers_s : "own,shared";
     o.out = o.out ? o.out : "bench/results/pushpull.json";
     o.python = o.python ? o.python : "/usr/bin/python3";
-    if (parse_lists(&o, &err)) {
+    o.workers = o.workers ? o.workers : 2;
+    o.shards = o.shards ? o.shards : 2;
+    if (parse_lists(&o, &err) || check_counts(&o, &err)) {
         fprintf(stderr, "bench_pushpull: %s\n", err.msg);
         return 2;
     }
@@ -576,13 +611,15 @@ int main(int argc, char **argv)
     signal(SIGHUP, on_sig);
     signal(SIGPIPE, SIG_IGN);
     bench_machine_desc(res.machine, sizeof(res.machine));
-    fprintf(stderr, "gloo all_reduce, 2 ranks, sizes %s MiB...\n", o.sizes_s);
+    fprintf(stderr, "gloo all_reduce, %" PRId64 " ranks, sizes %s MiB...\n", o.workers,
+            o.sizes_s);
     if (run_gloo(&o, &res, &err)) {
         fprintf(stderr, "bench_pushpull: gloo: %s\n", err.msg);
         snprintf(res.gloo_error, sizeof(res.gloo_error), "%s", err.msg);
         ok = false;
     }
     scraper.base = o.metrics_port;
+    scraper.nshards = (int)o.shards;
     if (o.metrics_port && pthread_create(&scraper.thread, NULL, scrape_main, NULL)) {
         fprintf(stderr, "bench_pushpull: cannot start the scraper thread\n");
         return 1;

@@ -9,7 +9,6 @@
 #include "util/err.h"
 
 #define WARMUP 2
-#define NWORKERS 2                 /* bench_pushpull's own runs */
 #define MAX_WORKERS 256            /* the worker mode's bound (bench/multihost.py runs 4) */
 #define STEP_TIMEOUT_MS 60000      /* a worker stuck on a pull gives up after this */
 /* The issue asked for lr = 0 (parameters that never change); lib/tensor refuses lr <= 0, so the
@@ -27,7 +26,8 @@ int pushpull_worker_main(int argc, char **argv);
 
 #define MIB ((uint64_t)1 << 20)
 #define MAX_SIZES 8
-#define NSHARDS 2
+#define PP_MAX_SHARDS 8            /* --shards */
+#define PP_MAX_WORKERS 8           /* --workers */
 #define HEADLINE_MIB 64
 #define GOAL_BEST 2.0              /* best transport / gloo at 64 MiB */
 #define GOAL_TCP 0.8               /* tcp / gloo at 64 MiB */
@@ -36,6 +36,8 @@ struct opts {
     const char *bin, *sizes_s, *transports_s, *buffers_s, *out, *python, *tp[2];
     int64_t iters, sizes[MAX_SIZES], replicas;
     int64_t metrics_port;          /* shard i serves /metrics on this + i, scraped each second */
+    int64_t workers, shards;       /* --workers (and gloo's ranks), --shards: default 2 each */
+    int64_t partition_kib;         /* --partition-kib: 0 is the SDK's default (4 MiB) */
     const char *tls;               /* --tls DIR: mutual TLS and the data-plane handshake */
     int nsizes, ntp, nbuf;
     bool exact, quick, buf[2];     /* buf: the --buffers kinds in order, true for "shared" */

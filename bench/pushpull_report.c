@@ -76,13 +76,14 @@ static void print_algbw(const struct opts *o, const struct results *res)
 {
     char name[24];
 
-    printf("\nbench_pushpull: %s; loopback; %d workers x %d shards; GB/s = algbw = S / step "
-           "time (1e9 B/s);\nmedian of %" PRId64 " steps after %d warm-up; (x) = against gloo "
-           "all_reduce of S bytes, 2 ranks;\n+buffers = tessera_buffers' zero-copy buffers, "
-           "else the worker's own;\nlimit = the machine's, same run: a memcpy of S bytes "
-           "(shm), a raw loopback TCP stream of S\nbytes one way (tcp); (x) on its row = the "
-           "float run above / the limit\n\n%8s | %5s | %9s", res->machine, NWORKERS, NSHARDS,
-           o->iters, WARMUP, "size", "mode", "gloo GB/s");
+    printf("\nbench_pushpull: %s; loopback; %" PRId64 " workers x %" PRId64 " shards; GB/s = "
+           "algbw = S / step time (1e9 B/s);\nmedian of %" PRId64 " steps after %d warm-up; (x) "
+           "= against gloo all_reduce of S bytes, %" PRId64 " ranks;\n+buffers = "
+           "tessera_buffers' zero-copy buffers, else the worker's own;\nlimit = the machine's, "
+           "same run: a memcpy of S bytes (shm), a raw loopback TCP stream of S\nbytes one way "
+           "(tcp); (x) on its row = the float run above / the limit\n\n%8s | %5s | %9s",
+           res->machine, o->workers, o->shards, o->iters, WARMUP, o->workers, "size", "mode",
+           "gloo GB/s");
     for (int k = 0; k < o->ntp * o->nbuf; k++) {
         snprintf(name, sizeof(name), "%s%s", o->tp[k / o->nbuf],
                  o->buf[k % o->nbuf] ? "+buffers" : "");
@@ -201,14 +202,15 @@ static void json_runs(struct ts_json *j, const struct opts *o, const struct resu
 }
 
 /* best (NULL: none measured) against gloo's g, as object key. */
-static void json_headline(struct ts_json *j, const char *key, const struct run *best, double g)
+static void json_headline(struct ts_json *j, const struct opts *o, const char *key,
+                          const struct run *best, double g)
 {
     double ours = best ? RND(best->gbs, 1000) : 0;
     char unit[128];
 
     ts_json_obj(j, key);
-    snprintf(unit, sizeof(unit), "GB/s algbw, push+pull of %d MiB, %d workers x %d shards, "
-             "one host", HEADLINE_MIB, NWORKERS, NSHARDS);
+    snprintf(unit, sizeof(unit), "GB/s algbw, push+pull of %d MiB, %" PRId64 " workers x %"
+             PRId64 " shards, one host", HEADLINE_MIB, o->workers, o->shards);
     ts_json_num(j, "ours", ours);
     ts_json_num(j, "baseline", RND(g, 1000));
     ts_json_str(j, "unit", unit);
@@ -230,16 +232,17 @@ ts_status pushpull_write_json(const struct opts *o, const struct results *res, b
     ts_json_str(&j, "machine", res->machine);
     ts_json_bool(&j, "ok", ok);
     ts_json_bool(&j, "quick", o->quick);
-    ts_json_int(&j, "workers", NWORKERS);
-    ts_json_int(&j, "shards", NSHARDS);
+    ts_json_int(&j, "workers", o->workers);
+    ts_json_int(&j, "shards", o->shards);
+    ts_json_int(&j, "partition_kib", o->partition_kib);
     ts_json_int(&j, "replicas", o->replicas ? o->replicas : 1);
     ts_json_int(&j, "warmup", WARMUP);
     ts_json_int(&j, "iters", o->iters);
     ts_json_int(&j, "metrics_port", o->metrics_port);
     ts_json_uint(&j, "scrapes", res->scrapes);
     json_runs(&j, o, res);
-    json_headline(&j, "headline", best_run(o, res, HEADLINE_MIB, false), g);
-    json_headline(&j, "headline_copy", best_run(o, res, HEADLINE_MIB, true), g);
+    json_headline(&j, o, "headline", best_run(o, res, HEADLINE_MIB, false), g);
+    json_headline(&j, o, "headline_copy", best_run(o, res, HEADLINE_MIB, true), g);
     ts_json_end(&j);
     return bench_write_json(&j, o->out, err);
 }

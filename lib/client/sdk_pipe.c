@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #define SDK_PIPE_MIN_BYTES (256 << 10)   /* below this, two threads per shard cost more */
 
 struct pipe_conn {

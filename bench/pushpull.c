@@ -3,15 +3,17 @@
  * Why: a data-parallel step through a parameter server is a push of the gradient and a pull of
  * the parameters, where the usual alternative is an all-reduce. The issue's goals, at 64 MiB:
  * the best transport at least 2x the algbw of PyTorch's gloo all_reduce on the same machine
- * (bench/pushpull_gloo.py, 2 ranks), and TCP at least 0.8x. For each transport T: a master and
- * 2 tessera-shard --transport T (only that data plane offered); per size S, 2 workers (this
- * program re-executed in a hidden mode: no gRPC state crosses a fork) register one float tensor
- * of S bytes (4 MiB partitions, spread by the ring), pull version 0, run 2 warm-up steps and N
- * timed tessera_step calls (push S bytes, pull S bytes; --exact also in exact mode, whose int64
- * push is 2 S bytes). A step takes the slower worker's time (BSP); the figure is the median,
- * algbw = S / step (GB/s = 1e9 B/s), as for an all-reduce. Workers report on a pipe: "ready"
- * after the warm-up (the parent then reads the CPU clocks), then step times and CPU time. Every
- * child is stopped by pid at the end, on errors and on signals, and has PR_SET_PDEATHSIG.
+ * (bench/pushpull_gloo.py, as many ranks as workers), and TCP at least 0.8x. For each
+ * transport T: a master and --shards (2) tessera-shard --transport T (only that data plane
+ * offered); per size S, --workers (2) workers (this program re-executed in a hidden mode: no
+ * gRPC state crosses a fork) register one float tensor of S bytes (--partition-kib, default
+ * the SDK's 4 MiB, placed by the ring under the tensor's balancing salt), pull version 0, run 2
+ * warm-up steps and N timed tessera_step calls (push S bytes, pull S bytes; --exact also in
+ * exact mode, whose int64 push is 2 S bytes). A step takes the slowest worker's time (BSP); the
+ * figure is the median, algbw = S / step (GB/s = 1e9 B/s), as for an all-reduce. Workers
+ * report on a pipe: "ready" after the warm-up (the parent then reads the CPU clocks), then step
+ * times and CPU time. Every child is stopped by pid at the end, on errors and on signals, and
+ * has PR_SET_PDEATHSIG.
  *
  * Buffers: each (transport, mode, size) runs with the worker's own malloc'd buffers ("shm") and
  * with tessera_buffers' ("shm+buffers"; --buffers picks): the gradient is written once into the

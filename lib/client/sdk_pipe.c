@@ -190,14 +190,8 @@ static void *pipe_read(void *arg)
  * the send's before the read's, which it caused), else the first refusal, else TS_OK. */
 static ts_status outcome(struct tessera *t, struct pipe_conn *cs, size_t n, struct ts_err *err)
 {
-    struct step_reads acc = { 0 };
-
-    for (size_t k = 0; k < n; k++) {
-        acc.overflow |= cs[k].acc.overflow;
-        acc.stale = cs[k].acc.stale > acc.stale ? cs[k].acc.stale : acc.stale;
-        acc.newest = cs[k].acc.newest > acc.newest ? cs[k].acc.newest : acc.newest;
-    }
-    sdk_reads_merge(t, &acc);
+    for (size_t k = 0; k < n; k++)
+        sdk_reads_merge(t, &cs[k].acc);
     for (size_t k = 0; k < n; k++) {
         if (cs[k].send_st) {
             *err = cs[k].send_err;

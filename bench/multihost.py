@@ -168,15 +168,6 @@ def run_quiet(cmd, timeout=30):
         return subprocess.CompletedProcess(cmd, 124, "", f"timed out after {timeout} s")
 
 
-def has_option(binary, option):
-    """Whether `binary --help` lists option: newer options are used where the build has them."""
-    try:
-        r = run_quiet([binary, "--help"])
-        return re.search(r"(^|\s)" + re.escape(option) + r"\b", r.stdout + r.stderr) is not None
-    except OSError:
-        return False
-
-
 def wait_exit(p, secs):
     """p's exit status once it has exited; an error if it has not within secs."""
     try:
@@ -194,8 +185,8 @@ def stats(values):
 class RateRun:
     """One rate: its emulated hosts, the Tessera cluster and runs, then gloo's."""
 
-    def __init__(self, a, bps, rate, procs, logs, caps):
-        self.a, self.bps, self.rate, self.procs, self.caps = a, bps, rate, procs, caps
+    def __init__(self, a, bps, rate, procs, logs):
+        self.a, self.bps, self.rate, self.procs = a, bps, rate, procs
         self.logs = os.path.join(logs, rate)
         os.makedirs(self.logs)
         self.net = Net(HOSTS, rate=rate, tag=f"{a.tag}{rate}", subnet=SUBNET)
@@ -226,9 +217,8 @@ class RateRun:
         for s in SHARDS:
             addr = f"{self.net.addr(s)}:{SHARD_PORT}"
             cmd = [self.bin("tessera-shard"), "--master", self.master, "--transport", "tcp",
-                   "--grace-ms", "1000"]
-            cmd += (["--listen", f"0.0.0.0:{SHARD_PORT}", "--advertise", addr]
-                    if self.caps["advertise"] else ["--listen", addr])
+                   "--grace-ms", "1000", "--listen", f"0.0.0.0:{SHARD_PORT}", "--advertise",
+                   addr]
             self.cluster.append(self.spawn(s, cmd, s))
         deadline, st = time.monotonic() + 30, None
         while time.monotonic() < deadline:
@@ -471,12 +461,18 @@ def partition_desc(a):
         f"{partition_bytes(a, s) // 1024} KiB at {s} MiB" for s in a.sizes) + ")"
 
 
-def report(a, rows, placements, caps):
+def placement_desc(a):
+    return ("the ring, each tensor under the salt that balances it "
+            "(TESSERA_PLACEMENT_SALT=auto)" if a.salt == "auto" else
+            f"the ring, TESSERA_PLACEMENT_SALT={a.salt}")
+
+
+def report(a, rows, placements):
     print(f"""
 bench/multihost: {machine_desc()}; 4 workers (w0..w3) x 4 shards (s0..s3) and a master
 (m), one emulated host each (network namespaces on a bridge), every link tbf R each way.
 Tessera: push+pull of S bytes per step over tcp, {partition_desc(a)}; placement:
-  {caps['placement_desc']}.
+  {placement_desc(a)}.
 gloo: all_reduce of S bytes, 4 ranks on w0..w3.
 Median of {a.iters} steps after {WARMUP} warm-up, a step being the slowest worker's.
 algbw = S / step (GB/s = 1e9 B/s); x R = algbw * 8 / R; x gloo = against gloo at the same
@@ -609,19 +605,6 @@ def parse():
     return a
 
 
-def capabilities(a):
-    """What the build offers, detected: a missing option is said, not failed on."""
-    caps = {"advertise": has_option(os.path.join(a.bin, "tessera-shard"), "--advertise")}
-    caps["placement_desc"] = ("the ring, each tensor under the salt that balances it "
-                              "(TESSERA_PLACEMENT_SALT=auto)" if a.salt == "auto" else
-                              f"the ring, TESSERA_PLACEMENT_SALT={a.salt}")
-    notes = []
-    if not caps["advertise"]:
-        notes.append("tessera-shard has no --advertise option: shards listen on their host's "
-                     "address instead of 0.0.0.0")
-    return caps, notes
-
-
 def main():
     a = parse()
     t_start = time.monotonic()
@@ -630,9 +613,6 @@ def main():
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # -> KeyboardInterrupt -> finally
         signal.signal(sig, signal.default_int_handler)
     procs, logs = Procs("multihost"), tempfile.mkdtemp(prefix=f"ts-bench-multihost-{a.tag}-")
-    caps, notes = capabilities(a)
-    for n in notes:
-        log(n)
     rows, errors, placements, run = [], [], {}, None
     try:
         ok, why = Net(["probe"], tag=f"{a.tag}p").probe()
@@ -641,7 +621,7 @@ def main():
                 "util-linux and iproute2")
             return 2
         for bps, rate in a.rates:
-            run = RateRun(a, bps, rate, procs, logs, caps)
+            run = RateRun(a, bps, rate, procs, logs)
             try:
                 rows += run.run(errors)
             finally:
@@ -659,22 +639,21 @@ def main():
         procs.stop()
         if run:
             run.net.down()
-    report(a, rows, placements, caps)
+    report(a, rows, placements)
     for e in errors:
         print(f"ERROR: {e}")
-    for n in notes:
-        print(f"NOTE: {n}")
     result = {"name": "multihost", "machine": machine_desc(), "ok": not errors,
               "quick": a.quick, "workers": len(WORKERS), "shards": len(SHARDS),
-              "warmup": WARMUP, "iters": a.iters, "partition_kib": {s: partition_bytes(a, s) // 1024 for s in a.sizes},
-              "placement": {"salt": a.salt, "used": caps["placement_desc"],
+              "warmup": WARMUP, "iters": a.iters,
+              "partition_kib": {s: partition_bytes(a, s) // 1024 for s in a.sizes},
+              "placement": {"salt": a.salt, "used": placement_desc(a),
                             "partitions": placements},
               "rates": [r for _, r in a.rates], "sizes_mib": a.sizes,
               "goal": {"rate": "1gbit", "fraction_of_r": GOAL_OF_R, "vs_gloo": GOAL_VS_GLOO},
               "rows": rows + [{"system": "limit", "rate": r, "rate_bps": b,
                                "algbw_gbs": round(b / 8e9, 4), "fraction_of_r": 1.0}
                               for b, r in a.rates],
-              "errors": errors, "notes": notes, "headline": headline(a, rows)}
+              "errors": errors, "headline": headline(a, rows)}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(result, f, separators=(",", ":"))

@@ -42,6 +42,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from train import Cluster  # noqa: E402  (`tessera up` as a child, shared with bench/train.py)
 EXAMPLE = os.path.join(REPO, "python", "examples", "fashion_mnist_torch.py")
 MIB = 1 << 20
 
@@ -54,35 +56,6 @@ try:
         import tessera
 except ImportError as e:
     sys.exit(f"python_buffers: {e}: build first (make), or put the binding on PYTHONPATH")
-
-
-class Cluster:
-    """`tessera up --shards 2 --replicas 1 --master-port 0` as a child; stop() ends it."""
-
-    def __init__(self, binary, workdir):
-        self.proc = subprocess.Popen([binary, "up", "--shards", "2", "--replicas", "1",
-                                      "--master-port", "0", "--dir", workdir],
-                                     stdout=subprocess.PIPE, text=True,
-                                     env=dict(os.environ, TESSERA_LOG="warn"))
-        self.master = None
-        for line in self.proc.stdout:   # "master ADDR", then "2 shards alive; ..."
-            if line.startswith("master "):
-                self.master = line.split()[1]
-            if "shards alive" in line:
-                break
-        if not self.master or self.proc.poll() is not None:
-            self.stop()
-            raise RuntimeError(f"tessera up did not start (logs in {workdir})")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=45)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stdout.close()
 
 
 class Loop:
@@ -165,7 +138,7 @@ def main():
     logs = tempfile.mkdtemp(prefix="ts-bench-pybuf-")
     cluster, loops, ex = None, {}, {True: [], False: []}
     try:
-        cluster = Cluster(binary, logs)
+        cluster = Cluster(binary, logs, env={"TESSERA_LOG": "warn"})
         tag = str(os.getpid())
         for exact in (False, True):
             for buffers in (False, True):

@@ -68,14 +68,15 @@ def tree(pid):
 
 
 class Cluster:
-    """`tessera up` as a child process; stop() sends SIGTERM to its pid and waits."""
+    """`tessera up` as a child process; stop() sends SIGTERM to its pid and waits. env: more
+    environment for it (bench/python_buffers.py uses this class too)."""
 
-    def __init__(self, binary, workdir):
+    def __init__(self, binary, workdir, env=None):
         self.proc = subprocess.Popen(
             # The data path alone: replication's cost is bench/recovery.py's to measure.
             [binary, "up", "--shards", "2", "--replicas", "1", "--master-port", "0", "--dir",
              workdir],
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
         self.master = None
         deadline = time.monotonic() + 30
         for line in self.proc.stdout:  # "master ADDR", then "2 shards alive; ..."

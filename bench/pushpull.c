@@ -451,25 +451,21 @@ static void measure_limits(const struct opts *o, struct results *res)
 {
     for (int i = 0; i < o->nsizes; i++) {
         size_t bytes = (size_t)o->sizes[i] * MIB;
-        bool shm = false, tcp = false;
         for (int t = 0; t < o->ntp; t++) {
-            shm |= strcmp(o->tp[t], "shm") == 0;
-            tcp |= strcmp(o->tp[t], "tcp") == 0;
-        }
-        fprintf(stderr, "limits at %" PRId64 " MiB: %s%s...\n", o->sizes[i],
-                shm ? "memcpy " : "", tcp ? "loopback tcp stream" : "");
-        if (shm) {
-            char *a = malloc(bytes), *b = malloc(bytes);
+            bool shm = strcmp(o->tp[t], "shm") == 0;   /* else tcp (parse_lists) */
+            char *a = shm ? malloc(bytes) : NULL, *b = shm ? malloc(bytes) : NULL;
+            fprintf(stderr, "limit of %s at %" PRId64 " MiB: %s...\n", o->tp[t], o->sizes[i],
+                    shm ? "memcpy" : "a loopback tcp stream");
             if (a && b) {
                 memset(a, 1, bytes);
                 memset(b, 2, bytes);
                 res->limit_memcpy[i] = bench_memcpy_gbps(b, a, bytes, LIMIT_REPS);
             }
+            if (!shm)
+                res->limit_tcp[i] = bench_tcp_stream_gbps(bytes, LIMIT_REPS);
             free(a);
             free(b);
         }
-        if (tcp)
-            res->limit_tcp[i] = bench_tcp_stream_gbps(bytes, LIMIT_REPS);
     }
 }
 

@@ -137,7 +137,7 @@ static ts_status seed(struct tessera *t, struct ts_err *err)
                 first = r;
                 ts_err_set(err, r, "seeding tensor '%s' partition %u: %s", x->name, p, e.msg);
             }
-            if (r == TS_EUNAVAIL || r == TS_ECORRUPT || r == TS_ETIMEDOUT)
+            if (sdk_transport_failed(r))
                 st = r;
         }
     }

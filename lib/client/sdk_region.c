@@ -192,7 +192,7 @@ static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id, str
         }
         st = sdk_read_reply(t, s, TS_FRAME_ACK, (uint32_t)id, 0, NULL, 0, NULL, &e);
         sdk_note_broken(t, s, st);
-        if (st == TS_EUNAVAIL || st == TS_ECORRUPT || st == TS_ETIMEDOUT)
+        if (sdk_transport_failed(st))
             return ts_err_set(err, st, "tensor '%s': sharing its gradient: %s", x->name, e.msg);
         if (st)
             ts_log(TS_DEBUG, "sdk", "tensor '%s': shard %u: %s", x->name, t->shards[s].id, e.msg);

@@ -228,6 +228,123 @@ ts_status ts_fixed_add_f32(int64_t *acc, const float *g, size_t n, struct ts_err
     return overflow(acc, NULL, g, n, err);
 }
 
+/* ---- float pushes of exact jobs (ts_fixed_hold_f32 and friends) ---- */
+
+#define F32_RANGE 0x4f000000u   /* magnitude bits of 2^31: exact mode refuses this and above */
+#define F32_PAIR 0x4e800000u    /* of 2^30: two values below it cannot overflow a sum */
+
+static inline uint32_t fbits(float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+/* Bit 31 set when the magnitude bits m (at most 0x7fffffff: NaN included) are lim or more. */
+static inline uint32_t at_least(uint32_t m, uint32_t lim)
+{
+    return (lim - 1u) - m;
+}
+
+/* ORs the range and pair flags of g into *range and *big (bit 31 of each). */
+static inline void f32_flags(float g, uint32_t *range, uint32_t *big)
+{
+    uint32_t m = fbits(g) & 0x7fffffffu;
+
+    *range |= at_least(m, F32_RANGE);
+    *big |= at_least(m, F32_PAIR);
+}
+
+static ts_status f32_verdict(const float *g, size_t n, uint32_t range, uint32_t big,
+                             bool *pair_safe, struct ts_err *err)
+{
+    if (range >> 31)
+        return bad_value(g, n, err);
+    *pair_safe = !(big >> 31);
+    return TS_OK;
+}
+
+TS_HOT
+ts_status ts_fixed_hold_f32(const float *restrict g, size_t n, float *restrict held,
+                            bool *pair_safe, struct ts_err *err)
+{
+    uint32_t range[TS_LANES] = { 0 }, big[TS_LANES] = { 0 }, r = 0, b = 0;
+    size_t i = 0;
+
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++) {
+            f32_flags(g[i + j], &range[j], &big[j]);
+            held[i + j] = g[i + j];
+        }
+    for (; i < n; i++) {
+        f32_flags(g[i], &r, &b);
+        held[i] = g[i];
+    }
+    for (size_t j = 0; j < TS_LANES; j++) {
+        r |= range[j];
+        b |= big[j];
+    }
+    return f32_verdict(g, n, r, b, pair_safe, err);
+}
+
+TS_HOT
+ts_status ts_fixed_check_f32(const float *restrict g, size_t n, bool *pair_safe,
+                             struct ts_err *err)
+{
+    uint32_t range[TS_LANES] = { 0 }, big[TS_LANES] = { 0 }, r = 0, b = 0;
+    size_t i = 0;
+
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
+            f32_flags(g[i + j], &range[j], &big[j]);
+    for (; i < n; i++)
+        f32_flags(g[i], &r, &b);
+    for (size_t j = 0; j < TS_LANES; j++) {
+        r |= range[j];
+        b |= big[j];
+    }
+    return f32_verdict(g, n, r, b, pair_safe, err);
+}
+
+/* round-half-even(g * 2^32) as a double: exact, since g * 2^32 is, and rint rounds in the
+ * default mode (to nearest, ties to even), as fix_round does. The AVX2 clone vectorises it
+ * (vroundpd); the SSE2 one calls libm, as SSE2 has no rounding instruction: slower, same bits. */
+static inline double fix_exact(float g)
+{
+    return rint((double)g * SCALE);
+}
+
+/* For pair-safe a and b, A = fixed(a) and B = fixed(b) are exact doubles and |A + B| < 2^63,
+ * so the double sum A + B is the correctly rounded value of the int64 sum S: exactly what
+ * i64_to_f64(S) gives in ts_fixed_to_f32, once + 0.0 has made a -0 (from -0 + -0, or a tiny
+ * negative value rounded) the +0 of an int64 zero. The rest of each loop is that function's. */
+TS_HOT
+static void pair_div(const float *restrict a, const float *restrict b, size_t n, double divisor,
+                     float *restrict o)
+{
+    size_t i = 0;
+
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
+            o[i + j] = (float)((fix_exact(a[i + j]) + fix_exact(b[i + j]) + 0.0) * 0x1p-32 / divisor);
+    for (; i < n; i++)
+        o[i] = (float)((fix_exact(a[i]) + fix_exact(b[i]) + 0.0) * 0x1p-32 / divisor);
+}
+
+TS_HOT
+static void pair_mul(const float *restrict a, const float *restrict b, size_t n, double mul,
+                     float *restrict o)
+{
+    size_t i = 0;
+
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
+            o[i + j] = (float)((fix_exact(a[i + j]) + fix_exact(b[i + j]) + 0.0) * mul);
+    for (; i < n; i++)
+        o[i] = (float)((fix_exact(a[i]) + fix_exact(b[i]) + 0.0) * mul);
+}
+
 /* (double)v, correctly rounded like cvtsi2sd, from two exactly converted halves: hi * 2^32 and
  * lo are exact doubles and their sum is rounded once. SSE2 converts int32 but not int64. */
 static inline double i64_to_f64(int64_t v)
@@ -270,14 +387,35 @@ static void to_f32_mul(const int64_t *restrict a, size_t n, double mul, float *r
  * the division by 2^k only move the exponent, exactly, as does one multiplication by 2^(-32-k):
  * the same bits, since no value here comes near the ends of double's exponent range
  * (|x| <= 2^63, k within +-900). */
-void ts_fixed_to_f32(const int64_t *restrict a, size_t n, double divisor, float *restrict o)
+static bool pow2_mul(double divisor, double *mul)
 {
     int k;
 
-    if (frexp(divisor, &k) == 0.5 && k > -900 && k < 900)
-        to_f32_mul(a, n, ldexp(1.0, -32 - (k - 1)), o);
+    if (frexp(divisor, &k) != 0.5 || k <= -900 || k >= 900)
+        return false;
+    *mul = ldexp(1.0, -32 - (k - 1));
+    return true;
+}
+
+void ts_fixed_to_f32(const int64_t *restrict a, size_t n, double divisor, float *restrict o)
+{
+    double mul;
+
+    if (pow2_mul(divisor, &mul))
+        to_f32_mul(a, n, mul, o);
     else
         to_f32_div(a, n, divisor, o);
+}
+
+void ts_fixed_pair_to_f32(const float *restrict a, const float *restrict b, size_t n,
+                          double divisor, float *restrict o)
+{
+    double mul;
+
+    if (pow2_mul(divisor, &mul))
+        pair_mul(a, b, n, mul, o);
+    else
+        pair_div(a, b, n, divisor, o);
 }
 
 TS_HOT

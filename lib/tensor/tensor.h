@@ -72,6 +72,21 @@ ts_status ts_fixed_add_f32(int64_t *acc, const float *g, size_t n,
  * is one correctly rounded IEEE operation). divisor > 0; acc and out must not overlap. */
 void ts_fixed_to_f32(const int64_t *acc, size_t n, double divisor, float *out);
 
+/* Float pushes of exact jobs: a shard keeps a step's first float gradient as it is and
+ * converts it only when the step needs it, which for a step of two pushes is never (the pair
+ * goes straight to ts_fixed_pair_to_f32): exact mode then moves float's bytes.
+ * ts_fixed_hold_f32: held = g (a copy), or TS_EINVAL naming the first element
+ * ts_fixed_from_f32 would refuse (held is then unspecified); *pair_safe: every |g[i]| < 2^30,
+ * so that fixed(g[i]) plus another pair-safe value's cannot overflow. ts_fixed_check_f32: the
+ * same verdict, copying nothing. */
+ts_status ts_fixed_hold_f32(const float *g, size_t n, float *held, bool *pair_safe,
+                            struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_fixed_check_f32(const float *g, size_t n, bool *pair_safe,
+                             struct ts_err *err) TS_MUST_CHECK;
+/* out[i] = ts_fixed_to_f32 of fixed(a[i]) + fixed(b[i]), the same bits, for a and b both
+ * pair-safe (anything else gives unspecified values), without an int64 in memory. */
+void ts_fixed_pair_to_f32(const float *a, const float *b, size_t n, double divisor, float *out);
+
 /* Plain float sums (non-exact mode): acc[i] += x[i], in index order. acc and x must not
  * overlap. */
 void ts_f32_add(float *acc, const float *x, size_t n);

@@ -246,6 +246,78 @@ static void test_vec_exact_errors(void **state)
     }
 }
 
+/* Float pushes of exact jobs: ts_fixed_hold_f32 copies and judges (range, pair-safety) as the
+ * reference does, ts_fixed_check_f32 judges the same, and ts_fixed_pair_to_f32 gives the bits
+ * of converting the int64 sum of the two fixed-point values, at every length around the
+ * blocks, at unaligned starts, with sums up to the edge of int64 and rounding ties; refused
+ * values are named as ts_fixed_from_f32 names them. */
+static void test_vec_float_pushes(void **state)
+{
+    static const float badv[] = { NAN, -NAN, INFINITY, -INFINITY, 0x1p31f, -0x1p31f, FLT_MAX };
+    static const double divs[] = { 1, 2, 3, 64, 96, 1024, 0.5, 1e6 };
+    enum { MAXN = 1003 + 3 };
+    static float a[MAXN], b[MAXN], held[MAXN], out[MAXN];
+    struct ts_err err;
+    uint64_t s = 13;
+    bool bad, safe, safe2;
+    char want[48];
+
+    for (size_t n = 0; n <= 1003; n = n == 67 ? 1003 : n + 1) {
+        size_t o = n % 4;
+        bool ref_safe = true;
+
+        for (size_t i = 0; i < n + o; i++) {
+            a[i] = edge_float(&s);
+            b[i] = rng_next(&s) % 5 ? edge_float(&s) : -0x1.fffffep29f;
+            if (i >= o)
+                ref_safe &= fabsf(a[i]) < 0x1p30f;
+        }
+        memset(held, 0, sizeof(held));
+        assert_int_equal(ts_fixed_hold_f32(a + o, n, held + o, &safe, NULL), TS_OK);
+        assert_int_equal(safe, ref_safe);
+        assert_memory_equal(held + o, a + o, n * sizeof(float));
+        assert_int_equal(ts_fixed_check_f32(a + o, n, &safe2, NULL), TS_OK);
+        assert_int_equal(safe2, ref_safe);
+        for (size_t i = 0; i < n + o; i++) {        /* pair-safe now: below 2^30 */
+            if (!(fabsf(a[i]) < 0x1p30f))
+                a[i] = a[i] < 0 ? -0x1.fffffep29f : 0x1.fffffep29f;
+            if (!(fabsf(b[i]) < 0x1p30f))
+                b[i] = b[i] < 0 ? -0x1.fffffep29f : 0x1.fffffep29f;
+        }
+        assert_int_equal(ts_fixed_check_f32(a + o, n, &safe, NULL), TS_OK);
+        assert_true(safe);
+        for (size_t di = 0; di < sizeof(divs) / sizeof(divs[0]); di++) {
+            double d = divs[di];
+
+            ts_fixed_pair_to_f32(a + o, b + o, n, d, out + o);
+            for (size_t i = 0; i < n; i++) {
+                float want_f = ref_to_f32(ref_fixed(a[o + i], &bad) + ref_fixed(b[o + i], &bad),
+                                          d);
+
+                if (!same_float(out[o + i], want_f))
+                    fail_msg("n %zu: pair(%a, %a) / %g = %a, want %a", n, (double)a[o + i],
+                             (double)b[o + i], d, (double)out[o + i], (double)want_f);
+            }
+        }
+    }
+    for (int trial = 0; trial < 300; trial++) {
+        size_t n = 1 + rng_next(&s) % 300, k = rng_next(&s) % n, k2 = rng_next(&s) % n;
+
+        for (size_t i = 0; i < n; i++)
+            a[i] = rand_grad(&s);
+        a[k] = badv[rng_next(&s) % (sizeof(badv) / sizeof(badv[0]))];
+        a[k2] = badv[rng_next(&s) % (sizeof(badv) / sizeof(badv[0]))];
+        snprintf(want, sizeof(want), "element %zu ", k < k2 ? k : k2);
+        memset(&err, 0, sizeof(err));
+        assert_int_equal(ts_fixed_hold_f32(a, n, held, &safe, &err), TS_EINVAL);
+        if (!strstr(err.msg, want))
+            fail_msg("trial %d: '%s' lacks '%s'", trial, err.msg, want);
+        memset(&err, 0, sizeof(err));
+        assert_int_equal(ts_fixed_check_f32(a, n, &safe, &err), TS_EINVAL);
+        assert_non_null(strstr(err.msg, want));
+    }
+}
+
 /* Every optimizer, with and without weight decay, for a few steps, at lengths around the
  * blocks, whole and through ts_optim_apply_range at an odd offset; values include zeros,
  * subnormals, infinities and large magnitudes. NaNs only need to stay NaN: the sign and
@@ -319,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_f32_add),
         cmocka_unit_test(test_vec_exact),
         cmocka_unit_test(test_vec_exact_errors),
+        cmocka_unit_test(test_vec_float_pushes),
         cmocka_unit_test(test_vec_optim),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,6 +4,7 @@
 #include "codec/codec.h"
 #include "util/proc.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -292,34 +293,86 @@ static void scale_f32(const float *restrict a, size_t n, float mul, float *restr
         out[i] = (a[i] + 0.0f) * mul;
 }
 
-/* Whether the last push of a step, `first` if it is the only one, can skip the accumulator.
- * Raw float: when no push of the step needs apply()'s finiteness check, which reads the whole
- * sum first. Fixed point: only alone. Otherwise its sum must be known not to overflow before
- * anything is applied (a refused push changes nothing), and ts_fixed_add in place, read back
- * by apply(), measured 5-10% faster than a read-only overflow pass followed by a fused one
- * (both read the sum and the push twice; the in-place add writes the sum once instead). */
-static bool fusable(const struct ts_part *p, const struct ts_push *in, bool first)
+/* Sets *fuse: whether the last push of a step, `first` if it is the only one, can skip the
+ * accumulator. Raw float: when no push of the step needs apply()'s finiteness check, which
+ * reads the whole sum first. Fixed point: an int64 push alone, or a float push that pairs with
+ * a held one (both below 2^30: their sum cannot overflow), which this checks first (one read
+ * of it) so that a value out of range refuses the push before anything is applied. Otherwise
+ * its sum must be known not to overflow before anything is applied (a refused push changes
+ * nothing), and ts_fixed_add in place, read back by apply(), measured 5-10% faster than a
+ * read-only overflow pass followed by a fused one (both read the sum and the push twice; the
+ * in-place add writes the sum once instead). */
+static ts_status fusable(const struct ts_part *p, const struct ts_push *in, bool first,
+                         bool *fuse, struct ts_err *err)
 {
-    if (p->job->exact)
-        return first;
-    return in->encoding == TS_ENC_RAW && in->scale_exp == 0 && !p->check_finite;
+    *fuse = false;
+    if (!p->job->exact)
+        *fuse = in->encoding == TS_ENC_RAW && in->scale_exp == 0 && !p->check_finite;
+    else if (first)
+        *fuse = in->encoding == TS_ENC_FIXED;
+    else if (in->encoding == TS_ENC_FIXED_F32 && p->held && p->held_pair)
+        return ts_fixed_check_f32(in->payload, p->len, fuse, err);
+    return TS_OK;
+}
+
+/* The held first push becomes the int64 sum it stands for, in place, block by block from the
+ * last: a block's floats are copied out to the scratch p->grad first, and writing int64
+ * elements k.. overwrites floats 2k.., which lie in this block or a later one, all read
+ * already. ts_fixed_hold_f32 checked every value, so the conversion cannot fail. */
+static void unhold(struct ts_part *p)
+{
+    const float *held = (const float *)(const void *)p->acc_fixed;
+
+    for (uint64_t end = p->len, k; end > 0; end = k) {
+        ts_status st;
+
+        k = end > APPLY_BLOCK ? end - APPLY_BLOCK : 0;
+        memcpy(p->grad, held + k, (end - k) * sizeof(float));
+        st = ts_fixed_from_f32(p->grad, end - k, p->acc_fixed + k, NULL);
+        assert(st == TS_OK);
+        (void)st;
+    }
+    p->held = false;
+}
+
+/* Exact mode's accumulate: a first float push is held as floats (unconverted: a step of two
+ * float pushes never converts it, block_grad pairs them); anything after it converts it. */
+static ts_status accumulate_fixed(struct ts_part *p, const struct ts_push *in, bool first,
+                                  struct ts_err *err)
+{
+    bool f32 = in->encoding == TS_ENC_FIXED_F32;
+    ts_status st;
+
+    if (first && f32) {
+        st = ts_fixed_hold_f32(in->payload, p->len, (float *)(void *)p->acc_fixed,
+                               &p->held_pair, err);
+        p->held = st == TS_OK;
+        return st;
+    }
+    if (first) {
+        set_i64(p->acc_fixed, in->payload, p->len);
+        p->held = false;
+        return TS_OK;
+    }
+    if (p->held)
+        unhold(p);
+    return f32 ? ts_fixed_add_f32(p->acc_fixed, in->payload, p->len, err)
+               : ts_fixed_add(p->acc_fixed, in->payload, p->len, err);
 }
 
 /* Adds a checked push to the step's sum, setting it on the step's first push. Fails only on a
- * fixed-point overflow, which ts_fixed_add undoes. */
+ * fixed-point overflow or a float out of its range, which change nothing. */
 static ts_status accumulate(struct ts_part *p, const struct ts_push *in, bool first,
                             struct ts_err *err)
 {
     bool codec = !p->job->exact && in->encoding != TS_ENC_RAW;
 
+    if (p->job->exact)
+        return accumulate_fixed(p, in, first, err);
     if (codec && first)     /* a codec only adds, and TOPK only at the indices it lists */
         memset(p->acc_f32, 0, p->len * sizeof(float));
     if (codec)
         ts_codec_add(in->encoding, in->payload, in->bytes, p->len, 1.0f, p->acc_f32);
-    else if (p->job->exact && first)
-        set_i64(p->acc_fixed, in->payload, p->len);
-    else if (p->job->exact)
-        return ts_fixed_add(p->acc_fixed, in->payload, p->len, err);
     else if (first)
         set_f32(p->acc_f32, in->payload, p->len);
     else
@@ -329,11 +382,15 @@ static ts_status accumulate(struct ts_part *p, const struct ts_push *in, bool fi
 
 /* The gradient of elements [off, off + n) into p->grad: the sum divided by fdiv (exact) or
  * times inv (float). The sum is the accumulator's or, with `last` (the step's last push, not
- * added; see fusable), acc + last, or last itself when it was also the first (`alone`). */
+ * added; see fusable), acc + last, or last itself when it was also the first (`alone`).
+ * Exact mode fuses an int64 push alone, or a float one with the held float first push. */
 static void block_grad(struct ts_part *p, const void *last, bool alone, uint64_t off,
                        size_t n, double fdiv, float inv)
 {
-    if (p->job->exact)          /* fused only alone: 0 + last is last */
+    if (p->job->exact && last && !alone)
+        ts_fixed_pair_to_f32((const float *)(const void *)p->acc_fixed + off,
+                             (const float *)last + off, n, fdiv, p->grad);
+    else if (p->job->exact)
         ts_fixed_to_f32(last ? (const int64_t *)last + off : p->acc_fixed + off, n, fdiv,
                         p->grad);
     else if (last && !alone)
@@ -356,6 +413,8 @@ static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone
     float inv = (float)(1.0 / divisor) * ldexpf(1.0f, -p->scale_exp);
     bool skip = p->check_finite && !p->job->exact && !sums_finite(p);
 
+    if (p->job->exact && p->held && !last)
+        unhold(p);
     for (uint64_t off = 0; !skip && off < p->len; off += APPLY_BLOCK) {
         size_t n = p->len - off < APPLY_BLOCK ? (size_t)(p->len - off) : APPLY_BLOCK;
 
@@ -377,6 +436,7 @@ static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone
     }
     p->version++;
     p->npushed = 0;
+    p->held = false;
     p->check_finite = false;
     memset(p->pushed, 0, p->job->workers);
     capture(p);
@@ -386,7 +446,8 @@ static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone
 static ts_status check_push(const struct ts_part *p, const struct ts_push *in,
                             struct ts_err *err)
 {
-    size_t want_bytes = p->len * (p->job->exact ? sizeof(int64_t) : sizeof(float));
+    size_t want_bytes = p->len * (in->encoding == TS_ENC_FIXED ? sizeof(int64_t)
+                                                                : sizeof(float));
     ts_status st;
 
     if (in->rank >= p->job->workers)
@@ -395,13 +456,15 @@ static ts_status check_push(const struct ts_part *p, const struct ts_push *in,
     if (in->scale_exp < -126 || in->scale_exp > 127)
         return ts_err_set(err, TS_EINVAL, "loss scale: 2^%d is outside 2^-126..2^127",
                           in->scale_exp);
-    if (p->job->exact && in->encoding != TS_ENC_FIXED)
+    if (p->job->exact && in->encoding != TS_ENC_FIXED && in->encoding != TS_ENC_FIXED_F32)
         return ts_err_set(err, TS_EINVAL, "encoding: %u, this job (exact mode) takes %u "
-                          "(fixed point)", in->encoding, TS_ENC_FIXED);
-    if (!p->job->exact && (in->encoding == TS_ENC_FIXED || in->encoding > TS_ENC_FIXED))
+                          "(fixed point) or %u (float, rounded to fixed point by the shard)",
+                          in->encoding, TS_ENC_FIXED, TS_ENC_FIXED_F32);
+    if (!p->job->exact && in->encoding >= TS_ENC_FIXED)
         return ts_err_set(err, TS_EINVAL, "encoding: %u, this job (float mode) takes raw float "
                           "or a compressed encoding (docs/compression.md)", in->encoding);
-    if (in->encoding == TS_ENC_FIXED || in->encoding == TS_ENC_RAW) {
+    if (in->encoding == TS_ENC_FIXED || in->encoding == TS_ENC_FIXED_F32 ||
+        in->encoding == TS_ENC_RAW) {
         if (in->bytes != want_bytes)
             return ts_err_set(err, TS_EINVAL, "payload: %zu bytes for tensor %u partition %u, "
                               "want %zu (%" PRIu64 " elements)", in->bytes, p->tensor_id,
@@ -501,8 +564,9 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
         /* SSP and ASP apply each push alone, on arrival. */
         first = async_mode(p->job) || p->npushed == 0;
         last = async_mode(p->job) || p->npushed + 1 == p->job->workers;
-        fuse = last && fusable(p, in, first);
-        if (!fuse)
+        if (last)
+            st = fusable(p, in, first, &fuse, err);
+        if (!st && !fuse)
             st = accumulate(p, in, first, err);
     }
     if (!st) {

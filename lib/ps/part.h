@@ -38,6 +38,8 @@
 /* Encodings of a push payload (values of tessera.v1.Encoding). */
 #define TS_ENC_RAW 0            /* float32 sums */
 #define TS_ENC_FIXED 5          /* int64 fixed-point sums (exact mode) */
+#define TS_ENC_FIXED_F32 6      /* exact mode: one float32 gradient, which the shard rounds to
+                                 * fixed point (ts_fixed_from_f32's bits): half the bytes */
 #define TS_JOB_MAX_WORKERS 1024
 #define TS_SYNC_MAX 1000000     /* the longest sync period of a tensor, in steps */
 
@@ -91,7 +93,8 @@ void ts_part_free(struct ts_part *p);
 void ts_part_set_sync(struct ts_part *p, uint32_t sync_every);
 
 /* One push: rank's gradient sum for `step`. payload is len int64 (TS_ENC_FIXED), len float
- * (TS_ENC_RAW) or a lib/codec encoding of len floats (float jobs), little-endian; the values
+ * (TS_ENC_RAW, TS_ENC_FIXED_F32) or a lib/codec encoding of len floats (float jobs),
+ * little-endian; the values
  * were multiplied by 2^scale_exp (loss scaling; every rank's push of a BSP step must agree). */
 struct ts_push {
     uint32_t rank;

@@ -24,6 +24,10 @@ struct ts_part {
      * a raw float step is added on the way into apply() instead. Between steps it holds
      * leftovers, never read (no clearing pass). */
     int64_t *acc_fixed;         /* exact mode */
+    /* Exact mode: the step's first push came as floats (TS_ENC_FIXED_F32) and acc_fixed's
+     * memory holds them as they are, len floats, until a push needs the int64 sum (unhold);
+     * held_pair: each below 2^30, so that a last float push can pair with them (part.c). */
+    bool held, held_pair;
     float *acc_f32;             /* otherwise */
     float *grad;                /* scratch: one block of the applied gradient */
     uint8_t *pushed;            /* per rank: pushed this step */

@@ -66,18 +66,26 @@ static ts_status reply_error(struct ts_conn *c, const struct ts_frame_hdr *req,
     return ts_frame_send(c, &h, e->msg, strlen(e->msg), &ignore);
 }
 
+/* The bytes of one element of a push (or of a shared gradient region) in this encoding. */
+static size_t push_elem(unsigned encoding)
+{
+    return encoding == TS_ENC_FIXED ? sizeof(int64_t) : sizeof(float);
+}
+
 /* Points a push that says TS_PUSH_REGION at partition p's slice of the worker's gradient
- * region: raw floats, or int64 in exact mode, at the partition's offset. */
+ * region: floats, or int64 (TS_ENC_FIXED), at the partition's offset. A push whose encoding
+ * says another element size than the SHARE did runs past the region's end, and is refused. */
 static ts_status in_region(struct dp_conn *dc, const struct ts_frame_hdr *h,
                            const struct ts_part *p, struct ts_push *in, struct ts_err *err)
 {
     const struct ts_region *r = dc->regions ? &dc->regions[h->tensor].grad : NULL;
-    size_t elem = dc->job->job.exact ? sizeof(int64_t) : sizeof(float);
+    size_t elem = push_elem(h->encoding);
 
     if (!r || !r->base)
         return ts_err_set(err, TS_ESTATE, "tensor %u: a push from a shared region, but this "
                           "connection shared none for it (send SHARE first)", h->tensor);
-    if (h->len || (h->encoding != TS_ENC_RAW && h->encoding != TS_ENC_FIXED))
+    if (h->len || (h->encoding != TS_ENC_RAW && h->encoding != TS_ENC_FIXED &&
+                   h->encoding != TS_ENC_FIXED_F32))
         return ts_err_set(err, TS_EINVAL, "tensor %u: a push from a shared region carries no "
                           "payload and is raw (encoding %u, %" PRIu64 " bytes)", h->tensor,
                           h->encoding, h->len);
@@ -332,8 +340,8 @@ static ts_status on_share(struct dp_conn *dc, const struct ts_frame_hdr *h, stru
     struct shard_tensor *t;
     struct dp_region *r;
     struct ts_region g, *slot;
-    size_t elem = h->flags == TS_SHARE_GRAD && dc->job && dc->job->job.exact ? sizeof(int64_t)
-                                                                            : sizeof(float);
+    /* A gradient region holds the pushes' encoding: int64 only for TS_ENC_FIXED. */
+    size_t elem = h->flags == TS_SHARE_GRAD ? push_elem(h->encoding) : sizeof(float);
     int fd = -1;
 
     if (!ts_tp_can_share(dc->c) || ts_tp_recv_fd(dc->c, 1000, &fd, err)) {

@@ -269,6 +269,17 @@ struct part_state {
     float acc_f32[L];
 };
 
+/* The exact sum so far as int64: a held float first push (part_internal.h) is the sum of its
+ * fixed-point values, whichever form the memory holds it in. */
+static void sum_so_far(const struct ts_part *p, int64_t *out)
+{
+    if (p->held)
+        assert_int_equal(ts_fixed_from_f32((const float *)(const void *)p->acc_fixed, L, out,
+                                           NULL), TS_OK);
+    else
+        memcpy(out, p->acc_fixed, L * sizeof(int64_t));
+}
+
 static void save_state(const struct ts_part *p, struct part_state *st)
 {
     st->version = p->version;
@@ -276,21 +287,25 @@ static void save_state(const struct ts_part *p, struct part_state *st)
     memcpy(st->pushed, p->pushed, p->job->workers);
     memcpy(st->value, p->value, sizeof(st->value));
     if (p->job->exact)
-        memcpy(st->acc_fixed, p->acc_fixed, sizeof(st->acc_fixed));
+        sum_so_far(p, st->acc_fixed);
     else
         memcpy(st->acc_f32, p->acc_f32, sizeof(st->acc_f32));
 }
 
 static void assert_state(const struct ts_part *p, const struct part_state *st)
 {
+    static int64_t sum[L];
+
     assert_int_equal(p->version, st->version);
     assert_int_equal(p->npushed, st->npushed);
     assert_memory_equal(p->pushed, st->pushed, p->job->workers);
     assert_memory_equal(p->value, st->value, sizeof(st->value));
-    if (p->job->exact)
-        assert_memory_equal(p->acc_fixed, st->acc_fixed, sizeof(st->acc_fixed));
-    else
+    if (p->job->exact && st->npushed) {   /* with no push yet, the sum is leftovers */
+        sum_so_far(p, sum);
+        assert_memory_equal(sum, st->acc_fixed, sizeof(st->acc_fixed));
+    } else if (!p->job->exact) {
         assert_memory_equal(p->acc_f32, st->acc_f32, sizeof(st->acc_f32));
+    }
 }
 
 /* Refusals of the push that would end a step (a fixed-point overflow found only when adding,
@@ -362,6 +377,134 @@ static void refused_push_changes_nothing(void **state)
     }
 }
 
+/* Exact jobs take float pushes (TS_ENC_FIXED_F32) beside int64 ones. Whatever the mix, the
+ * order, the worker count and the path (a held first push paired with the last, converted for
+ * a middle or an int64 push, a value of 2^30 or more that cannot pair, a push alone), a reduce
+ * step's gradient has the bits of the int64 pushes' plain sum, and a momentum job fed float
+ * pushes keeps the values of its twin fed the same gradients as int64. */
+static void float_pushes_match_fixed(void **state)
+{
+    static struct grads gr;
+    static float want[L], got[L], twin[L];
+    uint32_t order[MAXW];
+    uint64_t s = 77, v;
+    bool applied;
+
+    for (uint32_t w = 1; w <= MAXW; w++)
+        for (int m = 0; m < 2; m++) {   /* exact mode rules out SSP and ASP */
+            enum ts_mode mode = m == 0 ? TS_MODE_REDUCE : TS_MODE_BSP;
+            const char *opt = m ? "momentum:lr=0.1,momentum=0.9" : "sgd";
+            struct ts_job j = job48(w, true, opt, mode), jt = job48(w, true, opt, mode);
+            struct ts_part *p = mk_len(&j), *t = mk_len(&jt);
+
+            for (uint64_t step = 0; step < 6; step++) {
+                permute(order, w, &s);
+                make_grads(&gr, true, w, rng(&s));
+                if (step % 3 == 2) {   /* one rank's element of 1.5 * 2^30: it cannot pair */
+                    uint32_t r = order[rng(&s) % w];
+
+                    gr.fg[r][L - 5] = 0x1.8p30f;
+                    assert_int_equal(ts_fixed_from_f32(gr.fg[r], L, gr.xg[r], NULL), TS_OK);
+                }
+                for (uint32_t k = 0; k < w; k++) {
+                    uint32_t r = order[k];
+                    /* all float; the first only; at random */
+                    bool f32 = step % 3 == 0 || (step % 3 == 1 ? k == 0 : (rng(&s) & 1));
+
+                    assert_int_equal(push(p, r, step, f32 ? TS_ENC_FIXED_F32 : TS_ENC_FIXED,
+                                          f32 ? (const void *)gr.fg[r] : gr.xg[r],
+                                          L * (f32 ? 4 : 8), &applied, NULL), TS_OK);
+                    assert_int_equal(applied, k + 1 == w);
+                    assert_int_equal(push(t, r, step, TS_ENC_FIXED, gr.xg[r], L * 8, &applied,
+                                          NULL), TS_OK);
+                }
+                if (mode == TS_MODE_REDUCE) {
+                    ref_grad(true, gr.pl, order, w, 48, 0, want);
+                    assert_int_equal(read_at(p, step + 1, 10, got, &v, NULL), TS_OK);
+                    assert_memory_equal(want, got, sizeof(got));
+                }
+                memcpy(twin, t->value, sizeof(twin));
+                assert_memory_equal(p->value, twin, sizeof(twin));
+            }
+            ts_part_free(t);
+            ts_part_free(p);
+        }
+}
+
+/* Refused float pushes of an exact job change nothing (the sum so far compared as int64,
+ * whichever form a held push is in): a value out of range as the first push, as a middle one,
+ * as the last one that would pair with the held first (checked before anything is applied);
+ * a sum that overflows where a value of 2^30 or more cannot pair; a payload of int64 size; and
+ * a float job refuses the encoding. The right pushes then give the hand loop's values. */
+static void refused_float_push_changes_nothing(void **state)
+{
+    static struct grads gr;
+    static struct part_state before;
+    static float bad[L], vals[L], mom[L], g[L], got[L];
+    static const float badv[] = { NAN, INFINITY, 0x1p31f };
+    struct ts_err e;
+    uint64_t v;
+    bool applied;
+
+    for (uint32_t w = 2; w <= 3; w++) {
+        struct ts_job j = job48(w, true, "momentum:lr=0.1", TS_MODE_BSP);
+        struct ts_part *p = mk_len(&j);
+
+        memset(mom, 0, sizeof(mom));
+        assert_int_equal(read_at(p, 0, 10, vals, &v, NULL), TS_OK);
+        for (uint64_t step = 0; step < 2; step++) {
+            make_grads(&gr, true, w, 300 + step);
+            if (step == 1) {   /* rank 0's held push cannot pair: a big element */
+                gr.fg[0][9] = 0x1.fp30f;
+                assert_int_equal(ts_fixed_from_f32(gr.fg[0], L, gr.xg[0], NULL), TS_OK);
+            }
+            for (uint32_t r = 0; r < w; r++) {
+                /* each position refuses a bad value first; the last, also an overflow */
+                for (size_t b = 0; b < sizeof(badv) / sizeof(badv[0]) + (r + 1 == w); b++) {
+                    memcpy(bad, gr.fg[r], sizeof(bad));
+                    if (b < sizeof(badv) / sizeof(badv[0]))
+                        bad[L - 1 - b] = badv[b];
+                    else if (step == 1)      /* 0x1.fp30 + 0x1.fp30 leaves the range */
+                        bad[9] = 0x1.fp30f;
+                    else
+                        continue;
+                    save_state(p, &before);
+                    memset(&e, 0, sizeof(e));
+                    assert_int_equal(push(p, r, step, TS_ENC_FIXED_F32, bad, L * 4, &applied,
+                                          &e), TS_EINVAL);
+                    assert_false(applied);
+                    assert_non_null(strstr(e.msg, b < 3 ? "gradient element" : "fixed-point"));
+                    assert_state(p, &before);
+                }
+                save_state(p, &before);
+                memset(&e, 0, sizeof(e));
+                assert_int_equal(push(p, r, step, TS_ENC_FIXED_F32, gr.fg[r], L * 8, &applied,
+                                      &e), TS_EINVAL);
+                if (!strstr(e.msg, "payload"))
+                    fail_msg("%s", e.msg);
+                assert_state(p, &before);
+                assert_int_equal(push(p, r, step, TS_ENC_FIXED_F32, gr.fg[r], L * 4, &applied,
+                                      NULL), TS_OK);
+                assert_int_equal(applied, r + 1 == w);
+            }
+            ref_grad(true, gr.pl, (const uint32_t[]){ 0, 1, 2 }, w, 48, 0, g);
+            ts_optim_apply(&j.optim, step + 1, vals, mom, g, L);
+            assert_int_equal(read_at(p, step + 1, 10, got, &v, NULL), TS_OK);
+            assert_memory_equal(vals, got, sizeof(got));
+        }
+        ts_part_free(p);
+    }
+
+    struct ts_job jf = job48(2, false, "sgd", TS_MODE_BSP);
+    struct ts_part *pf = mk_len(&jf);
+
+    make_grads(&gr, false, 1, 5);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(push(pf, 0, 0, TS_ENC_FIXED_F32, gr.fg[0], L * 4, &applied, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "encoding"));
+    ts_part_free(pf);
+}
+
 /* Momentum and Adam over several steps, with any arrival order, equal a hand loop of plain
  * sums and ts_optim_apply; so does ASP, which applies every push alone. */
 static void optimizers_match_hand_loop(void **state)
@@ -424,6 +567,8 @@ int main(void)
         cmocka_unit_test(sums_match_plain_summation),
         cmocka_unit_test(mixed_encodings_match_plain_summation),
         cmocka_unit_test(refused_push_changes_nothing),
+        cmocka_unit_test(float_pushes_match_fixed),
+        cmocka_unit_test(refused_float_push_changes_nothing),
         cmocka_unit_test(optimizers_match_hand_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -100,6 +100,20 @@ struct tessera_options {
                               * all): the slots of ranks start_workers and above go to them
                               * until a worker joins for that rank (docs/elastic.md,
                               * "Joining"). The worker that starts the job decides. */
+    int exact_push;          /* exact mode: enum tessera_exact_push, what tessera_push,
+                              * tessera_step and tessera_buffers' grad take */
+};
+
+/* Exact mode's pushes (docs/exact-mode.md, "Float pushes"). FIXED: int64 fixed-point sums,
+ * which the trainer makes with tessera_to_fixed / tessera_fixed_add_f32, e.g. over several
+ * micro-batches. FLOAT: the trainer's one float gradient per step, which the shards round to
+ * fixed point themselves: the same bits (rounding is a function of the float alone), half the
+ * bytes on the wire and in memory, and no conversion in the trainer; a value the conversion
+ * refuses (NaN, Inf, magnitude 2^31 or more) fails the push with TESSERA_EINVAL naming it.
+ * Not with sync_every (a sum of several steps is kept in fixed point). */
+enum tessera_exact_push {
+    TESSERA_EXACT_PUSH_FIXED = 0,
+    TESSERA_EXACT_PUSH_FLOAT = 1,
 };
 
 /* Dynamic loss scaling (GradScaler's defaults: 2^16 at first, halved when a step overflowed,
@@ -137,7 +151,8 @@ uint64_t tessera_version(const tessera *t, int id);
 uint64_t tessera_resume_step(const tessera *t);
 
 /* This rank's gradient sum of tensor id for `step` (the step whose parameters it used):
- * int64 fixed point in exact mode, float otherwise, numel elements. */
+ * int64 fixed point in exact mode (float with exact_push float), float otherwise, numel
+ * elements. */
 int tessera_push(tessera *t, int id, uint64_t step, const void *grad,
                  struct tessera_error *err);
 /* The parameters of tensor id at `version` (waits for it, up to timeout_ms). */
@@ -175,10 +190,10 @@ int tessera_join(tessera *t, float *const *params, uint64_t *step, struct tesser
  *   always show the shard's latest version, which changes in place while a step (this rank's
  *   push) runs: read them between a step's or pull's return and the next push. Elsewhere the
  *   pages are private and hold what was last pulled into them.
- * - *grad: numel elements of the push type (float; int64 in exact mode) for the caller to
- *   write its gradient into. Passing it to tessera_push / tessera_step lets shards on this
- *   host read it in place (no copy); do not write it while that call runs. Remote shards,
- *   compression and sync periods copy it as any other buffer.
+ * - *grad: numel elements of the push type (float; int64 in exact mode unless exact_push is
+ *   float) for the caller to write its gradient into. Passing it to tessera_push /
+ *   tessera_step lets shards on this host read it in place (no copy); do not write it while
+ *   that call runs. Remote shards, compression and sync periods copy it as any other buffer.
  * Either pointer may be NULL when not wanted. */
 int tessera_buffers(tessera *t, int id, const float **params, void **grad,
                     struct tessera_error *err);

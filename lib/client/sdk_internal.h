@@ -98,6 +98,7 @@ struct tessera {
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
     bool names_checked;           /* every tensor the options name is registered */
     int loss_mode;                /* enum tessera_loss_scale */
+    bool push_f32;                /* exact mode, exact_push float: pushes are floats */
     int scale_exp;                /* the loss scale is 2^scale_exp */
     uint32_t good_steps;          /* steps since the last overflow or growth */
     bool step_overflow;           /* the step in progress: a partition was skipped */
@@ -151,9 +152,16 @@ static inline int sdk_ok(struct tessera_error *out)
     return 0;
 }
 
-static inline size_t elem_bytes_job(const struct ts_job *j)
+/* The encoding of a push as the trainer gives it (before any codec), and its element's
+ * bytes: float, or in exact mode int64 fixed point or, with exact_push float, float again. */
+static inline unsigned sdk_push_encoding(const struct tessera *t)
 {
-    return j->exact ? sizeof(int64_t) : sizeof(float);
+    return !t->job.exact ? TS_ENC_RAW : t->push_f32 ? TS_ENC_FIXED_F32 : TS_ENC_FIXED;
+}
+
+static inline size_t sdk_push_bytes(const struct tessera *t)
+{
+    return sdk_push_encoding(t) == TS_ENC_FIXED ? sizeof(int64_t) : sizeof(float);
 }
 
 /* sdk.c */

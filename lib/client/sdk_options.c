@@ -157,6 +157,17 @@ ts_status sdk_set_modes(struct tessera *t, const struct tessera_options *o, stru
     if (o->loss_scale && t->job.exact)
         return ts_err_set(err, TS_EINVAL, "loss_scale: exact mode has no use for it (gradients "
                           "are fixed point, not fp16)");
+    if (o->exact_push != TESSERA_EXACT_PUSH_FIXED && o->exact_push != TESSERA_EXACT_PUSH_FLOAT)
+        return ts_err_set(err, TS_EINVAL, "exact_push: %d is not fixed (0) or float (1)",
+                          o->exact_push);
+    if (o->exact_push == TESSERA_EXACT_PUSH_FLOAT && !t->job.exact)
+        return ts_err_set(err, TS_EINVAL, "exact_push: float is for exact mode (pushes are "
+                          "float already without it); set exact or drop exact_push");
+    /* A sync period sums several steps' gradients in the SDK: in fixed point only. */
+    if (o->exact_push == TESSERA_EXACT_PUSH_FLOAT && t->sync_every[0])
+        return ts_err_set(err, TS_EINVAL, "exact_push: float pushes one gradient per step, "
+                          "sync_every sums several (in fixed point); drop one of them");
+    t->push_f32 = o->exact_push == TESSERA_EXACT_PUSH_FLOAT;
     if (o->transport && o->transport[0] && !ts_transport_find(o->transport))
         return ts_err_set(err, TS_EINVAL, "transport: '%s' is not one of tcp, shm",
                           o->transport);
@@ -199,7 +210,7 @@ ts_status sdk_tensor_buffers(struct tessera *t, struct sdk_tensor *x,
     bool good = (x->overflow = calloc(x->nparts + 1, 1)) != NULL;
 
     if (good && x->sync_every > 1)
-        good = (x->acc = calloc(x->numel, elem_bytes_job(&t->job))) != NULL;
+        good = (x->acc = calloc(x->numel, sdk_push_bytes(t))) != NULL;
     if (good && x->codec.kind == TS_CODEC_TOPK)
         good = (x->residual = calloc(x->numel, sizeof(float))) != NULL;
     if (good && !t->job.exact && (x->codec.kind != TS_CODEC_NONE || t->loss_mode ==

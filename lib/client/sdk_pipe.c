@@ -86,7 +86,7 @@ bool sdk_pipe_pays(const struct tessera *t, int first, int last, bool push,
     for (int i = first; leaves && i < last; i++) {
         const struct sdk_tensor *x = t->tensors[i];
         if (x->active)
-            bytes += x->numel * ((push ? elem_bytes_job(&t->job) : 0) +
+            bytes += x->numel * ((push ? sdk_push_bytes(t) : 0) +
                                  (params ? sizeof(float) : 0));
     }
     return leaves && bytes >= SDK_PIPE_MIN_BYTES;

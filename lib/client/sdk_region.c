@@ -151,7 +151,7 @@ bool sdk_push_in_region(const struct sdk_tensor *x, uint32_t p)
  * partition of x (SHARE, then its ACK). A shard that declines is left out: its pushes copy. */
 static ts_status grad_alloc(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err)
 {
-    size_t bytes = x->numel * elem_bytes_job(&t->job);
+    size_t bytes = x->numel * sdk_push_bytes(t);
     ts_status st = ts_region_create("tessera-grad", bytes, &x->grad, err);
 
     if (st == TS_ENODEV) {   /* no memfds here: private memory, always copied */
@@ -179,7 +179,8 @@ static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id, str
         return ts_err_set(err, TS_ENOMEM, "out of memory");
     for (uint32_t s = 0; s < t->nshards; s++) {
         struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .tensor = (uint32_t)id,
-                                  .flags = TS_SHARE_GRAD };
+                                  .flags = TS_SHARE_GRAD,
+                                  .encoding = (uint16_t)sdk_push_encoding(t) };
         struct ts_conn *c = t->shards[s].conn;
         struct ts_err e = { 0 };
 

@@ -17,7 +17,7 @@
 
 static size_t elem_bytes(const struct tessera *t)
 {
-    return elem_bytes_job(&t->job);
+    return sdk_push_bytes(t);
 }
 
 static int scale_exp_of(const struct tessera *t)
@@ -57,7 +57,7 @@ static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *
         in.payload = x->enc + x->enc_off[p];
         in.bytes = x->enc_len[p];
     } else {
-        in.encoding = t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW;
+        in.encoding = sdk_push_encoding(t);
         in.payload = (const char *)x->src + off * elem_bytes(t);
         in.bytes = len * elem_bytes(t);
     }
@@ -309,11 +309,28 @@ static ts_status fail_over(struct tessera *t, const char *what, uint64_t n, int 
     return st;
 }
 
+/* Exact mode with float pushes: the shards round each value, and one out of range would be
+ * refused by its partition's shard after other shards took theirs, leaving the step half
+ * pushed. So each gradient is checked here first, as tessera_to_fixed would check it (one
+ * read of it), and a value out of range fails the step before anything is sent. (Float
+ * pushes rule out sync periods: every tensor is pushed every step.) */
+static ts_status check_f32(const struct tessera *t, const struct sdk_tensor *x, const void *g,
+                           struct ts_err *err)
+{
+    bool pair_safe;
+    ts_status st;
+
+    if (!t->push_f32 || !(st = ts_fixed_check_f32(g, x->numel, &pair_safe, err)))
+        return TS_OK;
+    ts_err_prefix(err, "tensor '%s'", x->name);
+    return st;
+}
+
 int tessera_push(tessera *t, int id, uint64_t step, const void *grad, struct tessera_error *e)
 {
     struct ts_err err = { 0 };
 
-    if (check_id(t, id, &err))
+    if (check_id(t, id, &err) || check_f32(t, t->tensors[id], grad, &err))
         return sdk_fail(e, &err);
     only(t, id, step, 0);
     t->nstep = 1;
@@ -466,6 +483,9 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
         st = sdk_check_names(t, &err);
     if (!st && t->elastic && !(st = sdk_elastic_check(t, step, n, slots, &err)))
         st = sdk_elastic_keep(t, params, &err);
+    for (size_t k = 0; !st && k < n; k++)
+        for (int i = 0; !st && i < t->ntensors; i++)
+            st = check_f32(t, t->tensors[i], grads[k][i], &err);
     if (!st)
         st = plan_step(t, step, grads[0], &err);
     if (!st) {

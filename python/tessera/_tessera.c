@@ -43,6 +43,8 @@ struct client {
     tessera *t;
     PyThread_type_lock lock;   /* held around every SDK call on t */
     int exact;
+    enum elem push_elem;       /* what push / step / buffers' grad take: I64 in exact mode,
+                                * unless exact_push is float */
     PyObject *names;           /* list: tensor id -> name */
     uint64_t *numel;           /* tensor id -> elements (PyMem; read without the SDK) */
     struct bufs *bufs;         /* tensor id -> its buffers (PyMem) */
@@ -143,6 +145,7 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
     }
     self->t = t;
     self->exact = opt.exact;
+    self->push_elem = opt.exact && opt.exact_push != TESSERA_EXACT_PUSH_FLOAT ? I64 : F32;
     return 0;
 }
 
@@ -332,7 +335,7 @@ static PyObject *client_push(struct client *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:push", kwlist, &oid, &ostep, &ograd) ||
         open_or_raise(self) || get_id(self, oid, "id", &id) ||
         get_step(ostep, "step", &step) ||
-        arr_get(ograd, "grad", self->exact ? I64 : F32, 0,
+        arr_get(ograd, "grad", self->push_elem, 0,
                 (long long)self->numel[id], &g))
         return NULL;
     SDK_CALL(self, rc, &e, tessera_push(self->t, id, step, g.b.buf, &e));
@@ -421,7 +424,7 @@ static PyObject *client_step(struct client *self, PyObject *args, PyObject *kw)
         PyErr_NoMemory();
         goto out;
     }
-    if (get_all(self, ograds, "grads", self->exact ? I64 : F32, 0, a, ptrs))
+    if (get_all(self, ograds, "grads", self->push_elem, 0, a, ptrs))
         goto out;
     if (get_all(self, oparams, "params", F32, 1, a + n, ptrs + n)) {
         for (Py_ssize_t i = 0; i < n; i++)
@@ -520,7 +523,7 @@ static PyObject *client_buffers(struct client *self, PyObject *args, PyObject *k
     if (p)
         g = !grad ? Py_NewRef(Py_None)
                   : buffer_array((PyObject *)self, &client_buf_ops, grad,
-                                 (Py_ssize_t)self->numel[id], self->exact ? I64 : F32, 0);
+                                 (Py_ssize_t)self->numel[id], self->push_elem, 0);
     if (g)
         ret = PyTuple_Pack(2, p, g);
     Py_XDECREF(p);
@@ -619,6 +622,11 @@ static PyObject *client_get_exact(struct client *self, void *unused)
     return PyBool_FromLong(self->exact);
 }
 
+static PyObject *client_get_exact_push(struct client *self, void *unused)
+{
+    return PyUnicode_FromString(self->exact && self->push_elem == F32 ? "float" : "fixed");
+}
+
 static PyObject *client_get_tensors(struct client *self, void *unused)
 {
     return PyList_AsTuple(self->names);
@@ -638,7 +646,8 @@ static PyMethodDef client_methods[] = {
       "same order);\nthe shards initialise it from (init, seed, name). Returns its id." },
     { "push", KW client_push, METH_VARARGS | METH_KEYWORDS,
       "push(id, step, grad)\n\nThis rank's gradient SUM of tensor id for `step`: float32, "
-      "or int64 fixed point\nin exact mode (see to_fixed), numel elements, C-contiguous." },
+      "or int64 fixed point\nin exact mode (see to_fixed; float32 with exact_push='float'), "
+      "numel elements,\nC-contiguous." },
     { "pull", KW client_pull, METH_VARARGS | METH_KEYWORDS,
       "pull(id, version, out) -> out\n\nWrites the parameters of tensor id at `version` "
       "into out (writable float32,\nC-contiguous, numel elements), waiting for that version."
@@ -654,7 +663,8 @@ static PyMethodDef client_methods[] = {
       " tensor id (tessera_buffers), as NumPy arrays over\nits own memory, the same at every "
       "call: params, read-only float32 (on one host\nthe shard's own pages, which change in "
       "place when a step completes: read them\nbetween a step's return and the next push), to "
-      "pass as the out of pull / step;\ngrad, writable (float32, int64 in exact mode), to fill "
+      "pass as the out of pull / step;\ngrad, writable (float32, int64 in exact mode unless "
+      "exact_push is 'float'), to fill "
       "and pass to push / step,\nwhich shards on this host then read in place. None for one "
       "not asked for.\nThe arrays keep the Client alive; close() waits for the last of them "
       "before\nthe SDK frees the memory (docs/python.md)." },
@@ -687,6 +697,8 @@ static PyGetSetDef client_getset[] = {
       "the step the last rollback went back to (0: none): after step() raised "
       "tessera.Rollback, params hold that step's values; train on from it", NULL },
     { "exact", (getter)client_get_exact, NULL, "True in exact (fixed-point) mode", NULL },
+    { "exact_push", (getter)client_get_exact_push, NULL, "exact mode's pushes: 'fixed' "
+      "(int64) or 'float' (the shards round them)", NULL },
     { "tensors", (getter)client_get_tensors, NULL, "the registered names, by id", NULL },
     { "closed", (getter)client_get_closed, NULL, "True once close() ran", NULL },
     { NULL, NULL, NULL, NULL, NULL },
@@ -700,7 +712,8 @@ static PyTypeObject client_type = {
     .tp_doc = "Client(master='local', job='default', rank=0, workers=1, exact=False,\n"
               "       optimizer='momentum', batch=..., transport=None, timeout_ms=0,\n"
               "       data_seed=0, micro_batch=0, mode='bsp', staleness=0, compress=None,\n"
-              "       sync_every=None, loss_scale='none', delay_ms=0)\n\n"
+              "       sync_every=None, loss_scale='none', delay_ms=0, keep=False,\n"
+              "       exact_push='fixed')\n\n"
               "A connection to a Tessera cluster (tessera_connect); master 'local' runs the\n"
               "shards' code in this process. Use as a context manager or call close().",
     .tp_new = client_new,

@@ -380,14 +380,40 @@ int get_loss_scale(PyObject *o, int *out)
     return -1;
 }
 
+/* exact_push: "fixed" (int64 pushes) or "float" (the shards round), or 0 / 1. */
+static int get_exact_push(PyObject *o, int *out)
+{
+    static const char *const names[] = { "fixed", "float" };
+
+    if (!o || o == Py_None)
+        return 0;
+    for (int i = 0; PyUnicode_Check(o) && i < 2; i++)
+        if (PyUnicode_CompareWithASCIIString(o, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    if (PyLong_Check(o) && !PyBool_Check(o)) {
+        long v = PyLong_AsLong(o);
+        if (v == 0 || v == 1) {
+            *out = (int)v;
+            return 0;
+        }
+        PyErr_Clear();
+    }
+    PyObject *r = PyObject_Repr(o);
+    invalid("exact_push: \"fixed\" or \"float\" expected, got %s", r ? PyUnicode_AsUTF8(r) : "?");
+    Py_XDECREF(r);
+    return -1;
+}
+
 /* Client's keyword arguments, in struct tessera_options order. */
 static char *option_names[] = { "master", "job", "rank", "workers", "exact", "optimizer",
                                 "batch", "transport", "timeout_ms", "data_seed", "micro_batch",
                                 "mode", "staleness", "compress", "sync_every", "loss_scale",
-                                "delay_ms", "keep", NULL };
+                                "delay_ms", "keep", "exact_push", NULL };
 enum { O_MASTER, O_JOB, O_RANK, O_WORKERS, O_EXACT, O_OPTIMIZER, O_BATCH, O_TRANSPORT,
        O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS, O_DELAY,
-       O_KEEP, O_COUNT };
+       O_KEEP, O_EXACT_PUSH, O_COUNT };
 
 /* The arguments o[] into *opt (the SDK checks the values it alone understands). Strings made
  * from dicts are appended to keep, which must outlive opt. */
@@ -413,7 +439,8 @@ static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt,
          get_list(o[O_SYNC], "sync_every", &opt->sync_every, &made[1]) ||
          get_loss_scale(o[O_LOSS], &opt->loss_scale) ||
          get_uint(o[O_DELAY], "delay_ms", INT32_MAX, &v[O_DELAY]) ||
-         (opt->keep = o[O_KEEP] ? PyObject_IsTrue(o[O_KEEP]) : 0) < 0;
+         (opt->keep = o[O_KEEP] ? PyObject_IsTrue(o[O_KEEP]) : 0) < 0 ||
+         get_exact_push(o[O_EXACT_PUSH], &opt->exact_push);
     for (int i = 0; i < 2; i++) {
         if (made[i] && PyList_Append(keep, made[i]))
             rc = -1;
@@ -433,10 +460,10 @@ int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt, PyObj
 {
     PyObject *o[O_COUNT] = { NULL };
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOO:Client", option_names,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOOO:Client", option_names,
                                      &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
                                      &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
-                                     &o[15], &o[16], &o[17]))
+                                     &o[15], &o[16], &o[17], &o[18]))
         return -1;
     /* The SDK copies what it keeps; the arguments are kept anyway, as cheap insurance. */
     for (int i = 0; i < O_COUNT; i++)

@@ -206,6 +206,55 @@ class Binding(tl.ClusterCase, unittest.TestCase):
             for k in range(2):
                 np.testing.assert_array_equal(bits(results[r][k]), bits(params[k]))
 
+    def test_exact_float_pushes(self):
+        """exact_push="float": each rank pushes its float gradient and the shards round it to
+        fixed point, over shared memory (with the SDK's float32 gradient buffers) and tcp:
+        the bits of one local rank pushing the int64 sum. A NaN, an Inf or a value of 2^31
+        fails the push in the SDK, naming tensor and element, before anything is sent: the
+        step then completes with good gradients."""
+        rng = np.random.default_rng(5)
+        g = [[rng.standard_normal(BIG).astype(np.float32) for _ in range(2)] for _ in range(3)]
+        with tessera.Client(batch=BATCH, optimizer="sgd:lr=%g" % LR, exact=True) as lc:
+            big = lc.register("big", BIG, init="normal:0.5", seed=6, partition_bytes=BIG_PART)
+            want = np.empty(BIG, np.float32)
+            for step in range(3):
+                acc = tessera.to_fixed(g[step][1], np.empty(BIG, np.int64))
+                lc.step(step, [tessera.fixed_add_f32(acc, g[step][0])], [want])
+        for transport in ("shm", "tcp"):
+            results, errors = {}, []
+
+            def rank(r):
+                try:
+                    with self.client("xf-" + transport, exact=True, rank=r, workers=2,
+                                     exact_push="float", transport=transport) as c:
+                        self.assertEqual(c.exact_push, "float")
+                        big = c.register("big", BIG, init="normal:0.5", seed=6,
+                                         partition_bytes=BIG_PART)
+                        params, grad = c.buffers(big)
+                        self.assertEqual(grad.dtype, np.float32)
+                        for step in range(3):
+                            if r == 0 and step == 1:
+                                for bad in (np.nan, np.inf, 2.0 ** 31):
+                                    grad[:] = g[step][r]
+                                    grad[BIG_PART // 4 + 3] = bad
+                                    self.assert_invalid(lambda: c.step(step, [grad], [params]),
+                                                        "tensor 'big'", "element %d "
+                                                        % (BIG_PART // 4 + 3))
+                            grad[:] = g[step][r]
+                            c.step(step, [grad], [params])
+                        results[r] = params.copy()
+                except Exception as e:  # reported by the main thread
+                    errors.append(e)
+
+            threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            self.assertFalse(errors, errors)
+            for r in range(2):
+                np.testing.assert_array_equal(bits(results[r]), bits(want), transport)
+
     def test_fixed_point_helpers(self):
         out = tessera.to_fixed(np.array([1.0, -0.5, 0.0, 2.0 ** -33], np.float32),
                                np.empty(4, np.int64))
@@ -557,6 +606,15 @@ class Binding(tl.ClusterCase, unittest.TestCase):
         ai(lambda: self.client("opt", sync_every={"w": 0}), "sync_every")
         ai(lambda: self.client("opt", compress={"w": "bogus"}), "compress")
         ai(lambda: self.client("opt", transport="carrier-pigeon"), "transport")
+        ai(lambda: self.client("opt", exact=True, exact_push="int8"), "exact_push")
+        ai(lambda: self.client("opt", exact=True, exact_push=2), "exact_push")
+        ai(lambda: self.client("opt", exact_push="float"), "exact_push", "exact mode")
+        ai(lambda: self.client("opt", exact=True, exact_push="float", sync_every={"w": 2}),
+           "exact_push", "sync_every")
+        with self.client("opt-xf", exact=True, exact_push="float") as c:
+            w, _ = self.register(c)
+            self.assert_invalid(lambda: c.push(w, 0, np.ones(N, np.int64)), "grad: ",
+                                "float32 array", "int64")
 
     def test_loss_scale(self):
         """loss_scale="caller" with fp16 pushes: a step whose gradient overflows fp16 is

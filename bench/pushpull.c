@@ -9,7 +9,8 @@
  * gRPC state crosses a fork) register one float tensor of S bytes (--partition-kib, default
  * the SDK's 4 MiB, placed by the ring under the tensor's balancing salt), pull version 0, run 2
  * warm-up steps and N timed tessera_step calls (push S bytes, pull S bytes; --exact also in
- * exact mode, whose int64 push is 2 S bytes). A step takes the slowest worker's time (BSP); the
+ * exact mode: "exact", whose int64 push is 2 S bytes, and "exact-f32", float pushes the shards
+ * round to fixed point, S bytes and the same bits). A step takes the slowest worker's time (BSP); the
  * figure is the median, algbw = S / step (GB/s = 1e9 B/s), as for an all-reduce. Workers
  * report on a pipe: "ready" after the warm-up (the parent then reads the CPU clocks), then step
  * times and CPU time. Every child is stopped by pid at the end, on errors and on signals, and
@@ -220,14 +221,15 @@ static ts_status spawn_reader(const char *exe, char **argv, pid_t *pid, FILE **o
 static ts_status worker_spawn(const struct opts *o, const struct cluster *c, const struct run *r,
                               int rank, struct wchild *w, struct ts_err *err)
 {
-    char job[64], rk[8], bytes[24], iters[24], nw[8], pb[24];
+    char job[64], rk[8], bytes[24], iters[24], nw[8], pb[24], mode[4];
     char *argv[] = { "bench_pushpull", "--worker", (char *)c->m.target, job,
-                     (char *)r->transport, rk, bytes, iters, r->exact ? "1" : "0",
+                     (char *)r->transport, rk, bytes, iters, mode,
                      r->buffers ? "1" : "0", nw, pb, NULL };
 
     /* One job per run: a job's tensor and its versions start afresh. */
     snprintf(job, sizeof(job), "pp-%d-%s-%" PRId64 "-%s-%s", (int)getpid(), r->transport,
-             r->size_mib, r->exact ? "x" : "f", r->buffers ? "b" : "o");
+             r->size_mib, pp_mode_name(r->mode), r->buffers ? "b" : "o");
+    snprintf(mode, sizeof(mode), "%d", r->mode);
     snprintf(rk, sizeof(rk), "%d", rank);
     snprintf(bytes, sizeof(bytes), "%" PRIu64, (uint64_t)r->size_mib * MIB);
     snprintf(iters, sizeof(iters), "%" PRId64, o->iters);
@@ -343,7 +345,7 @@ static ts_status run_one(const struct opts *o, const struct cluster *c, struct r
 
     memset(w, 0, sizeof(w));
     fprintf(stderr, "  %s %s %" PRId64 " MiB: %d + %" PRId64 " steps...\n", r->name,
-            r->exact ? "exact" : "float", r->size_mib, WARMUP, o->iters);
+            pp_mode_name(r->mode), r->size_mib, WARMUP, o->iters);
     for (int k = 0; k < o->workers && !st; k++)
         if (!(st = worker_spawn(o, c, r, k, &w[k], err)))
             kids[KID_WORKER + k] = w[k].pid;
@@ -366,7 +368,7 @@ static ts_status run_one(const struct opts *o, const struct cluster *c, struct r
  * failed. */
 static bool run_transport(const struct opts *o, const char *tp, struct results *res)
 {
-    int per = (o->exact ? 2 : 1) * o->nbuf;   /* runs per size */
+    int per = (o->exact ? PP_MODES : 1) * o->nbuf;   /* runs per size */
     struct ts_err err = { 0 };
     struct cluster c;
     bool ok = true;
@@ -380,12 +382,12 @@ static bool run_transport(const struct opts *o, const char *tp, struct results *
     for (int i = 0; i < o->nsizes * per; i++) {
         struct run *r = &res->runs[res->nruns++];
         *r = (struct run){ .transport = tp, .buffers = o->buf[i % o->nbuf],
-                           .exact = i % per >= o->nbuf, .size_mib = o->sizes[i / per] };
+                           .mode = i % per / o->nbuf, .size_mib = o->sizes[i / per] };
         snprintf(r->name, sizeof(r->name), "%s%s", tp, r->buffers ? "+buffers" : "");
         ts_err_clear(&err);
         if (run_one(o, &c, r, &err)) {
             fprintf(stderr, "bench_pushpull: %s %s %" PRId64 " MiB: %s\n", r->name,
-                    r->exact ? "exact" : "float", r->size_mib, err.msg);
+                    pp_mode_name(r->mode), r->size_mib, err.msg);
             ok = false;
         }
     }
@@ -553,7 +555,7 @@ int main(int argc, char **argv)
         { "transports", TS_FLAG_STR, &o.transports_s, "LIST", "default shm,tcp", 0, 0 },
         { "buffers", TS_FLAG_STR, &o.buffers_s, "LIST", "own, shared (tessera_buffers) or "
           "both: default own,shared", 0, 0 },
-        { "exact", TS_FLAG_BOOL, &o.exact, NULL, "also measure exact mode", 0, 0 },
+        { "exact", TS_FLAG_BOOL, &o.exact, NULL, "also measure exact mode, with int64 pushes (exact) and float ones (exact-f32)", 0, 0 },
         { "replicas", TS_FLAG_INT, &o.replicas, "R", "the master's --replicas: 2 makes every "
           "partition a chain of 2 shards (default 1; bench/recovery.py compares)", 1,
           PP_MAX_SHARDS },

@@ -16,9 +16,10 @@
 #define OPTIMIZER "sgd:lr=1e-9"
 
 /* The hidden worker mode (bench_pushpull --worker ARGS...): argv is
- * MASTER JOB TRANSPORT RANK BYTES ITERS EXACT BUFFERS WORKERS PARTITION_BYTES, as the parent
+ * MASTER JOB TRANSPORT RANK BYTES ITERS MODE BUFFERS WORKERS PARTITION_BYTES, as the parent
  * (or bench/multihost.py, which runs one worker per emulated host) writes them. WORKERS is the
- * job's worker count, PARTITION_BYTES the tensor's partition size (0: the SDK's, 4 MiB). Prints
+ * job's worker count, PARTITION_BYTES the tensor's partition size (0: the SDK's, 4 MiB), MODE an
+ * enum pp_mode (0 float, 1 exact, 2 exact with float pushes). Prints
  * "ready" after the warm-up, then "TRANSPORT CPU_NS NS1 .. NSn". Returns the exit status. */
 int pushpull_worker_main(int argc, char **argv);
 
@@ -31,6 +32,17 @@ int pushpull_worker_main(int argc, char **argv);
 #define HEADLINE_MIB 64
 #define GOAL_BEST 2.0              /* best transport / gloo at 64 MiB */
 #define GOAL_TCP 0.8               /* tcp / gloo at 64 MiB */
+#define GOAL_EXACT 1.3             /* exact step time / float step time at 64 MiB, shm */
+
+/* A run's mode: float; exact with int64 pushes the worker converts (tessera_to_fixed); exact
+ * with float pushes the shards round (exact_push float). --exact measures both exact ones. */
+enum pp_mode { PP_FLOAT = 0, PP_EXACT = 1, PP_EXACT_F32 = 2 };
+#define PP_MODES 3
+
+static inline const char *pp_mode_name(int mode)
+{
+    return mode == PP_EXACT_F32 ? "exact-f32" : mode == PP_EXACT ? "exact" : "float";
+}
 
 struct opts {
     const char *bin, *sizes_s, *transports_s, *buffers_s, *out, *python, *tp[2];
@@ -48,14 +60,15 @@ struct opts {
 struct run {
     const char *transport;
     char name[24];
-    bool buffers, exact, done;
+    bool buffers, done;
+    int mode;                      /* enum pp_mode */
     int64_t size_mib;
     double med_ms, min_ms, max_ms, gbs, worker_cpu_ms, shard_cpu_ms, other_cpu_ms;
 };
 
 struct results {
     char machine[192], gloo_error[256];
-    struct run runs[2 * 2 * 2 * MAX_SIZES];   /* transports x buffers kinds x modes x sizes */
+    struct run runs[2 * 2 * PP_MODES * MAX_SIZES];   /* transports x buffers x modes x sizes */
     int nruns, ngloo;
     struct { int64_t size_mib; double med_ms, gbs; } gloo[MAX_SIZES];
     /* The machine's limits per size (by index in o->sizes), measured in the same run: a

@@ -10,11 +10,11 @@
 #include "util/json.h"
 
 static const struct run *find_run(const struct results *res, const char *tp, bool buffers,
-                                  bool exact, int64_t mib)
+                                  int mode, int64_t mib)
 {
     for (int i = 0; i < res->nruns; i++) {
         const struct run *r = &res->runs[i];
-        if (r->done && r->buffers == buffers && r->exact == exact && r->size_mib == mib &&
+        if (r->done && r->buffers == buffers && r->mode == mode && r->size_mib == mib &&
             strcmp(r->transport, tp) == 0)
             return r;
     }
@@ -47,7 +47,7 @@ static const struct run *best_run(const struct opts *o, const struct results *re
 
     for (int i = 0; i < o->ntp * 2; i++)
         if ((i % 2 == 0 || !only_own) &&
-            (r = find_run(res, o->tp[i / 2], i % 2 == 1, false, mib)) &&
+            (r = find_run(res, o->tp[i / 2], i % 2 == 1, PP_FLOAT, mib)) &&
             (!best || r->gbs > best->gbs))
             best = r;
     return best;
@@ -56,10 +56,10 @@ static const struct run *best_run(const struct opts *o, const struct results *re
 /* The limit row of mib: each column's limit, and its float run's share of it. */
 static void print_limit_row(const struct opts *o, const struct results *res, int64_t mib)
 {
-    printf("\n%4" PRId64 " MiB | %5s | %9s", mib, "limit", "");
+    printf("\n%4" PRId64 " MiB | %9s | %9s", mib, "limit", "");
     for (int k = 0; k < o->ntp * o->nbuf; k++) {
         const char *tp = o->tp[k / o->nbuf];
-        const struct run *r = find_run(res, tp, o->buf[k % o->nbuf], false, mib);
+        const struct run *r = find_run(res, tp, o->buf[k % o->nbuf], PP_FLOAT, mib);
         double l = limit_gbs(o, res, tp, mib);
         char c[32] = "-";
         if (l > 0 && r)
@@ -74,6 +74,7 @@ static void print_limit_row(const struct opts *o, const struct results *res, int
  * size. */
 static void print_algbw(const struct opts *o, const struct results *res)
 {
+    int nmodes = o->exact ? PP_MODES : 1;
     char name[24];
 
     printf("\nbench_pushpull: %s; loopback; %" PRId64 " workers x %" PRId64 " shards; GB/s = "
@@ -81,7 +82,7 @@ static void print_algbw(const struct opts *o, const struct results *res)
            "= against gloo all_reduce of S bytes, %" PRId64 " ranks;\n+buffers = "
            "tessera_buffers' zero-copy buffers, else the worker's own;\nlimit = the machine's, "
            "same run: a memcpy of S bytes (shm), a raw loopback TCP stream of S\nbytes one way "
-           "(tcp); (x) on its row = the float run above / the limit\n\n%8s | %5s | %9s",
+           "(tcp); (x) on its row = the float run above / the limit\n\n%8s | %9s | %9s",
            res->machine, o->workers, o->shards, o->iters, WARMUP, o->workers, "size", "mode",
            "gloo GB/s");
     for (int k = 0; k < o->ntp * o->nbuf; k++) {
@@ -89,20 +90,20 @@ static void print_algbw(const struct opts *o, const struct results *res)
                  o->buf[k % o->nbuf] ? "+buffers" : "");
         printf(" | %14s", name);
     }
-    for (int i = 0; i < o->nsizes * (o->exact ? 2 : 1); i++) {
-        int64_t mib = o->sizes[i / (o->exact ? 2 : 1)];
-        bool exact = o->exact && i % 2;
+    for (int i = 0; i < o->nsizes * nmodes; i++) {
+        int64_t mib = o->sizes[i / nmodes];
+        int mode = i % nmodes;
         double g = gloo_gbs(res, mib);
-        printf("\n%4" PRId64 " MiB | %5s | %9.2f", mib, exact ? "exact" : "float", g);
+        printf("\n%4" PRId64 " MiB | %9s | %9.2f", mib, pp_mode_name(mode), g);
         for (int k = 0; k < o->ntp * o->nbuf; k++) {
-            const struct run *r = find_run(res, o->tp[k / o->nbuf], o->buf[k % o->nbuf], exact,
+            const struct run *r = find_run(res, o->tp[k / o->nbuf], o->buf[k % o->nbuf], mode,
                                            mib);
             char c[32] = "-";
             if (r)
                 snprintf(c, sizeof(c), "%.2f (%.2fx)", r->gbs, g > 0 ? r->gbs / g : 0);
             printf(" | %14s", c);
         }
-        if (i % (o->exact ? 2 : 1) == (o->exact ? 1 : 0))
+        if (mode == nmodes - 1)
             print_limit_row(o, res, mib);
     }
     printf("\n");
@@ -114,17 +115,17 @@ static void print_detail(const struct opts *o, const struct results *res)
 
     printf("\nwhere the time goes, per step (CPU ms summed over processes, %ld cores = %ld CPU "
            "ms per ms;\nother = the rest of the machine, not ours: a large figure means a "
-           "disturbed run)\n%-17s | %8s | %7s | %7s | %7s | %5s | %10s | %9s | %9s\n", ncpu,
+           "disturbed run)\n%-21s | %8s | %7s | %7s | %7s | %5s | %10s | %9s | %9s\n", ncpu,
            ncpu, "run", "size", "step ms", "min ms", "max ms", "GB/s", "worker CPU",
            "shard CPU", "other CPU");
     for (int i = 0; i < res->nruns; i++) {
         const struct run *r = &res->runs[i];
         char name[40];
-        snprintf(name, sizeof(name), "%s %s", r->name, r->exact ? "exact" : "float");
+        snprintf(name, sizeof(name), "%s %s", r->name, pp_mode_name(r->mode));
         if (!r->done)
-            printf("%-17s | %4" PRId64 " MiB | failed\n", name, r->size_mib);
+            printf("%-21s | %4" PRId64 " MiB | failed\n", name, r->size_mib);
         else
-            printf("%-17s | %4" PRId64 " MiB | %7.1f | %7.1f | %7.1f | %5.2f | %10.1f | %9.1f | "
+            printf("%-21s | %4" PRId64 " MiB | %7.1f | %7.1f | %7.1f | %5.2f | %10.1f | %9.1f | "
                    "%9.1f\n", name, r->size_mib, r->med_ms, r->min_ms, r->max_ms, r->gbs,
                    r->worker_cpu_ms, r->shard_cpu_ms, r->other_cpu_ms);
     }
@@ -137,17 +138,29 @@ static void print_goals(const struct opts *o, const struct results *res)
     static const char *const what[] = { "best", "best, own buffers", "tcp", "tcp+buffers" };
     const struct run *r[4] = { best_run(o, res, HEADLINE_MIB, false),
                                best_run(o, res, HEADLINE_MIB, true),
-                               find_run(res, "tcp", false, false, HEADLINE_MIB),
-                               find_run(res, "tcp", true, false, HEADLINE_MIB) };
+                               find_run(res, "tcp", false, PP_FLOAT, HEADLINE_MIB),
+                               find_run(res, "tcp", true, PP_FLOAT, HEADLINE_MIB) };
     double g = gloo_gbs(res, HEADLINE_MIB), goal[4] = { GOAL_BEST, GOAL_BEST, GOAL_TCP,
                                                         GOAL_TCP };
 
     printf("\ngoals at %d MiB, against gloo's %.2f GB/s:\n", HEADLINE_MIB, g);
     for (int i = 0; i < 4 && g > 0; i++)
         if (r[i] && (i != 1 || r[1] != r[0]))
-            printf("  %-17s >= %.1fx gloo: %s %.2f GB/s = %.2fx: %s\n", what[i], goal[i],
+            printf("  %-21s >= %.1fx gloo: %s %.2f GB/s = %.2fx: %s\n", what[i], goal[i],
                    r[i]->name, r[i]->gbs, r[i]->gbs / g,
                    r[i]->gbs / g >= goal[i] ? "met" : "NOT met");
+    for (int k = 0; k < o->ntp * o->nbuf; k++) {
+        const char *tp = o->tp[k / o->nbuf];
+        const struct run *f = find_run(res, tp, o->buf[k % o->nbuf], PP_FLOAT, HEADLINE_MIB);
+        for (int m = PP_EXACT; m < PP_MODES && f; m++) {
+            const struct run *x = find_run(res, tp, o->buf[k % o->nbuf], m, HEADLINE_MIB);
+            if (x && strcmp(tp, "shm") == 0)
+                printf("  %-21s <= %.1fx float's step: %s %s %.1f ms / %.1f ms = %.2fx: %s\n",
+                       pp_mode_name(m), GOAL_EXACT, f->name, pp_mode_name(m), x->med_ms,
+                       f->med_ms, x->med_ms / f->med_ms,
+                       x->med_ms / f->med_ms <= GOAL_EXACT ? "met" : "NOT met");
+        }
+    }
     printf("\n");
 }
 
@@ -181,7 +194,8 @@ static void json_runs(struct ts_json *j, const struct opts *o, const struct resu
         ts_json_obj(j, NULL);
         ts_json_str(j, "transport", r->transport);
         ts_json_bool(j, "buffers", r->buffers);
-        ts_json_bool(j, "exact", r->exact);
+        ts_json_bool(j, "exact", r->mode != PP_FLOAT);
+        ts_json_str(j, "mode", pp_mode_name(r->mode));
         ts_json_int(j, "size_mib", r->size_mib);
         ts_json_bool(j, "ok", r->done);
         if (r->done) {
@@ -220,6 +234,31 @@ static void json_headline(struct ts_json *j, const struct opts *o, const char *k
     ts_json_end(j);
 }
 
+/* Exact mode's cost: the float-push exact step against the float step, shm at 64 MiB, with
+ * the zero-copy buffers where measured (the fastest float step: the hardest comparison). */
+static void json_headline_exact(struct ts_json *j, const struct opts *o,
+                                const struct results *res)
+{
+    for (int b = 1; b >= 0; b--) {
+        const struct run *f = find_run(res, "shm", b, PP_FLOAT, HEADLINE_MIB);
+        const struct run *x = find_run(res, "shm", b, PP_EXACT_F32, HEADLINE_MIB);
+        char unit[160];
+
+        if (!f || !x)
+            continue;
+        snprintf(unit, sizeof(unit), "ms per step, exact mode (float pushes) against float, "
+                 "push+pull of %d MiB, %" PRId64 " workers x %" PRId64 " shards, %s",
+                 HEADLINE_MIB, o->workers, o->shards, f->name);
+        ts_json_obj(j, "headline_exact");
+        ts_json_num(j, "ours", RND(x->med_ms, 100));
+        ts_json_num(j, "baseline", RND(f->med_ms, 100));
+        ts_json_str(j, "unit", unit);
+        ts_json_num(j, "ratio", RND(x->med_ms / f->med_ms, 1000));
+        ts_json_end(j);
+        return;
+    }
+}
+
 ts_status pushpull_write_json(const struct opts *o, const struct results *res, bool ok,
                               struct ts_err *err)
 {
@@ -243,6 +282,7 @@ ts_status pushpull_write_json(const struct opts *o, const struct results *res, b
     json_runs(&j, o, res);
     json_headline(&j, o, "headline", best_run(o, res, HEADLINE_MIB, false), g);
     json_headline(&j, o, "headline_copy", best_run(o, res, HEADLINE_MIB, true), g);
+    json_headline_exact(&j, o, res);
     ts_json_end(&j);
     return bench_write_json(&j, o->out, err);
 }

@@ -19,6 +19,7 @@ struct wopts {
     const char *master, *job, *transport;
     int64_t rank, bytes, iters, workers, partition_bytes;
     bool exact, buffers;
+    int mode;                      /* enum pp_mode */
 };
 
 static int werr(const struct wopts *w, const char *what, const struct tessera_error *e)
@@ -28,8 +29,9 @@ static int werr(const struct wopts *w, const char *what, const struct tessera_er
 }
 
 /* Writes the gradient, n elements. The values do not matter (lr ~ 0); every page is touched.
- * Exact mode converts them here, a chunk at a time straight into the int64 buffer: converting
- * is the trainer's work, not the step's. */
+ * Exact mode with int64 pushes converts them here, a chunk at a time straight into the int64
+ * buffer: converting is the trainer's work, not the step's. With float pushes the shards
+ * round them, in the step. */
 static int fill_grad(const struct wopts *w, void *grad, size_t n)
 {
     float chunk[FILL_CHUNK];
@@ -37,10 +39,11 @@ static int fill_grad(const struct wopts *w, void *grad, size_t n)
 
     for (size_t i0 = 0; i0 < n; i0 += FILL_CHUNK) {
         size_t m = n - i0 < FILL_CHUNK ? n - i0 : FILL_CHUNK;
-        float *g = w->exact ? chunk : (float *)grad + i0;
+        bool fixed = w->mode == PP_EXACT;
+        float *g = fixed ? chunk : (float *)grad + i0;
         for (size_t i = 0; i < m; i++)
             g[i] = 1e-3f * (float)((i0 + i) % 7);
-        if (w->exact && tessera_to_fixed(chunk, m, (int64_t *)grad + i0, &e))
+        if (fixed && tessera_to_fixed(chunk, m, (int64_t *)grad + i0, &e))
             return werr(w, "to_fixed", &e);
     }
     return 0;
@@ -80,7 +83,10 @@ static int worker_run(const struct wopts *w, float *params, void *grad, int64_t 
                                   .workers = (unsigned)w->workers, .exact = w->exact,
                                   .batch = 1,
                                   .optimizer = OPTIMIZER, .transport = w->transport,
-                                  .timeout_ms = STEP_TIMEOUT_MS };
+                                  .timeout_ms = STEP_TIMEOUT_MS,
+                                  .exact_push = w->mode == PP_EXACT_F32
+                                                    ? TESSERA_EXACT_PUSH_FLOAT
+                                                    : TESSERA_EXACT_PUSH_FIXED };
     const void *grads[1];
     float *pp[1];
     struct tessera_error e;
@@ -125,15 +131,15 @@ int pushpull_worker_main(int argc, char **argv)
     if (argc != 10)
         return 2;
     struct wopts w = { argv[0], argv[1], argv[2], atoll(argv[3]), atoll(argv[4]), atoll(argv[5]),
-                       atoll(argv[8]), atoll(argv[9]), strcmp(argv[6], "1") == 0,
-                       strcmp(argv[7], "1") == 0 };
+                       atoll(argv[8]), atoll(argv[9]), atoi(argv[6]) != PP_FLOAT,
+                       strcmp(argv[7], "1") == 0, atoi(argv[6]) };
     size_t n = (size_t)w.bytes / sizeof(float);
     if (w.workers < 1 || w.workers > MAX_WORKERS || w.rank < 0 || w.rank >= w.workers ||
-        w.bytes < 4 || w.iters < 1 || w.partition_bytes < 0)
+        w.bytes < 4 || w.iters < 1 || w.partition_bytes < 0 || w.mode < 0 || w.mode >= PP_MODES)
         return 2;
     /* Own buffers: memory the trainer allocated itself, which every step copies from and to. */
     float *params = w.buffers ? NULL : malloc(n * sizeof(float));
-    void *grad = w.buffers ? NULL : malloc(n * (w.exact ? sizeof(int64_t) : sizeof(float)));
+    void *grad = w.buffers ? NULL : malloc(n * (w.mode == PP_EXACT ? sizeof(int64_t) : sizeof(float)));
     int64_t *ns = calloc((size_t)w.iters, sizeof(*ns));
     if (!ns || (!w.buffers && (!params || !grad)))
         fprintf(stderr, "bench_pushpull worker: out of memory for %" PRId64 " bytes\n", w.bytes);

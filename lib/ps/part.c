@@ -295,13 +295,14 @@ static void scale_f32(const float *restrict a, size_t n, float mul, float *restr
 
 /* Sets *fuse: whether the last push of a step, `first` if it is the only one, can skip the
  * accumulator. Raw float: when no push of the step needs apply()'s finiteness check, which
- * reads the whole sum first. Fixed point: an int64 push alone, or a float push that pairs with
- * a held one (both below 2^30: their sum cannot overflow), which this checks first (one read
- * of it) so that a value out of range refuses the push before anything is applied. Otherwise
- * its sum must be known not to overflow before anything is applied (a refused push changes
- * nothing), and ts_fixed_add in place, read back by apply(), measured 5-10% faster than a
- * read-only overflow pass followed by a fused one (both read the sum and the push twice; the
- * in-place add writes the sum once instead). */
+ * reads the whole sum first. Fixed point: an int64 push alone, or a float push whose sum with
+ * the float pushes before it (held, or summed as exact doubles) needs no int64: this checks it
+ * first (one read of it), so that a value out of range refuses the push before anything is
+ * applied, and one above the bound sends it the long way (accumulate). Otherwise its sum must
+ * be known not to overflow before anything is applied (a refused push changes nothing), and
+ * ts_fixed_add in place, read back by apply(), measured 5-10% faster than a read-only overflow
+ * pass followed by a fused one (both read the sum and the push twice; the in-place add writes
+ * the sum once instead). */
 static ts_status fusable(const struct ts_part *p, const struct ts_push *in, bool first,
                          bool *fuse, struct ts_err *err)
 {
@@ -310,20 +311,24 @@ static ts_status fusable(const struct ts_part *p, const struct ts_push *in, bool
         *fuse = in->encoding == TS_ENC_RAW && in->scale_exp == 0 && !p->check_finite;
     else if (first)
         *fuse = in->encoding == TS_ENC_FIXED;
-    else if (in->encoding == TS_ENC_FIXED_F32 && p->held && p->held_pair)
-        return ts_fixed_check_f32(in->payload, p->len, fuse, err);
+    else if (in->encoding == TS_ENC_FIXED_F32 && p->acc_form != TS_ACC_I64 && p->held_below)
+        return ts_fixed_check_f32(in->payload, p->len, ts_fixed_f32_bound(p->job->workers),
+                                  fuse, err);
     return TS_OK;
 }
 
-/* The held first push becomes the int64 sum it stands for, in place, block by block from the
- * last: a block's floats are copied out to the scratch p->grad first, and writing int64
- * elements k.. overwrites floats 2k.., which lie in this block or a later one, all read
- * already. ts_fixed_hold_f32 checked every value, so the conversion cannot fail. */
-static void unhold(struct ts_part *p)
+/* The exact sum so far becomes int64, in place. Held floats are converted block by block from
+ * the last: a block is copied out to the scratch p->grad first, and writing int64 elements
+ * k.. overwrites floats 2k.., which lie in this block or a later one, all read already
+ * (ts_fixed_hold_f32 checked every value: the conversion cannot fail). Exact doubles are
+ * integers: converted element by element. */
+static void to_i64(struct ts_part *p)
 {
     const float *held = (const float *)(const void *)p->acc_fixed;
 
-    for (uint64_t end = p->len, k; end > 0; end = k) {
+    if (p->acc_form == TS_ACC_F64)
+        ts_fixed_f64_to_i64(p->acc_fixed, p->len);
+    for (uint64_t end = p->len, k; p->acc_form == TS_ACC_HELD && end > 0; end = k) {
         ts_status st;
 
         k = end > APPLY_BLOCK ? end - APPLY_BLOCK : 0;
@@ -332,30 +337,58 @@ static void unhold(struct ts_part *p)
         assert(st == TS_OK);
         (void)st;
     }
-    p->held = false;
+    p->acc_form = TS_ACC_I64;
 }
 
-/* Exact mode's accumulate: a first float push is held as floats (unconverted: a step of two
- * float pushes never converts it, block_grad pairs them); anything after it converts it. */
+/* The held floats and g, both below the bound, become their sum as exact doubles, in place:
+ * blocks from the last, each copied out first, as in to_i64. */
+static void held_to_f64(struct ts_part *p, const float *g)
+{
+    const float *held = (const float *)(const void *)p->acc_fixed;
+    double *acc = (double *)(void *)p->acc_fixed;
+
+    for (uint64_t end = p->len, k; end > 0; end = k) {
+        k = end > APPLY_BLOCK ? end - APPLY_BLOCK : 0;
+        memcpy(p->grad, held + k, (end - k) * sizeof(float));
+        ts_fixed_pair_f64(p->grad, g + k, end - k, acc + k);
+    }
+    p->acc_form = TS_ACC_F64;
+}
+
+/* Exact mode's accumulate. A first float push is held as floats (a step of two float pushes
+ * never converts it: block_grad pairs them); later float pushes below the bound are summed
+ * with it as exact doubles; anything else makes the sum int64 first. A float push is checked
+ * before anything changes, so a refusal changes nothing but the form of the sum. */
 static ts_status accumulate_fixed(struct ts_part *p, const struct ts_push *in, bool first,
                                   struct ts_err *err)
 {
-    bool f32 = in->encoding == TS_ENC_FIXED_F32;
+    float bound = ts_fixed_f32_bound(p->job->workers);
+    bool f32 = in->encoding == TS_ENC_FIXED_F32, below = false;
     ts_status st;
 
     if (first && f32) {
-        st = ts_fixed_hold_f32(in->payload, p->len, (float *)(void *)p->acc_fixed,
-                               &p->held_pair, err);
-        p->held = st == TS_OK;
+        st = ts_fixed_hold_f32(in->payload, p->len, bound, (float *)(void *)p->acc_fixed,
+                               &p->held_below, err);
+        p->acc_form = st ? TS_ACC_I64 : TS_ACC_HELD;
         return st;
     }
     if (first) {
         set_i64(p->acc_fixed, in->payload, p->len);
-        p->held = false;
+        p->acc_form = TS_ACC_I64;
         return TS_OK;
     }
-    if (p->held)
-        unhold(p);
+    if (f32 && p->acc_form != TS_ACC_I64 && p->held_below &&
+        (st = ts_fixed_check_f32(in->payload, p->len, bound, &below, err)))
+        return st;
+    if (below && p->acc_form == TS_ACC_HELD) {
+        held_to_f64(p, in->payload);
+        return TS_OK;
+    }
+    if (below) {
+        ts_fixed_add_f32_f64((double *)(void *)p->acc_fixed, in->payload, p->len);
+        return TS_OK;
+    }
+    to_i64(p);
     return f32 ? ts_fixed_add_f32(p->acc_fixed, in->payload, p->len, err)
                : ts_fixed_add(p->acc_fixed, in->payload, p->len, err);
 }
@@ -383,13 +416,16 @@ static ts_status accumulate(struct ts_part *p, const struct ts_push *in, bool fi
 /* The gradient of elements [off, off + n) into p->grad: the sum divided by fdiv (exact) or
  * times inv (float). The sum is the accumulator's or, with `last` (the step's last push, not
  * added; see fusable), acc + last, or last itself when it was also the first (`alone`).
- * Exact mode fuses an int64 push alone, or a float one with the held float first push. */
+ * Exact mode fuses an int64 push alone, or a float one with the float pushes before it. */
 static void block_grad(struct ts_part *p, const void *last, bool alone, uint64_t off,
                        size_t n, double fdiv, float inv)
 {
-    if (p->job->exact && last && !alone)
+    if (p->job->exact && last && !alone && p->acc_form == TS_ACC_HELD)
         ts_fixed_pair_to_f32((const float *)(const void *)p->acc_fixed + off,
                              (const float *)last + off, n, fdiv, p->grad);
+    else if (p->job->exact && last && !alone)
+        ts_fixed_f64_to_f32((const double *)(const void *)p->acc_fixed + off,
+                            (const float *)last + off, n, fdiv, p->grad);
     else if (p->job->exact)
         ts_fixed_to_f32(last ? (const int64_t *)last + off : p->acc_fixed + off, n, fdiv,
                         p->grad);
@@ -413,8 +449,8 @@ static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone
     float inv = (float)(1.0 / divisor) * ldexpf(1.0f, -p->scale_exp);
     bool skip = p->check_finite && !p->job->exact && !sums_finite(p);
 
-    if (p->job->exact && p->held && !last)
-        unhold(p);
+    if (p->job->exact && p->acc_form != TS_ACC_I64 && !last)
+        to_i64(p);
     for (uint64_t off = 0; !skip && off < p->len; off += APPLY_BLOCK) {
         size_t n = p->len - off < APPLY_BLOCK ? (size_t)(p->len - off) : APPLY_BLOCK;
 
@@ -436,7 +472,7 @@ static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone
     }
     p->version++;
     p->npushed = 0;
-    p->held = false;
+    p->acc_form = TS_ACC_I64;
     p->check_finite = false;
     memset(p->pushed, 0, p->job->workers);
     capture(p);

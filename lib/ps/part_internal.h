@@ -24,10 +24,12 @@ struct ts_part {
      * a raw float step is added on the way into apply() instead. Between steps it holds
      * leftovers, never read (no clearing pass). */
     int64_t *acc_fixed;         /* exact mode */
-    /* Exact mode: the step's first push came as floats (TS_ENC_FIXED_F32) and acc_fixed's
-     * memory holds them as they are, len floats, until a push needs the int64 sum (unhold);
-     * held_pair: each below 2^30, so that a last float push can pair with them (part.c). */
-    bool held, held_pair;
+    /* Exact mode: the form acc_fixed's memory holds the step's sum in (enum ts_acc_form):
+     * int64; the first push as it came, len floats (TS_ENC_FIXED_F32); or a sum of float
+     * pushes as exact doubles. held_below: the held push is below ts_fixed_f32_bound(workers),
+     * so that later float pushes can be summed with it without int64 (part.c). */
+    uint8_t acc_form;
+    bool held_below;
     float *acc_f32;             /* otherwise */
     float *grad;                /* scratch: one block of the applied gradient */
     uint8_t *pushed;            /* per rank: pushed this step */
@@ -58,6 +60,8 @@ struct ts_part {
     uint64_t snap_step;
     float *snap_value, *snap_state;
 };
+
+enum ts_acc_form { TS_ACC_I64, TS_ACC_HELD, TS_ACC_F64 };
 
 /* SSP and ASP: each push is an update, and each rank has its own clock. */
 static inline bool async_mode(const struct ts_job *j)

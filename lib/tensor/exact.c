@@ -231,7 +231,6 @@ ts_status ts_fixed_add_f32(int64_t *acc, const float *g, size_t n, struct ts_err
 /* ---- float pushes of exact jobs (ts_fixed_hold_f32 and friends) ---- */
 
 #define F32_RANGE 0x4f000000u   /* magnitude bits of 2^31: exact mode refuses this and above */
-#define F32_PAIR 0x4e800000u    /* of 2^30: two values below it cannot overflow a sum */
 
 static inline uint32_t fbits(float f)
 {
@@ -247,64 +246,80 @@ static inline uint32_t at_least(uint32_t m, uint32_t lim)
     return (lim - 1u) - m;
 }
 
-/* ORs the range and pair flags of g into *range and *big (bit 31 of each). */
-static inline void f32_flags(float g, uint32_t *range, uint32_t *big)
+/* ORs the range flag of g into *range and its bound flag (|g| >= the bound whose magnitude
+ * bits are lim) into *big, each in bit 31. */
+static inline void f32_flags(float g, uint32_t lim, uint32_t *range, uint32_t *big)
 {
     uint32_t m = fbits(g) & 0x7fffffffu;
 
     *range |= at_least(m, F32_RANGE);
-    *big |= at_least(m, F32_PAIR);
+    *big |= at_least(m, lim);
 }
 
 static ts_status f32_verdict(const float *g, size_t n, uint32_t range, uint32_t big,
-                             bool *pair_safe, struct ts_err *err)
+                             bool *below, struct ts_err *err)
 {
     if (range >> 31)
         return bad_value(g, n, err);
-    *pair_safe = !(big >> 31);
+    *below = !(big >> 31);
     return TS_OK;
 }
 
-TS_HOT
-ts_status ts_fixed_hold_f32(const float *restrict g, size_t n, float *restrict held,
-                            bool *pair_safe, struct ts_err *err)
+/* Two values below 2^30 have fixed-point values whose sum fits int64, and a double sum of
+ * them rounds that sum once (ts_fixed_pair_to_f32). More pushes are summed as doubles only
+ * while every partial sum is an integer of at most 53 bits: each below 2^(53 - c) / 2^32 with
+ * 2^c >= pushes. */
+float ts_fixed_f32_bound(uint32_t pushes)
 {
-    uint32_t range[TS_LANES] = { 0 }, big[TS_LANES] = { 0 }, r = 0, b = 0;
+    int c = 0;
+
+    if (pushes <= 2)
+        return 0x1p30f;
+    while (c < 31 && (1u << c) < pushes)
+        c++;
+    return ldexpf(1.0f, 21 - c);
+}
+
+TS_HOT
+ts_status ts_fixed_hold_f32(const float *restrict g, size_t n, float bound,
+                            float *restrict held, bool *below, struct ts_err *err)
+{
+    uint32_t range[TS_LANES] = { 0 }, big[TS_LANES] = { 0 }, r = 0, b = 0, lim = fbits(bound);
     size_t i = 0;
 
     for (; i + TS_LANES <= n; i += TS_LANES)
         for (size_t j = 0; j < TS_LANES; j++) {
-            f32_flags(g[i + j], &range[j], &big[j]);
+            f32_flags(g[i + j], lim, &range[j], &big[j]);
             held[i + j] = g[i + j];
         }
     for (; i < n; i++) {
-        f32_flags(g[i], &r, &b);
+        f32_flags(g[i], lim, &r, &b);
         held[i] = g[i];
     }
     for (size_t j = 0; j < TS_LANES; j++) {
         r |= range[j];
         b |= big[j];
     }
-    return f32_verdict(g, n, r, b, pair_safe, err);
+    return f32_verdict(g, n, r, b, below, err);
 }
 
 TS_HOT
-ts_status ts_fixed_check_f32(const float *restrict g, size_t n, bool *pair_safe,
+ts_status ts_fixed_check_f32(const float *restrict g, size_t n, float bound, bool *below,
                              struct ts_err *err)
 {
-    uint32_t range[TS_LANES] = { 0 }, big[TS_LANES] = { 0 }, r = 0, b = 0;
+    uint32_t range[TS_LANES] = { 0 }, big[TS_LANES] = { 0 }, r = 0, b = 0, lim = fbits(bound);
     size_t i = 0;
 
     for (; i + TS_LANES <= n; i += TS_LANES)
         for (size_t j = 0; j < TS_LANES; j++)
-            f32_flags(g[i + j], &range[j], &big[j]);
+            f32_flags(g[i + j], lim, &range[j], &big[j]);
     for (; i < n; i++)
-        f32_flags(g[i], &r, &b);
+        f32_flags(g[i], lim, &r, &b);
     for (size_t j = 0; j < TS_LANES; j++) {
         r |= range[j];
         b |= big[j];
     }
-    return f32_verdict(g, n, r, b, pair_safe, err);
+    return f32_verdict(g, n, r, b, below, err);
 }
 
 /* round-half-even(g * 2^32) as a double: exact, since g * 2^32 is, and rint rounds in the
@@ -315,34 +330,91 @@ static inline double fix_exact(float g)
     return rint((double)g * SCALE);
 }
 
-/* For pair-safe a and b, A = fixed(a) and B = fixed(b) are exact doubles and |A + B| < 2^63,
- * so the double sum A + B is the correctly rounded value of the int64 sum S: exactly what
- * i64_to_f64(S) gives in ts_fixed_to_f32, once + 0.0 has made a -0 (from -0 + -0, or a tiny
- * negative value rounded) the +0 of an int64 zero. The rest of each loop is that function's. */
-TS_HOT
-static void pair_div(const float *restrict a, const float *restrict b, size_t n, double divisor,
-                     float *restrict o)
+/* Sums of such values below the bounds above are exact integers, or (a pair) the correctly
+ * rounded value of the int64 sum S: exactly what i64_to_f64(S) gives in ts_fixed_to_f32, once
+ * + 0.0 has made a -0 (from -0 + -0, or a tiny negative value rounded) the +0 of an int64
+ * zero. The conversions below are then that function's: a multiplication by mul when the
+ * divisor is a power of two (mul = 0: divide), else * 2^-32 / divisor. */
+static inline float f64_out(double sum, bool use_mul, double m)
+{
+    return use_mul ? (float)((sum + 0.0) * m) : (float)((sum + 0.0) * 0x1p-32 / m);
+}
+
+/* o = the conversion of fix(a) + fix(b) (a pair) or acc + fix(b) (sum), by mul (use_mul) or
+ * divisor m. Always inlined into the clones below with constant flags: one loop each. */
+static inline __attribute__((always_inline)) void
+f64_loop(const double *restrict acc, const float *restrict a, const float *restrict b,
+         size_t n, bool sum, bool use_mul, double m, float *restrict o)
 {
     size_t i = 0;
 
     for (; i + TS_LANES <= n; i += TS_LANES)
         for (size_t j = 0; j < TS_LANES; j++)
-            o[i + j] = (float)((fix_exact(a[i + j]) + fix_exact(b[i + j]) + 0.0) * 0x1p-32 / divisor);
+            o[i + j] = f64_out((sum ? acc[i + j] : fix_exact(a[i + j])) + fix_exact(b[i + j]),
+                               use_mul, m);
     for (; i < n; i++)
-        o[i] = (float)((fix_exact(a[i]) + fix_exact(b[i]) + 0.0) * 0x1p-32 / divisor);
+        o[i] = f64_out((sum ? acc[i] : fix_exact(a[i])) + fix_exact(b[i]), use_mul, m);
+}
+
+TS_HOT static void pair_mul(const float *a, const float *b, size_t n, double m, float *o)
+{
+    f64_loop(NULL, a, b, n, false, true, m, o);
+}
+
+TS_HOT static void pair_div(const float *a, const float *b, size_t n, double m, float *o)
+{
+    f64_loop(NULL, a, b, n, false, false, m, o);
+}
+
+TS_HOT static void sum_mul(const double *acc, const float *b, size_t n, double m, float *o)
+{
+    f64_loop(acc, NULL, b, n, true, true, m, o);
+}
+
+TS_HOT static void sum_div(const double *acc, const float *b, size_t n, double m, float *o)
+{
+    f64_loop(acc, NULL, b, n, true, false, m, o);
 }
 
 TS_HOT
-static void pair_mul(const float *restrict a, const float *restrict b, size_t n, double mul,
-                     float *restrict o)
+void ts_fixed_pair_f64(const float *restrict a, const float *restrict b, size_t n,
+                       double *restrict acc)
 {
     size_t i = 0;
 
     for (; i + TS_LANES <= n; i += TS_LANES)
         for (size_t j = 0; j < TS_LANES; j++)
-            o[i + j] = (float)((fix_exact(a[i + j]) + fix_exact(b[i + j]) + 0.0) * mul);
+            acc[i + j] = fix_exact(a[i + j]) + fix_exact(b[i + j]);
     for (; i < n; i++)
-        o[i] = (float)((fix_exact(a[i]) + fix_exact(b[i]) + 0.0) * mul);
+        acc[i] = fix_exact(a[i]) + fix_exact(b[i]);
+}
+
+TS_HOT
+void ts_fixed_add_f32_f64(double *restrict acc, const float *restrict g, size_t n)
+{
+    size_t i = 0;
+
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
+            acc[i + j] += fix_exact(g[i + j]);
+    for (; i < n; i++)
+        acc[i] += fix_exact(g[i]);
+}
+
+/* The int64 of each exact double, in place: the same 8 bytes of memory, read as one type and
+ * written as the other (memcpy, so that no lvalue of the wrong type is used). Rare: scalar. */
+void ts_fixed_f64_to_i64(void *acc, size_t n)
+{
+    unsigned char *p = acc;
+
+    for (size_t i = 0; i < n; i++) {
+        double d;
+        int64_t v;
+
+        memcpy(&d, p + i * 8, sizeof(d));
+        v = (int64_t)d;
+        memcpy(p + i * 8, &v, sizeof(v));
+    }
 }
 
 /* (double)v, correctly rounded like cvtsi2sd, from two exactly converted halves: hi * 2^32 and
@@ -416,6 +488,17 @@ void ts_fixed_pair_to_f32(const float *restrict a, const float *restrict b, size
         pair_mul(a, b, n, mul, o);
     else
         pair_div(a, b, n, divisor, o);
+}
+
+void ts_fixed_f64_to_f32(const double *restrict acc, const float *restrict last, size_t n,
+                         double divisor, float *restrict o)
+{
+    double mul;
+
+    if (pow2_mul(divisor, &mul))
+        sum_mul(acc, last, n, mul, o);
+    else
+        sum_div(acc, last, n, divisor, o);
 }
 
 TS_HOT

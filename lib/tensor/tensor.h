@@ -72,20 +72,31 @@ ts_status ts_fixed_add_f32(int64_t *acc, const float *g, size_t n,
  * is one correctly rounded IEEE operation). divisor > 0; acc and out must not overlap. */
 void ts_fixed_to_f32(const int64_t *acc, size_t n, double divisor, float *out);
 
-/* Float pushes of exact jobs: a shard keeps a step's first float gradient as it is and
- * converts it only when the step needs it, which for a step of two pushes is never (the pair
- * goes straight to ts_fixed_pair_to_f32): exact mode then moves float's bytes.
+/* Float pushes of exact jobs (docs/exact-mode.md, "Float pushes"). A shard keeps a step's
+ * first float push as it is, and sums float pushes as doubles for as long as every sum is an
+ * exact integer, which a bound on the values guarantees: the int64 sum then never exists in
+ * memory, and exact mode moves float's bytes. Every result has the bits of the int64 path.
+ * ts_fixed_f32_bound(W): the bound for a step of W pushes (2^30 for a pair, whose double sum
+ * rounds the int64 sum once; below 2^(21 - ceil(log2 W)) for more, where sums are exact).
  * ts_fixed_hold_f32: held = g (a copy), or TS_EINVAL naming the first element
- * ts_fixed_from_f32 would refuse (held is then unspecified); *pair_safe: every |g[i]| < 2^30,
- * so that fixed(g[i]) plus another pair-safe value's cannot overflow. ts_fixed_check_f32: the
- * same verdict, copying nothing. */
-ts_status ts_fixed_hold_f32(const float *g, size_t n, float *held, bool *pair_safe,
+ * ts_fixed_from_f32 would refuse (held is then unspecified); *below: every |g[i]| < bound.
+ * ts_fixed_check_f32: the same verdict, copying nothing. */
+float ts_fixed_f32_bound(uint32_t pushes);
+ts_status ts_fixed_hold_f32(const float *g, size_t n, float bound, float *held, bool *below,
                             struct ts_err *err) TS_MUST_CHECK;
-ts_status ts_fixed_check_f32(const float *g, size_t n, bool *pair_safe,
+ts_status ts_fixed_check_f32(const float *g, size_t n, float bound, bool *below,
                              struct ts_err *err) TS_MUST_CHECK;
-/* out[i] = ts_fixed_to_f32 of fixed(a[i]) + fixed(b[i]), the same bits, for a and b both
- * pair-safe (anything else gives unspecified values), without an int64 in memory. */
+/* For a and b below ts_fixed_f32_bound(2): out[i] = ts_fixed_to_f32 of fixed(a[i]) +
+ * fixed(b[i]), the same bits (values above the bound give unspecified results). */
 void ts_fixed_pair_to_f32(const float *a, const float *b, size_t n, double divisor, float *out);
+/* Sums as exact doubles, for values below ts_fixed_f32_bound(W) and at most W terms in all:
+ * acc = fixed(a) + fixed(b); acc += fixed(g); out = ts_fixed_to_f32 of acc + fixed(last), the
+ * same bits; ts_fixed_f64_to_i64: such a sum as the int64 it is, in place (acc's memory). */
+void ts_fixed_pair_f64(const float *a, const float *b, size_t n, double *acc);
+void ts_fixed_add_f32_f64(double *acc, const float *g, size_t n);
+void ts_fixed_f64_to_f32(const double *acc, const float *last, size_t n, double divisor,
+                         float *out);
+void ts_fixed_f64_to_i64(void *acc, size_t n);
 
 /* Plain float sums (non-exact mode): acc[i] += x[i], in index order. acc and x must not
  * overlap. */

@@ -269,15 +269,18 @@ struct part_state {
     float acc_f32[L];
 };
 
-/* The exact sum so far as int64: a held float first push (part_internal.h) is the sum of its
- * fixed-point values, whichever form the memory holds it in. */
+/* The exact sum so far as int64, whichever form the memory holds it in (part_internal.h): a
+ * held float push stands for its fixed-point values, exact doubles for themselves. */
 static void sum_so_far(const struct ts_part *p, int64_t *out)
 {
-    if (p->held)
+    if (p->acc_form == TS_ACC_HELD) {
         assert_int_equal(ts_fixed_from_f32((const float *)(const void *)p->acc_fixed, L, out,
                                            NULL), TS_OK);
-    else
+    } else {
         memcpy(out, p->acc_fixed, L * sizeof(int64_t));
+        if (p->acc_form == TS_ACC_F64)
+            ts_fixed_f64_to_i64(out, L);
+    }
 }
 
 static void save_state(const struct ts_part *p, struct part_state *st)
@@ -446,7 +449,7 @@ static void refused_float_push_changes_nothing(void **state)
     uint64_t v;
     bool applied;
 
-    for (uint32_t w = 2; w <= 3; w++) {
+    for (uint32_t w = 2; w <= 4; w++) {   /* a pair; held, then doubles; doubles, then more */
         struct ts_job j = job48(w, true, "momentum:lr=0.1", TS_MODE_BSP);
         struct ts_part *p = mk_len(&j);
 
@@ -487,7 +490,7 @@ static void refused_float_push_changes_nothing(void **state)
                                       NULL), TS_OK);
                 assert_int_equal(applied, r + 1 == w);
             }
-            ref_grad(true, gr.pl, (const uint32_t[]){ 0, 1, 2 }, w, 48, 0, g);
+            ref_grad(true, gr.pl, (const uint32_t[]){ 0, 1, 2, 3 }, w, 48, 0, g);
             ts_optim_apply(&j.optim, step + 1, vals, mom, g, L);
             assert_int_equal(read_at(p, step + 1, 10, got, &v, NULL), TS_OK);
             assert_memory_equal(vals, got, sizeof(got));

@@ -246,74 +246,99 @@ static void test_vec_exact_errors(void **state)
     }
 }
 
-/* Float pushes of exact jobs: ts_fixed_hold_f32 copies and judges (range, pair-safety) as the
- * reference does, ts_fixed_check_f32 judges the same, and ts_fixed_pair_to_f32 gives the bits
- * of converting the int64 sum of the two fixed-point values, at every length around the
- * blocks, at unaligned starts, with sums up to the edge of int64 and rounding ties; refused
- * values are named as ts_fixed_from_f32 names them. */
+/* Float pushes of exact jobs: ts_fixed_hold_f32 copies and judges (range, bound) as the
+ * reference does, ts_fixed_check_f32 judges the same; below the bound of W pushes, a pair
+ * converted at once, and sums of up to W terms as exact doubles (ts_fixed_pair_f64,
+ * ts_fixed_add_f32_f64, ts_fixed_f64_to_f32, ts_fixed_f64_to_i64) give the bits of the int64
+ * sum, at every length around the blocks, at unaligned starts, with sums up to the edges and
+ * rounding ties; refused values are named as ts_fixed_from_f32 names them. */
 static void test_vec_float_pushes(void **state)
 {
     static const float badv[] = { NAN, -NAN, INFINITY, -INFINITY, 0x1p31f, -0x1p31f, FLT_MAX };
     static const double divs[] = { 1, 2, 3, 64, 96, 1024, 0.5, 1e6 };
-    enum { MAXN = 1003 + 3 };
-    static float a[MAXN], b[MAXN], held[MAXN], out[MAXN];
+    static const uint32_t ws[] = { 2, 3, 4, 5, 8, 9, 1024 };
+    enum { MAXN = 1003 + 3, MAXW = 9 };
+    static float g[MAXW][MAXN], held[MAXN], out[MAXN];
+    static double accd[MAXN];
+    static int64_t ref[MAXN], conv[MAXN];
     struct ts_err err;
     uint64_t s = 13;
-    bool bad, safe, safe2;
+    bool bad, below, below2;
     char want[48];
 
-    for (size_t n = 0; n <= 1003; n = n == 67 ? 1003 : n + 1) {
-        size_t o = n % 4;
-        bool ref_safe = true;
+    assert_true(ts_fixed_f32_bound(1) == 0x1p30f && ts_fixed_f32_bound(2) == 0x1p30f);
+    assert_true(ts_fixed_f32_bound(3) == 0x1p19f && ts_fixed_f32_bound(4) == 0x1p19f);
+    assert_true(ts_fixed_f32_bound(5) == 0x1p18f && ts_fixed_f32_bound(1024) == 0x1p11f);
+    for (size_t wi = 0; wi < sizeof(ws) / sizeof(ws[0]); wi++) {
+        uint32_t w = ws[wi], terms = w < MAXW ? w : MAXW;
+        float bound = ts_fixed_f32_bound(w), edge = nextafterf(bound, 0.0f);
 
-        for (size_t i = 0; i < n + o; i++) {
-            a[i] = edge_float(&s);
-            b[i] = rng_next(&s) % 5 ? edge_float(&s) : -0x1.fffffep29f;
-            if (i >= o)
-                ref_safe &= fabsf(a[i]) < 0x1p30f;
-        }
-        memset(held, 0, sizeof(held));
-        assert_int_equal(ts_fixed_hold_f32(a + o, n, held + o, &safe, NULL), TS_OK);
-        assert_int_equal(safe, ref_safe);
-        assert_memory_equal(held + o, a + o, n * sizeof(float));
-        assert_int_equal(ts_fixed_check_f32(a + o, n, &safe2, NULL), TS_OK);
-        assert_int_equal(safe2, ref_safe);
-        for (size_t i = 0; i < n + o; i++) {        /* pair-safe now: below 2^30 */
-            if (!(fabsf(a[i]) < 0x1p30f))
-                a[i] = a[i] < 0 ? -0x1.fffffep29f : 0x1.fffffep29f;
-            if (!(fabsf(b[i]) < 0x1p30f))
-                b[i] = b[i] < 0 ? -0x1.fffffep29f : 0x1.fffffep29f;
-        }
-        assert_int_equal(ts_fixed_check_f32(a + o, n, &safe, NULL), TS_OK);
-        assert_true(safe);
-        for (size_t di = 0; di < sizeof(divs) / sizeof(divs[0]); di++) {
-            double d = divs[di];
+        for (size_t n = 0; n <= 1003; n = n == 67 ? 1003 : n + 1) {
+            size_t o = n % 4;
+            bool ref_below = true;
 
-            ts_fixed_pair_to_f32(a + o, b + o, n, d, out + o);
+            for (uint32_t t = 0; t < terms; t++)
+                for (size_t i = 0; i < n + o; i++)   /* term 0 may exceed the bound */
+                    g[t][i] = rng_next(&s) % 6 ? edge_float(&s) : (rng_next(&s) & 1 ? -edge
+                                                                                   : edge);
+            for (size_t i = o; i < n + o; i++)
+                ref_below &= fabsf(g[0][i]) < bound;
+            assert_int_equal(ts_fixed_hold_f32(g[0] + o, n, bound, held + o, &below, NULL),
+                             TS_OK);
+            assert_int_equal(below, ref_below);
+            assert_memory_equal(held + o, g[0] + o, n * sizeof(float));
+            assert_int_equal(ts_fixed_check_f32(g[0] + o, n, bound, &below2, NULL), TS_OK);
+            assert_int_equal(below2, ref_below);
+            for (uint32_t t = 0; t < terms; t++)     /* now every term below the bound */
+                for (size_t i = 0; i < n + o; i++)
+                    if (!(fabsf(g[t][i]) < bound))
+                        g[t][i] = g[t][i] < 0 ? -edge : edge;
             for (size_t i = 0; i < n; i++) {
-                float want_f = ref_to_f32(ref_fixed(a[o + i], &bad) + ref_fixed(b[o + i], &bad),
-                                          d);
-
-                if (!same_float(out[o + i], want_f))
-                    fail_msg("n %zu: pair(%a, %a) / %g = %a, want %a", n, (double)a[o + i],
-                             (double)b[o + i], d, (double)out[o + i], (double)want_f);
+                ref[i] = 0;
+                for (uint32_t t = 0; t < terms; t++)
+                    ref[i] += ref_fixed(g[t][o + i], &bad);
             }
+            if (w == 2)
+                for (size_t di = 0; di < sizeof(divs) / sizeof(divs[0]); di++) {
+                    ts_fixed_pair_to_f32(g[0] + o, g[1] + o, n, divs[di], out + o);
+                    for (size_t i = 0; i < n; i++)
+                        if (!same_float(out[o + i], ref_to_f32(ref[i], divs[di])))
+                            fail_msg("n %zu: pair(%a, %a) / %g = %a, want %a", n,
+                                     (double)g[0][o + i], (double)g[1][o + i], divs[di],
+                                     (double)out[o + i], (double)ref_to_f32(ref[i], divs[di]));
+                }
+            if (w == 2)
+                continue;     /* a pair's double sum rounds: not exact, never kept (part.c) */
+            ts_fixed_pair_f64(g[0] + o, g[1] + o, n, accd + o);
+            for (uint32_t t = 2; t + 1 < terms; t++)
+                ts_fixed_add_f32_f64(accd + o, g[t] + o, n);
+            for (size_t di = 0; di < sizeof(divs) / sizeof(divs[0]); di++) {
+                ts_fixed_f64_to_f32(accd + o, g[terms - 1] + o, n, divs[di], out + o);
+                for (size_t i = 0; i < n; i++)
+                    if (!same_float(out[o + i], ref_to_f32(ref[i], divs[di])))
+                        fail_msg("w %u n %zu: sum / %g = %a, want %a", w, n, divs[di],
+                                 (double)out[o + i], (double)ref_to_f32(ref[i], divs[di]));
+            }
+            ts_fixed_add_f32_f64(accd + o, g[terms - 1] + o, n);
+            memcpy(conv, accd + o, n * sizeof(double));
+            ts_fixed_f64_to_i64(conv, n);
+            assert_memory_equal(conv, ref, n * sizeof(int64_t));
         }
     }
     for (int trial = 0; trial < 300; trial++) {
         size_t n = 1 + rng_next(&s) % 300, k = rng_next(&s) % n, k2 = rng_next(&s) % n;
 
         for (size_t i = 0; i < n; i++)
-            a[i] = rand_grad(&s);
-        a[k] = badv[rng_next(&s) % (sizeof(badv) / sizeof(badv[0]))];
-        a[k2] = badv[rng_next(&s) % (sizeof(badv) / sizeof(badv[0]))];
+            g[0][i] = rand_grad(&s);
+        g[0][k] = badv[rng_next(&s) % (sizeof(badv) / sizeof(badv[0]))];
+        g[0][k2] = badv[rng_next(&s) % (sizeof(badv) / sizeof(badv[0]))];
         snprintf(want, sizeof(want), "element %zu ", k < k2 ? k : k2);
         memset(&err, 0, sizeof(err));
-        assert_int_equal(ts_fixed_hold_f32(a, n, held, &safe, &err), TS_EINVAL);
+        assert_int_equal(ts_fixed_hold_f32(g[0], n, 0x1p30f, held, &below, &err), TS_EINVAL);
         if (!strstr(err.msg, want))
             fail_msg("trial %d: '%s' lacks '%s'", trial, err.msg, want);
         memset(&err, 0, sizeof(err));
-        assert_int_equal(ts_fixed_check_f32(a, n, &safe, &err), TS_EINVAL);
+        assert_int_equal(ts_fixed_check_f32(g[0], n, 0x1p19f, &below, &err), TS_EINVAL);
         assert_non_null(strstr(err.msg, want));
     }
 }

@@ -208,24 +208,28 @@ class Binding(tl.ClusterCase, unittest.TestCase):
 
     def test_exact_float_pushes(self):
         """exact_push="float": each rank pushes its float gradient and the shards round it to
-        fixed point, over shared memory (with the SDK's float32 gradient buffers) and tcp:
-        the bits of one local rank pushing the int64 sum. A NaN, an Inf or a value of 2^31
-        fails the push in the SDK, naming tensor and element, before anything is sent: the
-        step then completes with good gradients."""
+        fixed point: 2 ranks over shared memory (the SDK's float32 gradient buffers; a shard
+        pairs the two pushes) and 3 over tcp (a shard sums them as exact doubles) give the bits
+        of one local rank pushing the int64 sum. A NaN, an Inf or a value of 2^31 fails the
+        push in the SDK, naming tensor and element, before anything is sent: the step then
+        completes with good gradients."""
         rng = np.random.default_rng(5)
-        g = [[rng.standard_normal(BIG).astype(np.float32) for _ in range(2)] for _ in range(3)]
-        with tessera.Client(batch=BATCH, optimizer="sgd:lr=%g" % LR, exact=True) as lc:
-            big = lc.register("big", BIG, init="normal:0.5", seed=6, partition_bytes=BIG_PART)
-            want = np.empty(BIG, np.float32)
-            for step in range(3):
-                acc = tessera.to_fixed(g[step][1], np.empty(BIG, np.int64))
-                lc.step(step, [tessera.fixed_add_f32(acc, g[step][0])], [want])
-        for transport in ("shm", "tcp"):
+        g = [[rng.standard_normal(BIG).astype(np.float32) for _ in range(3)] for _ in range(3)]
+        bad_at = BIG_PART // 4 + 3   # in the second partition
+        for transport, ranks in (("shm", 2), ("tcp", 3)):
+            with tessera.Client(batch=BATCH, optimizer="sgd:lr=%g" % LR, exact=True) as lc:
+                lc.register("big", BIG, init="normal:0.5", seed=6, partition_bytes=BIG_PART)
+                want = np.empty(BIG, np.float32)
+                for step in range(3):
+                    acc = tessera.to_fixed(g[step][ranks - 1], np.empty(BIG, np.int64))
+                    for r in range(ranks - 1):
+                        tessera.fixed_add_f32(acc, g[step][r])
+                    lc.step(step, [acc], [want])
             results, errors = {}, []
 
             def rank(r):
                 try:
-                    with self.client("xf-" + transport, exact=True, rank=r, workers=2,
+                    with self.client("xf-" + transport, exact=True, rank=r, workers=ranks,
                                      exact_push="float", transport=transport) as c:
                         self.assertEqual(c.exact_push, "float")
                         big = c.register("big", BIG, init="normal:0.5", seed=6,
@@ -236,23 +240,22 @@ class Binding(tl.ClusterCase, unittest.TestCase):
                             if r == 0 and step == 1:
                                 for bad in (np.nan, np.inf, 2.0 ** 31):
                                     grad[:] = g[step][r]
-                                    grad[BIG_PART // 4 + 3] = bad
+                                    grad[bad_at] = bad
                                     self.assert_invalid(lambda: c.step(step, [grad], [params]),
-                                                        "tensor 'big'", "element %d "
-                                                        % (BIG_PART // 4 + 3))
+                                                        "tensor 'big'", "element %d " % bad_at)
                             grad[:] = g[step][r]
                             c.step(step, [grad], [params])
                         results[r] = params.copy()
                 except Exception as e:  # reported by the main thread
                     errors.append(e)
 
-            threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+            threads = [threading.Thread(target=rank, args=(r,)) for r in range(ranks)]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join(60)
             self.assertFalse(errors, errors)
-            for r in range(2):
+            for r in range(ranks):
                 np.testing.assert_array_equal(bits(results[r]), bits(want), transport)
 
     def test_fixed_point_helpers(self):

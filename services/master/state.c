@@ -302,7 +302,7 @@ static ts_status restore_jobs(struct master_state *s, struct master *m,
                 jr->seats[k]->worker, jr->seats[k]->rank,
                 (enum job_seat_state)(jr->seats[k]->state > SEAT_DEAD ? SEAT_DEAD
                                                                        : jr->seats[k]->state),
-                jr->seats[k]->waiting };
+                jr->seats[k]->waiting, 0 };
     }
     if (!st)
         st = jobs_restore(m->jobs, r, ms->n_jobs, ts_now_ms(), s->rerun, STATE_MAX_RERUN,

@@ -40,7 +40,7 @@ int main(int argc, char **argv)
     const char *loss = "none";
     int64_t rank = 0, workers = 1, batch = 64, micro = 16, epochs = 1, steps = 0, seed = 1;
     int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0, restarts = 0;
-    int64_t start_workers = 0, metrics_port = -1;
+    int64_t start_workers = 0, metrics_port = -1, compute_ms = 0;
     bool exact = false, json = false, keep = false, no_elastic = false, balance = false;
     const char *slow_factor = NULL, *slow_steps = NULL;
     double factor = 1;
@@ -84,6 +84,9 @@ int main(int argc, char **argv)
         { "slow-factor", TS_FLAG_STR, &slow_factor, "X", "testing: compute X times slower "
           "(after its slots' gradients the worker sleeps X - 1 times as long as they took; "
           "1 < X <= 100)", 0, 0 },
+        { "compute-ms", TS_FLAG_INT, &compute_ms, "MS", "testing: each micro-batch also takes "
+          "MS ms, a sleep: an accelerator's compute time, which does not load the CPUs "
+          "(--slow-factor multiplies it too)", 0, 10000 },
         { "slow-steps", TS_FLAG_STR, &slow_steps, "A:B", "testing: --slow-factor applies to "
           "steps A..B-1 only (default all)", 0, 0 },
         { "delay-ms", TS_FLAG_INT, &delay_ms, "MS", "testing: delay each data-plane send", 0,
@@ -179,6 +182,7 @@ int main(int argc, char **argv)
     o.start_workers = (uint32_t)start_workers;
     o.metrics_port = metrics_port;
     o.balance = balance;
+    o.compute_ms = (int)compute_ms;
     o.slow_factor = factor;
     o.slow_from = slow_from;
     o.slow_until = slow_until;

@@ -211,6 +211,8 @@ static int compute(struct run *r, uint32_t base, uint32_t slot, void **acc,
         }
         r->loss_sum += ts_mlp_grad(r->mlp, r->params, r->xb, r->yb, (int)r->o->micro, r->grad);
         r->loss_n += r->o->micro;   /* the loss is summed over the samples */
+        if (r->o->compute_ms)       /* testing: an accelerator's time, off the CPUs */
+            ts_sleep_ms(r->o->compute_ms);
         for (int i = 0; i < TS_MLP_NTENSORS; i++) {
             uint64_t numel = ts_mlp_numel(i);
             int bad;

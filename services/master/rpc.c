@@ -385,6 +385,8 @@ Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job
     j->roster = v->roster;
     j->adopted = v->adopted;
     j->start_workers = v->start_workers;
+    j->balance = v->balance;
+    j->balanced = v->balanced;
     return j;
 }
 

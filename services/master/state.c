@@ -283,6 +283,8 @@ static ts_status restore_jobs(struct master_state *s, struct master *m,
         o->roster = in->roster;
         o->adopted = in->adopted;
         o->start_workers = in->start_workers;
+        o->balance = in->balance;
+        o->balanced = in->balanced;
         if (in->n_slot_owners &&
             !(r[i].owners = malloc(in->n_slot_owners * sizeof(*r[i].owners)))) {
             st = ts_err_set(err, TS_ENOMEM, "state: out of memory");

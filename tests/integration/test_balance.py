@@ -6,8 +6,8 @@ Real processes: one `tessera up --shards 2 --lease-ms 1500`, and `tessera train 
 --exact` runs (--batch 384 --micro 32: 12 micro-batches a step, so 12 slots), each compared
 with `tessera train --local` of the same settings:
 - Slow worker: 2 workers, rank 1 three times as slow (--slow-factor 1:3). The final
-  params_sha256 equals --local's; the master's log says slots moved for speed; at the end
-  rank 0's worker holds more slots than rank 1's.
+  params_sha256 equals --local's; the master's log and tessera status say slots moved for
+  speed; at the end rank 0's worker holds more slots than rank 1's.
 - Slowdown moving: 3 workers, rank 1 three times as slow for the first half of the steps,
   rank 2 for the second. Same fingerprint; at the end rank 2's worker holds fewer slots than
   rank 1's, so slots moved back to rank 1 after it sped up.
@@ -92,7 +92,10 @@ class Balance(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(r["params_sha256"], self.local)
         self.assertGreaterEqual(self.moved("slow"), 1)
         own = self.owners("slow")
-        tl.log("slow worker: slots at the end %s" % own)
+        j = next(j for j in tl.status_json(self.addr)["jobs"] if j["id"] == "slow")
+        self.assertTrue(j["balance"])
+        self.assertGreaterEqual(j["balanced"], 1)
+        tl.log("slow worker: slots at the end %s, %d moved for speed" % (own, j["balanced"]))
         self.assertEqual(len(own), 12)
         self.assertGreater(self.held(own, 0), self.held(own, 1))
 

@@ -162,6 +162,9 @@ bench: build
 	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/python_buffers.py \
 	    --bin $(BUILD)/bin --out bench/results/python_buffers.json
 	/usr/bin/python3 bench/modes.py --bin $(BUILD)/bin --out bench/results/modes.json
+	/usr/bin/python3 bench/modes.py --bin $(BUILD)/bin --no-netns --steps 200 --batch 96 \
+	    --micro 16 --compute-ms 20 --out bench/results/modes-balance.json \
+	    --configs x-bsp,x-exact,x-bal,x-bal-exact,d-bsp,d-bal,d-bal-exact
 	/usr/bin/python3 bench/multihost.py --bin $(BUILD)/bin --out bench/results/multihost.json
 	$(BUILD)/bin/bench_snapshot --out bench/results/snapshot.json
 	$(BUILD)/bin/bench_verify --out bench/results/verify.json

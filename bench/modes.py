@@ -10,6 +10,10 @@ built-in trainer (tessera-worker: MLP 784-256-128-10 on Fashion-MNIST, 235,146 f
 of gradient per push), 2 workers x 2 shards, under two conditions at once:
 
   - a slow worker: rank 1 sleeps --slow-ms before each step (tessera-worker --slow-ms);
+    the balance rows (docs/scheduler.md) instead make rank 1 compute --slow-factor times
+    slower (tessera-worker --slow-factor: a sleep in proportion to its slots' compute, which
+    a schedule can act on; a fixed sleep per step is the same whatever the worker's share),
+    or, in the drift rows, rank 1 for the first half of the steps and rank 0 for the second;
   - limited links: each process runs on its own emulated host (network namespace) whose veth
     to a bridge is shaped with `tbf rate R burst 256kb latency 50ms` at both ends
     (bench/README.md, "Emulated hosts": netem is not available), and every data-plane send
@@ -56,21 +60,32 @@ PULL_BYTES = NPARAMS * 4                                    # pulls are never co
 TRAIN_N = 60000
 PAPER = {"ASP": 1.41, "ASP-topk0.01": 1.67}  # reduction-server design doc, 8 x A100 nodes
 
-# (key for --configs, name in the table, tessera-worker flags). "noslow" is a reference, not a
-# contender: BSP-fp32 with rank 1 at full speed, to show what the slow worker costs.
+# (key for --configs, name in the table, tessera-worker flags, how rank 1 is slow: "ms"
+# --slow-ms, "none", "x" --slow-factor, "drift" --slow-factor moving from rank 1 to rank 0
+# half-way). "noslow" is a reference, not a contender: BSP-fp32 with rank 1 at full speed, to
+# show what the slow worker costs. "--balance" rows run --batch / --micro slots (the width).
 CONFIGS = [
-    ("bsp", "BSP-fp32", []),
-    ("ssp", "SSP(2)", ["--mode", "ssp", "--staleness", "2"]),
-    ("asp", "ASP", ["--mode", "asp"]),
-    ("reduce", "reduce", ["--mode", "reduce"]),
-    ("fp16", "BSP-fp16", ["--compress", "fp16"]),
-    ("bf16", "BSP-bf16", ["--compress", "bf16"]),
-    ("int8", "BSP-int8", ["--compress", "int8"]),
-    ("topk", "BSP-topk0.01", ["--compress", "topk:0.01"]),
-    ("asp-topk", "ASP-topk0.01", ["--mode", "asp", "--compress", "topk:0.01"]),
-    ("amp", "AMP", ["--compress", "fp16", "--loss-scale", "dynamic"]),
-    ("noslow", "BSP-fp32-noslow", []),
+    ("bsp", "BSP-fp32", [], "ms"),
+    ("ssp", "SSP(2)", ["--mode", "ssp", "--staleness", "2"], "ms"),
+    ("asp", "ASP", ["--mode", "asp"], "ms"),
+    ("reduce", "reduce", ["--mode", "reduce"], "ms"),
+    ("fp16", "BSP-fp16", ["--compress", "fp16"], "ms"),
+    ("bf16", "BSP-bf16", ["--compress", "bf16"], "ms"),
+    ("int8", "BSP-int8", ["--compress", "int8"], "ms"),
+    ("topk", "BSP-topk0.01", ["--compress", "topk:0.01"], "ms"),
+    ("asp-topk", "ASP-topk0.01", ["--mode", "asp", "--compress", "topk:0.01"], "ms"),
+    ("amp", "AMP", ["--compress", "fp16", "--loss-scale", "dynamic"], "ms"),
+    ("noslow", "BSP-fp32-noslow", [], "none"),
+    ("x-bsp", "xN BSP-fp32", [], "x"),
+    ("x-exact", "xN BSP-exact", ["--exact"], "x"),
+    ("x-bal", "xN balanced", ["--balance"], "x"),
+    ("x-bal-exact", "xN bal-exact", ["--balance", "--exact"], "x"),
+    ("d-bsp", "drift BSP-fp32", [], "drift"),
+    ("d-bal", "drift balanced", ["--balance"], "drift"),
+    ("d-bal-exact", "drift bal-exact", ["--balance", "--exact"], "drift"),
 ]
+# The baseline of each kind of slowness: speedups are over BSP-fp32 under the same one.
+BASE = {"ms": "bsp", "none": "bsp", "x": "x-bsp", "drift": "d-bsp"}
 HOSTS = ["master", "shard0", "shard1", "worker0", "worker1"]  # 10.77.0.1 .. 10.77.0.5
 
 
@@ -100,8 +115,8 @@ class Cluster:
         for k in (0, 1):
             host = f"shard{k}"
             self.spawn(host, [self.bin("tessera-shard"), "--master", self.master, "--listen",
-                              f"{self.net.addr(host)}:0", "--transport", "tcp", "--port-file",
-                              os.path.join(d, f"{host}.port")], d)
+                              f"{self.net.addr(host)}:0", "--transport", self.a.transport,
+                              "--port-file", os.path.join(d, f"{host}.port")], d)
         self.wait_alive(2, 30)
 
     def spawn(self, host, cmd, d):
@@ -161,11 +176,30 @@ def read_lines(pipe, out):
             log(f"      rank 0: {line.strip()}")
 
 
-def run_config(a, net, procs, cluster, key, name, flags, rep, logs):
+def slowness(a, how):
+    """tessera-worker flags that slow rank 0 and rank 1, for CONFIGS' `how`."""
+    if how == "ms":
+        return [], ["--slow-ms", str(a.slow_ms)]
+    if how == "none":
+        return [], []
+    x = ["--slow-factor", str(a.slow_factor)]
+    c = ["--compute-ms", str(a.compute_ms)] if a.compute_ms else []
+    if how == "x":
+        return c, c + x
+    total = a.steps or a.epochs * (TRAIN_N // a.batch)
+    return (c + x + ["--slow-steps", f"{total // 2}:{total}"],
+            c + x + ["--slow-steps", f"0:{total // 2}"])
+
+
+def run_config(a, net, procs, cluster, key, name, flags, how, rep, logs):
     """Both ranks of one job; returns rank 0's JSON plus the job's time, or raises."""
     job = f"modes-{key}-{rep}-{os.getpid()}"
-    base = [os.path.join(a.bin, "tessera-worker"), "--master", cluster.master, "--workers", "2",
-            "--job", job, "--transport", "tcp", "--json"]
+    width = ["--workers", "2"]
+    if "--balance" in flags:   # the slots are the micro-batches; 2 workers start the job
+        width = ["--workers", str(a.batch // a.micro), "--start-workers", "2"]
+    base = [os.path.join(a.bin, "tessera-worker"), "--master", cluster.master, "--job", job,
+            "--transport", a.transport, "--json", "--batch", str(a.batch), "--micro",
+            str(a.micro)] + width
     base += ["--steps", str(a.steps)] if a.steps else ["--epochs", str(a.epochs)]
     if a.partition_kb:
         base += ["--partition-kb", str(a.partition_kb)]
@@ -176,11 +210,11 @@ def run_config(a, net, procs, cluster, key, name, flags, rep, logs):
     files = [open(os.path.join(d, f), "w") for f in ("rank0.err", "rank1.out", "rank1.err")]
     lines = []
     try:
-        slow = 0 if key == "noslow" else a.slow_ms
-        w1 = procs.start(net.wrap("worker1", base + ["--rank", "1", "--slow-ms", str(slow)] +
-                                  flags), files[1], files[2])
-        w0 = procs.start(net.wrap("worker0", base + ["--rank", "0"] + flags), subprocess.PIPE,
-                         files[0])
+        slow0, slow1 = slowness(a, how)
+        w1 = procs.start(net.wrap("worker1", base + ["--rank", "1"] + slow1 + flags), files[1],
+                         files[2])
+        w0 = procs.start(net.wrap("worker0", base + ["--rank", "0"] + slow0 + flags),
+                         subprocess.PIPE, files[0])
     finally:
         for f in files:
             f.close()
@@ -214,15 +248,16 @@ def run_config(a, net, procs, cluster, key, name, flags, rep, logs):
     return r
 
 
-def summarize(runs):
-    spe = TRAIN_N // 64
+def summarize(runs, batch):
+    spe = TRAIN_N // batch
     rows = []
-    for key, name, flags in CONFIGS:
+    for key, name, flags, how in CONFIGS:
         rs = runs.get(key)
         if rs is None:
             continue
         ok = [r for r in rs if "error" not in r]
-        row = {"key": key, "config": name, "flags": flags, "runs": rs, "ok": len(ok) == len(rs)}
+        row = {"key": key, "config": name, "flags": flags, "slow": how, "runs": rs,
+               "ok": len(ok) == len(rs)}
         if ok:
             steps = ok[0]["steps"] - ok[0]["start_step"]
             per_epoch = spe / steps if steps else 0
@@ -238,17 +273,22 @@ def summarize(runs):
                 "steps_skipped": max(r["steps_skipped"] for r in ok),
                 "steps": steps})
         rows.append(row)
-    base = next((r for r in rows if r["key"] == "bsp" and "epoch_s" in r), None)
+    done = {r["key"]: r for r in rows if "epoch_s" in r}
     for r in rows:
-        if base and "epoch_s" in r and r["epoch_s"] > 0:
-            r["speedup"] = round(base["epoch_s"] / r["epoch_s"], 3)
-    return rows, base
+        b = done.get(BASE[r["slow"]])
+        if b and "epoch_s" in r and r["epoch_s"] > 0:
+            r["speedup"] = round(b["epoch_s"] / r["epoch_s"], 3)
+    return rows, done.get("bsp")
 
 
 def report(a, rows, base, net_desc, wall):
     print(f"\nbench/modes.py: {os.cpu_count()} cpus; MLP 784-256-128-10 on Fashion-MNIST, "
-          f"2 workers x 2 shards over tcp, {net_desc};\nrank 1 sleeps {a.slow_ms} ms before "
-          f"each step; {a.steps or a.epochs} {'steps' if a.steps else 'epoch(s)'}, median of "
+          f"2 workers x 2 shards over {a.transport}, {net_desc}; batch {a.batch}, "
+          f"micro-batch {a.micro};\nrank 1 sleeps {a.slow_ms} ms before each step (xN and "
+          f"drift rows: computes {a.slow_factor}x slower, micro-batches +{a.compute_ms} ms; "
+          "drift: rank 1 the first half, rank 0 the second; their speedup is over the xN / "
+          f"drift BSP-fp32 row; balanced: {a.batch // a.micro} slots); "
+          f"{a.steps or a.epochs} {'steps' if a.steps else 'epoch(s)'}, median of "
           f"{a.repeats} run(s); epoch s = the job's (until both ranks are done), rank0 s = "
           "rank 0's own;\nwire KB/step = one worker's push + its pull (pulls are fp32, "
           f"{PULL_BYTES / 1e3:.0f} KB)\n")
@@ -268,7 +308,7 @@ def report(a, rows, base, net_desc, wall):
               f"{r['test_accuracy']:8.4f} | {r['push_bytes_per_step'] / 1e3:12.1f} | "
               f"{r['wire_bytes_per_step'] / 1e3:12.1f} | {r['staleness_max']:9d} | "
               f"{r['steps_skipped']:7d} | {paper}")
-    best = min((r for r in rows if "epoch_s" in r and r["key"] != "noslow"),
+    best = min((r for r in rows if "epoch_s" in r and r["slow"] == "ms"),
                key=lambda r: r["epoch_s"], default=None)
     headline = None
     if base and best:
@@ -278,12 +318,18 @@ def report(a, rows, base, net_desc, wall):
         print(f"\nheadline: {best['config']} {best['epoch_s']:.2f} s/epoch against BSP-fp32 "
               f"{base['epoch_s']:.2f}: {headline['ratio']:.2f}x (reduction-server design doc, "
               "8 x A100: async 1.41x, async + compression 1.67x)")
+    done = {r["key"]: r for r in rows if "epoch_s" in r}
+    if "x-bsp" in done and "x-bal-exact" in done:
+        b, o = done["x-bsp"], done["x-bal-exact"]
+        print(f"balance: {o['config']} {o['epoch_s']:.2f} s/epoch against {b['config']} "
+              f"{b['epoch_s']:.2f}: {b['epoch_s'] / o['epoch_s']:.2f}x with rank 1 "
+              f"{a.slow_factor}x slower (goal 1.3x, at unchanged bits)")
     print(f"runtime {wall:.0f} s")
     return headline
 
 
 def parse():
-    keys = [k for k, _, _ in CONFIGS]
+    keys = [k for k, _, _, _ in CONFIGS]
     ap = argparse.ArgumentParser(
         description="Epoch time and accuracy of BSP, SSP, ASP, reduce-only and gradient "
                     "compression, 2 workers x 2 shards, with one slow worker and rate-limited "
@@ -292,9 +338,12 @@ def parse():
                     help="where tessera, tessera-master, -shard, -worker are (default build/bin)")
     ap.add_argument("--out", default="bench/results/modes.json",
                     help="results (default bench/results/modes.json)")
-    ap.add_argument("--configs", default=",".join(keys),
+    modes = [k for k, _, _, how in CONFIGS if how in ("ms", "none")]
+    ap.add_argument("--configs", default=",".join(modes),
                     help=f"comma-separated subset of {','.join(keys)} (bsp, the baseline, is "
-                         "always run; default all)")
+                         f"always run; default the modes and codecs, {','.join(modes)}; the "
+                         "balance rows x-* and d-* are meant for --no-netns --compute-ms N: "
+                         "bench/README.md, \"Balanced BSP\")")
     ap.add_argument("--epochs", type=int, default=1, help="epochs per run (default 1)")
     ap.add_argument("--steps", type=int, default=0,
                     help="train exactly K steps instead of --epochs (quicker; the time is "
@@ -307,10 +356,24 @@ def parse():
                     help="sleep before each data-plane send of a worker (default 1)")
     ap.add_argument("--slow-ms", type=int, default=15,
                     help="rank 1 sleeps this long before each step (default 15)")
+    ap.add_argument("--slow-factor", type=float, default=2.0,
+                    help="xN and drift rows: the slow rank computes this many times slower "
+                         "(default 2)")
+    ap.add_argument("--compute-ms", type=int, default=0,
+                    help="xN and drift rows: every micro-batch of both workers also takes this "
+                         "many ms (tessera-worker --compute-ms: a sleep, an accelerator's time "
+                         "that does not load the CPUs; default 0)")
+    ap.add_argument("--batch", type=int, default=64, help="global batch (default 64)")
+    ap.add_argument("--micro", type=int, default=16,
+                    help="micro-batch (default 16); the balanced rows have --batch / --micro "
+                         "slots")
     ap.add_argument("--partition-kb", type=int, default=256,
                     help="partition size (default 256: fc1.weight, 0.8 MB, is cut in 4 and "
                          "spread over both shards; 0 = the worker's default, 4096, which puts "
                          "it whole on one shard)")
+    ap.add_argument("--transport", default="tcp", choices=("tcp", "shm"),
+                    help="the workers' data plane (default tcp; shm only with --no-netns: "
+                         "the emulated links would not carry it)")
     ap.add_argument("--no-netns", action="store_true",
                     help="one namespace, 127.0.0.1, no rate limit or delay: slow worker only")
     ap.add_argument("--timeout", type=int, default=0,
@@ -325,6 +388,13 @@ def parse():
     a.timeout = a.timeout or 300 * max(1, a.epochs if not a.steps else -(-a.steps // 937))
     if a.epochs < 1 or a.steps < 0 or a.repeats < 1 or a.slow_ms < 0 or a.delay_ms < 0:
         ap.error("--epochs and --repeats must be >= 1, --steps, --slow-ms, --delay-ms >= 0")
+    if a.transport == "shm" and not a.no_netns:
+        ap.error("--transport shm bypasses the emulated links: add --no-netns")
+    if not 1 < a.slow_factor <= 100:
+        ap.error("--slow-factor: above 1, at most 100")
+    if a.micro < 1 or a.batch % a.micro or not 2 < a.batch // a.micro <= 64:
+        ap.error("--micro must divide --batch into 3..64 micro-batches (the balanced rows' "
+                 "slots, more than the 2 workers)")
     for b in ("tessera", "tessera-master", "tessera-shard", "tessera-worker"):
         if not os.access(os.path.join(a.bin, b), os.X_OK):
             ap.error(f"no executable {os.path.join(a.bin, b)}: build first or pass --bin")
@@ -355,15 +425,16 @@ def main():
         cluster.start()
         log(f"cluster: master {cluster.master}, {net_desc}; {len(a.configs)} configs x "
             f"{a.repeats} run(s); logs in {logs}")
-        names = {k: (n, f) for k, n, f in CONFIGS}
+        names = {k: (n, f, h) for k, n, f, h in CONFIGS}
         for rep in range(a.repeats):
             for key in a.configs:
-                name, flags = names[key]
+                name, flags, how = names[key]
                 what = " ".join(flags) or "bsp, fp32"
-                what += ", rank 1 not slowed" if key == "noslow" else ""
+                what += {"none": ", rank 1 not slowed", "x": ", rank 1 slower per slot",
+                         "drift": ", the slow worker changes half-way"}.get(how, "")
                 log(f"  [{rep + 1}/{a.repeats}] {name} ({what})...")
                 try:
-                    r = run_config(a, net, procs, cluster, key, name, flags, rep, logs)
+                    r = run_config(a, net, procs, cluster, key, name, flags, how, rep, logs)
                     log(f"    {name}: {r['job_seconds']:.2f} s (rank 0 {r['rank0_seconds']:.2f} "
                         f"s), test accuracy {r['test_accuracy']:.4f}")
                 except RuntimeError as e:
@@ -381,13 +452,15 @@ def main():
             signal.signal(sig, signal.SIG_IGN)
         procs.stop()
         net.down()
-    rows, base = summarize(runs)
+    rows, base = summarize(runs, a.batch)
     headline = report(a, rows, base, net_desc, time.monotonic() - t_start)
     for n in notes:
         print(f"NOTE: {n}")
     result = {"name": "modes", "machine": f"{os.cpu_count()} cpus", "ok": not failed,
               "netns": net.netns, "rate": a.rate if net.netns else None,
               "delay_ms": a.delay_ms if net.netns else 0, "slow_ms": a.slow_ms,
+              "slow_factor": a.slow_factor, "batch": a.batch, "micro": a.micro,
+              "transport": a.transport, "compute_ms": a.compute_ms,
               "epochs": a.epochs, "steps": a.steps, "repeats": a.repeats, "workers": 2,
               "shards": 2, "pull_bytes_per_step": PULL_BYTES, "rows": rows,
               "paper": {"source": "reduction-server design document, 8-node A100 cluster",

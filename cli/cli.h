@@ -28,6 +28,8 @@ int cli_open_store(const char *cmd, const char *store, const char *master, int t
 struct train_cli {
     bool local, exact, json, amp, keep;
     bool no_elastic, respawn;        /* docs/elastic.md */
+    bool balance;                    /* docs/scheduler.md */
+    const char *slow_factor;         /* testing: "RANK:X[:A-B],...", tessera-worker's flags */
     int workers, epochs, batch, micro, partition_kb;
     int width;                       /* above workers: slots for workers that join later */
     int join;                        /* -1, or the one rank this run adds to a running job */

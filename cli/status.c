@@ -159,6 +159,8 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_uint(&j, "roster", jb->roster);
         ts_json_uint(&j, "adopted", jb->adopted);
         ts_json_uint(&j, "start_workers", jb->start_workers);
+        ts_json_bool(&j, "balance", jb->balance);
+        ts_json_uint(&j, "balanced", jb->balanced);
         ts_json_arr(&j, "slot_owners");
         for (size_t k = 0; k < jb->n_slot_owners; k++)
             ts_json_uint(&j, NULL, jb->slot_owners[k]);
@@ -265,6 +267,8 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
             printf("       ");
             if (narrow)
                 printf("started with %u of %u workers; ", jb->start_workers, jb->workers);
+            if (jb->balance)   /* docs/scheduler.md */
+                printf("%u slot move%s for speed; ", jb->balanced, jb->balanced == 1 ? "" : "s");
             printf("%u slot%s taken over after deaths; slots now:", jb->adopted,
                    jb->adopted == 1 ? "" : "s");
             for (size_t k = 0; k < jb->n_slot_owners && k < 16; k++)

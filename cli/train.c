@@ -22,11 +22,33 @@
 #define MAX_WORKERS 64
 #define RESPAWN_MS 500      /* --respawn: a killed worker starts again this much later */
 
+/* Rank's item of --slow-factor (checked by train_flags): its factor and, if it has one, its
+ * steps as tessera-worker's --slow-steps A:B. */
+static bool slow_of(const char *spec, int rank, char *factor, size_t flen, char *steps,
+                    size_t slen)
+{
+    for (const char *p = spec; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        unsigned r;
+        double x;
+        unsigned long long a, b;
+        int got = sscanf(p, "%u:%lf:%llu-%llu", &r, &x, &a, &b);
+        if (got < 2 || (int)r != rank)
+            continue;
+        snprintf(factor, flen, "%g", x);
+        if (got == 4)
+            snprintf(steps, slen, "%llu:%llu", a, b);
+        else
+            steps[0] = '\0';
+        return true;
+    }
+    return false;
+}
+
 static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char *master,
                           int rank, int restarts, const char *log)
 {
     char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16], stale[24];
-    char delay[24], again[16], start[16], mport[16];
+    char delay[24], again[16], start[16], mport[16], factor[32], steps[48];
     char *argv[64];
     int n = 0;
     struct ts_err err = { 0 };
@@ -111,6 +133,17 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     if (t->slow && atoi(t->slow) == rank) {
         argv[n++] = "--slow-ms";
         argv[n++] = strchr(t->slow, ':') + 1;
+    }
+    if (t->balance && !t->local)
+        argv[n++] = "--balance";
+    if (t->slow_factor && slow_of(t->slow_factor, rank, factor, sizeof(factor), steps,
+                                  sizeof(steps))) {
+        argv[n++] = "--slow-factor";
+        argv[n++] = factor;
+        if (steps[0]) {
+            argv[n++] = "--slow-steps";
+            argv[n++] = steps;
+        }
     }
     if (t->delay_ms) {
         argv[n++] = "--delay-ms";

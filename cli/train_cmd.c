@@ -11,6 +11,26 @@
 #define DEFAULT_OPTIMIZER "momentum:lr=0.02,momentum=0.9"
 
 /* Shared by train and demo: fills t from argv; returns -1 to go on, else an exit code. */
+/* --slow-factor: RANK:X[:A-B] items, X in (1, 100], A < B; says what is wrong. */
+static bool slow_factor_bad(const char *cmd, const char *spec)
+{
+    const char *p = spec;
+
+    while (p && *p) {
+        unsigned rank;
+        double x;
+        unsigned long long a = 0, b = 1;
+        int used = 0, got = sscanf(p, "%u:%lf%n:%llu-%llu%n", &rank, &x, &used, &a, &b, &used);
+        if (got < 2 || !(x > 1 && x <= 100) || a >= b || (p[used] && p[used] != ',')) {
+            fprintf(stderr, "tessera %s: --slow-factor %s: want RANK:X[:A-B],... with X above 1 "
+                    "and at most 100 and A < B, e.g. 1:2 or 1:3:0-200,2:3:200-400\n", cmd, spec);
+            return true;
+        }
+        p += used + (p[used] == ',');
+    }
+    return false;
+}
+
 int train_flags(const char *cmd, const char *usage, const char *about, struct train_cli *t,
                 const char **master, int64_t *shards, int argc, char **argv)
 {
@@ -70,6 +90,9 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "defaults)", 0, 0 };
     flags[n++] = (struct ts_flag){ "slow", TS_FLAG_STR, &t->slow, "RANK:MS",
                                    "testing: worker RANK sleeps MS before each step", 0, 0 };
+    flags[n++] = (struct ts_flag){ "slow-factor", TS_FLAG_STR, &t->slow_factor,
+                                   "RANK:X[:A-B],...", "testing: worker RANK computes X times "
+                                   "slower (in steps A..B-1 only, with :A-B)", 0, 0 };
     flags[n++] = (struct ts_flag){ "delay-ms", TS_FLAG_INT, &t->delay_ms, "MS",
                                    "testing: delay each data-plane send by MS", 0, 60000 };
     flags[n++] = (struct ts_flag){ "metrics-port", TS_FLAG_INT, &t->metrics_port, "BASE",
@@ -88,6 +111,10 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "the job's slots, above --workers: workers that join later "
                                    "(tessera-worker --rank R, R below W) take theirs "
                                    "(elastic; default --workers)", 0, 64 };
+    flags[n++] = (struct ts_flag){ "balance", TS_FLAG_BOOL, &t->balance, NULL,
+                                   "the master moves slots between the workers by their "
+                                   "measured speed (elastic; default --width: the micro-batches "
+                                   "per step, at most 64; docs/scheduler.md)", 0, 0 };
     flags[n++] = (struct ts_flag){ "join", TS_FLAG_INT, &join, "R",
                                    "start only rank R, a worker that joins the running job "
                                    "--job (elastic; R below --width; the same settings as the "
@@ -115,6 +142,19 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     if (t->slow && (!strchr(t->slow, ':') || atoi(t->slow) < 0 ||
                     atoi(strchr(t->slow, ':') + 1) <= 0)) {
         fprintf(stderr, "tessera %s: --slow %s: want RANK:MS, e.g. 1:50\n", cmd, t->slow);
+        return 2;
+    }
+    if (slow_factor_bad(cmd, t->slow_factor))
+        return 2;
+    if (t->balance && !t->local && !width)
+        width = batch / micro < 64 ? batch / micro : 64;
+    if (t->balance && !t->local && (width <= workers || t->no_elastic || t->sync_every ||
+                                    (t->mode && strcmp(t->mode, "bsp")) ||
+                                    (t->compress && strstr(t->compress, "topk")))) {
+        fprintf(stderr, "tessera %s: --balance moves slots between the workers of an elastic "
+                "bsp job: it needs more slots (--width %lld; default --batch / --micro) than "
+                "--workers %lld, and no --no-elastic, --sync-every, --mode other than bsp or "
+                "top-k\n", cmd, (long long)width, (long long)workers);
         return 2;
     }
     if (t->amp && t->compress) {

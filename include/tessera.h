@@ -96,6 +96,9 @@ struct tessera_options {
                               * (tessera_slots, tessera_step_slots), so the job outlives a dead
                               * worker (docs/elastic.md); bsp, no sync periods, no top-k. Every
                               * worker of a job says the same. */
+    int balance;             /* elastic, more slots (`workers`) than start_workers: the master
+                              * moves slots between live workers by their measured compute
+                              * time per slot (docs/scheduler.md) */
     unsigned start_workers;  /* elastic: the workers the job starts with, below `workers` (0:
                               * all): the slots of ranks start_workers and above go to them
                               * until a worker joins for that rank (docs/elastic.md,

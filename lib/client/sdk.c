@@ -155,6 +155,7 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
     mc.elastic = t->elastic;
     mc.restarts = o->restarts;
     mc.start_workers = o->start_workers;
+    mc.balance = o->balance != 0;
     if ((st = ts_master_open(o->master, &t->master, err)) ||
         (st = ts_membership_start(t->master, &mc, 10000, &t->ms, err)) ||
         (st = ts_cluster_open(o->master, &t->cl, err)))

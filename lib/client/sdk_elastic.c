@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "util/log.h"
+#include "util/proc.h"
 
 /* Rounds of pulls to find a version that no partition is past (each waits for the step under
  * way), before giving up: the job moves a step per round at most. */
@@ -34,6 +35,40 @@ size_t tessera_slots(tessera *t, uint32_t *slots, size_t max)
         n = 1;
     }
     return n;
+}
+
+/* The median of the ring: one slow step (rank 0's evaluation at an epoch's end, a page
+ * fault storm) does not move slots. */
+static double median(const double *v, unsigned n)
+{
+    double s[5];
+
+    for (unsigned i = 0; i < n; i++) {   /* insertion sort: five at most */
+        unsigned k = i;
+        for (; k && s[k - 1] > v[i]; k--)
+            s[k] = s[k - 1];
+        s[k] = v[i];
+    }
+    return n ? s[n / 2] : 0;
+}
+
+void sdk_elastic_measure(struct tessera *t, size_t n)
+{
+    unsigned ring = sizeof(t->busy_s) / sizeof(t->busy_s[0]);
+    double m;
+
+    if (!t->elastic || !t->ms || !t->busy_from_ns || !n)
+        return;
+    t->busy_s[t->nbusy++ % ring] = (double)(ts_now_ns() - t->busy_from_ns) / 1e9 / (double)n;
+    t->busy_from_ns = 0;
+    m = median(t->busy_s, t->nbusy < ring ? t->nbusy : ring);
+    if (m > 0)   /* the master takes at most an hour a slot */
+        ts_membership_set_speed(t->ms, m < 3600 ? m : 3600, (uint32_t)n);
+}
+
+void sdk_elastic_done(struct tessera *t, ts_status st)
+{
+    t->busy_from_ns = !st || st == TS_ESLOTS ? ts_now_ns() : 0;
 }
 
 ts_status sdk_elastic_keep(struct tessera *t, float *const *params, struct ts_err *err)

@@ -112,6 +112,9 @@ struct tessera {
     uint32_t push_rank;           /* the slot a push is sent for */
     uint64_t newest;              /* the newest version a pull reply carried since reset */
     unsigned registrations_seen;  /* the membership's registrations this worker followed */
+    int64_t busy_from_ns;         /* when the last step returned (0: not measuring) */
+    double busy_s[5];             /* the last steps' compute seconds per slot, a ring */
+    unsigned nbusy;
     bool cut_done;                /* testing: $TESSERA_TEST_LINK_CUT was applied (sdk.c) */
     int pipe;                     /* enum sdk_pipe_mode, from $TESSERA_PIPELINE (sdk_pipe.c) */
     /* $TESSERA_PLACEMENT_SALT (sdk.c): a salt every tensor is proposed with, instead of the
@@ -239,6 +242,10 @@ ts_status sdk_pull_all(struct tessera *t, uint64_t step, float *const *params,
 ts_status sdk_elastic_keep(struct tessera *t, float *const *params,
                            struct ts_err *err) TS_MUST_CHECK;
 /* TS_ESLOTS if the master handed this worker a slot that slots[0..n) lacks. */
+/* Measures the compute time per slot since the last step returned and hands the master the
+ * recent median (docs/scheduler.md); sdk_elastic_done: a step returned with st. */
+void sdk_elastic_measure(struct tessera *t, size_t n);
+void sdk_elastic_done(struct tessera *t, ts_status st);
 ts_status sdk_elastic_check(struct tessera *t, uint64_t step, size_t n, const uint32_t *slots,
                             struct ts_err *err) TS_MUST_CHECK;
 /* After a step that ended in TS_ESLOTS, or saw a version past step + 1: asks the master for

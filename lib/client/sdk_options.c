@@ -178,6 +178,9 @@ ts_status sdk_set_modes(struct tessera *t, const struct tessera_options *o, stru
         return ts_err_set(err, TS_EINVAL, "elastic: needs mode bsp, no sync_every and no top-k "
                           "compression (their state is one worker's own, which another worker "
                           "taking its slot would not have)");
+    if (o->balance && !o->elastic)
+        return ts_err_set(err, TS_EINVAL, "balance: needs elastic (slots move between live "
+                          "workers the way a dead worker's move; docs/scheduler.md)");
     t->elastic = o->elastic && !t->local;
     t->loss_mode = o->loss_scale;
     t->scale_exp = o->loss_scale ? LOSS_SCALE_INIT_EXP : 0;

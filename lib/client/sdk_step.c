@@ -473,6 +473,8 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
     ts_status st = check_slots(t, n, slots, &err);
     bool sent = false;
 
+    if (!st)
+        sdk_elastic_measure(t, n);
     t->step_overflow = false;
     t->step_stale = 0;
     t->nstep = n;
@@ -512,6 +514,7 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
         st = sdk_elastic_recover(t, step, params, &err);
     }
     t->nstep = 0;
+    sdk_elastic_done(t, st);
     if (st)
         return sdk_fail(e, &err);
     finish_step(t, params);

@@ -83,6 +83,7 @@ struct ts_membership_cfg {
      * the job starts with (0: workers; RegisterWorkerRequest.start_workers). */
     bool elastic;
     uint32_t start_workers;
+    bool balance;             /* RegisterWorkerRequest.balance (docs/scheduler.md) */
     /* How many times a supervisor restarted the member this process replaces. */
     uint32_t restarts;
     /* Shards: the data-plane listeners to publish (borrowed until ts_membership_start
@@ -246,6 +247,9 @@ struct ts_worker_report {
     float loss_scale;
 };
 void ts_membership_set_report(struct ts_membership *ms, const struct ts_worker_report *r);
+/* Workers of an elastic job: the compute seconds per slot measured over steps of `slots`
+ * slots, sent with the next heartbeats (HeartbeatRequest.has_speed; docs/scheduler.md). */
+void ts_membership_set_speed(struct ts_membership *ms, double slot_s, uint32_t slots);
 /* Workers: training progress, sent with the next heartbeats (tessera_report_progress). */
 void ts_membership_set_progress(struct ts_membership *ms, double loss, double accuracy,
                                 double samples_per_s);

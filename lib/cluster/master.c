@@ -42,6 +42,8 @@ struct ts_membership {
     struct ts_worker_report report;   /* under mu */
     bool progress;                    /* under mu: loss, accuracy, samples_per_s are set */
     double loss, accuracy, samples_per_s;
+    double slot_s;                    /* under mu: ts_membership_set_speed; 0: none yet */
+    uint32_t speed_slots;
     uint64_t roster;                  /* under mu: the last heartbeat's roster and slots */
     uint32_t slots[SLOTS_MAX];
     size_t nslots;
@@ -237,6 +239,7 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
         req.elastic = ms->cfg.elastic;
         req.restarts = ms->cfg.restarts;
         req.start_workers = ms->cfg.start_workers;
+        req.balance = ms->cfg.balance;
         req.secret = (ProtobufCBinaryData){ sizeof(ms->secret), ms->secret };
         if ((st = CALL(ms->m, "RegisterWorker", &req,
                        &tessera__v1__register_worker_response__descriptor, &resp, deadline_ms,
@@ -277,6 +280,9 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     req.loss = ms->loss;
     req.accuracy = ms->accuracy;
     req.samples_per_s = ms->samples_per_s;
+    req.has_speed = ms->slot_s > 0;
+    req.slot_seconds = ms->slot_s;
+    req.speed_slots = ms->speed_slots;
     pthread_mutex_unlock(&ms->mu);
     if (ms->cfg.moves)
         req.moves_pending = ms->cfg.moves(ms->cfg.arg, &req.moves_epoch);
@@ -513,5 +519,13 @@ void ts_membership_set_progress(struct ts_membership *ms, double loss, double ac
     ms->loss = loss;
     ms->accuracy = accuracy;
     ms->samples_per_s = samples_per_s;
+    pthread_mutex_unlock(&ms->mu);
+}
+
+void ts_membership_set_speed(struct ts_membership *ms, double slot_s, uint32_t slots)
+{
+    pthread_mutex_lock(&ms->mu);
+    ms->slot_s = slot_s;
+    ms->speed_slots = slots;
     pthread_mutex_unlock(&ms->mu);
 }

@@ -1,5 +1,6 @@
 /* jobs.c - the master's job table; see jobs.h. */
 #include "jobs.h"
+#include "jobs_internal.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -9,22 +10,6 @@
 
 #include "util/log.h"
 #include "util/proc.h"
-
-struct job {
-    struct job_info info;
-    struct job_seat *seats;
-    size_t nseats, cap;
-    uint32_t *owners;                   /* by slot (info.workers): its worker, 0 none */
-    bool failed, died;                  /* this run: a worker failed, a worker died */
-    int64_t idle_since_ms, ended_ms;    /* monotonic */
-};
-
-struct jobs {
-    pthread_mutex_t mu;
-    struct jobs_cfg cfg;
-    struct job *v;
-    size_t n, cap;
-};
 
 const char *jobs_state_name(enum job_state s)
 {
@@ -84,8 +69,7 @@ static struct job *find(struct jobs *j, const char *id)
     return NULL;
 }
 
-/* The job and seat of a worker, alive or not; NULL if it is in no job. */
-static struct job_seat *seat_of(struct jobs *j, uint32_t worker, struct job **jb)
+struct job_seat *jobs_seat_locked(struct jobs *j, uint32_t worker, struct job **jb)
 {
     for (size_t i = 0; i < j->n; i++)
         for (size_t k = 0; k < j->v[i].nseats; k++)
@@ -124,7 +108,8 @@ static ts_status start_run(struct job *jb, uint32_t workers, uint32_t start, boo
     jb->owners = o;
     jb->info.elastic = elastic;
     jb->info.roster = 0;
-    jb->info.adopted = 0;
+    jb->info.adopted = jb->info.balanced = 0;
+    jb->info.balance = false;
     jb->info.start_workers = start && start < workers ? start : workers;
     jb->nseats = 0;
     jb->failed = jb->died = false;
@@ -156,8 +141,7 @@ static struct job_seat *seat_in(struct job *jb, uint32_t worker)
     return NULL;
 }
 
-/* Alive and caught up: it may own slots (struct job_seat). */
-static bool ready(const struct job_seat *s)
+bool jobs_seat_ready(const struct job_seat *s)
 {
     return s && s->state == SEAT_ALIVE && !s->waiting;
 }
@@ -173,7 +157,7 @@ static bool seat_dead(struct job *jb, uint32_t worker)
  * then waits until it caught up too (jobs_ready). */
 static bool held(struct job *jb, uint32_t k)
 {
-    return ready(seat_in(jb, jb->owners[k]));
+    return jobs_seat_ready(seat_in(jb, jb->owners[k]));
 }
 
 /* Whether slot k belongs to a rank the run did not start with, and every rank it started with
@@ -199,7 +183,7 @@ static bool late(struct job *jb, uint32_t k)
 static bool any_ready(struct job *jb)
 {
     for (size_t s = 0; s < jb->nseats; s++)
-        if (ready(&jb->seats[s]))
+        if (jobs_seat_ready(&jb->seats[s]))
             return true;
     return false;
 }
@@ -254,6 +238,9 @@ static void reslot(struct job *jb)
         jb->owners[k] = best->worker;
         changed = true;
     }
+    /* Balance: the slots just placed evenly go by speed (one change of the roster). */
+    if (jb->info.elastic && jb->info.balance && jobs_rebalance_locked(jb, 0.0))
+        changed = true;
     if (changed)
         jb->info.roster++;
 }
@@ -277,7 +264,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         return ts_err_set(err, TS_EINVAL, "start_workers: %u, want 1..%u (workers), and below "
                           "workers only in an elastic job", start, workers);
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_of(j, worker, &other))) {   /* a retried RegisterWorker */
+    if ((s = jobs_seat_locked(j, worker, &other))) {   /* a retried RegisterWorker */
         st = strcmp(other->info.id, id) ? ts_err_set(err, TS_EEXIST, "job: worker %u is in "
                                                      "job '%s' already", worker, other->info.id)
              : s->rank != rank ? ts_err_set(err, TS_EINVAL, "rank: %u, but worker %u is rank %u "
@@ -353,7 +340,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
     }
     if (!st) {
         jb->seats[jb->nseats++] = (struct job_seat){ worker, rank, SEAT_ALIVE,
-                                                     elastic && held(jb, rank) };
+                                                     elastic && held(jb, rank), 0 };
         jb->info.alive++;
         reslot(jb);
     }
@@ -418,7 +405,7 @@ void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *finger
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_of(j, worker, &jb))) {
+    if ((s = jobs_seat_locked(j, worker, &jb))) {
         if (!failed && fingerprint && strlen(fingerprint) == 64)
             snprintf(jb->info.fingerprint, sizeof(jb->info.fingerprint), "%s", fingerprint);
         vacate(jb, s, failed ? SEAT_FAILED : SEAT_FINISHED,
@@ -433,7 +420,7 @@ bool jobs_seat_of(struct jobs *j, uint32_t worker, char *id, size_t n, uint32_t 
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_of(j, worker, &jb))) {
+    if ((s = jobs_seat_locked(j, worker, &jb))) {
         snprintf(id, n, "%s", jb->info.id);
         *rank = s->rank;
     }
@@ -447,7 +434,7 @@ void jobs_ready(struct jobs *j, uint32_t worker)
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_of(j, worker, &jb)) && s->state == SEAT_ALIVE && s->waiting) {
+    if ((s = jobs_seat_locked(j, worker, &jb)) && s->state == SEAT_ALIVE && s->waiting) {
         s->waiting = false;
         ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) caught up", jb->info.id, worker,
                s->rank);
@@ -462,7 +449,7 @@ void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms)
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_of(j, worker, &jb)))
+    if ((s = jobs_seat_locked(j, worker, &jb)))
         vacate(jb, s, SEAT_DEAD, "its lease expired or its connection broke (the process "
                "died or hung)", now_ms);
     pthread_mutex_unlock(&j->mu);
@@ -475,7 +462,7 @@ int jobs_slots(struct jobs *j, uint32_t worker, uint64_t *roster, uint32_t *slot
     int n = -1;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_of(j, worker, &jb)) && jb->info.state == JOB_RUNNING &&
+    if ((s = jobs_seat_locked(j, worker, &jb)) && jb->info.state == JOB_RUNNING &&
         s->state == SEAT_ALIVE) {
         n = 0;
         *roster = jb->info.roster;
@@ -726,7 +713,7 @@ static ts_status check_record(struct jobs *j, const struct job_record *r, struct
         return ts_err_set(err, TS_EINVAL, "job '%s': %zu slot owners for %u workers", r->info.id,
                           r->nowners, r->info.workers);
     for (size_t k = 0; k < r->nseats; k++)
-        if (seat_of(j, r->seats[k].worker, &other))
+        if (jobs_seat_locked(j, r->seats[k].worker, &other))
             return ts_err_set(err, TS_EINVAL, "job '%s': worker %u is in job '%s' too",
                               r->info.id, r->seats[k].worker, other->info.id);
     return TS_OK;

@@ -69,6 +69,10 @@ struct job_info {
     uint64_t roster;
     uint32_t adopted;
     uint32_t start_workers;   /* the ranks the run started with; the others join later */
+    /* Balance (docs/scheduler.md): slots move between live workers by their measured speed;
+     * balanced counts the slots moved so. */
+    bool balance;
+    uint32_t balanced;
 };
 
 /* A job's durable record (services/master/state.h): what ClusterStatus shows, and each of its
@@ -81,6 +85,7 @@ struct job_seat {
     uint32_t worker, rank;
     enum job_seat_state state;
     bool waiting;
+    double slot_s;            /* its measured compute seconds per slot (jobs_speed); 0: none */
 };
 struct job_record {
     struct job_info info;
@@ -132,6 +137,19 @@ int jobs_slots(struct jobs *j, uint32_t worker, uint64_t *roster, uint32_t *slot
 size_t jobs_rosters(struct jobs *j, char (*ids)[TS_JOB_ID_MAX + 1], uint64_t *rosters,
                     size_t max);
 /* Job id's slot owners (at most max, by slot); how many (0 if no such job). */
+/* Balance (docs/scheduler.md). jobs_balance: the run of worker's job moves slots between
+ * its live workers by their speed (RegisterWorkerRequest.balance; elastic jobs only).
+ * jobs_speed: worker measured slot_s seconds per slot over steps of `slots` slots. Refused
+ * with TS_EINVAL naming the field (nothing changes) for a slot_s not above 0 or above 3600 or
+ * a count outside 1..the job's slots; else kept, and in a job with balance the slots are
+ * spread again when that cuts the predicted step time by more than JOBS_BALANCE_GAIN, at most
+ * every JOBS_BALANCE_MS. A worker in no running job: ignored. */
+#define JOBS_BALANCE_GAIN 0.1
+#define JOBS_BALANCE_MS 1000
+void jobs_balance(struct jobs *j, uint32_t worker);
+ts_status jobs_speed(struct jobs *j, uint32_t worker, double slot_s, int64_t slots,
+                     int64_t now_ms, struct ts_err *err);
+
 size_t jobs_owners(struct jobs *j, const char *id, uint32_t *owners, size_t max);
 /* Moves idle jobs past idle_ms to FINISHED, forgets summaries past the history limits, and
  * copies into ids (at most max) the jobs that ended and are not released yet; returns how

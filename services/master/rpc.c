@@ -165,6 +165,9 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
                                          req->instance, req->lease_ms, ts_now_ms(), &g, &cred,
                                          err)))
         return st;
+    if (req->balance && !req->elastic)
+        return ts_err_set(err, TS_EINVAL, "balance: needs elastic (a slot moves between live "
+                          "workers as a dead worker's does; docs/scheduler.md)");
     if (req->job[0] && (st = jobs_join(m->jobs, req->job, g.id, req->rank, req->workers,
                                        req->start_workers, req->keep, req->elastic,
                                        ts_now_ms(), err))) {
@@ -175,6 +178,8 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
             ts_log(TS_WARN, "master", "worker %u: %s", g.id, ignored.msg);
         return st;
     }
+    if (req->job[0] && req->balance)
+        jobs_balance(m->jobs, g.id);
     ts_members_set_restarts(m->members, TS_MEMBER_WORKER, g.id, req->restarts);
     resp->worker_id = g.id;
     resp->epoch = g.epoch;
@@ -239,7 +244,11 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
     struct ts_member_cred cred;
     ts_status st;
 
+    /* A speed out of range is refused before anything changes (worker 0: no job, the values
+     * are checked only). */
     if ((st = kind_role(call, req->kind, 0, err)) ||
+        (req->has_speed && (st = jobs_speed(m->jobs, 0, req->slot_seconds, req->speed_slots,
+                                            ts_now_ms(), err))) ||
         (st = member_cred(call, &req->secret, false, &cred, err)) ||
         (st = ts_members_heartbeat(m->members, (enum ts_member_kind)req->kind, req->id,
                                    req->known_epoch, req->clock, ts_now_ms(), &g, &cred, err)))
@@ -252,6 +261,9 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
             note_progress(m, req);
         if (req->caught_up)
             jobs_ready(m->jobs, req->id);
+        if (req->has_speed && (st = jobs_speed(m->jobs, req->id, req->slot_seconds,
+                                               req->speed_slots, ts_now_ms(), err)))
+            return st;
         slots_of(call, m, req->id, resp);
     } else {
         ts_members_moves(m->members, req->id, req->moves_epoch, req->moves_pending);
@@ -373,6 +385,8 @@ Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job
     j->roster = v->roster;
     j->adopted = v->adopted;
     j->start_workers = v->start_workers;
+    j->balance = v->balance;
+    j->balanced = v->balanced;
     return j;
 }
 

@@ -283,6 +283,8 @@ static ts_status restore_jobs(struct master_state *s, struct master *m,
         o->roster = in->roster;
         o->adopted = in->adopted;
         o->start_workers = in->start_workers;
+        o->balance = in->balance;
+        o->balanced = in->balanced;
         if (in->n_slot_owners &&
             !(r[i].owners = malloc(in->n_slot_owners * sizeof(*r[i].owners)))) {
             st = ts_err_set(err, TS_ENOMEM, "state: out of memory");
@@ -302,7 +304,7 @@ static ts_status restore_jobs(struct master_state *s, struct master *m,
                 jr->seats[k]->worker, jr->seats[k]->rank,
                 (enum job_seat_state)(jr->seats[k]->state > SEAT_DEAD ? SEAT_DEAD
                                                                        : jr->seats[k]->state),
-                jr->seats[k]->waiting };
+                jr->seats[k]->waiting, 0 };
     }
     if (!st)
         st = jobs_restore(m->jobs, r, ms->n_jobs, ts_now_ms(), s->rerun, STATE_MAX_RERUN,

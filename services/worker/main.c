@@ -40,8 +40,11 @@ int main(int argc, char **argv)
     const char *loss = "none";
     int64_t rank = 0, workers = 1, batch = 64, micro = 16, epochs = 1, steps = 0, seed = 1;
     int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0, restarts = 0;
-    int64_t start_workers = 0, metrics_port = -1;
-    bool exact = false, json = false, keep = false, no_elastic = false;
+    int64_t start_workers = 0, metrics_port = -1, compute_ms = 0;
+    bool exact = false, json = false, keep = false, no_elastic = false, balance = false;
+    const char *slow_factor = NULL, *slow_steps = NULL;
+    double factor = 1;
+    uint64_t slow_from = 0, slow_until = UINT64_MAX;
     struct ts_rpc_tls tls = { 0 };
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
@@ -78,6 +81,14 @@ int main(int argc, char **argv)
                                                     "gradients with GradScaler's rules)", 0, 0 },
         { "slow-ms", TS_FLAG_INT, &slow_ms, "MS", "testing: sleep MS before each step", 0,
           60000 },
+        { "slow-factor", TS_FLAG_STR, &slow_factor, "X", "testing: compute X times slower "
+          "(after its slots' gradients the worker sleeps X - 1 times as long as they took; "
+          "1 < X <= 100)", 0, 0 },
+        { "compute-ms", TS_FLAG_INT, &compute_ms, "MS", "testing: each micro-batch also takes "
+          "MS ms, a sleep: an accelerator's compute time, which does not load the CPUs "
+          "(--slow-factor multiplies it too)", 0, 10000 },
+        { "slow-steps", TS_FLAG_STR, &slow_steps, "A:B", "testing: --slow-factor applies to "
+          "steps A..B-1 only (default all)", 0, 0 },
         { "delay-ms", TS_FLAG_INT, &delay_ms, "MS", "testing: delay each data-plane send", 0,
           60000 },
         { "json", TS_FLAG_BOOL, &json, NULL, "rank 0 ends with one JSON line", 0, 0 },
@@ -88,6 +99,9 @@ int main(int argc, char **argv)
         { "start-workers", TS_FLAG_INT, &start_workers, "N", "the workers the job starts "
           "with, below --workers (elastic; default all): the slots of ranks N and above go to "
           "them until a worker joins for that rank (docs/elastic.md)", 0, 1024 },
+        { "balance", TS_FLAG_BOOL, &balance, NULL, "the master moves slots between live "
+          "workers by their measured speed (elastic, --workers above --start-workers; "
+          "docs/scheduler.md)", 0, 0 },
         { "no-elastic", TS_FLAG_BOOL, &no_elastic, NULL, "a dead worker stops the job instead "
           "of its slot moving to a live one (elastic needs bsp, no --sync-every, no top-k)", 0,
           0 },
@@ -122,6 +136,31 @@ int main(int argc, char **argv)
         fprintf(stderr, "tessera-worker: --loss-scale %s: want none or dynamic\n", loss);
         return 2;
     }
+    if (slow_factor) {
+        char *end;
+        factor = strtod(slow_factor, &end);
+        if (*end || !(factor > 1 && factor <= 100)) {
+            fprintf(stderr, "tessera-worker: --slow-factor %s: want a number above 1, at most "
+                    "100 (2: twice as slow)\n", slow_factor);
+            return 2;
+        }
+    }
+    if (slow_steps) {
+        unsigned long long a, b;
+        char tail;
+        if (sscanf(slow_steps, "%llu:%llu%c", &a, &b, &tail) != 2 || a >= b) {
+            fprintf(stderr, "tessera-worker: --slow-steps %s: want A:B with A < B (steps "
+                    "A..B-1), e.g. 0:100\n", slow_steps);
+            return 2;
+        }
+        slow_from = a;
+        slow_until = b;
+    }
+    if (balance && (no_elastic || start_workers == 0 || start_workers >= workers)) {
+        fprintf(stderr, "tessera-worker: --balance needs an elastic job with more slots than "
+                "workers: --workers W (the slots) above --start-workers N (the processes)\n");
+        return 2;
+    }
     if (batch % micro || rank >= workers) {
         fprintf(stderr, "tessera-worker: %s\n", batch % micro ? "--micro must divide --batch"
                                                               : "--rank must be below --workers");
@@ -142,6 +181,11 @@ int main(int argc, char **argv)
     o.restarts = (uint32_t)restarts;
     o.start_workers = (uint32_t)start_workers;
     o.metrics_port = metrics_port;
+    o.balance = balance;
+    o.compute_ms = (int)compute_ms;
+    o.slow_factor = factor;
+    o.slow_from = slow_from;
+    o.slow_until = slow_until;
     o.elastic = !no_elastic && (!mode || !strcmp(mode, "bsp")) && !sync &&
                 !(compress && strstr(compress, "topk"));
     return train_run(&o);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "model/mlp.h"
 #include "tensor/fingerprint.h"
@@ -61,6 +62,16 @@ static void progress(struct run *r, bool now)
     r->report_ms = t;
 }
 
+/* Testing: a worker that computes `factor` times slower, whatever its share (its slots). */
+static void slow_down(double factor, int64_t took_ns)
+{
+    int64_t ns = (int64_t)((factor - 1) * (double)took_ns);
+    struct timespec ts = { ns / 1000000000, ns % 1000000000 };
+
+    while (ns > 0 && nanosleep(&ts, &ts) != 0)
+        ;
+}
+
 static int say(struct tessera_error *e, const char *what)
 {
     fprintf(stderr, "tessera-worker: %s: %s\n", what, e->message);
@@ -102,6 +113,7 @@ static int setup(struct run *r, struct tessera_error *e)
     const struct train_opts *o = r->o;
     const struct ts_mlp_tensor *mt = ts_mlp_tensors();
     struct tessera_options to = { .elastic = o->elastic, .restarts = o->restarts,
+                                  .balance = o->balance,
                                   .start_workers = o->start_workers,
                                   .master = o->master, .job = o->job, .rank = o->rank,
                                   .workers = o->workers, .exact = o->exact,
@@ -199,6 +211,8 @@ static int compute(struct run *r, uint32_t base, uint32_t slot, void **acc,
         }
         r->loss_sum += ts_mlp_grad(r->mlp, r->params, r->xb, r->yb, (int)r->o->micro, r->grad);
         r->loss_n += r->o->micro;   /* the loss is summed over the samples */
+        if (r->o->compute_ms)       /* testing: an accelerator's time, off the CPUs */
+            ts_sleep_ms(r->o->compute_ms);
         for (int i = 0; i < TS_MLP_NTENSORS; i++) {
             uint64_t numel = ts_mlp_numel(i);
             int bad;
@@ -339,6 +353,8 @@ int train_run(const struct train_opts *o)
         }
         if (o->slow_ms) /* testing: a slow worker */
             ts_sleep_ms(o->slow_ms);
+        if (o->slow_factor > 1 && s >= o->slow_from && s < o->slow_until)
+            slow_down(o->slow_factor, ts_now_ns() - step_t0);
         exchange_t0 = ts_now_ns();
         rc = tessera_step_slots(r.t, s, ns, slots, grads, r.params, &e);
         if (!rc)

@@ -16,6 +16,10 @@ struct train_opts {
     uint64_t steps, seed, partition_bytes;
     int loss_scale;                  /* enum tessera_loss_scale */
     int slow_ms, delay_ms;           /* testing: sleep per step; per data-plane send */
+    int compute_ms;                  /* testing: each micro-batch also sleeps this long */
+    double slow_factor;              /* testing: compute this many times slower (1: not) ... */
+    uint64_t slow_from, slow_until;  /* ... in steps [slow_from, slow_until) */
+    bool balance;                    /* slots move by the workers' speed (docs/scheduler.md) */
     bool exact, json, keep;
     bool elastic;                    /* take over dead workers' slots (docs/elastic.md) */
     uint32_t restarts;               /* times a supervisor restarted this rank's worker */

@@ -449,6 +449,57 @@ static void not_elastic_keeps_slots(void **state)
     jobs_free(j);
 }
 
+/* Balance: a job of 8 slots and 2 workers, rank 1 twice as slow per slot, ends at 5 slots
+ * and 3 (predicted 6, was 8: one move; 6 and 2 is as fast but takes two); each worker keeps
+ * its own slot; a speed that saves under
+ * JOBS_BALANCE_GAIN moves nothing; bad speeds are refused naming the field and change
+ * nothing. */
+static void balance_moves_slots_by_speed(void **state)
+{
+    struct jobs *j = mk(0, 0, 0);
+    struct ts_err e = { 0 };
+    uint64_t roster, was;
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "b", 10, 0, 8, 2, false, true, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "b", 11, 1, 8, 2, false, true, 0, NULL), TS_OK);
+    jobs_balance(j, 10);
+    assert_string_equal(slots_of(j, 10, &roster), "0,2,4,6");
+    assert_int_equal(jobs_speed(j, 10, 0.001, 4, 0, NULL), TS_OK);   /* one measured: wait */
+    assert_string_equal(slots_of(j, 10, &was), "0,2,4,6");
+    assert_int_equal(was, roster);
+    assert_int_equal(jobs_speed(j, 11, 0.002, 4, 2000, NULL), TS_OK);
+    assert_string_equal(slots_of(j, 10, &was), "0,2,4,6,7");
+    assert_string_equal(slots_of(j, 11, &was), "1,3,5");
+    assert_int_equal(was, roster + 1);
+    assert_int_equal(info(j, "b").balanced, 1);
+    /* 5 x 1.0 against 3 x 2.1: 6.3; 6 x 1.0 and 2 x 2.1 is 6.0, under 10% less: stays. */
+    assert_int_equal(jobs_speed(j, 11, 0.0021, 3, 4000, NULL), TS_OK);
+    assert_string_equal(slots_of(j, 11, &was), "1,3,5");
+    assert_int_equal(was, roster + 1);
+    /* Refused, named, nothing kept. */
+    assert_int_equal(jobs_speed(j, 11, 0, 3, 6000, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "slot_seconds"));
+    ts_err_clear(&e);
+    assert_int_equal(jobs_speed(j, 11, -1, 3, 6000, &e), TS_EINVAL);
+    ts_err_clear(&e);
+    assert_int_equal(jobs_speed(j, 11, 0.5, -3, 6000, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "speed_slots"));
+    ts_err_clear(&e);
+    assert_int_equal(jobs_speed(j, 11, 0.5, 9, 6000, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "speed_slots: 9, but job 'b' has 8 slots"));
+    assert_string_equal(slots_of(j, 11, &was), "1,3,5");
+    assert_int_equal(was, roster + 1);
+    /* Rank 0 slows down to 4x rank 1: everything but rank 0's own slot goes to rank 1. */
+    assert_int_equal(jobs_speed(j, 10, 0.0084, 5, 8000, NULL), TS_OK);
+    assert_string_equal(slots_of(j, 10, &was), "0");
+    assert_int_equal(was, roster + 2);
+    /* A death: its slots go by speed at once, to the one left. */
+    jobs_dead(j, 10, 9000);
+    assert_string_equal(slots_of(j, 11, &was), "0,1,2,3,4,5,6,7");
+    jobs_free(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -458,6 +509,7 @@ int main(void)
         cmocka_unit_test(restored_from_records),  cmocka_unit_test(elastic_slots_move),
         cmocka_unit_test(not_elastic_keeps_slots), cmocka_unit_test(elastic_slots_restored),
         cmocka_unit_test(elastic_waits_until_caught_up), cmocka_unit_test(elastic_starts_narrow),
+        cmocka_unit_test(balance_moves_slots_by_speed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

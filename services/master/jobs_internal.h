@@ -1,0 +1,36 @@
+/* jobs_internal.h - the master's job table as jobs.c and jobs_balance.c share it; the rest of
+ * the master uses jobs.h. */
+#ifndef TS_MASTER_JOBS_INTERNAL_H
+#define TS_MASTER_JOBS_INTERNAL_H
+
+#include <pthread.h>
+
+#include "jobs.h"
+
+struct job {
+    struct job_info info;
+    struct job_seat *seats;
+    size_t nseats, cap;
+    uint32_t *owners;                   /* by slot (info.workers): its worker, 0 none */
+    bool failed, died;                  /* this run: a worker failed, a worker died */
+    int64_t idle_since_ms, ended_ms;    /* monotonic */
+    int64_t balanced_ms;                /* the last time slots moved for speed */
+};
+
+struct jobs {
+    pthread_mutex_t mu;
+    struct jobs_cfg cfg;
+    struct job *v;
+    size_t n, cap;
+};
+
+/* The job and seat of a worker, alive or not; NULL if it is in no job. mu held. */
+struct job_seat *jobs_seat_locked(struct jobs *j, uint32_t worker, struct job **jb);
+/* Alive and caught up: it may own slots (struct job_seat). */
+bool jobs_seat_ready(const struct job_seat *s);
+/* jobs_balance.c: spreads the slots over the live workers that caught up by their speed
+ * (schedule.h) when that cuts the predicted step time by more than min_gain; whether any
+ * moved (the caller grows the roster). mu held. */
+bool jobs_rebalance_locked(struct job *jb, double min_gain);
+
+#endif

@@ -442,6 +442,97 @@ out:
     return ret;
 }
 
+/* push_some / pull_some: ids (a sequence of tensor ids, ascending), grads parallel to them
+ * (push), params one array per tensor by id (pull; push: None, or for a rollback to land in).
+ * Checked completely, then one SDK call. */
+static PyObject *some(struct client *self, PyObject *ostep, PyObject *oids, PyObject *ograds,
+                      PyObject *oparams)
+{
+    Py_ssize_t n = ntensors(self), k = 0, m = 0, ng = 0;
+    PyObject *ids = NULL, *gs = NULL, *ret = NULL;
+    struct tessera_error e = { 0 };
+    struct arr *a = PyMem_Calloc(2 * (size_t)n + 1, sizeof(*a));
+    void **ptrs = PyMem_Calloc(2 * (size_t)n + 1, sizeof(*ptrs));
+    int *id = PyMem_Calloc((size_t)n + 1, sizeof(*id)), rc, havep = oparams != Py_None;
+    uint64_t step;
+
+    if (!a || !ptrs || !id) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (open_or_raise(self) || get_step(ostep, ograds ? "step" : "version", &step))
+        goto out;
+    ids = PySequence_Check(oids) ? PySequence_Fast(oids, "ids") : NULL;
+    if (!ids || (m = PySequence_Fast_GET_SIZE(ids)) < 1 || m > n) {
+        PyErr_Clear();
+        invalid("ids: a sequence of 1..%zd tensor ids expected, got %s", n,
+                Py_TYPE(oids)->tp_name);
+        goto out;
+    }
+    for (k = 0; k < m; k++)
+        if (get_id(self, PySequence_Fast_GET_ITEM(ids, k), "ids[]", &id[k]))
+            goto out;
+    if (ograds) {
+        gs = PySequence_Check(ograds) ? PySequence_Fast(ograds, "grads") : NULL;
+        if (!gs || PySequence_Fast_GET_SIZE(gs) != m) {
+            PyErr_Clear();
+            invalid("grads: a sequence of %zd arrays (one per id) expected", m);
+            goto out;
+        }
+        for (; ng < m; ng++) {
+            char label[200];
+            snprintf(label, sizeof(label), "grads[%zd] (%s)", ng,
+                     PyUnicode_AsUTF8(PyList_GET_ITEM(self->names, id[ng])));
+            if (arr_get(PySequence_Fast_GET_ITEM(gs, ng), label, self->exact ? I64 : F32, 0,
+                        (long long)self->numel[id[ng]], &a[n + ng]))
+                goto out;
+            ptrs[n + id[ng]] = a[n + ng].b.buf;
+        }
+    }
+    if (havep && get_all(self, oparams, "params", F32, 1, a, ptrs))
+        goto out;
+    if (ograds)
+        SDK_CALL(self, rc, &e, tessera_push_some(self->t, step, (size_t)m, id,
+                                                 (const void *const *)(ptrs + n),
+                                                 havep ? (float *const *)ptrs : NULL, &e));
+    else
+        SDK_CALL(self, rc, &e, tessera_pull_some(self->t, step, (size_t)m, id,
+                                                 (float *const *)ptrs, &e));
+    for (k = 0; havep && k < n; k++)
+        arr_put(&a[k]);
+    ret = rc ? raise_sdk(&e) : Py_NewRef(Py_None);
+out:
+    while (ng-- > 0)
+        arr_put(&a[n + ng]);
+    Py_XDECREF(ids);
+    Py_XDECREF(gs);
+    PyMem_Free(a);
+    PyMem_Free(ptrs);
+    PyMem_Free(id);
+    return ret;
+}
+
+static PyObject *client_push_some(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "step", "ids", "grads", "params", NULL };
+    PyObject *ostep, *oids, *ograds, *oparams = Py_None;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O:push_some", kwlist, &ostep, &oids,
+                                     &ograds, &oparams))
+        return NULL;
+    return some(self, ostep, oids, ograds, oparams);
+}
+
+static PyObject *client_pull_some(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "version", "ids", "params", NULL };
+    PyObject *ostep, *oids, *oparams;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:pull_some", kwlist, &ostep, &oids, &oparams))
+        return NULL;
+    return some(self, ostep, oids, NULL, oparams);
+}
+
 static PyObject *client_verify_local(struct client *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = { "params", "version", NULL };
@@ -646,6 +737,14 @@ static PyMethodDef client_methods[] = {
     { "step", KW client_step, METH_VARARGS | METH_KEYWORDS,
       "step(step, grads, params)\n\nPushes grads[id] of every registered tensor for `step`, "
       "then pulls version\nstep + 1 into params[id]; the shards work in parallel." },
+    { "push_some", KW client_push_some, METH_VARARGS | METH_KEYWORDS,
+      "push_some(step, ids, grads, params=None)\n\nPushes grads[k] as tensor ids[k]'s "
+      "gradient for `step` (ids ascending), one\nexchange; params (one array per tensor, by "
+      "id) receive a rollback's values." },
+    { "pull_some", KW client_pull_some, METH_VARARGS | METH_KEYWORDS,
+      "pull_some(version, ids, params)\n\nPulls tensors ids (ascending) at `version` into "
+      "params[id] (one array per\ntensor, by id), one exchange. With push_some: "
+      "tessera_step in pieces." },
     { "verify_local", KW client_verify_local, METH_VARARGS | METH_KEYWORDS,
       "verify_local(params, version) -> dict\n\nCompares params[id] bit for bit with the "
       "shards' tensors at `version`." },

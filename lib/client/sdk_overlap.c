@@ -94,6 +94,32 @@ int tessera_push_some(tessera *t, uint64_t step, size_t n, const int *ids,
     return sdk_ok(e);
 }
 
+int tessera_step_some(tessera *t, uint64_t step, size_t n, const int *ids,
+                      const void *const *grads, float *const *params, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    ts_status st = check_some(t, "tessera_step_some", n, ids, &err);
+
+    for (size_t k = 0; !st && k < n; k++)
+        if (!grads || !grads[ids[k]] || !params || !params[ids[k]])
+            st = ts_err_set(&err, TS_EINVAL, "tessera_step_some: %s[%d]: NULL",
+                            !grads || !grads[ids[k]] ? "grads" : "params", ids[k]);
+    if (st)
+        return sdk_fail(e, &err);
+    activate(t, step, n, ids);
+    t->nstep = 1;
+    t->step_slots = &t->rank;
+    for (size_t k = 0; k < n; k++)
+        sdk_prepare_push(t, ids[k], grads[ids[k]]);
+    st = sdk_exchange(t, "step", step, ids[0], ids[n - 1] + 1, true, params + ids[0], &err);
+    t->nstep = 0;
+    if ((st = follow_rollback(t, "step", step, params, st, &err)))
+        return sdk_fail(e, &err);
+    if (t->ms)
+        ts_membership_set_clock(t->ms, step + 1);
+    return sdk_ok(e);
+}
+
 int tessera_pull_some(tessera *t, uint64_t version, size_t n, const int *ids,
                       float *const *params, struct tessera_error *e)
 {

@@ -190,7 +190,8 @@ def run_tessera(a):
                               optimizer="momentum:lr=%r,momentum=%r" % (a.lr, a.momentum),
                               seed=a.seed, init=INIT, data_seed=a.seed, micro_batch=a.micro,
                               partition_bytes=a.partition_kb * 1024, buffers=a.buffers,
-                              overlap=a.overlap, bucket_bytes=a.bucket_kb * 1024
+                              overlap={None: False, "on": True}.get(a.overlap, a.overlap),
+                              bucket_bytes=a.bucket_kb * 1024
                               if a.bucket_kb >= 0 else None)
 
     def step(mbs):
@@ -367,8 +368,10 @@ class Cluster:
 def run_cluster_job(a, cluster, job, overlap):
     return run_ranks([common_args(a) + ["--master", cluster.addr, "--job", job, "--rank",
                                         str(r), "--workers", str(a.workers)] +
-                      (["--exact"] if a.exact else []) + (["--overlap"] if overlap else [])
-                      for r in range(a.workers)], "tessera" + (" overlap" if overlap else ""))
+                      (["--exact"] if a.exact else []) +
+                      (["--overlap", overlap] if overlap else [])
+                      for r in range(a.workers)],
+                     "tessera" + (" overlap " + overlap if overlap else ""))
 
 
 def compare(a):
@@ -377,11 +380,11 @@ def compare(a):
     try:
         print("cluster: %s, %d shards" % (cluster.addr, a.shards), flush=True)
         mode = "exact" if a.exact else "float"
-        for overlap in (False, True):   # the same cluster, one job each
-            rows.append(("tessera %s%s, %d shards" % (mode, " overlap" if overlap else "",
+        for overlap in [None] + a.compare_overlap:   # the same cluster, one job each
+            rows.append(("tessera %s%s, %d shards" % (mode, " ov. " + overlap if overlap else "",
                                                      a.shards),
                          run_cluster_job(a, cluster, "fmnist-torch-%d-%s%s" % (
-                             os.getpid(), mode, "-overlap" if overlap else ""), overlap)))
+                             os.getpid(), mode, "-" + overlap if overlap else ""), overlap)))
         ok = True
     finally:
         cluster.stop(keep_logs=not ok)
@@ -389,34 +392,42 @@ def compare(a):
     if a.exact:
         rows.append(("tessera exact, local", run_ranks([common_args(a) + ["--local",
                                                                           "--exact"]], "local")))
-    print("\n%-30s %7s %9s %9s %8s  %s" % ("run", "workers", "test acc", "s/epoch", "ms/step",
+    print("\n%-34s %7s %9s %9s %8s  %s" % ("run", "workers", "test acc", "s/epoch", "ms/step",
                                           "params_sha256"))
     for name, r in rows:
-        print("%-30s %7d %9.4f %9.2f %8.2f  %s" % (name, r["workers"], r["test_accuracy"],
+        print("%-34s %7d %9.4f %9.2f %8.2f  %s" % (name, r["workers"], r["test_accuracy"],
                                                    r["epoch_seconds"], r["step_ms_median"],
                                                    r["params_sha256"][:16]))
-    plain, over, ddp = rows[0][1], rows[1][1], rows[2][1]
+    nov = len(a.compare_overlap)
+    plain, overs, ddp = rows[0][1], dict(zip(a.compare_overlap, (r for _, r in rows[1:]))), \
+        rows[1 + nov][1]
+    default = tessera.torch.DEFAULT_OVERLAP
+    over = overs.get(default) or plain
     diff = plain["test_accuracy"] - ddp["test_accuracy"]
     print("accuracy, tessera - ddp: %+.4f%s" % (
         diff, "; the same parameter bits" if plain["params_sha256"] == ddp["params_sha256"]
         else ""))
     # Overlap changes when bytes move, not what they are: the same bits, float or exact.
-    same_overlap = plain["params_sha256"] == over["params_sha256"]
+    same_overlap = all(plain["params_sha256"] == o["params_sha256"] for o in overs.values())
+    for m, o in overs.items():
+        print("overlap %s: %s parameters as without; median step %.2f ms against %.2f ms "
+              "without and DDP's %.2f ms (%.2fx DDP's)" % (
+                  m, "the same" if o["params_sha256"] == plain["params_sha256"] else
+                  "DIFFERENT", o["step_ms_median"], plain["step_ms_median"],
+                  ddp["step_ms_median"], o["step_ms_median"] / ddp["step_ms_median"]))
     ratio = over["step_ms_median"] / ddp["step_ms_median"]
-    print("overlap: %s parameters as without; median step %.2f ms against %.2f ms without "
-          "and DDP's %.2f ms (%.2fx DDP's)" % ("the same" if same_overlap else "DIFFERENT",
-                                                over["step_ms_median"], plain["step_ms_median"],
-                                                ddp["step_ms_median"], ratio))
-    summary = {"tessera": plain, "tessera_overlap": over, "ddp": ddp, "accuracy_diff": diff,
+    summary = {"tessera": plain, "tessera_overlap": overs, "ddp": ddp, "accuracy_diff": diff,
                "overlap_equal": same_overlap,
                "headline": {"ours": round(over["step_ms_median"], 3),
                             "baseline": round(ddp["step_ms_median"], 3),
-                            "unit": "ms per step (rank 0's median), Tessera with overlap "
-                                    "against DDP on gloo, %d workers" % a.workers,
+                            "unit": "ms per step (rank 0's median), Tessera with overlap=True "
+                                    "(%s) against DDP on gloo, %d workers" % (
+                                        default if default in overs else "off", a.workers),
                             "ratio": round(ratio, 3)}}
     if a.exact:
-        summary["local"] = rows[3][1]
-        same = plain["params_sha256"] == rows[3][1]["params_sha256"]
+        local = rows[2 + nov][1]
+        summary["local"] = local
+        same = plain["params_sha256"] == local["params_sha256"]
         print("exact: %d workers x %d shards %s the single-process run, bit for bit"
               % (a.workers, a.shards, "EQUALS" if same else "DIFFERS FROM"))
         summary["exact_equal"] = same
@@ -470,10 +481,13 @@ def parse_args(argv):
                    help="Tessera: parameters and gradients in the SDK's zero-copy buffers "
                    "(tessera.torch's buffers=True; parameters become read-only) instead of "
                    "private arrays copied by each push and pull")
-    p.add_argument("--overlap", action="store_true",
-                   help="Tessera: push each bucket of gradients during backward and pull in "
-                   "forward order during the next forward (tessera.torch's overlap=True); "
-                   "--compare runs Tessera both without and with it")
+    p.add_argument("--overlap", nargs="?", const="on", choices=("on", "forward", "bucket"),
+                   help="Tessera: push each bucket of gradients during backward (tessera.torch's "
+                   "overlap): 'forward' pulls in forward order during the next forward, "
+                   "'bucket' pulls each bucket with its push, 'on' (alone) is overlap=True")
+    p.add_argument("--compare-overlap", default="forward,bucket",
+                   help="--compare: the overlap modes run besides Tessera without overlap, "
+                   "comma-separated (default forward,bucket; 'none': none)")
     p.add_argument("--bucket-kb", type=int, default=-1,
                    help="overlap: KiB of gradients per bucket (default -1: tessera.torch's "
                    "DEFAULT_BUCKET_BYTES; 0: one bucket per parameter)")
@@ -490,6 +504,10 @@ def parse_args(argv):
         p.error("--batch %d is not a multiple of --micro %d" % (a.batch, a.micro))
     if a.workers < 1 or (a.master and not 0 <= a.rank < a.workers):
         p.error("--rank must be in 0..--workers-1")
+    a.compare_overlap = [] if a.compare_overlap == "none" else a.compare_overlap.split(",")
+    for m in a.compare_overlap:
+        if m not in ("forward", "bucket"):
+            p.error("--compare-overlap: 'forward', 'bucket' or 'none' expected, got %r" % m)
     if a.hidden < 2:
         p.error("--hidden %d: want at least 2 (the second layer is H/2 wide)" % a.hidden)
     return a

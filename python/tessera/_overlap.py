@@ -33,6 +33,11 @@ import torch
 
 import tessera
 
+#: What overlap=True means: "forward" (pulls queued by step() in forward order, each waited
+#: for by the forward pre-hook of its module) or "bucket" (each bucket's pull in the same
+#: exchange as its push, during backward). Measured with bench/torch_overlap.py.
+DEFAULT_OVERLAP = "forward"
+
 #: Bytes of gradients per bucket (float32 bytes of the parameters). Measured with
 #: bench/torch_overlap.py (docs/python.md): smaller buckets start pushing sooner but each
 #: push is one more exchange; 1 MiB, DDP's own first bucket, is the default.
@@ -76,7 +81,13 @@ class Overlap:
     """The overlap half of tessera.torch.ParameterServer (which provides client, params, ids,
     version, exact, _acc, _pending, _grad_bufs, _views, _invalid and _grad_array)."""
 
-    def _start_overlap(self, bucket_bytes):
+    def _start_overlap(self, how, bucket_bytes):
+        if how is True:
+            how = DEFAULT_OVERLAP
+        if how not in ("forward", "bucket"):
+            raise self._invalid("overlap: False, True, \"forward\" or \"bucket\" expected, "
+                                "got %r" % (how,))
+        self._pull_with_push = how == "bucket"
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or \
                 bucket_bytes < 0:
             raise self._invalid("bucket_bytes: an int >= 0 (bytes of gradients per bucket) "
@@ -118,8 +129,8 @@ class Overlap:
 
     @property
     def overlap(self):
-        """Whether pushes and pulls overlap backward and forward (attach's overlap)."""
-        return self._comm is not None
+        """attach's overlap: False, "forward" or "bucket"."""
+        return self._comm is not None and ("bucket" if self._pull_with_push else "forward")
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -187,7 +198,9 @@ class Overlap:
                 else:
                     np.copyto(acc, g)
                 out.append(acc)
-            if send:
+            if send and self._pull_with_push:
+                self.client.step_some(step, self._bucket_ids[b], out, params)
+            elif send:
                 self.client.push_some(step, self._bucket_ids[b], out, params)
         self._pushes[b] = self._comm.submit(job)
 
@@ -213,6 +226,8 @@ class Overlap:
         self._pending = False
         self.version += 1
         version, params = self.version, self._params_out()
+        if self._pull_with_push:
+            return self.version   # the pulls came with the pushes
         for b in reversed(range(len(self._buckets))):   # the first layers first
             def job(send, ids=self._bucket_ids[b]):
                 if send:

@@ -442,11 +442,11 @@ out:
     return ret;
 }
 
-/* push_some / pull_some: ids (a sequence of tensor ids, ascending), grads parallel to them
- * (push), params one array per tensor by id (pull; push: None, or for a rollback to land in).
- * Checked completely, then one SDK call. */
+/* push_some / pull_some / step_some: ids (a sequence of tensor ids, ascending), grads parallel
+ * to them (push, step), params one array per tensor by id (pull, step; push: None, or for a
+ * rollback to land in). Checked completely, then one SDK call. */
 static PyObject *some(struct client *self, PyObject *ostep, PyObject *oids, PyObject *ograds,
-                      PyObject *oparams)
+                      PyObject *oparams, int pull)
 {
     Py_ssize_t n = ntensors(self), k = 0, m = 0, ng = 0;
     PyObject *ids = NULL, *gs = NULL, *ret = NULL;
@@ -491,7 +491,11 @@ static PyObject *some(struct client *self, PyObject *ostep, PyObject *oids, PyOb
     }
     if (havep && get_all(self, oparams, "params", F32, 1, a, ptrs))
         goto out;
-    if (ograds)
+    if (ograds && pull)
+        SDK_CALL(self, rc, &e, tessera_step_some(self->t, step, (size_t)m, id,
+                                                 (const void *const *)(ptrs + n),
+                                                 (float *const *)ptrs, &e));
+    else if (ograds)
         SDK_CALL(self, rc, &e, tessera_push_some(self->t, step, (size_t)m, id,
                                                  (const void *const *)(ptrs + n),
                                                  havep ? (float *const *)ptrs : NULL, &e));
@@ -520,7 +524,7 @@ static PyObject *client_push_some(struct client *self, PyObject *args, PyObject 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O:push_some", kwlist, &ostep, &oids,
                                      &ograds, &oparams))
         return NULL;
-    return some(self, ostep, oids, ograds, oparams);
+    return some(self, ostep, oids, ograds, oparams, 0);
 }
 
 static PyObject *client_pull_some(struct client *self, PyObject *args, PyObject *kw)
@@ -530,7 +534,18 @@ static PyObject *client_pull_some(struct client *self, PyObject *args, PyObject 
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:pull_some", kwlist, &ostep, &oids, &oparams))
         return NULL;
-    return some(self, ostep, oids, NULL, oparams);
+    return some(self, ostep, oids, NULL, oparams, 1);
+}
+
+static PyObject *client_step_some(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "step", "ids", "grads", "params", NULL };
+    PyObject *ostep, *oids, *ograds, *oparams;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO:step_some", kwlist, &ostep, &oids,
+                                     &ograds, &oparams))
+        return NULL;
+    return some(self, ostep, oids, ograds, oparams, 1);
 }
 
 static PyObject *client_verify_local(struct client *self, PyObject *args, PyObject *kw)
@@ -745,6 +760,9 @@ static PyMethodDef client_methods[] = {
       "pull_some(version, ids, params)\n\nPulls tensors ids (ascending) at `version` into "
       "params[id] (one array per\ntensor, by id), one exchange. With push_some: "
       "tessera_step in pieces." },
+    { "step_some", KW client_step_some, METH_VARARGS | METH_KEYWORDS,
+      "step_some(step, ids, grads, params)\n\npush_some and then pull_some of version step + "
+      "1 in one exchange (each\npartition's pull right behind its push)." },
     { "verify_local", KW client_verify_local, METH_VARARGS | METH_KEYWORDS,
       "verify_local(params, version) -> dict\n\nCompares params[id] bit for bit with the "
       "shards' tensors at `version`." },

@@ -62,9 +62,10 @@ import numpy as np
 import torch
 
 import tessera
-from tessera._overlap import DEFAULT_BUCKET_BYTES, Overlap
+from tessera._overlap import DEFAULT_BUCKET_BYTES, DEFAULT_OVERLAP, Overlap
 
-__all__ = ["attach", "initialize", "params_sha256", "default_init", "ParameterServer"]
+__all__ = ["attach", "initialize", "params_sha256", "default_init", "ParameterServer",
+           "DEFAULT_OVERLAP", "DEFAULT_BUCKET_BYTES"]
 
 
 def default_init(name, param):
@@ -165,8 +166,13 @@ class ParameterServer(Overlap):
         except BaseException:
             self._private()   # the module must not hold the client attach() now closes
             raise
-        if overlap:
-            self._start_overlap(DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes)
+        if overlap is not False:
+            try:
+                self._start_overlap(overlap, DEFAULT_BUCKET_BYTES if bucket_bytes is None
+                                    else bucket_bytes)
+            except BaseException:
+                self._private()
+                raise
 
     def _use_buffers(self):
         """The SDK's buffers of every tensor: params always; gradients in exact mode, where

@@ -11,7 +11,9 @@ queued during backward (the last layer's bucket before backward reaches the inpu
 reverse order, the pulls in forward order; a push the shard refuses raises the shard's error
 from step(), a pull that times out raises DEADLINE_EXCEEDED from the next forward pass, with
 nothing left queued, and close() stops the communication thread; misuse (accumulate after an
-armed backward, two backward passes, a bad bucket_bytes) raises InvalidArgument.
+armed backward, two backward passes, a bad bucket_bytes or mode) raises InvalidArgument. Both
+modes: "forward" (pulls queued by step() in forward order) and "bucket" (each bucket's pull
+in the exchange of its push).
 
 Environment (ctest sets it): PYTHONPATH with build/python (the binding) and build/gen/python.
 """
@@ -59,6 +61,10 @@ class Recorder:
     def push_some(self, step, ids, grads, params=None):
         self.calls.append(("push", tuple(ids)))
         return self.client.push_some(step, ids, grads, params)
+
+    def step_some(self, step, ids, grads, params):
+        self.calls.append(("step", tuple(ids)))
+        return self.client.step_some(step, ids, grads, params)
 
     def pull_some(self, version, ids, params):
         self.calls.append(("pull", tuple(ids)))
@@ -139,10 +145,11 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
         return out
 
     def test_same_bits_as_without_overlap(self):
-        for exact in (False, True):
-            with self.subTest(exact=exact):
-                plain = self.two_ranks("plain-%d" % exact, exact, False)
-                over = self.two_ranks("over-%d" % exact, exact, True)
+        for exact, mode in ((False, "forward"), (True, "forward"), (False, "bucket"),
+                            (True, "bucket")):
+            with self.subTest(exact=exact, mode=mode):
+                plain = self.two_ranks("plain-%d-%s" % (exact, mode), exact, False)
+                over = self.two_ranks("over-%d-%s" % (exact, mode), exact, mode)
                 for r in range(2):
                     for s in range(STEPS):
                         self.assertTrue(torch.equal(plain[r][0][s], over[r][0][s]),
@@ -154,12 +161,16 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
                 self.assertTrue(over[0][2][-1])
                 self.assertFalse(any(plain[0][2]))
                 calls = over[0][3]
-                pushes = [ids for kind, ids in calls if kind == "push"][:4]
+                pushes = [ids for kind, ids in calls if kind != "pull"][:4]
                 pulls = [ids for kind, ids in calls if kind == "pull"][:4]
                 self.assertGreater(len(pushes), 1, "several buckets")
                 self.assertEqual(pushes, sorted(pushes, reverse=True), "last layers first")
-                self.assertEqual(pulls, sorted(pulls), "first layers first")
                 self.assertEqual(pushes[0][-1], 5)   # the last bias first
+                if mode == "forward":
+                    self.assertEqual(pulls, sorted(pulls), "first layers first")
+                    self.assertEqual({k for k, _ in calls}, {"push", "pull"})
+                else:   # each bucket's pull with its push
+                    self.assertEqual({k for k, _ in calls}, {"step"})
 
     def test_push_refused_raises_from_step(self):
         m = model()
@@ -208,6 +219,8 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
             self.assertEqual(ps.version, 1)
         with self.assertRaisesRegex(tessera.InvalidArgument, "bucket_bytes"):
             tessera.torch.attach(model(), batch=8, overlap=True, bucket_bytes=-1)
+        with self.assertRaisesRegex(tessera.InvalidArgument, "overlap"):
+            tessera.torch.attach(model(), batch=8, overlap="sideways")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import tessera
 #: What overlap=True means: "forward" (pulls queued by step() in forward order, each waited
 #: for by the forward pre-hook of its module) or "bucket" (each bucket's pull in the same
 #: exchange as its push, during backward). Measured with bench/torch_overlap.py.
-DEFAULT_OVERLAP = "forward"
+DEFAULT_OVERLAP = "bucket"
 
 #: Bytes of gradients per bucket (float32 bytes of the parameters). Measured with
 #: bench/torch_overlap.py (docs/python.md): smaller buckets start pushing sooner but each
@@ -92,17 +92,18 @@ class Overlap:
                 bucket_bytes < 0:
             raise self._invalid("bucket_bytes: an int >= 0 (bytes of gradients per bucket) "
                                 "expected, got %r" % (bucket_bytes,))
-        # Buckets in push order: the parameters in reverse registration order, cut after
-        # bucket_bytes (a parameter bigger than that is a bucket of its own).
+        # Buckets in push order: the parameters in reverse registration order, a bucket closed
+        # once it holds bucket_bytes or more (DDP's rule: a big parameter takes the small ones
+        # before it along, rather than leaving them a bucket, and an exchange, of their own).
         self._buckets, cur, size = [], [], 0
         for i in reversed(range(len(self.params))):
-            nbytes = self.params[i].numel() * 4
-            if cur and size + nbytes > bucket_bytes:
+            cur.append(i)
+            size += self.params[i].numel() * 4
+            if size >= bucket_bytes:
                 self._buckets.append(cur)
                 cur, size = [], 0
-            cur.append(i)
-            size += nbytes
-        self._buckets.append(cur)
+        if cur:
+            self._buckets.append(cur)
         self._bucket_of = {i: b for b, bucket in enumerate(self._buckets) for i in bucket}
         self._bucket_ids = [sorted(self.ids[i] for i in bucket) for bucket in self._buckets]
         self._armed = True

@@ -49,6 +49,15 @@ parameter a private copy of its values before the
 client goes, so the module outlives the cluster. ``buffers=False`` (the default) keeps
 private parameters that the pulls copy into, and pushes p.grad as it is.
 
+Overlap (``overlap=True``, "forward" or "bucket"; off by default): backward pushes each
+bucket of gradients (``bucket_bytes``, the last layers first) as soon as autograd has made
+it, from a communication thread that owns the SDK calls; "forward" then pulls the next version
+in forward order, each module's forward pre-hook waiting for its own parameters, "bucket"
+pulls each bucket in the exchange of its push (tessera._overlap; docs/python.md, "Overlap").
+The bits are those of ps.step() without it. Micro-batches: run every backward but the last
+inside ``ps.no_sync()``, each followed by ``ps.accumulate()``; the last one's backward pushes.
+Read parameters outside a forward pass only after ``ps.wait()``.
+
 Rules: parameters must be float32, on the CPU and contiguous (checked at attach); call
 ``ps.step()`` after backward, never between a forward pass and its backward (the values change
 in place, under autograd); do not write parameters in place (see Zero copy). Threads: a

@@ -9,11 +9,11 @@ same bits with overlap as without (the test fails if a bucket pushed anything el
 non-overlapped step would, e.g. p.grad without the accumulated sum), and the pushes really are
 queued during backward (the last layer's bucket before backward reaches the input) and in
 reverse order, the pulls in forward order; a push the shard refuses raises the shard's error
-from step(), a pull that times out raises DEADLINE_EXCEEDED from the next forward pass, with
-nothing left queued, and close() stops the communication thread; misuse (accumulate after an
-armed backward, two backward passes, a bad bucket_bytes or mode) raises InvalidArgument. Both
-modes: "forward" (pulls queued by step() in forward order) and "bucket" (each bucket's pull
-in the exchange of its push).
+from step(), a pull that times out raises DEADLINE_EXCEEDED from the next forward pass
+("forward") or from step() ("bucket"), with nothing left queued, and close() stops the
+communication thread; misuse (accumulate after an armed backward, two backward passes, a bad
+bucket_bytes or mode) raises InvalidArgument. Both modes: "forward" (pulls queued by step()
+in forward order) and "bucket" (each bucket's pull in the exchange of its push).
 
 Environment (ctest sets it): PYTHONPATH with build/python (the binding) and build/gen/python.
 """
@@ -124,9 +124,10 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
             digest = ps.params_sha256()
             self.assertEqual(ps.verify()["differing"], 0)
             thread = ps._comm._t if overlap else None
+            nb = len(ps._buckets) if overlap else 0
         if thread is not None:
             self.assertFalse(thread.is_alive(), "close() stops the communication thread")
-        out[rank] = (grads, digest, early, rec.calls)
+        out[rank] = (grads, digest, early, rec.calls, nb)
 
     def two_ranks(self, job, exact, overlap):
         out, errors = {}, []
@@ -160,9 +161,9 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
                 # reached the input, at every backward that pushes.
                 self.assertTrue(over[0][2][-1])
                 self.assertFalse(any(plain[0][2]))
-                calls = over[0][3]
-                pushes = [ids for kind, ids in calls if kind != "pull"][:4]
-                pulls = [ids for kind, ids in calls if kind == "pull"][:4]
+                calls, nb = over[0][3], over[0][4]   # the first step's calls
+                pushes = [ids for kind, ids in calls if kind != "pull"][:nb]
+                pulls = [ids for kind, ids in calls if kind == "pull"][:nb]
                 self.assertGreater(len(pushes), 1, "several buckets")
                 self.assertEqual(pushes, sorted(pushes, reverse=True), "last layers first")
                 self.assertEqual(pushes[0][-1], 5)   # the last bias first
@@ -189,20 +190,27 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
         ps.close()
         self.assertFalse(thread.is_alive())
 
-    def test_pull_timeout_raises_from_forward(self):
-        m = model()
-        # Two workers, one of them never comes: the pull of version 1 times out.
-        ps = self.attach(m, "timeout", rank=0, workers=2, overlap=True, timeout_ms=1500)
-        thread = ps._comm._t
-        x, y = data(0, 0)
-        F.cross_entropy(m(x), y).backward()
-        self.assertEqual(ps.step(), 1)    # the pushes went; the pulls are queued
-        with self.assertRaises(tessera.Error) as cm:
-            m(x)
-        self.assertEqual(cm.exception.code, "DEADLINE_EXCEEDED")
-        self.assertTrue(all(e is None for e in ps._pushes + ps._pulls), "nothing queued")
-        ps.close()
-        self.assertFalse(thread.is_alive())
+    def test_pull_timeout_raises_in_the_trainers_thread(self):
+        for mode in ("forward", "bucket"):
+            with self.subTest(mode=mode):
+                m = model()
+                # Two workers, one of them never comes: the pull of version 1 times out.
+                ps = self.attach(m, "timeout-" + mode, rank=0, workers=2, overlap=mode,
+                                 timeout_ms=1500)
+                thread = ps._comm._t
+                x, y = data(0, 0)
+                F.cross_entropy(m(x), y).backward()
+                with self.assertRaises(tessera.Error) as cm:
+                    if mode == "forward":
+                        self.assertEqual(ps.step(), 1)   # pushed; the pulls are queued
+                        m(x)                             # waits for fc1's pull
+                    else:
+                        ps.step()                        # the pulls came with the pushes
+                self.assertEqual(cm.exception.code, "DEADLINE_EXCEEDED")
+                self.assertTrue(all(e is None for e in ps._pushes + ps._pulls),
+                                "nothing queued")
+                ps.close()
+                self.assertFalse(thread.is_alive())
 
     def test_misuse(self):
         m = model()

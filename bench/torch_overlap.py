@@ -157,6 +157,8 @@ def summarize(where, hidden, rounds, modes):
     return {"where": where, "hidden": hidden, "rounds": len(rounds),
             "step_ms": {k: round(statistics.median(v), 3) for k, v in ms.items()},
             "step_ms_rounds": {k: [round(x, 3) for x in v] for k, v in ms.items()},
+            "cpu_ms": {k: round(statistics.median(r[k]["step_cpu_ms_median"] for r in rounds),
+                                3) for k in runs},
             "vs_ddp": {k: ratio(k, "ddp") for k in runs[:-1]},
             "vs_plain": {k: ratio(k, "plain") for k in modes},
             "same_bits": all(r["plain"]["params_sha256"] == r[m]["params_sha256"]

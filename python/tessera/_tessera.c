@@ -16,7 +16,8 @@
  * Client.buffers lends out the SDK's own memory (tessera_buffers) as NumPy arrays that keep
  * the Client alive; close() leaves that memory mapped until the last of them is freed.
  * The argument checks (Client's options included) and the error mapping are in args.c, the arrays' exporter in
- * buffers.c. */
+ * buffers.c, the step in pieces (push_some, pull_some, step_some) in some.c, the Client
+ * object in client.h. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
@@ -28,48 +29,12 @@
 
 #include "args.h"
 #include "buffers.h"
+#include "client.h"
 #include "tessera.h"
 
 /* ---- Client ---- */
 
-/* A tensor's tessera_buffers, once asked for (NULL before). */
-struct bufs {
-    const float *params;
-    void *grad;
-};
-
-struct client {
-    PyObject_HEAD
-    tessera *t;
-    PyThread_type_lock lock;   /* held around every SDK call on t */
-    int exact;
-    PyObject *names;           /* list: tensor id -> name */
-    uint64_t *numel;           /* tensor id -> elements (PyMem; read without the SDK) */
-    struct bufs *bufs;         /* tensor id -> its buffers (PyMem) */
-    PyObject *keep;            /* list: owners of the option strings, alive as long as t */
-    /* Client.buffers' arrays (buffers.h). Read and written with the GIL held only: */
-    Py_ssize_t exports;        /* arrays over the SDK's pages alive now */
-    int closed;                /* close() began: no new export */
-    tessera *deferred;         /* closed with exports alive: tessera_close at the last drop */
-};
-
-/* Runs expr (an SDK call on self->t) under the client's lock with the GIL released; a client
- * closed meanwhile (by another thread) gives TESSERA_ESTATE. */
-#define SDK_CALL(self, rc, e, expr)                                                         \
-    do {                                                                                    \
-        Py_BEGIN_ALLOW_THREADS                                                              \
-        PyThread_acquire_lock((self)->lock, WAIT_LOCK);                                     \
-        if ((self)->t) {                                                                    \
-            (rc) = (expr);                                                                  \
-        } else {                                                                            \
-            (rc) = (e)->code = TESSERA_ESTATE;                                              \
-            snprintf((e)->message, sizeof((e)->message), "the client is closed");           \
-        }                                                                                   \
-        PyThread_release_lock((self)->lock);                                                \
-        Py_END_ALLOW_THREADS                                                                \
-    } while (0)
-
-static int open_or_raise(struct client *self)
+int open_or_raise(struct client *self)
 {
     if (self->t && !self->closed)
         return 0;
@@ -77,13 +42,13 @@ static int open_or_raise(struct client *self)
     return -1;
 }
 
-static Py_ssize_t ntensors(const struct client *self)
+Py_ssize_t ntensors(const struct client *self)
 {
     return PyList_GET_SIZE(self->names);
 }
 
 /* A registered tensor id from o; raises InvalidArgument otherwise. */
-static int get_id(struct client *self, PyObject *o, const char *what, int *id)
+int get_id(struct client *self, PyObject *o, const char *what, int *id)
 {
     unsigned long long v = 0;
 
@@ -366,7 +331,7 @@ static PyObject *client_pull(struct client *self, PyObject *args, PyObject *kw)
 /* One array per registered tensor, by id, from the sequence o into a[] (ntensors entries,
  * zeroed by the caller); ptrs[i] gets each buffer. Outputs (writable) may be the tensors'
  * read-only params from buffers(). On failure everything taken is released. */
-static int get_all(struct client *self, PyObject *o, const char *what, enum elem want,
+int get_all(struct client *self, PyObject *o, const char *what, enum elem want,
                    int writable, struct arr *a, void **ptrs)
 {
     Py_ssize_t n = ntensors(self);
@@ -440,112 +405,6 @@ out:
     PyMem_Free(a);
     PyMem_Free(ptrs);
     return ret;
-}
-
-/* push_some / pull_some / step_some: ids (a sequence of tensor ids, ascending), grads parallel
- * to them (push, step), params one array per tensor by id (pull, step; push: None, or for a
- * rollback to land in). Checked completely, then one SDK call. */
-static PyObject *some(struct client *self, PyObject *ostep, PyObject *oids, PyObject *ograds,
-                      PyObject *oparams, int pull)
-{
-    Py_ssize_t n = ntensors(self), k = 0, m = 0, ng = 0;
-    PyObject *ids = NULL, *gs = NULL, *ret = NULL;
-    struct tessera_error e = { 0 };
-    struct arr *a = PyMem_Calloc(2 * (size_t)n + 1, sizeof(*a));
-    void **ptrs = PyMem_Calloc(2 * (size_t)n + 1, sizeof(*ptrs));
-    int *id = PyMem_Calloc((size_t)n + 1, sizeof(*id)), rc, havep = oparams != Py_None;
-    uint64_t step;
-
-    if (!a || !ptrs || !id) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    if (open_or_raise(self) || get_step(ostep, ograds ? "step" : "version", &step))
-        goto out;
-    ids = PySequence_Check(oids) ? PySequence_Fast(oids, "ids") : NULL;
-    if (!ids || (m = PySequence_Fast_GET_SIZE(ids)) < 1 || m > n) {
-        PyErr_Clear();
-        invalid("ids: a sequence of 1..%zd tensor ids expected, got %s", n,
-                Py_TYPE(oids)->tp_name);
-        goto out;
-    }
-    for (k = 0; k < m; k++)
-        if (get_id(self, PySequence_Fast_GET_ITEM(ids, k), "ids[]", &id[k]))
-            goto out;
-    if (ograds) {
-        gs = PySequence_Check(ograds) ? PySequence_Fast(ograds, "grads") : NULL;
-        if (!gs || PySequence_Fast_GET_SIZE(gs) != m) {
-            PyErr_Clear();
-            invalid("grads: a sequence of %zd arrays (one per id) expected", m);
-            goto out;
-        }
-        for (; ng < m; ng++) {
-            char label[200];
-            snprintf(label, sizeof(label), "grads[%zd] (%s)", ng,
-                     PyUnicode_AsUTF8(PyList_GET_ITEM(self->names, id[ng])));
-            if (arr_get(PySequence_Fast_GET_ITEM(gs, ng), label, self->exact ? I64 : F32, 0,
-                        (long long)self->numel[id[ng]], &a[n + ng]))
-                goto out;
-            ptrs[n + id[ng]] = a[n + ng].b.buf;
-        }
-    }
-    if (havep && get_all(self, oparams, "params", F32, 1, a, ptrs))
-        goto out;
-    if (ograds && pull)
-        SDK_CALL(self, rc, &e, tessera_step_some(self->t, step, (size_t)m, id,
-                                                 (const void *const *)(ptrs + n),
-                                                 (float *const *)ptrs, &e));
-    else if (ograds)
-        SDK_CALL(self, rc, &e, tessera_push_some(self->t, step, (size_t)m, id,
-                                                 (const void *const *)(ptrs + n),
-                                                 havep ? (float *const *)ptrs : NULL, &e));
-    else
-        SDK_CALL(self, rc, &e, tessera_pull_some(self->t, step, (size_t)m, id,
-                                                 (float *const *)ptrs, &e));
-    for (k = 0; havep && k < n; k++)
-        arr_put(&a[k]);
-    ret = rc ? raise_sdk(&e) : Py_NewRef(Py_None);
-out:
-    while (ng-- > 0)
-        arr_put(&a[n + ng]);
-    Py_XDECREF(ids);
-    Py_XDECREF(gs);
-    PyMem_Free(a);
-    PyMem_Free(ptrs);
-    PyMem_Free(id);
-    return ret;
-}
-
-static PyObject *client_push_some(struct client *self, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = { "step", "ids", "grads", "params", NULL };
-    PyObject *ostep, *oids, *ograds, *oparams = Py_None;
-
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O:push_some", kwlist, &ostep, &oids,
-                                     &ograds, &oparams))
-        return NULL;
-    return some(self, ostep, oids, ograds, oparams, 0);
-}
-
-static PyObject *client_pull_some(struct client *self, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = { "version", "ids", "params", NULL };
-    PyObject *ostep, *oids, *oparams;
-
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:pull_some", kwlist, &ostep, &oids, &oparams))
-        return NULL;
-    return some(self, ostep, oids, NULL, oparams, 1);
-}
-
-static PyObject *client_step_some(struct client *self, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = { "step", "ids", "grads", "params", NULL };
-    PyObject *ostep, *oids, *ograds, *oparams;
-
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO:step_some", kwlist, &ostep, &oids,
-                                     &ograds, &oparams))
-        return NULL;
-    return some(self, ostep, oids, ograds, oparams, 1);
 }
 
 static PyObject *client_verify_local(struct client *self, PyObject *args, PyObject *kw)

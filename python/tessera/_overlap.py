@@ -3,22 +3,26 @@
 Backward produces the gradients of the last layers first. An AccumulateGrad hook on every
 parameter (the node autograd runs once p.grad holds the parameter's whole gradient: DDP's way
 in torch 1.13, which has no register_post_accumulate_grad_hook) counts the parameters of its
-bucket; a full bucket (parameters in reverse registration order, up to bucket_bytes each, as
-DDP groups them) is handed to a communication thread that pushes it (tessera_push_some) while
-backward goes on. ``ps.step()`` pushes what no hook did (parameters without a gradient, a step
-with no armed backward), waits for the pushes' acknowledgements, and queues the pulls of the
-next version bucket by bucket in forward order (the first layers first, as BytePS schedules
-them); it returns at once. A forward pre-hook on each module that owns parameters waits for
-their bucket's pull before the module runs, so the pulls of the later layers overlap the
-forward pass of the first ones, and the wait for the slowest worker overlaps whatever the
-trainer does before its next forward (loading data).
+bucket; a full bucket (parameters in reverse registration order, closed once it holds
+bucket_bytes, as DDP groups them) is handed to a communication thread while backward goes on. Then, by
+``overlap``:
+  - "bucket" (what True means): the bucket's push and the pull of its next version go in one
+    exchange (tessera_step_some), so each partition's pull follows its push and both
+    directions of a link carry data at once; ``ps.step()`` pushes what no hook did
+    (parameters without a gradient, a step with no armed backward) and waits for the rest.
+  - "forward": the bucket is pushed alone (tessera_push_some); ``ps.step()`` waits for the
+    pushes' acknowledgements and queues the pulls bucket by bucket in forward order (the
+    first layers first, as BytePS schedules them), and returns at once. A forward pre-hook
+    on each module that owns parameters waits for their bucket's pull before the module
+    runs, so the pulls of the later layers overlap the forward pass of the first ones, and the
+    wait for the slowest worker overlaps whatever the trainer does before its next forward.
 
 The thread makes every SDK call of the handle while steps are in flight (an SDK handle is
 used by one thread at a time; the binding's lock serialises the trainer's own calls with it).
 A call that fails stops the calls queued after it (their gradient sums are still made); the
 failure is raised in the trainer's thread, as the same tessera exception, by the next wait:
-step() for a push, the next forward pass, ps.wait(), step() or close() for a pull. Nothing is
-left queued when it is raised.
+step() for a push (and "bucket"'s pulls), the next forward pass, ps.wait(), step() or close()
+for "forward"'s pulls. Nothing is left queued when it is raised.
 
 Bits: a bucket's push carries exactly what step() would have pushed for those parameters
 (accumulate()'s int64 or float sum with the last micro-batch added the same way, or p.grad), so
@@ -38,9 +42,9 @@ import tessera
 #: exchange as its push, during backward). Measured with bench/torch_overlap.py.
 DEFAULT_OVERLAP = "bucket"
 
-#: Bytes of gradients per bucket (float32 bytes of the parameters). Measured with
-#: bench/torch_overlap.py (docs/python.md): smaller buckets start pushing sooner but each
-#: push is one more exchange; 1 MiB, DDP's own first bucket, is the default.
+#: Bytes of gradients per bucket (float32 bytes of the parameters): smaller buckets start
+#: pushing sooner, but each is one more exchange and, in BSP, one more wait for the slowest
+#: worker. 1 MiB, DDP's own first bucket (not tuned: docs/python.md, "Overlap").
 DEFAULT_BUCKET_BYTES = 1 << 20
 
 

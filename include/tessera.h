@@ -264,6 +264,27 @@ void tessera_report_progress(tessera *t, const struct tessera_progress *p);
 /* The data-plane transport in use ("tcp", "shm", or "local"). */
 const char *tessera_transport(const tessera *t);
 
+/* A step in pieces, to hide communication behind compute (python/tessera/torch.py's overlap):
+ * tessera_push_some pushes the gradients of tensors ids[0..n) (ascending) for `step` as soon
+ * as they exist, tessera_pull_some pulls tensors ids[0..n) at `version` (step + 1) in the order
+ * the next forward pass needs them. grads and params are indexed by tensor id (every tensor:
+ * only the ids named are read or written, but a rollback, TESSERA_EROLLBACK as tessera_step
+ * returns it, pulls every tensor into params; push_some's params may be NULL, then a rollback
+ * is only reported). Each call is one exchange with the shards concerned. Only what
+ * tessera_step does beyond the exchange is refused (TESSERA_ENOTSUP): mode reduce, elastic
+ * jobs, loss scaling, sync periods. tessera_stats' steps counts tessera_step calls only.
+ * tessera_step_some is both for tensors ids in one exchange, tessera_step for a subset: each
+ * partition's pull follows its push on the same connections, so pushes and pulls flow at once
+ * (the bucket's pull lands while the caller computes the next bucket's gradients). */
+int tessera_push_some(tessera *t, uint64_t step, size_t n, const int *ids,
+                      const void *const *grads, float *const *params,
+                      struct tessera_error *err);
+int tessera_pull_some(tessera *t, uint64_t version, size_t n, const int *ids,
+                      float *const *params, struct tessera_error *err);
+int tessera_step_some(tessera *t, uint64_t step, size_t n, const int *ids,
+                      const void *const *grads, float *const *params,
+                      struct tessera_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -299,4 +299,14 @@ bool sdk_push_in_region(const struct sdk_tensor *x, uint32_t p);
 /* Unmaps what sdk_map_params and tessera_buffers made. */
 void sdk_region_free(struct sdk_tensor *x);
 
+/* sdk_step.c, for sdk_overlap.c: tensor i's push of grad checked before anything is sent
+ * (exact mode's float pushes: every value in range), then readied (compression included),
+ * and the pushes (push) or pulls (params, indexed from first) of the active tensors of
+ * [first, last), failing over as a step does; what and n name it in logs. */
+ts_status sdk_check_push(struct tessera *t, int i, const void *grad,
+                         struct ts_err *err) TS_MUST_CHECK;
+void sdk_prepare_push(struct tessera *t, int i, const void *grad);
+ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int first, int last,
+                       bool push, float *const *params, struct ts_err *err) TS_MUST_CHECK;
+
 #endif

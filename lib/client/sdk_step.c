@@ -561,3 +561,23 @@ void tessera_stats(const tessera *t, struct tessera_stats *out)
     out->loss_scale = tessera_loss_scale(t);
     out->failovers = t->failovers;
 }
+
+/* For sdk_overlap.c (tessera_push_some, tessera_pull_some): tensor i's push of grad checked
+ * (check_f32) and readied, and the exchange of the active tensors of [first, last) with its
+ * failovers. */
+ts_status sdk_check_push(struct tessera *t, int i, const void *grad, struct ts_err *err)
+{
+    return check_f32(t, t->tensors[i], grad, err);
+}
+
+void sdk_prepare_push(struct tessera *t, int i, const void *grad)
+{
+    prepare_push(t, t->tensors[i], grad);
+}
+
+ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int first, int last,
+                       bool push, float *const *params, struct ts_err *err)
+{
+    return fail_over(t, what, n, first, last, push, params,
+                     exchange(t, first, last, push, params, err), err);
+}

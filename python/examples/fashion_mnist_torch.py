@@ -26,6 +26,7 @@ Every run prints the test accuracy after each epoch and, at the end, params_sha2
 the parameters in named_parameters() order, in lib/tensor/fingerprint.c's format.
 """
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -62,11 +63,13 @@ GOLDEN = 0x9E3779B97F4A7C15
 
 
 class MLP(nn.Module):
-    def __init__(self):
+    """784-H-H/2-10 with ReLU; H = 256 (the default) is the built-in MLP."""
+
+    def __init__(self, hidden=256):
         super().__init__()
-        self.fc1 = nn.Linear(784, 256)
-        self.fc2 = nn.Linear(256, 128)
-        self.fc3 = nn.Linear(128, 10)
+        self.fc1 = nn.Linear(784, hidden)
+        self.fc2 = nn.Linear(hidden, hidden // 2)
+        self.fc3 = nn.Linear(hidden // 2, 10)
 
     def forward(self, x):
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
@@ -136,9 +139,10 @@ def accuracy(model, x, y):
 
 # ---- one training process ----
 
-def train(a, rank, workers, step_fn, model):
+def train(a, rank, workers, step_fn, model, sync=None):
     """The loop both ways share: step_fn(micro_batches) computes and applies one step and
-    returns the summed loss of this rank's samples. Rank 0 reports; returns its result."""
+    returns the summed loss of this rank's samples; sync() (if any) makes the parameters
+    current before they are hashed. Rank 0 reports; returns its result."""
     xtr, ytr = load(a.data, True)
     xte, yte = load(a.data, False) if rank == 0 else (None, None)
     spe = len(xtr) // a.batch
@@ -163,6 +167,8 @@ def train(a, rank, workers, step_fn, model):
                       % (s // spe + 1, s + 1, total, loss_sum / max(seen, 1),
                          accuracy(model, xte, yte), epoch_times[-1]), flush=True)
             loss_sum, seen, t_epoch = 0.0, 0, 0.0
+    if sync:
+        sync()
     if rank != 0:
         return None
     return {"test_accuracy": accuracy(model, xte, yte),
@@ -177,23 +183,30 @@ def train(a, rank, workers, step_fn, model):
 def run_tessera(a):
     """One Tessera worker (or the whole job with --local)."""
     torch.manual_seed(a.seed)
-    model = MLP()
+    model = MLP(a.hidden)
     rank, workers = (0, 1) if a.local else (a.rank, a.workers)
     ps = tessera.torch.attach(model, master="local" if a.local else a.master, job=a.job,
                               rank=rank, workers=workers, exact=a.exact, batch=a.batch,
                               optimizer="momentum:lr=%r,momentum=%r" % (a.lr, a.momentum),
                               seed=a.seed, init=INIT, data_seed=a.seed, micro_batch=a.micro,
-                              partition_bytes=a.partition_kb * 1024, buffers=a.buffers)
+                              partition_bytes=a.partition_kb * 1024, buffers=a.buffers,
+                              overlap={None: False, "on": True}.get(a.overlap, a.overlap),
+                              bucket_bytes=a.bucket_kb * 1024
+                              if a.bucket_kb >= 0 else None)
 
     def step(mbs):
         total = 0.0
         model.zero_grad(set_to_none=True)
         if a.exact:   # each micro-batch's gradient into fixed point, summed as integers
-            for x, y in mbs:
+            for j, (x, y) in enumerate(mbs):
                 model.zero_grad(set_to_none=True)
                 loss = F.cross_entropy(model(x), y, reduction="sum")
-                loss.backward()
-                ps.accumulate()
+                if a.overlap and j == len(mbs) - 1:
+                    loss.backward()   # the last micro-batch's backward pushes the sums
+                else:
+                    with ps.no_sync() if a.overlap else contextlib.nullcontext():
+                        loss.backward()
+                    ps.accumulate()
                 total += float(loss)
         elif mbs:     # float: one pass over this rank's share, the gradient SUM
             x, y = torch.cat([m[0] for m in mbs]), torch.cat([m[1] for m in mbs])
@@ -204,10 +217,10 @@ def run_tessera(a):
         return total
 
     with ps:
-        out = train(a, rank, workers, step, model)
+        out = train(a, rank, workers, step, model, sync=ps.wait)
         if out:
             out.update(mode="tessera", exact=a.exact, transport=ps.transport,
-                       zero_copy=list(ps.zero_copy))
+                       zero_copy=list(ps.zero_copy), overlap=a.overlap, hidden=a.hidden)
     return out
 
 
@@ -238,9 +251,9 @@ def run_ddp_rank(a):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, workers = a.ddp_rank, a.workers
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % a.ddp_port, rank=rank,
-                            world_size=workers)
-    model = tessera.torch.initialize(MLP(), seed=a.seed, init=INIT)
+    dist.init_process_group("gloo", init_method="tcp://%s:%d" % (a.ddp_addr, a.ddp_port),
+                            rank=rank, world_size=workers)
+    model = tessera.torch.initialize(MLP(a.hidden), seed=a.seed, init=INIT)
     ddp = DDP(model)
     if a.ddp_sgd == "torch":
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
@@ -262,7 +275,7 @@ def run_ddp_rank(a):
     out = train(a, rank, workers, step, model)
     dist.destroy_process_group()
     if out:
-        out.update(mode="ddp", exact=False, transport="gloo")
+        out.update(mode="ddp", exact=False, transport="gloo", hidden=a.hidden)
     return out
 
 
@@ -278,7 +291,8 @@ def common_args(a):
     return ["--epochs", str(a.epochs), "--steps", str(a.steps), "--batch", str(a.batch),
             "--micro", str(a.micro), "--lr", repr(a.lr), "--momentum", repr(a.momentum),
             "--seed", str(a.seed), "--data", a.data, "--threads", str(a.threads),
-            "--partition-kb", str(a.partition_kb), "--ddp-sgd", a.ddp_sgd] + \
+            "--partition-kb", str(a.partition_kb), "--ddp-sgd", a.ddp_sgd,
+            "--hidden", str(a.hidden), "--bucket-kb", str(a.bucket_kb)] + \
         (["--buffers"] if a.buffers else [])
 
 
@@ -351,11 +365,13 @@ class Cluster:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def run_cluster_job(a, cluster, job):
+def run_cluster_job(a, cluster, job, overlap):
     return run_ranks([common_args(a) + ["--master", cluster.addr, "--job", job, "--rank",
                                         str(r), "--workers", str(a.workers)] +
-                      (["--exact"] if a.exact else []) for r in range(a.workers)],
-                     "tessera")
+                      (["--exact"] if a.exact else []) +
+                      (["--overlap", overlap] if overlap else [])
+                      for r in range(a.workers)],
+                     "tessera" + (" overlap " + overlap if overlap else ""))
 
 
 def compare(a):
@@ -364,8 +380,11 @@ def compare(a):
     try:
         print("cluster: %s, %d shards" % (cluster.addr, a.shards), flush=True)
         mode = "exact" if a.exact else "float"
-        rows.append(("tessera %s, %d shards" % (mode, a.shards),
-                     run_cluster_job(a, cluster, "fmnist-torch-%d-%s" % (os.getpid(), mode))))
+        for overlap in [None] + a.compare_overlap:   # the same cluster, one job each
+            rows.append(("tessera %s%s, %d shards" % (mode, " ov. " + overlap if overlap else "",
+                                                     a.shards),
+                         run_cluster_job(a, cluster, "fmnist-torch-%d-%s%s" % (
+                             os.getpid(), mode, "-" + overlap if overlap else ""), overlap)))
         ok = True
     finally:
         cluster.stop(keep_logs=not ok)
@@ -373,24 +392,48 @@ def compare(a):
     if a.exact:
         rows.append(("tessera exact, local", run_ranks([common_args(a) + ["--local",
                                                                           "--exact"]], "local")))
-    print("\n%-26s %7s %9s %9s  %s" % ("run", "workers", "test acc", "s/epoch", "params_sha256"))
+    print("\n%-34s %7s %9s %9s %8s  %s" % ("run", "workers", "test acc", "s/epoch", "ms/step",
+                                          "params_sha256"))
     for name, r in rows:
-        print("%-26s %7d %9.4f %9.2f  %s" % (name, r["workers"], r["test_accuracy"],
-                                             r["epoch_seconds"], r["params_sha256"][:16]))
-    diff = rows[0][1]["test_accuracy"] - rows[1][1]["test_accuracy"]
+        print("%-34s %7d %9.4f %9.2f %8.2f  %s" % (name, r["workers"], r["test_accuracy"],
+                                                   r["epoch_seconds"], r["step_ms_median"],
+                                                   r["params_sha256"][:16]))
+    nov = len(a.compare_overlap)
+    plain, overs, ddp = rows[0][1], dict(zip(a.compare_overlap, (r for _, r in rows[1:]))), \
+        rows[1 + nov][1]
+    default = tessera.torch.DEFAULT_OVERLAP
+    over = overs.get(default) or plain
+    diff = plain["test_accuracy"] - ddp["test_accuracy"]
     print("accuracy, tessera - ddp: %+.4f%s" % (
-        diff, "; the same parameter bits" if rows[0][1]["params_sha256"] ==
-        rows[1][1]["params_sha256"] else ""))
-    summary = {"tessera": rows[0][1], "ddp": rows[1][1], "accuracy_diff": diff}
+        diff, "; the same parameter bits" if plain["params_sha256"] == ddp["params_sha256"]
+        else ""))
+    # Overlap changes when bytes move, not what they are: the same bits, float or exact.
+    same_overlap = all(plain["params_sha256"] == o["params_sha256"] for o in overs.values())
+    for m, o in overs.items():
+        print("overlap %s: %s parameters as without; median step %.2f ms against %.2f ms "
+              "without and DDP's %.2f ms (%.2fx DDP's)" % (
+                  m, "the same" if o["params_sha256"] == plain["params_sha256"] else
+                  "DIFFERENT", o["step_ms_median"], plain["step_ms_median"],
+                  ddp["step_ms_median"], o["step_ms_median"] / ddp["step_ms_median"]))
+    ratio = over["step_ms_median"] / ddp["step_ms_median"]
+    summary = {"tessera": plain, "tessera_overlap": overs, "ddp": ddp, "accuracy_diff": diff,
+               "overlap_equal": same_overlap,
+               "headline": {"ours": round(over["step_ms_median"], 3),
+                            "baseline": round(ddp["step_ms_median"], 3),
+                            "unit": "ms per step (rank 0's median), Tessera with overlap=True "
+                                    "(%s) against DDP on gloo, %d workers" % (
+                                        default if default in overs else "off", a.workers),
+                            "ratio": round(ratio, 3)}}
     if a.exact:
-        summary["local"] = rows[2][1]
-        same = rows[0][1]["params_sha256"] == rows[2][1]["params_sha256"]
+        local = rows[2 + nov][1]
+        summary["local"] = local
+        same = plain["params_sha256"] == local["params_sha256"]
         print("exact: %d workers x %d shards %s the single-process run, bit for bit"
               % (a.workers, a.shards, "EQUALS" if same else "DIFFERS FROM"))
         summary["exact_equal"] = same
     if a.json:
         print(json.dumps(summary))
-    if a.exact and not summary["exact_equal"]:
+    if not same_overlap or (a.exact and not summary["exact_equal"]):
         sys.exit(1)
 
 
@@ -438,7 +481,22 @@ def parse_args(argv):
                    help="Tessera: parameters and gradients in the SDK's zero-copy buffers "
                    "(tessera.torch's buffers=True; parameters become read-only) instead of "
                    "private arrays copied by each push and pull")
+    p.add_argument("--overlap", nargs="?", const="on", choices=("on", "forward", "bucket"),
+                   help="Tessera: push each bucket of gradients during backward (tessera.torch's "
+                   "overlap): 'forward' pulls in forward order during the next forward, "
+                   "'bucket' pulls each bucket with its push, 'on' (alone) is overlap=True")
+    p.add_argument("--compare-overlap", default="forward,bucket",
+                   help="--compare: the overlap modes run besides Tessera without overlap, "
+                   "comma-separated (default forward,bucket; 'none': none)")
+    p.add_argument("--bucket-kb", type=int, default=-1,
+                   help="overlap: KiB of gradients per bucket (default -1: tessera.torch's "
+                   "DEFAULT_BUCKET_BYTES; 0: one bucket per parameter)")
+    p.add_argument("--hidden", type=int, default=256,
+                   help="the MLP's first hidden width H: 784-H-H/2-10 (default 256, the "
+                   "built-in MLP; wider makes the step's compute and bytes bigger)")
     p.add_argument("--json", action="store_true", help="print the result as a JSON line last")
+    p.add_argument("--ddp-addr", default="127.0.0.1",
+                   help="DDP: the address rank 0 listens on for the others (default 127.0.0.1)")
     p.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--ddp-port", type=int, default=0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -446,6 +504,12 @@ def parse_args(argv):
         p.error("--batch %d is not a multiple of --micro %d" % (a.batch, a.micro))
     if a.workers < 1 or (a.master and not 0 <= a.rank < a.workers):
         p.error("--rank must be in 0..--workers-1")
+    a.compare_overlap = [] if a.compare_overlap == "none" else a.compare_overlap.split(",")
+    for m in a.compare_overlap:
+        if m not in ("forward", "bucket"):
+            p.error("--compare-overlap: 'forward', 'bucket' or 'none' expected, got %r" % m)
+    if a.hidden < 2:
+        p.error("--hidden %d: want at least 2 (the second layer is H/2 wide)" % a.hidden)
     return a
 
 

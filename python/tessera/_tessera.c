@@ -16,7 +16,8 @@
  * Client.buffers lends out the SDK's own memory (tessera_buffers) as NumPy arrays that keep
  * the Client alive; close() leaves that memory mapped until the last of them is freed.
  * The argument checks (Client's options included) and the error mapping are in args.c, the arrays' exporter in
- * buffers.c. */
+ * buffers.c, the step in pieces (push_some, pull_some, step_some) in some.c, the Client
+ * object in client.h. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
@@ -28,50 +29,12 @@
 
 #include "args.h"
 #include "buffers.h"
+#include "client.h"
 #include "tessera.h"
 
 /* ---- Client ---- */
 
-/* A tensor's tessera_buffers, once asked for (NULL before). */
-struct bufs {
-    const float *params;
-    void *grad;
-};
-
-struct client {
-    PyObject_HEAD
-    tessera *t;
-    PyThread_type_lock lock;   /* held around every SDK call on t */
-    int exact;
-    enum elem push_elem;       /* what push / step / buffers' grad take: I64 in exact mode,
-                                * unless exact_push is float */
-    PyObject *names;           /* list: tensor id -> name */
-    uint64_t *numel;           /* tensor id -> elements (PyMem; read without the SDK) */
-    struct bufs *bufs;         /* tensor id -> its buffers (PyMem) */
-    PyObject *keep;            /* list: owners of the option strings, alive as long as t */
-    /* Client.buffers' arrays (buffers.h). Read and written with the GIL held only: */
-    Py_ssize_t exports;        /* arrays over the SDK's pages alive now */
-    int closed;                /* close() began: no new export */
-    tessera *deferred;         /* closed with exports alive: tessera_close at the last drop */
-};
-
-/* Runs expr (an SDK call on self->t) under the client's lock with the GIL released; a client
- * closed meanwhile (by another thread) gives TESSERA_ESTATE. */
-#define SDK_CALL(self, rc, e, expr)                                                         \
-    do {                                                                                    \
-        Py_BEGIN_ALLOW_THREADS                                                              \
-        PyThread_acquire_lock((self)->lock, WAIT_LOCK);                                     \
-        if ((self)->t) {                                                                    \
-            (rc) = (expr);                                                                  \
-        } else {                                                                            \
-            (rc) = (e)->code = TESSERA_ESTATE;                                              \
-            snprintf((e)->message, sizeof((e)->message), "the client is closed");           \
-        }                                                                                   \
-        PyThread_release_lock((self)->lock);                                                \
-        Py_END_ALLOW_THREADS                                                                \
-    } while (0)
-
-static int open_or_raise(struct client *self)
+int open_or_raise(struct client *self)
 {
     if (self->t && !self->closed)
         return 0;
@@ -79,13 +42,13 @@ static int open_or_raise(struct client *self)
     return -1;
 }
 
-static Py_ssize_t ntensors(const struct client *self)
+Py_ssize_t ntensors(const struct client *self)
 {
     return PyList_GET_SIZE(self->names);
 }
 
 /* A registered tensor id from o; raises InvalidArgument otherwise. */
-static int get_id(struct client *self, PyObject *o, const char *what, int *id)
+int get_id(struct client *self, PyObject *o, const char *what, int *id)
 {
     unsigned long long v = 0;
 
@@ -369,7 +332,7 @@ static PyObject *client_pull(struct client *self, PyObject *args, PyObject *kw)
 /* One array per registered tensor, by id, from the sequence o into a[] (ntensors entries,
  * zeroed by the caller); ptrs[i] gets each buffer. Outputs (writable) may be the tensors'
  * read-only params from buffers(). On failure everything taken is released. */
-static int get_all(struct client *self, PyObject *o, const char *what, enum elem want,
+int get_all(struct client *self, PyObject *o, const char *what, enum elem want,
                    int writable, struct arr *a, void **ptrs)
 {
     Py_ssize_t n = ntensors(self);
@@ -655,6 +618,17 @@ static PyMethodDef client_methods[] = {
     { "step", KW client_step, METH_VARARGS | METH_KEYWORDS,
       "step(step, grads, params)\n\nPushes grads[id] of every registered tensor for `step`, "
       "then pulls version\nstep + 1 into params[id]; the shards work in parallel." },
+    { "push_some", KW client_push_some, METH_VARARGS | METH_KEYWORDS,
+      "push_some(step, ids, grads, params=None)\n\nPushes grads[k] as tensor ids[k]'s "
+      "gradient for `step` (ids ascending), one\nexchange; params (one array per tensor, by "
+      "id) receive a rollback's values." },
+    { "pull_some", KW client_pull_some, METH_VARARGS | METH_KEYWORDS,
+      "pull_some(version, ids, params)\n\nPulls tensors ids (ascending) at `version` into "
+      "params[id] (one array per\ntensor, by id), one exchange. With push_some: "
+      "tessera_step in pieces." },
+    { "step_some", KW client_step_some, METH_VARARGS | METH_KEYWORDS,
+      "step_some(step, ids, grads, params)\n\npush_some and then pull_some of version step + "
+      "1 in one exchange (each\npartition's pull right behind its push)." },
     { "verify_local", KW client_verify_local, METH_VARARGS | METH_KEYWORDS,
       "verify_local(params, version) -> dict\n\nCompares params[id] bit for bit with the "
       "shards' tensors at `version`." },

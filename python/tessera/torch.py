@@ -49,6 +49,15 @@ parameter a private copy of its values before the
 client goes, so the module outlives the cluster. ``buffers=False`` (the default) keeps
 private parameters that the pulls copy into, and pushes p.grad as it is.
 
+Overlap (``overlap=True``, "forward" or "bucket"; off by default): backward pushes each
+bucket of gradients (``bucket_bytes``, the last layers first) as soon as autograd has made
+it, from a communication thread that owns the SDK calls; "forward" then pulls the next version
+in forward order, each module's forward pre-hook waiting for its own parameters, "bucket"
+pulls each bucket in the exchange of its push (tessera._overlap; docs/python.md, "Overlap").
+The bits are those of ps.step() without it. Micro-batches: run every backward but the last
+inside ``ps.no_sync()``, each followed by ``ps.accumulate()``; the last one's backward pushes.
+Read parameters outside a forward pass only after ``ps.wait()``.
+
 Rules: parameters must be float32, on the CPU and contiguous (checked at attach); call
 ``ps.step()`` after backward, never between a forward pass and its backward (the values change
 in place, under autograd); do not write parameters in place (see Zero copy). Threads: a
@@ -62,8 +71,10 @@ import numpy as np
 import torch
 
 import tessera
+from tessera._overlap import DEFAULT_BUCKET_BYTES, DEFAULT_OVERLAP, Overlap
 
-__all__ = ["attach", "initialize", "params_sha256", "default_init", "ParameterServer"]
+__all__ = ["attach", "initialize", "params_sha256", "default_init", "ParameterServer",
+           "DEFAULT_OVERLAP", "DEFAULT_BUCKET_BYTES"]
 
 
 def default_init(name, param):
@@ -110,11 +121,15 @@ def _invalid(msg):
     return _error("INVALID_ARGUMENT", msg)
 
 
-class ParameterServer:
+class ParameterServer(Overlap):
     """A module's parameters held by Tessera shards. Made by attach(); see the module doc."""
 
-    def __init__(self, module, client, seed=0, init=None, partition_bytes=0, buffers=False):
+    _invalid = staticmethod(_invalid)
+
+    def __init__(self, module, client, seed=0, init=None, partition_bytes=0, buffers=False,
+                 overlap=False, bucket_bytes=None):
         self.module = module
+        self._comm = None       # overlap: the thread that makes the SDK calls (_Comm)
         self.client = client
         named = list(module.named_parameters())
         if not named:
@@ -160,6 +175,13 @@ class ParameterServer:
         except BaseException:
             self._private()   # the module must not hold the client attach() now closes
             raise
+        if overlap is not False:
+            try:
+                self._start_overlap(overlap, DEFAULT_BUCKET_BYTES if bucket_bytes is None
+                                    else bucket_bytes)
+            except BaseException:
+                self._private()
+                raise
 
     def _use_buffers(self):
         """The SDK's buffers of every tensor: params always; gradients in exact mode, where
@@ -178,25 +200,26 @@ class ParameterServer:
         """(parameters, gradients): whether each goes through the SDK's buffers."""
         return (self._views is not None, self._grad_bufs)
 
+    def _grad_array(self, i, local_batch):
+        """Parameter i's gradient as a float32 array (a view of .grad where possible)."""
+        p = self.params[i]
+        g = p.grad
+        if g is None:
+            z = self._zeros.get(p.numel())
+            if z is None:
+                z = self._zeros[p.numel()] = np.zeros(p.numel(), np.float32)
+            return z
+        g = g.detach()
+        if not g.is_contiguous():
+            g = g.contiguous()
+        a = g.numpy().reshape(-1)
+        if local_batch is not None:
+            a = a * np.float32(local_batch)
+        return a
+
     def _grads(self, local_batch):
         """Each parameter's gradient as a float32 array (a view of .grad where possible)."""
-        out = []
-        for p in self.params:
-            g = p.grad
-            if g is None:
-                z = self._zeros.get(p.numel())
-                if z is None:
-                    z = self._zeros[p.numel()] = np.zeros(p.numel(), np.float32)
-                out.append(z)
-                continue
-            g = g.detach()
-            if not g.is_contiguous():
-                g = g.contiguous()
-            a = g.numpy().reshape(-1)
-            if local_batch is not None:
-                a = a * np.float32(local_batch)
-            out.append(a)
-        return out
+        return [self._grad_array(i, local_batch) for i in range(len(self.params))]
 
     def _check_local_batch(self, local_batch):
         if local_batch is not None and (isinstance(local_batch, bool) or
@@ -209,6 +232,11 @@ class ParameterServer:
         exact mode). Call it after each micro-batch's backward; local_batch: the loss was a
         mean over that many samples (the gradient is multiplied by it)."""
         self._check_local_batch(local_batch)
+        if self._comm is not None and any(e is not None for e in self._pushes):
+            raise _invalid("accumulate: with overlap, this step's backward pushed its gradients"
+                           " already: run the earlier micro-batches' backward inside "
+                           "ps.no_sync(), each followed by accumulate(), and the last outside, "
+                           "without accumulate()")
         first = not self._pending
         if not self.exact and first:
             # One pass into the sums, the scaling included (a * lb, rounded as before).
@@ -241,6 +269,8 @@ class ParameterServer:
         last snapshot: the module then holds that step's values and ``self.version`` is it;
         train on from there (the data of that step)."""
         self._check_local_batch(local_batch)
+        if self._comm is not None:
+            return self._step_overlap(local_batch)
         if self._pending:
             if local_batch is not None:
                 raise _invalid("local_batch: give it to accumulate(), which already summed "
@@ -284,17 +314,24 @@ class ParameterServer:
     def verify(self):
         """Audits the module's parameters against the shards' copy at self.version, bit for
         bit (tessera.Client.verify_local)."""
+        self.wait()
         return self.client.verify_local([p.detach().numpy() for p in self.params],
                                         self.version)
 
     def params_sha256(self):
+        self.wait()
         return params_sha256(self.module)
 
     def close(self):
         """Leaves the cluster. With buffers, every parameter first gets a private copy of its
-        values (the SDK's pages go with the client); its Parameter object stays the same."""
-        self._private()
-        self.client.close()
+        values (the SDK's pages go with the client); its Parameter object stays the same.
+        With overlap, first waits for the queued pulls (raising what one raised, after the
+        rest of close()) and stops the communication thread."""
+        try:
+            self._stop_overlap()
+        finally:
+            self._private()
+            self.client.close()
 
     def _private(self):
         """Gives every parameter that is a view of the SDK's buffers a private copy of its
@@ -317,18 +354,21 @@ class ParameterServer:
 
 def attach(module, master="local", job="default", rank=0, workers=1, optimizer="momentum",
            batch=None, exact=False, seed=0, init=None, partition_bytes=0, buffers=False,
-           **options):
+           overlap=False, bucket_bytes=None, **options):
     """Connects to a cluster (tessera.Client(master, job, rank, workers, exact, optimizer,
     batch, **options): mode, compress, sync_every, loss_scale, transport, timeout_ms, ...),
     registers every parameter of ``module`` (named_parameters() order, initializer from
     ``init`` and ``seed``, see the module doc) and pulls their current version into it.
     ``buffers``: the SDK's zero-copy buffers (module doc, "Zero copy"); False: copies.
-    Returns the ParameterServer; every rank must attach the same model the same way."""
+    ``overlap``: push during backward and pull during forward (module doc, "Overlap"), in
+    buckets of ``bucket_bytes`` (None: DEFAULT_BUCKET_BYTES). Returns the ParameterServer;
+    every rank must attach the same model the same way."""
     client = tessera.Client(master=master, job=job, rank=rank, workers=workers, exact=exact,
                             optimizer=optimizer, batch=batch, **options)
     try:
         return ParameterServer(module, client, seed=seed, init=init,
-                               partition_bytes=partition_bytes, buffers=buffers)
+                               partition_bytes=partition_bytes, buffers=buffers,
+                               overlap=overlap, bucket_bytes=bucket_bytes)
     except BaseException:
         client.close()
         raise

@@ -1,0 +1,70 @@
+/* client.h - tessera.Client's object and the helpers its methods share, for _tessera.c and
+ * some.c (push_some, pull_some, step_some: tessera_step in pieces, docs/python.md "Overlap").
+ * Threads: as _tessera.c says, the lock is held around every SDK call on t. */
+#ifndef TS_PY_CLIENT_H
+#define TS_PY_CLIENT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+
+#include <stdio.h>
+
+#include "args.h"
+#include "tessera.h"
+
+/* A tensor's tessera_buffers, once asked for (NULL before). */
+struct bufs {
+    const float *params;
+    void *grad;
+};
+
+struct client {
+    PyObject_HEAD
+    tessera *t;
+    PyThread_type_lock lock;   /* held around every SDK call on t */
+    int exact;
+    enum elem push_elem;       /* what push / step / buffers' grad take: I64 in exact mode,
+                                * unless exact_push is float */
+    PyObject *names;           /* list: tensor id -> name */
+    uint64_t *numel;           /* tensor id -> elements (PyMem; read without the SDK) */
+    struct bufs *bufs;         /* tensor id -> its buffers (PyMem) */
+    PyObject *keep;            /* list: owners of the option strings, alive as long as t */
+    /* Client.buffers' arrays (buffers.h). Read and written with the GIL held only: */
+    Py_ssize_t exports;        /* arrays over the SDK's pages alive now */
+    int closed;                /* close() began: no new export */
+    tessera *deferred;         /* closed with exports alive: tessera_close at the last drop */
+};
+
+/* Runs expr (an SDK call on self->t) under the client's lock with the GIL released; a client
+ * closed meanwhile (by another thread) gives TESSERA_ESTATE. */
+#define SDK_CALL(self, rc, e, expr)                                                         \
+    do {                                                                                    \
+        Py_BEGIN_ALLOW_THREADS                                                              \
+        PyThread_acquire_lock((self)->lock, WAIT_LOCK);                                     \
+        if ((self)->t) {                                                                    \
+            (rc) = (expr);                                                                  \
+        } else {                                                                            \
+            (rc) = (e)->code = TESSERA_ESTATE;                                              \
+            snprintf((e)->message, sizeof((e)->message), "the client is closed");           \
+        }                                                                                   \
+        PyThread_release_lock((self)->lock);                                                \
+        Py_END_ALLOW_THREADS                                                                \
+    } while (0)
+
+/* Raises ESTATE unless the client is open; -1 then. */
+int open_or_raise(struct client *self);
+Py_ssize_t ntensors(const struct client *self);
+/* A registered tensor id from o; raises InvalidArgument otherwise. */
+int get_id(struct client *self, PyObject *o, const char *what, int *id);
+/* One array per registered tensor, by id, from the sequence o (a[], ptrs[]: ntensors each);
+ * writable: outputs, where the tensors' read-only params from buffers() are accepted too. */
+int get_all(struct client *self, PyObject *o, const char *what, enum elem want, int writable,
+            struct arr *a, void **ptrs);
+
+/* some.c: the methods. */
+PyObject *client_push_some(struct client *self, PyObject *args, PyObject *kw);
+PyObject *client_pull_some(struct client *self, PyObject *args, PyObject *kw);
+PyObject *client_step_some(struct client *self, PyObject *args, PyObject *kw);
+
+#endif

@@ -83,7 +83,7 @@ class _Comm:
 
 class Overlap:
     """The overlap half of tessera.torch.ParameterServer (which provides client, params, ids,
-    version, exact, _acc, _pending, _grad_bufs, _views, _invalid and _grad_array)."""
+    version, exact, _fixed, _acc, _pending, _grad_bufs, _views, _invalid and _grad_array)."""
 
     def _start_overlap(self, how, bucket_bytes):
         if how is True:
@@ -178,10 +178,10 @@ class Overlap:
         read here, in the trainer's thread), summed the way step() would in the thread."""
         if not any(e is not None for e in self._pushes):   # the step's first bucket
             self._step_pending = self._pending
-            if self.exact and self._acc is None:
+            if self._fixed and self._acc is None:
                 self._acc = [np.empty(p.numel(), np.int64) for p in self.params]
         pending = self._step_pending
-        use_acc = self.exact or pending or self._grad_bufs
+        use_acc = self._fixed or pending or self._grad_bufs
         if use_acc:
             self._pending = True   # the sums now hold this step's whole gradient
         idx = sorted(self._buckets[b], key=lambda i: self.ids[i])
@@ -195,7 +195,7 @@ class Overlap:
                     out.append(g)
                     continue
                 acc = self._acc[i]
-                if self.exact:
+                if self._fixed:
                     (tessera.fixed_add_f32 if pending else tessera.to_fixed)(
                         *((acc, g) if pending else (g, acc)))
                 elif pending:

@@ -155,6 +155,9 @@ class ParameterServer(Overlap):
         #: The step the next ps.step() pushes (and the version the module holds).
         self.version = versions.pop()
         self.exact = client.exact
+        # Pushes are int64 fixed-point sums (exact mode, exact_push="fixed"); with
+        # exact_push="float" they are float32 gradients the shards round, as in float mode.
+        self._fixed = client.exact and client.exact_push == "fixed"
         self._acc = None        # accumulate()'s sums: int64 (exact) or float32 arrays
         self._pending = False   # _acc holds this step's sum
         self._zeros = {}        # numel -> zeros, for parameters without .grad
@@ -188,7 +191,7 @@ class ParameterServer(Overlap):
         they are the fixed-point sums, and in float mode only where the shards read them in
         place (shm): elsewhere the SDK copies a push anyway, so filling a buffer would be one
         pass more than pushing p.grad as it is."""
-        grads = self.exact or self.client.transport == "shm"
+        grads = self._fixed or self.client.transport == "shm"
         pairs = [self.client.buffers(i, grad=grads) for i in self.ids]
         self._views = [v for v, _ in pairs]
         if grads:
@@ -237,8 +240,12 @@ class ParameterServer(Overlap):
                            " already: run the earlier micro-batches' backward inside "
                            "ps.no_sync(), each followed by accumulate(), and the last outside, "
                            "without accumulate()")
+        if self.exact and not self._fixed and (self._pending or self._comm is not None):
+            raise _invalid("accumulate: exact_push='float' pushes one float gradient per step, "
+                           "and a float sum of several micro-batches would not be exact: "
+                           "attach with exact_push='fixed' to sum micro-batches")
         first = not self._pending
-        if not self.exact and first:
+        if not self._fixed and first:
             # One pass into the sums, the scaling included (a * lb, rounded as before).
             grads = self._grads(None)
             if self._acc is None:
@@ -254,7 +261,7 @@ class ParameterServer(Overlap):
         if self._acc is None:
             self._acc = [np.empty(g.size, np.int64) for g in grads]
         for acc, g in zip(self._acc, grads):
-            if not self.exact:
+            if not self._fixed:
                 acc += g
             elif first:
                 tessera.to_fixed(g, acc)
@@ -276,10 +283,10 @@ class ParameterServer(Overlap):
                 raise _invalid("local_batch: give it to accumulate(), which already summed "
                                "this step's gradients")
             grads = self._acc
-        elif self.exact or self.zero_copy[1]:
+        elif self._fixed or self.zero_copy[1]:
             self.accumulate(local_batch)   # into the gradient buffers, where there are some
             # A float step that fails reads p.grad again next time, as without buffers.
-            self._pending = self.exact
+            self._pending = self._fixed
             grads = self._acc
         else:
             grads = self._grads(local_batch)

@@ -17,6 +17,7 @@ in forward order) and "bucket" (each bucket's pull in the exchange of its push).
 
 Environment (ctest sets it): PYTHONPATH with build/python (the binding) and build/gen/python.
 """
+import contextlib
 import os
 import sys
 import threading
@@ -91,18 +92,19 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
         opts.update(kw)
         return tessera.torch.attach(m, **opts)
 
-    def train(self, job, exact, overlap, rank, workers, out, bucket_bytes=2048):
-        """One rank's STEPS steps; out[rank] = (gradients of each step, params_sha256,
-        whether the first bucket was queued during backward, the client's calls)."""
+    def train(self, job, exact, overlap, rank, workers, out, bucket_bytes=2048, micro=2, **kw):
+        """One rank's STEPS steps (exact: micro backward passes a step); out[rank] = (gradients
+        of each step, params_sha256, whether the first bucket was queued during backward, the
+        client's calls). kw: more attach() options."""
         m = model()
         ps = self.attach(m, job, rank=rank, workers=workers, exact=exact, overlap=overlap,
-                         bucket_bytes=bucket_bytes)
+                         bucket_bytes=bucket_bytes, **kw)
         rec = ps.client = Recorder(ps.client)
         grads, early = [], []
         with ps:
             for step in range(STEPS):
                 x, y = data(step, rank)
-                halves = [(x[:4], y[:4]), (x[4:], y[4:])] if exact else [(x, y)]
+                halves = [(x[:4], y[:4]), (x[4:], y[4:])] if exact and micro == 2 else [(x, y)]
                 for k, (xb, yb) in enumerate(halves):
                     last = k == len(halves) - 1
                     m.zero_grad(set_to_none=True)
@@ -117,7 +119,7 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
                         ps.accumulate()
                     else:
                         loss.backward()
-                        if exact and not overlap:
+                        if exact and not overlap and micro == 2:
                             ps.accumulate()
                 grads.append(torch.cat([p.grad.reshape(-1) for p in m.parameters()]).clone())
                 ps.step()
@@ -129,12 +131,12 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
             self.assertFalse(thread.is_alive(), "close() stops the communication thread")
         out[rank] = (grads, digest, early, rec.calls, nb)
 
-    def two_ranks(self, job, exact, overlap):
+    def two_ranks(self, job, exact, overlap, **kw):
         out, errors = {}, []
 
         def run(r):
             try:
-                self.train(job, exact, overlap, r, 2, out)
+                self.train(job, exact, overlap, r, 2, out, **kw)
             except Exception as e:   # reported by the main thread
                 errors.append(e)
         threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
@@ -211,6 +213,30 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
                                 "nothing queued")
                 ps.close()
                 self.assertFalse(thread.is_alive())
+
+    def test_exact_float_pushes(self):
+        """exact_push="float" (one backward a step, p.grad pushed as it is and rounded by the
+        shards) ends on the bits of int64 pushes, with and without overlap and zero-copy
+        buffers; summing micro-batches is refused by name, since a float sum is not exact."""
+        want = self.two_ranks("xf-fixed", True, False, micro=1)[0][1]
+        for overlap, buffers in ((False, False), (False, True), ("bucket", False),
+                                 ("forward", True)):
+            with self.subTest(overlap=overlap, buffers=buffers):
+                got = self.two_ranks("xf-%s-%d" % (overlap, buffers), True, overlap, micro=1,
+                                     exact_push="float", buffers=buffers)
+                self.assertEqual(got[0][1], want)
+                self.assertEqual(got[1][1], want)
+        for overlap in (False, True):
+            m = model()
+            with tessera.torch.attach(m, batch=8, exact=True, exact_push="float",
+                                      overlap=overlap) as ps:
+                x, y = data(0, 0)
+                with ps.no_sync() if overlap else contextlib.nullcontext():
+                    F.cross_entropy(m(x), y).backward()
+                if not overlap:
+                    ps.accumulate()
+                with self.assertRaisesRegex(tessera.InvalidArgument, "exact_push"):
+                    ps.accumulate()
 
     def test_misuse(self):
         m = model()

@@ -241,11 +241,11 @@ ts_status sdk_pull_all(struct tessera *t, uint64_t step, float *const *params,
 /* Keeps params (the values of the step about to be sent, by tensor id) to recompute from. */
 ts_status sdk_elastic_keep(struct tessera *t, float *const *params,
                            struct ts_err *err) TS_MUST_CHECK;
-/* TS_ESLOTS if the master handed this worker a slot that slots[0..n) lacks. */
 /* Measures the compute time per slot since the last step returned and hands the master the
  * recent median (docs/scheduler.md); sdk_elastic_done: a step returned with st. */
 void sdk_elastic_measure(struct tessera *t, size_t n);
 void sdk_elastic_done(struct tessera *t, ts_status st);
+/* TS_ESLOTS if the master handed this worker a slot that slots[0..n) lacks. */
 ts_status sdk_elastic_check(struct tessera *t, uint64_t step, size_t n, const uint32_t *slots,
                             struct ts_err *err) TS_MUST_CHECK;
 /* After a step that ended in TS_ESLOTS, or saw a version past step + 1: asks the master for

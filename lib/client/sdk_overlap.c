@@ -71,40 +71,18 @@ static ts_status follow_rollback(struct tessera *t, const char *what, uint64_t n
                       what, n, t->job.id, back);
 }
 
-int tessera_push_some(tessera *t, uint64_t step, size_t n, const int *ids,
-                      const void *const *grads, float *const *params, struct tessera_error *e)
+/* tessera_push_some and tessera_step_some (pull: each partition's pull behind its push, into
+ * params): the checks, then one exchange. fn names the call in errors, what the step in logs. */
+static int push_some(tessera *t, const char *fn, const char *what, uint64_t step, size_t n,
+                     const int *ids, const void *const *grads, float *const *params, bool pull,
+                     struct tessera_error *e)
 {
     struct ts_err err = { 0 };
-    ts_status st = check_some(t, "tessera_push_some", n, ids, &err);
+    ts_status st = check_some(t, fn, n, ids, &err);
 
     for (size_t k = 0; !st && k < n; k++)
-        if (!grads || !grads[ids[k]])
-            st = ts_err_set(&err, TS_EINVAL, "tessera_push_some: grads[%d]: NULL", ids[k]);
-    for (size_t k = 0; !st && k < n; k++)
-        st = sdk_check_push(t, ids[k], grads[ids[k]], &err);
-    if (st)
-        return sdk_fail(e, &err);
-    activate(t, step, n, ids);
-    t->nstep = 1;
-    t->step_slots = &t->rank;
-    for (size_t k = 0; k < n; k++)
-        sdk_prepare_push(t, ids[k], grads[ids[k]]);
-    st = sdk_exchange(t, "push of step", step, ids[0], ids[n - 1] + 1, true, NULL, &err);
-    t->nstep = 0;
-    if ((st = follow_rollback(t, "push of step", step, params, st, &err)))
-        return sdk_fail(e, &err);
-    return sdk_ok(e);
-}
-
-int tessera_step_some(tessera *t, uint64_t step, size_t n, const int *ids,
-                      const void *const *grads, float *const *params, struct tessera_error *e)
-{
-    struct ts_err err = { 0 };
-    ts_status st = check_some(t, "tessera_step_some", n, ids, &err);
-
-    for (size_t k = 0; !st && k < n; k++)
-        if (!grads || !grads[ids[k]] || !params || !params[ids[k]])
-            st = ts_err_set(&err, TS_EINVAL, "tessera_step_some: %s[%d]: NULL",
+        if (!grads || !grads[ids[k]] || (pull && (!params || !params[ids[k]])))
+            st = ts_err_set(&err, TS_EINVAL, "%s: %s[%d]: NULL", fn,
                             !grads || !grads[ids[k]] ? "grads" : "params", ids[k]);
     for (size_t k = 0; !st && k < n; k++)
         st = sdk_check_push(t, ids[k], grads[ids[k]], &err);
@@ -115,13 +93,27 @@ int tessera_step_some(tessera *t, uint64_t step, size_t n, const int *ids,
     t->step_slots = &t->rank;
     for (size_t k = 0; k < n; k++)
         sdk_prepare_push(t, ids[k], grads[ids[k]]);
-    st = sdk_exchange(t, "step", step, ids[0], ids[n - 1] + 1, true, params + ids[0], &err);
+    st = sdk_exchange(t, what, step, ids[0], ids[n - 1] + 1, true,
+                      pull ? params + ids[0] : NULL, &err);
     t->nstep = 0;
-    if ((st = follow_rollback(t, "step", step, params, st, &err)))
+    if ((st = follow_rollback(t, what, step, params, st, &err)))
         return sdk_fail(e, &err);
-    if (t->ms)
+    if (pull && t->ms)
         ts_membership_set_clock(t->ms, step + 1);
     return sdk_ok(e);
+}
+
+int tessera_push_some(tessera *t, uint64_t step, size_t n, const int *ids,
+                      const void *const *grads, float *const *params, struct tessera_error *e)
+{
+    return push_some(t, "tessera_push_some", "push of step", step, n, ids, grads, params, false,
+                     e);
+}
+
+int tessera_step_some(tessera *t, uint64_t step, size_t n, const int *ids,
+                      const void *const *grads, float *const *params, struct tessera_error *e)
+{
+    return push_some(t, "tessera_step_some", "step", step, n, ids, grads, params, true, e);
 }
 
 int tessera_pull_some(tessera *t, uint64_t version, size_t n, const int *ids,

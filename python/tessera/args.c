@@ -354,30 +354,41 @@ int get_list(PyObject *o, const char *what, const char **out, PyObject **keep)
     return get_str(joined, what, out);
 }
 
-int get_loss_scale(PyObject *o, int *out)
+/* One of n names, or its index as an int: *out; absent or None: unchanged. Otherwise raises
+ * InvalidArgument naming `what` and the choices. */
+static int get_choice(PyObject *o, const char *what, const char *const *names, int n, int *out)
 {
-    static const char *const names[] = { "none", "sdk", "caller" };
+    char choices[128] = "";
 
     if (!o || o == Py_None)
         return 0;
-    for (int i = 0; PyUnicode_Check(o) && i < 3; i++)
+    for (int i = 0; PyUnicode_Check(o) && i < n; i++)
         if (PyUnicode_CompareWithASCIIString(o, names[i]) == 0) {
             *out = i;
             return 0;
         }
     if (PyLong_Check(o) && !PyBool_Check(o)) {
         long v = PyLong_AsLong(o);
-        if (v >= 0 && v <= 2) {
+        if (v >= 0 && v < n) {
             *out = (int)v;
             return 0;
         }
         PyErr_Clear();
     }
+    for (int i = 0; i < n; i++)
+        snprintf(choices + strlen(choices), sizeof(choices) - strlen(choices), "%s\"%s\"",
+                 i == 0 ? "" : i + 1 == n ? " or " : ", ", names[i]);
     PyObject *r = PyObject_Repr(o);
-    invalid("loss_scale: \"none\", \"sdk\" or \"caller\" expected, got %s",
-            r ? PyUnicode_AsUTF8(r) : "?");
+    invalid("%s: %s expected, got %s", what, choices, r ? PyUnicode_AsUTF8(r) : "?");
     Py_XDECREF(r);
     return -1;
+}
+
+int get_loss_scale(PyObject *o, int *out)
+{
+    static const char *const names[] = { "none", "sdk", "caller" };
+
+    return get_choice(o, "loss_scale", names, 3, out);
 }
 
 /* exact_push: "fixed" (int64 pushes) or "float" (the shards round), or 0 / 1. */
@@ -385,25 +396,7 @@ static int get_exact_push(PyObject *o, int *out)
 {
     static const char *const names[] = { "fixed", "float" };
 
-    if (!o || o == Py_None)
-        return 0;
-    for (int i = 0; PyUnicode_Check(o) && i < 2; i++)
-        if (PyUnicode_CompareWithASCIIString(o, names[i]) == 0) {
-            *out = i;
-            return 0;
-        }
-    if (PyLong_Check(o) && !PyBool_Check(o)) {
-        long v = PyLong_AsLong(o);
-        if (v == 0 || v == 1) {
-            *out = (int)v;
-            return 0;
-        }
-        PyErr_Clear();
-    }
-    PyObject *r = PyObject_Repr(o);
-    invalid("exact_push: \"fixed\" or \"float\" expected, got %s", r ? PyUnicode_AsUTF8(r) : "?");
-    Py_XDECREF(r);
-    return -1;
+    return get_choice(o, "exact_push", names, 2, out);
 }
 
 /* Client's keyword arguments, in struct tessera_options order. */

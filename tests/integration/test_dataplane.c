@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cluster/cluster.h"
+#include "ps/part.h"
 #include "harness.h"
 #include "tessera.h"
 #include "transport/fault.h"
@@ -357,9 +358,12 @@ static int memfd_of(size_t bytes, bool sealed)
 
 /* SHARE of fd for tensor 0 as `flags`; expects an ERROR saying `says` (or an ACK when says is
  * NULL). */
-static void share_as(struct ts_conn *c, uint32_t flags, int fd, const char *says)
+/* A SHARE of fd as flags says; a gradient region's encoding says its element size. */
+static void share_enc(struct ts_conn *c, uint32_t flags, unsigned encoding, int fd,
+                      const char *says)
 {
-    struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .tensor = 0, .flags = flags };
+    struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .tensor = 0, .flags = flags,
+                              .encoding = (uint16_t)encoding };
     char buf[64];
 
     assert_int_equal(ts_tp_send_fd(c, fd, NULL), TS_OK);
@@ -372,9 +376,15 @@ static void share_as(struct ts_conn *c, uint32_t flags, int fd, const char *says
     assert_int_equal(h.type, TS_FRAME_ACK);
 }
 
+static void share_as(struct ts_conn *c, uint32_t flags, int fd, const char *says)
+{
+    share_enc(c, flags, 0, fd, says);
+}
+
+/* An int64 gradient region (this file's jobs are exact). */
 static void share(struct ts_conn *c, int fd, const char *says)
 {
-    share_as(c, TS_SHARE_GRAD, fd, says);
+    share_enc(c, TS_SHARE_GRAD, TS_ENC_FIXED, fd, says);
 }
 
 /* Region pushes and pulls, SHARE and MAP, misused: clear errors, nothing applied. */
@@ -428,6 +438,13 @@ static void regions_refused(void **state)
     push.encoding = 0; /* raw float in an exact job */
     assert_int_equal(ts_frame_send(c, &push, NULL, 0, NULL), TS_OK);
     assert_int_equal(expect_error(c, "encoding"), TS_EINVAL);
+    /* A float gradient region (exact_push float) is half the size: too small for the int64
+     * push that follows it. */
+    share_enc(c, TS_SHARE_GRAD, TS_ENC_FIXED_F32, memfd_of(BIG * sizeof(float), true), NULL);
+    push.encoding = TS_ENC_FIXED;
+    push.partition = 3;   /* its int64 elements end at 2x the float region's size */
+    assert_int_equal(ts_frame_send(c, &push, NULL, 0, NULL), TS_OK);
+    assert_int_equal(expect_error(c, "past the end of the shared region"), TS_EINVAL);
     ts_tp_close(c);
     /* SHARE on tcp: refused, and the connection closed (the stream and descriptors would be
      * out of step). */

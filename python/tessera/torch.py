@@ -31,7 +31,9 @@ Exact mode (``exact=True``): gradients travel as int64 fixed point, so the param
 same bits for any worker and shard count. Compute the rank's share in micro-batches and call
 ``ps.accumulate()`` after each micro-batch's backward (it adds fixed(p.grad) into an int64 sum:
 the order of the micro-batches no longer matters), then ``ps.step()``. ``accumulate`` works in
-float mode too (a float sum, like not zeroing .grad between backward passes).
+float mode too (a float sum, like not zeroing .grad between backward passes). With one backward
+a step, ``exact_push="float"`` pushes p.grad as it is and the shards round it (the same bits,
+half the bytes, no conversion here); a second ``accumulate()`` in a step is then refused.
 
 Loss scaling (``loss_scale="caller"``, with fp16 compression): multiply the loss by
 ``ps.loss_scale`` before backward; the shards skip a step that overflowed and the SDK halves

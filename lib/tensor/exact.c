@@ -333,8 +333,8 @@ static inline double fix_exact(float g)
 /* Sums of such values below the bounds above are exact integers, or (a pair) the correctly
  * rounded value of the int64 sum S: exactly what i64_to_f64(S) gives in ts_fixed_to_f32, once
  * + 0.0 has made a -0 (from -0 + -0, or a tiny negative value rounded) the +0 of an int64
- * zero. The conversions below are then that function's: a multiplication by mul when the
- * divisor is a power of two (mul = 0: divide), else * 2^-32 / divisor. */
+ * zero. The conversions below are then that function's: a multiplication by m = 2^-32 /
+ * divisor when the divisor is a power of two (use_mul), else * 2^-32 / m, m the divisor. */
 static inline float f64_out(double sum, bool use_mul, double m)
 {
     return use_mul ? (float)((sum + 0.0) * m) : (float)((sum + 0.0) * 0x1p-32 / m);

@@ -63,11 +63,31 @@ struct ts_part {
 
 enum ts_acc_form { TS_ACC_I64, TS_ACC_HELD, TS_ACC_F64 };
 
+#define APPLY_BLOCK 4096      /* elements per block of apply(): 48 KiB of gradients and sums */
+
 /* SSP and ASP: each push is an update, and each rank has its own clock. */
 static inline bool async_mode(const struct ts_job *j)
 {
     return j->mode == TS_MODE_SSP || j->mode == TS_MODE_ASP;
 }
+
+/* sum.c, called with mu held: the step's sum (its comments say more).
+ * part_sums_finite: every element of the float sum is finite. part_fusable: whether the last
+ * push of a step (`first` if it is the only one) can skip the accumulator and go straight
+ * into apply (a float push that would pair is checked here, and refused on a bad value).
+ * part_accumulate: adds a checked push to the sum, setting it on the step's first push; a
+ * refusal changes nothing. part_to_i64: an exact sum kept as held floats or exact doubles
+ * becomes int64, in place. part_block_grad: the gradient of elements [off, off + n) into
+ * p->grad, the sum (with `last`: plus the fused last push, or it alone) divided by fdiv
+ * (exact) or times inv (float). */
+bool part_sums_finite(const struct ts_part *p);
+ts_status part_fusable(const struct ts_part *p, const struct ts_push *in, bool first,
+                       bool *fuse, struct ts_err *err) TS_MUST_CHECK;
+ts_status part_accumulate(struct ts_part *p, const struct ts_push *in, bool first,
+                          struct ts_err *err) TS_MUST_CHECK;
+void part_to_i64(struct ts_part *p);
+void part_block_grad(struct ts_part *p, const void *last, bool alone, uint64_t off, size_t n,
+                     double fdiv, float inv);
 
 /* seed.c, called with mu held and p->seed set: a push of rank's step says the rank holds
  * version step; it waits (at most 30 s) until every rank said, then TS_OK, or the

@@ -37,20 +37,11 @@ LEASE_MS = 1500
 class Balance(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        was = os.environ.get("TESSERA_LOG")
-        os.environ["TESSERA_LOG"] = "info"   # the master's log says what moved
         cls.c = tl.Cluster()
-        cls.logs = os.path.join(cls.c.dir, "up-logs")
-        cls.up = cls.c.spawn([os.path.join(tl.BIN, "tessera"), "up", "--shards", "2",
-                              "--master-port", "0", "--lease-ms", str(LEASE_MS), "--dir",
-                              cls.logs], "up")
-        os.environ["TESSERA_LOG"] = was or "warn"
-        cls.addr = tl.wait_until(lambda: next((ln.split()[1] for ln in
-                                               cls.up.log_text().splitlines()
-                                               if ln.startswith("master ")), None),
-                                 tl.START_TIMEOUT, "tessera up to print the master's address")
-        tl.wait_until(lambda: "shards alive" in cls.up.log_text(), tl.START_TIMEOUT,
-                      "the shards")
+        with tl.environ(TESSERA_LOG="info"):   # the master's log says what moved
+            cls.up, cls.addr = cls.c.tessera_up(["--shards", "2", "--lease-ms", str(LEASE_MS)])
+        cls.logs = os.path.join(cls.c.dir, "up")   # tessera_up's --dir
+        os.environ.setdefault("TESSERA_LOG", "warn")   # the workers
         r = tl.run_cli(["train", "--local", "--steps", str(STEPS), "--exact", "--json"] + SHAPE,
                        timeout=300)
         if r.returncode != 0:

@@ -47,6 +47,20 @@ def die_with_us():
     return preexec
 
 
+def require_bins(ap, bindir, names):
+    """argparse error (exit 2) unless every one of names is an executable in bindir."""
+    for b in names:
+        if not os.access(os.path.join(bindir, b), os.X_OK):
+            ap.error(f"no executable {os.path.join(bindir, b)}: build first or pass --bin")
+
+
+def interrupt_on_signals():
+    """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt, so a caller's `finally` stops its
+    processes and takes its namespaces down."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.default_int_handler)
+
+
 class Procs:
     """Every process a bench starts, each in its own session (= process group), each dying with
     the thread that started it (die_with_us). name: the bench's, for the log; text: the

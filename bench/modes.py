@@ -54,7 +54,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from emuhosts import Net, Procs  # noqa: E402
+from emuhosts import Net, Procs, interrupt_on_signals, require_bins  # noqa: E402
 NPARAMS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10  # the MLP: 235,146 floats
 PULL_BYTES = NPARAMS * 4                                    # pulls are never compressed
 TRAIN_N = 60000
@@ -395,17 +395,14 @@ def parse():
     if a.micro < 1 or a.batch % a.micro or not 2 < a.batch // a.micro <= 64:
         ap.error("--micro must divide --batch into 3..64 micro-batches (the balanced rows' "
                  "slots, more than the 2 workers)")
-    for b in ("tessera", "tessera-master", "tessera-shard", "tessera-worker"):
-        if not os.access(os.path.join(a.bin, b), os.X_OK):
-            ap.error(f"no executable {os.path.join(a.bin, b)}: build first or pass --bin")
+    require_bins(ap, a.bin, ("tessera", "tessera-master", "tessera-shard", "tessera-worker"))
     return a
 
 
 def main():
     a = parse()
     t_start = time.monotonic()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # -> KeyboardInterrupt -> finally
-        signal.signal(sig, signal.default_int_handler)
+    interrupt_on_signals()   # -> KeyboardInterrupt -> finally
     net = Net(HOSTS, not a.no_netns, a.rate, f"tsm{os.getpid()}")
     procs, logs = Procs("modes.py", text=True), tempfile.mkdtemp(prefix="ts-bench-modes-")
     cluster, runs, failed, notes = None, {}, False, []

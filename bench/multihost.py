@@ -57,7 +57,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from emuhosts import Net, Procs, die_with_us  # noqa: E402
+from emuhosts import (Net, Procs, die_with_us, interrupt_on_signals,  # noqa: E402
+                      require_bins)
 
 SHARDS = ["s0", "s1", "s2", "s3"]
 WORKERS = ["w0", "w1", "w2", "w3"]
@@ -599,9 +600,7 @@ def parse():
     if len({r for _, r in a.rates}) != len(a.rates) or len({b for b, _ in a.rates}) != len(
             a.rates):
         ap.error("--rates: each rate once")
-    for b in ("bench_pushpull", "tessera", "tessera-master", "tessera-shard"):
-        if not os.access(os.path.join(a.bin, b), os.X_OK):
-            ap.error(f"no executable {os.path.join(a.bin, b)}: build first or pass --bin")
+    require_bins(ap, a.bin, ("bench_pushpull", "tessera", "tessera-master", "tessera-shard"))
     return a
 
 
@@ -610,8 +609,7 @@ def main():
     t_start = time.monotonic()
     os.environ[TAG_ENV] = a.tag      # every child inherits it: a test finds what is left
     os.environ["TESSERA_PLACEMENT_SALT"] = a.salt
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # -> KeyboardInterrupt -> finally
-        signal.signal(sig, signal.default_int_handler)
+    interrupt_on_signals()   # -> KeyboardInterrupt -> finally
     procs, logs = Procs("multihost"), tempfile.mkdtemp(prefix=f"ts-bench-multihost-{a.tag}-")
     rows, errors, placements, run = [], [], {}, None
     try:

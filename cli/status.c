@@ -161,6 +161,9 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_uint(&j, "start_workers", jb->start_workers);
         ts_json_bool(&j, "balance", jb->balance);
         ts_json_uint(&j, "balanced", jb->balanced);
+        ts_json_uint(&j, "work_units", jb->work_units);
+        ts_json_uint(&j, "work_done", jb->work_done);
+        ts_json_uint(&j, "work_outstanding", jb->work_outstanding);
         ts_json_arr(&j, "slot_owners");
         for (size_t k = 0; k < jb->n_slot_owners; k++)
             ts_json_uint(&j, NULL, jb->slot_owners[k]);
@@ -278,6 +281,9 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                     printf(" %zu:none", k);
             printf("%s\n", jb->n_slot_owners > 16 ? " ..." : "");
         }
+        if (jb->work_units)   /* dynamic assignment (docs/scheduler.md) */
+            printf("       work queue: %" PRIu64 " of %" PRIu64 " units done, %" PRIu64
+                   " out with workers\n", jb->work_done, jb->work_units, jb->work_outstanding);
         if (jb->rollbacks || jb->lost)
             printf("       %s%u rollback%s, the last to step %" PRIu64 ": %s\n",
                    jb->lost ? "LOST: " : "", jb->rollbacks, jb->rollbacks == 1 ? "" : "s",

@@ -136,6 +136,8 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     }
     if (t->balance && !t->local)
         argv[n++] = "--balance";
+    if (t->dynamic)
+        argv[n++] = "--dynamic";
     if (t->slow_factor && slow_of(t->slow_factor, rank, factor, sizeof(factor), steps,
                                   sizeof(steps))) {
         argv[n++] = "--slow-factor";

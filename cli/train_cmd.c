@@ -115,6 +115,10 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "the master moves slots between the workers by their "
                                    "measured speed (elastic; default --width: the micro-batches "
                                    "per step, at most 64; docs/scheduler.md)", 0, 0 };
+    flags[n++] = (struct ts_flag){ "dynamic", TS_FLAG_BOOL, &t->dynamic, NULL,
+                                   "asp: the workers take the next units of the data from the "
+                                   "master's queue as they become free, so a fast worker "
+                                   "computes more of the epoch (docs/scheduler.md)", 0, 0 };
     flags[n++] = (struct ts_flag){ "join", TS_FLAG_INT, &join, "R",
                                    "start only rank R, a worker that joins the running job "
                                    "--job (elastic; R below --width; the same settings as the "
@@ -155,6 +159,12 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                 "bsp job: it needs more slots (--width %lld; default --batch / --micro) than "
                 "--workers %lld, and no --no-elastic, --sync-every, --mode other than bsp or "
                 "top-k\n", cmd, (long long)width, (long long)workers);
+        return 2;
+    }
+    if (t->dynamic && (!t->mode || strcmp(t->mode, "asp"))) {
+        fprintf(stderr, "tessera %s: --dynamic needs --mode asp (ssp bounds each worker's own "
+                "steps, so a worker that takes more units would wait for the slowest; bsp: use "
+                "--balance)\n", cmd);
         return 2;
     }
     if (t->amp && t->compress) {

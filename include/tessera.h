@@ -264,6 +264,28 @@ void tessera_report_progress(tessera *t, const struct tessera_progress *p);
 /* The data-plane transport in use ("tcp", "shm", or "local"). */
 const char *tessera_transport(const tessera *t);
 
+/* Dynamic assignment (docs/scheduler.md, "Dynamic assignment"), ASP jobs only: instead of a
+ * fixed share of the data, each worker takes the next units of the job's data from a queue
+ * the master owns as it becomes free, so a fast worker computes more of the epoch. Unit u is
+ * the micro-batches the static schedule gives rank u % W at step u / W (W: the job's
+ * workers). tessera_claim_work asks for up to want units (0: only the counts; at most 256) at
+ * this worker's clock `step` (the step its next push will be: every step below it was
+ * pushed), of a job of `units` units (steps x workers; every worker the same). The grant:
+ * units first .. first + count - 1, to push as this worker's steps step .. step + count - 1,
+ * in order; count 0: none left to hand out (once outstanding is 0 too, every unit's push was
+ * applied, but lost ones: those of a worker that died and did not come back). A claim at a
+ * step inside the units it was granted gets the rest of the same units (a restarted worker
+ * redoes what it held). The master makes a grant durable before answering; a master that is
+ * down or restarting is waited for, up to a minute. TESSERA_ENOTSUP for a job not in asp;
+ * master "local": every unit is this worker's, in order. */
+struct tessera_work {
+    uint64_t first, step;
+    uint32_t count;
+    uint64_t units, done, outstanding, lost;
+};
+int tessera_claim_work(tessera *t, uint64_t step, uint32_t want, uint64_t units,
+                       struct tessera_work *out, struct tessera_error *err);
+
 /* A step in pieces, to hide communication behind compute (python/tessera/torch.py's overlap):
  * tessera_push_some pushes the gradients of tensors ids[0..n) (ascending) for `step` as soon
  * as they exist, tessera_pull_some pulls tensors ids[0..n) at `version` (step + 1) in the order

@@ -120,6 +120,13 @@ unsigned ts_membership_registrations(struct ts_membership *ms);
  * most max into slots) and the job's roster; returns how many (0 before any heartbeat). */
 size_t ts_membership_slots(struct ts_membership *ms, uint64_t *roster, uint32_t *slots,
                            size_t max);
+/* Workers of a dynamic job (ClaimWork, docs/scheduler.md): claims up to want of the job's
+ * units at this rank's clock, as this registration (worker_id and secret filled in here). A
+ * master that is down or restarting is waited for, as every control call is, up to
+ * TS_MASTER_CALL_MS; *out is the caller's (tessera__v1__claim_work_response__free_unpacked). */
+ts_status ts_membership_claim(struct ts_membership *ms, uint64_t clock, uint32_t want,
+                              uint64_t units, Tessera__V1__ClaimWorkResponse **out,
+                              struct ts_err *err) TS_MUST_CHECK;
 /* A heartbeat now, from the caller's thread (registering again if the master declared this
  * member dead), so that ts_membership_slots and ts_membership_id are fresh. */
 ts_status ts_membership_beat(struct ts_membership *ms, struct ts_err *err) TS_MUST_CHECK;

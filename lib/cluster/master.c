@@ -476,6 +476,21 @@ void ts_membership_stop(struct ts_membership *ms, bool deregister)
     free(ms);
 }
 
+ts_status ts_membership_claim(struct ts_membership *ms, uint64_t clock, uint32_t want,
+                              uint64_t units, Tessera__V1__ClaimWorkResponse **out,
+                              struct ts_err *err)
+{
+    Tessera__V1__ClaimWorkRequest req = TESSERA__V1__CLAIM_WORK_REQUEST__INIT;
+
+    req.worker_id = atomic_load(&ms->id);
+    req.secret = (ProtobufCBinaryData){ sizeof(ms->secret), ms->secret };
+    req.clock = clock;
+    req.want = want;
+    req.units = units;
+    return CALL(ms->m, "ClaimWork", &req, &tessera__v1__claim_work_response__descriptor, out,
+                TS_MASTER_CALL_MS, err);
+}
+
 void ts_membership_end(struct ts_membership *ms, bool failed, const char *text)
 {
     if (!ms)

@@ -161,6 +161,20 @@ void jobs_released(struct jobs *j, const char *id, int64_t now_ms);
 bool jobs_running(struct jobs *j, const char *id);
 /* The job (id, n bytes) and rank of worker's seat; false if it holds none. */
 bool jobs_seat_of(struct jobs *j, uint32_t worker, char *id, size_t n, uint32_t *rank);
+/* jobs_work.c, for dynamic assignment (workq.h): a live worker's seat in its running job, its
+ * run (JobInfo.started_unix_ms) and which ranks have a live worker (alive: malloc'd, workers
+ * entries; the caller frees it). false, nothing written, for a worker with no live seat in a
+ * running job. */
+struct jobs_run {
+    char job[TS_JOB_ID_MAX + 1];
+    uint32_t rank, workers;
+    int64_t run_ms;
+    bool *alive;
+};
+bool jobs_run_seat(struct jobs *j, uint32_t worker, struct jobs_run *out);
+/* Which ranks of job id have a live worker (malloc'd, the job's workers entries; the caller
+ * frees it); NULL for an unknown job or no memory. */
+bool *jobs_alive_ranks(struct jobs *j, const char *id);
 /* How many jobs the shards hold now (running, or idle and not yet released). */
 size_t jobs_resident(struct jobs *j);
 /* True if job id holds resources now (running, idle, or ended and not released). */

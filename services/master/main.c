@@ -120,7 +120,8 @@ int main(int argc, char **argv)
                      master_state_branch(&m.state), (uint32_t)every, &err) ||
         (RAND_bytes(m.data_key, sizeof(m.data_key)) != 1 &&   /* a restored one replaces it */
          ts_err_set(&err, TS_EINTERNAL, "no random bytes from libcrypto for the data key")) ||
-        master_state_load(&m.state, &m, &m.restored, &err))
+        master_state_load(&m.state, &m, &m.restored, &err) ||
+        workq_create(&m.state, &m.work, &err))
         goto out;
     ts_master_service.ctx = &m;
     master_metrics_init(&m);
@@ -158,6 +159,7 @@ out:
     rollbacks_fini(&m.rb);
     ts_members_free(m.members);
     jobs_free(m.jobs);
+    workq_free(m.work);
     OPENSSL_cleanse(m.data_key, sizeof(m.data_key));
     return rc;
 }

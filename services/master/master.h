@@ -14,6 +14,7 @@
 #include "snapshot.h"
 #include "state.h"
 #include "views.h"
+#include "workq.h"
 
 struct master {
     struct ts_members *members;
@@ -24,6 +25,7 @@ struct master {
     struct snapper snap;            /* snapshots (store NULL without --store) */
     struct datamap data;            /* data checksums per job */
     struct jobs *jobs;              /* the job table */
+    struct workq *work;             /* dynamic jobs' data queues (workq.h) */
     struct rollbacks rb;            /* rollbacks to run (rollback.c) */
     struct master_state state;      /* what a restart takes back (--state-dir; state.c) */
     struct progress *progress;      /* the jobs' progress for the status page (progress.h) */

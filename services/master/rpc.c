@@ -399,6 +399,20 @@ void master_job_owners(struct ts_rpc_call *call, Tessera__V1__JobInfo *j, const 
     j->n_slot_owners = n;
 }
 
+/* A dynamic job's queue counts (workq.h) into j; outstanding leaves out lost units. */
+static void work_of(struct master *m, const struct job_info *v, Tessera__V1__JobInfo *j)
+{
+    bool *alive = v->state == JOB_RUNNING ? jobs_alive_ranks(m->jobs, v->id) : NULL;
+    struct workq_grant g;
+
+    if (workq_counts(m->work, v->id, v->started_unix_ms, alive, &g)) {
+        j->work_units = g.units;
+        j->work_done = g.done;
+        j->work_outstanding = g.outstanding;
+    }
+    free(alive);
+}
+
 /* The job table as JobInfo messages in call's arena. */
 static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
                            Tessera__V1__ClusterStatusResponse *resp, struct ts_err *err)
@@ -418,6 +432,7 @@ static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
             j->slot_owners = owners;
             j->n_slot_owners = jobs_owners(m->jobs, v[i].id, owners, v[i].workers);
         }
+        work_of(m, &v[i], j);
         resp->jobs[resp->n_jobs++] = j;
     }
     free(v);
@@ -618,6 +633,39 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
     return TS_OK;
 }
 
+/* ClaimWork: a worker of a dynamic job takes the next units of its data (workq.h). The claim
+ * is a sign of life: it renews the worker's lease as a heartbeat would. */
+static ts_status claim_work(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                            ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__ClaimWorkRequest *req = (const void *)rq;
+    Tessera__V1__ClaimWorkResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    struct ts_member_grant mg;
+    struct ts_member_cred cred;
+    struct jobs_run run;
+    struct workq_grant g;
+    ts_status st;
+
+    if ((st = member_cred(call, &req->secret, false, &cred, err)) ||
+        (st = ts_members_heartbeat(m->members, TS_MEMBER_WORKER, req->worker_id, 0, 0,
+                                   ts_now_ms(), &mg, &cred, err)))
+        return st;
+    if (!jobs_run_seat(m->jobs, req->worker_id, &run))
+        return ts_err_set(err, TS_ESTATE, "worker_id: worker %u has no live seat in a running "
+                          "job (register with RegisterWorker naming the job first)",
+                          req->worker_id);
+    st = workq_claim(m->work, &(struct workq_seat){ run.job, run.run_ms, run.rank, run.workers,
+                                                    run.alive },
+                     req->clock, req->want, req->units, &g, err);
+    free(run.alive);
+    if (st)
+        return st;
+    *resp = (Tessera__V1__ClaimWorkResponse){ resp->base, g.first, g.count, g.clock, g.done,
+                                              g.outstanding, g.units, g.lost };
+    return TS_OK;
+}
+
 /* Who may call what, under mutual TLS (docs/security.md): members their own registration,
  * heartbeats and reports; the handlers narrow these by the member kind a request names. */
 #define MEMBERS (TS_ROLE_SHARD | TS_ROLE_WORKER | TS_ROLE_VERIFY)
@@ -641,6 +689,7 @@ static const struct ts_rpc_method master_methods[] = {
       TS_ROLE_ADMIN | TS_ROLE_VERIFY),
     T("ReportUnreachable", report_unreachable, report_unreachable_request,
       report_unreachable_response, MEMBERS),
+    M("ClaimWork", claim_work, claim_work_request, claim_work_response, TS_ROLE_WORKER),
     M("ReportLost", report_lost, report_lost_request, report_lost_response, MEMBERS),
     T("CollectGarbage", collect_garbage, collect_garbage_request, collect_garbage_response,
       TS_ROLE_ADMIN),

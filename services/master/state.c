@@ -147,6 +147,25 @@ ts_status master_state_durable(void *ctx, const struct ts_members_clock *c, stru
     return replace_file(s->dir, "clock", buf, tessera__v1__master_clock__pack(&mc, buf), err);
 }
 
+bool master_state_durable_dir(const struct master_state *s)
+{
+    return s->dir != NULL;
+}
+
+ts_status master_state_put(struct master_state *s, const char *name, const void *p, size_t n,
+                           struct ts_err *err)
+{
+    return s->dir ? replace_file(s->dir, name, p, n, err) : TS_OK;
+}
+
+ts_status master_state_get(struct master_state *s, const char *name, uint8_t **out, size_t *n,
+                           struct ts_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    return s->dir ? read_file(s->dir, name, out, n, err) : TS_OK;
+}
+
 /* ---- members, from the state file and back ---- */
 
 static void shard_of(const Tessera__V1__ShardInfo *i, struct ts_member *e)

@@ -1,9 +1,9 @@
 /* state.h - the master's durable state: what a master killed at any instruction takes back
  * when it starts again (docs/membership.md, "A master that restarts").
  *
- * Two files in the state directory (tessera-master --state-dir), each replaced whole and
- * atomically (written to a temporary file, fsync'd, renamed over the old one, the directory
- * fsync'd), so a kill leaves the old file or the new one, never a mix:
+ * Two files in the state directory (tessera-master --state-dir; workq.h keeps a third, "work"),
+ * each replaced whole and atomically (written to a temporary file, fsync'd, renamed over the
+ * old one, the directory fsync'd), so a kill leaves the old file or the new one, never a mix:
  *   clock  the epoch and the ids reserved (MasterClock), written by the members' table under
  *          its lock (ts_members_cfg.durable) before any reply can carry a new epoch or id:
  *          neither goes back across a restart;
@@ -77,6 +77,15 @@ ts_status master_state_load(struct master_state *s, struct master *m, bool *rest
 /* ts_members_cfg.durable: writes the clock file. ctx: the struct master_state *. */
 ts_status master_state_durable(void *ctx, const struct ts_members_clock *c,
                                struct ts_err *err);
+/* Other modules' files in the same directory (workq.h): whether there is a directory (false:
+ * nothing is durable, put does nothing), a file replaced whole and atomically as the clock
+ * file is, and a file's bytes (*out malloc'd, the caller frees it; NULL when there is no such
+ * file or no directory). TS_EIO naming the path. */
+bool master_state_durable_dir(const struct master_state *s);
+ts_status master_state_put(struct master_state *s, const char *name, const void *p, size_t n,
+                           struct ts_err *err) TS_MUST_CHECK;
+ts_status master_state_get(struct master_state *s, const char *name, uint8_t **out, size_t *n,
+                           struct ts_err *err) TS_MUST_CHECK;
 /* Starts the saver thread (nothing without a dir) and re-requests interrupted rollbacks. */
 void master_state_start(struct master_state *s, struct master *m);
 /* Stops the saver after a last save. */

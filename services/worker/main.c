@@ -42,6 +42,8 @@ int main(int argc, char **argv)
     int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0, restarts = 0;
     int64_t start_workers = 0, metrics_port = -1, compute_ms = 0;
     bool exact = false, json = false, keep = false, no_elastic = false, balance = false;
+    bool dynamic = false;
+    const char *unit_log = NULL;
     const char *slow_factor = NULL, *slow_steps = NULL;
     double factor = 1;
     uint64_t slow_from = 0, slow_until = UINT64_MAX;
@@ -102,6 +104,11 @@ int main(int argc, char **argv)
         { "balance", TS_FLAG_BOOL, &balance, NULL, "the master moves slots between live "
           "workers by their measured speed (elastic, --workers above --start-workers; "
           "docs/scheduler.md)", 0, 0 },
+        { "dynamic", TS_FLAG_BOOL, &dynamic, NULL, "asp: take the next units of the data from "
+          "the master's queue as this worker becomes free, instead of a fixed share "
+          "(docs/scheduler.md)", 0, 0 },
+        { "unit-log", TS_FLAG_STR, &unit_log, "FILE", "--dynamic: append a line `unit U step S "
+          "rank R` for each unit pushed", 0, 0 },
         { "no-elastic", TS_FLAG_BOOL, &no_elastic, NULL, "a dead worker stops the job instead "
           "of its slot moving to a live one (elastic needs bsp, no --sync-every, no top-k)", 0,
           0 },
@@ -161,6 +168,13 @@ int main(int argc, char **argv)
                 "workers: --workers W (the slots) above --start-workers N (the processes)\n");
         return 2;
     }
+    if ((dynamic && (!mode || strcmp(mode, "asp"))) || (unit_log && !dynamic)) {
+        fprintf(stderr, "tessera-worker: %s\n", unit_log && !dynamic
+                ? "--unit-log needs --dynamic"
+                : "--dynamic needs --mode asp (ssp bounds each worker's own steps, so a worker "
+                  "that takes more units would wait for the slowest; bsp: use --balance)");
+        return 2;
+    }
     if (batch % micro || rank >= workers) {
         fprintf(stderr, "tessera-worker: %s\n", batch % micro ? "--micro must divide --batch"
                                                               : "--rank must be below --workers");
@@ -182,6 +196,8 @@ int main(int argc, char **argv)
     o.start_workers = (uint32_t)start_workers;
     o.metrics_port = metrics_port;
     o.balance = balance;
+    o.dynamic = dynamic;
+    o.unit_log = unit_log;
     o.compute_ms = (int)compute_ms;
     o.slow_factor = factor;
     o.slow_from = slow_from;

@@ -9,6 +9,7 @@
  * reports. */
 #include "worker.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -310,6 +311,97 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs, cha
     ts_json_fini(&j);
 }
 
+/* Rank 0's evaluation at an epoch's end: train and test accuracy, to stdout and the status
+ * page. since: the steps (their samples) trained since the last one, te when it was. */
+static void evaluate(struct run *r, uint64_t epoch, uint64_t step, uint64_t total,
+                     uint64_t *since, int64_t *te)
+{
+    double tl, train_acc = accuracy(r, &r->train, 10000, &tl);
+    double test_acc = accuracy(r, &r->test, r->test.n, NULL);
+    int64_t now = ts_now_ms();
+
+    worker_metrics_eval(tl, train_acc, test_acc);
+    r->accuracy = test_acc;
+    progress(r, true);
+    printf("epoch %" PRIu64 " step %" PRIu64 "/%" PRIu64 ": loss %.4f, train accuracy %.4f, test "
+           "accuracy %.4f, %.0f samples/s\n", epoch, step, total, tl, train_acc, test_acc,
+           (double)*since * r->o->batch * 1000.0 / (double)(now - *te > 0 ? now - *te : 1));
+    fflush(stdout);
+    *te = now;
+    *since = 0;
+}
+
+#define CLAIM_UNITS 4      /* units a dynamic worker asks the master for at a time */
+#define DRAIN_POLL_MS 20   /* rank 0, out of units: how often it asks whether all are done */
+
+/* Dynamic assignment (asp, docs/scheduler.md): the units of the master's queue, as this
+ * worker becomes free, each pushed as this worker's next step. Unit u is the micro-batches the
+ * static schedule gives rank u % W at global step u / W. Rank 0 evaluates when the job has
+ * done an epoch's units, and at the end waits until every unit is in and pulls the values. */
+static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
+                         struct tessera_error *e)
+{
+    const struct train_opts *o = r->o;
+    const void *const *grads = (const void *const *)r->acc;
+    uint64_t units = total * o->workers, s = r->start, epoch = UINT64_MAX, evaluated = 0;
+    uint64_t since = 0;
+    int64_t te = ts_now_ms();
+    struct tessera_work w = { 0 };
+    int rc;
+
+    for (;;) {
+        uint64_t u, g;
+        int64_t t0;
+        if (s >= w.step + w.count) {
+            if (tessera_claim_work(r->t, s, CLAIM_UNITS, units, &w, e))
+                return say(e, "claim");
+            if (o->rank == 0 && w.done / ((uint64_t)spe * o->workers) > evaluated) {
+                evaluated = w.done / ((uint64_t)spe * o->workers);
+                evaluate(r, evaluated, w.done / o->workers, total, &since, &te);
+            }
+            if (!w.count)
+                break;
+        }
+        u = w.first + (s - w.step);
+        g = u / o->workers;
+        if (g / spe != epoch)
+            ts_schedule_perm(&r->sched, (uint32_t)(epoch = g / spe), r->perm);
+        t0 = ts_now_ns();
+        if ((rc = compute(r, (uint32_t)(g % spe) * o->batch, (uint32_t)(u % o->workers), r->acc,
+                          e)))
+            return rc;
+        if (o->slow_ms)
+            ts_sleep_ms(o->slow_ms);
+        if (o->slow_factor > 1 && s >= o->slow_from && s < o->slow_until)
+            slow_down(o->slow_factor, ts_now_ns() - t0);
+        if (tessera_step_slots(r->t, s, 1, &o->rank, &grads, r->params, e))
+            return say(e, "step");
+        worker_metrics_step((double)(ts_now_ns() - t0) / 1e9, 0);
+        if (log && (fprintf(log, "unit %" PRIu64 " step %" PRIu64 " rank %u\n", u, s,
+                            o->rank) < 0 || fflush(log)))
+            return say(&(struct tessera_error){ .message = "cannot write --unit-log" }, "log");
+        r->report_steps++;
+        progress(r, false);
+        since++;
+        s++;
+    }
+    while (o->rank == 0 && w.outstanding) {   /* the others' last units */
+        ts_sleep_ms(DRAIN_POLL_MS);
+        if (tessera_claim_work(r->t, s, 0, units, &w, e))
+            return say(e, "claim");
+    }
+    for (int i = 0; o->rank == 0 && i < TS_MLP_NTENSORS; i++)
+        if (tessera_pull(r->t, r->ids[i], s, r->params[i], e))
+            return say(e, "pull");
+    if (o->rank == 0 && (w.done / o->workers) % spe)   /* a last, partial epoch */
+        evaluate(r, w.done / ((uint64_t)spe * o->workers) + 1, w.done / o->workers, total,
+                 &since, &te);
+    if (w.lost)
+        printf("rank %u: %" PRIu64 " of %" PRIu64 " units were lost with a worker that died\n",
+               o->rank, w.lost, w.units);
+    return 0;
+}
+
 int train_run(const struct train_opts *o)
 {
     struct run r = { .o = o };
@@ -334,7 +426,20 @@ int train_run(const struct train_opts *o)
     total = o->steps ? o->steps : (uint64_t)o->epochs * spe;
     t0 = te = r.report_ms = ts_now_ms();
     r.accuracy = NAN;
-    for (s = r.start, fresh = true; s < total; s++) {
+    if (o->dynamic) {
+        FILE *log = o->unit_log ? fopen(o->unit_log, "a") : NULL;
+        if (o->unit_log && !log) {
+            fprintf(stderr, "tessera-worker: --unit-log %s: %s\n", o->unit_log, strerror(errno));
+            rc = 1;
+            goto out;
+        }
+        rc = train_dynamic(&r, spe, total, log, &e);
+        if (log)
+            fclose(log);
+        if (rc)
+            goto out;
+    }
+    for (s = o->dynamic ? total : r.start, fresh = true; s < total; s++) {
         uint32_t k = (uint32_t)(s % spe);
         int64_t step_t0 = ts_now_ns(), exchange_t0;
         if (k == 0 || fresh)
@@ -378,21 +483,8 @@ int train_run(const struct train_opts *o)
             goto out;
         }
         since++;
-        if (o->rank == 0 && (k == spe - 1 || s + 1 == total)) {
-            double tl, train_acc = accuracy(&r, &r.train, 10000, &tl);
-            double test_acc = accuracy(&r, &r.test, r.test.n, NULL);
-            int64_t now = ts_now_ms();
-            worker_metrics_eval(tl, train_acc, test_acc);
-            r.accuracy = test_acc;
-            progress(&r, true);
-            printf("epoch %" PRIu64 " step %" PRIu64 "/%" PRIu64 ": loss %.4f, train accuracy "
-                   "%.4f, test accuracy %.4f, %.0f samples/s\n", s / spe + 1, s + 1, total, tl,
-                   train_acc, test_acc,
-                   (double)since * o->batch * 1000.0 / (double)(now - te > 0 ? now - te : 1));
-            fflush(stdout);
-            te = now;
-            since = 0;
-        }
+        if (o->rank == 0 && (k == spe - 1 || s + 1 == total))
+            evaluate(&r, s / spe + 1, s + 1, total, &since, &te);
     }
     if (o->rank == 0)
         report(&r, total > r.start ? total : r.start, total > r.start ? total - r.start : 0,

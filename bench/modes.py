@@ -58,7 +58,9 @@ from emuhosts import Net, Procs, interrupt_on_signals, require_bins  # noqa: E40
 NPARAMS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10  # the MLP: 235,146 floats
 PULL_BYTES = NPARAMS * 4                                    # pulls are never compressed
 TRAIN_N = 60000
-PAPER = {"ASP": 1.41, "ASP-topk0.01": 1.67}  # reduction-server design doc, 8 x A100 nodes
+# The reduction-server design doc, 8 x A100 nodes: async 1.41x, async + compression 1.67x.
+PAPER = {"ASP": 1.41, "ASP-topk0.01": 1.67, "ASP-dynamic": 1.41, "ASP-dyn-topk0.01": 1.67,
+         "ASP-dyn-int8": 1.67}
 
 # (key for --configs, name in the table, tessera-worker flags, how rank 1 is slow: "ms"
 # --slow-ms, "none", "x" --slow-factor, "drift" --slow-factor moving from rank 1 to rank 0
@@ -74,12 +76,19 @@ CONFIGS = [
     ("int8", "BSP-int8", ["--compress", "int8"], "ms"),
     ("topk", "BSP-topk0.01", ["--compress", "topk:0.01"], "ms"),
     ("asp-topk", "ASP-topk0.01", ["--mode", "asp", "--compress", "topk:0.01"], "ms"),
+    ("asp-dyn", "ASP-dynamic", ["--mode", "asp", "--dynamic"], "ms"),
+    ("asp-dyn-topk", "ASP-dyn-topk0.01", ["--mode", "asp", "--dynamic", "--compress",
+                                          "topk:0.01"], "ms"),
+    ("asp-dyn-int8", "ASP-dyn-int8", ["--mode", "asp", "--dynamic", "--compress", "int8"],
+     "ms"),
     ("amp", "AMP", ["--compress", "fp16", "--loss-scale", "dynamic"], "ms"),
     ("noslow", "BSP-fp32-noslow", [], "none"),
     ("x-bsp", "xN BSP-fp32", [], "x"),
     ("x-exact", "xN BSP-exact", ["--exact"], "x"),
     ("x-bal", "xN balanced", ["--balance"], "x"),
     ("x-bal-exact", "xN bal-exact", ["--balance", "--exact"], "x"),
+    ("x-asp", "xN ASP", ["--mode", "asp"], "x"),
+    ("x-asp-dyn", "xN ASP-dynamic", ["--mode", "asp", "--dynamic"], "x"),
     ("d-bsp", "drift BSP-fp32", [], "drift"),
     ("d-bal", "drift balanced", ["--balance"], "drift"),
     ("d-bal-exact", "drift bal-exact", ["--balance", "--exact"], "drift"),

@@ -344,7 +344,7 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
     const struct train_opts *o = r->o;
     const void *const *grads = (const void *const *)r->acc;
     uint64_t units = total * o->workers, s = r->start, epoch = UINT64_MAX, evaluated = 0;
-    uint64_t since = 0;
+    uint64_t since = 0, per_epoch = (uint64_t)spe * o->workers;
     int64_t te = ts_now_ms();
     struct tessera_work w = { 0 };
     int rc;
@@ -355,9 +355,9 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
         if (s >= w.step + w.count) {
             if (tessera_claim_work(r->t, s, CLAIM_UNITS, units, &w, e))
                 return say(e, "claim");
-            if (o->rank == 0 && w.done / ((uint64_t)spe * o->workers) > evaluated) {
-                evaluated = w.done / ((uint64_t)spe * o->workers);
-                evaluate(r, evaluated, w.done / o->workers, total, &since, &te);
+            if (o->rank == 0 && w.done / per_epoch > evaluated / per_epoch) {
+                evaluated = w.done;
+                evaluate(r, w.done / per_epoch, w.done / o->workers, total, &since, &te);
             }
             if (!w.count)
                 break;
@@ -393,9 +393,9 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
     for (int i = 0; o->rank == 0 && i < TS_MLP_NTENSORS; i++)
         if (tessera_pull(r->t, r->ids[i], s, r->params[i], e))
             return say(e, "pull");
-    if (o->rank == 0 && (w.done / o->workers) % spe)   /* a last, partial epoch */
-        evaluate(r, w.done / ((uint64_t)spe * o->workers) + 1, w.done / o->workers, total,
-                 &since, &te);
+    if (o->rank == 0 && w.done > evaluated)   /* the end, on the job's final values */
+        evaluate(r, (w.done + per_epoch - 1) / per_epoch, w.done / o->workers, total, &since,
+                 &te);
     if (w.lost)
         printf("rank %u: %" PRIu64 " of %" PRIu64 " units were lost with a worker that died\n",
                o->rank, w.lost, w.units);

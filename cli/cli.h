@@ -16,6 +16,7 @@ int cmd_snapshot(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_verify_replicas(int argc, char **argv);   /* `tessera verify replicas` */
 int cmd_certs(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 struct ts_store;
 /* Opens the snapshot store: store (a directory), else the one the master at master (NULL:

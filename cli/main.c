@@ -12,6 +12,7 @@ static const struct {
     { "up", cmd_up, "start a local cluster (a master and N shards) until Ctrl-C" },
     { "status", cmd_status, "show the cluster: epoch, shards, workers" },
     { "train", cmd_train, "train the built-in MLP on Fashion-MNIST (N workers, or --local)" },
+    { "eval", cmd_eval, "evaluate a running job's parameters now, ahead of its training" },
     { "snapshot", cmd_snapshot, "snapshots: create, list, log, show, diff, rollback, gc, fsck" },
     { "verify", cmd_verify, "audit model state: compare snapshots or files (bits, cosine, dist)" },
     { "certs", cmd_certs, "a cluster's TLS certificates: init DIR (a CA and one per role), "

@@ -60,6 +60,46 @@ static const char *job_state_name(Tessera__V1__JobState s)
     }
 }
 
+static const char *task_state(Tessera__V1__TaskState s)
+{
+    switch (s) {
+    case TESSERA__V1__TASK_STATE__TASK_STATE_QUEUED: return "queued";
+    case TESSERA__V1__TASK_STATE__TASK_STATE_RUNNING: return "running";
+    case TESSERA__V1__TASK_STATE__TASK_STATE_DONE: return "done";
+    case TESSERA__V1__TASK_STATE__TASK_STATE_FAILED: return "failed";
+    default: return "unknown";
+    }
+}
+
+/* A priority task (docs/scheduler.md): JSON, and one line of the table. */
+static void task_json(struct ts_json *j, const Tessera__V1__TaskInfo *k)
+{
+    ts_json_obj(j, NULL);
+    ts_json_uint(j, "id", k->id);
+    ts_json_str(j, "kind", "evaluate");
+    ts_json_str(j, "state", task_state(k->state));
+    ts_json_uint(j, "worker", k->worker);
+    ts_json_uint(j, "step", k->step);
+    ts_json_num(j, "test_accuracy", k->accuracy);
+    ts_json_num(j, "loss", k->loss);
+    ts_json_str(j, "params_sha256", k->fingerprint);
+    ts_json_str(j, "error", k->error);
+    ts_json_end(j);
+}
+
+static void task_line(const Tessera__V1__TaskInfo *k)
+{
+    printf("       task %u evaluate: %s", k->id, task_state(k->state));
+    if (k->state == TESSERA__V1__TASK_STATE__TASK_STATE_RUNNING)
+        printf(" on worker %u", k->worker);
+    else if (k->state == TESSERA__V1__TASK_STATE__TASK_STATE_DONE)
+        printf(" by worker %u at step %" PRIu64 ": test accuracy %.4f, loss %.4f", k->worker,
+               k->step, k->accuracy, k->loss);
+    else if (k->state == TESSERA__V1__TASK_STATE__TASK_STATE_FAILED)
+        printf(" on worker %u: %s", k->worker, k->error);
+    printf("\n");
+}
+
 static void print_json(const char *addr, const Tessera__V1__ClusterStatusResponse *cs,
                        Tessera__V1__ShardStatusResponse **views)
 {
@@ -164,6 +204,10 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_uint(&j, "work_units", jb->work_units);
         ts_json_uint(&j, "work_done", jb->work_done);
         ts_json_uint(&j, "work_outstanding", jb->work_outstanding);
+        ts_json_arr(&j, "tasks");
+        for (size_t k = 0; k < jb->n_tasks; k++)
+            task_json(&j, jb->tasks[k]);
+        ts_json_end(&j);
         ts_json_arr(&j, "slot_owners");
         for (size_t k = 0; k < jb->n_slot_owners; k++)
             ts_json_uint(&j, NULL, jb->slot_owners[k]);
@@ -281,6 +325,8 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                     printf(" %zu:none", k);
             printf("%s\n", jb->n_slot_owners > 16 ? " ..." : "");
         }
+        for (size_t k = 0; k < jb->n_tasks; k++)   /* priority tasks (docs/scheduler.md) */
+            task_line(jb->tasks[k]);
         if (jb->work_units)   /* dynamic assignment (docs/scheduler.md) */
             printf("       work queue: %" PRIu64 " of %" PRIu64 " units done, %" PRIu64
                    " out with workers\n", jb->work_done, jb->work_units, jb->work_outstanding);

@@ -286,6 +286,31 @@ struct tessera_work {
 int tessera_claim_work(tessera *t, uint64_t step, uint32_t want, uint64_t units,
                        struct tessera_work *out, struct tessera_error *err);
 
+/* Priority tasks (docs/scheduler.md, "Priority tasks"): work queued for this job ahead of
+ * training (`tessera eval`, the master's SubmitTask), which the first of the job's workers to
+ * call in runs between two of its steps. tessera_next_task returns 1 and fills *task with a
+ * task the master handed this worker (each once), 0 if none (always 0 with master "local"):
+ * run it at a step boundary and report it with tessera_task_done; the result goes to the
+ * master with the next heartbeats. tessera_task_done refuses (TESSERA_EINVAL, naming the
+ * field) an accuracy outside 0..1, a negative or non-finite loss, a fingerprint that is not 64
+ * lowercase hex digits. */
+enum tessera_task_kind { TESSERA_TASK_EVALUATE = 1 };   /* test-set accuracy and loss */
+struct tessera_task {
+    uint32_t id;
+    int kind;                    /* enum tessera_task_kind */
+};
+int tessera_next_task(tessera *t, struct tessera_task *task);
+struct tessera_task_result {
+    uint32_t id;
+    int failed;                  /* 0: done, with the figures below; else `error` says why */
+    uint64_t step;               /* the step boundary: the parameters of version `step` */
+    double accuracy, loss;       /* EVALUATE: on the test set */
+    const char *fingerprint;     /* params_sha256 of those parameters, or NULL */
+    const char *error;           /* failed: why (copied; at most 256 bytes kept) */
+};
+int tessera_task_done(tessera *t, const struct tessera_task_result *r,
+                      struct tessera_error *err);
+
 /* A step in pieces, to hide communication behind compute (python/tessera/torch.py's overlap):
  * tessera_push_some pushes the gradients of tensors ids[0..n) (ascending) for `step` as soon
  * as they exist, tessera_pull_some pulls tensors ids[0..n) at `version` (step + 1) in the order

@@ -1,10 +1,13 @@
-/* sdk_work.c - the SDK's side of dynamic assignment (docs/scheduler.md, "Dynamic
- * assignment"): claiming the next units of an ASP job's data from the master's queue
- * (services/master/workq.h), waiting out a master that restarts. */
+/* sdk_work.c - the SDK's side of the master's schedule (docs/scheduler.md): claiming the next
+ * units of an ASP job's data from the master's queue (services/master/workq.h), waiting out a
+ * master that restarts; and the priority tasks the master hands this worker
+ * (services/master/tasks.h). */
 #include "client/sdk_internal.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util/log.h"
 #include "util/proc.h"
@@ -63,5 +66,46 @@ int tessera_claim_work(tessera *t, uint64_t step, uint32_t want, uint64_t units,
                                   .units = r->units, .done = r->done,
                                   .outstanding = r->outstanding, .lost = r->lost };
     tessera__v1__claim_work_response__free_unpacked(r, NULL);
+    return sdk_ok(e);
+}
+
+int tessera_next_task(tessera *t, struct tessera_task *task)
+{
+    struct ts_task k;
+
+    if (t->local || !t->ms || !ts_membership_task(t->ms, &k))
+        return 0;
+    *task = (struct tessera_task){ k.id, k.kind };
+    return 1;
+}
+
+int tessera_task_done(tessera *t, const struct tessera_task_result *r,
+                      struct tessera_error *e)
+{
+    Tessera__V1__TaskInfo info = TESSERA__V1__TASK_INFO__INIT;
+    const char *fp = r->fingerprint ? r->fingerprint : "";
+    struct ts_err err = { 0 };
+
+    if (!r->id)
+        ts_err_set(&err, TS_EINVAL, "id: 0; want the id tessera_next_task gave");
+    else if (!r->failed && !(r->accuracy >= 0 && r->accuracy <= 1))
+        ts_err_set(&err, TS_EINVAL, "accuracy: %g; want 0..1", r->accuracy);
+    else if (!r->failed && !(r->loss >= 0 && isfinite(r->loss)))
+        ts_err_set(&err, TS_EINVAL, "loss: %g; want a finite loss >= 0", r->loss);
+    else if (fp[0] && (strlen(fp) != 64 || strspn(fp, "0123456789abcdef") != 64))
+        ts_err_set(&err, TS_EINVAL, "fingerprint: want 64 lowercase hex digits or NULL");
+    if (err.code)
+        return sdk_fail(e, &err);
+    if (t->local || !t->ms)
+        return sdk_ok(e);
+    info.id = r->id;
+    info.state = r->failed ? TESSERA__V1__TASK_STATE__TASK_STATE_FAILED
+                           : TESSERA__V1__TASK_STATE__TASK_STATE_DONE;
+    info.step = r->step;
+    info.accuracy = r->accuracy;
+    info.loss = r->loss;
+    info.fingerprint = (char *)fp;
+    info.error = (char *)(r->error ? r->error : "");
+    ts_membership_task_done(t->ms, &info);
     return sdk_ok(e);
 }

@@ -120,6 +120,16 @@ unsigned ts_membership_registrations(struct ts_membership *ms);
  * most max into slots) and the job's roster; returns how many (0 before any heartbeat). */
 size_t ts_membership_slots(struct ts_membership *ms, uint64_t *roster, uint32_t *slots,
                            size_t max);
+/* Workers: priority tasks (SubmitTask, docs/scheduler.md). ts_membership_task gives a task a
+ * heartbeat handed this worker, once (false: none new). ts_membership_task_done keeps r (id,
+ * state DONE or FAILED and the result; copied) for the heartbeats to send until one is
+ * answered. */
+struct ts_task {
+    uint32_t id;
+    int kind;                                 /* Tessera__V1__TaskKind */
+};
+bool ts_membership_task(struct ts_membership *ms, struct ts_task *out);
+void ts_membership_task_done(struct ts_membership *ms, const Tessera__V1__TaskInfo *r);
 /* Workers of a dynamic job (ClaimWork, docs/scheduler.md): claims up to want of the job's
  * units at this rank's clock, as this registration (worker_id and secret filled in here). A
  * master that is down or restarting is waited for, as every control call is, up to

@@ -44,6 +44,12 @@ struct ts_membership {
     double loss, accuracy, samples_per_s;
     double slot_s;                    /* under mu: ts_membership_set_speed; 0: none yet */
     uint32_t speed_slots;
+    /* Priority tasks (under mu): the last one handed and not yet taken by the trainer, the
+     * last id taken (never handed twice), and a result to send until a heartbeat is answered. */
+    struct ts_task handed;
+    uint32_t taken;
+    Tessera__V1__TaskInfo result;
+    char result_fp[65], result_error[257];
     uint64_t roster;                  /* under mu: the last heartbeat's roster and slots */
     uint32_t slots[SLOTS_MAX];
     size_t nslots;
@@ -263,6 +269,8 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
 {
     Tessera__V1__HeartbeatRequest req = TESSERA__V1__HEARTBEAT_REQUEST__INIT;
     Tessera__V1__HeartbeatResponse *resp;
+    Tessera__V1__TaskInfo sent;
+    char sent_fp[65], sent_error[257];
     ts_status st;
 
     req.kind = ms->cfg.kind;
@@ -283,6 +291,14 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     req.has_speed = ms->slot_s > 0;
     req.slot_seconds = ms->slot_s;
     req.speed_slots = ms->speed_slots;
+    if (ms->result.id) {
+        sent = ms->result;
+        snprintf(sent_fp, sizeof(sent_fp), "%s", ms->result_fp);
+        snprintf(sent_error, sizeof(sent_error), "%s", ms->result_error);
+        sent.fingerprint = sent_fp;
+        sent.error = sent_error;
+        req.task_done = &sent;
+    }
     pthread_mutex_unlock(&ms->mu);
     if (ms->cfg.moves)
         req.moves_pending = ms->cfg.moves(ms->cfg.arg, &req.moves_epoch);
@@ -298,6 +314,10 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
         ms->nslots = resp->n_slots < SLOTS_MAX ? resp->n_slots : SLOTS_MAX;
         if (ms->nslots)
             memcpy(ms->slots, resp->slots, ms->nslots * sizeof(*ms->slots));
+        if (req.task_done && ms->result.id == req.task_done->id)
+            ms->result.id = 0;   /* delivered */
+        if (resp->task && resp->task->id > ms->taken)
+            ms->handed = (struct ts_task){ resp->task->id, resp->task->kind };
         pthread_mutex_unlock(&ms->mu);
     }
     for (size_t i = 0; ms->cfg.on_roster && i < resp->n_rosters; i++)
@@ -474,6 +494,31 @@ void ts_membership_stop(struct ts_membership *ms, bool deregister)
     pthread_mutex_destroy(&ms->beat_mu);
     pthread_cond_destroy(&ms->cv);
     free(ms);
+}
+
+bool ts_membership_task(struct ts_membership *ms, struct ts_task *out)
+{
+    bool got;
+
+    pthread_mutex_lock(&ms->mu);
+    got = ms->handed.id > ms->taken;
+    if (got) {
+        *out = ms->handed;
+        ms->taken = ms->handed.id;
+    }
+    pthread_mutex_unlock(&ms->mu);
+    return got;
+}
+
+void ts_membership_task_done(struct ts_membership *ms, const Tessera__V1__TaskInfo *r)
+{
+    pthread_mutex_lock(&ms->mu);
+    ms->result = *r;
+    snprintf(ms->result_fp, sizeof(ms->result_fp), "%s", r->fingerprint ? r->fingerprint : "");
+    snprintf(ms->result_error, sizeof(ms->result_error), "%s", r->error ? r->error : "");
+    ms->result.fingerprint = ms->result_fp;
+    ms->result.error = ms->result_error;
+    pthread_mutex_unlock(&ms->mu);
 }
 
 ts_status ts_membership_claim(struct ts_membership *ms, uint64_t clock, uint32_t want,

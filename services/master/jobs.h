@@ -161,17 +161,21 @@ void jobs_released(struct jobs *j, const char *id, int64_t now_ms);
 bool jobs_running(struct jobs *j, const char *id);
 /* The job (id, n bytes) and rank of worker's seat; false if it holds none. */
 bool jobs_seat_of(struct jobs *j, uint32_t worker, char *id, size_t n, uint32_t *rank);
-/* jobs_work.c, for dynamic assignment (workq.h): a live worker's seat in its running job, its
- * run (JobInfo.started_unix_ms) and which ranks have a live worker (alive: malloc'd, workers
- * entries; the caller frees it). false, nothing written, for a worker with no live seat in a
- * running job. */
+/* jobs_work.c, for dynamic assignment (workq.h) and priority tasks (tasks.h): a live worker's
+ * seat in its running job, its run (JobInfo.started_unix_ms) and, with_alive, which ranks have
+ * a live worker (alive: malloc'd, workers entries, the caller frees it; else NULL). false,
+ * nothing written, for a worker with no live seat in a running job. */
 struct jobs_run {
     char job[TS_JOB_ID_MAX + 1];
     uint32_t rank, workers;
     int64_t run_ms;
     bool *alive;
 };
-bool jobs_run_seat(struct jobs *j, uint32_t worker, struct jobs_run *out);
+bool jobs_run_seat(struct jobs *j, uint32_t worker, bool with_alive, struct jobs_run *out);
+/* A running job's run (JobInfo.started_unix_ms); 0 if no job of that id runs. */
+int64_t jobs_run_ms(struct jobs *j, const char *id);
+/* Whether worker has a live seat in a job. */
+bool jobs_worker_alive(struct jobs *j, uint32_t worker);
 /* Which ranks of job id have a live worker (malloc'd, the job's workers entries; the caller
  * frees it); NULL for an unknown job or no memory. */
 bool *jobs_alive_ranks(struct jobs *j, const char *id);

@@ -121,7 +121,7 @@ int main(int argc, char **argv)
         (RAND_bytes(m.data_key, sizeof(m.data_key)) != 1 &&   /* a restored one replaces it */
          ts_err_set(&err, TS_EINTERNAL, "no random bytes from libcrypto for the data key")) ||
         master_state_load(&m.state, &m, &m.restored, &err) ||
-        workq_create(&m.state, &m.work, &err))
+        workq_create(&m.state, &m.work, &err) || tasks_create(&m.tasks, &err))
         goto out;
     ts_master_service.ctx = &m;
     master_metrics_init(&m);
@@ -160,6 +160,7 @@ out:
     ts_members_free(m.members);
     jobs_free(m.jobs);
     workq_free(m.work);
+    tasks_free(m.tasks);
     OPENSSL_cleanse(m.data_key, sizeof(m.data_key));
     return rc;
 }

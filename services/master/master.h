@@ -13,6 +13,7 @@
 #include "rpc/rpc.h"
 #include "snapshot.h"
 #include "state.h"
+#include "tasks.h"
 #include "views.h"
 #include "workq.h"
 
@@ -26,6 +27,7 @@ struct master {
     struct datamap data;            /* data checksums per job */
     struct jobs *jobs;              /* the job table */
     struct workq *work;             /* dynamic jobs' data queues (workq.h) */
+    struct tasks *tasks;            /* priority tasks (tasks.h) */
     struct rollbacks rb;            /* rollbacks to run (rollback.c) */
     struct master_state state;      /* what a restart takes back (--state-dir; state.c) */
     struct progress *progress;      /* the jobs' progress for the status page (progress.h) */
@@ -50,6 +52,18 @@ Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job
 /* j's slot owners: a copy of owners[0..n) in call's arena. */
 void master_job_owners(struct ts_rpc_call *call, Tessera__V1__JobInfo *j, const uint32_t *owners,
                        size_t n);
+
+/* Priority tasks on the wire (tasks_rpc.c): a heartbeat's task_done checked into *out
+ * (TS_EINVAL naming the field); a worker's heartbeat bringing done (NULL: none) and handed
+ * its job's next task in resp; a job's tasks into j (ClusterStatus); SubmitTask. */
+ts_status master_task_result(const Tessera__V1__TaskInfo *in, struct task *out,
+                             struct ts_err *err);
+void master_task_beat(struct ts_rpc_call *call, struct master *m, uint32_t worker,
+                      const struct task *done, Tessera__V1__HeartbeatResponse *resp);
+void master_job_tasks(struct ts_rpc_call *call, struct master *m, const struct job_info *v,
+                      Tessera__V1__JobInfo *j);
+ts_status master_submit_task(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                             ProtobufCMessage *rs, struct ts_err *err);
 
 /* Registers the master's metrics (metrics.c), read from m at each scrape, and its status
  * page (page.c: / and /api/status on the same port). */

@@ -242,13 +242,15 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
     struct master *m = ts_rpc_ctx(call);
     struct ts_member_grant g;
     struct ts_member_cred cred;
+    struct task done;
     ts_status st;
 
-    /* A speed out of range is refused before anything changes (worker 0: no job, the values
-     * are checked only). */
+    /* A speed or a task result out of range is refused before anything changes (worker 0: no
+     * job, the values are checked only). */
     if ((st = kind_role(call, req->kind, 0, err)) ||
         (req->has_speed && (st = jobs_speed(m->jobs, 0, req->slot_seconds, req->speed_slots,
                                             ts_now_ms(), err))) ||
+        (req->task_done && (st = master_task_result(req->task_done, &done, err))) ||
         (st = member_cred(call, &req->secret, false, &cred, err)) ||
         (st = ts_members_heartbeat(m->members, (enum ts_member_kind)req->kind, req->id,
                                    req->known_epoch, req->clock, ts_now_ms(), &g, &cred, err)))
@@ -265,6 +267,7 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                                                req->speed_slots, ts_now_ms(), err)))
             return st;
         slots_of(call, m, req->id, resp);
+        master_task_beat(call, m, req->id, req->task_done ? &done : NULL, resp);
     } else {
         ts_members_moves(m->members, req->id, req->moves_epoch, req->moves_pending);
         rosters_of(call, m, resp);
@@ -433,6 +436,7 @@ static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
             j->n_slot_owners = jobs_owners(m->jobs, v[i].id, owners, v[i].workers);
         }
         work_of(m, &v[i], j);
+        master_job_tasks(call, m, &v[i], j);
         resp->jobs[resp->n_jobs++] = j;
     }
     free(v);
@@ -651,7 +655,7 @@ static ts_status claim_work(struct ts_rpc_call *call, const ProtobufCMessage *rq
         (st = ts_members_heartbeat(m->members, TS_MEMBER_WORKER, req->worker_id, 0, 0,
                                    ts_now_ms(), &mg, &cred, err)))
         return st;
-    if (!jobs_run_seat(m->jobs, req->worker_id, &run))
+    if (!jobs_run_seat(m->jobs, req->worker_id, true, &run))
         return ts_err_set(err, TS_ESTATE, "worker_id: worker %u has no live seat in a running "
                           "job (register with RegisterWorker naming the job first)",
                           req->worker_id);
@@ -690,6 +694,8 @@ static const struct ts_rpc_method master_methods[] = {
     T("ReportUnreachable", report_unreachable, report_unreachable_request,
       report_unreachable_response, MEMBERS),
     M("ClaimWork", claim_work, claim_work_request, claim_work_response, TS_ROLE_WORKER),
+    M("SubmitTask", master_submit_task, submit_task_request, submit_task_response,
+      TS_ROLE_ADMIN | TS_ROLE_VERIFY),
     M("ReportLost", report_lost, report_lost_request, report_lost_response, MEMBERS),
     T("CollectGarbage", collect_garbage, collect_garbage_request, collect_garbage_response,
       TS_ROLE_ADMIN),

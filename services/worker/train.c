@@ -127,7 +127,7 @@ static int setup(struct run *r, struct tessera_error *e)
     struct ts_err err = { 0 };
 
     if (ts_fmnist_load(o->data_dir, true, &r->train, &err) ||
-        (o->rank == 0 && ts_fmnist_load(o->data_dir, false, &r->test, &err)) ||
+        ts_fmnist_load(o->data_dir, false, &r->test, &err) ||   /* every rank: tasks */
         ts_mlp_create(o->micro > 1000 ? o->micro : 1000, &r->mlp, &err)) {
         snprintf(e->message, sizeof(e->message), "%s", err.msg);
         return say(e, "data");
@@ -331,6 +331,33 @@ static void evaluate(struct run *r, uint64_t epoch, uint64_t step, uint64_t tota
     *since = 0;
 }
 
+/* A priority task the master handed this worker (docs/scheduler.md), run now, at the
+ * boundary after `step`: the parameters are those of version step. */
+static void run_task(struct run *r, uint64_t step)
+{
+    struct tessera_task k;
+    struct tessera_task_result res = { .step = step };
+    struct tessera_error e = { 0 };
+    char hex[65];
+
+    if (!tessera_next_task(r->t, &k))
+        return;
+    res.id = k.id;
+    if (k.kind == TESSERA_TASK_EVALUATE) {
+        res.accuracy = accuracy(r, &r->test, r->test.n, &res.loss);
+        fingerprint(r, hex);
+        res.fingerprint = hex;
+        printf("rank %u: task %u: evaluated step %" PRIu64 ": test accuracy %.4f, loss %.4f, "
+               "params_sha256 %s\n", r->o->rank, k.id, step, res.accuracy, res.loss, hex);
+        fflush(stdout);
+    } else {
+        res.failed = 1;
+        res.error = "this worker does not know the task's kind";
+    }
+    if (tessera_task_done(r->t, &res, &e))
+        fprintf(stderr, "tessera-worker: task %u: %s\n", k.id, e.message);
+}
+
 #define CLAIM_UNITS 4      /* units a dynamic worker asks the master for at a time */
 #define DRAIN_POLL_MS 20   /* rank 0, out of units: how often it asks whether all are done */
 
@@ -377,6 +404,7 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
         if (tessera_step_slots(r->t, s, 1, &o->rank, &grads, r->params, e))
             return say(e, "step");
         worker_metrics_step((double)(ts_now_ns() - t0) / 1e9, 0);
+        run_task(r, s + 1);
         if (log && (fprintf(log, "unit %" PRIu64 " step %" PRIu64 " rank %u\n", u, s,
                             o->rank) < 0 || fflush(log)))
             return say(&(struct tessera_error){ .message = "cannot write --unit-log" }, "log");
@@ -468,6 +496,7 @@ int train_run(const struct train_opts *o)
         if (!rc) {
             r.report_steps++;
             progress(&r, false);
+            run_task(&r, s + 1);
         }
         if (rc == TESSERA_EROLLBACK || rc == TESSERA_ESLOTS) {
             /* The schedule is a function of the step: the same samples from there on. */

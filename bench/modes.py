@@ -87,12 +87,17 @@ CONFIGS = [
     ("x-exact", "xN BSP-exact", ["--exact"], "x"),
     ("x-bal", "xN balanced", ["--balance"], "x"),
     ("x-bal-exact", "xN bal-exact", ["--balance", "--exact"], "x"),
+    ("x-bal-slot", "xN bal per slot", ["--balance"], "x"),
+    ("x-bal-exact-slot", "xN bal-ex per slot", ["--balance", "--exact"], "x"),
     ("x-asp", "xN ASP", ["--mode", "asp"], "x"),
     ("x-asp-dyn", "xN ASP-dynamic", ["--mode", "asp", "--dynamic"], "x"),
     ("d-bsp", "drift BSP-fp32", [], "drift"),
     ("d-bal", "drift balanced", ["--balance"], "drift"),
     ("d-bal-exact", "drift bal-exact", ["--balance", "--exact"], "drift"),
 ]
+# Rows whose workers push every slot alone (TESSERA_COMBINE_SLOTS=off), as before combined
+# pushes: the balanced rows before and after in one run (docs/scheduler.md, "Costs").
+PER_SLOT = {"x-bal-slot", "x-bal-exact-slot"}
 # The baseline of each kind of slowness: speedups are over BSP-fp32 under the same one.
 BASE = {"ms": "bsp", "none": "bsp", "x": "x-bsp", "drift": "d-bsp"}
 HOSTS = ["master", "shard0", "shard1", "worker0", "worker1"]  # 10.77.0.1 .. 10.77.0.5
@@ -206,7 +211,8 @@ def run_config(a, net, procs, cluster, key, name, flags, how, rep, logs):
     width = ["--workers", "2"]
     if "--balance" in flags:   # the slots are the micro-batches; 2 workers start the job
         width = ["--workers", str(a.batch // a.micro), "--start-workers", "2"]
-    base = [os.path.join(a.bin, "tessera-worker"), "--master", cluster.master, "--job", job,
+    env = ["env", "TESSERA_COMBINE_SLOTS=off"] if key in PER_SLOT else []
+    base = env + [os.path.join(a.bin, "tessera-worker"), "--master", cluster.master, "--job", job,
             "--transport", a.transport, "--json", "--batch", str(a.batch), "--micro",
             str(a.micro)] + width
     base += ["--steps", str(a.steps)] if a.steps else ["--epochs", str(a.epochs)]

@@ -41,6 +41,8 @@ struct sdk_tensor {
     float *value, *state, *rgrad; /* reduce mode: this worker's parameters, optimizer state and
                                    * the reduced gradient pulled */
     float *prev;                  /* elastic jobs: the values of the step in progress, numel */
+    void *slot_sum;               /* a combined push: the sum of the step's slots (numel
+                                   * int64 or floats, sdk_combine.c) */
     uint64_t local_version;       /* reduce mode: the version of value */
     uint64_t *have;               /* reduce mode, per partition: the version of its rgrad (what
                                    * a failover says to a head that seeds it, sdk_failover.c) */
@@ -110,6 +112,13 @@ struct tessera {
     const uint32_t *step_slots;
     const void *const *const *step_grads;
     uint32_t push_rank;           /* the slot a push is sent for */
+    /* Combined pushes (sdk_combine.c): the slots the step's one push carries (0: a push per
+     * slot), whether it goes as int64 where pushes are floats (exact_push float); the roster
+     * at the step's start, and the step and roster a combined push needs (the previous step
+     * completed and began with that roster). */
+    uint64_t push_mask;
+    bool push_i64;
+    uint64_t step_roster, combine_roster, combine_next;
     uint64_t newest;              /* the newest version a pull reply carried since reset */
     unsigned registrations_seen;  /* the membership's registrations this worker followed */
     int64_t busy_from_ns;         /* when the last step returned (0: not measuring) */
@@ -225,7 +234,8 @@ ts_status sdk_read_one(struct tessera *t, int i, uint32_t p, float *params,
 enum sdk_pipe_mode { SDK_PIPE_AUTO, SDK_PIPE_ON, SDK_PIPE_OFF };
 /* t->pipe from $TESSERA_PIPELINE (auto, on, off; unset: auto); TS_EINVAL naming it. */
 ts_status sdk_pipe_mode(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
-/* Whether the exchange of [first, last) goes through sdk_pipe_exchange: one slot, and
+/* Whether the exchange of [first, last) goes through sdk_pipe_exchange: one push per
+ * partition (one slot, or a combined push), and
  * (auto) bytes that leave the host on some connection, at least SDK_PIPE_MIN_BYTES. */
 bool sdk_pipe_pays(const struct tessera *t, int first, int last, bool push,
                    float *const *params);
@@ -236,6 +246,24 @@ ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
 /* Every tensor pulled at global step `step` into params, on the connections as they are. */
 ts_status sdk_pull_all(struct tessera *t, uint64_t step, float *const *params,
                        struct ts_err *err) TS_MUST_CHECK;
+
+/* Pushes per partition in the step in progress: one per slot, or one combined. */
+static inline size_t sdk_npush(const struct tessera *t)
+{
+    return t->push_mask ? 1 : t->nstep;
+}
+/* Readies the pushes of the step's kth push (sdk_npush): its slot as the rank, and with more
+ * than one slot the gradients (that slot's, or the combined sum). */
+void sdk_next_slot(struct tessera *t, int first, int last, size_t k);
+
+/* sdk_combine.c */
+/* Before a step of slots[0..n) with gradients grads[k][tensor] (plan_step done: x->active
+ * set): decides whether it goes as one push, summed into each active tensor's slot_sum
+ * (t->push_mask set), or slot by slot. sdk_combine_done: the step ended, ok or not (not: the next one goes
+ * slot by slot); clears push_mask. */
+void sdk_combine_plan(struct tessera *t, uint64_t step, size_t n, const uint32_t *slots,
+                      const void *const *const *grads);
+void sdk_combine_done(struct tessera *t, uint64_t step, bool ok);
 
 /* sdk_elastic.c */
 /* Keeps params (the values of the step about to be sent, by tensor id) to recompute from. */

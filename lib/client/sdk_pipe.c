@@ -77,7 +77,7 @@ bool sdk_pipe_pays(const struct tessera *t, int first, int last, bool push,
     uint64_t bytes = 0;
     bool leaves = false;
 
-    if (t->pipe == SDK_PIPE_OFF || t->nstep > 1 || t->nshards < 1)
+    if (t->pipe == SDK_PIPE_OFF || sdk_npush(t) > 1 || t->nshards < 1)
         return false;
     if (t->pipe == SDK_PIPE_ON)
         return true;
@@ -220,8 +220,8 @@ ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
     if (!cs)
         return ts_err_set(err, TS_ENOMEM, "out of memory for %zu shard connections",
                           t->nshards);
-    if (push && t->nstep == 1)
-        t->push_rank = t->step_slots[0];
+    if (push && sdk_npush(t) == 1)
+        sdk_next_slot(t, first, last, 0);
     for (uint32_t s = 0; s < t->nshards; s++) {
         struct cursor k;
         cs[n] = (struct pipe_conn){ .t = t, .s = s, .first = first, .last = last,

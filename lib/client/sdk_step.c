@@ -15,9 +15,11 @@
 
 /* ---- push and pull ---- */
 
+/* A push's element bytes: the trainer's encoding's, or int64 for a combined push of float
+ * gradients in exact mode (sdk_combine.c). */
 static size_t elem_bytes(const struct tessera *t)
 {
-    return sdk_push_bytes(t);
+    return t->push_i64 ? sizeof(int64_t) : sdk_push_bytes(t);
 }
 
 static int scale_exp_of(const struct tessera *t)
@@ -49,7 +51,8 @@ static void prepare_push(struct tessera *t, struct sdk_tensor *x, const void *gr
 static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *x, uint32_t p)
 {
     uint64_t off, len;
-    struct ts_push in = { .rank = t->push_rank, .step = x->tstep, .scale_exp = scale_exp_of(t) };
+    struct ts_push in = { .rank = t->push_rank, .step = x->tstep, .scale_exp = scale_exp_of(t),
+                          .slots = t->push_mask };
 
     ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
     if (x->encoded) {
@@ -57,7 +60,7 @@ static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *
         in.payload = x->enc + x->enc_off[p];
         in.bytes = x->enc_len[p];
     } else {
-        in.encoding = sdk_push_encoding(t);
+        in.encoding = t->push_i64 ? TS_ENC_FIXED : sdk_push_encoding(t);
         in.payload = (const char *)x->src + off * elem_bytes(t);
         in.bytes = len * elem_bytes(t);
     }
@@ -103,11 +106,17 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
                                                   (t->retrying || t->elastic ? TS_PUSH_RETRY : 0)
                                             : flags,
                               .encoding = push ? (uint16_t)in.encoding : 0 };
+    uint8_t mask[TS_PUSH_SLOTS_LEN];
+    struct iovec pc[2] = { { mask, sizeof(mask) }, { (void *)in.payload, in.bytes } };
     ts_status st;
 
     /* Shared regions: the shard reads the gradient, or the worker the values, in place; the
-     * frame carries no payload. */
-    if (push && sdk_push_in_region(x, p)) {
+     * frame carries no payload. A combined push carries its slots' mask in front of it. */
+    if (push && t->push_mask) {
+        for (int k = 0; k < TS_PUSH_SLOTS_LEN; k++)
+            mask[k] = (uint8_t)(t->push_mask >> (8 * k));
+        h.flags |= TS_PUSH_SLOTS;
+    } else if (push && sdk_push_in_region(x, p)) {
         h.flags |= TS_PUSH_REGION;
         in.bytes = 0;
     }
@@ -116,8 +125,11 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
     if (!*begun)
         h.flags |= push ? TS_PUSH_ROUND : TS_PULL_ROUND;
     *begun = true;
-    st = ts_frame_send(t->shards[x->owner[p]].conn, &h, push ? in.payload : NULL,
-                       push ? in.bytes : 0, err);
+    if (h.flags & TS_PUSH_SLOTS)
+        st = ts_frame_sendv(t->shards[x->owner[p]].conn, &h, pc, 2, err);
+    else
+        st = ts_frame_send(t->shards[x->owner[p]].conn, &h, push ? in.payload : NULL,
+                           push ? in.bytes : 0, err);
     sdk_note_broken(t, x->owner[p], st);
     return st;
 }
@@ -194,14 +206,15 @@ static ts_status read_all(struct tessera *t, int first, int last, float *const *
     return st;
 }
 
-/* Readies the pushes of the step's slot k (t->step_slots): its rank, and with more than one
- * slot its gradients (one slot's were readied by plan_step or tessera_push). */
-static void next_slot(struct tessera *t, int first, int last, size_t k)
+/* One slot's gradients were readied by plan_step or tessera_push. */
+void sdk_next_slot(struct tessera *t, int first, int last, size_t k)
 {
     t->push_rank = t->step_slots[k];
-    for (int i = first; t->nstep > 1 && i < last; i++)
-        if (t->tensors[i]->active)
-            prepare_push(t, t->tensors[i], t->step_grads[k][i]);
+    for (int i = first; t->nstep > 1 && i < last; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        if (x->active)
+            prepare_push(t, x, t->push_mask ? x->slot_sum : t->step_grads[k][i]);
+    }
 }
 
 /* exchange() in a local run: the same partitions, in this process. */
@@ -211,8 +224,8 @@ static ts_status exchange_local(struct tessera *t, int first, int last, bool pus
     struct step_reads acc = { 0 };
     ts_status st = TS_OK;
 
-    for (size_t k = 0; push && !st && k < t->nstep; k++) {
-        next_slot(t, first, last, k);
+    for (size_t k = 0; push && !st && k < sdk_npush(t); k++) {
+        sdk_next_slot(t, first, last, k);
         for (int i = first; !st && i < last; i++)
             for (uint32_t p = 0; t->tensors[i]->active && !st && p < t->tensors[i]->nparts;
                  p++) {
@@ -255,13 +268,13 @@ static ts_status exchange(struct tessera *t, int first, int last, bool push,
         return exchange_local(t, first, last, push, params, err);
     if (sdk_pipe_pays(t, first, last, push, params))
         return sdk_pipe_exchange(t, first, last, push, params, flags, err);
-    for (size_t k = 0; push && !st && k < t->nstep; k++) {
-        next_slot(t, first, last, k);
+    for (size_t k = 0; push && !st && k < sdk_npush(t); k++) {
+        sdk_next_slot(t, first, last, k);
         st = send_all(t, first, last, true, 0, pushed, err);
     }
     if (!st && params)
         st = send_all(t, first, last, false, flags, pulled, err);
-    for (size_t k = 0; push && !st && k < t->nstep; k++)
+    for (size_t k = 0; push && !st && k < sdk_npush(t); k++)
         st = read_all(t, first, last, NULL, &first_err, err);
     if (!st && params)
         st = read_all(t, first, last, params, &first_err, err);
@@ -491,6 +504,7 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
     if (!st)
         st = plan_step(t, step, grads[0], &err);
     if (!st) {
+        sdk_combine_plan(t, step, n, slots, grads);
         sent = true;
         st = exchange(t, 0, t->ntensors, true, params, &err);
     }
@@ -513,6 +527,7 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
         memset(&err, 0, sizeof(err));
         st = sdk_elastic_recover(t, step, params, &err);
     }
+    sdk_combine_done(t, step, st == TS_OK);
     t->nstep = 0;
     sdk_elastic_done(t, st);
     if (st)

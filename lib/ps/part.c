@@ -261,9 +261,62 @@ static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone
     pthread_cond_broadcast(&p->cv);
 }
 
+/* A combined push's mask, before anything reads the partition's flags with it (part.h:
+ * ts_push.slots). */
+static ts_status check_slots(const struct ts_part *p, const struct ts_push *in,
+                             struct ts_err *err)
+{
+    uint64_t m = in->slots;
+
+    if (!m)
+        return TS_OK;
+    if (p->job->mode != TS_MODE_BSP)
+        return ts_err_set(err, TS_EINVAL, "slots: 0x%" PRIx64 ": a push of several slots needs "
+                          "mode bsp (this job: %s)", m, ts_mode_name(p->job->mode));
+    if (!(m & (m - 1)))
+        return ts_err_set(err, TS_EINVAL, "slots: 0x%" PRIx64 " names one slot: push it alone "
+                          "(slots 0, its slot as the rank)", m);
+    if (p->job->workers < 64 && (m >> p->job->workers))
+        return ts_err_set(err, TS_EINVAL, "slots: 0x%" PRIx64 ": slot %d is not below the job's "
+                          "%u slots", m, 63 - __builtin_clzll(m), p->job->workers);
+    if (in->rank != (uint32_t)__builtin_ctzll(m))
+        return ts_err_set(err, TS_EINVAL, "rank: %u, but the lowest of slots 0x%" PRIx64 " is %d "
+                          "(a combined push names its lowest slot as its rank)", in->rank, m,
+                          __builtin_ctzll(m));
+    if (in->encoding == TS_ENC_FIXED_F32)
+        return ts_err_set(err, TS_EINVAL, "encoding: %u (float) for slots 0x%" PRIx64 ": a "
+                          "combined push in exact mode is int64 fixed point (%u), since "
+                          "rounding the slots' float sum would not give the bits of rounding "
+                          "each slot's floats", in->encoding, m, TS_ENC_FIXED);
+    return TS_OK;
+}
+
+/* How many of the push's slots (checked by check_slots) the partition counted this step.
+ * Called with mu held; BSP and REDUCE. */
+static uint32_t slots_counted(const struct ts_part *p, const struct ts_push *in)
+{
+    uint32_t n = 0;
+
+    if (!in->slots)
+        return p->pushed[in->rank];
+    for (uint64_t m = in->slots; m; m &= m - 1)
+        n += p->pushed[__builtin_ctzll(m)];
+    return n;
+}
+
+/* Counts the push's slots as pushed this step. Called with mu held. */
+static void count_slots(struct ts_part *p, const struct ts_push *in)
+{
+    p->pushed[in->rank] = 1;
+    for (uint64_t m = in->slots; m; m &= m - 1)
+        p->pushed[__builtin_ctzll(m)] = 1;
+}
+
 static ts_status check_push(const struct ts_part *p, const struct ts_push *in,
                             struct ts_err *err)
 {
+    uint32_t had;
+
     size_t want_bytes = p->len * (in->encoding == TS_ENC_FIXED ? sizeof(int64_t)
                                                                 : sizeof(float));
     ts_status st;
@@ -303,10 +356,19 @@ static ts_status check_push(const struct ts_part *p, const struct ts_push *in,
                           "step: %" PRIu64 " but tensor %u partition %u is at version %" PRIu64
                           " (%s takes only the current step)", in->step, p->tensor_id,
                           p->index, p->version, ts_mode_name(p->job->mode));
-    if (p->pushed[in->rank])
-        return ts_err_set(err, TS_ESTATE, "rank %u already pushed step %" PRIu64
-                          " of tensor %u partition %u", in->rank, in->step, p->tensor_id,
+    had = slots_counted(p, in);
+    if (had && in->slots && in->retry)
+        return ts_err_set(err, TS_ESLOTS, "slots 0x%" PRIx64 ": %u of these %u were counted "
+                          "already for step %" PRIu64 " of tensor %u partition %u (pushed by "
+                          "another worker: their owner changed during the step); nothing "
+                          "added: ask the master for this worker's slots and push them one by "
+                          "one", in->slots, had, ts_push_nslots(in), in->step, p->tensor_id,
                           p->index);
+    if (had)
+        return ts_err_set(err, TS_ESTATE, "rank %u%s already pushed step %" PRIu64
+                          " of tensor %u partition %u", in->rank,
+                          in->slots ? " (or another slot of the combined push)" : "", in->step,
+                          p->tensor_id, p->index);
     if (p->npushed && in->scale_exp != p->scale_exp)
         return ts_err_set(err, TS_EINVAL, "loss scale: rank %u pushed step %" PRIu64 " scaled by "
                           "2^%d, the others by 2^%d (every rank must use the same scale)",
@@ -371,17 +433,20 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
         pthread_mutex_unlock(&p->mu);
         return st;
     }
-    if (in->retry && in->rank < p->job->workers &&
+    st = check_slots(p, in, err);
+    if (!st && in->retry && in->rank < p->job->workers &&
         (async_mode(p->job) ? in->step < p->clock[in->rank] :
-         in->step < p->version || (in->step == p->version && p->pushed[in->rank]))) {
+         in->step < p->version ||
+         (in->step == p->version && slots_counted(p, in) == ts_push_nslots(in)))) {
         pthread_mutex_unlock(&p->mu);   /* a duplicate: it was counted before the failover */
         return TS_OK;
     }
-    st = check_push(p, in, err);
+    if (!st)
+        st = check_push(p, in, err);
     if (!st) {
         /* SSP and ASP apply each push alone, on arrival. */
         first = async_mode(p->job) || p->npushed == 0;
-        last = async_mode(p->job) || p->npushed + 1 == p->job->workers;
+        last = async_mode(p->job) || p->npushed + ts_push_nslots(in) == p->job->workers;
         if (last)
             st = part_fusable(p, in, first, &fuse, err);
         if (!st && !fuse)
@@ -390,11 +455,11 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
     if (!st) {
         p->check_finite |= in->encoding != TS_ENC_RAW || in->scale_exp != 0;
         p->scale_exp = in->scale_exp;
-        p->pushed[in->rank] = 1;
+        count_slots(p, in);
         if (async_mode(p->job))
             p->clock[in->rank]++;
         else
-            p->npushed++;
+            p->npushed += ts_push_nslots(in);
         if (last) {
             apply(p, in->rank, fuse ? in->payload : NULL, first);
             *applied = true;

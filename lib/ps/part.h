@@ -6,7 +6,8 @@
  * bits, so the aggregation and update logic lives here once.
  *
  * BSP: version v means v updates applied. A push carries (rank, step); it is accepted only for
- * step == version, once per rank. When all `workers` ranks have pushed, the sum divided by the
+ * step == version, once per rank (a combined push counts as each of the slots, or ranks, it
+ * names: ts_push.slots). When all `workers` ranks have pushed, the sum divided by the
  * job's global batch goes through the optimizer once and the version becomes v + 1; pullers
  * waiting for it wake up. In exact mode pushes are fixed-point int64 sums (lib/tensor), summed as
  * integers, so arrival order never matters. A bad push (wrong length or encoding, stale step,
@@ -110,7 +111,20 @@ struct ts_push {
     /* The job's rollbacks the sender knows of: a push made before the partition went back to
      * a snapshot (ts_part_rollback) is refused with TS_EROLLBACK, nothing changed. */
     uint32_t gen;
+    /* A combined push (BSP, docs/scheduler.md): the sum of several slots' gradients, bit k
+     * set for slot k (so at most 64 slots), rank the lowest of them; 0: rank's alone. The
+     * partition counts each slot of it. Exact mode takes it as int64 only (TS_ENC_FIXED): a
+     * float sum of slots would not round as each slot's floats do. A retry whose slots were
+     * all counted is a duplicate; one of which only some were (their owner changed during
+     * the step, and another worker pushed them) is refused TS_ESLOTS, nothing added: the
+     * sender asks for its slots and pushes them one by one. */
+    uint64_t slots;
 };
+/* The slots a push counts as: its mask, or its rank alone. */
+static inline uint32_t ts_push_nslots(const struct ts_push *in)
+{
+    return in->slots ? (uint32_t)__builtin_popcountll(in->slots) : 1;
+}
 /* Adds a push. *applied is set when this push completed (BSP, REDUCE) or made (SSP, ASP) an
  * update; a duplicate retry (above) returns TS_OK with nothing changed. */
 ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applied,

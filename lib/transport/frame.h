@@ -98,6 +98,11 @@ enum ts_frame_type {
                                  * remembers of the last step's requests (a refused push, a
                                  * slot change told) ends here, not at a push after a pull, as
                                  * a pipelined step sends each pull right behind its push */
+#define TS_PUSH_SLOTS 0x800u    /* a combined push (docs/scheduler.md): the payload begins with
+                                 * 8 bytes, the little-endian mask of the slots whose gradients
+                                 * it sums (bit k: slot k; `rank` is the lowest), and the
+                                 * gradient follows; never with TS_PUSH_REGION */
+#define TS_PUSH_SLOTS_LEN 8     /* the mask's bytes */
 /* PARAMS flags; a PARAMS frame's `rank` field carries the staleness the pull saw (SSP/ASP). */
 #define TS_PARAMS_OVERFLOW 0x1u /* a step was skipped for a non-finite sum since the last pull */
 #define TS_PARAMS_REGION 0x2u   /* no payload: read the values from the shared region */

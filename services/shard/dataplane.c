@@ -136,6 +136,32 @@ static ts_status head_of(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
     return TS_OK;
 }
 
+/* A combined push (TS_PUSH_SLOTS): the mask in front of the gradient goes to in->slots, the
+ * rest is the payload. */
+static ts_status take_slots(const struct ts_frame_hdr *h, struct ts_push *in,
+                            struct ts_err *err)
+{
+    const uint8_t *b = in->payload;
+
+    if (!(h->flags & TS_PUSH_SLOTS))
+        return TS_OK;
+    if ((h->flags & TS_PUSH_REGION) || h->len < TS_PUSH_SLOTS_LEN)
+        return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: a push of several slots "
+                          "carries their mask (%d bytes) and then its gradient, never from a "
+                          "shared region (%" PRIu64 " bytes)", h->tensor, h->partition,
+                          TS_PUSH_SLOTS_LEN, h->len);
+    in->slots = 0;
+    for (int k = TS_PUSH_SLOTS_LEN - 1; k >= 0; k--)
+        in->slots = in->slots << 8 | b[k];
+    if (!in->slots)
+        return ts_err_set(err, TS_EINVAL, "slots: 0 in a push of several slots of tensor %u "
+                          "partition %u (want a mask of two slots or more)", h->tensor,
+                          h->partition);
+    in->payload = b + TS_PUSH_SLOTS_LEN;
+    in->bytes = h->len - TS_PUSH_SLOTS_LEN;
+    return TS_OK;
+}
+
 static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
                          struct ts_err *err)
 {
@@ -151,7 +177,7 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
     bool applied = false;
     ts_status st;
 
-    if ((st = head_of(dc, h, &p, &next, err)))
+    if ((st = take_slots(h, &in, err)) || (st = head_of(dc, h, &p, &next, err)))
         return st;
     if (!((h->flags & TS_PUSH_REGION) && in_region(dc, h, p, &in, err))) {
         int64_t t1 = ts_now_ns();

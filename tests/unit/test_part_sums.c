@@ -564,6 +564,145 @@ static void optimizers_match_hand_loop(void **state)
     ts_part_free(p);
 }
 
+/* ---- Combined pushes (docs/scheduler.md): one push carrying the sum of several slots, which
+ * the partition counts as each of them. ---- */
+
+static ts_status push_slots(struct ts_part *p, uint64_t slots, uint64_t step, unsigned enc,
+                            const void *data, bool retry, bool *applied, struct ts_err *e)
+{
+    struct ts_push in = { .rank = (uint32_t)__builtin_ctzll(slots), .step = step,
+                          .encoding = enc, .payload = data,
+                          .bytes = L * (enc == TS_ENC_FIXED ? 8 : 4), .retry = retry,
+                          .slots = slots };
+    return ts_part_push(p, &in, applied, e);
+}
+
+/* The sum of the slots of mask, each slot's payload added in ascending order, into out. */
+static void sum_slots(const struct grads *gr, bool exact, uint64_t mask, void *out)
+{
+    memset(out, 0, L * (exact ? 8 : 4));
+    for (uint64_t m = mask; m; m &= m - 1)
+        if (exact)
+            assert_int_equal(ts_fixed_add(out, gr->xg[__builtin_ctzll(m)], L, NULL), TS_OK);
+        else
+            ts_f32_add(out, gr->fg[__builtin_ctzll(m)], L);
+}
+
+/* Five slots. Step 0: slots {0, 2, 3} in one push, then 1 and 4 alone: the step completes at
+ * the last of them, not before, and an exact step has the bits of five single pushes (integer
+ * addition regroups freely). Step 1, after slot 1 came alone: a retry of {1, 2} (slot 1 was
+ * counted, 2 was not) is refused TS_ESLOTS, the same push not as a retry TS_ESTATE, with
+ * nothing changed; {0, 2} and {3, 4} then complete the step, and retries of slots all counted
+ * are duplicates, acknowledged with nothing added. Masks that are not a combined push are
+ * refused naming the field. */
+static void combined_pushes_count_each_slot(void **state)
+{
+    static struct grads gr;
+    static struct part_state before;
+    static int64_t sum[3][L];
+    static float vals[L], g[L], got[L];
+    static const uint32_t all[MAXW] = { 0, 1, 2, 3, 4 };
+    struct ts_err e;
+    uint64_t v;
+    bool applied;
+
+    for (int exact = 0; exact < 2; exact++) {
+        struct ts_job j = job48(MAXW, exact, "sgd:lr=0.5", TS_MODE_BSP);
+        struct ts_part *p = mk_len(&j);
+        unsigned enc = exact ? TS_ENC_FIXED : TS_ENC_RAW;
+        const void *pl[3] = { sum[0], NULL, NULL };
+        uint32_t order[3] = { 0, 1, 2 };
+
+        assert_int_equal(read_at(p, 0, 10, vals, &v, NULL), TS_OK);
+        make_grads(&gr, exact, MAXW, 7);
+        sum_slots(&gr, exact, 0x0d, sum[0]);
+        assert_int_equal(push_slots(p, 0x0d, 0, enc, sum[0], true, &applied, NULL), TS_OK);
+        assert_false(applied);
+        assert_int_equal(p->npushed, 3);
+        assert_int_equal(push(p, 1, 0, enc, gr.pl[1], L * (exact ? 8 : 4), &applied, NULL),
+                         TS_OK);
+        assert_false(applied);
+        assert_int_equal(push(p, 4, 0, enc, gr.pl[4], L * (exact ? 8 : 4), &applied, NULL),
+                         TS_OK);
+        assert_true(applied);
+        pl[1] = gr.pl[1];
+        pl[2] = gr.pl[4];
+        if (exact)   /* the bits of the five slots pushed one by one */
+            ref_grad(true, gr.pl, all, MAXW, 48, 0, g);
+        else
+            ref_grad(false, pl, order, 3, 48, 0, g);
+        ts_optim_apply(&j.optim, 1, vals, NULL, g, L);
+        assert_int_equal(read_at(p, 1, 10, got, &v, NULL), TS_OK);
+        assert_memory_equal(vals, got, sizeof(got));
+
+        make_grads(&gr, exact, MAXW, 8);
+        assert_int_equal(push(p, 1, 1, enc, gr.pl[1], L * (exact ? 8 : 4), &applied, NULL),
+                         TS_OK);
+        sum_slots(&gr, exact, 0x06, sum[1]);
+        save_state(p, &before);
+        memset(&e, 0, sizeof(e));
+        assert_int_equal(push_slots(p, 0x06, 1, enc, sum[1], true, &applied, &e), TS_ESLOTS);
+        assert_non_null(strstr(e.msg, "1 of these 2 were counted"));
+        assert_state(p, &before);
+        memset(&e, 0, sizeof(e));
+        assert_int_equal(push_slots(p, 0x06, 1, enc, sum[1], false, &applied, &e), TS_ESTATE);
+        assert_state(p, &before);
+        {
+            struct {
+                uint64_t slots;
+                uint32_t rank;
+                unsigned enc;
+                enum ts_mode mode;
+                const char *says;
+            } bad[] = {
+                { 0x04, 2, enc, TS_MODE_BSP, "slots: 0x4 names one slot" },
+                { 0x24, 2, enc, TS_MODE_BSP, "slot 5 is not below the job's 5" },
+                { 0x05, 2, enc, TS_MODE_BSP, "rank: 2, but the lowest of slots 0x5 is 0" },
+                { 0x05, 0, TS_ENC_FIXED_F32, TS_MODE_BSP, "encoding: 6 (float)" },
+                { 0x05, 0, enc, TS_MODE_REDUCE, "needs mode bsp" },
+            };
+            for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+                struct ts_push in = { .rank = bad[b].rank, .step = 1, .encoding = bad[b].enc,
+                                      .payload = sum[1], .bytes = L * 8, .retry = true,
+                                      .slots = bad[b].slots };
+                if (bad[b].enc == TS_ENC_FIXED_F32 && !exact)
+                    continue;
+                in.bytes = bad[b].enc == TS_ENC_FIXED ? L * 8 : L * 4;
+                j.mode = bad[b].mode;   /* the partition reads its job's mode at each push */
+                memset(&e, 0, sizeof(e));
+                assert_int_equal(ts_part_push(p, &in, &applied, &e), TS_EINVAL);
+                assert_non_null(strstr(e.msg, bad[b].says));
+                assert_state(p, &before);
+                j.mode = TS_MODE_BSP;
+            }
+        }
+        sum_slots(&gr, exact, 0x05, sum[1]);
+        sum_slots(&gr, exact, 0x18, sum[2]);
+        assert_int_equal(push_slots(p, 0x05, 1, enc, sum[1], true, &applied, NULL), TS_OK);
+        save_state(p, &before);   /* a retry of slots all counted: a duplicate */
+        assert_int_equal(push_slots(p, 0x05, 1, enc, sum[1], true, &applied, NULL), TS_OK);
+        assert_false(applied);
+        assert_state(p, &before);
+        assert_int_equal(push_slots(p, 0x18, 1, enc, sum[2], true, &applied, NULL), TS_OK);
+        assert_true(applied);
+        if (exact) {
+            ref_grad(true, gr.pl, all, MAXW, 48, 0, g);
+        } else {
+            pl[0] = gr.pl[1];
+            pl[1] = sum[1];
+            pl[2] = sum[2];
+            ref_grad(false, pl, order, 3, 48, 0, g);
+        }
+        ts_optim_apply(&j.optim, 2, vals, NULL, g, L);
+        assert_int_equal(read_at(p, 2, 10, got, &v, NULL), TS_OK);
+        assert_memory_equal(vals, got, sizeof(got));
+        save_state(p, &before);   /* a late retry of an applied step: a duplicate too */
+        assert_int_equal(push_slots(p, 0x18, 1, enc, sum[2], true, &applied, NULL), TS_OK);
+        assert_state(p, &before);
+        ts_part_free(p);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -573,6 +712,7 @@ int main(void)
         cmocka_unit_test(float_pushes_match_fixed),
         cmocka_unit_test(refused_float_push_changes_nothing),
         cmocka_unit_test(optimizers_match_hand_loop),
+        cmocka_unit_test(combined_pushes_count_each_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -146,8 +146,8 @@ static ts_status check_pull(const struct tessera *t, enum ts_mode mode, int elas
 
     for (const char *p = t->pull_compress; why && next_item(&p, &it);)
         if (it.value_len != 4 || strncmp(it.value, "none", 4))
-            return ts_err_set(err, TS_EINVAL, "pull_compress: '%.*s', but %s; drop "
-                              "--compress-pull", (int)it.value_len, it.value, why);
+            return ts_err_set(err, TS_EINVAL, "pull_compress: '%.*s', but %s; pull in full "
+                              "(drop --compress-pull)", (int)it.value_len, it.value, why);
     return TS_OK;
 }
 

@@ -7,7 +7,8 @@
   --compress-pull pulls exactly its float32 bytes.
 - ASP with top-k both ways (error feedback on the worker for pushes, on the shard for pulls).
 - Over shared memory the option is taken and pulls go in full (the documented rule).
-- Refused by name before anything trains: an unknown codec, exact mode, reduce mode.
+- Refused by name before anything trains: an unknown codec, exact mode, reduce mode; in the
+  Python binding too (compress_pull=, where build/python is on PYTHONPATH).
 """
 import json
 import sys
@@ -15,6 +16,10 @@ import unittest
 
 sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
+try:
+    import tessera
+except ImportError:
+    tessera = None
 
 STEPS = ["--steps", "200", "--batch", "64", "--partition-kb", "256", "--json"]
 
@@ -91,6 +96,16 @@ class PullCompress(unittest.TestCase):
                             "--steps", "2", "--json"] + args, timeout=120)
             self.assertNotEqual(r.returncode, 0, args)
             self.assertIn(says, r.stderr + r.stdout, args)
+
+
+    @unittest.skipIf(tessera is None, "the Python binding (build/python) is not on PYTHONPATH")
+    def test_python_refuses_exact(self):
+        with self.assertRaises(tessera.InvalidArgument) as cm:
+            tessera.Client(master="local", batch=64, exact=True, compress_pull="fp16")
+        self.assertIn("pull_compress: 'fp16', but exact mode", str(cm.exception))
+        with self.assertRaises(tessera.InvalidArgument) as cm:
+            tessera.Client(master="local", batch=64, compress_pull="zip")
+        self.assertIn("pull_compress", str(cm.exception))
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ struct tessera {
     uint64_t hello_epoch;         /* the shard map epoch the last HELLOs named */
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
     char pull_compress[SPEC_MAX];
-    bool pullc_shm_said;          /* the log line that shm pulls go in full was written */
+    atomic_bool pullc_shm_said;   /* the log line that shm pulls go in full was written */
     bool names_checked;           /* every tensor the options name is registered */
     int loss_mode;                /* enum tessera_loss_scale */
     bool push_f32;                /* exact mode, exact_push float: pushes are floats */

@@ -67,12 +67,10 @@ bool sdk_pullc_on(struct tessera *t, const struct sdk_tensor *x, uint32_t p)
         return false;
     if (!t->shards[x->owner[p]].shm)
         return true;
-    if (!t->pullc_shm_said) {
-        t->pullc_shm_said = true;
+    if (!atomic_exchange(&t->pullc_shm_said, true))
         ts_log(TS_INFO, "sdk", "pull_compress: shard %u is reached over shared memory, where "
                "a pull is a memory copy; its pulls go in full float32",
                t->shards[x->owner[p]].id);
-    }
     return false;
 }
 

@@ -3,7 +3,8 @@
 is slow and the links are limited?
 
 Why: BSP waits for the slowest rank every step and sends fp32 gradients; SSP, ASP and
-reduce-only change who waits, and fp16/bf16/int8/top-k shrink the pushes (docs/modes.md). The
+reduce-only change who waits, and fp16/bf16/int8/top-k shrink the pushes, and with
+--compress-pull the pulls (docs/modes.md, docs/compression.md "Pulls"). The
 reduction-server design document reports 1.41x for async and 1.67x for async + compression
 over its baseline on an 8-node A100 cluster. This script measures the analogue with the
 built-in trainer (tessera-worker: MLP 784-256-128-10 on Fashion-MNIST, 235,146 floats, 0.94 MB
@@ -56,7 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emuhosts import Net, Procs, interrupt_on_signals, require_bins  # noqa: E402
 NPARAMS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10  # the MLP: 235,146 floats
-PULL_BYTES = NPARAMS * 4                                    # pulls are never compressed
+PULL_BYTES = NPARAMS * 4                                    # a pull in float32
 TRAIN_N = 60000
 # The reduction-server design doc, 8 x A100 nodes: async 1.41x, async + compression 1.67x.
 PAPER = {"ASP": 1.41, "ASP-topk0.01": 1.67, "ASP-dynamic": 1.41, "ASP-dyn-topk0.01": 1.67,
@@ -82,6 +83,14 @@ CONFIGS = [
     ("asp-dyn-int8", "ASP-dyn-int8", ["--mode", "asp", "--dynamic", "--compress", "int8"],
      "ms"),
     ("amp", "AMP", ["--compress", "fp16", "--loss-scale", "dynamic"], "ms"),
+    # Compression both ways: pushes with --compress, pulls as deltas against each worker's copy
+    # with --compress-pull (docs/compression.md, "Pulls").
+    ("fp16-both", "BSP-fp16/fp16", ["--compress", "fp16", "--compress-pull", "fp16"], "ms"),
+    ("int8-both", "BSP-int8/int8", ["--compress", "int8", "--compress-pull", "int8"], "ms"),
+    ("asp-int8-both", "ASP-int8/int8", ["--mode", "asp", "--compress", "int8",
+                                        "--compress-pull", "int8"], "ms"),
+    ("asp-topk-both", "ASP-topk/topk", ["--mode", "asp", "--compress", "topk:0.01",
+                                        "--compress-pull", "topk:0.01"], "ms"),
     ("noslow", "BSP-fp32-noslow", [], "none"),
     ("x-bsp", "xN BSP-fp32", [], "x"),
     ("x-exact", "xN BSP-exact", ["--exact"], "x"),
@@ -282,8 +291,11 @@ def summarize(runs, batch):
                 "rank0_epoch_s": round(med(lambda r: r["rank0_seconds"]) * per_epoch, 3),
                 "test_accuracy": med(lambda r: r["test_accuracy"]),
                 "push_bytes_per_step": round(med(lambda r: r["bytes_pushed"] / steps)),
-                "wire_bytes_per_step": round(med(lambda r: r["bytes_pushed"] / steps)) +
-                PULL_BYTES,
+                # Workers before --compress-pull printed no bytes_pulled: float32 pulls.
+                "pull_bytes_per_step": round(med(lambda r: r.get("bytes_pulled",
+                                                                 PULL_BYTES * steps) / steps)),
+                "wire_bytes_per_step": round(med(lambda r: (r["bytes_pushed"] + r.get(
+                    "bytes_pulled", PULL_BYTES * steps)) / steps)),
                 "staleness_max": max(r["staleness_max"] for r in ok),
                 "steps_skipped": max(r["steps_skipped"] for r in ok),
                 "steps": steps})
@@ -305,10 +317,11 @@ def report(a, rows, base, net_desc, wall):
           f"drift BSP-fp32 row; balanced: {a.batch // a.micro} slots); "
           f"{a.steps or a.epochs} {'steps' if a.steps else 'epoch(s)'}, median of "
           f"{a.repeats} run(s); epoch s = the job's (until both ranks are done), rank0 s = "
-          "rank 0's own;\nwire KB/step = one worker's push + its pull (pulls are fp32, "
-          f"{PULL_BYTES / 1e3:.0f} KB)\n")
+          "rank 0's own;\nwire KB/step = one worker's push + its pull (as the worker counted "
+          f"them; a float32 pull is {PULL_BYTES / 1e3:.0f} KB)\n")
     hdr = (f"{'config':15} | {'epoch s':>7} | {'speedup':>7} | {'rank0 s':>7} | {'test acc':>8} "
-           f"| {'push KB/step':>12} | {'wire KB/step':>12} | {'max stale':>9} | "
+           f"| {'push KB/step':>12} | {'pull KB/step':>12} | {'wire KB/step':>12} | "
+           f"{'max stale':>9} | "
            f"{'skipped':>7} | paper")
     print(hdr)
     print("-" * len(hdr))
@@ -321,6 +334,7 @@ def report(a, rows, base, net_desc, wall):
         sp = f"{r['speedup']:6.2f}x" if "speedup" in r else f"{'-':>7}"
         print(f"{r['config']:15} | {r['epoch_s']:7.2f} | {sp} | {r['rank0_epoch_s']:7.2f} | "
               f"{r['test_accuracy']:8.4f} | {r['push_bytes_per_step'] / 1e3:12.1f} | "
+              f"{r['pull_bytes_per_step'] / 1e3:12.1f} | "
               f"{r['wire_bytes_per_step'] / 1e3:12.1f} | {r['staleness_max']:9d} | "
               f"{r['steps_skipped']:7d} | {paper}")
     best = min((r for r in rows if "epoch_s" in r and r["slow"] == "ms"),

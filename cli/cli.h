@@ -39,6 +39,7 @@ struct train_cli {
     int64_t metrics_port;            /* -1, or rank r's /metrics on this + r */
     const char *job, *optimizer, *transport;
     const char *mode, *compress, *sync_every, *slow;   /* docs/modes.md; slow: "RANK:MS" */
+    const char *compress_pull;                         /* docs/compression.md, "Pulls" */
 };
 /* Starts the workers against master (ignored with t->local) and waits for them. Returns the
  * exit code. */

@@ -122,6 +122,10 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
         argv[n++] = "--compress";
         argv[n++] = (char *)(t->amp ? "fp16" : t->compress);
     }
+    if (t->compress_pull) {
+        argv[n++] = "--compress-pull";
+        argv[n++] = (char *)t->compress_pull;
+    }
     if (t->amp) {
         argv[n++] = "--loss-scale";
         argv[n++] = "dynamic";
@@ -189,7 +193,8 @@ static void report_failure(const char *dir, int rank, bool terminal, int status)
 static bool elastic(const struct train_cli *t)
 {
     return !t->local && !t->no_elastic && (!t->mode || !strcmp(t->mode, "bsp")) &&
-           !t->sync_every && !(t->compress && strstr(t->compress, "topk"));
+           !t->sync_every && !(t->compress && strstr(t->compress, "topk")) &&
+           !(t->compress_pull && strcmp(t->compress_pull, "none"));
 }
 
 static bool respawning(const int64_t *due, int nw)

@@ -83,6 +83,9 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     flags[n++] = (struct ts_flag){ "compress", TS_FLAG_STR, &t->compress, "CODEC",
                                    "gradients on the wire: none, fp16, bf16, int8, topk:RATIO, "
                                    "or TENSOR=CODEC,...", 0, 0 };
+    flags[n++] = (struct ts_flag){ "compress-pull", TS_FLAG_STR, &t->compress_pull, "CODEC",
+                                   "parameters on the wire, as deltas against each worker's "
+                                   "copy: codecs as for --compress (tcp only)", 0, 0 };
     flags[n++] = (struct ts_flag){ "sync-every", TS_FLAG_STR, &t->sync_every, "T=K,...",
                                    "tensor T syncs every K steps (e.g. fc1.weight=4)", 0, 0 };
     flags[n++] = (struct ts_flag){ "amp", TS_FLAG_BOOL, &t->amp, NULL,

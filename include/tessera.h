@@ -105,6 +105,11 @@ struct tessera_options {
                               * "Joining"). The worker that starts the job decides. */
     int exact_push;          /* exact mode: enum tessera_exact_push, what tessera_push,
                               * tessera_step and tessera_buffers' grad take */
+    const char *pull_compress; /* parameters on the wire, as deltas against this worker's
+                              * copy (docs/compression.md, "Pulls"): "none" (default), "fp16",
+                              * "bf16", "int8", "topk:RATIO", or a list as for compress. Not
+                              * in exact mode, reduce mode or elastic jobs; over tcp only
+                              * (shared-memory pulls go in full) */
 };
 
 /* Exact mode's pushes (docs/exact-mode.md, "Float pushes"). FIXED: int64 fixed-point sums,
@@ -249,6 +254,8 @@ struct tessera_stats {
     float loss_scale;
     uint64_t failovers;          /* times a step was sent again to a new shard map after a
                                   * shard died (docs/replication.md) */
+    uint64_t bytes_pulled;       /* parameter payload bytes received, after compression */
+    uint64_t bytes_pulled_raw;   /* ... and what they were as float32 */
 };
 void tessera_stats(const tessera *t, struct tessera_stats *out);
 

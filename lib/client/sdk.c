@@ -93,6 +93,7 @@ ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
                 t->broken = ids[i];   /* a failover reports it (sdk_failover.c) */
             break;
         }
+        sh->shm = !strcmp(ts_tp_name(sh->conn), "shm");
         /* Testing: a slower link (benchmarks too), or $TESSERA_TEST_LINK_CUT=RANK:N: rank
          * RANK's first connection hangs up instead of its Nth send, a link cut in the middle
          * of a step (lib/transport/fault.h). */
@@ -217,6 +218,7 @@ static void tensor_free(struct sdk_tensor *x)
     free(x->owner);
     free(x->acc);
     free(x->residual);
+    sdk_pullc_free(x);
     free(x->enc);
     free(x->enc_off);
     free(x->enc_len);

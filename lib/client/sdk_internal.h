@@ -57,11 +57,18 @@ struct sdk_tensor {
     uint8_t *view_part;           /* per partition: mapped, so pulls say TS_PULL_REGION */
     struct ts_region grad;        /* tessera_buffers: the caller's gradient buffer */
     uint8_t *grad_shared;         /* per shard slot: that shard maps grad */
+    /* Compressed pulls (sdk_pullc.c; NULL pcopy: pulls in full): */
+    struct ts_codec pcodec;       /* how its parameters come down */
+    float *pcopy;                 /* this worker's copy, numel, which the shards mirror */
+    uint64_t *ptoken;             /* per partition: the token of the copy held (0: none) */
+    uint8_t *pwire;               /* per partition, at pwire_off[p]: a reply's payload */
+    size_t *pwire_off;
 };
 
 struct sdk_shard {
     uint32_t id;
     struct ts_conn *conn;
+    bool shm;                     /* over shared memory: pulls are not compressed */
 };
 
 struct tessera {
@@ -98,6 +105,8 @@ struct tessera {
                                    * remap) must say it too, even after one that failed */
     uint64_t hello_epoch;         /* the shard map epoch the last HELLOs named */
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
+    char pull_compress[SPEC_MAX];
+    atomic_bool pullc_shm_said;   /* the log line that shm pulls go in full was written */
     bool names_checked;           /* every tensor the options name is registered */
     int loss_mode;                /* enum tessera_loss_scale */
     bool push_f32;                /* exact mode, exact_push float: pushes are floats */
@@ -217,6 +226,7 @@ ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
 struct step_reads {
     bool overflow;                /* a partition's step was skipped */
     uint64_t stale, newest;       /* the most staleness, the newest version */
+    uint64_t pulled, pulled_raw;  /* payload bytes of parameters pulled, and as float32 */
 };
 void sdk_reads_merge(struct tessera *t, const struct step_reads *acc);
 /* Sends partition p of tensor i to the shard heading it: the push of slot t->push_rank
@@ -310,12 +320,36 @@ struct reply_info {
     uint64_t step;            /* the frame's step field (an ACK of HELLO: the job's rollbacks) */
     uint8_t data[48];         /* an ACK's payload (a handshake's proof, transport/auth.h) */
     size_t data_len;
+    /* PARAMS: set by the caller, the payload may be shorter than cap (a compressed pull);
+     * then its length and encoding. */
+    bool upto;
+    uint64_t len;
+    uint16_t encoding;
 };
 /* Reads the reply to the oldest request on shard slot s, of type want for (tensor, part);
  * PARAMS land in dst (cap bytes). An ERROR reply is its status and message. */
 ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
                          uint32_t part, void *dst, size_t cap, struct reply_info *ri,
                          struct ts_err *err);
+
+/* sdk_pullc.c: compressed pulls (docs/compression.md, "Pulls") */
+struct ts_frame_hdr;
+/* The copy and reply buffers x's pulls need (none when they go in full). */
+ts_status sdk_pullc_buffers(struct tessera *t, struct sdk_tensor *x,
+                            struct ts_err *err) TS_MUST_CHECK;
+void sdk_pullc_free(struct sdk_tensor *x);
+/* Whether partition p of x is pulled compressed: x has a pull codec, the partition is not
+ * read from a shared region, and its shard is not reached over shared memory (logged once). */
+bool sdk_pullc_on(struct tessera *t, const struct sdk_tensor *x, uint32_t p);
+/* A compressed pull's request: flags and encoding into h, its 16-byte payload into req. */
+void sdk_pullc_request(const struct sdk_tensor *x, uint32_t p, struct ts_frame_hdr *h,
+                       uint8_t req[16]);
+/* Reads the reply to a compressed pull of partition p of tensor i, applies it to the copy and
+ * copies the partition into dst (len floats); what it said in ri. On any failure the copy's
+ * token is dropped, so the next pull comes in full. */
+ts_status sdk_pullc_read(struct tessera *t, int i, uint32_t p, float *dst,
+                         struct reply_info *ri, struct step_reads *acc,
+                         struct ts_err *err) TS_MUST_CHECK;
 
 /* sdk_region.c */
 /* After registering x as tensor id: maps the parameters of x that shards on this host hold

@@ -115,11 +115,11 @@ static ts_status check_spec(const char *field, const char *spec, char *copy, siz
  * only once every tensor is). */
 ts_status sdk_check_names(struct tessera *t, struct ts_err *err)
 {
-    const char *specs[2] = { t->compress, t->sync_every };
-    const char *fields[2] = { "compress", "sync_every" };
+    const char *specs[3] = { t->compress, t->sync_every, t->pull_compress };
+    const char *fields[3] = { "compress", "sync_every", "pull_compress" };
     struct spec_item it;
 
-    for (int s = 0; s < 2 && !t->names_checked; s++)
+    for (int s = 0; s < 3 && !t->names_checked; s++)
         for (const char *p = specs[s]; next_item(&p, &it);) {
             bool known = !it.name_len;
             for (int i = 0; i < t->ntensors && !known; i++)
@@ -129,6 +129,25 @@ ts_status sdk_check_names(struct tessera *t, struct ts_err *err)
                                   fields[s], (int)it.name_len, it.name);
         }
     t->names_checked = true;
+    return TS_OK;
+}
+
+/* Pull compression where the parameters a worker holds must be the shard's bits (exact
+ * mode, elastic slots), or where a pull carries a gradient (reduce): refused, naming it. */
+static ts_status check_pull(const struct tessera *t, enum ts_mode mode, int elastic,
+                            struct ts_err *err)
+{
+    struct spec_item it;
+    const char *why = t->job.exact ? "exact mode promises the same parameter bits everywhere"
+                      : mode == TS_MODE_REDUCE ? "a reduce job's pulls carry a step's gradient, "
+                                                 "not parameters"
+                      : elastic ? "an elastic job's slots must compute the same bits on any "
+                                  "worker" : NULL;
+
+    for (const char *p = t->pull_compress; why && next_item(&p, &it);)
+        if (it.value_len != 4 || strncmp(it.value, "none", 4))
+            return ts_err_set(err, TS_EINVAL, "pull_compress: '%.*s', but %s; pull in full "
+                              "(drop --compress-pull)", (int)it.value_len, it.value, why);
     return TS_OK;
 }
 
@@ -144,7 +163,10 @@ ts_status sdk_set_modes(struct tessera *t, const struct tessera_options *o, stru
         (st = check_spec("compress", o->compress, t->compress, sizeof(t->compress), check_codec,
                          err)) ||
         (st = check_spec("sync_every", o->sync_every, t->sync_every, sizeof(t->sync_every),
-                         check_sync, err)))
+                         check_sync, err)) ||
+        (st = check_spec("pull_compress", o->pull_compress, t->pull_compress,
+                         sizeof(t->pull_compress), check_codec, err)) ||
+        (st = check_pull(t, mode, o->elastic, err)))
         return st;
     for (const char *p = t->compress; t->job.exact && next_item(&p, &it);)
         if (it.value_len != 4 || strncmp(it.value, "none", 4))
@@ -200,6 +222,10 @@ ts_status sdk_tensor_options(struct tessera *t, struct sdk_tensor *x, struct ts_
     x->codec.kind = TS_CODEC_NONE;
     if (spec_value(t->compress, x->name, v, sizeof(v)) && (st = ts_codec_parse(v, &x->codec, err)))
         return st;
+    x->pcodec.kind = TS_CODEC_NONE;
+    if (spec_value(t->pull_compress, x->name, v, sizeof(v)) &&
+        (st = ts_codec_parse(v, &x->pcodec, err)))
+        return st;
     return TS_OK;
 }
 
@@ -228,6 +254,8 @@ ts_status sdk_tensor_buffers(struct tessera *t, struct sdk_tensor *x,
         }
         good = good && (x->enc = malloc(enc + 1));
     }
+    if (good && (x->pcodec.kind != TS_CODEC_NONE) && sdk_pullc_buffers(t, x, err))
+        return err->code;
     if (good && t->job.mode == TS_MODE_REDUCE) {
         size_t slen = ts_optim_state_len(t->job.optim.kind);
         good = (x->value = malloc(x->numel * sizeof(float))) &&

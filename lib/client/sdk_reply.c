@@ -42,15 +42,17 @@ ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t 
         return ts_err_set(err, TS_ECORRUPT, "shard %u: reply type %u for tensor %u partition %u,"
                           " expected type %u for %u/%u", t->shards[s].id, h.type, h.tensor,
                           h.partition, want, tensor, part);
-    if (params && h.len != cap)
+    if (params && (ri && ri->upto ? h.len > cap : h.len != cap))
         return ts_err_set(err, TS_ECORRUPT, "shard %u: %" PRIu64 " bytes for tensor %u partition "
                           "%u, want %zu", t->shards[s].id, h.len, tensor, part, cap);
-    if (params && !direct && cap)
-        memcpy(dst, small, cap);
+    if (params && !direct && h.len)
+        memcpy(dst, small, h.len);
     if (ri) {
         ri->flags = h.flags;
         ri->staleness = h.rank;
         ri->step = h.step;
+        ri->len = h.len;
+        ri->encoding = h.encoding;
         ri->data_len = !params && h.len <= sizeof(ri->data) ? (size_t)h.len : 0;
         memcpy(ri->data, small, ri->data_len);
     }

@@ -88,6 +88,8 @@ void sdk_reads_merge(struct tessera *t, const struct step_reads *acc)
     t->step_overflow |= acc->overflow;
     t->step_stale = acc->stale > t->step_stale ? acc->stale : t->step_stale;
     t->newest = acc->newest > t->newest ? acc->newest : t->newest;
+    t->stats.bytes_pulled += acc->pulled;
+    t->stats.bytes_pulled_raw += acc->pulled_raw;
 }
 
 /* A pull sent in the same exchange as this step's pushes says so (TS_PULL_AFTER_PUSH in
@@ -108,6 +110,8 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
                               .encoding = push ? (uint16_t)in.encoding : 0 };
     uint8_t mask[TS_PUSH_SLOTS_LEN];
     struct iovec pc[2] = { { mask, sizeof(mask) }, { (void *)in.payload, in.bytes } };
+    uint8_t req[16];
+    bool coded = !push && sdk_pullc_on(t, x, p);
     ts_status st;
 
     /* Shared regions: the shard reads the gradient, or the worker the values, in place; the
@@ -125,11 +129,14 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
     if (!*begun)
         h.flags |= push ? TS_PUSH_ROUND : TS_PULL_ROUND;
     *begun = true;
+    if (coded)
+        sdk_pullc_request(x, p, &h, req);
     if (h.flags & TS_PUSH_SLOTS)
         st = ts_frame_sendv(t->shards[x->owner[p]].conn, &h, pc, 2, err);
     else
-        st = ts_frame_send(t->shards[x->owner[p]].conn, &h, push ? in.payload : NULL,
-                           push ? in.bytes : 0, err);
+        st = ts_frame_send(t->shards[x->owner[p]].conn, &h,
+                           push ? in.payload : coded ? req : NULL,
+                           push ? in.bytes : coded ? sizeof(req) : 0, err);
     sdk_note_broken(t, x->owner[p], st);
     return st;
 }
@@ -162,8 +169,16 @@ ts_status sdk_read_one(struct tessera *t, int i, uint32_t p, float *params,
     ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
     if (params)
         dst = pull_dst(t, x, params, off);
-    r = sdk_read_reply(t, x->owner[p], params ? TS_FRAME_PARAMS : TS_FRAME_ACK, (uint32_t)i, p,
-                       region ? NULL : dst, region ? 0 : len * sizeof(float), &ri, e);
+    if (params && sdk_pullc_on(t, x, p))
+        r = sdk_pullc_read(t, i, p, dst, &ri, acc, e);
+    else
+        r = sdk_read_reply(t, x->owner[p], params ? TS_FRAME_PARAMS : TS_FRAME_ACK,
+                           (uint32_t)i, p, region ? NULL : dst, region ? 0 : len * sizeof(float),
+                           &ri, e);
+    if (!r && params && !(ri.flags & TS_PARAMS_CODED) && !region) {
+        acc->pulled += len * sizeof(float);
+        acc->pulled_raw += len * sizeof(float);
+    }
     if (!r && region && !(ri.flags & TS_PARAMS_REGION))
         r = ts_err_set(e, TS_ECORRUPT, "shard %u: tensor %d partition %u came without its "
                        "payload, not from the shared region", t->shards[x->owner[p]].id, i, p);

@@ -35,6 +35,7 @@
 #ifndef TS_CODEC_CODEC_H
 #define TS_CODEC_CODEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -107,5 +108,24 @@ void ts_codec_decode(unsigned enc, const void *payload, size_t bytes, uint64_t n
  * FP16 and BF16 return Inf where they overflow (|v| >= 65520, >= (2 - 2^-8) 2^127), TOPK 0
  * (an element that is sent is exact). For tests and docs. */
 double ts_codec_err_bound(unsigned enc, double v, double s);
+
+/* ---- Pulls (delta.c): a copy kept in step on both ends (docs/compression.md, "Pulls") ----
+ * The shard keeps a mirror of the copy of a partition its worker holds; a pull sends the
+ * difference, and both ends add what was sent with the same code, so copy == mirror bit for
+ * bit. What the codec dropped stays in value - mirror: error feedback on the shard's side. */
+
+/* The shard: encodes value - mirror (n floats) with c into out (ts_codec_max_bytes bytes),
+ * then adds the decoded delta to mirror, exactly as ts_codec_delta_apply will add it to the
+ * worker's copy; *bytes = the payload's length. false, with mirror and *bytes untouched, when
+ * the decoded delta is not finite everywhere (an fp16 delta beyond 65504, a non-finite value):
+ * send the values in full and copy them into the mirror instead. scratch: n floats; none of
+ * the buffers overlap. */
+bool ts_codec_delta_encode(const struct ts_codec *c, const float *value, float *mirror,
+                           uint64_t n, float *scratch, void *out, size_t *bytes);
+
+/* The worker, after ts_codec_check succeeded: copy += decode(payload), n floats. scratch: n
+ * floats (it holds the decoded delta afterwards); it may not overlap copy or payload. */
+void ts_codec_delta_apply(unsigned enc, const void *payload, size_t bytes, uint64_t n,
+                          float *copy, float *scratch);
 
 #endif

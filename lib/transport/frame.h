@@ -88,6 +88,9 @@ enum ts_frame_type {
 #define TS_PULL_AFTER_PUSH 0x1u /* sent right behind this connection's pushes of the step */
 #define TS_PULL_REGION 0x2u     /* answer with no payload: the values are in the shared region */
 #define TS_PULL_ROUND 0x4u      /* the first pull of a round of requests on this connection */
+#define TS_PULL_CODED 0x8u      /* compressed (docs/compression.md, "Pulls"): `encoding` is the
+                                 * codec; the 16-byte payload is the token of the copy the
+                                 * worker holds (0: none) and the top-k ratio (f64; else 0) */
 /* PUSH flags: bits 0-7 hold the loss scale's exponent e + 128 (0: no scaling, e = 0); the
  * payload was multiplied by 2^e. */
 #define TS_PUSH_SCALE(e) ((e) ? (uint32_t)((e) + 128) & 0xffu : 0u)
@@ -106,6 +109,9 @@ enum ts_frame_type {
 /* PARAMS flags; a PARAMS frame's `rank` field carries the staleness the pull saw (SSP/ASP). */
 #define TS_PARAMS_OVERFLOW 0x1u /* a step was skipped for a non-finite sum since the last pull */
 #define TS_PARAMS_REGION 0x2u   /* no payload: read the values from the shared region */
+#define TS_PARAMS_CODED 0x4u    /* the reply to a TS_PULL_CODED pull: the new copy's 8-byte
+                                 * token, then the values in full (encoding 0) or the codec's
+                                 * encoding of value - copy (encoding: the codec) */
 
 struct ts_frame_hdr {
     uint16_t type;

@@ -524,14 +524,16 @@ static PyObject *client_stats(struct client *self, PyObject *unused)
     SDK_CALL(self, rc, &e, (tessera_stats(self->t, &s), 0));
     if (rc)
         return raise_sdk(&e);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K}", "steps",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K,s:K,s:K}", "steps",
                          (unsigned long long)s.steps, "steps_skipped",
                          (unsigned long long)s.steps_skipped, "staleness_last",
                          (unsigned long long)s.staleness_last, "staleness_max",
                          (unsigned long long)s.staleness_max, "bytes_pushed",
                          (unsigned long long)s.bytes_pushed, "bytes_raw",
                          (unsigned long long)s.bytes_raw, "loss_scale", (double)s.loss_scale,
-                         "failovers", (unsigned long long)s.failovers);
+                         "failovers", (unsigned long long)s.failovers, "bytes_pulled",
+                         (unsigned long long)s.bytes_pulled, "bytes_pulled_raw",
+                         (unsigned long long)s.bytes_pulled_raw);
 }
 
 static PyObject *client_report_progress(struct client *self, PyObject *args, PyObject *kw)
@@ -647,7 +649,7 @@ static PyMethodDef client_methods[] = {
       "version(id) -> int: the version tensor id was at when registered (restored: > 0)" },
     { "stats", (PyCFunction)client_stats, METH_NOARGS,
       "stats() -> dict: steps, steps_skipped, staleness_last, staleness_max, bytes_pushed,\n"
-      "bytes_raw, loss_scale, failovers" },
+      "bytes_raw, loss_scale, failovers, bytes_pulled, bytes_pulled_raw" },
     { "report_progress", KW client_report_progress, METH_VARARGS | METH_KEYWORDS,
       "report_progress(loss, accuracy=nan, samples_per_s=nan): training progress for the\n"
       "master's status page, sent with the next heartbeats (rank 0's is plotted)" },
@@ -687,7 +689,7 @@ static PyTypeObject client_type = {
               "       optimizer='momentum', batch=..., transport=None, timeout_ms=0,\n"
               "       data_seed=0, micro_batch=0, mode='bsp', staleness=0, compress=None,\n"
               "       sync_every=None, loss_scale='none', delay_ms=0, keep=False,\n"
-              "       exact_push='fixed')\n\n"
+              "       exact_push='fixed', compress_pull=None)\n\n"
               "A connection to a Tessera cluster (tessera_connect); master 'local' runs the\n"
               "shards' code in this process. Use as a context manager or call close().",
     .tp_new = client_new,

@@ -310,7 +310,7 @@ int get_shape(PyObject *o, uint64_t shape[8])
     return (int)n;
 }
 
-/* compress / sync_every: a str, or a dict {tensor: value} made into "NAME=VALUE,..." (a key
+/* compress / compress_pull / sync_every: a str, or a dict {tensor: value} made into "NAME=VALUE,..." (a key
  * None or "" gives a bare VALUE: compress's default codec). *keep owns the new string. */
 int get_list(PyObject *o, const char *what, const char **out, PyObject **keep)
 {
@@ -403,17 +403,17 @@ static int get_exact_push(PyObject *o, int *out)
 static char *option_names[] = { "master", "job", "rank", "workers", "exact", "optimizer",
                                 "batch", "transport", "timeout_ms", "data_seed", "micro_batch",
                                 "mode", "staleness", "compress", "sync_every", "loss_scale",
-                                "delay_ms", "keep", "exact_push", NULL };
+                                "delay_ms", "keep", "exact_push", "compress_pull", NULL };
 enum { O_MASTER, O_JOB, O_RANK, O_WORKERS, O_EXACT, O_OPTIMIZER, O_BATCH, O_TRANSPORT,
        O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS, O_DELAY,
-       O_KEEP, O_EXACT_PUSH, O_COUNT };
+       O_KEEP, O_EXACT_PUSH, O_PULL, O_COUNT };
 
 /* The arguments o[] into *opt (the SDK checks the values it alone understands). Strings made
  * from dicts are appended to keep, which must outlive opt. */
 static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt, PyObject *keep)
 {
     unsigned long long v[O_COUNT] = { [O_WORKERS] = 1 };
-    PyObject *made[2] = { NULL, NULL };
+    PyObject *made[3] = { NULL, NULL, NULL };
     int rc;
 
     rc = get_str(o[O_MASTER], "master", &opt->master) || get_str(o[O_JOB], "job", &opt->job) ||
@@ -433,8 +433,9 @@ static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt,
          get_loss_scale(o[O_LOSS], &opt->loss_scale) ||
          get_uint(o[O_DELAY], "delay_ms", INT32_MAX, &v[O_DELAY]) ||
          (opt->keep = o[O_KEEP] ? PyObject_IsTrue(o[O_KEEP]) : 0) < 0 ||
-         get_exact_push(o[O_EXACT_PUSH], &opt->exact_push);
-    for (int i = 0; i < 2; i++) {
+         get_exact_push(o[O_EXACT_PUSH], &opt->exact_push) ||
+         get_list(o[O_PULL], "compress_pull", &opt->pull_compress, &made[2]);
+    for (int i = 0; i < 3; i++) {
         if (made[i] && PyList_Append(keep, made[i]))
             rc = -1;
         Py_XDECREF(made[i]);
@@ -453,10 +454,10 @@ int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt, PyObj
 {
     PyObject *o[O_COUNT] = { NULL };
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOOO:Client", option_names,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOOOO:Client", option_names,
                                      &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
                                      &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
-                                     &o[15], &o[16], &o[17], &o[18]))
+                                     &o[15], &o[16], &o[17], &o[18], &o[19]))
         return -1;
     /* The SDK copies what it keeps; the arguments are kept anyway, as cheap insurance. */
     for (int i = 0; i < O_COUNT; i++)

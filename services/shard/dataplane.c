@@ -251,8 +251,8 @@ static ts_status on_seed(struct dp_conn *dc, const struct ts_frame_hdr *h, const
 }
 
 /* A PULL of partition p, which this shard heads (pinned by the caller). */
-static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
-                           struct ts_err *err)
+static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
+                           struct ts_part *p, struct ts_err *err)
 {
     struct ts_frame_hdr out = { .type = TS_FRAME_PARAMS, .tensor = h->tensor,
                                 .partition = h->partition, .dtype = 1 };
@@ -260,12 +260,16 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, str
     uint64_t len = ts_part_len(p);
     enum ts_mode mode = dc->job->job.mode;
     bool copy = mode == TS_MODE_SSP || mode == TS_MODE_ASP;
+    bool coded = (h->flags & TS_PULL_CODED) != 0;
+    struct dp_pullc_req rq = { 0 };
 
     /* The version asked for needs the push that was refused: it would never come. */
     if ((h->flags & TS_PULL_REGION) &&
         (copy || !dc->regions || !dc->regions[h->tensor].params))
         return ts_err_set(err, TS_ESTATE, "tensor %u: a pull from the shared region, but this "
                           "connection does not map it (send MAP first; bsp only)", h->tensor);
+    if (coded && dp_pullc_check(dc, h, buf, &rq, err))
+        return err->code;
     if ((h->flags & TS_PULL_AFTER_PUSH) && dc->push_refused)
         return ts_err_set(err, TS_ESTATE, "pull of version %" PRIu64 " refused: a push of this "
                           "step was refused (see the error before)", h->step);
@@ -301,6 +305,9 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, str
         out.flags |= TS_PARAMS_REGION;
         return ts_frame_send(dc->c, &out, NULL, 0, err);
     }
+    if (coded)
+        return dp_pullc_reply(dc, &out, &rq, copy ? dc->copy : ts_part_values(p), len,
+                              info.version, err);
     if (copy)
         return ts_frame_send(dc->c, &out, dc->copy, len * sizeof(float), err);
     if (!ts_frame_wants_hash(dc->c))
@@ -309,7 +316,8 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, str
                                 pull_sum(dc->dp, p, info.version), err);
 }
 
-static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
+static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
+                         struct ts_err *err)
 {
     struct ts_part *p = NULL;
     int64_t t0 = ts_now_ns();
@@ -317,9 +325,10 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, struc
 
     if ((st = head_of(dc, h, &p, NULL, err)))
         return st;
-    st = pull_from(dc, h, p, err);
+    st = pull_from(dc, h, buf, p, err);
     if (!st) {
-        ts_counter_add(dc->metrics.pull_bytes, ts_part_len(p) * sizeof(float));
+        ts_counter_add(dc->metrics.pull_bytes, (h->flags & TS_PULL_CODED) ? dc->pullc_last
+                                               : ts_part_len(p) * sizeof(float));
         ts_histogram_observe(dc->metrics.pull_s, (double)(ts_now_ns() - t0) / 1e9);
     }
     shard_params_put(p);
@@ -458,6 +467,7 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     job = shard_params_attach(dc->dp->params, id);
     if (job != dc->job)   /* regions belong to the job's tensors */
         regions_free(dc);
+    dp_pullc_free(dc);    /* charged to the job before; copies start again */
     shard_params_detach(dc->dp->params, dc->job);
     dc->job = job;
     pthread_mutex_lock(&dc->dp->id_mu);
@@ -551,7 +561,7 @@ static void *conn_main(void *arg)
         } else if (h.type == TS_FRAME_PULL) {
             if (h.flags & TS_PULL_ROUND)   /* a round begins: slots.c */
                 dc->reslot = false;
-            st = on_pull(dc, &h, &err);
+            st = on_pull(dc, &h, in, &err);
         }
         else if (h.type == TS_FRAME_HELLO)
             st = on_hello(dc, &h, in, &err);
@@ -592,6 +602,7 @@ static void *conn_main(void *arg)
     free(buf);
     free(dc->copy);
     regions_free(dc);
+    dp_pullc_free(dc);
     chain_links_close(&dc->chain);
     shard_params_detach(dp->params, dc->job);   /* the job may be released from now on */
     dc->job = NULL;

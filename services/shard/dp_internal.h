@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "chain.h"
+#include "codec/codec.h"
 #include "dataplane.h"
 #include "transport/auth.h"
 #include "transport/region.h"
@@ -35,6 +36,18 @@ struct dp_region {
     struct ts_region prev;          /* the previous shard's values, mapped read-only */
 };
 
+/* Compressed pulls (dp_pullc.c): the mirror of one partition of the worker's copy. */
+struct dp_mirror {
+    uint64_t token;                 /* the copy it mirrors (0: none yet) */
+    uint64_t version;               /* the version last sent */
+    uint64_t len;                   /* floats in v */
+    float *v;
+};
+struct dp_mirrors {                 /* one tensor's, by partition */
+    uint32_t n;
+    struct dp_mirror *part;
+};
+
 struct dp_conn {
     struct dataplane *dp;
     struct ts_conn *c;
@@ -45,6 +58,18 @@ struct dp_conn {
     float *copy;                    /* SSP/ASP pulls: the values copied under the lock */
     size_t copy_cap;                /* floats */
     struct dp_region *regions;      /* by tensor id; NULL until the first SHARE or MAP */
+    /* Compressed pulls (dp_pullc.c): mirrors by tensor id, the bytes they hold (charged to
+     * the job), a scratch vector and the reply's payload; full replies sent since the HELLO
+     * (the first pull of each partition, and every resync). */
+    struct dp_mirrors *mirrors;
+    uint32_t nmirrors;
+    uint64_t mirror_mem;
+    float *scratch;
+    size_t scratch_cap;
+    uint8_t *wire;
+    size_t wire_cap;
+    uint64_t resyncs;
+    uint64_t pullc_last;            /* the payload bytes of the last coded reply */
     struct chain_links chain;       /* to the next shards of this shard's chains */
     atomic_uint cancel;             /* DP_CANCEL_* bits: end a pull's wait */
     char job_id[TS_JOB_ID_MAX + 1]; /* the HELLO's job, for cancel_waits (under dp->id_mu) */
@@ -99,6 +124,25 @@ ts_status dp_replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct 
  * passed on, acknowledged. */
 ts_status dp_on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
                       struct ts_err *err) TS_MUST_CHECK;
+
+/* dp_pullc.c: compressed pulls (docs/compression.md, "Pulls") */
+#define DP_PULLC_REQ 16             /* a coded PULL's payload: u64 copy token, f64 top-k ratio */
+struct dp_pullc_req {
+    struct ts_codec codec;          /* the frame's encoding, and the ratio for top-k */
+    uint64_t have;                  /* the token of the copy the worker holds (0: none) */
+};
+/* A PULL with TS_PULL_CODED, before it waits: a float job that is not reduce, no region, the
+ * payload's length, a codec and its ratio; TS_EINVAL naming what is wrong. */
+ts_status dp_pullc_check(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
+                         struct dp_pullc_req *rq, struct ts_err *err) TS_MUST_CHECK;
+/* Sends out (PARAMS of values, len floats at version) as the delta against the mirror of the
+ * copy the worker holds, or in full where that is not the mirror's (or the delta would not be
+ * finite); either way the mirror is what the worker's copy will be. */
+ts_status dp_pullc_reply(struct dp_conn *dc, struct ts_frame_hdr *out,
+                         const struct dp_pullc_req *rq, const float *values, uint64_t len,
+                         uint64_t version, struct ts_err *err) TS_MUST_CHECK;
+/* Frees every mirror (and gives their memory back to the job's budget). */
+void dp_pullc_free(struct dp_conn *dc);
 
 /* slots.c */
 /* TS_ESLOTS (and from then on until the next step's first push or pull) if the connection's job changed slots

@@ -364,6 +364,29 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
                       users[0] ? users : "nothing");
 }
 
+ts_status shard_params_charge(struct shard_params *sp, struct shard_job *sj, int64_t bytes,
+                              struct ts_err *err)
+{
+    uint64_t need = bytes > 0 ? (uint64_t)bytes : (uint64_t)-bytes;
+    ts_status st = TS_OK;
+
+    pthread_mutex_lock(&sp->mu);
+    if (bytes < 0) {
+        sp->mem_used -= need;
+        sj->mem -= need;
+    } else if (need <= sp->mem_budget - sp->mem_used) {
+        sp->mem_used += need;
+        sj->mem += need;
+    } else {
+        st = ts_err_set(err, TS_ENOMEM, "needs %.1f MiB on this shard, over its --mem-budget "
+                        "of %.1f MiB (%.1f MiB free); raise --mem-budget or pull in full",
+                        (double)need / (1 << 20), (double)sp->mem_budget / (1 << 20),
+                        (double)(sp->mem_budget - sp->mem_used) / (1 << 20));
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return st;
+}
+
 /* A partition on a chain of more than one shard: its image must fit one data-plane frame, and
  * the head holds each update until the chain's tail has it (docs/replication.md). */
 static ts_status replicable(const struct shard_tensor *t, struct ts_part *p, bool head,

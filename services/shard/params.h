@@ -188,6 +188,12 @@ struct ts_part *shard_params_find(struct shard_params *sp, struct shard_job *job
  * it, or does not know the tensor. */
 uint32_t shard_params_prev(struct shard_params *sp, struct shard_job *job, uint32_t tensor,
                            uint32_t part);
+/* Memory a job's connections hold beyond its partitions (the mirrors of compressed pulls,
+ * services/shard/dp_pullc.c): bytes > 0 is charged to the shard's --mem-budget under job, or
+ * TS_ENOMEM naming the budget; bytes < 0 gives that much back (always TS_OK). The job must be
+ * attached by the caller. */
+ts_status shard_params_charge(struct shard_params *sp, struct shard_job *job, int64_t bytes,
+                              struct ts_err *err);
 /* Unpins what shard_params_find returned (NULL: no-op). A partition dropped meanwhile is
  * freed by the next shard_params_reap. */
 void shard_params_put(struct ts_part *p);

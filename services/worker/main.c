@@ -37,6 +37,7 @@ int main(int argc, char **argv)
 {
     const char *master = NULL, *job = "default", *optimizer = DEFAULT_OPTIMIZER;
     const char *transport = NULL, *data = NULL, *mode = NULL, *compress = NULL, *sync = NULL;
+    const char *pull = NULL;
     const char *loss = "none";
     int64_t rank = 0, workers = 1, batch = 64, micro = 16, epochs = 1, steps = 0, seed = 1;
     int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0, restarts = 0;
@@ -78,6 +79,9 @@ int main(int argc, char **argv)
           0, 1000000 },
         { "compress", TS_FLAG_STR, &compress, "CODEC", "none, fp16, bf16, int8, topk:RATIO, or "
                                                        "TENSOR=CODEC,...", 0, 0 },
+        { "compress-pull", TS_FLAG_STR, &pull, "CODEC", "parameters on the wire, as deltas "
+                                                        "against this worker's copy: codecs as "
+                                                        "for --compress (tcp only)", 0, 0 },
         { "sync-every", TS_FLAG_STR, &sync, "T=K,...", "tensor T syncs every K steps", 0, 0 },
         { "loss-scale", TS_FLAG_STR, &loss, "KIND", "none (default) or dynamic (fp16 "
                                                     "gradients with GradScaler's rules)", 0, 0 },
@@ -202,7 +206,8 @@ int main(int argc, char **argv)
     o.slow_factor = factor;
     o.slow_from = slow_from;
     o.slow_until = slow_until;
+    o.pull_compress = pull;
     o.elastic = !no_elastic && (!mode || !strcmp(mode, "bsp")) && !sync &&
-                !(compress && strstr(compress, "topk"));
+                !(compress && strstr(compress, "topk")) && !(pull && strcmp(pull, "none"));
     return train_run(&o);
 }

@@ -123,7 +123,8 @@ static int setup(struct run *r, struct tessera_error *e)
                                   .micro_batch = o->micro, .mode = o->mode,
                                   .staleness = o->staleness, .compress = o->compress,
                                   .sync_every = o->sync_every, .loss_scale = o->loss_scale,
-                                  .delay_ms = o->delay_ms, .keep = o->keep };
+                                  .delay_ms = o->delay_ms, .keep = o->keep,
+                                  .pull_compress = o->pull_compress };
     struct ts_err err = { 0 };
 
     if (ts_fmnist_load(o->data_dir, true, &r->train, &err) ||
@@ -278,6 +279,10 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs, cha
         printf("compression: %.1f MB pushed for %.1f MB of gradients (%.2fx)\n",
                st.bytes_pushed / 1e6, st.bytes_raw / 1e6, (double)st.bytes_raw /
                (double)(st.bytes_pushed ? st.bytes_pushed : 1));
+    if (st.bytes_pulled_raw && st.bytes_pulled != st.bytes_pulled_raw)
+        printf("pull compression: %.1f MB pulled for %.1f MB of parameters (%.2fx)\n",
+               st.bytes_pulled / 1e6, st.bytes_pulled_raw / 1e6, (double)st.bytes_pulled_raw /
+               (double)(st.bytes_pulled ? st.bytes_pulled : 1));
     if (st.steps_skipped || st.staleness_max)
         printf("skipped steps %" PRIu64 " (overflow), staleness max %" PRIu64 ", loss scale %g\n",
                st.steps_skipped, st.staleness_max, st.loss_scale);
@@ -303,6 +308,9 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs, cha
     ts_json_uint(&j, "staleness_max", st.staleness_max);
     ts_json_uint(&j, "bytes_pushed", st.bytes_pushed);
     ts_json_uint(&j, "bytes_raw", st.bytes_raw);
+    ts_json_str(&j, "compress_pull", r->o->pull_compress ? r->o->pull_compress : "none");
+    ts_json_uint(&j, "bytes_pulled", st.bytes_pulled);
+    ts_json_uint(&j, "bytes_pulled_raw", st.bytes_pulled_raw);
     ts_json_num(&j, "loss_scale", st.loss_scale);
     ts_json_uint(&j, "seed", r->o->seed);
     ts_json_uint(&j, "batch", r->o->batch);

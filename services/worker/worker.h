@@ -11,6 +11,7 @@
 struct train_opts {
     const char *master, *job, *optimizer, *transport, *data_dir;
     const char *mode, *compress, *sync_every;   /* docs/modes.md; NULL: defaults */
+    const char *pull_compress;                  /* docs/compression.md, "Pulls"; NULL: none */
     uint32_t rank, workers, batch, micro, staleness;
     uint32_t epochs;
     uint64_t steps, seed, partition_bytes;

@@ -4,7 +4,9 @@
  * come from a raw transport connection (tcp, or shm) wrapped in lib/transport's fault layer.
  * Shared regions (tessera_buffers): the same bits as copies, really mapped on shm, and every
  * misuse of SHARE (a worker's gradients, a shard's values) / MAP / region pushes and pulls
- * refused with nothing changed; so are SEEDs of the wrong job or length. */
+ * refused with nothing changed; so are SEEDs of the wrong job or length. Compressed pulls
+ * (docs/compression.md, "Pulls"): a delta only for the token of the mirror's copy, in full
+ * otherwise; malformed ones refused by name, the connection still usable. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 #include "cluster/cluster.h"
+#include "codec/codec.h"
 #include "ps/part.h"
 #include "harness.h"
 #include "tessera.h"
@@ -510,6 +513,98 @@ static void seeds_refused(void **state)
     tessera_close(t);
 }
 
+/* A compressed pull of tensor 0 partition 0 at version v naming token have (ratio: top-k's);
+ * the reply's payload into buf (8 + 4N bytes at most), header into *h. */
+static void coded_pull(struct ts_conn *c, uint64_t v, unsigned enc, uint64_t have,
+                       double ratio, struct ts_frame_hdr *h, void *buf)
+{
+    struct ts_frame_hdr pull = { .type = TS_FRAME_PULL, .step = v, .dtype = 1,
+                                 .flags = TS_PULL_CODED, .encoding = (uint16_t)enc };
+    uint8_t req[16];
+
+    memcpy(req, &have, 8);
+    memcpy(req + 8, &ratio, 8);
+    assert_int_equal(ts_frame_send(c, &pull, req, sizeof(req), NULL), TS_OK);
+    assert_int_equal(ts_frame_recv(c, h, buf, 8 + 4 * N, 5000, NULL), TS_OK);
+    assert_int_equal(h->type, TS_FRAME_PARAMS);
+    assert_true(h->flags & TS_PARAMS_CODED);
+}
+
+static void coded_pulls(void **state)
+{
+    struct tessera_options o = { .master = master, .job = "dp-coded", .rank = 0, .workers = 1,
+                                 .optimizer = "sgd:lr=0.5", .batch = 4, .transport = "tcp" };
+    struct ts_frame_hdr h, bad = { .type = TS_FRAME_PULL, .dtype = 1, .flags = TS_PULL_CODED,
+                                   .encoding = 3 };
+    static float vals[N], next[N], copy[N], scratch[N], g[N];
+    static uint8_t buf[8 + 4 * N], req[16];
+    uint64_t shape[1] = { N }, t1, t2, t3;
+    struct tessera_error e;
+    struct ts_conn *c;
+    tessera *t;
+    int id;
+
+    (void)state;
+    if (tessera_connect(&o, &t, &e) ||
+        tessera_register(t, "w", shape, 1, "normal:0.1", 3, 0, 0, 0, &id, &e) ||
+        tessera_pull(t, id, 0, vals, &e))
+        fail_msg("%s", e.message);
+    c = raw_connect("tcp", "dp-coded");
+    coded_pull(c, 0, TS_CODEC_INT8, 0, 0, &h, buf);          /* no copy yet: in full */
+    assert_int_equal(h.encoding, 0);
+    assert_int_equal(h.len, 8 + 4 * N);
+    assert_memory_equal(buf + 8, vals, sizeof(vals));
+    memcpy(&t1, buf, 8);
+    memcpy(copy, buf + 8, sizeof(copy));
+    coded_pull(c, 0, TS_CODEC_INT8, t1, 0, &h, buf);         /* its token: a delta (of 0) */
+    assert_int_equal(h.encoding, TS_CODEC_INT8);
+    assert_int_equal(h.len, 8 + 4 + N);
+    memcpy(&t2, buf, 8);
+    assert_true(t2 != t1);
+    coded_pull(c, 0, TS_CODEC_INT8, t1, 0, &h, buf);         /* a stale token: in full */
+    assert_int_equal(h.encoding, 0);
+    assert_memory_equal(buf + 8, vals, sizeof(vals));
+    memcpy(&t3, buf, 8);
+    /* Malformed: refused by name, and the connection goes on. */
+    assert_int_equal(ts_frame_send(c, &bad, req, 8, NULL), TS_OK);
+    assert_int_equal(expect_error(c, "carries 16 bytes"), TS_EINVAL);
+    bad.encoding = 9;
+    assert_int_equal(ts_frame_send(c, &bad, req, 16, NULL), TS_OK);
+    assert_int_equal(expect_error(c, "encoding 9 is not a codec"), TS_EINVAL);
+    bad.encoding = TS_CODEC_TOPK;
+    memcpy(req + 8, &(double){ 2.0 }, 8);
+    assert_int_equal(ts_frame_send(c, &bad, req, 16, NULL), TS_OK);
+    assert_int_equal(expect_error(c, "top-k ratio 2"), TS_EINVAL);
+    /* A step moves the values; the delta brings the copy to within int8's step of them. */
+    for (int i = 0; i < N; i++)
+        g[i] = (float)(i % 7) - 3.0f;
+    if (tessera_step(t, 0, (const void *[]){ g }, (float *[]){ next }, &e))
+        fail_msg("%s", e.message);
+    coded_pull(c, 1, TS_CODEC_INT8, t3, 0, &h, buf);
+    assert_int_equal(h.encoding, TS_CODEC_INT8);
+    assert_int_equal(ts_codec_check(h.encoding, buf + 8, h.len - 8, N, NULL), TS_OK);
+    ts_codec_delta_apply(h.encoding, buf + 8, h.len - 8, N, copy, scratch);
+    for (int i = 0; i < N; i++)
+        assert_true(fabsf(copy[i] - next[i]) <= 0.375f / 127 * 0.51f + 1e-6f);
+    assert_memory_not_equal(copy, vals, sizeof(copy));
+    ts_tp_close(c);
+    tessera_close(t);
+    /* Exact mode: refused naming the option. */
+    o.job = "dp-coded-exact";
+    o.exact = 1;
+    if (tessera_connect(&o, &t, &e) ||
+        tessera_register(t, "w", shape, 1, "normal:0.1", 3, 0, 0, 0, &id, &e))
+        fail_msg("%s", e.message);
+    c = raw_connect("tcp", "dp-coded-exact");
+    bad.encoding = TS_CODEC_FP16;
+    memset(req, 0, sizeof(req));
+    assert_int_equal(ts_frame_send(c, &bad, req, 16, NULL), TS_OK);
+    assert_int_equal(expect_error(c, "pull_compress: job 'dp-coded-exact' is in exact mode"),
+                     TS_EINVAL);
+    ts_tp_close(c);
+    tessera_close(t);
+}
+
 static void over_tcp(void **state)
 {
     bad_frames_change_nothing("tcp", "faults-tcp");
@@ -530,6 +625,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(buffers_tcp),
         cmocka_unit_test(regions_refused),
         cmocka_unit_test(seeds_refused),
+        cmocka_unit_test(coded_pulls),
     };
     if (argc < 2) {
         fprintf(stderr, "usage: test_dataplane BIN_DIR\n");

@@ -61,7 +61,7 @@ PULL_BYTES = NPARAMS * 4                                    # a pull in float32
 TRAIN_N = 60000
 # The reduction-server design doc, 8 x A100 nodes: async 1.41x, async + compression 1.67x.
 PAPER = {"ASP": 1.41, "ASP-topk0.01": 1.67, "ASP-dynamic": 1.41, "ASP-dyn-topk0.01": 1.67,
-         "ASP-dyn-int8": 1.67}
+         "ASP-dyn-int8": 1.67, "ASP-dyn int8/int8": 1.67}
 
 # (key for --configs, name in the table, tessera-worker flags, how rank 1 is slow: "ms"
 # --slow-ms, "none", "x" --slow-factor, "drift" --slow-factor moving from rank 1 to rank 0
@@ -91,6 +91,8 @@ CONFIGS = [
                                         "--compress-pull", "int8"], "ms"),
     ("asp-topk-both", "ASP-topk/topk", ["--mode", "asp", "--compress", "topk:0.01",
                                         "--compress-pull", "topk:0.01"], "ms"),
+    ("asp-dyn-int8-both", "ASP-dyn int8/int8", ["--mode", "asp", "--dynamic", "--compress",
+                                                "int8", "--compress-pull", "int8"], "ms"),
     ("noslow", "BSP-fp32-noslow", [], "none"),
     ("x-bsp", "xN BSP-fp32", [], "x"),
     ("x-exact", "xN BSP-exact", ["--exact"], "x"),
@@ -103,6 +105,8 @@ CONFIGS = [
     ("d-bsp", "drift BSP-fp32", [], "drift"),
     ("d-bal", "drift balanced", ["--balance"], "drift"),
     ("d-bal-exact", "drift bal-exact", ["--balance", "--exact"], "drift"),
+    ("d-asp", "drift ASP", ["--mode", "asp"], "drift"),
+    ("d-asp-dyn", "drift ASP-dynamic", ["--mode", "asp", "--dynamic"], "drift"),
 ]
 # Rows whose workers push every slot alone (TESSERA_COMBINE_SLOTS=off), as before combined
 # pushes: the balanced rows before and after in one run (docs/scheduler.md, "Costs").

@@ -494,6 +494,26 @@ class ClusterCase:
         return r
 
 
+class UpCase(ClusterCase):
+    """ClusterCase whose class shares one `tessera up UP_ARGS` (cls.up, its master at cls.addr),
+    stopped with SIGTERM at the end, which must exit 0. Workers log warnings only unless
+    TESSERA_LOG says otherwise."""
+    UP_ARGS = ("--shards", "2")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster()
+        cls.up, cls.addr = cls.c.tessera_up(list(cls.UP_ARGS))
+        os.environ.setdefault("TESSERA_LOG", "warn")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.up.signal(signal.SIGTERM)
+        rc = cls.up.wait(30)
+        super().tearDownClass()
+        assert rc == 0, "tessera up exited %r" % rc
+
+
 def main():
     """unittest.main that exits non-zero on failure and prints the wall time."""
     import unittest

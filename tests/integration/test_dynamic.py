@@ -32,19 +32,8 @@ STEPS = 150 if tl.SANITIZED else 300
 LEASE_MS = 1500
 
 
-class Dynamic(tl.ClusterCase, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.c = tl.Cluster()
-        cls.up, cls.addr = cls.c.tessera_up(["--shards", "2", "--lease-ms", str(LEASE_MS)])
-        os.environ.setdefault("TESSERA_LOG", "warn")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.up.signal(signal.SIGTERM)
-        rc = cls.up.wait(30)
-        super().tearDownClass()
-        assert rc == 0, "tessera up exited %r" % rc
+class Dynamic(tl.UpCase, unittest.TestCase):
+    UP_ARGS = ("--shards", "2", "--lease-ms", str(LEASE_MS))
 
     def start(self, job, rank, extra=()):
         log = os.path.join(self.c.dir, "%s-%d.units" % (job, rank))

@@ -17,7 +17,6 @@ Real processes: one `tessera up --shards 2`, and jobs of `tessera train`:
 import json
 import math
 import os
-import signal
 import sys
 import unittest
 
@@ -27,20 +26,7 @@ import tessera_testlib as tl  # noqa: E402
 STEPS = 2500
 
 
-class Tasks(tl.ClusterCase, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.c = tl.Cluster()
-        cls.up, cls.addr = cls.c.tessera_up(["--shards", "2"])
-        os.environ.setdefault("TESSERA_LOG", "warn")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.up.signal(signal.SIGTERM)
-        rc = cls.up.wait(30)
-        super().tearDownClass()
-        assert rc == 0, "tessera up exited %r" % rc
-
+class Tasks(tl.UpCase, unittest.TestCase):
     def train(self, job, extra):
         return self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", self.addr,
                              "--workers", "2", "--steps", str(STEPS), "--job", job, "--json"] +

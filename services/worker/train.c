@@ -40,7 +40,8 @@ struct run {
     /* Progress for the master's status page: the summed loss of this worker's samples since
      * the last report and their count, its steps and start, and rank 0's last test accuracy. */
     double loss_sum, accuracy;
-    uint32_t loss_n, report_steps;
+    uint32_t loss_n;
+    uint64_t report_samples;
     int64_t report_ms;
 };
 
@@ -56,10 +57,11 @@ static void progress(struct run *r, bool now)
         return;
     tessera_report_progress(r->t, &(struct tessera_progress){
         .loss = r->loss_sum / r->loss_n, .accuracy = r->accuracy,
-        .samples_per_s = (double)r->report_steps * r->o->batch * 1000.0 /
+        .samples_per_s = (double)r->report_samples * 1000.0 /
                          (double)(t - r->report_ms > 0 ? t - r->report_ms : 1) });
     r->loss_sum = 0;
-    r->loss_n = r->report_steps = 0;
+    r->loss_n = 0;
+    r->report_samples = 0;
     r->report_ms = t;
 }
 
@@ -320,7 +322,7 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs, cha
 }
 
 /* Rank 0's evaluation at an epoch's end: train and test accuracy, to stdout and the status
- * page. since: the steps (their samples) trained since the last one, te when it was. */
+ * page. since: the samples the job trained since the last one, te when it was. */
 static void evaluate(struct run *r, uint64_t epoch, uint64_t step, uint64_t total,
                      uint64_t *since, int64_t *te)
 {
@@ -333,7 +335,7 @@ static void evaluate(struct run *r, uint64_t epoch, uint64_t step, uint64_t tota
     progress(r, true);
     printf("epoch %" PRIu64 " step %" PRIu64 "/%" PRIu64 ": loss %.4f, train accuracy %.4f, test "
            "accuracy %.4f, %.0f samples/s\n", epoch, step, total, tl, train_acc, test_acc,
-           (double)*since * r->o->batch * 1000.0 / (double)(now - *te > 0 ? now - *te : 1));
+           (double)*since * 1000.0 / (double)(now - *te > 0 ? now - *te : 1));
     fflush(stdout);
     *te = now;
     *since = 0;
@@ -379,7 +381,7 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
     const struct train_opts *o = r->o;
     const void *const *grads = (const void *const *)r->acc;
     uint64_t units = total * o->workers, s = r->start, epoch = UINT64_MAX, evaluated = 0;
-    uint64_t since = 0, per_epoch = (uint64_t)spe * o->workers;
+    uint64_t since = 0, per_epoch = (uint64_t)spe * o->workers, done = 0;
     int64_t te = ts_now_ms();
     struct tessera_work w = { 0 };
     int rc;
@@ -390,6 +392,9 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
         if (s >= w.step + w.count) {
             if (tessera_claim_work(r->t, s, CLAIM_UNITS, units, &w, e))
                 return say(e, "claim");
+            since += (w.done - done) * o->batch / o->workers;   /* the job's samples */
+            r->report_samples += (w.done - done) * o->batch / o->workers;
+            done = w.done;
             if (o->rank == 0 && w.done / per_epoch > evaluated / per_epoch) {
                 evaluated = w.done;
                 evaluate(r, w.done / per_epoch, w.done / o->workers, total, &since, &te);
@@ -416,9 +421,7 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
         if (log && (fprintf(log, "unit %" PRIu64 " step %" PRIu64 " rank %u\n", u, s,
                             o->rank) < 0 || fflush(log)))
             return say(&(struct tessera_error){ .message = "cannot write --unit-log" }, "log");
-        r->report_steps++;
         progress(r, false);
-        since++;
         s++;
     }
     while (o->rank == 0 && w.outstanding) {   /* the others' last units */
@@ -426,6 +429,7 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
         if (tessera_claim_work(r->t, s, 0, units, &w, e))
             return say(e, "claim");
     }
+    since += (w.done - done) * o->batch / o->workers;
     for (int i = 0; o->rank == 0 && i < TS_MLP_NTENSORS; i++)
         if (tessera_pull(r->t, r->ids[i], s, r->params[i], e))
             return say(e, "pull");
@@ -502,7 +506,7 @@ int train_run(const struct train_opts *o)
             worker_metrics_step((double)(ts_now_ns() - step_t0) / 1e9,
                                 (double)(ts_now_ns() - exchange_t0) / 1e9);
         if (!rc) {
-            r.report_steps++;
+            r.report_samples += o->batch;
             progress(&r, false);
             run_task(&r, s + 1);
         }
@@ -519,7 +523,7 @@ int train_run(const struct train_opts *o)
             rc = say(&e, "step");
             goto out;
         }
-        since++;
+        since += o->batch;
         if (o->rank == 0 && (k == spe - 1 || s + 1 == total))
             evaluate(&r, s / spe + 1, s + 1, total, &since, &te);
     }

@@ -78,6 +78,7 @@ CONFIGS = [
     ("topk", "BSP-topk0.01", ["--compress", "topk:0.01"], "ms"),
     ("asp-topk", "ASP-topk0.01", ["--mode", "asp", "--compress", "topk:0.01"], "ms"),
     ("asp-dyn", "ASP-dynamic", ["--mode", "asp", "--dynamic"], "ms"),
+    ("ssp-dyn", "SSP(2)-dynamic", ["--mode", "ssp", "--staleness", "2", "--dynamic"], "ms"),
     ("asp-dyn-topk", "ASP-dyn-topk0.01", ["--mode", "asp", "--dynamic", "--compress",
                                           "topk:0.01"], "ms"),
     ("asp-dyn-int8", "ASP-dyn-int8", ["--mode", "asp", "--dynamic", "--compress", "int8"],

@@ -30,7 +30,7 @@ struct train_cli {
     bool local, exact, json, amp, keep;
     bool no_elastic, respawn;        /* docs/elastic.md */
     bool balance;                    /* docs/scheduler.md */
-    bool dynamic;                    /* asp: units from the master's queue (docs/scheduler.md) */
+    bool dynamic;                    /* asp, ssp: units from the master's queue (scheduler.md) */
     const char *slow_factor;         /* testing: "RANK:X[:A-B],...", tessera-worker's flags */
     int workers, epochs, batch, micro, partition_kb;
     int width;                       /* above workers: slots for workers that join later */

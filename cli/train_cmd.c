@@ -119,8 +119,8 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "measured speed (elastic; default --width: the micro-batches "
                                    "per step, at most 64; docs/scheduler.md)", 0, 0 };
     flags[n++] = (struct ts_flag){ "dynamic", TS_FLAG_BOOL, &t->dynamic, NULL,
-                                   "asp: the workers take the next units of the data from the "
-                                   "master's queue as they become free, so a fast worker "
+                                   "asp, ssp: the workers take the next units of the data from "
+                                   "the master's queue as they become free, so a fast worker "
                                    "computes more of the epoch (docs/scheduler.md)", 0, 0 };
     flags[n++] = (struct ts_flag){ "join", TS_FLAG_INT, &join, "R",
                                    "start only rank R, a worker that joins the running job "
@@ -164,10 +164,9 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                 "top-k\n", cmd, (long long)width, (long long)workers);
         return 2;
     }
-    if (t->dynamic && (!t->mode || strcmp(t->mode, "asp"))) {
-        fprintf(stderr, "tessera %s: --dynamic needs --mode asp (ssp bounds each worker's own "
-                "steps, so a worker that takes more units would wait for the slowest; bsp: use "
-                "--balance)\n", cmd);
+    if (t->dynamic && (!t->mode || (strcmp(t->mode, "asp") && strcmp(t->mode, "ssp")))) {
+        fprintf(stderr, "tessera %s: --dynamic needs --mode asp or ssp (bsp: use --balance)\n",
+                cmd);
         return 2;
     }
     if (t->amp && t->compress) {

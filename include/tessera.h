@@ -110,6 +110,10 @@ struct tessera_options {
                               * "bf16", "int8", "topk:RATIO", or a list as for compress. Not
                               * in exact mode, reduce mode or elastic jobs; over tcp only
                               * (shared-memory pulls go in full) */
+    int dynamic;             /* the data comes from the master's queue (tessera_claim_work;
+                              * docs/scheduler.md, "Dynamic assignment"): asp or ssp. In ssp
+                              * the queue bounds staleness over its units and the shards run
+                              * the job as asp, so ssp jobs need it to claim work */
 };
 
 /* Exact mode's pushes (docs/exact-mode.md, "Float pushes"). FIXED: int64 fixed-point sums,
@@ -271,7 +275,7 @@ void tessera_report_progress(tessera *t, const struct tessera_progress *p);
 /* The data-plane transport in use ("tcp", "shm", or "local"). */
 const char *tessera_transport(const tessera *t);
 
-/* Dynamic assignment (docs/scheduler.md, "Dynamic assignment"), ASP jobs only: instead of a
+/* Dynamic assignment (docs/scheduler.md, "Dynamic assignment"), ASP and SSP jobs: instead of a
  * fixed share of the data, each worker takes the next units of the job's data from a queue
  * the master owns as it becomes free, so a fast worker computes more of the epoch. Unit u is
  * the micro-batches the static schedule gives rank u % W at step u / W (W: the job's
@@ -283,12 +287,18 @@ const char *tessera_transport(const tessera *t);
  * applied, but lost ones: those of a worker that died and did not come back). A claim at a
  * step inside the units it was granted gets the rest of the same units (a restarted worker
  * redoes what it held). The master makes a grant durable before answering; a master that is
- * down or restarting is waited for, up to a minute. TESSERA_ENOTSUP for a job not in asp;
- * master "local": every unit is this worker's, in order. */
+ * down or restarting is waited for, up to a minute. TESSERA_ENOTSUP for a job not in asp, or
+ * in ssp without tessera_options.dynamic; master "local": every unit is this worker's, in
+ * order. */
 struct tessera_work {
     uint64_t first, step;
     uint32_t count;
     uint64_t units, done, outstanding, lost;
+    int retry;               /* ssp: nothing granted, as units more than `staleness` steps
+                              * older are not done yet: pull the parameters again
+                              * (tessera_pull), then claim again at the same step */
+    int pull;                /* ssp: granted once those units were done: pull the parameters
+                              * again before computing the units */
 };
 int tessera_claim_work(tessera *t, uint64_t step, uint32_t want, uint64_t units,
                        struct tessera_work *out, struct tessera_error *err);

@@ -110,6 +110,10 @@ struct tessera {
     bool names_checked;           /* every tensor the options name is registered */
     int loss_mode;                /* enum tessera_loss_scale */
     bool push_f32;                /* exact mode, exact_push float: pushes are floats */
+    /* tessera_options.dynamic (sdk_work.c): units from the master's queue; in ssp the queue
+     * bounds staleness (ssp_staleness) and the shards run the job as asp. */
+    bool dynamic, dynamic_ssp;
+    uint32_t ssp_staleness;
     int scale_exp;                /* the loss scale is 2^scale_exp */
     uint32_t good_steps;          /* steps since the last overflow or growth */
     bool step_overflow;           /* the step in progress: a partition was skipped */

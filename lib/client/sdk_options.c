@@ -158,8 +158,18 @@ ts_status sdk_set_modes(struct tessera *t, const struct tessera_options *o, stru
     struct spec_item it;
     ts_status st;
 
-    if ((st = ts_mode_parse(o->mode, &mode, err)) ||
-        (st = ts_job_set_mode(&t->job, mode, o->staleness, err)) ||
+    if ((st = ts_mode_parse(o->mode, &mode, err)))
+        return st;
+    if (o->dynamic && mode != TS_MODE_ASP && mode != TS_MODE_SSP)
+        return ts_err_set(err, TS_EINVAL, "dynamic: the queue hands out units to asp and ssp "
+                          "jobs, not %s (bsp: use balance)", ts_mode_name(mode));
+    t->dynamic = o->dynamic;
+    t->dynamic_ssp = o->dynamic && mode == TS_MODE_SSP;
+    t->ssp_staleness = o->staleness;
+    if (t->dynamic_ssp && (st = ts_job_set_mode(&t->job, TS_MODE_SSP, o->staleness, err)))
+        return st;   /* the bound checked as ssp's, then kept by the queue */
+    if ((st = ts_job_set_mode(&t->job, t->dynamic_ssp ? TS_MODE_ASP : mode,
+                              t->dynamic_ssp ? 0 : o->staleness, err)) ||
         (st = check_spec("compress", o->compress, t->compress, sizeof(t->compress), check_codec,
                          err)) ||
         (st = check_spec("sync_every", o->sync_every, t->sync_every, sizeof(t->sync_every),

@@ -36,10 +36,9 @@ int tessera_claim_work(tessera *t, uint64_t step, uint32_t want, uint64_t units,
     ts_status st;
 
     if (t->job.mode != TS_MODE_ASP) {
-        ts_err_set(&err, TS_ENOTSUP, "dynamic assignment: job '%s' is %s; it takes mode asp "
-                   "(ssp bounds each worker's own steps, so a worker that takes more units "
-                   "would wait for the slowest; bsp: use balance)", t->job.id,
-                   ts_mode_name(t->job.mode));
+        ts_err_set(&err, TS_ENOTSUP, "dynamic assignment: job '%s' is %s; it takes mode asp, "
+                   "or ssp with tessera_options.dynamic set (the queue bounds staleness then; "
+                   "bsp: use balance)", t->job.id, ts_mode_name(t->job.mode));
         return sdk_fail(e, &err);
     }
     if (t->local) {
@@ -48,7 +47,8 @@ int tessera_claim_work(tessera *t, uint64_t step, uint32_t want, uint64_t units,
     }
     for (;;) {
         ts_err_clear(&err);
-        st = ts_membership_claim(t->ms, step, want, units, &r, &err);
+        st = ts_membership_claim(t->ms, step, want, units, t->dynamic_ssp, t->ssp_staleness,
+                                 &r, &err);
         /* Down or restarting (UNAVAILABLE), or restarted without this registration (NOT_FOUND:
          * the heartbeat registers it again): wait, saying so once. */
         if ((st != TS_EUNAVAIL && st != TS_ENOTFOUND) || ts_now_ms() > until)
@@ -64,7 +64,8 @@ int tessera_claim_work(tessera *t, uint64_t step, uint32_t want, uint64_t units,
         return sdk_fail(e, &err);
     *out = (struct tessera_work){ .first = r->first, .step = r->clock, .count = r->count,
                                   .units = r->units, .done = r->done,
-                                  .outstanding = r->outstanding, .lost = r->lost };
+                                  .outstanding = r->outstanding, .lost = r->lost,
+                                  .retry = r->retry, .pull = r->pull };
     tessera__v1__claim_work_response__free_unpacked(r, NULL);
     return sdk_ok(e);
 }

@@ -131,11 +131,12 @@ struct ts_task {
 bool ts_membership_task(struct ts_membership *ms, struct ts_task *out);
 void ts_membership_task_done(struct ts_membership *ms, const Tessera__V1__TaskInfo *r);
 /* Workers of a dynamic job (ClaimWork, docs/scheduler.md): claims up to want of the job's
- * units at this rank's clock, as this registration (worker_id and secret filled in here). A
+ * units at this rank's clock (ssp: the queue bounds staleness), as this registration (worker_id and secret filled in here). A
  * master that is down or restarting is waited for, as every control call is, up to
  * TS_MASTER_CALL_MS; *out is the caller's (tessera__v1__claim_work_response__free_unpacked). */
 ts_status ts_membership_claim(struct ts_membership *ms, uint64_t clock, uint32_t want,
-                              uint64_t units, Tessera__V1__ClaimWorkResponse **out,
+                              uint64_t units, bool ssp, uint32_t staleness,
+                              Tessera__V1__ClaimWorkResponse **out,
                               struct ts_err *err) TS_MUST_CHECK;
 /* A heartbeat now, from the caller's thread (registering again if the master declared this
  * member dead), so that ts_membership_slots and ts_membership_id are fresh. */

@@ -522,8 +522,8 @@ void ts_membership_task_done(struct ts_membership *ms, const Tessera__V1__TaskIn
 }
 
 ts_status ts_membership_claim(struct ts_membership *ms, uint64_t clock, uint32_t want,
-                              uint64_t units, Tessera__V1__ClaimWorkResponse **out,
-                              struct ts_err *err)
+                              uint64_t units, bool ssp, uint32_t staleness,
+                              Tessera__V1__ClaimWorkResponse **out, struct ts_err *err)
 {
     Tessera__V1__ClaimWorkRequest req = TESSERA__V1__CLAIM_WORK_REQUEST__INIT;
 
@@ -532,6 +532,8 @@ ts_status ts_membership_claim(struct ts_membership *ms, uint64_t clock, uint32_t
     req.clock = clock;
     req.want = want;
     req.units = units;
+    req.ssp = ssp;
+    req.staleness = staleness;
     return CALL(ms->m, "ClaimWork", &req, &tessera__v1__claim_work_response__descriptor, out,
                 TS_MASTER_CALL_MS, err);
 }

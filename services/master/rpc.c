@@ -661,12 +661,14 @@ static ts_status claim_work(struct ts_rpc_call *call, const ProtobufCMessage *rq
                           req->worker_id);
     st = workq_claim(m->work, &(struct workq_seat){ run.job, run.run_ms, run.rank, run.workers,
                                                     run.alive },
-                     req->clock, req->want, req->units, &g, err);
+                     req->clock, req->want, req->units,
+                     (struct workq_ssp){ req->ssp, req->staleness }, &g, err);
     free(run.alive);
     if (st)
         return st;
     *resp = (Tessera__V1__ClaimWorkResponse){ resp->base, g.first, g.count, g.clock, g.done,
-                                              g.outstanding, g.units, g.lost };
+                                              g.outstanding, g.units, g.lost, g.retry,
+                                              g.pull };
     return TS_OK;
 }
 
@@ -693,7 +695,7 @@ static const struct ts_rpc_method master_methods[] = {
       TS_ROLE_ADMIN | TS_ROLE_VERIFY),
     T("ReportUnreachable", report_unreachable, report_unreachable_request,
       report_unreachable_response, MEMBERS),
-    M("ClaimWork", claim_work, claim_work_request, claim_work_response, TS_ROLE_WORKER),
+    T("ClaimWork", claim_work, claim_work_request, claim_work_response, TS_ROLE_WORKER),
     M("SubmitTask", master_submit_task, submit_task_request, submit_task_response,
       TS_ROLE_ADMIN | TS_ROLE_VERIFY),
     M("ReportLost", report_lost, report_lost_request, report_lost_response, MEMBERS),

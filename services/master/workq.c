@@ -9,6 +9,7 @@
 
 #include "tessera/v1/state.pb-c.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 /* A rank's grant: units [first, first + count) as its push steps [clock, clock + count). */
 struct grant {
@@ -22,11 +23,16 @@ struct queue {
     int64_t run_ms;
     uint32_t workers;
     uint64_t units, next, done;
+    struct workq_ssp ssp;
     struct grant *grants;          /* by rank */
+    /* ssp: by rank, the first unit not done at its last claim (0: none yet). Not kept in the
+     * file: a restarted master has each rank pull once more before its next grant. */
+    uint64_t *mark;
 };
 
 struct workq {
     pthread_mutex_t mu;
+    pthread_cond_t cv;             /* ssp: units were settled done */
     struct master_state *state;
     struct queue *v;               /* oldest first */
     size_t n;
@@ -35,18 +41,24 @@ struct workq {
 static void queue_fini(struct queue *qu)
 {
     free(qu->grants);
+    free(qu->mark);
 }
 
 static ts_status queue_init(struct queue *qu, const char *job, int64_t run_ms, uint32_t workers,
-                            uint64_t units, struct ts_err *err)
+                            uint64_t units, struct workq_ssp ssp, struct ts_err *err)
 {
     memset(qu, 0, sizeof(*qu));
     snprintf(qu->job, sizeof(qu->job), "%s", job);
     qu->run_ms = run_ms;
     qu->workers = workers;
     qu->units = units;
-    if (!(qu->grants = calloc(workers, sizeof(*qu->grants))))
+    qu->ssp = ssp;
+    qu->grants = calloc(workers, sizeof(*qu->grants));
+    qu->mark = calloc(workers, sizeof(*qu->mark));
+    if (!qu->grants || !qu->mark) {
+        queue_fini(qu);
         return ts_err_set(err, TS_ENOMEM, "work queue of job '%s': out of memory", job);
+    }
     return TS_OK;
 }
 
@@ -79,7 +91,8 @@ static ts_status load(struct workq *q, struct ts_err *err)
                             "consistent", i, w->job);
             break;
         }
-        if ((st = queue_init(qu, w->job, w->run_unix_ms, w->workers, w->units, err)))
+        if ((st = queue_init(qu, w->job, w->run_unix_ms, w->workers, w->units,
+                             (struct workq_ssp){ w->ssp, w->staleness }, err)))
             break;
         q->n++;
         qu->next = w->next;
@@ -133,6 +146,8 @@ static ts_status save(struct workq *q, struct ts_err *err)
         w->units = qu->units;
         w->next = qu->next;
         w->done = qu->done;
+        w->ssp = qu->ssp.on;
+        w->staleness = qu->ssp.staleness;
         w->grants = &gp[at];
         for (uint32_t r = 0; r < qu->workers; r++) {
             const struct grant *g = &qu->grants[r];
@@ -170,6 +185,7 @@ ts_status workq_create(struct master_state *s, struct workq **out, struct ts_err
     if (!q)
         return ts_err_set(err, TS_ENOMEM, "work queues: out of memory");
     pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
     q->state = s;
     if ((st = load(q, err))) {
         workq_free(q);
@@ -186,6 +202,7 @@ void workq_free(struct workq *q)
     for (size_t i = 0; i < q->n; i++)
         queue_fini(&q->v[i]);
     free(q->v);
+    pthread_cond_destroy(&q->cv);
     pthread_mutex_destroy(&q->mu);
     free(q);
 }
@@ -203,7 +220,7 @@ static struct queue *find(struct workq *q, const char *job)
 /* job's queue for this run, made (replacing another run's, or the oldest queue when there
  * are WORKQ_MAX_QUEUES) if it has none. mu held. */
 static ts_status queue_of(struct workq *q, const struct workq_seat *seat, uint64_t units,
-                          struct queue **out, struct ts_err *err)
+                          struct workq_ssp ssp, struct queue **out, struct ts_err *err)
 {
     struct queue *qu = find(q, seat->job), fresh;
     ts_status st;
@@ -212,7 +229,7 @@ static ts_status queue_of(struct workq *q, const struct workq_seat *seat, uint64
         *out = qu;
         return TS_OK;
     }
-    if ((st = queue_init(&fresh, seat->job, seat->run_ms, seat->workers, units, err)))
+    if ((st = queue_init(&fresh, seat->job, seat->run_ms, seat->workers, units, ssp, err)))
         return st;
     if (!qu && q->n == WORKQ_MAX_QUEUES) {
         queue_fini(&q->v[0]);
@@ -231,8 +248,8 @@ static ts_status queue_of(struct workq *q, const struct workq_seat *seat, uint64
         queue_fini(qu);
     }
     *qu = fresh;
-    ts_log(TS_INFO, "master", "job %s: work queue of %" PRIu64 " units for %u workers",
-           seat->job, units, seat->workers);
+    ts_log(TS_INFO, "master", "job %s: work queue of %" PRIu64 " units for %u workers%s",
+           seat->job, units, seat->workers, ssp.on ? ", staleness bounded" : "");
     *out = qu;
     return TS_OK;
 }
@@ -262,6 +279,54 @@ static uint32_t grant_size(const struct queue *qu, uint32_t want)
     return want < fair ? want : (uint32_t)fair;
 }
 
+/* ssp: the first unit not done for rank `self`: none handed out from it on, and no other
+ * live rank holds it (its own it pushes before each pull; a dead rank's lost units count as
+ * done: they never will be). */
+static uint64_t first_open(const struct queue *qu, const bool *alive, uint32_t self)
+{
+    uint64_t low = qu->next;
+
+    for (uint32_t r = 0; r < qu->workers; r++)
+        if (r != self && qu->grants[r].held && alive[r] && qu->grants[r].first < low)
+            low = qu->grants[r].first;
+    return low;
+}
+
+/* ssp: whether a rank may compute unit u, given what was done at its previous claim (mark):
+ * unit u of step u / W needs every unit of the steps before u / W - staleness. */
+static bool ssp_ready(const struct queue *qu, uint64_t mark, uint64_t u)
+{
+    uint64_t step = u / qu->workers;
+
+    return step <= qu->ssp.staleness || (step - qu->ssp.staleness) * qu->workers <= mark;
+}
+
+/* ssp: the rank's granted unit (it stays the rank's: its place in the queue) may start only
+ * once ssp_ready holds for what the rank's values hold. Those predate this claim (mark: what
+ * was done at the previous one); if the unit is not ready by them, waits up to WORKQ_SSP_WAIT_MS
+ * for the other ranks to settle the units it needs, then either grants it with pull (the rank
+ * pulls, after this reply, before it computes) or says retry (count 0: pull and claim again).
+ * mu held; released while waiting. */
+static void ssp_wait(struct workq *q, struct queue *qu, const struct workq_seat *seat,
+                     struct workq_grant *out)
+{
+    struct timespec until;
+    bool ready;
+
+    if (ssp_ready(qu, qu->mark[seat->rank], out->first))
+        return;
+    ts_abstime_ms(&until, WORKQ_SSP_WAIT_MS);
+    while (!(ready = ssp_ready(qu, first_open(qu, seat->alive, seat->rank), out->first)) &&
+           pthread_cond_timedwait(&q->cv, &q->mu, &until) == 0)
+        ;
+    if (!ready)
+        ready = ssp_ready(qu, first_open(qu, seat->alive, seat->rank), out->first);
+    out->pull = ready;
+    out->retry = !ready;
+    if (!ready)
+        out->count = 0;
+}
+
 /* The rank's grant after a claim at clock: the part below clock is done. Writes the grant to
  * hand out again into g (count 0: none left of it). mu held. */
 static ts_status settle(struct queue *qu, uint32_t rank, uint64_t clock, struct workq_grant *g,
@@ -288,7 +353,8 @@ static ts_status settle(struct queue *qu, uint32_t rank, uint64_t clock, struct 
 }
 
 ts_status workq_claim(struct workq *q, const struct workq_seat *seat, uint64_t clock,
-                      uint32_t want, uint64_t units, struct workq_grant *g, struct ts_err *err)
+                      uint32_t want, uint64_t units, struct workq_ssp ssp,
+                      struct workq_grant *g, struct ts_err *err)
 {
     struct queue *qu = NULL;
     uint64_t next_was, done_was;
@@ -304,9 +370,19 @@ ts_status workq_claim(struct workq *q, const struct workq_seat *seat, uint64_t c
                           "workers (steps x workers), 1..2^40", units, seat->workers);
     if (clock > UINT64_MAX - WORKQ_MAX_UNITS)
         return ts_err_set(err, TS_EINVAL, "clock: %" PRIu64 " is beyond any step", clock);
+    if (ssp.staleness > 1000000)
+        return ts_err_set(err, TS_EINVAL, "staleness: %u; at most 1000000", ssp.staleness);
+    ssp.staleness = ssp.on ? ssp.staleness : 0;
     pthread_mutex_lock(&q->mu);
-    if ((st = queue_of(q, seat, units, &qu, err)))
+    if ((st = queue_of(q, seat, units, ssp, &qu, err)))
         goto out_unlock;
+    if (qu->ssp.on != ssp.on || qu->ssp.staleness != ssp.staleness) {
+        st = ts_err_set(err, TS_ESTATE, "ssp: %s (staleness %u), but job '%s' hands out units "
+                        "%s (staleness %u): every worker of a run the same mode", ssp.on ?
+                        "on" : "off", ssp.staleness, seat->job, qu->ssp.on ? "with ssp" :
+                        "without ssp", qu->ssp.staleness);
+        goto out_unlock;
+    }
     if (qu->units != units || qu->workers != seat->workers) {
         st = ts_err_set(err, TS_ESTATE, "units: %" PRIu64 " for %u workers, but job '%s' hands "
                         "out %" PRIu64 " units for %u (every worker of a run must say the "
@@ -325,7 +401,8 @@ ts_status workq_claim(struct workq *q, const struct workq_seat *seat, uint64_t c
     if (!out.count && want && qu->next < qu->units) {
         out.first = qu->next;
         out.clock = clock;
-        out.count = grant_size(qu, want);
+        /* ssp: one at a time, so that a unit is known done at its rank's next claim */
+        out.count = qu->ssp.on ? 1 : grant_size(qu, want);
         qu->next += out.count;
     }
     if (out.count)
@@ -338,6 +415,12 @@ ts_status workq_claim(struct workq *q, const struct workq_seat *seat, uint64_t c
                         "retry", seat->job, why.msg);
         goto out_unlock;
     }
+    if (was.held)
+        pthread_cond_broadcast(&q->cv);
+    if (qu->ssp.on && out.count)
+        ssp_wait(q, qu, seat, &out);
+    if (qu->ssp.on)   /* what the rank's pulls after this reply hold at least */
+        qu->mark[seat->rank] = first_open(qu, seat->alive, seat->rank);
     counts(qu, seat->alive, &out);
     out.units = qu->units;
     *g = out;

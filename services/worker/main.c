@@ -108,8 +108,8 @@ int main(int argc, char **argv)
         { "balance", TS_FLAG_BOOL, &balance, NULL, "the master moves slots between live "
           "workers by their measured speed (elastic, --workers above --start-workers; "
           "docs/scheduler.md)", 0, 0 },
-        { "dynamic", TS_FLAG_BOOL, &dynamic, NULL, "asp: take the next units of the data from "
-          "the master's queue as this worker becomes free, instead of a fixed share "
+        { "dynamic", TS_FLAG_BOOL, &dynamic, NULL, "asp, ssp: take the next units of the data "
+          "from the master's queue as this worker becomes free, instead of a fixed share "
           "(docs/scheduler.md)", 0, 0 },
         { "unit-log", TS_FLAG_STR, &unit_log, "FILE", "--dynamic: append a line `unit U step S "
           "rank R` for each unit pushed", 0, 0 },
@@ -172,11 +172,11 @@ int main(int argc, char **argv)
                 "workers: --workers W (the slots) above --start-workers N (the processes)\n");
         return 2;
     }
-    if ((dynamic && (!mode || strcmp(mode, "asp"))) || (unit_log && !dynamic)) {
+    if ((dynamic && (!mode || (strcmp(mode, "asp") && strcmp(mode, "ssp")))) ||
+        (unit_log && !dynamic)) {
         fprintf(stderr, "tessera-worker: %s\n", unit_log && !dynamic
                 ? "--unit-log needs --dynamic"
-                : "--dynamic needs --mode asp (ssp bounds each worker's own steps, so a worker "
-                  "that takes more units would wait for the slowest; bsp: use --balance)");
+                : "--dynamic needs --mode asp or ssp (bsp: use --balance)");
         return 2;
     }
     if (batch % micro || rank >= workers) {

@@ -126,7 +126,7 @@ static int setup(struct run *r, struct tessera_error *e)
                                   .staleness = o->staleness, .compress = o->compress,
                                   .sync_every = o->sync_every, .loss_scale = o->loss_scale,
                                   .delay_ms = o->delay_ms, .keep = o->keep,
-                                  .pull_compress = o->pull_compress };
+                                  .pull_compress = o->pull_compress, .dynamic = o->dynamic };
     struct ts_err err = { 0 };
 
     if (ts_fmnist_load(o->data_dir, true, &r->train, &err) ||
@@ -371,10 +371,22 @@ static void run_task(struct run *r, uint64_t step)
 #define CLAIM_UNITS 4      /* units a dynamic worker asks the master for at a time */
 #define DRAIN_POLL_MS 20   /* rank 0, out of units: how often it asks whether all are done */
 
-/* Dynamic assignment (asp, docs/scheduler.md): the units of the master's queue, as this
+/* ssp: the values again, at this worker's clock s (the shards answer at once), when a claim
+ * says older units were done since the last pull. */
+static int pull_all(struct run *r, uint64_t s, struct tessera_error *e)
+{
+    for (int i = 0; i < TS_MLP_NTENSORS; i++)
+        if (tessera_pull(r->t, r->ids[i], s, r->params[i], e))
+            return say(e, "pull");
+    return 0;
+}
+
+/* Dynamic assignment (asp, ssp; docs/scheduler.md): the units of the master's queue, as this
  * worker becomes free, each pushed as this worker's next step. Unit u is the micro-batches the
- * static schedule gives rank u % W at global step u / W. Rank 0 evaluates when the job has
- * done an epoch's units, and at the end waits until every unit is in and pulls the values. */
+ * static schedule gives rank u % W at global step u / W. In ssp a grant may say pull (older
+ * units were done since the last pull) or retry (they are not: pull, claim again). Rank 0
+ * evaluates when the job has done an epoch's units, and at the end waits until every unit is
+ * in and pulls the values. */
 static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
                          struct tessera_error *e)
 {
@@ -399,6 +411,10 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
                 evaluated = w.done;
                 evaluate(r, w.done / per_epoch, w.done / o->workers, total, &since, &te);
             }
+            if ((w.retry || w.pull) && (rc = pull_all(r, s, e)))   /* ssp */
+                return rc;
+            if (w.retry)   /* the master waited: claim again at once */
+                continue;
             if (!w.count)
                 break;
         }
@@ -430,9 +446,8 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
             return say(e, "claim");
     }
     since += (w.done - done) * o->batch / o->workers;
-    for (int i = 0; o->rank == 0 && i < TS_MLP_NTENSORS; i++)
-        if (tessera_pull(r->t, r->ids[i], s, r->params[i], e))
-            return say(e, "pull");
+    if (o->rank == 0 && (rc = pull_all(r, s, e)))
+        return rc;
     if (o->rank == 0 && w.done > evaluated)   /* the end, on the job's final values */
         evaluate(r, (w.done + per_epoch - 1) / per_epoch, w.done / o->workers, total, &since,
                  &te);

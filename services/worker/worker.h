@@ -21,7 +21,7 @@ struct train_opts {
     double slow_factor;              /* testing: compute this many times slower (1: not) ... */
     uint64_t slow_from, slow_until;  /* ... in steps [slow_from, slow_until) */
     bool balance;                    /* slots move by the workers' speed (docs/scheduler.md) */
-    bool dynamic;                    /* asp: units from the master's queue (docs/scheduler.md) */
+    bool dynamic;                    /* asp, ssp: units from the master's queue (scheduler.md) */
     const char *unit_log;            /* dynamic: append each unit pushed to this file */
     bool exact, json, keep;
     bool elastic;                    /* take over dead workers' slots (docs/elastic.md) */

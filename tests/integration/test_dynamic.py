@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""test_dynamic.py - dynamic assignment in ASP: the workers take the next units of the data
-from the master's queue as they become free (docs/scheduler.md, "Dynamic assignment").
+"""test_dynamic.py - dynamic assignment in ASP and SSP: the workers take the next units of
+the data from the master's queue as they become free (docs/scheduler.md, "Dynamic
+assignment").
 
 Real processes: one `tessera up --shards 2 --lease-ms 1500` (the master keeps a state
 directory and is started again when it dies), and tessera-worker processes of ASP jobs with
@@ -13,6 +14,8 @@ directory and is started again when it dies), and tessera-worker processes of AS
 - Worker killed: rank 1 is killed with SIGKILL mid-run and not started again. Rank 0 finishes
   the queue alone; no unit is in the logs twice, and what is missing is at most the dead
   worker's last grant, which rank 0 reports as lost.
+- SSP(2): the same slow worker under ssp with --dynamic (the queue bounds staleness over its
+  units): every unit exactly once, the fast worker did more.
 - Bad input: ClaimWork with want above 256, units not a multiple of the workers or beyond
   2^40, units unlike the queue's, a clock below the rank's grant, an unknown worker or one in
   no job: INVALID_ARGUMENT, FAILED_PRECONDITION or NOT_FOUND naming the field, and the queue
@@ -35,11 +38,11 @@ LEASE_MS = 1500
 class Dynamic(tl.UpCase, unittest.TestCase):
     UP_ARGS = ("--shards", "2", "--lease-ms", str(LEASE_MS))
 
-    def start(self, job, rank, extra=()):
+    def start(self, job, rank, extra=(), mode=("--mode", "asp")):
         log = os.path.join(self.c.dir, "%s-%d.units" % (job, rank))
         p = self.c.spawn([os.path.join(tl.BIN, "tessera-worker"), "--master", self.addr,
-                          "--job", job, "--rank", str(rank), "--workers", "2", "--mode", "asp",
-                          "--dynamic", "--steps", str(STEPS), "--unit-log", log] + list(extra),
+                          "--job", job, "--rank", str(rank), "--workers", "2"] + list(mode) +
+                         ["--dynamic", "--steps", str(STEPS), "--unit-log", log] + list(extra),
                          "%s-%d" % (job, rank), stdout_pipe=True)
         return p, log
 
@@ -86,6 +89,20 @@ class Dynamic(tl.UpCase, unittest.TestCase):
         self.assertGreater(done[0], 1.3 * done[1])
         self.assertEqual((j["work_units"], j["work_done"], j["work_outstanding"]),
                          (2 * STEPS, 2 * STEPS, 0))
+        self.assertGreater(r["test_accuracy"], 0.6)
+
+    def test_ssp_slow_worker(self):
+        ssp = ("--mode", "ssp", "--staleness", "2")
+        p0, l0 = self.start("ssp", 0, ["--json"], mode=ssp)
+        p1, l1 = self.start("ssp", 1, ["--slow-factor", "3"], mode=ssp)
+        out = self.finish(p0)
+        self.finish(p1)
+        done = self.check_once([l0, l1])
+        r = json.loads(out.strip().splitlines()[-1])
+        tl.log("ssp(2) slow worker: units per rank %s, test accuracy %.4f" %
+               (done, r["test_accuracy"]))
+        self.assertEqual(r["mode"], "ssp")
+        self.assertGreater(done[0], 1.2 * done[1])
         self.assertGreater(r["test_accuracy"], 0.6)
 
     def test_master_killed(self):
@@ -166,8 +183,8 @@ class Dynamic(tl.UpCase, unittest.TestCase):
             m.Deregister(M.DeregisterRequest(kind=tl.WORKER, id=w), timeout=tl.RPC_TIMEOUT)
         r = tl.run_cli(["train", "--master", self.addr, "--dynamic", "--steps", "10"])
         self.assertEqual(r.returncode, 2)
-        self.assertIn("--dynamic needs --mode asp", r.stderr)
-        r = tl.run_cli(["train", "--master", self.addr, "--mode", "ssp", "--dynamic"])
+        self.assertIn("--dynamic needs --mode asp or ssp", r.stderr)
+        r = tl.run_cli(["train", "--master", self.addr, "--mode", "reduce", "--dynamic"])
         self.assertEqual(r.returncode, 2)
 
 

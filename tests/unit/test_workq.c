@@ -75,6 +75,7 @@ static struct workq *mk(void)
 }
 
 static const bool all_alive[4] = { true, true, true, true };
+#define NOSSP ((struct workq_ssp){ false, 0 })
 
 static struct workq_seat seat(uint32_t rank, uint32_t workers)
 {
@@ -86,7 +87,7 @@ static struct workq_grant claim(struct workq *q, uint32_t rank, uint64_t clock, 
     struct workq_seat s = seat(rank, 2);
     struct workq_grant g;
 
-    assert_int_equal(workq_claim(q, &s, clock, want, 40, &g, NULL), TS_OK);
+    assert_int_equal(workq_claim(q, &s, clock, want, 40, NOSSP, &g, NULL), TS_OK);
     return g;
 }
 
@@ -163,7 +164,7 @@ static void dead_ranks_units_are_lost(void **state)
     claim(q, 0, 0, 4);
     claim(q, 1, 0, 4);
     s.alive = alive;
-    assert_int_equal(workq_claim(q, &s, 4, 4, 40, &g, NULL), TS_OK);
+    assert_int_equal(workq_claim(q, &s, 4, 4, 40, NOSSP, &g, NULL), TS_OK);
     assert_int_equal(g.first, 8);
     assert_int_equal(g.outstanding, 4);
     assert_int_equal(g.lost, 4);
@@ -187,12 +188,12 @@ static void not_durable_changes_nothing(void **state)
     (void)state;
     claim(q, 0, 0, 4);
     fail_puts = true;
-    assert_int_equal(workq_claim(q, &s, 0, 4, 40, &g, &e), TS_EUNAVAIL);
+    assert_int_equal(workq_claim(q, &s, 0, 4, 40, NOSSP, &g, &e), TS_EUNAVAIL);
     assert_non_null(strstr(e.msg, "disk full"));
     assert_non_null(strstr(e.msg, "retry"));
     ts_err_clear(&e);
     s.rank = 0;   /* settling rank 0's grant is a change too: refused as well */
-    assert_int_equal(workq_claim(q, &s, 4, 4, 40, &g, &e), TS_EUNAVAIL);
+    assert_int_equal(workq_claim(q, &s, 4, 4, 40, NOSSP, &g, &e), TS_EUNAVAIL);
     fail_puts = false;
     g = claim(q, 1, 0, 4);
     assert_int_equal(g.first, 4);
@@ -216,21 +217,21 @@ static void bad_claims_change_nothing(void **state)
     claim(q, 1, 3, 4);
     assert_true(workq_counts(q, "j", 1000, NULL, &before));
     puts_before = puts_done;
-    assert_int_equal(workq_claim(q, &s, 3, 257, 40, &g, &e), TS_EINVAL);
+    assert_int_equal(workq_claim(q, &s, 3, 257, 40, NOSSP, &g, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "want: 257"));
     ts_err_clear(&e);
-    assert_int_equal(workq_claim(q, &s, 3, 1, 41, &g, &e), TS_EINVAL);
+    assert_int_equal(workq_claim(q, &s, 3, 1, 41, NOSSP, &g, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "units: 41"));
     ts_err_clear(&e);
-    assert_int_equal(workq_claim(q, &s, 3, 1, 0, &g, &e), TS_EINVAL);
+    assert_int_equal(workq_claim(q, &s, 3, 1, 0, NOSSP, &g, &e), TS_EINVAL);
     ts_err_clear(&e);
-    assert_int_equal(workq_claim(q, &s, 3, 1, 42, &g, &e), TS_ESTATE);
+    assert_int_equal(workq_claim(q, &s, 3, 1, 42, NOSSP, &g, &e), TS_ESTATE);
     assert_non_null(strstr(e.msg, "units: 42"));
     ts_err_clear(&e);
-    assert_int_equal(workq_claim(q, &s, 2, 1, 40, &g, &e), TS_ESTATE);
+    assert_int_equal(workq_claim(q, &s, 2, 1, 40, NOSSP, &g, &e), TS_ESTATE);
     assert_non_null(strstr(e.msg, "clock: 2"));
     ts_err_clear(&e);
-    assert_int_equal(workq_claim(q, &s, UINT64_MAX, 1, 40, &g, &e), TS_EINVAL);
+    assert_int_equal(workq_claim(q, &s, UINT64_MAX, 1, 40, NOSSP, &g, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "clock"));
     assert_true(workq_counts(q, "j", 1000, NULL, &g));
     assert_memory_equal(&g, &before, sizeof(g));
@@ -247,7 +248,7 @@ static void new_run_new_queue(void **state)
     (void)state;
     claim(q, 0, 0, 4);
     s.run_ms = 2000;   /* the same job id, run again: from the start, whatever it counts */
-    assert_int_equal(workq_claim(q, &s, 0, 4, 60, &g, NULL), TS_OK);
+    assert_int_equal(workq_claim(q, &s, 0, 4, 60, NOSSP, &g, NULL), TS_OK);
     assert_int_equal(g.first, 0);
     assert_int_equal(g.units, 60);
     assert_false(workq_counts(q, "j", 1000, NULL, &g));
@@ -280,6 +281,66 @@ static void read_back_as_written(void **state)
     assert_int_equal(workq_create((struct master_state *)&saved, &q, NULL), TS_ECORRUPT);
 }
 
+/* SSP over the queue: a unit starts only once the units of the steps more than `staleness`
+ * before it are in the values the rank computes with; the claim waits for them a while, then
+ * says pull (granted) or retry (not yet, the unit kept for the rank). */
+static void ssp_bounds_staleness(void **state)
+{
+    struct workq *q = mk();
+    struct workq_seat s0 = seat(0, 2), s1 = seat(1, 2);
+    struct workq_ssp ssp = { true, 0 };   /* lock step: step t needs every unit below 2t */
+    struct workq_grant g;
+    struct ts_err e = { 0 };
+
+    (void)state;
+    assert_int_equal(workq_claim(q, &s1, 0, 4, 40, ssp, &g, NULL), TS_OK);
+    assert_int_equal(g.first, 0);
+    assert_int_equal(g.count, 1);   /* one at a time */
+    assert_false(g.retry || g.pull);
+    assert_int_equal(workq_claim(q, &s0, 0, 4, 40, ssp, &g, NULL), TS_OK);
+    assert_int_equal(g.first, 1);
+    /* Rank 0 is done with unit 1; unit 2 (step 1) needs unit 0, which rank 1 holds. */
+    assert_int_equal(workq_claim(q, &s0, 1, 4, 40, ssp, &g, NULL), TS_OK);
+    assert_true(g.retry);
+    assert_int_equal(g.count, 0);
+    /* Again at the same clock: the same unit 2 stays rank 0's, still not ready. */
+    assert_int_equal(workq_claim(q, &s0, 1, 4, 40, ssp, &g, NULL), TS_OK);
+    assert_true(g.retry);
+    /* Rank 1 finishes unit 0 and takes unit 3 (step 1): unit 0 was its own, unit 1 was done
+     * after its last claim, so it pulls first. */
+    assert_int_equal(workq_claim(q, &s1, 1, 4, 40, ssp, &g, NULL), TS_OK);
+    assert_int_equal(g.first, 3);
+    assert_true(g.pull);
+    assert_false(g.retry);
+    /* Rank 0's values predate that: unit 2 comes with pull. */
+    assert_int_equal(workq_claim(q, &s0, 1, 4, 40, ssp, &g, NULL), TS_OK);
+    assert_int_equal(g.first, 2);
+    assert_int_equal(g.count, 1);
+    assert_true(g.pull);
+    assert_false(g.retry);
+    /* Another setting for the same run is refused, naming ssp. */
+    assert_int_equal(workq_claim(q, &s0, 2, 4, 40, NOSSP, &g, &e), TS_ESTATE);
+    assert_non_null(strstr(e.msg, "ssp:"));
+    ts_err_clear(&e);
+    ssp.staleness = 2000000;
+    assert_int_equal(workq_claim(q, &s0, 2, 4, 40, ssp, &g, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "staleness"));
+    workq_free(q);
+    /* Staleness 1: a rank may run a step ahead of the slowest unit. */
+    reset(NULL);
+    q = mk();
+    ssp.staleness = 1;
+    assert_int_equal(workq_claim(q, &s1, 0, 1, 40, ssp, &g, NULL), TS_OK);   /* unit 0 */
+    for (uint64_t c = 0; c < 3; c++) {   /* rank 0: units 1, 2, 3 (steps 0, 1, 1) */
+        assert_int_equal(workq_claim(q, &s0, c, 1, 40, ssp, &g, NULL), TS_OK);
+        assert_int_equal(g.first, c + 1);
+        assert_false(g.retry || g.pull);
+    }
+    assert_int_equal(workq_claim(q, &s0, 3, 1, 40, ssp, &g, NULL), TS_OK);   /* unit 4: step 2 */
+    assert_true(g.retry);
+    workq_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +351,7 @@ int main(void)
         cmocka_unit_test_setup(bad_claims_change_nothing, reset),
         cmocka_unit_test_setup(new_run_new_queue, reset),
         cmocka_unit_test_setup(read_back_as_written, reset),
+        cmocka_unit_test_setup(ssp_bounds_staleness, reset),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
 

@@ -109,8 +109,9 @@ CONFIGS = [
     ("d-asp", "drift ASP", ["--mode", "asp"], "drift"),
     ("d-asp-dyn", "drift ASP-dynamic", ["--mode", "asp", "--dynamic"], "drift"),
 ]
-# Rows whose workers push every slot alone (TESSERA_COMBINE_SLOTS=off), as before combined
-# pushes: the balanced rows before and after in one run (docs/scheduler.md, "Costs").
+# Rows whose workers push every slot alone (TESSERA_COMBINE_SLOTS=off); the others turn
+# combined pushes on (off by default, docs/scheduler.md): the balanced rows before and after
+# in one run (docs/scheduler.md, "Costs").
 PER_SLOT = {"x-bal-slot", "x-bal-exact-slot"}
 # The baseline of each kind of slowness: speedups are over BSP-fp32 under the same one.
 BASE = {"ms": "bsp", "none": "bsp", "x": "x-bsp", "drift": "d-bsp"}
@@ -225,7 +226,7 @@ def run_config(a, net, procs, cluster, key, name, flags, how, rep, logs):
     width = ["--workers", "2"]
     if "--balance" in flags:   # the slots are the micro-batches; 2 workers start the job
         width = ["--workers", str(a.batch // a.micro), "--start-workers", "2"]
-    env = ["env", "TESSERA_COMBINE_SLOTS=off"] if key in PER_SLOT else []
+    env = ["env", "TESSERA_COMBINE_SLOTS=" + ("off" if key in PER_SLOT else "on")]
     base = env + [os.path.join(a.bin, "tessera-worker"), "--master", cluster.master, "--job", job,
             "--transport", a.transport, "--json", "--batch", str(a.batch), "--micro",
             str(a.micro)] + width

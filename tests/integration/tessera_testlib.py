@@ -496,14 +496,16 @@ class ClusterCase:
 
 class UpCase(ClusterCase):
     """ClusterCase whose class shares one `tessera up UP_ARGS` (cls.up, its master at cls.addr),
-    stopped with SIGTERM at the end, which must exit 0. Workers log warnings only unless
-    TESSERA_LOG says otherwise."""
+    stopped with SIGTERM at the end, which must exit 0; its services log at UP_LOG (None: as
+    TESSERA_LOG says). Workers log warnings only unless TESSERA_LOG says otherwise."""
     UP_ARGS = ("--shards", "2")
+    UP_LOG = None
 
     @classmethod
     def setUpClass(cls):
         cls.c = Cluster()
-        cls.up, cls.addr = cls.c.tessera_up(list(cls.UP_ARGS))
+        with environ(**({"TESSERA_LOG": cls.UP_LOG} if cls.UP_LOG else {})):
+            cls.up, cls.addr = cls.c.tessera_up(list(cls.UP_ARGS))
         os.environ.setdefault("TESSERA_LOG", "warn")
 
     @classmethod

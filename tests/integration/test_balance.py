@@ -23,7 +23,6 @@ import json
 import math
 import os
 import re
-import signal
 import sys
 import unittest
 
@@ -37,26 +36,19 @@ LEASE_MS = 1500
 PUSH_BYTES = 8 * (784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10)
 
 
-class Balance(tl.ClusterCase, unittest.TestCase):
+class Balance(tl.UpCase, unittest.TestCase):
+    UP_ARGS = ("--shards", "2", "--lease-ms", str(LEASE_MS))
+    UP_LOG = "info"   # the master's log says what moved
+
     @classmethod
     def setUpClass(cls):
-        cls.c = tl.Cluster()
-        with tl.environ(TESSERA_LOG="info"):   # the master's log says what moved
-            cls.up, cls.addr = cls.c.tessera_up(["--shards", "2", "--lease-ms", str(LEASE_MS)])
+        super().setUpClass()
         cls.logs = os.path.join(cls.c.dir, "up")   # tessera_up's --dir
-        os.environ.setdefault("TESSERA_LOG", "warn")   # the workers
         r = tl.run_cli(["train", "--local", "--steps", str(STEPS), "--exact", "--json"] + SHAPE,
                        timeout=300)
         if r.returncode != 0:
             raise AssertionError("tessera train --local: %s" % r.stderr)
         cls.local = json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.up.signal(signal.SIGTERM)
-        rc = cls.up.wait(30)
-        super().tearDownClass()
-        assert rc == 0, "tessera up exited %r" % rc
 
     def train(self, job, extra, exact=True):
         p = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", self.addr,

@@ -725,8 +725,10 @@ def main(argv):
     failures += tl.sanitizer_reports()
     for f in failures:
         sys.stdout.write("FAIL: %s\n" % f)
+    # The first problem is repeated on the last line: a log cut to its tail still shows it.
     say("%s: seed %d, %d jobs%s" % (
-        "FAILED (%d problem%s)" % (len(failures), "s" * (len(failures) != 1)) if failures
+        "FAILED (%d problem%s, the first: %s)" % (
+            len(failures), "s" * (len(failures) != 1), failures[0][:400]) if failures
         else "OK", args.seed, len(jobs),
         "; TESSERA_KEEP_LOGS=1 keeps the logs" if failures and
         not os.environ.get("TESSERA_KEEP_LOGS") else ""))

@@ -4,6 +4,7 @@
  * fsyncs through the syscall table fail a put cleanly (no file under its name, tmp/ empty,
  * earlier data intact); gc removes exactly the unreachable chunks. */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
@@ -34,7 +35,7 @@ static int f_fdatasync;     /* fdatasync fails with EIO */
 static int f_fsync;         /* directory fsync fails with EIO */
 static int f_rename;        /* rename fails with EXDEV */
 static int f_nosync;        /* fsync and fdatasync succeed without syncing (speed) */
-static int f_fsyncs;        /* directory fsyncs made */
+static atomic_int f_fsyncs; /* directory fsyncs made, by the put_blob worker threads too */
 
 static ssize_t x_write(int fd, const void *p, size_t n)
 {

@@ -61,7 +61,8 @@ PULL_BYTES = NPARAMS * 4                                    # a pull in float32
 TRAIN_N = 60000
 # The reduction-server design doc, 8 x A100 nodes: async 1.41x, async + compression 1.67x.
 PAPER = {"ASP": 1.41, "ASP-topk0.01": 1.67, "ASP-dynamic": 1.41, "ASP-dyn-topk0.01": 1.67,
-         "ASP-dyn-int8": 1.67, "ASP-dyn int8/int8": 1.67}
+         "ASP-dyn-int8": 1.67, "ASP-dyn int8/int8": 1.67, "ASP-overlap": 1.41,
+         "ASP-dyn-overlap": 1.41, "ASP-dyn-ov int8/int8": 1.67}
 
 # (key for --configs, name in the table, tessera-worker flags, how rank 1 is slow: "ms"
 # --slow-ms, "none", "x" --slow-factor, "drift" --slow-factor moving from rank 1 to rank 0
@@ -94,6 +95,13 @@ CONFIGS = [
                                         "--compress-pull", "topk:0.01"], "ms"),
     ("asp-dyn-int8-both", "ASP-dyn int8/int8", ["--mode", "asp", "--dynamic", "--compress",
                                                 "int8", "--compress-pull", "int8"], "ms"),
+    # Overlap (ASP only): each worker exchanges a step while it computes the next, on the
+    # values from before it (docs/modes.md, "Overlap in ASP").
+    ("asp-ov", "ASP-overlap", ["--mode", "asp", "--overlap"], "ms"),
+    ("asp-dyn-ov", "ASP-dyn-overlap", ["--mode", "asp", "--dynamic", "--overlap"], "ms"),
+    ("asp-dyn-int8-both-ov", "ASP-dyn-ov int8/int8", ["--mode", "asp", "--dynamic",
+                                                      "--overlap", "--compress", "int8",
+                                                      "--compress-pull", "int8"], "ms"),
     ("noslow", "BSP-fp32-noslow", [], "none"),
     ("x-bsp", "xN BSP-fp32", [], "x"),
     ("x-exact", "xN BSP-exact", ["--exact"], "x"),

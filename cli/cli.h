@@ -31,6 +31,7 @@ struct train_cli {
     bool no_elastic, respawn;        /* docs/elastic.md */
     bool balance;                    /* docs/scheduler.md */
     bool dynamic;                    /* asp, ssp: units from the master's queue (scheduler.md) */
+    bool overlap;                    /* asp: exchange a step while computing the next */
     const char *slow_factor;         /* testing: "RANK:X[:A-B],...", tessera-worker's flags */
     int workers, epochs, batch, micro, partition_kb;
     int width;                       /* above workers: slots for workers that join later */

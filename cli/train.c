@@ -142,6 +142,8 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
         argv[n++] = "--balance";
     if (t->dynamic)
         argv[n++] = "--dynamic";
+    if (t->overlap)
+        argv[n++] = "--overlap";
     if (t->slow_factor && slow_of(t->slow_factor, rank, factor, sizeof(factor), steps,
                                   sizeof(steps))) {
         argv[n++] = "--slow-factor";

@@ -122,6 +122,10 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "asp, ssp: the workers take the next units of the data from "
                                    "the master's queue as they become free, so a fast worker "
                                    "computes more of the epoch (docs/scheduler.md)", 0, 0 };
+    flags[n++] = (struct ts_flag){ "overlap", TS_FLAG_BOOL, &t->overlap, NULL,
+                                   "asp: each worker pushes and pulls a step while it computes "
+                                   "the next, on the values from before it (one step more "
+                                   "stale; docs/modes.md)", 0, 0 };
     flags[n++] = (struct ts_flag){ "join", TS_FLAG_INT, &join, "R",
                                    "start only rank R, a worker that joins the running job "
                                    "--job (elastic; R below --width; the same settings as the "
@@ -162,6 +166,11 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                 "bsp job: it needs more slots (--width %lld; default --batch / --micro) than "
                 "--workers %lld, and no --no-elastic, --sync-every, --mode other than bsp or "
                 "top-k\n", cmd, (long long)width, (long long)workers);
+        return 2;
+    }
+    if (t->overlap && (!t->mode || strcmp(t->mode, "asp"))) {
+        fprintf(stderr, "tessera %s: --overlap needs --mode asp (bsp and ssp wait for each "
+                "step's values before the next)\n", cmd);
         return 2;
     }
     if (t->dynamic && (!t->mode || (strcmp(t->mode, "asp") && strcmp(t->mode, "ssp")))) {

@@ -43,7 +43,7 @@ int main(int argc, char **argv)
     int64_t partition_kb = 0, staleness = 0, slow_ms = 0, delay_ms = 0, restarts = 0;
     int64_t start_workers = 0, metrics_port = -1, compute_ms = 0;
     bool exact = false, json = false, keep = false, no_elastic = false, balance = false;
-    bool dynamic = false;
+    bool dynamic = false, overlap = false;
     const char *unit_log = NULL;
     const char *slow_factor = NULL, *slow_steps = NULL;
     double factor = 1;
@@ -113,6 +113,9 @@ int main(int argc, char **argv)
           "(docs/scheduler.md)", 0, 0 },
         { "unit-log", TS_FLAG_STR, &unit_log, "FILE", "--dynamic: append a line `unit U step S "
           "rank R` for each unit pushed", 0, 0 },
+        { "overlap", TS_FLAG_BOOL, &overlap, NULL, "asp: push and pull a step while computing "
+          "the next, on the values from before it (one step more stale; docs/modes.md)", 0,
+          0 },
         { "no-elastic", TS_FLAG_BOOL, &no_elastic, NULL, "a dead worker stops the job instead "
           "of its slot moving to a live one (elastic needs bsp, no --sync-every, no top-k)", 0,
           0 },
@@ -179,6 +182,11 @@ int main(int argc, char **argv)
                 : "--dynamic needs --mode asp or ssp (bsp: use --balance)");
         return 2;
     }
+    if (overlap && (!mode || strcmp(mode, "asp"))) {
+        fprintf(stderr, "tessera-worker: --overlap needs --mode asp (bsp and ssp wait for "
+                "each step's values before the next)\n");
+        return 2;
+    }
     if (batch % micro || rank >= workers) {
         fprintf(stderr, "tessera-worker: %s\n", batch % micro ? "--micro must divide --batch"
                                                               : "--rank must be below --workers");
@@ -202,6 +210,7 @@ int main(int argc, char **argv)
     o.balance = balance;
     o.dynamic = dynamic;
     o.unit_log = unit_log;
+    o.overlap = overlap;
     o.compute_ms = (int)compute_ms;
     o.slow_factor = factor;
     o.slow_from = slow_from;

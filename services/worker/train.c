@@ -388,7 +388,7 @@ static int pull_all(struct run *r, uint64_t s, struct tessera_error *e)
  * evaluates when the job has done an epoch's units, and at the end waits until every unit is
  * in and pulls the values. */
 static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
-                         struct tessera_error *e)
+                         struct overlap *ov, struct tessera_error *e)
 {
     const struct train_opts *o = r->o;
     const void *const *grads = (const void *const *)r->acc;
@@ -402,6 +402,9 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
         uint64_t u, g;
         int64_t t0;
         if (s >= w.step + w.count) {
+            /* A claim says the units before s are done: with --overlap, pushed first. */
+            if (ov && (rc = overlap_wait(ov, e)))
+                return say(e, "step");
             if (tessera_claim_work(r->t, s, CLAIM_UNITS, units, &w, e))
                 return say(e, "claim");
             since += (w.done - done) * o->batch / o->workers;   /* the job's samples */
@@ -430,7 +433,8 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
             ts_sleep_ms(o->slow_ms);
         if (o->slow_factor > 1 && s >= o->slow_from && s < o->slow_until)
             slow_down(o->slow_factor, ts_now_ns() - t0);
-        if (tessera_step_slots(r->t, s, 1, &o->rank, &grads, r->params, e))
+        if (ov ? overlap_step(ov, s, e) : tessera_step_slots(r->t, s, 1, &o->rank, &grads,
+                                                             r->params, e))
             return say(e, "step");
         worker_metrics_step((double)(ts_now_ns() - t0) / 1e9, 0);
         run_task(r, s + 1);
@@ -440,6 +444,8 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
         progress(r, false);
         s++;
     }
+    if (ov && (rc = overlap_wait(ov, e)))
+        return say(e, "step");
     while (o->rank == 0 && w.outstanding) {   /* the others' last units */
         ts_sleep_ms(DRAIN_POLL_MS);
         if (tessera_claim_work(r->t, s, 0, units, &w, e))
@@ -463,6 +469,7 @@ int train_run(const struct train_opts *o)
     struct tessera_error e = { 0 };
     uint32_t spe, *slots = calloc(o->workers, sizeof(uint32_t));
     const void *const **grads = calloc(o->workers, sizeof(*grads));
+    struct overlap *ov = NULL;
     size_t ns;
     uint64_t total, s, since = 0;
     bool fresh;
@@ -481,6 +488,10 @@ int train_run(const struct train_opts *o)
     total = o->steps ? o->steps : (uint64_t)o->epochs * spe;
     t0 = te = r.report_ms = ts_now_ms();
     r.accuracy = NAN;
+    if (o->overlap && overlap_open(&ov, r.t, o->rank, r.params, r.acc)) {
+        rc = say(&(struct tessera_error){ .message = "out of memory" }, "overlap");
+        goto out;
+    }
     if (o->dynamic) {
         FILE *log = o->unit_log ? fopen(o->unit_log, "a") : NULL;
         if (o->unit_log && !log) {
@@ -488,7 +499,7 @@ int train_run(const struct train_opts *o)
             rc = 1;
             goto out;
         }
-        rc = train_dynamic(&r, spe, total, log, &e);
+        rc = train_dynamic(&r, spe, total, log, ov, &e);
         if (log)
             fclose(log);
         if (rc)
@@ -516,7 +527,8 @@ int train_run(const struct train_opts *o)
         if (o->slow_factor > 1 && s >= o->slow_from && s < o->slow_until)
             slow_down(o->slow_factor, ts_now_ns() - step_t0);
         exchange_t0 = ts_now_ns();
-        rc = tessera_step_slots(r.t, s, ns, slots, grads, r.params, &e);
+        rc = ov ? overlap_step(ov, s, &e) : tessera_step_slots(r.t, s, ns, slots, grads,
+                                                                r.params, &e);
         if (!rc)
             worker_metrics_step((double)(ts_now_ns() - step_t0) / 1e9,
                                 (double)(ts_now_ns() - exchange_t0) / 1e9);
@@ -542,6 +554,10 @@ int train_run(const struct train_opts *o)
         if (o->rank == 0 && (k == spe - 1 || s + 1 == total))
             evaluate(&r, s / spe + 1, s + 1, total, &since, &te);
     }
+    if (ov && (rc = overlap_wait(ov, &e))) {
+        rc = say(&e, "step");
+        goto out;
+    }
     if (o->rank == 0)
         report(&r, total > r.start ? total : r.start, total > r.start ? total - r.start : 0,
                (double)(ts_now_ms() - t0) / 1000.0, hex);
@@ -551,6 +567,7 @@ int train_run(const struct train_opts *o)
 out:
     worker_metrics_stop();   /* its collector reads r.t */
     tessera_set_result(r.t, rc != 0, rc ? (e.message[0] ? e.message : "failed") : hex);
+    overlap_close(ov);   /* before the SDK it uses; r.params are not read after */
     tessera_close(r.t);
     for (int i = 0; i < TS_MLP_NTENSORS; i++) {
         free(r.grad[i]);

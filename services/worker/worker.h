@@ -23,6 +23,7 @@ struct train_opts {
     bool balance;                    /* slots move by the workers' speed (docs/scheduler.md) */
     bool dynamic;                    /* asp, ssp: units from the master's queue (scheduler.md) */
     const char *unit_log;            /* dynamic: append each unit pushed to this file */
+    bool overlap;                    /* asp: exchange a step while computing the next */
     bool exact, json, keep;
     bool elastic;                    /* take over dead workers' slots (docs/elastic.md) */
     uint32_t restarts;               /* times a supervisor restarted this rank's worker */
@@ -40,5 +41,17 @@ int worker_metrics_start(const struct train_opts *o, tessera *t);
 void worker_metrics_step(double step_s, double exchange_s);
 void worker_metrics_eval(double loss, double train_acc, double test_acc);
 void worker_metrics_stop(void);
+
+/* overlap.c: asp with --overlap, a step's exchange on a thread while the worker computes the
+ * next (that file says what it costs). overlap_open allocates a second set of values and sums
+ * beside the worker's arrays params and acc (its pointers are swapped in place: they always
+ * name the set to compute with); 1 on no memory. overlap_step waits for the exchange in
+ * flight, then starts step's; overlap_wait only waits. Both return a TESSERA_E* code and
+ * fill e. overlap_close waits and frees the second set: the arrays must not be read after. */
+struct overlap;
+int overlap_open(struct overlap **out, tessera *t, uint32_t rank, float **params, void **acc);
+int overlap_step(struct overlap *ov, uint64_t step, struct tessera_error *e);
+int overlap_wait(struct overlap *ov, struct tessera_error *e);
+void overlap_close(struct overlap *ov);
 
 #endif

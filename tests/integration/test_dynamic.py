@@ -16,15 +16,20 @@ directory and is started again when it dies), and tessera-worker processes of AS
   worker's last grant, which rank 0 reports as lost.
 - SSP(2): the same slow worker under ssp with --dynamic (the queue bounds staleness over its
   units): every unit exactly once, the fast worker did more.
+- Overlap: the slow worker again with --overlap (each unit pushed and pulled while the next
+  computes): every unit exactly once. And one local ASP worker with --overlap twice gives one
+  params_sha256, not the one without it.
 - Bad input: ClaimWork with want above 256, units not a multiple of the workers or beyond
   2^40, units unlike the queue's, a clock below the rank's grant, an unknown worker or one in
   no job: INVALID_ARGUMENT, FAILED_PRECONDITION or NOT_FOUND naming the field, and the queue
-  as it was. `tessera train --dynamic` without --mode asp is refused.
+  as it was. `tessera train --dynamic` without --mode asp is refused, and --overlap without asp in
+  tessera train and tessera-worker.
 """
 import collections
 import json
 import os
 import signal
+import subprocess
 import sys
 import unittest
 
@@ -186,6 +191,47 @@ class Dynamic(tl.UpCase, unittest.TestCase):
         self.assertIn("--dynamic needs --mode asp or ssp", r.stderr)
         r = tl.run_cli(["train", "--master", self.addr, "--mode", "reduce", "--dynamic"])
         self.assertEqual(r.returncode, 2)
+        for mode in ("bsp", "ssp"):   # --overlap: asp only, in tessera train and the worker
+            r = tl.run_cli(["train", "--master", self.addr, "--mode", mode, "--overlap"])
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("--overlap needs --mode asp", r.stderr)
+            r = subprocess.run([os.path.join(tl.BIN, "tessera-worker"), "--mode", mode,
+                                "--overlap"], capture_output=True, text=True, timeout=15,
+                               stdin=subprocess.DEVNULL)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("--overlap needs --mode asp", r.stderr)
+
+    def test_overlap(self):
+        """--overlap with the slow worker: each unit's exchange runs while the next computes,
+        and a claim waits for the exchange in flight, so the queue is still exactly once."""
+        p0, l0 = self.start("ov", 0, ["--json", "--overlap"])
+        p1, l1 = self.start("ov", 1, ["--slow-factor", "4", "--overlap"])
+        out = self.finish(p0)
+        self.finish(p1)
+        done = self.check_once([l0, l1])
+        r = json.loads(out.strip().splitlines()[-1])
+        j = self.job("ov")
+        tl.log("overlap, slow worker: units per rank %s, test accuracy %.4f" %
+               (done, r["test_accuracy"]))
+        # Less margin than without overlap: an exchange slower than compute (a loaded host)
+        # paces both workers alike.
+        self.assertGreater(done[0], done[1])
+        self.assertEqual((j["work_units"], j["work_done"], j["work_outstanding"]),
+                         (2 * STEPS, 2 * STEPS, 0))
+        self.assertGreater(r["test_accuracy"], 0.6)
+
+    def test_overlap_one_step_stale(self):
+        """One local worker, static ASP: with --overlap, step s computes on the values of step
+        s - 1 without its own last update. The run is as deterministic as without it, and
+        different (the staleness is real)."""
+        def sha(*extra):
+            r = tl.run_cli(["train", "--local", "--mode", "asp", "--steps", "60", "--json"] +
+                           list(extra), timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
+        plain, ov = sha(), sha("--overlap")
+        self.assertNotEqual(plain, ov)
+        self.assertEqual(sha("--overlap"), ov)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@
  * Client.buffers lends out the SDK's own memory (tessera_buffers) as NumPy arrays that keep
  * the Client alive; close() leaves that memory mapped until the last of them is freed.
  * The argument checks (Client's options included) and the error mapping are in args.c, the arrays' exporter in
- * buffers.c, the step in pieces (push_some, pull_some, step_some) in some.c, the Client
- * object in client.h. */
+ * buffers.c, the step in pieces (push_some, pull_some, step_some) in some.c, the master's
+ * schedule (claim_work, next_task, task_done) in work.c, the Client object in client.h. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
@@ -631,6 +631,23 @@ static PyMethodDef client_methods[] = {
     { "step_some", KW client_step_some, METH_VARARGS | METH_KEYWORDS,
       "step_some(step, ids, grads, params)\n\npush_some and then pull_some of version step + "
       "1 in one exchange (each\npartition's pull right behind its push)." },
+    { "claim_work", KW client_claim_work, METH_VARARGS | METH_KEYWORDS,
+      "claim_work(step, want, units) -> dict\n\nDynamic assignment (asp, or ssp with "
+      "dynamic=True): up to want (0..256) of the\njob's `units` units from the master's "
+      "queue, at this worker's clock `step`.\nfirst, step, count, units, done, outstanding, "
+      "lost, retry, pull: the grant is\nunits first .. first + count - 1, to push as steps "
+      "step .. step + count - 1;\ncount 0: none left. tessera.Error (UNIMPLEMENTED) in "
+      "another mode." },
+    { "next_task", (PyCFunction)client_next_task, METH_NOARGS,
+      "next_task() -> None or dict\n\nA priority task the master handed this worker (each "
+      "once): {'id': int,\n'kind': 'evaluate'}; None if none (always with master 'local'). "
+      "Run it at a\nstep boundary and report it with task_done." },
+    { "task_done", KW client_task_done, METH_VARARGS | METH_KEYWORDS,
+      "task_done(id, step, accuracy=None, loss=None, fingerprint=None, failed=False,\n"
+      "          error=None)\n\nReports task id, run on the parameters of version `step`, "
+      "to the master with\nthe next heartbeats: accuracy (0..1) and loss (finite, >= 0) "
+      "required unless\nfailed, fingerprint their params_sha256 (64 lowercase hex digits) or "
+      "None;\nfailed=True with error saying why. Bad values raise InvalidArgument." },
     { "verify_local", KW client_verify_local, METH_VARARGS | METH_KEYWORDS,
       "verify_local(params, version) -> dict\n\nCompares params[id] bit for bit with the "
       "shards' tensors at `version`." },
@@ -689,7 +706,7 @@ static PyTypeObject client_type = {
               "       optimizer='momentum', batch=..., transport=None, timeout_ms=0,\n"
               "       data_seed=0, micro_batch=0, mode='bsp', staleness=0, compress=None,\n"
               "       sync_every=None, loss_scale='none', delay_ms=0, keep=False,\n"
-              "       exact_push='fixed', compress_pull=None)\n\n"
+              "       exact_push='fixed', compress_pull=None, dynamic=False)\n\n"
               "A connection to a Tessera cluster (tessera_connect); master 'local' runs the\n"
               "shards' code in this process. Use as a context manager or call close().",
     .tp_new = client_new,

@@ -399,14 +399,30 @@ static int get_exact_push(PyObject *o, int *out)
     return get_choice(o, "exact_push", names, 2, out);
 }
 
+/* dynamic: a bool (or an int; None: off) into *out. Stricter than the truth test keep and
+ * exact take: there a str such as "false" is true, and dynamic assignment turned on by
+ * mistake changes which data a worker computes. */
+static int get_flag(PyObject *o, const char *what, int *out)
+{
+    if (!o || o == Py_None)
+        return 0;
+    if (!PyLong_Check(o)) {
+        invalid("%s: a bool expected, got %s", what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    *out = PyObject_IsTrue(o);
+    return *out < 0 ? -1 : 0;
+}
+
 /* Client's keyword arguments, in struct tessera_options order. */
 static char *option_names[] = { "master", "job", "rank", "workers", "exact", "optimizer",
                                 "batch", "transport", "timeout_ms", "data_seed", "micro_batch",
                                 "mode", "staleness", "compress", "sync_every", "loss_scale",
-                                "delay_ms", "keep", "exact_push", "compress_pull", NULL };
+                                "delay_ms", "keep", "exact_push", "compress_pull", "dynamic",
+                                NULL };
 enum { O_MASTER, O_JOB, O_RANK, O_WORKERS, O_EXACT, O_OPTIMIZER, O_BATCH, O_TRANSPORT,
        O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS, O_DELAY,
-       O_KEEP, O_EXACT_PUSH, O_PULL, O_COUNT };
+       O_KEEP, O_EXACT_PUSH, O_PULL, O_DYNAMIC, O_COUNT };
 
 /* The arguments o[] into *opt (the SDK checks the values it alone understands). Strings made
  * from dicts are appended to keep, which must outlive opt. */
@@ -434,7 +450,8 @@ static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt,
          get_uint(o[O_DELAY], "delay_ms", INT32_MAX, &v[O_DELAY]) ||
          (opt->keep = o[O_KEEP] ? PyObject_IsTrue(o[O_KEEP]) : 0) < 0 ||
          get_exact_push(o[O_EXACT_PUSH], &opt->exact_push) ||
-         get_list(o[O_PULL], "compress_pull", &opt->pull_compress, &made[2]);
+         get_list(o[O_PULL], "compress_pull", &opt->pull_compress, &made[2]) ||
+         get_flag(o[O_DYNAMIC], "dynamic", &opt->dynamic);
     for (int i = 0; i < 3; i++) {
         if (made[i] && PyList_Append(keep, made[i]))
             rc = -1;
@@ -454,10 +471,10 @@ int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt, PyObj
 {
     PyObject *o[O_COUNT] = { NULL };
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOOOO:Client", option_names,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOOOOO:Client", option_names,
                                      &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
                                      &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
-                                     &o[15], &o[16], &o[17], &o[18], &o[19]))
+                                     &o[15], &o[16], &o[17], &o[18], &o[19], &o[20]))
         return -1;
     /* The SDK copies what it keeps; the arguments are kept anyway, as cheap insurance. */
     for (int i = 0; i < O_COUNT; i++)

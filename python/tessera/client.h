@@ -1,5 +1,6 @@
-/* client.h - tessera.Client's object and the helpers its methods share, for _tessera.c and
- * some.c (push_some, pull_some, step_some: tessera_step in pieces, docs/python.md "Overlap").
+/* client.h - tessera.Client's object and the helpers its methods share, for _tessera.c,
+ * some.c (push_some, pull_some, step_some: tessera_step in pieces, docs/python.md "Overlap")
+ * and work.c (claim_work, next_task, task_done: the master's schedule, docs/scheduler.md).
  * Threads: as _tessera.c says, the lock is held around every SDK call on t. */
 #ifndef TS_PY_CLIENT_H
 #define TS_PY_CLIENT_H
@@ -66,5 +67,10 @@ int get_all(struct client *self, PyObject *o, const char *what, enum elem want, 
 PyObject *client_push_some(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_pull_some(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_step_some(struct client *self, PyObject *args, PyObject *kw);
+
+/* work.c: the methods. */
+PyObject *client_claim_work(struct client *self, PyObject *args, PyObject *kw);
+PyObject *client_next_task(struct client *self, PyObject *unused);
+PyObject *client_task_done(struct client *self, PyObject *args, PyObject *kw);
 
 #endif

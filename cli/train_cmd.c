@@ -124,8 +124,8 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "computes more of the epoch (docs/scheduler.md)", 0, 0 };
     flags[n++] = (struct ts_flag){ "overlap", TS_FLAG_BOOL, &t->overlap, NULL,
                                    "asp: each worker pushes and pulls a step while it computes "
-                                   "the next, on the values from before it (one step more "
-                                   "stale; docs/modes.md)", 0, 0 };
+                                   "the next, on values predicted from its last two pulls "
+                                   "(docs/modes.md)", 0, 0 };
     flags[n++] = (struct ts_flag){ "join", TS_FLAG_INT, &join, "R",
                                    "start only rank R, a worker that joins the running job "
                                    "--job (elastic; R below --width; the same settings as the "

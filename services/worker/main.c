@@ -114,8 +114,7 @@ int main(int argc, char **argv)
         { "unit-log", TS_FLAG_STR, &unit_log, "FILE", "--dynamic: append a line `unit U step S "
           "rank R` for each unit pushed", 0, 0 },
         { "overlap", TS_FLAG_BOOL, &overlap, NULL, "asp: push and pull a step while computing "
-          "the next, on the values from before it (one step more stale; docs/modes.md)", 0,
-          0 },
+          "the next, on values predicted from the last two pulls (docs/modes.md)", 0, 0 },
         { "no-elastic", TS_FLAG_BOOL, &no_elastic, NULL, "a dead worker stops the job instead "
           "of its slot moving to a live one (elastic needs bsp, no --sync-every, no top-k)", 0,
           0 },

@@ -444,7 +444,7 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
         progress(r, false);
         s++;
     }
-    if (ov && (rc = overlap_wait(ov, e)))
+    if (ov && (rc = overlap_end(ov, e)))
         return say(e, "step");
     while (o->rank == 0 && w.outstanding) {   /* the others' last units */
         ts_sleep_ms(DRAIN_POLL_MS);
@@ -551,12 +551,12 @@ int train_run(const struct train_opts *o)
             goto out;
         }
         since += o->batch;
+        if (ov && s + 1 == total && (rc = overlap_end(ov, &e))) {   /* the values, as pulled */
+            rc = say(&e, "step");
+            goto out;
+        }
         if (o->rank == 0 && (k == spe - 1 || s + 1 == total))
             evaluate(&r, s / spe + 1, s + 1, total, &since, &te);
-    }
-    if (ov && (rc = overlap_wait(ov, &e))) {
-        rc = say(&e, "step");
-        goto out;
     }
     if (o->rank == 0)
         report(&r, total > r.start ? total : r.start, total > r.start ? total - r.start : 0,

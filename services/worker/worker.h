@@ -43,15 +43,18 @@ void worker_metrics_eval(double loss, double train_acc, double test_acc);
 void worker_metrics_stop(void);
 
 /* overlap.c: asp with --overlap, a step's exchange on a thread while the worker computes the
- * next (that file says what it costs). overlap_open allocates a second set of values and sums
- * beside the worker's arrays params and acc (its pointers are swapped in place: they always
- * name the set to compute with); 1 on no memory. overlap_step waits for the exchange in
- * flight, then starts step's; overlap_wait only waits. Both return a TESSERA_E* code and
- * fill e. overlap_close waits and frees the second set: the arrays must not be read after. */
+ * next, on predicted values (that file says why and what it costs). overlap_open allocates
+ * its own sets of values and sums beside the worker's arrays params and acc, whose pointers
+ * it rewrites in place: they always name the set to compute with; 1 on no memory.
+ * overlap_step waits for the exchange in flight, then starts step's; overlap_wait only waits
+ * (params: predicted from the newest pull); overlap_end waits and leaves in params the newest
+ * values pulled, not a prediction, to evaluate or report. Each returns a TESSERA_E* code and
+ * fills e. overlap_close waits and frees its sets: the arrays must not be read after. */
 struct overlap;
 int overlap_open(struct overlap **out, tessera *t, uint32_t rank, float **params, void **acc);
 int overlap_step(struct overlap *ov, uint64_t step, struct tessera_error *e);
 int overlap_wait(struct overlap *ov, struct tessera_error *e);
+int overlap_end(struct overlap *ov, struct tessera_error *e);
 void overlap_close(struct overlap *ov);
 
 #endif

@@ -17,7 +17,7 @@ directory and is started again when it dies), and tessera-worker processes of AS
 - SSP(2): the same slow worker under ssp with --dynamic (the queue bounds staleness over its
   units): every unit exactly once, the fast worker did more.
 - Overlap: the slow worker again with --overlap (each unit pushed and pulled while the next
-  computes): every unit exactly once. And one local ASP worker with --overlap twice gives one
+  computes, on predicted values): every unit exactly once. And one local ASP worker with --overlap twice gives one
   params_sha256, not the one without it.
 - Bad input: ClaimWork with want above 256, units not a multiple of the workers or beyond
   2^40, units unlike the queue's, a clock below the rank's grant, an unknown worker or one in
@@ -221,9 +221,9 @@ class Dynamic(tl.UpCase, unittest.TestCase):
         self.assertGreater(r["test_accuracy"], 0.6)
 
     def test_overlap_one_step_stale(self):
-        """One local worker, static ASP: with --overlap, step s computes on the values of step
-        s - 1 without its own last update. The run is as deterministic as without it, and
-        different (the staleness is real)."""
+        """One local worker, static ASP: with --overlap, step s + 1 computes while step s's
+        exchange is in flight, on values predicted from the pulls before. The run is as
+        deterministic as without it, and different (the overlap is real)."""
         def sha(*extra):
             r = tl.run_cli(["train", "--local", "--mode", "asp", "--steps", "60", "--json"] +
                            list(extra), timeout=300)

@@ -43,6 +43,7 @@ struct run {
     uint32_t loss_n;
     uint64_t report_samples;
     int64_t report_ms;
+    struct overlap *ov;                /* --overlap (overlap.c), else NULL */
 };
 
 #define REPORT_MS 500   /* progress goes to the master at most this often (its heartbeat) */
@@ -342,28 +343,37 @@ static void evaluate(struct run *r, uint64_t epoch, uint64_t step, uint64_t tota
 }
 
 /* A priority task the master handed this worker (docs/scheduler.md), run now, at the
- * boundary after `step`: the parameters are those of version step. */
+ * boundary after `step`: the parameters are those of version step. With --overlap, step's
+ * exchange is in flight and the values computed with are a prediction: the task runs on the
+ * newest pulled, those of version step - 1. */
 static void run_task(struct run *r, uint64_t step)
 {
     struct tessera_task k;
     struct tessera_task_result res = { .step = step };
     struct tessera_error e = { 0 };
+    float *was[TS_MLP_NTENSORS];
     char hex[65];
 
     if (!tessera_next_task(r->t, &k))
         return;
     res.id = k.id;
+    memcpy(was, r->params, sizeof(was));
+    if (r->ov) {
+        overlap_pulled(r->ov, r->params);
+        res.step = step - 1;
+    }
     if (k.kind == TESSERA_TASK_EVALUATE) {
         res.accuracy = accuracy(r, &r->test, r->test.n, &res.loss);
         fingerprint(r, hex);
         res.fingerprint = hex;
         printf("rank %u: task %u: evaluated step %" PRIu64 ": test accuracy %.4f, loss %.4f, "
-               "params_sha256 %s\n", r->o->rank, k.id, step, res.accuracy, res.loss, hex);
+               "params_sha256 %s\n", r->o->rank, k.id, res.step, res.accuracy, res.loss, hex);
         fflush(stdout);
     } else {
         res.failed = 1;
         res.error = "this worker does not know the task's kind";
     }
+    memcpy(r->params, was, sizeof(was));
     if (tessera_task_done(r->t, &res, &e))
         fprintf(stderr, "tessera-worker: task %u: %s\n", k.id, e.message);
 }
@@ -492,6 +502,7 @@ int train_run(const struct train_opts *o)
         rc = say(&(struct tessera_error){ .message = "out of memory" }, "overlap");
         goto out;
     }
+    r.ov = ov;
     if (o->dynamic) {
         FILE *log = o->unit_log ? fopen(o->unit_log, "a") : NULL;
         if (o->unit_log && !log) {

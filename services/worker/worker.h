@@ -55,6 +55,10 @@ int overlap_open(struct overlap **out, tessera *t, uint32_t rank, float **params
 int overlap_step(struct overlap *ov, uint64_t step, struct tessera_error *e);
 int overlap_wait(struct overlap *ov, struct tessera_error *e);
 int overlap_end(struct overlap *ov, struct tessera_error *e);
+/* Points params[] at the newest values pulled, untouched by the exchange in flight (before the
+ * first pull: leaves params as they are). They hold version s when the exchange of step s is
+ * in flight. The pointers stay valid until the next overlap_wait. */
+void overlap_pulled(const struct overlap *ov, float **params);
 void overlap_close(struct overlap *ov);
 
 #endif

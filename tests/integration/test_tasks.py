@@ -8,6 +8,9 @@ Real processes: one `tessera up --shards 2`, and jobs of `tessera train`:
   --exact --steps STEP` (the same parameters, offline) has that fingerprint and that test
   accuracy. The job goes on and finishes; tessera status lists the task done.
 - Dynamic ASP, 2 workers: a task is run too (by whichever worker called in first).
+- ASP with --overlap, 1 worker: the task's fingerprint is that of `tessera train --local
+  --mode asp --overlap --steps STEP`, the values pulled at its step, not the prediction the
+  worker computes with.
 - Bad input: SubmitTask for an unknown job is NOT_FOUND naming the job, an unknown kind
   INVALID_ARGUMENT naming kind; a heartbeat whose task_done has an accuracy outside 0..1, a
   NaN loss, a bad fingerprint or state is INVALID_ARGUMENT naming the field and changes
@@ -27,15 +30,16 @@ STEPS = 2500
 
 
 class Tasks(tl.UpCase, unittest.TestCase):
-    def train(self, job, extra):
+    def train(self, job, extra, workers=2):
         return self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", self.addr,
-                             "--workers", "2", "--steps", str(STEPS), "--job", job, "--json"] +
-                            list(extra), "train-" + job, stdout_pipe=True)
+                             "--workers", str(workers), "--steps", str(STEPS), "--job", job,
+                             "--json"] + list(extra), "train-" + job, stdout_pipe=True)
 
-    def running(self, job):
+    def running(self, job, workers=2):
         tl.wait_until(lambda: any(j["id"] == job and j["state"] == "running" and
-                                  j["alive"] == 2 for j in tl.status_json(self.addr)["jobs"]),
-                      60, "job %s to run with 2 workers" % job)
+                                  j["alive"] == workers
+                                  for j in tl.status_json(self.addr)["jobs"]),
+                      60, "job %s to run with %d workers" % (job, workers))
 
     def evaluate(self, job):
         r = tl.run_cli(["eval", "--master", self.addr, "--job", job, "--json", "--timeout",
@@ -76,6 +80,23 @@ class Tasks(tl.UpCase, unittest.TestCase):
         self.assertGreater(got["step"], 0)
         self.assertTrue(0 <= got["test_accuracy"] <= 1)
         self.assertEqual(len(got["params_sha256"]), 64)
+        self.finish(p)
+
+    def test_overlap_runs_on_pulled_values(self):
+        """One ASP worker with --overlap computes on predicted values while a step's exchange
+        is in flight; a task runs on the newest values pulled instead and names their step:
+        `tessera train --local --mode asp --overlap --steps STEP` ends on its fingerprint."""
+        ov = ["--mode", "asp", "--overlap"]
+        p = self.train("evov", ov, workers=1)
+        self.running("evov", workers=1)
+        got = self.evaluate("evov")
+        self.assertEqual(got["state"], "done")
+        self.assertGreater(got["step"], 0)
+        r = tl.run_cli(["train", "--local", "--steps", str(got["step"]), "--json"] + ov,
+                       timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        offline = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(offline["params_sha256"], got["params_sha256"])
         self.finish(p)
 
     def test_bad_input(self):

@@ -17,8 +17,8 @@ directory and is started again when it dies), and tessera-worker processes of AS
 - SSP(2): the same slow worker under ssp with --dynamic (the queue bounds staleness over its
   units): every unit exactly once, the fast worker did more.
 - Overlap: the slow worker again with --overlap (each unit pushed and pulled while the next
-  computes, on predicted values): every unit exactly once. And one local ASP worker with --overlap twice gives one
-  params_sha256, not the one without it.
+  computes, on predicted values): every unit exactly once. And one local ASP worker with
+  --overlap twice gives one params_sha256, not the one without it.
 - Bad input: ClaimWork with want above 256, units not a multiple of the workers or beyond
   2^40, units unlike the queue's, a clock below the rank's grant, an unknown worker or one in
   no job: INVALID_ARGUMENT, FAILED_PRECONDITION or NOT_FOUND naming the field, and the queue

@@ -259,7 +259,11 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, con
     struct ts_pull_info info;
     uint64_t len = ts_part_len(p);
     enum ts_mode mode = dc->job->job.mode;
-    bool copy = mode == TS_MODE_SSP || mode == TS_MODE_ASP;
+    /* SSP and ASP values change under a reader. So do an elastic worker's in bsp: a step
+     * completes without its pushes when another worker pushes its slots (a joiner catching
+     * up, a slot that just changed hands), and a send straight from the partition could then
+     * mix two versions under one version number. Those are copied under the lock. */
+    bool copy = mode == TS_MODE_SSP || mode == TS_MODE_ASP || dc->worker != 0;
     bool coded = (h->flags & TS_PULL_CODED) != 0;
     struct dp_pullc_req rq = { 0 };
 
@@ -298,9 +302,9 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, con
     out.step = info.version;
     out.flags = info.overflow ? TS_PARAMS_OVERFLOW : 0;
     out.rank = info.staleness > UINT32_MAX ? UINT32_MAX : (uint32_t)info.staleness;
-    /* SSP/ASP: from the copy. Otherwise straight from the partition: it cannot change before
-     * this rank pushes again (part.h), so neither can its hash; version is the partition's
-     * until then. */
+    /* From the copy where it was taken. Otherwise straight from the partition: it cannot
+     * change before this rank pushes again (part.h), so neither can its hash; version is the
+     * partition's until then. */
     if (h->flags & TS_PULL_REGION) {   /* the worker reads them where they are */
         out.flags |= TS_PARAMS_REGION;
         return ts_frame_send(dc->c, &out, NULL, 0, err);

@@ -8,13 +8,17 @@
  *           between head and tail);
  *   pull    a head is about to answer a pull;
  *   repair  the repair thread is about to send an image to a new member of a chain.
- * Unset (production), hook_reach costs a load and a compare. */
+ * $TESSERA_TEST_PULL_DELAY_MS=MS makes a head sleep MS milliseconds between taking a pull's
+ * values and sending them (at the pull point above): the window in which a step completing
+ * under the pull must not change what is sent (tests/integration/test_elastic.py).
+ * Unset (production), hook_reach costs a load and a compare or two. */
 #ifndef TS_SHARD_TESTHOOKS_H
 #define TS_SHARD_TESTHOOKS_H
 
 enum hook_point { HOOK_NONE, HOOK_PUSH, HOOK_IMAGE, HOOK_PULL, HOOK_REPAIR };
 
-/* Reads $TESSERA_TEST_KILL_AT; a malformed value is logged and ignored. */
+/* Reads $TESSERA_TEST_KILL_AT and $TESSERA_TEST_PULL_DELAY_MS; a malformed value is logged
+ * and ignored. */
 void hooks_init(void);
 void hook_reach(enum hook_point p);
 

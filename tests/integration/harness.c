@@ -3,9 +3,11 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cluster/cluster.h"
+#include "transport/frame.h"
 #include "util/launch.h"
 #include "util/proc.h"
 
@@ -84,4 +86,56 @@ int harness_wait_shards(int n)
     }
     ts_master_close(m);
     return alive == n ? 0 : -1;
+}
+
+/* The data-plane address of the map's first shard for `transport` into *blob. */
+static int first_shard(const char *transport, struct ts_blob *blob, struct ts_err *err)
+{
+    struct ts_master *m;
+    Tessera__V1__ShardMap *map;
+
+    if (ts_master_open(master_addr, &m, err))
+        return -1;
+    if (ts_master_shard_map(m, &map, err)) {
+        ts_master_close(m);
+        return -1;
+    }
+    blob->len = 0;
+    for (size_t i = 0; map->n_shards > 0 && i < map->shards[0]->n_data_planes; i++) {
+        Tessera__V1__DataPlaneEndpoint *d = map->shards[0]->data_planes[i];
+        if (strcmp(d->transport, transport) == 0 && d->address.len <= sizeof(blob->data)) {
+            memcpy(blob->data, d->address.data, d->address.len);
+            blob->len = d->address.len;
+        }
+    }
+    tessera__v1__shard_map__free_unpacked(map, NULL);
+    ts_master_close(m);
+    if (!blob->len)
+        ts_err_set(err, TS_ENOTFOUND, "no shard serves transport '%s'", transport);
+    return blob->len ? 0 : -1;
+}
+
+struct ts_conn *harness_connect(const char *transport, const char *job, uint32_t flags,
+                                uint32_t member)
+{
+    const struct ts_transport_ops *ops = ts_transport_find(transport);
+    struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .flags = flags, .tensor = member };
+    struct ts_err err = { 0 };
+    struct ts_blob blob;
+    struct ts_conn *c = NULL;
+    char buf[256];
+
+    if (!ops)
+        ts_err_set(&err, TS_EINVAL, "no transport '%s'", transport);
+    else if (!first_shard(transport, &blob, &err) &&
+             !ts_tp_connect(ops, &blob, 5000, &c, &err) &&
+             !ts_frame_send(c, &h, job, strlen(job), &err) &&
+             !ts_frame_recv(c, &h, buf, sizeof(buf), 5000, &err) && h.type != TS_FRAME_ACK)
+        ts_err_set(&err, TS_ECORRUPT, "hello: frame type %u, not ACK", h.type);
+    if (!err.code)
+        return c;
+    fprintf(stderr, "harness_connect(%s, %s): %s\n", transport, job, err.msg);
+    if (c)
+        ts_tp_close(c);
+    return NULL;
 }

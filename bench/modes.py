@@ -117,9 +117,9 @@ CONFIGS = [
     ("d-asp", "drift ASP", ["--mode", "asp"], "drift"),
     ("d-asp-dyn", "drift ASP-dynamic", ["--mode", "asp", "--dynamic"], "drift"),
 ]
-# Rows whose workers push every slot alone (TESSERA_COMBINE_SLOTS=off); the others turn
-# combined pushes on (off by default, docs/scheduler.md): the balanced rows before and after
-# in one run (docs/scheduler.md, "Costs").
+# Rows whose workers push every slot alone (TESSERA_COMBINE_SLOTS=off); the others combine
+# them (the default, docs/scheduler.md): the balanced rows before and after in one run
+# (docs/scheduler.md, "Costs").
 PER_SLOT = {"x-bal-slot", "x-bal-exact-slot"}
 # The baseline of each kind of slowness: speedups are over BSP-fp32 under the same one.
 BASE = {"ms": "bsp", "none": "bsp", "x": "x-bsp", "drift": "d-bsp"}

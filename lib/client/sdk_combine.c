@@ -25,15 +25,15 @@
 
 #define MAX_SLOTS 64   /* a combined push names its slots in a 64-bit mask */
 
-/* Off unless $TESSERA_COMBINE_SLOTS=on (bench/modes.py turns it on to measure it). It was
- * turned off after test_elastic's test_joined failed under load with it; the cause turned out
- * to be the shard's bsp pulls, not combining (docs/scheduler.md, "One push per worker"), and
- * the default stays off until combining has run clean under load for longer. */
+/* On unless $TESSERA_COMBINE_SLOTS=off (bench/modes.py's per-slot rows, to measure the
+ * difference). It was off by default for a while after test_elastic's test_joined failed under
+ * load with it; the cause was the shard's bsp pulls, not combining (docs/scheduler.md, "One push
+ * per worker"). */
 static bool combine_off(void)
 {
     const char *v = getenv("TESSERA_COMBINE_SLOTS");
 
-    return !v || strcmp(v, "on") != 0;
+    return v && strcmp(v, "off") == 0;
 }
 
 /* Whether a step of slots[0..n) may go as one push: bsp, at most 64 slots, several of them,

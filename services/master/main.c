@@ -121,7 +121,7 @@ int main(int argc, char **argv)
         (RAND_bytes(m.data_key, sizeof(m.data_key)) != 1 &&   /* a restored one replaces it */
          ts_err_set(&err, TS_EINTERNAL, "no random bytes from libcrypto for the data key")) ||
         master_state_load(&m.state, &m, &m.restored, &err) ||
-        workq_create(&m.state, &m.work, &err) || tasks_create(&m.tasks, &err))
+        workq_create(&m.state, &m.work, &err) || tasks_create(&m.state, &m.tasks, &err))
         goto out;
     ts_master_service.ctx = &m;
     master_metrics_init(&m);

@@ -10,10 +10,14 @@
  * result with the step it ran at. A handed task is handed again to the same worker until its
  * result comes (a worker runs a task id once); a task whose worker died or left goes back to
  * the queue for the next worker.
- * Not durable: a restarted master forgets the tasks (submit again); a job's tasks go with its
- * run (another run of the same job id starts with none).
+ * Durable: with a state directory the tables are written (file "tasks", replaced atomically,
+ * state.h) before SubmitTask's reply carries a task's id, and again whenever a task is handed
+ * out or finished, so a master killed at any instruction loses no acknowledged task and
+ * gives no id twice (a worker runs each id of its job once). A job's tasks go with its run
+ * (another run of the same job id starts with none).
  * Ownership: tasks_create returns a table freed with tasks_free; tasks_list copies out.
- * Threads: every function may be called from any thread (one mutex). */
+ * Threads: every function may be called from any thread (one mutex; changes write the file
+ * under it). */
 #ifndef TS_MASTER_TASKS_H
 #define TS_MASTER_TASKS_H
 
@@ -21,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "state.h"
 #include "util/err.h"
 #include "util/names.h"
 
@@ -45,11 +50,15 @@ struct task {
 
 struct tasks;
 
-ts_status tasks_create(struct tasks **out, struct ts_err *err) TS_MUST_CHECK;
+/* A table holding what s's file "tasks" held (s NULL, or without a directory: nothing is
+ * durable). TS_ECORRUPT for a file that does not parse or is not consistent. */
+ts_status tasks_create(struct master_state *s, struct tasks **out,
+                       struct ts_err *err) TS_MUST_CHECK;
 void tasks_free(struct tasks *t);
 
 /* Queues a task of kind for job's run run_ms (JobInfo.started_unix_ms); *id its id, from 1.
- * TS_EINVAL naming `kind` for an unknown kind; TS_ENOMEM when TASKS_MAX_OPEN are open. */
+ * TS_EINVAL naming `kind` for an unknown kind; TS_ENOMEM when TASKS_MAX_OPEN are open; the
+ * state file's error (nothing queued) when it cannot be written. */
 ts_status tasks_submit(struct tasks *t, const char *job, int64_t run_ms, int kind, int64_t now,
                        uint32_t *id, struct ts_err *err) TS_MUST_CHECK;
 

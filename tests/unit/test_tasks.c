@@ -1,14 +1,60 @@
 /* test_tasks.c - the master's queue of priority tasks (services/master/tasks.h): oldest first,
  * handed again to the same worker until its result comes, back to the queue when its worker
- * is gone, results of others or repeated ignored, the limits, and a new run's empty queue. */
+ * is gone, results of others or repeated ignored, the limits, a new run's empty queue, and,
+ * over a state directory faked in memory, tables read back as they were written, a
+ * submission that could not be made durable changing nothing, and a corrupt file refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "master/tasks.h"
+#include "tessera/v1/state.pb-c.h"
+
+/* ---- the state directory, in memory (state.h's functions for other modules' files) ---- */
+
+static uint8_t *saved;
+static size_t saved_len;
+static int puts_done;
+static bool fail_puts;
+static struct master_state *const dir = (struct master_state *)&saved;   /* any non-NULL */
+
+bool master_state_durable_dir(const struct master_state *s)
+{
+    (void)s;
+    return true;
+}
+
+ts_status master_state_put(struct master_state *s, const char *name, const void *p, size_t n,
+                           struct ts_err *err)
+{
+    (void)s;
+    assert_string_equal(name, "tasks");
+    if (fail_puts)
+        return ts_err_set(err, TS_EIO, "cannot write tasks: disk full");
+    free(saved);
+    saved = malloc(n + 1);
+    memcpy(saved, p, n);
+    saved_len = n;
+    puts_done++;
+    return TS_OK;
+}
+
+ts_status master_state_get(struct master_state *s, const char *name, uint8_t **out, size_t *n,
+                           struct ts_err *err)
+{
+    (void)s;
+    (void)err;
+    assert_string_equal(name, "tasks");
+    *out = saved ? malloc(saved_len + 1) : NULL;
+    if (saved)
+        memcpy(*out, saved, saved_len);
+    *n = saved_len;
+    return TS_OK;
+}
 
 static uint32_t dead_worker;
 
@@ -34,7 +80,7 @@ static void handed_until_done(void **state)
 
     (void)state;
     dead_worker = 0;
-    assert_int_equal(tasks_create(&t, NULL), TS_OK);
+    assert_int_equal(tasks_create(NULL, &t, NULL), TS_OK);
     assert_false(tasks_take(t, "j", 1, 7, alive, NULL, &k));
     assert_int_equal(tasks_submit(t, "j", 1, TASK_EVALUATE, 100, &id, NULL), TS_OK);
     assert_int_equal(id, 1);
@@ -75,7 +121,7 @@ static void limits(void **state)
 
     (void)state;
     dead_worker = 0;
-    assert_int_equal(tasks_create(&t, NULL), TS_OK);
+    assert_int_equal(tasks_create(NULL, &t, NULL), TS_OK);
     assert_int_equal(tasks_submit(t, "j", 1, 2, 0, &id, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "kind: 2"));
     for (int i = 0; i < TASKS_MAX_OPEN; i++)
@@ -106,11 +152,95 @@ static void limits(void **state)
     tasks_free(t);
 }
 
+/* A master restarted on its state directory has the tasks it acknowledged, as they were, and
+ * goes on with the next id. */
+static void durable(void **state)
+{
+    struct tasks *t;
+    struct task k, r, v[32], w[32];
+    struct ts_err e = { 0 };
+    uint32_t id;
+    size_t n;
+
+    (void)state;
+    dead_worker = 0;
+    free(saved);
+    saved = NULL;
+    saved_len = 0;
+    puts_done = 0;
+    fail_puts = false;
+    assert_int_equal(tasks_create(dir, &t, NULL), TS_OK);   /* no file yet: none */
+    assert_int_equal(tasks_list(t, "j", 1, v, 32), 0);
+    assert_int_equal(puts_done, 0);
+    assert_int_equal(tasks_submit(t, "j", 1, TASK_EVALUATE, 100, &id, NULL), TS_OK);
+    assert_int_equal(puts_done, 1);                         /* written before the reply */
+    assert_int_equal(tasks_submit(t, "j", 1, TASK_EVALUATE, 101, &id, NULL), TS_OK);
+    assert_int_equal(tasks_submit(t, "k", 7, TASK_EVALUATE, 102, &id, NULL), TS_OK);
+    assert_true(tasks_take(t, "j", 1, 7, alive, NULL, &k));
+    assert_int_equal(puts_done, 4);                         /* a hand-out is written */
+    assert_true(tasks_take(t, "j", 1, 7, alive, NULL, &k));
+    assert_int_equal(puts_done, 4);                         /* nothing changed: not again */
+    r = result(1, 40);
+    tasks_done(t, "j", 1, 7, &r, 200);
+    assert_int_equal(puts_done, 5);
+    /* A submission the directory cannot take is refused and leaves nothing behind. */
+    fail_puts = true;
+    assert_int_equal(tasks_submit(t, "j", 1, TASK_EVALUATE, 103, &id, &e), TS_EIO);
+    assert_non_null(strstr(e.msg, "job 'j': task not queued"));
+    assert_non_null(strstr(e.msg, "disk full"));
+    fail_puts = false;
+    n = tasks_list(t, "j", 1, v, 32);
+    assert_int_equal(n, 2);
+    tasks_free(t);
+
+    assert_int_equal(tasks_create(dir, &t, NULL), TS_OK);   /* the restarted master */
+    assert_int_equal(tasks_list(t, "j", 1, w, 32), n);
+    assert_memory_equal(w, v, n * sizeof(v[0]));
+    assert_int_equal(w[0].state, TASK_DONE);
+    assert_int_equal(w[0].step, 40);
+    assert_int_equal(w[1].state, TASK_QUEUED);
+    assert_int_equal(tasks_list(t, "k", 7, w, 32), 1);
+    assert_int_equal(w[0].queued_unix_ms, 102);
+    assert_int_equal(tasks_submit(t, "j", 1, TASK_EVALUATE, 104, &id, NULL), TS_OK);
+    assert_int_equal(id, 3);                                /* the refused one had no id */
+    tasks_free(t);
+
+    /* A file that does not parse, or names a task at or above its job's next id: refused. */
+    memset(saved, 0xff, saved_len);
+    ts_err_clear(&e);
+    assert_int_equal(tasks_create(dir, &t, &e), TS_ECORRUPT);
+    {
+        Tessera__V1__TaskInfo k1 = TESSERA__V1__TASK_INFO__INIT, *kp[] = { &k1 };
+        Tessera__V1__JobTasks j1 = TESSERA__V1__JOB_TASKS__INIT, *jp[] = { &j1 };
+        Tessera__V1__TaskTables tt = TESSERA__V1__TASK_TABLES__INIT;
+
+        k1.id = 2;
+        k1.kind = TESSERA__V1__TASK_KIND__TASK_KIND_EVALUATE;
+        k1.state = TESSERA__V1__TASK_STATE__TASK_STATE_QUEUED;
+        j1.job = "j";
+        j1.next_id = 2;
+        j1.tasks = kp;
+        j1.n_tasks = 1;
+        tt.jobs = jp;
+        tt.n_jobs = 1;
+        saved_len = tessera__v1__task_tables__get_packed_size(&tt);
+        saved = realloc(saved, saved_len + 1);
+        tessera__v1__task_tables__pack(&tt, saved);
+    }
+    ts_err_clear(&e);
+    assert_int_equal(tasks_create(dir, &t, &e), TS_ECORRUPT);
+    assert_non_null(strstr(e.msg, "job 0 ('j') is not consistent"));
+    free(saved);
+    saved = NULL;
+    saved_len = 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(handed_until_done),
         cmocka_unit_test(limits),
+        cmocka_unit_test(durable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

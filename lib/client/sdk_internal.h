@@ -199,6 +199,16 @@ void sdk_close_shards(struct tessera *t);
 ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot,
                       struct ts_err *err) TS_MUST_CHECK;
 
+/* sdk_work.c */
+/* Master calls that outlive a master restart: until = sdk_master_deadline() before
+ * the first try; after a try that failed with st, sdk_master_again says whether to try again.
+ * It does for UNAVAILABLE (down or restarting) and, with notfound, NOT_FOUND (restarted without
+ * this registration: the heartbeat registers it again), until `until`; the first time it logs
+ * `what` and err's message at WARN; it sleeps a moment before returning true. */
+int64_t sdk_master_deadline(void);
+bool sdk_master_again(struct tessera *t, ts_status st, bool notfound, int64_t until,
+                      const char *what, const struct ts_err *err);
+
 /* sdk_failover.c */
 /* Whether a step that lost a shard connection can be sent again: a remote job. With replicas
  * a follower takes over (docs/replication.md); without, the partitions of the dead shard are

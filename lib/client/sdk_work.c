@@ -1,7 +1,7 @@
 /* sdk_work.c - the SDK's side of the master's schedule (docs/scheduler.md): claiming the next
  * units of an ASP job's data from the master's queue (services/master/workq.h), waiting out a
- * master that restarts; and the priority tasks the master hands this worker
- * (services/master/tasks.h). */
+ * master that restarts (sdk_master_again, which the data check uses too); and the priority
+ * tasks the master hands this worker (services/master/tasks.h). */
 #include "client/sdk_internal.h"
 
 #include <inttypes.h>
@@ -12,9 +12,28 @@
 #include "util/log.h"
 #include "util/proc.h"
 
-/* How long a claim waits for a master that is down, restarting or forgot this worker. */
-#define CLAIM_WAIT_MS 60000
-#define CLAIM_RETRY_MS 200
+/* How long a call waits for a master that is down, restarting or forgot this worker. */
+#define MASTER_WAIT_MS 60000
+#define MASTER_RETRY_MS 200
+
+int64_t sdk_master_deadline(void)
+{
+    return ts_now_ms() + MASTER_WAIT_MS;
+}
+
+bool sdk_master_again(struct tessera *t, ts_status st, bool notfound, int64_t until,
+                      const char *what, const struct ts_err *err)
+{
+    if ((st != TS_EUNAVAIL && (st != TS_ENOTFOUND || !notfound)) || ts_now_ms() > until)
+        return false;
+    if (st == TS_ENOTFOUND && t->ms && ts_membership_beat(t->ms, &(struct ts_err){ 0 }))
+        ts_log(TS_DEBUG, "sdk", "%s: registering again", what);
+    if (until - ts_now_ms() > MASTER_WAIT_MS - MASTER_RETRY_MS - 50)   /* the first time */
+        ts_log(TS_WARN, "sdk", "%s: %s; trying again for up to %d s", what, err->msg,
+               MASTER_WAIT_MS / 1000);
+    ts_sleep_ms(MASTER_RETRY_MS);
+    return true;
+}
 
 /* master "local": one worker, every unit its own, in order (unit u is step u). */
 static void claim_local(uint64_t step, uint32_t want, uint64_t units, struct tessera_work *out)
@@ -32,7 +51,8 @@ int tessera_claim_work(tessera *t, uint64_t step, uint32_t want, uint64_t units,
 {
     Tessera__V1__ClaimWorkResponse *r = NULL;
     struct ts_err err = { 0 };
-    int64_t until = ts_now_ms() + CLAIM_WAIT_MS;
+    int64_t until = sdk_master_deadline();
+    char what[TS_JOB_ID_MAX + 32];
     ts_status st;
 
     if (t->job.mode != TS_MODE_ASP) {
@@ -45,21 +65,12 @@ int tessera_claim_work(tessera *t, uint64_t step, uint32_t want, uint64_t units,
         claim_local(step, want, units, out);
         return sdk_ok(e);
     }
-    for (;;) {
+    snprintf(what, sizeof(what), "claim of job %s's units", t->job.id);
+    do {   /* down or restarting, or restarted without this registration: wait */
         ts_err_clear(&err);
         st = ts_membership_claim(t->ms, step, want, units, t->dynamic_ssp, t->ssp_staleness,
                                  &r, &err);
-        /* Down or restarting (UNAVAILABLE), or restarted without this registration (NOT_FOUND:
-         * the heartbeat registers it again): wait, saying so once. */
-        if ((st != TS_EUNAVAIL && st != TS_ENOTFOUND) || ts_now_ms() > until)
-            break;
-        if (st == TS_ENOTFOUND && ts_membership_beat(t->ms, &(struct ts_err){ 0 }))
-            ts_log(TS_DEBUG, "sdk", "claim: registering again");
-        if (until - ts_now_ms() > CLAIM_WAIT_MS - CLAIM_RETRY_MS - 50)
-            ts_log(TS_WARN, "sdk", "claim of job %s's units: %s; trying again for up to %d s",
-                   t->job.id, err.msg, CLAIM_WAIT_MS / 1000);
-        ts_sleep_ms(CLAIM_RETRY_MS);
-    }
+    } while (sdk_master_again(t, st, true, until, what, &err));
     if (st)
         return sdk_fail(e, &err);
     *out = (struct tessera_work){ .first = r->first, .step = r->clock, .count = r->count,

@@ -29,6 +29,22 @@ struct tasks {
     struct master_state *state;    /* the file "tasks"; NULL: nothing is durable */
 };
 
+void tasks_info(const struct task *k, Tessera__V1__TaskInfo *o)
+{
+    tessera__v1__task_info__init(o);
+    o->id = k->id;
+    o->kind = (Tessera__V1__TaskKind)k->kind;
+    o->state = (Tessera__V1__TaskState)k->state;
+    o->worker = k->worker;
+    o->step = k->step;
+    o->accuracy = k->accuracy;
+    o->loss = k->loss;
+    o->fingerprint = (char *)k->fingerprint;
+    o->error = (char *)k->error;
+    o->queued_unix_ms = k->queued_unix_ms;
+    o->done_unix_ms = k->done_unix_ms;
+}
+
 /* ---- the file ---- */
 
 static bool durable(const struct tasks *t)
@@ -123,22 +139,8 @@ static ts_status save(struct tasks *t, struct ts_err *err)
         j->next_id = jt->next_id;
         j->tasks = &kp[at];
         for (size_t k = 0; k < jt->n; k++, at++) {
-            struct task *x = &jt->v[k];
-            Tessera__V1__TaskInfo *o = &ks[at];
-
-            tessera__v1__task_info__init(o);
-            o->id = x->id;
-            o->kind = (Tessera__V1__TaskKind)x->kind;
-            o->state = (Tessera__V1__TaskState)x->state;
-            o->worker = x->worker;
-            o->step = x->step;
-            o->accuracy = x->accuracy;
-            o->loss = x->loss;
-            o->fingerprint = x->fingerprint;
-            o->error = x->error;
-            o->queued_unix_ms = x->queued_unix_ms;
-            o->done_unix_ms = x->done_unix_ms;
-            kp[at] = o;
+            tasks_info(&jt->v[k], &ks[at]);
+            kp[at] = &ks[at];
             j->n_tasks++;
         }
         jp[i] = j;

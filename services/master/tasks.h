@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "state.h"
+#include "tessera/v1/master.pb-c.h"
 #include "util/err.h"
 #include "util/names.h"
 
@@ -77,6 +78,9 @@ ts_status tasks_check_result(const struct task *r, struct ts_err *err) TS_MUST_C
  * ignored: a heartbeat resent after its answer was lost brings it twice. */
 void tasks_done(struct tasks *t, const char *job, int64_t run_ms, uint32_t worker,
                 const struct task *r, int64_t now);
+
+/* k as a TaskInfo (its strings point into k: o lives no longer than k). */
+void tasks_info(const struct task *k, Tessera__V1__TaskInfo *o);
 
 /* job's tasks for run run_ms, open ones and the last TASKS_KEEP_DONE done, oldest first, at
  * most max into out; returns how many. */

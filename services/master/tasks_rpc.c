@@ -16,17 +16,9 @@ static Tessera__V1__TaskInfo *task_info(struct ts_rpc_call *call, const struct t
 {
     Tessera__V1__TaskInfo *i = ts_rpc_new(call, &tessera__v1__task_info__descriptor);
 
-    i->id = k->id;
-    i->kind = (Tessera__V1__TaskKind)k->kind;
-    i->state = (Tessera__V1__TaskState)k->state;
-    i->worker = k->worker;
-    i->step = k->step;
-    i->accuracy = k->accuracy;
-    i->loss = k->loss;
+    tasks_info(k, i);   /* k is the caller's copy: its strings go into the arena */
     i->fingerprint = ts_rpc_strdup(call, k->fingerprint);
     i->error = ts_rpc_strdup(call, k->error);
-    i->queued_unix_ms = k->queued_unix_ms;
-    i->done_unix_ms = k->done_unix_ms;
     return i;
 }
 

@@ -14,47 +14,10 @@
 #include "master/tasks.h"
 #include "tessera/v1/state.pb-c.h"
 
-/* ---- the state directory, in memory (state.h's functions for other modules' files) ---- */
+#define STATE_FAKE_FILE "tasks"
+#include "state_fake.h"
 
-static uint8_t *saved;
-static size_t saved_len;
-static int puts_done;
-static bool fail_puts;
 static struct master_state *const dir = (struct master_state *)&saved;   /* any non-NULL */
-
-bool master_state_durable_dir(const struct master_state *s)
-{
-    (void)s;
-    return true;
-}
-
-ts_status master_state_put(struct master_state *s, const char *name, const void *p, size_t n,
-                           struct ts_err *err)
-{
-    (void)s;
-    assert_string_equal(name, "tasks");
-    if (fail_puts)
-        return ts_err_set(err, TS_EIO, "cannot write tasks: disk full");
-    free(saved);
-    saved = malloc(n + 1);
-    memcpy(saved, p, n);
-    saved_len = n;
-    puts_done++;
-    return TS_OK;
-}
-
-ts_status master_state_get(struct master_state *s, const char *name, uint8_t **out, size_t *n,
-                           struct ts_err *err)
-{
-    (void)s;
-    (void)err;
-    assert_string_equal(name, "tasks");
-    *out = saved ? malloc(saved_len + 1) : NULL;
-    if (saved)
-        memcpy(*out, saved, saved_len);
-    *n = saved_len;
-    return TS_OK;
-}
 
 static uint32_t dead_worker;
 
@@ -164,11 +127,7 @@ static void durable(void **state)
 
     (void)state;
     dead_worker = 0;
-    free(saved);
-    saved = NULL;
-    saved_len = 0;
-    puts_done = 0;
-    fail_puts = false;
+    state_fake_reset();
     assert_int_equal(tasks_create(dir, &t, NULL), TS_OK);   /* no file yet: none */
     assert_int_equal(tasks_list(t, "j", 1, v, 32), 0);
     assert_int_equal(puts_done, 0);
@@ -230,9 +189,7 @@ static void durable(void **state)
     ts_err_clear(&e);
     assert_int_equal(tasks_create(dir, &t, &e), TS_ECORRUPT);
     assert_non_null(strstr(e.msg, "job 0 ('j') is not consistent"));
-    free(saved);
-    saved = NULL;
-    saved_len = 0;
+    state_fake_reset();
 }
 
 int main(void)

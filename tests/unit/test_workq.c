@@ -14,55 +14,13 @@
 
 #include "master/workq.h"
 
-/* ---- the state directory, in memory (state.h's functions for other modules' files) ---- */
-
-static uint8_t *saved;
-static size_t saved_len;
-static int puts_done;
-static bool fail_puts;
-
-bool master_state_durable_dir(const struct master_state *s)
-{
-    (void)s;
-    return true;
-}
-
-ts_status master_state_put(struct master_state *s, const char *name, const void *p, size_t n,
-                           struct ts_err *err)
-{
-    (void)s;
-    assert_string_equal(name, "work");
-    if (fail_puts)
-        return ts_err_set(err, TS_EIO, "cannot write work: disk full");
-    free(saved);
-    saved = malloc(n + 1);
-    memcpy(saved, p, n);
-    saved_len = n;
-    puts_done++;
-    return TS_OK;
-}
-
-ts_status master_state_get(struct master_state *s, const char *name, uint8_t **out, size_t *n,
-                           struct ts_err *err)
-{
-    (void)s;
-    (void)err;
-    assert_string_equal(name, "work");
-    *out = saved ? malloc(saved_len + 1) : NULL;
-    if (saved)
-        memcpy(*out, saved, saved_len);
-    *n = saved_len;
-    return TS_OK;
-}
+#define STATE_FAKE_FILE "work"
+#include "state_fake.h"
 
 static int reset(void **state)
 {
     (void)state;
-    free(saved);
-    saved = NULL;
-    saved_len = 0;
-    puts_done = 0;
-    fail_puts = false;
+    state_fake_reset();
     return 0;
 }
 

@@ -64,7 +64,8 @@ UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rp
               test_part_sums \
               test_part_replica \
               test_frame test_transport test_mlp test_data test_store test_verify \
-              test_snapshot test_codec test_codec_delta test_metrics test_progress test_certs
+              test_snapshot test_codec test_codec_delta test_metrics test_progress test_certs \
+              test_workq test_tasks
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -119,7 +120,8 @@ build: deps $(BUILD)/CMakeCache.txt
 
 # The sanitizer build: the unit tests (they cover lib/) and the services and CLI, which a subset
 # of the integration tests runs against (tests/CMakeLists.txt, TS_ASAN_INTEGRATION).
-ASAN_BINS := tessera-master tessera-shard tessera-verify tessera-worker tessera dp_probe
+ASAN_BINS := tessera-master tessera-shard tessera-verify tessera-worker tessera dp_probe \
+             test_pull_race
 asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(UNIT_TESTS) $(ASAN_BINS)

@@ -88,11 +88,13 @@ int harness_wait_shards(int n)
     return alive == n ? 0 : -1;
 }
 
-/* The data-plane address of the map's first shard for `transport` into *blob. */
-static int first_shard(const char *transport, struct ts_blob *blob, struct ts_err *err)
+/* The address of the only shard in the map for `transport` (lib/cluster's pick), its ops. */
+static int only_shard(const char *transport, const struct ts_transport_ops **ops,
+                      struct ts_blob *blob, struct ts_err *err)
 {
     struct ts_master *m;
     Tessera__V1__ShardMap *map;
+    ts_status st;
 
     if (ts_master_open(master_addr, &m, err))
         return -1;
@@ -100,37 +102,28 @@ static int first_shard(const char *transport, struct ts_blob *blob, struct ts_er
         ts_master_close(m);
         return -1;
     }
-    blob->len = 0;
-    for (size_t i = 0; map->n_shards > 0 && i < map->shards[0]->n_data_planes; i++) {
-        Tessera__V1__DataPlaneEndpoint *d = map->shards[0]->data_planes[i];
-        if (strcmp(d->transport, transport) == 0 && d->address.len <= sizeof(blob->data)) {
-            memcpy(blob->data, d->address.data, d->address.len);
-            blob->len = d->address.len;
-        }
-    }
+    st = map->n_shards != 1
+             ? ts_err_set(err, TS_ESTATE, "the map has %zu shards, want 1", map->n_shards)
+             : ts_shard_pick_transport(map->shards[0], transport, ops, blob, err);
     tessera__v1__shard_map__free_unpacked(map, NULL);
     ts_master_close(m);
-    if (!blob->len)
-        ts_err_set(err, TS_ENOTFOUND, "no shard serves transport '%s'", transport);
-    return blob->len ? 0 : -1;
+    return st ? -1 : 0;
 }
 
 struct ts_conn *harness_connect(const char *transport, const char *job, uint32_t flags,
                                 uint32_t member)
 {
-    const struct ts_transport_ops *ops = ts_transport_find(transport);
+    const struct ts_transport_ops *ops;
     struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .flags = flags, .tensor = member };
     struct ts_err err = { 0 };
     struct ts_blob blob;
     struct ts_conn *c = NULL;
     char buf[256];
 
-    if (!ops)
-        ts_err_set(&err, TS_EINVAL, "no transport '%s'", transport);
-    else if (!first_shard(transport, &blob, &err) &&
-             !ts_tp_connect(ops, &blob, 5000, &c, &err) &&
-             !ts_frame_send(c, &h, job, strlen(job), &err) &&
-             !ts_frame_recv(c, &h, buf, sizeof(buf), 5000, &err) && h.type != TS_FRAME_ACK)
+    if (!only_shard(transport, &ops, &blob, &err) &&
+        !ts_tp_connect(ops, &blob, 5000, &c, &err) &&
+        !ts_frame_send(c, &h, job, strlen(job), &err) &&
+        !ts_frame_recv(c, &h, buf, sizeof(buf), 5000, &err) && h.type != TS_FRAME_ACK)
         ts_err_set(&err, TS_ECORRUPT, "hello: frame type %u, not ACK", h.type);
     if (!err.code)
         return c;

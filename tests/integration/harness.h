@@ -14,9 +14,9 @@ const char *harness_master(const char *bin);
 pid_t harness_shard(const char *bin, const char *extra_flag, const char *extra_value);
 /* Waits up to 15 s until the master lists n alive shards; 0 on success. */
 int harness_wait_shards(int n);
-/* A raw data-plane connection to the first shard of the master's map over `transport` (tcp,
- * shm), greeted for `job` with HELLO flags `flags` (TS_HELLO_*) and, for TS_HELLO_ELASTIC,
- * the worker's member id `member`; NULL, with the reason on stderr, on failure. The caller
+/* A raw data-plane connection to the only shard of the master's map (another count fails)
+ * over `transport` (tcp, shm), greeted for `job` with HELLO flags `flags` (TS_HELLO_*) and,
+ * for TS_HELLO_ELASTIC, the worker's member id `member`; NULL, with the reason on stderr, on failure. The caller
  * closes it (ts_tp_close). */
 struct ts_conn *harness_connect(const char *transport, const char *job, uint32_t flags,
                                 uint32_t member);

@@ -21,8 +21,8 @@ soon after its restart. Checked:
 
 Priority tasks (services/master/tasks.h, the file "tasks"): `tessera up --shards 1` and a
 long float job of 2 workers, both training; three SubmitTask calls, the master killed right
-after the last reply. The restarted master lists the three ids, the workers run each and report it done,
-and the next SubmitTask gets id 4.
+after the last reply. The restarted master lists the three ids, the workers run each and
+report it done, and the next SubmitTask gets id 4.
 """
 import json
 import os

@@ -718,12 +718,17 @@ def main(argv):
             if j.p is not None and j.p.poll() is None:
                 j.kill_group()
                 j.p.wait()
+        # The problems go out before the services' logs: a log cut short keeps them.
+        for f in failures:
+            sys.stdout.write("FAIL: %s\n" % f)
+        sys.stdout.flush()
         if soak is not None:
             soak.stop(bool(failures))
+    reported = len(failures)
     if tl.SANITIZED:
         tl.scan_logs(tl.TEST_TMP)
     failures += tl.sanitizer_reports()
-    for f in failures:
+    for f in failures[reported:]:
         sys.stdout.write("FAIL: %s\n" % f)
     # The first problem is repeated on the last line: a log cut to its tail still shows it.
     say("%s: seed %d, %d jobs%s" % (

@@ -515,7 +515,7 @@ int tessera_check_data(tessera *t, const struct tessera_data_checksum *cs, size_
     Tessera__V1__CheckDataResponse *r = NULL;
     Tessera__V1__DataChecksum *items, **ptrs;
     struct ts_err err = { 0 };
-    int64_t until = sdk_master_deadline();
+    struct sdk_master_wait w = sdk_master_wait();
     ts_status st;
 
     if (t->local) {
@@ -547,7 +547,7 @@ int tessera_check_data(tessera *t, const struct tessera_data_checksum *cs, size_
     do {   /* a master that restarts meanwhile is waited for, as a claim waits */
         ts_err_clear(&err);
         st = ts_master_check_data(t->master, &req, &r, &err);
-    } while (sdk_master_again(t, st, false, until, "data check", &err));
+    } while (sdk_master_again(t, st, false, &w, "data check", &err));
     if (!st && reference && reference_len)
         snprintf(reference, reference_len, "%s", r->reference);
     if (r)

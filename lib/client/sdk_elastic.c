@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util/log.h"
 #include "util/proc.h"
@@ -116,8 +117,7 @@ static ts_status catch_up(struct tessera *t, uint64_t from, float *const *params
         t->newest = 0;
         st = sdk_pull_all(t, v, params, err);
         if (st == TS_ESLOTS) {   /* woken again: learn the slots, pull again */
-            memset(err, 0, sizeof(*err));
-            if ((st = ts_membership_beat(t->ms, err)))
+            if ((st = sdk_master_beat(t, NULL, err)))
                 return st;
             continue;
         }
@@ -134,6 +134,20 @@ static ts_status catch_up(struct tessera *t, uint64_t from, float *const *params
                       CATCH_UP_TRIES, from, v);
 }
 
+/* Testing: $TESSERA_TEST_HOLD_JOIN=FILE holds a worker that caught up, before it tells the
+ * master so, until FILE exists (tests/integration/test_master_restart.py kills the master
+ * there). */
+static void test_hold_join(void)
+{
+    const char *file = getenv("TESSERA_TEST_HOLD_JOIN");
+
+    if (!file || !*file || access(file, F_OK) == 0)
+        return;
+    ts_log(TS_WARN, "sdk", "test hook: the join waits for %s (TESSERA_TEST_HOLD_JOIN)", file);
+    while (access(file, F_OK) != 0)
+        ts_sleep_ms(20);
+}
+
 /* catch_up, then tells the master so: a worker that came for a rank whose slot a live worker
  * holds gets the slot only then, because a new owner must hold the values of the step under
  * way, and a process that just started or was away does not (docs/elastic.md, "Coming
@@ -145,7 +159,10 @@ static ts_status rejoin(struct tessera *t, uint64_t from, float *const *params, 
     ts_status st = catch_up(t, from, params, at, err);
 
     t->registrations_seen = reg;   /* registered again meanwhile: the next recovery sees it */
-    return st ? st : ts_membership_caught_up(t->ms, reg, err);
+    if (st)
+        return st;
+    test_hold_join();
+    return sdk_master_beat(t, &reg, err);
 }
 
 ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *params,
@@ -156,7 +173,7 @@ ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *pa
     const char *why;
     ts_status st;
 
-    if ((st = ts_membership_beat(t->ms, err)))   /* the slots as the master has them now */
+    if ((st = sdk_master_beat(t, NULL, err)))   /* the slots as the master has them now */
         return st;
     if (ts_membership_registrations(t->ms) != was || t->registrations_seen != was) {
         /* Declared dead while it was away (stopped, or cut off): others did its slots. */

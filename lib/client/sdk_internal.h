@@ -200,14 +200,23 @@ ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot,
                       struct ts_err *err) TS_MUST_CHECK;
 
 /* sdk_work.c */
-/* Master calls that outlive a master restart: until = sdk_master_deadline() before
- * the first try; after a try that failed with st, sdk_master_again says whether to try again.
- * It does for UNAVAILABLE (down or restarting) and, with notfound, NOT_FOUND (restarted without
- * this registration: the heartbeat registers it again), until `until`; the first time it logs
- * `what` and err's message at WARN; it sleeps a moment before returning true. */
-int64_t sdk_master_deadline(void);
-bool sdk_master_again(struct tessera *t, ts_status st, bool notfound, int64_t until,
+/* Master calls that outlive a master restart: w = sdk_master_wait() before the first try;
+ * after a try that failed with st, sdk_master_again says whether to try again. It does for
+ * UNAVAILABLE (down or restarting) and, with notfound, NOT_FOUND (restarted without this
+ * registration: the heartbeat registers it again), for a minute from sdk_master_wait; the
+ * first time it logs `what` and err's message at WARN; it sleeps a moment before returning
+ * true. */
+struct sdk_master_wait {
+    int64_t until;   /* ms, ts_now_ms's clock */
+    bool warned;
+};
+struct sdk_master_wait sdk_master_wait(void);
+bool sdk_master_again(struct tessera *t, ts_status st, bool notfound, struct sdk_master_wait *w,
                       const char *what, const struct ts_err *err);
+/* A heartbeat now (ts_membership_beat), or with caught_up the caught-up beat for registration
+ * *caught_up (ts_membership_caught_up), waiting out a master that restarts as above. */
+ts_status sdk_master_beat(struct tessera *t, const unsigned *caught_up,
+                          struct ts_err *err) TS_MUST_CHECK;
 
 /* sdk_failover.c */
 /* Whether a step that lost a shard connection can be sent again: a remote job. With replicas

@@ -1,6 +1,7 @@
 /* sdk_work.c - the SDK's side of the master's schedule (docs/scheduler.md): claiming the next
  * units of an ASP job's data from the master's queue (services/master/workq.h), waiting out a
- * master that restarts (sdk_master_again, which the data check uses too); and the priority
+ * master that restarts (sdk_master_again, which the data check, the start and the elastic
+ * heartbeats use too); and the priority
  * tasks the master hands this worker (services/master/tasks.h). */
 #include "client/sdk_internal.h"
 
@@ -16,23 +17,38 @@
 #define MASTER_WAIT_MS 60000
 #define MASTER_RETRY_MS 200
 
-int64_t sdk_master_deadline(void)
+struct sdk_master_wait sdk_master_wait(void)
 {
-    return ts_now_ms() + MASTER_WAIT_MS;
+    return (struct sdk_master_wait){ .until = ts_now_ms() + MASTER_WAIT_MS };
 }
 
-bool sdk_master_again(struct tessera *t, ts_status st, bool notfound, int64_t until,
+bool sdk_master_again(struct tessera *t, ts_status st, bool notfound, struct sdk_master_wait *w,
                       const char *what, const struct ts_err *err)
 {
-    if ((st != TS_EUNAVAIL && (st != TS_ENOTFOUND || !notfound)) || ts_now_ms() > until)
+    if ((st != TS_EUNAVAIL && (st != TS_ENOTFOUND || !notfound)) || ts_now_ms() > w->until)
         return false;
     if (st == TS_ENOTFOUND && t->ms && ts_membership_beat(t->ms, &(struct ts_err){ 0 }))
         ts_log(TS_DEBUG, "sdk", "%s: registering again", what);
-    if (until - ts_now_ms() > MASTER_WAIT_MS - MASTER_RETRY_MS - 50)   /* the first time */
+    if (!w->warned)
         ts_log(TS_WARN, "sdk", "%s: %s; trying again for up to %d s", what, err->msg,
                MASTER_WAIT_MS / 1000);
+    w->warned = true;
     ts_sleep_ms(MASTER_RETRY_MS);
     return true;
+}
+
+ts_status sdk_master_beat(struct tessera *t, const unsigned *caught_up, struct ts_err *err)
+{
+    struct sdk_master_wait w = sdk_master_wait();
+    ts_status st;
+
+    do {
+        ts_err_clear(err);
+        st = caught_up ? ts_membership_caught_up(t->ms, *caught_up, err)
+                       : ts_membership_beat(t->ms, err);
+    } while (sdk_master_again(t, st, false, &w, caught_up ? "caught-up heartbeat" : "heartbeat",
+                              err));
+    return st;
 }
 
 /* master "local": one worker, every unit its own, in order (unit u is step u). */
@@ -51,7 +67,7 @@ int tessera_claim_work(tessera *t, uint64_t step, uint32_t want, uint64_t units,
 {
     Tessera__V1__ClaimWorkResponse *r = NULL;
     struct ts_err err = { 0 };
-    int64_t until = sdk_master_deadline();
+    struct sdk_master_wait w = sdk_master_wait();
     char what[TS_JOB_ID_MAX + 32];
     ts_status st;
 
@@ -70,7 +86,7 @@ int tessera_claim_work(tessera *t, uint64_t step, uint32_t want, uint64_t units,
         ts_err_clear(&err);
         st = ts_membership_claim(t->ms, step, want, units, t->dynamic_ssp, t->ssp_staleness,
                                  &r, &err);
-    } while (sdk_master_again(t, st, true, until, what, &err));
+    } while (sdk_master_again(t, st, true, &w, what, &err));
     if (st)
         return sdk_fail(e, &err);
     *out = (struct tessera_work){ .first = r->first, .step = r->clock, .count = r->count,

@@ -23,6 +23,11 @@ Priority tasks (services/master/tasks.h, the file "tasks"): `tessera up --shards
 long float job of 2 workers, both training; three SubmitTask calls, the master killed right
 after the last reply. The restarted master lists the three ids, the workers run each and
 report it done, and the next SubmitTask gets id 4.
+
+A worker's start: a master and a shard of our own, the master with --state-dir on a fixed port;
+an exact job of 2 workers whose start is held (TESSERA_TEST_HOLD_JOIN) after a worker caught
+up and before it tells the master. The master is killed there and started again only once the
+worker said it waits for it: the job ends with --local's params_sha256.
 """
 import json
 import os
@@ -179,6 +184,43 @@ class MasterRestart(unittest.TestCase):
         self.assertTrue(all(t["step"] > 0 and 0 <= t["test_accuracy"] <= 1 for t in done),
                         done)
         self.assertEqual(submit(), 4)
+        self.passed = True
+
+    def test_a_start_outlives_a_master_restart(self):
+        """A worker of an exact job is held after catching up at its start, before it tells
+        the master so (TESSERA_TEST_HOLD_JOIN); the master is killed there and started
+        again on its port and state directory only once a worker said it waits for it. The
+        job trains to the end, at --local's fingerprint."""
+        steps = 40
+        argv = ["--listen", "127.0.0.1:%d" % tl.free_port(), "--lease-ms", "1500",
+                "--state-dir", os.path.join(self.c.dir, "js-state")]
+        master = self.c.start_server("tessera-master", "js-master", argv)
+        self.c.start_shard(master.addr, "js-shard", lease_ms=1500)
+        hold = os.path.join(self.c.dir, "js-hold")
+        with tl.environ(TESSERA_TEST_HOLD_JOIN=hold):
+            train = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
+                                  master.addr, "--workers", "2", "--steps", str(steps),
+                                  "--exact", "--json", "--job", "js"], "js-train")
+        # The other worker's catching up may wait for the held one's first push.
+        tl.wait_until(lambda: "TESSERA_TEST_HOLD_JOIN" in train.log_text(), 120,
+                      "a worker to wait in its join")
+        master.signal(signal.SIGKILL)
+        self.assertIsNotNone(master.wait(10))
+        with open(hold, "w"):
+            pass
+        tl.wait_until(lambda: "caught-up heartbeat" in train.log_text() or not train.running(),
+                      30, "a worker to wait for the killed master")
+        self.assertTrue(train.running(), "a worker did not wait for the master: "
+                        "tessera train exited %s" % train.wait(0))
+        tl.log("the workers wait for the master; starting it again")
+        self.c.start_server("tessera-master", "js-master-2", argv)
+        self.assertEqual(train.wait(120), 0, train.log_text())
+        out = [ln for ln in train.log_text().splitlines() if ln.startswith("{")]
+        r = tl.run_cli(["train", "--local", "--exact", "--json", "--steps", str(steps)],
+                       timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(out[-1])["params_sha256"],
+                         json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"])
         self.passed = True
 
 

@@ -398,6 +398,15 @@ static void vacate(struct job *jb, struct job_seat *s, enum job_seat_state to, c
     settle(jb, now_ms);
 }
 
+/* Whether a rank-0 worker of jb finished: its fingerprint is the job's. */
+static bool rank0_finished(const struct job *jb)
+{
+    for (size_t i = 0; i < jb->nseats; i++)
+        if (jb->seats[i].rank == 0 && jb->seats[i].state == SEAT_FINISHED)
+            return true;
+    return false;
+}
+
 void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *fingerprint,
                 const char *reason, int64_t now_ms)
 {
@@ -406,7 +415,11 @@ void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *finger
 
     pthread_mutex_lock(&j->mu);
     if ((s = jobs_seat_locked(j, worker, &jb))) {
-        if (!failed && fingerprint && strlen(fingerprint) == 64)
+        /* Rank 0's, as `tessera train` prints it: in asp and ssp the workers end on different
+         * values. Another rank's stands in while rank 0 has not finished (it died) or finished
+         * without one. */
+        if (!failed && fingerprint && strlen(fingerprint) == 64 &&
+            (s->rank == 0 || !jb->info.fingerprint[0] || !rank0_finished(jb)))
             snprintf(jb->info.fingerprint, sizeof(jb->info.fingerprint), "%s", fingerprint);
         vacate(jb, s, failed ? SEAT_FAILED : SEAT_FINISHED,
                reason && reason[0] ? reason : "failed", now_ms);

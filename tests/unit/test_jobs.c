@@ -50,6 +50,28 @@ static size_t due(struct jobs *j, int64_t now, const char *first)
 
 static const char *FP = "4a46566458cfa292a2acb4a6e62bab77943f0e83216270ed2c330d22904e6043";
 
+static const char *FP1 = "1111111111111111111111111111111111111111111111111111111111111111";
+
+/* The job's fingerprint is rank 0's, whoever leaves last (asp and ssp workers end on different
+ * values); another rank's counts only while rank 0 has not finished. */
+static void fingerprint_is_rank_0s(void **state)
+{
+    struct jobs *j = mk(0, 0, 0);
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "a", 1, 0, 3, 0, false, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 3, 0, false, false, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 3, 2, 3, 0, false, false, 0, NULL), TS_OK);
+    jobs_leave(j, 2, false, FP1, "", 10);
+    assert_string_equal(info(j, "a").fingerprint, FP1);   /* none of rank 0's yet */
+    jobs_leave(j, 1, false, FP, "", 20);
+    assert_string_equal(info(j, "a").fingerprint, FP);
+    jobs_leave(j, 3, false, FP1, "", 30);
+    assert_int_equal(info(j, "a").state, JOB_FINISHED);
+    assert_string_equal(info(j, "a").fingerprint, FP);
+    jobs_free(j);
+}
+
 static void finished_then_released(void **state)
 {
     struct jobs *j = mk(0, 0, 0);
@@ -503,7 +525,8 @@ static void balance_moves_slots_by_speed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(finished_then_released), cmocka_unit_test(failed_and_abandoned),
+        cmocka_unit_test(finished_then_released), cmocka_unit_test(fingerprint_is_rank_0s),
+        cmocka_unit_test(failed_and_abandoned),
         cmocka_unit_test(idle_until_timeout),     cmocka_unit_test(idle_expires),
         cmocka_unit_test(limits_and_fields),      cmocka_unit_test(rollbacks_once_per_loss),
         cmocka_unit_test(restored_from_records),  cmocka_unit_test(elastic_slots_move),

@@ -145,16 +145,12 @@ class MasterRestart(unittest.TestCase):
         self.passed = True
 
     def test_tasks_survive_a_kill(self):
-        up = self.c.spawn([os.path.join(tl.BIN, "tessera"), "up", "--shards", "1",
-                           "--master-port", "0", "--dir", os.path.join(self.c.dir, "tk-up")],
-                          "tk-up")
-        addr = tl.wait_until(lambda: next((ln.split()[1] for ln in up.log_text().splitlines()
-                                           if ln.startswith("master ")), None),
-                             tl.START_TIMEOUT, "tessera up to print the master's address")
+        _, addr = self.c.tessera_up(["--shards", "1"], name="tk-up")
         self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", addr, "--workers",
                       "2", "--steps", "1000000", "--job", "tk"], "tk-train")
         # Both workers past their start (data check, join) and training: what is under test
-        # is the tasks, not a worker that starts while the master restarts.
+        # is the tasks, not a worker that starts while the master restarts (that is
+        # test_a_start_outlives_a_master_restart's).
         tl.wait_until(lambda: sum(1 for w in tl.status_json(addr)["workers"]
                                   if w["state"] == "alive" and w["clock"] >= 1) == 2,
                       120, "both workers of job tk to train")

@@ -1,8 +1,7 @@
 /* sdk_work.c - the SDK's side of the master's schedule (docs/scheduler.md): claiming the next
  * units of an ASP job's data from the master's queue (services/master/workq.h), waiting out a
- * master that restarts (sdk_master_again, which the data check, the start and the elastic
- * heartbeats use too); and the priority
- * tasks the master hands this worker (services/master/tasks.h). */
+ * master that restarts (sdk_master_again, which the data check and the elastic heartbeats use
+ * too); and the priority tasks the master hands this worker (services/master/tasks.h). */
 #include "client/sdk_internal.h"
 
 #include <inttypes.h>

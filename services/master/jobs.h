@@ -114,8 +114,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
                     struct ts_err *err) TS_MUST_CHECK;
 /* Worker `worker` left: failed or finished, with its fingerprint (64 hex digits, or "") or its
  * reason. The job's fingerprint is rank 0's; another rank's only while no rank 0 finished,
- * or one finished without a fingerprint.
- * A worker of no job is ignored. */
+ * or one finished without a fingerprint. A worker of no job is ignored. */
 void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *fingerprint,
                 const char *reason, int64_t now_ms);
 /* Worker `worker` caught up (it holds a step's values that every partition agreed on): a

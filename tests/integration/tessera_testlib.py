@@ -59,13 +59,16 @@ def _remove_test_tmp():
 atexit.register(_remove_test_tmp)
 
 # Sanitizer reports of every process the test starts, directly or through `tessera up` and
-# `tessera train` (the environment is inherited): log_path makes each one a file, PREFIX.PID.
+# `tessera train` (the environment is inherited): log_path makes each one a file,
+# PREFIX.EXE.PID (log_exe_name: a leak's allocation stack can end in a library without frame
+# pointers, libcrypto's, and then the binary's name is what says whose it was).
 SANITIZED = os.environ.get("TESSERA_SANITIZED") == "1"
 SAN_DIR = os.path.join(TEST_TMP, "sanitizer")
 if SANITIZED:
     os.mkdir(SAN_DIR)
     _supp = os.path.join(SRC, "tests", "lsan.supp")
-    os.environ["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=1:log_path=%s/asan" % SAN_DIR
+    os.environ["ASAN_OPTIONS"] = ("detect_leaks=1:abort_on_error=1:log_exe_name=1:"
+                                  "log_path=%s/asan" % SAN_DIR)
     os.environ["UBSAN_OPTIONS"] = ("print_stacktrace=1:halt_on_error=1:log_path=%s/ubsan"
                                    % SAN_DIR)
     os.environ["LSAN_OPTIONS"] = "suppressions=%s" % _supp

@@ -9,7 +9,8 @@
  * The address blob is the text "HOST:PORT" ("[V6]:PORT"), HOST being the numeric address the
  * listener is bound to: listen on the address peers should dial. TCP_NODELAY is set because a
  * frame is handed to the kernel whole (header and payload in one sendmsg); Nagle would only
- * delay the last segment of each frame. A connection whose peer is a loopback address
+ * delay the last segment of each frame, and set again after each frame it pushes out the
+ * segment that autocorking would hold (push_tail). A connection whose peer is a loopback address
  * (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104) is host-local (transport.h): the kernel copies
  * the bytes from one process's memory to the other's, through no NIC or wire, as shm does, so
  * frames skip the payload hash and MAC there (docs/transport.md, "Integrity on one host").
@@ -386,6 +387,19 @@ static ts_status gone(struct tcp_conn *c, const char *what, size_t done, size_t 
                       done ? " (torn)" : "");
 }
 
+/* Sends now whatever of the frame the kernel still holds. A frame whose size is just above a
+ * multiple of 64 KiB (a partition of 2^k bytes plus its header) ends in a segment of a few
+ * dozen bytes, and Linux's autocorking (net.ipv4.tcp_autocorking) keeps such a segment back
+ * until the segments before it have left the host: the peer cannot use the frame meanwhile.
+ * Setting TCP_NODELAY again pushes the pending segments (tcp(7)). Measured (bench/multihost,
+ * 1 Gbit/s, 4 MiB in 64 KiB partitions): 0.39-0.54 R without, 0.62-0.69 R with. */
+static void push_tail(int fd)
+{
+    int one = 1;
+
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
 static ts_status tcp_send(struct ts_conn *base, const void *head, size_t hlen, const void *body,
                           size_t blen, struct ts_err *e)
 {
@@ -413,6 +427,7 @@ static ts_status tcp_send(struct ts_conn *base, const void *head, size_t hlen, c
             m.msg_iov->iov_len -= (size_t)r;
         }
     }
+    push_tail(c->fd);
     return TS_OK;
 }
 

@@ -14,8 +14,9 @@ R each way with tc tbf): a master host m, shard hosts s0..s3, worker hosts w0..w
   1. Tessera: tessera-master --listen on m; on each s_i tessera-shard --listen 0.0.0.0:7001
      --advertise s_i:7001 --transport tcp (shared memory would bypass the links); on each w_i
      one bench_pushpull worker (its hidden --worker mode, bench/pushpull_worker.c) with one
-     float tensor of S bytes in --partition-kib partitions (default auto: S / 64, so that each
-     shard heads about 16 and pulls overlap the pushes after them), 2 warm-up then --iters
+     float tensor of S bytes in --partition-kib partitions (default auto: about S / 256, so
+     that each shard heads up to 64 and pulls overlap the pushes after them, and 4 KiB short
+     of a multiple of 64 KiB; see partition_bytes), 2 warm-up then --iters
      timed tessera_step calls (push S, pull S), BSP.
      A step takes the slowest worker's time; the figure is the median over steps.
      Placement: the ring, each tensor under the salt its workers choose for balance
@@ -444,21 +445,31 @@ def fmt_row(name, r, gloo):
 
 
 def partition_bytes(a, size_mib):
-    """The partition size for a tensor of size_mib: --partition-kib, or auto: S / 64 within
-    256 KiB .. 4 MiB. A shard's pull answer waits for every worker's push of that partition,
-    so with k partitions per shard the pushes and pulls overlap but for one partition's time:
-    a step of (k + 1) / k x S / R at best; 16 per shard (4 shards) keeps that within 6 %.
-    Below 256 KiB the frames' own cost shows: 4 MiB at 4 Gbit/s took 65 ms a step in 64 KiB
-    partitions, 30 ms in 256 KiB ones (CPU-bound on 2 cores)."""
+    """The partition size for a tensor of size_mib: --partition-kib, or auto: S / 256 rounded
+    down to a multiple of 64 KiB, less 4 KiB, within 60 KiB .. 4 MiB - 4 KiB.
+    - S / 256: a shard's pull answer waits for every worker's push of that partition, so with
+      k partitions per shard the pushes and pulls overlap but for one partition's time at each
+      end of a step. 64 per shard (4 shards) keeps that small; the frames' own cost stays small
+      down to 60 KiB. Measured at 64 MiB and 1 Gbit/s (x R per run): 124 KiB 0.91, 252 KiB
+      0.91-0.92, 508 KiB 0.88, 1020 KiB 0.79-0.80, 2044 KiB 0.70; at 4 Gbit/s (CPU-bound)
+      252 KiB and 1020 KiB both 0.47.
+    - Less 4 KiB: a frame is its partition and a header of a few dozen bytes, sent as
+      segments of up to 64 KiB (GSO's largest). A partition of a multiple of 64 KiB leaves a
+      last segment of the header's size alone, which the kernel sends late (lib/transport/
+      tcp.c, push_tail). Measured at 4 MiB and 1 Gbit/s, median of 30 steps, x R per run:
+      60 KiB 0.85-0.88 (6 runs), 64 KiB 0.62-0.69 (0.39-0.54 before push_tail), 80 KiB 0.86,
+      96 KiB 0.83-0.84, 128 KiB 0.70-0.71, 256 KiB 0.63-0.64; at 4 Gbit/s (CPU-bound) 60 KiB
+      and 256 KiB both 0.39."""
     if a.partition_kib != "auto":
         return int(a.partition_kib) * 1024
-    return min(max(size_mib * MIB // (16 * len(SHARDS)), 256 * 1024), 4 * MIB)
+    per = max(size_mib * MIB // (64 * len(SHARDS)) // (64 * 1024), 1) * 64 * 1024 - 4096
+    return min(per, 4 * MIB - 4096)
 
 
 def partition_desc(a):
     if a.partition_kib != "auto":
         return f"{a.partition_kib} KiB partitions"
-    return "partitions of S / 64 (" + ", ".join(
+    return "partitions of about S / 256 (" + ", ".join(
         f"{partition_bytes(a, s) // 1024} KiB at {s} MiB" for s in a.sizes) + ")"
 
 
@@ -559,9 +570,11 @@ def parse():
     ap.add_argument("--iters", type=int, default=None,
                     help=f"timed steps after {WARMUP} warm-up (default 10)")
     ap.add_argument("--partition-kib", default="auto",
-                    help="Tessera's partition size in KiB, or auto (default): S / 64, within "
-                         "256 KiB .. 4 MiB, so that each shard heads 16 partitions of the "
-                         "tensor and a pull overlaps the pushes after it")
+                    help="Tessera's partition size in KiB, or auto (default): S / 256 rounded "
+                         "down to a multiple of 64 KiB less 4 KiB (60 KiB .. 4092 KiB), so that "
+                         "each shard heads up to 64 partitions of the tensor, a pull overlaps "
+                         "the pushes after it, and no frame ends in a segment of its header "
+                         "alone")
     ap.add_argument("--salt", default="auto",
                     help="the workers' TESSERA_PLACEMENT_SALT: auto (default) balances each "
                          "tensor over the shards; 0 places it by the ring's own hash")

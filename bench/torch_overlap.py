@@ -183,9 +183,10 @@ def parse():
                    "forward,bucket)")
     p.add_argument("--partition-kb", type=int, default=0,
                    help="Tessera partitions on one host, KiB (default 0: the SDK's 4 MiB)")
-    p.add_argument("--hosts-partition-kb", type=int, default=64,
-                   help="... across emulated hosts (default 64: the tensors spread over both "
-                   "shards' links and each partition's pull follows its push)")
+    p.add_argument("--hosts-partition-kb", type=int, default=60,
+                   help="... across emulated hosts (default 60: the tensors spread over both "
+                   "shards' links, each partition's pull follows its push, and no frame ends "
+                   "in a segment of its header alone: docs/transport.md, \"Across hosts\")")
     p.add_argument("--bin", default=os.environ.get("TESSERA_BIN") or
                    os.path.join(REPO, "build", "bin"), help="tessera, tessera-master, "
                    "tessera-shard (default build/bin)")

@@ -292,8 +292,8 @@ void sdk_next_slot(struct tessera *t, int first, int last, size_t k);
 /* sdk_combine.c */
 /* Before a step of slots[0..n) with gradients grads[k][tensor] (plan_step done: x->active
  * set): decides whether it goes as one push, summed into each active tensor's slot_sum
- * (t->push_mask set), or slot by slot. sdk_combine_done: the step ended, ok or not (not: the next one goes
- * slot by slot); clears push_mask. */
+ * (t->push_mask set), or slot by slot. sdk_combine_done: the step ended, ok or not (not: the
+ * next one goes slot by slot); clears push_mask. */
 void sdk_combine_plan(struct tessera *t, uint64_t step, size_t n, const uint32_t *slots,
                       const void *const *const *grads);
 void sdk_combine_done(struct tessera *t, uint64_t step, bool ok);

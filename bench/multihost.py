@@ -457,7 +457,7 @@ def partition_bytes(a, size_mib):
       segments of up to 64 KiB (GSO's largest). A partition of a multiple of 64 KiB leaves a
       last segment of the header's size alone, which the kernel sends late (lib/transport/
       tcp.c, push_tail). Measured at 4 MiB and 1 Gbit/s, median of 30 steps, x R per run:
-      60 KiB 0.85-0.88 (6 runs), 64 KiB 0.62-0.69 (0.39-0.54 before push_tail), 80 KiB 0.86,
+      60 KiB 0.81-0.88 (6 runs), 64 KiB 0.62-0.72 (0.37-0.61 before push_tail), 80 KiB 0.86,
       96 KiB 0.83-0.84, 128 KiB 0.70-0.71, 256 KiB 0.63-0.64; at 4 Gbit/s (CPU-bound) 60 KiB
       and 256 KiB both 0.39."""
     if a.partition_kib != "auto":

@@ -16,8 +16,8 @@ pid_t harness_shard(const char *bin, const char *extra_flag, const char *extra_v
 int harness_wait_shards(int n);
 /* A raw data-plane connection to the only shard of the master's map (another count fails)
  * over `transport` (tcp, shm), greeted for `job` with HELLO flags `flags` (TS_HELLO_*) and,
- * for TS_HELLO_ELASTIC, the worker's member id `member`; NULL, with the reason on stderr, on failure. The caller
- * closes it (ts_tp_close). */
+ * for TS_HELLO_ELASTIC, the worker's member id `member`; NULL, with the reason on stderr, on
+ * failure. The caller closes it (ts_tp_close). */
 struct ts_conn *harness_connect(const char *transport, const char *job, uint32_t flags,
                                 uint32_t member);
 /* Stops everything started, newest first, and removes the temp dir. */

@@ -33,6 +33,7 @@ import json
 import os
 import signal
 import sys
+import time
 import unittest
 
 sys.dont_write_bytecode = True
@@ -163,11 +164,17 @@ class MasterRestart(unittest.TestCase):
         def submit():
             # A channel made soon after the restart may be handed the connection to the
             # killed master, which fails once (UNAVAILABLE, "Broken pipe") before the request
-            # leaves: send again.
+            # leaves: send again. Any other error fails at once.
             m = tl.Stub(self.c.channel(addr), M, "Master")
-            return tl.wait_until(lambda: m.SubmitTask(M.SubmitTaskRequest(job="tk", kind=1),
-                                                      timeout=tl.RPC_TIMEOUT).id, 30,
-                                 "SubmitTask to answer", interval=0.2)
+            for _ in range(150):
+                try:
+                    return m.SubmitTask(M.SubmitTaskRequest(job="tk", kind=1),
+                                        timeout=tl.RPC_TIMEOUT).id
+                except tl.grpc.RpcError as e:
+                    if e.code() != tl.grpc.StatusCode.UNAVAILABLE:
+                        raise
+                    time.sleep(0.2)
+            self.fail("SubmitTask: UNAVAILABLE for 30 s")
         ids = [submit() for _ in range(3)]
         first = self.kill_master(addr)
         tl.wait_until(lambda: tl.status_json(addr)["master_pid"] != first, 30,
@@ -212,6 +219,7 @@ class MasterRestart(unittest.TestCase):
         self.c.start_server("tessera-master", "js-master-2", argv)
         self.assertEqual(train.wait(120), 0, train.log_text())
         out = [ln for ln in train.log_text().splitlines() if ln.startswith("{")]
+        self.assertTrue(out, "tessera train --json printed no result:\n" + train.log_text())
         r = tl.run_cli(["train", "--local", "--exact", "--json", "--steps", str(steps)],
                        timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -320,20 +320,30 @@ static bool loopback_pair(int fds[2])
     return ok;
 }
 
-double bench_tcp_stream_gbps(size_t bytes, int reps)
+/* The least a stream carries in all, so that its CPU per byte is not lost in the start. */
+#define STREAM_MIN_TOTAL ((size_t)256 << 20)
+
+double bench_tcp_stream_gbps(size_t bytes, int reps, double *cpu_ns_per_byte)
 {
+    int runs = reps > 0 && bytes > 0 && (size_t)reps * bytes < STREAM_MIN_TOTAL
+                ? (int)((STREAM_MIN_TOTAL + bytes - 1) / bytes)
+                : reps;
     unsigned char *src = malloc(bytes), *dst = malloc(bytes);
-    double *g = calloc((size_t)(reps > 0 ? reps : 1), sizeof(double)), m = 0;
-    struct stream_writer w = { -1, src, bytes, reps };
+    double *g = calloc((size_t)(runs > 0 ? runs : 1), sizeof(double)), m = 0;
+    struct stream_writer w = { -1, src, bytes, runs };
     int fds[2] = { -1, -1 }, k = 0;
+    int64_t cpu0 = 0;
     pthread_t th;
 
-    if (src && dst && g && reps > 0 && loopback_pair(fds)) {
+    if (cpu_ns_per_byte)
+        *cpu_ns_per_byte = 0;
+    if (src && dst && g && runs > 0 && loopback_pair(fds)) {
         memset(src, 0x5a, bytes);
         memset(dst, 0, bytes);   /* both buffers touched: page faults are not the stream's */
         w.fd = fds[0];
+        cpu0 = ts_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
         if (pthread_create(&th, NULL, stream_write, &w) == 0) {
-            for (; k < reps; k++) {
+            for (; k < runs; k++) {
                 int64_t t0 = ts_now_ns();
                 size_t done = 0;
                 ssize_t n = 1;
@@ -345,7 +355,10 @@ double bench_tcp_stream_gbps(size_t bytes, int reps)
             }
             shutdown(fds[1], SHUT_RDWR);   /* a writer still blocked gives up */
             pthread_join(th, NULL);
-            m = k == reps ? bench_median(g, (size_t)reps) : 0;
+            m = k == runs ? bench_median(g, (size_t)runs) : 0;
+            if (m > 0 && cpu_ns_per_byte)   /* both threads, the whole stream */
+                *cpu_ns_per_byte = (double)(ts_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0) /
+                                   ((double)bytes * runs);
         }
     }
     for (int i = 0; i < 2; i++)

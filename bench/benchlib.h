@@ -61,8 +61,12 @@ double bench_gbps(size_t bytes, int64_t ns);
 double bench_memcpy_gbps(void *dst, const void *src, size_t bytes, int reps);
 /* The median GB/s of `reps` transfers of bytes over one loopback TCP connection, from a thread
  * writing a buffer to the caller reading into another: what the kernel's loopback path can
- * carry one way, the limit a tcp benchmark on one host chases. 0 if it could not run. */
-double bench_tcp_stream_gbps(size_t bytes, int reps);
+ * carry one way, the limit a tcp benchmark on one host chases. 0 if it could not run. Runs
+ * more than `reps` transfers where they would carry less than 256 MiB in all.
+ * cpu_ns_per_byte (may be NULL) gets the CPU both ends spent per byte moved (this process's
+ * CPU time, both threads, the kernel's work done on their behalf included; softirq work the
+ * kernel defers to its own threads is not), 0 if it could not run. */
+double bench_tcp_stream_gbps(size_t bytes, int reps, double *cpu_ns_per_byte);
 
 /* "2 cpus, AMD EPYC ..." from /proc/cpuinfo, for the JSON's machine field. */
 void bench_machine_desc(char *buf, size_t n);

@@ -464,7 +464,8 @@ static void measure_limits(const struct opts *o, struct results *res)
                 res->limit_memcpy[i] = bench_memcpy_gbps(b, a, bytes, LIMIT_REPS);
             }
             if (!shm)
-                res->limit_tcp[i] = bench_tcp_stream_gbps(bytes, LIMIT_REPS);
+                res->limit_tcp[i] =
+                    bench_tcp_stream_gbps(bytes, LIMIT_REPS, &res->limit_tcp_cpu[i]);
             free(a);
             free(b);
         }

@@ -73,8 +73,9 @@ struct results {
     struct { int64_t size_mib; double med_ms, gbs; } gloo[MAX_SIZES];
     /* The machine's limits per size (by index in o->sizes), measured in the same run: a
      * memcpy of S bytes, the limit of shared memory; a raw loopback TCP stream of S bytes
-     * between two threads, the limit of tcp. GB/s; 0 where not measured. */
-    double limit_memcpy[MAX_SIZES], limit_tcp[MAX_SIZES];
+     * between two threads, the limit of tcp. GB/s; 0 where not measured. limit_tcp_cpu: the
+     * CPU that stream spent per byte, ns (bench_tcp_stream_gbps). */
+    double limit_memcpy[MAX_SIZES], limit_tcp[MAX_SIZES], limit_tcp_cpu[MAX_SIZES];
     uint64_t scrapes;              /* --metrics-port: scrapes answered */
 };
 

@@ -70,6 +70,41 @@ static void print_limit_row(const struct opts *o, const struct results *res, int
     }
 }
 
+/* The most GB/s a parameter server can reach over loopback tcp at size index i if the
+ * kernel's work for its bytes were all it did: each of W workers pushes S and pulls S, so the
+ * shards receive and send 2 W S and the kernel carries 2 W S per step, at the raw stream's
+ * CPU per byte, spread over every core. 0 where not measured. */
+static double tcp_ceiling_gbs(const struct opts *o, const struct results *res, int i)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    double c = res->limit_tcp_cpu[i];
+
+    return c > 0 && ncpu > 0 ? (double)ncpu / (2.0 * (double)o->workers * c) : 0;
+}
+
+static void print_tcp_ceiling(const struct opts *o, const struct results *res)
+{
+    bool head = false;
+
+    for (int i = 0; i < o->nsizes; i++) {
+        double c = tcp_ceiling_gbs(o, res, i), g = gloo_gbs(res, o->sizes[i]);
+        const struct run *r = find_run(res, "tcp", false, PP_FLOAT, o->sizes[i]);
+        if (c <= 0)
+            continue;
+        if (!head)
+            printf("\ntcp's ceiling here: a step carries 2 x %" PRId64 " x S bytes through "
+                   "loopback (gloo's ring 2 x %" PRId64 " x S);\nat the raw stream's CPU per "
+                   "byte over %ld cores, with no other work, a PS reaches at most:\n",
+                   o->workers, o->workers - 1, sysconf(_SC_NPROCESSORS_ONLN));
+        head = true;
+        printf("%4" PRId64 " MiB: %.2f ns/B -> %.2f GB/s = %.2fx gloo", o->sizes[i],
+               res->limit_tcp_cpu[i], c, g > 0 ? c / g : 0);
+        if (r)
+            printf("; tcp float reached %.2f of it", r->gbs / c);
+        printf("\n");
+    }
+}
+
 /* One row per size and mode, one column per transport and buffers kind, and a limit row per
  * size. */
 static void print_algbw(const struct opts *o, const struct results *res)
@@ -185,6 +220,8 @@ static void json_runs(struct ts_json *j, const struct opts *o, const struct resu
         ts_json_int(j, "size_mib", o->sizes[i]);
         ts_json_num(j, "memcpy_gbs", RND(res->limit_memcpy[i], 1000));
         ts_json_num(j, "tcp_stream_gbs", RND(res->limit_tcp[i], 1000));
+        ts_json_num(j, "tcp_stream_cpu_ns_per_byte", RND(res->limit_tcp_cpu[i], 1000));
+        ts_json_num(j, "tcp_ps_ceiling_gbs", RND(tcp_ceiling_gbs(o, res, i), 1000));
         ts_json_end(j);
     }
     ts_json_end(j);
@@ -290,6 +327,7 @@ ts_status pushpull_write_json(const struct opts *o, const struct results *res, b
 void pushpull_report(const struct opts *o, const struct results *res)
 {
     print_algbw(o, res);
+    print_tcp_ceiling(o, res);
     print_detail(o, res);
     print_goals(o, res);
 }

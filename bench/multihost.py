@@ -14,10 +14,10 @@ R each way with tc tbf): a master host m, shard hosts s0..s3, worker hosts w0..w
   1. Tessera: tessera-master --listen on m; on each s_i tessera-shard --listen 0.0.0.0:7001
      --advertise s_i:7001 --transport tcp (shared memory would bypass the links); on each w_i
      one bench_pushpull worker (its hidden --worker mode, bench/pushpull_worker.c) with one
-     float tensor of S bytes in --partition-kib partitions (default auto: about S / 256, so
-     that each shard heads up to 64 and pulls overlap the pushes after them, and 4 KiB short
-     of a multiple of 64 KiB; see partition_bytes), 2 warm-up then --iters
-     timed tessera_step calls (push S, pull S), BSP.
+     float tensor of S bytes in --partition-kib partitions (default auto: the SDK's choice for
+     shards on other hosts, about S / 256 here, 4 KiB short of a multiple of 64 KiB, so that
+     each shard heads up to 64 and pulls overlap the pushes after them; docs/placement.md,
+     "Partition size"), 2 warm-up then --iters timed tessera_step calls (push S, pull S), BSP.
      A step takes the slowest worker's time; the figure is the median over steps.
      Placement: the ring, each tensor under the salt its workers choose for balance
      (docs/placement.md); --salt 0 sets TESSERA_PLACEMENT_SALT=0 for the ring's own split.
@@ -194,6 +194,7 @@ class RateRun:
         self.net = Net(HOSTS, rate=rate, tag=f"{a.tag}{rate}", subnet=SUBNET)
         self.cluster, self.master = [], f"{self.net.addr('m')}:{MASTER_PORT}"
         self.placement = {}
+        self.partition = {}     # size_mib: the partition size the workers said they use
 
     def bin(self, name):
         return os.path.join(self.a.bin, name)
@@ -253,9 +254,7 @@ class RateRun:
         got = {where.get(s.get("addr"), s.get("addr")): {
             "partitions": s.get("partitions", 0), "bytes": s.get("bytes", 0)}
             for s in st.get("shards", []) if s.get("state") == "alive"}
-        if sum(v["partitions"] or 0 for v in got.values()) == -(-size_mib * MIB //
-                                                                  partition_bytes(self.a,
-                                                                                  size_mib)):
+        if sum(v["bytes"] or 0 for v in got.values()) == size_mib * MIB:   # all placed
             self.placement[size_mib] = got
 
     def wait_ready(self, lines, workers, size_mib, deadline):
@@ -283,10 +282,16 @@ class RateRun:
                 k = fds[f]
                 lines[k].fill(workers[k].log)
                 line = lines[k].pop()
-                if line is not None and line != "ready":
-                    raise RuntimeError(f"{lines[k].what}: printed {line[:80]!r}, not ready")
-                if line is not None:
-                    pending.discard(k)
+                if line is None:
+                    continue
+                word = line.split()
+                if len(word) != 2 or word[0] != "ready" or not word[1].isdigit():
+                    raise RuntimeError(f"{lines[k].what}: printed {line[:80]!r}, not "
+                                       "'ready PARTITION_BYTES'")
+                if self.partition.setdefault(size_mib, int(word[1])) != int(word[1]):
+                    raise RuntimeError(f"{lines[k].what}: partitions of {word[1]} bytes, "
+                                       f"another worker's {self.partition[size_mib]}")
+                pending.discard(k)
         return asker
 
     def step_bound(self, size_mib):
@@ -302,7 +307,7 @@ class RateRun:
             for k, w in enumerate(WORKERS):
                 cmd = [self.bin("bench_pushpull"), "--worker", self.master, job, "tcp", str(k),
                        str(nbytes), str(a.iters), "0", "0", str(len(WORKERS)),
-                       str(partition_bytes(a, size_mib))]
+                       str(partition_arg(a))]
                 workers.append(self.spawn(w, cmd, f"tessera-{size_mib}-{w}", subprocess.PIPE))
             lines = [Lines(p, f"worker {k} (host {w})")
                      for k, (p, w) in enumerate(zip(workers, WORKERS))]
@@ -444,33 +449,19 @@ def fmt_row(name, r, gloo):
             f"{r['other_cpu_ms_per_step']:6.1f} | {r['machine_busy']:4.0%}")
 
 
-def partition_bytes(a, size_mib):
-    """The partition size for a tensor of size_mib: --partition-kib, or auto: S / 256 rounded
-    down to a multiple of 64 KiB, less 4 KiB, within 60 KiB .. 4 MiB - 4 KiB.
-    - S / 256: a shard's pull answer waits for every worker's push of that partition, so with
-      k partitions per shard the pushes and pulls overlap but for one partition's time at each
-      end of a step. 64 per shard (4 shards) keeps that small; the frames' own cost stays small
-      down to 60 KiB. Measured at 64 MiB and 1 Gbit/s (x R per run): 124 KiB 0.91, 252 KiB
-      0.91-0.92, 508 KiB 0.88, 1020 KiB 0.79-0.80, 2044 KiB 0.70; at 4 Gbit/s (CPU-bound)
-      252 KiB and 1020 KiB both 0.47.
-    - Less 4 KiB: a frame is its partition and a header of a few dozen bytes, sent as
-      segments of up to 64 KiB (GSO's largest). A partition of a multiple of 64 KiB leaves a
-      last segment of the header's size alone, which the kernel sends late (lib/transport/
-      tcp.c, push_tail). Measured at 4 MiB and 1 Gbit/s, median of 30 steps, x R per run:
-      60 KiB 0.81-0.88 (6 runs), 64 KiB 0.62-0.72 (0.37-0.61 before push_tail), 80 KiB 0.86,
-      96 KiB 0.83-0.84, 128 KiB 0.70-0.71, 256 KiB 0.63-0.64; at 4 Gbit/s (CPU-bound) 60 KiB
-      and 256 KiB both 0.39."""
-    if a.partition_kib != "auto":
-        return int(a.partition_kib) * 1024
-    per = max(size_mib * MIB // (64 * len(SHARDS)) // (64 * 1024), 1) * 64 * 1024 - 4096
-    return min(per, 4 * MIB - 4096)
+def partition_arg(a):
+    """The workers' partition_bytes: --partition-kib's, or 0 (auto), the SDK's choice, which
+    for shards on other hosts is ts_partition_bytes_between_hosts: docs/placement.md says how
+    it was measured (the sweeps are in docs/transport.md, "Across hosts")."""
+    return 0 if a.partition_kib == "auto" else int(a.partition_kib) * 1024
 
 
-def partition_desc(a):
+def partition_desc(a, used):
+    """used: size_mib -> the partition bytes the workers reported."""
+    sizes = ", ".join(f"{used[s] // 1024} KiB at {s} MiB" for s in a.sizes if s in used)
     if a.partition_kib != "auto":
         return f"{a.partition_kib} KiB partitions"
-    return "partitions of about S / 256 (" + ", ".join(
-        f"{partition_bytes(a, s) // 1024} KiB at {s} MiB" for s in a.sizes) + ")"
+    return "the SDK's partitions between hosts" + (f" ({sizes})" if sizes else "")
 
 
 def placement_desc(a):
@@ -479,12 +470,12 @@ def placement_desc(a):
             f"the ring, TESSERA_PLACEMENT_SALT={a.salt}")
 
 
-def report(a, rows, placements):
+def report(a, rows, placements, used):
     print(f"""
 bench/multihost: {machine_desc()}; 4 workers (w0..w3) x 4 shards (s0..s3) and a master
 (m), one emulated host each (network namespaces on a bridge), every link tbf R each way.
-Tessera: push+pull of S bytes per step over tcp, {partition_desc(a)}; placement:
-  {placement_desc(a)}.
+Tessera: push+pull of S bytes per step over tcp, {partition_desc(a, used)};
+  placement: {placement_desc(a)}.
 gloo: all_reduce of S bytes, 4 ranks on w0..w3.
 Median of {a.iters} steps after {WARMUP} warm-up, a step being the slowest worker's.
 algbw = S / step (GB/s = 1e9 B/s); x R = algbw * 8 / R; x gloo = against gloo at the same
@@ -570,11 +561,11 @@ def parse():
     ap.add_argument("--iters", type=int, default=None,
                     help=f"timed steps after {WARMUP} warm-up (default 10)")
     ap.add_argument("--partition-kib", default="auto",
-                    help="Tessera's partition size in KiB, or auto (default): S / 256 rounded "
-                         "down to a multiple of 64 KiB less 4 KiB (60 KiB .. 4092 KiB), so that "
-                         "each shard heads up to 64 partitions of the tensor, a pull overlaps "
-                         "the pushes after it, and no frame ends in a segment of its header "
-                         "alone")
+                    help="Tessera's partition size in KiB, or auto (default): the SDK's for "
+                         "shards on other hosts, S / (64 x shards) rounded down to a multiple "
+                         "of 64 KiB less 4 KiB (60 KiB .. 4092 KiB), so that each shard heads "
+                         "up to 64 partitions of the tensor, a pull overlaps the pushes after "
+                         "it, and no frame ends in a segment of its header alone")
     ap.add_argument("--salt", default="auto",
                     help="the workers' TESSERA_PLACEMENT_SALT: auto (default) balances each "
                          "tensor over the shards; 0 places it by the ring's own hash")
@@ -624,7 +615,7 @@ def main():
     os.environ["TESSERA_PLACEMENT_SALT"] = a.salt
     interrupt_on_signals()   # -> KeyboardInterrupt -> finally
     procs, logs = Procs("multihost"), tempfile.mkdtemp(prefix=f"ts-bench-multihost-{a.tag}-")
-    rows, errors, placements, run = [], [], {}, None
+    rows, errors, placements, used, run = [], [], {}, {}, None
     try:
         ok, why = Net(["probe"], tag=f"{a.tag}p").probe()
         if not ok:
@@ -638,6 +629,7 @@ def main():
             finally:
                 run.net.down()
             placements[rate] = run.placement
+            used.update(run.partition)
     except KeyboardInterrupt:
         log(f"interrupted (logs in {logs})")
         return 1
@@ -650,13 +642,13 @@ def main():
         procs.stop()
         if run:
             run.net.down()
-    report(a, rows, placements)
+    report(a, rows, placements, used)
     for e in errors:
         print(f"ERROR: {e}")
     result = {"name": "multihost", "machine": machine_desc(), "ok": not errors,
               "quick": a.quick, "workers": len(WORKERS), "shards": len(SHARDS),
               "warmup": WARMUP, "iters": a.iters,
-              "partition_kib": {s: partition_bytes(a, s) // 1024 for s in a.sizes},
+              "partition_kib": {s: used[s] // 1024 for s in a.sizes if s in used},
               "placement": {"salt": a.salt, "used": placement_desc(a),
                             "partitions": placements},
               "rates": [r for _, r in a.rates], "sizes_mib": a.sizes,

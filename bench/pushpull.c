@@ -12,9 +12,9 @@
  * exact mode: "exact", whose int64 push is 2 S bytes, and "exact-f32", float pushes the shards
  * round to fixed point, S bytes and the same bits). A step takes the slowest worker's time (BSP); the
  * figure is the median, algbw = S / step (GB/s = 1e9 B/s), as for an all-reduce. Workers
- * report on a pipe: "ready" after the warm-up (the parent then reads the CPU clocks), then step
- * times and CPU time. Every child is stopped by pid at the end, on errors and on signals, and
- * has PR_SET_PDEATHSIG.
+ * report on a pipe: "ready PARTITION_BYTES" after the warm-up (the parent then reads the CPU
+ * clocks), then step times and CPU time. Every child is stopped by pid at the end, on errors
+ * and on signals, and has PR_SET_PDEATHSIG.
  *
  * Buffers: each (transport, mode, size) runs with the worker's own malloc'd buffers ("shm") and
  * with tessera_buffers' ("shm+buffers"; --buffers picks): the gradient is written once into the

@@ -75,7 +75,8 @@ static int worker_setup(const struct wopts *w, tessera *t, float **params, void 
     return 0;
 }
 
-/* Connects, sets up, warms up, says "ready", times the steps, prints one line:
+/* Connects, sets up, warms up, says "ready PARTITION_BYTES" (the size its tensor is cut in),
+ * times the steps, prints one line:
  * "TRANSPORT CPU_NS NS1 .. NSn". params and grad: the worker's own, or NULL for a buffers run. */
 static int worker_run(const struct wopts *w, float *params, void *grad, int64_t *ns)
 {
@@ -102,7 +103,7 @@ static int worker_run(const struct wopts *w, float *params, void *grad, int64_t 
     pp[0] = params;
     for (int64_t s = 0; s < WARMUP + w->iters; s++) {
         if (s == WARMUP) {
-            printf("ready\n");
+            printf("ready %" PRIu64 "\n", tessera_partition_bytes(t, 0));
             fflush(stdout);
             cpu0 = ts_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
         }

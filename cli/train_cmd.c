@@ -73,7 +73,9 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "data plane: shm or tcp (default: the best available)", 0,
                                    0 };
     flags[n++] = (struct ts_flag){ "partition-kb", TS_FLAG_INT, &pkb, "KB",
-                                   "partition size (default 4096)", 0, 131072 };
+                                   "partition size (default: 4096 with every shard on "
+                                   "this host, smaller between hosts; docs/placement.md)", 0,
+                                   131072 };
     flags[n++] = (struct ts_flag){ "mode", TS_FLAG_STR, &t->mode, "MODE",
                                    "bsp (default), ssp, asp, or reduce (the shards only sum; "
                                    "workers apply the optimizer)", 0, 0 };

@@ -150,11 +150,18 @@ void tessera_close(tessera *t);
 
 /* Registers a float32 tensor (idempotent: every rank registers the same tensors in the same
  * order). init: "zeros", "normal:STD", "uniform:A", "xavier", "he", ... (lib/tensor).
- * partition_bytes 0: 4 MiB. *id is the tensor's handle. */
+ * partition_bytes 0: the SDK proposes a size: 4 MiB while every shard is on this host, else
+ * about numel * 4 / (64 x shards) (docs/placement.md, "Partition size"); a tensor that
+ * exists, or that the shards restore from a snapshot, keeps its own, and this worker takes
+ * it. A size given here must be the tensor's. *id is the tensor's handle. */
 int tessera_register(tessera *t, const char *name, const uint64_t *shape, int ndim,
                      const char *init, uint64_t seed, uint64_t fan_in, uint64_t fan_out,
                      uint64_t partition_bytes, int *id, struct tessera_error *err);
 uint64_t tessera_numel(const tessera *t, int id);
+/* The size tensor id is cut in: the partition_bytes it was registered with, or, where the
+ * SDK proposed one, the tensor's own (docs/placement.md, "Partition size"). 0 for no such
+ * id. */
+uint64_t tessera_partition_bytes(const tessera *t, int id);
 /* The version tensor id was at when registered: 0 for a fresh job, the snapshot's step when
  * the shards restored one (tessera up --restore). Training continues from that step. */
 uint64_t tessera_version(const tessera *t, int id);

@@ -277,6 +277,11 @@ uint64_t tessera_numel(const tessera *t, int id)
     return id >= 0 && id < t->ntensors ? t->tensors[id]->numel : 0;
 }
 
+uint64_t tessera_partition_bytes(const tessera *t, int id)
+{
+    return id >= 0 && id < t->ntensors ? t->tensors[id]->partition_bytes : 0;
+}
+
 /* ---- registration ---- */
 
 ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot, struct ts_err *err)
@@ -324,11 +329,32 @@ static size_t register_order(const struct tessera *t, size_t k)
     return k - 1 < low ? k - 1 : k;
 }
 
+/* x was proposed in partitions of another size than the tensor has (registered first by a
+ * worker that chose another, or restored from a snapshot): takes the tensor's. */
+static ts_status adopt_partition_bytes(struct sdk_tensor *x,
+                                       Tessera__V1__RegisterTensorRequest *req, uint64_t bytes,
+                                       struct ts_err *err)
+{
+    uint32_t n = ts_partition_count(x->numel, sizeof(float), bytes);
+    uint32_t *owner = calloc(n, sizeof(*owner));
+
+    if (!owner)
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    ts_log(TS_INFO, "sdk", "tensor '%s': in %" PRIu64 "-byte partitions, as the shards have it "
+           "(proposed %" PRIu64 ")", x->name, bytes, x->partition_bytes);
+    free(x->owner);
+    x->owner = owner;
+    x->nparts = n;
+    x->partition_bytes = req->tensor->partition_bytes = bytes;
+    return TS_OK;
+}
+
 static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
                                  Tessera__V1__RegisterTensorRequest *req, struct ts_err *err)
 {
     uint64_t epoch = ts_cluster_epoch(t->cl);
     uint32_t seen = 0, first = 0;
+    bool adopted = false;
     ts_status st = TS_OK;
 
     x->version = UINT64_MAX;
@@ -349,9 +375,20 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
             sdk_note_broken(t, i, st);
             break;
         }
+        /* A size we only proposed, where the tensor has another: take it, and ask every
+         * shard again with it, the first too (once: the first shard's answer is the same). */
+        if (k == 0 && !adopted && req->tensor->partition_auto && r->partition_bytes &&
+            r->partition_bytes != x->partition_bytes) {
+            st = adopt_partition_bytes(x, req, r->partition_bytes, err);
+            tessera__v1__register_tensor_response__free_unpacked(r, NULL);
+            adopted = true;
+            k = (size_t)-1;
+            continue;
+        }
         /* The first answer's salt is the tensor's: the others are asked with it, and must
-         * have it. A shard with another got the tensor from a worker under another map, while
-         * the map moved: retry, asking the first shard again under the newest map. */
+         * have it, and its partition size. A shard with another got the tensor from a worker
+         * under another map, while the map moved: retry, asking the first shard again under
+         * the newest map. */
         if (k == 0) {
             x->salt = req->tensor->placement_salt = r->placement_salt;
             first = t->shards[i].id;
@@ -360,6 +397,11 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
                             "salt %u, shard %u with %u (registered under two maps at once): "
                             "retry", x->name, first, x->salt, t->shards[i].id,
                             r->placement_salt);
+        } else if (r->partition_bytes && r->partition_bytes != x->partition_bytes) {
+            st = ts_err_set(err, TS_ESTALE, "tensor '%s': shard %u has it in %" PRIu64 "-byte "
+                            "partitions, shard %u in %" PRIu64 " (registered under two maps at "
+                            "once): retry", x->name, first, x->partition_bytes,
+                            t->shards[i].id, r->partition_bytes);
         }
         for (size_t j = 0; !st && j < r->n_partitions; j++)
             if (r->partitions[j] < x->nparts) {
@@ -433,6 +475,19 @@ static ts_status register_local(struct tessera *t, struct sdk_tensor *x,
     return st;
 }
 
+/* The partition size the SDK proposes when the caller leaves it to us (docs/placement.md,
+ * "Partition size"): 4 MiB while every shard is on this host (shm, or tcp to a loopback
+ * address: larger partitions cost less there), else ts_partition_bytes_between_hosts. The
+ * first registration's proposal becomes the tensor's; every later one adopts it. */
+static uint64_t propose_partition_bytes(const struct tessera *t, uint64_t numel)
+{
+    for (size_t i = 0; i < t->nshards; i++)
+        if (!t->shards[i].conn->local_in)
+            return ts_partition_bytes_between_hosts(numel * sizeof(float),
+                                                    (uint32_t)t->nshards);
+    return TS_PARTITION_BYTES_DEFAULT;
+}
+
 int tessera_register(tessera *t, const char *name, const uint64_t *shape, int ndim,
                      const char *init, uint64_t seed, uint64_t fan_in, uint64_t fan_out,
                      uint64_t partition_bytes, int *id, struct tessera_error *e)
@@ -460,7 +515,9 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
     x->numel = 1;
     for (int i = 0; i < ndim; i++)
         x->numel *= shape[i];
-    x->partition_bytes = partition_bytes ? partition_bytes : TS_PARTITION_BYTES_DEFAULT;
+    x->partition_bytes = partition_bytes ? partition_bytes
+                         : t->local ? TS_PARTITION_BYTES_DEFAULT
+                                    : propose_partition_bytes(t, x->numel);
     x->nparts = ts_partition_count(x->numel, sizeof(float), x->partition_bytes);
     x->owner = calloc(x->nparts, sizeof(*x->owner));
     job.id = t->job.id;
@@ -476,7 +533,8 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
     spec.n_shape = (size_t)ndim;
     spec.initializer = (char *)(init ? init : "zeros");
     spec.seed = seed;
-    spec.partition_bytes = partition_bytes;
+    spec.partition_bytes = x->partition_bytes;
+    spec.partition_auto = partition_bytes == 0;
     req.job = &job;
     req.tensor = &spec;
     req.tensor_id = (uint32_t)t->ntensors;

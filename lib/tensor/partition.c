@@ -35,3 +35,15 @@ void ts_partition_range(uint64_t numel, size_t elem_size, uint64_t partition_byt
     *offset = (uint64_t)p * per;
     *len = numel - *offset < per ? numel - *offset : per;
 }
+
+uint64_t ts_partition_bytes_between_hosts(uint64_t tensor_bytes, uint32_t shards)
+{
+    const uint64_t seg = 64u << 10, less = 4u << 10;
+    uint64_t per = tensor_bytes / (64 * (uint64_t)(shards ? shards : 1)) / seg * seg;
+
+    if (per < seg)
+        per = seg;
+    if (per > TS_PARTITION_BYTES_DEFAULT)
+        per = TS_PARTITION_BYTES_DEFAULT;
+    return per - less;
+}

@@ -36,6 +36,13 @@ uint32_t ts_partition_count(uint64_t numel, size_t elem_size, uint64_t partition
  * *offset = numel and *len = 0. */
 void ts_partition_range(uint64_t numel, size_t elem_size, uint64_t partition_bytes, uint32_t p,
                         uint64_t *offset, uint64_t *len);
+/* The partition size for a tensor of tensor_bytes whose shards are reached over links
+ * between hosts (docs/placement.md, "Partition size"): tensor_bytes / (64 x shards), rounded
+ * down to a multiple of 64 KiB, less 4 KiB, within 60 KiB .. 4 MiB - 4 KiB. 64 partitions a
+ * shard let each partition's pull follow its push while later pushes go up; 4 KiB short of
+ * 64 KiB segments leaves no frame a header-only last segment (lib/transport/tcp.c). shards
+ * 0 counts as 1. */
+uint64_t ts_partition_bytes_between_hosts(uint64_t tensor_bytes, uint32_t shards);
 
 /* ---- initialisation: element i of a tensor gets a value that depends only on (seed, tensor
  * name, i, initializer), so any partitioning or placement initialises identically, on any

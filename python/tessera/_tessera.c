@@ -503,6 +503,18 @@ static PyObject *client_numel(struct client *self, PyObject *oid)
     return PyLong_FromUnsignedLongLong(self->numel[id]);
 }
 
+static PyObject *client_partition_bytes(struct client *self, PyObject *oid)
+{
+    struct tessera_error e = { 0 };
+    uint64_t v = 0;
+    int id, rc;
+
+    if (open_or_raise(self) || get_id(self, oid, "id", &id))
+        return NULL;
+    SDK_CALL(self, rc, &e, (v = tessera_partition_bytes(self->t, id), 0));
+    return rc ? raise_sdk(&e) : PyLong_FromUnsignedLongLong(v);
+}
+
 static PyObject *client_version(struct client *self, PyObject *oid)
 {
     struct tessera_error e = { 0 };
@@ -662,6 +674,9 @@ static PyMethodDef client_methods[] = {
       "not asked for.\nThe arrays keep the Client alive; close() waits for the last of them "
       "before\nthe SDK frees the memory (docs/python.md)." },
     { "numel", (PyCFunction)client_numel, METH_O, "numel(id) -> int: elements of tensor id" },
+    { "partition_bytes", (PyCFunction)client_partition_bytes, METH_O,
+      "partition_bytes(id) -> int: the size tensor id is cut in (register's, or the\n"
+      "tensor's where register left it to the SDK; docs/placement.md)" },
     { "version", (PyCFunction)client_version, METH_O,
       "version(id) -> int: the version tensor id was at when registered (restored: > 0)" },
     { "stats", (PyCFunction)client_stats, METH_NOARGS,

@@ -252,6 +252,8 @@ static void follow_rollbacks(struct shard_job *sj, uint32_t rollbacks)
     ts_log(TS_INFO, "shard", "job %s: joined after %u rollbacks of it", sj->job.id, rollbacks);
 }
 
+/* Whether r registers t again. A size proposed with partition_auto is not compared: the
+ * tensor keeps its own, and the answer tells the worker. */
 static bool same_tensor(const struct shard_tensor *t, const Tessera__V1__RegisterTensorRequest *r)
 {
     const Tessera__V1__TensorSpec *s = r->tensor;
@@ -260,7 +262,7 @@ static bool same_tensor(const struct shard_tensor *t, const Tessera__V1__Registe
 
     if (t->sync_every != (r->sync_every ? r->sync_every : 1) || strcmp(t->name, s->name) ||
         strcmp(t->init, s->initializer) || t->seed != s->seed || t->ndim != s->n_shape ||
-        t->partition_bytes != pbytes)
+        (t->partition_bytes != pbytes && !s->partition_auto))
         return false;
     return memcmp(t->shape, s->shape, t->ndim * sizeof(uint64_t)) == 0;
 }
@@ -286,6 +288,23 @@ const ts_tensor_manifest *params_manifest_tensor(const ts_manifest *m,
     }
     *st = ts_err_set(err, TS_ENOTFOUND, "tensor.name: '%s' is not in the snapshot", t->name);
     return NULL;
+}
+
+/* t, being made with a proposed partition size: takes the size of the manifest's tensor of
+ * its name and shape, where there is one (params_manifest_tensor then checks the rest). */
+static void restored_partition_size(const ts_manifest *m, struct shard_tensor *t)
+{
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const ts_tensor_manifest *tm = m->tensors[i];
+        if (strcmp(tm->spec->name, t->name) || tm->numel != t->numel ||
+            !tm->spec->partition_bytes || tm->spec->partition_bytes == t->partition_bytes)
+            continue;
+        ts_log(TS_INFO, "shard", "tensor '%s': restored in the snapshot's %" PRIu64 "-byte "
+               "partitions, not the %" PRIu64 " proposed", t->name, tm->spec->partition_bytes,
+               t->partition_bytes);
+        t->partition_bytes = tm->spec->partition_bytes;
+        t->nparts = ts_partition_count(t->numel, sizeof(float), t->partition_bytes);
+    }
 }
 
 /* Gives t a shared region for its values (params.h), or leaves it without one (private
@@ -453,7 +472,10 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
     t->nparts = ts_partition_count(numel, sizeof(float), t->partition_bytes);
     t->salt = s->placement_salt;
     /* A restored tensor goes on with its life, and so with the salt it had (the workers adopt
-     * it from the answer): the manifest's, 0 in one from before salts. */
+     * it from the answer): the manifest's, 0 in one from before salts. So does its partition
+     * size, where the worker only proposed one. */
+    if (sp->restore && s->partition_auto)
+        restored_partition_size(sp->restore, t);
     if (sp->restore && !(tm = params_manifest_tensor(sp->restore, t, &st, err)))
         ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
     if (tm)
@@ -502,7 +524,7 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
 ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                                 const Tessera__V1__RegisterTensorRequest *req, uint32_t **owned,
                                 size_t *nowned, uint32_t *nparts, uint64_t *version,
-                                uint32_t *salt, struct ts_err *err)
+                                uint32_t *salt, uint64_t *partition_bytes, struct ts_err *err)
 {
     struct shard_tensor *t = NULL;
     struct shard_job *sj = NULL;
@@ -530,7 +552,8 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
         t = sj->tensors[req->tensor_id];
     if (!st && t && !same_tensor(t, req))
         st = ts_err_set(err, TS_EEXIST, "tensor_id: %u is '%s' with another shape, initializer, "
-                        "seed or sync period", t->id, t->name);
+                        "seed, sync period or partition size (%" PRIu64 " bytes)", t->id,
+                        t->name, t->partition_bytes);
     /* Another salt: a worker that chose under another map (or a restore). The first one stays,
      * so that the tensor is placed one way on every shard; the answer names it. */
     if (!st && t && t->salt != req->tensor->placement_salt)
@@ -568,6 +591,7 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
             *version = 0;
         *nparts = t->nparts;
         *salt = t->salt;
+        *partition_bytes = t->partition_bytes;
         follow_rollbacks(sj, req->rollbacks);
     }
     if (st && sp->njobs > njobs) {   /* a job made by this refused call: state as it was */

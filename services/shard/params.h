@@ -155,13 +155,15 @@ void shard_params_fini(struct shard_params *sp);
  * them (0 for a fresh tensor, the snapshot's step for a restored one); *salt the tensor's
  * placement salt, which *owned follows: the request's if it created the tensor, else the
  * tensor's own (a request with another is answered, not refused, and changes nothing: the
- * worker adopts it; docs/placement.md). cl is the shard's own map handle (refreshed here
- * when req->map_epoch is newer); my_id this shard's id. Errors name the field; TS_ESTALE for
- * an old map_epoch. */
+ * worker adopts it; docs/placement.md); *partition_bytes the tensor's partition size, which
+ * a request with partition_auto adopts the same way (one without must match it). cl is the
+ * shard's own map handle (refreshed here when req->map_epoch is newer); my_id this shard's
+ * id. Errors name the field; TS_ESTALE for an old map_epoch. */
 ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                                 const Tessera__V1__RegisterTensorRequest *req, uint32_t **owned,
                                 size_t *nowned, uint32_t *nparts, uint64_t *version,
-                                uint32_t *salt, struct ts_err *err) TS_MUST_CHECK;
+                                uint32_t *salt, uint64_t *partition_bytes,
+                                struct ts_err *err) TS_MUST_CHECK;
 
 /* The job named id for a data-plane connection, or NULL: the job cannot be released until
  * shard_params_detach. */

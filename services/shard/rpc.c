@@ -126,7 +126,7 @@ static ts_status register_tensor(struct ts_rpc_call *call, const ProtobufCMessag
         return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet; retry");
     st = shard_params_register(&s->params, s->cluster, ts_membership_id(s->membership), req,
                                &owned, &n, &nparts, &resp->version, &resp->placement_salt,
-                               err);
+                               &resp->partition_bytes, err);
     if (st)
         return st;
     resp->partitions = ts_rpc_alloc(call, (n + 1) * sizeof(uint32_t));

@@ -70,8 +70,9 @@ int main(int argc, char **argv)
         { "optimizer", TS_FLAG_STR, &optimizer, "SPEC", "default " DEFAULT_OPTIMIZER, 0, 0 },
         { "transport", TS_FLAG_STR, &transport, "NAME", "data plane: shm or tcp (default: "
                                                         "the best both ends have)", 0, 0 },
-        { "partition-kb", TS_FLAG_INT, &partition_kb, "KB", "partition size (default 4096)",
-          0, 131072 },
+        { "partition-kb", TS_FLAG_INT, &partition_kb, "KB", "partition size (default: 4096 "
+          "with every shard on this host, smaller between hosts; docs/placement.md)", 0,
+          131072 },
         { "data", TS_FLAG_STR, &data, "DIR", "Fashion-MNIST directory (default "
                                              TS_FMNIST_DIR ")", 0, 0 },
         { "mode", TS_FLAG_STR, &mode, "MODE", "bsp (default), ssp, asp or reduce", 0, 0 },

@@ -8,6 +8,7 @@ hosts reach (--advertise); the two workers run one per host. Checked:
 - the training ends with the params_sha256 of `tessera train --local` (same seed and steps),
   and its data plane is tcp: shared memory is refused between hosts (another network
   namespace), so no worker fell back to something that would not work between real hosts;
+  its tensors are in the SDK's partitions for shards on other hosts, not one host's 4 MiB;
 - ClusterStatus (asked from the worker's host) lists each shard and the verify service at its
   advertised address, never 127.0.0.1 or 0.0.0.0, and the verify service answers health
   checks there from another host;
@@ -101,12 +102,13 @@ class Hosts(tl.ClusterCase, unittest.TestCase):
         # rank 0 by flags; rank 1 by the environment, as a launcher hands one command line
         ranks = [self.c.spawn(self.net.wrap("worker0", [
             os.path.join(tl.BIN, "tessera-worker"), "--master", self.master, "--job", "hosts",
-            "--rank", "0", "--workers", "2", "--steps", str(STEPS), "--exact", "--json"]),
+            "--rank", "0", "--workers", "2", "--steps", str(STEPS), "--exact", "--json",
+            "--keep"]),
             "worker0", stdout_pipe=True)]
         ranks.append(self.c.spawn(self.net.wrap("worker1", [
             "env", "TESSERA_MASTER=" + self.master, "TESSERA_JOB=hosts", "TESSERA_RANK=1",
             "TESSERA_WORKERS=2", os.path.join(tl.BIN, "tessera-worker"), "--steps", str(STEPS),
-            "--exact"]), "worker1"))
+            "--exact", "--keep"]), "worker1"))
         out, _ = ranks[0].p.communicate(timeout=300)
         for r in ranks:
             self.assertEqual(r.wait(120), 0, r.log_text()[-3000:])
@@ -117,6 +119,13 @@ class Hosts(tl.ClusterCase, unittest.TestCase):
         local = json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
         self.assertEqual(doc["params_sha256"], local)
         self.assertEqual(doc["transport"], "tcp")
+        # The SDK chose the partition size for shards on other hosts (docs/placement.md,
+        # "Partition size"): a tensor's bytes / (64 x 2 shards), at least 64 KiB, less 4 KiB,
+        # so 60 KiB (15360 floats) for every tensor of the MLP 784-256-128-10: fc1.weight's
+        # 200704 floats in 14 partitions, fc2.weight's 32768 in 3, the other four in one
+        # each, 21 (in the 4 MiB of one host: 6). The job was kept (--keep) to count them.
+        heads = sum(sh["heads"] for sh in self.status()["shards"] if sh["state"] == "alive")
+        self.assertEqual(heads, 21)
         tl.log("2 workers on 2 hosts, 2 shards on 2 more: %d exact steps over tcp, "
                "params_sha256 %s... as --local" % (STEPS, local[:12]))
 

@@ -5,8 +5,9 @@
  * that salt (the client's owners agree, or its registration and step would fail);
  * TESSERA_PLACEMENT_SALT=0 places as before salts and a fixed salt places by it; a second
  * worker that proposes another salt adopts the shards'; a RegisterTensor with another salt is
- * answered with the salt in effect and changes nothing; and shards that disagree on a
- * tensor's salt make a worker's registration fail, never train a split tensor. */
+ * answered with the salt in effect and changes nothing; shards that disagree on a tensor's
+ * salt make a worker's registration fail, never train a split tensor; and a worker that
+ * leaves the partition size to the SDK adopts the tensor's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,8 +55,10 @@ static struct tessera_options options(const char *job, unsigned rank, unsigned w
                                      .optimizer = "sgd:lr=0.5", .batch = 4 };
 }
 
-/* A worker of job registering "x"; TESSERA_PLACEMENT_SALT is env (NULL: unset). */
-static tessera *worker(const char *job, unsigned rank, unsigned workers, const char *env)
+/* A worker of job registering "x" in partitions of `bytes` (0: the SDK's choice);
+ * TESSERA_PLACEMENT_SALT is env (NULL: unset). */
+static tessera *worker_sized(const char *job, unsigned rank, unsigned workers, const char *env,
+                             uint64_t bytes)
 {
     struct tessera_options o = options(job, rank, workers);
     struct tessera_error e;
@@ -68,11 +71,16 @@ static tessera *worker(const char *job, unsigned rank, unsigned workers, const c
     else
         unsetenv("TESSERA_PLACEMENT_SALT");
     if (tessera_connect(&o, &t, &e) ||
-        tessera_register(t, "x", shape, 1, "normal:0.1", 3, 0, 0, PART_BYTES, &id, &e))
+        tessera_register(t, "x", shape, 1, "normal:0.1", 3, 0, 0, bytes, &id, &e))
         fail_msg("job %s rank %u: %s", job, rank, e.message);
     unsetenv("TESSERA_PLACEMENT_SALT");
     assert_int_equal(id, 0);
     return t;
+}
+
+static tessera *worker(const char *job, unsigned rank, unsigned workers, const char *env)
+{
+    return worker_sized(job, rank, workers, env, PART_BYTES);
 }
 
 /* Which shard heads each partition of job's "x" (PartitionDigests of every shard), and how
@@ -141,21 +149,26 @@ static void one_step(tessera *t, uint64_t step)
     assert_memory_equal(before, after, sizeof(before));   /* a zero gradient, plain sgd */
 }
 
-/* RegisterTensor of job's "x" on shard id, as the SDK sends it, with salt. */
-static Tessera__V1__RegisterTensorResponse *raw_register(struct ts_cluster *cl, uint32_t id,
-                                                         const char *job, uint32_t salt,
-                                                         ts_status want)
+/* RegisterTensor of job's "x" (of `workers`) on shard id, as the SDK sends it, with salt, in
+ * partitions of bytes (proposed only, with partition_auto); err (may be NULL) gets the error. */
+static Tessera__V1__RegisterTensorResponse *raw_register_sized(struct ts_cluster *cl,
+                                                               uint32_t id, const char *job,
+                                                               uint32_t workers,
+                                                               uint32_t salt, uint64_t bytes,
+                                                               bool proposed, ts_status want,
+                                                               struct ts_err *err)
 {
     Tessera__V1__JobSpec js = TESSERA__V1__JOB_SPEC__INIT;
     Tessera__V1__TensorSpec spec = TESSERA__V1__TENSOR_SPEC__INIT;
     Tessera__V1__RegisterTensorRequest req = TESSERA__V1__REGISTER_TENSOR_REQUEST__INIT;
     Tessera__V1__RegisterTensorResponse *r = NULL;
     uint64_t shape[1] = { NUMEL };
-    struct ts_err err = { 0 };
+    struct ts_err own = { 0 };
     ts_status st;
 
+    err = err ? err : &own;
     js.id = (char *)job;
-    js.workers = 1;
+    js.workers = workers;
     js.exact = 1;
     js.optimizer = "sgd:lr=0.5";
     js.batch = 4;
@@ -166,16 +179,24 @@ static Tessera__V1__RegisterTensorResponse *raw_register(struct ts_cluster *cl, 
     spec.n_shape = 1;
     spec.initializer = "normal:0.1";
     spec.seed = 3;
-    spec.partition_bytes = PART_BYTES;
+    spec.partition_bytes = bytes;
+    spec.partition_auto = proposed;
     spec.placement_salt = salt;
     req.job = &js;
     req.tensor = &spec;
     st = ts_cluster_call(cl, id, "/tessera.v1.Shard/RegisterTensor", &req.base, &req.map_epoch,
                          &tessera__v1__register_tensor_response__descriptor,
-                         (ProtobufCMessage **)&r, &err);
+                         (ProtobufCMessage **)&r, err);
     if (st != want)
-        fail_msg("RegisterTensor on shard %u: %d (%s), want %d", id, st, err.msg, want);
+        fail_msg("RegisterTensor on shard %u: %d (%s), want %d", id, st, err->msg, want);
     return r;
+}
+
+static Tessera__V1__RegisterTensorResponse *raw_register(struct ts_cluster *cl, uint32_t id,
+                                                         const char *job, uint32_t salt,
+                                                         ts_status want)
+{
+    return raw_register_sized(cl, id, job, 1, salt, PART_BYTES, false, want, NULL);
 }
 
 /* The chosen salt balances "x"; the shards and the client place it by that salt; another
@@ -303,6 +324,46 @@ static void split_salts_refused(void **state)
     ts_cluster_close(cl);
 }
 
+/* Rank 0 registers "x" in 1 MiB partitions. Rank 1 leaves the size to the SDK, which
+ * proposes 4 MiB on one host (docs/placement.md, "Partition size"), and takes the tensor's
+ * 1 MiB from the shards' answer: its registration's owner check and its step follow it (in 4
+ * MiB it would see one partition where the shards hold four). A RegisterTensor that proposes
+ * another size is answered with the tensor's; one that demands another is refused, naming
+ * the size the tensor has. */
+static void partition_size_adopted(void **state)
+{
+    static int64_t g[NUMEL];
+    static float pa[NUMEL], pb[NUMEL];
+    struct tessera_error e;
+    struct ts_cluster *cl;
+    struct ts_err err = { 0 };
+    tessera *a, *b;
+
+    (void)state;
+    assert_int_equal(ts_cluster_open(master, &cl, NULL), TS_OK);
+    a = worker_sized("sized", 0, 2, NULL, PART_BYTES);
+    b = worker_sized("sized", 1, 2, NULL, 0);
+    for (uint32_t k = 0; k < NUMEL; k++)
+        g[k] = (int64_t)(k % 7) << 28;
+    if (tessera_push(a, 0, 0, g, &e) || tessera_push(b, 0, 0, g, &e) ||
+        tessera_pull(a, 0, 1, pa, &e) || tessera_pull(b, 0, 1, pb, &e))
+        fail_msg("%s", e.message);
+    assert_memory_equal(pa, pb, sizeof(pa));
+    for (uint32_t id = 1; id <= SHARDS; id++) {
+        Tessera__V1__RegisterTensorResponse *r =
+            raw_register_sized(cl, id, "sized", 2, 0, 4 * PART_BYTES, true, TS_OK, NULL);
+        assert_int_equal(r->partition_bytes, PART_BYTES);
+        assert_int_equal(r->partition_count, NPARTS);
+        tessera__v1__register_tensor_response__free_unpacked(r, NULL);
+    }
+    assert_null(raw_register_sized(cl, 1, "sized", 2, 0, 4 * PART_BYTES, false, TS_EEXIST,
+                                   &err));
+    assert_non_null(strstr(err.msg, "partition size (1048576 bytes)"));
+    tessera_close(b);
+    tessera_close(a);
+    ts_cluster_close(cl);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +371,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(salt_from_the_environment),
         cmocka_unit_test(second_worker_adopts),
         cmocka_unit_test(split_salts_refused),
+        cmocka_unit_test(partition_size_adopted),
     };
     if (argc < 2) {
         fprintf(stderr, "usage: test_placement BIN_DIR (where tessera-master is)\n");

@@ -123,6 +123,8 @@ class Binding(BindingCase, unittest.TestCase):
             self.assertIn(c.transport, ("shm", "tcp"))
             self.assertEqual((c.numel(w), c.numel(b)), (N, 10))
             self.assertEqual((c.version(w), c.version(b)), (0, 0))
+            # w's size as given; b's left to the SDK: every shard is on this host, so 4 MiB
+            self.assertEqual((c.partition_bytes(w), c.partition_bytes(b)), (PART, 4 << 20))
             self.assertEqual(c.tensors, ("w", "b"))
             p0 = np.empty(N, np.float32)
             self.assertIs(c.pull(w, 0, p0), p0)

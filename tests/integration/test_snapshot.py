@@ -38,10 +38,10 @@ def cli(args, timeout=120.0, ok=True):
     return r
 
 
-def train(master, workers, steps, extra=()):
+def train(master, workers, steps, extra=(), common=COMMON):
     # --keep: the shards keep the job after it finishes, to snapshot it or train it on.
     r = cli(["train", "--master", master, "--workers", str(workers), "--steps", str(steps),
-             "--keep"] + COMMON + list(extra), timeout=240.0)
+             "--keep"] + common + list(extra), timeout=240.0)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -188,13 +188,13 @@ class Snapshots(unittest.TestCase):
         self.assertEqual(steps, sorted(steps, reverse=True))
         self.assertIn(self.half, [e["id"] for e in log])
 
-    def restore_and_train(self, shards, workers):
+    def restore_and_train(self, shards, workers, common=COMMON):
         store = os.path.join(self.tmp, "copy-%d-%d" % (shards, workers))
         shutil.copytree(self.store, store)
         cell = Cell(store, shards, restore=self.half)
         failed = True
         try:
-            r = train(cell.master.addr, workers, STEPS)
+            r = train(cell.master.addr, workers, STEPS, common=common)
             self.assertEqual(r["start_step"], HALF)
             self.assertEqual(r["params_sha256"], self.first["params_sha256"],
                              "restored at %d on %d shards, %d workers" % (HALF, shards, workers))
@@ -225,6 +225,13 @@ class Snapshots(unittest.TestCase):
 
     def test_restore_one_shard_four_workers(self):
         self.restore_and_train(1, 4)
+
+    def test_restore_keeps_the_snapshots_partition_size(self):
+        # Without --partition-kb the workers only propose a size (4 MiB on one host); the
+        # restored tensors keep the snapshot's 64 KiB partitions, and the workers take them
+        # from the shards' answer (docs/placement.md, "Partition size").
+        i = COMMON.index("--partition-kb")
+        self.restore_and_train(2, 2, common=COMMON[:i] + COMMON[i + 2:])
 
     def test_diff_reports_change(self):
         d = json.loads(cli(["snapshot", "diff", "--store", self.store, self.half, self.last,

@@ -86,6 +86,31 @@ static void test_partition_count(void **state)
     assert_int_equal(ts_partition_count(1ull << 40, 4, 4), UINT32_MAX);
 }
 
+/* The SDK's size between hosts (docs/placement.md, "Partition size"): the measured points of
+ * bench/multihost (60 KiB at 4 MiB and 252 KiB at 64 MiB over 4 shards), its bounds, and
+ * never a multiple of 64 KiB or of more than 4 MiB. */
+static void test_partition_between_hosts(void **state)
+{
+    const uint64_t K = 1024, M = 1024 * 1024;
+
+    (void)state;
+    assert_int_equal(ts_partition_bytes_between_hosts(4 * M, 4), 60 * K);
+    assert_int_equal(ts_partition_bytes_between_hosts(64 * M, 4), 252 * K);
+    assert_int_equal(ts_partition_bytes_between_hosts(64 * M, 2), 508 * K);
+    assert_int_equal(ts_partition_bytes_between_hosts(64 * M + 4 * K, 2), 508 * K);
+    assert_int_equal(ts_partition_bytes_between_hosts(1024 * M, 1), 4 * M - 4 * K);
+    assert_int_equal(ts_partition_bytes_between_hosts(64 * M, 0), 1020 * K);   /* 0 is 1 */
+    assert_int_equal(ts_partition_bytes_between_hosts(0, 8), 60 * K);
+    assert_int_equal(ts_partition_bytes_between_hosts(40, 2), 60 * K);   /* one partition */
+    for (uint64_t b = 1; b < (1ull << 36); b = b * 3 + 1)
+        for (uint32_t sh = 1; sh <= 64; sh *= 2) {
+            uint64_t p = ts_partition_bytes_between_hosts(b, sh);
+            assert_true(p >= 60 * K && p <= 4 * M - 4 * K);
+            assert_int_equal(p % (4 * K), 0);   /* whole pages: shared regions map them */
+            assert_int_not_equal(p % (64 * K), 0);
+        }
+}
+
 static void test_partition_range_covers(void **state)
 {
     static const struct { uint64_t numel; size_t esize; uint64_t pbytes; } cases[] = {
@@ -668,6 +693,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtype),
         cmocka_unit_test(test_partition_count),
+        cmocka_unit_test(test_partition_between_hosts),
         cmocka_unit_test(test_partition_range_covers),
         cmocka_unit_test(test_init_deterministic),
         cmocka_unit_test(test_init_split_invariant),

@@ -503,7 +503,9 @@ static PyObject *client_numel(struct client *self, PyObject *oid)
     return PyLong_FromUnsignedLongLong(self->numel[id]);
 }
 
-static PyObject *client_partition_bytes(struct client *self, PyObject *oid)
+/* fn(t, id) of tensor oid, an SDK call like any other (under the handle's lock). */
+static PyObject *tensor_u64(struct client *self, PyObject *oid,
+                            uint64_t (*fn)(const tessera *, int))
 {
     struct tessera_error e = { 0 };
     uint64_t v = 0;
@@ -511,20 +513,18 @@ static PyObject *client_partition_bytes(struct client *self, PyObject *oid)
 
     if (open_or_raise(self) || get_id(self, oid, "id", &id))
         return NULL;
-    SDK_CALL(self, rc, &e, (v = tessera_partition_bytes(self->t, id), 0));
+    SDK_CALL(self, rc, &e, (v = fn(self->t, id), 0));
     return rc ? raise_sdk(&e) : PyLong_FromUnsignedLongLong(v);
+}
+
+static PyObject *client_partition_bytes(struct client *self, PyObject *oid)
+{
+    return tensor_u64(self, oid, tessera_partition_bytes);
 }
 
 static PyObject *client_version(struct client *self, PyObject *oid)
 {
-    struct tessera_error e = { 0 };
-    uint64_t v = 0;
-    int id, rc;
-
-    if (open_or_raise(self) || get_id(self, oid, "id", &id))
-        return NULL;
-    SDK_CALL(self, rc, &e, (v = tessera_version(self->t, id), 0));
-    return rc ? raise_sdk(&e) : PyLong_FromUnsignedLongLong(v);
+    return tensor_u64(self, oid, tessera_version);
 }
 
 static PyObject *client_stats(struct client *self, PyObject *unused)

@@ -458,9 +458,9 @@ def partition_arg(a):
 
 def partition_desc(a, used):
     """used: size_mib -> the partition bytes the workers reported."""
-    sizes = ", ".join(f"{used[s] // 1024} KiB at {s} MiB" for s in a.sizes if s in used)
     if a.partition_kib != "auto":
         return f"{a.partition_kib} KiB partitions"
+    sizes = ", ".join(f"{used[s] // 1024} KiB at {s} MiB" for s in a.sizes if s in used)
     return "the SDK's partitions between hosts" + (f" ({sizes})" if sizes else "")
 
 

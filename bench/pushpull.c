@@ -234,7 +234,7 @@ static ts_status worker_spawn(const struct opts *o, const struct cluster *c, con
     snprintf(bytes, sizeof(bytes), "%" PRIu64, (uint64_t)r->size_mib * MIB);
     snprintf(iters, sizeof(iters), "%" PRId64, o->iters);
     snprintf(nw, sizeof(nw), "%" PRId64, o->workers);
-    snprintf(pb, sizeof(pb), "%" PRId64, o->partition_kib * 1024);   /* 0: the SDK's 4 MiB */
+    snprintf(pb, sizeof(pb), "%" PRId64, o->partition_kib * 1024);   /* 0: the SDK's (4 MiB here) */
     return spawn_reader("/proc/self/exe", argv, &w->pid, &w->out, err);
 }
 

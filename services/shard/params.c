@@ -267,44 +267,52 @@ static bool same_tensor(const struct shard_tensor *t, const Tessera__V1__Registe
     return memcmp(t->shape, s->shape, t->ndim * sizeof(uint64_t)) == 0;
 }
 
+/* The tensor of m named name, or NULL. */
+static const ts_tensor_manifest *manifest_named(const ts_manifest *m, const char *name)
+{
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i]->spec->name, name) == 0)
+            return m->tensors[i];
+    return NULL;
+}
+
 const ts_tensor_manifest *params_manifest_tensor(const ts_manifest *m,
                                                  const struct shard_tensor *t, ts_status *st,
                                                  struct ts_err *err)
 {
-    for (size_t i = 0; i < m->n_tensors; i++) {
-        const ts_tensor_manifest *tm = m->tensors[i];
-        if (strcmp(tm->spec->name, t->name))
-            continue;
-        if (tm->numel != t->numel || tm->spec->n_shape != t->ndim ||
-            memcmp(tm->spec->shape, t->shape, t->ndim * sizeof(uint64_t)) ||
-            tm->spec->partition_bytes != t->partition_bytes) {
-            *st = ts_err_set(err, TS_ESTATE, "tensor '%s': the snapshot holds %" PRIu64
-                             " elements in %" PRIu64 "-byte partitions; register the same "
-                             "shape and partition_bytes", t->name, tm->numel,
-                             tm->spec->partition_bytes);
-            return NULL;
-        }
-        return tm;
+    const ts_tensor_manifest *tm = manifest_named(m, t->name);
+
+    if (!tm) {
+        *st = ts_err_set(err, TS_ENOTFOUND, "tensor.name: '%s' is not in the snapshot",
+                         t->name);
+        return NULL;
     }
-    *st = ts_err_set(err, TS_ENOTFOUND, "tensor.name: '%s' is not in the snapshot", t->name);
-    return NULL;
+    if (tm->numel != t->numel || tm->spec->n_shape != t->ndim ||
+        memcmp(tm->spec->shape, t->shape, t->ndim * sizeof(uint64_t)) ||
+        tm->spec->partition_bytes != t->partition_bytes) {
+        *st = ts_err_set(err, TS_ESTATE, "tensor '%s': the snapshot holds %" PRIu64 " elements "
+                         "in %" PRIu64 "-byte partitions; register the same shape and "
+                         "partition_bytes", t->name, tm->numel, tm->spec->partition_bytes);
+        return NULL;
+    }
+    return tm;
 }
 
 /* t, being made with a proposed partition size: takes the size of the manifest's tensor of
- * its name and shape, where there is one (params_manifest_tensor then checks the rest). */
+ * its name and element count, where there is one (params_manifest_tensor then checks the
+ * rest). */
 static void restored_partition_size(const ts_manifest *m, struct shard_tensor *t)
 {
-    for (size_t i = 0; i < m->n_tensors; i++) {
-        const ts_tensor_manifest *tm = m->tensors[i];
-        if (strcmp(tm->spec->name, t->name) || tm->numel != t->numel ||
-            !tm->spec->partition_bytes || tm->spec->partition_bytes == t->partition_bytes)
-            continue;
-        ts_log(TS_INFO, "shard", "tensor '%s': restored in the snapshot's %" PRIu64 "-byte "
-               "partitions, not the %" PRIu64 " proposed", t->name, tm->spec->partition_bytes,
-               t->partition_bytes);
-        t->partition_bytes = tm->spec->partition_bytes;
-        t->nparts = ts_partition_count(t->numel, sizeof(float), t->partition_bytes);
-    }
+    const ts_tensor_manifest *tm = manifest_named(m, t->name);
+
+    if (!tm || tm->numel != t->numel || !tm->spec->partition_bytes ||
+        tm->spec->partition_bytes == t->partition_bytes)
+        return;
+    ts_log(TS_INFO, "shard", "tensor '%s': restored in the snapshot's %" PRIu64 "-byte "
+           "partitions, not the %" PRIu64 " proposed", t->name, tm->spec->partition_bytes,
+           t->partition_bytes);
+    t->partition_bytes = tm->spec->partition_bytes;
+    t->nparts = ts_partition_count(t->numel, sizeof(float), t->partition_bytes);
 }
 
 /* Gives t a shared region for its values (params.h), or leaves it without one (private

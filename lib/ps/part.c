@@ -90,7 +90,8 @@ bool ts_job_equal(const struct ts_job *a, const struct ts_job *b)
 uint64_t ts_part_mem(const struct ts_job *job, uint64_t len)
 {
     uint64_t slen = job->mode == TS_MODE_REDUCE ? 0 : ts_optim_state_len(job->optim.kind);
-    uint64_t per_worker = 2 + (async_mode(job) ? 3 * sizeof(uint64_t) : 0);
+    uint64_t per_worker = 2 + sizeof(struct part_mark) +
+                          (async_mode(job) ? 3 * sizeof(uint64_t) : 0);
 
     /* What ts_part_create allocates below: values, state, the sum, one apply block, the
      * per-rank flags and clocks. */
@@ -132,6 +133,7 @@ ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const cha
     p->state = calloc(job->mode == TS_MODE_REDUCE ? 1 : slen * len + 1, sizeof(float));
     p->grad = malloc((len < APPLY_BLOCK ? len : APPLY_BLOCK) * sizeof(float) + 1);
     p->pushed = calloc(job->workers, 1);
+    p->marks = calloc(job->workers, sizeof(*p->marks));
     p->overflow = calloc(job->workers, 1);
     if (async_mode(job)) {
         p->clock = calloc(job->workers, sizeof(uint64_t));
@@ -142,7 +144,7 @@ ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const cha
         p->acc_fixed = calloc(len, sizeof(int64_t));
     else
         p->acc_f32 = calloc(len, sizeof(float));
-    if (!p->value || !p->state || !p->grad || !p->pushed || !p->overflow ||
+    if (!p->value || !p->state || !p->grad || !p->pushed || !p->marks || !p->overflow ||
         (!p->acc_fixed && !p->acc_f32) ||
         (async_mode(job) && (!p->clock || !p->stale_last || !p->stale_max))) {
         ts_part_free(p);
@@ -173,6 +175,7 @@ void ts_part_free(struct ts_part *p)
     free(p->state);
     free(p->grad);
     free(p->pushed);
+    free(p->marks);
     free(p->overflow);
     free(p->clock);
     free(p->stale_last);
@@ -302,6 +305,19 @@ static uint32_t slots_counted(const struct ts_part *p, const struct ts_push *in)
     for (uint64_t m = in->slots; m; m &= m - 1)
         n += p->pushed[__builtin_ctzll(m)];
     return n;
+}
+
+/* Whether every slot of the push (checked by check_slots) was counted for its step already:
+ * a step below the rank's clock (SSP, ASP) or the version (BSP, REDUCE), or the current one
+ * with its slots pushed. Called with mu held. */
+static bool counted(const struct ts_part *p, const struct ts_push *in)
+{
+    if (in->rank >= p->job->workers)
+        return false;
+    if (async_mode(p->job))
+        return in->step < p->clock[in->rank];
+    return in->step < p->version ||
+           (in->step == p->version && slots_counted(p, in) == ts_push_nslots(in));
 }
 
 /* Counts the push's slots as pushed this step. Called with mu held. */
@@ -434,12 +450,15 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
         return st;
     }
     st = check_slots(p, in, err);
-    if (!st && in->retry && in->rank < p->job->workers &&
-        (async_mode(p->job) ? in->step < p->clock[in->rank] :
-         in->step < p->version ||
-         (in->step == p->version && slots_counted(p, in) == ts_push_nslots(in)))) {
-        pthread_mutex_unlock(&p->mu);   /* a duplicate: it was counted before the failover */
-        return TS_OK;
+    if (!st && counted(p, in)) {
+        /* Sent again: the same bytes are a duplicate, acknowledged when it says it is a retry
+         * (counted before a failover) and refused by check_push otherwise; other bytes are
+         * refused here (part.h, "Duplicates"). */
+        st = part_mark_check(p, in, err);
+        if (!st && in->retry) {
+            pthread_mutex_unlock(&p->mu);
+            return TS_OK;
+        }
     }
     if (!st)
         st = check_push(p, in, err);
@@ -456,6 +475,7 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
         p->check_finite |= in->encoding != TS_ENC_RAW || in->scale_exp != 0;
         p->scale_exp = in->scale_exp;
         count_slots(p, in);
+        part_mark_set(p, in);
         if (async_mode(p->job))
             p->clock[in->rank]++;
         else

@@ -111,6 +111,11 @@ struct ts_push {
     /* The job's rollbacks the sender knows of: a push made before the partition went back to
      * a snapshot (ts_part_rollback) is refused with TS_EROLLBACK, nothing changed. */
     uint32_t gen;
+    /* Who sent it: the worker's member id as its connection proved it (or claimed it,
+     * where the data plane is not authenticated); 0: not known. And the transport's checksum
+     * of the whole payload where it verified one (0: none). For "Duplicates" below. */
+    uint32_t member;
+    uint64_t payload_sum;
     /* A combined push (BSP, docs/scheduler.md): the sum of several slots' gradients, bit k
      * set for slot k (so at most 64 slots), rank the lowest of them; 0: rank's alone. The
      * partition counts each slot of it. Exact mode takes it as int64 only (TS_ENC_FIXED): a
@@ -126,7 +131,18 @@ static inline uint32_t ts_push_nslots(const struct ts_push *in)
     return in->slots ? (uint32_t)__builtin_popcountll(in->slots) : 1;
 }
 /* Adds a push. *applied is set when this push completed (BSP, REDUCE) or made (SSP, ASP) an
- * update; a duplicate retry (above) returns TS_OK with nothing changed. */
+ * update; a duplicate retry (above) returns TS_OK with nothing changed.
+ * Duplicates: the partition remembers each slot's last counted push (a keyed digest, lib/ps/
+ * mark.c says what it covers). A push of a slot and step already counted, retry or not, that
+ * differs from the one counted is refused with TS_EPERM, nothing added: a real retry carries
+ * the same bytes, so a difference is a forged push or a broken worker, and neither may pass
+ * silently, whichever came first. Not compared (acknowledged as duplicates, as before): a
+ * step no longer remembered (an older one, or one whose pushes an image or a rollback
+ * dropped), a slot pushed alone after a combined push of it (or the reverse), and in float
+ * mode a push from another member than the one counted (an elastic slot that changed hands,
+ * whose new owner may compute other float bits: the shard checks that the sender owns or
+ * recently owned the slot; in exact mode every owner computes the same bits, so they are
+ * compared). */
 ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applied,
                        struct ts_err *err) TS_MUST_CHECK;
 

@@ -33,6 +33,7 @@ struct ts_part {
     float *acc_f32;             /* otherwise */
     float *grad;                /* scratch: one block of the applied gradient */
     uint8_t *pushed;            /* per rank: pushed this step */
+    struct part_mark *marks;    /* per slot: its last counted push (mark.c) */
     uint32_t npushed;
     uint32_t sync_every;        /* the tensor syncs every this many steps: divisor batch * it */
     int scale_exp;              /* the step's loss scale is 2^scale_exp (pushes must agree) */
@@ -63,6 +64,15 @@ struct ts_part {
 
 enum ts_acc_form { TS_ACC_I64, TS_ACC_HELD, TS_ACC_F64 };
 
+/* mark.c: a slot's last counted push, to tell a push sent again from a different one. step1:
+ * its step + 1 (0: none); sample: the keyed digest of its fields and payload; whole: the
+ * transport's checksum of the whole payload (0: none); member: its sender (ts_push.member);
+ * group: 0 for a push of the slot alone, else the lowest slot of the combined push + 1. */
+struct part_mark {
+    uint64_t step1, sample, whole;
+    uint32_t member, group;
+};
+
 #define APPLY_BLOCK 4096      /* elements per block of apply(): 48 KiB of gradients and sums */
 
 /* SSP and ASP: each push is an update, and each rank has its own clock. */
@@ -88,6 +98,15 @@ ts_status part_accumulate(struct ts_part *p, const struct ts_push *in, bool firs
 void part_to_i64(struct ts_part *p);
 void part_block_grad(struct ts_part *p, const void *last, bool alone, uint64_t off, size_t n,
                      double fdiv, float inv);
+
+/* mark.c, called with mu held. part_mark_set: a push was counted, for its slots.
+ * part_mark_check: a duplicate of a counted push (same slots and step) is refused with
+ * TS_EPERM when it can be compared with what was counted and differs. part_marks_clear: the
+ * step's pushes were dropped (an image, a rollback, a seed). */
+void part_mark_set(struct ts_part *p, const struct ts_push *in);
+ts_status part_mark_check(const struct ts_part *p, const struct ts_push *in,
+                          struct ts_err *err) TS_MUST_CHECK;
+void part_marks_clear(struct ts_part *p);
 
 /* seed.c, called with mu held and p->seed set: a push of rank's step says the rank holds
  * version step; it waits (at most 30 s) until every rank said, then TS_OK, or the

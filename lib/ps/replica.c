@@ -184,6 +184,7 @@ static ts_status load(struct ts_part *p, const void *buf, size_t n, const float 
     p->npushed = 0;
     p->check_finite = false;
     memset(p->pushed, 0, p->job->workers);
+    part_marks_clear(p);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return TS_OK;

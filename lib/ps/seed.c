@@ -79,6 +79,7 @@ static void seeded(struct ts_part *p)
     p->version = p->visible = s->top;
     p->npushed = 0;
     memset(p->pushed, 0, p->job->workers);
+    part_marks_clear(p);
     for (uint32_t r = 0; r < p->job->workers; r++)
         p->overflow[r] = s->overflow && s->at[r] < s->top;
     seed_free(s);

@@ -129,7 +129,8 @@ static void bad_pushes_change_nothing(void **state)
         { 1, 0, TS_ENC_RAW, g1, sizeof(g1), TS_EINVAL, "encoding" },
         { 1, 0, TS_ENC_FIXED, g1, sizeof(g1) - 8, TS_EINVAL, "payload" },
         { 1, 1, TS_ENC_FIXED, g1, sizeof(g1), TS_EINVAL, "step" },
-        { 0, 0, TS_ENC_FIXED, g1, sizeof(g1), TS_ESTATE, "already pushed" },
+        { 0, 0, TS_ENC_FIXED, g0, sizeof(g0), TS_ESTATE, "already pushed" },
+        { 0, 0, TS_ENC_FIXED, g1, sizeof(g1), TS_EPERM, "differs from the one counted" },
         { 1, 0, TS_ENC_FIXED, huge, sizeof(huge), TS_EINVAL, "fixed-point range" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -613,6 +614,121 @@ static void accessors(void **state)
     ts_part_free(p);
 }
 
+/* A push of rank r at step with payload g (n floats), as member m, retry or not. */
+static ts_status push_as(struct ts_part *p, uint32_t r, uint64_t step, const float *g, size_t n,
+                         uint32_t m, bool retry, uint64_t sum, struct ts_err *e)
+{
+    struct ts_push in = { .rank = r, .step = step, .encoding = TS_ENC_RAW, .payload = g,
+                          .bytes = n * sizeof(float), .retry = retry, .member = m,
+                          .payload_sum = sum };
+    bool applied;
+
+    return ts_part_push(p, &in, &applied, e);
+}
+
+/* Duplicates (part.h): a push of a counted slot and step is a retry only with the same bytes.
+ * A forged push that came first makes the real one a conflict (refused, counted by the
+ * caller), never a silent duplicate; a different payload after the real one is refused too,
+ * within the step and after it was applied; the same bytes are the retry they always were.
+ * Another member's push of the slot is an elastic hand-over, acknowledged in float mode and
+ * compared in exact mode. Whatever is refused changes nothing: the step sums what was
+ * counted, once. */
+static void duplicates_must_carry_the_same_bytes(void **state)
+{
+    struct ts_job j = job(2, false, "sgd:lr=1");
+    struct ts_part *p = mk(&j), *ref = mk(&j);
+    static float real[N], forged[N], other[N], got[N], want[N];
+    struct ts_err e = { 0 };
+    uint64_t v;
+
+    (void)state;
+    for (int i = 0; i < N; i++) {
+        real[i] = (float)(i % 5) * 0.25f;
+        forged[i] = -real[i] - 1.0f;
+        other[i] = (float)(i % 3);
+    }
+    /* The forger pushes rank 0's step first, as rank 0's member (7). */
+    assert_int_equal(push_as(p, 0, 0, forged, N, 7, false, 0, NULL), TS_OK);
+    assert_int_equal(push_as(p, 0, 0, real, N, 7, true, 0, &e), TS_EPERM);
+    assert_non_null(strstr(e.msg, "differs from the one counted"));
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(push_as(p, 0, 0, real, N, 7, false, 0, &e), TS_EPERM);
+    assert_int_equal(push_as(p, 0, 0, forged, N, 7, true, 0, NULL), TS_OK);   /* a retry */
+    assert_int_equal(push_as(p, 0, 0, forged, N, 7, false, 0, NULL), TS_ESTATE);
+    assert_int_equal(ts_part_version(p), 0);
+    /* Another member's push of the slot: a hand-over, acknowledged and not added. */
+    assert_int_equal(push_as(p, 0, 0, real, N, 9, true, 0, NULL), TS_OK);
+    assert_int_equal(push_as(p, 1, 0, other, N, 8, false, 0, NULL), TS_OK);
+    assert_int_equal(ts_part_version(p), 1);
+    assert_int_equal(push_as(ref, 0, 0, forged, N, 0, false, 0, NULL), TS_OK);
+    assert_int_equal(push_as(ref, 1, 0, other, N, 0, false, 0, NULL), TS_OK);
+    assert_int_equal(read_at(p, 1, 10, got, &v, NULL), TS_OK);
+    assert_int_equal(read_at(ref, 1, 10, want, &v, NULL), TS_OK);
+    assert_memory_equal(got, want, sizeof(got));
+    /* After the step was applied: step 0 again, other bytes refused, the same ones a retry. */
+    assert_int_equal(push_as(p, 1, 0, real, N, 8, true, 0, NULL), TS_EPERM);
+    assert_int_equal(push_as(p, 1, 0, other, N, 8, true, 0, NULL), TS_OK);
+    /* Without a member (a caller that knows none) the bytes are compared all the same. */
+    assert_int_equal(push_as(p, 1, 0, real, N, 0, true, 0, NULL), TS_EPERM);
+    assert_int_equal(ts_part_version(p), 1);
+    assert_int_equal(read_at(p, 1, 10, got, &v, NULL), TS_OK);
+    assert_memory_equal(got, want, sizeof(got));
+    ts_part_free(p);
+    ts_part_free(ref);
+    /* Exact mode: every owner of a slot computes the same bits, so another member's different
+     * push of it is refused too; its same bytes are the hand-over they always were. */
+    {
+        struct ts_job je = job(2, true, "sgd:lr=1");
+        struct ts_part *q = mk(&je);
+        static int64_t a[N], b[N];
+        struct ts_push in = { .rank = 0, .step = 0, .encoding = TS_ENC_FIXED, .payload = a,
+                              .bytes = sizeof(a), .member = 7 };
+        bool applied;
+
+        grad(0, a);
+        grad(1, b);
+        assert_int_equal(ts_part_push(q, &in, &applied, NULL), TS_OK);
+        in.member = 9;
+        in.retry = true;
+        in.payload = b;
+        assert_int_equal(ts_part_push(q, &in, &applied, NULL), TS_EPERM);
+        in.payload = a;
+        assert_int_equal(ts_part_push(q, &in, &applied, NULL), TS_OK);
+        assert_int_equal(ts_part_version(q), 0);
+        ts_part_free(q);
+    }
+}
+
+/* A payload above the whole-hash size is sampled: a different gradient (different nearly
+ * everywhere) is refused; where the transport verified a checksum of the whole payload, a
+ * difference in one element is refused too, whatever the samples saw. */
+static void large_duplicates_are_sampled_and_checksummed(void **state)
+{
+    enum { BIG = 100000 };   /* 400 KB of floats: sampled */
+    struct ts_job j;
+    struct ts_part *p;
+    float *a = malloc(BIG * sizeof(float)), *b = malloc(BIG * sizeof(float));
+
+    (void)state;
+    assert_int_equal(ts_job_init(&j, "t", 2, false, "sgd:lr=1", 64, NULL), TS_OK);
+    assert_int_equal(ts_part_create(&j, 0, "w", 0, 0, BIG, "zeros", 1, 0, 0, NULL, &p, NULL),
+                     TS_OK);
+    for (int i = 0; i < BIG; i++) {
+        a[i] = (float)(i % 11) * 0.5f;
+        b[i] = a[i] + 1.0f;
+    }
+    assert_int_equal(push_as(p, 0, 0, a, BIG, 3, false, 111, NULL), TS_OK);
+    assert_int_equal(push_as(p, 0, 0, b, BIG, 3, true, 0, NULL), TS_EPERM);
+    assert_int_equal(push_as(p, 0, 0, a, BIG, 3, true, 111, NULL), TS_OK);
+    memcpy(b, a, BIG * sizeof(float));
+    b[BIG / 2 + 1] += 1.0f;
+    assert_int_equal(push_as(p, 0, 0, b, BIG, 3, true, 222, NULL), TS_EPERM);
+    assert_int_equal(ts_part_version(p), 0);
+    free(a);
+    free(b);
+    ts_part_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -628,6 +744,8 @@ int main(void)
         cmocka_unit_test(reduce_returns_the_mean_gradient),
         cmocka_unit_test(overflow_skips_and_scale_divides),
         cmocka_unit_test(accessors),
+        cmocka_unit_test(duplicates_must_carry_the_same_bytes),
+        cmocka_unit_test(large_duplicates_are_sampled_and_checksummed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -141,6 +141,10 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
             ts_json_uint(&j, "bytes", views[i]->bytes);
             ts_json_uint(&j, "frames_in", views[i]->frames_in);
             ts_json_uint(&j, "frames_refused", views[i]->frames_refused);
+            ts_json_obj(&j, "refusals");
+            for (size_t k = 0; k < views[i]->n_refusals; k++)
+                ts_json_uint(&j, views[i]->refusals[k]->reason, views[i]->refusals[k]->count);
+            ts_json_end(&j);
             ts_json_uint(&j, "heads", r.heads);
             ts_json_uint(&j, "follows", r.follows);
             ts_json_uint(&j, "lag", r.lag);
@@ -245,7 +249,7 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
         const Tessera__V1__ShardInfo *s = cs->shards[i];
         const Tessera__V1__ShardStatusResponse *v = views ? views[i] : NULL;
         char roles[48] = "-", lag[24] = "-", promo[24] = "-", copies[48] = "-", mb[24] = "-",
-             refused[24] = "-", pid[16] = "-";
+             refused[24] = "-", pid[16] = "-", why[160] = "";
         if (v) {
             struct ts_shard_roles r = ts_shard_roles(v);
             snprintf(pid, sizeof(pid), "%d", v->pid);
@@ -255,7 +259,8 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
             snprintf(copies, sizeof(copies), "%" PRIu64 "/%" PRIu64, v->copies_sent,
                      v->copies_pending);
             snprintf(mb, sizeof(mb), "%.1f", v->bytes / 1048576.0);
-            snprintf(refused, sizeof(refused), "%" PRIu64, v->frames_refused);
+            snprintf(refused, sizeof(refused), "%" PRIu64,
+                     ts_shard_refusals(v, why, sizeof(why)));
         }
         printf("%-6u %-22s %-8s %-6s %-7u %-9.1f %-11s %-5s %-6s %-11s %-7s %s\n", s->id, s->addr,
                pid, s->joining ? "JOIN" : state_name(s->state), s->lease_ms,
@@ -263,6 +268,9 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                lag, promo, copies, mb, refused);
         if (s->death[0])
             printf("       dead: %s\n", s->death);
+        if (why[0])
+            printf("       refused on the data plane: %s (docs/security.md, \"Refusals\")\n",
+                   why);
         if (s->restarts)
             printf("       restart %u of its shard (tessera up --respawn)\n", s->restarts);
         if (v && v->partitions_lost)

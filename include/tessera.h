@@ -281,6 +281,11 @@ void tessera_report_progress(tessera *t, const struct tessera_progress *p);
 
 /* The data-plane transport in use ("tcp", "shm", or "local"). */
 const char *tessera_transport(const tessera *t);
+/* The worker id the master gave this worker's current registration (what `tessera status`
+ * lists, and what its data-plane connections name: a shard takes from them only the pushes of
+ * the slots this worker owns); 0 for a --local one. It changes if the worker registers again
+ * (declared dead while it was away). */
+uint32_t tessera_worker_id(const tessera *t);
 
 /* Dynamic assignment (docs/scheduler.md, "Dynamic assignment"), ASP and SSP jobs: instead of a
  * fixed share of the data, each worker takes the next units of the job's data from a queue

@@ -272,6 +272,11 @@ const char *tessera_transport(const tessera *t)
     return t->transport;
 }
 
+uint32_t tessera_worker_id(const tessera *t)
+{
+    return t->ms ? ts_membership_id(t->ms) : 0;
+}
+
 uint64_t tessera_numel(const tessera *t, int id)
 {
     return id >= 0 && id < t->ntensors ? t->tensors[id]->numel : 0;

@@ -104,6 +104,7 @@ struct tessera {
     bool hello_said;              /* a HELLO went out once: connections made again (failover,
                                    * remap) must say it too, even after one that failed */
     uint64_t hello_epoch;         /* the shard map epoch the last HELLOs named */
+    uint32_t hello_member;        /* the worker id the last HELLOs named (and proved) */
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
     char pull_compress[SPEC_MAX];
     atomic_bool pullc_shm_said;   /* the log line that shm pulls go in full was written */

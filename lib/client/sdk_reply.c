@@ -10,6 +10,7 @@
 
 #include "transport/auth.h"
 #include "transport/frame.h"
+#include "util/log.h"
 
 ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
                          uint32_t part, void *dst, size_t cap, struct reply_info *ri,
@@ -59,31 +60,32 @@ ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t 
     return TS_OK;
 }
 
-/* Names the job on every connection, once the shards know it (after a registration). A
- * connection not yet authenticated does the handshake on the way, when the master gave this
- * worker its job's key (mutual TLS; transport/auth.h). */
-ts_status sdk_hello(struct tessera *t, struct ts_err *err)
+/* One HELLO on every connection (sdk_hello). */
+static ts_status hello_round(struct tessera *t, struct ts_err *err)
 {
     struct ts_dp_hs hs[MAX_SHARDS];
     size_t jl = strlen(t->job.id);
     uint8_t hello[TS_JOB_ID_MAX + TS_DP_NONCE_LEN], key[TS_DP_KEY_LEN];
     bool keyed = t->ms && ts_membership_data_key(t->ms, key);
+    uint32_t member = t->ms ? ts_membership_id(t->ms) : 0;
     ts_status st = TS_OK;
 
     t->hello_epoch = t->cl ? ts_cluster_epoch(t->cl) : 0;
     memcpy(hello, t->job.id, jl);
     for (size_t i = 0; !st && i < t->nshards; i++) {
-        /* An elastic worker names itself: a shard that sees it hang up tells the master. The
-         * map epoch: a reduce job's shard refuses pulls under an older one (dataplane.h). */
+        /* The worker names itself: a shard takes from the connection only the pushes of the
+         * slots this worker owns (docs/security.md), and one that sees an elastic worker hang
+         * up tells the master. The map epoch: a reduce job's shard refuses pulls under an
+         * older one (dataplane.h). */
         struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .rank = t->rank,
-                                  .step = t->hello_epoch,
-                                  .tensor = t->elastic ? ts_membership_id(t->ms) : 0,
+                                  .step = t->hello_epoch, .tensor = member,
                                   .flags = t->elastic ? TS_HELLO_ELASTIC : 0 };
         bool auth = keyed && !t->shards[i].conn->authed;
         if (auth) {
             memcpy(hs[i].key, key, TS_DP_KEY_LEN);
             hs[i].job = t->job.id;
             hs[i].rank = t->rank;
+            hs[i].member = member;
             h.flags |= TS_HELLO_AUTH;
             if ((st = ts_dp_nonce(hs[i].nc, err)))
                 break;
@@ -113,5 +115,46 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
         t->followed = t->generation;
         t->followed_set = true;
     }
+    return st;
+}
+
+/* Whether a connection is authenticated (and so bound to the worker id it proved). */
+static bool any_authed(const struct tessera *t)
+{
+    for (size_t i = 0; i < t->nshards; i++)
+        if (t->shards[i].conn->authed)
+            return true;
+    return false;
+}
+
+/* Names the job on every connection, once the shards know it (after a registration). A
+ * connection not yet authenticated does the handshake on the way, when the master gave this
+ * worker its key (mutual TLS; transport/auth.h). */
+ts_status sdk_hello(struct tessera *t, struct ts_err *err)
+{
+    uint32_t member = t->ms ? ts_membership_id(t->ms) : 0;
+    ts_status st;
+
+    /* An authenticated connection is bound to the worker id it proved: this worker registered
+     * again since (declared dead while it was away), so it connects anew as the new one. */
+    if (t->hello_said && t->hello_member != member && any_authed(t)) {
+        t->hello_member = member;
+        return sdk_remap(t, err);
+    }
+    st = hello_round(t, err);
+    /* A shard cuts a connection that stays silent before its HELLO for long (docs/
+     * security.md, "Bounded before trust"): a first HELLO after a long registration may find
+     * its connections gone. Nothing was said on them yet: connect again, once. */
+    if (st == TS_EUNAVAIL && !t->hello_said && t->cl) {
+        ts_log(TS_INFO, "sdk", "the first HELLO found a shard connection closed (%s): "
+               "connecting again", err->msg);
+        ts_err_clear(err);
+        sdk_close_shards(t);
+        if (!(st = sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL,
+                                      t->delay_ms, err)))
+            st = hello_round(t, err);
+    }
+    if (!st)
+        t->hello_member = member;
     return st;
 }

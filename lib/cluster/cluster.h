@@ -16,6 +16,7 @@
 #define TS_CLUSTER_CLUSTER_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "placement/ring.h"
@@ -148,10 +149,16 @@ ts_status ts_membership_beat(struct ts_membership *ms, struct ts_err *err) TS_MU
 ts_status ts_membership_caught_up(struct ts_membership *ms, unsigned registration,
                                   struct ts_err *err) TS_MUST_CHECK;
 uint64_t ts_membership_epoch(struct ts_membership *ms);
-/* The data-plane key of the member's last registration into out (shards: the cluster's;
- * trainers: their job's; transport/auth.h); false when the master gave none (it serves
- * plaintext, or TLS without client certificates). */
+/* Workers: the data-plane key of the member's last registration into out (its own key in
+ * its job, transport/auth.h); false when the master gave none (it serves plaintext, or TLS
+ * without client certificates). */
 bool ts_membership_data_key(struct ts_membership *ms, uint8_t out[32]);
+/* Shards: job's slot owners, and under mutual TLS its data-plane key (JobAccess), asked as
+ * this registration; a master that is down is waited for up to TS_MASTER_CALL_MS. *out is
+ * the caller's (tessera__v1__job_access_response__free_unpacked). */
+ts_status ts_membership_job_access(struct ts_membership *ms, const char *job,
+                                   Tessera__V1__JobAccessResponse **out,
+                                   struct ts_err *err) TS_MUST_CHECK;
 const char *ts_membership_instance(struct ts_membership *ms);
 
 /* A shard's chains over its jobs, summed from its ShardStatus: partitions it heads, copies it
@@ -171,6 +178,26 @@ static inline struct ts_shard_roles ts_shard_roles(const Tessera__V1__ShardStatu
         r.lag += v->jobs[k]->lag;
     }
     return r;
+}
+
+/* A shard's data-plane refusals from its ShardStatus (docs/security.md, "Refusals"): their
+ * total, and "conflict 2, identity 1" in text (truncated to fit n; "" when none). For
+ * `tessera status` and the master's status page. */
+static inline uint64_t ts_shard_refusals(const Tessera__V1__ShardStatusResponse *v, char *text,
+                                         size_t n)
+{
+    uint64_t total = 0;
+    size_t at = 0;
+
+    if (n)
+        text[0] = '\0';
+    for (size_t k = 0; k < v->n_refusals; k++) {
+        int w = snprintf(text + at, n > at ? n - at : 0, "%s%s %llu", k ? ", " : "",
+                         v->refusals[k]->reason, (unsigned long long)v->refusals[k]->count);
+        at += w > 0 ? (size_t)w : 0;
+        total += v->refusals[k]->count;
+    }
+    return total;
 }
 
 /* ---- the cached shard map ---- */

@@ -61,8 +61,8 @@ struct ts_membership {
     uint8_t endpoint_addr[4][192];
     char endpoint_name[4][16];
     size_t nendpoints;
-    /* The data-plane key of the last registration (shards: the cluster's; workers: their
-     * job's); under mu. */
+    /* Workers: the data-plane key of the last registration (the worker's own in its job,
+     * transport/auth.h); under mu. */
     uint8_t data_key[32];
     bool has_data_key;
 };
@@ -535,6 +535,18 @@ ts_status ts_membership_claim(struct ts_membership *ms, uint64_t clock, uint32_t
     req.ssp = ssp;
     req.staleness = staleness;
     return CALL(ms->m, "ClaimWork", &req, &tessera__v1__claim_work_response__descriptor, out,
+                TS_MASTER_CALL_MS, err);
+}
+
+ts_status ts_membership_job_access(struct ts_membership *ms, const char *job,
+                                   Tessera__V1__JobAccessResponse **out, struct ts_err *err)
+{
+    Tessera__V1__JobAccessRequest req = TESSERA__V1__JOB_ACCESS_REQUEST__INIT;
+
+    req.shard_id = atomic_load(&ms->id);
+    req.secret = (ProtobufCBinaryData){ sizeof(ms->secret), ms->secret };
+    req.job = (char *)job;
+    return CALL(ms->m, "JobAccess", &req, &tessera__v1__job_access_response__descriptor, out,
                 TS_MASTER_CALL_MS, err);
 }
 

@@ -9,10 +9,10 @@
 
 #include "util/names.h"
 
-/* HMAC-SHA256(key, label || Nc || Ns || rank (LE) || job). */
+/* HMAC-SHA256(key, label || Nc || Ns || rank (LE) || member (LE) || job). */
 static void tag(const struct ts_dp_hs *hs, const char *label, uint8_t out[TS_DP_TAG_LEN])
 {
-    uint8_t msg[8 + 2 * TS_DP_NONCE_LEN + 4 + TS_JOB_ID_MAX];
+    uint8_t msg[8 + 2 * TS_DP_NONCE_LEN + 8 + TS_JOB_ID_MAX];
     size_t n = strlen(label), j = strlen(hs->job);
     unsigned len = 0;
 
@@ -24,6 +24,8 @@ static void tag(const struct ts_dp_hs *hs, const char *label, uint8_t out[TS_DP_
     n += 2 * TS_DP_NONCE_LEN;
     for (int i = 0; i < 4; i++)
         msg[n++] = (uint8_t)(hs->rank >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        msg[n++] = (uint8_t)(hs->member >> (8 * i));
     memcpy(msg + n, hs->job, j);
     HMAC(EVP_sha256(), hs->key, TS_DP_KEY_LEN, msg, n + j, out, &len);
     OPENSSL_cleanse(msg, sizeof(msg));
@@ -34,20 +36,41 @@ void ts_dp_proof(const struct ts_dp_hs *hs, bool initiator, uint8_t out[TS_DP_TA
     tag(hs, initiator ? "I" : "A", out);
 }
 
-void ts_dp_job_key(const uint8_t cluster[TS_DP_KEY_LEN], const char *job, bool chain,
+/* HMAC-SHA256(key, label with its NUL || data): no label is a prefix of another's. */
+static void derive(const uint8_t key[TS_DP_KEY_LEN], const char *label, const void *data,
+                   size_t len, uint8_t out[TS_DP_KEY_LEN])
+{
+    uint8_t msg[32 + TS_JOB_ID_MAX];
+    size_t n = strlen(label) + 1;
+    unsigned got = 0;
+
+    memcpy(msg, label, n);
+    if (len)   /* NULL data with no bytes: memcpy may not get it */
+        memcpy(msg + n, data, len);
+    HMAC(EVP_sha256(), key, TS_DP_KEY_LEN, msg, n + len, out, &got);
+    OPENSSL_cleanse(msg, sizeof(msg));
+}
+
+void ts_dp_job_key(const uint8_t cluster[TS_DP_KEY_LEN], const char *job,
                    uint8_t out[TS_DP_KEY_LEN])
 {
-    static const char jl[] = "tessera job key", cl[] = "tessera chain key";
-    const char *label = chain ? cl : jl;
-    size_t n = strlen(label) + 1, j = strlen(job);
-    uint8_t msg[32 + TS_JOB_ID_MAX];
-    unsigned len = 0;
+    size_t j = strlen(job);
 
-    if (j > TS_JOB_ID_MAX)
-        j = TS_JOB_ID_MAX;
-    memcpy(msg, label, n);   /* its NUL too: no label is a prefix of a label + job */
-    memcpy(msg + n, job, j);
-    HMAC(EVP_sha256(), cluster, TS_DP_KEY_LEN, msg, n + j, out, &len);
+    derive(cluster, "tessera job key", job, j > TS_JOB_ID_MAX ? TS_JOB_ID_MAX : j, out);
+}
+
+void ts_dp_member_key(const uint8_t job_key[TS_DP_KEY_LEN], uint32_t member,
+                      uint8_t out[TS_DP_KEY_LEN])
+{
+    uint8_t le[4] = { (uint8_t)member, (uint8_t)(member >> 8), (uint8_t)(member >> 16),
+                      (uint8_t)(member >> 24) };
+
+    derive(job_key, "tessera member key", le, sizeof(le), out);
+}
+
+void ts_dp_chain_key(const uint8_t job_key[TS_DP_KEY_LEN], uint8_t out[TS_DP_KEY_LEN])
+{
+    derive(job_key, "tessera chain key", NULL, 0, out);
 }
 
 ts_status ts_dp_nonce(uint8_t out[TS_DP_NONCE_LEN], struct ts_err *err)
@@ -112,8 +135,8 @@ ts_status ts_dp_accept_auth(struct ts_conn *c, const struct ts_dp_hs *hs, const 
     OPENSSL_cleanse(want, sizeof(want));
     if (!ok)
         return ts_err_set(err, TS_EAUTH, "data-plane handshake: the peer's proof for job '%s' "
-                          "is wrong (it does not hold the job's key, or it replayed an old "
-                          "handshake)", hs->job);
+                          "as member %u is wrong (it does not hold that member's key, or it "
+                          "replayed an old handshake)", hs->job, hs->member);
     return key_conn(c, hs, false, mac, err);
 }
 

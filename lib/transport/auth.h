@@ -1,20 +1,26 @@
-/* auth.h - the data plane's handshake: both ends prove they hold the job's key, then key
- * the connection's frame MACs (mac.h). docs/security.md, "The data plane".
+/* auth.h - the data plane's handshake: both ends prove they hold the connection's key, which
+ * binds the connection to one sender, then key the connection's frame MACs (mac.h).
+ * docs/security.md, "The data plane" and "Pushes bound to their sender".
  *
  * Keys. The master makes one cluster data key at its first start (kept in its state) and
- * gives it to each shard that registers over mutual TLS. A job's workers get the job's key,
- * HMAC-SHA256(cluster key, "tessera job key\0" job); shards derive it for any job, and a
- * second one for the links between a partition's chain members (purpose "tessera chain key"),
- * which workers never learn: a worker cannot pose as a chain member.
+ * never hands it out. A job's key is HMAC-SHA256(cluster key, "tessera job key\0" job); the
+ * master gives it, under mutual TLS, to the shards that ask for the job (JobAccess). A worker
+ * gets only its own key in the job, HMAC-SHA256(job key, "tessera member key\0" worker id),
+ * which the shards derive from the job's key and the worker id its HELLO names: the
+ * handshake proves that id, and the shard takes from the connection only pushes of the slots
+ * that worker owns. The links between the shards of a partition's chain use the job's chain
+ * key, HMAC-SHA256(job key, "tessera chain key\0"), which no worker can derive.
  *
- * Handshake, on the HELLO the initiator sends first anyway:
+ * Handshake, on the HELLO the initiator sends first anyway (its `rank`, and the worker id in
+ * its `tensor` field, are the member the key is for):
  *   HELLO  flags TS_HELLO_AUTH (| TS_HELLO_CHAIN); payload: job id, then a fresh 16-byte Nc
  *   ACK    flags TS_ACK_AUTH (| TS_ACK_MAC); payload: a fresh Ns, then
- *          HMAC(key, "A" Nc Ns rank job)        - the acceptor holds the key
- *   AUTH   payload: HMAC(key, "I" Nc Ns rank job) - so does the initiator; no reply
+ *          HMAC(key, "A" Nc Ns rank member job)        - the acceptor holds the key
+ *   AUTH   payload: HMAC(key, "I" Nc Ns rank member job) - so does the initiator; no reply
  * Both nonces are in both proofs, so a recorded handshake replayed meets a new Ns and fails.
  * From AUTH on, with TS_ACK_MAC (the acceptor's choice, ts_dp_mac_wanted), every frame each
- * way carries a MAC under its own session key, HMAC(key, "i>a" or "a>i", Nc Ns rank job).
+ * way carries a MAC under its own session key, HMAC(key, "i>a" or "a>i", Nc Ns rank member
+ * job).
  * Ownership: plain values; keys are wiped by the callers when done. Threads: none shared. */
 #ifndef TS_TRANSPORT_AUTH_H
 #define TS_TRANSPORT_AUTH_H
@@ -35,11 +41,16 @@ struct ts_dp_hs {
     uint8_t nc[TS_DP_NONCE_LEN], ns[TS_DP_NONCE_LEN];
     const char *job;                /* borrowed */
     uint32_t rank;                  /* the HELLO's */
+    uint32_t member;                /* the HELLO's worker id (0 on a chain link) */
 };
 
-/* The job's key (chain: its chain key) from the cluster data key. */
-void ts_dp_job_key(const uint8_t cluster[TS_DP_KEY_LEN], const char *job, bool chain,
+/* The job's key from the cluster data key (the master's). */
+void ts_dp_job_key(const uint8_t cluster[TS_DP_KEY_LEN], const char *job,
                    uint8_t out[TS_DP_KEY_LEN]);
+/* Worker `member`'s key in a job, and the job's chain key, from the job's key. */
+void ts_dp_member_key(const uint8_t job_key[TS_DP_KEY_LEN], uint32_t member,
+                      uint8_t out[TS_DP_KEY_LEN]);
+void ts_dp_chain_key(const uint8_t job_key[TS_DP_KEY_LEN], uint8_t out[TS_DP_KEY_LEN]);
 /* Fresh random bytes from libcrypto. */
 ts_status ts_dp_nonce(uint8_t out[TS_DP_NONCE_LEN], struct ts_err *err) TS_MUST_CHECK;
 /* Whether frames on c should carry MACs: $TESSERA_DATA_MAC "always", "never", or "tcp" (the

@@ -309,10 +309,17 @@ static ts_status recv_payload(struct ts_conn *c, uint8_t *buf, size_t len, bool 
     return TS_OK;
 }
 
-static ts_status refuse(struct ts_conn *c, ts_status st)
+static ts_status refuse_as(struct ts_conn *c, enum ts_frame_refusal why, ts_status st)
 {
     c->frames_refused++;
+    c->refusal = (uint8_t)why;
     return st;
+}
+
+/* Most refusals: a frame whose bytes are not what they should be. */
+static ts_status refuse(struct ts_conn *c, ts_status st)
+{
+    return refuse_as(c, st == TS_ECORRUPT ? TS_FRAME_REFUSED_CORRUPT : TS_FRAME_REFUSED_TORN, st);
 }
 
 void ts_frame_release(struct ts_conn *c)
@@ -351,7 +358,8 @@ static ts_status recv_head(struct ts_conn *c, struct ts_frame_hdr *d, size_t cap
     /* Only our own state decides whether a MAC is due, never the peer's word. An ERROR frame
      * without one is let through: it can only end the connection, and says why. */
     if (mac && !d->mac && d->type != TS_FRAME_ERROR)
-        return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: type %u without a MAC on an "
+        return refuse_as(c, TS_FRAME_REFUSED_MAC,
+                         ts_err_set(err, TS_ECORRUPT, "frame: type %u without a MAC on an "
                                     "authenticated connection (peer %s): refused, nothing "
                                     "applied", d->type, c->peer));
     if (!mac && d->mac)
@@ -371,7 +379,8 @@ static ts_status recv_head(struct ts_conn *c, struct ts_frame_hdr *d, size_t cap
                                     "connection that leaves the host (tensor %" PRIu32
                                     ", peer %s)", d->tensor, c->peer));
     if (d->len > cap)
-        return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: length %" PRIu64 " over the "
+        return refuse_as(c, TS_FRAME_REFUSED_OVERSIZE,
+                         ts_err_set(err, TS_ECORRUPT, "frame: length %" PRIu64 " over the "
                                     "receive buffer's %zu bytes (tensor %" PRIu32 " partition "
                                     "%" PRIu32 " step %" PRIu64 ")", d->len, cap, d->tensor,
                                     d->partition, d->step));
@@ -389,7 +398,8 @@ static ts_status check_sum(struct ts_conn *c, const struct ts_frame_hdr *d, uint
     if (d->mac) {
         if (ts__mac_end(ts__mac_rx(c), want) && CRYPTO_memcmp(want, tag, sizeof(want)) == 0)
             return TS_OK;
-        return refuse(c, ts_err_set(err, TS_ECORRUPT, "frame: MAC mismatch (type %u tensor %"
+        return refuse_as(c, TS_FRAME_REFUSED_MAC,
+                         ts_err_set(err, TS_ECORRUPT, "frame: MAC mismatch (type %u tensor %"
                                     PRIu32 " partition %" PRIu32 " step %" PRIu64 ", peer %s):"
                                     " forged, replayed or corrupted; refused, nothing applied",
                                     d->type, d->tensor, d->partition, d->step, c->peer));

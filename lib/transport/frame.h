@@ -113,6 +113,15 @@ enum ts_frame_type {
                                  * token, then the values in full (encoding 0) or the codec's
                                  * encoding of value - copy (encoding: the codec) */
 
+/* Why ts_frame_recv refused the last refused frame of a connection (ts_conn.refusal): for the
+ * receiver's counts of refusals by reason. */
+enum ts_frame_refusal {
+    TS_FRAME_REFUSED_CORRUPT = 1,   /* a bad header, padding or payload checksum */
+    TS_FRAME_REFUSED_MAC,           /* a MAC missing, unexpected or wrong */
+    TS_FRAME_REFUSED_OVERSIZE,      /* longer than the receiver's buffer */
+    TS_FRAME_REFUSED_TORN,          /* cut short by a hang-up or a stall */
+};
+
 struct ts_frame_hdr {
     uint16_t type;
     uint32_t tensor;

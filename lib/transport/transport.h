@@ -48,6 +48,7 @@ struct ts_conn {
     const struct ts_transport_ops *ops;
     char peer[64];                 /* for logs */
     uint64_t frames_in, frames_refused, bytes_in, bytes_out;   /* kept by frame.c */
+    uint8_t refusal;               /* frame.c: why the last one was refused (frame.h) */
     /* Set by the backend when the connection is made. local_in / local_out: bytes from the
      * peer to us / from us to the peer stay in this host's memory, through no NIC, wire or
      * offload engine (shm, and tcp to a loopback address), so frame.c may leave payloads

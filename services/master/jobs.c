@@ -55,6 +55,7 @@ void jobs_free(struct jobs *j)
     for (size_t i = 0; i < j->n; i++) {
         free(j->v[i].seats);
         free(j->v[i].owners);
+        free(j->v[i].past);
     }
     free(j->v);
     pthread_mutex_destroy(&j->mu);
@@ -84,6 +85,7 @@ static void drop(struct jobs *j, struct job *jb)
 {
     free(jb->seats);
     free(jb->owners);
+    free(jb->past);
     *jb = j->v[--j->n];
 }
 
@@ -96,16 +98,43 @@ static size_t resident(const struct jobs *j)
     return n;
 }
 
+void jobs_owner_set(struct job *jb, uint32_t k, uint32_t w)
+{
+    uint32_t *past = &jb->past[(size_t)k * JOBS_PAST_OWNERS];
+
+    if (jb->owners[k] && jb->owners[k] != w) {
+        memmove(past + 1, past, (JOBS_PAST_OWNERS - 1) * sizeof(*past));
+        past[0] = jb->owners[k];
+    }
+    jb->owners[k] = w;
+}
+
+/* Room for workers' slot owners and their past, all none. */
+static ts_status owners_alloc(struct job *jb, uint32_t workers, struct ts_err *err)
+{
+    uint32_t *o = realloc(jb->owners, (workers + 1) * sizeof(*o));
+    uint32_t *p = o ? realloc(jb->past, ((size_t)workers * JOBS_PAST_OWNERS + 1) * sizeof(*p))
+                    : NULL;
+
+    if (o)
+        jb->owners = o;
+    if (p)
+        jb->past = p;
+    if (!o || !p)
+        return ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+    memset(o, 0, workers * sizeof(*o));
+    memset(p, 0, (size_t)workers * JOBS_PAST_OWNERS * sizeof(*p));
+    return TS_OK;
+}
+
 /* A new run of a job: no seats yet, no slot owned. */
 static ts_status start_run(struct job *jb, uint32_t workers, uint32_t start, bool keep,
                            bool elastic, struct ts_err *err)
 {
-    uint32_t *o = realloc(jb->owners, workers * sizeof(*o));
+    ts_status st = owners_alloc(jb, workers, err);
 
-    if (!o)
-        return ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
-    memset(o, 0, workers * sizeof(*o));
-    jb->owners = o;
+    if (st)
+        return st;
     jb->info.elastic = elastic;
     jb->info.roster = 0;
     jb->info.adopted = jb->info.balanced = 0;
@@ -205,7 +234,7 @@ static void reslot(struct job *jb)
                        jb->info.id, k, k, home->worker);
                 changed = true;
             }
-            jb->owners[k] = home->worker;
+            jobs_owner_set(jb, k, home->worker);
         }
     }
     for (uint32_t k = 0; jb->info.elastic && k < w; k++) {
@@ -235,7 +264,7 @@ static void reslot(struct job *jb)
             ts_log(TS_INFO, "master", "job %s: slot %u goes to worker %u (rank %u) until a "
                    "worker joins for rank %u", jb->info.id, k, best->worker, best->rank, k);
         }
-        jb->owners[k] = best->worker;
+        jobs_owner_set(jb, k, best->worker);
         changed = true;
     }
     /* Balance: the slots just placed evenly go by speed (one change of the roster). */
@@ -515,6 +544,29 @@ size_t jobs_owners(struct jobs *j, const char *id, uint32_t *owners, size_t max)
     return n;
 }
 
+ts_status jobs_access(struct jobs *j, const char *id, uint32_t *owners, uint32_t *past,
+                      size_t max, size_t *n, uint64_t *roster, bool *elastic,
+                      struct ts_err *err)
+{
+    struct job *jb;
+    ts_status st = TS_OK;
+
+    pthread_mutex_lock(&j->mu);
+    if (!(jb = find(j, id)) || jb->info.released) {
+        st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' holds no resources (never started, or "
+                        "ended and released)", id);
+    } else {
+        for (*n = 0; jb->owners && *n < jb->info.workers && *n < max; (*n)++)
+            owners[*n] = jb->owners[*n];
+        if (*n)
+            memcpy(past, jb->past, *n * JOBS_PAST_OWNERS * sizeof(*past));
+        *roster = jb->info.roster;
+        *elastic = jb->info.elastic;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return st;
+}
+
 size_t jobs_due(struct jobs *j, int64_t now_ms, char (*ids)[TS_JOB_ID_MAX + 1], size_t max)
 {
     size_t n = 0, summaries = 0;
@@ -769,9 +821,10 @@ ts_status jobs_restore(struct jobs *j, const struct job_record *r, size_t n, int
         if (r[i].nseats)
             memcpy(jb->seats, r[i].seats, r[i].nseats * sizeof(*jb->seats));
         jb->nseats = jb->cap = r[i].nseats;
-        if (!(jb->owners = calloc(jb->info.workers + 1, sizeof(*jb->owners)))) {
+        if ((st = owners_alloc(jb, jb->info.workers, err))) {
             free(jb->seats);
-            st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
+            free(jb->owners);
+            free(jb->past);
             break;
         }
         if (r[i].nowners)
@@ -787,6 +840,7 @@ ts_status jobs_restore(struct jobs *j, const struct job_record *r, size_t n, int
         for (size_t i = 0; i < j->n; i++) {
             free(j->v[i].seats);
             free(j->v[i].owners);
+            free(j->v[i].past);
         }
         j->n = 0;
         *nrerun = 0;

@@ -35,6 +35,7 @@
 #define JOBS_DEFAULT_HISTORY_MS (24 * 3600 * 1000)
 #define JOBS_DEFAULT_IDLE_MS (3600 * 1000)
 #define JOBS_MAX_WORKERS 4096           /* workers per job */
+#define JOBS_PAST_OWNERS 3              /* earlier owners of a slot kept (jobs_access) */
 
 enum job_state {
     JOB_RUNNING = 1, JOB_IDLE = 2, JOB_FINISHED = 3, JOB_FAILED = 4, JOB_ABANDONED = 5,
@@ -152,6 +153,13 @@ ts_status jobs_speed(struct jobs *j, uint32_t worker, double slot_s, int64_t slo
                      int64_t now_ms, struct ts_err *err);
 
 size_t jobs_owners(struct jobs *j, const char *id, uint32_t *owners, size_t max);
+/* What a shard binds job id's data-plane connections with (JobAccess): its slot owners as
+ * jobs_owners (*n of them, at most max), each slot's past owners (JOBS_PAST_OWNERS per slot
+ * into past, newest first, 0 none), its roster and whether it is elastic. TS_ENOTFOUND,
+ * nothing written, for a job that holds no resources (never started, or released). */
+ts_status jobs_access(struct jobs *j, const char *id, uint32_t *owners, uint32_t *past,
+                      size_t max, size_t *n, uint64_t *roster, bool *elastic,
+                      struct ts_err *err) TS_MUST_CHECK;
 /* Moves idle jobs past idle_ms to FINISHED, forgets summaries past the history limits, and
  * copies into ids (at most max) the jobs that ended and are not released yet; returns how
  * many. */

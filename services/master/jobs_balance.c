@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "schedule.h"
 #include "util/log.h"
@@ -12,12 +13,17 @@
 bool jobs_rebalance_locked(struct job *jb, double min_gain)
 {
     struct sched_seat *v = malloc((jb->nseats + 1) * sizeof(*v));
+    uint32_t *was = malloc((jb->info.workers + 1) * sizeof(*was));
     struct sched_move mv[8];
     size_t n = 0, moved;
     double before;
 
-    if (!v)
+    if (!v || !was) {
+        free(v);
+        free(was);
         return false;
+    }
+    memcpy(was, jb->owners, jb->info.workers * sizeof(*was));
     for (size_t s = 0; s < jb->nseats; s++)
         if (jobs_seat_ready(&jb->seats[s]))
             v[n++] = (struct sched_seat){ jb->seats[s].worker, jb->seats[s].rank,
@@ -32,7 +38,15 @@ bool jobs_rebalance_locked(struct job *jb, double min_gain)
                "was %.1f ms", jb->info.id, moved,
                1e3 * sched_makespan(jb->owners, jb->info.workers, v, n), 1e3 * before);
     jb->info.balanced += (uint32_t)moved;
+    for (uint32_t k = 0; k < jb->info.workers; k++) {   /* the past of the slots that moved */
+        uint32_t now = jb->owners[k];
+        if (now != was[k]) {
+            jb->owners[k] = was[k];
+            jobs_owner_set(jb, k, now);
+        }
+    }
     free(v);
+    free(was);
     return moved > 0;
 }
 

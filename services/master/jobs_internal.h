@@ -12,6 +12,10 @@ struct job {
     struct job_seat *seats;
     size_t nseats, cap;
     uint32_t *owners;                   /* by slot (info.workers): its worker, 0 none */
+    /* By slot, JOBS_PAST_OWNERS each: the workers that owned it before, newest first, 0 none
+     * (this run; not kept across a master restart). A shard takes a slot's push from its
+     * owner or one of these: a step a slot changed hands in may carry either's (JobAccess). */
+    uint32_t *past;
     bool failed, died;                  /* this run: a worker failed, a worker died */
     int64_t idle_since_ms, ended_ms;    /* monotonic */
     int64_t balanced_ms;                /* the last time slots moved for speed */
@@ -23,6 +27,9 @@ struct jobs {
     struct job *v;
     size_t n, cap;
 };
+
+/* Slot k of jb goes to worker w (0: none); the owner it had joins its past. mu held. */
+void jobs_owner_set(struct job *jb, uint32_t k, uint32_t w);
 
 /* The job and seat of a worker, alive or not; NULL if it is in no job. mu held. */
 struct job_seat *jobs_seat_locked(struct jobs *j, uint32_t worker, struct job **jb);

@@ -490,6 +490,21 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
     return st;
 }
 
+ts_status ts_members_vouch(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                           const struct ts_member_cred *cred, struct ts_err *err)
+{
+    struct ts_member *e;
+    ts_status st;
+
+    if ((st = members_check_kind(kind, err)))
+        return st;
+    pthread_mutex_lock(&m->mu);
+    if (!(st = find_alive(m, kind, id, &e, err)))
+        st = check_cred(e, cred, "speak for it", err);
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
+
 bool ts_members_guarded_addr(struct ts_members *m, const char *addr, const char *instance,
                              uint32_t *id)
 {

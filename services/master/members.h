@@ -162,6 +162,11 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
                                uint64_t known_epoch, uint64_t clock, int64_t now_ms,
                                struct ts_member_grant *g, const struct ts_member_cred *cred,
                                struct ts_err *err) TS_MUST_CHECK;
+/* Whether cred speaks for alive member id of kind (its secret, or an admin's): TS_OK, else
+ * the refusal of a heartbeat, with nothing changed (no lease renewed). For calls a member
+ * makes about its own registration that are not signs of life (JobAccess). */
+ts_status ts_members_vouch(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                           const struct ts_member_cred *cred, struct ts_err *err) TS_MUST_CHECK;
 /* A shard's report of the moves left for joining shards (HeartbeatRequest.moves_*), after a
  * heartbeat it was accepted. Once every alive shard reported none under the current epoch,
  * the joining shards go on the ring with a new epoch. */

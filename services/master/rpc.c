@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include "master.h"
@@ -126,9 +127,6 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
     resp->heartbeat_interval_ms = g.lease_ms / 3;
-    /* the key travels only where the channel is private and the caller a shard's */
-    if (ts_rpc_tls_mutual())
-        resp->data_key = (ProtobufCBinaryData){ sizeof(m->data_key), m->data_key };
     return TS_OK;
 }
 
@@ -185,9 +183,43 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
     resp->heartbeat_interval_ms = g.lease_ms / 3;
-    if (req->job[0] && ts_rpc_tls_mutual()) {   /* its job's key alone */
+    if (req->job[0] && ts_rpc_tls_mutual()) {   /* its own key in the job alone */
+        uint8_t jk[TS_DP_KEY_LEN], *k = ts_rpc_alloc(call, TS_DP_KEY_LEN);
+        ts_dp_job_key(m->data_key, req->job, jk);
+        ts_dp_member_key(jk, g.id, k);
+        OPENSSL_cleanse(jk, sizeof(jk));
+        resp->data_key = (ProtobufCBinaryData){ TS_DP_KEY_LEN, k };
+    }
+    return TS_OK;
+}
+
+/* JobAccess: a shard binds a job's data-plane connections to their senders (docs/security.md,
+ * "Pushes bound to their sender"): the slots' owners, and under mutual TLS the job's key. */
+static ts_status job_access(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                            ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__JobAccessRequest *req = (const void *)rq;
+    Tessera__V1__JobAccessResponse *resp = (void *)rs;
+    struct master *m = ts_rpc_ctx(call);
+    uint32_t *owners = ts_rpc_alloc(call, JOBS_MAX_WORKERS * sizeof(*owners));
+    uint32_t *past = ts_rpc_alloc(call, JOBS_MAX_WORKERS * JOBS_PAST_OWNERS * sizeof(*past));
+    struct ts_member_cred cred;
+    bool elastic;
+    ts_status st;
+
+    if ((st = ts_job_id_check("job", req->job, err)) ||
+        (st = member_cred(call, &req->secret, false, &cred, err)) ||
+        (st = ts_members_vouch(m->members, TS_MEMBER_SHARD, req->shard_id, &cred, err)) ||
+        (st = jobs_access(m->jobs, req->job, owners, past, JOBS_MAX_WORKERS,
+                          &resp->n_owners, &resp->roster, &elastic, err)))
+        return st;
+    resp->owners = owners;
+    resp->past_owners = past;
+    resp->n_past_owners = resp->n_owners * JOBS_PAST_OWNERS;
+    resp->elastic = elastic;
+    if (ts_rpc_tls_mutual()) {
         uint8_t *k = ts_rpc_alloc(call, TS_DP_KEY_LEN);
-        ts_dp_job_key(m->data_key, req->job, false, k);
+        ts_dp_job_key(m->data_key, req->job, k);
         resp->data_key = (ProtobufCBinaryData){ TS_DP_KEY_LEN, k };
     }
     return TS_OK;
@@ -698,6 +730,7 @@ static const struct ts_rpc_method master_methods[] = {
     T("ClaimWork", claim_work, claim_work_request, claim_work_response, TS_ROLE_WORKER),
     M("SubmitTask", master_submit_task, submit_task_request, submit_task_response,
       TS_ROLE_ADMIN | TS_ROLE_VERIFY),
+    M("JobAccess", job_access, job_access_request, job_access_response, TS_ROLE_SHARD),
     M("ReportLost", report_lost, report_lost_request, report_lost_response, MEMBERS),
     T("CollectGarbage", collect_garbage, collect_garbage_request, collect_garbage_response,
       TS_ROLE_ADMIN),

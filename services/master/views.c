@@ -18,6 +18,8 @@ struct view {
     struct ts_shard_roles roles;
     uint64_t promotions, copies_sent, copies_pending, bytes, frames_refused, partitions_lost,
              partitions_reseeded, moves_pending;
+    uint64_t refused;               /* the data plane's refusals, all reasons */
+    char refusals[160];             /* by reason, "conflict 2, identity 1" */
     int64_t at_ms;                  /* when it answered (monotonic) */
 };
 
@@ -76,6 +78,8 @@ static void refresh(struct views *vs)
                                   .partitions_lost = r->partitions_lost,
                                   .partitions_reseeded = r->partitions_reseeded,
                                   .moves_pending = r->moves_pending, .at_ms = ts_now_ms() };
+        got[n - 1].refused = ts_shard_refusals(r, got[n - 1].refusals,
+                                               sizeof(got[n - 1].refusals));
         protobuf_c_message_free_unpacked(&r->base, NULL);
     }
     ts_members_view_free(&mv);
@@ -174,6 +178,8 @@ void views_json(struct views *vs, uint32_t id, struct ts_json *j)
     ts_json_uint(j, "copies_pending", c.copies_pending);
     ts_json_uint(j, "bytes", c.bytes);
     ts_json_uint(j, "frames_refused", c.frames_refused);
+    ts_json_uint(j, "refused", c.refused);
+    ts_json_str(j, "refusals", c.refusals);
     ts_json_uint(j, "partitions_lost", c.partitions_lost);
     ts_json_uint(j, "partitions_reseeded", c.partitions_reseeded);
     ts_json_uint(j, "moves_pending", c.moves_pending);

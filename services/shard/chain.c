@@ -61,8 +61,8 @@ static ts_status await_reply(struct ts_conn *c, uint32_t shard, const atomic_boo
     return await_ack(c, shard, stop, NULL, NULL, err);
 }
 
-/* The HELLO of a new link, and with the cluster's key the handshake (transport/auth.h): the
- * job's chain key, which workers never hold, proves a shard of this cluster to the next. */
+/* The HELLO of a new link, and with keys the handshake (transport/auth.h): the job's chain
+ * key, which workers never hold, proves a shard of this cluster to the next. */
 static ts_status hello(struct chain_links *cs, struct ts_conn *c, const char *job, uint32_t next,
                        const atomic_bool *stop, struct ts_err *err)
 {
@@ -74,15 +74,16 @@ static ts_status hello(struct chain_links *cs, struct ts_conn *c, const char *jo
     ts_status st;
 
     memcpy(payload, job, jl);
-    if (cs->key) {
+    if (cs->keys) {
         h.flags = TS_HELLO_AUTH | TS_HELLO_CHAIN;
-        ts_dp_job_key(cs->key, job, true, hs.key);
-        if ((st = ts_dp_nonce(hs.nc, err)))
+        if ((st = cs->keys(cs->keys_ctx, job, hs.key, err)) || (st = ts_dp_nonce(hs.nc, err))) {
+            OPENSSL_cleanse(&hs, sizeof(hs));
             return st;
+        }
         memcpy(payload + jl, hs.nc, TS_DP_NONCE_LEN);
     }
-    if (!(st = ts_frame_send(c, &h, payload, jl + (cs->key ? TS_DP_NONCE_LEN : 0), err)) &&
-        !(st = await_ack(c, next, stop, &ack, reply, err)) && cs->key)
+    if (!(st = ts_frame_send(c, &h, payload, jl + (cs->keys ? TS_DP_NONCE_LEN : 0), err)) &&
+        !(st = await_ack(c, next, stop, &ack, reply, err)) && cs->keys)
         st = ts_dp_initiate_finish(c, &hs, &ack, reply, err);
     OPENSSL_cleanse(&hs, sizeof(hs));
     return st;

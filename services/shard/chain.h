@@ -43,9 +43,10 @@ struct chain_image {
 
 struct chain_links {
     uint32_t self;                   /* this shard's id: an IMAGE names its sender in `rank` */
-    /* The cluster's data-plane key (borrowed; NULL: none): a new link does the handshake
-     * with the job's chain key (transport/auth.h). */
-    const uint8_t *key;
+    /* With keys set (the shard serves mutual TLS), a new link does the handshake with the
+     * job's chain key (transport/auth.h), which keys(ctx, job, out, err) gives. */
+    ts_status (*keys)(void *ctx, const char *job, uint8_t out[32], struct ts_err *err);
+    void *keys_ctx;
     struct chain_link *links;
     size_t n, cap;
     void *image;                     /* an image, or a step's small pieces, reused per step */

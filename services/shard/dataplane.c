@@ -162,6 +162,20 @@ static ts_status take_slots(const struct ts_frame_hdr *h, struct ts_push *in,
     return TS_OK;
 }
 
+/* Whether this connection's worker owns the slots a push or seed names (dp_access.c): a
+ * refusal other than a slot that just changed hands is counted. */
+static ts_status owns(struct dp_conn *dc, uint32_t rank, uint64_t slots, struct ts_err *err)
+{
+    ts_status st;
+
+    if (!dc->job)
+        return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
+    if ((st = dp_access_check(dc->dp->access, dc->job->job.id, dc->member, rank, slots, err)) ==
+        TS_EPERM)
+        dp_refuse(dc->dp, DP_REFUSED_IDENTITY, dc->c->peer, err->msg);
+    return st;
+}
+
 static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
                          struct ts_err *err)
 {
@@ -172,16 +186,20 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
     struct ts_push in = { .rank = h->rank, .step = h->step, .encoding = h->encoding,
                           .scale_exp = TS_PUSH_SCALE_EXP(h->flags), .payload = buf,
                           .bytes = h->len, .retry = (h->flags & TS_PUSH_RETRY) != 0,
-                          .gen = dc->gen };
+                          .gen = dc->gen, .member = dc->member,
+                          .payload_sum = h->unhashed ? 0 : h->checksum };
     int64_t t0 = ts_now_ns();
     bool applied = false;
     ts_status st;
 
-    if ((st = take_slots(h, &in, err)) || (st = head_of(dc, h, &p, &next, err)))
+    if ((st = take_slots(h, &in, err)) || (st = owns(dc, in.rank, in.slots, err)) ||
+        (st = head_of(dc, h, &p, &next, err)))
         return st;
     if (!((h->flags & TS_PUSH_REGION) && in_region(dc, h, p, &in, err))) {
         int64_t t1 = ts_now_ns();
-        if (!ts_part_push(p, &in, &applied, err) && applied) {
+        if ((st = ts_part_push(p, &in, &applied, err)) == TS_EPERM)
+            dp_refuse(dc->dp, DP_REFUSED_CONFLICT, dc->c->peer, err->msg);
+        if (!st && applied) {
             ts_histogram_observe(dc->metrics.aggregate_s, (double)(ts_now_ns() - t1) / 1e9);
             if (next) {
                 hook_reach(HOOK_PUSH);
@@ -237,7 +255,7 @@ static ts_status on_seed(struct dp_conn *dc, const struct ts_frame_hdr *h, const
         return ts_err_set(err, TS_EINVAL, "seed: job '%s' is mode %s; only a reduce job's "
                           "workers seed partitions", dc->job->job.id,
                           ts_mode_name(dc->job->job.mode));
-    if ((st = head_of(dc, h, &p, NULL, err)))
+    if ((st = owns(dc, h->rank, 0, err)) || (st = head_of(dc, h, &p, NULL, err)))
         return st;
     if (h->len && h->len != ts_part_len(p) * sizeof(float))
         st = ts_err_set(err, TS_EINVAL, "seed: %" PRIu64 " bytes of values for tensor %u "
@@ -464,10 +482,11 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     id[len] = '\0';
     if (ts_job_id_check("hello: job id", id, err))
         return TS_EINVAL;
-    /* an authenticated connection stays with the job it proved its key for */
-    if (dc->c->authed && strcmp(id, dc->hs_job))
-        return ts_err_set(err, TS_EAUTH, "hello: this connection is authenticated for job "
-                          "'%s', not '%s'", dc->hs_job, id);
+    /* an authenticated connection stays with the job and worker it proved its key for */
+    if (dc->c->authed && (strcmp(id, dc->hs_job) || (!dc->link && h->tensor != dc->hs.member)))
+        return ts_err_set(err, TS_EAUTH, "hello: this connection is authenticated for worker %u "
+                          "of job '%s', not worker %u of '%s'", dc->hs.member, dc->hs_job,
+                          h->tensor, id);
     job = shard_params_attach(dc->dp->params, id);
     if (job != dc->job)   /* regions belong to the job's tensors */
         regions_free(dc);
@@ -485,6 +504,7 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
         return ts_err_set(err, TS_ENOTFOUND, "hello: job '%s' has no tensors on this shard: "
                           "register them first", id);
     dc->gen = atomic_load(&dc->job->rollbacks);
+    dc->member = h->flags & TS_HELLO_CHAIN ? 0 : h->tensor;
     dc->worker = h->flags & TS_HELLO_ELASTIC ? h->tensor : 0;
     dc->bye = false;
     ack.step = dc->gen;   /* the worker learns which rollback it works after */
@@ -521,89 +541,121 @@ void dataplane_forget(void *arg)
     pthread_mutex_unlock(&dp->sum_mu);
 }
 
+/* Answers one request frame h (payload in), which dp_allowed let through. */
+static ts_status serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *in,
+                       struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    if ((h->type == TS_FRAME_PUSH || h->type == TS_FRAME_PULL || h->type == TS_FRAME_IMAGE) &&
+        rolled_back(dc, err))
+        return TS_EROLLBACK;
+    switch (h->type) {
+    case TS_FRAME_PUSH:
+        if (h->flags & TS_PUSH_ROUND)   /* a new step's pushes begin */
+            dc->push_refused = dc->reslot = false;
+        st = on_push(dc, h, in, err);
+        dc->push_refused |= st != TS_OK;
+        return st;
+    case TS_FRAME_PULL:
+        if (h->flags & TS_PULL_ROUND)   /* a round begins: slots.c */
+            dc->reslot = false;
+        return on_pull(dc, h, in, err);
+    case TS_FRAME_HELLO:
+        if (!(st = on_hello(dc, h, in, err)))
+            dp_guard_trust(dc);
+        return st;
+    case TS_FRAME_AUTH:
+        if (!(st = dp_on_auth(dc, h, in, err)))
+            dp_guard_trust(dc);
+        return st;
+    case TS_FRAME_BYE:
+        dc->bye = true;   /* no reply: the worker is closing */
+        return TS_OK;
+    case TS_FRAME_SHARE:
+        return on_share(dc, h, err);
+    case TS_FRAME_MAP:
+        return on_map(dc, h, err);
+    case TS_FRAME_IMAGE:
+        return dp_on_image(dc, h, in, err);
+    case TS_FRAME_SEED:
+        return on_seed(dc, h, in, err);
+    default:
+        return ts_err_set(err, TS_EINVAL, "frame type %u is not a request", h->type);
+    }
+}
+
+/* A receive buffer of cap bytes (dp_guard_cap): once the connection is trusted TS_FRAME_MAX
+ * bytes, whose pages are touched only as frames need them; before, a small one. */
+static void *buffer_for(size_t cap, void **big, void *small)
+{
+    if (cap <= DP_UNTRUSTED_FRAME)
+        return small;
+    if (!*big)
+        *big = malloc(TS_FRAME_MAX);
+    return *big;
+}
+
 static void *conn_main(void *arg)
 {
     struct dp_conn *dc = arg;
     struct dataplane *dp = dc->dp;
-    void *buf = malloc(TS_FRAME_MAX); /* pages are touched only as frames need them */
+    void *big = NULL;
+    _Alignas(8) char small[DP_UNTRUSTED_FRAME];
     bool hung_up = false;
 
-    while (buf && !atomic_load(&dp->stop)) {
+    while (!atomic_load(&dp->stop) && !dp_guard_expired(dc)) {
         struct ts_frame_hdr h;
         struct ts_err err = { 0 };
         const void *in = NULL;
-        ts_status st = ts_frame_recv_view(dc->c, &h, buf, TS_FRAME_MAX, 1000, &in, &err);
+        size_t cap = dp_guard_cap(dc);
+        void *buf = buffer_for(cap, &big, small);
+        ts_status st = buf ? ts_frame_recv_view(dc->c, &h, buf, cap, 1000, &in, &err)
+                           : ts_err_set(&err, TS_ENOMEM, "no memory for a receive buffer");
 
         if (st == TS_ETIMEDOUT)
             continue;
         if (st == TS_ECORRUPT) {
             struct ts_frame_hdr none = { 0 };
-            ts_log(TS_WARN, "dataplane", "%s; closing the connection, nothing applied",
-                   err.msg);
+            dp_refuse_frame(dc, &err);
             reply_error(dc->c, &none, &err);
             break;
         }
-        if (st) {  /* the worker went away or the shard is stopping */
-            hung_up = st == TS_EUNAVAIL;
+        if (st) {  /* the worker went away, the shard is stopping, or no memory */
+            hung_up = st == TS_EUNAVAIL && !atomic_load(&dc->cut);
             break;
         }
         if ((st = dp_allowed(dc, h.type, &err))) {
-            ts_log(TS_WARN, "dataplane", "%s: %s; closing the connection", dc->c->peer,
-                   err.msg);
+            dp_refuse(dp, dc->c->authed ? DP_REFUSED_KIND : DP_REFUSED_HANDSHAKE, dc->c->peer,
+                      err.msg);
             ts_frame_release(dc->c);
             reply_error(dc->c, &h, &err);
             break;
         }
-        if ((h.type == TS_FRAME_PUSH || h.type == TS_FRAME_PULL ||
-             h.type == TS_FRAME_IMAGE) && rolled_back(dc, &err))
-            st = TS_EROLLBACK;
-        else if (h.type == TS_FRAME_PUSH) {
-            if (h.flags & TS_PUSH_ROUND)   /* a new step's pushes begin */
-                dc->push_refused = dc->reslot = false;
-            st = on_push(dc, &h, in, &err);
-            dc->push_refused |= st != TS_OK;
-        } else if (h.type == TS_FRAME_PULL) {
-            if (h.flags & TS_PULL_ROUND)   /* a round begins: slots.c */
-                dc->reslot = false;
-            st = on_pull(dc, &h, in, &err);
-        }
-        else if (h.type == TS_FRAME_HELLO)
-            st = on_hello(dc, &h, in, &err);
-        else if (h.type == TS_FRAME_AUTH)
-            st = dp_on_auth(dc, &h, in, &err);
-        else if (h.type == TS_FRAME_BYE)
-            dc->bye = true;   /* no reply: the worker is closing */
-        else if (h.type == TS_FRAME_SHARE)
-            st = on_share(dc, &h, &err);
-        else if (h.type == TS_FRAME_MAP)
-            st = on_map(dc, &h, &err);
-        else if (h.type == TS_FRAME_IMAGE)
-            st = dp_on_image(dc, &h, in, &err);
-        else if (h.type == TS_FRAME_SEED)
-            st = on_seed(dc, &h, in, &err);
-        else
-            st = ts_err_set(&err, TS_EINVAL, "frame type %u is not a request", h.type);
+        st = serve(dc, &h, in, &err);
         /* Done with the payload: let the worker reuse its place in the ring. */
         ts_frame_release(dc->c);
         if (st == TS_ECANCELLED && dc->job && atomic_load(&dc->job->fence)) {
             err = (struct ts_err){ 0 };   /* a pull ended by a rollback: say so */
             st = rolled_back(dc, &err);
         }
-        if (st == TS_EAUTH) {   /* a failed handshake ends the connection */
-            ts_log(TS_WARN, "dataplane", "%s: %s; closing the connection", dc->c->peer,
-                   err.msg);
+        if (st == TS_EAUTH || st == TS_EPERM) {   /* a failed proof or a forgery: the end */
+            if (st == TS_EAUTH)
+                dp_refuse(dp, h.type == TS_FRAME_HELLO && dc->c->authed ? DP_REFUSED_IDENTITY
+                                                                        : DP_REFUSED_HANDSHAKE,
+                          dc->c->peer, err.msg);
             reply_error(dc->c, &h, &err);
             break;
         }
         if (st == TS_EUNAVAIL || st == TS_ECANCELLED || (st && reply_error(dc->c, &h, &err))) {
             /* A reply that could not go: the worker may have hung up under it (slots.c). */
-            hung_up = st != TS_ECANCELLED && dp_slots_peer_gone(dc, buf);
+            hung_up = st != TS_ECANCELLED && dp_slots_peer_gone(dc, buf, cap);
             break;
         }
     }
     if (hung_up && !atomic_load(&dp->stop))
         dp_slots_lost(dc);
-    free(buf);
+    free(big);
     free(dc->copy);
     regions_free(dc);
     dp_pullc_free(dc);
@@ -656,6 +708,10 @@ static void *accept_main(void *arg)
             pthread_mutex_unlock(&dp->mu);
             continue;
         }
+        if (st == TS_EAUTH) {   /* a local peer the kernel says may not connect (shm) */
+            dp_refuse(dp, DP_REFUSED_PEER, ts_tp_listener_name(dl->l), err.msg);
+            continue;
+        }
         if (st) { /* a peer's bad handshake, or the system out of something */
             ts_log(TS_WARN, "dataplane", "%s: accept: %s", ts_tp_listener_name(dl->l),
                    err.msg);
@@ -672,6 +728,12 @@ static void *accept_main(void *arg)
         dc->c = c;
         pthread_mutex_lock(&dp->mu);
         reap(dp, false);
+        if (!dp_guard_admit(dp, dc)) {
+            pthread_mutex_unlock(&dp->mu);
+            ts_tp_close(c);
+            free(dc);
+            continue;
+        }
         if (pthread_create(&dc->thread, NULL, conn_main, dc) != 0) {
             pthread_mutex_unlock(&dp->mu);
             ts_log(TS_ERROR, "dataplane", "cannot start a thread for %s", c->peer);
@@ -707,6 +769,9 @@ ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const c
 {
     memset(dp, 0, sizeof(*dp));
     dp->params = sp;
+    dp->max_conns = DP_DEFAULT_MAX_CONNS;
+    if (dp_access_create(&dp->access, err))
+        return err->code;
     const char *flip = getenv("TESSERA_TEST_FLIP_REPLICA");
     if (flip && sscanf(flip, "%u:%u", &dp->flip_tensor, &dp->flip_part) == 2) {
         dp->flip = true;
@@ -752,6 +817,7 @@ void dataplane_end_job(struct dataplane *dp, const char *job)
     pthread_mutex_lock(&dp->mu);
     cancel_waits(dp, job);
     pthread_mutex_unlock(&dp->mu);
+    dp_access_forget(dp->access, job);
 }
 
 void dataplane_stop(struct dataplane *dp)
@@ -768,4 +834,5 @@ void dataplane_stop(struct dataplane *dp)
     pthread_mutex_destroy(&dp->mu);
     pthread_mutex_destroy(&dp->sum_mu);
     pthread_mutex_destroy(&dp->id_mu);
+    dp_access_free(dp->access);
 }

@@ -12,6 +12,7 @@
 #define DP_SUM_CACHE 1024           /* pull hashes remembered (dataplane.c pull_sum) */
 
 struct dataplane;
+struct dp_access;
 
 struct dp_listener {
     struct dataplane *dp;
@@ -24,6 +25,31 @@ struct dp_sum {
     const struct ts_part *part;
     uint64_t version, sum;
 };
+
+/* Why the data plane refused a connection or a frame (dp_guard.c), counted per shard:
+ * ShardStatus.refusals, tessera_shard_refused_total{reason}, `tessera status`. */
+enum dp_refusal {
+    DP_REFUSED_HANDSHAKE,   /* "handshake": none where one is required, or a wrong proof */
+    DP_REFUSED_CORRUPT,     /* "corrupt": a frame torn, malformed or failing its checksum */
+    DP_REFUSED_MAC,         /* "mac": a frame whose MAC is missing or wrong */
+    DP_REFUSED_IDENTITY,    /* "identity": a push or seed of a slot its worker does not own,
+                             * or a HELLO for another job or worker than the one proved */
+    DP_REFUSED_CONFLICT,    /* "conflict": a push that differs from the one counted for its
+                             * slot and step (part.h, "Duplicates") */
+    DP_REFUSED_KIND,        /* "kind": a frame not for this connection (an image from a worker,
+                             * a push on a chain link) */
+    DP_REFUSED_OVERSIZE,    /* "oversize": a frame over the limit before trust */
+    DP_REFUSED_IDLE,        /* "idle": not trusted within the limit */
+    DP_REFUSED_FLOOD,       /* "flood": over a connection cap */
+    DP_REFUSED_PEER,        /* "peer": a local peer the kernel says is not allowed (shm) */
+    DP_REFUSED_N
+};
+/* Limits before trust (dp_guard.c says why each). */
+#define DP_UNTRUSTED_FRAME 4096     /* payload bytes of a frame */
+#define DP_UNTRUSTED_MS 10000       /* to be trusted */
+#define DP_UNTRUSTED_MAX 64         /* untrusted connections at once (the oldest is cut) */
+#define DP_SOURCE_MAX 16            /* untrusted connections from one source */
+#define DP_DEFAULT_MAX_CONNS 4096   /* --max-conns */
 
 struct dataplane {
     struct shard_params *params;    /* borrowed */
@@ -52,15 +78,33 @@ struct dataplane {
     uint32_t flip_tensor, flip_part;
     /* The data-plane handshake (transport/auth.h; docs/security.md). require_auth: set at
      * start when the shard serves mutual TLS; then every connection must do the handshake
-     * before any other frame. key: the cluster's data key, once the master gave it
-     * (dataplane_set_key); a HELLO before that is refused as "retry". */
+     * before any other frame. access: each job's slot owners and key, from the master
+     * (dp_access.c), which bind a connection to its worker. */
     bool require_auth;
-    atomic_bool keyed;
-    uint8_t key[32];
+    struct dp_access *access;
+    /* dp_guard.c: the connections served at most (--max-conns; 0 at dataplane_start:
+     * DP_DEFAULT_MAX_CONNS), and the refusals so far by reason. */
+    size_t max_conns;
+    atomic_uint_least64_t refused[DP_REFUSED_N];
 };
 
-/* The cluster's data-plane key from the shard's registration (ts_membership_data_key). */
-void dataplane_set_key(struct dataplane *dp, const uint8_t key[32]);
+/* "handshake", "corrupt", ...: the reason's name, for metrics and status (static storage). */
+const char *dataplane_refusal_name(enum dp_refusal r);
+/* The refusals so far, by reason. */
+void dataplane_refusals(struct dataplane *dp, uint64_t out[DP_REFUSED_N]);
+
+/* How the data plane asks the master about a job (ts_membership_job_access): *out is the
+ * caller's to free. */
+typedef ts_status (*dp_access_fetch_fn)(void *ctx, const char *job,
+                                        Tessera__V1__JobAccessResponse **out,
+                                        struct ts_err *err);
+/* chain_links.keys (chain.h) for a shard that serves mutual TLS (ctx: the struct dataplane
+ * *): job's chain key, from the job's key the master gives (dp_access.c). */
+ts_status dp_access_chain_key(void *ctx, const char *job, uint8_t out[32],
+                              struct ts_err *err) TS_MUST_CHECK;
+/* Once the shard registered: the data plane may ask the master about jobs (HELLOs wait for
+ * this, up to 10 s). */
+void dataplane_set_access(struct dataplane *dp, dp_access_fetch_fn fn, void *ctx);
 
 /* Frames received and refused so far, over every connection. */
 void dataplane_counters(struct dataplane *dp, uint64_t *in, uint64_t *refused);

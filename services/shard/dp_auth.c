@@ -7,50 +7,45 @@
 #include <string.h>
 
 #include "util/log.h"
-#include "util/proc.h"
-
-#define KEY_WAIT_MS 5000   /* a HELLO's wait for the key of a shard still registering */
+#include "util/names.h"
 
 /* A HELLO that begins the handshake (auth.h): its nonce is the last TS_DP_NONCE_LEN bytes
- * (taken off *len); the key is the job's, or its chain key for a chain link. The proof goes
- * in the ACK (ack, its payload in out); the AUTH frame finishes it (on_auth). */
+ * (taken off *len); the key is the worker's the HELLO names (its `tensor` field), or the
+ * job's chain key for a chain link, from the job's key (dp_access.c). The proof goes in the
+ * ACK (ack, its payload in out); the AUTH frame finishes it (on_auth). */
 ts_status dp_hello_auth(struct dp_conn *dc, const struct ts_frame_hdr *h, const char *buf,
-                            size_t *len, struct ts_frame_hdr *ack, uint8_t out[TS_DP_ACK_LEN],
-                            struct ts_err *err)
+                        size_t *len, struct ts_frame_hdr *ack, uint8_t out[TS_DP_ACK_LEN],
+                        struct ts_err *err)
 {
     struct dataplane *dp = dc->dp;
-    uint8_t key[TS_DP_KEY_LEN];
+    bool chain = (h->flags & TS_HELLO_CHAIN) != 0;
+    ts_status st;
 
     if (!(h->flags & TS_HELLO_AUTH)) {
         if (dp->require_auth && !dc->c->authed)
             return ts_err_set(err, TS_EAUTH, "hello: this shard's data plane needs the "
-                              "handshake (TS_HELLO_AUTH, with the job's key from the master; "
-                              "docs/security.md)");
+                              "handshake (TS_HELLO_AUTH, with the worker's key from the "
+                              "master; docs/security.md)");
         return TS_OK;
     }
     if (dc->c->authed)
         return ts_err_set(err, TS_ESTATE, "hello: the handshake is done on this connection");
-    /* a shard is keyed right after it registers: a worker that found it in the map at once
-     * may come a moment before */
-    for (int i = 0; i < KEY_WAIT_MS / 10 && dp->require_auth && !atomic_load(&dp->keyed); i++)
-        ts_sleep_ms(10);
-    if (!atomic_load(&dp->keyed))
-        return ts_err_set(err, TS_ESTATE, "hello: this shard has no data-plane key %s",
-                          dp->require_auth ? "(it has not registered with the master)" :
-                          "(its master serves no mutual TLS): connect without the handshake");
     if (*len <= TS_DP_NONCE_LEN || *len - TS_DP_NONCE_LEN > TS_JOB_ID_MAX)
         return ts_err_set(err, TS_EINVAL, "hello: a handshake needs the job id and a %d-byte "
                           "nonce", TS_DP_NONCE_LEN);
     *len -= TS_DP_NONCE_LEN;
     memcpy(dc->hs_job, buf, *len);
     dc->hs_job[*len] = '\0';
-    ts_dp_job_key(dp->key, dc->hs_job, (h->flags & TS_HELLO_CHAIN) != 0, key);
-    memcpy(dc->hs.key, key, sizeof(key));
-    OPENSSL_cleanse(key, sizeof(key));
+    if (memchr(dc->hs_job, '\0', *len) || ts_job_id_check("hello: job id", dc->hs_job, err))
+        return ts_err_set(err, TS_EINVAL, "hello: the job id is not a job id");
+    if ((st = dp_access_key(dp->access, dc->hs_job, chain, chain ? 0 : h->tensor, dc->hs.key,
+                            err)))
+        return st;
     memcpy(dc->hs.nc, buf + *len, TS_DP_NONCE_LEN);
     dc->hs.job = dc->hs_job;
     dc->hs.rank = h->rank;
-    dc->link = (h->flags & TS_HELLO_CHAIN) != 0;
+    dc->hs.member = chain ? 0 : h->tensor;
+    dc->link = chain;
     dc->hs_mac = ts_dp_mac_wanted(dc->c);
     dc->hs_pending = true;
     ack->flags = TS_ACK_AUTH | (dc->hs_mac ? TS_ACK_MAC : 0);
@@ -75,10 +70,9 @@ ts_status dp_on_auth(struct dp_conn *dc, const struct ts_frame_hdr *h, const voi
     return st;
 }
 
-void dataplane_set_key(struct dataplane *dp, const uint8_t key[32])
+void dataplane_set_access(struct dataplane *dp, dp_access_fetch_fn fn, void *ctx)
 {
-    memcpy(dp->key, key, sizeof(dp->key));
-    atomic_store(&dp->keyed, true);
+    dp_access_set_fetch(dp->access, fn, ctx);
 }
 
 /* Whether a frame of type may come on dc now: with the handshake required, only HELLO and

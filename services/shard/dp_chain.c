@@ -47,7 +47,8 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
         uint32_t now = next;
 
         dc->chain.self = atomic_load(&dc->dp->self);
-        dc->chain.key = atomic_load(&dc->dp->keyed) ? dc->dp->key : NULL;
+        dc->chain.keys = dc->dp->require_auth ? dp_access_chain_key : NULL;
+        dc->chain.keys_ctx = dc->dp;
         st = chain_send(&dc->chain, atomic_load(&dc->dp->cluster), dc->job->job.id, next,
                         h->tensor, h->partition, version, image, &dc->dp->stop, &e);
         /* A joining shard not yet told of the job or tensor (the repair thread tells it, then

@@ -78,6 +78,9 @@ struct dp_conn {
     uint64_t hello_epoch;
     bool reduce;
     struct dp_metrics metrics;
+    /* From the HELLO: the worker it names (its `tensor` field: the worker id RegisterWorker
+     * gave; 0 on a chain link), whose slots alone the connection may push (dp_access.c). */
+    uint32_t member;
     /* Elastic jobs (docs/elastic.md), from the HELLO: the worker's member id (0: a shard of a
      * chain, or a worker that is not elastic), whether it said goodbye (BYE) before hanging
      * up; wakes counts the slot changes told to this connection, wakes_seen those its pulls
@@ -99,7 +102,48 @@ struct dp_conn {
     pthread_t thread;
     struct dp_conn *next;
     atomic_bool done;
+    /* dp_guard.c: trusted (the handshake done, or the HELLO answered where none is
+     * required), cut (shut down to make room), when it came, and from where. */
+    atomic_bool trusted, cut;
+    int64_t born_ms;
+    char source[64];
 };
+
+/* dp_guard.c: limits before trust, and refusals counted (dataplane.h, enum dp_refusal).
+ * dp_refuse: counts one of why and logs it (rate-limited). dp_refuse_frame: a frame that
+ * ts_frame_recv refused, counted by its reason. dp_guard_admit: a new connection may be
+ * served (false: close it; it was counted), maybe cutting the oldest untrusted one; dp->mu
+ * held. dp_guard_cap: the largest frame the connection may send now. dp_guard_expired: the
+ * connection is untrusted past the limit (counted; close it). dp_guard_trust: after its
+ * HELLO was answered, the connection is trusted unless a handshake is still due. */
+void dp_refuse(struct dataplane *dp, enum dp_refusal why, const char *peer, const char *msg);
+void dp_refuse_frame(struct dp_conn *dc, const struct ts_err *err);
+bool dp_guard_admit(struct dataplane *dp, struct dp_conn *dc);
+size_t dp_guard_cap(const struct dp_conn *dc);
+bool dp_guard_expired(struct dp_conn *dc);
+void dp_guard_trust(struct dp_conn *dc);
+
+/* dp_access.c: which worker owns each slot of a job, and the job's key (JobAccess; docs/
+ * security.md, "Pushes bound to their sender"). Created with the data plane; the fetch is set
+ * once the shard registered (dataplane_set_access). */
+ts_status dp_access_create(struct dp_access **out, struct ts_err *err) TS_MUST_CHECK;
+void dp_access_free(struct dp_access *a);
+void dp_access_set_fetch(struct dp_access *a, dp_access_fetch_fn fn, void *ctx);
+/* The key of a connection of job: worker member's (chain: the job's chain key), derived from
+ * the job's key. TS_ESTATE where the master gives no key (no mutual TLS); TS_EUNAVAIL when
+ * the master could not be asked. */
+ts_status dp_access_key(struct dp_access *a, const char *job, bool chain, uint32_t member,
+                        uint8_t out[TS_DP_KEY_LEN], struct ts_err *err) TS_MUST_CHECK;
+/* Whether worker member owns slot rank (slots: each slot of a combined push's mask) of job,
+ * asking the master again before it says no: TS_OK; TS_ESLOTS in an elastic job (the slot
+ * changed hands: the worker asks for its slots); TS_EPERM otherwise, or for member 0 (a
+ * HELLO that named no worker). */
+ts_status dp_access_check(struct dp_access *a, const char *job, uint32_t member, uint32_t rank,
+                          uint64_t slots, struct ts_err *err) TS_MUST_CHECK;
+/* A heartbeat's roster of job: a table older than it is asked again at its next use. */
+void dp_access_roster(struct dp_access *a, const char *job, uint64_t roster);
+/* The job ended or went back to a snapshot: its table is asked again at its next use. */
+void dp_access_forget(struct dp_access *a, const char *job);
 
 /* dp_auth.c: the handshake (transport/auth.h; docs/security.md) */
 /* A HELLO: without TS_HELLO_AUTH, TS_OK unless the handshake is required; with it, takes the
@@ -153,9 +197,9 @@ ts_status dp_slots_moved(struct dp_conn *dc, struct ts_err *err);
 bool dp_slots_rewait(struct dp_conn *dc);
 /* After a request whose reply could not go: whether the peer hung up (what it still sent is
  * read and dropped, for up to DP_GONE_MS) rather than this shard ending the connection.
- * buf: TS_FRAME_MAX bytes. */
+ * buf: cap bytes. */
 #define DP_GONE_MS 200
-bool dp_slots_peer_gone(struct dp_conn *dc, void *buf);
+bool dp_slots_peer_gone(struct dp_conn *dc, void *buf, size_t cap);
 /* The connection's elastic worker hung up without a goodbye: the master hears of it (and
  * moves its slots), then every connection of its job on this shard is woken. */
 void dp_slots_lost(struct dp_conn *dc);

@@ -1,7 +1,6 @@
 /* main.c - tessera-shard: serve, join the cluster, heartbeat, leave cleanly on SIGTERM. */
 #include <inttypes.h>
 #include <malloc.h>
-#include <openssl/crypto.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,6 +77,15 @@ static void on_roster(void *arg, const char *job, uint64_t roster)
     dataplane_roster(&s->dp, job, roster);
 }
 
+/* The data plane asks the master who may push to a job (dp_access.c). */
+static ts_status job_access(void *arg, const char *job, Tessera__V1__JobAccessResponse **out,
+                            struct ts_err *err)
+{
+    struct shard *s = arg;
+
+    return ts_membership_job_access(s->membership, job, out, err);
+}
+
 /* The heartbeat's report of what joining shards still wait for (docs/replication.md). */
 static uint64_t moves(void *arg, uint64_t *epoch)
 {
@@ -94,8 +102,8 @@ int main(int argc, char **argv)
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
     const char *adv = NULL, *master = NULL, *transport = NULL, *store_dir = NULL;
     const char *restore = NULL;
-    uint8_t key[32];
     int64_t lease_ms = 0, mem_mib = 0, max_tensors = SHARD_MAX_TENSORS, restarts = 0;
+    int64_t max_conns = DP_DEFAULT_MAX_CONNS;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
                                                   "then 127.0.0.1:7070)", 0, 0 },
@@ -118,6 +126,9 @@ int main(int argc, char **argv)
           "times (set by tessera up --respawn; shown by tessera status)", 0, 1000000 },
         { "max-tensors", TS_FLAG_INT, &max_tensors, "N", "tensors per job (ids 0..N-1; default "
                                                          "and most 4096)", 1, SHARD_MAX_TENSORS },
+        { "max-conns", TS_FLAG_INT, &max_conns, "N", "data-plane connections served at once, "
+                                                     "each a thread (default 4096); more are "
+                                                     "refused and counted", 1, 1 << 20 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -171,6 +182,7 @@ int main(int argc, char **argv)
     if (dataplane_start(&s.dp, &s.params, host, transport, &err))
         goto out;
     dp_started = true;
+    s.dp.max_conns = (size_t)max_conns;
     /* mutual TLS on gRPC: the data plane takes only connections that did the handshake */
     s.dp.require_auth = ts_rpc_tls_mutual();
     for (size_t i = 0; i < s.dp.n; i++) {
@@ -200,14 +212,7 @@ int main(int argc, char **argv)
                       s.master_addr);
         goto out;
     }
-    if (ts_membership_data_key(s.membership, key)) {
-        dataplane_set_key(&s.dp, key);
-        OPENSSL_cleanse(key, sizeof(key));
-    } else if (s.dp.require_auth) {
-        ts_err_set(&err, TS_EAUTH, "the master gave no data-plane key, though this shard "
-                   "serves mutual TLS: start the master with --tls-ca too");
-        goto out;
-    }
+    dataplane_set_access(&s.dp, job_access, &s);
     ts_log(TS_INFO, "shard", "data plane: %s", s.dp.require_auth ? "the handshake required "
            "(TESSERA_DATA_MAC: MACs on tcp by default)" : "unauthenticated (no mutual TLS)");
     atomic_store(&s.dp.self, ts_membership_id(s.membership));

@@ -10,7 +10,7 @@
 static struct {
     struct ts_metric_family *push_s, *pull_s, *push_bytes, *pull_bytes, *updates, *aggregate_s;
     struct ts_metric_family *partitions, *bytes, *promotions, *lost, *reseeded, *copies,
-        *refused;
+        *refused, *refusals;
 } fam;
 
 static void collect(void *arg)
@@ -27,8 +27,13 @@ static void collect(void *arg)
     pthread_mutex_unlock(&s->params.mu);
     ts_counter_set(ts_metric_one(fam.copies, NULL), atomic_load(&s->params.copies_sent));
     if (s->dp.n) {
+        uint64_t n[DP_REFUSED_N];
         dataplane_counters(&s->dp, &in, &refused);
         ts_counter_set(ts_metric_one(fam.refused, NULL), refused);
+        dataplane_refusals(&s->dp, n);
+        for (int r = 0; r < DP_REFUSED_N; r++)
+            ts_counter_set(ts_metric_one(fam.refusals,
+                                         dataplane_refusal_name((enum dp_refusal)r)), n[r]);
     }
 }
 
@@ -73,6 +78,10 @@ void shard_metrics_init(struct shard *s)
     fam.refused = ts_metrics_family("tessera_shard_frames_refused_total", "data-plane frames "
                                     "refused (checksum, bad header)", TS_METRIC_COUNTER, NULL,
                                     NULL, 0);
+    fam.refusals = ts_metrics_family("tessera_shard_refused_total", "what the data plane "
+                                     "refused, by reason (docs/security.md, \"Refusals\"): a "
+                                     "conflict or an identity refusal is a forged push or a "
+                                     "broken worker", TS_METRIC_COUNTER, "reason", NULL, 0);
     ts_metrics_collector(collect, s);
 }
 

@@ -253,7 +253,8 @@ static void *repair_main(void *arg)
 
     while (!atomic_load(&r->stop)) {
         struct chain_links links = { .self = atomic_load(&r->dp->self),
-                                     .key = atomic_load(&r->dp->keyed) ? r->dp->key : NULL };
+                                     .keys = r->dp->require_auth ? dp_access_chain_key : NULL,
+                                     .keys_ctx = r->dp };
         struct todo *todo;
         size_t n;
         bool again = false;

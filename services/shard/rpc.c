@@ -53,6 +53,25 @@ static ts_status encode_jobs(struct ts_rpc_call *call, struct shard_params *sp,
     return TS_OK;
 }
 
+/* The data plane's refusals by reason, those seen at least once. */
+static void encode_refusals(struct ts_rpc_call *call, struct dataplane *dp,
+                            Tessera__V1__ShardStatusResponse *resp)
+{
+    uint64_t n[DP_REFUSED_N];
+
+    dataplane_refusals(dp, n);
+    resp->refusals = ts_rpc_alloc(call, (DP_REFUSED_N + 1) * sizeof(*resp->refusals));
+    for (int r = 0; r < DP_REFUSED_N; r++) {
+        Tessera__V1__Refusal *f;
+        if (!n[r])
+            continue;
+        f = ts_rpc_new(call, &tessera__v1__refusal__descriptor);
+        f->reason = (char *)dataplane_refusal_name((enum dp_refusal)r);
+        f->count = n[r];
+        resp->refusals[resp->n_refusals++] = f;
+    }
+}
+
 /* The malloc heap, for leak checks: blocks in use (arena and mmapped), and what the heap holds
  * from the system (arenas and mmapped blocks). */
 static void heap_figures(uint64_t *in_use, uint64_t *held)
@@ -79,8 +98,10 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     resp->addr = s->addr;
     resp->master = (char *)s->master_addr;
     resp->uptime_ms = ts_now_ms() - s->started_ms;
-    if (s->dp.n)
+    if (s->dp.n) {
         dataplane_counters(&s->dp, &resp->frames_in, &resp->frames_refused);
+        encode_refusals(call, &s->dp, resp);
+    }
     heap_figures(&resp->heap_in_use, &resp->heap_held);
     resp->pid = (int32_t)getpid();
     pthread_mutex_lock(&s->params.mu);

@@ -61,19 +61,20 @@ void dataplane_roster(struct dataplane *dp, const char *job, uint64_t roster)
 {
     if (!roster)
         return;
+    dp_access_roster(dp->access, job, roster);   /* before the wake: pushes ask again */
     pthread_mutex_lock(&dp->mu);
     wake(dp, job, roster);
     pthread_mutex_unlock(&dp->mu);
 }
 
-bool dp_slots_peer_gone(struct dp_conn *dc, void *buf)
+bool dp_slots_peer_gone(struct dp_conn *dc, void *buf, size_t cap)
 {
     int64_t until = ts_now_ms() + DP_GONE_MS;
 
     while (ts_now_ms() < until && !atomic_load(&dc->dp->stop)) {
         struct ts_frame_hdr h;
         struct ts_err e = { 0 };
-        ts_status st = ts_frame_recv(dc->c, &h, buf, TS_FRAME_MAX, 50, &e);
+        ts_status st = ts_frame_recv(dc->c, &h, buf, cap, 50, &e);
         if (st == TS_EUNAVAIL)
             return true;
         if (st && st != TS_ETIMEDOUT)

@@ -6,13 +6,13 @@
  *
  * ADDR: a shard's tcp data-plane address (HOST:PORT); JOB: a job on it; KEYHEX: the cluster's
  * data-plane key (64 hex digits; the test reads it from the master's state). MODE:
- *   good         the handshake with the job's key, then a HELLO again (MAC'd): ACK expected
+ *   good         the handshake with worker 1's key, then a HELLO again (MAC'd): ACK expected
  *   nohandshake  a PUSH with no HELLO at all
  *   noauth       a HELLO without the handshake
  *   replay       a good handshake, recorded; then its HELLO (same nonce) and AUTH again
  *   badmac       a good handshake, then a PUSH with one payload bit flipped after its MAC
  *                was made (the fault wrapper of lib/transport/fault.h)
- *   wrongkey     the handshake with a key that is not the job's
+ *   wrongkey     the handshake with a key that is not worker 1's
  * Prints one line: "MODE ok", or "MODE refused CODE: message" when the shard answered with
  * an ERROR, then "closed" if the shard hung up afterwards. Exit 0 when the exchange went as
  * it did (the test judges), 2 on a usage error, 1 when the probe itself failed. */
@@ -28,6 +28,7 @@
 #include "util/names.h"
 
 #define WAIT_MS 10000
+#define PROBE_MEMBER 1   /* the worker id the probe claims (and, with the key, proves) */
 
 /* A tcp connection to addr; with flip, its third send (HELLO, AUTH, then the PUSH) gets one
  * payload bit flipped on the way. */
@@ -82,7 +83,11 @@ static ts_status handshake(struct ts_conn *c, const char *job, const uint8_t key
     size_t jl = strlen(job);
     ts_status st;
 
-    ts_dp_job_key(key, job, false, hs->key);
+    uint8_t jk[32];
+
+    ts_dp_job_key(key, job, jk);
+    ts_dp_member_key(jk, PROBE_MEMBER, hs->key);
+    h.tensor = hs->member = PROBE_MEMBER;
     hs->job = job;
     if ((st = ts_dp_nonce(hs->nc, err)))
         return st;
@@ -113,7 +118,7 @@ int main(int argc, char **argv)
     static uint8_t grad[4096];
     struct ts_frame_hdr push = { .type = TS_FRAME_PUSH, .tensor = 0, .partition = 0,
                                  .step = 0, .dtype = 0 };
-    struct ts_frame_hdr hello = { .type = TS_FRAME_HELLO };
+    struct ts_frame_hdr hello = { .type = TS_FRAME_HELLO, .tensor = PROBE_MEMBER };
     struct ts_err err = { 0 };
     struct ts_dp_hs hs = { 0 };
     uint8_t key[32], other[32];
@@ -159,7 +164,8 @@ int main(int argc, char **argv)
                 goto fail;
             verdict(c, mode, TS_FRAME_ACK);
         } else {   /* replay: the same HELLO and the recorded AUTH on a new connection */
-            struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .flags = TS_HELLO_AUTH }, ack;
+            struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .flags = TS_HELLO_AUTH,
+                                      .tensor = PROBE_MEMBER }, ack;
             struct ts_frame_hdr auth = { .type = TS_FRAME_AUTH };
             uint8_t payload[TS_JOB_ID_MAX + TS_DP_NONCE_LEN], old_ns[TS_DP_NONCE_LEN];
             uint8_t tag[TS_DP_TAG_LEN];

@@ -50,10 +50,11 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A raw data-plane connection to the only shard over `transport`, job named. */
-static struct ts_conn *raw_connect(const char *transport, const char *job)
+/* A raw data-plane connection to the only shard over `transport`, job named, as the worker
+ * t (whose slots alone it may push). */
+static struct ts_conn *raw_connect(const char *transport, const char *job, const tessera *t)
 {
-    struct ts_conn *c = harness_connect(transport, job, 0, 0);
+    struct ts_conn *c = harness_connect(transport, job, 0, tessera_worker_id(t));
 
     assert_non_null(c);
     return c;
@@ -73,6 +74,27 @@ static uint64_t frames_refused(void)
                                      &tessera__v1__shard_status_response__descriptor,
                                      (ProtobufCMessage **)&r, NULL), TS_OK);
     n = r->frames_refused;
+    tessera__v1__shard_status_response__free_unpacked(r, NULL);
+    ts_cluster_close(cl);
+    return n;
+}
+
+/* How many times the shard refused for `reason` (ShardStatus.refusals). */
+static uint64_t refusals(const char *reason)
+{
+    Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
+    Tessera__V1__ShardStatusResponse *r;
+    struct ts_cluster *cl;
+    uint64_t n = 0;
+
+    assert_int_equal(ts_cluster_open(master, &cl, NULL), TS_OK);
+    assert_int_equal(ts_cluster_call(cl, 1, "/tessera.v1.Shard/ShardStatus", &req.base,
+                                     &req.map_epoch,
+                                     &tessera__v1__shard_status_response__descriptor,
+                                     (ProtobufCMessage **)&r, NULL), TS_OK);
+    for (size_t i = 0; i < r->n_refusals; i++)
+        if (!strcmp(r->refusals[i]->reason, reason))
+            n = r->refusals[i]->count;
     tessera__v1__shard_status_response__free_unpacked(r, NULL);
     ts_cluster_close(cl);
     return n;
@@ -120,7 +142,7 @@ static void bad_frames_change_nothing(const char *transport, const char *job)
     assert_int_equal(tessera_to_fixed(g, N, fixed, &e), 0);
 
     /* A wrong-shape push: refused by the shard, the connection stays usable. */
-    c = raw_connect(transport, job);
+    c = raw_connect(transport, job, t);
     assert_int_equal(ts_frame_send(c, &push, fixed, (N - 1) * sizeof(int64_t), NULL), TS_OK);
     assert_int_equal(expect_error(c, "payload"), TS_EINVAL);
     push.encoding = 0; /* float in an exact job */
@@ -135,7 +157,7 @@ static void bad_frames_change_nothing(const char *transport, const char *job)
         static char image[72 + N * sizeof(float)];
         struct ts_frame_hdr im = { .type = TS_FRAME_IMAGE, .tensor = 0, .partition = 0,
                                    .step = 9, .rank = 7 };
-        c = raw_connect(transport, job);
+        c = raw_connect(transport, job, t);
         assert_int_equal(ts_frame_send(c, &im, image, sizeof(image), NULL), TS_OK);
         assert_int_equal(expect_error(c, "image.from: shard 7"), TS_ESTALE);
         im.rank = 0;
@@ -148,7 +170,7 @@ static void bad_frames_change_nothing(const char *transport, const char *job)
     {
         struct ts_frame_hdr sd = { .type = TS_FRAME_SEED, .tensor = 0, .partition = 0,
                                    .step = 1, .rank = 0 };
-        c = raw_connect(transport, job);
+        c = raw_connect(transport, job, t);
         assert_int_equal(ts_frame_send(c, &sd, NULL, 0, NULL), TS_OK);
         assert_int_equal(expect_error(c, "only a reduce job's workers seed"), TS_EINVAL);
         ts_tp_close(c);
@@ -156,7 +178,7 @@ static void bad_frames_change_nothing(const char *transport, const char *job)
 
     /* A corrupted payload: refused by the frame layer, counted, the connection closed. */
     refused = frames_refused();
-    c = raw_connect(transport, job);
+    c = raw_connect(transport, job, t);
     assert_int_equal(ts_fault_wrap(c, &corrupt, &fc, NULL), TS_OK);
     push.encoding = 5;
     assert_int_equal(ts_frame_send(fc, &push, fixed, N * sizeof(int64_t), NULL), TS_OK);
@@ -392,7 +414,7 @@ static void regions_refused(void **state)
         tessera_register(t, "b", small_shape, 1, "zeros", 4, 0, 0, 0, &sid, &e) ||
         tessera_pull(t, id, 0, before, &e))
         fail_msg("%s", e.message);
-    c = raw_connect("shm", job);
+    c = raw_connect("shm", job, t);
     /* Before any SHARE or MAP: no region push, no region pull. */
     assert_int_equal(ts_frame_send(c, &push, NULL, 0, NULL), TS_OK);
     assert_int_equal(expect_error(c, "send SHARE first"), TS_ESTATE);
@@ -428,7 +450,7 @@ static void regions_refused(void **state)
     ts_tp_close(c);
     /* SHARE on tcp: refused, and the connection closed (the stream and descriptors would be
      * out of step). */
-    c = raw_connect("tcp", job);
+    c = raw_connect("tcp", job, t);
     {
         struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .flags = TS_SHARE_GRAD };
         char buf[256];
@@ -474,7 +496,7 @@ static void seeds_refused(void **state)
         tessera_register(t, "w", shape, 1, "normal:0.1", 3, 0, 0, 0, &id, &e) ||
         tessera_pull(t, id, 0, before, &e))
         fail_msg("%s", e.message);
-    c = raw_connect("tcp", "dp-seed");
+    c = raw_connect("tcp", "dp-seed", t);
     assert_int_equal(ts_frame_send(c, &sd, vals, (N + 1) * sizeof(float), NULL), TS_OK);
     assert_int_equal(expect_error(c, "seed: 4004 bytes"), TS_EINVAL);
     assert_int_equal(ts_frame_send(c, &sd, vals, N * sizeof(float), NULL), TS_OK);
@@ -526,7 +548,7 @@ static void coded_pulls(void **state)
         tessera_register(t, "w", shape, 1, "normal:0.1", 3, 0, 0, 0, &id, &e) ||
         tessera_pull(t, id, 0, vals, &e))
         fail_msg("%s", e.message);
-    c = raw_connect("tcp", "dp-coded");
+    c = raw_connect("tcp", "dp-coded", t);
     coded_pull(c, 0, TS_CODEC_INT8, 0, 0, &h, buf);          /* no copy yet: in full */
     assert_int_equal(h.encoding, 0);
     assert_int_equal(h.len, 8 + 4 * N);
@@ -572,13 +594,81 @@ static void coded_pulls(void **state)
     if (tessera_connect(&o, &t, &e) ||
         tessera_register(t, "w", shape, 1, "normal:0.1", 3, 0, 0, 0, &id, &e))
         fail_msg("%s", e.message);
-    c = raw_connect("tcp", "dp-coded-exact");
+    c = raw_connect("tcp", "dp-coded-exact", t);
     bad.encoding = TS_CODEC_FP16;
     memset(req, 0, sizeof(req));
     assert_int_equal(ts_frame_send(c, &bad, req, 16, NULL), TS_OK);
     assert_int_equal(expect_error(c, "pull_compress: job 'dp-coded-exact' is in exact mode"),
                      TS_EINVAL);
     ts_tp_close(c);
+    tessera_close(t);
+}
+
+/* A connection speaks for the worker its HELLO names, and takes only that worker's slots: a
+ * push of rank 0 from a connection naming another worker is refused, nothing applied, the
+ * connection closed and the refusal counted (docs/security.md, "Pushes bound to their
+ * sender"). Before its HELLO, a connection may send no frame over 4 KiB: a 1 MiB HELLO is
+ * refused on its header and counted, and the shard's memory does not take it in. */
+static void identity_and_limits(void **state)
+{
+    const char *job = "dp-identity";
+    struct tessera_options o = { .master = master, .job = job, .rank = 0, .workers = 1,
+                                 .exact = 1, .optimizer = "sgd:lr=0.5", .batch = 4,
+                                 .transport = "tcp" };
+    struct ts_frame_hdr push = { .type = TS_FRAME_PUSH, .tensor = 0, .partition = 0,
+                                 .step = 0, .rank = 0, .encoding = TS_ENC_FIXED, .dtype = 1 };
+    struct ts_frame_hdr hello = { .type = TS_FRAME_HELLO };
+    static int64_t fixed[N];
+    static float before[N], after[N];
+    uint64_t shape[1] = { N }, identity = refusals("identity"), big = refusals("oversize");
+    struct tessera_error e;
+    struct ts_conn *c;
+    char buf[256];
+    tessera *t;
+    int id;
+
+    (void)state;
+    if (tessera_connect(&o, &t, &e) ||
+        tessera_register(t, "w", shape, 1, "normal:0.1", 3, 0, 0, 0, &id, &e) ||
+        tessera_pull(t, id, 0, before, &e))
+        fail_msg("%s", e.message);
+    assert_true(tessera_worker_id(t) > 0);
+    for (int i = 0; i < N; i++)
+        fixed[i] = (int64_t)1 << 40;
+    c = harness_connect("tcp", job, 0, tessera_worker_id(t) + 1000);
+    assert_non_null(c);
+    assert_int_equal(ts_frame_send(c, &push, fixed, sizeof(fixed), NULL), TS_OK);
+    assert_int_equal(expect_error(c, "this connection is worker"), TS_EPERM);
+    assert_int_not_equal(ts_frame_recv(c, &push, buf, sizeof(buf), 5000, NULL), TS_OK);
+    ts_tp_close(c);
+    assert_int_equal(refusals("identity"), identity + 1);
+    /* Nothing applied: the real worker's step 0 goes through, from the same values. */
+    assert_int_equal(tessera_pull(t, id, 0, after, &e), 0);
+    assert_memory_equal(before, after, sizeof(before));
+    /* A HELLO of 1 MiB on a fresh connection: refused before its payload is read. */
+    {
+        struct ts_blob blob;
+        const struct ts_transport_ops *ops;
+        Tessera__V1__ShardMap *map;
+        struct ts_master *m;
+        static char huge[1 << 20];
+
+        assert_int_equal(ts_master_open(master, &m, NULL), TS_OK);
+        assert_int_equal(ts_master_shard_map(m, &map, NULL), TS_OK);
+        assert_int_equal(ts_shard_pick_transport(map->shards[0], "tcp", &ops, &blob, NULL),
+                         TS_OK);
+        tessera__v1__shard_map__free_unpacked(map, NULL);
+        ts_master_close(m);
+        assert_int_equal(ts_tp_connect(ops, &blob, 5000, &c, NULL), TS_OK);
+        memset(huge, 'a', sizeof(huge));
+        if (ts_frame_send(c, &hello, huge, sizeof(huge), NULL))
+            ts_log(TS_INFO, "test", "the huge HELLO was cut short: the shard hung up");
+        expect_error(c, "over the receive buffer");
+        ts_tp_close(c);
+        for (int i = 0; i < 100 && refusals("oversize") == big; i++)
+            ts_sleep_ms(10);
+        assert_int_equal(refusals("oversize"), big + 1);
+    }
     tessera_close(t);
 }
 
@@ -603,6 +693,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(regions_refused),
         cmocka_unit_test(seeds_refused),
         cmocka_unit_test(coded_pulls),
+        cmocka_unit_test(identity_and_limits),
     };
     if (argc < 2) {
         fprintf(stderr, "usage: test_dataplane BIN_DIR\n");

@@ -372,7 +372,9 @@ static ts_status region_slot(struct dp_conn *dc, uint32_t tensor, struct shard_t
 /* The worker shares its gradient buffer of a tensor (TS_SHARE_GRAD), or the shard before this
  * one in a chain its values (TS_SHARE_PARAMS): map it read-only; pushes that say
  * TS_PUSH_REGION read from the first (in_region), images that say TS_IMAGE_REGION from the
- * second (on_image). The descriptor comes first, beside the stream: a SHARE without one
+ * second (on_image). Only a region its creator alone can write is taken (region.h,
+ * TS_REGION_OWNED), so no third process that holds it can change what is added or copied
+ * here. The descriptor comes first, beside the stream: a SHARE without one
  * leaves the two out of step, so the connection is closed. */
 static ts_status on_share(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
 {
@@ -405,7 +407,7 @@ static ts_status on_share(struct dp_conn *dc, const struct ts_frame_hdr *h, stru
         close(fd);
         return err->code;
     }
-    if (ts_region_map(fd, t->numel * elem, false, &g, err)) {
+    if (ts_region_map(fd, t->numel * elem, TS_REGION_OWNED, &g, err)) {
         ts_err_prefix(err, "tensor '%s' %s", t->name,
                       h->flags == TS_SHARE_GRAD ? "gradient" : "values");
         return err->code;

@@ -2,13 +2,16 @@
  * accept, exact byte delivery for sizes from 0 to 40 MiB (larger than the shm ring), many
  * messages both ways at once, timeouts, interrupts that lose no byte, and every way a peer can
  * disappear (orderly close, shutdown, mid-message, process exit) ending in TS_EUNAVAIL rather
- * than a hang. Each case takes the backend's name as its state. */
+ * than a hang; shared regions passed over shm, an owned one unwritable by its receiver. Each
+ * case takes the backend's name as its state. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -421,8 +424,9 @@ static void t_regions(void **state)
         return;
     }
     assert_true(ts_tp_can_share(p.a) && ts_tp_can_share(p.b));
-    must(ts_region_create("t1", 10000, &r1, &err), &err, "create");
-    must(ts_region_create("t2", 3 * ts_page_size(), &r2, &err), &err, "create");
+    must(ts_region_create("t1", 10000, TS_REGION_OWNED, &r1, &err), &err, "create");
+    must(ts_region_create("t2", 3 * ts_page_size(), TS_REGION_OWNED, &r2, &err), &err,
+         "create");
     assert_int_equal(r1.size, ts_page_round(10000));
     /* No descriptor yet: a bounded wait. */
     assert_int_equal(ts_tp_recv_fd(p.b, 20, &fd1, &err), TS_ETIMEDOUT);
@@ -431,12 +435,12 @@ static void t_regions(void **state)
     must(ts_tp_send_fd(p.a, r2.fd, &err), &err, "send r2");
     must(ts_tp_recv_fd(p.b, 1000, &fd1, &err), &err, "recv 1");
     must(ts_tp_recv_fd(p.b, 1000, &fd2, &err), &err, "recv 2");
-    must(ts_region_map(fd1, 10000, false, &m1, &err), &err, "map 1");
+    must(ts_region_map(fd1, 10000, TS_REGION_OWNED, &m1, &err), &err, "map 1");
     assert_int_equal(m1.size, r1.size);
     memcpy(r1.base, "written by the creator", 23);
     assert_string_equal((const char *)m1.base, "written by the creator");
     /* Wanting more than there is, or mapping a part that is not page-aligned, is refused. */
-    assert_int_equal(ts_region_map(dup(fd2), 4 * ts_page_size(), false, &m2, &err),
+    assert_int_equal(ts_region_map(dup(fd2), 4 * ts_page_size(), TS_REGION_OWNED, &m2, &err),
                      TS_ECORRUPT);
     assert_non_null(strstr(err.msg, "at least"));
     ts_err_clear(&err);
@@ -460,7 +464,7 @@ static void t_regions(void **state)
         assert_true(raw >= 0);
         assert_int_equal(ftruncate(raw, 4096), 0);
         ts_err_clear(&err);
-        assert_int_equal(ts_region_map(raw, 1, false, &m2, &err), TS_ECORRUPT);
+        assert_int_equal(ts_region_map(raw, 1, TS_REGION_OWNED, &m2, &err), TS_ECORRUPT);
         assert_non_null(strstr(err.msg, "sealed"));
         assert_null(m2.base);
     }
@@ -468,6 +472,84 @@ static void t_regions(void **state)
     ts_region_free(&r1);
     ts_region_free(&r2);
     ts_region_free(&r2);   /* freeing twice is harmless */
+    close_pair(&p);
+}
+
+/* Whether a writable shared mapping of fd is refused (and so not made). */
+static bool no_writable_map(int fd, size_t n)
+{
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+    if (p != MAP_FAILED) {
+        munmap(p, n);
+        return false;
+    }
+    return errno == EPERM || errno == EACCES;
+}
+
+/* An owned region as a receiver gets it: no way to write it, not through the descriptor, a
+ * re-open of it, a read-only mapping made writable, a hole punched, or a seal added; the
+ * creator's mapping still writes and the receiver sees it. A shared region is refused where
+ * an owned one is expected, and is writable by its receiver. */
+static void t_region_owned(void **state)
+{
+    struct pair p = make_pair(backend(state));
+    struct ts_err err = { 0 };
+    struct ts_region r, s, m = TS_REGION_NONE;
+    size_t n = 2 * ts_page_size();
+    char path[64];
+    uint8_t *ro;
+    int fd = -1, re;
+
+    must(ts_region_create("owned", n, TS_REGION_OWNED, &r, &err), &err, "create");
+    must(ts_tp_send_fd(p.a, r.fd, &err), &err, "send");
+    must(ts_tp_recv_fd(p.b, 1000, &fd, &err), &err, "recv");
+    assert_true(no_writable_map(fd, n));
+    assert_int_equal(pwrite(fd, "x", 1, 0), -1);
+    assert_int_equal(errno, EPERM);
+    assert_int_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), -1);
+    assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
+    /* memfds are mode 0777: the re-open works, writing through it does not. */
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    re = open(path, O_RDWR | O_CLOEXEC);
+    assert_true(re >= 0);
+    assert_true(no_writable_map(re, n));
+    assert_int_equal(pwrite(re, "x", 1, 0), -1);
+    close(re);
+    ro = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+    assert_true(ro != MAP_FAILED);
+    assert_int_equal(mprotect(ro, n, PROT_READ | PROT_WRITE), -1);
+    /* The creator's mapping still writes, after the seal, and the receiver sees it. */
+    memcpy(r.base, "owner", 6);
+    assert_string_equal((const char *)ro, "owner");
+    munmap(ro, n);
+    must(ts_region_map(fd, n, TS_REGION_OWNED, &m, &err), &err, "map owned");
+    ((uint8_t *)r.base)[n - 1] = 7;
+    assert_int_equal(((const uint8_t *)m.base)[n - 1], 7);
+    ts_region_free(&m);
+
+    /* A shared region where an owned one is expected: refused, whole or in part. */
+    must(ts_region_create("shared", n, TS_REGION_SHARED, &s, &err), &err, "create shared");
+    must(ts_tp_send_fd(p.a, s.fd, &err), &err, "send shared");
+    must(ts_tp_recv_fd(p.b, 1000, &fd, &err), &err, "recv shared");
+    {
+        uint8_t *at = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        assert_true(at != MAP_FAILED);
+        assert_int_equal(ts_region_map_at(fd, at, 0, n, &err), TS_ECORRUPT);
+        assert_non_null(strstr(err.msg, "writes by others"));
+        munmap(at, n);
+    }
+    ts_err_clear(&err);
+    assert_int_equal(ts_region_map(dup(fd), n, TS_REGION_OWNED, &m, &err), TS_ECORRUPT);
+    assert_non_null(strstr(err.msg, "F_SEAL_FUTURE_WRITE"));
+    assert_null(m.base);
+    /* Mapped as shared, it is writable by the receiver, as asked. */
+    must(ts_region_map(fd, n, TS_REGION_SHARED, &m, &err), &err, "map shared");
+    ((uint8_t *)m.base)[3] = 9;
+    assert_int_equal(((const uint8_t *)s.base)[3], 9);
+    ts_region_free(&m);
+    ts_region_free(&s);
+    ts_region_free(&r);
     close_pair(&p);
 }
 
@@ -526,6 +608,7 @@ int main(void)
         BOTH(t_peer_exits),
         BOTH(t_usable),
         BOTH(t_regions),
+        { "t_region_owned/shm", t_region_owned, NULL, NULL, "shm" },
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -639,10 +639,33 @@ static void reap(struct dataplane *dp, bool all)
     }
 }
 
+/* Logs a failed accept (one peer's: refused, silent, a bad hello) at most once a second, so
+ * that a local process connecting in a loop cannot flood the log; the line after a quiet
+ * spell says how many were left out. Accept thread only. */
+static void accept_failed(const struct dp_listener *dl, const struct ts_err *err,
+                          int64_t *next_ms, unsigned *left_out)
+{
+    int64_t now = ts_now_ms();
+
+    if (now < *next_ms) {
+        (*left_out)++;
+        return;
+    }
+    if (*left_out)
+        ts_log(TS_WARN, "dataplane", "%s: accept: %s (%u earlier failures not shown)",
+               ts_tp_listener_name(dl->l), err->msg, *left_out);
+    else
+        ts_log(TS_WARN, "dataplane", "%s: accept: %s", ts_tp_listener_name(dl->l), err->msg);
+    *next_ms = now + 1000;
+    *left_out = 0;
+}
+
 static void *accept_main(void *arg)
 {
     struct dp_listener *dl = arg;
     struct dataplane *dp = dl->dp;
+    int64_t log_next = 0;
+    unsigned left_out = 0;
 
     while (!atomic_load(&dp->stop)) {
         struct ts_err err = { 0 };
@@ -659,8 +682,7 @@ static void *accept_main(void *arg)
             continue;
         }
         if (st) { /* a peer's bad handshake, or the system out of something */
-            ts_log(TS_WARN, "dataplane", "%s: accept: %s", ts_tp_listener_name(dl->l),
-                   err.msg);
+            accept_failed(dl, &err, &log_next, &left_out);
             if (st == TS_EIO)   /* e.g. out of descriptors: do not spin */
                 ts_sleep_ms(ACCEPT_POLL_MS);
             continue;

@@ -12,11 +12,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -580,6 +585,276 @@ static void t_usable(void **state)
     ts_tp_unlisten(l);
 }
 
+/* ---- the shm listener: its directory, and who gets in ---- */
+
+/* The socket's path in an shm address ("BOOTID NETNS PATH"). */
+static void blob_path(const struct ts_blob *b, char *path)
+{
+    char text[TS_BLOB_MAX + 1];
+
+    memcpy(text, b->data, b->len);
+    text[b->len] = '\0';
+    assert_int_equal(sscanf(text, "%*s %*s %107s", path), 1);
+}
+
+/* A raw connection to the socket at path that sends nothing. */
+static int silent_connect(const char *path)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+/* Whether the peer of fd has closed it (within ms). */
+static bool hung_up(int fd, int ms)
+{
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    char b;
+
+    return poll(&p, 1, ms) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+}
+
+/* The socket is a file in a directory of mode 0700 that is ours; both go with the listener. */
+static void t_shm_dir(void **state)
+{
+    struct ts_blob addr = { 0 };
+    struct ts_listener *l = listen_on(backend(state), &addr);
+    char path[108], dir[108];
+    struct stat st;
+
+    blob_path(&addr, path);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISSOCK(st.st_mode));
+    snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(path, '/') - path), path);
+    assert_int_equal(stat(dir, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0700);
+    assert_int_equal(st.st_uid, geteuid());
+    assert_non_null(strstr(dir, "/tessera-shm-"));
+    ts_tp_unlisten(l);
+    assert_int_equal(stat(path, &st), -1);
+    assert_int_equal(stat(dir, &st), -1);
+}
+
+/* $TESSERA_SHM_DIR is the base; a directory a dead process of ours left there (kill -9) is
+ * swept at the next listen, a live one's and another pid namespace's are not; a base too long
+ * for a socket path, one with a space, and an unknown TESSERA_SHM_GROUP are refused. */
+static void t_shm_dir_env(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    char base[] = "/tmp/tessera-test-XXXXXX", ns[64], link[64], dead[160], live[160];
+    char other[160], path[108], longer[200];
+    struct ts_listener *l = NULL;
+    struct ts_blob addr = { 0 };
+    struct ts_err err = { 0 };
+    struct stat st;
+    ssize_t n;
+    pid_t pid;
+
+    assert_non_null(mkdtemp(base));
+    n = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+    assert_true(n > 5);
+    link[n] = '\0';
+    snprintf(ns, sizeof(ns), "%.*s", (int)strspn(link + 5, "0123456789"), link + 5);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    snprintf(dead, sizeof(dead), "%s/tessera-shm-%s-%d-AbCdEf", base, ns, (int)pid);
+    snprintf(live, sizeof(live), "%s/tessera-shm-%s-%d-AbCdEf", base, ns, (int)getpid());
+    snprintf(other, sizeof(other), "%s/tessera-shm-1%s-%d-AbCdEf", base, ns, (int)pid);
+    assert_int_equal(mkdir(dead, 0700), 0);
+    assert_int_equal(mkdir(live, 0700), 0);
+    assert_int_equal(mkdir(other, 0700), 0);
+    snprintf(path, sizeof(path), "%s/sock", dead);
+    close(open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+
+    setenv("TESSERA_SHM_DIR", base, 1);
+    must(ts_tp_listen(t, NULL, &l, &addr, &err), &err, "listen in TESSERA_SHM_DIR");
+    blob_path(&addr, path);
+    assert_int_equal(strncmp(path, base, strlen(base)), 0);
+    assert_int_equal(stat(dead, &st), -1);
+    assert_int_equal(stat(live, &st), 0);
+    assert_int_equal(stat(other, &st), 0);
+    ts_tp_unlisten(l);
+    rmdir(live);
+    rmdir(other);
+
+    memset(longer, 'a', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    memcpy(longer, "/tmp/", 5);
+    setenv("TESSERA_SHM_DIR", longer, 1);
+    assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
+    assert_non_null(strstr(err.msg, "too long"));
+    ts_err_clear(&err);
+    setenv("TESSERA_SHM_DIR", "/tmp/a b", 1);
+    assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
+    assert_non_null(strstr(err.msg, "white space"));
+    unsetenv("TESSERA_SHM_DIR");
+    ts_err_clear(&err);
+    setenv("TESSERA_SHM_GROUP", "no-such-group-tessera", 1);
+    assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
+    assert_non_null(strstr(err.msg, "TESSERA_SHM_GROUP"));
+    unsetenv("TESSERA_SHM_GROUP");
+    assert_int_equal(rmdir(base), 0);   /* nothing was left in it */
+}
+
+/* Tests as root only: ids of a user and group that nothing else here uses. */
+#define OTHER_UID 47111
+#define OTHER_GID 47112
+#define SHM_GID 47113
+
+/* In a child: becomes OTHER_UID with primary group gid and supplementary groups sup (n). */
+static void become(gid_t gid, const gid_t *sup, size_t n)
+{
+    if (setgroups(n, sup) != 0 || setresgid(gid, gid, gid) != 0 ||
+        setresuid(OTHER_UID, OTHER_UID, OTHER_UID) != 0)
+        _exit(90);
+}
+
+static int child_status(pid_t pid)
+{
+    int status;
+
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+/* Who gets in, checked by the kernel: with TESSERA_SHM_GROUP, a process of another user whose
+ * group is that one connects and is accepted; one that is in the group only as a
+ * supplementary group reaches the socket, but accept refuses it (TS_EAUTH, naming its uid and
+ * pid) before reading anything, and the listener goes on. Without a group, another user cannot
+ * even reach the socket, and usable() says so (it gets tcp). */
+static void t_shm_peers(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    const gid_t sup = SHM_GID;
+    struct ts_blob addr = { 0 };
+    struct ts_listener *l;
+    struct ts_err err = { 0 };
+    struct ts_conn *c = NULL;
+    char path[108], want[64];
+    uint8_t buf[8];
+    pid_t pid;
+
+    if (geteuid() != 0) {
+        print_message("skipped: other users' processes need root\n");
+        skip();
+    }
+    setenv("TESSERA_SHM_GROUP", "47113", 1);
+    l = listen_on(t, &addr);
+    unsetenv("TESSERA_SHM_GROUP");
+    blob_path(&addr, path);
+    /* In the group: usable, connects, is accepted, talks. */
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        become(SHM_GID, NULL, 0);
+        if (!t->usable(&addr) || ts_tp_connect(t, &addr, 5000, &c, NULL))
+            _exit(1);
+        memset(buf, 0x77, sizeof(buf));
+        _exit(ts_tp_send(c, buf, sizeof(buf), NULL, 0, NULL) ? 2 : 0);
+    }
+    must(ts_tp_accept(l, 5000, &c, &err), &err, "accept a member of the group");
+    must(ts_tp_recv(c, buf, sizeof(buf), 5000, &err), &err, "recv");
+    assert_int_equal(buf[7], 0x77);
+    assert_int_equal(child_status(pid), 0);
+    ts_tp_close(c);
+    /* In it only as a supplementary group: not usable, and refused when it connects anyway. */
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd;
+        become(OTHER_GID, &sup, 1);
+        if (t->usable(&addr))
+            _exit(1);
+        fd = silent_connect(path);
+        _exit(hung_up(fd, 5000) ? 0 : 2);
+    }
+    assert_int_equal(ts_tp_accept(l, 5000, &c, &err), TS_EAUTH);
+    snprintf(want, sizeof(want), "refused pid %d of uid %d", (int)pid, OTHER_UID);
+    assert_non_null(strstr(err.msg, want));
+    assert_int_equal(child_status(pid), 0);
+    ts_tp_unlisten(l);
+
+    /* No group: another user cannot reach the socket at all. */
+    l = listen_on(t, &addr);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        become(OTHER_GID, &sup, 1);
+        _exit(t->usable(&addr) || ts_tp_connect(t, &addr, 1000, &c, NULL) != TS_EUNAVAIL);
+    }
+    assert_int_equal(child_status(pid), 0);
+    assert_int_equal(ts_tp_accept(l, 50, &c, &err), TS_ETIMEDOUT);
+    ts_tp_unlisten(l);
+}
+
+/* The connector's side: a socket in our directory that a process of another user listens on
+ * (a path swapped under us) is refused (TS_EAUTH) before the memfd goes anywhere. */
+static void t_shm_swapped(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    char dir[] = "/tmp/tessera-test-XXXXXX", text[TS_BLOB_MAX + 1], boot[40], netns[24];
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    struct ts_blob addr = { 0 }, fake = { 0 };
+    struct ts_listener *l;
+    struct ts_err err = { 0 };
+    struct ts_conn *c = NULL;
+    int ready[2], hold[2], fd;
+    pid_t pid;
+    char b;
+
+    if (geteuid() != 0) {
+        print_message("skipped: other users' processes need root\n");
+        skip();
+    }
+    l = listen_on(t, &addr);    /* for this host's boot id and netns */
+    memcpy(text, addr.data, addr.len);
+    text[addr.len] = '\0';
+    assert_int_equal(sscanf(text, "%39s %23s", boot, netns), 2);
+    ts_tp_unlisten(l);
+    assert_non_null(mkdtemp(dir));
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/sock", dir);
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(hold), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* Bound as root (so the file is ours), listening as another user; held until the
+         * test closes hold (or ends, failed or not). */
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+            _exit(1);
+        close(ready[0]);
+        close(hold[1]);
+        become(OTHER_GID, NULL, 0);
+        if (listen(fd, 8) != 0 || write(ready[1], "r", 1) != 1)
+            _exit(2);
+        close(ready[1]);
+        _exit(read(hold[0], &b, 1) == 0 ? 0 : 3);
+    }
+    close(ready[1]);
+    close(hold[0]);
+    assert_int_equal(read(ready[0], &b, 1), 1);
+    close(ready[0]);
+    fake.len = (size_t)snprintf((char *)fake.data, sizeof(fake.data), "%s %s %s", boot, netns,
+                                sa.sun_path);
+    assert_true(t->usable(&fake));
+    assert_int_equal(ts_tp_connect(t, &fake, 1000, &c, &err), TS_EAUTH);
+    assert_non_null(strstr(err.msg, "held by uid 47111"));
+    assert_null(c);
+    close(hold[1]);
+    assert_int_equal(child_status(pid), 0);
+    unlink(sa.sun_path);
+    rmdir(dir);
+}
+
 static void t_table(void **state)
 {
     assert_ptr_equal(ts_transports[0], &ts_transport_shm);
@@ -593,6 +868,7 @@ static void t_table(void **state)
 
 /* cmocka_unit_test_prestate, with the backend in the name. */
 #define BOTH(f) { #f "/tcp", f, NULL, NULL, "tcp" }, { #f "/shm", f, NULL, NULL, "shm" }
+#define SHM(f) { #f "/shm", f, NULL, NULL, "shm" }
 
 int main(void)
 {
@@ -608,7 +884,11 @@ int main(void)
         BOTH(t_peer_exits),
         BOTH(t_usable),
         BOTH(t_regions),
-        { "t_region_owned/shm", t_region_owned, NULL, NULL, "shm" },
+        SHM(t_region_owned),
+        SHM(t_shm_dir),
+        SHM(t_shm_dir_env),
+        SHM(t_shm_peers),
+        SHM(t_shm_swapped),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

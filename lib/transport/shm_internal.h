@@ -26,6 +26,10 @@
 #define SPIN_FIRST_US 2                 /* spinning before sleeping: for a first byte, */
 #define SPIN_MID_US 200                 /* and mid-message: the peer is copying a chunk */
 #define HELLO_MS 5000                   /* the hello follows connect() at once */
+/* Accepted sockets whose hello has not come yet, per listener: at most PENDING_MAX, and
+ * PENDING_PER_UID of one user (shm_accept). */
+#define PENDING_MAX 64
+#define PENDING_PER_UID 8
 #define SHM_PATH_MAX 108                /* sizeof(sun_path) */
 #define SHM_SOCK_NAME "sock"            /* the socket, in its listener's directory */
 #define SHM_NO_GROUP ((gid_t)-1)
@@ -61,12 +65,22 @@ struct hello {
     uint64_t magic, version, ring_size, map_size;
 };
 
+/* A connection accepted from an allowed user, waiting for its hello. */
+struct shm_pending {
+    int sock;
+    uid_t uid;
+    pid_t pid;
+    int64_t deadline;         /* ts_now_ms() by which the hello must have come */
+};
+
 struct shm_listener {
     struct ts_listener base;
     int fd;
     gid_t group;                          /* let in besides our uid, or SHM_NO_GROUP */
     char dir[SHM_PATH_MAX];               /* ours alone; unlisten removes it */
     char path[SHM_PATH_MAX];              /* the socket in dir */
+    size_t npending;
+    struct shm_pending pending[PENDING_MAX];   /* oldest first */
 };
 
 struct shm_conn {
@@ -92,6 +106,8 @@ ts_status shm_accept(struct ts_listener *base, int ms, struct ts_conn **out, str
 ts_status shm_connect(const struct ts_blob *to, int ms, struct ts_conn **out, struct ts_err *e);
 /* Unmaps the header and both rings of c (what its mapping step mapped). */
 void shm_unmap_all(struct shm_conn *c);
+/* Tests only: the hello timeout of listeners from now on (ms > 0; else HELLO_MS again). */
+void shm_set_hello_ms(int ms);
 
 /* shm_dir.c */
 /* Makes a listener's directory (SHM_PATH_MAX bytes into dir) under the base directory, after

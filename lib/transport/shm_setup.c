@@ -3,7 +3,12 @@
  * back). See shm.c for the design, shm_dir.c for where the socket lives, shm_internal.h for
  * what is shared.
  *
- * Accepting: the acceptor checks who connected (SO_PEERCRED) before reading anything. */
+ * Accepting: the acceptor checks who connected (SO_PEERCRED) before reading anything, and
+ * never waits on one peer's hello. A real connector sends its hello with connect(), so it is
+ * in by the time the socket is accepted; a silent one (a stuck process, or one that means
+ * harm) used to hold every connect behind it for HELLO_MS. So accepted sockets wait in the
+ * listener, polled together with the listening socket, and accept returns the first whose
+ * hello is in; each that sends none within HELLO_MS is closed. */
 #include "transport/transport.h"
 
 #include <errno.h>
@@ -154,6 +159,8 @@ void shm_unlisten(struct ts_listener *base)
 {
     struct shm_listener *l = (struct shm_listener *)base;
 
+    for (size_t i = 0; i < l->npending; i++)
+        close(l->pending[i].sock);
     close(l->fd);
     shm_dir_remove(l->dir);
     free(l);
@@ -324,6 +331,23 @@ out_sock:
     return st;
 }
 
+static _Atomic int hello_ms = HELLO_MS;
+
+void shm_set_hello_ms(int ms)
+{
+    atomic_store(&hello_ms, ms > 0 ? ms : HELLO_MS);
+}
+
+/* Takes pending socket i out of the list, keeping the others in age order. */
+static struct shm_pending pending_take(struct shm_listener *l, size_t i)
+{
+    struct shm_pending p = l->pending[i];
+
+    memmove(&l->pending[i], &l->pending[i + 1], (l->npending - i - 1) * sizeof(p));
+    l->npending--;
+    return p;
+}
+
 /* Who may connect: our own uid, or a process whose group is the one let in. Supplementary
  * groups are not looked at: SO_PEERCRED carries only the primary one. */
 static bool allowed(const struct shm_listener *l, const struct ucred *cr)
@@ -331,57 +355,137 @@ static bool allowed(const struct shm_listener *l, const struct ucred *cr)
     return cr->uid == geteuid() || (l->group != SHM_NO_GROUP && cr->gid == l->group);
 }
 
+/* Makes room for one more pending socket of uid. When full, the OLDEST is closed, never the
+ * new one: a real connector's hello comes with its connect, so it is the newest and is read
+ * at once, while refusing newcomers would let a few silent sockets lock every connector out
+ * for HELLO_MS. The cap per uid keeps one user of the group from pushing the others out.
+ * TS_EUNAVAIL names the one closed; TS_OK when there was room. */
+static ts_status make_room(struct shm_listener *l, uid_t uid, struct ts_err *e)
+{
+    size_t same = 0, victim = 0;
+    struct shm_pending p;
+
+    for (size_t i = l->npending; i-- > 0;)
+        if (l->pending[i].uid == uid) {
+            same++;
+            victim = i;
+        }
+    if (same < PENDING_PER_UID && l->npending < PENDING_MAX)
+        return TS_OK;
+    if (same < PENDING_PER_UID)
+        victim = 0;
+    p = pending_take(l, victim);
+    close(p.sock);
+    return ts_err_set(e, TS_EUNAVAIL, "shm accept: closed pid %d (uid %u) before its hello: %s",
+                      (int)p.pid, (unsigned)p.uid, same >= PENDING_PER_UID ?
+                      "too many connections of its uid wait for theirs" :
+                      "too many connections wait for their hello");
+}
+
 /* Checks who is at the other end of sock, before anything is read from it: TS_EAUTH naming a
  * peer that may not connect. */
-static ts_status check_peer(const struct shm_listener *l, int sock, pid_t *pid,
+static ts_status check_peer(const struct shm_listener *l, int sock, struct ucred *cr,
                             struct ts_err *e)
 {
-    struct ucred cr;
-    socklen_t sl = sizeof(cr);
+    socklen_t sl = sizeof(*cr);
 
-    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &sl) != 0)
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, cr, &sl) != 0)
         return ts_err_set(e, TS_EIO, "shm accept: SO_PEERCRED: %s", strerror(errno));
-    *pid = cr.pid;
-    if (allowed(l, &cr))
+    if (allowed(l, cr))
         return TS_OK;
     if (l->group == SHM_NO_GROUP)
         return ts_err_set(e, TS_EAUTH, "shm accept: refused pid %d of uid %u: only uid %u may "
-                          "connect", (int)cr.pid, (unsigned)cr.uid, (unsigned)geteuid());
+                          "connect", (int)cr->pid, (unsigned)cr->uid, (unsigned)geteuid());
     return ts_err_set(e, TS_EAUTH, "shm accept: refused pid %d of uid %u (gid %u): only uid %u "
-                      "or gid %u may connect", (int)cr.pid, (unsigned)cr.uid, (unsigned)cr.gid,
-                      (unsigned)geteuid(), (unsigned)l->group);
+                      "or gid %u may connect", (int)cr->pid, (unsigned)cr->uid,
+                      (unsigned)cr->gid, (unsigned)geteuid(), (unsigned)l->group);
+}
+
+/* Accepts one socket from the backlog into the pending list, once check_peer let it in.
+ * TS_OK also when the backlog was empty. */
+static ts_status admit(struct shm_listener *l, struct ts_err *e)
+{
+    struct ucred cr;
+    ts_status st;
+    int sock = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+    if (sock < 0)
+        return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED ? TS_OK :
+               ts_err_set(e, TS_EIO, "shm accept: %s", strerror(errno));
+    if ((st = check_peer(l, sock, &cr, e))) {
+        close(sock);
+        return st;
+    }
+    st = make_room(l, cr.uid, e);
+    l->pending[l->npending++] = (struct shm_pending){ sock, cr.uid, cr.pid,
+                                                      ts_now_ms() + atomic_load(&hello_ms) };
+    return st;
+}
+
+/* Closes the first pending socket past its deadline: TS_EUNAVAIL naming it, else TS_OK. */
+static ts_status expire(struct shm_listener *l, int64_t now, struct ts_err *e)
+{
+    for (size_t i = 0; i < l->npending; i++) {
+        struct shm_pending p;
+        if (l->pending[i].deadline > now)
+            continue;
+        p = pending_take(l, i);
+        close(p.sock);
+        return ts_err_set(e, TS_EUNAVAIL, "shm accept: pid %d (uid %u) sent no hello within "
+                          "%d ms: closed", (int)p.pid, (unsigned)p.uid,
+                          atomic_load(&hello_ms));
+    }
+    return TS_OK;
+}
+
+/* The poll(2) timeout: up to the caller's deadline, and no later than the first pending
+ * socket's (expire ran: every one is in the future). */
+static int wait_ms(const struct shm_listener *l, int64_t deadline, int64_t now)
+{
+    int ms = ts__left_ms(deadline);
+
+    for (size_t i = 0; i < l->npending; i++)
+        if (ms < 0 || l->pending[i].deadline - now < ms)
+            ms = (int)(l->pending[i].deadline - now);
+    return ms;
 }
 
 ts_status shm_accept(struct ts_listener *base, int ms, struct ts_conn **out,
                      struct ts_err *e)
 {
     struct shm_listener *l = (struct shm_listener *)base;
-    struct pollfd p = { .fd = l->fd, .events = POLLIN };
-    int64_t deadline = ts__deadline(ms);
+    struct pollfd p[PENDING_MAX + 1];
+    int64_t deadline = ts__deadline(ms), now;
     ts_status st;
-    pid_t pid = 0;
-    int sock, rc;
+    size_t n;
+    int rc;
 
     for (;;) {
-        rc = poll(&p, 1, ts__left_ms(deadline));
-        if (rc > 0 && (sock = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0)
-            break;
+        now = ts_now_ms();
+        if ((st = expire(l, now, e)))
+            return st;
+        n = l->npending;
+        p[0] = (struct pollfd){ .fd = l->fd, .events = POLLIN };
+        for (size_t i = 0; i < n; i++)
+            p[i + 1] = (struct pollfd){ .fd = l->pending[i].sock, .events = POLLIN };
+        rc = poll(p, n + 1, wait_ms(l, deadline, now));
         if (rc < 0 && errno != EINTR)
             return ts_err_set(e, TS_EIO, "shm accept: poll: %s", strerror(errno));
+        /* Hellos that are in first (oldest first), so new connections cannot hold them up;
+         * a hang-up is the end of that one. */
+        for (size_t i = 0; rc > 0 && i < n; i++)
+            if (p[i + 1].revents) {
+                struct shm_pending q = pending_take(l, i);
+                return finish(q.sock, q.pid, out, e);
+            }
+        if (rc > 0 && (p[0].revents & POLLIN)) {
+            if ((st = admit(l, e)))
+                return st;
+            continue;   /* its hello may be in already: look before giving up */
+        }
         if (deadline >= 0 && ts__left_ms(deadline) == 0)
             return ts_err_set(e, TS_ETIMEDOUT, "shm accept: no peer within %d ms", ms);
     }
-    if ((st = check_peer(l, sock, &pid, e))) {
-        close(sock);
-        return st;
-    }
-    p.fd = sock;
-    if (poll(&p, 1, HELLO_MS) <= 0) {
-        close(sock);
-        return ts_err_set(e, TS_EUNAVAIL, "shm accept: pid %d sent no hello within %d ms: "
-                          "closed", (int)pid, HELLO_MS);
-    }
-    return finish(sock, pid, out, e);
 }
 
 /* ---- connect ---- */

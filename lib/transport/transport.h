@@ -80,8 +80,9 @@ struct ts_transport_ops {
     ts_status (*listen)(const char *host, struct ts_listener **l, struct ts_blob *addr,
                         struct ts_err *e);
     /* Waits up to ms (-1 forever) for a peer. TS_ETIMEDOUT when none came. Another error
-     * concerns that one peer (refused, hung up, sent a bad handshake): the listener stays
-     * usable. */
+     * concerns that one peer (refused, hung up, sent a bad or no handshake): the listener
+     * stays usable. A peer that connects and then sends nothing never delays another: shm
+     * keeps such peers aside, bounded, until their hello or HELLO_MS (shm_setup.c). */
     ts_status (*accept)(struct ts_listener *l, int ms, struct ts_conn **c, struct ts_err *e);
     void (*unlisten)(struct ts_listener *l);
     ts_status (*connect)(const struct ts_blob *to, int ms, struct ts_conn **c, struct ts_err *e);

@@ -27,6 +27,7 @@
 
 #include "transport/transport.h"
 #include "transport/region.h"
+#include "transport/shm_internal.h"     /* shm_set_hello_ms, PENDING_PER_UID */
 #include "util/proc.h"
 
 #define MIB (1u << 20)
@@ -585,7 +586,7 @@ static void t_usable(void **state)
     ts_tp_unlisten(l);
 }
 
-/* ---- the shm listener: its directory, and who gets in ---- */
+/* ---- the shm listener: its directory, who gets in, and no head-of-line blocking ---- */
 
 /* The socket's path in an shm address ("BOOTID NETNS PATH"). */
 static void blob_path(const struct ts_blob *b, char *path)
@@ -616,6 +617,23 @@ static bool hung_up(int fd, int ms)
     char b;
 
     return poll(&p, 1, ms) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+}
+
+/* Accepts until a connection comes, allowing only errors about other peers (those it closed
+ * while waiting): TS_EUNAVAIL. */
+static struct ts_conn *accept_through(struct ts_listener *l, int *dropped)
+{
+    struct ts_err err = { 0 };
+    struct ts_conn *c = NULL;
+    ts_status st;
+
+    *dropped = 0;
+    while ((st = ts_tp_accept(l, 5000, &c, &err)) == TS_EUNAVAIL) {
+        (*dropped)++;
+        ts_err_clear(&err);
+    }
+    must(st, &err, "accept");
+    return c;
 }
 
 /* The socket is a file in a directory of mode 0700 that is ours; both go with the listener. */
@@ -701,6 +719,79 @@ static void t_shm_dir_env(void **state)
     assert_non_null(strstr(err.msg, "TESSERA_SHM_GROUP"));
     unsetenv("TESSERA_SHM_GROUP");
     assert_int_equal(rmdir(base), 0);   /* nothing was left in it */
+}
+
+/* Fifty connections that never send their hello do not delay a real one: accept returns it
+ * at once (one at a time, each would have held it for HELLO_MS, 5 s: over four minutes). The
+ * oldest silent ones of the uid are closed to make room; the rest go with the listener. */
+static void t_shm_silent(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    struct ts_blob addr = { 0 };
+    struct ts_listener *l = listen_on(t, &addr);
+    struct ts_err err = { 0 };
+    struct ts_conn *a = NULL, *b;
+    int silent[50], dropped, closed = 0;
+    char path[108];
+    int64_t t0;
+
+    blob_path(&addr, path);
+    for (int i = 0; i < 50; i++)
+        silent[i] = silent_connect(path);
+    t0 = ts_now_ms();
+    must(ts_tp_connect(t, &addr, 5000, &a, &err), &err, "connect");
+    b = accept_through(l, &dropped);
+    /* Far below one HELLO_MS, with room for a loaded machine. */
+    assert_true(ts_now_ms() - t0 < 1000);
+    transfer(a, b, 4096, 11);
+    for (int i = 0; i < 50; i++)
+        closed += hung_up(silent[i], 0);
+    /* All but the PENDING_PER_UID - 1 newest silent ones (the real one was the last in). */
+    assert_int_equal(dropped, 50 - (PENDING_PER_UID - 1));
+    assert_int_equal(closed, 50 - (PENDING_PER_UID - 1));
+    for (int i = 0; i < PENDING_PER_UID - 1; i++)
+        assert_false(hung_up(silent[50 - 1 - i], 0));
+    ts_tp_unlisten(l);
+    for (int i = 0; i < 50; i++) {
+        assert_true(i < 50 - (PENDING_PER_UID - 1) || hung_up(silent[i], 1000));
+        close(silent[i]);
+    }
+    ts_tp_close(a);
+    ts_tp_close(b);
+}
+
+/* A connection whose hello never comes is closed after the hello timeout (shortened here),
+ * with an error naming it; the listener goes on; one that hangs up first is named too. */
+static void t_shm_hello_timeout(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    struct ts_blob addr = { 0 };
+    struct ts_listener *l;
+    struct ts_err err = { 0 };
+    struct ts_conn *a = NULL, *b = NULL;
+    char path[108];
+    int fd;
+
+    shm_set_hello_ms(100);
+    l = listen_on(t, &addr);
+    blob_path(&addr, path);
+    fd = silent_connect(path);
+    assert_int_equal(ts_tp_accept(l, 5000, &b, &err), TS_EUNAVAIL);
+    assert_non_null(strstr(err.msg, "no hello within 100 ms"));
+    assert_null(b);
+    assert_true(hung_up(fd, 1000));
+    close(fd);
+    close(silent_connect(path));
+    ts_err_clear(&err);
+    assert_int_equal(ts_tp_accept(l, 5000, &b, &err), TS_EUNAVAIL);
+    assert_non_null(strstr(err.msg, "hung up before its hello"));
+    must(ts_tp_connect(t, &addr, 5000, &a, &err), &err, "connect");
+    must(ts_tp_accept(l, 5000, &b, &err), &err, "accept after the silent one");
+    transfer(a, b, 100, 12);
+    ts_tp_close(a);
+    ts_tp_close(b);
+    ts_tp_unlisten(l);
+    shm_set_hello_ms(0);
 }
 
 /* Tests as root only: ids of a user and group that nothing else here uses. */
@@ -887,6 +978,8 @@ int main(void)
         SHM(t_region_owned),
         SHM(t_shm_dir),
         SHM(t_shm_dir_env),
+        SHM(t_shm_silent),
+        SHM(t_shm_hello_timeout),
         SHM(t_shm_peers),
         SHM(t_shm_swapped),
     };

@@ -131,10 +131,11 @@ ts_status shm_dir_make(char *dir, gid_t *group, struct ts_err *e)
 
     if ((st = group_of(group, e)))
         return st;
-    if (base[strcspn(base, " \t\n")])
-        return ts_err_set(e, TS_EINVAL, "shm listen: the socket directory's base '%s' holds "
-                          "white space, which the address cannot carry: set TESSERA_SHM_DIR",
-                          base);
+    if (base[0] != '/' || base[strcspn(base, " \t\n")])
+        return ts_err_set(e, TS_EINVAL, "shm listen: the socket directory's base '%s' %s: set "
+                          "TESSERA_SHM_DIR to another", base, base[0] != '/' ?
+                          "is not an absolute path, which peers elsewhere could not follow" :
+                          "holds white space, which the address cannot carry");
     pidns_id(ns, sizeof(ns));
     snprintf(prefix, sizeof(prefix), "tessera-shm-%s-", ns);
     n = (size_t)snprintf(dir, SHM_PATH_MAX, "%s/%s%d-XXXXXX", base, prefix, (int)getpid());

@@ -659,7 +659,8 @@ static void t_shm_dir(void **state)
 
 /* $TESSERA_SHM_DIR is the base; a directory a dead process of ours left there (kill -9) is
  * swept at the next listen, a live one's and another pid namespace's are not; a base too long
- * for a socket path, one with a space, and an unknown TESSERA_SHM_GROUP are refused. */
+ * for a socket path, one with a space, a relative one and an unknown TESSERA_SHM_GROUP are
+ * refused. */
 static void t_shm_dir_env(void **state)
 {
     const struct ts_transport_ops *t = backend(state);
@@ -712,6 +713,10 @@ static void t_shm_dir_env(void **state)
     setenv("TESSERA_SHM_DIR", "/tmp/a b", 1);
     assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
     assert_non_null(strstr(err.msg, "white space"));
+    ts_err_clear(&err);
+    setenv("TESSERA_SHM_DIR", "tmp", 1);
+    assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
+    assert_non_null(strstr(err.msg, "absolute"));
     unsetenv("TESSERA_SHM_DIR");
     ts_err_clear(&err);
     setenv("TESSERA_SHM_GROUP", "no-such-group-tessera", 1);

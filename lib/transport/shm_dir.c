@@ -12,7 +12,8 @@
  * tessera-shm-PIDNS-PID-XXXXXX, so the next listen of any process of the same user sweeps the
  * ones whose PID no longer runs. The pid namespace is in the name because a pid means
  * something only inside its namespace: a process in another one (a container sharing /tmp)
- * would look dead from here while its listener is alive. */
+ * would look dead from here while its listener is alive.
+ * Threads: no state of its own; any thread may listen or connect. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>

@@ -79,7 +79,7 @@ struct shm_listener {
     gid_t group;                          /* let in besides our uid, or SHM_NO_GROUP */
     char dir[SHM_PATH_MAX];               /* ours alone; unlisten removes it */
     char path[SHM_PATH_MAX];              /* the socket in dir */
-    size_t npending;
+    size_t npending;                      /* accept's thread only, like the rest */
     struct shm_pending pending[PENDING_MAX];   /* oldest first */
 };
 

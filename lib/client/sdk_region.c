@@ -152,9 +152,10 @@ bool sdk_push_in_region(const struct sdk_tensor *x, uint32_t p)
 static ts_status grad_alloc(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err)
 {
     size_t bytes = x->numel * sdk_push_bytes(t);
-    ts_status st = ts_region_create("tessera-grad", bytes, &x->grad, err);
+    /* Owned: the shards that map it can read it, only this process can write it. */
+    ts_status st = ts_region_create("tessera-grad", bytes, TS_REGION_OWNED, &x->grad, err);
 
-    if (st == TS_ENODEV) {   /* no memfds here: private memory, always copied */
+    if (st == TS_ENODEV) {   /* no memfds (or seals) here: private memory, always copied */
         void *g = mmap(NULL, ts_page_round(bytes), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (g == MAP_FAILED)

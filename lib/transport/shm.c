@@ -31,8 +31,10 @@
  * open for the life of the connection and a sleeper wakes every SLICE_MS to poll it for a
  * hang-up (the kernel closes it when the process dies): TS_EUNAVAIL within ~SLICE_MS.
  *
- * The blob is "BOOTID NETNS NAME": the abstract Unix socket NAME is visible only inside one
- * network namespace of one running kernel, so usable() requires both to match ours. */
+ * The blob is "BOOTID NETNS PATH": PATH is the listener's Unix socket, in a directory that
+ * only its user (and a group it names) can reach (shm_dir.c). usable() requires the same
+ * running kernel and network namespace as ours, and PATH reachable from here (a peer in
+ * another mount namespace gets tcp). Both ends check who the other is with SO_PEERCRED. */
 #include "transport/transport.h"
 
 #include <errno.h>

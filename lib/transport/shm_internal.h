@@ -1,8 +1,9 @@
-/* shm_internal.h - what the two files of the shm backend share: the layout of the shared
- * header and rings, the listener and connection structs, and the few functions one file
- * calls in the other. shm_setup.c makes connections (host identity, the Unix socket, the
- * memfd and its mappings); shm.c moves bytes through them and holds the ops table. The
- * design is described at the top of shm.c. Not part of lib/transport's interface. */
+/* shm_internal.h - what the files of the shm backend share: the layout of the shared header
+ * and rings, the listener and connection structs, and the few functions one file calls in
+ * another. shm_setup.c makes connections (host identity, accepting, the memfd and its
+ * mappings); shm_dir.c keeps the listener's socket in a directory only its user (and group)
+ * can reach; shm.c moves bytes through connections and holds the ops table. The design is
+ * described at the top of shm.c. Not part of lib/transport's interface. */
 #ifndef TS_TRANSPORT_SHM_INTERNAL_H
 #define TS_TRANSPORT_SHM_INTERNAL_H
 
@@ -10,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "transport/internal.h"
 #include "transport/transport.h"
@@ -24,6 +26,13 @@
 #define SPIN_FIRST_US 2                 /* spinning before sleeping: for a first byte, */
 #define SPIN_MID_US 200                 /* and mid-message: the peer is copying a chunk */
 #define HELLO_MS 5000                   /* the hello follows connect() at once */
+/* Accepted sockets whose hello has not come yet, per listener: at most PENDING_MAX, and
+ * PENDING_PER_UID of one user (shm_accept). */
+#define PENDING_MAX 64
+#define PENDING_PER_UID 8
+#define SHM_PATH_MAX 108                /* sizeof(sun_path) */
+#define SHM_SOCK_NAME "sock"            /* the socket, in its listener's directory */
+#define SHM_NO_GROUP ((gid_t)-1)
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "shared-memory atomics must be lock-free (address-free)");
@@ -56,9 +65,22 @@ struct hello {
     uint64_t magic, version, ring_size, map_size;
 };
 
+/* A connection accepted from an allowed user, waiting for its hello. */
+struct shm_pending {
+    int sock;
+    uid_t uid;
+    pid_t pid;
+    int64_t deadline;         /* ts_now_ms() by which the hello must have come */
+};
+
 struct shm_listener {
     struct ts_listener base;
     int fd;
+    gid_t group;                          /* let in besides our uid, or SHM_NO_GROUP */
+    char dir[SHM_PATH_MAX];               /* ours alone; unlisten removes it */
+    char path[SHM_PATH_MAX];              /* the socket in dir */
+    size_t npending;                      /* accept's thread only, like the rest */
+    struct shm_pending pending[PENDING_MAX];   /* oldest first */
 };
 
 struct shm_conn {
@@ -84,5 +106,23 @@ ts_status shm_accept(struct ts_listener *base, int ms, struct ts_conn **out, str
 ts_status shm_connect(const struct ts_blob *to, int ms, struct ts_conn **out, struct ts_err *e);
 /* Unmaps the header and both rings of c (what its mapping step mapped). */
 void shm_unmap_all(struct shm_conn *c);
+/* Tests only: the hello timeout of listeners from now on (ms > 0; else HELLO_MS again). */
+void shm_set_hello_ms(int ms);
+
+/* shm_dir.c */
+/* Makes a listener's directory (SHM_PATH_MAX bytes into dir) under the base directory, after
+ * sweeping the ones dead listeners of this user left there: mode 0700, or 0750 and given to
+ * the group $TESSERA_SHM_GROUP names (*group; SHM_NO_GROUP when none). TS_EINVAL for a bad
+ * group or a base too long for a socket path, TS_EIO where the directory cannot be made. */
+ts_status shm_dir_make(char *dir, gid_t *group, struct ts_err *e);
+/* Binds fd to the socket in dir (its path into path, SHM_PATH_MAX bytes), usable by our uid
+ * and by group unless SHM_NO_GROUP. */
+ts_status shm_dir_bind(int fd, const char *dir, gid_t group, char *path, struct ts_err *e);
+/* Removes dir's socket, then dir. */
+void shm_dir_remove(const char *dir);
+/* Whether path is a socket this process can reach, in a directory only its owner can change,
+ * held by that owner, and one its listener would let us into (our uid, or our group let in).
+ * *owner: the directory's owner, whom the connected socket's SO_PEERCRED must show. */
+bool shm_dir_check(const char *path, uid_t *owner);
 
 #endif

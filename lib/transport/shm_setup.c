@@ -1,6 +1,14 @@
-/* shm_setup.c - making shm connections: host identity, the listener's Unix socket, the
- * connector's memfd with its two rings, the hello that passes it, and the mappings (each ring
- * mapped twice, back to back). See shm.c for the design; shm_internal.h for what is shared. */
+/* shm_setup.c - making shm connections: host identity, accepting, the connector's memfd with
+ * its two rings, the hello that passes it, and the mappings (each ring mapped twice, back to
+ * back). See shm.c for the design, shm_dir.c for where the socket lives, shm_internal.h for
+ * what is shared.
+ *
+ * Accepting: the acceptor checks who connected (SO_PEERCRED) before reading anything, and
+ * never waits on one peer's hello. A real connector sends its hello with connect(), so it is
+ * in by the time the socket is accepted; a silent one (a stuck process, or one that means
+ * harm) used to hold every connect behind it for HELLO_MS. So accepted sockets wait in the
+ * listener, polled together with the listening socket, and accept returns the first whose
+ * hello is in; each that sends none within HELLO_MS is closed. */
 #include "transport/transport.h"
 
 #include <errno.h>
@@ -53,8 +61,8 @@ static bool ident(void)
     return my_boot[0] && my_netns[0];
 }
 
-/* Parses "BOOTID NETNS NAME" into its parts (name: without the leading NUL). */
-static bool blob_parse(const struct ts_blob *b, char *boot, char *netns, char *name)
+/* Parses "BOOTID NETNS PATH" into its parts (path: SHM_PATH_MAX bytes). */
+static bool blob_parse(const struct ts_blob *b, char *boot, char *netns, char *path)
 {
     char text[TS_BLOB_MAX + 1];
 
@@ -62,7 +70,7 @@ static bool blob_parse(const struct ts_blob *b, char *boot, char *netns, char *n
         return false;
     memcpy(text, b->data, b->len);
     text[b->len] = '\0';
-    return sscanf(text, "%39s %23s %107s", boot, netns, name) == 3;
+    return sscanf(text, "%39s %23s %107s", boot, netns, path) == 3;
 }
 
 /* ---- probe, usable ---- */
@@ -83,69 +91,78 @@ ts_status shm_probe(struct ts_err *e)
     return TS_OK;
 }
 
+/* Whether boot and netns are ours: same running kernel, same network namespace. */
+static bool same_host(const char *boot, const char *netns)
+{
+    return ident() && strcmp(boot, my_boot) == 0 && strcmp(netns, my_netns) == 0;
+}
+
+/* Same host, and the socket reachable from here and ours to use: a peer in another mount
+ * namespace, or of a user we would not be let in by, gets tcp. */
 bool shm_usable(const struct ts_blob *peer)
 {
-    char boot[40], netns[24], name[108];
+    char boot[40], netns[24], path[SHM_PATH_MAX];
+    uid_t owner;
 
-    return ident() && blob_parse(peer, boot, netns, name) && strcmp(boot, my_boot) == 0 &&
-           strcmp(netns, my_netns) == 0;
+    return blob_parse(peer, boot, netns, path) && same_host(boot, netns) &&
+           shm_dir_check(path, &owner);
 }
 
-/* ---- listen, accept ---- */
-
-static socklen_t abstract_addr(struct sockaddr_un *sa, const char *name)
-{
-    size_t n = strnlen(name, sizeof(sa->sun_path) - 1);
-
-    memset(sa, 0, sizeof(*sa));
-    sa->sun_family = AF_UNIX;
-    memcpy(sa->sun_path + 1, name, n);      /* sun_path[0] = '\0': the abstract namespace */
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-}
+/* ---- listen ---- */
 
 ts_status shm_listen(const char *host, struct ts_listener **out, struct ts_blob *addr,
-                            struct ts_err *e)
+                     struct ts_err *e)
 {
-    static atomic_uint counter;
-    char name[64], id[33], text[TS_BLOB_MAX];
-    struct sockaddr_un sa;
+    char text[TS_BLOB_MAX + 1];
     struct shm_listener *l;
-    socklen_t sl;
-    int fd;
+    ts_status st;
+    int n;
 
     if (!ident())
         return ts_err_set(e, TS_ENODEV, "shm listen: no boot id or network namespace in /proc");
-    /* pid and counter keep names of one process apart; the random part keeps a recycled pid
-     * from colliding with a dead process's name still held by a stuck child. */
-    ts_proc_instance_id(id, sizeof(id));
-    snprintf(name, sizeof(name), "tessera-shm-%d-%u-%.8s", (int)getpid(),
-             atomic_fetch_add(&counter, 1), id);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return ts_err_set(e, TS_EIO, "shm listen: socket: %s", strerror(errno));
-    sl = abstract_addr(&sa, name);
-    if (bind(fd, (struct sockaddr *)&sa, sl) != 0 || listen(fd, 128) != 0) {
-        close(fd);
-        return ts_err_set(e, TS_EIO, "shm listen on @%s: %s", name, strerror(errno));
-    }
-    if (!(l = calloc(1, sizeof(*l)))) {
-        close(fd);
+    if (!(l = calloc(1, sizeof(*l))))
         return ts_err_set(e, TS_ENOMEM, "shm listen: out of memory");
-    }
     l->base.ops = &ts_transport_shm;
-    l->fd = fd;
-    snprintf(text, sizeof(text), "%s %s %s", my_boot, my_netns, name);
-    addr->len = strlen(text);
+    if ((st = shm_dir_make(l->dir, &l->group, e)))
+        goto out_free;
+    l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (l->fd < 0) {
+        st = ts_err_set(e, TS_EIO, "shm listen: socket: %s", strerror(errno));
+        goto out_dir;
+    }
+    if ((st = shm_dir_bind(l->fd, l->dir, l->group, l->path, e)))
+        goto out_sock;
+    if (listen(l->fd, 128) != 0) {
+        st = ts_err_set(e, TS_EIO, "shm listen on %s: %s", l->path, strerror(errno));
+        goto out_sock;
+    }
+    n = snprintf(text, sizeof(text), "%s %s %s", my_boot, my_netns, l->path);
+    if (n < 0 || n > TS_BLOB_MAX) {
+        st = ts_err_set(e, TS_EINVAL, "shm listen: address '%s' is over %d bytes: set "
+                        "TESSERA_SHM_DIR to a shorter directory", text, TS_BLOB_MAX);
+        goto out_sock;
+    }
+    addr->len = (size_t)n;
     memcpy(addr->data, text, addr->len);
     *out = &l->base;
     return TS_OK;
+out_sock:
+    close(l->fd);
+out_dir:
+    shm_dir_remove(l->dir);
+out_free:
+    free(l);
+    return st;
 }
 
 void shm_unlisten(struct ts_listener *base)
 {
     struct shm_listener *l = (struct shm_listener *)base;
 
+    for (size_t i = 0; i < l->npending; i++)
+        close(l->pending[i].sock);
     close(l->fd);
+    shm_dir_remove(l->dir);
     free(l);
 }
 
@@ -217,8 +234,11 @@ static void conn_name(struct shm_conn *c)
         snprintf(c->base.peer, sizeof(c->base.peer), "shm:?");
 }
 
-/* Receives the hello and its memfd on sock within ms; *fd is -1 when none came with it. */
-static ts_status recv_hello(int sock, int ms, struct hello *h, int *fd, struct ts_err *e)
+/* ---- accept ---- */
+
+/* Reads the hello and its memfd, already waiting on sock (poll said so): a real connector
+ * sends both in one message with connect(). On failure nothing is left open but sock. */
+static ts_status read_hello(int sock, pid_t pid, struct hello *h, int *fd, struct ts_err *e)
 {
     union {
         char buf[CMSG_SPACE(sizeof(int))];
@@ -227,21 +247,25 @@ static ts_status recv_hello(int sock, int ms, struct hello *h, int *fd, struct t
     struct iovec iov = { h, sizeof(*h) };
     struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
                         .msg_controllen = sizeof(cm.buf) };
-    struct pollfd p = { .fd = sock, .events = POLLIN };
     struct cmsghdr *cmsg;
     ssize_t n;
 
     *fd = -1;
-    if (poll(&p, 1, ms) <= 0)
-        return ts_err_set(e, TS_EUNAVAIL, "shm accept: no hello from the peer in %d ms", ms);
     n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     for (cmsg = CMSG_FIRSTHDR(&m); n >= 0 && cmsg; cmsg = CMSG_NXTHDR(&m, cmsg))
         if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS)
             memcpy(fd, CMSG_DATA(cmsg), sizeof(int));
-    if (n != (ssize_t)sizeof(*h) || *fd < 0 || (m.msg_flags & MSG_CTRUNC))
-        return ts_err_set(e, TS_ECORRUPT, "shm accept: bad hello (%zd bytes, %s)", n,
-                          *fd < 0 ? "no memfd" : "memfd");
-    return TS_OK;
+    if (n == (ssize_t)sizeof(*h) && *fd >= 0 && !(m.msg_flags & MSG_CTRUNC))
+        return TS_OK;
+    if (n <= 0)
+        return ts_err_set(e, TS_EUNAVAIL, "shm accept: pid %d hung up before its hello",
+                          (int)pid);
+    ts_err_set(e, TS_ECORRUPT, "shm accept: bad hello from pid %d (%zd bytes, %s)", (int)pid,
+               n, *fd < 0 ? "no memfd" : "memfd");
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+    return TS_ECORRUPT;
 }
 
 /* Checks what the peer claims against the memfd itself before mapping it: the size must
@@ -266,27 +290,15 @@ static ts_status check_memfd(const struct hello *h, int fd, struct ts_err *e)
     return TS_OK;
 }
 
-ts_status shm_accept(struct ts_listener *base, int ms, struct ts_conn **out,
-                            struct ts_err *e)
+/* Maps the rings of a connection whose hello is in; takes sock (closed on failure). */
+static ts_status finish(int sock, pid_t pid, struct ts_conn **out, struct ts_err *e)
 {
-    struct shm_listener *l = (struct shm_listener *)base;
-    struct pollfd p = { .fd = l->fd, .events = POLLIN };
-    int64_t deadline = ts__deadline(ms);
     struct shm_conn *c;
     struct hello h;
     ts_status st;
-    int sock, fd, rc;
+    int fd;
 
-    for (;;) {
-        rc = poll(&p, 1, ts__left_ms(deadline));
-        if (rc > 0 && (sock = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0)
-            break;
-        if (rc < 0 && errno != EINTR)
-            return ts_err_set(e, TS_EIO, "shm accept: poll: %s", strerror(errno));
-        if (deadline >= 0 && ts__left_ms(deadline) == 0)
-            return ts_err_set(e, TS_ETIMEDOUT, "shm accept: no peer within %d ms", ms);
-    }
-    if ((st = recv_hello(sock, HELLO_MS, &h, &fd, e)))
+    if ((st = read_hello(sock, pid, &h, &fd, e)))
         goto out_sock;
     if ((st = check_memfd(&h, fd, e)))
         goto out_fd;
@@ -319,6 +331,163 @@ out_sock:
     return st;
 }
 
+static _Atomic int hello_ms = HELLO_MS;
+
+void shm_set_hello_ms(int ms)
+{
+    atomic_store(&hello_ms, ms > 0 ? ms : HELLO_MS);
+}
+
+/* Takes pending socket i out of the list, keeping the others in age order. */
+static struct shm_pending pending_take(struct shm_listener *l, size_t i)
+{
+    struct shm_pending p = l->pending[i];
+
+    memmove(&l->pending[i], &l->pending[i + 1], (l->npending - i - 1) * sizeof(p));
+    l->npending--;
+    return p;
+}
+
+/* Who may connect: our own uid, or a process whose group is the one let in. Supplementary
+ * groups are not looked at: SO_PEERCRED carries only the primary one. */
+static bool allowed(const struct shm_listener *l, const struct ucred *cr)
+{
+    return cr->uid == geteuid() || (l->group != SHM_NO_GROUP && cr->gid == l->group);
+}
+
+/* Makes room for one more pending socket of uid. When full, the OLDEST is closed, never the
+ * new one: a real connector's hello comes with its connect, so it is the newest and is read
+ * at once, while refusing newcomers would let a few silent sockets lock every connector out
+ * for HELLO_MS. The cap per uid keeps one user of the group from pushing the others out.
+ * TS_EUNAVAIL names the one closed; TS_OK when there was room. */
+static ts_status make_room(struct shm_listener *l, uid_t uid, struct ts_err *e)
+{
+    size_t same = 0, victim = 0;
+    struct shm_pending p;
+
+    for (size_t i = l->npending; i-- > 0;)
+        if (l->pending[i].uid == uid) {
+            same++;
+            victim = i;
+        }
+    if (same < PENDING_PER_UID && l->npending < PENDING_MAX)
+        return TS_OK;
+    if (same < PENDING_PER_UID)
+        victim = 0;
+    p = pending_take(l, victim);
+    close(p.sock);
+    return ts_err_set(e, TS_EUNAVAIL, "shm accept: closed pid %d (uid %u) before its hello: %s",
+                      (int)p.pid, (unsigned)p.uid, same >= PENDING_PER_UID ?
+                      "too many connections of its uid wait for theirs" :
+                      "too many connections wait for their hello");
+}
+
+/* Checks who is at the other end of sock, before anything is read from it: TS_EAUTH naming a
+ * peer that may not connect. */
+static ts_status check_peer(const struct shm_listener *l, int sock, struct ucred *cr,
+                            struct ts_err *e)
+{
+    socklen_t sl = sizeof(*cr);
+
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, cr, &sl) != 0)
+        return ts_err_set(e, TS_EIO, "shm accept: SO_PEERCRED: %s", strerror(errno));
+    if (allowed(l, cr))
+        return TS_OK;
+    if (l->group == SHM_NO_GROUP)
+        return ts_err_set(e, TS_EAUTH, "shm accept: refused pid %d of uid %u: only uid %u may "
+                          "connect", (int)cr->pid, (unsigned)cr->uid, (unsigned)geteuid());
+    return ts_err_set(e, TS_EAUTH, "shm accept: refused pid %d of uid %u (gid %u): only uid %u "
+                      "or gid %u may connect", (int)cr->pid, (unsigned)cr->uid,
+                      (unsigned)cr->gid, (unsigned)geteuid(), (unsigned)l->group);
+}
+
+/* Accepts one socket from the backlog into the pending list, once check_peer let it in.
+ * TS_OK also when the backlog was empty. */
+static ts_status admit(struct shm_listener *l, struct ts_err *e)
+{
+    struct ucred cr;
+    ts_status st;
+    int sock = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+    if (sock < 0)
+        return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED ? TS_OK :
+               ts_err_set(e, TS_EIO, "shm accept: %s", strerror(errno));
+    if ((st = check_peer(l, sock, &cr, e))) {
+        close(sock);
+        return st;
+    }
+    st = make_room(l, cr.uid, e);
+    l->pending[l->npending++] = (struct shm_pending){ sock, cr.uid, cr.pid,
+                                                      ts_now_ms() + atomic_load(&hello_ms) };
+    return st;
+}
+
+/* Closes the first pending socket past its deadline: TS_EUNAVAIL naming it, else TS_OK. */
+static ts_status expire(struct shm_listener *l, int64_t now, struct ts_err *e)
+{
+    for (size_t i = 0; i < l->npending; i++) {
+        struct shm_pending p;
+        if (l->pending[i].deadline > now)
+            continue;
+        p = pending_take(l, i);
+        close(p.sock);
+        return ts_err_set(e, TS_EUNAVAIL, "shm accept: pid %d (uid %u) sent no hello within "
+                          "%d ms: closed", (int)p.pid, (unsigned)p.uid,
+                          atomic_load(&hello_ms));
+    }
+    return TS_OK;
+}
+
+/* The poll(2) timeout: up to the caller's deadline, and no later than the first pending
+ * socket's (expire ran: every one is in the future). */
+static int wait_ms(const struct shm_listener *l, int64_t deadline, int64_t now)
+{
+    int ms = ts__left_ms(deadline);
+
+    for (size_t i = 0; i < l->npending; i++)
+        if (ms < 0 || l->pending[i].deadline - now < ms)
+            ms = (int)(l->pending[i].deadline - now);
+    return ms;
+}
+
+ts_status shm_accept(struct ts_listener *base, int ms, struct ts_conn **out,
+                     struct ts_err *e)
+{
+    struct shm_listener *l = (struct shm_listener *)base;
+    struct pollfd p[PENDING_MAX + 1];
+    int64_t deadline = ts__deadline(ms), now;
+    ts_status st;
+    size_t n;
+    int rc;
+
+    for (;;) {
+        now = ts_now_ms();
+        if ((st = expire(l, now, e)))
+            return st;
+        n = l->npending;
+        p[0] = (struct pollfd){ .fd = l->fd, .events = POLLIN };
+        for (size_t i = 0; i < n; i++)
+            p[i + 1] = (struct pollfd){ .fd = l->pending[i].sock, .events = POLLIN };
+        rc = poll(p, n + 1, wait_ms(l, deadline, now));
+        if (rc < 0 && errno != EINTR)
+            return ts_err_set(e, TS_EIO, "shm accept: poll: %s", strerror(errno));
+        /* Hellos that are in first (oldest first), so new connections cannot hold them up;
+         * a hang-up is the end of that one. */
+        for (size_t i = 0; rc > 0 && i < n; i++)
+            if (p[i + 1].revents) {
+                struct shm_pending q = pending_take(l, i);
+                return finish(q.sock, q.pid, out, e);
+            }
+        if (rc > 0 && (p[0].revents & POLLIN)) {
+            if ((st = admit(l, e)))
+                return st;
+            continue;   /* its hello may be in already: look before giving up */
+        }
+        if (deadline >= 0 && ts__left_ms(deadline) == 0)
+            return ts_err_set(e, TS_ETIMEDOUT, "shm accept: no peer within %d ms", ms);
+    }
+}
+
 /* ---- connect ---- */
 
 static uint64_t ring_bytes(void)
@@ -331,17 +500,17 @@ static uint64_t ring_bytes(void)
     return v;
 }
 
-/* A connected Unix socket to name, or -1 with errno; retries while the backlog is full. */
-static int connect_unix(const char *name, int ms)
+/* A connected Unix socket to path, or -1 with errno; retries while the backlog is full. */
+static int connect_unix(const char *path, int ms)
 {
-    struct sockaddr_un sa;
-    socklen_t sl = abstract_addr(&sa, name);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
     int64_t deadline = ts__deadline(ms);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), saved;
 
     if (fd < 0)
         return -1;
-    while (connect(fd, (struct sockaddr *)&sa, sl) != 0) {
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
         if (errno != EAGAIN && errno != EINTR)
             goto out_close;
         if (deadline >= 0 && ts__left_ms(deadline) == 0) {
@@ -356,6 +525,30 @@ out_close:
     close(fd);
     errno = saved;
     return -1;
+}
+
+/* Connects to the socket at path, whose directory belongs to owner, into *sock. The process
+ * that listens on it must be owner too (SO_PEERCRED: its credentials when it called listen),
+ * so a socket someone else bound there, or a path swapped under us, is refused. */
+static ts_status dial(const char *path, uid_t owner, int ms, int *sock, struct ts_err *e)
+{
+    struct ucred cr;
+    socklen_t sl = sizeof(cr);
+    int fd = connect_unix(path, ms);
+
+    if (fd < 0)
+        return ts_err_set(e, errno == ETIMEDOUT ? TS_ETIMEDOUT : TS_EUNAVAIL, "shm connect %s: "
+                          "%s", path, strerror(errno));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &sl) != 0)
+        cr.uid = (uid_t)-1;
+    if (cr.uid != owner) {
+        close(fd);
+        return ts_err_set(e, TS_EAUTH, "shm connect %s: the socket is held by uid %d, its "
+                          "directory belongs to uid %u: refused", path, (int)cr.uid,
+                          (unsigned)owner);
+    }
+    *sock = fd;
+    return TS_OK;
 }
 
 /* Creates the sealed memfd with both rings and maps it into c; *fd is the memfd. */
@@ -386,7 +579,7 @@ static ts_status make_rings(struct shm_conn *c, uint64_t ring, int *fd, struct t
 ts_status shm_connect(const struct ts_blob *to, int ms, struct ts_conn **out,
                              struct ts_err *e)
 {
-    char boot[40], netns[24], name[108];
+    char boot[40], netns[24], path[SHM_PATH_MAX];
     union {
         char buf[CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
@@ -398,21 +591,23 @@ ts_status shm_connect(const struct ts_blob *to, int ms, struct ts_conn **out,
     struct cmsghdr *cmsg;
     struct shm_conn *c;
     ts_status st;
+    uid_t owner;
     int fd;
 
-    if (!blob_parse(to, boot, netns, name))
-        return ts_err_set(e, TS_EINVAL, "shm connect: address blob is not 'BOOTID NETNS NAME'");
-    if (!shm_usable(to))
+    if (!blob_parse(to, boot, netns, path))
+        return ts_err_set(e, TS_EINVAL, "shm connect: address blob is not 'BOOTID NETNS PATH'");
+    if (!same_host(boot, netns))
         return ts_err_set(e, TS_EUNAVAIL, "shm connect: peer is on another host or network "
                           "namespace (boot %.8s netns %s, ours %.8s %s): use tcp", boot, netns,
                           my_boot, my_netns);
+    if (!shm_dir_check(path, &owner))
+        return ts_err_set(e, TS_EUNAVAIL, "shm connect %s: no socket this process may use "
+                          "there (the listener is gone, in another mount namespace, or of a "
+                          "user that would not let us in): use tcp", path);
     if (!(c = calloc(1, sizeof(*c))))
         return ts_err_set(e, TS_ENOMEM, "shm connect: out of memory");
-    if ((c->sock = connect_unix(name, ms)) < 0) {
-        st = ts_err_set(e, errno == ETIMEDOUT ? TS_ETIMEDOUT : TS_EUNAVAIL, "shm connect @%s: "
-                        "%s", name, strerror(errno));
+    if ((st = dial(path, owner, ms, &c->sock, e)))
         goto out_free;
-    }
     if ((st = make_rings(c, h.ring_size, &fd, e)))
         goto out_sock;
     h.map_size = DATA_OFF + 2 * h.ring_size;
@@ -423,7 +618,7 @@ ts_status shm_connect(const struct ts_blob *to, int ms, struct ts_conn **out,
     memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
     /* A fresh socket's buffer holds the 32-byte hello: this does not block. */
     if (sendmsg(c->sock, &m, MSG_NOSIGNAL) != (ssize_t)sizeof(h)) {
-        st = ts_err_set(e, TS_EUNAVAIL, "shm connect @%s: sending the memfd: %s", name,
+        st = ts_err_set(e, TS_EUNAVAIL, "shm connect %s: sending the memfd: %s", path,
                         strerror(errno));
         close(fd);
         goto out_unmap;

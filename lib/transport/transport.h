@@ -10,8 +10,9 @@
  * direction, set up over a Unix socket), "tcp" (everywhere). RDMA and NCCL come later behind the
  * same table. `listen` yields an opaque address blob that the peer receives over gRPC (the
  * shard map's DataPlaneEndpoint) and passes to `connect`. `probe` returning TS_ENODEV means the
- * backend cannot run here; `usable` says whether a peer's blob can be reached from this host
- * (shm: same boot id).
+ * backend cannot run here; `usable` says whether a peer's blob can be reached from this
+ * process (shm: same boot id and network namespace, and a socket this process can reach and
+ * would be let in by).
  *
  * Waits: every blocking call is bounded. recv waits up to the caller's ms for the first byte;
  * once a message has started, the rest must keep coming: a peer that sends nothing for
@@ -80,7 +81,9 @@ struct ts_transport_ops {
     ts_status (*listen)(const char *host, struct ts_listener **l, struct ts_blob *addr,
                         struct ts_err *e);
     /* Waits up to ms (-1 forever) for a peer. TS_ETIMEDOUT when none came. Another error
-     * concerns that one peer (it hung up, sent a bad handshake): the listener stays usable. */
+     * concerns that one peer (refused, hung up, sent a bad or no handshake): the listener
+     * stays usable. A peer that connects and then sends nothing never delays another: shm
+     * keeps such peers aside, bounded, until their hello or HELLO_MS (shm_setup.c). */
     ts_status (*accept)(struct ts_listener *l, int ms, struct ts_conn **c, struct ts_err *e);
     void (*unlisten)(struct ts_listener *l);
     ts_status (*connect)(const struct ts_blob *to, int ms, struct ts_conn **c, struct ts_err *e);

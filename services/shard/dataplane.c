@@ -390,7 +390,9 @@ static ts_status region_slot(struct dp_conn *dc, uint32_t tensor, struct shard_t
 /* The worker shares its gradient buffer of a tensor (TS_SHARE_GRAD), or the shard before this
  * one in a chain its values (TS_SHARE_PARAMS): map it read-only; pushes that say
  * TS_PUSH_REGION read from the first (in_region), images that say TS_IMAGE_REGION from the
- * second (on_image). The descriptor comes first, beside the stream: a SHARE without one
+ * second (on_image). Only a region its creator alone can write is taken (region.h,
+ * TS_REGION_OWNED), so no third process that holds it can change what is added or copied
+ * here. The descriptor comes first, beside the stream: a SHARE without one
  * leaves the two out of step, so the connection is closed. */
 static ts_status on_share(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
 {
@@ -423,7 +425,7 @@ static ts_status on_share(struct dp_conn *dc, const struct ts_frame_hdr *h, stru
         close(fd);
         return err->code;
     }
-    if (ts_region_map(fd, t->numel * elem, false, &g, err)) {
+    if (ts_region_map(fd, t->numel * elem, TS_REGION_OWNED, &g, err)) {
         ts_err_prefix(err, "tensor '%s' %s", t->name,
                       h->flags == TS_SHARE_GRAD ? "gradient" : "values");
         return err->code;
@@ -689,10 +691,33 @@ static void reap(struct dataplane *dp, bool all)
     }
 }
 
+/* Logs a failed accept (one peer's: refused, silent, a bad hello) at most once a second, so
+ * that a local process connecting in a loop cannot flood the log; the line after a quiet
+ * spell says how many were left out. Accept thread only. */
+static void accept_failed(const struct dp_listener *dl, const struct ts_err *err,
+                          int64_t *next_ms, unsigned *left_out)
+{
+    int64_t now = ts_now_ms();
+
+    if (now < *next_ms) {
+        (*left_out)++;
+        return;
+    }
+    if (*left_out)
+        ts_log(TS_WARN, "dataplane", "%s: accept: %s (%u earlier failures not shown)",
+               ts_tp_listener_name(dl->l), err->msg, *left_out);
+    else
+        ts_log(TS_WARN, "dataplane", "%s: accept: %s", ts_tp_listener_name(dl->l), err->msg);
+    *next_ms = now + 1000;
+    *left_out = 0;
+}
+
 static void *accept_main(void *arg)
 {
     struct dp_listener *dl = arg;
     struct dataplane *dp = dl->dp;
+    int64_t log_next = 0;
+    unsigned left_out = 0;
 
     while (!atomic_load(&dp->stop)) {
         struct ts_err err = { 0 };
@@ -713,8 +738,7 @@ static void *accept_main(void *arg)
             continue;
         }
         if (st) { /* a peer's bad handshake, or the system out of something */
-            ts_log(TS_WARN, "dataplane", "%s: accept: %s", ts_tp_listener_name(dl->l),
-                   err.msg);
+            accept_failed(dl, &err, &log_next, &left_out);
             if (st == TS_EIO)   /* e.g. out of descriptors: do not spin */
                 ts_sleep_ms(ACCEPT_POLL_MS);
             continue;

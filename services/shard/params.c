@@ -321,7 +321,8 @@ static void share_values(struct shard_tensor *t)
 {
     struct ts_err e = { 0 };
 
-    if (ts_region_create("tessera-params", t->numel * sizeof(float), &t->values, &e)) {
+    if (ts_region_create("tessera-params", t->numel * sizeof(float), TS_REGION_OWNED,
+                         &t->values, &e)) {
         ts_log(TS_DEBUG, "shard", "tensor '%s': %s; its values stay private", t->name, e.msg);
         t->values = TS_REGION_NONE;
     }

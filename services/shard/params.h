@@ -64,8 +64,10 @@ struct shard_tensor {
     bool *held;
     uint32_t *prev;                    /* the shard before this one in the chain (0: none) */
     /* The values of this shard's partitions, each at its offset in the tensor (numel floats,
-     * only this shard's pages touched), which co-located workers map read-only (dataplane.c,
-     * MAP). TS_REGION_NONE where memfds cannot be made: the partitions then hold their own. */
+     * only this shard's pages touched), which co-located workers and the next shard of a
+     * chain map read-only (dataplane.c, MAP; chain.c). TS_REGION_OWNED: only this mapping
+     * writes, so restores and rollbacks write through it, never through a new one.
+     * TS_REGION_NONE where memfds cannot be made: the partitions then hold their own. */
     struct ts_region values;
     uint64_t mem;                      /* bytes charged to the shard's budget for it */
 };

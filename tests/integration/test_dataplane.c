@@ -298,6 +298,9 @@ static void buffers_same_bits(const char *transport, const char *job)
     if (strcmp(transport, "shm") == 0) {
         assert_true(maps_memfd(getpid(), "tessera-params", params));
         assert_true(maps_memfd(shard_pid, "tessera-grad", NULL));
+        /* The shard's values are sealed against writers other than the shard: this
+         * read-only mapping cannot be made writable. */
+        assert_int_equal(mprotect((void *)params, ts_page_size(), PROT_READ | PROT_WRITE), -1);
     } else {
         assert_false(maps_memfd(getpid(), "tessera-params", params));
     }
@@ -346,15 +349,19 @@ static void buffers_tcp(void **state)
     buffers_same_bits("tcp", "buffers-tcp");
 }
 
-/* A memfd of bytes, sealed as a region is, or not. */
-static int memfd_of(size_t bytes, bool sealed)
+/* How a test memfd is sealed: not at all, against resizing only, or as an owned region is
+ * (region.h: also against writes by others). */
+enum seals { UNSEALED, SIZE_ONLY, OWNED };
+
+static int memfd_of(size_t bytes, enum seals seals)
 {
     int fd = memfd_create("test-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
     assert_true(fd >= 0);
     assert_int_equal(ftruncate(fd, (off_t)bytes), 0);
-    if (sealed)
-        assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    if (seals != UNSEALED)
+        assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+                               (seals == OWNED ? F_SEAL_FUTURE_WRITE : 0)), 0);
     return fd;
 }
 
@@ -426,15 +433,18 @@ static void regions_refused(void **state)
     map.tensor = 7;
     assert_int_equal(ts_frame_send(c, &map, NULL, 0, NULL), TS_OK);
     assert_int_equal(expect_error(c, "not registered"), TS_ENOTFOUND);
-    /* SHARE: unsealed, too small, then a good one with a payload-carrying region push. */
-    share(c, memfd_of(BIG * sizeof(int64_t), false), "sealed");
-    share(c, memfd_of(BIG * sizeof(int64_t) - 4096, true), "at least");
-    share(c, memfd_of(BIG * sizeof(int64_t), true), NULL);
-    /* A shard's values (what the shard before in a chain offers): float-sized, and no other
-     * kind of region. */
-    share_as(c, TS_SHARE_PARAMS, memfd_of(BIG * sizeof(float) - 4096, true), "values");
-    share_as(c, 0x4, memfd_of(BIG * sizeof(float), true), "SHARE flags 0x4");
-    share_as(c, TS_SHARE_PARAMS, memfd_of(BIG * sizeof(float), true), NULL);
+    /* SHARE: unsealed, writable by whoever holds it, too small, then a good one with a
+     * payload-carrying region push. */
+    share(c, memfd_of(BIG * sizeof(int64_t), UNSEALED), "sealed");
+    share(c, memfd_of(BIG * sizeof(int64_t), SIZE_ONLY), "writes by others");
+    share(c, memfd_of(BIG * sizeof(int64_t) - 4096, OWNED), "at least");
+    share(c, memfd_of(BIG * sizeof(int64_t), OWNED), NULL);
+    /* A shard's values (what the shard before in a chain offers): float-sized, writable only
+     * by that shard, and no other kind of region. */
+    share_as(c, TS_SHARE_PARAMS, memfd_of(BIG * sizeof(float) - 4096, OWNED), "values");
+    share_as(c, TS_SHARE_PARAMS, memfd_of(BIG * sizeof(float), SIZE_ONLY), "writes by others");
+    share_as(c, 0x4, memfd_of(BIG * sizeof(float), OWNED), "SHARE flags 0x4");
+    share_as(c, TS_SHARE_PARAMS, memfd_of(BIG * sizeof(float), OWNED), NULL);
     assert_int_equal(ts_frame_send(c, &push, before, 8, NULL), TS_OK);
     assert_int_equal(expect_error(c, "carries no payload"), TS_EINVAL);
     push.encoding = 0; /* raw float in an exact job */
@@ -442,7 +452,7 @@ static void regions_refused(void **state)
     assert_int_equal(expect_error(c, "encoding"), TS_EINVAL);
     /* A float gradient region (exact_push float) is half the size: too small for the int64
      * push that follows it. */
-    share_enc(c, TS_SHARE_GRAD, TS_ENC_FIXED_F32, memfd_of(BIG * sizeof(float), true), NULL);
+    share_enc(c, TS_SHARE_GRAD, TS_ENC_FIXED_F32, memfd_of(BIG * sizeof(float), OWNED), NULL);
     push.encoding = TS_ENC_FIXED;
     push.partition = 3;   /* its int64 elements end at 2x the float region's size */
     assert_int_equal(ts_frame_send(c, &push, NULL, 0, NULL), TS_OK);

@@ -2,23 +2,32 @@
  * accept, exact byte delivery for sizes from 0 to 40 MiB (larger than the shm ring), many
  * messages both ways at once, timeouts, interrupts that lose no byte, and every way a peer can
  * disappear (orderly close, shutdown, mid-message, process exit) ending in TS_EUNAVAIL rather
- * than a hang. Each case takes the backend's name as its state. */
+ * than a hang; shared regions passed over shm, an owned one unwritable by its receiver. Each
+ * case takes the backend's name as its state. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "transport/transport.h"
 #include "transport/region.h"
+#include "transport/shm_internal.h"     /* shm_set_hello_ms, PENDING_PER_UID */
 #include "util/proc.h"
 
 #define MIB (1u << 20)
@@ -421,8 +430,9 @@ static void t_regions(void **state)
         return;
     }
     assert_true(ts_tp_can_share(p.a) && ts_tp_can_share(p.b));
-    must(ts_region_create("t1", 10000, &r1, &err), &err, "create");
-    must(ts_region_create("t2", 3 * ts_page_size(), &r2, &err), &err, "create");
+    must(ts_region_create("t1", 10000, TS_REGION_OWNED, &r1, &err), &err, "create");
+    must(ts_region_create("t2", 3 * ts_page_size(), TS_REGION_OWNED, &r2, &err), &err,
+         "create");
     assert_int_equal(r1.size, ts_page_round(10000));
     /* No descriptor yet: a bounded wait. */
     assert_int_equal(ts_tp_recv_fd(p.b, 20, &fd1, &err), TS_ETIMEDOUT);
@@ -431,12 +441,12 @@ static void t_regions(void **state)
     must(ts_tp_send_fd(p.a, r2.fd, &err), &err, "send r2");
     must(ts_tp_recv_fd(p.b, 1000, &fd1, &err), &err, "recv 1");
     must(ts_tp_recv_fd(p.b, 1000, &fd2, &err), &err, "recv 2");
-    must(ts_region_map(fd1, 10000, false, &m1, &err), &err, "map 1");
+    must(ts_region_map(fd1, 10000, TS_REGION_OWNED, &m1, &err), &err, "map 1");
     assert_int_equal(m1.size, r1.size);
     memcpy(r1.base, "written by the creator", 23);
     assert_string_equal((const char *)m1.base, "written by the creator");
     /* Wanting more than there is, or mapping a part that is not page-aligned, is refused. */
-    assert_int_equal(ts_region_map(dup(fd2), 4 * ts_page_size(), false, &m2, &err),
+    assert_int_equal(ts_region_map(dup(fd2), 4 * ts_page_size(), TS_REGION_OWNED, &m2, &err),
                      TS_ECORRUPT);
     assert_non_null(strstr(err.msg, "at least"));
     ts_err_clear(&err);
@@ -460,7 +470,7 @@ static void t_regions(void **state)
         assert_true(raw >= 0);
         assert_int_equal(ftruncate(raw, 4096), 0);
         ts_err_clear(&err);
-        assert_int_equal(ts_region_map(raw, 1, false, &m2, &err), TS_ECORRUPT);
+        assert_int_equal(ts_region_map(raw, 1, TS_REGION_OWNED, &m2, &err), TS_ECORRUPT);
         assert_non_null(strstr(err.msg, "sealed"));
         assert_null(m2.base);
     }
@@ -468,6 +478,84 @@ static void t_regions(void **state)
     ts_region_free(&r1);
     ts_region_free(&r2);
     ts_region_free(&r2);   /* freeing twice is harmless */
+    close_pair(&p);
+}
+
+/* Whether a writable shared mapping of fd is refused (and so not made). */
+static bool no_writable_map(int fd, size_t n)
+{
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+    if (p != MAP_FAILED) {
+        munmap(p, n);
+        return false;
+    }
+    return errno == EPERM || errno == EACCES;
+}
+
+/* An owned region as a receiver gets it: no way to write it, not through the descriptor, a
+ * re-open of it, a read-only mapping made writable, a hole punched, or a seal added; the
+ * creator's mapping still writes and the receiver sees it. A shared region is refused where
+ * an owned one is expected, and is writable by its receiver. */
+static void t_region_owned(void **state)
+{
+    struct pair p = make_pair(backend(state));
+    struct ts_err err = { 0 };
+    struct ts_region r, s, m = TS_REGION_NONE;
+    size_t n = 2 * ts_page_size();
+    char path[64];
+    uint8_t *ro;
+    int fd = -1, re;
+
+    must(ts_region_create("owned", n, TS_REGION_OWNED, &r, &err), &err, "create");
+    must(ts_tp_send_fd(p.a, r.fd, &err), &err, "send");
+    must(ts_tp_recv_fd(p.b, 1000, &fd, &err), &err, "recv");
+    assert_true(no_writable_map(fd, n));
+    assert_int_equal(pwrite(fd, "x", 1, 0), -1);
+    assert_int_equal(errno, EPERM);
+    assert_int_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), -1);
+    assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
+    /* memfds are mode 0777: the re-open works, writing through it does not. */
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    re = open(path, O_RDWR | O_CLOEXEC);
+    assert_true(re >= 0);
+    assert_true(no_writable_map(re, n));
+    assert_int_equal(pwrite(re, "x", 1, 0), -1);
+    close(re);
+    ro = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+    assert_true(ro != MAP_FAILED);
+    assert_int_equal(mprotect(ro, n, PROT_READ | PROT_WRITE), -1);
+    /* The creator's mapping still writes, after the seal, and the receiver sees it. */
+    memcpy(r.base, "owner", 6);
+    assert_string_equal((const char *)ro, "owner");
+    munmap(ro, n);
+    must(ts_region_map(fd, n, TS_REGION_OWNED, &m, &err), &err, "map owned");
+    ((uint8_t *)r.base)[n - 1] = 7;
+    assert_int_equal(((const uint8_t *)m.base)[n - 1], 7);
+    ts_region_free(&m);
+
+    /* A shared region where an owned one is expected: refused, whole or in part. */
+    must(ts_region_create("shared", n, TS_REGION_SHARED, &s, &err), &err, "create shared");
+    must(ts_tp_send_fd(p.a, s.fd, &err), &err, "send shared");
+    must(ts_tp_recv_fd(p.b, 1000, &fd, &err), &err, "recv shared");
+    {
+        uint8_t *at = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        assert_true(at != MAP_FAILED);
+        assert_int_equal(ts_region_map_at(fd, at, 0, n, &err), TS_ECORRUPT);
+        assert_non_null(strstr(err.msg, "writes by others"));
+        munmap(at, n);
+    }
+    ts_err_clear(&err);
+    assert_int_equal(ts_region_map(dup(fd), n, TS_REGION_OWNED, &m, &err), TS_ECORRUPT);
+    assert_non_null(strstr(err.msg, "F_SEAL_FUTURE_WRITE"));
+    assert_null(m.base);
+    /* Mapped as shared, it is writable by the receiver, as asked. */
+    must(ts_region_map(fd, n, TS_REGION_SHARED, &m, &err), &err, "map shared");
+    ((uint8_t *)m.base)[3] = 9;
+    assert_int_equal(((const uint8_t *)s.base)[3], 9);
+    ts_region_free(&m);
+    ts_region_free(&s);
+    ts_region_free(&r);
     close_pair(&p);
 }
 
@@ -498,6 +586,371 @@ static void t_usable(void **state)
     ts_tp_unlisten(l);
 }
 
+/* ---- the shm listener: its directory, who gets in, and no head-of-line blocking ---- */
+
+/* The socket's path in an shm address ("BOOTID NETNS PATH"). */
+static void blob_path(const struct ts_blob *b, char *path)
+{
+    char text[TS_BLOB_MAX + 1];
+
+    memcpy(text, b->data, b->len);
+    text[b->len] = '\0';
+    assert_int_equal(sscanf(text, "%*s %*s %107s", path), 1);
+}
+
+/* A raw connection to the socket at path that sends nothing. */
+static int silent_connect(const char *path)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+/* Whether the peer of fd has closed it (within ms). */
+static bool hung_up(int fd, int ms)
+{
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    char b;
+
+    return poll(&p, 1, ms) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+}
+
+/* Accepts until a connection comes, allowing only errors about other peers (those it closed
+ * while waiting): TS_EUNAVAIL. */
+static struct ts_conn *accept_through(struct ts_listener *l, int *dropped)
+{
+    struct ts_err err = { 0 };
+    struct ts_conn *c = NULL;
+    ts_status st;
+
+    *dropped = 0;
+    while ((st = ts_tp_accept(l, 5000, &c, &err)) == TS_EUNAVAIL) {
+        (*dropped)++;
+        ts_err_clear(&err);
+    }
+    must(st, &err, "accept");
+    return c;
+}
+
+/* The socket is a file in a directory of mode 0700 that is ours; both go with the listener. */
+static void t_shm_dir(void **state)
+{
+    struct ts_blob addr = { 0 };
+    struct ts_listener *l = listen_on(backend(state), &addr);
+    char path[108], dir[108];
+    struct stat st;
+
+    blob_path(&addr, path);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISSOCK(st.st_mode));
+    snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(path, '/') - path), path);
+    assert_int_equal(stat(dir, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0700);
+    assert_int_equal(st.st_uid, geteuid());
+    assert_non_null(strstr(dir, "/tessera-shm-"));
+    ts_tp_unlisten(l);
+    assert_int_equal(stat(path, &st), -1);
+    assert_int_equal(stat(dir, &st), -1);
+}
+
+/* $TESSERA_SHM_DIR is the base; a directory a dead process of ours left there (kill -9) is
+ * swept at the next listen, a live one's and another pid namespace's are not; a base too long
+ * for a socket path, one with a space, a relative one and an unknown TESSERA_SHM_GROUP are
+ * refused. */
+static void t_shm_dir_env(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    char base[] = "/tmp/tessera-test-XXXXXX", ns[64], link[64], dead[160], live[160];
+    char other[160], path[108], longer[200];
+    struct ts_listener *l = NULL;
+    struct ts_blob addr = { 0 };
+    struct ts_err err = { 0 };
+    struct stat st;
+    ssize_t n;
+    pid_t pid;
+
+    assert_non_null(mkdtemp(base));
+    n = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+    assert_true(n > 5);
+    link[n] = '\0';
+    snprintf(ns, sizeof(ns), "%.*s", (int)strspn(link + 5, "0123456789"), link + 5);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    snprintf(dead, sizeof(dead), "%s/tessera-shm-%s-%d-AbCdEf", base, ns, (int)pid);
+    snprintf(live, sizeof(live), "%s/tessera-shm-%s-%d-AbCdEf", base, ns, (int)getpid());
+    snprintf(other, sizeof(other), "%s/tessera-shm-1%s-%d-AbCdEf", base, ns, (int)pid);
+    assert_int_equal(mkdir(dead, 0700), 0);
+    assert_int_equal(mkdir(live, 0700), 0);
+    assert_int_equal(mkdir(other, 0700), 0);
+    snprintf(path, sizeof(path), "%s/sock", dead);
+    close(open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+
+    setenv("TESSERA_SHM_DIR", base, 1);
+    must(ts_tp_listen(t, NULL, &l, &addr, &err), &err, "listen in TESSERA_SHM_DIR");
+    blob_path(&addr, path);
+    assert_int_equal(strncmp(path, base, strlen(base)), 0);
+    assert_int_equal(stat(dead, &st), -1);
+    assert_int_equal(stat(live, &st), 0);
+    assert_int_equal(stat(other, &st), 0);
+    ts_tp_unlisten(l);
+    rmdir(live);
+    rmdir(other);
+
+    memset(longer, 'a', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    memcpy(longer, "/tmp/", 5);
+    setenv("TESSERA_SHM_DIR", longer, 1);
+    assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
+    assert_non_null(strstr(err.msg, "too long"));
+    ts_err_clear(&err);
+    setenv("TESSERA_SHM_DIR", "/tmp/a b", 1);
+    assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
+    assert_non_null(strstr(err.msg, "white space"));
+    ts_err_clear(&err);
+    setenv("TESSERA_SHM_DIR", "tmp", 1);
+    assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
+    assert_non_null(strstr(err.msg, "absolute"));
+    unsetenv("TESSERA_SHM_DIR");
+    ts_err_clear(&err);
+    setenv("TESSERA_SHM_GROUP", "no-such-group-tessera", 1);
+    assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
+    assert_non_null(strstr(err.msg, "TESSERA_SHM_GROUP"));
+    unsetenv("TESSERA_SHM_GROUP");
+    assert_int_equal(rmdir(base), 0);   /* nothing was left in it */
+}
+
+/* Fifty connections that never send their hello do not delay a real one: accept returns it
+ * at once (one at a time, each would have held it for HELLO_MS, 5 s: over four minutes). The
+ * oldest silent ones of the uid are closed to make room; the rest go with the listener. */
+static void t_shm_silent(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    struct ts_blob addr = { 0 };
+    struct ts_listener *l = listen_on(t, &addr);
+    struct ts_err err = { 0 };
+    struct ts_conn *a = NULL, *b;
+    int silent[50], dropped, closed = 0;
+    char path[108];
+    int64_t t0;
+
+    blob_path(&addr, path);
+    for (int i = 0; i < 50; i++)
+        silent[i] = silent_connect(path);
+    t0 = ts_now_ms();
+    must(ts_tp_connect(t, &addr, 5000, &a, &err), &err, "connect");
+    b = accept_through(l, &dropped);
+    /* Far below one HELLO_MS, with room for a loaded machine. */
+    assert_true(ts_now_ms() - t0 < 1000);
+    transfer(a, b, 4096, 11);
+    for (int i = 0; i < 50; i++)
+        closed += hung_up(silent[i], 0);
+    /* All but the PENDING_PER_UID - 1 newest silent ones (the real one was the last in). */
+    assert_int_equal(dropped, 50 - (PENDING_PER_UID - 1));
+    assert_int_equal(closed, 50 - (PENDING_PER_UID - 1));
+    for (int i = 0; i < PENDING_PER_UID - 1; i++)
+        assert_false(hung_up(silent[50 - 1 - i], 0));
+    ts_tp_unlisten(l);
+    for (int i = 0; i < 50; i++) {
+        assert_true(i < 50 - (PENDING_PER_UID - 1) || hung_up(silent[i], 1000));
+        close(silent[i]);
+    }
+    ts_tp_close(a);
+    ts_tp_close(b);
+}
+
+/* A connection whose hello never comes is closed after the hello timeout (shortened here),
+ * with an error naming it; the listener goes on; one that hangs up first is named too. */
+static void t_shm_hello_timeout(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    struct ts_blob addr = { 0 };
+    struct ts_listener *l;
+    struct ts_err err = { 0 };
+    struct ts_conn *a = NULL, *b = NULL;
+    char path[108];
+    int fd;
+
+    shm_set_hello_ms(100);
+    l = listen_on(t, &addr);
+    blob_path(&addr, path);
+    fd = silent_connect(path);
+    assert_int_equal(ts_tp_accept(l, 5000, &b, &err), TS_EUNAVAIL);
+    assert_non_null(strstr(err.msg, "no hello within 100 ms"));
+    assert_null(b);
+    assert_true(hung_up(fd, 1000));
+    close(fd);
+    close(silent_connect(path));
+    ts_err_clear(&err);
+    assert_int_equal(ts_tp_accept(l, 5000, &b, &err), TS_EUNAVAIL);
+    assert_non_null(strstr(err.msg, "hung up before its hello"));
+    must(ts_tp_connect(t, &addr, 5000, &a, &err), &err, "connect");
+    must(ts_tp_accept(l, 5000, &b, &err), &err, "accept after the silent one");
+    transfer(a, b, 100, 12);
+    ts_tp_close(a);
+    ts_tp_close(b);
+    ts_tp_unlisten(l);
+    shm_set_hello_ms(0);
+}
+
+/* Tests as root only: ids of a user and group that nothing else here uses. */
+#define OTHER_UID 47111
+#define OTHER_GID 47112
+#define SHM_GID 47113
+
+/* In a child: becomes OTHER_UID with primary group gid and supplementary groups sup (n). */
+static void become(gid_t gid, const gid_t *sup, size_t n)
+{
+    if (setgroups(n, sup) != 0 || setresgid(gid, gid, gid) != 0 ||
+        setresuid(OTHER_UID, OTHER_UID, OTHER_UID) != 0)
+        _exit(90);
+}
+
+static int child_status(pid_t pid)
+{
+    int status;
+
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+/* Who gets in, checked by the kernel: with TESSERA_SHM_GROUP, a process of another user whose
+ * group is that one connects and is accepted; one that is in the group only as a
+ * supplementary group reaches the socket, but accept refuses it (TS_EAUTH, naming its uid and
+ * pid) before reading anything, and the listener goes on. Without a group, another user cannot
+ * even reach the socket, and usable() says so (it gets tcp). */
+static void t_shm_peers(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    const gid_t sup = SHM_GID;
+    struct ts_blob addr = { 0 };
+    struct ts_listener *l;
+    struct ts_err err = { 0 };
+    struct ts_conn *c = NULL;
+    char path[108], want[64];
+    uint8_t buf[8];
+    pid_t pid;
+
+    if (geteuid() != 0) {
+        print_message("skipped: other users' processes need root\n");
+        skip();
+    }
+    setenv("TESSERA_SHM_GROUP", "47113", 1);
+    l = listen_on(t, &addr);
+    unsetenv("TESSERA_SHM_GROUP");
+    blob_path(&addr, path);
+    /* In the group: usable, connects, is accepted, talks. */
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        become(SHM_GID, NULL, 0);
+        if (!t->usable(&addr) || ts_tp_connect(t, &addr, 5000, &c, NULL))
+            _exit(1);
+        memset(buf, 0x77, sizeof(buf));
+        _exit(ts_tp_send(c, buf, sizeof(buf), NULL, 0, NULL) ? 2 : 0);
+    }
+    must(ts_tp_accept(l, 5000, &c, &err), &err, "accept a member of the group");
+    must(ts_tp_recv(c, buf, sizeof(buf), 5000, &err), &err, "recv");
+    assert_int_equal(buf[7], 0x77);
+    assert_int_equal(child_status(pid), 0);
+    ts_tp_close(c);
+    /* In it only as a supplementary group: not usable, and refused when it connects anyway. */
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd;
+        become(OTHER_GID, &sup, 1);
+        if (t->usable(&addr))
+            _exit(1);
+        fd = silent_connect(path);
+        _exit(hung_up(fd, 5000) ? 0 : 2);
+    }
+    assert_int_equal(ts_tp_accept(l, 5000, &c, &err), TS_EAUTH);
+    snprintf(want, sizeof(want), "refused pid %d of uid %d", (int)pid, OTHER_UID);
+    assert_non_null(strstr(err.msg, want));
+    assert_int_equal(child_status(pid), 0);
+    ts_tp_unlisten(l);
+
+    /* No group: another user cannot reach the socket at all. */
+    l = listen_on(t, &addr);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        become(OTHER_GID, &sup, 1);
+        _exit(t->usable(&addr) || ts_tp_connect(t, &addr, 1000, &c, NULL) != TS_EUNAVAIL);
+    }
+    assert_int_equal(child_status(pid), 0);
+    assert_int_equal(ts_tp_accept(l, 50, &c, &err), TS_ETIMEDOUT);
+    ts_tp_unlisten(l);
+}
+
+/* The connector's side: a socket in our directory that a process of another user listens on
+ * (a path swapped under us) is refused (TS_EAUTH) before the memfd goes anywhere. */
+static void t_shm_swapped(void **state)
+{
+    const struct ts_transport_ops *t = backend(state);
+    char dir[] = "/tmp/tessera-test-XXXXXX", text[TS_BLOB_MAX + 1], boot[40], netns[24];
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    struct ts_blob addr = { 0 }, fake = { 0 };
+    struct ts_listener *l;
+    struct ts_err err = { 0 };
+    struct ts_conn *c = NULL;
+    int ready[2], hold[2], fd;
+    pid_t pid;
+    char b;
+
+    if (geteuid() != 0) {
+        print_message("skipped: other users' processes need root\n");
+        skip();
+    }
+    l = listen_on(t, &addr);    /* for this host's boot id and netns */
+    memcpy(text, addr.data, addr.len);
+    text[addr.len] = '\0';
+    assert_int_equal(sscanf(text, "%39s %23s", boot, netns), 2);
+    ts_tp_unlisten(l);
+    assert_non_null(mkdtemp(dir));
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/sock", dir);
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(hold), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* Bound as root (so the file is ours), listening as another user; held until the
+         * test closes hold (or ends, failed or not). */
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+            _exit(1);
+        close(ready[0]);
+        close(hold[1]);
+        become(OTHER_GID, NULL, 0);
+        if (listen(fd, 8) != 0 || write(ready[1], "r", 1) != 1)
+            _exit(2);
+        close(ready[1]);
+        _exit(read(hold[0], &b, 1) == 0 ? 0 : 3);
+    }
+    close(ready[1]);
+    close(hold[0]);
+    assert_int_equal(read(ready[0], &b, 1), 1);
+    close(ready[0]);
+    fake.len = (size_t)snprintf((char *)fake.data, sizeof(fake.data), "%s %s %s", boot, netns,
+                                sa.sun_path);
+    assert_true(t->usable(&fake));
+    assert_int_equal(ts_tp_connect(t, &fake, 1000, &c, &err), TS_EAUTH);
+    assert_non_null(strstr(err.msg, "held by uid 47111"));
+    assert_null(c);
+    close(hold[1]);
+    assert_int_equal(child_status(pid), 0);
+    unlink(sa.sun_path);
+    rmdir(dir);
+}
+
 static void t_table(void **state)
 {
     assert_ptr_equal(ts_transports[0], &ts_transport_shm);
@@ -511,6 +964,7 @@ static void t_table(void **state)
 
 /* cmocka_unit_test_prestate, with the backend in the name. */
 #define BOTH(f) { #f "/tcp", f, NULL, NULL, "tcp" }, { #f "/shm", f, NULL, NULL, "shm" }
+#define SHM(f) { #f "/shm", f, NULL, NULL, "shm" }
 
 int main(void)
 {
@@ -526,6 +980,13 @@ int main(void)
         BOTH(t_peer_exits),
         BOTH(t_usable),
         BOTH(t_regions),
+        SHM(t_region_owned),
+        SHM(t_shm_dir),
+        SHM(t_shm_dir_env),
+        SHM(t_shm_silent),
+        SHM(t_shm_hello_timeout),
+        SHM(t_shm_peers),
+        SHM(t_shm_swapped),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

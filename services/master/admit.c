@@ -93,7 +93,7 @@ static ts_status free_identity(struct master *m, const Tessera__V1__RegisterShar
                           cred->identity, old, addr, old);
     if (st && !ts_tcp_refused(addr, ADDR_PROBE_MS, seen, sizeof(seen)))
         return ts_err_set(err, TS_EUNAVAIL, "identity: %s is shard %u's, at %s, which did not "
-                          "answer (%s); register again once its lease has run out",
+                          "answer: register again once its lease has run out (%s)",
                           cred->identity, old, addr, e.msg);
     snprintf(why, sizeof(why), "its identity %.80s registered again by instance %.64s, and "
              "%.120s", cred->identity, req->instance, st ? seen : "another process serves at "
@@ -113,8 +113,8 @@ static ts_status check_addr(const Tessera__V1__RegisterShardRequest *req,
     ts_status st = probe(req->addr, got, &peer, &e);
 
     if (st == TS_EUNAVAIL)
-        return ts_err_set(err, TS_EUNAVAIL, "addr: nothing answered at %s (%s); a shard serves "
-                          "there before it registers: register again once it does", req->addr,
+        return ts_err_set(err, TS_EUNAVAIL, "addr: nothing answered at %s: a shard serves there "
+                          "before it registers, so register again once it does (%s)", req->addr,
                           e.msg);
     if (st)
         return ts_err_set(err, TS_EPERM, "addr: %s did not answer as a shard (%s)", req->addr,

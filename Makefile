@@ -45,7 +45,8 @@ CTEST_ARGS ?=
 #           pip, setuptools, wheel and venv (the install test), Prometheus (the scrape test),
 #           Chromium (the status page, rendered headless), iproute2 (ip netns: test_hosts'
 #           emulated hosts), PyYAML (the Kubernetes manifests), Slurm and munge (a real
-#           Slurm of three nodes on this host: tests/deploy/test_slurm.py)
+#           Slurm of three nodes on this host: tests/deploy/test_slurm.py), the openssl
+#           command (test_identity's role-only certificate of an older `tessera certs init`)
 #   bench:  iproute2 (ip netns, tc: the emulated hosts and links of bench/modes.py and
 #           bench/multihost.py)
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
@@ -54,7 +55,8 @@ DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf
              libzstd-dev python3-dev libmicrohttpd-dev
 DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-torch \
             clang libclang-rt-14-dev python3-pip python3-setuptools python3-wheel python3-venv \
-            prometheus chromium iproute2 python3-yaml slurmctld slurmd slurm-client munge
+            prometheus chromium iproute2 python3-yaml slurmctld slurmd slurm-client munge \
+            openssl
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
 UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \

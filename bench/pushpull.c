@@ -177,10 +177,13 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
     if ((st = bench_master_start(o->bin, &c->m, err)))
         return st;
     for (int i = 0; i < c->nshards && !st; i++) {
-        char port[16], tls[3][512];
+        char port[16], tls[3][512], stem[32];
         char *argv[24] = { exe, "--master", c->m.target, "--listen", "127.0.0.1:0",
                            "--transport", (char *)tp, "--grace-ms", "1000" };
-        int n = bench_tls_args(argv, 9, o->tls, "shard", tls);
+        int n;
+
+        snprintf(stem, sizeof(stem), "shard-%d", i);   /* each shard its own (shard/i) */
+        n = bench_tls_args(argv, 9, o->tls, stem, tls);
         if (o->metrics_port) {
             argv[n++] = "--metrics-port";
             argv[n++] = port;
@@ -571,8 +574,8 @@ int main(int argc, char **argv)
           0 },
         { "quick", TS_FLAG_BOOL, &o.quick, NULL, "sizes 4,64, 3 steps (flags given win)", 0, 0 },
         { "tls", TS_FLAG_STR, &o.tls, "DIR", "mutual TLS with the certificates of DIR "
-          "(`tessera certs init DIR`): every gRPC call, and the data-plane handshake, with "
-          "frame MACs on tcp (docs/security.md)", 0, 0 },
+          "(`tessera certs init DIR --shards N`: shard i shows shard-i.pem): every gRPC call, "
+          "and the data-plane handshake, with frame MACs on tcp (docs/security.md)", 0, 0 },
         { "metrics-port", TS_FLAG_INT, &o.metrics_port, "BASE", "shard i serves Prometheus "
           "metrics on BASE + i, scraped every second while the runs go (bench/metrics.py)", 1,
           65000 },

@@ -1,5 +1,5 @@
-/* certs.c - `tessera certs init|show`: a cluster's CA and role certificates (lib/sec/certs.h).
- * Exit codes: 0 done, 1 failed, 2 usage. */
+/* certs.c - `tessera certs init|issue|show`: a cluster's CA and its members' certificates
+ * (lib/sec/certs.h). Exit codes: 0 done, 1 failed, 2 usage. */
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -16,21 +16,24 @@
 static const struct {
     const char *name, *args, *about;
 } subs[] = {
-    { "init", "DIR [--hosts LIST] [--days N] [--force]", "make a CA and a certificate per role "
-                                                         "in DIR" },
-    { "show", "FILE...", "what each certificate says: CN, roles, SANs, expiry" },
+    { "init", "DIR [--shards N] [--hosts LIST] [--days N] [--force]",
+      "make a CA and the certificates of master, shards 0..N-1, verify, client, admin" },
+    { "issue", "DIR --member M [--hosts LIST] [--days N] [--force]",
+      "one more member's certificate, from DIR's CA (needs DIR/ca.key)" },
+    { "show", "FILE...", "what each certificate says: member, roles, SANs, expiry" },
     { NULL, NULL, NULL },
 };
 
 static void usage(FILE *f, const struct ts_flag *flags)
 {
     ts_flags_usage(f, "tessera certs <subcommand> [args] [options]",
-                   "The certificates of a cluster: one CA, and for each role a certificate\n"
-                   "that names its roles as SAN DNS names (master.tessera, ..., and\n"
-                   "server.tessera on the servers').", flags);
+                   "The certificates of a cluster: one CA, and for each member a certificate\n"
+                   "that names it as a SAN URI (tessera:shard/3) and its roles as SAN DNS\n"
+                   "names (shard.tessera, ..., and server.tessera on the servers').\n"
+                   "Members: " TS_MEMBER_FORMS ".", flags);
     fprintf(f, "\nsubcommands:\n");
     for (int i = 0; subs[i].name; i++)
-        fprintf(f, "  %-6s %-40s %s\n", subs[i].name, subs[i].args, subs[i].about);
+        fprintf(f, "  %-6s %s\n         %s\n", subs[i].name, subs[i].args, subs[i].about);
 }
 
 /* "2027-04-02 10:00 UTC, 824 days left" or "..., expired 3 days ago". */
@@ -72,8 +75,9 @@ static int show_one(const char *path)
     }
     ts_roles_format(ci.roles, roles, sizeof(roles));
     expiry(ci.not_after, when, sizeof(when));
-    printf("%s\n  CN       %s\n  roles    %s\n  SANs     %s\n  expires  %s\n", path, ci.cn,
-           roles, ci.sans[0] ? ci.sans : "(none)", when);
+    printf("%s\n  member   %s\n  CN       %s\n  roles    %s\n  SANs     %s\n  expires  %s\n",
+           path, ci.identity[0] ? ci.identity : "(none: a role certificate shared by every "
+           "holder)", ci.cn, roles, ci.sans[0] ? ci.sans : "(none)", when);
     return 0;
 }
 
@@ -94,11 +98,10 @@ static int do_show(char **files, int n)
     return rc;
 }
 
-static int do_init(char **pos, int npos, const char *hosts, int64_t days, bool force)
+static int do_init(char **pos, int npos, const struct ts_certs_opts *o)
 {
-    struct ts_certs_opts o = { .hosts = hosts, .days = (int)days, .force = force };
     struct ts_err err = { 0 };
-    char abs[PATH_MAX];
+    char abs[PATH_MAX], stem[TS_MEMBER_MAX + 1];
     const char *dir;
 
     if (npos != 1) {
@@ -107,7 +110,7 @@ static int do_init(char **pos, int npos, const char *hosts, int64_t days, bool f
         return 2;
     }
     dir = pos[0];
-    if (ts_certs_init(dir, &o, &err)) {
+    if (ts_certs_init(dir, o, &err)) {
         fprintf(stderr, "tessera certs init: %s\n", err.msg);
         if (err.code == TS_EEXIST)
             fprintf(stderr, "pass --force to replace every file, or use another DIR\n");
@@ -115,26 +118,58 @@ static int do_init(char **pos, int npos, const char *hosts, int64_t days, bool f
     }
     if (!realpath(dir, abs))
         snprintf(abs, sizeof(abs), "%s", dir);
-    for (int i = 0; ts_certs_stems[i]; i++)
-        printf("wrote %s/%s.pem %s/%s.key\n", abs, ts_certs_stems[i], abs, ts_certs_stems[i]);
+    for (size_t i = 0; ts_certs_stem(o, i, stem, sizeof(stem)); i++)
+        printf("wrote %s/%s.pem %s/%s.key\n", abs, stem, abs, stem);
+    printf("each shard runs with its own shard-K.pem; more: tessera certs issue %s --member "
+           "shard/NAME\n", abs);
     printf("the keys are unencrypted (mode 0600): keep ca.key off the cluster's machines\n");
     printf("export TESSERA_TLS_DIR=%s\n", abs);
     return 0;
 }
 
+static int do_issue(char **pos, int npos, const char *member, const struct ts_certs_opts *o)
+{
+    struct ts_err err = { 0 };
+    char abs[PATH_MAX], stem[TS_MEMBER_MAX + 1];
+
+    if (npos != 1 || !member) {
+        fprintf(stderr, "tessera certs issue: %s (tessera certs issue DIR --member shard/3)\n",
+                npos > 1 ? "one DIR only" : npos ? "--member: required"
+                                                 : "name the directory of the CA");
+        return 2;
+    }
+    if (ts_certs_issue(pos[0], member, o, stem, &err)) {
+        fprintf(stderr, "tessera certs issue: %s\n", err.msg);
+        if (err.code == TS_EEXIST)
+            fprintf(stderr, "pass --force to replace it\n");
+        /* a bad option is a usage error; a CA that does not match its key is not */
+        return err.code == TS_EINVAL && (!strncmp(err.msg, "member:", 7) ||
+                                         !strncmp(err.msg, "hosts:", 6) ||
+                                         !strncmp(err.msg, "days:", 5)) ? 2 : 1;
+    }
+    if (!realpath(pos[0], abs))
+        snprintf(abs, sizeof(abs), "%s", pos[0]);
+    printf("wrote %s/%s.pem %s/%s.key (%s)\n", abs, stem, abs, stem, member);
+    return 0;
+}
+
 int cmd_certs(int argc, char **argv)
 {
-    const char *hosts = NULL;
-    int64_t days = 0;
+    const char *hosts = NULL, *member = NULL;
+    int64_t days = 0, shards = 0;
     bool force = false, help;
     const struct ts_flag flags[] = {
-        { "hosts", TS_FLAG_STR, &hosts, "LIST", "init: more names of the servers, IP addresses "
-                                                "or DNS names: 10.0.0.5,node1", 0, 0 },
-        { "days", TS_FLAG_INT, &days, "N", "init: the role certificates' validity (default "
-                                           "825; the CA's is 3650)", 1, 3650 },
-        { "force", TS_FLAG_BOOL, &force, NULL, "init: replace the files DIR has", 0, 0 },
+        { "hosts", TS_FLAG_STR, &hosts, "LIST", "init, issue: more names of the servers, IP "
+                                                "addresses or DNS names: 10.0.0.5,node1", 0, 0 },
+        { "days", TS_FLAG_INT, &days, "N", "init, issue: the members' certificates' validity "
+                                           "(default 825; the CA's is 3650)", 1, 3650 },
+        { "force", TS_FLAG_BOOL, &force, NULL, "init, issue: replace the files DIR has", 0, 0 },
+        { "shards", TS_FLAG_INT, &shards, "N", "init: certificates for shards 0..N-1, "
+          "shard-0.pem ... (default 2, what tessera up starts)", 1, TS_CERTS_MAX_SHARDS },
+        { "member", TS_FLAG_STR, &member, "M", "issue: whom for: " TS_MEMBER_FORMS, 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
+    struct ts_certs_opts o;
     struct ts_err err = { 0 };
     char *pos[SHOW_MAX + 1];
     int npos = SHOW_MAX + 1;
@@ -147,10 +182,15 @@ int cmd_certs(int argc, char **argv)
         usage(help ? stdout : stderr, flags);
         return help ? 0 : 2;
     }
-    if (strcmp(pos[0], "init") == 0)
-        return do_init(pos + 1, npos - 1, hosts, days, force);
-    if (hosts || days || force) {
-        fprintf(stderr, "tessera certs %s: --hosts, --days and --force are for init\n", pos[0]);
+    o = (struct ts_certs_opts){ .hosts = hosts, .days = (int)days, .force = force,
+                                .shards = (int)shards };
+    if (strcmp(pos[0], "init") == 0 && !member)
+        return do_init(pos + 1, npos - 1, &o);
+    if (strcmp(pos[0], "issue") == 0 && !shards)
+        return do_issue(pos + 1, npos - 1, member, &o);
+    if (member || shards || ((hosts || days || force) && strcmp(pos[0], "show") == 0)) {
+        fprintf(stderr, "tessera certs %s: --shards is for init, --member for issue; --hosts, "
+                        "--days and --force for both\n", pos[0]);
         return 2;
     }
     if (strcmp(pos[0], "show") == 0)

@@ -65,10 +65,11 @@ struct cluster_opts {
     bool respawn;                   /* cluster_check restarts a shard that died */
     int metrics_port;               /* > 0: /metrics of the master here, shard i's at + 1 + i
                                      * (docs/observability.md); 0: none */
-    /* Mutual TLS (docs/security.md): master and shards serve it with the master.pem and
-     * shard.pem of tls_dir (`tessera certs init`; NULL: DIR/tls, made if it has no ca.pem)
-     * and take its admin.token (made if missing) as their admin token; this process calls
-     * them with its client.pem. false: plaintext, no token. */
+    /* Mutual TLS (docs/security.md): the master serves it with master.pem of tls_dir
+     * (`tessera certs init`; NULL: DIR/tls, made if it has no ca.pem), shard slot i with
+     * shard-<i>.pem (member shard/i, issued from tls_dir's CA when missing), and all take its
+     * admin.token (made if missing) as their admin token; this process calls them with its
+     * client.pem. false: plaintext, no token. */
     bool tls;
     const char *tls_dir;
 };

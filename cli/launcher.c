@@ -5,7 +5,10 @@
  * never by name). The master and the shards pick their ports and write
  * them to files, which is how the launcher learns them without a race; a shard's port, matched
  * against the master's ClusterStatus, tells the launcher the id the master gave that process,
- * so that its log and every message name the shard as the master and `tessera status` do. */
+ * so that its log and every message name the shard as the master and `tessera status` do.
+ * With TLS, shard slot i (its first process and every restart) shows the certificate of member
+ * shard/i, shard-<i>.pem, issued from the directory's CA when missing: the master lets one
+ * alive shard hold a member's certificate (docs/security.md, "The unit of trust"). */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -187,6 +190,7 @@ static ts_status start_shard(struct cluster *c, int i, struct ts_err *err)
 {
     const struct cluster_opts *o = &c->opts;
     char exe[700], log[700], port_file[700], budget[32], restarts[16], mport[16], tls[4][700];
+    char stem[32];
     char *argv[24] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     struct cluster_shard *sh = &c->shards[i];
@@ -209,7 +213,8 @@ static ts_status start_shard(struct cluster *c, int i, struct ts_err *err)
         snprintf(mport, sizeof(mport), "%d", o->metrics_port + 1 + i);
         n = add_flag(argv, n, "--metrics-port", mport);
     }
-    n = add_tls(argv, n, c, "shard", tls);
+    snprintf(stem, sizeof(stem), "shard-%d", i);   /* its slot's own certificate */
+    n = add_tls(argv, n, c, stem, tls);
     argv[n] = NULL;
     sh->id = 0;
     shard_file(c, i, "log", log, sizeof(log));
@@ -318,10 +323,29 @@ static ts_status wait_shards(struct cluster *c, int want, struct ts_err *err)
     return TS_OK;
 }
 
-/* opts.tls: the certificates (made when the directory has none) and the admin token (made
- * when missing); this process's calls use the client certificate. */
+/* Shard slot i's certificate, DIR/shard-<i>.pem of member shard/i: issued from DIR's CA
+ * when missing (a directory made for fewer shards, or by an older `tessera certs init`). */
+static ts_status shard_cert(const struct cluster *c, int i, struct ts_err *err)
+{
+    char path[700], member[32];
+    struct stat sb;
+    ts_status st;
+
+    snprintf(path, sizeof(path), "%s/shard-%d.pem", c->tls_dir, i);
+    if (stat(path, &sb) == 0)
+        return TS_OK;
+    snprintf(member, sizeof(member), "shard/%d", i);
+    if ((st = ts_certs_issue(c->tls_dir, member, NULL, NULL, err)))
+        ts_err_prefix(err, "--tls-dir: shard %d has no certificate of its own (%s)", i, path);
+    return st;
+}
+
+/* opts.tls: the certificates (made when the directory has none; each shard's own issued when
+ * missing) and the admin token (made when missing); this process's calls use the client
+ * certificate. */
 static ts_status setup_tls(struct cluster *c, struct ts_err *err)
 {
+    struct ts_certs_opts co = { .shards = c->opts.shards };
     char path[700], cert[700], key[700];
     struct stat sb;
     ts_status st;
@@ -333,8 +357,11 @@ static ts_status setup_tls(struct cluster *c, struct ts_err *err)
     else
         snprintf(c->tls_dir, sizeof(c->tls_dir), "%s/tls", c->dir);
     snprintf(path, sizeof(path), "%s/ca.pem", c->tls_dir);
-    if (stat(path, &sb) < 0 && (st = ts_certs_init(c->tls_dir, NULL, err)))
+    if (stat(path, &sb) < 0 && (st = ts_certs_init(c->tls_dir, &co, err)))
         return st;
+    for (int i = 0; i < c->opts.shards; i++)
+        if ((st = shard_cert(c, i, err)))
+            return st;
     snprintf(path, sizeof(path), "%s/admin.token", c->tls_dir);
     if (stat(path, &sb) < 0 && (st = ts_token_init(path, err)))
         return st;

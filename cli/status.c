@@ -134,6 +134,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
             ts_json_str(&j, "death", s->death);
         ts_json_bool(&j, "joining", s->joining);
         ts_json_uint(&j, "restarts", s->restarts);
+        ts_json_str(&j, "identity", s->identity);
         if (views && views[i]) {
             struct ts_shard_roles r = ts_shard_roles(views[i]);
             ts_json_int(&j, "pid", views[i]->pid);
@@ -177,6 +178,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_num(&j, "loss_scale", w->loss_scale);
         ts_json_int(&j, "last_heartbeat_ms_ago", w->last_heartbeat_ms_ago);
         ts_json_uint(&j, "restarts", w->restarts);
+        ts_json_str(&j, "identity", w->identity);
         ts_json_end(&j);
     }
     ts_json_end(&j);
@@ -242,9 +244,9 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
     if (cs->master_restarts || cs->restored)
         printf("the master is restart %u of the cluster's master%s\n\n", cs->master_restarts,
                cs->restored ? ", with the state it kept (members, jobs, epoch)" : "");
-    printf("%-6s %-22s %-8s %-6s %-7s %-9s %-11s %-5s %-6s %-11s %-7s %s\n", "SHARD", "ADDR",
-           "PID", "STATE", "LEASE", "HB S AGO", "HEAD/FOLLOW", "LAG", "PROMO", "COPIED/TODO",
-           "MB", "REFUSED");
+    printf("%-6s %-22s %-8s %-6s %-7s %-9s %-11s %-5s %-6s %-11s %-7s %-7s %s\n", "SHARD",
+           "ADDR", "PID", "STATE", "LEASE", "HB S AGO", "HEAD/FOLLOW", "LAG", "PROMO",
+           "COPIED/TODO", "MB", "REFUSED", "MEMBER");
     for (size_t i = 0; i < cs->n_shards; i++) {
         const Tessera__V1__ShardInfo *s = cs->shards[i];
         const Tessera__V1__ShardStatusResponse *v = views ? views[i] : NULL;
@@ -262,10 +264,10 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
             snprintf(refused, sizeof(refused), "%" PRIu64,
                      ts_shard_refusals(v, why, sizeof(why)));
         }
-        printf("%-6u %-22s %-8s %-6s %-7u %-9.1f %-11s %-5s %-6s %-11s %-7s %s\n", s->id, s->addr,
-               pid, s->joining ? "JOIN" : state_name(s->state), s->lease_ms,
-               s->last_heartbeat_ms_ago / 1000.0, roles,
-               lag, promo, copies, mb, refused);
+        printf("%-6u %-22s %-8s %-6s %-7u %-9.1f %-11s %-5s %-6s %-11s %-7s %-7s %s\n", s->id,
+               s->addr, pid, s->joining ? "JOIN" : state_name(s->state), s->lease_ms,
+               s->last_heartbeat_ms_ago / 1000.0, roles, lag, promo, copies, mb, refused,
+               s->identity[0] ? s->identity : "-");
         if (s->death[0])
             printf("       dead: %s\n", s->death);
         if (why[0])
@@ -290,17 +292,17 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
     }
     if (!cs->n_shards)
         printf("(none: start some with `tessera up` or tessera-shard --master %s)\n", addr);
-    printf("\n%-6s %-24s %-8s %-6s %-8s %-11s %-8s %s\n", "WORKER", "HOST", "PID", "STATE",
-           "CLOCK", "STALE NOW/MAX", "SKIPPED", "LAST HEARTBEAT");
+    printf("\n%-6s %-24s %-8s %-6s %-8s %-11s %-8s %-12s %s\n", "WORKER", "HOST", "PID",
+           "STATE", "CLOCK", "STALE NOW/MAX", "SKIPPED", "MEMBER", "LAST HEARTBEAT");
     for (size_t i = 0; i < cs->n_workers; i++) {
         const Tessera__V1__WorkerInfo *w = cs->workers[i];
         char stale[32];
         snprintf(stale, sizeof(stale), "%" PRIu64 "/%" PRIu64, w->staleness_last,
                  w->staleness_max);
-        printf("%-6u %-24s %-8u %-6s %-8" PRIu64 " %-11s %-8" PRIu64 " %.1f s ago%s%s\n", w->id,
-               w->host, w->pid, state_name(w->state), w->clock, stale, w->steps_skipped,
-               w->last_heartbeat_ms_ago / 1000.0, w->role[0] ? "  tessera-verify at " : "",
-               w->addr);
+        printf("%-6u %-24s %-8u %-6s %-8" PRIu64 " %-11s %-8" PRIu64 " %-12s %.1f s ago%s%s\n",
+               w->id, w->host, w->pid, state_name(w->state), w->clock, stale, w->steps_skipped,
+               w->identity[0] ? w->identity : "-", w->last_heartbeat_ms_ago / 1000.0,
+               w->role[0] ? "  tessera-verify at " : "", w->addr);
         if (w->restarts)
             printf("       restart %u of its worker (tessera train --respawn)\n", w->restarts);
     }

@@ -7,6 +7,7 @@
  * reports it done (TS__TAG_OP). A streaming call also posts RECV_CLOSE_ON_SERVER at once, so a
  * client that goes away is noticed (TS__TAG_CLOSE); it holds two references, the handler
  * thread's and the close tag's, and is freed when both are gone. */
+#include <ctype.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/support/alloc.h>
@@ -143,10 +144,17 @@ static grpc_call_error start_final(struct ts_rpc_call *c, ts_status st, const ch
                                    const ProtobufCMessage *resp, bool with_close,
                                    grpc_byte_buffer **sent)
 {
+    size_t len = msg ? strlen(msg) : 0;
     grpc_op ops[4];
-    grpc_slice details = grpc_slice_from_copied_string(msg ? msg : "");
+    grpc_slice details;
     grpc_call_error e;
     size_t n = 0;
+
+    /* HTTP/2 forbids a field value that ends in whitespace, and grpc-js drops such a
+     * grpc-message whole: a message cut at a space to fit ts_err.msg reached Node empty. */
+    while (len && isspace((unsigned char)msg[len - 1]))
+        len--;
+    details = grpc_slice_from_copied_buffer(msg ? msg : "", len);
 
     memset(ops, 0, sizeof(ops));
     *sent = NULL;

@@ -151,11 +151,12 @@ static ts_status status_error(const struct ts_rpc_channel *c, const char *method
     return st;
 }
 
-/* One attempt. Returns the gRPC code; on OK *resp is set. */
+/* One attempt. Returns the gRPC code; on OK *resp is set, and *peer (if not NULL) to the
+ * certificate of the server that answered. */
 static grpc_status_code attempt(struct ts_rpc_channel *c, const char *method,
                                 grpc_byte_buffer *send, const ProtobufCMessageDescriptor *d,
                                 ProtobufCMessage **resp, int64_t deadline_ms,
-                                struct ts_err *err)
+                                struct ts_rpc_peer *peer, struct ts_err *err)
 {
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_slice path = grpc_slice_from_copied_string(method);
@@ -198,8 +199,14 @@ static grpc_status_code attempt(struct ts_rpc_channel *c, const char *method,
             details = grpc_slice_from_static_string("the reply does not decode");
         }
     }
-    if (code != GRPC_STATUS_OK)
+    if (code != GRPC_STATUS_OK) {
         status_error(c, method, code, details, err);
+    } else if (peer) {
+        /* The call's auth context is its connection's: the server that sent this reply. */
+        grpc_auth_context *ctx = grpc_call_auth_context(call);
+        ts__peer_of(ctx, peer);
+        grpc_auth_context_release(ctx);
+    }
     if (recv)
         grpc_byte_buffer_destroy(recv);
     if (ops[0].data.send_initial_metadata.count)
@@ -215,7 +222,8 @@ static grpc_status_code attempt(struct ts_rpc_channel *c, const char *method,
 
 static ts_status unary(struct ts_rpc_channel *c, const char *method, const ProtobufCMessage *req,
                        const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
-                       int deadline_ms, bool retry, struct ts_err *err)
+                       int deadline_ms, bool retry, struct ts_rpc_peer *peer,
+                       struct ts_err *err)
 {
     int64_t now = ts_now_ms(), deadline = now + (deadline_ms > 0 ? deadline_ms : 1);
     int64_t backoff = 20;
@@ -228,7 +236,7 @@ static ts_status unary(struct ts_rpc_channel *c, const char *method, const Proto
         /* Sending consumes a byte buffer's contents: each attempt gets its own copy. */
         grpc_byte_buffer *send = grpc_byte_buffer_copy(packed);
 
-        code = attempt(c, method, send, resp_desc, resp, deadline, &e);
+        code = attempt(c, method, send, resp_desc, resp, deadline, peer, &e);
         grpc_byte_buffer_destroy(send);
         now = ts_now_ms();
         /* Jitter in [backoff/2, backoff) keeps a restarted master from a thundering herd. */
@@ -249,7 +257,7 @@ ts_status ts_rpc_unary(struct ts_rpc_channel *c, const char *method, const Proto
                        const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                        int deadline_ms, struct ts_err *err)
 {
-    return unary(c, method, req, resp_desc, resp, deadline_ms, true, err);
+    return unary(c, method, req, resp_desc, resp, deadline_ms, true, NULL, err);
 }
 
 ts_status ts_rpc_unary_once(struct ts_rpc_channel *c, const char *method,
@@ -257,7 +265,15 @@ ts_status ts_rpc_unary_once(struct ts_rpc_channel *c, const char *method,
                             const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                             int deadline_ms, struct ts_err *err)
 {
-    return unary(c, method, req, resp_desc, resp, deadline_ms, false, err);
+    return unary(c, method, req, resp_desc, resp, deadline_ms, false, NULL, err);
+}
+
+ts_status ts_rpc_unary_peer(struct ts_rpc_channel *c, const char *method,
+                            const ProtobufCMessage *req,
+                            const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                            int deadline_ms, struct ts_rpc_peer *peer, struct ts_err *err)
+{
+    return unary(c, method, req, resp_desc, resp, deadline_ms, false, peer, err);
 }
 
 ts_status ts_rpc_stream_open(struct ts_rpc_channel *c, const char *method,

@@ -9,6 +9,7 @@
 #define TS_RPC_INTERNAL_H
 
 #include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -132,6 +133,9 @@ ts_status ts__server_creds(grpc_server_credentials **out, bool *mtls,
                            struct ts_err *err) TS_MUST_CHECK;
 ts_status ts__channel_creds(grpc_channel_credentials **out, bool *secure,
                             struct ts_err *err) TS_MUST_CHECK;
+/* The certificate the other end of a connection showed (auth context ctx, may be NULL): a
+ * server's caller or a channel's server; *out zeroed when there is none. */
+void ts__peer_of(grpc_auth_context *ctx, struct ts_rpc_peer *out);
 /* The metadata a call sends: the admin token, if this process has one (1 entry in *md, whose
  * value the caller unrefs after the batch), else none (0). */
 size_t ts__client_md(grpc_metadata *md);

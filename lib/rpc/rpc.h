@@ -168,6 +168,22 @@ ts_status ts_rpc_unary_once(struct ts_rpc_channel *ch, const char *method,
                             const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                             int deadline_ms, struct ts_err *err) TS_MUST_CHECK;
 
+/* Who answered a call, as the certificate it showed on the connection says (tls.c). */
+struct ts_rpc_peer {
+    bool tls;                               /* it showed one: the channel speaks TLS */
+    unsigned roles;                         /* sec/certs.h TS_ROLE_* */
+    char identity[TS_MEMBER_MAX + 1];       /* the member it names; "": none */
+};
+/* ts_rpc_unary_once that also says who answered: on TS_OK *peer is the certificate of the
+ * server that sent the reply (all zero on a plaintext channel). For a caller that must know
+ * which member listens at an address before it trusts the address (the master's probe of a
+ * registering shard, docs/security.md). */
+ts_status ts_rpc_unary_peer(struct ts_rpc_channel *ch, const char *method,
+                            const ProtobufCMessage *req,
+                            const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                            int deadline_ms, struct ts_rpc_peer *peer,
+                            struct ts_err *err) TS_MUST_CHECK;
+
 /* A server-streaming call: sends req, then ts_rpc_stream_read() returns the responses. No retry
  * (a stream may have been partly consumed). The caller owns *out: ts_rpc_stream_free(). */
 ts_status ts_rpc_stream_open(struct ts_rpc_channel *ch, const char *method,
@@ -210,6 +226,11 @@ bool ts_rpc_tls_mutual(void);
 unsigned ts_rpc_tls_roles(void);
 /* Inside a handler: the roles of the caller's certificate (0: none shown). */
 unsigned ts_rpc_peer_roles(struct ts_rpc_call *call);
+/* Inside a handler: the member the caller's certificate names (sec/certs.h, "Member
+ * identities") into buf (n bytes; TS_MEMBER_MAX + 1 hold any); returns false, with buf "",
+ * when it shows no certificate or one that names no member (or names one badly). Reads the
+ * certificate itself: for registrations, not for every heartbeat. */
+bool ts_rpc_peer_identity(struct ts_rpc_call *call, char *buf, size_t n);
 /* TS_OK if the caller may make a call open to `roles`: its certificate has one of them, or it
  * sent this process's admin token and roles has TS_ROLE_ADMIN. A server that checks no client
  * certificates (plaintext, TLS without a CA) takes every caller for any member role, and for

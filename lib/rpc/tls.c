@@ -279,6 +279,39 @@ unsigned ts_rpc_peer_roles(struct ts_rpc_call *c)
     return roles;
 }
 
+void ts__peer_of(grpc_auth_context *ctx, struct ts_rpc_peer *out)
+{
+    grpc_auth_property_iterator it;
+    const grpc_auth_property *p;
+    struct ts_cert_info info;
+
+    memset(out, 0, sizeof(*out));
+    if (!ctx)
+        return;
+    /* The certificate itself, read as `tessera certs show` reads a file: the same rules for
+     * the member it names on every side (gRPC lists URI and DNS SANs under one name). */
+    it = grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_PEM_CERT_PROPERTY_NAME);
+    if (!(p = grpc_auth_property_iterator_next(&it)))
+        return;
+    out->tls = true;
+    if (ts_cert_info(p->value, p->value_length, &info, NULL) == TS_OK) {
+        out->roles = info.roles;
+        memcpy(out->identity, info.identity, sizeof(out->identity));
+    }
+}
+
+bool ts_rpc_peer_identity(struct ts_rpc_call *c, char *buf, size_t n)
+{
+    grpc_auth_context *ctx = grpc_call_auth_context(c->call);
+    struct ts_rpc_peer peer;
+
+    ts__peer_of(ctx, &peer);
+    grpc_auth_context_release(ctx);
+    if (n)
+        snprintf(buf, n, "%s", peer.identity);
+    return peer.identity[0] && strlen(peer.identity) < n;
+}
+
 /* The caller sent the admin token (compared in constant time). */
 static bool token_sent(const struct ts_rpc_call *c, const char *bearer, bool *sent_any)
 {

@@ -2,8 +2,10 @@
  *
  * ts_certs_init() checks its options, then makes every key and certificate in memory, then
  * writes each file to a temporary name (mkstemp: 0600 from the start, so a key is never
- * readable by others, then fchmod to its mode), and only when all twelve are on disk renames
- * them into place, ca.pem last. A failure before the renames leaves the directory as it was. */
+ * readable by others, then fchmod to its mode), and only when the whole set is on disk renames
+ * them into place, ca.pem last. A failure before the renames leaves the directory as it was.
+ * ts_certs_issue() does the same for one member's pair, with the CA read from the directory.
+ * A leaf's SANs come from the member it names alone (member.c: its kind decides its roles). */
 #include "sec/certs.h"
 
 #include <arpa/inet.h>
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include <openssl/bio.h>
+#include <openssl/crypto.h>
 #include <openssl/bn.h>
 #include <openssl/buffer.h>
 #include <openssl/ec.h>
@@ -34,6 +37,8 @@
 /* Its SANs: an entry of L characters and its comma become at most L + 5 <= 3 (L + 1). */
 #define HOSTS_SAN_MAX (3 * (HOSTS_MAX + 1) + 1)
 #define PEM_MAX (1u << 20)          /* ts_read_file's limit */
+#define DEFAULT_SHARDS 2            /* what `tessera up` starts */
+#define SET_AFTER_SHARDS 3          /* verify, worker/ *, admin */
 
 static const char *const role_names[] = { "master", "shard", "verify", "worker", "admin",
                                           "server" };
@@ -81,32 +86,44 @@ void ts_roles_format(unsigned roles, char *buf, size_t len)
 
 /* ---- what ts_certs_init writes ---- */
 
-/* Servers get the hosts list and localhost; sans names every role (certs.h). Written in this
- * order, the CA last. */
-static const struct leaf {
-    const char *stem, *cn, *sans, *eku;
-    bool server;
-} leaves[] = {
-    { "master", "master.tessera", "DNS:master.tessera,DNS:server.tessera",
-      "serverAuth,clientAuth", true },
-    { "shard", "shard.tessera", "DNS:shard.tessera,DNS:server.tessera",
-      "serverAuth,clientAuth", true },
-    { "verify", "verify.tessera", "DNS:verify.tessera,DNS:server.tessera",
-      "serverAuth,clientAuth", true },
-    { "client", "worker.tessera", "DNS:worker.tessera", "clientAuth", false },
-    { "admin", "admin.tessera", "DNS:admin.tessera,DNS:worker.tessera", "clientAuth", false },
-};
-#define NLEAVES (sizeof(leaves) / sizeof(leaves[0]))
-#define NFILES (2 * (NLEAVES + 1))
+static int set_shards(const struct ts_certs_opts *o)
+{
+    return o && o->shards ? o->shards : DEFAULT_SHARDS;
+}
+
+/* The member of leaf i of a set with `shards` shard certificates (certs.h, ts_certs_stem),
+ * written into buf when it has a name; NULL past the last leaf. */
+static const char *set_member(int shards, size_t i, char *buf, size_t n)
+{
+    static const char *const after[SET_AFTER_SHARDS] = { "verify", "worker/*", "admin" };
+
+    if (i == 0)
+        return "master";
+    if (i <= (size_t)shards) {
+        snprintf(buf, n, "shard/%zu", i - 1);
+        return buf;
+    }
+    i -= (size_t)shards + 1;
+    return i < SET_AFTER_SHARDS ? after[i] : NULL;
+}
+
+bool ts_certs_stem(const struct ts_certs_opts *o, size_t i, char *buf, size_t n)
+{
+    char m[TS_MEMBER_MAX + 1];
+    const char *member = set_member(set_shards(o), i, m, sizeof(m));
+
+    if (member)
+        ts_member_stem(member, buf, n);
+    else if (i == 1 + (size_t)set_shards(o) + SET_AFTER_SHARDS)
+        snprintf(buf, n, "ca");
+    return member || i == 1 + (size_t)set_shards(o) + SET_AFTER_SHARDS;
+}
 
 /* An extension in openssl's config syntax: { NID_key_usage, "critical,digitalSignature" }. */
 struct ext {
     int nid;
     const char *v;
 };
-
-const char *const ts_certs_stems[] = { "master", "shard", "verify", "client", "admin", "ca",
-                                       NULL };
 
 struct file {
     char path[4096], tmp[4096];
@@ -304,11 +321,49 @@ static ts_status make_pair(const char *cn, X509 *ca, EVP_PKEY *ca_key, long days
     return TS_OK;
 }
 
-/* Every key and certificate, into f in the order of ts_certs_stems. */
-static ts_status make_all(struct file *f, long days, const char *hosts_san, struct ts_err *err)
+/* The SANs of member's certificate into out: a DNS name per role, its identity, and on a
+ * server's, localhost and the hosts. */
+static void leaf_sans(const char *member, const char *hosts_san, char *out, size_t n)
+{
+    unsigned roles = ts_member_roles(member);
+    size_t k = 0;
+
+    for (unsigned bit = 1; bit <= TS_ROLE_SERVER && k < n; bit <<= 1)
+        if (roles & bit)
+            k += (size_t)snprintf(out + k, n - k, "DNS:%s.tessera,", ts_role_name(bit));
+    if (k < n)
+        snprintf(out + k, n - k, "URI:" TS_MEMBER_URI_PREFIX "%s%s%s", member,
+                 roles & TS_ROLE_SERVER ? ",DNS:localhost,IP:127.0.0.1" : "",
+                 roles & TS_ROLE_SERVER ? hosts_san : "");
+}
+
+/* member's key and certificate (signed by ca) into f[0] (.pem) and f[1] (.key). Its CN is the
+ * member too, cut to X.509's 64 characters: nothing reads it but people. */
+static ts_status make_leaf(const char *member, X509 *ca, EVP_PKEY *ca_key, long days,
+                           const char *hosts_san, struct file *f, struct ts_err *err)
+{
+    char sans[HOSTS_SAN_MAX + 256], cn[65];
+    bool server = ts_member_roles(member) & TS_ROLE_SERVER;
+    const struct ext ext[] = {
+        { NID_basic_constraints, "critical,CA:FALSE" },
+        { NID_key_usage, "critical,digitalSignature" },
+        { NID_subject_key_identifier, "hash" },
+        { NID_authority_key_identifier, "keyid:always" },
+        { NID_ext_key_usage, server ? "serverAuth,clientAuth" : "clientAuth" },
+        { NID_subject_alt_name, sans }, { 0, NULL } };
+
+    leaf_sans(member, hosts_san, sans, sizeof(sans));
+    snprintf(cn, sizeof(cn), "%s", member);
+    return make_pair(cn, ca, ca_key, days, ext, f, NULL, NULL, err);
+}
+
+/* Every key and certificate of the set, into f in ts_certs_stem's order (nleaves, then the
+ * CA). */
+static ts_status make_all(struct file *f, size_t nleaves, int shards, long days,
+                          const char *hosts_san, struct ts_err *err)
 {
     unsigned char r[4];
-    char ca_cn[32], sans[HOSTS_SAN_MAX + 128];
+    char ca_cn[32], m[TS_MEMBER_MAX + 1];
     X509 *ca = NULL;
     EVP_PKEY *ca_key = NULL;
     ts_status st;
@@ -320,23 +375,12 @@ static ts_status make_all(struct file *f, long days, const char *hosts_san, stru
     if (RAND_bytes(r, sizeof(r)) != 1)
         return crypto_err(err, "random");
     snprintf(ca_cn, sizeof(ca_cn), "Tessera CA %02x%02x%02x%02x", r[0], r[1], r[2], r[3]);
-    if ((st = make_pair(ca_cn, NULL, NULL, CA_DAYS, ca_ext, &f[2 * NLEAVES], &ca, &ca_key,
+    if ((st = make_pair(ca_cn, NULL, NULL, CA_DAYS, ca_ext, &f[2 * nleaves], &ca, &ca_key,
                         err)))
         return st;
-    for (size_t i = 0; i < NLEAVES && !st; i++) {
-        const struct leaf *l = &leaves[i];
-        struct ext ext[] = {
-            { NID_basic_constraints, "critical,CA:FALSE" },
-            { NID_key_usage, "critical,digitalSignature" },
-            { NID_subject_key_identifier, "hash" },
-            { NID_authority_key_identifier, "keyid:always" },
-            { NID_ext_key_usage, l->eku },
-            { NID_subject_alt_name, sans }, { 0, NULL } };
-
-        snprintf(sans, sizeof(sans), "%s%s%s", l->sans,
-                 l->server ? ",DNS:localhost,IP:127.0.0.1" : "", l->server ? hosts_san : "");
-        st = make_pair(l->cn, ca, ca_key, days, ext, &f[2 * i], NULL, NULL, err);
-    }
+    for (size_t i = 0; i < nleaves && !st; i++)
+        st = make_leaf(set_member(shards, i, m, sizeof(m)), ca, ca_key, days, hosts_san,
+                       &f[2 * i], err);
     X509_free(ca);
     EVP_PKEY_free(ca_key);
     return st;
@@ -390,20 +434,20 @@ static ts_status make_dir(const char *dir, struct ts_err *err)
     return TS_OK;
 }
 
-static ts_status write_all(const char *dir, struct file *f, struct ts_err *err)
+static ts_status write_all(const char *dir, struct file *f, size_t nfiles, struct ts_err *err)
 {
     ts_status st = TS_OK;
     int dfd;
 
-    for (size_t i = 0; i < NFILES && !st; i++)
+    for (size_t i = 0; i < nfiles && !st; i++)
         st = write_tmp(dir, &f[i], err);
-    for (size_t i = 0; i < NFILES && !st; i++) {
+    for (size_t i = 0; i < nfiles && !st; i++) {
         if (rename(f[i].tmp, f[i].path) < 0)
             st = ts_err_set(err, TS_EIO, "%s: %s", f[i].path, strerror(errno));
         else
             f[i].have_tmp = false;
     }
-    for (size_t i = 0; i < NFILES; i++)
+    for (size_t i = 0; i < nfiles; i++)
         if (f[i].have_tmp)
             unlink(f[i].tmp);
     /* The renames are durable once the directory is synced. */
@@ -415,48 +459,166 @@ static ts_status write_all(const char *dir, struct file *f, struct ts_err *err)
     return st;
 }
 
-ts_status ts_certs_init(const char *dir, const struct ts_certs_opts *o, struct ts_err *err)
+/* The options both ts_certs_init and ts_certs_issue take: dir, days and hosts (into
+ * hosts_san). */
+static ts_status check_opts(const char *dir, const struct ts_certs_opts *o, char *hosts_san,
+                            size_t cap, struct ts_err *err)
 {
-    static const struct ts_certs_opts defaults = { 0 };
-    char hosts_san[HOSTS_SAN_MAX];
-    struct file *f;
-    ts_status st;
-    size_t i;
-
-    o = o ? o : &defaults;
     if (!dir || !*dir || strlen(dir) > 3000)
         return ts_err_set(err, TS_EINVAL, "dir: %s", dir && *dir ? "too long" : "required");
     if (o->days < 0 || o->days > CA_DAYS)
         return ts_err_set(err, TS_EINVAL, "days: %d, want 1..%d (the CA's validity), or 0 for "
                           "%d", o->days, CA_DAYS, LEAF_DAYS);
-    if ((st = parse_hosts(o->hosts, hosts_san, sizeof(hosts_san), err)))
-        return st;
-    if (!(f = calloc(NFILES, sizeof(*f))))
-        return ts_err_set(err, TS_ENOMEM, "certs: out of memory");
-    for (i = 0; i < NFILES; i++) {
-        bool key = i % 2;
-        snprintf(f[i].path, sizeof(f[i].path), "%s/%s.%s", dir, ts_certs_stems[i / 2],
-                 key ? "key" : "pem");
-        f[i].mode = key ? 0600 : 0644;
-    }
-    if ((st = make_dir(dir, err)))
-        goto out_free;
-    /* ca.pem first: it is the one a complete set always has. */
-    for (size_t k = 0; !o->force && k < NFILES; k++) {
-        const char *path = f[(k + 2 * NLEAVES) % NFILES].path;
+    return parse_hosts(o->hosts, hosts_san, cap, err);
+}
+
+/* Unless force, TS_EEXIST naming the first of the n files that exists, looking from f[first]
+ * on (the one a complete set always has). */
+static ts_status check_absent(const struct file *f, size_t n, size_t first, bool force,
+                              struct ts_err *err)
+{
+    for (size_t k = 0; !force && k < n; k++) {
+        const char *path = f[(k + first) % n].path;
         if (access(path, F_OK) == 0)
-            st = ts_err_set(err, TS_EEXIST, "%s exists", path);
-        else if (errno != ENOENT)
-            st = ts_err_set(err, TS_EIO, "%s: %s", path, strerror(errno));
-        if (st)
-            goto out_free;
+            return ts_err_set(err, TS_EEXIST, "%s exists", path);
+        if (errno != ENOENT)
+            return ts_err_set(err, TS_EIO, "%s: %s", path, strerror(errno));
     }
-    if (!(st = make_all(f, o->days ? o->days : LEAF_DAYS, hosts_san, err)))
-        st = write_all(dir, f, err);
-out_free:
-    for (i = 0; i < NFILES; i++)
+    return TS_OK;
+}
+
+static void set_path(struct file *f, const char *dir, const char *stem, bool key)
+{
+    snprintf(f->path, sizeof(f->path), "%s/%s.%s", dir, stem, key ? "key" : "pem");
+    f->mode = key ? 0600 : 0644;
+}
+
+static void free_files(struct file *f, size_t n)
+{
+    for (size_t i = 0; f && i < n; i++) {
+        if (f[i].data)
+            OPENSSL_cleanse(f[i].data, f[i].len);   /* keys among them */
         free(f[i].data);
+    }
     free(f);
+}
+
+ts_status ts_certs_init(const char *dir, const struct ts_certs_opts *o, struct ts_err *err)
+{
+    static const struct ts_certs_opts defaults = { 0 };
+    char hosts_san[HOSTS_SAN_MAX], stem[TS_MEMBER_MAX + 1];
+    size_t nleaves, nfiles;
+    struct file *f;
+    ts_status st;
+
+    o = o ? o : &defaults;
+    if ((st = check_opts(dir, o, hosts_san, sizeof(hosts_san), err)))
+        return st;
+    if (o->shards < 0 || o->shards > TS_CERTS_MAX_SHARDS)
+        return ts_err_set(err, TS_EINVAL, "shards: %d, want 1..%d, or 0 for %d", o->shards,
+                          TS_CERTS_MAX_SHARDS, DEFAULT_SHARDS);
+    nleaves = 1 + (size_t)set_shards(o) + SET_AFTER_SHARDS;
+    nfiles = 2 * (nleaves + 1);
+    if (!(f = calloc(nfiles, sizeof(*f))))
+        return ts_err_set(err, TS_ENOMEM, "certs: out of memory");
+    for (size_t i = 0; i < nfiles; i++) {
+        (void)ts_certs_stem(o, i / 2, stem, sizeof(stem));   /* nfiles counts its pairs */
+        set_path(&f[i], dir, stem, i % 2);
+    }
+    /* ca.pem first: it is the one a complete set always has. */
+    if (!(st = make_dir(dir, err)) &&
+        !(st = check_absent(f, nfiles, 2 * nleaves, o->force, err)) &&
+        !(st = make_all(f, nleaves, set_shards(o), o->days ? o->days : LEAF_DAYS, hosts_san,
+                        err)))
+        st = write_all(dir, f, nfiles, err);
+    free_files(f, nfiles);
+    return st;
+}
+
+/* The PEM file at path, for issuing: TS_ENOTFOUND when it is not there, saying where the CA
+ * lives. */
+static ts_status read_ca_file(const char *path, char **pem, size_t *len, struct ts_err *err)
+{
+    if (access(path, F_OK) < 0 && errno == ENOENT)
+        return ts_err_set(err, TS_ENOTFOUND, "%s: not there: issuing needs the cluster's CA and "
+                          "its key (`tessera certs init` wrote them; run `tessera certs issue` "
+                          "where ca.key is kept, then copy the new .pem and .key to the "
+                          "member)", path);
+    return ts_read_file(path, pem, len, err);
+}
+
+/* The CA of dir: its certificate and its key, which must match; the caller frees both. */
+static ts_status load_ca(const char *dir, X509 **ca, EVP_PKEY **key, struct ts_err *err)
+{
+    char cpath[3100], kpath[3100], *cpem = NULL, *kpem = NULL;
+    size_t clen = 0, klen = 0;
+    BIO *cb = NULL, *kb = NULL;
+    ts_status st;
+
+    *ca = NULL;
+    *key = NULL;
+    snprintf(cpath, sizeof(cpath), "%s/ca.pem", dir);
+    snprintf(kpath, sizeof(kpath), "%s/ca.key", dir);
+    if ((st = read_ca_file(cpath, &cpem, &clen, err)) ||
+        (st = read_ca_file(kpath, &kpem, &klen, err)))
+        goto out_free_pems;
+    if ((cb = BIO_new_mem_buf(cpem, (int)clen)))
+        *ca = PEM_read_bio_X509(cb, NULL, NULL, NULL);
+    if ((kb = BIO_new_mem_buf(kpem, (int)klen)))
+        *key = PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL);
+    if (!*ca)
+        st = ts_err_set(err, TS_ECORRUPT, "%s: not a PEM certificate", cpath);
+    else if (!*key)
+        st = ts_err_set(err, TS_ECORRUPT, "%s: not an unencrypted PEM private key", kpath);
+    else if (X509_check_ca(*ca) < 1)
+        st = ts_err_set(err, TS_EINVAL, "%s: not a CA's certificate", cpath);
+    else if (X509_check_private_key(*ca, *key) != 1)
+        st = ts_err_set(err, TS_EINVAL, "%s: not the key of %s", kpath, cpath);
+    ERR_clear_error();
+    BIO_free(cb);
+    BIO_free(kb);
+    if (st) {
+        X509_free(*ca);
+        EVP_PKEY_free(*key);
+    }
+out_free_pems:
+    if (kpem)
+        OPENSSL_cleanse(kpem, klen);
+    free(cpem);
+    free(kpem);
+    return st;
+}
+
+ts_status ts_certs_issue(const char *dir, const char *member, const struct ts_certs_opts *o,
+                         char stem[TS_MEMBER_MAX + 1], struct ts_err *err)
+{
+    static const struct ts_certs_opts defaults = { 0 };
+    char hosts_san[HOSTS_SAN_MAX], s[TS_MEMBER_MAX + 1];
+    X509 *ca = NULL;
+    EVP_PKEY *ca_key = NULL;
+    struct file *f;
+    ts_status st;
+
+    o = o ? o : &defaults;
+    if ((st = ts_member_check(member, err)) ||
+        (st = check_opts(dir, o, hosts_san, sizeof(hosts_san), err)))
+        return st;
+    if (!(f = calloc(2, sizeof(*f))))
+        return ts_err_set(err, TS_ENOMEM, "certs: out of memory");
+    ts_member_stem(member, s, sizeof(s));
+    set_path(&f[0], dir, s, false);
+    set_path(&f[1], dir, s, true);
+    if (!(st = load_ca(dir, &ca, &ca_key, err))) {
+        if (!(st = check_absent(f, 2, 0, o->force, err)) &&
+            !(st = make_leaf(member, ca, ca_key, o->days ? o->days : LEAF_DAYS, hosts_san, f,
+                             err)))
+            st = write_all(dir, f, 2, err);
+        X509_free(ca);
+        EVP_PKEY_free(ca_key);
+    }
+    free_files(f, 2);
+    if (!st && stem)
+        memcpy(stem, s, sizeof(s));
     return st;
 }
 
@@ -477,12 +639,29 @@ static void add_san(struct ts_cert_info *out, bool *full, const char *kind, cons
     }
 }
 
-static void read_sans(X509 *x, struct ts_cert_info *out)
+/* A "tessera:" URI names the member (certs.h): one, and a valid one. */
+static ts_status read_identity(const char *uri, struct ts_cert_info *out, struct ts_err *err)
+{
+    const char *member = uri + strlen(TS_MEMBER_URI_PREFIX);
+    struct ts_err why = { 0 };
+
+    if (out->identity[0])
+        return ts_err_set(err, TS_ECORRUPT, "certificate: names two members (%s and %s); a "
+                          "certificate is one member's", out->identity, member);
+    if (ts_member_check(member, &why))
+        return ts_err_set(err, TS_ECORRUPT, "certificate: its SAN URI %.100s: %s", uri,
+                          why.msg);
+    snprintf(out->identity, sizeof(out->identity), "%s", member);
+    return TS_OK;
+}
+
+static ts_status read_sans(X509 *x, struct ts_cert_info *out, struct ts_err *err)
 {
     GENERAL_NAMES *gens = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
     bool full = false;
+    ts_status st = TS_OK;
 
-    for (int i = 0; i < sk_GENERAL_NAME_num(gens); i++) {
+    for (int i = 0; i < sk_GENERAL_NAME_num(gens) && !st; i++) {
         const GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
         char v[256];
 
@@ -494,6 +673,9 @@ static void read_sans(X509 *x, struct ts_cert_info *out)
             snprintf(v, sizeof(v), "%.*s", s->length, (const char *)s->data);
             if (g->type == GEN_DNS)
                 out->roles |= ts_role_of_name(v);
+            if (g->type == GEN_URI && !strncmp(v, TS_MEMBER_URI_PREFIX,
+                                               strlen(TS_MEMBER_URI_PREFIX)))
+                st = read_identity(v, out, err);
             add_san(out, &full, g->type == GEN_DNS ? "DNS" : g->type == GEN_URI ? "URI"
                                                                                  : "email", v);
         } else if (g->type == GEN_IPADD && (g->d.ip->length == 4 || g->d.ip->length == 16)) {
@@ -502,6 +684,7 @@ static void read_sans(X509 *x, struct ts_cert_info *out)
         }
     }
     GENERAL_NAMES_free(gens);
+    return st;
 }
 
 static void read_cn(X509 *x, struct ts_cert_info *out)
@@ -541,7 +724,10 @@ ts_status ts_cert_info(const char *pem, size_t len, struct ts_cert_info *out,
                           "CERTIFICATE\" block)");
     }
     read_cn(x, &r);
-    read_sans(x, &r);
+    if (read_sans(x, &r, err)) {
+        X509_free(x);
+        return TS_ECORRUPT;
+    }
     if (ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm) != 1) {
         X509_free(x);
         ERR_clear_error();

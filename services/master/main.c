@@ -48,6 +48,7 @@ int main(int argc, char **argv)
     const char *store = NULL, *restore = NULL, *branch = NULL, *state_dir = NULL;
     int64_t lease_ms = 3000, vnodes = 0, every = 0, max_jobs = JOBS_DEFAULT_MAX, replicas = 1;
     int64_t idle_ms = JOBS_DEFAULT_IDLE_MS, history = JOBS_DEFAULT_HISTORY, restarts = 0;
+    bool shared_certs = false;
     const struct ts_flag flags[] = {
         TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:7070; port 0 picks a free one)"),
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "default member lease (default 3000)", 100,
@@ -81,6 +82,10 @@ int main(int argc, char **argv)
         { "restarts", TS_FLAG_INT, &restarts, "N", "this process is restart N of the cluster's "
                                                    "master (set by tessera up; shown by tessera "
                                                    "status)", 0, 1000000 },
+        { "allow-shared-certs", TS_FLAG_BOOL, &shared_certs, NULL, "under mutual TLS, let "
+          "shards register with a role certificate that names no member (shard.pem of an "
+          "older `tessera certs init`): any holder of it can add shards; refused by default "
+          "(docs/security.md, \"The unit of trust\")", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -107,6 +112,7 @@ int main(int argc, char **argv)
     m.started_ms = ts_now_ms();
     m.restarts = (uint32_t)restarts;
     m.lease_ms = lease_ms;
+    m.allow_shared_certs = shared_certs;
     if ((every || restore || branch) && !store) {
         fprintf(stderr, "tessera-master: --snapshot-every, --restore and --branch need --store "
                         "DIR\n");
@@ -130,6 +136,12 @@ int main(int argc, char **argv)
         goto out;
     ts_log(TS_INFO, "master", "serving tessera.v1.Master on port %d (lease %lld ms)",
            ts_rpc_server_port(srv), (long long)lease_ms);
+    if (shared_certs)
+        ts_log(TS_WARN, "master", "--allow-shared-certs: %s", ts_rpc_tls_mutual()
+               ? "shards may register with a role certificate that names no member (a shared "
+                 "shard.pem): any holder of it can add shards to the ring; issue each shard its "
+                 "own (tessera certs issue DIR --member shard/NAME) and drop the flag"
+               : "no effect without mutual TLS (no certificate names anyone)");
     pthread_create(&reap, NULL, reaper, &m);
     pthread_create(&release, NULL, releaser_main, &m);
     pthread_create(&rollback, NULL, rollbacker_main, &m);

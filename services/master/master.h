@@ -35,6 +35,9 @@ struct master {
     /* The cluster's data-plane key (transport/auth.h): made at the first start, kept in the
      * state; handed out only under mutual TLS. */
     uint8_t data_key[32];
+    /* --allow-shared-certs: shards may register with a role certificate that names no member
+     * (admit.c; docs/security.md, "The unit of trust"). */
+    bool allow_shared_certs;
 };
 
 /* The releaser thread (release.c): frees ended jobs on every alive shard, then their data
@@ -52,6 +55,15 @@ Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job
 /* j's slot owners: a copy of owners[0..n) in call's arena. */
 void master_job_owners(struct ts_rpc_call *call, Tessera__V1__JobInfo *j, const uint32_t *owners,
                        size_t n);
+
+/* Registrations checked against the caller's certificate before the members table sees them
+ * (admit.c; docs/security.md, "The unit of trust"): a shard's identity and the address it
+ * claims (which the master asks: blocking, up to 2 s per question), a worker's job. TS_EPERM
+ * naming `identity`, `addr` or `job`; TS_EUNAVAIL when an address to ask does not answer. */
+ts_status master_admit_shard(struct master *m, const Tessera__V1__RegisterShardRequest *req,
+                             const struct ts_member_cred *cred, struct ts_err *err);
+ts_status master_admit_worker(const Tessera__V1__RegisterWorkerRequest *req,
+                              const struct ts_member_cred *cred, struct ts_err *err);
 
 /* Priority tasks on the wire (tasks_rpc.c): a heartbeat's task_done checked into *out
  * (TS_EINVAL naming the field); a worker's heartbeat bringing done (NULL: none) and handed

@@ -310,13 +310,43 @@ static ts_status check_cred(const struct ts_member *e, const struct ts_member_cr
     return TS_OK;
 }
 
-/* Gives e cred's secret if it has none yet (a new member, or one registered without). */
-static void keep_secret(struct ts_member *e, const struct ts_member_cred *cred)
+/* A member registering again shows the identity it first showed: knowing the secret does
+ * not carry a registration over to another member's certificate. Called with mu held. */
+static ts_status check_identity(const struct ts_member *e, const struct ts_member_cred *cred,
+                                struct ts_err *err)
 {
-    if (!cred || !cred->has_secret || e->has_secret)
+    if (!cred || !e->identity[0] || strcmp(e->identity, cred->identity) == 0)
+        return TS_OK;
+    return ts_err_set(err, TS_EPERM, "identity: %s %u registered with the certificate of %s; "
+                      "this one names %s", kind_name(e->kind), e->id, e->identity,
+                      cred->identity[0] ? cred->identity : "no member");
+}
+
+/* Gives e cred's secret and identity if it has none yet (a new member, or one registered
+ * without). */
+static void keep_cred(struct ts_member *e, const struct ts_member_cred *cred)
+{
+    if (!cred)
+        return;
+    if (!e->identity[0])
+        memcpy(e->identity, cred->identity, sizeof(e->identity));
+    if (!cred->has_secret || e->has_secret)
         return;
     memcpy(e->secret_sha256, cred->secret_sha256, sizeof(e->secret_sha256));
     e->has_secret = true;
+}
+
+/* The alive shard of another instance that holds identity, or NULL; called with mu held. */
+static struct ts_member *holder_of(struct ts_members *m, const char *identity,
+                                   const char *instance)
+{
+    for (size_t i = 0; identity[0] && i < m->shards.n; i++) {
+        struct ts_member *e = &m->shards.v[i];
+        if (e->state == TS_MEMBER_ALIVE && strcmp(e->identity, identity) == 0 &&
+            strcmp(e->instance, instance) != 0)
+            return e;
+    }
+    return NULL;
 }
 
 /* The same instance again: a retried register, or a member declared dead coming back (a shard
@@ -362,22 +392,27 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
     quiet = !m->cfg.quiet || m->cfg.quiet(m->cfg.quiet_ctx);
     pthread_mutex_lock(&m->mu);
     if ((e = find_instance(&m->shards, instance))) {
-        if (!(st = check_cred(e, cred, "register this instance again", err))) {
-            keep_secret(e, cred);
+        if (!(st = check_cred(e, cred, "register this instance again", err)) &&
+            !(st = check_identity(e, cred, err))) {
+            keep_cred(e, cred);
             grant(m, e, 0, reregister(m, e, lease_ms, now_ms, quiet), g);
         }
         pthread_mutex_unlock(&m->mu);
         return st;
     }
-    if ((st = new_member(m, &m->shards, TS_MEMBER_SHARD, addr, instance, lease_ms, now_ms, &e,
-                         err))) {
+    if (cred && (e = holder_of(m, cred->identity, instance)))
+        st = ts_err_set(err, TS_EPERM, "identity: %s is shard %u's (at %s, alive): one live "
+                        "registration per member certificate; a shard restarted with it "
+                        "registers once the old process is gone", e->identity, e->id, e->addr);
+    if (st || (st = new_member(m, &m->shards, TS_MEMBER_SHARD, addr, instance, lease_ms, now_ms,
+                               &e, err))) {
         pthread_mutex_unlock(&m->mu);
         return st;
     }
     if (n) /* endpoints may be NULL when n is 0 */
         memcpy(e->endpoints, endpoints, n * sizeof(*endpoints));
     e->nendpoints = n;
-    keep_secret(e, cred);
+    keep_cred(e, cred);
     e->joining = !quiet;   /* new_epoch puts it on the ring if it is the only one */
     /* Only one process can listen on an address, so an alive shard there has gone away. */
     for (size_t i = 0; i + 1 < m->shards.n; i++) {
@@ -417,7 +452,8 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     pthread_mutex_lock(&m->mu);
     if ((e = find_instance(&m->workers, instance))) {
-        if (!(st = check_cred(e, cred, "register this instance again", err)))
+        if (!(st = check_cred(e, cred, "register this instance again", err)) &&
+            !(st = check_identity(e, cred, err)))
             joined = reregister(m, e, lease_ms, now_ms, true);
     } else if (!(st = new_member(m, &m->workers, TS_MEMBER_WORKER, host, instance, lease_ms,
                                  now_ms, &e, err))) {
@@ -428,7 +464,7 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
         ts_log(TS_DEBUG, "master", "worker %u (%s pid %u) registered", e->id, host, pid);
     }
     if (!st) {
-        keep_secret(e, cred);
+        keep_cred(e, cred);
         grant(m, e, 0, joined, g);
     }
     pthread_mutex_unlock(&m->mu);
@@ -521,6 +557,22 @@ bool ts_members_guarded_addr(struct ts_members *m, const char *addr, const char 
     }
     pthread_mutex_unlock(&m->mu);
     return found;
+}
+
+bool ts_members_shard_holding(struct ts_members *m, const char *identity, const char *instance,
+                              uint32_t *id, char addr[TS_MEMBERS_MAX_ADDR + 1],
+                              char holder[TS_MEMBERS_MAX_INSTANCE + 1])
+{
+    struct ts_member *e;
+
+    pthread_mutex_lock(&m->mu);
+    if ((e = holder_of(m, identity, instance))) {
+        *id = e->id;
+        memcpy(addr, e->addr, sizeof(e->addr));
+        memcpy(holder, e->instance, sizeof(e->instance));
+    }
+    pthread_mutex_unlock(&m->mu);
+    return e != NULL;
 }
 
 void ts_members_moves(struct ts_members *m, uint32_t id, uint64_t epoch, uint64_t pending)

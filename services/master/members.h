@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sec/certs.h"
 #include "util/err.h"
 
 #define TS_MEMBERS_MIN_LEASE_MS 100
@@ -75,6 +76,9 @@ struct ts_member {
     /* The SHA-256 of the secret it registered with (has_secret; see ts_member_cred). */
     uint8_t secret_sha256[TS_MEMBER_SECRET_HASH];
     bool has_secret;
+    /* The member its certificate names (sec/certs.h), as it registered: "shard/3"; "": none
+     * (no mutual TLS, or a role certificate). See ts_member_cred. */
+    char identity[TS_MEMBER_MAX + 1];
 };
 
 /* Who makes a call about a member (docs/security.md, "Member identity"): the SHA-256 of the
@@ -87,6 +91,11 @@ struct ts_member_cred {
     uint8_t secret_sha256[TS_MEMBER_SECRET_HASH];
     bool has_secret;
     bool admin;
+    /* Registrations: the member the caller's certificate names ("" none), kept with the
+     * member. A shard's identity is held by one alive shard at a time: a new instance showing
+     * it while another alive shard holds it is refused (TS_EPERM naming `identity`), and an
+     * instance registering again must show the identity it first showed (TS_EPERM). */
+    char identity[TS_MEMBER_MAX + 1];
 };
 
 /* What must never go backwards across a master restart: the epoch, and the ids reserved for
@@ -175,6 +184,11 @@ void ts_members_moves(struct ts_members *m, uint32_t id, uint64_t epoch, uint64_
  * secret (a registration at addr marks it dead, see register); *id is then its id. */
 bool ts_members_guarded_addr(struct ts_members *m, const char *addr, const char *instance,
                              uint32_t *id);
+/* Whether an alive shard of another process start than `instance` holds identity (its
+ * certificate names it; ts_member_cred); *id, addr and holder (its instance) are then its. */
+bool ts_members_shard_holding(struct ts_members *m, const char *identity, const char *instance,
+                              uint32_t *id, char addr[TS_MEMBERS_MAX_ADDR + 1],
+                              char holder[TS_MEMBERS_MAX_INSTANCE + 1]);
 /* Records how many times a supervisor restarted the member this one replaces
  * (Register{Shard,Worker}Request.restarts), for status. */
 void ts_members_set_restarts(struct ts_members *m, enum ts_member_kind kind, uint32_t id,

@@ -27,9 +27,9 @@ static Tessera__V1__MemberState state_pb(enum ts_member_state s)
 }
 
 /* The caller's credential for a call about a member (members.h, struct ts_member_cred): the
- * SHA-256 of the secret it sent and whether it is an admin. `registering`: under mutual TLS a
- * registration must bring a secret, since nothing else tells its process from another holding
- * a certificate of the same role. */
+ * SHA-256 of the secret it sent, whether it is an admin, and for a registration the member its
+ * certificate names. `registering`: under mutual TLS a registration must bring a secret, since
+ * nothing else tells its process from another of the same member. */
 static ts_status member_cred(struct ts_rpc_call *call, const ProtobufCBinaryData *secret,
                              bool registering, struct ts_member_cred *c, struct ts_err *err)
 {
@@ -45,49 +45,11 @@ static ts_status member_cred(struct ts_rpc_call *call, const ProtobufCBinaryData
         .has_secret = secret->len > 0,
         .admin = ts_rpc_need_role(call, TS_ROLE_ADMIN, &ignored) == TS_OK,
     };
+    if (registering)   /* the certificate is read whole: not at every heartbeat */
+        ts_rpc_peer_identity(call, c->identity, sizeof(c->identity));
     if (c->has_secret &&
         !EVP_Digest(secret->data, secret->len, c->secret_sha256, NULL, EVP_sha256(), NULL))
         return ts_err_set(err, TS_EINTERNAL, "secret: SHA-256 failed (OpenSSL)");
-    return TS_OK;
-}
-
-/* How long a registration waits for the address it claims to say which process listens. */
-#define ADDR_PROBE_MS 2000
-
-/* A shard registering at the address of an alive shard marks that one dead, since only one
- * process can listen on an address. From anyone but an admin that needs proof that the
- * caller's process is the one listening there now: the master asks the address (ShardStatus)
- * for its instance. A shard starts serving before it registers, so a restarted one answers. */
-static ts_status check_addr_claim(const struct master *m,
-                                  const Tessera__V1__RegisterShardRequest *req,
-                                  const struct ts_member_cred *cred, struct ts_err *err)
-{
-    Tessera__V1__ShardStatusRequest sreq = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
-    Tessera__V1__ShardStatusResponse *r = NULL;
-    struct ts_rpc_channel *ch = NULL;
-    struct ts_err why = { 0 };
-    uint32_t old;
-    bool same;
-
-    if (cred->admin || !ts_members_guarded_addr(m->members, req->addr, req->instance, &old))
-        return TS_OK;
-    if (ts_rpc_channel_create(req->addr, NULL, &ch, &why) ||
-        ts_rpc_unary_once(ch, "/tessera.v1.Shard/ShardStatus", &sreq.base,
-                          &tessera__v1__shard_status_response__descriptor,
-                          (ProtobufCMessage **)&r, ADDR_PROBE_MS, &why)) {
-        ts_rpc_channel_free(ch);
-        return ts_err_set(err, TS_EUNAVAIL, "addr: shard %u is registered at %s, and asked which "
-                          "process listens there, the address did not answer (%s); register "
-                          "again once this process serves there", old, req->addr, why.msg);
-    }
-    same = strcmp(r->instance, req->instance) == 0;
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-    ts_rpc_channel_free(ch);
-    if (!same)
-        return ts_err_set(err, TS_EPERM, "addr: shard %u is registered at %s, and the process "
-                          "answering there is not instance %s; only the process listening on "
-                          "an address (or an admin) may register it", old, req->addr,
-                          req->instance);
     return TS_OK;
 }
 
@@ -118,7 +80,7 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
             memcpy(ep[i].addr, d->address.data, d->address.len);
     }
     if ((st = member_cred(call, &req->secret, true, &cred, err)) ||
-        (st = check_addr_claim(m, req, &cred, err)) ||
+        (st = master_admit_shard(m, req, &cred, err)) ||
         (st = ts_members_register_shard(m->members, req->addr, req->instance, req->lease_ms, ep,
                                         n, ts_now_ms(), &g, &cred, err)))
         return st;
@@ -159,6 +121,7 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     if ((st = ts_rpc_need_role(call, strcmp(req->role, "verify") ? TS_ROLE_WORKER
                                                                  : TS_ROLE_VERIFY, err)) ||
         (st = member_cred(call, &req->secret, true, &cred, err)) ||
+        (st = master_admit_worker(req, &cred, err)) ||
         (st = ts_members_register_worker(m->members, req->host, req->pid, req->role, req->addr,
                                          req->instance, req->lease_ms, ts_now_ms(), &g, &cred,
                                          err)))
@@ -353,6 +316,7 @@ Tessera__V1__ShardInfo **master_shard_infos(struct ts_rpc_call *call,
         s->death = ts_rpc_strdup(call, e->death);
         s->joining = e->state == TS_MEMBER_ALIVE && e->joining;
         s->restarts = e->restarts;
+        s->identity = ts_rpc_strdup(call, e->identity);
         s->n_data_planes = e->nendpoints;
         s->data_planes = ts_rpc_alloc(call, (e->nendpoints + 1) * sizeof(*s->data_planes));
         for (size_t k = 0; k < e->nendpoints; k++) {
@@ -392,6 +356,7 @@ Tessera__V1__WorkerInfo **master_worker_infos(struct ts_rpc_call *call,
         w->role = ts_rpc_strdup(call, e->role);
         w->addr = ts_rpc_strdup(call, e->service);
         w->restarts = e->restarts;
+        w->identity = ts_rpc_strdup(call, e->identity);
         out[i] = w;
     }
     return out;

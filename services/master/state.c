@@ -181,6 +181,7 @@ static void shard_of(const Tessera__V1__ShardInfo *i, struct ts_member *e)
     snprintf(e->death, sizeof(e->death), "%s", i->death);
     e->joining = i->joining;
     e->restarts = i->restarts;
+    snprintf(e->identity, sizeof(e->identity), "%s", i->identity);
     for (size_t k = 0; k < i->n_data_planes && k < TS_MEMBERS_MAX_ENDPOINTS; k++) {
         struct ts_endpoint *d = &e->endpoints[e->nendpoints++];
         snprintf(d->transport, sizeof(d->transport), "%s", i->data_planes[k]->transport);
@@ -202,6 +203,7 @@ static void worker_of(const Tessera__V1__WorkerInfo *i, struct ts_member *e)
     e->lease_ms = i->lease_ms;
     snprintf(e->role, sizeof(e->role), "%s", i->role);
     snprintf(e->service, sizeof(e->service), "%s", i->addr);
+    snprintf(e->identity, sizeof(e->identity), "%s", i->identity);
 }
 
 static ts_status check_member(uint32_t state, uint32_t lease_ms, const char *what, uint32_t id,

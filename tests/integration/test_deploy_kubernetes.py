@@ -156,6 +156,22 @@ def expand(s, env):
                   s)
 
 
+def as_probe_arg(s):
+    """s as a probe's command must say it: the kubelet leaves a downward-API $(VAR) in a
+    probe's command as written, so health.py expands ${VAR} from the environment."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", r"${\1}", s)
+
+
+def pod_variants(w, o):
+    """w as each pod of workload o sees it: POD_NAME in it taken for each of a StatefulSet's
+    pod names (name-0 .. name-(replicas-1)); w alone for anything else."""
+    if "POD_NAME" not in w or o.get("kind") != "StatefulSet":
+        return [w]
+    name, n = o["metadata"]["name"], int(o["spec"].get("replicas", 1))
+    return [re.sub(r"\$(\(POD_NAME\)|\{POD_NAME\})", "%s-%d" % (name, i), w)
+            for i in range(n)]
+
+
 def port_of(addr):
     return int(addr.rsplit(":", 1)[1]) if ":" in addr and addr.rsplit(":", 1)[1].isdigit() \
         else None
@@ -235,7 +251,7 @@ def check_ports(objs, helps):
             if port_of(cmd[2]) != listen or not cmd[2].startswith("127.0.0.1:"):
                 out.append("%s: %s dials %s, but it listens on port %s"
                            % (where, kind, cmd[2], listen))
-            want = [f.get("tls-ca"), f.get("tls-cert"), f.get("tls-key")]
+            want = [as_probe_arg(f.get(k) or "") for k in ("tls-ca", "tls-cert", "tls-key")]
             if "tls-ca" in f and cmd[3:] != want:
                 out.append("%s: %s uses %s, the service %s" % (where, kind, cmd[3:], want))
     return out
@@ -388,12 +404,19 @@ def check_container_refs(o, c, vols, objs, helps):
         else:
             defined |= set(got[0].get("data", {}))
     words = c.get("command", []) + c.get("args", [])
+    probes = []
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-        words += probe_cmd(c.get(probe))
-    for w in words:
+        probes += probe_cmd(c.get(probe))
+    for w in words + probes:
         for var in re.findall(r"\$\(([^)]*)\)", w):
             if var not in defined:
                 out.append("%s: $(%s) is not in its env: it would stay as written" % (where, var))
+    for w in probes:
+        for var in re.findall(r"\$\{([^}]*)\}", w):
+            if var not in defined:
+                out.append("%s: ${%s} is not in its env: health.py cannot expand it"
+                           % (where, var))
+    words += probes
     for m in c.get("volumeMounts", []):
         if m["name"] not in vols:
             out.append("%s: volumeMount %s: no such volume" % (where, m["name"]))
@@ -411,9 +434,10 @@ def check_container_refs(o, c, vols, objs, helps):
             out.append("%s: %s is on no volume" % (where, w))
             continue
         keys = volume_keys(vols.get(m["name"], {}), objs)
-        rel = w[len(m["mountPath"].rstrip("/")) + 1:]
-        if keys is not None and rel not in keys:
-            out.append("%s: %s: volume %s has no file %r" % (where, w, m["name"], rel))
+        for pw in pod_variants(w, o):
+            rel = pw[len(m["mountPath"].rstrip("/")) + 1:]
+            if keys is not None and rel not in keys:
+                out.append("%s: %s: volume %s has no file %r" % (where, w, m["name"], rel))
     f = flags_of(c, helps)
     for flag in writes & set(f):
         m = mount_of(f[flag], c)
@@ -488,9 +512,13 @@ class DeployKubernetes(unittest.TestCase):
         cls.tmp = cls.c.dir
         cls.helps = {p: help_flags(p) for p in PROGRAMS}
         cls.certs = os.path.join(cls.tmp, "certs")
-        r = tl.run_cli(["certs", "init", cls.certs, "--hosts",
+        r = tl.run_cli(["certs", "init", cls.certs, "--shards", "3", "--hosts",
                         "tessera-master,tessera-shard-0.tessera-shard"])
         assert r.returncode == 0, r.stderr
+        for i in range(3):   # as the shards' Secret names them (docs/deploy.md)
+            for ext in ("pem", "key"):
+                shutil.copy(os.path.join(cls.certs, "shard-%d.%s" % (i, ext)),
+                            os.path.join(cls.certs, "tessera-shard-%d.%s" % (i, ext)))
         with open(os.path.join(cls.certs, "admin.token"), "w") as f:
             f.write("%s\n" % os.urandom(32).hex())
         cls.rendered = render()
@@ -576,6 +604,11 @@ class DeployKubernetes(unittest.TestCase):
             ("a file the Secret lacks", lambda o: master(o)["args"].__setitem__(
                 master(o)["args"].index("--tls-key") + 1, "/etc/tessera/tls/shard.key"),
              "volume tls has no file 'shard.key'"),
+            ("a shard with no certificate of its own", lambda o: find(o, "StatefulSet")[0]
+             ["spec"].update({"replicas": 4}), "volume tls has no file 'tessera-shard-3.pem'"),
+            ("a probe with the shard's name unexpanded", lambda o: shard(o)["livenessProbe"]
+             ["exec"]["command"].__setitem__(4, "/etc/tessera/tls/$(POD_NAME).pem"),
+             "livenessProbe uses"),
             ("a ConfigMap key that is not there", lambda o: find(o, "ConfigMap", "tessera-config")
              [0]["data"].pop("TESSERA_JOB"), "has no key 'TESSERA_JOB'"),
             ("an undefined $(VAR)", lambda o: worker(o)["args"].extend(["--seed", "$(SEED)"]),
@@ -628,7 +661,8 @@ class DeployKubernetes(unittest.TestCase):
     def run_probe(self, c, kind, env, ports):
         argv = self.local_argv({"command": probe_cmd(c[kind])}, env, ports)
         argv[0] = "/usr/bin/python3"
-        return subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        penv = dict(os.environ, **{k: v for k, v in env.items() if v is not None})
+        return subprocess.run(argv, capture_output=True, text=True, timeout=20, env=penv)
 
     def test_services_start_with_these_args_and_pass_these_probes(self):
         """The master and a shard, started with the manifests' own arguments under mutual TLS

@@ -1,8 +1,10 @@
 """test_tls.py - mutual TLS, certificate roles and the admin token (docs/security.md).
 
-Real processes: `tessera certs init` makes a CA and the role certificates; `tessera up --tls`
-starts a master and two shards serving mutual TLS with them and an admin token. Checked:
-- the certificates: each verifies against the CA and carries its roles (tessera certs show);
+Real processes: `tessera certs init` makes a CA and the members' certificates; `tessera up
+--tls` starts a master and two shards serving mutual TLS with them (each shard its own) and an
+admin token. Checked:
+- the certificates: each verifies against the CA and carries its member and its roles
+  (tessera certs show);
 - `tessera train --exact` through the TLS cluster (TESSERA_TLS_DIR) ends with the
   params_sha256 of `tessera train --local`;
 - an independent client, Debian's python3-grpcio with ssl_channel_credentials and the client
@@ -24,7 +26,8 @@ starts a master and two shards serving mutual TLS with them and an admin token. 
   killed with SIGKILL comes back knowing them (test_j): the shards' own heartbeats taken, an
   impostor's refused; a shard certificate's holder cannot register at an alive shard's
   address (which would mark it dead: the master asks the address which process listens
-  there), while a shard restarted on its address replaces its dead predecessor (test_k);
+  there), while a shard restarted on its address, with its certificate, replaces its dead
+  predecessor (test_k; test_identity.py has the rest of per-member certificates);
 - the data plane (test_g): a hostile client (dp_probe) without the handshake, with a HELLO
   but no proof, replaying a recorded handshake, with a bit flipped after the MAC, or with the
   wrong key, is refused and cut off; the job it aims at keeps its partitions bit for bit, and
@@ -116,14 +119,20 @@ class Tls(tl.ClusterCase, unittest.TestCase):
                                                 timeout=tl.RPC_TIMEOUT)
 
     def test_a_certificates_and_their_roles(self):
-        r = cli(["certs", "show"] + [os.path.join(self.certs, s + ".pem") for s in
-                                     ("master", "shard", "verify", "client", "admin")])
+        stems = ("master", "shard-0", "shard-1", "verify", "client", "admin")
+        r = cli(["certs", "show"] + [os.path.join(self.certs, s + ".pem") for s in stems])
         self.assertEqual(r.returncode, 0, r.stderr)
-        for stem, roles in (("master", "master,server"), ("shard", "shard,server"),
-                            ("verify", "verify,server"), ("client", "worker"),
-                            ("admin", "worker,admin")):
-            self.assertRegex(r.stdout, r"(?s)%s\.pem.*?roles\s*:?\s*%s" % (stem, roles))
-        self.assertEqual(os.stat(os.path.join(self.certs, "shard.key")).st_mode & 0o777, 0o600)
+        for stem, member, roles in (("master", "master", "master,server"),
+                                    ("shard-0", "shard/0", "shard,server"),
+                                    ("shard-1", "shard/1", "shard,server"),
+                                    ("verify", "verify", "verify,server"),
+                                    ("client", "worker/\\*", "worker"),
+                                    ("admin", "admin", "worker,admin")):
+            self.assertRegex(r.stdout, r"(?s)%s\.pem\s+member\s+%s\s.*?roles\s*:?\s*%s"
+                             % (stem, member, roles))
+        self.assertFalse(os.path.exists(os.path.join(self.certs, "shard.pem")), "no shared one")
+        self.assertEqual(os.stat(os.path.join(self.certs, "shard-0.key")).st_mode & 0o777,
+                         0o600)
         r = cli(["certs", "init", self.certs])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--force", r.stderr)
@@ -296,7 +305,7 @@ class Tls(tl.ClusterCase, unittest.TestCase):
             timeout=tl.RPC_TIMEOUT).worker_id
         before = self.status()
         shard = before.shards[0]
-        shard_stub = self.master_stub(stem="shard")
+        shard_stub = self.master_stub(stem="shard-0")
         for what, fn, req, code in (
                 ("heartbeat, no secret", stub.Heartbeat,
                  master_pb2.HeartbeatRequest(kind=tl.WORKER, id=w), "UNAUTHENTICATED"),
@@ -379,8 +388,8 @@ class Tls(tl.ClusterCase, unittest.TestCase):
                              "the master back with its state", interval=0.2)
         self.assertTrue(back["restored"])
         shard = self.status().shards[0]
-        e = tl.call_error(self.master_stub(stem="shard").Heartbeat, master_pb2.HeartbeatRequest(
-            kind=tl.SHARD, id=shard.id))
+        e = tl.call_error(self.master_stub(stem="shard-0").Heartbeat,
+                          master_pb2.HeartbeatRequest(kind=tl.SHARD, id=shard.id))
         self.assertEqual(e.code(), grpc.StatusCode.UNAUTHENTICATED, e.details())
         self.assertIn("secret", e.details())
         # past the restart's grace and a lease: the shards' own heartbeats were taken
@@ -394,11 +403,14 @@ class Tls(tl.ClusterCase, unittest.TestCase):
     def test_k_a_shard_address_is_taken_only_by_the_process_listening_there(self):
         """A registration at an alive shard's address marks that shard dead. A shard
         certificate's holder cannot use that to end a running shard: the master asks the
-        address which process listens there. A shard restarted on its address still
-        replaces its dead predecessor at once."""
+        address which process listens there. A shard restarted on its address, with its own
+        certificate, still replaces its dead predecessor at once."""
         addr = "127.0.0.1:%d" % tl.free_port()
+        for member in ("shard/k", "shard/impostor"):
+            r = cli(["certs", "issue", self.certs, "--member", member])
+            self.assertEqual(r.returncode, 0, r.stderr)
         tls = []
-        for flag, f in (("--tls-cert", "shard.pem"), ("--tls-key", "shard.key"),
+        for flag, f in (("--tls-cert", "shard-k.pem"), ("--tls-key", "shard-k.key"),
                         ("--tls-ca", "ca.pem")):
             tls += [flag, os.path.join(self.certs, f)]
         argv = [os.path.join(tl.BIN, "tessera-shard"), "--master", self.master, "--listen",
@@ -409,7 +421,7 @@ class Tls(tl.ClusterCase, unittest.TestCase):
         first = self.c.spawn(argv, "shard-k1")
         old = tl.wait_until(at_addr, 30, "the shard at %s registered" % addr)[0]
         before = self.status()
-        e = tl.call_error(self.master_stub(stem="shard").RegisterShard,
+        e = tl.call_error(self.master_stub(stem="shard-impostor").RegisterShard,
                           master_pb2.RegisterShardRequest(addr=addr, instance="impostor",
                                                           secret=os.urandom(32)))
         self.assertEqual(e.code(), grpc.StatusCode.PERMISSION_DENIED, e.details())

@@ -551,6 +551,64 @@ static void secret_guards_the_registration(void **state)
     ts_members_free(m);
 }
 
+/* A shard's identity (the member its certificate names) is held by one alive shard at a
+ * time; a registration of the same instance again shows the same one; workers share theirs. */
+static void one_alive_shard_per_identity(void **state)
+{
+    (void)state;
+    struct ts_members *m = mk(1000);
+    struct ts_member_cred s0 = { .has_secret = true }, s1 = { .has_secret = true };
+    struct ts_member_cred w = { .has_secret = true };
+    struct ts_member_grant g;
+    struct ts_members_view v;
+    char addr[TS_MEMBERS_MAX_ADDR + 1], holder[TS_MEMBERS_MAX_INSTANCE + 1];
+    struct ts_err e = { 0 };
+    uint32_t id, held;
+    uint64_t epoch;
+
+    snprintf(s0.identity, sizeof(s0.identity), "shard/0");
+    snprintf(s1.identity, sizeof(s1.identity), "shard/1");
+    snprintf(w.identity, sizeof(w.identity), "worker/*");
+    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, NULL, 0, 0, &g, &s0, NULL),
+                     TS_OK);
+    id = g.id;
+    epoch = ts_members_epoch(m);
+    assert_true(ts_members_shard_holding(m, "shard/0", "b", &held, addr, holder));
+    assert_int_equal(held, id);
+    assert_string_equal(addr, "h:1");
+    assert_string_equal(holder, "a");
+    assert_false(ts_members_shard_holding(m, "shard/0", "a", &held, addr, holder));
+    assert_false(ts_members_shard_holding(m, "shard/1", "b", &held, addr, holder));
+    assert_false(ts_members_shard_holding(m, "", "b", &held, addr, holder));
+    /* another process with the same certificate, at another address: refused */
+    assert_int_equal(ts_members_register_shard(m, "h:2", "b", 0, NULL, 0, 10, &g, &s0, &e),
+                     TS_EPERM);
+    assert_non_null(strstr(e.msg, "identity: shard/0"));
+    /* the same instance showing another member's certificate: refused */
+    s1.has_secret = true;
+    memcpy(s1.secret_sha256, s0.secret_sha256, sizeof(s1.secret_sha256));
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, NULL, 0, 10, &g, &s1, &e),
+                     TS_EPERM);
+    assert_non_null(strstr(e.msg, "identity"));
+    assert_int_equal(ts_members_epoch(m), epoch);
+    /* once the holder is dead, a new process takes the identity */
+    assert_true(ts_members_declare_dead(m, TS_MEMBER_SHARD, id, "a", "gone"));
+    assert_int_equal(ts_members_register_shard(m, "h:2", "b", 0, NULL, 0, 20, &g, &s0, NULL),
+                     TS_OK);
+    assert_int_not_equal(g.id, id);
+    /* workers of one certificate are many */
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "w1", 0, 0, &g, &w, NULL),
+                     TS_OK);
+    assert_int_equal(ts_members_register_worker(m, "h", 2, "", NULL, "w2", 0, 0, &g, &w, NULL),
+                     TS_OK);
+    assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+    assert_string_equal(v.shards[1].identity, "shard/0");
+    assert_string_equal(v.workers[1].identity, "worker/*");
+    ts_members_view_free(&v);
+    ts_members_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -566,6 +624,7 @@ int main(void)
         cmocka_unit_test(departed_workers_are_forgotten),
         cmocka_unit_test(restore_goes_on_after_the_durable_clock),
         cmocka_unit_test(secret_guards_the_registration),
+        cmocka_unit_test(one_alive_shard_per_identity),
     };
     ts_log_set_level(TS_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);

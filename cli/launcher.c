@@ -319,7 +319,9 @@ static ts_status wait_shards(struct cluster *c, int want, struct ts_err *err)
 }
 
 /* opts.tls: the certificates (made when the directory has none) and the admin token (made
- * when missing); this process's calls use the client certificate. */
+ * when missing); this process's calls use the client certificate. Without it the environment
+ * is read now, so that a token meant for TLS ($TESSERA_TOKEN_FILE) stops the start before
+ * anything runs rather than go over plaintext. */
 static ts_status setup_tls(struct cluster *c, struct ts_err *err)
 {
     char path[700], cert[700], key[700];
@@ -327,7 +329,7 @@ static ts_status setup_tls(struct cluster *c, struct ts_err *err)
     ts_status st;
 
     if (!c->opts.tls)
-        return TS_OK;
+        return ts_rpc_tls_setup(&(struct ts_rpc_tls){ .cert = NULL }, err);
     if (c->opts.tls_dir)
         snprintf(c->tls_dir, sizeof(c->tls_dir), "%s", c->opts.tls_dir);
     else

@@ -184,9 +184,12 @@ void ts_rpc_stream_free(struct ts_rpc_stream *st);
 
 #define TS_RPC_TOKEN_MAX 256
 
-/* PEM files and the admin token's file; NULL or "": not given. */
+/* PEM files and the admin token's file; NULL or "": not given. server: the process serves
+ * (ts_serve_start sets it): a token without TLS is kept to check callers, with a warning,
+ * where a client refuses it (below). */
 struct ts_rpc_tls {
     const char *cert, *key, *ca, *token_file;
+    bool server;
 };
 
 /* Sets the TLS material of every server and channel this process makes from now on: each
@@ -199,10 +202,17 @@ struct ts_rpc_tls {
  * Servers: with a certificate, TLS; with a CA too, mutual TLS (every client must show a
  * certificate the CA signed; ts_rpc_need_role checks its role). Channels: TLS when a CA or a
  * certificate is set, checking the server's certificate names TS_TLS_SERVER_NAME.
- * The admin token: every call this process makes sends it ("authorization: Bearer ..."), and
- * its servers' admin methods (ts_rpc_method.roles naming TS_ROLE_ADMIN) accept a caller that
- * sends it as admin; set, it guards them on plaintext and TLS servers too. */
+ * The admin token: every call this process makes over TLS sends it ("authorization: Bearer
+ * ..."), and its servers' admin methods (ts_rpc_method.roles naming TS_ROLE_ADMIN) accept a
+ * caller that sends it as admin; set, it guards them on plaintext and TLS servers too. It is
+ * never sent in the clear: a client (t->server false, or no call: the environment) with a
+ * token and neither a certificate nor a CA fails here, and every channel after, with TS_EINVAL
+ * saying to use TLS or drop the token; a server keeps it to check callers and sends it on no
+ * call (ts_rpc_tls_plain_token). */
 ts_status ts_rpc_tls_setup(const struct ts_rpc_tls *t, struct ts_err *err) TS_MUST_CHECK;
+/* Whether this process holds a token but no TLS (a server's case above): it is worthless
+ * then, since any caller that sends it shows it to the network. */
+bool ts_rpc_tls_plain_token(void);
 /* What servers made now serve: "mtls", "tls" or "plaintext"; ts_rpc_tls_mutual: "mtls". */
 const char *ts_rpc_tls_mode(void);
 bool ts_rpc_tls_mutual(void);

@@ -673,7 +673,9 @@ static ts_status claim_work(struct ts_rpc_call *call, const ProtobufCMessage *rq
 }
 
 /* Who may call what, under mutual TLS (docs/security.md): members their own registration,
- * heartbeats and reports; the handlers narrow these by the member kind a request names. */
+ * heartbeats and reports; the handlers narrow these by the member kind a request names. A
+ * loss is reported by the shard that heads the partition, and sends the job back to its last
+ * snapshot: a shard's or an admin's word only. */
 #define MEMBERS (TS_ROLE_SHARD | TS_ROLE_WORKER | TS_ROLE_VERIFY)
 #define M(name, fn, rq, rs, roles) \
     { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor, 0, roles }
@@ -698,7 +700,8 @@ static const struct ts_rpc_method master_methods[] = {
     T("ClaimWork", claim_work, claim_work_request, claim_work_response, TS_ROLE_WORKER),
     M("SubmitTask", master_submit_task, submit_task_request, submit_task_response,
       TS_ROLE_ADMIN | TS_ROLE_VERIFY),
-    M("ReportLost", report_lost, report_lost_request, report_lost_response, MEMBERS),
+    M("ReportLost", report_lost, report_lost_request, report_lost_response,
+      TS_ROLE_SHARD | TS_ROLE_ADMIN),
     T("CollectGarbage", collect_garbage, collect_garbage_request, collect_garbage_response,
       TS_ROLE_ADMIN),
     { NULL, NULL, NULL, NULL, 0, 0 },

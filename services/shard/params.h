@@ -227,19 +227,31 @@ uint64_t shard_params_moves(struct shard_params *sp, struct ts_cluster *cl, uint
 struct ts_part *shard_params_adopt(struct shard_params *sp, struct shard_job *job,
                                    uint32_t tensor, uint32_t part, struct ts_err *err);
 
-/* Rollback (docs/replication.md, "Rollback"; rollback.c). Fence: the data plane refuses the
- * job from now on, with `step` to continue from (the caller then ends its waiting pulls).
- * TS_ENOTFOUND: the job is not here; TS_ENOTSUP: an SSP or ASP job. */
+/* Rollback (docs/replication.md, "Rollback"; rollback.c), in this order, so that a request
+ * that cannot succeed changes nothing. Check: snapshot `hex` (of the job, at `step`, in the
+ * shard's --store) can be loaded into every partition of the job whose chain this shard is in
+ * under cl's map: it resolves, it is the job's at that step, every tensor of the job is in it
+ * with its shape and partitioning, and every chunk to read is in the store. *out: the
+ * manifest (the caller frees it with ts_manifest_free). Nothing changes. TS_ENOTFOUND: the
+ * job is not here; TS_EINVAL naming snapshot_id (no such snapshot, or another job's or
+ * step's), TS_ESTATE (no --store, a tensor of another shape), TS_ECORRUPT (a chunk missing). */
+ts_status shard_params_rollback_check(struct shard_params *sp, struct ts_cluster *cl,
+                                      uint32_t my_id, const char *job, const char *hex,
+                                      uint64_t step, ts_manifest **out,
+                                      struct ts_err *err) TS_MUST_CHECK;
+/* Fence: the data plane refuses the job from now on, with `step` to continue from (the caller
+ * then ends its waiting pulls). TS_ENOTFOUND: the job is not here. */
 ts_status shard_params_fence(struct shard_params *sp, const char *job, uint64_t step,
                              struct ts_err *err) TS_MUST_CHECK;
-/* Then loads snapshot `hex` (of the job, at `step`, from the shard's --store) into every
- * partition of the fenced job whose chain this shard is in under cl's map, creating the
- * copies it lacks, as the job's generation-th rollback (older pushes and images are refused
- * from then on, ts_part_rollback). *restored: how many. TS_ESTATE without --store or the
- * fence. The job stays fenced until shard_params_reopen. */
+/* Then loads the checked manifest m (named hex, for the log) into every partition of the
+ * fenced job whose chain this shard is in under cl's map, creating the copies it lacks, as the
+ * job's generation-th rollback (older pushes and images are refused from then on,
+ * ts_part_rollback). *restored: how many. TS_ESTATE without the fence. The job stays fenced
+ * until shard_params_reopen; a chunk that fails its check midway leaves it fenced, partly
+ * loaded, for the master to retry or give up on. */
 ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
-                                const char *job, const char *hex, uint64_t step,
-                                uint32_t generation, uint64_t *restored,
+                                const char *job, const ts_manifest *m, const char *hex,
+                                uint64_t step, uint32_t generation, uint64_t *restored,
                                 struct ts_err *err) TS_MUST_CHECK;
 /* Lifts the fence: the job runs again from its rollback, the generation-th (> 0). */
 ts_status shard_params_reopen(struct shard_params *sp, const char *job, uint32_t generation,

@@ -243,6 +243,8 @@ static ts_status rollback_job(struct ts_rpc_call *call, const ProtobufCMessage *
     const Tessera__V1__RollbackJobRequest *req = (const void *)rq;
     Tessera__V1__RollbackJobResponse *resp = (void *)rs;
     struct shard *s = ts_rpc_ctx(call);
+    uint32_t me;
+    ts_manifest *m = NULL;
     ts_status st;
 
     if ((st = ts_job_id_check("job", req->job, err)))
@@ -261,13 +263,21 @@ static ts_status rollback_job(struct ts_rpc_call *call, const ProtobufCMessage *
     if ((st = ts_cluster_check_epoch(s->cluster, req->map_epoch, err)))
         return st;
     s->dp.remap(s->dp.remap_ctx);   /* this shard's roles under that map */
+    /* Everything that can be known before is checked before the fence: a refused request
+     * leaves the job training as it was (issue 41). */
+    me = ts_membership_id(s->membership);
+    if ((st = shard_params_rollback_check(&s->params, s->cluster, me, req->job,
+                                          req->snapshot_id, req->step, &m, err)) || req->check)
+        goto out;
     if ((st = shard_params_fence(&s->params, req->job, req->step, err)))
-        return st;
+        goto out;
     if (s->dp.n)
         dataplane_end_job(&s->dp, req->job);   /* its waiting pulls hear of the fence */
-    return shard_params_rollback(&s->params, s->cluster, ts_membership_id(s->membership),
-                                 req->job, req->snapshot_id, req->step, req->generation,
-                                 &resp->partitions, err);
+    st = shard_params_rollback(&s->params, s->cluster, me, req->job, m, req->snapshot_id,
+                               req->step, req->generation, &resp->partitions, err);
+out:
+    ts_manifest_free(m);
+    return st;
 }
 
 /* Who may call what, under mutual TLS (docs/security.md): workers register tensors; what

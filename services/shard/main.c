@@ -96,6 +96,7 @@ int main(int argc, char **argv)
     const char *restore = NULL;
     uint8_t key[32];
     int64_t lease_ms = 0, mem_mib = 0, max_tensors = SHARD_MAX_TENSORS, restarts = 0;
+    int64_t arm_ms = SHARD_ARM_TIMEOUT_MS;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
                                                   "then 127.0.0.1:7070)", 0, 0 },
@@ -118,6 +119,9 @@ int main(int argc, char **argv)
           "times (set by tessera up --respawn; shown by tessera status)", 0, 1000000 },
         { "max-tensors", TS_FLAG_INT, &max_tensors, "N", "tensors per job (ids 0..N-1; default "
                                                          "and most 4096)", 1, SHARD_MAX_TENSORS },
+        { "arm-timeout-ms", TS_FLAG_INT, &arm_ms, "MS", "drop a snapshot armed (ArmSnapshot) "
+          "that nobody asked for this long, so that its job can be released (default 300000; "
+          "0: never; docs/operations.md)", 0, INT64_C(1) << 40 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -152,6 +156,7 @@ int main(int argc, char **argv)
     shard_params_init(&s.params);
     s.params.mem_budget = mem_mib ? (uint64_t)mem_mib << 20 : default_budget();
     s.params.max_tensors = (uint32_t)max_tensors;
+    s.params.arm_timeout_ms = arm_ms;
     s.params.on_release = dataplane_forget;
     s.params.release_ctx = &s.dp;
     if (restore && !store_dir) {

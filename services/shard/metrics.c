@@ -10,7 +10,7 @@
 static struct {
     struct ts_metric_family *push_s, *pull_s, *push_bytes, *pull_bytes, *updates, *aggregate_s;
     struct ts_metric_family *partitions, *bytes, *promotions, *lost, *reseeded, *copies,
-        *refused;
+        *refused, *arms_expired;
 } fam;
 
 static void collect(void *arg)
@@ -24,6 +24,7 @@ static void collect(void *arg)
     ts_counter_set(ts_metric_one(fam.promotions, NULL), s->params.promotions);
     ts_counter_set(ts_metric_one(fam.lost, NULL), s->params.lost);
     ts_counter_set(ts_metric_one(fam.reseeded, NULL), s->params.reseeded);
+    ts_counter_set(ts_metric_one(fam.arms_expired, NULL), s->params.arms_expired);
     pthread_mutex_unlock(&s->params.mu);
     ts_counter_set(ts_metric_one(fam.copies, NULL), atomic_load(&s->params.copies_sent));
     if (s->dp.n) {
@@ -73,6 +74,10 @@ void shard_metrics_init(struct shard *s)
     fam.refused = ts_metrics_family("tessera_shard_frames_refused_total", "data-plane frames "
                                     "refused (checksum, bad header)", TS_METRIC_COUNTER, NULL,
                                     NULL, 0);
+    fam.arms_expired = ts_metrics_family("tessera_shard_snapshot_arms_expired_total",
+                                         "snapshots armed, then dropped because nobody asked "
+                                         "for them for --arm-timeout-ms", TS_METRIC_COUNTER,
+                                         NULL, NULL, 0);
     ts_metrics_collector(collect, s);
 }
 

@@ -75,14 +75,21 @@ struct shard_tensor {
 #define SHARD_MAX_JOBS 256
 /* Joining shards a job is introduced to at once (more wait for the next pass). */
 #define SHARD_MAX_JOINING 16
+/* --arm-timeout-ms's default: 5 minutes. The master polls every shard of a snapshot it waits
+ * for every half second per shard (128 s between two calls to one shard at 256 shards), so
+ * only an abandoned arm goes this long unasked for. */
+#define SHARD_ARM_TIMEOUT_MS (5 * 60 * 1000)
 
 struct shard_job {
     struct ts_job job;
     uint64_t data_seed;                /* JobSpec.data_seed, micro_batch: for manifests */
     uint32_t micro;
-    /* A snapshot armed at armed_step (when armed); written under snap_mu, read by status. */
+    /* A snapshot armed at armed_step (when armed); written under snap_mu, read by status.
+     * armed_ms: when it was last asked for (ArmSnapshot, or a WriteSnapshot of its step;
+     * monotonic, under mu), for shard_params_expire_arms. */
     _Atomic uint64_t armed_step;
     atomic_bool armed;
+    int64_t armed_ms;
     atomic_uint conns;                 /* data-plane connections naming it (attach, detach) */
     uint64_t mem;                      /* bytes charged to the budget for it (under mu) */
     struct shard_tensor *tensors[SHARD_MAX_TENSORS];
@@ -122,6 +129,10 @@ struct shard_params {
     pthread_mutex_t snap_mu;           /* one snapshot arm or write at a time */
     /* Walks that use a job outside mu (status) hold it for reading; a release for writing. */
     pthread_rwlock_t life;
+    /* --arm-timeout-ms (0: never), and since start (under mu) the armed snapshots dropped
+     * because nobody asked for them so long (shard_params_expire_arms). */
+    int64_t arm_timeout_ms;
+    uint64_t arms_expired;
     uint64_t mem_budget;               /* --mem-budget: bytes its partitions may use */
     uint64_t mem_used;                 /* what they use now (under mu) */
     uint32_t max_tensors;              /* --max-tensors: tensor ids per job are below it */
@@ -265,7 +276,9 @@ void shard_params_mark_lost(struct shard_params *sp, const char *id);
 
 /* Snapshots (docs/snapshots.md). Arm: every partition of the job copies itself when it reaches
  * `step`; *armed false (nothing armed) when one is already past it. disarm drops the job's
- * copies. *minv, *maxv: the versions the job's partitions span. TS_ENOTFOUND: no such job. */
+ * copies. *minv, *maxv: the versions the job's partitions span. TS_ENOTFOUND: no such job.
+ * An armed snapshot holds its job (shard_params_release refuses) until it is written or
+ * disarmed, or shard_params_expire_arms drops it. */
 ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
                            bool *armed, uint64_t *minv, uint64_t *maxv,
                            struct ts_err *err) TS_MUST_CHECK;
@@ -276,6 +289,12 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
 ts_status shard_params_write(struct shard_params *sp, const char *job, uint64_t step,
                              int wait_ms, struct ts_snap_piece *piece, bool *ready,
                              uint64_t *min_version, struct ts_err *err) TS_MUST_CHECK;
+
+/* Drops every armed snapshot that nobody asked for (ArmSnapshot, WriteSnapshot) for
+ * sp->arm_timeout_ms: the master that armed it polls WriteSnapshot every half second while it
+ * waits, so only an abandoned one lapses (its master died, or an ArmSnapshot at a step that
+ * never comes), and its job can then be released. Logs and counts each; returns how many. */
+size_t shard_params_expire_arms(struct shard_params *sp, int64_t now_ms);
 
 /* A job as ShardStatus reports it. */
 struct shard_job_status {

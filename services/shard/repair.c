@@ -261,6 +261,7 @@ static void *repair_main(void *arg)
         ts_sleep_ms(REPAIR_POLL_MS);
         report_lost(r);
         reap(r->sp);
+        (void)shard_params_expire_arms(r->sp, ts_now_ms());
         pthread_rwlock_rdlock(&r->sp->life);   /* no job is released under the pass */
         introduce(r);
         todo = collect(r->sp, &n);

@@ -220,6 +220,12 @@ bool ts_rpc_tls_mutual(void);
 unsigned ts_rpc_tls_roles(void);
 /* Inside a handler: the roles of the caller's certificate (0: none shown). */
 unsigned ts_rpc_peer_roles(struct ts_rpc_call *call);
+/* Inside a handler: who the caller is, for quotas (docs/security.md, "Quotas"): under mutual
+ * TLS its certificate's subject CN ("CN=worker.tessera"), otherwise the host part of its
+ * address ("127.0.0.1", "[::1]", "unix:/path"); "local" for a call with no caller. At most
+ * TS_RPC_IDENTITY_MAX bytes into out (n bytes), cut if longer. */
+#define TS_RPC_IDENTITY_MAX 128
+void ts_rpc_peer_identity(struct ts_rpc_call *call, char *out, size_t n);
 /* TS_OK if the caller may make a call open to `roles`: its certificate has one of them, or it
  * sent this process's admin token and roles has TS_ROLE_ADMIN. A server that checks no client
  * certificates (plaintext, TLS without a CA) takes every caller for any member role, and for

@@ -303,6 +303,40 @@ unsigned ts_rpc_peer_roles(struct ts_rpc_call *c)
     return roles;
 }
 
+void ts_rpc_peer_identity(struct ts_rpc_call *c, char *out, size_t n)
+{
+    grpc_auth_context *ctx;
+    grpc_auth_property_iterator it;
+    const grpc_auth_property *p;
+    const char *peer, *host, *port;
+    bool cn = false;
+
+    snprintf(out, n, "local");
+    if (!c->w)
+        return;
+    /* Under mutual TLS the CA vouches for the CN; an address says nothing more than where. */
+    if (c->w->srv->mtls && (ctx = grpc_call_auth_context(c->call))) {
+        it = grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_CN_PROPERTY_NAME);
+        if ((p = grpc_auth_property_iterator_next(&it)) && p->value_length) {
+            snprintf(out, n, "CN=%.*s", (int)p->value_length, p->value);
+            cn = true;
+        }
+        grpc_auth_context_release(ctx);
+        if (cn)
+            return;
+    }
+    /* gRPC's peer: "ipv4:10.0.0.5:41234", "ipv6:[::1]:41234", "unix:/path": the host alone,
+     * since every connection of a host comes from another port. */
+    peer = ts_rpc_peer(c);
+    if (!strncmp(peer, "unix:", 5)) {
+        snprintf(out, n, "%s", peer);
+        return;
+    }
+    host = strchr(peer, ':') ? strchr(peer, ':') + 1 : peer;
+    port = strrchr(host, ':');
+    snprintf(out, n, "%.*s", port ? (int)(port - host) : (int)strlen(host), host);
+}
+
 /* The caller sent the admin token (compared in constant time). */
 static bool token_sent(const struct ts_rpc_call *c, const char *bearer, bool *sent_any)
 {

@@ -15,7 +15,9 @@
  * final fingerprint, times) for history_ms, at most history_max of them.
  * A worker of a job that ended but is not released yet is refused with TS_EUNAVAIL (retry);
  * a new job beyond max_jobs (jobs holding shard memory: running, idle or not yet released) is
- * TS_ENOMEM saying how to free room.
+ * TS_ENOMEM saying how to free room, and so is a new run by a caller identity (its owner,
+ * ts_rpc_peer_identity) that holds per_owner jobs already: one identity cannot take every
+ * slot from the others (issue 41).
  * Like members.c, every operation takes now_ms from the caller, so tests control the clock.
  * Ownership: jobs_create returns a table freed with jobs_free; jobs_list returns a copy.
  * Threads: all functions are safe to call concurrently (one mutex). */
@@ -35,6 +37,11 @@
 #define JOBS_DEFAULT_HISTORY_MS (24 * 3600 * 1000)
 #define JOBS_DEFAULT_IDLE_MS (3600 * 1000)
 #define JOBS_MAX_WORKERS 4096           /* workers per job */
+#define JOBS_OWNER_MAX 128              /* an owner's identity (TS_RPC_IDENTITY_MAX) */
+/* --jobs-per-identity's default: half the most --max-jobs allows, so it never binds under the
+ * default --max-jobs (one certificate or one host often runs every job of a cluster); set it
+ * below --max-jobs where several identities share one. */
+#define JOBS_DEFAULT_PER_OWNER (JOBS_MAX / 2)
 
 enum job_state {
     JOB_RUNNING = 1, JOB_IDLE = 2, JOB_FINISHED = 3, JOB_FAILED = 4, JOB_ABANDONED = 5,
@@ -45,6 +52,7 @@ struct jobs_cfg {
     uint32_t history_max;               /* 0: JOBS_DEFAULT_HISTORY */
     int64_t history_ms;                 /* 0: JOBS_DEFAULT_HISTORY_MS */
     int64_t idle_ms;                    /* 0: JOBS_DEFAULT_IDLE_MS */
+    uint32_t per_owner;                 /* 0: JOBS_DEFAULT_PER_OWNER; at most JOBS_MAX */
 };
 
 /* A job as ClusterStatus reports it. */
@@ -56,6 +64,7 @@ struct job_info {
     int64_t started_unix_ms, ended_unix_ms;
     char fingerprint[65];
     char reason[257];
+    char owner[JOBS_OWNER_MAX + 1];     /* who started the run ("": nobody counted) */
     /* Rollback (docs/replication.md): done so far, the last one's step, one running now, the
      * job lost state it cannot get back (no snapshot), and what happened. */
     uint32_t rollbacks;
@@ -104,14 +113,17 @@ void jobs_free(struct jobs *j);
 
 /* Worker `worker` (a member id) joins job id as rank of workers. Idempotent for the same
  * worker. Errors name the field: job, rank, workers (another count than the job's), elastic
- * (other than the running job's). A rank whose worker died may be taken by a new worker: it
+ * (other than the running job's). owner (NULL or "": none, never counted) is the caller's
+ * identity: a registration that starts a run (a new job, or one idle or released) records
+ * it, and is TS_ENOMEM naming --jobs-per-identity when that owner holds cfg.per_owner other
+ * jobs already. A rank whose worker died may be taken by a new worker: it
  * waits (struct job_seat) while a live worker holds its slot, and gets the slot back at
  * jobs_ready (docs/elastic.md). start (elastic; 0: workers): the ranks the run starts with,
  * set by the registration that starts it; the slots of the others go to them until a worker
  * joins for that rank (field start_workers). */
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
-                    uint32_t workers, uint32_t start, bool keep, bool elastic, int64_t now_ms,
-                    struct ts_err *err) TS_MUST_CHECK;
+                    uint32_t workers, uint32_t start, bool keep, bool elastic,
+                    const char *owner, int64_t now_ms, struct ts_err *err) TS_MUST_CHECK;
 /* Worker `worker` left: failed or finished, with its fingerprint (64 hex digits, or "") or its
  * reason. The job's fingerprint is rank 0's; another rank's only while no rank 0 finished,
  * or one finished without a fingerprint. A worker of no job is ignored. */

@@ -154,6 +154,7 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     struct ts_member_grant g;
     struct ts_member_cred cred;
     struct ts_err ignored = { 0 };
+    char who[TS_RPC_IDENTITY_MAX + 1];
     uint64_t epoch;
     ts_status st;
 
@@ -168,8 +169,9 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     if (req->balance && !req->elastic)
         return ts_err_set(err, TS_EINVAL, "balance: needs elastic (a slot moves between live "
                           "workers as a dead worker's does; docs/scheduler.md)");
+    ts_rpc_peer_identity(call, who, sizeof(who));   /* whose quota a new run counts in */
     if (req->job[0] && (st = jobs_join(m->jobs, req->job, g.id, req->rank, req->workers,
-                                       req->start_workers, req->keep, req->elastic,
+                                       req->start_workers, req->keep, req->elastic, who,
                                        ts_now_ms(), err))) {
         /* Refused: the worker was not let in (a retry registers it again); one that was in
          * already (the same process start, alive) stays. */
@@ -379,6 +381,7 @@ Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job
     j->ended_unix_ms = v->ended_unix_ms;
     j->fingerprint = ts_rpc_strdup(call, v->fingerprint);
     j->reason = ts_rpc_strdup(call, v->reason);
+    j->owner = ts_rpc_strdup(call, v->owner);
     j->rollbacks = v->rollbacks;
     j->rollback_step = v->rollback_step;
     j->rolling_back = v->rolling_back;

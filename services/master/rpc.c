@@ -224,6 +224,21 @@ static void rosters_of(struct ts_rpc_call *call, struct master *m,
     }
 }
 
+/* Of the jobs a shard says it holds, those the master holds nothing of (no running, idle or
+ * unreleased job of that id), for its heartbeat: the shard releases a job named so for its
+ * --orphan-job-ms (docs/operations.md, "What nobody comes back for"). */
+static void unknown_of(struct ts_rpc_call *call, struct master *m,
+                       const Tessera__V1__HeartbeatRequest *req,
+                       Tessera__V1__HeartbeatResponse *resp)
+{
+    size_t n = req->n_jobs < JOBS_MAX ? req->n_jobs : JOBS_MAX;   /* what a shard can hold */
+
+    resp->unknown_jobs = ts_rpc_alloc(call, (n + 1) * sizeof(*resp->unknown_jobs));
+    for (size_t i = 0; i < n; i++)
+        if (!jobs_holds(m->jobs, req->jobs[i]))
+            resp->unknown_jobs[resp->n_unknown_jobs++] = ts_rpc_strdup(call, req->jobs[i]);
+}
+
 /* A worker's progress report: the page plots its job's rank 0's. */
 static void note_progress(struct master *m, const Tessera__V1__HeartbeatRequest *req)
 {
@@ -273,6 +288,7 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
     } else {
         ts_members_moves(m->members, req->id, req->moves_epoch, req->moves_pending);
         rosters_of(call, m, resp);
+        unknown_of(call, m, req, resp);
     }
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;

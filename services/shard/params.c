@@ -556,8 +556,10 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
             st = ts_err_set(err, TS_EEXIST, "tensor.name: '%s' is registered as tensor %u, not "
                             "%u", o->name, o->id, req->tensor_id);
     }
-    if (!st)
+    if (!st) {
         t = sj->tensors[req->tensor_id];
+        sj->orphan_since_ms = 0;   /* in use: the master's next word counts afresh (reclaim.c) */
+    }
     if (!st && t && !same_tensor(t, req))
         st = ts_err_set(err, TS_EEXIST, "tensor_id: %u is '%s' with another shape, initializer, "
                         "seed, sync period or partition size (%" PRIu64 " bytes)", t->id,

@@ -79,6 +79,10 @@ struct shard_tensor {
  * for every half second per shard (128 s between two calls to one shard at 256 shards), so
  * only an abandoned arm goes this long unasked for. */
 #define SHARD_ARM_TIMEOUT_MS (5 * 60 * 1000)
+/* --orphan-job-ms's default: 10 minutes. The master knows a job from its first worker's
+ * RegisterWorker, before any tensor; a master restarted without its state forgets it until
+ * the workers register again, within their lease (at most 10 minutes). */
+#define SHARD_ORPHAN_MS (10 * 60 * 1000)
 
 struct shard_job {
     struct ts_job job;
@@ -101,6 +105,10 @@ struct shard_job {
     atomic_uint_least64_t fence, rollback_step;
     atomic_uint rollbacks, lost_gen;
     atomic_bool lost_report;
+    /* The master's word on the job, from its heartbeat replies (reclaim.c; under mu): since
+     * when it says it holds nothing of the job (0: it holds it, or it was registered to
+     * since), and when it last said so. */
+    int64_t orphan_since_ms, orphan_seen_ms;
     /* Under mu: the tensors registered, and the joining shards this shard registered them
      * with (repair.c), with how many there were then. */
     uint32_t ntensors;
@@ -129,10 +137,11 @@ struct shard_params {
     pthread_mutex_t snap_mu;           /* one snapshot arm or write at a time */
     /* Walks that use a job outside mu (status) hold it for reading; a release for writing. */
     pthread_rwlock_t life;
-    /* --arm-timeout-ms (0: never), and since start (under mu) the armed snapshots dropped
-     * because nobody asked for them so long (shard_params_expire_arms). */
-    int64_t arm_timeout_ms;
-    uint64_t arms_expired;
+    /* Reclaim: --arm-timeout-ms and --orphan-job-ms (0: never); since start (under mu), the
+     * armed snapshots dropped because nobody asked for them so long (shard_params_expire_arms)
+     * and the jobs released because the master held nothing of them so long (reclaim.c). */
+    int64_t arm_timeout_ms, orphan_ms;
+    uint64_t arms_expired, orphans_released;
     uint64_t mem_budget;               /* --mem-budget: bytes its partitions may use */
     uint64_t mem_used;                 /* what they use now (under mu) */
     uint32_t max_tensors;              /* --max-tensors: tensor ids per job are below it */
@@ -295,6 +304,23 @@ ts_status shard_params_write(struct shard_params *sp, const char *job, uint64_t 
  * waits, so only an abandoned one lapses (its master died, or an ArmSnapshot at a step that
  * never comes), and its job can then be released. Logs and counts each; returns how many. */
 size_t shard_params_expire_arms(struct shard_params *sp, int64_t now_ms);
+
+/* Reclaim (reclaim.c; docs/operations.md, "What nobody comes back for"). The jobs this shard
+ * holds, for its heartbeat (at most max into ids); returns how many. */
+size_t shard_params_held_jobs(struct shard_params *sp, char (*ids)[TS_JOB_ID_MAX + 1],
+                              size_t max);
+/* The master's answer to a heartbeat that listed the jobs: of those, it holds nothing of
+ * unknown[0..n) (no running, idle or unreleased job of that id). A job it names is an orphan
+ * since now_ms (or since it first named it, without a break); any other is not one. */
+void shard_params_orphans(struct shard_params *sp, char *const *unknown, size_t n,
+                          int64_t now_ms);
+/* Releases every job the master has named an orphan without a break for sp->orphan_ms (a
+ * client registered its tensors and never its workers, or the master released the job while
+ * this shard was cut off), as ReleaseJob would: end_job(ctx, job) first (may be NULL; the
+ * data plane's waits). One that refuses (a connection open, a snapshot armed) is tried at
+ * the next call. Logs and counts each; returns how many. */
+size_t shard_params_reclaim_orphans(struct shard_params *sp,
+                                    void (*end_job)(void *ctx, const char *job), void *ctx);
 
 /* A job as ShardStatus reports it. */
 struct shard_job_status {

@@ -92,6 +92,7 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     resp->copies_pending = s->params.resyncs + s->params.inflight;
     resp->partitions_dropped = s->params.dropped;
     resp->snapshot_arms_expired = s->params.arms_expired;
+    resp->orphan_jobs_released = s->params.orphans_released;
     pthread_mutex_unlock(&s->params.mu);
     if (s->cluster && s->membership) {
         uint64_t epoch;

@@ -676,6 +676,41 @@ bool jobs_holds(struct jobs *j, const char *id)
     return holds;
 }
 
+bool jobs_note_held(struct jobs *j, const char *id, int64_t now_ms)
+{
+    struct job *jb;
+    bool holds;
+
+    pthread_mutex_lock(&j->mu);
+    if ((holds = (jb = find(j, id)) && !jb->info.released))
+        jb->held_ms = now_ms;
+    pthread_mutex_unlock(&j->mu);
+    return holds;
+}
+
+size_t jobs_reclaim_unheld(struct jobs *j, int64_t now_ms, int64_t grace_ms)
+{
+    size_t n = 0;
+
+    if (grace_ms <= 0)
+        return 0;
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n; i++) {
+        struct job *jb = &j->v[i];
+        int64_t since = jb->held_ms > jb->idle_since_ms ? jb->held_ms : jb->idle_since_ms;
+        if (jb->info.state != JOB_IDLE || now_ms - since <= grace_ms)
+            continue;
+        jb->info.state = JOB_FINISHED;
+        jb->ended_ms = now_ms;
+        jb->info.ended_unix_ms = ts_unix_ms();
+        n++;
+        ts_log(TS_INFO, "master", "job %s: kept, but no shard has held any of it for %" PRId64
+               " ms: finished (nothing to keep)", jb->info.id, now_ms - since);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
 static int by_listing(const void *a, const void *b)
 {
     const struct job_info *x = a, *y = b;

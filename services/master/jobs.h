@@ -7,7 +7,7 @@
  *   ABANDONED  otherwise, a worker died (its lease expired);
  *   IDLE       otherwise, if the job asked to be kept (RegisterWorker.keep): the shards keep its
  *              parameters for a later run of the same job or a snapshot, for idle_ms at most,
- *              then it is FINISHED;
+ *              then it is FINISHED (sooner if no shard holds any of it: jobs_reclaim_unheld);
  *   FINISHED   every worker left saying it finished.
  * An ended job is released: the master's releaser calls Shard.ReleaseJob on every alive shard
  * (a shard refuses while a connection or an armed snapshot holds the job, and the releaser
@@ -196,6 +196,15 @@ bool *jobs_alive_ranks(struct jobs *j, const char *id);
 size_t jobs_resident(struct jobs *j);
 /* True if job id holds resources now (running, idle, or ended and not released). */
 bool jobs_holds(struct jobs *j, const char *id);
+/* A shard's heartbeat says it holds job id: jobs_holds, and the time is noted for
+ * jobs_reclaim_unheld. */
+bool jobs_note_held(struct jobs *j, const char *id, int64_t now_ms);
+/* Idle jobs that no shard has said it holds for grace_ms (since they went idle, or since one
+ * last did) are FINISHED: a kept job with nothing kept (it never registered a tensor, or
+ * every copy went) would hold a --max-jobs slot for --idle-job-ms (issue 41). grace_ms: a
+ * few heartbeats of the slowest shard (its lease); 0 leaves every idle job alone (no shard
+ * to ask). Returns how many. */
+size_t jobs_reclaim_unheld(struct jobs *j, int64_t now_ms, int64_t grace_ms);
 
 /* A rollback of running job id begins, for a loss found after `seen` rollbacks; *generation:
  * which one it will be. TS_ENOTFOUND if the job is not running; TS_EEXIST if one runs

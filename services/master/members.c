@@ -740,6 +740,19 @@ void ts_members_view_free(struct ts_members_view *v)
     v->shards = v->workers = NULL;
 }
 
+uint32_t ts_members_max_lease(struct ts_members *m, enum ts_member_kind kind)
+{
+    const struct table *t = kind == TS_MEMBER_SHARD ? &m->shards : &m->workers;
+    uint32_t most = 0;
+
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < t->n; i++)
+        if (t->v[i].state == TS_MEMBER_ALIVE && t->v[i].lease_ms > most)
+            most = t->v[i].lease_ms;
+    pthread_mutex_unlock(&m->mu);
+    return most;
+}
+
 uint64_t ts_members_epoch(struct ts_members *m)
 {
     uint64_t e;

@@ -217,6 +217,8 @@ ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_membe
 void ts_members_view_free(struct ts_members_view *v);
 
 uint64_t ts_members_epoch(struct ts_members *m);
+/* The longest lease of the alive members of kind (0: none alive). */
+uint32_t ts_members_max_lease(struct ts_members *m, enum ts_member_kind kind);
 
 /* A restarted master (services/master/state.h): the empty table takes the members of v
  * (those its state file kept) and ids after c's reserves; every alive member's lease starts

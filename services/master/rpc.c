@@ -226,7 +226,8 @@ static void rosters_of(struct ts_rpc_call *call, struct master *m,
 
 /* Of the jobs a shard says it holds, those the master holds nothing of (no running, idle or
  * unreleased job of that id), for its heartbeat: the shard releases a job named so for its
- * --orphan-job-ms (docs/operations.md, "What nobody comes back for"). */
+ * --orphan-job-ms (docs/operations.md, "What nobody comes back for"). The others are noted
+ * as held: a kept job that no shard holds has nothing to keep (jobs_reclaim_unheld). */
 static void unknown_of(struct ts_rpc_call *call, struct master *m,
                        const Tessera__V1__HeartbeatRequest *req,
                        Tessera__V1__HeartbeatResponse *resp)
@@ -235,7 +236,7 @@ static void unknown_of(struct ts_rpc_call *call, struct master *m,
 
     resp->unknown_jobs = ts_rpc_alloc(call, (n + 1) * sizeof(*resp->unknown_jobs));
     for (size_t i = 0; i < n; i++)
-        if (!jobs_holds(m->jobs, req->jobs[i]))
+        if (!jobs_note_held(m->jobs, req->jobs[i], ts_now_ms()))
             resp->unknown_jobs[resp->n_unknown_jobs++] = ts_rpc_strdup(call, req->jobs[i]);
 }
 

@@ -226,6 +226,34 @@ static void jobs_per_identity(void **state)
     assert_non_null(strstr(e.msg, "--jobs-per-identity"));
 }
 
+/* A kept job stays idle while a shard says it holds it; one that no shard holds for the
+ * grace (it never registered a tensor) is finished and due, as are none without a grace
+ * (no shard to ask). A shard's report of a job the master does not hold says so. */
+static void idle_without_a_shard_is_finished(void **state)
+{
+    struct jobs *j = mk(0, 0, 3600000);
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "held", 1, 0, 1, 0, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "junk", 2, 0, 1, 0, true, false, NULL, 0, NULL), TS_OK);
+    jobs_leave(j, 1, false, FP, "", 100);
+    jobs_leave(j, 2, false, "", "", 100);
+    assert_true(jobs_note_held(j, "held", 500));
+    assert_false(jobs_note_held(j, "unknown", 500));
+    assert_int_equal(jobs_reclaim_unheld(j, 100000, 0), 0);      /* no grace: nothing */
+    assert_int_equal(jobs_reclaim_unheld(j, 2100, 2000), 0);     /* idle since 100 */
+    assert_int_equal(jobs_reclaim_unheld(j, 2101, 2000), 1);
+    assert_int_equal(info(j, "junk").state, JOB_FINISHED);
+    assert_int_equal(info(j, "held").state, JOB_IDLE);           /* held at 500 */
+    due(j, 2101, "junk");
+    assert_true(jobs_note_held(j, "held", 4000));
+    assert_int_equal(jobs_reclaim_unheld(j, 6000, 2000), 0);
+    assert_int_equal(jobs_reclaim_unheld(j, 6001, 2000), 1);     /* its shards let it go */
+    assert_int_equal(info(j, "held").state, JOB_FINISHED);
+    assert_string_equal(info(j, "held").fingerprint, FP);
+    jobs_free(j);
+}
+
 static void limits_and_fields(void **state)
 {
     struct jobs *j = mk(2, 2, 0);
@@ -572,7 +600,7 @@ int main(void)
         cmocka_unit_test(failed_and_abandoned),
         cmocka_unit_test(idle_until_timeout),     cmocka_unit_test(idle_expires),
         cmocka_unit_test(limits_and_fields),      cmocka_unit_test(rollbacks_once_per_loss),
-        cmocka_unit_test(jobs_per_identity),
+        cmocka_unit_test(jobs_per_identity), cmocka_unit_test(idle_without_a_shard_is_finished),
         cmocka_unit_test(restored_from_records),  cmocka_unit_test(elastic_slots_move),
         cmocka_unit_test(not_elastic_keeps_slots), cmocka_unit_test(elastic_slots_restored),
         cmocka_unit_test(elastic_waits_until_caught_up), cmocka_unit_test(elastic_starts_narrow),

@@ -112,7 +112,7 @@ int main(int argc, char **argv)
     const char *restore = NULL;
     uint8_t key[32];
     int64_t lease_ms = 0, mem_mib = 0, max_tensors = SHARD_MAX_TENSORS, restarts = 0;
-    int64_t arm_ms = SHARD_ARM_TIMEOUT_MS, orphan_ms = SHARD_ORPHAN_MS;
+    int64_t arm_ms = SHARD_ARM_TIMEOUT_MS, orphan_ms = SHARD_ORPHAN_MS, mem_share = 100;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
                                                   "then 127.0.0.1:7070)", 0, 0 },
@@ -131,6 +131,8 @@ int main(int argc, char **argv)
         { "mem-budget", TS_FLAG_INT, &mem_mib, "MIB", "memory the jobs' partitions may use, in "
                                                       "MiB (default: half the machine's)", 1,
           INT64_C(1) << 30 },
+        { "job-mem-share", TS_FLAG_INT, &mem_share, "PCT", "percent of --mem-budget one job's "
+          "tensors may hold (default 100: what the other jobs leave)", 1, 100 },
         { "restarts", TS_FLAG_INT, &restarts, "N", "this process replaces a shard restarted N "
           "times (set by tessera up --respawn; shown by tessera status)", 0, 1000000 },
         { "max-tensors", TS_FLAG_INT, &max_tensors, "N", "tensors per job (ids 0..N-1; default "
@@ -176,6 +178,7 @@ int main(int argc, char **argv)
     shard_params_init(&s.params);
     s.params.mem_budget = mem_mib ? (uint64_t)mem_mib << 20 : default_budget();
     s.params.max_tensors = (uint32_t)max_tensors;
+    s.params.job_mem_share = (uint32_t)mem_share;
     s.params.arm_timeout_ms = arm_ms;
     s.params.orphan_ms = orphan_ms;
     s.params.on_release = dataplane_forget;

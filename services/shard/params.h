@@ -8,7 +8,8 @@
  * follows: each is charged and registered like its own, but only heads answer workers, are
  * reported to RegisterTensor, snapshotted and counted in a job's status.
  * Memory: every partition is charged to the shard's budget (--mem-budget) before it is
- * created; a request over it is TS_ENOMEM naming the budget and the jobs using it.
+ * created; a request over it is TS_ENOMEM naming the budget and the jobs using it, and so is
+ * a registration that takes its job past its share of the budget (--job-mem-share).
  * Ownership: the registry owns its jobs, tensors and partitions until the job is released
  * (shard_params_release) or shard_params_fini().
  * Threads: safe; the registry lock is held only to find, add or remove, partitions lock
@@ -143,6 +144,10 @@ struct shard_params {
     int64_t arm_timeout_ms, orphan_ms;
     uint64_t arms_expired, orphans_released;
     uint64_t mem_budget;               /* --mem-budget: bytes its partitions may use */
+    /* --job-mem-share: the percent of mem_budget one job's registered tensors may hold
+     * (100: all the others leave). Copies made for a chain or a rollback are not held to it:
+     * failover must not fail on it. */
+    uint32_t job_mem_share;
     uint64_t mem_used;                 /* what they use now (under mu) */
     uint32_t max_tensors;              /* --max-tensors: tensor ids per job are below it */
     /* Called under mu after a job's memory is freed, before anything can be created again

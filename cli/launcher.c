@@ -109,9 +109,9 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
                               struct ts_err *err)
 {
     char exe[700], listen[64], port_file[700], log[700], lease[32], every[32], replicas[32];
-    char mport[16];
+    char mport[16], quota[24];
     char state[600], restarts[16], old[700], tls[4][700];
-    char *argv[32];
+    char *argv[40];
     int n = 0, port;
     const char *colon = strrchr(c->master_addr, ':');
     ts_status st;
@@ -161,6 +161,10 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
         snprintf(mport, sizeof(mport), "%d", o->metrics_port);
         n = add_flag(argv, n, "--metrics-port", mport);
     }
+    if (o->jobs_per_identity) {
+        snprintf(quota, sizeof(quota), "%" PRId64, o->jobs_per_identity);
+        n = add_flag(argv, n, "--jobs-per-identity", quota);
+    }
     n = add_tls(argv, n, c, "master", tls);
     argv[n] = NULL;
     snprintf(log, sizeof(log), "%s/master.log", c->dir);
@@ -187,7 +191,8 @@ static ts_status start_shard(struct cluster *c, int i, struct ts_err *err)
 {
     const struct cluster_opts *o = &c->opts;
     char exe[700], log[700], port_file[700], budget[32], restarts[16], mport[16], tls[4][700];
-    char *argv[24] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
+    char arm[24], orphan[24];
+    char *argv[32] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     struct cluster_shard *sh = &c->shards[i];
     int n = 5;
@@ -208,6 +213,14 @@ static ts_status start_shard(struct cluster *c, int i, struct ts_err *err)
     if (o->metrics_port) {   /* a restarted shard takes its slot's port again */
         snprintf(mport, sizeof(mport), "%d", o->metrics_port + 1 + i);
         n = add_flag(argv, n, "--metrics-port", mport);
+    }
+    if (o->arm_timeout_ms) {
+        snprintf(arm, sizeof(arm), "%" PRId64, o->arm_timeout_ms);
+        n = add_flag(argv, n, "--arm-timeout-ms", arm);
+    }
+    if (o->orphan_job_ms) {
+        snprintf(orphan, sizeof(orphan), "%" PRId64, o->orphan_job_ms);
+        n = add_flag(argv, n, "--orphan-job-ms", orphan);
     }
     n = add_tls(argv, n, c, "shard", tls);
     argv[n] = NULL;

@@ -72,6 +72,9 @@ struct cluster_opts {
      * client.pem. false: plaintext, no token. */
     bool tls;
     const char *tls_dir;
+    /* The master's --jobs-per-identity, the shards' --arm-timeout-ms and --orphan-job-ms
+     * (docs/operations.md, "What nobody comes back for"); 0: the services' defaults. */
+    int64_t jobs_per_identity, arm_timeout_ms, orphan_job_ms;
 };
 
 /* A shard process of a local cluster. Its log is DIR/shard-<id>.log once the master has given

@@ -112,9 +112,9 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
                               struct ts_err *err)
 {
     char exe[700], listen[64], port_file[700], log[700], lease[32], every[32], replicas[32];
-    char mport[16];
+    char mport[16], quota[24];
     char state[600], restarts[16], old[700], tls[4][700];
-    char *argv[32];
+    char *argv[40];
     int n = 0, port;
     const char *colon = strrchr(c->master_addr, ':');
     ts_status st;
@@ -164,6 +164,10 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
         snprintf(mport, sizeof(mport), "%d", o->metrics_port);
         n = add_flag(argv, n, "--metrics-port", mport);
     }
+    if (o->jobs_per_identity) {
+        snprintf(quota, sizeof(quota), "%" PRId64, o->jobs_per_identity);
+        n = add_flag(argv, n, "--jobs-per-identity", quota);
+    }
     n = add_tls(argv, n, c, "master", tls);
     argv[n] = NULL;
     snprintf(log, sizeof(log), "%s/master.log", c->dir);
@@ -190,8 +194,8 @@ static ts_status start_shard(struct cluster *c, int i, struct ts_err *err)
 {
     const struct cluster_opts *o = &c->opts;
     char exe[700], log[700], port_file[700], budget[32], restarts[16], mport[16], tls[4][700];
-    char stem[32];
-    char *argv[24] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
+    char stem[32], arm[24], orphan[24];
+    char *argv[32] = { exe, "--master", c->master_addr, "--port-file", port_file, NULL };
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     struct cluster_shard *sh = &c->shards[i];
     int n = 5;
@@ -212,6 +216,14 @@ static ts_status start_shard(struct cluster *c, int i, struct ts_err *err)
     if (o->metrics_port) {   /* a restarted shard takes its slot's port again */
         snprintf(mport, sizeof(mport), "%d", o->metrics_port + 1 + i);
         n = add_flag(argv, n, "--metrics-port", mport);
+    }
+    if (o->arm_timeout_ms) {
+        snprintf(arm, sizeof(arm), "%" PRId64, o->arm_timeout_ms);
+        n = add_flag(argv, n, "--arm-timeout-ms", arm);
+    }
+    if (o->orphan_job_ms) {
+        snprintf(orphan, sizeof(orphan), "%" PRId64, o->orphan_job_ms);
+        n = add_flag(argv, n, "--orphan-job-ms", orphan);
     }
     snprintf(stem, sizeof(stem), "shard-%d", i);   /* its slot's own certificate */
     n = add_tls(argv, n, c, stem, tls);
@@ -342,7 +354,8 @@ static ts_status shard_cert(const struct cluster *c, int i, struct ts_err *err)
 
 /* opts.tls: the certificates (made when the directory has none; each shard's own issued when
  * missing) and the admin token (made when missing); this process's calls use the client
- * certificate. */
+ * certificate. Without it the environment is read now, so that a token meant for TLS
+ * ($TESSERA_TOKEN_FILE) stops the start before anything runs rather than go over plaintext. */
 static ts_status setup_tls(struct cluster *c, struct ts_err *err)
 {
     struct ts_certs_opts co = { .shards = c->opts.shards };
@@ -351,7 +364,7 @@ static ts_status setup_tls(struct cluster *c, struct ts_err *err)
     ts_status st;
 
     if (!c->opts.tls)
-        return TS_OK;
+        return ts_rpc_tls_setup(&(struct ts_rpc_tls){ .cert = NULL }, err);
     if (c->opts.tls_dir)
         snprintf(c->tls_dir, sizeof(c->tls_dir), "%s", c->opts.tls_dir);
     else

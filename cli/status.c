@@ -196,6 +196,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_int(&j, "ended_unix_ms", jb->ended_unix_ms);
         ts_json_str(&j, "params_sha256", jb->fingerprint);
         ts_json_str(&j, "reason", jb->reason);
+        ts_json_str(&j, "owner", jb->owner);
         ts_json_uint(&j, "rollbacks", jb->rollbacks);
         ts_json_uint(&j, "rollback_step", jb->rollback_step);
         ts_json_bool(&j, "rolling_back", jb->rolling_back);

@@ -12,6 +12,7 @@
 
 struct up_flags {
     int64_t shards, master_port, lease_ms, snapshot_every, mem_budget, replicas, metrics_port;
+    int64_t jobs_per_identity, arm_timeout_ms, orphan_job_ms;
     const char *dir, *store, *restore, *branch, *tls_dir;
     bool respawn, tls;
 };
@@ -38,6 +39,15 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
         { "mem-budget", TS_FLAG_INT, &f->mem_budget, "MIB", "memory each shard's partitions "
           "may use (default: half the machine's, shared among the shards)", 1,
           INT64_C(1) << 30 },
+        { "jobs-per-identity", TS_FLAG_INT, &f->jobs_per_identity, "N", "the master's "
+          "--jobs-per-identity: jobs one caller may hold (default 128; docs/security.md)", 1,
+          256 },
+        { "arm-timeout-ms", TS_FLAG_INT, &f->arm_timeout_ms, "MS", "the shards' "
+          "--arm-timeout-ms: a snapshot armed that nobody asks for is dropped (default "
+          "300000; docs/operations.md)", 1, INT64_C(1) << 40 },
+        { "orphan-job-ms", TS_FLAG_INT, &f->orphan_job_ms, "MS", "the shards' --orphan-job-ms: "
+          "a job the master holds nothing of is released (default 600000)", 1,
+          INT64_C(1) << 40 },
         { "respawn", TS_FLAG_BOOL, &f->respawn, NULL, "restart a shard that dies, after a "
           "backoff (0.5 s doubling to 30 s); it joins the running cluster (docs/operations.md)",
           0, 0 },
@@ -116,7 +126,10 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
                               .branch = f->branch, .snapshot_every = (int)f->snapshot_every,
                               .mem_budget_mib = f->mem_budget, .replicas = replicas,
                               .respawn = f->respawn, .metrics_port = (int)f->metrics_port,
-                              .tls = f->tls || f->tls_dir, .tls_dir = f->tls_dir };
+                              .tls = f->tls || f->tls_dir, .tls_dir = f->tls_dir,
+                              .jobs_per_identity = f->jobs_per_identity,
+                              .arm_timeout_ms = f->arm_timeout_ms,
+                              .orphan_job_ms = f->orphan_job_ms };
     char hex[TS_STORE_HEX_LEN + 1];
     struct ts_err err = { 0 };
     int rc;

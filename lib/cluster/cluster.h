@@ -24,6 +24,7 @@
 #include "tessera/v1/shard.pb-c.h"
 #include "transport/transport.h"
 #include "util/err.h"
+#include "util/names.h"
 
 /* Deadline of one control call, retries on UNAVAILABLE included. */
 #define TS_MASTER_CALL_MS 5000
@@ -99,6 +100,12 @@ struct ts_membership_cfg {
     /* Shards: called from the heartbeat thread with each elastic job's roster (HeartbeatResponse
      * .rosters). May be NULL. */
     void (*on_roster)(void *arg, const char *job, uint64_t roster);
+    /* Shards: called before each heartbeat for the jobs the shard holds (HeartbeatRequest.jobs;
+     * at most max into ids, returns how many), and, when the master answers, with those of
+     * them it holds nothing of (HeartbeatResponse.unknown_jobs; n may be 0). Both or neither
+     * may be NULL. */
+    size_t (*held_jobs)(void *arg, char (*ids)[TS_JOB_ID_MAX + 1], size_t max);
+    void (*on_unknown_jobs)(void *arg, char *const *ids, size_t n);
     void *arg;
 };
 

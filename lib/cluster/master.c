@@ -20,6 +20,7 @@ struct ts_master {
 
 #define DEREGISTER_OUTCOME_MS 20000
 #define SLOTS_MAX 4096                /* a job's workers (services/master/jobs.h) */
+#define HELD_JOBS_MAX 256             /* a shard's jobs (services/shard/params.h SHARD_MAX_JOBS) */
 
 struct ts_membership {
     struct ts_master *m;
@@ -265,12 +266,26 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
     return TS_OK;
 }
 
+/* A shard's jobs for its heartbeat: req->jobs points into ids (held_jobs' buffer). */
+static void list_jobs(struct ts_membership *ms, Tessera__V1__HeartbeatRequest *req,
+                      char (*ids)[TS_JOB_ID_MAX + 1], char **ptrs)
+{
+    size_t n = ms->cfg.held_jobs(ms->cfg.arg, ids, HELD_JOBS_MAX);
+
+    for (size_t i = 0; i < n; i++)
+        ptrs[i] = ids[i];
+    req->jobs = ptrs;
+    req->n_jobs = n;
+}
+
 static ts_status beat(struct ts_membership *ms, struct ts_err *err)
 {
     Tessera__V1__HeartbeatRequest req = TESSERA__V1__HEARTBEAT_REQUEST__INIT;
     Tessera__V1__HeartbeatResponse *resp;
     Tessera__V1__TaskInfo sent;
     char sent_fp[65], sent_error[257];
+    char (*ids)[TS_JOB_ID_MAX + 1] = NULL;
+    char **ptrs = NULL;
     ts_status st;
 
     req.kind = ms->cfg.kind;
@@ -302,9 +317,17 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     pthread_mutex_unlock(&ms->mu);
     if (ms->cfg.moves)
         req.moves_pending = ms->cfg.moves(ms->cfg.arg, &req.moves_epoch);
+    if (ms->cfg.held_jobs && ms->cfg.on_unknown_jobs &&
+        (ids = malloc(HELD_JOBS_MAX * sizeof(*ids))) &&
+        (ptrs = malloc(HELD_JOBS_MAX * sizeof(*ptrs))))
+        list_jobs(ms, &req, ids, ptrs);
     /* A heartbeat later than its interval is worth nothing: keep its deadline to one interval. */
     st = CALL(ms->m, "Heartbeat", &req, &tessera__v1__heartbeat_response__descriptor, &resp,
               (int)ms->interval_ms, err);
+    if (!st && req.jobs)   /* the master's word on the jobs sent: only an answer counts */
+        ms->cfg.on_unknown_jobs(ms->cfg.arg, resp->unknown_jobs, resp->n_unknown_jobs);
+    free(ptrs);
+    free(ids);
     if (st)
         return st;
     set_epoch(ms, resp->epoch);

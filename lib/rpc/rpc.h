@@ -200,9 +200,12 @@ void ts_rpc_stream_free(struct ts_rpc_stream *st);
 
 #define TS_RPC_TOKEN_MAX 256
 
-/* PEM files and the admin token's file; NULL or "": not given. */
+/* PEM files and the admin token's file; NULL or "": not given. server: the process serves
+ * (ts_serve_start sets it): a token without TLS is kept to check callers, with a warning,
+ * where a client refuses it (below). */
 struct ts_rpc_tls {
     const char *cert, *key, *ca, *token_file;
+    bool server;
 };
 
 /* Sets the TLS material of every server and channel this process makes from now on: each
@@ -215,10 +218,17 @@ struct ts_rpc_tls {
  * Servers: with a certificate, TLS; with a CA too, mutual TLS (every client must show a
  * certificate the CA signed; ts_rpc_need_role checks its role). Channels: TLS when a CA or a
  * certificate is set, checking the server's certificate names TS_TLS_SERVER_NAME.
- * The admin token: every call this process makes sends it ("authorization: Bearer ..."), and
- * its servers' admin methods (ts_rpc_method.roles naming TS_ROLE_ADMIN) accept a caller that
- * sends it as admin; set, it guards them on plaintext and TLS servers too. */
+ * The admin token: every call this process makes over TLS sends it ("authorization: Bearer
+ * ..."), and its servers' admin methods (ts_rpc_method.roles naming TS_ROLE_ADMIN) accept a
+ * caller that sends it as admin; set, it guards them on plaintext and TLS servers too. It is
+ * never sent in the clear: a client (t->server false, or no call: the environment) with a
+ * token and neither a certificate nor a CA fails here, and every channel after, with TS_EINVAL
+ * saying to use TLS or drop the token; a server keeps it to check callers and sends it on no
+ * call (ts_rpc_tls_plain_token). */
 ts_status ts_rpc_tls_setup(const struct ts_rpc_tls *t, struct ts_err *err) TS_MUST_CHECK;
+/* Whether this process holds a token but no TLS (a server's case above): it is worthless
+ * then, since any caller that sends it shows it to the network. */
+bool ts_rpc_tls_plain_token(void);
 /* What servers made now serve: "mtls", "tls" or "plaintext"; ts_rpc_tls_mutual: "mtls". */
 const char *ts_rpc_tls_mode(void);
 bool ts_rpc_tls_mutual(void);
@@ -231,6 +241,13 @@ unsigned ts_rpc_peer_roles(struct ts_rpc_call *call);
  * when it shows no certificate or one that names no member (or names one badly). Reads the
  * certificate itself: for registrations, not for every heartbeat. */
 bool ts_rpc_peer_identity(struct ts_rpc_call *call, char *buf, size_t n);
+/* Inside a handler: who the caller is, for quotas (docs/security.md, "Quotas"): under mutual
+ * TLS the member its certificate names (ts_rpc_peer_identity), else its subject CN
+ * ("CN=worker.tessera"), otherwise the host part of its address ("127.0.0.1", "[::1]",
+ * "unix:/path"); "local" for a call with no caller. At most TS_RPC_IDENTITY_MAX bytes into out
+ * (n bytes), cut if longer. */
+#define TS_RPC_IDENTITY_MAX 128
+void ts_rpc_caller(struct ts_rpc_call *call, char *out, size_t n);
 /* TS_OK if the caller may make a call open to `roles`: its certificate has one of them, or it
  * sent this process's admin token and roles has TS_ROLE_ADMIN. A server that checks no client
  * certificates (plaintext, TLS without a CA) takes every caller for any member role, and for

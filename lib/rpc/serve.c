@@ -83,6 +83,11 @@ ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *s
         ts_rpc_server_free(srv);
         return st;
     }
+    if (ts_rpc_tls_plain_token())
+        ts_log(TS_WARN, svc->name, "--token-file without TLS: the admin token is worthless "
+               "here, since a caller sends it in the clear for anyone on the path to read and "
+               "reuse; this service sends it on none of its calls. Serve TLS (--tls-cert, "
+               "--tls-key, --tls-ca) or drop --token-file (docs/security.md)");
     if (!strcmp(ts_rpc_tls_mode(), "plaintext"))
         ts_log(TS_INFO, svc->name, "plaintext gRPC: anyone who reaches the port may call it; "
                "for loopback development only (--tls-cert, --tls-key, --tls-ca: "

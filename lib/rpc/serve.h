@@ -22,7 +22,8 @@ struct ts_serve_opts {
     struct ts_rpc_tls tls;       /* --tls-cert, --tls-key, --tls-ca (ts_rpc_tls_setup) */
 };
 #define TS_SERVE_DEFAULTS(listen_)                                                               \
-    { .listen = (listen_), .threads = 2, .grace_ms = 5000, .metrics_port = -1 }
+    { .listen = (listen_), .threads = 2, .grace_ms = 5000, .metrics_port = -1,                   \
+      .tls.server = true }
 
 /* The flag-table entries for o (a struct ts_serve_opts *); listen_help says its default. */
 #define TS_SERVE_FLAGS(o, listen_help)                                                           \

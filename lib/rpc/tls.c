@@ -119,6 +119,18 @@ static ts_status resolve(const struct ts_rpc_tls *t, struct ts_err *err)
         (st = load(key, "--tls-key", &tls.key, err)) ||
         (st = load(ca, "--tls-ca", &tls.ca, err)) || (st = load_token(token, err)))
         goto fail;
+    /* A token read from this process's own settings would go in the clear with every call:
+     * a client refuses to start so, a service checks it on its servers and never sends it
+     * (ts__client_md; ts_serve_start warns). */
+    if (tls.bearer[0] && !tls.cert && !tls.ca && !(t && t->server)) {
+        bool flag = t && t->token_file && t->token_file[0];
+        /* Short: ts_err_prefix keeps 150 bytes of it. */
+        st = ts_err_set(err, TS_EINVAL, "%s: the admin token would go over plaintext, readable "
+                        "on the path; use TLS ($TESSERA_TLS_DIR, --tls-*) or %s",
+                        flag ? "--token-file" : "$TESSERA_TOKEN_FILE",
+                        flag ? "drop --token-file" : "unset TESSERA_TOKEN_FILE");
+        goto fail;
+    }
     if (tls.cert) {
         if ((st = ts_cert_info(tls.cert, strlen(tls.cert), &info, err)) ||
             (st = ts_cert_key_match(tls.cert, tls.key, err))) {
@@ -238,12 +250,24 @@ ts_status ts__channel_creds(grpc_channel_credentials **out, bool *secure, struct
     return st;
 }
 
+bool ts_rpc_tls_plain_token(void)
+{
+    bool plain;
+
+    pthread_mutex_lock(&tls.mu);
+    plain = !resolved(NULL) && tls.bearer[0] && !tls.cert && !tls.ca;
+    pthread_mutex_unlock(&tls.mu);
+    return plain;
+}
+
 size_t ts__client_md(grpc_metadata *md)
 {
     size_t n = 0;
 
     pthread_mutex_lock(&tls.mu);
-    if (!resolved(NULL) && tls.bearer[0]) {
+    /* Never in the clear: a channel without a certificate or a CA is plaintext (the same test
+     * as ts__channel_creds). Only a service gets here so (resolve refuses a client). */
+    if (!resolved(NULL) && tls.bearer[0] && (tls.cert || tls.ca)) {
         memset(md, 0, sizeof(*md));
         md->key = grpc_slice_from_static_string("authorization");
         md->value = grpc_slice_from_copied_string(tls.bearer);
@@ -310,6 +334,43 @@ bool ts_rpc_peer_identity(struct ts_rpc_call *c, char *buf, size_t n)
     if (n)
         snprintf(buf, n, "%s", peer.identity);
     return peer.identity[0] && strlen(peer.identity) < n;
+}
+
+void ts_rpc_caller(struct ts_rpc_call *c, char *out, size_t n)
+{
+    grpc_auth_context *ctx;
+    grpc_auth_property_iterator it;
+    const grpc_auth_property *p;
+    const char *peer, *host, *port;
+    bool cn = false;
+
+    snprintf(out, n, "local");
+    if (!c->w)
+        return;
+    /* Under mutual TLS the CA vouches for the member and the CN; an address says nothing more
+     * than where. */
+    if (c->w->srv->mtls && ts_rpc_peer_identity(c, out, n))
+        return;
+    if (c->w->srv->mtls && (ctx = grpc_call_auth_context(c->call))) {
+        it = grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_CN_PROPERTY_NAME);
+        if ((p = grpc_auth_property_iterator_next(&it)) && p->value_length) {
+            snprintf(out, n, "CN=%.*s", (int)p->value_length, p->value);
+            cn = true;
+        }
+        grpc_auth_context_release(ctx);
+        if (cn)
+            return;
+    }
+    /* gRPC's peer: "ipv4:10.0.0.5:41234", "ipv6:[::1]:41234", "unix:/path": the host alone,
+     * since every connection of a host comes from another port. */
+    peer = ts_rpc_peer(c);
+    if (!strncmp(peer, "unix:", 5)) {
+        snprintf(out, n, "%s", peer);
+        return;
+    }
+    host = strchr(peer, ':') ? strchr(peer, ':') + 1 : peer;
+    port = strrchr(host, ':');
+    snprintf(out, n, "%.*s", port ? (int)(port - host) : (int)strlen(host), host);
 }
 
 /* The caller sent the admin token (compared in constant time). */

@@ -38,9 +38,13 @@ ts_status jobs_create(const struct jobs_cfg *cfg, struct jobs **out, struct ts_e
         j->cfg.history_ms = JOBS_DEFAULT_HISTORY_MS;
     if (!j->cfg.idle_ms)
         j->cfg.idle_ms = JOBS_DEFAULT_IDLE_MS;
-    if (j->cfg.max_jobs > JOBS_MAX) {
+    if (!j->cfg.per_owner)
+        j->cfg.per_owner = JOBS_DEFAULT_PER_OWNER;
+    if (j->cfg.max_jobs > JOBS_MAX || j->cfg.per_owner > JOBS_MAX) {
+        bool max = j->cfg.max_jobs > JOBS_MAX;
         free(j);
-        return ts_err_set(err, TS_EINVAL, "--max-jobs: %u, at most %d", cfg->max_jobs,
+        return ts_err_set(err, TS_EINVAL, "%s: %u, at most %d", max ? "--max-jobs"
+                          : "--jobs-per-identity", max ? cfg->max_jobs : cfg->per_owner,
                           JOBS_MAX);
     }
     pthread_mutex_init(&j->mu, NULL);
@@ -125,6 +129,33 @@ static ts_status owners_alloc(struct job *jb, uint32_t workers, struct ts_err *e
     memset(o, 0, workers * sizeof(*o));
     memset(p, 0, (size_t)workers * JOBS_PAST_OWNERS * sizeof(*p));
     return TS_OK;
+}
+
+/* The jobs owner holds (resident, owned by it) other than except; mu held. */
+static size_t owned(const struct jobs *j, const char *owner, const struct job *except)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < j->n; i++)
+        n += &j->v[i] != except && !j->v[i].info.released &&
+             !strcmp(j->v[i].info.owner, owner);
+    return n;
+}
+
+/* Whether a registration for jb (NULL: a new job) by owner starts a run beyond owner's quota;
+ * err set if so. mu held. */
+static ts_status owner_quota(struct jobs *j, const struct job *jb, const char *owner,
+                             struct ts_err *err)
+{
+    size_t n;
+
+    if (!owner || !owner[0] || (jb && jb->info.state == JOB_RUNNING && !jb->info.released))
+        return TS_OK;   /* nobody to count, or it joins a run under way */
+    if ((n = owned(j, owner, jb)) < j->cfg.per_owner)
+        return TS_OK;
+    return ts_err_set(err, TS_ENOMEM, "job: identity '%s' holds %zu jobs on this cluster, its "
+                      "quota (--jobs-per-identity %u); wait for one to end (tessera status "
+                      "lists them) or raise --jobs-per-identity", owner, n, j->cfg.per_owner);
 }
 
 /* A new run of a job: no seats yet, no slot owned. */
@@ -275,8 +306,8 @@ static void reslot(struct job *jb)
 }
 
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
-                    uint32_t workers, uint32_t start, bool keep, bool elastic, int64_t now_ms,
-                    struct ts_err *err)
+                    uint32_t workers, uint32_t start, bool keep, bool elastic,
+                    const char *owner, int64_t now_ms, struct ts_err *err)
 {
     struct job *jb, *other;
     struct job_seat *s;
@@ -326,6 +357,8 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
     } else if (jb && jb->info.state == JOB_RUNNING && elastic != jb->info.elastic) {
         st = ts_err_set(err, TS_EINVAL, "elastic: %s, but job '%s' runs %s", elastic ? "on" :
                         "off", id, jb->info.elastic ? "elastic" : "without elastic workers");
+    } else if (owner_quota(j, jb, owner, err)) {
+        st = TS_ENOMEM;
     } else if (!jb && resident(j) >= j->cfg.max_jobs) {
         st = ts_err_set(err, TS_ENOMEM, "job: the cluster holds %zu jobs, its --max-jobs; wait "
                         "for one to end (tessera status lists them) or raise --max-jobs",
@@ -347,6 +380,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
             memset(jb, 0, sizeof(*jb));
             snprintf(jb->info.id, sizeof(jb->info.id), "%s", id);
             jb->info.started_unix_ms = ts_unix_ms();
+            snprintf(jb->info.owner, sizeof(jb->info.owner), "%s", owner ? owner : "");
             if ((st = start_run(jb, workers, start, keep, elastic, err)))
                 j->n--;
             else
@@ -357,6 +391,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         if (!(st = start_run(jb, workers, start, keep, elastic, err))) {
             jb->info.released = false;
             jb->info.started_unix_ms = ts_unix_ms();
+            snprintf(jb->info.owner, sizeof(jb->info.owner), "%s", owner ? owner : "");
             ts_log(TS_INFO, "master", "job %s: running again (%u workers)", id, workers);
         }
     }
@@ -691,6 +726,41 @@ bool jobs_holds(struct jobs *j, const char *id)
     holds = (jb = find(j, id)) && !jb->info.released;
     pthread_mutex_unlock(&j->mu);
     return holds;
+}
+
+bool jobs_note_held(struct jobs *j, const char *id, int64_t now_ms)
+{
+    struct job *jb;
+    bool holds;
+
+    pthread_mutex_lock(&j->mu);
+    if ((holds = (jb = find(j, id)) && !jb->info.released))
+        jb->held_ms = now_ms;
+    pthread_mutex_unlock(&j->mu);
+    return holds;
+}
+
+size_t jobs_reclaim_unheld(struct jobs *j, int64_t now_ms, int64_t grace_ms)
+{
+    size_t n = 0;
+
+    if (grace_ms <= 0)
+        return 0;
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n; i++) {
+        struct job *jb = &j->v[i];
+        int64_t since = jb->held_ms > jb->idle_since_ms ? jb->held_ms : jb->idle_since_ms;
+        if (jb->info.state != JOB_IDLE || now_ms - since <= grace_ms)
+            continue;
+        jb->info.state = JOB_FINISHED;
+        jb->ended_ms = now_ms;
+        jb->info.ended_unix_ms = ts_unix_ms();
+        n++;
+        ts_log(TS_INFO, "master", "job %s: kept, but no shard has held any of it for %" PRId64
+               " ms: finished (nothing to keep)", jb->info.id, now_ms - since);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return n;
 }
 
 static int by_listing(const void *a, const void *b)

@@ -7,7 +7,7 @@
  *   ABANDONED  otherwise, a worker died (its lease expired);
  *   IDLE       otherwise, if the job asked to be kept (RegisterWorker.keep): the shards keep its
  *              parameters for a later run of the same job or a snapshot, for idle_ms at most,
- *              then it is FINISHED;
+ *              then it is FINISHED (sooner if no shard holds any of it: jobs_reclaim_unheld);
  *   FINISHED   every worker left saying it finished.
  * An ended job is released: the master's releaser calls Shard.ReleaseJob on every alive shard
  * (a shard refuses while a connection or an armed snapshot holds the job, and the releaser
@@ -15,7 +15,9 @@
  * final fingerprint, times) for history_ms, at most history_max of them.
  * A worker of a job that ended but is not released yet is refused with TS_EUNAVAIL (retry);
  * a new job beyond max_jobs (jobs holding shard memory: running, idle or not yet released) is
- * TS_ENOMEM saying how to free room.
+ * TS_ENOMEM saying how to free room, and so is a new run by a caller identity (its owner,
+ * ts_rpc_caller) that holds per_owner jobs already: one identity cannot take every
+ * slot from the others (issue 41).
  * Like members.c, every operation takes now_ms from the caller, so tests control the clock.
  * Ownership: jobs_create returns a table freed with jobs_free; jobs_list returns a copy.
  * Threads: all functions are safe to call concurrently (one mutex). */
@@ -36,6 +38,11 @@
 #define JOBS_DEFAULT_IDLE_MS (3600 * 1000)
 #define JOBS_MAX_WORKERS 4096           /* workers per job */
 #define JOBS_PAST_OWNERS 3              /* earlier owners of a slot kept (jobs_access) */
+#define JOBS_OWNER_MAX 128              /* an owner's identity (TS_RPC_IDENTITY_MAX) */
+/* --jobs-per-identity's default: half the most --max-jobs allows, so it never binds under the
+ * default --max-jobs (one certificate or one host often runs every job of a cluster); set it
+ * below --max-jobs where several identities share one. */
+#define JOBS_DEFAULT_PER_OWNER (JOBS_MAX / 2)
 
 enum job_state {
     JOB_RUNNING = 1, JOB_IDLE = 2, JOB_FINISHED = 3, JOB_FAILED = 4, JOB_ABANDONED = 5,
@@ -46,6 +53,7 @@ struct jobs_cfg {
     uint32_t history_max;               /* 0: JOBS_DEFAULT_HISTORY */
     int64_t history_ms;                 /* 0: JOBS_DEFAULT_HISTORY_MS */
     int64_t idle_ms;                    /* 0: JOBS_DEFAULT_IDLE_MS */
+    uint32_t per_owner;                 /* 0: JOBS_DEFAULT_PER_OWNER; at most JOBS_MAX */
 };
 
 /* A job as ClusterStatus reports it. */
@@ -57,6 +65,7 @@ struct job_info {
     int64_t started_unix_ms, ended_unix_ms;
     char fingerprint[65];
     char reason[257];
+    char owner[JOBS_OWNER_MAX + 1];     /* who started the run ("": nobody counted) */
     /* Rollback (docs/replication.md): done so far, the last one's step, one running now, the
      * job lost state it cannot get back (no snapshot), and what happened. */
     uint32_t rollbacks;
@@ -105,14 +114,17 @@ void jobs_free(struct jobs *j);
 
 /* Worker `worker` (a member id) joins job id as rank of workers. Idempotent for the same
  * worker. Errors name the field: job, rank, workers (another count than the job's), elastic
- * (other than the running job's). A rank whose worker died may be taken by a new worker: it
+ * (other than the running job's). owner (NULL or "": none, never counted) is the caller's
+ * identity: a registration that starts a run (a new job, or one idle or released) records
+ * it, and is TS_ENOMEM naming --jobs-per-identity when that owner holds cfg.per_owner other
+ * jobs already. A rank whose worker died may be taken by a new worker: it
  * waits (struct job_seat) while a live worker holds its slot, and gets the slot back at
  * jobs_ready (docs/elastic.md). start (elastic; 0: workers): the ranks the run starts with,
  * set by the registration that starts it; the slots of the others go to them until a worker
  * joins for that rank (field start_workers). */
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
-                    uint32_t workers, uint32_t start, bool keep, bool elastic, int64_t now_ms,
-                    struct ts_err *err) TS_MUST_CHECK;
+                    uint32_t workers, uint32_t start, bool keep, bool elastic,
+                    const char *owner, int64_t now_ms, struct ts_err *err) TS_MUST_CHECK;
 /* Worker `worker` left: failed or finished, with its fingerprint (64 hex digits, or "") or its
  * reason. The job's fingerprint is rank 0's; another rank's only while no rank 0 finished,
  * or one finished without a fingerprint. A worker of no job is ignored. */
@@ -192,6 +204,15 @@ bool *jobs_alive_ranks(struct jobs *j, const char *id);
 size_t jobs_resident(struct jobs *j);
 /* True if job id holds resources now (running, idle, or ended and not released). */
 bool jobs_holds(struct jobs *j, const char *id);
+/* A shard's heartbeat says it holds job id: jobs_holds, and the time is noted for
+ * jobs_reclaim_unheld. */
+bool jobs_note_held(struct jobs *j, const char *id, int64_t now_ms);
+/* Idle jobs that no shard has said it holds for grace_ms (since they went idle, or since one
+ * last did) are FINISHED: a kept job with nothing kept (it never registered a tensor, or
+ * every copy went) would hold a --max-jobs slot for --idle-job-ms (issue 41). grace_ms: a
+ * few heartbeats of the slowest shard (its lease); 0 leaves every idle job alone (no shard
+ * to ask). Returns how many. */
+size_t jobs_reclaim_unheld(struct jobs *j, int64_t now_ms, int64_t grace_ms);
 
 /* A rollback of running job id begins, for a loss found after `seen` rollbacks; *generation:
  * which one it will be. TS_ENOTFOUND if the job is not running; TS_EEXIST if one runs

@@ -18,6 +18,7 @@ struct job {
     uint32_t *past;
     bool failed, died;                  /* this run: a worker failed, a worker died */
     int64_t idle_since_ms, ended_ms;    /* monotonic */
+    int64_t held_ms;                    /* a shard last said it holds the job (jobs_note_held) */
     int64_t balanced_ms;                /* the last time slots moved for speed */
 };
 

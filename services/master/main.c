@@ -49,6 +49,7 @@ int main(int argc, char **argv)
     int64_t lease_ms = 3000, vnodes = 0, every = 0, max_jobs = JOBS_DEFAULT_MAX, replicas = 1;
     int64_t idle_ms = JOBS_DEFAULT_IDLE_MS, history = JOBS_DEFAULT_HISTORY, restarts = 0;
     bool shared_certs = false;
+    int64_t per_identity = JOBS_DEFAULT_PER_OWNER;
     const struct ts_flag flags[] = {
         TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:7070; port 0 picks a free one)"),
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "default member lease (default 3000)", 100,
@@ -69,6 +70,9 @@ int main(int argc, char **argv)
         { "max-jobs", TS_FLAG_INT, &max_jobs, "N", "jobs the shards hold at once: running, "
                                                    "idle or being freed (default 64)", 1,
           JOBS_MAX },
+        { "jobs-per-identity", TS_FLAG_INT, &per_identity, "N", "jobs one caller may hold "
+          "(its certificate's CN under mutual TLS, else its host): running, idle or being "
+          "freed (default 128; docs/security.md)", 1, JOBS_MAX },
         { "idle-job-ms", TS_FLAG_INT, &idle_ms, "MS", "how long a job trained with --keep stays "
                                                       "on the shards after its workers finish "
                                                       "(default 3600000)", 1, INT64_C(1) << 40 },
@@ -108,7 +112,8 @@ int main(int argc, char **argv)
                                    .quiet = no_jobs, .quiet_ctx = &m,
                                    .durable = master_state_durable, .durable_ctx = &m.state };
     jcfg = (struct jobs_cfg){ .max_jobs = (uint32_t)max_jobs, .idle_ms = idle_ms,
-                              .history_max = (uint32_t)history };
+                              .history_max = (uint32_t)history,
+                              .per_owner = (uint32_t)per_identity };
     m.started_ms = ts_now_ms();
     m.restarts = (uint32_t)restarts;
     m.lease_ms = lease_ms;

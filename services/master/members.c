@@ -233,6 +233,7 @@ static ts_status new_member(struct ts_members *m, struct table *t, enum ts_membe
     snprintf(e->instance, sizeof(e->instance), "%s", instance);
     e->lease_ms = lease_ms;
     e->last_heartbeat_ms = now_ms;
+    e->heard = false;
     if ((st = index_add(t, e, err))) {
         t->n--;
         t->next_id--;
@@ -358,6 +359,7 @@ static bool reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
 
     e->lease_ms = lease_ms;
     e->last_heartbeat_ms = now;
+    e->heard = false;
     if (e->state == TS_MEMBER_ALIVE)
         return false;
     e->joining = e->kind == TS_MEMBER_SHARD && !quiet && has_active(m);
@@ -518,6 +520,7 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
     if (!(st = find_alive(m, kind, id, &e, err)) &&
         !(st = check_cred(e, cred, "renew its lease", err))) {
         e->last_heartbeat_ms = now_ms;
+        e->heard = true;
         if (clock > e->clock)
             e->clock = clock;
         grant(m, e, known_epoch, false, g);
@@ -685,13 +688,22 @@ static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms,
     for (size_t i = 0; i < t->n; i++) {
         struct ts_member *e = &t->v[i];
         int64_t silent = now_ms - e->last_heartbeat_ms;
-        if (e->state != TS_MEMBER_ALIVE || silent <= (int64_t)e->lease_ms ||
+        /* A worker never heard since it registered gets the default lease at most: a
+         * registration with a long lease and no heartbeat would hold its job's slot so long. */
+        bool first = e->kind == TS_MEMBER_WORKER && !e->heard &&
+                     e->lease_ms > m->cfg.default_lease_ms;
+        uint32_t lease = first ? m->cfg.default_lease_ms : e->lease_ms;
+        if (e->state != TS_MEMBER_ALIVE || silent <= (int64_t)lease ||
             now_ms < e->grace_until_ms)
             continue;
         n++;
         m->expired[e->kind == TS_MEMBER_WORKER]++;
-        snprintf(why, sizeof(why), "silent for %" PRId64 " ms, past its %u ms lease", silent,
-                 e->lease_ms);
+        if (first)
+            snprintf(why, sizeof(why), "no heartbeat within %u ms of registering (the default "
+                     "lease; it asked for %u ms)", lease, e->lease_ms);
+        else
+            snprintf(why, sizeof(why), "silent for %" PRId64 " ms, past its %u ms lease",
+                     silent, e->lease_ms);
         declare_dead(m, e, why);
         if (e->kind == TS_MEMBER_WORKER && dead)
             dead(ctx, e->id);
@@ -795,6 +807,19 @@ void ts_members_view_free(struct ts_members_view *v)
     v->shards = v->workers = NULL;
 }
 
+uint32_t ts_members_max_lease(struct ts_members *m, enum ts_member_kind kind)
+{
+    const struct table *t = kind == TS_MEMBER_SHARD ? &m->shards : &m->workers;
+    uint32_t most = 0;
+
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < t->n; i++)
+        if (t->v[i].state == TS_MEMBER_ALIVE && t->v[i].lease_ms > most)
+            most = t->v[i].lease_ms;
+    pthread_mutex_unlock(&m->mu);
+    return most;
+}
+
 uint64_t ts_members_epoch(struct ts_members *m)
 {
     uint64_t e;
@@ -821,6 +846,7 @@ static ts_status restore_table(struct table *t, const struct ts_member *v, size_
             *e = v[i];
             e->last_heartbeat_ms = now_ms;
             e->grace_until_ms = now_ms + grace_ms;
+            e->heard = true;   /* it was alive under the master that kept it */
             st = index_add(t, e, err);
         }
     }

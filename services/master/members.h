@@ -6,7 +6,10 @@
  * Model: a member registers (an id is assigned; the same `instance` registering again gets the
  * same id back, so a retried RegisterShard is harmless), renews its lease with heartbeats, and
  * is declared dead by ts_members_expire() once silent past its lease. A dead member must
- * register again. The shard map epoch moves on whenever the set of alive shards changes, and
+ * register again. A worker is held to the master's default lease until its first heartbeat,
+ * whatever lease it asked for: a registration alone, never followed by a heartbeat (our SDK
+ * sends one at once), cannot keep its job's slot for ten minutes (issue 41). The shard map
+ * epoch moves on whenever the set of alive shards changes, and
  * the ring (lib/placement) is rebuilt for it. Ids are never reused. Departed workers beyond
  * TS_MEMBERS_KEEP_DEPARTED are forgotten, oldest first (their ids are then NOT_FOUND).
  *
@@ -73,6 +76,7 @@ struct ts_member {
     uint64_t moves_epoch, moves_pending;
     uint32_t restarts;                        /* see ts_members_set_restarts */
     int64_t grace_until_ms;                   /* not declared dead before (ts_members_restore) */
+    bool heard;                               /* a heartbeat came since it (re)registered */
     /* The SHA-256 of the secret it registered with (has_secret; see ts_member_cred). */
     uint8_t secret_sha256[TS_MEMBER_SECRET_HASH];
     bool has_secret;
@@ -205,8 +209,9 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
 ts_status ts_members_check_epoch(struct ts_members *m, uint64_t known_epoch,
                                  struct ts_err *err) TS_MUST_CHECK;
 
-/* Declares dead every alive member silent past its lease; returns how many. Logs each, and
- * calls dead (may be NULL; with the table's lock held) for each worker. */
+/* Declares dead every alive member silent past its lease (a worker not heard since it
+ * registered: past the shorter of its lease and the default lease); returns how many. Logs
+ * each, and calls dead (may be NULL; with the table's lock held) for each worker. */
 int ts_members_expire(struct ts_members *m, int64_t now_ms,
                       void (*dead)(void *ctx, uint32_t worker), void *ctx);
 
@@ -231,6 +236,8 @@ ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_membe
 void ts_members_view_free(struct ts_members_view *v);
 
 uint64_t ts_members_epoch(struct ts_members *m);
+/* The longest lease of the alive members of kind (0: none alive). */
+uint32_t ts_members_max_lease(struct ts_members *m, enum ts_member_kind kind);
 
 /* A restarted master (services/master/state.h): the empty table takes the members of v
  * (those its state file kept) and ids after c's reserves; every alive member's lease starts

@@ -57,7 +57,13 @@ void *releaser_main(void *arg)
     while (!atomic_load(&master_stopping)) {
         struct ts_members_view v;
         struct ts_err err = { 0 };
-        size_t n = jobs_due(m->jobs, ts_now_ms(), ids, RELEASE_DUE_MAX);
+        size_t n;
+
+        /* Every alive shard heartbeats a few times a lease, naming its jobs: twice the longest
+         * lease without a word of a kept job means no shard holds anything of it. */
+        jobs_reclaim_unheld(m->jobs, ts_now_ms(),
+                            2 * (int64_t)ts_members_max_lease(m->members, TS_MEMBER_SHARD));
+        n = jobs_due(m->jobs, ts_now_ms(), ids, RELEASE_DUE_MAX);
 
         if (n && ts_members_view(m->members, true, &v, &err) == TS_OK) {
             for (size_t i = 0; i < n; i++) {

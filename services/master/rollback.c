@@ -114,8 +114,9 @@ static ts_status each_shard(struct snapper *sn, Tessera__V1__RollbackJobRequest 
     return st;
 }
 
-/* Fence and load everywhere, then open everywhere; tried again on a new map if a shard fails
- * (it died: the map changes). sn->mu held. */
+/* Check everywhere, then fence and load everywhere, then open everywhere: a snapshot a shard
+ * cannot load is found before any shard fences the job. Tried again on a new map if a shard
+ * fails (it died: the map changes). sn->mu held. */
 static ts_status run(struct snapper *sn, const struct rollback_todo *td, uint64_t *loaded,
                      struct ts_err *err)
 {
@@ -130,7 +131,12 @@ static ts_status run(struct snapper *sn, const struct rollback_todo *td, uint64_
         req.step = td->step;
         req.generation = td->generation;
         *loaded = 0;
-        if (!(st = each_shard(sn, &req, loaded, &e))) {
+        req.check = true;
+        if (!(st = each_shard(sn, &req, &(uint64_t){ 0 }, &e))) {
+            req.check = false;
+            st = each_shard(sn, &req, loaded, &e);
+        }
+        if (!st) {
             req.open = true;
             st = each_shard(sn, &req, &(uint64_t){ 0 }, &e);
         }

@@ -4,13 +4,15 @@
  * A shard that heads a partition with no copy left (R = 1 and its shard died, or every member
  * of its chain) reports the job (ReportLost). With a snapshot of the job on the master's
  * branch, one thread of the master, under the snapshot lock (no snapshot runs meanwhile):
+ *   0. asks every alive shard whether it can load the snapshot (Shard.RollbackJob, check
+ *      true): a snapshot gone from the store or a chunk missing stops here, nothing fenced;
  *   1. fences the job on every alive shard and loads the snapshot into every partition each
  *      holds under the current map (Shard.RollbackJob, open false); the shards refuse the
  *      job's data-plane requests meanwhile, saying it rolls back, and end its waiting pulls;
  *   2. then reopens it on every shard (open true) as the job's next generation;
  *   3. records it in the job table: workers waiting for it (sdk_rollback.c) see rollbacks grow
  *      in ClusterStatus, reconnect, pull the snapshot's values and train on from its step.
- * A shard that dies during 1 or 2 changes the map; the whole is tried again, up to
+ * A shard that dies during 0, 1 or 2 changes the map; the whole is tried again, up to
  * ROLLBACK_ATTEMPTS times, on the new map. Without a snapshot the job is marked lost with a
  * note saying what was lost and how to avoid it, and its workers fail with that note.
  * Ownership: struct rollbacks is embedded in struct master (master.h).

@@ -114,6 +114,7 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     struct ts_member_grant g;
     struct ts_member_cred cred;
     struct ts_err ignored = { 0 };
+    char who[TS_RPC_IDENTITY_MAX + 1];
     uint64_t epoch;
     ts_status st;
 
@@ -129,8 +130,9 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     if (req->balance && !req->elastic)
         return ts_err_set(err, TS_EINVAL, "balance: needs elastic (a slot moves between live "
                           "workers as a dead worker's does; docs/scheduler.md)");
+    ts_rpc_caller(call, who, sizeof(who));   /* whose quota a new run counts in */
     if (req->job[0] && (st = jobs_join(m->jobs, req->job, g.id, req->rank, req->workers,
-                                       req->start_workers, req->keep, req->elastic,
+                                       req->start_workers, req->keep, req->elastic, who,
                                        ts_now_ms(), err))) {
         /* Refused: the worker was not let in (a retry registers it again); one that was in
          * already (the same process start, alive) stays. */
@@ -217,6 +219,22 @@ static void rosters_of(struct ts_rpc_call *call, struct master *m,
     }
 }
 
+/* Of the jobs a shard says it holds, those the master holds nothing of (no running, idle or
+ * unreleased job of that id), for its heartbeat: the shard releases a job named so for its
+ * --orphan-job-ms (docs/operations.md, "What nobody comes back for"). The others are noted
+ * as held: a kept job that no shard holds has nothing to keep (jobs_reclaim_unheld). */
+static void unknown_of(struct ts_rpc_call *call, struct master *m,
+                       const Tessera__V1__HeartbeatRequest *req,
+                       Tessera__V1__HeartbeatResponse *resp)
+{
+    size_t n = req->n_jobs < JOBS_MAX ? req->n_jobs : JOBS_MAX;   /* what a shard can hold */
+
+    resp->unknown_jobs = ts_rpc_alloc(call, (n + 1) * sizeof(*resp->unknown_jobs));
+    for (size_t i = 0; i < n; i++)
+        if (!jobs_note_held(m->jobs, req->jobs[i], ts_now_ms()))
+            resp->unknown_jobs[resp->n_unknown_jobs++] = ts_rpc_strdup(call, req->jobs[i]);
+}
+
 /* A worker's progress report: the page plots its job's rank 0's. */
 static void note_progress(struct master *m, const Tessera__V1__HeartbeatRequest *req)
 {
@@ -266,6 +284,7 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
     } else {
         ts_members_moves(m->members, req->id, req->moves_epoch, req->moves_pending);
         rosters_of(call, m, resp);
+        unknown_of(call, m, req, resp);
     }
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
@@ -376,6 +395,7 @@ Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job
     j->ended_unix_ms = v->ended_unix_ms;
     j->fingerprint = ts_rpc_strdup(call, v->fingerprint);
     j->reason = ts_rpc_strdup(call, v->reason);
+    j->owner = ts_rpc_strdup(call, v->owner);
     j->rollbacks = v->rollbacks;
     j->rollback_step = v->rollback_step;
     j->rolling_back = v->rolling_back;
@@ -670,7 +690,9 @@ static ts_status claim_work(struct ts_rpc_call *call, const ProtobufCMessage *rq
 }
 
 /* Who may call what, under mutual TLS (docs/security.md): members their own registration,
- * heartbeats and reports; the handlers narrow these by the member kind a request names. */
+ * heartbeats and reports; the handlers narrow these by the member kind a request names. A
+ * loss is reported by the shard that heads the partition, and sends the job back to its last
+ * snapshot: a shard's or an admin's word only. */
 #define MEMBERS (TS_ROLE_SHARD | TS_ROLE_WORKER | TS_ROLE_VERIFY)
 #define M(name, fn, rq, rs, roles) \
     { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor, 0, roles }
@@ -696,7 +718,8 @@ static const struct ts_rpc_method master_methods[] = {
     M("SubmitTask", master_submit_task, submit_task_request, submit_task_response,
       TS_ROLE_ADMIN | TS_ROLE_VERIFY),
     M("JobAccess", job_access, job_access_request, job_access_response, TS_ROLE_SHARD),
-    M("ReportLost", report_lost, report_lost_request, report_lost_response, MEMBERS),
+    M("ReportLost", report_lost, report_lost_request, report_lost_response,
+      TS_ROLE_SHARD | TS_ROLE_ADMIN),
     T("CollectGarbage", collect_garbage, collect_garbage_request, collect_garbage_response,
       TS_ROLE_ADMIN),
     { NULL, NULL, NULL, NULL, 0, 0 },

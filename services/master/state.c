@@ -295,6 +295,7 @@ static ts_status restore_jobs(struct master_state *s, struct master *m,
         o->ended_unix_ms = in->ended_unix_ms;
         snprintf(o->fingerprint, sizeof(o->fingerprint), "%s", in->fingerprint);
         snprintf(o->reason, sizeof(o->reason), "%s", in->reason);
+        snprintf(o->owner, sizeof(o->owner), "%s", in->owner);
         o->rollbacks = in->rollbacks;
         o->rollback_step = in->rollback_step;
         o->rolling_back = in->rolling_back;

@@ -86,6 +86,22 @@ static ts_status job_access(void *arg, const char *job, Tessera__V1__JobAccessRe
     return ts_membership_job_access(s->membership, job, out, err);
 }
 
+/* The heartbeat lists the jobs this shard holds; the master names those it holds nothing of
+ * (reclaim.c). */
+static size_t held_jobs(void *arg, char (*ids)[TS_JOB_ID_MAX + 1], size_t max)
+{
+    struct shard *s = arg;
+
+    return shard_params_held_jobs(&s->params, ids, max);
+}
+
+static void on_unknown_jobs(void *arg, char *const *ids, size_t n)
+{
+    struct shard *s = arg;
+
+    shard_params_orphans(&s->params, ids, n, ts_now_ms());
+}
+
 /* The heartbeat's report of what joining shards still wait for (docs/replication.md). */
 static uint64_t moves(void *arg, uint64_t *epoch)
 {
@@ -104,6 +120,7 @@ int main(int argc, char **argv)
     const char *restore = NULL;
     int64_t lease_ms = 0, mem_mib = 0, max_tensors = SHARD_MAX_TENSORS, restarts = 0;
     int64_t max_conns = DP_DEFAULT_MAX_CONNS;
+    int64_t arm_ms = SHARD_ARM_TIMEOUT_MS, orphan_ms = SHARD_ORPHAN_MS, mem_share = 100;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR", "master address (default $TESSERA_MASTER, "
                                                   "then 127.0.0.1:7070)", 0, 0 },
@@ -122,6 +139,8 @@ int main(int argc, char **argv)
         { "mem-budget", TS_FLAG_INT, &mem_mib, "MIB", "memory the jobs' partitions may use, in "
                                                       "MiB (default: half the machine's)", 1,
           INT64_C(1) << 30 },
+        { "job-mem-share", TS_FLAG_INT, &mem_share, "PCT", "percent of --mem-budget one job's "
+          "tensors may hold (default 100: what the other jobs leave)", 1, 100 },
         { "restarts", TS_FLAG_INT, &restarts, "N", "this process replaces a shard restarted N "
           "times (set by tessera up --respawn; shown by tessera status)", 0, 1000000 },
         { "max-tensors", TS_FLAG_INT, &max_tensors, "N", "tensors per job (ids 0..N-1; default "
@@ -129,6 +148,13 @@ int main(int argc, char **argv)
         { "max-conns", TS_FLAG_INT, &max_conns, "N", "data-plane connections served at once, "
                                                      "each a thread (default 4096); more are "
                                                      "refused and counted", 1, 1 << 20 },
+        { "arm-timeout-ms", TS_FLAG_INT, &arm_ms, "MS", "drop a snapshot armed (ArmSnapshot) "
+          "that nobody asked for this long, so that its job can be released (default 300000; "
+          "0: never; docs/operations.md)", 0, INT64_C(1) << 40 },
+        { "orphan-job-ms", TS_FLAG_INT, &orphan_ms, "MS", "release a job's tensors once the "
+          "master has said for this long that it holds nothing of the job (tensors registered "
+          "by no worker of its, or a job released while this shard was cut off; default "
+          "600000; 0: never)", 0, INT64_C(1) << 40 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -163,6 +189,9 @@ int main(int argc, char **argv)
     shard_params_init(&s.params);
     s.params.mem_budget = mem_mib ? (uint64_t)mem_mib << 20 : default_budget();
     s.params.max_tensors = (uint32_t)max_tensors;
+    s.params.job_mem_share = (uint32_t)mem_share;
+    s.params.arm_timeout_ms = arm_ms;
+    s.params.orphan_ms = orphan_ms;
     s.params.on_release = dataplane_forget;
     s.params.release_ctx = &s.dp;
     if (restore && !store_dir) {
@@ -198,6 +227,8 @@ int main(int argc, char **argv)
     mcfg.on_epoch = on_epoch;
     mcfg.moves = moves;
     mcfg.on_roster = on_roster;
+    mcfg.held_jobs = held_jobs;
+    mcfg.on_unknown_jobs = on_unknown_jobs;
     mcfg.arg = &s;
     mcfg.lease_ms = (uint32_t)lease_ms;
     mcfg.restarts = (uint32_t)restarts;

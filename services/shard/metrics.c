@@ -10,7 +10,7 @@
 static struct {
     struct ts_metric_family *push_s, *pull_s, *push_bytes, *pull_bytes, *updates, *aggregate_s;
     struct ts_metric_family *partitions, *bytes, *promotions, *lost, *reseeded, *copies,
-        *refused, *refusals;
+        *refused, *refusals, *arms_expired, *orphans;
 } fam;
 
 static void collect(void *arg)
@@ -24,6 +24,8 @@ static void collect(void *arg)
     ts_counter_set(ts_metric_one(fam.promotions, NULL), s->params.promotions);
     ts_counter_set(ts_metric_one(fam.lost, NULL), s->params.lost);
     ts_counter_set(ts_metric_one(fam.reseeded, NULL), s->params.reseeded);
+    ts_counter_set(ts_metric_one(fam.arms_expired, NULL), s->params.arms_expired);
+    ts_counter_set(ts_metric_one(fam.orphans, NULL), s->params.orphans_released);
     pthread_mutex_unlock(&s->params.mu);
     ts_counter_set(ts_metric_one(fam.copies, NULL), atomic_load(&s->params.copies_sent));
     if (s->dp.n) {
@@ -82,6 +84,13 @@ void shard_metrics_init(struct shard *s)
                                      "refused, by reason (docs/security.md, \"Refusals\"): a "
                                      "conflict or an identity refusal is a forged push or a "
                                      "broken worker", TS_METRIC_COUNTER, "reason", NULL, 0);
+    fam.arms_expired = ts_metrics_family("tessera_shard_snapshot_arms_expired_total",
+                                         "snapshots armed, then dropped because nobody asked "
+                                         "for them for --arm-timeout-ms", TS_METRIC_COUNTER,
+                                         NULL, NULL, 0);
+    fam.orphans = ts_metrics_family("tessera_shard_orphan_jobs_released_total", "jobs "
+                                    "released because the master held nothing of them for "
+                                    "--orphan-job-ms", TS_METRIC_COUNTER, NULL, NULL, 0);
     ts_metrics_collector(collect, s);
 }
 

@@ -27,6 +27,7 @@ void shard_params_init(struct shard_params *sp)
     pthread_rwlock_init(&sp->life, NULL);
     sp->mem_budget = UINT64_MAX;
     sp->max_tensors = SHARD_MAX_TENSORS;
+    sp->job_mem_share = 100;
     sp->joining = true;   /* a new shard holds nothing stale: see shard_params_rechain */
 }
 
@@ -354,7 +355,8 @@ ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct sh
 }
 
 /* Charges what t's partitions on this shard will take to the budget, or refuses (TS_ENOMEM,
- * nothing charged) naming the budget and the jobs that use it; mu held. */
+ * nothing charged) naming the budget and the jobs that use it, or the job's share of it
+ * (--job-mem-share); mu held. */
 static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts_cluster *cl,
                         uint32_t my_id, struct shard_tensor *t, struct ts_err *err)
 {
@@ -362,8 +364,12 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
                                            sizeof(*t->next) + sizeof(*t->resync) +
                                            sizeof(*t->lost) + sizeof(*t->held) +
                                            sizeof(*t->prev)), off, len;
+    /* A job's tensors may take its share of the budget (at 100%, what the others leave). */
+    uint64_t share = sp->job_mem_share < 100 ? sp->mem_budget / 100 * sp->job_mem_share
+                                              : sp->mem_budget;
     char users[160] = "";
     size_t at = 0;
+    bool room;
     ts_status st;
 
     for (uint32_t p = 0; p < t->nparts; p++) {
@@ -375,12 +381,19 @@ static ts_status charge(struct shard_params *sp, struct shard_job *sj, struct ts
         ts_partition_range(t->numel, sizeof(float), t->partition_bytes, p, &off, &len);
         need += ts_part_mem(&sj->job, len);
     }
-    if (need <= sp->mem_budget - sp->mem_used) {
+    if ((room = need <= sp->mem_budget - sp->mem_used) && sj->mem + need <= share) {
         sp->mem_used += need;
         sj->mem += need;
         t->mem = need;
         return TS_OK;
     }
+    if (room)   /* the budget has room, but not this job's part of it */
+        return ts_err_set(err, TS_ENOMEM, "tensor '%s': job '%s' would hold %.1f MiB on this "
+                          "shard, over its share of the --mem-budget (--job-mem-share %u%% of "
+                          "%.1f MiB: %.1f MiB); register less, or raise --job-mem-share",
+                          t->name, sj->job.id, (double)(sj->mem + need) / (1 << 20),
+                          sp->job_mem_share, (double)sp->mem_budget / (1 << 20),
+                          (double)share / (1 << 20));
     for (size_t j = 0; j < sp->njobs && at < sizeof(users) - 1; j++)
         at += (size_t)snprintf(users + at, sizeof(users) - at, "%s%s %.1f MiB", j ? ", " : "",
                                sp->jobs[j]->job.id, (double)sp->jobs[j]->mem / (1 << 20));
@@ -557,8 +570,10 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
             st = ts_err_set(err, TS_EEXIST, "tensor.name: '%s' is registered as tensor %u, not "
                             "%u", o->name, o->id, req->tensor_id);
     }
-    if (!st)
+    if (!st) {
         t = sj->tensors[req->tensor_id];
+        sj->orphan_since_ms = 0;   /* in use: the master's next word counts afresh (reclaim.c) */
+    }
     if (!st && t && !same_tensor(t, req))
         st = ts_err_set(err, TS_EEXIST, "tensor_id: %u is '%s' with another shape, initializer, "
                         "seed, sync period or partition size (%" PRIu64 " bytes)", t->id,

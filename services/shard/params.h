@@ -8,7 +8,8 @@
  * follows: each is charged and registered like its own, but only heads answer workers, are
  * reported to RegisterTensor, snapshotted and counted in a job's status.
  * Memory: every partition is charged to the shard's budget (--mem-budget) before it is
- * created; a request over it is TS_ENOMEM naming the budget and the jobs using it.
+ * created; a request over it is TS_ENOMEM naming the budget and the jobs using it, and so is
+ * a registration that takes its job past its share of the budget (--job-mem-share).
  * Ownership: the registry owns its jobs, tensors and partitions until the job is released
  * (shard_params_release) or shard_params_fini().
  * Threads: safe; the registry lock is held only to find, add or remove, partitions lock
@@ -77,14 +78,25 @@ struct shard_tensor {
 #define SHARD_MAX_JOBS 256
 /* Joining shards a job is introduced to at once (more wait for the next pass). */
 #define SHARD_MAX_JOINING 16
+/* --arm-timeout-ms's default: 5 minutes. The master polls every shard of a snapshot it waits
+ * for every half second per shard (128 s between two calls to one shard at 256 shards), so
+ * only an abandoned arm goes this long unasked for. */
+#define SHARD_ARM_TIMEOUT_MS (5 * 60 * 1000)
+/* --orphan-job-ms's default: 10 minutes. The master knows a job from its first worker's
+ * RegisterWorker, before any tensor; a master restarted without its state forgets it until
+ * the workers register again, within their lease (at most 10 minutes). */
+#define SHARD_ORPHAN_MS (10 * 60 * 1000)
 
 struct shard_job {
     struct ts_job job;
     uint64_t data_seed;                /* JobSpec.data_seed, micro_batch: for manifests */
     uint32_t micro;
-    /* A snapshot armed at armed_step (when armed); written under snap_mu, read by status. */
+    /* A snapshot armed at armed_step (when armed); written under snap_mu, read by status.
+     * armed_ms: when it was last asked for (ArmSnapshot, or a WriteSnapshot of its step;
+     * monotonic, under mu), for shard_params_expire_arms. */
     _Atomic uint64_t armed_step;
     atomic_bool armed;
+    int64_t armed_ms;
     atomic_uint conns;                 /* data-plane connections naming it (attach, detach) */
     uint64_t mem;                      /* bytes charged to the budget for it (under mu) */
     struct shard_tensor *tensors[SHARD_MAX_TENSORS];
@@ -96,6 +108,10 @@ struct shard_job {
     atomic_uint_least64_t fence, rollback_step;
     atomic_uint rollbacks, lost_gen;
     atomic_bool lost_report;
+    /* The master's word on the job, from its heartbeat replies (reclaim.c; under mu): since
+     * when it says it holds nothing of the job (0: it holds it, or it was registered to
+     * since), and when it last said so. */
+    int64_t orphan_since_ms, orphan_seen_ms;
     /* Under mu: the tensors registered, and the joining shards this shard registered them
      * with (repair.c), with how many there were then. */
     uint32_t ntensors;
@@ -124,7 +140,16 @@ struct shard_params {
     pthread_mutex_t snap_mu;           /* one snapshot arm or write at a time */
     /* Walks that use a job outside mu (status) hold it for reading; a release for writing. */
     pthread_rwlock_t life;
+    /* Reclaim: --arm-timeout-ms and --orphan-job-ms (0: never); since start (under mu), the
+     * armed snapshots dropped because nobody asked for them so long (shard_params_expire_arms)
+     * and the jobs released because the master held nothing of them so long (reclaim.c). */
+    int64_t arm_timeout_ms, orphan_ms;
+    uint64_t arms_expired, orphans_released;
     uint64_t mem_budget;               /* --mem-budget: bytes its partitions may use */
+    /* --job-mem-share: the percent of mem_budget one job's registered tensors may hold
+     * (100: all the others leave). Copies made for a chain or a rollback are not held to it:
+     * failover must not fail on it. */
+    uint32_t job_mem_share;
     uint64_t mem_used;                 /* what they use now (under mu) */
     uint32_t max_tensors;              /* --max-tensors: tensor ids per job are below it */
     /* Called under mu after a job's memory is freed, before anything can be created again
@@ -229,19 +254,31 @@ uint64_t shard_params_moves(struct shard_params *sp, struct ts_cluster *cl, uint
 struct ts_part *shard_params_adopt(struct shard_params *sp, struct shard_job *job,
                                    uint32_t tensor, uint32_t part, struct ts_err *err);
 
-/* Rollback (docs/replication.md, "Rollback"; rollback.c). Fence: the data plane refuses the
- * job from now on, with `step` to continue from (the caller then ends its waiting pulls).
- * TS_ENOTFOUND: the job is not here; TS_ENOTSUP: an SSP or ASP job. */
+/* Rollback (docs/replication.md, "Rollback"; rollback.c), in this order, so that a request
+ * that cannot succeed changes nothing. Check: snapshot `hex` (of the job, at `step`, in the
+ * shard's --store) can be loaded into every partition of the job whose chain this shard is in
+ * under cl's map: it resolves, it is the job's at that step, every tensor of the job is in it
+ * with its shape and partitioning, and every chunk to read is in the store. *out: the
+ * manifest (the caller frees it with ts_manifest_free). Nothing changes. TS_ENOTFOUND: the
+ * job is not here; TS_EINVAL naming snapshot_id (no such snapshot, or another job's or
+ * step's), TS_ESTATE (no --store, a tensor of another shape), TS_ECORRUPT (a chunk missing). */
+ts_status shard_params_rollback_check(struct shard_params *sp, struct ts_cluster *cl,
+                                      uint32_t my_id, const char *job, const char *hex,
+                                      uint64_t step, ts_manifest **out,
+                                      struct ts_err *err) TS_MUST_CHECK;
+/* Fence: the data plane refuses the job from now on, with `step` to continue from (the caller
+ * then ends its waiting pulls). TS_ENOTFOUND: the job is not here. */
 ts_status shard_params_fence(struct shard_params *sp, const char *job, uint64_t step,
                              struct ts_err *err) TS_MUST_CHECK;
-/* Then loads snapshot `hex` (of the job, at `step`, from the shard's --store) into every
- * partition of the fenced job whose chain this shard is in under cl's map, creating the
- * copies it lacks, as the job's generation-th rollback (older pushes and images are refused
- * from then on, ts_part_rollback). *restored: how many. TS_ESTATE without --store or the
- * fence. The job stays fenced until shard_params_reopen. */
+/* Then loads the checked manifest m (named hex, for the log) into every partition of the
+ * fenced job whose chain this shard is in under cl's map, creating the copies it lacks, as the
+ * job's generation-th rollback (older pushes and images are refused from then on,
+ * ts_part_rollback). *restored: how many. TS_ESTATE without the fence. The job stays fenced
+ * until shard_params_reopen; a chunk that fails its check midway leaves it fenced, partly
+ * loaded, for the master to retry or give up on. */
 ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
-                                const char *job, const char *hex, uint64_t step,
-                                uint32_t generation, uint64_t *restored,
+                                const char *job, const ts_manifest *m, const char *hex,
+                                uint64_t step, uint32_t generation, uint64_t *restored,
                                 struct ts_err *err) TS_MUST_CHECK;
 /* Lifts the fence: the job runs again from its rollback, the generation-th (> 0). */
 ts_status shard_params_reopen(struct shard_params *sp, const char *job, uint32_t generation,
@@ -255,7 +292,9 @@ void shard_params_mark_lost(struct shard_params *sp, const char *id);
 
 /* Snapshots (docs/snapshots.md). Arm: every partition of the job copies itself when it reaches
  * `step`; *armed false (nothing armed) when one is already past it. disarm drops the job's
- * copies. *minv, *maxv: the versions the job's partitions span. TS_ENOTFOUND: no such job. */
+ * copies. *minv, *maxv: the versions the job's partitions span. TS_ENOTFOUND: no such job.
+ * An armed snapshot holds its job (shard_params_release refuses) until it is written or
+ * disarmed, or shard_params_expire_arms drops it. */
 ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
                            bool *armed, uint64_t *minv, uint64_t *maxv,
                            struct ts_err *err) TS_MUST_CHECK;
@@ -266,6 +305,29 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
 ts_status shard_params_write(struct shard_params *sp, const char *job, uint64_t step,
                              int wait_ms, struct ts_snap_piece *piece, bool *ready,
                              uint64_t *min_version, struct ts_err *err) TS_MUST_CHECK;
+
+/* Drops every armed snapshot that nobody asked for (ArmSnapshot, WriteSnapshot) for
+ * sp->arm_timeout_ms: the master that armed it polls WriteSnapshot every half second while it
+ * waits, so only an abandoned one lapses (its master died, or an ArmSnapshot at a step that
+ * never comes), and its job can then be released. Logs and counts each; returns how many. */
+size_t shard_params_expire_arms(struct shard_params *sp, int64_t now_ms);
+
+/* Reclaim (reclaim.c; docs/operations.md, "What nobody comes back for"). The jobs this shard
+ * holds, for its heartbeat (at most max into ids); returns how many. */
+size_t shard_params_held_jobs(struct shard_params *sp, char (*ids)[TS_JOB_ID_MAX + 1],
+                              size_t max);
+/* The master's answer to a heartbeat that listed the jobs: of those, it holds nothing of
+ * unknown[0..n) (no running, idle or unreleased job of that id). A job it names is an orphan
+ * since now_ms (or since it first named it, without a break); any other is not one. */
+void shard_params_orphans(struct shard_params *sp, char *const *unknown, size_t n,
+                          int64_t now_ms);
+/* Releases every job the master has named an orphan without a break for sp->orphan_ms (a
+ * client registered its tensors and never its workers, or the master released the job while
+ * this shard was cut off), as ReleaseJob would: end_job(ctx, job) first (may be NULL; the
+ * data plane's waits). One that refuses (a connection open, a snapshot armed) is tried at
+ * the next call. Logs and counts each; returns how many. */
+size_t shard_params_reclaim_orphans(struct shard_params *sp,
+                                    void (*end_job)(void *ctx, const char *job), void *ctx);
 
 /* A job as ShardStatus reports it. */
 struct shard_job_status {

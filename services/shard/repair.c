@@ -232,6 +232,16 @@ static void reap(struct shard_params *sp)
     pthread_rwlock_unlock(&sp->life);
 }
 
+/* A job the master does not know is released as ReleaseJob would (reclaim.c): its waiting
+ * pulls end first. */
+static void end_job(void *ctx, const char *job)
+{
+    struct dataplane *dp = ctx;
+
+    if (dp->n)
+        dataplane_end_job(dp, job);
+}
+
 /* Jobs with a partition whose every copy is lost: the master hears of each, and rolls it back
  * to its last snapshot (docs/replication.md, "Rollback"). */
 static void report_lost(struct repair *r)
@@ -262,6 +272,8 @@ static void *repair_main(void *arg)
         ts_sleep_ms(REPAIR_POLL_MS);
         report_lost(r);
         reap(r->sp);
+        (void)shard_params_expire_arms(r->sp, ts_now_ms());
+        (void)shard_params_reclaim_orphans(r->sp, end_job, r->dp);
         pthread_rwlock_rdlock(&r->sp->life);   /* no job is released under the pass */
         introduce(r);
         todo = collect(r->sp, &n);

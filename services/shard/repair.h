@@ -7,8 +7,10 @@
  * its image with the next step anyway; an idle one (kept with --keep) would never. A thread
  * sends the flagged partitions' images, publishes what the chain then holds, and tries again
  * later where the new member cannot be reached yet. The same thread tells joining shards of
- * the jobs they do not know (their tensors; "Joining") and frees the partitions whose chains
- * left this shard once no one uses them.
+ * the jobs they do not know (their tensors; "Joining"), frees the partitions whose chains
+ * left this shard once no one uses them, drops the snapshots armed that nobody asks for any
+ * more (shard_params_expire_arms), so that their jobs can be released, and releases the jobs
+ * the master holds nothing of (shard_params_reclaim_orphans).
  * Ownership: the caller embeds struct repair; repair_stop joins the thread.
  * Threads: one of its own. */
 #ifndef TS_SHARD_REPAIR_H

@@ -47,19 +47,23 @@ static ts_status rollback_part(struct shard_params *sp, struct shard_job *sj,
     return TS_OK;
 }
 
-/* The snapshot of job named hex, which must be of that job at that step. */
+/* The snapshot of job named hex, which must be of that job at that step. A name the store
+ * does not know is the request's mistake (TS_EINVAL), not TS_ENOTFOUND: that code says the
+ * job is not on this shard, and the master skips such a shard. */
 static ts_status load_manifest(struct shard_params *sp, const char *job, const char *hex,
                                uint64_t step, ts_manifest **out, struct ts_err *err)
 {
     uint8_t id[TS_STORE_ID_LEN];
+    struct ts_err e = { 0 };
     ts_status st;
 
     if (!sp->store)
         return ts_err_set(err, TS_ESTATE, "this shard runs without --store: it cannot read "
                           "snapshots");
-    if ((st = ts_snap_resolve(sp->store, hex, id, NULL, err)) ||
-        (st = ts_manifest_load(sp->store, id, out, err)))
-        return st;
+    if ((st = ts_snap_resolve(sp->store, hex, id, NULL, &e)) ||
+        (st = ts_manifest_load(sp->store, id, out, &e)))
+        return ts_err_set(err, st == TS_ENOTFOUND ? TS_EINVAL : st, "snapshot_id: %.80s: %s",
+                          hex, e.msg);
     if (!(*out)->job || strcmp((*out)->job->id, job) || (*out)->step != step) {
         st = ts_err_set(err, TS_EINVAL, "snapshot_id: %.12s is job '%s' at step %" PRIu64
                         ", not '%s' at %" PRIu64, hex, (*out)->job ? (*out)->job->id : "?",
@@ -67,6 +71,66 @@ static ts_status load_manifest(struct shard_params *sp, const char *job, const c
         ts_manifest_free(*out);
         *out = NULL;
     }
+    return st;
+}
+
+/* Every chunk of the partitions of t this shard will load is in the store (their contents are
+ * checked as they are read). */
+static ts_status chunks_present(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                                const struct shard_tensor *t, const ts_tensor_manifest *tm,
+                                struct ts_err *err)
+{
+    char hex[TS_STORE_HEX_LEN + 1];
+
+    for (uint32_t p = 0; p < t->nparts; p++) {
+        const ts_partition_manifest *pm = tm->partitions[p];
+        size_t nv = pm->n_value_chunks, n = nv + pm->n_state_chunks;
+        struct params_place at;
+        ts_status st;
+
+        if ((st = params_place_of(cl, my_id, t, p, &at, err)))
+            return st;
+        for (size_t k = 0; at.held && k < n; k++) {
+            const ProtobufCBinaryData *c = k < nv ? &pm->value_chunks[k]
+                                                  : &pm->state_chunks[k - nv];
+            if (!ts_store_has(sp->store, c->data))
+                return ts_err_set(err, TS_ECORRUPT, "snapshot_id: chunk %.12s of tensor '%s' "
+                                  "partition %u is missing from the store",
+                                  ts_store_hex(c->data, hex), t->name, p);
+        }
+    }
+    return TS_OK;
+}
+
+ts_status shard_params_rollback_check(struct shard_params *sp, struct ts_cluster *cl,
+                                      uint32_t my_id, const char *job, const char *hex,
+                                      uint64_t step, ts_manifest **out, struct ts_err *err)
+{
+    ts_manifest *m = NULL;
+    struct shard_job *sj;
+    ts_status st;
+
+    pthread_rwlock_rdlock(&sp->life);   /* the job is not released under the check */
+    if (!(sj = params_find_job(sp, job)))
+        st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not on this shard", job);
+    else
+        st = load_manifest(sp, job, hex, step, &m, err);
+    for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++) {
+        const ts_tensor_manifest *tm;
+        struct shard_tensor *t;
+
+        pthread_mutex_lock(&sp->mu);
+        t = sj->tensors[i];
+        pthread_mutex_unlock(&sp->mu);
+        if (t && (!(tm = params_manifest_tensor(m, t, &st, err)) ||
+                  (st = chunks_present(sp, cl, my_id, t, tm, err))))
+            ts_err_prefix(err, "snapshot_id %.12s", hex);
+    }
+    pthread_rwlock_unlock(&sp->life);
+    if (st)
+        ts_manifest_free(m);
+    else
+        *out = m;
     return st;
 }
 
@@ -86,11 +150,11 @@ ts_status shard_params_fence(struct shard_params *sp, const char *job, uint64_t 
 }
 
 ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
-                                const char *job, const char *hex, uint64_t step,
-                                uint32_t generation, uint64_t *restored, struct ts_err *err)
+                                const char *job, const ts_manifest *m, const char *hex,
+                                uint64_t step, uint32_t generation, uint64_t *restored,
+                                struct ts_err *err)
 {
-    struct params_restore rc = { .sp = sp };
-    ts_manifest *m = NULL;
+    struct params_restore rc = { .sp = sp, .m = m };
     struct shard_job *sj;
     ts_status st = TS_OK;
 
@@ -103,8 +167,6 @@ ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, 
     if (atomic_load(&sj->fence) != step + 1)
         st = ts_err_set(err, TS_ESTATE, "job '%s' is not fenced for step %" PRIu64
                         " (shard_params_fence first)", job, step);
-    if (!st && !(st = load_manifest(sp, job, hex, step, &m, err)))
-        rc.m = m;
     for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++) {
         struct shard_tensor *t;
 
@@ -122,7 +184,6 @@ ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, 
             ts_err_prefix(err, "tensor '%s'", t->name);
     }
     pthread_rwlock_unlock(&sp->life);
-    ts_manifest_free(m);
     if (!st)
         ts_log(TS_WARN, "shard", "job %s: back to step %" PRIu64 " of snapshot %.12s (%" PRIu64
                " partitions loaded); waiting for the master to reopen it", job, step, hex,

@@ -112,6 +112,8 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     resp->partitions_reseeded = s->params.reseeded;
     resp->copies_pending = s->params.resyncs + s->params.inflight;
     resp->partitions_dropped = s->params.dropped;
+    resp->snapshot_arms_expired = s->params.arms_expired;
+    resp->orphan_jobs_released = s->params.orphans_released;
     pthread_mutex_unlock(&s->params.mu);
     if (s->cluster && s->membership) {
         uint64_t epoch;
@@ -264,6 +266,8 @@ static ts_status rollback_job(struct ts_rpc_call *call, const ProtobufCMessage *
     const Tessera__V1__RollbackJobRequest *req = (const void *)rq;
     Tessera__V1__RollbackJobResponse *resp = (void *)rs;
     struct shard *s = ts_rpc_ctx(call);
+    uint32_t me;
+    ts_manifest *m = NULL;
     ts_status st;
 
     if ((st = ts_job_id_check("job", req->job, err)))
@@ -282,13 +286,21 @@ static ts_status rollback_job(struct ts_rpc_call *call, const ProtobufCMessage *
     if ((st = ts_cluster_check_epoch(s->cluster, req->map_epoch, err)))
         return st;
     s->dp.remap(s->dp.remap_ctx);   /* this shard's roles under that map */
+    /* Everything that can be known before is checked before the fence: a refused request
+     * leaves the job training as it was (issue 41). */
+    me = ts_membership_id(s->membership);
+    if ((st = shard_params_rollback_check(&s->params, s->cluster, me, req->job,
+                                          req->snapshot_id, req->step, &m, err)) || req->check)
+        goto out;
     if ((st = shard_params_fence(&s->params, req->job, req->step, err)))
-        return st;
+        goto out;
     if (s->dp.n)
         dataplane_end_job(&s->dp, req->job);   /* its waiting pulls hear of the fence */
-    return shard_params_rollback(&s->params, s->cluster, ts_membership_id(s->membership),
-                                 req->job, req->snapshot_id, req->step, req->generation,
-                                 &resp->partitions, err);
+    st = shard_params_rollback(&s->params, s->cluster, me, req->job, m, req->snapshot_id,
+                               req->step, req->generation, &resp->partitions, err);
+out:
+    ts_manifest_free(m);
+    return st;
 }
 
 /* Who may call what, under mutual TLS (docs/security.md): workers register tensors; what

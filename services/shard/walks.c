@@ -9,6 +9,7 @@
 
 #include "params.h"
 #include "params_internal.h"
+#include "util/log.h"
 #include "util/proc.h"
 
 /* Calls fn on every partition this shard holds of sj; takes mu to walk (tensors are only ever
@@ -110,6 +111,7 @@ static void set_armed(struct shard_params *sp, struct shard_job *sj, bool armed,
     pthread_mutex_lock(&sp->mu);
     sj->armed_step = step;
     sj->armed = armed;
+    sj->armed_ms = ts_now_ms();
     pthread_mutex_unlock(&sp->mu);
 }
 
@@ -225,6 +227,10 @@ ts_status shard_params_write(struct shard_params *sp, const char *job, uint64_t 
     if (!st && w.missing) {
         struct versions v = { .min = UINT64_MAX };
 
+        pthread_mutex_lock(&sp->mu);   /* its master still waits for it */
+        sj->armed_ms = ts_now_ms();
+        pthread_mutex_unlock(&sp->mu);
+
         (void)each_part(sp, sj, versions_one, &v, err);
         *min_version = v.min;
         pthread_mutex_unlock(&sp->snap_mu);
@@ -242,6 +248,53 @@ ts_status shard_params_write(struct shard_params *sp, const char *job, uint64_t 
     }
     pthread_mutex_unlock(&sp->snap_mu);
     return st;
+}
+
+/* Disarms sj if its snapshot lapsed; whether it did. snap_mu held. */
+static bool expire_arm(struct shard_params *sp, struct shard_job *sj, int64_t now_ms)
+{
+    struct ts_err ignored = { 0 };
+    int64_t idle;
+    uint64_t step;
+
+    pthread_mutex_lock(&sp->mu);
+    idle = now_ms - sj->armed_ms;
+    step = sj->armed_step;
+    pthread_mutex_unlock(&sp->mu);
+    if (!sj->armed || idle < sp->arm_timeout_ms)
+        return false;
+    (void)each_part(sp, sj, disarm_one, NULL, &ignored);
+    set_armed(sp, sj, false, 0);
+    pthread_mutex_lock(&sp->mu);
+    sp->arms_expired++;
+    pthread_mutex_unlock(&sp->mu);
+    ts_log(TS_WARN, "shard", "job %s: the snapshot armed at step %" PRIu64 " was not asked for "
+           "in %" PRId64 " ms (--arm-timeout-ms): disarmed, the job may be released", sj->job.id,
+           step, idle);
+    return true;
+}
+
+size_t shard_params_expire_arms(struct shard_params *sp, int64_t now_ms)
+{
+    char ids[SHARD_MAX_JOBS][TS_JOB_ID_MAX + 1];
+    size_t n = 0, done = 0;
+
+    if (sp->arm_timeout_ms <= 0)
+        return 0;
+    pthread_mutex_lock(&sp->mu);
+    for (size_t i = 0; i < sp->njobs; i++)
+        if (sp->jobs[i]->armed && now_ms - sp->jobs[i]->armed_ms >= sp->arm_timeout_ms)
+            snprintf(ids[n++], sizeof(ids[0]), "%s", sp->jobs[i]->job.id);
+    pthread_mutex_unlock(&sp->mu);
+    for (size_t i = 0; i < n; i++) {
+        struct shard_job *sj;
+
+        pthread_mutex_lock(&sp->snap_mu);   /* the job cannot be released meanwhile */
+        if ((sj = params_find_job(sp, ids[i])))
+            done += expire_arm(sp, sj, now_ms);
+        pthread_mutex_unlock(&sp->snap_mu);
+    }
+    return done;
 }
 
 static ts_status ranks_one(void *ctx, struct shard_tensor *t, struct ts_part *p,

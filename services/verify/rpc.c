@@ -136,6 +136,11 @@ static ts_status compare(struct ts_rpc_call *call, const ProtobufCMessage *rq,
     struct ts_audit_opts o = { 0 };
     ts_status st = check(req, &o.levels, err);
 
+    /* "live" makes this service write a snapshot through the master with its own certificate
+     * (CreateSnapshot: admin or verify): only a caller that could ask for one itself may. */
+    if (!st && (!strcmp(req->a, "live") || !strcmp(req->b, "live")) &&
+        (st = ts_rpc_need_role(call, TS_ROLE_ADMIN, err)))
+        ts_err_prefix(err, "\"live\" writes a snapshot of the running job");
     o.cosine_min = req->cosine_min;
     o.alpha = req->alpha;
     o.psi_max = req->psi_max;
@@ -155,6 +160,8 @@ static ts_status compare(struct ts_rpc_call *call, const ProtobufCMessage *rq,
     return st;
 }
 
+/* Any certificate of the CA may compare snapshots, which only reads the store; compare()
+ * asks for an admin when a side is "live" (docs/security.md). */
 static const struct ts_rpc_method verify_methods[] = {
     { "Compare", compare, &tessera__v1__compare_request__descriptor,
       &tessera__v1__compare_response__descriptor, TS_RPC_OWN_THREAD, 0 },

@@ -245,6 +245,47 @@ static void deregister_and_replacement(void **state)
     ts_members_free(m);
 }
 
+/* A worker that asked for a long lease is held to the default one until its first heartbeat
+ * (issue 41: a registration alone kept its job's slot for its lease); once heard, it has the
+ * lease it asked for. Shards keep theirs. Registering again starts the count afresh. */
+static void first_heartbeat_within_the_default_lease(void **state)
+{
+    struct ts_members *m = mk(1000);
+    struct ts_member_grant g;
+    struct ts_members_view v;
+    uint32_t quiet, beats, shard;
+
+    (void)state;
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "quiet", 600000, 0, &g,
+                                                NULL, NULL), TS_OK);
+    quiet = g.id;
+    assert_int_equal(g.lease_ms, 600000);
+    assert_int_equal(ts_members_register_worker(m, "h", 2, "", NULL, "beats", 600000, 0, &g,
+                                                NULL, NULL), TS_OK);
+    beats = g.id;
+    assert_int_equal(ts_members_register_shard(m, "h:1", "s", 600000, NULL, 0, 0, &g, NULL,
+                                               NULL), TS_OK);
+    shard = g.id;
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, beats, 0, 0, 500, &g, NULL, NULL),
+                     TS_OK);
+    assert_int_equal(ts_members_expire(m, 1000, NULL, NULL), 0);
+    assert_int_equal(ts_members_expire(m, 1001, NULL, NULL), 1);   /* quiet, at the default */
+    assert_int_equal(ts_members_expire(m, 500000, NULL, NULL), 0); /* beats and the shard: theirs */
+    assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+    assert_int_equal(v.workers[quiet - 1].state, TS_MEMBER_DEAD);
+    assert_non_null(strstr(v.workers[quiet - 1].death, "no heartbeat within 1000 ms"));
+    assert_int_equal(v.workers[beats - 1].state, TS_MEMBER_ALIVE);
+    assert_int_equal(v.shards[shard - 1].state, TS_MEMBER_ALIVE);
+    ts_members_view_free(&v);
+    /* Back with the same instance: not heard again until it beats. */
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "quiet", 600000, 500000, &g,
+                                                NULL, NULL), TS_OK);
+    assert_int_equal(g.id, quiet);
+    assert_int_equal(ts_members_expire(m, 501000, NULL, NULL), 0);
+    assert_int_equal(ts_members_expire(m, 501001, NULL, NULL), 1);
+    ts_members_free(m);
+}
+
 /* Many registrations: each instance found again through the index as the table grows. */
 static void many_workers_keep_their_ids(void **state)
 {
@@ -619,6 +660,7 @@ int main(void)
         cmocka_unit_test(joining_shard_goes_on_the_ring_once_moves_are_done),
         cmocka_unit_test(heartbeat_errors),
         cmocka_unit_test(deregister_and_replacement),
+        cmocka_unit_test(first_heartbeat_within_the_default_lease),
         cmocka_unit_test(many_workers_keep_their_ids),
         cmocka_unit_test(create_validates_lease),
         cmocka_unit_test(departed_workers_are_forgotten),

@@ -328,14 +328,12 @@ static void count_slots(struct ts_part *p, const struct ts_push *in)
         p->pushed[__builtin_ctzll(m)] = 1;
 }
 
-static ts_status check_push(const struct ts_part *p, const struct ts_push *in,
+/* What a push is, whatever the partition's step: its rank, scale, encoding and length. */
+static ts_status check_form(const struct ts_part *p, const struct ts_push *in,
                             struct ts_err *err)
 {
-    uint32_t had;
-
     size_t want_bytes = p->len * (in->encoding == TS_ENC_FIXED ? sizeof(int64_t)
                                                                 : sizeof(float));
-    ts_status st;
 
     if (in->rank >= p->job->workers)
         return ts_err_set(err, TS_EINVAL, "rank: %u is not below the job's %u workers", in->rank,
@@ -356,9 +354,18 @@ static ts_status check_push(const struct ts_part *p, const struct ts_push *in,
             return ts_err_set(err, TS_EINVAL, "payload: %zu bytes for tensor %u partition %u, "
                               "want %zu (%" PRIu64 " elements)", in->bytes, p->tensor_id,
                               p->index, want_bytes, p->len);
-    } else if ((st = ts_codec_check(in->encoding, in->payload, in->bytes, p->len, err))) {
-        return st;
+        return TS_OK;
     }
+    return ts_codec_check(in->encoding, in->payload, in->bytes, p->len, err);
+}
+
+/* Whether a push of good form comes at its step: the current one, its slots not counted
+ * yet, its loss scale the step's. */
+static ts_status check_step(const struct ts_part *p, const struct ts_push *in,
+                            struct ts_err *err)
+{
+    uint32_t had;
+
     if (async_mode(p->job)) {
         if (in->step != p->clock[in->rank])
             return ts_err_set(err, in->step < p->clock[in->rank] ? TS_ESTATE : TS_EINVAL,
@@ -449,10 +456,11 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
         pthread_mutex_unlock(&p->mu);
         return st;
     }
-    st = check_slots(p, in, err);
+    if (!(st = check_slots(p, in, err)))
+        st = check_form(p, in, err);
     if (!st && counted(p, in)) {
         /* Sent again: the same bytes are a duplicate, acknowledged when it says it is a retry
-         * (counted before a failover) and refused by check_push otherwise; other bytes are
+         * (counted before a failover) and refused by check_step otherwise; other bytes are
          * refused here (part.h, "Duplicates"). */
         st = part_mark_check(p, in, err);
         if (!st && in->retry) {
@@ -461,7 +469,7 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
         }
     }
     if (!st)
-        st = check_push(p, in, err);
+        st = check_step(p, in, err);
     if (!st) {
         /* SSP and ASP apply each push alone, on arrival. */
         first = async_mode(p->job) || p->npushed == 0;

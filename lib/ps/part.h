@@ -133,8 +133,9 @@ static inline uint32_t ts_push_nslots(const struct ts_push *in)
 /* Adds a push. *applied is set when this push completed (BSP, REDUCE) or made (SSP, ASP) an
  * update; a duplicate retry (above) returns TS_OK with nothing changed.
  * Duplicates: the partition remembers each slot's last counted push (a keyed digest, lib/ps/
- * mark.c says what it covers). A push of a slot and step already counted, retry or not, that
- * differs from the one counted is refused with TS_EPERM, nothing added: a real retry carries
+ * mark.c says what it covers). A push of a slot and step already counted, retry or not, of
+ * good form (rank, encoding, length) that differs from the one counted is refused with
+ * TS_EPERM, nothing added: a real retry carries
  * the same bytes, so a difference is a forged push or a broken worker, and neither may pass
  * silently, whichever came first. Not compared (acknowledged as duplicates, as before): a
  * step no longer remembered (an older one, or one whose pushes an image or a rollback

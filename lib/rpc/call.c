@@ -208,12 +208,26 @@ void ts__call_finished(struct ts_rpc_call *c)
     call_free(c);
 }
 
+/* Whether a request of len bytes is within its method's limit (ts_rpc_method.max_request). */
+static ts_status within_limit(const struct ts_rpc_method *m, size_t len, struct ts_err *err)
+{
+    size_t most = m->max_request ? m->max_request : TS_RPC_REQUEST_MAX;
+
+    if (len <= most)
+        return TS_OK;
+    return ts_err_set(err, TS_ENOMEM, "request: %zu bytes of %s, over the %zu this method "
+                      "takes", len, m->req->name, most);
+}
+
 static ts_status decode(struct ts_rpc_call *c, ProtobufCMessage **req, struct ts_err *err)
 {
     const ProtobufCMessageDescriptor *d = c->method->m->req;
+    ts_status st;
 
     if (!c->payload)
         return ts_err_set(err, TS_EINVAL, "request: no %s message was sent", d->name);
+    if ((st = within_limit(c->method->m, grpc_byte_buffer_length(c->payload), err)))
+        return st;
     *req = ts__unpack(d, c->payload, true, err);
     if (!*req)
         return ts_err_set(err, TS_EINVAL, "request: bytes do not decode as %s", d->name);
@@ -477,6 +491,7 @@ ts_status ts_rpc_send(struct ts_rpc_call *c, const ProtobufCMessage *msg, struct
 ts_status ts_rpc_recv(struct ts_rpc_call *c, ProtobufCMessage **msg, struct ts_err *err)
 {
     grpc_op op = { .op = GRPC_OP_RECV_MESSAGE };
+    ts_status st;
 
     c->recv_buf = NULL;
     op.data.recv_message.recv_message = &c->recv_buf;
@@ -485,6 +500,11 @@ ts_status ts_rpc_recv(struct ts_rpc_call *c, ProtobufCMessage **msg, struct ts_e
     if (!c->recv_buf) {
         *msg = NULL;
         return TS_OK;
+    }
+    if ((st = within_limit(c->method->m, grpc_byte_buffer_length(c->recv_buf), err))) {
+        grpc_byte_buffer_destroy(c->recv_buf);
+        c->recv_buf = NULL;
+        return st;
     }
     *msg = ts__unpack(c->method->m->req, c->recv_buf, true, err);
     grpc_byte_buffer_destroy(c->recv_buf);

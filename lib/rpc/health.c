@@ -94,8 +94,8 @@ static ts_status health_watch(struct ts_rpc_call *call, const ProtobufCMessage *
 
 const struct ts_rpc_method ts__health_methods[] = {
     { "Check", health_check, &grpc__health__v1__health_check_request__descriptor,
-      &grpc__health__v1__health_check_response__descriptor, 0, 0 },
+      &grpc__health__v1__health_check_response__descriptor, 0, 0, 0 },
     { "Watch", health_watch, &grpc__health__v1__health_check_request__descriptor,
-      &grpc__health__v1__health_check_response__descriptor, TS_RPC_STREAM_OUT, 0 },
-    { NULL, NULL, NULL, NULL, 0, 0 },
+      &grpc__health__v1__health_check_response__descriptor, TS_RPC_STREAM_OUT, 0, 0 },
+    { NULL, NULL, NULL, NULL, 0, 0, 0 },
 };

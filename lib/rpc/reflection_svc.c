@@ -36,7 +36,7 @@ const struct ts_rpc_method ts__reflection_v1_methods[] = {
     { "ServerReflectionInfo", reflection_info,
       &grpc__reflection__v1__server_reflection_request__descriptor,
       &grpc__reflection__v1__server_reflection_response__descriptor,
-      TS_RPC_STREAM_IN | TS_RPC_STREAM_OUT, 0 },
+      TS_RPC_STREAM_IN | TS_RPC_STREAM_OUT, 0, 0 },
     { 0 },
 };
 
@@ -44,6 +44,6 @@ const struct ts_rpc_method ts__reflection_v1alpha_methods[] = {
     { "ServerReflectionInfo", reflection_info,
       &grpc__reflection__v1__server_reflection_request__descriptor,
       &grpc__reflection__v1__server_reflection_response__descriptor,
-      TS_RPC_STREAM_IN | TS_RPC_STREAM_OUT, 0 },
+      TS_RPC_STREAM_IN | TS_RPC_STREAM_OUT, 0, 0 },
     { 0 },
 };

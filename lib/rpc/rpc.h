@@ -60,7 +60,13 @@ struct ts_rpc_method {
     /* Who may call it (sec/certs.h TS_ROLE_* bits; ts_rpc_need_role checks before the
      * handler runs); 0: any caller the server lets in. */
     unsigned roles;
+    /* The largest request it takes, in bytes (0: TS_RPC_REQUEST_MAX, 1 MiB): a larger one is
+     * refused with RESOURCE_EXHAUSTED before it is decoded, and the server's receive limit is
+     * the largest of its methods', so no caller makes it hold 64 MiB for a call that needs
+     * a few hundred bytes. */
+    uint32_t max_request;
 };
+#define TS_RPC_REQUEST_MAX (1u << 20)
 
 struct ts_rpc_service {
     const char *name;                         /* full name: "tessera.v1.Master" */
@@ -71,7 +77,8 @@ struct ts_rpc_service {
 struct ts_rpc_server_opts {
     const char *listen;       /* "127.0.0.1:0" picks a free port; required */
     int threads;              /* completion-queue threads; 0: 2 */
-    size_t max_message;       /* largest message received; 0: 64 MiB */
+    size_t max_message;       /* largest message received; 0: the largest max_request of the
+                               * services' methods */
     int max_streams;          /* concurrent streaming calls; 0: 256. More get RESOURCE_EXHAUSTED */
 };
 
@@ -141,7 +148,8 @@ void ts_rpc_server_wake(struct ts_rpc_server *s);
 /* ---- client ---- */
 
 struct ts_rpc_channel_opts {
-    size_t max_message;       /* largest message received; 0: 64 MiB */
+    size_t max_message;       /* largest message received; 0: the largest max_request of the
+                               * services' methods */
 };
 
 /* A channel to target ("127.0.0.1:7070"). Connects lazily. The caller owns *out, frees it with
@@ -206,6 +214,9 @@ void ts_rpc_stream_free(struct ts_rpc_stream *st);
 struct ts_rpc_tls {
     const char *cert, *key, *ca, *token_file;
     bool server;
+    /* Take nothing from the environment, only the members given: a process told --insecure
+     * (none given: plaintext), whatever a shell exported for another cluster. */
+    bool no_env;
 };
 
 /* Sets the TLS material of every server and channel this process makes from now on: each

@@ -41,8 +41,6 @@ ts_status ts_rpc_server_create(const struct ts_rpc_server_opts *o, struct ts_rpc
     s->opts = *o;
     if (s->opts.threads <= 0)
         s->opts.threads = 2;
-    if (!s->opts.max_message)
-        s->opts.max_message = 64u << 20;
     if (s->opts.max_streams <= 0)
         s->opts.max_streams = 256;
     pthread_mutex_init(&s->mu, NULL);
@@ -261,6 +259,18 @@ static ts_status start_workers(struct ts_rpc_server *s, struct ts_err *err)
     return TS_OK;
 }
 
+/* The largest request any method of s takes (struct ts_rpc_method.max_request). */
+static size_t largest_request(const struct ts_rpc_server *s)
+{
+    size_t most = TS_RPC_REQUEST_MAX;
+
+    for (int i = 0; i < s->nservices; i++)
+        for (const struct ts_rpc_method *m = s->services[i]->methods; m->name; m++)
+            if (m->max_request > most)
+                most = m->max_request;
+    return most;
+}
+
 ts_status ts_rpc_server_start(struct ts_rpc_server *s, struct ts_err *err)
 {
     grpc_arg args[] = {
@@ -277,6 +287,9 @@ ts_status ts_rpc_server_start(struct ts_rpc_server *s, struct ts_err *err)
         return ts_err_set(err, TS_ESTATE, "rpc server: started twice");
     if ((st = add_builtins(s, err)))
         return st;
+    if (!s->opts.max_message)
+        s->opts.max_message = largest_request(s);
+    args[0].value.integer = (int)s->opts.max_message;
     s->server = grpc_server_create(&ca, NULL);
     if ((st = register_methods(s, err)) || (st = start_workers(s, err)))
         return st;

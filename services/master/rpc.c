@@ -695,10 +695,10 @@ static ts_status claim_work(struct ts_rpc_call *call, const ProtobufCMessage *rq
  * snapshot: a shard's or an admin's word only. */
 #define MEMBERS (TS_ROLE_SHARD | TS_ROLE_WORKER | TS_ROLE_VERIFY)
 #define M(name, fn, rq, rs, roles) \
-    { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor, 0, roles }
+    { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor, 0, roles, 0 }
 #define T(name, fn, rq, rs, roles)                                                               \
     { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor,             \
-      TS_RPC_OWN_THREAD, roles }
+      TS_RPC_OWN_THREAD, roles, 0 }
 static const struct ts_rpc_method master_methods[] = {
     T("RegisterShard", register_shard, register_shard_request, register_shard_response,
       TS_ROLE_SHARD),
@@ -709,7 +709,9 @@ static const struct ts_rpc_method master_methods[] = {
       MEMBERS | TS_ROLE_ADMIN),
     M("GetShardMap", get_shard_map, get_shard_map_request, shard_map, 0),
     M("ClusterStatus", cluster_status, cluster_status_request, cluster_status_response, 0),
-    M("CheckData", check_data, check_data_request, check_data_response, TS_ROLE_WORKER),
+    /* up to 100000 data checksums of a name and 32 bytes each */
+    { "CheckData", check_data, &tessera__v1__check_data_request__descriptor,
+      &tessera__v1__check_data_response__descriptor, 0, TS_ROLE_WORKER, 16u << 20 },
     T("CreateSnapshot", create_snapshot, create_snapshot_request, create_snapshot_response,
       TS_ROLE_ADMIN | TS_ROLE_VERIFY),
     T("ReportUnreachable", report_unreachable, report_unreachable_request,
@@ -722,7 +724,7 @@ static const struct ts_rpc_method master_methods[] = {
       TS_ROLE_SHARD | TS_ROLE_ADMIN),
     T("CollectGarbage", collect_garbage, collect_garbage_request, collect_garbage_response,
       TS_ROLE_ADMIN),
-    { NULL, NULL, NULL, NULL, 0, 0 },
+    { NULL, NULL, NULL, NULL, 0, 0, 0 },
 };
 
 struct ts_rpc_service ts_master_service = { "tessera.v1.Master", master_methods, NULL };

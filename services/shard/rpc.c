@@ -307,20 +307,22 @@ out:
  * changes a job's state for the whole cluster comes from the master (or an admin). */
 #define T(name, fn, rq, rs, roles)                                                               \
     { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor,             \
-      TS_RPC_OWN_THREAD, roles }
+      TS_RPC_OWN_THREAD, roles, 0 }
 #define MASTER (TS_ROLE_MASTER | TS_ROLE_ADMIN)
 static const struct ts_rpc_method shard_methods[] = {
     T("RegisterTensor", register_tensor, register_tensor_request, register_tensor_response,
       TS_ROLE_WORKER),
     T("ArmSnapshot", arm_snapshot, arm_snapshot_request, arm_snapshot_response, MASTER),
-    T("WriteSnapshot", write_snapshot, write_snapshot_request, write_snapshot_response, MASTER),
+    /* a manifest of every partition this shard holds, with each chunk's hash */
+    { "WriteSnapshot", write_snapshot, &tessera__v1__write_snapshot_request__descriptor,
+      &tessera__v1__write_snapshot_response__descriptor, TS_RPC_OWN_THREAD, MASTER, 64u << 20 },
     T("ReleaseJob", release_job, release_job_request, release_job_response, MASTER),
     T("RollbackJob", rollback_job, rollback_job_request, rollback_job_response, MASTER),
     { "ShardStatus", shard_status, &tessera__v1__shard_status_request__descriptor,
-      &tessera__v1__shard_status_response__descriptor, 0, 0 },
+      &tessera__v1__shard_status_response__descriptor, 0, 0, 0 },
     T("PartitionDigests", partition_digests, partition_digests_request,
       partition_digests_response, 0),
-    { NULL, NULL, NULL, NULL, 0, 0 },
+    { NULL, NULL, NULL, NULL, 0, 0, 0 },
 };
 
 struct ts_rpc_service ts_shard_service = { "tessera.v1.Shard", shard_methods, NULL };

@@ -164,8 +164,8 @@ static ts_status compare(struct ts_rpc_call *call, const ProtobufCMessage *rq,
  * asks for an admin when a side is "live" (docs/security.md). */
 static const struct ts_rpc_method verify_methods[] = {
     { "Compare", compare, &tessera__v1__compare_request__descriptor,
-      &tessera__v1__compare_response__descriptor, TS_RPC_OWN_THREAD, 0 },
-    { NULL, NULL, NULL, NULL, 0, 0 },
+      &tessera__v1__compare_response__descriptor, TS_RPC_OWN_THREAD, 0, 0 },
+    { NULL, NULL, NULL, NULL, 0, 0, 0 },
 };
 
 struct ts_rpc_service ts_verify_service = { "tessera.v1.Verify", verify_methods, NULL };

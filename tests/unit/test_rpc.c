@@ -60,14 +60,14 @@ static ts_status status_fn(struct ts_rpc_call *call, const ProtobufCMessage *rq,
 
 static const struct ts_rpc_method shard_methods[] = {
     { "ShardStatus", status_fn, &tessera__v1__shard_status_request__descriptor,
-      &tessera__v1__shard_status_response__descriptor, 0, 0 },
-    { NULL, NULL, NULL, NULL, 0, 0 },
+      &tessera__v1__shard_status_response__descriptor, 0, 0, 0 },
+    { NULL, NULL, NULL, NULL, 0, 0, 0 },
 };
 /* The same handler on its own thread, as a blocking method would be. */
 static const struct ts_rpc_method master_methods[] = {
     { "ClusterStatus", status_fn, &tessera__v1__shard_status_request__descriptor,
-      &tessera__v1__shard_status_response__descriptor, TS_RPC_OWN_THREAD, 0 },
-    { NULL, NULL, NULL, NULL, 0, 0 },
+      &tessera__v1__shard_status_response__descriptor, TS_RPC_OWN_THREAD, 0, 0 },
+    { NULL, NULL, NULL, NULL, 0, 0, 0 },
 };
 static const struct ts_rpc_service shard_svc = { "tessera.v1.Shard", shard_methods, NULL };
 static const struct ts_rpc_service master_svc = { "tessera.v1.Master", master_methods, NULL };

@@ -10,9 +10,10 @@
  *     read, and the receive buffer of TS_FRAME_MAX bytes is made only once it is trusted;
  *   - it must be trusted within DP_UNTRUSTED_MS, or it is closed;
  *   - at most DP_UNTRUSTED_MAX connections are untrusted at once, DP_SOURCE_MAX of them from one
- *     source (a host; every shm peer is one source): a new one beyond the per-source cap is
- *     refused, and beyond the total the oldest untrusted one is cut, so a flood of silent
- *     connections delays a real worker by at most its own handshake;
+ *     source (a host; every shm peer is one source): past either cap the oldest untrusted one
+ *     (of that source, or of all) is cut for the newcomer, never the newcomer, so a flood of
+ *     silent connections, even from a real worker's own host, delays that worker by at most
+ *     its own handshake;
  *   - the shard serves at most max_conns connections in all (--max-conns): one thread each,
  *     since a pull blocks its connection until the step completes (dataplane.c), and a pool
  *     smaller than the connections could leave a step's last push without a thread.
@@ -75,9 +76,17 @@ static void source_of(const char *peer, char *out, size_t n)
     snprintf(out, n, "%.*s", colon ? (int)(colon - peer) : (int)strlen(peer), peer);
 }
 
+/* Cuts o, an untrusted connection, to make room: its thread sees the hang-up and ends. */
+static void cut(struct dataplane *dp, struct dp_conn *o, const char *why)
+{
+    atomic_store(&o->cut, true);
+    ts_tp_shutdown(o->c);
+    dp_refuse(dp, DP_REFUSED_FLOOD, o->c->peer, why);
+}
+
 bool dp_guard_admit(struct dataplane *dp, struct dp_conn *dc)
 {
-    struct dp_conn *oldest = NULL;
+    struct dp_conn *oldest = NULL, *oldest_here = NULL;
     size_t all = 0, untrusted = 0, same = 0;
 
     source_of(dc->c->peer, dc->source, sizeof(dc->source));
@@ -89,26 +98,27 @@ bool dp_guard_admit(struct dataplane *dp, struct dp_conn *dc)
         if (atomic_load(&o->trusted) || atomic_load(&o->cut))
             continue;
         untrusted++;
-        same += strcmp(o->source, dc->source) == 0;
         if (!oldest || o->born_ms < oldest->born_ms)
             oldest = o;
+        if (strcmp(o->source, dc->source))
+            continue;
+        same++;
+        if (!oldest_here || o->born_ms < oldest_here->born_ms)
+            oldest_here = o;
     }
     if (all >= dp->max_conns) {
         dp_refuse(dp, DP_REFUSED_FLOOD, dc->c->peer, "the shard serves its --max-conns "
                   "connections already; closed");
         return false;
     }
-    if (same >= DP_SOURCE_MAX) {
-        dp_refuse(dp, DP_REFUSED_FLOOD, dc->c->peer, "too many connections from this source "
-                  "have not said HELLO (or done the handshake) yet; closed");
-        return false;
-    }
-    if (untrusted >= DP_UNTRUSTED_MAX && oldest) {
-        atomic_store(&oldest->cut, true);
-        ts_tp_shutdown(oldest->c);   /* its thread sees the hang-up and ends */
-        dp_refuse(dp, DP_REFUSED_FLOOD, oldest->c->peer, "the oldest of too many connections "
-                  "that have not said HELLO (or done the handshake) yet; cut");
-    }
+    /* The oldest goes, not the newcomer: a real worker's handshake follows its connect at
+     * once, so it is the newest, and a flood from its own host cannot keep it out. */
+    if (same >= DP_SOURCE_MAX && oldest_here)
+        cut(dp, oldest_here, "the oldest of too many connections from its host that have "
+            "not said HELLO (or done the handshake) yet; cut");
+    else if (untrusted >= DP_UNTRUSTED_MAX && oldest)
+        cut(dp, oldest, "the oldest of too many connections that have not said HELLO (or "
+            "done the handshake) yet; cut");
     return true;
 }
 

@@ -29,7 +29,8 @@ struct bench_master {
 };
 
 /* With dir: "--tls-cert DIR/STEM.pem --tls-key DIR/STEM.key --tls-ca DIR/ca.pem" appended at
- * argv[n] (paths in buf); returns the new count. Without: n. */
+ * argv[n] (paths in buf); without: "--insecure" (a service serves plaintext only when told).
+ * Returns the new count. */
 int bench_tls_args(char **argv, int n, const char *dir, const char *stem, char buf[3][512]);
 
 struct bench_lat {                  /* microseconds */

@@ -69,7 +69,7 @@ struct cluster_opts {
      * (`tessera certs init`; NULL: DIR/tls, made if it has no ca.pem), shard slot i with
      * shard-<i>.pem (member shard/i, issued from tls_dir's CA when missing), and all take its
      * admin.token (made if missing) as their admin token; this process calls them with its
-     * client.pem. false: plaintext, no token. */
+     * client.pem. false: plaintext, no token, every service started with --insecure. */
     bool tls;
     const char *tls_dir;
     /* The master's --jobs-per-identity, the shards' --arm-timeout-ms and --orphan-job-ms

@@ -73,12 +73,15 @@ static int add_flag(char **argv, int n, const char *flag, const char *value)
 }
 
 /* With TLS: --tls-cert, --tls-key (DIR/<stem>.pem, .key), --tls-ca and --token-file for a
- * service. buf holds the paths. */
+ * service; without, --insecure (the cluster's operator said so: `tessera up --insecure`).
+ * buf holds the paths. */
 static int add_tls(char **argv, int n, const struct cluster *c, const char *stem,
                    char buf[4][700])
 {
-    if (!c->tls_dir[0])
+    if (!c->tls_dir[0]) {
+        argv[n++] = "--insecure";
         return n;
+    }
     snprintf(buf[0], 700, "%s/%s.pem", c->tls_dir, stem);
     snprintf(buf[1], 700, "%s/%s.key", c->tls_dir, stem);
     snprintf(buf[2], 700, "%s/ca.pem", c->tls_dir);
@@ -363,8 +366,8 @@ static ts_status setup_tls(struct cluster *c, struct ts_err *err)
     struct stat sb;
     ts_status st;
 
-    if (!c->opts.tls)
-        return ts_rpc_tls_setup(&(struct ts_rpc_tls){ .cert = NULL }, err);
+    if (!c->opts.tls)   /* plaintext, whatever a shell exported for another cluster */
+        return ts_rpc_tls_setup(&(struct ts_rpc_tls){ .no_env = true }, err);
     if (c->opts.tls_dir)
         snprintf(c->tls_dir, sizeof(c->tls_dir), "%s", c->opts.tls_dir);
     else

@@ -14,7 +14,7 @@ struct up_flags {
     int64_t shards, master_port, lease_ms, snapshot_every, mem_budget, replicas, metrics_port;
     int64_t jobs_per_identity, arm_timeout_ms, orphan_job_ms;
     const char *dir, *store, *restore, *branch, *tls_dir;
-    bool respawn, tls;
+    bool respawn, tls, insecure;
 };
 
 static int parse(const char *cmd, const char *about, struct up_flags *f, int argc, char **argv)
@@ -54,11 +54,15 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
         { "metrics-port", TS_FLAG_INT, &f->metrics_port, "BASE", "Prometheus metrics: the "
           "master's on port BASE, shard i's (1, 2, ...) on BASE + i (docs/observability.md)",
           1, 65000 },
-        { "tls", TS_FLAG_BOOL, &f->tls, NULL, "mutual TLS on every gRPC endpoint, with the "
-          "certificates of --tls-dir (made there when it has none) and an admin token; prints "
-          "the `export TESSERA_TLS_DIR=...` clients need (docs/security.md)", 0, 0 },
-        { "tls-dir", TS_FLAG_STR, &f->tls_dir, "DIR", "with --tls: the certificates "
-          "(`tessera certs init DIR`; default DIR/tls under --dir)", 0, 0 },
+        { "insecure", TS_FLAG_BOOL, &f->insecure, NULL, "plaintext gRPC, no admin token and an "
+          "unauthenticated data plane: anyone who reaches the ports may call any method and "
+          "push to any job; for loopback development only. Without it the cluster runs mutual "
+          "TLS with certificates of its own (docs/security.md)", 0, 0 },
+        { "tls-dir", TS_FLAG_STR, &f->tls_dir, "DIR", "the certificates (`tessera certs init "
+          "DIR`, made there when it has none; default DIR/tls under --dir); prints the `export "
+          "TESSERA_TLS_DIR=...` clients need", 0, 0 },
+        { "tls", TS_FLAG_BOOL, &f->tls, NULL, "mutual TLS: the default (kept for scripts "
+          "written when it was not)", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
@@ -126,7 +130,7 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
                               .branch = f->branch, .snapshot_every = (int)f->snapshot_every,
                               .mem_budget_mib = f->mem_budget, .replicas = replicas,
                               .respawn = f->respawn, .metrics_port = (int)f->metrics_port,
-                              .tls = f->tls || f->tls_dir, .tls_dir = f->tls_dir,
+                              .tls = !f->insecure, .tls_dir = f->tls_dir,
                               .jobs_per_identity = f->jobs_per_identity,
                               .arm_timeout_ms = f->arm_timeout_ms,
                               .orphan_job_ms = f->orphan_job_ms };
@@ -134,6 +138,11 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
     struct ts_err err = { 0 };
     int rc;
 
+    if (f->insecure && (f->tls || f->tls_dir)) {
+        fprintf(stderr, "tessera %s: --insecure turns TLS off: drop --tls and --tls-dir, or "
+                        "--insecure\n", cmd);
+        return 2;
+    }
     if (f->replicas > f->shards) {
         fprintf(stderr, "tessera %s: --replicas %" PRId64 " needs at least as many shards "
                         "(--shards %" PRId64 ")\n", cmd, f->replicas, f->shards);
@@ -177,6 +186,9 @@ int cmd_up(int argc, char **argv)
         printf("export TESSERA_TLS_DIR=%s\n", d);
         printf("mutual TLS: clients need the line above; admin calls (snapshot gc, ...) the "
                "token: export TESSERA_TOKEN_FILE=%s/admin.token\n", d);
+    } else {
+        printf("--insecure: plaintext, no admin token, an unauthenticated data plane: anyone "
+               "who reaches the ports may call any method and push to any job\n");
     }
     printf("%d shards alive; logs in %s%s\n", c.nshards, c.dir,
            f.respawn ? "; a master or shard that dies is restarted"
@@ -218,6 +230,9 @@ int cmd_demo(int argc, char **argv)
         return rc;
     printf("master %s (logs in %s)\n\n", c.master_addr, c.dir);
     fflush(stdout);
+    /* The workers this process starts find the cluster's certificates where clients do. */
+    if (c.tls_dir[0])
+        setenv("TESSERA_TLS_DIR", c.tls_dir, 1);
     rc = print_status(c.master_addr, false, 5000);
     if (!rc) {
         printf("\ntraining: %d workers, %d epochs, batch %d, %s mode\n", t.workers, t.epochs,

@@ -75,8 +75,21 @@ ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *s
     struct ts_rpc_server *srv = NULL;
     ts_status st;
 
+    struct ts_rpc_tls tls = o->tls;
+
     *out = NULL;
-    if ((st = ts_rpc_tls_setup(&o->tls, err)) || (st = ts_rpc_server_create(&so, &srv, err)) ||
+    /* Told --insecure: what it was given, never what a shell exported for another cluster
+     * (a client certificate of $TESSERA_TLS_DIR is no server's). */
+    tls.no_env = o->insecure;
+    if ((st = ts_rpc_tls_setup(&tls, err)))
+        return st;
+    if (!ts_rpc_tls_mutual() && !o->insecure)
+        return ts_err_set(err, TS_EAUTH, "no mutual TLS: give --tls-cert, --tls-key and --tls-ca "
+                          "(or $TESSERA_TLS_DIR with ca.pem; `tessera certs init DIR` makes "
+                          "them), or --insecure to serve %s, which anyone who reaches the port "
+                          "may call (docs/security.md)", ts_rpc_tls_mode()[0] == 'p' ?
+                          "plaintext" : "TLS without client certificates");
+    if ((st = ts_rpc_server_create(&so, &srv, err)) ||
         (st = ts_rpc_server_add(srv, svc, err)) || (st = ts_rpc_server_start(srv, err)) ||
         (o->port_file && (st = ts_port_file_write(o->port_file, ts_rpc_server_port(srv), err))) ||
         (o->metrics_port >= 0 && (st = ts_serve_metrics(o->metrics_port, svc->name, err)))) {
@@ -89,13 +102,15 @@ ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *s
                "reuse; this service sends it on none of its calls. Serve TLS (--tls-cert, "
                "--tls-key, --tls-ca) or drop --token-file (docs/security.md)");
     if (!strcmp(ts_rpc_tls_mode(), "plaintext"))
-        ts_log(TS_INFO, svc->name, "plaintext gRPC: anyone who reaches the port may call it; "
-               "for loopback development only (--tls-cert, --tls-key, --tls-ca: "
-               "docs/security.md)");
+        ts_log(TS_WARN, svc->name, "--insecure: plaintext gRPC and an unauthenticated data "
+               "plane: anyone who reaches the ports may call any method and push to any job; "
+               "for loopback development only (docs/security.md)");
+    else if (!ts_rpc_tls_mutual())
+        ts_log(TS_WARN, svc->name, "--insecure: TLS, but no client certificates checked (no "
+               "--tls-ca): anyone who reaches the port may call any method, and the data "
+               "plane is unauthenticated (docs/security.md)");
     else
-        ts_log(TS_INFO, svc->name, "gRPC over %s", ts_rpc_tls_mutual() ?
-               "TLS, client certificates required (mutual TLS)" : "TLS, no client certificates "
-               "checked (no --tls-ca): anyone who reaches the port may call it");
+        ts_log(TS_INFO, svc->name, "gRPC over TLS, client certificates required (mutual TLS)");
     *out = srv;
     return TS_OK;
 }

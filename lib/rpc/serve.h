@@ -20,6 +20,9 @@ struct ts_serve_opts {
     int64_t grace_ms;            /* --grace-ms: calls in flight on SIGTERM; default 5000 */
     int64_t metrics_port;        /* --metrics-port: Prometheus' /metrics; -1 (default): off */
     struct ts_rpc_tls tls;       /* --tls-cert, --tls-key, --tls-ca (ts_rpc_tls_setup) */
+    /* --insecure: serve without mutual TLS. Without it a service that has no certificates
+     * and CA refuses to start (docs/security.md, "Safe by default"). */
+    bool insecure;
 };
 #define TS_SERVE_DEFAULTS(listen_)                                                               \
     { .listen = (listen_), .threads = 2, .grace_ms = 5000, .metrics_port = -1,                   \
@@ -34,6 +37,10 @@ struct ts_serve_opts {
     { "grace-ms", TS_FLAG_INT, &(o)->grace_ms, "MS", "on SIGTERM, time for calls in flight "     \
       "(default 5000)", 0, 600000 },                                                             \
     TS_METRICS_FLAG(&(o)->metrics_port),                                                         \
+    { "insecure", TS_FLAG_BOOL, &(o)->insecure, NULL, "serve plaintext gRPC (or TLS without "  \
+      "client certificates) and an unauthenticated data plane: anyone who reaches the ports "    \
+      "may call any method and push to any job; for loopback development only. Without it "     \
+      "the service needs --tls-cert, --tls-key and --tls-ca (docs/security.md)", 0, 0 },        \
     TS_TLS_FLAGS(&(o)->tls)
 /* --tls-cert, --tls-key, --tls-ca, --token-file into a struct ts_rpc_tls, for any program. */
 #define TS_TLS_FLAGS(t)                                                                          \
@@ -62,7 +69,9 @@ struct ts_serve_opts {
 /* Sets the process's TLS material from o->tls (ts_rpc_tls_setup), creates the server on o->listen
  * with o->threads, adds svc (its ctx set by the caller), starts it, logs whether it serves
  * plaintext, TLS or mutual TLS, and writes o->port_file; with o->metrics_port >= 0, serves
- * /metrics too (ts_serve_metrics). On failure nothing is left running and *out is NULL. */
+ * /metrics too (ts_serve_metrics). TS_EAUTH, with nothing started, for a service that would
+ * serve without mutual TLS and was not given --insecure: the message says what to give. On
+ * failure nothing is left running and *out is NULL. */
 ts_status ts_serve_start(const struct ts_serve_opts *o, struct ts_rpc_service *svc,
                          struct ts_rpc_server **out, struct ts_err *err) TS_MUST_CHECK;
 

@@ -74,7 +74,7 @@ static ts_status load_token(const char *path, struct ts_err *err)
 static const char *pick(const char *flag, const char *env, const char *dir, const char *file,
                         char *buf, size_t len)
 {
-    const char *v = flag && flag[0] ? flag : getenv(env);
+    const char *v = flag && flag[0] ? flag : env ? getenv(env) : NULL;
 
     if (v && v[0])
         return v;
@@ -98,15 +98,17 @@ static ts_status load(const char *path, const char *what, char **out, struct ts_
 
 static ts_status resolve(const struct ts_rpc_tls *t, struct ts_err *err)
 {
-    const char *dir = getenv("TESSERA_TLS_DIR");
+    bool env = !(t && t->no_env);
+    const char *dir = env ? getenv("TESSERA_TLS_DIR") : NULL;
     char b1[512], b2[512], b3[512];
-    const char *cert = pick(t ? t->cert : NULL, "TESSERA_TLS_CERT", dir, "client.pem", b1,
-                            sizeof(b1));
-    const char *key = pick(t ? t->key : NULL, "TESSERA_TLS_KEY", dir, "client.key", b2,
-                           sizeof(b2));
-    const char *ca = pick(t ? t->ca : NULL, "TESSERA_TLS_CA", dir, "ca.pem", b3, sizeof(b3));
-    const char *token = pick(t ? t->token_file : NULL, "TESSERA_TOKEN_FILE", NULL, NULL, NULL,
-                             0);
+    const char *cert = pick(t ? t->cert : NULL, env ? "TESSERA_TLS_CERT" : NULL, dir,
+                            "client.pem", b1, sizeof(b1));
+    const char *key = pick(t ? t->key : NULL, env ? "TESSERA_TLS_KEY" : NULL, dir, "client.key",
+                           b2, sizeof(b2));
+    const char *ca = pick(t ? t->ca : NULL, env ? "TESSERA_TLS_CA" : NULL, dir, "ca.pem", b3,
+                          sizeof(b3));
+    const char *token = pick(t ? t->token_file : NULL, env ? "TESSERA_TOKEN_FILE" : NULL, NULL,
+                             NULL, NULL, 0);
     struct ts_cert_info info;
     ts_status st;
 

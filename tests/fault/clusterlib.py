@@ -78,7 +78,9 @@ def stop_group(proc, grace_s=45):
 
 
 class Cluster:
-    """`tessera up --shards N --replicas R --lease-ms L` in workdir."""
+    """`tessera up --shards N --replicas R --lease-ms L` in workdir: mutual TLS, its default,
+    unless extra says --insecure. Its certificates become $TESSERA_TLS_DIR of this process and
+    of what it starts (the trainings) while it runs."""
 
     def __init__(self, binary, workdir, shards=3, replicas=2, lease_ms=3000, extra=()):
         self.proc = subprocess.Popen(
@@ -86,24 +88,40 @@ class Cluster:
              str(lease_ms), "--master-port", "0", "--dir", workdir] + list(extra),
             stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.workdir = workdir
-        self.master = None
+        self.master = self.tls_dir = None
         for line in self.proc.stdout:
             if line.startswith("master "):
                 self.master = line.split()[1]
+            if line.startswith("export TESSERA_TLS_DIR="):
+                self.tls_dir = line.strip().split("=", 1)[1]
+                os.environ["TESSERA_TLS_DIR"] = self.tls_dir
             if "shards alive" in line:
                 break
         if not self.master or self.proc.poll() is not None:
             self.stop()
             raise RuntimeError("tessera up did not start (logs in %s)" % workdir)
-        ch = grpc.insecure_channel(self.master)
+        ch = self.channel(self.master)
         self.cluster_status = stub(ch, "Master", "ClusterStatus",
                                    master_pb2.ClusterStatusRequest,
                                    master_pb2.ClusterStatusResponse)
         self.shards = {}
         for s in self.status().shards:
-            call = stub(grpc.insecure_channel(s.addr), "Shard", "ShardStatus",
+            call = stub(self.channel(s.addr), "Shard", "ShardStatus",
                         shard_pb2.ShardStatusRequest, shard_pb2.ShardStatusResponse)
             self.shards[s.id] = (call, call(shard_pb2.ShardStatusRequest(), timeout=5).pid)
+
+    def channel(self, addr):
+        """A channel to a service of the cluster: mutual TLS with the client certificate of
+        its directory, checking the server as server.tessera (docs/security.md)."""
+        if not self.tls_dir:
+            return grpc.insecure_channel(addr)
+        pem = {}
+        for name in ("ca.pem", "client.pem", "client.key"):
+            with open(os.path.join(self.tls_dir, name), "rb") as f:
+                pem[name] = f.read()
+        creds = grpc.ssl_channel_credentials(pem["ca.pem"], pem["client.key"], pem["client.pem"])
+        return grpc.secure_channel(addr, creds, options=[("grpc.ssl_target_name_override",
+                                                          "server.tessera")])
 
     def status(self):
         return self.cluster_status(master_pb2.ClusterStatusRequest(), timeout=5)
@@ -112,7 +130,7 @@ class Cluster:
         """ClusterStatus over a new channel: after the master was killed and restarted, a
         channel that was connected to the old one went on failing calls for seconds
         (docs/membership.md), which would time the client, not the master."""
-        ch = grpc.insecure_channel(self.master)
+        ch = self.channel(self.master)
         try:
             return stub(ch, "Master", "ClusterStatus", master_pb2.ClusterStatusRequest,
                         master_pb2.ClusterStatusResponse)(master_pb2.ClusterStatusRequest(),
@@ -141,6 +159,8 @@ class Cluster:
 
     def stop(self):
         """Stops the cluster; returns the PIDs of its processes that outlived the stop."""
+        if self.tls_dir and os.environ.get("TESSERA_TLS_DIR") == self.tls_dir:
+            del os.environ["TESSERA_TLS_DIR"]
         left = stop_group(self.proc)
         self.proc.stdout.close()
         return left

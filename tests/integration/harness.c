@@ -30,7 +30,8 @@ static pid_t spawn(char *const argv[])
 const char *harness_master(const char *bin)
 {
     char exe[512], port_file[600];
-    char *argv[] = { exe, "--listen", "127.0.0.1:0", "--port-file", port_file, NULL };
+    char *argv[] = { exe, "--listen", "127.0.0.1:0", "--port-file", port_file, "--insecure",
+                     NULL };
     int port = 0;
     pid_t p;
 
@@ -47,8 +48,8 @@ const char *harness_master(const char *bin)
 pid_t harness_shard(const char *bin, const char *extra_flag, const char *extra_value)
 {
     char exe[512];
-    char *argv[] = { exe, "--master", master_addr, (char *)extra_flag, (char *)extra_value,
-                     NULL };
+    char *argv[] = { exe, "--master", master_addr, "--insecure", (char *)extra_flag,
+                     (char *)extra_value, NULL };
 
     snprintf(exe, sizeof(exe), "%s/tessera-shard", bin);
     return spawn(argv);

@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -278,6 +279,7 @@ class Cluster:
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.procs = []
         self.channels = []
+        self.tls_dir = None   # set by tessera_up for a TLS cluster
         atexit.register(lambda: self.procs and self.stop())
 
     def spawn(self, argv, name, stdout_pipe=False):
@@ -288,7 +290,13 @@ class Cluster:
     def tessera_up(self, args=(), tessera=None, name="up"):
         """`tessera up --master-port 0 --dir DIR/name ARGS` (tessera: the binary, default
         BIN's), waited for until its shards are alive; returns (its Proc, the master's address).
-        """
+        Without --insecure in ARGS the cluster runs mutual TLS, its default: its certificates'
+        directory becomes self.tls_dir and $TESSERA_TLS_DIR of this process and of every
+        process it starts from now on (the CLI, tessera train, the SDK read it), and
+        self.channel() dials TLS."""
+        if "--insecure" in args:   # what was exported for another cluster is not this one's
+            self.tls_dir = None
+            os.environ.pop("TESSERA_TLS_DIR", None)
         up = self.spawn([tessera or os.path.join(BIN, "tessera"), "up", "--master-port", "0",
                          "--dir", os.path.join(self.dir, name)] + list(args), name,
                         stdout_pipe=True)
@@ -297,18 +305,38 @@ class Cluster:
             line = line.decode()
             if line.startswith("master "):
                 master = line.split()[1]
+            self.take_tls(line)
             if "shards alive" in line:
                 break
+        if "--insecure" in args:   # what was exported for another cluster is not this one's
+            self.tls_dir = None
+            os.environ.pop("TESSERA_TLS_DIR", None)
         if not master:
             raise AssertionError("%s up did not start:\n%s" % (tessera or "tessera",
                                                               up.log_text()))
         return up, master
 
+    def take_tls(self, text):
+        """The certificates a `tessera up` of this cluster printed in text (its output, or a
+        line of it): `export TESSERA_TLS_DIR=DIR` makes DIR self.tls_dir and the
+        $TESSERA_TLS_DIR of this process and what it starts. For tests that start `tessera up`
+        themselves; tessera_up does it. Returns the directory, or None."""
+        m = re.search(r"^export TESSERA_TLS_DIR=(\S+)$", text, re.M)
+        if m:
+            self.tls_dir = m.group(1)
+            os.environ["TESSERA_TLS_DIR"] = self.tls_dir
+        return m and m.group(1)
+
     def start_server(self, exe, name, args=()):
         """A Tessera server (tessera-master, -shard, -verify) on 127.0.0.1:0: started with
-        --port-file, waited for; returns its Proc with .addr set."""
+        --port-file, waited for; returns its Proc with .addr set. Plaintext (--insecure,
+        $TESSERA_TLS_DIR left out) unless args give --tls-cert: tests of one service's
+        calls need no certificates; what a default cluster does is tessera_up's."""
         port_file = os.path.join(self.dir, name + ".port")
-        p = self.spawn([os.path.join(BIN, exe), "--port-file", port_file] + list(args), name)
+        tls = "--tls-cert" in args or "--insecure" in args
+        with environ(TESSERA_TLS_DIR=None) if not tls else contextlib.nullcontext():
+            p = self.spawn([os.path.join(BIN, exe), "--port-file", port_file] +
+                           ([] if tls else ["--insecure"]) + list(args), name)
         port = wait_until(lambda: _read_port(port_file, p), START_TIMEOUT,
                           "%s to write %s" % (name, port_file))
         p.addr = "127.0.0.1:%d" % port
@@ -326,10 +354,27 @@ class Cluster:
         return self.start_server("tessera-shard", name,
                                  ["--master", master_addr] + lease + list(extra))
 
-    def channel(self, addr):
-        ch = grpc.insecure_channel(addr)
+    def channel(self, addr, tls=None):
+        """A channel to addr: TLS with self.tls_dir's client certificate when the cluster runs
+        TLS (tessera_up without --insecure; tls=False: plaintext all the same), else
+        plaintext."""
+        ch = dial(addr, self.tls_dir if tls is None or tls else None)
         self.channels.append(ch)
         return ch
+
+    def admin_channel(self, addr):
+        """A channel with the cluster's admin certificate (admin calls: SubmitTask,
+        CollectGarbage, ...), or plaintext on an --insecure cluster."""
+        ch = tls_channel(addr, self.tls_dir, "admin") if self.tls_dir else dial(addr)
+        self.channels.append(ch)
+        return ch
+
+    def admin_env(self):
+        """environ() with the cluster's admin token for the CLI's admin calls (`tessera
+        eval`, `snapshot gc`, ...); nothing on an --insecure cluster, which has none."""
+        if not self.tls_dir:
+            return contextlib.nullcontext()
+        return environ(TESSERA_TOKEN_FILE=os.path.join(self.tls_dir, "admin.token"))
 
     def close_channels(self):
         """Closes our client channels. A server waits for open connections, idle or not, before
@@ -339,8 +384,11 @@ class Cluster:
         self.channels = []
 
     def stop(self):
-        """Stops every process (in reverse start order) and closes channels; returns nothing."""
+        """Stops every process (in reverse start order) and closes channels; returns nothing.
+        The TLS directory this cluster exported is taken back."""
         self.close_channels()
+        if self.tls_dir and os.environ.get("TESSERA_TLS_DIR") == self.tls_dir:
+            del os.environ["TESSERA_TLS_DIR"]
         for p in reversed(self.procs):
             p.stop()
         self.procs = []
@@ -408,6 +456,25 @@ class Stub:
             self.types[m.name] = (req, resp)
 
 
+def tls_channel(addr, tls_dir, who="client"):
+    """A channel to addr under mutual TLS with tls_dir's certificate WHO.pem (client: the
+    worker/* certificate; admin, shard-0, ...), checking the server against the cluster's CA
+    as every Tessera client does (the name server.tessera, docs/security.md)."""
+    def read(name):
+        with open(os.path.join(tls_dir, name), "rb") as f:
+            return f.read()
+    creds = grpc.ssl_channel_credentials(root_certificates=read("ca.pem"),
+                                         private_key=read(who + ".key"),
+                                         certificate_chain=read(who + ".pem"))
+    return grpc.secure_channel(addr, creds,
+                               options=[("grpc.ssl_target_name_override", "server.tessera")])
+
+
+def dial(addr, tls_dir=None):
+    """A channel to addr: tls_channel with tls_dir's client certificate, or plaintext."""
+    return tls_channel(addr, tls_dir) if tls_dir else grpc.insecure_channel(addr)
+
+
 def raw_call(channel, path, payload, timeout=RPC_TIMEOUT):
     """Sends payload bytes as the request of a unary method; returns the reply bytes."""
     fn = channel.unary_unary(path, request_serializer=None, response_deserializer=None)
@@ -442,9 +509,14 @@ def status_fingerprint(cs):
 
 @contextlib.contextmanager
 def environ(**kv):
-    """os.environ with kv set, for every process started inside (a cluster's too)."""
+    """os.environ with kv set (a value of None: removed), for every process started inside (a
+    cluster's too)."""
     old = {k: os.environ.get(k) for k in kv}
-    os.environ.update(kv)
+    for k, v in kv.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     try:
         yield
     finally:

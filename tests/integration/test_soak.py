@@ -167,6 +167,7 @@ class Soak:
                                 "--dir", os.path.join(self.c.dir, "up-logs")], "up")
         self.addr = tl.wait_until(lambda: self._master_line(), tl.START_TIMEOUT,
                                   "`tessera up` to print its master's address")
+        self.c.take_tls(self.up.log_text())   # the default: mutual TLS
         self._ch = {}
         self.last_master_jobs = None   # the master's job table at the last settle
         cs = tl.wait_until(lambda: self._alive(), tl.START_TIMEOUT, "%d shards alive" % SHARDS)
@@ -207,7 +208,7 @@ class Soak:
 
     def channel(self, addr):
         if addr not in self._ch:
-            self._ch[addr] = tl.grpc.insecure_channel(addr)
+            self._ch[addr] = tl.dial(addr, self.c.tls_dir)
         return self._ch[addr]
 
     def close_channels(self):

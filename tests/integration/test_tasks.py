@@ -42,8 +42,9 @@ class Tasks(tl.UpCase, unittest.TestCase):
                       60, "job %s to run with %d workers" % (job, workers))
 
     def evaluate(self, job):
-        r = tl.run_cli(["eval", "--master", self.addr, "--job", job, "--json", "--timeout",
-                        "60"], timeout=90)
+        with self.c.admin_env():   # SubmitTask is an admin call
+            r = tl.run_cli(["eval", "--master", self.addr, "--job", job, "--json", "--timeout",
+                            "60"], timeout=90)
         self.assertEqual(r.returncode, 0, r.stderr)
         return json.loads(r.stdout)
 
@@ -100,14 +101,14 @@ class Tasks(tl.UpCase, unittest.TestCase):
         self.finish(p)
 
     def test_bad_input(self):
-        ch = self.c.channel(self.addr)
+        ch = self.c.admin_channel(self.addr)
         m = tl.Stub(ch, tl.master_pb2, "Master")
         M = tl.master_pb2
         e = tl.call_error(m.SubmitTask, M.SubmitTaskRequest(job="nope", kind=1))
         self.assertEqual(e.code(), tl.grpc.StatusCode.NOT_FOUND)
         self.assertIn("job: 'nope'", e.details())
         w = m.RegisterWorker(M.RegisterWorkerRequest(host="h", instance="task-bad", job="tb",
-                                                     rank=0, workers=1),
+                                                     rank=0, workers=1, secret=os.urandom(32)),
                              timeout=tl.RPC_TIMEOUT).worker_id
         for kind in (0, 7):
             e = tl.call_error(m.SubmitTask, M.SubmitTaskRequest(job="tb", kind=kind))

@@ -574,6 +574,16 @@ static PyObject *client_get_transport(struct client *self, void *unused)
     return rc ? raise_sdk(&e) : PyUnicode_FromString(name);
 }
 
+static PyObject *client_get_worker_id(struct client *self, void *unused)
+{
+    struct tessera_error e = { 0 };
+    uint32_t id = 0;
+    int rc;
+
+    SDK_CALL(self, rc, &e, (id = tessera_worker_id(self->t), 0));
+    return rc ? raise_sdk(&e) : PyLong_FromUnsignedLong(id);
+}
+
 static PyObject *client_get_loss_scale(struct client *self, void *unused)
 {
     struct tessera_error e = { 0 };
@@ -699,6 +709,9 @@ static PyMethodDef client_methods[] = {
 static PyGetSetDef client_getset[] = {
     { "transport", (getter)client_get_transport, NULL,
       "the data-plane transport in use: 'tcp', 'shm' or 'local'", NULL },
+    { "worker_id", (getter)client_get_worker_id, NULL, "the worker id the master gave this "
+      "worker (tessera status lists it; 0 with master 'local'); a new one if it registers "
+      "again", NULL },
     { "loss_scale", (getter)client_get_loss_scale, NULL,
       "the current loss scale (1.0 without loss scaling)", NULL },
     { "resume_step", (getter)client_get_resume_step, NULL,

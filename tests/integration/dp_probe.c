@@ -15,7 +15,16 @@
  *   wrongkey     the handshake with a key that is not worker 1's
  * Prints one line: "MODE ok", or "MODE refused CODE: message" when the shard answered with
  * an ERROR, then "closed" if the shard hung up afterwards. Exit 0 when the exchange went as
- * it did (the test judges), 2 on a usage error, 1 when the probe itself failed. */
+ * it did (the test judges), 2 on a usage error, 1 when the probe itself failed.
+ *
+ * Without keys (KEYHEX "-", a plaintext cluster; tests/security):
+ *   forge MEMBER RANK STEP ENC TENSORS   a HELLO naming worker MEMBER, then a push of rank
+ *                RANK's step STEP (encoding ENC: 5 exact, 0 float) to partition 0 of each of
+ *                tensors 0..TENSORS-1, of values a step would take, its length learned
+ *                from the shard's refusal of a first, empty one; one line per tensor:
+ *                "tensor T counted" or "tensor T refused CODE: message"
+ *   oversize     a HELLO whose header says 256 MiB, then as much of the payload as the shard
+ *                reads: refused on its header, before the shard takes the bytes in */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +112,87 @@ static ts_status handshake(struct ts_conn *c, const char *job, const uint8_t key
     return ts_dp_initiate_finish(c, hs, &ack, reply, err);
 }
 
+/* forge: pushes rank's step to partition 0 of tensors [0, n) on c, after a HELLO as member. */
+static int forge(struct ts_conn *c, const char *job, char **arg)
+{
+    static char buf[4096];
+    uint32_t member = (uint32_t)strtoul(arg[0], NULL, 10);
+    struct ts_frame_hdr hello = { .type = TS_FRAME_HELLO, .tensor = member }, h;
+    struct ts_err err = { 0 };
+    long n = strtol(arg[4], NULL, 10);
+
+    if (ts_frame_send(c, &hello, job, strlen(job), &err) ||
+        ts_frame_recv(c, &h, buf, sizeof(buf) - 1, WAIT_MS, &err) || h.type != TS_FRAME_ACK) {
+        buf[err.msg[0] ? 0 : h.len] = '\0';
+        printf("forge hello refused: %s\n", err.msg[0] ? err.msg : buf);
+        return 0;
+    }
+    for (long t = 0; t < n; t++) {
+        struct ts_frame_hdr push = { .type = TS_FRAME_PUSH, .tensor = (uint32_t)t,
+                                     .rank = (uint32_t)strtoul(arg[1], NULL, 10),
+                                     .step = strtoull(arg[2], NULL, 10), .dtype = 1,
+                                     .encoding = (uint16_t)strtoul(arg[3], NULL, 10) };
+        unsigned long long want = 0;
+        char *payload = NULL, *at;
+        ts_status st;
+
+        /* A push with no payload is refused naming the length: "... want N (M elements)". */
+        if (ts_frame_send(c, &push, NULL, 0, &err) ||
+            ts_frame_recv(c, &h, buf, sizeof(buf) - 1, WAIT_MS, &err))
+            goto gone;
+        buf[h.len] = '\0';
+        if (h.type != TS_FRAME_ERROR || !(at = strstr(buf, "want ")) ||
+            sscanf(at, "want %llu", &want) != 1 || !want || !(payload = malloc(want))) {
+            printf("tensor %ld refused %s: %s\n", t, ts_status_name(ts_frame_error_status(&h)),
+                   buf);
+            continue;
+        }
+        /* Values a step would take (exact: fixed point of about 2^-12; float: 1e-3): a
+         * forgery the shard would apply, not one its range checks refuse. */
+        for (unsigned long long i = 0; i + 8 <= want && push.encoding == 5; i += 8)
+            memcpy(payload + i, &(int64_t){ (int64_t)1 << 20 }, 8);
+        for (unsigned long long i = 0; i + 4 <= want && push.encoding != 5; i += 4)
+            memcpy(payload + i, &(float){ 1e-3f }, 4);
+        st = ts_frame_send(c, &push, payload, want, &err);
+        free(payload);
+        if (st || ts_frame_recv(c, &h, buf, sizeof(buf) - 1, WAIT_MS, &err))
+            goto gone;
+        buf[h.len] = '\0';
+        if (h.type == TS_FRAME_ACK)
+            printf("tensor %ld counted\n", t);
+        else
+            printf("tensor %ld refused %s: %s\n", t, ts_status_name(ts_frame_error_status(&h)),
+                   buf);
+    }
+    return 0;
+gone:
+    printf("forge closed: %s\n", err.msg);
+    return 0;
+}
+
+/* oversize: a HELLO header claiming 256 MiB, then the payload for as long as the shard reads. */
+static int oversize(struct ts_conn *c)
+{
+    struct ts_frame_hdr h = { .type = TS_FRAME_HELLO };
+    struct ts_err err = { 0 };
+    ts_status st;
+
+    /* One send of the whole frame: the transport writes until the shard hangs up. */
+    {
+        char *big = malloc(TS_FRAME_MAX);
+        if (!big)
+            return 1;
+        memset(big, 'x', TS_FRAME_MAX);
+        st = ts_frame_send(c, &h, big, TS_FRAME_MAX, &err);
+        free(big);
+    }
+    if (st)
+        printf("oversize cut: %s\n", err.msg);
+    else
+        verdict(c, "oversize", TS_FRAME_ACK);
+    return 0;
+}
+
 static int hex_key(const char *s, uint8_t key[32])
 {
     if (strlen(s) != 64)
@@ -125,9 +215,19 @@ int main(int argc, char **argv)
     const char *mode;
     struct ts_conn *c;
 
+    if (argc == 10 && !strcmp(argv[3], "-") && !strcmp(argv[4], "forge")) {
+        c = dial(argv[1], false);
+        return forge(c, argv[2], argv + 5);
+    }
+    if (argc == 5 && !strcmp(argv[3], "-") && !strcmp(argv[4], "oversize")) {
+        c = dial(argv[1], false);
+        return oversize(c);
+    }
     if (argc != 5 || hex_key(argv[3], key)) {
         fprintf(stderr, "usage: dp_probe ADDR JOB KEYHEX(64) good|nohandshake|noauth|replay|"
-                        "badmac|wrongkey\n");
+                        "badmac|wrongkey\n"
+                        "       dp_probe ADDR JOB - forge MEMBER RANK STEP ENC TENSORS\n"
+                        "       dp_probe ADDR JOB - oversize\n");
         return 2;
     }
     mode = argv[4];

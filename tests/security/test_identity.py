@@ -29,6 +29,8 @@ import sys
 import unittest
 
 sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "integration"))
 import tessera_testlib as tl  # noqa: E402
 
 import grpc  # noqa: E402

@@ -21,6 +21,8 @@ R each way with tc tbf): a master host m, shard hosts s0..s3, worker hosts w0..w
      A step takes the slowest worker's time; the figure is the median over steps.
      Placement: the ring, each tensor under the salt its workers choose for balance
      (docs/placement.md); --salt 0 sets TESSERA_PLACEMENT_SALT=0 for the ring's own split.
+     The cluster runs mutual TLS as a user's does (the data-plane handshake, frame MACs on
+     every link), with certificates made for the run; --insecure: plaintext.
   2. gloo: bench/pushpull_gloo.py --rank i on each w_i, 4 ranks meeting at w0's address
      (GLOO_SOCKET_IFNAME=eth0), all_reduce of S bytes, the same warm-up and timed calls.
 algbw = S / step (GB/s = 1e9 B/s); fraction of R = algbw * 8 / R. CPU per step: Tessera's
@@ -214,14 +216,24 @@ class RateRun:
         except ValueError:
             return None
 
+    def tls_args(self, stem):
+        """A service's TLS flags: its own certificate of --tls (shard-i.pem for shard i), or
+        --insecure with --insecure."""
+        d = self.a.tls
+        if not d:
+            return ["--insecure"]
+        return ["--tls-cert", os.path.join(d, stem + ".pem"), "--tls-key",
+                os.path.join(d, stem + ".key"), "--tls-ca", os.path.join(d, "ca.pem"),
+                "--token-file", os.path.join(d, "admin.token")]
+
     def start_cluster(self):
-        cmd = [self.bin("tessera-master"), "--listen", self.master]
+        cmd = [self.bin("tessera-master"), "--listen", self.master] + self.tls_args("master")
         self.cluster = [self.spawn("m", cmd, "master")]
-        for s in SHARDS:
+        for i, s in enumerate(SHARDS):
             addr = f"{self.net.addr(s)}:{SHARD_PORT}"
             cmd = [self.bin("tessera-shard"), "--master", self.master, "--transport", "tcp",
                    "--grace-ms", "1000", "--listen", f"0.0.0.0:{SHARD_PORT}", "--advertise",
-                   addr]
+                   addr] + self.tls_args(f"shard-{i}")
             self.cluster.append(self.spawn(s, cmd, s))
         deadline, st = time.monotonic() + 30, None
         while time.monotonic() < deadline:
@@ -422,6 +434,8 @@ class RateRun:
             log(f"  FAILED: {e}")
         finally:
             self.stop_cluster()
+        if self.a.no_gloo:
+            return rows
         try:
             rows += list(self.gloo().values())
         except (RuntimeError, ValueError, KeyError) as e:
@@ -546,6 +560,21 @@ def headline(a, rows):
 
 # ---- main ----
 
+def make_certs(a, logs):
+    """The run's certificates (`tessera certs init`: a CA, master, shard-0..3, client, admin)
+    and admin token in logs/tls; every process of the run finds them in $TESSERA_TLS_DIR,
+    as a user's do. Returns the directory."""
+    d = os.path.join(logs, "tls")
+    r = run_quiet([os.path.join(a.bin, "tessera"), "certs", "init", d, "--shards",
+                   str(len(SHARDS))])
+    if r.returncode:
+        raise SystemExit(f"tessera certs init: {r.stderr.strip()}")
+    with open(os.path.join(d, "admin.token"), "w", opener=lambda p, f: os.open(p, f, 0o600)) as t:
+        t.write(os.urandom(32).hex() + "\n")
+    os.environ["TESSERA_TLS_DIR"] = d
+    return d
+
+
 def parse():
     ap = argparse.ArgumentParser(
         description="Tessera's push+pull (4 workers x 4 shards) against gloo's all_reduce "
@@ -576,6 +605,12 @@ def parse():
                          f"environment as {TAG_ENV} (default mh<pid>; letters and digits)")
     ap.add_argument("--quick", action="store_true",
                     help="a test-sized run: 4 MiB, the first rate, 2 steps (flags given win)")
+    ap.add_argument("--insecure", action="store_true",
+                    help="a plaintext cluster (services --insecure); by default it runs mutual "
+                         "TLS as a user's does: certificates made for the run, the data-plane "
+                         "handshake, frames MAC'd between hosts (docs/security.md)")
+    ap.add_argument("--no-gloo", action="store_true",
+                    help="Tessera only (bench/security.py compares clusters, not gloo)")
     a = ap.parse_args()
     a.rates = a.rates or ("1gbit" if a.quick else "1gbit,4gbit")
     a.sizes = a.sizes or ("4" if a.quick else "4,64")
@@ -616,6 +651,7 @@ def main():
     interrupt_on_signals()   # -> KeyboardInterrupt -> finally
     procs, logs = Procs("multihost"), tempfile.mkdtemp(prefix=f"ts-bench-multihost-{a.tag}-")
     rows, errors, placements, used, run = [], [], {}, {}, None
+    a.tls = None if a.insecure else make_certs(a, logs)
     try:
         ok, why = Net(["probe"], tag=f"{a.tag}p").probe()
         if not ok:
@@ -646,7 +682,8 @@ def main():
     for e in errors:
         print(f"ERROR: {e}")
     result = {"name": "multihost", "machine": machine_desc(), "ok": not errors,
-              "quick": a.quick, "workers": len(WORKERS), "shards": len(SHARDS),
+              "quick": a.quick, "tls": bool(a.tls), "workers": len(WORKERS),
+              "shards": len(SHARDS),
               "warmup": WARMUP, "iters": a.iters,
               "partition_kib": {s: used[s] // 1024 for s in a.sizes if s in used},
               "placement": {"salt": a.salt, "used": placement_desc(a),

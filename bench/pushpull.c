@@ -576,6 +576,8 @@ int main(int argc, char **argv)
         { "tls", TS_FLAG_STR, &o.tls, "DIR", "mutual TLS with the certificates of DIR "
           "(`tessera certs init DIR --shards N`: shard i shows shard-i.pem): every gRPC call, "
           "and the data-plane handshake, with frame MACs on tcp (docs/security.md)", 0, 0 },
+        { "no-gloo", TS_FLAG_BOOL, &o.no_gloo, NULL, "Tessera's runs alone, no gloo baseline "
+          "(bench/security.py compares two clusters)", 0, 0 },
         { "metrics-port", TS_FLAG_INT, &o.metrics_port, "BASE", "shard i serves Prometheus "
           "metrics on BASE + i, scraped every second while the runs go (bench/metrics.py)", 1,
           65000 },
@@ -615,9 +617,10 @@ int main(int argc, char **argv)
     signal(SIGHUP, on_sig);
     signal(SIGPIPE, SIG_IGN);
     bench_machine_desc(res.machine, sizeof(res.machine));
-    fprintf(stderr, "gloo all_reduce, %" PRId64 " ranks, sizes %s MiB...\n", o.workers,
-            o.sizes_s);
-    if (run_gloo(&o, &res, &err)) {
+    if (!o.no_gloo)
+        fprintf(stderr, "gloo all_reduce, %" PRId64 " ranks, sizes %s MiB...\n", o.workers,
+                o.sizes_s);
+    if (!o.no_gloo && run_gloo(&o, &res, &err)) {
         fprintf(stderr, "bench_pushpull: gloo: %s\n", err.msg);
         snprintf(res.gloo_error, sizeof(res.gloo_error), "%s", err.msg);
         ok = false;

@@ -53,6 +53,7 @@ struct opts {
     const char *tls;               /* --tls DIR: mutual TLS and the data-plane handshake */
     int nsizes, ntp, nbuf;
     bool exact, quick, buf[2];     /* buf: the --buffers kinds in order, true for "shared" */
+    bool no_gloo;                  /* --no-gloo: Tessera's runs alone (bench/security.py) */
 };
 
 /* One transport, buffers kind, mode and size. Times are per step in ms; CPU is summed over the

@@ -60,43 +60,43 @@ static struct ts_conn *raw_connect(const char *transport, const char *job, const
     return c;
 }
 
-/* The shard's count of refused data-plane frames (ShardStatus). */
-static uint64_t frames_refused(void)
+/* The only shard's ShardStatus; the caller frees it
+ * (tessera__v1__shard_status_response__free_unpacked). */
+static Tessera__V1__ShardStatusResponse *shard_status(void)
 {
     Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
     Tessera__V1__ShardStatusResponse *r;
     struct ts_cluster *cl;
-    uint64_t n;
 
     assert_int_equal(ts_cluster_open(master, &cl, NULL), TS_OK);
     assert_int_equal(ts_cluster_call(cl, 1, "/tessera.v1.Shard/ShardStatus", &req.base,
                                      &req.map_epoch,
                                      &tessera__v1__shard_status_response__descriptor,
                                      (ProtobufCMessage **)&r, NULL), TS_OK);
-    n = r->frames_refused;
-    tessera__v1__shard_status_response__free_unpacked(r, NULL);
     ts_cluster_close(cl);
+    return r;
+}
+
+/* The shard's count of refused data-plane frames. */
+static uint64_t frames_refused(void)
+{
+    Tessera__V1__ShardStatusResponse *r = shard_status();
+    uint64_t n = r->frames_refused;
+
+    tessera__v1__shard_status_response__free_unpacked(r, NULL);
     return n;
 }
 
 /* How many times the shard refused for `reason` (ShardStatus.refusals). */
 static uint64_t refusals(const char *reason)
 {
-    Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
-    Tessera__V1__ShardStatusResponse *r;
-    struct ts_cluster *cl;
+    Tessera__V1__ShardStatusResponse *r = shard_status();
     uint64_t n = 0;
 
-    assert_int_equal(ts_cluster_open(master, &cl, NULL), TS_OK);
-    assert_int_equal(ts_cluster_call(cl, 1, "/tessera.v1.Shard/ShardStatus", &req.base,
-                                     &req.map_epoch,
-                                     &tessera__v1__shard_status_response__descriptor,
-                                     (ProtobufCMessage **)&r, NULL), TS_OK);
     for (size_t i = 0; i < r->n_refusals; i++)
         if (!strcmp(r->refusals[i]->reason, reason))
             n = r->refusals[i]->count;
     tessera__v1__shard_status_response__free_unpacked(r, NULL);
-    ts_cluster_close(cl);
     return n;
 }
 

@@ -49,11 +49,6 @@ BUDGET_MIB = 64
 JUNK = 70
 
 
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
 def cli(args, env, timeout=60):
     r = subprocess.run([os.path.join(tl.BIN, "tessera")] + list(args), capture_output=True,
                        text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
@@ -94,12 +89,7 @@ class AdminEdges(tl.ClusterCase, unittest.TestCase):
     # ---- helpers ----
 
     def channel(self, stem="admin", addr=None):
-        creds = grpc.ssl_channel_credentials(
-            root_certificates=read(os.path.join(self.tls, "ca.pem")),
-            private_key=read(os.path.join(self.tls, stem + ".key")),
-            certificate_chain=read(os.path.join(self.tls, stem + ".pem")))
-        ch = grpc.secure_channel(addr or self.addr, creds,
-                                 options=[("grpc.ssl_target_name_override", "server.tessera")])
+        ch = tl.tls_channel(addr or self.addr, self.tls, stem)
         self.c.channels.append(ch)
         return ch
 

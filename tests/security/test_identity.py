@@ -40,11 +40,6 @@ STEPS = 60 if tl.SANITIZED else 150
 JOB = "ident-job"
 
 
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
 def cli(args, env=None, timeout=60):
     return subprocess.run([os.path.join(tl.BIN, "tessera")] + list(args), capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL,
@@ -88,12 +83,7 @@ class Identity(tl.ClusterCase, unittest.TestCase):
 
     def channel(self, stem="client", addr=None):
         """A grpcio channel over mutual TLS to the master (or addr), showing stem.pem."""
-        creds = grpc.ssl_channel_credentials(
-            root_certificates=read(os.path.join(self.certs, "ca.pem")),
-            private_key=read(os.path.join(self.certs, stem + ".key")),
-            certificate_chain=read(os.path.join(self.certs, stem + ".pem")))
-        ch = grpc.secure_channel(addr or self.master, creds,
-                                 options=[("grpc.ssl_target_name_override", "server.tessera")])
+        ch = tl.tls_channel(addr or self.master, self.certs, stem)
         self.c.channels.append(ch)
         return ch
 

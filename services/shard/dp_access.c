@@ -4,8 +4,10 @@
  *
  * A connection names its worker in its HELLO (and proves it with that worker's key, derived
  * from the job's key, where the handshake is required); every push and seed it sends must be
- * of slots that worker owns. The owners change only when a worker dies or comes back (elastic
- * jobs), so each job's table is asked for once and kept: a push whose worker does not own its
+ * of slots that worker owns, or owned before its owner now (a step in which an elastic slot
+ * changed hands may carry either's push, and every shard must take the same one). The owners
+ * change only when a worker dies or comes back (elastic jobs), so each job's table is asked
+ * for once and kept: a push whose worker does not own its
  * slot under the table asks again, at most every ACCESS_REFRESH_MS, and a heartbeat that shows
  * the job's roster grew marks the table stale. One fetch at a time per job: the connection
  * threads that need the same job wait for it rather than each asking the master.

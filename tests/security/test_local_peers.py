@@ -9,11 +9,17 @@ trust"), against a default `tessera up` (mutual TLS):
 - 50 connections of the shard's own user to the shm socket that never send their hello do
   not hold a job up: it takes at most 1.5 times a quiet run, and ends on the quiet run's
   params_sha256 (the shard polls the pending hellos together and closes the silent ones).
-The parameters a worker maps are sealed against writes by anyone but their shard
-(F_SEAL_FUTURE_WRITE): tests/unit/test_transport.c tries every way of writing them, and
-tests/integration/test_dataplane.c tries from a real worker's mapping.
+- a worker (the Python binding, over shm) that maps the shard's parameters cannot write
+  them: its mapping cannot be made writable (mprotect: EACCES), and the memfd behind it,
+  re-opened read-write through /proc/self/map_files (root may), refuses a writable mapping
+  (the shard sealed it against writes by anyone but itself, F_SEAL_FUTURE_WRITE): the
+  parameter it tried to change is bit for bit as the shard has it.
+tests/unit/test_transport.c tries every other way of writing a sealed region.
 """
+import ctypes
+import errno
 import json
+import mmap
 import os
 import pwd
 import socket
@@ -49,6 +55,17 @@ def train(addr, job):
     return took, json.loads(r.stdout.strip().splitlines()[-1])["params_sha256"]
 
 
+def mapping_of(addr):
+    """(start, end, path) of this process's mapping that holds address addr."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.rstrip("\n").split(None, 5)   # span perms offset dev inode [path]
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= addr < hi:
+                return lo, hi, parts[5] if len(parts) == 6 else ""
+    raise AssertionError("no mapping holds 0x%x" % addr)
+
+
 class LocalPeers(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -80,6 +97,36 @@ class LocalPeers(tl.ClusterCase, unittest.TestCase):
             self.assertEqual(r.stdout.strip(), "refused 13", r.stderr)   # EACCES
         finally:
             subprocess.run(["userdel", user], capture_output=True)
+
+    def test_mapped_parameters_cannot_be_written(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(tl.BIN), "python"))
+        import numpy as np
+        import tessera
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        with tessera.Client(master=self.addr, job="mapped", rank=0, workers=1, exact=True,
+                            optimizer="sgd:lr=0.5", batch=4, transport="shm") as c:
+            w = c.register("w", (1 << 16,), init="normal:0.1", seed=5)   # 256 KiB: shared
+            params, _ = c.buffers(w)
+            c.pull(w, 0, params)
+            before = params.copy()
+            addr = params.ctypes.data
+            lo, hi, path = mapping_of(addr)
+            self.assertIn("tessera-params", path)
+            self.assertEqual(libc.mprotect(lo, hi - lo, mmap.PROT_READ | mmap.PROT_WRITE), -1)
+            self.assertEqual(ctypes.get_errno(), errno.EACCES)
+            if os.geteuid() == 0:   # map_files needs CAP_SYS_ADMIN: the strongest try there is
+                fd = os.open("/proc/self/map_files/%x-%x" % (lo, hi), os.O_RDWR)
+                try:
+                    with self.assertRaises(PermissionError):
+                        mmap.mmap(fd, hi - lo, mmap.MAP_SHARED, mmap.PROT_WRITE)
+                    with self.assertRaises(PermissionError):
+                        os.pwrite(fd, b"\x00" * 4, 0)
+                finally:
+                    os.close(fd)
+            c.pull(w, 0, params)
+            self.assertEqual(before.tobytes(), params.tobytes())
+            self.assertEqual(np.count_nonzero(params), params.size)
 
     def test_silent_connections_hold_no_job_up(self):
         quiet, fp = train(self.addr, "quiet")

@@ -8,6 +8,9 @@
  *     cc sgd_steps.c $(pkg-config --cflags --libs tessera) -o sgd_steps
  *     ./sgd_steps 127.0.0.1:7070 hello
  *
+ * against a `tessera up`, which runs mutual TLS: the SDK finds the certificates in
+ * $TESSERA_TLS_DIR, which `tessera up` prints right after the master's address.
+ *
  * or with CMake: find_package(Tessera) and link Tessera::tessera (examples/c/CMakeLists.txt). */
 #include <stdint.h>
 #include <stdio.h>

@@ -3,7 +3,8 @@
  * Each call gets its own pluck completion queue, so any number of threads may call through one
  * channel without sharing a queue (a pluck queue allows only 6 concurrent pluckers). The
  * channel's reconnect backoff is shortened from gRPC's default (1 s initial) so that our own
- * retry on UNAVAILABLE, 20 ms doubling to 1 s with jitter, finds a server soon after it starts. */
+ * retry on UNAVAILABLE, 20 ms doubling to 1 s with jitter, finds a server soon after it starts;
+ * it polls the channel while it waits (await_ready). */
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -121,6 +122,29 @@ static bool pluck(grpc_completion_queue *cq, void *tag)
     grpc_event ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME),
                                                 NULL);
     return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+/* Waits ms between two attempts, or less if the channel gets READY first. The wait polls the
+ * channel: an attempt that fails fast (UNAVAILABLE while the channel is in TRANSIENT_FAILURE)
+ * leaves gRPC's next connection attempt running in the background, and in a process that
+ * serves nothing (a worker, the CLI) no thread polls it but a caller's or gRPC's backup
+ * poller (every 5 s). A TLS handshake needs several round trips, each of them a poll, within
+ * the 2 s a connection attempt has (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS): a worker whose master
+ * was restarted under it failed every attempt so, and was declared dead past its lease. */
+static void await_ready(struct ts_rpc_channel *c, int64_t ms)
+{
+    int64_t until = ts_now_ms() + ms;
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_connectivity_state s;
+    int tag = 0;
+
+    while ((s = grpc_channel_check_connectivity_state(c->ch, 1)) != GRPC_CHANNEL_READY &&
+           ts_now_ms() < until) {
+        /* Completes when the state leaves s, or at the deadline (not a success, ignored). */
+        grpc_channel_watch_connectivity_state(c->ch, s, deadline_at(until), cq, &tag);
+        pluck(cq, &tag);
+    }
+    cq_destroy(cq);
 }
 
 /* What to try when a connection failed the way a TLS mismatch makes it fail. */
@@ -246,7 +270,7 @@ static ts_status unary(struct ts_rpc_channel *c, const char *method, const Proto
                 ts_err_set(err, e.code, "%s", e.msg);
             break;
         }
-        ts_sleep_ms(sleep_ms);
+        await_ready(c, sleep_ms);
         backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
     }
     grpc_byte_buffer_destroy(packed);

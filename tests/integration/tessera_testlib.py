@@ -327,6 +327,27 @@ class Cluster:
             os.environ["TESSERA_TLS_DIR"] = self.tls_dir
         return m and m.group(1)
 
+    def make_certs(self, shards=2, hosts=()):
+        """`tessera certs init DIR --shards N [--hosts H,...]` for services a test starts
+        itself under mutual TLS (start_server with tls_args): DIR becomes self.tls_dir and
+        $TESSERA_TLS_DIR of this process and of what it starts from now on, as tessera_up's
+        would. Returns DIR."""
+        d = os.path.join(self.dir, "certs")
+        r = run_cli(["certs", "init", d, "--shards", str(shards)] +
+                    (["--hosts", ",".join(hosts)] if hosts else []))
+        if r.returncode != 0:
+            raise AssertionError("tessera certs init: %s" % r.stderr)
+        self.tls_dir = d
+        os.environ["TESSERA_TLS_DIR"] = d
+        return d
+
+    def tls_args(self, stem):
+        """The flags that make a service serve mutual TLS with self.tls_dir's certificate
+        STEM.pem (master, shard-0, verify, ...), for start_server and spawn."""
+        return ["--tls-cert", os.path.join(self.tls_dir, stem + ".pem"),
+                "--tls-key", os.path.join(self.tls_dir, stem + ".key"),
+                "--tls-ca", os.path.join(self.tls_dir, "ca.pem")]
+
     def start_server(self, exe, name, args=()):
         """A Tessera server (tessera-master, -shard, -verify) on 127.0.0.1:0: started with
         --port-file, waited for; returns its Proc with .addr set. Plaintext (--insecure,
@@ -368,6 +389,16 @@ class Cluster:
         ch = tls_channel(addr, self.tls_dir, "admin") if self.tls_dir else dial(addr)
         self.channels.append(ch)
         return ch
+
+    def admin_metadata(self):
+        """The cluster's admin token as call metadata (`authorization: Bearer TOKEN`), for an
+        admin's act on a channel() that shows another certificate (the worker/* one: an act
+        that must show the member's own certificate and an admin's word); () on an --insecure
+        cluster, which has none (every caller counts as an admin there)."""
+        if not self.tls_dir:
+            return ()
+        with open(os.path.join(self.tls_dir, "admin.token")) as f:
+            return (("authorization", "Bearer " + f.read().strip()),)
 
     def admin_env(self):
         """environ() with the cluster's admin token for the CLI's admin calls (`tessera

@@ -125,18 +125,24 @@ class Balance(tl.UpCase, unittest.TestCase):
         ch = self.c.channel(self.addr)
         m = tl.Stub(ch, tl.master_pb2, "Master")
         M = tl.master_pb2
+        # Each registration with a secret of its own (mutual TLS needs one), which the
+        # worker's heartbeats and its Deregister show.
         e = tl.call_error(m.RegisterWorker, M.RegisterWorkerRequest(
             host="h", instance="bal-off", job="bad-off", rank=0, workers=4, start_workers=2,
-            balance=True, elastic=False))
+            balance=True, elastic=False, secret=os.urandom(32)))
         self.assertEqual(e.code(), tl.grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("balance:", e.details())
-        ids = [m.RegisterWorker(M.RegisterWorkerRequest(
-            host="h", instance="bal-%d" % r, job="bad", rank=r, workers=4, start_workers=2,
-            elastic=True, balance=True), timeout=tl.RPC_TIMEOUT).worker_id for r in (0, 1)]
+        secret = {}
+        for r in (0, 1):
+            key = os.urandom(32)
+            secret[m.RegisterWorker(M.RegisterWorkerRequest(
+                host="h", instance="bal-%d" % r, job="bad", rank=r, workers=4, start_workers=2,
+                elastic=True, balance=True, secret=key), timeout=tl.RPC_TIMEOUT).worker_id] = key
+        ids = list(secret)
 
         def beat(w, **speed):
-            return m.Heartbeat(M.HeartbeatRequest(kind=tl.WORKER, id=w, **speed),
-                               timeout=tl.RPC_TIMEOUT)
+            return m.Heartbeat(M.HeartbeatRequest(kind=tl.WORKER, id=w, secret=secret[w],
+                                                  **speed), timeout=tl.RPC_TIMEOUT)
         for w in ids:   # equal speeds: nothing to move
             beat(w, has_speed=True, slot_seconds=0.01, speed_slots=2)
         before = [(list(b.slots), b.roster) for b in (beat(w) for w in ids)]
@@ -150,13 +156,15 @@ class Balance(tl.UpCase, unittest.TestCase):
                              (dict(slot_seconds=1e-6, speed_slots=5),
                               "speed_slots: 5, but job 'bad' has 4 slots")):
             e = tl.call_error(m.Heartbeat, M.HeartbeatRequest(kind=tl.WORKER, id=ids[1],
+                                                              secret=secret[ids[1]],
                                                               has_speed=True, **speed))
             self.assertEqual(e.code(), tl.grpc.StatusCode.INVALID_ARGUMENT, speed)
             self.assertIn(field, e.details())
         after = [(list(b.slots), b.roster) for b in (beat(w) for w in ids)]
         self.assertEqual(after, before)
         for w in ids:
-            m.Deregister(M.DeregisterRequest(kind=tl.WORKER, id=w), timeout=tl.RPC_TIMEOUT)
+            m.Deregister(M.DeregisterRequest(kind=tl.WORKER, id=w, secret=secret[w]),
+                         timeout=tl.RPC_TIMEOUT)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """test_cluster.py - `tessera up` as a real process: status, a shard killed, a clean stop.
 
-`tessera up --shards 3 --master-port 0 --lease-ms 1000` starts a master and three shards. The
+`tessera up --shards 3 --master-port 0 --lease-ms 1000` starts a master and three shards under
+mutual TLS, its default, and prints `export TESSERA_TLS_DIR=...` right after the master. The
 CLI's `status --json` and a python3-grpcio ClusterStatus must agree. One shard gets SIGKILL (no
 chance to deregister): the master must declare it dead once its lease runs out (not before),
 move the epoch on, keep the other two alive, and publish a shard map without it. SIGTERM to
@@ -112,6 +113,10 @@ class UpKillStop(unittest.TestCase):
         first = read_line(up, tl.START_TIMEOUT)
         self.assertRegex(first, r"^master 127\.0\.0\.1:\d+$")
         addr = first.split()[1]
+        # The default is mutual TLS: right after the master, what the clients need.
+        export = read_line(up, tl.START_TIMEOUT)
+        self.assertRegex(export, r"^export TESSERA_TLS_DIR=/\S+$")
+        self.assertEqual(self.c.take_tls(export), os.path.join(self.c.dir, "up-logs", "tls"))
         ch = self.c.channel(addr)
         master = tl.Stub(ch, master_pb2, "Master")
 
@@ -221,11 +226,11 @@ class UpKillStop(unittest.TestCase):
         self.passed = True
 
     def killed_worker_message(self, rank):
-        """`tessera train --workers 2 --no-elastic` with rank `rank` killed by SIGKILL mid-run:
-        its exit status and stderr (elastic jobs go on instead: test_elastic.py)."""
-        master = self.c.start_master()
-        self.c.start_shard(master.addr)
-        train = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", master.addr,
+        """`tessera train --workers 2 --no-elastic` on a default `tessera up` (mutual TLS) with
+        rank `rank` killed by SIGKILL mid-run: its exit status and stderr (elastic jobs go on
+        instead: test_elastic.py)."""
+        _, addr = self.c.tessera_up(["--shards", "1"], name="up-%d" % rank)
+        train = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", addr,
                               "--workers", "2", "--steps", "100000", "--no-elastic"],
                              "train-%d" % rank)
 

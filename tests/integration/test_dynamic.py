@@ -142,12 +142,23 @@ class Dynamic(tl.UpCase, unittest.TestCase):
         ch = self.c.channel(self.addr)
         m = tl.Stub(ch, tl.master_pb2, "Master")
         M = tl.master_pb2
-        ids = [m.RegisterWorker(M.RegisterWorkerRequest(
-            host="h", instance="dyn-bad-%d" % r, job="bad", rank=r, workers=2),
-            timeout=tl.RPC_TIMEOUT).worker_id for r in (0, 1)]
-        lone = m.RegisterWorker(M.RegisterWorkerRequest(host="h", instance="dyn-lone"),
-                                timeout=tl.RPC_TIMEOUT).worker_id
-        g = m.ClaimWork(M.ClaimWorkRequest(worker_id=ids[0], clock=0, want=4, units=20),
+        # Each worker's secret (mutual TLS: a registration needs one, and ClaimWork and
+        # Deregister prove the caller is the worker that registered with it).
+        secret = {}
+
+        def register(instance, **kv):
+            key = os.urandom(32)
+            w = m.RegisterWorker(M.RegisterWorkerRequest(host="h", instance=instance,
+                                                         secret=key, **kv),
+                                 timeout=tl.RPC_TIMEOUT).worker_id
+            secret[w] = key
+            return w
+
+        def claim(**kv):
+            return M.ClaimWorkRequest(secret=secret.get(kv.get("worker_id"), b""), **kv)
+        ids = [register("dyn-bad-%d" % r, job="bad", rank=r, workers=2) for r in (0, 1)]
+        lone = register("dyn-lone")
+        g = m.ClaimWork(claim(worker_id=ids[0], clock=0, want=4, units=20),
                         timeout=tl.RPC_TIMEOUT)
         self.assertEqual((g.first, g.count, g.clock, g.units), (0, 4, 0, 20))
         before = self.job("bad")
@@ -166,26 +177,26 @@ class Dynamic(tl.UpCase, unittest.TestCase):
                 (dict(worker_id=lone, want=1, units=20), STATE, "worker_id"),
                 (dict(worker_id=99999, want=1, units=20), tl.grpc.StatusCode.NOT_FOUND, None)):
             if code is None:   # a clock inside its grant: the same units again, nothing new
-                again = m.ClaimWork(M.ClaimWorkRequest(**req), timeout=tl.RPC_TIMEOUT)
+                again = m.ClaimWork(claim(**req), timeout=tl.RPC_TIMEOUT)
                 self.assertEqual((again.first, again.count, again.clock), (0, 4, 0))
                 continue
-            e = tl.call_error(m.ClaimWork, M.ClaimWorkRequest(**req))
+            e = tl.call_error(m.ClaimWork, claim(**req))
             self.assertEqual(e.code(), code, req)
             if field:
                 self.assertIn(field, e.details())
         # the rank's clock went on past 2 of its 4 units: a clock below 2 is refused
-        g = m.ClaimWork(M.ClaimWorkRequest(worker_id=ids[0], clock=2, want=0, units=20),
+        g = m.ClaimWork(claim(worker_id=ids[0], clock=2, want=0, units=20),
                         timeout=tl.RPC_TIMEOUT)
         self.assertEqual((g.count, g.first, g.done), (2, 2, 2))
-        e = tl.call_error(m.ClaimWork, M.ClaimWorkRequest(worker_id=ids[0], clock=1, want=1,
-                                                          units=20))
+        e = tl.call_error(m.ClaimWork, claim(worker_id=ids[0], clock=1, want=1, units=20))
         self.assertEqual(e.code(), STATE)
         self.assertIn("clock: 1", e.details())
         after = self.job("bad")
         self.assertEqual((after["work_units"], after["work_done"], after["work_outstanding"]),
                          (20, 2, 2))
         for w in ids + [lone]:
-            m.Deregister(M.DeregisterRequest(kind=tl.WORKER, id=w), timeout=tl.RPC_TIMEOUT)
+            m.Deregister(M.DeregisterRequest(kind=tl.WORKER, id=w, secret=secret[w]),
+                         timeout=tl.RPC_TIMEOUT)
         r = tl.run_cli(["train", "--master", self.addr, "--dynamic", "--steps", "10"])
         self.assertEqual(r.returncode, 2)
         self.assertIn("--dynamic needs --mode asp or ssp", r.stderr)

@@ -27,6 +27,7 @@ Real processes: one `tessera up --shards 2 --lease-ms 1500` (R = 2), and `tesser
   the worker stays in; the job is unchanged.
 - Nothing of the cluster is left after SIGTERM to `tessera up`.
 """
+import functools
 import json
 import os
 import random
@@ -64,6 +65,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
                                  tl.START_TIMEOUT, "tessera up to print the master's address")
         tl.wait_until(lambda: "shards alive" in cls.up.log_text(), tl.START_TIMEOUT,
                       "the shards")
+        cls.c.take_tls(cls.up.log_text())   # the default: mutual TLS
         r = tl.run_cli(["train", "--local", "--steps", str(STEPS), "--exact", "--json"],
                        timeout=300)
         if r.returncode != 0:
@@ -260,17 +262,23 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
                                                   timeout=tl.RPC_TIMEOUT).workers
                   if w.pid == pid)
         # Rank 2's own process start claiming rank 1: refused, and rank 2 stays registered.
-        e = tl.call_error(master.RegisterWorker, tl.master_pb2.RegisterWorkerRequest(
-            host="h", instance=me.instance, job="settings", rank=1, workers=3, elastic=True))
+        # Only that process knows its secret, so the test speaks for it as an admin (the
+        # token) with the certificate it registered with (worker/*); the job's settings,
+        # not the credentials, are what is refused.
+        as_admin = functools.partial(master.RegisterWorker, metadata=self.c.admin_metadata())
+        e = tl.call_error(as_admin, tl.master_pb2.RegisterWorkerRequest(
+            host="h", instance=me.instance, job="settings", rank=1, workers=3, elastic=True,
+            secret=os.urandom(32)))
         self.assertEqual(e.code(), tl.grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("rank: 1, but worker %d is rank 2" % me.id, e.details())
         e = tl.call_error(master.RegisterWorker, tl.master_pb2.RegisterWorkerRequest(
             host="h", instance="elastic-off", job="settings", rank=2, workers=3,
-            elastic=False))
+            elastic=False, secret=os.urandom(32)))
         self.assertEqual(e.code(), tl.grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("elastic:", e.details())
         e = tl.call_error(master.RegisterWorker, tl.master_pb2.RegisterWorkerRequest(
-            host="h", instance="rank-taken", job="settings", rank=2, workers=3, elastic=True))
+            host="h", instance="rank-taken", job="settings", rank=2, workers=3, elastic=True,
+            secret=os.urandom(32)))
         self.assertEqual(e.code(), tl.grpc.StatusCode.ALREADY_EXISTS)
         self.assertIn("rank: 2", e.details())
         after = self.job("settings")

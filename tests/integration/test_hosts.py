@@ -4,14 +4,16 @@
 Real processes on emulated hosts (bench/emuhosts.py): one network namespace per host on a
 bridge, with addresses 10.78.0.1..6, no link limits. The master listens on its host's address;
 the shards and the verify service listen on every address (0.0.0.0) and register the one other
-hosts reach (--advertise); the two workers run one per host. Checked:
+hosts reach (--advertise); the two workers run one per host. Every service runs mutual TLS,
+the default, with its own certificate of `tessera certs init` (one directory on the shared
+file system); the workers and the CLI read the client's from $TESSERA_TLS_DIR. Checked:
 - the training ends with the params_sha256 of `tessera train --local` (same seed and steps),
   and its data plane is tcp: shared memory is refused between hosts (another network
   namespace), so no worker fell back to something that would not work between real hosts;
   its tensors are in the SDK's partitions for shards on other hosts, not one host's 4 MiB;
 - ClusterStatus (asked from the worker's host) lists each shard and the verify service at its
   advertised address, never 127.0.0.1 or 0.0.0.0, and the verify service answers health
-  checks there from another host;
+  checks there from another host (python3-grpcio over mutual TLS, checking server.tessera);
 - one worker takes its master, job, rank and worker count from the environment
   ($TESSERA_MASTER, $TESSERA_JOB, $TESSERA_RANK, $TESSERA_WORKERS), as a launcher would hand
   every worker one command line; a malformed $TESSERA_RANK is refused, naming it;
@@ -51,23 +53,24 @@ class Hosts(tl.ClusterCase, unittest.TestCase):
         try:
             cls.net.up()
             cls.store = os.path.join(cls.c.dir, "store")   # one file system: a shared path
+            cls.c.make_certs(shards=2)   # also $TESSERA_TLS_DIR of the workers and the CLI
             cls.master = "%s:%d" % (cls.net.addr("master"), PORT["master"])
             m = cls.c.spawn(cls.net.wrap("master", [
                 os.path.join(tl.BIN, "tessera-master"), "--listen", cls.master,
-                "--store", cls.store]), "master")
+                "--store", cls.store] + cls.c.tls_args("master")), "master")
             tl.wait_until(lambda: cls.status() or not m.running(), tl.START_TIMEOUT,
                           "the master at %s" % cls.master)
-            for s in ("shard0", "shard1"):
+            for i, s in enumerate(("shard0", "shard1")):
                 cls.c.spawn(cls.net.wrap(s, [
                     os.path.join(tl.BIN, "tessera-shard"), "--master", cls.master,
                     "--listen", "0.0.0.0:%d" % PORT[s],
                     "--advertise", "%s:%d" % (cls.net.addr(s), PORT[s]),
-                    "--store", cls.store]), s)
+                    "--store", cls.store] + cls.c.tls_args("shard-%d" % i)), s)
             cls.c.spawn(cls.net.wrap("verify", [
                 os.path.join(tl.BIN, "tessera-verify"), "--master", cls.master,
                 "--listen", "0.0.0.0:%d" % PORT["verify"],
                 "--advertise", "%s:%d" % (cls.net.addr("verify"), PORT["verify"]),
-                "--store", cls.store]), "verify")
+                "--store", cls.store] + cls.c.tls_args("verify")), "verify")
             tl.wait_until(lambda: (lambda d: d and len([s for s in d["shards"]
                                                         if s["state"] == "alive"]) == 2
                                    and any(w.get("role") == "verify" for w in d["workers"]))(
@@ -143,13 +146,14 @@ class Hosts(tl.ClusterCase, unittest.TestCase):
         # the verify service answers at its advertised address, from another host
         probe = ("import grpc, sys; sys.path.insert(0, sys.argv[2]);"
                  "import tessera_testlib as tl; h = tl.health_pb2;"
-                 "ch = grpc.insecure_channel(sys.argv[1]);"
+                 "ch = tl.tls_channel(sys.argv[1], sys.argv[3]);"
                  "f = ch.unary_unary('/grpc.health.v1.Health/Check',"
                  " request_serializer=h.HealthCheckRequest.SerializeToString,"
                  " response_deserializer=h.HealthCheckResponse.FromString);"
                  "print(f(h.HealthCheckRequest(), timeout=10).status)")
         r = subprocess.run(self.net.wrap("worker1", ["/usr/bin/python3", "-c", probe, want,
-                                                   os.path.dirname(os.path.abspath(__file__))]),
+                                                   os.path.dirname(os.path.abspath(__file__)),
+                                                   self.c.tls_dir]),
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertEqual(r.stdout.strip(), "1")   # SERVING
@@ -160,7 +164,8 @@ class Hosts(tl.ClusterCase, unittest.TestCase):
                             (["--advertise", "shard-host:port"], "is not HOST or HOST:PORT")):
             r = subprocess.run(self.net.wrap("shard0", [
                 os.path.join(tl.BIN, "tessera-shard"), "--master", self.master,
-                "--listen", "0.0.0.0:7002"] + adv), capture_output=True, text=True,
+                "--listen", "0.0.0.0:7002"] + adv + self.c.tls_args("shard-0")),
+                capture_output=True, text=True,
                 timeout=60, stdin=subprocess.DEVNULL)
             self.assertNotEqual(r.returncode, 0)
             self.assertIn(needle, r.stderr)

@@ -8,8 +8,9 @@ Checked:
 - examples/c/sgd_steps.c, copied out of the tree, builds four ways: pkg-config with the
   shared library and with the static one, CMake's find_package(Tessera) with
   Tessera::tessera and Tessera::tessera_static; the static ones load no libtessera.so;
-- the installed `tessera up` starts a cluster, and each of the four programs trains its own
-  job on it to the same checksum as an in-process (`local`) run (exact mode);
+- the installed `tessera up` starts a cluster (mutual TLS, its default), and each of the four
+  programs trains its own job on it, with the certificates of $TESSERA_TLS_DIR, to the same
+  checksum as an in-process (`local`) run (exact mode);
 - the Python package: `pip install --no-build-isolation --no-index` of a copy of python/
   into a virtualenv made with --system-site-packages, against the installed SDK (found
   through PKG_CONFIG_PATH); with neither PYTHONPATH nor LD_LIBRARY_PATH, `import tessera,
@@ -71,9 +72,12 @@ class Installed(tl.ClusterCase, unittest.TestCase):
         cls.work = os.path.join(cls.c.dir, "outside")
         run(["cmake", "--install", BUILD, "--prefix", cls.prefix])
         shutil.copytree(os.path.join(tl.SRC, "examples", "c"), cls.work)
-        cls.env = clean_env(PKG_CONFIG_PATH=os.path.join(cls.prefix, "lib", "pkgconfig"))
+        # The installed `tessera up` runs mutual TLS, its default: the programs and the
+        # Python package find its certificates in $TESSERA_TLS_DIR (tessera_up exports it
+        # before clean_env copies the environment).
         _, cls.master = cls.c.tessera_up(["--shards", "2"],
                                          tessera=os.path.join(cls.prefix, "bin", "tessera"))
+        cls.env = clean_env(PKG_CONFIG_PATH=os.path.join(cls.prefix, "lib", "pkgconfig"))
 
     def test_a_layout_and_exported_symbols(self):
         for rel in ("bin/tessera", "bin/tessera-master", "bin/tessera-shard",

@@ -20,11 +20,12 @@ soon after its restart. Checked:
 - SIGTERM to `tessera up` leaves none of its processes behind.
 
 Priority tasks (services/master/tasks.h, the file "tasks"): `tessera up --shards 1` and a
-long float job of 2 workers, both training; three SubmitTask calls, the master killed right
-after the last reply. The restarted master lists the three ids, the workers run each and
+long float job of 2 workers, both training; three SubmitTask calls (an admin's, with the admin
+certificate), the master killed right after the last reply. The restarted master lists the three ids, the workers run each and
 report it done, and the next SubmitTask gets id 4.
 
-A worker's start: a master and a shard of our own, the master with --state-dir on a fixed port;
+A worker's start: a master and a shard of our own under mutual TLS (certificates of `tessera
+certs init`), the master with --state-dir on a fixed port;
 an exact job of 2 workers whose start is held (TESSERA_TEST_HOLD_JOIN) after a worker caught
 up and before it tells the master. The master is killed there and started again only once the
 worker said it waits for it: the job ends with --local's params_sha256.
@@ -76,6 +77,8 @@ class MasterRestart(unittest.TestCase):
         addr = tl.wait_until(lambda: next((ln.split()[1] for ln in up.log_text().splitlines()
                                            if ln.startswith("master ")), None),
                              tl.START_TIMEOUT, "tessera up to print the master's address")
+        tl.wait_until(lambda: self.c.take_tls(up.log_text()), tl.START_TIMEOUT,
+                      "tessera up to print its TLS directory")   # mutual TLS, the default
         kids = set(tl.children_of(up.pid))
         train = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", addr,
                               "--workers", "2", "--steps", str(STEPS), "--exact",
@@ -130,10 +133,11 @@ class MasterRestart(unittest.TestCase):
                                                             reverse=True))
         self.assertEqual({c["id"] for c in chain}, {s["id"] for s in mine})
 
-        # A second master on the same state directory is refused, and changes nothing.
+        # A second master on the same state directory (with the master's certificate, as
+        # the first has) is refused, and changes nothing.
         second = self.c.spawn([os.path.join(tl.BIN, "tessera-master"), "--listen",
-                               "127.0.0.1:0", "--state-dir", os.path.join(logs, "master-state")],
-                              "second-master")
+                               "127.0.0.1:0", "--state-dir", os.path.join(logs, "master-state")]
+                              + self.c.tls_args("master"), "second-master")
         self.assertNotEqual(second.wait(30), 0)
         self.assertIn("another master uses it", second.log_text())
         self.assertEqual(tl.status_json(addr)["epoch"], end["epoch"])
@@ -165,7 +169,7 @@ class MasterRestart(unittest.TestCase):
             # A channel made soon after the restart may be handed the connection to the
             # killed master, which fails once (UNAVAILABLE, "Broken pipe") before the request
             # leaves: send again. Any other error fails at once.
-            m = tl.Stub(self.c.channel(addr), M, "Master")
+            m = tl.Stub(self.c.admin_channel(addr), M, "Master")   # an admin call
             for _ in range(150):
                 try:
                     return m.SubmitTask(M.SubmitTaskRequest(job="tk", kind=1),
@@ -195,10 +199,14 @@ class MasterRestart(unittest.TestCase):
         again on its port and state directory only once a worker said it waits for it. The
         job trains to the end, at --local's fingerprint."""
         steps = 40
+        # Mutual TLS, the default: a worker's reconnection to the restarted master is a TLS
+        # handshake (the workers read the certificates from $TESSERA_TLS_DIR).
+        self.c.make_certs(shards=1)
         argv = ["--listen", "127.0.0.1:%d" % tl.free_port(), "--lease-ms", "1500",
-                "--state-dir", os.path.join(self.c.dir, "js-state")]
+                "--state-dir", os.path.join(self.c.dir, "js-state")] + self.c.tls_args("master")
         master = self.c.start_server("tessera-master", "js-master", argv)
-        self.c.start_shard(master.addr, "js-shard", lease_ms=1500)
+        self.c.start_shard(master.addr, "js-shard", lease_ms=1500,
+                           extra=self.c.tls_args("shard-0"))
         hold = os.path.join(self.c.dir, "js-hold")
         with tl.environ(TESSERA_TEST_HOLD_JOIN=hold):
             train = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",

@@ -313,8 +313,9 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(self.train.wait(300), 0, self.train.log_text()[-2000:])
 
     def test_zz_a_snapshot_is_counted(self):
-        r = tl.run_cli(["snapshot", "create", "--master", self.master, "--job", "metrics"],
-                       timeout=120)
+        with self.c.admin_env():   # CreateSnapshot is an admin call
+            r = tl.run_cli(["snapshot", "create", "--master", self.master, "--job", "metrics"],
+                           timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         _, samples = parse(get(self.base)[2])
         self.assertEqual(value(samples, "tessera_snapshots_total", 'result="ok"'), 1)

@@ -1,8 +1,8 @@
 """test_tls.py - mutual TLS, certificate roles and the admin token (docs/security.md).
 
 Real processes: `tessera certs init` makes a CA and the members' certificates; `tessera up
---tls` starts a master and two shards serving mutual TLS with them (each shard its own) and an
-admin token. Checked:
+--tls-dir` starts a master and two shards serving mutual TLS (its default) with them (each
+shard its own) and an admin token. Checked:
 - the certificates: each verifies against the CA and carries its member and its roles
   (tessera certs show);
 - `tessera train --exact` through the TLS cluster (TESSERA_TLS_DIR) ends with the
@@ -76,10 +76,17 @@ def read(path):
         return f.read()
 
 
-def cli(args, env=None, timeout=60):
+def without_tls():
+    """os.environ as a client given no certificates sees it: tessera_up exported this
+    cluster's TESSERA_TLS_DIR to everything the test starts."""
+    return {k: v for k, v in os.environ.items() if k != "TESSERA_TLS_DIR"}
+
+
+def cli(args, env=None, timeout=60, tls=True):
+    """`tessera ARGS` with env added to os.environ (tls=False: without TESSERA_TLS_DIR)."""
     return subprocess.run([os.path.join(tl.BIN, "tessera")] + list(args), capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                          env=dict(os.environ, **(env or {})))
+                          env=dict(os.environ if tls else without_tls(), **(env or {})))
 
 
 class Tls(tl.ClusterCase, unittest.TestCase):
@@ -90,7 +97,7 @@ class Tls(tl.ClusterCase, unittest.TestCase):
         r = cli(["certs", "init", cls.certs])
         if r.returncode:
             raise AssertionError(r.stdout + r.stderr)
-        cls.up, cls.master = cls.c.tessera_up(["--tls", "--tls-dir", cls.certs])
+        cls.up, cls.master = cls.c.tessera_up(["--tls-dir", cls.certs])
         cls.env = {"TESSERA_TLS_DIR": cls.certs}
         other = os.path.join(cls.c.dir, "other")
         r = cli(["certs", "init", other])
@@ -167,7 +174,7 @@ class Tls(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertEqual(r.stdout.split(), ["max", "0.0"])
         r = subprocess.run(["/usr/bin/python3", "-c", PY_STEPS, self.master], text=True,
-                           capture_output=True, timeout=120)
+                           capture_output=True, timeout=120, env=without_tls())
         self.assertNotEqual(r.returncode, 0, "plaintext against mutual TLS")
         self.assertIn("UNAVAILABLE", r.stderr)
 
@@ -178,10 +185,10 @@ class Tls(tl.ClusterCase, unittest.TestCase):
                          ("a certificate of another CA", {"certs": self.other})):
             e = tl.call_error(self.master_stub(**kw).ClusterStatus, req)
             self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, what)
-        e = tl.call_error(tl.Stub(self.c.channel(self.master), master_pb2, "Master")
-                          .ClusterStatus, req)
+        e = tl.call_error(tl.Stub(self.c.channel(self.master, tls=False), master_pb2,
+                                  "Master").ClusterStatus, req)
         self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, "plaintext")
-        r = cli(["status", "--master", self.master, "--timeout-ms", "3000"])
+        r = cli(["status", "--master", self.master, "--timeout-ms", "3000"], tls=False)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("TESSERA_TLS_DIR", r.stderr)
         self.assertEqual(tl.status_fingerprint(self.status()), before)

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // reflection_test.js - a Node client that knows Tessera only through server reflection.
 //
-// Starts tessera-master itself on an ephemeral port (--listen 127.0.0.1:0 --port-file), holds
-// no .proto file, and with grpc-js-reflection-client: lists the services over reflection
+// Starts tessera-master itself on an ephemeral port (--listen 127.0.0.1:0 --port-file), first
+// with --insecure for a plaintext client, holds no .proto file, and with
+// grpc-js-reflection-client: lists the services over reflection
 // v1alpha (the library's default) and v1 (4th constructor argument), loads the descriptor of
 // tessera.v1.Master, builds a client from it, calls ClusterStatus, and checks that a Heartbeat
 // with id 0 gets INVALID_ARGUMENT naming "id". Then all of it again over mutual TLS
@@ -218,8 +219,11 @@ async function main() {
   const t0 = Date.now();
   let rc = 1;
   try {
-    let addr = await startMaster();
-    ok(`tessera-master (pid ${master.pid}) listens at ${addr}`);
+    // First a plaintext master: what reflection gives a client that speaks no TLS, and a
+    // registration no certificate checks. Plaintext is no longer a service's default, so it
+    // is asked for (--insecure); the default, mutual TLS, follows.
+    let addr = await startMaster(['--insecure']);
+    ok(`tessera-master --insecure (pid ${master.pid}) listens at ${addr}`);
     await checkVersion(addr, undefined, '127.0.0.1:9', plaintext());
     await checkVersion(addr, 'v1', '127.0.0.1:10', plaintext());
     const st = await stopMaster();

@@ -134,15 +134,22 @@ static bool pluck(grpc_completion_queue *cq, void *tag)
 static void await_ready(struct ts_rpc_channel *c, int64_t ms)
 {
     int64_t until = ts_now_ms() + ms;
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-    grpc_connectivity_state s;
+    grpc_connectivity_state s = grpc_channel_check_connectivity_state(c->ch, 1);
+    grpc_completion_queue *cq;
     int tag = 0;
 
-    while ((s = grpc_channel_check_connectivity_state(c->ch, 1)) != GRPC_CHANNEL_READY &&
-           ts_now_ms() < until) {
+    /* A channel READY already got its UNAVAILABLE from the server itself (a master not yet
+     * primary, a shard still loading): that is no news, so wait the whole backoff. */
+    if (s == GRPC_CHANNEL_READY) {
+        ts_sleep_ms(ms);
+        return;
+    }
+    cq = grpc_completion_queue_create_for_pluck(NULL);
+    while (s != GRPC_CHANNEL_READY && ts_now_ms() < until) {
         /* Completes when the state leaves s, or at the deadline (not a success, ignored). */
         grpc_channel_watch_connectivity_state(c->ch, s, deadline_at(until), cq, &tag);
         pluck(cq, &tag);
+        s = grpc_channel_check_connectivity_state(c->ch, 0);
     }
     cq_destroy(cq);
 }

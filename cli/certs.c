@@ -1,4 +1,4 @@
-/* certs.c - `tessera certs init|issue|show`: a cluster's CA and its members' certificates
+/* certs.c - `tessera certs init|issue|ensure|show`: a cluster's CA and its members' certificates
  * (lib/sec/certs.h). Exit codes: 0 done, 1 failed, 2 usage. */
 #include <inttypes.h>
 #include <limits.h>
@@ -20,6 +20,10 @@ static const struct {
       "make a CA and the certificates of master, shards 0..N-1, verify, client, admin" },
     { "issue", "DIR --member M [--hosts LIST] [--days N] [--force]",
       "one more member's certificate, from DIR's CA (needs DIR/ca.key)" },
+    { "ensure", "DIR [--member M] [--shards N] [--hosts LIST] [--days N]",
+      "a service's first start: make what DIR lacks, keep what it has: the CA and the set\n"
+      "         of init (only for the master, or without --member), M's certificate, and\n"
+      "         admin.token (where the CA is made); elsewhere copy DIR from the master's host" },
     { "show", "FILE...", "what each certificate says: member, roles, SANs, expiry" },
     { NULL, NULL, NULL },
 };
@@ -153,6 +157,40 @@ static int do_issue(char **pos, int npos, const char *member, const struct ts_ce
     return 0;
 }
 
+static int do_ensure(char **pos, int npos, const char *member, const struct ts_certs_opts *o)
+{
+    struct ts_err err = { 0 };
+    char abs[PATH_MAX];
+    unsigned made = 0;
+    bool master = !member || strcmp(member, "master") == 0;
+
+    if (npos != 1) {
+        fprintf(stderr, "tessera certs ensure: %s (tessera certs ensure DIR --member shard/3)\n",
+                npos ? "one DIR only" : "name the certificate directory");
+        return 2;
+    }
+    if (o->force) {
+        fprintf(stderr, "tessera certs ensure: --force: ensure never replaces a file (use "
+                        "init or issue with --force)\n");
+        return 2;
+    }
+    if (ts_certs_ensure(pos[0], member, master, o, &made, &err)) {
+        fprintf(stderr, "tessera certs ensure: %s\n", err.msg);
+        return err.code == TS_EINVAL && !strncmp(err.msg, "member:", 7) ? 2 : 1;
+    }
+    if (!realpath(pos[0], abs))
+        snprintf(abs, sizeof(abs), "%s", pos[0]);
+    if (made & TS_ENSURED_SET)
+        printf("made a CA and the certificates of tessera certs init in %s (keys 0600)\n", abs);
+    if (made & TS_ENSURED_MEMBER)
+        printf("made %s's certificate in %s\n", member, abs);
+    if (made & TS_ENSURED_TOKEN)
+        printf("made the admin token %s/admin.token (0600)\n", abs);
+    if (!made)
+        printf("%s: has what %s needs; nothing made\n", abs, member ? member : "the set");
+    return 0;
+}
+
 int cmd_certs(int argc, char **argv)
 {
     const char *hosts = NULL, *member = NULL;
@@ -164,9 +202,9 @@ int cmd_certs(int argc, char **argv)
         { "days", TS_FLAG_INT, &days, "N", "init, issue: the members' certificates' validity "
                                            "(default 825; the CA's is 3650)", 1, 3650 },
         { "force", TS_FLAG_BOOL, &force, NULL, "init, issue: replace the files DIR has", 0, 0 },
-        { "shards", TS_FLAG_INT, &shards, "N", "init: certificates for shards 0..N-1, "
+        { "shards", TS_FLAG_INT, &shards, "N", "init, ensure: certificates for shards 0..N-1, "
           "shard-0.pem ... (default 2, what tessera up starts)", 1, TS_CERTS_MAX_SHARDS },
-        { "member", TS_FLAG_STR, &member, "M", "issue: whom for: " TS_MEMBER_FORMS, 0, 0 },
+        { "member", TS_FLAG_STR, &member, "M", "issue, ensure: whom for: " TS_MEMBER_FORMS, 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_certs_opts o;
@@ -188,6 +226,8 @@ int cmd_certs(int argc, char **argv)
         return do_init(pos + 1, npos - 1, &o);
     if (strcmp(pos[0], "issue") == 0 && !shards)
         return do_issue(pos + 1, npos - 1, member, &o);
+    if (strcmp(pos[0], "ensure") == 0)
+        return do_ensure(pos + 1, npos - 1, member, &o);
     if (member || shards || ((hosts || days || force) && strcmp(pos[0], "show") == 0)) {
         fprintf(stderr, "tessera certs %s: --shards is for init, --member for issue; --hosts, "
                         "--days and --force for both\n", pos[0]);

@@ -338,23 +338,6 @@ static ts_status wait_shards(struct cluster *c, int want, struct ts_err *err)
     return TS_OK;
 }
 
-/* Shard slot i's certificate, DIR/shard-<i>.pem of member shard/i: issued from DIR's CA
- * when missing (a directory made for fewer shards, or by an older `tessera certs init`). */
-static ts_status shard_cert(const struct cluster *c, int i, struct ts_err *err)
-{
-    char path[700], member[32];
-    struct stat sb;
-    ts_status st;
-
-    snprintf(path, sizeof(path), "%s/shard-%d.pem", c->tls_dir, i);
-    if (stat(path, &sb) == 0)
-        return TS_OK;
-    snprintf(member, sizeof(member), "shard/%d", i);
-    if ((st = ts_certs_issue(c->tls_dir, member, NULL, NULL, err)))
-        ts_err_prefix(err, "--tls-dir: shard %d has no certificate of its own (%s)", i, path);
-    return st;
-}
-
 /* opts.tls: the certificates (made when the directory has none; each shard's own issued when
  * missing) and the admin token (made when missing); this process's calls use the client
  * certificate. Without it the environment is read now, so that a token meant for TLS
@@ -362,8 +345,7 @@ static ts_status shard_cert(const struct cluster *c, int i, struct ts_err *err)
 static ts_status setup_tls(struct cluster *c, struct ts_err *err)
 {
     struct ts_certs_opts co = { .shards = c->opts.shards };
-    char path[700], cert[700], key[700];
-    struct stat sb;
+    char path[700], cert[700], key[700], member[32];
     ts_status st;
 
     if (!c->opts.tls)   /* plaintext, whatever a shell exported for another cluster */
@@ -372,15 +354,17 @@ static ts_status setup_tls(struct cluster *c, struct ts_err *err)
         snprintf(c->tls_dir, sizeof(c->tls_dir), "%s", c->opts.tls_dir);
     else
         snprintf(c->tls_dir, sizeof(c->tls_dir), "%s/tls", c->dir);
-    snprintf(path, sizeof(path), "%s/ca.pem", c->tls_dir);
-    if (stat(path, &sb) < 0 && (st = ts_certs_init(c->tls_dir, &co, err)))
+    /* The master's certificate, then each shard slot's own (shard/i: a directory made for
+     * fewer shards, or by an older `tessera certs init`, lacks some). */
+    if ((st = ts_certs_ensure(c->tls_dir, "master", true, &co, NULL, err)))
         return st;
-    for (int i = 0; i < c->opts.shards; i++)
-        if ((st = shard_cert(c, i, err)))
+    for (int i = 0; i < c->opts.shards; i++) {
+        snprintf(member, sizeof(member), "shard/%d", i);
+        if ((st = ts_certs_ensure(c->tls_dir, member, true, &co, NULL, err))) {
+            ts_err_prefix(err, "--tls-dir: shard %d's certificate", i);
             return st;
-    snprintf(path, sizeof(path), "%s/admin.token", c->tls_dir);
-    if (stat(path, &sb) < 0 && (st = ts_token_init(path, err)))
-        return st;
+        }
+    }
     snprintf(cert, sizeof(cert), "%s/client.pem", c->tls_dir);
     snprintf(key, sizeof(key), "%s/client.key", c->tls_dir);
     snprintf(path, sizeof(path), "%s/ca.pem", c->tls_dir);

@@ -114,6 +114,22 @@ ts_status ts_certs_init(const char *dir, const struct ts_certs_opts *o,
 ts_status ts_certs_issue(const char *dir, const char *member, const struct ts_certs_opts *o,
                          char stem[TS_MEMBER_MAX + 1], struct ts_err *err) TS_MUST_CHECK;
 
+/* What ts_certs_ensure wrote: bits of TS_ENSURED_*. */
+#define TS_ENSURED_SET    1u   /* the CA and the set of ts_certs_init */
+#define TS_ENSURED_MEMBER 2u   /* member's certificate */
+#define TS_ENSURED_TOKEN  4u   /* admin.token */
+
+/* A service's first start: makes what dir lacks and keeps every file it has. When dir has
+ * no ca.pem and new_ca, the set of ts_certs_init (with o); then, when member is not NULL and
+ * its certificate (ts_member_stem) is missing, ts_certs_issue; then dir/admin.token when
+ * missing and new_ca (ts_token_init). *made (may be NULL) gets the TS_ENSURED_* bits of what
+ * was written. The CA and the token are made only where new_ca says they live (the master's
+ * host): elsewhere a missing ca.pem or admin.token is TS_ENOTFOUND naming the file and saying
+ * to copy it from there. Errors otherwise as ts_certs_init and ts_certs_issue. */
+ts_status ts_certs_ensure(const char *dir, const char *member, bool new_ca,
+                          const struct ts_certs_opts *o, unsigned *made,
+                          struct ts_err *err) TS_MUST_CHECK;
+
 /* What a PEM certificate says: its roles (from its SAN DNS names), the member it names (from
  * its "tessera:" SAN URI; "" for none), its subject CN, its notAfter as Unix seconds, its SANs
  * as "DNS:a,IP:10.0.0.5" (truncated with "..." to fit). */

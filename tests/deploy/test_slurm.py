@@ -61,10 +61,12 @@ class Slurm(unittest.TestCase):
         """Submits tessera.sbatch; returns (job id, output path)."""
         out = os.path.join(self.work, name + "-%j.out")
         # TMPDIR: the launcher's scratch, where the test reads the logs; TESSERA_SLURM_DIR: the
-        # launcher, wherever sbatch runs from (ctest runs in build/tests)
+        # launcher, wherever sbatch runs from (ctest runs in build/tests); TESSERA_TLS_DIR:
+        # where the first job makes the certificates (by default ~/.tessera/tls)
         r = self.s.run(["sbatch", "--parsable", "-o", out, "-D", tl.SRC,
-                        "--export=ALL,TESSERA_BIN=%s,TMPDIR=%s,TESSERA_SLURM_DIR=%s"
-                        % (tl.BIN, self.work, os.path.dirname(SBATCH))] +
+                        "--export=ALL,TESSERA_BIN=%s,TMPDIR=%s,TESSERA_SLURM_DIR=%s,"
+                        "TESSERA_TLS_DIR=%s" % (tl.BIN, self.work, os.path.dirname(SBATCH),
+                                                os.path.join(self.work, "tls"))] +
                        slurm_args + [SBATCH] + args)
         job = r.stdout.strip().split(";")[0]
         return job, out.replace("%j", job)
@@ -105,6 +107,12 @@ class Slurm(unittest.TestCase):
                                 "shard-2.log", "worker-0.log", "worker-1.log"])
         with open(os.path.join(scratch, "shard-2.log")) as f:
             self.assertIn("serving at", f.read())
+        # mutual TLS by default, with the certificates the first job made
+        with open(os.path.join(scratch, "master.log")) as f:
+            self.assertIn("client certificates required (mutual TLS)", f.read())
+        tls = os.path.join(self.work, "tls")
+        for name in ("ca.key", "shard-2.key", "admin.token"):
+            self.assertEqual(os.stat(os.path.join(tls, name)).st_mode & 0o777, 0o600, name)
         self.assertEqual(slurmlab.job_pids(job), [])
         tl.log("sbatch -N 3: master + 3 shards + 2 workers, %d exact steps, params_sha256 "
                "%s... as --local; %.1f s from sbatch to the end" % (
@@ -138,7 +146,9 @@ class Slurm(unittest.TestCase):
                  "--shards 3: the allocation has 2 node(s)"),
                 ("master", ["-N", "1", "-n", "1"], ["--master", "no-port"],
                  "--master: 'no-port' is not HOST:PORT"),
-                ("nomaster", ["-N", "1", "-n", "1"], ["--master"], "--master: needs a value")):
+                ("nomaster", ["-N", "1", "-n", "1"], ["--master"], "--master: needs a value"),
+                ("insecure", ["-N", "1", "-n", "1"], ["--insecure", "--tls-dir", self.work],
+                 "--insecure and --tls-dir: choose one")):
             job, out = self.sbatch(name, slurm_args, args)
             self.assertEqual(self.s.wait_job(job, 60), "FAILED", name)
             text = self.output(out)

@@ -19,6 +19,8 @@ import re
 import shlex
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -55,7 +57,8 @@ def env_file(path):
 def expand(line, env, instance):
     """ExecStart as systemd expands it: specifiers, then ${VAR} (one word) and $VAR (split)."""
     argv = []
-    for word in shlex.split(line.replace("%i", instance)):
+    host = socket.gethostname().split(".")[0]
+    for word in shlex.split(line.replace("%i", instance).replace("%l", host)):
         m = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
         if m:
             argv += env.get(m.group(1), "").split()
@@ -117,24 +120,41 @@ class Systemd(unittest.TestCase):
             state = os.path.join(c.dir, "var-lib-tessera")
             os.makedirs(os.path.join(state, "master"))
 
-            def argv(unit, instance):
-                line = unit_values(os.path.join(d, unit), "ExecStart")[0]
+            def argv(unit, instance, key="ExecStart"):
+                line = unit_values(os.path.join(d, unit), key)[0]
                 return [a.replace("/var/lib/tessera", state) for a in expand(line, env,
                                                                              instance)]
+
+            def start(unit, instance, name):
+                # ExecStartPre first, as systemd runs it: the certificates on first start.
+                pre = subprocess.run(argv(unit, instance, "ExecStartPre"), capture_output=True,
+                                     text=True, timeout=60)
+                self.assertEqual(pre.returncode, 0, name + ": " + pre.stderr)
+                return c.spawn(argv(unit, instance), name)
+            # The services read TESSERA_MASTER, TESSERA_TLS_DIR and TESSERA_TOKEN_FILE from
+            # tessera.env (systemd puts them in their environment); the CLI here reads them too.
+            saved = dict(os.environ)
+            self.addCleanup(lambda: (os.environ.clear(), os.environ.update(saved)))
+            for k in ("TESSERA_MASTER", "TESSERA_TLS_DIR", "TESSERA_TOKEN_FILE"):
+                os.environ[k] = env[k].replace("/var/lib/tessera", state)
+            tls = os.environ["TESSERA_TLS_DIR"]
             master = argv("tessera-master.service", "")
             self.assertEqual(master[0], os.path.join(tl.BIN, "tessera-master"))
-            procs = [c.spawn(master, "master")]
-            os.environ["TESSERA_MASTER"] = env["TESSERA_MASTER"]   # the shards read it
-            try:
-                for i in range(2):
-                    procs.append(c.spawn(argv("tessera-shard@.service", str(tl.free_port())),
-                                         "shard%d" % i))
-            finally:
-                del os.environ["TESSERA_MASTER"]
+            self.assertIn("--tls-cert", master)
+            procs = [start("tessera-master.service", "", "master")]
+            for i in range(2):
+                procs.append(start("tessera-shard@.service", str(tl.free_port()), "shard%d" % i))
+            for f in ("ca.key", "admin.token", "master.key"):
+                self.assertEqual(stat.S_IMODE(os.stat(os.path.join(tls, f)).st_mode), 0o600, f)
             tl.wait_until(lambda: (lambda d_: d_ and len([s for s in d_["shards"]
                                                           if s["state"] == "alive"]) == 2)(
                 tl.status_json(env["TESSERA_MASTER"])), tl.START_TIMEOUT,
                 "the master and two shards started from the units' ExecStart")
+            # Plaintext reaches nothing: the default is mutual TLS.
+            r = subprocess.run([os.path.join(tl.BIN, "tessera"), "status"], capture_output=True,
+                               text=True, timeout=60,
+                               env=dict(os.environ, TESSERA_TLS_DIR="", TESSERA_TOKEN_FILE=""))
+            self.assertNotEqual(r.returncode, 0, r.stdout)
             r = tl.run_cli(["train", "--master", env["TESSERA_MASTER"], "--workers", "2",
                             "--steps", str(STEPS), "--exact", "--json"], timeout=300)
             self.assertEqual(r.returncode, 0, r.stderr[-3000:])

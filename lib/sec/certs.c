@@ -647,12 +647,14 @@ ts_status ts_certs_ensure(const char *dir, const char *member, bool new_ca,
     ts_status st = TS_OK;
 
     if (member && (st = ts_member_check(member, err)))
-        return st;
+        goto out;
     if (!exists(dir, "ca.pem")) {
-        if (!new_ca)
-            return copy_from_master(dir, "ca.pem", err);
+        if (!new_ca) {
+            st = copy_from_master(dir, "ca.pem", err);
+            goto out;
+        }
         if ((st = ts_certs_init(dir, o, err)))
-            return st;
+            goto out;
         did |= TS_ENSURED_SET;
     }
     if (member) {

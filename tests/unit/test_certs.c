@@ -538,6 +538,56 @@ static void issue_needs_the_ca_key(void **state)
     rm_set(dir);
 }
 
+/* ensure: a first start makes the set and the token where the CA lives, a member's
+ * certificate when missing, and replaces nothing; elsewhere a missing CA is not made. */
+static void ensure_makes_only_what_is_missing(void **state)
+{
+    struct ts_err e = { 0 };
+    char dir[256], p[300], before[300];
+    unsigned made = 99;
+    struct stat st, st2;
+
+    (void)state;
+    mk_tmp(dir, sizeof(dir));
+    snprintf(p, sizeof(p), "%s/tls", dir);
+    /* a shard's host with nothing copied yet: nothing made, the advice given */
+    assert_int_equal(ts_certs_ensure(p, "shard/7001", false, NULL, &made, &e), TS_ENOTFOUND);
+    assert_non_null(strstr(e.msg, "tls/ca.pem: not there"));
+    assert_non_null(strstr(e.msg, "master's host"));
+    assert_int_equal(made, 0);
+    assert_int_equal(stat(p, &st), -1);
+    /* the master's first start */
+    assert_int_equal(ts_certs_ensure(p, "master", true, NULL, &made, NULL), TS_OK);
+    assert_int_equal(made, TS_ENSURED_SET | TS_ENSURED_TOKEN);
+    snprintf(before, sizeof(before), "%s/admin.token", p);
+    assert_int_equal(stat(before, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    path_of(before, sizeof(before), p, "ca", "pem");
+    assert_int_equal(stat(before, &st), 0);
+    /* again: nothing made, nothing replaced */
+    assert_int_equal(ts_certs_ensure(p, "master", true, NULL, &made, NULL), TS_OK);
+    assert_int_equal(made, 0);
+    /* a shard of the same host: its own certificate, from that CA */
+    assert_int_equal(ts_certs_ensure(p, "shard/h-7001", false, NULL, &made, NULL), TS_OK);
+    assert_int_equal(made, TS_ENSURED_MEMBER);
+    assert_int_equal(stat(before, &st2), 0);
+    assert_true(st.st_ino == st2.st_ino && st.st_mtime == st2.st_mtime);
+    /* a bad member: refused before anything */
+    ts_err_clear(&e);
+    assert_int_equal(ts_certs_ensure(p, "shard", true, NULL, &made, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "member"));
+    /* a shard's host with the CA but no token: not made there */
+    snprintf(before, sizeof(before), "%s/admin.token", p);
+    assert_int_equal(unlink(before), 0);
+    ts_err_clear(&e);
+    assert_int_equal(ts_certs_ensure(p, "shard/h-7001", false, NULL, &made, &e), TS_ENOTFOUND);
+    assert_non_null(strstr(e.msg, "admin.token"));
+    assert_int_equal(stat(before, &st), -1);
+    rm_pair(p, "shard-h-7001");
+    rm_set(p);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* The member grammar: what is refused names `member` and writes nothing. */
 static void member_names(void **state)
 {
@@ -722,6 +772,7 @@ int main(void)
         cmocka_unit_test(role_names),
         cmocka_unit_test(issue_a_member_certificate),
         cmocka_unit_test(issue_needs_the_ca_key),
+        cmocka_unit_test(ensure_makes_only_what_is_missing),
         cmocka_unit_test(member_names),
         cmocka_unit_test(cert_info_reads_the_member),
         cmocka_unit_test(init_with_shards),

@@ -17,7 +17,8 @@ Checked:
   the build's list (/opt/tessera/runtime-packages) is installed;
 - a master and two shards, each in a container of its own on one podman network (found by
   container name: the shards listen on 0.0.0.0:7071 and advertise NAME:7071), sharing one
-  volume for the snapshot store and the master's --state-dir, and `tessera train --master
+  volume for the snapshot store, the master's --state-dir and the certificates that `tessera
+  certs ensure` made there first (mutual TLS: a plaintext client is refused), and `tessera train --master
   MASTER:7070 --workers 2 --steps 50 --exact --json` in a fourth container: the same
   params_sha256; the shards registered as NAME:7071; the master's health check
   (`podman healthcheck run`) passes; the master's state is in the volume, written by the
@@ -67,6 +68,7 @@ network_backend = "netavark"
 """
 # The master container's health check (docs/deploy.md): its gRPC answers ClusterStatus.
 HEALTH_CMD = "tessera status --master 127.0.0.1:7070 >/dev/null"
+TLS_DIR = "/var/lib/tessera/tls"   # in the cluster's volume
 NETAVARK = ("/usr/lib/podman/netavark", "/usr/lib/podman/aardvark-dns")
 BUILD_TIMEOUT = 1800  # a cold build: the build packages, then Tessera compiled, on 2 cores
 
@@ -315,19 +317,28 @@ class Container(unittest.TestCase):
         self.p.volumes.append(vol)
         self.p.run(["volume", "create", vol])
         master, shards = self.p.name("master"), [self.p.name("shard-%d" % i) for i in (0, 1)]
-        common = ["--network", net, "-v", vol + ":/var/lib/tessera"]
+        common = ["--network", net, "-v", vol + ":/var/lib/tessera",
+                  "-e", "TESSERA_TLS_DIR=" + TLS_DIR]
         t0 = time.monotonic()
+        # The documented first step: the certificates and the admin token, in the volume.
+        r, _ = self.podman_run("certs", ["tessera", "certs", "ensure", TLS_DIR, "--shards",
+                                         "2"], extra=["-v", vol + ":/var/lib/tessera"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.p.containers.append(master)
         self.p.run(["run", "-d", "--name", master] + common + [
             "--health-cmd", HEALTH_CMD, "--health-interval", "30s",
             IMAGE, "tessera-master", "--listen", "0.0.0.0:7070",
-            "--store", "/var/lib/tessera/store", "--state-dir", "/var/lib/tessera/state"])
-        for s in shards:
+            "--store", "/var/lib/tessera/store", "--state-dir", "/var/lib/tessera/state",
+            "--tls-cert", TLS_DIR + "/master.pem", "--tls-key", TLS_DIR + "/master.key",
+            "--token-file", TLS_DIR + "/admin.token"])
+        for i, s in enumerate(shards):
             self.p.containers.append(s)
             self.p.run(["run", "-d", "--name", s] + common + [
                 IMAGE, "tessera-shard", "--master", master + ":7070",
                 "--listen", "0.0.0.0:7071", "--advertise", s + ":7071",
-                "--store", "/var/lib/tessera/store"])
+                "--store", "/var/lib/tessera/store",
+                "--tls-cert", "%s/shard-%d.pem" % (TLS_DIR, i),
+                "--tls-key", "%s/shard-%d.key" % (TLS_DIR, i)])
 
         doc = self.wait_alive(master, shards, 60)
         addrs = sorted(s.get("addr", "") for s in doc["shards"])
@@ -335,21 +346,25 @@ class Container(unittest.TestCase):
         # The documented health check, run once (no systemd here to run it on a timer).
         self.p.run(["healthcheck", "run", master])
         up = time.monotonic() - t0
-        # The Kubernetes manifests' probe script (plaintext form) runs in the image: serving
-        # shard, then an address nobody serves.
+        # The Kubernetes manifests' probe script runs in the image, with the shard's TLS
+        # files as there: a serving shard, then an address nobody serves.
         with open(os.path.join(tl.SRC, "deploy", "kubernetes", "probe.yaml")) as f:
             probe = yaml.safe_load(f)["data"]["health.py"]
-        r, _ = self.podman_run("probe", ["python3", "-c", probe, shards[0] + ":7071"],
-                               extra=["--network", net])
+        tls_args = [TLS_DIR + "/ca.pem", TLS_DIR + "/shard-0.pem", TLS_DIR + "/shard-0.key"]
+        r, _ = self.podman_run("probe", ["python3", "-c", probe, shards[0] + ":7071"] + tls_args,
+                               extra=common[:4])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        r, _ = self.podman_run("probe-down", ["python3", "-c", probe, master + ":7099"],
+        # mutual TLS by default: a plaintext client of the same network reaches nothing
+        r, _ = self.podman_run("plaintext", ["tessera", "status", "--master", master + ":7070"],
                                extra=["--network", net])
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        r, _ = self.podman_run("probe-down", ["python3", "-c", probe, master + ":7099"] +
+                               tls_args, extra=common[:4])
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("UNAVAILABLE", r.stderr)
 
         r, secs = self.podman_run("train", ["tessera", "train", "--master", master + ":7070",
-                                            "--workers", "2"] + TRAIN,
-                                  extra=["--network", net])
+                                            "--workers", "2"] + TRAIN, extra=common)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr + self.logs([master] + shards))
         got = last_json(r.stdout)
         self.assertEqual(got["workers"], 2, got)

@@ -503,6 +503,20 @@ static void elastic_starts_narrow(void **state)
     memset(&e, 0, sizeof(e));
     assert_int_equal(jobs_join(j, "x", 20, 0, 4, 2, false, false, NULL, 0, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "start_workers"));
+    /* a joiner (rank 2, above the 2 the job starts with) of a job with no run: refused, not
+     * a run of its own that waits for ranks 0 and 1 */
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(jobs_join(j, "y", 30, 2, 4, 2, false, true, NULL, 0, &e), TS_ESTATE);
+    assert_non_null(strstr(e.msg, "rank: 2 joins job 'y'"));
+    {
+        struct job_info *v;
+        size_t n;
+
+        assert_int_equal(jobs_list(j, &v, &n, NULL), TS_OK);
+        for (size_t i = 0; i < n; i++)
+            assert_string_not_equal(v[i].id, "y");
+        free(v);
+    }
     jobs_free(j);
 }
 

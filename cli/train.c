@@ -19,6 +19,10 @@
 #include "util/launch.h"
 #include "util/proc.h"
 
+/* tessera-worker's exit code for a restart (--restarts N) whose job ended before it rejoined
+ * (services/worker/worker.h). */
+#define WORKER_EXIT_JOB_ENDED 3
+
 #define MAX_WORKERS 64
 #define RESPAWN_MS 500      /* --respawn: a killed worker starts again this much later */
 
@@ -354,6 +358,14 @@ int run_training(const struct train_cli *in, const char *master)
                     lost0 |= first + r == 0;
                     if (t->respawn)
                         due[r] = ts_now_ms() + RESPAWN_MS;
+                    continue;
+                }
+                if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_JOB_ENDED &&
+                    restarts[r] > 0) {
+                    /* Restarted too late: the others finished the job without it. */
+                    fprintf(stderr, "tessera train: worker %d came back after the job ended; "
+                            "the others finished it\n", first + r);
+                    lost0 |= first + r == 0;
                     continue;
                 }
                 if ((!WIFEXITED(status) || WEXITSTATUS(status)) && failed < 0 && rc != 130) {

@@ -306,7 +306,7 @@ static void reslot(struct job *jb)
 }
 
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
-                    uint32_t workers, uint32_t start, bool keep, bool elastic,
+                    uint32_t workers, uint32_t start, bool keep, bool elastic, bool rejoin,
                     const char *owner, int64_t now_ms, struct ts_err *err)
 {
     struct job *jb, *other;
@@ -364,14 +364,18 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
                         "for one to end (tessera status lists them) or raise --max-jobs",
                         resident(j));
     }
-    /* A rank at or above start_workers only joins a run (tessera train --join): a run it
-     * started would wait for ranks nobody starts, as a joiner that came just after the job
-     * ended did for 120 s. */
-    if (!st && start && start < workers && rank >= start &&
+    /* A restarted worker, or a rank at or above start_workers (tessera train --join), only
+     * joins a run: a run it started would wait for ranks nobody starts, as a joiner or a
+     * restarted rank 0 that came just after the job ended did for 120 s. */
+    if (!st && (rejoin || (start && start < workers && rank >= start)) &&
         (!jb || jb->info.state == JOB_IDLE || jb->info.released))
-        st = ts_err_set(err, TS_ESTATE, "rank: %u joins job '%s' (it starts with ranks below "
-                        "%u), but the job is not running: it ended, or has not started; start "
-                        "it first (tessera status lists the jobs)", rank, id, start);
+        st = rejoin ? ts_err_set(err, TS_ESTATE, "restarts: rank %u was restarted to rejoin "
+                                 "job '%s', but the job is not running: it ended meanwhile "
+                                 "(tessera status shows how)", rank, id)
+                    : ts_err_set(err, TS_ESTATE, "rank: %u joins job '%s' (it starts with "
+                                 "ranks below %u), but the job is not running: it ended, or "
+                                 "has not started; start it first (tessera status lists the "
+                                 "jobs)", rank, id, start);
     for (size_t k = 0; !st && jb && jb->info.state == JOB_RUNNING && k < jb->nseats; k++)
         if (jb->seats[k].rank == rank && jb->seats[k].state == SEAT_ALIVE)
             st = ts_err_set(err, TS_EEXIST, "rank: %u of job '%s' is worker %u, alive", rank,

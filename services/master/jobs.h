@@ -121,9 +121,11 @@ void jobs_free(struct jobs *j);
  * waits (struct job_seat) while a live worker holds its slot, and gets the slot back at
  * jobs_ready (docs/elastic.md). start (elastic; 0: workers): the ranks the run starts with,
  * set by the registration that starts it; the slots of the others go to them until a worker
- * joins for that rank (field start_workers). */
+ * joins for that rank (field start_workers). A registration that can only join a run never
+ * starts one (TS_ESTATE: the job is not running): rejoin (a worker a supervisor restarted,
+ * RegisterWorkerRequest.restarts), or a rank at or above start. */
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
-                    uint32_t workers, uint32_t start, bool keep, bool elastic,
+                    uint32_t workers, uint32_t start, bool keep, bool elastic, bool rejoin,
                     const char *owner, int64_t now_ms, struct ts_err *err) TS_MUST_CHECK;
 /* Worker `worker` left: failed or finished, with its fingerprint (64 hex digits, or "") or its
  * reason. The job's fingerprint is rank 0's; another rank's only while no rank 0 finished,

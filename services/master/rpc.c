@@ -132,7 +132,8 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
                           "workers as a dead worker's does; docs/scheduler.md)");
     ts_rpc_caller(call, who, sizeof(who));   /* whose quota a new run counts in */
     if (req->job[0] && (st = jobs_join(m->jobs, req->job, g.id, req->rank, req->workers,
-                                       req->start_workers, req->keep, req->elastic, who,
+                                       req->start_workers, req->keep, req->elastic,
+                                       req->restarts > 0, who,
                                        ts_now_ms(), err))) {
         /* Refused: the worker was not let in (a retry registers it again); one that was in
          * already (the same process start, alive) stays. */

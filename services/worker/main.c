@@ -102,7 +102,8 @@ int main(int argc, char **argv)
         { "keep", TS_FLAG_BOOL, &keep, NULL, "the shards keep the job once its workers finish",
           0, 0 },
         { "restarts", TS_FLAG_INT, &restarts, "N", "times a supervisor restarted this rank's "
-          "worker (tessera train --respawn; shown by tessera status)", 0, 1000000 },
+          "worker (tessera train --respawn; shown by tessera status). Such a worker never starts a "
+          "run: if its job ended meanwhile it exits 3", 0, 1000000 },
         { "start-workers", TS_FLAG_INT, &start_workers, "N", "the workers the job starts "
           "with, below --workers (elastic; default all): the slots of ranks N and above go to "
           "them until a worker joins for that rank (docs/elastic.md)", 0, 1024 },

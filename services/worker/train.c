@@ -142,8 +142,14 @@ static int setup(struct run *r, struct tessera_error *e)
         snprintf(e->message, sizeof(e->message), "%s", err.msg);
         return say(e, "schedule");
     }
-    if (tessera_connect(&to, &r->t, e))
+    if (tessera_connect(&to, &r->t, e)) {
+        if (o->restarts && e->code == TESSERA_ESTATE && strstr(e->message, "restarts:")) {
+            fprintf(stderr, "tessera-worker: job '%s' ended before this restart of rank %u "
+                    "rejoined it: nothing left to do\n", o->job, o->rank);
+            return WORKER_EXIT_JOB_ENDED;
+        }
         return say(e, "connect");
+    }
     if (check_data(r, e))
         return say(e, "data check");
     for (int i = 0; i < TS_MLP_NTENSORS; i++) {

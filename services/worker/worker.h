@@ -31,7 +31,12 @@ struct train_opts {
     int64_t metrics_port;            /* --metrics-port; -1: no /metrics */
 };
 
-/* Trains; returns the process exit code (messages already printed). */
+/* The exit code of a restarted worker (restarts > 0) whose job ended before it rejoined: the
+ * others finished the job; a supervisor (tessera train --respawn) counts it as done. */
+#define WORKER_EXIT_JOB_ENDED 3
+
+/* Trains; returns the process exit code (messages already printed): 0, 1 for a failure, or
+ * WORKER_EXIT_JOB_ENDED. */
 int train_run(const struct train_opts *o);
 
 /* metrics.c: /metrics on o->metrics_port (nothing if negative), reading t's stats at each

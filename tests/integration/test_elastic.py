@@ -33,6 +33,7 @@ import os
 import random
 import re
 import signal
+import subprocess
 import sys
 import time
 import unittest
@@ -152,7 +153,9 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
     def test_respawned(self):
         step = self.rng.randrange(5, STEPS // 3)
         tl.log("killing rank 0 at step %d, --respawn" % step)
-        train = self.train("respawned", ["--respawn"])
+        # Rank 1 sleeps 15 ms a step, so that the restarted rank 0 (a new process that reads
+        # the data set first) comes back before the end on a loaded machine too.
+        train = self.train("respawned", ["--respawn", "--slow", "1:15"])
         pid = tl.worker_of(train, 0)
         self.at_step("respawned", step)
         os.kill(pid, signal.SIGKILL)
@@ -168,6 +171,15 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         self.assertGreaterEqual(j["roster"], 2)        # slot 0 went away and came back
         self.assert_caught_up("respawned", 0)
         self.assertNotEqual(j["slot_owners"][0], j["slot_owners"][1])
+        # A restart that comes after the job ended never starts a run of its own (it would
+        # wait for the others until its 120 s ran out): it exits 3, saying so.
+        r = subprocess.run([os.path.join(tl.BIN, "tessera-worker"), "--master", self.addr,
+                            "--job", "respawned", "--rank", "0", "--workers", "3", "--exact",
+                            "--steps", str(STEPS), "--restarts", "2"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("job 'respawned' ended before this restart of rank 0 rejoined it",
+                      r.stderr)
 
     def test_joined(self):
         """A job started with 2 of its 3 slots' workers (--width 3): `tessera train --join 2`

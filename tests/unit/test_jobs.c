@@ -59,9 +59,9 @@ static void fingerprint_is_rank_0s(void **state)
     struct jobs *j = mk(0, 0, 0);
 
     (void)state;
-    assert_int_equal(jobs_join(j, "a", 1, 0, 3, 0, false, false, NULL, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "a", 2, 1, 3, 0, false, false, NULL, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "a", 3, 2, 3, 0, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 1, 0, 3, 0, false, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 3, 0, false, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 3, 2, 3, 0, false, false, false, NULL, 0, NULL), TS_OK);
     jobs_leave(j, 2, false, FP1, "", 10);
     assert_string_equal(info(j, "a").fingerprint, FP1);   /* none of rank 0's yet */
     jobs_leave(j, 1, false, FP, "", 20);
@@ -77,10 +77,10 @@ static void finished_then_released(void **state)
     struct jobs *j = mk(0, 0, 0);
 
     (void)state;
-    assert_int_equal(jobs_join(j, "a", 1, 0, 2, 0, false, false, NULL, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "a", 2, 1, 2, 0, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 1, 0, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
     /* a retry */
-    assert_int_equal(jobs_join(j, "a", 2, 1, 2, 0, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
     assert_int_equal(info(j, "a").alive, 2);
     jobs_leave(j, 1, false, FP, "", 10);
     assert_int_equal(info(j, "a").state, JOB_RUNNING);
@@ -92,14 +92,14 @@ static void finished_then_released(void **state)
     due(j, 20, "a");
     /* Not released yet: a worker of it must wait. */
     struct ts_err e = { 0 };
-    assert_int_equal(jobs_join(j, "a", 3, 0, 1, 0, false, false, NULL, 30, &e), TS_EUNAVAIL);
+    assert_int_equal(jobs_join(j, "a", 3, 0, 1, 0, false, false, false, NULL, 30, &e), TS_EUNAVAIL);
     assert_non_null(strstr(e.msg, "retry"));
     jobs_released(j, "a", 40);
     assert_false(jobs_holds(j, "a"));
     assert_true(info(j, "a").released);
     assert_int_equal(due(j, 40, NULL), 0);
     /* The same id again: a new run replaces the summary. */
-    assert_int_equal(jobs_join(j, "a", 3, 0, 1, 0, false, false, NULL, 50, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 3, 0, 1, 0, false, false, false, NULL, 50, NULL), TS_OK);
     assert_int_equal(info(j, "a").state, JOB_RUNNING);
     assert_false(info(j, "a").released);
     jobs_free(j);
@@ -114,7 +114,7 @@ static void rollbacks_once_per_loss(void **state)
     uint32_t gen = 0;
 
     (void)state;
-    assert_int_equal(jobs_join(j, "r", 1, 0, 1, 0, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "r", 1, 0, 1, 0, false, false, false, NULL, 0, NULL), TS_OK);
     assert_int_equal(jobs_rollback_begin(j, "r", 0, &gen, NULL), TS_OK);
     assert_int_equal(gen, 1);
     assert_int_equal(jobs_rollback_begin(j, "r", 0, &gen, &e), TS_EEXIST);
@@ -137,13 +137,13 @@ static void failed_and_abandoned(void **state)
     struct jobs *j = mk(0, 0, 0);
 
     (void)state;
-    assert_int_equal(jobs_join(j, "f", 1, 0, 2, 0, false, false, NULL, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "f", 2, 1, 2, 0, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "f", 1, 0, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "f", 2, 1, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
     jobs_leave(j, 1, true, NULL, "data check: partition differs", 5);
     jobs_dead(j, 2, 9);
     assert_int_equal(info(j, "f").state, JOB_FAILED);   /* a failure outranks a death */
     assert_string_equal(info(j, "f").reason, "rank 0: data check: partition differs");
-    assert_int_equal(jobs_join(j, "d", 3, 0, 1, 0, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "d", 3, 0, 1, 0, false, false, false, NULL, 0, NULL), TS_OK);
     jobs_dead(j, 3, 9);
     jobs_dead(j, 3, 10);   /* twice: no effect */
     assert_int_equal(info(j, "d").state, JOB_ABANDONED);
@@ -158,12 +158,12 @@ static void idle_until_timeout(void **state)
     struct jobs *j = mk(0, 0, 1000);
 
     (void)state;
-    assert_int_equal(jobs_join(j, "k", 1, 0, 1, 0, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "k", 1, 0, 1, 0, true, false, false, NULL, 0, NULL), TS_OK);
     jobs_leave(j, 1, false, FP, "", 100);
     assert_int_equal(info(j, "k").state, JOB_IDLE);
     assert_int_equal(due(j, 1000, NULL), 0);
     /* A later run continues it, with another worker count. */
-    assert_int_equal(jobs_join(j, "k", 2, 0, 3, 0, true, false, NULL, 1050, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "k", 2, 0, 3, 0, true, false, false, NULL, 1050, NULL), TS_OK);
     assert_int_equal(info(j, "k").workers, 3);
     jobs_leave(j, 2, false, "", "", 1100);
     assert_int_equal(info(j, "k").state, JOB_IDLE);   /* no worker alive: the run is over */
@@ -176,7 +176,7 @@ static void idle_expires(void **state)
     struct jobs *j = mk(0, 0, 1000);
 
     (void)state;
-    assert_int_equal(jobs_join(j, "k", 1, 0, 1, 0, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "k", 1, 0, 1, 0, true, false, false, NULL, 0, NULL), TS_OK);
     jobs_leave(j, 1, false, FP, "", 100);
     assert_int_equal(due(j, 1100, NULL), 0);
     due(j, 1101, "k");
@@ -197,27 +197,27 @@ static void jobs_per_identity(void **state)
 
     (void)state;
     assert_int_equal(jobs_create(&cfg, &j, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "a", 1, 0, 2, 0, false, false, "CN=junk", 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "b", 2, 0, 1, 0, false, false, "CN=junk", 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "c", 3, 0, 1, 0, false, false, "CN=junk", 0, &e), TS_ENOMEM);
+    assert_int_equal(jobs_join(j, "a", 1, 0, 2, 0, false, false, false, "CN=junk", 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "b", 2, 0, 1, 0, false, false, false, "CN=junk", 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "c", 3, 0, 1, 0, false, false, false, "CN=junk", 0, &e), TS_ENOMEM);
     assert_non_null(strstr(e.msg, "identity 'CN=junk' holds 2 jobs"));
     assert_non_null(strstr(e.msg, "--jobs-per-identity 2"));
     assert_int_equal(jobs_resident(j), 2);                        /* nothing changed */
     assert_false(jobs_holds(j, "c"));
     /* Rank 1 of a run under way is no new job, whoever sends it. */
-    assert_int_equal(jobs_join(j, "a", 4, 1, 2, 0, false, false, "CN=junk", 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "c", 5, 0, 1, 0, false, false, "CN=real", 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "d", 6, 0, 1, 0, false, false, NULL, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "e", 7, 0, 1, 0, false, false, "", 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 4, 1, 2, 0, false, false, false, "CN=junk", 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "c", 5, 0, 1, 0, false, false, false, "CN=real", 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "d", 6, 0, 1, 0, false, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "e", 7, 0, 1, 0, false, false, false, "", 0, NULL), TS_OK);
     assert_string_equal(info(j, "c").owner, "CN=real");
     /* b ends; once released, its owner has room for another. */
     jobs_leave(j, 2, false, "", "", 10);
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "f", 8, 0, 1, 0, false, false, "CN=junk", 10, &e), TS_ENOMEM);
+    assert_int_equal(jobs_join(j, "f", 8, 0, 1, 0, false, false, false, "CN=junk", 10, &e), TS_ENOMEM);
     jobs_released(j, "b", 11);
-    assert_int_equal(jobs_join(j, "f", 8, 0, 1, 0, false, false, "CN=junk", 12, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "f", 8, 0, 1, 0, false, false, false, "CN=junk", 12, NULL), TS_OK);
     /* A released job run again is a new run of its new owner's. */
-    assert_int_equal(jobs_join(j, "b", 9, 0, 1, 0, false, false, "CN=real", 13, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "b", 9, 0, 1, 0, false, false, false, "CN=real", 13, NULL), TS_OK);
     assert_string_equal(info(j, "b").owner, "CN=real");
     jobs_free(j);
     cfg.per_owner = JOBS_MAX + 1;
@@ -234,8 +234,8 @@ static void idle_without_a_shard_is_finished(void **state)
     struct jobs *j = mk(0, 0, 3600000);
 
     (void)state;
-    assert_int_equal(jobs_join(j, "held", 1, 0, 1, 0, true, false, NULL, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "junk", 2, 0, 1, 0, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "held", 1, 0, 1, 0, true, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "junk", 2, 0, 1, 0, true, false, false, NULL, 0, NULL), TS_OK);
     jobs_leave(j, 1, false, FP, "", 100);
     jobs_leave(j, 2, false, "", "", 100);
     assert_true(jobs_note_held(j, "held", 500));
@@ -260,27 +260,27 @@ static void limits_and_fields(void **state)
     struct ts_err e = { 0 };
 
     (void)state;
-    assert_int_equal(jobs_join(j, "", 1, 0, 1, 0, false, false, NULL, 0, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "", 1, 0, 1, 0, false, false, false, NULL, 0, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "job"));
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "a", 1, 2, 2, 0, false, false, NULL, 0, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "a", 1, 2, 2, 0, false, false, false, NULL, 0, &e), TS_EINVAL);
     assert_true(strncmp(e.msg, "rank", 4) == 0);
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "a", 1, 0, 0, 0, false, false, NULL, 0, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "a", 1, 0, 0, 0, false, false, false, NULL, 0, &e), TS_EINVAL);
     assert_true(strncmp(e.msg, "workers", 7) == 0);
-    assert_int_equal(jobs_join(j, "a", 1, 0, 2, 0, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 1, 0, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "a", 2, 1, 3, 0, false, false, NULL, 0, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 3, 0, false, false, false, NULL, 0, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "runs with 2"));
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "a", 2, 0, 2, 0, false, false, NULL, 0, &e), TS_EEXIST);
+    assert_int_equal(jobs_join(j, "a", 2, 0, 2, 0, false, false, false, NULL, 0, &e), TS_EEXIST);
     assert_true(strncmp(e.msg, "rank", 4) == 0);
     e = (struct ts_err){ 0 };
     /* Worker 1 is in job a. */
-    assert_int_equal(jobs_join(j, "b", 1, 0, 1, 0, false, false, NULL, 0, &e), TS_EEXIST);
-    assert_int_equal(jobs_join(j, "b", 3, 0, 1, 0, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "b", 1, 0, 1, 0, false, false, false, NULL, 0, &e), TS_EEXIST);
+    assert_int_equal(jobs_join(j, "b", 3, 0, 1, 0, false, false, false, NULL, 0, NULL), TS_OK);
     e = (struct ts_err){ 0 };
-    assert_int_equal(jobs_join(j, "c", 4, 0, 1, 0, false, false, NULL, 0, &e), TS_ENOMEM);
+    assert_int_equal(jobs_join(j, "c", 4, 0, 1, 0, false, false, false, NULL, 0, &e), TS_ENOMEM);
     assert_non_null(strstr(e.msg, "--max-jobs"));
     assert_int_equal(info(j, "a").alive, 1);   /* refusals changed nothing */
     /* Ended and released jobs free room; summaries beyond history_max are forgotten. */
@@ -289,7 +289,7 @@ static void limits_and_fields(void **state)
         snprintf(id, sizeof(id), "s%u", w);
         jobs_leave(j, 3, false, "", "", w);
         jobs_released(j, "b", w);
-        assert_int_equal(jobs_join(j, id, w, 0, 1, 0, false, false, NULL, w, NULL), TS_OK);
+        assert_int_equal(jobs_join(j, id, w, 0, 1, 0, false, false, false, NULL, w, NULL), TS_OK);
         jobs_leave(j, w, false, "", "", w);
         jobs_released(j, id, w);
         (void)due(j, w, NULL);
@@ -317,10 +317,10 @@ static void restored_from_records(void **state)
     size_t n, nrerun;
 
     (void)state;
-    assert_int_equal(jobs_join(j, "a", 1, 0, 2, 0, false, false, NULL, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "a", 2, 1, 2, 0, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 1, 0, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 2, 1, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
     jobs_leave(j, 1, false, "", "", 5);
-    assert_int_equal(jobs_join(j, "b", 3, 0, 1, 0, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "b", 3, 0, 1, 0, true, false, false, NULL, 0, NULL), TS_OK);
     assert_int_equal(jobs_rollback_begin(j, "b", 0, &gen, NULL), TS_OK);
     assert_int_equal(jobs_export(j, &rec, &n, NULL), TS_OK);
     assert_int_equal(n, 2);
@@ -390,7 +390,7 @@ static void elastic_slots_move(void **state)
 
     (void)state;
     for (uint32_t r = 0; r < 3; r++)
-        assert_int_equal(jobs_join(j, "e", 10 + r, r, 3, 0, false, true, NULL, 0, NULL), TS_OK);
+        assert_int_equal(jobs_join(j, "e", 10 + r, r, 3, 0, false, true, false, NULL, 0, NULL), TS_OK);
     assert_string_equal(slots_of(j, 11, &roster), "1");
     assert_int_equal(roster, 0);   /* first owners change nothing */
     assert_int_equal(jobs_rosters(j, ids, rosters, 4), 0);
@@ -408,28 +408,28 @@ static void elastic_slots_move(void **state)
     assert_int_equal(roster, 2);
     /* A new worker for rank 1 gets slot 1 back once it caught up; worker 10 comes back for
      * rank 0 the same way. */
-    assert_int_equal(jobs_join(j, "e", 20, 1, 3, 0, false, true, NULL, 7, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "e", 20, 1, 3, 0, false, true, false, NULL, 7, NULL), TS_OK);
     assert_string_equal(slots_of(j, 20, &roster), "");
     assert_int_equal(roster, 2);
     jobs_ready(j, 20);
     assert_string_equal(slots_of(j, 20, &roster), "1");
-    assert_int_equal(jobs_join(j, "e", 10, 0, 3, 0, false, true, NULL, 8, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "e", 10, 0, 3, 0, false, true, false, NULL, 8, NULL), TS_OK);
     assert_string_equal(slots_of(j, 10, &roster), "");
     jobs_ready(j, 10);
     assert_string_equal(slots_of(j, 10, &roster), "0");
     assert_string_equal(slots_of(j, 12, &roster), "2");
     assert_int_equal(roster, 4);
     /* A worker cannot come back as another rank. */
-    assert_int_equal(jobs_join(j, "e", 12, 1, 3, 0, false, true, NULL, 9, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "e", 12, 1, 3, 0, false, true, false, NULL, 9, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "rank: 1, but worker 12 is rank 2"));
     memset(&e, 0, sizeof(e));
     /* Worker 11 comes back too late: rank 1 is worker 20's now. */
-    assert_int_equal(jobs_join(j, "e", 11, 1, 3, 0, false, true, NULL, 9, &e), TS_EEXIST);
+    assert_int_equal(jobs_join(j, "e", 11, 1, 3, 0, false, true, false, NULL, 9, &e), TS_EEXIST);
     assert_non_null(strstr(e.msg, "rank: 1"));
     assert_string_equal(slots_of(j, 11, &roster), "-");
     /* Settings must match the running job's. */
     memset(&e, 0, sizeof(e));
-    assert_int_equal(jobs_join(j, "e", 30, 2, 3, 0, false, false, NULL, 9, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "e", 30, 2, 3, 0, false, false, false, NULL, 9, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "elastic:"));
     /* Everyone finishes: finished, not abandoned, though workers died. */
     jobs_leave(j, 10, false, FP, "", 10);
@@ -449,9 +449,9 @@ static void elastic_waits_until_caught_up(void **state)
 
     (void)state;
     for (uint32_t q = 0; q < 3; q++)
-        assert_int_equal(jobs_join(j, "e", 10 + q, q, 3, 0, false, true, NULL, 0, NULL), TS_OK);
+        assert_int_equal(jobs_join(j, "e", 10 + q, q, 3, 0, false, true, false, NULL, 0, NULL), TS_OK);
     jobs_dead(j, 10, 1);
-    assert_int_equal(jobs_join(j, "e", 20, 0, 3, 0, false, true, NULL, 2, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "e", 20, 0, 3, 0, false, true, false, NULL, 2, NULL), TS_OK);
     assert_string_equal(slots_of(j, 20, &roster), "");
     assert_string_equal(slots_of(j, 11, &roster), "0,1");
     assert_int_equal(roster, 1);
@@ -483,31 +483,35 @@ static void elastic_starts_narrow(void **state)
     uint64_t roster;
 
     (void)state;
-    assert_int_equal(jobs_join(j, "w", 10, 0, 4, 2, false, true, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "w", 10, 0, 4, 2, false, true, false, NULL, 0, NULL), TS_OK);
     assert_string_equal(slots_of(j, 10, &roster), "0");   /* rank 1 has not come */
-    assert_int_equal(jobs_join(j, "w", 11, 1, 4, 2, false, true, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "w", 11, 1, 4, 2, false, true, false, NULL, 0, NULL), TS_OK);
     assert_string_equal(slots_of(j, 10, &roster), "0,2");
     assert_string_equal(slots_of(j, 11, &roster), "1,3");
     assert_int_equal(roster, 1);
     assert_int_equal(info(j, "w").adopted, 0);
     assert_int_equal(info(j, "w").start_workers, 2);
-    assert_int_equal(jobs_join(j, "w", 12, 2, 4, 0, false, true, NULL, 1, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "w", 12, 2, 4, 0, false, true, false, NULL, 1, NULL), TS_OK);
     assert_string_equal(slots_of(j, 12, &roster), "");
     jobs_ready(j, 12);
     assert_string_equal(slots_of(j, 12, &roster), "2");
     assert_string_equal(slots_of(j, 10, &roster), "0");
     assert_string_equal(slots_of(j, 11, &roster), "1,3");
     assert_int_equal(roster, 2);
-    assert_int_equal(jobs_join(j, "x", 20, 0, 4, 5, false, true, NULL, 0, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "x", 20, 0, 4, 5, false, true, false, NULL, 0, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "start_workers: 5"));
     memset(&e, 0, sizeof(e));
-    assert_int_equal(jobs_join(j, "x", 20, 0, 4, 2, false, false, NULL, 0, &e), TS_EINVAL);
+    assert_int_equal(jobs_join(j, "x", 20, 0, 4, 2, false, false, false, NULL, 0, &e), TS_EINVAL);
     assert_non_null(strstr(e.msg, "start_workers"));
     /* a joiner (rank 2, above the 2 the job starts with) of a job with no run: refused, not
      * a run of its own that waits for ranks 0 and 1 */
     memset(&e, 0, sizeof(e));
-    assert_int_equal(jobs_join(j, "y", 30, 2, 4, 2, false, true, NULL, 0, &e), TS_ESTATE);
+    assert_int_equal(jobs_join(j, "y", 30, 2, 4, 2, false, true, false, NULL, 0, &e), TS_ESTATE);
     assert_non_null(strstr(e.msg, "rank: 2 joins job 'y'"));
+    /* nor does a restarted rank 0 of a job that ended */
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(jobs_join(j, "y", 31, 0, 4, 0, false, true, true, NULL, 0, &e), TS_ESTATE);
+    assert_non_null(strstr(e.msg, "restarts: rank 0 was restarted to rejoin job 'y'"));
     {
         struct job_info *v;
         size_t n;
@@ -527,8 +531,8 @@ static void elastic_slots_restored(void **state)
     uint64_t roster;
 
     (void)state;
-    assert_int_equal(jobs_join(j, "e", 1, 0, 2, 0, false, true, NULL, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "e", 2, 1, 2, 0, false, true, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "e", 1, 0, 2, 0, false, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "e", 2, 1, 2, 0, false, true, false, NULL, 0, NULL), TS_OK);
     jobs_dead(j, 2, 5);
     k = restarted(j);
     assert_string_equal(slots_of(k, 1, &roster), "0,1");
@@ -546,8 +550,8 @@ static void not_elastic_keeps_slots(void **state)
     uint64_t roster;
 
     (void)state;
-    assert_int_equal(jobs_join(j, "n", 1, 0, 2, 0, false, false, NULL, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "n", 2, 1, 2, 0, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "n", 1, 0, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "n", 2, 1, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
     jobs_dead(j, 2, 5);
     assert_string_equal(slots_of(j, 1, &roster), "0");
     assert_int_equal(roster, 0);
@@ -568,8 +572,8 @@ static void balance_moves_slots_by_speed(void **state)
     uint64_t roster, was;
 
     (void)state;
-    assert_int_equal(jobs_join(j, "b", 10, 0, 8, 2, false, true, NULL, 0, NULL), TS_OK);
-    assert_int_equal(jobs_join(j, "b", 11, 1, 8, 2, false, true, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "b", 10, 0, 8, 2, false, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "b", 11, 1, 8, 2, false, true, false, NULL, 0, NULL), TS_OK);
     jobs_balance(j, 10);
     assert_string_equal(slots_of(j, 10, &roster), "0,2,4,6");
     assert_int_equal(jobs_speed(j, 10, 0.001, 4, 0, NULL), TS_OK);   /* one measured: wait */

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "codec/codec.h"
+#include "dataplane_facts.h"
 #include "handshake_facts.h"
 #include "rpc_types.h"
 #include "transport/frame.h"
@@ -150,6 +151,179 @@ static void frames(void)
     opt = OPT_FIX | OPT_MEM | OPT_CAP(3);
     put(&s, &opt, 1);
     save("corpus-frame", "fix-sums", &s);
+}
+
+/* ---- fuzz_dataplane: the option byte, then records (fuzz_dataplane.c) ---- */
+
+enum { DP_LOCAL = 1, DP_AUTH = 2, DP_HANGUP = 4 };
+enum { C_SYNTH = 4, C_FD = 8 };   /* ctl bits; bits 0-1 the connection */
+#define C_FD_KIND(k) ((k) << 4)
+#define C_FD_SIZE(k) ((k) << 6)
+
+/* One record: the frame type is 1 + type % 12, so type - 1 is written. */
+static void rec(struct seed *s, unsigned type, uint8_t ctl, uint32_t flags, uint16_t tensor,
+                uint16_t part, uint32_t step, uint8_t rank, uint8_t enc, const void *p,
+                uint16_t len)
+{
+    uint8_t b[18] = { (uint8_t)(type - 1), ctl };
+
+    for (int i = 0; i < 4; i++) {
+        b[2 + i] = (uint8_t)(flags >> 8 * i);
+        b[10 + i] = (uint8_t)(step >> 8 * i);
+    }
+    b[6] = (uint8_t)tensor, b[7] = (uint8_t)(tensor >> 8);
+    b[8] = (uint8_t)part, b[9] = (uint8_t)(part >> 8);
+    b[14] = rank, b[15] = enc;
+    b[16] = (uint8_t)len, b[17] = (uint8_t)(len >> 8);
+    put(s, b, sizeof(b));
+    put(s, p, len);
+}
+
+/* A HELLO of worker member (rank) naming job j, on connection conn. */
+static void hello(struct seed *s, uint8_t conn, uint8_t j, uint32_t flags, uint32_t member,
+                  uint8_t rank)
+{
+    rec(s, TS_FRAME_HELLO, conn | C_SYNTH, flags, (uint16_t)member, 0, 0, rank, 0, &j, 1);
+}
+
+/* A step of tensor 0 (3 partitions): worker 101 pushes slots 0 and 2 (conn 0; combined: at
+ * once, bsp only), 102 slot 1 (conn 1), each pulls every partition of the next version. */
+static void step(struct seed *s, uint32_t at, uint8_t enc, bool combined)
+{
+    static const uint8_t mask[8] = { 5 }, g[4] = { 0x00, 0x00, 0x80, 0x3f };
+    uint8_t m[12];
+
+    memcpy(m, mask, 8);
+    memcpy(m + 8, g, 4);
+    for (uint16_t p = 0; p < 3; p++) {
+        uint32_t round = p ? 0 : TS_PUSH_ROUND;
+        if (combined) {
+            rec(s, TS_FRAME_PUSH, 0 | C_SYNTH, TS_PUSH_SLOTS | round, 0, p, at, 0, enc, m,
+                sizeof(m));
+        } else {
+            rec(s, TS_FRAME_PUSH, 0 | C_SYNTH, round, 0, p, at, 0, enc, g, 4);
+            rec(s, TS_FRAME_PUSH, 0 | C_SYNTH, 0, 0, p, at, 2, enc, g, 4);
+        }
+        rec(s, TS_FRAME_PUSH, 1 | C_SYNTH, round, 0, p, at, 1, enc, g, 4);
+    }
+    for (uint16_t p = 0; p < 3; p++) {
+        uint32_t round = TS_PULL_AFTER_PUSH | (p ? 0 : TS_PULL_ROUND);
+        rec(s, TS_FRAME_PULL, 0, round, 0, p, at + 1, 0, 0, NULL, 0);
+        rec(s, TS_FRAME_PULL, 1, round, 0, p, at + 1, 1, 0, NULL, 0);
+    }
+}
+
+static void dataplanes(void)
+{
+    static const uint8_t coded[16] = { 0 }, topk[16] = { [14] = 0xb9, [15] = 0x3f };
+    const uint8_t w0 = DP_FACTS_WORKER0, w1 = DP_FACTS_WORKER0 + 1;
+    struct seed s;
+    uint8_t opt;
+
+    /* Two bsp steps of job "bsp" on host-local connections, then over tcp, hashed. */
+    for (int local = 0; local < 2; local++) {
+        memset(&s, 0, sizeof(s));
+        opt = local ? DP_LOCAL : 0;
+        put(&s, &opt, 1);
+        hello(&s, 0, 0, 0, w0, 0);
+        hello(&s, 1, 0, 0, w1, 1);
+        step(&s, 0, 0, true);
+        step(&s, 1, 0, false);
+        save("corpus-dataplane", local ? "bsp-steps-local" : "bsp-steps-tcp", &s);
+    }
+
+    /* Job "exact": fixed-point pushes (int64), then float pushes the shard rounds. */
+    memset(&s, 0, sizeof(s));
+    opt = DP_LOCAL;
+    put(&s, &opt, 1);
+    hello(&s, 0, 1, 0, w0, 0);
+    hello(&s, 1, 1, 0, w1, 1);
+    step(&s, 0, 5, true);
+    step(&s, 1, 6, false);
+    save("corpus-dataplane", "exact-fixed", &s);
+
+    /* Job "ssp" (elastic): pushes apply alone; pulls within the staleness bound; a BYE on
+     * one connection, the other hangs up without one. */
+    memset(&s, 0, sizeof(s));
+    opt = DP_HANGUP;
+    put(&s, &opt, 1);
+    hello(&s, 0, 2, TS_HELLO_ELASTIC, w0, 0);
+    hello(&s, 1, 2, TS_HELLO_ELASTIC, w1, 1);
+    step(&s, 0, 0, false);
+    rec(&s, TS_FRAME_PULL, 0, TS_PULL_CODED, 0, 0, 1, 0, 1, coded, sizeof(coded));
+    rec(&s, TS_FRAME_PULL, 1, TS_PULL_CODED, 0, 1, 1, 1, 4, topk, sizeof(topk));
+    rec(&s, TS_FRAME_BYE, 0, 0, 0, 0, 0, 0, 0, NULL, 0);
+    save("corpus-dataplane", "ssp-elastic", &s);
+
+    /* Job "reduce": a step, then a seed of a partition (refused: none is being seeded). */
+    memset(&s, 0, sizeof(s));
+    opt = DP_LOCAL;
+    put(&s, &opt, 1);
+    hello(&s, 0, 3, 0, w0, 0);
+    hello(&s, 1, 3, 0, w1, 1);
+    step(&s, 0, 6, false);
+    rec(&s, TS_FRAME_SEED, 0 | C_SYNTH, 0, 0, 0, 1, 0, 0, "\1\2", 2);
+    save("corpus-dataplane", "reduce-seed", &s);
+
+    /* The handshake required (mutual TLS): HELLO with a nonce, AUTH with the proof, MACs on
+     * (tcp), a push; then a frame before any handshake on another connection. */
+    memset(&s, 0, sizeof(s));
+    opt = DP_AUTH;
+    put(&s, &opt, 1);
+    hello(&s, 0, 0, TS_HELLO_AUTH, w0, 0);
+    rec(&s, TS_FRAME_AUTH, 0 | C_SYNTH, 0, 0, 0, 0, 0, 0, NULL, 0);
+    rec(&s, TS_FRAME_PUSH, 0 | C_SYNTH, TS_PUSH_ROUND, 0, 0, 0, 0, 0, "\1", 1);
+    rec(&s, TS_FRAME_PUSH, 1 | C_SYNTH, TS_PUSH_ROUND, 0, 0, 0, 1, 0, "\1", 1);
+    save("corpus-dataplane", "handshake-push", &s);
+
+    /* A chain link's handshake (the chain key), then images of the followed tensor from the
+     * shard before this one (2) and from another (3); on a connection without the handshake
+     * where none is required, an image of a partition this shard heads. */
+    memset(&s, 0, sizeof(s));
+    opt = DP_AUTH | DP_LOCAL;
+    put(&s, &opt, 1);
+    hello(&s, 0, 0, TS_HELLO_AUTH | TS_HELLO_CHAIN, 0, 0);
+    rec(&s, TS_FRAME_AUTH, 0 | C_SYNTH, 0, 0, 0, 0, 0, 0, NULL, 0);
+    rec(&s, TS_FRAME_IMAGE, 0 | C_SYNTH, 0, 1, 0, 1, DP_FACTS_OTHER, 0, "\1", 1);
+    rec(&s, TS_FRAME_IMAGE, 0 | C_SYNTH, 0, 1, 1, 2, 3, 0, "\1", 1);
+    save("corpus-dataplane", "chain-images", &s);
+    memset(&s, 0, sizeof(s));
+    opt = DP_LOCAL;
+    put(&s, &opt, 1);
+    hello(&s, 0, 1, 0, 0, 0);
+    rec(&s, TS_FRAME_IMAGE, 0 | C_SYNTH, 0, 1, 1, 3, DP_FACTS_OTHER, 0, NULL, 0);
+    rec(&s, TS_FRAME_IMAGE, 0 | C_SYNTH, 0, 0, 1, 3, DP_FACTS_OTHER, 0, NULL, 0);
+    save("corpus-dataplane", "images-plain", &s);
+
+    /* Job "shared": MAP of the large tensor, a gradient region SHAREd (a sealed memfd of
+     * 64 KiB), pushes from it and pulls answered in place; a SHARE of an unsealed one. */
+    memset(&s, 0, sizeof(s));
+    opt = DP_LOCAL;
+    put(&s, &opt, 1);
+    hello(&s, 0, 4, 0, w0, 0);
+    rec(&s, TS_FRAME_MAP, 0, 0, 2, 0, 0, 0, 0, NULL, 0);
+    rec(&s, TS_FRAME_SHARE, 0 | C_FD | C_FD_KIND(0) | C_FD_SIZE(2), TS_SHARE_GRAD, 2, 0, 0, 0,
+        0, NULL, 0);
+    rec(&s, TS_FRAME_PUSH, 0, TS_PUSH_REGION | TS_PUSH_ROUND, 2, 0, 0, 0, 0, NULL, 0);
+    rec(&s, TS_FRAME_PUSH, 0, TS_PUSH_REGION, 2, 0, 0, 2, 0, NULL, 0);
+    rec(&s, TS_FRAME_PULL, 0, TS_PULL_REGION | TS_PULL_ROUND, 2, 0, 0, 0, 0, NULL, 0);
+    rec(&s, TS_FRAME_SHARE, 1 | C_FD | C_FD_KIND(2) | C_FD_SIZE(1), TS_SHARE_GRAD, 2, 0, 0, 0,
+        0, NULL, 0);
+    save("corpus-dataplane", "shared-regions", &s);
+
+    /* Refusals: a push before any HELLO, one of a slot another worker owns, the same slot and
+     * step again with other bytes (a conflict), a HELLO of a job no shard holds. */
+    memset(&s, 0, sizeof(s));
+    opt = DP_LOCAL;
+    put(&s, &opt, 1);
+    rec(&s, TS_FRAME_PUSH, 2 | C_SYNTH, 0, 0, 0, 0, 0, 0, "\1", 1);
+    hello(&s, 0, 0, 0, w0, 0);
+    rec(&s, TS_FRAME_PUSH, 0 | C_SYNTH, TS_PUSH_ROUND, 0, 0, 0, 1, 0, "\1", 1);
+    hello(&s, 1, 0, 0, w0, 0);
+    rec(&s, TS_FRAME_PUSH, 1 | C_SYNTH, TS_PUSH_ROUND, 0, 1, 0, 0, 0, "\1", 1);
+    rec(&s, TS_FRAME_PUSH, 1 | C_SYNTH, TS_PUSH_RETRY, 0, 1, 0, 0, 0, "\2", 1);
+    hello(&s, 2, 5, 0, w1, 1);
+    save("corpus-dataplane", "refusals", &s);
 }
 
 /* ---- fuzz_rpc: the type's index, then the message ---- */
@@ -342,5 +516,6 @@ int main(int argc, char **argv)
     rpcs();
     codecs();
     handshakes();
+    dataplanes();
     return 0;
 }

@@ -326,6 +326,132 @@ static void dataplanes(void)
     save("corpus-dataplane", "refusals", &s);
 }
 
+/* ---- fuzz_shm: the half, then its fields (fuzz_shm.c) ---- */
+
+static void le(struct seed *s, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint8_t b = (uint8_t)(v >> 8 * i);
+        put(s, &b, 1);
+    }
+}
+
+/* The accept half: how, the ring's size selector, seals, the memfd's and the map size's
+ * offsets in pages, silent connections, then both rings' head and tail, then the sizes of a
+ * receive, a view and a send on the accepted connection. */
+static void shm_accept(const char *name, uint8_t how, uint8_t rsel, uint8_t seals,
+                       int8_t size_off, int8_t map_off, uint8_t silent, const uint64_t ctr[4])
+{
+    struct seed s = { .n = 0 };
+    uint8_t b[7] = { 0, how, rsel, seals, (uint8_t)size_off, (uint8_t)map_off, silent };
+
+    put(&s, b, sizeof(b));
+    for (int i = 0; i < 4; i++)
+        le(&s, ctr ? ctr[i] : 0, 8);
+    le(&s, 16, 2);
+    le(&s, 8, 2);
+    le(&s, 32, 2);
+    save("corpus-shm", name, &s);
+}
+
+enum { SO_WRITE, SO_HEAD, SO_TAIL, SO_TXTAIL, SO_FLAGS, SO_RECV, SO_VIEW, SO_SEND, SO_INTR,
+       SO_FDS };
+
+static void shms(void)
+{
+    static const uint64_t hostile[4] = { 100, 0, UINT64_MAX - 9, UINT64_MAX - 9 };
+    const uint8_t sealed = 0x1 | 0x2 | 0x10;   /* shrink, grow, seal: as shm_connect does */
+    struct seed s;
+
+    shm_accept("accept-good", 0, 0, sealed, 0, 0, 0, NULL);
+    shm_accept("accept-good-1m", 0, 4, sealed, 0, 0, 0, NULL);
+    shm_accept("accept-counters", 0, 0, sealed, 0, 0, 0, hostile);
+    shm_accept("accept-no-fd", 1 << 2, 0, sealed, 0, 0, 0, NULL);
+    shm_accept("accept-pipe", 2 << 2, 0, sealed, 0, 0, 0, NULL);
+    shm_accept("accept-no-hello", 1, 0, sealed, 0, 0, 0, NULL);
+    shm_accept("accept-short-hello", 2, 0, sealed, 0, 0, 0, NULL);
+    shm_accept("accept-bad-magic", 0x10, 0, sealed, 0, 0, 0, NULL);
+    shm_accept("accept-map-size", 0x20, 0, sealed, 0, 1, 0, NULL);
+    shm_accept("accept-header-ring", 0x40, 0, sealed, 0, 0, 0, NULL);
+    shm_accept("accept-unsealed", 0, 0, 0, 0, 0, 0, NULL);
+    shm_accept("accept-write-sealed", 0, 0, 0x1 | 0x8, 0, 0, 0, NULL);
+    shm_accept("accept-memfd-short", 0, 0, sealed, -1, 0, 0, NULL);
+    shm_accept("accept-silent-flood", 0x80, 0, sealed, 0, 0, 70, NULL);
+
+    /* Rings: 16 bytes written and published, received; 8 viewed; a send of 32. */
+    memset(&s, 0, sizeof(s));
+    le(&s, 1, 1);
+    le(&s, 0, 8);
+    le(&s, SO_WRITE, 1), le(&s, 0, 2), le(&s, 24, 1);
+    put(&s, "0123456789abcdefghijklmn", 24);
+    le(&s, SO_HEAD, 1), le(&s, 0, 1), le(&s, 24, 2);
+    le(&s, SO_RECV, 1), le(&s, 16, 2), le(&s, 0, 1);
+    le(&s, SO_VIEW, 1), le(&s, 8, 2);
+    le(&s, SO_SEND, 1), le(&s, 32, 2);
+    save("corpus-shm", "rings-basic", &s);
+
+    /* Counters about to wrap, the tail a few bytes before the ring's end: a receive and a
+     * view across it. */
+    memset(&s, 0, sizeof(s));
+    le(&s, 1, 1);
+    le(&s, UINT64_MAX - 5, 8);
+    le(&s, SO_HEAD, 1), le(&s, 0, 1), le(&s, 40, 2);
+    le(&s, SO_VIEW, 1), le(&s, 20, 2);
+    le(&s, SO_RECV, 1), le(&s, 20, 2), le(&s, 0xff, 1);
+    le(&s, SO_SEND, 1), le(&s, 4000, 2);
+    save("corpus-shm", "rings-wrap", &s);
+
+    /* A head past the ring's size ahead of the tail, a tail ahead of the head, our tx tail
+     * ahead of what we wrote; a receive, a view and a send against each. */
+    memset(&s, 0, sizeof(s));
+    le(&s, 1, 1);
+    le(&s, 1000, 8);
+    le(&s, SO_HEAD, 1), le(&s, 0, 1), le(&s, 65535, 2);
+    le(&s, SO_HEAD, 1), le(&s, 0x80, 1), le(&s, 1000 + 70000, 8);
+    le(&s, SO_RECV, 1), le(&s, 100, 2), le(&s, 0, 1);
+    le(&s, SO_TAIL, 1), le(&s, 0, 1), le(&s, 10, 2);
+    le(&s, SO_VIEW, 1), le(&s, 100, 2);
+    le(&s, SO_TXTAIL, 1), le(&s, 0, 1), le(&s, 100, 2);
+    le(&s, SO_SEND, 1), le(&s, 65535, 2);
+    save("corpus-shm", "rings-hostile", &s);
+
+    /* An interrupt, then a receive with nothing there; the peer's closed flags. */
+    memset(&s, 0, sizeof(s));
+    le(&s, 1, 1);
+    le(&s, 7, 8);
+    le(&s, SO_INTR, 1);
+    le(&s, SO_RECV, 1), le(&s, 1, 2), le(&s, 0xff, 1);
+    le(&s, SO_FLAGS, 1), le(&s, 3, 1);
+    le(&s, SO_RECV, 1), le(&s, 1, 2), le(&s, 0xff, 1);
+    le(&s, SO_SEND, 1), le(&s, 1, 2);
+    save("corpus-shm", "rings-closed", &s);
+
+    /* Descriptors beside the stream, as a SHARE brings them: one with the magic (taken),
+     * none, one with a wrong magic, one with half a magic. */
+    memset(&s, 0, sizeof(s));
+    le(&s, 1, 1);
+    le(&s, 0, 8);
+    le(&s, SO_FDS, 1), le(&s, 1, 1);
+    le(&s, SO_FDS, 1), le(&s, 0, 1);
+    le(&s, SO_FDS, 1), le(&s, 1 | 4, 1);
+    le(&s, SO_FDS, 1), le(&s, 1 | 8, 1);
+    save("corpus-shm", "rings-fds", &s);
+
+    /* A peer's address: the listener's own, with more after it, another path of this host,
+     * a blob that is not an address. */
+    memset(&s, 0, sizeof(s));
+    put(&s, "\2\3", 2);
+    save("corpus-shm", "address-own", &s);
+    put(&s, " x", 2);
+    save("corpus-shm", "address-more", &s);
+    memset(&s, 0, sizeof(s));
+    put(&s, "\2\1/tmp", 6);
+    save("corpus-shm", "address-tmp", &s);
+    memset(&s, 0, sizeof(s));
+    put(&s, "\2\0boot ns /dev/null", 20);
+    save("corpus-shm", "address-foreign", &s);
+}
+
 /* ---- fuzz_rpc: the type's index, then the message ---- */
 
 /* find, when not NULL: an edge case, byte `to` put at find's offset `at` in the message (bytes
@@ -517,5 +643,6 @@ int main(int argc, char **argv)
     codecs();
     handshakes();
     dataplanes();
+    shms();
     return 0;
 }

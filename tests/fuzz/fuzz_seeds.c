@@ -452,6 +452,189 @@ static void shms(void)
     save("corpus-shm", "address-foreign", &s);
 }
 
+/* ---- fuzz_master: the options byte, then records (method, flags, length, request) ---- */
+
+/* One request of method `name` (its index in master.proto), flags (bit 0: the admin token). */
+static void mreq(struct seed *s, const char *name, uint8_t flags, const ProtobufCMessage *m)
+{
+    const ProtobufCServiceDescriptor *d = &tessera__v1__master__descriptor;
+    size_t len = protobuf_c_message_get_packed_size(m);
+    uint8_t b[4] = { 0, flags, (uint8_t)len, (uint8_t)(len >> 8) }, *p = malloc(len + 1);
+    unsigned i;
+
+    for (i = 0; i < d->n_methods && strcmp(d->methods[i].name, name); i++)
+        ;
+    if (i == d->n_methods || !p || len > 0xffff) {
+        fprintf(stderr, "fuzz_seeds: no Master method %s\n", name);
+        exit(1);
+    }
+    b[0] = (uint8_t)i;
+    protobuf_c_message_pack(m, p);
+    put(s, b, 4);
+    put(s, p, len);
+    free(p);
+}
+
+static void masters(void)
+{
+    Tessera__V1__DataPlaneEndpoint ep = TESSERA__V1__DATA_PLANE_ENDPOINT__INIT, *eps[1] = { &ep };
+    Tessera__V1__RegisterShardRequest rs = TESSERA__V1__REGISTER_SHARD_REQUEST__INIT;
+    Tessera__V1__RegisterWorkerRequest rw = TESSERA__V1__REGISTER_WORKER_REQUEST__INIT;
+    Tessera__V1__HeartbeatRequest hb = TESSERA__V1__HEARTBEAT_REQUEST__INIT;
+    Tessera__V1__DeregisterRequest dr = TESSERA__V1__DEREGISTER_REQUEST__INIT;
+    Tessera__V1__GetShardMapRequest gm = TESSERA__V1__GET_SHARD_MAP_REQUEST__INIT;
+    Tessera__V1__ClusterStatusRequest cs = TESSERA__V1__CLUSTER_STATUS_REQUEST__INIT;
+    Tessera__V1__JobAccessRequest ja = TESSERA__V1__JOB_ACCESS_REQUEST__INIT;
+    Tessera__V1__ClaimWorkRequest cw = TESSERA__V1__CLAIM_WORK_REQUEST__INIT;
+    Tessera__V1__SubmitTaskRequest st = TESSERA__V1__SUBMIT_TASK_REQUEST__INIT;
+    Tessera__V1__TaskInfo done = TESSERA__V1__TASK_INFO__INIT;
+    Tessera__V1__ReportUnreachableRequest ru = TESSERA__V1__REPORT_UNREACHABLE_REQUEST__INIT;
+    Tessera__V1__ReportLostRequest rl = TESSERA__V1__REPORT_LOST_REQUEST__INIT;
+    Tessera__V1__CreateSnapshotRequest cr = TESSERA__V1__CREATE_SNAPSHOT_REQUEST__INIT;
+    Tessera__V1__CollectGarbageRequest gc = TESSERA__V1__COLLECT_GARBAGE_REQUEST__INIT;
+    Tessera__V1__DataChecksum dc = TESSERA__V1__DATA_CHECKSUM__INIT, *dcs[1] = { &dc };
+    Tessera__V1__CheckDataRequest cd = TESSERA__V1__CHECK_DATA_REQUEST__INIT;
+    static uint8_t sha[32] = { 9 };
+    char *jobs[2] = { "job-1", "gone" };
+    struct seed s;
+    uint8_t opt = 0;
+
+    /* Two shards and two workers of one job: heartbeats, the map, the status, JobAccess, a
+     * worker leaving finished and one failing, the status again. */
+    memset(&s, 0, sizeof(s));
+    put(&s, &opt, 1);
+    ep.transport = "tcp";
+    ep.address = (ProtobufCBinaryData){ 15, (uint8_t *)"127.0.0.1:40001" };
+    rs.addr = "127.0.0.1:7001";
+    rs.instance = "shard-a";
+    rs.n_data_planes = 1;
+    rs.data_planes = eps;
+    mreq(&s, "RegisterShard", 0, &rs.base);
+    rs.addr = "127.0.0.1:7002";
+    rs.instance = "shard-b";
+    mreq(&s, "RegisterShard", 0, &rs.base);
+    rw.host = "127.0.0.1";
+    rw.pid = 100;
+    rw.instance = "worker-a";
+    rw.job = "job-1";
+    rw.workers = 2;
+    mreq(&s, "RegisterWorker", 0, &rw.base);
+    rw.pid = 101;
+    rw.instance = "worker-b";
+    rw.rank = 1;
+    mreq(&s, "RegisterWorker", 0, &rw.base);
+    hb.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER;
+    hb.id = 1;
+    hb.clock = 5;
+    hb.has_progress = true;
+    hb.loss = 0.5;
+    hb.accuracy = 0.8;
+    mreq(&s, "Heartbeat", 0, &hb.base);
+    hb = (Tessera__V1__HeartbeatRequest)TESSERA__V1__HEARTBEAT_REQUEST__INIT;
+    hb.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD;
+    hb.id = 1;
+    hb.n_jobs = 2;
+    hb.jobs = jobs;
+    mreq(&s, "Heartbeat", 0, &hb.base);
+    mreq(&s, "GetShardMap", 0, &gm.base);
+    mreq(&s, "ClusterStatus", 0, &cs.base);
+    ja.shard_id = 1;
+    ja.job = "job-1";
+    mreq(&s, "JobAccess", 0, &ja.base);
+    dr.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER;
+    dr.id = 1;
+    dr.reason = "finished";
+    dr.outcome = TESSERA__V1__WORKER_OUTCOME__WORKER_OUTCOME_FINISHED;
+    mreq(&s, "Deregister", 0, &dr.base);
+    dr.id = 2;
+    dr.reason = "out of memory \xc3\xa9t\xc3\xa9";
+    dr.outcome = TESSERA__V1__WORKER_OUTCOME__WORKER_OUTCOME_FAILED;
+    mreq(&s, "Deregister", 0, &dr.base);
+    mreq(&s, "ClusterStatus", 0, &cs.base);
+    save("corpus-master", "members-and-jobs", &s);
+
+    /* An elastic job: its workers claim work, an admin submits a task, a worker's heartbeat
+     * brings it done, a shard reports a worker gone, then a shard unreachable. */
+    memset(&s, 0, sizeof(s));
+    opt = 1;
+    put(&s, &opt, 1);
+    rs.addr = "127.0.0.1:7001";
+    rs.instance = "shard-a";
+    mreq(&s, "RegisterShard", 0, &rs.base);
+    rw = (Tessera__V1__RegisterWorkerRequest)TESSERA__V1__REGISTER_WORKER_REQUEST__INIT;
+    rw.host = "127.0.0.1";
+    rw.instance = "worker-a";
+    rw.job = "job-e";
+    rw.workers = 2;
+    rw.elastic = true;
+    rw.balance = true;
+    mreq(&s, "RegisterWorker", 0, &rw.base);
+    rw.instance = "worker-b";
+    rw.rank = 1;
+    mreq(&s, "RegisterWorker", 0, &rw.base);
+    cw.worker_id = 1;
+    cw.want = 4;
+    cw.units = 100;
+    mreq(&s, "ClaimWork", 0, &cw.base);
+    st.job = "job-e";
+    st.kind = 1;
+    mreq(&s, "SubmitTask", 1, &st.base);
+    hb = (Tessera__V1__HeartbeatRequest)TESSERA__V1__HEARTBEAT_REQUEST__INIT;
+    hb.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER;
+    hb.id = 2;
+    hb.has_speed = true;
+    hb.slot_seconds = 0.25;
+    hb.speed_slots = 1;
+    mreq(&s, "Heartbeat", 0, &hb.base);
+    done.id = 1;
+    done.kind = 1;
+    done.state = 3;
+    done.worker = 2;
+    done.accuracy = 0.5;
+    hb.task_done = &done;
+    mreq(&s, "Heartbeat", 0, &hb.base);
+    ru.worker_id = 1;
+    ru.reporter = "shard 1";
+    mreq(&s, "ReportUnreachable", 0, &ru.base);
+    ru.worker_id = 0;
+    ru.shard_id = 1;
+    mreq(&s, "ReportUnreachable", 0, &ru.base);
+    mreq(&s, "ClusterStatus", 0, &cs.base);
+    save("corpus-master", "elastic-work-tasks", &s);
+
+    /* What an admin may do, asked with and without the token: snapshots and garbage (no
+     * store here), a loss report, data checksums twice; a shard registering at another's
+     * address. */
+    memset(&s, 0, sizeof(s));
+    opt = 0;
+    put(&s, &opt, 1);
+    cr.job = "job-1";
+    cr.message = "by hand";
+    mreq(&s, "CreateSnapshot", 1, &cr.base);
+    mreq(&s, "CreateSnapshot", 0, &cr.base);
+    mreq(&s, "CollectGarbage", 1, &gc.base);
+    rl.job = "job-1";
+    rl.shard_id = 1;
+    rl.generation = 1;
+    mreq(&s, "ReportLost", 1, &rl.base);
+    dc.name = "train[0:1000)";
+    dc.sha256 = (ProtobufCBinaryData){ 32, sha };
+    cd.job = "job-1";
+    cd.n_checksums = 1;
+    cd.checksums = dcs;
+    mreq(&s, "CheckData", 0, &cd.base);
+    mreq(&s, "CheckData", 0, &cd.base);
+    rs.addr = "127.0.0.1:7001";
+    rs.instance = "shard-a";
+    rs.secret = (ProtobufCBinaryData){ 16, (uint8_t *)"0123456789abcdef" };
+    mreq(&s, "RegisterShard", 0, &rs.base);
+    rs.instance = "shard-z";   /* its address is asked which process serves there */
+    rs.secret = (ProtobufCBinaryData){ 16, (uint8_t *)"fedcba9876543210" };
+    mreq(&s, "RegisterShard", 0, &rs.base);
+    mreq(&s, "RegisterShard", 1, &rs.base);
+    save("corpus-master", "admin-and-claims", &s);
+}
+
 /* ---- fuzz_rpc: the type's index, then the message ---- */
 
 /* find, when not NULL: an edge case, byte `to` put at find's offset `at` in the message (bytes
@@ -644,5 +827,6 @@ int main(int argc, char **argv)
     handshakes();
     dataplanes();
     shms();
+    masters();
     return 0;
 }

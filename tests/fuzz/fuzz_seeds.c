@@ -635,6 +635,136 @@ static void masters(void)
     save("corpus-master", "admin-and-claims", &s);
 }
 
+/* ---- fuzz_shard_rpc: the options byte, then records as fuzz_master's ---- */
+
+static void sreq(struct seed *s, const char *name, uint8_t flags, const ProtobufCMessage *m)
+{
+    const ProtobufCServiceDescriptor *d = &tessera__v1__shard__descriptor;
+    size_t len = protobuf_c_message_get_packed_size(m);
+    uint8_t b[4] = { 0, flags, (uint8_t)len, (uint8_t)(len >> 8) }, *p = malloc(len + 1);
+    unsigned i;
+
+    for (i = 0; i < d->n_methods && strcmp(d->methods[i].name, name); i++)
+        ;
+    if (i == d->n_methods || !p || len > 0xffff) {
+        fprintf(stderr, "fuzz_seeds: no Shard method %s\n", name);
+        exit(1);
+    }
+    b[0] = (uint8_t)i;
+    protobuf_c_message_pack(m, p);
+    put(s, b, 4);
+    put(s, p, len);
+    free(p);
+}
+
+static void shard_rpcs(void)
+{
+    Tessera__V1__JobSpec js = TESSERA__V1__JOB_SPEC__INIT;
+    Tessera__V1__TensorSpec ts = TESSERA__V1__TENSOR_SPEC__INIT;
+    Tessera__V1__RegisterTensorRequest rt = TESSERA__V1__REGISTER_TENSOR_REQUEST__INIT;
+    Tessera__V1__ShardStatusRequest ss = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
+    Tessera__V1__PartitionDigestsRequest pd = TESSERA__V1__PARTITION_DIGESTS_REQUEST__INIT;
+    Tessera__V1__ArmSnapshotRequest as = TESSERA__V1__ARM_SNAPSHOT_REQUEST__INIT;
+    Tessera__V1__WriteSnapshotRequest ws = TESSERA__V1__WRITE_SNAPSHOT_REQUEST__INIT;
+    Tessera__V1__ReleaseJobRequest rj = TESSERA__V1__RELEASE_JOB_REQUEST__INIT;
+    Tessera__V1__RollbackJobRequest rb = TESSERA__V1__ROLLBACK_JOB_REQUEST__INIT;
+    uint64_t shape[2] = { 8, 40 };
+    struct seed s;
+    uint8_t opt = 0;
+
+    /* A bsp job's two tensors registered (one again, as every worker does), the status with
+     * and without the map's epoch, the digests, a snapshot armed, written (no store) and
+     * disarmed, the job released. */
+    memset(&s, 0, sizeof(s));
+    put(&s, &opt, 1);
+    js.id = "job-1";
+    js.workers = 2;
+    js.optimizer = "momentum:lr=0.05,momentum=0.9";
+    js.batch = 32;
+    ts.name = "layer0.weight";
+    ts.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    ts.n_shape = 2;
+    ts.shape = shape;
+    ts.initializer = "xavier";
+    ts.seed = 1;
+    ts.partition_bytes = 256;
+    rt.job = &js;
+    rt.tensor = &ts;
+    rt.fan_in = 40;
+    rt.fan_out = 8;
+    rt.map_epoch = 5;
+    sreq(&s, "RegisterTensor", 0, &rt.base);
+    sreq(&s, "RegisterTensor", 0, &rt.base);
+    ts.name = "layer0.bias";
+    ts.n_shape = 1;
+    ts.initializer = "zeros";
+    ts.partition_auto = true;
+    rt.tensor_id = 1;
+    sreq(&s, "RegisterTensor", 0, &rt.base);
+    sreq(&s, "ShardStatus", 0, &ss.base);
+    ss.map_epoch = 5;
+    sreq(&s, "ShardStatus", 0, &ss.base);
+    pd.job = "job-1";
+    sreq(&s, "PartitionDigests", 0, &pd.base);
+    as.job = "job-1";
+    sreq(&s, "ArmSnapshot", 1, &as.base);
+    ws.job = "job-1";
+    ws.wait_ms = 10;
+    sreq(&s, "WriteSnapshot", 1, &ws.base);
+    as.disarm = true;
+    sreq(&s, "ArmSnapshot", 1, &as.base);
+    rj.job = "job-1";
+    sreq(&s, "ReleaseJob", 1, &rj.base);
+    sreq(&s, "ReleaseJob", 0, &rj.base);
+    sreq(&s, "ShardStatus", 0, &ss.base);
+    save("corpus-shard_rpc", "register-snapshot-release", &s);
+
+    /* Modes and their limits: an ssp job, a reduce job, a tensor over the memory budget, the
+     * same id with another shape; a rollback checked, fenced (no store) and reopened. */
+    memset(&s, 0, sizeof(s));
+    put(&s, &opt, 1);
+    js.id = "job-s";
+    js.mode = TESSERA__V1__TRAIN_MODE__TRAIN_MODE_SSP;
+    js.staleness = 2;
+    js.optimizer = "sgd:lr=0.1";
+    ts.name = "w";
+    ts.n_shape = 2;
+    ts.partition_auto = false;
+    ts.placement_salt = 7;
+    rt.tensor_id = 0;
+    rt.sync_every = 2;
+    sreq(&s, "RegisterTensor", 0, &rt.base);
+    js.id = "job-r";
+    js.mode = TESSERA__V1__TRAIN_MODE__TRAIN_MODE_REDUCE;
+    js.staleness = 0;
+    js.exact = true;
+    sreq(&s, "RegisterTensor", 0, &rt.base);
+    shape[0] = 1 << 20;
+    ts.partition_bytes = 1 << 20;
+    rt.tensor_id = 1;
+    ts.name = "huge";
+    sreq(&s, "RegisterTensor", 0, &rt.base);
+    shape[0] = 9;
+    ts.name = "w";
+    rt.tensor_id = 0;
+    sreq(&s, "RegisterTensor", 0, &rt.base);
+    rb.job = "job-r";
+    rb.snapshot_id = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    rb.step = 4;
+    rb.generation = 1;
+    rb.map_epoch = 5;
+    rb.check = true;
+    sreq(&s, "RollbackJob", 1, &rb.base);
+    rb.check = false;
+    sreq(&s, "RollbackJob", 1, &rb.base);
+    rb.open = true;
+    sreq(&s, "RollbackJob", 1, &rb.base);
+    pd.job = "job-s";
+    sreq(&s, "PartitionDigests", 0, &pd.base);
+    sreq(&s, "ShardStatus", 0, &ss.base);
+    save("corpus-shard_rpc", "modes-limits-rollback", &s);
+}
+
 /* ---- fuzz_rpc: the type's index, then the message ---- */
 
 /* find, when not NULL: an edge case, byte `to` put at find's offset `at` in the message (bytes
@@ -828,5 +958,6 @@ int main(int argc, char **argv)
     dataplanes();
     shms();
     masters();
+    shard_rpcs();
     return 0;
 }

@@ -28,7 +28,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 600
 # tests/fuzz/fuzz_<name>.c; the seeds of each are in tests/fuzz/corpus-<name>, the manifest's
 # in tests/fuzz/corpus.
-FUZZ_TARGETS := manifest frame rpc codec handshake dataplane shm master shard_rpc
+FUZZ_TARGETS := manifest frame rpc codec handshake dataplane shm master shard_rpc http
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 

@@ -765,6 +765,39 @@ static void shard_rpcs(void)
     save("corpus-shard_rpc", "modes-limits-rollback", &s);
 }
 
+/* ---- fuzz_http: the options byte, then a request (built, or raw) ---- */
+
+static void http(const char *name, uint8_t opt, const char *req)
+{
+    struct seed s = { .n = 0 };
+
+    put(&s, &opt, 1);
+    put(&s, req, strlen(req));
+    save("corpus-http", name, &s);
+}
+
+static void https(void)
+{
+    http("get-metrics", 0, "GET\n/metrics\nHost: 127.0.0.1\nAccept: text/plain\n");
+    http("head-metrics", 0, "HEAD\n/metrics\nHost: 127.0.0.1\n");
+    http("get-page", 0, "GET\n/\nHost: x\n");
+    http("get-route-fails", 0, "GET\n/api/status?since=0\nHost: x\n");
+    http("get-unknown", 0, "GET\n/metrics/../etc/passwd\nHost: x\n");
+    http("get-query", 0, "GET\n/metrics?name[]=a&x=%00%ff\nHost: x\n");
+    http("post-body", 2, "POST\n/metrics\nHost: x\nContent-Type: text/plain\n\nhello");
+    http("delete", 0, "DELETE\n/\nHost: x\n");
+    http("expect-continue", 2, "PUT\n/metrics\nHost: x\nExpect: 100-continue\n\n12345678");
+    http("keepalive-pipelined", 0, "GET\n/metrics\nHost: x\nConnection: keep-alive\n\n"
+         "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
+    http("huge-header", 0, "GET\n/metrics\nHost: x\n*\x50\n");
+    http("huge-target", 0, "GET\n*\x48\nHost: x\n");
+    http("raw-http10", 1, "GET /metrics HTTP/1.0\r\n\r\n");
+    http("raw-no-version", 1, "GET /metrics\r\n\r\n");
+    http("raw-chunked", 1, "POST /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+         "\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+    http("raw-garbage", 1, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03");
+}
+
 /* ---- fuzz_rpc: the type's index, then the message ---- */
 
 /* find, when not NULL: an edge case, byte `to` put at find's offset `at` in the message (bytes
@@ -959,5 +992,6 @@ int main(int argc, char **argv)
     shms();
     masters();
     shard_rpcs();
+    https();
     return 0;
 }

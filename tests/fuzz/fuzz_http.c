@@ -56,6 +56,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct ts_metrics_http *server;   /* for the life of the process */
 static uint16_t port;
+/* A request is made in one buffer kept from run to run (grown, never shrunk): a run that
+ * builds 60 KiB of headers would otherwise fault in fresh pages for them every time. */
+static uint8_t *req_buf;
+static size_t req_cap;
 
 static char *page(void *ctx, size_t *len, const char **type)
 {
@@ -94,6 +98,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     }
     port = ts_metrics_http_port(server);
+    if (!(req_buf = malloc(req_cap = 64 << 10)))
+        abort();
     return 0;
 }
 
@@ -229,7 +235,7 @@ static bool clean_token(const char *s, size_t n)
 }
 
 struct built {
-    uint8_t *b;
+    const uint8_t *b;
     size_t n;
     bool clean;                    /* see the header */
     bool full;                     /* its line and headers fill libmicrohttpd's memory */
@@ -237,22 +243,29 @@ struct built {
     char path[256];                /* the target up to '?' (clean requests) */
 };
 
-static void put(struct built *o, size_t *cap, const void *p, size_t k)
+static void put(struct built *o, const void *p, size_t k)
 {
-    if (o->n + k > *cap && !(o->b = realloc(o->b, *cap = 2 * (o->n + k))))
-        abort();
-    memcpy(o->b + o->n, p, k);
+    o->b = req_buf;
+    if (!k)
+        return;
+    if (o->n + k > req_cap) {
+        req_cap = 2 * (o->n + k);
+        if (!(req_buf = realloc(req_buf, req_cap)))
+            abort();
+    }
+    memcpy(req_buf + o->n, p, k);
     o->n += k;
+    o->b = req_buf;
 }
 
 /* k bytes of c. */
-static void fill(struct built *o, size_t *cap, char c, size_t k)
+static void fill(struct built *o, char c, size_t k)
 {
     char b[256];
 
     memset(b, c, sizeof(b));
     for (; k; k -= k < sizeof(b) ? k : sizeof(b))
-        put(o, cap, b, k < sizeof(b) ? k : sizeof(b));
+        put(o, b, k < sizeof(b) ? k : sizeof(b));
 }
 
 /* The next line of [*p, end) (without its '\n'), *p moved past it. */
@@ -268,29 +281,27 @@ static const char *line_of(const char **p, const char *end, size_t *len)
 static void build(const uint8_t *in, size_t size, bool content_length, struct built *o)
 {
     const char *p = (const char *)in, *end = p + size, *method, *target;
-    size_t cap = 2 * size + 128, mlen, tlen, at;
+    size_t mlen, tlen, at;
 
     memset(o, 0, sizeof(*o));
-    if (!(o->b = malloc(cap)))
-        abort();
     method = line_of(&p, end, &mlen);
     target = line_of(&p, end, &tlen);
     o->clean = clean_token(method, mlen) && clean_token(target, tlen) &&
                (target[0] == '/' || target[0] == '*');
-    put(o, &cap, method, mlen);
-    put(o, &cap, " ", 1);
+    put(o, method, mlen);
+    put(o, " ", 1);
     at = o->n;
     if (tlen >= 2 && target[0] == '*') {   /* "/metrics?q=" and 256 * byte 1 'q's */
-        put(o, &cap, "/metrics?q=", 11);
-        fill(o, &cap, 'q', 256 * (size_t)(uint8_t)target[1]);
+        put(o, "/metrics?q=", 11);
+        fill(o, 'q', 256 * (size_t)(uint8_t)target[1]);
     } else {
-        put(o, &cap, target, tlen);
+        put(o, target, tlen);
     }
     tlen = o->n - at;
     snprintf(o->path, sizeof(o->path), "%.*s", (int)(tlen < 255 ? tlen : 255),
              (const char *)o->b + at);
     o->path[strcspn(o->path, "?")] = '\0';
-    put(o, &cap, " HTTP/1.1\r\n", 11);
+    put(o, " HTTP/1.1\r\n", 11);
     while (p < end) {   /* header lines, until an empty one */
         size_t k;
         const char *h = line_of(&p, end, &k), *colon = memchr(h, ':', k);
@@ -299,23 +310,23 @@ static void build(const uint8_t *in, size_t size, bool content_length, struct bu
             break;
         at = o->n;
         if (k >= 2 && h[0] == '*') {   /* "X-Fill: " and 256 * byte 1 'f's */
-            put(o, &cap, "X-Fill: ", 8);
-            fill(o, &cap, 'f', 256 * (size_t)(uint8_t)h[1]);
+            put(o, "X-Fill: ", 8);
+            fill(o, 'f', 256 * (size_t)(uint8_t)h[1]);
         } else {
             o->clean &= colon && colon > h && clean_token(h, (size_t)(colon - h)) &&
                         !memchr(h, '\r', k);
-            put(o, &cap, h, k);
+            put(o, h, k);
         }
-        put(o, &cap, "\r\n", 2);
+        put(o, "\r\n", 2);
     }
     if (content_length) {
         char cl[40];
         int k = snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", (size_t)(end - p));
-        put(o, &cap, cl, (size_t)k);
+        put(o, cl, (size_t)k);
     }
-    put(o, &cap, "\r\n", 2);
+    put(o, "\r\n", 2);
     o->full = o->n >= FULL_BYTES;
-    put(o, &cap, p, (size_t)(end - p));
+    put(o, p, (size_t)(end - p));
     o->get = mlen == 3 && !memcmp(method, "GET", 3);
     o->head = mlen == 4 && !memcmp(method, "HEAD", 4);
 }
@@ -364,9 +375,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     if (data[0] & 1) {
-        if (!(q.b = malloc(size)))
-            abort();
-        memcpy(q.b, data + 1, size - 1);
+        q.b = data + 1;   /* sent as it came */
         q.n = size - 1;
     } else {
         build(data + 1, size - 1, (data[0] & 2) != 0, &q);
@@ -386,6 +395,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (q.clean && at < n)
         promised(&q, &r);
     free(out);
-    free(q.b);
     return 0;
 }

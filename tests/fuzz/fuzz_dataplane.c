@@ -10,9 +10,9 @@
  * a second map, in which another shard heads every partition: IMAGE frames load them), and
  * "shared" a third large enough for a shared region (MAP, SHARE, pushes and pulls in place).
  * Every run finds them as registered: a job that a connection named is released after the
- * run and registered again. Who may push which slot, and each job's key, come from a fetch function here (the
- * master's JobAccess): of the three slots of each job worker 101 owns 0 and 2, 102 owns 1, and
- * 103 owned slot 0 before.
+ * run and registered again. Who may push which slot, and each job's key, come from a fetch
+ * function here (the master's JobAccess): of the three slots of each job worker 101 owns 0
+ * and 2, 102 owns 1, and 103 owned slot 0 before.
  *
  * The input's first byte picks the connections' kind (bit 0: host-local like shm, with
  * unhashed payloads and descriptors passed; else like tcp, hashed), whether the shard
@@ -21,7 +21,7 @@
  *   type, ctl, flags (u32), tensor (u16), partition (u16), step (u32), rank, encoding, len
  *   (u16), then len payload bytes (fewer if the input ends).
  * ctl bits 0-1: the connection (3 is 0 again); bit 2: make the payload right for the frame
- * (a HELLO names job payload[0] % 5, the fifth unknown, with a nonce if it asks for the
+ * (a HELLO names job payload[0] % 6, the sixth unknown, with a nonce if it asks for the
  * handshake; an AUTH carries the proof for the ACK the shard sent; a PUSH or SEED is sized
  * for its partition from the payload's bytes; an IMAGE is the partition's own image with the
  * frame's step as version and the payload XORed into its values); bit 3: a descriptor goes
@@ -36,8 +36,9 @@
  * was (values, version, the step's pushes and sum, the slots' marks); the refusal counters
  * never go down. Waits: a pull for a version that is not there is cancelled at once (the
  * connection ends, as it would after a shard stops), and the second look at the owners of a
- * slot, which waits ACCESS_REFRESH_MS for a fresh table, is let through at once by a helper
- * thread that marks the tables stale while a frame is served.
+ * slot, which waits ACCESS_REFRESH_MS for a fresh table, is let through within a few hundred
+ * microseconds by a helper thread that marks the tables stale (prod_main).
+ * $TESSERA_FUZZ_TRACE set: each frame and what the shard answered on stderr.
  * Seeds: tests/fuzz/corpus-dataplane (written by fuzz_seeds). */
 #include <fcntl.h>
 #include <inttypes.h>

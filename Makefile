@@ -2,7 +2,8 @@
 #
 #   make deps   install every Debian package the build, tests, demo and benchmarks need
 #   make        build into build/
-#   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/)
+#   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/),
+#               and 10-20 s of each fuzz target
 #   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N),
 #               shards killed while training with replicas and rollbacks of lost partitions,
 #               under the sanitizers, shards restarted by `tessera up --respawn`, the master
@@ -13,7 +14,10 @@
 #               systemd units, a real Slurm, the podman image; says what it skipped and why
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
-#   make fuzz   run each libFuzzer target for FUZZ_SECONDS (default 600; build-fuzz/, clang)
+#   make fuzz   run each libFuzzer target for FUZZ_SECONDS (default 600; build-fuzz/, clang),
+#               one after another: the decoders (manifest frame rpc codec handshake) and what
+#               lies behind them (dataplane shm master shard_rpc http; docs/testing.md);
+#               FUZZ_TARGETS="shm http" runs only those
 #   make demo   start a local cluster, show it, stop it
 #   make bench  run the benchmarks (bench/results/*.json)
 #   make install [PREFIX=/usr/local] [DESTDIR=]  the commands, libtessera (shared and static),
@@ -77,7 +81,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 all: build
 
 help:
-	@sed -n '1,23p' Makefile
+	@sed -n '1,27p' Makefile
 
 # Installs the Debian packages of $(1) that are missing; with $(2) set, also Node.js and
 # kubectl when none is on PATH.

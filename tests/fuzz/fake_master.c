@@ -89,7 +89,7 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
 }
 
 #define M(name, fn, rq, rs) \
-    { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor, 0, 0 }
+    { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor, 0, 0, 0 }
 static const struct ts_rpc_method methods[] = {
     M("GetShardMap", get_shard_map, get_shard_map_request, shard_map),
     M("RegisterShard", register_shard, register_shard_request, register_shard_response),
@@ -97,7 +97,7 @@ static const struct ts_rpc_method methods[] = {
     M("Deregister", deregister, deregister_request, deregister_response),
     M("ReportUnreachable", report_unreachable, report_unreachable_request,
       report_unreachable_response),
-    { NULL, NULL, NULL, NULL, 0, 0 },
+    { NULL, NULL, NULL, NULL, 0, 0, 0 },
 };
 
 ts_status fake_master_start(uint64_t epoch, const uint32_t *ids, size_t n, uint32_t replicas,

@@ -96,8 +96,8 @@ static inline void fuzz_rpc_token(void)
 }
 
 /* Runs method m of svc on the request bytes data[0..n), as a unary call of a caller that sends
- * the admin token or not: decoded as the server decodes (a refusal is the call's end), the
- * handler, then the reply packed as it would be sent. Checked: the status is one err.h names;
+ * the admin token or not: held to the method's max_request and decoded as the server decodes
+ * (a refusal is the call's end), the handler, then the reply packed as it would be sent. Checked: the status is one err.h names;
  * a reply packs, unpacks again as its type, and holds only valid UTF-8 in its strings (a
  * client in any language must read it). Returns the handler's status (TS_EINVAL for bytes the
  * server would not decode) with its message in err. */
@@ -107,16 +107,24 @@ static inline ts_status fuzz_rpc_run(const struct ts_rpc_service *svc,
 {
     static struct ts_rpc_server srv;   /* zero: no mutual TLS (tls.c reads mtls) */
     static struct ts__worker w = { .srv = &srv };
-    struct ts_rpc_call *call = ts_rpc_scratch_new();
+    size_t most = m->max_request ? m->max_request : TS_RPC_REQUEST_MAX;
+    struct ts_rpc_call *call;
     struct ts__method *meth;
     grpc_metadata md;
-    grpc_slice sl = grpc_slice_from_copied_buffer((const char *)data, n);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
+    grpc_slice sl;
+    grpc_byte_buffer *bb;
     ProtobufCMessage *req, *resp, *back;
     ts_status st = TS_OK;
     uint8_t *packed;
     size_t len;
 
+    /* What call.c's decode refuses before it unpacks (within_limit). */
+    if (n > most)
+        return ts_err_set(err, TS_ENOMEM, "request: %zu bytes of %s, over the %zu this method "
+                          "takes", n, m->req->name, most);
+    call = ts_rpc_scratch_new();
+    sl = grpc_slice_from_copied_buffer((const char *)data, n);
+    bb = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);
     if (!call || !bb)
         abort();

@@ -494,7 +494,7 @@ static void masters(void)
     Tessera__V1__CollectGarbageRequest gc = TESSERA__V1__COLLECT_GARBAGE_REQUEST__INIT;
     Tessera__V1__DataChecksum dc = TESSERA__V1__DATA_CHECKSUM__INIT, *dcs[1] = { &dc };
     Tessera__V1__CheckDataRequest cd = TESSERA__V1__CHECK_DATA_REQUEST__INIT;
-    static uint8_t sha[32] = { 9 };
+    uint8_t sha[32] = { 9 };
     char *jobs[2] = { "job-1", "gone" };
     struct seed s;
     uint8_t opt = 0;
@@ -602,12 +602,35 @@ static void masters(void)
     mreq(&s, "ClusterStatus", 0, &cs.base);
     save("corpus-master", "elastic-work-tasks", &s);
 
-    /* What an admin may do, asked with and without the token: snapshots and garbage (no
-     * store here), a loss report, data checksums twice; a shard registering at another's
-     * address. */
+    /* What an admin may do and what a member claims to be, on a running job: a shard and
+     * two workers of job-1 registered with secrets; snapshots and garbage (no store here)
+     * with and without the token, a loss report of job-1 and of a job that is not running;
+     * data checksums from rank 0, the same from rank 1 and another map from rank 1; a claim
+     * of work and JobAccess with a wrong secret, then right; a shard registering at another's
+     * address, then with the token. */
     memset(&s, 0, sizeof(s));
     opt = 0;
     put(&s, &opt, 1);
+    rs = (Tessera__V1__RegisterShardRequest)TESSERA__V1__REGISTER_SHARD_REQUEST__INIT;
+    rs.n_data_planes = 1;
+    rs.data_planes = eps;
+    rs.addr = "127.0.0.1:7001";
+    rs.instance = "shard-a";
+    rs.secret = (ProtobufCBinaryData){ 16, (uint8_t *)"0123456789abcdef" };
+    mreq(&s, "RegisterShard", 0, &rs.base);
+    rw = (Tessera__V1__RegisterWorkerRequest)TESSERA__V1__REGISTER_WORKER_REQUEST__INIT;
+    rw.host = "127.0.0.1";
+    rw.pid = 200;
+    rw.instance = "worker-a";
+    rw.job = "job-1";
+    rw.workers = 2;
+    rw.secret = (ProtobufCBinaryData){ 16, (uint8_t *)"worker-a-secret!" };
+    mreq(&s, "RegisterWorker", 0, &rw.base);
+    rw.pid = 201;
+    rw.instance = "worker-b";
+    rw.rank = 1;
+    rw.secret = (ProtobufCBinaryData){ 16, (uint8_t *)"worker-b-secret!" };
+    mreq(&s, "RegisterWorker", 0, &rw.base);
     cr.job = "job-1";
     cr.message = "by hand";
     mreq(&s, "CreateSnapshot", 1, &cr.base);
@@ -615,19 +638,36 @@ static void masters(void)
     mreq(&s, "CollectGarbage", 1, &gc.base);
     rl.job = "job-1";
     rl.shard_id = 1;
-    rl.generation = 1;
+    rl.generation = 0;
     mreq(&s, "ReportLost", 1, &rl.base);
+    rl.job = "gone";
+    rl.generation = 1;
+    mreq(&s, "ReportLost", 0, &rl.base);
     dc.name = "train[0:1000)";
     dc.sha256 = (ProtobufCBinaryData){ 32, sha };
     cd.job = "job-1";
     cd.n_checksums = 1;
     cd.checksums = dcs;
     mreq(&s, "CheckData", 0, &cd.base);
+    cd.rank = 1;
     mreq(&s, "CheckData", 0, &cd.base);
-    rs.addr = "127.0.0.1:7001";
-    rs.instance = "shard-a";
-    rs.secret = (ProtobufCBinaryData){ 16, (uint8_t *)"0123456789abcdef" };
-    mreq(&s, "RegisterShard", 0, &rs.base);
+    sha[0] = 10;
+    mreq(&s, "CheckData", 0, &cd.base);
+    cw = (Tessera__V1__ClaimWorkRequest)TESSERA__V1__CLAIM_WORK_REQUEST__INIT;
+    cw.worker_id = 1;
+    cw.secret = (ProtobufCBinaryData){ 16, (uint8_t *)"worker-b-secret!" };
+    cw.want = 2;
+    cw.units = 10;
+    mreq(&s, "ClaimWork", 0, &cw.base);
+    cw.secret = (ProtobufCBinaryData){ 16, (uint8_t *)"worker-a-secret!" };
+    mreq(&s, "ClaimWork", 0, &cw.base);
+    ja = (Tessera__V1__JobAccessRequest)TESSERA__V1__JOB_ACCESS_REQUEST__INIT;
+    ja.shard_id = 1;
+    ja.job = "job-1";
+    ja.secret = (ProtobufCBinaryData){ 16, (uint8_t *)"fedcba9876543210" };
+    mreq(&s, "JobAccess", 0, &ja.base);
+    ja.secret = (ProtobufCBinaryData){ 16, (uint8_t *)"0123456789abcdef" };
+    mreq(&s, "JobAccess", 0, &ja.base);
     rs.instance = "shard-z";   /* its address is asked which process serves there */
     rs.secret = (ProtobufCBinaryData){ 16, (uint8_t *)"fedcba9876543210" };
     mreq(&s, "RegisterShard", 0, &rs.base);

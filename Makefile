@@ -2,7 +2,8 @@
 #
 #   make deps   install every Debian package the build, tests, demo and benchmarks need
 #   make        build into build/
-#   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/)
+#   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/),
+#               and 5-20 s of each fuzz target
 #   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N),
 #               shards killed while training with replicas and rollbacks of lost partitions,
 #               under the sanitizers, shards restarted by `tessera up --respawn`, the master
@@ -13,7 +14,10 @@
 #               systemd units, a real Slurm, the podman image; says what it skipped and why
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
-#   make fuzz   run each libFuzzer target for FUZZ_SECONDS (default 600; build-fuzz/, clang)
+#   make fuzz   run each libFuzzer target for FUZZ_SECONDS (default 600; build-fuzz/, clang),
+#               one after another: the decoders (manifest frame rpc codec handshake) and what
+#               lies behind them (dataplane shm master shard_rpc http; docs/testing.md);
+#               FUZZ_TARGETS="shm http" runs only those
 #   make demo   start a local cluster, show it, stop it
 #   make bench  run the benchmarks (bench/results/*.json)
 #   make install [PREFIX=/usr/local] [DESTDIR=]  the commands, libtessera (shared and static),
@@ -27,8 +31,10 @@ ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 600
 # tests/fuzz/fuzz_<name>.c; the seeds of each are in tests/fuzz/corpus-<name>, the manifest's
-# in tests/fuzz/corpus.
-FUZZ_TARGETS := manifest frame rpc codec handshake
+# in tests/fuzz/corpus. FUZZ_TARGETS (on the command line or in the environment) picks which
+# of them make fuzz builds and runs; make test builds them all, whatever it says.
+FUZZ_ALL := manifest frame rpc codec handshake dataplane shm master shard_rpc http
+FUZZ_TARGETS ?= $(FUZZ_ALL)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
@@ -71,13 +77,13 @@ UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rp
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps deps-build deps-node test demo bench clean help asan fuzz fuzz-build test-fault install \
-        soak fresh-check test-deploy
+.PHONY: all build deps deps-build deps-node test demo bench clean help asan fuzz fuzz-build \
+        fuzz-check test-fault install soak fresh-check test-deploy
 
 all: build
 
 help:
-	@sed -n '1,23p' Makefile
+	@sed -n '1,27p' Makefile
 
 # Installs the Debian packages of $(1) that are missing; with $(2) set, also Node.js and
 # kubectl when none is on PATH.
@@ -128,11 +134,19 @@ asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(UNIT_TESTS) $(ASAN_BINS)
 
-# The libFuzzer targets, built with clang (make test runs each for 10-20 s, make fuzz for
-# longer, one after the other; new inputs collect in build-fuzz/corpus-<name>).
-fuzz-build: deps
+# The libFuzzer targets, built with clang (make test runs each for 5-20 s, make fuzz for
+# longer, one after the other; new inputs collect in build-fuzz/corpus-<name>). fuzz-build
+# builds those of FUZZ_TARGETS (make test: all of them, for its ctest).
+fuzz-build: deps fuzz-check
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+
+# A name that is not a target is an error, before anything is built.
+fuzz-check:
+	@bad="$(filter-out $(FUZZ_ALL),$(FUZZ_TARGETS))"; \
+	if [ -n "$$bad" ]; then echo "FUZZ_TARGETS: no target $$bad; the targets: $(FUZZ_ALL)" >&2; \
+	    exit 2; fi; \
+	if [ -z "$(strip $(FUZZ_TARGETS))" ]; then echo "FUZZ_TARGETS: empty" >&2; exit 2; fi
 
 fuzz: fuzz-build
 	@for t in $(FUZZ_TARGETS); do \
@@ -142,6 +156,9 @@ fuzz: fuzz-build
 	        -print_final_stats=1 corpus-$$t $(abspath tests/fuzz)/$$s) || exit 1; \
 	done
 
+# ctest runs every fuzz target briefly, so fuzz-build builds them all here, whatever
+# FUZZ_TARGETS says.
+test: override FUZZ_TARGETS := $(FUZZ_ALL)
 test: asan fuzz-build build
 	cmake -S . -B $(BUILD) -DTESSERA_ASAN_DIR=$(abspath $(ASAN_BUILD)) \
 	    -DTESSERA_FUZZ_DIR=$(abspath $(FUZZ_BUILD)) >/dev/null

@@ -4,8 +4,10 @@
  * atomics and takes no lock a step holds, so it never blocks training. Only GET and HEAD of
  * /metrics (and of the routes a program adds) are served: another method is 405 with an
  * Allow header, another path 404, and a
- * request whose line and headers pass 16 KiB is refused by libmicrohttpd (431 or 414); the
- * service goes on either way. Plain HTTP, no authentication: bind it where only the
+ * request whose line and headers pass 16 KiB is refused by libmicrohttpd (431 or 414); one
+ * that fills those 16 KiB so nearly that no reply fits (about the last KiB) gets its
+ * connection closed without one (tests/fuzz/fuzz_http.c, FULL_BYTES). The service goes on
+ * either way. Plain HTTP, no authentication: bind it where only the
  * Prometheus you trust reaches (docs/observability.md).
  * Ownership: ts_metrics_http_start returns a server freed by ts_metrics_http_stop.
  * Threads: start and stop from one thread; requests are served on the server's. */

@@ -403,8 +403,8 @@ const char *ts_rpc_method_name(const struct ts_rpc_call *c)
 
 const char *ts_rpc_peer(struct ts_rpc_call *c)
 {
-    if (!c->peer[0]) {
-        char *p = grpc_call_get_peer(c->call);
+    if (!c->peer[0]) {   /* a scratch call has no peer: "?" */
+        char *p = c->call ? grpc_call_get_peer(c->call) : NULL;
         snprintf(c->peer, sizeof(c->peer), "%s", p ? p : "?");
         gpr_free(p);
     }

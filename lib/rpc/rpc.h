@@ -127,7 +127,10 @@ char *ts_rpc_strdup(struct ts_rpc_call *call, const char *s);
 void *ts_rpc_new(struct ts_rpc_call *call, const ProtobufCMessageDescriptor *d);
 /* A call with no RPC behind it, for code that builds messages with the three functions above
  * outside a handler (the master's state file) and shares builders with handlers: only those
- * may be given it. NULL when out of memory; ts_rpc_scratch_free frees it, arena and all. */
+ * may be given it. Asked about its caller (ts_rpc_peer, ts_rpc_caller, ts_rpc_peer_roles,
+ * ts_rpc_peer_identity, ts_rpc_need_role), it answers for a call that has none: no peer, no
+ * certificate, and any call allowed. NULL when out of memory; ts_rpc_scratch_free frees it,
+ * arena and all. */
 struct ts_rpc_call *ts_rpc_scratch_new(void);
 void ts_rpc_scratch_free(struct ts_rpc_call *call);
 

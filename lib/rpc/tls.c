@@ -289,7 +289,7 @@ unsigned ts_rpc_peer_roles(struct ts_rpc_call *c)
 
     if (c->roles_known)
         return c->roles;
-    if ((ctx = grpc_call_auth_context(c->call))) {
+    if (c->call && (ctx = grpc_call_auth_context(c->call))) {   /* none: a scratch call */
         it = grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_SAN_PROPERTY_NAME);
         while ((p = grpc_auth_property_iterator_next(&it))) {
             if (p->value_length >= sizeof(name))
@@ -328,7 +328,8 @@ void ts__peer_of(grpc_auth_context *ctx, struct ts_rpc_peer *out)
 
 bool ts_rpc_peer_identity(struct ts_rpc_call *c, char *buf, size_t n)
 {
-    grpc_auth_context *ctx = grpc_call_auth_context(c->call);
+    /* A scratch call has no caller, so no certificate. */
+    grpc_auth_context *ctx = c->call ? grpc_call_auth_context(c->call) : NULL;
     struct ts_rpc_peer peer;
 
     ts__peer_of(ctx, &peer);

@@ -312,6 +312,29 @@ static void shm_release(struct ts_conn *base, size_t n)
 
 #define FD_MAGIC 0x3144464d48535354ull  /* "TSSHMFD1": what travels with a descriptor */
 
+size_t shm_take_fds(struct msghdr *m, int *fd)
+{
+    size_t n = 0;
+
+    *fd = -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+            c->cmsg_len < CMSG_LEN(0))
+            continue;
+        /* Every one the kernel put in our table, however the peer packed them: one
+         * SCM_RIGHTS of two fits the control buffer meant for one (CMSG_SPACE pads). */
+        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++, n++) {
+            int got;
+            memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (*fd < 0)
+                *fd = got;
+            else
+                close(got);
+        }
+    }
+    return n;
+}
+
 static ts_status shm_send_fd(struct ts_conn *base, int fd, struct ts_err *e)
 {
     struct shm_conn *c = (struct shm_conn *)base;
@@ -359,6 +382,7 @@ static ts_status shm_recv_fd(struct ts_conn *base, int ms, int *fd, struct ts_er
                         .msg_controllen = sizeof(cm.buf) };
     struct pollfd p = { .fd = c->sock, .events = POLLIN };
     ssize_t n;
+    size_t nfd;
 
     *fd = -1;
     while (poll(&p, 1, ms) < 0 && errno == EINTR)
@@ -367,11 +391,8 @@ static ts_status shm_recv_fd(struct ts_conn *base, int ms, int *fd, struct ts_er
     if (n < 0 && errno == EAGAIN)
         return ts_err_set(e, TS_ETIMEDOUT, "shm %s: no descriptor came within %d ms",
                           base->peer, ms);
-    for (struct cmsghdr *cmsg = CMSG_FIRSTHDR(&m); n > 0 && cmsg; cmsg = CMSG_NXTHDR(&m, cmsg))
-        if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS &&
-            cmsg->cmsg_len == CMSG_LEN(sizeof(int)))
-            memcpy(fd, CMSG_DATA(cmsg), sizeof(int));
-    if (n != (ssize_t)sizeof(magic) || magic != FD_MAGIC || *fd < 0 ||
+    nfd = n > 0 ? shm_take_fds(&m, fd) : 0;
+    if (n != (ssize_t)sizeof(magic) || magic != FD_MAGIC || nfd != 1 ||
         (m.msg_flags & MSG_CTRUNC)) {
         if (*fd >= 0)
             close(*fd);

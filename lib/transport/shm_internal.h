@@ -96,6 +96,13 @@ struct shm_conn {
     atomic_bool shut;
 };
 
+/* shm.c */
+struct msghdr;
+/* The descriptors that came with m, a message recvmsg filled (call it only when recvmsg did
+ * not fail): the first into *fd (-1: none), every other closed at once, so that a peer
+ * cannot leave descriptors open in this process; returns how many came. */
+size_t shm_take_fds(struct msghdr *m, int *fd);
+
 /* shm_setup.c */
 ts_status shm_probe(struct ts_err *e);
 bool shm_usable(const struct ts_blob *peer);

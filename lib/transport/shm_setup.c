@@ -247,25 +247,22 @@ static ts_status read_hello(int sock, pid_t pid, struct hello *h, int *fd, struc
     struct iovec iov = { h, sizeof(*h) };
     struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
                         .msg_controllen = sizeof(cm.buf) };
-    struct cmsghdr *cmsg;
     ssize_t n;
+    size_t nfd;
 
     *fd = -1;
     n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    for (cmsg = CMSG_FIRSTHDR(&m); n >= 0 && cmsg; cmsg = CMSG_NXTHDR(&m, cmsg))
-        if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS)
-            memcpy(fd, CMSG_DATA(cmsg), sizeof(int));
-    if (n == (ssize_t)sizeof(*h) && *fd >= 0 && !(m.msg_flags & MSG_CTRUNC))
+    nfd = n >= 0 ? shm_take_fds(&m, fd) : 0;
+    if (n == (ssize_t)sizeof(*h) && nfd == 1 && !(m.msg_flags & MSG_CTRUNC))
         return TS_OK;
-    if (n <= 0)
-        return ts_err_set(e, TS_EUNAVAIL, "shm accept: pid %d hung up before its hello",
-                          (int)pid);
-    ts_err_set(e, TS_ECORRUPT, "shm accept: bad hello from pid %d (%zd bytes, %s)", (int)pid,
-               n, *fd < 0 ? "no memfd" : "memfd");
     if (*fd >= 0)
         close(*fd);
     *fd = -1;
-    return TS_ECORRUPT;
+    if (n <= 0)
+        return ts_err_set(e, TS_EUNAVAIL, "shm accept: pid %d hung up before its hello",
+                          (int)pid);
+    return ts_err_set(e, TS_ECORRUPT, "shm accept: bad hello from pid %d (%zd bytes, %zu "
+                      "descriptors, want one memfd)", (int)pid, n, nfd);
 }
 
 /* Checks what the peer claims against the memfd itself before mapping it: the size must

@@ -598,6 +598,60 @@ static void *buffer_for(size_t cap, void **big, void *small)
     return *big;
 }
 
+bool dp_conn_serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *in, void *buf,
+                   size_t cap, bool *hung_up)
+{
+    struct dataplane *dp = dc->dp;
+    struct ts_err err = { 0 };
+    ts_status st;
+
+    if ((st = dp_allowed(dc, h->type, &err))) {
+        dp_refuse(dp, dc->c->authed ? DP_REFUSED_KIND : DP_REFUSED_HANDSHAKE, dc->c->peer,
+                  err.msg);
+        ts_frame_release(dc->c);
+        reply_error(dc->c, h, &err);
+        return false;
+    }
+    st = serve(dc, h, in, &err);
+    /* Done with the payload: let the worker reuse its place in the ring. */
+    ts_frame_release(dc->c);
+    if (st == TS_ECANCELLED && dc->job && atomic_load(&dc->job->fence)) {
+        err = (struct ts_err){ 0 };   /* a pull ended by a rollback: say so */
+        st = rolled_back(dc, &err);
+    }
+    if (st == TS_EAUTH || st == TS_EPERM) {   /* a failed proof or a forgery: the end */
+        if (st == TS_EAUTH)
+            dp_refuse(dp, h->type == TS_FRAME_HELLO && dc->c->authed ? DP_REFUSED_IDENTITY
+                                                                     : DP_REFUSED_HANDSHAKE,
+                      dc->c->peer, err.msg);
+        reply_error(dc->c, h, &err);
+        return false;
+    }
+    if (st == TS_EUNAVAIL || st == TS_ECANCELLED || (st && reply_error(dc->c, h, &err))) {
+        /* A reply that could not go: the worker may have hung up under it (slots.c). */
+        *hung_up = st != TS_ECANCELLED && dp_slots_peer_gone(dc, buf, cap);
+        return false;
+    }
+    return true;
+}
+
+void dp_conn_end(struct dp_conn *dc, bool hung_up)
+{
+    struct dataplane *dp = dc->dp;
+
+    if (hung_up && !atomic_load(&dp->stop))
+        dp_slots_lost(dc);
+    free(dc->copy);
+    dc->copy = NULL;
+    regions_free(dc);
+    dp_pullc_free(dc);
+    chain_links_close(&dc->chain);
+    shard_params_detach(dp->params, dc->job);   /* the job may be released from now on */
+    dc->job = NULL;
+    ts_tp_shutdown(dc->c);   /* the worker sees the hang-up now, not when reap() closes it */
+    atomic_store(&dc->done, true);
+}
+
 static void *conn_main(void *arg)
 {
     struct dp_conn *dc = arg;
@@ -627,45 +681,11 @@ static void *conn_main(void *arg)
             hung_up = st == TS_EUNAVAIL && !atomic_load(&dc->cut);
             break;
         }
-        if ((st = dp_allowed(dc, h.type, &err))) {
-            dp_refuse(dp, dc->c->authed ? DP_REFUSED_KIND : DP_REFUSED_HANDSHAKE, dc->c->peer,
-                      err.msg);
-            ts_frame_release(dc->c);
-            reply_error(dc->c, &h, &err);
+        if (!dp_conn_serve(dc, &h, in, buf, cap, &hung_up))
             break;
-        }
-        st = serve(dc, &h, in, &err);
-        /* Done with the payload: let the worker reuse its place in the ring. */
-        ts_frame_release(dc->c);
-        if (st == TS_ECANCELLED && dc->job && atomic_load(&dc->job->fence)) {
-            err = (struct ts_err){ 0 };   /* a pull ended by a rollback: say so */
-            st = rolled_back(dc, &err);
-        }
-        if (st == TS_EAUTH || st == TS_EPERM) {   /* a failed proof or a forgery: the end */
-            if (st == TS_EAUTH)
-                dp_refuse(dp, h.type == TS_FRAME_HELLO && dc->c->authed ? DP_REFUSED_IDENTITY
-                                                                        : DP_REFUSED_HANDSHAKE,
-                          dc->c->peer, err.msg);
-            reply_error(dc->c, &h, &err);
-            break;
-        }
-        if (st == TS_EUNAVAIL || st == TS_ECANCELLED || (st && reply_error(dc->c, &h, &err))) {
-            /* A reply that could not go: the worker may have hung up under it (slots.c). */
-            hung_up = st != TS_ECANCELLED && dp_slots_peer_gone(dc, buf, cap);
-            break;
-        }
     }
-    if (hung_up && !atomic_load(&dp->stop))
-        dp_slots_lost(dc);
+    dp_conn_end(dc, hung_up);
     free(big);
-    free(dc->copy);
-    regions_free(dc);
-    dp_pullc_free(dc);
-    chain_links_close(&dc->chain);
-    shard_params_detach(dp->params, dc->job);   /* the job may be released from now on */
-    dc->job = NULL;
-    ts_tp_shutdown(dc->c);   /* the worker sees the hang-up now, not when reap() closes it */
-    atomic_store(&dc->done, true);
     return NULL;
 }
 

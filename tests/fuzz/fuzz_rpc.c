@@ -11,7 +11,8 @@
  * A decoded message then meets the master's validators that run without a server: the
  * membership table's (members.c, members_check.c) for RegisterShard, RegisterWorker,
  * Heartbeat and Deregister, on a fresh table, and the data-checksum map's (datamap.c) for
- * CheckData. The handlers' own few lines (each service's rpc.c) need a call and are not run.
+ * CheckData. The handlers themselves, with a state behind them, are fuzz_master's and
+ * fuzz_shard_rpc's.
  * Seeds: tests/fuzz/corpus-rpc (written by fuzz_seeds). */
 #include <stdbool.h>
 #include <stddef.h>
@@ -23,6 +24,7 @@
 #include "datamap.h"
 #include "members.h"
 #include "rpc/internal.h"
+#include "rpc_run.h"
 #include "rpc_types.h"
 #include "util/log.h"
 
@@ -42,61 +44,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (!(ntypes = fuzz_rpc_types(types, MAX_TYPES)))
         abort();
     return 0;
-}
-
-/* UTF-8 as proto3 means it, written apart from wirecheck.c's so that they check each other. */
-static bool utf8(const unsigned char *s)
-{
-    static const uint32_t least[4] = { 0, 0x80, 0x800, 0x10000 };
-
-    while (*s) {
-        unsigned c = *s++;
-        unsigned more = c < 0x80 ? 0 : c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2
-                        : c >= 0xf0 && c <= 0xf4 ? 3 : 4;
-        uint32_t cp = c & (0x7f >> more);
-
-        if (more == 4)
-            return false;
-        for (unsigned k = 0; k < more; k++, s++) {
-            if ((*s & 0xc0) != 0x80)
-                return false; /* the terminating NUL included: nothing past it is read */
-            cp = cp << 6 | (*s & 0x3f);
-        }
-        if (cp < least[more] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-            return false;
-    }
-    return true;
-}
-
-/* Aborts unless every string field of m, nested messages included, is valid UTF-8. */
-static void strings_ok(const ProtobufCMessage *m)
-{
-    const ProtobufCMessageDescriptor *d = m->descriptor;
-    const char *base = (const char *)m;
-
-    for (unsigned i = 0; i < d->n_fields; i++) {
-        const ProtobufCFieldDescriptor *f = &d->fields[i];
-        void *const *v = (void *const *)(base + f->offset);
-        size_t n = 1;
-
-        if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE)
-            continue;
-        if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF &&
-            *(const uint32_t *)(base + f->quantifier_offset) != f->id)
-            continue;
-        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
-            n = *(const size_t *)(base + f->quantifier_offset);
-            v = (void *const *)*v;
-        }
-        for (size_t k = 0; k < n; k++) {
-            if (!v[k])
-                continue;
-            if (f->type == PROTOBUF_C_TYPE_STRING && !utf8(v[k]))
-                abort();
-            if (f->type == PROTOBUF_C_TYPE_MESSAGE)
-                strings_ok(v[k]);
-        }
-    }
 }
 
 static struct ts_members *members_new(void)
@@ -274,7 +221,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     if (!protobuf_c_message_check(m))
         abort();
-    strings_ok(m);
+    fuzz_strings_ok(m);
     validate(m);
     protobuf_c_message_free_unpacked(m, NULL);
     return 0;

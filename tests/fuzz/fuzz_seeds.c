@@ -602,6 +602,39 @@ static void masters(void)
     mreq(&s, "ClusterStatus", 0, &cs.base);
     save("corpus-master", "elastic-work-tasks", &s);
 
+    /* Joining an elastic job that starts with 2 of its 3 ranks: rank 2 before the run began
+     * (refused: a joiner never starts a run of its own), ranks 0 and 1 start it, rank 2
+     * joins, then the status. */
+    memset(&s, 0, sizeof(s));
+    opt = 0;
+    put(&s, &opt, 1);
+    rs = (Tessera__V1__RegisterShardRequest)TESSERA__V1__REGISTER_SHARD_REQUEST__INIT;
+    rs.n_data_planes = 1;
+    rs.data_planes = eps;
+    rs.addr = "127.0.0.1:7001";
+    rs.instance = "shard-a";
+    mreq(&s, "RegisterShard", 0, &rs.base);
+    rw = (Tessera__V1__RegisterWorkerRequest)TESSERA__V1__REGISTER_WORKER_REQUEST__INIT;
+    rw.host = "127.0.0.1";
+    rw.job = "job-w";
+    rw.workers = 3;
+    rw.start_workers = 2;
+    rw.elastic = true;
+    rw.instance = "worker-c";
+    rw.rank = 2;
+    mreq(&s, "RegisterWorker", 0, &rw.base);
+    rw.instance = "worker-a";
+    rw.rank = 0;
+    mreq(&s, "RegisterWorker", 0, &rw.base);
+    rw.instance = "worker-b";
+    rw.rank = 1;
+    mreq(&s, "RegisterWorker", 0, &rw.base);
+    rw.instance = "worker-c";
+    rw.rank = 2;
+    mreq(&s, "RegisterWorker", 0, &rw.base);
+    mreq(&s, "ClusterStatus", 0, &cs.base);
+    save("corpus-master", "elastic-join", &s);
+
     /* What an admin may do and what a member claims to be, on a running job: a shard and
      * two workers of job-1 registered with secrets; snapshots and garbage (no store here)
      * with and without the token, a loss report of job-1 and of a job that is not running;

@@ -605,6 +605,13 @@ bool dp_conn_serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const void 
     struct ts_err err = { 0 };
     ts_status st;
 
+    if (dc->forged.code) {
+        /* Refused as a forgery or a conflict: the worker reads why from the reply to each
+         * frame it sent after, rather than a send that failed because the shard hung up
+         * first (its pipelined pushes raced the close). */
+        ts_frame_release(dc->c);
+        return h->type != TS_FRAME_BYE && !reply_error(dc->c, h, &dc->forged);
+    }
     if ((st = dp_allowed(dc, h->type, &err))) {
         dp_refuse(dp, dc->c->authed ? DP_REFUSED_KIND : DP_REFUSED_HANDSHAKE, dc->c->peer,
                   err.msg);
@@ -619,13 +626,16 @@ bool dp_conn_serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const void 
         err = (struct ts_err){ 0 };   /* a pull ended by a rollback: say so */
         st = rolled_back(dc, &err);
     }
-    if (st == TS_EAUTH || st == TS_EPERM) {   /* a failed proof or a forgery: the end */
-        if (st == TS_EAUTH)
-            dp_refuse(dp, h->type == TS_FRAME_HELLO && dc->c->authed ? DP_REFUSED_IDENTITY
-                                                                     : DP_REFUSED_HANDSHAKE,
-                      dc->c->peer, err.msg);
+    if (st == TS_EAUTH) {   /* a failed proof: the end */
+        dp_refuse(dp, h->type == TS_FRAME_HELLO && dc->c->authed ? DP_REFUSED_IDENTITY
+                                                                 : DP_REFUSED_HANDSHAKE,
+                  dc->c->peer, err.msg);
         reply_error(dc->c, h, &err);
         return false;
+    }
+    if (st == TS_EPERM) {   /* a forgery or a conflict: nothing more is served (above) */
+        dc->forged = err;
+        return !reply_error(dc->c, h, &err);
     }
     if (st == TS_EUNAVAIL || st == TS_ECANCELLED || (st && reply_error(dc->c, h, &err))) {
         /* A reply that could not go: the worker may have hung up under it (slots.c). */

@@ -56,6 +56,9 @@ struct dp_conn {
     unsigned gen;                   /* the job's rollbacks at the HELLO */
     bool push_refused;              /* a push of the current step (since the last push that
                                      * said TS_PUSH_ROUND) was refused */
+    struct ts_err forged;           /* code set: a push or seed of this connection was refused
+                                     * as another's (TS_EPERM); every later frame is answered
+                                     * with it, none served, until the worker hangs up */
     float *copy;                    /* SSP/ASP pulls: the values copied under the lock */
     size_t copy_cap;                /* floats */
     struct dp_region *regions;      /* by tensor id; NULL until the first SHARE or MAP */

@@ -215,8 +215,11 @@ class Dynamic(tl.UpCase, unittest.TestCase):
     def test_overlap(self):
         """--overlap with the slow worker: each unit's exchange runs while the next computes,
         and a claim waits for the exchange in flight, so the queue is still exactly once."""
-        p0, l0 = self.start("ov", 0, ["--json", "--overlap"])
-        p1, l1 = self.start("ov", 1, ["--slow-factor", "4", "--overlap"])
+        # Each unit's compute also sleeps 3 ms (an accelerator's time, off the CPUs), which
+        # --slow-factor scales: on a loaded host the exchange, which both workers pay alike,
+        # otherwise paced them both (299 against 301 units once).
+        p0, l0 = self.start("ov", 0, ["--json", "--overlap", "--compute-ms", "3"])
+        p1, l1 = self.start("ov", 1, ["--slow-factor", "4", "--overlap", "--compute-ms", "3"])
         out = self.finish(p0)
         self.finish(p1)
         done = self.check_once([l0, l1])

@@ -164,7 +164,7 @@ class MultiHost(unittest.TestCase):
         p, seen = self.start(tag, ["--out", os.path.join(tl.TEST_TMP, "killed.json"),
                                    "--iters", "1000"], subprocess.PIPE), set()
         try:
-            # "shards up", then the workers' line; half a second later they are stepping
+            # "shards up", then the workers' line; soon after they are stepping
             buf, until = b"", time.monotonic() + RUN_TIMEOUT
             while b"tessera push+pull" not in buf and time.monotonic() < until:
                 self.watch(tag, seen)
@@ -173,9 +173,14 @@ class MultiHost(unittest.TestCase):
                     self.assertTrue(chunk, "the bench ended early: %s" % buf.decode()[-3000:])
                     buf += chunk
             self.assertIn(b"shards up", buf, buf.decode()[-3000:])
-            time.sleep(0.5)
-            self.watch(tag, seen)
-            before = tagged(tag)
+            # every worker started (on a loaded host one came later than half a second)
+            until = time.monotonic() + 10
+            while True:
+                time.sleep(0.5)
+                self.watch(tag, seen)
+                before = tagged(tag)
+                if len(before) >= 19 or time.monotonic() > until:
+                    break
         finally:
             p.kill()
             p.wait()

@@ -129,22 +129,30 @@ class LocalPeers(tl.ClusterCase, unittest.TestCase):
             self.assertEqual(np.count_nonzero(params), params.size)
 
     def test_silent_connections_hold_no_job_up(self):
-        quiet, fp = train(self.addr, "quiet")
-        silent = []
-        for _ in range(SILENT):
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(self.path)
-            silent.append(s)
-        try:
-            busy, fp2 = train(self.addr, "beside-the-silent")
-        finally:
-            for s in silent:
-                s.close()
-        tl.log("quiet run %.1f s; beside %d silent shm connections %.1f s" % (quiet, SILENT,
-                                                                              busy))
-        self.assertEqual(fp2, fp)
-        self.assertLess(busy, 1.5 * quiet + 1.0)
-
+        # A quiet run, then one beside the silent connections; once more if the second is past
+        # the bound, since on a loaded machine (the suite runs two tests at once) one run can
+        # take longer by chance: the best of each is compared. The bug this guards against
+        # made the run 13 times longer (9 s to 121 s).
+        quiet, busy = [], []
+        for attempt in range(2):
+            q, fp = train(self.addr, "quiet-%d" % attempt)
+            quiet.append(q)
+            silent = []
+            for _ in range(SILENT):
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(self.path)
+                silent.append(s)
+            try:
+                b, fp2 = train(self.addr, "beside-the-silent-%d" % attempt)
+            finally:
+                for s in silent:
+                    s.close()
+            busy.append(b)
+            tl.log("quiet run %.1f s; beside %d silent shm connections %.1f s" % (q, SILENT, b))
+            self.assertEqual(fp2, fp)
+            if min(busy) < 1.5 * min(quiet) + 1.0:
+                break
+        self.assertLess(min(busy), 1.5 * min(quiet) + 1.0)
 
 if __name__ == "__main__":
     tl.main()

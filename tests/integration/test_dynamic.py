@@ -37,6 +37,11 @@ sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
 
 STEPS = 150 if tl.SANITIZED else 300
+# Each unit's compute also sleeps 3 ms (an accelerator's time, off the CPUs), which
+# --slow-factor scales: without it, on a loaded host the exchange, which both workers pay
+# alike, paced them both (299 against 301 units once, with --overlap; 327 against 327.6, the
+# 1.2x bound, in ssp).
+COMPUTE = ["--compute-ms", "3"]
 LEASE_MS = 1500
 
 
@@ -83,8 +88,8 @@ class Dynamic(tl.UpCase, unittest.TestCase):
         return [len(got) for got in per]
 
     def test_slow_worker(self):
-        p0, l0 = self.start("slow", 0, ["--json"])
-        p1, l1 = self.start("slow", 1, ["--slow-factor", "3"])
+        p0, l0 = self.start("slow", 0, ["--json"] + COMPUTE)
+        p1, l1 = self.start("slow", 1, ["--slow-factor", "3"] + COMPUTE)
         out = self.finish(p0)
         self.finish(p1)
         done = self.check_once([l0, l1])
@@ -98,8 +103,8 @@ class Dynamic(tl.UpCase, unittest.TestCase):
 
     def test_ssp_slow_worker(self):
         ssp = ("--mode", "ssp", "--staleness", "2")
-        p0, l0 = self.start("ssp", 0, ["--json"], mode=ssp)
-        p1, l1 = self.start("ssp", 1, ["--slow-factor", "3"], mode=ssp)
+        p0, l0 = self.start("ssp", 0, ["--json"] + COMPUTE, mode=ssp)
+        p1, l1 = self.start("ssp", 1, ["--slow-factor", "3"] + COMPUTE, mode=ssp)
         out = self.finish(p0)
         self.finish(p1)
         done = self.check_once([l0, l1])
@@ -215,11 +220,8 @@ class Dynamic(tl.UpCase, unittest.TestCase):
     def test_overlap(self):
         """--overlap with the slow worker: each unit's exchange runs while the next computes,
         and a claim waits for the exchange in flight, so the queue is still exactly once."""
-        # Each unit's compute also sleeps 3 ms (an accelerator's time, off the CPUs), which
-        # --slow-factor scales: on a loaded host the exchange, which both workers pay alike,
-        # otherwise paced them both (299 against 301 units once).
-        p0, l0 = self.start("ov", 0, ["--json", "--overlap", "--compute-ms", "3"])
-        p1, l1 = self.start("ov", 1, ["--slow-factor", "4", "--overlap", "--compute-ms", "3"])
+        p0, l0 = self.start("ov", 0, ["--json", "--overlap"] + COMPUTE)
+        p1, l1 = self.start("ov", 1, ["--slow-factor", "4", "--overlap"] + COMPUTE)
         out = self.finish(p0)
         self.finish(p1)
         done = self.check_once([l0, l1])

@@ -119,10 +119,10 @@ ts_status ts_certs_issue(const char *dir, const char *member, const struct ts_ce
 #define TS_ENSURED_MEMBER 2u   /* member's certificate */
 #define TS_ENSURED_TOKEN  4u   /* admin.token */
 
-/* A service's first start: makes what dir lacks and keeps every file it has. When dir has
- * no ca.pem and new_ca, the set of ts_certs_init (with o); then, when member is not NULL and
- * its certificate (ts_member_stem) is missing, ts_certs_issue; then dir/admin.token when
- * missing and new_ca (ts_token_init). *made (may be NULL) gets the TS_ENSURED_* bits of what
+/* ensure.c: a service's first start: makes what dir lacks and keeps every file it has. When
+ * dir has no ca.pem and new_ca, the set of ts_certs_init (with o); then, when member is not
+ * NULL and its certificate (ts_member_stem) is missing, ts_certs_issue; then dir/admin.token
+ * when missing and new_ca (ts_token_init). *made (may be NULL) gets the TS_ENSURED_* bits of what
  * was written. The CA and the token are made only where new_ca says they live (the master's
  * host): elsewhere a missing ca.pem or admin.token is TS_ENOTFOUND naming the file and saying
  * to copy it from there. Errors otherwise as ts_certs_init and ts_certs_issue. */

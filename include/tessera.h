@@ -174,6 +174,19 @@ uint64_t tessera_resume_step(const tessera *t);
  * elements. */
 int tessera_push(tessera *t, int id, uint64_t step, const void *grad,
                  struct tessera_error *err);
+/* Makes the next push of tensor id (tessera_push, tessera_step, tessera_push_some,
+ * tessera_step_some) an assignment instead of a gradient: version step + 1 of the tensor is
+ * `values` (numel floats), not an optimizer update; its optimizer state stays. Every rank of
+ * the job assigns the tensor at the same step, one of them with the values (rank 0 by
+ * convention), the others with values NULL; NULL everywhere leaves the values exactly as they
+ * were (a frozen parameter). The step's gradient for the tensor (grads[id]) is not read and
+ * may be NULL. values is read when that push goes out (keep it alive and unchanged until it
+ * returns); the tensor stays armed until a push of it succeeds. Mode bsp only (else
+ * TESSERA_ENOTSUP), not in an elastic job (ENOTSUP), not for a tensor with a sync period
+ * (EINVAL). A tensor registered with init "assigned" starts at zeros and takes its first
+ * values from the assignment of step 0 (how tessera.torch starts from the model's weights);
+ * its Adam step count starts there, as torch.optim's does. docs/training.md, "Assignments". */
+int tessera_assign(tessera *t, int id, const float *values, struct tessera_error *err);
 /* The parameters of tensor id at `version` (waits for it, up to timeout_ms). */
 int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tessera_error *err);
 /* Pushes every registered tensor's gradient for `step`, then pulls every tensor at version

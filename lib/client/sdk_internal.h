@@ -46,6 +46,9 @@ struct sdk_tensor {
     uint64_t local_version;       /* reduce mode: the version of value */
     uint64_t *have;               /* reduce mode, per partition: the version of its rgrad (what
                                    * a failover says to a head that seeds it, sdk_failover.c) */
+    /* tessera_assign: the next push of it is an assignment of these values (NULL: none). */
+    bool assign;
+    const float *assign_values;
     /* The step in progress (plan_step, only): */
     bool active, encoded;
     uint64_t tstep, pull_version;
@@ -392,6 +395,8 @@ void sdk_region_free(struct sdk_tensor *x);
 ts_status sdk_check_push(struct tessera *t, int i, const void *grad,
                          struct ts_err *err) TS_MUST_CHECK;
 void sdk_prepare_push(struct tessera *t, int i, const void *grad);
+/* sdk_assign.c: the active tensors of [first, last) were pushed: their assignments are done. */
+void sdk_assign_done(struct tessera *t, int first, int last);
 ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int first, int last,
                        bool push, float *const *params, struct ts_err *err) TS_MUST_CHECK;
 

@@ -81,21 +81,24 @@ static int push_some(tessera *t, const char *fn, const char *what, uint64_t step
     ts_status st = check_some(t, fn, n, ids, &err);
 
     for (size_t k = 0; !st && k < n; k++)
-        if (!grads || !grads[ids[k]] || (pull && (!params || !params[ids[k]])))
+        if ((!t->tensors[ids[k]]->assign && (!grads || !grads[ids[k]])) ||
+            (pull && (!params || !params[ids[k]])))
             st = ts_err_set(&err, TS_EINVAL, "%s: %s[%d]: NULL", fn,
                             !grads || !grads[ids[k]] ? "grads" : "params", ids[k]);
     for (size_t k = 0; !st && k < n; k++)
-        st = sdk_check_push(t, ids[k], grads[ids[k]], &err);
+        st = sdk_check_push(t, ids[k], grads ? grads[ids[k]] : NULL, &err);
     if (st)
         return sdk_fail(e, &err);
     activate(t, step, n, ids);
     t->nstep = 1;
     t->step_slots = &t->rank;
     for (size_t k = 0; k < n; k++)
-        sdk_prepare_push(t, ids[k], grads[ids[k]]);
+        sdk_prepare_push(t, ids[k], grads ? grads[ids[k]] : NULL);
     st = sdk_exchange(t, what, step, ids[0], ids[n - 1] + 1, true,
                       pull ? params + ids[0] : NULL, &err);
     t->nstep = 0;
+    if (!st)
+        sdk_assign_done(t, ids[0], ids[n - 1] + 1);
     if ((st = follow_rollback(t, what, step, params, st, &err)))
         return sdk_fail(e, &err);
     if (pull && t->ms)

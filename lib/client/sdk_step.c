@@ -33,6 +33,13 @@ static void prepare_push(struct tessera *t, struct sdk_tensor *x, const void *gr
 {
     float scale = t->loss_mode == TESSERA_LOSS_SCALE_SDK ? ldexpf(1.0f, t->scale_exp) : 1.0f;
 
+    if (x->assign) {   /* the values as they are, or nothing (sdk_assign.c) */
+        x->src = x->assign_values;
+        x->encoded = false;
+        t->stats.bytes_raw += x->assign_values ? x->numel * sizeof(float) : 0;
+        t->stats.bytes_pushed += x->assign_values ? x->numel * sizeof(float) : 0;
+        return;
+    }
     x->src = grad;
     x->encoded = !t->job.exact && (x->codec.kind != TS_CODEC_NONE || scale != 1.0f);
     for (uint32_t p = 0; p < x->nparts; p++) {
@@ -55,7 +62,14 @@ static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *
                           .slots = t->push_mask };
 
     ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
-    if (x->encoded) {
+    if (x->assign) {
+        in = (struct ts_push){ .rank = t->push_rank, .step = x->tstep, .assign = true,
+                               .encoding = TS_ENC_RAW };
+        if (x->src) {
+            in.payload = (const float *)x->src + off;
+            in.bytes = len * sizeof(float);
+        }
+    } else if (x->encoded) {
         in.encoding = x->codec.kind;
         in.payload = x->enc + x->enc_off[p];
         in.bytes = x->enc_len[p];
@@ -116,7 +130,9 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
 
     /* Shared regions: the shard reads the gradient, or the worker the values, in place; the
      * frame carries no payload. A combined push carries its slots' mask in front of it. */
-    if (push && t->push_mask) {
+    if (push && in.assign) {   /* in the frame, always (tessera_assign refused the rest) */
+        h.flags |= TS_PUSH_ASSIGN;
+    } else if (push && t->push_mask) {
         for (int k = 0; k < TS_PUSH_SLOTS_LEN; k++)
             mask[k] = (uint8_t)(t->push_mask >> (8 * k));
         h.flags |= TS_PUSH_SLOTS;
@@ -348,7 +364,7 @@ static ts_status check_f32(const struct tessera *t, const struct sdk_tensor *x, 
     bool below;   /* a bound of 2^31 is the range itself: nothing more to learn */
     ts_status st;
 
-    if (!t->push_f32 || !(st = ts_fixed_check_f32(g, x->numel, 0x1p31f, &below, err)))
+    if (!t->push_f32 || x->assign || !(st = ts_fixed_check_f32(g, x->numel, 0x1p31f, &below, err)))
         return TS_OK;
     ts_err_prefix(err, "tensor '%s'", x->name);
     return st;
@@ -367,6 +383,7 @@ int tessera_push(tessera *t, int id, uint64_t step, const void *grad, struct tes
     if (fail_over(t, "push of step", step, id, id + 1, true, NULL,
                   exchange(t, id, id + 1, true, NULL, &err), &err))
         return sdk_fail(e, &err);
+    sdk_assign_done(t, id, id + 1);
     return sdk_ok(e);
 }
 
@@ -435,6 +452,8 @@ static void finish_step(struct tessera *t, float *const *params)
 
         if (!x->active)
             continue;
+        x->assign = false;
+        x->assign_values = NULL;
         if (x->sync_every > 1)
             memset(x->acc, 0, x->numel * elem_bytes(t));
         if (t->job.mode != TS_MODE_REDUCE)

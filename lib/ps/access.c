@@ -68,9 +68,7 @@ ts_status ts_part_rollback(struct ts_part *p, uint64_t version, uint32_t generat
     if (!(st = load(ctx, p->value, p->state, err))) {
         set_step(p, version);
         p->gen = generation;
-        p->npushed = 0;
-        p->check_finite = false;
-        memset(p->pushed, 0, p->job->workers);
+        part_step_reset(p);
         part_marks_clear(p);
         memset(p->overflow, 0, p->job->workers);
         pthread_cond_broadcast(&p->cv);

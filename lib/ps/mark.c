@@ -61,7 +61,8 @@ static uint64_t digest(const struct ts_part *p, const struct ts_push *in)
         uint64_t step, slots, bytes;
         uint32_t rank, encoding;
         int32_t scale_exp, pad;
-    } head = { in->step, in->slots, in->bytes, in->rank, in->encoding, in->scale_exp, 0 };
+    } head = { in->step, in->slots, in->bytes, in->rank, in->encoding, in->scale_exp,
+               in->assign };
     const uint8_t *b = in->payload;
     XXH3_state_t st;
 

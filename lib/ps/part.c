@@ -119,6 +119,7 @@ ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const cha
     p->offset = offset;
     p->len = len;
     p->sync_every = 1;
+    p->t_shift = ts_init_assigned(init) ? -1 : 0;
     /* REDUCE: the values are the reduced gradient, zero until the first step; no state. */
     if (storage) {
         p->value = storage;
@@ -151,7 +152,12 @@ ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const cha
         return ts_err_set(err, TS_ENOMEM, "tensor '%s' partition %u: %" PRIu64
                           " elements do not fit in memory", name, index, len);
     }
-    st = job->mode == TS_MODE_REDUCE
+    if (ts_init_assigned(init) && job->mode != TS_MODE_BSP)
+        st = ts_err_set(err, TS_EINVAL, "init: assigned needs mode bsp, where a step can be "
+                        "an assignment (this job: %s); give tensor '%s' an initializer",
+                        ts_mode_name(job->mode), name);
+    else
+        st = job->mode == TS_MODE_REDUCE
              ? ts_init_check(init, err)
              : ts_tensor_init(init, seed, name, fan_in, fan_out, offset, len, p->value, err);
     if (st) {
@@ -220,6 +226,32 @@ void ts_part_set_sync(struct ts_part *p, uint32_t sync_every)
     p->sync_every = sync_every ? sync_every : 1;
 }
 
+void part_step_reset(struct ts_part *p)
+{
+    p->npushed = 0;
+    p->acc_form = TS_ACC_I64;
+    p->check_finite = false;
+    p->assigning = false;
+    p->assign_from = 0;
+    memset(p->pushed, 0, p->job->workers);
+}
+
+/* A step was applied: the next version, pullers woken. Called with mu held. */
+static void step_done(struct ts_part *p)
+{
+    p->version++;
+    part_step_reset(p);
+    capture(p);
+    pthread_cond_broadcast(&p->cv);
+}
+
+/* Where an assignment's values wait for the step to complete: the accumulator's memory,
+ * which a step that assigns does not sum into (len int64 or len floats: room for len floats). */
+static float *assign_buf(struct ts_part *p)
+{
+    return p->job->exact ? (float *)(void *)p->acc_fixed : p->acc_f32;
+}
+
 /* The step is complete: g = sum / (batch * sync_every * 2^scale_exp), then one optimizer
  * step (REDUCE: g itself becomes the values), next version. Called with mu held. A block at a
  * time, so that the gradient, the sums it came from and the values it updates stay in cache:
@@ -243,7 +275,9 @@ static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone
         if (p->job->mode == TS_MODE_REDUCE)
             memcpy(p->value + off, p->grad, n * sizeof(float));
         else
-            ts_optim_apply_range(&p->job->optim, p->version + 1, p->value, p->state, p->len,
+            ts_optim_apply_range(&p->job->optim, (uint64_t)((int64_t)p->version + 1 +
+                                                            p->t_shift),
+                                 p->value, p->state, p->len,
                                  off, p->grad, n);
     }
     if (skip) {
@@ -255,13 +289,16 @@ static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone
         else
             memset(p->overflow, 1, p->job->workers);
     }
-    p->version++;
-    p->npushed = 0;
-    p->acc_form = TS_ACC_I64;
-    p->check_finite = false;
-    memset(p->pushed, 0, p->job->workers);
-    capture(p);
-    pthread_cond_broadcast(&p->cv);
+    step_done(p);
+}
+
+/* An assignment step is complete: the values one rank gave (none: they stay) are version
+ * v + 1; no optimizer, its state untouched. Called with mu held. */
+static void apply_assign(struct ts_part *p)
+{
+    if (p->assign_from)
+        memcpy(p->value, assign_buf(p), p->len * sizeof(float));
+    step_done(p);
 }
 
 /* A combined push's mask, before anything reads the partition's flags with it (part.h:
@@ -328,6 +365,30 @@ static void count_slots(struct ts_part *p, const struct ts_push *in)
         p->pushed[__builtin_ctzll(m)] = 1;
 }
 
+/* An assignment's form (part.h: ts_push.assign). */
+static ts_status check_assign_form(const struct ts_part *p, const struct ts_push *in,
+                                   struct ts_err *err)
+{
+    if (p->job->mode != TS_MODE_BSP)
+        return ts_err_set(err, TS_ENOTSUP, "assign: job '%s' is mode %s; a step can be an "
+                          "assignment in mode bsp only", p->job->id, ts_mode_name(p->job->mode));
+    if (p->sync_every > 1)
+        return ts_err_set(err, TS_EINVAL, "assign: tensor %u syncs every %u steps; an "
+                          "assignment needs a tensor that moves every step", p->tensor_id,
+                          p->sync_every);
+    if (in->slots || in->scale_exp)
+        return ts_err_set(err, TS_EINVAL, "assign: an assignment is one rank's (no slots) and "
+                          "unscaled (no loss scale)");
+    if (in->encoding != TS_ENC_RAW)
+        return ts_err_set(err, TS_EINVAL, "encoding: %u; an assignment carries raw float32 "
+                          "values (%u), in exact mode too", in->encoding, TS_ENC_RAW);
+    if (in->bytes && in->bytes != p->len * sizeof(float))
+        return ts_err_set(err, TS_EINVAL, "payload: %zu bytes of values for tensor %u partition "
+                          "%u, want %zu (%" PRIu64 " elements) or none", in->bytes,
+                          p->tensor_id, p->index, (size_t)(p->len * sizeof(float)), p->len);
+    return TS_OK;
+}
+
 /* What a push is, whatever the partition's step: its rank, scale, encoding and length. */
 static ts_status check_form(const struct ts_part *p, const struct ts_push *in,
                             struct ts_err *err)
@@ -338,6 +399,8 @@ static ts_status check_form(const struct ts_part *p, const struct ts_push *in,
     if (in->rank >= p->job->workers)
         return ts_err_set(err, TS_EINVAL, "rank: %u is not below the job's %u workers", in->rank,
                           p->job->workers);
+    if (in->assign)
+        return check_assign_form(p, in, err);
     if (in->scale_exp < -126 || in->scale_exp > 127)
         return ts_err_set(err, TS_EINVAL, "loss scale: 2^%d is outside 2^-126..2^127",
                           in->scale_exp);
@@ -392,6 +455,18 @@ static ts_status check_step(const struct ts_part *p, const struct ts_push *in,
                           " of tensor %u partition %u", in->rank,
                           in->slots ? " (or another slot of the combined push)" : "", in->step,
                           p->tensor_id, p->index);
+    if (p->npushed && p->assigning != in->assign)
+        return ts_err_set(err, TS_ESTATE, "step %" PRIu64 " of tensor %u partition %u: rank %u "
+                          "pushed %s, but the step's earlier pushes were %s: every rank assigns "
+                          "at the same step (load_state_dict on every rank)", in->step,
+                          p->tensor_id, p->index, in->rank,
+                          in->assign ? "an assignment" : "a gradient",
+                          p->assigning ? "an assignment" : "gradients");
+    if (in->assign && in->bytes && p->assign_from)
+        return ts_err_set(err, TS_EINVAL, "assign: rank %u sent values for step %" PRIu64
+                          " of tensor %u partition %u, which rank %u's assignment gave "
+                          "already (one rank gives the values, the others none)", in->rank,
+                          in->step, p->tensor_id, p->index, p->assign_from - 1);
     if (p->npushed && in->scale_exp != p->scale_exp)
         return ts_err_set(err, TS_EINVAL, "loss scale: rank %u pushed step %" PRIu64 " scaled by "
                           "2^%d, the others by 2^%d (every rank must use the same scale)",
@@ -474,9 +549,16 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
         /* SSP and ASP apply each push alone, on arrival. */
         first = async_mode(p->job) || p->npushed == 0;
         last = async_mode(p->job) || p->npushed + ts_push_nslots(in) == p->job->workers;
-        if (last)
+        if (in->assign) {
+            p->assigning = true;
+            if (in->bytes) {
+                memcpy(assign_buf(p), in->payload, in->bytes);
+                p->assign_from = in->rank + 1;
+            }
+        } else if (last) {
             st = part_fusable(p, in, first, &fuse, err);
-        if (!st && !fuse)
+        }
+        if (!st && !fuse && !in->assign)
             st = part_accumulate(p, in, first, err);
     }
     if (!st) {
@@ -488,10 +570,11 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
             p->clock[in->rank]++;
         else
             p->npushed += ts_push_nslots(in);
-        if (last) {
+        if (last && p->assigning)
+            apply_assign(p);
+        else if (last)
             apply(p, in->rank, fuse ? in->payload : NULL, first);
-            *applied = true;
-        }
+        *applied = last;
     }
     pthread_mutex_unlock(&p->mu);
     if (st) /* element indices in err count from the partition's first element */

@@ -20,6 +20,13 @@
  * Float pushes may be compressed (lib/codec); a step whose sum is not finite (an fp16 overflow,
  * with loss scaling) is skipped: the values stay, the version moves on, and every rank's next
  * pull says so (ts_pull_info.overflow).
+ * Assignments (BSP only; ts_push.assign): a step may set the values instead of updating them.
+ * Every rank pushes the step as an assignment, one of them (rank 0 by convention) with the new
+ * values, the others with no payload; when all have, version v + 1 holds those values (none
+ * given: v's), the optimizer state stays and no optimizer runs. That is how a trainer starts
+ * from its own model's weights (initializer "assigned": zeros until the assignment of step 0)
+ * and loads new values mid-run, as one versioned change every rank pulls; an assigned step
+ * with no values leaves a frozen parameter exactly as it was.
  * Ownership: ts_part_create returns a partition freed with ts_part_free.
  * Threads: all functions lock the partition; ts_part_pull blocks. */
 #ifndef TS_PS_PART_H
@@ -124,6 +131,11 @@ struct ts_push {
      * the step, and another worker pushed them) is refused TS_ESLOTS, nothing added: the
      * sender asks for its slots and pushes them one by one. */
     uint64_t slots;
+    /* An assignment (above): payload is len float32 values (TS_ENC_RAW, in exact mode too),
+     * or none (bytes 0) from a rank that takes part without values. A step is all
+     * assignments or all gradients; at most one push of it carries values. No slots, no loss
+     * scale, no sync period; BSP only (TS_ENOTSUP names the mode). */
+    bool assign;
 };
 /* The slots a push counts as: its mask, or its rank alone. */
 static inline uint32_t ts_push_nslots(const struct ts_push *in)

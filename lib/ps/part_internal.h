@@ -38,6 +38,13 @@ struct ts_part {
     uint32_t sync_every;        /* the tensor syncs every this many steps: divisor batch * it */
     int scale_exp;              /* the step's loss scale is 2^scale_exp (pushes must agree) */
     bool check_finite;          /* a push this step could carry Inf/NaN (compressed, scaled) */
+    /* The step in progress is an assignment (ts_push.assign), and the rank + 1 whose values it
+     * holds (0: none yet), in the accumulator's memory as len floats. */
+    bool assigning;
+    uint32_t assign_from;
+    /* Added to Adam's update count: -1 for a tensor initialised "assigned", whose first
+     * update makes version 2 (ts_init_assigned); 0 otherwise. Fixed at creation. */
+    int t_shift;
     uint8_t *overflow;          /* per rank: a skipped step not yet reported to it */
     uint64_t skipped;           /* steps skipped for a non-finite sum */
     uint32_t gen;               /* the job's rollbacks its state comes after (ts_part_rollback) */
@@ -80,6 +87,10 @@ static inline bool async_mode(const struct ts_job *j)
 {
     return j->mode == TS_MODE_SSP || j->mode == TS_MODE_ASP;
 }
+
+/* part.c, called with mu held: the step in progress is over (applied, or dropped by an image,
+ * a rollback or a seed): no rank has pushed the next one, and it is not an assignment. */
+void part_step_reset(struct ts_part *p);
 
 /* sum.c, called with mu held: the step's sum (its comments say more).
  * part_sums_finite: every element of the float sum is finite. part_fusable: whether the last

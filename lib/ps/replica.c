@@ -181,9 +181,7 @@ static ts_status load(struct ts_part *p, const void *buf, size_t n, const float 
         memcpy(p->clock, at, clock_bytes(p));
     p->version = p->visible = h.version;
     p->skipped = h.skipped;
-    p->npushed = 0;
-    p->check_finite = false;
-    memset(p->pushed, 0, p->job->workers);
+    part_step_reset(p);
     part_marks_clear(p);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);

@@ -77,8 +77,7 @@ static void seeded(struct ts_part *p)
     if (!s->values)   /* no rank pulls this version again: zero, as a fresh partition */
         memset(p->value, 0, p->len * sizeof(float));
     p->version = p->visible = s->top;
-    p->npushed = 0;
-    memset(p->pushed, 0, p->job->workers);
+    part_step_reset(p);
     part_marks_clear(p);
     for (uint32_t r = 0; r < p->job->workers; r++)
         p->overflow[r] = s->overflow && s->at[r] < s->top;

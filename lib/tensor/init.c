@@ -28,7 +28,7 @@
 #define LN2_LO 1.90821492927058770002e-10
 #define TWO_PI 6.28318530717958647692
 
-enum kind { ZEROS, ONES, CONST, UNIFORM, NORMAL, XAVIER, HE };
+enum kind { ZEROS, ONES, CONST, UNIFORM, NORMAL, XAVIER, HE, ASSIGNED };
 
 struct spec {
     enum kind kind;
@@ -42,10 +42,10 @@ static const struct {
 } kinds[] = {
     { "zeros", ZEROS, false }, { "ones", ONES, false },      { "const", CONST, true },
     { "uniform", UNIFORM, true }, { "normal", NORMAL, true }, { "xavier", XAVIER, false },
-    { "he", HE, false },
+    { "he", HE, false },      { "assigned", ASSIGNED, false },
 };
 
-#define WANT "want zeros, ones, const:V, uniform:A, normal:STD, xavier or he"
+#define WANT "want zeros, ones, const:V, uniform:A, normal:STD, xavier, he or assigned"
 
 /* ---- the deterministic ln and cos ---- */
 
@@ -175,6 +175,11 @@ ts_status ts_init_check(const char *initializer, struct ts_err *err)
     return parse(initializer, &sp, err);
 }
 
+bool ts_init_assigned(const char *initializer)
+{
+    return initializer && strcmp(initializer, "assigned") == 0;
+}
+
 /* ---- generation ---- */
 
 static inline uint64_t draw(uint64_t key, uint64_t c)
@@ -233,6 +238,7 @@ ts_status ts_tensor_init(const char *initializer, uint64_t seed, const char *ten
     key = XXH3_64bits_withSeed(tensor, strlen(tensor), seed);
     switch (sp.kind) {
     case ZEROS:
+    case ASSIGNED:   /* zeros until the assignment of step 0 replaces them */
         fill_const(0.0f, n, out);
         break;
     case ONES:

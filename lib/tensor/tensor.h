@@ -48,7 +48,9 @@ uint64_t ts_partition_bytes_between_hosts(uint64_t tensor_bytes, uint32_t shards
  * name, i, initializer), so any partitioning or placement initialises identically, on any
  * host (the arithmetic is + - * / and sqrt, no libm transcendental) ----
  * initializer: "zeros", "ones", "const:V", "uniform:A" (U(-A, A)), "normal:STD",
- * "xavier" (U(-a, a), a = sqrt(6 / (fan_in + fan_out))), "he" (normal, std = sqrt(2 / fan_in)).
+ * "xavier" (U(-a, a), a = sqrt(6 / (fan_in + fan_out))), "he" (normal, std = sqrt(2 / fan_in)),
+ * "assigned" (zeros, which the trainer's assignment of step 0 replaces: lib/ps, part.h; its
+ * optimizer counts steps from that assignment on, ts_init_assigned).
  * Numbers are C floats (strtod), finite; A and STD >= 0. xavier needs fan_in + fan_out > 0,
  * he fan_in > 0. Fills out[0..n) with elements [offset, offset + n). TS_EINVAL names a bad
  * initializer (and lists the valid ones) or the missing fan; out is then untouched. */
@@ -57,6 +59,10 @@ ts_status ts_tensor_init(const char *initializer, uint64_t seed, const char *ten
                          float *out, struct ts_err *err) TS_MUST_CHECK;
 /* The syntax check of ts_tensor_init alone (fans are not known yet). */
 ts_status ts_init_check(const char *initializer, struct ts_err *err) TS_MUST_CHECK;
+/* Whether the initializer is "assigned": the tensor's values are the trainer's own, set by an
+ * assignment at step 0 (version 0 -> 1), so Adam's bias correction counts its updates from
+ * version 1 on (update t makes version t + 1), as torch.optim does from the model's weights. */
+bool ts_init_assigned(const char *initializer);
 
 /* ---- exact sums ---- */
 #define TS_FIXED_FRAC_BITS 32

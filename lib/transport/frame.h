@@ -106,6 +106,9 @@ enum ts_frame_type {
                                  * it sums (bit k: slot k; `rank` is the lowest), and the
                                  * gradient follows; never with TS_PUSH_REGION */
 #define TS_PUSH_SLOTS_LEN 8     /* the mask's bytes */
+#define TS_PUSH_ASSIGN 0x1000u  /* an assignment (lib/ps/part.h, ts_push.assign): the payload is
+                                 * the partition's new float32 values, or none (this rank takes
+                                 * part without values); never with TS_PUSH_REGION or SLOTS */
 /* PARAMS flags; a PARAMS frame's `rank` field carries the staleness the pull saw (SSP/ASP). */
 #define TS_PARAMS_OVERFLOW 0x1u /* a step was skipped for a non-finite sum since the last pull */
 #define TS_PARAMS_REGION 0x2u   /* no payload: read the values from the shared region */

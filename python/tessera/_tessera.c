@@ -136,6 +136,7 @@ static int client_close_handle(struct client *self)
     self->t = NULL;
     PyThread_release_lock(self->lock);
     Py_END_ALLOW_THREADS
+    assigned_release(self, NULL, 0);
     if (t && self->exports > 0) {
         self->deferred = t;
         return PyErr_WarnFormat(PyExc_ResourceWarning, 1, "tessera.Client.close(): %zd arrays "
@@ -187,6 +188,7 @@ static void client_dealloc(struct client *self)
     Py_XDECREF(self->keep);
     PyMem_Free(self->numel);
     PyMem_Free(self->bufs);
+    PyMem_Free(self->assigned);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -245,6 +247,7 @@ static PyObject *client_register(struct client *self, PyObject *args, PyObject *
     unsigned long long v[4] = { 0 };
     uint64_t shape[8], *grown;
     struct bufs *grown_bufs;
+    struct arr *grown_assigned;
     struct tessera_error e = { 0 };
     int ndim, id = -1, rc;
 
@@ -276,6 +279,11 @@ static PyObject *client_register(struct client *self, PyObject *args, PyObject *
         return PyErr_NoMemory();
     self->bufs = grown_bufs;
     self->bufs[id] = (struct bufs){ NULL, NULL };
+    grown_assigned = PyMem_Realloc(self->assigned, ((size_t)id + 1) * sizeof(*grown_assigned));
+    if (!grown_assigned)
+        return PyErr_NoMemory();
+    self->assigned = grown_assigned;
+    memset(&self->assigned[id], 0, sizeof(self->assigned[id]));
     SDK_CALL(self, rc, &e, (grown[id] = tessera_numel(self->t, id), 0));
     pyname = PyUnicode_FromString(name);
     if (rc || !pyname || PyList_Append(self->names, pyname)) {
@@ -305,6 +313,7 @@ static PyObject *client_push(struct client *self, PyObject *args, PyObject *kw)
     arr_put(&g);
     if (rc)
         return raise_sdk(&e);
+    assigned_release(self, &id, 1);
     Py_RETURN_NONE;
 }
 
@@ -398,10 +407,12 @@ static PyObject *client_step(struct client *self, PyObject *args, PyObject *kw)
                                         (float *const *)(ptrs + n), &e));
     for (Py_ssize_t i = 0; i < 2 * n; i++)
         arr_put(&a[i]);
-    if (rc)
+    if (rc) {
         raise_sdk(&e);
-    else
+    } else {
+        assigned_release(self, NULL, 0);
         ret = Py_NewRef(Py_None);
+    }
 out:
     PyMem_Free(a);
     PyMem_Free(ptrs);
@@ -642,6 +653,13 @@ static PyMethodDef client_methods[] = {
     { "step", KW client_step, METH_VARARGS | METH_KEYWORDS,
       "step(step, grads, params)\n\nPushes grads[id] of every registered tensor for `step`, "
       "then pulls version\nstep + 1 into params[id]; the shards work in parallel." },
+    { "assign", KW client_assign, METH_VARARGS | METH_KEYWORDS,
+      "assign(id, values=None)\n\nMakes the next push of tensor id (push, step, push_some, "
+      "step_some) an\nassignment: version step + 1 is `values` (float32, numel elements), not "
+      "an\noptimizer update. Every rank assigns at the same step, one with values (rank 0\nby "
+      "convention), the others with None; None everywhere keeps the values as they\nwere. The "
+      "step's grads[id] is not read. bsp only (UNIMPLEMENTED otherwise).\nvalues is held, and "
+      "must not change, until that push returns." },
     { "push_some", KW client_push_some, METH_VARARGS | METH_KEYWORDS,
       "push_some(step, ids, grads, params=None)\n\nPushes grads[k] as tensor ids[k]'s "
       "gradient for `step` (ids ascending), one\nexchange; params (one array per tensor, by "

@@ -30,6 +30,8 @@ struct client {
     PyObject *names;           /* list: tensor id -> name */
     uint64_t *numel;           /* tensor id -> elements (PyMem; read without the SDK) */
     struct bufs *bufs;         /* tensor id -> its buffers (PyMem) */
+    struct arr *assigned;      /* tensor id -> the values assign() armed, held until its push
+                                * (assign.c; PyMem) */
     PyObject *keep;            /* list: owners of the option strings, alive as long as t */
     /* Client.buffers' arrays (buffers.h). Read and written with the GIL held only: */
     Py_ssize_t exports;        /* arrays over the SDK's pages alive now */
@@ -67,6 +69,11 @@ int get_all(struct client *self, PyObject *o, const char *what, enum elem want, 
 PyObject *client_push_some(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_pull_some(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_step_some(struct client *self, PyObject *args, PyObject *kw);
+
+/* assign.c: the method, and the release of what it holds once ids (NULL: every tensor; n of
+ * them) were pushed. */
+PyObject *client_assign(struct client *self, PyObject *args, PyObject *kw);
+void assigned_release(struct client *self, const int *ids, Py_ssize_t n);
 
 /* work.c: the methods. */
 PyObject *client_claim_work(struct client *self, PyObject *args, PyObject *kw);

@@ -67,6 +67,8 @@ static PyObject *some(struct client *self, PyObject *ostep, PyObject *oids, PyOb
                                                  (float *const *)ptrs, &e));
     for (k = 0; havep && k < n; k++)
         arr_put(&a[k]);
+    if (!rc && ograds)
+        assigned_release(self, id, m);
     ret = rc ? raise_sdk(&e) : Py_NewRef(Py_None);
 out:
     while (ng-- > 0)

@@ -187,11 +187,16 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
                           .scale_exp = TS_PUSH_SCALE_EXP(h->flags), .payload = buf,
                           .bytes = h->len, .retry = (h->flags & TS_PUSH_RETRY) != 0,
                           .gen = dc->gen, .member = dc->member,
-                          .payload_sum = h->unhashed ? 0 : h->checksum };
+                          .payload_sum = h->unhashed ? 0 : h->checksum,
+                          .assign = (h->flags & TS_PUSH_ASSIGN) != 0 };
     int64_t t0 = ts_now_ns();
     bool applied = false;
     ts_status st;
 
+    if (in.assign && (h->flags & (TS_PUSH_REGION | TS_PUSH_SLOTS)))
+        return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: an assignment carries its "
+                          "values in the frame (flags 0x%x: not from a shared region, not "
+                          "several slots)", h->tensor, h->partition, h->flags);
     if ((st = take_slots(h, &in, err)) || (st = owns(dc, in.rank, in.slots, err)) ||
         (st = head_of(dc, h, &p, &next, err)))
         return st;

@@ -12,8 +12,8 @@ training see the same samples at every step and start from the same weights:
     the seed), which DDP gets from tessera.torch.initialize (no cluster needed).
 
 Tessera (--local, or --master ADDR --rank R --workers W, one process per rank): each rank
-pushes the gradient SUM of its micro-batches and the shards divide by B and apply the
-optimizer. In --exact mode every micro-batch's gradient is turned into int64 fixed point and
+pushes the gradient SUM of its micro-batches (loss_reduction="sum") and the shards divide by B
+and apply the optimizer. In --exact mode every micro-batch's gradient is turned into int64 fixed point and
 summed as integers, so the parameters are the same bits for any W and shard count.
 DDP (--ddp --workers W): torch.distributed on gloo, W processes spawned here, each rank's loss
 scaled by W/B so that DDP's averaging gives the same mean gradient, torch.optim.SGD.
@@ -189,6 +189,7 @@ def run_tessera(a):
                               rank=rank, workers=workers, exact=a.exact, batch=a.batch,
                               optimizer="momentum:lr=%r,momentum=%r" % (a.lr, a.momentum),
                               seed=a.seed, init=INIT, data_seed=a.seed, micro_batch=a.micro,
+                              loss_reduction="sum",   # the losses below are sums
                               partition_bytes=a.partition_kb * 1024, buffers=a.buffers,
                               overlap={None: False, "on": True}.get(a.overlap, a.overlap),
                               bucket_bytes=a.bucket_kb * 1024

@@ -83,7 +83,8 @@ class _Comm:
 
 class Overlap:
     """The overlap half of tessera.torch.ParameterServer (which provides client, params, ids,
-    version, exact, _fixed, _acc, _pending, _grad_bufs, _views, _invalid and _grad_array)."""
+    version, exact, _fixed, _acc, _pending, _grad_bufs, _views, _invalid, _grad_array, _share,
+    _dummy, _bufs, _buf_ids, _arm_buffers and _outs)."""
 
     def _start_overlap(self, how, bucket_bytes):
         if how is True:
@@ -92,6 +93,7 @@ class Overlap:
             raise self._invalid("overlap: False, True, \"forward\" or \"bucket\" expected, "
                                 "got %r" % (how,))
         self._pull_with_push = how == "bucket"
+        self._share(None, micro=self._micro is not None)   # a batch that does not split: now
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or \
                 bucket_bytes < 0:
             raise self._invalid("bucket_bytes: an int >= 0 (bytes of gradients per bucket) "
@@ -160,7 +162,7 @@ class Overlap:
                     "followed by ps.accumulate()" % self.names[i])
             self._fired[b].add(i)
             if len(self._fired[b]) == len(self._buckets[b]):
-                self._push_bucket(b, None)
+                self._push_bucket(b, self._share(None, micro=self._pending))
         return hook
 
     def _pre_hook_of(self, buckets):
@@ -186,12 +188,17 @@ class Overlap:
             self._pending = True   # the sums now hold this step's whole gradient
         idx = sorted(self._buckets[b], key=lambda i: self.ids[i])
         grads = [self._grad_array(i, local_batch) for i in idx]
+        frozen = [self.ids[i] for i in idx if not self.params[i].requires_grad]
         step, params = self.version, self._params_out()
 
         def job(send):
             out = []
+            for i in frozen:   # pushed as assignments without values: they stay as they are
+                self.client.assign(i)
             for i, g in zip(idx, grads):
-                if not use_acc:
+                if not self.params[i].requires_grad:
+                    out.append(self._dummy(self.params[i].numel()))
+                elif not use_acc:
                     out.append(g)
                     continue
                 acc = self._acc[i]
@@ -209,8 +216,25 @@ class Overlap:
                 self.client.push_some(step, self._bucket_ids[b], out, params)
         self._pushes[b] = self._comm.submit(job)
 
+    def _buffers_job(self, step):
+        """The step's exchange of the module's buffers (attach's broadcast_buffers): armed and
+        pushed from the communication thread, pulled in the same exchange."""
+        ids, outs = self._buf_ids, self._outs()
+        values = [b.values() for b in self._bufs] if self.rank == 0 else [None] * len(ids)
+        dummies = [self._dummy(b.tensor.numel()) for b in self._bufs]
+
+        def job(send):
+            if not send:
+                return
+            for i, v in zip(ids, values):
+                self.client.assign(i, v)
+            self.client.step_some(step, ids, dummies, outs)
+            for b in self._bufs:
+                b.landed()
+        return job
+
     def _params_out(self):
-        return self._views or [p.detach().numpy() for p in self.params]
+        return self._outs()
 
     def _step_overlap(self, local_batch):
         self.wait()   # the last step's pulls (a parameter no forward used)
@@ -222,7 +246,9 @@ class Overlap:
                                 "this step's gradients")
         for b, ev in enumerate(self._pushes):
             if ev is None:
-                self._push_bucket(b, local_batch)
+                self._push_bucket(b, self._share(local_batch, micro=self._pending))
+        if self._bufs:   # rank 0's buffers, assigned and pulled in an exchange of their own
+            self._pushes.append(self._comm.submit(self._buffers_job(self.version)))
         for ev in self._pushes:
             ev.wait()
         self._pushes = [None] * len(self._buckets)

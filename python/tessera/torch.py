@@ -1,69 +1,80 @@
 """tessera.torch - train a torch.nn.Module through a Tessera cluster.
 
-A training loop changes by about three lines: attach the model, drop the optimizer, and call
-``ps.step()`` after the backward pass::
+A DDP training loop changes by about three lines: attach the model, drop the optimizer, and
+call ``ps.step()`` after the backward pass::
 
     ps = tessera.torch.attach(model, master="127.0.0.1:7070", job="mnist", rank=r, workers=W,
                               optimizer="momentum:lr=0.03", batch=64)
-    for x, y in my_share_of_each_global_batch:
-        loss = F.cross_entropy(model(x), y, reduction="sum")
+    for x, y in my_share_of_each_global_batch:        # batch / W samples on each rank
+        loss = F.cross_entropy(model(x), y)            # torch's default: the mean
         model.zero_grad()
         loss.backward()
-        ps.step()          # push every p.grad, pull the new parameters into p (zero copy)
+        ps.step()          # push every p.grad, pull the new parameters into p
 
-The contract is the SDK's: each rank pushes the gradient SUM over its share of the global batch
-and the shards divide the total by ``batch``, then apply the optimizer (lib/tensor/optim.c:
-SGD, momentum and Adam as torch.optim defines them). A loss averaged over the n local samples
-is fine too: ``ps.step(local_batch=n)`` multiplies the gradients by n before pushing.
+The model's state is the starting point, as with DDP's broadcast at wrap time: ``attach``
+registers every parameter (and, by default, every buffer: BatchNorm's running statistics) and
+makes the job's first step an assignment of rank 0's current values (lib/ps/part.h,
+"Assignments"), which every rank then pulls. So a model loaded with ``load_state_dict`` before
+attach, a pretrained one, or a seeded torch initialisation is what trains, and every rank
+starts from the same bits (rank 0's). The fresh job is then at ``ps.version`` 1. ``init=``
+asks for Tessera's own initializers instead ("he", "xavier", "normal:0.01", ..., see
+``initialize``); a job restored from a snapshot continues at its version, pulling its values.
 
-Initial values. Tessera shards initialise every tensor themselves, from (initializer, seed,
-name), identically whatever the placement; a trainer cannot upload its own. So ``attach``
-registers each parameter with an SDK initializer and pulls version 0 INTO the module,
-replacing torch's own random initial weights: "he" (normal, std sqrt(2 / fan_in)) for
-parameters of two or more dimensions, "zeros" for the others, which is what the built-in MLP
-uses (lib/model/mlp.c; it also gives its last layer "xavier"). ``init`` overrides that: one
-initializer for all, a dict {parameter name: initializer}, or a callable (name, parameter) ->
-initializer; an initializer is a str ("he", "xavier", "normal:0.01", "zeros", ...) or a tuple
-(str, fan_in, fan_out). ``initialize(model, seed, init)`` gives a model the same values with no
-cluster at all (a local in-process Tessera), e.g. for a torch.distributed baseline.
+The loss: ``loss_reduction="mean"`` (the default, torch's convention) takes the gradient of a
+loss averaged over this rank's samples and multiplies it by the rank's share of the global
+batch (``batch / workers``, or ``step(local_batch=n)``) before pushing, so that the shards'
+division by ``batch`` gives the mean over the global batch, DDP's gradient. A loss summed
+over the samples needs ``loss_reduction="sum"``: the gradient is pushed as it is (the SDK's
+contract). A sum pushed under "mean" would multiply the learning rate by the share: the
+module cannot tell the two apart, so the choice is the trainer's to state.
+
+Parameters with ``requires_grad=False`` are registered and assigned like the others but never
+updated: each step pushes them as an assignment without values, so weight decay and momentum
+do not move them (bitwise unchanged). Buffers (``broadcast_buffers=True``, DDP's default):
+each step, rank 0's buffers are assigned and every rank pulls them, so all ranks hold rank
+0's running statistics after every step (DDP broadcasts them before each forward); integer
+buffers (``num_batches_tracked``) travel as float32, exact below 2^24.
+
+Load and save: ``ps.load_state_dict(sd)`` (and the model's own ``load_state_dict``, and every
+submodule's, which attach wraps) writes new values to the shards as one assignment step that
+every rank takes part in and then pulls; rank 0's ``sd`` is the one used. ``ps.state_dict()``
+returns ``{"model": model.state_dict(), "tessera": {...}}`` for ``torch.save``.
 
 Exact mode (``exact=True``): gradients travel as int64 fixed point, so the parameters are the
 same bits for any worker and shard count. Compute the rank's share in micro-batches and call
 ``ps.accumulate()`` after each micro-batch's backward (it adds fixed(p.grad) into an int64 sum:
-the order of the micro-batches no longer matters), then ``ps.step()``. ``accumulate`` works in
-float mode too (a float sum, like not zeroing .grad between backward passes). With one backward
-a step, ``exact_push="float"`` pushes p.grad as it is and the shards round it (the same bits,
+the order of the micro-batches no longer matters), then ``ps.step()``. With
+``loss_reduction="mean"`` each micro-batch's gradient is multiplied by its size:
+``accumulate(local_batch=m)``, or ``micro_batch=m`` at attach. ``accumulate`` works in float
+mode too (a float sum, like not zeroing .grad between backward passes). With one backward a
+step, ``exact_push="float"`` pushes p.grad as it is and the shards round it (the same bits,
 half the bytes, no conversion here); a second ``accumulate()`` in a step is then refused.
 
 Loss scaling (``loss_scale="caller"``, with fp16 compression): multiply the loss by
 ``ps.loss_scale`` before backward; the shards skip a step that overflowed and the SDK halves
 the scale. ``loss_scale="sdk"`` has the SDK scale the pushed gradients instead.
 
-Zero copy (``buffers=True``; off by default, because of the rule below): each parameter becomes a view of the SDK's
-parameter buffer for its tensor (tessera.Client.buffers), so a pull writes nothing more and,
-on one host with shared memory, forward reads the shard's own pages; gradients go into the
-SDK's gradient buffers in one pass (exact mode sums straight into them; float mode copies
-p.grad into them where shards on this host read them in place, "shm", and elsewhere pushes
-p.grad as it is). Those pages are read-only: an in-place write to a parameter (a torch
-optimizer, load_state_dict, torch.nn.init) faults on one host and is overwritten by the next
-pull anywhere, which is why it is asked for, not the default. ``ps.close()`` gives every
-parameter a private copy of its values before the
-client goes, so the module outlives the cluster. ``buffers=False`` (the default) keeps
-private parameters that the pulls copy into, and pushes p.grad as it is.
+Zero copy (``buffers=True``; off by default, because of the rule below): each parameter becomes
+a view of the SDK's parameter buffer for its tensor (tessera.Client.buffers), so a pull writes
+nothing more and, on one host with shared memory, forward reads the shard's own pages;
+gradients go into the SDK's gradient buffers in one pass. Those pages are read-only: an
+in-place write to a parameter by anything but Tessera (a torch optimizer, torch.nn.init)
+faults on one host and is overwritten by the next pull anywhere; ``load_state_dict`` is
+wrapped, so it is safe. ``ps.close()`` gives every parameter a private copy of its values
+before the client goes, so the module outlives the cluster. ``buffers=False`` (the default)
+keeps private parameters that the pulls copy into.
 
 Overlap (``overlap=True``, "forward" or "bucket"; off by default): backward pushes each
 bucket of gradients (``bucket_bytes``, the last layers first) as soon as autograd has made
-it, from a communication thread that owns the SDK calls; "forward" then pulls the next version
-in forward order, each module's forward pre-hook waiting for its own parameters, "bucket"
-pulls each bucket in the exchange of its push (tessera._overlap; docs/python.md, "Overlap").
-The bits are those of ps.step() without it. Micro-batches: run every backward but the last
-inside ``ps.no_sync()``, each followed by ``ps.accumulate()``; the last one's backward pushes.
-Read parameters outside a forward pass only after ``ps.wait()``.
+it, from a communication thread that owns the SDK calls (tessera._overlap; docs/python.md,
+"Overlap"). The bits are those of ps.step() without it. Micro-batches: run every backward but
+the last inside ``ps.no_sync()``, each followed by ``ps.accumulate()``; the last one's backward
+pushes. Read parameters outside a forward pass only after ``ps.wait()``.
 
 Rules: parameters must be float32, on the CPU and contiguous (checked at attach); call
 ``ps.step()`` after backward, never between a forward pass and its backward (the values change
-in place, under autograd); do not write parameters in place (see Zero copy). Threads: a
-ParameterServer is used by one thread at a time.
+in place, under autograd). ``attach``, ``step`` and ``load_state_dict`` are collective: every
+rank calls them, in the same order. Threads: a ParameterServer is used by one thread at a time.
 """
 import hashlib
 import struct
@@ -78,11 +89,14 @@ from tessera._overlap import DEFAULT_BUCKET_BYTES, DEFAULT_OVERLAP, Overlap
 __all__ = ["attach", "initialize", "params_sha256", "default_init", "ParameterServer",
            "DEFAULT_OVERLAP", "DEFAULT_BUCKET_BYTES"]
 
+#: Integer buffers travel as float32: exact up to this magnitude.
+INT_BUFFER_MAX = 1 << 24
+
 
 def default_init(name, param):
-    """The initializer attach() registers a parameter with when ``init`` does not name one:
-    ("he", fan_in, fan_out) for 2+ dimensions (fan_in = shape[1] * receptive field, as
-    torch.nn.init computes it), "zeros" for biases and other 1-d or 0-d parameters."""
+    """The initializer ``initialize`` (and attach's ``init=``) gives a parameter that ``init``
+    does not name: ("he", fan_in, fan_out) for 2+ dimensions (fan_in = shape[1] * receptive
+    field, as torch.nn.init computes it), "zeros" for biases and other 1-d or 0-d ones."""
     if param.dim() < 2:
         return ("zeros", 0, 0)
     receptive = 1
@@ -92,9 +106,9 @@ def default_init(name, param):
 
 
 def _spec(init, name, param):
-    """(initializer, fan_in, fan_out) of one parameter under attach()'s ``init``."""
+    """(initializer, fan_in, fan_out) of one parameter under ``init``."""
     dflt = default_init(name, param)
-    if init is None:
+    if init is None or init is True:
         s = dflt
     elif callable(init):
         s = init(name, param)
@@ -105,9 +119,10 @@ def _spec(init, name, param):
     if isinstance(s, str):
         # A 1-d parameter given "he" or "xavier" takes its length as its fans.
         s = (s, dflt[1] or int(param.numel()), dflt[2] or int(param.numel()))
-    if not (isinstance(s, tuple) and len(s) == 3 and isinstance(s[0], str)):
+    if not (isinstance(s, tuple) and len(s) == 3 and isinstance(s[0], str)) or \
+            s[0] == "assigned":
         raise _error("INVALID_ARGUMENT", "init for %r: a str or (str, fan_in, fan_out) "
-                     "expected, got %r" % (name, s))
+                     "naming a Tessera initializer expected, got %r" % (name, s))
     return s
 
 
@@ -123,16 +138,102 @@ def _invalid(msg):
     return _error("INVALID_ARGUMENT", msg)
 
 
+def _flat(t):
+    """A tensor's values as a C-contiguous float32 NumPy array (a view where it can be)."""
+    a = t.detach()
+    if a.device.type != "cpu":
+        a = a.cpu()
+    if a.dtype != torch.float32:
+        a = a.to(torch.float32)
+    return np.ascontiguousarray(a.numpy().reshape(-1))
+
+
+class _Buffer:
+    """A module buffer kept equal across ranks: registered as a tensor, assigned by rank 0 at
+    every step. Integer buffers go through a float32 shadow."""
+
+    def __init__(self, name, tensor):
+        self.name, self.tensor = name, tensor
+        self.shadow = None if tensor.dtype == torch.float32 else np.empty(tensor.numel(),
+                                                                            np.float32)
+
+    def out(self):
+        """Where a pull of it lands."""
+        return self.tensor.detach().numpy().reshape(-1) if self.shadow is None else self.shadow
+
+    def values(self):
+        """Its values to assign (rank 0), as float32."""
+        if self.shadow is None:
+            return self.tensor.detach().numpy().reshape(-1)
+        v = self.tensor.detach().reshape(-1)
+        if v.numel() and int(v.abs().max()) > INT_BUFFER_MAX:
+            raise _invalid("buffer %r: %d does not fit float32 exactly (integer buffers are kept "
+                           "equal as float32, up to 2^24); attach with broadcast_buffers=False"
+                           % (self.name, int(v.abs().max())))
+        np.copyto(self.shadow, v.numpy(), casting="unsafe")
+        return self.shadow
+
+    def landed(self):
+        """After a pull into out(): an integer buffer takes the shadow's values."""
+        if self.shadow is not None:
+            with torch.no_grad():
+                self.tensor.copy_(torch.from_numpy(self.shadow).reshape(self.tensor.shape))
+
+
+class _RoutedLoad:
+    """A module's load_state_dict while it is attached: ParameterServer._load under the
+    module's prefix. Not picklable: the module would carry its client along."""
+
+    def __init__(self, ps, prefix):
+        self.ps, self.prefix = ps, prefix
+        self.__doc__ = "load_state_dict(state_dict, strict=True), through Tessera: " \
+            "ParameterServer.load_state_dict."
+
+    def __call__(self, state_dict, strict=True):
+        return self.ps._load(state_dict, strict, self.prefix)
+
+    def __reduce__(self):
+        raise TypeError("a module attached to Tessera cannot be pickled whole (it would take "
+                        "its client along): torch.save(model.state_dict()) or "
+                        "torch.save(ps.state_dict()), or pickle it after ps.close()")
+
+
+def _buffers_of(module):
+    """The buffers broadcast_buffers keeps equal: every non-None buffer, float32 or integer;
+    another float type is refused by name."""
+    out = []
+    for name, b in module.named_buffers():
+        if b is None:
+            continue
+        if b.device.type != "cpu" or not b.is_contiguous() or \
+                (b.is_floating_point() and b.dtype != torch.float32) or b.is_complex():
+            raise _invalid("buffer %r: a contiguous float32 or integer CPU tensor expected to "
+                           "keep it equal across ranks, got %s on %s; attach with "
+                           "broadcast_buffers=False to leave buffers to each rank"
+                           % (name, b.dtype, b.device))
+        out.append(_Buffer(name, b))
+    return out
+
+
 class ParameterServer(Overlap):
-    """A module's parameters held by Tessera shards. Made by attach(); see the module doc."""
+    """A module's parameters (and buffers) held by Tessera shards. Made by attach(); see the
+    module doc."""
 
     _invalid = staticmethod(_invalid)
 
     def __init__(self, module, client, seed=0, init=None, partition_bytes=0, buffers=False,
-                 overlap=False, bucket_bytes=None):
+                 overlap=False, bucket_bytes=None, rank=0, workers=1, batch=None,
+                 broadcast_buffers=True, loss_reduction="mean", micro_batch=None):
         self.module = module
         self._comm = None       # overlap: the thread that makes the SDK calls (_Comm)
         self.client = client
+        self.rank, self.workers, self.batch = rank, workers, batch
+        if loss_reduction not in ("mean", "sum"):
+            raise _invalid("loss_reduction: \"mean\" (the loss is averaged over this rank's "
+                           "samples, torch's default) or \"sum\" expected, got %r"
+                           % (loss_reduction,))
+        self.loss_reduction = loss_reduction
+        self._micro = micro_batch or None
         named = list(module.named_parameters())
         if not named:
             raise _invalid("module: it has no parameters")
@@ -142,15 +243,18 @@ class ParameterServer(Overlap):
                                "on %s%s (Tessera writes parameters in place)"
                                % (name, p.dtype, p.device,
                                   "" if p.is_contiguous() else ", not contiguous"))
+        if init is not None:   # Tessera's initializers, the same bits on every rank
+            initialize(module, seed, init)
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
+        self._bufs = _buffers_of(module) if broadcast_buffers else []
         self.ids = []
-        for name, p in named:
-            kind, fan_in, fan_out = _spec(init, name, p)
-            self.ids.append(client.register(name, tuple(p.shape) or (1,), init=kind, seed=seed,
-                                            fan_in=fan_in, fan_out=fan_out,
-                                            partition_bytes=partition_bytes))
-        versions = {client.version(i) for i in self.ids}
+        for name, t in named + [(b.name, b.tensor) for b in self._bufs]:
+            self.ids.append(client.register(name, tuple(t.shape) or (1,), init="assigned",
+                                            seed=seed, partition_bytes=partition_bytes))
+        self._buf_ids = self.ids[len(self.params):]
+        del self.ids[len(self.params):]
+        versions = {client.version(i) for i in self.ids + self._buf_ids}
         if len(versions) != 1:
             raise _error("FAILED_PRECONDITION", "the shards hold tensors at versions %s: "
                          "restart the cluster" % sorted(versions))
@@ -163,20 +267,14 @@ class ParameterServer(Overlap):
         self._acc = None        # accumulate()'s sums: int64 (exact) or float32 arrays
         self._pending = False   # _acc holds this step's sum
         self._zeros = {}        # numel -> zeros, for parameters without .grad
+        self._dummies = {}      # numel -> what an assigned tensor's grads entry holds
         self._views = None      # buffers: each parameter's params array (read-only, the SDK's)
         self._grad_bufs = False  # buffers: _acc is the SDK's gradient buffers
+        self._wrapped = []      # modules whose load_state_dict is ours
         if buffers:
             self._use_buffers()
         try:
-            with torch.no_grad():
-                for i, p, v in zip(self.ids, self.params,
-                                   self._views or [None] * len(self.ids)):
-                    client.pull(i, self.version, p.detach().numpy() if v is None else v)
-                    if v is not None:   # the parameter's storage becomes the SDK's buffer
-                        with warnings.catch_warnings():
-                            # "not writable": Python may not write it; the SDK's pulls do.
-                            warnings.simplefilter("ignore", UserWarning)
-                            p.data = torch.from_numpy(v).reshape(p.shape)
+            self._start(buffers)
         except BaseException:
             self._private()   # the module must not hold the client attach() now closes
             raise
@@ -187,6 +285,59 @@ class ParameterServer(Overlap):
             except BaseException:
                 self._private()
                 raise
+        self._wrap_load()
+
+    def _start(self, buffers):
+        """A fresh job: the assignment of rank 0's values as step 0, pulled by every rank; a
+        job under way (restored): its version pulled. With buffers, each parameter's storage
+        then becomes the SDK's buffer."""
+        with torch.no_grad():
+            if self.version == 0:
+                self._assign_step({i: _flat(p) for i, p in enumerate(self.params)},
+                                  {k: b.values() for k, b in enumerate(self._bufs)})
+            else:
+                outs = self._outs()
+                for i, o in zip(self.ids + self._buf_ids, outs):
+                    self.client.pull(i, self.version, o)
+                for b in self._bufs:
+                    b.landed()
+            for p, v in zip(self.params, self._views or []):
+                with warnings.catch_warnings():
+                    # "not writable": Python may not write it; the SDK's pulls do.
+                    warnings.simplefilter("ignore", UserWarning)
+                    p.data = torch.from_numpy(v).reshape(p.shape)
+
+    def _outs(self):
+        """Where a pull of every registered tensor lands, by id: the parameters (their SDK
+        buffers with zero copy), then the buffers."""
+        return (self._views or [p.detach().numpy().reshape(-1) for p in self.params]) + \
+            [b.out() for b in self._bufs]
+
+    def _dummy(self, n):
+        """What an assigned tensor's entry of grads holds: never read (tessera_assign)."""
+        d = self._dummies.get(n)
+        if d is None:
+            d = self._dummies[n] = np.zeros(n, np.int64 if self._fixed else np.float32)
+        return d
+
+    def _arm_buffers(self):
+        """Every buffer's assignment for the step: rank 0's values, the others none."""
+        for i, b in zip(self._buf_ids, self._bufs):
+            self.client.assign(i, b.values() if self.rank == 0 else None)
+
+    def _assign_step(self, params, bufs):
+        """One step that assigns every tensor: rank 0 gives params[i] (parameter i) and
+        bufs[k] (buffer k) where present, the tensors without keep their values; every rank
+        pulls the result. The collective of attach and load_state_dict."""
+        everything = list(zip(self.ids, [params.get(i) for i in range(len(self.params))])) + \
+            list(zip(self._buf_ids, [bufs.get(k) for k in range(len(self._bufs))]))
+        for i, v in everything:
+            self.client.assign(i, v if self.rank == 0 else None)
+        grads = [self._dummy(self.client.numel(i)) for i, _ in everything]
+        self.client.step(self.version, grads, self._outs())
+        for b in self._bufs:
+            b.landed()
+        self.version += 1
 
     def _use_buffers(self):
         """The SDK's buffers of every tensor: params always; gradients in exact mode, where
@@ -204,6 +355,33 @@ class ParameterServer(Overlap):
     def zero_copy(self):
         """(parameters, gradients): whether each goes through the SDK's buffers."""
         return (self._views is not None, self._grad_bufs)
+
+    @property
+    def frozen(self):
+        """The names of the parameters the next step leaves as they are (requires_grad
+        False)."""
+        return [n for n, p in zip(self.names, self.params) if not p.requires_grad]
+
+    def _share(self, local_batch, micro=False):
+        """What this rank's gradient is multiplied by before it is pushed: local_batch if
+        given; under loss_reduction "mean" this rank's share of the global batch (micro: a
+        micro-batch's size, from attach's micro_batch); None: as it is."""
+        if local_batch is not None or self.loss_reduction == "sum":
+            return local_batch
+        if micro:
+            if self._micro is None:
+                raise _invalid("accumulate: loss_reduction='mean' multiplies each micro-batch's "
+                               "mean gradient by its size: pass accumulate(local_batch=m), or "
+                               "attach with micro_batch=m (or loss_reduction='sum')")
+            return self._micro
+        share = self.batch / self.workers if self.batch else None
+        if share is None or share != int(share):
+            raise _invalid("step: loss_reduction='mean' multiplies this rank's mean gradient by "
+                           "its share of the global batch, and batch %r does not split evenly "
+                           "over %d workers: pass step(local_batch=n), the samples this rank "
+                           "averaged over, or attach with loss_reduction='sum'"
+                           % (self.batch, self.workers))
+        return int(share)
 
     def _grad_array(self, i, local_batch):
         """Parameter i's gradient as a float32 array (a view of .grad where possible)."""
@@ -235,7 +413,8 @@ class ParameterServer(Overlap):
     def accumulate(self, local_batch=None):
         """Adds the current p.grad of every parameter to this step's sum (int64 fixed point in
         exact mode). Call it after each micro-batch's backward; local_batch: the loss was a
-        mean over that many samples (the gradient is multiplied by it)."""
+        mean over that many samples (the gradient is multiplied by it; under
+        loss_reduction="mean" it defaults to attach's micro_batch)."""
         self._check_local_batch(local_batch)
         if self._comm is not None and any(e is not None for e in self._pushes):
             raise _invalid("accumulate: with overlap, this step's backward pushed its gradients"
@@ -246,6 +425,9 @@ class ParameterServer(Overlap):
             raise _invalid("accumulate: exact_push='float' pushes one float gradient per step, "
                            "and a float sum of several micro-batches would not be exact: "
                            "attach with exact_push='fixed' to sum micro-batches")
+        self._accumulate(self._share(local_batch, micro=True))
+
+    def _accumulate(self, factor):
         first = not self._pending
         if not self._fixed and first:
             # One pass into the sums, the scaling included (a * lb, rounded as before).
@@ -253,13 +435,13 @@ class ParameterServer(Overlap):
             if self._acc is None:
                 self._acc = [np.empty(g.size, np.float32) for g in grads]
             for acc, g in zip(self._acc, grads):
-                if local_batch is None:
+                if factor is None:
                     np.copyto(acc, g)
                 else:
-                    np.multiply(g, np.float32(local_batch), out=acc)
+                    np.multiply(g, np.float32(factor), out=acc)
             self._pending = True
             return
-        grads = self._grads(local_batch)
+        grads = self._grads(factor)
         if self._acc is None:
             self._acc = [np.empty(g.size, np.int64) for g in grads]
         for acc, g in zip(self._acc, grads):
@@ -273,10 +455,11 @@ class ParameterServer(Overlap):
 
     def step(self, local_batch=None):
         """Pushes this rank's gradient sum for step ``self.version`` (what accumulate() summed,
-        else every p.grad), then pulls the new parameters into the module, in place. Returns
-        the new version. Raises tessera.Rollback when the cluster took the job back to its
-        last snapshot: the module then holds that step's values and ``self.version`` is it;
-        train on from there (the data of that step)."""
+        else every p.grad, scaled as loss_reduction says), frozen parameters and buffers as
+        assignments, then pulls the new values into the module, in place. Returns the new
+        version. Raises tessera.Rollback when the cluster took the job back to its last
+        snapshot: the module then holds that step's values and ``self.version`` is it; train
+        on from there (the data of that step)."""
         self._check_local_batch(local_batch)
         if self._comm is not None:
             return self._step_overlap(local_batch)
@@ -286,20 +469,30 @@ class ParameterServer(Overlap):
                                "this step's gradients")
             grads = self._acc
         elif self._fixed or self.zero_copy[1]:
-            self.accumulate(local_batch)   # into the gradient buffers, where there are some
+            self._accumulate(self._share(local_batch))   # into the gradient buffers, if any
             # A float step that fails reads p.grad again next time, as without buffers.
             self._pending = self._fixed
             grads = self._acc
         else:
-            grads = self._grads(local_batch)
-        params = self._views or [p.detach().numpy() for p in self.params]
+            grads = self._grads(self._share(local_batch))
+        grads = list(grads)
+        for i, p in enumerate(self.params):
+            if not p.requires_grad:
+                self.client.assign(self.ids[i])
+                grads[i] = self._dummy(p.numel())
+        self._arm_buffers()
+        grads += [self._dummy(b.tensor.numel()) for b in self._bufs]
         try:
-            self.client.step(self.version, grads, params)
+            self.client.step(self.version, grads, self._outs())
         except tessera.Rollback:
             # The module holds the snapshot's values: go on from its step.
             self._pending = False
             self.version = self.client.resume_step
+            for b in self._bufs:
+                b.landed()
             raise
+        for b in self._bufs:
+            b.landed()
         self._pending = False
         self.version += 1
         return self.version
@@ -307,6 +500,88 @@ class ParameterServer(Overlap):
     def discard(self):
         """Drops what accumulate() summed for this step (a step the trainer abandons)."""
         self._pending = False
+
+    # ---- load and save ----
+
+    def state_dict(self):
+        """The model's state (``model.state_dict()``, private copies where parameters are the
+        SDK's pages) and Tessera's: ``{"model": ..., "tessera": {"version", "rank",
+        "workers"}}``, for torch.save. ``ps.load_state_dict`` takes it back, and so does the
+        model's own ``load_state_dict`` after attach; ``sd["model"]`` loads into a plain
+        torch model. The optimizer state stays on the shards (snapshots hold it)."""
+        self.wait()
+        sd = self.module.state_dict()
+        if self._views is not None:
+            sd = type(sd)((k, v.clone()) for k, v in sd.items())
+        return {"model": sd, "tessera": {"version": self.version, "rank": self.rank,
+                                         "workers": self.workers}}
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Loads a model state (``model.state_dict()``, or what ``ps.state_dict()`` returned)
+        into the job: every registered tensor it holds is assigned in one step that every rank
+        takes, rank 0's values winning, then pulled; the others keep their values; what is not
+        registered (buffers with broadcast_buffers=False) is copied in locally. Collective: every
+        rank calls it at the same step. Checks like torch's (missing and unexpected keys under
+        strict, shapes) come before anything is sent. Returns torch's (missing_keys,
+        unexpected_keys)."""
+        return self._load(state_dict, strict, "")
+
+    def _load(self, sd, strict, prefix):
+        if isinstance(sd, dict) and set(sd) == {"model", "tessera"}:
+            sd = sd["model"]
+        self.wait()
+        if self._pending or (self._comm is not None and
+                             any(e is not None for e in self._pushes)):
+            raise _invalid("load_state_dict: this step's gradients were summed or pushed "
+                           "already; call it between steps (after ps.step(), or discard())")
+        own = {k: v for k, v in self.module.state_dict(keep_vars=True).items()
+               if k.startswith(prefix)}
+        given = {prefix + k: v for k, v in sd.items()}
+        missing = [k[len(prefix):] for k in own if k not in given]
+        unexpected = [k[len(prefix):] for k in given if k not in own]
+        errors = []
+        if strict and unexpected:
+            errors.append("Unexpected key(s) in state_dict: %s. "
+                          % ", ".join('"%s"' % k for k in unexpected))
+        if strict and missing:
+            errors.append("Missing key(s) in state_dict: %s. "
+                          % ", ".join('"%s"' % k for k in missing))
+        for k, v in given.items():
+            if k in own and tuple(own[k].shape) != tuple(torch.as_tensor(v).shape):
+                errors.append("size mismatch for %s: copying a param with shape %s from "
+                              "checkpoint, the shape in current model is %s."
+                              % (k[len(prefix):], tuple(torch.as_tensor(v).shape),
+                                 tuple(own[k].shape)))
+        if errors:
+            raise RuntimeError("Error(s) in loading state_dict for %s:\n\t%s"
+                               % (type(self.module).__name__, "\n\t".join(errors)))
+        params = {i: _flat(torch.as_tensor(given[n])) for i, n in enumerate(self.names)
+                  if n in given}
+        bufs = {}
+        for k, b in enumerate(self._bufs):
+            if b.name in given:
+                with torch.no_grad():
+                    b.tensor.copy_(torch.as_tensor(given[b.name]))
+                bufs[k] = b.values()
+        registered = set(self.names) | {b.name for b in self._bufs}
+        with torch.no_grad():   # state Tessera does not hold: this rank's own copy
+            for k, v in given.items():
+                if k in own and k not in registered:
+                    own[k].copy_(torch.as_tensor(v))
+            self._assign_step(params, bufs)
+        return torch.nn.modules.module._IncompatibleKeys(missing, unexpected)
+
+    def _wrap_load(self):
+        """Routes the model's load_state_dict, and each submodule's, to _load: a plain copy_
+        into parameters would be undone by the next pull, and with zero copy fault."""
+        for prefix, m in self.module.named_modules():
+            m.load_state_dict = _RoutedLoad(self, prefix + "." if prefix else "")
+            self._wrapped.append(m)
+
+    def _unwrap_load(self):
+        for m in self._wrapped:
+            m.__dict__.pop("load_state_dict", None)
+        self._wrapped = []
 
     @property
     def loss_scale(self):
@@ -321,11 +596,10 @@ class ParameterServer(Overlap):
         return self.client.stats()
 
     def verify(self):
-        """Audits the module's parameters against the shards' copy at self.version, bit for
-        bit (tessera.Client.verify_local)."""
+        """Audits the module's parameters (and kept buffers) against the shards' copy at
+        self.version, bit for bit (tessera.Client.verify_local)."""
         self.wait()
-        return self.client.verify_local([p.detach().numpy() for p in self.params],
-                                        self.version)
+        return self.client.verify_local(self._outs(), self.version)
 
     def params_sha256(self):
         self.wait()
@@ -339,6 +613,7 @@ class ParameterServer(Overlap):
         try:
             self._stop_overlap()
         finally:
+            self._unwrap_load()
             self._private()
             self.client.close()
 
@@ -363,30 +638,48 @@ class ParameterServer(Overlap):
 
 def attach(module, master="local", job="default", rank=0, workers=1, optimizer="momentum",
            batch=None, exact=False, seed=0, init=None, partition_bytes=0, buffers=False,
-           overlap=False, bucket_bytes=None, **options):
+           overlap=False, bucket_bytes=None, broadcast_buffers=True, loss_reduction="mean",
+           **options):
     """Connects to a cluster (tessera.Client(master, job, rank, workers, exact, optimizer,
-    batch, **options): mode, compress, sync_every, loss_scale, transport, timeout_ms, ...),
-    registers every parameter of ``module`` (named_parameters() order, initializer from
-    ``init`` and ``seed``, see the module doc) and pulls their current version into it.
-    ``buffers``: the SDK's zero-copy buffers (module doc, "Zero copy"); False: copies.
-    ``overlap``: push during backward and pull during forward (module doc, "Overlap"), in
-    buckets of ``bucket_bytes`` (None: DEFAULT_BUCKET_BYTES). Returns the ParameterServer;
-    every rank must attach the same model the same way."""
+    batch, **options): mode, compress, sync_every, loss_scale, transport, timeout_ms,
+    micro_batch, ...), registers every parameter of ``module`` (named_parameters() order) and,
+    with ``broadcast_buffers``, every buffer, and starts the job from rank 0's values (``init``:
+    Tessera's initializers instead, see ``initialize``); see the module doc. ``buffers``: the
+    SDK's zero-copy buffers (module doc, "Zero copy"); False: copies. ``overlap``: push during
+    backward and pull during forward, in buckets of ``bucket_bytes`` (None:
+    DEFAULT_BUCKET_BYTES). ``loss_reduction``: "mean" or "sum", what the loss behind p.grad
+    is over this rank's samples. Returns the ParameterServer. Collective: every rank attaches
+    the same model the same way (rank 0's values win)."""
     client = tessera.Client(master=master, job=job, rank=rank, workers=workers, exact=exact,
                             optimizer=optimizer, batch=batch, **options)
     try:
         return ParameterServer(module, client, seed=seed, init=init,
                                partition_bytes=partition_bytes, buffers=buffers,
-                               overlap=overlap, bucket_bytes=bucket_bytes)
+                               overlap=overlap, bucket_bytes=bucket_bytes, rank=rank,
+                               workers=workers, batch=batch,
+                               broadcast_buffers=broadcast_buffers,
+                               loss_reduction=loss_reduction,
+                               micro_batch=options.get("micro_batch"))
     except BaseException:
         client.close()
         raise
 
 
 def initialize(module, seed=0, init=None):
-    """Gives module the initial values attach() would, with no cluster: the shards' own code
-    runs in this process (master "local")."""
-    attach(module, master="local", batch=1, seed=seed, init=init).close()
+    """Gives module's parameters Tessera's initial values, with no cluster: each from its
+    initializer (``init``: one for all, a dict {name: initializer}, or a callable (name,
+    parameter) -> initializer; an initializer is a str such as "he", "xavier",
+    "normal:0.01", "zeros", or a tuple (str, fan_in, fan_out); default_init for the others)
+    and (seed, name), computed by the shards' own code in this process, the same bits on
+    every host. Returns module."""
+    with tessera.Client(master="local", batch=1) as c, torch.no_grad():
+        for name, p in module.named_parameters():
+            kind, fan_in, fan_out = _spec(init, name, p)
+            i = c.register(name, tuple(p.shape) or (1,), init=kind, seed=seed, fan_in=fan_in,
+                           fan_out=fan_out)
+            v = np.empty(p.numel(), np.float32)
+            c.pull(i, 0, v)
+            p.copy_(torch.from_numpy(v).reshape(p.shape))
     return module
 
 

@@ -508,7 +508,7 @@ class Binding(BindingCase, unittest.TestCase):
             ps = tessera.torch.attach(m, master=self.master.addr, batch=8, exact=exact,
                                       job="torch-buf-%d-%d" % (exact, buffers), seed=3,
                                       optimizer="momentum:lr=0.05", partition_bytes=BIG_PART,
-                                      buffers=buffers)
+                                      buffers=buffers, loss_reduction="sum")
             with warnings.catch_warnings():
                 warnings.simplefilter("error", ResourceWarning)   # close() is not deferred
                 with ps:
@@ -652,34 +652,54 @@ class TorchAttach(unittest.TestCase):
         torch.manual_seed(0)
         return torch.nn.Linear(4, 3)
 
-    def test_attach_pulls_the_sdk_initial_values_and_steps_in_place(self):
+    def test_attach_keeps_the_model_and_steps_in_place(self):
+        """The model's own weights are the job's step 0 (version 1 after attach); the mean
+        loss's gradient times the share, divided by the batch, is torch's mean gradient."""
         m = self.linear()
+        w0 = m.weight.detach().numpy().ravel().copy()
+        b0 = m.bias.detach().numpy().copy()
         ps = tessera.torch.attach(m, batch=2, optimizer="sgd:lr=0.5", seed=5)
+        with ps:
+            np.testing.assert_array_equal(bits(m.weight.detach().numpy().ravel()), bits(w0))
+            np.testing.assert_array_equal(bits(m.bias.detach().numpy()), bits(b0))
+            self.assertEqual((ps.version, ps.names, ps.loss_scale), (1, ["weight", "bias"],
+                                                                     1.0))
+            weight = m.weight            # the same Parameter object is updated in place
+            x = torch.arange(8, dtype=torch.float32).reshape(2, 4) / 8
+            m(x).pow(2).mean().backward()
+            g = m.weight.grad.numpy().ravel().copy()
+            self.assertEqual(ps.step(), 2)
+            self.assertIs(m.weight, weight)
+            np.testing.assert_array_equal(   # (g * 2) / 2 is g, exactly
+                bits(m.weight.detach().numpy().ravel()), bits(w0 - np.float32(0.5) * g))
+            self.assertEqual(ps.verify()["differing"], 0)
+
+    def test_init_gives_the_sdk_initial_values(self):
+        m = self.linear()
+        ps = tessera.torch.attach(m, batch=2, optimizer="sgd:lr=0.5", seed=5, init="he",
+                                  loss_reduction="sum")
         with ps, tessera.Client(batch=2) as ref:
             w = ref.register("weight", (3, 4), init="he", seed=5, fan_in=4, fan_out=3)
             w0 = np.empty(12, np.float32)
             ref.pull(w, 0, w0)
             np.testing.assert_array_equal(bits(m.weight.detach().numpy().ravel()), bits(w0))
-            self.assertEqual(m.bias.detach().abs().sum().item(), 0.0)
-            self.assertEqual((ps.version, ps.names, ps.loss_scale), (0, ["weight", "bias"],
-                                                                     1.0))
+            self.assertEqual(ps.version, 1)
             weight = m.weight            # the same Parameter object is updated in place
             x = torch.arange(8, dtype=torch.float32).reshape(2, 4) / 8
             m(x).pow(2).sum().backward()
             g = m.weight.grad.numpy().ravel().copy()
-            self.assertEqual(ps.step(), 1)
-            self.assertIs(m.weight, weight)
+            self.assertEqual(ps.step(), 2)
             np.testing.assert_array_equal(
                 bits(m.weight.detach().numpy().ravel()),
                 bits(w0 - np.float32(0.5) * (g * np.float32(0.5))))
-            self.assertEqual(ps.verify()["differing"], 0)
 
     def test_exact_accumulate_is_order_free(self):
         xs = [torch.full((2, 4), v) for v in (0.1, -0.3, 0.7)]
         digests = []
         for order in ((0, 1, 2), (2, 0, 1)):
             m = self.linear()
-            with tessera.torch.attach(m, batch=6, exact=True, seed=1) as ps:
+            with tessera.torch.attach(m, batch=6, exact=True, seed=1,
+                                      loss_reduction="sum") as ps:
                 for _ in range(2):
                     for i in order:
                         m.zero_grad(set_to_none=True)
@@ -700,28 +720,25 @@ class TorchAttach(unittest.TestCase):
             with self.assertRaises(tessera.InvalidArgument) as cm:
                 ps.step(local_batch=-1)
             self.assertIn("local_batch", cm.exception.message)
-            self.assertEqual(ps.version, 0)
+            self.assertEqual(ps.version, 1)
 
     def test_failed_attach_leaves_the_module_private(self):
-        """A pull that fails halfway through attach leaves no parameter on the SDK's buffers,
-        so the client closes at once instead of waiting for the module to go."""
-        class FailingPull:
+        """A first step that fails in attach leaves no parameter on the SDK's buffers, so the
+        client closes at once instead of waiting for the module to go."""
+        class FailingStep:
             def __init__(self, c):
-                self.c, self.pulls = c, 0
+                self.c = c
 
             def __getattr__(self, name):
                 return getattr(self.c, name)
 
-            def pull(self, *args):
-                self.pulls += 1
-                if self.pulls == 2:
-                    raise tessera.Error("injected")
-                return self.c.pull(*args)
+            def step(self, *args):
+                raise tessera.Error("injected")
 
         m = self.linear()
         c = tessera.Client(batch=2)
         with self.assertRaises(tessera.Error):
-            tessera.torch.ParameterServer(m, FailingPull(c), buffers=True)
+            tessera.torch.ParameterServer(m, FailingStep(c), buffers=True)
         w = c.buffers(0)[0]
         self.assertNotEqual(m.weight.data_ptr(), addr(w))   # pulled, then given back
         del w

@@ -41,11 +41,16 @@ PART = 16384   # bytes per partition: the first layer's weight spreads over both
 STEPS = 4
 
 
+_SEEDED = threading.Lock()   # ranks run as threads: torch's generator is the process's
+
+
 def model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU(),
-                               torch.nn.Linear(96, 48), torch.nn.ReLU(),
-                               torch.nn.Linear(48, 4))
+    """The same weights every time (attach starts from rank 0's)."""
+    with _SEEDED:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU(),
+                                   torch.nn.Linear(96, 48), torch.nn.ReLU(),
+                                   torch.nn.Linear(48, 4))
 
 
 def data(step, rank):
@@ -85,7 +90,8 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
 
     def attach(self, m, job, **kw):
         opts = dict(master=self.addr, job=job, batch=16, seed=3,
-                    optimizer="momentum:lr=0.05", partition_bytes=PART, timeout_ms=20000)
+                    optimizer="momentum:lr=0.05", partition_bytes=PART, timeout_ms=20000,
+                    loss_reduction="sum")
         opts.update(kw)
         return tessera.torch.attach(m, **opts)
 
@@ -176,8 +182,9 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
         m = model()
         ps = self.attach(m, "refused", overlap=True)
         thread = ps._comm._t
-        # This rank's push of step 0 for tensor 0 goes first: the overlapped one repeats it.
-        ps.client.push(0, 0, np.zeros(m[0].weight.numel(), np.float32))
+        # This rank's push of step 1 (attach took step 0) for tensor 0 goes first: the
+        # overlapped one repeats it.
+        ps.client.push(0, 1, np.zeros(m[0].weight.numel(), np.float32))
         x, y = data(0, 0)
         F.cross_entropy(m(x), y).backward()
         with self.assertRaises(tessera.Error) as cm:
@@ -186,7 +193,7 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
         # part.h, "Duplicates"): PERMISSION_DENIED since pushes are compared.
         self.assertEqual(cm.exception.code, "PERMISSION_DENIED", cm.exception.message)
         self.assertIn("differs from the one counted", cm.exception.message)
-        self.assertEqual(ps.version, 0)
+        self.assertEqual(ps.version, 1)
         self.assertTrue(all(e is None for e in ps._pushes + ps._pulls), "nothing queued")
         self.assertIsNone(ps._comm.error, "raised once")
         ps.close()
@@ -196,15 +203,21 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
         for mode in ("forward", "bucket"):
             with self.subTest(mode=mode):
                 m = model()
-                # Two workers, one of them never comes: the pull of version 1 times out.
+                # Two workers; rank 1 attaches (attach's first step is collective) and then
+                # never steps: rank 0's pull of version 2 times out.
+                other = {}
+                t = threading.Thread(target=lambda: other.update(ps=self.attach(
+                    model(), "timeout-" + mode, rank=1, workers=2, timeout_ms=20000)))
+                t.start()
                 ps = self.attach(m, "timeout-" + mode, rank=0, workers=2, overlap=mode,
                                  timeout_ms=1500)
+                t.join()
                 thread = ps._comm._t
                 x, y = data(0, 0)
                 F.cross_entropy(m(x), y).backward()
                 with self.assertRaises(tessera.Error) as cm:
                     if mode == "forward":
-                        self.assertEqual(ps.step(), 1)   # pushed; the pulls are queued
+                        self.assertEqual(ps.step(), 2)   # pushed; the pulls are queued
                         m(x)                             # waits for fc1's pull
                     else:
                         ps.step()                        # the pulls came with the pushes
@@ -212,6 +225,7 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
                 self.assertTrue(all(e is None for e in ps._pushes + ps._pulls),
                                 "nothing queued")
                 ps.close()
+                other["ps"].close()
                 self.assertFalse(thread.is_alive())
 
     def test_exact_float_pushes(self):
@@ -229,7 +243,7 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
         for overlap in (False, True):
             m = model()
             with tessera.torch.attach(m, batch=8, exact=True, exact_push="float",
-                                      overlap=overlap) as ps:
+                                      overlap=overlap, loss_reduction="sum") as ps:
                 x, y = data(0, 0)
                 with ps.no_sync() if overlap else contextlib.nullcontext():
                     F.cross_entropy(m(x), y).backward()
@@ -250,7 +264,7 @@ class Overlap(tl.ClusterCase, unittest.TestCase):
             with self.assertRaisesRegex(tessera.InvalidArgument, "second backward"):
                 F.cross_entropy(m(x), y).backward()
             ps.step()
-            self.assertEqual(ps.version, 1)
+            self.assertEqual(ps.version, 2)
         with self.assertRaisesRegex(tessera.InvalidArgument, "bucket_bytes"):
             tessera.torch.attach(model(), batch=8, overlap=True, bucket_bytes=-1)
         with self.assertRaisesRegex(tessera.InvalidArgument, "overlap"):

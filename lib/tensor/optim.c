@@ -1,4 +1,5 @@
-/* optim.c - SGD, momentum and Adam, as PyTorch defines them, in float, element by element.
+/* optim.c - SGD, momentum, Nesterov, Adam and AdamW, as PyTorch defines them, in float,
+ * element by element.
  *
  * The shard applies these to its partitions and `tessera train --local` to whole tensors; in
  * exact mode both must produce the same bits. So every element goes through the same fp32
@@ -10,9 +11,12 @@
  *   SGD       g = grad + wd * p;  p -= lr * g
  *   momentum  g as above;  v = mu * v + g;  p -= lr * v       (torch.optim.SGD, momentum=mu,
  *             dampening 0, no Nesterov; PyTorch starts with v = g, which v = mu * 0 + g is)
+ *   nesterov  g and v as momentum's;  p -= lr * (g + mu * v)  (torch.optim.SGD, nesterov=True)
  *   Adam      g as above;  m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g * g;
  *             mhat = m / (1 - b1^t);  vhat = v / (1 - b2^t);  p -= lr * mhat / (sqrt(vhat) + eps)
- *             (torch.optim.Adam, amsgrad off; equal to PyTorch's formula up to rounding) */
+ *             (torch.optim.Adam, amsgrad off; equal to PyTorch's formula up to rounding)
+ *   AdamW     p *= (float)(1 - lr * wd) (the product in double, as Python computes torch's
+ *             scalar), then Adam with g = grad, no L2 term  (torch.optim.AdamW) */
 #include "tensor/tensor.h"
 #include "tensor/internal.h"
 
@@ -49,6 +53,9 @@ static const struct {
     { "momentum", TS_OPTIM_MOMENTUM, O_LR | O_MOMENTUM | O_WD, "lr, momentum, weight_decay" },
     { "adam", TS_OPTIM_ADAM, O_LR | O_BETA1 | O_BETA2 | O_EPS | O_WD,
       "lr, beta1, beta2, eps, weight_decay" },
+    { "nesterov", TS_OPTIM_NESTEROV, O_LR | O_MOMENTUM | O_WD, "lr, momentum, weight_decay" },
+    { "adamw", TS_OPTIM_ADAMW, O_LR | O_BETA1 | O_BETA2 | O_EPS | O_WD,
+      "lr, beta1, beta2, eps, weight_decay" },
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -59,8 +66,10 @@ size_t ts_optim_state_len(enum ts_optim_kind kind)
     case TS_OPTIM_SGD:
         return 0;
     case TS_OPTIM_MOMENTUM:
+    case TS_OPTIM_NESTEROV:
         return 1;
     case TS_OPTIM_ADAM:
+    case TS_OPTIM_ADAMW:
         return 2;
     }
     return 0;
@@ -128,16 +137,18 @@ ts_status ts_optim_parse(const char *spec, struct ts_optim_cfg *cfg, struct ts_e
     ts_status st;
 
     if (!spec)
-        return ts_err_set(err, TS_EINVAL, "optimizer: missing; want sgd, momentum or adam");
+        return ts_err_set(err, TS_EINVAL, "optimizer: missing; want sgd, momentum, nesterov, adam or adamw");
     colon = strchr(spec, ':');
     len = colon ? (size_t)(colon - spec) : strlen(spec);
     for (k = 0; k < NELEM(optims); k++)
         if (strlen(optims[k].name) == len && !strncmp(spec, optims[k].name, len))
             break;
     if (k == NELEM(optims))
-        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': unknown; want sgd, momentum or "
-                          "adam, optionally with :lr=0.1,...", spec);
+        return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': unknown; want sgd, momentum, "
+                          "nesterov, adam or adamw, optionally with :lr=0.1,...", spec);
     c.kind = optims[k].kind;
+    if (c.kind == TS_OPTIM_ADAMW)
+        c.weight_decay = 0.01f;   /* torch.optim.AdamW's default */
     if (colon && !colon[1])
         return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': nothing after ':'; drop it or "
                           "add options (%s)", spec, optims[k].list);
@@ -239,6 +250,35 @@ static void momentum(const struct ts_optim_cfg *c, float *restrict p, float *res
         momentum_el(p, v, grad[i], i, lr, mu);
 }
 
+static inline void nesterov_el(float *restrict p, float *restrict v, float g, size_t i,
+                               float lr, float mu)
+{
+    v[i] = mu * v[i] + g;
+    p[i] -= lr * (g + mu * v[i]);
+}
+
+TS_HOT
+static void nesterov(const struct ts_optim_cfg *c, float *restrict p, float *restrict v,
+                     const float *restrict grad, size_t n)
+{
+    const float lr = c->lr, wd = c->weight_decay, mu = c->momentum;
+    size_t i = 0;
+
+    if (wd != 0.0f) {
+        for (; i + TS_LANES <= n; i += TS_LANES)
+            for (size_t j = 0; j < TS_LANES; j++)
+                nesterov_el(p, v, grad[i + j] + wd * p[i + j], i + j, lr, mu);
+        for (; i < n; i++)
+            nesterov_el(p, v, grad[i] + wd * p[i], i, lr, mu);
+        return;
+    }
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
+            nesterov_el(p, v, grad[i + j], i + j, lr, mu);
+    for (; i < n; i++)
+        nesterov_el(p, v, grad[i], i, lr, mu);
+}
+
 /* Adam's per-step constants. */
 struct adam_k {
     float lr, b1, b2, eps, c1, c2, bc1, bc2;
@@ -256,15 +296,39 @@ static inline void adam_el(float *restrict p, float *restrict m, float *restrict
     p[i] -= k->lr * mhat / (sqrtf(vhat) + k->eps);
 }
 
+/* Bias corrections: per step, in double as PyTorch does, then rounded to float once. */
+static struct adam_k adam_k_of(const struct ts_optim_cfg *c, uint64_t step)
+{
+    return (struct adam_k){ .lr = c->lr, .b1 = c->beta1, .b2 = c->beta2, .eps = c->eps,
+                            .c1 = 1.0f - c->beta1, .c2 = 1.0f - c->beta2,
+                            .bc1 = (float)(1.0 - pow_step(c->beta1, step ? step : 1)),
+                            .bc2 = (float)(1.0 - pow_step(c->beta2, step ? step : 1)) };
+}
+
+TS_HOT
+static void adamw(const struct ts_optim_cfg *c, uint64_t step, float *restrict p,
+                  float *restrict m, float *restrict v, const float *restrict grad, size_t n)
+{
+    const struct adam_k k = adam_k_of(c, step);
+    const float decay = (float)(1.0 - (double)c->lr * (double)c->weight_decay);
+    size_t i = 0;
+
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++) {
+            p[i + j] *= decay;
+            adam_el(p, m, v, grad[i + j], i + j, &k);
+        }
+    for (; i < n; i++) {
+        p[i] *= decay;
+        adam_el(p, m, v, grad[i], i, &k);
+    }
+}
+
 TS_HOT
 static void adam(const struct ts_optim_cfg *c, uint64_t step, float *restrict p,
                  float *restrict m, float *restrict v, const float *restrict grad, size_t n)
 {
-    /* Bias corrections: per step, in double as PyTorch does, then rounded to float once. */
-    const struct adam_k k = { .lr = c->lr, .b1 = c->beta1, .b2 = c->beta2, .eps = c->eps,
-                              .c1 = 1.0f - c->beta1, .c2 = 1.0f - c->beta2,
-                              .bc1 = (float)(1.0 - pow_step(c->beta1, step ? step : 1)),
-                              .bc2 = (float)(1.0 - pow_step(c->beta2, step ? step : 1)) };
+    const struct adam_k k = adam_k_of(c, step);
     const float wd = c->weight_decay;
     size_t i = 0;
 
@@ -295,6 +359,12 @@ void ts_optim_apply_range(const struct ts_optim_cfg *cfg, uint64_t step, float *
         break;
     case TS_OPTIM_ADAM:
         adam(cfg, step, param + off, state + off, state + n + off, grad, len);
+        break;
+    case TS_OPTIM_NESTEROV:
+        nesterov(cfg, param + off, state + off, grad, len);
+        break;
+    case TS_OPTIM_ADAMW:
+        adamw(cfg, step, param + off, state + off, state + n + off, grad, len);
         break;
     }
 }

@@ -645,6 +645,36 @@ static void test_optim_adam(void **state)
     assert_memory_equal(st, want_wd_mv, sizeof(want_wd_mv));
 }
 
+/* Three steps of torch 1.13's SGD(nesterov=True) and AdamW (CPU, float32) on P0 and G, bit for
+ * bit, with and without weight decay (AdamW's default is 0.01). */
+static void test_optim_nesterov_adamw(void **state)
+{
+    static const struct {
+        const char *spec;
+        float want[3];
+    } cases[] = {
+        { "nesterov:lr=0.1,momentum=0.9", { 0x1.04a384p-1f, -0x1.53dee8p+0f, 0x1.e05db6p+0f } },
+        { "nesterov:lr=0.1,momentum=0.9,weight_decay=0.01",
+          { 0x1.02a4c8p-1f, -0x1.5150b2p+0f, 0x1.dc5268p+0f } },
+        { "adamw:lr=0.01", { 0x1.ef9e94p-2f, -0x1.3f9c64p+0f, 0x1.faa068p+0f } },
+        { "adamw:lr=0.01,weight_decay=0.1", { 0x1.ee44p-2f, -0x1.3ec06ap+0f, 0x1.f94054p+0f } },
+    };
+    float p[3], st[6];
+    struct ts_optim_cfg c;
+
+    (void)state;
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        run_optim(cases[k].spec, 3, p, st);
+        if (memcmp(p, cases[k].want, sizeof(p)))
+            fail_msg("%s: %a %a %a", cases[k].spec, (double)p[0], (double)p[1], (double)p[2]);
+    }
+    assert_int_equal(ts_optim_parse("adamw", &c, NULL), TS_OK);
+    assert_true(c.kind == TS_OPTIM_ADAMW && c.weight_decay == 0.01f);
+    assert_int_equal(ts_optim_state_len(TS_OPTIM_NESTEROV), 1);
+    assert_int_equal(ts_optim_state_len(TS_OPTIM_ADAMW), 2);
+    assert_int_equal(ts_optim_parse("nesterov:beta1=0.9", &c, NULL), TS_EINVAL);
+}
+
 static void test_optim_parse(void **state)
 {
     static const char *const bad[] = {
@@ -709,6 +739,7 @@ int main(void)
         cmocka_unit_test(test_fixed_to_f32),
         cmocka_unit_test(test_optim_sgd),
         cmocka_unit_test(test_optim_momentum),
+        cmocka_unit_test(test_optim_nesterov_adamw),
         cmocka_unit_test(test_optim_adam),
         cmocka_unit_test(test_optim_parse),
     };

@@ -80,14 +80,21 @@ SCALAR_REF static void ref_optim(const struct ts_optim_cfg *c, uint64_t step, fl
             b2t *= b2;
         }
     for (size_t i = 0; i < n; i++) {
-        float g = c->weight_decay != 0.0f ? grad[i] + c->weight_decay * p[i] : grad[i];
+        bool decoupled = c->kind == TS_OPTIM_ADAMW;
+        float g = c->weight_decay != 0.0f && !decoupled ? grad[i] + c->weight_decay * p[i]
+                                                        : grad[i];
         float *m = &st[i], *v = &st[n + i];
 
+        if (decoupled)
+            p[i] *= (float)(1.0 - (double)c->lr * (double)c->weight_decay);
         if (c->kind == TS_OPTIM_SGD) {
             p[i] -= c->lr * g;
         } else if (c->kind == TS_OPTIM_MOMENTUM) {
             *m = c->momentum * *m + g;
             p[i] -= c->lr * *m;
+        } else if (c->kind == TS_OPTIM_NESTEROV) {
+            *m = c->momentum * *m + g;
+            p[i] -= c->lr * (g + c->momentum * *m);
         } else {
             float bc1 = (float)(1.0 - b1t), bc2 = (float)(1.0 - b2t);
 
@@ -354,6 +361,8 @@ static void test_vec_optim(void **state)
         "sgd:lr=0.1", "sgd:lr=0.1,weight_decay=0.01", "momentum:lr=0.05",
         "momentum:lr=0.05,momentum=0.5,weight_decay=0.001", "adam:lr=0.001",
         "adam:lr=0.01,beta1=0.8,beta2=0.99,eps=1e-6,weight_decay=0.1",
+        "nesterov:lr=0.05,momentum=0.9,weight_decay=0.001", "adamw:lr=0.001",
+        "adamw:lr=0.01,beta1=0.8,weight_decay=0.1",
     };
     enum { MAXN = 1003 };
     static float p[MAXN], st[2 * MAXN], g[MAXN], rp[MAXN], rst[2 * MAXN];

@@ -187,6 +187,13 @@ int tessera_push(tessera *t, int id, uint64_t step, const void *grad,
  * values from the assignment of step 0 (how tessera.torch starts from the model's weights);
  * its Adam step count starts there, as torch.optim's does. docs/training.md, "Assignments". */
 int tessera_assign(tessera *t, int id, const float *values, struct tessera_error *err);
+/* From the next push on, tensor id's updates use learning rate lr (0: the job optimizer's)
+ * and, if weight_decay is 0, no weight decay (a parameter group's settings, a schedule's
+ * learning rate); id -1: every registered tensor. The values travel with each push, so the
+ * change is part of the step: every rank sets the same values before the same step (the
+ * shards refuse a step whose pushes disagree, TESSERA_EINVAL naming lr), and exact mode stays
+ * exact. lr must be finite and >= 0 (TESSERA_EINVAL). */
+int tessera_set_lr(tessera *t, int id, float lr, int weight_decay, struct tessera_error *err);
 /* The parameters of tensor id at `version` (waits for it, up to timeout_ms). */
 int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tessera_error *err);
 /* Pushes every registered tensor's gradient for `step`, then pulls every tensor at version

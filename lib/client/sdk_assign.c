@@ -1,8 +1,31 @@
-/* sdk_assign.c - tessera_assign: a tensor's next push sets its values instead of a gradient
- * (lib/ps/part.h, "Assignments"; docs/training.md, "Assignments"). The push itself goes
- * through sdk_step.c like any other (prepare_push, push_of, the exchanges and failovers), which
- * reads x->assign; this file arms it and disarms it once a push of the tensor succeeded. */
+/* sdk_assign.c - what a tensor's pushes carry besides a gradient: tessera_assign, the next
+ * push an assignment of values (lib/ps/part.h, "Assignments"; docs/training.md,
+ * "Assignments"), and tessera_set_lr, the learning rate and weight decay its updates use. The
+ * pushes themselves go through sdk_step.c like any other (prepare_push, push_of, the
+ * exchanges and failovers), which reads x->assign, x->lr and x->no_decay; this file sets them,
+ * and disarms an assignment once a push of the tensor succeeded. */
 #include "client/sdk_internal.h"
+
+#include <math.h>
+
+int tessera_set_lr(tessera *t, int id, float lr, int weight_decay, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+
+    if (id < -1 || id >= t->ntensors)
+        ts_err_set(&err, TS_EINVAL, "tensor id %d is not registered (%d tensors; -1: all)", id,
+                   t->ntensors);
+    else if (!(lr >= 0) || !isfinite(lr))
+        ts_err_set(&err, TS_EINVAL, "lr: %g; want a finite learning rate > 0 (0: the job "
+                   "optimizer's)", (double)lr);
+    if (err.code)
+        return sdk_fail(e, &err);
+    for (int i = id < 0 ? 0 : id; i < (id < 0 ? t->ntensors : id + 1); i++) {
+        t->tensors[i]->lr = lr;
+        t->tensors[i]->no_decay = !weight_decay;
+    }
+    return sdk_ok(e);
+}
 
 int tessera_assign(tessera *t, int id, const float *values, struct tessera_error *e)
 {

@@ -46,6 +46,9 @@ struct sdk_tensor {
     uint64_t local_version;       /* reduce mode: the version of value */
     uint64_t *have;               /* reduce mode, per partition: the version of its rgrad (what
                                    * a failover says to a head that seeds it, sdk_failover.c) */
+    /* tessera_set_lr: its updates' learning rate (0: the job's) and weight decay switch. */
+    float lr;
+    bool no_decay;
     /* tessera_assign: the next push of it is an assignment of these values (NULL: none). */
     bool assign;
     const float *assign_values;

@@ -78,6 +78,10 @@ static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *
         in.payload = (const char *)x->src + off * elem_bytes(t);
         in.bytes = len * elem_bytes(t);
     }
+    if (!x->assign) {
+        in.lr = x->lr;
+        in.no_decay = x->no_decay;
+    }
     return in;
 }
 
@@ -121,7 +125,8 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
                               .flags = push ? TS_PUSH_SCALE(in.scale_exp) |
                                                   (t->retrying || t->elastic ? TS_PUSH_RETRY : 0)
                                             : flags,
-                              .encoding = push ? (uint16_t)in.encoding : 0 };
+                              .encoding = push ? (uint16_t)in.encoding : 0,
+                              .lr = push ? in.lr : 0 };
     uint8_t mask[TS_PUSH_SLOTS_LEN];
     struct iovec pc[2] = { { mask, sizeof(mask) }, { (void *)in.payload, in.bytes } };
     uint8_t req[16];
@@ -130,6 +135,8 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
 
     /* Shared regions: the shard reads the gradient, or the worker the values, in place; the
      * frame carries no payload. A combined push carries its slots' mask in front of it. */
+    if (push && in.no_decay)
+        h.flags |= TS_PUSH_NO_DECAY;
     if (push && in.assign) {   /* in the frame, always (tessera_assign refused the rest) */
         h.flags |= TS_PUSH_ASSIGN;
     } else if (push && t->push_mask) {
@@ -460,11 +467,16 @@ static void finish_step(struct tessera *t, float *const *params)
             continue;
         /* The shard's own update, partition by partition, with the same code: the bits of a
          * PS-mode run. A partition whose sum overflowed is skipped, as a shard skips it. */
+        struct ts_optim_cfg cfg = t->job.optim;
+        if (x->lr > 0)
+            cfg.lr = x->lr;
+        if (x->no_decay)
+            cfg.weight_decay = 0;
         for (uint32_t p = 0; p < x->nparts; p++) {
             uint64_t off, len;
             ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
             if (!x->overflow[p])
-                ts_optim_apply_range(&t->job.optim, x->tstep + 1, x->value + off,
+                ts_optim_apply_range(&cfg, x->tstep + 1, x->value + off,
                                      x->state + slen * off, len, 0, x->rgrad + off, len);
         }
         x->local_version = x->tstep + 1;

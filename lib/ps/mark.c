@@ -60,9 +60,11 @@ static uint64_t digest(const struct ts_part *p, const struct ts_push *in)
     struct {
         uint64_t step, slots, bytes;
         uint32_t rank, encoding;
-        int32_t scale_exp, pad;
+        int32_t scale_exp, flags;
+        float lr;
+        uint32_t pad;
     } head = { in->step, in->slots, in->bytes, in->rank, in->encoding, in->scale_exp,
-               in->assign };
+               (int32_t)(in->assign | in->no_decay << 1), in->lr, 0 };
     const uint8_t *b = in->payload;
     XXH3_state_t st;
 

@@ -261,11 +261,16 @@ static float *assign_buf(struct ts_part *p)
  * pull (`rank` is the pusher in SSP and ASP, where an update is one rank's). */
 static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone)
 {
+    struct ts_optim_cfg cfg = p->job->optim;   /* this step's: its pushes' lr and decay */
     double divisor = p->job->batch * p->sync_every;
     double fdiv = ldexp(divisor, p->scale_exp);
     float inv = (float)(1.0 / divisor) * ldexpf(1.0f, -p->scale_exp);
     bool skip = p->check_finite && !p->job->exact && !part_sums_finite(p);
 
+    if (p->lr > 0)
+        cfg.lr = p->lr;
+    if (p->no_decay)
+        cfg.weight_decay = 0;
     if (p->job->exact && p->acc_form != TS_ACC_I64 && !last)
         part_to_i64(p);
     for (uint64_t off = 0; !skip && off < p->len; off += APPLY_BLOCK) {
@@ -275,7 +280,7 @@ static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone
         if (p->job->mode == TS_MODE_REDUCE)
             memcpy(p->value + off, p->grad, n * sizeof(float));
         else
-            ts_optim_apply_range(&p->job->optim, (uint64_t)((int64_t)p->version + 1 +
+            ts_optim_apply_range(&cfg, (uint64_t)((int64_t)p->version + 1 +
                                                             p->t_shift),
                                  p->value, p->state, p->len,
                                  off, p->grad, n);
@@ -401,6 +406,9 @@ static ts_status check_form(const struct ts_part *p, const struct ts_push *in,
                           p->job->workers);
     if (in->assign)
         return check_assign_form(p, in, err);
+    if (!(in->lr >= 0 && in->lr <= 3.4e38f))
+        return ts_err_set(err, TS_EINVAL, "lr: %g; a push's learning rate is a finite float > 0 "
+                          "(0: the job's optimizer's)", (double)in->lr);
     if (in->scale_exp < -126 || in->scale_exp > 127)
         return ts_err_set(err, TS_EINVAL, "loss scale: 2^%d is outside 2^-126..2^127",
                           in->scale_exp);
@@ -467,6 +475,12 @@ static ts_status check_step(const struct ts_part *p, const struct ts_push *in,
                           " of tensor %u partition %u, which rank %u's assignment gave "
                           "already (one rank gives the values, the others none)", in->rank,
                           in->step, p->tensor_id, p->index, p->assign_from - 1);
+    if (p->npushed && !p->assigning && (in->lr != p->lr || in->no_decay != p->no_decay))
+        return ts_err_set(err, TS_EINVAL, "lr: rank %u pushed step %" PRIu64 " with lr %g%s, "
+                          "others with %g%s: a step's pushes need the same learning rate and "
+                          "decay", in->rank, in->step, (double)in->lr,
+                          in->no_decay ? ", no decay" : "", (double)p->lr,
+                          p->no_decay ? ", no decay" : "");
     if (p->npushed && in->scale_exp != p->scale_exp)
         return ts_err_set(err, TS_EINVAL, "loss scale: rank %u pushed step %" PRIu64 " scaled by "
                           "2^%d, the others by 2^%d (every rank must use the same scale)",
@@ -564,6 +578,8 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
     if (!st) {
         p->check_finite |= in->encoding != TS_ENC_RAW || in->scale_exp != 0;
         p->scale_exp = in->scale_exp;
+        p->lr = in->lr;
+        p->no_decay = in->no_decay;
         count_slots(p, in);
         part_mark_set(p, in);
         if (async_mode(p->job))

@@ -136,6 +136,11 @@ struct ts_push {
      * assignments or all gradients; at most one push of it carries values. No slots, no loss
      * scale, no sync period; BSP only (TS_ENOTSUP names the mode). */
     bool assign;
+    /* The update's learning rate (0: the job optimizer's) and whether weight decay is off for
+     * it: a trainer's schedule and parameter groups. Positive and finite; every push of a BSP
+     * step must agree (the step's update is one); SSP and ASP take each push's. */
+    float lr;
+    bool no_decay;
 };
 /* The slots a push counts as: its mask, or its rank alone. */
 static inline uint32_t ts_push_nslots(const struct ts_push *in)

@@ -42,6 +42,10 @@ struct ts_part {
      * holds (0: none yet), in the accumulator's memory as len floats. */
     bool assigning;
     uint32_t assign_from;
+    /* The step's learning rate (0: the job's) and weight decay switch (ts_push.lr, no_decay),
+     * set by its first push. */
+    float lr;
+    bool no_decay;
     /* Added to Adam's update count: -1 for a tensor initialised "assigned", whose first
      * update makes version 2 (ts_init_assigned); 0 otherwise. Fixed at creation. */
     int t_shift;

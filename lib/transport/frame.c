@@ -26,7 +26,8 @@
 #define XXH_STATIC_LINKING_ONLY     /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-/* Byte offsets of the header fields; 36 and 56 are reserved and must be zero. */
+/* Byte offsets of the header fields; the unused bits of 36 must be zero, and 56 outside a
+ * PUSH. */
 enum {
     OFF_MAGIC = 0,      /* u32 "TSF1" */
     OFF_VERSION = 4,    /* u16 */
@@ -41,12 +42,28 @@ enum {
     OFF_FFLAGS = 36,    /* u32 frame flags: FF_UNHASHED; other bits zero */
     OFF_LEN = 40,       /* u64 payload bytes */
     OFF_CHECKSUM = 48,  /* u64 XXH3-64 of the payload */
-    OFF_RSVD2 = 56,     /* u32, zero */
+    OFF_LR = 56,        /* f32 bits: a PUSH's learning rate (0: the job's); else zero */
     OFF_HCHECK = 60,    /* u32 low half of XXH3-64 of bytes [0, 60) */
 };
 
 #define FF_UNHASHED 0x1u   /* no payload hash: host-local connections, or MAC'd frames */
 #define FF_MAC 0x2u        /* a TS_FRAME_MAC_LEN-byte MAC follows the header (mac.h) */
+
+static uint32_t lr_bits(float lr)
+{
+    uint32_t u;
+
+    memcpy(&u, &lr, sizeof(u));
+    return u;
+}
+
+static float lr_float(uint32_t u)
+{
+    float lr;
+
+    memcpy(&lr, &u, sizeof(lr));
+    return lr;
+}
 
 /* The payload of a frame arrives right behind its header; waiting longer than this for its
  * first byte means the sender stopped mid-frame. */
@@ -118,6 +135,7 @@ void ts_frame_encode(const struct ts_frame_hdr *h, uint8_t out[TS_FRAME_HDR_LEN]
     put32(out + OFF_FFLAGS, (h->unhashed ? FF_UNHASHED : 0) | (h->mac ? FF_MAC : 0));
     put64(out + OFF_LEN, h->len);
     put64(out + OFF_CHECKSUM, h->checksum);
+    put32(out + OFF_LR, h->type == TS_FRAME_PUSH ? lr_bits(h->lr) : 0);
     put32(out + OFF_HCHECK, header_check(out));
 }
 
@@ -144,9 +162,9 @@ ts_status ts_frame_decode(const uint8_t in[TS_FRAME_HDR_LEN], struct ts_frame_hd
     if (type == 0 || type > TS_FRAME_TYPE_MAX)
         return ts_err_set(err, TS_ECORRUPT, "frame: type %u unknown (want 1..%d)", type,
                           TS_FRAME_TYPE_MAX);
-    if ((ff & ~(FF_UNHASHED | FF_MAC)) || get32(in + OFF_RSVD2))
-        return ts_err_set(err, TS_ECORRUPT, "frame: reserved header bits (offsets 36, 56) "
-                          "are not zero");
+    if ((ff & ~(FF_UNHASHED | FF_MAC)) || (type != TS_FRAME_PUSH && get32(in + OFF_LR)))
+        return ts_err_set(err, TS_ECORRUPT, "frame: reserved header bits (offset 36, or 56 "
+                          "outside a push) are not zero");
     if ((ff & FF_UNHASHED) && get64(in + OFF_CHECKSUM))
         return ts_err_set(err, TS_ECORRUPT, "frame: unhashed frame with a checksum");
     if (len > TS_FRAME_MAX)
@@ -164,6 +182,7 @@ ts_status ts_frame_decode(const uint8_t in[TS_FRAME_HDR_LEN], struct ts_frame_hd
     h->checksum = get64(in + OFF_CHECKSUM);
     h->unhashed = (ff & FF_UNHASHED) != 0;
     h->mac = (ff & FF_MAC) != 0;
+    h->lr = lr_float(get32(in + OFF_LR));
     return TS_OK;
 }
 

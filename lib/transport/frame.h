@@ -106,6 +106,8 @@ enum ts_frame_type {
                                  * it sums (bit k: slot k; `rank` is the lowest), and the
                                  * gradient follows; never with TS_PUSH_REGION */
 #define TS_PUSH_SLOTS_LEN 8     /* the mask's bytes */
+#define TS_PUSH_NO_DECAY 0x2000u /* no weight decay for the partition this step (a torch param
+                                 * group with weight_decay 0) */
 #define TS_PUSH_ASSIGN 0x1000u  /* an assignment (lib/ps/part.h, ts_push.assign): the payload is
                                  * the partition's new float32 values, or none (this rank takes
                                  * part without values); never with TS_PUSH_REGION or SLOTS */
@@ -138,6 +140,8 @@ struct ts_frame_hdr {
     uint64_t checksum;      /* set by ts_frame_send, checked by ts_frame_recv */
     bool unhashed;          /* set by ts_frame_send: no payload hash (checksum 0) */
     bool mac;               /* set by ts_frame_send: a MAC follows the header (mac.h) */
+    float lr;               /* PUSH: the step's learning rate for the partition (0: the job's);
+                             * not checked here (lib/ps does); 0 in any other frame */
 };
 
 /* Encodes h (len and checksum computed from payload) and sends header + payload with one

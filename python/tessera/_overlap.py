@@ -84,7 +84,7 @@ class _Comm:
 class Overlap:
     """The overlap half of tessera.torch.ParameterServer (which provides client, params, ids,
     version, exact, _fixed, _acc, _pending, _grad_bufs, _views, _invalid, _grad_array, _share,
-    _dummy, _bufs, _buf_ids, _arm_buffers and _outs)."""
+    _dummy, _bufs, _buf_ids, _arm_buffers, _outs, _updated and _lr_changes)."""
 
     def _start_overlap(self, how, bucket_bytes):
         if how is True:
@@ -188,15 +188,18 @@ class Overlap:
             self._pending = True   # the sums now hold this step's whole gradient
         idx = sorted(self._buckets[b], key=lambda i: self.ids[i])
         grads = [self._grad_array(i, local_batch) for i in idx]
-        frozen = [self.ids[i] for i in idx if not self.params[i].requires_grad]
+        frozen = [self.ids[i] for i in idx if not self._updated(i)]
+        lrs = self._lr_changes(idx)
         step, params = self.version, self._params_out()
 
         def job(send):
             out = []
             for i in frozen:   # pushed as assignments without values: they stay as they are
                 self.client.assign(i)
+            for change in lrs:
+                self.client.set_lr(*change)
             for i, g in zip(idx, grads):
-                if not self.params[i].requires_grad:
+                if not self._updated(i):
                     out.append(self._dummy(self.params[i].numel()))
                 elif not use_acc:
                     out.append(g)

@@ -660,6 +660,11 @@ static PyMethodDef client_methods[] = {
       "convention), the others with None; None everywhere keeps the values as they\nwere. The "
       "step's grads[id] is not read. bsp only (UNIMPLEMENTED otherwise).\nvalues is held, and "
       "must not change, until that push returns." },
+    { "set_lr", KW client_set_lr, METH_VARARGS | METH_KEYWORDS,
+      "set_lr(id, lr, weight_decay=True)\n\nFrom the next push on, tensor id's updates (id "
+      "None: every tensor's) use\nlearning rate lr (0: the job optimizer's) and weight decay "
+      "only if weight_decay.\nThe values travel with each push: every rank sets the same "
+      "before the same step." },
     { "push_some", KW client_push_some, METH_VARARGS | METH_KEYWORDS,
       "push_some(step, ids, grads, params=None)\n\nPushes grads[k] as tensor ids[k]'s "
       "gradient for `step` (ids ascending), one\nexchange; params (one array per tensor, by "

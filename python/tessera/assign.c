@@ -1,8 +1,9 @@
-/* assign.c - Client.assign: tessera_assign, a tensor's next push an assignment of values
- * (docs/python.md, "Assignments"). The SDK reads the values when that push goes out, so the
- * binding holds their buffer (self->assigned[id]) from assign() until a push of the tensor
- * succeeded (assigned_release, called by push, step and the *_some methods), until it is armed
- * again, or until the client closes. */
+/* assign.c - what a push carries besides a gradient: Client.assign (tessera_assign, a tensor's
+ * next push an assignment of values) and Client.set_lr (tessera_set_lr, the learning rate and
+ * weight decay of its updates); docs/python.md. The SDK reads assigned values when that push
+ * goes out, so the binding holds their buffer (self->assigned[id]) from assign() until a push
+ * of the tensor succeeded (assigned_release, called by push, step and the *_some methods),
+ * until it is armed again, or until the client closes. */
 #include "client.h"
 
 void assigned_release(struct client *self, const int *ids, Py_ssize_t n)
@@ -35,5 +36,22 @@ PyObject *client_assign(struct client *self, PyObject *args, PyObject *kw)
     }
     arr_put(&self->assigned[id]);
     self->assigned[id] = v;
+    Py_RETURN_NONE;
+}
+
+PyObject *client_set_lr(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "id", "lr", "weight_decay", NULL };
+    PyObject *oid;
+    double lr;
+    int decay = 1, id = -1, rc;
+    struct tessera_error e = { 0 };
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Od|p:set_lr", kwlist, &oid, &lr, &decay) ||
+        open_or_raise(self) || (oid != Py_None && get_id(self, oid, "id", &id)))
+        return NULL;
+    SDK_CALL(self, rc, &e, tessera_set_lr(self->t, id, (float)lr, decay, &e));
+    if (rc)
+        return raise_sdk(&e);
     Py_RETURN_NONE;
 }

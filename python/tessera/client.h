@@ -74,6 +74,7 @@ PyObject *client_step_some(struct client *self, PyObject *args, PyObject *kw);
  * them) were pushed. */
 PyObject *client_assign(struct client *self, PyObject *args, PyObject *kw);
 void assigned_release(struct client *self, const int *ids, Py_ssize_t n);
+PyObject *client_set_lr(struct client *self, PyObject *args, PyObject *kw);
 
 /* work.c: the methods. */
 PyObject *client_claim_work(struct client *self, PyObject *args, PyObject *kw);

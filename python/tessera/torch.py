@@ -87,7 +87,7 @@ import tessera
 from tessera._overlap import DEFAULT_BUCKET_BYTES, DEFAULT_OVERLAP, Overlap
 
 __all__ = ["attach", "initialize", "params_sha256", "default_init", "ParameterServer",
-           "DEFAULT_OVERLAP", "DEFAULT_BUCKET_BYTES"]
+           "Optimizer", "DEFAULT_OVERLAP", "DEFAULT_BUCKET_BYTES"]
 
 #: Integer buffers travel as float32: exact up to this magnitude.
 INT_BUFFER_MAX = 1 << 24
@@ -198,6 +198,39 @@ class _RoutedLoad:
                         "torch.save(ps.state_dict()), or pickle it after ps.close()")
 
 
+def _optimizer_defaults(spec):
+    """{"lr", "weight_decay"} of an optimizer spec ("adamw:lr=0.001,..."), with
+    lib/tensor/optim.c's defaults (lr 0.01; weight decay 0, adamw's 0.01)."""
+    kind, _, opts = (spec or "momentum").partition(":")
+    out = {"lr": 0.01, "weight_decay": 0.01 if kind == "adamw" else 0.0}
+    for o in filter(None, opts.split(",")):
+        k, _, v = o.partition("=")
+        if k in out:
+            out[k] = float(v)
+    return out
+
+
+class Optimizer(torch.optim.Optimizer):
+    """ps.optimizer: the job's optimizer as torch sees one, for torch.optim.lr_scheduler and
+    code that calls optimizer.step() / zero_grad(). Its param_groups hold "lr" and
+    "weight_decay" per group; each step sends every parameter's group lr with its pushes
+    (tessera_set_lr), so a scheduler's change is part of the next step, on every rank. The
+    update itself is the shards' (attach's ``optimizer``); a group's weight_decay is the
+    optimizer's or 0. step() is ps.step() (a closure is called first, as torch's are)."""
+
+    def __init__(self, ps, groups, defaults):
+        self._ps = ps
+        super().__init__(groups, defaults)
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._ps.step()
+        return loss
+
+
 def _buffers_of(module):
     """The buffers broadcast_buffers keeps equal: every non-None buffer, float32 or integer;
     another float type is refused by name."""
@@ -223,7 +256,8 @@ class ParameterServer(Overlap):
 
     def __init__(self, module, client, seed=0, init=None, partition_bytes=0, buffers=False,
                  overlap=False, bucket_bytes=None, rank=0, workers=1, batch=None,
-                 broadcast_buffers=True, loss_reduction="mean", micro_batch=None):
+                 broadcast_buffers=True, loss_reduction="mean", micro_batch=None,
+                 param_groups=None, optimizer="momentum"):
         self.module = module
         self._comm = None       # overlap: the thread that makes the SDK calls (_Comm)
         self.client = client
@@ -247,6 +281,13 @@ class ParameterServer(Overlap):
             initialize(module, seed, init)
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
+        defaults = _optimizer_defaults(optimizer)
+        self._job_decay = defaults["weight_decay"]
+        #: The job's optimizer as torch sees one (Optimizer): param_groups, lr schedulers.
+        self.optimizer = Optimizer(self, self.params if param_groups is None else param_groups,
+                                   defaults)
+        self._group_of = {id(p): g for g in self.optimizer.param_groups for p in g["params"]}
+        self._lr_sent = {}      # tensor id -> (lr, weight decay on) its pushes carry
         self._bufs = _buffers_of(module) if broadcast_buffers else []
         self.ids = []
         for name, t in named + [(b.name, b.tensor) for b in self._bufs]:
@@ -356,11 +397,35 @@ class ParameterServer(Overlap):
         """(parameters, gradients): whether each goes through the SDK's buffers."""
         return (self._views is not None, self._grad_bufs)
 
+    def _updated(self, i):
+        """Whether the step updates parameter i: it requires grad and is in one of the
+        optimizer's param groups (torch leaves the others alone)."""
+        p = self.params[i]
+        return p.requires_grad and id(p) in self._group_of
+
     @property
     def frozen(self):
-        """The names of the parameters the next step leaves as they are (requires_grad
-        False)."""
-        return [n for n, p in zip(self.names, self.params) if not p.requires_grad]
+        """The names of the parameters the next step leaves as they are (requires_grad False,
+        or in no param group)."""
+        return [n for i, n in enumerate(self.names) if not self._updated(i)]
+
+    def _lr_changes(self, idx):
+        """(tensor id, lr, weight decay on) for the parameters idx whose group's settings
+        differ from what their pushes carry (and now notes them as carried)."""
+        out = []
+        for i in idx:
+            g = self._group_of.get(id(self.params[i]))
+            if g is None:
+                continue
+            wd = float(g.get("weight_decay", self._job_decay))
+            if wd not in (0.0, self._job_decay):
+                raise _invalid("param_groups: weight_decay %r; a group takes the optimizer's "
+                               "(%r) or 0" % (wd, self._job_decay))
+            want = (float(g["lr"]), wd != 0.0)
+            if self._lr_sent.get(self.ids[i]) != want:
+                self._lr_sent[self.ids[i]] = want
+                out.append((self.ids[i],) + want)
+        return out
 
     def _share(self, local_batch, micro=False):
         """What this rank's gradient is multiplied by before it is pushed: local_batch if
@@ -477,9 +542,11 @@ class ParameterServer(Overlap):
             grads = self._grads(self._share(local_batch))
         grads = list(grads)
         for i, p in enumerate(self.params):
-            if not p.requires_grad:
+            if not self._updated(i):
                 self.client.assign(self.ids[i])
                 grads[i] = self._dummy(p.numel())
+        for change in self._lr_changes(range(len(self.params))):
+            self.client.set_lr(*change)
         self._arm_buffers()
         grads += [self._dummy(b.tensor.numel()) for b in self._bufs]
         try:
@@ -639,7 +706,7 @@ class ParameterServer(Overlap):
 def attach(module, master="local", job="default", rank=0, workers=1, optimizer="momentum",
            batch=None, exact=False, seed=0, init=None, partition_bytes=0, buffers=False,
            overlap=False, bucket_bytes=None, broadcast_buffers=True, loss_reduction="mean",
-           **options):
+           param_groups=None, **options):
     """Connects to a cluster (tessera.Client(master, job, rank, workers, exact, optimizer,
     batch, **options): mode, compress, sync_every, loss_scale, transport, timeout_ms,
     micro_batch, ...), registers every parameter of ``module`` (named_parameters() order) and,
@@ -648,8 +715,11 @@ def attach(module, master="local", job="default", rank=0, workers=1, optimizer="
     SDK's zero-copy buffers (module doc, "Zero copy"); False: copies. ``overlap``: push during
     backward and pull during forward, in buckets of ``bucket_bytes`` (None:
     DEFAULT_BUCKET_BYTES). ``loss_reduction``: "mean" or "sum", what the loss behind p.grad
-    is over this rank's samples. Returns the ParameterServer. Collective: every rank attaches
-    the same model the same way (rank 0's values win)."""
+    is over this rank's samples. ``param_groups``: torch's list of {"params": [...], "lr",
+    "weight_decay"} (None: every parameter in one group of the optimizer's settings);
+    parameters in no group are not updated; ``ps.optimizer`` holds them for lr schedulers.
+    Returns the ParameterServer. Collective: every rank attaches the same model the same way
+    (rank 0's values win)."""
     client = tessera.Client(master=master, job=job, rank=rank, workers=workers, exact=exact,
                             optimizer=optimizer, batch=batch, **options)
     try:
@@ -659,7 +729,8 @@ def attach(module, master="local", job="default", rank=0, workers=1, optimizer="
                                workers=workers, batch=batch,
                                broadcast_buffers=broadcast_buffers,
                                loss_reduction=loss_reduction,
-                               micro_batch=options.get("micro_batch"))
+                               micro_batch=options.get("micro_batch"),
+                               param_groups=param_groups, optimizer=optimizer)
     except BaseException:
         client.close()
         raise

@@ -188,7 +188,8 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
                           .bytes = h->len, .retry = (h->flags & TS_PUSH_RETRY) != 0,
                           .gen = dc->gen, .member = dc->member,
                           .payload_sum = h->unhashed ? 0 : h->checksum,
-                          .assign = (h->flags & TS_PUSH_ASSIGN) != 0 };
+                          .assign = (h->flags & TS_PUSH_ASSIGN) != 0, .lr = h->lr,
+                          .no_decay = (h->flags & TS_PUSH_NO_DECAY) != 0 };
     int64_t t0 = ts_now_ns();
     bool applied = false;
     ts_status st;

@@ -160,6 +160,38 @@ class Local(unittest.TestCase):
             with self.assertRaisesRegex(tessera.InvalidArgument, "micro_batch"):
                 ps.accumulate()
 
+    def test_adamw_scheduler_and_groups_match_torch(self):
+        """AdamW with a StepLR schedule and two param groups (the biases without weight
+        decay, the last layer at a tenth of the lr), through ps.optimizer, against
+        torch.optim.AdamW on one process: equal within float rounding; a parameter in no group
+        is not updated, as torch would leave it."""
+        def groups(m):
+            return [{"params": [m.conv.weight, m.fc.weight], "lr": 0.01},
+                    {"params": [m.fc.bias], "lr": 0.001, "weight_decay": 0.0}]
+        m, ref = net(), net()
+        opt = torch.optim.AdamW(groups(ref), lr=0.01, weight_decay=0.05)
+        sch = torch.optim.lr_scheduler.StepLR(opt, 3, gamma=0.5)
+        untouched = m.conv.bias.detach().clone()
+        with tessera.torch.attach(m, batch=4, optimizer="adamw:lr=0.01,weight_decay=0.05",
+                                  param_groups=groups(m)) as ps:
+            psch = torch.optim.lr_scheduler.StepLR(ps.optimizer, 3, gamma=0.5)
+            self.assertEqual(ps.frozen, ["conv.bias", "bn.weight", "bn.bias"])
+            for s in range(8):
+                x, y = batch(s, 0)
+                for mod, o, sc in ((m, ps.optimizer, psch), (ref, opt, sch)):
+                    o.zero_grad()
+                    F.cross_entropy(mod(x), y).backward()
+                    o.step()
+                    sc.step()
+            self.assertEqual(ps.optimizer.param_groups[0]["lr"], 0.0025)
+            self.assertTrue(torch.equal(m.conv.bias, untouched))
+            for name in ("conv.weight", "fc.weight", "fc.bias"):
+                torch.testing.assert_close(m.get_parameter(name), ref.get_parameter(name),
+                                           rtol=1e-5, atol=1e-6, msg=name)
+            ps.optimizer.param_groups[1]["weight_decay"] = 0.3
+            with self.assertRaisesRegex(tessera.InvalidArgument, "weight_decay"):
+                ps.step()
+
     def test_not_picklable_while_attached(self):
         m = net()
         with tessera.torch.attach(m, batch=4):
@@ -282,9 +314,11 @@ class ExactFingerprint(unittest.TestCase):
         for c, _ in cls.clusters:
             c.stop()
 
-    def train(self, master, job, workers, steps=None, start=None):
+    def train(self, master, job, workers, steps=None, start=None,
+              optimizer="sgd:lr=0.1", schedule=False):
         """Exact training of net(0) (or start: a state dict) from step 0 (or start's), mean
-        losses over micro-batches; rank 0's state_dict at the end."""
+        losses over micro-batches (schedule: lr halved every 2 steps, through StepLR);
+        rank 0's state_dict and params_sha256 at the end."""
         steps = steps if steps is not None else self.STEPS
 
         def rank(r):
@@ -293,8 +327,9 @@ class ExactFingerprint(unittest.TestCase):
                 m.load_state_dict(start["model"])
             ps = tessera.torch.attach(m, master=master, job=job, rank=r, workers=workers,
                                       batch=self.MICRO * self.PER_STEP, exact=True,
-                                      optimizer="sgd:lr=0.1", micro_batch=self.MICRO,
+                                      optimizer=optimizer, micro_batch=self.MICRO,
                                       timeout_ms=30000)
+            sch = torch.optim.lr_scheduler.StepLR(ps.optimizer, 2, 0.5) if schedule else None
             with ps:
                 first = start["tessera"]["version"] if start else ps.version
                 for v in range(first, first + steps):
@@ -303,7 +338,9 @@ class ExactFingerprint(unittest.TestCase):
                         m.zero_grad()
                         F.cross_entropy(m(x), y).backward()
                         ps.accumulate()
-                    ps.step()
+                    ps.optimizer.step()
+                    if sch:
+                        sch.step()
                 return ps.state_dict(), ps.params_sha256()
         return on_ranks(workers, rank)[0]
 
@@ -324,6 +361,13 @@ class ExactFingerprint(unittest.TestCase):
         self.assertEqual(back["tessera"]["version"], 4)
         _, resumed = self.train(addr, "resumed", 2, steps=3, start=back)
         self.assertEqual(resumed, want)
+
+    def test_schedule_is_exact(self):
+        """AdamW under a StepLR schedule: the learning rate travels with the pushes, so 2
+        workers on 3 shards end on the in-process bits."""
+        opts = dict(optimizer="adamw:lr=0.01", schedule=True)
+        want = self.train("local", "s", 1, **opts)[1]
+        self.assertEqual(self.train(self.clusters[1][1], "s2", 2, **opts)[1], want)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ static void assert_hdr_equal(const struct ts_frame_hdr *a, const struct ts_frame
     assert_true(a->len == b->len);
     assert_true(a->checksum == b->checksum);
     assert_true(a->unhashed == b->unhashed);
+    assert_memory_equal(&a->lr, &b->lr, sizeof(a->lr));
 }
 
 /* ---- the pure encoder and decoder ---- */
@@ -63,13 +64,14 @@ static void t_round_trip(void **state)
     /* Every field at its largest value, then distinct bytes in every field. */
     in[1] = (struct ts_frame_hdr){ TS_FRAME_TYPE_MAX, UINT32_MAX, UINT32_MAX, UINT64_MAX,
                                    UINT16_MAX, UINT16_MAX, UINT32_MAX, UINT32_MAX, TS_FRAME_MAX,
-                                   UINT64_MAX, false, false };
+                                   UINT64_MAX, false, false, 0 };
     in[2] = (struct ts_frame_hdr){ TS_FRAME_ERROR, 0x01020304, 0x05060708,
                                    0x090a0b0c0d0e0f10ull, 0x1112, 0x1314, 0x15161718,
                                    0x191a1b1c, 0x1d1e1f, 0x2122232425262728ull, false,
-                                   false };
+                                   false, 0 };
     in[3].unhashed = true;                       /* a host-local frame: no hash */
     in[3].checksum = 0;
+    in[0].lr = 0x1.2345p-7f;                     /* a push's learning rate */
     for (int i = 0; i < 4; i++) {
         memset(&out, 0xee, sizeof(out));
         ts_frame_encode(&in[i], b);
@@ -83,7 +85,7 @@ static void t_golden_layout(void **state)
 {
     struct ts_frame_hdr h = { TS_FRAME_ERROR, 0x01020304, 0x05060708, 0x090a0b0c0d0e0f10ull,
                               0x1112, 0x1314, 0x15161718, 0x191a1b1c, 0x1d1e1f,
-                              0x2122232425262728ull, false, false };
+                              0x2122232425262728ull, false, false, 0 };
     static const uint8_t want[60] = {
         'T', 'S', 'F', '1', 1, 0, 6, 0,                       /* magic, version, type */
         0x04, 0x03, 0x02, 0x01, 0x08, 0x07, 0x06, 0x05,       /* tensor, partition */
@@ -92,7 +94,7 @@ static void t_golden_layout(void **state)
         0x1c, 0x1b, 0x1a, 0x19, 0, 0, 0, 0,                   /* flags, frame flags */
         0x1f, 0x1e, 0x1d, 0, 0, 0, 0, 0,                      /* len */
         0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,       /* checksum */
-        0, 0, 0, 0,                                           /* reserved */
+        0, 0, 0, 0,                                           /* lr: not a push */
     };
     uint8_t b[TS_FRAME_HDR_LEN];
     uint32_t check;
@@ -175,6 +177,12 @@ static void t_field_messages(void **state)
     b[36] = 4;                                   /* bits 0, 1: UNHASHED, MAC; the rest reserved */
     reseal(b);
     expect_refused(b, "reserved");
+    h.type = TS_FRAME_PULL;                      /* a learning rate outside a push */
+    ts_frame_encode(&h, b);
+    b[56] = 1;
+    reseal(b);
+    expect_refused(b, "outside a push");
+    h = sample();
     ts_frame_encode(&h, b);
     b[36] = 1;                                   /* unhashed, yet a checksum */
     reseal(b);

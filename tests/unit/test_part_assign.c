@@ -1,7 +1,7 @@
-/* test_part_assign.c - lib/ps assignments (part.h, "Assignments"): a step whose pushes set the
- * values instead of a gradient; an "assigned" tensor's Adam counts from its assignment, as
- * torch.optim does from the model's weights; what is refused, and that a refusal changes
- * nothing. */
+/* test_part_assign.c - what a push carries besides a gradient (lib/ps/part.h): assignments, a
+ * step whose pushes set the values instead of a gradient (an "assigned" tensor's Adam counts
+ * from its assignment, as torch.optim does from the model's weights), and the step's learning
+ * rate and weight decay switch; what is refused, and that a refusal changes nothing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -200,6 +200,54 @@ static void bad_assignments_change_nothing(void **state)
     ts_part_free(q);
 }
 
+/* A push's learning rate and weight decay switch make the step's update: the bits of the
+ * optimizer with that lr and no decay; ranks that disagree are refused by name. */
+static void push_lr_and_decay(void **state)
+{
+    struct ts_job j = job(2, false, "adamw:lr=0.01,weight_decay=0.1", "bsp");
+    struct ts_part *p = mk(&j, "assigned");
+    static float v[N], g[N], want[N], st[2 * N], got[N];
+    struct ts_push in = { .step = 1, .encoding = TS_ENC_RAW, .payload = g, .bytes = sizeof(g),
+                          .lr = 0.003f, .no_decay = true };
+    struct ts_optim_cfg cfg = j.optim;
+    struct ts_err e = { 0 };
+    bool applied;
+    (void)state;
+    given(v, 1.5f);
+    given(g, -0.125f);
+    assert_int_equal(assign(p, 0, 0, v, &applied, NULL), TS_OK);
+    assert_int_equal(assign(p, 1, 0, NULL, &applied, NULL), TS_OK);
+    in.rank = 0;
+    assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
+    in.rank = 1;
+    in.lr = 0.004f;
+    assert_int_equal(ts_part_push(p, &in, &applied, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "need the same learning rate"));
+    in.lr = 0.003f;
+    in.no_decay = false;
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_part_push(p, &in, &applied, &e), TS_EINVAL);
+    in.no_decay = true;
+    in.lr = -1;
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_part_push(p, &in, &applied, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "finite float > 0"));
+    in.lr = 0.003f;
+    assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
+    assert_true(applied);
+    /* The sum of two pushes of g over batch 1 is 2g: what the optimizer gets. */
+    for (int i = 0; i < N; i++)
+        g[i] = g[i] + g[i];
+    memcpy(want, v, sizeof(v));
+    memset(st, 0, sizeof(st));
+    cfg.lr = 0.003f;
+    cfg.weight_decay = 0;
+    ts_optim_apply(&cfg, 1, want, st, g, N);
+    values_of(p, 2, got);
+    assert_memory_equal(got, want, sizeof(want));
+    ts_part_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -207,6 +255,7 @@ int main(void)
         cmocka_unit_test(adam_counts_from_the_assignment),
         cmocka_unit_test(no_values_keeps_everything),
         cmocka_unit_test(bad_assignments_change_nothing),
+        cmocka_unit_test(push_lr_and_decay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

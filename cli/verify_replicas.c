@@ -224,7 +224,7 @@ int cmd_verify_replicas(int argc, char **argv)
         st = ts_cluster_call(cl, map->shards[i]->id, "/tessera.v1.Shard/PartitionDigests",
                              &req.base, &no_epoch,
                              &tessera__v1__partition_digests_response__descriptor,
-                             (ProtobufCMessage **)&got[i], &err);
+                             (ProtobufCMessage **)&got[i], 0, &err);
         if (st == TS_ENOTFOUND) {   /* a shard that holds none of the job */
             st = TS_OK;
             memset(&err, 0, sizeof(err));

@@ -73,7 +73,7 @@ struct tessera_options {
     double batch;            /* the global batch: the summed gradient is divided by it */
     const char *transport;   /* NULL: the best the shard and this host share; "tcp", "shm" */
     int timeout_ms;          /* one push or pull (a pull waits for the slowest worker);
-                              * 0: 120000 */
+                              * 0: $TESSERA_TIMEOUT_MS, else 120000 */
     uint64_t data_seed;      /* the data schedule's seed and micro-batch size: recorded in */
     unsigned micro_batch;    /* snapshots, checked on restore (0: not recorded) */
     /* Modes, compression and sync periods (docs/modes.md). NULL or 0 keeps the default. */
@@ -110,6 +110,9 @@ struct tessera_options {
                               * "bf16", "int8", "topk:RATIO", or a list as for compress. Not
                               * in exact mode, reduce mode or elastic jobs; over tcp only
                               * (shared-memory pulls go in full) */
+    int call_timeout_ms;     /* a control call to the master or a shard (registering, status);
+                              * a tensor's registration gets this plus 8 s per GiB of the
+                              * tensor. 0: $TESSERA_CALL_TIMEOUT_MS, else 5000 */
     int dynamic;             /* the data comes from the master's queue (tessera_claim_work;
                               * docs/scheduler.md, "Dynamic assignment"): asp or ssp. In ssp
                               * the queue bounds staleness over its units and the shards run
@@ -146,6 +149,14 @@ int tessera_connect(const struct tessera_options *o, tessera **out, struct tesse
  * the final params_sha256 (64 hex digits; NULL or "" if not computed), or failed 1 with a
  * reason. A job fails when one worker fails; without this call a worker leaves finished. */
 void tessera_set_result(tessera *t, int failed, const char *fingerprint_or_reason);
+/* While a call waits for a shard's reply (a step waiting for the slowest rank), check(arg) is
+ * called every 200 ms in the waiting thread; a nonzero answer ends the call with
+ * TESSERA_ECANCELLED (the Python binding checks for Ctrl-C this way). Replies are then still
+ * in flight, so every later push, pull or step fails with TESSERA_ECANCELLED too: close the
+ * handle. A wait of more than 5 s logs, every 15 s, which ranks the step waits for (as the
+ * master's status knows them). check NULL: none. Not for the two-thread exchange of links
+ * that leave the host (its waits run in threads of the SDK's own). */
+int tessera_set_interrupt(tessera *t, int (*check)(void *arg), void *arg);
 void tessera_close(tessera *t);
 
 /* Registers a float32 tensor (idempotent: every rank registers the same tensors in the same

@@ -157,14 +157,28 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
     mc.restarts = o->restarts;
     mc.start_workers = o->start_workers;
     mc.balance = o->balance != 0;
-    if ((st = ts_master_open(o->master, &t->master, err)) ||
-        (st = ts_membership_start(t->master, &mc, 10000, &t->ms, err)) ||
+    if ((st = ts_master_open(o->master, &t->master, err)))
+        return st;
+    ts_master_set_call_ms(t->master, o->call_timeout_ms);
+    if ((st = ts_membership_start(t->master, &mc, ts_master_call_ms(t->master) > 10000
+                                                      ? ts_master_call_ms(t->master) : 10000,
+                                  &t->ms, err)) ||
         (st = ts_cluster_open(o->master, &t->cl, err)))
         return st;
+    ts_cluster_set_call_ms(t->cl, o->call_timeout_ms);
     t->registrations_seen = ts_membership_registrations(t->ms);
     snprintf(t->want_transport, sizeof(t->want_transport), "%s", o->transport ? o->transport : "");
     t->delay_ms = o->delay_ms;
     return sdk_start_over(t, sdk_connect_shards(t, o->transport, o->delay_ms, err), err);
+}
+
+/* $name as a positive number of milliseconds, else dflt. */
+static int env_ms(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    long ms = v ? strtol(v, NULL, 10) : 0;
+
+    return ms > 0 && ms <= INT32_MAX ? (int)ms : dflt;
 }
 
 int tessera_connect(const struct tessera_options *o, tessera **out, struct tessera_error *e)
@@ -179,7 +193,7 @@ int tessera_connect(const struct tessera_options *o, tessera **out, struct tesse
     }
     t->local = !o->master || !o->master[0] || strcmp(o->master, "local") == 0;
     t->rank = o->rank;
-    t->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 120000;
+    t->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : env_ms("TESSERA_TIMEOUT_MS", 120000);
     t->data_seed = o->data_seed;
     t->micro = o->micro_batch;
     st = ts_job_init(&t->job, o->job ? o->job : "default", o->workers, o->exact != 0,
@@ -354,6 +368,18 @@ static ts_status adopt_partition_bytes(struct sdk_tensor *x,
     return TS_OK;
 }
 
+/* A shard's RegisterTensor allocates and initialises its partitions of x (and, with replicas,
+ * the copies it follows): its deadline is the call deadline plus REGISTER_MS_PER_GIB for each
+ * GiB of the tensor, so that a big tensor registers on a loaded machine. */
+#define REGISTER_MS_PER_GIB 8000
+static int register_ms(const struct tessera *t, const struct sdk_tensor *x)
+{
+    uint64_t ms = (uint64_t)ts_master_call_ms(t->master) +
+                  x->numel * sizeof(float) * REGISTER_MS_PER_GIB / (1ull << 30);
+
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
 static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
                                  Tessera__V1__RegisterTensorRequest *req, struct ts_err *err)
 {
@@ -370,7 +396,7 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
         st = ts_cluster_call(t->cl, t->shards[i].id, "/tessera.v1.Shard/RegisterTensor",
                              &req->base, &req->map_epoch,
                              &tessera__v1__register_tensor_response__descriptor,
-                             (ProtobufCMessage **)&r, err);
+                             (ProtobufCMessage **)&r, register_ms(t, x), err);
         /* Another shard's newer map dropped this one (the call refreshed it): retry. */
         if (st == TS_ENOTFOUND && ts_cluster_epoch(t->cl) != epoch) {
             err->code = st = TS_ESTALE;

@@ -214,7 +214,7 @@ static ts_status await_rollback(struct tessera *t, uint64_t *step, uint32_t *rol
         ts_status st = TS_OK;
         bool done = false;
 
-        if (!ts_master_status(t->master, TS_MASTER_CALL_MS, &cs, &e) &&
+        if (!ts_master_status(t->master, ts_master_call_ms(t->master), &cs, &e) &&
             (j = job_of(cs, t->job.id))) {
             if (j->lost)
                 st = ts_err_set(err, TS_ESTATE, "%s", j->rollback_note);

@@ -150,6 +150,13 @@ struct tessera {
      * one chosen for balance (docs/placement.md). */
     bool salt_fixed;
     uint32_t salt;
+    /* sdk_wait.c: tessera_set_interrupt's check, and whether a wait it stopped left replies
+     * in flight (every later data call is refused: close the handle). wait_step: the step
+     * the exchange in progress pushes (or the version it pulls), for the waiting log. */
+    int (*interrupt)(void *arg);
+    void *interrupt_arg;
+    bool interrupted;
+    uint64_t wait_step;
 };
 
 /* A data-plane call to slot s ended with st: remember a broken connection, so that a failover
@@ -160,10 +167,11 @@ static inline void sdk_note_broken(struct tessera *t, size_t s, ts_status st)
         t->broken = t->shards[s].id;
 }
 
-/* A data-plane error after which the connection is out of step or gone (a refusal is not). */
+/* A data-plane error after which the connection is out of step or gone (a refusal is not), or
+ * an interrupted wait (sdk_wait.c), after which nothing more is read. */
 static inline bool sdk_transport_failed(ts_status st)
 {
-    return st == TS_EUNAVAIL || st == TS_ECORRUPT || st == TS_ETIMEDOUT;
+    return st == TS_EUNAVAIL || st == TS_ECORRUPT || st == TS_ETIMEDOUT || st == TS_ECANCELLED;
 }
 
 static inline int sdk_fail(struct tessera_error *out, const struct ts_err *e)
@@ -398,6 +406,13 @@ void sdk_region_free(struct sdk_tensor *x);
 ts_status sdk_check_push(struct tessera *t, int i, const void *grad,
                          struct ts_err *err) TS_MUST_CHECK;
 void sdk_prepare_push(struct tessera *t, int i, const void *grad);
+/* sdk_wait.c: ts_frame_recv of the reply on slot s's connection, waiting up to t->timeout_ms
+ * in slices: between them the interrupt check runs (TS_ECANCELLED once it says so), and a
+ * wait of more than WAIT_SAY_MS logs which ranks the step waits for, as the master knows
+ * them. sdk_usable: TS_ECANCELLED once an interrupted wait left the connections out of step. */
+ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *buf, size_t cap,
+                   uint32_t tensor, uint32_t part, struct ts_err *err);
+ts_status sdk_usable(const struct tessera *t, struct ts_err *err);
 /* sdk_assign.c: the active tensors of [first, last) were pushed: their assignments are done. */
 void sdk_assign_done(struct tessera *t, int first, int last);
 ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int first, int last,

@@ -25,8 +25,7 @@ ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t 
     char *buf = direct ? dst : small;
     ts_status st;
 
-    st = ts_frame_recv(t->shards[s].conn, &h, buf, direct ? cap : sizeof(small), t->timeout_ms,
-                       err);
+    st = sdk_recv(t, s, &h, buf, direct ? cap : sizeof(small), tensor, part, err);
     if (st) {
         sdk_note_broken(t, s, st);
         return st;

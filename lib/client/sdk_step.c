@@ -304,6 +304,14 @@ static ts_status exchange(struct tessera *t, int first, int last, bool push,
 
     if (t->local)
         return exchange_local(t, first, last, push, params, err);
+    if ((st = sdk_usable(t, err)))
+        return st;
+    for (int i = first; i < last; i++)
+        if (t->tensors[i]->active) {
+            struct sdk_tensor *x = t->tensors[i];
+            t->wait_step = push ? x->tstep : x->pull_version ? x->pull_version - 1 : 0;
+            break;
+        }
     if (sdk_pipe_pays(t, first, last, push, params))
         return sdk_pipe_exchange(t, first, last, push, params, flags, err);
     for (size_t k = 0; push && !st && k < sdk_npush(t); k++) {

@@ -34,6 +34,7 @@ struct ts_cluster {
     Tessera__V1__ShardMap *map;     /* the installed map: the shards' data-plane endpoints */
     struct shard_ch *shards;
     size_t nshards;
+    int call_ms;                    /* a shard call's deadline when its caller gives none */
 };
 
 ts_status ts_cluster_open(const char *master_addr, struct ts_cluster **out, struct ts_err *err)
@@ -44,6 +45,7 @@ ts_status ts_cluster_open(const char *master_addr, struct ts_cluster **out, stru
     if (!cl)
         return ts_err_set(err, TS_ENOMEM, "cluster: out of memory");
     pthread_mutex_init(&cl->mu, NULL);
+    cl->call_ms = ts_call_ms_default();
     if ((st = ts_master_open(master_addr, &cl->master, err)) ||
         (st = ts_cluster_refresh(cl, err))) {
         ts_cluster_close(cl);
@@ -422,7 +424,7 @@ static ts_status channel_of(struct ts_cluster *cl, uint32_t id, struct ts_rpc_ch
 ts_status ts_cluster_call(struct ts_cluster *cl, uint32_t id, const char *method,
                           ProtobufCMessage *req, uint64_t *epoch_field,
                           const ProtobufCMessageDescriptor *rdesc, ProtobufCMessage **resp,
-                          struct ts_err *err)
+                          int ms, struct ts_err *err)
 {
     ts_status st = TS_OK;
 
@@ -436,7 +438,7 @@ ts_status ts_cluster_call(struct ts_cluster *cl, uint32_t id, const char *method
         st = channel_of(cl, id, &ch, &e);
         *epoch_field = cl->epoch;
         if (!st)
-            st = ts_rpc_unary(ch, method, req, rdesc, resp, TS_MASTER_CALL_MS, &e);
+            st = ts_rpc_unary(ch, method, req, rdesc, resp, ms > 0 ? ms : cl->call_ms, &e);
         pthread_mutex_unlock(&cl->mu);
         if (st != TS_ESTALE)
             return st ? ts_err_set(err, st, "%s", e.msg) : TS_OK;
@@ -453,5 +455,13 @@ ts_status ts_cluster_shard_status(struct ts_cluster *cl, uint32_t shard_id,
 
     return ts_cluster_call(cl, shard_id, "/tessera.v1.Shard/ShardStatus", &req.base, &req.map_epoch,
                       &tessera__v1__shard_status_response__descriptor,
-                      (ProtobufCMessage **)out, err);
+                      (ProtobufCMessage **)out, 0, err);
+}
+
+void ts_cluster_set_call_ms(struct ts_cluster *cl, int ms)
+{
+    pthread_mutex_lock(&cl->mu);
+    cl->call_ms = ms > 0 ? ms : ts_call_ms_default();
+    pthread_mutex_unlock(&cl->mu);
+    ts_master_set_call_ms(cl->master, ms);
 }

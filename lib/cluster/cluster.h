@@ -28,6 +28,9 @@
 
 /* Deadline of one control call, retries on UNAVAILABLE included. */
 #define TS_MASTER_CALL_MS 5000
+/* A control call's deadline unless told otherwise: $TESSERA_CALL_TIMEOUT_MS when it is a
+ * positive number of milliseconds, else TS_MASTER_CALL_MS. */
+int ts_call_ms_default(void);
 
 struct ts_master;
 struct ts_membership;
@@ -39,6 +42,10 @@ const char *ts_master_default_addr(const char *flag);
 ts_status ts_master_open(const char *addr, struct ts_master **out,
                          struct ts_err *err) TS_MUST_CHECK;
 void ts_master_close(struct ts_master *m);
+/* The deadline of m's calls that have none of their own (ms <= 0: ts_call_ms_default()), and
+ * what it is. */
+void ts_master_set_call_ms(struct ts_master *m, int ms);
+int ts_master_call_ms(const struct ts_master *m);
 const char *ts_master_addr(const struct ts_master *m);
 
 ts_status ts_master_status(struct ts_master *m, int deadline_ms,
@@ -285,11 +292,15 @@ ts_status ts_cluster_shard_status(struct ts_cluster *cl, uint32_t shard_id,
                                   struct ts_err *err) TS_MUST_CHECK;
 
 /* A unary call of `method` on shard id with the cached map epoch written into *epoch_field
- * (a field of req); on ABORTED the map is refreshed and the call retried (up to 3 times). */
+ * (a field of req), within ms (0: the cluster's call deadline, ts_cluster_set_call_ms); on
+ * ABORTED the map is refreshed and the call retried (up to 3 times). */
 ts_status ts_cluster_call(struct ts_cluster *cl, uint32_t id, const char *method,
                           ProtobufCMessage *req, uint64_t *epoch_field,
                           const ProtobufCMessageDescriptor *rdesc, ProtobufCMessage **resp,
-                          struct ts_err *err) TS_MUST_CHECK;
+                          int ms, struct ts_err *err) TS_MUST_CHECK;
+/* The deadline of the control calls this client makes to the shards and the master (its
+ * ts_master's too); ms <= 0: ts_call_ms_default(). */
+void ts_cluster_set_call_ms(struct ts_cluster *cl, int ms);
 
 /* Reports a worker's progress (its last completed step) in the next heartbeat. */
 void ts_membership_set_clock(struct ts_membership *ms, uint64_t clock);

@@ -16,6 +16,7 @@
 
 struct ts_master {
     struct ts_rpc_channel *ch;
+    int call_ms;                      /* each call's deadline (ts_master_set_call_ms) */
 };
 
 #define DEREGISTER_OUTCOME_MS 20000
@@ -109,8 +110,27 @@ ts_status ts_master_open(const char *addr, struct ts_master **out, struct ts_err
         free(m);
         return st;
     }
+    m->call_ms = ts_call_ms_default();
     *out = m;
     return TS_OK;
+}
+
+int ts_call_ms_default(void)
+{
+    const char *v = getenv("TESSERA_CALL_TIMEOUT_MS");
+    long ms = v ? strtol(v, NULL, 10) : 0;
+
+    return ms > 0 && ms <= INT32_MAX ? (int)ms : TS_MASTER_CALL_MS;
+}
+
+void ts_master_set_call_ms(struct ts_master *m, int ms)
+{
+    m->call_ms = ms > 0 ? ms : ts_call_ms_default();
+}
+
+int ts_master_call_ms(const struct ts_master *m)
+{
+    return m->call_ms;
 }
 
 void ts_master_close(struct ts_master *m)
@@ -143,14 +163,14 @@ ts_status ts_master_shard_map(struct ts_master *m, Tessera__V1__ShardMap **out,
 {
     Tessera__V1__GetShardMapRequest req = TESSERA__V1__GET_SHARD_MAP_REQUEST__INIT;
     return CALL(m, "GetShardMap", &req, &tessera__v1__shard_map__descriptor, out,
-                TS_MASTER_CALL_MS, err);
+                m->call_ms, err);
 }
 
 ts_status ts_master_check_data(struct ts_master *m, const Tessera__V1__CheckDataRequest *req,
                                Tessera__V1__CheckDataResponse **out, struct ts_err *err)
 {
     return CALL(m, "CheckData", req, &tessera__v1__check_data_response__descriptor, out,
-                TS_MASTER_CALL_MS, err);
+                m->call_ms, err);
 }
 
 ts_status ts_master_call(struct ts_master *m, const char *method, const ProtobufCMessage *req,
@@ -160,7 +180,7 @@ ts_status ts_master_call(struct ts_master *m, const char *method, const Protobuf
     char path[96];
 
     snprintf(path, sizeof(path), "/tessera.v1.Master/%s", method);
-    return ts_rpc_unary(m->ch, path, req, rdesc, out, TS_MASTER_CALL_MS, err);
+    return ts_rpc_unary(m->ch, path, req, rdesc, out, m->call_ms, err);
 }
 
 ts_status ts_master_create_snapshot(struct ts_master *m,
@@ -558,7 +578,7 @@ ts_status ts_membership_claim(struct ts_membership *ms, uint64_t clock, uint32_t
     req.ssp = ssp;
     req.staleness = staleness;
     return CALL(ms->m, "ClaimWork", &req, &tessera__v1__claim_work_response__descriptor, out,
-                TS_MASTER_CALL_MS, err);
+                ms->m->call_ms, err);
 }
 
 ts_status ts_membership_job_access(struct ts_membership *ms, const char *job,
@@ -570,7 +590,7 @@ ts_status ts_membership_job_access(struct ts_membership *ms, const char *job,
     req.secret = (ProtobufCBinaryData){ sizeof(ms->secret), ms->secret };
     req.job = (char *)job;
     return CALL(ms->m, "JobAccess", &req, &tessera__v1__job_access_response__descriptor, out,
-                TS_MASTER_CALL_MS, err);
+                ms->m->call_ms, err);
 }
 
 void ts_membership_end(struct ts_membership *ms, bool failed, const char *text)

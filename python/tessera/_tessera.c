@@ -86,6 +86,20 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     return (PyObject *)self;
 }
 
+/* tessera_set_interrupt's check, from a thread of the SDK's waiting for a shard: Python's
+ * signal handlers run (in the main thread only; elsewhere this is a no-op); one that raised,
+ * as SIGINT's KeyboardInterrupt does, ends the wait and its exception stays set for the
+ * method to raise (raise_sdk). */
+static int interrupted(void *arg)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    int hit = PyErr_CheckSignals() < 0;
+
+    (void)arg;
+    PyGILState_Release(g);
+    return hit;
+}
+
 static int client_init(struct client *self, PyObject *args, PyObject *kw)
 {
     struct tessera_options opt = { .master = "local", .workers = 1 };
@@ -106,6 +120,7 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
         raise_sdk(&e);
         return -1;
     }
+    tessera_set_interrupt(t, interrupted, NULL);
     self->t = t;
     self->exact = opt.exact;
     self->push_elem = opt.exact && opt.exact_push != TESSERA_EXACT_PUSH_FLOAT ? I64 : F32;
@@ -212,9 +227,12 @@ static PyObject *client_set_result(struct client *self, PyObject *args)
 
     if (!PyArg_ParseTuple(args, "p|z:set_result", &failed, &text))
         return NULL;
+    /* Without the GIL: a call in flight may want it (interrupted) while it holds the lock. */
+    Py_BEGIN_ALLOW_THREADS
     PyThread_acquire_lock(self->lock, WAIT_LOCK);
     tessera_set_result(self->t, failed, text);
     PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
@@ -227,10 +245,13 @@ static PyObject *client_exit(struct client *self, PyObject *args)
     if (type && type != Py_None) {   /* leaving on an exception: this worker failed */
         PyObject *text = value ? PyObject_Str(value) : NULL;
         const char *why = text ? PyUnicode_AsUTF8(text) : NULL;
+        const char *said = why && why[0] ? why : ((PyTypeObject *)type)->tp_name;
         PyErr_Clear();
+        Py_BEGIN_ALLOW_THREADS   /* as in set_result */
         PyThread_acquire_lock(self->lock, WAIT_LOCK);
-        tessera_set_result(self->t, 1, why && why[0] ? why : ((PyTypeObject *)type)->tp_name);
+        tessera_set_result(self->t, 1, said);
         PyThread_release_lock(self->lock);
+        Py_END_ALLOW_THREADS
         Py_XDECREF(text);
     }
     if (client_close_handle(self))

@@ -447,8 +447,8 @@ static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
     resp->jobs = ts_rpc_alloc(call, (n + 1) * sizeof(*resp->jobs));
     for (size_t i = 0; i < n; i++) {
         Tessera__V1__JobInfo *j = master_job_info(call, &v[i]);
-        uint32_t *owners = v[i].elastic ? ts_rpc_alloc(call, (v[i].workers + 1) *
-                                                                 sizeof(*owners)) : NULL;
+        /* Every job's: a worker waiting on a step names the ranks it waits for with it. */
+        uint32_t *owners = ts_rpc_alloc(call, (v[i].workers + 1) * sizeof(*owners));
         if (owners) {
             j->slot_owners = owners;
             j->n_slot_owners = jobs_owners(m->jobs, v[i].id, owners, v[i].workers);

@@ -23,6 +23,7 @@ void shard_params_init(struct shard_params *sp)
 {
     memset(sp, 0, sizeof(*sp));
     pthread_mutex_init(&sp->mu, NULL);
+    pthread_cond_init(&sp->made, NULL);
     pthread_mutex_init(&sp->snap_mu, NULL);
     pthread_rwlock_init(&sp->life, NULL);
     sp->mem_budget = UINT64_MAX;
@@ -82,6 +83,7 @@ void shard_params_fini(struct shard_params *sp)
     free(sp->drops);
     ts_manifest_free(sp->restore);
     pthread_mutex_destroy(&sp->mu);
+    pthread_cond_destroy(&sp->made);
     pthread_mutex_destroy(&sp->snap_mu);
     pthread_rwlock_destroy(&sp->life);
 }
@@ -467,10 +469,22 @@ ts_status params_new_part(struct shard_job *sj, struct shard_tensor *t, uint32_t
     return st;
 }
 
-static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
-                               struct ts_cluster *cl, uint32_t my_id,
-                               const Tessera__V1__RegisterTensorRequest *req, uint64_t numel,
-                               struct shard_tensor **out, struct ts_err *err)
+/* A tensor tensor_new made and a failed registration drops, under mu: its charge back. */
+static void tensor_unmake(struct shard_params *sp, struct shard_job *sj, struct shard_tensor *t)
+{
+    if (t->mem) {
+        sp->mem_used -= t->mem;
+        sj->mem -= t->mem;
+    }
+    tensor_free(t);
+}
+
+/* A tensor's registration, first step, under mu: the tensor with its fields, charged to the
+ * budget, its per-partition arrays made; no partition yet (tensor_fill). */
+static ts_status tensor_new(struct shard_params *sp, struct shard_job *sj,
+                            struct ts_cluster *cl, uint32_t my_id,
+                            const Tessera__V1__RegisterTensorRequest *req, uint64_t numel,
+                            struct shard_tensor **out, struct ts_err *err)
 {
     const Tessera__V1__TensorSpec *s = req->tensor;
     struct shard_tensor *t = calloc(1, sizeof(*t));
@@ -511,6 +525,26 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
          !(t->held = calloc(t->nparts, sizeof(*t->held))) ||
          !(t->prev = calloc(t->nparts, sizeof(*t->prev)))))
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
+    if (st) {
+        tensor_unmake(sp, sj, t);
+        return st;
+    }
+    *out = t;
+    return TS_OK;
+}
+
+/* A tensor's registration, second step, without mu: the partitions the map gives this shard,
+ * allocated and initialised (or restored); *resyncs counts those flagged to be sent to a
+ * joining shard at once. The tensor is the caller's alone until it is installed. */
+static ts_status tensor_fill(struct shard_params *sp, struct shard_job *sj,
+                             struct ts_cluster *cl, uint32_t my_id, struct shard_tensor *t,
+                             uint64_t *resyncs, struct ts_err *err)
+{
+    const ts_tensor_manifest *tm = NULL;
+    ts_status st = TS_OK;
+
+    if (sp->restore && !(tm = params_manifest_tensor(sp->restore, t, &st, err)))
+        return st;
     for (uint32_t p = 0; !st && p < t->nparts; p++) {
         struct params_place at;
         if ((st = params_place_of(cl, my_id, t, p, &at, err)) || !at.held)
@@ -523,7 +557,7 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
             continue;
         if (at.head && at.joiners) {   /* and the head sends it at once (repair.c) */
             t->resync[p] = true;
-            sp->resyncs++;
+            (*resyncs)++;
         }
         st = params_new_part(sj, t, p, &at, err);
         if (!st && tm) {
@@ -531,14 +565,78 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
             st = ts_part_restore(t->parts[p], sp->restore->step, params_restore_load, &rc, err);
         }
     }
+    return st;
+}
+
+/* Whether the map now places every partition of t on this shard as tensor_fill found it. */
+static bool placed_alike(struct ts_cluster *cl, uint32_t my_id, const struct shard_tensor *t)
+{
+    for (uint32_t p = 0; p < t->nparts; p++) {
+        struct params_place at;
+        struct ts_err e = { 0 };
+        if (params_place_of(cl, my_id, t, p, &at, &e) || at.held != t->held[p])
+            return false;
+        if (at.held && (at.head == t->follows[p] || at.next != t->next[p] ||
+                        at.prev != t->prev[p] || at.joining != !t->parts[p]))
+            return false;
+    }
+    return true;
+}
+
+static bool making(const struct shard_job *sj, uint32_t id)
+{
+    return (sj->making[id / 64] >> (id % 64)) & 1;
+}
+
+static bool any_making(const struct shard_job *sj)
+{
+    for (size_t k = 0; k < sizeof(sj->making) / sizeof(sj->making[0]); k++)
+        if (sj->making[k])
+            return true;
+    return false;
+}
+
+static void set_making(struct shard_job *sj, uint32_t id, bool on)
+{
+    if (on)
+        sj->making[id / 64] |= 1ull << (id % 64);
+    else
+        sj->making[id / 64] &= ~(1ull << (id % 64));
+}
+
+/* Makes req's tensor (tensor_new, then tensor_fill with mu let go, so that heartbeats and the
+ * other jobs' pushes and pulls go on while a big tensor's partitions are made) and installs it
+ * in sj; mu held on entry and on return, and the caller holds sp->life for reading, so the
+ * job outlives the wait. */
+static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
+                               struct ts_cluster *cl, uint32_t my_id,
+                               const Tessera__V1__RegisterTensorRequest *req, uint64_t numel,
+                               struct shard_tensor **out, struct ts_err *err)
+{
+    struct shard_tensor *t = NULL;
+    uint64_t resyncs = 0, chains = atomic_load(&sp->rechained);
+    ts_status st;
+
+    if ((st = tensor_new(sp, sj, cl, my_id, req, numel, &t, err)))
+        return st;
+    set_making(sj, t->id, true);
+    pthread_mutex_unlock(&sp->mu);
+    st = tensor_fill(sp, sj, cl, my_id, t, &resyncs, err);
+    if (st && sp->restore)
+        ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
+    pthread_mutex_lock(&sp->mu);
+    set_making(sj, t->id, false);
+    pthread_cond_broadcast(&sp->made);
+    /* The chains were taken up again meanwhile (rechain.c) without this tensor: placed under
+     * the older map differently, it would be wrong; the worker registers it again. */
+    if (!st && atomic_load(&sp->rechained) != chains && !placed_alike(cl, my_id, t))
+        st = ts_err_set(err, TS_ESTALE, "tensor '%s': the shard map moved while its partitions "
+                        "were made; refresh the shard map and register again", t->name);
     if (st) {
-        if (t->mem) {   /* charged, then failed: give it back */
-            sp->mem_used -= t->mem;
-            sj->mem -= t->mem;
-        }
-        tensor_free(t);
+        tensor_unmake(sp, sj, t);
         return st;
     }
+    sp->resyncs += resyncs;
     *out = t;
     return TS_OK;
 }
@@ -552,6 +650,7 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     struct shard_job *sj = NULL;
     uint64_t numel = 0;
     size_t njobs;
+    bool made_job;
     ts_status st;
 
     if ((st = check_spec(req, &numel, err)) ||
@@ -561,9 +660,14 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
         return ts_err_set(err, TS_EINVAL, "tensor_id: %u; this shard takes at most %u tensors "
                           "per job (--max-tensors), ids 0..%u", req->tensor_id, sp->max_tensors,
                           sp->max_tensors - 1);
+    pthread_rwlock_rdlock(&sp->life);   /* the job outlives create_tensor's unlocked part */
     pthread_mutex_lock(&sp->mu);
     njobs = sp->njobs;
     st = get_job(sp, req->job, &sj, err);
+    made_job = !st && sp->njobs > njobs;
+    /* Another registration is making this tensor: wait for it, then take what it made. */
+    while (!st && !sj->tensors[req->tensor_id] && making(sj, req->tensor_id))
+        pthread_cond_wait(&sp->made, &sp->mu);
     for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++) {
         struct shard_tensor *o = sj->tensors[i];
         if (o && o->id != req->tensor_id && strcmp(o->name, req->tensor->name) == 0)
@@ -618,12 +722,20 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
         *partition_bytes = t->partition_bytes;
         follow_rollbacks(sj, req->rollbacks);
     }
-    if (st && sp->njobs > njobs) {   /* a job made by this refused call: state as it was */
+    if (st && made_job && !sj->ntensors && !any_making(sj)) {
+        /* A job made by this refused call, which nothing else took up meanwhile: state as it
+         * was. */
         uint64_t none;
-        job_free(sp, sp->jobs[--sp->njobs], &none);
-        sp->jobs[sp->njobs] = NULL;
+        for (size_t j = 0; j < sp->njobs; j++)
+            if (sp->jobs[j] == sj) {
+                sp->jobs[j] = sp->jobs[--sp->njobs];
+                sp->jobs[sp->njobs] = NULL;
+                job_free(sp, sj, &none);
+                break;
+            }
     }
     pthread_mutex_unlock(&sp->mu);
+    pthread_rwlock_unlock(&sp->life);
     return st;
 }
 

@@ -115,6 +115,10 @@ struct shard_job {
     /* Under mu: the tensors registered, and the joining shards this shard registered them
      * with (repair.c), with how many there were then. */
     uint32_t ntensors;
+    /* Under mu: the tensor ids whose partitions a registration is making outside mu (a big
+     * tensor's take seconds, and mu must not stop heartbeats and other jobs meanwhile); a
+     * registration of the same id waits on shard_params.made. */
+    uint64_t making[SHARD_MAX_TENSORS / 64];
     struct {
         uint32_t id, tensors;
     } introduced[SHARD_MAX_JOINING];
@@ -130,6 +134,7 @@ struct shard_dropped {
 
 struct shard_params {
     pthread_mutex_t mu;
+    pthread_cond_t made;               /* a tensor a registration was making is in (or not) */
     struct shard_job *jobs[SHARD_MAX_JOBS];
     size_t njobs;
     uint64_t partitions, bytes;

@@ -149,7 +149,7 @@ static int64_t introduce_job(struct repair *r, struct ts_cluster *cl, struct sha
         tensor_request(sj, t, &js, &ts, &req);
         if (ts_cluster_call(cl, id, "/tessera.v1.Shard/RegisterTensor", &req.base,
                             &req.map_epoch, &tessera__v1__register_tensor_response__descriptor,
-                            &resp, &e)) {
+                            &resp, 0, &e)) {
             ts_log(TS_WARN, "repair", "job %s tensor '%s': telling joining shard %u of it: %s",
                    sj->job.id, t->name, id, e.msg);
             return -1;

@@ -72,7 +72,7 @@ static Tessera__V1__ShardStatusResponse *shard_status(void)
     assert_int_equal(ts_cluster_call(cl, 1, "/tessera.v1.Shard/ShardStatus", &req.base,
                                      &req.map_epoch,
                                      &tessera__v1__shard_status_response__descriptor,
-                                     (ProtobufCMessage **)&r, NULL), TS_OK);
+                                     (ProtobufCMessage **)&r, 0, NULL), TS_OK);
     ts_cluster_close(cl);
     return r;
 }

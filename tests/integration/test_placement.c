@@ -99,7 +99,7 @@ static void heads(struct ts_cluster *cl, const char *job, uint32_t owner[NPARTS]
         req.job = (char *)job;
         if (ts_cluster_call(cl, id, "/tessera.v1.Shard/PartitionDigests", &req.base, &no_epoch,
                             &tessera__v1__partition_digests_response__descriptor,
-                            (ProtobufCMessage **)&r, &err))
+                            (ProtobufCMessage **)&r, 0, &err))
             fail_msg("shard %u: %s", id, err.msg);
         for (size_t k = 0; k < r->n_partitions; k++) {
             const Tessera__V1__PartitionDigest *d = r->partitions[k];
@@ -186,7 +186,7 @@ static Tessera__V1__RegisterTensorResponse *raw_register_sized(struct ts_cluster
     req.tensor = &spec;
     st = ts_cluster_call(cl, id, "/tessera.v1.Shard/RegisterTensor", &req.base, &req.map_epoch,
                          &tessera__v1__register_tensor_response__descriptor,
-                         (ProtobufCMessage **)&r, err);
+                         (ProtobufCMessage **)&r, 0, err);
     if (st != want)
         fail_msg("RegisterTensor on shard %u: %d (%s), want %d", id, st, err->msg, want);
     return r;

@@ -20,11 +20,15 @@ Environment (ctest sets it): PYTHONPATH with build/python and build/gen/python.
 """
 import atexit
 import io
+import os
 import pickle
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 sys.dont_write_bytecode = True
@@ -294,6 +298,52 @@ class OnCluster(tl.UpCase, unittest.TestCase):
         out = on_ranks(2, second)
         self.assertEqual(out[0], want)
         self.assertEqual(out[1], want)
+
+
+# One rank of a job of two, as a process: attaches, says so, then steps (rank 0) or sleeps.
+RANK = r'''
+import sys, time, torch, tessera.torch
+torch.manual_seed(0)
+m = torch.nn.Linear(4, 2)
+ps = tessera.torch.attach(m, master=sys.argv[1], job="ctrl-c", rank=int(sys.argv[2]),
+                          workers=2, batch=2)
+print("attached", flush=True)
+with ps:
+    if int(sys.argv[2]) == 1:
+        time.sleep(120)
+    m(torch.ones(1, 4)).sum().backward()
+    ps.step()
+'''
+
+
+class Interrupt(tl.UpCase, unittest.TestCase):
+    UP_ARGS = ("--shards", "1", "--tls-dir", TLS)
+
+    def test_ctrl_c_ends_a_blocked_step(self):
+        """Rank 1 stops stepping: rank 0's step waits, says for whom, and Ctrl-C ends the
+        process within 2 s with KeyboardInterrupt, leaving the job as a failed worker would."""
+        env = dict(os.environ, TESSERA_LOG="warn")
+        ranks = [subprocess.Popen([sys.executable, "-c", RANK, self.addr, str(r)], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in (1, 0)]
+        try:
+            for p in ranks:
+                self.assertEqual(p.stdout.readline().strip(), "attached")
+            time.sleep(6.5)   # past the 5 s after which a wait is logged
+            self.assertIsNone(ranks[1].poll(), "rank 0's step waits for rank 1")
+            t0 = time.monotonic()
+            ranks[1].send_signal(signal.SIGINT)
+            _, err = ranks[1].communicate(timeout=10)
+            took = time.monotonic() - t0
+        finally:
+            for p in ranks:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        self.assertLess(took, 2.0, err)
+        self.assertIn("KeyboardInterrupt", err)
+        self.assertRegex(err, r"step 1: waiting \d+ s for rank 1 \(worker \d+ on .* last at "
+                              r"step 1\)")
 
 
 class ExactFingerprint(unittest.TestCase):

@@ -46,8 +46,8 @@ CTEST_ARGS ?=
 #           (libprotobuf-dev ships google/protobuf/descriptor.proto, which reflection embeds),
 #           the libraries we link (libmicrohttpd serves /metrics), the Fashion-MNIST files the
 #           trainer and demo read, Python's headers for the binding
-#   test:   Debian's Python with grpcio, protobuf, numpy, scipy and torch (the independent
-#           clients and references), clang with its libFuzzer/ASan runtimes (the fuzz build),
+#   test:   Debian's Python with grpcio, protobuf, numpy, scipy, torch and torchvision (the
+#           independent clients and references; ResNet-18 for tessera.torch), clang with its libFuzzer/ASan runtimes (the fuzz build),
 #           pip, setuptools, wheel and venv (the install test), Prometheus (the scrape test),
 #           Chromium (the status page, rendered headless), iproute2 (ip netns: test_hosts'
 #           emulated hosts), PyYAML (the Kubernetes manifests), Slurm and munge (a real
@@ -60,6 +60,7 @@ DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf
              libcmocka-dev libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist \
              libzstd-dev python3-dev libmicrohttpd-dev
 DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-torch \
+            python3-torchvision \
             clang libclang-rt-14-dev python3-pip python3-setuptools python3-wheel python3-venv \
             prometheus chromium iproute2 python3-yaml slurmctld slurmd slurm-client munge \
             openssl

@@ -185,6 +185,8 @@ bench: build
 	    --bin $(BUILD)/bin --out bench/results/python_buffers.json
 	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/torch_overlap.py \
 	    --bin $(BUILD)/bin --out bench/results/torch_overlap.json
+	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/torch_models.py \
+	    --bin $(BUILD)/bin --out bench/results/torch_models.json
 	/usr/bin/python3 bench/modes.py --bin $(BUILD)/bin --out bench/results/modes.json
 	/usr/bin/python3 bench/modes.py --bin $(BUILD)/bin --no-netns --steps 200 --batch 96 \
 	    --micro 16 --compute-ms 20 --out bench/results/modes-balance.json \

@@ -27,12 +27,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from emuhosts import Net, Procs  # noqa: E402
+from torchbench import hosts_cluster, last_json  # noqa: E402
 
 EXAMPLE = os.path.join(REPO, "python", "examples", "torch_models.py")
 HOSTS = ["m", "s0", "s1", "w0", "w1"]
@@ -42,13 +42,6 @@ RUNS = ("plain", "bucket", "ddp")
 
 def log(msg):
     print("torch_models: " + msg, file=sys.stderr, flush=True)
-
-
-def last_json(text, what):
-    for line in reversed(text.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise RuntimeError("%s: no JSON result; output ends:\n%s" % (what, text[-2000:]))
 
 
 class Place:
@@ -83,37 +76,8 @@ class Place:
                     return
             raise RuntimeError("tessera up did not start (logs in %s)" % self.logs)
         self.net.up()
-        d = os.path.join(self.logs, "tls")
-        subprocess.run([tessera, "certs", "init", d, "--shards", "2"], check=True,
-                       stdout=subprocess.DEVNULL)
-        os.environ["TESSERA_TLS_DIR"] = d
-
-        def tls(stem):
-            return ["--tls-cert", os.path.join(d, stem + ".pem"), "--tls-key",
-                    os.path.join(d, stem + ".key"), "--tls-ca", os.path.join(d, "ca.pem")]
-        self.master = "%s:%d" % (self.net.addr("m"), MASTER_PORT)
-        self.cluster = [self.spawn("m", [os.path.join(self.a.bin, "tessera-master"),
-                                         "--listen", self.master] + tls("master"), "master")]
-        for i, s in enumerate(("s0", "s1")):
-            self.cluster.append(self.spawn(s, [
-                os.path.join(self.a.bin, "tessera-shard"), "--master", self.master,
-                "--transport", "tcp", "--listen", "0.0.0.0:%d" % SHARD_PORT, "--advertise",
-                "%s:%d" % (self.net.addr(s), SHARD_PORT)] + tls("shard-%d" % i), s))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            r = subprocess.run(self.wrap("m", [tessera, "status", "--master", self.master,
-                                               "--json", "--timeout-ms", "2000"]),
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            try:
-                st = json.loads(r.stdout) if r.returncode == 0 else {}
-            except ValueError:
-                st = {}
-            if sum(s.get("state") == "alive" for s in st.get("shards", [])) == 2:
-                return
-            if any(p.poll() is not None for p in self.cluster):
-                break
-            time.sleep(0.3)
-        raise RuntimeError("2 shards not alive after 30 s (logs in %s)" % self.logs)
+        self.master, self.cluster = hosts_cluster(self.net, self.a.bin, self.spawn, self.logs,
+                                                  MASTER_PORT, SHARD_PORT)
 
     def ranks(self, model, run, job):
         """Two ranks of the example; rank 0's JSON result."""

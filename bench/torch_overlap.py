@@ -33,12 +33,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from emuhosts import Net, Procs  # noqa: E402
+from torchbench import hosts_cluster, last_json  # noqa: E402
 
 EXAMPLE = os.path.join(REPO, "python", "examples", "fashion_mnist_torch.py")
 HOSTS = ["m", "s0", "s1", "w0", "w1"]
@@ -47,13 +47,6 @@ MASTER_PORT, SHARD_PORT, GLOO_PORT = 7070, 7001, 29500
 
 def log(msg):
     print("torch_overlap: " + msg, file=sys.stderr, flush=True)
-
-
-def last_json(text, what):
-    for line in reversed(text.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise RuntimeError("%s: no JSON result; output ends:\n%s" % (what, text[-2000:]))
 
 
 def example_args(a, hidden, partition_kb):
@@ -79,7 +72,6 @@ class Hosts:
     def __init__(self, a, rate, procs, logs):
         self.a, self.rate, self.procs, self.logs = a, rate, procs, logs
         self.net = Net(HOSTS, rate=rate, tag="tov%s" % rate[:3], subnet="10.81.0")
-        self.master = "%s:%d" % (self.net.addr("m"), MASTER_PORT)
         self.cluster, self.gloo_port = [], GLOO_PORT
 
     def spawn(self, host, cmd, name, stdout=subprocess.DEVNULL):
@@ -88,29 +80,8 @@ class Hosts:
 
     def up(self):
         self.net.up()
-        self.cluster = [self.spawn("m", [os.path.join(self.a.bin, "tessera-master"),
-                                         "--listen", self.master], "master")]
-        for s in ("s0", "s1"):
-            self.cluster.append(self.spawn(s, [
-                os.path.join(self.a.bin, "tessera-shard"), "--master", self.master,
-                "--transport", "tcp", "--listen", "0.0.0.0:%d" % SHARD_PORT, "--advertise",
-                "%s:%d" % (self.net.addr(s), SHARD_PORT)], s))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            r = subprocess.run(self.net.wrap("m", [os.path.join(self.a.bin, "tessera"),
-                                                   "status", "--master", self.master,
-                                                   "--json", "--timeout-ms", "2000"]),
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            try:
-                st = json.loads(r.stdout) if r.returncode == 0 else {}
-            except ValueError:
-                st = {}
-            if sum(s.get("state") == "alive" for s in st.get("shards", [])) == 2:
-                return
-            if any(p.poll() is not None for p in self.cluster):
-                break
-            time.sleep(0.3)
-        raise RuntimeError("2 shards not alive after 30 s (logs in %s)" % self.logs)
+        self.master, self.cluster = hosts_cluster(self.net, self.a.bin, self.spawn, self.logs,
+                                                  MASTER_PORT, SHARD_PORT)
 
     def ranks(self, argvs, name):
         """One example process per worker host; rank 0's JSON result."""

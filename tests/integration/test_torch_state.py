@@ -34,7 +34,6 @@ import unittest
 sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
 
-import numpy as np  # noqa: E402
 import tessera  # noqa: E402
 import tessera.torch  # noqa: E402
 import torch  # noqa: E402

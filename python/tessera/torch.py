@@ -257,7 +257,7 @@ class ParameterServer(Overlap):
     def __init__(self, module, client, seed=0, init=None, partition_bytes=0, buffers=False,
                  overlap=False, bucket_bytes=None, rank=0, workers=1, batch=None,
                  broadcast_buffers=True, loss_reduction="mean", micro_batch=None,
-                 param_groups=None, optimizer="momentum"):
+                 param_groups=None, optimizer="momentum", mode="bsp"):
         self.module = module
         self._comm = None       # overlap: the thread that makes the SDK calls (_Comm)
         self.client = client
@@ -277,7 +277,16 @@ class ParameterServer(Overlap):
                                "on %s%s (Tessera writes parameters in place)"
                                % (name, p.dtype, p.device,
                                   "" if p.is_contiguous() else ", not contiguous"))
-        if init is not None:   # Tessera's initializers, the same bits on every rank
+        #: Whether steps can be assignments (mode bsp): the model's own weights, frozen
+        #: parameters and kept buffers need them.
+        self.assigns = (mode or "bsp") == "bsp"
+        if not self.assigns:
+            warnings.warn("tessera.torch: mode %s: the job starts from Tessera's initializers "
+                          "(init=, default_init), not the model's weights; buffers are each "
+                          "rank's own and frozen parameters move with weight decay and momentum: "
+                          "assignments are bsp only" % mode, stacklevel=3)
+            broadcast_buffers = False
+        elif init is not None:   # Tessera's initializers, the same bits on every rank
             initialize(module, seed, init)
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
@@ -291,8 +300,10 @@ class ParameterServer(Overlap):
         self._bufs = _buffers_of(module) if broadcast_buffers else []
         self.ids = []
         for name, t in named + [(b.name, b.tensor) for b in self._bufs]:
-            self.ids.append(client.register(name, tuple(t.shape) or (1,), init="assigned",
-                                            seed=seed, partition_bytes=partition_bytes))
+            kind, fan_in, fan_out = ("assigned", 0, 0) if self.assigns else _spec(init, name, t)
+            self.ids.append(client.register(name, tuple(t.shape) or (1,), init=kind, seed=seed,
+                                            fan_in=fan_in, fan_out=fan_out,
+                                            partition_bytes=partition_bytes))
         self._buf_ids = self.ids[len(self.params):]
         del self.ids[len(self.params):]
         versions = {client.version(i) for i in self.ids + self._buf_ids}
@@ -315,7 +326,7 @@ class ParameterServer(Overlap):
         if buffers:
             self._use_buffers()
         try:
-            self._start(buffers)
+            self._start()
         except BaseException:
             self._private()   # the module must not hold the client attach() now closes
             raise
@@ -328,12 +339,12 @@ class ParameterServer(Overlap):
                 raise
         self._wrap_load()
 
-    def _start(self, buffers):
+    def _start(self):
         """A fresh job: the assignment of rank 0's values as step 0, pulled by every rank; a
-        job under way (restored): its version pulled. With buffers, each parameter's storage
-        then becomes the SDK's buffer."""
+        job under way (restored), or one without assignments: its version pulled. With
+        buffers, each parameter's storage then becomes the SDK's buffer."""
         with torch.no_grad():
-            if self.version == 0:
+            if self.version == 0 and self.assigns:
                 self._assign_step({i: _flat(p) for i, p in enumerate(self.params)},
                                   {k: b.values() for k, b in enumerate(self._bufs)})
             else:
@@ -399,9 +410,10 @@ class ParameterServer(Overlap):
 
     def _updated(self, i):
         """Whether the step updates parameter i: it requires grad and is in one of the
-        optimizer's param groups (torch leaves the others alone)."""
+        optimizer's param groups (torch leaves the others alone); without assignments,
+        every parameter is (module doc)."""
         p = self.params[i]
-        return p.requires_grad and id(p) in self._group_of
+        return not self.assigns or (p.requires_grad and id(p) in self._group_of)
 
     @property
     def frozen(self):
@@ -596,6 +608,10 @@ class ParameterServer(Overlap):
     def _load(self, sd, strict, prefix):
         if isinstance(sd, dict) and set(sd) == {"model", "tessera"}:
             sd = sd["model"]
+        if not self.assigns:
+            raise _error("FAILED_PRECONDITION", "load_state_dict: loading is an assignment "
+                         "step, and this job's mode has none (bsp only); load before attach "
+                         "with init=, or train in mode bsp")
         self.wait()
         if self._pending or (self._comm is not None and
                              any(e is not None for e in self._pushes)):
@@ -730,7 +746,8 @@ def attach(module, master="local", job="default", rank=0, workers=1, optimizer="
                                broadcast_buffers=broadcast_buffers,
                                loss_reduction=loss_reduction,
                                micro_batch=options.get("micro_batch"),
-                               param_groups=param_groups, optimizer=optimizer)
+                               param_groups=param_groups, optimizer=optimizer,
+                               mode=options.get("mode"))
     except BaseException:
         client.close()
         raise

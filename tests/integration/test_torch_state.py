@@ -195,6 +195,21 @@ class Local(unittest.TestCase):
             with self.assertRaisesRegex(tessera.InvalidArgument, "weight_decay"):
                 ps.step()
 
+    def test_modes_without_assignments(self):
+        """asp has no assignments: attach says so (Tessera's initializers, buffers per rank),
+        trains, and refuses load_state_dict by name, nothing changed."""
+        m = net()
+        with self.assertWarnsRegex(UserWarning, "mode asp: the job starts from Tessera's"):
+            ps = tessera.torch.attach(m, batch=4, mode="asp")
+        with ps:
+            x, y = batch(0, 0)
+            F.cross_entropy(m(x), y).backward()
+            self.assertEqual(ps.step(), 1)
+            before = {k: v.clone() for k, v in m.state_dict().items()}
+            with self.assertRaisesRegex(tessera.Error, "bsp only"):
+                m.load_state_dict(net(3).state_dict())
+            self.assertTrue(state_equal(m.state_dict(), before))
+
     def test_not_picklable_while_attached(self):
         m = net()
         with tessera.torch.attach(m, batch=4):

@@ -303,15 +303,16 @@ out:
     return st;
 }
 
-/* Who may call what, under mutual TLS (docs/security.md): workers register tensors; what
- * changes a job's state for the whole cluster comes from the master (or an admin). */
+/* Who may call what, under mutual TLS (docs/security.md): workers register tensors, and so do
+ * shards (a head introduces its tensors to a joining shard, repair.c); what changes a job's
+ * state for the whole cluster comes from the master (or an admin). */
 #define T(name, fn, rq, rs, roles)                                                               \
     { name, fn, &tessera__v1__##rq##__descriptor, &tessera__v1__##rs##__descriptor,             \
       TS_RPC_OWN_THREAD, roles, 0 }
 #define MASTER (TS_ROLE_MASTER | TS_ROLE_ADMIN)
 static const struct ts_rpc_method shard_methods[] = {
     T("RegisterTensor", register_tensor, register_tensor_request, register_tensor_response,
-      TS_ROLE_WORKER),
+      TS_ROLE_WORKER | TS_ROLE_SHARD),
     T("ArmSnapshot", arm_snapshot, arm_snapshot_request, arm_snapshot_response, MASTER),
     /* a manifest of every partition this shard holds, with each chunk's hash */
     { "WriteSnapshot", write_snapshot, &tessera__v1__write_snapshot_request__descriptor,

@@ -19,8 +19,8 @@ BatchNorm buffers, torch.optim's hyperparameters), one rank per process:
 Both ways start from the same weights (torch.manual_seed(--seed), then the model; attach
 makes rank 0's the job's) and see the same samples: step k's global batch is split into
 equal shares, rank r's the r-th. Every rank prints one JSON line at the end: its loss at step
-0 and the mean of its first and last 10 steps, the test accuracy (cnn), rank's median step time, the
-params_sha256 and a hash of the buffers.
+0 and the mean of its first and last 10 steps (half the steps when fewer than 20), the test
+accuracy (cnn), rank's median step time, the params_sha256 and a hash of the buffers.
 """
 import argparse
 import gzip
@@ -206,10 +206,11 @@ def run(a):
                      1e3 * np.median(times[-a.progress:])), file=sys.stderr, flush=True)
     if not a.ddp:
         ps.wait()
+    w = max(1, min(10, total // 2))   # the windows of the first and last losses
     out = {"model": a.model, "mode": "ddp" if a.ddp else "tessera", "rank": a.rank,
            "workers": a.workers, "steps": total, "loss_0": losses[0],
-           "loss_first": float(np.mean(losses[:10])),
-           "loss_last": float(np.mean(losses[-10:])),
+           "loss_first": float(np.mean(losses[:w])),
+           "loss_last": float(np.mean(losses[-w:])),
            "step_ms_median": 1e3 * float(np.median(times[len(times) // 5:])),
            "params_sha256": tessera.torch.params_sha256(model),
            "buffers_sha256": buffers_sha256(model), "starts_from_own_weights": first_weights}

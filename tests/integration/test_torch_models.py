@@ -56,7 +56,7 @@ class Models(tl.UpCase, unittest.TestCase):
         self.assertEqual(out[0]["params_sha256"], out[1]["params_sha256"])
 
     def test_resnet18_and_transformer_as_ddp(self):
-        for model, steps in (("resnet18", 12), ("transformer", 30)):
+        for model, steps in (("resnet18", 8), ("transformer", 20)):
             with self.subTest(model=model):
                 ours = self.ranks(model, steps=steps)[0]
                 ddp = self.ranks(model, ddp=True, steps=steps)[0]

@@ -10,6 +10,7 @@
 #               killed twice under the sanitizers, and the kill matrix: 50 random kills of a
 #               shard or the master in exact runs, with its table (KILL_TRIALS=N), then 10 of
 #               a reduce job without replicas (KILL_REDUCE_TRIALS=N)
+#   make test-big  a 2 GiB tensor registers and trains a step (about a minute, 7 GiB of memory)
 #   make test-deploy  the deployments (docs/deploy.md): emulated hosts, Kubernetes manifests,
 #               systemd units, a real Slurm, the podman image; says what it skipped and why
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
@@ -80,12 +81,12 @@ UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all build deps deps-build deps-node test demo bench clean help asan fuzz fuzz-build \
-        fuzz-check test-fault install soak fresh-check test-deploy
+        fuzz-check test-fault install soak fresh-check test-deploy test-big
 
 all: build
 
 help:
-	@sed -n '1,27p' Makefile
+	@sed -n '1,28p' Makefile
 
 # Installs the Debian packages of $(1) that are missing; with $(2) set, also Node.js and
 # kubectl when none is on PATH.
@@ -203,6 +204,11 @@ bench: build
 FAULT_TRIALS ?= 24
 KILL_TRIALS ?= 50
 KILL_REDUCE_TRIALS ?= 10
+test-big: build
+	TESSERA_BIN=$(abspath $(BUILD))/bin TESSERA_SRC=$(CURDIR) \
+	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
+	    /usr/bin/python3 tests/integration/test_big_tensor.py
+
 test-fault: build asan
 	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \

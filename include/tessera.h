@@ -198,6 +198,17 @@ int tessera_push(tessera *t, int id, uint64_t step, const void *grad,
  * values from the assignment of step 0 (how tessera.torch starts from the model's weights);
  * its Adam step count starts there, as torch.optim's does. docs/training.md, "Assignments". */
 int tessera_assign(tessera *t, int id, const float *values, struct tessera_error *err);
+/* tessera_assign with the optimizer's state too (a checkpoint's resume), from the rank that
+ * gives the values (the others call tessera_assign with NULL): state holds the optimizer's
+ * floats per element, each component's numel in turn (momentum: 1, Adam: m then v; sgd:
+ * none, state is then not read). Both are copied at once. */
+int tessera_assign_state(tessera *t, int id, const float *values, const float *state,
+                         struct tessera_error *err);
+/* The optimizer's state of tensor id at `version` (the version this rank holds: after a step's
+ * pull, before the next push) into out, laid out as tessera_assign_state takes it; nothing
+ * for sgd. Mode bsp. */
+int tessera_pull_state(tessera *t, int id, uint64_t version, float *out,
+                       struct tessera_error *err);
 /* From the next push on, tensor id's updates use learning rate lr (0: the job optimizer's)
  * and, if weight_decay is 0, no weight decay (a parameter group's settings, a schedule's
  * learning rate); id -1: every registered tensor. The values travel with each push, so the

@@ -242,6 +242,7 @@ static void tensor_free(struct sdk_tensor *x)
     free(x->rgrad);
     free(x->have);
     free(x->prev);
+    free(x->assign_buf);
     free(x->slot_sum);
     sdk_region_free(x);
     free(x);

@@ -7,6 +7,10 @@
 #include "client/sdk_internal.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/frame.h"
 
 int tessera_set_lr(tessera *t, int id, float lr, int weight_decay, struct tessera_error *e)
 {
@@ -49,16 +53,125 @@ int tessera_assign(tessera *t, int id, const float *values, struct tessera_error
                    "needs a tensor that moves every step", x->name, x->sync_every);
     if (err.code)
         return sdk_fail(e, &err);
+    sdk_assign_clear(x);
     x->assign = true;
     x->assign_values = values;
     return sdk_ok(e);
 }
 
+int tessera_assign_state(tessera *t, int id, const float *values, const float *state,
+                         struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    size_t slen = ts_optim_state_len(t->job.optim.kind);
+    struct sdk_tensor *x;
+    int rc;
+
+    if (!values || !state) {
+        ts_err_set(&err, TS_EINVAL, "assign: values and state are both required (the rank "
+                   "that gives them; the others call tessera_assign with NULL)");
+        return sdk_fail(e, &err);
+    }
+    if ((rc = tessera_assign(t, id, values, e)) || !slen)
+        return rc;
+    x = t->tensors[id];
+    if (!(x->assign_buf = malloc(x->numel * (1 + slen) * sizeof(float)))) {
+        sdk_assign_clear(x);
+        ts_err_set(&err, TS_ENOMEM, "assign: no memory for tensor '%s' and its state", x->name);
+        return sdk_fail(e, &err);
+    }
+    for (uint32_t p = 0; p < x->nparts; p++) {   /* as each partition's push carries them */
+        uint64_t off, len;
+        float *at;
+        ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+        at = x->assign_buf + off * (1 + slen);
+        memcpy(at, values + off, len * sizeof(float));
+        for (size_t k = 0; k < slen; k++)
+            memcpy(at + len * (1 + k), state + k * x->numel + off, len * sizeof(float));
+    }
+    return sdk_ok(e);
+}
+
+uint64_t sdk_assign_bytes(const struct tessera *t, const struct sdk_tensor *x)
+{
+    return x->numel * (1 + ts_optim_state_len(t->job.optim.kind)) * sizeof(float);
+}
+
+void sdk_assign_clear(struct sdk_tensor *x)
+{
+    x->assign = false;
+    x->assign_values = NULL;
+    free(x->assign_buf);
+    x->assign_buf = NULL;
+}
+
 void sdk_assign_done(struct tessera *t, int first, int last)
 {
     for (int i = first; i < last; i++)
-        if (t->tensors[i]->active) {
-            t->tensors[i]->assign = false;
-            t->tensors[i]->assign_values = NULL;
-        }
+        if (t->tensors[i]->active)
+            sdk_assign_clear(t->tensors[i]);
+}
+
+/* Partition p's state, slen components of len floats, into out's [k][numel] layout. */
+static void scatter_state(const struct sdk_tensor *x, size_t slen, uint64_t off, uint64_t len,
+                          const float *part, float *out)
+{
+    for (size_t k = 0; k < slen; k++)
+        memcpy(out + k * x->numel + off, part + k * len, len * sizeof(float));
+}
+
+int tessera_pull_state(tessera *t, int id, uint64_t version, float *out,
+                       struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    size_t slen = ts_optim_state_len(t->job.optim.kind);
+    struct sdk_tensor *x;
+    float *tmp = NULL;
+    ts_status st = TS_OK, first = TS_OK;
+
+    if (id < 0 || id >= t->ntensors)
+        st = ts_err_set(&err, TS_EINVAL, "tensor id %d is not registered (%d tensors)", id,
+                        t->ntensors);
+    else if (t->job.mode != TS_MODE_BSP)
+        st = ts_err_set(&err, TS_ENOTSUP, "optimizer state: job '%s' is mode %s; it is read "
+                        "in mode bsp only", t->job.id, ts_mode_name(t->job.mode));
+    else if (!t->local)
+        st = sdk_usable(t, &err);
+    if (st)
+        return sdk_fail(e, &err);
+    x = t->tensors[id];
+    if (!slen || !x->nparts)
+        return sdk_ok(e);
+    if (!(tmp = malloc((x->partition_bytes / sizeof(float) + 1) * slen * sizeof(float)))) {
+        ts_err_set(&err, TS_ENOMEM, "optimizer state: out of memory");
+        return sdk_fail(e, &err);
+    }
+    /* Every request goes out before a reply is read, as a pull's do (sdk_step.c). */
+    for (uint32_t p = 0; !t->local && !st && p < x->nparts; p++) {
+        struct ts_frame_hdr h = { .type = TS_FRAME_PULL, .tensor = (uint32_t)id, .partition = p,
+                                  .step = version, .rank = t->rank, .flags = TS_PULL_STATE };
+        st = ts_frame_send(t->shards[x->owner[p]].conn, &h, NULL, 0, &err);
+        sdk_note_broken(t, x->owner[p], st);
+    }
+    for (uint32_t p = 0; !st && p < x->nparts; p++) {
+        uint64_t off, len;
+        struct ts_err pe = { 0 };
+        ts_status r;
+        ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+        if (t->local)
+            r = ts_part_read_state(x->parts[p], version, tmp, &pe);
+        else
+            r = sdk_read_reply(t, x->owner[p], TS_FRAME_PARAMS, (uint32_t)id, p, tmp,
+                               len * slen * sizeof(float), NULL, &pe);
+        if (!r)
+            scatter_state(x, slen, off, len, tmp, out);
+        else if (!first)
+            first = ts_err_set(&err, r, "tensor '%s': %s", x->name, pe.msg);
+        if (sdk_transport_failed(r))
+            st = r;
+    }
+    free(tmp);
+    if (st || first)
+        return sdk_fail(e, &err);
+    return sdk_ok(e);
 }

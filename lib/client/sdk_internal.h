@@ -49,9 +49,12 @@ struct sdk_tensor {
     /* tessera_set_lr: its updates' learning rate (0: the job's) and weight decay switch. */
     float lr;
     bool no_decay;
-    /* tessera_assign: the next push of it is an assignment of these values (NULL: none). */
+    /* tessera_assign: the next push of it is an assignment of these values (NULL: none);
+     * tessera_assign_state: of values and optimizer state, gathered in assign_buf partition
+     * by partition as the push sends them (its values, then each state component). */
     bool assign;
     const float *assign_values;
+    float *assign_buf;
     /* The step in progress (plan_step, only): */
     bool active, encoded;
     uint64_t tstep, pull_version;
@@ -413,8 +416,12 @@ void sdk_prepare_push(struct tessera *t, int i, const void *grad);
 ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *buf, size_t cap,
                    uint32_t tensor, uint32_t part, struct ts_err *err);
 ts_status sdk_usable(const struct tessera *t, struct ts_err *err);
-/* sdk_assign.c: the active tensors of [first, last) were pushed: their assignments are done. */
+/* sdk_assign.c: the active tensors of [first, last) were pushed: their assignments are done;
+ * sdk_assign_clear disarms one tensor. */
 void sdk_assign_done(struct tessera *t, int first, int last);
+void sdk_assign_clear(struct sdk_tensor *x);
+/* The bytes of x's assignment with state, every partition's values and state. */
+uint64_t sdk_assign_bytes(const struct tessera *t, const struct sdk_tensor *x);
 ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int first, int last,
                        bool push, float *const *params, struct ts_err *err) TS_MUST_CHECK;
 

@@ -33,11 +33,13 @@ static void prepare_push(struct tessera *t, struct sdk_tensor *x, const void *gr
 {
     float scale = t->loss_mode == TESSERA_LOSS_SCALE_SDK ? ldexpf(1.0f, t->scale_exp) : 1.0f;
 
-    if (x->assign) {   /* the values as they are, or nothing (sdk_assign.c) */
-        x->src = x->assign_values;
+    if (x->assign) {   /* the values as they are (with state: gathered), or nothing */
+        uint64_t bytes = !x->assign_values ? 0 : x->assign_buf ? sdk_assign_bytes(t, x)
+                                                                : x->numel * sizeof(float);
+        x->src = x->assign_buf ? x->assign_buf : x->assign_values;
         x->encoded = false;
-        t->stats.bytes_raw += x->assign_values ? x->numel * sizeof(float) : 0;
-        t->stats.bytes_pushed += x->assign_values ? x->numel * sizeof(float) : 0;
+        t->stats.bytes_raw += bytes;
+        t->stats.bytes_pushed += bytes;
         return;
     }
     x->src = grad;
@@ -63,11 +65,12 @@ static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *
 
     ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
     if (x->assign) {
+        size_t per = x->assign_buf ? 1 + ts_optim_state_len(t->job.optim.kind) : 1;
         in = (struct ts_push){ .rank = t->push_rank, .step = x->tstep, .assign = true,
-                               .encoding = TS_ENC_RAW };
+                               .state = x->assign_buf != NULL, .encoding = TS_ENC_RAW };
         if (x->src) {
-            in.payload = (const float *)x->src + off;
-            in.bytes = len * sizeof(float);
+            in.payload = (const float *)x->src + off * per;
+            in.bytes = len * per * sizeof(float);
         }
     } else if (x->encoded) {
         in.encoding = x->codec.kind;
@@ -137,6 +140,8 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
      * frame carries no payload. A combined push carries its slots' mask in front of it. */
     if (push && in.no_decay)
         h.flags |= TS_PUSH_NO_DECAY;
+    if (push && in.state)
+        h.flags |= TS_PUSH_STATE;
     if (push && in.assign) {   /* in the frame, always (tessera_assign refused the rest) */
         h.flags |= TS_PUSH_ASSIGN;
     } else if (push && t->push_mask) {
@@ -467,8 +472,7 @@ static void finish_step(struct tessera *t, float *const *params)
 
         if (!x->active)
             continue;
-        x->assign = false;
-        x->assign_values = NULL;
+        sdk_assign_clear(x);
         if (x->sync_every > 1)
             memset(x->acc, 0, x->numel * elem_bytes(t));
         if (t->job.mode != TS_MODE_REDUCE)

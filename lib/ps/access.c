@@ -2,6 +2,8 @@
  * creation without the lock, the rest under it; and the restore of a new one. */
 #include "ps/part_internal.h"
 
+#include <inttypes.h>
+
 #include <string.h>
 
 uint32_t ts_part_index(const struct ts_part *p)
@@ -87,6 +89,27 @@ void ts_part_set_generation(struct ts_part *p, uint32_t generation)
 const float *ts_part_values(const struct ts_part *p)
 {
     return p->value;
+}
+
+ts_status ts_part_read_state(struct ts_part *p, uint64_t version, float *out,
+                             struct ts_err *err)
+{
+    size_t n = ts_optim_state_len(p->job->optim.kind) * p->len;
+    ts_status st = TS_OK;
+
+    pthread_mutex_lock(&p->mu);
+    if (p->job->mode != TS_MODE_BSP)
+        st = ts_err_set(err, TS_ENOTSUP, "optimizer state: job '%s' is mode %s; it is read in "
+                        "mode bsp only", p->job->id, ts_mode_name(p->job->mode));
+    else if (p->version != version)
+        st = ts_err_set(err, TS_ESTATE, "optimizer state of version %" PRIu64 ": tensor %u "
+                        "partition %u is at version %" PRIu64 " (read it after the step's "
+                        "pull, before the next push)", version, p->tensor_id, p->index,
+                        p->version);
+    else if (n)
+        memcpy(out, p->state, n * sizeof(float));
+    pthread_mutex_unlock(&p->mu);
+    return st;
 }
 
 void ts_part_fold_ranks(struct ts_part *p, struct ts_part_ranks *r)

@@ -188,6 +188,7 @@ void ts_part_free(struct ts_part *p)
     free(p->stale_max);
     free(p->acc_fixed);
     free(p->acc_f32);
+    free(p->assign_state);
     free(p);
 }
 
@@ -233,6 +234,8 @@ void part_step_reset(struct ts_part *p)
     p->check_finite = false;
     p->assigning = false;
     p->assign_from = 0;
+    free(p->assign_state);
+    p->assign_state = NULL;
     memset(p->pushed, 0, p->job->workers);
 }
 
@@ -303,6 +306,8 @@ static void apply_assign(struct ts_part *p)
 {
     if (p->assign_from)
         memcpy(p->value, assign_buf(p), p->len * sizeof(float));
+    if (p->assign_state)
+        memcpy(p->state, p->assign_state, state_floats(p) * sizeof(float));
     step_done(p);
 }
 
@@ -384,10 +389,19 @@ static ts_status check_assign_form(const struct ts_part *p, const struct ts_push
     if (in->slots || in->scale_exp)
         return ts_err_set(err, TS_EINVAL, "assign: an assignment is one rank's (no slots) and "
                           "unscaled (no loss scale)");
+    if (in->state && !in->bytes)
+        return ts_err_set(err, TS_EINVAL, "assign: optimizer state comes with the values "
+                          "(the rank that gives them); the others send neither");
     if (in->encoding != TS_ENC_RAW)
         return ts_err_set(err, TS_EINVAL, "encoding: %u; an assignment carries raw float32 "
                           "values (%u), in exact mode too", in->encoding, TS_ENC_RAW);
-    if (in->bytes && in->bytes != p->len * sizeof(float))
+    if (in->state && in->bytes != (p->len + state_floats(p)) * sizeof(float))
+        return ts_err_set(err, TS_EINVAL, "payload: %zu bytes of values and optimizer state for "
+                          "tensor %u partition %u, want %zu (%" PRIu64 " elements, %zu state "
+                          "floats each)", in->bytes, p->tensor_id, p->index,
+                          (size_t)((p->len + state_floats(p)) * sizeof(float)), p->len,
+                          ts_optim_state_len(p->job->optim.kind));
+    if (!in->state && in->bytes && in->bytes != p->len * sizeof(float))
         return ts_err_set(err, TS_EINVAL, "payload: %zu bytes of values for tensor %u partition "
                           "%u, want %zu (%" PRIu64 " elements) or none", in->bytes,
                           p->tensor_id, p->index, (size_t)(p->len * sizeof(float)), p->len);
@@ -564,11 +578,18 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
         first = async_mode(p->job) || p->npushed == 0;
         last = async_mode(p->job) || p->npushed + ts_push_nslots(in) == p->job->workers;
         if (in->assign) {
-            p->assigning = true;
-            if (in->bytes) {
-                memcpy(assign_buf(p), in->payload, in->bytes);
+            if (in->state && state_floats(p) &&
+                !(p->assign_state = malloc(state_floats(p) * sizeof(float))))
+                st = ts_err_set(err, TS_ENOMEM, "assign: no memory for %zu floats of optimizer "
+                                "state", state_floats(p));
+            if (!st && in->bytes) {
+                memcpy(assign_buf(p), in->payload, p->len * sizeof(float));
+                if (p->assign_state)
+                    memcpy(p->assign_state, (const float *)in->payload + p->len,
+                           state_floats(p) * sizeof(float));
                 p->assign_from = in->rank + 1;
             }
+            p->assigning = !st;
         } else if (last) {
             st = part_fusable(p, in, first, &fuse, err);
         }

@@ -136,6 +136,10 @@ struct ts_push {
      * assignments or all gradients; at most one push of it carries values. No slots, no loss
      * scale, no sync period; BSP only (TS_ENOTSUP names the mode). */
     bool assign;
+    /* An assignment with the optimizer's state too: the payload is the len values, then the
+     * state, ts_optim_state_len floats per element laid out as the partition keeps it (each
+     * component's len floats in turn); values required. A checkpoint's resume. */
+    bool state;
     /* The update's learning rate (0: the job optimizer's) and whether weight decay is off for
      * it: a trainer's schedule and parameter groups. Positive and finite; every push of a BSP
      * step must agree (the step's update is one); SSP and ASP take each push's. */
@@ -203,6 +207,11 @@ ts_status ts_part_rollback(struct ts_part *p, uint64_t version, uint32_t generat
  * this rank's ts_part_pull without a copy returned and before this rank pushes again (the
  * next update needs that push). Anything else copies with ts_part_pull. */
 const float *ts_part_values(const struct ts_part *p);
+/* Copies the optimizer's state at `version` (ts_optim_state_len * len floats, each component's
+ * len in turn) into out: TS_ESTATE unless the partition is at that version (BSP; a checkpoint
+ * reads it between a step's pull and the next push), TS_ENOTSUP in another mode. */
+ts_status ts_part_read_state(struct ts_part *p, uint64_t version, float *out,
+                             struct ts_err *err) TS_MUST_CHECK;
 
 /* Per-rank figures of SSP and ASP, folded over a job's partitions by ts_part_fold_ranks: the
  * lowest clock (next step) of each rank, the highest staleness it saw at its pulls (last and

@@ -42,6 +42,7 @@ struct ts_part {
      * holds (0: none yet), in the accumulator's memory as len floats. */
     bool assigning;
     uint32_t assign_from;
+    float *assign_state;        /* the state an assignment gave (ts_push.state), or NULL */
     /* The step's learning rate (0: the job's) and weight decay switch (ts_push.lr, no_decay),
      * set by its first push. */
     float lr;

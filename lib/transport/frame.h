@@ -88,6 +88,8 @@ enum ts_frame_type {
 #define TS_PULL_AFTER_PUSH 0x1u /* sent right behind this connection's pushes of the step */
 #define TS_PULL_REGION 0x2u     /* answer with no payload: the values are in the shared region */
 #define TS_PULL_ROUND 0x4u      /* the first pull of a round of requests on this connection */
+#define TS_PULL_STATE 0x10u     /* the optimizer's state of version `step`, not the values:
+                                 * PARAMS with TS_PARAMS_STATE answers (ts_part_read_state) */
 #define TS_PULL_CODED 0x8u      /* compressed (docs/compression.md, "Pulls"): `encoding` is the
                                  * codec; the 16-byte payload is the token of the copy the
                                  * worker holds (0: none) and the top-k ratio (f64; else 0) */
@@ -108,12 +110,15 @@ enum ts_frame_type {
 #define TS_PUSH_SLOTS_LEN 8     /* the mask's bytes */
 #define TS_PUSH_NO_DECAY 0x2000u /* no weight decay for the partition this step (a torch param
                                  * group with weight_decay 0) */
+#define TS_PUSH_STATE 0x4000u   /* with ASSIGN: the payload's values are followed by the
+                                 * partition's optimizer state (lib/ps/part.h, ts_push.state) */
 #define TS_PUSH_ASSIGN 0x1000u  /* an assignment (lib/ps/part.h, ts_push.assign): the payload is
                                  * the partition's new float32 values, or none (this rank takes
                                  * part without values); never with TS_PUSH_REGION or SLOTS */
 /* PARAMS flags; a PARAMS frame's `rank` field carries the staleness the pull saw (SSP/ASP). */
 #define TS_PARAMS_OVERFLOW 0x1u /* a step was skipped for a non-finite sum since the last pull */
 #define TS_PARAMS_REGION 0x2u   /* no payload: read the values from the shared region */
+#define TS_PARAMS_STATE 0x8u    /* the reply to a TS_PULL_STATE pull: the state, no values */
 #define TS_PARAMS_CODED 0x4u    /* the reply to a TS_PULL_CODED pull: the new copy's 8-byte
                                  * token, then the values in full (encoding 0) or the codec's
                                  * encoding of value - copy (encoding: the codec) */

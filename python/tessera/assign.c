@@ -18,18 +18,29 @@ void assigned_release(struct client *self, const int *ids, Py_ssize_t n)
 
 PyObject *client_assign(struct client *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "id", "values", NULL };
-    PyObject *oid, *ovalues = Py_None;
+    static char *kwlist[] = { "id", "values", "state", NULL };
+    PyObject *oid, *ovalues = Py_None, *ostate = Py_None;
     struct tessera_error e = { 0 };
-    struct arr v = { 0 };
+    struct arr v = { 0 }, s = { 0 };
     int id, rc;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:assign", kwlist, &oid, &ovalues) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO:assign", kwlist, &oid, &ovalues,
+                                     &ostate) ||
         open_or_raise(self) || get_id(self, oid, "id", &id) ||
         (ovalues != Py_None &&
          arr_get(ovalues, "values", F32, 0, (long long)self->numel[id], &v)))
         return NULL;
-    SDK_CALL(self, rc, &e, tessera_assign(self->t, id, v.held ? v.b.buf : NULL, &e));
+    if (ostate != Py_None && arr_get(ostate, "state", F32, 0, -1, &s)) {
+        arr_put(&v);
+        return NULL;
+    }
+    /* The state is copied at once (tessera_assign_state); the values then too. */
+    if (s.held)
+        SDK_CALL(self, rc, &e, tessera_assign_state(self->t, id, v.held ? v.b.buf : NULL,
+                                                    s.b.buf, &e));
+    else
+        SDK_CALL(self, rc, &e, tessera_assign(self->t, id, v.held ? v.b.buf : NULL, &e));
+    arr_put(&s);
     if (rc) {
         arr_put(&v);
         return raise_sdk(&e);
@@ -54,4 +65,24 @@ PyObject *client_set_lr(struct client *self, PyObject *args, PyObject *kw)
     if (rc)
         return raise_sdk(&e);
     Py_RETURN_NONE;
+}
+
+PyObject *client_pull_state(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "id", "version", "out", NULL };
+    PyObject *oid, *over, *oout;
+    struct tessera_error e = { 0 };
+    struct arr o = { 0 };
+    uint64_t version;
+    int id, rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:pull_state", kwlist, &oid, &over, &oout) ||
+        open_or_raise(self) || get_id(self, oid, "id", &id) ||
+        get_step(over, "version", &version) || arr_get(oout, "out", F32, 1, -1, &o))
+        return NULL;
+    SDK_CALL(self, rc, &e, tessera_pull_state(self->t, id, version, o.b.buf, &e));
+    arr_put(&o);
+    if (rc)
+        return raise_sdk(&e);
+    return Py_NewRef(oout);
 }

@@ -75,6 +75,7 @@ PyObject *client_step_some(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_assign(struct client *self, PyObject *args, PyObject *kw);
 void assigned_release(struct client *self, const int *ids, Py_ssize_t n);
 PyObject *client_set_lr(struct client *self, PyObject *args, PyObject *kw);
+PyObject *client_pull_state(struct client *self, PyObject *args, PyObject *kw);
 
 /* work.c: the methods. */
 PyObject *client_claim_work(struct client *self, PyObject *args, PyObject *kw);

@@ -198,6 +198,10 @@ class _RoutedLoad:
                         "torch.save(ps.state_dict()), or pickle it after ps.close()")
 
 
+#: Floats of optimizer state per parameter element, by optimizer (lib/tensor/optim.c).
+STATE_LEN = {"sgd": 0, "momentum": 1, "nesterov": 1, "adam": 2, "adamw": 2}
+
+
 def _optimizer_defaults(spec):
     """{"lr", "weight_decay"} of an optimizer spec ("adamw:lr=0.001,..."), with
     lib/tensor/optim.c's defaults (lr 0.01; weight decay 0, adamw's 0.01)."""
@@ -292,6 +296,8 @@ class ParameterServer(Overlap):
         self.params = [p for _, p in named]
         defaults = _optimizer_defaults(optimizer)
         self._job_decay = defaults["weight_decay"]
+        self._spec = optimizer or "momentum"
+        self._state_len = STATE_LEN.get(self._spec.partition(":")[0], 0)
         #: The job's optimizer as torch sees one (Optimizer): param_groups, lr schedulers.
         self.optimizer = Optimizer(self, self.params if param_groups is None else param_groups,
                                    defaults)
@@ -377,15 +383,22 @@ class ParameterServer(Overlap):
         for i, b in zip(self._buf_ids, self._bufs):
             self.client.assign(i, b.values() if self.rank == 0 else None)
 
-    def _assign_step(self, params, bufs):
-        """One step that assigns every tensor: rank 0 gives params[i] (parameter i) and
-        bufs[k] (buffer k) where present, the tensors without keep their values; every rank
-        pulls the result. The collective of attach and load_state_dict."""
-        everything = list(zip(self.ids, [params.get(i) for i in range(len(self.params))])) + \
-            list(zip(self._buf_ids, [bufs.get(k) for k in range(len(self._bufs))]))
-        for i, v in everything:
-            self.client.assign(i, v if self.rank == 0 else None)
-        grads = [self._dummy(self.client.numel(i)) for i, _ in everything]
+    def _assign_step(self, params, bufs, states=None):
+        """One step that assigns every tensor: rank 0 gives params[i] (parameter i), with
+        the optimizer's states[i] where given, and bufs[k] (buffer k) where present, the
+        tensors without keep their values; every rank pulls the result. The collective of
+        attach and load_state_dict."""
+        states = states or {}
+        everything = list(zip(self.ids, [params.get(i) for i in range(len(self.params))],
+                              [states.get(i) for i in range(len(self.params))])) + \
+            list(zip(self._buf_ids, [bufs.get(k) for k in range(len(self._bufs))],
+                     [None] * len(self._bufs)))
+        for i, v, s in everything:
+            if self.rank == 0 and s is not None and v is not None:
+                self.client.assign(i, v, state=s)
+            else:
+                self.client.assign(i, v if self.rank == 0 else None)
+        grads = [self._dummy(self.client.numel(i)) for i, _, _ in everything]
         self.client.step(self.version, grads, self._outs())
         for b in self._bufs:
             b.landed()
@@ -585,15 +598,31 @@ class ParameterServer(Overlap):
     def state_dict(self):
         """The model's state (``model.state_dict()``, private copies where parameters are the
         SDK's pages) and Tessera's: ``{"model": ..., "tessera": {"version", "rank",
-        "workers"}}``, for torch.save. ``ps.load_state_dict`` takes it back, and so does the
+        "workers", "optimizer": {"spec", "state": {name: [state floats per element, *shape]}}}}``
+        (the shards' optimizer state of every parameter, read at this version), for
+        torch.save. ``ps.load_state_dict`` takes it back, optimizer state included, and the
         model's own ``load_state_dict`` after attach; ``sd["model"]`` loads into a plain
-        torch model. The optimizer state stays on the shards (snapshots hold it)."""
+        torch model. Between steps, as torch's."""
         self.wait()
+        self._between_steps("state_dict")
         sd = self.module.state_dict()
         if self._views is not None:
             sd = type(sd)((k, v.clone()) for k, v in sd.items())
+        state = {}
+        for i, (name, p) in enumerate(zip(self.names, self.params)):
+            if self._state_len and self.assigns:
+                a = np.empty(self._state_len * p.numel(), np.float32)
+                self.client.pull_state(self.ids[i], self.version, a)
+                state[name] = torch.from_numpy(a).reshape((self._state_len,) + tuple(p.shape))
         return {"model": sd, "tessera": {"version": self.version, "rank": self.rank,
-                                         "workers": self.workers}}
+                                         "workers": self.workers,
+                                         "optimizer": {"spec": self._spec, "state": state}}}
+
+    def _between_steps(self, what):
+        if self._pending or (self._comm is not None and
+                             any(e is not None for e in self._pushes)):
+            raise _invalid("%s: this step's gradients were summed or pushed already; call it "
+                           "between steps (after ps.step(), or discard())" % what)
 
     def load_state_dict(self, state_dict, strict=True):
         """Loads a model state (``model.state_dict()``, or what ``ps.state_dict()`` returned)
@@ -606,17 +635,16 @@ class ParameterServer(Overlap):
         return self._load(state_dict, strict, "")
 
     def _load(self, sd, strict, prefix):
+        opt = None
         if isinstance(sd, dict) and set(sd) == {"model", "tessera"}:
+            opt = sd["tessera"].get("optimizer") if prefix == "" else None
             sd = sd["model"]
         if not self.assigns:
             raise _error("FAILED_PRECONDITION", "load_state_dict: loading is an assignment "
                          "step, and this job's mode has none (bsp only); load before attach "
                          "with init=, or train in mode bsp")
         self.wait()
-        if self._pending or (self._comm is not None and
-                             any(e is not None for e in self._pushes)):
-            raise _invalid("load_state_dict: this step's gradients were summed or pushed "
-                           "already; call it between steps (after ps.step(), or discard())")
+        self._between_steps("load_state_dict")
         own = {k: v for k, v in self.module.state_dict(keep_vars=True).items()
                if k.startswith(prefix)}
         given = {prefix + k: v for k, v in sd.items()}
@@ -635,6 +663,7 @@ class ParameterServer(Overlap):
                               "checkpoint, the shape in current model is %s."
                               % (k[len(prefix):], tuple(torch.as_tensor(v).shape),
                                  tuple(own[k].shape)))
+        states = self._optimizer_state(opt, errors)
         if errors:
             raise RuntimeError("Error(s) in loading state_dict for %s:\n\t%s"
                                % (type(self.module).__name__, "\n\t".join(errors)))
@@ -651,8 +680,31 @@ class ParameterServer(Overlap):
             for k, v in given.items():
                 if k in own and k not in registered:
                     own[k].copy_(torch.as_tensor(v))
-            self._assign_step(params, bufs)
+            self._assign_step(params, bufs, states)
         return torch.nn.modules.module._IncompatibleKeys(missing, unexpected)
+
+    def _optimizer_state(self, opt, errors):
+        """{parameter index: flat state} from a state_dict()'s "optimizer" entry, for an
+        optimizer that keeps the same state (momentum's into nesterov's, adam's into adamw's);
+        problems go to errors."""
+        if not opt or not opt.get("state") or not self._state_len:
+            return {}
+        if STATE_LEN.get(str(opt.get("spec", "")).partition(":")[0]) != self._state_len:
+            errors.append("optimizer state of %r does not fit this job's optimizer %r"
+                          % (opt.get("spec"), self._spec))
+            return {}
+        out = {}
+        for i, (name, p) in enumerate(zip(self.names, self.params)):
+            s = opt["state"].get(name)
+            if s is None:
+                continue
+            s = torch.as_tensor(s)
+            if tuple(s.shape) != (self._state_len,) + tuple(p.shape):
+                errors.append("optimizer state of %s: shape %s, want %s" % (
+                    name, tuple(s.shape), (self._state_len,) + tuple(p.shape)))
+                continue
+            out[i] = _flat(s)
+        return out
 
     def _wrap_load(self):
         """Routes the model's load_state_dict, and each submodule's, to _load: a plain copy_

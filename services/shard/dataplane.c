@@ -188,16 +188,19 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
                           .bytes = h->len, .retry = (h->flags & TS_PUSH_RETRY) != 0,
                           .gen = dc->gen, .member = dc->member,
                           .payload_sum = h->unhashed ? 0 : h->checksum,
-                          .assign = (h->flags & TS_PUSH_ASSIGN) != 0, .lr = h->lr,
+                          .assign = (h->flags & TS_PUSH_ASSIGN) != 0,
+                          .state = (h->flags & TS_PUSH_STATE) != 0, .lr = h->lr,
                           .no_decay = (h->flags & TS_PUSH_NO_DECAY) != 0 };
     int64_t t0 = ts_now_ns();
     bool applied = false;
     ts_status st;
 
-    if (in.assign && (h->flags & (TS_PUSH_REGION | TS_PUSH_SLOTS)))
+    if ((in.state && !in.assign) ||
+        (in.assign && (h->flags & (TS_PUSH_REGION | TS_PUSH_SLOTS))))
         return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: an assignment carries its "
-                          "values in the frame (flags 0x%x: not from a shared region, not "
-                          "several slots)", h->tensor, h->partition, h->flags);
+                          "values (and state) in the frame (flags 0x%x: not from a shared "
+                          "region, not several slots, state only with an assignment)",
+                          h->tensor, h->partition, h->flags);
     if ((st = take_slots(h, &in, err)) || (st = owns(dc, in.rank, in.slots, err)) ||
         (st = head_of(dc, h, &p, &next, err)))
         return st;
@@ -344,6 +347,30 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, con
                                 pull_sum(dc->dp, p, info.version), err);
 }
 
+/* A TS_PULL_STATE pull: the optimizer's state of partition p at version h->step. */
+static ts_status state_from(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
+                            struct ts_err *err)
+{
+    struct ts_frame_hdr out = { .type = TS_FRAME_PARAMS, .tensor = h->tensor,
+                                .partition = h->partition, .dtype = 1, .step = h->step,
+                                .flags = TS_PARAMS_STATE };
+    size_t n = ts_optim_state_len(dc->job->job.optim.kind) * ts_part_len(p);
+
+    if (h->flags & ~(uint32_t)(TS_PULL_STATE | TS_PULL_ROUND))
+        return ts_err_set(err, TS_EINVAL, "tensor %u: a pull of optimizer state takes no other "
+                          "flag (0x%x)", h->tensor, h->flags);
+    if (dc->copy_cap < n) {
+        float *c = realloc(dc->copy, n * sizeof(float));
+        if (!c)
+            return ts_err_set(err, TS_ENOMEM, "pull: no memory for %zu floats of state", n);
+        dc->copy = c;
+        dc->copy_cap = n;
+    }
+    if (ts_part_read_state(p, h->step, dc->copy, err))
+        return err->code;
+    return ts_frame_send(dc->c, &out, dc->copy, n * sizeof(float), err);
+}
+
 static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
                          struct ts_err *err)
 {
@@ -353,6 +380,11 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const
 
     if ((st = head_of(dc, h, &p, NULL, err)))
         return st;
+    if (h->flags & TS_PULL_STATE) {
+        st = state_from(dc, h, p, err);
+        shard_params_put(p);
+        return st;
+    }
     st = pull_from(dc, h, buf, p, err);
     if (!st) {
         ts_counter_add(dc->metrics.pull_bytes, (h->flags & TS_PULL_CODED) ? dc->pullc_last

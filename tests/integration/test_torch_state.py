@@ -379,7 +379,7 @@ class ExactFingerprint(unittest.TestCase):
             c.stop()
 
     def train(self, master, job, workers, steps=None, start=None,
-              optimizer="sgd:lr=0.1", schedule=False):
+              optimizer="momentum:lr=0.1", schedule=False):
         """Exact training of net(0) (or start: a state dict) from step 0 (or start's), mean
         losses over micro-batches (schedule: lr halved every 2 steps, through StepLR);
         rank 0's state_dict and params_sha256 at the end."""
@@ -394,6 +394,8 @@ class ExactFingerprint(unittest.TestCase):
                                       optimizer=optimizer, micro_batch=self.MICRO,
                                       timeout_ms=30000)
             sch = torch.optim.lr_scheduler.StepLR(ps.optimizer, 2, 0.5) if schedule else None
+            if start:   # the optimizer's state too: one assignment step on every rank
+                ps.load_state_dict(start)
             with ps:
                 first = start["tessera"]["version"] if start else ps.version
                 for v in range(first, first + steps):
@@ -416,13 +418,16 @@ class ExactFingerprint(unittest.TestCase):
                 got[(shards, workers)] = self.train(addr, "x%d" % workers, workers)[1]
         self.assertEqual(set(got.values()), {want}, got)
 
-        # A resume: 3 steps, ps.state_dict() through torch.save, 3 more in a new job.
+        # A resume: 3 steps, ps.state_dict() (momentum's state included) through torch.save,
+        # 3 more in a new job.
         c, addr = self.clusters[1]
         half, _ = self.train(addr, "half", 2, steps=3)
         f = io.BytesIO()
         torch.save(half, f)
         back = torch.load(io.BytesIO(f.getvalue()))
         self.assertEqual(back["tessera"]["version"], 4)
+        self.assertEqual(set(back["tessera"]["optimizer"]["state"]), set(net().state_dict()) -
+                         {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"})
         _, resumed = self.train(addr, "resumed", 2, steps=3, start=back)
         self.assertEqual(resumed, want)
 

@@ -248,6 +248,49 @@ static void push_lr_and_decay(void **state)
     ts_part_free(p);
 }
 
+/* An assignment with the optimizer's state (a checkpoint's resume): the next update starts
+ * from that state; ts_part_read_state gives it back at its version only; state without
+ * values, or of the wrong length, is refused. */
+static void assignment_with_state(void **state)
+{
+    struct ts_job j = job(2, false, "momentum:lr=0.5,momentum=0.5", "bsp");
+    struct ts_part *p = mk(&j, "assigned");
+    static float both[2 * N], got[N], st[N], g[N];
+    struct ts_push in = { .rank = 0, .step = 0, .encoding = TS_ENC_RAW, .payload = both,
+                          .bytes = sizeof(both), .assign = true, .state = true };
+    struct ts_err e = { 0 };
+    bool applied;
+    (void)state;
+    given(both, 1.0f);
+    for (int i = 0; i < N; i++)
+        both[N + i] = 4.0f;   /* the momentum buffer */
+    in.bytes = sizeof(float) * N;
+    assert_int_equal(ts_part_push(p, &in, &applied, &e), TS_EINVAL);   /* state missing */
+    in.bytes = sizeof(both);
+    in.payload = NULL;
+    in.bytes = 0;
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_part_push(p, &in, &applied, &e), TS_EINVAL);   /* no values */
+    assert_non_null(strstr(e.msg, "comes with the values"));
+    in.payload = both;
+    in.bytes = sizeof(both);
+    assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
+    assert_int_equal(assign(p, 1, 0, NULL, &applied, NULL), TS_OK);
+    assert_true(applied);
+    assert_int_equal(ts_part_read_state(p, 1, st, NULL), TS_OK);
+    for (int i = 0; i < N; i++)
+        assert_true(st[i] == 4.0f);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ts_part_read_state(p, 0, st, &e), TS_ESTATE);
+    memset(g, 0, sizeof(g));
+    for (uint32_t r = 0; r < 2; r++)
+        assert_int_equal(push(p, r, 1, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
+    values_of(p, 2, got);
+    for (int i = 0; i < N; i++)   /* v = 0.5 * 4 + 0 = 2; p -= 0.5 * 2 */
+        assert_true(got[i] == both[i] - 1.0f);
+    ts_part_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -256,6 +299,7 @@ int main(void)
         cmocka_unit_test(no_values_keeps_everything),
         cmocka_unit_test(bad_assignments_change_nothing),
         cmocka_unit_test(push_lr_and_decay),
+        cmocka_unit_test(assignment_with_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -583,6 +583,19 @@ static bool placed_alike(struct ts_cluster *cl, uint32_t my_id, const struct sha
     return true;
 }
 
+/* TS_EEXIST when a tensor of sj other than id has this name; mu held. */
+static ts_status name_taken(const struct shard_job *sj, uint32_t id, const char *name,
+                            struct ts_err *err)
+{
+    for (size_t i = 0; i < SHARD_MAX_TENSORS; i++) {
+        const struct shard_tensor *o = sj->tensors[i];
+        if (o && o->id != id && strcmp(o->name, name) == 0)
+            return ts_err_set(err, TS_EEXIST, "tensor.name: '%s' is registered as tensor %u, "
+                              "not %u", o->name, o->id, id);
+    }
+    return TS_OK;
+}
+
 static bool making(const struct shard_job *sj, uint32_t id)
 {
     return (sj->making[id / 64] >> (id % 64)) & 1;
@@ -629,6 +642,8 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
     pthread_cond_broadcast(&sp->made);
     /* The chains were taken up again meanwhile (rechain.c) without this tensor: placed under
      * the older map differently, it would be wrong; the worker registers it again. */
+    if (!st)   /* another id took the name while this one was made */
+        st = name_taken(sj, t->id, t->name, err);
     if (!st && atomic_load(&sp->rechained) != chains && !placed_alike(cl, my_id, t))
         st = ts_err_set(err, TS_ESTALE, "tensor '%s': the shard map moved while its partitions "
                         "were made; refresh the shard map and register again", t->name);
@@ -668,12 +683,8 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     /* Another registration is making this tensor: wait for it, then take what it made. */
     while (!st && !sj->tensors[req->tensor_id] && making(sj, req->tensor_id))
         pthread_cond_wait(&sp->made, &sp->mu);
-    for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++) {
-        struct shard_tensor *o = sj->tensors[i];
-        if (o && o->id != req->tensor_id && strcmp(o->name, req->tensor->name) == 0)
-            st = ts_err_set(err, TS_EEXIST, "tensor.name: '%s' is registered as tensor %u, not "
-                            "%u", o->name, o->id, req->tensor_id);
-    }
+    if (!st)
+        st = name_taken(sj, req->tensor_id, req->tensor->name, err);
     if (!st) {
         t = sj->tensors[req->tensor_id];
         sj->orphan_since_ms = 0;   /* in use: the master's next word counts afresh (reclaim.c) */

@@ -38,7 +38,9 @@ buffers (``num_batches_tracked``) travel as float32, exact below 2^24.
 Load and save: ``ps.load_state_dict(sd)`` (and the model's own ``load_state_dict``, and every
 submodule's, which attach wraps) writes new values to the shards as one assignment step that
 every rank takes part in and then pulls; rank 0's ``sd`` is the one used. ``ps.state_dict()``
-returns ``{"model": model.state_dict(), "tessera": {...}}`` for ``torch.save``.
+returns ``{"model": model.state_dict(), "tessera": {...}}`` for ``torch.save``, the shards'
+optimizer state included, which ``ps.load_state_dict`` assigns back: a resume after
+``attach`` continues on the same bits (SGD, momentum, Nesterov; Adam's step count restarts).
 
 Exact mode (``exact=True``): gradients travel as int64 fixed point, so the parameters are the
 same bits for any worker and shard count. Compute the rank's share in micro-batches and call

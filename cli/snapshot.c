@@ -710,6 +710,8 @@ int cmd_snapshot(int argc, char **argv)
         fprintf(f, "\nsubcommands:\n");
         for (int i = 0; subs[i].name; i++)
             fprintf(f, "  %-8s %-32s %s\n", subs[i].name, subs[i].args, subs[i].about);
+        fprintf(f, "\nA snapshot as a torch file and back: python3 -m tessera.snapshot "
+                   "export|import --help\n(docs/python.md, \"Snapshots and torch files\").\n");
         return help ? 0 : 2;
     }
     sub = o.pos[0];

@@ -403,6 +403,78 @@ int tessera_step_some(tessera *t, uint64_t step, size_t n, const int *ids,
                       const void *const *grads, float *const *params,
                       struct tessera_error *err);
 
+/* ---- Snapshots read and written whole (docs/snapshots.md, "Torch files") ----
+ * A snapshot store is a directory (`tessera up --store DIR`). These read one snapshot of it,
+ * tensor by tensor, or write one from tensors, with no cluster running; the Python package's
+ * tessera.snapshot turns them into torch files and back. A handle is used by one thread at a
+ * time. */
+typedef struct tessera_snapshot tessera_snapshot;
+
+struct tessera_snapshot_info {
+    char id[65];                 /* the snapshot's id, hex */
+    uint64_t step;               /* every tensor is at this version; the job goes on from it */
+    int64_t created_unix_ms;
+    const char *message, *job, *optimizer;   /* the handle's: valid until it is closed */
+    uint32_t workers, micro_batch;
+    int exact;
+    double batch;
+    int ntensors;
+    int state_len;               /* optimizer state floats per element: 0 (sgd), 1, 2 (adam) */
+};
+
+/* Opens snapshot `ref` (a branch, tag, id or unique prefix of 4+ hex digits, HEAD; "~N" goes
+ * N parents back) of the store in directory `store`, which must exist (TESSERA_ENOTFOUND),
+ * and reads its manifest (checked: TESSERA_EINVAL names what is wrong). */
+int tessera_snapshot_open(const char *store, const char *ref, tessera_snapshot **out,
+                          struct tessera_error *err);
+void tessera_snapshot_info(const tessera_snapshot *s, struct tessera_snapshot_info *out);
+/* Tensor i (0 .. ntensors - 1), in the snapshot's order: its name and shape (the handle's),
+ * ndim and elements. TESSERA_EINVAL for an i out of range. */
+int tessera_snapshot_tensor(const tessera_snapshot *s, int i, const char **name,
+                            const uint64_t **shape, int *ndim, uint64_t *numel,
+                            struct tessera_error *err);
+/* Reads tensor i whole: values (numel floats) and, if state is not NULL, its optimizer state
+ * (state_len * numel floats, [component][element], as tessera_pull_state gives it). Every
+ * chunk is checked: TESSERA_ECORRUPT names a damaged one and the tensor. */
+int tessera_snapshot_read(tessera_snapshot *s, int i, float *values, float *state,
+                          struct tessera_error *err);
+void tessera_snapshot_close(tessera_snapshot *s);   /* NULL is a no-op */
+
+/* Optimizer state floats per parameter element under `optimizer` (a spec as
+ * tessera_options.optimizer takes it): 0 (sgd), 1 (momentum, nesterov), 2 (adam, adamw: m, v).
+ * The length of tessera_assign_state's, tessera_pull_state's and the snapshot functions' state
+ * arrays, per element. TESSERA_EINVAL names a bad spec. */
+int tessera_optimizer_state_len(const char *optimizer, int *len, struct tessera_error *err);
+
+struct tessera_import_tensor {
+    const char *name;            /* 1..128 bytes, unique */
+    const uint64_t *shape;       /* ndim (1..8) extents, each >= 1 */
+    int ndim;
+    const float *values;         /* numel floats */
+    const float *state;          /* the optimizer's state_len * numel floats, [component]
+                                  * [element]; NULL: zeros (a fresh optimizer) */
+};
+struct tessera_import_options {
+    const char *job;             /* the job a restore starts */
+    uint32_t workers;            /* 0 means 1 */
+    int exact;
+    const char *optimizer;       /* required: "adamw:lr=0.001", ... */
+    double batch;                /* the global batch, required */
+    uint64_t step;               /* >= 1 (0 means 1): the version of every tensor */
+    uint32_t micro_batch;        /* the schedule's (0: not known) */
+    const char *branch;          /* NULL: "main"; the snapshot follows its tip */
+    const char *tag;             /* NULL: none */
+    const char *message;         /* NULL: none */
+};
+/* Writes tensors t[0..n) as a snapshot of a bsp job in the store in directory `store`
+ * (created if missing): initializer "assigned" (tessera.torch's), 4 MiB partitions. Everything
+ * is checked before a chunk is written (TESSERA_EINVAL names the field or tensor,
+ * TESSERA_EEXIST a taken tag); TESSERA_ESTATE if another writer moved the branch meanwhile.
+ * id receives the new snapshot's id (hex). `tessera up --store DIR --restore ID` restores it. */
+int tessera_snapshot_import(const char *store, const struct tessera_import_options *o,
+                            const struct tessera_import_tensor *t, int n, char id[65],
+                            struct tessera_error *err);
+
 #ifdef __cplusplus
 }
 #endif

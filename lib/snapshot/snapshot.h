@@ -207,4 +207,46 @@ TS_MUST_CHECK ts_status ts_snap_commit(struct ts_store *s, const ts_manifest *m,
 TS_MUST_CHECK ts_status ts_snap_tag(struct ts_store *s, const char *tag,
                                     const uint8_t id[TS_STORE_ID_LEN], struct ts_err *err);
 
+/* ---- whole tensors (whole.c): export and import ----
+ * A user's checkpoint file goes in and out of the store through these: the Python package
+ * (python/tessera/snapshot.py) converts between them and torch state dicts. */
+
+/* Reads tensor t of m whole: values (t->numel floats) and, if state is not NULL, its optimizer
+ * state, ts_manifest_state_len(m) * t->numel floats laid out [component][element] over the
+ * whole tensor (as a state pull gives it). Every chunk is checked (TS_ECORRUPT names it). */
+TS_MUST_CHECK ts_status ts_snap_read_tensor(struct ts_store *s, const ts_manifest *m,
+                                            const ts_tensor_manifest *t, float *value,
+                                            float *state, struct ts_err *err);
+
+/* One tensor to import; everything borrowed. */
+struct ts_snap_import_tensor {
+    const char *name;            /* 1..128 bytes, unique in the import */
+    const uint64_t *shape;       /* ndim (1..8) extents, each >= 1 */
+    size_t ndim;
+    const float *value;          /* numel floats */
+    const float *state;          /* the job's state_len * numel floats, [component][element];
+                                  * NULL: zeros (a fresh optimizer) */
+};
+
+/* A snapshot made from values rather than taken from a cluster. */
+struct ts_snap_import {
+    const struct ts_job *job;    /* bsp (ts_job_init's default): the restored job's */
+    uint64_t step;               /* >= 1: every partition's version, and where the job goes on */
+    uint32_t micro_batch;        /* the schedule's micro-batch (0: not known) */
+    const struct ts_snap_import_tensor *tensors;
+    size_t n;                    /* 1..TS_MANIFEST_MAX_TENSORS - 1; ids are 1..n in this order */
+    const char *branch;          /* a branch name without "heads/" (NULL: "main") */
+    const char *tag;             /* NULL or "": none */
+    const char *message;         /* NULL: "" */
+};
+
+/* Writes in as a snapshot: tensors with initializer "assigned" (tessera.torch's, so that its
+ * attach to the restored job finds them as its own) cut into TS_PARTITION_BYTES_DEFAULT
+ * partitions, on branch in->branch after its tip (a new branch if it has none), then the tag.
+ * Everything is checked before a chunk is written (TS_EINVAL names the field; a taken tag is
+ * TS_EEXIST); a lost race for the branch is TS_ESTATE. id receives the snapshot's id. A
+ * `tessera up --restore` of it starts the job at in->step with these values and state. */
+TS_MUST_CHECK ts_status ts_snap_import(struct ts_store *s, const struct ts_snap_import *in,
+                                       uint8_t id[TS_STORE_ID_LEN], struct ts_err *err);
+
 #endif

@@ -14,8 +14,9 @@
 
 #include "tessera.h"
 
-/* fixed.c: the module's functions (the exact-mode helpers), NULL-terminated. */
-extern PyMethodDef fixed_methods[];
+/* The module's functions, NULL-terminated: fixed.c's exact-mode helpers, snapshot.c's
+ * snapshot_read and snapshot_import. */
+extern PyMethodDef fixed_methods[], snapshot_methods[];
 
 /* The module's exceptions, created at import (PyInit__tessera). */
 extern PyObject *Error, *InvalidArgument, *Rollback;

@@ -15,7 +15,8 @@ Checked:
   into a virtualenv made with --system-site-packages, against the installed SDK (found
   through PKG_CONFIG_PATH); with neither PYTHONPATH nor LD_LIBRARY_PATH, `import tessera,
   tessera.torch` works and a Client trains on the cluster, every value exactly the sum of
-  its steps.
+  its steps; tessera.snapshot writes them as a snapshot and reads them back (the installed
+  SDK's tessera_snapshot_*).
 """
 import os
 import re
@@ -39,6 +40,11 @@ for s in range(20):
     c.step(s, [np.full(4096, s %% 3 + 1, np.float32)], [p])
 c.close()
 want = -0.5 * sum(k %% 3 + 1 for k in range(20))
+import tempfile, tessera.snapshot
+d = tempfile.mkdtemp()
+sid = tessera.snapshot.import_state_dict(d, {"w": p.reshape(64, 64)}, "j", 1, optimizer="sgd")
+back = tessera.snapshot.read(d, sid).values["w"]
+print("snapshot", int(np.count_nonzero(back.reshape(-1) != p)))
 print("wrong", int(np.count_nonzero(p != np.float32(want))), "file", tessera.__file__)
 """
 
@@ -139,6 +145,7 @@ class Installed(tl.ClusterCase, unittest.TestCase):
              "--quiet", pkg], env=self.env, cwd=self.c.dir)
         got = run([py, "-c", PY_TRAIN % self.master], env=clean_env(), cwd=self.c.dir)
         self.assertIn("wrong 0 ", got)
+        self.assertIn("snapshot 0\n", got, "a snapshot written and read back through the SDK")
         self.assertIn(venv, got, "tessera imported from the virtualenv")
         tl.log("pip-installed tessera trained: %s" % got.strip())
 

@@ -379,10 +379,11 @@ class ExactFingerprint(unittest.TestCase):
             c.stop()
 
     def train(self, master, job, workers, steps=None, start=None,
-              optimizer="momentum:lr=0.1", schedule=False):
+              optimizer="momentum:lr=0.1", schedule=False, at_end=None):
         """Exact training of net(0) (or start: a state dict) from step 0 (or start's), mean
         losses over micro-batches (schedule: lr halved every 2 steps, through StepLR);
-        rank 0's state_dict and params_sha256 at the end."""
+        rank 0's state_dict and params_sha256 at the end. at_end(rank) runs on each rank
+        after the last step, still attached."""
         steps = steps if steps is not None else self.STEPS
 
         def rank(r):
@@ -407,6 +408,8 @@ class ExactFingerprint(unittest.TestCase):
                     ps.optimizer.step()
                     if sch:
                         sch.step()
+                if at_end:
+                    at_end(r)
                 return ps.state_dict(), ps.params_sha256()
         return on_ranks(workers, rank)[0]
 

@@ -1,0 +1,163 @@
+/* sdk_snapshot.c - tessera_snapshot_*: a snapshot store read and written whole, with no
+ * cluster (include/tessera.h; lib/snapshot whole.c does the work). A handle owns its store and
+ * its parsed manifest; the names it hands out point into the manifest. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "client/sdk_internal.h"
+#include "snapshot/snapshot.h"
+
+struct tessera_snapshot {
+    struct ts_store *store;
+    ts_manifest *m;
+    char id[2 * TS_STORE_ID_LEN + 1];
+};
+
+/* The store in dir; unless create, dir must exist (ts_store_open would make it). */
+static ts_status open_store(const char *dir, bool create, struct ts_store **s,
+                            struct ts_err *err)
+{
+    struct stat sb;
+
+    if (!dir || !dir[0])
+        return ts_err_set(err, TS_EINVAL, "store: a directory is required");
+    if (!create && (stat(dir, &sb) || !S_ISDIR(sb.st_mode)))
+        return ts_err_set(err, TS_ENOTFOUND, "store: '%s' is not a directory (the --store "
+                          "of tessera up; tessera status shows it)", dir);
+    return ts_store_open(dir, NULL, s, err);
+}
+
+int tessera_snapshot_open(const char *store, const char *ref, tessera_snapshot **out,
+                          struct tessera_error *e)
+{
+    struct tessera_snapshot *s = calloc(1, sizeof(*s));
+    struct ts_err err = { 0 };
+    uint8_t id[TS_STORE_ID_LEN];
+
+    if (!s) {
+        ts_err_set(&err, TS_ENOMEM, "out of memory");
+        return sdk_fail(e, &err);
+    }
+    if (open_store(store, false, &s->store, &err) ||
+        ts_snap_resolve(s->store, ref && ref[0] ? ref : "HEAD", id, NULL, &err) ||
+        ts_manifest_load(s->store, id, &s->m, &err)) {
+        tessera_snapshot_close(s);
+        return sdk_fail(e, &err);
+    }
+    ts_store_hex(id, s->id);
+    *out = s;
+    return sdk_ok(e);
+}
+
+void tessera_snapshot_info(const tessera_snapshot *s, struct tessera_snapshot_info *out)
+{
+    const ts_manifest *m = s->m;
+
+    memset(out, 0, sizeof(*out));
+    snprintf(out->id, sizeof(out->id), "%s", s->id);
+    out->step = m->step;
+    out->created_unix_ms = m->created_unix_ms;
+    out->message = m->message;
+    out->job = m->job->id;
+    out->optimizer = m->job->optimizer;
+    out->workers = m->job->workers;
+    out->micro_batch = m->job->micro_batch;
+    out->exact = m->job->exact;
+    out->batch = m->job->batch;
+    out->ntensors = (int)m->n_tensors;
+    out->state_len = (int)ts_manifest_state_len(m);
+}
+
+/* Tensor i of s, or NULL with err set. */
+static const ts_tensor_manifest *tensor_at(const tessera_snapshot *s, int i, struct ts_err *err)
+{
+    if (i < 0 || (size_t)i >= s->m->n_tensors) {
+        ts_err_set(err, TS_EINVAL, "tensor: %d, the snapshot has %zu (0..%zu)", i,
+                   s->m->n_tensors, s->m->n_tensors - 1);
+        return NULL;
+    }
+    return s->m->tensors[i];
+}
+
+int tessera_snapshot_tensor(const tessera_snapshot *s, int i, const char **name,
+                            const uint64_t **shape, int *ndim, uint64_t *numel,
+                            struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    const ts_tensor_manifest *t = tensor_at(s, i, &err);
+
+    if (!t)
+        return sdk_fail(e, &err);
+    *name = t->spec->name;
+    *shape = t->spec->shape;
+    *ndim = (int)t->spec->n_shape;
+    *numel = t->numel;
+    return sdk_ok(e);
+}
+
+int tessera_snapshot_read(tessera_snapshot *s, int i, float *values, float *state,
+                          struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    const ts_tensor_manifest *t = tensor_at(s, i, &err);
+
+    if (!t || ts_snap_read_tensor(s->store, s->m, t, values, state, &err))
+        return sdk_fail(e, &err);
+    return sdk_ok(e);
+}
+
+void tessera_snapshot_close(tessera_snapshot *s)
+{
+    if (!s)
+        return;
+    ts_manifest_free(s->m);
+    ts_store_close(s->store);
+    free(s);
+}
+
+int tessera_optimizer_state_len(const char *optimizer, int *len, struct tessera_error *e)
+{
+    struct ts_optim_cfg cfg;
+    struct ts_err err = { 0 };
+
+    if (ts_optim_parse(optimizer ? optimizer : "", &cfg, &err))
+        return sdk_fail(e, &err);
+    *len = (int)ts_optim_state_len(cfg.kind);
+    return sdk_ok(e);
+}
+
+int tessera_snapshot_import(const char *store, const struct tessera_import_options *o,
+                            const struct tessera_import_tensor *t, int n, char id[65],
+                            struct tessera_error *e)
+{
+    struct ts_snap_import_tensor *xs = NULL;
+    struct ts_snap_import in;
+    struct ts_store *s = NULL;
+    struct ts_err err = { 0 };
+    struct ts_job job;
+    uint8_t raw[TS_STORE_ID_LEN];
+
+    if (!o || !t || n < 1)
+        ts_err_set(&err, TS_EINVAL, "import: options and at least one tensor are required");
+    else if (!(xs = calloc((size_t)n, sizeof(*xs))))
+        ts_err_set(&err, TS_ENOMEM, "out of memory");
+    else if (!ts_job_init(&job, o->job, o->workers ? o->workers : 1, o->exact != 0,
+                          o->optimizer, o->batch, &err)) {
+        for (int i = 0; i < n; i++)
+            xs[i] = (struct ts_snap_import_tensor){
+                .name = t[i].name, .shape = t[i].shape,
+                .ndim = t[i].ndim > 0 ? (size_t)t[i].ndim : 0, .value = t[i].values,
+                .state = t[i].state };
+        in = (struct ts_snap_import){ .job = &job, .step = o->step ? o->step : 1,
+                                      .micro_batch = o->micro_batch, .tensors = xs,
+                                      .n = (size_t)n, .branch = o->branch, .tag = o->tag,
+                                      .message = o->message };
+        if (!open_store(store, true, &s, &err) && !ts_snap_import(s, &in, raw, &err))
+            ts_store_hex(raw, id);
+    }
+    free(xs);
+    ts_store_close(s);
+    return err.code ? sdk_fail(e, &err) : sdk_ok(e);
+}

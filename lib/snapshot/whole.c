@@ -1,0 +1,206 @@
+/* whole.c - a snapshot's tensors whole: read for export, written for import. See snapshot.h. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "snapshot/snapshot.h"
+#include "tensor/tensor.h"
+#include "util/proc.h"
+
+ts_status ts_snap_read_tensor(struct ts_store *s, const ts_manifest *m,
+                              const ts_tensor_manifest *t, float *value, float *state,
+                              struct ts_err *err)
+{
+    size_t slen = state ? ts_manifest_state_len(m) : 0;
+    float *ps = NULL;
+    ts_status st = TS_OK;
+
+    for (size_t i = 0; !st && i < t->n_partitions; i++) {
+        const ts_partition_manifest *p = t->partitions[i];
+
+        if (slen && !(ps = realloc(ps, slen * p->length * sizeof(float) + 1)))
+            return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
+        st = ts_snap_read_partition(s, m, t, p, value + p->offset, slen ? ps : NULL, err);
+        /* A partition's state is [component][its elements]; the tensor's [component][numel]. */
+        for (size_t k = 0; !st && k < slen; k++)
+            memcpy(state + k * t->numel + p->offset, ps + k * p->length,
+                   p->length * sizeof(float));
+    }
+    free(ps);
+    return st;
+}
+
+/* The import's memory: every block the piece asks for, freed together. */
+struct arena {
+    void **blocks;
+    size_t n, cap;
+};
+
+static void *arena_alloc(void *ctx, size_t n)
+{
+    struct arena *a = ctx;
+    void *p;
+
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 64;
+        void **b = realloc(a->blocks, cap * sizeof(*b));
+
+        if (!b)
+            return NULL;
+        a->blocks = b;
+        a->cap = cap;
+    }
+    if (!(p = calloc(1, n ? n : 1)))
+        return NULL;
+    return a->blocks[a->n++] = p;
+}
+
+static void arena_free(struct arena *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        free(a->blocks[i]);
+    free(a->blocks);
+}
+
+/* Writes tensor x (id) of the import partition by partition into pc. */
+static ts_status put_tensor(struct ts_snap_piece *pc, struct ts_store *s,
+                            const struct ts_snap_import *in, size_t slen, uint32_t id,
+                            const struct ts_snap_import_tensor *x, float *ps, struct ts_err *err)
+{
+    /* Initializer "assigned": what tessera.torch registers, so that its attach finds the
+     * tensors as its own; fans and seed are the initializers', unused. */
+    struct ts_snap_tensor t = { .id = id, .name = x->name, .init = "assigned", .shape = x->shape,
+                                .ndim = x->ndim, .numel = 1,
+                                .partition_bytes = TS_PARTITION_BYTES_DEFAULT };
+    ts_status st = TS_OK;
+
+    for (size_t d = 0; d < x->ndim; d++)
+        t.numel *= x->shape[d];
+    t.nparts = ts_partition_count(t.numel, sizeof(float), t.partition_bytes);
+    for (uint32_t i = 0; !st && i < t.nparts; i++) {
+        struct ts_snap_part p = { .index = i, .version = in->step, .value = NULL };
+
+        ts_partition_range(t.numel, sizeof(float), t.partition_bytes, i, &p.offset, &p.len);
+        p.value = x->value + p.offset;
+        p.slen = slen * p.len;
+        if (slen) {   /* the partition's [component][its elements], zeros without x->state */
+            for (size_t k = 0; k < slen; k++)
+                if (x->state)
+                    memcpy(ps + k * p.len, x->state + k * t.numel + p.offset,
+                           p.len * sizeof(float));
+                else
+                    memset(ps + k * p.len, 0, p.len * sizeof(float));
+            p.state = ps;
+        }
+        st = ts_snap_piece_add(pc, s, &t, &p, err);
+    }
+    return st;
+}
+
+/* in's tensors, checked as a manifest will be, before anything is written. */
+static ts_status check_import(const struct ts_snap_import *in, struct ts_err *err)
+{
+    if (!in->job || in->job->mode != TS_MODE_BSP)
+        return ts_err_set(err, TS_EINVAL, "import: job: a bsp job is required (its tensors "
+                          "start from assignments, which only bsp has)");
+    if (in->step < 1)
+        return ts_err_set(err, TS_EINVAL, "import: step: at least 1 (version 1 is the "
+                          "assignment of the imported values)");
+    if (in->n < 1 || in->n > TS_MANIFEST_MAX_TENSORS - 1)
+        return ts_err_set(err, TS_EINVAL, "import: tensors: %zu, want 1..%d", in->n,
+                          TS_MANIFEST_MAX_TENSORS - 1);
+    if (in->message && strlen(in->message) > TS_MANIFEST_MAX_MESSAGE)
+        return ts_err_set(err, TS_EINVAL, "import: message: over %d bytes",
+                          TS_MANIFEST_MAX_MESSAGE);
+    for (size_t i = 0; i < in->n; i++) {
+        const struct ts_snap_import_tensor *x = &in->tensors[i];
+
+        if (!x->name || !x->name[0] || strlen(x->name) > 128)
+            return ts_err_set(err, TS_EINVAL, "import: tensors[%zu].name: 1..128 bytes", i);
+        if (x->ndim < 1 || x->ndim > 8 || !x->shape || !x->value)
+            return ts_err_set(err, TS_EINVAL, "import: tensor '%s': 1..8 dimensions and its "
+                              "values are required", x->name);
+        for (size_t d = 0; d < x->ndim; d++)
+            if (x->shape[d] < 1)
+                return ts_err_set(err, TS_EINVAL, "import: tensor '%s': shape[%zu] is 0; "
+                                  "an empty tensor cannot be registered", x->name, d);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(in->tensors[j].name, x->name))
+                return ts_err_set(err, TS_EINVAL, "import: tensor '%s' appears twice", x->name);
+    }
+    return TS_OK;
+}
+
+ts_status ts_snap_import(struct ts_store *s, const struct ts_snap_import *in,
+                         uint8_t id[TS_STORE_ID_LEN], struct ts_err *err)
+{
+    ts_manifest m = TESSERA__V1__MANIFEST__INIT;
+    Tessera__V1__ClusterShape shape = TESSERA__V1__CLUSTER_SHAPE__INIT;
+    Tessera__V1__ScheduleState sched = TESSERA__V1__SCHEDULE_STATE__INIT;
+    struct arena a = { 0 };
+    struct ts_snap_piece pc;
+    char branch[TS_STORE_REF_MAX + 1];
+    uint8_t tip[TS_STORE_ID_LEN];
+    size_t slen, most = 0;
+    bool has_tip = false;
+    void *mem = NULL;
+    float *ps = NULL;
+    ts_status st;
+
+    if ((st = check_import(in, err)))
+        return st;
+    snprintf(branch, sizeof(branch), "heads/%s", in->branch ? in->branch : "main");
+    if (!ts_store_ref_valid(branch))
+        return ts_err_set(err, TS_EINVAL, "import: branch: '%s' is not a valid branch name",
+                          in->branch);
+    if (in->tag && in->tag[0] && (st = ts_snap_tag_check(s, in->tag, err)))
+        return st;
+    st = ts_store_ref_get(s, branch, tip, err);
+    if (st && st != TS_ENOTFOUND)
+        return st;
+    has_tip = !st;
+    ts_err_clear(err);   /* a new branch is not an error */
+    slen = ts_optim_state_len(in->job->optim.kind);
+    for (size_t i = 0; i < in->n; i++) {
+        uint64_t numel = 1;
+
+        for (size_t d = 0; d < in->tensors[i].ndim; d++)
+            numel *= in->tensors[i].shape[d];
+        if (numel > most)
+            most = numel;
+    }
+    if (slen && !(ps = malloc(slen * (most < TS_PARTITION_BYTES_DEFAULT / sizeof(float)
+                                      ? most : TS_PARTITION_BYTES_DEFAULT / sizeof(float)) *
+                              sizeof(float))))
+        return ts_err_set(err, TS_ENOMEM, "import: out of memory");
+    ts_snap_piece_init(&pc, arena_alloc, &a);
+    st = TS_OK;
+    for (size_t i = 0; !st && i < in->n; i++)
+        st = put_tensor(&pc, s, in, slen, (uint32_t)(i + 1), &in->tensors[i], ps, err);
+    if (!st)
+        st = ts_snap_piece_set_job(&pc, in->job, 0, in->micro_batch, err);
+    if (!st)
+        st = ts_snap_merge(&pc, 1, in->step, &m, &mem, err);
+    if (!st) {
+        m.created_unix_ms = ts_unix_ms();
+        m.message = (char *)(in->message ? in->message : "");
+        if (has_tip) {
+            m.parent.data = tip;
+            m.parent.len = TS_STORE_ID_LEN;
+        }
+        shape.shards = 1;
+        shape.workers = in->job->workers;
+        m.cluster = &shape;
+        sched.micro_batch = in->micro_batch;
+        sched.next_step = in->step;
+        m.schedule = &sched;
+        st = ts_snap_commit(s, &m, branch, has_tip ? tip : NULL, id, err);
+    }
+    if (!st && in->tag && in->tag[0])
+        st = ts_snap_tag(s, in->tag, id, err);
+    free(mem);
+    free(ps);
+    arena_free(&a);
+    return st;
+}

@@ -1,0 +1,199 @@
+/* snapshot.c - the module's snapshot functions over tessera_snapshot_* (include/tessera.h): a
+ * snapshot's tensors read whole from a store, and a snapshot written from tensors.
+ * tessera.snapshot (python/tessera/snapshot.py) turns them into torch state dicts and back;
+ * docs/python.md, "Snapshots and torch files". No cluster is needed.
+ * Ownership: what they return is Python's; they keep nothing. The GIL is released while the
+ * store is read or written. */
+#include "args.h"
+
+/* {"name", "shape", "values", "state"} of tensor i, its arrays float32 bytearrays (state None
+ * without state). */
+static PyObject *read_tensor(tessera_snapshot *s, int i, int slen)
+{
+    struct tessera_error e = { 0 };
+    const uint64_t *shape;
+    const char *name;
+    uint64_t numel;
+    int ndim, rc;
+    PyObject *v = NULL, *sv = NULL, *oshape = NULL, *d = NULL;
+
+    if (tessera_snapshot_tensor(s, i, &name, &shape, &ndim, &numel, &e))
+        return raise_sdk(&e);
+    v = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(numel * sizeof(float)));
+    sv = slen ? PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)((uint64_t)slen * numel *
+                                                                 sizeof(float)))
+              : Py_NewRef(Py_None);
+    if (!(oshape = PyTuple_New(ndim)) || !v || !sv)
+        goto out;
+    for (int k = 0; k < ndim; k++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(shape[k]);
+
+        if (!x)
+            goto out;
+        PyTuple_SET_ITEM(oshape, k, x);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = tessera_snapshot_read(s, i, (float *)PyByteArray_AS_STRING(v),
+                               slen ? (float *)PyByteArray_AS_STRING(sv) : NULL, &e);
+    Py_END_ALLOW_THREADS
+    d = rc ? raise_sdk(&e) : Py_BuildValue("{s:s,s:O,s:O,s:O}", "name", name, "shape", oshape,
+                                           "values", v, "state", sv);
+out:
+    Py_XDECREF(v);
+    Py_XDECREF(sv);
+    Py_XDECREF(oshape);
+    return d;
+}
+
+static PyObject *snapshot_read(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "store", "ref", "state", NULL };
+    const char *dir, *ref = "HEAD";
+    int with_state = 1, rc;
+    struct tessera_error e = { 0 };
+    struct tessera_snapshot_info in;
+    tessera_snapshot *s = NULL;
+    PyObject *out = NULL, *tensors = NULL;
+
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|sp:snapshot_read", kwlist, &dir, &ref,
+                                     &with_state))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tessera_snapshot_open(dir, ref, &s, &e);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return raise_sdk(&e);
+    tessera_snapshot_info(s, &in);
+    if (!(tensors = PyList_New(0)))
+        goto out;
+    for (int i = 0; i < in.ntensors; i++) {
+        PyObject *t = read_tensor(s, i, with_state ? in.state_len : 0);
+
+        if (!t || PyList_Append(tensors, t)) {
+            Py_XDECREF(t);
+            goto out;
+        }
+        Py_DECREF(t);
+    }
+    out = Py_BuildValue("{s:s,s:K,s:L,s:s,s:{s:s,s:I,s:O,s:s,s:d,s:I},s:i,s:O}", "id", in.id,
+                        "step", (unsigned long long)in.step, "created_unix_ms",
+                        (long long)in.created_unix_ms, "message", in.message, "job", "id",
+                        in.job, "workers", in.workers, "exact", in.exact ? Py_True : Py_False,
+                        "optimizer", in.optimizer, "batch", in.batch, "micro_batch",
+                        in.micro_batch, "state_len", in.state_len, "tensors", tensors);
+out:
+    Py_XDECREF(tensors);
+    tessera_snapshot_close(s);
+    return out;
+}
+
+/* One (name, shape, values, state) of the import's tensors into *x, its buffers held in v and
+ * sv, its shape in shape (8). */
+static int get_tensor(PyObject *o, Py_ssize_t i, int slen, struct tessera_import_tensor *x,
+                      uint64_t *shape, struct arr *v, struct arr *sv)
+{
+    long long numel = 1;
+
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 4) {
+        invalid("tensors[%zd]: want (name, shape, values, state or None)", i);
+        return -1;
+    }
+    if (!PyUnicode_Check(PyTuple_GET_ITEM(o, 0)) ||
+        !(x->name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(o, 0)))) {
+        PyErr_Clear();
+        invalid("tensors[%zd]: the name must be a str", i);
+        return -1;
+    }
+    if ((x->ndim = get_shape(PyTuple_GET_ITEM(o, 1), shape)) < 0)
+        return -1;
+    for (int d = 0; d < x->ndim; d++)
+        numel *= (long long)shape[d];
+    x->shape = shape;
+    if (arr_get(PyTuple_GET_ITEM(o, 2), x->name, F32, 0, numel, v))
+        return -1;
+    x->values = v->b.buf;
+    if (PyTuple_GET_ITEM(o, 3) == Py_None)
+        return 0;
+    if (!slen) {
+        invalid("tensor '%s': state given, but the optimizer keeps none", x->name);
+        return -1;
+    }
+    if (arr_get(PyTuple_GET_ITEM(o, 3), x->name, F32, 0, (long long)slen * numel, sv))
+        return -1;
+    x->state = sv->b.buf;
+    return 0;
+}
+
+static PyObject *snapshot_import(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "store", "tensors", "job", "workers", "optimizer", "batch",
+                              "exact", "step", "micro_batch", "branch", "tag", "message",
+                              NULL };
+    struct tessera_import_options o = { .workers = 1, .step = 1, .branch = "main" };
+    unsigned long long step = 1;
+    const char *dir;
+    PyObject *otensors, *seq = NULL, *out = NULL;
+    struct tessera_import_tensor *xs = NULL;
+    uint64_t (*shapes)[8] = NULL;
+    struct arr *bufs = NULL;
+    struct tessera_error e = { 0 };
+    char id[65];
+    Py_ssize_t n = 0;
+    int rc, slen;
+
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOsIsd|pKIszz:snapshot_import", kwlist, &dir,
+                                     &otensors, &o.job, &o.workers, &o.optimizer, &o.batch,
+                                     &o.exact, &step, &o.micro_batch, &o.branch, &o.tag,
+                                     &o.message))
+        return NULL;
+    o.step = step;
+    if (tessera_optimizer_state_len(o.optimizer, &slen, &e))
+        return raise_sdk(&e);
+    if (!(seq = PySequence_Fast(otensors, "tensors: want a sequence of (name, shape, values, "
+                                          "state)")))
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n > 1 << 20) {
+        invalid("tensors: %zd, too many", n);
+        goto out;
+    }
+    xs = PyMem_Calloc((size_t)n + 1, sizeof(*xs));
+    shapes = PyMem_Calloc((size_t)n + 1, sizeof(*shapes));
+    bufs = PyMem_Calloc(2 * (size_t)n + 1, sizeof(*bufs));
+    if (!xs || !shapes || !bufs) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (get_tensor(PySequence_Fast_GET_ITEM(seq, i), i, slen, &xs[i],
+                       shapes[i], &bufs[2 * i], &bufs[2 * i + 1]))
+            goto out;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tessera_snapshot_import(dir, &o, xs, (int)n, id, &e);
+    Py_END_ALLOW_THREADS
+    out = rc ? raise_sdk(&e) : PyUnicode_FromString(id);
+out:
+    for (Py_ssize_t i = 0; bufs && i < 2 * n; i++)
+        arr_put(&bufs[i]);
+    PyMem_Free(bufs);
+    PyMem_Free(shapes);
+    PyMem_Free(xs);
+    Py_XDECREF(seq);
+    return out;
+}
+
+#define KW (PyCFunction)(void (*)(void))
+
+PyMethodDef snapshot_methods[] = {
+    { "snapshot_read", KW snapshot_read, METH_VARARGS | METH_KEYWORDS,
+      "snapshot_read(store, ref='HEAD', state=True) -> dict: the snapshot's id, step, job and "
+      "tensors, each {name, shape, values, state} with float32 bytearrays (state None without "
+      "optimizer state). Use tessera.snapshot." },
+    { "snapshot_import", KW snapshot_import, METH_VARARGS | METH_KEYWORDS,
+      "snapshot_import(store, tensors, job, workers, optimizer, batch, exact=False, step=1, "
+      "micro_batch=0, branch='main', tag=None, message=None) -> id: a snapshot of tensors, "
+      "a sequence of (name, shape, values, state or None). Use tessera.snapshot." },
+    { NULL, NULL, 0, NULL },
+};

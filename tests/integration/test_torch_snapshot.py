@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""test_torch_snapshot.py - snapshots and torch files, both ways (python/tessera/snapshot.py,
+lib/snapshot/whole.c; docs/python.md, "Snapshots and torch files").
+
+Exact mode, a BatchNorm CNN, 2 workers: a job trained 3 steps is snapshotted by the cluster;
+`python3 -m tessera.snapshot export` writes it as a torch file that equals the job's own
+ps.state_dict() bit for bit (values and momentum) and loads into a plain torch model;
+`import` makes it a snapshot in another store, `tessera up --restore` starts a job from it,
+and 3 more steps end on the params_sha256 of 6 uninterrupted steps. Refusals: an unknown
+store or ref (NOT_FOUND), a tensor without elements, a tag taken, an optimizer whose state
+does not fit (said, and the optimizer starts fresh), a file that would run code on load.
+
+Environment (ctest sets it): PYTHONPATH with build/python and build/gen/python.
+"""
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.dont_write_bytecode = True
+import tessera_testlib as tl  # noqa: E402
+import test_torch_state as tts  # noqa: E402  (its helpers and TLS; none of its tests)
+
+import tessera  # noqa: E402
+import tessera.snapshot  # noqa: E402
+import torch  # noqa: E402
+
+
+def snap_cli(*args, check=True):
+    """`python3 -m tessera.snapshot ARGS`; CompletedProcess (text)."""
+    r = subprocess.run([sys.executable, "-m", "tessera.snapshot"] + list(args),
+                       capture_output=True, text=True, timeout=120)
+    if check and r.returncode != 0:
+        raise AssertionError("tessera.snapshot %s exited %d:\n%s" % (" ".join(args),
+                                                                     r.returncode, r.stderr))
+    return r
+
+
+def tensors_equal(a, b):
+    """Same keys, same float32 bits, shapes equal up to a scalar stored as (1,)."""
+    return set(a) == set(b) and all(
+        torch.equal(torch.as_tensor(a[k]).float().reshape(-1),
+                    torch.as_tensor(b[k]).float().reshape(-1)) for k in a)
+
+
+class SnapshotFiles(unittest.TestCase):
+    STEPS, MICRO, PER_STEP = 3, 2, 4
+    train = tts.ExactFingerprint.train   # exact training of tts.net(0), 2 workers
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="tessera-torch-snapshot.")
+        cls.store = os.path.join(cls.tmp, "store")
+        cls.c = tl.Cluster()
+        _, cls.addr = cls.c.tessera_up(["--shards", "2", "--tls-dir", tts.TLS,
+                                        "--store", cls.store])
+        cls.restored = None
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.stop()
+        if cls.restored:
+            cls.restored.stop()
+        subprocess.run(["rm", "-rf", cls.tmp])
+
+    def test_export_import_resume_exact(self):
+        """Snapshot at step 4 -> torch file -> snapshot in a new store -> restored job: the
+        file is the job's state_dict, and the resumed run ends on the uninterrupted bits."""
+        _, want = self.train(self.addr, "whole", 2, steps=6)
+        made = []
+
+        def snapshot(rank):   # while the job is attached: it goes when its workers leave
+            if rank == 0:
+                with self.c.admin_env():
+                    made.append(tl.run_cli(["snapshot", "create", "--master", self.addr,
+                                            "--job", "half", "--tag", "half3"], timeout=60))
+        half, _ = self.train(self.addr, "half", 2, steps=3, at_end=snapshot)
+        r = made[0]
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+        f = os.path.join(self.tmp, "half.pt")
+        out = snap_cli("export", "--store", self.store, "half3", f)
+        self.assertIn("snapshot %s at step 4" % r.stdout.strip()[:12], out.stdout)
+        sd = torch.load(f, weights_only=True)
+        self.assertEqual(sd["tessera"]["version"], 4)
+        self.assertEqual(sd["tessera"]["job"], "half")
+        self.assertEqual(sd["tessera"]["optimizer"]["spec"], "momentum:lr=0.1")
+        self.assertTrue(tensors_equal(sd["model"], half["model"]))
+        # The parameters' momentum as ps.state_dict() read it; the buffers' (assigned every
+        # step, never updated) is zeros.
+        state = sd["tessera"]["optimizer"]["state"]
+        mine = half["tessera"]["optimizer"]["state"]
+        self.assertTrue(tensors_equal({k: state[k] for k in mine}, mine))
+        self.assertEqual(set(state) - set(mine), {"bn.running_mean", "bn.running_var",
+                                                  "bn.num_batches_tracked"})
+        self.assertTrue(all(not state[k].any() for k in set(state) - set(mine)))
+        plain = tts.net(7)                   # a plain torch model takes the weights
+        plain.load_state_dict(sd["model"])
+        self.assertTrue(tensors_equal(plain.state_dict(), half["model"]))
+        self.assertEqual(plain.bn.num_batches_tracked.dtype, torch.int64)
+
+        store2 = os.path.join(self.tmp, "store2")
+        sid = snap_cli("import", "--store", store2, f, "--job", "resumed", "--batch",
+                       str(self.MICRO * self.PER_STEP), "--exact", "--micro-batch",
+                       str(self.MICRO), "--tag", "start").stdout.strip()
+        self.assertRegex(sid, r"^[0-9a-f]{64}$")
+        back = tessera.snapshot.read(store2, "start")
+        self.assertEqual((back.step, back.job["id"], back.job["workers"], back.job["exact"]),
+                         (4, "resumed", 2, True))
+        self.assertTrue(tensors_equal(back.values, half["model"]))
+
+        SnapshotFiles.restored = tl.Cluster()
+        _, addr2 = self.restored.tessera_up(["--shards", "3", "--tls-dir", tts.TLS, "--store",
+                                             store2, "--restore", "start"])
+        _, resumed = self.train(addr2, "resumed", 2, steps=3)
+        self.assertEqual(resumed, want)
+
+    def test_model_only_and_refusals(self):
+        """--model-only writes the bare state dict; bad stores, refs, tensors, tags and files
+        are refused by name, and nothing is written for them."""
+        store = os.path.join(self.tmp, "refusals")
+        model = tts.net(1).state_dict()
+        first = tessera.snapshot.import_state_dict(store, model, "j", 8,
+                                                   optimizer="momentum:lr=0.1", tag="t")
+        f = os.path.join(self.tmp, "bare.pt")
+        snap_cli("export", "--store", store, "--model-only", "t", f)
+        bare = torch.load(f, weights_only=True)
+        self.assertEqual(set(bare), set(model))
+        self.assertTrue(tensors_equal(bare, model))
+
+        with self.assertRaises(tessera.Error) as e:
+            tessera.snapshot.read(os.path.join(self.tmp, "nowhere"))
+        self.assertEqual(e.exception.code, "NOT_FOUND")
+        self.assertIn("is not a directory", e.exception.message)
+        with self.assertRaises(tessera.Error) as e:
+            tessera.snapshot.read(store, "nosuchtag")
+        self.assertEqual(e.exception.code, "NOT_FOUND")
+        r = snap_cli("export", "--store", store, "nosuchtag", f, check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("nosuchtag", r.stderr)
+
+        empty = dict(model, hole=torch.zeros(0))
+        with self.assertRaisesRegex(tessera.InvalidArgument, "'hole' has no elements"):
+            tessera.snapshot.import_state_dict(store, empty, "j", 8, optimizer="sgd")
+        big = dict(model, count=torch.tensor([1 << 25]))
+        with self.assertRaisesRegex(tessera.InvalidArgument, "'count': integers of 2.24"):
+            tessera.snapshot.import_state_dict(store, big, "j", 8, optimizer="sgd")
+        with self.assertRaisesRegex(tessera.Error, "optimizer: required"):
+            tessera.snapshot.import_state_dict(store, model, "j", 8)
+        with self.assertRaisesRegex(tessera.Error, "tag: 't' exists"):
+            tessera.snapshot.import_state_dict(store, model, "j", 8, optimizer="sgd", tag="t")
+        with self.assertRaisesRegex(tessera.Error, "job.id"):
+            tessera.snapshot.import_state_dict(store, model, "no spaces", 8, optimizer="sgd")
+        self.assertEqual(tessera.snapshot.read(store, "main").id, first)   # nothing moved
+
+        # Adam's moments do not fit momentum's velocity: said, and the optimizer starts fresh.
+        sd = {"model": model, "tessera": {"version": 3, "workers": 1, "optimizer": {
+            "spec": "adam:lr=0.01",
+            "state": {k: torch.ones((2,) + tuple(v.shape)) for k, v in model.items()}}}}
+        sid = tessera.snapshot.import_state_dict(store, sd, "j", 8,
+                                                 optimizer="momentum:lr=0.1")
+        back = tessera.snapshot.read(store, sid)
+        self.assertEqual(back.step, 3)
+        self.assertTrue(all(not s.any() for s in back.state.values()))
+
+        class Evil:
+            def __reduce__(self):
+                return (os.system, ("true",))
+        evil = os.path.join(self.tmp, "evil.pt")
+        torch.save({"w": torch.ones(2), "x": Evil()}, evil, pickle_module=pickle)
+        r = snap_cli("import", "--store", store, evil, "--job", "j", "--batch", "8",
+                     "--optimizer", "sgd", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("tessera.snapshot import:", r.stderr)
+        self.assertEqual(tessera.snapshot.read(store, "main").id, sid)
+
+
+if __name__ == "__main__":
+    tl.main()

@@ -160,6 +160,9 @@ struct tessera {
     void *interrupt_arg;
     bool interrupted;
     uint64_t wait_step;
+    /* sdk_pipe.c's threads are reading replies: they leave the interrupt check and the log
+     * to the caller's thread (Python's check works there only). Set before they start. */
+    bool pipe_busy;
 };
 
 /* A data-plane call to slot s ended with st: remember a broken connection, so that a failover
@@ -416,6 +419,13 @@ void sdk_prepare_push(struct tessera *t, int i, const void *grad);
 ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *buf, size_t cap,
                    uint32_t tensor, uint32_t part, struct ts_err *err);
 ts_status sdk_usable(const struct tessera *t, struct ts_err *err);
+#define SDK_WAIT_SLICE_MS 200   /* how soon a wait sees an interrupt */
+/* One tick of a wait that began at `start` (ts_now_ms), between two slices: the interrupt
+ * check (TS_ECANCELLED naming `what`; the handle is unusable after it) and, past
+ * WAIT_SAY_MS, the log of the ranks waited for (*said: when it last logged, 0 at first). The
+ * caller's thread only. */
+ts_status sdk_wait_tick(struct tessera *t, int64_t start, int64_t *said, const char *what,
+                        struct ts_err *err) TS_MUST_CHECK;
 /* sdk_assign.c: the active tensors of [first, last) were pushed: their assignments are done;
  * sdk_assign_clear disarms one tensor. */
 void sdk_assign_done(struct tessera *t, int first, int last);

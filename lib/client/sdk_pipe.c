@@ -20,12 +20,20 @@
  *
  * Threads: every thread reads the handle; each writes only its own struct pipe_conn and the
  * per-partition fields of the partitions its shard heads (x->overflow[p], x->have[p]);
- * t->broken is atomic. What the replies said is merged once all are joined. */
+ * t->broken is atomic. What the replies said is merged once all are joined. The caller's
+ * thread waits for them in slices (SDK_WAIT_SLICE_MS) and ticks between them: an interrupt
+ * (Ctrl-C in Python, whose check works in that thread only) cuts every connection, which
+ * ends the threads at once, and the exchange is TS_ECANCELLED. */
 #include "client/sdk_internal.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "util/proc.h"
 
 #define SDK_PIPE_MIN_BYTES (256 << 10)   /* below this, two threads per shard cost more */
 /* A step's sender sends partition k's push only once the pull of partition k - WINDOW is
@@ -37,8 +45,16 @@
  * 3: 0.79, 4: 0.76. */
 #define SDK_PIPE_WINDOW 2
 
+/* The threads still running, for the caller's wait. */
+struct pipe_live {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t running;
+};
+
 struct pipe_conn {
     struct tessera *t;
+    struct pipe_live *live;
     uint32_t s;                   /* the shard slot */
     int first, last;
     bool push;
@@ -117,6 +133,15 @@ static bool next_part(const struct pipe_conn *c, struct cursor *k)
     return false;
 }
 
+static void *thread_done(struct pipe_conn *c)
+{
+    pthread_mutex_lock(&c->live->mu);
+    c->live->running--;
+    pthread_cond_signal(&c->live->cv);
+    pthread_mutex_unlock(&c->live->mu);
+    return NULL;
+}
+
 /* The sender: each partition's push, then its pull, no more than SDK_PIPE_WINDOW partitions
  * ahead of the pulls read. After a failure the connection is cut, so that the reader, waiting
  * for replies that will not come, stops too. */
@@ -141,7 +166,7 @@ static void *pipe_send(void *arg)
     }
     if (c->send_st)
         ts_tp_shutdown(t->shards[c->s].conn);
-    return NULL;
+    return thread_done(c);
 }
 
 /* One reply: a refusal is remembered (the first) and reading goes on, as the streams stay in
@@ -183,7 +208,34 @@ static void *pipe_read(void *arg)
     c->stop = true;   /* a sender waiting on the window must not wait for a reader gone */
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    return NULL;
+    return thread_done(c);
+}
+
+/* Waits for the threads in slices, ticking between them (sdk_wait_tick); an interrupt cuts
+ * every connection of cs, so that the threads end, and is returned once they have. */
+static ts_status wait_threads(struct tessera *t, struct pipe_live *live, struct pipe_conn *cs,
+                              size_t n, struct ts_err *err)
+{
+    int64_t start = ts_now_ms(), said = 0;
+    ts_status st = TS_OK;
+    char what[48];
+
+    snprintf(what, sizeof(what), "%zu shard%s", n, n == 1 ? "" : "s");
+    pthread_mutex_lock(&live->mu);
+    while (live->running) {
+        struct timespec at;
+
+        ts_abstime_ms(&at, SDK_WAIT_SLICE_MS);
+        if (pthread_cond_timedwait(&live->cv, &live->mu, &at) != ETIMEDOUT || st)
+            continue;
+        pthread_mutex_unlock(&live->mu);
+        if ((st = sdk_wait_tick(t, start, &said, what, err)))
+            for (size_t k = 0; k < n; k++)
+                ts_tp_shutdown(t->shards[cs[k].s].conn);
+        pthread_mutex_lock(&live->mu);
+    }
+    pthread_mutex_unlock(&live->mu);
+    return st;
 }
 
 /* The outcome, as the plain exchange gives it: a transport error first (the lowest slot's;
@@ -214,8 +266,9 @@ ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
                             float *const *params, uint32_t flags, struct ts_err *err)
 {
     struct pipe_conn *cs = calloc(t->nshards, sizeof(*cs));
+    struct pipe_live live = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
     size_t n = 0;
-    ts_status st = TS_OK;
+    ts_status st = TS_OK, waited;
 
     if (!cs)
         return ts_err_set(err, TS_ENOMEM, "out of memory for %zu shard connections",
@@ -224,7 +277,7 @@ ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
         sdk_next_slot(t, first, last, 0);
     for (uint32_t s = 0; s < t->nshards; s++) {
         struct cursor k;
-        cs[n] = (struct pipe_conn){ .t = t, .s = s, .first = first, .last = last,
+        cs[n] = (struct pipe_conn){ .t = t, .live = &live, .s = s, .first = first, .last = last,
                                     .push = push, .params = params, .flags = flags };
         k = cursor_start(&cs[n]);
         if (!next_part(&cs[n], &k))
@@ -233,25 +286,37 @@ ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
         pthread_cond_init(&cs[n].cv, NULL);
         n++;
     }
+    t->pipe_busy = true;
     for (size_t k = 0; !st && k < n; k++) {
-        int rc = pthread_create(&cs[k].reader, NULL, pipe_read, &cs[k]);
+        int rc;
+
+        pthread_mutex_lock(&live.mu);
+        live.running += 2;   /* counted before they start: each counts itself out */
+        pthread_mutex_unlock(&live.mu);
+        rc = pthread_create(&cs[k].reader, NULL, pipe_read, &cs[k]);
         cs[k].reader_made = rc == 0;
         if (!rc && (rc = pthread_create(&cs[k].sender, NULL, pipe_send, &cs[k])) != 0)
             ts_tp_shutdown(t->shards[cs[k].s].conn);   /* its reader would wait forever */
         cs[k].sender_made = rc == 0;
-        if (rc)
+        if (rc) {
+            pthread_mutex_lock(&live.mu);
+            live.running -= 2 - cs[k].reader_made;
+            pthread_mutex_unlock(&live.mu);
             st = ts_err_set(err, TS_ENOMEM, "starting the threads of shard %u's connection: %s",
                             t->shards[cs[k].s].id, strerror(rc));
+        }
     }
     /* Threads not started leave their connections untouched and their results empty. */
+    waited = wait_threads(t, &live, cs, n, st ? NULL : err);
     for (size_t k = 0; k < n; k++) {
         if (cs[k].sender_made)
             pthread_join(cs[k].sender, NULL);
         if (cs[k].reader_made)
             pthread_join(cs[k].reader, NULL);
     }
+    t->pipe_busy = false;
     if (!st)
-        st = outcome(t, cs, n, err);
+        st = waited ? waited : outcome(t, cs, n, err);
     for (size_t k = 0; k < n; k++) {
         pthread_mutex_destroy(&cs[k].mu);
         pthread_cond_destroy(&cs[k].cv);

@@ -12,7 +12,6 @@
 #include "util/log.h"
 #include "util/proc.h"
 
-#define WAIT_SLICE_MS 200     /* how soon an interrupt is seen */
 #define WAIT_SAY_MS 5000      /* a wait this long is logged, and again every WAIT_AGAIN_MS */
 #define WAIT_AGAIN_MS 15000
 #define WAIT_ASK_MS 1000      /* the master's status, for the log: no longer than this */
@@ -72,6 +71,26 @@ static void missing_ranks(struct tessera *t, char *out, size_t n)
     protobuf_c_message_free_unpacked(&cs->base, NULL);
 }
 
+ts_status sdk_wait_tick(struct tessera *t, int64_t start, int64_t *said, const char *what,
+                        struct ts_err *err)
+{
+    int64_t now = ts_now_ms();
+
+    if (t->interrupt && t->interrupt(t->interrupt_arg)) {
+        t->interrupted = true;
+        return ts_err_set(err, TS_ECANCELLED, "interrupted while waiting for %s (step %" PRIu64
+                          ")", what, t->wait_step);
+    }
+    if (now - start >= WAIT_SAY_MS && (!*said || now - *said >= WAIT_AGAIN_MS)) {
+        char who[512];
+        missing_ranks(t, who, sizeof(who));
+        ts_log(TS_WARN, "sdk", "job '%s' step %" PRIu64 ": waiting %.0f s for %s", t->job.id,
+               t->wait_step, (double)(now - start) / 1e3, who);
+        *said = now;
+    }
+    return TS_OK;
+}
+
 ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *buf, size_t cap,
                    uint32_t tensor, uint32_t part, struct ts_err *err)
 {
@@ -79,29 +98,22 @@ ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *
 
     for (;;) {
         int64_t now = ts_now_ms(), left = start + t->timeout_ms - now;
-        int slice = (int)(left < WAIT_SLICE_MS ? (left > 0 ? left : 0) : WAIT_SLICE_MS);
+        int slice = (int)(left < SDK_WAIT_SLICE_MS ? (left > 0 ? left : 0) : SDK_WAIT_SLICE_MS);
         ts_status st = ts_frame_recv(t->shards[s].conn, h, buf, cap, slice, err);
+        char what[32];
 
         if (st != TS_ETIMEDOUT)
             return st;
-        now = ts_now_ms();
-        if (now - start >= t->timeout_ms)
+        if (ts_now_ms() - start >= t->timeout_ms)
             return ts_err_set(err, TS_ETIMEDOUT, "shard %u: no reply for tensor %u partition %u "
                               "within %d ms (the step waits for every rank's push: is one "
                               "stopped? timeout_ms sets the wait)", t->shards[s].id, tensor,
                               part, t->timeout_ms);
         memset(err, 0, sizeof(*err));
-        if (t->interrupt && t->interrupt(t->interrupt_arg)) {
-            t->interrupted = true;
-            return ts_err_set(err, TS_ECANCELLED, "interrupted while waiting for shard %u "
-                              "(step %" PRIu64 ")", t->shards[s].id, t->wait_step);
-        }
-        if (now - start >= WAIT_SAY_MS && (!said || now - said >= WAIT_AGAIN_MS)) {
-            char who[512];
-            missing_ranks(t, who, sizeof(who));
-            ts_log(TS_WARN, "sdk", "job '%s' step %" PRIu64 ": waiting %.0f s for %s",
-                   t->job.id, t->wait_step, (double)(now - start) / 1e3, who);
-            said = now;
-        }
+        if (t->pipe_busy)   /* a reader thread of sdk_pipe.c: the caller's thread ticks */
+            continue;
+        snprintf(what, sizeof(what), "shard %u", t->shards[s].id);
+        if ((st = sdk_wait_tick(t, start, &said, what, err)))
+            return st;
     }
 }

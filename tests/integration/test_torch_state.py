@@ -319,7 +319,7 @@ RANK = r'''
 import sys, time, torch, tessera.torch
 torch.manual_seed(0)
 m = torch.nn.Linear(4, 2)
-ps = tessera.torch.attach(m, master=sys.argv[1], job="ctrl-c", rank=int(sys.argv[2]),
+ps = tessera.torch.attach(m, master=sys.argv[1], job=sys.argv[3], rank=int(sys.argv[2]),
                           workers=2, batch=2)
 print("attached", flush=True)
 with ps:
@@ -336,8 +336,16 @@ class Interrupt(tl.UpCase, unittest.TestCase):
     def test_ctrl_c_ends_a_blocked_step(self):
         """Rank 1 stops stepping: rank 0's step waits, says for whom, and Ctrl-C ends the
         process within 2 s with KeyboardInterrupt, leaving the job as a failed worker would."""
-        env = dict(os.environ, TESSERA_LOG="warn")
-        ranks = [subprocess.Popen([sys.executable, "-c", RANK, self.addr, str(r)], env=env,
+        self.ctrl_c("ctrl-c", {})
+
+    def test_ctrl_c_ends_a_pipelined_step(self):
+        """The same with the exchange in sdk_pipe.c's threads (across hosts, forced here):
+        the caller's thread sees Ctrl-C and cuts the connections, which ends them."""
+        self.ctrl_c("ctrl-c-pipe", {"TESSERA_PIPELINE": "on"})
+
+    def ctrl_c(self, job, extra):
+        env = dict(os.environ, TESSERA_LOG="warn", **extra)
+        ranks = [subprocess.Popen([sys.executable, "-c", RANK, self.addr, str(r), job], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for r in (1, 0)]
         try:

@@ -159,7 +159,7 @@ int tessera_pull_state(tessera *t, int id, uint64_t version, float *out,
         ts_status r;
         ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
         if (t->local)
-            r = ts_part_read_state(x->parts[p], version, tmp, &pe);
+            r = ts_part_read_state(x->parts[p], version, tmp, NULL, &pe);
         else
             r = sdk_read_reply(t, x->owner[p], TS_FRAME_PARAMS, (uint32_t)id, p, tmp,
                                len * slen * sizeof(float), NULL, &pe);

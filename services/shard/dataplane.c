@@ -366,7 +366,7 @@ static ts_status state_from(struct dp_conn *dc, const struct ts_frame_hdr *h, st
         dc->copy = c;
         dc->copy_cap = n;
     }
-    if (ts_part_read_state(p, h->step, dc->copy, err))
+    if (ts_part_read_state(p, h->step, dc->copy, NULL, err))
         return err->code;
     return ts_frame_send(dc->c, &out, dc->copy, n * sizeof(float), err);
 }

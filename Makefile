@@ -73,6 +73,7 @@ UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rp
               test_part \
               test_part_sums \
               test_part_assign \
+              test_part_updates \
               test_part_replica \
               test_frame test_transport test_mlp test_data test_store test_verify \
               test_snapshot test_codec test_codec_delta test_metrics test_progress test_certs \

@@ -201,14 +201,29 @@ int tessera_assign(tessera *t, int id, const float *values, struct tessera_error
 /* tessera_assign with the optimizer's state too (a checkpoint's resume), from the rank that
  * gives the values (the others call tessera_assign with NULL): state holds the optimizer's
  * floats per element, each component's numel in turn (momentum: 1, Adam: m then v; sgd:
- * none, state is then not read). Both are copied at once. */
+ * none, state is then not read). Both are copied at once. The tensor's update count stays
+ * its own (below). */
 int tessera_assign_state(tessera *t, int id, const float *values, const float *state,
                          struct tessera_error *err);
+/* tessera_assign_state that sets the tensor's update count too: the number of optimizer
+ * updates the state was accumulated over, as tessera_pull_state_updates read it with the
+ * checkpoint. The tensor's next update is then update `updates` + 1, its t in Adam's and
+ * AdamW's bias correction, whatever steps this job took before: a resume continues the saved
+ * run's count. (Without it, the count is the tensor's own in this job: assignments never
+ * count, gradient steps do, a step skipped for a non-finite sum included.) For sgd, state is
+ * not read and the count is set all the same. docs/training.md, "Assignments". */
+int tessera_assign_state_updates(tessera *t, int id, const float *values, const float *state,
+                                 uint64_t updates, struct tessera_error *err);
 /* The optimizer's state of tensor id at `version` (the version this rank holds: after a step's
  * pull, before the next push) into out, laid out as tessera_assign_state takes it; nothing
  * for sgd. Mode bsp. */
 int tessera_pull_state(tessera *t, int id, uint64_t version, float *out,
                        struct tessera_error *err);
+/* tessera_pull_state, and the tensor's update count at `version` into *updates (required):
+ * the optimizer updates applied to that state, what tessera_assign_state_updates takes back.
+ * For sgd out is not written (may be NULL), and the count is read all the same. */
+int tessera_pull_state_updates(tessera *t, int id, uint64_t version, float *out,
+                               uint64_t *updates, struct tessera_error *err);
 /* From the next push on, tensor id's updates use learning rate lr (0: the job optimizer's)
  * and, if weight_decay is 0, no weight decay (a parameter group's settings, a schedule's
  * learning rate); id -1: every registered tensor. The values travel with each push, so the

@@ -1,11 +1,14 @@
 /* sdk_assign.c - what a tensor's pushes carry besides a gradient: tessera_assign, the next
  * push an assignment of values (lib/ps/part.h, "Assignments"; docs/training.md,
- * "Assignments"), and tessera_set_lr, the learning rate and weight decay its updates use. The
+ * "Assignments") with the optimizer's state and update count or without, and tessera_set_lr,
+ * the learning rate and weight decay its updates use; and tessera_pull_state, what a
+ * checkpoint reads back (the state and the update count). The
  * pushes themselves go through sdk_step.c like any other (prepare_push, push_of, the
  * exchanges and failovers), which reads x->assign, x->lr and x->no_decay; this file sets them,
  * and disarms an assignment once a push of the tensor succeeded. */
 #include "client/sdk_internal.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +62,9 @@ int tessera_assign(tessera *t, int id, const float *values, struct tessera_error
     return sdk_ok(e);
 }
 
-int tessera_assign_state(tessera *t, int id, const float *values, const float *state,
-                         struct tessera_error *e)
+/* tessera_assign_state, and with counted the update count too. */
+static int assign_state(tessera *t, int id, const float *values, const float *state,
+                        bool counted, uint64_t updates, struct tessera_error *e)
 {
     struct ts_err err = { 0 };
     size_t slen = ts_optim_state_len(t->job.optim.kind);
@@ -72,9 +76,13 @@ int tessera_assign_state(tessera *t, int id, const float *values, const float *s
                    "that gives them; the others call tessera_assign with NULL)");
         return sdk_fail(e, &err);
     }
-    if ((rc = tessera_assign(t, id, values, e)) || !slen)
+    if ((rc = tessera_assign(t, id, values, e)))
         return rc;
     x = t->tensors[id];
+    x->assign_counted = counted;
+    x->assign_updates = updates;
+    if (!slen)
+        return rc;
     if (!(x->assign_buf = malloc(x->numel * (1 + slen) * sizeof(float)))) {
         sdk_assign_clear(x);
         ts_err_set(&err, TS_ENOMEM, "assign: no memory for tensor '%s' and its state", x->name);
@@ -92,6 +100,18 @@ int tessera_assign_state(tessera *t, int id, const float *values, const float *s
     return sdk_ok(e);
 }
 
+int tessera_assign_state(tessera *t, int id, const float *values, const float *state,
+                         struct tessera_error *e)
+{
+    return assign_state(t, id, values, state, false, 0, e);
+}
+
+int tessera_assign_state_updates(tessera *t, int id, const float *values, const float *state,
+                                 uint64_t updates, struct tessera_error *e)
+{
+    return assign_state(t, id, values, state, true, updates, e);
+}
+
 uint64_t sdk_assign_bytes(const struct tessera *t, const struct sdk_tensor *x)
 {
     return x->numel * (1 + ts_optim_state_len(t->job.optim.kind)) * sizeof(float);
@@ -100,6 +120,7 @@ uint64_t sdk_assign_bytes(const struct tessera *t, const struct sdk_tensor *x)
 void sdk_assign_clear(struct sdk_tensor *x)
 {
     x->assign = false;
+    x->assign_counted = false;
     x->assign_values = NULL;
     free(x->assign_buf);
     x->assign_buf = NULL;
@@ -120,14 +141,17 @@ static void scatter_state(const struct sdk_tensor *x, size_t slen, uint64_t off,
         memcpy(out + k * x->numel + off, part + k * len, len * sizeof(float));
 }
 
-int tessera_pull_state(tessera *t, int id, uint64_t version, float *out,
-                       struct tessera_error *e)
+/* tessera_pull_state; with updates, the tensor's update count too (every partition's, which
+ * must agree), read even where the optimizer keeps no state. */
+static int pull_state(tessera *t, int id, uint64_t version, float *out, uint64_t *updates,
+                      struct tessera_error *e)
 {
     struct ts_err err = { 0 };
     size_t slen = ts_optim_state_len(t->job.optim.kind);
     struct sdk_tensor *x;
     float *tmp = NULL;
     ts_status st = TS_OK, first = TS_OK;
+    uint64_t seen = 0;
 
     if (id < 0 || id >= t->ntensors)
         st = ts_err_set(&err, TS_EINVAL, "tensor id %d is not registered (%d tensors)", id,
@@ -140,9 +164,13 @@ int tessera_pull_state(tessera *t, int id, uint64_t version, float *out,
     if (st)
         return sdk_fail(e, &err);
     x = t->tensors[id];
-    if (!slen || !x->nparts)
+    if (updates)
+        *updates = 0;
+    if ((!slen && !updates) || !x->nparts)
         return sdk_ok(e);
-    if (!(tmp = malloc((x->partition_bytes / sizeof(float) + 1) * slen * sizeof(float)))) {
+    /* A partition's state, then its count (TS_PARAMS_UPDATES). */
+    if (!(tmp = malloc((x->partition_bytes / sizeof(float) + 1) * slen * sizeof(float) +
+                       TS_UPDATES_LEN))) {
         ts_err_set(&err, TS_ENOMEM, "optimizer state: out of memory");
         return sdk_fail(e, &err);
     }
@@ -154,24 +182,58 @@ int tessera_pull_state(tessera *t, int id, uint64_t version, float *out,
         sdk_note_broken(t, x->owner[p], st);
     }
     for (uint32_t p = 0; !st && p < x->nparts; p++) {
-        uint64_t off, len;
+        uint64_t off, len, u = 0;
         struct ts_err pe = { 0 };
+        struct reply_info ri = { 0 };
         ts_status r;
         ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
-        if (t->local)
-            r = ts_part_read_state(x->parts[p], version, tmp, &pe);
-        else
+        if (t->local) {
+            r = ts_part_read_state(x->parts[p], version, tmp, &u, &pe);
+        } else {
             r = sdk_read_reply(t, x->owner[p], TS_FRAME_PARAMS, (uint32_t)id, p, tmp,
-                               len * slen * sizeof(float), NULL, &pe);
-        if (!r)
+                               len * slen * sizeof(float) + TS_UPDATES_LEN, &ri, &pe);
+            if (!r && !(ri.flags & TS_PARAMS_UPDATES))
+                r = ts_err_set(&pe, TS_ECORRUPT, "shard %u: partition %u's state came without "
+                               "its update count", t->shards[x->owner[p]].id, p);
+            if (!r)
+                u = ts_updates_get((const uint8_t *)(tmp + len * slen));
+        }
+        if (!r && updates && p && u != seen)
+            r = ts_err_set(&pe, TS_ESTATE, "partition %u is at update %" PRIu64 ", partition 0 "
+                           "at %" PRIu64 " (a tensor's partitions count the same steps)", p, u,
+                           seen);
+        if (!r) {
             scatter_state(x, slen, off, len, tmp, out);
-        else if (!first)
+            seen = u;
+        } else if (!first) {
             first = ts_err_set(&err, r, "tensor '%s': %s", x->name, pe.msg);
+        }
         if (sdk_transport_failed(r))
             st = r;
     }
     free(tmp);
     if (st || first)
         return sdk_fail(e, &err);
+    if (updates)
+        *updates = seen;
     return sdk_ok(e);
+}
+
+int tessera_pull_state(tessera *t, int id, uint64_t version, float *out,
+                       struct tessera_error *e)
+{
+    return pull_state(t, id, version, out, NULL, e);
+}
+
+int tessera_pull_state_updates(tessera *t, int id, uint64_t version, float *out,
+                               uint64_t *updates, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+
+    if (!updates) {
+        ts_err_set(&err, TS_EINVAL, "updates: required (tessera_pull_state reads the state "
+                   "alone)");
+        return sdk_fail(e, &err);
+    }
+    return pull_state(t, id, version, out, updates, e);
 }

@@ -55,6 +55,9 @@ struct sdk_tensor {
     bool assign;
     const float *assign_values;
     float *assign_buf;
+    /* tessera_assign_state_updates: the update count that push sets too (with the values). */
+    bool assign_counted;
+    uint64_t assign_updates;
     /* The step in progress (plan_step, only): */
     bool active, encoded;
     uint64_t tstep, pull_version;

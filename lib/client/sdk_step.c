@@ -71,6 +71,8 @@ static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *
         if (x->src) {
             in.payload = (const float *)x->src + off * per;
             in.bytes = len * per * sizeof(float);
+            in.has_updates = x->assign_counted;
+            in.updates = x->assign_updates;
         }
     } else if (x->encoded) {
         in.encoding = x->codec.kind;
@@ -130,7 +132,7 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
                                             : flags,
                               .encoding = push ? (uint16_t)in.encoding : 0,
                               .lr = push ? in.lr : 0 };
-    uint8_t mask[TS_PUSH_SLOTS_LEN];
+    uint8_t mask[TS_PUSH_SLOTS_LEN], count[TS_UPDATES_LEN];
     struct iovec pc[2] = { { mask, sizeof(mask) }, { (void *)in.payload, in.bytes } };
     uint8_t req[16];
     bool coded = !push && sdk_pullc_on(t, x, p);
@@ -144,6 +146,12 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
         h.flags |= TS_PUSH_STATE;
     if (push && in.assign) {   /* in the frame, always (tessera_assign refused the rest) */
         h.flags |= TS_PUSH_ASSIGN;
+        if (in.has_updates) {   /* the count after the values (and state) */
+            h.flags |= TS_PUSH_UPDATES;
+            ts_updates_put(count, in.updates);
+            pc[0] = (struct iovec){ (void *)in.payload, in.bytes };
+            pc[1] = (struct iovec){ count, sizeof(count) };
+        }
     } else if (push && t->push_mask) {
         for (int k = 0; k < TS_PUSH_SLOTS_LEN; k++)
             mask[k] = (uint8_t)(t->push_mask >> (8 * k));
@@ -159,7 +167,7 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
     *begun = true;
     if (coded)
         sdk_pullc_request(x, p, &h, req);
-    if (h.flags & TS_PUSH_SLOTS)
+    if (h.flags & (TS_PUSH_SLOTS | TS_PUSH_UPDATES))
         st = ts_frame_sendv(t->shards[x->owner[p]].conn, &h, pc, 2, err);
     else
         st = ts_frame_send(t->shards[x->owner[p]].conn, &h,
@@ -478,7 +486,9 @@ static void finish_step(struct tessera *t, float *const *params)
         if (t->job.mode != TS_MODE_REDUCE)
             continue;
         /* The shard's own update, partition by partition, with the same code: the bits of a
-         * PS-mode run. A partition whose sum overflowed is skipped, as a shard skips it. */
+         * PS-mode run. A partition whose sum overflowed is skipped, as a shard skips it. Its
+         * t is the step + 1: a reduce job never assigns (bsp only), so every step counts, a
+         * skipped one too, as a shard's update count does (lib/ps/part.h, "Update count"). */
         struct ts_optim_cfg cfg = t->job.optim;
         if (x->lr > 0)
             cfg.lr = x->lr;

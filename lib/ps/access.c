@@ -31,44 +31,70 @@ uint64_t ts_part_version(struct ts_part *p)
     return v;
 }
 
-/* The partition at step: its version (BSP, REDUCE: the syncs up to step, one per sync
- * period); in SSP and ASP every rank's clock (the syncs up to step as well), and the version
- * counts the pushes that makes. Called with mu held. */
-static void set_step(struct ts_part *p, uint64_t step)
+uint64_t ts_part_updates(struct ts_part *p)
 {
-    if (!async_mode(p->job)) {
-        p->version = p->visible = step / p->sync_every;
-        return;
-    }
-    for (uint32_t r = 0; r < p->job->workers; r++)
-        p->clock[r] = step / p->sync_every;
-    p->version = p->visible = step / p->sync_every * p->job->workers;
+    uint64_t u;
+
+    pthread_mutex_lock(&p->mu);
+    u = p->updates;
+    pthread_mutex_unlock(&p->mu);
+    return u;
 }
 
-ts_status ts_part_restore(struct ts_part *p, uint64_t version,
-                          ts_status (*load)(void *ctx, float *value, float *state,
-                                            struct ts_err *err),
-                          void *ctx, struct ts_err *err)
+uint64_t part_updates_implied(const struct ts_part *p, uint64_t version)
+{
+    return version == 0 && p->t_shift < 0 ? 0 : (uint64_t)((int64_t)version + p->t_shift);
+}
+
+/* The version of the partition at step: the syncs up to step, one per sync period (BSP,
+ * REDUCE); in SSP and ASP the pushes that make every rank's clock that. */
+static uint64_t version_at(const struct ts_part *p, uint64_t step)
+{
+    return step / p->sync_every * (async_mode(p->job) ? p->job->workers : 1);
+}
+
+/* The partition at step (version_at), and in SSP and ASP every rank's clock at the syncs up to
+ * step. Called with mu held. */
+static void set_step(struct ts_part *p, uint64_t step)
+{
+    p->version = p->visible = version_at(p, step);
+    for (uint32_t r = 0; async_mode(p->job) && r < p->job->workers; r++)
+        p->clock[r] = step / p->sync_every;
+}
+
+/* load into p, then p at step with the update count load gave (or the one step implies).
+ * Called with mu held. */
+static ts_status load_at(struct ts_part *p, uint64_t step, ts_part_load_fn load, void *ctx,
+                         struct ts_err *err)
+{
+    uint64_t updates = part_updates_implied(p, version_at(p, step));
+    ts_status st;
+
+    if (!(st = load(ctx, p->value, p->state, &updates, err))) {
+        set_step(p, step);
+        p->updates = updates;
+    }
+    return st;
+}
+
+ts_status ts_part_restore(struct ts_part *p, uint64_t version, ts_part_load_fn load, void *ctx,
+                          struct ts_err *err)
 {
     ts_status st;
 
     pthread_mutex_lock(&p->mu);
-    if (!(st = load(ctx, p->value, p->state, err)))
-        set_step(p, version);
+    st = load_at(p, version, load, ctx, err);
     pthread_mutex_unlock(&p->mu);
     return st;
 }
 
 ts_status ts_part_rollback(struct ts_part *p, uint64_t version, uint32_t generation,
-                           ts_status (*load)(void *ctx, float *value, float *state,
-                                             struct ts_err *err),
-                           void *ctx, struct ts_err *err)
+                           ts_part_load_fn load, void *ctx, struct ts_err *err)
 {
     ts_status st;
 
     pthread_mutex_lock(&p->mu);
-    if (!(st = load(ctx, p->value, p->state, err))) {
-        set_step(p, version);
+    if (!(st = load_at(p, version, load, ctx, err))) {
         p->gen = generation;
         part_step_reset(p);
         part_marks_clear(p);
@@ -91,7 +117,7 @@ const float *ts_part_values(const struct ts_part *p)
     return p->value;
 }
 
-ts_status ts_part_read_state(struct ts_part *p, uint64_t version, float *out,
+ts_status ts_part_read_state(struct ts_part *p, uint64_t version, float *out, uint64_t *updates,
                              struct ts_err *err)
 {
     size_t n = ts_optim_state_len(p->job->optim.kind) * p->len;
@@ -108,6 +134,8 @@ ts_status ts_part_read_state(struct ts_part *p, uint64_t version, float *out,
                         p->version);
     else if (n)
         memcpy(out, p->state, n * sizeof(float));
+    if (!st && updates)
+        *updates = p->updates;
     pthread_mutex_unlock(&p->mu);
     return st;
 }
@@ -125,8 +153,10 @@ void ts_part_fold_ranks(struct ts_part *p, struct ts_part_ranks *r)
     pthread_mutex_unlock(&p->mu);
 }
 
-void ts_part_capture(const struct ts_part *p, const float **value, const float **state)
+void ts_part_capture(const struct ts_part *p, const float **value, const float **state,
+                     uint64_t *updates)
 {
     *value = p->snap_value;
     *state = p->snap_state;
+    *updates = p->snap_updates;
 }

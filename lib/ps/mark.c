@@ -58,13 +58,15 @@ static void secret_load(void)
 static uint64_t digest(const struct ts_part *p, const struct ts_push *in)
 {
     struct {
-        uint64_t step, slots, bytes;
+        uint64_t step, slots, bytes, updates;
         uint32_t rank, encoding;
         int32_t scale_exp, flags;
         float lr;
         uint32_t pad;
-    } head = { in->step, in->slots, in->bytes, in->rank, in->encoding, in->scale_exp,
-               (int32_t)(in->assign | in->no_decay << 1), in->lr, 0 };
+    } head = { in->step, in->slots, in->bytes, in->has_updates ? in->updates : 0, in->rank,
+               in->encoding, in->scale_exp,
+               (int32_t)(in->assign | in->no_decay << 1 | in->state << 2 |
+                         in->has_updates << 3), in->lr, 0 };
     const uint8_t *b = in->payload;
     XXH3_state_t st;
 

@@ -218,6 +218,7 @@ static void capture(struct ts_part *p)
         return;
     memcpy(p->snap_value, p->value, p->len * sizeof(float));
     memcpy(p->snap_state, p->state, state_floats(p) * sizeof(float));
+    p->snap_updates = p->updates;
     p->snap_ready = true;
     pthread_cond_broadcast(&p->cv);
 }
@@ -236,6 +237,7 @@ void part_step_reset(struct ts_part *p)
     p->assign_from = 0;
     free(p->assign_state);
     p->assign_state = NULL;
+    p->assign_counted = false;
     memset(p->pushed, 0, p->job->workers);
 }
 
@@ -256,8 +258,9 @@ static float *assign_buf(struct ts_part *p)
 }
 
 /* The step is complete: g = sum / (batch * sync_every * 2^scale_exp), then one optimizer
- * step (REDUCE: g itself becomes the values), next version. Called with mu held. A block at a
- * time, so that the gradient, the sums it came from and the values it updates stay in cache:
+ * step, update updates + 1 (REDUCE: g itself becomes the values, which the workers' optimizers
+ * apply as that update), next version. Called with mu held. A block at a time, so that the
+ * gradient, the sums it came from and the values it updates stay in cache:
  * one pass over memory. Element i depends only on element i, so the bits are those of
  * whole-array passes. `last` and `alone` as in part_block_grad. A float sum that is not finite
  * skips the update: the values stay and the ranks that pushed it hear of it at their next
@@ -283,11 +286,12 @@ static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone
         if (p->job->mode == TS_MODE_REDUCE)
             memcpy(p->value + off, p->grad, n * sizeof(float));
         else
-            ts_optim_apply_range(&cfg, (uint64_t)((int64_t)p->version + 1 +
-                                                            p->t_shift),
-                                 p->value, p->state, p->len,
-                                 off, p->grad, n);
+            ts_optim_apply_range(&cfg, p->updates + 1, p->value, p->state, p->len, off,
+                                 p->grad, n);
     }
+    /* A skipped step spends its t all the same, as the version it moves on did before the
+     * count was kept apart (docs/training.md, "Assignments"): a run's bits stay as they were. */
+    p->updates++;
     if (skip) {
         if (p->job->mode == TS_MODE_REDUCE)
             memset(p->value, 0, p->len * sizeof(float));
@@ -301,13 +305,16 @@ static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone
 }
 
 /* An assignment step is complete: the values one rank gave (none: they stay) are version
- * v + 1; no optimizer, its state untouched. Called with mu held. */
+ * v + 1; no optimizer, its state untouched and its update count too, unless the assignment
+ * gave them. Called with mu held. */
 static void apply_assign(struct ts_part *p)
 {
     if (p->assign_from)
         memcpy(p->value, assign_buf(p), p->len * sizeof(float));
     if (p->assign_state)
         memcpy(p->state, p->assign_state, state_floats(p) * sizeof(float));
+    if (p->assign_counted)
+        p->updates = p->assign_updates;
     step_done(p);
 }
 
@@ -391,6 +398,9 @@ static ts_status check_assign_form(const struct ts_part *p, const struct ts_push
                           "unscaled (no loss scale)");
     if (in->state && !in->bytes)
         return ts_err_set(err, TS_EINVAL, "assign: optimizer state comes with the values "
+                          "(the rank that gives them); the others send neither");
+    if (in->has_updates && !in->bytes)
+        return ts_err_set(err, TS_EINVAL, "assign: an update count comes with the values "
                           "(the rank that gives them); the others send neither");
     if (in->encoding != TS_ENC_RAW)
         return ts_err_set(err, TS_EINVAL, "encoding: %u; an assignment carries raw float32 "
@@ -588,6 +598,8 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
                     memcpy(p->assign_state, (const float *)in->payload + p->len,
                            state_floats(p) * sizeof(float));
                 p->assign_from = in->rank + 1;
+                p->assign_counted = in->has_updates;
+                p->assign_updates = in->updates;
             }
             p->assigning = !st;
         } else if (last) {

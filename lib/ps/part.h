@@ -27,6 +27,14 @@
  * from its own model's weights (initializer "assigned": zeros until the assignment of step 0)
  * and loads new values mid-run, as one versioned change every rank pulls; an assigned step
  * with no values leaves a frozen parameter exactly as it was.
+ * Update count: the partition counts the steps that went through its optimizer (`updates`,
+ * ts_part_updates), and update k + 1 gets t = k + 1 (Adam's bias correction). A step skipped
+ * for a non-finite sum counts (its t is spent, as it always was); an assignment does not,
+ * unless it sets the count (ts_push.has_updates: a checkpoint's resume). Without assignments
+ * past step 0 the count is the version (minus the assignment of step 0 of a tensor initialised
+ * "assigned"), the t every update had before the count existed. The count travels with the
+ * state: images, snapshots (a manifest without it restores as version - that assignment),
+ * rollbacks and ts_part_read_state.
  * Ownership: ts_part_create returns a partition freed with ts_part_free.
  * Threads: all functions lock the partition; ts_part_pull blocks. */
 #ifndef TS_PS_PART_H
@@ -140,6 +148,12 @@ struct ts_push {
      * state, ts_optim_state_len floats per element laid out as the partition keeps it (each
      * component's len floats in turn); values required. A checkpoint's resume. */
     bool state;
+    /* An assignment with values may set the update count too (above): the partition's count
+     * becomes `updates` with the step, so that the next update is t = updates + 1 (the count
+     * the assigned state was accumulated over; a checkpoint's, from ts_part_read_state). Not
+     * set: the count stays the partition's own. */
+    bool has_updates;
+    uint64_t updates;
     /* The update's learning rate (0: the job optimizer's) and whether weight decay is off for
      * it: a trainer's schedule and parameter groups. Positive and finite; every push of a BSP
      * step must agree (the step's update is one); SSP and ASP take each push's. */
@@ -182,16 +196,24 @@ uint64_t ts_part_offset(const struct ts_part *p);
 uint64_t ts_part_len(const struct ts_part *p);
 /* The version now: updates applied (BSP, REDUCE) or pushes applied (SSP, ASP). */
 uint64_t ts_part_version(struct ts_part *p);
-/* Restores a partition nobody uses yet: load writes its len values and its optimizer state
- * (ts_optim_state_len * len floats) where it is given them, then the partition is at step
+/* The update count now (above, "Update count"): the steps its optimizer applied to the state
+ * it holds; its next update has t = this + 1. */
+uint64_t ts_part_updates(struct ts_part *p);
+/* What a restore or rollback reads: the len values and the optimizer state (ts_optim_state_len
+ * * len floats) into value and state, and the update count into *updates where the source
+ * knows it (a snapshot's manifest); *updates arrives holding the count a source without one
+ * implies, the version less the assignment of step 0 of an "assigned" tensor (what t was
+ * before the count existed). */
+typedef ts_status (*ts_part_load_fn)(void *ctx, float *value, float *state, uint64_t *updates,
+                                     struct ts_err *err);
+/* Restores a partition nobody uses yet: load writes its len values, its optimizer state and
+ * its update count, then the partition is at step
  * `version`: its version becomes version / its sync period (BSP, REDUCE), or every rank's
  * clock becomes that (SSP, ASP, where the version becomes that times workers, the pushes
  * that took it there). load's failure is returned,
  * with the partition to be freed by the caller. */
-ts_status ts_part_restore(struct ts_part *p, uint64_t version,
-                          ts_status (*load)(void *ctx, float *value, float *state,
-                                            struct ts_err *err),
-                          void *ctx, struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_part_restore(struct ts_part *p, uint64_t version, ts_part_load_fn load, void *ctx,
+                          struct ts_err *err) TS_MUST_CHECK;
 /* The same for a partition in use, when its job goes back to a snapshot (docs/replication.md,
  * "Rollback"), the generation-th time: the step in progress is dropped (pushes summed so far,
  * which ranks pushed, overflow flags), the partition is at step `version` as above and what
@@ -200,17 +222,16 @@ ts_status ts_part_restore(struct ts_part *p, uint64_t version,
  * load's failure the values may be part-written: the caller must not
  * serve the partition until a rollback succeeds. */
 ts_status ts_part_rollback(struct ts_part *p, uint64_t version, uint32_t generation,
-                           ts_status (*load)(void *ctx, float *value, float *state,
-                                             struct ts_err *err),
-                           void *ctx, struct ts_err *err) TS_MUST_CHECK;
+                           ts_part_load_fn load, void *ctx, struct ts_err *err) TS_MUST_CHECK;
 /* The len values in place. Read them only while they cannot change: in BSP and REDUCE, after
  * this rank's ts_part_pull without a copy returned and before this rank pushes again (the
  * next update needs that push). Anything else copies with ts_part_pull. */
 const float *ts_part_values(const struct ts_part *p);
 /* Copies the optimizer's state at `version` (ts_optim_state_len * len floats, each component's
- * len in turn) into out: TS_ESTATE unless the partition is at that version (BSP; a checkpoint
- * reads it between a step's pull and the next push), TS_ENOTSUP in another mode. */
-ts_status ts_part_read_state(struct ts_part *p, uint64_t version, float *out,
+ * len in turn) into out, and its update count into *updates (if not NULL): TS_ESTATE unless
+ * the partition is at that version (BSP; a checkpoint reads it between a step's pull and the
+ * next push), TS_ENOTSUP in another mode. */
+ts_status ts_part_read_state(struct ts_part *p, uint64_t version, float *out, uint64_t *updates,
                              struct ts_err *err) TS_MUST_CHECK;
 
 /* Per-rank figures of SSP and ASP, folded over a job's partitions by ts_part_fold_ranks: the
@@ -249,12 +270,13 @@ ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, uint32_t
  * whatever is applied, the push is acknowledged only then.
  *
  * An image is the partition's whole state at one version: the version, the values, the
- * optimizer state, the count of skipped steps, each rank's overflow not yet reported, each
- * rank's clock (SSP, ASP), and the job's rollbacks the state comes after (its generation: a
- * follower that went back to a snapshot since refuses an image taken before, TS_EROLLBACK).
+ * optimizer state and its update count, the count of skipped steps, each rank's overflow not
+ * yet reported, each rank's clock (SSP, ASP), and the job's rollbacks the state comes after
+ * (its generation: a follower that went back to a snapshot since refuses an image taken
+ * before, TS_EROLLBACK).
  * It is meant for a peer running the same build (host byte order, no conversion). Its header
  * is TS_PART_IMAGE_HDR bytes; the len float values follow it. */
-#define TS_PART_IMAGE_HDR 72
+#define TS_PART_IMAGE_HDR 80
 size_t ts_part_image_bytes(const struct ts_part *p);
 /* Copies the image at the current version into buf (cap >= ts_part_image_bytes), under the
  * lock; *version receives its version. */
@@ -317,9 +339,10 @@ uint64_t ts_part_visible(struct ts_part *p);
  * pull), the partition has no version; pushes and pulls wait for it (a push says it for its
  * rank: a rank pushing step v pulled version v), and its image is TS_EUNAVAIL. Then it is at
  * the newest version said, with the values a rank sent for it (ranks behind pull them), or
- * zeros where no rank will pull that version. ts_part_seed is one rank's word: its version
- * and, if it pulled one, its values (len floats; NULL: none) and whether that version was a
- * skipped step. TS_OK and nothing done on a partition not seeding; TS_EINVAL (version) for
+ * zeros where no rank will pull that version, and an update count of that version (a reduce
+ * job never assigns: its workers' optimizers counted every version). ts_part_seed is one
+ * rank's word: its version and, if it pulled one, its values (len floats; NULL: none) and
+ * whether that version was a skipped step. TS_OK and nothing done on a partition not seeding; TS_EINVAL (version) for
  * a version more than one apart from another rank's, TS_ECORRUPT (values) for values that
  * differ from another rank's of the same version, nothing changed. Should no rank have sent
  * the values a rank behind needs, pushes and pulls fail with TS_ESTATE. An image loaded ends
@@ -338,11 +361,12 @@ bool ts_part_seeding(struct ts_part *p);
  * TS_ESTATE (nothing armed) for a step that is not a multiple of the sync period, or that the
  * partition is already past (in SSP and ASP, any rank's clock); arming again
  * replaces an earlier arm. ts_part_captured waits up to ms for the copy; once it returns
- * true, ts_part_capture gives it (len values, and ts_optim_state_len * len floats of state),
- * to be read without the lock until ts_part_disarm, which frees it (call it before
- * ts_part_free, or let ts_part_free do it). */
+ * true, ts_part_capture gives it (len values, ts_optim_state_len * len floats of state, and
+ * the update count that goes with them), the arrays to be read without the lock until
+ * ts_part_disarm, which frees them (call it before ts_part_free, or let ts_part_free do it). */
 ts_status ts_part_arm(struct ts_part *p, uint64_t step, struct ts_err *err) TS_MUST_CHECK;
 bool ts_part_captured(struct ts_part *p, int ms);
-void ts_part_capture(const struct ts_part *p, const float **value, const float **state);
+void ts_part_capture(const struct ts_part *p, const float **value, const float **state,
+                     uint64_t *updates);
 void ts_part_disarm(struct ts_part *p);
 #endif

@@ -43,12 +43,19 @@ struct ts_part {
     bool assigning;
     uint32_t assign_from;
     float *assign_state;        /* the state an assignment gave (ts_push.state), or NULL */
+    bool assign_counted;        /* ... and the update count it gave (ts_push.has_updates) */
+    uint64_t assign_updates;
     /* The step's learning rate (0: the job's) and weight decay switch (ts_push.lr, no_decay),
      * set by its first push. */
     float lr;
     bool no_decay;
-    /* Added to Adam's update count: -1 for a tensor initialised "assigned", whose first
-     * update makes version 2 (ts_init_assigned); 0 otherwise. Fixed at creation. */
+    /* The optimizer updates applied to the state held (part.h, "Update count"): the next one
+     * is t = updates + 1. Counted by apply() (a skipped step too), set by an assignment that
+     * gives one, an image, a restore, a rollback or a seed; never by other assignments. */
+    uint64_t updates;
+    /* The count a version implies where nothing says it (a snapshot written before the count
+     * existed): the version plus this, -1 for a tensor initialised "assigned", whose step 0
+     * is an assignment (ts_init_assigned), 0 otherwise. Fixed at creation. */
     int t_shift;
     uint8_t *overflow;          /* per rank: a skipped step not yet reported to it */
     uint64_t skipped;           /* steps skipped for a non-finite sum */
@@ -72,6 +79,7 @@ struct ts_part {
     bool snap_armed, snap_ready;
     uint64_t snap_step;
     float *snap_value, *snap_state;
+    uint64_t snap_updates;      /* the update count that goes with the copy */
 };
 
 enum ts_acc_form { TS_ACC_I64, TS_ACC_HELD, TS_ACC_F64 };
@@ -96,6 +104,9 @@ static inline bool async_mode(const struct ts_job *j)
 /* part.c, called with mu held: the step in progress is over (applied, or dropped by an image,
  * a rollback or a seed): no rank has pushed the next one, and it is not an assignment. */
 void part_step_reset(struct ts_part *p);
+/* access.c, called with mu held (or before anyone uses p): the update count that version
+ * implies where nothing says it, version + t_shift (0 at least). */
+uint64_t part_updates_implied(const struct ts_part *p, uint64_t version);
 
 /* sum.c, called with mu held: the step's sum (its comments say more).
  * part_sums_finite: every element of the float sum is finite. part_fusable: whether the last

@@ -1,16 +1,17 @@
 /* replica.c - a partition's image for chain replication, and the hold on what pulls may see
  * (part.h, "Replication"; docs/replication.md).
  *
- * The image is a fixed header, then the values, the optimizer state, one overflow byte per
- * rank and, in SSP and ASP, each rank's clock (8 bytes each). The header names the partition
- * (tensor, index, offset, length) and the job's shape (mode, workers, state floats), so that
- * a follower loads only an image of its own partition. */
+ * The image is a fixed header (with the optimizer's update count), then the values, the
+ * optimizer state, one overflow byte per rank and, in SSP and ASP, each rank's clock (8 bytes
+ * each). The header names the partition (tensor, index, offset, length) and the job's shape
+ * (mode, workers, state floats), so that a follower loads only an image of its own
+ * partition. */
 #include <inttypes.h>
 #include <string.h>
 
 #include "part_internal.h"
 
-#define IMAGE_MAGIC "TSPIMG2"   /* 2: the clocks of SSP and ASP */
+#define IMAGE_MAGIC "TSPIMG3"   /* 2: the clocks of SSP and ASP; 3: the update count */
 
 struct image_hdr {
     char magic[8];
@@ -20,6 +21,7 @@ struct image_hdr {
     uint64_t state_floats;
     uint64_t version, skipped;
     uint32_t gen, reserved;     /* gen: ts_part_rollback's; reserved: 0 */
+    uint64_t updates;           /* the optimizer's update count (part.h, "Update count") */
 };
 
 _Static_assert(sizeof(struct image_hdr) == TS_PART_IMAGE_HDR, "part.h documents the header");
@@ -49,7 +51,7 @@ static struct image_hdr header_now(const struct ts_part *p)
                                .workers = p->job->workers, .tensor_id = p->tensor_id,
                                .index = p->index, .offset = p->offset, .len = p->len,
                                .state_floats = state_floats(p), .version = p->version,
-                               .skipped = p->skipped, .gen = p->gen };
+                               .skipped = p->skipped, .gen = p->gen, .updates = p->updates };
 }
 
 ts_status ts_part_image(struct ts_part *p, void *buf, size_t cap, uint64_t *version,
@@ -181,6 +183,7 @@ static ts_status load(struct ts_part *p, const void *buf, size_t n, const float 
         memcpy(p->clock, at, clock_bytes(p));
     p->version = p->visible = h.version;
     p->skipped = h.skipped;
+    p->updates = h.updates;
     part_step_reset(p);
     part_marks_clear(p);
     pthread_cond_broadcast(&p->cv);

@@ -77,6 +77,7 @@ static void seeded(struct ts_part *p)
     if (!s->values)   /* no rank pulls this version again: zero, as a fresh partition */
         memset(p->value, 0, p->len * sizeof(float));
     p->version = p->visible = s->top;
+    p->updates = s->top;   /* a reduce job never assigns: every version was an update */
     part_step_reset(p);
     part_marks_clear(p);
     for (uint32_t r = 0; r < p->job->workers; r++)

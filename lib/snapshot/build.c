@@ -74,6 +74,7 @@ ts_status ts_snap_piece_add(struct ts_snap_piece *pc, struct ts_store *s,
 {
     ts_tensor_manifest *tm = entry(pc, t, err);
     ts_partition_manifest *pm;
+    Tessera__V1__OptimizerCount *count;
     uint64_t written = 0;
     void *mem;
     ts_status st;
@@ -84,14 +85,20 @@ ts_status ts_snap_piece_add(struct ts_snap_piece *pc, struct ts_store *s,
         return ts_err_set(err, TS_EINVAL, "snapshot: tensor '%s' has %u partitions, all added",
                           t->name, t->nparts);
     pm = piece_alloc(pc, sizeof(*pm));
+    count = p->has_updates ? piece_alloc(pc, sizeof(*count)) : NULL;
     mem = piece_alloc(pc, ts_snap_partition_mem(p->len, p->slen, pc->chunk_bytes));
-    if (!pm || !mem)
+    if (!pm || (p->has_updates && !count) || !mem)
         return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
     tessera__v1__partition_manifest__init(pm);
+    if (count) {
+        tessera__v1__optimizer_count__init(count);
+        count->updates = p->updates;
+    }
     pm->index = p->index;
     pm->offset = p->offset;
     pm->length = p->len;
     pm->version = p->version;
+    pm->optimizer_updates = count;
     pm->shard_id = pc->shard;
     st = ts_snap_put_partition(s, p->value, p->len, p->state, p->slen, pc->chunk_bytes, pm, mem,
                                &written, err);

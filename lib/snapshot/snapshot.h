@@ -157,6 +157,11 @@ struct ts_snap_part {
     uint64_t offset, len, version;
     const float *value, *state;     /* len floats; slen floats (state may be NULL if 0) */
     size_t slen;
+    /* The optimizer's update count of that state (lib/ps/part.h, "Update count"), if the
+     * writer knows it (has_updates); else the manifest records none, and a restore takes the
+     * count the version implies. */
+    bool has_updates;
+    uint64_t updates;
 };
 
 /* One shard's share of a snapshot: what WriteSnapshot carries. The master fills one per shard

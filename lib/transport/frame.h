@@ -89,7 +89,8 @@ enum ts_frame_type {
 #define TS_PULL_REGION 0x2u     /* answer with no payload: the values are in the shared region */
 #define TS_PULL_ROUND 0x4u      /* the first pull of a round of requests on this connection */
 #define TS_PULL_STATE 0x10u     /* the optimizer's state of version `step`, not the values:
-                                 * PARAMS with TS_PARAMS_STATE answers (ts_part_read_state) */
+                                 * PARAMS with TS_PARAMS_STATE | TS_PARAMS_UPDATES answers
+                                 * (ts_part_read_state) */
 #define TS_PULL_CODED 0x8u      /* compressed (docs/compression.md, "Pulls"): `encoding` is the
                                  * codec; the 16-byte payload is the token of the copy the
                                  * worker holds (0: none) and the top-k ratio (f64; else 0) */
@@ -115,13 +116,36 @@ enum ts_frame_type {
 #define TS_PUSH_ASSIGN 0x1000u  /* an assignment (lib/ps/part.h, ts_push.assign): the payload is
                                  * the partition's new float32 values, or none (this rank takes
                                  * part without values); never with TS_PUSH_REGION or SLOTS */
+#define TS_PUSH_UPDATES 0x8000u /* with ASSIGN and values (and STATE or not): the payload ends
+                                 * with TS_UPDATES_LEN more bytes, the little-endian optimizer
+                                 * update count the partition takes (ts_push.has_updates) */
+#define TS_UPDATES_LEN 8        /* an update count's bytes, in a PUSH or a PARAMS payload */
 /* PARAMS flags; a PARAMS frame's `rank` field carries the staleness the pull saw (SSP/ASP). */
 #define TS_PARAMS_OVERFLOW 0x1u /* a step was skipped for a non-finite sum since the last pull */
 #define TS_PARAMS_REGION 0x2u   /* no payload: read the values from the shared region */
 #define TS_PARAMS_STATE 0x8u    /* the reply to a TS_PULL_STATE pull: the state, no values */
+#define TS_PARAMS_UPDATES 0x10u /* with STATE: the state is followed by TS_UPDATES_LEN bytes,
+                                 * the little-endian update count that goes with it */
 #define TS_PARAMS_CODED 0x4u    /* the reply to a TS_PULL_CODED pull: the new copy's 8-byte
                                  * token, then the values in full (encoding 0) or the codec's
                                  * encoding of value - copy (encoding: the codec) */
+
+/* An update count as TS_PUSH_UPDATES and TS_PARAMS_UPDATES carry it: TS_UPDATES_LEN bytes,
+ * little-endian, at any alignment. */
+static inline void ts_updates_put(uint8_t out[TS_UPDATES_LEN], uint64_t v)
+{
+    for (int k = 0; k < TS_UPDATES_LEN; k++)
+        out[k] = (uint8_t)(v >> (8 * k));
+}
+
+static inline uint64_t ts_updates_get(const uint8_t in[TS_UPDATES_LEN])
+{
+    uint64_t v = 0;
+
+    for (int k = TS_UPDATES_LEN - 1; k >= 0; k--)
+        v = v << 8 | in[k];
+    return v;
+}
 
 /* Why ts_frame_recv refused the last refused frame of a connection (ts_conn.refusal): for the
  * receiver's counts of refusals by reason. */

@@ -675,16 +675,22 @@ static PyMethodDef client_methods[] = {
       "step(step, grads, params)\n\nPushes grads[id] of every registered tensor for `step`, "
       "then pulls version\nstep + 1 into params[id]; the shards work in parallel." },
     { "assign", KW client_assign, METH_VARARGS | METH_KEYWORDS,
-      "assign(id, values=None, state=None)\n\nMakes the next push of tensor id (push, step, push_some, "
+      "assign(id, values=None, state=None, updates=None)\n\nMakes the next push of tensor id (push, step, push_some, "
       "step_some) an\nassignment: version step + 1 is `values` (float32, numel elements), not "
-      "an\noptimizer update (state=: the optimizer's state too, pull_state's layout, copied). Every rank assigns at the same step, one with values (rank 0\nby "
+      "an\noptimizer update (state=: the optimizer's state too, pull_state's layout, copied; "
+      "updates=:\nwith state, the optimizer update count it was accumulated over, pull_state's "
+      "return_updates,\nwhich the tensor takes: its next update is updates + 1, Adam's t; "
+      "without, the count stays\nthe tensor's own). Every rank assigns at the same step, one with values (rank 0\nby "
       "convention), the others with None; None everywhere keeps the values as they\nwere. The "
       "step's grads[id] is not read. bsp only (UNIMPLEMENTED otherwise).\nvalues is held, and "
       "must not change, until that push returns." },
     { "pull_state", KW client_pull_state, METH_VARARGS | METH_KEYWORDS,
-      "pull_state(id, version, out) -> out\n\nThe optimizer's state of tensor id at `version` "
-      "(the one this rank holds)\ninto out (float32, writable, state floats per element x numel:"
-      " each\ncomponent in turn, momentum 1, adam 2, sgd none). bsp only." },
+      "pull_state(id, version, out, return_updates=False) -> out, or (out, updates)\n\nThe "
+      "optimizer's state of tensor id at `version` (the one this rank holds)\ninto out (float32, "
+      "writable, state floats per element x numel: each\ncomponent in turn, momentum 1, adam 2, "
+      "sgd none). With return_updates, also the\ntensor's optimizer update count at that version "
+      "(the updates applied to that\nstate; assignments not counted), for assign(updates=). "
+      "bsp only." },
     { "set_lr", KW client_set_lr, METH_VARARGS | METH_KEYWORDS,
       "set_lr(id, lr, weight_decay=True)\n\nFrom the next push on, tensor id's updates (id "
       "None: every tensor's) use\nlearning rate lr (0: the job optimizer's) and weight decay "

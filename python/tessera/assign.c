@@ -1,9 +1,10 @@
 /* assign.c - what a push carries besides a gradient: Client.assign (tessera_assign, a tensor's
- * next push an assignment of values) and Client.set_lr (tessera_set_lr, the learning rate and
- * weight decay of its updates); docs/python.md. The SDK reads assigned values when that push
- * goes out, so the binding holds their buffer (self->assigned[id]) from assign() until a push
- * of the tensor succeeded (assigned_release, called by push, step and the *_some methods),
- * until it is armed again, or until the client closes. */
+ * next push an assignment of values, with the optimizer's state and update count or without)
+ * and Client.set_lr (tessera_set_lr, the learning rate and weight decay of its updates); and
+ * Client.pull_state, what a checkpoint reads back; docs/python.md. The SDK reads assigned
+ * values when that push goes out, so the binding holds their buffer (self->assigned[id]) from
+ * assign() until a push of the tensor succeeded (assigned_release, called by push, step and
+ * the *_some methods), until it is armed again, or until the client closes. */
 #include "client.h"
 
 void assigned_release(struct client *self, const int *ids, Py_ssize_t n)
@@ -18,24 +19,34 @@ void assigned_release(struct client *self, const int *ids, Py_ssize_t n)
 
 PyObject *client_assign(struct client *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "id", "values", "state", NULL };
-    PyObject *oid, *ovalues = Py_None, *ostate = Py_None;
+    static char *kwlist[] = { "id", "values", "state", "updates", NULL };
+    PyObject *oid, *ovalues = Py_None, *ostate = Py_None, *oupdates = Py_None;
     struct tessera_error e = { 0 };
     struct arr v = { 0 }, s = { 0 };
+    unsigned long long updates = 0;
     int id, rc;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO:assign", kwlist, &oid, &ovalues,
-                                     &ostate) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO:assign", kwlist, &oid, &ovalues,
+                                     &ostate, &oupdates) ||
         open_or_raise(self) || get_id(self, oid, "id", &id) ||
-        (ovalues != Py_None &&
-         arr_get(ovalues, "values", F32, 0, (long long)self->numel[id], &v)))
+        get_uint(oupdates, "updates", UINT64_MAX, &updates))
+        return NULL;
+    if (oupdates != Py_None && ostate == Py_None)
+        return invalid("updates: the update count goes with the optimizer's state (state=, "
+                       "an empty array for sgd)");
+    if (ovalues != Py_None &&
+        arr_get(ovalues, "values", F32, 0, (long long)self->numel[id], &v))
         return NULL;
     if (ostate != Py_None && arr_get(ostate, "state", F32, 0, -1, &s)) {
         arr_put(&v);
         return NULL;
     }
     /* The state is copied at once (tessera_assign_state); the values then too. */
-    if (s.held)
+    if (s.held && oupdates != Py_None)
+        SDK_CALL(self, rc, &e, tessera_assign_state_updates(self->t, id,
+                                                            v.held ? v.b.buf : NULL, s.b.buf,
+                                                            (uint64_t)updates, &e));
+    else if (s.held)
         SDK_CALL(self, rc, &e, tessera_assign_state(self->t, id, v.held ? v.b.buf : NULL,
                                                     s.b.buf, &e));
     else
@@ -69,20 +80,27 @@ PyObject *client_set_lr(struct client *self, PyObject *args, PyObject *kw)
 
 PyObject *client_pull_state(struct client *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "id", "version", "out", NULL };
+    static char *kwlist[] = { "id", "version", "out", "return_updates", NULL };
     PyObject *oid, *over, *oout;
     struct tessera_error e = { 0 };
     struct arr o = { 0 };
-    uint64_t version;
-    int id, rc;
+    uint64_t version, updates = 0;
+    int id, rc, want_updates = 0;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:pull_state", kwlist, &oid, &over, &oout) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|p:pull_state", kwlist, &oid, &over, &oout,
+                                     &want_updates) ||
         open_or_raise(self) || get_id(self, oid, "id", &id) ||
         get_step(over, "version", &version) || arr_get(oout, "out", F32, 1, -1, &o))
         return NULL;
-    SDK_CALL(self, rc, &e, tessera_pull_state(self->t, id, version, o.b.buf, &e));
+    if (want_updates)
+        SDK_CALL(self, rc, &e, tessera_pull_state_updates(self->t, id, version, o.b.buf,
+                                                          &updates, &e));
+    else
+        SDK_CALL(self, rc, &e, tessera_pull_state(self->t, id, version, o.b.buf, &e));
     arr_put(&o);
     if (rc)
         return raise_sdk(&e);
+    if (want_updates)
+        return Py_BuildValue("(OK)", oout, (unsigned long long)updates);
     return Py_NewRef(oout);
 }

@@ -39,8 +39,9 @@ Load and save: ``ps.load_state_dict(sd)`` (and the model's own ``load_state_dict
 submodule's, which attach wraps) writes new values to the shards as one assignment step that
 every rank takes part in and then pulls; rank 0's ``sd`` is the one used. ``ps.state_dict()``
 returns ``{"model": model.state_dict(), "tessera": {...}}`` for ``torch.save``, the shards'
-optimizer state included, which ``ps.load_state_dict`` assigns back: a resume after
-``attach`` continues on the same bits (SGD, momentum, Nesterov; Adam's step count restarts).
+optimizer state and its update count (Adam's step) included, which ``ps.load_state_dict``
+assigns back: a resume after ``attach`` continues on the same bits (SGD, momentum, Nesterov,
+Adam, AdamW).
 
 Exact mode (``exact=True``): gradients travel as int64 fixed point, so the parameters are the
 same bits for any worker and shard count. Compute the rank's share in micro-batches and call
@@ -259,19 +260,20 @@ class ParameterServer(Overlap):
         for i, b in zip(self._buf_ids, self._bufs):
             self.client.assign(i, b.values() if self.rank == 0 else None)
 
-    def _assign_step(self, params, bufs, states=None):
+    def _assign_step(self, params, bufs, states=None, updates=None):
         """One step that assigns every tensor: rank 0 gives params[i] (parameter i), with
         the optimizer's states[i] where given, and bufs[k] (buffer k) where present, the
         tensors without keep their values; every rank pulls the result. The collective of
-        attach and load_state_dict."""
+        attach and load_state_dict; updates[i]: the update count of states[i], if known."""
         states = states or {}
+        counts = {t: (updates or {}).get(k) for k, t in enumerate(self.ids)}   # by tensor id
         everything = list(zip(self.ids, [params.get(i) for i in range(len(self.params))],
                               [states.get(i) for i in range(len(self.params))])) + \
             list(zip(self._buf_ids, [bufs.get(k) for k in range(len(self._bufs))],
                      [None] * len(self._bufs)))
         for i, v, s in everything:
             if self.rank == 0 and s is not None and v is not None:
-                self.client.assign(i, v, state=s)
+                self.client.assign(i, v, state=s, updates=counts.get(i))
             else:
                 self.client.assign(i, v if self.rank == 0 else None)
         grads = [self._dummy(self.client.numel(i)) for i, _, _ in everything]
@@ -474,8 +476,9 @@ class ParameterServer(Overlap):
     def state_dict(self):
         """The model's state (``model.state_dict()``, private copies where parameters are the
         SDK's pages) and Tessera's: ``{"model": ..., "tessera": {"version", "rank",
-        "workers", "optimizer": {"spec", "state": {name: [state floats per element, *shape]}}}}``
-        (the shards' optimizer state of every parameter, read at this version), for
+        "workers", "optimizer": {"spec", "state": {name: [state floats per element, *shape]},
+        "updates": {name: int}}}}`` (the shards' optimizer state of every parameter and the
+        updates it was accumulated over, Adam's step, read at this version), for
         torch.save. ``ps.load_state_dict`` takes it back, optimizer state included, and the
         model's own ``load_state_dict`` after attach; ``sd["model"]`` loads into a plain
         torch model. Between steps, as torch's."""
@@ -484,15 +487,17 @@ class ParameterServer(Overlap):
         sd = self.module.state_dict()
         if self._views is not None:
             sd = type(sd)((k, v.clone()) for k, v in sd.items())
-        state = {}
+        state, updates = {}, {}
         for i, (name, p) in enumerate(zip(self.names, self.params)):
             if self._state_len and self.assigns:
                 a = np.empty(self._state_len * p.numel(), np.float32)
-                self.client.pull_state(self.ids[i], self.version, a)
+                _, updates[name] = self.client.pull_state(self.ids[i], self.version, a,
+                                                          return_updates=True)
                 state[name] = torch.from_numpy(a).reshape((self._state_len,) + tuple(p.shape))
         return {"model": sd, "tessera": {"version": self.version, "rank": self.rank,
                                          "workers": self.workers,
-                                         "optimizer": {"spec": self._spec, "state": state}}}
+                                         "optimizer": {"spec": self._spec, "state": state,
+                                                       "updates": updates}}}
 
     def _between_steps(self, what):
         if self._pending or (self._comm is not None and
@@ -540,6 +545,13 @@ class ParameterServer(Overlap):
                               % (k[len(prefix):], tuple(torch.as_tensor(v).shape),
                                  tuple(own[k].shape)))
         states = self._optimizer_state(opt, errors)
+        counts = {}   # each state's update count (none saved: the job's own count goes on)
+        for i, n in enumerate(self.names):
+            c = (opt.get("updates") or {}).get(n) if i in states else None
+            if c is not None and not (isinstance(c, (int, np.integer)) and 0 <= c < 1 << 64):
+                errors.append("optimizer update count of %s: %r, want an int >= 0" % (n, c))
+            elif c is not None:
+                counts[i] = int(c)
         if errors:
             raise RuntimeError("Error(s) in loading state_dict for %s:\n\t%s"
                                % (type(self.module).__name__, "\n\t".join(errors)))
@@ -556,7 +568,7 @@ class ParameterServer(Overlap):
             for k, v in given.items():
                 if k in own and k not in registered:
                     own[k].copy_(torch.as_tensor(v))
-            self._assign_step(params, bufs, states)
+            self._assign_step(params, bufs, states, counts)
         return torch.nn.modules.module._IncompatibleKeys(missing, unexpected)
 
     def _optimizer_state(self, opt, errors):

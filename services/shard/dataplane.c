@@ -195,12 +195,21 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
     bool applied = false;
     ts_status st;
 
-    if ((in.state && !in.assign) ||
+    if (((in.state || (h->flags & TS_PUSH_UPDATES)) && !in.assign) ||
         (in.assign && (h->flags & (TS_PUSH_REGION | TS_PUSH_SLOTS))))
         return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: an assignment carries its "
-                          "values (and state) in the frame (flags 0x%x: not from a shared "
-                          "region, not several slots, state only with an assignment)",
-                          h->tensor, h->partition, h->flags);
+                          "values (and state, and update count) in the frame (flags 0x%x: not "
+                          "from a shared region, not several slots, state and count only with "
+                          "an assignment)", h->tensor, h->partition, h->flags);
+    if (h->flags & TS_PUSH_UPDATES) {   /* the count ends the payload (frame.h) */
+        if (h->len <= TS_UPDATES_LEN)
+            return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: an assignment's update "
+                              "count comes after its values (%" PRIu64 " bytes in all)",
+                              h->tensor, h->partition, (uint64_t)h->len);
+        in.bytes = h->len - TS_UPDATES_LEN;
+        in.has_updates = true;
+        in.updates = ts_updates_get((const uint8_t *)buf + in.bytes);
+    }
     if ((st = take_slots(h, &in, err)) || (st = owns(dc, in.rank, in.slots, err)) ||
         (st = head_of(dc, h, &p, &next, err)))
         return st;
@@ -347,14 +356,19 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, con
                                 pull_sum(dc->dp, p, info.version), err);
 }
 
-/* A TS_PULL_STATE pull: the optimizer's state of partition p at version h->step. */
+/* A TS_PULL_STATE pull: the optimizer's state of partition p at version h->step, and its
+ * update count after it. */
 static ts_status state_from(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
                             struct ts_err *err)
 {
     struct ts_frame_hdr out = { .type = TS_FRAME_PARAMS, .tensor = h->tensor,
                                 .partition = h->partition, .dtype = 1, .step = h->step,
-                                .flags = TS_PARAMS_STATE };
+                                .flags = TS_PARAMS_STATE | TS_PARAMS_UPDATES };
     size_t n = ts_optim_state_len(dc->job->job.optim.kind) * ts_part_len(p);
+    uint8_t count[TS_UPDATES_LEN];
+    uint64_t updates = 0;
+    struct iovec pieces[2];
+    size_t np = 0;
 
     if (h->flags & ~(uint32_t)(TS_PULL_STATE | TS_PULL_ROUND))
         return ts_err_set(err, TS_EINVAL, "tensor %u: a pull of optimizer state takes no other "
@@ -366,9 +380,13 @@ static ts_status state_from(struct dp_conn *dc, const struct ts_frame_hdr *h, st
         dc->copy = c;
         dc->copy_cap = n;
     }
-    if (ts_part_read_state(p, h->step, dc->copy, err))
+    if (ts_part_read_state(p, h->step, dc->copy, &updates, err))
         return err->code;
-    return ts_frame_send(dc->c, &out, dc->copy, n * sizeof(float), err);
+    ts_updates_put(count, updates);
+    if (n)   /* sgd keeps no state: the count alone */
+        pieces[np++] = (struct iovec){ dc->copy, n * sizeof(float) };
+    pieces[np++] = (struct iovec){ count, sizeof(count) };
+    return ts_frame_sendv(dc->c, &out, pieces, np, err);
 }
 
 static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,

@@ -331,11 +331,16 @@ static void share_values(struct shard_tensor *t)
     }
 }
 
-ts_status params_restore_load(void *ctx, float *value, float *state, struct ts_err *err)
+ts_status params_restore_load(void *ctx, float *value, float *state, uint64_t *updates,
+                              struct ts_err *err)
 {
     struct params_restore *rc = ctx;
+    ts_status st = ts_snap_read_partition(rc->sp->store, rc->m, rc->tm, rc->pm, value, state,
+                                          err);
 
-    return ts_snap_read_partition(rc->sp->store, rc->m, rc->tm, rc->pm, value, state, err);
+    if (!st && rc->pm->optimizer_updates)   /* else the count the version implies */
+        *updates = rc->pm->optimizer_updates->updates;
+    return st;
 }
 
 ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct shard_tensor *t,

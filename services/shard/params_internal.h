@@ -43,13 +43,15 @@ const ts_tensor_manifest *params_manifest_tensor(const ts_manifest *m,
                                                  const struct shard_tensor *t, ts_status *st,
                                                  struct ts_err *err);
 /* One partition of a snapshot, read from the shard's store into a partition: the ctx of
- * ts_part_restore and ts_part_rollback's load. */
+ * ts_part_restore and ts_part_rollback's load (ts_part_load_fn), which takes the manifest's
+ * update count where it has one. */
 struct params_restore {
     struct shard_params *sp;
     const ts_manifest *m;
     const ts_tensor_manifest *tm;
     const ts_partition_manifest *pm;
 };
-ts_status params_restore_load(void *ctx, float *value, float *state, struct ts_err *err);
+ts_status params_restore_load(void *ctx, float *value, float *state, uint64_t *updates,
+                              struct ts_err *err);
 
 #endif

@@ -195,10 +195,10 @@ static ts_status write_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
     };
     struct ts_snap_part part = {
         .index = ts_part_index(p), .offset = ts_part_offset(p), .len = ts_part_len(p),
-        .version = w->step,
+        .version = w->step, .has_updates = true,
     };
 
-    ts_part_capture(p, &part.value, &part.state);
+    ts_part_capture(p, &part.value, &part.state, &part.updates);
     part.slen = w->slen * part.len;
     return ts_snap_piece_add(w->piece, w->sp->store, &ts, &part, err);
 }

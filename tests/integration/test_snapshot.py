@@ -182,6 +182,9 @@ class Snapshots(unittest.TestCase):
         for t in m.tensors:                                 # every partition, in order
             self.assertEqual([p.index for p in t.partitions], list(range(len(t.partitions))))
             self.assertTrue(all(p.version == STEPS for p in t.partitions))
+            # Its optimizer's update count (a run without assignments: one a step).
+            self.assertTrue(all(p.HasField("optimizer_updates") and
+                                p.optimizer_updates.updates == STEPS for p in t.partitions))
         log = json.loads(cli(["snapshot", "log", "--store", self.store, self.last,
                               "--json"]).stdout)
         steps = [e["step"] for e in log]            # the history links, newest first

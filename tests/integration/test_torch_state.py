@@ -4,7 +4,8 @@ frozen parameters, the loss it writes, and its checkpoints (python/tessera/torch
 docs/python.md, "A model's own state").
 
 In-process (master "local"): a frozen parameter is bitwise unchanged after 100 steps with weight
-decay; load_state_dict checks keys and shapes as torch does, before anything is sent; the mean
+decay; load_state_dict checks keys, shapes (and update counts) as torch does, before anything
+is sent; the mean
 loss (the default) gives torch's gradient, and a batch that does not split evenly is refused by
 name; a module attached cannot be pickled whole.
 Against a `tessera up` (processes, mutual TLS), ranks as threads of this process: attach starts
@@ -14,7 +15,7 @@ new values; fine-tuning from torch.save / torch.load continues from the saved we
 loss at step 0 is the saved model's).
 Exact mode: attaching a seeded torch model and training with 1 and 2 workers on 1 and 3 shards
 and in-process ends on one params_sha256, and a resume from ps.state_dict() ends on the
-uninterrupted run's.
+uninterrupted run's (momentum, Adam and AdamW: the state dict carries Adam's update count).
 
 Environment (ctest sets it): PYTHONPATH with build/python and build/gen/python.
 """
@@ -126,6 +127,10 @@ class Local(unittest.TestCase):
             wrong = dict(sd, **{"fc.weight": torch.zeros(2, 2)})
             with self.assertRaisesRegex(RuntimeError, "size mismatch for fc.weight"):
                 ps.load_state_dict(wrong)
+            counted = ps.state_dict()
+            counted["tessera"]["optimizer"]["updates"]["fc.bias"] = -1
+            with self.assertRaisesRegex(RuntimeError, "optimizer update count of fc.bias: -1"):
+                ps.load_state_dict(counted)
             self.assertEqual(ps.version, 1, "nothing was sent")
             r = m.load_state_dict(bad, strict=False)   # torch's non-strict: what is there
             self.assertEqual((r.missing_keys, r.unexpected_keys), (["fc.bias"], ["extra"]))
@@ -441,6 +446,32 @@ class ExactFingerprint(unittest.TestCase):
                          {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"})
         _, resumed = self.train(addr, "resumed", 2, steps=3, start=back)
         self.assertEqual(resumed, want)
+
+    def test_adam_resumes_exactly(self):
+        """Adam and AdamW: a resume from ps.state_dict() in a new job ends on the uninterrupted
+        run's params_sha256, on 2 workers and 3 shards and in-process: the state dict carries
+        each parameter's update count with m and v, and the resume assigns it back, so the
+        bias correction goes on at t = 4 (a new job's own count would give t = 1). A state
+        dict from before counts were saved loads as before: t restarts, other bits."""
+        c, addr = self.clusters[1]
+        for opt in ("adam:lr=0.01", "adamw:lr=0.01"):
+            with self.subTest(optimizer=opt):
+                tag = opt.partition(":")[0]
+                want = self.train("local", tag, 1, optimizer=opt)[1]
+                half, _ = self.train(addr, tag + "-half", 2, steps=3, optimizer=opt)
+                f = io.BytesIO()
+                torch.save(half, f)
+                back = torch.load(io.BytesIO(f.getvalue()))
+                saved = back["tessera"]["optimizer"]
+                self.assertEqual(saved["updates"], {n: 3 for n in saved["state"]})
+                _, resumed = self.train(addr, tag + "-resumed", 2, steps=3, start=back,
+                                        optimizer=opt)
+                self.assertEqual(resumed, want)
+                self.assertEqual(self.train("local", tag + "-l", 1, steps=3, start=back,
+                                            optimizer=opt)[1], want)
+                del saved["updates"]
+                self.assertNotEqual(self.train(addr, tag + "-old", 2, steps=3, start=back,
+                                               optimizer=opt)[1], want)
 
     def test_schedule_is_exact(self):
         """AdamW under a StepLR schedule: the learning rate travels with the pushes, so 2

@@ -237,10 +237,12 @@ static void ssp_bounds_the_lead(void **state)
 }
 
 /* A restore's load for SGD, which keeps no optimizer state: zeros. */
-static ts_status load_zeros(void *ctx, float *value, float *state, struct ts_err *err)
+static ts_status load_zeros(void *ctx, float *value, float *state, uint64_t *updates,
+                           struct ts_err *err)
 {
     (void)ctx;
     (void)state;
+    (void)updates;
     (void)err;
     memset(value, 0, N * sizeof(float));
     return TS_OK;
@@ -308,7 +310,7 @@ static void async_snapshot_is_one_cut(void **state)
     const float *val, *st;
     struct ts_pull_info info;
     struct bg_push b;
-    uint64_t lo, hi;
+    uint64_t lo, hi, updates;
     bool applied;
 
     (void)state;
@@ -321,8 +323,9 @@ static void async_snapshot_is_one_cut(void **state)
         for (uint64_t s = 0; s < 2; s++)
             assert_int_equal(push(q, r, s, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);
     assert_int_equal(ts_part_pull(q, 0, 0, 0, 10, NULL, want, &info, NULL), TS_OK);
-    ts_part_capture(p, &val, &st);
+    ts_part_capture(p, &val, &st, &updates);
     assert_memory_equal(val, want, sizeof(want));
+    assert_int_equal(updates, 2 * 2);   /* asp: each of the four pushes below step 2 */
     assert_int_equal(ts_part_pull(p, 0, 0, 0, 10, NULL, got, &info, NULL), TS_OK);
     assert_memory_not_equal(got, want, sizeof(want));   /* step 2 was applied after */
     ts_part_steps(p, &lo, &hi);
@@ -549,9 +552,11 @@ static void job_validation(void **state)
 
 /* What the shard reads of a partition through part.h: placement, version, values in place,
  * a restore, and a snapshot capture. */
-static ts_status load_ramp(void *ctx, float *value, float *state, struct ts_err *err)
+static ts_status load_ramp(void *ctx, float *value, float *state, uint64_t *updates,
+                          struct ts_err *err)
 {
     (void)err;
+    (void)updates;   /* a snapshot without a count: the one the version implies */
     for (int i = 0; i < N; i++) {
         value[i] = (float)i * 0.5f;
         state[i] = *(const float *)ctx;  /* momentum: one state float per value */
@@ -559,11 +564,13 @@ static ts_status load_ramp(void *ctx, float *value, float *state, struct ts_err 
     return TS_OK;
 }
 
-static ts_status load_fails(void *ctx, float *value, float *state, struct ts_err *err)
+static ts_status load_fails(void *ctx, float *value, float *state, uint64_t *updates,
+                           struct ts_err *err)
 {
     (void)ctx;
     (void)value;
     (void)state;
+    *updates = 1;   /* written, then the load fails: nothing taken */
     return ts_err_set(err, TS_ECORRUPT, "chunk 3: hash mismatch");
 }
 
@@ -575,6 +582,7 @@ static void accessors(void **state)
     const float *val, *st;
     float mom = 0.25f, out[N];
     struct ts_pull_info info;
+    uint64_t updates;
 
     (void)state;
     assert_int_equal(ts_job_init(&j, "acc", 1, false, "momentum:lr=0.1,momentum=0.9", 4, &e),
@@ -587,6 +595,7 @@ static void accessors(void **state)
     /* A restore loads values and state and sets the version; a failing one leaves it. */
     assert_int_equal(ts_part_restore(p, 12, load_ramp, &mom, &e), TS_OK);
     assert_int_equal(ts_part_version(p), 12);
+    assert_int_equal(ts_part_updates(p), 12);
     assert_int_equal(ts_part_pull(p, 0, 12, 0, 10, NULL, NULL, &info, NULL), TS_OK);
     val = ts_part_values(p);
     for (int i = 0; i < N; i++)
@@ -594,10 +603,12 @@ static void accessors(void **state)
     assert_int_equal(ts_part_restore(p, 99, load_fails, NULL, &e), TS_ECORRUPT);
     assert_string_equal(e.msg, "chunk 3: hash mismatch");
     assert_int_equal(ts_part_version(p), 12);
+    assert_int_equal(ts_part_updates(p), 12);
     /* The capture of an armed partition is the values and state at the armed version. */
     assert_int_equal(ts_part_arm(p, 12, NULL), TS_OK);
     assert_true(ts_part_captured(p, 10));
-    ts_part_capture(p, &val, &st);
+    ts_part_capture(p, &val, &st, &updates);
+    assert_int_equal(updates, 12);
     assert_int_equal(ts_part_pull(p, 0, 12, 0, 10, NULL, out, &info, NULL), TS_OK);
     assert_memory_equal(val, out, sizeof(out));
     for (int i = 0; i < N; i++)

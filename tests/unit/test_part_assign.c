@@ -277,11 +277,11 @@ static void assignment_with_state(void **state)
     assert_int_equal(ts_part_push(p, &in, &applied, NULL), TS_OK);
     assert_int_equal(assign(p, 1, 0, NULL, &applied, NULL), TS_OK);
     assert_true(applied);
-    assert_int_equal(ts_part_read_state(p, 1, st, NULL), TS_OK);
+    assert_int_equal(ts_part_read_state(p, 1, st, NULL, NULL), TS_OK);
     for (int i = 0; i < N; i++)
         assert_true(st[i] == 4.0f);
     memset(&e, 0, sizeof(e));
-    assert_int_equal(ts_part_read_state(p, 0, st, &e), TS_ESTATE);
+    assert_int_equal(ts_part_read_state(p, 0, st, NULL, &e), TS_ESTATE);
     memset(g, 0, sizeof(g));
     for (uint32_t r = 0; r < 2; r++)
         assert_int_equal(push(p, r, 1, TS_ENC_RAW, g, sizeof(g), &applied, NULL), TS_OK);

@@ -326,11 +326,13 @@ struct saved {
     size_t nv, ns;
 };
 
-static ts_status load_saved(void *ctx, float *value, float *state, struct ts_err *err)
+static ts_status load_saved(void *ctx, float *value, float *state, uint64_t *updates,
+                           struct ts_err *err)
 {
     struct saved *s = ctx;
 
     (void)err;
+    (void)updates;
     memcpy(value, s->value, s->nv * sizeof(float));
     memcpy(state, s->state, s->ns * sizeof(float));
     return TS_OK;

@@ -411,8 +411,10 @@ static void *blocks_alloc(void *ctx, size_t n)
 /* Two shards' pieces of two tensors merge into one manifest (tensors by id, partitions by
  * index, whatever order the shards added them in), commit on a branch by compare-and-swap,
  * read back exactly (a tensor's placement salt too: 0, written as nothing, is how a manifest
- * from before salts reads); a tag is checked, set, and refused twice; pieces that disagree on
- * the job are refused naming both shards, and on a tensor's salt naming one. */
+ * from before salts reads; each partition's optimizer update count, 0 included, and none
+ * where the writer had none to give); a tag is checked, set, and refused twice;
+ * pieces that disagree on the job are refused naming both shards, and on a tensor's salt
+ * naming one. */
 static void test_pieces_merge_commit(void **state)
 {
     struct fx *f = *state;
@@ -444,11 +446,13 @@ static void test_pieces_merge_commit(void **state)
         for (int j = 0; j < 3 && order[k][j] != UINT32_MAX; j++) {
             uint32_t p = order[k][j];
             struct ts_snap_part part = { .index = p, .offset = 2 * p, .len = 2, .version = 5,
-                                         .value = w + 2 * p };
+                                         .value = w + 2 * p, .has_updates = true,
+                                         .updates = p ? 3 + p : 0 };
             assert_int_equal(ts_snap_piece_add(&pc[k], f->s, &tw, &part, &e), TS_OK);
         }
         assert_int_equal(ts_snap_piece_set_job(&pc[k], &job, 3, 16, &e), TS_OK);
     }
+    /* No count (as a writer that does not know it): none in the manifest. */
     struct ts_snap_part bp = { .index = 0, .offset = 0, .len = 3, .version = 5, .value = bias };
     assert_int_equal(ts_snap_piece_add(&pc[1], f->s, &tb, &bp, &e), TS_OK);
     assert_int_equal(pc[0].n_tensors, 1);
@@ -490,6 +494,12 @@ static void test_pieces_merge_commit(void **state)
     assert_memory_equal(got, bias, sizeof(bias));
     assert_int_equal(back->tensors[0]->spec->placement_salt, 7);
     assert_int_equal(back->tensors[1]->spec->placement_salt, 0);
+    for (uint32_t p = 0; p < 5; p++) {
+        assert_non_null(back->tensors[0]->partitions[p]->optimizer_updates);
+        assert_int_equal(back->tensors[0]->partitions[p]->optimizer_updates->updates,
+                         p ? 3 + p : 0);
+    }
+    assert_null(back->tensors[1]->partitions[0]->optimizer_updates);
     ts_manifest_free(back);
 
     assert_int_equal(ts_snap_tag_check(f->s, "v1", &e), TS_OK);

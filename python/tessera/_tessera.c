@@ -100,6 +100,15 @@ static int interrupted(void *arg)
     return hit;
 }
 
+static void close_now(tessera *t)
+{
+    if (!t)
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    tessera_close(t);
+    Py_END_ALLOW_THREADS
+}
+
 static int client_init(struct client *self, PyObject *args, PyObject *kw)
 {
     struct tessera_options opt = { .master = "local", .workers = 1 };
@@ -121,19 +130,17 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
         return -1;
     }
     tessera_set_interrupt(t, interrupted, NULL);
+    /* The connect checked the spec; "momentum" is tessera_options.optimizer's default. */
+    if (tessera_optimizer_state_len(opt.optimizer ? opt.optimizer : "momentum",
+                                    &self->state_len, &e)) {
+        close_now(t);
+        raise_sdk(&e);
+        return -1;
+    }
     self->t = t;
     self->exact = opt.exact;
     self->push_elem = opt.exact && opt.exact_push != TESSERA_EXACT_PUSH_FLOAT ? I64 : F32;
     return 0;
-}
-
-static void close_now(tessera *t)
-{
-    if (!t)
-        return;
-    Py_BEGIN_ALLOW_THREADS
-    tessera_close(t);
-    Py_END_ALLOW_THREADS
 }
 
 /* Closes the handle (with the GIL): every call is refused from now on, and tessera_close runs

@@ -37,7 +37,9 @@ PyObject *client_assign(struct client *self, PyObject *args, PyObject *kw)
     if (ovalues != Py_None &&
         arr_get(ovalues, "values", F32, 0, (long long)self->numel[id], &v))
         return NULL;
-    if (ostate != Py_None && arr_get(ostate, "state", F32, 0, -1, &s)) {
+    if (ostate != Py_None &&
+        arr_get(ostate, "state", F32, 0, (long long)self->state_len * (long long)self->numel[id],
+                &s)) {
         arr_put(&v);
         return NULL;
     }
@@ -90,7 +92,8 @@ PyObject *client_pull_state(struct client *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|p:pull_state", kwlist, &oid, &over, &oout,
                                      &want_updates) ||
         open_or_raise(self) || get_id(self, oid, "id", &id) ||
-        get_step(over, "version", &version) || arr_get(oout, "out", F32, 1, -1, &o))
+        get_step(over, "version", &version) ||
+        arr_get(oout, "out", F32, 1, (long long)self->state_len * (long long)self->numel[id], &o))
         return NULL;
     if (want_updates)
         SDK_CALL(self, rc, &e, tessera_pull_state_updates(self->t, id, version, o.b.buf,

@@ -596,6 +596,23 @@ class Binding(BindingCase, unittest.TestCase):
             c.step(0, good, out)
             np.testing.assert_array_equal(bits(out[0]), bits(expected_sgd(p0[0], good[0])))
 
+    def test_state_arrays_are_sized(self):
+        """assign(state=) and pull_state(out) take exactly the optimizer's state length times
+        numel (Adam: 2): a short array would be read or written past its end by the SDK."""
+        ai = self.assert_invalid
+        with self.client("slen", master="local", optimizer="adam:lr=0.1") as c:
+            w = c.register("w", (N,), init="zeros")
+            ai(lambda: c.assign(w, np.ones(N, np.float32), state=np.zeros(N, np.float32)),
+               "state: ", "float32 array of %d elements expected" % (2 * N))
+            ai(lambda: c.pull_state(w, 0, np.empty(N, np.float32)), "out: ",
+               "float32 array of %d elements expected" % (2 * N))
+            got = c.pull_state(w, 0, np.full(2 * N, 7, np.float32))
+            self.assertFalse(got.any())   # a fresh Adam: m and v are zeros
+        with self.client("slen-sgd", master="local") as c:
+            w = c.register("w", (N,), init="zeros")
+            ai(lambda: c.pull_state(w, 0, np.empty(1, np.float32)), "out: ",
+               "float32 array of 0 elements expected")
+
     def test_bad_options(self):
         ai = self.assert_invalid
         ai(lambda: self.client("opt", batch=0), "batch")

@@ -450,9 +450,11 @@ int tessera_snapshot_tensor(const tessera_snapshot *s, int i, const char **name,
                             struct tessera_error *err);
 /* Reads tensor i whole: values (numel floats) and, if state is not NULL, its optimizer state
  * (state_len * numel floats, [component][element], as tessera_pull_state gives it). Every
- * chunk is checked: TESSERA_ECORRUPT names a damaged one and the tensor. */
+ * chunk is checked: TESSERA_ECORRUPT names a damaged one and the tensor. updates (may be
+ * NULL) receives the optimizer's update count of that state (Adam's t so far), or -1 where
+ * the snapshot does not record one. */
 int tessera_snapshot_read(tessera_snapshot *s, int i, float *values, float *state,
-                          struct tessera_error *err);
+                          int64_t *updates, struct tessera_error *err);
 void tessera_snapshot_close(tessera_snapshot *s);   /* NULL is a no-op */
 
 /* Optimizer state floats per parameter element under `optimizer` (a spec as
@@ -468,6 +470,9 @@ struct tessera_import_tensor {
     const float *values;         /* numel floats */
     const float *state;          /* the optimizer's state_len * numel floats, [component]
                                   * [element]; NULL: zeros (a fresh optimizer) */
+    int has_updates;             /* the state's update count is known: updates (Adam's t so
+                                  * far); 0: a restore takes the count the step implies */
+    uint64_t updates;
 };
 struct tessera_import_options {
     const char *job;             /* the job a restore starts */

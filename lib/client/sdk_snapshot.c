@@ -98,13 +98,16 @@ int tessera_snapshot_tensor(const tessera_snapshot *s, int i, const char **name,
 }
 
 int tessera_snapshot_read(tessera_snapshot *s, int i, float *values, float *state,
-                          struct tessera_error *e)
+                          int64_t *updates, struct tessera_error *e)
 {
     struct ts_err err = { 0 };
     const ts_tensor_manifest *t = tensor_at(s, i, &err);
+    uint64_t n;
 
     if (!t || ts_snap_read_tensor(s->store, s->m, t, values, state, &err))
         return sdk_fail(e, &err);
+    if (updates)
+        *updates = ts_snap_tensor_updates(t, &n) && n <= INT64_MAX ? (int64_t)n : -1;
     return sdk_ok(e);
 }
 
@@ -149,7 +152,8 @@ int tessera_snapshot_import(const char *store, const struct tessera_import_optio
             xs[i] = (struct ts_snap_import_tensor){
                 .name = t[i].name, .shape = t[i].shape,
                 .ndim = t[i].ndim > 0 ? (size_t)t[i].ndim : 0, .value = t[i].values,
-                .state = t[i].state };
+                .state = t[i].state, .has_updates = t[i].has_updates != 0,
+                .updates = t[i].updates };
         in = (struct ts_snap_import){ .job = &job, .step = o->step ? o->step : 1,
                                       .micro_batch = o->micro_batch, .tensors = xs,
                                       .n = (size_t)n, .branch = o->branch, .tag = o->tag,

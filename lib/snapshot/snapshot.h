@@ -222,6 +222,9 @@ TS_MUST_CHECK ts_status ts_snap_tag(struct ts_store *s, const char *tag,
 TS_MUST_CHECK ts_status ts_snap_read_tensor(struct ts_store *s, const ts_manifest *m,
                                             const ts_tensor_manifest *t, float *value,
                                             float *state, struct ts_err *err);
+/* The optimizer's update count of t's state (Adam's t so far), if its partitions record one
+ * and agree: true and *updates; false otherwise (a snapshot from before counts were kept). */
+bool ts_snap_tensor_updates(const ts_tensor_manifest *t, uint64_t *updates);
 
 /* One tensor to import; everything borrowed. */
 struct ts_snap_import_tensor {
@@ -231,6 +234,8 @@ struct ts_snap_import_tensor {
     const float *value;          /* numel floats */
     const float *state;          /* the job's state_len * numel floats, [component][element];
                                   * NULL: zeros (a fresh optimizer) */
+    bool has_updates;            /* the state's update count is known: updates */
+    uint64_t updates;            /* else a restore takes the count the step implies */
 };
 
 /* A snapshot made from values rather than taken from a cluster. */

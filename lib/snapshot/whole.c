@@ -31,6 +31,18 @@ ts_status ts_snap_read_tensor(struct ts_store *s, const ts_manifest *m,
     return st;
 }
 
+bool ts_snap_tensor_updates(const ts_tensor_manifest *t, uint64_t *updates)
+{
+    for (size_t i = 0; i < t->n_partitions; i++) {
+        const Tessera__V1__OptimizerCount *c = t->partitions[i]->optimizer_updates;
+
+        if (!c || (i && c->updates != *updates))
+            return false;
+        *updates = c->updates;
+    }
+    return t->n_partitions > 0;
+}
+
 /* The import's memory: every block the piece asks for, freed together. */
 struct arena {
     void **blocks;
@@ -79,7 +91,8 @@ static ts_status put_tensor(struct ts_snap_piece *pc, struct ts_store *s,
         t.numel *= x->shape[d];
     t.nparts = ts_partition_count(t.numel, sizeof(float), t.partition_bytes);
     for (uint32_t i = 0; !st && i < t.nparts; i++) {
-        struct ts_snap_part p = { .index = i, .version = in->step, .value = NULL };
+        struct ts_snap_part p = { .index = i, .version = in->step, .value = NULL,
+                                  .has_updates = x->has_updates, .updates = x->updates };
 
         ts_partition_range(t.numel, sizeof(float), t.partition_bytes, i, &p.offset, &p.len);
         p.value = x->value + p.offset;

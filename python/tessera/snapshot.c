@@ -6,14 +6,15 @@
  * store is read or written. */
 #include "args.h"
 
-/* {"name", "shape", "values", "state"} of tensor i, its arrays float32 bytearrays (state None
- * without state). */
+/* {"name", "shape", "values", "state", "updates"} of tensor i, its arrays float32 bytearrays
+ * (state None without state; updates None where the snapshot has no count). */
 static PyObject *read_tensor(tessera_snapshot *s, int i, int slen)
 {
     struct tessera_error e = { 0 };
     const uint64_t *shape;
     const char *name;
     uint64_t numel;
+    int64_t updates = -1;
     int ndim, rc;
     PyObject *v = NULL, *sv = NULL, *oshape = NULL, *d = NULL;
 
@@ -34,10 +35,16 @@ static PyObject *read_tensor(tessera_snapshot *s, int i, int slen)
     }
     Py_BEGIN_ALLOW_THREADS
     rc = tessera_snapshot_read(s, i, (float *)PyByteArray_AS_STRING(v),
-                               slen ? (float *)PyByteArray_AS_STRING(sv) : NULL, &e);
+                               slen ? (float *)PyByteArray_AS_STRING(sv) : NULL, &updates, &e);
     Py_END_ALLOW_THREADS
-    d = rc ? raise_sdk(&e) : Py_BuildValue("{s:s,s:O,s:O,s:O}", "name", name, "shape", oshape,
-                                           "values", v, "state", sv);
+    if (rc)
+        d = raise_sdk(&e);
+    else if (updates < 0)
+        d = Py_BuildValue("{s:s,s:O,s:O,s:O,s:O}", "name", name, "shape", oshape, "values", v,
+                          "state", sv, "updates", Py_None);
+    else
+        d = Py_BuildValue("{s:s,s:O,s:O,s:O,s:L}", "name", name, "shape", oshape, "values", v,
+                          "state", sv, "updates", (long long)updates);
 out:
     Py_XDECREF(v);
     Py_XDECREF(sv);
@@ -88,15 +95,15 @@ out:
     return out;
 }
 
-/* One (name, shape, values, state) of the import's tensors into *x, its buffers held in v and
- * sv, its shape in shape (8). */
+/* One (name, shape, values, state, updates) of the import's tensors into *x (state and updates
+ * may be None), its buffers held in v and sv, its shape in shape (8). */
 static int get_tensor(PyObject *o, Py_ssize_t i, int slen, struct tessera_import_tensor *x,
                       uint64_t *shape, struct arr *v, struct arr *sv)
 {
     long long numel = 1;
 
-    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 4) {
-        invalid("tensors[%zd]: want (name, shape, values, state or None)", i);
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 5) {
+        invalid("tensors[%zd]: want (name, shape, values, state or None, updates or None)", i);
         return -1;
     }
     if (!PyUnicode_Check(PyTuple_GET_ITEM(o, 0)) ||
@@ -113,6 +120,14 @@ static int get_tensor(PyObject *o, Py_ssize_t i, int slen, struct tessera_import
     if (arr_get(PyTuple_GET_ITEM(o, 2), x->name, F32, 0, numel, v))
         return -1;
     x->values = v->b.buf;
+    if (PyTuple_GET_ITEM(o, 4) != Py_None) {
+        unsigned long long n = 0;
+
+        if (get_uint(PyTuple_GET_ITEM(o, 4), x->name, UINT64_MAX, &n))
+            return -1;
+        x->has_updates = 1;
+        x->updates = n;
+    }
     if (PyTuple_GET_ITEM(o, 3) == Py_None)
         return 0;
     if (!slen) {
@@ -152,7 +167,7 @@ static PyObject *snapshot_import(PyObject *self, PyObject *args, PyObject *kw)
     if (tessera_optimizer_state_len(o.optimizer, &slen, &e))
         return raise_sdk(&e);
     if (!(seq = PySequence_Fast(otensors, "tensors: want a sequence of (name, shape, values, "
-                                          "state)")))
+                                          "state, updates)")))
         return NULL;
     n = PySequence_Fast_GET_SIZE(seq);
     if (n > 1 << 20) {
@@ -189,11 +204,13 @@ out:
 PyMethodDef snapshot_methods[] = {
     { "snapshot_read", KW snapshot_read, METH_VARARGS | METH_KEYWORDS,
       "snapshot_read(store, ref='HEAD', state=True) -> dict: the snapshot's id, step, job and "
-      "tensors, each {name, shape, values, state} with float32 bytearrays (state None without "
-      "optimizer state). Use tessera.snapshot." },
+      "tensors, each {name, shape, values, state, updates} with float32 bytearrays (state None "
+      "without optimizer state; updates, the state's update count, None if unknown). Use "
+      "tessera.snapshot." },
     { "snapshot_import", KW snapshot_import, METH_VARARGS | METH_KEYWORDS,
       "snapshot_import(store, tensors, job, workers, optimizer, batch, exact=False, step=1, "
       "micro_batch=0, branch='main', tag=None, message=None) -> id: a snapshot of tensors, "
-      "a sequence of (name, shape, values, state or None). Use tessera.snapshot." },
+      "a sequence of (name, shape, values, state or None, updates or None). Use "
+      "tessera.snapshot." },
     { NULL, NULL, 0, NULL },
 };

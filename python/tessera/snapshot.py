@@ -8,7 +8,7 @@ torch state dict and writes a torch state dict in as one::
     python3 -m tessera.snapshot import --store DIR model.pt --job mnist --batch 64
 
 ``export`` writes what ``ps.state_dict()`` returns (tessera.torch): ``{"model": {name:
-tensor}, "tessera": {"version", "rank", "workers", "optimizer": {"spec", "state"},
+tensor}, "tessera": {"version", "rank", "workers", "optimizer": {"spec", "state", "updates"},
 "snapshot", "job"}}``, so ``model.load_state_dict(torch.load(f)["model"])`` loads the weights
 into a plain torch model and ``ps.load_state_dict(torch.load(f))`` resumes a job with the
 optimizer state too. ``--model-only`` writes the bare model state dict. Every tensor is
@@ -19,7 +19,8 @@ it into the model's int64 scalar).
 ``import`` makes a snapshot of a torch file, either a model's state dict or what
 ``ps.state_dict()`` (or ``export``) wrote, on a branch (default main, after its tip): every
 tensor with initializer "assigned" at step ``--step`` (default: the file's version, else 1),
-with the file's optimizer state when it fits ``--optimizer``. ``tessera up --store DIR
+with the file's optimizer state (and its update counts, Adam's t) when it fits
+``--optimizer``. ``tessera up --store DIR
 --restore main`` then starts the job there, and ``tessera.torch.attach`` to it continues from
 those values (its ``ps.version`` is the step). Files are read with ``torch.load(...,
 weights_only=True)``: tensors, numbers, strings and dicts only, no code run; ``--trust-pickle``
@@ -44,16 +45,19 @@ _EXACT_INT = 1 << 24
 
 class Snapshot:
     """One snapshot read whole: ``id``, ``step``, ``job`` (dict: id, workers, exact,
-    optimizer, batch, micro_batch, mode), ``message``, ``values`` {name: float32 array of its
-    shape} and ``state`` {name: float32 array (state floats per element, *shape)}, empty for an
-    optimizer without state or when read without it."""
+    optimizer, batch, micro_batch), ``message``, ``values`` {name: float32 array of its
+    shape}, ``state`` {name: float32 array (state floats per element, *shape)}, empty for an
+    optimizer without state or when read without it, and ``updates`` {name: the optimizer's
+    update count of that state, Adam's t so far}, for the tensors whose count it records."""
 
     def __init__(self, raw):
         self.id, self.step, self.job = raw["id"], raw["step"], raw["job"]
         self.message = raw["message"]
-        self.values, self.state = {}, {}
+        self.values, self.state, self.updates = {}, {}, {}
         for t in raw["tensors"]:
             shape = tuple(t["shape"])
+            if t["updates"] is not None:
+                self.updates[t["name"]] = t["updates"]
             self.values[t["name"]] = np.frombuffer(t["values"], np.float32).reshape(shape)
             if t["state"] is not None:
                 self.state[t["name"]] = np.frombuffer(t["state"], np.float32).reshape(
@@ -84,7 +88,8 @@ def state_dict(store, ref="HEAD", model_only=False):
             "tessera": {"version": snap.step, "rank": 0, "workers": snap.job["workers"],
                         "optimizer": {"spec": snap.job["optimizer"],
                                       "state": {k: torch.from_numpy(v.copy())
-                                                for k, v in snap.state.items()}},
+                                                for k, v in snap.state.items()},
+                                      "updates": dict(snap.updates)},
                         "snapshot": snap.id, "job": snap.job["id"]}}
 
 
@@ -134,19 +139,20 @@ def import_state_dict(store, sd, job, batch, optimizer=None, workers=None, exact
     workers = workers or meta.get("workers") or 1
     step = step if step is not None else meta.get("version") or 1
     kind = optimizer.partition(":")[0]
-    state = opt.get("state") or {}
+    state, counts = opt.get("state") or {}, opt.get("updates") or {}
     if state and _STATE_KIND.get(str(opt.get("spec", "")).partition(":")[0]) != \
             _STATE_KIND.get(kind):
         print("tessera.snapshot: the file's optimizer state is %r's, which %r cannot use: the "
               "optimizer starts fresh" % (opt.get("spec"), optimizer), file=sys.stderr)
-        state = {}
+        state, counts = {}, {}
     tensors = []
     for name, t in sd.items():
         v = _float32(name, t)
         s = state.get(name)
         if s is not None:
             s = _float32(name + " (optimizer state)", s)   # the count is checked in C
-        tensors.append((name, v.shape, v, s))
+        n = counts.get(name)
+        tensors.append((name, v.shape, v, s, None if n is None else int(n)))
     if not tensors:
         raise _tessera.InvalidArgument("the state dict holds no tensors")
     return _tessera.snapshot_import(str(store), tensors, job=job, workers=int(workers),

@@ -2,9 +2,10 @@
 """test_torch_snapshot.py - snapshots and torch files, both ways (python/tessera/snapshot.py,
 lib/snapshot/whole.c; docs/python.md, "Snapshots and torch files").
 
-Exact mode, a BatchNorm CNN, 2 workers: a job trained 3 steps is snapshotted by the cluster;
-`python3 -m tessera.snapshot export` writes it as a torch file that equals the job's own
-ps.state_dict() bit for bit (values and momentum) and loads into a plain torch model;
+Exact mode, a BatchNorm CNN, 2 workers, momentum and AdamW: a job trained 3 steps is
+snapshotted by the cluster; `python3 -m tessera.snapshot export` writes it as a torch file
+that equals the job's own ps.state_dict() bit for bit (values, optimizer state, update
+counts) and loads into a plain torch model;
 `import` makes it a snapshot in another store, `tessera up --restore` starts a job from it,
 and 3 more steps end on the params_sha256 of 6 uninterrupted steps. Refusals: an unknown
 store or ref (NOT_FOUND), a tensor without elements, a tag taken, an optimizer whose state
@@ -56,43 +57,51 @@ class SnapshotFiles(unittest.TestCase):
         cls.c = tl.Cluster()
         _, cls.addr = cls.c.tessera_up(["--shards", "2", "--tls-dir", tts.TLS,
                                         "--store", cls.store])
-        cls.restored = None
+        cls.restored = []
 
     @classmethod
     def tearDownClass(cls):
-        cls.c.stop()
-        if cls.restored:
-            cls.restored.stop()
+        for c in [cls.c] + cls.restored:
+            c.stop()
         subprocess.run(["rm", "-rf", cls.tmp])
 
     def test_export_import_resume_exact(self):
         """Snapshot at step 4 -> torch file -> snapshot in a new store -> restored job: the
-        file is the job's state_dict, and the resumed run ends on the uninterrupted bits."""
-        _, want = self.train(self.addr, "whole", 2, steps=6)
+        file is the job's state_dict, and the resumed run ends on the uninterrupted bits,
+        with momentum's state and with AdamW's (whose update count, Adam's t, goes along)."""
+        for opt in ("momentum:lr=0.1", "adamw:lr=0.01"):
+            with self.subTest(optimizer=opt):
+                self.round_trip(opt, opt.partition(":")[0])
+
+    def round_trip(self, opt, tag):
+        _, want = self.train(self.addr, tag + "-whole", 2, steps=6, optimizer=opt)
         made = []
 
         def snapshot(rank):   # while the job is attached: it goes when its workers leave
             if rank == 0:
                 with self.c.admin_env():
                     made.append(tl.run_cli(["snapshot", "create", "--master", self.addr,
-                                            "--job", "half", "--tag", "half3"], timeout=60))
-        half, _ = self.train(self.addr, "half", 2, steps=3, at_end=snapshot)
+                                            "--job", tag + "-half", "--tag", tag],
+                                           timeout=60))
+        half, _ = self.train(self.addr, tag + "-half", 2, steps=3, optimizer=opt,
+                             at_end=snapshot)
         r = made[0]
         self.assertEqual(r.returncode, 0, r.stderr)
 
-        f = os.path.join(self.tmp, "half.pt")
-        out = snap_cli("export", "--store", self.store, "half3", f)
+        f = os.path.join(self.tmp, tag + ".pt")
+        out = snap_cli("export", "--store", self.store, tag, f)
         self.assertIn("snapshot %s at step 4" % r.stdout.strip()[:12], out.stdout)
         sd = torch.load(f, weights_only=True)
         self.assertEqual(sd["tessera"]["version"], 4)
-        self.assertEqual(sd["tessera"]["job"], "half")
-        self.assertEqual(sd["tessera"]["optimizer"]["spec"], "momentum:lr=0.1")
+        self.assertEqual(sd["tessera"]["job"], tag + "-half")
+        self.assertEqual(sd["tessera"]["optimizer"]["spec"], opt)
         self.assertTrue(tensors_equal(sd["model"], half["model"]))
-        # The parameters' momentum as ps.state_dict() read it; the buffers' (assigned every
-        # step, never updated) is zeros.
-        state = sd["tessera"]["optimizer"]["state"]
+        # The parameters' optimizer state and update counts as ps.state_dict() read them; the
+        # buffers' (assigned every step, never updated) is zeros.
+        state, counts = sd["tessera"]["optimizer"]["state"], sd["tessera"]["optimizer"]["updates"]
         mine = half["tessera"]["optimizer"]["state"]
         self.assertTrue(tensors_equal({k: state[k] for k in mine}, mine))
+        self.assertEqual({k: counts[k] for k in mine}, half["tessera"]["optimizer"]["updates"])
         self.assertEqual(set(state) - set(mine), {"bn.running_mean", "bn.running_var",
                                                   "bn.num_batches_tracked"})
         self.assertTrue(all(not state[k].any() for k in set(state) - set(mine)))
@@ -101,20 +110,22 @@ class SnapshotFiles(unittest.TestCase):
         self.assertTrue(tensors_equal(plain.state_dict(), half["model"]))
         self.assertEqual(plain.bn.num_batches_tracked.dtype, torch.int64)
 
-        store2 = os.path.join(self.tmp, "store2")
-        sid = snap_cli("import", "--store", store2, f, "--job", "resumed", "--batch",
+        store2 = os.path.join(self.tmp, "store-" + tag)
+        sid = snap_cli("import", "--store", store2, f, "--job", tag + "-resumed", "--batch",
                        str(self.MICRO * self.PER_STEP), "--exact", "--micro-batch",
                        str(self.MICRO), "--tag", "start").stdout.strip()
         self.assertRegex(sid, r"^[0-9a-f]{64}$")
         back = tessera.snapshot.read(store2, "start")
         self.assertEqual((back.step, back.job["id"], back.job["workers"], back.job["exact"]),
-                         (4, "resumed", 2, True))
+                         (4, tag + "-resumed", 2, True))
         self.assertTrue(tensors_equal(back.values, half["model"]))
+        self.assertEqual(back.updates, counts)
 
-        SnapshotFiles.restored = tl.Cluster()
-        _, addr2 = self.restored.tessera_up(["--shards", "3", "--tls-dir", tts.TLS, "--store",
-                                             store2, "--restore", "start"])
-        _, resumed = self.train(addr2, "resumed", 2, steps=3)
+        c = tl.Cluster()
+        self.restored.append(c)
+        _, addr2 = c.tessera_up(["--shards", "3", "--tls-dir", tts.TLS, "--store", store2,
+                                 "--restore", "start"])
+        _, resumed = self.train(addr2, tag + "-resumed", 2, steps=3, optimizer=opt)
         self.assertEqual(resumed, want)
 
     def test_model_only_and_refusals(self):

@@ -545,7 +545,8 @@ static void test_import_read_whole(void **state)
     float *rv = malloc(n * sizeof(float)), *rs = malloc(2 * n * sizeof(float));
     const float sm[3] = { 1, 2, 3 };
     struct ts_snap_import_tensor xs[2] = {
-        { .name = "w", .shape = big, .ndim = 2, .value = v, .state = sv },
+        { .name = "w", .shape = big, .ndim = 2, .value = v, .state = sv, .has_updates = true,
+          .updates = 41 },
         { .name = "b", .shape = small, .ndim = 1, .value = sm, .state = NULL },
     };
     struct ts_job job;
@@ -572,6 +573,13 @@ static void test_import_read_whole(void **state)
     assert_int_equal(ts_snap_read_tensor(f->s, m, m->tensors[0], rv, rs, &e), TS_OK);
     assert_memory_equal(rv, v, n * sizeof(float));
     assert_memory_equal(rs, sv, 2 * n * sizeof(float));
+    {   /* the update count on every partition of w; b has none */
+        uint64_t u = 0;
+
+        assert_true(ts_snap_tensor_updates(m->tensors[0], &u));
+        assert_int_equal(u, 41);
+        assert_false(ts_snap_tensor_updates(m->tensors[1], &u));
+    }
     assert_int_equal(ts_snap_read_tensor(f->s, m, m->tensors[1], rv, rs, &e), TS_OK);
     assert_memory_equal(rv, sm, sizeof(sm));
     assert_true(rs[0] == 0 && rs[1] == 0 && rs[5] == 0);     /* no state given: zeros */

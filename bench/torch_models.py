@@ -14,6 +14,9 @@ rounds' ratios to DDP's step.
   - emulated hosts (--rates, default 1gbit; needs root): bench/emuhosts.Net with a master host
     m, shard hosts s0 s1 and worker hosts w0 w1, every link shaped with tc tbf; mutual TLS
     with certificates made for the run; shards --transport tcp; DDP between w0 and w1.
+Each place runs its launcher's default replication unless --replicas says: tessera up's (2,
+every partition on a chain of two shards, so a shard can die; DDP keeps no such copy) on one
+host, tessera-master's (1) across hosts.
 The goal (the issue's): at most 1.0x DDP's step on one host, at most 0.9x across hosts.
 
 Output: a table on stdout and --out (default bench/results/torch_models.json) with every run
@@ -62,8 +65,9 @@ class Place:
     def up(self):
         tessera = os.path.join(self.a.bin, "tessera")
         if not self.net:
-            up = self.spawn("m", [tessera, "up", "--shards", "2", "--master-port", "0",
-                                  "--dir", os.path.join(self.logs, "up")], "up",
+            up = self.spawn("m", [tessera, "up", "--shards", "2", "--master-port", "0"] +
+                            (["--replicas", str(self.a.replicas)] if self.a.replicas else []) +
+                            ["--dir", os.path.join(self.logs, "up")], "up",
                             stdout=subprocess.PIPE)
             self.cluster = [up]
             for line in up.stdout:
@@ -77,7 +81,7 @@ class Place:
             raise RuntimeError("tessera up did not start (logs in %s)" % self.logs)
         self.net.up()
         self.master, self.cluster = hosts_cluster(self.net, self.a.bin, self.spawn, self.logs,
-                                                  MASTER_PORT, SHARD_PORT)
+                                                  MASTER_PORT, SHARD_PORT, self.a.replicas or 1)
 
     def ranks(self, model, run, job):
         """Two ranks of the example; rank 0's JSON result."""
@@ -133,6 +137,8 @@ def parse():
     p.add_argument("--rates", default="1gbit", help="emulated link rates, comma-separated "
                    "(default 1gbit); 'none' skips the emulated hosts")
     p.add_argument("--no-one-host", action="store_true", help="skip the one-host runs")
+    p.add_argument("--replicas", type=int, help="shards holding each partition (default: the "
+                   "launcher's, 2 on one host, 1 across hosts; 1: no replication)")
     p.add_argument("--bin", default=os.environ.get("TESSERA_BIN") or
                    os.path.join(REPO, "build", "bin"), help="tessera, tessera-master, "
                    "tessera-shard (default build/bin)")
@@ -186,12 +192,14 @@ def main():
     head = next((s for s in heads if s["where"] != "one host"), heads[0] if heads else None)
     best = head and min(RUNS[:-1], key=lambda k: head["vs_ddp"][k])
     report = {"bench": "torch_models", "rounds": a.rounds, "steps": a.steps,
+              "replicas": a.replicas,
               "machine": os.cpu_count(),
               "headline": head and {"ours": head["step_ms"][best],
                                     "baseline": head["step_ms"]["ddp"],
                                     "unit": "ms per step (rank 0's median), %s on %s, "
-                                            "tessera.torch (%s) against DDP on gloo"
-                                            % (head["model"], head["where"], best),
+                                            "tessera.torch (%s, replicas %s) against DDP "
+                                            "on gloo" % (head["model"], head["where"], best,
+                                                         a.replicas or "default"),
                                     "ratio": head["vs_ddp"][best]},
               "summaries": summaries, "runs": runs}
     os.makedirs(os.path.dirname(a.out), exist_ok=True)

@@ -15,11 +15,12 @@ def last_json(text, what):
     raise RuntimeError("%s: no JSON result; output ends:\n%s" % (what, text[-2000:]))
 
 
-def hosts_cluster(net, bindir, spawn, logs, master_port, shard_port):
-    """Starts tessera-master on host m and tessera-shard on s0 and s1 (--transport tcp) of
-    net, with certificates made in logs/tls ($TESSERA_TLS_DIR of this process and of what it
-    starts from now on), and waits until both shards are alive. spawn(host, cmd, name) starts
-    a process there. Returns (the master's address, the processes)."""
+def hosts_cluster(net, bindir, spawn, logs, master_port, shard_port, replicas=1):
+    """Starts tessera-master (--replicas) on host m and tessera-shard on s0 and s1
+    (--transport tcp) of net, with certificates made in logs/tls ($TESSERA_TLS_DIR of this
+    process and of what it starts from now on), and waits until both shards are alive.
+    spawn(host, cmd, name) starts a process there. Returns (the master's address, the
+    processes)."""
     d = os.path.join(logs, "tls")
     subprocess.run([os.path.join(bindir, "tessera"), "certs", "init", d, "--shards", "2"],
                    check=True, stdout=subprocess.DEVNULL)
@@ -29,8 +30,8 @@ def hosts_cluster(net, bindir, spawn, logs, master_port, shard_port):
         return ["--tls-cert", os.path.join(d, stem + ".pem"), "--tls-key",
                 os.path.join(d, stem + ".key"), "--tls-ca", os.path.join(d, "ca.pem")]
     master = "%s:%d" % (net.addr("m"), master_port)
-    procs = [spawn("m", [os.path.join(bindir, "tessera-master"), "--listen", master] +
-                   tls("master"), "master")]
+    procs = [spawn("m", [os.path.join(bindir, "tessera-master"), "--listen", master,
+                         "--replicas", str(replicas)] + tls("master"), "master")]
     for i, s in enumerate(("s0", "s1")):
         procs.append(spawn(s, [os.path.join(bindir, "tessera-shard"), "--master", master,
                                "--transport", "tcp", "--listen", "0.0.0.0:%d" % shard_port,

@@ -106,6 +106,10 @@ def _float32(name, t):
     """t (a torch tensor or array) as a contiguous float32 NumPy array, its shape kept (a
     scalar becomes (1,)); an integer one must be exact in float32."""
     import torch
+    if not isinstance(t, (torch.Tensor, np.ndarray)):
+        raise _tessera.InvalidArgument("%r: a %s, not a tensor; a snapshot holds tensors "
+                                       "(leave it out of the state dict)"
+                                       % (name, type(t).__name__))
     t = torch.as_tensor(t).detach().cpu()
     if t.is_complex():
         raise _tessera.InvalidArgument("tensor %r: complex values; a snapshot holds float32"
@@ -113,7 +117,7 @@ def _float32(name, t):
     if t.numel() == 0:
         raise _tessera.InvalidArgument("tensor %r has no elements; a snapshot cannot hold it "
                                        "(leave it out of the state dict)" % name)
-    if not t.is_floating_point() and t.numel() and int(t.abs().max()) >= _EXACT_INT:
+    if not t.is_floating_point() and int(t.to(torch.int64).abs().max()) >= _EXACT_INT:
         raise _tessera.InvalidArgument("tensor %r: integers of 2^24 or more are not exact in "
                                        "float32" % name)
     a = t.to(torch.float32).contiguous().numpy()

@@ -158,6 +158,13 @@ class SnapshotFiles(unittest.TestCase):
         big = dict(model, count=torch.tensor([1 << 25]))
         with self.assertRaisesRegex(tessera.InvalidArgument, "'count': integers of 2.24"):
             tessera.snapshot.import_state_dict(store, big, "j", 8, optimizer="sgd")
+        with self.assertRaisesRegex(tessera.InvalidArgument, "'extra': a dict, not a tensor"):
+            tessera.snapshot.import_state_dict(store, dict(model, extra={}), "j", 8,
+                                               optimizer="sgd")
+        flags = tessera.snapshot.import_state_dict(     # bool buffers travel as 0.0 / 1.0
+            store, dict(model, flags=torch.tensor([True, False])), "j", 8, optimizer="sgd")
+        self.assertEqual(tessera.snapshot.read(store, flags).values["flags"].tolist(), [1, 0])
+        first = flags
         with self.assertRaisesRegex(tessera.Error, "optimizer: required"):
             tessera.snapshot.import_state_dict(store, model, "j", 8)
         with self.assertRaisesRegex(tessera.Error, "tag: 't' exists"):

@@ -94,8 +94,8 @@ def state_dict(store, ref="HEAD", model_only=False):
 
 
 def export(store, ref, path, model_only=False):
-    """Writes snapshot ``ref`` to ``path`` with torch.save (see state_dict); returns the
-    Snapshot's summary (its arrays are not kept)."""
+    """Writes snapshot ``ref`` to ``path`` with torch.save (see state_dict); returns what it
+    wrote."""
     import torch
     sd = state_dict(store, ref, model_only)
     torch.save(sd, path)
@@ -142,10 +142,10 @@ def import_state_dict(store, sd, job, batch, optimizer=None, workers=None, exact
                                        "model's state dict), e.g. 'momentum:lr=0.05'")
     workers = workers or meta.get("workers") or 1
     step = step if step is not None else meta.get("version") or 1
-    kind = optimizer.partition(":")[0]
+    from tessera._state import STATE_LEN   # the rule ps.load_state_dict applies
     state, counts = opt.get("state") or {}, opt.get("updates") or {}
-    if state and _STATE_KIND.get(str(opt.get("spec", "")).partition(":")[0]) != \
-            _STATE_KIND.get(kind):
+    if state and STATE_LEN.get(str(opt.get("spec", "")).partition(":")[0]) != \
+            STATE_LEN.get(optimizer.partition(":")[0]):
         print("tessera.snapshot: the file's optimizer state is %r's, which %r cannot use: the "
               "optimizer starts fresh" % (opt.get("spec"), optimizer), file=sys.stderr)
         state, counts = {}, {}
@@ -163,11 +163,6 @@ def import_state_dict(store, sd, job, batch, optimizer=None, workers=None, exact
                                     optimizer=optimizer, batch=float(batch), exact=bool(exact),
                                     step=int(step), micro_batch=int(micro_batch), branch=branch,
                                     tag=tag, message=message)
-
-
-#: Optimizers whose state is the same kind of thing (lib/tensor/optim.c).
-_STATE_KIND = {"momentum": "velocity", "nesterov": "velocity", "adam": "moments",
-               "adamw": "moments"}
 
 
 def import_file(store, path, job, batch, trust_pickle=False, **kw):

@@ -167,7 +167,9 @@ test: asan fuzz-build build
 	cmake -S . -B $(BUILD) -DTESSERA_ASAN_DIR=$(abspath $(ASAN_BUILD)) \
 	    -DTESSERA_FUZZ_DIR=$(abspath $(FUZZ_BUILD)) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS) || \
+	    { rc=$$?; /usr/bin/python3 $(CURDIR)/tests/failed_tails.py \
+	        $(abspath $(BUILD))/Testing/Temporary/LastTest.log; exit $$rc; }
 
 # DESTDIR, when set, is read by cmake --install from the environment (a staging root).
 install: build

@@ -16,7 +16,7 @@
 uint64_t ts_part_mem(const struct ts_job *job, uint64_t len)
 {
     uint64_t slen = job->mode == TS_MODE_REDUCE ? 0 : ts_optim_state_len(job->optim.kind);
-    uint64_t per_worker = 2 + sizeof(struct part_mark) +
+    uint64_t per_worker = 3 + sizeof(struct part_mark) +
                           (async_mode(job) ? 3 * sizeof(uint64_t) : 0);
 
     /* What ts_part_create allocates below: values, state, the sum, one apply block, the
@@ -62,6 +62,7 @@ ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const cha
     p->pushed = calloc(job->workers, 1);
     p->marks = calloc(job->workers, sizeof(*p->marks));
     p->overflow = calloc(job->workers, 1);
+    p->applied_by = calloc(job->workers, 1);
     if (async_mode(job)) {
         p->clock = calloc(job->workers, sizeof(uint64_t));
         p->stale_last = calloc(job->workers, sizeof(uint64_t));
@@ -72,6 +73,7 @@ ts_status ts_part_create(const struct ts_job *job, uint32_t tensor_id, const cha
     else
         p->acc_f32 = calloc(len, sizeof(float));
     if (!p->value || !p->state || !p->grad || !p->pushed || !p->marks || !p->overflow ||
+        !p->applied_by ||
         (!p->acc_fixed && !p->acc_f32) ||
         (async_mode(job) && (!p->clock || !p->stale_last || !p->stale_max))) {
         ts_part_free(p);
@@ -109,6 +111,7 @@ void ts_part_free(struct ts_part *p)
     free(p->pushed);
     free(p->marks);
     free(p->overflow);
+    free(p->applied_by);
     free(p->clock);
     free(p->stale_last);
     free(p->stale_max);
@@ -165,6 +168,9 @@ void part_step_reset(struct ts_part *p)
     p->assign_state = NULL;
     p->assign_counted = false;
     memset(p->pushed, 0, p->job->workers);
+    p->holding = p->held = false;
+    p->napplied = 0;
+    memset(p->applied_by, 0, p->job->workers);
 }
 
 /* A step was applied: the next version, pullers woken. Called with mu held. */
@@ -191,24 +197,34 @@ static float *assign_buf(struct ts_part *p)
  * whole-array passes. `last` and `alone` as in part_block_grad. A float sum that is not finite
  * skips the update: the values stay and the ranks that pushed it hear of it at their next
  * pull (`rank` is the pusher in SSP and ASP, where an update is one rank's). */
-static void apply(struct ts_part *p, uint32_t rank, const void *last, bool alone)
+void part_divisors(const struct ts_part *p, double *fdiv, float *inv)
+{
+    double divisor = p->job->batch * p->sync_every;
+
+    *fdiv = ldexp(divisor, p->scale_exp);
+    *inv = (float)(1.0 / divisor) * ldexpf(1.0f, -p->scale_exp);
+}
+
+void part_apply(struct ts_part *p, uint32_t rank, const void *last, bool alone)
 {
     struct ts_optim_cfg cfg = p->job->optim;   /* this step's: its pushes' lr and decay */
-    double divisor = p->job->batch * p->sync_every;
-    double fdiv = ldexp(divisor, p->scale_exp);
-    float inv = (float)(1.0 / divisor) * ldexpf(1.0f, -p->scale_exp);
+    double fdiv;
+    float inv;
     bool skip = p->check_finite && !p->job->exact && !part_sums_finite(p);
 
     if (p->lr > 0)
         cfg.lr = p->lr;
     if (p->no_decay)
         cfg.weight_decay = 0;
+    part_divisors(p, &fdiv, &inv);
     if (p->job->exact && p->acc_form != TS_ACC_I64 && !last)
         part_to_i64(p);
     for (uint64_t off = 0; !skip && off < p->len; off += APPLY_BLOCK) {
         size_t n = p->len - off < APPLY_BLOCK ? (size_t)(p->len - off) : APPLY_BLOCK;
 
         part_block_grad(p, last, alone, off, n, fdiv, inv);
+        for (size_t i = 0; p->holding && i < n; i++)   /* clipped: torch's g.mul_(coef) */
+            p->grad[i] *= p->coef;
         if (p->job->mode == TS_MODE_REDUCE)
             memcpy(p->value + off, p->grad, n * sizeof(float));
         else
@@ -495,6 +511,13 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
         pthread_mutex_unlock(&p->mu);
         return st;
     }
+    if (in->apply) {   /* a rank's word on a held step (clip.c) */
+        st = part_clip_apply(p, in, applied, err);
+        pthread_mutex_unlock(&p->mu);
+        if (st)
+            ts_err_prefix(err, "tensor %u partition %u", p->tensor_id, p->index);
+        return st;
+    }
     if (!(st = check_slots(p, in, err)))
         st = check_form(p, in, err);
     if (!st && counted(p, in)) {
@@ -509,6 +532,8 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
     }
     if (!st)
         st = check_step(p, in, err);
+    if (!st)
+        st = part_clip_check(p, in, err);
     if (!st) {
         /* SSP and ASP apply each push alone, on arrival. */
         first = async_mode(p->job) || p->npushed == 0;
@@ -528,7 +553,7 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
                 p->assign_updates = in->updates;
             }
             p->assigning = !st;
-        } else if (last) {
+        } else if (last && !in->hold) {   /* a held sum is read twice: kept whole */
             st = part_fusable(p, in, first, &fuse, err);
         }
         if (!st && !fuse && !in->assign)
@@ -539,6 +564,7 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
         p->scale_exp = in->scale_exp;
         p->lr = in->lr;
         p->no_decay = in->no_decay;
+        p->holding = in->hold;
         count_slots(p, in);
         part_mark_set(p, in);
         if (async_mode(p->job))
@@ -547,9 +573,11 @@ ts_status ts_part_push(struct ts_part *p, const struct ts_push *in, bool *applie
             p->npushed += ts_push_nslots(in);
         if (last && p->assigning)
             apply_assign(p);
+        else if (last && p->holding)
+            part_clip_hold(p);
         else if (last)
-            apply(p, in->rank, fuse ? in->payload : NULL, first);
-        *applied = last;
+            part_apply(p, in->rank, fuse ? in->payload : NULL, first);
+        *applied = last && !p->holding;
     }
     pthread_mutex_unlock(&p->mu);
     if (st) /* element indices in err count from the partition's first element */
@@ -602,9 +630,15 @@ static bool pull_ready(const struct ts_part *p, uint64_t want)
     return (p->hold ? p->visible : p->version) >= want;
 }
 
-/* Waits, under mu, until pull_ready, for a puller of generation gen. */
-static ts_status wait_ready(struct ts_part *p, uint64_t want, uint32_t gen, int ms,
-                            const atomic_uint *cancel, struct ts_err *err)
+/* Whether a norm pull of step want may be answered (clip.c): the step is held whole, or
+ * the partition is past it. Called with mu held. */
+static bool norm_ready(const struct ts_part *p, uint64_t want)
+{
+    return (p->version == want && p->held) || p->version > want;
+}
+
+ts_status part_wait(struct ts_part *p, uint64_t want, bool norm, uint32_t gen, int ms,
+                    const atomic_uint *cancel, struct ts_err *err)
 {
     int64_t until = ts_now_ms() + ms;
 
@@ -618,7 +652,7 @@ static ts_status wait_ready(struct ts_part *p, uint64_t want, uint32_t gen, int 
                               "its job went back to a snapshot (rollback %u, the partition's "
                               "is %u): continue from the snapshot's step", p->tensor_id,
                               p->index, gen, p->gen);
-        if (!p->seed && pull_ready(p, want))
+        if (!p->seed && (norm ? norm_ready(p, want) : pull_ready(p, want)))
             return TS_OK;
         if (p->moved)
             return ts_err_set(err, TS_ESTALE, "tensor %u partition %u: this shard no longer "
@@ -629,6 +663,11 @@ static ts_status wait_ready(struct ts_part *p, uint64_t want, uint32_t gen, int 
                               PRIu64 " cancelled", p->tensor_id, p->index, want);
         if (p->seed && (slice <= 0 || part_seed_failed(p)))
             return part_seed_error(p, err);
+        if (slice <= 0 && norm)
+            return ts_err_set(err, TS_ETIMEDOUT, "tensor %u partition %u: the gradient norm "
+                              "of step %" PRIu64 " did not come within %d ms (%u of %u ranks "
+                              "pushed it)", p->tensor_id, p->index, want, ms, p->npushed,
+                              p->job->workers);
         if (slice <= 0) {
             if (async_mode(p->job))
                 return ts_err_set(err, TS_ETIMEDOUT, "tensor %u partition %u: step %" PRIu64
@@ -664,7 +703,7 @@ ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, uint32_t
                           ts_mode_name(p->job->mode));
     memset(info, 0, sizeof(*info));
     pthread_mutex_lock(&p->mu);
-    st = wait_ready(p, want, gen, ms, cancel, err);
+    st = part_wait(p, want, false, gen, ms, cancel, err);
     if (!st) {
         if (async_mode(p->job)) {
             uint64_t slow = min_clock(p);

@@ -35,6 +35,14 @@
  * "assigned"), the t every update had before the count existed. The count travels with the
  * state: images, snapshots (a manifest without it restores as version - that assignment),
  * rollbacks and ts_part_read_state.
+ * Clipping by global norm (BSP only; clip.c, docs/training.md "Clipping"): a step whose
+ * pushes say `hold` is summed but not applied. Once every rank has pushed it, the partition
+ * holds the sum of squares of its averaged gradient (double, in element order), which
+ * ts_part_norm gives; each rank then adds every partition's (tensor by tensor, partition by
+ * partition: the same order and the same bits for any worker and shard count), computes
+ * coef = min(1, max_norm / (sqrt(sum) + 1e-6)) and pushes an `apply` carrying it. When every
+ * rank has, the update runs on the averaged gradient times coef: torch's clip_grad_norm_ of
+ * DDP's averaged gradient. The ranks' coefficients must agree bit for bit.
  * Ownership: ts_part_create returns a partition freed with ts_part_free.
  * Threads: all functions lock the partition; ts_part_pull blocks. */
 #ifndef TS_PS_PART_H
@@ -159,6 +167,14 @@ struct ts_push {
      * step must agree (the step's update is one); SSP and ASP take each push's. */
     float lr;
     bool no_decay;
+    /* Clipping (above): hold: a gradient push of a clipped step, summed and not applied (every
+     * push of the step says it or none; no slots, no assignment). apply: the rank's word that
+     * the held step may be applied with its gradient times coef (0 <= coef <= 1, the same
+     * from every rank), once this rank pushed the step; no payload. A retry of an apply
+     * already counted with the same coef is a duplicate; with another coef, TS_EPERM. */
+    bool hold;
+    bool apply;
+    float coef;
 };
 /* The slots a push counts as: its mask, or its rank alone. */
 static inline uint32_t ts_push_nslots(const struct ts_push *in)
@@ -263,6 +279,13 @@ struct ts_pull_info {
 ts_status ts_part_pull(struct ts_part *p, uint32_t rank, uint64_t want, uint32_t gen, int ms,
                        const atomic_uint *cancel, float *out, struct ts_pull_info *info,
                        struct ts_err *err) TS_MUST_CHECK;
+
+/* Clipping (above): the sum of squares of the averaged gradient of the held step `step`,
+ * into *sumsq, once every rank has pushed it (waiting as ts_part_pull does: gen, ms, cancel).
+ * TS_ESTATE if the partition is past that step, or the step is not held (its pushes did not
+ * say hold); TS_EINVAL for a rank out of range or a job not in bsp. */
+ts_status ts_part_norm(struct ts_part *p, uint32_t rank, uint64_t step, uint32_t gen, int ms,
+                       const atomic_uint *cancel, double *sumsq, struct ts_err *err) TS_MUST_CHECK;
 
 /* Replication (docs/replication.md): a chain of shards holds each partition; the head takes
  * the pushes and sends its state down the chain after each update. In BSP and REDUCE a pull

@@ -57,6 +57,14 @@ struct ts_part {
      * existed): the version plus this, -1 for a tensor initialised "assigned", whose step 0
      * is an assignment (ts_init_assigned), 0 otherwise. Fixed at creation. */
     int t_shift;
+    /* Clipping (clip.c): the step in progress is held (its pushes said hold); held: every
+     * rank pushed it, and sumsq is the sum of squares of its averaged gradient; the ranks
+     * whose apply was counted (applied_by), how many, and the coefficient they gave. */
+    bool holding, held;
+    double sumsq;
+    uint8_t *applied_by;
+    uint32_t napplied;
+    float coef;
     uint8_t *overflow;          /* per rank: a skipped step not yet reported to it */
     uint64_t skipped;           /* steps skipped for a non-finite sum */
     uint32_t gen;               /* the job's rollbacks its state comes after (ts_part_rollback) */
@@ -104,6 +112,26 @@ static inline bool async_mode(const struct ts_job *j)
 /* part.c, called with mu held: the step in progress is over (applied, or dropped by an image,
  * a rollback or a seed): no rank has pushed the next one, and it is not an assignment. */
 void part_step_reset(struct ts_part *p);
+/* part.c, called with mu held. part_apply: the step is complete, its update runs (scaled by
+ * coef where the step is held: clip.c). part_divisors: what the step's sum is divided by, as
+ * exact fixed point (fdiv) and as a float factor (inv), for part_block_grad. part_wait: waits
+ * until a pull of version want may be answered, or (norm) until step want is held or the
+ * partition is past it; TS_OK then, or why not (rollback, moved, cancelled, timed out). */
+void part_apply(struct ts_part *p, uint32_t rank, const void *last, bool alone);
+void part_divisors(const struct ts_part *p, double *fdiv, float *inv);
+ts_status part_wait(struct ts_part *p, uint64_t want, bool norm, uint32_t gen, int ms,
+                    const atomic_uint *cancel, struct ts_err *err) TS_MUST_CHECK;
+
+/* clip.c, called with mu held. part_clip_check: a gradient push's hold agrees with its
+ * step's (and the mode allows it). part_clip_hold: the last push of a held step came: the
+ * sum of squares, and norm waiters woken. part_clip_apply: a rank's apply (checked, counted;
+ * the update when it is the last one, *applied set). */
+ts_status part_clip_check(const struct ts_part *p, const struct ts_push *in,
+                          struct ts_err *err) TS_MUST_CHECK;
+void part_clip_hold(struct ts_part *p);
+ts_status part_clip_apply(struct ts_part *p, const struct ts_push *in, bool *applied,
+                          struct ts_err *err) TS_MUST_CHECK;
+
 /* access.c, called with mu held (or before anyone uses p): the update count that version
  * implies where nothing says it, version + t_shift (0 at least). */
 uint64_t part_updates_implied(const struct ts_part *p, uint64_t version);

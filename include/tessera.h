@@ -237,6 +237,18 @@ int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tesser
  * step + 1 into params[id], overlapping the shards. */
 int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *const *params,
                  struct tessera_error *err);
+/* tessera_step with the averaged gradient clipped by its global norm, as torch's
+ * clip_grad_norm_(max_norm) clips DDP's: every tensor's update uses gradient * coef, coef =
+ * min(1, max_norm / (norm + 1e-6)), norm the 2-norm of the whole averaged gradient (every
+ * tensor), which *total_norm receives (may be NULL). The norm is computed from the shards'
+ * sums of squares, added in tensor and partition order, so every rank and any worker and shard
+ * count (and --local) get the same coefficient; exact mode stays exact. A non-finite norm
+ * does not clip. It costs one more round trip than tessera_step. Every rank clips the same
+ * steps with the same max_norm (the shards refuse a step whose ranks disagree). Mode bsp,
+ * not elastic or dynamic, no sync periods, not a step that assigns (TESSERA_EINVAL or
+ * TESSERA_ENOTSUP naming why); max_norm finite and > 0. docs/training.md, "Clipping". */
+int tessera_step_clip(tessera *t, uint64_t step, const void *const *grads, float *const *params,
+                      float max_norm, double *total_norm, struct tessera_error *err);
 
 /* Elastic jobs (docs/elastic.md). A job of `workers` workers has that many slots: slot k is
  * the share of every step that rank k computes in a run where nothing fails (in the built-in

@@ -94,6 +94,12 @@ struct tessera {
     char want_transport[16];      /* tessera_options.transport ("" : any), for reconnecting */
     int delay_ms;                 /* tessera_options.delay_ms, for reconnecting */
     bool retrying;                /* the step is being sent again after a failover */
+    /* Clipping by global norm (sdk_clip.c): the phase of the step in progress (enum
+     * sdk_clip_phase: its pushes are held, or they are the applies carrying clip_coef). */
+    int clip_phase;
+    float clip_coef;
+    float clip_max;               /* the step in progress is clipped to this norm (0: not) */
+    double clip_total;            /* ... and the global norm it had */
     /* The shard whose connection broke last (0: none); atomic: sdk_pipe.c's threads note it. */
     _Atomic uint32_t broken;
     uint32_t generation;          /* the job's rollbacks when its connections said HELLO */
@@ -437,5 +443,22 @@ void sdk_assign_clear(struct sdk_tensor *x);
 uint64_t sdk_assign_bytes(const struct tessera *t, const struct sdk_tensor *x);
 ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int first, int last,
                        bool push, float *const *params, struct ts_err *err) TS_MUST_CHECK;
+/* sdk_step.c, for sdk_clip.c: one exchange of every tensor (the step's pushes; the pulls
+ * into params, if not NULL) with no failover, the caller's to do. */
+ts_status sdk_exchange_once(struct tessera *t, bool push, float *const *params,
+                            struct ts_err *err) TS_MUST_CHECK;
+
+/* sdk_clip.c: clipping by global norm (lib/ps/part.h, "Clipping"). The phases of a clipped
+ * step, as t->clip_phase says them to sdk_step.c's pushes. */
+enum sdk_clip_phase { SDK_CLIP_OFF, SDK_CLIP_HOLD, SDK_CLIP_APPLY };
+/* Whether a step of t may be clipped (TS_EINVAL or TS_ENOTSUP naming why not). */
+ts_status sdk_clip_check(const struct tessera *t, float max_norm, struct ts_err *err)
+    TS_MUST_CHECK;
+/* The step planned (plan_step) goes out clipped: held pushes, the norms, the applies and the
+ * pulls into params, all again on the new heads after a failover (the pushes as retries, the
+ * coefficient kept once computed). *total: the global norm of the averaged gradient. */
+ts_status sdk_clip_exchange(struct tessera *t, uint64_t step, float max_norm,
+                            float *const *params, double *total, struct ts_err *err)
+    TS_MUST_CHECK;
 
 #endif

@@ -87,6 +87,10 @@ static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *
         in.lr = x->lr;
         in.no_decay = x->no_decay;
     }
+    in.hold = t->clip_phase == SDK_CLIP_HOLD && !x->assign;
+    if (t->clip_phase == SDK_CLIP_APPLY)   /* the rank's word, no gradient (sdk_clip.c) */
+        in = (struct ts_push){ .rank = t->push_rank, .step = x->tstep, .apply = true,
+                               .coef = t->clip_coef };
     return in;
 }
 
@@ -132,7 +136,7 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
                                             : flags,
                               .encoding = push ? (uint16_t)in.encoding : 0,
                               .lr = push ? in.lr : 0 };
-    uint8_t mask[TS_PUSH_SLOTS_LEN], count[TS_UPDATES_LEN];
+    uint8_t mask[TS_PUSH_SLOTS_LEN], count[TS_UPDATES_LEN], coef[TS_COEF_LEN];
     struct iovec pc[2] = { { mask, sizeof(mask) }, { (void *)in.payload, in.bytes } };
     uint8_t req[16];
     bool coded = !push && sdk_pullc_on(t, x, p);
@@ -142,9 +146,16 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
      * frame carries no payload. A combined push carries its slots' mask in front of it. */
     if (push && in.no_decay)
         h.flags |= TS_PUSH_NO_DECAY;
+    if (push && in.hold)
+        h.flags |= TS_PUSH_HOLD;
     if (push && in.state)
         h.flags |= TS_PUSH_STATE;
-    if (push && in.assign) {   /* in the frame, always (tessera_assign refused the rest) */
+    if (push && in.apply) {   /* the coefficient is the payload */
+        h.flags |= TS_PUSH_APPLY;
+        ts_coef_put(coef, in.coef);
+        in.payload = coef;
+        in.bytes = sizeof(coef);
+    } else if (push && in.assign) {   /* in the frame, always (tessera_assign refused the rest) */
         h.flags |= TS_PUSH_ASSIGN;
         if (in.has_updates) {   /* the count after the values (and state) */
             h.flags |= TS_PUSH_UPDATES;
@@ -546,6 +557,23 @@ int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *con
     return tessera_step_slots(t, step, 1, &t->rank, &grads, params, e);
 }
 
+int tessera_step_clip(tessera *t, uint64_t step, const void *const *grads, float *const *params,
+                      float max_norm, double *total_norm, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    int rc;
+
+    if (sdk_clip_check(t, max_norm, &err))
+        return sdk_fail(e, &err);
+    t->clip_max = max_norm;
+    t->clip_total = 0;
+    rc = tessera_step(t, step, grads, params, e);
+    t->clip_max = 0;
+    if (total_norm)
+        *total_norm = t->clip_total;
+    return rc;
+}
+
 int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slots,
                        const void *const *const *grads, float *const *params,
                        struct tessera_error *e)
@@ -574,9 +602,12 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
     if (!st) {
         sdk_combine_plan(t, step, n, slots, grads);
         sent = true;
-        st = exchange(t, 0, t->ntensors, true, params, &err);
+        st = t->clip_max > 0 ? sdk_clip_exchange(t, step, t->clip_max, params, &t->clip_total,
+                                                 &err)
+                             : exchange(t, 0, t->ntensors, true, params, &err);
     }
-    st = fail_over(t, "step", step, 0, t->ntensors, true, params, st, &err);
+    if (!(t->clip_max > 0))   /* a clipped step fails over whole (sdk_clip.c) */
+        st = fail_over(t, "step", step, 0, t->ntensors, true, params, st, &err);
     /* State was lost: the cluster takes the job back to its last snapshot, and so do we. */
     if (st == TS_EROLLBACK && sdk_can_fail_over(t)) {
         uint64_t back = 0;
@@ -656,6 +687,12 @@ ts_status sdk_check_push(struct tessera *t, int i, const void *grad, struct ts_e
 void sdk_prepare_push(struct tessera *t, int i, const void *grad)
 {
     prepare_push(t, t->tensors[i], grad);
+}
+
+ts_status sdk_exchange_once(struct tessera *t, bool push, float *const *params,
+                            struct ts_err *err)
+{
+    return exchange(t, 0, t->ntensors, push, params, err);
 }
 
 ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int first, int last,

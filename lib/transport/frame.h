@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/uio.h>
 
 #include "transport/transport.h"
@@ -91,6 +92,9 @@ enum ts_frame_type {
 #define TS_PULL_STATE 0x10u     /* the optimizer's state of version `step`, not the values:
                                  * PARAMS with TS_PARAMS_STATE | TS_PARAMS_UPDATES answers
                                  * (ts_part_read_state) */
+#define TS_PULL_NORM 0x20u      /* clipping (lib/ps/part.h): the sum of squares of the averaged
+                                 * gradient of held step `step`, not the values: PARAMS with
+                                 * TS_PARAMS_NORM answers, its payload TS_NORM_LEN bytes */
 #define TS_PULL_CODED 0x8u      /* compressed (docs/compression.md, "Pulls"): `encoding` is the
                                  * codec; the 16-byte payload is the token of the copy the
                                  * worker holds (0: none) and the top-k ratio (f64; else 0) */
@@ -116,6 +120,13 @@ enum ts_frame_type {
 #define TS_PUSH_ASSIGN 0x1000u  /* an assignment (lib/ps/part.h, ts_push.assign): the payload is
                                  * the partition's new float32 values, or none (this rank takes
                                  * part without values); never with TS_PUSH_REGION or SLOTS */
+#define TS_PUSH_HOLD 0x10000u   /* a gradient of a step clipped by global norm: summed, not
+                                 * applied until every rank's APPLY (lib/ps/part.h) */
+#define TS_PUSH_APPLY 0x20000u  /* a rank's word that its held step may be applied: the payload
+                                 * is the clipping coefficient, TS_COEF_LEN bytes (a float32,
+                                 * little-endian); no other payload, never with REGION, SLOTS
+                                 * or ASSIGN */
+#define TS_COEF_LEN 4
 #define TS_PUSH_UPDATES 0x8000u /* with ASSIGN and values (and STATE or not): the payload ends
                                  * with TS_UPDATES_LEN more bytes, the little-endian optimizer
                                  * update count the partition takes (ts_push.has_updates) */
@@ -126,6 +137,8 @@ enum ts_frame_type {
 #define TS_PARAMS_STATE 0x8u    /* the reply to a TS_PULL_STATE pull: the state, no values */
 #define TS_PARAMS_UPDATES 0x10u /* with STATE: the state is followed by TS_UPDATES_LEN bytes,
                                  * the little-endian update count that goes with it */
+#define TS_PARAMS_NORM 0x20u    /* the reply to a TS_PULL_NORM pull: a double, little-endian */
+#define TS_NORM_LEN 8
 #define TS_PARAMS_CODED 0x4u    /* the reply to a TS_PULL_CODED pull: the new copy's 8-byte
                                  * token, then the values in full (encoding 0) or the codec's
                                  * encoding of value - copy (encoding: the codec) */
@@ -144,6 +157,45 @@ static inline uint64_t ts_updates_get(const uint8_t in[TS_UPDATES_LEN])
 
     for (int k = TS_UPDATES_LEN - 1; k >= 0; k--)
         v = v << 8 | in[k];
+    return v;
+}
+
+/* A norm (TS_PARAMS_NORM) and a clipping coefficient (TS_PUSH_APPLY) as their frames carry
+ * them: the bits of a double and of a float, little-endian, at any alignment. */
+static inline void ts_norm_put(uint8_t out[TS_NORM_LEN], double v)
+{
+    uint64_t u;
+
+    memcpy(&u, &v, sizeof(u));
+    ts_updates_put(out, u);
+}
+
+static inline double ts_norm_get(const uint8_t in[TS_NORM_LEN])
+{
+    uint64_t u = ts_updates_get(in);
+    double v;
+
+    memcpy(&v, &u, sizeof(v));
+    return v;
+}
+
+static inline void ts_coef_put(uint8_t out[TS_COEF_LEN], float v)
+{
+    uint32_t u;
+
+    memcpy(&u, &v, sizeof(u));
+    for (int k = 0; k < TS_COEF_LEN; k++)
+        out[k] = (uint8_t)(u >> (8 * k));
+}
+
+static inline float ts_coef_get(const uint8_t in[TS_COEF_LEN])
+{
+    uint32_t u = 0;
+    float v;
+
+    for (int k = TS_COEF_LEN - 1; k >= 0; k--)
+        u = u << 8 | in[k];
+    memcpy(&v, &u, sizeof(v));
     return v;
 }
 

@@ -405,17 +405,21 @@ int get_all(struct client *self, PyObject *o, const char *what, enum elem want,
 
 static PyObject *client_step(struct client *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "step", "grads", "params", NULL };
-    PyObject *ostep, *ograds, *oparams, *ret = NULL;
+    static char *kwlist[] = { "step", "grads", "params", "clip_norm", NULL };
+    PyObject *ostep, *ograds, *oparams, *oclip = Py_None, *ret = NULL;
     struct tessera_error e = { 0 };
     Py_ssize_t n;
     struct arr *a = NULL;
     void **ptrs = NULL;
     uint64_t step;
+    double clip = 0, total = 0;
     int rc;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:step", kwlist, &ostep, &ograds, &oparams) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O:step", kwlist, &ostep, &ograds, &oparams,
+                                     &oclip) ||
         open_or_raise(self) || get_step(ostep, "step", &step))
+        return NULL;
+    if (oclip != Py_None && (clip = PyFloat_AsDouble(oclip)) == -1.0 && PyErr_Occurred())
         return NULL;
     n = ntensors(self);
     a = PyMem_Calloc(2 * (size_t)n + 1, sizeof(*a));
@@ -431,15 +435,20 @@ static PyObject *client_step(struct client *self, PyObject *args, PyObject *kw)
             arr_put(&a[i]);
         goto out;
     }
-    SDK_CALL(self, rc, &e, tessera_step(self->t, step, (const void *const *)ptrs,
-                                        (float *const *)(ptrs + n), &e));
+    if (oclip != Py_None)
+        SDK_CALL(self, rc, &e, tessera_step_clip(self->t, step, (const void *const *)ptrs,
+                                                 (float *const *)(ptrs + n), (float)clip,
+                                                 &total, &e));
+    else
+        SDK_CALL(self, rc, &e, tessera_step(self->t, step, (const void *const *)ptrs,
+                                            (float *const *)(ptrs + n), &e));
     for (Py_ssize_t i = 0; i < 2 * n; i++)
         arr_put(&a[i]);
     if (rc) {
         raise_sdk(&e);
     } else {
         assigned_release(self, NULL, 0);
-        ret = Py_NewRef(Py_None);
+        ret = oclip != Py_None ? PyFloat_FromDouble(total) : Py_NewRef(Py_None);
     }
 out:
     PyMem_Free(a);
@@ -679,8 +688,11 @@ static PyMethodDef client_methods[] = {
       "into out (writable float32,\nC-contiguous, numel elements), waiting for that version."
       },
     { "step", KW client_step, METH_VARARGS | METH_KEYWORDS,
-      "step(step, grads, params)\n\nPushes grads[id] of every registered tensor for `step`, "
-      "then pulls version\nstep + 1 into params[id]; the shards work in parallel." },
+      "step(step, grads, params, clip_norm=None)\n\nPushes grads[id] of every registered "
+      "tensor for `step`, then pulls version\nstep + 1 into params[id]; the shards work in "
+      "parallel. clip_norm: the averaged\ngradient is clipped to that global norm (torch's "
+      "clip_grad_norm_ of DDP's),\nand step returns the norm before clipping "
+      "(tessera_step_clip); else None." },
     { "assign", KW client_assign, METH_VARARGS | METH_KEYWORDS,
       "assign(id, values=None, state=None, updates=None)\n\nMakes the next push of tensor id (push, step, push_some, "
       "step_some) an\nassignment: version step + 1 is `values` (float32, numel elements), not "

@@ -201,6 +201,9 @@ class ParameterServer(Overlap):
         self._fixed = client.exact and client.exact_push == "fixed"
         self._acc = None        # accumulate()'s sums: int64 (exact) or float32 arrays
         self._pending = False   # _acc holds this step's sum
+        self._clip = None       # clip_grad_norm_'s max_norm for the next step
+        #: The global norm of the last clipped step's averaged gradient, before clipping.
+        self.grad_norm = None
         self._zeros = {}        # numel -> zeros, for parameters without .grad
         self._dummies = {}      # numel -> what an assigned tensor's grads entry holds
         self._views = None      # buffers: each parameter's params array (read-only, the SDK's)
@@ -421,6 +424,23 @@ class ParameterServer(Overlap):
                 tessera.fixed_add_f32(acc, g)
         self._pending = True
 
+    def clip_grad_norm_(self, max_norm):
+        """Clips the next ps.step()'s averaged gradient to global norm ``max_norm``, as
+        ``torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`` clips DDP's (every
+        rank calls it before the same step, with the same max_norm). The averaged gradient
+        exists only on the shards, so the norm is computed there during the step
+        (tessera_step_clip; docs/training.md, "Clipping by global norm"): it is not known yet
+        here, and ps.step() sets ``ps.grad_norm`` to it. Calling torch's own clip_grad_norm_
+        on p.grad instead would clip each rank's local gradient, not the average. Not with
+        overlap (its buckets leave during backward, before this call)."""
+        max_norm = float(max_norm)
+        if not (0 < max_norm < float("inf")):
+            raise _invalid("max_norm: %r; clipping takes a finite norm > 0" % max_norm)
+        if self._comm is not None:
+            raise _error("UNIMPLEMENTED", "clip_grad_norm_: not with overlap, whose buckets "
+                         "are pushed during backward; attach with overlap=False to clip")
+        self._clip = max_norm
+
     def step(self, local_batch=None):
         """Pushes this rank's gradient sum for step ``self.version`` (what accumulate() summed,
         else every p.grad, scaled as loss_reduction says), frozen parameters and buffers as
@@ -452,8 +472,9 @@ class ParameterServer(Overlap):
             self.client.set_lr(*change)
         self._arm_buffers()
         grads += [self._dummy(b.tensor.numel()) for b in self._bufs]
+        clip, self._clip = self._clip, None
         try:
-            self.client.step(self.version, grads, self._outs())
+            norm = self.client.step(self.version, grads, self._outs(), clip_norm=clip)
         except tessera.Rollback:
             # The module holds the snapshot's values: go on from its step.
             self._pending = False
@@ -464,6 +485,8 @@ class ParameterServer(Overlap):
         for b in self._bufs:
             b.landed()
         self._pending = False
+        if clip is not None:
+            self.grad_norm = norm
         self.version += 1
         return self.version
 

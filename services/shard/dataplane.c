@@ -29,7 +29,6 @@
 #include "util/proc.h"
 
 #define ACCEPT_POLL_MS 200
-#define PULL_WAIT_MS 120000
 
 /* The hash of a partition's values at one version, shared by the connection threads: every
  * worker pulls the same bytes. Direct-mapped by partition address; a collision only costs a
@@ -190,7 +189,9 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
                           .payload_sum = h->unhashed ? 0 : h->checksum,
                           .assign = (h->flags & TS_PUSH_ASSIGN) != 0,
                           .state = (h->flags & TS_PUSH_STATE) != 0, .lr = h->lr,
-                          .no_decay = (h->flags & TS_PUSH_NO_DECAY) != 0 };
+                          .no_decay = (h->flags & TS_PUSH_NO_DECAY) != 0,
+                          .hold = (h->flags & TS_PUSH_HOLD) != 0,
+                          .apply = (h->flags & TS_PUSH_APPLY) != 0 };
     int64_t t0 = ts_now_ns();
     bool applied = false;
     ts_status st;
@@ -201,6 +202,17 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
                           "values (and state, and update count) in the frame (flags 0x%x: not "
                           "from a shared region, not several slots, state and count only with "
                           "an assignment)", h->tensor, h->partition, h->flags);
+    if (in.apply) {   /* the coefficient is the payload (frame.h) */
+        if (h->len != TS_COEF_LEN || in.hold ||
+            (h->flags & (TS_PUSH_REGION | TS_PUSH_SLOTS | TS_PUSH_ASSIGN | TS_PUSH_UPDATES)))
+            return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: an apply carries its "
+                              "clipping coefficient alone (%d bytes; %" PRIu64 " came, flags "
+                              "0x%x)", h->tensor, h->partition, TS_COEF_LEN, (uint64_t)h->len,
+                              h->flags);
+        in.coef = ts_coef_get(buf);
+        in.payload = NULL;
+        in.bytes = 0;
+    }
     if (h->flags & TS_PUSH_UPDATES) {   /* the count ends the payload (frame.h) */
         if (h->len <= TS_UPDATES_LEN)
             return ts_err_set(err, TS_EINVAL, "tensor %u partition %u: an assignment's update "
@@ -326,7 +338,7 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, con
         if (!st)
             st = map_moved(dc, err);
         if (!st)
-            st = ts_part_pull(p, h->rank, h->step, dc->gen, PULL_WAIT_MS, &dc->cancel,
+            st = ts_part_pull(p, h->rank, h->step, dc->gen, DP_PULL_WAIT_MS, &dc->cancel,
                               copy ? dc->copy : NULL, &info, err);
         if (!st)
             break;
@@ -398,8 +410,8 @@ static ts_status on_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const
 
     if ((st = head_of(dc, h, &p, NULL, err)))
         return st;
-    if (h->flags & TS_PULL_STATE) {
-        st = state_from(dc, h, p, err);
+    if (h->flags & (TS_PULL_STATE | TS_PULL_NORM)) {
+        st = (h->flags & TS_PULL_STATE) ? state_from(dc, h, p, err) : dp_norm_from(dc, h, p, err);
         shard_params_put(p);
         return st;
     }

@@ -18,6 +18,9 @@
 #include "transport/region.h"
 #include "util/names.h"
 
+/* The longest a pull waits for its version (or a norm pull for its held step). */
+#define DP_PULL_WAIT_MS 120000
+
 /* Why a connection's pull stops waiting (dp_conn.cancel, bits). */
 #define DP_CANCEL_END 0x1u          /* the shard stops, or the job ended */
 #define DP_CANCEL_WAKE 0x2u         /* the job's slots changed hands (slots.c) */
@@ -172,6 +175,11 @@ ts_status dp_on_auth(struct dp_conn *dc, const struct ts_frame_hdr *h, const voi
                      struct ts_err *err) TS_MUST_CHECK;
 /* Whether a frame of type may come on dc now (TS_EAUTH naming why not). */
 ts_status dp_allowed(struct dp_conn *dc, uint16_t type, struct ts_err *err) TS_MUST_CHECK;
+
+/* dp_clip.c: a TS_PULL_NORM pull of partition p (this shard heads it; pinned by the
+ * caller): waits for the held step, then PARAMS with its sum of squares (frame.h). */
+ts_status dp_norm_from(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_part *p,
+                       struct ts_err *err) TS_MUST_CHECK;
 
 /* dp_chain.c (docs/replication.md) */
 /* After p's update (a push this connection took, p pinned by the caller): its image down

@@ -13,13 +13,13 @@ killed while two exact ranks clip every step does not change the bits.
 
 Environment (ctest sets it): PYTHONPATH with build/python (the binding) and build/gen/python.
 """
-import os
 import sys
 import threading
 import unittest
 
 sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
+from test_replication import start_cluster  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tessera  # noqa: E402
@@ -62,13 +62,7 @@ def local_exact(g, clips, optimizer):
 class Clip(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.c = tl.Cluster()
-        cls.master = cls.c.start_master()
-        cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i) for i in range(3)]
-        ch = cls.c.channel(cls.master.addr)
-        tl.wait_until(lambda: sum(1 for s in tl.cluster_status(ch).shards
-                                  if s.state == tl.ALIVE) == 3, 15, "3 shards alive")
-        os.environ.setdefault("TESSERA_LOG", "warn")
+        start_cluster(cls, 3, replicas=1)
 
     def client(self, job, **kw):
         opts = dict(master=self.master.addr, job=job, batch=BATCH,
@@ -210,13 +204,7 @@ class ClipFailover(tl.ClusterCase, unittest.TestCase):
     replicated), and the run ends on the bits of a local run with the same gradients."""
     @classmethod
     def setUpClass(cls):
-        cls.c = tl.Cluster()
-        cls.master = cls.c.start_master(extra=["--replicas", "2"])
-        cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i) for i in range(3)]
-        ch = cls.c.channel(cls.master.addr)
-        tl.wait_until(lambda: sum(1 for s in tl.cluster_status(ch).shards
-                                  if s.state == tl.ALIVE) == 3, 15, "3 shards alive")
-        os.environ.setdefault("TESSERA_LOG", "warn")
+        start_cluster(cls, 3, replicas=2)
 
     def test_shard_killed_mid_training(self):
         steps, kill_at = 40, 12

@@ -53,6 +53,11 @@ mode too (a float sum, like not zeroing .grad between backward passes). With one
 step, ``exact_push="float"`` pushes p.grad as it is and the shards round it (the same bits,
 half the bytes, no conversion here); a second ``accumulate()`` in a step is then refused.
 
+Clipping by global norm: ``ps.clip_grad_norm_(max_norm)`` between backward and
+``ps.step()`` clips the step's averaged gradient, as ``torch.nn.utils.clip_grad_norm_`` clips
+DDP's; the norm is computed on the shards during the step and lands in ``ps.grad_norm``. torch's
+own clip_grad_norm_ on p.grad would clip this rank's share only, not the average.
+
 Loss scaling (``loss_scale="caller"``, with fp16 compression): multiply the loss by
 ``ps.loss_scale`` before backward; the shards skip a step that overflowed and the SDK halves
 the scale. ``loss_scale="sdk"`` has the SDK scale the pushed gradients instead.

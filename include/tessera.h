@@ -244,9 +244,11 @@ int tessera_step(tessera *t, uint64_t step, const void *const *grads, float *con
  * sums of squares, added in tensor and partition order, so every rank and any worker and shard
  * count (and --local) get the same coefficient; exact mode stays exact. A non-finite norm
  * does not clip. It costs one more round trip than tessera_step. Every rank clips the same
- * steps with the same max_norm (the shards refuse a step whose ranks disagree). Mode bsp,
- * not elastic or dynamic, no sync periods, not a step that assigns (TESSERA_EINVAL or
- * TESSERA_ENOTSUP naming why); max_norm finite and > 0. docs/training.md, "Clipping". */
+ * steps with the same max_norm (the shards refuse a step whose ranks disagree). Modes bsp and
+ * reduce (whose workers clip the averaged gradient they pull, with the same bits), not
+ * elastic or dynamic, no sync periods (TESSERA_EINVAL or TESSERA_ENOTSUP naming why); tensors
+ * assigned in the step are not in the norm; max_norm finite and > 0. docs/training.md,
+ * "Clipping by global norm". */
 int tessera_step_clip(tessera *t, uint64_t step, const void *const *grads, float *const *params,
                       float max_norm, double *total_norm, struct tessera_error *err);
 

@@ -27,11 +27,10 @@ ts_status sdk_clip_check(const struct tessera *t, float max_norm, struct ts_err 
     if (!(max_norm > 0 && max_norm <= 3.4e38f))
         return ts_err_set(err, TS_EINVAL, "max_norm: %g; clipping takes a finite norm > 0",
                           (double)max_norm);
-    if (t->job.mode != TS_MODE_BSP)
+    if (t->job.mode != TS_MODE_BSP && t->job.mode != TS_MODE_REDUCE)
         return ts_err_set(err, TS_ENOTSUP, "clipping: job '%s' is mode %s; clipping by global "
-                          "norm needs bsp (in reduce mode each worker holds the averaged "
-                          "gradient: clip it before its optimizer)", t->job.id,
-                          ts_mode_name(t->job.mode));
+                          "norm needs a synchronous mode, bsp or reduce (in ssp and asp each "
+                          "push is an update of its own)", t->job.id, ts_mode_name(t->job.mode));
     if (t->elastic || t->dynamic)
         return ts_err_set(err, TS_ENOTSUP, "clipping: not in an elastic or dynamic job (each "
                           "rank's apply is needed; a slot that changes hands would leave the "
@@ -109,6 +108,16 @@ static ts_status norms_remote(struct tessera *t, double *sum, struct ts_err *err
     return st ? st : first_err;
 }
 
+/* Partition p of x's sum of squares, in element order, as lib/ps/clip.c computes it. */
+static double sumsq_of(const float *g, uint64_t n)
+{
+    double sum = 0;
+
+    for (uint64_t i = 0; i < n; i++)
+        sum += (double)g[i] * g[i];
+    return sum;
+}
+
 /* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1. A norm that is not
  * finite does not clip (a float step whose sum is not finite is skipped by the shards where
  * loss scaling is on, as GradScaler skips it). */
@@ -183,4 +192,27 @@ ts_status sdk_clip_exchange(struct tessera *t, uint64_t step, float max_norm,
         t->retrying = false;
     }
     return st;
+}
+
+void sdk_clip_reduced(struct tessera *t)
+{
+    double sum = 0;
+
+    for (int i = 0; i < t->ntensors; i++) {
+        const struct sdk_tensor *x = t->tensors[i];
+        for (uint32_t p = 0; x->active && p < x->nparts; p++) {
+            uint64_t off, len;
+            ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
+            sum += sumsq_of(x->rgrad + off, len);
+        }
+    }
+    /* A partition whose sum was not finite was skipped and pulled as zeros; in bsp its norm
+     * made the total not finite, which does not clip: the same here. */
+    t->clip_total = t->step_overflow ? INFINITY : sqrt(sum);
+    t->clip_coef = coefficient(t->clip_total, t->clip_max);
+    for (int i = 0; i < t->ntensors; i++) {
+        struct sdk_tensor *x = t->tensors[i];
+        for (uint64_t k = 0; x->active && k < x->numel; k++)
+            x->rgrad[k] *= t->clip_coef;
+    }
 }

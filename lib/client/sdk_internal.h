@@ -460,5 +460,9 @@ ts_status sdk_clip_check(const struct tessera *t, float max_norm, struct ts_err 
 ts_status sdk_clip_exchange(struct tessera *t, uint64_t step, float max_norm,
                             float *const *params, double *total, struct ts_err *err)
     TS_MUST_CHECK;
+/* A reduce job's step (every worker holds the averaged gradient, x->rgrad): its global norm,
+ * summed as the shards sum it in bsp (partition by partition, so the same bits), into
+ * t->clip_total, and every gradient multiplied by the coefficient, before the optimizer. */
+void sdk_clip_reduced(struct tessera *t);
 
 #endif

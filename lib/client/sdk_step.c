@@ -485,6 +485,8 @@ static ts_status plan_step(struct tessera *t, uint64_t step, const void *const *
  * loss scale follows GradScaler. */
 static void finish_step(struct tessera *t, float *const *params)
 {
+    if (t->clip_max > 0 && t->job.mode == TS_MODE_REDUCE)
+        sdk_clip_reduced(t);
     for (int i = 0; i < t->ntensors; i++) {
         struct sdk_tensor *x = t->tensors[i];
         size_t slen = ts_optim_state_len(t->job.optim.kind);
@@ -581,6 +583,8 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
     struct ts_err err = { 0 };
     ts_status st = check_slots(t, n, slots, &err);
     bool sent = false;
+    /* Clipped by the shards (bsp); a reduce job's workers clip in finish_step. */
+    bool held = t->clip_max > 0 && t->job.mode == TS_MODE_BSP;
 
     if (!st)
         sdk_elastic_measure(t, n);
@@ -602,11 +606,10 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
     if (!st) {
         sdk_combine_plan(t, step, n, slots, grads);
         sent = true;
-        st = t->clip_max > 0 ? sdk_clip_exchange(t, step, t->clip_max, params, &t->clip_total,
-                                                 &err)
-                             : exchange(t, 0, t->ntensors, true, params, &err);
+        st = held ? sdk_clip_exchange(t, step, t->clip_max, params, &t->clip_total, &err)
+                  : exchange(t, 0, t->ntensors, true, params, &err);
     }
-    if (!(t->clip_max > 0))   /* a clipped step fails over whole (sdk_clip.c) */
+    if (!held)   /* a clipped step fails over whole (sdk_clip.c) */
         st = fail_over(t, "step", step, 0, t->ntensors, true, params, st, &err);
     /* State was lost: the cluster takes the job back to its last snapshot, and so do we. */
     if (st == TS_EROLLBACK && sdk_can_fail_over(t)) {

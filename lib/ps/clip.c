@@ -39,7 +39,8 @@ void part_clip_hold(struct ts_part *p)
     part_divisors(p, &fdiv, &inv);
     if (p->job->exact && p->acc_form != TS_ACC_I64)
         part_to_i64(p);
-    /* The gradient the update will see, a block at a time, as part_apply computes it. */
+    /* The gradient the update will see, a block at a time, as part_apply computes it (a
+     * reduce job's workers sum theirs the same way: lib/client/sdk_clip.c). */
     for (uint64_t off = 0; off < p->len; off += APPLY_BLOCK) {
         size_t n = p->len - off < APPLY_BLOCK ? (size_t)(p->len - off) : APPLY_BLOCK;
 

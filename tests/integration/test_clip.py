@@ -8,7 +8,8 @@ gradient followed by SGD ends (within float tolerance), with the norm torch repo
 max_norm above the norm leaves the update unclipped; in exact mode two ranks on three shards
 and one local rank give the same bits and the same norm; tessera.torch's ps.clip_grad_norm_
 matches torch on one process with BatchNorm buffers in the step (assigned, not clipped); the
-refusals (max_norm, a mode other than bsp) name what is wrong; with --replicas 2, a shard
+refusals (max_norm, ssp or asp) name what is wrong; reduce mode clips on the workers with
+PS mode's bits; with --replicas 2, a shard
 killed while two exact ranks clip every step does not change the bits.
 
 Environment (ctest sets it): PYTHONPATH with build/python (the binding) and build/gen/python.
@@ -103,7 +104,8 @@ class Clip(tl.ClusterCase, unittest.TestCase):
         """Two float ranks, every step clipped (the last with a max_norm above the norm, which
         must not change the update): torch's clip_grad_norm_ of the averaged gradient, then
         SGD, from the same start, ends on the same values within float tolerance, with the
-        norms torch returned. Both ranks see the same norm bits."""
+        norms torch returned. Both ranks see the same norm bits, and a reduce job (the workers
+        clip) the same bits as the bsp one."""
         g = grads(7, 4, 2)
         clips = [MAX_NORM, MAX_NORM, MAX_NORM, 1e6]
         with self.client("clip-start") as c:   # the start values, as the shards draw them
@@ -113,6 +115,13 @@ class Clip(tl.ClusterCase, unittest.TestCase):
         for k in range(2):
             np.testing.assert_array_equal(bits(got[0][0][k]), bits(got[1][0][k]))
         self.assertEqual(got[0][1], got[1][1])
+        # Reduce mode: the workers clip the averaged gradient they pull, summing its squares
+        # as the shards do, so the bits are PS mode's.
+        red = self.ranks("clip-reduce", g, clips, mode="reduce")
+        for r in range(2):
+            self.assertEqual(red[r][1], got[0][1])
+            for k in range(2):
+                np.testing.assert_array_equal(bits(red[r][0][k]), bits(got[0][0][k]))
         ps = [torch.nn.Parameter(torch.from_numpy(a.copy())) for a in start]
         opt = torch.optim.SGD(ps, lr=LR)
         inv = np.float32(1.0 / BATCH)
@@ -178,7 +187,7 @@ class Clip(tl.ClusterCase, unittest.TestCase):
 
     def test_refusals(self):
         """max_norm 0, negative, NaN: InvalidArgument naming it, nothing pushed (the step then
-        goes through unclipped); a mode other than bsp: UNIMPLEMENTED naming bsp."""
+        goes through unclipped); asp: UNIMPLEMENTED naming bsp."""
         with self.client("clip-bad") as c:
             self.register(c)
             params = [np.empty(N, np.float32), np.empty(10, np.float32)]

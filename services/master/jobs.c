@@ -172,7 +172,7 @@ static ts_status start_run(struct job *jb, uint32_t workers, uint32_t start, boo
     jb->info.balance = false;
     jb->info.start_workers = start && start < workers ? start : workers;
     jb->nseats = 0;
-    jb->failed = jb->died = false;
+    jb->failed = jb->died = jb->fp_rank0 = false;
     jb->info.state = JOB_RUNNING;
     jb->info.workers = workers;
     jb->info.alive = jb->info.finished = 0;
@@ -492,11 +492,15 @@ void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *finger
     pthread_mutex_lock(&j->mu);
     if ((s = jobs_seat_locked(j, worker, &jb))) {
         /* Rank 0's, as `tessera train` prints it: in asp and ssp the workers end on different
-         * values. Another rank's stands in while rank 0 has not finished (it died) or finished
-         * without one. */
+         * values. Another rank's stands in while rank 0 has given none and has not finished
+         * (it died) or finished without one. Rank 0 may have given its own from a seat
+         * declared dead (its lease ran out under load while it trained on): it stays. */
         if (!failed && fingerprint && strlen(fingerprint) == 64 &&
-            (s->rank == 0 || !jb->info.fingerprint[0] || !rank0_finished(jb)))
+            (s->rank == 0 || !jb->info.fingerprint[0] ||
+             (!jb->fp_rank0 && !rank0_finished(jb)))) {
             snprintf(jb->info.fingerprint, sizeof(jb->info.fingerprint), "%s", fingerprint);
+            jb->fp_rank0 |= s->rank == 0;
+        }
         vacate(jb, s, failed ? SEAT_FAILED : SEAT_FINISHED,
                reason && reason[0] ? reason : "failed", now_ms);
     }

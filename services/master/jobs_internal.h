@@ -17,6 +17,7 @@ struct job {
      * owner or one of these: a step a slot changed hands in may carry either's (JobAccess). */
     uint32_t *past;
     bool failed, died;                  /* this run: a worker failed, a worker died */
+    bool fp_rank0;                      /* info.fingerprint is rank 0's own (this run) */
     int64_t idle_since_ms, ended_ms;    /* monotonic */
     int64_t held_ms;                    /* a shard last said it holds the job (jobs_note_held) */
     int64_t balanced_ms;                /* the last time slots moved for speed */

@@ -70,6 +70,18 @@ static void fingerprint_is_rank_0s(void **state)
     assert_int_equal(info(j, "a").state, JOB_FINISHED);
     assert_string_equal(info(j, "a").fingerprint, FP);
     jobs_free(j);
+
+    /* Rank 0 declared dead (its lease ran out under load) and leaving all the same with its
+     * fingerprint: a rank that leaves after it does not replace it (a soak run saw that). */
+    j = mk(0, 0, 0);
+    assert_int_equal(jobs_join(j, "b", 1, 0, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "b", 2, 1, 2, 0, false, false, false, NULL, 0, NULL), TS_OK);
+    jobs_dead(j, 1, 5);
+    jobs_leave(j, 1, false, FP, "", 10);
+    assert_string_equal(info(j, "b").fingerprint, FP);
+    jobs_leave(j, 2, false, FP1, "", 20);
+    assert_string_equal(info(j, "b").fingerprint, FP);
+    jobs_free(j);
 }
 
 static void finished_then_released(void **state)

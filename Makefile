@@ -67,17 +67,6 @@ DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy 
             openssl
 DEB_BENCH := iproute2
 DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
-UNIT_TESTS := test_ring test_reflection test_util test_members test_jobs test_rpc test_tensor \
-              test_tensor_vec test_tensor_sse2 test_tensor_scalar test_tensor_vec_sse2 \
-              test_tensor_vec_scalar \
-              test_part \
-              test_part_sums \
-              test_part_assign \
-              test_part_updates \
-              test_part_replica \
-              test_frame test_transport test_mlp test_data test_store test_verify \
-              test_snapshot test_codec test_codec_delta test_metrics test_progress test_certs \
-              test_workq test_tasks
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -136,7 +125,7 @@ ASAN_BINS := tessera-master tessera-shard tessera-verify tessera-worker tessera 
              test_pull_race
 asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(UNIT_TESTS) $(ASAN_BINS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests $(ASAN_BINS)
 
 # The libFuzzer targets, built with clang (make test runs each for 5-20 s, make fuzz for
 # longer, one after the other; new inputs collect in build-fuzz/corpus-<name>). fuzz-build

@@ -13,14 +13,9 @@
  * rank's apply, so the norms are never needed again once one went out. */
 #include "client/sdk_internal.h"
 
-#include <inttypes.h>
 #include <math.h>
-#include <string.h>
 
 #include "transport/frame.h"
-#include "util/log.h"
-
-#define MAX_FAILOVERS 8   /* as a step's (sdk_step.c) */
 
 ts_status sdk_clip_check(const struct tessera *t, float max_norm, struct ts_err *err)
 {
@@ -171,27 +166,28 @@ static ts_status clip_once(struct tessera *t, float max_norm, float *const *para
     return st;
 }
 
+/* What clip_once needs again after a failover. */
+struct clip_args {
+    float max_norm;
+    float *const *params;
+    bool have_coef;
+    double *total;
+};
+
+static ts_status clip_again(struct tessera *t, void *ctx, struct ts_err *err)
+{
+    struct clip_args *a = ctx;
+
+    return clip_once(t, a->max_norm, a->params, &a->have_coef, a->total, err);
+}
+
 ts_status sdk_clip_exchange(struct tessera *t, uint64_t step, float max_norm,
                             float *const *params, double *total, struct ts_err *err)
 {
-    bool have_coef = false;
-    ts_status st = clip_once(t, max_norm, params, &have_coef, total, err);
+    struct clip_args a = { max_norm, params, false, total };
 
-    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ESTALE) && k < MAX_FAILOVERS &&
-                    sdk_can_fail_over(t); k++) {
-        ts_log(TS_WARN, "sdk", "clipped step %" PRIu64 ": %s; failing over, the step goes "
-               "again", step, err->msg);
-        memset(err, 0, sizeof(*err));
-        if ((st = sdk_failover(t, err)))
-            continue;
-        if (t->generation > t->followed)
-            return ts_err_set(err, TS_EROLLBACK, "job '%s' went back to a snapshot while this "
-                              "worker failed over", t->job.id);
-        t->retrying = true;
-        st = clip_once(t, max_norm, params, &have_coef, total, err);
-        t->retrying = false;
-    }
-    return st;
+    return sdk_fail_over(t, "clipped step", step, clip_again(t, &a, err),
+                         clip_again, &a, err);
 }
 
 void sdk_clip_reduced(struct tessera *t)

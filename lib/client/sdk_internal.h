@@ -443,6 +443,14 @@ void sdk_assign_clear(struct sdk_tensor *x);
 uint64_t sdk_assign_bytes(const struct tessera *t, const struct sdk_tensor *x);
 ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int first, int last,
                        bool push, float *const *params, struct ts_err *err) TS_MUST_CHECK;
+/* sdk_step.c: an exchange (or a clipped step's exchanges) that ended with st: a shard died
+ * (TS_EUNAVAIL), or a partition moved to a shard that joined the ring (TS_ESTALE). Under the
+ * new map redo(t, ctx, err) sends it again to the new heads, pushes flagged as retries
+ * (counted once), as often as the map keeps changing (MAX_FAILOVERS); what and n name it in
+ * logs. TS_EROLLBACK if the job went back to a snapshot meanwhile. */
+typedef ts_status (*sdk_redo_fn)(struct tessera *t, void *ctx, struct ts_err *err);
+ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_status st,
+                        sdk_redo_fn redo, void *ctx, struct ts_err *err) TS_MUST_CHECK;
 /* sdk_step.c, for sdk_clip.c: one exchange of every tensor (the step's pushes; the pulls
  * into params, if not NULL) with no failover, the caller's to do. */
 ts_status sdk_exchange_once(struct tessera *t, bool push, float *const *params,

@@ -368,13 +368,8 @@ static void only(struct tessera *t, int id, uint64_t tstep, uint64_t version)
     t->tensors[id]->pull_version = version;
 }
 
-/* An exchange of tensors [first, last) that ended with st: a shard died (TS_EUNAVAIL), or a
- * partition moved to a shard that joined the ring (TS_ESTALE). Under the new map it goes again
- * to the new heads, pushes flagged as retries (counted once), as often as the map keeps
- * changing (MAX_FAILOVERS). TS_EROLLBACK if the job went back to a snapshot meanwhile. */
-static ts_status fail_over(struct tessera *t, const char *what, uint64_t n, int first,
-                           int last, bool push, float *const *params, ts_status st,
-                           struct ts_err *err)
+ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_status st,
+                        sdk_redo_fn redo, void *ctx, struct ts_err *err)
 {
     for (int k = 0; (st == TS_EUNAVAIL || st == TS_ESTALE) && k < MAX_FAILOVERS &&
                     sdk_can_fail_over(t); k++) {
@@ -386,10 +381,35 @@ static ts_status fail_over(struct tessera *t, const char *what, uint64_t n, int 
             return ts_err_set(err, TS_EROLLBACK, "job '%s' went back to a snapshot while this "
                               "worker failed over", t->job.id);
         t->retrying = true;
-        st = exchange(t, first, last, push, params, err);
+        st = redo(t, ctx, err);
         t->retrying = false;
     }
     return st;
+}
+
+/* An exchange of tensors [first, last), for sdk_fail_over to do again. */
+struct exchange_args {
+    int first, last;
+    bool push;
+    float *const *params;
+};
+
+static ts_status exchange_again(struct tessera *t, void *ctx, struct ts_err *err)
+{
+    const struct exchange_args *a = ctx;
+
+    return exchange(t, a->first, a->last, a->push, a->params, err);
+}
+
+/* An exchange of tensors [first, last) that ended with st, gone again to the new heads
+ * (sdk_fail_over). */
+static ts_status fail_over(struct tessera *t, const char *what, uint64_t n, int first,
+                           int last, bool push, float *const *params, ts_status st,
+                           struct ts_err *err)
+{
+    struct exchange_args a = { first, last, push, params };
+
+    return sdk_fail_over(t, what, n, st, exchange_again, &a, err);
 }
 
 /* Exact mode with float pushes: the shards round each value, and one out of range would be

@@ -43,6 +43,25 @@ def bits(a):
     return np.asarray(a, np.float32).view(np.uint32)
 
 
+def in_threads(rank, n, timeout):
+    """rank(r) for r in 0..n-1, each in a thread (a pull waits for the other ranks' pushes):
+    the exceptions they raised."""
+    errors = []
+
+    def run(r):
+        try:
+            rank(r)
+        except Exception as e:  # reported by the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return errors
+
+
 def local_exact(g, clips, optimizer):
     """One local exact rank pushing the int64 sum of every rank's g[step]: (params, norms)."""
     with tessera.Client(batch=BATCH, optimizer=optimizer, exact=True) as lc:
@@ -79,24 +98,17 @@ class Clip(tl.ClusterCase, unittest.TestCase):
     def ranks(self, job, g, clips, **kw):
         """Every rank of job in a thread, stepping with g[step][rank] clipped to clips[step]:
         {rank: (params, [norm per step])}."""
-        results, errors = {}, []
+        results = {}
 
         def rank(r):
-            try:
-                with self.client(job, rank=r, workers=len(g[0]), **kw) as c:
-                    self.register(c)
-                    params = [np.empty(N, np.float32), np.empty(10, np.float32)]
-                    norms = [c.step(s, list(g[s][r]), params, clip_norm=clips[s])
-                             for s in range(len(g))]
-                    results[r] = (params, norms)
-            except Exception as e:  # reported by the main thread
-                errors.append(e)
+            with self.client(job, rank=r, workers=len(g[0]), **kw) as c:
+                self.register(c)
+                params = [np.empty(N, np.float32), np.empty(10, np.float32)]
+                norms = [c.step(s, list(g[s][r]), params, clip_norm=clips[s])
+                         for s in range(len(g))]
+                results[r] = (params, norms)
 
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(g[0]))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        errors = in_threads(rank, len(g[0]), 120)
         self.assertFalse(errors, errors)
         return results
 
@@ -218,29 +230,22 @@ class ClipFailover(tl.ClusterCase, unittest.TestCase):
     def test_shard_killed_mid_training(self):
         steps, kill_at = 40, 12
         g = grads(13, steps, 2)
-        results, errors = {}, []
+        results = {}
 
         def rank(r):
-            try:
-                with tessera.Client(master=self.master.addr, job="clip-kill", rank=r, workers=2,
-                                    batch=BATCH, optimizer="momentum:lr=0.1", exact=True,
-                                    exact_push="float", timeout_ms=60000) as c:
-                    Clip.register(c)
-                    params = [np.empty(N, np.float32), np.empty(10, np.float32)]
-                    norms = []
-                    for s in range(steps):
-                        if r == 0 and s == kill_at:
-                            self.shards[1].signal(9)
-                        norms.append(c.step(s, list(g[s][r]), params, clip_norm=MAX_NORM))
-                    results[r] = (params, norms)
-            except Exception as e:  # reported by the main thread
-                errors.append(e)
+            with tessera.Client(master=self.master.addr, job="clip-kill", rank=r, workers=2,
+                                batch=BATCH, optimizer="momentum:lr=0.1", exact=True,
+                                exact_push="float", timeout_ms=60000) as c:
+                Clip.register(c)
+                params = [np.empty(N, np.float32), np.empty(10, np.float32)]
+                norms = []
+                for s in range(steps):
+                    if r == 0 and s == kill_at:
+                        self.shards[1].signal(9)
+                    norms.append(c.step(s, list(g[s][r]), params, clip_norm=MAX_NORM))
+                results[r] = (params, norms)
 
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(180)
+        errors = in_threads(rank, 2, 180)
         self.assertFalse(errors, errors)
         self.assertFalse(self.shards[1].running())
         params, norms = local_exact(g, [MAX_NORM] * steps, "momentum:lr=0.1")

@@ -76,7 +76,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 all: build
 
 help:
-	@sed -n '1,28p' Makefile
+	@sed -n '/^#/!q;p' Makefile
 
 # Installs the Debian packages of $(1) that are missing; with $(2) set, also Node.js and
 # kubectl when none is on PATH.

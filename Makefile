@@ -1,6 +1,10 @@
-# Tessera - a thin wrapper around CMake and ctest. `make help` lists the targets.
+# Tessera - a thin wrapper around CMake and ctest. `make help` lists the targets. Each target
+# first installs the Debian packages it needs that are missing, and no others (the lists
+# below): make, make demo and make install the build's alone; make test the tests' too, with
+# Node.js and tests/node's npm packages.
 #
-#   make deps   install every Debian package the build, tests, demo and benchmarks need
+#   make deps   install every Debian package the build, tests, demo and benchmarks need, and
+#               the Node test's npm packages
 #   make        build into build/
 #   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/),
 #               and 5-20 s of each fuzz target
@@ -39,39 +43,68 @@ FUZZ_TARGETS ?= $(FUZZ_ALL)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-# Debian packages, by who reads them (docs/testing.md says how this list is kept complete: CI
-# runs `make test` in a brand-new minimal Debian 12 root, .ci/fresh-root). Node.js comes from
-# Debian unless a node is already on PATH; so does kubectl (kubernetes-client, 1.20, for
+# Debian packages, by who reads them (docs/testing.md says how these lists are kept complete:
+# CI runs `make test` in a brand-new minimal Debian 12 root, .ci/fresh-root). Node.js comes
+# from Debian unless a node is already on PATH; so does kubectl (kubernetes-client, 1.20, for
 # `kubectl kustomize` in test_deploy_kubernetes; a newer kubectl on PATH is used as it is).
 #   build:  compilers, CMake, the gRPC C core and protobuf-c, protoc with the well-known protos
 #           (libprotobuf-dev ships google/protobuf/descriptor.proto, which reflection embeds),
 #           the libraries we link (libmicrohttpd serves /metrics), the Fashion-MNIST files the
-#           trainer and demo read, Python's headers for the binding
-#   test:   Debian's Python with grpcio, protobuf, numpy, scipy, torch and torchvision (the
-#           independent clients and references; ResNet-18 for tessera.torch), clang with its libFuzzer/ASan runtimes (the fuzz build),
-#           pip, setuptools, wheel and venv (the install test), Prometheus (the scrape test),
-#           Chromium (the status page, rendered headless), iproute2 (ip netns: test_hosts'
-#           emulated hosts), PyYAML (the Kubernetes manifests), Slurm and munge (a real
-#           Slurm of three nodes on this host: tests/deploy/test_slurm.py), the openssl
-#           command (test_identity's role-only certificate of an older `tessera certs init`)
-#   bench:  iproute2 (ip netns, tc: the emulated hosts and links of bench/modes.py and
-#           bench/multihost.py)
+#           trainer and demo read, Python's headers for the binding: all that make, make
+#           install and make demo need, to build and to run
+#   py:     Debian's Python with grpcio and protobuf (the independent clients of
+#           tests/integration/tessera_testlib.py and tests/fault/clusterlib.py) and numpy (the
+#           binding's arrays): what the scripts of test-fault, test-big and soak import
+#   torch:  torch and torchvision (tessera.torch and its examples; ResNet-18)
+#   fuzz:   clang with its libFuzzer/ASan runtimes (the fuzz build)
+#   slurm:  Slurm and munge (a real Slurm of three nodes on this host: tests/deploy/test_slurm.py)
+#   test:   py, torch, fuzz and slurm, and scipy (lib/verify's references), pip, setuptools,
+#           wheel and venv (the install test), Prometheus (the scrape test), Chromium (the
+#           status page, rendered headless), iproute2 (ip netns: test_hosts' emulated hosts),
+#           PyYAML (the Kubernetes manifests), the openssl command (test_identity's role-only
+#           certificate of an older `tessera certs init`)
+#   bench:  py and torch, and iproute2 (ip netns, tc: the emulated hosts and links of
+#           bench/modes.py, bench/multihost.py and the torch benchmarks)
+#   deploy: py, slurm, iproute2 and PyYAML (the deployment tests of make test, run again), and
+#           the container image's: podman with runc, netavark, aardvark-dns, iptables and
+#           uidmap, and mmdebstrap for its base (tests/deploy/test_container.py)
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler libprotobuf-dev xxd libxxhash-dev \
              libcmocka-dev libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist \
              libzstd-dev python3-dev libmicrohttpd-dev
-DEB_TEST := python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-torch \
-            python3-torchvision \
-            clang libclang-rt-14-dev python3-pip python3-setuptools python3-wheel python3-venv \
-            prometheus chromium iproute2 python3-yaml slurmctld slurmd slurm-client munge \
-            openssl
-DEB_BENCH := iproute2
-DEB_ALL := $(DEB_BUILD) $(DEB_TEST) $(DEB_BENCH)
+DEB_PY := python3 python3-grpcio python3-protobuf python3-numpy
+DEB_TORCH := python3-torch python3-torchvision
+DEB_FUZZ := clang libclang-rt-14-dev
+DEB_SLURM := slurmctld slurmd slurm-client munge
+DEB_TEST := $(DEB_PY) $(DEB_TORCH) $(DEB_FUZZ) $(DEB_SLURM) python3-scipy python3-pip \
+            python3-setuptools python3-wheel python3-venv prometheus chromium iproute2 \
+            python3-yaml openssl
+DEB_BENCH := $(DEB_PY) $(DEB_TORCH) iproute2
+DEB_DEPLOY := $(DEB_PY) $(DEB_SLURM) iproute2 python3-yaml podman runc netavark aardvark-dns \
+              iptables mmdebstrap uidmap
+
+# What each goal on the command line installs, by the lists' names above, besides the build
+# list, which every goal that builds installs; NODE is Node.js and kubectl when none is on PATH,
+# and tests/node's npm packages. A goal not named here (make, make build, make demo, make
+# install, make asan) installs the build list alone. make deps installs every list but the
+# container image's packages, which only make test-deploy needs.
+DEPS_deps := TEST BENCH NODE
+DEPS_test := TEST NODE
+DEPS_fuzz-build := FUZZ
+DEPS_fuzz := FUZZ
+DEPS_test-fault := PY
+DEPS_test-big := PY
+DEPS_soak := PY
+DEPS_bench := BENCH
+DEPS_test-deploy := DEPLOY NODE
+deps_lists := $(sort $(foreach g,$(MAKECMDGOALS),$(DEPS_$(g))))
+deps_debs := $(sort $(DEB_BUILD) $(foreach l,$(filter-out NODE,$(deps_lists)),$(DEB_$(l))))
+deps_node := $(filter NODE,$(deps_lists))
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps deps-build deps-node test demo bench clean help asan fuzz fuzz-build \
-        fuzz-check test-fault install soak fresh-check test-deploy test-big
+.PHONY: all build deps deps-needed deps-build deps-node test demo bench clean help asan fuzz \
+        fuzz-build fuzz-check test-fault install soak fresh-check test-deploy test-big
 
 all: build
 
@@ -79,14 +112,12 @@ help:
 	@sed -n '/^#/!q;p' Makefile
 
 # Installs the Debian packages of $(1) that are missing; with $(2) set, also Node.js and
-# kubectl when none is on PATH.
+# kubectl when none is on PATH. Without $(2) the recipe does not name them at all, so that
+# `make -n` shows exactly what a goal may install (tests/integration/test_make_deps.py).
 define apt_install
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
 	    | grep -q 'ok installed' || printf ' %s' $$p; done); \
-	if [ -n "$(2)" ] && { ! command -v node >/dev/null || ! command -v npm >/dev/null; }; then \
-	    missing="$$missing nodejs npm"; fi; \
-	if [ -n "$(2)" ] && ! command -v kubectl >/dev/null; then \
-	    missing="$$missing kubernetes-client"; fi; \
+	$(if $(2),$(node_missing)) \
 	if [ -n "$$missing" ]; then \
 	    echo "deps: installing$$missing"; \
 	    $(SUDO) apt-get update -qq && \
@@ -94,10 +125,18 @@ define apt_install
 	        $$missing >/dev/null || { echo "deps: apt-get failed; install by hand:$$missing"; exit 1; }; \
 	fi
 endef
+node_missing = { command -v node >/dev/null && command -v npm >/dev/null || \
+	missing="$$missing nodejs npm"; }; \
+	command -v kubectl >/dev/null || missing="$$missing kubernetes-client";
 
-deps:
-	$(call apt_install,$(DEB_ALL),node)
-	@$(MAKE) --no-print-directory deps-node
+# What the goals on the command line need (DEPS_<goal>), in one apt-get before anything is
+# built: every target that builds or runs needs it. One, because two apt-gets at once under
+# `make -j` would fight over dpkg's lock.
+deps-needed:
+	$(call apt_install,$(deps_debs),$(deps_node))
+	$(if $(deps_node),@$(MAKE) --no-print-directory deps-node)
+
+deps: deps-needed
 
 # What building alone needs (deploy/container builds the image with it).
 deps-build:
@@ -112,25 +151,26 @@ deps-node:
 	    touch tests/node/node_modules; \
 	fi
 
-# After deps (order only): under `make -j` CMake must not look for packages still being installed.
-$(BUILD)/CMakeCache.txt: | deps
+# After deps-needed (order only): under `make -j` CMake must not look for packages still being
+# installed.
+$(BUILD)/CMakeCache.txt: | deps-needed
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-build: deps $(BUILD)/CMakeCache.txt
+build: deps-needed $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The sanitizer build: the unit tests (they cover lib/) and the services and CLI, which a subset
 # of the integration tests runs against (tests/CMakeLists.txt, TS_ASAN_INTEGRATION).
 ASAN_BINS := tessera-master tessera-shard tessera-verify tessera-worker tessera dp_probe \
              test_pull_race
-asan: deps
+asan: deps-needed
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests $(ASAN_BINS)
 
 # The libFuzzer targets, built with clang (make test runs each for 5-20 s, make fuzz for
 # longer, one after the other; new inputs collect in build-fuzz/corpus-<name>). fuzz-build
 # builds those of FUZZ_TARGETS (make test: all of them, for its ctest).
-fuzz-build: deps fuzz-check
+fuzz-build: deps-needed fuzz-check
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 
@@ -234,10 +274,8 @@ test-fault: build asan
 # The deployments (docs/deploy.md): emulated hosts, Kubernetes manifests, systemd units, a real
 # Slurm and the container image, with what each needs; a table at the end says what ran, what
 # was skipped and why. DEPLOY_ONLY=slurm,container runs a subset.
-DEB_DEPLOY := podman runc netavark aardvark-dns iptables mmdebstrap uidmap
 DEPLOY_ONLY ?=
 test-deploy: build
-	$(call apt_install,$(DEB_DEPLOY),)
 	TESSERA_BIN=$(abspath $(BUILD))/bin PYTHONPATH=$(abspath $(BUILD))/gen/python \
 	    TESSERA_SRC=$(CURDIR) /usr/bin/python3 tests/deploy/run.py \
 	    $(if $(DEPLOY_ONLY),--only $(DEPLOY_ONLY))

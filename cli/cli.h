@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cluster/cluster.h"
 #include "util/err.h"
 
 int cmd_up(int argc, char **argv);
@@ -17,6 +18,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_verify_replicas(int argc, char **argv);   /* `tessera verify replicas` */
 int cmd_certs(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 struct ts_store;
 /* Opens the snapshot store: store (a directory), else the one the master at master (NULL:
@@ -128,6 +130,15 @@ bool cluster_check(struct cluster *c);
 /* The last non-empty line of the file at path into out ("no log" if unreadable, "(empty)"
  * if it has none). */
 void cli_last_line(const char *path, char *out, size_t n);
+
+/* Job `job` as the master at master lists it (status.c): NULL when not listed, or with *cs
+ * NULL and err set when the master did not answer. The caller frees *cs
+ * (tessera__v1__cluster_status_response__free_unpacked). */
+const Tessera__V1__JobInfo *cli_job_at(const char *master, const char *job,
+                                       Tessera__V1__ClusterStatusResponse **cs,
+                                       struct ts_err *err);
+/* "running", "idle", "finished", "failed", "abandoned" for a JobState. */
+const char *cli_job_state_name(int state);
 
 /* Prints the cluster's status to stdout (table or JSON). Returns the exit code. */
 int print_status(const char *master_addr, bool json, int timeout_ms);

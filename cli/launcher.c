@@ -486,9 +486,8 @@ static void restart_due(struct cluster *c)
             continue;
         }
         shard_file(c, i, "log", log, sizeof(log));
-        printf("shard process %d restarted (pid %d, restart %u): it joins the cluster; log %s\n",
-               i + 1, (int)sh->pid, sh->restarts, log);
-        fflush(stdout);
+        fprintf(stderr, "shard process %d restarted (pid %d, restart %u): it joins the "
+                "cluster; log %s\n", i + 1, (int)sh->pid, sh->restarts, log);
     }
 }
 
@@ -546,9 +545,8 @@ static bool restart_master(struct cluster *c)
                 c->master_restarts, err.msg, delay / 1000.0);
         return c->master_restarts < 1000;
     }
-    printf("the master restarted (pid %d, restart %u) at %s with its state; log %s/master.log\n",
-           (int)c->master, c->master_restarts, c->master_addr, c->dir);
-    fflush(stdout);
+    fprintf(stderr, "the master restarted (pid %d, restart %u) at %s with its state; log "
+            "%s/master.log\n", (int)c->master, c->master_restarts, c->master_addr, c->dir);
     return true;
 }
 

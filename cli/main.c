@@ -11,6 +11,8 @@ static const struct {
 } commands[] = {
     { "up", cmd_up, "start a local cluster (a master and N shards) until Ctrl-C" },
     { "status", cmd_status, "show the cluster: epoch, shards, workers" },
+    { "run", cmd_run, "run N copies of your training program as one job's ranks "
+                      "(python3 train.py, ...)" },
     { "train", cmd_train, "train the built-in MLP on Fashion-MNIST (N workers, or --local)" },
     { "eval", cmd_eval, "evaluate a running job's parameters now, ahead of its training" },
     { "snapshot", cmd_snapshot, "snapshots: create, list, log, show, diff, rollback, gc, fsck" },

@@ -2,6 +2,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "cluster/cluster.h"
@@ -48,7 +49,23 @@ static void free_views(Tessera__V1__ShardStatusResponse **v, size_t n)
     free(v);
 }
 
-static const char *job_state_name(Tessera__V1__JobState s)
+const Tessera__V1__JobInfo *cli_job_at(const char *master, const char *job,
+                                       Tessera__V1__ClusterStatusResponse **cs,
+                                       struct ts_err *err)
+{
+    struct ts_master *m = NULL;
+
+    *cs = NULL;
+    if (!ts_master_open(master, &m, err) && ts_master_status(m, 5000, cs, err))
+        *cs = NULL;
+    ts_master_close(m);
+    for (size_t i = 0; *cs && i < (*cs)->n_jobs; i++)
+        if (!strcmp((*cs)->jobs[i]->id, job))
+            return (*cs)->jobs[i];
+    return NULL;
+}
+
+const char *cli_job_state_name(int s)
 {
     switch (s) {
     case TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING: return "running";
@@ -58,6 +75,21 @@ static const char *job_state_name(Tessera__V1__JobState s)
     case TESSERA__V1__JOB_STATE__JOB_STATE_ABANDONED: return "abandoned";
     default: return "unknown";
     }
+}
+
+/* A job's last progress report, "-" where the trainer gave no value. */
+static void progress_line(const Tessera__V1__JobProgress *p)
+{
+    char loss[32] = "-", acc[32] = "-", rate[32] = "-";
+
+    if (p->loss == p->loss)   /* not NaN */
+        snprintf(loss, sizeof(loss), "%.4g", p->loss);
+    if (p->accuracy == p->accuracy)
+        snprintf(acc, sizeof(acc), "%.3f", p->accuracy);
+    if (p->samples_per_s == p->samples_per_s)
+        snprintf(rate, sizeof(rate), "%.0f", p->samples_per_s);
+    printf("       step %" PRIu64 ", loss %s, accuracy %s, %s samples/s (%.1f s ago)\n",
+           p->step, loss, acc, rate, p->reported_ms_ago / 1000.0);
 }
 
 static const char *task_state(Tessera__V1__TaskState s)
@@ -179,6 +211,10 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_int(&j, "last_heartbeat_ms_ago", w->last_heartbeat_ms_ago);
         ts_json_uint(&j, "restarts", w->restarts);
         ts_json_str(&j, "identity", w->identity);
+        if (w->job[0]) {
+            ts_json_str(&j, "job", w->job);
+            ts_json_uint(&j, "rank", w->rank);
+        }
         ts_json_end(&j);
     }
     ts_json_end(&j);
@@ -187,7 +223,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         const Tessera__V1__JobInfo *jb = cs->jobs[i];
         ts_json_obj(&j, NULL);
         ts_json_str(&j, "id", jb->id);
-        ts_json_str(&j, "state", job_state_name(jb->state));
+        ts_json_str(&j, "state", cli_job_state_name(jb->state));
         ts_json_uint(&j, "workers", jb->workers);
         ts_json_uint(&j, "alive", jb->alive);
         ts_json_uint(&j, "finished", jb->finished);
@@ -197,6 +233,15 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_str(&j, "params_sha256", jb->fingerprint);
         ts_json_str(&j, "reason", jb->reason);
         ts_json_str(&j, "owner", jb->owner);
+        if (jb->progress) {   /* rank 0's last report */
+            ts_json_obj(&j, "progress");
+            ts_json_uint(&j, "step", jb->progress->step);
+            ts_json_num(&j, "loss", jb->progress->loss);
+            ts_json_num(&j, "accuracy", jb->progress->accuracy);
+            ts_json_num(&j, "samples_per_s", jb->progress->samples_per_s);
+            ts_json_int(&j, "reported_ms_ago", jb->progress->reported_ms_ago);
+            ts_json_end(&j);
+        }
         ts_json_uint(&j, "rollbacks", jb->rollbacks);
         ts_json_uint(&j, "rollback_step", jb->rollback_step);
         ts_json_bool(&j, "rolling_back", jb->rolling_back);
@@ -313,9 +358,11 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
            "PARAMS_SHA256 / REASON");
     for (size_t i = 0; i < cs->n_jobs; i++) {
         const Tessera__V1__JobInfo *jb = cs->jobs[i];
-        printf("%-24s %-9s %-8u %-9u %-8s %.64s\n", jb->id, job_state_name(jb->state),
+        printf("%-24s %-9s %-8u %-9u %-8s %.64s\n", jb->id, cli_job_state_name(jb->state),
                jb->workers, jb->finished, jb->released ? "yes" : "no",
                jb->reason[0] ? jb->reason : jb->fingerprint);
+        if (jb->progress)
+            progress_line(jb->progress);
         if (jb->rolling_back)
             printf("       rolling back to its last snapshot now\n");
         /* elastic (docs/elastic.md): who computes which slot; a master from before

@@ -211,31 +211,13 @@ static bool respawning(const int64_t *due, int nw)
     return false;
 }
 
-/* Job t->job as the master at master lists it (NULL: not listed, or *cs NULL and err set:
- * the master did not answer). The caller frees *cs. */
-static const Tessera__V1__JobInfo *job_at(const struct train_cli *t, const char *master,
-                                          Tessera__V1__ClusterStatusResponse **cs,
-                                          struct ts_err *err)
-{
-    struct ts_master *m = NULL;
-
-    *cs = NULL;
-    if (!ts_master_open(master, &m, err) && ts_master_status(m, 5000, cs, err))
-        *cs = NULL;
-    ts_master_close(m);
-    for (size_t i = 0; *cs && i < (*cs)->n_jobs; i++)
-        if (!strcmp((*cs)->jobs[i]->id, t->job))
-            return (*cs)->jobs[i];
-    return NULL;
-}
-
 /* --join: the job must be running, or the new worker would start a run of its own and wait
  * for ranks that never come. */
 static int check_running(const struct train_cli *t, const char *master)
 {
     Tessera__V1__ClusterStatusResponse *cs;
     struct ts_err err = { 0 };
-    const Tessera__V1__JobInfo *j = job_at(t, master, &cs, &err);
+    const Tessera__V1__JobInfo *j = cli_job_at(master, t->job, &cs, &err);
     int rc = !j || j->state != TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING;
 
     if (!cs)
@@ -253,7 +235,7 @@ static void print_job_fingerprint(const struct train_cli *t, const char *master)
 {
     Tessera__V1__ClusterStatusResponse *cs;
     struct ts_err err = { 0 };
-    const Tessera__V1__JobInfo *j = job_at(t, master, &cs, &err);
+    const Tessera__V1__JobInfo *j = cli_job_at(master, t->job, &cs, &err);
 
     if (!cs) {
         fprintf(stderr, "tessera train: the job's fingerprint: %s\n", err.msg);

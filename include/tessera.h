@@ -119,6 +119,31 @@ struct tessera_options {
                               * the job as asp, so ssp jobs need it to claim work */
 };
 
+/* Where a launcher put this process (docs/launch.md). `tessera run`, torchrun, srun and a
+ * Kubernetes indexed Job each start copies of one command line and tell each copy its place
+ * in the environment; tessera_launch_env reads it, so the same program runs under any of them
+ * and by hand. Each field takes the first variable of its list that is set and not empty:
+ *   master      $TESSERA_MASTER
+ *   job         $TESSERA_JOB, $TORCHELASTIC_RUN_ID (not "none"), "slurm-" $SLURM_JOB_ID
+ *               ["." $SLURM_STEP_ID]
+ *   rank        $TESSERA_RANK, $RANK, $SLURM_PROCID, $JOB_COMPLETION_INDEX
+ *   workers     $TESSERA_WORKERS, $WORLD_SIZE, $SLURM_NTASKS
+ *   local_rank  $LOCAL_RANK, $SLURM_LOCALID
+ *   restarts    $TESSERA_RESTARTS, $TORCHELASTIC_RESTART_COUNT
+ * A field none of them sets is NULL, -1 (rank, local_rank) or 0 (workers, restarts). The
+ * strings point into the environment or into the struct: valid while both are. */
+struct tessera_launch {
+    const char *master, *job;
+    int rank, workers, local_rank;
+    unsigned restarts;
+    const char *rank_from, *workers_from;   /* the variables that gave them (messages) */
+    char job_buf[72];
+};
+/* Fills l from the environment. TESSERA_EINVAL, naming the variable, for a value that is not
+ * a number in range (rank 0..1023, workers 1..1024), a rank not below the workers, or a job
+ * id tessera_open would refuse; l is then not to be used. */
+int tessera_launch_env(struct tessera_launch *l, struct tessera_error *err);
+
 /* Exact mode's pushes (docs/exact-mode.md, "Float pushes"). FIXED: int64 fixed-point sums,
  * which the trainer makes with tessera_to_fixed / tessera_fixed_add_f32, e.g. over several
  * micro-batches. FLOAT: the trainer's one float gradient per step, which the shards round to

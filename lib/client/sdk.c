@@ -162,8 +162,13 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
     ts_master_set_call_ms(t->master, o->call_timeout_ms);
     if ((st = ts_membership_start(t->master, &mc, ts_master_call_ms(t->master) > 10000
                                                       ? ts_master_call_ms(t->master) : 10000,
-                                  &t->ms, err)) ||
-        (st = ts_cluster_open(o->master, &t->cl, err)))
+                                  &t->ms, err))) {
+        if (st == TS_EUNAVAIL && strstr(err->msg, "nothing listens"))
+            ts_err_prefix(err, "no master at %s: start one with `tessera up`, or name the "
+                          "one you run (master=, $TESSERA_MASTER)", o->master);
+        return st;
+    }
+    if ((st = ts_cluster_open(o->master, &t->cl, err)))
         return st;
     ts_cluster_set_call_ms(t->cl, o->call_timeout_ms);
     t->registrations_seen = ts_membership_registrations(t->ms);
@@ -191,6 +196,10 @@ int tessera_connect(const struct tessera_options *o, tessera **out, struct tesse
         ts_err_set(&err, TS_ENOMEM, "out of memory");
         return sdk_fail(e, &err);
     }
+    /* Inside a user's program the SDK speaks only of problems; TESSERA_LOG=info (or debug)
+     * shows the rest (docs/launch.md, "Logs"). */
+    if (!getenv("TESSERA_LOG"))
+        ts_log_set_level(TS_WARN);
     t->local = !o->master || !o->master[0] || strcmp(o->master, "local") == 0;
     t->rank = o->rank;
     t->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : env_ms("TESSERA_TIMEOUT_MS", 120000);

@@ -193,7 +193,7 @@ static inline int sdk_fail(struct tessera_error *out, const struct ts_err *e)
 {
     if (out) {
         out->code = (int)e->code;
-        snprintf(out->message, sizeof(out->message), "%s", e->msg);
+        ts_str_fit(out->message, sizeof(out->message), e->msg);
     }
     return (int)e->code;
 }

@@ -169,6 +169,22 @@ static const char *tls_hint(const struct ts_rpc_channel *c, grpc_status_code cod
     return "";
 }
 
+/* gRPC's account of a connection nobody accepted ("failed to connect to all addresses; last
+ * error: UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to remote host: Connection refused"),
+ * said in a few words; msg as it is otherwise. */
+static const char *plain_words(grpc_status_code code, const char *msg)
+{
+    if (code != GRPC_STATUS_UNAVAILABLE)
+        return msg;
+    if (strstr(msg, "Connection refused"))
+        return "nothing listens there (connection refused)";
+    if (strstr(msg, "DNS resolution failed") || strstr(msg, "Name or service not known"))
+        return "the host name does not resolve";
+    if (strstr(msg, "No route to host") || strstr(msg, "Network is unreachable"))
+        return "the host cannot be reached (no route)";
+    return msg;
+}
+
 static ts_status status_error(const struct ts_rpc_channel *c, const char *method,
                               grpc_status_code code, grpc_slice details, struct ts_err *err)
 {
@@ -177,7 +193,7 @@ static ts_status status_error(const struct ts_rpc_channel *c, const char *method
     ts_status st = ts_rpc_status_from_code(code);
 
     ts_err_set(err, st, "%s at %s: %s: %s%s", m ? m + 1 : method, c->target,
-               ts_rpc_code_name(code), msg, tls_hint(c, code, msg));
+               ts_rpc_code_name(code), plain_words(code, msg), tls_hint(c, code, msg));
     gpr_free(msg);
     return st;
 }

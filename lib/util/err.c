@@ -4,12 +4,35 @@
 #include <stdio.h>
 #include <string.h>
 
+void ts_str_fit(char *dst, size_t n, const char *src)
+{
+    size_t len = strlen(src), cut;
+
+    if (n == 0)
+        return;
+    if (len < n) {
+        memcpy(dst, src, len + 1);
+        return;
+    }
+    /* Too long: end at a space, with "...", so that no word is cut in two. */
+    cut = n > 4 ? n - 4 : 0;
+    while (cut > n / 2 && src[cut] != ' ')
+        cut--;
+    if (cut <= n / 2)   /* one long word: cut it after all */
+        cut = n > 4 ? n - 4 : 0;
+    memcpy(dst, src, cut);
+    snprintf(dst + cut, n - cut, "...");
+}
+
 ts_status ts_err_vset(struct ts_err *err, ts_status code, const char *fmt, va_list ap)
 {
+    char full[1024];
+
     if (!err || err->code != TS_OK)
         return code;
     err->code = code;
-    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    vsnprintf(full, sizeof(full), fmt, ap);
+    ts_str_fit(err->msg, sizeof(err->msg), full);
     return code;
 }
 
@@ -32,7 +55,7 @@ void ts_err_clear(struct ts_err *err)
 
 void ts_err_prefix(struct ts_err *err, const char *fmt, ...)
 {
-    char head[128], old[sizeof(err->msg)];
+    char head[128], old[sizeof(err->msg)], full[sizeof(head) + sizeof(old) + 2];
     va_list ap;
 
     if (!err || err->code == TS_OK)
@@ -41,7 +64,8 @@ void ts_err_prefix(struct ts_err *err, const char *fmt, ...)
     vsnprintf(head, sizeof(head), fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof(old));
-    snprintf(err->msg, sizeof(err->msg), "%.100s: %.150s", head, old);
+    snprintf(full, sizeof(full), "%s: %s", head, old);
+    ts_str_fit(err->msg, sizeof(err->msg), full);
 }
 
 const char *ts_status_name(ts_status s)

@@ -11,6 +11,7 @@
 #define TS_UTIL_ERR_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdbool.h>
 
 #define TS_MUST_CHECK __attribute__((warn_unused_result))
@@ -43,8 +44,12 @@ typedef enum ts_status {
 
 struct ts_err {
     ts_status code;
-    char msg[256];
+    char msg[512];
 };
+
+/* src into dst (n bytes), whole when it fits, else cut at a space and ended with "...":
+ * messages are never cut in the middle of a word. */
+void ts_str_fit(char *dst, size_t n, const char *src);
 
 /* Sets err (when err is not NULL and holds no error yet) and returns code, so that
  * `return ts_err_set(err, TS_EINVAL, "addr: required");` reads naturally. */

@@ -111,7 +111,8 @@ static void close_now(tessera *t)
 
 static int client_init(struct client *self, PyObject *args, PyObject *kw)
 {
-    struct tessera_options opt = { .master = "local", .workers = 1 };
+    struct tessera_options opt = { .workers = 1 };
+    struct tessera_launch env;
     struct tessera_error e = { 0 };
     tessera *t = NULL;
     int rc;
@@ -120,7 +121,7 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
         invalid("Client: already connected; make a new Client");
         return -1;
     }
-    if (get_options(args, kw, &opt, self->keep))
+    if (get_options(args, kw, &opt, &env, self->keep))
         return -1;
     Py_BEGIN_ALLOW_THREADS
     rc = tessera_connect(&opt, &t, &e);
@@ -135,6 +136,10 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
                                     &self->state_len, &e)) {
         close_now(t);
         raise_sdk(&e);
+        return -1;
+    }
+    if (!(self->where = client_where(&opt))) {
+        close_now(t);
         return -1;
     }
     self->t = t;
@@ -208,6 +213,7 @@ static void client_dealloc(struct client *self)
     close_now(self->deferred);
     Py_XDECREF(self->names);
     Py_XDECREF(self->keep);
+    Py_XDECREF(self->where);
     PyMem_Free(self->numel);
     PyMem_Free(self->bufs);
     PyMem_Free(self->assigned);
@@ -795,6 +801,10 @@ static PyGetSetDef client_getset[] = {
       "(int64) or 'float' (the shards round them)", NULL },
     { "tensors", (getter)client_get_tensors, NULL, "the registered names, by id", NULL },
     { "closed", (getter)client_get_closed, NULL, "True once close() ran", NULL },
+    { "master", (getter)client_get_where, NULL, "the master address, or 'local'", (void *)0 },
+    { "job", (getter)client_get_where, NULL, "the job id", (void *)1 },
+    { "rank", (getter)client_get_where, NULL, "this worker's rank", (void *)2 },
+    { "workers", (getter)client_get_where, NULL, "the workers of the job", (void *)3 },
     { NULL, NULL, NULL, NULL, NULL },
 };
 
@@ -838,7 +848,7 @@ PyMODINIT_FUNC PyInit__tessera(void)
     PyObject *m = PyModule_Create(&module_def), *bases = NULL;
 
     if (!m || PyType_Ready(&client_type) < 0 || buffers_ready() < 0 ||
-        PyModule_AddFunctions(m, snapshot_methods))
+        PyModule_AddFunctions(m, snapshot_methods) || PyModule_AddFunctions(m, launch_methods))
         goto fail;
     Error = new_error("tessera.Error", "A Tessera call failed. .code: the gRPC status name "
                       "(INVALID_ARGUMENT, NOT_FOUND, ...),\n.grpc_code: its number, .message: "

@@ -473,7 +473,35 @@ static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt,
     return rc ? -1 : 0;
 }
 
-int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt, PyObject *keep)
+/* Whether argument i was left out (None counts as left out). */
+#define UNSET(o, i) (!(o)[i] || (o)[i] == Py_None)
+
+/* The launcher's environment (docs/launch.md) for what the arguments leave out: master,
+ * job, rank, workers, and the restarts a supervisor counted. Master "local" when neither
+ * says. */
+static int options_env(PyObject *const o[O_COUNT], struct tessera_options *opt,
+                       struct tessera_launch *env)
+{
+    struct tessera_error e;
+
+    if (tessera_launch_env(env, &e)) {
+        raise_sdk(&e);
+        return -1;
+    }
+    if (UNSET(o, O_MASTER))
+        opt->master = env->master ? env->master : "local";
+    if (UNSET(o, O_JOB) && env->job)
+        opt->job = env->job;
+    if (UNSET(o, O_RANK) && env->rank >= 0)
+        opt->rank = (unsigned)env->rank;
+    if (UNSET(o, O_WORKERS) && env->workers)
+        opt->workers = (unsigned)env->workers;
+    opt->restarts = env->restarts;
+    return 0;
+}
+
+int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt,
+                struct tessera_launch *env, PyObject *keep)
 {
     PyObject *o[O_COUNT] = { NULL };
 
@@ -486,5 +514,5 @@ int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt, PyObj
     for (int i = 0; i < O_COUNT; i++)
         if (o[i] && PyList_Append(keep, o[i]))
             return -1;
-    return options_from(o, opt, keep);
+    return options_from(o, opt, keep) || options_env(o, opt, env) ? -1 : 0;
 }

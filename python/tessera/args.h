@@ -15,8 +15,8 @@
 #include "tessera.h"
 
 /* The module's functions, NULL-terminated: fixed.c's exact-mode helpers, snapshot.c's
- * snapshot_read and snapshot_import. */
-extern PyMethodDef fixed_methods[], snapshot_methods[];
+ * snapshot_read and snapshot_import, launch.c's launch_env. */
+extern PyMethodDef fixed_methods[], snapshot_methods[], launch_methods[];
 
 /* The module's exceptions, created at import (PyInit__tessera). */
 extern PyObject *Error, *InvalidArgument, *Rollback;
@@ -62,8 +62,11 @@ int get_str(PyObject *o, const char *what, const char **out);
 int get_list(PyObject *o, const char *what, const char **out, PyObject **keep);
 /* "none", "sdk" or "caller" (None: none) into enum tessera_loss_scale. */
 int get_loss_scale(PyObject *o, int *out);
-/* Client(...)'s arguments into *opt (its defaults already set); the objects *opt points into
- * are appended to keep, which must outlive opt. -1 with the exception set on bad input. */
-int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt, PyObject *keep);
+/* Client(...)'s arguments into *opt (its defaults already set), and what they leave out of
+ * master, job, rank and workers from the launcher's environment (tessera_launch_env, read
+ * into *env; master "local" when no variable names one). The objects *opt points into are
+ * appended to keep; keep and env must outlive opt. -1 with the exception set on bad input. */
+int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt,
+                struct tessera_launch *env, PyObject *keep);
 
 #endif

@@ -34,6 +34,7 @@ struct client {
     struct arr *assigned;      /* tensor id -> the values assign() armed, held until its push
                                 * (assign.c; PyMem) */
     PyObject *keep;            /* list: owners of the option strings, alive as long as t */
+    PyObject *where;           /* (master, job, rank, workers) as connected (launch.c) */
     /* Client.buffers' arrays (buffers.h). Read and written with the GIL held only: */
     Py_ssize_t exports;        /* arrays over the SDK's pages alive now */
     int closed;                /* close() began: no new export */
@@ -82,5 +83,11 @@ PyObject *client_pull_state(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_claim_work(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_next_task(struct client *self, PyObject *unused);
 PyObject *client_task_done(struct client *self, PyObject *args, PyObject *kw);
+
+/* launch.c: the (master, job, rank, workers) tuple of opt for client->where (NULL with an
+ * exception set), and the getter of its item (intptr_t)closure: Client.master, .job, .rank,
+ * .workers. */
+PyObject *client_where(const struct tessera_options *opt);
+PyObject *client_get_where(struct client *self, void *closure);
 
 #endif

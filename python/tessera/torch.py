@@ -86,6 +86,7 @@ rank calls them, in the same order. Threads: a ParameterServer is used by one th
 """
 import hashlib
 import struct
+import time
 import warnings
 
 import numpy as np
@@ -95,6 +96,9 @@ import tessera
 from tessera._overlap import DEFAULT_BUCKET_BYTES, DEFAULT_OVERLAP, Overlap
 from tessera._state import (STATE_LEN, Optimizer, _buffers_of, _error, _flat, _invalid,
                             _optimizer_defaults, _RoutedLoad)
+
+#: Seconds between two progress reports to the master (ParameterServer.report).
+PROGRESS_S = 1.0
 
 __all__ = ["attach", "initialize", "params_sha256", "default_init", "ParameterServer",
            "Optimizer", "DEFAULT_OVERLAP", "DEFAULT_BUCKET_BYTES"]
@@ -209,6 +213,9 @@ class ParameterServer(Overlap):
         self._clip = None       # clip_grad_norm_'s max_norm for the next step
         #: The global norm of the last clipped step's averaged gradient, before clipping.
         self.grad_norm = None
+        # Progress reports (report()): what the next one averages, and when the last left.
+        self._loss_sum, self._loss_n, self._accuracy = 0.0, 0, float("nan")
+        self._samples, self._reported = 0, time.monotonic()
         self._zeros = {}        # numel -> zeros, for parameters without .grad
         self._dummies = {}      # numel -> what an assigned tensor's grads entry holds
         self._views = None      # buffers: each parameter's params array (read-only, the SDK's)
@@ -446,13 +453,48 @@ class ParameterServer(Overlap):
                          "are pushed during backward; attach with overlap=False to clip")
         self._clip = max_norm
 
-    def step(self, local_batch=None):
+    def report(self, loss=None, accuracy=None):
+        """Training progress for the master (``tessera status``, its status page, the
+        dashboard; docs/observability.md): ``loss`` (a number or a one-element tensor) is
+        averaged over the calls until the next report, ``accuracy`` (0..1) is the latest. The
+        reports leave with the steps, at most one a second, with the samples per second of
+        the global batch; every rank may report, rank 0's is plotted. ``step(loss=...)``
+        calls it."""
+        if loss is not None:
+            self._loss_sum += float(loss)
+            self._loss_n += 1
+        if accuracy is not None:
+            accuracy = float(accuracy)
+            if not 0 <= accuracy <= 1:
+                raise _invalid("accuracy: %r; a fraction in 0..1 expected" % accuracy)
+            self._accuracy = accuracy
+
+    def _progress(self):
+        """After a step: its samples counted, and a report to the master once a second."""
+        now = time.monotonic()
+        self._samples += self.batch or 0
+        if now - self._reported < PROGRESS_S:
+            return
+        nan = float("nan")
+        rate = self._samples / (now - self._reported) if self._samples else nan
+        self.client.report_progress(self._loss_sum / self._loss_n if self._loss_n else nan,
+                                    self._accuracy, rate)
+        self._reported, self._samples, self._loss_sum, self._loss_n = now, 0, 0.0, 0
+
+    def step(self, local_batch=None, loss=None):
         """Pushes this rank's gradient sum for step ``self.version`` (what accumulate() summed,
         else every p.grad, scaled as loss_reduction says), frozen parameters and buffers as
         assignments, then pulls the new values into the module, in place. Returns the new
-        version. Raises tessera.Rollback when the cluster took the job back to its last
-        snapshot: the module then holds that step's values and ``self.version`` is it; train
-        on from there (the data of that step)."""
+        version. ``loss``: this step's loss for the progress reports (``report``). Raises
+        tessera.Rollback when the cluster took the job back to its last snapshot: the module
+        then holds that step's values and ``self.version`` is it; train on from there (the
+        data of that step)."""
+        self.report(loss)
+        version = self._step(local_batch)
+        self._progress()
+        return version
+
+    def _step(self, local_batch):
         self._check_local_batch(local_batch)
         if self._comm is not None:
             return self._step_overlap(local_batch)
@@ -656,13 +698,18 @@ class ParameterServer(Overlap):
         self.wait()
         return params_sha256(self.module)
 
-    def close(self):
-        """Leaves the cluster. With buffers, every parameter first gets a private copy of its
-        values (the SDK's pages go with the client); its Parameter object stays the same.
-        With overlap, first waits for the queued pulls (raising what one raised, after the
-        rest of close()) and stops the communication thread."""
+    def close(self, failed=None):
+        """Leaves the cluster. The master records how this rank's part ended: the module's
+        params_sha256, or ``failed`` (a reason; leaving a with-block on an exception gives
+        the exception). With buffers, every parameter first gets a private copy of its values
+        (the SDK's pages go with the client); its Parameter object stays the same. With
+        overlap, first waits for the queued pulls (raising what one raised, after the rest of
+        close()) and stops the communication thread."""
         try:
             self._stop_overlap()
+            if not self.client.closed:
+                self.client.set_result(failed is not None, str(failed) if failed is not None
+                                       else params_sha256(self.module))
         finally:
             self._unwrap_load()
             self._private()
@@ -682,12 +729,12 @@ class ParameterServer(Overlap):
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, kind, value, tb):
+        self.close(None if kind is None else "%s: %s" % (kind.__name__, value))
         return False
 
 
-def attach(module, master="local", job="default", rank=0, workers=1, optimizer="momentum",
+def attach(module, master=None, job=None, rank=None, workers=None, optimizer="momentum",
            batch=None, exact=False, seed=0, init=None, partition_bytes=0, buffers=False,
            overlap=False, bucket_bytes=None, broadcast_buffers=True, loss_reduction="mean",
            param_groups=None, **options):
@@ -702,6 +749,9 @@ def attach(module, master="local", job="default", rank=0, workers=1, optimizer="
     is over this rank's samples. ``param_groups``: torch's list of {"params": [...], "lr",
     "weight_decay"} (None: every parameter in one group of the optimizer's settings);
     parameters in no group are not updated; ``ps.optimizer`` holds them for lr schedulers.
+    ``master``, ``job``, ``rank`` and ``workers`` left out (None) come from the launcher's
+    environment (``tessera.launch_env()``: ``tessera run``, torchrun, srun, a Kubernetes
+    indexed Job; docs/launch.md), else "local", "default", 0 and 1, as for tessera.Client.
     Returns the ParameterServer. Collective: every rank attaches the same model the same way
     (rank 0's values win)."""
     client = tessera.Client(master=master, job=job, rank=rank, workers=workers, exact=exact,
@@ -709,8 +759,8 @@ def attach(module, master="local", job="default", rank=0, workers=1, optimizer="
     try:
         return ParameterServer(module, client, seed=seed, init=init,
                                partition_bytes=partition_bytes, buffers=buffers,
-                               overlap=overlap, bucket_bytes=bucket_bytes, rank=rank,
-                               workers=workers, batch=batch,
+                               overlap=overlap, bucket_bytes=bucket_bytes,
+                               rank=client.rank, workers=client.workers, batch=batch,
                                broadcast_buffers=broadcast_buffers,
                                loss_reduction=loss_reduction,
                                micro_batch=options.get("micro_batch"),

@@ -78,6 +78,26 @@ void progress_note(struct progress *p, const char *job, const struct progress_po
     pthread_mutex_unlock(&p->mu);
 }
 
+bool progress_last(struct progress *p, const char *job, struct progress_point *pt,
+                   int64_t *heard_ms)
+{
+    bool found = false;
+
+    if (!p)
+        return false;
+    pthread_mutex_lock(&p->mu);
+    for (size_t i = 0; i < PROGRESS_JOBS && !found; i++) {
+        const struct series *s = &p->jobs[i];
+        if (s->n && !strcmp(s->id, job)) {
+            *pt = s->pt[s->n - 1];
+            *heard_ms = s->heard_ms;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return found;
+}
+
 void progress_json(struct progress *p, const char *job, struct ts_json *j)
 {
     ts_json_arr(j, "points");

@@ -9,6 +9,7 @@
 #ifndef TS_MASTER_PROGRESS_H
 #define TS_MASTER_PROGRESS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "util/json.h"
@@ -29,6 +30,9 @@ void progress_free(struct progress *p);
  * went back (a rollback): the points past it go. */
 void progress_note(struct progress *p, const char *job, const struct progress_point *pt,
                    int64_t now_ms);
+/* job's last point into *pt and when it was heard into *heard_ms; false: none. */
+bool progress_last(struct progress *p, const char *job, struct progress_point *pt,
+                   int64_t *heard_ms);
 /* job's points as the member "points" of j's current object: [[step, loss, accuracy,
  * samples_per_s], ...] (none: []). */
 void progress_json(struct progress *p, const char *job, struct ts_json *j);

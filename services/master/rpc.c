@@ -434,6 +434,38 @@ static void work_of(struct master *m, const struct job_info *v, Tessera__V1__Job
     free(alive);
 }
 
+/* j's rank 0's last progress report, if it made one. */
+static void progress_of(struct ts_rpc_call *call, struct master *m, Tessera__V1__JobInfo *j)
+{
+    struct progress_point pt;
+    int64_t heard;
+    Tessera__V1__JobProgress *p;
+
+    if (!progress_last(m->progress, j->id, &pt, &heard) ||
+        !(p = ts_rpc_new(call, &tessera__v1__job_progress__descriptor)))
+        return;
+    p->step = pt.step;
+    p->loss = pt.loss;
+    p->accuracy = pt.accuracy;
+    p->samples_per_s = pt.samples_per_s;
+    p->reported_ms_ago = ts_now_ms() - heard;
+    j->progress = p;
+}
+
+/* Each worker's seat: its job and rank. */
+static void seats_of(struct ts_rpc_call *call, struct master *m,
+                     Tessera__V1__ClusterStatusResponse *resp)
+{
+    char job[TS_JOB_ID_MAX + 1];
+    uint32_t rank;
+
+    for (size_t i = 0; i < resp->n_workers; i++)
+        if (jobs_seat_of(m->jobs, resp->workers[i]->id, job, sizeof(job), &rank)) {
+            resp->workers[i]->job = ts_rpc_strdup(call, job);
+            resp->workers[i]->rank = rank;
+        }
+}
+
 /* The job table as JobInfo messages in call's arena. */
 static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
                            Tessera__V1__ClusterStatusResponse *resp, struct ts_err *err)
@@ -455,6 +487,7 @@ static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
         }
         work_of(m, &v[i], j);
         master_job_tasks(call, m, &v[i], j);
+        progress_of(call, m, j);
         resp->jobs[resp->n_jobs++] = j;
     }
     free(v);
@@ -499,6 +532,7 @@ static ts_status cluster_status(struct ts_rpc_call *call, const ProtobufCMessage
     resp->shards = master_shard_infos(call, &v, now);
     resp->n_workers = v.nworkers;
     resp->workers = master_worker_infos(call, &v, now);
+    seats_of(call, m, resp);
     resp->version = TESSERA_VERSION;
     resp->uptime_ms = now - m->started_ms;
     resp->vnodes = v.vnodes;

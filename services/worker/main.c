@@ -12,27 +12,6 @@
 
 #define DEFAULT_OPTIMIZER "momentum:lr=0.02,momentum=0.9"
 
-/* An integer default from environment variable name (unset or empty: *v stays), so that a
- * launcher can hand every worker the same command line (Slurm, a Kubernetes Indexed Job:
- * docs/deploy.md). False, said on stderr, for a value that is not an integer in [lo, hi]. */
-static bool env_int(const char *name, int64_t lo, int64_t hi, int64_t *v)
-{
-    const char *s = getenv(name);
-    char *end;
-    long long x;
-
-    if (!s || !s[0])
-        return true;
-    x = strtoll(s, &end, 10);
-    if (*end || x < lo || x > hi) {
-        fprintf(stderr, "tessera-worker: $%s: '%.40s' is not an integer in %lld..%lld\n", name,
-                s, (long long)lo, (long long)hi);
-        return false;
-    }
-    *v = x;
-    return true;
-}
-
 int main(int argc, char **argv)
 {
     const char *master = NULL, *job = "default", *optimizer = DEFAULT_OPTIMIZER;
@@ -53,12 +32,12 @@ int main(int argc, char **argv)
         { "master", TS_FLAG_STR, &master, "ADDR", "master address, or `local` for a "
                                                   "single-process run (default "
                                                   "$TESSERA_MASTER, then local)", 0, 0 },
-        { "job", TS_FLAG_STR, &job, "ID", "job id (default $TESSERA_JOB, then `default`)", 0,
-          0 },
-        { "rank", TS_FLAG_INT, &rank, "R", "this worker's rank (default $TESSERA_RANK, then 0)",
-          0, 1023 },
+        { "job", TS_FLAG_STR, &job, "ID", "job id (default $TESSERA_JOB, ...: the launcher's "
+          "environment, docs/launch.md; then `default`)", 0, 0 },
+        { "rank", TS_FLAG_INT, &rank, "R", "this worker's rank (default $TESSERA_RANK, $RANK, "
+          "$SLURM_PROCID, ...; then 0)", 0, 1023 },
         { "workers", TS_FLAG_INT, &workers, "N", "workers in the job (default "
-                                                 "$TESSERA_WORKERS, then 1)", 1, 1024 },
+          "$TESSERA_WORKERS, $WORLD_SIZE, $SLURM_NTASKS; then 1)", 1, 1024 },
         { "epochs", TS_FLAG_INT, &epochs, "E", "epochs to train (default 1)", 1, 1000 },
         { "steps", TS_FLAG_INT, &steps, "K", "train exactly K global steps instead", 0,
           100000000 },
@@ -102,7 +81,7 @@ int main(int argc, char **argv)
         { "keep", TS_FLAG_BOOL, &keep, NULL, "the shards keep the job once its workers finish",
           0, 0 },
         { "restarts", TS_FLAG_INT, &restarts, "N", "times a supervisor restarted this rank's "
-          "worker (tessera train --respawn; shown by tessera status). Such a worker never starts a "
+          "worker (tessera train --respawn; default $TESSERA_RESTARTS; shown by tessera status). Such a worker never starts a "
           "run: if its job ended meanwhile it exits 3", 0, 1000000 },
         { "start-workers", TS_FLAG_INT, &start_workers, "N", "the workers the job starts "
           "with, below --workers (elastic; default all): the slots of ranks N and above go to "
@@ -125,19 +104,25 @@ int main(int argc, char **argv)
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct train_opts o;
+    struct tessera_launch env;
+    struct tessera_error e;
     struct ts_err err = { 0 };
     int done;
 
     signal(SIGPIPE, SIG_IGN);
     if (!getenv("TESSERA_LOG")) /* rank 0 writes the user's progress: only problems on top */
         ts_log_set_level(TS_WARN);
-    if (getenv("TESSERA_MASTER") && getenv("TESSERA_MASTER")[0])
-        master = getenv("TESSERA_MASTER");
-    if (getenv("TESSERA_JOB") && getenv("TESSERA_JOB")[0])
-        job = getenv("TESSERA_JOB");
-    if (!env_int("TESSERA_RANK", 0, 1023, &rank) || !env_int("TESSERA_WORKERS", 1, 1024,
-                                                             &workers))
+    /* Defaults from a launcher's environment, so that one command line serves every rank
+     * (tessera run, srun, a Kubernetes indexed Job: docs/launch.md); flags win. */
+    if (tessera_launch_env(&env, &e)) {
+        fprintf(stderr, "tessera-worker: %s\n", e.message);
         return 2;
+    }
+    master = env.master ? env.master : master;
+    job = env.job ? env.job : job;
+    rank = env.rank >= 0 ? env.rank : rank;
+    workers = env.workers ? env.workers : workers;
+    restarts = env.restarts;
     if ((done = ts_flags_program("tessera-worker", NULL,
                                  "One rank of a training job: the MLP 784-256-128-10 on "
                                  "Fashion-MNIST,\nthrough the Tessera SDK. `tessera train` starts "

@@ -13,13 +13,17 @@ Checked:
   is gone soon after, the job CANCELLED;
 - bad input fails before starting anything, naming the problem: more shards than nodes, a
   malformed --master, --master without a value (the job FAILED, its output says why, and no
-  tessera process ever ran in it).
+  tessera process ever ran in it);
+- `--run -- python3 tests/integration/user_train.py`: a user's PyTorch script as the two
+  workers, which take rank, worker count, master and job from the environment srun and the
+  launcher give them; the job completes on the fingerprint of the same script run by hand.
 Skipped, with the reason printed, where Slurm cannot run (not root, packages missing).
 """
 import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -155,6 +159,27 @@ class Slurm(unittest.TestCase):
             self.assertIn(needle, text)
             self.assertNotRegex(text, re.compile(r"^master ", re.M))
             self.assertFalse(os.path.exists(os.path.join(self.work, "tessera-" + job)), name)
+
+    def test_d_a_user_script_as_the_workers(self):
+        script = os.path.join(tl.SRC, "tests", "integration", "user_train.py")
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RANK", "WORLD_SIZE", "TESSERA_MASTER", "TESSERA_JOB")}
+        r = subprocess.run(["/usr/bin/python3", script, "--steps", "30"], capture_output=True,
+                           text=True, timeout=120, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        want = r.stdout.split("params_sha256 ")[1].split()[0]
+        job, out = self.sbatch("user", ["-N", "2", "-n", "2"],
+                               ["--shards", "2", "--run", "--", "/usr/bin/python3", script,
+                                "--steps", "30"])
+        state = self.s.wait_job(job, 300)
+        text = self.output(out)
+        self.assertEqual(state, "COMPLETED", text[-3000:] + self.s.logs()[-2000:])
+        self.assertIn("2 shard(s) alive", text)
+        self.assertRegex(text, r"(?m)^0: params_sha256 %s$" % want)   # srun --label
+        self.assertRegex(text, r"(?m)^0: step 20 loss ")
+        self.assertEqual(slurmlab.job_pids(job), [])
+        tl.log("sbatch --run: user_train.py as 2 workers on 2 nodes, params_sha256 %s... as "
+               "by hand" % want[:12])
 
 
 if __name__ == "__main__":

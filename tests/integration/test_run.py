@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""`tessera run`: a user's own training program launched and watched like the built-in jobs
+(docs/launch.md).
+
+- tests/integration/user_train.py (a PyTorch model that is not Tessera's MLP, exact mode) run
+  by hand, with no launcher variables, and under `tessera run --local-cluster --workers 2
+  --json` ends on the same params_sha256; stdout is one JSON document (the job finished, its
+  fingerprint as the workers told the master), the ranks' lines went to stderr, prefixed;
+- while such a job runs on a `tessera up` cluster, `tessera status --json` shows its step,
+  loss and samples/s (tessera.torch's reports) and each worker's job and rank;
+- every rank gets RANK, WORLD_SIZE, LOCAL_RANK, TESSERA_MASTER and TESSERA_JOB; --log-dir
+  keeps each rank's lines, --no-prefix drops the prefix;
+- a rank that fails stops the others at once and its exit code is the job's; a program that
+  does not exist and a master that does not answer start nothing, saying what to do;
+- --respawn: a rank of an elastic job (tessera-worker, started by `tessera run` as any
+  program) killed with SIGKILL is started again, and the job ends on the fingerprint of the
+  uninterrupted run (`tessera train --local`).
+"""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tessera_testlib as tl  # noqa: E402
+
+SCRIPT = os.path.join(tl.SRC, "tests", "integration", "user_train.py")
+PYTHONPATH = os.environ.get("PYTHONPATH", "")
+# What a launcher sets: none of it may leak into the runs "by hand".
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TESSERA_MASTER",
+               "TESSERA_JOB", "TESSERA_RANK", "TESSERA_WORKERS", "TESSERA_RESTARTS",
+               "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "JOB_COMPLETION_INDEX",
+               "TORCHELASTIC_RUN_ID")
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env.update(extra)
+    return env
+
+
+def tessera(args, timeout=180, env=None):
+    return subprocess.run([os.path.join(tl.BIN, "tessera")] + list(args), capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env=env or clean_env())
+
+
+def fingerprint_by_hand(steps):
+    r = subprocess.run(["/usr/bin/python3", SCRIPT, "--steps", str(steps)], capture_output=True,
+                       text=True, timeout=120, env=clean_env(TESSERA_LOG="warn"))
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split("params_sha256 ")[1].split()[0]
+
+
+class LocalCluster(unittest.TestCase):
+    def test_user_script_same_bits_as_by_hand(self):
+        want = fingerprint_by_hand(30)
+        r = tessera(["run", "--local-cluster", "--workers", "2", "--json", "/usr/bin/python3",
+                     SCRIPT, "--steps", "30"])
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        doc = json.loads(r.stdout)   # exactly one JSON document
+        self.assertEqual(doc["exit_code"], 0)
+        self.assertEqual(doc["workers"], 2)
+        self.assertEqual(doc["state"], "finished", doc)
+        self.assertEqual(doc["params_sha256"], want)
+        self.assertEqual([k["exit_code"] for k in doc["ranks"]], [0, 0])
+        self.assertIn("[rank 0] params_sha256 %s" % want, r.stderr)
+        self.assertNotIn("INFO", r.stderr)   # the SDK is quiet inside a user's program
+
+    def test_nothing_to_run(self):
+        r = tessera(["run", "--local-cluster", "--", "no-such-program-here"])
+        self.assertEqual(r.returncode, 127)
+        self.assertIn("no such program on $PATH (nothing was started)", r.stderr)
+        r = tessera(["run", "--master", "127.0.0.1:%d" % tl.free_port(), "true"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("nothing listens there", r.stderr)
+        self.assertIn("start a cluster with `tessera up`", r.stderr)
+        r = tessera(["run", "--workers", "2"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no program to run", r.stderr)
+
+
+class OnACluster(tl.UpCase, unittest.TestCase):
+    UP_ARGS = ("--shards", "2")
+
+    def env(self):
+        return clean_env(TESSERA_TLS_DIR=os.environ["TESSERA_TLS_DIR"], TESSERA_LOG="warn")
+
+    def test_environment_prefix_and_logs(self):
+        logs = tempfile.mkdtemp(dir=tl.TEST_TMP)
+        r = tessera(["run", "--master", self.addr, "--workers", "3", "--job", "envjob",
+                     "--log-dir", logs, "--", "sh", "-c",
+                     'echo "$RANK $WORLD_SIZE $LOCAL_RANK $TESSERA_MASTER $TESSERA_JOB '
+                     '$TESSERA_RESTARTS"; echo "to stderr $RANK" >&2'], env=self.env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for k in range(3):
+            self.assertIn("[rank %d] %d 3 %d %s envjob 0\n" % (k, k, k, self.addr), r.stdout)
+            self.assertIn("[rank %d] to stderr %d\n" % (k, k), r.stderr)
+            with open(os.path.join(logs, "rank-%d.log" % k)) as f:
+                self.assertEqual(sorted(f.read().splitlines()),
+                                 sorted(["%d 3 %d %s envjob 0" % (k, k, self.addr),
+                                         "to stderr %d" % k]))
+        r = tessera(["run", "--master", self.addr, "--no-prefix", "--", "echo", "plain"],
+                    env=self.env())
+        self.assertEqual(r.stdout, "plain\n")
+
+    def test_a_failing_rank_stops_the_others(self):
+        t0 = time.monotonic()
+        r = tessera(["run", "--master", self.addr, "--workers", "2", "--json", "--", "sh", "-c",
+                     'if [ "$RANK" = 1 ]; then sleep 0.5; exit 5; fi; exec sleep 120'],
+                    env=self.env(), timeout=60)
+        self.assertLess(time.monotonic() - t0, 30)
+        self.assertEqual(r.returncode, 5, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["exit_code"], 5)
+        self.assertEqual(doc["ranks"][1]["exit_code"], 5)
+        self.assertEqual(doc["ranks"][0]["exit_code"], 128 + signal.SIGTERM)
+        self.assertIn("rank 1 exited with status 5; stopping the others", r.stderr)
+
+    def test_progress_in_status(self):
+        job = "watch-%d" % os.getpid()
+        p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "run", "--master", self.addr,
+                              "--workers", "2", "--job", job, "/usr/bin/python3", SCRIPT,
+                              "--steps", "400", "--step-sleep", "0.02"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=self.env(), start_new_session=True)
+        try:
+            def progressed():
+                st = tl.status_json(self.addr)
+                jb = [j for j in st["jobs"] if j["id"] == job]
+                pr = jb[0].get("progress") if jb else None
+                return (st, pr) if pr and pr["step"] >= 20 else None
+            st, pr = tl.wait_until(progressed, 60, "the job's progress in tessera status")
+            self.assertTrue(math.isfinite(pr["loss"]) and 0 < pr["loss"] < 5, pr)
+            self.assertGreater(pr["samples_per_s"], 0)
+            seats = sorted(w["rank"] for w in st["workers"] if w.get("job") == job)
+            self.assertEqual(seats, [0, 1])
+            out, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("tessera run: job %s finished, params_sha256" % job, err)
+        jb = [j for j in tl.status_json(self.addr)["jobs"] if j["id"] == job][0]
+        self.assertTrue(20 <= jb["progress"]["step"] <= 400, jb["progress"])
+        self.assertIn("[rank 0] params_sha256 %s" % jb["params_sha256"], out)
+
+    def test_respawn_in_an_elastic_job(self):
+        steps, worker = 240, os.path.join(tl.BIN, "tessera-worker")
+        want = tessera(["train", "--local", "--exact", "--steps", str(steps), "--seed", "3",
+                        "--json"], env=self.env())
+        self.assertEqual(want.returncode, 0, want.stderr)
+        want = json.loads(want.stdout.strip().splitlines()[-1])["params_sha256"]
+        job = "respawn-%d" % os.getpid()
+        p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "run", "--master", self.addr,
+                              "--workers", "3", "--job", job, "--respawn", "--json", "--",
+                              worker, "--exact", "--steps", str(steps), "--seed", "3",
+                              "--slow-ms", "15"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=self.env(), start_new_session=True)
+        try:
+            def rank1():
+                for w in tl.status_json(self.addr)["workers"]:
+                    if w.get("job") == job and w["rank"] == 1 and w["clock"] >= 20 and \
+                            w["state"] == "alive":
+                        return w["pid"]
+                return None
+            os.kill(tl.wait_until(rank1, 60, "rank 1 at step 20"), signal.SIGKILL)
+            out, err = p.communicate(timeout=240)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("rank 1 was killed by signal 9", err)
+        self.assertIn("starting rank 1 again (restart 1)", err)
+        doc = json.loads(out)
+        self.assertEqual(doc["ranks"][1]["restarts"], 1)
+        self.assertEqual(doc["params_sha256"], want)
+
+
+if __name__ == "__main__":
+    tl.main()

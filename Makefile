@@ -276,8 +276,9 @@ test-fault: build asan
 # was skipped and why. DEPLOY_ONLY=slurm,container runs a subset.
 DEPLOY_ONLY ?=
 test-deploy: build
-	TESSERA_BIN=$(abspath $(BUILD))/bin PYTHONPATH=$(abspath $(BUILD))/gen/python \
-	    TESSERA_SRC=$(CURDIR) /usr/bin/python3 tests/deploy/run.py \
+	TESSERA_BIN=$(abspath $(BUILD))/bin TESSERA_SRC=$(CURDIR) \
+	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
+	    /usr/bin/python3 tests/deploy/run.py \
 	    $(if $(DEPLOY_ONLY),--only $(DEPLOY_ONLY))
 
 # One long-lived cluster, many short jobs, then its services' resources (test_soak.py; the

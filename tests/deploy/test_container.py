@@ -73,6 +73,19 @@ NETAVARK = ("/usr/lib/podman/netavark", "/usr/lib/podman/aardvark-dns")
 BUILD_TIMEOUT = 1800  # a cold build: the build packages, then Tessera compiled, on 2 cores
 
 
+USER_SCRIPT = os.path.join(tl.SRC, "tests", "integration", "user_train.py")
+
+
+def script_by_hand(steps):
+    """params_sha256 of tests/integration/user_train.py run on the host, no launcher."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "TESSERA_MASTER", "TESSERA_JOB")}
+    r = subprocess.run(["/usr/bin/python3", USER_SCRIPT, "--steps", str(steps)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split("params_sha256 ")[1].split()[0]
+
+
 def unavailable():
     """Why podman cannot build and run the image here, or None."""
     if os.geteuid() != 0:
@@ -370,6 +383,19 @@ class Container(unittest.TestCase):
         self.assertEqual(got["workers"], 2, got)
         self.assertEqual(got["transport"], "tcp", got)
         self.assertEqual(got["params_sha256"], self.host_sha())
+
+        # A user's PyTorch script (not the built-in MLP), mounted into the image and run by
+        # `tessera run` in a 5th container: the bits of the same script by hand on the host.
+        r, secs = self.podman_run("script", [
+            "tessera", "run", "--master", master + ":7070", "--workers", "2", "--json",
+            "python3", "/opt/tessera/script/train.py", "--steps", "30"],
+            extra=common + ["-v", "%s:/opt/tessera/script/train.py:ro" % USER_SCRIPT])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr + self.logs([master] + shards))
+        run = json.loads(r.stdout)
+        self.assertEqual((run["state"], run["exit_code"]), ("finished", 0), run)
+        self.assertEqual(run["params_sha256"], script_by_hand(30))
+        tl.log("tessera run of a user's script in a container: params_sha256 %s... as by hand "
+               "on the host; %.1f s" % (run["params_sha256"][:12], secs))
 
         # The master's --state-dir, in the shared volume, written as the image's user.
         r = self.p.run(["exec", master, "sh", "-c",

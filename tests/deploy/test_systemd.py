@@ -9,7 +9,10 @@ Checked:
 - the units' ExecStart lines, expanded as systemd does (%i, ${VAR} as one word, $VAR split on
   spaces, from tessera.env with loopback addresses and temp paths put in), start a master and
   two shards (instances: a free port each) that a `tessera train --exact` trains on to the
-  --local fingerprint; SIGTERM (the units' KillSignal) stops each within TimeoutStopSec.
+  --local fingerprint; SIGTERM (the units' KillSignal) stops each within TimeoutStopSec;
+- tessera-run@.service's ExecStart, with run.env naming a user's PyTorch script
+  (tests/integration/user_train.py) as its command, runs that script's two ranks on the
+  same cluster in the unit's WorkingDirectory, to the fingerprint of the script by hand.
 Not checked here: the hardening options at run time (this machine runs no systemd as PID 1, so
 no unit can be started); docs/deploy.md says so. Skipped where systemd-analyze is missing.
 """
@@ -86,14 +89,17 @@ class Systemd(unittest.TestCase):
             with open(os.path.join(UNITS, name)) as f:
                 text = f.read()
             text = text.replace("/usr/local/bin/", tl.BIN + "/").replace(
-                "/etc/tessera/tessera.env", os.path.join(d, "tessera.env"))
+                "/etc/tessera/tessera.env", os.path.join(d, "tessera.env")).replace(
+                "/etc/tessera/run-%i.env", os.path.join(d, "run-%i.env"))
             with open(os.path.join(d, name), "w") as f:
                 f.write(text + (extra if name.endswith(".service") else ""))
         return d
 
     def verify(self, d):
+        shutil.copy(os.path.join(d, "run.env"), os.path.join(d, "run-script.env"))
         r = subprocess.run([self.analyze, "verify", os.path.join(d, "tessera-master.service"),
-                            os.path.join(d, "tessera-shard@7001.service")],
+                            os.path.join(d, "tessera-shard@7001.service"),
+                            os.path.join(d, "tessera-run@script.service")],
                            capture_output=True, text=True, timeout=60)
         return r.returncode, (r.stdout + r.stderr).strip()
 
@@ -104,8 +110,8 @@ class Systemd(unittest.TestCase):
         self.assertEqual((rc, said), (0, ""))
         rc, said = self.verify(self.copy_units("bad", "RestartSecs=1\n"))
         self.assertIn("Unknown key 'RestartSecs'", said)
-        tl.log("systemd-analyze verify: tessera-master.service, tessera-shard@7001.service "
-               "clean; a misspelt key is reported")
+        tl.log("systemd-analyze verify: tessera-master.service, tessera-shard@7001.service, "
+               "tessera-run@script.service clean; a misspelt key is reported")
 
     def test_b_the_units_command_lines_run_a_cluster(self):
         d = self.copy_units("run")
@@ -163,6 +169,7 @@ class Systemd(unittest.TestCase):
                            timeout=300)
             self.assertEqual(got, json.loads(r.stdout.strip().splitlines()[-1])
                              ["params_sha256"])
+            self.run_unit(d, env, state)
             stop_s = int(unit_values(os.path.join(d, "tessera-master.service"),
                                      "TimeoutStopSec")[0])
             for p in reversed(procs):
@@ -175,6 +182,30 @@ class Systemd(unittest.TestCase):
             raise
         finally:
             c.stop()
+
+    def run_unit(self, d, env, state):
+        """tessera-run@script.service's ExecStart, run.env's command replaced by the user
+        script (its other settings kept), in the unit's WorkingDirectory."""
+        script = os.path.join(tl.SRC, "tests", "integration", "user_train.py")
+        run_env = dict(env_file(os.path.join(d, "run.env")),
+                       TESSERA_RUN_COMMAND="/usr/bin/python3 %s --steps 30" % script)
+        unit = os.path.join(d, "tessera-run@.service")
+        argv = expand(unit_values(unit, "ExecStart")[0], dict(env, **run_env), "script")
+        cwd = expand(unit_values(unit, "WorkingDirectory")[0], env, "script")[0]
+        cwd = cwd.replace("/var/lib/tessera", state)
+        os.makedirs(cwd)
+        clean = {k: v for k, v in os.environ.items()
+                 if k not in ("RANK", "WORLD_SIZE", "TESSERA_MASTER", "TESSERA_JOB")}
+        r = subprocess.run(["/usr/bin/python3", script, "--steps", "30"], capture_output=True,
+                           text=True, timeout=120, env=clean)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        want = r.stdout.split("params_sha256 ")[1].split()[0]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=cwd)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertIn("[rank 0] params_sha256 %s" % want, r.stdout)
+        self.assertIn("tessera run: job script finished, params_sha256 %s" % want, r.stderr)
+        tl.log("tessera-run@script: user_train.py's 2 ranks, params_sha256 %s... as by hand"
+               % want[:12])
 
 
 if __name__ == "__main__":

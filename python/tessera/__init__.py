@@ -30,7 +30,9 @@ Every failure raises tessera.Error, with ``code`` (the gRPC status name: INVALID
 NOT_FOUND, FAILED_PRECONDITION, ABORTED, DEADLINE_EXCEEDED, UNAVAILABLE, ...), ``grpc_code``
 (its number) and ``message``; bad input raises the subclass tessera.InvalidArgument, which is
 also a ValueError. A step the cluster took back to its last snapshot raises tessera.Rollback
-(a tessera.Error): the params hold that step's values; train on from Client.resume_step.
+(a tessera.Error): the params hold that step's values; train on from Client.resume_step. A
+step of an elastic job (elastic=True) whose slots changed hands raises tessera.Slots the
+same way: compute the slots Client.slots() names for Client.resume_step, and step again.
 SDK calls release the GIL; one Client serialises its own calls.
 
 ``tessera.torch`` attaches a ``torch.nn.Module`` to a cluster (docs/python.md).
@@ -49,13 +51,14 @@ from tessera._tessera import (  # noqa: E402,F401
     Error,
     InvalidArgument,
     Rollback,
+    Slots,
     fixed_add,
     fixed_add_f32,
     launch_env,
     to_fixed,
 )
 
-__all__ = ["Client", "Error", "InvalidArgument", "Rollback", "to_fixed", "fixed_add",
+__all__ = ["Client", "Error", "InvalidArgument", "Rollback", "Slots", "to_fixed", "fixed_add",
            "fixed_add_f32", "launch_env", "LOSS_SCALE_NONE", "LOSS_SCALE_SDK", "LOSS_SCALE_CALLER", "FIXED_ONE",
            "torch"]
 

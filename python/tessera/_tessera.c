@@ -778,6 +778,17 @@ static PyMethodDef client_methods[] = {
       "set_result(failed, text=None): how this worker's part of the job ended, told to the\n"
       "master at close: failed False with the final params_sha256, or True with a reason.\n"
       "Leaving a with-block on an exception sets it to failed." },
+    { "slots", (PyCFunction)client_slots, METH_NOARGS,
+      "slots() -> [int]: the slots this worker computes now (elastic=True; docs/elastic.md);\n"
+      "its rank's alone unless workers died" },
+    { "step_slots", KW client_step_slots, METH_VARARGS | METH_KEYWORDS,
+      "step_slots(step, slots, grads, params)\n\nstep() for several slots: grads[k] (one "
+      "array per tensor) is slot slots[k]'s\ngradient. Raises tessera.Slots when the slots "
+      "changed hands: params then hold\nthe values of resume_step; compute slots() for it and "
+      "step again." },
+    { "join", (PyCFunction)client_join, METH_O,
+      "join(params) -> step: an elastic job under way, every tensor at its newest version,\n"
+      "into params; the step to train next (a worker that joins or comes back starts so)" },
     { "close", (PyCFunction)client_close, METH_NOARGS,
       "close(): leaves the cluster and frees the handle (idempotent)" },
     { "__enter__", (PyCFunction)client_enter, METH_NOARGS, NULL },
@@ -863,9 +874,14 @@ PyMODINIT_FUNC PyInit__tessera(void)
                                            "to its last snapshot. params hold that step's "
                                            "values; train on from Client.resume_step.",
                                            Error) : NULL;
-    if (!Rollback || PyModule_AddObjectRef(m, "Error", Error) ||
+    Slots = Rollback ? new_error("tessera.Slots", "step_slots(), step() of an elastic job: its "
+                                 "slots changed hands (a worker died or came back). params "
+                                 "hold the values of Client.resume_step: compute the slots "
+                                 "Client.slots() names for it and step again.", Error) : NULL;
+    if (!Slots || PyModule_AddObjectRef(m, "Error", Error) ||
         PyModule_AddObjectRef(m, "InvalidArgument", InvalidArgument) ||
         PyModule_AddObjectRef(m, "Rollback", Rollback) ||
+        PyModule_AddObjectRef(m, "Slots", Slots) ||
         PyModule_AddObjectRef(m, "Client", (PyObject *)&client_type) ||
         PyModule_AddIntConstant(m, "LOSS_SCALE_NONE", TESSERA_LOSS_SCALE_NONE) ||
         PyModule_AddIntConstant(m, "LOSS_SCALE_SDK", TESSERA_LOSS_SCALE_SDK) ||

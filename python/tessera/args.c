@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-PyObject *Error, *InvalidArgument, *Rollback;
+PyObject *Error, *InvalidArgument, *Rollback, *Slots;
 
 /* ---- errors ---- */
 
@@ -15,6 +15,7 @@ PyObject *raise_code(int code, const char *msg)
     int grpc = tessera_grpc_code(code);
     PyObject *cls = grpc == tessera_grpc_code(TESSERA_EINVAL) ? InvalidArgument
                     : code == TESSERA_EROLLBACK                 ? Rollback
+                    : code == TESSERA_ESLOTS                    ? Slots
                                                                 : Error;
     PyObject *m = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
     PyObject *name = PyUnicode_FromString(tessera_grpc_code_name(grpc));
@@ -423,10 +424,10 @@ static char *option_names[] = { "master", "job", "rank", "workers", "exact", "op
                                 "batch", "transport", "timeout_ms", "data_seed", "micro_batch",
                                 "mode", "staleness", "compress", "sync_every", "loss_scale",
                                 "delay_ms", "keep", "exact_push", "compress_pull", "dynamic",
-                                "call_timeout_ms", NULL };
+                                "call_timeout_ms", "elastic", NULL };
 enum { O_MASTER, O_JOB, O_RANK, O_WORKERS, O_EXACT, O_OPTIMIZER, O_BATCH, O_TRANSPORT,
        O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS, O_DELAY,
-       O_KEEP, O_EXACT_PUSH, O_PULL, O_DYNAMIC, O_CALL, O_COUNT };
+       O_KEEP, O_EXACT_PUSH, O_PULL, O_DYNAMIC, O_CALL, O_ELASTIC, O_COUNT };
 
 /* The arguments o[] into *opt (the SDK checks the values it alone understands). Strings made
  * from dicts are appended to keep, which must outlive opt. */
@@ -456,7 +457,8 @@ static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt,
          get_exact_push(o[O_EXACT_PUSH], &opt->exact_push) ||
          get_list(o[O_PULL], "compress_pull", &opt->pull_compress, &made[2]) ||
          get_flag(o[O_DYNAMIC], "dynamic", &opt->dynamic) ||
-         get_uint(o[O_CALL], "call_timeout_ms", INT32_MAX, &v[O_CALL]);
+         get_uint(o[O_CALL], "call_timeout_ms", INT32_MAX, &v[O_CALL]) ||
+         get_flag(o[O_ELASTIC], "elastic", &opt->elastic);
     for (int i = 0; i < 3; i++) {
         if (made[i] && PyList_Append(keep, made[i]))
             rc = -1;
@@ -478,7 +480,8 @@ static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt,
 
 /* The launcher's environment (docs/launch.md) for what the arguments leave out: master,
  * job, rank, workers, and the restarts a supervisor counted. Master "local" when neither
- * says. */
+ * says. A caller that names master "local" itself asks for one process: the environment's
+ * rank and workers (another program's launcher) are not for it. */
 static int options_env(PyObject *const o[O_COUNT], struct tessera_options *opt,
                        struct tessera_launch *env)
 {
@@ -488,6 +491,8 @@ static int options_env(PyObject *const o[O_COUNT], struct tessera_options *opt,
         raise_sdk(&e);
         return -1;
     }
+    if (!UNSET(o, O_MASTER) && opt->master && !strcmp(opt->master, "local"))
+        return 0;
     if (UNSET(o, O_MASTER))
         opt->master = env->master ? env->master : "local";
     if (UNSET(o, O_JOB) && env->job)
@@ -505,10 +510,11 @@ int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt,
 {
     PyObject *o[O_COUNT] = { NULL };
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOOOOOO:Client", option_names,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOOOOOOO:Client", option_names,
                                      &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
                                      &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
-                                     &o[15], &o[16], &o[17], &o[18], &o[19], &o[20], &o[21]))
+                                     &o[15], &o[16], &o[17], &o[18], &o[19], &o[20], &o[21],
+                                     &o[22]))
         return -1;
     /* The SDK copies what it keeps; the arguments are kept anyway, as cheap insurance. */
     for (int i = 0; i < O_COUNT; i++)

@@ -19,7 +19,7 @@
 extern PyMethodDef fixed_methods[], snapshot_methods[], launch_methods[];
 
 /* The module's exceptions, created at import (PyInit__tessera). */
-extern PyObject *Error, *InvalidArgument, *Rollback;
+extern PyObject *Error, *InvalidArgument, *Rollback, *Slots;
 
 enum elem { F32, I64 };
 
@@ -29,9 +29,9 @@ struct arr {
     int held;
 };
 
-/* Raise tessera.Error (InvalidArgument for TESSERA_EINVAL, Rollback for TESSERA_EROLLBACK)
- * for an SDK code and message, or for an SDK error; invalid() raises InvalidArgument with a
- * formatted message. All return NULL, for `return raise_...(...)`. */
+/* Raise tessera.Error (InvalidArgument for TESSERA_EINVAL, Rollback for TESSERA_EROLLBACK,
+ * Slots for TESSERA_ESLOTS) for an SDK code and message, or for an SDK error; invalid() raises
+ * InvalidArgument with a formatted message. All return NULL, for `return raise_...(...)`. */
 PyObject *raise_code(int code, const char *msg);
 PyObject *raise_sdk(const struct tessera_error *e);
 PyObject *invalid(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -84,6 +84,11 @@ PyObject *client_claim_work(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_next_task(struct client *self, PyObject *unused);
 PyObject *client_task_done(struct client *self, PyObject *args, PyObject *kw);
 
+/* elastic.c: the methods (docs/elastic.md). */
+PyObject *client_slots(struct client *self, PyObject *unused);
+PyObject *client_step_slots(struct client *self, PyObject *args, PyObject *kw);
+PyObject *client_join(struct client *self, PyObject *oparams);
+
 /* launch.c: the (master, job, rank, workers) tuple of opt for client->where (NULL with an
  * exception set), and the getter of its item (intptr_t)closure: Client.master, .job, .rank,
  * .workers. */

@@ -93,6 +93,7 @@ import numpy as np
 import torch
 
 import tessera
+from tessera._elastic import Elastic
 from tessera._overlap import DEFAULT_BUCKET_BYTES, DEFAULT_OVERLAP, Overlap
 from tessera._state import (STATE_LEN, Optimizer, _buffers_of, _error, _flat, _invalid,
                             _optimizer_defaults, _RoutedLoad)
@@ -138,7 +139,7 @@ def _spec(init, name, param):
     return s
 
 
-class ParameterServer(Overlap):
+class ParameterServer(Overlap, Elastic):
     """A module's parameters (and buffers) held by Tessera shards. Made by attach(); see the
     module doc."""
 
@@ -147,11 +148,14 @@ class ParameterServer(Overlap):
     def __init__(self, module, client, seed=0, init=None, partition_bytes=0, buffers=False,
                  overlap=False, bucket_bytes=None, rank=0, workers=1, batch=None,
                  broadcast_buffers=True, loss_reduction="mean", micro_batch=None,
-                 param_groups=None, optimizer="momentum", mode="bsp"):
+                 param_groups=None, optimizer="momentum", mode="bsp", elastic=False):
         self.module = module
         self._comm = None       # overlap: the thread that makes the SDK calls (_Comm)
         self.client = client
         self.rank, self.workers, self.batch = rank, workers, batch
+        #: An elastic job (tessera._elastic): this rank computes the slots slots() names.
+        self.elastic = bool(elastic)
+        self._slot_sums = {}    # elastic: slot -> (its sums, pending), as _acc and _pending
         if loss_reduction not in ("mean", "sum"):
             raise _invalid("loss_reduction: \"mean\" (the loss is averaged over this rank's "
                            "samples, torch's default) or \"sum\" expected, got %r"
@@ -169,15 +173,20 @@ class ParameterServer(Overlap):
                                   "" if p.is_contiguous() else ", not contiguous"))
         #: Whether steps can be assignments (mode bsp): the model's own weights, frozen
         #: parameters and kept buffers need them.
-        self.assigns = (mode or "bsp") == "bsp"
-        if not self.assigns:
+        self.assigns = (mode or "bsp") == "bsp" and not self.elastic
+        if self.elastic and init is None:
+            raise _invalid("elastic: an elastic job cannot start from the model's own weights "
+                           "yet (the step that assigns them needs fixed ranks): pass init= "
+                           "(True: Tessera's default initializers, the same bits on every "
+                           "rank; docs/python.md, \"Elastic jobs\")")
+        if not self.assigns and not self.elastic:
             warnings.warn("tessera.torch: mode %s: the job starts from Tessera's initializers "
                           "(init=, default_init), not the model's weights; buffers are each "
                           "rank's own and frozen parameters move with weight decay and momentum: "
                           "assignments are bsp only" % mode, stacklevel=3)
             broadcast_buffers = False
-        elif init is not None:   # Tessera's initializers, the same bits on every rank
-            initialize(module, seed, init)
+        elif self.assigns and init is not None:   # Tessera's initializers, the same bits
+            initialize(module, seed, init)          # on every rank
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         defaults = _optimizer_defaults(optimizer)
@@ -190,6 +199,7 @@ class ParameterServer(Overlap):
         self._group_of = {id(p): g for g in self.optimizer.param_groups for p in g["params"]}
         self._lr_sent = {}      # tensor id -> (lr, weight decay on) its pushes carry
         self._bufs = _buffers_of(module) if broadcast_buffers else []
+        self._check_elastic(overlap, buffers)
         self.ids = []
         for name, t in named + [(b.name, b.tensor) for b in self._bufs]:
             kind, fan_in, fan_out = ("assigned", 0, 0) if self.assigns else _spec(init, name, t)
@@ -198,7 +208,8 @@ class ParameterServer(Overlap):
                                             partition_bytes=partition_bytes))
         self._buf_ids = self.ids[len(self.params):]
         del self.ids[len(self.params):]
-        versions = {client.version(i) for i in self.ids + self._buf_ids}
+        # An elastic job may be mid-step (a rank started again): _start joins its newest step.
+        versions = {0} if self.elastic else {client.version(i) for i in self.ids + self._buf_ids}
         if len(versions) != 1:
             raise _error("FAILED_PRECONDITION", "the shards hold tensors at versions %s: "
                          "restart the cluster" % sorted(versions))
@@ -242,7 +253,9 @@ class ParameterServer(Overlap):
         job under way (restored), or one without assignments: its version pulled. With
         buffers, each parameter's storage then becomes the SDK's buffer."""
         with torch.no_grad():
-            if self.version == 0 and self.assigns:
+            if self.elastic:
+                self._join()
+            elif self.version == 0 and self.assigns:
                 self._assign_step({i: _flat(p) for i, p in enumerate(self.params)},
                                   {k: b.values() for k, b in enumerate(self._bufs)})
             else:
@@ -393,12 +406,19 @@ class ParameterServer(Overlap):
             raise _invalid("local_batch: the number of samples the loss was averaged over "
                            "(an int >= 0) expected, got %r" % (local_batch,))
 
-    def accumulate(self, local_batch=None):
+    def accumulate(self, local_batch=None, slot=None):
         """Adds the current p.grad of every parameter to this step's sum (int64 fixed point in
         exact mode). Call it after each micro-batch's backward; local_batch: the loss was a
         mean over that many samples (the gradient is multiplied by it; under
-        loss_reduction="mean" it defaults to attach's micro_batch)."""
+        loss_reduction="mean" it defaults to attach's micro_batch). slot: the slot the
+        micro-batch belongs to, one of slots() (elastic jobs; default this rank's)."""
         self._check_local_batch(local_batch)
+        if self.elastic:
+            return self._accumulate_slot(self.rank if slot is None else slot,
+                                         self._share(local_batch, micro=True))
+        if slot is not None and slot != self.rank:
+            raise _invalid("slot %r: this job is not elastic; its one slot is rank %d's "
+                           "(attach with elastic=True)" % (slot, self.rank))
         if self._comm is not None and any(e is not None for e in self._pushes):
             raise _invalid("accumulate: with overlap, this step's backward pushed its gradients"
                            " already: run the earlier micro-batches' backward inside "
@@ -490,7 +510,7 @@ class ParameterServer(Overlap):
         then holds that step's values and ``self.version`` is it; train on from there (the
         data of that step)."""
         self.report(loss)
-        version = self._step(local_batch)
+        version = self._step_elastic(local_batch) if self.elastic else self._step(local_batch)
         self._progress()
         return version
 
@@ -540,6 +560,7 @@ class ParameterServer(Overlap):
     def discard(self):
         """Drops what accumulate() summed for this step (a step the trainer abandons)."""
         self._pending = False
+        self._slot_sums = {}
 
     # ---- load and save ----
 
@@ -737,7 +758,7 @@ class ParameterServer(Overlap):
 def attach(module, master=None, job=None, rank=None, workers=None, optimizer="momentum",
            batch=None, exact=False, seed=0, init=None, partition_bytes=0, buffers=False,
            overlap=False, bucket_bytes=None, broadcast_buffers=True, loss_reduction="mean",
-           param_groups=None, **options):
+           param_groups=None, elastic=False, **options):
     """Connects to a cluster (tessera.Client(master, job, rank, workers, exact, optimizer,
     batch, **options): mode, compress, sync_every, loss_scale, transport, timeout_ms,
     micro_batch, ...), registers every parameter of ``module`` (named_parameters() order) and,
@@ -752,10 +773,11 @@ def attach(module, master=None, job=None, rank=None, workers=None, optimizer="mo
     ``master``, ``job``, ``rank`` and ``workers`` left out (None) come from the launcher's
     environment (``tessera.launch_env()``: ``tessera run``, torchrun, srun, a Kubernetes
     indexed Job; docs/launch.md), else "local", "default", 0 and 1, as for tessera.Client.
-    Returns the ParameterServer. Collective: every rank attaches the same model the same way
-    (rank 0's values win)."""
+    ``elastic``: the job outlives a dead rank, whose slots the live ranks compute
+    (tessera._elastic). Returns the ParameterServer. Collective: every rank attaches the same
+    model the same way (rank 0's values win)."""
     client = tessera.Client(master=master, job=job, rank=rank, workers=workers, exact=exact,
-                            optimizer=optimizer, batch=batch, **options)
+                            optimizer=optimizer, batch=batch, elastic=elastic, **options)
     try:
         return ParameterServer(module, client, seed=seed, init=init,
                                partition_bytes=partition_bytes, buffers=buffers,
@@ -765,7 +787,7 @@ def attach(module, master=None, job=None, rank=None, workers=None, optimizer="mo
                                loss_reduction=loss_reduction,
                                micro_batch=options.get("micro_batch"),
                                param_groups=param_groups, optimizer=optimizer,
-                               mode=options.get("mode"))
+                               mode=options.get("mode"), elastic=elastic)
     except BaseException:
         client.close()
         raise
@@ -778,7 +800,7 @@ def initialize(module, seed=0, init=None):
     "normal:0.01", "zeros", or a tuple (str, fan_in, fan_out); default_init for the others)
     and (seed, name), computed by the shards' own code in this process, the same bits on
     every host. Returns module."""
-    with tessera.Client(master="local", batch=1) as c, torch.no_grad():
+    with tessera.Client(master="local", rank=0, workers=1, batch=1) as c, torch.no_grad():
         for name, p in module.named_parameters():
             kind, fan_in, fan_out = _spec(init, name, p)
             i = c.register(name, tuple(p.shape) or (1,), init=kind, seed=seed, fan_in=fan_in,

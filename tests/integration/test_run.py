@@ -12,9 +12,10 @@
   keeps each rank's lines, --no-prefix drops the prefix;
 - a rank that fails stops the others at once and its exit code is the job's; a program that
   does not exist and a master that does not answer start nothing, saying what to do;
-- --respawn: a rank of an elastic job (tessera-worker, started by `tessera run` as any
-  program) killed with SIGKILL is started again, and the job ends on the fingerprint of the
-  uninterrupted run (`tessera train --local`).
+- --respawn: a rank of an elastic job killed with SIGKILL is started again, and the job ends
+  on the fingerprint of the uninterrupted run: tessera-worker started as any program (against
+  `tessera train --local`), and the user script with tessera.torch's elastic=True (against
+  the script by hand).
 """
 import json
 import math
@@ -83,6 +84,37 @@ class LocalCluster(unittest.TestCase):
         r = tessera(["run", "--workers", "2"])
         self.assertEqual(r.returncode, 2)
         self.assertIn("no program to run", r.stderr)
+
+
+class ElasticRefusals(unittest.TestCase):
+    """What an elastic tessera.torch job cannot have is refused by name, before any step."""
+
+    def test_refused(self):
+        import torch
+        import tessera
+        import tessera.torch
+
+        def attach(model, **kw):
+            with tl.environ(**{k: None for k in LAUNCH_VARS}):
+                return tessera.torch.attach(model, batch=4, elastic=True, **kw)
+        for kw, model, needle in (
+                ({}, torch.nn.Linear(3, 2), "pass init="),
+                ({"init": True, "overlap": True}, torch.nn.Linear(3, 2), "not with overlap"),
+                ({"init": True, "buffers": True}, torch.nn.Linear(3, 2), "buffers=True"),
+                ({"init": True}, torch.nn.BatchNorm1d(3), "broadcast_buffers"),
+                ({"init": True, "broadcast_buffers": False},
+                 torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2)),
+                 "frozen parameters ['0.weight'")):
+            if "frozen" in needle:
+                model[0].weight.requires_grad_(False)
+            with self.assertRaises(tessera.InvalidArgument) as cm:
+                attach(model, **kw).close()
+            self.assertIn(needle, str(cm.exception))
+        ps = attach(torch.nn.Linear(3, 2), init=True)   # one process: its slot is its rank
+        self.assertEqual(ps.slots(), [0])
+        with self.assertRaises(tessera.InvalidArgument):
+            ps.accumulate(slot=1)
+        ps.close()
 
 
 class OnACluster(tl.UpCase, unittest.TestCase):
@@ -183,6 +215,39 @@ class OnACluster(tl.UpCase, unittest.TestCase):
         doc = json.loads(out)
         self.assertEqual(doc["ranks"][1]["restarts"], 1)
         self.assertEqual(doc["params_sha256"], want)
+
+    def test_respawn_a_python_rank_of_an_elastic_job(self):
+        args = ["--steps", "200", "--batch", "36", "--elastic"]
+        r = subprocess.run(["/usr/bin/python3", SCRIPT] + args, capture_output=True, text=True,
+                           timeout=120, env=clean_env(TESSERA_LOG="warn"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        want = r.stdout.split("params_sha256 ")[1].split()[0]
+        job = "pyrespawn-%d" % os.getpid()
+        p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "run", "--master", self.addr,
+                              "--workers", "3", "--job", job, "--respawn", "--json",
+                              "/usr/bin/python3", SCRIPT, "--step-sleep", "0.03"] + args,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=self.env(), start_new_session=True)
+        try:
+            def rank1():
+                for w in tl.status_json(self.addr)["workers"]:
+                    if w.get("job") == job and w["rank"] == 1 and w["clock"] >= 20 and \
+                            w["state"] == "alive":
+                        return w["pid"]
+                return None
+            os.kill(tl.wait_until(rank1, 90, "python rank 1 at step 20"), signal.SIGKILL)
+            out, err = p.communicate(timeout=240)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("rank 1 was killed by signal 9", err)
+        doc = json.loads(out)
+        self.assertEqual(doc["ranks"][1]["restarts"], 1)
+        self.assertEqual(doc["params_sha256"], want)
+        tl.log("a Python rank killed at step 20 and started again: params_sha256 %s... as the "
+               "uninterrupted run" % want[:12])
 
 
 if __name__ == "__main__":

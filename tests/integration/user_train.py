@@ -5,9 +5,11 @@ through tessera.torch in exact mode.
 
 It names no rank, worker count, master or job: tessera.torch.attach takes them from the
 launcher's environment (tessera run, srun, a Kubernetes indexed Job, torchrun; by hand with
-none of them: one process, master "local"). Each rank computes its share of every global
-batch, so the parameters are the same bits for any number of ranks (exact mode); rank 0
-prints them as `params_sha256 HEX` at the end, and one JSON line with --json.
+none of them: one process, master "local"). Each rank computes the share of every global
+batch of each slot ps.slots() names (its own rank's; with --elastic, also a dead rank's
+until it comes back), so the parameters are the same bits for any number of ranks and
+whoever dies (exact mode); rank 0 prints them as `params_sha256 HEX` at the end, and one JSON
+line with --json.
 """
 import argparse
 import json
@@ -52,13 +54,18 @@ def main():
     ap.add_argument("--step-sleep", type=float, default=0.0,
                     help="seconds to sleep in each step (to watch a job while it runs)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--elastic", action="store_true",
+                    help="the job outlives a dead rank (tessera run --respawn starts it again)")
     a = ap.parse_args()
 
     torch.manual_seed(a.seed)
     model = Net()
     x, y = data(a.seed, 4096)
     ps = tessera.torch.attach(model, optimizer="momentum:lr=0.05,momentum=0.9",
-                              batch=a.batch, exact=True, micro_batch=a.batch // 12)
+                              batch=a.batch, exact=True, micro_batch=a.batch // 12,
+                              elastic=a.elastic,
+                              # an elastic job starts from Tessera's initializers (he, zeros)
+                              init=True if a.elastic else None)
     rank, workers = ps.rank, ps.workers
     if a.batch % (12 * workers):
         sys.exit("--batch %d: a multiple of 12 x the %d workers expected" % (a.batch, workers))
@@ -67,20 +74,24 @@ def main():
     with ps:
         while ps.version <= a.steps:
             step = ps.version - 1
-            base = (step * a.batch) % (len(x) - a.batch) + rank * share
-            model.zero_grad()
-            total = 0.0
-            # Micro-batches, each summed in fixed point: the bits do not depend on the split.
-            for m in range(0, share, micro):
-                xb, yb = x[base + m:base + m + micro], y[base + m:base + m + micro]
-                loss = F.cross_entropy(model(xb), yb)
-                model.zero_grad()
-                loss.backward()
-                ps.accumulate()
-                total += loss.item() * len(yb)
+            total, slots = 0.0, ps.slots()
+            # Each slot's micro-batches, summed in fixed point: the bits do not depend on the
+            # split, nor on which rank computes a slot.
+            for slot in slots:
+                base = (step * a.batch) % (len(x) - a.batch) + slot * share
+                for m in range(0, share, micro):
+                    xb, yb = x[base + m:base + m + micro], y[base + m:base + m + micro]
+                    loss = F.cross_entropy(model(xb), yb)
+                    model.zero_grad()
+                    loss.backward()
+                    ps.accumulate(slot=slot)
+                    total += loss.item() * len(yb)
             if a.step_sleep:
                 time.sleep(a.step_sleep)
-            ps.step(loss=total / share)
+            try:
+                ps.step(loss=total / (share * len(slots)))
+            except tessera.Slots:   # a rank died or came back: ps.version's values, again
+                continue
             if rank == 0 and ps.version % 20 == 1:
                 with torch.no_grad():
                     acc = (model(x[:512]).argmax(1) == y[:512]).float().mean().item()

@@ -8,6 +8,9 @@ them every second. Checked:
   _count; the families the docs promise are there (the master's epoch and members, the
   shards' push and pull histograms and byte counters, the workers' steps, the calls of
   lib/rpc by method and code);
+- only rank 0 evaluates, so only rank 0 exports tessera_worker_loss, _train_accuracy and
+  _test_accuracy, and their series appear with its first evaluation, never at a 0 nobody
+  measured; rank 1 has none of the three families;
 - during training the worker's tessera_worker_steps_total rises between two scrapes, and a
   scrape every 100 ms beside it never stops the steps;
 - Prometheus, given a generated config, scrapes them: a PromQL query through its HTTP API
@@ -180,6 +183,31 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
             updates = value(samples, "tessera_shard_updates_total")
             aggregated = value(samples, "tessera_shard_aggregate_seconds_count")
             self.assertLessEqual(abs(aggregated - updates), 64, (port, aggregated, updates))
+
+    def test_ab_only_rank0_exports_its_evaluation(self):
+        evals = ("tessera_worker_loss", "tessera_worker_train_accuracy",
+                 "tessera_worker_test_accuracy")
+
+        def rank0_evaluated():
+            types, samples = parse(get(self.wbase)[2])
+            for fam in evals:
+                self.assertIn(fam, types)
+                for name, labels, v in samples:   # never a value before the first one
+                    if name == fam:
+                        self.assertGreater(v, 0, (name, labels))
+            got = {n: (lab, v) for n, lab, v in samples if n in evals}
+            return len(got) == 3 and got if self.train.running() else "gone"
+        got = tl.wait_until(rank0_evaluated, 120, "rank 0's first evaluation", interval=0.1)
+        self.assertNotEqual(got, "gone", "training ended before rank 0 evaluated")
+        self.assertTrue(all('job_id="metrics",rank="0"' in lab for lab, _ in got.values()), got)
+        self.assertLess(got["tessera_worker_loss"][1], 10)
+        self.assertLessEqual(got["tessera_worker_test_accuracy"][1], 1)
+        types, samples = parse(get(self.wbase + 1)[2])
+        self.assertIn("tessera_worker_steps_total", types)
+        for fam in evals:
+            self.assertNotIn(fam, types, "rank 1 does not evaluate")
+        tl.log("rank 0's evaluation: %s; rank 1 exports none" % {
+            n: v for n, (_, v) in got.items()})
 
     def test_b_steps_rise_and_scrapes_never_block_them(self):
         stop, scrapes = threading.Event(), [0]

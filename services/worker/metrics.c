@@ -115,7 +115,7 @@ int worker_metrics_start(const struct train_opts *o, tessera *t)
     }
     w.t = t;
     ts_metrics_collector(collect, NULL);
-    if (ts_serve_metrics(o->metrics_port, "worker", &err)) {
+    if (ts_serve_metrics(o->metrics_host, o->metrics_port, "worker", &err)) {
         fprintf(stderr, "tessera-worker: %s\n", err.msg);
         return 1;
     }

@@ -20,6 +20,10 @@ them every second. Checked:
   (tessera_snapshots_total{result="ok"}, its duration and the bytes written);
 - POST is 405 with an Allow header, an unknown path 404, a request with 40 KB of headers
   431; the service answers /metrics normally right after;
+- where the endpoints listen: with gRPC on loopback (tessera up, tessera train), every
+  /metrics answers on 127.0.0.1 and refuses a connection to the machine's non-loopback
+  address; a master given --metrics-listen 0.0.0.0 answers on that address (skipped, with
+  the reason printed, on a machine with no such address);
 - deploy/grafana/tessera.json: every expression of the dashboard names only metrics the
   services export;
 - the master's status page: `/` is one HTML page that fetches nothing from elsewhere;
@@ -122,6 +126,34 @@ def check_histograms(types, samples):
                 raise AssertionError("%s%s: +Inf %s != _count" % (fam, key, buckets[-1]))
 
 
+def outside_address():
+    """An IPv4 address of this machine that is not loopback, or None."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("192.0.2.1", 9))   # a UDP connect picks the route's source; sends nothing
+        addr = s.getsockname()[0]
+    except OSError:
+        addr = None
+    finally:
+        s.close()
+    if addr and not addr.startswith("127."):
+        return addr
+    try:
+        addrs = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None,
+                                                     socket.AF_INET)}
+    except OSError:
+        return None
+    return next((a for a in sorted(addrs) if not a.startswith("127.")), None)
+
+
+def connects(addr, port):
+    try:
+        socket.create_connection((addr, port), timeout=3).close()
+        return True
+    except OSError:
+        return False
+
+
 def value(samples, name, labels_contain=""):
     return sum(v for n, lab, v in samples if n == name and labels_contain in lab)
 
@@ -183,6 +215,31 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
             updates = value(samples, "tessera_shard_updates_total")
             aggregated = value(samples, "tessera_shard_aggregate_seconds_count")
             self.assertLessEqual(abs(aggregated - updates), 64, (port, aggregated, updates))
+
+    def test_aa_endpoints_listen_on_loopback_unless_told(self):
+        outside = outside_address()
+        if not outside:
+            print("skipped: this machine has no IPv4 address but loopback, so no address "
+                  "to find the endpoints closed on")
+            self.skipTest("no non-loopback IPv4 address")
+        # the master and the shards listen for gRPC on 127.0.0.1, the workers serve none:
+        # /metrics is on 127.0.0.1 alone (the workers' only while they run)
+        ports = self.ports if self.train.running() else self.ports[:3]
+        for port in ports:
+            self.assertTrue(connects("127.0.0.1", port), port)
+            self.assertFalse(connects(outside, port), "%s:%d answers" % (outside, port))
+        mport = tl.free_port()
+        m = self.c.start_master(name="master-any", extra=[
+            "--metrics-port", str(mport), "--metrics-listen", "0.0.0.0"])
+        try:
+            with urllib.request.urlopen("http://%s:%d/metrics" % (outside, mport),
+                                        timeout=10) as r:
+                self.assertEqual(r.status, 200)
+                self.assertIn("tessera_map_epoch", r.read().decode())
+        finally:
+            m.stop()
+        tl.log("%d endpoints closed on %s, open on 127.0.0.1; --metrics-listen 0.0.0.0 "
+               "open on %s" % (len(ports), outside, outside))
 
     def test_ab_only_rank0_exports_its_evaluation(self):
         evals = ("tessera_worker_loss", "tessera_worker_train_accuracy",

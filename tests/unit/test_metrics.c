@@ -3,7 +3,8 @@
  * for twice is the same one while another type or labels under its name is refused, a
  * counter kept elsewhere never goes back, collectors run before each rendering, updates
  * from several threads at once all count, and a label value's series go when it is forgotten
- * (a held child staying valid until its put, however the forget races with it). */
+ * (a held child staying valid until its put, however the forget races with it); the HTTP
+ * endpoint listens on the host it is given. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "metrics/http.h"
 #include "metrics/metrics.h"
 
 static void has(const char *text, const char *line)
@@ -262,6 +269,58 @@ static void forgets_race_with_updates(void **state)
     free(text);
 }
 
+/* Whether a TCP connection to addr:port (an IPv4 or IPv6 literal) is accepted. */
+static bool reachable(const char *addr, uint16_t port)
+{
+    struct sockaddr_storage sa = { 0 };
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&sa;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&sa;
+    bool six = strchr(addr, ':') != NULL;
+    int fd = socket(six ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+    bool ok;
+
+    assert_true(fd >= 0);
+    if (six) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons(port);
+        assert_int_equal(inet_pton(AF_INET6, addr, &v6->sin6_addr), 1);
+    } else {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons(port);
+        assert_int_equal(inet_pton(AF_INET, addr, &v4->sin_addr), 1);
+    }
+    ok = connect(fd, (struct sockaddr *)&sa, six ? sizeof(*v6) : sizeof(*v4)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* The endpoint listens on the host it is given (brackets and names allowed), and refuses
+ * one that is no address. */
+static void http_listens_where_told(void **state)
+{
+    struct ts_metrics_http *h = NULL;
+    struct ts_err e = { 0 };
+    uint16_t port;
+
+    (void)state;
+    assert_int_equal(ts_metrics_http_start("127.0.0.1", 0, &h, NULL), TS_OK);
+    port = ts_metrics_http_port(h);
+    assert_true(port > 0);
+    assert_true(reachable("127.0.0.1", port));
+    ts_metrics_http_stop(h);
+    assert_int_equal(ts_metrics_http_start("localhost", 0, &h, NULL), TS_OK);   /* IPv4 first */
+    assert_true(reachable("127.0.0.1", ts_metrics_http_port(h)));
+    ts_metrics_http_stop(h);
+    if (ts_metrics_http_start("[::1]", 0, &h, NULL) == TS_OK) {   /* where IPv6 is on */
+        assert_true(reachable("::1", ts_metrics_http_port(h)));
+        assert_false(reachable("127.0.0.1", ts_metrics_http_port(h)));
+        ts_metrics_http_stop(h);
+    }
+    assert_int_equal(ts_metrics_http_start("no-such-host.invalid", 0, &h, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "no-such-host.invalid"));
+    ts_metrics_http_stop(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,6 +331,7 @@ int main(void)
         cmocka_unit_test(forget_removes_the_series_of_a_value),
         cmocka_unit_test(a_held_child_outlives_its_forget),
         cmocka_unit_test(forgets_race_with_updates),
+        cmocka_unit_test(http_listens_where_told),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,7 +31,8 @@ them every second. Checked:
   heads and follows, bytes: the figures of `tessera status --json`), and the job with its
   progress points (a per-sample loss); headless Chromium renders the page: two shard rows
   with their chains, the job's row, a loss plot with its points; its screenshot is kept in
-  BUILD/artifacts/status-page.png ($TESSERA_ARTIFACTS to change).
+  BUILD/artifacts/status-page.png ($TESSERA_ARTIFACTS to change); `tessera up` printed
+  the page's URL.
 """
 import json
 import os
@@ -164,8 +165,9 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         cls.c = tl.Cluster()
         cls.base = free_ports(3)
         cls.wbase = free_ports(2)
-        _, cls.master = cls.c.tessera_up(["--shards", "2", "--metrics-port", str(cls.base),
-                                          "--store", os.path.join(cls.c.dir, "store")])
+        cls.up, cls.master = cls.c.tessera_up(["--shards", "2", "--metrics-port",
+                                               str(cls.base), "--store",
+                                               os.path.join(cls.c.dir, "store")])
         cls.train = cls.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
                                  cls.master, "--workers", "2", "--steps", str(STEPS),
                                  "--exact", "--job", "metrics", "--slow", "0:4", "--keep",
@@ -345,6 +347,8 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
                 self.assertIn(fam, exported, "%s in %r" % (name, e))
 
     def test_f_status_page_in_a_headless_browser(self):
+        url = "http://127.0.0.1:%d/" % self.base
+        self.assertIn("status page %s\n" % url, self.up.head, "tessera up prints the page's URL")
         code, headers, html = get(self.base, "/")
         self.assertEqual(code, 200)
         self.assertTrue(headers["Content-Type"].startswith("text/html"))
@@ -377,7 +381,6 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                 "--user-data-dir=" + profile, "--virtual-time-budget=3000",
                 "--window-size=1200,1100"]
-        url = "http://127.0.0.1:%d/" % self.base
         dom = subprocess.run(argv + ["--dump-dom", url], capture_output=True, text=True,
                              timeout=120, env=env).stdout
         self.assertEqual(dom.count('<tr class="shard">'), 2, dom[-3000:])

@@ -25,7 +25,12 @@ them every second. Checked:
   address; a master given --metrics-listen 0.0.0.0 answers on that address (skipped, with
   the reason printed, on a machine with no such address);
 - deploy/grafana/tessera.json: every expression of the dashboard names only metrics the
-  services export;
+  services export; it has the query variables job_id and instance (label_values, several
+  values or All), every metric selector filters instance=~"$instance", and job_id=~"$job_id"
+  where the metric has a job_id label; every target has a legend, which names each label of
+  its `by (...)` (le aside), or, for a series drawn as scraped, each label the series has
+  (instance among them), and no label the result does not have; a broken copy of the
+  dashboard (a legend gone, a variable unused) is refused by the same check;
 - the master's status page: `/` is one HTML page that fetches nothing from elsewhere;
   /api/status lists both shards alive, with what each says of itself (pid, partitions it
   heads and follows, bytes: the figures of `tessera status --json`), and the job with its
@@ -159,6 +164,70 @@ def connects(addr, port):
         return True
     except OSError:
         return False
+
+
+def family_labels(samples):
+    """{family: set of its label names} (le aside; _bucket, _sum, _count under the family)."""
+    out = {}
+    for name, labels, _ in samples:
+        fam = re.sub(r"_(bucket|sum|count)$", "", name)
+        names = set(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', labels)) - {"le"}
+        out.setdefault(fam, set()).update(names)
+        out.setdefault(name, set()).update(names)
+    return out
+
+
+AGGREGATION = re.compile(r"\b(sum|max|min|avg|count|topk|bottomk|quantile)\b")
+
+
+def dashboard_problems(dash, labels):
+    """What is wrong with the Grafana dashboard dash, given {family: label names} of what
+    the services export: a list of sentences, empty if nothing."""
+    problems = []
+    variables = {v.get("name"): v for v in dash.get("templating", {}).get("list", [])}
+    for name in ("job_id", "instance"):
+        v = variables.get(name)
+        q = v and (v.get("query") if isinstance(v.get("query"), str)
+                   else (v.get("query") or {}).get("query", ""))
+        if not v or v.get("type") != "query" or not re.match(
+                r"label_values\(.+,\s*%s\)$" % name, q or ""):
+            problems.append("variable %s: want a query variable label_values(..., %s)" %
+                            (name, name))
+        elif not (v.get("multi") and v.get("includeAll") and v.get("allValue") == ".*"):
+            problems.append("variable %s: want multi, includeAll and allValue .*" % name)
+    for panel in dash["panels"]:
+        for t in panel["targets"]:
+            where = "panel %r target %s" % (panel["title"], t.get("refId"))
+            expr, legend = t["expr"], t.get("legendFormat", "")
+            for m in re.finditer(r"\b(tessera_[a-z_]+)(\{[^}]*\})?", expr):
+                fam, sel = m.group(1), m.group(2) or ""
+                if fam not in labels:
+                    problems.append("%s: %s is no metric the services export" % (where, fam))
+                    continue
+                if 'instance=~"$instance"' not in sel:
+                    problems.append("%s: %s not filtered by $instance" % (where, fam))
+                if "job_id" in labels[fam] and 'job_id=~"$job_id"' not in sel:
+                    problems.append("%s: %s not filtered by $job_id" % (where, fam))
+            if not legend.strip():
+                problems.append("%s: no legendFormat" % where)
+                continue
+            by = [set(re.split(r"\s*,\s*", b.strip())) - {"le"}
+                  for b in re.findall(r"\bby \(([^)]*)\)", expr)]
+            if by:
+                have = set.intersection(*by)
+            elif AGGREGATION.search(expr):
+                have = set()
+            else:   # drawn as scraped: every label of its series, and the target's
+                have = set().union(*[labels.get(f, set()) for f in
+                                     re.findall(r"\btessera_[a-z_]+", expr)]) | {"instance"}
+            named = set(re.findall(r"\{\{\s*([a-zA-Z_]+)\s*\}\}", legend))
+            if have - named:
+                problems.append("%s: legend %r does not name %s" % (where, legend,
+                                                                   sorted(have - named)))
+            if named - have - ({"job"} if not by and not AGGREGATION.search(expr) else set()):
+                problems.append("%s: legend %r names %s, which the result has not" % (
+                    where, legend, sorted(named - have)))
+    return problems
 
 
 def value(samples, name, labels_contain=""):
@@ -340,19 +409,6 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(get(self.base, headers={"X-Big": "a" * 40000})[0], 431)
         self.assertEqual(get(self.base)[0], 200)
 
-    def test_e_dashboard_names_only_exported_metrics(self):
-        exported = set()
-        for port in self.ports[:3] + [self.wbase]:
-            exported |= set(parse(get(port)[2])[0])
-        with open(os.path.join(tl.SRC, "deploy", "grafana", "tessera.json")) as f:
-            dash = json.load(f)
-        exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
-        self.assertGreater(len(exprs), 10)
-        for e in exprs:
-            for name in re.findall(r"\btessera_[a-z_]+", e):
-                fam = re.sub(r"_(bucket|sum|count)$", "", name)
-                self.assertIn(fam, exported, "%s in %r" % (name, e))
-
     def test_f_status_page_in_a_headless_browser(self):
         url = "http://127.0.0.1:%d/" % self.base
         self.assertIn("status page %s\n" % url, self.up.head, "tessera up prints the page's URL")
@@ -420,6 +476,35 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(w["rank1"], set(), "rank 1 does not evaluate")
         tl.log("%d scrapes of both ranks: rank 0's evaluation %s, never a 0 before it; rank 1 "
                "exported none" % (w["scrapes"], {n: v for n, (_, v) in got.items()}))
+
+    def test_zb_dashboard_names_exported_metrics_with_legends_and_variables(self):
+        labels = {}
+        for port in self.ports[:3]:
+            for fam, names in family_labels(parse(get(port)[2])[1]).items():
+                labels.setdefault(fam, set()).update(names)
+        self.watcher.join(30)   # the workers' families: rank 0's after its evaluation
+        self.assertIsNotNone(self.watch["rank0"])
+        for fam, names in family_labels(parse(self.watch["rank0"])[1]).items():
+            labels.setdefault(fam, set()).update(names)
+        with open(os.path.join(tl.SRC, "deploy", "grafana", "tessera.json")) as f:
+            dash = json.load(f)
+        targets = [t for p in dash["panels"] for t in p["targets"]]
+        self.assertGreater(len(targets), 10)
+        self.assertEqual(dashboard_problems(dash, labels), [])
+        # the check refuses what it is there for
+        broken = json.loads(json.dumps(dash))
+        del broken["panels"][0]["targets"][0]["legendFormat"]
+        broken["panels"][1]["targets"][0]["expr"] = broken["panels"][1]["targets"][0][
+            "expr"].replace('job_id=~"$job_id",', "")
+        broken["panels"][2]["targets"][0]["legendFormat"] = "p99"
+        broken["templating"]["list"] = [v for v in broken["templating"]["list"]
+                                        if v["name"] != "instance"]
+        found = "\n".join(dashboard_problems(broken, labels))
+        for want in ("no legendFormat", "not filtered by $job_id", "does not name ['job_id']",
+                     "variable instance"):
+            self.assertIn(want, found)
+        tl.log("dashboard: %d targets, each with a legend; variables job_id and instance" %
+               len(targets))
 
     def test_zz_a_snapshot_is_counted(self):
         with self.c.admin_env():   # CreateSnapshot is an admin call

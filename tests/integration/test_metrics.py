@@ -34,10 +34,13 @@ them every second. Checked:
 - the master's status page: `/` is one HTML page that fetches nothing from elsewhere;
   /api/status lists both shards alive, with what each says of itself (pid, partitions it
   heads and follows, bytes: the figures of `tessera status --json`), and the job with its
-  progress points (a per-sample loss); headless Chromium renders the page: two shard rows
-  with their chains, the job's row, a loss plot with its points; its screenshot is kept in
-  BUILD/artifacts/status-page.png ($TESSERA_ARTIFACTS to change); `tessera up` printed
-  the page's URL.
+  progress points (a per-sample loss), and each worker with its job and rank; headless
+  Chromium renders the page: two shard rows with their chains, the two workers' rows with
+  the job, no departed workers (their fold hidden), the job's row, a loss plot with its
+  points; its screenshot is kept in BUILD/artifacts/status-page.png ($TESSERA_ARTIFACTS to
+  change); `tessera up` printed the page's URL;
+- after the training the two workers have left: the page lists no live worker and folds
+  both into a closed "2 departed: 2 left" element, rows with their job inside.
 """
 import json
 import os
@@ -60,8 +63,8 @@ SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(
                     r',?)*\})? (-?[0-9.eE+-]+|[+-]Inf|NaN)$')
 STEPS = 1500
 # Rank 0 sleeps this long before each step: the training lasts 45 s at least, so that what
-# is checked while it runs (Prometheus scraping the workers, the status page) finds it
-# running on a loaded machine too.
+# is checked while it runs (Prometheus scraping the workers, the page's live workers) finds
+# it running on a loaded machine too.
 SLOW_MS = 30
 # The families only rank 0 exports, from its first evaluation on.
 EVALS = ("tessera_worker_loss", "tessera_worker_train_accuracy", "tessera_worker_test_accuracy")
@@ -437,16 +440,17 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         self.assertGreater(sum(s["heads"] for s in doc["shards"]), 0)
         loss = [p[1] for p in [j for j in doc["jobs"] if j["id"] == "metrics"][0]["points"]]
         self.assertTrue(all(0 < v < 10 for v in loss), loss)
-        chromium = shutil.which("chromium")
-        self.assertIsNotNone(chromium, "chromium (Debian's package, in make deps)")
-        profile = os.path.join(self.c.dir, "chromium")
-        env = dict(os.environ, HOME=profile)
-        argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                "--user-data-dir=" + profile, "--virtual-time-budget=3000",
-                "--window-size=1200,1100"]
-        dom = subprocess.run(argv + ["--dump-dom", url], capture_output=True, text=True,
-                             timeout=120, env=env).stdout
+        self.assertEqual(sorted((w["job"], w["rank"]) for w in doc["workers"]),
+                         [("metrics", 0), ("metrics", 1)])
+        self.assertTrue(self.train.running(), "the training ended before the page could show "
+                        "its workers alive (SLOW_MS too short for this machine?)")
+        dom = self.dump_dom()
         self.assertEqual(dom.count('<tr class="shard">'), 2, dom[-3000:])
+        self.assertEqual(sorted(re.findall(r'<tr class="worker">.*?<td class="job">([^<]*)'
+                                           r'</td><td>(\d+)</td><td class="alive">', dom)),
+                         [("metrics", "0"), ("metrics", "1")], "live workers with their job")
+        self.assertIn('<details id="departed" hidden="">', dom, "no departed worker: folded "
+                      "away")
         roles = re.findall(r'<td class="roles">(\d+)/(\d+)</td>', dom)
         self.assertEqual(roles, [(str(s["heads"]), str(s["follows"])) for s in doc["shards"]])
         self.assertIn("<td>metrics</td>", dom)
@@ -454,11 +458,27 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         self.assertTrue(lines and len(lines[0].split()) >= 3, "a loss plot with points")
         shot = os.path.join(ARTIFACTS, "status-page.png")
         os.makedirs(ARTIFACTS, exist_ok=True)
+        argv, env = self.chromium()
         subprocess.run(argv + ["--screenshot=" + shot, url], capture_output=True, timeout=120,
                        env=env)
         self.assertGreater(os.path.getsize(shot), 10000)
         tl.log("status page: 2 shard rows, a loss plot of %d points; screenshot %s" %
                (len(lines[0].split()), shot))
+
+    def chromium(self):
+        """Headless Chromium's argv (without the URL and what to do) and environment."""
+        chromium = shutil.which("chromium")
+        self.assertIsNotNone(chromium, "chromium (Debian's package, in make deps)")
+        profile = os.path.join(self.c.dir, "chromium")
+        return ([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                 "--user-data-dir=" + profile, "--virtual-time-budget=3000",
+                 "--window-size=1200,1100"], dict(os.environ, HOME=profile))
+
+    def dump_dom(self):
+        """The status page's DOM once its script has drawn it."""
+        argv, env = self.chromium()
+        return subprocess.run(argv + ["--dump-dom", "http://127.0.0.1:%d/" % self.base],
+                              capture_output=True, text=True, timeout=120, env=env).stdout
 
     def test_z_training_ends(self):
         self.assertEqual(self.train.wait(300), 0, self.train.log_text()[-2000:])
@@ -515,6 +535,20 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(value(samples, "tessera_snapshots_total", 'result="ok"'), 1)
         self.assertEqual(value(samples, "tessera_snapshot_seconds_count"), 1)
         self.assertGreater(value(samples, "tessera_snapshot_bytes_total"), 0)
+
+    def test_zz_b_departed_workers_fold(self):
+        tl.wait_until(lambda: all(w["state"] != "alive" for w in json.loads(
+            get(self.base, "/api/status")[2])["workers"]), 30, "the workers to leave")
+        dom = self.dump_dom()
+        self.assertNotIn('<tr class="worker">', dom, "no live worker listed")
+        m = re.search(r'<details id="departed"( [^>]*)?><summary>([^<]*)</summary>', dom)
+        self.assertIsNotNone(m, dom[-3000:])
+        self.assertNotIn("hidden", m.group(1) or "")
+        self.assertNotIn("open", m.group(1) or "", "folded: closed until clicked")
+        self.assertEqual(m.group(2), "2 departed: 2 left")
+        self.assertEqual(re.findall(r'<tr class="departed">.*?<td class="job">([^<]*)</td>',
+                                    dom), ["metrics", "metrics"])
+        tl.log("status page after the training: %s, folded" % m.group(2))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "placement/ring.h"
@@ -180,6 +181,10 @@ int cmd_up(int argc, char **argv)
     if ((rc = start("up", &f, &c)))
         return rc;
     printf("master %s\n", c.master_addr);
+    if (f.metrics_port)   /* the master's /metrics listens on its gRPC host: its page too */
+        printf("status page http://%.*s:%" PRId64 "/\n",
+               (int)(strrchr(c.master_addr, ':') - c.master_addr), c.master_addr,
+               f.metrics_port);
     if (c.tls_dir[0]) {
         char abs[PATH_MAX];
         const char *d = realpath(c.tls_dir, abs) ? abs : c.tls_dir;

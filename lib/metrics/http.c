@@ -2,8 +2,13 @@
 #include "metrics/http.h"
 
 #include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "metrics/metrics.h"
 
@@ -108,22 +113,62 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return ok;
 }
 
-ts_status ts_metrics_http_start(uint16_t port, struct ts_metrics_http **out, struct ts_err *err)
+/* host's address with port into *sa: its first IPv4 address, else its first IPv6 one (a
+ * Prometheus target is most often IPv4); every IPv4 address for NULL or "". */
+static bool resolve(const char *host, uint16_t port, struct sockaddr_storage *sa)
 {
-    struct ts_metrics_http *h = calloc(1, sizeof(*h));
-    const union MHD_DaemonInfo *info;
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
+    struct addrinfo *res, *pick = NULL;
+    char name[256];
+    size_t n = host ? strlen(host) : 0;
 
-    if (!h)
+    if (n > 2 && host[0] == '[' && host[n - 1] == ']')
+        snprintf(name, sizeof(name), "%.*s", (int)(n - 2), host + 1);
+    else
+        snprintf(name, sizeof(name), "%s", n ? host : "");
+    if (getaddrinfo(name[0] ? name : NULL, "0", &hints, &res))
+        return false;
+    for (size_t i = 0; i < 2 && !pick; i++)
+        for (struct addrinfo *ai = res; ai && !pick; ai = ai->ai_next)
+            if (ai->ai_family == (i ? AF_INET6 : AF_INET) && ai->ai_addrlen <= sizeof(*sa))
+                pick = ai;
+    if (pick) {
+        memcpy(sa, pick->ai_addr, pick->ai_addrlen);
+        if (pick->ai_family == AF_INET)
+            ((struct sockaddr_in *)sa)->sin_port = htons(port);
+        else
+            ((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
+    }
+    freeaddrinfo(res);
+    return pick != NULL;
+}
+
+ts_status ts_metrics_http_start(const char *host, uint16_t port, struct ts_metrics_http **out,
+                                struct ts_err *err)
+{
+    struct sockaddr_storage sa = { 0 };
+    struct ts_metrics_http *h;
+    const union MHD_DaemonInfo *info;
+    const char *shown = host && host[0] ? host : "0.0.0.0";
+
+    if (!resolve(host, port, &sa))
+        return ts_err_set(err, TS_EINVAL, "metrics-listen: '%.200s' is no address of this host "
+                          "(give an IP address, or a name that resolves)", shown);
+    if (!(h = calloc(1, sizeof(*h))))
         return ts_err_set(err, TS_ENOMEM, "metrics: out of memory");
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, port, NULL, NULL,
-                            handle, NULL, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                            (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0), port, NULL, NULL,
+                            handle, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT,
                             (size_t)REQUEST_MEMORY, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_END);
     if (!h->d) {
         free(h);
-        return ts_err_set(err, TS_EIO, "metrics-port: cannot serve HTTP on port %u (in use? "
-                          "pick another with --metrics-port, or 0 for a free one)", port);
+        return ts_err_set(err, TS_EIO, "metrics-port: cannot serve HTTP on %.200s port %u (in "
+                          "use, or not an address of this host? pick another port with "
+                          "--metrics-port, or 0 for a free one; the address with "
+                          "--metrics-listen)", shown, port);
     }
     info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info ? info->port : port;

@@ -8,7 +8,8 @@
  * that fills those 16 KiB so nearly that no reply fits (about the last KiB) gets its
  * connection closed without one (tests/fuzz/fuzz_http.c, FULL_BYTES). The service goes on
  * either way. Plain HTTP, no authentication: bind it where only the
- * Prometheus you trust reaches (docs/observability.md).
+ * Prometheus you trust reaches (docs/observability.md); a service binds it to its gRPC
+ * listen host unless told otherwise (rpc/serve.h, --metrics-listen).
  * Ownership: ts_metrics_http_start returns a server freed by ts_metrics_http_stop.
  * Threads: start and stop from one thread; requests are served on the server's. */
 #ifndef TS_METRICS_HTTP_H
@@ -28,9 +29,11 @@ struct ts_metrics_http;
 void ts_metrics_http_route(const char *path, char *(*fn)(void *ctx, size_t *len,
                                                          const char **type), void *ctx);
 
-/* Listens on every IPv4 address, port `port` (0: a free one, see ts_metrics_http_port).
- * TS_EIO naming the port if it cannot be bound. */
-ts_status ts_metrics_http_start(uint16_t port, struct ts_metrics_http **out,
+/* Listens on host, port `port` (0: a free one, see ts_metrics_http_port). host: an IPv4 or
+ * IPv6 address (brackets allowed: "[::1]") or a name, whose first IPv4 address is taken
+ * (else its first IPv6 one); NULL or "": every IPv4 address. TS_EINVAL naming the host if
+ * it does not resolve; TS_EIO naming the address if it cannot be bound. */
+ts_status ts_metrics_http_start(const char *host, uint16_t port, struct ts_metrics_http **out,
                                 struct ts_err *err) TS_MUST_CHECK;
 uint16_t ts_metrics_http_port(const struct ts_metrics_http *h);
 void ts_metrics_http_stop(struct ts_metrics_http *h);   /* NULL: nothing */

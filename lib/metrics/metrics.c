@@ -22,6 +22,7 @@ const size_t ts_metric_latency_nbuckets =
 struct ts_metric {
     struct ts_metric *next;
     const struct ts_metric_family *f;
+    atomic_uint refs;           /* 1 while in its family's list, plus one per hold */
     char *values[TS_METRIC_MAX_LABELS];
     _Atomic uint64_t v;         /* counter; gauge: a double's bits; histogram: the count */
     _Atomic uint64_t sum;       /* histogram: the sum, a double's bits */
@@ -170,7 +171,16 @@ static bool same_values(const struct ts_metric *m, const char *const *values, si
     return true;
 }
 
-struct ts_metric *ts_metric_child(struct ts_metric_family *f, const char *const *values)
+static void child_free(struct ts_metric *m)
+{
+    for (size_t i = 0; i < m->f->nlabels; i++)
+        free(m->values[i]);
+    free(m->in);
+    free(m);
+}
+
+/* The child of values, made if missing; held (one more reference) with hold. */
+static struct ts_metric *find(struct ts_metric_family *f, const char *const *values, bool hold)
 {
     struct ts_metric *m;
     bool ok = true;
@@ -182,6 +192,7 @@ struct ts_metric *ts_metric_child(struct ts_metric_family *f, const char *const 
         ;
     if (!m && (m = calloc(1, sizeof(*m)))) {
         m->f = f;
+        atomic_init(&m->refs, 1);
         for (size_t i = 0; ok && i < f->nlabels; i++)
             ok = (m->values[i] = strdup(values[i] ? values[i] : "")) != NULL;
         if (ok && f->type == TS_METRIC_HISTOGRAM)
@@ -190,14 +201,76 @@ struct ts_metric *ts_metric_child(struct ts_metric_family *f, const char *const 
             *f->tail = m;
             f->tail = &m->next;
         } else {
-            for (size_t i = 0; i < f->nlabels; i++)
-                free(m->values[i]);
-            free(m);
+            child_free(m);
             m = NULL;
         }
     }
+    if (m && hold)   /* under f->mu: a forget cannot free it in between */
+        atomic_fetch_add(&m->refs, 1);
     pthread_mutex_unlock(&f->mu);
     return m;
+}
+
+struct ts_metric *ts_metric_child(struct ts_metric_family *f, const char *const *values)
+{
+    return find(f, values, false);
+}
+
+struct ts_metric *ts_metric_hold(struct ts_metric_family *f, const char *const *values)
+{
+    return find(f, values, true);
+}
+
+void ts_metric_put(struct ts_metric *m)
+{
+    if (m && atomic_fetch_sub(&m->refs, 1) == 1)   /* forgotten, and this was the last hold */
+        child_free(m);
+}
+
+/* Unlinks f's children whose label `at` is value onto *gone (linked by next). */
+static size_t unlink_value(struct ts_metric_family *f, size_t at, const char *value,
+                           struct ts_metric **gone)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&f->mu);
+    for (struct ts_metric **pp = &f->children; *pp;) {
+        struct ts_metric *m = *pp;
+        if (strcmp(m->values[at], value)) {
+            pp = &m->next;
+            continue;
+        }
+        *pp = m->next;
+        if (f->tail == &m->next)
+            f->tail = pp;
+        m->next = *gone;
+        *gone = m;
+        n++;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+size_t ts_metrics_forget(const char *label, const char *value)
+{
+    struct ts_metric *gone = NULL, *next;
+    size_t n = 0;
+
+    if (!label || !value)
+        return 0;
+    pthread_mutex_lock(&reg_mu);
+    for (struct ts_metric_family *f = families; f; f = f->next)
+        for (size_t i = 0; i < f->nlabels; i++)
+            if (!strcmp(f->labels[i], label))
+                n += unlink_value(f, i, value, &gone);
+    pthread_mutex_unlock(&reg_mu);
+    /* Out of every list, so no rendering or lookup reaches them: drop the registry's
+     * reference; a held one lives on until its holder's put. */
+    for (; gone; gone = next) {
+        next = gone->next;
+        ts_metric_put(gone);
+    }
+    return n;
 }
 
 struct ts_metric *ts_metric_one(struct ts_metric_family *f, const char *value)

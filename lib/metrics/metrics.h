@@ -9,8 +9,15 @@
  * Families live in one process-wide registry; ts_metrics_family returns the one already
  * registered under a name (same type and labels), so modules may each ask for it. Collectors
  * (ts_metrics_collector) run before each rendering, to set gauges read from elsewhere.
- * Ownership: families and children live until the process exits (never freed: a pointer
- * kept by a caller stays valid); ts_metrics_render's text is the caller's (free()).
+ * Series come and go with what they label: ts_metrics_forget removes the children of a label
+ * value (a shard forgets a job's when it releases the job), so a process that serves
+ * thousands of jobs exports the series of those it holds, not of every one it ever saw.
+ * Ownership: families live until the process exits (never freed). The registry owns the
+ * children; one from ts_metric_child is borrowed, valid until ts_metrics_forget removes it
+ * (never, for a label value nobody forgets). A caller that keeps a child while its value may
+ * be forgotten holds it (ts_metric_hold): a held child is freed at its last ts_metric_put,
+ * not before, so an update racing with the forget lands in memory still valid (and counts
+ * nowhere: the series is gone). ts_metrics_render's text is the caller's (free()).
  * Threads: every function is thread-safe. Naming follows Prometheus: `tessera_` prefix, base
  * units (`_seconds`, `_bytes`), counters ending in `_total`. */
 #ifndef TS_METRICS_METRICS_H
@@ -39,6 +46,15 @@ struct ts_metric_family *ts_metrics_family(const char *name, const char *help,
 struct ts_metric *ts_metric_child(struct ts_metric_family *f, const char *const *values);
 /* ts_metric_child for a family of no labels, or of one (value). */
 struct ts_metric *ts_metric_one(struct ts_metric_family *f, const char *value);
+/* ts_metric_child, held: valid until ts_metric_put, even if its label value is forgotten
+ * meanwhile. NULL as ts_metric_child. */
+struct ts_metric *ts_metric_hold(struct ts_metric_family *f, const char *const *values);
+void ts_metric_put(struct ts_metric *m);   /* NULL: nothing */
+/* Removes, from every family with a label named `label`, the children whose value of it is
+ * `value`: they are rendered no more, and a later ts_metric_child of that value starts a
+ * new one from zero. A child nobody holds is freed now, a held one at its last put; a
+ * borrowed pointer to one (ts_metric_child) must not be used after. Returns how many went. */
+size_t ts_metrics_forget(const char *label, const char *value);
 
 void ts_counter_add(struct ts_metric *m, uint64_t n);
 /* A counter kept elsewhere (a collector mirrors it): its value now, never lower than before. */

@@ -27,6 +27,75 @@ static char *page(void *ctx, size_t *len, const char **type)
     return out;
 }
 
+/* A worker's seat in the job table, for its row on the page. */
+struct seat_of {
+    uint32_t worker, rank;
+    const char *job;             /* borrowed from the records */
+};
+
+static int by_worker(const void *a, const void *b)
+{
+    const struct seat_of *x = a, *y = b;
+
+    return x->worker < y->worker ? -1 : x->worker > y->worker;
+}
+
+/* Every worker's seat (job and rank) from the job table, sorted by worker: one copy of the
+ * table for the whole page rather than a walk of it per worker. *recs: the records the seats
+ * point into (the caller frees them with jobs_records_free, *nrecs of them, then the seats);
+ * NULL with *n 0 when out of memory (the page shows no jobs then). */
+static struct seat_of *seats_of(struct master *m, struct job_record **recs, size_t *nrecs,
+                                size_t *n)
+{
+    struct seat_of *s = NULL;
+    size_t total = 0;
+
+    *n = 0;
+    if (jobs_export(m->jobs, recs, nrecs, NULL))
+        return NULL;
+    for (size_t i = 0; i < *nrecs; i++)
+        total += (*recs)[i].nseats;
+    if (total && !(s = malloc(total * sizeof(*s))))
+        return NULL;
+    for (size_t i = 0; i < *nrecs; i++)
+        for (size_t k = 0; k < (*recs)[i].nseats; k++)
+            s[(*n)++] = (struct seat_of){ (*recs)[i].seats[k].worker, (*recs)[i].seats[k].rank,
+                                          (*recs)[i].info.id };
+    if (*n)
+        qsort(s, *n, sizeof(*s), by_worker);
+    return s;
+}
+
+static void workers_json(struct ts_json *j, struct master *m, const struct ts_members_view *v,
+                         int64_t now)
+{
+    struct job_record *recs = NULL;
+    size_t nrecs = 0, nseats;
+    struct seat_of *seats = seats_of(m, &recs, &nrecs, &nseats);
+
+    ts_json_arr(j, "workers");
+    for (size_t i = 0; i < v->nworkers; i++) {
+        const struct ts_member *w = &v->workers[i];
+        struct seat_of key = { .worker = w->id };
+        const struct seat_of *seat = nseats ? bsearch(&key, seats, nseats, sizeof(*seats),
+                                                      by_worker) : NULL;
+        ts_json_obj(j, NULL);
+        ts_json_uint(j, "id", w->id);
+        ts_json_str(j, "host", w->addr);
+        ts_json_uint(j, "pid", w->pid);
+        ts_json_str(j, "state", ts_member_state_name(w->state));
+        ts_json_str(j, "job", seat ? seat->job : "");   /* "": none (released jobs keep none) */
+        if (seat)
+            ts_json_uint(j, "rank", seat->rank);
+        ts_json_uint(j, "clock", w->clock);
+        ts_json_num(j, "heartbeat_s_ago", (double)(now - w->last_heartbeat_ms) / 1000.0);
+        ts_json_end(j);
+    }
+    ts_json_end(j);
+    free(seats);
+    jobs_records_free(recs, nrecs);
+}
+
 static void members_json(struct ts_json *j, struct master *m, const struct ts_members_view *v,
                          int64_t now)
 {
@@ -46,19 +115,7 @@ static void members_json(struct ts_json *j, struct master *m, const struct ts_me
         ts_json_end(j);
     }
     ts_json_end(j);
-    ts_json_arr(j, "workers");
-    for (size_t i = 0; i < v->nworkers; i++) {
-        const struct ts_member *w = &v->workers[i];
-        ts_json_obj(j, NULL);
-        ts_json_uint(j, "id", w->id);
-        ts_json_str(j, "host", w->addr);
-        ts_json_uint(j, "pid", w->pid);
-        ts_json_str(j, "state", ts_member_state_name(w->state));
-        ts_json_uint(j, "clock", w->clock);
-        ts_json_num(j, "heartbeat_s_ago", (double)(now - w->last_heartbeat_ms) / 1000.0);
-        ts_json_end(j);
-    }
-    ts_json_end(j);
+    workers_json(j, m, v, now);
 }
 
 static void jobs_json(struct ts_json *j, struct master *m)

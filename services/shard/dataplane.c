@@ -568,6 +568,7 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     dc->hello_epoch = h->step;
     dc->reduce = job && job->job.mode == TS_MODE_REDUCE;
     pthread_mutex_unlock(&dc->dp->id_mu);
+    shard_metrics_drop(&dc->metrics);   /* the job named before, if any */
     if (job)
         shard_metrics_job(&dc->metrics, id);
     if (!dc->job)
@@ -602,13 +603,15 @@ static ts_status rolled_back(struct dp_conn *dc, struct ts_err *err)
     return TS_OK;
 }
 
-void dataplane_forget(void *arg)
+void dataplane_forget(void *arg, const char *job)
 {
     struct dataplane *dp = arg;
 
     pthread_mutex_lock(&dp->sum_mu);
     memset(dp->sums, 0, sizeof(dp->sums));
     pthread_mutex_unlock(&dp->sum_mu);
+    if (job)
+        shard_metrics_forget(job);
 }
 
 /* Answers one request frame h (payload in), which dp_allowed let through. */
@@ -724,6 +727,7 @@ void dp_conn_end(struct dp_conn *dc, bool hung_up)
     regions_free(dc);
     dp_pullc_free(dc);
     chain_links_close(&dc->chain);
+    shard_metrics_drop(&dc->metrics);
     shard_params_detach(dp->params, dc->job);   /* the job may be released from now on */
     dc->job = NULL;
     ts_tp_shutdown(dc->c);   /* the worker sees the hang-up now, not when reap() closes it */

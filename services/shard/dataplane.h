@@ -109,9 +109,11 @@ void dataplane_set_access(struct dataplane *dp, dp_access_fetch_fn fn, void *ctx
 /* Frames received and refused so far, over every connection. */
 void dataplane_counters(struct dataplane *dp, uint64_t *in, uint64_t *refused);
 
-/* Forgets every pull hash (they are cached by partition address): for shard_params's
- * on_release, after a job's partitions are freed. arg is the struct dataplane *. */
-void dataplane_forget(void *arg);
+/* shard_params's on_release, after partitions were freed (arg: the struct dataplane *): forgets
+ * every pull hash (they are cached by partition address) and, when job names the job
+ * released, its series on /metrics (shard_metrics_forget; docs/observability.md, "A job's
+ * series end with it"). */
+void dataplane_forget(void *arg, const char *job);
 
 /* The job ended (the master releases it), or goes back to a snapshot: a connection of it
  * waiting in a pull for a step that will never come stops waiting (and closes, or, with the

@@ -25,12 +25,18 @@
 #define DP_CANCEL_END 0x1u          /* the shard stops, or the job ended */
 #define DP_CANCEL_WAKE 0x2u         /* the job's slots changed hands (slots.c) */
 
-/* The data plane's metrics of a connection's job (metrics.c), found at its HELLO; NULL
- * members (no HELLO yet, or no memory) are ignored by the updates. */
+/* The data plane's metrics of a connection's job (metrics.c), held from its HELLO until it
+ * names another job or ends (shard_metrics_drop): a release forgets the job's series
+ * (shard_metrics_forget) only once no connection is attached, but a hold keeps an update
+ * that races with it in valid memory all the same. NULL members (no HELLO yet, no job, or
+ * no memory) are ignored by the updates. */
 struct dp_metrics {
     struct ts_metric *push_s, *pull_s, *push_bytes, *pull_bytes, *updates, *aggregate_s;
 };
 void shard_metrics_job(struct dp_metrics *m, const char *job);
+void shard_metrics_drop(struct dp_metrics *m);   /* puts them; every member NULL after */
+/* Job was released: its series leave /metrics (a later job of the same id starts new ones). */
+void shard_metrics_forget(const char *job);
 
 /* What this connection shares with its worker, or with the shard before this one in a
  * chain, per tensor (region.h). */

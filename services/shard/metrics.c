@@ -1,7 +1,9 @@
 /* metrics.c - the shard's figures for Prometheus (docs/observability.md). The data plane's,
- * per job, are updated by its connection threads through children found at the HELLO
- * (dp_conn.metrics): one atomic add or histogram bucket per request. The rest are read at
- * each scrape from the partitions' counters, as ShardStatus reads them. */
+ * per job, are updated by its connection threads through children held from the HELLO
+ * (dp_conn.metrics): one atomic add or histogram bucket per request. They go from /metrics
+ * when the job is released (shard_metrics_forget, from shard_params' on_release), so a
+ * shard's series follow the jobs it holds, not every job it ever served. The rest are read
+ * at each scrape from the partitions' counters, as ShardStatus reads them. */
 #include "shard.h"
 
 #include "dp_internal.h"
@@ -96,10 +98,28 @@ void shard_metrics_init(struct shard *s)
 
 void shard_metrics_job(struct dp_metrics *m, const char *job)
 {
-    m->push_s = ts_metric_one(fam.push_s, job);
-    m->pull_s = ts_metric_one(fam.pull_s, job);
-    m->push_bytes = ts_metric_one(fam.push_bytes, job);
-    m->pull_bytes = ts_metric_one(fam.pull_bytes, job);
-    m->updates = ts_metric_one(fam.updates, job);
-    m->aggregate_s = ts_metric_one(fam.aggregate_s, job);
+    const char *v[1] = { job };
+
+    m->push_s = ts_metric_hold(fam.push_s, v);
+    m->pull_s = ts_metric_hold(fam.pull_s, v);
+    m->push_bytes = ts_metric_hold(fam.push_bytes, v);
+    m->pull_bytes = ts_metric_hold(fam.pull_bytes, v);
+    m->updates = ts_metric_hold(fam.updates, v);
+    m->aggregate_s = ts_metric_hold(fam.aggregate_s, v);
+}
+
+void shard_metrics_drop(struct dp_metrics *m)
+{
+    ts_metric_put(m->push_s);
+    ts_metric_put(m->pull_s);
+    ts_metric_put(m->push_bytes);
+    ts_metric_put(m->pull_bytes);
+    ts_metric_put(m->updates);
+    ts_metric_put(m->aggregate_s);
+    *m = (struct dp_metrics){ 0 };
+}
+
+void shard_metrics_forget(const char *job)
+{
+    (void)ts_metrics_forget("job_id", job);
 }

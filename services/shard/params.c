@@ -874,7 +874,7 @@ ts_status shard_params_release(struct shard_params *sp, const char *id, bool *he
         job_free(sp, sj, bytes);
         *held = true;
         if (sp->on_release)
-            sp->on_release(sp->release_ctx);
+            sp->on_release(sp->release_ctx, id);
         ts_log(TS_INFO, "shard", "job %s released: %" PRIu64 " parameter bytes freed, %" PRIu64
                " bytes of the budget in use", id, *bytes, sp->mem_used);
     }

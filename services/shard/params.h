@@ -158,8 +158,11 @@ struct shard_params {
     uint64_t mem_used;                 /* what they use now (under mu) */
     uint32_t max_tensors;              /* --max-tensors: tensor ids per job are below it */
     /* Called under mu after a job's memory is freed, before anything can be created again
-     * (the data plane forgets what it cached by partition address). May be NULL. */
-    void (*on_release)(void *ctx);
+     * (the data plane forgets what it cached by partition address, /metrics the job's
+     * series): job is the job released, NULL where only dropped partitions were freed
+     * (shard_params_reap). Under mu, a registration or a HELLO of a job of the same id
+     * comes after it, never between. May be NULL. */
+    void (*on_release)(void *ctx, const char *job);
     void *release_ctx;
     uint64_t resyncs;                  /* partitions flagged for resync (under mu) */
     /* Since start (under mu): partitions promoted to head, headed with every copy lost, and

@@ -167,7 +167,7 @@ void shard_params_reap(struct shard_params *sp)
             i++;
         }
     if (freed && sp->on_release)   /* the data plane caches by partition address */
-        sp->on_release(sp->release_ctx);
+        sp->on_release(sp->release_ctx, NULL);
     pthread_mutex_unlock(&sp->mu);
 }
 

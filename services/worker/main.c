@@ -23,8 +23,9 @@ int main(int argc, char **argv)
     int64_t start_workers = 0, metrics_port = -1, compute_ms = 0;
     bool exact = false, json = false, keep = false, no_elastic = false, balance = false;
     bool dynamic = false, overlap = false;
-    const char *unit_log = NULL;
+    const char *unit_log = NULL, *metrics_listen = NULL;
     const char *slow_factor = NULL, *slow_steps = NULL;
+    char metrics_host[256];
     double factor = 1;
     uint64_t slow_from = 0, slow_until = UINT64_MAX;
     struct ts_rpc_tls tls = { 0 };
@@ -99,7 +100,8 @@ int main(int argc, char **argv)
         { "no-elastic", TS_FLAG_BOOL, &no_elastic, NULL, "a dead worker stops the job instead "
           "of its slot moving to a live one (elastic needs bsp, no --sync-every, no top-k)", 0,
           0 },
-        TS_METRICS_FLAG(&metrics_port),
+        TS_METRICS_FLAGS(&metrics_port, &metrics_listen, "127.0.0.1, as a worker serves no "
+                         "gRPC"),
         TS_TLS_FLAGS(&tls),
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
@@ -128,7 +130,9 @@ int main(int argc, char **argv)
                                  "Fashion-MNIST,\nthrough the Tessera SDK. `tessera train` starts "
                                  "these for you.", flags, argc, argv)) >= 0)
         return done;
-    if (ts_rpc_tls_setup(&tls, &err)) {
+    if (ts_rpc_tls_setup(&tls, &err) ||
+        ts_serve_metrics_addr(metrics_listen, metrics_port, NULL, metrics_host,
+                              sizeof(metrics_host), &metrics_port, &err)) {
         fprintf(stderr, "tessera-worker: %s\n", err.msg);
         return 2;
     }
@@ -193,6 +197,7 @@ int main(int argc, char **argv)
     o.restarts = (uint32_t)restarts;
     o.start_workers = (uint32_t)start_workers;
     o.metrics_port = metrics_port;
+    o.metrics_host = metrics_host;
     o.balance = balance;
     o.dynamic = dynamic;
     o.unit_log = unit_log;

@@ -1,9 +1,14 @@
 /* metrics.c - a worker's figures for Prometheus (docs/observability.md), labelled with its job and
  * rank: steps and their time (the whole step, and the part spent in the SDK's push and pull), what
  * tessera_stats counts (failovers among them), and rank 0's loss and accuracy at each evaluation.
- * Served with --metrics-port (tessera train --metrics-port BASE gives rank r BASE + r). */
+ * Only rank 0 evaluates, so only rank 0 has those three families, and their series appear
+ * with the first evaluation: a gauge at 0 before it, or on another rank, would be a loss
+ * nobody measured. Served with --metrics-port (tessera train --metrics-port BASE gives rank r
+ * BASE + r). */
 #include "worker.h"
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "metrics/metrics.h"
@@ -12,15 +17,47 @@
 static struct {
     struct ts_metric *steps, *step_s, *exchange_s, *skipped, *pushed, *raw, *stale, *scale;
     struct ts_metric *failovers;
+    /* Rank 0: the families from the start; their series made by the collector after the
+     * first evaluation (have), with its values: a scrape never sees them at 0. Under mu. */
+    struct ts_metric_family *loss_f, *train_acc_f, *test_acc_f;
     struct ts_metric *loss, *train_acc, *test_acc;
+    pthread_mutex_t mu;
+    bool have;
+    double eval[3];                  /* loss, train accuracy, test accuracy */
+    const char *job;
+    char rank[16];
     tessera *t;
-} w;
+} w = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static struct ts_metric_family *family(const char *name, const char *help,
+                                       enum ts_metric_type type)
+{
+    return ts_metrics_family(name, help, type, "job_id,rank", NULL, 0);
+}
 
 static struct ts_metric *child(const char *name, const char *help, enum ts_metric_type type,
                                const char *job, const char *rank)
 {
-    return ts_metric_child(ts_metrics_family(name, help, type, "job_id,rank", NULL, 0),
-                           (const char *[]){ job, rank });
+    return ts_metric_child(family(name, help, type), (const char *[]){ job, rank });
+}
+
+/* Rank 0's evaluation, once there is one. */
+static void collect_eval(void)
+{
+    const char *v[2] = { w.job, w.rank };
+
+    pthread_mutex_lock(&w.mu);
+    if (w.have) {
+        if (!w.loss) {
+            w.loss = ts_metric_child(w.loss_f, v);
+            w.train_acc = ts_metric_child(w.train_acc_f, v);
+            w.test_acc = ts_metric_child(w.test_acc_f, v);
+        }
+        ts_gauge_set(w.loss, w.eval[0]);
+        ts_gauge_set(w.train_acc, w.eval[1]);
+        ts_gauge_set(w.test_acc, w.eval[2]);
+    }
+    pthread_mutex_unlock(&w.mu);
 }
 
 static void collect(void *arg)
@@ -28,6 +65,7 @@ static void collect(void *arg)
     struct tessera_stats st;
 
     (void)arg;
+    collect_eval();
     if (!w.t)
         return;
     tessera_stats(w.t, &st);
@@ -42,11 +80,12 @@ static void collect(void *arg)
 int worker_metrics_start(const struct train_opts *o, tessera *t)
 {
     struct ts_err err = { 0 };
-    char rank[16];
+    const char *rank = w.rank;
 
     if (o->metrics_port < 0)
         return 0;
-    snprintf(rank, sizeof(rank), "%u", o->rank);
+    snprintf(w.rank, sizeof(w.rank), "%u", o->rank);
+    w.job = o->job;
     w.steps = child("tessera_worker_steps_total", "training steps done", TS_METRIC_COUNTER,
                     o->job, rank);
     w.step_s = child("tessera_worker_step_seconds", "a whole step: forward, backward and the "
@@ -66,15 +105,17 @@ int worker_metrics_start(const struct train_opts *o, tessera *t)
                     "scaling)", TS_METRIC_GAUGE, o->job, rank);
     w.failovers = child("tessera_worker_failovers_total", "steps sent again to a new shard map "
                         "after a shard died", TS_METRIC_COUNTER, o->job, rank);
-    w.loss = child("tessera_worker_loss", "training loss at the last evaluation (rank 0)",
-                   TS_METRIC_GAUGE, o->job, rank);
-    w.train_acc = child("tessera_worker_train_accuracy", "training accuracy at the last "
-                        "evaluation (rank 0)", TS_METRIC_GAUGE, o->job, rank);
-    w.test_acc = child("tessera_worker_test_accuracy", "test accuracy at the last evaluation "
-                       "(rank 0)", TS_METRIC_GAUGE, o->job, rank);
+    if (o->rank == 0) {
+        w.loss_f = family("tessera_worker_loss", "training loss at the last evaluation "
+                          "(rank 0)", TS_METRIC_GAUGE);
+        w.train_acc_f = family("tessera_worker_train_accuracy", "training accuracy at the "
+                               "last evaluation (rank 0)", TS_METRIC_GAUGE);
+        w.test_acc_f = family("tessera_worker_test_accuracy", "test accuracy at the last "
+                              "evaluation (rank 0)", TS_METRIC_GAUGE);
+    }
     w.t = t;
     ts_metrics_collector(collect, NULL);
-    if (ts_serve_metrics(o->metrics_port, "worker", &err)) {
+    if (ts_serve_metrics(o->metrics_host, o->metrics_port, "worker", &err)) {
         fprintf(stderr, "tessera-worker: %s\n", err.msg);
         return 1;
     }
@@ -90,9 +131,12 @@ void worker_metrics_step(double step_s, double exchange_s)
 
 void worker_metrics_eval(double loss, double train_acc, double test_acc)
 {
-    ts_gauge_set(w.loss, loss);
-    ts_gauge_set(w.train_acc, train_acc);
-    ts_gauge_set(w.test_acc, test_acc);
+    pthread_mutex_lock(&w.mu);
+    w.have = w.loss_f != NULL;   /* rank 0 with /metrics on */
+    w.eval[0] = loss;
+    w.eval[1] = train_acc;
+    w.eval[2] = test_acc;
+    pthread_mutex_unlock(&w.mu);
 }
 
 void worker_metrics_stop(void)

@@ -28,7 +28,8 @@ struct train_opts {
     bool elastic;                    /* take over dead workers' slots (docs/elastic.md) */
     uint32_t restarts;               /* times a supervisor restarted this rank's worker */
     uint32_t start_workers;          /* elastic: the workers the job starts with (0: all) */
-    int64_t metrics_port;            /* --metrics-port; -1: no /metrics */
+    int64_t metrics_port;            /* --metrics-port or --metrics-listen's; -1: no /metrics */
+    const char *metrics_host;        /* --metrics-listen's host (ts_serve_metrics_addr) */
 };
 
 /* The exit code of a restarted worker (restarts > 0) whose job ended before it rejoined: the
@@ -39,9 +40,9 @@ struct train_opts {
  * WORKER_EXIT_JOB_ENDED. */
 int train_run(const struct train_opts *o);
 
-/* metrics.c: /metrics on o->metrics_port (nothing if negative), reading t's stats at each
- * scrape; 1 (said on stderr) if the port cannot be served. Then per step (seconds), per
- * evaluation of rank 0, and stop before t is closed. */
+/* metrics.c: /metrics on o->metrics_host, port o->metrics_port (nothing if negative), reading
+ * t's stats at each scrape; 1 (said on stderr) if the port cannot be served. Then per step
+ * (seconds), per evaluation of rank 0, and stop before t is closed. */
 int worker_metrics_start(const struct train_opts *o, tessera *t);
 void worker_metrics_step(double step_s, double exchange_s);
 void worker_metrics_eval(double loss, double train_acc, double test_acc);

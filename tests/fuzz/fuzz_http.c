@@ -93,7 +93,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                                        NULL), 0.002);
     ts_metrics_http_route("/", page, NULL);
     ts_metrics_http_route("/api/status", broken, NULL);
-    if (ts_metrics_http_start(0, &server, &err)) {
+    if (ts_metrics_http_start("127.0.0.1", 0, &server, &err)) {
         fprintf(stderr, "fuzz_http: %s\n", err.msg);
         abort();
     }

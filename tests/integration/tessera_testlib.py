@@ -293,7 +293,8 @@ class Cluster:
         Without --insecure in ARGS the cluster runs mutual TLS, its default: its certificates'
         directory becomes self.tls_dir and $TESSERA_TLS_DIR of this process and of every
         process it starts from now on (the CLI, tessera train, the SDK read it), and
-        self.channel() dials TLS."""
+        self.channel() dials TLS. The lines it printed up to its shards alive are the Proc's
+        .head."""
         if "--insecure" in args:   # what was exported for another cluster is not this one's
             self.tls_dir = None
             os.environ.pop("TESSERA_TLS_DIR", None)
@@ -301,8 +302,10 @@ class Cluster:
                          "--dir", os.path.join(self.dir, name)] + list(args), name,
                         stdout_pipe=True)
         master = None
+        up.head = []
         for line in up.p.stdout:
             line = line.decode()
+            up.head.append(line)
             if line.startswith("master "):
                 master = line.split()[1]
             self.take_tls(line)

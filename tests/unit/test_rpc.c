@@ -381,6 +381,54 @@ static void advertised_address(void **state)
     }
 }
 
+/* Where /metrics listens: --metrics-listen, else the gRPC listen host (loopback for a program
+ * without one); its port from either flag, not two different ones. */
+static void metrics_address(void **state)
+{
+    (void)state;
+    char host[64];
+    int64_t port;
+    const struct {
+        const char *listen;
+        int64_t port;
+        const char *grpc, *host;
+        int64_t want;
+    } ok[] = {
+        { NULL, 9400, "127.0.0.1:7070", "127.0.0.1", 9400 },
+        { NULL, 0, "0.0.0.0:7071", "0.0.0.0", 0 },
+        { NULL, 9400, "[::]:7071", "[::]", 9400 },
+        { NULL, 9400, ":7071", "0.0.0.0", 9400 },
+        { NULL, 9400, NULL, "127.0.0.1", 9400 },          /* a worker: no gRPC server */
+        { NULL, -1, "10.0.0.5:7070", "10.0.0.5", -1 },    /* off */
+        { "0.0.0.0", 9400, "127.0.0.1:7070", "0.0.0.0", 9400 },
+        { "10.0.0.5:9401", -1, "127.0.0.1:7070", "10.0.0.5", 9401 },
+        { "10.0.0.5:9401", 9401, NULL, "10.0.0.5", 9401 },
+        { "[::1]:9402", -1, NULL, "[::1]", 9402 },
+        { "[::1]", 0, NULL, "[::1]", 0 },
+        { "::1", 9400, NULL, "::1", 9400 },
+        { "node-3", 9400, NULL, "node-3", 9400 },
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        assert_int_equal(ts_serve_metrics_addr(ok[i].listen, ok[i].port, ok[i].grpc, host,
+                                               sizeof(host), &port, NULL), TS_OK);
+        assert_string_equal(host, ok[i].host);
+        assert_int_equal(port, ok[i].want);
+    }
+    const struct { const char *listen; int64_t port; } bad[] = {
+        { "0.0.0.0", -1 }, { "h:9400", 9401 }, { ":9400", -1 }, { "h:", 9400 },
+        { "h:70000", -1 }, { "h:94x", -1 }, { "[::1", 9400 }, { "[::1]x", 9400 },
+        { "h:-1", -1 }, { "", 9400 },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct ts_err e = { 0 };
+        port = 77;
+        assert_int_equal(ts_serve_metrics_addr(bad[i].listen, bad[i].port, "127.0.0.1:0", host,
+                                               sizeof(host), &port, &e), TS_EINVAL);
+        assert_non_null(strstr(e.msg, "--metrics-listen"));
+        assert_int_equal(port, 77);   /* nothing written */
+    }
+}
+
 /* This process's certificate: stem's of dir. */
 static void use_cert(const char *dir, const char *stem)
 {
@@ -473,6 +521,7 @@ int main(void)
         cmocka_unit_test(retries_until_the_server_is_up),
         cmocka_unit_test(shutdown_drains_calls_in_flight),
         cmocka_unit_test(advertised_address),
+        cmocka_unit_test(metrics_address),
         cmocka_unit_test(peer_certificates_on_both_ends),
     };
     ts_log_set_level(TS_ERROR);

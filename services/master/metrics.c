@@ -1,7 +1,9 @@
 /* metrics.c - the master's figures for Prometheus (docs/observability.md), read at each scrape
  * from the membership and the job table: the map epoch, members by kind and state, shards declared
- * dead so far, leases that ran out, jobs by state, rollbacks. Calls (heartbeats among them) are
- * counted by lib/rpc for every service. */
+ * dead so far, leases that ran out, jobs by state, rollbacks, and each running job's last
+ * progress report (step, loss, accuracy, samples/s: what rank 0 reports, tessera.torch's
+ * included), whose series go when the job ends. Calls (heartbeats among them) are counted by
+ * lib/rpc for every service. */
 #include "master.h"
 
 #include <stdlib.h>
@@ -10,7 +12,29 @@
 
 static struct {
     struct ts_metric_family *epoch, *members, *failures, *expiries, *jobs, *rollbacks;
+    struct ts_metric_family *step, *loss, *accuracy, *rate;
 } fam;
+
+/* job's progress gauges while it runs (or idles, kept); gone once it ended. */
+static void job_progress(struct master *m, const struct job_info *j)
+{
+    struct progress_point pt;
+    int64_t heard;
+
+    if (j->state != JOB_RUNNING && j->state != JOB_IDLE) {
+        ts_metrics_forget("job_id", j->id);
+        return;
+    }
+    if (!progress_last(m->progress, j->id, &pt, &heard))
+        return;
+    ts_gauge_set(ts_metric_one(fam.step, j->id), (double)pt.step);
+    if (pt.loss == pt.loss)   /* NaN: the trainer gave none */
+        ts_gauge_set(ts_metric_one(fam.loss, j->id), pt.loss);
+    if (pt.accuracy == pt.accuracy)
+        ts_gauge_set(ts_metric_one(fam.accuracy, j->id), pt.accuracy);
+    if (pt.samples_per_s == pt.samples_per_s)
+        ts_gauge_set(ts_metric_one(fam.rate, j->id), pt.samples_per_s);
+}
 
 static void count_members(const struct ts_member *m, size_t n, const char *kind)
 {
@@ -47,6 +71,7 @@ static void collect(void *arg)
             if (jobs[i].state >= JOB_RUNNING && jobs[i].state <= JOB_ABANDONED)
                 by[jobs[i].state]++;
             rollbacks += jobs[i].rollbacks;
+            job_progress(m, &jobs[i]);
         }
         for (int s = JOB_RUNNING; s <= JOB_ABANDONED; s++)
             ts_gauge_set(ts_metric_one(fam.jobs, jobs_state_name((enum job_state)s)), by[s]);
@@ -73,5 +98,15 @@ void master_metrics_init(struct master *m)
     fam.rollbacks = ts_metrics_family("tessera_rollbacks_total", "rollbacks to a snapshot of "
                                       "the jobs listed, after a partition lost every copy",
                                       TS_METRIC_COUNTER, NULL, NULL, 0);
+    fam.step = ts_metrics_family("tessera_job_step", "the step of the job's last progress "
+                                 "report (rank 0's), while it runs", TS_METRIC_GAUGE, "job_id",
+                                 NULL, 0);
+    fam.loss = ts_metrics_family("tessera_job_loss", "the mean training loss of that report",
+                                 TS_METRIC_GAUGE, "job_id", NULL, 0);
+    fam.accuracy = ts_metrics_family("tessera_job_accuracy", "the last accuracy the trainer "
+                                     "reported (0..1)", TS_METRIC_GAUGE, "job_id", NULL, 0);
+    fam.rate = ts_metrics_family("tessera_job_samples_per_second", "samples of the global "
+                                 "batch per second over that report", TS_METRIC_GAUGE,
+                                 "job_id", NULL, 0);
     ts_metrics_collector(collect, m);
 }

@@ -375,6 +375,16 @@ struct tessera_progress {
 };
 void tessera_report_progress(tessera *t, const struct tessera_progress *p);
 
+/* Serves this client's figures for Prometheus at http://HOST:PORT/metrics (docs/
+ * observability.md, "A trainer's /metrics"): tessera-worker's series, labelled job_id and rank:
+ * steps, skipped steps, bytes pushed and pulled, failovers, staleness, the loss scale, and the
+ * loss, accuracy and samples/s of the last tessera_report_progress (each only once reported).
+ * host NULL: 127.0.0.1 (plain HTTP, no authentication: bind where only your Prometheus
+ * reaches); port 0: a free one, written to *bound (may be NULL). One client per process
+ * (TESSERA_EEXIST for a second); tessera_close stops it and drops the client's series. */
+int tessera_serve_metrics(tessera *t, const char *host, int port, int *bound,
+                          struct tessera_error *err);
+
 /* The data-plane transport in use ("tcp", "shm", or "local"). */
 const char *tessera_transport(const tessera *t);
 /* The worker id the master gave this worker's current registration (what `tessera status`

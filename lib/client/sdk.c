@@ -282,6 +282,7 @@ void tessera_close(tessera *t)
 {
     if (!t)
         return;
+    sdk_metrics_close(t);   /* before what its scrapes read goes */
     sdk_close_shards(t);
     ts_membership_stop(t->ms, true);
     ts_cluster_close(t->cl);

@@ -683,8 +683,11 @@ uint64_t tessera_resume_step(const tessera *t)
 
 void tessera_report_progress(tessera *t, const struct tessera_progress *p)
 {
-    if (t->ms && p)
+    if (!p)
+        return;
+    if (t->ms)
         ts_membership_set_progress(t->ms, p->loss, p->accuracy, p->samples_per_s);
+    sdk_metrics_progress(t, p);
 }
 
 float tessera_loss_scale(const tessera *t)

@@ -778,6 +778,10 @@ static PyMethodDef client_methods[] = {
       "set_result(failed, text=None): how this worker's part of the job ended, told to the\n"
       "master at close: failed False with the final params_sha256, or True with a reason.\n"
       "Leaving a with-block on an exception sets it to failed." },
+    { "serve_metrics", KW client_serve_metrics, METH_VARARGS | METH_KEYWORDS,
+      "serve_metrics(port=0, host=None) -> port\n\nServes this client's figures at "
+      "http://HOST:PORT/metrics for Prometheus (host None:\n127.0.0.1; port 0: a free one, "
+      "returned); stopped by close()" },
     { "slots", (PyCFunction)client_slots, METH_NOARGS,
       "slots() -> [int]: the slots this worker computes now (elastic=True; docs/elastic.md);\n"
       "its rank's alone unless workers died" },

@@ -94,5 +94,6 @@ PyObject *client_join(struct client *self, PyObject *oparams);
  * .workers. */
 PyObject *client_where(const struct tessera_options *opt);
 PyObject *client_get_where(struct client *self, void *closure);
+PyObject *client_serve_metrics(struct client *self, PyObject *args, PyObject *kw);
 
 #endif

@@ -1,6 +1,7 @@
 /* launch.c - tessera.launch_env(): this process's place in a job, as its launcher wrote it
- * into the environment (tessera_launch_env; docs/launch.md); and Client's master, job, rank
- * and workers, as the arguments and that environment made them. */
+ * into the environment (tessera_launch_env; docs/launch.md); Client's master, job, rank and
+ * workers, as the arguments and that environment made them; and Client.serve_metrics, how
+ * the job is watched from Prometheus. */
 #include "client.h"
 
 #include <stdint.h>
@@ -42,6 +43,22 @@ static PyObject *mod_launch_env(PyObject *m, PyObject *noargs)
                          str_or_none(l.job), "rank", int_or_none(l.rank, -1), "workers",
                          int_or_none(l.workers, 0), "local_rank", int_or_none(l.local_rank, -1),
                          "restarts", l.restarts);
+}
+
+PyObject *client_serve_metrics(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "port", "host", NULL };
+    PyObject *oport = NULL;
+    const char *host = NULL;
+    unsigned long long port = 0;
+    struct tessera_error e = { 0 };
+    int rc, bound = 0;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Oz:serve_metrics", kwlist, &oport, &host) ||
+        open_or_raise(self) || get_uint(oport, "port", 65535, &port))
+        return NULL;
+    SDK_CALL(self, rc, &e, tessera_serve_metrics(self->t, host, (int)port, &bound, &e));
+    return rc ? raise_sdk(&e) : PyLong_FromLong(bound);
 }
 
 PyMethodDef launch_methods[] = {

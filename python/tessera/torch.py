@@ -144,6 +144,8 @@ class ParameterServer(Overlap, Elastic):
     module doc."""
 
     _invalid = staticmethod(_invalid)
+    #: Where this rank serves /metrics (attach's metrics_port), or None.
+    metrics_port = None
 
     def __init__(self, module, client, seed=0, init=None, partition_bytes=0, buffers=False,
                  overlap=False, bucket_bytes=None, rank=0, workers=1, batch=None,
@@ -758,7 +760,8 @@ class ParameterServer(Overlap, Elastic):
 def attach(module, master=None, job=None, rank=None, workers=None, optimizer="momentum",
            batch=None, exact=False, seed=0, init=None, partition_bytes=0, buffers=False,
            overlap=False, bucket_bytes=None, broadcast_buffers=True, loss_reduction="mean",
-           param_groups=None, elastic=False, **options):
+           param_groups=None, elastic=False, metrics_port=None, metrics_host=None,
+           **options):
     """Connects to a cluster (tessera.Client(master, job, rank, workers, exact, optimizer,
     batch, **options): mode, compress, sync_every, loss_scale, transport, timeout_ms,
     micro_batch, ...), registers every parameter of ``module`` (named_parameters() order) and,
@@ -774,12 +777,15 @@ def attach(module, master=None, job=None, rank=None, workers=None, optimizer="mo
     environment (``tessera.launch_env()``: ``tessera run``, torchrun, srun, a Kubernetes
     indexed Job; docs/launch.md), else "local", "default", 0 and 1, as for tessera.Client.
     ``elastic``: the job outlives a dead rank, whose slots the live ranks compute
-    (tessera._elastic). Returns the ParameterServer. Collective: every rank attaches the same
+    (tessera._elastic). ``metrics_port``: serve this rank's figures for Prometheus there (0: a
+    free one; ``ps.metrics_port`` says which) on ``metrics_host`` (None: 127.0.0.1). Returns the ParameterServer. Collective: every rank attaches the same
     model the same way (rank 0's values win)."""
     client = tessera.Client(master=master, job=job, rank=rank, workers=workers, exact=exact,
                             optimizer=optimizer, batch=batch, elastic=elastic, **options)
     try:
-        return ParameterServer(module, client, seed=seed, init=init,
+        port = None if metrics_port is None else client.serve_metrics(metrics_port,
+                                                                      metrics_host)
+        ps = ParameterServer(module, client, seed=seed, init=init,
                                partition_bytes=partition_bytes, buffers=buffers,
                                overlap=overlap, bucket_bytes=bucket_bytes,
                                rank=client.rank, workers=client.workers, batch=batch,
@@ -788,6 +794,8 @@ def attach(module, master=None, job=None, rank=None, workers=None, optimizer="mo
                                micro_batch=options.get("micro_batch"),
                                param_groups=param_groups, optimizer=optimizer,
                                mode=options.get("mode"), elastic=elastic)
+        ps.metrics_port = port
+        return ps
     except BaseException:
         client.close()
         raise

@@ -10,7 +10,10 @@ not the built-in MLP) run by `tessera run --workers 2`. While it trains:
   tessera_job_samples_per_second for its job_id, and Prometheus answers a PromQL query for its
   loss and a rising step;
 - the status page, rendered by headless Chromium, lists both workers under the job and draws
-  its loss plot.
+  its loss plot;
+- each rank's own /metrics (attach's metrics_port) has its steps rising and the loss it
+  reported, labelled with the job and its rank; the accuracy only rank 0 reports is on rank
+  0's alone (no rank exports a value it never had).
 Once the job ends and is released, no endpoint (the master, either shard) names it.
 """
 import json
@@ -90,9 +93,11 @@ class TorchJobMetrics(tl.ClusterCase, unittest.TestCase):
         job = "torch-%d" % os.getpid()
         query = self.prometheus()
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+        wbase = tl.free_port()
         run = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "run", "--master",
                                 self.master, "--workers", "2", "--job", job, "/usr/bin/python3",
-                                SCRIPT, "--steps", "600", "--step-sleep", "0.03"],
+                                SCRIPT, "--steps", "600", "--step-sleep", "0.03",
+                                "--metrics-port", str(wbase)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                env=env, start_new_session=True)
         try:
@@ -119,6 +124,13 @@ class TorchJobMetrics(tl.ClusterCase, unittest.TestCase):
             self.assertIn("<td>%s</td>" % job, dom)
             lines = re.findall(r'<polyline points="([^"]*)"', dom)
             self.assertTrue(lines and len(lines[0].split()) >= 2, "a loss plot of the job")
+            ranks = [scrape(wbase + r) for r in (0, 1)]
+            for r, text in enumerate(ranks):
+                labels = '{job_id="%s",rank="%d"}' % (job, r)
+                self.assertIn("tessera_worker_steps_total" + labels, text)
+                self.assertRegex(text, r"tessera_worker_loss%s \d" % re.escape(labels))
+            self.assertIn("tessera_worker_train_accuracy{", ranks[0])
+            self.assertNotIn("tessera_worker_train_accuracy{", ranks[1])
             _, err = run.communicate(timeout=300)
         finally:
             if run.poll() is None:

@@ -46,6 +46,11 @@ class Net(nn.Module):
         return self.head(self.body(x))
 
 
+def env_rank():
+    """This process's rank as the launcher said (before attach, which reads the same)."""
+    return tessera.launch_env()["rank"] or 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=60)
@@ -54,6 +59,8 @@ def main():
     ap.add_argument("--step-sleep", type=float, default=0.0,
                     help="seconds to sleep in each step (to watch a job while it runs)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--metrics-port", type=int, default=None,
+                    help="rank R serves its /metrics on this port + R (0: free ones)")
     ap.add_argument("--elastic", action="store_true",
                     help="the job outlives a dead rank (tessera run --respawn starts it again)")
     a = ap.parse_args()
@@ -63,7 +70,8 @@ def main():
     x, y = data(a.seed, 4096)
     ps = tessera.torch.attach(model, optimizer="momentum:lr=0.05,momentum=0.9",
                               batch=a.batch, exact=True, micro_batch=a.batch // 12,
-                              elastic=a.elastic,
+                              elastic=a.elastic, metrics_port=None if a.metrics_port is None
+                              else a.metrics_port and a.metrics_port + env_rank(),
                               # an elastic job starts from Tessera's initializers (he, zeros)
                               init=True if a.elastic else None)
     rank, workers = ps.rank, ps.workers

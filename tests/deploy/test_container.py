@@ -57,6 +57,7 @@ import tessera_testlib as tl  # noqa: E402
 STEPS = 50
 BASE = "localhost/bookworm"
 IMAGE = "localhost/tessera:test"
+PY_IMAGE = "localhost/tessera-python:test"   # the Containerfile's target python
 CONTAINERFILE = os.path.join(tl.SRC, "deploy", "container", "Containerfile")
 TRAIN = ["--steps", str(STEPS), "--exact", "--json"]
 CONTAINERS_CONF = """[containers]
@@ -74,16 +75,6 @@ BUILD_TIMEOUT = 1800  # a cold build: the build packages, then Tessera compiled,
 
 
 USER_SCRIPT = os.path.join(tl.SRC, "tests", "integration", "user_train.py")
-
-
-def script_by_hand(steps):
-    """params_sha256 of tests/integration/user_train.py run on the host, no launcher."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "TESSERA_MASTER", "TESSERA_JOB")}
-    r = subprocess.run(["/usr/bin/python3", USER_SCRIPT, "--steps", str(steps)],
-                       capture_output=True, text=True, timeout=120, env=env)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.split("params_sha256 ")[1].split()[0]
 
 
 def unavailable():
@@ -165,14 +156,16 @@ class Podman:
         os.unlink(tar)
         return time.monotonic() - t0
 
-    def build(self):
-        """podman build of the Containerfile as IMAGE; records the images it made."""
+    def build(self, image=IMAGE, target=None):
+        """podman build of the Containerfile (its target, else the default) as image; records
+        the images it made."""
         before = self.image_ids()
         iid = os.path.join(self.dir, "iid")
         log = os.path.join(self.dir, "build.log")
         with open(log, "w") as f:
-            r = subprocess.run(["podman", "build", "-f", CONTAINERFILE, "-t", IMAGE,
-                                "--build-arg", "BASE=" + BASE, "--iidfile", iid, tl.SRC],
+            r = subprocess.run(["podman", "build", "-f", CONTAINERFILE, "-t", image,
+                                "--build-arg", "BASE=" + BASE, "--iidfile", iid] +
+                               (["--target", target] if target else []) + [tl.SRC],
                                stdout=f, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT,
                                env=self.env, stdin=subprocess.DEVNULL)
         with open(log, errors="replace") as f:
@@ -273,12 +266,12 @@ class Container(unittest.TestCase):
         if left:
             raise AssertionError("cleanup left " + ", ".join(left))
 
-    def podman_run(self, role, argv, timeout=300, extra=()):
-        """`podman run` of IMAGE in the foreground, named for role; returns (result, seconds)."""
+    def podman_run(self, role, argv, timeout=300, extra=(), image=IMAGE):
+        """`podman run` of image in the foreground, named for role; returns (result, seconds)."""
         name = self.p.name(role)
         self.p.containers.append(name)
         t0 = time.monotonic()
-        r = self.p.run(["run", "--name", name] + list(extra) + [IMAGE] + list(argv),
+        r = self.p.run(["run", "--name", name] + list(extra) + [image] + list(argv),
                        check=False, timeout=timeout)
         return r, time.monotonic() - t0
 
@@ -384,18 +377,27 @@ class Container(unittest.TestCase):
         self.assertEqual(got["transport"], "tcp", got)
         self.assertEqual(got["params_sha256"], self.host_sha())
 
-        # A user's PyTorch script (not the built-in MLP), mounted into the image and run by
-        # `tessera run` in a 5th container: the bits of the same script by hand on the host.
+        # A user's PyTorch script (not the built-in MLP), mounted into the python target's
+        # image: by hand (one process, no launcher), then its two ranks by `tessera run`
+        # against the cluster: the same bits.
+        t0 = time.monotonic()
+        self.p.build(PY_IMAGE, "python")
+        built = time.monotonic() - t0
+        mount = ["-v", "%s:/opt/tessera/script/train.py:ro" % USER_SCRIPT]
+        script = ["python3", "/opt/tessera/script/train.py", "--steps", "30"]
+        r, _ = self.podman_run("by-hand", script, extra=mount, image=PY_IMAGE)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        want = r.stdout.split("params_sha256 ")[1].split()[0]
         r, secs = self.podman_run("script", [
-            "tessera", "run", "--master", master + ":7070", "--workers", "2", "--json",
-            "python3", "/opt/tessera/script/train.py", "--steps", "30"],
-            extra=common + ["-v", "%s:/opt/tessera/script/train.py:ro" % USER_SCRIPT])
+            "tessera", "run", "--master", master + ":7070", "--workers", "2", "--json"] +
+            script, extra=common + mount, image=PY_IMAGE)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr + self.logs([master] + shards))
         run = json.loads(r.stdout)
         self.assertEqual((run["state"], run["exit_code"]), ("finished", 0), run)
-        self.assertEqual(run["params_sha256"], script_by_hand(30))
-        tl.log("tessera run of a user's script in a container: params_sha256 %s... as by hand "
-               "on the host; %.1f s" % (run["params_sha256"][:12], secs))
+        self.assertEqual(run["params_sha256"], want)
+        tl.log("target python (built in %.1f s): tessera run of a user's script, 2 ranks, "
+               "params_sha256 %s... as by hand in the image; %.1f s"
+               % (built, want[:12], secs))
 
         # The master's --state-dir, in the shared volume, written as the image's user.
         r = self.p.run(["exec", master, "sh", "-c",

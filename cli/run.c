@@ -13,7 +13,8 @@
  * the others (they would wait for it at the next step). With --respawn a rank killed by a
  * signal is started again after RESPAWN_MS (TESSERA_RESTARTS counts), which is what an
  * elastic job (docs/elastic.md) survives: its slots moved to the live ranks meanwhile. A
- * restarted rank that exits with RUN_EXIT_JOB_ENDED found its job over: not a failure. */
+ * restarted rank that exits with RUN_EXIT_JOB_ENDED, or fails while the master lists its job
+ * finished, came back too late: the others finished the job, which is not a failure. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -341,6 +342,22 @@ static int exit_code_of(int status)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* Whether the master lists the job as finished (or idle: finished and kept). A restarted rank
+ * that failed once its job had ended (its registration refused: the others finished without
+ * it) did nothing wrong. */
+static bool job_finished(const struct run *r)
+{
+    Tessera__V1__ClusterStatusResponse *cs = NULL;
+    struct ts_err err = { 0 };
+    const Tessera__V1__JobInfo *jb = cli_job_at(r->master, r->job, &cs, &err);
+    bool done = jb && (jb->state == TESSERA__V1__JOB_STATE__JOB_STATE_FINISHED ||
+                       jb->state == TESSERA__V1__JOB_STATE__JOB_STATE_IDLE);
+
+    if (cs)
+        tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+    return done;
+}
+
 /* Runs the ranks until each is done; returns the exit code. */
 static int supervise(struct run *r)
 {
@@ -400,8 +417,8 @@ static int supervise(struct run *r)
             }
             k->done = true;
             alive--;
-            if (WIFEXITED(k->status) && WEXITSTATUS(k->status) == RUN_EXIT_JOB_ENDED &&
-                k->restarts > 0) {
+            if (k->restarts > 0 && WIFEXITED(k->status) && k->status &&
+                (WEXITSTATUS(k->status) == RUN_EXIT_JOB_ENDED || job_finished(r))) {
                 fprintf(stderr, "tessera run: rank %d came back after its job ended; the "
                         "others finished it\n", i);
                 continue;

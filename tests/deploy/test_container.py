@@ -74,7 +74,7 @@ NETAVARK = ("/usr/lib/podman/netavark", "/usr/lib/podman/aardvark-dns")
 BUILD_TIMEOUT = 1800  # a cold build: the build packages, then Tessera compiled, on 2 cores
 
 
-USER_SCRIPT = os.path.join(tl.SRC, "tests", "integration", "user_train.py")
+USER_SCRIPT = tl.USER_SCRIPT
 
 
 def unavailable():

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -161,13 +160,7 @@ class Slurm(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(self.work, "tessera-" + job)), name)
 
     def test_d_a_user_script_as_the_workers(self):
-        script = os.path.join(tl.SRC, "tests", "integration", "user_train.py")
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("RANK", "WORLD_SIZE", "TESSERA_MASTER", "TESSERA_JOB")}
-        r = subprocess.run(["/usr/bin/python3", script, "--steps", "30"], capture_output=True,
-                           text=True, timeout=120, env=env)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        want = r.stdout.split("params_sha256 ")[1].split()[0]
+        script, want = tl.USER_SCRIPT, tl.script_by_hand("--steps", 30)
         job, out = self.sbatch("user", ["-N", "2", "-n", "2"],
                                ["--shards", "2", "--run", "--", "/usr/bin/python3", script,
                                 "--steps", "30"])

@@ -186,7 +186,7 @@ class Systemd(unittest.TestCase):
     def run_unit(self, d, env, state):
         """tessera-run@script.service's ExecStart, run.env's command replaced by the user
         script (its other settings kept), in the unit's WorkingDirectory."""
-        script = os.path.join(tl.SRC, "tests", "integration", "user_train.py")
+        script, want = tl.USER_SCRIPT, tl.script_by_hand("--steps", 30)
         run_env = dict(env_file(os.path.join(d, "run.env")),
                        TESSERA_RUN_COMMAND="/usr/bin/python3 %s --steps 30" % script)
         unit = os.path.join(d, "tessera-run@.service")
@@ -194,12 +194,6 @@ class Systemd(unittest.TestCase):
         cwd = expand(unit_values(unit, "WorkingDirectory")[0], env, "script")[0]
         cwd = cwd.replace("/var/lib/tessera", state)
         os.makedirs(cwd)
-        clean = {k: v for k, v in os.environ.items()
-                 if k not in ("RANK", "WORLD_SIZE", "TESSERA_MASTER", "TESSERA_JOB")}
-        r = subprocess.run(["/usr/bin/python3", script, "--steps", "30"], capture_output=True,
-                           text=True, timeout=120, env=clean)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        want = r.stdout.split("params_sha256 ")[1].split()[0]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=cwd)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertIn("[rank 0] params_sha256 %s" % want, r.stdout)

@@ -577,6 +577,64 @@ def status_json(addr):
     return json.loads(r.stdout)
 
 
+# A user's own training script (tests/integration/user_train.py), what the launch and deploy
+# tests run in place of the built-in trainer; the variables a launcher sets, none of which may
+# leak into a run "by hand".
+USER_SCRIPT = os.path.join(SRC, "tests", "integration", "user_train.py")
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TESSERA_MASTER",
+               "TESSERA_JOB", "TESSERA_RANK", "TESSERA_WORKERS", "TESSERA_RESTARTS",
+               "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "JOB_COMPLETION_INDEX",
+               "TORCHELASTIC_RUN_ID")
+
+
+def unlaunched_env(**extra):
+    """os.environ without a launcher's variables, with extra."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env.update(extra)
+    return env
+
+
+def script_by_hand(*args):
+    """params_sha256 of USER_SCRIPT ARGS run by hand: one process, no launcher, master local."""
+    r = subprocess.run(["/usr/bin/python3", USER_SCRIPT] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=180,
+                       env=unlaunched_env(TESSERA_LOG="warn"))
+    if r.returncode != 0:
+        raise AssertionError("user_train.py by hand exited %d: %s" % (r.returncode, r.stderr))
+    return r.stdout.split("params_sha256 ")[1].split()[0]
+
+
+def start_prometheus(cluster, ports):
+    """A real Prometheus (Debian's) scraping 127.0.0.1:PORT of each of ports every second, as
+    a process of cluster; returns query(promql) -> [values] or None."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+    prom = shutil.which("prometheus")
+    if not prom:
+        raise AssertionError("no prometheus: Debian's package, which make test installs")
+    port = free_port()
+    cfg = os.path.join(cluster.dir, "prometheus.yml")
+    with open(cfg, "w") as f:
+        f.write("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                "scrape_configs:\n- job_name: tessera\n  static_configs:\n"
+                "  - targets: [%s]\n" % ", ".join("'127.0.0.1:%d'" % p for p in ports))
+    cluster.spawn([prom, "--config.file=" + cfg,
+                   "--storage.tsdb.path=" + os.path.join(cluster.dir, "tsdb"),
+                   "--web.listen-address=127.0.0.1:%d" % port], "prometheus")
+
+    def query(q):
+        url = "http://127.0.0.1:%d/api/v1/query?%s" % (port, urllib.parse.urlencode(
+            {"query": q}))
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                res = json.load(r).get("data", {}).get("result", [])
+        except (urllib.error.URLError, ConnectionError):
+            return None
+        return [float(x["value"][1]) for x in res] or None
+    return query
+
+
 def free_port():
     """A port nothing listens on right now (bound then released)."""
     import socket

@@ -28,10 +28,7 @@ import tessera_testlib as tl  # noqa: E402
 import test_deploy_kubernetes as k8s  # noqa: E402
 
 SDIR = os.path.join(tl.SRC, "deploy", "kubernetes", "script")
-SCRIPT = os.path.join(tl.SRC, "tests", "integration", "user_train.py")
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TESSERA_MASTER", "TESSERA_JOB",
-               "TESSERA_RANK", "TESSERA_WORKERS", "SLURM_PROCID", "SLURM_NTASKS",
-               "SLURM_JOB_ID", "JOB_COMPLETION_INDEX", "TESSERA_TLS_DIR")
+SCRIPT = tl.USER_SCRIPT
 
 
 def job_problems(objs):
@@ -142,11 +139,9 @@ class DeployScript(unittest.TestCase):
             self.assertTrue(any(needle in p for p in problems), (needle, problems))
 
     def test_the_pods_command_trains_as_by_hand(self):
-        env0 = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-        r = subprocess.run(["/usr/bin/python3", SCRIPT, "--steps", "30"], capture_output=True,
-                           text=True, timeout=120, env=env0)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        want = r.stdout.split("params_sha256 ")[1].split()[0]
+        env0 = tl.unlaunched_env()
+        env0.pop("TESSERA_TLS_DIR", None)
+        want = tl.script_by_hand("--steps", 30)
         up, addr = self.c.tessera_up(["--shards", "2"])
         job = k8s.find(self.rendered, "Job", "tessera-script")[0]
         c = k8s.pod_spec(job)["containers"][0]

@@ -369,28 +369,7 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         tl.log("steps %d -> %d in 2 s, %d scrape pairs beside" % (first, second, scrapes[0]))
 
     def test_c_prometheus_scrapes_and_answers_promql(self):
-        prom = shutil.which("prometheus")
-        self.assertIsNotNone(prom, "prometheus (Debian's package, in make deps)")
-        port = tl.free_port()
-        cfg = os.path.join(self.c.dir, "prometheus.yml")
-        with open(cfg, "w") as f:
-            f.write("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-                    "scrape_configs:\n- job_name: tessera\n  static_configs:\n"
-                    "  - targets: [%s]\n" % ", ".join("'127.0.0.1:%d'" % p for p in self.ports))
-        self.c.spawn([prom, "--config.file=" + cfg,
-                      "--storage.tsdb.path=" + os.path.join(self.c.dir, "tsdb"),
-                      "--web.listen-address=127.0.0.1:%d" % port], "prometheus")
-
-        def query(q):
-            url = "http://127.0.0.1:%d/api/v1/query?%s" % (port, urllib.parse.urlencode(
-                {"query": q}))
-            try:
-                with urllib.request.urlopen(url, timeout=5) as r:
-                    doc = json.load(r)
-            except (urllib.error.URLError, ConnectionError):
-                return None
-            res = doc.get("data", {}).get("result", [])
-            return [float(x["value"][1]) for x in res] or None
+        query = tl.start_prometheus(self.c, self.ports)
 
         steps = 'sum(tessera_worker_steps_total{job="tessera"})'
         first = tl.wait_until(lambda: query(steps), 60, "Prometheus to scrape the workers")

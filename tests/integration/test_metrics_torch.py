@@ -16,7 +16,6 @@ not the built-in MLP) run by `tessera run --workers 2`. While it trains:
   0's alone (no rank exports a value it never had).
 Once the job ends and is released, no endpoint (the master, either shard) names it.
 """
-import json
 import math
 import os
 import re
@@ -25,15 +24,13 @@ import signal
 import subprocess
 import sys
 import unittest
-import urllib.error
-import urllib.parse
 import urllib.request
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tessera_testlib as tl  # noqa: E402
 
-SCRIPT = os.path.join(tl.SRC, "tests", "integration", "user_train.py")
+SCRIPT = tl.USER_SCRIPT
 
 
 def scrape(port, path="/metrics"):
@@ -55,30 +52,6 @@ class TorchJobMetrics(tl.ClusterCase, unittest.TestCase):
                                                str(cls.base)])
         cls.ports = [cls.base, cls.base + 1, cls.base + 2]
 
-    def prometheus(self):
-        prom = shutil.which("prometheus")
-        self.assertIsNotNone(prom, "prometheus (Debian's package, installed by make test)")
-        port = tl.free_port()
-        cfg = os.path.join(self.c.dir, "prometheus.yml")
-        with open(cfg, "w") as f:
-            f.write("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-                    "scrape_configs:\n- job_name: tessera\n  static_configs:\n"
-                    "  - targets: [%s]\n" % ", ".join("'127.0.0.1:%d'" % p for p in self.ports))
-        self.c.spawn([prom, "--config.file=" + cfg,
-                      "--storage.tsdb.path=" + os.path.join(self.c.dir, "tsdb"),
-                      "--web.listen-address=127.0.0.1:%d" % port], "prometheus")
-
-        def query(q):
-            url = "http://127.0.0.1:%d/api/v1/query?%s" % (port, urllib.parse.urlencode(
-                {"query": q}))
-            try:
-                with urllib.request.urlopen(url, timeout=5) as r:
-                    res = json.load(r).get("data", {}).get("result", [])
-            except (urllib.error.URLError, ConnectionError):
-                return None
-            return [float(x["value"][1]) for x in res] or None
-        return query
-
     def dom(self):
         chromium = shutil.which("chromium")
         self.assertIsNotNone(chromium, "chromium (Debian's package, installed by make test)")
@@ -91,8 +64,8 @@ class TorchJobMetrics(tl.ClusterCase, unittest.TestCase):
 
     def test_a_pytorch_job_is_watched_and_forgotten(self):
         job = "torch-%d" % os.getpid()
-        query = self.prometheus()
-        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+        query = tl.start_prometheus(self.c, self.ports)
+        env = tl.unlaunched_env()
         wbase = tl.free_port()
         run = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "run", "--master",
                                 self.master, "--workers", "2", "--job", job, "/usr/bin/python3",

@@ -267,11 +267,15 @@ class Container(unittest.TestCase):
             raise AssertionError("cleanup left " + ", ".join(left))
 
     def podman_run(self, role, argv, timeout=300, extra=(), image=IMAGE):
-        """`podman run` of image in the foreground, named for role; returns (result, seconds)."""
+        """`podman run` of image in the foreground, named for role; returns (result, seconds).
+        The host's OPENBLAS_* variables go in too: OPENBLAS_CORETYPE picks the BLAS kernel,
+        and another kernel rounds the gradients differently (docs/exact-mode.md), so the
+        container's bits would not be the host's."""
         name = self.p.name(role)
         self.p.containers.append(name)
+        blas = [a for k in sorted(os.environ) if k.startswith("OPENBLAS_") for a in ("-e", k)]
         t0 = time.monotonic()
-        r = self.p.run(["run", "--name", name] + list(extra) + [image] + list(argv),
+        r = self.p.run(["run", "--name", name] + blas + list(extra) + [image] + list(argv),
                        check=False, timeout=timeout)
         return r, time.monotonic() - t0
 

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "cluster/cluster.h"
@@ -43,6 +44,7 @@ struct train_cli {
     const char *job, *optimizer, *transport;
     const char *mode, *compress, *sync_every, *slow;   /* docs/modes.md; slow: "RANK:MS" */
     const char *compress_pull;                         /* docs/compression.md, "Pulls" */
+    FILE *json_out;                  /* --json: where the document goes (NULL: stdout) */
 };
 /* Starts the workers against master (ignored with t->local) and waits for them. Returns the
  * exit code. */

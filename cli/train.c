@@ -272,7 +272,8 @@ static void report_failure(const char *dir, int rank, bool terminal, int status)
         fprintf(stderr, "tessera train: worker %d %s; its log:\n  %s: %s\n", rank, how, log,
                 last);
     }
-    fprintf(stderr, "tessera train: the workers' logs are kept in %s\n", dir);
+    if (rmdir(dir))   /* not empty: ranks above 0 wrote their logs there */
+        fprintf(stderr, "tessera train: the workers' logs are kept in %s\n", dir);
 }
 
 /* Whether the job's workers take over a dead worker's slots (tessera-worker's own rule). */
@@ -291,22 +292,26 @@ static bool respawning(const int64_t *due, int nw)
     return false;
 }
 
-/* --join: the job must be running, or the new worker would start a run of its own and wait
- * for ranks that never come. */
-static int check_running(const struct train_cli *t, const char *master)
+/* The master must answer before any worker starts: each would fail on its own, in the SDK's
+ * words. With --join the job must be running too, or the new worker would start a run of its
+ * own and wait for ranks that never come. */
+static int check_master(const struct train_cli *t, const char *master)
 {
     Tessera__V1__ClusterStatusResponse *cs;
     struct ts_err err = { 0 };
     const Tessera__V1__JobInfo *j = cli_job_at(master, t->job, &cs, &err);
-    int rc = !j || j->state != TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING;
+    int rc = t->join >= 0 && (!j || j->state != TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING);
 
-    if (!cs)
-        fprintf(stderr, "tessera train: --join: %s\n", err.msg);
-    else if (rc)
+    if (!cs) {
+        fprintf(stderr, "tessera train: %s\nno master answers at %s: start a cluster with "
+                "`tessera up` (then --master ADDR or $TESSERA_MASTER), or train in one process "
+                "with --local\n", err.msg, master);
+        return 1;
+    }
+    if (rc)
         fprintf(stderr, "tessera train: --join %d: job '%s' is not running at %s (tessera "
                 "status lists the jobs); start it first\n", t->join, t->job, master);
-    if (cs)
-        tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+    tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
     return rc;
 }
 
@@ -376,7 +381,7 @@ int run_training(const struct train_cli *in, const char *master)
                  (long long)ts_unix_ms());
         t->job = job_id;
     }
-    if (t->join >= 0 && check_running(t, master))
+    if (!t->local && check_master(t, master))
         return 1;
     if (ts_proc_exe_dir(bin, sizeof(bin), &err)) {
         fprintf(stderr, "tessera train: %s\n", err.msg);
@@ -385,7 +390,9 @@ int run_training(const struct train_cli *in, const char *master)
     snprintf(dir, sizeof(dir), "%s/tessera-train.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR")
                                                                             : "/tmp");
     if (!mkdtemp(dir)) {
-        fprintf(stderr, "tessera train: cannot make a log directory: %s\n", strerror(errno));
+        fprintf(stderr, "tessera train: cannot make a log directory in %s: %s; set TMPDIR "
+                "to a writable directory\n", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+                strerror(errno));
         return 1;
     }
     if (t->json && doc_open(&doc)) {

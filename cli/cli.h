@@ -50,6 +50,11 @@ struct train_cli {
  * exit code. */
 int run_training(const struct train_cli *t, const char *master);
 void train_defaults(struct train_cli *t);
+/* --json for a command that shows more than its document (tessera demo): sets stdout aside
+ * for the document and makes fd 1 stderr, so that whatever else this process and its
+ * children write reaches stderr. Returns the real stdout (the caller fcloses it), or NULL
+ * after saying why on stderr as `tessera CMD: ...`. */
+FILE *cli_json_stdout(const char *cmd);
 int train_flags(const char *cmd, const char *usage, const char *about, struct train_cli *t,
                 const char **master, int64_t *shards, int argc, char **argv);
 

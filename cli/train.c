@@ -255,6 +255,25 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     return pid;
 }
 
+FILE *cli_json_stdout(const char *cmd)
+{
+    FILE *doc = NULL;
+    int fd;
+
+    fflush(stdout);
+    if ((fd = dup(STDOUT_FILENO)) < 0 || !(doc = fdopen(fd, "w")) ||
+        dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+        fprintf(stderr, "tessera %s: --json: cannot set stdout aside for the document: %s\n",
+                cmd, strerror(errno));
+        if (doc)
+            fclose(doc);
+        else if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    return doc;
+}
+
 /* Says which worker failed, how, and where its messages are: on our own stdout and stderr
  * (terminal: rank 0, or the one rank of --join), or in its log in dir. */
 static void report_failure(const char *dir, int rank, bool terminal, int status)

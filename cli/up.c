@@ -223,6 +223,10 @@ int cmd_demo(int argc, char **argv)
                      "stops everything.", &t, NULL, &f.shards, argc, argv);
     if (rc >= 0)
         return rc;
+    /* --json: stdout is the training's document alone; the rest the demo shows goes to
+     * stderr. */
+    if (t.json && !(t.json_out = cli_json_stdout("demo")))
+        return 1;
     ts_proc_block_signals();
     printf("starting a master and %d shards on 127.0.0.1 ...\n", (int)f.shards);
     fflush(stdout);
@@ -247,5 +251,7 @@ int cmd_demo(int argc, char **argv)
     else
         printf("logs kept in %s\n", c.dir);
     printf("stopped\n");
+    if (t.json_out)
+        fclose(t.json_out);
     return rc;
 }

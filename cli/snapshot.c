@@ -75,7 +75,6 @@ int cli_open_store(const char *cmd, const char *store, const char *master, int t
     return 0;
 }
 
-/* One call to the master's Snapshot RPCs. */
 /* The master of --master (then $TESSERA_MASTER, then the default); NULL after printing why. */
 static struct ts_master *open_master(const struct snap_opts *o, const char *cmd)
 {
@@ -203,6 +202,13 @@ static ts_status collect_one(void *ctx, const uint8_t id[TS_STORE_ID_LEN], ts_ma
     return TS_OK;
 }
 
+static void free_entries(struct entry *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ts_manifest_free(v[i].m);
+    free(v);
+}
+
 /* Every snapshot reachable from a ref, with the refs naming it. */
 static ts_status collect(struct ts_store *s, struct entry **out, size_t *n, struct ts_err *err)
 {
@@ -223,9 +229,7 @@ static ts_status collect(struct ts_store *s, struct entry **out, size_t *n, stru
         }
     free(refs);
     if (st) {
-        for (size_t i = 0; i < l.n; i++)
-            ts_manifest_free(l.v[i].m);
-        free(l.v);
+        free_entries(l.v, l.n);
         return st;
     }
     *out = l.v;
@@ -260,13 +264,6 @@ static void json_entry(struct ts_json *j, const struct entry *e)
     ts_json_str(j, "job", e->m->job->id);
     ts_json_bool(j, "exact", e->m->job->exact);
     ts_json_end(j);
-}
-
-static void free_entries(struct entry *v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        ts_manifest_free(v[i].m);
-    free(v);
 }
 
 static int do_list(struct ts_store *s, const struct snap_opts *o)

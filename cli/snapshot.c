@@ -540,10 +540,39 @@ static int do_rollback(struct ts_store *s, const struct snap_opts *o)
             fail("rollback", &err);
         return 1;
     }
+    if (o->json) {
+        struct ts_json j;
+        ts_json_init(&j);
+        ts_json_obj(&j, NULL);
+        ts_json_str(&j, "branch", ref + 6);
+        ts_json_str(&j, "id", hex);
+        ts_json_end(&j);
+        printf("%s\n", j.buf);
+        ts_json_fini(&j);
+        return 0;
+    }
     printf("branch %s now points at %.12s, and HEAD at it\n", ref + 6, hex);
     printf("restart training from it: tessera up --store DIR --restore %s, then tessera "
            "train --steps K\n", ref + 6);
     return 0;
+}
+
+/* gc's --json, from the store or the master (which does not count the snapshots: -1). */
+static void print_gc(int64_t snapshots, uint64_t live, uint64_t removed, uint64_t bytes,
+                     uint64_t tmp)
+{
+    struct ts_json j;
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    if (snapshots >= 0)
+        ts_json_int(&j, "snapshots_reachable", snapshots);
+    ts_json_uint(&j, "chunks_live", live);
+    ts_json_uint(&j, "chunks_removed", removed);
+    ts_json_uint(&j, "bytes_removed", bytes);
+    ts_json_uint(&j, "tmp_removed", tmp);
+    ts_json_end(&j);
+    printf("%s\n", j.buf);
+    ts_json_fini(&j);
 }
 
 static int do_gc(struct ts_store *s, const struct snap_opts *o)
@@ -560,9 +589,12 @@ static int do_gc(struct ts_store *s, const struct snap_opts *o)
         return fail("gc", &err);
     }
     free(ids);
-    printf("gc: %zu snapshots reachable, %zu chunks live; removed %" PRIu64 " chunks (%.1f MB) "
-           "and %" PRIu64 " stale temporary files\n", nm, n, st.removed, st.removed_bytes / 1e6,
-           st.tmp_removed);
+    if (o->json)
+        print_gc(nm, n, st.removed, st.removed_bytes, st.tmp_removed);
+    else
+        printf("gc: %zu snapshots reachable, %zu chunks live; removed %" PRIu64 " chunks (%.1f "
+               "MB) and %" PRIu64 " stale temporary files\n", nm, n, st.removed,
+               st.removed_bytes / 1e6, st.tmp_removed);
     return 0;
 }
 
@@ -581,17 +613,30 @@ static int gc_via_master(const struct snap_opts *o)
     ts_master_close(m);
     if (st)
         return fail("gc", &err);
-    printf("gc: %" PRIu64 " chunks live; removed %" PRIu64 " chunks (%.1f MB) and %" PRIu64
-           " stale temporary files\n", r->chunks_live, r->chunks_removed, r->bytes_removed / 1e6,
-           r->tmp_removed);
+    if (o->json)
+        print_gc(-1, r->chunks_live, r->chunks_removed, r->bytes_removed, r->tmp_removed);
+    else
+        printf("gc: %" PRIu64 " chunks live; removed %" PRIu64 " chunks (%.1f MB) and %" PRIu64
+               " stale temporary files\n", r->chunks_live, r->chunks_removed,
+               r->bytes_removed / 1e6, r->tmp_removed);
     tessera__v1__collect_garbage_response__free_unpacked(r, NULL);
     return 0;
 }
 
+/* One thing fsck found bad: a line on stdout, or with --json an item of j's "problems". */
 static void bad_file(void *ctx, const char *what, const char *name, const struct ts_err *why)
 {
-    (void)ctx;
-    printf("BAD %s %s: %s\n", what, name, why->msg);
+    struct ts_json *j = ctx;
+
+    if (!j) {
+        printf("BAD %s %s: %s\n", what, name, why->msg);
+        return;
+    }
+    ts_json_obj(j, NULL);
+    ts_json_str(j, "what", what);
+    ts_json_str(j, "name", name);
+    ts_json_str(j, "error", why->msg);
+    ts_json_end(j);
 }
 
 /* fsck's walk: a snapshot whose chunks are not all there fails the walk (its ref is bad). */
@@ -623,28 +668,41 @@ static int do_fsck(struct ts_store *s, const struct snap_opts *o)
     struct ts_store_ref *refs = NULL;
     size_t nrefs = 0, bad_refs = 0;
     struct ts_err err = { 0 };
+    struct ts_json j;
 
-    printf("fsck: re-hashing every chunk and manifest ...\n");
+    fprintf(o->json ? stderr : stdout, "fsck: re-hashing every chunk and manifest ...\n");
     fflush(stdout);
-    if (ts_store_fsck(s, bad_file, NULL, &st, &err) ||
-        ts_store_ref_list(s, NULL, &refs, &nrefs, &err))
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_arr(&j, "problems");
+    if (ts_store_fsck(s, bad_file, o->json ? &j : NULL, &st, &err) ||
+        ts_store_ref_list(s, NULL, &refs, &nrefs, &err)) {
+        ts_json_fini(&j);
         return fail("fsck", &err);
+    }
     /* Every ref must reach whole snapshots: valid manifests whose chunks all exist. */
     for (size_t r = 0; r < nrefs; r++) {
         struct ts_err e = { 0 };
 
         if (ts_snap_history(s, refs[r].id, whole_one, s, &e)) {
-            printf("BAD ref %s: %s\n", refs[r].name, e.msg);
+            bad_file(o->json ? &j : NULL, "ref", refs[r].name, &e);
             bad_refs++;
         }
     }
     free(refs);
+    ts_json_end(&j);
+    ts_json_uint(&j, "scanned", st.scanned);
+    ts_json_uint(&j, "bytes", st.scanned_bytes);
+    ts_json_uint(&j, "bad", st.bad);
+    ts_json_uint(&j, "bad_refs", bad_refs);
+    ts_json_uint(&j, "refs", nrefs);
+    ts_json_end(&j);
     if (o->json)
-        printf("{\"scanned\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"bad\":%" PRIu64 ",\"bad_refs\":"
-               "%zu,\"refs\":%zu}\n", st.scanned, st.scanned_bytes, st.bad, bad_refs, nrefs);
+        printf("%s\n", j.buf);
     else
         printf("fsck: %" PRIu64 " files (%.1f MB) checked, %zu refs; %" PRIu64 " bad files, %zu "
                "bad refs\n", st.scanned, st.scanned_bytes / 1e6, nrefs, st.bad, bad_refs);
+    ts_json_fini(&j);
     return st.bad || bad_refs ? 1 : 0;
 }
 

@@ -366,7 +366,8 @@ static int do_show(struct ts_store *s, const struct snap_opts *o)
     size_t slen;
 
     if (o->npos < 2) {
-        fprintf(stderr, "tessera snapshot show: which snapshot? (a branch, tag, id or HEAD)\n");
+        fprintf(stderr, "tessera snapshot show: name the snapshot: a branch, tag, id or HEAD "
+                "(tessera snapshot list shows them)\n");
         return 2;
     }
     if (ts_snap_resolve(s, o->pos[1], id, NULL, &err) || ts_manifest_load(s, id, &m, &err))
@@ -462,7 +463,8 @@ static int do_diff(struct ts_store *s, const struct snap_opts *o)
     int rc = 0;
 
     if (o->npos < 3) {
-        fprintf(stderr, "tessera snapshot diff: two snapshots, A and B\n");
+        fprintf(stderr, "tessera snapshot diff: name two snapshots, tessera snapshot diff A B "
+                "(branches, tags, ids or HEAD; tessera snapshot list shows them)\n");
         return 2;
     }
     if (ts_snap_resolve(s, o->pos[1], a_id, NULL, &err) ||
@@ -516,7 +518,8 @@ static int do_rollback(struct ts_store *s, const struct snap_opts *o)
     struct ts_err err = { 0 }, e2 = { 0 };
 
     if (o->npos < 2) {
-        fprintf(stderr, "tessera snapshot rollback: which snapshot? (a branch, tag, id)\n");
+        fprintf(stderr, "tessera snapshot rollback: name the snapshot to go back to: a branch, "
+                "tag or id (tessera snapshot list shows them)\n");
         return 2;
     }
     if (ts_snap_resolve(s, o->pos[1], id, NULL, &err))

@@ -147,6 +147,10 @@ const Tessera__V1__JobInfo *cli_job_at(const char *master, const char *job,
 /* "running", "idle", "finished", "failed", "abandoned" for a JobState. */
 const char *cli_job_state_name(int state);
 
+/* A call to the master at addr failed with err: says so as `tessera CMD: ...`, and when no
+ * master answered, how to start one or name the one running (status.c). */
+void cli_master_error(const char *cmd, const char *addr, const struct ts_err *err);
+
 /* Prints the cluster's status to stdout (table or JSON). Returns the exit code. */
 int print_status(const char *master_addr, bool json, int timeout_ms);
 

@@ -125,7 +125,7 @@ int cmd_eval(int argc, char **argv)
     if (ts_master_open(ts_master_default_addr(master), &m, &err) ||
         ts_master_call(m, "SubmitTask", &req.base, &tessera__v1__submit_task_response__descriptor,
                        (ProtobufCMessage **)&resp, &err)) {
-        fprintf(stderr, "tessera eval: %s\n", err.msg);
+        cli_master_error("eval", ts_master_default_addr(master), &err);
         goto out;
     }
     id = resp->id;
@@ -140,7 +140,7 @@ int cmd_eval(int argc, char **argv)
         const Tessera__V1__TaskInfo *k;
         bool running;
         if (ts_master_status(m, 3000, &cs, &err)) {
-            fprintf(stderr, "tessera eval: %s\n", err.msg);
+            cli_master_error("eval", ts_master_default_addr(master), &err);
             goto out;
         }
         k = find_task(cs, job, id, &running);

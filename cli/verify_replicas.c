@@ -254,7 +254,9 @@ int cmd_verify_replicas(int argc, char **argv)
         print(job, parts, nparts, want, bad, json);
     rc = st ? 2 : bad ? 1 : 0;
 out:
-    if (st)
+    if (st && !map)   /* the master did not answer */
+        cli_master_error("verify replicas", master, &err);
+    else if (st)
         fprintf(stderr, "tessera verify replicas: %s\n", err.msg);
     for (size_t i = 0; i < nparts; i++)
         free(parts[i].copies);

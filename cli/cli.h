@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "cluster/cluster.h"
@@ -43,11 +44,17 @@ struct train_cli {
     const char *job, *optimizer, *transport;
     const char *mode, *compress, *sync_every, *slow;   /* docs/modes.md; slow: "RANK:MS" */
     const char *compress_pull;                         /* docs/compression.md, "Pulls" */
+    FILE *json_out;                  /* --json: where the document goes (NULL: stdout) */
 };
 /* Starts the workers against master (ignored with t->local) and waits for them. Returns the
  * exit code. */
 int run_training(const struct train_cli *t, const char *master);
 void train_defaults(struct train_cli *t);
+/* --json for a command that shows more than its document (tessera demo): sets stdout aside
+ * for the document and makes fd 1 stderr, so that whatever else this process and its
+ * children write reaches stderr. Returns the real stdout (the caller fcloses it), or NULL
+ * after saying why on stderr as `tessera CMD: ...`. */
+FILE *cli_json_stdout(const char *cmd);
 int train_flags(const char *cmd, const char *usage, const char *about, struct train_cli *t,
                 const char **master, int64_t *shards, int argc, char **argv);
 
@@ -139,6 +146,10 @@ const Tessera__V1__JobInfo *cli_job_at(const char *master, const char *job,
                                        struct ts_err *err);
 /* "running", "idle", "finished", "failed", "abandoned" for a JobState. */
 const char *cli_job_state_name(int state);
+
+/* A call to the master at addr failed with err: says so as `tessera CMD: ...`, and when no
+ * master answered, how to start one or name the one running (status.c). */
+void cli_master_error(const char *cmd, const char *addr, const struct ts_err *err);
 
 /* Prints the cluster's status to stdout (table or JSON). Returns the exit code. */
 int print_status(const char *master_addr, bool json, int timeout_ms);

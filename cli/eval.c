@@ -60,6 +60,25 @@ static void print_task(const char *job, const Tessera__V1__TaskInfo *k, int64_t 
     ts_json_fini(&j);
 }
 
+/* --no-wait: the task's id, for `tessera status` to show its result later. */
+static void print_queued(const char *job, uint32_t id, bool json)
+{
+    struct ts_json j;
+
+    if (!json) {
+        printf("job %s task %u queued\n", job, id);
+        return;
+    }
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_str(&j, "job", job);
+    ts_json_uint(&j, "task", id);
+    ts_json_str(&j, "state", "queued");
+    ts_json_end(&j);
+    printf("%s\n", j.buf);
+    ts_json_fini(&j);
+}
+
 int cmd_eval(int argc, char **argv)
 {
     const char *master = NULL, *job = NULL;
@@ -106,13 +125,13 @@ int cmd_eval(int argc, char **argv)
     if (ts_master_open(ts_master_default_addr(master), &m, &err) ||
         ts_master_call(m, "SubmitTask", &req.base, &tessera__v1__submit_task_response__descriptor,
                        (ProtobufCMessage **)&resp, &err)) {
-        fprintf(stderr, "tessera eval: %s\n", err.msg);
+        cli_master_error("eval", ts_master_default_addr(master), &err);
         goto out;
     }
     id = resp->id;
     tessera__v1__submit_task_response__free_unpacked(resp, NULL);
     if (no_wait) {
-        printf("job %s task %u queued\n", job, id);
+        print_queued(job, id, json);
         rc = 0;
         goto out;
     }
@@ -121,7 +140,7 @@ int cmd_eval(int argc, char **argv)
         const Tessera__V1__TaskInfo *k;
         bool running;
         if (ts_master_status(m, 3000, &cs, &err)) {
-            fprintf(stderr, "tessera eval: %s\n", err.msg);
+            cli_master_error("eval", ts_master_default_addr(master), &err);
             goto out;
         }
         k = find_task(cs, job, id, &running);

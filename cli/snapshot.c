@@ -75,7 +75,6 @@ int cli_open_store(const char *cmd, const char *store, const char *master, int t
     return 0;
 }
 
-/* One call to the master's Snapshot RPCs. */
 /* The master of --master (then $TESSERA_MASTER, then the default); NULL after printing why. */
 static struct ts_master *open_master(const struct snap_opts *o, const char *cmd)
 {
@@ -203,6 +202,13 @@ static ts_status collect_one(void *ctx, const uint8_t id[TS_STORE_ID_LEN], ts_ma
     return TS_OK;
 }
 
+static void free_entries(struct entry *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ts_manifest_free(v[i].m);
+    free(v);
+}
+
 /* Every snapshot reachable from a ref, with the refs naming it. */
 static ts_status collect(struct ts_store *s, struct entry **out, size_t *n, struct ts_err *err)
 {
@@ -223,9 +229,7 @@ static ts_status collect(struct ts_store *s, struct entry **out, size_t *n, stru
         }
     free(refs);
     if (st) {
-        for (size_t i = 0; i < l.n; i++)
-            ts_manifest_free(l.v[i].m);
-        free(l.v);
+        free_entries(l.v, l.n);
         return st;
     }
     *out = l.v;
@@ -260,13 +264,6 @@ static void json_entry(struct ts_json *j, const struct entry *e)
     ts_json_str(j, "job", e->m->job->id);
     ts_json_bool(j, "exact", e->m->job->exact);
     ts_json_end(j);
-}
-
-static void free_entries(struct entry *v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        ts_manifest_free(v[i].m);
-    free(v);
 }
 
 static int do_list(struct ts_store *s, const struct snap_opts *o)
@@ -369,7 +366,8 @@ static int do_show(struct ts_store *s, const struct snap_opts *o)
     size_t slen;
 
     if (o->npos < 2) {
-        fprintf(stderr, "tessera snapshot show: which snapshot? (a branch, tag, id or HEAD)\n");
+        fprintf(stderr, "tessera snapshot show: name the snapshot: a branch, tag, id or HEAD "
+                "(tessera snapshot list shows them)\n");
         return 2;
     }
     if (ts_snap_resolve(s, o->pos[1], id, NULL, &err) || ts_manifest_load(s, id, &m, &err))
@@ -465,7 +463,8 @@ static int do_diff(struct ts_store *s, const struct snap_opts *o)
     int rc = 0;
 
     if (o->npos < 3) {
-        fprintf(stderr, "tessera snapshot diff: two snapshots, A and B\n");
+        fprintf(stderr, "tessera snapshot diff: name two snapshots, tessera snapshot diff A B "
+                "(branches, tags, ids or HEAD; tessera snapshot list shows them)\n");
         return 2;
     }
     if (ts_snap_resolve(s, o->pos[1], a_id, NULL, &err) ||
@@ -519,7 +518,8 @@ static int do_rollback(struct ts_store *s, const struct snap_opts *o)
     struct ts_err err = { 0 }, e2 = { 0 };
 
     if (o->npos < 2) {
-        fprintf(stderr, "tessera snapshot rollback: which snapshot? (a branch, tag, id)\n");
+        fprintf(stderr, "tessera snapshot rollback: name the snapshot to go back to: a branch, "
+                "tag or id (tessera snapshot list shows them)\n");
         return 2;
     }
     if (ts_snap_resolve(s, o->pos[1], id, NULL, &err))
@@ -543,10 +543,39 @@ static int do_rollback(struct ts_store *s, const struct snap_opts *o)
             fail("rollback", &err);
         return 1;
     }
+    if (o->json) {
+        struct ts_json j;
+        ts_json_init(&j);
+        ts_json_obj(&j, NULL);
+        ts_json_str(&j, "branch", ref + 6);
+        ts_json_str(&j, "id", hex);
+        ts_json_end(&j);
+        printf("%s\n", j.buf);
+        ts_json_fini(&j);
+        return 0;
+    }
     printf("branch %s now points at %.12s, and HEAD at it\n", ref + 6, hex);
     printf("restart training from it: tessera up --store DIR --restore %s, then tessera "
            "train --steps K\n", ref + 6);
     return 0;
+}
+
+/* gc's --json, from the store or the master (which does not count the snapshots: -1). */
+static void print_gc(int64_t snapshots, uint64_t live, uint64_t removed, uint64_t bytes,
+                     uint64_t tmp)
+{
+    struct ts_json j;
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    if (snapshots >= 0)
+        ts_json_int(&j, "snapshots_reachable", snapshots);
+    ts_json_uint(&j, "chunks_live", live);
+    ts_json_uint(&j, "chunks_removed", removed);
+    ts_json_uint(&j, "bytes_removed", bytes);
+    ts_json_uint(&j, "tmp_removed", tmp);
+    ts_json_end(&j);
+    printf("%s\n", j.buf);
+    ts_json_fini(&j);
 }
 
 static int do_gc(struct ts_store *s, const struct snap_opts *o)
@@ -563,9 +592,12 @@ static int do_gc(struct ts_store *s, const struct snap_opts *o)
         return fail("gc", &err);
     }
     free(ids);
-    printf("gc: %zu snapshots reachable, %zu chunks live; removed %" PRIu64 " chunks (%.1f MB) "
-           "and %" PRIu64 " stale temporary files\n", nm, n, st.removed, st.removed_bytes / 1e6,
-           st.tmp_removed);
+    if (o->json)
+        print_gc(nm, n, st.removed, st.removed_bytes, st.tmp_removed);
+    else
+        printf("gc: %zu snapshots reachable, %zu chunks live; removed %" PRIu64 " chunks (%.1f "
+               "MB) and %" PRIu64 " stale temporary files\n", nm, n, st.removed,
+               st.removed_bytes / 1e6, st.tmp_removed);
     return 0;
 }
 
@@ -584,17 +616,30 @@ static int gc_via_master(const struct snap_opts *o)
     ts_master_close(m);
     if (st)
         return fail("gc", &err);
-    printf("gc: %" PRIu64 " chunks live; removed %" PRIu64 " chunks (%.1f MB) and %" PRIu64
-           " stale temporary files\n", r->chunks_live, r->chunks_removed, r->bytes_removed / 1e6,
-           r->tmp_removed);
+    if (o->json)
+        print_gc(-1, r->chunks_live, r->chunks_removed, r->bytes_removed, r->tmp_removed);
+    else
+        printf("gc: %" PRIu64 " chunks live; removed %" PRIu64 " chunks (%.1f MB) and %" PRIu64
+               " stale temporary files\n", r->chunks_live, r->chunks_removed,
+               r->bytes_removed / 1e6, r->tmp_removed);
     tessera__v1__collect_garbage_response__free_unpacked(r, NULL);
     return 0;
 }
 
+/* One thing fsck found bad: a line on stdout, or with --json an item of j's "problems". */
 static void bad_file(void *ctx, const char *what, const char *name, const struct ts_err *why)
 {
-    (void)ctx;
-    printf("BAD %s %s: %s\n", what, name, why->msg);
+    struct ts_json *j = ctx;
+
+    if (!j) {
+        printf("BAD %s %s: %s\n", what, name, why->msg);
+        return;
+    }
+    ts_json_obj(j, NULL);
+    ts_json_str(j, "what", what);
+    ts_json_str(j, "name", name);
+    ts_json_str(j, "error", why->msg);
+    ts_json_end(j);
 }
 
 /* fsck's walk: a snapshot whose chunks are not all there fails the walk (its ref is bad). */
@@ -626,28 +671,41 @@ static int do_fsck(struct ts_store *s, const struct snap_opts *o)
     struct ts_store_ref *refs = NULL;
     size_t nrefs = 0, bad_refs = 0;
     struct ts_err err = { 0 };
+    struct ts_json j;
 
-    printf("fsck: re-hashing every chunk and manifest ...\n");
+    fprintf(o->json ? stderr : stdout, "fsck: re-hashing every chunk and manifest ...\n");
     fflush(stdout);
-    if (ts_store_fsck(s, bad_file, NULL, &st, &err) ||
-        ts_store_ref_list(s, NULL, &refs, &nrefs, &err))
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_arr(&j, "problems");
+    if (ts_store_fsck(s, bad_file, o->json ? &j : NULL, &st, &err) ||
+        ts_store_ref_list(s, NULL, &refs, &nrefs, &err)) {
+        ts_json_fini(&j);
         return fail("fsck", &err);
+    }
     /* Every ref must reach whole snapshots: valid manifests whose chunks all exist. */
     for (size_t r = 0; r < nrefs; r++) {
         struct ts_err e = { 0 };
 
         if (ts_snap_history(s, refs[r].id, whole_one, s, &e)) {
-            printf("BAD ref %s: %s\n", refs[r].name, e.msg);
+            bad_file(o->json ? &j : NULL, "ref", refs[r].name, &e);
             bad_refs++;
         }
     }
     free(refs);
+    ts_json_end(&j);
+    ts_json_uint(&j, "scanned", st.scanned);
+    ts_json_uint(&j, "bytes", st.scanned_bytes);
+    ts_json_uint(&j, "bad", st.bad);
+    ts_json_uint(&j, "bad_refs", bad_refs);
+    ts_json_uint(&j, "refs", nrefs);
+    ts_json_end(&j);
     if (o->json)
-        printf("{\"scanned\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"bad\":%" PRIu64 ",\"bad_refs\":"
-               "%zu,\"refs\":%zu}\n", st.scanned, st.scanned_bytes, st.bad, bad_refs, nrefs);
+        printf("%s\n", j.buf);
     else
         printf("fsck: %" PRIu64 " files (%.1f MB) checked, %zu refs; %" PRIu64 " bad files, %zu "
                "bad refs\n", st.scanned, st.scanned_bytes / 1e6, nrefs, st.bad, bad_refs);
+    ts_json_fini(&j);
     return st.bad || bad_refs ? 1 : 0;
 }
 

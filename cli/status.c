@@ -408,6 +408,14 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
     }
 }
 
+void cli_master_error(const char *cmd, const char *addr, const struct ts_err *err)
+{
+    fprintf(stderr, "tessera %s: %s\n", cmd, err->msg);
+    if (err->code == TS_EUNAVAIL || err->code == TS_ETIMEDOUT)
+        fprintf(stderr, "is a master running at %s? start a cluster with `tessera up`, or "
+                        "pass --master ADDR (or set TESSERA_MASTER)\n", addr);
+}
+
 int print_status(const char *addr, bool json, int timeout_ms)
 {
     Tessera__V1__ClusterStatusResponse *cs;
@@ -416,10 +424,7 @@ int print_status(const char *addr, bool json, int timeout_ms)
     struct ts_master *m = NULL;
 
     if (ts_master_open(addr, &m, &err) || ts_master_status(m, timeout_ms, &cs, &err)) {
-        fprintf(stderr, "tessera status: %s\n", err.msg);
-        if (err.code == TS_EUNAVAIL || err.code == TS_ETIMEDOUT)
-            fprintf(stderr, "is a master running at %s? start a cluster with `tessera up`, or "
-                            "pass --master ADDR (or set TESSERA_MASTER)\n", addr);
+        cli_master_error("status", addr, &err);
         ts_master_close(m);
         return 1;
     }

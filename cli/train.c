@@ -1,12 +1,15 @@
 /* train.c - `tessera train`: N tessera-worker processes against a cluster, or one --local.
  *
- * Rank 0 writes to our stdout (progress, then the JSON line with --json); the other ranks
- * log to DIR/worker-R.log. If one rank fails the others are stopped (they would wait for it
+ * Rank 0 writes to our stdout and stderr; the other ranks log to DIR/worker-R.log. With
+ * --json our stdout is one JSON document, written here at the end (struct doc): rank 0 is
+ * started with --json, which sends its progress to stderr and its result, a JSON line, to its
+ * stdout, a pipe read here. If one rank fails the others are stopped (they would wait for it
  * at the next step) and its log's last line is shown. In an elastic job (docs/elastic.md) a
  * rank killed by a signal is a death the job survives: the others take its slots, and with
  * --respawn it is started again (it joins the running job). With --join R only rank R
  * starts, writing to our stdout: one more worker for a running elastic job. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 
 #include "cli.h"
 #include "cluster/cluster.h"
+#include "util/json.h"
 #include "util/launch.h"
 #include "util/proc.h"
 
@@ -25,6 +29,80 @@
 
 #define MAX_WORKERS 64
 #define RESPAWN_MS 500      /* --respawn: a killed worker starts again this much later */
+#define DOC_LINE_MAX 16384  /* --json: the longest line of rank 0's stdout held whole */
+
+/* --json: rank 0's stdout (the one rank of --join's), through a pipe, so that ours carries
+ * one JSON document, written once the run is over: rank 0's result when the run succeeded,
+ * the job's as the master knows it when rank 0 did not finish it (or with --join R, R > 0),
+ * nothing when the run failed (its messages are on stderr). A restarted rank 0 writes into
+ * the same pipe: the newest document wins. A line that is not a document goes on to stderr. */
+struct doc {
+    int rd, wr;                     /* the pipe; -1: none */
+    char buf[DOC_LINE_MAX];         /* the part of a line not read whole yet */
+    size_t len;
+    char *last;                     /* the newest document, or NULL */
+};
+
+static int doc_open(struct doc *d)
+{
+    int p[2];
+
+    if (pipe2(p, O_CLOEXEC))
+        return -1;
+    /* Ours only: the worker's end stays blocking (its stdio would drop a line at EAGAIN). */
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    d->rd = p[0];
+    d->wr = p[1];
+    return 0;
+}
+
+static void doc_line(struct doc *d, const char *s, size_t n)
+{
+    char *c;
+
+    if (n && s[0] == '{' && (c = strndup(s, n))) {
+        free(d->last);
+        d->last = c;
+    } else {
+        fprintf(stderr, "%.*s\n", (int)n, s);
+    }
+}
+
+/* Takes what the pipe holds now, without waiting (we hold its write end: no EOF); at_end:
+ * the last line too, whole or not. */
+static void doc_read(struct doc *d, bool at_end)
+{
+    ssize_t got;
+
+    while (d->rd >= 0 && (got = read(d->rd, d->buf + d->len, sizeof(d->buf) - d->len)) > 0) {
+        size_t start = 0;
+        d->len += (size_t)got;
+        for (size_t i = 0; i < d->len; i++)
+            if (d->buf[i] == '\n') {
+                doc_line(d, d->buf + start, i - start);
+                start = i + 1;
+            }
+        if (!start && d->len == sizeof(d->buf)) {   /* no document is this long */
+            fwrite(d->buf, 1, d->len, stderr);
+            start = d->len;
+        }
+        memmove(d->buf, d->buf + start, d->len - start);
+        d->len -= start;
+    }
+    if (at_end && d->len) {
+        doc_line(d, d->buf, d->len);
+        d->len = 0;
+    }
+}
+
+static void doc_close(struct doc *d)
+{
+    if (d->rd >= 0)
+        close(d->rd);
+    if (d->wr >= 0)
+        close(d->wr);
+    free(d->last);
+}
 
 /* Rank's item of --slow-factor (checked by train_flags): its factor and, if it has one, its
  * steps as tessera-worker's --slow-steps A:B. */
@@ -48,8 +126,10 @@ static bool slow_of(const char *spec, int rank, char *factor, size_t flen, char 
     return false;
 }
 
+/* Starts rank's worker; its stdout and stderr go to log, or with log NULL its stdout to
+ * out_fd when >= 0, else to ours. */
 static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char *master,
-                          int rank, int restarts, const char *log)
+                          int rank, int restarts, const char *log, int out_fd)
 {
     char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16], stale[24];
     char delay[24], again[16], start[16], mport[16], factor[32], steps[48];
@@ -168,11 +248,30 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
         argv[n++] = mport;
     }
     argv[n] = NULL;
-    if (ts_launch(argv[0], argv, log, -1, &pid, &err)) {
+    if (ts_launch(argv[0], argv, log, out_fd, &pid, &err)) {
         fprintf(stderr, "tessera train: %s\n", err.msg);
         return -1;
     }
     return pid;
+}
+
+FILE *cli_json_stdout(const char *cmd)
+{
+    FILE *doc = NULL;
+    int fd;
+
+    fflush(stdout);
+    if ((fd = dup(STDOUT_FILENO)) < 0 || !(doc = fdopen(fd, "w")) ||
+        dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+        fprintf(stderr, "tessera %s: --json: cannot set stdout aside for the document: %s\n",
+                cmd, strerror(errno));
+        if (doc)
+            fclose(doc);
+        else if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    return doc;
 }
 
 /* Says which worker failed, how, and where its messages are: on our own stdout and stderr
@@ -192,7 +291,8 @@ static void report_failure(const char *dir, int rank, bool terminal, int status)
         fprintf(stderr, "tessera train: worker %d %s; its log:\n  %s: %s\n", rank, how, log,
                 last);
     }
-    fprintf(stderr, "tessera train: the workers' logs are kept in %s\n", dir);
+    if (rmdir(dir))   /* not empty: ranks above 0 wrote their logs there */
+        fprintf(stderr, "tessera train: the workers' logs are kept in %s\n", dir);
 }
 
 /* Whether the job's workers take over a dead worker's slots (tessera-worker's own rule). */
@@ -211,39 +311,61 @@ static bool respawning(const int64_t *due, int nw)
     return false;
 }
 
-/* --join: the job must be running, or the new worker would start a run of its own and wait
- * for ranks that never come. */
-static int check_running(const struct train_cli *t, const char *master)
+/* The master must answer before any worker starts: each would fail on its own, in the SDK's
+ * words. With --join the job must be running too, or the new worker would start a run of its
+ * own and wait for ranks that never come. */
+static int check_master(const struct train_cli *t, const char *master)
 {
     Tessera__V1__ClusterStatusResponse *cs;
     struct ts_err err = { 0 };
     const Tessera__V1__JobInfo *j = cli_job_at(master, t->job, &cs, &err);
-    int rc = !j || j->state != TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING;
+    int rc = t->join >= 0 && (!j || j->state != TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING);
 
-    if (!cs)
-        fprintf(stderr, "tessera train: --join: %s\n", err.msg);
-    else if (rc)
+    if (!cs) {
+        fprintf(stderr, "tessera train: %s\nno master answers at %s: start a cluster with "
+                "`tessera up` (then --master ADDR or $TESSERA_MASTER), or train in one process "
+                "with --local\n", err.msg, master);
+        return 1;
+    }
+    if (rc)
         fprintf(stderr, "tessera train: --join %d: job '%s' is not running at %s (tessera "
                 "status lists the jobs); start it first\n", t->join, t->job, master);
-    if (cs)
-        tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+    tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
     return rc;
 }
 
-/* Rank 0 died and did not come back: the job's fingerprint as its workers told the master. */
-static void print_job_fingerprint(const struct train_cli *t, const char *master)
+/* Rank 0 did not finish the job (it died, or came back after the others had), or this run
+ * was rank R > 0 of --join: the job's result as its workers told the master. A text line on
+ * stdout when rank 0 died; with --json the document to (job, state, params_sha256, reason
+ * where the master has them), the line on stderr. */
+static void print_job_result(const struct train_cli *t, const char *master, bool lost0,
+                             FILE *to)
 {
     Tessera__V1__ClusterStatusResponse *cs;
     struct ts_err err = { 0 };
     const Tessera__V1__JobInfo *j = cli_job_at(master, t->job, &cs, &err);
+    struct ts_json doc;
 
-    if (!cs) {
-        fprintf(stderr, "tessera train: the job's fingerprint: %s\n", err.msg);
-    } else if (j && j->fingerprint[0]) {
-        printf("params_sha256 %s (the job's, as its workers told the master: worker 0 died)\n",
-               j->fingerprint);
-        if (t->json)
-            printf("{\"params_sha256\":\"%s\",\"job\":\"%s\"}\n", j->fingerprint, t->job);
+    if (!cs)
+        fprintf(stderr, "tessera train: the job's fingerprint: %s (tessera status lists the "
+                "job's once the master answers)\n", err.msg);
+    else if (j && j->fingerprint[0] && lost0)
+        fprintf(t->json ? stderr : stdout, "params_sha256 %s (the job's, as its workers told "
+                "the master: worker 0 did not finish)\n", j->fingerprint);
+    if (t->json) {
+        ts_json_init(&doc);
+        ts_json_obj(&doc, NULL);
+        ts_json_str(&doc, "job", t->job);
+        if (j) {
+            ts_json_str(&doc, "state", cli_job_state_name(j->state));
+            if (j->fingerprint[0])
+                ts_json_str(&doc, "params_sha256", j->fingerprint);
+            if (j->reason[0])
+                ts_json_str(&doc, "reason", j->reason);
+        }
+        ts_json_end(&doc);
+        fprintf(to, "%s\n", doc.buf);
+        ts_json_fini(&doc);
     }
     if (cs)
         tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
@@ -271,13 +393,14 @@ int run_training(const struct train_cli *in, const char *master)
     int left, rc = 0, failed = -1, failed_status = 0;
     bool lost0 = false;
     struct ts_err err = { 0 };
+    struct doc doc = { .rd = -1, .wr = -1 };
 
     if (!t->job) { /* a new job per run: shards keep each job's state apart */
         snprintf(job_id, sizeof(job_id), "train-%d-%lld", (int)getpid(),
                  (long long)ts_unix_ms());
         t->job = job_id;
     }
-    if (t->join >= 0 && check_running(t, master))
+    if (!t->local && check_master(t, master))
         return 1;
     if (ts_proc_exe_dir(bin, sizeof(bin), &err)) {
         fprintf(stderr, "tessera train: %s\n", err.msg);
@@ -286,24 +409,33 @@ int run_training(const struct train_cli *in, const char *master)
     snprintf(dir, sizeof(dir), "%s/tessera-train.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR")
                                                                             : "/tmp");
     if (!mkdtemp(dir)) {
-        fprintf(stderr, "tessera train: cannot make a log directory: %s\n", strerror(errno));
+        fprintf(stderr, "tessera train: cannot make a log directory in %s: %s; set TMPDIR "
+                "to a writable directory\n", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+                strerror(errno));
+        return 1;
+    }
+    if (t->json && doc_open(&doc)) {
+        fprintf(stderr, "tessera train: cannot make a pipe: %s\n", strerror(errno));
+        rmdir(dir);
         return 1;
     }
     fflush(stdout);
     for (int r = 0; r < nw; r++) {
         pids[r] = spawn_worker(t, bin, t->local ? "local" : master, first + r, 0,
-                               log_of(t, dir, first + r, log, sizeof(log)));
+                               log_of(t, dir, first + r, log, sizeof(log)), doc.wr);
         if (pids[r] < 0) { /* could not fork: stop the ranks already started */
             for (int k = 0; k < r; k++) {
                 kill(pids[k], SIGTERM);
                 waitpid(pids[k], NULL, 0);
             }
+            doc_close(&doc);
             return 1;
         }
     }
     for (left = nw; left > 0 || respawning(due, nw);) {
         int status, sig = ts_proc_wait_signal(100);
         pid_t p;
+        doc_read(&doc, false);   /* a full pipe would stop rank 0 */
         if (sig) {
             fprintf(stderr, "tessera train: signal %d: stopping the workers\n", sig);
             for (int r = 0; r < nw; r++)
@@ -318,7 +450,8 @@ int run_training(const struct train_cli *in, const char *master)
                 fprintf(stderr, "tessera train: starting worker %d again (restart %d)\n",
                         first + r, ++restarts[r]);
                 if ((pids[r] = spawn_worker(t, bin, master, first + r, restarts[r],
-                                            log_of(t, dir, first + r, log, sizeof(log)))) > 0) {
+                                            log_of(t, dir, first + r, log, sizeof(log)),
+                                            doc.wr)) > 0) {
                     left++;
                     lost0 &= first + r != 0;
                 }
@@ -362,13 +495,18 @@ int run_training(const struct train_cli *in, const char *master)
             }
         }
     }
+    doc_read(&doc, true);
     if (failed >= 0) {
         report_failure(dir, first + failed, !log_of(t, dir, first + failed, log, sizeof(log)),
                        failed_status);
+        doc_close(&doc);
         return rc;
     }
-    if (lost0 && !rc)
-        print_job_fingerprint(t, master);
+    if (!rc && t->json && doc.last)
+        fprintf(t->json_out ? t->json_out : stdout, "%s\n", doc.last);
+    else if (!rc && (lost0 || t->json))
+        print_job_result(t, master, lost0, t->json_out ? t->json_out : stdout);
+    doc_close(&doc);
     for (int r = 0; r < nw; r++) /* a run that worked leaves nothing behind */
         if (log_of(t, dir, first + r, log, sizeof(log)))
             unlink(log);

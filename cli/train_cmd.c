@@ -136,8 +136,10 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "start a worker killed by a signal again, with its rank: it "
                                    "joins the running job (elastic jobs)", 0, 0 };
     flags[n++] = (struct ts_flag){ "json", TS_FLAG_BOOL, &t->json, NULL,
-                                   "end with one JSON line: test_accuracy, params_sha256, "
-                                   "steps, samples_per_s", 0, 0 };
+                                   "stdout is one JSON document at the end (job, "
+                                   "params_sha256, test_accuracy, steps, samples_per_s, ...; "
+                                   "nothing if the run fails); progress goes to stderr", 0,
+                                   0 };
     flags[n] = (struct ts_flag){ NULL, 0, NULL, NULL, NULL, 0, 0 };
     if (ts_flags_parse(flags, argc, argv, NULL, &npos, &help, &err)) {
         fprintf(stderr, "tessera %s: %s\n", cmd, err.msg);

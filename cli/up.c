@@ -228,12 +228,17 @@ int cmd_demo(int argc, char **argv)
                      "stops everything.", &t, NULL, &f.shards, argc, argv);
     if (rc >= 0)
         return rc;
+    /* --json: stdout is the training's document alone; the rest the demo shows goes to
+     * stderr. */
+    if (t.json && !(t.json_out = cli_json_stdout("demo")))
+        return 1;
     ts_proc_block_signals();
     printf("starting a master and %d shards on 127.0.0.1 ...\n", (int)f.shards);
     fflush(stdout);
     if ((rc = start("demo", &f, &c)))
         return rc;
-    printf("master %s (logs in %s)\n\n", c.master_addr, c.dir);
+    /* The logs are named at the end if they are kept: a demo that works removes them. */
+    printf("master %s\n\n", c.master_addr);
     fflush(stdout);
     /* The workers this process starts find the cluster's certificates where clients do. */
     if (c.tls_dir[0])
@@ -252,5 +257,7 @@ int cmd_demo(int argc, char **argv)
     else
         printf("logs kept in %s\n", c.dir);
     printf("stopped\n");
+    if (t.json_out)
+        fclose(t.json_out);
     return rc;
 }

@@ -167,7 +167,8 @@ static int verify_data(const char *dir, const char *ref, struct ts_store *s, boo
     struct ts_json j;
 
     if (!s) {
-        fprintf(stderr, "tessera verify data: which store? (--store DIR or --master ADDR)\n");
+        fprintf(stderr, "tessera verify data: name the store that holds REF: --store DIR, or "
+                "--master ADDR for the running cluster's\n");
         return 2;
     }
     if (ts_snap_resolve(s, ref, id, NULL, &err) || ts_manifest_load(s, id, &m, &err) ||

@@ -248,12 +248,15 @@ int cmd_verify_replicas(int argc, char **argv)
     for (size_t i = 0; i < nparts; i++)
         bad += (parts[i].verdict = judge(&parts[i], want)) != NULL;
     if (!nparts)
-        st = ts_err_set(&err, TS_ENOTFOUND, "job: '%s' is on no alive shard", job);
+        st = ts_err_set(&err, TS_ENOTFOUND, "job '%s' is on no alive shard: name a running "
+                        "job, or one trained with --keep (tessera status lists them)", job);
     else
         print(job, parts, nparts, want, bad, json);
     rc = st ? 2 : bad ? 1 : 0;
 out:
-    if (st)
+    if (st && !map)   /* the master did not answer */
+        cli_master_error("verify replicas", master, &err);
+    else if (st)
         fprintf(stderr, "tessera verify replicas: %s\n", err.msg);
     for (size_t i = 0; i < nparts; i++)
         free(parts[i].copies);

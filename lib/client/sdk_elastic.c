@@ -98,8 +98,8 @@ ts_status sdk_elastic_check(struct tessera *t, uint64_t step, size_t n, const ui
         if (k == n) {
             t->resume_step = step;
             return ts_err_set(err, TS_ESLOTS, "step %" PRIu64 ": slot %u is this worker's now "
-                              "(roster %" PRIu64 " of job '%s'): compute the slots "
-                              "tessera_slots() names", step, mine[i], roster, t->job.id);
+                              "(roster %" PRIu64 " of job '%s'); this worker computes the step "
+                              "again with it", step, mine[i], roster, t->job.id);
         }
     }
     return TS_OK;
@@ -194,8 +194,8 @@ ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *pa
         return st;
     t->resume_step = at;
     return ts_err_set(err, TS_ESLOTS, "step %" PRIu64 ": the slots of job '%s' changed hands "
-                      "(%s); params hold step %" PRIu64 "'s values: compute the slots "
-                      "tessera_slots() names from there", step, t->job.id, why, at);
+                      "(%s); training goes on from step %" PRIu64 ", with this worker's "
+                      "slots as they are now", step, t->job.id, why, at);
 }
 
 int tessera_join(tessera *t, float *const *params, uint64_t *step, struct tessera_error *e)

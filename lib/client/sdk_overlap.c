@@ -67,8 +67,7 @@ static ts_status follow_rollback(struct tessera *t, const char *what, uint64_t n
     t->resume_step = back;
     return ts_err_set(err, TS_EROLLBACK, "%s %" PRIu64 ": the cluster took job '%s' back to "
                       "step %" PRIu64 " of its last snapshot (a partition lost every copy); "
-                      "params hold that step's values: train on from tessera_resume_step()",
-                      what, n, t->job.id, back);
+                      "training goes on from there", what, n, t->job.id, back);
 }
 
 /* tessera_push_some and tessera_step_some (pull: each partition's pull behind its push, into

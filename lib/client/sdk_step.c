@@ -640,8 +640,7 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
             t->resume_step = back;
             st = ts_err_set(&err, TS_EROLLBACK, "step %" PRIu64 ": the cluster took job '%s' "
                             "back to step %" PRIu64 " of its last snapshot (a partition lost "
-                            "every copy); params hold that step's values: train on from "
-                            "tessera_resume_step()", step, t->job.id, back);
+                            "every copy); training goes on from there", step, t->job.id, back);
         }
     }
     /* Elastic: the slots changed hands, or the job went on past this worker's step. */

@@ -78,7 +78,8 @@ int main(int argc, char **argv)
           "steps A..B-1 only (default all)", 0, 0 },
         { "delay-ms", TS_FLAG_INT, &delay_ms, "MS", "testing: delay each data-plane send", 0,
           60000 },
-        { "json", TS_FLAG_BOOL, &json, NULL, "rank 0 ends with one JSON line", 0, 0 },
+        { "json", TS_FLAG_BOOL, &json, NULL, "rank 0's result, one JSON document, is all it "
+          "writes to stdout (other ranks write none there); progress goes to stderr", 0, 0 },
         { "keep", TS_FLAG_BOOL, &keep, NULL, "the shards keep the job once its workers finish",
           0, 0 },
         { "restarts", TS_FLAG_INT, &restarts, "N", "times a supervisor restarted this rank's "

@@ -44,6 +44,9 @@ struct run {
     uint64_t report_samples;
     int64_t report_ms;
     struct overlap *ov;                /* --overlap (overlap.c), else NULL */
+    /* Progress and results as text: stdout, or stderr with --json, whose stdout is rank 0's
+     * JSON document alone (a launcher or script reads it whole). */
+    FILE *out;
 };
 
 #define REPORT_MS 500   /* progress goes to the master at most this often (its heartbeat) */
@@ -103,8 +106,8 @@ static int check_data(struct run *r, struct tessera_error *e)
         }
         rc = tessera_check_data(r->t, tc, n, ref, sizeof(ref), e);
         if (!rc && r->o->rank == 0) {
-            printf("data: %zu partitions checked against %s\n", n, ref);
-            fflush(stdout);
+            fprintf(r->out, "data: %zu partitions checked against %s\n", n, ref);
+            fflush(r->out);
         }
     }
     free(cs);
@@ -183,7 +186,8 @@ static int setup(struct run *r, struct tessera_error *e)
     if (o->elastic && tessera_join(r->t, r->params, &r->start, e))
         return say(e, "join");
     if (r->start && o->rank == 0)
-        printf("resuming at step %" PRIu64 " (the shards restored a snapshot)\n", r->start);
+        fprintf(r->out, "resuming at step %" PRIu64 " (the shards restored a snapshot)\n",
+                r->start);
     r->xb = malloc((size_t)o->micro * TS_MLP_IN * sizeof(float));
     r->yb = malloc(o->micro);
     r->perm = malloc(r->train.n * sizeof(uint32_t));
@@ -281,25 +285,26 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs, cha
     struct tessera_stats st;
 
     tessera_stats(r->t, &st);
-    printf("done: %" PRIu64 " steps, test accuracy %.4f, %.0f samples/s, %s %s over %s\n",
-           steps, test_acc, sps, r->o->mode ? r->o->mode : "bsp",
-           r->o->exact ? "exact" : "float", tessera_transport(r->t));
+    fprintf(r->out, "done: %" PRIu64 " steps, test accuracy %.4f, %.0f samples/s, %s %s over "
+            "%s\n", steps, test_acc, sps, r->o->mode ? r->o->mode : "bsp",
+            r->o->exact ? "exact" : "float", tessera_transport(r->t));
     if (st.bytes_raw && st.bytes_pushed != st.bytes_raw)
-        printf("compression: %.1f MB pushed for %.1f MB of gradients (%.2fx)\n",
-               st.bytes_pushed / 1e6, st.bytes_raw / 1e6, (double)st.bytes_raw /
-               (double)(st.bytes_pushed ? st.bytes_pushed : 1));
+        fprintf(r->out, "compression: %.1f MB pushed for %.1f MB of gradients (%.2fx)\n",
+                st.bytes_pushed / 1e6, st.bytes_raw / 1e6, (double)st.bytes_raw /
+                (double)(st.bytes_pushed ? st.bytes_pushed : 1));
     if (st.bytes_pulled_raw && st.bytes_pulled != st.bytes_pulled_raw)
-        printf("pull compression: %.1f MB pulled for %.1f MB of parameters (%.2fx)\n",
-               st.bytes_pulled / 1e6, st.bytes_pulled_raw / 1e6, (double)st.bytes_pulled_raw /
-               (double)(st.bytes_pulled ? st.bytes_pulled : 1));
+        fprintf(r->out, "pull compression: %.1f MB pulled for %.1f MB of parameters (%.2fx)\n",
+                st.bytes_pulled / 1e6, st.bytes_pulled_raw / 1e6, (double)st.bytes_pulled_raw /
+                (double)(st.bytes_pulled ? st.bytes_pulled : 1));
     if (st.steps_skipped || st.staleness_max)
-        printf("skipped steps %" PRIu64 " (overflow), staleness max %" PRIu64 ", loss scale %g\n",
-               st.steps_skipped, st.staleness_max, st.loss_scale);
-    printf("params_sha256 %s\n", hex);
+        fprintf(r->out, "skipped steps %" PRIu64 " (overflow), staleness max %" PRIu64
+                ", loss scale %g\n", st.steps_skipped, st.staleness_max, st.loss_scale);
+    fprintf(r->out, "params_sha256 %s\n", hex);
     if (!r->o->json)
         return;
     ts_json_init(&j);
     ts_json_obj(&j, NULL);
+    ts_json_str(&j, "job", r->o->job);
     ts_json_num(&j, "test_accuracy", test_acc);
     ts_json_str(&j, "params_sha256", hex);
     ts_json_uint(&j, "steps", steps);
@@ -340,10 +345,10 @@ static void evaluate(struct run *r, uint64_t epoch, uint64_t step, uint64_t tota
     worker_metrics_eval(tl, train_acc, test_acc);
     r->accuracy = test_acc;
     progress(r, true);
-    printf("epoch %" PRIu64 " step %" PRIu64 "/%" PRIu64 ": loss %.4f, train accuracy %.4f, test "
-           "accuracy %.4f, %.0f samples/s\n", epoch, step, total, tl, train_acc, test_acc,
-           (double)*since * 1000.0 / (double)(now - *te > 0 ? now - *te : 1));
-    fflush(stdout);
+    fprintf(r->out, "epoch %" PRIu64 " step %" PRIu64 "/%" PRIu64 ": loss %.4f, train accuracy "
+            "%.4f, test accuracy %.4f, %.0f samples/s\n", epoch, step, total, tl, train_acc,
+            test_acc, (double)*since * 1000.0 / (double)(now - *te > 0 ? now - *te : 1));
+    fflush(r->out);
     *te = now;
     *since = 0;
 }
@@ -372,9 +377,10 @@ static void run_task(struct run *r, uint64_t step)
         res.accuracy = accuracy(r, &r->test, r->test.n, &res.loss);
         fingerprint(r, hex);
         res.fingerprint = hex;
-        printf("rank %u: task %u: evaluated step %" PRIu64 ": test accuracy %.4f, loss %.4f, "
-               "params_sha256 %s\n", r->o->rank, k.id, res.step, res.accuracy, res.loss, hex);
-        fflush(stdout);
+        fprintf(r->out, "rank %u: task %u: evaluated step %" PRIu64 ": test accuracy %.4f, loss "
+                "%.4f, params_sha256 %s\n", r->o->rank, k.id, res.step, res.accuracy, res.loss,
+                hex);
+        fflush(r->out);
     } else {
         res.failed = 1;
         res.error = "this worker does not know the task's kind";
@@ -474,14 +480,14 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
         evaluate(r, (w.done + per_epoch - 1) / per_epoch, w.done / o->workers, total, &since,
                  &te);
     if (w.lost)
-        printf("rank %u: %" PRIu64 " of %" PRIu64 " units were lost with a worker that died\n",
-               o->rank, w.lost, w.units);
+        fprintf(r->out, "rank %u: %" PRIu64 " of %" PRIu64 " units were lost with a worker that "
+                "died\n", o->rank, w.lost, w.units);
     return 0;
 }
 
 int train_run(const struct train_opts *o)
 {
-    struct run r = { .o = o };
+    struct run r = { .o = o, .out = o->json ? stderr : stdout };
     struct tessera_error e = { 0 };
     uint32_t spe, *slots = calloc(o->workers, sizeof(uint32_t));
     const void *const **grads = calloc(o->workers, sizeof(*grads));
@@ -556,8 +562,8 @@ int train_run(const struct train_opts *o)
         }
         if (rc == TESSERA_EROLLBACK || rc == TESSERA_ESLOTS) {
             /* The schedule is a function of the step: the same samples from there on. */
-            printf("rank %u: %s\n", o->rank, e.message);
-            fflush(stdout);
+            fprintf(r.out, "rank %u: %s\n", o->rank, e.message);
+            fflush(r.out);
             r.rollbacks += rc == TESSERA_EROLLBACK;
             s = tessera_resume_step(r.t) - 1;   /* s++ makes it the resume step */
             fresh = true;

@@ -31,7 +31,6 @@ import functools
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -108,10 +107,13 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         out = train.p.stdout.read().decode()
         err = train.log_text()
         self.assertEqual(rc, 0, "tessera train exited %r:\n%s\n%s" % (rc, out, err))
-        prints = re.findall(r"^params_sha256 ([0-9a-f]{64})", out, re.M)
-        self.assertTrue(prints, out)
-        self.assertEqual(prints[-1], self.local, out)
-        return out, err
+        # --json: one document on stdout, rank 0's or, when it did not finish, the job's as
+        # the master has it; the progress is on stderr, in the CLI user's words.
+        doc, end = json.JSONDecoder().raw_decode(out)
+        self.assertEqual(out[end:].strip(), "", out)
+        self.assertEqual(doc["params_sha256"], self.local, out)
+        self.assertNotRegex(err, r"tessera_[a-z_]+\(\)", "the SDK's wording reached the CLI")
+        return doc, err
 
     def assert_caught_up(self, job_id, rank):
         """The master's log says the worker that came back for rank caught up before it got
@@ -132,7 +134,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         pid = tl.worker_of(train, rank)
         self.at_step(job, step)
         os.kill(pid, signal.SIGKILL)
-        out, err = self.finish(train)
+        _, err = self.finish(train)
         self.assertIn("worker %d was killed (signal 9); the others take over its share" % rank,
                       err)
         j = self.finished(job)
@@ -162,11 +164,12 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         tl.wait_until(lambda: any(w["restarts"] == 1 and w["state"] == "alive"
                                   for w in tl.status_json(self.addr)["workers"]), 60,
                       "tessera status to show the new rank 0 as restart 1")
-        out, err = self.finish(train)
+        doc, err = self.finish(train)
         self.assertIn("worker 0 was killed (signal 9); the others take over its share, and it "
                       "starts again", err)
         self.assertIn("starting worker 0 again (restart 1)", err)
-        self.assertIn("done: %d steps" % STEPS, out)   # the new rank 0 reports
+        self.assertIn("done: %d steps" % STEPS, err)   # the new rank 0 reports
+        self.assertEqual(doc["steps"], STEPS)
         j = self.finished("respawned")
         self.assertGreaterEqual(j["roster"], 2)        # slot 0 went away and came back
         self.assert_caught_up("respawned", 0)
@@ -200,6 +203,10 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         jpid = tl.worker_of(joiner, 2)
         self.finish(train)
         self.assertEqual(joiner.wait(60), 0, joiner.log_text())
+        # Rank 2 reports no result of its own: --json's document is the job's, as the master
+        # has it once its workers finished.
+        doc = json.loads(joiner.p.stdout.read().decode())
+        self.assertEqual((doc["job"], doc["params_sha256"]), ("joined", self.local), doc)
         j = self.finished("joined")
         wid = next(w["id"] for w in tl.status_json(self.addr)["workers"] if w["pid"] == jpid)
         self.assertEqual(j["slot_owners"][2], wid)
@@ -261,7 +268,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         nth = self.rng.randrange(200, 2000)
         tl.log("cutting rank 0's first link at its send %d" % nth)
         train = self.train("cut", env={"TESSERA_TEST_LINK_CUT": "0:%d" % nth})
-        out, err = self.finish(train)
+        _, err = self.finish(train)
         self.assertIn("the master keeps it", err)
         j = self.finished("cut")
         self.assertGreaterEqual(j["roster"], 2)   # away, and back

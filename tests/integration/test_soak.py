@@ -489,7 +489,8 @@ def check_job(j, refs):
     for k, v in want.items():
         if r.get(k) != v:
             bad.append("%s: %r, asked for %r" % (k, r.get(k), v))
-    losses = re.findall(r"step %d/%d: loss (\S+)," % (j.steps, j.steps), out)
+    # rank 0's progress: on stderr with --json
+    losses = re.findall(r"step %d/%d: loss (\S+)," % (j.steps, j.steps), j.text("err"))
     if not losses:
         bad.append("no loss reported for step %d/%d" % (j.steps, j.steps))
     elif not math.isfinite(float(losses[-1])):

@@ -86,7 +86,6 @@ rank calls them, in the same order. Threads: a ParameterServer is used by one th
 """
 import hashlib
 import struct
-import time
 import warnings
 
 import numpy as np
@@ -94,12 +93,10 @@ import torch
 
 import tessera
 from tessera._elastic import Elastic
+from tessera._progress import Progress
 from tessera._overlap import DEFAULT_BUCKET_BYTES, DEFAULT_OVERLAP, Overlap
 from tessera._state import (STATE_LEN, Optimizer, _buffers_of, _error, _flat, _invalid,
                             _optimizer_defaults, _RoutedLoad)
-
-#: Seconds between two progress reports to the master (ParameterServer.report).
-PROGRESS_S = 1.0
 
 __all__ = ["attach", "initialize", "params_sha256", "default_init", "ParameterServer",
            "Optimizer", "DEFAULT_OVERLAP", "DEFAULT_BUCKET_BYTES"]
@@ -139,7 +136,7 @@ def _spec(init, name, param):
     return s
 
 
-class ParameterServer(Overlap, Elastic):
+class ParameterServer(Overlap, Elastic, Progress):
     """A module's parameters (and buffers) held by Tessera shards. Made by attach(); see the
     module doc."""
 
@@ -226,9 +223,7 @@ class ParameterServer(Overlap, Elastic):
         self._clip = None       # clip_grad_norm_'s max_norm for the next step
         #: The global norm of the last clipped step's averaged gradient, before clipping.
         self.grad_norm = None
-        # Progress reports (report()): what the next one averages, and when the last left.
-        self._loss_sum, self._loss_n, self._accuracy = 0.0, 0, float("nan")
-        self._samples, self._reported = 0, time.monotonic()
+        self._start_progress()
         self._zeros = {}        # numel -> zeros, for parameters without .grad
         self._dummies = {}      # numel -> what an assigned tensor's grads entry holds
         self._views = None      # buffers: each parameter's params array (read-only, the SDK's)
@@ -474,34 +469,6 @@ class ParameterServer(Overlap, Elastic):
             raise _error("UNIMPLEMENTED", "clip_grad_norm_: not with overlap, whose buckets "
                          "are pushed during backward; attach with overlap=False to clip")
         self._clip = max_norm
-
-    def report(self, loss=None, accuracy=None):
-        """Training progress for the master (``tessera status``, its status page, the
-        dashboard; docs/observability.md): ``loss`` (a number or a one-element tensor) is
-        averaged over the calls until the next report, ``accuracy`` (0..1) is the latest. The
-        reports leave with the steps, at most one a second, with the samples per second of
-        the global batch; every rank may report, rank 0's is plotted. ``step(loss=...)``
-        calls it."""
-        if loss is not None:
-            self._loss_sum += float(loss)
-            self._loss_n += 1
-        if accuracy is not None:
-            accuracy = float(accuracy)
-            if not 0 <= accuracy <= 1:
-                raise _invalid("accuracy: %r; a fraction in 0..1 expected" % accuracy)
-            self._accuracy = accuracy
-
-    def _progress(self):
-        """After a step: its samples counted, and a report to the master once a second."""
-        now = time.monotonic()
-        self._samples += self.batch or 0
-        if now - self._reported < PROGRESS_S:
-            return
-        nan = float("nan")
-        rate = self._samples / (now - self._reported) if self._samples else nan
-        self.client.report_progress(self._loss_sum / self._loss_n if self._loss_n else nan,
-                                    self._accuracy, rate)
-        self._reported, self._samples, self._loss_sum, self._loss_n = now, 0, 0.0, 0
 
     def step(self, local_batch=None, loss=None):
         """Pushes this rank's gradient sum for step ``self.version`` (what accumulate() summed,

@@ -41,6 +41,7 @@ struct train_cli {
     int join;                        /* -1, or the one rank this run adds to a running job */
     int64_t steps, seed, staleness, delay_ms;
     int64_t metrics_port;            /* -1, or rank r's /metrics on this + r */
+    const char *metrics_listen;      /* the workers' --metrics-listen HOST (NULL: theirs) */
     const char *job, *optimizer, *transport;
     const char *mode, *compress, *sync_every, *slow;   /* docs/modes.md; slow: "RANK:MS" */
     const char *compress_pull;                         /* docs/compression.md, "Pulls" */

@@ -246,6 +246,10 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
                  (long long)(t->metrics_port ? t->metrics_port + rank : 0));
         argv[n++] = "--metrics-port";
         argv[n++] = mport;
+        if (t->metrics_listen) {
+            argv[n++] = "--metrics-listen";
+            argv[n++] = (char *)t->metrics_listen;
+        }
     }
     argv[n] = NULL;
     if (ts_launch(argv[0], argv, log, out_fd, &pid, &err)) {

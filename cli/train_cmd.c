@@ -103,6 +103,10 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     flags[n++] = (struct ts_flag){ "metrics-port", TS_FLAG_INT, &t->metrics_port, "BASE",
                                    "rank R serves Prometheus metrics on port BASE + R "
                                    "(docs/observability.md; 0: free ports, logged)", 0, 65000 };
+    flags[n++] = (struct ts_flag){ "metrics-listen", TS_FLAG_STR, &t->metrics_listen, "HOST",
+                                   "the address the workers' /metrics listen on (default "
+                                   "127.0.0.1; 0.0.0.0: every address, for a Prometheus "
+                                   "elsewhere)", 0, 0 };
     flags[n++] = (struct ts_flag){ "job", TS_FLAG_STR, &t->job, "ID",
                                    "job id (default: a new one per run, train-PID-MS)", 0, 0 };
     flags[n++] = (struct ts_flag){ "keep", TS_FLAG_BOOL, &t->keep, NULL,
@@ -184,6 +188,11 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     }
     if (t->amp && t->compress) {
         fprintf(stderr, "tessera %s: --amp sends fp16 gradients; drop --compress\n", cmd);
+        return 2;
+    }
+    if (t->metrics_listen && t->metrics_port < 0) {
+        fprintf(stderr, "tessera %s: --metrics-listen says where the workers' /metrics listen: "
+                "give --metrics-port BASE too\n", cmd);
         return 2;
     }
     if (width && width < workers) {

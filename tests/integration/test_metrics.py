@@ -383,6 +383,11 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         tl.log("Prometheus: steps %d -> rising; shard push p99 %.2f ms" % (first[0],
                                                                            p99[0] * 1000))
 
+    def test_da_train_metrics_listen_needs_a_port(self):
+        r = tl.run_cli(["train", "--local", "--steps", "5", "--metrics-listen", "0.0.0.0"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("give --metrics-port BASE too", r.stderr)
+
     def test_d_bad_requests_and_the_service_goes_on(self):
         code, headers, _ = get(self.base, method="POST")
         self.assertEqual(code, 405)

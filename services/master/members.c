@@ -38,6 +38,7 @@ struct ts_members {
     struct ts_ring *ring;
     uint32_t shard_failures;
     uint64_t expired[2];      /* leases that ran out since this process began: shards, workers */
+    int64_t last_expire_ms;   /* the last ts_members_expire (0: none yet), for cfg.pause_ms */
 };
 
 static const char *kind_name(enum ts_member_kind k)
@@ -711,12 +712,40 @@ static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms,
     return n;
 }
 
+/* The master did not run for gap ms: every alive member's silence is the master's own, so each
+ * gets a lease from now before it can be declared dead. mu held. */
+static void pardon(struct ts_members *m, int64_t now_ms, int64_t gap)
+{
+    struct table *tables[2] = { &m->shards, &m->workers };
+    size_t alive = 0;
+
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < tables[k]->n; i++) {
+            struct ts_member *e = &tables[k]->v[i];
+            if (e->state != TS_MEMBER_ALIVE)
+                continue;
+            e->grace_until_ms = now_ms + e->lease_ms;
+            alive++;
+        }
+    ts_log(TS_WARN, "master", "the master did not run for %" PRId64 " ms (paused, or its host "
+           "froze): its %zu alive members get a lease of grace, not a verdict on silence it "
+           "could not hear", gap, alive);
+}
+
 int ts_members_expire(struct ts_members *m, int64_t now_ms,
                       void (*dead)(void *ctx, uint32_t worker), void *ctx)
 {
     int n;
+    int64_t gap;
 
     pthread_mutex_lock(&m->mu);
+    gap = m->last_expire_ms ? now_ms - m->last_expire_ms : 0;
+    m->last_expire_ms = now_ms;
+    if (m->cfg.pause_ms > 0 && gap > m->cfg.pause_ms) {
+        pardon(m, now_ms, gap);
+        pthread_mutex_unlock(&m->mu);
+        return 0;
+    }
     n = expire_table(m, &m->shards, now_ms, NULL, NULL) +
         expire_table(m, &m->workers, now_ms, dead, ctx);
     if (n)

@@ -75,7 +75,8 @@ struct ts_member {
     bool joining;
     uint64_t moves_epoch, moves_pending;
     uint32_t restarts;                        /* see ts_members_set_restarts */
-    int64_t grace_until_ms;                   /* not declared dead before (ts_members_restore) */
+    int64_t grace_until_ms;                   /* not declared dead before (ts_members_restore,
+                                               * a pause of the master: cfg.pause_ms) */
     bool heard;                               /* a heartbeat came since it (re)registered */
     /* The SHA-256 of the secret it registered with (has_secret; see ts_member_cred). */
     uint8_t secret_sha256[TS_MEMBER_SECRET_HASH];
@@ -127,6 +128,12 @@ struct ts_members_cfg {
      * an epoch, is logged. NULL: nothing is durable. */
     ts_status (*durable)(void *ctx, const struct ts_members_clock *c, struct ts_err *err);
     void *durable_ctx;
+    /* The master's own pauses (a SIGSTOP, a frozen VM, a swap storm): two calls of
+     * ts_members_expire this far apart (ms) mean the master did not run in between, so it
+     * cannot tell who was silent; every alive member then gets one lease of grace instead of
+     * being declared dead at once (docs/membership.md, "A paused master"). 0: off (callers
+     * that drive the clock themselves, the unit tests). */
+    int64_t pause_ms;
 };
 
 /* What a register or heartbeat grants. */
@@ -211,7 +218,9 @@ ts_status ts_members_check_epoch(struct ts_members *m, uint64_t known_epoch,
 
 /* Declares dead every alive member silent past its lease (a worker not heard since it
  * registered: past the shorter of its lease and the default lease); returns how many. Logs
- * each, and calls dead (may be NULL; with the table's lock held) for each worker. */
+ * each, and calls dead (may be NULL; with the table's lock held) for each worker. With
+ * cfg.pause_ms, call it more often than that: a longer gap is taken for a pause of the
+ * master, after which every alive member gets a lease of grace and none is declared dead. */
 int ts_members_expire(struct ts_members *m, int64_t now_ms,
                       void (*dead)(void *ctx, uint32_t worker), void *ctx);
 

@@ -26,6 +26,51 @@ static uint32_t add_shard(struct ts_members *m, const char *addr, const char *in
     return g.id;
 }
 
+/* A master paused past the leases (cfg.pause_ms): nobody is declared dead when it resumes;
+ * each member gets a lease from then, and one still silent after it is declared dead. */
+static void a_paused_master_pardons_the_silence(void **state)
+{
+    struct ts_members_cfg cfg = { .default_lease_ms = 1000, .pause_ms = 500 };
+    struct ts_members *m;
+    struct ts_member_grant g;
+    uint32_t a, b, w;
+    uint64_t epoch;
+
+    assert_int_equal(ts_members_create(&cfg, &m, NULL), TS_OK);
+    a = add_shard(m, "h:1", "a", 0);
+    b = add_shard(m, "h:2", "b", 0);
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "w", 0, 0, &g, NULL, NULL),
+                     TS_OK);
+    w = g.id;
+    epoch = ts_members_epoch(m);
+    for (int64_t t = 100; t <= 900; t += 100)   /* the reaper, running */
+        assert_int_equal(ts_members_expire(m, t, NULL, NULL), 0);
+    /* paused from 900 to 7000: everyone's silence is the master's own */
+    assert_int_equal(ts_members_expire(m, 7000, NULL, NULL), 0);
+    assert_int_equal(ts_members_epoch(m), epoch);
+    /* a and the worker are heard within the grace; b is not */
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, a, epoch, 0, 7100, &g, NULL,
+                                          NULL), TS_OK);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, w, epoch, 0, 7200, &g, NULL,
+                                          NULL), TS_OK);
+    for (int64_t t = 7100; t < 8000; t += 100)   /* the grace ends at 7000 + the lease */
+        assert_int_equal(ts_members_expire(m, t, NULL, NULL), 0);
+    assert_int_equal(ts_members_expire(m, 8000, NULL, NULL), 1);   /* b: past its grace */
+    assert_int_equal(ts_members_epoch(m), epoch + 1);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, b, epoch, 0, 8150, &g, NULL,
+                                          NULL), TS_ESTATE);
+    /* without pause_ms the same gap is silence: both shards and the worker die at once */
+    ts_members_free(m);
+    m = mk(1000);
+    add_shard(m, "h:1", "a", 0);
+    add_shard(m, "h:2", "b", 0);
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "w", 0, 0, &g, NULL, NULL),
+                     TS_OK);
+    assert_int_equal(ts_members_expire(m, 900, NULL, NULL), 0);
+    assert_int_equal(ts_members_expire(m, 7000, NULL, NULL), 3);
+    ts_members_free(m);
+}
+
 static void assert_einval(ts_status st, const struct ts_err *e, const char *field)
 {
     assert_int_equal(st, TS_EINVAL);
@@ -667,6 +712,7 @@ int main(void)
         cmocka_unit_test(restore_goes_on_after_the_durable_clock),
         cmocka_unit_test(secret_guards_the_registration),
         cmocka_unit_test(one_alive_shard_per_identity),
+        cmocka_unit_test(a_paused_master_pardons_the_silence),
     };
     ts_log_set_level(TS_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -79,15 +79,15 @@ extern char **environ;
 /* The variables a rank's environment gets from here (docs/launch.md). */
 static const char *const placed[] = { "RANK", "TESSERA_RANK", "LOCAL_RANK", "WORLD_SIZE",
                                       "TESSERA_WORKERS", "LOCAL_WORLD_SIZE", "TESSERA_RESTARTS",
-                                      "TESSERA_MASTER", "TESSERA_JOB", "TESSERA_TLS_DIR", NULL };
-#define PLACED 10
+                                      "TESSERA_MASTER", "TESSERA_JOB", "TESSERA_TLS_DIR" };
+#define PLACED (sizeof(placed) / sizeof(placed[0]))
 
 /* Rank's environment: ours without the variables of placed[], then them. Made before fork
  * (the child of a process with gRPC's threads may not allocate). One block: free(env). */
 static char **rank_env(const struct run *r, int rank)
 {
     const char *val[PLACED];
-    char num[4][16];
+    char num[3][16];
     size_t n = 0, bytes = 0;
     char **env, *p;
 
@@ -102,7 +102,7 @@ static char **rank_env(const struct run *r, int rank)
     val[9] = r->tls_dir ? r->tls_dir : getenv("TESSERA_TLS_DIR");
     for (char **e = environ; *e; e++, n++)
         bytes += strlen(*e) + 1;
-    for (int i = 0; i < PLACED; i++)
+    for (size_t i = 0; i < PLACED; i++)
         bytes += strlen(placed[i]) + (val[i] ? strlen(val[i]) : 0) + 2;
     if (!(env = malloc((n + PLACED + 1) * sizeof(*env) + bytes)))
         return NULL;
@@ -110,14 +110,14 @@ static char **rank_env(const struct run *r, int rank)
     n = 0;
     for (char **e = environ; *e; e++) {
         bool ours = false;
-        for (int i = 0; i < PLACED && !ours; i++) {
+        for (size_t i = 0; i < PLACED && !ours; i++) {
             size_t len = strlen(placed[i]);
             ours = !strncmp(*e, placed[i], len) && (*e)[len] == '=';
         }
         if (!ours)
             env[n++] = *e;
     }
-    for (int i = 0; i < PLACED; i++)
+    for (size_t i = 0; i < PLACED; i++)
         if (val[i]) {
             env[n++] = p;
             p += sprintf(p, "%s=%s", placed[i], val[i]) + 1;
@@ -148,7 +148,7 @@ static int program_at(const struct ts_flag *flags, int argc, char **argv)
 }
 
 /* In the child, after fork: only async-signal-safe calls (gRPC's threads may hold locks). */
-static void child(char *const *cmd, char *const *env, int out_fd, int err_fd)
+static void child(char *const *cmd, char *const *env, int out_fd, int err_fd, pid_t parent)
 {
     static const char msg[] = "tessera run: cannot execute the program (not found, or not "
                               "executable: see PATH)\n";
@@ -158,6 +158,8 @@ static void child(char *const *cmd, char *const *env, int out_fd, int err_fd)
     sigprocmask(SIG_SETMASK, &none, NULL);   /* the launcher blocks them to wait */
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent)
+        _exit(1);   /* the launcher died before prctl took effect */
     if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0)
         _exit(126);
     execvpe(cmd[0], cmd, env);
@@ -171,7 +173,7 @@ static ts_status start_rank(struct run *r, int rank, struct ts_err *err)
     struct rank *k = &r->ranks[rank];
     int out[2] = { -1, -1 }, errp[2] = { -1, -1 };
     char **env = rank_env(r, rank);
-    pid_t pid;
+    pid_t pid, parent;
 
     if (!env)
         return ts_err_set(err, TS_ENOMEM, "out of memory");
@@ -187,8 +189,9 @@ static ts_status start_rank(struct run *r, int rank, struct ts_err *err)
         return ts_err_set(err, TS_EIO, "pipe: %s", strerror(e));
     }
     fflush(NULL);
+    parent = getpid();
     if ((pid = fork()) == 0)
-        child(r->cmd, env, out[1], errp[1]);
+        child(r->cmd, env, out[1], errp[1], parent);
     free(env);
     close(out[1]);
     close(errp[1]);

@@ -100,5 +100,5 @@ int tessera_launch_env(struct tessera_launch *l, struct tessera_error *out)
     }
     if (l->job && ts_job_id_check(job_from, l->job, &err))
         return sdk_fail(out, &err);
-    return TESSERA_OK;
+    return sdk_ok(out);
 }

@@ -111,8 +111,10 @@ int main(int argc, char **argv)
                                    .replicas = (uint32_t)replicas,
                                    .quiet = no_jobs, .quiet_ctx = &m,
                                    .durable = master_state_durable, .durable_ctx = &m.state,
-                                   /* the reaper runs 20 times a lease: 10 missed runs */
-                                   .pause_ms = lease_ms / 2 };
+                                   /* the reaper runs 20 times a lease: 10 missed runs,
+                                    * and a second at least, so that a loaded host's
+                                    * stalls do not pardon a dead member lease after lease */
+                                   .pause_ms = lease_ms / 2 > 1000 ? lease_ms / 2 : 1000 };
     jcfg = (struct jobs_cfg){ .max_jobs = (uint32_t)max_jobs, .idle_ms = idle_ms,
                               .history_max = (uint32_t)history,
                               .per_owner = (uint32_t)per_identity };

@@ -375,6 +375,20 @@ static void print_job_result(const struct train_cli *t, const char *master, bool
         tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
 }
 
+/* Whether the master gave rank's slot of the job to a worker (it registered); true when the
+ * master does not answer: the death is then taken for one the others survive. */
+static bool seated(const struct train_cli *t, const char *master, int rank)
+{
+    Tessera__V1__ClusterStatusResponse *cs;
+    struct ts_err err = { 0 };
+    const Tessera__V1__JobInfo *j = cli_job_at(master, t->job, &cs, &err);
+    bool yes = !cs || (j && (size_t)rank < j->n_slot_owners && j->slot_owners[rank]);
+
+    if (cs)
+        tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
+    return yes;
+}
+
 /* Where rank's worker writes: NULL for this terminal (rank 0, or the one rank of --join),
  * else its log in dir, formatted into buf. */
 static const char *log_of(const struct train_cli *t, const char *dir, int rank, char *buf,
@@ -470,12 +484,20 @@ int run_training(const struct train_cli *in, const char *master)
                  * it starts it again.) */
                 if (WIFSIGNALED(status) && elastic(t) &&
                     (left > 0 || (t->join >= 0 && t->respawn)) && rc != 130 && failed < 0) {
-                    /* A death the job survives: the live workers take the rank's slot. */
-                    fprintf(stderr, "tessera train: worker %d was killed (signal %d); the "
-                            "others take over its share%s\n", first + r, WTERMSIG(status),
-                            t->respawn ? ", and it starts again" : "");
+                    /* A death the job survives: the live workers take the rank's slot, once
+                     * the master gave it to the rank; a rank killed before it joined holds
+                     * none, so nobody could take it over: it starts again instead. */
+                    bool unseated = !t->respawn && !seated(t, master, first + r);
+                    if (unseated)
+                        fprintf(stderr, "tessera train: worker %d was killed (signal %d) "
+                                "before it joined the job: no one holds its share, so it "
+                                "starts again\n", first + r, WTERMSIG(status));
+                    else
+                        fprintf(stderr, "tessera train: worker %d was killed (signal %d); "
+                                "the others take over its share%s\n", first + r,
+                                WTERMSIG(status), t->respawn ? ", and it starts again" : "");
                     lost0 |= first + r == 0;
-                    if (t->respawn)
+                    if (t->respawn || unseated)
                         due[r] = ts_now_ms() + RESPAWN_MS;
                     continue;
                 }

@@ -538,6 +538,9 @@ def status_fingerprint(cs):
         s.last_heartbeat_ms_ago = 0
     for w in c.workers:
         w.last_heartbeat_ms_ago = 0
+    for j in c.jobs:
+        if j.HasField("progress"):
+            j.progress.reported_ms_ago = 0
     return c.SerializeToString(deterministic=True)
 
 

@@ -607,6 +607,16 @@ def script_by_hand(*args):
     return r.stdout.split("params_sha256 ")[1].split()[0]
 
 
+def local_fingerprint(steps, *extra):
+    """params_sha256 of `tessera train --local --exact --steps STEPS EXTRA --json`: the
+    reference a run with faults must end on."""
+    r = run_cli(["train", "--local", "--exact", "--steps", str(steps), "--json"] + list(extra),
+                timeout=300)
+    if r.returncode != 0:
+        raise AssertionError("tessera train --local exited %d: %s" % (r.returncode, r.stderr))
+    return json.loads(r.stdout)["params_sha256"]
+
+
 def start_prometheus(cluster, ports):
     """A real Prometheus (Debian's) scraping 127.0.0.1:PORT of each of ports every second, as
     a process of cluster; returns query(promql) -> [values] or None."""

@@ -31,10 +31,7 @@ PAUSE_S = 6.5
 
 class MasterPause(tl.UpCase, unittest.TestCase):
     def test_a_paused_master_wakes_to_a_live_job(self):
-        local = tl.run_cli(["train", "--local", "--exact", "--steps", str(STEPS), "--json"],
-                           timeout=300)
-        self.assertEqual(local.returncode, 0, local.stderr)
-        want = json.loads(local.stdout)["params_sha256"]
+        want = tl.local_fingerprint(STEPS)
         train = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", self.addr,
                               "--workers", "2", "--exact", "--steps", str(STEPS), "--json",
                               "--job", "pause", "--slow", "0:30"], "train", stdout_pipe=True)

@@ -409,59 +409,6 @@ int get_all(struct client *self, PyObject *o, const char *what, enum elem want,
     return 0;
 }
 
-static PyObject *client_step(struct client *self, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = { "step", "grads", "params", "clip_norm", NULL };
-    PyObject *ostep, *ograds, *oparams, *oclip = Py_None, *ret = NULL;
-    struct tessera_error e = { 0 };
-    Py_ssize_t n;
-    struct arr *a = NULL;
-    void **ptrs = NULL;
-    uint64_t step;
-    double clip = 0, total = 0;
-    int rc;
-
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O:step", kwlist, &ostep, &ograds, &oparams,
-                                     &oclip) ||
-        open_or_raise(self) || get_step(ostep, "step", &step))
-        return NULL;
-    if (oclip != Py_None && (clip = PyFloat_AsDouble(oclip)) == -1.0 && PyErr_Occurred())
-        return NULL;
-    n = ntensors(self);
-    a = PyMem_Calloc(2 * (size_t)n + 1, sizeof(*a));
-    ptrs = PyMem_Calloc(2 * (size_t)n + 1, sizeof(*ptrs));
-    if (!a || !ptrs) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    if (get_all(self, ograds, "grads", self->push_elem, 0, a, ptrs))
-        goto out;
-    if (get_all(self, oparams, "params", F32, 1, a + n, ptrs + n)) {
-        for (Py_ssize_t i = 0; i < n; i++)
-            arr_put(&a[i]);
-        goto out;
-    }
-    if (oclip != Py_None)
-        SDK_CALL(self, rc, &e, tessera_step_clip(self->t, step, (const void *const *)ptrs,
-                                                 (float *const *)(ptrs + n), (float)clip,
-                                                 &total, &e));
-    else
-        SDK_CALL(self, rc, &e, tessera_step(self->t, step, (const void *const *)ptrs,
-                                            (float *const *)(ptrs + n), &e));
-    for (Py_ssize_t i = 0; i < 2 * n; i++)
-        arr_put(&a[i]);
-    if (rc) {
-        raise_sdk(&e);
-    } else {
-        assigned_release(self, NULL, 0);
-        ret = oclip != Py_None ? PyFloat_FromDouble(total) : Py_NewRef(Py_None);
-    }
-out:
-    PyMem_Free(a);
-    PyMem_Free(ptrs);
-    return ret;
-}
-
 static PyObject *client_verify_local(struct client *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = { "params", "version", NULL };

@@ -1,6 +1,8 @@
 /* client.h - tessera.Client's object and the helpers its methods share, for _tessera.c,
- * some.c (push_some, pull_some, step_some: tessera_step in pieces, docs/python.md "Overlap")
- * and work.c (claim_work, next_task, task_done: the master's schedule, docs/scheduler.md).
+ * step.c (step, and an elastic job's slots, step_slots, join), some.c (push_some, pull_some,
+ * step_some: tessera_step in pieces, docs/python.md "Overlap"), work.c (claim_work,
+ * next_task, task_done: the master's schedule, docs/scheduler.md) and launch.c (the
+ * launcher's environment, serve_metrics).
  * Threads: as _tessera.c says, the lock is held around every SDK call on t. */
 #ifndef TS_PY_CLIENT_H
 #define TS_PY_CLIENT_H
@@ -84,7 +86,8 @@ PyObject *client_claim_work(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_next_task(struct client *self, PyObject *unused);
 PyObject *client_task_done(struct client *self, PyObject *args, PyObject *kw);
 
-/* elastic.c: the methods (docs/elastic.md). */
+/* step.c: the whole-step methods: step, and an elastic job's (docs/elastic.md). */
+PyObject *client_step(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_slots(struct client *self, PyObject *unused);
 PyObject *client_step_slots(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_join(struct client *self, PyObject *oparams);

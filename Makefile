@@ -13,7 +13,8 @@
 #               under the sanitizers, shards restarted by `tessera up --respawn`, the master
 #               killed twice under the sanitizers, and the kill matrix: 50 random kills of a
 #               shard or the master in exact runs, with its table (KILL_TRIALS=N), then 10 of
-#               a reduce job without replicas (KILL_REDUCE_TRIALS=N)
+#               a reduce job without replicas (KILL_REDUCE_TRIALS=N), and the pause matrix: the
+#               master stopped 5, 15, 60 s and a head shard 5, 30, 150 s (SIGSTOP)
 #   make test-big  a 2 GiB tensor registers and trains a step (about a minute, 7 GiB of memory)
 #   make test-deploy  the deployments (docs/deploy.md): emulated hosts, Kubernetes manifests,
 #               systemd units, a real Slurm, the podman image; says what it skipped and why
@@ -270,6 +271,7 @@ test-fault: build asan
 	    --trials $(KILL_TRIALS)
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
 	    --mode reduce --trials $(KILL_REDUCE_TRIALS)
+	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/pause_matrix.py
 
 # The deployments (docs/deploy.md): emulated hosts, Kubernetes manifests, systemd units, a real
 # Slurm and the container image, with what each needs; a table at the end says what ran, what

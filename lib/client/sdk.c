@@ -94,6 +94,8 @@ ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
             break;
         }
         sh->shm = !strcmp(ts_tp_name(sh->conn), "shm");
+        sh->epoch = ts_cluster_epoch(t->cl);
+        sh->left_epoch = 0;
         /* Testing: a slower link (benchmarks too), or $TESSERA_TEST_LINK_CUT=RANK:N: rank
          * RANK's first connection hangs up instead of its Nth send, a link cut in the middle
          * of a step (lib/transport/fault.h). */
@@ -113,7 +115,9 @@ ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
             sh->conn = w;
         }
         sh->id = ids[i];
+        pthread_mutex_lock(&t->conn_mu);   /* sdk_follow_epoch sees it from now on */
         t->nshards++;
+        pthread_mutex_unlock(&t->conn_mu);
         snprintf(t->transport, sizeof(t->transport), "%s", ts_tp_name(sh->conn));
     }
     return st;
@@ -157,6 +161,8 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
     mc.restarts = o->restarts;
     mc.start_workers = o->start_workers;
     mc.balance = o->balance != 0;
+    mc.on_epoch = sdk_follow_epoch;
+    mc.arg = t;
     if ((st = ts_master_open(o->master, &t->master, err)))
         return st;
     ts_master_set_call_ms(t->master, o->call_timeout_ms);
@@ -196,6 +202,7 @@ int tessera_connect(const struct tessera_options *o, tessera **out, struct tesse
         ts_err_set(&err, TS_ENOMEM, "out of memory");
         return sdk_fail(e, &err);
     }
+    pthread_mutex_init(&t->conn_mu, NULL);
     /* Inside a user's program the SDK speaks only of problems; TESSERA_LOG=info (or debug)
      * shows the rest (docs/launch.md, "Logs"). */
     if (!getenv("TESSERA_LOG"))
@@ -265,16 +272,23 @@ void tessera_set_result(tessera *t, int failed, const char *text)
 
 void sdk_close_shards(struct tessera *t)
 {
-    for (size_t i = 0; i < t->nshards; i++) {
+    size_t n = t->nshards;
+
+    /* Out of sdk_follow_epoch's sight first: a goodbye to a hung shard may wait until it is
+     * shut down (which then cannot happen) for TS_TP_STALL_MS. */
+    pthread_mutex_lock(&t->conn_mu);
+    t->nshards = 0;
+    pthread_mutex_unlock(&t->conn_mu);
+    for (size_t i = 0; i < n; i++) {
         struct ts_frame_hdr bye = { .type = TS_FRAME_BYE };
         struct ts_err ignore = { 0 };
         /* Closing on purpose, not dying: an elastic job's shard would report a hang-up
          * without it as this worker's death (docs/elastic.md). */
-        if (t->hello_done && ts_frame_send(t->shards[i].conn, &bye, NULL, 0, &ignore))
+        if (t->hello_done && !t->shards[i].left_epoch &&
+            ts_frame_send(t->shards[i].conn, &bye, NULL, 0, &ignore))
             ts_log(TS_DEBUG, "sdk", "goodbye to shard %u: %s", t->shards[i].id, ignore.msg);
         ts_tp_close(t->shards[i].conn);
     }
-    t->nshards = 0;
     t->hello_done = false;
 }
 
@@ -289,6 +303,7 @@ void tessera_close(tessera *t)
     ts_master_close(t->master);
     for (int i = 0; i < t->ntensors; i++)
         tensor_free(t->tensors[i]);
+    pthread_mutex_destroy(&t->conn_mu);
     free(t);
 }
 

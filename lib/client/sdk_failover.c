@@ -14,6 +14,14 @@
  * the same to a worker: its old head answers TS_ESTALE, and the step goes again under the
  * new map.
  *
+ * A hung head (stopped, a frozen VM, a swap storm) breaks no connection: it keeps them open
+ * and the kernel acknowledges what is sent to it, so a worker would wait on it for as long as
+ * it hangs. The master drops it from the map once its lease runs out, and this worker's
+ * heartbeat hears of the new epoch within a beat: sdk_follow_epoch then fetches the map and
+ * shuts down the connection to each shard it goes on without, which ends a send or a wait on
+ * it at once as a broken connection, and the step fails over as above (docs/replication.md,
+ * "A hung head").
+ *
  * In a reduce job a partition may have lost every copy: before the step goes again, the
  * worker tells each head which version of each partition it pulled last, with its values
  * (SEED), and a head that made the partition afresh takes it from the ranks (docs/
@@ -175,6 +183,38 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
            "shards; what the lost connection carried is sent again", old,
            ts_cluster_epoch(t->cl), t->nshards);
     return TS_OK;
+}
+
+void sdk_follow_epoch(void *arg, uint64_t epoch)
+{
+    struct tessera *t = arg;
+    Tessera__V1__ShardMap *m = NULL;
+    struct ts_err e = { 0 };
+
+    if (!t->master || ts_master_shard_map(t->master, &m, &e)) {
+        ts_log(TS_DEBUG, "sdk", "epoch %" PRIu64 ": the shard map: %s", epoch,
+               t->master ? e.msg : "not connected yet");
+        return;
+    }
+    pthread_mutex_lock(&t->conn_mu);
+    for (size_t i = 0; i < t->nshards; i++) {
+        struct sdk_shard *sh = &t->shards[i];
+        const Tessera__V1__ShardInfo *in = NULL;
+
+        for (size_t k = 0; k < m->n_shards && !in; k++)
+            if (m->shards[k]->id == sh->id)
+                in = m->shards[k];
+        /* Registered anew since: a new session, which holds none of this one's steps. */
+        if (sh->left_epoch || (in && in->registered_epoch <= sh->epoch))
+            continue;
+        sh->left_epoch = m->epoch;
+        ts_log(TS_WARN, "sdk", "shard %u is %s the master's shard map (epoch %" PRIu64 " -> %"
+               PRIu64 "): this worker stops waiting for it and fails over", sh->id,
+               in ? "registered anew in" : "no longer in", sh->epoch, m->epoch);
+        ts_tp_shutdown(sh->conn);
+    }
+    pthread_mutex_unlock(&t->conn_mu);
+    protobuf_c_message_free_unpacked(&m->base, NULL);
 }
 
 ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err)

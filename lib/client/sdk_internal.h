@@ -7,6 +7,7 @@
 #ifndef TS_CLIENT_SDK_INTERNAL_H
 #define TS_CLIENT_SDK_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -81,6 +82,11 @@ struct sdk_shard {
     uint32_t id;
     struct ts_conn *conn;
     bool shm;                     /* over shared memory: pulls are not compressed */
+    uint64_t epoch;               /* the map epoch it was connected under */
+    /* The epoch of a map that the master moved on to without this shard (or with it
+     * registered anew): its connection was shut down to end any wait on it (sdk_failover.c,
+     * sdk_follow_epoch, from the heartbeat thread). */
+    _Atomic uint64_t left_epoch;
 };
 
 struct tessera {
@@ -172,7 +178,14 @@ struct tessera {
     /* sdk_pipe.c's threads are reading replies: they leave the interrupt check and the log
      * to the caller's thread (Python's check works there only). Set before they start. */
     bool pipe_busy;
+    /* Held while shards[] and nshards change, and by sdk_follow_epoch (the membership's
+     * heartbeat thread) while it reads them. */
+    pthread_mutex_t conn_mu;
 };
+
+/* The membership's epoch callback (its heartbeat thread): shuts down the connection to each
+ * shard the master's new map goes on without (sdk_failover.c). arg: the struct tessera. */
+void sdk_follow_epoch(void *arg, uint64_t epoch);
 
 /* A data-plane call to slot s ended with st: remember a broken connection, so that a failover
  * can report the shard to the master (sdk_failover.c). */

@@ -1,7 +1,8 @@
 /* sdk_wait.c - the SDK's waits for a shard's reply: in slices, so that a trainer's interrupt
  * (Ctrl-C in Python: tessera_set_interrupt) ends a step blocked on a missing rank at once, and
  * so that a long wait says what it waits for ("waiting for rank 1") instead of nothing for
- * two minutes. */
+ * two minutes (a wait on a shard the master dropped from the map ends as soon as this worker
+ * hears of it: sdk_follow_epoch in sdk_failover.c). */
 #include "client/sdk_internal.h"
 
 #include <inttypes.h>
@@ -115,5 +116,10 @@ ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *
         snprintf(what, sizeof(what), "shard %u", t->shards[s].id);
         if ((st = sdk_wait_tick(t, start, &said, what, err)))
             return st;
+        if (t->shards[s].left_epoch)   /* its connection was shut down: say why */
+            return ts_err_set(err, TS_EUNAVAIL, "shard %u left the shard map (epoch %" PRIu64
+                              ") while this worker waited for its reply for tensor %u "
+                              "partition %u", t->shards[s].id,
+                              (uint64_t)t->shards[s].left_epoch, tensor, part);
     }
 }

@@ -153,7 +153,7 @@ ts_status ts_cluster_refresh(struct ts_cluster *cl, struct ts_err *err)
 
 /* ReportUnreachable of shard id or worker wid (the other 0). */
 static enum ts_report report(struct ts_cluster *cl, uint32_t id, uint32_t wid,
-                             const char *reporter, const char *detail)
+                             uint32_t by_shard, const char *reporter, const char *detail)
 {
     Tessera__V1__ReportUnreachableRequest req = TESSERA__V1__REPORT_UNREACHABLE_REQUEST__INIT;
     Tessera__V1__ReportUnreachableResponse *r = NULL;
@@ -165,6 +165,7 @@ static enum ts_report report(struct ts_cluster *cl, uint32_t id, uint32_t wid,
     snprintf(d, sizeof(d), "%s", detail ? detail : "");
     req.shard_id = id;
     req.worker_id = wid;
+    req.reporter_shard = by_shard;
     req.reporter = (char *)reporter;
     req.detail = d;
     if (ts_master_call(cl->master, "ReportUnreachable", &req.base,
@@ -184,13 +185,16 @@ static enum ts_report report(struct ts_cluster *cl, uint32_t id, uint32_t wid,
 enum ts_report ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id,
                                              const char *reporter, const char *detail)
 {
-    return report(cl, id, 0, reporter, detail);
+    return report(cl, id, 0, 0, reporter, detail);
 }
 
-bool ts_cluster_report_worker(struct ts_cluster *cl, uint32_t worker, const char *reporter,
+bool ts_cluster_report_worker(struct ts_cluster *cl, uint32_t worker, uint32_t shard,
                               const char *detail)
 {
-    return worker && report(cl, 0, worker, reporter, detail) != TS_REPORT_UNHEARD;
+    char who[32];
+
+    snprintf(who, sizeof(who), "shard %u", shard);
+    return worker && report(cl, 0, worker, shard, who, detail) != TS_REPORT_UNHEARD;
 }
 
 bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t shard,
@@ -366,6 +370,18 @@ ts_status ts_shard_pick_transport(const Tessera__V1__ShardInfo *s, const char *w
     }
     return ts_err_set(err, TS_ENODEV, "shard %u (%s): no data-plane transport in common%s%s",
                       s->id, s->addr, want ? " with --transport " : "", want ? want : "");
+}
+
+bool ts_cluster_holds(struct ts_cluster *cl, uint32_t id, uint64_t since)
+{
+    bool holds = false;
+
+    pthread_mutex_lock(&cl->mu);
+    for (size_t i = 0; cl->map && i < cl->map->n_shards; i++)
+        if (cl->map->shards[i]->id == id)
+            holds = cl->map->shards[i]->registered_epoch <= since;
+    pthread_mutex_unlock(&cl->mu);
+    return holds;
 }
 
 size_t ts_cluster_shard_ids(struct ts_cluster *cl, uint32_t *ids, size_t max)

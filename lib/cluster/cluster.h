@@ -262,9 +262,10 @@ enum ts_report { TS_REPORT_UNHEARD = -1, TS_REPORT_KEPT = 0, TS_REPORT_DEAD = 1 
  * report only speeds up what the lease does. */
 enum ts_report ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id,
                                              const char *reporter, const char *detail);
-/* A shard saw worker `worker`'s data-plane connection hang up without a goodbye: the master
- * declares it dead now (docs/elastic.md). Logged as above; whether the master heard. */
-bool ts_cluster_report_worker(struct ts_cluster *cl, uint32_t worker, const char *reporter,
+/* Shard `shard` saw worker `worker`'s data-plane connection hang up without a goodbye: the
+ * master declares it dead now (docs/elastic.md), unless that shard is out of the map.
+ * Logged as above; whether the master heard. */
+bool ts_cluster_report_worker(struct ts_cluster *cl, uint32_t worker, uint32_t shard,
                               const char *detail);
 /* ReportLost: a partition of job that this shard (shard) heads lost every copy, found when the
  * job had gone back to snapshots `generation` times. Logged, as
@@ -279,6 +280,10 @@ ts_status ts_shard_pick_transport(const Tessera__V1__ShardInfo *s, const char *w
 /* The ids of the cached map's shards on the ring, which serve workers (at most max; joining
  * ones head nothing and are left out); returns how many. */
 size_t ts_cluster_shard_ids(struct ts_cluster *cl, uint32_t *ids, size_t max);
+/* Whether shard id is alive in the cached map (joining or not) under the registration it had
+ * at epoch `since`: false once the master dropped it, or once it registered again after
+ * `since` (a new session, which knows nothing of the old one's connections). */
+bool ts_cluster_holds(struct ts_cluster *cl, uint32_t id, uint64_t since);
 /* A data-plane connection to shard id of the cached map (a worker to a shard, a shard to its
  * chain successor) over the first transport both can use (`want` only, if set); TS_EUNAVAIL
  * if the map does not list it. *out is the caller's (ts_tp_close). */

@@ -639,6 +639,16 @@ static ts_status report_lost(struct ts_rpc_call *call, const ProtobufCMessage *r
  * once; a slow answer proves nothing, and the lease decides. */
 #define REPORT_PROBE_MS 500
 
+/* Whether shard id is alive in the map. */
+static bool shard_alive(struct master *m, uint32_t id)
+{
+    char addr[TS_MEMBERS_MAX_ADDR + 1], instance[TS_MEMBERS_MAX_INSTANCE + 1];
+    struct ts_err e = { 0 };
+    bool alive = false;
+
+    return !ts_members_shard_addr(m->members, id, addr, instance, &alive, &e) && alive;
+}
+
 static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                                     ProtobufCMessage *rs, struct ts_err *err)
 {
@@ -661,6 +671,15 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
         /* so only those who see it go may say so: a shard (its data plane) or an admin */
         if ((st = ts_rpc_need_role(call, TS_ROLE_SHARD | TS_ROLE_ADMIN, err)))
             return st;
+        if (req->reporter_shard && !shard_alive(m, req->reporter_shard)) {
+            ts_log(TS_INFO, "master", "worker %u reported by shard %u, which is out of the "
+                   "map: not heard (its connections are from before it was dropped)",
+                   req->worker_id, req->reporter_shard);
+            resp->verdict = ts_rpc_strdup(call, "not heard: the reporting shard is out of "
+                                          "the map");
+            resp->epoch = ts_members_epoch(m->members);
+            return TS_OK;
+        }
         snprintf(why, sizeof(why), "its connection to %.60s hung up without a goodbye (%.100s)",
                  req->reporter[0] ? req->reporter : "a shard", req->detail);
         if (ts_members_declare_dead(m->members, TS_MEMBER_WORKER, req->worker_id, NULL, why))

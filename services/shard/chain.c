@@ -22,11 +22,21 @@ static void drop(struct chain_links *cs, size_t i)
     cs->links[i] = cs->links[--cs->n];
 }
 
+/* What a wait for the next shard's reply watches: the map (cl, the heartbeat thread keeps it
+ * current) and the epoch the link was made under. A hung next shard (stopped, a frozen VM)
+ * keeps the link open and the kernel acknowledges what is sent to it: the wait ends when the
+ * master drops it from the map, not when it wakes (docs/replication.md, "A hung head"). */
+struct link_watch {
+    struct ts_cluster *cl;
+    uint64_t since;
+};
+
 /* Waits for the reply to the frame just sent on c: TS_OK for an ACK, the peer's status and
  * message for an ERROR. */
 /* ack, if not NULL, receives the ACK's header, and data its payload (REPLY_MAX bytes). */
 static ts_status await_ack(struct ts_conn *c, uint32_t shard, const atomic_bool *stop,
-                           struct ts_frame_hdr *ack, char *data, struct ts_err *err)
+                           struct link_watch w, struct ts_frame_hdr *ack, char *data,
+                           struct ts_err *err)
 {
     char msg[REPLY_MAX + 1];
     struct ts_frame_hdr h;
@@ -37,6 +47,10 @@ static ts_status await_ack(struct ts_conn *c, uint32_t shard, const atomic_bool 
            waited < LINK_ACK_MS && !(stop && atomic_load(stop))) {
         memset(err, 0, sizeof(*err));
         waited += LINK_POLL_MS;
+        if (!ts_cluster_holds(w.cl, shard, w.since))
+            return ts_err_set(err, TS_EUNAVAIL, "replica shard %u left the shard map (epoch "
+                              "%" PRIu64 ") while this shard waited %d ms for its "
+                              "acknowledgement", shard, ts_cluster_epoch(w.cl), waited);
     }
     if (st)
         return ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", shard,
@@ -56,15 +70,15 @@ static ts_status await_ack(struct ts_conn *c, uint32_t shard, const atomic_bool 
 }
 
 static ts_status await_reply(struct ts_conn *c, uint32_t shard, const atomic_bool *stop,
-                             struct ts_err *err)
+                             struct link_watch w, struct ts_err *err)
 {
-    return await_ack(c, shard, stop, NULL, NULL, err);
+    return await_ack(c, shard, stop, w, NULL, NULL, err);
 }
 
 /* The HELLO of a new link, and with keys the handshake (transport/auth.h): the job's chain
  * key, which workers never hold, proves a shard of this cluster to the next. */
 static ts_status hello(struct chain_links *cs, struct ts_conn *c, const char *job, uint32_t next,
-                       const atomic_bool *stop, struct ts_err *err)
+                       const atomic_bool *stop, struct link_watch w, struct ts_err *err)
 {
     struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .rank = cs->self }, ack;
     uint8_t payload[TS_JOB_ID_MAX + TS_DP_NONCE_LEN];
@@ -83,7 +97,7 @@ static ts_status hello(struct chain_links *cs, struct ts_conn *c, const char *jo
         memcpy(payload + jl, hs.nc, TS_DP_NONCE_LEN);
     }
     if (!(st = ts_frame_send(c, &h, payload, jl + (cs->keys ? TS_DP_NONCE_LEN : 0), err)) &&
-        !(st = await_ack(c, next, stop, &ack, reply, err)) && cs->keys)
+        !(st = await_ack(c, next, stop, w, &ack, reply, err)) && cs->keys)
         st = ts_dp_initiate_finish(c, &hs, &ack, reply, err);
     OPENSSL_cleanse(&hs, sizeof(hs));
     return st;
@@ -94,6 +108,7 @@ static ts_status link_to(struct chain_links *cs, struct ts_cluster *cl, const ch
                          uint32_t next, const atomic_bool *stop, size_t *at,
                          struct ts_err *err)
 {
+    struct link_watch w = { cl, ts_cluster_epoch(cl) };
     struct ts_conn *c;
     ts_status st;
 
@@ -110,11 +125,11 @@ static ts_status link_to(struct chain_links *cs, struct ts_cluster *cl, const ch
     }
     if ((st = ts_cluster_connect(cl, next, NULL, LINK_CONNECT_MS, &c, err)))
         return ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", next, err->msg);
-    if ((st = hello(cs, c, job, next, stop, err))) {
+    if ((st = hello(cs, c, job, next, stop, w, err))) {
         ts_tp_close(c);
         return st;
     }
-    cs->links[cs->n] = (struct chain_link){ .shard = next, .c = c,
+    cs->links[cs->n] = (struct chain_link){ .shard = next, .c = c, .since = w.since,
                                             .maps = calloc(CHAIN_MAX_TENSORS, 1) };
     snprintf(cs->links[cs->n].job, sizeof(cs->links[cs->n].job), "%s", job);
     *at = cs->n++;
@@ -126,7 +141,8 @@ static ts_status link_to(struct chain_links *cs, struct ts_cluster *cl, const ch
  * once per link and tensor. A refusal (it cannot map, or a test corrupts its copies) is
  * remembered: whole images then. TS_EUNAVAIL if the link broke. */
 static ts_status maps_values(struct chain_link *l, uint32_t tensor, int fd,
-                             const atomic_bool *stop, bool *maps, struct ts_err *err)
+                             const atomic_bool *stop, struct link_watch w, bool *maps,
+                             struct ts_err *err)
 {
     struct ts_frame_hdr share = { .type = TS_FRAME_SHARE, .tensor = tensor,
                                   .flags = TS_SHARE_PARAMS };
@@ -139,7 +155,7 @@ static ts_status maps_values(struct chain_link *l, uint32_t tensor, int fd,
         if ((st = ts_tp_send_fd(l->c, fd, err)) ||
             (st = ts_frame_send(l->c, &share, NULL, 0, err)))
             return ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", l->shard, err->msg);
-        st = await_reply(l->c, l->shard, stop, err);
+        st = await_reply(l->c, l->shard, stop, w, err);
         if (st == TS_EUNAVAIL)
             return st;
         if (st)
@@ -159,6 +175,7 @@ ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *
 {
     struct ts_frame_hdr h = { .type = TS_FRAME_IMAGE, .tensor = tensor, .partition = partition,
                               .step = version, .rank = cs->self };
+    struct link_watch w = { cl, 0 };
     bool maps = false;
     size_t at;
     ts_status st;
@@ -167,14 +184,15 @@ ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *
         return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet");
     if ((st = link_to(cs, cl, job, next, stop, &at, err)))
         return st;
+    w.since = cs->links[at].since;
     if (img->values_fd >= 0)
-        st = maps_values(&cs->links[at], tensor, img->values_fd, stop, &maps, err);
+        st = maps_values(&cs->links[at], tensor, img->values_fd, stop, w, &maps, err);
     h.flags = maps ? TS_IMAGE_REGION : 0;
     if (!st && (st = ts_frame_sendv(cs->links[at].c, &h, maps ? img->rest : img->whole,
                                     maps ? img->nrest : img->nwhole, err)))
         st = ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", next, err->msg);
     else if (!st)
-        st = await_reply(cs->links[at].c, next, stop, err);
+        st = await_reply(cs->links[at].c, next, stop, w, err);
     if (st == TS_EUNAVAIL)   /* the stream is out of step or gone: start afresh next time */
         drop(cs, at);
     return st;

@@ -25,6 +25,7 @@ struct chain_link {
     uint32_t shard;
     char job[TS_JOB_ID_MAX + 1];
     struct ts_conn *c;
+    uint64_t since;                  /* the map epoch it was made under */
     int8_t *maps;                    /* CHAIN_MAX_TENSORS */
 };
 #define CHAIN_MAX_TENSORS 4096       /* SHARD_MAX_TENSORS */
@@ -59,7 +60,8 @@ struct chain_links {
  * of a tensor on a link that can pass descriptors offers the region (SHARE, TS_SHARE_PARAMS);
  * once the next shard maps it, images go without their values (TS_IMAGE_REGION). `stop` (may
  * be NULL) ends the wait early. TS_EUNAVAIL if the link broke or the next shard is not in the
- * map: the link is closed and the next call opens a new one; the next shard's refusal comes
+ * map (or leaves it while this waits: a hung next shard costs its lease, not its hang): the
+ * link is closed and the next call opens a new one; the next shard's refusal comes
  * back with its status and message. */
 ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *job,
                      uint32_t next, uint32_t tensor, uint32_t partition, uint64_t version,

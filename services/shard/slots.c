@@ -88,17 +88,17 @@ void dp_slots_lost(struct dp_conn *dc)
 {
     struct dataplane *dp = dc->dp;
     struct ts_cluster *cl = atomic_load(&dp->cluster);
-    char who[32], job[TS_JOB_ID_MAX + 1];
+    char job[TS_JOB_ID_MAX + 1];
 
     if (!dc->worker || dc->bye || !dc->job)
         return;
-    snprintf(who, sizeof(who), "shard %u", atomic_load(&dp->self));
     snprintf(job, sizeof(job), "%s", dc->job->job.id);
     ts_log(TS_WARN, "dataplane", "worker %u of job %s hung up without a goodbye: telling the "
            "master", dc->worker, job);
     /* The master first, so that the workers woken next find the new slots there. */
     if (cl)
-        ts_cluster_report_worker(cl, dc->worker, who, "its data-plane connection hung up");
+        ts_cluster_report_worker(cl, dc->worker, atomic_load(&dp->self),
+                                 "its data-plane connection hung up");
     /* dataplane_stop holds mu while it joins this thread: give way to it. */
     while (pthread_mutex_trylock(&dp->mu)) {
         if (atomic_load(&dp->stop))

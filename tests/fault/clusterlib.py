@@ -240,6 +240,19 @@ def master_back(c, before, limit_s=30):
     return time.monotonic(), ["the master did not come back within %d s" % limit_s]
 
 
+def wait_status(c, limit_s):
+    """ClusterStatus once the master answers (a new channel each try: see fresh_status);
+    RuntimeError after limit_s."""
+    until = time.monotonic() + limit_s
+    while True:
+        try:
+            return c.fresh_status()
+        except grpc.RpcError as e:
+            if time.monotonic() > until:
+                raise RuntimeError("the master did not answer within %d s: %s" % (limit_s, e))
+        time.sleep(0.1)
+
+
 def wait_version(c, job, ids, at_least, proc, limit_s, poll_s=0.005):
     """Polls until job's newest version over ids is at least at_least; returns (version,
     heads, seconds waited). RuntimeError if proc ended first or limit_s passed."""

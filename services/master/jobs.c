@@ -448,6 +448,17 @@ static void settle(struct job *jb, int64_t now_ms)
            jb->info.reason[0] ? ": " : "", jb->info.reason);
 }
 
+/* Whether the run's training is over (mu held): an elastic job is bsp (docs/elastic.md), whose
+ * step completes only once every slot was pushed, and a worker finishes only after it pulled
+ * the values of the last step; so once one finished, every step of the run is in the
+ * parameters, and a worker that dies after that takes nothing with it. Not so in ssp, asp or
+ * reduce, where a worker that finished says nothing of the others' steps; a job without
+ * elastic workers may be any of them. */
+static bool trained(const struct job *jb)
+{
+    return jb->info.elastic && jb->info.finished;
+}
+
 /* The seat's worker is gone as `to`; mu held. */
 static void vacate(struct job *jb, struct job_seat *s, enum job_seat_state to, const char *why,
                    int64_t now_ms)
@@ -465,6 +476,15 @@ static void vacate(struct job *jb, struct job_seat *s, enum job_seat_state to, c
         ts_log(TS_WARN, "master", "job %s: rank %u (worker %u): %s; its slots move", jb->info.id,
                s->rank, s->worker, why);
         reslot(jb);
+        return;
+    }
+    /* The last worker died after another finished the training (issue 44): the parameters
+     * are whole, so the job ends as if it had finished too: idle if kept, else finished. */
+    if (to == SEAT_DEAD && trained(jb)) {
+        ts_log(TS_WARN, "master", "job %s: rank %u (worker %u): %s, after %u worker%s finished "
+               "the training: nothing is lost", jb->info.id, s->rank, s->worker, why,
+               jb->info.finished, jb->info.finished == 1 ? "" : "s");
+        settle(jb, now_ms);
         return;
     }
     if (to == SEAT_DEAD)

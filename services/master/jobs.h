@@ -4,7 +4,9 @@
  * give back what it holds. A job exists from its first worker's RegisterWorker (which names
  * the job, the rank and the job's worker count) and ends when no worker of it is alive:
  *   FAILED     a worker left saying it failed (Deregister, outcome FAILED);
- *   ABANDONED  otherwise, a worker died (its lease expired);
+ *   ABANDONED  otherwise, a worker died (its lease expired), unless it was the last and the
+ *              training was over: in an elastic job (bsp) a worker that finished pulled the last
+ *              step, so the others had nothing left to give and the job ends as IDLE or FINISHED;
  *   IDLE       otherwise, if the job asked to be kept (RegisterWorker.keep): the shards keep its
  *              parameters for a later run of the same job or a snapshot, for idle_ms at most,
  *              then it is FINISHED (sooner if no shard holds any of it: jobs_reclaim_unheld);
@@ -137,7 +139,8 @@ void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *finger
 void jobs_ready(struct jobs *j, uint32_t worker);
 /* Worker `worker` died (its lease expired, or a shard saw its connection hang up). In an
  * elastic job with a worker left its slots go to the live workers; otherwise the job is
- * abandoned once no worker is left. */
+ * abandoned once no worker is left, unless it is elastic and a worker of the run finished
+ * (the training was over: it ends as if the dead worker had finished too). */
 void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms);
 
 /* Slots (docs/elastic.md). A job of W workers has W slots, slot k being the share of every

@@ -118,6 +118,7 @@ ts_status master_state_open(struct master_state *s, const char *dir, struct ts_e
     s->lock_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->save_mu, NULL);
     if (!dir)
         return TS_OK;
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
@@ -461,34 +462,58 @@ ts_status master_state_load(struct master_state *s, struct master *m, bool *rest
     return st;
 }
 
-/* Writes the state file if m's state differs from what was last written. */
-static void save(struct master_state *s, struct master *m)
+/* Writes the state file if m's state differs from what was last written; save_mu held, so
+ * that two writers neither share the temporary file nor put an older state over a newer. */
+static ts_status save_locked(struct master_state *s, struct master *m, struct ts_err *err)
 {
     struct ts_rpc_call *call = ts_rpc_scratch_new();
     Tessera__V1__MasterState *ms;
-    struct ts_err err = { 0 };
+    struct ts_err why = { 0 };
     uint8_t *buf = NULL;
     size_t n = 0;
 
-    if (call && (ms = build(m, call, &err)) &&
+    if (call && (ms = build(m, call, &why)) &&
         (buf = malloc((n = tessera__v1__master_state__get_packed_size(ms)) + 1)))
         tessera__v1__master_state__pack(ms, buf);
     ts_rpc_scratch_free(call);
-    if (!buf) {
-        ts_log(TS_ERROR, "master", "state: %s (tried again in %d ms)",
-               call && err.msg[0] ? err.msg : "out of memory", STATE_PERIOD_MS);
-        return;
-    }
+    if (!buf)
+        return ts_err_set(err, call && why.code ? why.code : TS_ENOMEM, "state: %s",
+                          call && why.msg[0] ? why.msg : "out of memory");
     if (n == s->last_len && !memcmp(buf, s->last, n)) {
         free(buf);   /* nothing changed */
-    } else if (replace_file(s->dir, "state", buf, n, &err)) {
-        ts_log(TS_ERROR, "master", "state: %s (tried again in %d ms)", err.msg, STATE_PERIOD_MS);
-        free(buf);
-    } else {
-        free(s->last);
-        s->last = buf;
-        s->last_len = n;
+        return TS_OK;
     }
+    if (replace_file(s->dir, "state", buf, n, &why)) {
+        free(buf);
+        return ts_err_set(err, why.code, "state: %s", why.msg);
+    }
+    free(s->last);
+    s->last = buf;
+    s->last_len = n;
+    return TS_OK;
+}
+
+/* The saver's write: a failure is logged, and the next period tries again. */
+static void save(struct master_state *s, struct master *m)
+{
+    struct ts_err err = { 0 };
+
+    pthread_mutex_lock(&s->save_mu);
+    if (save_locked(s, m, &err))
+        ts_log(TS_ERROR, "master", "%s (tried again in %d ms)", err.msg, STATE_PERIOD_MS);
+    pthread_mutex_unlock(&s->save_mu);
+}
+
+ts_status master_state_sync(struct master_state *s, struct master *m, struct ts_err *err)
+{
+    ts_status st;
+
+    if (!s->dir)
+        return TS_OK;
+    pthread_mutex_lock(&s->save_mu);
+    st = save_locked(s, m, err);
+    pthread_mutex_unlock(&s->save_mu);
+    return st;
 }
 
 static void *saver_main(void *arg)
@@ -564,6 +589,7 @@ void master_state_close(struct master_state *s)
     free(s->last);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->save_mu);
     s->dir = NULL;
     s->last = NULL;
     s->lock_fd = -1;

@@ -8,15 +8,18 @@
  *          its lock (ts_members_cfg.durable) before any reply can carry a new epoch or id:
  *          neither goes back across a restart;
  *   state  members, jobs and the jobs' data maps (MasterState), written by a thread of its
- *          own whenever they differ from what it last wrote, checked every STATE_PERIOD_MS.
+ *          own whenever they differ from what it last wrote, checked every STATE_PERIOD_MS,
+ *          and at once, before the reply, for a Deregister (master_state_sync).
  * What the state file may lack after a kill (changes of the last period) mends itself: a
  * member the restarted master does not know gets NOT_FOUND at its heartbeat and registers
  * again (its RegisterWorker names its job and rank again); one it believes alive that died
- * meanwhile is declared dead when its fresh lease runs out. A lock (flock) on the directory
- * keeps a second master off it.
+ * meanwhile is declared dead when its fresh lease runs out. A Deregister would not mend: the
+ * member is gone, and a master that forgot it would find its lease run out and take a worker
+ * that finished for one that died (its job abandoned, a kept job's parameters freed; issue
+ * 44). A lock (flock) on the directory keeps a second master off it.
  * Ownership: struct master_state is embedded in struct master (master.h); dir is copied.
- * Threads: master_state_durable from any thread (the members' lock serialises it); the
- * saver is one thread of its own. */
+ * Threads: master_state_durable from any thread (the members' lock serialises it);
+ * master_state_sync from any thread, and the saver, one thread of its own, take save_mu. */
 #ifndef TS_MASTER_STATE_H
 #define TS_MASTER_STATE_H
 
@@ -48,6 +51,7 @@ struct master_state {
     pthread_mutex_t mu;         /* stop, cv */
     pthread_cond_t cv;
     bool stop;
+    pthread_mutex_t save_mu;    /* one writer of the state file at a time; last, last_len */
     void *last;                 /* the state file's bytes as last written */
     size_t last_len;
     /* What master_state_open read (NULL: no such file), until master_state_load. */
@@ -86,6 +90,12 @@ ts_status master_state_put(struct master_state *s, const char *name, const void 
                            struct ts_err *err) TS_MUST_CHECK;
 ts_status master_state_get(struct master_state *s, const char *name, uint8_t **out, size_t *n,
                            struct ts_err *err) TS_MUST_CHECK;
+/* Writes m's state file now if it differs from what was last written, and returns once it is
+ * on disk: for a change that a restarted master must not forget once it is acknowledged (a
+ * Deregister). Blocks for the write (an fsync or two); callers whose change an earlier call
+ * wrote find nothing to write. TS_OK without a dir; TS_EIO naming the path, TS_ENOMEM. */
+ts_status master_state_sync(struct master_state *s, struct master *m,
+                            struct ts_err *err) TS_MUST_CHECK;
 /* Starts the saver thread (nothing without a dir) and re-requests interrupted rollbacks. */
 void master_state_start(struct master_state *s, struct master *m);
 /* Stops the saver after a last save. */

@@ -572,6 +572,68 @@ static void not_elastic_keeps_slots(void **state)
     jobs_free(j);
 }
 
+/* The last worker of an elastic job dies after another finished (issue 44). The training was
+ * over (bsp: the finished worker had pulled the last step), so a kept job stays idle, with
+ * the finished worker's fingerprint and nothing to release, and a later run trains on from
+ * it; one not kept is finished. A death before anyone finished still abandons the job, a
+ * failure still fails it, and without elastic workers (ssp, asp: a finished worker says
+ * nothing of the others' steps) the job is abandoned as before. A restarted master's table
+ * (the dying worker's seat alive in it) decides the same. */
+static void death_after_the_training_ended(void **state)
+{
+    struct jobs *j = mk(0, 0, 0), *k;
+
+    (void)state;
+    assert_int_equal(jobs_join(j, "k", 1, 0, 2, 0, true, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "k", 2, 1, 2, 0, true, true, false, NULL, 0, NULL), TS_OK);
+    jobs_leave(j, 2, false, FP1, "", 10);
+    jobs_dead(j, 1, 11);
+    assert_int_equal(info(j, "k").state, JOB_IDLE);
+    assert_string_equal(info(j, "k").fingerprint, FP1);
+    assert_string_equal(info(j, "k").reason, "");
+    assert_int_equal(info(j, "k").finished, 1);
+    assert_int_equal(due(j, 12, NULL), 0);   /* the shards keep it */
+    assert_int_equal(jobs_join(j, "k", 3, 0, 2, 0, true, true, false, NULL, 20, NULL), TS_OK);
+    assert_int_equal(info(j, "k").state, JOB_RUNNING);
+
+    assert_int_equal(jobs_join(j, "f", 4, 0, 2, 0, false, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "f", 5, 1, 2, 0, false, true, false, NULL, 0, NULL), TS_OK);
+    jobs_leave(j, 4, false, FP, "", 10);
+    jobs_dead(j, 5, 11);
+    assert_int_equal(info(j, "f").state, JOB_FINISHED);
+    assert_string_equal(info(j, "f").fingerprint, FP);
+
+    assert_int_equal(jobs_join(j, "a", 6, 0, 2, 0, true, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "a", 7, 1, 2, 0, true, true, false, NULL, 0, NULL), TS_OK);
+    jobs_dead(j, 6, 10);
+    jobs_dead(j, 7, 11);
+    assert_int_equal(info(j, "a").state, JOB_ABANDONED);
+
+    for (uint32_t r = 0; r < 3; r++)
+        assert_int_equal(jobs_join(j, "x", 8 + r, r, 3, 0, true, true, false, NULL, 0, NULL),
+                         TS_OK);
+    jobs_leave(j, 8, true, NULL, "out of memory", 10);
+    jobs_leave(j, 9, false, FP, "", 10);
+    jobs_dead(j, 10, 11);
+    assert_int_equal(info(j, "x").state, JOB_FAILED);
+
+    assert_int_equal(jobs_join(j, "n", 11, 0, 2, 0, true, false, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "n", 12, 1, 2, 0, true, false, false, NULL, 0, NULL), TS_OK);
+    jobs_leave(j, 11, false, FP, "", 10);
+    jobs_dead(j, 12, 11);
+    assert_int_equal(info(j, "n").state, JOB_ABANDONED);
+
+    assert_int_equal(jobs_join(j, "r", 13, 0, 2, 0, true, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "r", 14, 1, 2, 0, true, true, false, NULL, 0, NULL), TS_OK);
+    jobs_leave(j, 14, false, FP1, "", 10);
+    k = restarted(j);
+    jobs_dead(k, 13, 20);
+    assert_int_equal(info(k, "r").state, JOB_IDLE);
+    assert_string_equal(info(k, "r").fingerprint, FP1);
+    jobs_free(j);
+    jobs_free(k);
+}
+
 /* Balance: a job of 8 slots and 2 workers, rank 1 twice as slow per slot, ends at 5 slots
  * and 3 (predicted 6, was 8: one move; 6 and 2 is as fast but takes two); each worker keeps
  * its own slot; a speed that saves under
@@ -635,6 +697,7 @@ int main(void)
         cmocka_unit_test(not_elastic_keeps_slots), cmocka_unit_test(elastic_slots_restored),
         cmocka_unit_test(elastic_waits_until_caught_up), cmocka_unit_test(elastic_starts_narrow),
         cmocka_unit_test(balance_moves_slots_by_speed),
+        cmocka_unit_test(death_after_the_training_ended),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -228,15 +228,45 @@ ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err)
     return st;
 }
 
-/* The job as the master lists it; NULL if it does not (cs is the caller's). */
+/* The job as the master lists it, in any state; NULL if it does not (cs is the caller's). */
 static const Tessera__V1__JobInfo *job_of(const Tessera__V1__ClusterStatusResponse *cs,
                                           const char *id)
 {
     for (size_t i = 0; i < cs->n_jobs; i++)
-        if (!strcmp(cs->jobs[i]->id, id) && cs->jobs[i]->state ==
-            TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING)
+        if (!strcmp(cs->jobs[i]->id, id))
             return cs->jobs[i];
     return NULL;
+}
+
+static const char *state_name(Tessera__V1__JobState s)
+{
+    switch (s) {
+    case TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING: return "running";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_IDLE: return "idle";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_FINISHED: return "finished";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_FAILED: return "failed";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_ABANDONED: return "abandoned";
+    default: return "in an unknown state";
+    }
+}
+
+/* What the master's answer says of job j (NULL: not listed) while this worker waits for its
+ * rollback: the wait's message reports that, not a guess at whether the master runs. */
+static void master_said(const struct tessera *t, const Tessera__V1__JobInfo *j, char *out,
+                        size_t n)
+{
+    if (!j)
+        snprintf(out, n, "the master answers but does not list the job");
+    else if (j->state != TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING)
+        snprintf(out, n, "the master lists it as %s%s%s", state_name(j->state),
+                 j->reason[0] ? ": " : "", j->reason);
+    else if (j->rolling_back)
+        snprintf(out, n, "the master lists it running, its rollback still under way%s%s",
+                 j->rollback_note[0] ? ": " : "", j->rollback_note);
+    else
+        snprintf(out, n, "the master lists it running with %u rollbacks, none after the %u "
+                 "this worker followed, and none under way%s%s", j->rollbacks, t->followed,
+                 j->rollback_note[0] ? ": " : "", j->rollback_note);
 }
 
 /* Waits until the master has rolled the job back past the rollbacks this worker followed;
@@ -246,16 +276,22 @@ static ts_status await_rollback(struct tessera *t, uint64_t *step, uint32_t *rol
 {
     int wait_ms = t->timeout_ms > ROLLBACK_WAIT_MIN_MS ? t->timeout_ms : ROLLBACK_WAIT_MIN_MS;
     int64_t until = ts_now_ms() + wait_ms, said = 0;
+    char last[sizeof(err->msg) + 64] = "";   /* what the master said last, for the message */
 
     for (;;) {
         Tessera__V1__ClusterStatusResponse *cs = NULL;
-        const Tessera__V1__JobInfo *j;
+        const Tessera__V1__JobInfo *j = NULL;
         struct ts_err e = { 0 };
         ts_status st = TS_OK;
         bool done = false;
 
-        if (!ts_master_status(t->master, ts_master_call_ms(t->master), &cs, &e) &&
-            (j = job_of(cs, t->job.id))) {
+        if (ts_master_status(t->master, ts_master_call_ms(t->master), &cs, &e)) {
+            snprintf(last, sizeof(last), "the master did not answer: %s", e.msg);
+        } else {
+            j = job_of(cs, t->job.id);
+            master_said(t, j, last, sizeof(last));
+        }
+        if (j && j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING) {
             if (j->lost)
                 st = ts_err_set(err, TS_ESTATE, "%s", j->rollback_note);
             else if (j->rollbacks > t->followed && !j->rolling_back) {
@@ -270,8 +306,7 @@ static ts_status await_rollback(struct tessera *t, uint64_t *step, uint32_t *rol
             return st;
         if (ts_now_ms() > until)
             return ts_err_set(err, TS_ETIMEDOUT, "job '%s' lost state and was not rolled back "
-                              "within %d ms (is the master running? tessera status says what "
-                              "it knows)", t->job.id, wait_ms);
+                              "within %d ms; %s", t->job.id, wait_ms, last);
         if (ts_now_ms() - said >= 5000) {
             ts_log(TS_WARN, "sdk", "job '%s': waiting for the master to take it back to its "
                    "last snapshot", t->job.id);

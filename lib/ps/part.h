@@ -368,10 +368,12 @@ uint64_t ts_part_visible(struct ts_part *p);
  * whether that version was a skipped step. TS_OK and nothing done on a partition not seeding; TS_EINVAL (version) for
  * a version more than one apart from another rank's, TS_ECORRUPT (values) for values that
  * differ from another rank's of the same version, nothing changed. Should no rank have sent
- * the values a rank behind needs, pushes and pulls fail with TS_ESTATE. An image loaded ends
+ * the values a rank behind needs, pushes and pulls fail with TS_ESTATE, whose advice depends on
+ * replicas (the map's copies of each partition, ShardMap.replicas). An image loaded ends
  * the seeding (a follower takes its state from its head). TS_EINVAL from seed_begin for a
  * partition of another mode. */
-ts_status ts_part_seed_begin(struct ts_part *p, struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_part_seed_begin(struct ts_part *p, uint32_t replicas,
+                             struct ts_err *err) TS_MUST_CHECK;
 ts_status ts_part_seed(struct ts_part *p, uint32_t rank, uint64_t version, const float *values,
                        bool overflow, struct ts_err *err) TS_MUST_CHECK;
 bool ts_part_seeding(struct ts_part *p);

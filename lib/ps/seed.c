@@ -28,6 +28,7 @@ struct ts_seed {
     bool values;            /* p->value holds version top (a rank sent them) */
     bool overflow;          /* version top was a skipped step */
     bool failed;            /* every rank said, and version top's values were not among it */
+    uint32_t replicas;      /* the map's copies per partition: what the failure advises */
 };
 
 static void seed_free(struct ts_seed *s)
@@ -39,7 +40,7 @@ static void seed_free(struct ts_seed *s)
     }
 }
 
-ts_status ts_part_seed_begin(struct ts_part *p, struct ts_err *err)
+ts_status ts_part_seed_begin(struct ts_part *p, uint32_t replicas, struct ts_err *err)
 {
     struct ts_seed *s;
 
@@ -53,6 +54,7 @@ ts_status ts_part_seed_begin(struct ts_part *p, struct ts_err *err)
         return ts_err_set(err, TS_ENOMEM, "tensor %u partition %u: out of memory", p->tensor_id,
                           p->index);
     }
+    s->replicas = replicas;
     pthread_mutex_lock(&p->mu);
     seed_free(p->seed);
     p->seed = s;
@@ -170,11 +172,18 @@ ts_status part_seed_error(const struct ts_part *p, struct ts_err *err)
 {
     const struct ts_seed *s = p->seed;
 
-    if (s->failed)
+    /* The advice names a replica count the cluster does not run already. */
+    if (s->failed && s->replicas <= 1)
         return ts_err_set(err, TS_ESTATE, "tensor %u partition %u lost every copy and no rank "
                           "that pulled its version %" PRIu64 " sent it again: the reduce job "
                           "cannot go on (run with --replicas 2 or more)", p->tensor_id, p->index,
                           s->top);
+    if (s->failed)
+        return ts_err_set(err, TS_ESTATE, "tensor %u partition %u lost every copy (the cluster "
+                          "runs --replicas %u) and no rank that pulled its version %" PRIu64
+                          " sent it again: the reduce job cannot go on (run with --replicas "
+                          "%u to survive %u shards failing at once)", p->tensor_id, p->index,
+                          s->replicas, s->top, s->replicas + 1, s->replicas);
     return ts_err_set(err, TS_ETIMEDOUT, "tensor %u partition %u lost every copy and waits for "
                       "its ranks to say which version they hold: %u of %u did (a worker that "
                       "does not fail over, or is gone, keeps it waiting)", p->tensor_id,

@@ -2,11 +2,24 @@
 #include "util/err.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Whether a cut may fall just before src[i]: a word or a path component starts there. */
+static bool at_break(const char *src, size_t i)
+{
+    return src[i] == ' ' || src[i] == '/';
+}
+
+/* Whether src[i] continues a UTF-8 sequence (a cut there would split a character). */
+static bool mid_char(const char *src, size_t i)
+{
+    return ((unsigned char)src[i] & 0xC0) == 0x80;
+}
 
 void ts_str_fit(char *dst, size_t n, const char *src)
 {
-    size_t len = strlen(src), cut;
+    size_t len = strlen(src), head, tail, i;
 
     if (n == 0)
         return;
@@ -14,25 +27,54 @@ void ts_str_fit(char *dst, size_t n, const char *src)
         memcpy(dst, src, len + 1);
         return;
     }
-    /* Too long: end at a space, with "...", so that no word is cut in two. */
-    cut = n > 4 ? n - 4 : 0;
-    while (cut > n / 2 && src[cut] != ' ')
-        cut--;
-    if (cut <= n / 2)   /* one long word: cut it after all */
-        cut = n > 4 ? n - 4 : 0;
-    memcpy(dst, src, cut);
-    snprintf(dst + cut, n - cut, "...");
+    if (n < 16) {   /* no room for both ends */
+        memcpy(dst, src, n - 1);
+        dst[n - 1] = '\0';
+        return;
+    }
+    /* Too long: the start says where it happened and the end why (the strerror text, the
+     * gRPC status: the innermost cause, which every ts_err_prefix pushes further right), so
+     * the middle gives way. A third of the room goes to the start, the rest to the end. */
+    head = (n - 4) / 3;
+    tail = n - 4 - head;
+    /* Cut where a word or a path component begins, unless none is near. */
+    for (i = head; i > head * 3 / 4 && !at_break(src, i); i--)
+        ;
+    if (at_break(src, i))
+        head = i;
+    for (i = len - tail; i < len - tail * 3 / 4 && !at_break(src, i); i++)
+        ;
+    if (at_break(src, i))
+        tail = len - i;
+    while (head > 0 && mid_char(src, head))
+        head--;
+    while (tail > 0 && mid_char(src, len - tail))
+        tail--;
+    memcpy(dst, src, head);
+    memcpy(dst + head, "...", 3);
+    memcpy(dst + head + 3, src + len - tail, tail + 1);
 }
 
 ts_status ts_err_vset(struct ts_err *err, ts_status code, const char *fmt, va_list ap)
 {
-    char full[1024];
+    char small[1024], *full = small, *big = NULL;
+    va_list again;
+    int len;
 
     if (!err || err->code != TS_OK)
         return code;
     err->code = code;
-    vsnprintf(full, sizeof(full), fmt, ap);
+    va_copy(again, ap);
+    len = vsnprintf(small, sizeof(small), fmt, ap);
+    /* A long argument (a path) must not push the cause at the end out before it is fitted;
+     * without the memory the start of it is still better than nothing. */
+    if (len >= (int)sizeof(small) && (big = malloc((size_t)len + 1))) {
+        vsnprintf(big, (size_t)len + 1, fmt, again);
+        full = big;
+    }
+    va_end(again);
     ts_str_fit(err->msg, sizeof(err->msg), full);
+    free(big);
     return code;
 }
 

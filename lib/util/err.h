@@ -47,8 +47,11 @@ struct ts_err {
     char msg[512];
 };
 
-/* src into dst (n bytes), whole when it fits, else cut at a space and ended with "...":
- * messages are never cut in the middle of a word. */
+/* src into dst (n bytes), whole when it fits, else with its middle replaced by "...": the
+ * start (where it happened) and the end (the root cause: strerror text, a gRPC status) both
+ * stay, the end with two thirds of the room. The cut falls where a word or a path component
+ * begins when one is near, else inside the word (a long path), never inside a UTF-8
+ * character. */
 void ts_str_fit(char *dst, size_t n, const char *src);
 
 /* Sets err (when err is not NULL and holds no error yet) and returns code, so that
@@ -59,7 +62,9 @@ ts_status ts_err_vset(struct ts_err *err, ts_status code, const char *fmt, va_li
 /* Clears err to TS_OK with an empty message. */
 void ts_err_clear(struct ts_err *err);
 
-/* Adds "what: " in front of an error already set, to say where it happened. */
+/* Adds "what: " in front of an error already set, to say where it happened; when the whole
+ * no longer fits, the middle gives way (ts_str_fit), so the cause at the end survives any
+ * number of prefixes. */
 void ts_err_prefix(struct ts_err *err, const char *fmt, ...) TS_PRINTF(2, 3);
 
 /* The status's name, e.g. "EINVAL"; static storage. */

@@ -711,7 +711,8 @@ void jobs_rollback_end(struct jobs *j, const char *id, bool ok, bool lost, uint6
             jb->info.rollbacks++;
             jb->info.rollback_step = step;
         }
-        snprintf(jb->info.rollback_note, sizeof(jb->info.rollback_note), "%s", note);
+        /* A long job id must not push the advice at the end out. */
+        ts_str_fit(jb->info.rollback_note, sizeof(jb->info.rollback_note), note);
     }
     pthread_mutex_unlock(&j->mu);
 }

@@ -859,6 +859,12 @@ uint64_t ts_members_epoch(struct ts_members *m)
     return e;
 }
 
+uint32_t ts_members_replicas(struct ts_members *m)
+{
+    /* cfg is set at create and never changes: no lock. */
+    return m->cfg.replicas ? m->cfg.replicas : 1;
+}
+
 /* Puts restored members into the empty table t: ids ascending, indexed, a fresh lease. */
 static ts_status restore_table(struct table *t, const struct ts_member *v, size_t n,
                                uint32_t reserve, int64_t now_ms, int64_t grace_ms,

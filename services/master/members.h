@@ -245,6 +245,8 @@ ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_membe
 void ts_members_view_free(struct ts_members_view *v);
 
 uint64_t ts_members_epoch(struct ts_members *m);
+/* --replicas: the shards in each partition's chain (at least 1). */
+uint32_t ts_members_replicas(struct ts_members *m);
 /* The longest lease of the alive members of kind (0: none alive). */
 uint32_t ts_members_max_lease(struct ts_members *m, enum ts_member_kind kind);
 

@@ -33,6 +33,31 @@ void rollbacks_wake(struct rollbacks *rb)
     pthread_mutex_unlock(&rb->mu);
 }
 
+/* Why job is lost for good and how to survive it next time, fitted to how this master runs:
+ * a replica count above the one it has, and what it lacks to have a snapshot to go back to
+ * (a store, automatic snapshots, or snapshots more often). Short: the job's note keeps 256
+ * bytes. */
+static void lost_for_good(struct master *m, const char *job, uint32_t shard, char *out,
+                          size_t n)
+{
+    uint32_t r = ts_members_replicas(m->members);
+    char runs[48] = "", more[32] = "--replicas 2 or more", snap[48];
+
+    if (r > 1) {
+        snprintf(runs, sizeof(runs), "; the cluster runs --replicas %u", r);
+        snprintf(more, sizeof(more), "--replicas %u", r + 1);
+    }
+    if (!m->snap.store)
+        snprintf(snap, sizeof(snap), "--store DIR --snapshot-every N");
+    else if (!m->snap.every)
+        snprintf(snap, sizeof(snap), "--snapshot-every N");
+    else
+        snprintf(snap, sizeof(snap), "--snapshot-every below %u", m->snap.every);
+    snprintf(out, n, "every copy of a partition of job '%s' is lost (shard %u heads it and holds "
+             "none%s) and there is no snapshot of the job to go back to; to survive this, run "
+             "with %s, or with %s", job, shard, runs, more, snap);
+}
+
 ts_status rollback_request(struct master *m, const char *job, uint32_t shard, uint32_t seen,
                            char *action, size_t n, struct ts_err *err)
 {
@@ -42,10 +67,7 @@ ts_status rollback_request(struct master *m, const char *job, uint32_t shard, ui
 
     snprintf(td.job, sizeof(td.job), "%s", job);
     if (!snapper_last_of(&m->snap, job, td.hex, &td.step)) {
-        snprintf(action, n, "every copy of a partition of job '%s' is lost (shard %u heads it "
-                 "and holds none) and there is no snapshot of the job to go back to; to "
-                 "survive this, run with --replicas 2 or more, or with --store DIR "
-                 "--snapshot-every N", job, shard);
+        lost_for_good(m, job, shard, action, n);
         if ((st = jobs_rollback_begin(m->jobs, job, seen, &td.generation, &e)) == TS_EEXIST)
             return TS_OK;   /* said already */
         if (st)

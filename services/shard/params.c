@@ -357,6 +357,7 @@ ts_status params_place_of(struct ts_cluster *cl, uint32_t my_id, const struct sh
     *at = (struct params_place){ .held = k < n, .head = k == 0,
                                  .prev = k && k < n ? chain[k - 1] : 0,
                                  .next = k + 1 < n ? chain[k + 1] : 0, .len = n,
+                                 .replicas = ts_cluster_replicas(cl),
                                  .joining = k < n && k >= ring, .joiners = n - ring };
     return TS_OK;
 }

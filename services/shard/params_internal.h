@@ -16,6 +16,7 @@ struct params_place {
     bool held, head;
     uint32_t prev, next;               /* the shards before and after it (0: none) */
     size_t len;                        /* the chain's */
+    uint32_t replicas;                 /* the map's chain length (what a shorter chain lacks) */
     /* Joining (docs/replication.md): whether this shard is a joining member of the chain
      * (it gets its copy from the head's image), and how many of the chain's members are. */
     bool joining;

@@ -52,7 +52,7 @@ static struct ts_part *reseed(struct shard_params *sp, struct shard_job *sj,
     struct ts_err e = { 0 };
     bool made = !params_add_copy(sp, sj, t, p, at, &e);
 
-    if (made && ts_part_seed_begin(t->parts[p], &e))
+    if (made && ts_part_seed_begin(t->parts[p], at->replicas, &e))
         drop(sp, sj, t, p, "it could not be seeded");
     if (!t->parts[p]) {
         ts_log(TS_ERROR, "shard", "job %s tensor '%s' partition %u: every copy is lost, and a "

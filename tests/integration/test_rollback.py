@@ -265,6 +265,24 @@ class LostWithoutSnapshot(Base, unittest.TestCase):
         self.assertIn("no snapshot", j.rollback_note)
 
 
+class LostWithReplicas(Base, unittest.TestCase):
+    REPLICAS = 2
+    STORE = False
+
+    def test_lost_state_advice_names_more_replicas_than_the_cluster_runs(self):
+        # Two of three shards killed at once: some partition had both in its chain.
+        rc, doc, log = self.train_and_kill("norep", 2, 100)
+        if rc == 0:
+            self.skipTest("no chain had both members among the two killed")
+        note = self.job_info("norep").rollback_note
+        for want in ("every copy of a partition of job 'norep' is lost",
+                     "the cluster runs --replicas 2", "--replicas 3", "--snapshot-every"):
+            self.assertIn(want, log)
+            self.assertIn(want, note)
+        self.assertNotIn("--replicas 2 or more", log)
+        self.assertNotIn("...", note)   # the whole note fits
+
+
 class ReduceSeeded(Base, unittest.TestCase):
     STORE = False
 

@@ -306,7 +306,7 @@ static void images_and_seeds_carry_the_count(void **state)
     struct ts_job r = job(2, "adam:lr=0.01", TS_MODE_REDUCE);
     struct ts_part *p = mk(&r, "zeros");
     given(v, 0.125f);
-    assert_int_equal(ts_part_seed_begin(p, NULL), TS_OK);
+    assert_int_equal(ts_part_seed_begin(p, 1, NULL), TS_OK);
     assert_int_equal(ts_part_seed(p, 0, 5, v, false, NULL), TS_OK);
     assert_int_equal(ts_part_seed(p, 1, 4, NULL, false, NULL), TS_OK);
     assert_false(ts_part_seeding(p));

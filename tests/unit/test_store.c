@@ -682,6 +682,61 @@ static void test_gc(void **state)
     assert_int_equal(st.removed, 2);
 }
 
+/* A full disk, for real: files created in tmp/ are /dev/full, whose writes the kernel fails
+ * with ENOSPC. Under a long directory, and with the context a snapshot adds, the message must
+ * still end with the cause ("store: write .../tmp/2b60cc35ff..." once stopped there). */
+static char full_tmp[1100];   /* the store's tmp/, with its slash */
+
+static int x_open_full(const char *path, int flags, mode_t mode)
+{
+    if ((flags & O_CREAT) && !strncmp(path, full_tmp, strlen(full_tmp)))
+        return open("/dev/full", O_WRONLY | O_CLOEXEC);
+    return open(path, flags, mode);
+}
+
+static void test_disk_full(void **state)
+{
+    static const struct ts_store_syscalls full = { .open = x_open_full };
+    struct ts_store_opts o = { .threads = 2, .sys = &full };
+    char base[64], dir[1024], fit[256];
+    uint8_t *buf = malloc(4 * CH), ids[4][32];
+    struct ts_store *s = NULL;
+    struct ts_err err = { 0 };
+    size_t n;
+
+    (void)state;
+    if (access("/dev/full", W_OK) != 0) {
+        free(buf);
+        skip();   /* a container without /dev/full */
+    }
+    snprintf(base, sizeof(base), "/tmp/ts_store_XXXXXX");
+    assert_non_null(mkdtemp(base));
+    n = (size_t)snprintf(dir, sizeof(dir), "%s", base);
+    for (int i = 0; i < 12; i++) {
+        n += (size_t)snprintf(dir + n, sizeof(dir) - n, "/checkpoints-of-the-long-run-%02d", i);
+        assert_int_equal(mkdir(dir, 0777), 0);
+    }
+    snprintf(full_tmp, sizeof(full_tmp), "%s/tmp/", dir);
+    assert_int_equal(ts_store_open(dir, &o, &s, &err), TS_OK);
+    fill_random(buf, 4 * CH, 9);
+    assert_int_equal(ts_store_put_blob(s, buf, 4 * CH, CH, ids, NULL, &err), TS_EIO);
+    assert_true(strncmp(err.msg, "store: write /tmp/ts_store_", 27) == 0);
+    assert_non_null(strstr(err.msg, ".tmp: No space left on device"));
+    /* As the snapshot path passes it up: the shard, the master, the client. */
+    ts_err_prefix(&err, "tensor 'fc1.weight' partition 3");
+    ts_err_prefix(&err, "WriteSnapshot at 127.0.0.1:40321: INTERNAL");
+    ts_err_prefix(&err, "snapshot: shard 2");
+    ts_str_fit(fit, sizeof(fit), err.msg);   /* the SDK's message */
+    assert_true(strncmp(fit, "snapshot: shard 2: ", 19) == 0);
+    assert_non_null(strstr(fit, ".tmp: No space left on device"));
+    /* Nothing was left in tmp/ (the fd was /dev/full, the unlink finds no file). */
+    snprintf(dir + n, sizeof(dir) - n, "/tmp");
+    assert_int_equal(rmdir(dir), 0);
+    ts_store_close(s);
+    nftw(base, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(buf);
+}
+
 static void test_open_errors(void **state)
 {
     struct ts_store_opts o = { .zstd_level = 40 };
@@ -715,6 +770,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_blob_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ref_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
+        cmocka_unit_test(test_disk_full),
         cmocka_unit_test(test_open_errors),
     };
 

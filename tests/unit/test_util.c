@@ -43,6 +43,78 @@ static void err_first_message_wins(void **state)
     assert_string_equal(ts_status_name((ts_status)999), "EUNKNOWN");
 }
 
+static bool ends_with(const char *s, const char *end)
+{
+    size_t n = strlen(s), m = strlen(end);
+
+    return n >= m && !strcmp(s + n - m, end);
+}
+
+/* A disk-full write under many layers of context: the cause, at the end, is what the reader
+ * needs, and it once fell off the end ("store: write .../tmp/2b60cc35ff..."). */
+static void err_deep_prefix_keeps_cause(void **state)
+{
+    struct ts_err e = { 0 };
+
+    ts_err_set(&e, TS_EIO, "store: write /var/lib/tessera/store/tmp/2b60cc35ff0a4e1c9d"
+               "7b3f2a1e0d9c8b.tmp: No space left on device");
+    for (int i = 0; i < 40; i++)
+        ts_err_prefix(&e, "layer %d of a deep call chain, tensor 'embedding.weight'", i);
+    assert_int_equal(e.code, TS_EIO);
+    assert_true(strlen(e.msg) < sizeof(e.msg));
+    assert_true(ends_with(e.msg, "/tmp/2b60cc35ff0a4e1c9d7b3f2a1e0d9c8b.tmp: No space left "
+                                 "on device"));
+    assert_non_null(strstr(e.msg, "layer 39 of a deep call chain"));  /* the outermost */
+    assert_non_null(strstr(e.msg, "..."));
+    assert_null(strstr(strstr(e.msg, "...") + 3, "..."));  /* one cut, not one per layer */
+}
+
+/* A path longer than the message (and than the format buffer) is shortened in its middle:
+ * its start, its last components and the cause after it stay. */
+static void err_long_path_cut_in_middle(void **state)
+{
+    char path[2100], fit[256], word[700];
+    struct ts_err e = { 0 };
+    size_t n = 0;
+
+    n += (size_t)snprintf(path + n, sizeof(path) - n, "/data");
+    while (n < 2000)
+        n += (size_t)snprintf(path + n, sizeof(path) - n, "/run-%04zu", n);
+    snprintf(path + n, sizeof(path) - n, "/tmp/2b60cc35ff.tmp");
+    ts_err_set(&e, TS_EIO, "store: write %s: %s", path, "No space left on device");
+    assert_true(strncmp(e.msg, "store: write /data/run-", 23) == 0);
+    assert_true(ends_with(e.msg, "/tmp/2b60cc35ff.tmp: No space left on device"));
+    assert_non_null(strstr(e.msg, ".../run-"));  /* cut where a component begins */
+
+    /* The SDK's 256-byte message: the same, from an error of the full size. */
+    ts_str_fit(fit, sizeof(fit), e.msg);
+    assert_true(strlen(fit) < sizeof(fit));
+    assert_true(strncmp(fit, "store: write /data/", 19) == 0);
+    assert_true(ends_with(fit, "/tmp/2b60cc35ff.tmp: No space left on device"));
+
+    /* One word with nowhere to break: cut inside it, the ends kept. */
+    memset(word, 'a', sizeof(word) - 1);
+    word[sizeof(word) - 1] = '\0';
+    ts_err_clear(&e);
+    ts_err_set(&e, TS_EIO, "open %s: Permission denied", word);
+    assert_true(strncmp(e.msg, "open aaaa", 9) == 0);
+    assert_true(ends_with(e.msg, "aaa...aaaa: Permission denied") ||
+                ends_with(e.msg, "aaaa: Permission denied"));
+    assert_non_null(strstr(e.msg, "a...a"));
+
+    /* What fits is kept whole; a cut never splits a UTF-8 character. */
+    ts_str_fit(fit, 8, "1234567");
+    assert_string_equal(fit, "1234567");
+    memset(word, 0, sizeof(word));
+    for (int i = 0; i < 200; i++)
+        memcpy(word + 2 * i, "\xc3\xa9", 2);  /* U+00E9, two bytes each */
+    ts_str_fit(fit, 104, word);  /* both ends of the cut fall inside a character */
+    assert_true(strlen(fit) <= 103);
+    assert_true(strncmp(strstr(fit, "..."), "...\xc3\xa9", 5) == 0);
+    assert_true(((unsigned char)strstr(fit, "...")[-1] & 0xC0) == 0x80 &&
+                (unsigned char)strstr(fit, "...")[-2] == 0xc3);
+}
+
 static void json_writer(void **state)
 {
     struct ts_json j;
@@ -280,6 +352,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(err_first_message_wins),
+        cmocka_unit_test(err_deep_prefix_keeps_cause),
+        cmocka_unit_test(err_long_path_cut_in_middle),
         cmocka_unit_test(json_writer),
         cmocka_unit_test(flags_parse),
         cmocka_unit_test(status_mapping),

@@ -299,6 +299,9 @@ static ts_status await_rollback(struct tessera *t, uint64_t *step, uint32_t *rol
                 *rollbacks = j->rollbacks;
                 done = true;
             }
+        } else if (j) {   /* it ended (abandoned, failed...): no rollback will come */
+            st = ts_err_set(err, TS_ESTATE, "job '%s' lost state and will not be rolled back: "
+                            "%s", t->job.id, last);
         }
         if (cs)
             protobuf_c_message_free_unpacked(&cs->base, NULL);

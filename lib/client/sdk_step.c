@@ -10,8 +10,13 @@
 
 #include "transport/frame.h"
 #include "util/log.h"
+#include "util/proc.h"
 
-#define MAX_FAILOVERS 8   /* map changes (shards lost or joined) in one step before it fails */
+/* Failovers of one step before it fails: at least this many, and more while the step's
+ * timeout_ms has not run out since the first (a link cut for a minute fails over again every
+ * few seconds until it heals), FAILOVER_PAUSE_MS apart once past this many. */
+#define MAX_FAILOVERS 8
+#define FAILOVER_PAUSE_MS 1000
 
 /* ---- push and pull ---- */
 
@@ -371,10 +376,14 @@ static void only(struct tessera *t, int id, uint64_t tstep, uint64_t version)
 ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_status st,
                         sdk_redo_fn redo, void *ctx, struct ts_err *err)
 {
-    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ESTALE) && k < MAX_FAILOVERS &&
-                    sdk_can_fail_over(t); k++) {
+    int64_t began = ts_now_ms();
+
+    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ESTALE) && sdk_can_fail_over(t) &&
+                    (k < MAX_FAILOVERS || ts_now_ms() - began < t->timeout_ms); k++) {
         ts_log(TS_WARN, "sdk", "%s %" PRIu64 ": %s; failing over", what, n, err->msg);
         memset(err, 0, sizeof(*err));
+        if (k >= MAX_FAILOVERS)
+            ts_sleep_ms(FAILOVER_PAUSE_MS);
         if ((st = sdk_failover(t, err)))
             continue;   /* another shard died meanwhile (TS_EUNAVAIL): fail over again */
         if (t->generation > t->followed)   /* the new connections name a rollback */

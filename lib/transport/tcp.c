@@ -172,6 +172,22 @@ static void tcp_unlisten(struct ts_listener *base)
 }
 
 /* Wraps a connected blocking socket; takes ownership of fd (closed on failure). */
+/* TS_TP_LIVENESS_MS: a peer whose host went silent ends the connection (ETIMEDOUT on the next
+ * wait) instead of leaving it to TCP's backoff, minutes long. Keepalive covers a connection
+ * waiting for a reply with nothing of its own in flight; the user timeout one whose bytes are
+ * not acknowledged (it also bounds the keepalive probes once set). */
+static void liveness(int fd)
+{
+    int one = 1, idle = 2, intvl = 1, cnt = TS_TP_LIVENESS_MS / 1000 - 2;
+    unsigned user = TS_TP_LIVENESS_MS;
+
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
+}
+
 static ts_status conn_new(int fd, struct ts_conn **out, struct ts_err *e)
 {
     struct timeval tv = { .tv_sec = TS_TP_STALL_MS / 1000 };
@@ -188,6 +204,7 @@ static ts_status conn_new(int fd, struct ts_conn **out, struct ts_err *e)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    liveness(fd);
     c->base.ops = &ts_transport_tcp;
     c->fd = fd;
     strcpy(c->base.peer, "tcp:");

@@ -37,6 +37,13 @@
 
 #define TS_BLOB_MAX 192
 #define TS_TP_STALL_MS 30000       /* longest silence tolerated inside one message */
+/* A TCP peer whose host stops answering (a cut that drops packets, no RST; a host gone) is
+ * given up after about this long, idle or not: keepalive probes every second after 2 s of
+ * silence, and TCP_USER_TIMEOUT on data sent and not acknowledged (tcp.c). Two default
+ * leases: a silent link is handled as a broken one (a failover) at about the time the master
+ * would declare a silent member dead. A stopped process on a live host is not caught here
+ * (its kernel answers): the map's epoch catches it (docs/replication.md, "A hung head"). */
+#define TS_TP_LIVENESS_MS 6000
 
 struct ts_blob {
     uint8_t data[TS_BLOB_MAX];

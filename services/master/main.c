@@ -114,7 +114,10 @@ int main(int argc, char **argv)
                                    /* the reaper runs 20 times a lease: 10 missed runs,
                                     * and a second at least, so that a loaded host's
                                     * stalls do not pardon a dead member lease after lease */
-                                   .pause_ms = lease_ms / 2 > 1000 ? lease_ms / 2 : 1000 };
+                                   .pause_ms = lease_ms / 2 > 1000 ? lease_ms / 2 : 1000,
+                                   /* a partition of the master's host heals within
+                                    * minutes, or it is not one */
+                                   .deaf_max_ms = 10 * (int64_t)lease_ms };
     jcfg = (struct jobs_cfg){ .max_jobs = (uint32_t)max_jobs, .idle_ms = idle_ms,
                               .history_max = (uint32_t)history,
                               .per_owner = (uint32_t)per_identity };

@@ -39,6 +39,10 @@ struct ts_members {
     uint32_t shard_failures;
     uint64_t expired[2];      /* leases that ran out since this process began: shards, workers */
     int64_t last_expire_ms;   /* the last ts_members_expire (0: none yet), for cfg.pause_ms */
+    /* cfg.deaf_max_ms: when a member was last heard from (a heartbeat or a registration),
+     * whether the master suspects its own network, and since when it heard none. */
+    int64_t last_heard_ms, deaf_since_ms;
+    bool deaf;
 };
 
 static const char *kind_name(enum ts_member_kind k)
@@ -233,7 +237,7 @@ static ts_status new_member(struct ts_members *m, struct table *t, enum ts_membe
     snprintf(e->addr, sizeof(e->addr), "%s", addr);
     snprintf(e->instance, sizeof(e->instance), "%s", instance);
     e->lease_ms = lease_ms;
-    e->last_heartbeat_ms = now_ms;
+    e->last_heartbeat_ms = m->last_heard_ms = now_ms;
     e->heard = false;
     if ((st = index_add(t, e, err))) {
         t->n--;
@@ -359,7 +363,7 @@ static bool reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
     char why[96];
 
     e->lease_ms = lease_ms;
-    e->last_heartbeat_ms = now;
+    e->last_heartbeat_ms = m->last_heard_ms = now;
     e->heard = false;
     if (e->state == TS_MEMBER_ALIVE)
         return false;
@@ -520,7 +524,7 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
     pthread_mutex_lock(&m->mu);
     if (!(st = find_alive(m, kind, id, &e, err)) &&
         !(st = check_cred(e, cred, "renew its lease", err))) {
-        e->last_heartbeat_ms = now_ms;
+        e->last_heartbeat_ms = m->last_heard_ms = now_ms;
         e->heard = true;
         if (clock > e->clock)
             e->clock = clock;
@@ -712,9 +716,9 @@ static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms,
     return n;
 }
 
-/* The master did not run for gap ms: every alive member's silence is the master's own, so each
- * gets a lease from now before it can be declared dead. mu held. */
-static void pardon(struct ts_members *m, int64_t now_ms, int64_t gap)
+/* Every alive member's silence up to now is the master's own, not theirs: each gets a lease
+ * from now before it can be declared dead; returns how many. mu held. */
+static size_t pardon(struct ts_members *m, int64_t now_ms)
 {
     struct table *tables[2] = { &m->shards, &m->workers };
     size_t alive = 0;
@@ -727,9 +731,49 @@ static void pardon(struct ts_members *m, int64_t now_ms, int64_t gap)
             e->grace_until_ms = now_ms + e->lease_ms;
             alive++;
         }
-    ts_log(TS_WARN, "master", "the master did not run for %" PRId64 " ms (paused, or its host "
-           "froze): its %zu alive members get a lease of grace, not a verdict on silence it "
-           "could not hear", gap, alive);
+    return alive;
+}
+
+/* cfg.deaf_max_ms: whether the master hears no member now, which it takes for a cut of its
+ * own network, not for the death of them all: two alive members or more, none heard for
+ * longer than the longest lease among them, and not for longer than cfg.deaf_max_ms. Says so
+ * once when it begins, and when it ends, pardoning every alive member. mu held. */
+static bool deaf(struct ts_members *m, int64_t now_ms)
+{
+    struct table *tables[2] = { &m->shards, &m->workers };
+    int64_t lease = 0, silent = now_ms - m->last_heard_ms;
+    size_t alive = 0;
+
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < tables[k]->n; i++)
+            if (tables[k]->v[i].state == TS_MEMBER_ALIVE) {
+                alive++;
+                if ((int64_t)tables[k]->v[i].lease_ms > lease)
+                    lease = tables[k]->v[i].lease_ms;
+            }
+    if (m->cfg.deaf_max_ms > 0 && alive >= 2 && silent > lease &&
+        silent <= m->cfg.deaf_max_ms) {
+        if (!m->deaf)
+            ts_log(TS_WARN, "master", "no member heard for %" PRId64 " ms, all %zu alive ones "
+                   "at once: taking it for a cut of the master's own network, not %zu deaths; "
+                   "no member is declared dead until one is heard again (or %" PRId64 " ms "
+                   "pass)", silent, alive, alive, m->cfg.deaf_max_ms);
+        m->deaf = true;
+        m->deaf_since_ms = m->last_heard_ms;
+        return true;
+    }
+    if (m->deaf && silent <= lease) {
+        alive = pardon(m, now_ms);   /* not in ts_log's arguments: a level may skip them */
+        ts_log(TS_WARN, "master", "a member is heard again after %" PRId64 " ms: every alive "
+               "one (%zu) gets a lease of grace", now_ms - m->deaf_since_ms, alive);
+        m->deaf = false;
+        return true;   /* this round's verdicts would be on the deaf time */
+    }
+    if (m->deaf)
+        ts_log(TS_WARN, "master", "no member heard for %" PRId64 " ms, past %" PRId64 " ms: "
+               "leases decide again", silent, m->cfg.deaf_max_ms);
+    m->deaf = false;
+    return false;
 }
 
 int ts_members_expire(struct ts_members *m, int64_t now_ms,
@@ -742,7 +786,14 @@ int ts_members_expire(struct ts_members *m, int64_t now_ms,
     gap = m->last_expire_ms ? now_ms - m->last_expire_ms : 0;
     m->last_expire_ms = now_ms;
     if (m->cfg.pause_ms > 0 && gap > m->cfg.pause_ms) {
-        pardon(m, now_ms, gap);
+        size_t alive = pardon(m, now_ms);
+        ts_log(TS_WARN, "master", "the master did not run for %" PRId64 " ms (paused, or its "
+               "host froze): its %zu alive members get a lease of grace, not a verdict on "
+               "silence it could not hear", gap, alive);
+        pthread_mutex_unlock(&m->mu);
+        return 0;
+    }
+    if (deaf(m, now_ms)) {
         pthread_mutex_unlock(&m->mu);
         return 0;
     }

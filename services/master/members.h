@@ -134,6 +134,13 @@ struct ts_members_cfg {
      * being declared dead at once (docs/membership.md, "A paused master"). 0: off (callers
      * that drive the clock themselves, the unit tests). */
     int64_t pause_ms;
+    /* A master cut off from everyone (its network, not theirs): when two members or more are
+     * alive and none was heard for longer than the longest of their leases, the master
+     * suspects itself and declares no one dead, for at most this long (ms) since it last
+     * heard one; once it hears one again, every alive member gets a lease of grace from then
+     * (docs/membership.md, "A master cut off"). 0: off (the unit tests, unless they test
+     * it). */
+    int64_t deaf_max_ms;
 };
 
 /* What a register or heartbeat grants. */
@@ -220,7 +227,8 @@ ts_status ts_members_check_epoch(struct ts_members *m, uint64_t known_epoch,
  * registered: past the shorter of its lease and the default lease); returns how many. Logs
  * each, and calls dead (may be NULL; with the table's lock held) for each worker. With
  * cfg.pause_ms, call it more often than that: a longer gap is taken for a pause of the
- * master, after which every alive member gets a lease of grace and none is declared dead. */
+ * master, after which every alive member gets a lease of grace and none is declared dead;
+ * with cfg.deaf_max_ms, no member is declared dead while the master hears none (above). */
 int ts_members_expire(struct ts_members *m, int64_t now_ms,
                       void (*dead)(void *ctx, uint32_t worker), void *ctx);
 

@@ -71,6 +71,56 @@ static void a_paused_master_pardons_the_silence(void **state)
     ts_members_free(m);
 }
 
+/* A master cut off from everyone (cfg.deaf_max_ms): the master, running, hears no member for
+ * longer than the leases; it declares none dead, and once one is heard again the others get a
+ * lease of grace. Past deaf_max_ms, or with one member alive, leases decide as before. */
+static void a_master_that_hears_no_one_suspects_itself(void **state)
+{
+    struct ts_members_cfg cfg = { .default_lease_ms = 1000, .deaf_max_ms = 10000 };
+    struct ts_members *m;
+    struct ts_member_grant g;
+    uint32_t a, b, w;
+    uint64_t epoch;
+
+    (void)state;
+    assert_int_equal(ts_members_create(&cfg, &m, NULL), TS_OK);
+    a = add_shard(m, "h:1", "a", 0);
+    b = add_shard(m, "h:2", "b", 0);
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "w", 0, 0, &g, NULL, NULL),
+                     TS_OK);
+    w = g.id;
+    epoch = ts_members_epoch(m);
+    /* cut from 0 to 6000, the reaper running all along: no verdict */
+    for (int64_t t = 100; t <= 6000; t += 100)
+        assert_int_equal(ts_members_expire(m, t, NULL, NULL), 0);
+    assert_int_equal(ts_members_epoch(m), epoch);
+    /* healed: a is heard at 6050; the worker within its grace, b never */
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, a, epoch, 0, 6050, &g, NULL,
+                                          NULL), TS_OK);
+    assert_int_equal(ts_members_expire(m, 6100, NULL, NULL), 0);   /* the grace: to 7100 */
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, w, epoch, 0, 6500, &g, NULL,
+                                          NULL), TS_OK);
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, a, epoch, 0, 6900, &g, NULL,
+                                          NULL), TS_OK);
+    assert_int_equal(ts_members_expire(m, 7000, NULL, NULL), 0);
+    assert_int_equal(ts_members_expire(m, 7200, NULL, NULL), 1);   /* b */
+    assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_SHARD, b, epoch, 0, 7250, &g, NULL,
+                                          NULL), TS_ESTATE);
+    ts_members_free(m);
+    /* heard by no one for longer than deaf_max_ms: they are dead after all */
+    assert_int_equal(ts_members_create(&cfg, &m, NULL), TS_OK);
+    add_shard(m, "h:1", "a", 0);
+    add_shard(m, "h:2", "b", 0);
+    assert_int_equal(ts_members_expire(m, 9000, NULL, NULL), 0);
+    assert_int_equal(ts_members_expire(m, 10001, NULL, NULL), 2);
+    ts_members_free(m);
+    /* one member alive: its silence is its own */
+    assert_int_equal(ts_members_create(&cfg, &m, NULL), TS_OK);
+    add_shard(m, "h:1", "a", 0);
+    assert_int_equal(ts_members_expire(m, 1001, NULL, NULL), 1);
+    ts_members_free(m);
+}
+
 static void assert_einval(ts_status st, const struct ts_err *e, const char *field)
 {
     assert_int_equal(st, TS_EINVAL);
@@ -713,6 +763,7 @@ int main(void)
         cmocka_unit_test(secret_guards_the_registration),
         cmocka_unit_test(one_alive_shard_per_identity),
         cmocka_unit_test(a_paused_master_pardons_the_silence),
+        cmocka_unit_test(a_master_that_hears_no_one_suspects_itself),
     };
     ts_log_set_level(TS_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -37,6 +37,14 @@ Two figures, both against `tessera up` clusters started here (docs/replication.m
    workers move to the new heads), against the longest wait over 3.5 s just before; the
    training must still end at the --local fingerprint.
 
+6. A pause. The same training; once it has stepped a while the master, or a shard heading
+   some of the job's partitions, is stopped (SIGSTOP: a frozen VM, a swap storm) for
+   --pause-s (default 10 s, over three leases), then continued. Time from the stop to the
+   next step completed (2 past the newest held just after the stop, polled on the shards not
+   stopped), against two steps just before; the goal is 2 leases (docs/replication.md, "A
+   hung head"; docs/membership.md, "A paused master"). The training must end at the --local
+   fingerprint.
+
 Output: a table, and bench/results/recovery.json whose headline is the 64 MiB cost:
 {"ours": R = 2 ms per step, "baseline": R = 1 ms per step, "unit", "ratio"}, with the MLP's
 and the recovery figures beside it ("recovery": median, max, each trial).
@@ -51,6 +59,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -117,6 +126,51 @@ def timed_kill(a, binary, want, job, workers, pick, after=None):
                                    (got["params_sha256"], want))
             return out
         finally:
+            c.stop()
+
+
+def pause_trial(a, binary, rng, want, kind):
+    """Stops the master (kind "master") or a head shard (kind "shard") of a training for
+    a.pause_s: the seconds from the stop to the next step, and its baseline, two steps just
+    before."""
+    job = "recp" + kind[0]
+    with tempfile.TemporaryDirectory(prefix="tessera-recovery-%s." % job) as d:
+        c = Cluster(binary, d, lease_ms=a.lease_ms)
+        cont = None
+        try:
+            p = train(binary, c.master, a.steps, job)
+            ids = list(c.shards)
+            _, heads, _ = cl.wait_version(c, job, ids, a.kill_at, p, 120)
+            t0 = time.monotonic()
+            v, _ = c.version(job, ids)
+            cl.wait_version(c, job, ids, v + 2, p, 120)
+            two = time.monotonic() - t0
+            if kind == "master":
+                pid, survivors, out = c.status().master_pid, ids, {}
+            else:
+                victim = rng.choice(sorted(heads))
+                pid, survivors = c.pid(victim), [i for i in ids if i != victim]
+                out = {"victim": victim}
+            os.kill(pid, signal.SIGSTOP)
+            t0 = time.monotonic()
+            cont = threading.Timer(a.pause_s, os.kill, (pid, signal.SIGCONT))
+            cont.start()
+            v, _ = c.version(job, survivors)
+            cl.wait_version(c, job, survivors, v + 2, p, 120 + a.pause_s)
+            out.update(step_s=time.monotonic() - t0, two_steps_s=two, stopped_at_version=v)
+            got = result(p, "tessera train")
+            if got["params_sha256"] != want:
+                raise RuntimeError("params_sha256 %s after the pause, %s without" %
+                                   (got["params_sha256"], want))
+            return out
+        finally:
+            if cont:
+                cont.cancel()
+                cont.join()
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
             c.stop()
 
 
@@ -284,6 +338,10 @@ def main():
                     "(default 5)")
     ap.add_argument("--worker-trials", type=int, default=5, help="kills of a worker of 3 "
                     "(default 5)")
+    ap.add_argument("--pause-trials", type=int, default=3, help="pauses of the master and of "
+                    "a head shard, each (default 3)")
+    ap.add_argument("--pause-s", type=float, default=10.0, help="how long a pause lasts "
+                    "(default 10 s)")
     ap.add_argument("--join-trials", type=int, default=3, help="shards that join a running "
                     "job (default 3)")
     ap.add_argument("--out", default="bench/results/recovery.json")
@@ -294,7 +352,7 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.trials, a.rounds, a.steps, a.pp_iters, a.join_trials = 2, 1, 1000, 3, 1
-        a.master_trials = a.worker_trials = 2
+        a.master_trials = a.worker_trials = a.pause_trials = 2
     binary = os.path.join(a.bin, "tessera")
     cl.load_protos(a.bin)
     cl.exit_on_sigterm()
@@ -311,6 +369,13 @@ def main():
         "worker %d: rank %d killed after step %d; a step completed %.3f s later (two steps "
         "before: %.3f s); params_sha256 equal to --local" %
         (i, t["rank"], t["killed_at_version"], t["step_s"], t["two_steps_s"])))
+    pauses = {kind: repeat(a.pause_trials, lambda: pause_trial(a, binary, rng, want, kind),
+                           lambda i, t: (
+        "pause %d: %s stopped %.0f s after step %d; a step completed %.3f s later (two steps "
+        "before: %.3f s); params_sha256 equal to --local" % (
+            i, "the master" if kind == "master" else "shard %d" % t["victim"], a.pause_s,
+            t["stopped_at_version"], t["step_s"], t["two_steps_s"])))
+              for kind in ("master", "shard")}
     joins = repeat(a.join_trials, lambda: join_trial(a, binary, want), lambda i, t: (
         "join %d: on the ring %.2f s after it started; longest wait between steps %.3f s "
         "(before it started: %.3f s); params_sha256 equal to --local" %
@@ -344,6 +409,16 @@ def main():
     worker = {"trials": workers, "goal_s": RECOVERY_GOAL_S}
     if workers:
         worker.update(next_step_rows("worker kill -9 -> next step (3 workers)", workers))
+    paused = {}
+    for kind, label in (("master", "master SIGSTOP %.0f s -> next step"),
+                        ("shard", "head shard SIGSTOP %.0f s -> next step")):
+        if pauses[kind]:
+            ps = [t["step_s"] for t in pauses[kind]]
+            goal = 2 * a.lease_ms / 1000.0
+            print("%-44s %9.3fs %9.3fs %7.1fs" % (label % a.pause_s, statistics.median(ps),
+                                                   max(ps), goal))
+            paused[kind] = {"trials": pauses[kind], "pause_s": a.pause_s, "goal_s": goal,
+                            "step_median_s": statistics.median(ps), "step_max_s": max(ps)}
     if joins:
         js = [t["join_s"] for t in joins]
         sw = [t["gap_s"] for t in joins]
@@ -381,7 +456,7 @@ def main():
                         "trials": trials},
            "cost_runs": {"replicas_1": runs[1], "replicas_2": runs[2]},
            "join": {"trials": joins, "baseline_two_heartbeats_s": 2 * a.lease_ms / 3000.0},
-           "master": master, "worker": worker}
+           "master": master, "worker": worker, "pause": paused}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)

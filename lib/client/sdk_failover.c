@@ -190,7 +190,13 @@ void sdk_follow_epoch(void *arg, uint64_t epoch)
     struct tessera *t = arg;
     Tessera__V1__ShardMap *m = NULL;
     struct ts_err e = { 0 };
+    size_t n;
 
+    pthread_mutex_lock(&t->conn_mu);
+    n = t->nshards;   /* none yet (the registration sets the first epoch): nothing to watch */
+    pthread_mutex_unlock(&t->conn_mu);
+    if (!n)
+        return;
     if (!t->master || ts_master_shard_map(t->master, &m, &e)) {
         ts_log(TS_DEBUG, "sdk", "epoch %" PRIu64 ": the shard map: %s", epoch,
                t->master ? e.msg : "not connected yet");

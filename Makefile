@@ -13,8 +13,10 @@
 #               under the sanitizers, shards restarted by `tessera up --respawn`, the master
 #               killed twice under the sanitizers, and the kill matrix: 50 random kills of a
 #               shard or the master in exact runs, with its table (KILL_TRIALS=N), then 10 of
-#               a reduce job without replicas (KILL_REDUCE_TRIALS=N), and the pause matrix: the
-#               master stopped 5, 15, 60 s and a head shard 5, 30, 150 s (SIGSTOP)
+#               a reduce job without replicas (KILL_REDUCE_TRIALS=N), the pause matrix: the
+#               master stopped 5, 15, 60 s and a head shard 5, 30, 150 s (SIGSTOP), and the
+#               partitions on emulated hosts (packets dropped, no RST): the master cut from
+#               everyone 15 s, a worker from a head shard 60 s (as root; skipped without)
 #   make test-big  a 2 GiB tensor registers and trains a step (about a minute, 7 GiB of memory)
 #   make test-deploy  the deployments (docs/deploy.md): emulated hosts, Kubernetes manifests,
 #               systemd units, a real Slurm, the podman image; says what it skipped and why
@@ -56,6 +58,8 @@ CTEST_ARGS ?=
 #   py:     Debian's Python with grpcio and protobuf (the independent clients of
 #           tests/integration/tessera_testlib.py and tests/fault/clusterlib.py) and numpy (the
 #           binding's arrays): what the scripts of test-fault, test-big and soak import
+#   fault:  py, iproute2 and iptables (tests/fault/partition.py: emulated hosts, packets
+#           dropped between them)
 #   torch:  torch and torchvision (tessera.torch and its examples; ResNet-18)
 #   fuzz:   clang with its libFuzzer/ASan runtimes (the fuzz build)
 #   slurm:  Slurm and munge (a real Slurm of three nodes on this host: tests/deploy/test_slurm.py)
@@ -80,6 +84,7 @@ DEB_SLURM := slurmctld slurmd slurm-client munge
 DEB_TEST := $(DEB_PY) $(DEB_TORCH) $(DEB_FUZZ) $(DEB_SLURM) python3-scipy python3-pip \
             python3-setuptools python3-wheel python3-venv prometheus chromium iproute2 \
             python3-yaml openssl
+DEB_FAULT := $(DEB_PY) iproute2 iptables
 DEB_BENCH := $(DEB_PY) $(DEB_TORCH) iproute2
 DEB_DEPLOY := $(DEB_PY) $(DEB_SLURM) iproute2 python3-yaml podman runc netavark aardvark-dns \
               iptables mmdebstrap uidmap
@@ -89,11 +94,11 @@ DEB_DEPLOY := $(DEB_PY) $(DEB_SLURM) iproute2 python3-yaml podman runc netavark 
 # and tests/node's npm packages. A goal not named here (make, make build, make demo, make
 # install, make asan) installs the build list alone. make deps installs every list but the
 # container image's packages, which only make test-deploy needs.
-DEPS_deps := TEST BENCH NODE
+DEPS_deps := TEST FAULT BENCH NODE
 DEPS_test := TEST NODE
 DEPS_fuzz-build := FUZZ
 DEPS_fuzz := FUZZ
-DEPS_test-fault := PY
+DEPS_test-fault := FAULT
 DEPS_test-big := PY
 DEPS_soak := PY
 DEPS_bench := BENCH
@@ -272,6 +277,8 @@ test-fault: build asan
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
 	    --mode reduce --trials $(KILL_REDUCE_TRIALS)
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/pause_matrix.py
+	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/partition.py \
+	    || [ $$? = 77 ]   # 77: no namespaces or iptables here (not root); it said why
 
 # The deployments (docs/deploy.md): emulated hosts, Kubernetes manifests, systemd units, a real
 # Slurm and the container image, with what each needs; a table at the end says what ran, what

@@ -1,11 +1,11 @@
 """emuhosts.py - emulated hosts on one machine: one network namespace per host on a bridge.
 
 Used by bench/modes.py and by the tests that run Tessera across hosts
-(tests/integration/test_hosts.py). Layout: a switch namespace holds bridge br0; host i is a
-namespace with eth0 at <subnet>.(i+1)/24, whose veth peer (p<i>) sits on the bridge. With a
-rate, both directions of each link are shaped with `tbf rate R burst 256kb latency 50ms`
-(netem is not available here: bench/README.md, "Emulated hosts"). Without namespaces
-(netns=False) every host is 127.0.0.1 and commands run as they are.
+(tests/integration/test_hosts.py, tests/fault/partition.py). Layout: a switch namespace holds
+bridge br0; host i is a namespace with eth0 at <subnet>.(i+1)/24, whose veth peer (p<i>) sits
+on the bridge. With a rate, both directions of each link are shaped with `tbf rate R burst
+256kb latency 50ms` (netem is not available here: bench/README.md, "Emulated hosts"). Without
+namespaces (netns=False) every host is 127.0.0.1 and commands run as they are.
 
 Each namespace is held by a process of ours (`unshare --net sleep`), and commands enter it with
 `nsenter --net=/proc/PID/ns/net`. Not `ip netns add` and `ip netns exec`: those bind-mount
@@ -30,6 +30,7 @@ import sys
 import time
 
 PR_SET_PDEATHSIG = 1
+CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)   # loaded here: a preexec_fn should do little
 
 
@@ -133,6 +134,19 @@ class Net:
 
     def _enter(self, ns):
         return ["nsenter", f"--net=/proc/{self.holders[ns].pid}/ns/net"]
+
+    def join(self, host):
+        """Moves the calling thread into host's namespace for good, so that the sockets it
+        opens from now on are host's (a test that calls the services as one more host). Only
+        that thread moves, and the threads it starts later inherit it: call it from the main
+        thread before anything starts threads of its own that open sockets (gRPC's)."""
+        fd = os.open(f"/proc/{self.holders[self.ns(host)].pid}/ns/net", os.O_RDONLY)
+        try:
+            if _libc.setns(fd, CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns into {self.ns(host)}: {os.strerror(err)}")
+        finally:
+            os.close(fd)
 
     def wrap(self, host, cmd):
         """cmd run on host: nsenter execs it in place (no fork), so its pid is cmd's."""

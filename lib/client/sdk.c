@@ -89,8 +89,12 @@ ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
         struct sdk_shard *sh = &t->shards[t->nshards];
 
         if ((st = ts_cluster_connect(t->cl, ids[i], want, 10000, &sh->conn, err))) {
-            if (st == TS_EUNAVAIL)
-                t->broken = ids[i];   /* a failover reports it (sdk_failover.c) */
+            /* Unreachable: refused, or no answer at all (a link cut that drops packets). A
+             * failover reports it (sdk_failover.c) and tries again. */
+            if (st == TS_EUNAVAIL || st == TS_ETIMEDOUT) {
+                t->broken = ids[i];
+                st = err->code = TS_EUNAVAIL;
+            }
             break;
         }
         sh->shm = !strcmp(ts_tp_name(sh->conn), "shm");

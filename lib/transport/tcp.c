@@ -396,6 +396,7 @@ static ts_status gone(struct tcp_conn *c, const char *what, size_t done, size_t 
     if (atomic_load(&c->shut))
         return ts_err_set(e, TS_EUNAVAIL, "tcp %s: connection to %s was shut down", what,
                           c->base.peer);
+    c->base.silent |= err == ETIMEDOUT;   /* the liveness timeout (keepalive, user timeout) */
     if (err == EAGAIN || err == EWOULDBLOCK)
         return ts_err_set(e, TS_EUNAVAIL, "tcp %s: peer %s stalled for %d ms after %zu of %zu "
                           "bytes", what, c->base.peer, TS_TP_STALL_MS, done, n);

@@ -63,6 +63,10 @@ struct ts_conn {
      * unhashed (docs/transport.md). Backends set both; a wrapper that alters what it sends
      * (fault.c) clears local_out. view_max: the largest recv_view (0: no views). */
     bool local_in, local_out;
+    /* Set by the backend when the connection ended because the peer's host stopped answering
+     * (TS_TP_LIVENESS_MS; tcp: ETIMEDOUT), not because the peer closed it: a cut link or a
+     * host gone, which says nothing of whether the peer process lives. */
+    bool silent;
     size_t view_max;
     size_t view_held;              /* bytes of the view frame.c holds (receiver thread) */
     /* frame.c: zero bytes owed after the last payload sent (sent in front of the next header)

@@ -736,22 +736,25 @@ static size_t pardon(struct ts_members *m, int64_t now_ms)
 
 /* cfg.deaf_max_ms: whether the master hears no member now, which it takes for a cut of its
  * own network, not for the death of them all: two alive members or more, none heard for
- * longer than the longest lease among them, and not for longer than cfg.deaf_max_ms. Says so
- * once when it begins, and when it ends, pardoning every alive member. mu held. */
+ * longer than half the shortest lease among them (each beats every third of its lease, so
+ * with two alive someone is heard that often), and not for longer than cfg.deaf_max_ms. The
+ * members' beats are spread over a third of a lease, so the master must suspect itself
+ * before the first of them runs out, not once the last has. Says so once when it begins,
+ * and when it ends, pardoning every alive member. mu held. */
 static bool deaf(struct ts_members *m, int64_t now_ms)
 {
     struct table *tables[2] = { &m->shards, &m->workers };
-    int64_t lease = 0, silent = now_ms - m->last_heard_ms;
+    int64_t lease = INT64_MAX, silent = now_ms - m->last_heard_ms;
     size_t alive = 0;
 
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < tables[k]->n; i++)
             if (tables[k]->v[i].state == TS_MEMBER_ALIVE) {
                 alive++;
-                if ((int64_t)tables[k]->v[i].lease_ms > lease)
+                if ((int64_t)tables[k]->v[i].lease_ms < lease)
                     lease = tables[k]->v[i].lease_ms;
             }
-    if (m->cfg.deaf_max_ms > 0 && alive >= 2 && silent > lease &&
+    if (m->cfg.deaf_max_ms > 0 && alive >= 2 && silent > lease / 2 &&
         silent <= m->cfg.deaf_max_ms) {
         if (!m->deaf)
             ts_log(TS_WARN, "master", "no member heard for %" PRId64 " ms, all %zu alive ones "
@@ -762,7 +765,7 @@ static bool deaf(struct ts_members *m, int64_t now_ms)
         m->deaf_since_ms = m->last_heard_ms;
         return true;
     }
-    if (m->deaf && silent <= lease) {
+    if (m->deaf && silent <= lease / 2) {
         alive = pardon(m, now_ms);   /* not in ts_log's arguments: a level may skip them */
         ts_log(TS_WARN, "master", "a member is heard again after %" PRId64 " ms: every alive "
                "one (%zu) gets a lease of grace", now_ms - m->deaf_since_ms, alive);

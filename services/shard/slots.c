@@ -92,6 +92,15 @@ void dp_slots_lost(struct dp_conn *dc)
 
     if (!dc->worker || dc->bye || !dc->job)
         return;
+    /* Gone silent (a link cut, its host gone: the liveness timeout), not closed: nothing is
+     * known of the worker's process, whose heartbeats the master may well hear. Its lease
+     * decides, not this connection (docs/elastic.md). */
+    if (dc->c->silent) {
+        ts_log(TS_WARN, "dataplane", "worker %u of job %s went silent (no answer within %d "
+               "ms): its lease decides whether it is dead", dc->worker, dc->job->job.id,
+               TS_TP_LIVENESS_MS);
+        return;
+    }
     snprintf(job, sizeof(job), "%s", dc->job->job.id);
     ts_log(TS_WARN, "dataplane", "worker %u of job %s hung up without a goodbye: telling the "
            "master", dc->worker, job);

@@ -85,6 +85,8 @@ struct cluster_opts {
     /* The master's --jobs-per-identity, the shards' --arm-timeout-ms and --orphan-job-ms
      * (docs/operations.md, "What nobody comes back for"); 0: the services' defaults. */
     int64_t jobs_per_identity, arm_timeout_ms, orphan_job_ms;
+    /* The master's --start-deadline-ms (docs/elastic.md); 0: its default, -1: 0 (never). */
+    int64_t start_deadline_ms;
 };
 
 /* A shard process of a local cluster. Its log is DIR/shard-<id>.log once the master has given

@@ -115,7 +115,7 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
                               struct ts_err *err)
 {
     char exe[700], listen[64], port_file[700], log[700], lease[32], every[32], replicas[32];
-    char mport[16], quota[24];
+    char mport[16], quota[24], deadline[24];
     char state[600], restarts[16], old[700], tls[4][700];
     char *argv[40];
     int n = 0, port;
@@ -170,6 +170,11 @@ static ts_status start_master(const struct cluster_opts *o, struct cluster *c, c
     if (o->jobs_per_identity) {
         snprintf(quota, sizeof(quota), "%" PRId64, o->jobs_per_identity);
         n = add_flag(argv, n, "--jobs-per-identity", quota);
+    }
+    if (o->start_deadline_ms) {
+        snprintf(deadline, sizeof(deadline), "%" PRId64,
+                 o->start_deadline_ms < 0 ? 0 : o->start_deadline_ms);
+        n = add_flag(argv, n, "--start-deadline-ms", deadline);
     }
     n = add_tls(argv, n, c, "master", tls);
     argv[n] = NULL;

@@ -374,8 +374,8 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                 printf("started with %u of %u workers; ", jb->start_workers, jb->workers);
             if (jb->balance)   /* docs/scheduler.md */
                 printf("%u slot move%s for speed; ", jb->balanced, jb->balanced == 1 ? "" : "s");
-            printf("%u slot%s taken over after deaths; slots now:", jb->adopted,
-                   jb->adopted == 1 ? "" : "s");
+            printf("%u slot%s taken over after deaths or at the start deadline; slots now:",
+                   jb->adopted, jb->adopted == 1 ? "" : "s");
             for (size_t k = 0; k < jb->n_slot_owners && k < 16; k++)
                 if (jb->slot_owners[k])
                     printf(" %zu:worker %u", k, jb->slot_owners[k]);

@@ -375,18 +375,25 @@ static void print_job_result(const struct train_cli *t, const char *master, bool
         tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
 }
 
-/* Whether the master gave rank's slot of the job to a worker (it registered); true when the
- * master does not answer: the death is then taken for one the others survive. */
-static bool seated(const struct train_cli *t, const char *master, int rank)
+/* Whether the master gave rank's slot of the job to a worker: SEATED when a worker of that
+ * rank registered (or the master does not answer: the death is then taken for one the others
+ * survive), OVERDUE when none did but the live workers took the slot over at the master's
+ * start deadline (docs/elastic.md, "A rank that never came"), UNSEATED when nobody holds it. */
+enum seat { SEATED, OVERDUE, UNSEATED };
+static enum seat seated(const struct train_cli *t, const char *master, int rank)
 {
     Tessera__V1__ClusterStatusResponse *cs;
     struct ts_err err = { 0 };
     const Tessera__V1__JobInfo *j = cli_job_at(master, t->job, &cs, &err);
-    bool yes = !cs || (j && (size_t)rank < j->n_slot_owners && j->slot_owners[rank]);
+    enum seat s = !cs ? SEATED : j && (size_t)rank < j->n_slot_owners && j->slot_owners[rank]
+                                 ? OVERDUE : UNSEATED;
 
+    for (size_t i = 0; s == OVERDUE && i < cs->n_workers; i++)
+        if (!strcmp(cs->workers[i]->job, t->job) && cs->workers[i]->rank == (uint32_t)rank)
+            s = SEATED;
     if (cs)
         tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
-    return yes;
+    return s;
 }
 
 /* Where rank's worker writes: NULL for this terminal (rank 0, or the one rank of --join),
@@ -487,11 +494,16 @@ int run_training(const struct train_cli *in, const char *master)
                     /* A death the job survives: the live workers take the rank's slot, once
                      * the master gave it to the rank; a rank killed before it joined holds
                      * none, so nobody could take it over: it starts again instead. */
-                    bool unseated = !t->respawn && !seated(t, master, first + r);
+                    enum seat s = t->respawn ? SEATED : seated(t, master, first + r);
+                    bool unseated = s == UNSEATED;
                     if (unseated)
                         fprintf(stderr, "tessera train: worker %d was killed (signal %d) "
                                 "before it joined the job: no one holds its share, so it "
                                 "starts again\n", first + r, WTERMSIG(status));
+                    else if (s == OVERDUE)
+                        fprintf(stderr, "tessera train: worker %d was killed (signal %d) "
+                                "before it joined the job; the others took over its share at "
+                                "the master's start deadline\n", first + r, WTERMSIG(status));
                     else
                         fprintf(stderr, "tessera train: worker %d was killed (signal %d); "
                                 "the others take over its share%s\n", first + r,

@@ -13,7 +13,7 @@
 
 struct up_flags {
     int64_t shards, master_port, lease_ms, snapshot_every, mem_budget, replicas, metrics_port;
-    int64_t jobs_per_identity, arm_timeout_ms, orphan_job_ms;
+    int64_t jobs_per_identity, arm_timeout_ms, orphan_job_ms, start_deadline_ms;
     const char *dir, *store, *restore, *branch, *tls_dir;
     bool respawn, tls, insecure;
 };
@@ -43,6 +43,10 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
         { "jobs-per-identity", TS_FLAG_INT, &f->jobs_per_identity, "N", "the master's "
           "--jobs-per-identity: jobs one caller may hold (default 128; docs/security.md)", 1,
           256 },
+        { "start-deadline-ms", TS_FLAG_INT, &f->start_deadline_ms, "MS", "the master's "
+          "--start-deadline-ms: in an elastic job, the live workers take over the share of a "
+          "rank not registered this long after the first (default: two leases, at least "
+          "10000; 0: never; docs/elastic.md)", 0, INT64_C(1) << 40 },
         { "arm-timeout-ms", TS_FLAG_INT, &f->arm_timeout_ms, "MS", "the shards' "
           "--arm-timeout-ms: a snapshot armed that nobody asks for is dropped (default "
           "300000; docs/operations.md)", 1, INT64_C(1) << 40 },
@@ -134,7 +138,11 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
                               .tls = !f->insecure, .tls_dir = f->tls_dir,
                               .jobs_per_identity = f->jobs_per_identity,
                               .arm_timeout_ms = f->arm_timeout_ms,
-                              .orphan_job_ms = f->orphan_job_ms };
+                              .orphan_job_ms = f->orphan_job_ms,
+                              /* not given (-1): the master's default; 0: never */
+                              .start_deadline_ms = f->start_deadline_ms < 0 ? 0
+                                                   : f->start_deadline_ms ? f->start_deadline_ms
+                                                                          : -1 };
     char hex[TS_STORE_HEX_LEN + 1];
     struct ts_err err = { 0 };
     int rc;
@@ -167,7 +175,7 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
 
 int cmd_up(int argc, char **argv)
 {
-    struct up_flags f = { .shards = 2, .master_port = 7070 };
+    struct up_flags f = { .shards = 2, .master_port = 7070, .start_deadline_ms = -1 };
     struct cluster c;
     int rc, sig = 0;
 
@@ -214,7 +222,7 @@ int cmd_up(int argc, char **argv)
 
 int cmd_demo(int argc, char **argv)
 {
-    struct up_flags f = { .shards = 2, .master_port = 0 };
+    struct up_flags f = { .shards = 2, .master_port = 0, .start_deadline_ms = -1 };
     struct train_cli t;
     struct cluster c;
     int rc;

@@ -158,9 +158,9 @@ static ts_status owner_quota(struct jobs *j, const struct job *jb, const char *o
                       "lists them) or raise --jobs-per-identity", owner, n, j->cfg.per_owner);
 }
 
-/* A new run of a job: no seats yet, no slot owned. */
+/* A new run of a job, begun at now_ms: no seats yet, no slot owned. */
 static ts_status start_run(struct job *jb, uint32_t workers, uint32_t start, bool keep,
-                           bool elastic, struct ts_err *err)
+                           bool elastic, int64_t now_ms, struct ts_err *err)
 {
     ts_status st = owners_alloc(jb, workers, err);
 
@@ -171,6 +171,8 @@ static ts_status start_run(struct job *jb, uint32_t workers, uint32_t start, boo
     jb->info.adopted = jb->info.balanced = 0;
     jb->info.balance = false;
     jb->info.start_workers = start && start < workers ? start : workers;
+    jb->begun_ms = now_ms;
+    jb->overdue_ms = 0;
     jb->nseats = 0;
     jb->failed = jb->died = jb->fp_rank0 = false;
     jb->info.state = JOB_RUNNING;
@@ -220,13 +222,16 @@ static bool held(struct job *jb, uint32_t k)
     return jobs_seat_ready(seat_in(jb, jb->owners[k]));
 }
 
-/* Whether slot k belongs to a rank the run did not start with, and every rank it started with
- * has come (mu held): its slot goes to them meanwhile, evenly. */
+/* Whether unowned slot k goes to the live workers meanwhile, evenly (mu held): its rank is
+ * one the run did not start with, and every rank it started with has come; or the start
+ * deadline passed (jobs_start_deadline), and nobody waits for a rank that never came. */
 static bool late(struct job *jb, uint32_t k)
 {
     uint32_t start = jb->info.start_workers ? jb->info.start_workers : jb->info.workers;
     uint32_t came = 0;
 
+    if (jb->overdue_ms)
+        return true;
     if (k < start)   /* 0: a state file from before start_workers, every rank */
         return false;
     for (uint32_t r = 0; r < start; r++)
@@ -248,8 +253,7 @@ static bool any_ready(struct job *jb)
     return false;
 }
 
-/* Hands out the slots (jobs.h); mu held. The roster grows when a slot changes hands. */
-static void reslot(struct job *jb)
+void jobs_reslot_locked(struct job *jb)
 {
     uint32_t w = jb->info.workers;
     bool changed = false, caught_up;
@@ -291,6 +295,11 @@ static void reslot(struct job *jb)
             ts_log(TS_WARN, "master", "job %s: slot %u (worker %u died) goes to worker %u "
                    "(rank %u)", jb->info.id, k, jb->owners[k], best->worker, best->rank);
             jb->info.adopted++;
+        } else if (k < (jb->info.start_workers ? jb->info.start_workers : w)) {   /* overdue */
+            ts_log(TS_WARN, "master", "job %s: rank %u never registered within %" PRId64 " ms: "
+                   "slot %u goes to worker %u (rank %u)", jb->info.id, k, jb->overdue_ms, k,
+                   best->worker, best->rank);
+            jb->info.adopted++;
         } else {
             ts_log(TS_INFO, "master", "job %s: slot %u goes to worker %u (rank %u) until a "
                    "worker joins for rank %u", jb->info.id, k, best->worker, best->rank, k);
@@ -313,7 +322,6 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
     struct job_seat *s;
     ts_status st;
 
-    (void)now_ms;
     if ((st = ts_job_id_check("job", id, err)))
         return st;
     if (workers < 1 || workers > JOBS_MAX_WORKERS)
@@ -342,7 +350,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
             other->info.alive++;
             ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) is back", id, worker,
                    s->rank);
-            reslot(other);
+            jobs_reslot_locked(other);
         }
         pthread_mutex_unlock(&j->mu);
         return st;
@@ -393,14 +401,14 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
             snprintf(jb->info.id, sizeof(jb->info.id), "%s", id);
             jb->info.started_unix_ms = ts_unix_ms();
             snprintf(jb->info.owner, sizeof(jb->info.owner), "%s", owner ? owner : "");
-            if ((st = start_run(jb, workers, start, keep, elastic, err)))
+            if ((st = start_run(jb, workers, start, keep, elastic, now_ms, err)))
                 j->n--;
             else
                 ts_log(TS_INFO, "master", "job %s: running (%u workers%s%s)", id, workers,
                        elastic ? ", elastic" : "", keep ? ", kept when finished" : "");
         }
     } else if (!st && (jb->info.state == JOB_IDLE || jb->info.released)) {
-        if (!(st = start_run(jb, workers, start, keep, elastic, err))) {
+        if (!(st = start_run(jb, workers, start, keep, elastic, now_ms, err))) {
             jb->info.released = false;
             jb->info.started_unix_ms = ts_unix_ms();
             snprintf(jb->info.owner, sizeof(jb->info.owner), "%s", owner ? owner : "");
@@ -418,7 +426,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         jb->seats[jb->nseats++] = (struct job_seat){ worker, rank, SEAT_ALIVE,
                                                      elastic && held(jb, rank), 0 };
         jb->info.alive++;
-        reslot(jb);
+        jobs_reslot_locked(jb);
     }
     pthread_mutex_unlock(&j->mu);
     return st;
@@ -471,11 +479,11 @@ static void vacate(struct job *jb, struct job_seat *s, enum job_seat_state to, c
         jb->info.finished++;
     if (to == SEAT_FAILED)
         jb->failed = true;
-    /* An elastic job with a worker left goes on: the dead worker's slots move (reslot). */
+    /* An elastic job with a worker left goes on: the dead worker's slots move. */
     if (to == SEAT_DEAD && jb->info.elastic && jb->info.alive) {
         ts_log(TS_WARN, "master", "job %s: rank %u (worker %u): %s; its slots move", jb->info.id,
                s->rank, s->worker, why);
-        reslot(jb);
+        jobs_reslot_locked(jb);
         return;
     }
     /* The last worker died after another finished the training (issue 44): the parameters
@@ -551,7 +559,7 @@ void jobs_ready(struct jobs *j, uint32_t worker)
         s->waiting = false;
         ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) caught up", jb->info.id, worker,
                s->rank);
-        reslot(jb);
+        jobs_reslot_locked(jb);
     }
     pthread_mutex_unlock(&j->mu);
 }
@@ -920,7 +928,7 @@ ts_status jobs_restore(struct jobs *j, const struct job_record *r, size_t n, int
         jb->info = r[i].info;
         jb->failed = r[i].failed;
         jb->died = r[i].died;
-        jb->idle_since_ms = jb->ended_ms = now_ms;
+        jb->idle_since_ms = jb->ended_ms = jb->begun_ms = now_ms;   /* the deadline too */
         if (r[i].nseats && !(jb->seats = malloc(r[i].nseats * sizeof(*jb->seats)))) {
             st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
             break;

@@ -56,6 +56,7 @@ struct jobs_cfg {
     int64_t history_ms;                 /* 0: JOBS_DEFAULT_HISTORY_MS */
     int64_t idle_ms;                    /* 0: JOBS_DEFAULT_IDLE_MS */
     uint32_t per_owner;                 /* 0: JOBS_DEFAULT_PER_OWNER; at most JOBS_MAX */
+    int64_t start_deadline_ms;          /* jobs_start_deadline; 0: none */
 };
 
 /* A job as ClusterStatus reports it. */
@@ -142,6 +143,13 @@ void jobs_ready(struct jobs *j, uint32_t worker);
  * abandoned once no worker is left, unless it is elastic and a worker of the run finished
  * (the training was over: it ends as if the dead worker had finished too). */
 void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms);
+/* The start deadline (jobs_balance.c; docs/elastic.md, "A rank that never came"): in each
+ * running elastic job whose run began cfg.start_deadline_ms ago or more (its first
+ * registration, or the master's restart), the slot of a rank that never registered goes to
+ * the live workers as a dead worker's does, counted in adopted: a process that died before it
+ * registered would otherwise leave a slot nobody computes. A worker that registers for such a
+ * rank later waits and takes its slot back as a restarted one does. Called periodically. */
+void jobs_start_deadline(struct jobs *j, int64_t now_ms);
 
 /* Slots (docs/elastic.md). A job of W workers has W slots, slot k being the share of every
  * step that the schedule gives rank k. Slot k belongs to rank k's worker while it is alive;

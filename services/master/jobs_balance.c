@@ -1,5 +1,7 @@
 /* jobs_balance.c - the job table's side of balance (docs/scheduler.md): the workers' measured
- * speeds and moving slots by them. The schedule itself is schedule.c's. */
+ * speeds and moving slots by them. The schedule itself is schedule.c's. Also the start
+ * deadline (docs/elastic.md), the other reason slots move between live workers without a
+ * death: the slot of a rank that never came. */
 #include "jobs_internal.h"
 
 #include <inttypes.h>
@@ -93,4 +95,26 @@ ts_status jobs_speed(struct jobs *j, uint32_t worker, double slot_s, int64_t slo
     }
     pthread_mutex_unlock(&j->mu);
     return st;
+}
+
+void jobs_start_deadline(struct jobs *j, int64_t now_ms)
+{
+    if (j->cfg.start_deadline_ms <= 0)
+        return;
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n; i++) {
+        struct job *jb = &j->v[i];
+        if (jb->info.state != JOB_RUNNING || !jb->info.elastic || jb->overdue_ms ||
+            now_ms - jb->begun_ms < j->cfg.start_deadline_ms)
+            continue;
+        jb->overdue_ms = j->cfg.start_deadline_ms;
+        /* Only for a slot nobody holds: handing out a balanced job's slots also spreads them
+         * by speed, which must wait for JOBS_BALANCE_MS and JOBS_BALANCE_GAIN otherwise. */
+        for (uint32_t k = 0; k < jb->info.workers; k++)
+            if (!jb->owners[k]) {
+                jobs_reslot_locked(jb);
+                break;
+            }
+    }
+    pthread_mutex_unlock(&j->mu);
 }

@@ -21,6 +21,10 @@ struct job {
     int64_t idle_since_ms, ended_ms;    /* monotonic */
     int64_t held_ms;                    /* a shard last said it holds the job (jobs_note_held) */
     int64_t balanced_ms;                /* the last time slots moved for speed */
+    /* The start deadline (jobs_start_deadline): it counts from begun_ms (monotonic: the run's
+     * first registration, or the master's restart); overdue_ms is the deadline once it passed
+     * (jobs_reslot_locked gives out the slots of ranks that never came), 0 before. */
+    int64_t begun_ms, overdue_ms;
 };
 
 struct jobs {
@@ -32,6 +36,9 @@ struct jobs {
 
 /* Slot k of jb goes to worker w (0: none); the owner it had joins its past. mu held. */
 void jobs_owner_set(struct job *jb, uint32_t k, uint32_t w);
+/* Hands out jb's slots (jobs.h, docs/elastic.md); the roster grows when a slot changes hands.
+ * mu held. */
+void jobs_reslot_locked(struct job *jb);
 
 /* The job and seat of a worker, alive or not; NULL if it is in no job. mu held. */
 struct job_seat *jobs_seat_locked(struct jobs *j, uint32_t worker, struct job **jb);

@@ -29,7 +29,8 @@ static bool no_jobs(void *ctx)
     return !m->jobs || !jobs_resident(m->jobs);
 }
 
-/* Declares members dead once silent past their lease; checks 20 times a lease. */
+/* Declares members dead once silent past their lease, and gives up on the ranks of elastic
+ * jobs that never came (jobs_start_deadline); checks 20 times a lease. */
 static void *reaper(void *arg)
 {
     struct master *m = arg;
@@ -37,6 +38,7 @@ static void *reaper(void *arg)
 
     while (!atomic_load(&master_stopping)) {
         ts_members_expire(m->members, ts_now_ms(), worker_died, m->jobs);
+        jobs_start_deadline(m->jobs, ts_now_ms());
         ts_sleep_ms(period);
     }
     return NULL;
@@ -49,7 +51,7 @@ int main(int argc, char **argv)
     int64_t lease_ms = 3000, vnodes = 0, every = 0, max_jobs = JOBS_DEFAULT_MAX, replicas = 1;
     int64_t idle_ms = JOBS_DEFAULT_IDLE_MS, history = JOBS_DEFAULT_HISTORY, restarts = 0;
     bool shared_certs = false;
-    int64_t per_identity = JOBS_DEFAULT_PER_OWNER;
+    int64_t per_identity = JOBS_DEFAULT_PER_OWNER, start_deadline = -1;   /* -1: not given */
     const struct ts_flag flags[] = {
         TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:7070; port 0 picks a free one)"),
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "default member lease (default 3000)", 100,
@@ -73,6 +75,10 @@ int main(int argc, char **argv)
         { "jobs-per-identity", TS_FLAG_INT, &per_identity, "N", "jobs one caller may hold "
           "(its certificate's CN under mutual TLS, else its host): running, idle or being "
           "freed (default 128; docs/security.md)", 1, JOBS_MAX },
+        { "start-deadline-ms", TS_FLAG_INT, &start_deadline, "MS", "in an elastic job, a rank "
+          "that has not registered this long after the job's first worker did is given up on: "
+          "its slot goes to the live workers until it comes (default: two leases, at least "
+          "10000; 0: never; docs/elastic.md)", 0, INT64_C(1) << 40 },
         { "idle-job-ms", TS_FLAG_INT, &idle_ms, "MS", "how long a job trained with --keep stays "
                                                       "on the shards after its workers finish "
                                                       "(default 3600000)", 1, INT64_C(1) << 40 },
@@ -118,9 +124,14 @@ int main(int argc, char **argv)
                                    /* a partition of the master's host heals within
                                     * minutes, or it is not one */
                                    .deaf_max_ms = 10 * (int64_t)lease_ms };
+    /* A worker registers once it started, read its data set and connected: seconds for a
+     * Python rank that imports torch, so never less than 10 s by default. */
+    if (start_deadline < 0)
+        start_deadline = 2 * lease_ms > 10000 ? 2 * lease_ms : 10000;
     jcfg = (struct jobs_cfg){ .max_jobs = (uint32_t)max_jobs, .idle_ms = idle_ms,
                               .history_max = (uint32_t)history,
-                              .per_owner = (uint32_t)per_identity };
+                              .per_owner = (uint32_t)per_identity,
+                              .start_deadline_ms = start_deadline };
     m.started_ms = ts_now_ms();
     m.restarts = (uint32_t)restarts;
     m.lease_ms = lease_ms;
@@ -146,8 +157,9 @@ int main(int argc, char **argv)
     master_page_init(&m);
     if (ts_serve_start(&so, &ts_master_service, &srv, &err))
         goto out;
-    ts_log(TS_INFO, "master", "serving tessera.v1.Master on port %d (lease %lld ms)",
-           ts_rpc_server_port(srv), (long long)lease_ms);
+    ts_log(TS_INFO, "master", "serving tessera.v1.Master on port %d (lease %lld ms, start "
+           "deadline %lld ms)", ts_rpc_server_port(srv), (long long)lease_ms,
+           (long long)start_deadline);
     if (shared_certs)
         ts_log(TS_WARN, "master", "--allow-shared-certs: %s", ts_rpc_tls_mutual()
                ? "shards may register with a role certificate that names no member (a shared "

@@ -685,6 +685,78 @@ static void balance_moves_slots_by_speed(void **state)
     jobs_free(j);
 }
 
+/* The start deadline (docs/elastic.md, "A rank that never came"): ranks 0 and 1 of 3
+ * register, rank 2 never does (its process died before). Until the deadline, counted from the
+ * first registration, slot 2 has no owner; then it goes to the least loaded live worker, as a
+ * dead worker's would, counted in adopted. Rank 2 registering late waits, then takes its slot
+ * back. A restarted master counts the deadline from its restart; in a job that starts narrow
+ * the late ranks' slots go too; a deadline of 0, or a job without elastic workers, gives no
+ * slot out. */
+static void a_rank_that_never_came(void **state)
+{
+    struct jobs_cfg cfg = { .start_deadline_ms = 10000 };
+    struct jobs *j, *k, *off = mk(0, 0, 0);
+    struct job_record *r;
+    char rerun[2][TS_JOB_ID_MAX + 1];
+    uint32_t owners[4];
+    uint64_t roster;
+    size_t n, nrerun;
+
+    (void)state;
+    assert_int_equal(jobs_create(&cfg, &j, NULL), TS_OK);
+    assert_int_equal(jobs_create(&cfg, &k, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "s", 10, 0, 3, 0, false, true, false, NULL, 1000, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "s", 11, 1, 3, 0, false, true, false, NULL, 3000, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "n", 20, 0, 3, 0, false, false, false, NULL, 1000, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "w", 30, 0, 4, 2, false, true, false, NULL, 1000, NULL), TS_OK);
+    assert_int_equal(jobs_join(off, "s", 10, 0, 3, 0, false, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_export(j, &r, &n, NULL), TS_OK);   /* before the deadline */
+    jobs_start_deadline(j, 10999);
+    assert_int_equal(jobs_owners(j, "s", owners, 3), 3);
+    assert_int_equal(owners[2], 0);
+    assert_string_equal(slots_of(j, 10, &roster), "0");
+    assert_int_equal(roster, 0);
+    jobs_start_deadline(j, 11000);
+    assert_string_equal(slots_of(j, 10, &roster), "0,2");
+    assert_string_equal(slots_of(j, 11, &roster), "1");
+    assert_int_equal(roster, 1);
+    assert_int_equal(info(j, "s").adopted, 1);
+    assert_int_equal(info(j, "s").state, JOB_RUNNING);
+    assert_string_equal(slots_of(j, 30, &roster), "0,1,2,3");   /* slot 1 overdue, 2, 3 late */
+    assert_int_equal(info(j, "w").adopted, 1);
+    assert_int_equal(jobs_owners(j, "n", owners, 3), 3);        /* not elastic: it waits */
+    assert_int_equal(owners[1], 0);
+    assert_int_equal(owners[2], 0);
+    jobs_start_deadline(j, 30000);                              /* once */
+    assert_int_equal(info(j, "s").adopted, 1);
+    /* Rank 2 comes after all: it waits until it caught up, then takes its slot back. */
+    assert_int_equal(jobs_join(j, "s", 12, 2, 3, 0, false, true, false, NULL, 31000, NULL), TS_OK);
+    assert_string_equal(slots_of(j, 12, &roster), "");
+    assert_string_equal(slots_of(j, 10, &roster), "0,2");
+    jobs_ready(j, 12);
+    assert_string_equal(slots_of(j, 12, &roster), "2");
+    assert_string_equal(slots_of(j, 10, &roster), "0");
+    assert_int_equal(roster, 2);
+    jobs_leave(j, 10, false, FP, "", 40000);
+    jobs_leave(j, 11, false, FP, "", 40000);
+    jobs_leave(j, 12, false, FP, "", 40000);
+    assert_int_equal(info(j, "s").state, JOB_FINISHED);
+    /* A master restarted at 50000 with the records from before the deadline. */
+    assert_int_equal(jobs_restore(k, r, n, 50000, rerun, 2, &nrerun, NULL), TS_OK);
+    jobs_start_deadline(k, 59999);
+    assert_int_equal(jobs_owners(k, "s", owners, 3), 3);
+    assert_int_equal(owners[2], 0);
+    jobs_start_deadline(k, 60000);
+    assert_string_equal(slots_of(k, 10, &roster), "0,2");
+    jobs_start_deadline(off, INT64_C(1) << 40);
+    assert_int_equal(jobs_owners(off, "s", owners, 3), 3);
+    assert_int_equal(owners[1], 0);
+    jobs_records_free(r, n);
+    jobs_free(j);
+    jobs_free(k);
+    jobs_free(off);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -698,6 +770,7 @@ int main(void)
         cmocka_unit_test(elastic_waits_until_caught_up), cmocka_unit_test(elastic_starts_narrow),
         cmocka_unit_test(balance_moves_slots_by_speed),
         cmocka_unit_test(death_after_the_training_ended),
+        cmocka_unit_test(a_rank_that_never_came),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

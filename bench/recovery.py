@@ -290,6 +290,8 @@ def cost(a, binary):
         try:
             for _ in range(a.rounds):
                 for r in (1, 2):
+                    # Each cluster has its own CA; the one made last set the environment.
+                    os.environ["TESSERA_TLS_DIR"] = clusters[r].tls_dir
                     runs[r].append(result(train(binary, clusters[r].master, 300),
                                           "tessera train")["seconds"])
         finally:

@@ -416,11 +416,16 @@ def main():
                         ("shard", "head shard SIGSTOP %.0f s -> next step")):
         if pauses[kind]:
             ps = [t["step_s"] for t in pauses[kind]]
+            two = [t["two_steps_s"] for t in pauses[kind]]
             goal = 2 * a.lease_ms / 1000.0
             print("%-44s %9.3fs %9.3fs %7.1fs" % (label % a.pause_s, statistics.median(ps),
                                                    max(ps), goal))
+            print("%-44s %9.3fs %9.3fs  (pause / that: %.1f)" % (
+                "  two steps, nothing stopped (baseline)", statistics.median(two), max(two),
+                statistics.median(ps) / statistics.median(two)))
             paused[kind] = {"trials": pauses[kind], "pause_s": a.pause_s, "goal_s": goal,
-                            "step_median_s": statistics.median(ps), "step_max_s": max(ps)}
+                            "step_median_s": statistics.median(ps), "step_max_s": max(ps),
+                            "two_steps_median_s": statistics.median(two)}
     if joins:
         js = [t["join_s"] for t in joins]
         sw = [t["gap_s"] for t in joins]

@@ -147,8 +147,6 @@ void cli_last_line(const char *path, char *out, size_t n);
 const Tessera__V1__JobInfo *cli_job_at(const char *master, const char *job,
                                        Tessera__V1__ClusterStatusResponse **cs,
                                        struct ts_err *err);
-/* "running", "idle", "finished", "failed", "abandoned" for a JobState. */
-const char *cli_job_state_name(int state);
 
 /* A call to the master at addr failed with err: says so as `tessera CMD: ...`, and when no
  * master answered, how to start one or name the one running (status.c). */

@@ -16,15 +16,12 @@
 static const Tessera__V1__TaskInfo *find_task(const Tessera__V1__ClusterStatusResponse *cs,
                                               const char *job, uint32_t id, bool *running)
 {
-    *running = false;
-    for (size_t i = 0; i < cs->n_jobs; i++) {
-        if (strcmp(cs->jobs[i]->id, job))
-            continue;
-        *running = cs->jobs[i]->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING;
-        for (size_t k = 0; k < cs->jobs[i]->n_tasks; k++)
-            if (cs->jobs[i]->tasks[k]->id == id)
-                return cs->jobs[i]->tasks[k];
-    }
+    const Tessera__V1__JobInfo *j = ts_status_job(cs, job);
+
+    *running = j && j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING;
+    for (size_t k = 0; j && k < j->n_tasks; k++)
+        if (j->tasks[k]->id == id)
+            return j->tasks[k];
     return NULL;
 }
 

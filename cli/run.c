@@ -448,7 +448,7 @@ static void job_report(const struct run *r, struct ts_json *j)
     const Tessera__V1__JobInfo *jb = cli_job_at(r->master, r->job, &cs, &err);
 
     if (jb && j) {
-        ts_json_str(j, "state", cli_job_state_name(jb->state));
+        ts_json_str(j, "state", ts_job_state_name(jb->state));
         if (jb->fingerprint[0])
             ts_json_str(j, "params_sha256", jb->fingerprint);
         if (jb->reason[0])
@@ -456,7 +456,7 @@ static void job_report(const struct run *r, struct ts_json *j)
     }
     if (jb) {
         fprintf(stderr, "tessera run: job %s %s%s%s%s%s\n", r->job,
-                cli_job_state_name(jb->state), jb->fingerprint[0] ? ", params_sha256 " : "",
+                ts_job_state_name(jb->state), jb->fingerprint[0] ? ", params_sha256 " : "",
                 jb->fingerprint, jb->reason[0] ? ": " : "", jb->reason);
     } else if (!cs) {
         fprintf(stderr, "tessera run: the job's state: %s\n", err.msg);

@@ -59,22 +59,7 @@ const Tessera__V1__JobInfo *cli_job_at(const char *master, const char *job,
     if (!ts_master_open(master, &m, err) && ts_master_status(m, 5000, cs, err))
         *cs = NULL;
     ts_master_close(m);
-    for (size_t i = 0; *cs && i < (*cs)->n_jobs; i++)
-        if (!strcmp((*cs)->jobs[i]->id, job))
-            return (*cs)->jobs[i];
-    return NULL;
-}
-
-const char *cli_job_state_name(int s)
-{
-    switch (s) {
-    case TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING: return "running";
-    case TESSERA__V1__JOB_STATE__JOB_STATE_IDLE: return "idle";
-    case TESSERA__V1__JOB_STATE__JOB_STATE_FINISHED: return "finished";
-    case TESSERA__V1__JOB_STATE__JOB_STATE_FAILED: return "failed";
-    case TESSERA__V1__JOB_STATE__JOB_STATE_ABANDONED: return "abandoned";
-    default: return "unknown";
-    }
+    return ts_status_job(*cs, job);
 }
 
 /* A job's last progress report, "-" where the trainer gave no value. */
@@ -223,7 +208,7 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         const Tessera__V1__JobInfo *jb = cs->jobs[i];
         ts_json_obj(&j, NULL);
         ts_json_str(&j, "id", jb->id);
-        ts_json_str(&j, "state", cli_job_state_name(jb->state));
+        ts_json_str(&j, "state", ts_job_state_name(jb->state));
         ts_json_uint(&j, "workers", jb->workers);
         ts_json_uint(&j, "alive", jb->alive);
         ts_json_uint(&j, "finished", jb->finished);
@@ -358,7 +343,7 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
            "PARAMS_SHA256 / REASON");
     for (size_t i = 0; i < cs->n_jobs; i++) {
         const Tessera__V1__JobInfo *jb = cs->jobs[i];
-        printf("%-24s %-9s %-8u %-9u %-8s %.64s\n", jb->id, cli_job_state_name(jb->state),
+        printf("%-24s %-9s %-8u %-9u %-8s %.64s\n", jb->id, ts_job_state_name(jb->state),
                jb->workers, jb->finished, jb->released ? "yes" : "no",
                jb->reason[0] ? jb->reason : jb->fingerprint);
         if (jb->progress)

@@ -361,7 +361,7 @@ static void print_job_result(const struct train_cli *t, const char *master, bool
         ts_json_obj(&doc, NULL);
         ts_json_str(&doc, "job", t->job);
         if (j) {
-            ts_json_str(&doc, "state", cli_job_state_name(j->state));
+            ts_json_str(&doc, "state", ts_job_state_name(j->state));
             if (j->fingerprint[0])
                 ts_json_str(&doc, "params_sha256", j->fingerprint);
             if (j->reason[0])

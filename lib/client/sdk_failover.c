@@ -234,28 +234,6 @@ ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err)
     return st;
 }
 
-/* The job as the master lists it, in any state; NULL if it does not (cs is the caller's). */
-static const Tessera__V1__JobInfo *job_of(const Tessera__V1__ClusterStatusResponse *cs,
-                                          const char *id)
-{
-    for (size_t i = 0; i < cs->n_jobs; i++)
-        if (!strcmp(cs->jobs[i]->id, id))
-            return cs->jobs[i];
-    return NULL;
-}
-
-static const char *state_name(Tessera__V1__JobState s)
-{
-    switch (s) {
-    case TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING: return "running";
-    case TESSERA__V1__JOB_STATE__JOB_STATE_IDLE: return "idle";
-    case TESSERA__V1__JOB_STATE__JOB_STATE_FINISHED: return "finished";
-    case TESSERA__V1__JOB_STATE__JOB_STATE_FAILED: return "failed";
-    case TESSERA__V1__JOB_STATE__JOB_STATE_ABANDONED: return "abandoned";
-    default: return "in an unknown state";
-    }
-}
-
 /* What the master's answer says of job j (NULL: not listed) while this worker waits for its
  * rollback: the wait's message reports that, not a guess at whether the master runs. */
 static void master_said(const struct tessera *t, const Tessera__V1__JobInfo *j, char *out,
@@ -264,7 +242,7 @@ static void master_said(const struct tessera *t, const Tessera__V1__JobInfo *j, 
     if (!j)
         snprintf(out, n, "the master answers but does not list the job");
     else if (j->state != TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING)
-        snprintf(out, n, "the master lists it as %s%s%s", state_name(j->state),
+        snprintf(out, n, "the master lists it as %s%s%s", ts_job_state_name(j->state),
                  j->reason[0] ? ": " : "", j->reason);
     else if (j->rolling_back)
         snprintf(out, n, "the master lists it running, its rollback still under way%s%s",
@@ -294,7 +272,7 @@ static ts_status await_rollback(struct tessera *t, uint64_t *step, uint32_t *rol
         if (ts_master_status(t->master, ts_master_call_ms(t->master), &cs, &e)) {
             snprintf(last, sizeof(last), "the master did not answer: %s", e.msg);
         } else {
-            j = job_of(cs, t->job.id);
+            j = ts_status_job(cs, t->job.id);
             master_said(t, j, last, sizeof(last));
         }
         if (j && j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING) {

@@ -51,6 +51,11 @@ const char *ts_master_addr(const struct ts_master *m);
 ts_status ts_master_status(struct ts_master *m, int deadline_ms,
                            Tessera__V1__ClusterStatusResponse **out,
                            struct ts_err *err) TS_MUST_CHECK;
+/* Job id as cs lists it, in any state; NULL when it does not (points into cs). */
+const Tessera__V1__JobInfo *ts_status_job(const Tessera__V1__ClusterStatusResponse *cs,
+                                          const char *id);
+/* A JobState as a word: "running", "idle", "finished", "failed", "abandoned", else "unknown". */
+const char *ts_job_state_name(int state);
 ts_status ts_master_shard_map(struct ts_master *m, Tessera__V1__ShardMap **out,
                               struct ts_err *err) TS_MUST_CHECK;
 /* CreateSnapshot and CollectGarbage with the caller's request; *out is the reply (the

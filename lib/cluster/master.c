@@ -150,6 +150,27 @@ const char *ts_master_addr(const struct ts_master *m)
     ts_rpc_unary((m)->ch, "/tessera.v1.Master/" name, &(req)->base, (rdesc),                       \
                  (ProtobufCMessage **)(out), (ms), (err))
 
+const Tessera__V1__JobInfo *ts_status_job(const Tessera__V1__ClusterStatusResponse *cs,
+                                          const char *id)
+{
+    for (size_t i = 0; cs && i < cs->n_jobs; i++)
+        if (!strcmp(cs->jobs[i]->id, id))
+            return cs->jobs[i];
+    return NULL;
+}
+
+const char *ts_job_state_name(int s)
+{
+    switch (s) {
+    case TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING: return "running";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_IDLE: return "idle";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_FINISHED: return "finished";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_FAILED: return "failed";
+    case TESSERA__V1__JOB_STATE__JOB_STATE_ABANDONED: return "abandoned";
+    default: return "unknown";
+    }
+}
+
 ts_status ts_master_status(struct ts_master *m, int deadline_ms,
                            Tessera__V1__ClusterStatusResponse **out, struct ts_err *err)
 {

@@ -2,7 +2,6 @@
  * docs/scheduler.md "Priority tasks") and waits for its result. */
 #include <inttypes.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "cli.h"
 #include "cluster/cluster.h"

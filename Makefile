@@ -22,6 +22,8 @@
 #               systemd units, a real Slurm, the podman image; says what it skipped and why
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
+#   make soak-growth  1000 short jobs in a row on one cluster: the master's and shards' RSS
+#               after job 1000 within 2 MiB of after job 300 (about 70 minutes)
 #   make fuzz   run each libFuzzer target for FUZZ_SECONDS (default 600; build-fuzz/, clang),
 #               one after another: the decoders (manifest frame rpc codec handshake) and what
 #               lies behind them (dataplane shm master shard_rpc http; docs/testing.md);
@@ -101,6 +103,7 @@ DEPS_fuzz := FUZZ
 DEPS_test-fault := FAULT
 DEPS_test-big := PY
 DEPS_soak := PY
+DEPS_soak-growth := PY
 DEPS_bench := BENCH
 DEPS_test-deploy := DEPLOY NODE
 deps_lists := $(sort $(foreach g,$(MAKECMDGOALS),$(DEPS_$(g))))
@@ -110,7 +113,7 @@ deps_node := $(filter NODE,$(deps_lists))
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all build deps deps-needed deps-build deps-node test demo bench clean help asan fuzz \
-        fuzz-build fuzz-check test-fault install soak fresh-check test-deploy test-big
+        fuzz-build fuzz-check test-fault install soak soak-growth fresh-check test-deploy test-big
 
 all: build
 
@@ -296,6 +299,14 @@ SOAK_ARGS ?=
 soak: build
 	TESSERA_BIN=$(abspath $(BUILD))/bin PYTHONPATH=$(abspath $(BUILD))/gen/python \
 	    TESSERA_SRC=$(CURDIR) /usr/bin/python3 tests/integration/test_soak.py --full \
+	    $(SOAK_ARGS)
+
+# 1000 jobs in a row on one cluster: the services' memory after job 1000 against after job 300
+# (test_soak.py --growth; about 70 minutes on 2 cores; docs/operations.md, "Memory over many
+# jobs").
+soak-growth: build
+	TESSERA_BIN=$(abspath $(BUILD))/bin PYTHONPATH=$(abspath $(BUILD))/gen/python \
+	    TESSERA_SRC=$(CURDIR) /usr/bin/python3 tests/integration/test_soak.py --growth \
 	    $(SOAK_ARGS)
 
 CMD ?= make test

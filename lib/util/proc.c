@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,14 @@ int64_t ts_now_ns(void) { return ts_clock_ns(CLOCK_MONOTONIC); }
 int64_t ts_now_ms(void) { return ts_clock_ns(CLOCK_MONOTONIC) / 1000000; }
 int64_t ts_now_us(void) { return ts_clock_ns(CLOCK_MONOTONIC) / 1000; }
 int64_t ts_unix_ms(void) { return ts_clock_ns(CLOCK_REALTIME) / 1000000; }
+
+#define FIXED_MALLOC_THRESHOLD (128 * 1024)   /* glibc's starting value of both */
+
+void ts_proc_fix_malloc(void)
+{
+    mallopt(M_MMAP_THRESHOLD, FIXED_MALLOC_THRESHOLD);
+    mallopt(M_TRIM_THRESHOLD, FIXED_MALLOC_THRESHOLD);
+}
 
 void ts_sleep_ms(int64_t ms)
 {

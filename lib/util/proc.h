@@ -24,6 +24,16 @@ void ts_sleep_ms(int64_t ms);
 struct timespec;
 void ts_abstime_ms(struct timespec *ts, int64_t ms);
 
+/* Fixes malloc's mmap and trim thresholds at 128 KiB (glibc's starting values) instead of
+ * glibc's sliding ones; a long-lived service calls it first in main(), before any thread.
+ * Why: once a large block is freed glibc raises both thresholds (the trim one up to 64 MiB),
+ * then keeps large blocks in its arenas and never gives back a thread arena's free top, which
+ * malloc_trim does not reach either: a shard kept 7-40 MiB resident with under 1 MiB in use,
+ * and the master's RSS climbed for 600 jobs (docs/operations.md, "Memory over many jobs").
+ * With fixed thresholds a large block is mapped and unmapped each time; no service allocates
+ * large short-lived blocks on a hot path. */
+void ts_proc_fix_malloc(void);
+
 /* Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (call first in main), ignores SIGPIPE. */
 void ts_proc_block_signals(void);
 /* Waits up to ms (-1: forever) for one of them; returns the signal, or 0 on timeout. */

@@ -106,6 +106,9 @@ int main(int argc, char **argv)
     int sig, rc = 1;
     pthread_t reap, release, rollback;
 
+    /* Large blocks come and go with every ClusterStatus and state write: see
+     * ts_proc_fix_malloc. */
+    ts_proc_fix_malloc();
     ts_proc_block_signals();
     if ((rc = ts_flags_program("tessera-master", NULL,
                                "The Tessera master: membership, leases and the shard map (gRPC).\n"

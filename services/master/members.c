@@ -166,6 +166,15 @@ static void prune(struct table *t)
         t->v[k++] = t->v[i];
     }
     t->n = k;
+    /* Give back the room of the forgotten: the table would otherwise stay as large as it ever
+     * was (a member is about 1.9 KiB). A failed shrink keeps the larger block. */
+    if (t->cap > 16 && t->n < t->cap / 2) {
+        struct ts_member *v = realloc(t->v, t->cap / 2 * sizeof(*v));
+        if (v) {
+            t->v = v;
+            t->cap /= 2;
+        }
+    }
     memset(t->index, 0, t->index_cap * sizeof(*t->index));
     for (size_t i = 0; i < t->n; i++)
         index_put(t, &t->v[i]);

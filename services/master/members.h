@@ -34,7 +34,7 @@
 #define TS_MEMBERS_MAX_INSTANCE 64
 #define TS_MEMBERS_MAX_REASON 256
 /* Departed workers kept for ClusterStatus; the oldest beyond are forgotten (members.c). */
-#define TS_MEMBERS_KEEP_DEPARTED 1024
+#define TS_MEMBERS_KEEP_DEPARTED 512
 
 enum ts_member_kind { TS_MEMBER_SHARD = 1, TS_MEMBER_WORKER = 2 };
 enum ts_member_state { TS_MEMBER_ALIVE = 1, TS_MEMBER_DEAD = 2, TS_MEMBER_LEFT = 3 };

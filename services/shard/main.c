@@ -1,6 +1,5 @@
 /* main.c - tessera-shard: serve, join the cluster, heartbeat, leave cleanly on SIGTERM. */
 #include <inttypes.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -42,7 +41,6 @@ static uint64_t default_budget(void)
     return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size / 2 : UINT64_C(1) << 32;
 }
 
-#define SHARD_MALLOC_THRESHOLD (128 * 1024)   /* glibc's starting value of both */
 
 /* The map's epoch moved (membership's heartbeat thread): fetch it, and follow the new chains
  * (docs/replication.md, "Failover"). */
@@ -167,14 +165,8 @@ int main(int argc, char **argv)
     bool dp_started = false;
     int sig, rc;
 
-    /* Fixed malloc thresholds instead of glibc's sliding ones. Once a large block (a
-     * partition) is freed, glibc raises its trim threshold as high as 64 MiB, and then never
-     * gives back the free top of a thread's arena: after 20 jobs at once a shard kept 7-40 MiB
-     * resident with under 1 MiB in use, which malloc_trim does not reach. No allocation on the
-     * step's path is large and short-lived, so mapping large blocks every time costs nothing
-     * there (docs/operations.md, "The soak test"). */
-    mallopt(M_MMAP_THRESHOLD, SHARD_MALLOC_THRESHOLD);
-    mallopt(M_TRIM_THRESHOLD, SHARD_MALLOC_THRESHOLD);
+    /* Partitions are large blocks freed when a job ends: see ts_proc_fix_malloc. */
+    ts_proc_fix_malloc();
     pthread_mutex_init(&s.remap_mu, NULL);
     ts_proc_block_signals();
     if ((rc = ts_flags_program("tessera-shard", NULL,

@@ -73,7 +73,10 @@ static void encode_refusals(struct ts_rpc_call *call, struct dataplane *dp,
 }
 
 /* The malloc heap, for leak checks: blocks in use (arena and mmapped), and what the heap holds
- * from the system (arenas and mmapped blocks). */
+ * from the system (arenas and mmapped blocks). "In use" includes the freed blocks each
+ * thread's cache (glibc's tcache: up to 7 a size class) keeps: it creeps up by about a KiB a
+ * job until those caches are full, with nothing of any job in it (docs/operations.md, "Memory
+ * over many jobs"). */
 static void heap_figures(uint64_t *in_use, uint64_t *held)
 {
     struct mallinfo2 mi = mallinfo2();

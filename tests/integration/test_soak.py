@@ -26,8 +26,12 @@ At the end:
 
 Profiles: no arguments (or --short) runs the short one that the test suite runs (30 jobs in a
 row, 6 at once, every 12th killed: about 3 minutes on 2 cores); --full is `make soak`'s (500 in
-a row, 20 at once, every 25th killed). --jobs, --concurrent, --kill-every and --seed override
-either. docs/operations.md, "The soak test", says how to read the table.
+a row, 20 at once, every 25th killed); --growth is `make soak-growth`'s (1000 in a row, nothing
+killed, and a sample after job 300: the master's and the shards' RSS, and the shards' heap in
+use, after job 1000 must be within GROWTH_MARGIN_MIB of that sample, so memory that creeps up
+a little with every job fails even where the margins above hide it; about 70 minutes on 2
+cores). --jobs, --concurrent, --kill-every, --mid and --seed override any of them.
+docs/operations.md, "The soak test" and "Memory over many jobs", says how to read the table.
 
 Environment: as every integration test (tessera_testlib.py): TESSERA_BIN, PYTHONPATH,
 TESSERA_SRC; TESSERA_KEEP_LOGS=1 keeps the cluster's logs and the jobs' output.
@@ -68,10 +72,15 @@ RSS_MARGIN_FRAC = 0.25    # ... or this fraction of the baseline, whichever is m
 # released job leaves allocated is a leak whatever malloc keeps, so only the noise of gRPC's
 # own caches is allowed, against the warm baseline (the first jobs fill those caches).
 HEAP_MARGIN_MIB = 4
+# Growth (--mid N): what a service may gain from the sample after job N to the end. The first
+# hundreds of jobs fill the master's bounded tables (departed workers, released jobs'
+# summaries); past them a service that keeps anything per job grows without end.
+GROWTH_MARGIN_MIB = 2
 
 # ---- Profiles and timing ----
-PROFILES = {"short": {"jobs": 30, "concurrent": 6, "kill_every": 12},
-            "full": {"jobs": 500, "concurrent": 20, "kill_every": 25}}
+PROFILES = {"short": {"jobs": 30, "concurrent": 6, "kill_every": 12, "mid": 0},
+            "full": {"jobs": 500, "concurrent": 20, "kill_every": 25, "mid": 0},
+            "growth": {"jobs": 1000, "concurrent": 0, "kill_every": 0, "mid": 300}}
 SHARDS = 2
 WARMUP_JOBS = 3        # the warm baseline is sampled after this many jobs (and a settle)
 SETTLE_TIMEOUT = 20.0  # s: the most we wait for the shards to drop finished jobs before a sample
@@ -551,21 +560,23 @@ def limits(base):
             "fds": base["fds"] + FD_MARGIN, "threads": base["threads"] + THREAD_MARGIN}
 
 
-def table(start, warm, end, pids):
+def table(samples, pids):
+    """samples: [(letter, sample)], e.g. s(tart), w(arm), m(id), e(nd)."""
     mib = lambda kib: "%.1f" % (kib / 1024.0)  # noqa: E731
     heap = lambda x, k: mib(x[k]) if k in x else "?"  # noqa: E731
-    lines = ["%-9s %7s | %-22s | %-20s | %-20s | %-14s | %-14s | %s" % (
-        "service", "pid", "RSS MiB start/warm/end", "heap in use MiB s/w/e",
-        "heap held MiB s/w/e", "fds s/w/e", "threads s/w/e", "jobs held s/w/e")]
-    for name in sorted(start):
-        s, w, e = start[name], warm[name], end[name]
-        lines.append("%-9s %7d | %-22s | %-20s | %-20s | %-14s | %-14s | %s" % (
-            name, pids[name], "/".join(mib(x["rss"]) for x in (s, w, e)),
-            "/".join(heap(x, "heap") for x in (s, w, e)) if "heap" in s else "-",
-            "/".join(heap(x, "held") for x in (s, w, e)) if "held" in s else "-",
-            "/".join(str(x["fds"]) for x in (s, w, e)),
-            "/".join(str(x["threads"]) for x in (s, w, e)),
-            "/".join(str(x["jobs"]) for x in (s, w, e)) if s["jobs"] != "" else "-"))
+    tag = "/".join(k for k, _ in samples)
+    lines = ["%-9s %7s | %-26s | %-24s | %-24s | %-16s | %-16s | %s" % (
+        "service", "pid", "RSS MiB " + tag, "heap in use MiB " + tag,
+        "heap held MiB " + tag, "fds " + tag, "threads " + tag, "jobs held " + tag)]
+    for name in sorted(samples[0][1]):
+        xs = [x[name] for _, x in samples]
+        lines.append("%-9s %7d | %-26s | %-24s | %-24s | %-16s | %-16s | %s" % (
+            name, pids[name], "/".join(mib(x["rss"]) for x in xs),
+            "/".join(heap(x, "heap") for x in xs) if "heap" in xs[0] else "-",
+            "/".join(heap(x, "held") for x in xs) if "held" in xs[0] else "-",
+            "/".join(str(x["fds"]) for x in xs),
+            "/".join(str(x["threads"]) for x in xs),
+            "/".join(str(x["jobs"]) for x in xs) if xs[0]["jobs"] != "" else "-"))
     return "\n".join(lines)
 
 
@@ -590,6 +601,21 @@ def resource_problems(start, warm, end):
     return bad
 
 
+def growth_problems(mid, end, mid_jobs):
+    """What grew past GROWTH_MARGIN_MIB from the sample after mid_jobs jobs to the end: RSS of
+    every service, heap in use of the shards."""
+    bad = []
+    for name in sorted(end):
+        for k, what in (("rss", "RSS"), ("heap", "heap in use")):
+            if k in end[name] and k in mid[name] and \
+                    end[name][k] > mid[name][k] + GROWTH_MARGIN_MIB * 1024:
+                bad.append("%s: %s %d KiB at the end, %d KiB after job %d: it grew %.2f MiB, "
+                           "more than %d MiB, so something is kept per job" % (
+                               name, what, end[name][k], mid[name][k], mid_jobs,
+                               (end[name][k] - mid[name][k]) / 1024.0, GROWTH_MARGIN_MIB))
+    return bad
+
+
 # ---- main ----
 
 def parse_args(argv):
@@ -602,22 +628,31 @@ def parse_args(argv):
                       help="30 jobs in a row, 6 at once, every 12th killed (the default)")
     prof.add_argument("--full", dest="profile", action="store_const", const="full",
                       help="500 jobs in a row, 20 at once, every 25th killed (make soak)")
+    prof.add_argument("--growth", dest="profile", action="store_const", const="growth",
+                      help="1000 jobs in a row, none killed, RSS after job 300 against the "
+                      "end (make soak-growth)")
     ap.add_argument("--jobs", type=int, metavar="N", help="jobs run one after the other")
     ap.add_argument("--concurrent", type=int, metavar="M",
                     help="jobs run at once in the concurrent phase, after the others")
     ap.add_argument("--kill-every", type=int, metavar="K",
                     help="every K-th job is killed while it trains (0: none)")
+    ap.add_argument("--mid", type=int, metavar="N",
+                    help="sample after the N-th job in a row too: the end may be at most %d "
+                    "MiB above it (0: no such sample)" % GROWTH_MARGIN_MIB)
     ap.add_argument("--seed", type=int, metavar="S",
                     help="seed of the plan (default: from the clock; printed)")
     a = ap.parse_args(argv)
     prof = PROFILES[a.profile or "short"]
-    for k in ("jobs", "concurrent", "kill_every"):
+    for k in ("jobs", "concurrent", "kill_every", "mid"):
         if getattr(a, k) is None:
             setattr(a, k, prof[k])
         if getattr(a, k) < 0:
             ap.error("--%s must be 0 or more" % k.replace("_", "-"))
     if a.jobs + a.concurrent == 0:
         ap.error("nothing to run: --jobs and --concurrent are both 0")
+    if a.mid and a.mid >= a.jobs:
+        ap.error("--mid %d: the sample must come before the last of the %d jobs in a row"
+                 % (a.mid, a.jobs))
     if a.seed is None:
         a.seed = int(time.time() * 1000) % 1000000
     a.profile = a.profile or "short"
@@ -629,10 +664,10 @@ def main(argv):
     # SIGTERM (ctest's timeout, a kill by pid) unwinds through the finally below.
     signal.signal(signal.SIGTERM, lambda sig, frame: sys.exit(128 + sig))
     say("soak: seed %d, %d jobs in a row then %d at once, %s killed "
-        "(rerun: test_soak.py --jobs %d --concurrent %d --kill-every %d --seed %d)"
+        "(rerun: test_soak.py --jobs %d --concurrent %d --kill-every %d --mid %d --seed %d)"
         % (args.seed, args.jobs, args.concurrent,
            "one job in %d" % args.kill_every if args.kill_every else "no job", args.jobs,
-           args.concurrent, args.kill_every, args.seed))
+           args.concurrent, args.kill_every, args.mid, args.seed))
     jobs = plan(args)
     failures = []
     soak = None
@@ -642,13 +677,15 @@ def main(argv):
             soak.addr, ", ".join("%s pid %d" % kv for kv in sorted(soak.services.items())),
             soak.c.dir))
         start = settle(soak, "start, before the first job")
-        warm = None
+        warm = mid = None
         done = 0
         seq = [j for j in jobs if j.phase == "seq"]
         for j in seq:
             done = run_batch(soak, [j], len(jobs), done)
             if j.n == min(WARMUP_JOBS, len(seq)):
                 warm = settle(soak, "warm, after %d jobs" % j.n)
+            if j.n == args.mid:
+                mid = settle(soak, "mid, after %d jobs" % j.n)
         if warm is None:
             warm = start
         conc = [j for j in jobs if j.phase == "conc"]
@@ -659,7 +696,9 @@ def main(argv):
         say("resources (the least of %d reads %.1f s apart; margins: fds +%d, threads +%d, "
             "RSS +max(%d MiB, %d%%), shards' heap in use +%d MiB over warm):\n%s" % (
                 SAMPLE_READS, SAMPLE_GAP, FD_MARGIN, THREAD_MARGIN, RSS_MARGIN_MIB,
-                RSS_MARGIN_FRAC * 100, HEAP_MARGIN_MIB, table(start, warm, end, soak.services)))
+                RSS_MARGIN_FRAC * 100, HEAP_MARGIN_MIB,
+                table([("s", start), ("w", warm)] + ([("m", mid)] if mid else []) + [("e", end)],
+                      soak.services)))
 
         # the services lived through it: same pids, shards alive, the map as it was
         for name, pid in sorted(soak.services.items()):
@@ -676,6 +715,8 @@ def main(argv):
                 name, growth(start[name]["fd_kinds"], end[name]["fd_kinds"]),
                 growth(start[name]["thread_names"], end[name]["thread_names"])))
         failures += resource_problems(start, warm, end)
+        if mid:
+            failures += growth_problems(mid, end, args.mid)
 
         # every job: killed ones are gone; the others did what they were asked
         refs = {}

@@ -31,6 +31,8 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include "util/file.h"
+
 #define CA_DAYS 3650
 #define LEAF_DAYS 825
 #define HOSTS_MAX 2048              /* the --hosts list, in characters */
@@ -126,11 +128,10 @@ struct ext {
 };
 
 struct file {
-    char path[4096], tmp[4096];
+    char path[4096];
     mode_t mode;
     char *data;                 /* the PEM, malloc'd */
     size_t len;
-    bool have_tmp;              /* tmp exists and is not renamed yet */
 };
 
 /* The first libcrypto error, as text, then the queue cleared. */
@@ -388,37 +389,6 @@ static ts_status make_all(struct file *f, size_t nleaves, int shards, long days,
 
 /* ---- writing ---- */
 
-static ts_status write_tmp(const char *dir, struct file *f, struct ts_err *err)
-{
-    size_t off = 0;
-    int fd;
-
-    snprintf(f->tmp, sizeof(f->tmp), "%s/.certs-tmp-XXXXXX", dir);
-    if ((fd = mkstemp(f->tmp)) < 0)
-        return ts_err_set(err, TS_EIO, "%s: cannot create a file there: %s", dir,
-                          strerror(errno));
-    f->have_tmp = true;
-    if (fchmod(fd, f->mode) < 0)
-        goto out_close;
-    while (off < f->len) {
-        ssize_t w = write(fd, f->data + off, f->len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            goto out_close;
-        off += (size_t)w;
-    }
-    if (fsync(fd) < 0)
-        goto out_close;
-    if (close(fd) < 0)
-        return ts_err_set(err, TS_EIO, "%s: %s", f->path, strerror(errno));
-    return TS_OK;
-out_close:
-    ts_err_set(err, TS_EIO, "%s: %s", f->path, strerror(errno));
-    close(fd);
-    return TS_EIO;
-}
-
 /* dir exists as a directory afterwards (made 0700 if it was missing). */
 static ts_status make_dir(const char *dir, struct ts_err *err)
 {
@@ -434,28 +404,19 @@ static ts_status make_dir(const char *dir, struct ts_err *err)
     return TS_OK;
 }
 
-static ts_status write_all(const char *dir, struct file *f, size_t nfiles, struct ts_err *err)
+/* The set's files, all or none (lib/util/file.h). */
+static ts_status write_all(const struct file *f, size_t nfiles, struct ts_err *err)
 {
-    ts_status st = TS_OK;
-    int dfd;
+    struct ts_file_out *out = calloc(nfiles, sizeof(*out));
+    ts_status st;
 
-    for (size_t i = 0; i < nfiles && !st; i++)
-        st = write_tmp(dir, &f[i], err);
-    for (size_t i = 0; i < nfiles && !st; i++) {
-        if (rename(f[i].tmp, f[i].path) < 0)
-            st = ts_err_set(err, TS_EIO, "%s: %s", f[i].path, strerror(errno));
-        else
-            f[i].have_tmp = false;
-    }
+    if (!out)
+        return ts_err_set(err, TS_ENOMEM, "certs: out of memory");
     for (size_t i = 0; i < nfiles; i++)
-        if (f[i].have_tmp)
-            unlink(f[i].tmp);
-    /* The renames are durable once the directory is synced. */
-    if (!st && (dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
-        if (fsync(dfd) < 0)
-            st = ts_err_set(err, TS_EIO, "%s: fsync: %s", dir, strerror(errno));
-        close(dfd);
-    }
+        out[i] = (struct ts_file_out){ .path = f[i].path, .body = f[i].data,
+                                       .body_len = f[i].len, .mode = f[i].mode };
+    st = ts_files_replace(out, nfiles, err);
+    free(out);
     return st;
 }
 
@@ -530,7 +491,7 @@ ts_status ts_certs_init(const char *dir, const struct ts_certs_opts *o, struct t
         !(st = check_absent(f, nfiles, 2 * nleaves, o->force, err)) &&
         !(st = make_all(f, nleaves, set_shards(o), o->days ? o->days : LEAF_DAYS, hosts_san,
                         err)))
-        st = write_all(dir, f, nfiles, err);
+        st = write_all(f, nfiles, err);
     free_files(f, nfiles);
     return st;
 }
@@ -612,7 +573,7 @@ ts_status ts_certs_issue(const char *dir, const char *member, const struct ts_ce
         if (!(st = check_absent(f, 2, 0, o->force, err)) &&
             !(st = make_leaf(member, ca, ca_key, o->days ? o->days : LEAF_DAYS, hosts_san, f,
                              err)))
-            st = write_all(dir, f, 2, err);
+            st = write_all(f, 2, err);
         X509_free(ca);
         EVP_PKEY_free(ca_key);
     }

@@ -1,5 +1,6 @@
 /* proc.c - see proc.h. */
 #include "util/proc.h"
+#include "util/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -107,22 +108,10 @@ ts_status ts_proc_exe_dir(char *buf, size_t n, struct ts_err *err)
 
 ts_status ts_port_file_write(const char *path, int port, struct ts_err *err)
 {
-    char tmp[4096];
-    bool bad;
-    FILE *f;
+    char buf[16];
+    int n = snprintf(buf, sizeof(buf), "%d\n", port);
 
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
-        return ts_err_set(err, TS_EINVAL, "--port-file: path too long");
-    if (!(f = fopen(tmp, "w")))
-        return ts_err_set(err, TS_EIO, "cannot write --port-file %s: %s", path, strerror(errno));
-    bad = fprintf(f, "%d\n", port) < 0;
-    bad |= fclose(f) != 0;              /* always closed */
-    if (bad || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return ts_err_set(err, TS_EIO, "cannot write --port-file %s: %s", path, strerror(e));
-    }
-    return TS_OK;
+    return ts_file_replace(path, buf, (size_t)n, 0644, err);
 }
 
 int ts_port_file_read(const char *path)

@@ -39,9 +39,9 @@ void ts_proc_block_signals(void);
 /* Waits up to ms (-1: forever) for one of them; returns the signal, or 0 on timeout. */
 int ts_proc_wait_signal(int ms);
 
-/* Writes "PORT\n" to path atomically (a temporary file beside it, then rename), so that a
- * launcher polling for the file reads the whole port or nothing, never an empty or partial
- * file. TS_EIO naming path on failure (nothing left behind). */
+/* Writes "PORT\n" to path atomically (ts_file_replace), so that a launcher polling for the
+ * file reads the whole port or nothing, never an empty or partial file. TS_EIO naming path
+ * on failure (nothing left behind). */
 ts_status ts_port_file_write(const char *path, int port, struct ts_err *err) TS_MUST_CHECK;
 /* The port in path (> 0), or 0 when the file is not there yet or holds no port. */
 int ts_port_file_read(const char *path);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/file.h"
 #include "verify/verify.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -81,46 +82,14 @@ static ts_status slurp(const char *path, char **buf, size_t *len, struct ts_err 
     return TS_OK;
 }
 
-static ts_status write_all(int fd, const void *p, size_t n, const char *path,
-                           struct ts_err *err)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return ts_err_set(err, TS_EIO, "%s: write: %s", path, strerror(errno));
-        p = (const char *)p + w;
-        n -= (size_t)w;
-    }
-    return TS_OK;
-}
-
-/* Writes head then body to path via path.tmp.PID, fdatasync, rename. */
+/* Writes head then body to path, replacing it atomically (lib/util/file.h). */
 static ts_status spit(const char *path, const void *head, size_t hlen, const void *body,
                       size_t blen, struct ts_err *err)
 {
-    char tmp[4096];
-    int fd;
-    ts_status st;
+    struct ts_file_out f = { .path = path, .head = head, .head_len = hlen, .body = body,
+                             .body_len = blen, .mode = 0644 };
 
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= sizeof(tmp))
-        return ts_err_set(err, TS_EINVAL, "%s: path too long", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return ts_err_set(err, TS_EIO, "%s: open: %s", tmp, strerror(errno));
-    st = write_all(fd, head, hlen, tmp, err);
-    if (st == TS_OK)
-        st = write_all(fd, body, blen, tmp, err);
-    if (st == TS_OK && fdatasync(fd) != 0)
-        st = ts_err_set(err, TS_EIO, "%s: fdatasync: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && st == TS_OK)
-        st = ts_err_set(err, TS_EIO, "%s: close: %s", tmp, strerror(errno));
-    if (st == TS_OK && rename(tmp, path) != 0)
-        st = ts_err_set(err, TS_EIO, "rename %s to %s: %s", tmp, path, strerror(errno));
-    if (st != TS_OK)
-        unlink(tmp);
-    return st;
+    return ts_files_replace(&f, 1, err);
 }
 
 /* ---- the header's dict literal ---- */

@@ -13,42 +13,22 @@
 
 #include "master.h"
 #include "tessera/v1/state.pb-c.h"
+#include "util/file.h"
 #include "util/log.h"
 #include "util/proc.h"
 
 #define STATE_FORMAT 1
 
-/* Replaces dir/name with the n bytes at p: a temporary file, fsync, rename, fsync of dir. */
+/* Replaces dir/name with the n bytes at p (0600: the state holds the cluster's data-plane
+ * key). */
 static ts_status replace_file(const char *dir, const char *name, const void *p, size_t n,
                               struct ts_err *err)
 {
-    char path[4096], tmp[4200];
-    ssize_t w = 0;
-    int fd, dfd, e = 0;
+    char path[4096];
 
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    /* 0600: the state holds the cluster's data-plane key */
-    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
-        return ts_err_set(err, TS_EIO, "cannot write %s: %s", tmp, strerror(errno));
-    for (size_t off = 0; off < n && w >= 0; off += (size_t)w)
-        if ((w = write(fd, (const char *)p + off, n - off)) < 0 && errno == EINTR)
-            w = 0;
-    if (w < 0 || fsync(fd) < 0)
-        e = errno;
-    if (close(fd) < 0 && !e)
-        e = errno;
-    if (!e && rename(tmp, path) < 0)
-        e = errno;
-    if (e) {
-        unlink(tmp);
-        return ts_err_set(err, TS_EIO, "cannot write %s: %s", path, strerror(e));
-    }
-    if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 || fsync(dfd) < 0)
-        e = errno;
-    if (dfd >= 0)
-        close(dfd);
-    return e ? ts_err_set(err, TS_EIO, "cannot sync %s: %s", dir, strerror(e)) : TS_OK;
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+        return ts_err_set(err, TS_EINVAL, "%s: path too long", dir);
+    return ts_file_replace(path, p, n, 0600, err);
 }
 
 /* dir/name's bytes into *out (malloc'd, *n); *out NULL when there is no such file. */

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <dirent.h>
 #include <grpc/status.h>
 #include <pthread.h>
 #include <signal.h>
@@ -12,11 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "rpc/rpc.h"
 #include "util/err.h"
+#include "util/file.h"
 #include "util/flags.h"
 #include "util/json.h"
 #include "util/launch.h"
@@ -300,6 +303,74 @@ static void port_file_atomic(void **state)
     assert_int_equal(rmdir(dir), 0);   /* empty: no temporary file left */
 }
 
+/* ts_files_replace: the new bytes with exactly the mode asked for; several files all or none
+ * when one cannot be written; a failed rename names its file; no temporary left behind. */
+static int count_entries(const char *dir)
+{
+    struct dirent *d;
+    DIR *dh = opendir(dir);
+    int n = 0;
+
+    assert_non_null(dh);
+    while ((d = readdir(dh)))
+        n += strcmp(d->d_name, ".") && strcmp(d->d_name, "..");
+    closedir(dh);
+    return n;
+}
+
+static void files_replace_all_or_none(void **state)
+{
+    char dir[] = "/tmp/tessera-file.XXXXXX", a[64], b[64], bad[64], buf[16] = "";
+    struct ts_err e = { 0 };
+    struct stat st;
+    mode_t old = umask(077);   /* the mode asked for wins over the umask */
+    FILE *f;
+
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(a, sizeof(a), "%s/a.pem", dir);
+    snprintf(b, sizeof(b), "%s/b.key", dir);
+    snprintf(bad, sizeof(bad), "%s/no/c", dir);
+    assert_int_equal(ts_file_replace(a, "old", 3, 0644, &e), TS_OK);
+    {
+        struct ts_file_out two[] = {
+            { .path = a, .head = "ne", .head_len = 2, .body = "w", .body_len = 1,
+              .mode = 0644 },
+            { .path = b, .body = "key", .body_len = 3, .mode = 0600 } };
+        assert_int_equal(ts_files_replace(two, 2, &e), TS_OK);
+    }
+    assert_non_null(f = fopen(a, "r"));
+    assert_int_equal(fread(buf, 1, sizeof(buf) - 1, f), 3);
+    fclose(f);
+    assert_string_equal(buf, "new");
+    assert_int_equal(stat(a, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0644);
+    assert_int_equal(stat(b, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    /* The second cannot be written (no such directory): the first stays as it was. */
+    {
+        struct ts_file_out two[] = { { .path = a, .body = "xyz!", .body_len = 4, .mode = 0644 },
+                                     { .path = bad, .body = "k", .body_len = 1, .mode = 0600 } };
+        assert_int_equal(ts_files_replace(two, 2, &e), TS_EIO);
+    }
+    assert_non_null(strstr(e.msg, bad));
+    assert_non_null(strstr(e.msg, "No such file or directory"));
+    assert_int_equal(stat(a, &st), 0);
+    assert_int_equal(st.st_size, 3);
+    assert_int_equal(count_entries(dir), 2);   /* a.pem, b.key: no temporary */
+    /* A rename that fails (a directory in the way) names the file. */
+    assert_int_equal(unlink(b), 0);
+    assert_int_equal(mkdir(b, 0700), 0);
+    ts_err_clear(&e);
+    assert_int_equal(ts_file_replace(b, "k", 1, 0600, &e), TS_EIO);
+    assert_non_null(strstr(e.msg, b));
+    assert_int_equal(count_entries(dir), 2);
+    assert_int_equal(rmdir(b), 0);
+    assert_int_equal(unlink(a), 0);
+    assert_int_equal(rmdir(dir), 0);
+    umask(old);
+}
+
 /* util/launch.h with /bin/sh as the child: its log, the port it writes, an early exit, a stop. */
 static void launch_wait_stop(void **state)
 {
@@ -359,6 +430,7 @@ int main(void)
         cmocka_unit_test(status_mapping),
         cmocka_unit_test(job_id_rule),
         cmocka_unit_test(port_file_atomic),
+        cmocka_unit_test(files_replace_all_or_none),
         cmocka_unit_test(launch_wait_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,6 +12,7 @@ Protos come from the build: load_protos(bin_dir) before anything else.
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -27,6 +28,35 @@ def load_protos(bin_dir):
     import grpc as g  # noqa: E402
     from tessera.v1 import master_pb2 as m, shard_pb2 as s  # noqa: E402
     grpc, master_pb2, shard_pb2 = g, m, s
+
+
+def trial_args(ap, seed_help):
+    """The arguments every trial script takes: --bin, --seed (seed_help: what it draws) and
+    --json-out."""
+    ap.add_argument("--bin", default=os.environ.get(
+        "TESSERA_BIN", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "build", "bin")),
+        help="directory of tessera and its services (default $TESSERA_BIN, then build/bin)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="%s (default: random, printed)" % seed_help)
+    ap.add_argument("--json-out", help="write every trial's record here")
+
+
+def seeded(a, prog):
+    """(seed, its random.Random): a.seed, or a random one; printed with how to rerun it."""
+    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+    print("%s: seed %d (rerun with --seed %d)" % (prog, seed, seed), flush=True)
+    return seed, random.Random(seed)
+
+
+def trials_done(a, seed, trials, **extra):
+    """Writes the trials to --json-out (with the seed, the steps and extra), if asked; the
+    script's exit status: 0 when no trial has errors."""
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump(dict({"seed": seed, "steps": a.steps}, **extra, trials=trials), f,
+                      indent=1)
+    return 0 if all(not t["errors"] for t in trials) else 1
 
 
 def exit_on_sigterm():

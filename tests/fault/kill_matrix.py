@@ -37,7 +37,6 @@ kill_matrix.py --help.
 import argparse
 import json
 import os
-import random
 import shutil
 import signal
 import statistics
@@ -198,11 +197,6 @@ def main():
         "during "
         "exact training with --replicas 2: each run must end with the --local fingerprint, "
         "lose no acknowledged step, have whole chains again and leave no process behind.")
-    ap.add_argument("--bin", default=os.environ.get("TESSERA_BIN",
-                                                    os.path.join(HERE, "..", "..", "build",
-                                                                 "bin")),
-                    help="directory of tessera and its services (default $TESSERA_BIN, then "
-                    "build/bin)")
     ap.add_argument("--trials", type=int, default=50, help="kills (default 50)")
     ap.add_argument("--steps", type=int, default=800, help="steps of each training "
                     "(default 800)")
@@ -211,13 +205,9 @@ def main():
     ap.add_argument("--mode", choices=("bsp", "reduce"), default="bsp",
                     help="bsp (default, --replicas 2) or reduce (--replicas 1: the workers "
                     "seed the partitions a dead shard held)")
-    ap.add_argument("--seed", type=int, default=None, help="victims, steps and delays "
-                    "(default: random, printed)")
-    ap.add_argument("--json-out", help="write every trial's record here")
+    cl.trial_args(ap, "victims, steps and delays")
     a = ap.parse_args()
-    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
-    print("kill_matrix: seed %d (rerun with --seed %d)" % (seed, seed), flush=True)
-    rng = random.Random(seed)
+    seed, rng = cl.seeded(a, "kill_matrix")
     binary = os.path.join(a.bin, "tessera")
     cl.load_protos(a.bin)
     cl.exit_on_sigterm()
@@ -236,10 +226,7 @@ def main():
         if t["errors"]:
             print("  (logs were in %s)" % t["logs"], flush=True)
     table(trials, a)
-    if a.json_out:
-        with open(a.json_out, "w") as f:
-            json.dump({"seed": seed, "steps": a.steps, "trials": trials}, f, indent=1)
-    return 0 if all(not t["errors"] for t in trials) else 1
+    return cl.trials_done(a, seed, trials)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,6 @@ trials. Usage: partition.py --help.
 import argparse
 import json
 import os
-import random
 import shlex
 import shutil
 import subprocess
@@ -416,11 +415,6 @@ def main():
         "--replicas 2: the master cut from everyone, one worker cut from one head shard; each "
         "run must end with the --local fingerprint, the master must declare no shard dead, "
         "and the stall from the cut is reported. Needs root; exits 77 where it cannot run.")
-    ap.add_argument("--bin", default=os.environ.get("TESSERA_BIN",
-                                                    os.path.join(HERE, "..", "..", "build",
-                                                                 "bin")),
-                    help="directory of tessera and its services (default $TESSERA_BIN, then "
-                    "build/bin)")
     ap.add_argument("--only", type=parse_kinds, default=list(KINDS),
                     help="trials to run, in order: master (the master cut from everyone), "
                     "link (a worker cut from a head shard); default master,link")
@@ -431,15 +425,11 @@ def main():
                     help="how long the master is cut off (default 15)")
     ap.add_argument("--link-cut-s", type=float, default=60,
                     help="how long the worker is cut from the head (default 60)")
-    ap.add_argument("--seed", type=int, default=None, help="moments, ranks and shards (default: "
-                    "random, printed)")
-    ap.add_argument("--json-out", help="write every trial's record here")
+    cl.trial_args(ap, "moments, ranks and shards")
     a = ap.parse_args()
     a.bin = os.path.abspath(a.bin)
     require_bins(ap, a.bin, ("tessera", "tessera-master", "tessera-shard", "tessera-worker"))
-    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
-    print("partition: seed %d (rerun with --seed %d)" % (seed, seed), flush=True)
-    rng = random.Random(seed)
+    seed, rng = cl.seeded(a, "partition")
     binary = os.path.join(a.bin, "tessera")
     interrupt_on_signals()
     net = Net(HOSTS, tag="tsp%d" % os.getpid(), subnet=SUBNET)
@@ -478,11 +468,7 @@ def main():
         net.down()
         shutil.rmtree(work, ignore_errors=True)
     table(trials, a)
-    if a.json_out:
-        with open(a.json_out, "w") as f:
-            json.dump({"seed": seed, "steps": a.steps, "iptables": tool, "trials": trials}, f,
-                      indent=1)
-    return 0 if all(not t["errors"] for t in trials) else 1
+    return cl.trials_done(a, seed, trials, iptables=tool)
 
 
 if __name__ == "__main__":

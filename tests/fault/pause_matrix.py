@@ -28,9 +28,7 @@ pause_matrix.py --help.
 """
 
 import argparse
-import json
 import os
-import random
 import shutil
 import signal
 import statistics
@@ -149,11 +147,6 @@ def main():
         "random moment of exact training with --replicas 2, then SIGCONT: each run must end "
         "with the --local fingerprint, stall at most 2 leases (a shard) or the pause plus 2 "
         "leases (the master), and leave no process behind.")
-    ap.add_argument("--bin", default=os.environ.get("TESSERA_BIN",
-                                                    os.path.join(HERE, "..", "..", "build",
-                                                                 "bin")),
-                    help="directory of tessera and its services (default $TESSERA_BIN, then "
-                    "build/bin)")
     ap.add_argument("--pauses", type=parse_pauses,
                     default=parse_pauses("master:5,master:15,master:60,shard:5,shard:30,"
                                          "shard:150"),
@@ -162,13 +155,9 @@ def main():
     ap.add_argument("--steps", type=int, default=1200, help="steps of each training "
                     "(default 1200: about a minute)")
     ap.add_argument("--lease-ms", type=int, default=3000, help="member lease (default 3000)")
-    ap.add_argument("--seed", type=int, default=None, help="moments and victims (default: "
-                    "random, printed)")
-    ap.add_argument("--json-out", help="write every trial's record here")
+    cl.trial_args(ap, "moments and victims")
     a = ap.parse_args()
-    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
-    print("pause_matrix: seed %d (rerun with --seed %d)" % (seed, seed), flush=True)
-    rng = random.Random(seed)
+    seed, rng = cl.seeded(a, "pause_matrix")
     binary = os.path.join(a.bin, "tessera")
     cl.load_protos(a.bin)
     cl.exit_on_sigterm()
@@ -184,10 +173,7 @@ def main():
         if t["errors"]:
             print("  (logs are in %s)" % t["logs"], flush=True)
     table(trials, a)
-    if a.json_out:
-        with open(a.json_out, "w") as f:
-            json.dump({"seed": seed, "steps": a.steps, "trials": trials}, f, indent=1)
-    return 0 if all(not t["errors"] for t in trials) else 1
+    return cl.trials_done(a, seed, trials)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@
 #   make deps   install every Debian package the build, tests, demo and benchmarks need, and
 #               the Node test's npm packages
 #   make        build into build/
-#   make test   unit + integration tests, plus the unit tests under ASan/UBSan (build-asan/),
-#               and 5-20 s of each fuzz target
+#   make test   unit + integration + security tests, the unit tests and a subset of the
+#               integration tests under ASan/UBSan (build-asan/), and 5-20 s of each fuzz target
 #   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N),
 #               shards killed while training with replicas and rollbacks of lost partitions,
 #               under the sanitizers, shards restarted by `tessera up --respawn`, the master

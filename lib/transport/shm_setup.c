@@ -210,7 +210,7 @@ static ts_status map_all(struct shm_conn *c, int fd, uint64_t ring, struct ts_er
         /* MAP_FIXED over our own reservation: replaces it, never someone else's mapping.
          * MAP_POPULATE: the pages are faulted in here, once, in one call, instead of one
          * fault at a time during the first lap of the ring, which slowed a job's first tens
-         * of steps several-fold (docs/transport.md, "Shared memory"). */
+         * of steps several-fold (docs/transport.md, "shm"). */
         if (mmap(r, ring, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd,
                  off) == MAP_FAILED ||
             mmap(r + ring, ring, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,

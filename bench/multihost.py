@@ -466,7 +466,7 @@ def fmt_row(name, r, gloo):
 def partition_arg(a):
     """The workers' partition_bytes: --partition-kib's, or 0 (auto), the SDK's choice, which
     for shards on other hosts is ts_partition_bytes_between_hosts: docs/placement.md says how
-    it was measured (the sweeps are in docs/transport.md, "Across hosts")."""
+    it was measured (the sweeps are in bench/README.md, "Transport measurements")."""
     return 0 if a.partition_kib == "auto" else int(a.partition_kib) * 1024
 
 

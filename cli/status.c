@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "cluster/cluster.h"
+#include "cluster/shard.h"
 #include "rpc/rpc.h"
 #include "util/flags.h"
 #include "util/json.h"
@@ -32,9 +33,7 @@ static Tessera__V1__ShardStatusResponse **shard_views(const Tessera__V1__Cluster
         if (cs->shards[i]->state != TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE ||
             ts_rpc_channel_create(cs->shards[i]->addr, NULL, &ch, NULL))
             continue;
-        if (ts_rpc_unary(ch, "/tessera.v1.Shard/ShardStatus", &req.base,
-                         &tessera__v1__shard_status_response__descriptor,
-                         (ProtobufCMessage **)&v[i], 1000, NULL))
+        if (ts_shard_status(ch, &req, TS_SHARD_RETRY, 1000, &v[i], NULL))
             v[i] = NULL;
         ts_rpc_channel_free(ch);
     }

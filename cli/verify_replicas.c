@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "cluster/cluster.h"
+#include "cluster/shard.h"
 #include "util/flags.h"
 #include "util/json.h"
 #include "util/names.h"
@@ -219,12 +220,8 @@ int cmd_verify_replicas(int argc, char **argv)
     }
     for (size_t i = 0; !st && i < map->n_shards; i++) {
         Tessera__V1__PartitionDigestsRequest req = TESSERA__V1__PARTITION_DIGESTS_REQUEST__INIT;
-        uint64_t no_epoch = 0;
         req.job = job;
-        st = ts_cluster_call(cl, map->shards[i]->id, "/tessera.v1.Shard/PartitionDigests",
-                             &req.base, &no_epoch,
-                             &tessera__v1__partition_digests_response__descriptor,
-                             (ProtobufCMessage **)&got[i], 0, &err);
+        st = ts_cluster_partition_digests(cl, map->shards[i]->id, &req, 0, &got[i], &err);
         if (st == TS_ENOTFOUND) {   /* a shard that holds none of the job */
             st = TS_OK;
             memset(&err, 0, sizeof(err));

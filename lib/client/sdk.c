@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cluster/shard.h"
 #include "transport/fault.h"
 #include "transport/frame.h"
 #include "util/log.h"
@@ -423,10 +424,7 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
     for (size_t k = 0; !st && k < t->nshards; k++) {
         size_t i = register_order(t, k);
         Tessera__V1__RegisterTensorResponse *r;
-        st = ts_cluster_call(t->cl, t->shards[i].id, "/tessera.v1.Shard/RegisterTensor",
-                             &req->base, &req->map_epoch,
-                             &tessera__v1__register_tensor_response__descriptor,
-                             (ProtobufCMessage **)&r, register_ms(t, x), err);
+        st = ts_cluster_register_tensor(t->cl, t->shards[i].id, req, register_ms(t, x), &r, err);
         /* Another shard's newer map dropped this one (the call refreshed it): retry. */
         if (st == TS_ENOTFOUND && ts_cluster_epoch(t->cl) != epoch) {
             err->code = st = TS_ESTALE;

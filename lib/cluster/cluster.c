@@ -464,16 +464,6 @@ ts_status ts_cluster_call(struct ts_cluster *cl, uint32_t id, const char *method
                       MAX_STALE_RETRIES);
 }
 
-ts_status ts_cluster_shard_status(struct ts_cluster *cl, uint32_t shard_id,
-                                  Tessera__V1__ShardStatusResponse **out, struct ts_err *err)
-{
-    Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
-
-    return ts_cluster_call(cl, shard_id, "/tessera.v1.Shard/ShardStatus", &req.base, &req.map_epoch,
-                      &tessera__v1__shard_status_response__descriptor,
-                      (ProtobufCMessage **)out, 0, err);
-}
-
 void ts_cluster_set_call_ms(struct ts_cluster *cl, int ms)
 {
     pthread_mutex_lock(&cl->mu);

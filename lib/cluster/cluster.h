@@ -295,11 +295,6 @@ bool ts_cluster_holds(struct ts_cluster *cl, uint32_t id, uint64_t since);
 ts_status ts_cluster_connect(struct ts_cluster *cl, uint32_t id, const char *want, int ms,
                              struct ts_conn **out, struct ts_err *err) TS_MUST_CHECK;
 
-/* ShardStatus of one shard, sent with the cached epoch; on ABORTED the map is refreshed and
- * the call retried (up to 3 times). */
-ts_status ts_cluster_shard_status(struct ts_cluster *cl, uint32_t shard_id,
-                                  Tessera__V1__ShardStatusResponse **out,
-                                  struct ts_err *err) TS_MUST_CHECK;
 
 /* A unary call of `method` on shard id with the cached map epoch written into *epoch_field
  * (a field of req), within ms (0: the cluster's call deadline, ts_cluster_set_call_ms); on

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "master.h"
+#include "cluster/shard.h"
 #include "tessera/v1/shard.pb-c.h"
 #include "transport/transport.h"
 #include "util/log.h"
@@ -26,16 +27,13 @@
 static ts_status probe(const char *addr, char instance[TS_MEMBERS_MAX_INSTANCE + 1],
                        struct ts_rpc_peer *peer, struct ts_err *err)
 {
-    Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
     Tessera__V1__ShardStatusResponse *r = NULL;
     struct ts_rpc_channel *ch = NULL;
     ts_status st;
 
     /* A channel of its own: a fresh connection, whose certificate is the server's now. */
     if (!(st = ts_rpc_channel_create(addr, NULL, &ch, err)) &&
-        !(st = ts_rpc_unary_peer(ch, "/tessera.v1.Shard/ShardStatus", &req.base,
-                                 &tessera__v1__shard_status_response__descriptor,
-                                 (ProtobufCMessage **)&r, ADDR_PROBE_MS, peer, err))) {
+        !(st = ts_shard_status_peer(ch, ADDR_PROBE_MS, peer, &r, err))) {
         snprintf(instance, TS_MEMBERS_MAX_INSTANCE + 1, "%s", r->instance);
         protobuf_c_message_free_unpacked(&r->base, NULL);
     }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "master.h"
+#include "cluster/shard.h"
 #include "tessera/v1/shard.pb-c.h"
 #include "util/log.h"
 #include "util/proc.h"
@@ -32,9 +33,7 @@ static ts_status release_everywhere(struct shard_channels *chan,
 
         req.job = (char *)job;
         if (!(st = shard_channels_get(chan, v->shards[i].addr, &ch, &e)))
-            st = ts_rpc_unary_once(ch, "/tessera.v1.Shard/ReleaseJob", &req.base,
-                                   &tessera__v1__release_job_response__descriptor,
-                                   (ProtobufCMessage **)&r, RELEASE_CALL_MS, &e);
+            st = ts_shard_release_job(ch, &req, RELEASE_CALL_MS, &r, &e);
         if (st && !first) {
             first = ts_err_set(err, st, "shard %u: %s", v->shards[i].id, e.msg);
         } else if (!st) {

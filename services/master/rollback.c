@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "master.h"
+#include "cluster/shard.h"
 #include "tessera/v1/shard.pb-c.h"
 #include "util/log.h"
 #include "util/proc.h"
@@ -118,9 +119,7 @@ static ts_status each_shard(struct snapper *sn, Tessera__V1__RollbackJobRequest 
 
         if ((st = shard_channels_get(&sn->chan, v.shards[i].addr, &ch, err)))
             break;
-        st = ts_rpc_unary_once(ch, "/tessera.v1.Shard/RollbackJob", &req->base,
-                               &tessera__v1__rollback_job_response__descriptor,
-                               (ProtobufCMessage **)&r, ROLLBACK_CALL_MS, &e);
+        st = ts_shard_rollback_job(ch, req, ROLLBACK_CALL_MS, &r, &e);
         if (st == TS_ENOTFOUND) {   /* the shard does not hold the job */
             st = TS_OK;
             continue;

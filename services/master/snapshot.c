@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "metrics/metrics.h"
+#include "cluster/shard.h"
 #include "tessera/v1/shard.pb-c.h"
 #include "util/log.h"
 #include "util/names.h"
@@ -38,18 +39,6 @@ static void shards_free(struct shards *s)
     memset(s, 0, sizeof(*s));
 }
 
-/* One call, not retried: a shard that is gone fails the snapshot at once (the previous one
- * stays), and the master can stop instead of retrying until a deadline. */
-static ts_status shard_call(struct ts_rpc_channel *ch, const char *method,
-                            const ProtobufCMessage *req, const ProtobufCMessageDescriptor *d,
-                            void *resp, int ms, struct ts_err *err)
-{
-    char full[96];
-
-    snprintf(full, sizeof(full), "/tessera.v1.Shard/%s", method);
-    return ts_rpc_unary_once(ch, full, req, d, (ProtobufCMessage **)resp, ms, err);
-}
-
 /* Finds the alive shards, the job (job "": the only one) and the span of its versions. */
 static ts_status discover(struct snapper *sn, const char *job, struct shards *out,
                           char *job_id, uint64_t *maxv, struct ts_err *err)
@@ -73,9 +62,10 @@ static ts_status discover(struct snapper *sn, const char *job, struct shards *ou
         if ((st = shard_channels_get(&sn->chan, v.shards[i].addr, &out->ch[out->n], err)))
             break;
         out->n++;
-        if ((st = shard_call(out->ch[out->n - 1], "ShardStatus", &req.base,
-                             &tessera__v1__shard_status_response__descriptor, &r, CALL_MS,
-                             err)))
+        /* One call each, not retried: a shard that is gone fails the snapshot at once (the
+         * previous one stays), and the master can stop instead of retrying until a
+         * deadline. */
+        if ((st = ts_shard_status(out->ch[out->n - 1], &req, TS_SHARD_ONCE, CALL_MS, &r, err)))
             break;
         for (size_t j = 0; j < r->n_jobs; j++) {
             const char *id = r->jobs[j]->id;
@@ -130,9 +120,7 @@ static ts_status arm_all(struct shards *s, const char *job, uint64_t step, bool 
         req.job = (char *)job;
         req.step = step;
         req.disarm = disarm;
-        one = shard_call(s->ch[i], "ArmSnapshot", &req.base,
-                         &tessera__v1__arm_snapshot_response__descriptor, &r,
-                         CALL_MS, disarm ? &e : err);
+        one = ts_shard_arm_snapshot(s->ch[i], &req, CALL_MS, &r, disarm ? &e : err);
         if (one == TS_OK) {
             if (!disarm && !r->armed)
                 *past = true;
@@ -171,9 +159,7 @@ static ts_status write_all(struct snapper *sn, struct shards *s, const char *job
             req.job = (char *)job;
             req.step = step;
             req.wait_ms = POLL_MS;
-            if ((st = shard_call(s->ch[i], "WriteSnapshot", &req.base,
-                                 &tessera__v1__write_snapshot_response__descriptor, &r,
-                                 WRITE_CALL_MS, err))) {
+            if ((st = ts_shard_write_snapshot(s->ch[i], &req, WRITE_CALL_MS, &r, err))) {
                 ts_err_prefix(err, "shard %u", s->id[i]);
                 break;
             }
@@ -438,8 +424,7 @@ static size_t running_jobs(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1], u
         struct ts_rpc_channel *ch;
 
         if (shard_channels_get(&sn->chan, v.shards[i].addr, &ch, &err) ||
-            shard_call(ch, "ShardStatus", &req.base,
-                       &tessera__v1__shard_status_response__descriptor, &r, CALL_MS, &err))
+            ts_shard_status(ch, &req, TS_SHARD_ONCE, CALL_MS, &r, &err))
             continue;
         for (size_t j = 0; j < r->n_jobs; j++) {
             const Tessera__V1__JobStatus *js = r->jobs[j];

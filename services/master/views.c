@@ -9,6 +9,7 @@
 
 #include "channels.h"
 #include "cluster/cluster.h"
+#include "cluster/shard.h"
 #include "util/proc.h"
 
 /* What one shard said, the figures the page shows. */
@@ -61,9 +62,7 @@ static void refresh(struct views *vs)
         struct view *old;
 
         if (shard_channels_get(&vs->chan, mv.shards[i].addr, &ch, NULL) ||
-            ts_rpc_unary_once(ch, "/tessera.v1.Shard/ShardStatus", &req.base,
-                              &tessera__v1__shard_status_response__descriptor,
-                              (ProtobufCMessage **)&r, VIEWS_CALL_MS, NULL)) {
+            ts_shard_status(ch, &req, TS_SHARD_ONCE, VIEWS_CALL_MS, &r, NULL)) {
             pthread_mutex_lock(&vs->mu);
             if ((old = find(vs, mv.shards[i].id)))
                 got[n++] = *old;

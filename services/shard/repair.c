@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "chain.h"
+#include "cluster/shard.h"
 #include "params_internal.h"
 #include "testhooks.h"
 #include "util/log.h"
@@ -140,27 +141,25 @@ static int64_t introduce_job(struct repair *r, struct ts_cluster *cl, struct sha
         Tessera__V1__JobSpec js;
         Tessera__V1__TensorSpec ts;
         Tessera__V1__RegisterTensorRequest req;
-        ProtobufCMessage *resp = NULL;
+        Tessera__V1__RegisterTensorResponse *resp = NULL;
         struct shard_tensor *t = shard_params_tensor(r->sp, sj, i);
         struct ts_err e = { 0 };
 
         if (!t)
             continue;
         tensor_request(sj, t, &js, &ts, &req);
-        if (ts_cluster_call(cl, id, "/tessera.v1.Shard/RegisterTensor", &req.base,
-                            &req.map_epoch, &tessera__v1__register_tensor_response__descriptor,
-                            &resp, 0, &e)) {
+        if (ts_cluster_register_tensor(cl, id, &req, 0, &resp, &e)) {
             ts_log(TS_WARN, "repair", "job %s tensor '%s': telling joining shard %u of it: %s",
                    sj->job.id, t->name, id, e.msg);
             return -1;
         }
         /* It knew the tensor already (it joins again), under another salt: its chains and
          * ours differ. Never seen; said loudly should it ever happen. */
-        if (((Tessera__V1__RegisterTensorResponse *)resp)->placement_salt != t->salt)
+        if (resp->placement_salt != t->salt)
             ts_log(TS_ERROR, "repair", "job %s tensor '%s': joining shard %u places it with "
                    "placement salt %u, this shard with %u", sj->job.id, t->name, id,
-                   ((Tessera__V1__RegisterTensorResponse *)resp)->placement_salt, t->salt);
-        protobuf_c_message_free_unpacked(resp, NULL);
+                   resp->placement_salt, t->salt);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
     }
     return count;
 }

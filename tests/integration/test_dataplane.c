@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cluster/cluster.h"
+#include "cluster/shard.h"
 #include "codec/codec.h"
 #include "ps/part.h"
 #include "harness.h"
@@ -64,15 +65,11 @@ static struct ts_conn *raw_connect(const char *transport, const char *job, const
  * (tessera__v1__shard_status_response__free_unpacked). */
 static Tessera__V1__ShardStatusResponse *shard_status(void)
 {
-    Tessera__V1__ShardStatusRequest req = TESSERA__V1__SHARD_STATUS_REQUEST__INIT;
     Tessera__V1__ShardStatusResponse *r;
     struct ts_cluster *cl;
 
     assert_int_equal(ts_cluster_open(master, &cl, NULL), TS_OK);
-    assert_int_equal(ts_cluster_call(cl, 1, "/tessera.v1.Shard/ShardStatus", &req.base,
-                                     &req.map_epoch,
-                                     &tessera__v1__shard_status_response__descriptor,
-                                     (ProtobufCMessage **)&r, 0, NULL), TS_OK);
+    assert_int_equal(ts_cluster_shard_status(cl, 1, &r, NULL), TS_OK);
     ts_cluster_close(cl);
     return r;
 }

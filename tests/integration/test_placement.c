@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cluster/cluster.h"
+#include "cluster/shard.h"
 #include "harness.h"
 #include "tessera.h"
 #include "util/log.h"
@@ -93,13 +94,10 @@ static void heads(struct ts_cluster *cl, const char *job, uint32_t owner[NPARTS]
     for (uint32_t id = 1; id <= SHARDS; id++) {
         Tessera__V1__PartitionDigestsRequest req = TESSERA__V1__PARTITION_DIGESTS_REQUEST__INIT;
         Tessera__V1__PartitionDigestsResponse *r;
-        uint64_t no_epoch = 0;
         struct ts_err err = { 0 };
 
         req.job = (char *)job;
-        if (ts_cluster_call(cl, id, "/tessera.v1.Shard/PartitionDigests", &req.base, &no_epoch,
-                            &tessera__v1__partition_digests_response__descriptor,
-                            (ProtobufCMessage **)&r, 0, &err))
+        if (ts_cluster_partition_digests(cl, id, &req, 0, &r, &err))
             fail_msg("shard %u: %s", id, err.msg);
         for (size_t k = 0; k < r->n_partitions; k++) {
             const Tessera__V1__PartitionDigest *d = r->partitions[k];
@@ -184,9 +182,7 @@ static Tessera__V1__RegisterTensorResponse *raw_register_sized(struct ts_cluster
     spec.placement_salt = salt;
     req.job = &js;
     req.tensor = &spec;
-    st = ts_cluster_call(cl, id, "/tessera.v1.Shard/RegisterTensor", &req.base, &req.map_epoch,
-                         &tessera__v1__register_tensor_response__descriptor,
-                         (ProtobufCMessage **)&r, 0, err);
+    st = ts_cluster_register_tensor(cl, id, &req, 0, &r, err);
     if (st != want)
         fail_msg("RegisterTensor on shard %u: %d (%s), want %d", id, st, err->msg, want);
     return r;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cluster/cluster.h"
+#include "cluster/shard.h"
 #include "harness.h"
 #include "rpc/rpc.h"
 #include "util/log.h"

@@ -255,7 +255,7 @@ TS_MUST_CHECK ts_status ts_verify_npy_read(const char *path, struct ts_verify_ar
                                            struct ts_err *err);
 /* Writes a as a .npy file byte for byte as numpy.save would (format 1.0, which any header of
  * at most TS_VERIFY_NPY_MAXDIM dimensions fits; '<f4' or '<f8'; the same padding) to path,
- * through path.tmp.PID, fdatasync and rename, so path is either old/absent or complete.
+ * replaced atomically and durably (util/file.h), so path is either old/absent or complete.
  * TS_EINVAL if a->n is not the product of a->shape. */
 TS_MUST_CHECK ts_status ts_verify_npy_write(const char *path, const struct ts_verify_array *a,
                                             struct ts_err *err);

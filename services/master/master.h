@@ -45,17 +45,6 @@ struct master {
 void *releaser_main(void *arg);
 extern atomic_bool master_stopping;
 
-/* The members of v as ClusterStatus lists them, in call's arena (heartbeat ages against now,
- * monotonic ms); also the master's state file (state.c). */
-Tessera__V1__ShardInfo **master_shard_infos(struct ts_rpc_call *call,
-                                            const struct ts_members_view *v, int64_t now);
-Tessera__V1__WorkerInfo **master_worker_infos(struct ts_rpc_call *call,
-                                              const struct ts_members_view *v, int64_t now);
-Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job_info *v);
-/* j's slot owners: a copy of owners[0..n) in call's arena. */
-void master_job_owners(struct ts_rpc_call *call, Tessera__V1__JobInfo *j, const uint32_t *owners,
-                       size_t n);
-
 /* Registrations checked against the caller's certificate before the members table sees them
  * (admit.c; docs/security.md, "The unit of trust"): a shard's identity and the address it
  * claims (which the master asks: blocking, up to 2 s per question), a worker's job. TS_EPERM

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "encode.h"
 #include "master.h"
 #include "tessera/v1/state.pb-c.h"
 #include "util/file.h"

@@ -173,7 +173,8 @@ build: deps-needed $(BUILD)/CMakeCache.txt
 ASAN_BINS := tessera-master tessera-shard tessera-verify tessera-worker tessera dp_probe \
              test_pull_race
 asan: deps-needed
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON \
+	    -DTESSERA_TEST_HOOKS=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests $(ASAN_BINS)
 
 # The libFuzzer targets, built with clang (make test runs each for 5-20 s, make fuzz for

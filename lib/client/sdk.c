@@ -30,6 +30,7 @@
 #include "cluster/shard.h"
 #include "transport/fault.h"
 #include "transport/frame.h"
+#include "util/hook.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -101,10 +102,10 @@ ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
         sh->shm = !strcmp(ts_tp_name(sh->conn), "shm");
         sh->epoch = ts_cluster_epoch(t->cl);
         sh->left_epoch = 0;
-        /* Testing: a slower link (benchmarks too), or $TESSERA_TEST_LINK_CUT=RANK:N: rank
-         * RANK's first connection hangs up instead of its Nth send, a link cut in the middle
-         * of a step (lib/transport/fault.h). */
-        const char *env = t->cut_done ? NULL : getenv("TESSERA_TEST_LINK_CUT");
+        /* A slower link (benchmarks), or, in a build with test hooks (util/hook.h),
+         * $TESSERA_TEST_LINK_CUT=RANK:N: rank RANK's first connection hangs up instead of its
+         * Nth send, a link cut in the middle of a step (lib/transport/fault.h). */
+        const char *env = t->cut_done ? NULL : ts_hook("TESSERA_TEST_LINK_CUT");
         long long cut = env && strchr(env, ':') && atoll(env) == (long long)t->rank
                         ? atoll(strchr(env, ':') + 1) : 0;
         if (delay_ms || cut > 0) {

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/hook.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -134,12 +135,12 @@ static ts_status catch_up(struct tessera *t, uint64_t from, float *const *params
                       CATCH_UP_TRIES, from, v);
 }
 
-/* Testing: $TESSERA_TEST_HOLD_JOIN=FILE holds a worker that caught up, before it tells the
- * master so, until FILE exists (tests/integration/test_master_restart.py kills the master
- * there). */
+/* A test hook (util/hook.h): $TESSERA_TEST_HOLD_JOIN=FILE holds a worker that caught up,
+ * before it tells the master so, until FILE exists (tests/integration/test_master_restart.py
+ * kills the master there). */
 static void test_hold_join(void)
 {
-    const char *file = getenv("TESSERA_TEST_HOLD_JOIN");
+    const char *file = ts_hook("TESSERA_TEST_HOLD_JOIN");
 
     if (!file || !*file || access(file, F_OK) == 0)
         return;

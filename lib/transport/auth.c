@@ -4,9 +4,12 @@
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/hook.h"
+#include "util/log.h"
 #include "util/names.h"
 
 /* HMAC-SHA256(key, label || Nc || Ns || rank (LE) || member (LE) || job). */
@@ -83,12 +86,20 @@ ts_status ts_dp_nonce(uint8_t out[TS_DP_NONCE_LEN], struct ts_err *err)
 
 bool ts_dp_mac_wanted(const struct ts_conn *c)
 {
+    static atomic_bool warned;
     const char *s = getenv("TESSERA_DATA_MAC");
 
     if (s && !strcmp(s, "always"))
         return true;
-    if (s && !strcmp(s, "never"))
-        return false;
+    /* Turning MACs off between hosts weakens what mutual TLS promises: only a build with test
+     * hooks (util/hook.h) does it; any other says so once and keeps them. */
+    if (s && !strcmp(s, "never")) {
+        if (TS_TEST_HOOKS)
+            return false;
+        if (!atomic_exchange(&warned, true))
+            ts_log(TS_WARN, "dataplane", "TESSERA_DATA_MAC=never is ignored: only a test build "
+                   "(TESSERA_TEST_HOOKS) turns MACs off; frames between hosts stay MAC'd");
+    }
     return !c->local_in;
 }
 

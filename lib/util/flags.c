@@ -1,5 +1,6 @@
 /* flags.c - see flags.h. */
 #include "util/flags.h"
+#include "util/hook.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -123,5 +124,8 @@ int ts_flags_program(const char *prog, const char *usage, const char *about,
         usage = line;
     }
     ts_flags_usage(stdout, usage, about, flags);
+    if (TS_TEST_HOOKS)   /* test_hooks in tessera_testlib.py reads this line */
+        printf("\nThis build has test hooks compiled in (TESSERA_TEST_HOOKS): for tests only, "
+               "never for production.\n");
     return 0;
 }

@@ -24,6 +24,7 @@
 #include "testhooks.h"
 #include "transport/frame.h"
 #include "transport/region.h"
+#include "util/hook.h"
 #include "util/log.h"
 #include "util/names.h"
 #include "util/proc.h"
@@ -483,12 +484,14 @@ static ts_status on_share(struct dp_conn *dc, const struct ts_frame_hdr *h, stru
         return ts_err_set(err, TS_EINVAL, "SHARE flags %#x: a worker shares gradients (%#x), a "
                           "shard its values (%#x)", h->flags, TS_SHARE_GRAD, TS_SHARE_PARAMS);
     }
+#if TS_TEST_HOOKS
     /* A test that corrupts the copies it follows needs the values in the images. */
     if (h->flags == TS_SHARE_PARAMS && dc->dp->flip) {
         close(fd);
         return ts_err_set(err, TS_ENOTSUP, "this shard corrupts a replica for a test "
                           "(TESSERA_TEST_FLIP_REPLICA): send whole images");
     }
+#endif
     if (region_slot(dc, h->tensor, &t, &r, err)) {
         close(fd);
         return err->code;
@@ -898,12 +901,14 @@ ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const c
     dp->max_conns = DP_DEFAULT_MAX_CONNS;
     if (dp_access_create(&dp->access, err))
         return err->code;
-    const char *flip = getenv("TESSERA_TEST_FLIP_REPLICA");
+#if TS_TEST_HOOKS
+    const char *flip = ts_hook("TESSERA_TEST_FLIP_REPLICA");
     if (flip && sscanf(flip, "%u:%u", &dp->flip_tensor, &dp->flip_part) == 2) {
         dp->flip = true;
         ts_log(TS_WARN, "dataplane", "TESSERA_TEST_FLIP_REPLICA: images of tensor %u partition "
                "%u will be corrupted here (a test)", dp->flip_tensor, dp->flip_part);
     }
+#endif
     pthread_mutex_init(&dp->mu, NULL);
     pthread_mutex_init(&dp->sum_mu, NULL);
     pthread_mutex_init(&dp->id_mu, NULL);

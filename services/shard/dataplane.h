@@ -7,6 +7,7 @@
 
 #include "params.h"
 #include "transport/transport.h"
+#include "util/hook.h"
 
 #define DP_MAX_LISTENERS 4
 #define DP_SUM_CACHE 1024           /* pull hashes remembered (dataplane.c pull_sum) */
@@ -71,11 +72,13 @@ struct dataplane {
     pthread_mutex_t sum_mu;
     pthread_mutex_t id_mu;          /* the connections' job ids (after mu) */
     struct dp_sum sums[DP_SUM_CACHE];
-    /* Testing only: $TESSERA_TEST_FLIP_REPLICA=TENSOR:PARTITION makes this shard flip one bit
-     * of every image of that partition it takes as a follower, a planted difference for
-     * `tessera verify replicas` to find. */
+#if TS_TEST_HOOKS
+    /* A test hook (util/hook.h): $TESSERA_TEST_FLIP_REPLICA=TENSOR:PARTITION makes this shard
+     * flip one bit of every image of that partition it takes as a follower, a planted
+     * difference for `tessera verify replicas` to find. */
     bool flip;
     uint32_t flip_tensor, flip_part;
+#endif
     /* The data-plane handshake (transport/auth.h; docs/security.md). require_auth: set at
      * start when the shard serves mutual TLS; then every connection must do the handshake
      * before any other frame. access: each job's slot owners and key, from the master

@@ -128,6 +128,7 @@ ts_status dp_replicate(struct dp_conn *dc, const struct ts_frame_hdr *h, struct 
     return TS_OK;
 }
 
+#if TS_TEST_HOOKS
 /* The image with the lowest bit of its first value flipped, loaded
  * ($TESSERA_TEST_FLIP_REPLICA, dataplane.h). */
 static ts_status load_flipped(struct dp_conn *dc, struct ts_part *p, const void *buf, size_t n,
@@ -143,6 +144,7 @@ static ts_status load_flipped(struct dp_conn *dc, struct ts_part *p, const void 
     ((unsigned char *)dc->chain.image)[TS_PART_IMAGE_HDR] ^= 1;
     return ts_part_load_image(p, dc->chain.image, n, err);
 }
+#endif
 
 /* An IMAGE must come from the shard before this one in the partition's chain (`rank`), under
  * the newest map: anything else (a sender with an older map, or one not in the chain at all)
@@ -237,9 +239,11 @@ ts_status dp_on_image(struct dp_conn *dc, const struct ts_frame_hdr *h, const vo
     }
     if (h->flags & TS_IMAGE_REGION)
         st = load_split(dc, h, p, buf, err);
+#if TS_TEST_HOOKS
     else if (dc->dp->flip && h->tensor == dc->dp->flip_tensor &&
              h->partition == dc->dp->flip_part)
         st = load_flipped(dc, p, buf, h->len, err);
+#endif
     else
         st = ts_part_load_image(p, buf, h->len, err);
     img.whole = &whole;

@@ -1,5 +1,7 @@
-/* testhooks.c - see testhooks.h. */
+/* testhooks.c - see testhooks.h. Empty in a build without test hooks (util/hook.h). */
 #include "testhooks.h"
+
+#if TS_TEST_HOOKS
 
 #include <signal.h>
 #include <stdatomic.h>
@@ -17,7 +19,7 @@ static long pull_delay_ms;
 
 static void delay_init(void)
 {
-    const char *v = getenv("TESSERA_TEST_PULL_DELAY_MS");
+    const char *v = ts_hook("TESSERA_TEST_PULL_DELAY_MS");
     char *end;
 
     if (!v)
@@ -35,7 +37,7 @@ static void delay_init(void)
 
 void hooks_init(void)
 {
-    const char *v = getenv("TESSERA_TEST_KILL_AT");
+    const char *v = ts_hook("TESSERA_TEST_KILL_AT");
     char name[16];
     long n = 0;
 
@@ -68,3 +70,5 @@ void hook_reach(enum hook_point p)
     ts_log(TS_WARN, "shard", "TESSERA_TEST_KILL_AT: killed at %s", names[p]);
     raise(SIGKILL);
 }
+
+#endif

@@ -11,15 +11,22 @@
  * $TESSERA_TEST_PULL_DELAY_MS=MS makes a head sleep MS milliseconds between taking a pull's
  * values and sending them (at the pull point above): the window in which a step completing
  * under the pull must not change what is sent (tests/integration/test_elastic.py).
- * Unset (production), hook_reach costs a load and a compare or two. */
+ * Only in a build with test hooks (util/hook.h); in any other, both functions are empty. */
 #ifndef TS_SHARD_TESTHOOKS_H
 #define TS_SHARD_TESTHOOKS_H
 
 enum hook_point { HOOK_NONE, HOOK_PUSH, HOOK_IMAGE, HOOK_PULL, HOOK_REPAIR };
 
+#include "util/hook.h"
+
+#if TS_TEST_HOOKS
 /* Reads $TESSERA_TEST_KILL_AT and $TESSERA_TEST_PULL_DELAY_MS; a malformed value is logged
  * and ignored. */
 void hooks_init(void);
 void hook_reach(enum hook_point p);
+#else   /* a build without test hooks (util/hook.h): nothing at all */
+static inline void hooks_init(void) {}
+static inline void hook_reach(enum hook_point p) { (void)p; }
+#endif
 
 #endif

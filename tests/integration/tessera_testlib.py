@@ -64,6 +64,23 @@ atexit.register(_remove_test_tmp)
 # PREFIX.EXE.PID (log_exe_name: a leak's allocation stack can end in a library without frame
 # pointers, libcrypto's, and then the binary's name is what says whose it was).
 SANITIZED = os.environ.get("TESSERA_SANITIZED") == "1"
+
+
+def _test_hooks():
+    """Whether the binaries in BIN have the test hooks compiled in (lib/util/hook.h: the
+    sanitizer build does, build/ does not): their --help says so."""
+    try:
+        out = subprocess.run([os.path.join(BIN, "tessera-shard"), "--help"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "test hooks compiled in" in out
+
+
+# A test that arms a hook skips where there is none: unittest.skipUnless(TEST_HOOKS, NO_HOOKS).
+TEST_HOOKS = _test_hooks()
+NO_HOOKS = ("needs the test hooks (TESSERA_TEST_*), which only the sanitizer build has "
+            "(lib/util/hook.h): its asan/ entry in make test runs it")
 SAN_DIR = os.path.join(TEST_TMP, "sanitizer")
 if SANITIZED:
     os.mkdir(SAN_DIR)

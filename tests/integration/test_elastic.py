@@ -260,6 +260,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(j["slot_owners"][1], wid)
         self.assert_caught_up("stopped", 1)
 
+    @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
     def test_link_cut(self):
         """A data-plane link of a live worker cut in the middle of a step (the fault wrapper
         hangs up instead of a send): the shard takes it for a death and its slot moves; the

@@ -4,7 +4,8 @@ Checked:
 - `cmake --install` of the build into a fresh prefix gives bin/ (tessera and its services),
   include/tessera.h, lib/libtessera.so with the soname libtessera.so.0, lib/libtessera.a,
   lib/pkgconfig/tessera.pc and lib/cmake/Tessera; `nm -D` of libtessera.so lists exactly the
-  functions include/tessera.h declares (no internal symbol leaks);
+  functions include/tessera.h declares (no internal symbol leaks), and no installed binary or
+  library holds a test hook (lib/util/hook.h: no TESSERA_TEST_* name in their bytes);
 - examples/c/sgd_steps.c, copied out of the tree, builds four ways: pkg-config with the
   shared library and with the static one, CMake's find_package(Tessera) with
   Tessera::tessera and Tessera::tessera_static; the static ones load no libtessera.so;
@@ -100,6 +101,23 @@ class Installed(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(syms, header_functions())
         self.assertEqual(run(["pkg-config", "--modversion", "tessera"], env=self.env).strip(),
                          "0.1.0")
+
+    def test_a_no_test_hook_is_installed(self):
+        """What is installed has no test hook (lib/util/hook.h): no TESSERA_TEST_* variable is
+        read, no code behind one is left, and --help does not say hooks are compiled in (as
+        `strings | grep` would look). The sanitizer build, which has them, is never
+        installed."""
+        files = [os.path.join(self.prefix, "bin", b) for b in
+                 ("tessera", "tessera-master", "tessera-shard", "tessera-worker",
+                  "tessera-verify")]
+        files += [os.path.join(self.prefix, "lib", f) for f in ("libtessera.so", "libtessera.a")]
+        for f in files:
+            with open(f, "rb") as fh:
+                data = fh.read()
+            for marker in (b"TESSERA_TEST_", b"test hooks compiled in"):
+                self.assertNotIn(marker, data, "%s holds %r" % (f, marker))
+        out = run([os.path.join(self.prefix, "bin", "tessera-shard"), "--help"])
+        self.assertNotIn("test hooks", out)
 
     def build_all(self):
         """sgd_steps built the four ways; returns {how: path}."""

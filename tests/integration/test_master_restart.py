@@ -193,6 +193,7 @@ class MasterRestart(unittest.TestCase):
         self.assertEqual(submit(), 4)
         self.passed = True
 
+    @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
     def test_a_start_outlives_a_master_restart(self):
         """A worker of an exact job is held after catching up at its start, before it tells
         the master so (TESSERA_TEST_HOLD_JOIN); the master is killed there and started

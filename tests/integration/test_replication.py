@@ -155,6 +155,7 @@ class Replicated(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("PASS: 6 of 6 partitions", r.stdout)
 
+    @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
     def test_2_a_flipped_bit_in_a_replica_is_found(self):
         got = train(self.master.addr, "rep-flip", "--partition-kb", "64")
         # The corrupted follower never serves a pull: training is still exact.

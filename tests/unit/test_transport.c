@@ -25,9 +25,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "transport/auth.h"
 #include "transport/transport.h"
 #include "transport/region.h"
 #include "transport/shm_internal.h"     /* shm_set_hello_ms, PENDING_PER_UID */
+#include "util/hook.h"
 #include "util/proc.h"
 
 #define MIB (1u << 20)
@@ -962,6 +964,24 @@ static void t_table(void **state)
     assert_null(ts_transport_find(NULL));
 }
 
+/* TESSERA_DATA_MAC (docs/security.md): "always" MACs a local connection too; "never" turns
+ * MACs off between hosts only in a build with test hooks (util/hook.h): any other keeps them. */
+static void t_data_mac_setting(void **state)
+{
+    struct ts_conn remote = { .local_in = false }, local = { .local_in = true };
+
+    (void)state;
+    unsetenv("TESSERA_DATA_MAC");
+    assert_true(ts_dp_mac_wanted(&remote));
+    assert_false(ts_dp_mac_wanted(&local));
+    setenv("TESSERA_DATA_MAC", "always", 1);
+    assert_true(ts_dp_mac_wanted(&local));
+    setenv("TESSERA_DATA_MAC", "never", 1);
+    assert_int_equal(ts_dp_mac_wanted(&remote), !TS_TEST_HOOKS);
+    assert_false(ts_dp_mac_wanted(&local));
+    unsetenv("TESSERA_DATA_MAC");
+}
+
 /* cmocka_unit_test_prestate, with the backend in the name. */
 #define BOTH(f) { #f "/tcp", f, NULL, NULL, "tcp" }, { #f "/shm", f, NULL, NULL, "shm" }
 #define SHM(f) { #f "/shm", f, NULL, NULL, "shm" }
@@ -970,6 +990,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(t_table),
+        cmocka_unit_test(t_data_mac_setting),
         BOTH(t_connect_accept),
         BOTH(t_sizes),
         BOTH(t_concurrent),

@@ -99,7 +99,8 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "RANK:X[:A-B],...", "testing: worker RANK computes X times "
                                    "slower (in steps A..B-1 only, with :A-B)", 0, 0 };
     flags[n++] = (struct ts_flag){ "delay-ms", TS_FLAG_INT, &t->delay_ms, "MS",
-                                   "testing: delay each data-plane send by MS", 0, 60000 };
+                                   "a slower link, for benchmarks: each data-plane send "
+                                   "sleeps MS first", 0, 60000 };
     flags[n++] = (struct ts_flag){ "metrics-port", TS_FLAG_INT, &t->metrics_port, "BASE",
                                    "rank R serves Prometheus metrics on port BASE + R "
                                    "(docs/observability.md; 0: free ports, logged)", 0, 65000 };

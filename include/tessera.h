@@ -86,7 +86,6 @@ struct tessera_options {
     const char *sync_every;  /* "TENSOR=K,...": TENSOR is pushed and pulled every K steps, its
                               * gradient summed locally in between (NULL: all every step) */
     int loss_scale;          /* enum tessera_loss_scale: dynamic loss scaling for fp16 pushes */
-    int delay_ms;            /* testing: every data-plane send sleeps this long first */
     int keep;                /* 1: once every worker has finished, the shards keep the job
                               * (idle) for a later run of it or a snapshot, until the master's
                               * --idle-job-ms; 0: the job is freed when its workers finish */

@@ -18,6 +18,7 @@
  * Files: this one connects, registers and audits; sdk_options.c reads the options;
  * sdk_step.c pushes, pulls and steps; sdk_internal.h holds the state they share. */
 #include "client/sdk_internal.h"
+#include "client/emulate.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -185,8 +186,7 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
     ts_cluster_set_call_ms(t->cl, o->call_timeout_ms);
     t->registrations_seen = ts_membership_registrations(t->ms);
     snprintf(t->want_transport, sizeof(t->want_transport), "%s", o->transport ? o->transport : "");
-    t->delay_ms = o->delay_ms;
-    return sdk_start_over(t, sdk_connect_shards(t, o->transport, o->delay_ms, err), err);
+    return sdk_start_over(t, sdk_connect_shards(t, o->transport, t->delay_ms, err), err);
 }
 
 /* $name as a positive number of milliseconds, else dflt. */
@@ -200,6 +200,12 @@ static int env_ms(const char *name, int dflt)
 
 int tessera_connect(const struct tessera_options *o, tessera **out, struct tessera_error *e)
 {
+    return sdk_connect_delayed(o, 0, out, e);
+}
+
+int sdk_connect_delayed(const struct tessera_options *o, int delay_ms, tessera **out,
+                        struct tessera_error *e)
+{
     struct ts_err err = { 0 };
     struct tessera *t = calloc(1, sizeof(*t));
     ts_status st;
@@ -208,6 +214,12 @@ int tessera_connect(const struct tessera_options *o, tessera **out, struct tesse
         ts_err_set(&err, TS_ENOMEM, "out of memory");
         return sdk_fail(e, &err);
     }
+    if (delay_ms < 0 || delay_ms > 60000) {
+        free(t);
+        ts_err_set(&err, TS_EINVAL, "--delay-ms: %d is outside 0..60000", delay_ms);
+        return sdk_fail(e, &err);
+    }
+    t->delay_ms = delay_ms;
     pthread_mutex_init(&t->conn_mu, NULL);
     /* Inside a user's program the SDK speaks only of problems; TESSERA_LOG=info (or debug)
      * shows the rest (docs/launch.md, "Logs"). */

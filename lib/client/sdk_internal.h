@@ -98,7 +98,7 @@ struct tessera {
     bool local;
     char transport[16];
     char want_transport[16];      /* tessera_options.transport ("" : any), for reconnecting */
-    int delay_ms;                 /* tessera_options.delay_ms, for reconnecting */
+    int delay_ms;                 /* sdk_connect_delayed's (emulate.h), for reconnecting */
     bool retrying;                /* the step is being sent again after a failover */
     /* Clipping by global norm (sdk_clip.c): the phase of the step in progress (enum
      * sdk_clip_phase: its pushes are held, or they are the applies carrying clip_coef). */

@@ -203,8 +203,6 @@ ts_status sdk_set_modes(struct tessera *t, const struct tessera_options *o, stru
     if (o->transport && o->transport[0] && !ts_transport_find(o->transport))
         return ts_err_set(err, TS_EINVAL, "transport: '%s' is not one of tcp, shm",
                           o->transport);
-    if (o->delay_ms < 0 || o->delay_ms > 60000)
-        return ts_err_set(err, TS_EINVAL, "delay_ms: %d is outside 0..60000", o->delay_ms);
     /* A slot computed by another worker must be the same bits: no state of the worker's own. */
     if (o->elastic && (mode != TS_MODE_BSP || t->sync_every[0] || strstr(t->compress, "topk")))
         return ts_err_set(err, TS_EINVAL, "elastic: needs mode bsp, no sync_every and no top-k "

@@ -778,7 +778,7 @@ static PyTypeObject client_type = {
     .tp_doc = "Client(master='local', job='default', rank=0, workers=1, exact=False,\n"
               "       optimizer='momentum', batch=..., transport=None, timeout_ms=0,\n"
               "       data_seed=0, micro_batch=0, mode='bsp', staleness=0, compress=None,\n"
-              "       sync_every=None, loss_scale='none', delay_ms=0, keep=False,\n"
+              "       sync_every=None, loss_scale='none', keep=False,\n"
               "       exact_push='fixed', compress_pull=None, dynamic=False)\n\n"
               "A connection to a Tessera cluster (tessera_connect); master 'local' runs the\n"
               "shards' code in this process. Use as a context manager or call close().",

@@ -423,10 +423,10 @@ static int get_flag(PyObject *o, const char *what, int *out)
 static char *option_names[] = { "master", "job", "rank", "workers", "exact", "optimizer",
                                 "batch", "transport", "timeout_ms", "data_seed", "micro_batch",
                                 "mode", "staleness", "compress", "sync_every", "loss_scale",
-                                "delay_ms", "keep", "exact_push", "compress_pull", "dynamic",
+                                "keep", "exact_push", "compress_pull", "dynamic",
                                 "call_timeout_ms", "elastic", NULL };
 enum { O_MASTER, O_JOB, O_RANK, O_WORKERS, O_EXACT, O_OPTIMIZER, O_BATCH, O_TRANSPORT,
-       O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS, O_DELAY,
+       O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS,
        O_KEEP, O_EXACT_PUSH, O_PULL, O_DYNAMIC, O_CALL, O_ELASTIC, O_COUNT };
 
 /* The arguments o[] into *opt (the SDK checks the values it alone understands). Strings made
@@ -452,7 +452,6 @@ static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt,
          get_list(o[O_COMPRESS], "compress", &opt->compress, &made[0]) ||
          get_list(o[O_SYNC], "sync_every", &opt->sync_every, &made[1]) ||
          get_loss_scale(o[O_LOSS], &opt->loss_scale) ||
-         get_uint(o[O_DELAY], "delay_ms", INT32_MAX, &v[O_DELAY]) ||
          (opt->keep = o[O_KEEP] ? PyObject_IsTrue(o[O_KEEP]) : 0) < 0 ||
          get_exact_push(o[O_EXACT_PUSH], &opt->exact_push) ||
          get_list(o[O_PULL], "compress_pull", &opt->pull_compress, &made[2]) ||
@@ -470,7 +469,6 @@ static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt,
     opt->data_seed = v[O_SEED];
     opt->micro_batch = (unsigned)v[O_MICRO];
     opt->staleness = (unsigned)v[O_STALENESS];
-    opt->delay_ms = (int)v[O_DELAY];
     opt->call_timeout_ms = (int)v[O_CALL];
     return rc ? -1 : 0;
 }
@@ -510,11 +508,10 @@ int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt,
 {
     PyObject *o[O_COUNT] = { NULL };
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOOOOOOO:Client", option_names,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOOOOOO:Client", option_names,
                                      &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
                                      &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
-                                     &o[15], &o[16], &o[17], &o[18], &o[19], &o[20], &o[21],
-                                     &o[22]))
+                                     &o[15], &o[16], &o[17], &o[18], &o[19], &o[20], &o[21]))
         return -1;
     /* The SDK copies what it keeps; the arguments are kept anyway, as cheap insurance. */
     for (int i = 0; i < O_COUNT; i++)

@@ -76,8 +76,8 @@ int main(int argc, char **argv)
           "(--slow-factor multiplies it too)", 0, 10000 },
         { "slow-steps", TS_FLAG_STR, &slow_steps, "A:B", "testing: --slow-factor applies to "
           "steps A..B-1 only (default all)", 0, 0 },
-        { "delay-ms", TS_FLAG_INT, &delay_ms, "MS", "testing: delay each data-plane send", 0,
-          60000 },
+        { "delay-ms", TS_FLAG_INT, &delay_ms, "MS",
+          "a slower link, for benchmarks: each data-plane send sleeps MS first", 0, 60000 },
         { "json", TS_FLAG_BOOL, &json, NULL, "rank 0's result, one JSON document, is all it "
           "writes to stdout (other ranks write none there); progress goes to stderr", 0, 0 },
         { "keep", TS_FLAG_BOOL, &keep, NULL, "the shards keep the job once its workers finish",

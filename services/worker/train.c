@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "client/emulate.h"
 #include "model/mlp.h"
 #include "tensor/fingerprint.h"
 #include "tensor/tensor.h"
@@ -129,7 +130,7 @@ static int setup(struct run *r, struct tessera_error *e)
                                   .micro_batch = o->micro, .mode = o->mode,
                                   .staleness = o->staleness, .compress = o->compress,
                                   .sync_every = o->sync_every, .loss_scale = o->loss_scale,
-                                  .delay_ms = o->delay_ms, .keep = o->keep,
+                                  .keep = o->keep,
                                   .pull_compress = o->pull_compress, .dynamic = o->dynamic };
     struct ts_err err = { 0 };
 
@@ -145,7 +146,7 @@ static int setup(struct run *r, struct tessera_error *e)
         snprintf(e->message, sizeof(e->message), "%s", err.msg);
         return say(e, "schedule");
     }
-    if (tessera_connect(&to, &r->t, e)) {
+    if (sdk_connect_delayed(&to, o->delay_ms, &r->t, e)) {
         if (o->restarts && e->code == TESSERA_ESTATE && strstr(e->message, "restarts:")) {
             fprintf(stderr, "tessera-worker: job '%s' ended before this restart of rank %u "
                     "rejoined it: nothing left to do\n", o->job, o->rank);

@@ -97,8 +97,8 @@ bool ts_dp_mac_wanted(const struct ts_conn *c)
         if (TS_TEST_HOOKS)
             return false;
         if (!atomic_exchange(&warned, true))
-            ts_log(TS_WARN, "dataplane", "TESSERA_DATA_MAC=never is ignored: only a test build "
-                   "(TESSERA_TEST_HOOKS) turns MACs off; frames between hosts stay MAC'd");
+            ts_log(TS_WARN, "dataplane", "TESSERA_DATA_MAC=never is ignored: only a build with "
+                   "test hooks turns MACs off; frames between hosts stay MAC'd");
     }
     return !c->local_in;
 }

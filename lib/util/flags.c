@@ -124,8 +124,9 @@ int ts_flags_program(const char *prog, const char *usage, const char *about,
         usage = line;
     }
     ts_flags_usage(stdout, usage, about, flags);
-    if (TS_TEST_HOOKS)   /* test_hooks in tessera_testlib.py reads this line */
-        printf("\nThis build has test hooks compiled in (TESSERA_TEST_HOOKS): for tests only, "
-               "never for production.\n");
+#if TS_TEST_HOOKS   /* TEST_HOOKS in tessera_testlib.py reads this line */
+    printf("\nThis build has test hooks compiled in (TESSERA_TEST_HOOKS): for tests only, "
+           "never for production.\n");
+#endif
     return 0;
 }

@@ -1,6 +1,7 @@
 /* file.c - see file.h. */
 #include "util/file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -108,6 +109,25 @@ ts_status ts_files_replace(const struct ts_file_out *f, size_t n, struct ts_err 
             st = sync_dir_of(f[i].path, err);
     free(tmp);
     return st;
+}
+
+size_t ts_files_sweep(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    size_t n = 0;
+
+    while (d && (e = readdir(d))) {
+        const char *t = strstr(e->d_name, ".tmp.");
+        unsigned pid, k;
+        char end;
+        if (t && t != e->d_name && sscanf(t, ".tmp.%u.%u%c", &pid, &k, &end) == 2 &&
+            unlinkat(dirfd(d), e->d_name, 0) == 0)
+            n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
 }
 
 ts_status ts_file_replace(const char *path, const void *p, size_t len, mode_t mode,

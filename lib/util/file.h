@@ -36,5 +36,9 @@ ts_status ts_files_replace(const struct ts_file_out *f, size_t n, struct ts_err 
 /* One file of len bytes at p. */
 ts_status ts_file_replace(const char *path, const void *p, size_t len, mode_t mode,
                           struct ts_err *err) TS_MUST_CHECK;
+/* Removes the temporaries (NAME.tmp.PID.N) that writers killed mid-write left in dir; returns
+ * how many. Only for a directory no other writer can be at work in (the master's state
+ * directory, under its lock). */
+size_t ts_files_sweep(const char *dir);
 
 #endif

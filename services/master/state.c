@@ -112,6 +112,11 @@ ts_status master_state_open(struct master_state *s, const char *dir, struct ts_e
                           dir, errno == EWOULDBLOCK ? "another master uses it; stop it first, "
                           "or give this one another directory" : strerror(errno));
     s->dir = strdup(dir);
+    /* Under the lock no other master writes here: what a killed one was writing goes. */
+    size_t swept = ts_files_sweep(dir);
+    if (swept)
+        ts_log(TS_INFO, "master", "--state-dir %s: removed %zu temporary files a killed master "
+               "left", dir, swept);
     return read_saved(s, err);
 }
 

@@ -366,6 +366,20 @@ static void files_replace_all_or_none(void **state)
     assert_non_null(strstr(e.msg, b));
     assert_int_equal(count_entries(dir), 2);
     assert_int_equal(rmdir(b), 0);
+    /* What a writer killed mid-write leaves is swept; nothing else is. */
+    {
+        char left[96], near[96];
+        snprintf(left, sizeof(left), "%s/state.tmp.4242.7", dir);
+        snprintf(near, sizeof(near), "%s/notes.tmp.txt", dir);
+        assert_non_null(f = fopen(left, "w"));
+        fclose(f);
+        assert_non_null(f = fopen(near, "w"));
+        fclose(f);
+        assert_int_equal(ts_files_sweep(dir), 1);
+        assert_int_equal(access(left, F_OK), -1);
+        assert_int_equal(access(near, F_OK), 0);
+        assert_int_equal(unlink(near), 0);
+    }
     assert_int_equal(unlink(a), 0);
     assert_int_equal(rmdir(dir), 0);
     umask(old);

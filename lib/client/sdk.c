@@ -207,16 +207,15 @@ int sdk_connect_delayed(const struct tessera_options *o, int delay_ms, tessera *
                         struct tessera_error *e)
 {
     struct ts_err err = { 0 };
-    struct tessera *t = calloc(1, sizeof(*t));
+    struct tessera *t;
     ts_status st;
 
-    if (!t) {
-        ts_err_set(&err, TS_ENOMEM, "out of memory");
+    if (delay_ms < 0 || delay_ms > 60000) {
+        ts_err_set(&err, TS_EINVAL, "--delay-ms: %d is outside 0..60000", delay_ms);
         return sdk_fail(e, &err);
     }
-    if (delay_ms < 0 || delay_ms > 60000) {
-        free(t);
-        ts_err_set(&err, TS_EINVAL, "--delay-ms: %d is outside 0..60000", delay_ms);
+    if (!(t = calloc(1, sizeof(*t)))) {
+        ts_err_set(&err, TS_ENOMEM, "out of memory");
         return sdk_fail(e, &err);
     }
     t->delay_ms = delay_ms;

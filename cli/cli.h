@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "tessera.h"
 #include <sys/types.h>
 
 #include "cluster/cluster.h"
@@ -30,21 +32,22 @@ int cli_open_store(const char *cmd, const char *store, const char *master, int t
 
 /* What `tessera train` (and `tessera demo`) run (train.c). */
 struct train_cli {
-    bool local, exact, json, amp, keep;
+    /* The job's options as every worker gets them (exact, mode, compress, balance, ...): the
+     * schema's flags (lib/client/option_flags.h) and what train_flags derives (elastic,
+     * workers and start_workers from --width). */
+    struct tessera_options sdk;
+    bool local, json, amp;
     bool no_elastic, respawn;        /* docs/elastic.md */
-    bool balance;                    /* docs/scheduler.md */
-    bool dynamic;                    /* asp, ssp: units from the master's queue (scheduler.md) */
     bool overlap;                    /* asp: exchange a step while computing the next */
     const char *slow_factor;         /* testing: "RANK:X[:A-B],...", tessera-worker's flags */
     int workers, epochs, batch, micro, partition_kb;
     int width;                       /* above workers: slots for workers that join later */
     int join;                        /* -1, or the one rank this run adds to a running job */
-    int64_t steps, seed, staleness, delay_ms;
+    int64_t steps, seed, delay_ms;
     int64_t metrics_port;            /* -1, or rank r's /metrics on this + r */
     const char *metrics_listen;      /* the workers' --metrics-listen HOST (NULL: theirs) */
-    const char *job, *optimizer, *transport;
-    const char *mode, *compress, *sync_every, *slow;   /* docs/modes.md; slow: "RANK:MS" */
-    const char *compress_pull;                         /* docs/compression.md, "Pulls" */
+    const char *job;
+    const char *slow;                /* testing: "RANK:MS" */
     FILE *json_out;                  /* --json: where the document goes (NULL: stdout) */
 };
 /* Starts the workers against master (ignored with t->local) and waits for them. Returns the

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "client/option_flags.h"
 #include "cluster/cluster.h"
 #include "util/json.h"
 #include "util/launch.h"
@@ -131,23 +132,25 @@ static bool slow_of(const char *spec, int rank, char *factor, size_t flen, char 
 static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char *master,
                           int rank, int restarts, const char *log, int out_fd)
 {
-    char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16], stale[24];
-    char delay[24], again[16], start[16], mport[16], factor[32], steps[48];
-    char *argv[64];
+    /* The schema's flags the worker gets from t->sdk; these its command line says itself. */
+    static const char *const own[] = { "master", "job", "rank", "workers", "restarts",
+                                       "start-workers", NULL };
+    char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16];
+    char delay[24], again[16], start[16], mport[16], factor[32], steps[48], opts[16384];
+    char *argv[80];
     int n = 0;
     struct ts_err err = { 0 };
     pid_t pid;
 
     snprintf(exe, sizeof(exe), "%s/tessera-worker", bin);
     snprintf(r, sizeof(r), "%d", rank);
-    snprintf(w, sizeof(w), "%d", t->local ? 1 : t->width ? t->width : t->workers);
+    snprintf(w, sizeof(w), "%u", t->sdk.workers);
     snprintf(ep, sizeof(ep), "%d", t->epochs);
     snprintf(st, sizeof(st), "%lld", (long long)t->steps);
     snprintf(sd, sizeof(sd), "%lld", (long long)t->seed);
     snprintf(b, sizeof(b), "%d", t->batch);
     snprintf(m, sizeof(m), "%d", t->micro);
     snprintf(pk, sizeof(pk), "%d", t->partition_kb);
-    snprintf(stale, sizeof(stale), "%lld", (long long)t->staleness);
     snprintf(delay, sizeof(delay), "%lld", (long long)t->delay_ms);
     argv[n++] = exe;
     argv[n++] = "--master";
@@ -170,18 +173,16 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     argv[n++] = pk;
     argv[n++] = "--job";
     argv[n++] = (char *)t->job;
-    argv[n++] = "--optimizer";
-    argv[n++] = (char *)t->optimizer;
-    if (t->exact)
-        argv[n++] = "--exact";
+    if (ts_option_argv(&t->sdk, own, argv, &n, 60, opts, sizeof(opts), &err)) {
+        fprintf(stderr, "tessera train: %s\n", err.msg);
+        return -1;
+    }
     if (t->json)
         argv[n++] = "--json";
-    if (t->keep)
-        argv[n++] = "--keep";
     if (t->no_elastic)
         argv[n++] = "--no-elastic";
-    if (t->width && !t->local) {   /* the job's other slots wait for workers that join */
-        snprintf(start, sizeof(start), "%d", t->workers);
+    if (t->sdk.start_workers) {   /* the job's other slots wait for workers that join */
+        snprintf(start, sizeof(start), "%u", t->sdk.start_workers);
         argv[n++] = "--start-workers";
         argv[n++] = start;
     }
@@ -190,42 +191,14 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
         argv[n++] = "--restarts";
         argv[n++] = again;
     }
-    if (t->transport) {
-        argv[n++] = "--transport";
-        argv[n++] = (char *)t->transport;
-    }
-    if (t->mode) {
-        argv[n++] = "--mode";
-        argv[n++] = (char *)t->mode;
-    }
-    if (t->staleness) {
-        argv[n++] = "--staleness";
-        argv[n++] = stale;
-    }
-    if (t->compress || t->amp) {
-        argv[n++] = "--compress";
-        argv[n++] = (char *)(t->amp ? "fp16" : t->compress);
-    }
-    if (t->compress_pull) {
-        argv[n++] = "--compress-pull";
-        argv[n++] = (char *)t->compress_pull;
-    }
     if (t->amp) {
         argv[n++] = "--loss-scale";
         argv[n++] = "dynamic";
-    }
-    if (t->sync_every) {
-        argv[n++] = "--sync-every";
-        argv[n++] = (char *)t->sync_every;
     }
     if (t->slow && atoi(t->slow) == rank) {
         argv[n++] = "--slow-ms";
         argv[n++] = strchr(t->slow, ':') + 1;
     }
-    if (t->balance && !t->local)
-        argv[n++] = "--balance";
-    if (t->dynamic)
-        argv[n++] = "--dynamic";
     if (t->overlap)
         argv[n++] = "--overlap";
     if (t->slow_factor && slow_of(t->slow_factor, rank, factor, sizeof(factor), steps,
@@ -297,14 +270,6 @@ static void report_failure(const char *dir, int rank, bool terminal, int status)
     }
     if (rmdir(dir))   /* not empty: ranks above 0 wrote their logs there */
         fprintf(stderr, "tessera train: the workers' logs are kept in %s\n", dir);
-}
-
-/* Whether the job's workers take over a dead worker's slots (tessera-worker's own rule). */
-static bool elastic(const struct train_cli *t)
-{
-    return !t->local && !t->no_elastic && (!t->mode || !strcmp(t->mode, "bsp")) &&
-           !t->sync_every && !(t->compress && strstr(t->compress, "topk")) &&
-           !(t->compress_pull && strcmp(t->compress_pull, "none"));
 }
 
 static bool respawning(const int64_t *due, int nw)
@@ -489,7 +454,7 @@ int run_training(const struct train_cli *in, const char *master)
                 left--;
                 /* (--join: the job goes on without its worker; this run did not, unless
                  * it starts it again.) */
-                if (WIFSIGNALED(status) && elastic(t) &&
+                if (WIFSIGNALED(status) && t->sdk.elastic &&
                     (left > 0 || (t->join >= 0 && t->respawn)) && rc != 130 && failed < 0) {
                     /* A death the job survives: the live workers take the rank's slot, once
                      * the master gave it to the rank; a rank killed before it joined holds

@@ -4,11 +4,10 @@
 #include <string.h>
 
 #include "cli.h"
+#include "client/option_flags.h"
 #include "cluster/cluster.h"
 #include "util/flags.h"
 #include "util/proc.h"
-
-#define DEFAULT_OPTIMIZER "momentum:lr=0.02,momentum=0.9"
 
 /* Shared by train and demo: fills t from argv; returns -1 to go on, else an exit code. */
 /* --slow-factor: RANK:X[:A-B] items, X in (1, 100], A < B; says what is wrong. */
@@ -31,14 +30,50 @@ static bool slow_factor_bad(const char *cmd, const char *spec)
     return false;
 }
 
+/* The schema's flags tessera train does not take: it gives each worker its own. */
+static const char *const not_ours[] = { "master", "job", "rank", "workers", "restarts",
+                                        "start-workers", NULL };
+
+/* The job's options as the workers will get them, from the flags: the slots (--width) and
+ * who starts with them, elastic where the job can be, and the SDK's rules, before anything
+ * starts. 2 after saying why, else -1. */
+static int job_options(const char *cmd, struct train_cli *t, int64_t width)
+{
+    struct tessera_error e;
+
+    if (t->amp && t->sdk.compress) {
+        fprintf(stderr, "tessera %s: --amp sends fp16 gradients; drop --compress\n", cmd);
+        return 2;
+    }
+    if (t->amp)
+        t->sdk.compress = "fp16";
+    t->sdk.loss_scale = t->amp ? TESSERA_LOSS_SCALE_SDK : TESSERA_LOSS_SCALE_NONE;
+    /* what the check needs to know of the master: only whether there is one */
+    t->sdk.master = t->local ? "local" : "cluster";
+    t->sdk.job = t->job;
+    t->sdk.workers = t->local ? 1 : width > t->workers ? (unsigned)width : (unsigned)t->workers;
+    t->sdk.start_workers = !t->local && width > t->workers ? (unsigned)t->workers : 0;
+    t->sdk.batch = t->batch;
+    t->sdk.balance = t->sdk.balance && !t->local;
+    t->sdk.elastic = !t->local && !t->no_elastic && tessera_options_can_be_elastic(&t->sdk);
+    if (tessera_options_check(&t->sdk, TESSERA_OPTIONS_NAME_FLAGS, &e)) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, e.message);
+        return 2;
+    }
+    t->sdk.master = NULL;   /* the workers get the real one */
+    return -1;
+}
+
 int train_flags(const char *cmd, const char *usage, const char *about, struct train_cli *t,
                 const char **master, int64_t *shards, int argc, char **argv)
 {
     int64_t workers = t->workers, epochs = t->epochs, batch = t->batch, micro = t->micro;
     int64_t pkb = t->partition_kb, width = 0, join = -1;
-    struct ts_flag flags[40];
+    struct ts_flag flags[TS_OPTION_FLAGS_MAX + 40];
+    struct ts_option_flags given = { 0 };
     struct ts_err err = { 0 };
-    int n = 0, npos = 0;
+    size_t n = 0;
+    int npos = 0, rc;
     bool help;
 
     if (master)
@@ -60,36 +95,15 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     flags[n++] = (struct ts_flag){ "seed", TS_FLAG_INT, &t->seed, "S",
                                    "seed of the init and the data order (default 1)", 0,
                                    INT64_MAX };
-    flags[n++] = (struct ts_flag){ "exact", TS_FLAG_BOOL, &t->exact, NULL,
-                                   "bit-identical results for any worker and shard count", 0,
-                                   0 };
     flags[n++] = (struct ts_flag){ "batch", TS_FLAG_INT, &batch, "B",
                                    "global batch (default 64)", 1, 60000 };
     flags[n++] = (struct ts_flag){ "micro", TS_FLAG_INT, &micro, "M",
                                    "micro-batch, divides B (default 16)", 1, 60000 };
-    flags[n++] = (struct ts_flag){ "optimizer", TS_FLAG_STR, &t->optimizer, "SPEC",
-                                   "default " DEFAULT_OPTIMIZER, 0, 0 };
-    flags[n++] = (struct ts_flag){ "transport", TS_FLAG_STR, &t->transport, "NAME",
-                                   "data plane: shm or tcp (default: the best available)", 0,
-                                   0 };
     flags[n++] = (struct ts_flag){ "partition-kb", TS_FLAG_INT, &pkb, "KB",
                                    "partition size (default: 4096 with every shard on "
                                    "this host, smaller between hosts; docs/placement.md)", 0,
                                    131072 };
-    flags[n++] = (struct ts_flag){ "mode", TS_FLAG_STR, &t->mode, "MODE",
-                                   "bsp (default), ssp, asp, or reduce (the shards only sum; "
-                                   "workers apply the optimizer)", 0, 0 };
-    flags[n++] = (struct ts_flag){ "staleness", TS_FLAG_INT, &t->staleness, "S",
-                                   "ssp: how many steps a worker may run ahead of the slowest",
-                                   0, 1000000 };
-    flags[n++] = (struct ts_flag){ "compress", TS_FLAG_STR, &t->compress, "CODEC",
-                                   "gradients on the wire: none, fp16, bf16, int8, topk:RATIO, "
-                                   "or TENSOR=CODEC,...", 0, 0 };
-    flags[n++] = (struct ts_flag){ "compress-pull", TS_FLAG_STR, &t->compress_pull, "CODEC",
-                                   "parameters on the wire, as deltas against each worker's "
-                                   "copy: codecs as for --compress (tcp only)", 0, 0 };
-    flags[n++] = (struct ts_flag){ "sync-every", TS_FLAG_STR, &t->sync_every, "T=K,...",
-                                   "tensor T syncs every K steps (e.g. fc1.weight=4)", 0, 0 };
+    ts_option_flags_add(&given, flags, &n, TS_OPTION_FLAGS_MAX, not_ours);
     flags[n++] = (struct ts_flag){ "amp", TS_FLAG_BOOL, &t->amp, NULL,
                                    "fp16 gradients with dynamic loss scaling (GradScaler's "
                                    "defaults)", 0, 0 };
@@ -110,25 +124,15 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "elsewhere)", 0, 0 };
     flags[n++] = (struct ts_flag){ "job", TS_FLAG_STR, &t->job, "ID",
                                    "job id (default: a new one per run, train-PID-MS)", 0, 0 };
-    flags[n++] = (struct ts_flag){ "keep", TS_FLAG_BOOL, &t->keep, NULL,
-                                   "the shards keep the job when it finishes (to snapshot it or "
-                                   "train it on with the same --job)", 0, 0 };
     flags[n++] = (struct ts_flag){ "no-elastic", TS_FLAG_BOOL, &t->no_elastic, NULL,
                                    "a worker that dies stops the job (default: its slot moves "
-                                   "to a live worker; needs bsp, no --sync-every, no top-k)",
-                                   0, 0 };
+                                   "to a live worker; needs bsp, no --sync-every, no top-k, no "
+                                   "--compress-pull)", 0, 0 };
     flags[n++] = (struct ts_flag){ "width", TS_FLAG_INT, &width, "W",
                                    "the job's slots, above --workers: workers that join later "
                                    "(tessera-worker --rank R, R below W) take theirs "
-                                   "(elastic; default --workers)", 0, 64 };
-    flags[n++] = (struct ts_flag){ "balance", TS_FLAG_BOOL, &t->balance, NULL,
-                                   "the master moves slots between the workers by their "
-                                   "measured speed (elastic; default --width: the micro-batches "
-                                   "per step, at most 64; docs/scheduler.md)", 0, 0 };
-    flags[n++] = (struct ts_flag){ "dynamic", TS_FLAG_BOOL, &t->dynamic, NULL,
-                                   "asp, ssp: the workers take the next units of the data from "
-                                   "the master's queue as they become free, so a fast worker "
-                                   "computes more of the epoch (docs/scheduler.md)", 0, 0 };
+                                   "(elastic; default --workers; with --balance --batch / "
+                                   "--micro, at most 64)", 0, 64 };
     flags[n++] = (struct ts_flag){ "overlap", TS_FLAG_BOOL, &t->overlap, NULL,
                                    "asp: each worker pushes and pulls a step while it computes "
                                    "the next, on values predicted from its last two pulls "
@@ -146,7 +150,8 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "nothing if the run fails); progress goes to stderr", 0,
                                    0 };
     flags[n] = (struct ts_flag){ NULL, 0, NULL, NULL, NULL, 0, 0 };
-    if (ts_flags_parse(flags, argc, argv, NULL, &npos, &help, &err)) {
+    if (ts_flags_parse(flags, argc, argv, NULL, &npos, &help, &err) ||
+        (!help && ts_option_flags_apply(&given, &t->sdk, &err))) {
         fprintf(stderr, "tessera %s: %s\n", cmd, err.msg);
         return 2;
     }
@@ -166,29 +171,17 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     }
     if (slow_factor_bad(cmd, t->slow_factor))
         return 2;
-    if (t->balance && !t->local && !width)
+    if (t->sdk.balance && !t->local && !width)
         width = batch / micro < 64 ? batch / micro : 64;
-    if (t->balance && !t->local && (width <= workers || t->no_elastic || t->sync_every ||
-                                    (t->mode && strcmp(t->mode, "bsp")) ||
-                                    (t->compress && strstr(t->compress, "topk")))) {
-        fprintf(stderr, "tessera %s: --balance moves slots between the workers of an elastic "
-                "bsp job: it needs more slots (--width %lld; default --batch / --micro) than "
-                "--workers %lld, and no --no-elastic, --sync-every, --mode other than bsp or "
-                "top-k\n", cmd, (long long)width, (long long)workers);
+    if (t->sdk.balance && !t->local && width <= workers) {
+        fprintf(stderr, "tessera %s: --balance moves slots between the workers: it needs more "
+                "slots (--width %lld; default --batch / --micro) than --workers %lld\n", cmd,
+                (long long)width, (long long)workers);
         return 2;
     }
-    if (t->overlap && (!t->mode || strcmp(t->mode, "asp"))) {
+    if (t->overlap && (!t->sdk.mode || strcmp(t->sdk.mode, "asp"))) {
         fprintf(stderr, "tessera %s: --overlap needs --mode asp (bsp and ssp wait for each "
                 "step's values before the next)\n", cmd);
-        return 2;
-    }
-    if (t->dynamic && (!t->mode || (strcmp(t->mode, "asp") && strcmp(t->mode, "ssp")))) {
-        fprintf(stderr, "tessera %s: --dynamic needs --mode asp or ssp (bsp: use --balance)\n",
-                cmd);
-        return 2;
-    }
-    if (t->amp && t->compress) {
-        fprintf(stderr, "tessera %s: --amp sends fp16 gradients; drop --compress\n", cmd);
         return 2;
     }
     if (t->metrics_listen && t->metrics_port < 0) {
@@ -216,14 +209,17 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     t->width = width > workers ? (int)width : 0;
     t->workers = (int)workers, t->epochs = (int)epochs, t->batch = (int)batch;
     t->micro = (int)micro, t->partition_kb = (int)pkb;
+    if ((rc = job_options(cmd, t, width)) >= 0)
+        return rc;
     return -1;
 }
 
 void train_defaults(struct train_cli *t)
 {
     *t = (struct train_cli){ .workers = 2, .epochs = 3, .batch = 64, .micro = 16, .seed = 1,
-                             .job = NULL, .optimizer = DEFAULT_OPTIMIZER, .join = -1,
-                             .metrics_port = -1 };
+                             .job = NULL, .join = -1, .metrics_port = -1,
+                             .sdk = TESSERA_OPTIONS_INIT };
+    t->sdk.optimizer = TS_TRAINER_OPTIMIZER;
 }
 
 int cmd_train(int argc, char **argv)

@@ -228,7 +228,7 @@ int cmd_demo(int argc, char **argv)
     int rc;
 
     train_defaults(&t);
-    t.exact = true;
+    t.sdk.exact = true;
     rc = train_flags("demo", "tessera demo [options]",
                      "Starts a master and N shards on 127.0.0.1, trains the MLP on\n"
                      "Fashion-MNIST with 2 workers for 3 epochs in exact mode (progress each\n"
@@ -254,7 +254,7 @@ int cmd_demo(int argc, char **argv)
     rc = print_status(c.master_addr, false, 5000);
     if (!rc) {
         printf("\ntraining: %d workers, %d epochs, batch %d, %s mode\n", t.workers, t.epochs,
-               t.batch, t.exact ? "exact" : "float");
+               t.batch, t.sdk.exact ? "exact" : "float");
         fflush(stdout);
         rc = run_training(&t, c.master_addr);
     }

@@ -6,9 +6,9 @@
  * (tessera_to_fixed, tessera_fixed_add), which the shards add as integers: the parameters then
  * come out bit for bit the same for any number of workers and shards.
  *
- *     struct tessera_options o = { .master = "127.0.0.1:7070", .job = "mnist", .rank = 0,
- *                                  .workers = 2, .exact = 1, .optimizer = "momentum:lr=0.02",
- *                                  .batch = 64 };
+ *     struct tessera_options o = TESSERA_OPTIONS_INIT;
+ *     o.master = "127.0.0.1:7070", o.job = "mnist", o.rank = 0, o.workers = 2, o.exact = 1;
+ *     o.optimizer = "momentum:lr=0.02", o.batch = 64;
  *     tessera *t;  struct tessera_error e;
  *     tessera_connect(&o, &t, &e);
  *     tessera_register(t, "fc1.weight", shape, 2, "he", seed, 784, 256, 0, &id, &e);
@@ -64,7 +64,13 @@ struct tessera_error {
 int tessera_grpc_code(int code);
 const char *tessera_grpc_code_name(int grpc_code);
 
+/* A job's options. Start from TESSERA_OPTIONS_INIT, so that `size` says which version of this
+ * struct the program was built with: a later SDK reads only the fields that version had and
+ * takes the defaults for the rest (NCCL's config struct). size 0 means this header's struct.
+ * Every field has a row in the options' schema (tessera_options_schema), which is also where
+ * tessera-worker's flags and the Python Client's keywords come from. */
 struct tessera_options {
+    size_t size;             /* sizeof(struct tessera_options) of the caller's header */
     const char *master;      /* "host:port"; "local" (or NULL): everything in this process */
     const char *job;         /* job id, 1-64 of [A-Za-z0-9._-]; NULL: "default" */
     unsigned rank, workers;  /* this trainer's rank among `workers` (>= 1) */
@@ -117,6 +123,54 @@ struct tessera_options {
                               * the queue bounds staleness over its units and the shards run
                               * the job as asp, so ssp jobs need it to claim work */
 };
+#define TESSERA_OPTIONS_INIT { .size = sizeof(struct tessera_options) }
+
+/* The options' schema: one row per field of struct tessera_options, in the struct's order.
+ * tessera-worker's and `tessera train`'s flags, their --help, the flags `tessera train` hands
+ * each worker and the Python Client's keywords are all made from these rows; a new option is
+ * one row (lib/client/options.c) plus, if it combines with others, one rule in
+ * tessera_options_check. Static storage. */
+enum tessera_option_type {
+    TESSERA_OPTION_STRING,  /* const char * */
+    TESSERA_OPTION_LIST,    /* const char *: "NAME=VALUE,...[,DEFAULT]" (docs/modes.md) */
+    TESSERA_OPTION_UINT,    /* unsigned, uint64_t or int (timeouts), 0..max */
+    TESSERA_OPTION_BOOL,    /* int: 0 or 1 */
+    TESSERA_OPTION_DOUBLE,  /* double, 0..max */
+    TESSERA_OPTION_CHOICE,  /* int: the index of one of `choices` */
+};
+struct tessera_option {
+    const char *name;        /* the field, as the SDK's messages name it: "pull_compress" */
+    const char *keyword;     /* the Python Client's keyword ("compress_pull"); NULL: none */
+    const char *flag;        /* the trainers' flag without "--" ("compress-pull"); NULL: none */
+    int type;                /* enum tessera_option_type */
+    unsigned long long max;  /* UINT, DOUBLE: the largest value */
+    const char *choices;     /* CHOICE: the names, "|"-separated, in value order */
+    const char *metavar;     /* the value in --help: "CODEC" */
+    const char *help;        /* one line, with the default */
+    size_t offset, bytes;    /* where the field is in struct tessera_options, and its size */
+};
+const struct tessera_option *tessera_options_schema(size_t *count);
+/* Sets field `name` (a row's name, keyword or flag, with or without "--") from its text:
+ * digits for UINT ("0x" too), a number for DOUBLE, 1/0/true/false for BOOL, a choice's name
+ * or index for CHOICE. STRING and LIST values are borrowed: `value` must outlive o. Errors
+ * (TESSERA_EINVAL) name `name` as given; o is unchanged then. */
+int tessera_options_set(struct tessera_options *o, const char *name, const char *value,
+                        struct tessera_error *err);
+/* Field `row` of o as text into buf (cap bytes): 1 when it is set (not 0, NULL or ""), 0 when
+ * it keeps its default (buf then ""). */
+int tessera_options_get(const struct tessera_options *o, const struct tessera_option *row,
+                        char *buf, size_t cap);
+/* Every rule of the options that needs no cluster: each field's range and syntax, and how
+ * they combine (elastic needs bsp, balance needs elastic, dynamic needs asp or ssp, no
+ * compression in exact mode, ...). tessera_connect runs it first; tessera train and
+ * tessera-worker run it before they start anything. TESSERA_OPTIONS_NAME_FLAGS: messages
+ * name options by their flags ("--dynamic needs --mode asp or ssp"), else by field. */
+#define TESSERA_OPTIONS_NAME_FLAGS 1
+int tessera_options_check(const struct tessera_options *o, int how, struct tessera_error *err);
+/* Whether a job with these options can be elastic (docs/elastic.md): bsp, no sync periods,
+ * no top-k compression, no compressed pulls. Trainers that are elastic where they can be
+ * (tessera-worker, tessera.torch) set elastic = this. */
+int tessera_options_can_be_elastic(const struct tessera_options *o);
 
 /* Where a launcher put this process (docs/launch.md). `tessera run`, torchrun, srun and a
  * Kubernetes indexed Job each start copies of one command line and tell each copy its place

@@ -23,7 +23,7 @@
 
 int main(int argc, char **argv)
 {
-    struct tessera_options o = { .master = argc > 1 ? argv[1] : "local",
+    struct tessera_options o = { .size = sizeof(o), .master = argc > 1 ? argv[1] : "local",
                                  .job = argc > 2 ? argv[2] : "sgd-steps", .rank = 0,
                                  .workers = 1, .exact = 1, .optimizer = "sgd:lr=0.5",
                                  .batch = 4 };

@@ -203,9 +203,10 @@ int tessera_connect(const struct tessera_options *o, tessera **out, struct tesse
     return sdk_connect_delayed(o, 0, out, e);
 }
 
-int sdk_connect_delayed(const struct tessera_options *o, int delay_ms, tessera **out,
+int sdk_connect_delayed(const struct tessera_options *given, int delay_ms, tessera **out,
                         struct tessera_error *e)
 {
+    struct tessera_options opts, *o = &opts;
     struct ts_err err = { 0 };
     struct tessera *t;
     ts_status st;
@@ -214,6 +215,8 @@ int sdk_connect_delayed(const struct tessera_options *o, int delay_ms, tessera *
         ts_err_set(&err, TS_EINVAL, "--delay-ms: %d is outside 0..60000", delay_ms);
         return sdk_fail(e, &err);
     }
+    if (sdk_options_copy(given, o, &err) || sdk_options_check(o, 0, &err))
+        return sdk_fail(e, &err);
     if (!(t = calloc(1, sizeof(*t)))) {
         ts_err_set(&err, TS_ENOMEM, "out of memory");
         return sdk_fail(e, &err);
@@ -232,15 +235,9 @@ int sdk_connect_delayed(const struct tessera_options *o, int delay_ms, tessera *
     st = ts_job_init(&t->job, o->job ? o->job : "default", o->workers, o->exact != 0,
                      o->optimizer ? o->optimizer : "momentum", o->batch, &err);
     if (!st)
-        st = sdk_set_modes(t, o, &err);
+        sdk_set_modes(t, o);
     if (!st)
         st = sdk_pipe_mode(t, &err);
-    if (!st && o->rank >= o->workers)
-        st = ts_err_set(&err, TS_EINVAL, "rank: %u is not below workers %u", o->rank,
-                        o->workers);
-    if (!st && t->local && o->workers != 1)
-        st = ts_err_set(&err, TS_EINVAL, "workers: a local run has 1 worker, not %u",
-                        o->workers);
     if (!st && t->local)
         snprintf(t->transport, sizeof(t->transport), "local");
     if (!st && !t->local)

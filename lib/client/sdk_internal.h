@@ -364,9 +364,28 @@ ts_status sdk_elastic_check(struct tessera *t, uint64_t step, size_t n, const ui
 ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *params,
                               struct ts_err *err);
 
+/* options.c: the schema and the rules (include/tessera.h). sdk_options_copy copies a
+ * caller's options, of whatever size its header gave them, into out (this SDK's struct,
+ * the fields it lacked zero); sdk_options_check is tessera_options_check on such a copy. */
+ts_status sdk_options_copy(const struct tessera_options *in, struct tessera_options *out,
+                           struct ts_err *err) TS_MUST_CHECK;
+ts_status sdk_options_check(const struct tessera_options *o, int how,
+                            struct ts_err *err) TS_MUST_CHECK;
+/* One item of a "NAME=VALUE,...[,DEFAULT]" list: the tensor name (none for the default) and
+ * the value, pointing into the list. sdk_spec_next reads the item at *p and moves *p past
+ * it; false at the end of the list. */
+struct sdk_spec_item {
+    const char *name, *value;
+    size_t name_len, value_len;
+};
+bool sdk_spec_next(const char **p, struct sdk_spec_item *it);
+/* A sync period's text, 1..TS_SYNC_MAX. */
+ts_status sdk_parse_sync(const char *v, uint32_t *k, struct ts_err *err) TS_MUST_CHECK;
+
 /* sdk_options.c */
-/* The mode, compression, sync periods and loss scaling of the options, checked. */
-ts_status sdk_set_modes(struct tessera *t, const struct tessera_options *o, struct ts_err *err);
+/* The mode, compression, sync periods and loss scaling of options sdk_options_check
+ * accepted, into t. */
+void sdk_set_modes(struct tessera *t, const struct tessera_options *o);
 /* Every tensor the options name is registered (checked at the first step). */
 ts_status sdk_check_names(struct tessera *t, struct ts_err *err);
 /* Tensor x's sync period and codec, from the options. */

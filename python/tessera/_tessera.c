@@ -111,7 +111,7 @@ static void close_now(tessera *t)
 
 static int client_init(struct client *self, PyObject *args, PyObject *kw)
 {
-    struct tessera_options opt = { .workers = 1 };
+    struct tessera_options opt = TESSERA_OPTIONS_INIT;
     struct tessera_launch env;
     struct tessera_error e = { 0 };
     tessera *t = NULL;
@@ -121,6 +121,7 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
         invalid("Client: already connected; make a new Client");
         return -1;
     }
+    opt.workers = 1;
     if (get_options(args, kw, &opt, &env, self->keep))
         return -1;
     Py_BEGIN_ALLOW_THREADS

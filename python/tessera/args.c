@@ -249,22 +249,6 @@ int get_str(PyObject *o, const char *what, const char **out)
     return 0;
 }
 
-/* batch: a number, required. */
-int get_batch(PyObject *o, double *out)
-{
-    if (!o || o == Py_None) {
-        invalid("batch: required: the global batch size, which the shards divide the summed "
-                "gradient by");
-        return -1;
-    }
-    if (!PyNumber_Check(o) || PyBool_Check(o) || PyUnicode_Check(o)) {
-        invalid("batch: a number >= 1 expected, got %s", Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    *out = PyFloat_AsDouble(o);
-    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
-}
-
 /* step, version: an int >= 0, required. */
 int get_step(PyObject *o, const char *what, uint64_t *out)
 {
@@ -359,163 +343,174 @@ int get_list(PyObject *o, const char *what, const char **out, PyObject **keep)
     return get_str(joined, what, out);
 }
 
-/* One of n names, or its index as an int: *out; absent or None: unchanged. Otherwise raises
- * InvalidArgument naming `what` and the choices. */
-static int get_choice(PyObject *o, const char *what, const char *const *names, int n, int *out)
-{
-    char choices[128] = "";
+/* ---- Client's options: the keywords of the SDK's schema (tessera_options_schema) ---- */
 
-    if (!o || o == Py_None)
-        return 0;
-    for (int i = 0; PyUnicode_Check(o) && i < n; i++)
-        if (PyUnicode_CompareWithASCIIString(o, names[i]) == 0) {
-            *out = i;
-            return 0;
-        }
-    if (PyLong_Check(o) && !PyBool_Check(o)) {
-        long v = PyLong_AsLong(o);
-        if (v >= 0 && v < n) {
-            *out = (int)v;
-            return 0;
-        }
-        PyErr_Clear();
-    }
-    for (int i = 0; i < n; i++)
-        snprintf(choices + strlen(choices), sizeof(choices) - strlen(choices), "%s\"%s\"",
-                 i == 0 ? "" : i + 1 == n ? " or " : ", ", names[i]);
-    PyObject *r = PyObject_Repr(o);
-    invalid("%s: %s expected, got %s", what, choices, r ? PyUnicode_AsUTF8(r) : "?");
-    Py_XDECREF(r);
+#define MAX_KEYWORDS 40
+
+/* The rows with a keyword, in the schema's order (the order positional arguments take). */
+static const struct tessera_option *kw_rows[MAX_KEYWORDS];
+static int n_kw;
+
+static void keywords_init(void)
+{
+    size_t n;
+    const struct tessera_option *r = tessera_options_schema(&n);
+
+    if (n_kw)
+        return;
+    for (size_t i = 0; i < n && n_kw < MAX_KEYWORDS; i++)
+        if (r[i].keyword)
+            kw_rows[n_kw++] = &r[i];
+}
+
+static int keyword_index(const char *name)
+{
+    for (int i = 0; i < n_kw; i++)
+        if (!strcmp(kw_rows[i]->keyword, name))
+            return i;
     return -1;
 }
 
-int get_loss_scale(PyObject *o, int *out)
+/* Client(*args, **kw) into o[] by the rows' order; TypeError as Python's own calls raise. */
+static int collect(PyObject *args, PyObject *kw, PyObject *o[MAX_KEYWORDS])
 {
-    static const char *const names[] = { "none", "sdk", "caller" };
+    Py_ssize_t n = args ? PyTuple_GET_SIZE(args) : 0, pos = 0;
+    PyObject *k, *v;
 
-    return get_choice(o, "loss_scale", names, 3, out);
-}
-
-/* exact_push: "fixed" (int64 pushes) or "float" (the shards round), or 0 / 1. */
-static int get_exact_push(PyObject *o, int *out)
-{
-    static const char *const names[] = { "fixed", "float" };
-
-    return get_choice(o, "exact_push", names, 2, out);
-}
-
-/* dynamic: a bool (or an int; None: off) into *out. Stricter than the truth test keep and
- * exact take: there a str such as "false" is true, and dynamic assignment turned on by
- * mistake changes which data a worker computes. */
-static int get_flag(PyObject *o, const char *what, int *out)
-{
-    if (!o || o == Py_None)
-        return 0;
-    if (!PyLong_Check(o)) {
-        invalid("%s: a bool expected, got %s", what, Py_TYPE(o)->tp_name);
+    if (n > n_kw) {
+        PyErr_Format(PyExc_TypeError, "Client() takes at most %d positional arguments (%zd "
+                     "given)", n_kw, n);
         return -1;
     }
-    *out = PyObject_IsTrue(o);
-    return *out < 0 ? -1 : 0;
-}
-
-/* Client's keyword arguments, in struct tessera_options order. */
-static char *option_names[] = { "master", "job", "rank", "workers", "exact", "optimizer",
-                                "batch", "transport", "timeout_ms", "data_seed", "micro_batch",
-                                "mode", "staleness", "compress", "sync_every", "loss_scale",
-                                "keep", "exact_push", "compress_pull", "dynamic",
-                                "call_timeout_ms", "elastic", NULL };
-enum { O_MASTER, O_JOB, O_RANK, O_WORKERS, O_EXACT, O_OPTIMIZER, O_BATCH, O_TRANSPORT,
-       O_TIMEOUT, O_SEED, O_MICRO, O_MODE, O_STALENESS, O_COMPRESS, O_SYNC, O_LOSS,
-       O_KEEP, O_EXACT_PUSH, O_PULL, O_DYNAMIC, O_CALL, O_ELASTIC, O_COUNT };
-
-/* The arguments o[] into *opt (the SDK checks the values it alone understands). Strings made
- * from dicts are appended to keep, which must outlive opt. */
-static int options_from(PyObject *const o[O_COUNT], struct tessera_options *opt, PyObject *keep)
-{
-    unsigned long long v[O_COUNT] = { [O_WORKERS] = 1 };
-    PyObject *made[3] = { NULL, NULL, NULL };
-    int rc;
-
-    rc = get_str(o[O_MASTER], "master", &opt->master) || get_str(o[O_JOB], "job", &opt->job) ||
-         get_uint(o[O_RANK], "rank", UINT32_MAX, &v[O_RANK]) ||
-         get_uint(o[O_WORKERS], "workers", UINT32_MAX, &v[O_WORKERS]) ||
-         (opt->exact = o[O_EXACT] ? PyObject_IsTrue(o[O_EXACT]) : 0) < 0 ||
-         get_str(o[O_OPTIMIZER], "optimizer", &opt->optimizer) ||
-         get_batch(o[O_BATCH], &opt->batch) ||
-         get_str(o[O_TRANSPORT], "transport", &opt->transport) ||
-         get_uint(o[O_TIMEOUT], "timeout_ms", INT32_MAX, &v[O_TIMEOUT]) ||
-         get_uint(o[O_SEED], "data_seed", UINT64_MAX, &v[O_SEED]) ||
-         get_uint(o[O_MICRO], "micro_batch", UINT32_MAX, &v[O_MICRO]) ||
-         get_str(o[O_MODE], "mode", &opt->mode) ||
-         get_uint(o[O_STALENESS], "staleness", UINT32_MAX, &v[O_STALENESS]) ||
-         get_list(o[O_COMPRESS], "compress", &opt->compress, &made[0]) ||
-         get_list(o[O_SYNC], "sync_every", &opt->sync_every, &made[1]) ||
-         get_loss_scale(o[O_LOSS], &opt->loss_scale) ||
-         (opt->keep = o[O_KEEP] ? PyObject_IsTrue(o[O_KEEP]) : 0) < 0 ||
-         get_exact_push(o[O_EXACT_PUSH], &opt->exact_push) ||
-         get_list(o[O_PULL], "compress_pull", &opt->pull_compress, &made[2]) ||
-         get_flag(o[O_DYNAMIC], "dynamic", &opt->dynamic) ||
-         get_uint(o[O_CALL], "call_timeout_ms", INT32_MAX, &v[O_CALL]) ||
-         get_flag(o[O_ELASTIC], "elastic", &opt->elastic);
-    for (int i = 0; i < 3; i++) {
-        if (made[i] && PyList_Append(keep, made[i]))
-            rc = -1;
-        Py_XDECREF(made[i]);
+    for (Py_ssize_t i = 0; i < n; i++)
+        o[i] = PyTuple_GET_ITEM(args, i);
+    while (kw && PyDict_Next(kw, &pos, &k, &v)) {
+        const char *name = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+        int i = name ? keyword_index(name) : -1;
+        if (i < 0) {
+            PyErr_Format(PyExc_TypeError, "Client() got an unexpected keyword argument '%S'",
+                         k);
+            return -1;
+        }
+        if (o[i]) {
+            PyErr_Format(PyExc_TypeError, "Client() got multiple values for argument '%s'",
+                         name);
+            return -1;
+        }
+        o[i] = v;
     }
-    opt->rank = (unsigned)v[O_RANK];
-    opt->workers = (unsigned)v[O_WORKERS];
-    opt->timeout_ms = (int)v[O_TIMEOUT];
-    opt->data_seed = v[O_SEED];
-    opt->micro_batch = (unsigned)v[O_MICRO];
-    opt->staleness = (unsigned)v[O_STALENESS];
-    opt->call_timeout_ms = (int)v[O_CALL];
-    return rc ? -1 : 0;
+    return 0;
 }
 
-/* Whether argument i was left out (None counts as left out). */
-#define UNSET(o, i) (!(o)[i] || (o)[i] == Py_None)
+/* Argument v for row r into *opt, through the SDK's own parsing (tessera_options_set): the
+ * Python types each kind takes are checked here, the values and ranges there. */
+static int set_option(struct tessera_options *opt, const struct tessera_option *r, PyObject *v,
+                      PyObject *keep)
+{
+    const char *what = r->keyword, *text = NULL;
+    unsigned long long u = 0;
+    PyObject *made = NULL;
+    struct tessera_error e;
+    char buf[64];
+    int rc = 0;
+
+    if (!v || v == Py_None)
+        return 0;
+    switch (r->type) {
+    case TESSERA_OPTION_STRING:
+        rc = get_str(v, what, &text);
+        break;
+    case TESSERA_OPTION_LIST:
+        rc = get_list(v, what, &text, &made);
+        if (made && PyList_Append(keep, made))
+            rc = -1;
+        Py_XDECREF(made);
+        break;
+    case TESSERA_OPTION_UINT:
+        if (!(rc = get_uint(v, what, r->max, &u)))
+            snprintf(buf, sizeof(buf), "%llu", u), text = buf;
+        break;
+    case TESSERA_OPTION_BOOL:
+        /* Not the truth test: "false" is a true str, and turned on by mistake an option
+         * such as dynamic changes which data a worker computes. */
+        if (PyUnicode_Check(v) || PyBytes_Check(v)) {
+            invalid("%s: a bool expected, got %s", what, Py_TYPE(v)->tp_name);
+            return -1;
+        }
+        if ((rc = PyObject_IsTrue(v)) >= 0)
+            text = rc ? "1" : "0", rc = 0;
+        break;
+    case TESSERA_OPTION_DOUBLE:
+        if (!PyNumber_Check(v) || PyBool_Check(v) || PyUnicode_Check(v)) {
+            invalid("%s: a number expected, got %s", what, Py_TYPE(v)->tp_name);
+            return -1;
+        }
+        snprintf(buf, sizeof(buf), "%.17g", PyFloat_AsDouble(v));
+        rc = PyErr_Occurred() ? -1 : 0, text = buf;
+        break;
+    default:   /* CHOICE: a name or its index */
+        if (PyLong_Check(v) && !PyBool_Check(v)) {
+            long long x = PyLong_AsLongLong(v);
+            if (x == -1 && PyErr_Occurred())
+                return -1;
+            snprintf(buf, sizeof(buf), "%lld", x), text = buf;
+        } else if ((rc = get_str(v, what, &text)) == 0 && !PyUnicode_Check(v)) {
+            invalid("%s: one of %s expected, got %s", what, r->choices, Py_TYPE(v)->tp_name);
+            return -1;
+        }
+    }
+    if (rc || !text)
+        return -1;
+    if (tessera_options_set(opt, what, text, &e)) {
+        raise_sdk(&e);
+        return -1;
+    }
+    return 0;
+}
 
 /* The launcher's environment (docs/launch.md) for what the arguments leave out: master,
  * job, rank, workers, and the restarts a supervisor counted. Master "local" when neither
  * says. A caller that names master "local" itself asks for one process: the environment's
  * rank and workers (another program's launcher) are not for it. */
-static int options_env(PyObject *const o[O_COUNT], struct tessera_options *opt,
+static int options_env(PyObject *const o[MAX_KEYWORDS], struct tessera_options *opt,
                        struct tessera_launch *env)
 {
+#define UNSET(name) (!o[keyword_index(name)] || o[keyword_index(name)] == Py_None)
     struct tessera_error e;
 
     if (tessera_launch_env(env, &e)) {
         raise_sdk(&e);
         return -1;
     }
-    if (!UNSET(o, O_MASTER) && opt->master && !strcmp(opt->master, "local"))
+    if (!UNSET("master") && opt->master && !strcmp(opt->master, "local"))
         return 0;
-    if (UNSET(o, O_MASTER))
+    if (UNSET("master"))
         opt->master = env->master ? env->master : "local";
-    if (UNSET(o, O_JOB) && env->job)
+    if (UNSET("job") && env->job)
         opt->job = env->job;
-    if (UNSET(o, O_RANK) && env->rank >= 0)
+    if (UNSET("rank") && env->rank >= 0)
         opt->rank = (unsigned)env->rank;
-    if (UNSET(o, O_WORKERS) && env->workers)
+    if (UNSET("workers") && env->workers)
         opt->workers = (unsigned)env->workers;
     opt->restarts = env->restarts;
     return 0;
+#undef UNSET
 }
 
 int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt,
                 struct tessera_launch *env, PyObject *keep)
 {
-    PyObject *o[O_COUNT] = { NULL };
+    PyObject *o[MAX_KEYWORDS] = { NULL };
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOOOOOO:Client", option_names,
-                                     &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
-                                     &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
-                                     &o[15], &o[16], &o[17], &o[18], &o[19], &o[20], &o[21]))
+    keywords_init();
+    if (collect(args, kw, o))
         return -1;
     /* The SDK copies what it keeps; the arguments are kept anyway, as cheap insurance. */
-    for (int i = 0; i < O_COUNT; i++)
+    for (int i = 0; i < n_kw; i++) {
         if (o[i] && PyList_Append(keep, o[i]))
             return -1;
-    return options_from(o, opt, keep) || options_env(o, opt, env) ? -1 : 0;
+        if (set_option(opt, kw_rows[i], o[i], keep))
+            return -1;
+    }
+    return options_env(o, opt, env);
 }

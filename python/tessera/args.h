@@ -49,8 +49,6 @@ int arr_get_out(PyObject *o, const char *what, long long numel, const float *own
                 struct arr *a);
 /* An int in [0, max] (None: keeps *out). */
 int get_uint(PyObject *o, const char *what, unsigned long long max, unsigned long long *out);
-/* batch: a number, required (the global batch). */
-int get_batch(PyObject *o, double *out);
 /* step or version: an int >= 0, required. */
 int get_step(PyObject *o, const char *what, uint64_t *out);
 /* shape: an int or a sequence of 1..8 ints. Returns ndim, or -1 with InvalidArgument. */
@@ -60,8 +58,6 @@ int get_str(PyObject *o, const char *what, const char **out);
 /* compress / sync_every: a str, or a dict {tensor: value} made into "NAME=VALUE,..." (a key
  * None or "" gives a bare VALUE: compress's default codec). *keep owns the new string. */
 int get_list(PyObject *o, const char *what, const char **out, PyObject **keep);
-/* "none", "sdk" or "caller" (None: none) into enum tessera_loss_scale. */
-int get_loss_scale(PyObject *o, int *out);
 /* Client(...)'s arguments into *opt (its defaults already set), and what they leave out of
  * master, job, rank and workers from the launcher's environment (tessera_launch_env, read
  * into *env; master "local" when no variable names one). The objects *opt points into are

@@ -84,28 +84,28 @@ int worker_metrics_start(const struct train_opts *o, tessera *t)
 
     if (o->metrics_port < 0)
         return 0;
-    snprintf(w.rank, sizeof(w.rank), "%u", o->rank);
-    w.job = o->job;
+    snprintf(w.rank, sizeof(w.rank), "%u", o->sdk.rank);
+    w.job = o->sdk.job;
     w.steps = child("tessera_worker_steps_total", "training steps done", TS_METRIC_COUNTER,
-                    o->job, rank);
+                    o->sdk.job, rank);
     w.step_s = child("tessera_worker_step_seconds", "a whole step: forward, backward and the "
-                     "exchange", TS_METRIC_HISTOGRAM, o->job, rank);
+                     "exchange", TS_METRIC_HISTOGRAM, o->sdk.job, rank);
     w.exchange_s = child("tessera_worker_exchange_seconds", "the part of a step in the SDK: "
                          "pushes, pulls and waiting for the other ranks", TS_METRIC_HISTOGRAM,
-                         o->job, rank);
+                         o->sdk.job, rank);
     w.skipped = child("tessera_worker_steps_skipped_total", "steps a shard skipped for a "
-                      "non-finite sum", TS_METRIC_COUNTER, o->job, rank);
+                      "non-finite sum", TS_METRIC_COUNTER, o->sdk.job, rank);
     w.pushed = child("tessera_worker_push_bytes_total", "gradient bytes pushed, as sent "
-                     "(after compression)", TS_METRIC_COUNTER, o->job, rank);
+                     "(after compression)", TS_METRIC_COUNTER, o->sdk.job, rank);
     w.raw = child("tessera_worker_push_raw_bytes_total", "gradient bytes pushed, before "
-                  "compression", TS_METRIC_COUNTER, o->job, rank);
+                  "compression", TS_METRIC_COUNTER, o->sdk.job, rank);
     w.stale = child("tessera_worker_staleness_steps", "ssp, asp: steps the slowest worker was "
-                    "behind at the last pull", TS_METRIC_GAUGE, o->job, rank);
+                    "behind at the last pull", TS_METRIC_GAUGE, o->sdk.job, rank);
     w.scale = child("tessera_worker_loss_scale", "the fp16 loss scale (1 without loss "
-                    "scaling)", TS_METRIC_GAUGE, o->job, rank);
+                    "scaling)", TS_METRIC_GAUGE, o->sdk.job, rank);
     w.failovers = child("tessera_worker_failovers_total", "steps sent again to a new shard map "
-                        "after a shard died", TS_METRIC_COUNTER, o->job, rank);
-    if (o->rank == 0) {
+                        "after a shard died", TS_METRIC_COUNTER, o->sdk.job, rank);
+    if (o->sdk.rank == 0) {
         w.loss_f = family("tessera_worker_loss", "training loss at the last evaluation "
                           "(rank 0)", TS_METRIC_GAUGE);
         w.train_acc_f = family("tessera_worker_train_accuracy", "training accuracy at the "

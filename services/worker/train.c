@@ -106,7 +106,7 @@ static int check_data(struct run *r, struct tessera_error *e)
             memcpy(tc[i].sha256, cs[i].sha256, 32);
         }
         rc = tessera_check_data(r->t, tc, n, ref, sizeof(ref), e);
-        if (!rc && r->o->rank == 0) {
+        if (!rc && r->o->sdk.rank == 0) {
             fprintf(r->out, "data: %zu partitions checked against %s\n", n, ref);
             fflush(r->out);
         }
@@ -120,18 +120,6 @@ static int setup(struct run *r, struct tessera_error *e)
 {
     const struct train_opts *o = r->o;
     const struct ts_mlp_tensor *mt = ts_mlp_tensors();
-    struct tessera_options to = { .elastic = o->elastic, .restarts = o->restarts,
-                                  .balance = o->balance,
-                                  .start_workers = o->start_workers,
-                                  .master = o->master, .job = o->job, .rank = o->rank,
-                                  .workers = o->workers, .exact = o->exact,
-                                  .optimizer = o->optimizer, .batch = o->batch,
-                                  .transport = o->transport, .data_seed = o->seed,
-                                  .micro_batch = o->micro, .mode = o->mode,
-                                  .staleness = o->staleness, .compress = o->compress,
-                                  .sync_every = o->sync_every, .loss_scale = o->loss_scale,
-                                  .keep = o->keep,
-                                  .pull_compress = o->pull_compress, .dynamic = o->dynamic };
     struct ts_err err = { 0 };
 
     if (ts_fmnist_load(o->data_dir, true, &r->train, &err) ||
@@ -146,10 +134,10 @@ static int setup(struct run *r, struct tessera_error *e)
         snprintf(e->message, sizeof(e->message), "%s", err.msg);
         return say(e, "schedule");
     }
-    if (sdk_connect_delayed(&to, o->delay_ms, &r->t, e)) {
-        if (o->restarts && e->code == TESSERA_ESTATE && strstr(e->message, "restarts:")) {
+    if (sdk_connect_delayed(&o->sdk, o->delay_ms, &r->t, e)) {
+        if (o->sdk.restarts && e->code == TESSERA_ESTATE && strstr(e->message, "restarts:")) {
             fprintf(stderr, "tessera-worker: job '%s' ended before this restart of rank %u "
-                    "rejoined it: nothing left to do\n", o->job, o->rank);
+                    "rejoined it: nothing left to do\n", o->sdk.job, o->sdk.rank);
             return WORKER_EXIT_JOB_ENDED;
         }
         return say(e, "connect");
@@ -172,7 +160,7 @@ static int setup(struct run *r, struct tessera_error *e)
         r->grad[i] = malloc(n * sizeof(float));
         if (i == 0)
             r->start = tessera_version(r->t, r->ids[0]);
-        if (!o->elastic && tessera_version(r->t, r->ids[i]) != r->start) {
+        if (!o->sdk.elastic && tessera_version(r->t, r->ids[i]) != r->start) {
             snprintf(e->message, sizeof(e->message), "tensor %s is at version %" PRIu64
                      ", %s at %" PRIu64 ": the shards hold a mixed state; restart the "
                      "cluster", mt[i].name, tessera_version(r->t, r->ids[i]), mt[0].name,
@@ -180,20 +168,20 @@ static int setup(struct run *r, struct tessera_error *e)
             return say(e, "register");
         }
         if (!r->grad[i] ||
-            (!o->elastic && tessera_pull(r->t, r->ids[i], r->start, r->params[i], e)))
+            (!o->sdk.elastic && tessera_pull(r->t, r->ids[i], r->start, r->params[i], e)))
             return say(e, "pull");
     }
     /* Elastic: the newest step the job reached, all tensors at it (it may be running). */
-    if (o->elastic && tessera_join(r->t, r->params, &r->start, e))
+    if (o->sdk.elastic && tessera_join(r->t, r->params, &r->start, e))
         return say(e, "join");
-    if (r->start && o->rank == 0)
+    if (r->start && o->sdk.rank == 0)
         fprintf(r->out, "resuming at step %" PRIu64 " (the shards restored a snapshot)\n",
                 r->start);
     r->xb = malloc((size_t)o->micro * TS_MLP_IN * sizeof(float));
     r->yb = malloc(o->micro);
     r->perm = malloc(r->train.n * sizeof(uint32_t));
     r->first = malloc((o->batch / o->micro + 1) * sizeof(uint32_t));
-    r->more = calloc(o->workers, sizeof(*r->more));
+    r->more = calloc(o->sdk.workers, sizeof(*r->more));
     return r->xb && r->yb && r->perm && r->first && r->more ? 0 : (say(e, "memory"), 1);
 }
 
@@ -213,7 +201,7 @@ static void **sums_of(struct run *r, size_t k)
 static int compute(struct run *r, uint32_t base, uint32_t slot, void **acc,
                    struct tessera_error *e)
 {
-    uint32_t n = ts_schedule_micro(&r->sched, slot, r->o->workers, r->first);
+    uint32_t n = ts_schedule_micro(&r->sched, slot, r->o->sdk.workers, r->first);
 
     /* The first micro-batch writes the sums (no separate zeroing pass); none: zeros. */
     for (int i = 0; i < TS_MLP_NTENSORS && n == 0; i++)
@@ -232,7 +220,7 @@ static int compute(struct run *r, uint32_t base, uint32_t slot, void **acc,
         for (int i = 0; i < TS_MLP_NTENSORS; i++) {
             uint64_t numel = ts_mlp_numel(i);
             int bad;
-            if (!r->o->exact) {
+            if (!r->o->sdk.exact) {
                 if (j == 0)
                     memcpy(acc[i], r->grad[i], numel * sizeof(float));
                 else
@@ -287,8 +275,8 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs, cha
 
     tessera_stats(r->t, &st);
     fprintf(r->out, "done: %" PRIu64 " steps, test accuracy %.4f, %.0f samples/s, %s %s over "
-            "%s\n", steps, test_acc, sps, r->o->mode ? r->o->mode : "bsp",
-            r->o->exact ? "exact" : "float", tessera_transport(r->t));
+            "%s\n", steps, test_acc, sps, r->o->sdk.mode ? r->o->sdk.mode : "bsp",
+            r->o->sdk.exact ? "exact" : "float", tessera_transport(r->t));
     if (st.bytes_raw && st.bytes_pushed != st.bytes_raw)
         fprintf(r->out, "compression: %.1f MB pushed for %.1f MB of gradients (%.2fx)\n",
                 st.bytes_pushed / 1e6, st.bytes_raw / 1e6, (double)st.bytes_raw /
@@ -305,7 +293,7 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs, cha
         return;
     ts_json_init(&j);
     ts_json_obj(&j, NULL);
-    ts_json_str(&j, "job", r->o->job);
+    ts_json_str(&j, "job", r->o->sdk.job);
     ts_json_num(&j, "test_accuracy", test_acc);
     ts_json_str(&j, "params_sha256", hex);
     ts_json_uint(&j, "steps", steps);
@@ -313,17 +301,17 @@ static void report(struct run *r, uint64_t steps, uint64_t ran, double secs, cha
     ts_json_uint(&j, "rollbacks", r->rollbacks);
     ts_json_num(&j, "samples_per_s", sps);
     ts_json_num(&j, "seconds", secs);
-    ts_json_uint(&j, "workers", r->o->workers);
-    ts_json_bool(&j, "exact", r->o->exact);
+    ts_json_uint(&j, "workers", r->o->sdk.workers);
+    ts_json_bool(&j, "exact", r->o->sdk.exact);
     ts_json_str(&j, "transport", tessera_transport(r->t));
-    ts_json_str(&j, "mode", r->o->mode ? r->o->mode : "bsp");
-    ts_json_str(&j, "compress", r->o->compress ? r->o->compress : "none");
+    ts_json_str(&j, "mode", r->o->sdk.mode ? r->o->sdk.mode : "bsp");
+    ts_json_str(&j, "compress", r->o->sdk.compress ? r->o->sdk.compress : "none");
     ts_json_uint(&j, "steps_skipped", st.steps_skipped);
     ts_json_uint(&j, "failovers", st.failovers);
     ts_json_uint(&j, "staleness_max", st.staleness_max);
     ts_json_uint(&j, "bytes_pushed", st.bytes_pushed);
     ts_json_uint(&j, "bytes_raw", st.bytes_raw);
-    ts_json_str(&j, "compress_pull", r->o->pull_compress ? r->o->pull_compress : "none");
+    ts_json_str(&j, "compress_pull", r->o->sdk.pull_compress ? r->o->sdk.pull_compress : "none");
     ts_json_uint(&j, "bytes_pulled", st.bytes_pulled);
     ts_json_uint(&j, "bytes_pulled_raw", st.bytes_pulled_raw);
     ts_json_num(&j, "loss_scale", st.loss_scale);
@@ -379,7 +367,7 @@ static void run_task(struct run *r, uint64_t step)
         fingerprint(r, hex);
         res.fingerprint = hex;
         fprintf(r->out, "rank %u: task %u: evaluated step %" PRIu64 ": test accuracy %.4f, loss "
-                "%.4f, params_sha256 %s\n", r->o->rank, k.id, res.step, res.accuracy, res.loss,
+                "%.4f, params_sha256 %s\n", r->o->sdk.rank, k.id, res.step, res.accuracy, res.loss,
                 hex);
         fflush(r->out);
     } else {
@@ -415,8 +403,8 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
 {
     const struct train_opts *o = r->o;
     const void *const *grads = (const void *const *)r->acc;
-    uint64_t units = total * o->workers, s = r->start, epoch = UINT64_MAX, evaluated = 0;
-    uint64_t since = 0, per_epoch = (uint64_t)spe * o->workers, done = 0;
+    uint64_t units = total * o->sdk.workers, s = r->start, epoch = UINT64_MAX, evaluated = 0;
+    uint64_t since = 0, per_epoch = (uint64_t)spe * o->sdk.workers, done = 0;
     int64_t te = ts_now_ms();
     struct tessera_work w = { 0 };
     int rc;
@@ -430,12 +418,12 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
                 return say(e, "step");
             if (tessera_claim_work(r->t, s, CLAIM_UNITS, units, &w, e))
                 return say(e, "claim");
-            since += (w.done - done) * o->batch / o->workers;   /* the job's samples */
-            r->report_samples += (w.done - done) * o->batch / o->workers;
+            since += (w.done - done) * o->batch / o->sdk.workers;   /* the job's samples */
+            r->report_samples += (w.done - done) * o->batch / o->sdk.workers;
             done = w.done;
-            if (o->rank == 0 && w.done / per_epoch > evaluated / per_epoch) {
+            if (o->sdk.rank == 0 && w.done / per_epoch > evaluated / per_epoch) {
                 evaluated = w.done;
-                evaluate(r, w.done / per_epoch, w.done / o->workers, total, &since, &te);
+                evaluate(r, w.done / per_epoch, w.done / o->sdk.workers, total, &since, &te);
             }
             if ((w.retry || w.pull) && (rc = pull_all(r, s, e)))   /* ssp */
                 return rc;
@@ -445,44 +433,44 @@ static int train_dynamic(struct run *r, uint32_t spe, uint64_t total, FILE *log,
                 break;
         }
         u = w.first + (s - w.step);
-        g = u / o->workers;
+        g = u / o->sdk.workers;
         if (g / spe != epoch)
             ts_schedule_perm(&r->sched, (uint32_t)(epoch = g / spe), r->perm);
         t0 = ts_now_ns();
-        if ((rc = compute(r, (uint32_t)(g % spe) * o->batch, (uint32_t)(u % o->workers), r->acc,
+        if ((rc = compute(r, (uint32_t)(g % spe) * o->batch, (uint32_t)(u % o->sdk.workers), r->acc,
                           e)))
             return rc;
         if (o->slow_ms)
             ts_sleep_ms(o->slow_ms);
         if (o->slow_factor > 1 && s >= o->slow_from && s < o->slow_until)
             slow_down(o->slow_factor, ts_now_ns() - t0);
-        if (ov ? overlap_step(ov, s, e) : tessera_step_slots(r->t, s, 1, &o->rank, &grads,
+        if (ov ? overlap_step(ov, s, e) : tessera_step_slots(r->t, s, 1, &o->sdk.rank, &grads,
                                                              r->params, e))
             return say(e, "step");
         worker_metrics_step((double)(ts_now_ns() - t0) / 1e9, 0);
         run_task(r, s + 1);
         if (log && (fprintf(log, "unit %" PRIu64 " step %" PRIu64 " rank %u\n", u, s,
-                            o->rank) < 0 || fflush(log)))
+                            o->sdk.rank) < 0 || fflush(log)))
             return say(&(struct tessera_error){ .message = "cannot write --unit-log" }, "log");
         progress(r, false);
         s++;
     }
     if (ov && (rc = overlap_end(ov, e)))
         return say(e, "step");
-    while (o->rank == 0 && w.outstanding) {   /* the others' last units */
+    while (o->sdk.rank == 0 && w.outstanding) {   /* the others' last units */
         ts_sleep_ms(DRAIN_POLL_MS);
         if (tessera_claim_work(r->t, s, 0, units, &w, e))
             return say(e, "claim");
     }
-    since += (w.done - done) * o->batch / o->workers;
-    if (o->rank == 0 && (rc = pull_all(r, s, e)))
+    since += (w.done - done) * o->batch / o->sdk.workers;
+    if (o->sdk.rank == 0 && (rc = pull_all(r, s, e)))
         return rc;
-    if (o->rank == 0 && w.done > evaluated)   /* the end, on the job's final values */
-        evaluate(r, (w.done + per_epoch - 1) / per_epoch, w.done / o->workers, total, &since,
+    if (o->sdk.rank == 0 && w.done > evaluated)   /* the end, on the job's final values */
+        evaluate(r, (w.done + per_epoch - 1) / per_epoch, w.done / o->sdk.workers, total, &since,
                  &te);
     if (w.lost)
         fprintf(r->out, "rank %u: %" PRIu64 " of %" PRIu64 " units were lost with a worker that "
-                "died\n", o->rank, w.lost, w.units);
+                "died\n", o->sdk.rank, w.lost, w.units);
     return 0;
 }
 
@@ -490,8 +478,8 @@ int train_run(const struct train_opts *o)
 {
     struct run r = { .o = o, .out = o->json ? stderr : stdout };
     struct tessera_error e = { 0 };
-    uint32_t spe, *slots = calloc(o->workers, sizeof(uint32_t));
-    const void *const **grads = calloc(o->workers, sizeof(*grads));
+    uint32_t spe, *slots = calloc(o->sdk.workers, sizeof(uint32_t));
+    const void *const **grads = calloc(o->sdk.workers, sizeof(*grads));
     struct overlap *ov = NULL;
     size_t ns;
     uint64_t total, s, since = 0;
@@ -511,12 +499,12 @@ int train_run(const struct train_opts *o)
     total = o->steps ? o->steps : (uint64_t)o->epochs * spe;
     t0 = te = r.report_ms = ts_now_ms();
     r.accuracy = NAN;
-    if (o->overlap && overlap_open(&ov, r.t, o->rank, r.params, r.acc)) {
+    if (o->overlap && overlap_open(&ov, r.t, o->sdk.rank, r.params, r.acc)) {
         rc = say(&(struct tessera_error){ .message = "out of memory" }, "overlap");
         goto out;
     }
     r.ov = ov;
-    if (o->dynamic) {
+    if (o->sdk.dynamic) {
         FILE *log = o->unit_log ? fopen(o->unit_log, "a") : NULL;
         if (o->unit_log && !log) {
             fprintf(stderr, "tessera-worker: --unit-log %s: %s\n", o->unit_log, strerror(errno));
@@ -529,13 +517,13 @@ int train_run(const struct train_opts *o)
         if (rc)
             goto out;
     }
-    for (s = o->dynamic ? total : r.start, fresh = true; s < total; s++) {
+    for (s = o->sdk.dynamic ? total : r.start, fresh = true; s < total; s++) {
         uint32_t k = (uint32_t)(s % spe);
         int64_t step_t0 = ts_now_ns(), exchange_t0;
         if (k == 0 || fresh)
             ts_schedule_perm(&r.sched, (uint32_t)(s / spe), r.perm);
         fresh = false;
-        ns = tessera_slots(r.t, slots, o->workers);
+        ns = tessera_slots(r.t, slots, o->sdk.workers);
         for (size_t q = 0; q < ns; q++) {
             void **acc = sums_of(&r, q);
             if (!acc) {
@@ -563,7 +551,7 @@ int train_run(const struct train_opts *o)
         }
         if (rc == TESSERA_EROLLBACK || rc == TESSERA_ESLOTS) {
             /* The schedule is a function of the step: the same samples from there on. */
-            fprintf(r.out, "rank %u: %s\n", o->rank, e.message);
+            fprintf(r.out, "rank %u: %s\n", o->sdk.rank, e.message);
             fflush(r.out);
             r.rollbacks += rc == TESSERA_EROLLBACK;
             s = tessera_resume_step(r.t) - 1;   /* s++ makes it the resume step */
@@ -579,10 +567,10 @@ int train_run(const struct train_opts *o)
             rc = say(&e, "step");
             goto out;
         }
-        if (o->rank == 0 && (k == spe - 1 || s + 1 == total))
+        if (o->sdk.rank == 0 && (k == spe - 1 || s + 1 == total))
             evaluate(&r, s / spe + 1, s + 1, total, &since, &te);
     }
-    if (o->rank == 0)
+    if (o->sdk.rank == 0)
         report(&r, total > r.start ? total : r.start, total > r.start ? total - r.start : 0,
                (double)(ts_now_ms() - t0) / 1000.0, hex);
     else   /* every worker tells the master its fingerprint: rank 0 may have died */
@@ -595,7 +583,7 @@ out:
     tessera_close(r.t);
     for (int i = 0; i < TS_MLP_NTENSORS; i++) {
         free(r.grad[i]);
-        for (uint32_t k = 0; r.more && k < o->workers; k++)
+        for (uint32_t k = 0; r.more && k < o->sdk.workers; k++)
             free(r.more[k][i]);
     }
     free(r.more);

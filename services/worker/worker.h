@@ -9,25 +9,18 @@
 #include "tessera.h"
 
 struct train_opts {
-    const char *master, *job, *optimizer, *transport, *data_dir;
-    const char *mode, *compress, *sync_every;   /* docs/modes.md; NULL: defaults */
-    const char *pull_compress;                  /* docs/compression.md, "Pulls"; NULL: none */
-    uint32_t rank, workers, batch, micro, staleness;
-    uint32_t epochs;
+    struct tessera_options sdk;      /* the job's options, as tessera-worker's flags set them
+                                      * (lib/client/option_flags.h): connect takes them */
+    const char *data_dir;
+    uint32_t batch, micro, epochs;   /* sdk.batch and sdk.micro_batch, as integers */
     uint64_t steps, seed, partition_bytes;
-    int loss_scale;                  /* enum tessera_loss_scale */
     int slow_ms, delay_ms;           /* testing: sleep per step; per data-plane send */
     int compute_ms;                  /* testing: each micro-batch also sleeps this long */
     double slow_factor;              /* testing: compute this many times slower (1: not) ... */
     uint64_t slow_from, slow_until;  /* ... in steps [slow_from, slow_until) */
-    bool balance;                    /* slots move by the workers' speed (docs/scheduler.md) */
-    bool dynamic;                    /* asp, ssp: units from the master's queue (scheduler.md) */
     const char *unit_log;            /* dynamic: append each unit pushed to this file */
     bool overlap;                    /* asp: exchange a step while computing the next */
-    bool exact, json, keep;
-    bool elastic;                    /* take over dead workers' slots (docs/elastic.md) */
-    uint32_t restarts;               /* times a supervisor restarted this rank's worker */
-    uint32_t start_workers;          /* elastic: the workers the job starts with (0: all) */
+    bool json;
     int64_t metrics_port;            /* --metrics-port or --metrics-listen's; -1: no /metrics */
     const char *metrics_host;        /* --metrics-listen's host (ts_serve_metrics_addr) */
 };

@@ -233,6 +233,125 @@ static void loss_scaling_skips_an_overflow(void **state)
     tessera_close(t);
 }
 
+/* The schema: one row per field, in the struct's order, each where offsetof says and every
+ * name, keyword and flag unique; tessera_options_set and _get agree on every row. */
+static void schema_rows_cover_the_struct(void **state)
+{
+    size_t n, end = sizeof(size_t);
+    const struct tessera_option *r = tessera_options_schema(&n);
+
+    (void)state;
+    assert_true(n >= 25);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(r[i].offset, (end + r[i].bytes - 1) / r[i].bytes * r[i].bytes);
+        end = r[i].offset + r[i].bytes;
+        for (size_t j = 0; j < i; j++) {
+            assert_string_not_equal(r[i].name, r[j].name);
+            if (r[i].flag && r[j].flag)
+                assert_string_not_equal(r[i].flag, r[j].flag);
+            if (r[i].keyword && r[j].keyword)
+                assert_string_not_equal(r[i].keyword, r[j].keyword);
+        }
+        assert_non_null(r[i].help);
+    }
+    assert_int_equal((end + 7) / 8 * 8, sizeof(struct tessera_options));
+}
+
+static void options_set_and_get_by_any_name(void **state)
+{
+    struct tessera_options o = TESSERA_OPTIONS_INIT;
+    struct tessera_error e = { 0 };
+    size_t n;
+    const struct tessera_option *r = tessera_options_schema(&n);
+    char buf[64];
+
+    (void)state;
+    assert_int_equal(tessera_options_set(&o, "--compress-pull", "fp16", &e), 0);
+    assert_string_equal(o.pull_compress, "fp16");
+    assert_int_equal(tessera_options_set(&o, "compress_pull", "int8", &e), 0);
+    assert_string_equal(o.pull_compress, "int8");
+    assert_int_equal(tessera_options_set(&o, "staleness", "7", &e), 0);
+    assert_int_equal(o.staleness, 7);
+    assert_int_equal(tessera_options_set(&o, "data_seed", "18446744073709551615", &e), 0);
+    assert_true(o.data_seed == UINT64_MAX);
+    assert_int_equal(tessera_options_set(&o, "loss_scale", "caller", &e), 0);
+    assert_int_equal(o.loss_scale, TESSERA_LOSS_SCALE_CALLER);
+    assert_int_equal(tessera_options_set(&o, "batch", "64", &e), 0);
+    assert_true(o.batch == 64.0);
+    /* refused, naming the option as given, and o unchanged */
+    assert_int_equal(tessera_options_set(&o, "--staleness", "1000001", &e), TESSERA_EINVAL);
+    assert_non_null(strstr(e.message, "--staleness: '1000001'"));
+    assert_int_equal(tessera_options_set(&o, "staleness", "-1", &e), TESSERA_EINVAL);
+    assert_int_equal(tessera_options_set(&o, "exact", "yes", &e), TESSERA_EINVAL);
+    assert_int_equal(tessera_options_set(&o, "exact_push", "int8", &e), TESSERA_EINVAL);
+    assert_int_equal(tessera_options_set(&o, "no_such", "1", &e), TESSERA_EINVAL);
+    assert_int_equal(o.staleness, 7);
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(r[i].name, "loss_scale")) {
+            assert_int_equal(tessera_options_get(&o, &r[i], buf, sizeof(buf)), 1);
+            assert_string_equal(buf, "caller");
+        } else if (!strcmp(r[i].name, "keep")) {
+            assert_int_equal(tessera_options_get(&o, &r[i], buf, sizeof(buf)), 0);
+        }
+}
+
+/* One rule, two audiences: the trainers' flags or the fields. */
+static void rules_name_flags_or_fields(void **state)
+{
+    struct tessera_options o = TESSERA_OPTIONS_INIT;
+    struct tessera_error e = { 0 };
+
+    (void)state;
+    o.batch = 64, o.workers = 1, o.dynamic = 1;
+    assert_int_equal(tessera_options_check(&o, TESSERA_OPTIONS_NAME_FLAGS, &e), TESSERA_EINVAL);
+    assert_non_null(strstr(e.message, "--dynamic needs --mode asp or ssp"));
+    assert_int_equal(tessera_options_check(&o, 0, &e), TESSERA_EINVAL);
+    assert_non_null(strstr(e.message, "dynamic needs mode asp or ssp"));
+    o.dynamic = 0, o.balance = 1, o.workers = 4, o.master = "x:1";
+    assert_int_equal(tessera_options_check(&o, TESSERA_OPTIONS_NAME_FLAGS, &e), TESSERA_EINVAL);
+    assert_non_null(strstr(e.message, "--balance needs an elastic job"));
+    o.elastic = 1;
+    assert_int_equal(tessera_options_check(&o, 0, &e), TESSERA_OK);
+    /* the elastic rule: bsp, no sync periods, no top-k, no compressed pulls */
+    assert_true(tessera_options_can_be_elastic(&o));
+    o.pull_compress = "none";
+    assert_true(tessera_options_can_be_elastic(&o));
+    o.pull_compress = "fc1.weight=int8";
+    assert_false(tessera_options_can_be_elastic(&o));
+    o.pull_compress = NULL, o.compress = "topk:0.1";
+    assert_false(tessera_options_can_be_elastic(&o));
+    assert_int_equal(tessera_options_check(&o, 0, &e), TESSERA_EINVAL);
+    assert_non_null(strstr(e.message, "elastic: needs mode bsp"));
+}
+
+/* size: 0 is this header's struct; a newer header's struct is taken while the fields this
+ * SDK lacks are unset, refused once one is set; a size below the first versioned struct's
+ * is refused. */
+static void options_size_versions(void **state)
+{
+    struct {
+        struct tessera_options o;
+        char newer[16];
+    } big;
+    struct tessera_options o = { .batch = 64, .workers = 1 };
+    struct tessera_error e = { 0 };
+    tessera *t = NULL;
+
+    (void)state;
+    assert_int_equal(tessera_options_check(&o, 0, &e), TESSERA_OK);   /* size 0 */
+    memset(&big, 0, sizeof(big));
+    big.o.size = sizeof(big), big.o.batch = 64, big.o.workers = 1;
+    assert_int_equal(tessera_options_check(&big.o, 0, &e), TESSERA_OK);
+    assert_int_equal(tessera_connect(&big.o, &t, &e), TESSERA_OK);
+    tessera_close(t);
+    big.newer[3] = 1;
+    assert_int_equal(tessera_connect(&big.o, &t, &e), TESSERA_EINVAL);
+    assert_non_null(strstr(e.message, "newer tessera.h"));
+    o.size = 16;
+    assert_int_equal(tessera_options_check(&o, 0, &e), TESSERA_EINVAL);
+    assert_non_null(strstr(e.message, "options.size"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -243,6 +362,10 @@ int main(void)
         cmocka_unit_test(fp16_rounds_each_push),
         cmocka_unit_test(topk_feeds_back_what_it_dropped),
         cmocka_unit_test(loss_scaling_skips_an_overflow),
+        cmocka_unit_test(schema_rows_cover_the_struct),
+        cmocka_unit_test(options_set_and_get_by_any_name),
+        cmocka_unit_test(rules_name_flags_or_fields),
+        cmocka_unit_test(options_size_versions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,8 +14,6 @@
 #include "util/log.h"
 #include "util/proc.h"
 
-atomic_bool master_stopping;
-
 static void worker_died(void *ctx, uint32_t worker)
 {
     jobs_dead(ctx, worker, ts_now_ms());
@@ -36,7 +34,7 @@ static void *reaper(void *arg)
     struct master *m = arg;
     int64_t period = m->lease_ms / 20 > 10 ? m->lease_ms / 20 : 10;
 
-    while (!atomic_load(&master_stopping)) {
+    while (!atomic_load(&m->stopping)) {
         ts_members_expire(m->members, ts_now_ms(), worker_died, m->jobs);
         jobs_start_deadline(m->jobs, ts_now_ms());
         ts_sleep_ms(period);
@@ -176,7 +174,7 @@ int main(int argc, char **argv)
     sig = ts_proc_wait_signal(-1);
     ts_log(TS_INFO, "master", "signal %d: draining calls (up to %lld ms), then exiting", sig,
            (long long)so.grace_ms);
-    atomic_store(&master_stopping, true);
+    atomic_store(&m.stopping, true);
     pthread_join(reap, NULL);
     pthread_join(release, NULL);
     rollbacks_wake(&m.rb);

@@ -38,12 +38,14 @@ struct master {
     /* --allow-shared-certs: shards may register with a role certificate that names no member
      * (admit.c; docs/security.md, "The unit of trust"). */
     bool allow_shared_certs;
+    /* Set once by main.c at SIGTERM or SIGINT: the reaper, the releaser and the rollbacker
+     * stop (rollbacks_wake wakes the last). */
+    atomic_bool stopping;
 };
 
 /* The releaser thread (release.c): frees ended jobs on every alive shard, then their data
- * maps, until *stop. arg is the struct master *. */
+ * maps, until m->stopping. arg is the struct master *. */
 void *releaser_main(void *arg);
-extern atomic_bool master_stopping;
 
 /* Registrations checked against the caller's certificate before the members table sees them
  * (admit.c; docs/security.md, "The unit of trust"): a shard's identity and the address it

@@ -36,8 +36,6 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-atomic_bool master_stopping;       /* main.c's: the threads that read it are not started */
-
 #define MAX_REQUESTS 64
 
 static struct master m;

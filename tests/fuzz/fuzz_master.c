@@ -28,7 +28,6 @@
 #include <string.h>
 
 #include "master.h"
-#include "members_check.h"
 #include "rpc_run.h"
 #include "util/log.h"
 #include "util/proc.h"
@@ -131,7 +130,7 @@ static bool loopback_shard(const uint8_t *p, size_t len, uint8_t **out, size_t *
     /* Bytes the server refuses stay as they are: unpacked here, a NUL would cut a string. */
     if (!ts__wire_check(&tessera__v1__register_shard_request__descriptor, p, len, NULL))
         r = tessera__v1__register_shard_request__unpack(NULL, len, p);
-    if (r && members_check_addr("addr", r->addr, true, NULL) == TS_OK) {
+    if (r && ts_members_check_addr("addr", r->addr, true, NULL) == TS_OK) {
         snprintf(addr, sizeof(addr), "127.0.0.%ld:1", 1 + strtol(strrchr(r->addr, ':') + 1,
                                                                     NULL, 10) % 250);
         free(r->addr);

@@ -12,7 +12,7 @@
 #include "rollback.h"
 #include "rpc/rpc.h"
 #include "snapshot.h"
-#include "state.h"
+#include "restart.h"
 #include "tasks.h"
 #include "views.h"
 #include "workq.h"

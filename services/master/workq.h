@@ -28,7 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "state.h"
+#include "restart.h"
 #include "util/err.h"
 #include "util/names.h"
 

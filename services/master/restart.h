@@ -1,4 +1,4 @@
-/* state.h - the master's durable state: what a master killed at any instruction takes back
+/* restart.h - the master's durable state: what a master killed at any instruction takes back
  * when it starts again (docs/membership.md, "A master that restarts").
  *
  * Two files in the state directory (tessera-master --state-dir; workq.h keeps a third, "work"),

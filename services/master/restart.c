@@ -1,5 +1,5 @@
-/* state.c - see state.h. */
-#include "state.h"
+/* restart.c - see restart.h. */
+#include "restart.h"
 
 #include <errno.h>
 #include <fcntl.h>

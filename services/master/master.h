@@ -12,7 +12,7 @@
 #include "rollback.h"
 #include "rpc/rpc.h"
 #include "snapshot.h"
-#include "restart.h"
+#include "state.h"
 #include "tasks.h"
 #include "views.h"
 #include "workq.h"
@@ -29,7 +29,7 @@ struct master {
     struct workq *work;             /* dynamic jobs' data queues (workq.h) */
     struct tasks *tasks;            /* priority tasks (tasks.h) */
     struct rollbacks rb;            /* rollbacks to run (rollback.c) */
-    struct master_state state;      /* what a restart takes back (--state-dir; state.c) */
+    struct master_state state;      /* the state directory (--state-dir; state.h) */
     struct progress *progress;      /* the jobs' progress for the status page (progress.h) */
     struct views *views;            /* the shards' own status for the page (views.h) */
     /* The cluster's data-plane key (transport/auth.h): made at the first start, kept in the

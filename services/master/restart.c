@@ -1,156 +1,58 @@
 /* restart.c - see restart.h. */
 #include "restart.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "encode.h"
 #include "master.h"
 #include "tessera/v1/state.pb-c.h"
-#include "util/file.h"
 #include "util/log.h"
 #include "util/proc.h"
 
 #define STATE_FORMAT 1
 
-/* Replaces dir/name with the n bytes at p (0600: the state holds the cluster's data-plane
- * key). */
-static ts_status replace_file(const char *dir, const char *name, const void *p, size_t n,
-                              struct ts_err *err)
-{
-    char path[4096];
-
-    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
-        return ts_err_set(err, TS_EINVAL, "%s: path too long", dir);
-    return ts_file_replace(path, p, n, 0600, err);
-}
-
-/* dir/name's bytes into *out (malloc'd, *n); *out NULL when there is no such file. */
-static ts_status read_file(const char *dir, const char *name, uint8_t **out, size_t *n,
-                           struct ts_err *err)
-{
-    char path[4096];
-    struct stat st;
-    ssize_t r = 0;
-    int fd;
-
-    *out = NULL;
-    *n = 0;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return errno == ENOENT ? TS_OK
-                               : ts_err_set(err, TS_EIO, "cannot read %s: %s", path,
-                                            strerror(errno));
-    if (fstat(fd, &st) < 0 || !(*out = malloc((size_t)st.st_size + 1))) {
-        close(fd);
-        return ts_err_set(err, TS_EIO, "cannot read %s: %s", path, strerror(errno));
-    }
-    while (*n < (size_t)st.st_size &&
-           ((r = read(fd, *out + *n, (size_t)st.st_size - *n)) > 0 || (r < 0 && errno == EINTR)))
-        *n += r > 0 ? (size_t)r : 0;
-    close(fd);
-    if (*n != (size_t)st.st_size) {
-        free(*out);
-        *out = NULL;
-        return ts_err_set(err, TS_EIO, "cannot read %s: short read", path);
-    }
-    return TS_OK;
-}
-
-/* Reads and parses the clock and state files into s->saved_clock and s->saved. */
-static ts_status read_saved(struct master_state *s, struct ts_err *err)
+ts_status restart_read(struct master_saved *r, struct master_state *s, struct ts_err *err)
 {
     uint8_t *cb = NULL, *sb = NULL;
     size_t cn, sn;
     ts_status st;
 
-    if (!(st = read_file(s->dir, "clock", &cb, &cn, err)) &&
-        !(st = read_file(s->dir, "state", &sb, &sn, err))) {
-        if (cb && !(s->saved_clock = tessera__v1__master_clock__unpack(NULL, cn, cb)))
+    memset(r, 0, sizeof(*r));
+    if (!(st = master_state_get(s, "clock", &cb, &cn, err)) &&
+        !(st = master_state_get(s, "state", &sb, &sn, err))) {
+        if (cb && !(r->clock = tessera__v1__master_clock__unpack(NULL, cn, cb)))
             st = ts_err_set(err, TS_ECORRUPT, "%s/clock does not parse", s->dir);
-        else if (sb && !(s->saved = tessera__v1__master_state__unpack(NULL, sn, sb)))
+        else if (sb && !(r->state = tessera__v1__master_state__unpack(NULL, sn, sb)))
             st = ts_err_set(err, TS_ECORRUPT, "%s/state does not parse", s->dir);
-        else if (s->saved && s->saved->format != STATE_FORMAT)
+        else if (r->state && r->state->format != STATE_FORMAT)
             st = ts_err_set(err, TS_ECORRUPT, "%s/state: format %u, this master reads %d",
-                            s->dir, s->saved->format, STATE_FORMAT);
+                            s->dir, r->state->format, STATE_FORMAT);
     }
     free(cb);
     free(sb);
     return st;
 }
 
-const char *master_state_branch(const struct master_state *s)
+const char *restart_branch(const struct master_saved *r)
 {
-    return s->saved && s->saved->branch[0] ? s->saved->branch : NULL;
+    return r->state && r->state->branch[0] ? r->state->branch : NULL;
 }
 
-ts_status master_state_open(struct master_state *s, const char *dir, struct ts_err *err)
-{
-    char path[4096];
-
-    memset(s, 0, sizeof(*s));
-    s->lock_fd = -1;
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    pthread_mutex_init(&s->save_mu, NULL);
-    if (!dir)
-        return TS_OK;
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-        return ts_err_set(err, TS_EIO, "--state-dir %s: %s", dir, strerror(errno));
-    snprintf(path, sizeof(path), "%s/lock", dir);
-    if ((s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
-        return ts_err_set(err, TS_EIO, "--state-dir %s: %s", path, strerror(errno));
-    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0)
-        return ts_err_set(err, errno == EWOULDBLOCK ? TS_EEXIST : TS_EIO, "--state-dir %s: %s",
-                          dir, errno == EWOULDBLOCK ? "another master uses it; stop it first, "
-                          "or give this one another directory" : strerror(errno));
-    s->dir = strdup(dir);
-    /* Under the lock no other master writes here: what a killed one was writing goes. */
-    size_t swept = ts_files_sweep(dir);
-    if (swept)
-        ts_log(TS_INFO, "master", "--state-dir %s: removed %zu temporary files a killed master "
-               "left", dir, swept);
-    return read_saved(s, err);
-}
-
-ts_status master_state_durable(void *ctx, const struct ts_members_clock *c, struct ts_err *err)
+ts_status restart_clock(void *ctx, const struct ts_members_clock *c, struct ts_err *err)
 {
     struct master_state *s = ctx;
     Tessera__V1__MasterClock mc = TESSERA__V1__MASTER_CLOCK__INIT;
     uint8_t buf[64];
 
-    if (!s->dir)
+    if (!master_state_durable_dir(s))
         return TS_OK;
     mc.epoch = c->epoch;
     mc.shard_ids = c->shard_ids;
     mc.worker_ids = c->worker_ids;
-    return replace_file(s->dir, "clock", buf, tessera__v1__master_clock__pack(&mc, buf), err);
-}
-
-bool master_state_durable_dir(const struct master_state *s)
-{
-    return s->dir != NULL;
-}
-
-ts_status master_state_put(struct master_state *s, const char *name, const void *p, size_t n,
-                           struct ts_err *err)
-{
-    return s->dir ? replace_file(s->dir, name, p, n, err) : TS_OK;
-}
-
-ts_status master_state_get(struct master_state *s, const char *name, uint8_t **out, size_t *n,
-                           struct ts_err *err)
-{
-    *out = NULL;
-    *n = 0;
-    return s->dir ? read_file(s->dir, name, out, n, err) : TS_OK;
+    return master_state_put(s, "clock", buf, tessera__v1__master_clock__pack(&mc, buf), err);
 }
 
 /* ---- members, from the state file and back ---- */
@@ -250,14 +152,14 @@ static ts_status restore_members(struct master *m, const Tessera__V1__MasterStat
     if (clock)   /* written first: its epoch may be ahead of v's (the restore takes the larger) */
         c = (struct ts_members_clock){ clock->epoch, clock->shard_ids, clock->worker_ids };
     if (!st)
-        st = ts_members_restore(m->members, &v, &c, ts_now_ms(), STATE_RESTART_GRACE_MS, err);
+        st = ts_members_restore(m->members, &v, &c, ts_now_ms(), RESTART_GRACE_MS, err);
     ts_members_view_free(&v);
     return st;
 }
 
 /* ---- jobs and data maps ---- */
 
-static ts_status restore_jobs(struct master_state *s, struct master *m,
+static ts_status restore_jobs(struct master_saved *s, struct master *m,
                               const Tessera__V1__MasterState *ms, struct ts_err *err)
 {
     struct job_record *r = calloc(ms->n_jobs + 1, sizeof(*r));
@@ -316,7 +218,7 @@ static ts_status restore_jobs(struct master_state *s, struct master *m,
                 jr->seats[k]->waiting, 0 };
     }
     if (!st)
-        st = jobs_restore(m->jobs, r, ms->n_jobs, ts_now_ms(), s->rerun, STATE_MAX_RERUN,
+        st = jobs_restore(m->jobs, r, ms->n_jobs, ts_now_ms(), s->rerun, RESTART_MAX_RERUN,
                           &s->nrerun, err);
     jobs_records_free(r, ms->n_jobs);
     for (size_t i = 0; !st && i < ms->n_data; i++) {
@@ -411,117 +313,65 @@ static Tessera__V1__MasterState *build(struct master *m, struct ts_rpc_call *cal
     return ms;
 }
 
-ts_status master_state_load(struct master_state *s, struct master *m, bool *restored,
-                            struct ts_err *err)
+/* The saver's encoder (state.h): m's state file as it should be now. */
+static ts_status encode(void *ctx, uint8_t **out, size_t *n, struct ts_err *err)
+{
+    struct master *m = ctx;
+    struct ts_rpc_call *call = ts_rpc_scratch_new();
+    Tessera__V1__MasterState *ms = NULL;
+    struct ts_err why = { 0 };
+
+    *out = NULL;
+    if (call && (ms = build(m, call, &why)) &&
+        (*out = malloc((*n = tessera__v1__master_state__get_packed_size(ms)) + 1)))
+        tessera__v1__master_state__pack(ms, *out);
+    ts_rpc_scratch_free(call);
+    if (!*out)
+        return ts_err_set(err, call && why.code ? why.code : TS_ENOMEM, "%s",
+                          call && why.msg[0] ? why.msg : "out of memory");
+    return TS_OK;
+}
+
+ts_status restart_load(struct master_saved *s, struct master *m, bool *restored,
+                      struct ts_err *err)
 {
     Tessera__V1__MasterState none = TESSERA__V1__MASTER_STATE__INIT;
-    const Tessera__V1__MasterState *use = s->saved ? s->saved : &none;
+    const Tessera__V1__MasterState *use = s->state ? s->state : &none;
     struct ts_members_view v;
     ts_status st = TS_OK;
 
+    /* From here on a Deregister's master_state_sync writes the file, before the saver runs. */
+    master_state_keep(&m->state, "state", encode, m);
     *restored = false;
-    if (!s->saved && !s->saved_clock)
+    if (!s->state && !s->clock)
         return TS_OK;   /* a first start */
-    if (s->saved && !(st = ts_members_view(m->members, true, &v, err))) {
+    if (s->state && !(st = ts_members_view(m->members, true, &v, err))) {
         ts_members_view_free(&v);
         if (use->vnodes != v.vnodes || use->replicas != v.replicas)
             st = ts_err_set(err, TS_EINVAL, "--vnodes %u --replicas %u, but the cluster in %s "
                             "runs with --vnodes %u --replicas %u: start the master with those",
-                            v.vnodes, v.replicas, s->dir, use->vnodes, use->replicas);
+                            v.vnodes, v.replicas, m->state.dir, use->vnodes, use->replicas);
     }
-    if (!st && !(st = restore_members(m, use, s->saved_clock, err)) &&
+    if (!st && !(st = restore_members(m, use, s->clock, err)) &&
         !(st = restore_jobs(s, m, use, err))) {
         snapper_restore_jobs(&m->snap, use->snapshots, use->n_snapshots);
         if (use->data_key.len == sizeof(m->data_key))
             memcpy(m->data_key, use->data_key.data, sizeof(m->data_key));
         *restored = true;
         ts_log(TS_WARN, "master", "restarted with the state in %s: %zu shards, %zu workers, "
-               "%zu jobs; epoch %" PRIu64, s->dir, use->n_shards, use->n_workers, use->n_jobs,
-               ts_members_epoch(m->members));
+               "%zu jobs; epoch %" PRIu64, m->state.dir, use->n_shards, use->n_workers,
+               use->n_jobs, ts_members_epoch(m->members));
     }
     if (st)
-        ts_err_prefix(err, "restoring the master's state from %s", s->dir);
-    tessera__v1__master_clock__free_unpacked(s->saved_clock, NULL);
-    tessera__v1__master_state__free_unpacked(s->saved, NULL);
-    s->saved_clock = NULL;
-    s->saved = NULL;
+        ts_err_prefix(err, "restoring the master's state from %s", m->state.dir);
+    tessera__v1__master_clock__free_unpacked(s->clock, NULL);
+    tessera__v1__master_state__free_unpacked(s->state, NULL);
+    s->clock = NULL;
+    s->state = NULL;
     return st;
 }
 
-/* Writes the state file if m's state differs from what was last written; save_mu held, so
- * that two writers neither share the temporary file nor put an older state over a newer. */
-static ts_status save_locked(struct master_state *s, struct master *m, struct ts_err *err)
-{
-    struct ts_rpc_call *call = ts_rpc_scratch_new();
-    Tessera__V1__MasterState *ms;
-    struct ts_err why = { 0 };
-    uint8_t *buf = NULL;
-    size_t n = 0;
-
-    if (call && (ms = build(m, call, &why)) &&
-        (buf = malloc((n = tessera__v1__master_state__get_packed_size(ms)) + 1)))
-        tessera__v1__master_state__pack(ms, buf);
-    ts_rpc_scratch_free(call);
-    if (!buf)
-        return ts_err_set(err, call && why.code ? why.code : TS_ENOMEM, "state: %s",
-                          call && why.msg[0] ? why.msg : "out of memory");
-    if (n == s->last_len && !memcmp(buf, s->last, n)) {
-        free(buf);   /* nothing changed */
-        return TS_OK;
-    }
-    if (replace_file(s->dir, "state", buf, n, &why)) {
-        free(buf);
-        return ts_err_set(err, why.code, "state: %s", why.msg);
-    }
-    free(s->last);
-    s->last = buf;
-    s->last_len = n;
-    return TS_OK;
-}
-
-/* The saver's write: a failure is logged, and the next period tries again. */
-static void save(struct master_state *s, struct master *m)
-{
-    struct ts_err err = { 0 };
-
-    pthread_mutex_lock(&s->save_mu);
-    if (save_locked(s, m, &err))
-        ts_log(TS_ERROR, "master", "%s (tried again in %d ms)", err.msg, STATE_PERIOD_MS);
-    pthread_mutex_unlock(&s->save_mu);
-}
-
-ts_status master_state_sync(struct master_state *s, struct master *m, struct ts_err *err)
-{
-    ts_status st;
-
-    if (!s->dir)
-        return TS_OK;
-    pthread_mutex_lock(&s->save_mu);
-    st = save_locked(s, m, err);
-    pthread_mutex_unlock(&s->save_mu);
-    return st;
-}
-
-static void *saver_main(void *arg)
-{
-    struct master_state *s = arg;
-    bool stop;
-
-    do {
-        struct timespec ts;
-        save(s, s->m);
-        pthread_mutex_lock(&s->mu);
-        ts_abstime_ms(&ts, STATE_PERIOD_MS);
-        if (!s->stop)
-            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-        stop = s->stop;
-        pthread_mutex_unlock(&s->mu);
-    } while (!stop);
-    save(s, s->m);   /* the last word before a clean exit */
-    return NULL;
-}
-
-void master_state_start(struct master_state *s, struct master *m)
+void restart_start(struct master_saved *s, struct master *m)
 {
     for (size_t i = 0; i < s->nrerun; i++) {
         struct job_info *v;
@@ -544,39 +394,14 @@ void master_state_start(struct master_state *s, struct master *m)
                    "stopped, again: %s", s->rerun[i], action);
     }
     s->nrerun = 0;
-    if (!s->dir)
-        return;
-    s->m = m;
-    s->saving = pthread_create(&s->saver, NULL, saver_main, s) == 0;
+    master_state_start(&m->state);
 }
 
-void master_state_stop(struct master_state *s)
+void restart_free(struct master_saved *s)
 {
-    if (!s->saving)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->stop = true;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->saver, NULL);
-    s->saving = false;
-}
-
-void master_state_close(struct master_state *s)
-{
-    master_state_stop(s);
-    tessera__v1__master_clock__free_unpacked(s->saved_clock, NULL);
-    tessera__v1__master_state__free_unpacked(s->saved, NULL);
-    s->saved_clock = NULL;
-    s->saved = NULL;
-    if (s->lock_fd >= 0)
-        close(s->lock_fd);
-    free(s->dir);
-    free(s->last);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->save_mu);
-    s->dir = NULL;
-    s->last = NULL;
-    s->lock_fd = -1;
+    tessera__v1__master_clock__free_unpacked(s->clock, NULL);
+    tessera__v1__master_state__free_unpacked(s->state, NULL);
+    s->clock = NULL;
+    s->state = NULL;
+    s->nrerun = 0;
 }

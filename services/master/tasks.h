@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "restart.h"
+#include "state.h"
 #include "tessera/v1/master.pb-c.h"
 #include "util/err.h"
 #include "util/names.h"

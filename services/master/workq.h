@@ -28,7 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "restart.h"
+#include "state.h"
 #include "util/err.h"
 #include "util/names.h"
 

@@ -77,7 +77,6 @@ static void master_new(uint32_t replicas)
                                   .replicas = replicas };
     struct jobs_cfg jcfg = { .max_jobs = 8, .per_owner = 4 };
     struct ts_err err = { 0 };
-    bool restored;
 
     memset(&m, 0, sizeof(m));
     m.started_ms = ts_now_ms();
@@ -88,7 +87,6 @@ static void master_new(uint32_t replicas)
     if (master_state_open(&m.state, NULL, &err) || ts_members_create(&cfg, &m.members, &err) ||
         jobs_create(&jcfg, &m.jobs, &err) ||
         snapper_open(&m.snap, m.members, &m.data, m.jobs, NULL, NULL, NULL, NULL, 0, &err) ||
-        master_state_load(&m.state, &m, &restored, &err) ||
         workq_create(&m.state, &m.work, &err)) {
         fprintf(stderr, "fuzz_master: %s\n", err.msg);
         abort();

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "master/restart.h"
+#include "master/state.h"
 
 static uint8_t *saved;
 static size_t saved_len;

@@ -1,15 +1,48 @@
-/* jobs.c - the master's job table; see jobs.h. */
+/* jobs.c - the master's job table; see jobs.h. One mutex guards the table, and every rule
+ * about who holds which slot reads and writes the same seats and owners under it: joining,
+ * leaving and dying, handing slots out (reslot), moving them by the workers' speed (rebalance;
+ * the schedule itself is schedule.c's, over plain arrays) and at the start deadline; what
+ * dynamic assignment and priority tasks read of a worker's run; the records a restart takes
+ * back. */
 #include "jobs.h"
-#include "jobs_internal.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "schedule.h"
 #include "util/log.h"
 #include "util/proc.h"
+
+struct job {
+    struct job_info info;
+    struct job_seat *seats;
+    size_t nseats, cap;
+    uint32_t *owners;                   /* by slot (info.workers): its worker, 0 none */
+    /* By slot, JOBS_PAST_OWNERS each: the workers that owned it before, newest first, 0 none
+     * (this run; not kept across a master restart). A shard takes a slot's push from its
+     * owner or one of these: a step a slot changed hands in may carry either's (JobAccess). */
+    uint32_t *past;
+    bool failed, died;                  /* this run: a worker failed, a worker died */
+    bool fp_rank0;                      /* info.fingerprint is rank 0's own (this run) */
+    int64_t idle_since_ms, ended_ms;    /* monotonic */
+    int64_t held_ms;                    /* a shard last said it holds the job (jobs_note_held) */
+    int64_t balanced_ms;                /* the last time slots moved for speed */
+    /* The start deadline (jobs_start_deadline): it counts from begun_ms (monotonic: the run's
+     * first registration, or the master's restart); overdue_ms is the deadline once it passed
+     * (reslot gives out the slots of ranks that never came), 0 before. */
+    int64_t begun_ms, overdue_ms;
+};
+
+struct jobs {
+    pthread_mutex_t mu;
+    struct jobs_cfg cfg;
+    struct job *v;
+    size_t n, cap;
+};
 
 const char *jobs_state_name(enum job_state s)
 {
@@ -74,7 +107,8 @@ static struct job *find(struct jobs *j, const char *id)
     return NULL;
 }
 
-struct job_seat *jobs_seat_locked(struct jobs *j, uint32_t worker, struct job **jb)
+/* The job and seat of a worker, alive or not; NULL if it is in no job. mu held. */
+static struct job_seat *seat_locked(struct jobs *j, uint32_t worker, struct job **jb)
 {
     for (size_t i = 0; i < j->n; i++)
         for (size_t k = 0; k < j->v[i].nseats; k++)
@@ -102,7 +136,8 @@ static size_t resident(const struct jobs *j)
     return n;
 }
 
-void jobs_owner_set(struct job *jb, uint32_t k, uint32_t w)
+/* Slot k of jb goes to worker w (0: none); the owner it had joins its past. mu held. */
+static void set_owner(struct job *jb, uint32_t k, uint32_t w)
 {
     uint32_t *past = &jb->past[(size_t)k * JOBS_PAST_OWNERS];
 
@@ -203,7 +238,8 @@ static struct job_seat *seat_in(struct job *jb, uint32_t worker)
     return NULL;
 }
 
-bool jobs_seat_ready(const struct job_seat *s)
+/* Alive and caught up: it may own slots (struct job_seat). */
+static bool seat_ready(const struct job_seat *s)
 {
     return s && s->state == SEAT_ALIVE && !s->waiting;
 }
@@ -219,7 +255,7 @@ static bool seat_dead(struct job *jb, uint32_t worker)
  * then waits until it caught up too (jobs_ready). */
 static bool held(struct job *jb, uint32_t k)
 {
-    return jobs_seat_ready(seat_in(jb, jb->owners[k]));
+    return seat_ready(seat_in(jb, jb->owners[k]));
 }
 
 /* Whether unowned slot k goes to the live workers meanwhile, evenly (mu held): its rank is
@@ -248,12 +284,57 @@ static bool late(struct job *jb, uint32_t k)
 static bool any_ready(struct job *jb)
 {
     for (size_t s = 0; s < jb->nseats; s++)
-        if (jobs_seat_ready(&jb->seats[s]))
+        if (seat_ready(&jb->seats[s]))
             return true;
     return false;
 }
 
-void jobs_reslot_locked(struct job *jb)
+/* Spreads jb's slots over the live workers that caught up by their speed (schedule.h) when
+ * that cuts the predicted step time by more than min_gain; whether any moved (the caller grows
+ * the roster). mu held. */
+static bool rebalance(struct job *jb, double min_gain)
+{
+    struct sched_seat *v = malloc((jb->nseats + 1) * sizeof(*v));
+    uint32_t *was = malloc((jb->info.workers + 1) * sizeof(*was));
+    struct sched_move mv[8];
+    size_t n = 0, moved;
+    double before;
+
+    if (!v || !was) {
+        free(v);
+        free(was);
+        return false;
+    }
+    memcpy(was, jb->owners, jb->info.workers * sizeof(*was));
+    for (size_t s = 0; s < jb->nseats; s++)
+        if (seat_ready(&jb->seats[s]))
+            v[n++] = (struct sched_seat){ jb->seats[s].worker, jb->seats[s].rank,
+                                          jb->seats[s].slot_s };
+    before = sched_makespan(jb->owners, jb->info.workers, v, n);
+    moved = sched_balance(jb->owners, jb->info.workers, v, n, min_gain, mv, 8);
+    for (size_t k = 0; k < moved && k < 8; k++)
+        ts_log(TS_INFO, "master", "job %s: balance: slot %u moves from worker %u to worker %u",
+               jb->info.id, mv[k].slot, mv[k].from, mv[k].to);
+    if (moved)
+        ts_log(TS_INFO, "master", "job %s: balance: %zu slot(s) moved; predicted step %.1f ms, "
+               "was %.1f ms", jb->info.id, moved,
+               1e3 * sched_makespan(jb->owners, jb->info.workers, v, n), 1e3 * before);
+    jb->info.balanced += (uint32_t)moved;
+    for (uint32_t k = 0; k < jb->info.workers; k++) {   /* the past of the slots that moved */
+        uint32_t now = jb->owners[k];
+        if (now != was[k]) {
+            jb->owners[k] = was[k];
+            set_owner(jb, k, now);
+        }
+    }
+    free(v);
+    free(was);
+    return moved > 0;
+}
+
+/* Hands out jb's slots (jobs.h, docs/elastic.md); the roster grows when a slot changes hands.
+ * mu held. */
+static void reslot(struct job *jb)
 {
     uint32_t w = jb->info.workers;
     bool changed = false, caught_up;
@@ -269,7 +350,7 @@ void jobs_reslot_locked(struct job *jb)
                        jb->info.id, k, k, home->worker);
                 changed = true;
             }
-            jobs_owner_set(jb, k, home->worker);
+            set_owner(jb, k, home->worker);
         }
     }
     for (uint32_t k = 0; jb->info.elastic && k < w; k++) {
@@ -304,11 +385,11 @@ void jobs_reslot_locked(struct job *jb)
             ts_log(TS_INFO, "master", "job %s: slot %u goes to worker %u (rank %u) until a "
                    "worker joins for rank %u", jb->info.id, k, best->worker, best->rank, k);
         }
-        jobs_owner_set(jb, k, best->worker);
+        set_owner(jb, k, best->worker);
         changed = true;
     }
     /* Balance: the slots just placed evenly go by speed (one change of the roster). */
-    if (jb->info.elastic && jb->info.balance && jobs_rebalance_locked(jb, 0.0))
+    if (jb->info.elastic && jb->info.balance && rebalance(jb, 0.0))
         changed = true;
     if (changed)
         jb->info.roster++;
@@ -332,7 +413,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         return ts_err_set(err, TS_EINVAL, "start_workers: %u, want 1..%u (workers), and below "
                           "workers only in an elastic job", start, workers);
     pthread_mutex_lock(&j->mu);
-    if ((s = jobs_seat_locked(j, worker, &other))) {   /* a retried RegisterWorker */
+    if ((s = seat_locked(j, worker, &other))) {   /* a retried RegisterWorker */
         st = strcmp(other->info.id, id) ? ts_err_set(err, TS_EEXIST, "job: worker %u is in "
                                                      "job '%s' already", worker, other->info.id)
              : s->rank != rank ? ts_err_set(err, TS_EINVAL, "rank: %u, but worker %u is rank %u "
@@ -350,7 +431,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
             other->info.alive++;
             ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) is back", id, worker,
                    s->rank);
-            jobs_reslot_locked(other);
+            reslot(other);
         }
         pthread_mutex_unlock(&j->mu);
         return st;
@@ -426,7 +507,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         jb->seats[jb->nseats++] = (struct job_seat){ worker, rank, SEAT_ALIVE,
                                                      elastic && held(jb, rank), 0 };
         jb->info.alive++;
-        jobs_reslot_locked(jb);
+        reslot(jb);
     }
     pthread_mutex_unlock(&j->mu);
     return st;
@@ -483,7 +564,7 @@ static void vacate(struct job *jb, struct job_seat *s, enum job_seat_state to, c
     if (to == SEAT_DEAD && jb->info.elastic && jb->info.alive) {
         ts_log(TS_WARN, "master", "job %s: rank %u (worker %u): %s; its slots move", jb->info.id,
                s->rank, s->worker, why);
-        jobs_reslot_locked(jb);
+        reslot(jb);
         return;
     }
     /* The last worker died after another finished the training (issue 44): the parameters
@@ -518,7 +599,7 @@ void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *finger
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = jobs_seat_locked(j, worker, &jb))) {
+    if ((s = seat_locked(j, worker, &jb))) {
         /* Rank 0's, as `tessera train` prints it: in asp and ssp the workers end on different
          * values. Another rank's stands in while rank 0 has given none and has not finished
          * (it died) or finished without one. Rank 0 may have given its own from a seat
@@ -541,12 +622,82 @@ bool jobs_seat_of(struct jobs *j, uint32_t worker, char *id, size_t n, uint32_t 
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = jobs_seat_locked(j, worker, &jb))) {
+    if ((s = seat_locked(j, worker, &jb))) {
         snprintf(id, n, "%s", jb->info.id);
         *rank = s->rank;
     }
     pthread_mutex_unlock(&j->mu);
     return s != NULL;
+}
+
+/* Which ranks of jb have a live worker, into alive[0..workers). mu held. */
+static void alive_ranks(const struct job *jb, bool *alive)
+{
+    memset(alive, 0, jb->info.workers * sizeof(*alive));
+    for (size_t k = 0; k < jb->nseats; k++)
+        if (jb->seats[k].state == SEAT_ALIVE && jb->seats[k].rank < jb->info.workers)
+            alive[jb->seats[k].rank] = true;
+}
+
+bool jobs_run_seat(struct jobs *j, uint32_t worker, bool with_alive, struct jobs_run *out)
+{
+    struct job *jb;
+    struct job_seat *s;
+    bool *alive = NULL;
+    bool found;
+
+    pthread_mutex_lock(&j->mu);
+    s = seat_locked(j, worker, &jb);
+    found = s && s->state == SEAT_ALIVE && jb->info.state == JOB_RUNNING &&
+            (!with_alive || (alive = malloc(jb->info.workers * sizeof(*alive))));
+    if (found) {
+        if (alive)
+            alive_ranks(jb, alive);
+        snprintf(out->job, sizeof(out->job), "%s", jb->info.id);
+        out->rank = s->rank;
+        out->workers = jb->info.workers;
+        out->run_ms = jb->info.started_unix_ms;
+        out->alive = alive;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return found;
+}
+
+bool *jobs_alive_ranks(struct jobs *j, const char *id)
+{
+    bool *alive = NULL;
+
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n && !alive; i++)
+        if (!strcmp(j->v[i].info.id, id) && (alive = malloc(j->v[i].info.workers + 1)))
+            alive_ranks(&j->v[i], alive);
+    pthread_mutex_unlock(&j->mu);
+    return alive;
+}
+
+int64_t jobs_run_ms(struct jobs *j, const char *id)
+{
+    int64_t run = 0;
+
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n; i++)
+        if (!strcmp(j->v[i].info.id, id) && j->v[i].info.state == JOB_RUNNING)
+            run = j->v[i].info.started_unix_ms;
+    pthread_mutex_unlock(&j->mu);
+    return run;
+}
+
+bool jobs_worker_alive(struct jobs *j, uint32_t worker)
+{
+    struct job *jb;
+    struct job_seat *s;
+    bool alive;
+
+    pthread_mutex_lock(&j->mu);
+    s = seat_locked(j, worker, &jb);
+    alive = s && s->state == SEAT_ALIVE;
+    pthread_mutex_unlock(&j->mu);
+    return alive;
 }
 
 void jobs_ready(struct jobs *j, uint32_t worker)
@@ -555,11 +706,11 @@ void jobs_ready(struct jobs *j, uint32_t worker)
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = jobs_seat_locked(j, worker, &jb)) && s->state == SEAT_ALIVE && s->waiting) {
+    if ((s = seat_locked(j, worker, &jb)) && s->state == SEAT_ALIVE && s->waiting) {
         s->waiting = false;
         ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) caught up", jb->info.id, worker,
                s->rank);
-        jobs_reslot_locked(jb);
+        reslot(jb);
     }
     pthread_mutex_unlock(&j->mu);
 }
@@ -570,9 +721,76 @@ void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms)
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = jobs_seat_locked(j, worker, &jb)))
+    if ((s = seat_locked(j, worker, &jb)))
         vacate(jb, s, SEAT_DEAD, "its lease expired or its connection broke (the process "
                "died or hung)", now_ms);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void jobs_balance(struct jobs *j, uint32_t worker)
+{
+    struct job *jb;
+
+    pthread_mutex_lock(&j->mu);
+    if (seat_locked(j, worker, &jb) && jb->info.state == JOB_RUNNING && jb->info.elastic &&
+        !jb->info.balance) {
+        jb->info.balance = true;
+        ts_log(TS_INFO, "master", "job %s: slots move by the workers' speed", jb->info.id);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+ts_status jobs_speed(struct jobs *j, uint32_t worker, double slot_s, int64_t slots,
+                     int64_t now_ms, struct ts_err *err)
+{
+    struct job *jb;
+    struct job_seat *s;
+    ts_status st = TS_OK;
+
+    if (!isfinite(slot_s) || slot_s <= 0 || slot_s > 3600)
+        return ts_err_set(err, TS_EINVAL, "slot_seconds: %g; want the worker's compute "
+                          "seconds per slot, above 0 and at most 3600", slot_s);
+    if (slots < 1 || slots > JOBS_MAX_WORKERS)
+        return ts_err_set(err, TS_EINVAL, "speed_slots: %" PRId64 "; want the slots the "
+                          "measured steps computed, 1..%d", slots, JOBS_MAX_WORKERS);
+    pthread_mutex_lock(&j->mu);
+    if ((s = seat_locked(j, worker, &jb)) && jb->info.state == JOB_RUNNING) {
+        if ((uint64_t)slots > jb->info.workers) {
+            st = ts_err_set(err, TS_EINVAL, "speed_slots: %" PRId64 ", but job '%s' has %u "
+                            "slots; want 1..%u", slots, jb->info.id, jb->info.workers,
+                            jb->info.workers);
+        } else {
+            s->slot_s = slot_s;
+            if (jb->info.balance && now_ms - jb->balanced_ms >= JOBS_BALANCE_MS &&
+                s->state == SEAT_ALIVE && rebalance(jb, JOBS_BALANCE_GAIN)) {
+                jb->balanced_ms = now_ms;
+                jb->info.roster++;
+            }
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    return st;
+}
+
+void jobs_start_deadline(struct jobs *j, int64_t now_ms)
+{
+    if (j->cfg.start_deadline_ms <= 0)
+        return;
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n; i++) {
+        struct job *jb = &j->v[i];
+        if (jb->info.state != JOB_RUNNING || !jb->info.elastic || jb->overdue_ms ||
+            now_ms - jb->begun_ms < j->cfg.start_deadline_ms)
+            continue;
+        jb->overdue_ms = j->cfg.start_deadline_ms;
+        /* Only for a slot nobody holds: handing out a balanced job's slots also spreads them
+         * by speed, which must wait for JOBS_BALANCE_MS and JOBS_BALANCE_GAIN otherwise. */
+        for (uint32_t k = 0; k < jb->info.workers; k++)
+            if (!jb->owners[k]) {
+                reslot(jb);
+                break;
+            }
+    }
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -583,7 +801,7 @@ int jobs_slots(struct jobs *j, uint32_t worker, uint64_t *roster, uint32_t *slot
     int n = -1;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = jobs_seat_locked(j, worker, &jb)) && jb->info.state == JOB_RUNNING &&
+    if ((s = seat_locked(j, worker, &jb)) && jb->info.state == JOB_RUNNING &&
         s->state == SEAT_ALIVE) {
         n = 0;
         *roster = jb->info.roster;
@@ -893,7 +1111,7 @@ static ts_status check_record(struct jobs *j, const struct job_record *r, struct
         return ts_err_set(err, TS_EINVAL, "job '%s': %zu slot owners for %u workers", r->info.id,
                           r->nowners, r->info.workers);
     for (size_t k = 0; k < r->nseats; k++)
-        if (jobs_seat_locked(j, r->seats[k].worker, &other))
+        if (seat_locked(j, r->seats[k].worker, &other))
             return ts_err_set(err, TS_EINVAL, "job '%s': worker %u is in job '%s' too",
                               r->info.id, r->seats[k].worker, other->info.id);
     return TS_OK;

@@ -143,9 +143,9 @@ void jobs_ready(struct jobs *j, uint32_t worker);
  * abandoned once no worker is left, unless it is elastic and a worker of the run finished
  * (the training was over: it ends as if the dead worker had finished too). */
 void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms);
-/* The start deadline (jobs_balance.c; docs/elastic.md, "A rank that never came"): in each
- * running elastic job whose run began cfg.start_deadline_ms ago or more (its first
- * registration, or the master's restart), the slot of a rank that never registered goes to
+/* The start deadline (docs/elastic.md, "A rank that never came"): in each running elastic
+ * job whose run began cfg.start_deadline_ms ago or more (its first registration, or the
+ * master's restart), the slot of a rank that never registered goes to
  * the live workers as a dead worker's does, counted in adopted: a process that died before it
  * registered would otherwise leave a slot nobody computes. A worker that registers for such a
  * rank later waits and takes its slot back as a restarted one does. Called periodically. */
@@ -195,8 +195,8 @@ void jobs_released(struct jobs *j, const char *id, int64_t now_ms);
 bool jobs_running(struct jobs *j, const char *id);
 /* The job (id, n bytes) and rank of worker's seat; false if it holds none. */
 bool jobs_seat_of(struct jobs *j, uint32_t worker, char *id, size_t n, uint32_t *rank);
-/* jobs_work.c, for dynamic assignment (workq.h) and priority tasks (tasks.h): a live worker's
- * seat in its running job, its run (JobInfo.started_unix_ms) and, with_alive, which ranks have
+/* For dynamic assignment (workq.h) and priority tasks (tasks.h): a live worker's seat in its
+ * running job, its run (JobInfo.started_unix_ms) and, with_alive, which ranks have
  * a live worker (alive: malloc'd, workers entries, the caller frees it; else NULL). false,
  * nothing written, for a worker with no live seat in a running job. */
 struct jobs_run {

@@ -9,12 +9,11 @@
 
 #include "master.h"
 #include "placement/ring.h"
+#include "restart.h"
 #include "rpc/serve.h"
 #include "util/flags.h"
 #include "util/log.h"
 #include "util/proc.h"
-
-atomic_bool master_stopping;
 
 static void worker_died(void *ctx, uint32_t worker)
 {
@@ -36,7 +35,7 @@ static void *reaper(void *arg)
     struct master *m = arg;
     int64_t period = m->lease_ms / 20 > 10 ? m->lease_ms / 20 : 10;
 
-    while (!atomic_load(&master_stopping)) {
+    while (!atomic_load(&m->stopping)) {
         ts_members_expire(m->members, ts_now_ms(), worker_died, m->jobs);
         jobs_start_deadline(m->jobs, ts_now_ms());
         ts_sleep_ms(period);
@@ -101,6 +100,7 @@ int main(int argc, char **argv)
     struct ts_err err = { 0 };
     struct ts_rpc_server *srv = NULL;
     struct master m = { 0 };
+    struct master_saved saved = { 0 };
     struct ts_members_cfg cfg;
     struct jobs_cfg jcfg;
     int sig, rc = 1;
@@ -119,7 +119,7 @@ int main(int argc, char **argv)
                                    .vnodes = (unsigned)vnodes,
                                    .replicas = (uint32_t)replicas,
                                    .quiet = no_jobs, .quiet_ctx = &m,
-                                   .durable = master_state_durable, .durable_ctx = &m.state,
+                                   .durable = restart_clock, .durable_ctx = &m.state,
                                    /* the reaper runs 20 times a lease: 10 missed runs,
                                     * and a second at least, so that a loaded host's
                                     * stalls do not pardon a dead member lease after lease */
@@ -146,15 +146,16 @@ int main(int argc, char **argv)
     }
     datamap_init(&m.data);
     rollbacks_init(&m.rb);
-    if (master_state_open(&m.state, state_dir, &err) ||
+    if (master_state_open(&m.state, state_dir, &err) || restart_read(&saved, &m.state, &err) ||
         ts_members_create(&cfg, &m.members, &err) || jobs_create(&jcfg, &m.jobs, &err) ||
         snapper_open(&m.snap, m.members, &m.data, m.jobs, store, restore, branch,
-                     master_state_branch(&m.state), (uint32_t)every, &err) ||
+                     restart_branch(&saved), (uint32_t)every, &err) ||
         (RAND_bytes(m.data_key, sizeof(m.data_key)) != 1 &&   /* a restored one replaces it */
          ts_err_set(&err, TS_EINTERNAL, "no random bytes from libcrypto for the data key")) ||
-        master_state_load(&m.state, &m, &m.restored, &err) ||
+        restart_load(&saved, &m, &m.restored, &err) ||
         workq_create(&m.state, &m.work, &err) || tasks_create(&m.state, &m.tasks, &err))
         goto out;
+    snapper_start(&m.snap);   /* the automatic loop, once what it reads is loaded */
     ts_master_service.ctx = &m;
     master_metrics_init(&m);
     master_page_init(&m);
@@ -172,11 +173,11 @@ int main(int argc, char **argv)
     pthread_create(&reap, NULL, reaper, &m);
     pthread_create(&release, NULL, releaser_main, &m);
     pthread_create(&rollback, NULL, rollbacker_main, &m);
-    master_state_start(&m.state, &m);
+    restart_start(&saved, &m);
     sig = ts_proc_wait_signal(-1);
     ts_log(TS_INFO, "master", "signal %d: draining calls (up to %lld ms), then exiting", sig,
            (long long)so.grace_ms);
-    atomic_store(&master_stopping, true);
+    atomic_store(&m.stopping, true);
     pthread_join(reap, NULL);
     pthread_join(release, NULL);
     rollbacks_wake(&m.rb);
@@ -192,6 +193,7 @@ out:
     views_stop(m.views);
     ts_rpc_server_free(srv);
     master_state_close(&m.state);
+    restart_free(&saved);
     progress_free(m.progress);
     snapper_close(&m.snap);
     datamap_fini(&m.data);

@@ -29,7 +29,7 @@ struct master {
     struct workq *work;             /* dynamic jobs' data queues (workq.h) */
     struct tasks *tasks;            /* priority tasks (tasks.h) */
     struct rollbacks rb;            /* rollbacks to run (rollback.c) */
-    struct master_state state;      /* what a restart takes back (--state-dir; state.c) */
+    struct master_state state;      /* the state directory (--state-dir; state.h) */
     struct progress *progress;      /* the jobs' progress for the status page (progress.h) */
     struct views *views;            /* the shards' own status for the page (views.h) */
     /* The cluster's data-plane key (transport/auth.h): made at the first start, kept in the
@@ -38,12 +38,14 @@ struct master {
     /* --allow-shared-certs: shards may register with a role certificate that names no member
      * (admit.c; docs/security.md, "The unit of trust"). */
     bool allow_shared_certs;
+    /* Set once by main.c at SIGTERM or SIGINT: the reaper, the releaser and the rollbacker
+     * stop (rollbacks_wake wakes the last). */
+    atomic_bool stopping;
 };
 
 /* The releaser thread (release.c): frees ended jobs on every alive shard, then their data
- * maps, until *stop. arg is the struct master *. */
+ * maps, until m->stopping. arg is the struct master *. */
 void *releaser_main(void *arg);
-extern atomic_bool master_stopping;
 
 /* Registrations checked against the caller's certificate before the members table sees them
  * (admit.c; docs/security.md, "The unit of trust"): a shard's identity and the address it

@@ -6,10 +6,11 @@
  * registering N workers costs O(N), not O(N^2) (a scan took 11.5 s for 50,000 workers).
  * Departed workers are forgotten, oldest first, once more than TS_MEMBERS_KEEP_DEPARTED of
  * them are kept: a master that serves jobs for months holds the living, not every worker it
- * ever saw. */
+ * ever saw. What a member says about itself is checked before the table changes, each check
+ * naming the field it refuses. */
 #include "members.h"
-#include "members_check.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -44,6 +45,92 @@ struct ts_members {
     int64_t last_heard_ms, deaf_since_ms;
     bool deaf;
 };
+
+/* ---- what a member says about itself: each check refuses with TS_EINVAL naming the field,
+ * so that a bad request changes nothing ---- */
+
+/* Printable characters, no spaces. */
+static bool printable(const char *s)
+{
+    for (; *s; s++)
+        if (!isgraph((unsigned char)*s))
+            return false;
+    return true;
+}
+
+ts_status ts_members_check_addr(const char *field, const char *a, bool need_port,
+                                struct ts_err *err)
+{
+    const char *colon;
+    char *end;
+    long port;
+
+    if (!a || !a[0])
+        return ts_err_set(err, TS_EINVAL, "%s: required", field);
+    if (strlen(a) > TS_MEMBERS_MAX_ADDR)
+        return ts_err_set(err, TS_EINVAL, "%s: %zu bytes, at most %d", field, strlen(a),
+                          TS_MEMBERS_MAX_ADDR);
+    if (!printable(a))
+        return ts_err_set(err, TS_EINVAL, "%s: must be printable with no spaces", field);
+    if (!need_port)
+        return TS_OK;
+    colon = strrchr(a, ':');
+    if (!colon || colon == a)
+        return ts_err_set(err, TS_EINVAL, "%s: '%.64s' is not host:port", field, a);
+    port = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || !isdigit((unsigned char)colon[1]) || port < 1 || port > 65535)
+        return ts_err_set(err, TS_EINVAL, "%s: port of '%.64s' must be 1..65535", field, a);
+    return TS_OK;
+}
+
+/* A process start's id: 1..TS_MEMBERS_MAX_INSTANCE of [A-Za-z0-9._-]. */
+static ts_status check_instance(const char *s, struct ts_err *err)
+{
+    if (!s || !s[0])
+        return ts_err_set(err, TS_EINVAL, "instance: required (a unique id per process start)");
+    if (strlen(s) > TS_MEMBERS_MAX_INSTANCE)
+        return ts_err_set(err, TS_EINVAL, "instance: %zu bytes, at most %d", strlen(s),
+                          TS_MEMBERS_MAX_INSTANCE);
+    for (const char *p = s; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
+            return ts_err_set(err, TS_EINVAL, "instance: only letters, digits, '.', '_', '-'");
+    return TS_OK;
+}
+
+/* 0 (the default) or TS_MEMBERS_MIN_LEASE_MS..TS_MEMBERS_MAX_LEASE_MS. */
+static ts_status check_lease(uint32_t lease_ms, struct ts_err *err)
+{
+    if (lease_ms && (lease_ms < TS_MEMBERS_MIN_LEASE_MS || lease_ms > TS_MEMBERS_MAX_LEASE_MS))
+        return ts_err_set(err, TS_EINVAL, "lease_ms: %u is outside %u..%u (0: the default)",
+                          lease_ms, TS_MEMBERS_MIN_LEASE_MS, TS_MEMBERS_MAX_LEASE_MS);
+    return TS_OK;
+}
+
+/* SHARD or WORKER. */
+static ts_status check_kind(enum ts_member_kind kind, struct ts_err *err)
+{
+    if (kind != TS_MEMBER_SHARD && kind != TS_MEMBER_WORKER)
+        return ts_err_set(err, TS_EINVAL, "kind: %d is not SHARD (1) or WORKER (2)", (int)kind);
+    return TS_OK;
+}
+
+/* A shard's data-plane endpoints: at most TS_MEMBERS_MAX_ENDPOINTS, each a transport name
+ * and an address of 1..TS_MEMBERS_MAX_BLOB bytes. */
+static ts_status check_endpoints(const struct ts_endpoint *ep, size_t n, struct ts_err *err)
+{
+    if (n > TS_MEMBERS_MAX_ENDPOINTS)
+        return ts_err_set(err, TS_EINVAL, "data_planes: %zu endpoints, at most %d", n,
+                          TS_MEMBERS_MAX_ENDPOINTS);
+    for (size_t i = 0; i < n; i++) {
+        if (!ep[i].transport[0] || !printable(ep[i].transport))
+            return ts_err_set(err, TS_EINVAL, "data_planes[%zu].transport: a name like tcp or "
+                              "shm is required", i);
+        if (!ep[i].len || ep[i].len > TS_MEMBERS_MAX_BLOB)
+            return ts_err_set(err, TS_EINVAL, "data_planes[%zu].address: 1..%d bytes", i,
+                              TS_MEMBERS_MAX_BLOB);
+    }
+    return TS_OK;
+}
 
 static const char *kind_name(enum ts_member_kind k)
 {
@@ -420,10 +507,10 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
     bool quiet;
     ts_status st;
 
-    if ((st = members_check_addr("addr", addr, true, err)) ||
-        (st = members_check_instance(instance, err)) ||
-        (st = members_check_lease(lease_ms, err)) ||
-        (st = members_check_endpoints(endpoints, n, err)))
+    if ((st = ts_members_check_addr("addr", addr, true, err)) ||
+        (st = check_instance(instance, err)) ||
+        (st = check_lease(lease_ms, err)) ||
+        (st = check_endpoints(endpoints, n, err)))
         return st;
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     quiet = !m->cfg.quiet || m->cfg.quiet(m->cfg.quiet_ctx);
@@ -479,12 +566,12 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
     bool joined = true;
     ts_status st;
 
-    if ((st = members_check_addr("host", host, false, err)) ||
-        (st = members_check_instance(instance, err)) || (st = members_check_lease(lease_ms, err)))
+    if ((st = ts_members_check_addr("host", host, false, err)) ||
+        (st = check_instance(instance, err)) || (st = check_lease(lease_ms, err)))
         return st;
     if (role && role[0] && strcmp(role, "verify") != 0)
         return ts_err_set(err, TS_EINVAL, "role: '%.32s'; \"\" (a trainer) or \"verify\"", role);
-    if (role && role[0] && (st = members_check_addr("addr", service, true, err)))
+    if (role && role[0] && (st = ts_members_check_addr("addr", service, true, err)))
         return st;
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     pthread_mutex_lock(&m->mu);
@@ -549,7 +636,7 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
     struct ts_member *e;
     ts_status st;
 
-    if ((st = members_check_kind(kind, err)) || (st = ts_members_check_epoch(m, known_epoch, err)))
+    if ((st = check_kind(kind, err)) || (st = ts_members_check_epoch(m, known_epoch, err)))
         return st;
     pthread_mutex_lock(&m->mu);
     if (!(st = find_alive(m, kind, id, &e, err)) &&
@@ -570,7 +657,7 @@ ts_status ts_members_vouch(struct ts_members *m, enum ts_member_kind kind, uint3
     struct ts_member *e;
     ts_status st;
 
-    if ((st = members_check_kind(kind, err)))
+    if ((st = check_kind(kind, err)))
         return st;
     pthread_mutex_lock(&m->mu);
     if (!(st = find_alive(m, kind, id, &e, err)))
@@ -679,7 +766,7 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
     char why[400];
     ts_status st;
 
-    if ((st = members_check_kind(kind, err)))
+    if ((st = check_kind(kind, err)))
         return st;
     if (reason && strlen(reason) > TS_MEMBERS_MAX_REASON)
         return ts_err_set(err, TS_EINVAL, "reason: %zu bytes, at most %d", strlen(reason),

@@ -219,6 +219,10 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
                                 const char *reason, uint64_t *epoch,
                                 const struct ts_member_cred *cred,
                                 struct ts_err *err) TS_MUST_CHECK;
+/* An address in `field`: required, at most TS_MEMBERS_MAX_ADDR bytes, printable; with
+ * need_port, host:port with a port of 1..65535. TS_EINVAL naming the field. */
+ts_status ts_members_check_addr(const char *field, const char *a, bool need_port,
+                                struct ts_err *err) TS_MUST_CHECK;
 /* Validates known_epoch against the current epoch (it may not be ahead). */
 ts_status ts_members_check_epoch(struct ts_members *m, uint64_t known_epoch,
                                  struct ts_err *err) TS_MUST_CHECK;

@@ -53,7 +53,7 @@ void *releaser_main(void *arg)
     size_t nwaiting = 0;
     static struct shard_channels chan;   /* this thread's alone */
 
-    while (!atomic_load(&master_stopping)) {
+    while (!atomic_load(&m->stopping)) {
         struct ts_members_view v;
         struct ts_err err = { 0 };
         size_t n;

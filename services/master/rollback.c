@@ -138,9 +138,10 @@ static ts_status each_shard(struct snapper *sn, Tessera__V1__RollbackJobRequest 
 /* Check everywhere, then fence and load everywhere, then open everywhere: a snapshot a shard
  * cannot load is found before any shard fences the job. Tried again on a new map if a shard
  * fails (it died: the map changes). sn->mu held. */
-static ts_status run(struct snapper *sn, const struct rollback_todo *td, uint64_t *loaded,
+static ts_status run(struct master *m, const struct rollback_todo *td, uint64_t *loaded,
                      struct ts_err *err)
 {
+    struct snapper *sn = &m->snap;
     ts_status st = TS_OK;
 
     for (int attempt = 1; attempt <= ROLLBACK_ATTEMPTS; attempt++) {
@@ -165,7 +166,7 @@ static ts_status run(struct snapper *sn, const struct rollback_todo *td, uint64_
             return TS_OK;
         ts_log(TS_WARN, "master", "job %s: rollback to step %" PRIu64 ", attempt %d of %d: %s",
                td->job, td->step, attempt, ROLLBACK_ATTEMPTS, e.msg);
-        if (attempt == ROLLBACK_ATTEMPTS || atomic_load(&master_stopping))
+        if (attempt == ROLLBACK_ATTEMPTS || atomic_load(&m->stopping))
             return ts_err_set(err, st, "%s", e.msg);
         ts_sleep_ms(ROLLBACK_RETRY_MS);
     }
@@ -185,9 +186,9 @@ void *rollbacker_main(void *arg)
         ts_status st;
 
         pthread_mutex_lock(&m->rb.mu);
-        while (!m->rb.n && !atomic_load(&master_stopping))
+        while (!m->rb.n && !atomic_load(&m->stopping))
             pthread_cond_wait(&m->rb.cv, &m->rb.mu);
-        if (atomic_load(&master_stopping)) {
+        if (atomic_load(&m->stopping)) {
             pthread_mutex_unlock(&m->rb.mu);
             return NULL;
         }
@@ -199,7 +200,7 @@ void *rollbacker_main(void *arg)
         atomic_fetch_add(&m->snap.rollbacks, 1);   /* an automatic snapshot yields */
         pthread_mutex_lock(&m->snap.mu);   /* no snapshot of a job going back */
         atomic_fetch_sub(&m->snap.rollbacks, 1);
-        st = run(&m->snap, &td, &loaded, &err);
+        st = run(m, &td, &loaded, &err);
         pthread_mutex_unlock(&m->snap.mu);
         if (!st)
             snprintf(note, sizeof(note), "back to step %" PRIu64 " of snapshot %.12s (%" PRIu64

@@ -54,9 +54,9 @@ void rollbacks_fini(struct rollbacks *rb);
  * nothing is done (one runs already, or ran since). TS_ENOTFOUND: the job is not running. */
 ts_status rollback_request(struct master *m, const char *job, uint32_t shard, uint32_t seen,
                            char *action, size_t n, struct ts_err *err) TS_MUST_CHECK;
-/* The thread that runs queued rollbacks until master_stopping. arg: the struct master *. */
+/* The thread that runs queued rollbacks until m->stopping. arg: the struct master *. */
 void *rollbacker_main(void *arg);
-/* Wakes rollbacker_main to see master_stopping. */
+/* Wakes rollbacker_main to see m->stopping. */
 void rollbacks_wake(struct rollbacks *rb);
 
 #endif

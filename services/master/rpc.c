@@ -309,7 +309,7 @@ static ts_status deregister(struct ts_rpc_call *call, const ProtobufCMessage *rq
     /* On disk before the reply: the member goes away once it has it, so a master restarted
      * without the record would take its silence for a death (state.h). A master killed
      * before it answers is asked again (the worker retries while it is unreachable). */
-    if ((st = master_state_sync(&m->state, m, err)))
+    if ((st = master_state_sync(&m->state, err)))
         ts_err_prefix(err, "%s %u left, but the record is not on disk yet (tried again every "
                       "%d ms)", req->kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER
                       ? "worker" : "shard", req->id, STATE_PERIOD_MS);

@@ -1,7 +1,7 @@
 /* snapshot.c - the snapper's life and what it tells (see snapshot.h): opening the store and
- * settling the branch (snapshot_branch.c), the automatic loop's thread, gc, the status and
- * state-file accessors, and each job's newest snapshot. Taking a snapshot is
- * snapshot_take.c. */
+ * settling the branch (snapshot_branch.c), stopping the automatic loop, gc, the status and
+ * state-file accessors, and each job's newest snapshot. Taking a snapshot, and the automatic
+ * loop that takes them, is snapshot_take.c, which calls down into this file, never back. */
 #include "snapshot.h"
 #include "snapshot_internal.h"
 
@@ -87,8 +87,6 @@ ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct da
     }
     ts_log(TS_INFO, "master", "snapshots: store %s, branch %s%s", dir, sn->branch,
            resuming ? " (continued after a restart)" : sn->has_tip ? " (restored)" : "");
-    if (every && pthread_create(&sn->thread, NULL, snap_auto_loop, sn) == 0)
-        sn->thread_started = true;
     return TS_OK;
 }
 

@@ -68,11 +68,11 @@ struct snapper {
 /* Opens the store in dir and settles the branch: --branch, else the restored ref's branch
  * when restore names a branch tip, else a new branch for a restore ("from-<id>") or for a
  * fresh run on a store whose HEAD branch already has snapshots ("run-<time>"); HEAD is moved
- * to it. every > 0 starts the automatic loop, which snapshots every running job that keeps
- * its parameters on the shards (bsp, ssp, asp; not reduce) at the multiples of every, one
- * job after another (jobs, borrowed, says which jobs run). resume (a restarted master's, from
- * its state; NULL or "": none) is the branch to go on committing to, whatever branch and
- * restore say (restore still gives the data map of the restored snapshot). */
+ * to it. every > 0 sets up the automatic loop (snapper_start), which snapshots every running
+ * job that keeps its parameters on the shards (bsp, ssp, asp; not reduce) at the multiples of
+ * every, one job after another (jobs, borrowed, says which jobs run). resume (a restarted
+ * master's, from its state; NULL or "": none) is the branch to go on committing to, whatever
+ * branch and restore say (restore still gives the data map of the restored snapshot). */
 ts_status snapper_open(struct snapper *sn, struct ts_members *members, struct datamap *data,
                        struct jobs *jobs, const char *dir, const char *restore,
                        const char *branch, const char *resume, uint32_t every,
@@ -83,6 +83,9 @@ const char *snapper_branch(struct snapper *sn, struct ts_rpc_call *call);
 Tessera__V1__JobSnapshot **snapper_job_snapshots(struct snapper *sn, struct ts_rpc_call *call,
                                                  size_t *n);
 void snapper_restore_jobs(struct snapper *sn, Tessera__V1__JobSnapshot *const *v, size_t n);
+/* Starts the automatic loop's thread (snapshot_take.c) when snapper_open had a store and
+ * every > 0; nothing otherwise. Once, after snapper_open. */
+void snapper_start(struct snapper *sn);
 /* Ends the automatic loop and cancels a snapshot in progress (it fails; nothing is lost). */
 void snapper_stop(struct snapper *sn);
 void snapper_close(struct snapper *sn);

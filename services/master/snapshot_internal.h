@@ -9,8 +9,6 @@
 struct snap_job *snap_job_rec(struct snapper *sn, const char *job, bool add);
 /* job's newest snapshot is hex at step; stat_mu held. */
 void snap_note_job(struct snapper *sn, const char *job, const char *hex, uint64_t step);
-/* The automatic loop's thread (arg: the snapper), started by snapper_open. */
-void *snap_auto_loop(void *arg);
 
 /* Branch settling, from snapper_open (snapshot_branch.c). The snapshot restore names becomes
  * the tip (named: the branch it is the tip of, or ""). */

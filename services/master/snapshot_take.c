@@ -425,7 +425,7 @@ static size_t running_jobs(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1], u
 /* The automatic loop: each running bsp, ssp or asp job in turn, at the next multiple of
  * `every` it has not passed (the current step itself when it is a multiple not written yet:
  * an idle job is captured at once). */
-void *snap_auto_loop(void *arg)
+static void *auto_loop(void *arg)
 {
     struct snapper *sn = arg;
 
@@ -474,3 +474,9 @@ void *snap_auto_loop(void *arg)
     return NULL;
 }
 
+void snapper_start(struct snapper *sn)
+{
+    if (sn->store && sn->every && !sn->thread_started &&
+        pthread_create(&sn->thread, NULL, auto_loop, sn) == 0)
+        sn->thread_started = true;
+}

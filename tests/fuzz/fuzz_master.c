@@ -28,15 +28,12 @@
 #include <string.h>
 
 #include "master.h"
-#include "members_check.h"
 #include "rpc_run.h"
 #include "util/log.h"
 #include "util/proc.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-atomic_bool master_stopping;       /* main.c's: the threads that read it are not started */
 
 #define MAX_REQUESTS 64
 
@@ -80,7 +77,6 @@ static void master_new(uint32_t replicas)
                                   .replicas = replicas };
     struct jobs_cfg jcfg = { .max_jobs = 8, .per_owner = 4 };
     struct ts_err err = { 0 };
-    bool restored;
 
     memset(&m, 0, sizeof(m));
     m.started_ms = ts_now_ms();
@@ -91,7 +87,6 @@ static void master_new(uint32_t replicas)
     if (master_state_open(&m.state, NULL, &err) || ts_members_create(&cfg, &m.members, &err) ||
         jobs_create(&jcfg, &m.jobs, &err) ||
         snapper_open(&m.snap, m.members, &m.data, m.jobs, NULL, NULL, NULL, NULL, 0, &err) ||
-        master_state_load(&m.state, &m, &restored, &err) ||
         workq_create(&m.state, &m.work, &err)) {
         fprintf(stderr, "fuzz_master: %s\n", err.msg);
         abort();
@@ -133,7 +128,7 @@ static bool loopback_shard(const uint8_t *p, size_t len, uint8_t **out, size_t *
     /* Bytes the server refuses stay as they are: unpacked here, a NUL would cut a string. */
     if (!ts__wire_check(&tessera__v1__register_shard_request__descriptor, p, len, NULL))
         r = tessera__v1__register_shard_request__unpack(NULL, len, p);
-    if (r && members_check_addr("addr", r->addr, true, NULL) == TS_OK) {
+    if (r && ts_members_check_addr("addr", r->addr, true, NULL) == TS_OK) {
         snprintf(addr, sizeof(addr), "127.0.0.%ld:1", 1 + strtol(strrchr(r->addr, ':') + 1,
                                                                     NULL, 10) % 250);
         free(r->addr);

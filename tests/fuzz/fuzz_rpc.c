@@ -9,7 +9,7 @@
  * ts__wire_check and protobuf_c_message_unpack directly: both must agree, a refusal must name
  * the field, and every string in a message that was let through must be valid UTF-8.
  * A decoded message then meets the master's validators that run without a server: the
- * membership table's (members.c, members_check.c) for RegisterShard, RegisterWorker,
+ * membership table's (members.c) for RegisterShard, RegisterWorker,
  * Heartbeat and Deregister, on a fresh table, and the data-checksum map's (datamap.c) for
  * CheckData. The handlers themselves, with a state behind them, are fuzz_master's and
  * fuzz_shard_rpc's.

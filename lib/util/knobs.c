@@ -102,8 +102,8 @@ static bool parse_int(const struct row *r, const char *s, long long *out)
         *out = r->dflt;
         return true;
     }
-    if (!(s[0] >= '0' && s[0] <= '9') && s[0] != '-')
-        return false;   /* strtoll would skip white space and take '+' */
+    if (!(s[0] >= '0' && s[0] <= '9'))
+        return false;   /* no row is negative; strtoll would skip white space, take '+' */
     errno = 0;
     v = strtoll(s, &end, 10);
     if (errno || *end || v < r->min || v > r->max || ((r->flags & POW2) && (v & (v - 1))))

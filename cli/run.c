@@ -30,6 +30,7 @@
 
 #include "cli.h"
 #include "util/flags.h"
+#include "util/knobs.h"
 #include "util/json.h"
 #include "util/launch.h"
 #include "util/proc.h"
@@ -99,7 +100,7 @@ static char **rank_env(const struct run *r, int rank)
     val[6] = num[2];
     val[7] = r->master;
     val[8] = r->job;
-    val[9] = r->tls_dir ? r->tls_dir : getenv("TESSERA_TLS_DIR");
+    val[9] = r->tls_dir ? r->tls_dir : ts_knob_str(TS_KNOB_TLS_DIR);
     for (char **e = environ; *e; e++, n++)
         bytes += strlen(*e) + 1;
     for (size_t i = 0; i < PLACED; i++)
@@ -659,8 +660,7 @@ int cmd_run(int argc, char **argv)
     r.n = (int)f.workers;
     r.job = f.job;
     r.out = f.json ? stderr : stdout;
-    r.master = f.master ? f.master : getenv("TESSERA_MASTER") && getenv("TESSERA_MASTER")[0]
-                                         ? getenv("TESSERA_MASTER") : "127.0.0.1:7070";
+    r.master = f.master ? f.master : ts_master_default_addr(NULL);
     ts_proc_block_signals();
     if (!f.local_cluster)
         return run_job(&r);

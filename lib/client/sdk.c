@@ -32,6 +32,7 @@
 #include "transport/fault.h"
 #include "transport/frame.h"
 #include "util/hook.h"
+#include "util/knobs.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -135,17 +136,14 @@ ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
  * comparison). */
 static ts_status salt_mode(struct tessera *t, struct ts_err *err)
 {
-    const char *v = getenv("TESSERA_PLACEMENT_SALT");
-    char *end = NULL;
-    unsigned long long n;
+    long long n = ts_knob_int(TS_KNOB_PLACEMENT_SALT);
+    ts_status st;
 
     t->salt_fixed = false;
-    if (!v || !*v || strcmp(v, "auto") == 0)
-        return TS_OK;
-    n = v[0] >= '0' && v[0] <= '9' ? strtoull(v, &end, 10) : 0;
-    if (!end || *end || n > UINT32_MAX)
-        return ts_err_set(err, TS_EINVAL, "TESSERA_PLACEMENT_SALT: '%s'; want auto, or a salt "
-                          "0..%" PRIu32 " (0: place as before salts)", v, UINT32_MAX);
+    if ((st = ts_knob_check(TS_KNOB_PLACEMENT_SALT, err)))
+        return st;
+    if (n < 0)
+        return TS_OK;   /* auto */
     t->salt_fixed = true;
     t->salt = (uint32_t)n;
     return TS_OK;
@@ -189,15 +187,6 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
     return sdk_start_over(t, sdk_connect_shards(t, o->transport, t->delay_ms, err), err);
 }
 
-/* $name as a positive number of milliseconds, else dflt. */
-static int env_ms(const char *name, int dflt)
-{
-    const char *v = getenv(name);
-    long ms = v ? strtol(v, NULL, 10) : 0;
-
-    return ms > 0 && ms <= INT32_MAX ? (int)ms : dflt;
-}
-
 int tessera_connect(const struct tessera_options *o, tessera **out, struct tessera_error *e)
 {
     return sdk_connect_delayed(o, 0, out, e);
@@ -225,11 +214,11 @@ int sdk_connect_delayed(const struct tessera_options *given, int delay_ms, tesse
     pthread_mutex_init(&t->conn_mu, NULL);
     /* Inside a user's program the SDK speaks only of problems; TESSERA_LOG=info (or debug)
      * shows the rest (docs/launch.md, "Logs"). */
-    if (!getenv("TESSERA_LOG"))
+    if (!ts_knob_is_set(TS_KNOB_LOG))
         ts_log_set_level(TS_WARN);
     t->local = !o->master || !o->master[0] || strcmp(o->master, "local") == 0;
     t->rank = o->rank;
-    t->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : env_ms("TESSERA_TIMEOUT_MS", 120000);
+    t->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : (int)ts_knob_int(TS_KNOB_TIMEOUT_MS);
     t->data_seed = o->data_seed;
     t->micro = o->micro_batch;
     st = ts_job_init(&t->job, o->job ? o->job : "default", o->workers, o->exact != 0,

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/knobs.h"
+
 #define MAX_SLOTS 64   /* a combined push names its slots in a 64-bit mask */
 
 /* On unless $TESSERA_COMBINE_SLOTS=off (bench/modes.py's per-slot rows, to measure the
@@ -31,9 +33,7 @@
  * per worker"). */
 static bool combine_off(void)
 {
-    const char *v = getenv("TESSERA_COMBINE_SLOTS");
-
-    return v && strcmp(v, "off") == 0;
+    return ts_knob_is(TS_KNOB_COMBINE_SLOTS, "off");
 }
 
 /* Whether a step of slots[0..n) may go as one push: bsp, at most 64 slots, several of them,

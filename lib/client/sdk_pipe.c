@@ -33,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/knobs.h"
 #include "util/proc.h"
 
 #define SDK_PIPE_MIN_BYTES (256 << 10)   /* below this, two threads per shard cost more */
@@ -74,16 +75,12 @@ struct pipe_conn {
 
 ts_status sdk_pipe_mode(struct tessera *t, struct ts_err *err)
 {
-    const char *v = getenv("TESSERA_PIPELINE");
+    ts_status st;
 
-    if (!v || !*v || strcmp(v, "auto") == 0)
-        t->pipe = SDK_PIPE_AUTO;
-    else if (strcmp(v, "on") == 0)
-        t->pipe = SDK_PIPE_ON;
-    else if (strcmp(v, "off") == 0)
-        t->pipe = SDK_PIPE_OFF;
-    else
-        return ts_err_set(err, TS_EINVAL, "TESSERA_PIPELINE: '%s'; want auto, on or off", v);
+    if ((st = ts_knob_check(TS_KNOB_PIPELINE, err)))
+        return st;
+    t->pipe = ts_knob_is(TS_KNOB_PIPELINE, "on") ? SDK_PIPE_ON
+              : ts_knob_is(TS_KNOB_PIPELINE, "off") ? SDK_PIPE_OFF : SDK_PIPE_AUTO;
     return TS_OK;
 }
 

@@ -26,17 +26,19 @@
 #include "util/err.h"
 #include "util/names.h"
 
-/* Deadline of one control call, retries on UNAVAILABLE included. */
+/* Deadline of one control call, retries on UNAVAILABLE included: the default of the
+ * TESSERA_CALL_TIMEOUT_MS row in util/knobs.c (test_cluster checks that they agree). */
 #define TS_MASTER_CALL_MS 5000
 /* A control call's deadline unless told otherwise: $TESSERA_CALL_TIMEOUT_MS when it is a
- * positive number of milliseconds, else TS_MASTER_CALL_MS. */
+ * positive number of milliseconds, else TS_MASTER_CALL_MS (util/knobs.h: read once). */
 int ts_call_ms_default(void);
 
 struct ts_master;
 struct ts_membership;
 struct ts_cluster;
 
-/* The master address to use: `flag` if set, else $TESSERA_MASTER, else 127.0.0.1:7070. */
+/* The master address to use: `flag` if set, else $TESSERA_MASTER (util/knobs.h: read once),
+ * else 127.0.0.1:7070. */
 const char *ts_master_default_addr(const char *flag);
 
 ts_status ts_master_open(const char *addr, struct ts_master **out,

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "rpc/rpc.h"
+#include "util/knobs.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -92,11 +93,7 @@ bool ts_membership_data_key(struct ts_membership *ms, uint8_t out[32])
 
 const char *ts_master_default_addr(const char *flag)
 {
-    const char *env = getenv("TESSERA_MASTER");
-
-    if (flag && flag[0])
-        return flag;
-    return env && env[0] ? env : "127.0.0.1:7070";
+    return flag && flag[0] ? flag : ts_knob_str(TS_KNOB_MASTER);
 }
 
 ts_status ts_master_open(const char *addr, struct ts_master **out, struct ts_err *err)
@@ -117,10 +114,7 @@ ts_status ts_master_open(const char *addr, struct ts_master **out, struct ts_err
 
 int ts_call_ms_default(void)
 {
-    const char *v = getenv("TESSERA_CALL_TIMEOUT_MS");
-    long ms = v ? strtol(v, NULL, 10) : 0;
-
-    return ms > 0 && ms <= INT32_MAX ? (int)ms : TS_MASTER_CALL_MS;
+    return (int)ts_knob_int(TS_KNOB_CALL_TIMEOUT_MS);
 }
 
 void ts_master_set_call_ms(struct ts_master *m, int ms)

@@ -15,6 +15,7 @@
 
 #include "rpc/internal.h"
 #include "sec/certs.h"
+#include "util/knobs.h"
 
 static struct {
     pthread_mutex_t mu;
@@ -70,11 +71,12 @@ static ts_status load_token(const char *path, struct ts_err *err)
     return st;
 }
 
-/* path: the flag's value, else $env, else $TESSERA_TLS_DIR/file; NULL for none. */
+/* path: the flag's value, else env's (a knob's value, or NULL), else dir/file; NULL for
+ * none. */
 static const char *pick(const char *flag, const char *env, const char *dir, const char *file,
                         char *buf, size_t len)
 {
-    const char *v = flag && flag[0] ? flag : env ? getenv(env) : NULL;
+    const char *v = flag && flag[0] ? flag : env;
 
     if (v && v[0])
         return v;
@@ -99,16 +101,16 @@ static ts_status load(const char *path, const char *what, char **out, struct ts_
 static ts_status resolve(const struct ts_rpc_tls *t, struct ts_err *err)
 {
     bool env = !(t && t->no_env);
-    const char *dir = env ? getenv("TESSERA_TLS_DIR") : NULL;
+    const char *dir = env ? ts_knob_str(TS_KNOB_TLS_DIR) : NULL;
     char b1[512], b2[512], b3[512];
-    const char *cert = pick(t ? t->cert : NULL, env ? "TESSERA_TLS_CERT" : NULL, dir,
+    const char *cert = pick(t ? t->cert : NULL, env ? ts_knob_str(TS_KNOB_TLS_CERT) : NULL, dir,
                             "client.pem", b1, sizeof(b1));
-    const char *key = pick(t ? t->key : NULL, env ? "TESSERA_TLS_KEY" : NULL, dir, "client.key",
-                           b2, sizeof(b2));
-    const char *ca = pick(t ? t->ca : NULL, env ? "TESSERA_TLS_CA" : NULL, dir, "ca.pem", b3,
-                          sizeof(b3));
-    const char *token = pick(t ? t->token_file : NULL, env ? "TESSERA_TOKEN_FILE" : NULL, NULL,
-                             NULL, NULL, 0);
+    const char *key = pick(t ? t->key : NULL, env ? ts_knob_str(TS_KNOB_TLS_KEY) : NULL, dir,
+                           "client.key", b2, sizeof(b2));
+    const char *ca = pick(t ? t->ca : NULL, env ? ts_knob_str(TS_KNOB_TLS_CA) : NULL, dir,
+                          "ca.pem", b3, sizeof(b3));
+    const char *token = pick(t ? t->token_file : NULL,
+                             env ? ts_knob_str(TS_KNOB_TOKEN_FILE) : NULL, NULL, NULL, NULL, 0);
     struct ts_cert_info info;
     ts_status st;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "util/hook.h"
+#include "util/knobs.h"
 #include "util/log.h"
 #include "util/names.h"
 
@@ -87,13 +88,11 @@ ts_status ts_dp_nonce(uint8_t out[TS_DP_NONCE_LEN], struct ts_err *err)
 bool ts_dp_mac_wanted(const struct ts_conn *c)
 {
     static atomic_bool warned;
-    const char *s = getenv("TESSERA_DATA_MAC");
-
-    if (s && !strcmp(s, "always"))
+    if (ts_knob_is(TS_KNOB_DATA_MAC, "always"))
         return true;
     /* Turning MACs off between hosts weakens what mutual TLS promises: only a build with test
      * hooks (util/hook.h) does it; any other says so once and keeps them. */
-    if (s && !strcmp(s, "never")) {
+    if (ts_knob_is(TS_KNOB_DATA_MAC, "never")) {
         if (TS_TEST_HOOKS)
             return false;
         if (!atomic_exchange(&warned, true))

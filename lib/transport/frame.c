@@ -22,6 +22,7 @@
 #include <openssl/crypto.h>
 
 #include "transport/mac.h"
+#include "util/knobs.h"
 
 #define XXH_STATIC_LINKING_ONLY     /* XXH3_state_t on the stack */
 #include <xxhash.h>
@@ -188,12 +189,7 @@ ts_status ts_frame_decode(const uint8_t in[TS_FRAME_HDR_LEN], struct ts_frame_hd
 
 bool ts_frame_wants_hash(const struct ts_conn *c)
 {
-    const char *s;
-
-    if (!c->local_out)
-        return true;
-    s = getenv("TESSERA_FRAME_HASH");
-    return s && strcmp(s, "always") == 0;
+    return !c->local_out || ts_knob_is(TS_KNOB_FRAME_HASH, "always");
 }
 
 uint64_t ts_frame_hash(const void *payload, size_t len)

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "transport/shm_internal.h"
+#include "util/knobs.h"
 
 /* "pid:[4026531836]" -> "4026531836"; "0" where unknown (then nothing is swept). */
 static void pidns_id(char *buf, size_t n)
@@ -46,9 +47,9 @@ static void pidns_id(char *buf, size_t n)
 /* $TESSERA_SHM_DIR, else $XDG_RUNTIME_DIR where we may create in it, else /tmp. */
 static const char *base_dir(void)
 {
-    const char *d = getenv("TESSERA_SHM_DIR");
+    const char *d = ts_knob_str(TS_KNOB_SHM_DIR);
 
-    if (d && *d)
+    if (d)
         return d;
     d = getenv("XDG_RUNTIME_DIR");
     if (d && *d && access(d, W_OK | X_OK) == 0)
@@ -59,7 +60,7 @@ static const char *base_dir(void)
 /* $TESSERA_SHM_GROUP (a name or a number) into *gid; SHM_NO_GROUP when unset. */
 static ts_status group_of(gid_t *gid, struct ts_err *e)
 {
-    const char *s = getenv("TESSERA_SHM_GROUP");
+    const char *s = ts_knob_str(TS_KNOB_SHM_GROUP);
     char buf[4096], *end;
     struct group g, *found = NULL;
     unsigned long v;
@@ -150,8 +151,8 @@ ts_status shm_dir_make(char *dir, gid_t *group, struct ts_err *e)
         sweep(base, prefix);
     if (!mkdtemp(dir))
         return ts_err_set(e, TS_EIO, "shm listen: cannot make a directory in '%s'%s: %s", base,
-                          getenv("TESSERA_SHM_DIR") && *getenv("TESSERA_SHM_DIR") ?
-                          " (TESSERA_SHM_DIR)" : "", strerror(errno));
+                          ts_knob_is_set(TS_KNOB_SHM_DIR) ? " (TESSERA_SHM_DIR)" : "",
+                          strerror(errno));
     if (*group != SHM_NO_GROUP && (st = give_to_group(dir, *group, e))) {
         rmdir(dir);
         return st;

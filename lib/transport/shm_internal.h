@@ -18,7 +18,8 @@
 
 #define SHM_MAGIC 0x314d485354ull      /* "TSHM1" */
 #define SHM_VERSION 2                   /* 2: data_need, rings mapped twice */
-#define RING_DEFAULT (16u << 20)        /* per direction; TESSERA_SHM_RING overrides */
+/* A ring's bytes, per direction: 16 MiB unless TESSERA_SHM_RING (util/knobs.c) says another
+ * power of two within these. */
 #define RING_MIN (64u << 10)
 #define RING_MAX (1u << 30)
 #define CHUNK (256u << 10)              /* bytes copied between publishing the counter */

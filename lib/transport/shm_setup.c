@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "transport/shm_internal.h"
+#include "util/knobs.h"
 
 /* ---- host identity ---- */
 
@@ -491,14 +492,10 @@ ts_status shm_accept(struct ts_listener *base, int ms, struct ts_conn **out,
 
 /* ---- connect ---- */
 
+/* TESSERA_SHM_RING: its row's range is RING_MIN..RING_MAX, powers of two. */
 static uint64_t ring_bytes(void)
 {
-    const char *s = getenv("TESSERA_SHM_RING");
-    unsigned long long v = s ? strtoull(s, NULL, 10) : 0;
-
-    if (v < RING_MIN || v > RING_MAX || (v & (v - 1)))
-        return RING_DEFAULT;
-    return v;
+    return (uint64_t)ts_knob_int(TS_KNOB_SHM_RING);
 }
 
 /* A connected Unix socket to path, or -1 with errno; retries while the backlog is full. */

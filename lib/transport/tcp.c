@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "transport/internal.h"
+#include "util/knobs.h"
 
 struct tcp_listener {
     struct ts_listener base;
@@ -53,10 +54,7 @@ struct tcp_conn {
 /* Fixed socket buffers, from TESSERA_TCP_SOCKBUF; 0 leaves them to autotuning. */
 static int sockbuf_bytes(void)
 {
-    const char *s = getenv("TESSERA_TCP_SOCKBUF");
-    long v = s ? strtol(s, NULL, 10) : 0;
-
-    return v > 0 && v <= (1L << 30) ? (int)v : 0;
+    return (int)ts_knob_int(TS_KNOB_TCP_SOCKBUF);
 }
 
 /* Settings that must precede listen()/connect() to take effect (the window scale is agreed
@@ -97,9 +95,7 @@ static void addr_text(const struct sockaddr *sa, char *buf, size_t n)
 static bool loopback(const struct sockaddr *sa)
 {
     static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-    const char *env = getenv("TESSERA_TCP_LOOPBACK");
-
-    if (env && strcmp(env, "remote") == 0)
+    if (ts_knob_is(TS_KNOB_TCP_LOOPBACK, "remote"))
         return false;
     if (sa->sa_family == AF_INET)
         return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;

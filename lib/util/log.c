@@ -1,12 +1,12 @@
 /* log.c - see log.h. */
 #include "util/log.h"
 
+#include "util/knobs.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,14 +16,10 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void init_once(void)
 {
-    const char *l = getenv("TESSERA_LOG"), *s = getenv("TESSERA_LOG_SUBSYS");
-    static const char *const names[] = { "error", "warn", "info", "debug" };
+    const char *s = ts_knob_str(TS_KNOB_LOG_SUBSYS);
 
-    if (level < 0)
-        level = TS_INFO;
-    for (int i = 0; l && i < 4; i++)
-        if (strcasecmp(l, names[i]) == 0)
-            level = i;
+    /* The knob's words are in the order of enum ts_log_level; unset, it is info. */
+    level = ts_knob_choice(TS_KNOB_LOG);
     if (s)
         snprintf(subsys_filter, sizeof(subsys_filter), ",%s,", s);
 }

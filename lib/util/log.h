@@ -1,7 +1,7 @@
 /* log.h - one line per event, to stderr, filtered before formatting.
  *
  * TESSERA_LOG=error|warn|info|debug sets the level (default info); TESSERA_LOG_SUBSYS=rpc,master
- * keeps only those subsystems. Lines look like
+ * keeps only those subsystems (knobs.h reads them). Lines look like
  *   2026-11-22T14:03:05.123Z INFO  master: shard 2 (127.0.0.1:7101) registered, epoch 3
  * Log a failure once, where it is decided (usually the service edge); lower layers return it.
  * Threads: safe; each line is written with one write(2). */

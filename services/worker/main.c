@@ -7,6 +7,7 @@
 #include "client/option_flags.h"
 #include "rpc/serve.h"
 #include "util/flags.h"
+#include "util/knobs.h"
 #include "util/log.h"
 #include "util/proc.h"
 #include "worker.h"
@@ -140,7 +141,7 @@ int main(int argc, char **argv)
     int done;
 
     signal(SIGPIPE, SIG_IGN);
-    if (!getenv("TESSERA_LOG")) /* rank 0 writes the user's progress: only problems on top */
+    if (!ts_knob_is_set(TS_KNOB_LOG)) /* rank 0 writes the user's progress: only problems on top */
         ts_log_set_level(TS_WARN);
     /* Defaults from a launcher's environment, so that one command line serves every rank
      * (tessera run, srun, a Kubernetes indexed Job: docs/launch.md); flags win. */

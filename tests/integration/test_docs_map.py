@@ -9,7 +9,14 @@ the map is not. This test reads the tree and fails, naming what is missing where
 - a tests/integration/test_* script or program is not named in docs/testing.md;
 - a `tessera` command (cli/main.c's table) is not in README.md;
 - a file of lib/M includes a header of a module that is not below M in docs/architecture.md's
-  layer order, or that M's row does not list among what it uses.
+  layer order, or that M's row does not list among what it uses;
+- a row of lib/util/knobs.c's table of environment variables is missing from the table in
+  docs/operations.md, "Environment variables", or that table names a variable neither the C
+  table nor the launch protocol (the names lib/client/sdk_launch.c reads) has, or leaves one of
+  the launch protocol's out;
+- a file of lib/, services/, cli/ or python/tessera calls getenv("TESSERA_...") other than
+  lib/util/knobs.c (the table's reader) and lib/client/sdk_launch.c (the launch protocol,
+  docs/launch.md); the test hooks are read through util/hook.h's ts_hook(NAME), not getenv.
 It reads files only: no build, no process; well under a second.
 
 Environment: TESSERA_SRC (the source tree; default: two directories up from here).
@@ -86,6 +93,53 @@ def includes(path):
         return re.findall(r'^#\s*include "([\w.-]+)/[^"]+"', f.read(), re.M)
 
 
+def knob_names():
+    """The variables of lib/util/knobs.c's table, in its order."""
+    return re.findall(r'^\s*\[TS_KNOB_\w+\]\s*=\s*\w+\(\s*"(TESSERA_\w+)"',
+                      read("lib/util/knobs.c"), re.M)
+
+
+def launch_names():
+    """The variables of the launch protocol: every name lib/client/sdk_launch.c spells."""
+    return set(re.findall(r'"([A-Z][A-Z0-9_]*)"', read("lib/client/sdk_launch.c")))
+
+
+def env_table():
+    """The variables named in the first column of docs/operations.md's environment table."""
+    text = read("docs/operations.md")
+    m = re.search(r"^## Environment variables\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    if not m:
+        return None
+    names = set()
+    for row in re.findall(r"^\| ([^|]*) \|", m.group(1), re.M):
+        names.update(re.findall(r"`([A-Z][A-Z0-9_]*)`", row))
+    return names
+
+
+# Who may read a TESSERA_* variable with getenv: the table's reader and the launch protocol.
+GETENV_ALLOWED = {"lib/util/knobs.c", "lib/client/sdk_launch.c"}
+GETENV_TREES = ("lib", "services", "cli", os.path.join("python", "tessera"))
+
+
+def tessera_getenvs():
+    """[(file, line)] of every getenv("TESSERA_...") outside GETENV_ALLOWED."""
+    out = []
+    for tree in GETENV_TREES:
+        for root, _, files in os.walk(os.path.join(SRC, tree)):
+            for name in sorted(files):
+                if not name.endswith((".c", ".h")):
+                    continue
+                rel = os.path.relpath(os.path.join(root, name), SRC)
+                if rel in GETENV_ALLOWED:
+                    continue
+                # Comments may speak of getenv; blank them, keeping the line numbers.
+                text = re.sub(r"/\*.*?\*/|//[^\n]*",
+                              lambda c: "\n" * c.group(0).count("\n"), read(rel), flags=re.S)
+                for m in re.finditer(r'\bgetenv\s*\(\s*"TESSERA_', text):
+                    out.append((rel, text.count("\n", 0, m.start()) + 1))
+    return sorted(out)
+
+
 def words(text, word):
     return re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(word), text) is not None
 
@@ -143,6 +197,25 @@ class DocsMap(unittest.TestCase):
                         bad.append("lib/%s/%s includes %s/, which docs/architecture.md does "
                                    "not list among what %s uses, or what they use" % (
                                        m, name, inc, m))
+        self.assertEqual(bad, [], "\n".join(bad))
+
+    def test_every_knob_is_in_operations_md(self):
+        knobs, launch, doc = knob_names(), launch_names(), env_table()
+        self.assertIsNotNone(doc, "docs/operations.md: no section \"Environment variables\"")
+        self.assertTrue(knobs, "lib/util/knobs.c: no rows found in its table")
+        bad = ["%s (lib/util/knobs.c): not in docs/operations.md's table of environment "
+               "variables" % k for k in knobs if k not in doc]
+        bad += ["%s (launch protocol, lib/client/sdk_launch.c): not in docs/operations.md's "
+                "table of environment variables" % v for v in sorted(launch - doc)]
+        bad += ["docs/operations.md's table of environment variables names %s, which neither "
+                "lib/util/knobs.c's table nor lib/client/sdk_launch.c has" % v
+                for v in sorted(doc - set(knobs) - launch)]
+        self.assertEqual(bad, [], "\n".join(bad))
+
+    def test_tessera_variables_are_read_through_knobs(self):
+        bad = ["%s:%d: getenv(\"TESSERA_...\"); add a row to lib/util/knobs.c and read it with "
+               "ts_knob_*() (docs/operations.md, \"Environment variables\")" % f
+               for f in tessera_getenvs()]
         self.assertEqual(bad, [], "\n".join(bad))
 
 

@@ -21,6 +21,7 @@
 #include "cluster/shard.h"
 #include "harness.h"
 #include "tessera.h"
+#include "util/knobs.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -71,10 +72,12 @@ static tessera *worker_sized(const char *job, unsigned rank, unsigned workers, c
         setenv("TESSERA_PLACEMENT_SALT", env, 1);
     else
         unsetenv("TESSERA_PLACEMENT_SALT");
+    ts_knob_reread();
     if (tessera_connect(&o, &t, &e) ||
         tessera_register(t, "x", shape, 1, "normal:0.1", 3, 0, 0, bytes, &id, &e))
         fail_msg("job %s rank %u: %s", job, rank, e.message);
     unsetenv("TESSERA_PLACEMENT_SALT");
+    ts_knob_reread();
     assert_int_equal(id, 0);
     return t;
 }
@@ -262,8 +265,10 @@ static void salt_from_the_environment(void **state)
     tessera_close(t);
 
     setenv("TESSERA_PLACEMENT_SALT", "-1", 1);
+    ts_knob_reread();
     assert_int_equal(tessera_connect(&o, &t, &e), TESSERA_EINVAL);
     unsetenv("TESSERA_PLACEMENT_SALT");
+    ts_knob_reread();
     assert_non_null(strstr(e.message, "TESSERA_PLACEMENT_SALT"));
     ts_cluster_close(cl);
 }

@@ -13,6 +13,7 @@
 
 #include "cluster/cluster.h"
 #include "transport/transport.h"
+#include "util/knobs.h"
 
 static void job_state_words_and_lookup(void **state)
 {
@@ -50,22 +51,29 @@ static void master_address_and_call_deadline(void **state)
 
     (void)state;
     unsetenv("TESSERA_MASTER");
+    ts_knob_reread();
     assert_string_equal(ts_master_default_addr(NULL), "127.0.0.1:7070");
     assert_string_equal(ts_master_default_addr(""), "127.0.0.1:7070");
     setenv("TESSERA_MASTER", "m.example:7000", 1);
+    ts_knob_reread();
     assert_string_equal(ts_master_default_addr(NULL), "m.example:7000");
     assert_string_equal(ts_master_default_addr("10.0.0.1:1"), "10.0.0.1:1");   /* flag wins */
     setenv("TESSERA_MASTER", "", 1);
+    ts_knob_reread();
     assert_string_equal(ts_master_default_addr(NULL), "127.0.0.1:7070");
     unsetenv("TESSERA_MASTER");
+    ts_knob_reread();
 
     unsetenv("TESSERA_CALL_TIMEOUT_MS");
+    ts_knob_reread();
     assert_int_equal(ts_call_ms_default(), TS_MASTER_CALL_MS);
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++) {
         setenv("TESSERA_CALL_TIMEOUT_MS", ms[i].env, 1);
+        ts_knob_reread();
         assert_int_equal(ts_call_ms_default(), ms[i].want);
     }
     unsetenv("TESSERA_CALL_TIMEOUT_MS");
+    ts_knob_reread();
 }
 
 /* A shard as the map lists it, publishing the endpoints of real listeners. */

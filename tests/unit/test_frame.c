@@ -19,6 +19,7 @@
 #include "transport/fault.h"
 #include "transport/frame.h"
 #include "transport/mac.h"
+#include "util/knobs.h"
 #include "util/proc.h"
 
 #define CAP 8192
@@ -218,10 +219,12 @@ static struct wire wire_open(void **state, const struct ts_fault_cfg *cfg)
     }
     if (remote)
         setenv("TESSERA_TCP_LOOPBACK", "remote", 1);
+    ts_knob_reread();
     must(ts_tp_listen(t, "127.0.0.1", &l, &addr, &err), &err, "listen");
     must(ts_tp_connect(t, &addr, 5000, &raw, &err), &err, "connect");
     must(ts_tp_accept(l, 5000, &w.rx, &err), &err, "accept");
     unsetenv("TESSERA_TCP_LOOPBACK");
+    ts_knob_reread();
     ts_tp_unlisten(l);
     must(ts_fault_wrap(raw, cfg, &w.tx, &err), &err, "fault wrap");
     return w;
@@ -449,8 +452,10 @@ static void t_wire_hash_always(void **state)
     struct ts_err err = { 0 };
 
     setenv("TESSERA_FRAME_HASH", "always", 1);
+    ts_knob_reread();
     send_sample(&w, 4096, TS_OK);
     unsetenv("TESSERA_FRAME_HASH");
+    ts_knob_reread();
     must(recv_one(&w, &got, &err), &err, "recv");
     assert_true(!got.unhashed && got.checksum != 0);
     wire_close(&w);
@@ -524,8 +529,10 @@ static void t_wire_view(void **state)
     pthread_t th;
 
     setenv("TESSERA_SHM_RING", "65536", 1);     /* a small ring: payloads wrap around it */
+    ts_knob_reread();
     w = wire_open(state, &cfg);
     unsetenv("TESSERA_SHM_RING");
+    ts_knob_reread();
     for (size_t i = 0; i < 100000 + VIEW_N; i++)
         src[i] = (uint8_t)(i * 131 + 17);
     v.c = w.tx;

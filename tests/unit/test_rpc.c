@@ -20,6 +20,7 @@
 #include "rpc/serve.h"
 #include "tessera/v1/master.pb-c.h"
 #include "tessera/v1/shard.pb-c.h"
+#include "util/knobs.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -468,6 +469,7 @@ static void peer_certificates_on_both_ends(void **state)
     struct ts_err e = { 0 };
 
     unsetenv("TESSERA_TLS_DIR");
+    ts_knob_reread();
     assert_int_equal(ts_rpc_tls_setup(NULL, NULL), TS_OK);   /* plaintext */
     assert_non_null(srv = start_server("127.0.0.1:0", &e));
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", ts_rpc_server_port(srv));

@@ -30,6 +30,7 @@
 #include "transport/region.h"
 #include "transport/shm_internal.h"     /* shm_set_hello_ms, PENDING_PER_UID */
 #include "util/hook.h"
+#include "util/knobs.h"
 #include "util/proc.h"
 
 #define MIB (1u << 20)
@@ -695,6 +696,7 @@ static void t_shm_dir_env(void **state)
     close(open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
 
     setenv("TESSERA_SHM_DIR", base, 1);
+    ts_knob_reread();
     must(ts_tp_listen(t, NULL, &l, &addr, &err), &err, "listen in TESSERA_SHM_DIR");
     blob_path(&addr, path);
     assert_int_equal(strncmp(path, base, strlen(base)), 0);
@@ -709,22 +711,28 @@ static void t_shm_dir_env(void **state)
     longer[sizeof(longer) - 1] = '\0';
     memcpy(longer, "/tmp/", 5);
     setenv("TESSERA_SHM_DIR", longer, 1);
+    ts_knob_reread();
     assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
     assert_non_null(strstr(err.msg, "too long"));
     ts_err_clear(&err);
     setenv("TESSERA_SHM_DIR", "/tmp/a b", 1);
+    ts_knob_reread();
     assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
     assert_non_null(strstr(err.msg, "white space"));
     ts_err_clear(&err);
     setenv("TESSERA_SHM_DIR", "tmp", 1);
+    ts_knob_reread();
     assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
     assert_non_null(strstr(err.msg, "absolute"));
     unsetenv("TESSERA_SHM_DIR");
+    ts_knob_reread();
     ts_err_clear(&err);
     setenv("TESSERA_SHM_GROUP", "no-such-group-tessera", 1);
+    ts_knob_reread();
     assert_int_equal(ts_tp_listen(t, NULL, &l, &addr, &err), TS_EINVAL);
     assert_non_null(strstr(err.msg, "TESSERA_SHM_GROUP"));
     unsetenv("TESSERA_SHM_GROUP");
+    ts_knob_reread();
     assert_int_equal(rmdir(base), 0);   /* nothing was left in it */
 }
 
@@ -845,8 +853,10 @@ static void t_shm_peers(void **state)
         skip();
     }
     setenv("TESSERA_SHM_GROUP", "47113", 1);
+    ts_knob_reread();
     l = listen_on(t, &addr);
     unsetenv("TESSERA_SHM_GROUP");
+    ts_knob_reread();
     blob_path(&addr, path);
     /* In the group: usable, connects, is accepted, talks. */
     pid = fork();
@@ -972,14 +982,18 @@ static void t_data_mac_setting(void **state)
 
     (void)state;
     unsetenv("TESSERA_DATA_MAC");
+    ts_knob_reread();
     assert_true(ts_dp_mac_wanted(&remote));
     assert_false(ts_dp_mac_wanted(&local));
     setenv("TESSERA_DATA_MAC", "always", 1);
+    ts_knob_reread();
     assert_true(ts_dp_mac_wanted(&local));
     setenv("TESSERA_DATA_MAC", "never", 1);
+    ts_knob_reread();
     assert_int_equal(ts_dp_mac_wanted(&remote), !TS_TEST_HOOKS);
     assert_false(ts_dp_mac_wanted(&local));
     unsetenv("TESSERA_DATA_MAC");
+    ts_knob_reread();
 }
 
 /* cmocka_unit_test_prestate, with the backend in the name. */

@@ -1,5 +1,5 @@
-/* test_util.c - lib/util (errors, JSON writer, flags, job ids, port files) and lib/rpc/status.c's
- * mapping. */
+/* test_util.c - lib/util (errors, JSON writer, flags, job ids, port files, environment knobs)
+ * and lib/rpc/status.c's mapping. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +22,7 @@
 #include "util/file.h"
 #include "util/flags.h"
 #include "util/json.h"
+#include "util/knobs.h"
 #include "util/launch.h"
 #include "util/names.h"
 #include "util/proc.h"
@@ -433,6 +434,79 @@ static void launch_wait_stop(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* v into k's variable (NULL: unset), read again as a process that starts with it would. */
+static void knob_env(enum ts_knob k, const char *v)
+{
+    if (v)
+        setenv(ts_knob_name(k), v, 1);
+    else
+        unsetenv(ts_knob_name(k));
+    ts_knob_reread();
+}
+
+static void knobs_read_once_by_their_rows(void **state)
+{
+    static const struct { const char *env; long long want; bool ok; } ring[] = {
+        { NULL, 16 << 20, true }, { "", 16 << 20, true }, { "65536", 65536, true },
+        { "1073741824", 1 << 30, true }, { "100000", 16 << 20, false },
+        { "32768", 16 << 20, false }, { "2147483648", 16 << 20, false },
+        { "65536x", 16 << 20, false }, { " 65536", 16 << 20, false },
+        { "+65536", 16 << 20, false }, { "1M", 16 << 20, false },
+    };
+    struct ts_err e = { 0 };
+
+    (void)state;
+    for (int k = 0; k < TS_KNOB_COUNT; k++)
+        assert_int_equal(strncmp(ts_knob_name((enum ts_knob)k), "TESSERA_", 8), 0);
+    for (size_t i = 0; i < sizeof(ring) / sizeof(ring[0]); i++) {
+        knob_env(TS_KNOB_SHM_RING, ring[i].env);
+        assert_int_equal(ts_knob_int(TS_KNOB_SHM_RING), ring[i].want);
+        assert_int_equal(ts_knob_check(TS_KNOB_SHM_RING, NULL) == TS_OK, ring[i].ok);
+    }
+    /* Read once: a change after the first use is not seen until a re-read. */
+    setenv("TESSERA_SHM_RING", "131072", 1);
+    assert_int_equal(ts_knob_int(TS_KNOB_SHM_RING), 16 << 20);
+    ts_knob_reread();
+    assert_int_equal(ts_knob_int(TS_KNOB_SHM_RING), 131072);
+    knob_env(TS_KNOB_SHM_RING, NULL);
+
+    /* Choices: case ignored; another word leaves the default, and ts_knob_check says why. */
+    knob_env(TS_KNOB_PIPELINE, "ON");
+    assert_true(ts_knob_is(TS_KNOB_PIPELINE, "on"));
+    assert_false(ts_knob_is(TS_KNOB_PIPELINE, "auto"));
+    knob_env(TS_KNOB_PIPELINE, "sometimes");
+    assert_true(ts_knob_is(TS_KNOB_PIPELINE, "auto"));
+    assert_true(ts_knob_is_set(TS_KNOB_PIPELINE));
+    assert_int_equal(ts_knob_check(TS_KNOB_PIPELINE, &e), TS_EINVAL);
+    assert_string_equal(e.msg, "TESSERA_PIPELINE: 'sometimes'; want auto, on or off");
+    knob_env(TS_KNOB_PIPELINE, NULL);
+    assert_int_equal(ts_knob_check(TS_KNOB_PIPELINE, NULL), TS_OK);
+    knob_env(TS_KNOB_LOG, "Debug");
+    assert_int_equal(ts_knob_choice(TS_KNOB_LOG), 3);
+    knob_env(TS_KNOB_LOG, NULL);
+    assert_int_equal(ts_knob_choice(TS_KNOB_LOG), 2);
+    assert_false(ts_knob_is_set(TS_KNOB_LOG));
+
+    /* An integer with a word for its default. */
+    knob_env(TS_KNOB_PLACEMENT_SALT, "auto");
+    assert_int_equal(ts_knob_int(TS_KNOB_PLACEMENT_SALT), -1);
+    knob_env(TS_KNOB_PLACEMENT_SALT, "4294967295");
+    assert_int_equal(ts_knob_int(TS_KNOB_PLACEMENT_SALT), 4294967295LL);
+    knob_env(TS_KNOB_PLACEMENT_SALT, "-1");
+    ts_err_clear(&e);
+    assert_int_equal(ts_knob_check(TS_KNOB_PLACEMENT_SALT, &e), TS_EINVAL);
+    assert_string_equal(e.msg, "TESSERA_PLACEMENT_SALT: '-1'; want auto, or 0..4294967295");
+    knob_env(TS_KNOB_PLACEMENT_SALT, NULL);
+
+    /* Strings: empty is unset; a row's default stands in. */
+    knob_env(TS_KNOB_SHM_DIR, "");
+    assert_null(ts_knob_str(TS_KNOB_SHM_DIR));
+    assert_false(ts_knob_is_set(TS_KNOB_SHM_DIR));
+    knob_env(TS_KNOB_SHM_DIR, NULL);
+    knob_env(TS_KNOB_MASTER, NULL);
+    assert_string_equal(ts_knob_str(TS_KNOB_MASTER), "127.0.0.1:7070");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -446,6 +520,7 @@ int main(void)
         cmocka_unit_test(port_file_atomic),
         cmocka_unit_test(files_replace_all_or_none),
         cmocka_unit_test(launch_wait_stop),
+        cmocka_unit_test(knobs_read_once_by_their_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -137,10 +137,6 @@ void cluster_remove_logs(struct cluster *c);
  * the master cannot be started again (its binary is gone, say). */
 bool cluster_check(struct cluster *c);
 
-/* The last non-empty line of the file at path into out ("no log" if unreadable, "(empty)"
- * if it has none). */
-void cli_last_line(const char *path, char *out, size_t n);
-
 /* Job `job` as the master at master lists it (status.c): NULL when not listed, or with *cs
  * NULL and err set when the master did not answer. The caller frees *cs
  * (tessera__v1__cluster_status_response__free_unpacked). */

@@ -26,23 +26,6 @@
 
 #define START_TIMEOUT_MS 15000
 
-void cli_last_line(const char *path, char *out, size_t n)
-{
-    char line[512];
-    FILE *f;
-
-    snprintf(out, n, "no log");
-    if (!(f = fopen(path, "r")))
-        return;
-    snprintf(out, n, "(empty)");
-    while (fgets(line, sizeof(line), f)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (line[0])
-            snprintf(out, n, "%s", line);
-    }
-    fclose(f);
-}
-
 /* Waits for the master's port file; fails early, with its last words, if the master exits. */
 static ts_status wait_port(struct cluster *c, const char *file, int *port, struct ts_err *err)
 {
@@ -54,7 +37,7 @@ static ts_status wait_port(struct cluster *c, const char *file, int *port, struc
     snprintf(log, sizeof(log), "%s/master.log", c->dir);
     if (st == TS_EUNAVAIL) {
         c->master = 0; /* reaped */
-        cli_last_line(log, last, sizeof(last));
+        ts_launch_last_line(log, last, sizeof(last));
         return ts_err_set(err, TS_EUNAVAIL, "tessera-master exited at start (%s): see %s", last,
                           log);
     }

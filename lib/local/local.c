@@ -384,8 +384,6 @@ static ts_status setup_tls(struct ts_local *c, struct ts_err *err)
     ts_status st;
 
     if (o->tls) {
-        if (o->tls_as_is && !o->tls_dir)
-            return ts_err_set(err, TS_EINVAL, "tls_as_is: name the certificate directory");
         if (o->tls_dir)
             snprintf(c->tls_dir, sizeof(c->tls_dir), "%s", o->tls_dir);
         else
@@ -451,16 +449,17 @@ static ts_status copy_opts(struct ts_local *c, const struct ts_local_opts *o, st
 ts_status ts_local_start(const struct ts_local_opts *o, struct ts_local **out,
                          struct ts_err *err)
 {
-    struct ts_local *c = calloc(1, sizeof(*c));
+    struct ts_local *c;
     ts_status st;
 
-    if (!c)
-        return ts_err_set(err, TS_ENOMEM, "out of memory");
-    if (o->shards < 0 || o->shards > TS_LOCAL_MAX_SHARDS) {
-        free(c);
+    if (o->shards < 0 || o->shards > TS_LOCAL_MAX_SHARDS)
         return ts_err_set(err, TS_EINVAL, "shards: %d, want 0..%d", o->shards,
                           TS_LOCAL_MAX_SHARDS);
-    }
+    if (o->tls && o->tls_as_is && !o->tls_dir)
+        return ts_err_set(err, TS_EINVAL, "tls_as_is: name the certificate directory "
+                          "(tls_dir)");
+    if (!(c = calloc(1, sizeof(*c))))
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
     if ((st = copy_opts(c, o, err)) || (st = make_dir(c, o->dir, o->tmp_prefix, err)))
         goto out_free;
     snprintf(c->port_file, sizeof(c->port_file), "%s/master.port", c->dir);

@@ -123,9 +123,10 @@ struct ts_local;
 /* Sets up TLS (opts), starts the master, then opts->shards shards, and waits until each is
  * registered (15 s for each phase). On failure everything started is stopped, *c is not
  * written, the directory and its logs stay, and err says which log to read (with no_logs:
- * that the child's output is above). TS_EIO for a directory that cannot be made or a log
- * that cannot be written, TS_EUNAVAIL for a child that exited, TS_ETIMEDOUT, and what
- * ts_certs_ensure and ts_rpc_tls_setup return. Blocks. */
+ * that the child's output is above). TS_EINVAL for options out of range (shards) or
+ * tls_as_is without tls_dir, before anything is made; TS_EIO for a directory that cannot be
+ * made or a log that cannot be written, TS_EUNAVAIL for a child that exited, TS_ETIMEDOUT,
+ * and what ts_certs_ensure and ts_rpc_tls_setup return. Blocks. */
 ts_status ts_local_start(const struct ts_local_opts *o, struct ts_local **c,
                          struct ts_err *err) TS_MUST_CHECK;
 

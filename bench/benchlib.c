@@ -1,29 +1,22 @@
-/* benchlib.c - what the benchmarks share: clocks, percentiles, and a tessera-master child
- * process started on an ephemeral port and stopped by pid on every exit path. See benchlib.h. */
+/* benchlib.c - what the benchmarks share: clocks, percentiles, CPU ticks, baselines, the
+ * results file. The cluster a benchmark measures is benchcluster.c's. See benchlib.h. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "benchlib.h"
 #include "util/json.h"
-#include "util/launch.h"
 #include "util/proc.h"
-
-/* For the signal handler: stop the master and remove its port file if we are interrupted. */
-static volatile sig_atomic_t master_pid_for_signal;
-static char port_file_for_signal[64];
 
 /* ---- time and statistics ---- */
 
@@ -65,19 +58,6 @@ void bench_lat_from_ns(int64_t *ns, size_t n, struct bench_lat *l)
 int64_t bench_round_i(double x) { return (int64_t)(x < 0 ? x - 0.5 : x + 0.5); }
 double bench_round1(double x) { return (double)bench_round_i(x * 10) / 10; }
 
-/* ---- the master process ---- */
-
-void bench_on_signal(int sig)
-{
-    pid_t p = (pid_t)master_pid_for_signal;
-
-    if (p > 0)
-        kill(p, SIGTERM);
-    if (port_file_for_signal[0])
-        unlink(port_file_for_signal);
-    _exit(128 + sig);
-}
-
 /* utime + stime of pid in clock ticks: fields 14 and 15 of /proc/PID/stat. The command name
  * (field 2) is "tessera-master", so "%*[^)]" skips it safely. */
 ts_status bench_proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err)
@@ -96,99 +76,6 @@ ts_status bench_proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err)
         return ts_err_set(err, TS_EIO, "%s: unexpected format", path);
     *ticks = ut + st;
     return TS_OK;
-}
-
-/* Waits until the master has written its port. */
-static ts_status master_wait_port(struct bench_master *m, struct ts_err *err)
-{
-    int port = 0, status = 0;
-    ts_status st = ts_launch_wait_port(m->pid, m->port_file, 10000, &port, &status, NULL);
-
-    if (st == TS_EUNAVAIL) {
-        m->pid = 0; /* reaped */
-        master_pid_for_signal = 0;
-        char how[96];
-        ts_launch_describe(status, how, sizeof(how));
-        return ts_err_set(err, TS_EUNAVAIL, "tessera-master %s before listening; its stderr "
-                          "is above", how);
-    }
-    if (st)
-        return ts_err_set(err, st, "tessera-master wrote no port in 10 s");
-    snprintf(m->target, sizeof(m->target), "127.0.0.1:%d", port);
-    return TS_OK;
-}
-
-int bench_tls_args(char **argv, int n, const char *dir, const char *stem, char buf[3][512])
-{
-    if (!dir) {   /* the bench's plaintext cluster: said so, as a service wants it said */
-        argv[n++] = "--insecure";
-        return n;
-    }
-    snprintf(buf[0], 512, "%s/%s.pem", dir, stem);
-    snprintf(buf[1], 512, "%s/%s.key", dir, stem);
-    snprintf(buf[2], 512, "%s/ca.pem", dir);
-    argv[n++] = "--tls-cert";
-    argv[n++] = buf[0];
-    argv[n++] = "--tls-key";
-    argv[n++] = buf[1];
-    argv[n++] = "--tls-ca";
-    argv[n++] = buf[2];
-    return n;
-}
-
-/* Starts BIN/tessera-master on 127.0.0.1:0. Its stderr is ours, at TESSERA_LOG=warn unless
- * the caller set a level: anything it prints during a run is worth reading. */
-ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_err *err)
-{
-    char exe[PATH_MAX], lease[16], replicas[16], tls[3][512];
-    ts_status st;
-    int fd;
-
-    snprintf(exe, sizeof(exe), "%s/tessera-master", bin);
-    if (access(exe, X_OK) != 0)
-        return ts_err_set(err, TS_ENOTFOUND, "--bin: no executable %s (%s)", exe,
-                          strerror(errno));
-    snprintf(m->port_file, sizeof(m->port_file), "/tmp/ts-bench-rpc-port-XXXXXX");
-    if ((fd = mkstemp(m->port_file)) < 0) {
-        m->port_file[0] = '\0';
-        return ts_err_set(err, TS_EIO, "mkstemp: %s", strerror(errno));
-    }
-    close(fd); /* empty until the master renames its port file over it */
-    memcpy(port_file_for_signal, m->port_file, sizeof(port_file_for_signal));
-    snprintf(lease, sizeof(lease), "%d", LEASE_MS);
-    snprintf(replicas, sizeof(replicas), "%d", m->replicas > 0 ? m->replicas : 1);
-    char *argv[20] = { exe, "--listen", "127.0.0.1:0", "--port-file", m->port_file,
-                       "--lease-ms", lease, "--grace-ms", "1000", "--replicas", replicas };
-    argv[bench_tls_args(argv, 11, m->tls_dir, "master", tls)] = NULL;
-    setenv("TESSERA_LOG", "warn", 0); /* before any thread exists: main calls us first */
-    if ((st = ts_launch(exe, argv, NULL, -1, &m->pid, err))) {
-        m->pid = 0;
-        return st;
-    }
-    master_pid_for_signal = m->pid;
-    return master_wait_port(m, err);
-}
-
-/* SIGTERM, then SIGKILL after 5 s. Returns false if the master did not exit cleanly. */
-bool bench_master_stop(struct bench_master *m)
-{
-    char how[96];
-    int status;
-
-    if (m->port_file[0])
-        unlink(m->port_file);
-    if (m->pid <= 0)
-        return true;
-    status = ts_launch_stop(m->pid, 5000);
-    m->pid = 0;
-    master_pid_for_signal = 0;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return true;
-    ts_launch_describe(status, how, sizeof(how));
-    fprintf(stderr, "bench: tessera-master did not exit cleanly: it %s%s\n", how,
-            WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
-                ? " after ignoring SIGTERM for 5 s" : "");
-    return false;
 }
 
 void bench_machine_desc(char *buf, size_t n)

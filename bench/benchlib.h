@@ -1,8 +1,10 @@
 /* benchlib.h - helpers the benchmarks share (bench/ only; not a library of the product).
  *
- * Clocks and nearest-rank percentiles in integers (no libm), and the master child process:
- * bench_master_start() runs BIN/tessera-master on 127.0.0.1:0 with PR_SET_PDEATHSIG, so it cannot
- * outlive the benchmark, and bench_master_stop() stops it by pid (SIGTERM, then SIGKILL after 5 s).
+ * Clocks and nearest-rank percentiles in integers (no libm) (benchlib.c), and the cluster a
+ * benchmark measures (benchcluster.c, over lib/local; link ts_local): bench_master_start()
+ * runs BIN/tessera-master on 127.0.0.1:0 with PR_SET_PDEATHSIG, so it cannot outlive the
+ * benchmark, shards are added with ts_local_add_shard on m->local, and bench_master_stop()
+ * stops them all by pid (SIGTERM, then SIGKILL after 10 s).
  * Threads: bench_master_start/stop from the main thread only. */
 #ifndef TS_BENCH_BENCHLIB_H
 #define TS_BENCH_BENCHLIB_H
@@ -18,20 +20,16 @@
 
 #define LEASE_MS 30000      /* generous: a simulated worker must never expire during a run */
 
+struct ts_local;
 struct bench_master {
-    pid_t pid;
-    char port_file[64];
+    struct ts_local *local;   /* the cluster; NULL when stopped */
+    pid_t pid;                /* the master's */
     char target[64];          /* "127.0.0.1:PORT" */
     int replicas;             /* set before bench_master_start: its --replicas (0: default) */
     /* set before bench_master_start: a `tessera certs init` directory: the master serves
      * mutual TLS with its master.pem (NULL: plaintext). */
     const char *tls_dir;
 };
-
-/* With dir: "--tls-cert DIR/STEM.pem --tls-key DIR/STEM.key --tls-ca DIR/ca.pem" appended at
- * argv[n] (paths in buf); without: "--insecure" (a service serves plaintext only when told).
- * Returns the new count. */
-int bench_tls_args(char **argv, int n, const char *dir, const char *stem, char buf[3][512]);
 
 struct bench_lat {                  /* microseconds */
     double p50, p90, p99, max;
@@ -40,7 +38,7 @@ struct bench_lat {                  /* microseconds */
 
 /* Clocks: ts_clock_ns and ts_now_ns from util/proc.h. */
 int64_t bench_round_i(double x);
-/* SIGINT/SIGTERM handler: stops the master started last, then exits. */
+/* SIGINT/SIGTERM handler: stops the cluster started last, then exits. */
 void bench_on_signal(int sig);
 void bench_sleep_until_ns(int64_t t);
 /* Sorts ns in place and fills l. */
@@ -48,9 +46,14 @@ void bench_lat_from_ns(int64_t *ns, size_t n, struct bench_lat *l);
 double bench_round1(double x);
 /* utime + stime of pid in clock ticks (/proc/PID/stat). */
 ts_status bench_proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err) TS_MUST_CHECK;
+/* The master of a new cluster, with its --lease-ms LEASE_MS, --grace-ms 1000 (the shards'
+ * too), --replicas and TLS (with tls_dir: its master.pem, and shard-<i>.pem for shard i; no
+ * admin token; this process takes its own TLS from $TESSERA_TLS_DIR); its stderr is ours, at
+ * TESSERA_LOG=warn unless the caller set a level: anything it prints is worth reading. */
 ts_status bench_master_start(const char *bin, struct bench_master *m,
                              struct ts_err *err) TS_MUST_CHECK;
-/* Returns false if the master did not exit cleanly. */
+/* Stops the cluster and removes its directory. Returns false, saying why on stderr, if a
+ * process did not exit cleanly. */
 bool bench_master_stop(struct bench_master *m);
 
 /* The median of v[0..n), n >= 1 (v is left as it is). */

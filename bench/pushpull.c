@@ -47,7 +47,7 @@
 
 #include "benchlib.h"
 #include "pushpull.h"
-#include "cluster/cluster.h"
+#include "local/local.h"
 #include "tessera.h"
 #include "util/flags.h"
 #include "util/json.h"
@@ -55,18 +55,16 @@
 #include "util/proc.h"
 
 #define MAX_ITERS 10000
-#define SHARD_WAIT_MS 15000        /* shards must be in the map within this */
 
 struct cluster {
-    /* shards: pid only; benchlib's bench_master_stop stops them */
-    struct bench_master m, shard[PP_MAX_SHARDS];
+    struct bench_master m;     /* the master and, in m.local, the shards */
     int nshards;
 };
 
-/* Children other than the master, for the signal handler (benchlib's stops the master):
- * shards at [0, PP_MAX_SHARDS), workers at KID_WORKER + k, then the gloo script at KID_GLOO. */
-#define KID_WORKER PP_MAX_SHARDS
-#define KID_GLOO (PP_MAX_SHARDS + PP_MAX_WORKERS)
+/* Children outside the cluster, for the signal handler (benchcluster.c's stops the cluster):
+ * workers at KID_WORKER + k, then the gloo script at KID_GLOO. */
+#define KID_WORKER 0
+#define KID_GLOO PP_MAX_WORKERS
 static volatile pid_t kids[KID_GLOO + 1];
 
 static void on_sig(int sig)
@@ -124,42 +122,13 @@ static void *scrape_main(void *arg)
 /* ---- child processes: a master and --shards shards offering one transport, --workers workers ---- */
 
 
-/* Waits until the master's map holds c->nshards shards (started with --transport tp, they offer
- * only tp; the workers check the transport they got). */
-static ts_status wait_shards(const struct cluster *c, const char *tp, struct ts_err *err)
-{
-    int64_t until = ts_now_ms() + SHARD_WAIT_MS;
-    struct ts_master *mc;
-    ts_status st;
-    bool ready = false;
-
-    if ((st = ts_master_open(c->m.target, &mc, err)))
-        return st;
-    while (!ready && !st) {
-        Tessera__V1__ShardMap *map;
-        if (!ts_master_shard_map(mc, &map, NULL)) {
-            ready = map->n_shards == (size_t)c->nshards;
-            tessera__v1__shard_map__free_unpacked(map, NULL);
-        }
-        if (!ready && ts_now_ms() > until)
-            st = ts_err_set(err, TS_ETIMEDOUT, "%d shards --transport %s not in the map after "
-                            "%d ms (their stderr is above)", c->nshards, tp, SHARD_WAIT_MS);
-        if (!st && !ready)
-            ts_sleep_ms(50);
-    }
-    ts_master_close(mc);
-    return st;
-}
-
 static void cluster_stop(struct cluster *c)
 {
-    for (int i = 0; i < c->nshards; i++) {
-        bench_master_stop(&c->shard[i]);
-        kids[i] = 0;
-    }
     bench_master_stop(&c->m);
 }
 
+/* A master and o->shards shards started with --transport tp: they offer only tp (the workers
+ * check the transport they got); each shard i serves /metrics on --metrics-port + i. */
 static ts_status cluster_start(const struct opts *o, const char *tp, struct cluster *c,
                                struct ts_err *err)
 {
@@ -167,7 +136,6 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
     ts_status st;
 
     memset(c, 0, sizeof(*c));
-    c->nshards = (int)o->shards;
     c->m.replicas = (int)o->replicas;
     c->m.tls_dir = o->tls;
     snprintf(exe, sizeof(exe), "%s/tessera-shard", o->bin);
@@ -176,24 +144,16 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
                           strerror(errno));
     if ((st = bench_master_start(o->bin, &c->m, err)))
         return st;
-    for (int i = 0; i < c->nshards && !st; i++) {
-        char port[16], tls[3][512], stem[32];
-        char *argv[24] = { exe, "--master", c->m.target, "--listen", "127.0.0.1:0",
-                           "--transport", (char *)tp, "--grace-ms", "1000" };
-        int n;
+    for (int i = 0; i < (int)o->shards && !st; i++) {
+        char port[24];
+        const char *args[] = { "--transport", tp, o->metrics_port ? "--metrics-port" : NULL,
+                               port, NULL };
 
-        snprintf(stem, sizeof(stem), "shard-%d", i);   /* each shard its own (shard/i) */
-        n = bench_tls_args(argv, 9, o->tls, stem, tls);
-        if (o->metrics_port) {
-            argv[n++] = "--metrics-port";
-            argv[n++] = port;
-        }
-        argv[n] = NULL;
         snprintf(port, sizeof(port), "%lld", (long long)(o->metrics_port + i));
-        if (!(st = ts_launch(exe, argv, NULL, -1, &c->shard[i].pid, err)))
-            kids[i] = c->shard[i].pid;
+        if (!(st = ts_local_add_shard(c->m.local, args, NULL, err)))
+            c->nshards++;
     }
-    return st ? st : wait_shards(c, tp, err);
+    return st ? st : ts_local_wait_shards(c->m.local, c->nshards, err);
 }
 
 struct wchild {
@@ -287,7 +247,7 @@ static uint64_t shard_ticks(const struct cluster *c)
     uint64_t sum = 0, t;
 
     for (int i = 0; i < c->nshards; i++)
-        if (!bench_proc_cpu_ticks(c->shard[i].pid, &t, NULL))
+        if (!bench_proc_cpu_ticks(ts_local_shard_pid(c->m.local, i), &t, NULL))
             sum += t;
     return sum;
 }

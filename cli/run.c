@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "local/local.h"
 #include "util/flags.h"
 #include "util/knobs.h"
 #include "util/json.h"
@@ -69,7 +70,7 @@ struct run {
     char **cmd;                    /* the program and its arguments, NULL-terminated */
     const char *master, *job;
     const char *tls_dir;           /* --local-cluster with TLS: its certificates */
-    struct cluster *cluster;       /* --local-cluster: watched while the ranks run */
+    struct ts_local *cluster;      /* --local-cluster: watched while the ranks run */
     struct rank *ranks;
     int n;
     FILE *out;                     /* where the ranks' stdout goes: stdout, or stderr (--json) */
@@ -384,7 +385,7 @@ static int supervise(struct run *r)
             return 130;
         }
         pump(r, 100);
-        if (r->cluster && !cluster_check(r->cluster)) {
+        if (r->cluster && !ts_local_check(r->cluster)) {
             fprintf(stderr, "tessera run: the local cluster's master cannot be started again: "
                     "stopping the ranks\n");
             stop_all(r);
@@ -613,7 +614,7 @@ int cmd_run(int argc, char **argv)
     };
     int at = program_at(flags, argc, argv), npos = 0, rc;
     struct run r = { .f = &f };
-    struct cluster c;
+    struct ts_local *c;
     struct ts_err err = { 0 };
     bool help;
 
@@ -665,24 +666,26 @@ int cmd_run(int argc, char **argv)
     if (!f.local_cluster)
         return run_job(&r);
     {
-        struct cluster_opts o = { .shards = (int)f.shards, .replicas = f.shards >= 2 ? 2 : 1,
-                                  .tls = !f.insecure };
-        if (cluster_start(&o, &c, &err)) {
+        struct ts_local_opts o = { .shards = (int)f.shards,
+                                   .replicas = f.shards >= 2 ? 2 : 1, .tls = !f.insecure,
+                                   .on_event = cli_local_event };
+        if (ts_local_start(&o, &c, &err)) {
             fprintf(stderr, "tessera run: --local-cluster: %s\n", err.msg);
             return 1;
         }
     }
-    r.master = c.master_addr;
-    r.cluster = &c;
-    r.tls_dir = c.tls_dir[0] ? c.tls_dir : NULL;
+    r.master = ts_local_master_addr(c);
+    r.cluster = c;
+    r.tls_dir = ts_local_tls_dir(c);
     if (f.insecure)
         fprintf(stderr, "tessera run: --insecure: plaintext, no admin token, an "
                 "unauthenticated data plane\n");
     rc = run_job(&r);
-    cluster_stop(&c);
+    ts_local_stop(c, NULL);
     if (rc == 0)
-        cluster_remove_logs(&c);
+        ts_local_remove_logs(c);
     else
-        fprintf(stderr, "tessera run: the cluster's logs are kept in %s\n", c.dir);
+        fprintf(stderr, "tessera run: the cluster's logs are kept in %s\n", ts_local_dir(c));
+    ts_local_free(c);
     return rc;
 }

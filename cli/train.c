@@ -264,7 +264,7 @@ static void report_failure(const char *dir, int rank, bool terminal, int status)
                 : " (its messages are above)");
     } else {
         snprintf(log, sizeof(log), "%s/worker-%d.log", dir, rank);
-        cli_last_line(log, last, sizeof(last));
+        ts_launch_last_line(log, last, sizeof(last));
         fprintf(stderr, "tessera train: worker %d %s; its log:\n  %s: %s\n", rank, how, log,
                 last);
     }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "local/local.h"
 #include "placement/ring.h"
 #include "snapshot/snapshot.h"
 #include "util/flags.h"
@@ -126,23 +127,24 @@ static int check_restore(const char *cmd, const struct up_flags *f, char hex[TS_
     return 0;
 }
 
-static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
+static int start(const char *cmd, const struct up_flags *f, struct ts_local **c)
 {
     /* A shard that dies loses nothing by default (docs/replication.md). */
     int replicas = f->replicas ? (int)f->replicas : f->shards >= 2 ? 2 : 1;
-    struct cluster_opts o = { .shards = (int)f->shards, .master_port = (int)f->master_port,
-                              .dir = f->dir, .lease_ms = (int)f->lease_ms, .store = f->store,
-                              .branch = f->branch, .snapshot_every = (int)f->snapshot_every,
-                              .mem_budget_mib = f->mem_budget, .replicas = replicas,
-                              .respawn = f->respawn, .metrics_port = (int)f->metrics_port,
-                              .tls = !f->insecure, .tls_dir = f->tls_dir,
-                              .jobs_per_identity = f->jobs_per_identity,
-                              .arm_timeout_ms = f->arm_timeout_ms,
-                              .orphan_job_ms = f->orphan_job_ms,
-                              /* not given (-1): the master's default; 0: never */
-                              .start_deadline_ms = f->start_deadline_ms < 0 ? 0
-                                                   : f->start_deadline_ms ? f->start_deadline_ms
-                                                                          : -1 };
+    struct ts_local_opts o = { .shards = (int)f->shards, .master_port = (int)f->master_port,
+                               .dir = f->dir, .lease_ms = (int)f->lease_ms, .store = f->store,
+                               .branch = f->branch, .snapshot_every = (int)f->snapshot_every,
+                               .mem_budget_mib = f->mem_budget, .replicas = replicas,
+                               .respawn = f->respawn, .metrics_port = (int)f->metrics_port,
+                               .tls = !f->insecure, .tls_dir = f->tls_dir,
+                               .jobs_per_identity = f->jobs_per_identity,
+                               .arm_timeout_ms = f->arm_timeout_ms,
+                               .orphan_job_ms = f->orphan_job_ms,
+                               /* not given (-1): the master's default; 0: never */
+                               .start_deadline_ms = f->start_deadline_ms < 0 ? 0
+                                                    : f->start_deadline_ms ? f->start_deadline_ms
+                                                                           : -1,
+                               .on_event = cli_local_event };
     char hex[TS_STORE_HEX_LEN + 1];
     struct ts_err err = { 0 };
     int rc;
@@ -166,7 +168,7 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
             return rc;
         o.restore = hex;
     }
-    if (cluster_start(&o, c, &err)) {
+    if (ts_local_start(&o, c, &err)) {
         fprintf(stderr, "tessera %s: %s\n", cmd, err.msg);
         return 1;
     }
@@ -176,7 +178,8 @@ static int start(const char *cmd, const struct up_flags *f, struct cluster *c)
 int cmd_up(int argc, char **argv)
 {
     struct up_flags f = { .shards = 2, .master_port = 7070, .start_deadline_ms = -1 };
-    struct cluster c;
+    struct ts_local *c;
+    const char *addr;
     int rc, sig = 0;
 
     if ((rc = parse("up", "Starts tessera-master and N tessera-shard on 127.0.0.1, prints\n"
@@ -188,14 +191,14 @@ int cmd_up(int argc, char **argv)
     ts_proc_block_signals();
     if ((rc = start("up", &f, &c)))
         return rc;
-    printf("master %s\n", c.master_addr);
+    addr = ts_local_master_addr(c);
+    printf("master %s\n", addr);
     if (f.metrics_port)   /* the master's /metrics listens on its gRPC host: its page too */
-        printf("status page http://%.*s:%" PRId64 "/\n",
-               (int)(strrchr(c.master_addr, ':') - c.master_addr), c.master_addr,
-               f.metrics_port);
-    if (c.tls_dir[0]) {
+        printf("status page http://%.*s:%" PRId64 "/\n", (int)(strrchr(addr, ':') - addr),
+               addr, f.metrics_port);
+    if (ts_local_tls_dir(c)) {
         char abs[PATH_MAX];
-        const char *d = realpath(c.tls_dir, abs) ? abs : c.tls_dir;
+        const char *d = realpath(ts_local_tls_dir(c), abs) ? abs : ts_local_tls_dir(c);
         printf("export TESSERA_TLS_DIR=%s\n", d);
         printf("mutual TLS: clients need the line above; admin calls (snapshot gc, ...) the "
                "token: export TESSERA_TOKEN_FILE=%s/admin.token\n", d);
@@ -203,19 +206,19 @@ int cmd_up(int argc, char **argv)
         printf("--insecure: plaintext, no admin token, an unauthenticated data plane: anyone "
                "who reaches the ports may call any method and push to any job\n");
     }
-    printf("%d shards alive; logs in %s%s\n", c.nshards, c.dir,
+    printf("%d shards alive; logs in %s%s\n", ts_local_shards(c), ts_local_dir(c),
            f.respawn ? "; a master or shard that dies is restarted"
                      : "; a master that dies is restarted");
     if (f.store)
         printf("snapshots: store %s%s\n", f.store, f.snapshot_every ? ", automatic" : "");
-    printf("try: tessera status --master %s   (Ctrl-C stops the cluster)\n", c.master_addr);
+    printf("try: tessera status --master %s   (Ctrl-C stops the cluster)\n", addr);
     fflush(stdout);
-    while (!sig && cluster_check(&c))
+    while (!sig && ts_local_check(c))
         sig = ts_proc_wait_signal(200);
     rc = sig ? 0 : 1;
     printf("stopping the cluster%s\n", sig ? "" : " (the master is gone)");
     fflush(stdout);
-    cluster_stop(&c);
+    ts_local_free(c);
     printf("stopped\n");
     return rc;
 }
@@ -224,7 +227,8 @@ int cmd_demo(int argc, char **argv)
 {
     struct up_flags f = { .shards = 2, .master_port = 0, .start_deadline_ms = -1 };
     struct train_cli t;
-    struct cluster c;
+    struct ts_local *c;
+    const char *addr;
     int rc;
 
     train_defaults(&t);
@@ -246,24 +250,26 @@ int cmd_demo(int argc, char **argv)
     if ((rc = start("demo", &f, &c)))
         return rc;
     /* The logs are named at the end if they are kept: a demo that works removes them. */
-    printf("master %s\n\n", c.master_addr);
+    addr = ts_local_master_addr(c);
+    printf("master %s\n\n", addr);
     fflush(stdout);
     /* The workers this process starts find the cluster's certificates where clients do. */
-    if (c.tls_dir[0])
-        setenv("TESSERA_TLS_DIR", c.tls_dir, 1);
-    rc = print_status(c.master_addr, false, 5000);
+    if (ts_local_tls_dir(c))
+        setenv("TESSERA_TLS_DIR", ts_local_tls_dir(c), 1);
+    rc = print_status(addr, false, 5000);
     if (!rc) {
         printf("\ntraining: %d workers, %d epochs, batch %d, %s mode\n", t.workers, t.epochs,
                t.batch, t.sdk.exact ? "exact" : "float");
         fflush(stdout);
-        rc = run_training(&t, c.master_addr);
+        rc = run_training(&t, addr);
     }
     printf("\nstopping the cluster\n");
-    cluster_stop(&c);
+    ts_local_stop(c, NULL);
     if (rc == 0)
-        cluster_remove_logs(&c); /* a demo that worked leaves nothing behind */
+        ts_local_remove_logs(c); /* a demo that worked leaves nothing behind */
     else
-        printf("logs kept in %s\n", c.dir);
+        printf("logs kept in %s\n", ts_local_dir(c));
+    ts_local_free(c);
     printf("stopped\n");
     if (t.json_out)
         fclose(t.json_out);

@@ -109,3 +109,20 @@ void ts_launch_describe(int status, char *buf, size_t cap)
     else
         snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
 }
+
+void ts_launch_last_line(const char *path, char *out, size_t n)
+{
+    char line[512];
+    FILE *f;
+
+    snprintf(out, n, "no log");
+    if (!(f = fopen(path, "r")))
+        return;
+    snprintf(out, n, "(empty)");
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0])
+            snprintf(out, n, "%s", line);
+    }
+    fclose(f);
+}

@@ -45,4 +45,8 @@ void ts_launch_describe(int status, char *buf, size_t cap);
  * status (0 when pid <= 0 or it was reaped elsewhere). */
 int ts_launch_stop(pid_t pid, int ms);
 
+/* The last non-empty line of a child's log at path into out, for a message saying why it
+ * ended ("no log" if the file cannot be read, "(empty)" if it has no such line). */
+void ts_launch_last_line(const char *path, char *out, size_t n);
+
 #endif

@@ -1,4 +1,4 @@
-/* harness.c - see harness.h. */
+/* harness.c - see harness.h: a cluster of lib/local, and raw data-plane connections to it. */
 #include "harness.h"
 
 #include <stdio.h>
@@ -7,86 +7,58 @@
 #include <unistd.h>
 
 #include "cluster/cluster.h"
+#include "local/local.h"
 #include "transport/frame.h"
-#include "util/launch.h"
-#include "util/proc.h"
 
-static char tmpdir[] = "/tmp/ts-harness.XXXXXX";
-static pid_t pids[16];
-static int npids;
-static char master_addr[64];
-
-static pid_t spawn(char *const argv[])
-{
-    pid_t p;
-
-    if (npids == (int)(sizeof(pids) / sizeof(pids[0])) ||
-        ts_launch(argv[0], argv, NULL, -1, &p, NULL))
-        return -1;
-    pids[npids++] = p;
-    return p;
-}
+static struct ts_local *cluster;   /* the one cluster of a test group */
 
 const char *harness_master(const char *bin)
 {
-    char exe[512], port_file[600];
-    char *argv[] = { exe, "--listen", "127.0.0.1:0", "--port-file", port_file, "--insecure",
-                     NULL };
-    int port = 0;
-    pid_t p;
+    /* The children's output is the test's; the test process's own TLS stays as it was. */
+    struct ts_local_opts o = { .bin = bin, .tmp_prefix = "ts-harness", .no_logs = true,
+                               .no_state = true, .keep_process_tls = true };
+    struct ts_err err = { 0 };
 
-    if (!mkdtemp(tmpdir))
+    if (ts_local_start(&o, &cluster, &err)) {
+        fprintf(stderr, "harness_master: %s\n", err.msg);
         return NULL;
-    snprintf(exe, sizeof(exe), "%s/tessera-master", bin);
-    snprintf(port_file, sizeof(port_file), "%s/port", tmpdir);
-    if ((p = spawn(argv)) < 0 || ts_launch_wait_port(p, port_file, 10000, &port, NULL, NULL))
-        return NULL;
-    snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%d", port);
-    return master_addr;
+    }
+    return ts_local_master_addr(cluster);
 }
 
 pid_t harness_shard(const char *bin, const char *extra_flag, const char *extra_value)
 {
-    char exe[512];
-    char *argv[] = { exe, "--master", master_addr, "--insecure", (char *)extra_flag,
-                     (char *)extra_value, NULL };
+    const char *args[] = { extra_flag, extra_value, NULL };
+    struct ts_err err = { 0 };
+    pid_t pid;
 
-    snprintf(exe, sizeof(exe), "%s/tessera-shard", bin);
-    return spawn(argv);
+    (void)bin;   /* the master's: one cluster, one build */
+    if (!cluster || ts_local_add_shard(cluster, args, &pid, &err)) {
+        fprintf(stderr, "harness_shard: %s\n", cluster ? err.msg : "no master started");
+        return -1;
+    }
+    return pid;
 }
 
 void harness_stop(void)
 {
-    char path[600];
-
-    for (int i = npids - 1; i >= 0; i--)
-        (void)ts_launch_stop(pids[i], 10000);
-    npids = 0;
-    snprintf(path, sizeof(path), "%s/port", tmpdir);
-    unlink(path);
-    rmdir(tmpdir);
+    if (!cluster)
+        return;
+    ts_local_stop(cluster, NULL);
+    ts_local_remove_logs(cluster);
+    ts_local_free(cluster);
+    cluster = NULL;
 }
 
 int harness_wait_shards(int n)
 {
-    struct ts_master *m;
-    int alive = -1;
+    struct ts_err err = { 0 };
 
-    if (ts_master_open(master_addr, &m, NULL))
+    if (ts_local_wait_shards(cluster, n, &err)) {
+        fprintf(stderr, "harness_wait_shards(%d): %s\n", n, err.msg);
         return -1;
-    for (int i = 0; i < 300 && alive != n; i++) {
-        Tessera__V1__ClusterStatusResponse *cs;
-        if (!ts_master_status(m, 1000, &cs, NULL)) {
-            alive = 0;
-            for (size_t k = 0; k < cs->n_shards; k++)
-                alive += cs->shards[k]->state == TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE;
-            tessera__v1__cluster_status_response__free_unpacked(cs, NULL);
-        }
-        if (alive != n)
-            ts_sleep_ms(50);
     }
-    ts_master_close(m);
-    return alive == n ? 0 : -1;
+    return 0;
 }
 
 /* The address of the only shard in the map for `transport` (lib/cluster's pick), its ops. */
@@ -97,7 +69,7 @@ static int only_shard(const char *transport, const struct ts_transport_ops **ops
     Tessera__V1__ShardMap *map;
     ts_status st;
 
-    if (ts_master_open(master_addr, &m, err))
+    if (ts_master_open(ts_local_master_addr(cluster), &m, err))
         return -1;
     if (ts_master_shard_map(m, &map, err)) {
         ts_master_close(m);

@@ -386,7 +386,8 @@ static void files_replace_all_or_none(void **state)
     umask(old);
 }
 
-/* util/launch.h with /bin/sh as the child: its log, the port it writes, an early exit, a stop. */
+/* util/launch.h with /bin/sh as the child: its log and last line, the port it writes, an early
+ * exit, a stop. */
 static void launch_wait_stop(void **state)
 {
     char dir[] = "/tmp/tessera-launch.XXXXXX", log[64], port[64], script[256], text[64] = "";
@@ -415,6 +416,8 @@ static void launch_wait_stop(void **state)
     assert_non_null(fgets(text, sizeof(text), f));
     fclose(f);
     assert_string_equal(text, "starting\n");
+    ts_launch_last_line(log, text, sizeof(text));   /* what a launcher quotes when it died */
+    assert_string_equal(text, "starting");
     /* Exits before writing a port: TS_EUNAVAIL with its status, reaped. */
     unlink(port);
     snprintf(script, sizeof(script), "exit 3");
@@ -429,7 +432,14 @@ static void launch_wait_stop(void **state)
     snprintf(log, sizeof(log), "%s/no/child.log", dir);
     ts_err_clear(&e);
     assert_int_equal(ts_launch("/bin/sh", argv, log, -1, &pid, &e), TS_EIO);
+    ts_launch_last_line(log, text, sizeof(text));
+    assert_string_equal(text, "no log");
     snprintf(log, sizeof(log), "%s/child.log", dir);
+    assert_non_null(f = fopen(log, "w"));
+    fputs("\n\n", f);
+    fclose(f);
+    ts_launch_last_line(log, text, sizeof(text));
+    assert_string_equal(text, "(empty)");
     unlink(log);
     assert_int_equal(rmdir(dir), 0);
 }

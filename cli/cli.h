@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "client/option_flags.h"
 #include "tessera.h"
 #include <sys/types.h>
 
@@ -36,14 +37,13 @@ struct train_cli {
      * schema's flags (lib/client/option_flags.h) and what train_flags derives (elastic,
      * workers and start_workers from --width). */
     struct tessera_options sdk;
-    bool local, json, amp;
-    bool no_elastic, respawn;        /* docs/elastic.md */
-    bool overlap;                    /* asp: exchange a step while computing the next */
+    struct ts_trainer_opts tr;       /* epochs, batch, ... each worker gets as they are */
+    bool local, amp;
+    bool respawn;                    /* docs/elastic.md */
     const char *slow_factor;         /* testing: "RANK:X[:A-B],...", tessera-worker's flags */
-    int workers, epochs, batch, micro, partition_kb;
+    int workers;                     /* worker processes */
     int width;                       /* above workers: slots for workers that join later */
     int join;                        /* -1, or the one rank this run adds to a running job */
-    int64_t steps, seed, delay_ms;
     int64_t metrics_port;            /* -1, or rank r's /metrics on this + r */
     const char *metrics_listen;      /* the workers' --metrics-listen HOST (NULL: theirs) */
     const char *job;

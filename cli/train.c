@@ -135,9 +135,9 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     /* The schema's flags the worker gets from t->sdk; these its command line says itself. */
     static const char *const own[] = { "master", "job", "rank", "workers", "restarts",
                                        "start-workers", NULL };
-    char exe[600], r[16], w[16], ep[16], st[24], sd[24], b[16], m[16], pk[16];
-    char delay[24], again[16], start[16], mport[16], factor[32], steps[48], opts[16384];
-    char *argv[80];
+    char exe[600], r[16], w[16], again[16], start[16], mport[16], factor[32], steps[48];
+    char opts[16384], tr[1024];
+    char *argv[96];
     int n = 0;
     struct ts_err err = { 0 };
     pid_t pid;
@@ -145,13 +145,6 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     snprintf(exe, sizeof(exe), "%s/tessera-worker", bin);
     snprintf(r, sizeof(r), "%d", rank);
     snprintf(w, sizeof(w), "%u", t->sdk.workers);
-    snprintf(ep, sizeof(ep), "%d", t->epochs);
-    snprintf(st, sizeof(st), "%lld", (long long)t->steps);
-    snprintf(sd, sizeof(sd), "%lld", (long long)t->seed);
-    snprintf(b, sizeof(b), "%d", t->batch);
-    snprintf(m, sizeof(m), "%d", t->micro);
-    snprintf(pk, sizeof(pk), "%d", t->partition_kb);
-    snprintf(delay, sizeof(delay), "%lld", (long long)t->delay_ms);
     argv[n++] = exe;
     argv[n++] = "--master";
     argv[n++] = (char *)master;
@@ -159,28 +152,13 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
     argv[n++] = r;
     argv[n++] = "--workers";
     argv[n++] = w;
-    argv[n++] = "--epochs";
-    argv[n++] = ep;
-    argv[n++] = "--steps";
-    argv[n++] = st;
-    argv[n++] = "--seed";
-    argv[n++] = sd;
-    argv[n++] = "--batch";
-    argv[n++] = b;
-    argv[n++] = "--micro";
-    argv[n++] = m;
-    argv[n++] = "--partition-kb";
-    argv[n++] = pk;
     argv[n++] = "--job";
     argv[n++] = (char *)t->job;
-    if (ts_option_argv(&t->sdk, own, argv, &n, 60, opts, sizeof(opts), &err)) {
+    if (ts_trainer_argv(&t->tr, argv, &n, 50, tr, sizeof(tr), &err) ||
+        ts_option_argv(&t->sdk, own, argv, &n, 80, opts, sizeof(opts), &err)) {
         fprintf(stderr, "tessera train: %s\n", err.msg);
         return -1;
     }
-    if (t->json)
-        argv[n++] = "--json";
-    if (t->no_elastic)
-        argv[n++] = "--no-elastic";
     if (t->sdk.start_workers) {   /* the job's other slots wait for workers that join */
         snprintf(start, sizeof(start), "%u", t->sdk.start_workers);
         argv[n++] = "--start-workers";
@@ -199,8 +177,6 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
         argv[n++] = "--slow-ms";
         argv[n++] = strchr(t->slow, ':') + 1;
     }
-    if (t->overlap)
-        argv[n++] = "--overlap";
     if (t->slow_factor && slow_of(t->slow_factor, rank, factor, sizeof(factor), steps,
                                   sizeof(steps))) {
         argv[n++] = "--slow-factor";
@@ -209,10 +185,6 @@ static pid_t spawn_worker(const struct train_cli *t, const char *bin, const char
             argv[n++] = "--slow-steps";
             argv[n++] = steps;
         }
-    }
-    if (t->delay_ms) {
-        argv[n++] = "--delay-ms";
-        argv[n++] = delay;
     }
     if (t->metrics_port >= 0) {   /* 0: each picks a free port */
         snprintf(mport, sizeof(mport), "%lld",
@@ -319,9 +291,9 @@ static void print_job_result(const struct train_cli *t, const char *master, bool
         fprintf(stderr, "tessera train: the job's fingerprint: %s (tessera status lists the "
                 "job's once the master answers)\n", err.msg);
     else if (j && j->fingerprint[0] && lost0)
-        fprintf(t->json ? stderr : stdout, "params_sha256 %s (the job's, as its workers told "
+        fprintf(t->tr.json ? stderr : stdout, "params_sha256 %s (the job's, as its workers told "
                 "the master: worker 0 did not finish)\n", j->fingerprint);
-    if (t->json) {
+    if (t->tr.json) {
         ts_json_init(&doc);
         ts_json_obj(&doc, NULL);
         ts_json_str(&doc, "job", t->job);
@@ -404,7 +376,7 @@ int run_training(const struct train_cli *in, const char *master)
                 strerror(errno));
         return 1;
     }
-    if (t->json && doc_open(&doc)) {
+    if (t->tr.json && doc_open(&doc)) {
         fprintf(stderr, "tessera train: cannot make a pipe: %s\n", strerror(errno));
         rmdir(dir);
         return 1;
@@ -505,9 +477,9 @@ int run_training(const struct train_cli *in, const char *master)
         doc_close(&doc);
         return rc;
     }
-    if (!rc && t->json && doc.last)
+    if (!rc && t->tr.json && doc.last)
         fprintf(t->json_out ? t->json_out : stdout, "%s\n", doc.last);
-    else if (!rc && (lost0 || t->json))
+    else if (!rc && (lost0 || t->tr.json))
         print_job_result(t, master, lost0, t->json_out ? t->json_out : stdout);
     doc_close(&doc);
     for (int r = 0; r < nw; r++) /* a run that worked leaves nothing behind */

@@ -40,6 +40,7 @@ static const char *const not_ours[] = { "master", "job", "rank", "workers", "res
 static int job_options(const char *cmd, struct train_cli *t, int64_t width)
 {
     struct tessera_error e;
+    struct ts_err err = { 0 };
 
     if (t->amp && t->sdk.compress) {
         fprintf(stderr, "tessera %s: --amp sends fp16 gradients; drop --compress\n", cmd);
@@ -53,11 +54,15 @@ static int job_options(const char *cmd, struct train_cli *t, int64_t width)
     t->sdk.job = t->job;
     t->sdk.workers = t->local ? 1 : width > t->workers ? (unsigned)width : (unsigned)t->workers;
     t->sdk.start_workers = !t->local && width > t->workers ? (unsigned)t->workers : 0;
-    t->sdk.batch = t->batch;
+    t->sdk.batch = (double)t->tr.batch;
     t->sdk.balance = t->sdk.balance && !t->local;
-    t->sdk.elastic = !t->local && !t->no_elastic && tessera_options_can_be_elastic(&t->sdk);
+    t->sdk.elastic = !t->local && !t->tr.no_elastic && tessera_options_can_be_elastic(&t->sdk);
     if (tessera_options_check(&t->sdk, TESSERA_OPTIONS_NAME_FLAGS, &e)) {
         fprintf(stderr, "tessera %s: %s\n", cmd, e.message);
+        return 2;
+    }
+    if (ts_trainer_check(&t->tr, &t->sdk, &err)) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, err.msg);
         return 2;
     }
     t->sdk.master = NULL;   /* the workers get the real one */
@@ -67,8 +72,7 @@ static int job_options(const char *cmd, struct train_cli *t, int64_t width)
 int train_flags(const char *cmd, const char *usage, const char *about, struct train_cli *t,
                 const char **master, int64_t *shards, int argc, char **argv)
 {
-    int64_t workers = t->workers, epochs = t->epochs, batch = t->batch, micro = t->micro;
-    int64_t pkb = t->partition_kb, width = 0, join = -1;
+    int64_t workers = t->workers, width = 0, join = -1;
     struct ts_flag flags[TS_OPTION_FLAGS_MAX + 40];
     struct ts_option_flags given = { 0 };
     struct ts_err err = { 0 };
@@ -88,21 +92,7 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                        "one process, no cluster: the reference run", 0, 0 };
     flags[n++] = (struct ts_flag){ "workers", TS_FLAG_INT, &workers, "N",
                                    "worker processes (default 2)", 1, 64 };
-    flags[n++] = (struct ts_flag){ "epochs", TS_FLAG_INT, &epochs, "E",
-                                   "epochs (default 3)", 1, 1000 };
-    flags[n++] = (struct ts_flag){ "steps", TS_FLAG_INT, &t->steps, "K",
-                                   "exactly K global steps instead of epochs", 0, 100000000 };
-    flags[n++] = (struct ts_flag){ "seed", TS_FLAG_INT, &t->seed, "S",
-                                   "seed of the init and the data order (default 1)", 0,
-                                   INT64_MAX };
-    flags[n++] = (struct ts_flag){ "batch", TS_FLAG_INT, &batch, "B",
-                                   "global batch (default 64)", 1, 60000 };
-    flags[n++] = (struct ts_flag){ "micro", TS_FLAG_INT, &micro, "M",
-                                   "micro-batch, divides B (default 16)", 1, 60000 };
-    flags[n++] = (struct ts_flag){ "partition-kb", TS_FLAG_INT, &pkb, "KB",
-                                   "partition size (default: 4096 with every shard on "
-                                   "this host, smaller between hosts; docs/placement.md)", 0,
-                                   131072 };
+    ts_trainer_flags_add(&t->tr, flags, &n, TS_OPTION_FLAGS_MAX + 20);
     ts_option_flags_add(&given, flags, &n, TS_OPTION_FLAGS_MAX, not_ours);
     flags[n++] = (struct ts_flag){ "amp", TS_FLAG_BOOL, &t->amp, NULL,
                                    "fp16 gradients with dynamic loss scaling (GradScaler's "
@@ -112,9 +102,6 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     flags[n++] = (struct ts_flag){ "slow-factor", TS_FLAG_STR, &t->slow_factor,
                                    "RANK:X[:A-B],...", "testing: worker RANK computes X times "
                                    "slower (in steps A..B-1 only, with :A-B)", 0, 0 };
-    flags[n++] = (struct ts_flag){ "delay-ms", TS_FLAG_INT, &t->delay_ms, "MS",
-                                   "a slower link, for benchmarks: each data-plane send "
-                                   "sleeps MS first", 0, 60000 };
     flags[n++] = (struct ts_flag){ "metrics-port", TS_FLAG_INT, &t->metrics_port, "BASE",
                                    "rank R serves Prometheus metrics on port BASE + R "
                                    "(docs/observability.md; 0: free ports, logged)", 0, 65000 };
@@ -124,19 +111,11 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                                    "elsewhere)", 0, 0 };
     flags[n++] = (struct ts_flag){ "job", TS_FLAG_STR, &t->job, "ID",
                                    "job id (default: a new one per run, train-PID-MS)", 0, 0 };
-    flags[n++] = (struct ts_flag){ "no-elastic", TS_FLAG_BOOL, &t->no_elastic, NULL,
-                                   "a worker that dies stops the job (default: its slot moves "
-                                   "to a live worker; needs bsp, no --sync-every, no top-k, no "
-                                   "--compress-pull)", 0, 0 };
     flags[n++] = (struct ts_flag){ "width", TS_FLAG_INT, &width, "W",
                                    "the job's slots, above --workers: workers that join later "
                                    "(tessera-worker --rank R, R below W) take theirs "
                                    "(elastic; default --workers; with --balance --batch / "
                                    "--micro, at most 64)", 0, 64 };
-    flags[n++] = (struct ts_flag){ "overlap", TS_FLAG_BOOL, &t->overlap, NULL,
-                                   "asp: each worker pushes and pulls a step while it computes "
-                                   "the next, on values predicted from its last two pulls "
-                                   "(docs/modes.md)", 0, 0 };
     flags[n++] = (struct ts_flag){ "join", TS_FLAG_INT, &join, "R",
                                    "start only rank R, a worker that joins the running job "
                                    "--job (elastic; R below --width; the same settings as the "
@@ -144,11 +123,6 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     flags[n++] = (struct ts_flag){ "respawn", TS_FLAG_BOOL, &t->respawn, NULL,
                                    "start a worker killed by a signal again, with its rank: it "
                                    "joins the running job (elastic jobs)", 0, 0 };
-    flags[n++] = (struct ts_flag){ "json", TS_FLAG_BOOL, &t->json, NULL,
-                                   "stdout is one JSON document at the end (job, "
-                                   "params_sha256, test_accuracy, steps, samples_per_s, ...; "
-                                   "nothing if the run fails); progress goes to stderr", 0,
-                                   0 };
     flags[n] = (struct ts_flag){ NULL, 0, NULL, NULL, NULL, 0, 0 };
     if (ts_flags_parse(flags, argc, argv, NULL, &npos, &help, &err) ||
         (!help && ts_option_flags_apply(&given, &t->sdk, &err))) {
@@ -159,11 +133,6 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
         ts_flags_usage(stdout, usage, about, flags);
         return 0;
     }
-    if (batch % micro) {
-        fprintf(stderr, "tessera %s: --micro %lld must divide --batch %lld\n", cmd,
-                (long long)micro, (long long)batch);
-        return 2;
-    }
     if (t->slow && (!strchr(t->slow, ':') || atoi(t->slow) < 0 ||
                     atoi(strchr(t->slow, ':') + 1) <= 0)) {
         fprintf(stderr, "tessera %s: --slow %s: want RANK:MS, e.g. 1:50\n", cmd, t->slow);
@@ -171,17 +140,12 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     }
     if (slow_factor_bad(cmd, t->slow_factor))
         return 2;
-    if (t->sdk.balance && !t->local && !width)
-        width = batch / micro < 64 ? batch / micro : 64;
+    if (t->sdk.balance && !t->local && !width && t->tr.micro && !(t->tr.batch % t->tr.micro))
+        width = t->tr.batch / t->tr.micro < 64 ? t->tr.batch / t->tr.micro : 64;
     if (t->sdk.balance && !t->local && width <= workers) {
         fprintf(stderr, "tessera %s: --balance moves slots between the workers: it needs more "
                 "slots (--width %lld; default --batch / --micro) than --workers %lld\n", cmd,
                 (long long)width, (long long)workers);
-        return 2;
-    }
-    if (t->overlap && (!t->sdk.mode || strcmp(t->sdk.mode, "asp"))) {
-        fprintf(stderr, "tessera %s: --overlap needs --mode asp (bsp and ssp wait for each "
-                "step's values before the next)\n", cmd);
         return 2;
     }
     if (t->metrics_listen && t->metrics_port < 0) {
@@ -194,12 +158,12 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
                 "every worker the job may have\n", cmd, (long long)width, (long long)workers);
         return 2;
     }
-    if (width > workers && t->no_elastic) {
+    if (width > workers && t->tr.no_elastic) {
         fprintf(stderr, "tessera %s: --width needs an elastic job: drop --no-elastic\n", cmd);
         return 2;
     }
     if (join >= 0 && (join >= (width > workers ? width : workers) || !t->job || t->local ||
-                      t->no_elastic)) {
+                      t->tr.no_elastic)) {
         fprintf(stderr, "tessera %s: --join %lld adds one worker to a running elastic job: it "
                 "needs --job, a rank below --width (or --workers), and no --local or "
                 "--no-elastic\n", cmd, (long long)join);
@@ -207,8 +171,7 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
     }
     t->join = (int)join;
     t->width = width > workers ? (int)width : 0;
-    t->workers = (int)workers, t->epochs = (int)epochs, t->batch = (int)batch;
-    t->micro = (int)micro, t->partition_kb = (int)pkb;
+    t->workers = (int)workers;
     if ((rc = job_options(cmd, t, width)) >= 0)
         return rc;
     return -1;
@@ -216,9 +179,9 @@ int train_flags(const char *cmd, const char *usage, const char *about, struct tr
 
 void train_defaults(struct train_cli *t)
 {
-    *t = (struct train_cli){ .workers = 2, .epochs = 3, .batch = 64, .micro = 16, .seed = 1,
-                             .job = NULL, .join = -1, .metrics_port = -1,
-                             .sdk = TESSERA_OPTIONS_INIT };
+    *t = (struct train_cli){ .workers = 2, .tr = TS_TRAINER_DEFAULTS, .job = NULL, .join = -1,
+                             .metrics_port = -1, .sdk = TESSERA_OPTIONS_INIT };
+    t->tr.epochs = 3;
     t->sdk.optimizer = TS_TRAINER_OPTIMIZER;
 }
 

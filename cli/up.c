@@ -242,7 +242,7 @@ int cmd_demo(int argc, char **argv)
         return rc;
     /* --json: stdout is the training's document alone; the rest the demo shows goes to
      * stderr. */
-    if (t.json && !(t.json_out = cli_json_stdout("demo")))
+    if (t.tr.json && !(t.json_out = cli_json_stdout("demo")))
         return 1;
     ts_proc_block_signals();
     printf("starting a master and %d shards on 127.0.0.1 ...\n", (int)f.shards);
@@ -258,8 +258,8 @@ int cmd_demo(int argc, char **argv)
         setenv("TESSERA_TLS_DIR", ts_local_tls_dir(c), 1);
     rc = print_status(addr, false, 5000);
     if (!rc) {
-        printf("\ntraining: %d workers, %d epochs, batch %d, %s mode\n", t.workers, t.epochs,
-               t.batch, t.sdk.exact ? "exact" : "float");
+        printf("\ntraining: %d workers, %lld epochs, batch %lld, %s mode\n", t.workers,
+               (long long)t.tr.epochs, (long long)t.tr.batch, t.sdk.exact ? "exact" : "float");
         fflush(stdout);
         rc = run_training(&t, addr);
     }

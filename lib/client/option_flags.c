@@ -1,6 +1,8 @@
 /* option_flags.c - see option_flags.h. */
 #include "client/option_flags.h"
 
+#include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -71,5 +73,86 @@ ts_status ts_option_argv(const struct tessera_options *o, const char *const *ski
             used += (size_t)snprintf(buf + used, bufcap - used, "%s", v) + 1;
         }
     }
+    return TS_OK;
+}
+
+/* ---- the built-in trainer's own options ---- */
+
+#define TROW(flag, kind, field, meta, help, min, max)                                          \
+    { flag, kind, offsetof(struct ts_trainer_opts, field), meta, help, min, max }
+
+static const struct trainer_row {
+    const char *flag;
+    enum ts_flag_kind kind;
+    size_t offset;
+    const char *metavar, *help;
+    int64_t min, max;
+} trainer_rows[] = {
+    TROW("epochs", TS_FLAG_INT, epochs, "E", "epochs to train (default: 3 for tessera train, "
+         "1 for a worker started alone)", 1, 1000),
+    TROW("steps", TS_FLAG_INT, steps, "K", "exactly K global steps instead of epochs", 0,
+         100000000),
+    TROW("seed", TS_FLAG_INT, seed, "S", "seed of the init and the data order (default 1)", 0,
+         INT64_MAX),
+    TROW("batch", TS_FLAG_INT, batch, "B", "global batch (default 64)", 1, 60000),
+    TROW("micro", TS_FLAG_INT, micro, "M", "micro-batch, divides B (default 16)", 1, 60000),
+    TROW("partition-kb", TS_FLAG_INT, partition_kb, "KB", "partition size (default: 4096 with "
+         "every shard on this host, smaller between hosts; docs/placement.md)", 0, 131072),
+    TROW("delay-ms", TS_FLAG_INT, delay_ms, "MS", "a slower link, for benchmarks: each "
+         "data-plane send sleeps MS first", 0, 60000),
+    TROW("overlap", TS_FLAG_BOOL, overlap, NULL, "asp: each worker pushes and pulls a step "
+         "while it computes the next, on values predicted from its last two pulls "
+         "(docs/modes.md)", 0, 0),
+    TROW("no-elastic", TS_FLAG_BOOL, no_elastic, NULL, "a worker that dies stops the job "
+         "(default: its slot moves to a live worker; elastic needs bsp, no --sync-every, no "
+         "top-k, no --compress-pull)", 0, 0),
+    TROW("json", TS_FLAG_BOOL, json, NULL, "one JSON document on stdout at the end (job, "
+         "params_sha256, test_accuracy, steps, samples_per_s, ...; tessera train: nothing if "
+         "the run fails; a worker: rank 0's only); progress goes to stderr", 0, 0),
+};
+#define NTRAINER (sizeof(trainer_rows) / sizeof(trainer_rows[0]))
+
+void ts_trainer_flags_add(struct ts_trainer_opts *o, struct ts_flag *flags, size_t *n,
+                          size_t cap)
+{
+    for (size_t i = 0; i < NTRAINER && *n < cap; i++) {
+        const struct trainer_row *r = &trainer_rows[i];
+        flags[(*n)++] = (struct ts_flag){ r->flag, r->kind, (char *)o + r->offset, r->metavar,
+                                          r->help, r->min, r->max };
+    }
+}
+
+ts_status ts_trainer_argv(const struct ts_trainer_opts *o, char **argv, int *n, int cap,
+                          char *buf, size_t bufcap, struct ts_err *err)
+{
+    size_t used = 0;
+
+    for (size_t i = 0; i < NTRAINER; i++) {
+        const struct trainer_row *r = &trainer_rows[i];
+        const void *p = (const char *)o + r->offset;
+        if (r->kind == TS_FLAG_BOOL && !*(const bool *)p)
+            continue;
+        if (*n + 2 >= cap || used + strlen(r->flag) + 26 > bufcap)
+            return ts_err_set(err, TS_EINVAL, "--%s: no room for the worker's flags", r->flag);
+        argv[(*n)++] = buf + used;
+        used += (size_t)snprintf(buf + used, bufcap - used, "--%s", r->flag) + 1;
+        if (r->kind == TS_FLAG_INT) {
+            argv[(*n)++] = buf + used;
+            used += (size_t)snprintf(buf + used, bufcap - used, "%" PRId64,
+                                     *(const int64_t *)p) + 1;
+        }
+    }
+    return TS_OK;
+}
+
+ts_status ts_trainer_check(const struct ts_trainer_opts *o, const struct tessera_options *sdk,
+                           struct ts_err *err)
+{
+    if (o->batch % o->micro)
+        return ts_err_set(err, TS_EINVAL, "--micro %" PRId64 " must divide --batch %" PRId64,
+                          o->micro, o->batch);
+    if (o->overlap && (!sdk->mode || strcmp(sdk->mode, "asp")))
+        return ts_err_set(err, TS_EINVAL, "--overlap needs --mode asp (bsp and ssp wait for "
+                          "each step's values before the next)");
     return TS_OK;
 }

@@ -1,9 +1,11 @@
-/* option_flags.h - struct tessera_options as command-line flags, for the tree's own trainers
- * (tessera-worker and tessera train): each row of the options' schema that has a flag
- * (tessera_options_schema) becomes a ts_flag of lib/util/flags.h with the row's metavar and
- * help, its value is set with tessera_options_set (the SDK's parsing and ranges), and
- * tessera train hands a worker the same flags back with ts_option_argv. So a new option is
- * one row of lib/client/options.c, and both programs take it.
+/* option_flags.h - a job's options as command-line flags, for the tree's own trainers
+ * (tessera-worker and tessera train). Two tables: the SDK's schema (tessera_options_schema:
+ * each row with a flag becomes a ts_flag of lib/util/flags.h with the row's metavar and help,
+ * set with tessera_options_set, the SDK's parsing and ranges), and the built-in trainer's own
+ * options that both programs take (struct ts_trainer_opts: epochs, batch, micro, ...). tessera
+ * train hands each worker both back as flags (ts_option_argv, ts_trainer_argv), and both
+ * programs check them with ts_trainer_check after the SDK's tessera_options_check. So a new
+ * option is one row, and both programs take it, print it in --help and pass it on.
  * Not part of libtessera: the SDK's users have their own flags.
  * Ownership: values point into argv (borrowed), as with ts_flags_parse.
  * Threads: no shared state. */
@@ -12,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tessera.h"
 #include "util/err.h"
@@ -41,5 +44,27 @@ ts_status ts_option_flags_apply(const struct ts_option_flags *s, struct tessera_
 ts_status ts_option_argv(const struct tessera_options *o, const char *const *skip, char **argv,
                          int *n, int cap, char *buf, size_t bufcap,
                          struct ts_err *err) TS_MUST_CHECK;
+
+/* The built-in trainer's options that tessera train takes and hands each worker as they are
+ * (rows in option_flags.c). */
+struct ts_trainer_opts {
+    int64_t epochs, steps, seed, batch, micro, partition_kb, delay_ms;
+    bool json, overlap, no_elastic;
+};
+/* Their defaults; tessera train trains 3 epochs where a worker started alone trains 1. */
+#define TS_TRAINER_DEFAULTS                                                                     \
+    { .epochs = 1, .seed = 1, .batch = 64, .micro = 16 }
+
+/* Appends to flags[*n..cap) a ts_flag for each of the trainer's rows, parsed into o. */
+void ts_trainer_flags_add(struct ts_trainer_opts *o, struct ts_flag *flags, size_t *n,
+                          size_t cap);
+/* "--flag VALUE" for every numeric row, "--flag" for each bool that is set, appended to
+ * argv[*n..cap) with the values in buf (cap bytes); TS_EINVAL when either is too small. */
+ts_status ts_trainer_argv(const struct ts_trainer_opts *o, char **argv, int *n, int cap,
+                          char *buf, size_t bufcap, struct ts_err *err) TS_MUST_CHECK;
+/* The rules of the trainer's options, with the job's (sdk): the micro-batch divides the
+ * batch, --overlap is for asp. TS_EINVAL names the flags. */
+ts_status ts_trainer_check(const struct ts_trainer_opts *o, const struct tessera_options *sdk,
+                           struct ts_err *err) TS_MUST_CHECK;
 
 #endif

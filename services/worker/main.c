@@ -14,10 +14,9 @@
 
 /* The trainer's own flags; the job's options come from the SDK's schema (option_flags.h). */
 struct trainer_flags {
+    struct ts_trainer_opts tr;       /* what tessera train hands on as it is */
     const char *data, *loss, *unit_log, *metrics_listen, *slow_factor, *slow_steps;
-    int64_t batch, micro, epochs, steps, seed, partition_kb, slow_ms, delay_ms, compute_ms;
-    int64_t metrics_port;
-    bool json, no_elastic, overlap;
+    int64_t slow_ms, compute_ms, metrics_port;
 };
 
 /* The checks of what only this trainer has, and its values into o. 2 after saying why. */
@@ -52,51 +51,31 @@ static int trainer_options(const struct trainer_flags *f, struct train_opts *o)
         fprintf(stderr, "tessera-worker: --unit-log needs --dynamic\n");
         return 2;
     }
-    if (f->overlap && (!o->sdk.mode || strcmp(o->sdk.mode, "asp"))) {
-        fprintf(stderr, "tessera-worker: --overlap needs --mode asp (bsp and ssp wait for "
-                "each step's values before the next)\n");
-        return 2;
-    }
-    if (f->batch % f->micro) {
-        fprintf(stderr, "tessera-worker: --micro must divide --batch\n");
-        return 2;
-    }
     if (o->sdk.balance && (!o->sdk.start_workers || o->sdk.start_workers >= o->sdk.workers)) {
         fprintf(stderr, "tessera-worker: --balance needs an elastic job with more slots than "
                 "workers: --workers W (the slots) above --start-workers N (the processes)\n");
         return 2;
     }
-    o->data_dir = f->data, o->unit_log = f->unit_log, o->overlap = f->overlap;
-    o->batch = (uint32_t)f->batch, o->micro = (uint32_t)f->micro;
-    o->epochs = (uint32_t)f->epochs, o->steps = (uint64_t)f->steps;
-    o->seed = (uint64_t)f->seed, o->partition_bytes = (uint64_t)f->partition_kb * 1024;
-    o->slow_ms = (int)f->slow_ms, o->delay_ms = (int)f->delay_ms;
-    o->compute_ms = (int)f->compute_ms, o->json = f->json;
-    o->sdk.batch = (double)f->batch;
+    o->data_dir = f->data, o->unit_log = f->unit_log, o->overlap = f->tr.overlap;
+    o->batch = (uint32_t)f->tr.batch, o->micro = (uint32_t)f->tr.micro;
+    o->epochs = (uint32_t)f->tr.epochs, o->steps = (uint64_t)f->tr.steps;
+    o->seed = (uint64_t)f->tr.seed, o->partition_bytes = (uint64_t)f->tr.partition_kb * 1024;
+    o->slow_ms = (int)f->slow_ms, o->delay_ms = (int)f->tr.delay_ms;
+    o->compute_ms = (int)f->compute_ms, o->json = f->tr.json;
+    o->sdk.batch = (double)f->tr.batch;
     o->sdk.data_seed = o->seed;
     o->sdk.micro_batch = o->micro;
     o->sdk.loss_scale = strcmp(f->loss, "dynamic") ? TESSERA_LOSS_SCALE_NONE
                                                    : TESSERA_LOSS_SCALE_SDK;
     /* Elastic where it can be: bsp, no sync periods, no top-k (docs/elastic.md). */
-    o->sdk.elastic = !f->no_elastic && tessera_options_can_be_elastic(&o->sdk);
+    o->sdk.elastic = !f->tr.no_elastic && tessera_options_can_be_elastic(&o->sdk);
     return -1;
 }
 
 int main(int argc, char **argv)
 {
-    struct trainer_flags f = { .loss = "none", .batch = 64, .micro = 16, .epochs = 1,
-                               .seed = 1, .metrics_port = -1 };
+    struct trainer_flags f = { .tr = TS_TRAINER_DEFAULTS, .loss = "none", .metrics_port = -1 };
     const struct ts_flag own[] = {
-        { "epochs", TS_FLAG_INT, &f.epochs, "E", "epochs to train (default 1)", 1, 1000 },
-        { "steps", TS_FLAG_INT, &f.steps, "K", "train exactly K global steps instead", 0,
-          100000000 },
-        { "seed", TS_FLAG_INT, &f.seed, "S", "seed of the init and the data order (default 1)",
-          0, INT64_MAX },
-        { "batch", TS_FLAG_INT, &f.batch, "B", "global batch (default 64)", 1, 60000 },
-        { "micro", TS_FLAG_INT, &f.micro, "M", "micro-batch, divides B (default 16)", 1, 60000 },
-        { "partition-kb", TS_FLAG_INT, &f.partition_kb, "KB", "partition size (default: 4096 "
-          "with every shard on this host, smaller between hosts; docs/placement.md)", 0,
-          131072 },
         { "data", TS_FLAG_STR, &f.data, "DIR", "Fashion-MNIST directory (default "
                                                TS_FMNIST_DIR ")", 0, 0 },
         { "loss-scale", TS_FLAG_STR, &f.loss, "KIND", "none (default) or dynamic (fp16 "
@@ -111,18 +90,8 @@ int main(int argc, char **argv)
           "(--slow-factor multiplies it too)", 0, 10000 },
         { "slow-steps", TS_FLAG_STR, &f.slow_steps, "A:B", "testing: --slow-factor applies to "
           "steps A..B-1 only (default all)", 0, 0 },
-        { "delay-ms", TS_FLAG_INT, &f.delay_ms, "MS",
-          "a slower link, for benchmarks: each data-plane send sleeps MS first", 0, 60000 },
-        { "json", TS_FLAG_BOOL, &f.json, NULL, "rank 0's result, one JSON document, is all it "
-          "writes to stdout (other ranks write none there); progress goes to stderr", 0, 0 },
         { "unit-log", TS_FLAG_STR, &f.unit_log, "FILE", "--dynamic: append a line `unit U step "
           "S rank R` for each unit pushed", 0, 0 },
-        { "overlap", TS_FLAG_BOOL, &f.overlap, NULL, "asp: push and pull a step while "
-          "computing the next, on values predicted from the last two pulls (docs/modes.md)",
-          0, 0 },
-        { "no-elastic", TS_FLAG_BOOL, &f.no_elastic, NULL, "a dead worker stops the job instead "
-          "of its slot moving to a live one (elastic needs bsp, no --sync-every, no top-k, no "
-          "--compress-pull)", 0, 0 },
     };
     struct tessera_error e;
     struct ts_rpc_tls tls = { 0 };
@@ -156,6 +125,7 @@ int main(int argc, char **argv)
     o.sdk.restarts = env.restarts;
     o.sdk.optimizer = TS_TRAINER_OPTIMIZER;
     ts_option_flags_add(&given, flags, &n, TS_OPTION_FLAGS_MAX, NULL);
+    ts_trainer_flags_add(&f.tr, flags, &n, TS_OPTION_FLAGS_MAX + 20);
     for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
         flags[n++] = own[i];
     for (size_t i = 0; i < sizeof(tail) / sizeof(tail[0]) && tail[i].name; i++)
@@ -177,6 +147,10 @@ int main(int argc, char **argv)
         return done;
     if (tessera_options_check(&o.sdk, TESSERA_OPTIONS_NAME_FLAGS, &e)) {
         fprintf(stderr, "tessera-worker: %s\n", e.message);
+        return 2;
+    }
+    if (ts_trainer_check(&f.tr, &o.sdk, &err)) {
+        fprintf(stderr, "tessera-worker: %s\n", err.msg);
         return 2;
     }
     o.metrics_port = f.metrics_port;

@@ -59,6 +59,9 @@ class Respawn(unittest.TestCase):
         addr = tl.wait_until(lambda: next((ln.split()[1] for ln in up.log_text().splitlines()
                                            if ln.startswith("master ")), None),
                              tl.START_TIMEOUT, "tessera up to print the master's address")
+        # the cluster's certificates (TLS by default), for our status calls
+        tl.wait_until(lambda: self.c.take_tls(up.log_text()), tl.START_TIMEOUT,
+                      "tessera up to print its certificates' directory")
         kids = set(tl.children_of(up.pid))
         train = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master", addr,
                               "--workers", "2", "--steps", str(STEPS), "--exact", "--keep",

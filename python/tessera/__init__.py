@@ -55,11 +55,12 @@ from tessera._tessera import (  # noqa: E402,F401
     fixed_add,
     fixed_add_f32,
     launch_env,
+    options,
     to_fixed,
 )
 
 __all__ = ["Client", "Error", "InvalidArgument", "Rollback", "Slots", "to_fixed", "fixed_add",
-           "fixed_add_f32", "launch_env", "LOSS_SCALE_NONE", "LOSS_SCALE_SDK", "LOSS_SCALE_CALLER", "FIXED_ONE",
+           "fixed_add_f32", "launch_env", "options", "LOSS_SCALE_NONE", "LOSS_SCALE_SDK", "LOSS_SCALE_CALLER", "FIXED_ONE",
            "torch"]
 
 #: fixed(1.0): exact mode's int64 values carry 32 fraction bits (docs/exact-mode.md).

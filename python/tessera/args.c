@@ -497,6 +497,40 @@ static int options_env(PyObject *const o[MAX_KEYWORDS], struct tessera_options *
 #undef UNSET
 }
 
+PyObject *options_schema(PyObject *m, PyObject *noargs)
+{
+    static const char *const types[] = { "str", "list", "int", "bool", "float", "choice" };
+    PyObject *out = PyList_New(0);
+
+    (void)m;
+    (void)noargs;
+    keywords_init();
+    for (int i = 0; out && i < n_kw; i++) {
+        const struct tessera_option *r = kw_rows[i];
+        PyObject *d = Py_BuildValue("{s:s,s:s,s:s,s:s}", "keyword", r->keyword, "field",
+                                    r->name, "type", types[r->type], "help", r->help);
+        if (d && r->type == TESSERA_OPTION_UINT) {
+            PyObject *max = PyLong_FromUnsignedLongLong(r->max);
+            if (!max || PyDict_SetItemString(d, "max", max))
+                Py_CLEAR(d);
+            Py_XDECREF(max);
+        }
+        if (d && r->type == TESSERA_OPTION_CHOICE) {
+            PyObject *c = PyUnicode_FromString(r->choices), *sep = PyUnicode_FromString("|");
+            PyObject *l = c && sep ? PyUnicode_Split(c, sep, -1) : NULL;
+            if (!l || PyDict_SetItemString(d, "choices", l))
+                Py_CLEAR(d);
+            Py_XDECREF(l);
+            Py_XDECREF(sep);
+            Py_XDECREF(c);
+        }
+        if (!d || PyList_Append(out, d))
+            Py_CLEAR(out);
+        Py_XDECREF(d);
+    }
+    return out;
+}
+
 int get_options(PyObject *args, PyObject *kw, struct tessera_options *opt,
                 struct tessera_launch *env, PyObject *keep)
 {

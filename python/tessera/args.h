@@ -58,6 +58,10 @@ int get_str(PyObject *o, const char *what, const char **out);
 /* compress / sync_every: a str, or a dict {tensor: value} made into "NAME=VALUE,..." (a key
  * None or "" gives a bare VALUE: compress's default codec). *keep owns the new string. */
 int get_list(PyObject *o, const char *what, const char **out, PyObject **keep);
+/* tessera.options(): Client's keywords as the SDK's schema has them, a list of dicts
+ * (keyword, field, type, help; max for an int, choices for a choice), in the order positional
+ * arguments take. */
+PyObject *options_schema(PyObject *m, PyObject *noargs);
 /* Client(...)'s arguments into *opt (its defaults already set), and what they leave out of
  * master, job, rank and workers from the launcher's environment (tessera_launch_env, read
  * into *env; master "local" when no variable names one). The objects *opt points into are

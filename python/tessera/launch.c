@@ -68,5 +68,11 @@ PyMethodDef launch_methods[] = {
       "variable says),\nrestarts (0). Client() and tessera.torch.attach() take what their "
       "arguments leave out\nfrom here. A malformed variable raises InvalidArgument naming "
       "it." },
+    { "options", options_schema, METH_NOARGS,
+      "options() -> [dict]\n\nClient's keywords, from the SDK's options schema "
+      "(tessera_options_schema), in the\norder positional arguments take: each a dict of "
+      "keyword, field (struct tessera_options's),\ntype (str, list, int, bool, float or "
+      "choice), help, and max (int) or choices (choice).\nTo build a command line or a "
+      "config file from (docs/python.md)." },
     { NULL, NULL, 0, NULL },
 };

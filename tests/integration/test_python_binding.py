@@ -613,6 +613,35 @@ class Binding(BindingCase, unittest.TestCase):
             ai(lambda: c.pull_state(w, 0, np.empty(1, np.float32)), "out: ",
                "float32 array of 0 elements expected")
 
+    def test_options_schema(self):
+        """tessera.options() is Client's keywords, in the order positional arguments take
+        (the SDK's schema), each documented in docs/python.md's signature; every keyword is
+        taken and bad ones are refused naming themselves."""
+        rows = tessera.options()
+        names = [r["keyword"] for r in rows]
+        self.assertEqual(names[:4], ["master", "job", "rank", "workers"])
+        self.assertIn("compress_pull", names)
+        self.assertEqual(len(set(names)), len(names))
+        with open(os.path.join(tl.SRC, "docs", "python.md"), encoding="utf-8") as f:
+            doc = f.read()
+        sig = doc[doc.index("c = tessera.Client("):]
+        sig = sig[:sig.index(")")]
+        self.assertEqual([w.split("=")[0].strip() for w in sig[len("c = tessera.Client("):]
+                          .split(",")], names)
+        for r in rows:
+            self.assertTrue(r["help"], r)
+            if r["type"] == "choice":
+                with tessera.Client(master="local", batch=4, **{r["keyword"]: r["choices"][0]}):
+                    pass
+            if r["type"] == "int" and r["keyword"] not in ("rank", "workers"):
+                self.assert_invalid(lambda: tessera.Client(master="local", batch=4,
+                                                           **{r["keyword"]: r["max"] + 1}),
+                                    r["keyword"])
+        with self.assertRaises(TypeError):
+            tessera.Client(batch=4, no_such_option=1)
+        with self.assertRaises(TypeError):
+            tessera.Client("local", batch=4, master="local")
+
     def test_bad_options(self):
         ai = self.assert_invalid
         ai(lambda: self.client("opt", batch=0), "batch")

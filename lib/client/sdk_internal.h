@@ -237,7 +237,7 @@ static inline size_t sdk_push_bytes(const struct tessera *t)
     return sdk_push_encoding(t) == TS_ENC_FIXED ? sizeof(int64_t) : sizeof(float);
 }
 
-/* sdk.c */
+/* sdk_conn.c */
 /* Connects to every shard of the master's current map, appending to t->shards. */
 ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
                              struct ts_err *err) TS_MUST_CHECK;

@@ -32,8 +32,6 @@ SRC = os.environ.get("TESSERA_SRC") or os.path.join(os.path.dirname(os.path.absp
 # lib/client's cycles when this list was written, one a line as spell() writes them (a line
 # that ends in "->" goes on in the next).
 KNOWN_CLIENT_CYCLES = set(re.sub(r"->\s+", "-> ", """
-sdk.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_reply.c -> sdk.c
 sdk_clip.c -> sdk_step.c -> sdk_clip.c
 sdk_elastic.c -> sdk_step.c -> sdk_elastic.c
 sdk_failover.c -> sdk_region.c -> sdk_failover.c
@@ -41,99 +39,15 @@ sdk_failover.c -> sdk_reply.c -> sdk_failover.c
 sdk_failover.c -> sdk_step.c -> sdk_failover.c
 sdk_metrics.c -> sdk_step.c -> sdk_metrics.c
 sdk_pipe.c -> sdk_step.c -> sdk_pipe.c
-sdk.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_reply.c -> sdk.c
 sdk_failover.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c
 sdk_failover.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c
 sdk_failover.c -> sdk_step.c -> sdk_reply.c -> sdk_failover.c
-sdk.c -> sdk_failover.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
 sdk_assign.c -> sdk_reply.c -> sdk_failover.c -> sdk_step.c -> sdk_assign.c
 sdk_clip.c -> sdk_reply.c -> sdk_failover.c -> sdk_step.c -> sdk_clip.c
 sdk_elastic.c -> sdk_reply.c -> sdk_failover.c -> sdk_step.c -> sdk_elastic.c
 sdk_failover.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c
 sdk_failover.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_failover.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
 sdk_failover.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_failover.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_failover.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_options.c ->
-    sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_options.c ->
-    sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c ->
-    sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
 """).strip().splitlines())
 
 # (name, the target's object folder under CMakeFiles, the source folder inside it)

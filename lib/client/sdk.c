@@ -521,7 +521,7 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
     if (!st)
         st = sdk_tensor_buffers(t, x, &req, &err);
     if (!st && !t->local && !t->hello_done)
-        st = sdk_hello(t, &err);
+        st = sdk_hello_or_remap(t, &err);
     if (!st)
         st = sdk_map_params(t, x, (int)req.tensor_id, &err);
     if (st) {
@@ -621,6 +621,32 @@ int tessera_verify_local(tessera *t, float *const *params, uint64_t version,
         }
         free(shard);
     }
+    return sdk_ok(e);
+}
+
+int tessera_buffers(tessera *t, int id, const float **params, void **grad,
+                    struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct sdk_tensor *x;
+    ts_status st;
+
+    if (id < 0 || id >= t->ntensors) {
+        ts_err_set(&err, TS_EINVAL, "tensor id %d is not registered (%d tensors)", id,
+                   t->ntensors);
+        return sdk_fail(e, &err);
+    }
+    x = t->tensors[id];
+    if (params && !x->view && sdk_view_alloc(x, &err))
+        return sdk_fail(e, &err);
+    /* A shard that died as the region was shared: connecting again shares it again. */
+    if (grad && !x->grad.base && (st = sdk_grad_alloc(t, x, id, &err)) &&
+        (!x->grad.base || sdk_start_over(t, st, &err)))
+        return sdk_fail(e, &err);
+    if (params)
+        *params = x->view;
+    if (grad)
+        *grad = x->grad.base;
     return sdk_ok(e);
 }
 

@@ -181,7 +181,7 @@ ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *pa
         why = "this worker was declared dead and joined again";
         ts_log(TS_WARN, "sdk", "step %" PRIu64 ": %s, as worker %u", step, why,
                ts_membership_id(t->ms));
-        if (!(st = sdk_hello(t, err)))
+        if (!(st = sdk_hello_or_remap(t, err)))
             st = rejoin(t, step, params, &at, err);
     } else if (newest > step + 1) {
         why = "the job went on without this worker";

@@ -75,7 +75,7 @@ static ts_status reconnect(struct tessera *t, struct ts_err *err)
 
     if ((st = sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL,
                                  t->delay_ms, err)) ||
-        (st = sdk_hello(t, err)))
+        (st = sdk_hello_or_remap(t, err)))
         return st;
     for (int i = 0; i < t->ntensors; i++) {
         struct sdk_tensor *x = t->tensors[i];
@@ -109,6 +109,19 @@ ts_status sdk_remap(struct tessera *t, struct ts_err *err)
     if ((st = ts_cluster_refresh(t->cl, err)))
         return st;
     return connect_again(t, hello, err);
+}
+
+ts_status sdk_hello_or_remap(struct tessera *t, struct ts_err *err)
+{
+    uint32_t member = t->ms ? ts_membership_id(t->ms) : 0;
+
+    /* An authenticated connection is bound to the worker id it proved: this worker registered
+     * again since (declared dead while it was away), so it connects anew as the new one. */
+    if (t->hello_said && t->hello_member != member && sdk_any_authed(t)) {
+        t->hello_member = member;
+        return sdk_remap(t, err);
+    }
+    return sdk_hello(t, err);
 }
 
 /* Reduce jobs: tells the head of every partition which version of it this worker pulled

@@ -282,6 +282,10 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
  * shared regions); a registration is the caller's to send again. Returns st, or what the
  * failover ended with. */
 ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err) TS_MUST_CHECK;
+/* sdk_hello, or where the connections are bound to the worker id this worker had before it
+ * registered again (sdk_any_authed), sdk_remap: new connections, which say HELLO as the new
+ * one. What the public calls and recovery use; sdk_hello is for the connections as they are. */
+ts_status sdk_hello_or_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
 /* Connects again under the newest map, at once (a registration the map moved under): HELLO
  * and the tensors' heads again if the connections had them. */
 ts_status sdk_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
@@ -401,8 +405,11 @@ ts_status sdk_region_reconnect(struct tessera *t, struct sdk_tensor *x, int id,
                                struct ts_err *err) TS_MUST_CHECK;
 
 /* sdk_reply.c (below sdk_step.c and sdk_region.c) */
-/* Names the job on every connection, once the shards know it (after a registration). */
+/* Names the job on every connection, once the shards know it (after a registration), on the
+ * connections as they are. sdk_any_authed: whether a connection is authenticated (and so
+ * bound to the worker id it proved; sdk_hello_or_remap). */
 ts_status sdk_hello(struct tessera *t, struct ts_err *err);
+bool sdk_any_authed(const struct tessera *t);
 /* What a reply said besides its payload. */
 struct reply_info {
     uint32_t flags;           /* PARAMS: TS_PARAMS_*; an ACK of HELLO: TS_ACK_* */
@@ -448,6 +455,14 @@ ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct
 /* Whether partition p of x's push goes as TS_PUSH_REGION: raw, from x->grad, to a shard that
  * maps it. */
 bool sdk_push_in_region(const struct sdk_tensor *x, uint32_t p);
+/* tessera_buffers (sdk.c): private, zeroed pages for x's view (numel floats); x's gradient
+ * buffer (tensor id), shared with every shard on this host that holds a partition of x (SHARE,
+ * then its ACK; a shard that declines is left out: its pushes copy). A shard that died as it
+ * was shared: x->grad.base is set and the caller fails over (sdk_start_over), which shares
+ * it again. */
+ts_status sdk_view_alloc(struct sdk_tensor *x, struct ts_err *err) TS_MUST_CHECK;
+ts_status sdk_grad_alloc(struct tessera *t, struct sdk_tensor *x, int id,
+                         struct ts_err *err) TS_MUST_CHECK;
 /* Unmaps what sdk_map_params and tessera_buffers made. */
 void sdk_region_free(struct sdk_tensor *x);
 

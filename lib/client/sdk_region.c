@@ -33,8 +33,7 @@ static bool holds(const struct sdk_tensor *x, uint32_t s)
 static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id,
                             struct ts_err *err);
 
-/* Private, zeroed pages for x's view (numel floats). */
-static ts_status view_alloc(struct sdk_tensor *x, struct ts_err *err)
+ts_status sdk_view_alloc(struct sdk_tensor *x, struct ts_err *err)
 {
     size_t bytes = ts_page_round(x->numel * sizeof(float));
     void *v = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -103,7 +102,7 @@ ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct
     if (t->local || t->elastic || t->job.mode != TS_MODE_BSP ||
         x->partition_bytes % ts_page_size() != 0)
         return TS_OK;
-    if ((st = view_alloc(x, err)))
+    if ((st = sdk_view_alloc(x, err)))
         return st;
     if (!(x->view_part = calloc(x->nparts, 1)))
         return ts_err_set(err, TS_ENOMEM, "out of memory");
@@ -143,13 +142,11 @@ ts_status sdk_region_reconnect(struct tessera *t, struct sdk_tensor *x, int id,
 
 bool sdk_push_in_region(const struct sdk_tensor *x, uint32_t p)
 {
-    /* grad_shared exists only for remote shards (grad_alloc). */
+    /* grad_shared exists only for remote shards (sdk_grad_alloc). */
     return !x->encoded && x->grad_shared && x->src == x->grad.base && x->grad_shared[x->owner[p]];
 }
 
-/* Makes x's gradient buffer and shares it with every shard on this host that holds a
- * partition of x (SHARE, then its ACK). A shard that declines is left out: its pushes copy. */
-static ts_status grad_alloc(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err)
+ts_status sdk_grad_alloc(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err)
 {
     size_t bytes = x->numel * sdk_push_bytes(t);
     /* Owned: the shards that map it can read it, only this process can write it. */
@@ -201,32 +198,6 @@ static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id, str
         x->grad_shared[s] = !st;
     }
     return TS_OK;
-}
-
-int tessera_buffers(tessera *t, int id, const float **params, void **grad,
-                    struct tessera_error *e)
-{
-    struct ts_err err = { 0 };
-    struct sdk_tensor *x;
-    ts_status st;
-
-    if (id < 0 || id >= t->ntensors) {
-        ts_err_set(&err, TS_EINVAL, "tensor id %d is not registered (%d tensors)", id,
-                   t->ntensors);
-        return sdk_fail(e, &err);
-    }
-    x = t->tensors[id];
-    if (params && !x->view && view_alloc(x, &err))
-        return sdk_fail(e, &err);
-    /* A shard that died as the region was shared: connecting again shares it again. */
-    if (grad && !x->grad.base && (st = grad_alloc(t, x, id, &err)) &&
-        (!x->grad.base || sdk_start_over(t, st, &err)))
-        return sdk_fail(e, &err);
-    if (params)
-        *params = x->view;
-    if (grad)
-        *grad = x->grad.base;
-    return sdk_ok(e);
 }
 
 void sdk_region_free(struct sdk_tensor *x)

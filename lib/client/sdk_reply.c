@@ -1,6 +1,8 @@
 /* sdk_reply.c - the SDK's conversation with one shard below a step: the HELLO that names the
- * job, and reading the reply to the oldest request on a connection. sdk_step.c and
- * sdk_region.c both use it; it uses neither. */
+ * job (with the handshake), and reading the reply to the oldest request on a connection.
+ * Above sdk_conn.c, below everything that sends: it calls only sdk_conn.c and sdk_wait.c. A
+ * HELLO on connections bound to an older worker id connects anew instead (sdk_failover.c,
+ * sdk_hello_or_remap), since making connections again is recovery's. */
 #include "client/sdk_internal.h"
 
 #include <inttypes.h>
@@ -117,8 +119,7 @@ static ts_status hello_round(struct tessera *t, struct ts_err *err)
     return st;
 }
 
-/* Whether a connection is authenticated (and so bound to the worker id it proved). */
-static bool any_authed(const struct tessera *t)
+bool sdk_any_authed(const struct tessera *t)
 {
     for (size_t i = 0; i < t->nshards; i++)
         if (t->shards[i].conn->authed)
@@ -134,12 +135,6 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
     uint32_t member = t->ms ? ts_membership_id(t->ms) : 0;
     ts_status st;
 
-    /* An authenticated connection is bound to the worker id it proved: this worker registered
-     * again since (declared dead while it was away), so it connects anew as the new one. */
-    if (t->hello_said && t->hello_member != member && any_authed(t)) {
-        t->hello_member = member;
-        return sdk_remap(t, err);
-    }
     st = hello_round(t, err);
     /* A shard cuts a connection that stays silent before its HELLO for long (docs/
      * security.md, "Bounded before trust"): a first HELLO after a long registration may find

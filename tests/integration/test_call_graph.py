@@ -34,20 +34,10 @@ SRC = os.environ.get("TESSERA_SRC") or os.path.join(os.path.dirname(os.path.absp
 KNOWN_CLIENT_CYCLES = set(re.sub(r"->\s+", "-> ", """
 sdk_clip.c -> sdk_step.c -> sdk_clip.c
 sdk_elastic.c -> sdk_step.c -> sdk_elastic.c
-sdk_failover.c -> sdk_region.c -> sdk_failover.c
-sdk_failover.c -> sdk_reply.c -> sdk_failover.c
 sdk_failover.c -> sdk_step.c -> sdk_failover.c
 sdk_metrics.c -> sdk_step.c -> sdk_metrics.c
 sdk_pipe.c -> sdk_step.c -> sdk_pipe.c
-sdk_failover.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c
-sdk_failover.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c
-sdk_failover.c -> sdk_step.c -> sdk_reply.c -> sdk_failover.c
-sdk_assign.c -> sdk_reply.c -> sdk_failover.c -> sdk_step.c -> sdk_assign.c
-sdk_clip.c -> sdk_reply.c -> sdk_failover.c -> sdk_step.c -> sdk_clip.c
-sdk_elastic.c -> sdk_reply.c -> sdk_failover.c -> sdk_step.c -> sdk_elastic.c
-sdk_failover.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c
-sdk_failover.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c
-sdk_failover.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c
+sdk_elastic.c -> sdk_failover.c -> sdk_step.c -> sdk_elastic.c
 """).strip().splitlines())
 
 # (name, the target's object folder under CMakeFiles, the source folder inside it)

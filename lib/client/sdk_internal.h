@@ -202,9 +202,7 @@ static inline bool sdk_transport_failed(ts_status st)
     return st == TS_EUNAVAIL || st == TS_ECORRUPT || st == TS_ETIMEDOUT || st == TS_ECANCELLED;
 }
 
-/* sdk_metrics.c: a progress report for the served client's /metrics, and the end of its
- * serving when t is the served client (tessera_close). */
-void sdk_metrics_progress(tessera *t, const struct tessera_progress *p);
+/* sdk_metrics.c: the end of its serving when t is the served client (tessera_close). */
 void sdk_metrics_close(tessera *t);
 
 static inline int sdk_fail(struct tessera_error *out, const struct ts_err *e)

@@ -689,15 +689,6 @@ uint64_t tessera_resume_step(const tessera *t)
     return t->resume_step;
 }
 
-void tessera_report_progress(tessera *t, const struct tessera_progress *p)
-{
-    if (!p)
-        return;
-    if (t->ms)
-        ts_membership_set_progress(t->ms, p->loss, p->accuracy, p->samples_per_s);
-    sdk_metrics_progress(t, p);
-}
-
 float tessera_loss_scale(const tessera *t)
 {
     return t->loss_mode == TESSERA_LOSS_SCALE_NONE ? 1.0f : ldexpf(1.0f, t->scale_exp);

@@ -35,8 +35,6 @@ KNOWN_CLIENT_CYCLES = set(re.sub(r"->\s+", "-> ", """
 sdk_clip.c -> sdk_step.c -> sdk_clip.c
 sdk_elastic.c -> sdk_step.c -> sdk_elastic.c
 sdk_failover.c -> sdk_step.c -> sdk_failover.c
-sdk_metrics.c -> sdk_step.c -> sdk_metrics.c
-sdk_pipe.c -> sdk_step.c -> sdk_pipe.c
 sdk_elastic.c -> sdk_failover.c -> sdk_step.c -> sdk_elastic.c
 """).strip().splitlines())
 

@@ -142,7 +142,7 @@ static ts_status clip_once(struct tessera *t, float max_norm, float *const *para
     ts_status st;
 
     t->clip_phase = SDK_CLIP_HOLD;
-    st = sdk_exchange_once(t, true, NULL, err);
+    st = sdk_exchange_once(t, 0, t->ntensors, true, NULL, err);
     if (!st && !*have_coef) {
         st = t->local ? norms_local(t, &sum, err) : norms_remote(t, &sum, err);
         if (!st) {
@@ -154,12 +154,12 @@ static ts_status clip_once(struct tessera *t, float max_norm, float *const *para
     if (!st) {
         t->clip_phase = SDK_CLIP_APPLY;
         activate(t, false);
-        st = sdk_exchange_once(t, true, params, err);
+        st = sdk_exchange_once(t, 0, t->ntensors, true, params, err);
     }
     t->clip_phase = SDK_CLIP_OFF;
     if (!st) {
         activate(t, true);
-        st = sdk_exchange_once(t, false, params, err);
+        st = sdk_exchange_once(t, 0, t->ntensors, false, params, err);
     }
     for (int i = 0; i < t->ntensors; i++)
         t->tensors[i]->active = true;

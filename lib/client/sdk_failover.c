@@ -40,6 +40,11 @@
 #define MAP_POLL_MS 100
 #define ROLLBACK_WAIT_MIN_MS 120000   /* detection, then every shard reads the snapshot */
 #define START_TRIES 5                 /* sdk_start_over: shards dying one after another */
+/* Failovers of one step before it fails: at least this many, and more while the step's
+ * timeout_ms has not run out since the first (a link cut for a minute fails over again every
+ * few seconds until it heals), FAILOVER_PAUSE_MS apart once past this many. */
+#define MAX_FAILOVERS 8
+#define FAILOVER_PAUSE_MS 1000
 
 bool sdk_can_fail_over(struct tessera *t)
 {
@@ -243,6 +248,31 @@ ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err)
         ts_log(TS_WARN, "sdk", "%s; waiting for the map without that shard", err->msg);
         memset(err, 0, sizeof(*err));
         st = sdk_failover(t, err);
+    }
+    return st;
+}
+
+/* Recovery reconnects (sdk_failover) and reports; what is sent again is the caller's: redo,
+ * which it registered. */
+ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_status st,
+                        sdk_redo_fn redo, void *ctx, struct ts_err *err)
+{
+    int64_t began = ts_now_ms();
+
+    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ESTALE) && sdk_can_fail_over(t) &&
+                    (k < MAX_FAILOVERS || ts_now_ms() - began < t->timeout_ms); k++) {
+        ts_log(TS_WARN, "sdk", "%s %" PRIu64 ": %s; failing over", what, n, err->msg);
+        memset(err, 0, sizeof(*err));
+        if (k >= MAX_FAILOVERS)
+            ts_sleep_ms(FAILOVER_PAUSE_MS);
+        if ((st = sdk_failover(t, err)))
+            continue;   /* another shard died meanwhile (TS_EUNAVAIL): fail over again */
+        if (t->generation > t->followed)   /* the new connections name a rollback */
+            return ts_err_set(err, TS_EROLLBACK, "job '%s' went back to a snapshot while this "
+                              "worker failed over", t->job.id);
+        t->retrying = true;
+        st = redo(t, ctx, err);
+        t->retrying = false;
     }
     return st;
 }

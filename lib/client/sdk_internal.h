@@ -235,6 +235,13 @@ static inline size_t sdk_push_bytes(const struct tessera *t)
     return sdk_push_encoding(t) == TS_ENC_FIXED ? sizeof(int64_t) : sizeof(float);
 }
 
+/* A push's element bytes: the trainer's encoding's, or int64 for a combined push of float
+ * gradients in exact mode (sdk_combine.c). */
+static inline size_t sdk_elem_bytes(const struct tessera *t)
+{
+    return t->push_i64 ? sizeof(int64_t) : sdk_push_bytes(t);
+}
+
 /* sdk_conn.c */
 /* Connects to every shard of the master's current map, appending to t->shards. */
 ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
@@ -293,7 +300,7 @@ ts_status sdk_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
  * cluster could not roll back (no snapshot). */
 ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
                        struct ts_err *err) TS_MUST_CHECK;
-/* sdk_step.c */
+/* sdk_wire.c */
 /* What the pull replies of a step said, summed over the partitions read; merged into the
  * handle's step_* fields and newest by sdk_reads_merge. */
 struct step_reads {
@@ -312,6 +319,12 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
  * tensor i's destination params (the whole tensor's). What it said goes to acc. */
 ts_status sdk_read_one(struct tessera *t, int i, uint32_t p, float *params,
                        struct step_reads *acc, struct ts_err *e) TS_MUST_CHECK;
+/* sdk_exchange_once in a local run: the same partitions, in this process. */
+ts_status sdk_exchange_local(struct tessera *t, int first, int last, bool push,
+                             float *const *params, struct ts_err *err) TS_MUST_CHECK;
+/* Readies tensor i's push of grad (numel int64 in exact mode, else floats): raw data goes as
+ * it is; with a codec, or a scale the SDK applies, each partition is encoded into x->enc. */
+void sdk_prepare_push(struct tessera *t, int i, const void *grad);
 
 /* sdk_pipe.c */
 enum sdk_pipe_mode { SDK_PIPE_AUTO, SDK_PIPE_ON, SDK_PIPE_OFF };
@@ -322,10 +335,19 @@ ts_status sdk_pipe_mode(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
  * (auto) bytes that leave the host on some connection, at least SDK_PIPE_MIN_BYTES. */
 bool sdk_pipe_pays(const struct tessera *t, int first, int last, bool push,
                    float *const *params);
-/* sdk_step.c's exchange, with a sender and a reader thread per shard connection. */
+/* sdk_exchange_once, with a sender and a reader thread per shard connection. */
 ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
                             float *const *params, uint32_t flags,
                             struct ts_err *err) TS_MUST_CHECK;
+
+/* sdk_exchange.c */
+/* The active tensors of [first, last) (params indexed from first): pushes (if push, of every
+ * slot of the step) and pulls (if params), once, with no failover (the caller's to do). */
+ts_status sdk_exchange_once(struct tessera *t, int first, int last, bool push,
+                            float *const *params, struct ts_err *err) TS_MUST_CHECK;
+/* Readies tensor id alone, at its own step `tstep` (pull: version `version`): the exchange
+ * that follows covers [id, id + 1) only. */
+void sdk_only(struct tessera *t, int id, uint64_t tstep, uint64_t version);
 /* Every tensor pulled at global step `step` into params, on the connections as they are. */
 ts_status sdk_pull_all(struct tessera *t, uint64_t step, float *const *params,
                        struct ts_err *err) TS_MUST_CHECK;
@@ -335,7 +357,7 @@ static inline size_t sdk_npush(const struct tessera *t)
 {
     return t->push_mask ? 1 : t->nstep;
 }
-/* Readies the pushes of the step's kth push (sdk_npush): its slot as the rank, and with more
+/* sdk_wire.c: readies the pushes of the step's kth push (sdk_npush): its slot as the rank, and with more
  * than one slot the gradients (that slot's, or the combined sum). */
 void sdk_next_slot(struct tessera *t, int first, int last, size_t k);
 
@@ -465,12 +487,11 @@ ts_status sdk_grad_alloc(struct tessera *t, struct sdk_tensor *x, int id,
 void sdk_region_free(struct sdk_tensor *x);
 
 /* sdk_step.c, for sdk_overlap.c: tensor i's push of grad checked before anything is sent
- * (exact mode's float pushes: every value in range), then readied (compression included),
- * and the pushes (push) or pulls (params, indexed from first) of the active tensors of
- * [first, last), failing over as a step does; what and n name it in logs. */
+ * (exact mode's float pushes: every value in range), then readied (sdk_prepare_push), and the
+ * pushes (push) or pulls (params, indexed from first) of the active tensors of [first, last),
+ * failing over as a step does; what and n name it in logs. */
 ts_status sdk_check_push(struct tessera *t, int i, const void *grad,
                          struct ts_err *err) TS_MUST_CHECK;
-void sdk_prepare_push(struct tessera *t, int i, const void *grad);
 /* sdk_wait.c: ts_frame_recv of the reply on slot s's connection, waiting up to t->timeout_ms
  * in slices: between them the interrupt check runs (TS_ECANCELLED once it says so), and a
  * wait of more than WAIT_SAY_MS logs which ranks the step waits for, as the master knows
@@ -493,7 +514,7 @@ void sdk_assign_clear(struct sdk_tensor *x);
 uint64_t sdk_assign_bytes(const struct tessera *t, const struct sdk_tensor *x);
 ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int first, int last,
                        bool push, float *const *params, struct ts_err *err) TS_MUST_CHECK;
-/* sdk_step.c: an exchange (or a clipped step's exchanges) that ended with st: a shard died
+/* sdk_failover.c: an exchange (or a clipped step's exchanges) that ended with st: a shard died
  * (TS_EUNAVAIL), or a partition moved to a shard that joined the ring (TS_ESTALE). Under the
  * new map redo(t, ctx, err) sends it again to the new heads, pushes flagged as retries
  * (counted once), as often as the map keeps changing (MAX_FAILOVERS); what and n name it in
@@ -501,10 +522,6 @@ ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int firs
 typedef ts_status (*sdk_redo_fn)(struct tessera *t, void *ctx, struct ts_err *err);
 ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_status st,
                         sdk_redo_fn redo, void *ctx, struct ts_err *err) TS_MUST_CHECK;
-/* sdk_step.c, for sdk_clip.c: one exchange of every tensor (the step's pushes; the pulls
- * into params, if not NULL) with no failover, the caller's to do. */
-ts_status sdk_exchange_once(struct tessera *t, bool push, float *const *params,
-                            struct ts_err *err) TS_MUST_CHECK;
 
 /* sdk_clip.c: clipping by global norm (lib/ps/part.h, "Clipping"). The phases of a clipped
  * step, as t->clip_phase says them to sdk_step.c's pushes. */

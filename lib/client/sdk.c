@@ -15,8 +15,9 @@
  * side too: a tensor's gradient is summed over its sync period, compressed per partition (with
  * the top-k residual kept here), and in reduce mode the reduced gradient goes through this
  * worker's copy of the optimizer, the same code a shard runs.
- * Files: this one connects, registers and audits; sdk_options.c reads the options;
- * sdk_step.c pushes, pulls and steps; sdk_internal.h holds the state they share. */
+ * Files: this one connects, registers, hands out buffers and audits, at the top of the
+ * SDK's layers; sdk_internal.h lists every file with its layer and holds the state they
+ * share. */
 #include "client/sdk_internal.h"
 #include "client/emulate.h"
 

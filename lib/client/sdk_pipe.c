@@ -1,7 +1,7 @@
 /* sdk_pipe.c - a step's requests to each shard and its replies back at the same time, on the
  * connections whose bytes leave the host.
  *
- * Why: sdk_step.c's plain exchange sends every push, then every pull request, then reads the
+ * Why: sdk_exchange.c's plain exchange sends every push, then every pull request, then reads the
  * replies. A shard serves a connection in order, so a worker's link carries pushes up with
  * nothing coming down, then parameters down with nothing going up, and a step costs at least
  * 2 x size / link rate (docs/transport.md, "Push and pull at once"). Here each shard

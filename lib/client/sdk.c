@@ -129,8 +129,9 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
         return st;
     ts_cluster_set_call_ms(t->cl, o->call_timeout_ms);
     t->registrations_seen = ts_membership_registrations(t->ms);
-    snprintf(t->want_transport, sizeof(t->want_transport), "%s", o->transport ? o->transport : "");
-    return sdk_start_over(t, sdk_connect_shards(t, o->transport, t->delay_ms, err), err);
+    snprintf(t->conns.want_transport, sizeof(t->conns.want_transport), "%s",
+             o->transport ? o->transport : "");
+    return sdk_start_over(t, sdk_connect_shards(t, o->transport, t->conns.delay_ms, err), err);
 }
 
 int tessera_connect(const struct tessera_options *o, tessera **out, struct tessera_error *e)
@@ -156,8 +157,8 @@ int sdk_connect_delayed(const struct tessera_options *given, int delay_ms, tesse
         ts_err_set(&err, TS_ENOMEM, "out of memory");
         return sdk_fail(e, &err);
     }
-    t->delay_ms = delay_ms;
-    pthread_mutex_init(&t->conn_mu, NULL);
+    t->conns.delay_ms = delay_ms;
+    pthread_mutex_init(&t->conns.mu, NULL);
     /* Inside a user's program the SDK speaks only of problems; TESSERA_LOG=info (or debug)
      * shows the rest (docs/launch.md, "Logs"). */
     if (!ts_knob_is_set(TS_KNOB_LOG))
@@ -174,7 +175,7 @@ int sdk_connect_delayed(const struct tessera_options *given, int delay_ms, tesse
     if (!st)
         st = sdk_pipe_mode(t, &err);
     if (!st && t->local)
-        snprintf(t->transport, sizeof(t->transport), "local");
+        snprintf(t->conns.transport, sizeof(t->conns.transport), "local");
     if (!st && !t->local)
         st = salt_mode(t, &err);
     if (!st && !t->local)
@@ -230,13 +231,13 @@ void tessera_close(tessera *t)
     ts_master_close(t->master);
     for (int i = 0; i < t->ntensors; i++)
         tensor_free(t->tensors[i]);
-    pthread_mutex_destroy(&t->conn_mu);
+    pthread_mutex_destroy(&t->conns.mu);
     free(t);
 }
 
 const char *tessera_transport(const tessera *t)
 {
-    return t->transport;
+    return t->conns.transport;
 }
 
 uint32_t tessera_worker_id(const tessera *t)
@@ -283,8 +284,8 @@ static size_t register_order(const struct tessera *t, size_t k)
 {
     size_t low = 0;
 
-    for (size_t i = 1; i < t->nshards; i++)
-        low = t->shards[i].id < t->shards[low].id ? i : low;
+    for (size_t i = 1; i < t->conns.nshards; i++)
+        low = t->conns.shards[i].id < t->conns.shards[low].id ? i : low;
     if (k == 0)
         return low;
     return k - 1 < low ? k - 1 : k;
@@ -332,10 +333,11 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
 
     x->version = UINT64_MAX;
     req->tensor->placement_salt = propose_salt(t, x);
-    for (size_t k = 0; !st && k < t->nshards; k++) {
+    for (size_t k = 0; !st && k < t->conns.nshards; k++) {
         size_t i = register_order(t, k);
         Tessera__V1__RegisterTensorResponse *r;
-        st = ts_cluster_register_tensor(t->cl, t->shards[i].id, req, register_ms(t, x), &r, err);
+        st = ts_cluster_register_tensor(t->cl, t->conns.shards[i].id, req, register_ms(t, x), &r,
+                                        err);
         /* Another shard's newer map dropped this one (the call refreshed it): retry. */
         if (st == TS_ENOTFOUND && ts_cluster_epoch(t->cl) != epoch) {
             err->code = st = TS_ESTALE;
@@ -361,17 +363,17 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
          * the newest map. */
         if (k == 0) {
             x->salt = req->tensor->placement_salt = r->placement_salt;
-            first = t->shards[i].id;
+            first = t->conns.shards[i].id;
         } else if (r->placement_salt != x->salt) {
             st = ts_err_set(err, TS_ESTALE, "tensor '%s': shard %u places it with placement "
                             "salt %u, shard %u with %u (registered under two maps at once): "
-                            "retry", x->name, first, x->salt, t->shards[i].id,
+                            "retry", x->name, first, x->salt, t->conns.shards[i].id,
                             r->placement_salt);
         } else if (r->partition_bytes && r->partition_bytes != x->partition_bytes) {
             st = ts_err_set(err, TS_ESTALE, "tensor '%s': shard %u has it in %" PRIu64 "-byte "
                             "partitions, shard %u in %" PRIu64 " (registered under two maps at "
                             "once): retry", x->name, first, x->partition_bytes,
-                            t->shards[i].id, r->partition_bytes);
+                            t->conns.shards[i].id, r->partition_bytes);
         }
         for (size_t j = 0; !st && j < r->n_partitions; j++)
             if (r->partitions[j] < x->nparts) {
@@ -451,10 +453,10 @@ static ts_status register_local(struct tessera *t, struct sdk_tensor *x,
  * first registration's proposal becomes the tensor's; every later one adopts it. */
 static uint64_t propose_partition_bytes(const struct tessera *t, uint64_t numel)
 {
-    for (size_t i = 0; i < t->nshards; i++)
-        if (!t->shards[i].conn->local_in)
+    for (size_t i = 0; i < t->conns.nshards; i++)
+        if (!t->conns.shards[i].conn->local_in)
             return ts_partition_bytes_between_hosts(numel * sizeof(float),
-                                                    (uint32_t)t->nshards);
+                                                    (uint32_t)t->conns.nshards);
     return TS_PARTITION_BYTES_DEFAULT;
 }
 

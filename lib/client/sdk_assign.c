@@ -178,7 +178,7 @@ static int pull_state(tessera *t, int id, uint64_t version, float *out, uint64_t
     for (uint32_t p = 0; !t->local && !st && p < x->nparts; p++) {
         struct ts_frame_hdr h = { .type = TS_FRAME_PULL, .tensor = (uint32_t)id, .partition = p,
                                   .step = version, .rank = t->rank, .flags = TS_PULL_STATE };
-        st = ts_frame_send(t->shards[x->owner[p]].conn, &h, NULL, 0, &err);
+        st = ts_frame_send(t->conns.shards[x->owner[p]].conn, &h, NULL, 0, &err);
         sdk_note_broken(t, x->owner[p], st);
     }
     for (uint32_t p = 0; !st && p < x->nparts; p++) {
@@ -194,7 +194,7 @@ static int pull_state(tessera *t, int id, uint64_t version, float *out, uint64_t
                                len * slen * sizeof(float) + TS_UPDATES_LEN, &ri, &pe);
             if (!r && !(ri.flags & TS_PARAMS_UPDATES))
                 r = ts_err_set(&pe, TS_ECORRUPT, "shard %u: partition %u's state came without "
-                               "its update count", t->shards[x->owner[p]].id, p);
+                               "its update count", t->conns.shards[x->owner[p]].id, p);
             if (!r)
                 u = ts_updates_get((const uint8_t *)(tmp + len * slen));
         }

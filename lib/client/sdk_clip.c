@@ -73,7 +73,7 @@ static ts_status norms_remote(struct tessera *t, double *sum, struct ts_err *err
             if (!begun[x->owner[p]])
                 h.flags |= TS_PULL_ROUND;
             begun[x->owner[p]] = true;
-            st = ts_frame_send(t->shards[x->owner[p]].conn, &h, NULL, 0, err);
+            st = ts_frame_send(t->conns.shards[x->owner[p]].conn, &h, NULL, 0, err);
             sdk_note_broken(t, x->owner[p], st);
         }
     }
@@ -89,7 +89,7 @@ static ts_status norms_remote(struct tessera *t, double *sum, struct ts_err *err
             if (!r && !(ri.flags & TS_PARAMS_NORM))
                 r = ts_err_set(&e, TS_ECORRUPT, "shard %u: tensor %d partition %u: the reply "
                                "to a norm pull is not a norm (flags 0x%x)",
-                               t->shards[x->owner[p]].id, i, p, ri.flags);
+                               t->conns.shards[x->owner[p]].id, i, p, ri.flags);
             if (!r)
                 *sum += ts_norm_get(v);
             if (r && !first_err) {

@@ -78,8 +78,7 @@ static ts_status reconnect(struct tessera *t, struct ts_err *err)
 {
     ts_status st;
 
-    if ((st = sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL,
-                                 t->delay_ms, err)) ||
+    if ((st = sdk_connect_shards(t, sdk_want_transport(t), t->conns.delay_ms, err)) ||
         (st = sdk_hello_or_remap(t, err)))
         return st;
     for (int i = 0; i < t->ntensors; i++) {
@@ -101,8 +100,7 @@ static ts_status connect_again(struct tessera *t, bool hello, struct ts_err *err
 {
     if (hello)
         return reconnect(t, err);
-    return sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL, t->delay_ms,
-                              err);
+    return sdk_connect_shards(t, sdk_want_transport(t), t->conns.delay_ms, err);
 }
 
 ts_status sdk_remap(struct tessera *t, struct ts_err *err)
@@ -146,7 +144,7 @@ static ts_status seed(struct tessera *t, struct ts_err *err)
                                       .partition = p, .step = x->have[p], .rank = t->rank,
                                       .flags = x->overflow[p] ? TS_SEED_OVERFLOW : 0 };
             ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
-            st = ts_frame_send(t->shards[x->owner[p]].conn, &h, x->have[p] ? x->rgrad + off
+            st = ts_frame_send(t->conns.shards[x->owner[p]].conn, &h, x->have[p] ? x->rgrad + off
                                                                              : NULL,
                                x->have[p] ? len * sizeof(float) : 0, err);
             sdk_note_broken(t, x->owner[p], st);
@@ -174,15 +172,15 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
 {
     uint64_t old = ts_cluster_epoch(t->cl);
     enum ts_report said = TS_REPORT_UNHEARD;
-    bool hello = t->hello_said, broke = t->broken != 0;
+    bool hello = t->hello_said, broke = t->conns.broken != 0;
     char who[64];
     ts_status st;
 
     if (broke) {
         snprintf(who, sizeof(who), "worker rank %u", t->rank);
-        said = ts_cluster_report_unreachable(t->cl, t->broken, who, "its data-plane connection "
-                                             "broke in the middle of a step");
-        t->broken = 0;
+        said = ts_cluster_report_unreachable(t->cl, t->conns.broken, who, "its data-plane "
+                                             "connection broke in the middle of a step");
+        t->conns.broken = 0;
     }
     sdk_close_shards(t);
     /* A shard the master found answering is alive: the link broke, not the shard. Connect
@@ -199,7 +197,7 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
     t->failovers++;
     ts_log(TS_WARN, "sdk", "failed over: shard map epoch %" PRIu64 " -> %" PRIu64 ", %zu "
            "shards; what the lost connection carried is sent again", old,
-           ts_cluster_epoch(t->cl), t->nshards);
+           ts_cluster_epoch(t->cl), t->conns.nshards);
     return TS_OK;
 }
 
@@ -210,9 +208,9 @@ void sdk_follow_epoch(void *arg, uint64_t epoch)
     struct ts_err e = { 0 };
     size_t n;
 
-    pthread_mutex_lock(&t->conn_mu);
-    n = t->nshards;   /* none yet (the registration sets the first epoch): nothing to watch */
-    pthread_mutex_unlock(&t->conn_mu);
+    pthread_mutex_lock(&t->conns.mu);
+    n = t->conns.nshards;   /* none yet (the registration sets the first epoch): nothing to watch */
+    pthread_mutex_unlock(&t->conns.mu);
     if (!n)
         return;
     if (!t->master || ts_master_shard_map(t->master, &m, &e)) {
@@ -220,9 +218,9 @@ void sdk_follow_epoch(void *arg, uint64_t epoch)
                t->master ? e.msg : "not connected yet");
         return;
     }
-    pthread_mutex_lock(&t->conn_mu);
-    for (size_t i = 0; i < t->nshards; i++) {
-        struct sdk_shard *sh = &t->shards[i];
+    pthread_mutex_lock(&t->conns.mu);
+    for (size_t i = 0; i < t->conns.nshards; i++) {
+        struct sdk_shard *sh = &t->conns.shards[i];
         const Tessera__V1__ShardInfo *in = NULL;
 
         for (size_t k = 0; k < m->n_shards && !in; k++)
@@ -237,13 +235,13 @@ void sdk_follow_epoch(void *arg, uint64_t epoch)
                in ? "registered anew in" : "no longer in", sh->epoch, m->epoch);
         ts_tp_shutdown(sh->conn);
     }
-    pthread_mutex_unlock(&t->conn_mu);
+    pthread_mutex_unlock(&t->conns.mu);
     protobuf_c_message_free_unpacked(&m->base, NULL);
 }
 
 ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err)
 {
-    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ECORRUPT) && t->broken &&
+    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ECORRUPT) && t->conns.broken &&
                     sdk_can_fail_over(t) && k < START_TRIES; k++) {
         ts_log(TS_WARN, "sdk", "%s; waiting for the map without that shard", err->msg);
         memset(err, 0, sizeof(*err));

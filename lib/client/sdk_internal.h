@@ -113,6 +113,23 @@ struct sdk_shard {
     _Atomic uint64_t left_epoch;
 };
 
+/* The data-plane connections, sdk_conn.c's: it opens and closes them (sdk_failover.c's
+ * sdk_follow_epoch shuts down one the map goes on without; the others read them). */
+struct sdk_conns {
+    struct sdk_shard shards[MAX_SHARDS];
+    size_t nshards;
+    char transport[16];           /* the last connection's backend (tessera_transport) */
+    char want_transport[16];      /* tessera_options.transport ("" : any), for reconnecting */
+    int delay_ms;                 /* sdk_connect_delayed's (emulate.h), for reconnecting */
+    /* The shard whose connection broke last (0: none), noted by whoever saw it break
+     * (sdk_note_broken), reported by a failover; atomic: sdk_pipe.c's threads note it. */
+    _Atomic uint32_t broken;
+    bool cut_done;                /* testing: $TESSERA_TEST_LINK_CUT was applied */
+    /* Held while shards[] and nshards change, and by sdk_follow_epoch (the membership's
+     * heartbeat thread) while it reads them. */
+    pthread_mutex_t mu;
+};
+
 struct tessera {
     struct ts_job job;
     uint64_t data_seed;           /* recorded in snapshots */
@@ -120,9 +137,6 @@ struct tessera {
     uint32_t rank;
     int timeout_ms;
     bool local;
-    char transport[16];
-    char want_transport[16];      /* tessera_options.transport ("" : any), for reconnecting */
-    int delay_ms;                 /* sdk_connect_delayed's (emulate.h), for reconnecting */
     bool retrying;                /* the step is being sent again after a failover */
     /* Clipping by global norm (sdk_clip.c): the phase of the step in progress (enum
      * sdk_clip_phase: its pushes are held, or they are the applies carrying clip_coef). */
@@ -130,8 +144,6 @@ struct tessera {
     float clip_coef;
     float clip_max;               /* the step in progress is clipped to this norm (0: not) */
     double clip_total;            /* ... and the global norm it had */
-    /* The shard whose connection broke last (0: none); atomic: sdk_pipe.c's threads note it. */
-    _Atomic uint32_t broken;
     uint32_t generation;          /* the job's rollbacks when its connections said HELLO */
     /* The job's rollbacks this worker's parameters come after: the generation at its first
      * HELLO, then each rollback it followed (sdk_rollback). Not the connections': a failover
@@ -144,8 +156,7 @@ struct tessera {
     struct ts_cluster *cl;
     struct ts_master *master;
     struct ts_membership *ms;
-    struct sdk_shard shards[MAX_SHARDS];
-    size_t nshards;
+    struct sdk_conns conns;       /* sdk_conn.c */
     struct sdk_tensor *tensors[MAX_TENSORS];
     int ntensors;
     bool hello_done;              /* every connection has named its job */
@@ -186,7 +197,6 @@ struct tessera {
     int64_t busy_from_ns;         /* when the last step returned (0: not measuring) */
     double busy_s[5];             /* the last steps' compute seconds per slot, a ring */
     unsigned nbusy;
-    bool cut_done;                /* testing: $TESSERA_TEST_LINK_CUT was applied (sdk.c) */
     int pipe;                     /* enum sdk_pipe_mode, from $TESSERA_PIPELINE (sdk_pipe.c) */
     /* $TESSERA_PLACEMENT_SALT (sdk.c): a salt every tensor is proposed with, instead of the
      * one chosen for balance (docs/placement.md). */
@@ -202,9 +212,6 @@ struct tessera {
     /* sdk_pipe.c's threads are reading replies: they leave the interrupt check and the log
      * to the caller's thread (Python's check works there only). Set before they start. */
     bool pipe_busy;
-    /* Held while shards[] and nshards change, and by sdk_follow_epoch (the membership's
-     * heartbeat thread) while it reads them. */
-    pthread_mutex_t conn_mu;
 };
 
 /* The membership's epoch callback (its heartbeat thread): shuts down the connection to each
@@ -216,7 +223,7 @@ void sdk_follow_epoch(void *arg, uint64_t epoch);
 static inline void sdk_note_broken(struct tessera *t, size_t s, ts_status st)
 {
     if (st == TS_EUNAVAIL || st == TS_ECORRUPT)
-        t->broken = t->shards[s].id;
+        t->conns.broken = t->conns.shards[s].id;
 }
 
 /* A data-plane error after which the connection is out of step or gone (a refusal is not), or
@@ -264,14 +271,19 @@ static inline size_t sdk_elem_bytes(const struct tessera *t)
 }
 
 /* sdk_conn.c */
-/* Connects to every shard of the master's current map, appending to t->shards. */
+/* Connects to every shard of the master's current map, appending to t->conns.shards. */
 ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
                              struct ts_err *err) TS_MUST_CHECK;
 /* Closes every data-plane connection, saying goodbye on each that named the job. */
 void sdk_close_shards(struct tessera *t);
-/* The slot of shard_id in t->shards (TS_EUNAVAIL if not connected). */
+/* The slot of shard_id in t->conns.shards (TS_EUNAVAIL if not connected). */
 ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot,
                       struct ts_err *err) TS_MUST_CHECK;
+/* The transport the options asked for (NULL: any), what a reconnection asks for again. */
+static inline const char *sdk_want_transport(const struct tessera *t)
+{
+    return t->conns.want_transport[0] ? t->conns.want_transport : NULL;
+}
 
 /* sdk_wait.c */
 struct ts_frame_hdr;
@@ -448,7 +460,7 @@ ts_status sdk_master_beat(struct tessera *t, const unsigned *caught_up,
  * a follower takes over (docs/replication.md); without, the partitions of the dead shard are
  * lost, and the step ends in a rollback (sdk_rollback) or fails saying why. */
 bool sdk_can_fail_over(struct tessera *t);
-/* After a broken shard connection (t->broken): waits for the master's map to change (the
+/* After a broken shard connection (t->conns.broken): waits for the master's map to change (the
  * dead shard dropped, a follower promoted), connects to the shards of the new map, and
  * redoes what a connection carried (HELLO, owners, shared regions). The caller then sends
  * the step again with t->retrying set, or the registration again. */

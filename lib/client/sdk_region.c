@@ -51,7 +51,7 @@ ts_status sdk_view_alloc(struct sdk_tensor *x, struct ts_err *err)
 static ts_status map_from(struct tessera *t, struct sdk_tensor *x, int id, uint32_t s,
                           struct ts_err *err)
 {
-    struct ts_conn *c = t->shards[s].conn;
+    struct ts_conn *c = t->conns.shards[s].conn;
     struct ts_frame_hdr h = { .type = TS_FRAME_MAP, .tensor = (uint32_t)id };
     struct ts_err e = { 0 };
     ts_status st;
@@ -76,7 +76,7 @@ static ts_status map_from(struct tessera *t, struct sdk_tensor *x, int id, uint3
     }
     close(fd);
     if (st)
-        ts_err_prefix(err, "tensor '%s' from shard %u", x->name, t->shards[s].id);
+        ts_err_prefix(err, "tensor '%s' from shard %u", x->name, t->conns.shards[s].id);
     return st;
 }
 
@@ -85,8 +85,8 @@ static ts_status map_all(struct tessera *t, struct sdk_tensor *x, int id, struct
 {
     ts_status st;
 
-    for (uint32_t s = 0; s < t->nshards; s++) {
-        if (holds(x, s) && ts_tp_can_share(t->shards[s].conn) &&
+    for (uint32_t s = 0; s < t->conns.nshards; s++) {
+        if (holds(x, s) && ts_tp_can_share(t->conns.shards[s].conn) &&
             (st = map_from(t, x, id, s, err)))
             return st;
     }
@@ -173,13 +173,13 @@ static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id, str
     ts_status st;
 
     free(x->grad_shared);
-    if (!(x->grad_shared = calloc(t->nshards + 1, 1)))
+    if (!(x->grad_shared = calloc(t->conns.nshards + 1, 1)))
         return ts_err_set(err, TS_ENOMEM, "out of memory");
-    for (uint32_t s = 0; s < t->nshards; s++) {
+    for (uint32_t s = 0; s < t->conns.nshards; s++) {
         struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .tensor = (uint32_t)id,
                                   .flags = TS_SHARE_GRAD,
                                   .encoding = (uint16_t)sdk_push_encoding(t) };
-        struct ts_conn *c = t->shards[s].conn;
+        struct ts_conn *c = t->conns.shards[s].conn;
         struct ts_err e = { 0 };
 
         if (!holds(x, s) || !ts_tp_can_share(c))
@@ -194,7 +194,8 @@ static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id, str
         if (sdk_transport_failed(st))
             return ts_err_set(err, st, "tensor '%s': sharing its gradient: %s", x->name, e.msg);
         if (st)
-            ts_log(TS_DEBUG, "sdk", "tensor '%s': shard %u: %s", x->name, t->shards[s].id, e.msg);
+            ts_log(TS_DEBUG, "sdk", "tensor '%s': shard %u: %s", x->name, t->conns.shards[s].id,
+                   e.msg);
         x->grad_shared[s] = !st;
     }
     return TS_OK;

@@ -37,16 +37,16 @@ ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t 
         size_t n = h.len < sizeof(text) - 1 ? h.len : sizeof(text) - 1;
         memcpy(text, buf, n);
         text[n] = '\0';
-        return ts_err_set(err, ts_frame_error_status(&h), "shard %u: %s", t->shards[s].id,
+        return ts_err_set(err, ts_frame_error_status(&h), "shard %u: %s", t->conns.shards[s].id,
                           text);
     }
     if (h.type != want || h.tensor != tensor || h.partition != part)
         return ts_err_set(err, TS_ECORRUPT, "shard %u: reply type %u for tensor %u partition %u,"
-                          " expected type %u for %u/%u", t->shards[s].id, h.type, h.tensor,
+                          " expected type %u for %u/%u", t->conns.shards[s].id, h.type, h.tensor,
                           h.partition, want, tensor, part);
     if (params && (ri && ri->upto ? h.len > cap : h.len != cap))
         return ts_err_set(err, TS_ECORRUPT, "shard %u: %" PRIu64 " bytes for tensor %u partition "
-                          "%u, want %zu", t->shards[s].id, h.len, tensor, part, cap);
+                          "%u, want %zu", t->conns.shards[s].id, h.len, tensor, part, cap);
     if (params && !direct && h.len)
         memcpy(dst, small, h.len);
     if (ri) {
@@ -73,7 +73,7 @@ static ts_status hello_round(struct tessera *t, struct ts_err *err)
 
     t->hello_epoch = t->cl ? ts_cluster_epoch(t->cl) : 0;
     memcpy(hello, t->job.id, jl);
-    for (size_t i = 0; !st && i < t->nshards; i++) {
+    for (size_t i = 0; !st && i < t->conns.nshards; i++) {
         /* The worker names itself: a shard takes from the connection only the pushes of the
          * slots this worker owns (docs/security.md), and one that sees an elastic worker hang
          * up tells the master. The map epoch: a reduce job's shard refuses pulls under an
@@ -81,7 +81,7 @@ static ts_status hello_round(struct tessera *t, struct ts_err *err)
         struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .rank = t->rank,
                                   .step = t->hello_epoch, .tensor = member,
                                   .flags = t->elastic ? TS_HELLO_ELASTIC : 0 };
-        bool auth = keyed && !t->shards[i].conn->authed;
+        bool auth = keyed && !t->conns.shards[i].conn->authed;
         if (auth) {
             memcpy(hs[i].key, key, TS_DP_KEY_LEN);
             hs[i].job = t->job.id;
@@ -92,18 +92,19 @@ static ts_status hello_round(struct tessera *t, struct ts_err *err)
                 break;
             memcpy(hello + jl, hs[i].nc, TS_DP_NONCE_LEN);
         }
-        st = ts_frame_send(t->shards[i].conn, &h, hello, jl + (auth ? TS_DP_NONCE_LEN : 0), err);
+        st = ts_frame_send(t->conns.shards[i].conn, &h, hello,
+                           jl + (auth ? TS_DP_NONCE_LEN : 0), err);
     }
     t->generation = 0;
-    for (size_t i = 0; !st && i < t->nshards; i++) {
+    for (size_t i = 0; !st && i < t->conns.nshards; i++) {
         struct reply_info ri = { 0 };
-        bool auth = keyed && !t->shards[i].conn->authed;
+        bool auth = keyed && !t->conns.shards[i].conn->authed;
         st = sdk_read_reply(t, (uint32_t)i, TS_FRAME_ACK, 0, 0, NULL, 0, &ri, err);
         if (!st && auth) {
             struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .flags = ri.flags,
                                         .len = ri.data_len };
-            if ((st = ts_dp_initiate_finish(t->shards[i].conn, &hs[i], &ack, ri.data, err)))
-                ts_err_prefix(err, "shard %u", t->shards[i].id);
+            if ((st = ts_dp_initiate_finish(t->conns.shards[i].conn, &hs[i], &ack, ri.data, err)))
+                ts_err_prefix(err, "shard %u", t->conns.shards[i].id);
         }
         if (!st && ri.step > t->generation)
             t->generation = (uint32_t)ri.step;
@@ -121,8 +122,8 @@ static ts_status hello_round(struct tessera *t, struct ts_err *err)
 
 bool sdk_any_authed(const struct tessera *t)
 {
-    for (size_t i = 0; i < t->nshards; i++)
-        if (t->shards[i].conn->authed)
+    for (size_t i = 0; i < t->conns.nshards; i++)
+        if (t->conns.shards[i].conn->authed)
             return true;
     return false;
 }
@@ -144,8 +145,7 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
                "connecting again", err->msg);
         ts_err_clear(err);
         sdk_close_shards(t);
-        if (!(st = sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL,
-                                      t->delay_ms, err)))
+        if (!(st = sdk_connect_shards(t, sdk_want_transport(t), t->conns.delay_ms, err)))
             st = hello_round(t, err);
     }
     if (!st)

@@ -100,7 +100,7 @@ ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *
     for (;;) {
         int64_t now = ts_now_ms(), left = start + t->timeout_ms - now;
         int slice = (int)(left < SDK_WAIT_SLICE_MS ? (left > 0 ? left : 0) : SDK_WAIT_SLICE_MS);
-        ts_status st = ts_frame_recv(t->shards[s].conn, h, buf, cap, slice, err);
+        ts_status st = ts_frame_recv(t->conns.shards[s].conn, h, buf, cap, slice, err);
         char what[32];
 
         if (st != TS_ETIMEDOUT)
@@ -108,18 +108,18 @@ ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *
         if (ts_now_ms() - start >= t->timeout_ms)
             return ts_err_set(err, TS_ETIMEDOUT, "shard %u: no reply for tensor %u partition %u "
                               "within %d ms (the step waits for every rank's push: is one "
-                              "stopped? timeout_ms sets the wait)", t->shards[s].id, tensor,
+                              "stopped? timeout_ms sets the wait)", t->conns.shards[s].id, tensor,
                               part, t->timeout_ms);
         memset(err, 0, sizeof(*err));
         if (t->pipe_busy)   /* a reader thread of sdk_pipe.c: the caller's thread ticks */
             continue;
-        snprintf(what, sizeof(what), "shard %u", t->shards[s].id);
+        snprintf(what, sizeof(what), "shard %u", t->conns.shards[s].id);
         if ((st = sdk_wait_tick(t, start, &said, what, err)))
             return st;
-        if (t->shards[s].left_epoch)   /* its connection was shut down: say why */
+        if (t->conns.shards[s].left_epoch)   /* its connection was shut down: say why */
             return ts_err_set(err, TS_EUNAVAIL, "shard %u left the shard map (epoch %" PRIu64
                               ") while this worker waited for its reply for tensor %u "
-                              "partition %u", t->shards[s].id,
-                              (uint64_t)t->shards[s].left_epoch, tensor, part);
+                              "partition %u", t->conns.shards[s].id,
+                              (uint64_t)t->conns.shards[s].left_epoch, tensor, part);
     }
 }

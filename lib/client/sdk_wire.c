@@ -1,7 +1,7 @@
 /* sdk_wire.c - the per-partition wire mechanism under a step: a tensor's push readied
  * (compressed, scaled, or an assignment), one partition's PUSH or PULL frame to the shard
  * heading it and the reading of its reply, and the same partitions in this process for a
- * local run. It knows nothing of failover: a broken connection is noted (t->broken) and
+ * local run. It knows nothing of failover: a broken connection is noted (t->conns.broken) and
  * returned. Above sdk_reply.c and the per-partition features it asks (sdk_pullc.c,
  * sdk_region.c, sdk_assign.c); below sdk_pipe.c and sdk_exchange.c, which put the partitions
  * of an exchange in order. */
@@ -169,9 +169,9 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
     if (coded)
         sdk_pullc_request(x, p, &h, req);
     if (h.flags & (TS_PUSH_SLOTS | TS_PUSH_UPDATES))
-        st = ts_frame_sendv(t->shards[x->owner[p]].conn, &h, pc, 2, err);
+        st = ts_frame_sendv(t->conns.shards[x->owner[p]].conn, &h, pc, 2, err);
     else
-        st = ts_frame_send(t->shards[x->owner[p]].conn, &h,
+        st = ts_frame_send(t->conns.shards[x->owner[p]].conn, &h,
                            push ? in.payload : coded ? req : NULL,
                            push ? in.bytes : coded ? sizeof(req) : 0, err);
     sdk_note_broken(t, x->owner[p], st);
@@ -203,7 +203,8 @@ ts_status sdk_read_one(struct tessera *t, int i, uint32_t p, float *params,
     }
     if (!r && region && !(ri.flags & TS_PARAMS_REGION))
         r = ts_err_set(e, TS_ECORRUPT, "shard %u: tensor %d partition %u came without its "
-                       "payload, not from the shared region", t->shards[x->owner[p]].id, i, p);
+                       "payload, not from the shared region",
+                       t->conns.shards[x->owner[p]].id, i, p);
     /* The values are in the region until this rank pushes again (part.h). */
     if (!r && region && dst != x->view + off)
         memcpy(dst, x->view + off, len * sizeof(float));

@@ -523,7 +523,7 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
         st = t->local ? register_local(t, x, &req, &err) : register_settled(t, x, &req, &err);
     if (!st)
         st = sdk_tensor_buffers(t, x, &req, &err);
-    if (!st && !t->local && !t->hello_done)
+    if (!st && !t->local && !t->hello.done)
         st = sdk_hello_or_remap(t, &err);
     if (!st)
         st = sdk_map_params(t, x, (int)req.tensor_id, &err);

@@ -80,12 +80,12 @@ void sdk_close_shards(struct tessera *t)
         struct ts_err ignore = { 0 };
         /* Closing on purpose, not dying: an elastic job's shard would report a hang-up
          * without it as this worker's death (docs/elastic.md). */
-        if (t->hello_done && !t->conns.shards[i].left_epoch &&
+        if (t->hello.done && !t->conns.shards[i].left_epoch &&
             ts_frame_send(t->conns.shards[i].conn, &bye, NULL, 0, &ignore))
             ts_log(TS_DEBUG, "sdk", "goodbye to shard %u: %s", t->conns.shards[i].id, ignore.msg);
         ts_tp_close(t->conns.shards[i].conn);
     }
-    t->hello_done = false;
+    t->hello.done = false;
 }
 
 ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot, struct ts_err *err)

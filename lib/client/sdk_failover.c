@@ -105,7 +105,7 @@ static ts_status connect_again(struct tessera *t, bool hello, struct ts_err *err
 
 ts_status sdk_remap(struct tessera *t, struct ts_err *err)
 {
-    bool hello = t->hello_said;
+    bool hello = t->hello.said;
     ts_status st;
 
     sdk_close_shards(t);
@@ -120,8 +120,8 @@ ts_status sdk_hello_or_remap(struct tessera *t, struct ts_err *err)
 
     /* An authenticated connection is bound to the worker id it proved: this worker registered
      * again since (declared dead while it was away), so it connects anew as the new one. */
-    if (t->hello_said && t->hello_member != member && sdk_any_authed(t)) {
-        t->hello_member = member;
+    if (t->hello.said && t->hello.member != member && sdk_any_authed(t)) {
+        t->hello.member = member;
         return sdk_remap(t, err);
     }
     return sdk_hello(t, err);
@@ -172,7 +172,7 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
 {
     uint64_t old = ts_cluster_epoch(t->cl);
     enum ts_report said = TS_REPORT_UNHEARD;
-    bool hello = t->hello_said, broke = t->conns.broken != 0;
+    bool hello = t->hello.said, broke = t->conns.broken != 0;
     char who[64];
     ts_status st;
 
@@ -189,7 +189,7 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
      * this worker holds is newer than its connections (a shard refused them for that). */
     if (said == TS_REPORT_KEPT)
         ts_sleep_ms(MAP_POLL_MS);
-    else if ((broke || !hello || t->hello_epoch >= old) && (st = await_map(t, old, err)))
+    else if ((broke || !hello || t->hello.epoch >= old) && (st = await_map(t, old, err)))
         return st;
     if ((st = connect_again(t, hello, err)) ||
         (hello && t->job.mode == TS_MODE_REDUCE && (st = seed(t, err))))
@@ -265,7 +265,7 @@ ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_stat
             ts_sleep_ms(FAILOVER_PAUSE_MS);
         if ((st = sdk_failover(t, err)))
             continue;   /* another shard died meanwhile (TS_EUNAVAIL): fail over again */
-        if (t->generation > t->followed)   /* the new connections name a rollback */
+        if (t->hello.generation > t->followed)   /* the new connections name a rollback */
             return ts_err_set(err, TS_EROLLBACK, "job '%s' went back to a snapshot while this "
                               "worker failed over", t->job.id);
         t->retrying = true;
@@ -355,7 +355,7 @@ ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
         if ((st = await_rollback(t, step, &rollbacks, err)) ||
             (st = ts_cluster_refresh(t->cl, err)) || (st = reconnect(t, err)))
             return st;
-        if (t->generation <= rollbacks)
+        if (t->hello.generation <= rollbacks)
             break;
         t->followed = rollbacks;   /* another rollback came since: follow that one */
     }

@@ -130,6 +130,17 @@ struct sdk_conns {
     pthread_mutex_t mu;
 };
 
+/* What the connections said in their HELLOs, sdk_reply.c's (sdk_close_shards clears done,
+ * sdk_hello_or_remap sets member before it connects anew). */
+struct sdk_hello_state {
+    bool done;                    /* every connection has named its job */
+    bool said;                    /* a HELLO went out once: connections made again (failover,
+                                   * remap) must say it too, even after one that failed */
+    uint64_t epoch;               /* the shard map epoch the last HELLOs named */
+    uint32_t member;              /* the worker id the last HELLOs named (and proved) */
+    uint32_t generation;          /* the job's rollbacks when its connections said HELLO */
+};
+
 struct tessera {
     struct ts_job job;
     uint64_t data_seed;           /* recorded in snapshots */
@@ -144,7 +155,6 @@ struct tessera {
     float clip_coef;
     float clip_max;               /* the step in progress is clipped to this norm (0: not) */
     double clip_total;            /* ... and the global norm it had */
-    uint32_t generation;          /* the job's rollbacks when its connections said HELLO */
     /* The job's rollbacks this worker's parameters come after: the generation at its first
      * HELLO, then each rollback it followed (sdk_rollback). Not the connections': a failover
      * that reconnects after a rollback ended learns the new generation before the worker has
@@ -157,13 +167,9 @@ struct tessera {
     struct ts_master *master;
     struct ts_membership *ms;
     struct sdk_conns conns;       /* sdk_conn.c */
+    struct sdk_hello_state hello; /* sdk_reply.c */
     struct sdk_tensor *tensors[MAX_TENSORS];
     int ntensors;
-    bool hello_done;              /* every connection has named its job */
-    bool hello_said;              /* a HELLO went out once: connections made again (failover,
-                                   * remap) must say it too, even after one that failed */
-    uint64_t hello_epoch;         /* the shard map epoch the last HELLOs named */
-    uint32_t hello_member;        /* the worker id the last HELLOs named (and proved) */
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
     char pull_compress[SPEC_MAX];
     atomic_bool pullc_shm_said;   /* the log line that shm pulls go in full was written */

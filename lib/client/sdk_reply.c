@@ -71,7 +71,7 @@ static ts_status hello_round(struct tessera *t, struct ts_err *err)
     uint32_t member = t->ms ? ts_membership_id(t->ms) : 0;
     ts_status st = TS_OK;
 
-    t->hello_epoch = t->cl ? ts_cluster_epoch(t->cl) : 0;
+    t->hello.epoch = t->cl ? ts_cluster_epoch(t->cl) : 0;
     memcpy(hello, t->job.id, jl);
     for (size_t i = 0; !st && i < t->conns.nshards; i++) {
         /* The worker names itself: a shard takes from the connection only the pushes of the
@@ -79,7 +79,7 @@ static ts_status hello_round(struct tessera *t, struct ts_err *err)
          * up tells the master. The map epoch: a reduce job's shard refuses pulls under an
          * older one (dataplane.h). */
         struct ts_frame_hdr h = { .type = TS_FRAME_HELLO, .rank = t->rank,
-                                  .step = t->hello_epoch, .tensor = member,
+                                  .step = t->hello.epoch, .tensor = member,
                                   .flags = t->elastic ? TS_HELLO_ELASTIC : 0 };
         bool auth = keyed && !t->conns.shards[i].conn->authed;
         if (auth) {
@@ -95,7 +95,7 @@ static ts_status hello_round(struct tessera *t, struct ts_err *err)
         st = ts_frame_send(t->conns.shards[i].conn, &h, hello,
                            jl + (auth ? TS_DP_NONCE_LEN : 0), err);
     }
-    t->generation = 0;
+    t->hello.generation = 0;
     for (size_t i = 0; !st && i < t->conns.nshards; i++) {
         struct reply_info ri = { 0 };
         bool auth = keyed && !t->conns.shards[i].conn->authed;
@@ -106,15 +106,15 @@ static ts_status hello_round(struct tessera *t, struct ts_err *err)
             if ((st = ts_dp_initiate_finish(t->conns.shards[i].conn, &hs[i], &ack, ri.data, err)))
                 ts_err_prefix(err, "shard %u", t->conns.shards[i].id);
         }
-        if (!st && ri.step > t->generation)
-            t->generation = (uint32_t)ri.step;
+        if (!st && ri.step > t->hello.generation)
+            t->hello.generation = (uint32_t)ri.step;
     }
     OPENSSL_cleanse(hs, sizeof(hs));
     OPENSSL_cleanse(key, sizeof(key));
-    t->hello_done = !st;
-    t->hello_said |= !st;
+    t->hello.done = !st;
+    t->hello.said |= !st;
     if (!st && !t->followed_set) {
-        t->followed = t->generation;
+        t->followed = t->hello.generation;
         t->followed_set = true;
     }
     return st;
@@ -140,7 +140,7 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
     /* A shard cuts a connection that stays silent before its HELLO for long (docs/
      * security.md, "Bounded before trust"): a first HELLO after a long registration may find
      * its connections gone. Nothing was said on them yet: connect again, once. */
-    if (st == TS_EUNAVAIL && !t->hello_said && t->cl) {
+    if (st == TS_EUNAVAIL && !t->hello.said && t->cl) {
         ts_log(TS_INFO, "sdk", "the first HELLO found a shard connection closed (%s): "
                "connecting again", err->msg);
         ts_err_clear(err);
@@ -149,6 +149,6 @@ ts_status sdk_hello(struct tessera *t, struct ts_err *err)
             st = hello_round(t, err);
     }
     if (!st)
-        t->hello_member = member;
+        t->hello.member = member;
     return st;
 }

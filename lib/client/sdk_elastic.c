@@ -97,7 +97,7 @@ ts_status sdk_elastic_check(struct tessera *t, uint64_t step, size_t n, const ui
         while (k < n && slots[k] != mine[i])
             k++;
         if (k == n) {
-            t->resume_step = step;
+            t->rec.resume_step = step;
             return ts_err_set(err, TS_ESLOTS, "step %" PRIu64 ": slot %u is this worker's now "
                               "(roster %" PRIu64 " of job '%s'); this worker computes the step "
                               "again with it", step, mine[i], roster, t->job.id);
@@ -193,7 +193,7 @@ ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *pa
     }
     if (st)
         return st;
-    t->resume_step = at;
+    t->rec.resume_step = at;
     return ts_err_set(err, TS_ESLOTS, "step %" PRIu64 ": the slots of job '%s' changed hands "
                       "(%s); training goes on from step %" PRIu64 ", with this worker's "
                       "slots as they are now", step, t->job.id, why, at);

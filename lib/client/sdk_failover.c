@@ -194,7 +194,7 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
     if ((st = connect_again(t, hello, err)) ||
         (hello && t->job.mode == TS_MODE_REDUCE && (st = seed(t, err))))
         return st;
-    t->failovers++;
+    t->rec.failovers++;
     ts_log(TS_WARN, "sdk", "failed over: shard map epoch %" PRIu64 " -> %" PRIu64 ", %zu "
            "shards; what the lost connection carried is sent again", old,
            ts_cluster_epoch(t->cl), t->conns.nshards);
@@ -265,12 +265,12 @@ ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_stat
             ts_sleep_ms(FAILOVER_PAUSE_MS);
         if ((st = sdk_failover(t, err)))
             continue;   /* another shard died meanwhile (TS_EUNAVAIL): fail over again */
-        if (t->hello.generation > t->followed)   /* the new connections name a rollback */
+        if (t->hello.generation > t->rec.followed)   /* the new connections name a rollback */
             return ts_err_set(err, TS_EROLLBACK, "job '%s' went back to a snapshot while this "
                               "worker failed over", t->job.id);
-        t->retrying = true;
+        t->rec.retrying = true;
         st = redo(t, ctx, err);
-        t->retrying = false;
+        t->rec.retrying = false;
     }
     return st;
 }
@@ -290,7 +290,7 @@ static void master_said(const struct tessera *t, const Tessera__V1__JobInfo *j, 
                  j->rollback_note[0] ? ": " : "", j->rollback_note);
     else
         snprintf(out, n, "the master lists it running with %u rollbacks, none after the %u "
-                 "this worker followed, and none under way%s%s", j->rollbacks, t->followed,
+                 "this worker followed, and none under way%s%s", j->rollbacks, t->rec.followed,
                  j->rollback_note[0] ? ": " : "", j->rollback_note);
 }
 
@@ -319,7 +319,7 @@ static ts_status await_rollback(struct tessera *t, uint64_t *step, uint32_t *rol
         if (j && j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING) {
             if (j->lost)
                 st = ts_err_set(err, TS_ESTATE, "%s", j->rollback_note);
-            else if (j->rollbacks > t->followed && !j->rolling_back) {
+            else if (j->rollbacks > t->rec.followed && !j->rolling_back) {
                 *step = j->rollback_step;
                 *rollbacks = j->rollbacks;
                 done = true;
@@ -357,11 +357,11 @@ ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
             return st;
         if (t->hello.generation <= rollbacks)
             break;
-        t->followed = rollbacks;   /* another rollback came since: follow that one */
+        t->rec.followed = rollbacks;   /* another rollback came since: follow that one */
     }
     if ((st = sdk_pull_all(t, *step, params, err)))
         return st;
-    t->followed = rollbacks;
+    t->rec.followed = rollbacks;
     ts_log(TS_WARN, "sdk", "job '%s' went back to step %" PRIu64 " (rollback %u); training "
            "goes on from there", t->job.id, *step, rollbacks);
     return TS_OK;

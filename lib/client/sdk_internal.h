@@ -141,20 +141,10 @@ struct sdk_hello_state {
     uint32_t generation;          /* the job's rollbacks when its connections said HELLO */
 };
 
-struct tessera {
-    struct ts_job job;
-    uint64_t data_seed;           /* recorded in snapshots */
-    uint32_t micro;
-    uint32_t rank;
-    int timeout_ms;
-    bool local;
+/* Recovery's, sdk_failover.c's (sdk_reply.c sets followed at the first HELLO; a rollback or
+ * an elastic recovery sets resume_step for tessera_resume_step). */
+struct sdk_recovery {
     bool retrying;                /* the step is being sent again after a failover */
-    /* Clipping by global norm (sdk_clip.c): the phase of the step in progress (enum
-     * sdk_clip_phase: its pushes are held, or they are the applies carrying clip_coef). */
-    int clip_phase;
-    float clip_coef;
-    float clip_max;               /* the step in progress is clipped to this norm (0: not) */
-    double clip_total;            /* ... and the global norm it had */
     /* The job's rollbacks this worker's parameters come after: the generation at its first
      * HELLO, then each rollback it followed (sdk_rollback). Not the connections': a failover
      * that reconnects after a rollback ended learns the new generation before the worker has
@@ -163,11 +153,27 @@ struct tessera {
     bool followed_set;
     uint64_t resume_step;         /* the step the last rollback went back to */
     unsigned failovers;           /* how many so far */
+};
+
+struct tessera {
+    struct ts_job job;
+    uint64_t data_seed;           /* recorded in snapshots */
+    uint32_t micro;
+    uint32_t rank;
+    int timeout_ms;
+    bool local;
+    /* Clipping by global norm (sdk_clip.c): the phase of the step in progress (enum
+     * sdk_clip_phase: its pushes are held, or they are the applies carrying clip_coef). */
+    int clip_phase;
+    float clip_coef;
+    float clip_max;               /* the step in progress is clipped to this norm (0: not) */
+    double clip_total;            /* ... and the global norm it had */
     struct ts_cluster *cl;
     struct ts_master *master;
     struct ts_membership *ms;
     struct sdk_conns conns;       /* sdk_conn.c */
     struct sdk_hello_state hello; /* sdk_reply.c */
+    struct sdk_recovery rec;      /* sdk_failover.c */
     struct sdk_tensor *tensors[MAX_TENSORS];
     int ntensors;
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
@@ -469,7 +475,7 @@ bool sdk_can_fail_over(struct tessera *t);
 /* After a broken shard connection (t->conns.broken): waits for the master's map to change (the
  * dead shard dropped, a follower promoted), connects to the shards of the new map, and
  * redoes what a connection carried (HELLO, owners, shared regions). The caller then sends
- * the step again with t->retrying set, or the registration again. */
+ * the step again with t->rec.retrying set, or the registration again. */
 ts_status sdk_failover(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
 /* A call made while the worker starts (connecting, registering, sharing a region) ended
  * with st: if a shard connection broke, sdk_failover, as often as shards keep dying (a few

@@ -113,9 +113,9 @@ static ts_status hello_round(struct tessera *t, struct ts_err *err)
     OPENSSL_cleanse(key, sizeof(key));
     t->hello.done = !st;
     t->hello.said |= !st;
-    if (!st && !t->followed_set) {
-        t->followed = t->hello.generation;
-        t->followed_set = true;
+    if (!st && !t->rec.followed_set) {
+        t->rec.followed = t->hello.generation;
+        t->rec.followed_set = true;
     }
     return st;
 }

@@ -272,7 +272,7 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
         ts_log(TS_WARN, "sdk", "step %" PRIu64 ": %s", step, err.msg);
         memset(&err, 0, sizeof(err));
         if (!(st = sdk_rollback(t, params, &back, &err))) {
-            t->resume_step = back;
+            t->rec.resume_step = back;
             st = ts_err_set(&err, TS_EROLLBACK, "step %" PRIu64 ": the cluster took job '%s' "
                             "back to step %" PRIu64 " of its last snapshot (a partition lost "
                             "every copy); training goes on from there", step, t->job.id, back);
@@ -300,7 +300,7 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
 
 uint64_t tessera_resume_step(const tessera *t)
 {
-    return t->resume_step;
+    return t->rec.resume_step;
 }
 
 float tessera_loss_scale(const tessera *t)
@@ -312,7 +312,7 @@ void tessera_stats(const tessera *t, struct tessera_stats *out)
 {
     *out = t->stats;
     out->loss_scale = tessera_loss_scale(t);
-    out->failovers = t->failovers;
+    out->failovers = t->rec.failovers;
 }
 
 /* For sdk_overlap.c (tessera_push_some, tessera_pull_some): tensor i's push of grad checked

@@ -122,7 +122,8 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
                               .partition = p, .step = push ? x->tstep : x->pull_version,
                               .dtype = 1, .rank = push ? t->push_rank : t->rank,
                               .flags = push ? TS_PUSH_SCALE(in.scale_exp) |
-                                                  (t->retrying || t->elastic ? TS_PUSH_RETRY : 0)
+                                                  (t->rec.retrying || t->elastic ? TS_PUSH_RETRY
+                                                                                 : 0)
                                             : flags,
                               .encoding = push ? (uint16_t)in.encoding : 0,
                               .lr = push ? in.lr : 0 };

@@ -69,7 +69,7 @@ ts_status sdk_exchange_once(struct tessera *t, int first, int last, bool push,
     for (int i = first; i < last; i++)
         if (t->tensors[i]->active) {
             struct sdk_tensor *x = t->tensors[i];
-            t->wait_step = push ? x->tstep : x->pull_version ? x->pull_version - 1 : 0;
+            t->wait.step = push ? x->tstep : x->pull_version ? x->pull_version - 1 : 0;
             break;
         }
     if (sdk_pipe_pays(t, first, last, push, params))

@@ -155,6 +155,20 @@ struct sdk_recovery {
     unsigned failovers;           /* how many so far */
 };
 
+/* The waits for replies, sdk_wait.c's: tessera_set_interrupt's check, and whether a wait it
+ * stopped left replies in flight (every later data call is refused: close the handle). step:
+ * the step the exchange in progress pushes (or the version it pulls), for the waiting log
+ * (set by sdk_exchange.c). */
+struct sdk_wait_state {
+    int (*interrupt)(void *arg);
+    void *interrupt_arg;
+    bool interrupted;
+    uint64_t step;
+    /* sdk_pipe.c's threads are reading replies: they leave the interrupt check and the log
+     * to the caller's thread (Python's check works there only). Set before they start. */
+    bool pipe_busy;
+};
+
 struct tessera {
     struct ts_job job;
     uint64_t data_seed;           /* recorded in snapshots */
@@ -174,6 +188,7 @@ struct tessera {
     struct sdk_conns conns;       /* sdk_conn.c */
     struct sdk_hello_state hello; /* sdk_reply.c */
     struct sdk_recovery rec;      /* sdk_failover.c */
+    struct sdk_wait_state wait;   /* sdk_wait.c */
     struct sdk_tensor *tensors[MAX_TENSORS];
     int ntensors;
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
@@ -214,16 +229,6 @@ struct tessera {
      * one chosen for balance (docs/placement.md). */
     bool salt_fixed;
     uint32_t salt;
-    /* sdk_wait.c: tessera_set_interrupt's check, and whether a wait it stopped left replies
-     * in flight (every later data call is refused: close the handle). wait_step: the step
-     * the exchange in progress pushes (or the version it pulls), for the waiting log. */
-    int (*interrupt)(void *arg);
-    void *interrupt_arg;
-    bool interrupted;
-    uint64_t wait_step;
-    /* sdk_pipe.c's threads are reading replies: they leave the interrupt check and the log
-     * to the caller's thread (Python's check works there only). Set before they start. */
-    bool pipe_busy;
 };
 
 /* The membership's epoch callback (its heartbeat thread): shuts down the connection to each

@@ -283,7 +283,7 @@ ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
         pthread_cond_init(&cs[n].cv, NULL);
         n++;
     }
-    t->pipe_busy = true;
+    t->wait.pipe_busy = true;
     for (size_t k = 0; !st && k < n; k++) {
         int rc;
 
@@ -311,7 +311,7 @@ ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
         if (cs[k].reader_made)
             pthread_join(cs[k].reader, NULL);
     }
-    t->pipe_busy = false;
+    t->wait.pipe_busy = false;
     if (!st)
         st = waited ? waited : outcome(t, cs, n, err);
     for (size_t k = 0; k < n; k++) {

@@ -141,22 +141,22 @@ static ts_status clip_once(struct tessera *t, float max_norm, float *const *para
     double sum = 0;
     ts_status st;
 
-    t->clip_phase = SDK_CLIP_HOLD;
+    t->clip.phase = SDK_CLIP_HOLD;
     st = sdk_exchange_once(t, 0, t->ntensors, true, NULL, err);
     if (!st && !*have_coef) {
         st = t->local ? norms_local(t, &sum, err) : norms_remote(t, &sum, err);
         if (!st) {
             *total = sqrt(sum);
-            t->clip_coef = coefficient(*total, max_norm);
+            t->clip.coef = coefficient(*total, max_norm);
             *have_coef = true;
         }
     }
     if (!st) {
-        t->clip_phase = SDK_CLIP_APPLY;
+        t->clip.phase = SDK_CLIP_APPLY;
         activate(t, false);
         st = sdk_exchange_once(t, 0, t->ntensors, true, params, err);
     }
-    t->clip_phase = SDK_CLIP_OFF;
+    t->clip.phase = SDK_CLIP_OFF;
     if (!st) {
         activate(t, true);
         st = sdk_exchange_once(t, 0, t->ntensors, false, params, err);
@@ -204,11 +204,11 @@ void sdk_clip_reduced(struct tessera *t)
     }
     /* A partition whose sum was not finite was skipped and pulled as zeros; in bsp its norm
      * made the total not finite, which does not clip: the same here. */
-    t->clip_total = t->step_overflow ? INFINITY : sqrt(sum);
-    t->clip_coef = coefficient(t->clip_total, t->clip_max);
+    t->clip.total = t->step_overflow ? INFINITY : sqrt(sum);
+    t->clip.coef = coefficient(t->clip.total, t->clip.max);
     for (int i = 0; i < t->ntensors; i++) {
         struct sdk_tensor *x = t->tensors[i];
         for (uint64_t k = 0; x->active && k < x->numel; k++)
-            x->rgrad[k] *= t->clip_coef;
+            x->rgrad[k] *= t->clip.coef;
     }
 }

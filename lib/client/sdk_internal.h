@@ -169,6 +169,16 @@ struct sdk_wait_state {
     bool pipe_busy;
 };
 
+/* Clipping by global norm, sdk_clip.c's (tessera_step_clip sets max and reads total): the
+ * phase of the step in progress (enum sdk_clip_phase: its pushes are held, or they are the
+ * applies carrying coef, as sdk_wire.c sends them). */
+struct sdk_clip_state {
+    int phase;
+    float coef;
+    float max;                    /* the step in progress is clipped to this norm (0: not) */
+    double total;                 /* ... and the global norm it had */
+};
+
 struct tessera {
     struct ts_job job;
     uint64_t data_seed;           /* recorded in snapshots */
@@ -176,12 +186,6 @@ struct tessera {
     uint32_t rank;
     int timeout_ms;
     bool local;
-    /* Clipping by global norm (sdk_clip.c): the phase of the step in progress (enum
-     * sdk_clip_phase: its pushes are held, or they are the applies carrying clip_coef). */
-    int clip_phase;
-    float clip_coef;
-    float clip_max;               /* the step in progress is clipped to this norm (0: not) */
-    double clip_total;            /* ... and the global norm it had */
     struct ts_cluster *cl;
     struct ts_master *master;
     struct ts_membership *ms;
@@ -189,6 +193,7 @@ struct tessera {
     struct sdk_hello_state hello; /* sdk_reply.c */
     struct sdk_recovery rec;      /* sdk_failover.c */
     struct sdk_wait_state wait;   /* sdk_wait.c */
+    struct sdk_clip_state clip;   /* sdk_clip.c */
     struct sdk_tensor *tensors[MAX_TENSORS];
     int ntensors;
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
@@ -568,7 +573,7 @@ void sdk_combine_plan(struct tessera *t, uint64_t step, size_t n, const uint32_t
 void sdk_combine_done(struct tessera *t, uint64_t step, bool ok);
 
 /* sdk_clip.c: clipping by global norm (lib/ps/part.h, "Clipping"). The phases of a clipped
- * step, as t->clip_phase says them to sdk_step.c's pushes. */
+ * step, as t->clip.phase says them to sdk_step.c's pushes. */
 enum sdk_clip_phase { SDK_CLIP_OFF, SDK_CLIP_HOLD, SDK_CLIP_APPLY };
 /* Whether a step of t may be clipped (TS_EINVAL or TS_ENOTSUP naming why not). */
 ts_status sdk_clip_check(const struct tessera *t, float max_norm, struct ts_err *err)
@@ -581,7 +586,7 @@ ts_status sdk_clip_exchange(struct tessera *t, uint64_t step, float max_norm,
     TS_MUST_CHECK;
 /* A reduce job's step (every worker holds the averaged gradient, x->rgrad): its global norm,
  * summed as the shards sum it in bsp (partition by partition, so the same bits), into
- * t->clip_total, and every gradient multiplied by the coefficient, before the optimizer. */
+ * t->clip.total, and every gradient multiplied by the coefficient, before the optimizer. */
 void sdk_clip_reduced(struct tessera *t);
 
 /* sdk_step.c, for sdk_overlap.c: tensor i's push of grad checked before anything is sent

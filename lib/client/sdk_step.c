@@ -140,7 +140,7 @@ static ts_status plan_step(struct tessera *t, uint64_t step, const void *const *
  * loss scale follows GradScaler. */
 static void finish_step(struct tessera *t, float *const *params)
 {
-    if (t->clip_max > 0 && t->job.mode == TS_MODE_REDUCE)
+    if (t->clip.max > 0 && t->job.mode == TS_MODE_REDUCE)
         sdk_clip_reduced(t);
     for (int i = 0; i < t->ntensors; i++) {
         struct sdk_tensor *x = t->tensors[i];
@@ -222,12 +222,12 @@ int tessera_step_clip(tessera *t, uint64_t step, const void *const *grads, float
 
     if (sdk_clip_check(t, max_norm, &err))
         return sdk_fail(e, &err);
-    t->clip_max = max_norm;
-    t->clip_total = 0;
+    t->clip.max = max_norm;
+    t->clip.total = 0;
     rc = tessera_step(t, step, grads, params, e);
-    t->clip_max = 0;
+    t->clip.max = 0;
     if (total_norm)
-        *total_norm = t->clip_total;
+        *total_norm = t->clip.total;
     return rc;
 }
 
@@ -239,7 +239,7 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
     ts_status st = check_slots(t, n, slots, &err);
     bool sent = false;
     /* Clipped by the shards (bsp); a reduce job's workers clip in finish_step. */
-    bool held = t->clip_max > 0 && t->job.mode == TS_MODE_BSP;
+    bool held = t->clip.max > 0 && t->job.mode == TS_MODE_BSP;
 
     if (!st)
         sdk_elastic_measure(t, n);
@@ -261,7 +261,7 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
     if (!st) {
         sdk_combine_plan(t, step, n, slots, grads);
         sent = true;
-        st = held ? sdk_clip_exchange(t, step, t->clip_max, params, &t->clip_total, &err)
+        st = held ? sdk_clip_exchange(t, step, t->clip.max, params, &t->clip.total, &err)
                   : sdk_exchange_once(t, 0, t->ntensors, true, params, &err);
     }
     if (!held)   /* a clipped step fails over whole (sdk_clip.c) */

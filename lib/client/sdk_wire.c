@@ -77,10 +77,10 @@ static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *
         in.lr = x->lr;
         in.no_decay = x->no_decay;
     }
-    in.hold = t->clip_phase == SDK_CLIP_HOLD && !x->assign;
-    if (t->clip_phase == SDK_CLIP_APPLY)   /* the rank's word, no gradient (sdk_clip.c) */
+    in.hold = t->clip.phase == SDK_CLIP_HOLD && !x->assign;
+    if (t->clip.phase == SDK_CLIP_APPLY)   /* the rank's word, no gradient (sdk_clip.c) */
         in = (struct ts_push){ .rank = t->push_rank, .step = x->tstep, .apply = true,
-                               .coef = t->clip_coef };
+                               .coef = t->clip.coef };
     return in;
 }
 

@@ -179,6 +179,16 @@ struct sdk_clip_state {
     double total;                 /* ... and the global norm it had */
 };
 
+/* Combined pushes, sdk_combine.c's (sdk_wire.c sends them): the slots the step's one push
+ * carries (0: a push per slot), whether it goes as int64 where pushes are floats (exact_push
+ * float); the roster at the step's start, and the step and roster a combined push needs (the
+ * previous step completed and began with that roster). */
+struct sdk_combine_state {
+    uint64_t push_mask;
+    bool push_i64;
+    uint64_t step_roster, roster, next;
+};
+
 struct tessera {
     struct ts_job job;
     uint64_t data_seed;           /* recorded in snapshots */
@@ -194,6 +204,7 @@ struct tessera {
     struct sdk_recovery rec;      /* sdk_failover.c */
     struct sdk_wait_state wait;   /* sdk_wait.c */
     struct sdk_clip_state clip;   /* sdk_clip.c */
+    struct sdk_combine_state comb;   /* sdk_combine.c */
     struct sdk_tensor *tensors[MAX_TENSORS];
     int ntensors;
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
@@ -217,13 +228,6 @@ struct tessera {
     const uint32_t *step_slots;
     const void *const *const *step_grads;
     uint32_t push_rank;           /* the slot a push is sent for */
-    /* Combined pushes (sdk_combine.c): the slots the step's one push carries (0: a push per
-     * slot), whether it goes as int64 where pushes are floats (exact_push float); the roster
-     * at the step's start, and the step and roster a combined push needs (the previous step
-     * completed and began with that roster). */
-    uint64_t push_mask;
-    bool push_i64;
-    uint64_t step_roster, combine_roster, combine_next;
     uint64_t newest;              /* the newest version a pull reply carried since reset */
     unsigned registrations_seen;  /* the membership's registrations this worker followed */
     int64_t busy_from_ns;         /* when the last step returned (0: not measuring) */
@@ -289,7 +293,7 @@ static inline size_t sdk_push_bytes(const struct tessera *t)
  * gradients in exact mode (sdk_combine.c). */
 static inline size_t sdk_elem_bytes(const struct tessera *t)
 {
-    return t->push_i64 ? sizeof(int64_t) : sdk_push_bytes(t);
+    return t->comb.push_i64 ? sizeof(int64_t) : sdk_push_bytes(t);
 }
 
 /* sdk_conn.c */
@@ -426,7 +430,7 @@ void sdk_prepare_push(struct tessera *t, int i, const void *grad);
 /* Pushes per partition in the step in progress: one per slot, or one combined. */
 static inline size_t sdk_npush(const struct tessera *t)
 {
-    return t->push_mask ? 1 : t->nstep;
+    return t->comb.push_mask ? 1 : t->nstep;
 }
 /* Readies the pushes of the step's kth push (sdk_npush): its slot as the rank, and with more
  * than one slot the gradients (that slot's, or the combined sum). */
@@ -566,7 +570,7 @@ ts_status sdk_tensor_buffers(struct tessera *t, struct sdk_tensor *x,
 /* sdk_combine.c */
 /* Before a step of slots[0..n) with gradients grads[k][tensor] (plan_step done: x->active
  * set): decides whether it goes as one push, summed into each active tensor's slot_sum
- * (t->push_mask set), or slot by slot. sdk_combine_done: the step ended, ok or not (not: the
+ * (t->comb.push_mask set), or slot by slot. sdk_combine_done: the step ended, ok or not (not: the
  * next one goes slot by slot); clears push_mask. */
 void sdk_combine_plan(struct tessera *t, uint64_t step, size_t n, const uint32_t *slots,
                       const void *const *const *grads);

@@ -51,7 +51,7 @@ static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *
 {
     uint64_t off, len;
     struct ts_push in = { .rank = t->push_rank, .step = x->tstep, .scale_exp = scale_exp_of(t),
-                          .slots = t->push_mask };
+                          .slots = t->comb.push_mask };
 
     ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
     if (x->assign) {
@@ -69,7 +69,7 @@ static struct ts_push push_of(const struct tessera *t, const struct sdk_tensor *
         in.payload = x->enc + x->enc_off[p];
         in.bytes = x->enc_len[p];
     } else {
-        in.encoding = t->push_i64 ? TS_ENC_FIXED : sdk_push_encoding(t);
+        in.encoding = t->comb.push_i64 ? TS_ENC_FIXED : sdk_push_encoding(t);
         in.payload = (const char *)x->src + off * sdk_elem_bytes(t);
         in.bytes = len * sdk_elem_bytes(t);
     }
@@ -154,9 +154,9 @@ ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t
             pc[0] = (struct iovec){ (void *)in.payload, in.bytes };
             pc[1] = (struct iovec){ count, sizeof(count) };
         }
-    } else if (push && t->push_mask) {
+    } else if (push && t->comb.push_mask) {
         for (int k = 0; k < TS_PUSH_SLOTS_LEN; k++)
-            mask[k] = (uint8_t)(t->push_mask >> (8 * k));
+            mask[k] = (uint8_t)(t->comb.push_mask >> (8 * k));
         h.flags |= TS_PUSH_SLOTS;
     } else if (push && sdk_push_in_region(x, p)) {
         h.flags |= TS_PUSH_REGION;
@@ -226,7 +226,7 @@ void sdk_next_slot(struct tessera *t, int first, int last, size_t k)
     for (int i = first; t->nstep > 1 && i < last; i++) {
         struct sdk_tensor *x = t->tensors[i];
         if (x->active)
-            prepare_push(t, x, t->push_mask ? x->slot_sum : t->step_grads[k][i]);
+            prepare_push(t, x, t->comb.push_mask ? x->slot_sum : t->step_grads[k][i]);
     }
 }
 

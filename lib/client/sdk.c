@@ -128,7 +128,7 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
     if ((st = ts_cluster_open(o->master, &t->cl, err)))
         return st;
     ts_cluster_set_call_ms(t->cl, o->call_timeout_ms);
-    t->registrations_seen = ts_membership_registrations(t->ms);
+    t->el.registrations_seen = ts_membership_registrations(t->ms);
     snprintf(t->conns.want_transport, sizeof(t->conns.want_transport), "%s",
              o->transport ? o->transport : "");
     return sdk_start_over(t, sdk_connect_shards(t, o->transport, t->conns.delay_ms, err), err);

@@ -189,6 +189,15 @@ struct sdk_combine_state {
     uint64_t step_roster, roster, next;
 };
 
+/* Elastic jobs and the speed the master balances by, sdk_elastic.c's (docs/elastic.md;
+ * tessera_connect sets registrations_seen). */
+struct sdk_elastic_state {
+    unsigned registrations_seen;  /* the membership's registrations this worker followed */
+    int64_t busy_from_ns;         /* when the last step returned (0: not measuring) */
+    double busy_s[5];             /* the last steps' compute seconds per slot, a ring */
+    unsigned nbusy;
+};
+
 struct tessera {
     struct ts_job job;
     uint64_t data_seed;           /* recorded in snapshots */
@@ -205,6 +214,7 @@ struct tessera {
     struct sdk_wait_state wait;   /* sdk_wait.c */
     struct sdk_clip_state clip;   /* sdk_clip.c */
     struct sdk_combine_state comb;   /* sdk_combine.c */
+    struct sdk_elastic_state el;  /* sdk_elastic.c */
     struct sdk_tensor *tensors[MAX_TENSORS];
     int ntensors;
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
@@ -229,10 +239,6 @@ struct tessera {
     const void *const *const *step_grads;
     uint32_t push_rank;           /* the slot a push is sent for */
     uint64_t newest;              /* the newest version a pull reply carried since reset */
-    unsigned registrations_seen;  /* the membership's registrations this worker followed */
-    int64_t busy_from_ns;         /* when the last step returned (0: not measuring) */
-    double busy_s[5];             /* the last steps' compute seconds per slot, a ring */
-    unsigned nbusy;
     int pipe;                     /* enum sdk_pipe_mode, from $TESSERA_PIPELINE (sdk_pipe.c) */
     /* $TESSERA_PLACEMENT_SALT (sdk.c): a salt every tensor is proposed with, instead of the
      * one chosen for balance (docs/placement.md). */

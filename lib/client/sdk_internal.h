@@ -198,6 +198,9 @@ struct sdk_elastic_state {
     unsigned nbusy;
 };
 
+/* The handle (tessera.h's tessera): the job, the cluster's handles, the tensors and the
+ * options, set by sdk.c at connect and registration; the step in progress, sdk_step.c's; and
+ * one part per concern, each written by the file named beside it (see its struct). */
 struct tessera {
     struct ts_job job;
     uint64_t data_seed;           /* recorded in snapshots */
@@ -213,7 +216,7 @@ struct tessera {
     struct sdk_recovery rec;      /* sdk_failover.c */
     struct sdk_wait_state wait;   /* sdk_wait.c */
     struct sdk_clip_state clip;   /* sdk_clip.c */
-    struct sdk_combine_state comb;   /* sdk_combine.c */
+    struct sdk_combine_state comb; /* sdk_combine.c */
     struct sdk_elastic_state el;  /* sdk_elastic.c */
     struct sdk_tensor *tensors[MAX_TENSORS];
     int ntensors;
@@ -232,13 +235,14 @@ struct tessera {
     bool step_overflow;           /* the step in progress: a partition was skipped */
     uint64_t step_stale;          /* ... the most staleness a reply reported */
     struct tessera_stats stats;
-    /* Elastic jobs (sdk_elastic.c, docs/elastic.md): */
-    bool elastic;
-    size_t nstep;                 /* the step in progress: its slots and their gradients */
+    bool elastic;                 /* an elastic job (sdk_elastic.c, docs/elastic.md) */
+    /* The step in progress (sdk_step.c): its slots and their gradients, the slot a push is
+     * sent for, the newest version a pull reply carried since the step began. */
+    size_t nstep;
     const uint32_t *step_slots;
     const void *const *const *step_grads;
-    uint32_t push_rank;           /* the slot a push is sent for */
-    uint64_t newest;              /* the newest version a pull reply carried since reset */
+    uint32_t push_rank;
+    uint64_t newest;
     int pipe;                     /* enum sdk_pipe_mode, from $TESSERA_PIPELINE (sdk_pipe.c) */
     /* $TESSERA_PLACEMENT_SALT (sdk.c): a salt every tensor is proposed with, instead of the
      * one chosen for balance (docs/placement.md). */

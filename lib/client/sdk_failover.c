@@ -25,7 +25,11 @@
  * In a reduce job a partition may have lost every copy: before the step goes again, the
  * worker tells each head which version of each partition it pulled last, with its values
  * (SEED), and a head that made the partition afresh takes it from the ranks (docs/
- * replication.md, "Reduce jobs that lose every copy"). */
+ * replication.md, "Reduce jobs that lose every copy").
+ *
+ * Recovery's layer is above the wire (sdk_exchange.c: a rollback's pulls) and below the step:
+ * this file reconnects and reports, and what is sent again is its caller's to say, the redo
+ * that sdk_fail_over runs (sdk_step.c's exchange, sdk_clip.c's clipped step). */
 #include "client/sdk_internal.h"
 
 #include <inttypes.h>

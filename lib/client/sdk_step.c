@@ -7,12 +7,9 @@
 
 #include <inttypes.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "transport/frame.h"
 #include "util/log.h"
-#include "util/proc.h"
 
 static ts_status check_id(const struct tessera *t, int id, struct ts_err *err)
 {

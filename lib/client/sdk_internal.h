@@ -2,9 +2,10 @@
  * Nothing here is part of include/tessera.h.
  *
  * The files in layers, bottom up (issue 45). A file calls only files of the layers below its
- * own and those before it in its own layer's list; no call goes up (tests/integration/
- * test_call_graph.py fails on any call cycle among them). Recovery reconnects and reports;
- * what is sent again is decided above it, by the step.
+ * own and those before it in its own layer's list; no call goes up. tests/integration/
+ * test_call_graph.py reads this list: it fails on a file of lib/client missing from it and
+ * on a call to a file listed later. Recovery reconnects and reports; what is sent again is
+ * decided above it, by the step.
  *   1. Connections and handshake: sdk_conn.c (one data-plane connection per shard of the
  *      map, closed with a goodbye), sdk_wait.c (a reply waited for in slices: the interrupt
  *      and the waiting log), sdk_reply.c (the HELLO with its handshake, reading a reply).

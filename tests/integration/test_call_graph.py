@@ -7,8 +7,9 @@ file can be read, tested or moved without the other (issue 45). This test builds
 file-level call graph from the object files of the build, one node per source file, an edge
 A -> B where A's object leaves undefined a global symbol (a function or a variable) that B's
 object defines, and fails on any cycle among the files of services/master (tessera-master's
-objects) or of lib/client (libtessera's objects, whose layers lib/client/sdk_internal.h
-lists), naming each cycle and the symbols of each of its edges.
+objects) or of lib/client (libtessera's objects), naming each cycle and the symbols of each
+of its edges. lib/client's files are also held to the layers that lib/client/sdk_internal.h
+lists at its top, bottom up: every file is listed, and each calls only files listed before it.
 A cycle is elementary (no file twice) and written from its smallest file name,
 "a.c -> b.c -> a.c". Static functions and calls within a file are not edges.
 
@@ -18,6 +19,7 @@ build/ in the source tree), or the build directory as the first argument.
 """
 import glob
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -148,6 +150,19 @@ def cycles(g):
     return sorted(found, key=lambda c: (len(c), c))
 
 
+def client_order():
+    """lib/client's files in the order sdk_internal.h's list of layers names them, bottom up:
+    each file's first mention between "The files in layers" and "The declarations below"."""
+    with open(os.path.join(SRC, "lib", "client", "sdk_internal.h"), encoding="utf-8") as f:
+        text = f.read()
+    text = text[text.index("The files in layers"):text.index("The declarations below")]
+    order = []
+    for name in re.findall(r"\b\w+\.c\b", text):
+        if name not in order:
+            order.append(name)
+    return order
+
+
 def spell(c):
     return " -> ".join(c + (c[0],))
 
@@ -183,6 +198,21 @@ class CallGraph(unittest.TestCase):
 
     def test_lib_client_has_no_cycle(self):
         self.no_cycle("lib/client")
+
+    def test_lib_client_calls_only_down(self):
+        self.need("lib/client")
+        g = graph("lib/client")
+        order = client_order()
+        where = {f: k for k, f in enumerate(order)}
+        msgs = ["%s: not in sdk_internal.h's list of layers; add it to its layer" % f
+                for f in sorted(g) if f not in where]
+        for a in sorted(g):
+            for b in sorted(g[a]):
+                if a in where and b in where and where[b] > where[a]:
+                    msgs.append("%s calls %s (%s), listed after it in sdk_internal.h's layers: "
+                                "a call goes up" % (a, b, ", ".join(g[a][b][:3])))
+        if msgs:
+            self.fail("lib/client:\n" + "\n".join(msgs))
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@
  * side too: a tensor's gradient is summed over its sync period, compressed per partition (with
  * the top-k residual kept here), and in reduce mode the reduced gradient goes through this
  * worker's copy of the optimizer, the same code a shard runs.
- * Files: this one connects, registers and audits; sdk_options.c reads the options;
- * sdk_step.c pushes, pulls and steps; sdk_internal.h holds the state they share. */
+ * Files: this one connects, registers, hands out buffers and audits, at the top of the
+ * SDK's layers; sdk_internal.h lists every file with its layer and holds the state they
+ * share. */
 #include "client/sdk_internal.h"
 #include "client/emulate.h"
 
@@ -29,9 +30,7 @@
 #include <unistd.h>
 
 #include "cluster/shard.h"
-#include "transport/fault.h"
 #include "transport/frame.h"
-#include "util/hook.h"
 #include "util/knobs.h"
 #include "util/log.h"
 #include "util/proc.h"
@@ -77,59 +76,6 @@ const char *tessera_grpc_code_name(int grpc_code)
 }
 
 /* ---- connecting ---- */
-
-ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
-                             struct ts_err *err)
-{
-    uint32_t ids[MAX_SHARDS + 1];
-    size_t n = ts_cluster_shard_ids(t->cl, ids, MAX_SHARDS + 1);
-    ts_status st = TS_OK;
-
-    /* The cached map: the one every partition's head is then located in. */
-    if (!n || n > MAX_SHARDS)
-        st = ts_err_set(err, TS_EUNAVAIL, "the cluster has %zu alive shards; start some "
-                        "(tessera up --shards N)", n);
-    for (size_t i = 0; !st && i < n; i++) {
-        struct sdk_shard *sh = &t->shards[t->nshards];
-
-        if ((st = ts_cluster_connect(t->cl, ids[i], want, 10000, &sh->conn, err))) {
-            /* Unreachable: refused, or no answer at all (a link cut that drops packets). A
-             * failover reports it (sdk_failover.c) and tries again. */
-            if (st == TS_EUNAVAIL || st == TS_ETIMEDOUT) {
-                t->broken = ids[i];
-                st = err->code = TS_EUNAVAIL;
-            }
-            break;
-        }
-        sh->shm = !strcmp(ts_tp_name(sh->conn), "shm");
-        sh->epoch = ts_cluster_epoch(t->cl);
-        sh->left_epoch = 0;
-        /* A slower link (benchmarks), or, in a build with test hooks (util/hook.h),
-         * $TESSERA_TEST_LINK_CUT=RANK:N: rank RANK's first connection hangs up instead of its
-         * Nth send, a link cut in the middle of a step (lib/transport/fault.h). */
-        const char *env = t->cut_done ? NULL : ts_hook("TESSERA_TEST_LINK_CUT");
-        long long cut = env && strchr(env, ':') && atoll(env) == (long long)t->rank
-                        ? atoll(strchr(env, ':') + 1) : 0;
-        if (delay_ms || cut > 0) {
-            struct ts_fault_cfg fc = { .kind = cut > 0 ? TS_FAULT_DROP : TS_FAULT_NONE,
-                                       .nth = cut > 0 ? (uint64_t)cut : 0,
-                                       .delay_ms = delay_ms };
-            struct ts_conn *w;
-            t->cut_done |= cut > 0;
-            if ((st = ts_fault_wrap(sh->conn, &fc, &w, err))) {
-                ts_tp_close(sh->conn);
-                break;
-            }
-            sh->conn = w;
-        }
-        sh->id = ids[i];
-        pthread_mutex_lock(&t->conn_mu);   /* sdk_follow_epoch sees it from now on */
-        t->nshards++;
-        pthread_mutex_unlock(&t->conn_mu);
-        snprintf(t->transport, sizeof(t->transport), "%s", ts_tp_name(sh->conn));
-    }
-    return st;
-}
 
 /* $TESSERA_PLACEMENT_SALT: unset, "" or "auto", each tensor is proposed with the salt that
  * balances it best (docs/placement.md); a number, with that salt (0: as before salts, for
@@ -182,9 +128,10 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
     if ((st = ts_cluster_open(o->master, &t->cl, err)))
         return st;
     ts_cluster_set_call_ms(t->cl, o->call_timeout_ms);
-    t->registrations_seen = ts_membership_registrations(t->ms);
-    snprintf(t->want_transport, sizeof(t->want_transport), "%s", o->transport ? o->transport : "");
-    return sdk_start_over(t, sdk_connect_shards(t, o->transport, t->delay_ms, err), err);
+    t->el.registrations_seen = ts_membership_registrations(t->ms);
+    snprintf(t->conns.want_transport, sizeof(t->conns.want_transport), "%s",
+             o->transport ? o->transport : "");
+    return sdk_start_over(t, sdk_connect_shards(t, o->transport, t->conns.delay_ms, err), err);
 }
 
 int tessera_connect(const struct tessera_options *o, tessera **out, struct tessera_error *e)
@@ -210,8 +157,8 @@ int sdk_connect_delayed(const struct tessera_options *given, int delay_ms, tesse
         ts_err_set(&err, TS_ENOMEM, "out of memory");
         return sdk_fail(e, &err);
     }
-    t->delay_ms = delay_ms;
-    pthread_mutex_init(&t->conn_mu, NULL);
+    t->conns.delay_ms = delay_ms;
+    pthread_mutex_init(&t->conns.mu, NULL);
     /* Inside a user's program the SDK speaks only of problems; TESSERA_LOG=info (or debug)
      * shows the rest (docs/launch.md, "Logs"). */
     if (!ts_knob_is_set(TS_KNOB_LOG))
@@ -228,7 +175,7 @@ int sdk_connect_delayed(const struct tessera_options *given, int delay_ms, tesse
     if (!st)
         st = sdk_pipe_mode(t, &err);
     if (!st && t->local)
-        snprintf(t->transport, sizeof(t->transport), "local");
+        snprintf(t->conns.transport, sizeof(t->conns.transport), "local");
     if (!st && !t->local)
         st = salt_mode(t, &err);
     if (!st && !t->local)
@@ -273,28 +220,6 @@ void tessera_set_result(tessera *t, int failed, const char *text)
         ts_membership_end(t->ms, failed != 0, text);
 }
 
-void sdk_close_shards(struct tessera *t)
-{
-    size_t n = t->nshards;
-
-    /* Out of sdk_follow_epoch's sight first: a goodbye to a hung shard may wait until it is
-     * shut down (which then cannot happen) for TS_TP_STALL_MS. */
-    pthread_mutex_lock(&t->conn_mu);
-    t->nshards = 0;
-    pthread_mutex_unlock(&t->conn_mu);
-    for (size_t i = 0; i < n; i++) {
-        struct ts_frame_hdr bye = { .type = TS_FRAME_BYE };
-        struct ts_err ignore = { 0 };
-        /* Closing on purpose, not dying: an elastic job's shard would report a hang-up
-         * without it as this worker's death (docs/elastic.md). */
-        if (t->hello_done && !t->shards[i].left_epoch &&
-            ts_frame_send(t->shards[i].conn, &bye, NULL, 0, &ignore))
-            ts_log(TS_DEBUG, "sdk", "goodbye to shard %u: %s", t->shards[i].id, ignore.msg);
-        ts_tp_close(t->shards[i].conn);
-    }
-    t->hello_done = false;
-}
-
 void tessera_close(tessera *t)
 {
     if (!t)
@@ -306,13 +231,13 @@ void tessera_close(tessera *t)
     ts_master_close(t->master);
     for (int i = 0; i < t->ntensors; i++)
         tensor_free(t->tensors[i]);
-    pthread_mutex_destroy(&t->conn_mu);
+    pthread_mutex_destroy(&t->conns.mu);
     free(t);
 }
 
 const char *tessera_transport(const tessera *t)
 {
-    return t->transport;
+    return t->conns.transport;
 }
 
 uint32_t tessera_worker_id(const tessera *t)
@@ -331,17 +256,6 @@ uint64_t tessera_partition_bytes(const tessera *t, int id)
 }
 
 /* ---- registration ---- */
-
-ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot, struct ts_err *err)
-{
-    for (size_t i = 0; i < t->nshards; i++)
-        if (t->shards[i].id == shard_id) {
-            *slot = (uint32_t)i;
-            return TS_OK;
-        }
-    return ts_err_set(err, TS_EUNAVAIL, "shard %u joined after this trainer connected: "
-                      "reconnect", shard_id);
-}
 
 /* The salt to propose for x: the fixed one, or the one that balances its bytes best over the
  * shards of the cached map (every worker under that map proposes the same). */
@@ -370,8 +284,8 @@ static size_t register_order(const struct tessera *t, size_t k)
 {
     size_t low = 0;
 
-    for (size_t i = 1; i < t->nshards; i++)
-        low = t->shards[i].id < t->shards[low].id ? i : low;
+    for (size_t i = 1; i < t->conns.nshards; i++)
+        low = t->conns.shards[i].id < t->conns.shards[low].id ? i : low;
     if (k == 0)
         return low;
     return k - 1 < low ? k - 1 : k;
@@ -419,10 +333,11 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
 
     x->version = UINT64_MAX;
     req->tensor->placement_salt = propose_salt(t, x);
-    for (size_t k = 0; !st && k < t->nshards; k++) {
+    for (size_t k = 0; !st && k < t->conns.nshards; k++) {
         size_t i = register_order(t, k);
         Tessera__V1__RegisterTensorResponse *r;
-        st = ts_cluster_register_tensor(t->cl, t->shards[i].id, req, register_ms(t, x), &r, err);
+        st = ts_cluster_register_tensor(t->cl, t->conns.shards[i].id, req, register_ms(t, x), &r,
+                                        err);
         /* Another shard's newer map dropped this one (the call refreshed it): retry. */
         if (st == TS_ENOTFOUND && ts_cluster_epoch(t->cl) != epoch) {
             err->code = st = TS_ESTALE;
@@ -448,17 +363,17 @@ static ts_status register_remote(struct tessera *t, struct sdk_tensor *x,
          * the newest map. */
         if (k == 0) {
             x->salt = req->tensor->placement_salt = r->placement_salt;
-            first = t->shards[i].id;
+            first = t->conns.shards[i].id;
         } else if (r->placement_salt != x->salt) {
             st = ts_err_set(err, TS_ESTALE, "tensor '%s': shard %u places it with placement "
                             "salt %u, shard %u with %u (registered under two maps at once): "
-                            "retry", x->name, first, x->salt, t->shards[i].id,
+                            "retry", x->name, first, x->salt, t->conns.shards[i].id,
                             r->placement_salt);
         } else if (r->partition_bytes && r->partition_bytes != x->partition_bytes) {
             st = ts_err_set(err, TS_ESTALE, "tensor '%s': shard %u has it in %" PRIu64 "-byte "
                             "partitions, shard %u in %" PRIu64 " (registered under two maps at "
                             "once): retry", x->name, first, x->partition_bytes,
-                            t->shards[i].id, r->partition_bytes);
+                            t->conns.shards[i].id, r->partition_bytes);
         }
         for (size_t j = 0; !st && j < r->n_partitions; j++)
             if (r->partitions[j] < x->nparts) {
@@ -538,10 +453,10 @@ static ts_status register_local(struct tessera *t, struct sdk_tensor *x,
  * first registration's proposal becomes the tensor's; every later one adopts it. */
 static uint64_t propose_partition_bytes(const struct tessera *t, uint64_t numel)
 {
-    for (size_t i = 0; i < t->nshards; i++)
-        if (!t->shards[i].conn->local_in)
+    for (size_t i = 0; i < t->conns.nshards; i++)
+        if (!t->conns.shards[i].conn->local_in)
             return ts_partition_bytes_between_hosts(numel * sizeof(float),
-                                                    (uint32_t)t->nshards);
+                                                    (uint32_t)t->conns.nshards);
     return TS_PARTITION_BYTES_DEFAULT;
 }
 
@@ -608,8 +523,8 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
         st = t->local ? register_local(t, x, &req, &err) : register_settled(t, x, &req, &err);
     if (!st)
         st = sdk_tensor_buffers(t, x, &req, &err);
-    if (!st && !t->local && !t->hello_done)
-        st = sdk_hello(t, &err);
+    if (!st && !t->local && !t->hello.done)
+        st = sdk_hello_or_remap(t, &err);
     if (!st)
         st = sdk_map_params(t, x, (int)req.tensor_id, &err);
     if (st) {
@@ -709,6 +624,32 @@ int tessera_verify_local(tessera *t, float *const *params, uint64_t version,
         }
         free(shard);
     }
+    return sdk_ok(e);
+}
+
+int tessera_buffers(tessera *t, int id, const float **params, void **grad,
+                    struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct sdk_tensor *x;
+    ts_status st;
+
+    if (id < 0 || id >= t->ntensors) {
+        ts_err_set(&err, TS_EINVAL, "tensor id %d is not registered (%d tensors)", id,
+                   t->ntensors);
+        return sdk_fail(e, &err);
+    }
+    x = t->tensors[id];
+    if (params && !x->view && sdk_view_alloc(x, &err))
+        return sdk_fail(e, &err);
+    /* A shard that died as the region was shared: connecting again shares it again. */
+    if (grad && !x->grad.base && (st = sdk_grad_alloc(t, x, id, &err)) &&
+        (!x->grad.base || sdk_start_over(t, st, &err)))
+        return sdk_fail(e, &err);
+    if (params)
+        *params = x->view;
+    if (grad)
+        *grad = x->grad.base;
     return sdk_ok(e);
 }
 

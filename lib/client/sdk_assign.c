@@ -3,7 +3,7 @@
  * "Assignments") with the optimizer's state and update count or without, and tessera_set_lr,
  * the learning rate and weight decay its updates use; and tessera_pull_state, what a
  * checkpoint reads back (the state and the update count). The
- * pushes themselves go through sdk_step.c like any other (prepare_push, push_of, the
+ * pushes themselves go through sdk_wire.c like any other (prepare_push, push_of, the
  * exchanges and failovers), which reads x->assign, x->lr and x->no_decay; this file sets them,
  * and disarms an assignment once a push of the tensor succeeded. */
 #include "client/sdk_internal.h"
@@ -174,11 +174,11 @@ static int pull_state(tessera *t, int id, uint64_t version, float *out, uint64_t
         ts_err_set(&err, TS_ENOMEM, "optimizer state: out of memory");
         return sdk_fail(e, &err);
     }
-    /* Every request goes out before a reply is read, as a pull's do (sdk_step.c). */
+    /* Every request goes out before a reply is read, as a pull's do (sdk_exchange.c). */
     for (uint32_t p = 0; !t->local && !st && p < x->nparts; p++) {
         struct ts_frame_hdr h = { .type = TS_FRAME_PULL, .tensor = (uint32_t)id, .partition = p,
                                   .step = version, .rank = t->rank, .flags = TS_PULL_STATE };
-        st = ts_frame_send(t->shards[x->owner[p]].conn, &h, NULL, 0, &err);
+        st = ts_frame_send(t->conns.shards[x->owner[p]].conn, &h, NULL, 0, &err);
         sdk_note_broken(t, x->owner[p], st);
     }
     for (uint32_t p = 0; !st && p < x->nparts; p++) {
@@ -194,7 +194,7 @@ static int pull_state(tessera *t, int id, uint64_t version, float *out, uint64_t
                                len * slen * sizeof(float) + TS_UPDATES_LEN, &ri, &pe);
             if (!r && !(ri.flags & TS_PARAMS_UPDATES))
                 r = ts_err_set(&pe, TS_ECORRUPT, "shard %u: partition %u's state came without "
-                               "its update count", t->shards[x->owner[p]].id, p);
+                               "its update count", t->conns.shards[x->owner[p]].id, p);
             if (!r)
                 u = ts_updates_get((const uint8_t *)(tmp + len * slen));
         }

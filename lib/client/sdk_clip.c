@@ -73,7 +73,7 @@ static ts_status norms_remote(struct tessera *t, double *sum, struct ts_err *err
             if (!begun[x->owner[p]])
                 h.flags |= TS_PULL_ROUND;
             begun[x->owner[p]] = true;
-            st = ts_frame_send(t->shards[x->owner[p]].conn, &h, NULL, 0, err);
+            st = ts_frame_send(t->conns.shards[x->owner[p]].conn, &h, NULL, 0, err);
             sdk_note_broken(t, x->owner[p], st);
         }
     }
@@ -89,7 +89,7 @@ static ts_status norms_remote(struct tessera *t, double *sum, struct ts_err *err
             if (!r && !(ri.flags & TS_PARAMS_NORM))
                 r = ts_err_set(&e, TS_ECORRUPT, "shard %u: tensor %d partition %u: the reply "
                                "to a norm pull is not a norm (flags 0x%x)",
-                               t->shards[x->owner[p]].id, i, p, ri.flags);
+                               t->conns.shards[x->owner[p]].id, i, p, ri.flags);
             if (!r)
                 *sum += ts_norm_get(v);
             if (r && !first_err) {
@@ -141,25 +141,25 @@ static ts_status clip_once(struct tessera *t, float max_norm, float *const *para
     double sum = 0;
     ts_status st;
 
-    t->clip_phase = SDK_CLIP_HOLD;
-    st = sdk_exchange_once(t, true, NULL, err);
+    t->clip.phase = SDK_CLIP_HOLD;
+    st = sdk_exchange_once(t, 0, t->ntensors, true, NULL, err);
     if (!st && !*have_coef) {
         st = t->local ? norms_local(t, &sum, err) : norms_remote(t, &sum, err);
         if (!st) {
             *total = sqrt(sum);
-            t->clip_coef = coefficient(*total, max_norm);
+            t->clip.coef = coefficient(*total, max_norm);
             *have_coef = true;
         }
     }
     if (!st) {
-        t->clip_phase = SDK_CLIP_APPLY;
+        t->clip.phase = SDK_CLIP_APPLY;
         activate(t, false);
-        st = sdk_exchange_once(t, true, params, err);
+        st = sdk_exchange_once(t, 0, t->ntensors, true, params, err);
     }
-    t->clip_phase = SDK_CLIP_OFF;
+    t->clip.phase = SDK_CLIP_OFF;
     if (!st) {
         activate(t, true);
-        st = sdk_exchange_once(t, false, params, err);
+        st = sdk_exchange_once(t, 0, t->ntensors, false, params, err);
     }
     for (int i = 0; i < t->ntensors; i++)
         t->tensors[i]->active = true;
@@ -204,11 +204,11 @@ void sdk_clip_reduced(struct tessera *t)
     }
     /* A partition whose sum was not finite was skipped and pulled as zeros; in bsp its norm
      * made the total not finite, which does not clip: the same here. */
-    t->clip_total = t->step_overflow ? INFINITY : sqrt(sum);
-    t->clip_coef = coefficient(t->clip_total, t->clip_max);
+    t->clip.total = t->step_overflow ? INFINITY : sqrt(sum);
+    t->clip.coef = coefficient(t->clip.total, t->clip.max);
     for (int i = 0; i < t->ntensors; i++) {
         struct sdk_tensor *x = t->tensors[i];
         for (uint64_t k = 0; x->active && k < x->numel; k++)
-            x->rgrad[k] *= t->clip_coef;
+            x->rgrad[k] *= t->clip.coef;
     }
 }

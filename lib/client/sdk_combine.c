@@ -46,11 +46,11 @@ static bool pays(struct tessera *t, uint64_t step, size_t n)
 
     if (t->elastic && t->ms)
         (void)ts_membership_slots(t->ms, &roster, ignore, 1);
-    t->step_roster = roster;
+    t->comb.step_roster = roster;
     if (n < 2 || t->job.mode != TS_MODE_BSP || t->job.workers > MAX_SLOTS ||
         (t->push_f32 && n < 3) || combine_off())
         return false;
-    return !t->elastic || (step == t->combine_next && roster == t->combine_roster);
+    return !t->elastic || (step == t->comb.next && roster == t->comb.roster);
 }
 
 /* x's slot sum from grads[k][i], k < n: false (nothing to push combined) on an overflow of the
@@ -83,8 +83,8 @@ void sdk_combine_plan(struct tessera *t, uint64_t step, size_t n, const uint32_t
 {
     uint64_t mask = 0;
 
-    t->push_mask = 0;
-    t->push_i64 = false;
+    t->comb.push_mask = 0;
+    t->comb.push_i64 = false;
     if (!pays(t, step, n))
         return;
     for (int i = 0; i < t->ntensors; i++)
@@ -92,18 +92,18 @@ void sdk_combine_plan(struct tessera *t, uint64_t step, size_t n, const uint32_t
             return;
     for (size_t k = 0; k < n; k++)
         mask |= 1ull << slots[k];
-    t->push_mask = mask;
-    t->push_i64 = t->push_f32;
+    t->comb.push_mask = mask;
+    t->comb.push_i64 = t->push_f32;
 }
 
 void sdk_combine_done(struct tessera *t, uint64_t step, bool ok)
 {
     if (ok) {
-        t->combine_next = step + 1;
-        t->combine_roster = t->step_roster;
+        t->comb.next = step + 1;
+        t->comb.roster = t->comb.step_roster;
     } else {
-        t->combine_next = UINT64_MAX;   /* the step starts over: slot by slot */
+        t->comb.next = UINT64_MAX;   /* the step starts over: slot by slot */
     }
-    t->push_mask = 0;
-    t->push_i64 = false;
+    t->comb.push_mask = 0;
+    t->comb.push_i64 = false;
 }

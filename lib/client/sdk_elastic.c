@@ -56,21 +56,22 @@ static double median(const double *v, unsigned n)
 
 void sdk_elastic_measure(struct tessera *t, size_t n)
 {
-    unsigned ring = sizeof(t->busy_s) / sizeof(t->busy_s[0]);
+    unsigned ring = sizeof(t->el.busy_s) / sizeof(t->el.busy_s[0]);
     double m;
 
-    if (!t->elastic || !t->ms || !t->busy_from_ns || !n)
+    if (!t->elastic || !t->ms || !t->el.busy_from_ns || !n)
         return;
-    t->busy_s[t->nbusy++ % ring] = (double)(ts_now_ns() - t->busy_from_ns) / 1e9 / (double)n;
-    t->busy_from_ns = 0;
-    m = median(t->busy_s, t->nbusy < ring ? t->nbusy : ring);
+    t->el.busy_s[t->el.nbusy++ % ring] =
+        (double)(ts_now_ns() - t->el.busy_from_ns) / 1e9 / (double)n;
+    t->el.busy_from_ns = 0;
+    m = median(t->el.busy_s, t->el.nbusy < ring ? t->el.nbusy : ring);
     if (m > 0)   /* the master takes at most an hour a slot */
         ts_membership_set_speed(t->ms, m < 3600 ? m : 3600, (uint32_t)n);
 }
 
 void sdk_elastic_done(struct tessera *t, ts_status st)
 {
-    t->busy_from_ns = !st || st == TS_ESLOTS ? ts_now_ns() : 0;
+    t->el.busy_from_ns = !st || st == TS_ESLOTS ? ts_now_ns() : 0;
 }
 
 ts_status sdk_elastic_keep(struct tessera *t, float *const *params, struct ts_err *err)
@@ -97,7 +98,7 @@ ts_status sdk_elastic_check(struct tessera *t, uint64_t step, size_t n, const ui
         while (k < n && slots[k] != mine[i])
             k++;
         if (k == n) {
-            t->resume_step = step;
+            t->rec.resume_step = step;
             return ts_err_set(err, TS_ESLOTS, "step %" PRIu64 ": slot %u is this worker's now "
                               "(roster %" PRIu64 " of job '%s'); this worker computes the step "
                               "again with it", step, mine[i], roster, t->job.id);
@@ -159,7 +160,7 @@ static ts_status rejoin(struct tessera *t, uint64_t from, float *const *params, 
     unsigned reg = ts_membership_registrations(t->ms);   /* elastic: never local */
     ts_status st = catch_up(t, from, params, at, err);
 
-    t->registrations_seen = reg;   /* registered again meanwhile: the next recovery sees it */
+    t->el.registrations_seen = reg;   /* registered again meanwhile: the next recovery sees it */
     if (st)
         return st;
     test_hold_join();
@@ -176,12 +177,12 @@ ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *pa
 
     if ((st = sdk_master_beat(t, NULL, err)))   /* the slots as the master has them now */
         return st;
-    if (ts_membership_registrations(t->ms) != was || t->registrations_seen != was) {
+    if (ts_membership_registrations(t->ms) != was || t->el.registrations_seen != was) {
         /* Declared dead while it was away (stopped, or cut off): others did its slots. */
         why = "this worker was declared dead and joined again";
         ts_log(TS_WARN, "sdk", "step %" PRIu64 ": %s, as worker %u", step, why,
                ts_membership_id(t->ms));
-        if (!(st = sdk_hello(t, err)))
+        if (!(st = sdk_hello_or_remap(t, err)))
             st = rejoin(t, step, params, &at, err);
     } else if (newest > step + 1) {
         why = "the job went on without this worker";
@@ -193,7 +194,7 @@ ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *pa
     }
     if (st)
         return st;
-    t->resume_step = at;
+    t->rec.resume_step = at;
     return ts_err_set(err, TS_ESLOTS, "step %" PRIu64 ": the slots of job '%s' changed hands "
                       "(%s); training goes on from step %" PRIu64 ", with this worker's "
                       "slots as they are now", step, t->job.id, why, at);

@@ -25,7 +25,11 @@
  * In a reduce job a partition may have lost every copy: before the step goes again, the
  * worker tells each head which version of each partition it pulled last, with its values
  * (SEED), and a head that made the partition afresh takes it from the ranks (docs/
- * replication.md, "Reduce jobs that lose every copy"). */
+ * replication.md, "Reduce jobs that lose every copy").
+ *
+ * Recovery's layer is above the wire (sdk_exchange.c: a rollback's pulls) and below the step:
+ * this file reconnects and reports, and what is sent again is its caller's to say, the redo
+ * that sdk_fail_over runs (sdk_step.c's exchange, sdk_clip.c's clipped step). */
 #include "client/sdk_internal.h"
 
 #include <inttypes.h>
@@ -40,6 +44,11 @@
 #define MAP_POLL_MS 100
 #define ROLLBACK_WAIT_MIN_MS 120000   /* detection, then every shard reads the snapshot */
 #define START_TRIES 5                 /* sdk_start_over: shards dying one after another */
+/* Failovers of one step before it fails: at least this many, and more while the step's
+ * timeout_ms has not run out since the first (a link cut for a minute fails over again every
+ * few seconds until it heals), FAILOVER_PAUSE_MS apart once past this many. */
+#define MAX_FAILOVERS 8
+#define FAILOVER_PAUSE_MS 1000
 
 bool sdk_can_fail_over(struct tessera *t)
 {
@@ -73,9 +82,8 @@ static ts_status reconnect(struct tessera *t, struct ts_err *err)
 {
     ts_status st;
 
-    if ((st = sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL,
-                                 t->delay_ms, err)) ||
-        (st = sdk_hello(t, err)))
+    if ((st = sdk_connect_shards(t, sdk_want_transport(t), t->conns.delay_ms, err)) ||
+        (st = sdk_hello_or_remap(t, err)))
         return st;
     for (int i = 0; i < t->ntensors; i++) {
         struct sdk_tensor *x = t->tensors[i];
@@ -96,19 +104,31 @@ static ts_status connect_again(struct tessera *t, bool hello, struct ts_err *err
 {
     if (hello)
         return reconnect(t, err);
-    return sdk_connect_shards(t, t->want_transport[0] ? t->want_transport : NULL, t->delay_ms,
-                              err);
+    return sdk_connect_shards(t, sdk_want_transport(t), t->conns.delay_ms, err);
 }
 
 ts_status sdk_remap(struct tessera *t, struct ts_err *err)
 {
-    bool hello = t->hello_said;
+    bool hello = t->hello.said;
     ts_status st;
 
     sdk_close_shards(t);
     if ((st = ts_cluster_refresh(t->cl, err)))
         return st;
     return connect_again(t, hello, err);
+}
+
+ts_status sdk_hello_or_remap(struct tessera *t, struct ts_err *err)
+{
+    uint32_t member = t->ms ? ts_membership_id(t->ms) : 0;
+
+    /* An authenticated connection is bound to the worker id it proved: this worker registered
+     * again since (declared dead while it was away), so it connects anew as the new one. */
+    if (t->hello.said && t->hello.member != member && sdk_any_authed(t)) {
+        t->hello.member = member;
+        return sdk_remap(t, err);
+    }
+    return sdk_hello(t, err);
 }
 
 /* Reduce jobs: tells the head of every partition which version of it this worker pulled
@@ -128,7 +148,7 @@ static ts_status seed(struct tessera *t, struct ts_err *err)
                                       .partition = p, .step = x->have[p], .rank = t->rank,
                                       .flags = x->overflow[p] ? TS_SEED_OVERFLOW : 0 };
             ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
-            st = ts_frame_send(t->shards[x->owner[p]].conn, &h, x->have[p] ? x->rgrad + off
+            st = ts_frame_send(t->conns.shards[x->owner[p]].conn, &h, x->have[p] ? x->rgrad + off
                                                                              : NULL,
                                x->have[p] ? len * sizeof(float) : 0, err);
             sdk_note_broken(t, x->owner[p], st);
@@ -156,15 +176,15 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
 {
     uint64_t old = ts_cluster_epoch(t->cl);
     enum ts_report said = TS_REPORT_UNHEARD;
-    bool hello = t->hello_said, broke = t->broken != 0;
+    bool hello = t->hello.said, broke = t->conns.broken != 0;
     char who[64];
     ts_status st;
 
     if (broke) {
         snprintf(who, sizeof(who), "worker rank %u", t->rank);
-        said = ts_cluster_report_unreachable(t->cl, t->broken, who, "its data-plane connection "
-                                             "broke in the middle of a step");
-        t->broken = 0;
+        said = ts_cluster_report_unreachable(t->cl, t->conns.broken, who, "its data-plane "
+                                             "connection broke in the middle of a step");
+        t->conns.broken = 0;
     }
     sdk_close_shards(t);
     /* A shard the master found answering is alive: the link broke, not the shard. Connect
@@ -173,15 +193,15 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
      * this worker holds is newer than its connections (a shard refused them for that). */
     if (said == TS_REPORT_KEPT)
         ts_sleep_ms(MAP_POLL_MS);
-    else if ((broke || !hello || t->hello_epoch >= old) && (st = await_map(t, old, err)))
+    else if ((broke || !hello || t->hello.epoch >= old) && (st = await_map(t, old, err)))
         return st;
     if ((st = connect_again(t, hello, err)) ||
         (hello && t->job.mode == TS_MODE_REDUCE && (st = seed(t, err))))
         return st;
-    t->failovers++;
+    t->rec.failovers++;
     ts_log(TS_WARN, "sdk", "failed over: shard map epoch %" PRIu64 " -> %" PRIu64 ", %zu "
            "shards; what the lost connection carried is sent again", old,
-           ts_cluster_epoch(t->cl), t->nshards);
+           ts_cluster_epoch(t->cl), t->conns.nshards);
     return TS_OK;
 }
 
@@ -192,9 +212,9 @@ void sdk_follow_epoch(void *arg, uint64_t epoch)
     struct ts_err e = { 0 };
     size_t n;
 
-    pthread_mutex_lock(&t->conn_mu);
-    n = t->nshards;   /* none yet (the registration sets the first epoch): nothing to watch */
-    pthread_mutex_unlock(&t->conn_mu);
+    pthread_mutex_lock(&t->conns.mu);
+    n = t->conns.nshards;   /* none yet (the registration sets the first epoch): nothing to watch */
+    pthread_mutex_unlock(&t->conns.mu);
     if (!n)
         return;
     if (!t->master || ts_master_shard_map(t->master, &m, &e)) {
@@ -202,9 +222,9 @@ void sdk_follow_epoch(void *arg, uint64_t epoch)
                t->master ? e.msg : "not connected yet");
         return;
     }
-    pthread_mutex_lock(&t->conn_mu);
-    for (size_t i = 0; i < t->nshards; i++) {
-        struct sdk_shard *sh = &t->shards[i];
+    pthread_mutex_lock(&t->conns.mu);
+    for (size_t i = 0; i < t->conns.nshards; i++) {
+        struct sdk_shard *sh = &t->conns.shards[i];
         const Tessera__V1__ShardInfo *in = NULL;
 
         for (size_t k = 0; k < m->n_shards && !in; k++)
@@ -219,17 +239,42 @@ void sdk_follow_epoch(void *arg, uint64_t epoch)
                in ? "registered anew in" : "no longer in", sh->epoch, m->epoch);
         ts_tp_shutdown(sh->conn);
     }
-    pthread_mutex_unlock(&t->conn_mu);
+    pthread_mutex_unlock(&t->conns.mu);
     protobuf_c_message_free_unpacked(&m->base, NULL);
 }
 
 ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err)
 {
-    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ECORRUPT) && t->broken &&
+    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ECORRUPT) && t->conns.broken &&
                     sdk_can_fail_over(t) && k < START_TRIES; k++) {
         ts_log(TS_WARN, "sdk", "%s; waiting for the map without that shard", err->msg);
         memset(err, 0, sizeof(*err));
         st = sdk_failover(t, err);
+    }
+    return st;
+}
+
+/* Recovery reconnects (sdk_failover) and reports; what is sent again is the caller's: redo,
+ * which it registered. */
+ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_status st,
+                        sdk_redo_fn redo, void *ctx, struct ts_err *err)
+{
+    int64_t began = ts_now_ms();
+
+    for (int k = 0; (st == TS_EUNAVAIL || st == TS_ESTALE) && sdk_can_fail_over(t) &&
+                    (k < MAX_FAILOVERS || ts_now_ms() - began < t->timeout_ms); k++) {
+        ts_log(TS_WARN, "sdk", "%s %" PRIu64 ": %s; failing over", what, n, err->msg);
+        memset(err, 0, sizeof(*err));
+        if (k >= MAX_FAILOVERS)
+            ts_sleep_ms(FAILOVER_PAUSE_MS);
+        if ((st = sdk_failover(t, err)))
+            continue;   /* another shard died meanwhile (TS_EUNAVAIL): fail over again */
+        if (t->hello.generation > t->rec.followed)   /* the new connections name a rollback */
+            return ts_err_set(err, TS_EROLLBACK, "job '%s' went back to a snapshot while this "
+                              "worker failed over", t->job.id);
+        t->rec.retrying = true;
+        st = redo(t, ctx, err);
+        t->rec.retrying = false;
     }
     return st;
 }
@@ -249,7 +294,7 @@ static void master_said(const struct tessera *t, const Tessera__V1__JobInfo *j, 
                  j->rollback_note[0] ? ": " : "", j->rollback_note);
     else
         snprintf(out, n, "the master lists it running with %u rollbacks, none after the %u "
-                 "this worker followed, and none under way%s%s", j->rollbacks, t->followed,
+                 "this worker followed, and none under way%s%s", j->rollbacks, t->rec.followed,
                  j->rollback_note[0] ? ": " : "", j->rollback_note);
 }
 
@@ -278,7 +323,7 @@ static ts_status await_rollback(struct tessera *t, uint64_t *step, uint32_t *rol
         if (j && j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING) {
             if (j->lost)
                 st = ts_err_set(err, TS_ESTATE, "%s", j->rollback_note);
-            else if (j->rollbacks > t->followed && !j->rolling_back) {
+            else if (j->rollbacks > t->rec.followed && !j->rolling_back) {
                 *step = j->rollback_step;
                 *rollbacks = j->rollbacks;
                 done = true;
@@ -314,13 +359,13 @@ ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
         if ((st = await_rollback(t, step, &rollbacks, err)) ||
             (st = ts_cluster_refresh(t->cl, err)) || (st = reconnect(t, err)))
             return st;
-        if (t->generation <= rollbacks)
+        if (t->hello.generation <= rollbacks)
             break;
-        t->followed = rollbacks;   /* another rollback came since: follow that one */
+        t->rec.followed = rollbacks;   /* another rollback came since: follow that one */
     }
     if ((st = sdk_pull_all(t, *step, params, err)))
         return st;
-    t->followed = rollbacks;
+    t->rec.followed = rollbacks;
     ts_log(TS_WARN, "sdk", "job '%s' went back to step %" PRIu64 " (rollback %u); training "
            "goes on from there", t->job.id, *step, rollbacks);
     return TS_OK;

@@ -1,7 +1,32 @@
-/* sdk_internal.h - the SDK's private state, shared by sdk.c (connecting, registration,
- * audits), sdk_options.c (modes, compression and sync-period options), sdk_step.c (push,
- * pull and the step), sdk_region.c (shared regions on one host) and, below the last two,
- * sdk_reply.c (the HELLO and reading replies). Nothing here is part of include/tessera.h.
+/* sdk_internal.h - the SDK's private state and the calls its files make to each other.
+ * Nothing here is part of include/tessera.h.
+ *
+ * The files in layers, bottom up (issue 45). A file calls only files of the layers below its
+ * own and those before it in its own layer's list; no call goes up. tests/integration/
+ * test_call_graph.py reads this list: it fails on a file of lib/client missing from it and
+ * on a call to a file listed later. Recovery reconnects and reports; what is sent again is
+ * decided above it, by the step.
+ *   1. Connections and handshake: sdk_conn.c (one data-plane connection per shard of the
+ *      map, closed with a goodbye), sdk_wait.c (a reply waited for in slices: the interrupt
+ *      and the waiting log), sdk_reply.c (the HELLO with its handshake, reading a reply).
+ *   2. The per-partition wire: sdk_region.c (shared regions on one host), sdk_pullc.c
+ *      (compressed pulls), sdk_assign.c (what a push carries besides a gradient, and
+ *      tessera_pull_state), sdk_wire.c (a push readied, one partition's frame and its reply,
+ *      a local run's partitions), sdk_pipe.c (each shard's pushes and pulls at once),
+ *      sdk_exchange.c (one exchange of the active tensors: serial, pipelined or local).
+ *   3. Recovery: sdk_work.c (master calls that outlive a master restart; work units and
+ *      tasks), sdk_failover.c (connecting again under a new map, the rollback, the failover
+ *      loop that runs what its caller registered to redo), sdk_elastic.c (slots that change
+ *      hands, the step to go on from).
+ *   4. Features of a step: options.c (the options' schema and rules), sdk_options.c (the
+ *      options per tensor), sdk_combine.c (one push for several slots), sdk_clip.c (clipping
+ *      by global norm).
+ *   5. The public API: sdk_snapshot.c and sdk_launch.c (no cluster), sdk_step.c (push, pull,
+ *      the step, the loss scale and the stats), sdk_overlap.c (a step in pieces),
+ *      sdk_metrics.c (progress reports, a trainer's /metrics), sdk.c (connect, register,
+ *      buffers, audits, close).
+ * The declarations below go by file. option_flags.c is outside libtessera (the options as
+ * flags of tessera-worker and tessera train).
  * Ownership: a struct tessera owns its tensors (freed by tessera_close), each sdk_tensor its
  * buffers. Threads: as tessera.h says, one thread at a time per handle. */
 #ifndef TS_CLIENT_SDK_INTERNAL_H
@@ -89,26 +114,38 @@ struct sdk_shard {
     _Atomic uint64_t left_epoch;
 };
 
-struct tessera {
-    struct ts_job job;
-    uint64_t data_seed;           /* recorded in snapshots */
-    uint32_t micro;
-    uint32_t rank;
-    int timeout_ms;
-    bool local;
-    char transport[16];
+/* The data-plane connections, sdk_conn.c's: it opens and closes them (sdk_failover.c's
+ * sdk_follow_epoch shuts down one the map goes on without; the others read them). */
+struct sdk_conns {
+    struct sdk_shard shards[MAX_SHARDS];
+    size_t nshards;
+    char transport[16];           /* the last connection's backend (tessera_transport) */
     char want_transport[16];      /* tessera_options.transport ("" : any), for reconnecting */
     int delay_ms;                 /* sdk_connect_delayed's (emulate.h), for reconnecting */
-    bool retrying;                /* the step is being sent again after a failover */
-    /* Clipping by global norm (sdk_clip.c): the phase of the step in progress (enum
-     * sdk_clip_phase: its pushes are held, or they are the applies carrying clip_coef). */
-    int clip_phase;
-    float clip_coef;
-    float clip_max;               /* the step in progress is clipped to this norm (0: not) */
-    double clip_total;            /* ... and the global norm it had */
-    /* The shard whose connection broke last (0: none); atomic: sdk_pipe.c's threads note it. */
+    /* The shard whose connection broke last (0: none), noted by whoever saw it break
+     * (sdk_note_broken), reported by a failover; atomic: sdk_pipe.c's threads note it. */
     _Atomic uint32_t broken;
+    bool cut_done;                /* testing: $TESSERA_TEST_LINK_CUT was applied */
+    /* Held while shards[] and nshards change, and by sdk_follow_epoch (the membership's
+     * heartbeat thread) while it reads them. */
+    pthread_mutex_t mu;
+};
+
+/* What the connections said in their HELLOs, sdk_reply.c's (sdk_close_shards clears done,
+ * sdk_hello_or_remap sets member before it connects anew). */
+struct sdk_hello_state {
+    bool done;                    /* every connection has named its job */
+    bool said;                    /* a HELLO went out once: connections made again (failover,
+                                   * remap) must say it too, even after one that failed */
+    uint64_t epoch;               /* the shard map epoch the last HELLOs named */
+    uint32_t member;              /* the worker id the last HELLOs named (and proved) */
     uint32_t generation;          /* the job's rollbacks when its connections said HELLO */
+};
+
+/* Recovery's, sdk_failover.c's (sdk_reply.c sets followed at the first HELLO; a rollback or
+ * an elastic recovery sets resume_step for tessera_resume_step). */
+struct sdk_recovery {
+    bool retrying;                /* the step is being sent again after a failover */
     /* The job's rollbacks this worker's parameters come after: the generation at its first
      * HELLO, then each rollback it followed (sdk_rollback). Not the connections': a failover
      * that reconnects after a rollback ended learns the new generation before the worker has
@@ -117,18 +154,73 @@ struct tessera {
     bool followed_set;
     uint64_t resume_step;         /* the step the last rollback went back to */
     unsigned failovers;           /* how many so far */
+};
+
+/* The waits for replies, sdk_wait.c's: tessera_set_interrupt's check, and whether a wait it
+ * stopped left replies in flight (every later data call is refused: close the handle). step:
+ * the step the exchange in progress pushes (or the version it pulls), for the waiting log
+ * (set by sdk_exchange.c). */
+struct sdk_wait_state {
+    int (*interrupt)(void *arg);
+    void *interrupt_arg;
+    bool interrupted;
+    uint64_t step;
+    /* sdk_pipe.c's threads are reading replies: they leave the interrupt check and the log
+     * to the caller's thread (Python's check works there only). Set before they start. */
+    bool pipe_busy;
+};
+
+/* Clipping by global norm, sdk_clip.c's (tessera_step_clip sets max and reads total): the
+ * phase of the step in progress (enum sdk_clip_phase: its pushes are held, or they are the
+ * applies carrying coef, as sdk_wire.c sends them). */
+struct sdk_clip_state {
+    int phase;
+    float coef;
+    float max;                    /* the step in progress is clipped to this norm (0: not) */
+    double total;                 /* ... and the global norm it had */
+};
+
+/* Combined pushes, sdk_combine.c's (sdk_wire.c sends them): the slots the step's one push
+ * carries (0: a push per slot), whether it goes as int64 where pushes are floats (exact_push
+ * float); the roster at the step's start, and the step and roster a combined push needs (the
+ * previous step completed and began with that roster). */
+struct sdk_combine_state {
+    uint64_t push_mask;
+    bool push_i64;
+    uint64_t step_roster, roster, next;
+};
+
+/* Elastic jobs and the speed the master balances by, sdk_elastic.c's (docs/elastic.md;
+ * tessera_connect sets registrations_seen). */
+struct sdk_elastic_state {
+    unsigned registrations_seen;  /* the membership's registrations this worker followed */
+    int64_t busy_from_ns;         /* when the last step returned (0: not measuring) */
+    double busy_s[5];             /* the last steps' compute seconds per slot, a ring */
+    unsigned nbusy;
+};
+
+/* The handle (tessera.h's tessera): the job, the cluster's handles, the tensors and the
+ * options, set by sdk.c at connect and registration; the step in progress, sdk_step.c's; and
+ * one part per concern, each written by the file named beside it (see its struct). */
+struct tessera {
+    struct ts_job job;
+    uint64_t data_seed;           /* recorded in snapshots */
+    uint32_t micro;
+    uint32_t rank;
+    int timeout_ms;
+    bool local;
     struct ts_cluster *cl;
     struct ts_master *master;
     struct ts_membership *ms;
-    struct sdk_shard shards[MAX_SHARDS];
-    size_t nshards;
+    struct sdk_conns conns;       /* sdk_conn.c */
+    struct sdk_hello_state hello; /* sdk_reply.c */
+    struct sdk_recovery rec;      /* sdk_failover.c */
+    struct sdk_wait_state wait;   /* sdk_wait.c */
+    struct sdk_clip_state clip;   /* sdk_clip.c */
+    struct sdk_combine_state comb; /* sdk_combine.c */
+    struct sdk_elastic_state el;  /* sdk_elastic.c */
     struct sdk_tensor *tensors[MAX_TENSORS];
     int ntensors;
-    bool hello_done;              /* every connection has named its job */
-    bool hello_said;              /* a HELLO went out once: connections made again (failover,
-                                   * remap) must say it too, even after one that failed */
-    uint64_t hello_epoch;         /* the shard map epoch the last HELLOs named */
-    uint32_t hello_member;        /* the worker id the last HELLOs named (and proved) */
     char compress[SPEC_MAX], sync_every[SPEC_MAX];   /* the options, checked at connect */
     char pull_compress[SPEC_MAX];
     atomic_bool pullc_shm_said;   /* the log line that shm pulls go in full was written */
@@ -144,43 +236,19 @@ struct tessera {
     bool step_overflow;           /* the step in progress: a partition was skipped */
     uint64_t step_stale;          /* ... the most staleness a reply reported */
     struct tessera_stats stats;
-    /* Elastic jobs (sdk_elastic.c, docs/elastic.md): */
-    bool elastic;
-    size_t nstep;                 /* the step in progress: its slots and their gradients */
+    bool elastic;                 /* an elastic job (sdk_elastic.c, docs/elastic.md) */
+    /* The step in progress (sdk_step.c): its slots and their gradients, the slot a push is
+     * sent for, the newest version a pull reply carried since the step began. */
+    size_t nstep;
     const uint32_t *step_slots;
     const void *const *const *step_grads;
-    uint32_t push_rank;           /* the slot a push is sent for */
-    /* Combined pushes (sdk_combine.c): the slots the step's one push carries (0: a push per
-     * slot), whether it goes as int64 where pushes are floats (exact_push float); the roster
-     * at the step's start, and the step and roster a combined push needs (the previous step
-     * completed and began with that roster). */
-    uint64_t push_mask;
-    bool push_i64;
-    uint64_t step_roster, combine_roster, combine_next;
-    uint64_t newest;              /* the newest version a pull reply carried since reset */
-    unsigned registrations_seen;  /* the membership's registrations this worker followed */
-    int64_t busy_from_ns;         /* when the last step returned (0: not measuring) */
-    double busy_s[5];             /* the last steps' compute seconds per slot, a ring */
-    unsigned nbusy;
-    bool cut_done;                /* testing: $TESSERA_TEST_LINK_CUT was applied (sdk.c) */
+    uint32_t push_rank;
+    uint64_t newest;
     int pipe;                     /* enum sdk_pipe_mode, from $TESSERA_PIPELINE (sdk_pipe.c) */
     /* $TESSERA_PLACEMENT_SALT (sdk.c): a salt every tensor is proposed with, instead of the
      * one chosen for balance (docs/placement.md). */
     bool salt_fixed;
     uint32_t salt;
-    /* sdk_wait.c: tessera_set_interrupt's check, and whether a wait it stopped left replies
-     * in flight (every later data call is refused: close the handle). wait_step: the step
-     * the exchange in progress pushes (or the version it pulls), for the waiting log. */
-    int (*interrupt)(void *arg);
-    void *interrupt_arg;
-    bool interrupted;
-    uint64_t wait_step;
-    /* sdk_pipe.c's threads are reading replies: they leave the interrupt check and the log
-     * to the caller's thread (Python's check works there only). Set before they start. */
-    bool pipe_busy;
-    /* Held while shards[] and nshards change, and by sdk_follow_epoch (the membership's
-     * heartbeat thread) while it reads them. */
-    pthread_mutex_t conn_mu;
 };
 
 /* The membership's epoch callback (its heartbeat thread): shuts down the connection to each
@@ -192,7 +260,7 @@ void sdk_follow_epoch(void *arg, uint64_t epoch);
 static inline void sdk_note_broken(struct tessera *t, size_t s, ts_status st)
 {
     if (st == TS_EUNAVAIL || st == TS_ECORRUPT)
-        t->broken = t->shards[s].id;
+        t->conns.broken = t->conns.shards[s].id;
 }
 
 /* A data-plane error after which the connection is out of step or gone (a refusal is not), or
@@ -201,11 +269,6 @@ static inline bool sdk_transport_failed(ts_status st)
 {
     return st == TS_EUNAVAIL || st == TS_ECORRUPT || st == TS_ETIMEDOUT || st == TS_ECANCELLED;
 }
-
-/* sdk_metrics.c: a progress report for the served client's /metrics, and the end of its
- * serving when t is the served client (tessera_close). */
-void sdk_metrics_progress(tessera *t, const struct tessera_progress *p);
-void sdk_metrics_close(tessera *t);
 
 static inline int sdk_fail(struct tessera_error *out, const struct ts_err *e)
 {
@@ -237,15 +300,178 @@ static inline size_t sdk_push_bytes(const struct tessera *t)
     return sdk_push_encoding(t) == TS_ENC_FIXED ? sizeof(int64_t) : sizeof(float);
 }
 
-/* sdk.c */
-/* Connects to every shard of the master's current map, appending to t->shards. */
+/* A push's element bytes: the trainer's encoding's, or int64 for a combined push of float
+ * gradients in exact mode (sdk_combine.c). */
+static inline size_t sdk_elem_bytes(const struct tessera *t)
+{
+    return t->comb.push_i64 ? sizeof(int64_t) : sdk_push_bytes(t);
+}
+
+/* sdk_conn.c */
+/* Connects to every shard of the master's current map, appending to t->conns.shards. */
 ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
                              struct ts_err *err) TS_MUST_CHECK;
 /* Closes every data-plane connection, saying goodbye on each that named the job. */
 void sdk_close_shards(struct tessera *t);
-/* The slot of shard_id in t->shards (TS_EUNAVAIL if not connected). */
+/* The slot of shard_id in t->conns.shards (TS_EUNAVAIL if not connected). */
 ts_status sdk_slot_of(struct tessera *t, uint32_t shard_id, uint32_t *slot,
                       struct ts_err *err) TS_MUST_CHECK;
+/* The transport the options asked for (NULL: any), what a reconnection asks for again. */
+static inline const char *sdk_want_transport(const struct tessera *t)
+{
+    return t->conns.want_transport[0] ? t->conns.want_transport : NULL;
+}
+
+/* sdk_wait.c */
+struct ts_frame_hdr;
+/* ts_frame_recv of the reply on slot s's connection, waiting up to t->timeout_ms
+ * in slices: between them the interrupt check runs (TS_ECANCELLED once it says so), and a
+ * wait of more than WAIT_SAY_MS logs which ranks the step waits for, as the master knows
+ * them. sdk_usable: TS_ECANCELLED once an interrupted wait left the connections out of step. */
+ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *buf, size_t cap,
+                   uint32_t tensor, uint32_t part, struct ts_err *err);
+ts_status sdk_usable(const struct tessera *t, struct ts_err *err);
+#define SDK_WAIT_SLICE_MS 200   /* how soon a wait sees an interrupt */
+/* One tick of a wait that began at `start` (ts_now_ms), between two slices: the interrupt
+ * check (TS_ECANCELLED naming `what`; the handle is unusable after it) and, past
+ * WAIT_SAY_MS, the log of the ranks waited for (*said: when it last logged, 0 at first). The
+ * caller's thread only. */
+ts_status sdk_wait_tick(struct tessera *t, int64_t start, int64_t *said, const char *what,
+                        struct ts_err *err) TS_MUST_CHECK;
+
+/* sdk_reply.c */
+/* Names the job on every connection, once the shards know it (after a registration), on the
+ * connections as they are. sdk_any_authed: whether a connection is authenticated (and so
+ * bound to the worker id it proved; sdk_hello_or_remap). */
+ts_status sdk_hello(struct tessera *t, struct ts_err *err);
+bool sdk_any_authed(const struct tessera *t);
+/* What a reply said besides its payload. */
+struct reply_info {
+    uint32_t flags;           /* PARAMS: TS_PARAMS_*; an ACK of HELLO: TS_ACK_* */
+    uint32_t staleness;
+    uint64_t step;            /* the frame's step field (an ACK of HELLO: the job's rollbacks) */
+    uint8_t data[48];         /* an ACK's payload (a handshake's proof, transport/auth.h) */
+    size_t data_len;
+    /* PARAMS: set by the caller, the payload may be shorter than cap (a compressed pull);
+     * then its length and encoding. */
+    bool upto;
+    uint64_t len;
+    uint16_t encoding;
+};
+/* Reads the reply to the oldest request on shard slot s, of type want for (tensor, part);
+ * PARAMS land in dst (cap bytes). An ERROR reply is its status and message. */
+ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
+                         uint32_t part, void *dst, size_t cap, struct reply_info *ri,
+                         struct ts_err *err);
+
+/* sdk_region.c */
+/* After a failover: x's partitions mapped from a shard become private pages again, and the
+ * shards of the new connections that are on this host map them and read the gradient anew. */
+ts_status sdk_region_reconnect(struct tessera *t, struct sdk_tensor *x, int id,
+                               struct ts_err *err) TS_MUST_CHECK;
+/* After registering x as tensor id: maps the parameters of x that shards on this host hold
+ * into x->view (bsp; skipped, with x->view NULL, where nothing can be mapped). */
+ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err);
+/* Whether partition p of x's push goes as TS_PUSH_REGION: raw, from x->grad, to a shard that
+ * maps it. */
+bool sdk_push_in_region(const struct sdk_tensor *x, uint32_t p);
+/* tessera_buffers (sdk.c): private, zeroed pages for x's view (numel floats); x's gradient
+ * buffer (tensor id), shared with every shard on this host that holds a partition of x (SHARE,
+ * then its ACK; a shard that declines is left out: its pushes copy). A shard that died as it
+ * was shared: x->grad.base is set and the caller fails over (sdk_start_over), which shares
+ * it again. */
+ts_status sdk_view_alloc(struct sdk_tensor *x, struct ts_err *err) TS_MUST_CHECK;
+ts_status sdk_grad_alloc(struct tessera *t, struct sdk_tensor *x, int id,
+                         struct ts_err *err) TS_MUST_CHECK;
+/* Unmaps what sdk_map_params and tessera_buffers made. */
+void sdk_region_free(struct sdk_tensor *x);
+
+/* sdk_pullc.c: compressed pulls (docs/compression.md, "Pulls") */
+struct step_reads;
+/* The copy and reply buffers x's pulls need (none when they go in full). */
+ts_status sdk_pullc_buffers(struct tessera *t, struct sdk_tensor *x,
+                            struct ts_err *err) TS_MUST_CHECK;
+void sdk_pullc_free(struct sdk_tensor *x);
+/* Whether partition p of x is pulled compressed: x has a pull codec, the partition is not
+ * read from a shared region, and its shard is not reached over shared memory (logged once). */
+bool sdk_pullc_on(struct tessera *t, const struct sdk_tensor *x, uint32_t p);
+/* A compressed pull's request: flags and encoding into h, its 16-byte payload into req. */
+void sdk_pullc_request(const struct sdk_tensor *x, uint32_t p, struct ts_frame_hdr *h,
+                       uint8_t req[16]);
+/* Reads the reply to a compressed pull of partition p of tensor i, applies it to the copy and
+ * copies the partition into dst (len floats); what it said in ri. On any failure the copy's
+ * token is dropped, so the next pull comes in full. */
+ts_status sdk_pullc_read(struct tessera *t, int i, uint32_t p, float *dst,
+                         struct reply_info *ri, struct step_reads *acc,
+                         struct ts_err *err) TS_MUST_CHECK;
+
+/* sdk_assign.c */
+/* The active tensors of [first, last) were pushed: their assignments are done;
+ * sdk_assign_clear disarms one tensor. */
+void sdk_assign_done(struct tessera *t, int first, int last);
+void sdk_assign_clear(struct sdk_tensor *x);
+/* The bytes of x's assignment with state, every partition's values and state. */
+uint64_t sdk_assign_bytes(const struct tessera *t, const struct sdk_tensor *x);
+
+/* sdk_wire.c */
+/* What the pull replies of a step said, summed over the partitions read; merged into the
+ * handle's step_* fields and newest by sdk_reads_merge. */
+struct step_reads {
+    bool overflow;                /* a partition's step was skipped */
+    uint64_t stale, newest;       /* the most staleness, the newest version */
+    uint64_t pulled, pulled_raw;  /* payload bytes of parameters pulled, and as float32 */
+};
+void sdk_reads_merge(struct tessera *t, const struct step_reads *acc);
+/* Sends partition p of tensor i to the shard heading it: the push of slot t->push_rank
+ * (push), or the pull of x->pull_version with flags. *begun: whether a request of that kind
+ * already went on that connection in this exchange; set. The first push says that a step
+ * begins (TS_PUSH_ROUND), the first pull that a round of pulls does (TS_PULL_ROUND). */
+ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t flags,
+                       bool *begun, struct ts_err *err) TS_MUST_CHECK;
+/* Reads the reply to sdk_send_one(t, i, p, ...): an ACK (params NULL), or PARAMS into
+ * tensor i's destination params (the whole tensor's). What it said goes to acc. */
+ts_status sdk_read_one(struct tessera *t, int i, uint32_t p, float *params,
+                       struct step_reads *acc, struct ts_err *e) TS_MUST_CHECK;
+/* sdk_exchange_once in a local run: the same partitions, in this process. */
+ts_status sdk_exchange_local(struct tessera *t, int first, int last, bool push,
+                             float *const *params, struct ts_err *err) TS_MUST_CHECK;
+/* Readies tensor i's push of grad (numel int64 in exact mode, else floats): raw data goes as
+ * it is; with a codec, or a scale the SDK applies, each partition is encoded into x->enc. */
+void sdk_prepare_push(struct tessera *t, int i, const void *grad);
+/* Pushes per partition in the step in progress: one per slot, or one combined. */
+static inline size_t sdk_npush(const struct tessera *t)
+{
+    return t->comb.push_mask ? 1 : t->nstep;
+}
+/* Readies the pushes of the step's kth push (sdk_npush): its slot as the rank, and with more
+ * than one slot the gradients (that slot's, or the combined sum). */
+void sdk_next_slot(struct tessera *t, int first, int last, size_t k);
+
+/* sdk_pipe.c */
+enum sdk_pipe_mode { SDK_PIPE_AUTO, SDK_PIPE_ON, SDK_PIPE_OFF };
+/* t->pipe from $TESSERA_PIPELINE (auto, on, off; unset: auto); TS_EINVAL naming it. */
+ts_status sdk_pipe_mode(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
+/* Whether the exchange of [first, last) goes through sdk_pipe_exchange: one push per
+ * partition (one slot, or a combined push), and
+ * (auto) bytes that leave the host on some connection, at least SDK_PIPE_MIN_BYTES. */
+bool sdk_pipe_pays(const struct tessera *t, int first, int last, bool push,
+                   float *const *params);
+/* sdk_exchange_once, with a sender and a reader thread per shard connection. */
+ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
+                            float *const *params, uint32_t flags,
+                            struct ts_err *err) TS_MUST_CHECK;
+
+/* sdk_exchange.c */
+/* The active tensors of [first, last) (params indexed from first): pushes (if push, of every
+ * slot of the step) and pulls (if params), once, with no failover (the caller's to do). */
+ts_status sdk_exchange_once(struct tessera *t, int first, int last, bool push,
+                            float *const *params, struct ts_err *err) TS_MUST_CHECK;
+/* Readies tensor id alone, at its own step `tstep` (pull: version `version`): the exchange
+ * that follows covers [id, id + 1) only. */
+void sdk_only(struct tessera *t, int id, uint64_t tstep, uint64_t version);
+/* Every tensor pulled at global step `step` into params, on the connections as they are. */
+ts_status sdk_pull_all(struct tessera *t, uint64_t step, float *const *params,
+                       struct ts_err *err) TS_MUST_CHECK;
 
 /* sdk_work.c */
 /* Master calls that outlive a master restart: w = sdk_master_wait() before the first try;
@@ -271,10 +497,10 @@ ts_status sdk_master_beat(struct tessera *t, const unsigned *caught_up,
  * a follower takes over (docs/replication.md); without, the partitions of the dead shard are
  * lost, and the step ends in a rollback (sdk_rollback) or fails saying why. */
 bool sdk_can_fail_over(struct tessera *t);
-/* After a broken shard connection (t->broken): waits for the master's map to change (the
+/* After a broken shard connection (t->conns.broken): waits for the master's map to change (the
  * dead shard dropped, a follower promoted), connects to the shards of the new map, and
  * redoes what a connection carried (HELLO, owners, shared regions). The caller then sends
- * the step again with t->retrying set, or the registration again. */
+ * the step again with t->rec.retrying set, or the registration again. */
 ts_status sdk_failover(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
 /* A call made while the worker starts (connecting, registering, sharing a region) ended
  * with st: if a shard connection broke, sdk_failover, as often as shards keep dying (a few
@@ -282,6 +508,10 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
  * shared regions); a registration is the caller's to send again. Returns st, or what the
  * failover ended with. */
 ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err) TS_MUST_CHECK;
+/* sdk_hello, or where the connections are bound to the worker id this worker had before it
+ * registered again (sdk_any_authed), sdk_remap: new connections, which say HELLO as the new
+ * one. What the public calls and recovery use; sdk_hello is for the connections as they are. */
+ts_status sdk_hello_or_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
 /* Connects again under the newest map, at once (a registration the map moved under): HELLO
  * and the tensors' heads again if the connections had them. */
 ts_status sdk_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
@@ -291,60 +521,14 @@ ts_status sdk_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
  * cluster could not roll back (no snapshot). */
 ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
                        struct ts_err *err) TS_MUST_CHECK;
-/* sdk_step.c */
-/* What the pull replies of a step said, summed over the partitions read; merged into the
- * handle's step_* fields and newest by sdk_reads_merge. */
-struct step_reads {
-    bool overflow;                /* a partition's step was skipped */
-    uint64_t stale, newest;       /* the most staleness, the newest version */
-    uint64_t pulled, pulled_raw;  /* payload bytes of parameters pulled, and as float32 */
-};
-void sdk_reads_merge(struct tessera *t, const struct step_reads *acc);
-/* Sends partition p of tensor i to the shard heading it: the push of slot t->push_rank
- * (push), or the pull of x->pull_version with flags. *begun: whether a request of that kind
- * already went on that connection in this exchange; set. The first push says that a step
- * begins (TS_PUSH_ROUND), the first pull that a round of pulls does (TS_PULL_ROUND). */
-ts_status sdk_send_one(struct tessera *t, int i, uint32_t p, bool push, uint32_t flags,
-                       bool *begun, struct ts_err *err) TS_MUST_CHECK;
-/* Reads the reply to sdk_send_one(t, i, p, ...): an ACK (params NULL), or PARAMS into
- * tensor i's destination params (the whole tensor's). What it said goes to acc. */
-ts_status sdk_read_one(struct tessera *t, int i, uint32_t p, float *params,
-                       struct step_reads *acc, struct ts_err *e) TS_MUST_CHECK;
-
-/* sdk_pipe.c */
-enum sdk_pipe_mode { SDK_PIPE_AUTO, SDK_PIPE_ON, SDK_PIPE_OFF };
-/* t->pipe from $TESSERA_PIPELINE (auto, on, off; unset: auto); TS_EINVAL naming it. */
-ts_status sdk_pipe_mode(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
-/* Whether the exchange of [first, last) goes through sdk_pipe_exchange: one push per
- * partition (one slot, or a combined push), and
- * (auto) bytes that leave the host on some connection, at least SDK_PIPE_MIN_BYTES. */
-bool sdk_pipe_pays(const struct tessera *t, int first, int last, bool push,
-                   float *const *params);
-/* sdk_step.c's exchange, with a sender and a reader thread per shard connection. */
-ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
-                            float *const *params, uint32_t flags,
-                            struct ts_err *err) TS_MUST_CHECK;
-/* Every tensor pulled at global step `step` into params, on the connections as they are. */
-ts_status sdk_pull_all(struct tessera *t, uint64_t step, float *const *params,
-                       struct ts_err *err) TS_MUST_CHECK;
-
-/* Pushes per partition in the step in progress: one per slot, or one combined. */
-static inline size_t sdk_npush(const struct tessera *t)
-{
-    return t->push_mask ? 1 : t->nstep;
-}
-/* Readies the pushes of the step's kth push (sdk_npush): its slot as the rank, and with more
- * than one slot the gradients (that slot's, or the combined sum). */
-void sdk_next_slot(struct tessera *t, int first, int last, size_t k);
-
-/* sdk_combine.c */
-/* Before a step of slots[0..n) with gradients grads[k][tensor] (plan_step done: x->active
- * set): decides whether it goes as one push, summed into each active tensor's slot_sum
- * (t->push_mask set), or slot by slot. sdk_combine_done: the step ended, ok or not (not: the
- * next one goes slot by slot); clears push_mask. */
-void sdk_combine_plan(struct tessera *t, uint64_t step, size_t n, const uint32_t *slots,
-                      const void *const *const *grads);
-void sdk_combine_done(struct tessera *t, uint64_t step, bool ok);
+/* An exchange (or a clipped step's exchanges) that ended with st: a shard died
+ * (TS_EUNAVAIL), or a partition moved to a shard that joined the ring (TS_ESTALE). Under the
+ * new map redo(t, ctx, err) sends it again to the new heads, pushes flagged as retries
+ * (counted once), as often as the map keeps changing (MAX_FAILOVERS); what and n name it in
+ * logs. TS_EROLLBACK if the job went back to a snapshot meanwhile. */
+typedef ts_status (*sdk_redo_fn)(struct tessera *t, void *ctx, struct ts_err *err);
+ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_status st,
+                        sdk_redo_fn redo, void *ctx, struct ts_err *err) TS_MUST_CHECK;
 
 /* sdk_elastic.c */
 /* Keeps params (the values of the step about to be sent, by tensor id) to recompute from. */
@@ -394,107 +578,17 @@ ts_status sdk_tensor_options(struct tessera *t, struct sdk_tensor *x, struct ts_
 ts_status sdk_tensor_buffers(struct tessera *t, struct sdk_tensor *x,
                              const Tessera__V1__RegisterTensorRequest *req, struct ts_err *err);
 
-/* sdk_region.c */
-/* After a failover: x's partitions mapped from a shard become private pages again, and the
- * shards of the new connections that are on this host map them and read the gradient anew. */
-ts_status sdk_region_reconnect(struct tessera *t, struct sdk_tensor *x, int id,
-                               struct ts_err *err) TS_MUST_CHECK;
-
-/* sdk_reply.c (below sdk_step.c and sdk_region.c) */
-/* Names the job on every connection, once the shards know it (after a registration). */
-ts_status sdk_hello(struct tessera *t, struct ts_err *err);
-/* What a reply said besides its payload. */
-struct reply_info {
-    uint32_t flags;           /* PARAMS: TS_PARAMS_*; an ACK of HELLO: TS_ACK_* */
-    uint32_t staleness;
-    uint64_t step;            /* the frame's step field (an ACK of HELLO: the job's rollbacks) */
-    uint8_t data[48];         /* an ACK's payload (a handshake's proof, transport/auth.h) */
-    size_t data_len;
-    /* PARAMS: set by the caller, the payload may be shorter than cap (a compressed pull);
-     * then its length and encoding. */
-    bool upto;
-    uint64_t len;
-    uint16_t encoding;
-};
-/* Reads the reply to the oldest request on shard slot s, of type want for (tensor, part);
- * PARAMS land in dst (cap bytes). An ERROR reply is its status and message. */
-ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
-                         uint32_t part, void *dst, size_t cap, struct reply_info *ri,
-                         struct ts_err *err);
-
-/* sdk_pullc.c: compressed pulls (docs/compression.md, "Pulls") */
-struct ts_frame_hdr;
-/* The copy and reply buffers x's pulls need (none when they go in full). */
-ts_status sdk_pullc_buffers(struct tessera *t, struct sdk_tensor *x,
-                            struct ts_err *err) TS_MUST_CHECK;
-void sdk_pullc_free(struct sdk_tensor *x);
-/* Whether partition p of x is pulled compressed: x has a pull codec, the partition is not
- * read from a shared region, and its shard is not reached over shared memory (logged once). */
-bool sdk_pullc_on(struct tessera *t, const struct sdk_tensor *x, uint32_t p);
-/* A compressed pull's request: flags and encoding into h, its 16-byte payload into req. */
-void sdk_pullc_request(const struct sdk_tensor *x, uint32_t p, struct ts_frame_hdr *h,
-                       uint8_t req[16]);
-/* Reads the reply to a compressed pull of partition p of tensor i, applies it to the copy and
- * copies the partition into dst (len floats); what it said in ri. On any failure the copy's
- * token is dropped, so the next pull comes in full. */
-ts_status sdk_pullc_read(struct tessera *t, int i, uint32_t p, float *dst,
-                         struct reply_info *ri, struct step_reads *acc,
-                         struct ts_err *err) TS_MUST_CHECK;
-
-/* sdk_region.c */
-/* After registering x as tensor id: maps the parameters of x that shards on this host hold
- * into x->view (bsp; skipped, with x->view NULL, where nothing can be mapped). */
-ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err);
-/* Whether partition p of x's push goes as TS_PUSH_REGION: raw, from x->grad, to a shard that
- * maps it. */
-bool sdk_push_in_region(const struct sdk_tensor *x, uint32_t p);
-/* Unmaps what sdk_map_params and tessera_buffers made. */
-void sdk_region_free(struct sdk_tensor *x);
-
-/* sdk_step.c, for sdk_overlap.c: tensor i's push of grad checked before anything is sent
- * (exact mode's float pushes: every value in range), then readied (compression included),
- * and the pushes (push) or pulls (params, indexed from first) of the active tensors of
- * [first, last), failing over as a step does; what and n name it in logs. */
-ts_status sdk_check_push(struct tessera *t, int i, const void *grad,
-                         struct ts_err *err) TS_MUST_CHECK;
-void sdk_prepare_push(struct tessera *t, int i, const void *grad);
-/* sdk_wait.c: ts_frame_recv of the reply on slot s's connection, waiting up to t->timeout_ms
- * in slices: between them the interrupt check runs (TS_ECANCELLED once it says so), and a
- * wait of more than WAIT_SAY_MS logs which ranks the step waits for, as the master knows
- * them. sdk_usable: TS_ECANCELLED once an interrupted wait left the connections out of step. */
-ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *buf, size_t cap,
-                   uint32_t tensor, uint32_t part, struct ts_err *err);
-ts_status sdk_usable(const struct tessera *t, struct ts_err *err);
-#define SDK_WAIT_SLICE_MS 200   /* how soon a wait sees an interrupt */
-/* One tick of a wait that began at `start` (ts_now_ms), between two slices: the interrupt
- * check (TS_ECANCELLED naming `what`; the handle is unusable after it) and, past
- * WAIT_SAY_MS, the log of the ranks waited for (*said: when it last logged, 0 at first). The
- * caller's thread only. */
-ts_status sdk_wait_tick(struct tessera *t, int64_t start, int64_t *said, const char *what,
-                        struct ts_err *err) TS_MUST_CHECK;
-/* sdk_assign.c: the active tensors of [first, last) were pushed: their assignments are done;
- * sdk_assign_clear disarms one tensor. */
-void sdk_assign_done(struct tessera *t, int first, int last);
-void sdk_assign_clear(struct sdk_tensor *x);
-/* The bytes of x's assignment with state, every partition's values and state. */
-uint64_t sdk_assign_bytes(const struct tessera *t, const struct sdk_tensor *x);
-ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int first, int last,
-                       bool push, float *const *params, struct ts_err *err) TS_MUST_CHECK;
-/* sdk_step.c: an exchange (or a clipped step's exchanges) that ended with st: a shard died
- * (TS_EUNAVAIL), or a partition moved to a shard that joined the ring (TS_ESTALE). Under the
- * new map redo(t, ctx, err) sends it again to the new heads, pushes flagged as retries
- * (counted once), as often as the map keeps changing (MAX_FAILOVERS); what and n name it in
- * logs. TS_EROLLBACK if the job went back to a snapshot meanwhile. */
-typedef ts_status (*sdk_redo_fn)(struct tessera *t, void *ctx, struct ts_err *err);
-ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_status st,
-                        sdk_redo_fn redo, void *ctx, struct ts_err *err) TS_MUST_CHECK;
-/* sdk_step.c, for sdk_clip.c: one exchange of every tensor (the step's pushes; the pulls
- * into params, if not NULL) with no failover, the caller's to do. */
-ts_status sdk_exchange_once(struct tessera *t, bool push, float *const *params,
-                            struct ts_err *err) TS_MUST_CHECK;
+/* sdk_combine.c */
+/* Before a step of slots[0..n) with gradients grads[k][tensor] (plan_step done: x->active
+ * set): decides whether it goes as one push, summed into each active tensor's slot_sum
+ * (t->comb.push_mask set), or slot by slot. sdk_combine_done: the step ended, ok or not (not: the
+ * next one goes slot by slot); clears push_mask. */
+void sdk_combine_plan(struct tessera *t, uint64_t step, size_t n, const uint32_t *slots,
+                      const void *const *const *grads);
+void sdk_combine_done(struct tessera *t, uint64_t step, bool ok);
 
 /* sdk_clip.c: clipping by global norm (lib/ps/part.h, "Clipping"). The phases of a clipped
- * step, as t->clip_phase says them to sdk_step.c's pushes. */
+ * step, as t->clip.phase says them to sdk_step.c's pushes. */
 enum sdk_clip_phase { SDK_CLIP_OFF, SDK_CLIP_HOLD, SDK_CLIP_APPLY };
 /* Whether a step of t may be clipped (TS_EINVAL or TS_ENOTSUP naming why not). */
 ts_status sdk_clip_check(const struct tessera *t, float max_norm, struct ts_err *err)
@@ -507,7 +601,19 @@ ts_status sdk_clip_exchange(struct tessera *t, uint64_t step, float max_norm,
     TS_MUST_CHECK;
 /* A reduce job's step (every worker holds the averaged gradient, x->rgrad): its global norm,
  * summed as the shards sum it in bsp (partition by partition, so the same bits), into
- * t->clip_total, and every gradient multiplied by the coefficient, before the optimizer. */
+ * t->clip.total, and every gradient multiplied by the coefficient, before the optimizer. */
 void sdk_clip_reduced(struct tessera *t);
+
+/* sdk_step.c, for sdk_overlap.c: tensor i's push of grad checked before anything is sent
+ * (exact mode's float pushes: every value in range), then readied (sdk_prepare_push), and the
+ * pushes (push) or pulls (params, indexed from first) of the active tensors of [first, last),
+ * failing over as a step does; what and n name it in logs. */
+ts_status sdk_check_push(struct tessera *t, int i, const void *grad,
+                         struct ts_err *err) TS_MUST_CHECK;
+ts_status sdk_exchange(struct tessera *t, const char *what, uint64_t n, int first, int last,
+                       bool push, float *const *params, struct ts_err *err) TS_MUST_CHECK;
+
+/* sdk_metrics.c: the end of its serving when t is the served client (tessera_close). */
+void sdk_metrics_close(tessera *t);
 
 #endif

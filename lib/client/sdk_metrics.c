@@ -110,7 +110,8 @@ int tessera_serve_metrics(tessera *t, const char *host, int port, int *bound,
     return sdk_ok(e);
 }
 
-void sdk_metrics_progress(tessera *t, const struct tessera_progress *p)
+/* Keeps a progress report for the scrapes, when t is the served client. */
+static void progress(tessera *t, const struct tessera_progress *p)
 {
     pthread_mutex_lock(&m.mu);
     if (m.t == t) {
@@ -135,4 +136,13 @@ void sdk_metrics_close(tessera *t)
     }
     pthread_mutex_unlock(&m.mu);
     ts_metrics_http_stop(h);   /* outside the lock: a scrape in flight may wait on it */
+}
+
+void tessera_report_progress(tessera *t, const struct tessera_progress *p)
+{
+    if (!p)
+        return;
+    if (t->ms)
+        ts_membership_set_progress(t->ms, p->loss, p->accuracy, p->samples_per_s);
+    progress(t, p);
 }

@@ -64,7 +64,7 @@ static ts_status follow_rollback(struct tessera *t, const char *what, uint64_t n
     memset(err, 0, sizeof(*err));
     if ((st = sdk_rollback(t, params, &back, err)))
         return st;
-    t->resume_step = back;
+    t->rec.resume_step = back;
     return ts_err_set(err, TS_EROLLBACK, "%s %" PRIu64 ": the cluster took job '%s' back to "
                       "step %" PRIu64 " of its last snapshot (a partition lost every copy); "
                       "training goes on from there", what, n, t->job.id, back);

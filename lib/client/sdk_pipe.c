@@ -1,7 +1,7 @@
 /* sdk_pipe.c - a step's requests to each shard and its replies back at the same time, on the
  * connections whose bytes leave the host.
  *
- * Why: sdk_step.c's plain exchange sends every push, then every pull request, then reads the
+ * Why: sdk_exchange.c's plain exchange sends every push, then every pull request, then reads the
  * replies. A shard serves a connection in order, so a worker's link carries pushes up with
  * nothing coming down, then parameters down with nothing going up, and a step costs at least
  * 2 x size / link rate (docs/transport.md, "Push and pull at once"). Here each shard
@@ -20,7 +20,7 @@
  *
  * Threads: every thread reads the handle; each writes only its own struct pipe_conn and the
  * per-partition fields of the partitions its shard heads (x->overflow[p], x->have[p]);
- * t->broken is atomic. What the replies said is merged once all are joined. The caller's
+ * t->conns.broken is atomic. What the replies said is merged once all are joined. The caller's
  * thread waits for them in slices (SDK_WAIT_SLICE_MS) and ticks between them: an interrupt
  * (Ctrl-C in Python, whose check works in that thread only) cuts every connection, which
  * ends the threads at once, and the exchange is TS_ECANCELLED. */
@@ -90,12 +90,12 @@ bool sdk_pipe_pays(const struct tessera *t, int first, int last, bool push,
     uint64_t bytes = 0;
     bool leaves = false;
 
-    if (t->pipe == SDK_PIPE_OFF || sdk_npush(t) > 1 || t->nshards < 1)
+    if (t->pipe == SDK_PIPE_OFF || sdk_npush(t) > 1 || t->conns.nshards < 1)
         return false;
     if (t->pipe == SDK_PIPE_ON)
         return true;
-    for (size_t s = 0; s < t->nshards; s++)
-        leaves |= !(t->shards[s].conn->local_in && t->shards[s].conn->local_out);
+    for (size_t s = 0; s < t->conns.nshards; s++)
+        leaves |= !(t->conns.shards[s].conn->local_in && t->conns.shards[s].conn->local_out);
     for (int i = first; leaves && i < last; i++) {
         const struct sdk_tensor *x = t->tensors[i];
         if (x->active)
@@ -162,7 +162,7 @@ static void *pipe_send(void *arg)
             c->send_st = sdk_send_one(t, k.i, k.p, false, c->flags, &begun, &c->send_err);
     }
     if (c->send_st)
-        ts_tp_shutdown(t->shards[c->s].conn);
+        ts_tp_shutdown(t->conns.shards[c->s].conn);
     return thread_done(c);
 }
 
@@ -181,7 +181,7 @@ static bool pipe_read_one(struct pipe_conn *c, int i, uint32_t p, float *params)
     if (sdk_transport_failed(r)) {
         c->read_st = r;
         c->read_err = e;
-        ts_tp_shutdown(c->t->shards[c->s].conn);
+        ts_tp_shutdown(c->t->conns.shards[c->s].conn);
         return false;
     }
     return true;
@@ -228,7 +228,7 @@ static ts_status wait_threads(struct tessera *t, struct pipe_live *live, struct 
         pthread_mutex_unlock(&live->mu);
         if ((st = sdk_wait_tick(t, start, &said, what, err)))
             for (size_t k = 0; k < n; k++)
-                ts_tp_shutdown(t->shards[cs[k].s].conn);
+                ts_tp_shutdown(t->conns.shards[cs[k].s].conn);
         pthread_mutex_lock(&live->mu);
     }
     pthread_mutex_unlock(&live->mu);
@@ -262,17 +262,17 @@ static ts_status outcome(struct tessera *t, struct pipe_conn *cs, size_t n, stru
 ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
                             float *const *params, uint32_t flags, struct ts_err *err)
 {
-    struct pipe_conn *cs = calloc(t->nshards, sizeof(*cs));
+    struct pipe_conn *cs = calloc(t->conns.nshards, sizeof(*cs));
     struct pipe_live live = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
     size_t n = 0;
     ts_status st = TS_OK, waited;
 
     if (!cs)
         return ts_err_set(err, TS_ENOMEM, "out of memory for %zu shard connections",
-                          t->nshards);
+                          t->conns.nshards);
     if (push && sdk_npush(t) == 1)
         sdk_next_slot(t, first, last, 0);
-    for (uint32_t s = 0; s < t->nshards; s++) {
+    for (uint32_t s = 0; s < t->conns.nshards; s++) {
         struct cursor k;
         cs[n] = (struct pipe_conn){ .t = t, .live = &live, .s = s, .first = first, .last = last,
                                     .push = push, .params = params, .flags = flags };
@@ -283,7 +283,7 @@ ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
         pthread_cond_init(&cs[n].cv, NULL);
         n++;
     }
-    t->pipe_busy = true;
+    t->wait.pipe_busy = true;
     for (size_t k = 0; !st && k < n; k++) {
         int rc;
 
@@ -293,14 +293,14 @@ ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
         rc = pthread_create(&cs[k].reader, NULL, pipe_read, &cs[k]);
         cs[k].reader_made = rc == 0;
         if (!rc && (rc = pthread_create(&cs[k].sender, NULL, pipe_send, &cs[k])) != 0)
-            ts_tp_shutdown(t->shards[cs[k].s].conn);   /* its reader would wait forever */
+            ts_tp_shutdown(t->conns.shards[cs[k].s].conn);   /* its reader would wait forever */
         cs[k].sender_made = rc == 0;
         if (rc) {
             pthread_mutex_lock(&live.mu);
             live.running -= 2 - cs[k].reader_made;
             pthread_mutex_unlock(&live.mu);
             st = ts_err_set(err, TS_ENOMEM, "starting the threads of shard %u's connection: %s",
-                            t->shards[cs[k].s].id, strerror(rc));
+                            t->conns.shards[cs[k].s].id, strerror(rc));
         }
     }
     /* Threads not started leave their connections untouched and their results empty. */
@@ -311,7 +311,7 @@ ts_status sdk_pipe_exchange(struct tessera *t, int first, int last, bool push,
         if (cs[k].reader_made)
             pthread_join(cs[k].reader, NULL);
     }
-    t->pipe_busy = false;
+    t->wait.pipe_busy = false;
     if (!st)
         st = waited ? waited : outcome(t, cs, n, err);
     for (size_t k = 0; k < n; k++) {

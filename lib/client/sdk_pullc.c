@@ -65,12 +65,12 @@ bool sdk_pullc_on(struct tessera *t, const struct sdk_tensor *x, uint32_t p)
 {
     if (!x->pcopy || (x->view_part && x->view_part[p]))
         return false;
-    if (!t->shards[x->owner[p]].shm)
+    if (!t->conns.shards[x->owner[p]].shm)
         return true;
     if (!atomic_exchange(&t->pullc_shm_said, true))
         ts_log(TS_INFO, "sdk", "pull_compress: shard %u is reached over shared memory, where "
                "a pull is a memory copy; its pulls go in full float32",
-               t->shards[x->owner[p]].id);
+               t->conns.shards[x->owner[p]].id);
     return false;
 }
 
@@ -91,7 +91,7 @@ static ts_status apply(struct tessera *t, struct sdk_tensor *x, int i, uint32_t 
                        uint64_t len, const uint8_t *wire, const struct reply_info *ri,
                        float *dst, struct ts_err *err)
 {
-    uint32_t shard = t->shards[x->owner[p]].id;
+    uint32_t shard = t->conns.shards[x->owner[p]].id;
     uint64_t token;
     ts_status st;
 

@@ -33,8 +33,7 @@ static bool holds(const struct sdk_tensor *x, uint32_t s)
 static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id,
                             struct ts_err *err);
 
-/* Private, zeroed pages for x's view (numel floats). */
-static ts_status view_alloc(struct sdk_tensor *x, struct ts_err *err)
+ts_status sdk_view_alloc(struct sdk_tensor *x, struct ts_err *err)
 {
     size_t bytes = ts_page_round(x->numel * sizeof(float));
     void *v = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -52,7 +51,7 @@ static ts_status view_alloc(struct sdk_tensor *x, struct ts_err *err)
 static ts_status map_from(struct tessera *t, struct sdk_tensor *x, int id, uint32_t s,
                           struct ts_err *err)
 {
-    struct ts_conn *c = t->shards[s].conn;
+    struct ts_conn *c = t->conns.shards[s].conn;
     struct ts_frame_hdr h = { .type = TS_FRAME_MAP, .tensor = (uint32_t)id };
     struct ts_err e = { 0 };
     ts_status st;
@@ -77,7 +76,7 @@ static ts_status map_from(struct tessera *t, struct sdk_tensor *x, int id, uint3
     }
     close(fd);
     if (st)
-        ts_err_prefix(err, "tensor '%s' from shard %u", x->name, t->shards[s].id);
+        ts_err_prefix(err, "tensor '%s' from shard %u", x->name, t->conns.shards[s].id);
     return st;
 }
 
@@ -86,8 +85,8 @@ static ts_status map_all(struct tessera *t, struct sdk_tensor *x, int id, struct
 {
     ts_status st;
 
-    for (uint32_t s = 0; s < t->nshards; s++) {
-        if (holds(x, s) && ts_tp_can_share(t->shards[s].conn) &&
+    for (uint32_t s = 0; s < t->conns.nshards; s++) {
+        if (holds(x, s) && ts_tp_can_share(t->conns.shards[s].conn) &&
             (st = map_from(t, x, id, s, err)))
             return st;
     }
@@ -103,7 +102,7 @@ ts_status sdk_map_params(struct tessera *t, struct sdk_tensor *x, int id, struct
     if (t->local || t->elastic || t->job.mode != TS_MODE_BSP ||
         x->partition_bytes % ts_page_size() != 0)
         return TS_OK;
-    if ((st = view_alloc(x, err)))
+    if ((st = sdk_view_alloc(x, err)))
         return st;
     if (!(x->view_part = calloc(x->nparts, 1)))
         return ts_err_set(err, TS_ENOMEM, "out of memory");
@@ -143,13 +142,11 @@ ts_status sdk_region_reconnect(struct tessera *t, struct sdk_tensor *x, int id,
 
 bool sdk_push_in_region(const struct sdk_tensor *x, uint32_t p)
 {
-    /* grad_shared exists only for remote shards (grad_alloc). */
+    /* grad_shared exists only for remote shards (sdk_grad_alloc). */
     return !x->encoded && x->grad_shared && x->src == x->grad.base && x->grad_shared[x->owner[p]];
 }
 
-/* Makes x's gradient buffer and shares it with every shard on this host that holds a
- * partition of x (SHARE, then its ACK). A shard that declines is left out: its pushes copy. */
-static ts_status grad_alloc(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err)
+ts_status sdk_grad_alloc(struct tessera *t, struct sdk_tensor *x, int id, struct ts_err *err)
 {
     size_t bytes = x->numel * sdk_push_bytes(t);
     /* Owned: the shards that map it can read it, only this process can write it. */
@@ -176,13 +173,13 @@ static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id, str
     ts_status st;
 
     free(x->grad_shared);
-    if (!(x->grad_shared = calloc(t->nshards + 1, 1)))
+    if (!(x->grad_shared = calloc(t->conns.nshards + 1, 1)))
         return ts_err_set(err, TS_ENOMEM, "out of memory");
-    for (uint32_t s = 0; s < t->nshards; s++) {
+    for (uint32_t s = 0; s < t->conns.nshards; s++) {
         struct ts_frame_hdr h = { .type = TS_FRAME_SHARE, .tensor = (uint32_t)id,
                                   .flags = TS_SHARE_GRAD,
                                   .encoding = (uint16_t)sdk_push_encoding(t) };
-        struct ts_conn *c = t->shards[s].conn;
+        struct ts_conn *c = t->conns.shards[s].conn;
         struct ts_err e = { 0 };
 
         if (!holds(x, s) || !ts_tp_can_share(c))
@@ -197,36 +194,11 @@ static ts_status grad_share(struct tessera *t, struct sdk_tensor *x, int id, str
         if (sdk_transport_failed(st))
             return ts_err_set(err, st, "tensor '%s': sharing its gradient: %s", x->name, e.msg);
         if (st)
-            ts_log(TS_DEBUG, "sdk", "tensor '%s': shard %u: %s", x->name, t->shards[s].id, e.msg);
+            ts_log(TS_DEBUG, "sdk", "tensor '%s': shard %u: %s", x->name, t->conns.shards[s].id,
+                   e.msg);
         x->grad_shared[s] = !st;
     }
     return TS_OK;
-}
-
-int tessera_buffers(tessera *t, int id, const float **params, void **grad,
-                    struct tessera_error *e)
-{
-    struct ts_err err = { 0 };
-    struct sdk_tensor *x;
-    ts_status st;
-
-    if (id < 0 || id >= t->ntensors) {
-        ts_err_set(&err, TS_EINVAL, "tensor id %d is not registered (%d tensors)", id,
-                   t->ntensors);
-        return sdk_fail(e, &err);
-    }
-    x = t->tensors[id];
-    if (params && !x->view && view_alloc(x, &err))
-        return sdk_fail(e, &err);
-    /* A shard that died as the region was shared: connecting again shares it again. */
-    if (grad && !x->grad.base && (st = grad_alloc(t, x, id, &err)) &&
-        (!x->grad.base || sdk_start_over(t, st, &err)))
-        return sdk_fail(e, &err);
-    if (params)
-        *params = x->view;
-    if (grad)
-        *grad = x->grad.base;
-    return sdk_ok(e);
 }
 
 void sdk_region_free(struct sdk_tensor *x)

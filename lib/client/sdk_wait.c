@@ -19,14 +19,14 @@
 
 int tessera_set_interrupt(tessera *t, int (*check)(void *arg), void *arg)
 {
-    t->interrupt = check;
-    t->interrupt_arg = arg;
+    t->wait.interrupt = check;
+    t->wait.interrupt_arg = arg;
     return TESSERA_OK;
 }
 
 ts_status sdk_usable(const struct tessera *t, struct ts_err *err)
 {
-    if (!t->interrupted)
+    if (!t->wait.interrupted)
         return TS_OK;
     return ts_err_set(err, TS_ECANCELLED, "an interrupted call left replies in flight on this "
                       "handle: close it (tessera_close) and connect again");
@@ -56,7 +56,7 @@ static void missing_ranks(struct tessera *t, char *out, size_t n)
             for (size_t k = 0; id && k < cs->n_workers && !w; k++)
                 if (cs->workers[k]->id == id)
                     w = cs->workers[k];
-            if (w && w->clock > t->wait_step)
+            if (w && w->clock > t->wait.step)
                 continue;   /* it pushed this step already */
             if (!w)
                 at += (size_t)snprintf(out + at, n - at, "%srank %zu (never registered)",
@@ -77,16 +77,16 @@ ts_status sdk_wait_tick(struct tessera *t, int64_t start, int64_t *said, const c
 {
     int64_t now = ts_now_ms();
 
-    if (t->interrupt && t->interrupt(t->interrupt_arg)) {
-        t->interrupted = true;
+    if (t->wait.interrupt && t->wait.interrupt(t->wait.interrupt_arg)) {
+        t->wait.interrupted = true;
         return ts_err_set(err, TS_ECANCELLED, "interrupted while waiting for %s (step %" PRIu64
-                          ")", what, t->wait_step);
+                          ")", what, t->wait.step);
     }
     if (now - start >= WAIT_SAY_MS && (!*said || now - *said >= WAIT_AGAIN_MS)) {
         char who[512];
         missing_ranks(t, who, sizeof(who));
         ts_log(TS_WARN, "sdk", "job '%s' step %" PRIu64 ": waiting %.0f s for %s", t->job.id,
-               t->wait_step, (double)(now - start) / 1e3, who);
+               t->wait.step, (double)(now - start) / 1e3, who);
         *said = now;
     }
     return TS_OK;
@@ -100,7 +100,7 @@ ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *
     for (;;) {
         int64_t now = ts_now_ms(), left = start + t->timeout_ms - now;
         int slice = (int)(left < SDK_WAIT_SLICE_MS ? (left > 0 ? left : 0) : SDK_WAIT_SLICE_MS);
-        ts_status st = ts_frame_recv(t->shards[s].conn, h, buf, cap, slice, err);
+        ts_status st = ts_frame_recv(t->conns.shards[s].conn, h, buf, cap, slice, err);
         char what[32];
 
         if (st != TS_ETIMEDOUT)
@@ -108,18 +108,18 @@ ts_status sdk_recv(struct tessera *t, uint32_t s, struct ts_frame_hdr *h, void *
         if (ts_now_ms() - start >= t->timeout_ms)
             return ts_err_set(err, TS_ETIMEDOUT, "shard %u: no reply for tensor %u partition %u "
                               "within %d ms (the step waits for every rank's push: is one "
-                              "stopped? timeout_ms sets the wait)", t->shards[s].id, tensor,
+                              "stopped? timeout_ms sets the wait)", t->conns.shards[s].id, tensor,
                               part, t->timeout_ms);
         memset(err, 0, sizeof(*err));
-        if (t->pipe_busy)   /* a reader thread of sdk_pipe.c: the caller's thread ticks */
+        if (t->wait.pipe_busy)   /* a reader thread of sdk_pipe.c: the caller's thread ticks */
             continue;
-        snprintf(what, sizeof(what), "shard %u", t->shards[s].id);
+        snprintf(what, sizeof(what), "shard %u", t->conns.shards[s].id);
         if ((st = sdk_wait_tick(t, start, &said, what, err)))
             return st;
-        if (t->shards[s].left_epoch)   /* its connection was shut down: say why */
+        if (t->conns.shards[s].left_epoch)   /* its connection was shut down: say why */
             return ts_err_set(err, TS_EUNAVAIL, "shard %u left the shard map (epoch %" PRIu64
                               ") while this worker waited for its reply for tensor %u "
-                              "partition %u", t->shards[s].id,
-                              (uint64_t)t->shards[s].left_epoch, tensor, part);
+                              "partition %u", t->conns.shards[s].id,
+                              (uint64_t)t->conns.shards[s].left_epoch, tensor, part);
     }
 }

@@ -6,12 +6,10 @@ A folder reads bottom up only while no file calls back into one that calls it: a
 file can be read, tested or moved without the other (issue 45). This test builds the
 file-level call graph from the object files of the build, one node per source file, an edge
 A -> B where A's object leaves undefined a global symbol (a function or a variable) that B's
-object defines, and:
-- fails on any cycle among services/master's files (tessera-master's objects), naming each
-  cycle and the symbols of each of its edges;
-- for lib/client (libtessera's objects), reworked separately, compares the cycles with
-  KNOWN_CLIENT_CYCLES below: a new one fails the test; a listed one that is gone fails it
-  too, saying to take it off the list, so that the list only shrinks.
+object defines, and fails on any cycle among the files of services/master (tessera-master's
+objects) or of lib/client (libtessera's objects), naming each cycle and the symbols of each
+of its edges. lib/client's files are also held to the layers that lib/client/sdk_internal.h
+lists at its top, bottom up: every file is listed, and each calls only files listed before it.
 A cycle is elementary (no file twice) and written from its smallest file name,
 "a.c -> b.c -> a.c". Static functions and calls within a file are not edges.
 
@@ -29,112 +27,6 @@ import unittest
 SRC = os.environ.get("TESSERA_SRC") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                     "..", "..")
 
-# lib/client's cycles when this list was written, one a line as spell() writes them (a line
-# that ends in "->" goes on in the next).
-KNOWN_CLIENT_CYCLES = set(re.sub(r"->\s+", "-> ", """
-sdk.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_reply.c -> sdk.c
-sdk_clip.c -> sdk_step.c -> sdk_clip.c
-sdk_elastic.c -> sdk_step.c -> sdk_elastic.c
-sdk_failover.c -> sdk_region.c -> sdk_failover.c
-sdk_failover.c -> sdk_reply.c -> sdk_failover.c
-sdk_failover.c -> sdk_step.c -> sdk_failover.c
-sdk_metrics.c -> sdk_step.c -> sdk_metrics.c
-sdk_pipe.c -> sdk_step.c -> sdk_pipe.c
-sdk.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_reply.c -> sdk.c
-sdk_failover.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c
-sdk_failover.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c
-sdk_failover.c -> sdk_step.c -> sdk_reply.c -> sdk_failover.c
-sdk.c -> sdk_failover.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk_assign.c -> sdk_reply.c -> sdk_failover.c -> sdk_step.c -> sdk_assign.c
-sdk_clip.c -> sdk_reply.c -> sdk_failover.c -> sdk_step.c -> sdk_clip.c
-sdk_elastic.c -> sdk_reply.c -> sdk_failover.c -> sdk_step.c -> sdk_elastic.c
-sdk_failover.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c
-sdk_failover.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_failover.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk_failover.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c
-sdk.c -> sdk_failover.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_failover.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_failover.c -> sdk_region.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_region.c -> sdk_failover.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_region.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c -> sdk_assign.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c -> sdk_clip.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c -> sdk_elastic.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-sdk.c -> sdk_step.c -> sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_metrics.c -> sdk_step.c -> sdk_options.c ->
-    sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_pipe.c -> sdk_step.c -> sdk_options.c ->
-    sdk_pullc.c -> sdk_reply.c -> sdk_failover.c -> sdk.c
-sdk.c -> sdk_region.c -> sdk_failover.c -> sdk_step.c ->
-    sdk_options.c -> sdk_pullc.c -> sdk_reply.c -> sdk.c
-""").strip().splitlines())
 
 # (name, the target's object folder under CMakeFiles, the source folder inside it)
 GROUPS = {
@@ -258,6 +150,19 @@ def cycles(g):
     return sorted(found, key=lambda c: (len(c), c))
 
 
+def client_order():
+    """lib/client's files in the order sdk_internal.h's list of layers names them, bottom up:
+    each file's first mention between "The files in layers" and "The declarations below"."""
+    with open(os.path.join(SRC, "lib", "client", "sdk_internal.h"), encoding="utf-8") as f:
+        text = f.read()
+    text = text[text.index("The files in layers"):text.index("The declarations below")]
+    order = []
+    for name in re.findall(r"\b\w+\.c\b", text):
+        if name not in order:
+            order.append(name)
+    return order
+
+
 def spell(c):
     return " -> ".join(c + (c[0],))
 
@@ -279,27 +184,35 @@ class CallGraph(unittest.TestCase):
             self.fail("%s: no object files under %s; build first (make build), or set "
                       "TESSERA_BUILD to the build directory" % (group, d))
 
-    def test_services_master_has_no_cycle(self):
-        self.need("services/master")
-        g = graph("services/master")
+    def no_cycle(self, group):
+        self.need(group)
+        g = graph(group)
         found = cycles(g)
         if found:
-            self.fail("services/master: %d call cycle(s) among its files; each file must call "
-                      "only files below it:\n%s" % (
-                          len(found), "\n".join(explain(g, c) for c in found)))
+            self.fail("%s: %d call cycle(s) among its files; each file must call only files "
+                      "below it:\n%s" % (group, len(found),
+                                         "\n".join(explain(g, c) for c in found)))
 
-    def test_lib_client_has_no_new_cycle(self):
+    def test_services_master_has_no_cycle(self):
+        self.no_cycle("services/master")
+
+    def test_lib_client_has_no_cycle(self):
+        self.no_cycle("lib/client")
+
+    def test_lib_client_calls_only_down(self):
         self.need("lib/client")
         g = graph("lib/client")
-        found = {spell(c): c for c in cycles(g)}
-        new = sorted(set(found) - KNOWN_CLIENT_CYCLES)
-        gone = sorted(KNOWN_CLIENT_CYCLES - set(found))
-        msgs = ["lib/client: a new call cycle (not in KNOWN_CLIENT_CYCLES):\n" +
-                explain(g, found[c]) for c in new]
-        msgs += ["lib/client: a known cycle is gone; take it off KNOWN_CLIENT_CYCLES in "
-                 "tests/integration/test_call_graph.py: " + c for c in gone]
+        order = client_order()
+        where = {f: k for k, f in enumerate(order)}
+        msgs = ["%s: not in sdk_internal.h's list of layers; add it to its layer" % f
+                for f in sorted(g) if f not in where]
+        for a in sorted(g):
+            for b in sorted(g[a]):
+                if a in where and b in where and where[b] > where[a]:
+                    msgs.append("%s calls %s (%s), listed after it in sdk_internal.h's layers: "
+                                "a call goes up" % (a, b, ", ".join(g[a][b][:3])))
         if msgs:
-            self.fail("\n".join(msgs))
+            self.fail("lib/client:\n" + "\n".join(msgs))
 
 
 if __name__ == "__main__":

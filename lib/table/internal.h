@@ -68,6 +68,8 @@ struct ts_table {
     uint64_t *clock;               /* SSP, ASP: each rank's next step */
     uint64_t *dirty;               /* ids changed since the last take */
     size_t ndirty, dirty_cap;
+    uint64_t *where;               /* BSP: a push's ids' entries in the step's sums */
+    size_t where_cap;
     float *grad;                   /* dim: one row's gradient */
     int64_t *scratch;              /* dim: one row's fixed-point gradient */
 };

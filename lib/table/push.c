@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define NO_ENTRY UINT64_MAX       /* t->where: the id has no entry in the step's sums yet */
+
 /* A gradient row: each value finite (float jobs), or one ts_fixed_from_f32 takes (exact). */
 static ts_status check_grad_row(const struct ts_table *t, const float *g, struct ts_err *err)
 {
@@ -134,12 +136,11 @@ static ts_status check_overflow(struct ts_table *t, const struct ts_row_push *in
     for (size_t i = 0; i < in->n; i++) {
         const int64_t *x = t->scratch;
         const int64_t *acc;
-        uint64_t k;
         ts_status st;
 
-        if (!idmap_find(&t->acc.map, in->ids[i], &k))
+        if (t->where[i] == NO_ENTRY)
             continue;
-        acc = acc_sum(t, k);
+        acc = acc_sum(t, t->where[i]);
         if (in->encoding == TS_ENC_FIXED)
             x = (const int64_t *)in->grad + i * t->dim;
         else if ((st = ts_fixed_from_f32((const float *)in->grad + i * t->dim, t->dim,
@@ -157,14 +158,15 @@ static ts_status check_overflow(struct ts_table *t, const struct ts_row_push *in
     return TS_OK;
 }
 
-/* Adds row i of the push to its entry (new: a zeroed sum first). Cannot fail: checked. */
+/* Adds row i of the push to its entry (none yet: a new one, zeroed first). Cannot fail:
+ * checked. */
 static void acc_add(struct ts_table *t, const struct ts_row_push *in, size_t i)
 {
     struct step_acc *a = &t->acc;
-    uint64_t k;
+    uint64_t k = t->where[i];
     ts_status st = TS_OK;
 
-    if (!idmap_find(&a->map, in->ids[i], &k)) {
+    if (k == NO_ENTRY) {
         k = a->n++;
         a->ids[k] = in->ids[i];
         idmap_put(&a->map, in->ids[i], k);
@@ -239,25 +241,49 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
     pthread_cond_broadcast(&t->cv);
 }
 
-/* The push's ids with neither a row nor an entry in the step's sums (BSP: rows the step will
- * create because of it; SSP, ASP: rows it creates). */
+/* The push's ids with no row (SSP, ASP: the rows it creates). */
 static uint64_t count_fresh(const struct ts_table *t, const struct ts_row_push *in)
 {
-    uint64_t fresh = 0, k;
+    uint64_t fresh = 0;
 
     for (size_t i = 0; i < in->n; i++)
-        fresh += !rows_find(&t->rows, in->ids[i]) && !idmap_find(&t->acc.map, in->ids[i], &k);
+        fresh += !rows_find(&t->rows, in->ids[i]);
     return fresh;
+}
+
+/* BSP: where each id of the push sums, into t->where: its entry in the step's sums, or
+ * NO_ENTRY; and *fresh, the ids with neither an entry nor a row (the rows the step will create
+ * because of this push). One look-up of each map an id, which the later passes reuse. */
+static ts_status locate(struct ts_table *t, const struct ts_row_push *in, uint64_t *fresh,
+                        struct ts_err *err)
+{
+    if (in->n > t->where_cap) {
+        uint64_t *w = realloc(t->where, in->n * sizeof(*w));
+
+        if (!w)
+            return ts_err_set(err, TS_ENOMEM, "no memory for a push of %zu rows", in->n);
+        t->where = w;
+        t->where_cap = in->n;
+    }
+    *fresh = 0;
+    for (size_t i = 0; i < in->n; i++)
+        if (!idmap_find(&t->acc.map, in->ids[i], &t->where[i])) {
+            t->where[i] = NO_ENTRY;
+            *fresh += !rows_find(&t->rows, in->ids[i]);
+        }
+    return TS_OK;
 }
 
 static ts_status push_bsp(struct ts_table *t, const struct ts_row_push *in, bool *applied,
                           struct ts_err *err)
 {
-    uint64_t fresh = count_fresh(t, in);
     struct entry *order = NULL;
     bool last = t->npushed + 1 == t->job->workers;
+    uint64_t fresh = 0;
     ts_status st;
 
+    if ((st = locate(t, in, &fresh, err)))
+        return st;
     if (t->job->exact && (st = check_overflow(t, in, err)))
         return st;
     if ((st = table_charge(t, fresh, err)))

@@ -158,6 +158,7 @@ void ts_table_free(struct ts_table *t)
     free(t->pushed);
     free(t->clock);
     free(t->dirty);
+    free(t->where);
     free(t->grad);
     free(t->scratch);
     pthread_mutex_destroy(&t->mu);

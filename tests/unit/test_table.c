@@ -197,24 +197,24 @@ static void t_init_deterministic(void **state)
 
 /* ---- exact steps: any rank order, worker count, split over stores ---- */
 
-enum { XD = 8, XRANKS = 3, XSTEPS = 4, XN = 12 };
+enum { XD = 8, XRANKS = 3, XSTEPS = 4, XIDS = 40, XN = XIDS + 1 };
 
-/* rank r's ids (sorted, unique; overlapping other ranks') and gradients at step s. */
+/* rank r's ids at step s, ascending: about half of 0..XIDS-1, each shared with some of the
+ * other ranks and not others, and one near 2^63 that ranks 0 and 2 share; and its gradients,
+ * of magnitudes from 1e-7 to 40, so that float sums would round differently by order. */
 static size_t xpush(uint32_t r, uint64_t s, uint64_t *ids, float *g)
 {
     size_t n = 0;
 
-    for (uint64_t k = 0; k < XN; k++) {
-        uint64_t id = (k * 7 + s * 3 + r * (k % 3)) % 23 + (k == XN - 1 ? BIG_ID : 0);
-
-        if (n && ids[n - 1] >= id)
-            continue;
-        ids[n] = id;
+    for (uint64_t id = 0; id < XIDS; id++)
+        if ((id * 7 + s * 3 + r * 5) % 3 == 0 || id % 11 == s % 11)
+            ids[n++] = id;
+    ids[n++] = BIG_ID + r % 2;
+    for (size_t i = 0; i < n; i++)
         for (int j = 0; j < XD; j++)
-            g[n * XD + j] = (float)((int)(j % 5) - 2) * (j % 2 ? 1e-3f : 17.25f) *
-                            (float)(r + 1) + 1e-7f * (float)(s + 1) - 3e-5f * (float)k;
-        n++;
-    }
+            g[i * XD + j] = (float)((int)(j % 5) - 2) * (j % 2 ? 1e-3f : 17.25f) *
+                            (float)(r + 1) + 1e-7f * (float)(s + 1) -
+                            3e-5f * (float)(ids[i] % 97) * (float)(j + 1);
     return n;
 }
 

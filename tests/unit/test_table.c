@@ -2,7 +2,7 @@
  * touch with the same bits in any order and any store; exact steps with the same bits for any
  * rank order, worker count and split over stores; the optimizers' row updates and their lazy
  * state; the budget; refused pushes that change nothing; the fingerprint's bytes and order;
- * the dirty list; pulls that wait for their step. */
+ * the dirty list; pulls that wait for their step; ranks pushing from their own threads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -760,6 +760,58 @@ static void t_async(void **state)
     ts_table_free(s);
 }
 
+/* Ranks on their own threads, as a shard's connection threads call the table: each pushes a
+ * step, then pulls the next (waiting for the others), as a trainer does. The bits are those of
+ * the same pushes made one after another. */
+struct ranker {
+    struct ts_table *t;
+    uint32_t rank;
+    ts_status st;
+};
+
+static void *rank_main(void *arg)
+{
+    struct ranker *k = arg;
+    uint64_t ids[XN];
+    float g[XN * XD], out[XN * XD];
+    bool applied;
+
+    for (uint64_t s = 0; !k->st && s < XSTEPS; s++) {
+        struct ts_row_push in = { .rank = k->rank, .step = s, .ids = ids, .grad = g,
+                                  .encoding = TS_ENC_FIXED_F32 };
+
+        in.n = xpush(k->rank, s, ids, g);
+        if (!(k->st = ts_table_push(k->t, &in, &applied, NULL)))
+            k->st = ts_table_pull(k->t, k->rank, s + 1, 10000, ids, in.n, out, NULL);
+    }
+    return NULL;
+}
+
+static void t_threads(void **state)
+{
+    static const uint32_t order[XRANKS] = { 0, 1, 2 };
+    struct ts_job j = job(XRANKS, true, 32, TS_MODE_BSP);
+    struct ts_table *t = mk(&j, "emb-x", XD, "uniform:0.05", 7, "adam:lr=0.01", NULL);
+    struct ranker k[XRANKS];
+    pthread_t th[XRANKS];
+    char ref[65], hex[65];
+
+    (void)state;
+    for (uint32_t r = 0; r < XRANKS; r++) {
+        k[r] = (struct ranker){ .t = t, .rank = r, .st = TS_OK };
+        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &k[r]), 0);
+    }
+    for (uint32_t r = 0; r < XRANKS; r++) {
+        assert_int_equal(pthread_join(th[r], NULL), 0);
+        assert_int_equal(k[r].st, TS_OK);
+    }
+    assert_int_equal(ts_table_step(t), XSTEPS);
+    sha(&t, 1, hex);
+    run_split(order, 1, ref);
+    assert_string_equal(hex, ref);
+    ts_table_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -767,6 +819,7 @@ int main(void)
         cmocka_unit_test(t_init_deterministic),
         cmocka_unit_test(t_exact_split),
         cmocka_unit_test(t_float_split),
+        cmocka_unit_test(t_threads),
         cmocka_unit_test(t_sgd),
         cmocka_unit_test(t_adagrad),
         cmocka_unit_test(t_adam),

@@ -560,7 +560,8 @@ int tessera_snapshot_read(tessera_snapshot *s, int i, float *values, float *stat
 void tessera_snapshot_close(tessera_snapshot *s);   /* NULL is a no-op */
 
 /* Optimizer state floats per parameter element under `optimizer` (a spec as
- * tessera_options.optimizer takes it): 0 (sgd), 1 (momentum, nesterov), 2 (adam, adamw: m, v).
+ * tessera_options.optimizer takes it): 0 (sgd), 1 (momentum, nesterov, adagrad), 2 (adam,
+ * adamw: m, v).
  * The length of tessera_assign_state's, tessera_pull_state's and the snapshot functions' state
  * arrays, per element. TESSERA_EINVAL names a bad spec. */
 int tessera_optimizer_state_len(const char *optimizer, int *len, struct tessera_error *err);

@@ -1,4 +1,4 @@
-/* optim.c - SGD, momentum, Nesterov, Adam and AdamW, as PyTorch defines them, in float,
+/* optim.c - SGD, momentum, Nesterov, Adam, AdamW and Adagrad, as PyTorch defines them, in float,
  * element by element.
  *
  * The shard applies these to its partitions and `tessera train --local` to whole tensors; in
@@ -16,7 +16,10 @@
  *             mhat = m / (1 - b1^t);  vhat = v / (1 - b2^t);  p -= lr * mhat / (sqrt(vhat) + eps)
  *             (torch.optim.Adam, amsgrad off; equal to PyTorch's formula up to rounding)
  *   AdamW     p *= (float)(1 - lr * wd) (the product in double, as Python computes torch's
- *             scalar), then Adam with g = grad, no L2 term  (torch.optim.AdamW) */
+ *             scalar), then Adam with g = grad, no L2 term  (torch.optim.AdamW)
+ *   Adagrad   g as above;  s = s + g * g;  p -= lr * (g / (sqrt(s) + eps))
+ *             (torch.optim.Adagrad with lr_decay 0 and initial_accumulator_value 0; torch's
+ *             CPU kernel may fuse s + g * g into an FMA, one ulp away at times: tests/unit) */
 #include "tensor/tensor.h"
 #include "tensor/internal.h"
 
@@ -56,6 +59,7 @@ static const struct {
     { "nesterov", TS_OPTIM_NESTEROV, O_LR | O_MOMENTUM | O_WD, "lr, momentum, weight_decay" },
     { "adamw", TS_OPTIM_ADAMW, O_LR | O_BETA1 | O_BETA2 | O_EPS | O_WD,
       "lr, beta1, beta2, eps, weight_decay" },
+    { "adagrad", TS_OPTIM_ADAGRAD, O_LR | O_EPS | O_WD, "lr, eps, weight_decay" },
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -67,6 +71,7 @@ size_t ts_optim_state_len(enum ts_optim_kind kind)
         return 0;
     case TS_OPTIM_MOMENTUM:
     case TS_OPTIM_NESTEROV:
+    case TS_OPTIM_ADAGRAD:
         return 1;
     case TS_OPTIM_ADAM:
     case TS_OPTIM_ADAMW:
@@ -137,7 +142,8 @@ ts_status ts_optim_parse(const char *spec, struct ts_optim_cfg *cfg, struct ts_e
     ts_status st;
 
     if (!spec)
-        return ts_err_set(err, TS_EINVAL, "optimizer: missing; want sgd, momentum, nesterov, adam or adamw");
+        return ts_err_set(err, TS_EINVAL, "optimizer: missing; want sgd, momentum, nesterov, "
+                          "adam, adamw or adagrad");
     colon = strchr(spec, ':');
     len = colon ? (size_t)(colon - spec) : strlen(spec);
     for (k = 0; k < NELEM(optims); k++)
@@ -145,10 +151,12 @@ ts_status ts_optim_parse(const char *spec, struct ts_optim_cfg *cfg, struct ts_e
             break;
     if (k == NELEM(optims))
         return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': unknown; want sgd, momentum, "
-                          "nesterov, adam or adamw, optionally with :lr=0.1,...", spec);
+                          "nesterov, adam, adamw or adagrad, optionally with :lr=0.1,...", spec);
     c.kind = optims[k].kind;
     if (c.kind == TS_OPTIM_ADAMW)
         c.weight_decay = 0.01f;   /* torch.optim.AdamW's default */
+    if (c.kind == TS_OPTIM_ADAGRAD)
+        c.eps = 1e-10f;           /* torch.optim.Adagrad's */
     if (colon && !colon[1])
         return ts_err_set(err, TS_EINVAL, "optimizer '%.64s': nothing after ':'; drop it or "
                           "add options (%s)", spec, optims[k].list);
@@ -347,6 +355,35 @@ static void adam(const struct ts_optim_cfg *c, uint64_t step, float *restrict p,
         adam_el(p, m, v, grad[i], i, &k);
 }
 
+static inline void adagrad_el(float *restrict p, float *restrict s, float g, size_t i,
+                              float lr, float eps)
+{
+    s[i] = s[i] + g * g;
+    p[i] -= lr * (g / (sqrtf(s[i]) + eps));
+}
+
+TS_HOT
+static void adagrad(const struct ts_optim_cfg *c, float *restrict p, float *restrict s,
+                    const float *restrict grad, size_t n)
+{
+    const float lr = c->lr, wd = c->weight_decay, eps = c->eps;
+    size_t i = 0;
+
+    if (wd != 0.0f) {
+        for (; i + TS_LANES <= n; i += TS_LANES)
+            for (size_t j = 0; j < TS_LANES; j++)
+                adagrad_el(p, s, grad[i + j] + wd * p[i + j], i + j, lr, eps);
+        for (; i < n; i++)
+            adagrad_el(p, s, grad[i] + wd * p[i], i, lr, eps);
+        return;
+    }
+    for (; i + TS_LANES <= n; i += TS_LANES)
+        for (size_t j = 0; j < TS_LANES; j++)
+            adagrad_el(p, s, grad[i + j], i + j, lr, eps);
+    for (; i < n; i++)
+        adagrad_el(p, s, grad[i], i, lr, eps);
+}
+
 void ts_optim_apply_range(const struct ts_optim_cfg *cfg, uint64_t step, float *param,
                           float *state, size_t n, size_t off, const float *grad, size_t len)
 {
@@ -365,6 +402,9 @@ void ts_optim_apply_range(const struct ts_optim_cfg *cfg, uint64_t step, float *
         break;
     case TS_OPTIM_ADAMW:
         adamw(cfg, step, param + off, state + off, state + n + off, grad, len);
+        break;
+    case TS_OPTIM_ADAGRAD:
+        adagrad(cfg, param + off, state + off, grad, len);
         break;
     }
 }

@@ -120,6 +120,7 @@ enum ts_optim_kind {
     TS_OPTIM_SGD = 1, TS_OPTIM_MOMENTUM = 2, TS_OPTIM_ADAM = 3,
     TS_OPTIM_NESTEROV = 4,   /* torch.optim.SGD(momentum, nesterov=True) */
     TS_OPTIM_ADAMW = 5,      /* torch.optim.AdamW: weight decay decoupled, default 0.01 */
+    TS_OPTIM_ADAGRAD = 6,    /* torch.optim.Adagrad (lr_decay 0, initial accumulator 0) */
 };
 
 struct ts_optim_cfg {
@@ -127,18 +128,20 @@ struct ts_optim_cfg {
     float lr;
     float momentum;          /* MOMENTUM: v = momentum * v + g; p -= lr * v (PyTorch's SGD);
                               * NESTEROV: the same v, then p -= lr * (g + momentum * v) */
-    float beta1, beta2, eps; /* ADAM: PyTorch's Adam with bias correction */
+    float beta1, beta2, eps; /* ADAM: PyTorch's Adam with bias correction; ADAGRAD: eps
+                              * (default 1e-10): s += g * g; p -= lr * (g / (sqrt(s) + eps)) */
     float weight_decay;      /* L2, added to the gradient: g += wd * p; ADAMW: decoupled,
                               * p *= 1 - lr * wd before the Adam step */
 };
 
-/* Floats of optimizer state per parameter element: 0 (SGD), 1 (momentum, nesterov), 2 (Adam,
- * AdamW: m, v). */
+/* Floats of optimizer state per parameter element: 0 (SGD), 1 (momentum, nesterov; Adagrad:
+ * the sum of squares), 2 (Adam, AdamW: m, v). */
 size_t ts_optim_state_len(enum ts_optim_kind kind);
 /* Fills defaults for kind (lr 0.01, momentum 0.9, betas 0.9/0.999, eps 1e-8, wd 0; adamw's wd
- * 0.01, torch's) and parses "sgd", "momentum", "nesterov", "adam", "adamw" with optional
- * ":lr=0.1,momentum=0.9,...". Options: lr, weight_decay (all), momentum (momentum, nesterov),
- * beta1, beta2, eps (adam, adamw), each at most once.
+ * 0.01 and adagrad's eps 1e-10, torch's) and parses "sgd", "momentum", "nesterov", "adam",
+ * "adamw", "adagrad" with optional ":lr=0.1,momentum=0.9,...". Options: lr, weight_decay
+ * (all), momentum (momentum, nesterov), beta1, beta2 (adam, adamw), eps (adam, adamw,
+ * adagrad), each at most once.
  * TS_EINVAL names an unknown optimizer or option, a malformed value, or one out of range
  * (lr > 0, momentum and betas in [0, 1), eps > 0, weight_decay >= 0); *cfg is set on TS_OK
  * only. */

@@ -85,7 +85,8 @@ class _RoutedLoad:
 
 
 #: Floats of optimizer state per parameter element, by optimizer (lib/tensor/optim.c).
-STATE_LEN = {"sgd": 0, "momentum": 1, "nesterov": 1, "adam": 2, "adamw": 2}
+STATE_LEN = {"sgd": 0, "momentum": 1, "nesterov": 1, "adam": 2, "adamw": 2,
+             "adagrad": 1}
 
 
 def _optimizer_defaults(spec):

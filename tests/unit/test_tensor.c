@@ -675,6 +675,39 @@ static void test_optim_nesterov_adamw(void **state)
     assert_int_equal(ts_optim_parse("nesterov:beta1=0.9", &c, NULL), TS_EINVAL);
 }
 
+/* Three steps of Adagrad on P0 and G, values and sums of squares, against a step-by-step
+ * float32 evaluation (numpy 1.24) of optim.c's formula, with and without weight decay. torch
+ * 1.13's CPU Adagrad gives the same bits with weight decay and differs by one ulp in one sum
+ * and one value without (0x1.eb852p-3, 0x1.cbc22ap-2): its addcmul_ kernel fuses s + g * g
+ * into one rounding where built with FMA, which exact mode rules out. */
+static void test_optim_adagrad(void **state)
+{
+    static const struct {
+        const char *spec;
+        float want[3], sum[3];
+    } cases[] = {
+        { "adagrad:lr=0.1", { 0x1.cbc22cp-2f, -0x1.47bf9cp+0f, 0x1.de9e76p+0f },
+          { 0x1.a3d70cp-4f, 0x1.eb8522p-3f, 0x1.4cccccp-3f } },
+        { "adagrad:lr=0.1,weight_decay=0.01", { 0x1.c9e668p-2f, -0x1.46d8d4p+0f,
+          0x1.dc803cp+0f }, { 0x1.a1165cp-4f, 0x1.d9aefap-3f, 0x1.739e34p-3f } },
+    };
+    float p[3], st[6];
+    struct ts_optim_cfg c;
+
+    (void)state;
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        run_optim(cases[k].spec, 3, p, st);
+        if (memcmp(p, cases[k].want, sizeof(p)) || memcmp(st, cases[k].sum, sizeof(p)))
+            fail_msg("%s: %a %a %a, sums %a %a %a", cases[k].spec, (double)p[0], (double)p[1],
+                     (double)p[2], (double)st[0], (double)st[1], (double)st[2]);
+    }
+    assert_int_equal(ts_optim_parse("adagrad", &c, NULL), TS_OK);
+    assert_true(c.kind == TS_OPTIM_ADAGRAD && c.eps == 1e-10f && c.lr == 0.01f);
+    assert_int_equal(ts_optim_state_len(TS_OPTIM_ADAGRAD), 1);
+    assert_int_equal(ts_optim_parse("adagrad:beta1=0.9", &c, NULL), TS_EINVAL);
+    assert_int_equal(ts_optim_parse("adagrad:momentum=0.9", &c, NULL), TS_EINVAL);
+}
+
 static void test_optim_parse(void **state)
 {
     static const char *const bad[] = {
@@ -740,6 +773,7 @@ int main(void)
         cmocka_unit_test(test_optim_sgd),
         cmocka_unit_test(test_optim_momentum),
         cmocka_unit_test(test_optim_nesterov_adamw),
+        cmocka_unit_test(test_optim_adagrad),
         cmocka_unit_test(test_optim_adam),
         cmocka_unit_test(test_optim_parse),
     };

@@ -95,6 +95,9 @@ SCALAR_REF static void ref_optim(const struct ts_optim_cfg *c, uint64_t step, fl
         } else if (c->kind == TS_OPTIM_NESTEROV) {
             *m = c->momentum * *m + g;
             p[i] -= c->lr * (g + c->momentum * *m);
+        } else if (c->kind == TS_OPTIM_ADAGRAD) {
+            *m = *m + g * g;
+            p[i] -= c->lr * (g / (sqrtf(*m) + c->eps));
         } else {
             float bc1 = (float)(1.0 - b1t), bc2 = (float)(1.0 - b2t);
 
@@ -362,7 +365,8 @@ static void test_vec_optim(void **state)
         "momentum:lr=0.05,momentum=0.5,weight_decay=0.001", "adam:lr=0.001",
         "adam:lr=0.01,beta1=0.8,beta2=0.99,eps=1e-6,weight_decay=0.1",
         "nesterov:lr=0.05,momentum=0.9,weight_decay=0.001", "adamw:lr=0.001",
-        "adamw:lr=0.01,beta1=0.8,weight_decay=0.1",
+        "adamw:lr=0.01,beta1=0.8,weight_decay=0.1", "adagrad:lr=0.1",
+        "adagrad:lr=0.05,eps=1e-6,weight_decay=0.01",
     };
     enum { MAXN = 1003 };
     static float p[MAXN], st[2 * MAXN], g[MAXN], rp[MAXN], rst[2 * MAXN];

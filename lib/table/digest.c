@@ -1,0 +1,168 @@
+/* digest.c - a table's fingerprint over one or several stores (table.h, "Fingerprint").
+ *
+ * Each store's ids are sorted, then merged: every row in ascending id whichever store holds
+ * it, so that a table split over any number of shards hashes as the one store that would
+ * hold all its rows. */
+#include "table/internal.h"
+
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void put_u64(EVP_MD_CTX *c, uint64_t v)
+{
+    uint8_t le[8];
+
+    for (int b = 0; b < 8; b++)
+        le[b] = (uint8_t)(v >> (8 * b));
+    EVP_DigestUpdate(c, le, sizeof(le));
+}
+
+static void put_values(EVP_MD_CTX *c, const float *v, uint32_t n)
+{
+    uint8_t buf[256];
+    size_t k = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t u;
+
+        memcpy(&u, &v[i], 4);
+        for (int b = 0; b < 4; b++)
+            buf[k++] = (uint8_t)(u >> (8 * b));
+        if (k == sizeof(buf)) {
+            EVP_DigestUpdate(c, buf, k);
+            k = 0;
+        }
+    }
+    EVP_DigestUpdate(c, buf, k);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(struct ts_table *const *)a;
+    uintptr_t y = (uintptr_t)*(struct ts_table *const *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* One store's ids, ascending, into *out (caller frees). Called with its mu held. */
+static ts_status sorted_ids(const struct ts_table *t, uint64_t **out, struct ts_err *err)
+{
+    uint64_t *ids = malloc((t->rows.n + 1) * sizeof(*ids));
+
+    if (!ids)
+        return ts_err_set(err, TS_ENOMEM, "table '%s': no memory to sort %" PRIu64 " ids",
+                          t->name, t->rows.n);
+    for (uint64_t k = 0; k < t->rows.n; k++)
+        ids[k] = rows_at(&t->rows, k)->id;
+    qsort(ids, t->rows.n, sizeof(*ids), cmp_u64);
+    *out = ids;
+    return TS_OK;
+}
+
+/* The stores' rows merged into c; stores locked, ids[s] sorted, pos[s] zeroed. */
+static ts_status merge(struct ts_table *const *stores, size_t n, uint64_t **ids, uint64_t *pos,
+                       EVP_MD_CTX *c, struct ts_err *err)
+{
+    for (;;) {
+        size_t best = n;
+
+        for (size_t s = 0; s < n; s++) {
+            if (pos[s] == stores[s]->rows.n)
+                continue;
+            if (best < n && ids[s][pos[s]] == ids[best][pos[best]])
+                return ts_err_set(err, TS_ECORRUPT, "table '%s': row %" PRIu64 " is in store "
+                                  "%zu and store %zu; each row belongs to one", stores[s]->name,
+                                  ids[s][pos[s]], best, s);
+            if (best == n || ids[s][pos[s]] < ids[best][pos[best]])
+                best = s;
+        }
+        if (best == n)
+            return TS_OK;
+        put_u64(c, ids[best][pos[best]]);
+        put_values(c, row_values(rows_find(&stores[best]->rows, ids[best][pos[best]])),
+                   stores[best]->dim);
+        pos[best]++;
+    }
+}
+
+static ts_status check_stores(struct ts_table *const *stores, size_t n, struct ts_err *err)
+{
+    if (!n)
+        return ts_err_set(err, TS_EINVAL, "table fingerprint: no stores");
+    for (size_t s = 0; s < n; s++) {
+        if (strcmp(stores[s]->name, stores[0]->name) || stores[s]->dim != stores[0]->dim)
+            return ts_err_set(err, TS_EINVAL, "table fingerprint: store %zu holds table '%s' "
+                              "of dim %u, store 0 '%s' of dim %u", s, stores[s]->name,
+                              stores[s]->dim, stores[0]->name, stores[0]->dim);
+        for (size_t r = 0; r < s; r++)
+            if (stores[r] == stores[s])
+                return ts_err_set(err, TS_EINVAL, "table fingerprint: stores %zu and %zu are "
+                                  "the same", r, s);
+    }
+    return TS_OK;
+}
+
+ts_status ts_table_sha256(struct ts_table *const *stores, size_t n, char hex[65],
+                          struct ts_err *err)
+{
+    struct ts_table **locked;
+    uint64_t **ids, *pos, count = 0;
+    uint8_t dim[4];
+    unsigned char md[32];
+    unsigned int len = 0;
+    EVP_MD_CTX *c = NULL;
+    ts_status st;
+
+    if ((st = check_stores(stores, n, err)))
+        return st;
+    locked = malloc(n * sizeof(*locked));
+    ids = calloc(n, sizeof(*ids));
+    pos = calloc(n, sizeof(*pos));
+    if (!locked || !ids || !pos) {
+        st = ts_err_set(err, TS_ENOMEM, "table fingerprint: out of memory");
+        goto out_free;
+    }
+    memcpy(locked, stores, n * sizeof(*locked));
+    qsort(locked, n, sizeof(*locked), cmp_ptr);    /* one lock order for every caller */
+    for (size_t s = 0; s < n; s++)
+        pthread_mutex_lock(&locked[s]->mu);
+    for (size_t s = 0; !st && s < n; s++) {
+        count += stores[s]->rows.n;
+        st = sorted_ids(stores[s], &ids[s], err);
+    }
+    if (!st && (!(c = EVP_MD_CTX_new()) || EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1))
+        st = ts_err_set(err, TS_EINTERNAL, "table fingerprint: OpenSSL SHA-256 unavailable");
+    if (!st) {
+        for (int b = 0; b < 4; b++)
+            dim[b] = (uint8_t)(stores[0]->dim >> (8 * b));
+        EVP_DigestUpdate(c, stores[0]->name, strlen(stores[0]->name) + 1);
+        EVP_DigestUpdate(c, dim, sizeof(dim));
+        put_u64(c, count);
+        st = merge(stores, n, ids, pos, c, err);
+    }
+    for (size_t s = 0; s < n; s++)
+        pthread_mutex_unlock(&locked[s]->mu);
+    if (!st) {
+        EVP_DigestFinal_ex(c, md, &len);
+        for (unsigned i = 0; i < 32; i++)
+            snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    }
+    EVP_MD_CTX_free(c);
+out_free:
+    for (size_t s = 0; ids && s < n; s++)
+        free(ids[s]);
+    free(ids);
+    free(pos);
+    free(locked);
+    return st;
+}

@@ -1,0 +1,371 @@
+/* table.c - a table's configuration, its rows' initial values and budget, pulls, reads of
+ * one row and the dirty list (table.h). Pushes and the step's sums are push.c's; the
+ * fingerprint is digest.c's. */
+#include "table/internal.h"
+
+#include "util/proc.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <xxhash.h>
+
+#define MAP_SLOT_BYTES 16          /* an id and a record number */
+#define MAP_SLOTS_COUNTED 2        /* a row's share of the map (table.h) */
+
+void ts_table_budget_init(struct ts_table_budget *b, uint64_t limit)
+{
+    b->limit = limit;
+    atomic_init(&b->used, 0);
+}
+
+uint64_t ts_table_budget_used(struct ts_table_budget *b)
+{
+    return atomic_load(&b->used);
+}
+
+ts_status table_charge(struct ts_table *t, uint64_t rows, struct ts_err *err)
+{
+    uint64_t bytes = rows * t->row_bytes, used;
+
+    if (!rows)
+        return TS_OK;
+    if (t->budget) {
+        used = atomic_load(&t->budget->used);
+        do {
+            if (t->budget->limit && (bytes > t->budget->limit ||
+                                     used > t->budget->limit - bytes))
+                return ts_err_set(err, TS_ENOMEM, "%" PRIu64 " new rows of %" PRIu64 " bytes "
+                                  "would take the shard's row budget of %" PRIu64 " bytes "
+                                  "past its limit (%" PRIu64 " in use); nothing of the push "
+                                  "was taken: raise the budget or add shards", rows,
+                                  t->row_bytes, t->budget->limit, used);
+        } while (!atomic_compare_exchange_weak(&t->budget->used, &used, used + bytes));
+    }
+    t->charged += bytes;
+    return TS_OK;
+}
+
+void table_refund(struct ts_table *t, uint64_t rows)
+{
+    uint64_t bytes = rows * t->row_bytes;
+
+    if (t->budget)
+        atomic_fetch_sub(&t->budget->used, bytes);
+    t->charged -= bytes;
+}
+
+/* The initializers a row can take: lib/tensor's, less those that need fans or a step. */
+static ts_status check_init(const char *init, struct ts_err *err)
+{
+    static const char *const ok[] = { "zeros", "ones", "const:", "uniform:", "normal:" };
+    struct ts_err e = { 0 };
+
+    if (!init || strlen(init) >= 64)
+        return ts_err_set(err, TS_EINVAL, "table.init: required, under 64 bytes");
+    if (ts_init_check(init, &e))
+        return ts_err_set(err, TS_EINVAL, "table.init: %s", e.msg);
+    for (size_t k = 0; k < sizeof(ok) / sizeof(ok[0]); k++)
+        if (strncmp(init, ok[k], strlen(ok[k])) == 0)
+            return TS_OK;
+    return ts_err_set(err, TS_EINVAL, "table.init: '%s' does not fit a row (xavier and he need "
+                      "fans, assigned an assignment step); want zeros, ones, const:V, uniform:A "
+                      "or normal:STD", init);
+}
+
+static ts_status check_cfg(const struct ts_job *job, const struct ts_table_cfg *c,
+                           struct ts_optim_cfg *optim, struct ts_err *err)
+{
+    struct ts_err e = { 0 };
+    ts_status st;
+
+    if (ts_job_id_check("table.name", c->name, err))
+        return TS_EINVAL;
+    if (c->dim < 1 || c->dim > TS_TABLE_DIM_MAX)
+        return ts_err_set(err, TS_EINVAL, "table.dim: %u is outside 1..%d", c->dim,
+                          TS_TABLE_DIM_MAX);
+    if (c->max_id > TS_TABLE_ID_LIMIT)
+        return ts_err_set(err, TS_EINVAL, "table.max_id: %" PRIu64 " is past 2^63 - 1",
+                          c->max_id);
+    if ((st = check_init(c->init, err)))
+        return st;
+    if (ts_optim_parse(c->optimizer, optim, &e))
+        return ts_err_set(err, TS_EINVAL, "table.optimizer: %s", e.msg);
+    if (optim->kind != TS_OPTIM_SGD && optim->kind != TS_OPTIM_ADAGRAD &&
+        optim->kind != TS_OPTIM_ADAM)
+        return ts_err_set(err, TS_EINVAL, "table.optimizer: '%s': rows take sgd, adagrad or "
+                          "adam", c->optimizer);
+    if (job->mode == TS_MODE_REDUCE)
+        return ts_err_set(err, TS_EINVAL, "job.mode: reduce keeps the parameters on the "
+                          "workers; a table's rows need bsp, ssp or asp");
+    return TS_OK;
+}
+
+ts_status ts_table_create(const struct ts_job *job, const struct ts_table_cfg *cfg,
+                          struct ts_table_budget *budget, struct ts_table **out,
+                          struct ts_err *err)
+{
+    struct ts_optim_cfg optim;
+    struct ts_table *t;
+    ts_status st;
+
+    if ((st = check_cfg(job, cfg, &optim, err)))
+        return st;
+    if (!(t = calloc(1, sizeof(*t))))
+        return ts_err_set(err, TS_ENOMEM, "table '%s': out of memory", cfg->name);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    t->job = job;
+    t->budget = budget;
+    snprintf(t->name, sizeof(t->name), "%s", cfg->name);
+    snprintf(t->init, sizeof(t->init), "%s", cfg->init);
+    t->dim = cfg->dim;
+    t->max_id = cfg->max_id;
+    t->seed = cfg->seed;
+    t->optim = optim;
+    t->slen = ts_optim_state_len(optim.kind);
+    /* Rounded up to 8 bytes, so that every record's header is aligned. */
+    rows_init(&t->rows, (sizeof(struct row) + (size_t)t->dim * (1 + t->slen) * sizeof(float) +
+                         7) & ~(size_t)7);
+    t->row_bytes = t->rows.rec + MAP_SLOTS_COUNTED * MAP_SLOT_BYTES;
+    t->pushed = calloc(job->workers, 1);
+    t->grad = malloc(t->dim * sizeof(float));
+    t->scratch = malloc(t->dim * sizeof(int64_t));
+    if (table_async(t))
+        t->clock = calloc(job->workers, sizeof(uint64_t));
+    if (!t->pushed || !t->grad || !t->scratch || (table_async(t) && !t->clock)) {
+        ts_table_free(t);
+        return ts_err_set(err, TS_ENOMEM, "table '%s': out of memory", cfg->name);
+    }
+    *out = t;
+    return TS_OK;
+}
+
+void ts_table_free(struct ts_table *t)
+{
+    if (!t)
+        return;
+    if (t->budget)
+        atomic_fetch_sub(&t->budget->used, t->charged);
+    rows_fini(&t->rows);
+    idmap_fini(&t->acc.map);
+    free(t->acc.ids);
+    free(t->acc.sums);
+    free(t->pushed);
+    free(t->clock);
+    free(t->dirty);
+    free(t->where);
+    free(t->grad);
+    free(t->scratch);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+}
+
+const char *ts_table_name(const struct ts_table *t)
+{
+    return t->name;
+}
+
+uint32_t ts_table_dim(const struct ts_table *t)
+{
+    return t->dim;
+}
+
+uint64_t ts_table_row_bytes(const struct ts_table *t)
+{
+    return t->row_bytes;
+}
+
+uint64_t ts_table_count(struct ts_table *t)
+{
+    uint64_t n;
+
+    pthread_mutex_lock(&t->mu);
+    n = t->rows.n;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+/* The slowest rank's clock. Called with mu held (SSP, ASP). */
+static uint64_t min_clock(const struct ts_table *t)
+{
+    uint64_t m = UINT64_MAX;
+
+    for (uint32_t r = 0; r < t->job->workers; r++)
+        m = t->clock[r] < m ? t->clock[r] : m;
+    return m;
+}
+
+uint64_t ts_table_step(struct ts_table *t)
+{
+    uint64_t s;
+
+    pthread_mutex_lock(&t->mu);
+    s = table_async(t) ? min_clock(t) : t->step;
+    pthread_mutex_unlock(&t->mu);
+    return s;
+}
+
+void table_init_values(const struct ts_table *t, uint64_t id, float *out)
+{
+    uint8_t le[8];
+    ts_status st;
+
+    for (int b = 0; b < 8; b++)
+        le[b] = (uint8_t)(id >> (8 * b));
+    /* check_init accepted the spec, and none of these needs fans: this cannot fail. */
+    st = ts_tensor_init(t->init, XXH3_64bits_withSeed(le, sizeof(le), t->seed), t->name, 0, 0,
+                        0, t->dim, out, NULL);
+    assert(st == TS_OK);
+    (void)st;
+}
+
+struct row *table_new_row(struct ts_table *t, uint64_t id)
+{
+    struct row *w = rows_add(&t->rows, id);
+
+    w->id = id;
+    w->updates = 0;
+    w->step = 0;
+    w->dirty = 0;
+    w->pad = 0;
+    table_init_values(t, id, row_values(w));
+    memset(row_values(w) + t->dim, 0, t->slen * t->dim * sizeof(float));
+    return w;
+}
+
+ts_status table_dirty_reserve(struct ts_table *t, size_t more, struct ts_err *err)
+{
+    size_t cap = t->dirty_cap ? t->dirty_cap : 64;
+    uint64_t *d;
+
+    while (cap < t->ndirty + more)
+        cap *= 2;
+    if (cap == t->dirty_cap)
+        return TS_OK;
+    if (!(d = realloc(t->dirty, cap * sizeof(*d))))
+        return ts_err_set(err, TS_ENOMEM, "no memory for a list of %zu changed rows", cap);
+    t->dirty = d;
+    t->dirty_cap = cap;
+    return TS_OK;
+}
+
+void table_mark_dirty(struct ts_table *t, struct row *w)
+{
+    if (w->dirty)
+        return;
+    w->dirty = 1;
+    t->dirty[t->ndirty++] = w->id;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+ts_status ts_table_dirty_take(struct ts_table *t, uint64_t **ids, size_t *n,
+                              struct ts_err *err)
+{
+    (void)err;
+    pthread_mutex_lock(&t->mu);
+    for (size_t k = 0; k < t->ndirty; k++)
+        rows_find(&t->rows, t->dirty[k])->dirty = 0;
+    *n = t->ndirty;
+    *ids = t->ndirty ? t->dirty : NULL;
+    if (t->ndirty) {
+        t->dirty = NULL;
+        t->dirty_cap = 0;
+    }
+    t->ndirty = 0;
+    pthread_mutex_unlock(&t->mu);
+    if (*ids)
+        qsort(*ids, *n, sizeof(**ids), cmp_u64);
+    return TS_OK;
+}
+
+ts_status ts_table_row(struct ts_table *t, uint64_t id, float *values, float *state,
+                       struct ts_row_meta *meta, struct ts_err *err)
+{
+    struct row *w;
+
+    pthread_mutex_lock(&t->mu);
+    if (!(w = rows_find(&t->rows, id))) {
+        pthread_mutex_unlock(&t->mu);
+        return ts_err_set(err, TS_ENOTFOUND, "table '%s': row %" PRIu64 " does not exist",
+                          t->name, id);
+    }
+    if (values)
+        memcpy(values, row_values(w), t->dim * sizeof(float));
+    if (state)
+        memcpy(state, row_values(w) + t->dim, t->slen * t->dim * sizeof(float));
+    if (meta) {
+        meta->updates = w->updates;
+        meta->step = w->step;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return TS_OK;
+}
+
+/* Whether step want may be read (table.h). Called with mu held. */
+static bool pull_ready(const struct ts_table *t, uint64_t want)
+{
+    if (t->job->mode == TS_MODE_ASP)
+        return true;
+    if (t->job->mode == TS_MODE_SSP)
+        return min_clock(t) + t->job->staleness >= want;
+    return t->step >= want;
+}
+
+static ts_status pull_wait(struct ts_table *t, uint64_t want, int ms, struct ts_err *err)
+{
+    int64_t until = ts_now_ms() + ms;
+
+    while (!pull_ready(t, want)) {
+        struct timespec ts;
+        int64_t left = until - ts_now_ms();
+
+        if (left <= 0)
+            return ts_err_set(err, TS_ETIMEDOUT, "step %" PRIu64 " did not come within %d ms "
+                              "(at step %" PRIu64 ", %u of %u ranks pushed)", want, ms,
+                              table_async(t) ? min_clock(t) : t->step, t->npushed,
+                              t->job->workers);
+        ts_abstime_ms(&ts, left < 100 ? left : 100);
+        pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    }
+    return TS_OK;
+}
+
+ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms,
+                        const uint64_t *ids, size_t n, float *out, struct ts_err *err)
+{
+    ts_status st;
+
+    if (rank >= t->job->workers)
+        return ts_err_set(err, TS_EINVAL, "table '%s': rank: %u is not below the job's %u "
+                          "workers", t->name, rank, t->job->workers);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] > t->max_id)
+            return ts_err_set(err, TS_EINVAL, "table '%s': ids[%zu]: %" PRIu64 " is outside "
+                              "0..%" PRIu64, t->name, i, ids[i], t->max_id);
+    pthread_mutex_lock(&t->mu);
+    st = pull_wait(t, want, ms, err);
+    for (size_t i = 0; !st && i < n; i++) {
+        struct row *w = rows_find(&t->rows, ids[i]);
+
+        if (w)
+            memcpy(out + i * t->dim, row_values(w), t->dim * sizeof(float));
+        else
+            table_init_values(t, ids[i], out + i * t->dim);
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (st)
+        ts_err_prefix(err, "table '%s'", t->name);
+    return st;
+}

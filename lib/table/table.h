@@ -1,0 +1,175 @@
+/* table.h - the rows of a sparse embedding table that one shard holds (issue 46,
+ * docs/embeddings.md, "Rows on a shard").
+ *
+ * Why a module: a recommendation model's parameters are mostly rows of tables with 10^5..10^8
+ * rows of 16..256 floats, of which a step touches a few thousand. A dense partition (lib/ps)
+ * holds every element from the start; a table instead creates a row when a push first touches
+ * it, keeps it in a hash map keyed by its 64-bit id, and updates only the rows a step touched,
+ * with optimizer state that lives with the row ("lazy" state). A shard holds the rows the
+ * ring gives it of every table; a later issue puts a disk tier under them, which is why rows
+ * are reached through one narrow interface (internal.h: rows_find, rows_reserve, rows_add).
+ *
+ * A table is created for a job (lib/ps's struct ts_job: workers, exact, batch, mode,
+ * staleness) from a struct ts_table_cfg: name, dim, the id range [0, max_id] (max_id up to
+ * 2^63 - 1), an initializer, a seed and an optimizer.
+ *
+ * Initial values. Row `id` starts as elements 0..dim-1 of lib/tensor's initializer for a
+ * tensor named after the table, with the per-row seed XXH3-64(id as 8 bytes little-endian,
+ * seed): so a row's bits depend only on (seed, table name, id, dim), never on when or where
+ * it is created. Why a per-row seed rather than offset id x dim into one stream: ids reach
+ * 2^63 and lib/tensor counts elements (2 draws each) in 64 bits, so id x dim would wrap and
+ * rows far apart would share draws. Initializers: zeros, ones, const:V, uniform:A, normal:STD
+ * (xavier and he need fans a row does not have; assigned needs an assignment step).
+ *
+ * Optimizers: sgd, adagrad, adam (lib/tensor's specs, e.g. "adam:lr=0.001"), applied to a row
+ * with ts_optim_apply over its dim elements, its state (dim floats a component) beside it. Each
+ * row counts its own updates: Adam's t for a row is 1 + the updates that row had, so a row
+ * first touched at step 1000 gets the bias correction of its first update (each row is its
+ * own Adam), and weight decay reaches a row only in the steps that touch it. A row untouched
+ * in a step keeps its values, its state and its count.
+ *
+ * Pushes. A rank's push of a step carries n ids, strictly ascending, each at most max_id, and
+ * n x dim gradients (row i at grad + i * dim): float (TS_ENC_RAW) in a float job; in an exact
+ * job int64 fixed point (TS_ENC_FIXED) or float that the table rounds to it
+ * (TS_ENC_FIXED_F32, ts_fixed_from_f32's bits). Every rank pushes every step, with n = 0 when
+ * its batch touched no row of this shard.
+ * - BSP: the step's pushes are summed per row in an accumulator (exact: int64, lib/tensor's
+ *   ts_fixed_add; float: float, in arrival order). When every rank has pushed, the rows the
+ *   step touched are updated in ascending id order, each once, with gradient sum / job batch
+ *   (exact: ts_fixed_to_f32), and the table moves to the next step. In exact mode the bits
+ *   are those of any other grouping, order, worker count or split of the ids over shards.
+ * - SSP, ASP: a push updates its rows at once (gradient / job batch); each rank pushes its
+ *   steps in order (its clock). Exact mode needs BSP (lib/ps: ts_job_set_mode).
+ * - Refused, nothing changed (not the rows, not the step's sums, not the budget): a rank not
+ *   below the job's workers, an encoding the job does not take, ids unsorted, repeated or
+ *   past max_id, a gradient that is NaN or infinite (also in float jobs: a sparse step has no
+ *   loss-scale skip; exact: any value ts_fixed_from_f32 refuses, or a sum leaving the
+ *   fixed-point range), a step other than the current one (TS_ESTATE for one already
+ *   applied, TS_EINVAL for a later one), a rank pushing a step twice (TS_ESTATE), and rows
+ *   past the budget (TS_ENOMEM). Errors start with "table 'NAME'" and name the field.
+ *
+ * Memory budget. A shard's tables share one struct ts_table_budget. A row costs
+ * ts_table_row_bytes: its record (a 32-byte header: id, update count, last step, dirty flag;
+ * dim values; dim floats per optimizer state component; rounded up to 8 bytes) plus 2 map
+ * slots of 16 bytes (the map grows by doubling at 3/4 full, so it holds 4/3..8/3 slots a row;
+ * 2 are counted). Not counted: the slack of the last chunk of 1024 records, a step's
+ * accumulator (8 or 4 bytes per element of the rows a step touches, kept for the next step)
+ * and the dirty list. A push whose new rows (ids with no row, and no earlier push of the
+ * step) would take the budget past its limit is refused whole with TS_ENOMEM naming the
+ * table and the budget; a BSP push takes its rows' bytes when accepted, before the step
+ * applies, so the step cannot fail later.
+ *
+ * Pulls do not create rows: an absent row's values are computed from the initializer, the
+ * bits it would be created with. So reads cost no budget, and which rows exist, and the
+ * fingerprint, depend only on the pushes. A pull of step s waits for its version as the dense
+ * pull does: BSP until step s - 1 is applied (every rank's push of it), SSP until the slowest
+ * rank's clock is at least s - staleness, ASP not at all.
+ *
+ * Fingerprint (ts_table_sha256): SHA-256 over the table's name and a NUL byte, dim (4 bytes
+ * little-endian), the row count (8 bytes LE), then each row in ascending id: its id (8 bytes
+ * LE) and its dim values (float32 LE); optimizer state is not covered, as params_sha256 covers
+ * values only. Several stores (a table's rows on several shards) are merged in that order.
+ *
+ * Dirty rows (incremental snapshots): every row an update or a creation changed since the
+ * last ts_table_dirty_take; a row is listed once however often it changed (O(1) a row).
+ *
+ * Ownership: ts_table_create returns a table freed with ts_table_free; the job and the budget
+ * are borrowed and must outlive it. Every buffer passed in is the caller's and only read
+ * during the call.
+ * Threads: every function locks the table (one mutex a table), so a shard's connection
+ * threads call them without a lock of their own; ts_table_pull blocks (on a condition
+ * variable) until its step is there or ms pass. The budget is shared by tables under
+ * different locks and updated atomically. ts_table_sha256 locks its stores in address order. */
+#ifndef TS_TABLE_TABLE_H
+#define TS_TABLE_TABLE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ps/part.h"
+#include "util/err.h"
+
+#define TS_TABLE_DIM_MAX 4096
+#define TS_TABLE_ID_LIMIT 0x7fffffffffffffffull   /* the largest max_id: 2^63 - 1 */
+#define TS_TABLE_PUSH_MAX (1u << 24)              /* rows in one push */
+
+/* What a shard's tables may hold in all: limit bytes (0: no limit); used counts every
+ * table's rows (ts_table_row_bytes each). Embedded by the caller. */
+struct ts_table_budget {
+    uint64_t limit;
+    _Atomic uint64_t used;
+};
+void ts_table_budget_init(struct ts_table_budget *b, uint64_t limit);
+uint64_t ts_table_budget_used(struct ts_table_budget *b);
+
+struct ts_table_cfg {
+    const char *name;          /* as a job id: 1..64 of [A-Za-z0-9._-] */
+    uint32_t dim;              /* 1..TS_TABLE_DIM_MAX floats a row */
+    uint64_t max_id;           /* ids 0..max_id, max_id <= TS_TABLE_ID_LIMIT */
+    const char *init;          /* zeros, ones, const:V, uniform:A, normal:STD */
+    uint64_t seed;
+    const char *optimizer;     /* sgd, adagrad or adam, with options (ts_optim_parse) */
+};
+
+struct ts_table;
+
+/* Validates cfg (TS_EINVAL names the field: table.name, table.dim, table.max_id, table.init,
+ * table.optimizer; job.mode for a reduce job, whose parameters live on its workers) and makes
+ * an empty table. budget: NULL for no limit. */
+ts_status ts_table_create(const struct ts_job *job, const struct ts_table_cfg *cfg,
+                          struct ts_table_budget *budget, struct ts_table **out,
+                          struct ts_err *err) TS_MUST_CHECK;
+/* Frees the table and gives its rows' bytes back to the budget. NULL: no-op. */
+void ts_table_free(struct ts_table *t);
+
+/* Fixed at creation, read without the lock. name: the table's, valid until ts_table_free. */
+const char *ts_table_name(const struct ts_table *t);
+uint32_t ts_table_dim(const struct ts_table *t);
+uint64_t ts_table_row_bytes(const struct ts_table *t);
+/* The rows that exist; the step (BSP: steps applied; SSP, ASP: the slowest rank's clock). */
+uint64_t ts_table_count(struct ts_table *t);
+uint64_t ts_table_step(struct ts_table *t);
+
+struct ts_row_push {
+    uint32_t rank;
+    uint64_t step;
+    size_t n;                  /* rows, at most TS_TABLE_PUSH_MAX; 0: none this step */
+    const uint64_t *ids;       /* n, strictly ascending */
+    unsigned encoding;         /* TS_ENC_RAW, TS_ENC_FIXED or TS_ENC_FIXED_F32 (part.h) */
+    const void *grad;          /* n x dim floats, or int64 for TS_ENC_FIXED */
+};
+/* Adds a push (above). *applied: this push updated rows (SSP, ASP) or completed the step
+ * (BSP). */
+ts_status ts_table_push(struct ts_table *t, const struct ts_row_push *in, bool *applied,
+                        struct ts_err *err) TS_MUST_CHECK;
+
+/* The values of ids[0..n) (any order, repeats allowed, each <= max_id) into out (n x dim),
+ * once step `want` may be read (above); waits at most ms (TS_ETIMEDOUT). rank < workers. */
+ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms,
+                        const uint64_t *ids, size_t n, float *out,
+                        struct ts_err *err) TS_MUST_CHECK;
+
+/* One row as it is stored, for a snapshot writer and the tests: values (dim floats), state
+ * (dim floats per optimizer state component, component by component) and the row's update
+ * count and last updated step (either pointer may be NULL). TS_ENOTFOUND if it does not
+ * exist. */
+struct ts_row_meta {
+    uint64_t updates;          /* optimizer updates applied to the row */
+    uint64_t step;             /* the step of the last of them (0 if none) */
+};
+ts_status ts_table_row(struct ts_table *t, uint64_t id, float *values, float *state,
+                       struct ts_row_meta *meta, struct ts_err *err) TS_MUST_CHECK;
+
+/* The rows changed since the last call, ascending, into *ids (caller frees with free(); NULL
+ * when *n is 0), and the list starts again empty. */
+ts_status ts_table_dirty_take(struct ts_table *t, uint64_t **ids, size_t *n,
+                              struct ts_err *err) TS_MUST_CHECK;
+
+/* The fingerprint (above) of the rows of n stores of one table (same name and dim, each id in
+ * at most one of them: TS_ECORRUPT names an id held twice), as 64 hex digits and a NUL. */
+ts_status ts_table_sha256(struct ts_table *const *stores, size_t n, char hex[65],
+                          struct ts_err *err) TS_MUST_CHECK;
+
+#endif

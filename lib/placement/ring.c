@@ -75,6 +75,21 @@ static uint64_t key_hash_of(uint64_t nh, uint32_t salt, uint32_t partition)
     return XXH3_64bits_withSeed(b, 16, TS_RING_SEED);
 }
 
+uint64_t ts_ring_name_hash(const char *table)
+{
+    return name_hash(table);
+}
+
+uint64_t ts_ring_row_hash(uint64_t nh, uint64_t id)
+{
+    unsigned char b[17];
+
+    put_le64(b, nh);
+    put_le64(b + 8, id);
+    b[16] = 'r';
+    return XXH3_64bits_withSeed(b, sizeof(b), TS_RING_SEED);
+}
+
 uint64_t ts_ring_key_hash(const char *tensor, uint32_t partition)
 {
     /* Hashing the name first keeps the input fixed-size (no allocation, no length limit) and

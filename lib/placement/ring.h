@@ -65,6 +65,15 @@ uint64_t ts_ring_key_hash(const char *tensor, uint32_t partition);
  * guarantees for it (keys move only to a joining shard, only from a leaving one). */
 uint64_t ts_ring_key_hash_salted(const char *tensor, uint32_t salt, uint32_t partition);
 
+/* Rows of sparse embedding tables (docs/embeddings.md, "Batches on a worker") are keys too:
+ * row `id` of table `table` sits at XXH3(le64(nh) || le64(id) || 'r'), nh the table name's
+ * hash as a tensor's. The 17 bytes keep rows apart from every tensor key (12 or 16 bytes),
+ * so one table spreads over every shard, and a shard joining or leaving moves only its rows.
+ * ts_ring_name_hash: nh, computed once per table; ts_ring_row_hash: the row's key hash, to
+ * look up with ts_ring_lookup_hash. table: borrowed, NUL-terminated, not NULL. */
+uint64_t ts_ring_name_hash(const char *table);
+uint64_t ts_ring_row_hash(uint64_t nh, uint64_t id);
+
 /* Salts ts_ring_choose_salt tries by default, and the most partition lookups it makes in all:
  * a tensor of more than TS_RING_SALT_LOOKUPS / tries partitions gets fewer tries (its many
  * keys spread well anyway): choosing takes microseconds for a few partitions and about a

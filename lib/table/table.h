@@ -70,6 +70,9 @@
  * LE) and its dim values (float32 LE); optimizer state is not covered, as params_sha256 covers
  * values only. Several stores (a table's rows on several shards) are merged in that order.
  *
+ * A worker makes its pushes with batch.h: rows placed on the ring by (table, id), repeats
+ * merged, ids sorted and split per shard.
+ *
  * Dirty rows (incremental snapshots): every row an update or a creation changed since the
  * last ts_table_dirty_take; a row is listed once however often it changed (O(1) a row).
  *

@@ -59,6 +59,17 @@ def _remove_test_tmp():
 
 atexit.register(_remove_test_tmp)
 
+
+def _exit_on_sigterm(signum, frame):
+    """SIGTERM (a killed ctest, `kill` of the test's process group) ends the test through
+    sys.exit, so that the atexit handlers stop the clusters it started: each service runs in a
+    session of its own (Proc), out of reach of a signal to the test's group."""
+    sys.exit(128 + signum)
+
+
+if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
 # Sanitizer reports of every process the test starts, directly or through `tessera up` and
 # `tessera train` (the environment is inherited): log_path makes each one a file,
 # PREFIX.EXE.PID (log_exe_name: a leak's allocation stack can end in a library without frame

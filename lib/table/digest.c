@@ -4,40 +4,13 @@
  * it, so that a table split over any number of shards hashes as the one store that would
  * hold all its rows. */
 #include "table/internal.h"
+#include "tensor/fingerprint.h"
 
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void put_u64(EVP_MD_CTX *c, uint64_t v)
-{
-    uint8_t le[8];
-
-    for (int b = 0; b < 8; b++)
-        le[b] = (uint8_t)(v >> (8 * b));
-    EVP_DigestUpdate(c, le, sizeof(le));
-}
-
-static void put_values(EVP_MD_CTX *c, const float *v, uint32_t n)
-{
-    uint8_t buf[256];
-    size_t k = 0;
-
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t u;
-
-        memcpy(&u, &v[i], 4);
-        for (int b = 0; b < 4; b++)
-            buf[k++] = (uint8_t)(u >> (8 * b));
-        if (k == sizeof(buf)) {
-            EVP_DigestUpdate(c, buf, k);
-            k = 0;
-        }
-    }
-    EVP_DigestUpdate(c, buf, k);
-}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -88,8 +61,8 @@ static ts_status merge(struct ts_table *const *stores, size_t n, uint64_t **ids,
         }
         if (best == n)
             return TS_OK;
-        put_u64(c, ids[best][pos[best]]);
-        put_values(c, row_values(rows_find(&stores[best]->rows, ids[best][pos[best]])),
+        ts_fp_put_u64(c, ids[best][pos[best]]);
+        ts_fp_put_f32(c, row_values(rows_find(&stores[best]->rows, ids[best][pos[best]])),
                    stores[best]->dim);
         pos[best]++;
     }
@@ -147,7 +120,7 @@ ts_status ts_table_sha256(struct ts_table *const *stores, size_t n, char hex[65]
             dim[b] = (uint8_t)(stores[0]->dim >> (8 * b));
         EVP_DigestUpdate(c, stores[0]->name, strlen(stores[0]->name) + 1);
         EVP_DigestUpdate(c, dim, sizeof(dim));
-        put_u64(c, count);
+        ts_fp_put_u64(c, count);
         st = merge(stores, n, ids, pos, c, err);
     }
     for (size_t s = 0; s < n; s++)

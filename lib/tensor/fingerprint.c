@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static void put_le(EVP_MD_CTX *c, const float *v, uint64_t n)
+void ts_fp_put_f32(EVP_MD_CTX *c, const float *v, uint64_t n)
 {
     uint8_t buf[4096];
     size_t k = 0;
@@ -25,6 +25,15 @@ static void put_le(EVP_MD_CTX *c, const float *v, uint64_t n)
     EVP_DigestUpdate(c, buf, k);
 }
 
+void ts_fp_put_u64(EVP_MD_CTX *c, uint64_t v)
+{
+    uint8_t le[8];
+
+    for (int b = 0; b < 8; b++)
+        le[b] = (uint8_t)(v >> (8 * b));
+    EVP_DigestUpdate(c, le, sizeof(le));
+}
+
 ts_status ts_params_sha256(const struct ts_fp_tensor *t, size_t n, char hex[65],
                            struct ts_err *err)
 {
@@ -37,12 +46,9 @@ ts_status ts_params_sha256(const struct ts_fp_tensor *t, size_t n, char hex[65],
         return ts_err_set(err, TS_EINTERNAL, "params_sha256: OpenSSL SHA-256 unavailable");
     }
     for (size_t i = 0; i < n; i++) {
-        uint8_t count[8];
-        for (int b = 0; b < 8; b++)
-            count[b] = (uint8_t)(t[i].numel >> (8 * b));
         EVP_DigestUpdate(c, t[i].name, strlen(t[i].name) + 1);
-        EVP_DigestUpdate(c, count, sizeof(count));
-        put_le(c, t[i].data, t[i].numel);
+        ts_fp_put_u64(c, t[i].numel);
+        ts_fp_put_f32(c, t[i].data, t[i].numel);
     }
     EVP_DigestFinal_ex(c, md, &len);
     EVP_MD_CTX_free(c);

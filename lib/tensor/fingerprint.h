@@ -19,6 +19,13 @@ struct ts_fp_tensor {
     uint64_t numel;
 };
 
+/* The pieces of such a hash, for the fingerprints built the same way (lib/table's): n float32
+ * values as 4 bytes little-endian each, and v as 8 bytes little-endian, into an OpenSSL
+ * digest (EVP_MD_CTX, whose struct this is). */
+struct evp_md_ctx_st;
+void ts_fp_put_f32(struct evp_md_ctx_st *c, const float *v, uint64_t n);
+void ts_fp_put_u64(struct evp_md_ctx_st *c, uint64_t v);
+
 /* hex: 65 bytes, filled with 64 lowercase hex digits and a NUL. */
 ts_status ts_params_sha256(const struct ts_fp_tensor *t, size_t n, char hex[65],
                            struct ts_err *err) TS_MUST_CHECK;

@@ -520,6 +520,52 @@ int tessera_step_some(tessera *t, uint64_t step, size_t n, const int *ids,
                       const void *const *grads, float *const *params,
                       struct tessera_error *err);
 
+/* ---- Sparse embedding tables (docs/embeddings.md) ----
+ * A table has rows of `dim` floats with ids 0..max_id (max_id up to 2^63 - 1); a row is made
+ * on the shards when a push first touches it, with the bits the initializer gives that id
+ * (the same in any process), and its optimizer state lives with it. The rows spread over
+ * every shard (each row is a key on the ring). Every rank registers the same tables in the
+ * same order, and pushes every table at every step, with n = 0 where its batch touched none.
+ * Not yet: tables in elastic or reduce jobs (TESSERA_ENOTSUP), on a cluster with --replicas
+ * (FAILED_PRECONDITION), in snapshots (a snapshot of a job with tables is refused). */
+struct tessera_table_spec {
+    size_t size;             /* sizeof(struct tessera_table_spec) of the caller's header */
+    const char *name;        /* 1..64 of [A-Za-z0-9._-] */
+    uint32_t dim;            /* floats a row, 1..4096 */
+    uint64_t max_id;         /* ids 0..max_id */
+    const char *init;        /* zeros, ones, const:V, uniform:A, normal:STD; NULL: normal:0.01 */
+    uint64_t seed;
+    const char *optimizer;   /* sgd, adagrad or adam with options ("adagrad:lr=0.05"); NULL:
+                              * the job's (which must be one of them) */
+};
+#define TESSERA_TABLE_SPEC_INIT { .size = sizeof(struct tessera_table_spec) }
+/* Registers a table (idempotent, as tessera_register); *table is its handle. A name or handle
+ * registered with another spec: TESSERA_EEXIST. */
+int tessera_table_register(tessera *t, const struct tessera_table_spec *spec, int *table,
+                           struct tessera_error *err);
+/* The rows of ids[0..n) (any order, repeats allowed, each <= max_id) at `version` (steps
+ * applied; waits for it as tessera_pull does) into out, n x dim floats, row i for ids[i].
+ * Rows no push touched yet come as their initial values; a pull creates no row. */
+int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const uint64_t *ids,
+                      float *out, struct tessera_error *err);
+/* This rank's gradients of `step` for the rows it used: grads is n x dim floats, row i the
+ * gradient for ids[i] at input position i (any order, repeats allowed: the SDK sums the
+ * repeats, in int64 fixed point in exact mode, so give one row per position, not sums made
+ * in float). Each shard gets its rows, ascending (every shard a push, empty where none of
+ * its rows was used); the shards divide the step's sum by the job's batch and update each
+ * row once (BSP: when every rank has pushed). NaN or Inf in grads: TESSERA_EINVAL naming the
+ * position, nothing sent. */
+int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint64_t *ids,
+                      const float *grads, struct tessera_error *err);
+/* The table's fingerprint at `version` (docs/embeddings.md, "Fingerprint"): SHA-256 over its
+ * name, dim, row count and every row that exists in ascending id, whichever shard holds it,
+ * as 64 hex digits. In exact mode it is the same for any worker and shard count. */
+int tessera_table_sha256(tessera *t, int table, uint64_t version, char hex[65],
+                         struct tessera_error *err);
+/* The rows the table has (over every shard) at `version`. */
+int tessera_table_rows(tessera *t, int table, uint64_t version, uint64_t *rows,
+                       struct tessera_error *err);
+
 /* ---- Snapshots read and written whole (docs/snapshots.md, "Torch files") ----
  * A snapshot store is a directory (`tessera up --store DIR`). These read one snapshot of it,
  * tensor by tensor, or write one from tensors, with no cluster running; the Python package's

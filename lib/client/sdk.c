@@ -231,6 +231,7 @@ void tessera_close(tessera *t)
     ts_master_close(t->master);
     for (int i = 0; i < t->ntensors; i++)
         tensor_free(t->tensors[i]);
+    sdk_rows_free(t);
     pthread_mutex_destroy(&t->conns.mu);
     free(t);
 }

@@ -23,8 +23,9 @@
  *      by global norm).
  *   5. The public API: sdk_snapshot.c and sdk_launch.c (no cluster), sdk_step.c (push, pull,
  *      the step, the loss scale and the stats), sdk_overlap.c (a step in pieces),
- *      sdk_metrics.c (progress reports, a trainer's /metrics), sdk.c (connect, register,
- *      buffers, audits, close).
+ *      sdk_metrics.c (progress reports, a trainer's /metrics), sdk_rows.c (sparse tables:
+ *      register, pull and push rows, their fingerprint), sdk.c (connect, register, buffers,
+ *      audits, close).
  * The declarations below go by file. option_flags.c is outside libtessera (the options as
  * flags of tessera-worker and tessera train).
  * Ownership: a struct tessera owns its tensors (freed by tessera_close), each sdk_tensor its
@@ -40,6 +41,8 @@
 #include "cluster/cluster.h"
 #include "codec/codec.h"
 #include "ps/part.h"
+#include "table/batch.h"
+#include "table/table.h"
 #include "transport/region.h"
 #include "tessera.h"
 
@@ -48,6 +51,19 @@
 #define LOSS_SCALE_INIT_EXP 16   /* GradScaler: init_scale 2^16, backoff 0.5, growth 2 ... */
 #define LOSS_GROWTH_STEPS 2000   /* ... every 2000 steps without overflow */
 #define SPEC_MAX 4096            /* the compress and sync_every option strings */
+
+#define SDK_MAX_TABLES 256      /* a job's sparse tables (the shards' SHARD_MAX_TABLES) */
+
+struct sdk_table {
+    char name[TS_JOB_ID_MAX + 1];
+    uint32_t dim;
+    uint64_t max_id;
+    struct ts_table *local;       /* a local run's one store of the rows */
+    struct ts_rows_batch *batch;  /* a push's or a pull's ids placed, sorted and merged */
+    size_t cap;                   /* the rows batch holds at most */
+    float *rows;                  /* a pull's unique rows */
+    size_t rows_cap;              /* floats */
+};
 
 struct sdk_tensor {
     char name[129];
@@ -249,6 +265,12 @@ struct tessera {
      * one chosen for balance (docs/placement.md). */
     bool salt_fixed;
     uint32_t salt;
+    /* Sparse tables (sdk_rows.c): by handle, and the ring their rows were placed on (a copy of
+     * the map's at the first registration, ring_epoch; a local run: one shard). */
+    struct sdk_table *tables[SDK_MAX_TABLES];
+    int ntables;
+    struct ts_ring *rows_ring;
+    uint64_t rows_epoch;
 };
 
 /* The membership's epoch callback (its heartbeat thread): shuts down the connection to each
@@ -307,6 +329,10 @@ static inline size_t sdk_elem_bytes(const struct tessera *t)
     return t->comb.push_i64 ? sizeof(int64_t) : sdk_push_bytes(t);
 }
 
+/* sdk_rows.c */
+/* Frees the tables of t (tessera_close). */
+void sdk_rows_free(struct tessera *t);
+
 /* sdk_conn.c */
 /* Connects to every shard of the master's current map, appending to t->conns.shards. */
 ts_status sdk_connect_shards(struct tessera *t, const char *want, int delay_ms,
@@ -359,7 +385,7 @@ struct reply_info {
     uint16_t encoding;
 };
 /* Reads the reply to the oldest request on shard slot s, of type want for (tensor, part);
- * PARAMS land in dst (cap bytes). An ERROR reply is its status and message. */
+ * PARAMS and ROWS land in dst (cap bytes). An ERROR reply is its status and message. */
 ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
                          uint32_t part, void *dst, size_t cap, struct reply_info *ri,
                          struct ts_err *err);

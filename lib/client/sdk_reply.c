@@ -20,7 +20,7 @@ ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t 
 {
     struct ts_frame_hdr h;
     char small[512];
-    bool params = want == TS_FRAME_PARAMS;
+    bool params = want == TS_FRAME_PARAMS || want == TS_FRAME_ROWS;
     /* A reply is PARAMS of cap bytes or an ERROR of at most a message's length: small ones go
      * to a local buffer, so that an error always fits (a 10-float bias is 40 bytes). */
     bool direct = params && cap >= sizeof(small);

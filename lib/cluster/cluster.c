@@ -384,6 +384,26 @@ bool ts_cluster_holds(struct ts_cluster *cl, uint32_t id, uint64_t since)
     return holds;
 }
 
+ts_status ts_cluster_ring_copy(struct ts_cluster *cl, struct ts_ring **out, uint64_t *epoch,
+                               struct ts_err *err)
+{
+    uint32_t ids[TS_CLUSTER_MAX_SHARDS];
+    size_t n = 0;
+    unsigned vnodes = 0;
+
+    pthread_mutex_lock(&cl->mu);
+    for (size_t i = 0; cl->map && i < cl->map->n_shards && n < TS_CLUSTER_MAX_SHARDS; i++)
+        if (!cl->map->shards[i]->joining)
+            ids[n++] = cl->map->shards[i]->id;
+    vnodes = cl->map ? cl->map->vnodes : 0;
+    *epoch = cl->epoch;
+    pthread_mutex_unlock(&cl->mu);
+    if (!n)
+        return ts_err_set(err, TS_EUNAVAIL, "the shard map (epoch %" PRIu64 ") has no shard "
+                          "on its ring", *epoch);
+    return ts_ring_create(ids, n, vnodes, out, err);
+}
+
 size_t ts_cluster_shard_ids(struct ts_cluster *cl, uint32_t *ids, size_t max)
 {
     size_t n = 0;

@@ -287,6 +287,13 @@ ts_status ts_shard_pick_transport(const Tessera__V1__ShardInfo *s, const char *w
 /* The ids of the cached map's shards on the ring, which serve workers (at most max; joining
  * ones head nothing and are left out); returns how many. */
 size_t ts_cluster_shard_ids(struct ts_cluster *cl, uint32_t *ids, size_t max);
+/* A ring of its own over the cached map's ring shards, as the cluster's (the same ids and
+ * vnodes: the same placement), for a caller that places many keys without the lock (a
+ * table's rows, lib/table/batch.h); *epoch: the map's. *out is the caller's (ts_ring_free).
+ * TS_EUNAVAIL with no shard on the ring. */
+#define TS_CLUSTER_MAX_SHARDS 4096
+ts_status ts_cluster_ring_copy(struct ts_cluster *cl, struct ts_ring **out, uint64_t *epoch,
+                               struct ts_err *err) TS_MUST_CHECK;
 /* Whether shard id is alive in the cached map (joining or not) under the registration it had
  * at epoch `since`: false once the master dropped it, or once it registered again after
  * `since` (a new session, which knows nothing of the old one's connections). */

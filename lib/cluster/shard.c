@@ -76,6 +76,16 @@ ts_status ts_cluster_register_tensor(struct ts_cluster *cl, uint32_t id,
                            (ProtobufCMessage **)out, ms, err);
 }
 
+ts_status ts_cluster_register_table(struct ts_cluster *cl, uint32_t id,
+                                    Tessera__V1__RegisterTableRequest *req, int ms,
+                                    Tessera__V1__RegisterTableResponse **out,
+                                    struct ts_err *err)
+{
+    return ts_cluster_call(cl, id, PATH("RegisterTable"), &req->base, &req->map_epoch,
+                           &tessera__v1__register_table_response__descriptor,
+                           (ProtobufCMessage **)out, ms, err);
+}
+
 ts_status ts_cluster_partition_digests(struct ts_cluster *cl, uint32_t id,
                                        Tessera__V1__PartitionDigestsRequest *req, int ms,
                                        Tessera__V1__PartitionDigestsResponse **out,

@@ -57,6 +57,10 @@ ts_status ts_cluster_register_tensor(struct ts_cluster *cl, uint32_t id,
                                      Tessera__V1__RegisterTensorRequest *req, int ms,
                                      Tessera__V1__RegisterTensorResponse **out,
                                      struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_cluster_register_table(struct ts_cluster *cl, uint32_t id,
+                                    Tessera__V1__RegisterTableRequest *req, int ms,
+                                    Tessera__V1__RegisterTableResponse **out,
+                                    struct ts_err *err) TS_MUST_CHECK;
 /* PartitionDigests carries no map epoch: no stale-map check. */
 ts_status ts_cluster_partition_digests(struct ts_cluster *cl, uint32_t id,
                                        Tessera__V1__PartitionDigestsRequest *req, int ms,

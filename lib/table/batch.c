@@ -88,12 +88,12 @@ static ts_status check(const struct ts_rows_batch *b, uint64_t max_id, const uin
                        size_t n, const float *grad, struct ts_err *err)
 {
     for (size_t i = 0; i < n; i++) {
-        const float *g = grad + i * b->dim;
+        const float *g = grad ? grad + i * b->dim : NULL;
 
         if (ids[i] > max_id)
             return ts_err_set(err, TS_EINVAL, "rows.ids[%zu]: %" PRIu64 " is above max_id %"
                               PRIu64, i, ids[i], max_id);
-        for (uint32_t k = 0; k < b->dim; k++)
+        for (uint32_t k = 0; g && k < b->dim; k++)
             if (!isfinite(g[k]) || (b->exact && fabsf(g[k]) >= 0x1p31f))
                 return ts_err_set(err, TS_EINVAL, "rows.grad[%zu][%u]: %g is %s", i, k,
                                   (double)g[k], isfinite(g[k]) ? "outside the fixed-point "
@@ -144,8 +144,8 @@ ts_status ts_rows_batch_prepare(struct ts_rows_batch *b, const struct ts_ring *r
     if (n > b->cap)
         return ts_err_set(err, TS_EINVAL, "rows.n: %zu rows, above the batch's capacity %zu",
                           n, b->cap);
-    if (n && (!ids || !grad || !r || !table))
-        return ts_err_set(err, TS_EINVAL, "rows: ids, grad, ring and table are required");
+    if (n && (!ids || !r || !table))
+        return ts_err_set(err, TS_EINVAL, "rows: ids, ring and table are required");
     if (n && ts_ring_members(r) == 0)
         return ts_err_set(err, TS_EINVAL, "rows: the ring has no shards");
     if ((st = check(b, max_id, ids, n, grad, err)))
@@ -173,7 +173,7 @@ ts_status ts_rows_batch_prepare(struct ts_rows_batch *b, const struct ts_ring *r
             b->parts[p].n++;
         }
         b->index[t->pos] = (uint32_t)u;
-        if (merge_row(b, u, fresh, grad + (size_t)t->pos * b->dim)) {
+        if (grad && merge_row(b, u, fresh, grad + (size_t)t->pos * b->dim)) {
             b->nuniq = b->nparts = 0;
             return ts_err_set(err, TS_EINVAL, "rows.grad: the sum of id %" PRIu64 "'s repeats "
                               "leaves the fixed-point range (at rows.ids[%u])", t->id, t->pos);

@@ -45,7 +45,9 @@ void ts_rows_batch_free(struct ts_rows_batch *b);   /* NULL: no-op */
 
 /* Places, sorts and merges ids[0..n) (each <= max_id, any order, repeats allowed) with their
  * gradients grad (n x dim floats, row i at grad + i * dim) of table `table` on ring r. n may
- * be 0. On error the batch holds nothing (ts_rows_batch_shards is 0). */
+ * be 0. grad NULL: ids only (a pull's: placed, sorted and merged, no gradient; the parts'
+ * grad is then not to be read). On error the batch holds nothing (ts_rows_batch_shards is
+ * 0). */
 ts_status ts_rows_batch_prepare(struct ts_rows_batch *b, const struct ts_ring *r,
                                 const char *table, uint64_t max_id, const uint64_t *ids,
                                 size_t n, const float *grad, struct ts_err *err) TS_MUST_CHECK;

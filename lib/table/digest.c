@@ -27,8 +27,7 @@ static int cmp_ptr(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* One store's ids, ascending, into *out (caller frees). Called with its mu held. */
-static ts_status sorted_ids(const struct ts_table *t, uint64_t **out, struct ts_err *err)
+ts_status table_sorted_ids(const struct ts_table *t, uint64_t **out, struct ts_err *err)
 {
     uint64_t *ids = malloc((t->rows.n + 1) * sizeof(*ids));
 
@@ -42,9 +41,9 @@ static ts_status sorted_ids(const struct ts_table *t, uint64_t **out, struct ts_
     return TS_OK;
 }
 
-/* The stores' rows merged into c; stores locked, ids[s] sorted, pos[s] zeroed. */
+/* The stores' rows merged into f; stores locked, ids[s] sorted, pos[s] zeroed. */
 static ts_status merge(struct ts_table *const *stores, size_t n, uint64_t **ids, uint64_t *pos,
-                       EVP_MD_CTX *c, struct ts_err *err)
+                       struct ts_table_fp *f, struct ts_err *err)
 {
     for (;;) {
         size_t best = n;
@@ -61,9 +60,8 @@ static ts_status merge(struct ts_table *const *stores, size_t n, uint64_t **ids,
         }
         if (best == n)
             return TS_OK;
-        ts_fp_put_u64(c, ids[best][pos[best]]);
-        ts_fp_put_f32(c, row_values(rows_find(&stores[best]->rows, ids[best][pos[best]])),
-                   stores[best]->dim);
+        ts_table_fp_row(f, ids[best][pos[best]],
+                        row_values(rows_find(&stores[best]->rows, ids[best][pos[best]])));
         pos[best]++;
     }
 }
@@ -85,15 +83,59 @@ static ts_status check_stores(struct ts_table *const *stores, size_t n, struct t
     return TS_OK;
 }
 
+struct ts_table_fp {
+    EVP_MD_CTX *c;
+    uint32_t dim;
+};
+
+ts_status ts_table_fp_begin(const char *name, uint32_t dim, uint64_t count,
+                            struct ts_table_fp **out, struct ts_err *err)
+{
+    struct ts_table_fp *f = calloc(1, sizeof(*f));
+    uint8_t d[4];
+
+    if (!f || !(f->c = EVP_MD_CTX_new()) || EVP_DigestInit_ex(f->c, EVP_sha256(), NULL) != 1) {
+        ts_table_fp_end(f, NULL);
+        return ts_err_set(err, TS_EINTERNAL, "table fingerprint: OpenSSL SHA-256 unavailable");
+    }
+    f->dim = dim;
+    for (int b = 0; b < 4; b++)
+        d[b] = (uint8_t)(dim >> (8 * b));
+    EVP_DigestUpdate(f->c, name, strlen(name) + 1);
+    EVP_DigestUpdate(f->c, d, sizeof(d));
+    ts_fp_put_u64(f->c, count);
+    *out = f;
+    return TS_OK;
+}
+
+void ts_table_fp_row(struct ts_table_fp *f, uint64_t id, const float *values)
+{
+    ts_fp_put_u64(f->c, id);
+    ts_fp_put_f32(f->c, values, f->dim);
+}
+
+void ts_table_fp_end(struct ts_table_fp *f, char hex[65])
+{
+    unsigned char md[32];
+    unsigned int len = 0;
+
+    if (!f)
+        return;
+    if (hex && f->c) {
+        EVP_DigestFinal_ex(f->c, md, &len);
+        for (unsigned i = 0; i < 32; i++)
+            snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    }
+    EVP_MD_CTX_free(f->c);
+    free(f);
+}
+
 ts_status ts_table_sha256(struct ts_table *const *stores, size_t n, char hex[65],
                           struct ts_err *err)
 {
     struct ts_table **locked;
+    struct ts_table_fp *f = NULL;
     uint64_t **ids, *pos, count = 0;
-    uint8_t dim[4];
-    unsigned char md[32];
-    unsigned int len = 0;
-    EVP_MD_CTX *c = NULL;
     ts_status st;
 
     if ((st = check_stores(stores, n, err)))
@@ -111,26 +153,15 @@ ts_status ts_table_sha256(struct ts_table *const *stores, size_t n, char hex[65]
         pthread_mutex_lock(&locked[s]->mu);
     for (size_t s = 0; !st && s < n; s++) {
         count += stores[s]->rows.n;
-        st = sorted_ids(stores[s], &ids[s], err);
+        st = table_sorted_ids(stores[s], &ids[s], err);
     }
-    if (!st && (!(c = EVP_MD_CTX_new()) || EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1))
-        st = ts_err_set(err, TS_EINTERNAL, "table fingerprint: OpenSSL SHA-256 unavailable");
-    if (!st) {
-        for (int b = 0; b < 4; b++)
-            dim[b] = (uint8_t)(stores[0]->dim >> (8 * b));
-        EVP_DigestUpdate(c, stores[0]->name, strlen(stores[0]->name) + 1);
-        EVP_DigestUpdate(c, dim, sizeof(dim));
-        ts_fp_put_u64(c, count);
-        st = merge(stores, n, ids, pos, c, err);
-    }
+    if (!st)
+        st = ts_table_fp_begin(stores[0]->name, stores[0]->dim, count, &f, err);
+    if (!st)
+        st = merge(stores, n, ids, pos, f, err);
     for (size_t s = 0; s < n; s++)
         pthread_mutex_unlock(&locked[s]->mu);
-    if (!st) {
-        EVP_DigestFinal_ex(c, md, &len);
-        for (unsigned i = 0; i < 32; i++)
-            snprintf(hex + 2 * i, 3, "%02x", md[i]);
-    }
-    EVP_MD_CTX_free(c);
+    ts_table_fp_end(f, st ? NULL : hex);
 out_free:
     for (size_t s = 0; ids && s < n; s++)
         free(ids[s]);

@@ -101,6 +101,9 @@ ts_status table_dirty_reserve(struct ts_table *t, size_t more, struct ts_err *er
 /* Takes bytes from the budget, or TS_ENOMEM naming the table and the budget. */
 ts_status table_charge(struct ts_table *t, uint64_t rows, struct ts_err *err);
 void table_refund(struct ts_table *t, uint64_t rows);
+/* digest.c: the ids of t's rows, ascending, into *out (t->rows.n of them; caller frees).
+ * Called with t->mu held. */
+ts_status table_sorted_ids(const struct ts_table *t, uint64_t **out, struct ts_err *err);
 
 static inline bool table_async(const struct ts_table *t)
 {

@@ -342,6 +342,23 @@ static ts_status pull_wait(struct ts_table *t, uint64_t want, int ms, struct ts_
     return TS_OK;
 }
 
+ts_status ts_table_ids(struct ts_table *t, uint64_t want, int ms, uint64_t **ids, size_t *n,
+                       struct ts_err *err)
+{
+    ts_status st;
+
+    *ids = NULL;
+    *n = 0;
+    pthread_mutex_lock(&t->mu);
+    if (!(st = pull_wait(t, want, ms, err)) && t->rows.n &&
+        !(st = table_sorted_ids(t, ids, err)))
+        *n = t->rows.n;
+    pthread_mutex_unlock(&t->mu);
+    if (st)
+        ts_err_prefix(err, "table '%s'", t->name);
+    return st;
+}
+
 ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms,
                         const uint64_t *ids, size_t n, float *out, struct ts_err *err)
 {

@@ -170,9 +170,24 @@ ts_status ts_table_row(struct ts_table *t, uint64_t id, float *values, float *st
 ts_status ts_table_dirty_take(struct ts_table *t, uint64_t **ids, size_t *n,
                               struct ts_err *err) TS_MUST_CHECK;
 
+/* The ids of the rows that exist once step `want` may be read (as ts_table_pull waits),
+ * ascending, into *ids (caller frees with free(); NULL when *n is 0): what a fingerprint or a
+ * scan of the rows walks, reading them with ts_table_pull. TS_ETIMEDOUT after ms. */
+ts_status ts_table_ids(struct ts_table *t, uint64_t want, int ms, uint64_t **ids, size_t *n,
+                       struct ts_err *err) TS_MUST_CHECK;
+
 /* The fingerprint (above) of the rows of n stores of one table (same name and dim, each id in
  * at most one of them: TS_ECORRUPT names an id held twice), as 64 hex digits and a NUL. */
 ts_status ts_table_sha256(struct ts_table *const *stores, size_t n, char hex[65],
                           struct ts_err *err) TS_MUST_CHECK;
+
+/* The fingerprint made row by row, for a caller that merges rows from elsewhere (the SDK,
+ * from every shard's scan): begin with the table's name, dim and row count, add each row in
+ * ascending id, end (which frees f; hex NULL: abandoned). TS_EINTERNAL without SHA-256. */
+struct ts_table_fp;
+ts_status ts_table_fp_begin(const char *name, uint32_t dim, uint64_t count,
+                            struct ts_table_fp **out, struct ts_err *err) TS_MUST_CHECK;
+void ts_table_fp_row(struct ts_table_fp *f, uint64_t id, const float *values);
+void ts_table_fp_end(struct ts_table_fp *f, char hex[65]);
 
 #endif

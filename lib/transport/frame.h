@@ -64,7 +64,18 @@ enum ts_frame_type {
                              * replication.md, "Reduce jobs that lose every copy") */
     TS_FRAME_AUTH = 12,     /* initiator -> acceptor: the last step of the handshake (auth.h);
                              * no reply */
-    TS_FRAME_TYPE_MAX = 12,
+    /* Sparse tables (docs/embeddings.md, "Rows on the wire"); `tensor` is the table id. */
+    TS_FRAME_ROWS_PUSH = 13, /* worker -> shard: rank `rank`'s push of step `step`: `partition`
+                              * ids (8 bytes LE each, strictly ascending), then their gradients
+                              * (dim int64 or float32 a row, `encoding`); an ACK answers */
+    TS_FRAME_ROWS_PULL = 14, /* worker -> shard: the rows of `partition` ids (the payload) at
+                              * version `step`; a ROWS answers */
+    TS_FRAME_ROWS = 15,      /* shard -> worker: rows (dim float32 each); answering a SCAN,
+                              * `partition` ids then their rows, `step` the rows the table has */
+    TS_FRAME_ROWS_SCAN = 16, /* worker -> shard: the next at most `partition` rows that exist,
+                              * in ascending id, at version `step` (TS_SCAN_FIRST: from the
+                              * first); for fingerprints */
+    TS_FRAME_TYPE_MAX = 16,
 };
 
 /* HELLO flags; a HELLO's `step` is the worker's shard map epoch (0: not said). */
@@ -84,6 +95,9 @@ enum ts_frame_type {
 
 /* SEED flags. */
 #define TS_SEED_OVERFLOW 0x1u   /* the version was a skipped step (its pull said so) */
+
+/* ROWS_SCAN flags. */
+#define TS_SCAN_FIRST 0x1u      /* begin a scan: the shard lists the rows that exist now */
 
 /* PULL flags. */
 #define TS_PULL_AFTER_PUSH 0x1u /* sent right behind this connection's pushes of the step */

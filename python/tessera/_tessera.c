@@ -680,6 +680,27 @@ static PyMethodDef client_methods[] = {
     { "step_some", KW client_step_some, METH_VARARGS | METH_KEYWORDS,
       "step_some(step, ids, grads, params)\n\npush_some and then pull_some of version step + "
       "1 in one exchange (each\npartition's pull right behind its push)." },
+    { "register_table", KW client_register_table, METH_VARARGS | METH_KEYWORDS,
+      "register_table(name, dim, max_id, init=None, seed=0, optimizer=None) -> int\n\n"
+      "Registers a sparse embedding table (docs/embeddings.md): rows of dim floats,\nids "
+      "0..max_id, made on the shards when a push first touches them; init\n(normal:0.01) "
+      "gives a row's first values, optimizer (sgd, adagrad, adam;\nNone: the job's) its "
+      "updates. Every rank registers the same tables in the\nsame order. Returns the "
+      "table's handle." },
+    { "pull_rows", KW client_pull_rows, METH_VARARGS | METH_KEYWORDS,
+      "pull_rows(table, version, ids, out)\n\nThe rows of ids (int64, any order, repeats "
+      "allowed) at `version` into out\n(float32, len(ids) x dim, written in place)." },
+    { "push_rows", KW client_push_rows, METH_VARARGS | METH_KEYWORDS,
+      "push_rows(table, step, ids, grads)\n\nThis rank's gradients of `step`: grads "
+      "(float32, len(ids) x dim) row i for\nids[i] at input position i; repeats are summed "
+      "by the SDK (exactly, in exact\nmode). Every rank pushes every table every step, "
+      "with no ids if none." },
+    { "table_sha256", KW client_table_sha256, METH_VARARGS | METH_KEYWORDS,
+      "table_sha256(table, version) -> str\n\nThe table's fingerprint at `version` over "
+      "every row that exists, on every\nshard, in ascending id (docs/embeddings.md)." },
+    { "table_rows", KW client_table_rows, METH_VARARGS | METH_KEYWORDS,
+      "table_rows(table, version) -> int\n\nThe rows the table has at `version`, over "
+      "every shard." },
     { "claim_work", KW client_claim_work, METH_VARARGS | METH_KEYWORDS,
       "claim_work(step, want, units) -> dict\n\nDynamic assignment (asp, or ssp with "
       "dynamic=True): up to want (0..256) of the\njob's `units` units from the master's "

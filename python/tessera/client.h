@@ -1,8 +1,8 @@
 /* client.h - tessera.Client's object and the helpers its methods share, for _tessera.c,
  * step.c (step, and an elastic job's slots, step_slots, join), some.c (push_some, pull_some,
  * step_some: tessera_step in pieces, docs/python.md "Overlap"), work.c (claim_work,
- * next_task, task_done: the master's schedule, docs/scheduler.md) and launch.c (the
- * launcher's environment, serve_metrics).
+ * next_task, task_done: the master's schedule, docs/scheduler.md), rows.c (sparse tables)
+ * and launch.c (the launcher's environment, serve_metrics).
  * Threads: as _tessera.c says, the lock is held around every SDK call on t. */
 #ifndef TS_PY_CLIENT_H
 #define TS_PY_CLIENT_H
@@ -37,6 +37,9 @@ struct client {
                                 * (assign.c; PyMem) */
     PyObject *keep;            /* list: owners of the option strings, alive as long as t */
     PyObject *where;           /* (master, job, rank, workers) as connected (launch.c) */
+    /* Sparse tables (rows.c): each handle's row dim, the handles registered. */
+    uint32_t table_dim[256];
+    int ntables;
     /* Client.buffers' arrays (buffers.h). Read and written with the GIL held only: */
     Py_ssize_t exports;        /* arrays over the SDK's pages alive now */
     int closed;                /* close() began: no new export */
@@ -73,6 +76,13 @@ int get_all(struct client *self, PyObject *o, const char *what, enum elem want, 
 PyObject *client_push_some(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_pull_some(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_step_some(struct client *self, PyObject *args, PyObject *kw);
+
+/* rows.c: the sparse tables' methods. */
+PyObject *client_register_table(struct client *self, PyObject *args, PyObject *kw);
+PyObject *client_pull_rows(struct client *self, PyObject *args, PyObject *kw);
+PyObject *client_push_rows(struct client *self, PyObject *args, PyObject *kw);
+PyObject *client_table_sha256(struct client *self, PyObject *args, PyObject *kw);
+PyObject *client_table_rows(struct client *self, PyObject *args, PyObject *kw);
 
 /* assign.c: the method, and the release of what it holds once ids (NULL: every tensor; n of
  * them) were pushed. */

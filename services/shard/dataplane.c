@@ -162,9 +162,7 @@ static ts_status take_slots(const struct ts_frame_hdr *h, struct ts_push *in,
     return TS_OK;
 }
 
-/* Whether this connection's worker owns the slots a push or seed names (dp_access.c): a
- * refusal other than a slot that just changed hands is counted. */
-static ts_status owns(struct dp_conn *dc, uint32_t rank, uint64_t slots, struct ts_err *err)
+ts_status dp_owns(struct dp_conn *dc, uint32_t rank, uint64_t slots, struct ts_err *err)
 {
     ts_status st;
 
@@ -223,7 +221,7 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
         in.has_updates = true;
         in.updates = ts_updates_get((const uint8_t *)buf + in.bytes);
     }
-    if ((st = take_slots(h, &in, err)) || (st = owns(dc, in.rank, in.slots, err)) ||
+    if ((st = take_slots(h, &in, err)) || (st = dp_owns(dc, in.rank, in.slots, err)) ||
         (st = head_of(dc, h, &p, &next, err)))
         return st;
     if (!((h->flags & TS_PUSH_REGION) && in_region(dc, h, p, &in, err))) {
@@ -286,7 +284,7 @@ static ts_status on_seed(struct dp_conn *dc, const struct ts_frame_hdr *h, const
         return ts_err_set(err, TS_EINVAL, "seed: job '%s' is mode %s; only a reduce job's "
                           "workers seed partitions", dc->job->job.id,
                           ts_mode_name(dc->job->job.mode));
-    if ((st = owns(dc, h->rank, 0, err)) || (st = head_of(dc, h, &p, NULL, err)))
+    if ((st = dp_owns(dc, h->rank, 0, err)) || (st = head_of(dc, h, &p, NULL, err)))
         return st;
     if (h->len && h->len != ts_part_len(p) * sizeof(float))
         st = ts_err_set(err, TS_EINVAL, "seed: %" PRIu64 " bytes of values for tensor %u "
@@ -623,7 +621,8 @@ static ts_status serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
 {
     ts_status st = TS_OK;
 
-    if ((h->type == TS_FRAME_PUSH || h->type == TS_FRAME_PULL || h->type == TS_FRAME_IMAGE) &&
+    if ((h->type == TS_FRAME_PUSH || h->type == TS_FRAME_PULL || h->type == TS_FRAME_IMAGE ||
+         h->type == TS_FRAME_ROWS_PUSH || h->type == TS_FRAME_ROWS_PULL) &&
         rolled_back(dc, err))
         return TS_EROLLBACK;
     switch (h->type) {
@@ -656,6 +655,12 @@ static ts_status serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
         return dp_on_image(dc, h, in, err);
     case TS_FRAME_SEED:
         return on_seed(dc, h, in, err);
+    case TS_FRAME_ROWS_PUSH:
+        return dp_rows_push(dc, h, in, err);
+    case TS_FRAME_ROWS_PULL:
+        return dp_rows_pull(dc, h, in, err);
+    case TS_FRAME_ROWS_SCAN:
+        return dp_rows_scan(dc, h, err);
     default:
         return ts_err_set(err, TS_EINVAL, "frame type %u is not a request", h->type);
     }
@@ -727,6 +732,7 @@ void dp_conn_end(struct dp_conn *dc, bool hung_up)
         dp_slots_lost(dc);
     free(dc->copy);
     dc->copy = NULL;
+    dp_rows_free(dc);
     regions_free(dc);
     dp_pullc_free(dc);
     chain_links_close(&dc->chain);

@@ -118,6 +118,13 @@ struct dp_conn {
     /* dp_guard.c: trusted (the handshake done, or the HELLO answered where none is
      * required), cut (shut down to make room), when it came, and from where. */
     atomic_bool trusted, cut;
+    /* Sparse tables (dp_rows.c): a pull's rows, and a scan in progress (its table id + 1, 0:
+     * none; the ids that existed when it began, how many were sent). */
+    float *rows;
+    size_t rows_cap;                /* floats */
+    uint64_t *scan_ids;
+    size_t scan_n, scan_at;
+    uint32_t scan_table;
     int64_t born_ms;
     char source[64];
 };
@@ -232,5 +239,20 @@ bool dp_slots_peer_gone(struct dp_conn *dc, void *buf, size_t cap);
 /* The connection's elastic worker hung up without a goodbye: the master hears of it (and
  * moves its slots), then every connection of its job on this shard is woken. */
 void dp_slots_lost(struct dp_conn *dc);
+
+/* Whether this connection's worker owns the slots a push or seed names (dp_access.c): a
+ * refusal other than a slot that just changed hands is counted. */
+ts_status dp_owns(struct dp_conn *dc, uint32_t rank, uint64_t slots,
+                  struct ts_err *err) TS_MUST_CHECK;
+
+/* dp_rows.c: a sparse table's frames (frame.h, ROWS_*; docs/embeddings.md, "Rows on the
+ * wire"), and what a connection holds for them (freed when it ends). */
+ts_status dp_rows_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
+                       struct ts_err *err) TS_MUST_CHECK;
+ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
+                       struct ts_err *err) TS_MUST_CHECK;
+ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h,
+                       struct ts_err *err) TS_MUST_CHECK;
+void dp_rows_free(struct dp_conn *dc);
 
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "chain.h"
+#include "tables.h"
 #include "tensor/tensor.h"
 
 _Static_assert(CHAIN_MAX_TENSORS == SHARD_MAX_TENSORS, "a chain link knows every tensor");
@@ -29,6 +30,7 @@ void shard_params_init(struct shard_params *sp)
     sp->mem_budget = UINT64_MAX;
     sp->max_tensors = SHARD_MAX_TENSORS;
     sp->job_mem_share = 100;
+    ts_table_budget_init(&sp->tables_budget, 0);
     sp->joining = true;   /* a new shard holds nothing stale: see shard_params_rechain */
 }
 
@@ -69,6 +71,7 @@ static void job_free(struct shard_params *sp, struct shard_job *sj, uint64_t *by
             }
         tensor_free(t);
     }
+    shard_tables_free(sj);
     sp->bytes -= *bytes;
     sp->mem_used -= sj->mem;
     free(sj);
@@ -196,14 +199,13 @@ static ts_status check_restore_job(const struct shard_params *sp, const Tessera_
                       "continue with the snapshot's settings", field, got, sp->restore_hex, want);
 }
 
-/* The job the request names: the first registration creates it with its settings, later ones
- * must repeat them. Called with mu held. */
-static ts_status get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js,
-                         struct shard_job **out, struct ts_err *err)
+ts_status params_get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js,
+                         struct shard_job **out, bool *made, struct ts_err *err)
 {
     struct ts_job j;
     ts_status st;
 
+    *made = false;
     if (!js)
         return ts_err_set(err, TS_EINVAL, "job: required");
     if ((st = ts_job_init(&j, js->id, js->workers, js->exact, js->optimizer, js->batch, err)) ||
@@ -235,6 +237,7 @@ static ts_status get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js
     (*out)->data_seed = js->data_seed;
     (*out)->micro = js->micro_batch;
     sp->jobs[sp->njobs++] = *out;
+    *made = true;
     ts_log(TS_INFO, "shard", "job %s: %u workers, %s mode, optimizer %s, batch %g, %s", j.id,
            j.workers, j.exact ? "exact" : "float", j.optimizer, j.batch, ts_mode_name(j.mode));
     return TS_OK;
@@ -670,8 +673,7 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     struct shard_tensor *t = NULL;
     struct shard_job *sj = NULL;
     uint64_t numel = 0;
-    size_t njobs;
-    bool made_job;
+    bool made_job = false;
     ts_status st;
 
     if ((st = check_spec(req, &numel, err)) ||
@@ -683,9 +685,7 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
                           sp->max_tensors - 1);
     pthread_rwlock_rdlock(&sp->life);   /* the job outlives create_tensor's unlocked part */
     pthread_mutex_lock(&sp->mu);
-    njobs = sp->njobs;
-    st = get_job(sp, req->job, &sj, err);
-    made_job = !st && sp->njobs > njobs;
+    st = params_get_job(sp, req->job, &sj, &made_job, err);
     /* Another registration is making this tensor: wait for it, then take what it made. */
     while (!st && !sj->tensors[req->tensor_id] && making(sj, req->tensor_id))
         pthread_cond_wait(&sp->made, &sp->mu);
@@ -739,21 +739,26 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
         *partition_bytes = t->partition_bytes;
         follow_rollbacks(sj, req->rollbacks);
     }
-    if (st && made_job && !sj->ntensors && !any_making(sj)) {
-        /* A job made by this refused call, which nothing else took up meanwhile: state as it
-         * was. */
-        uint64_t none;
-        for (size_t j = 0; j < sp->njobs; j++)
-            if (sp->jobs[j] == sj) {
-                sp->jobs[j] = sp->jobs[--sp->njobs];
-                sp->jobs[sp->njobs] = NULL;
-                job_free(sp, sj, &none);
-                break;
-            }
-    }
+    if (st && made_job)
+        params_drop_unused(sp, sj);
     pthread_mutex_unlock(&sp->mu);
     pthread_rwlock_unlock(&sp->life);
     return st;
+}
+
+void params_drop_unused(struct shard_params *sp, struct shard_job *sj)
+{
+    uint64_t none;
+
+    if (sj->ntensors || sj->ntables || any_making(sj))
+        return;
+    for (size_t j = 0; j < sp->njobs; j++)
+        if (sp->jobs[j] == sj) {
+            sp->jobs[j] = sp->jobs[--sp->njobs];
+            sp->jobs[sp->njobs] = NULL;
+            job_free(sp, sj, &none);
+            return;
+        }
 }
 
 struct shard_tensor *shard_params_tensor(struct shard_params *sp, struct shard_job *sj,

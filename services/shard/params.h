@@ -25,6 +25,7 @@
 #include "cluster/cluster.h"
 #include "ps/part.h"
 #include "snapshot/snapshot.h"
+#include "table/table.h"
 #include "tessera/v1/shard.pb-c.h"
 #include "transport/region.h"
 
@@ -87,6 +88,9 @@ struct shard_tensor {
  * the workers register again, within their lease (at most 10 minutes). */
 #define SHARD_ORPHAN_MS (10 * 60 * 1000)
 
+#define SHARD_MAX_TABLES 256            /* sparse tables per job (table ids 0..255) */
+struct shard_table;
+
 struct shard_job {
     struct ts_job job;
     uint64_t data_seed;                /* JobSpec.data_seed, micro_batch: for manifests */
@@ -100,6 +104,9 @@ struct shard_job {
     atomic_uint conns;                 /* data-plane connections naming it (attach, detach) */
     uint64_t mem;                      /* bytes charged to the budget for it (under mu) */
     struct shard_tensor *tensors[SHARD_MAX_TENSORS];
+    /* Sparse tables (tables.h), by table id; added under mu, never removed before the job. */
+    struct shard_table *tables[SHARD_MAX_TABLES];
+    uint32_t ntables;
     /* Rollback (docs/replication.md, "Rollback"): while fence is set (the step + 1) the job
      * goes back to a snapshot and the data plane refuses it; rollbacks counts those done
      * (a connection that named the job under an older count must start over), the last to
@@ -156,6 +163,8 @@ struct shard_params {
      * failover must not fail on it. */
     uint32_t job_mem_share;
     uint64_t mem_used;                 /* what they use now (under mu) */
+    /* --table-mem: what every job's table rows may use together (tables.h; atomic). */
+    struct ts_table_budget tables_budget;
     uint32_t max_tensors;              /* --max-tensors: tensor ids per job are below it */
     /* Called under mu after a job's memory is freed, before anything can be created again
      * (the data plane forgets what it cached by partition address, /metrics the job's
@@ -346,6 +355,8 @@ struct shard_job_status {
     uint64_t armed_step;               /* 0: no snapshot armed */
     uint64_t tensors, partitions, min_version, max_version;
     uint64_t follows, lag;             /* copies followed; versions held back from pulls */
+    uint32_t tables;                   /* sparse tables, their rows here and the rows' bytes */
+    uint64_t table_rows, table_bytes;
     struct ts_part_ranks ranks;        /* SSP and ASP: one record per rank (n 0 otherwise) */
 };
 /* Every job's status: *out is malloc'd, *n entries, freed with shard_params_jobs_free. */

@@ -9,6 +9,14 @@
  * life for reading, or mu. */
 struct shard_job *params_find_job(struct shard_params *sp, const char *id);
 
+/* The job js names, created by the first registration (a tensor's or a table's) with its
+ * settings; later ones must repeat them (TS_ESTATE). *made: this call created it. mu held. */
+ts_status params_get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js,
+                         struct shard_job **out, bool *made, struct ts_err *err) TS_MUST_CHECK;
+/* A job a refused registration made, which nothing else took up meanwhile (no tensor, no
+ * table, none being made), is dropped: state as it was. mu held. */
+void params_drop_unused(struct shard_params *sp, struct shard_job *sj);
+
 /* Where this shard stands in partition p's chain under cl's map (placed with t's name and
  * salt): whether it holds the partition, whether as the head, and the shard after it (0:
  * none). */

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "shard.h"
+#include "tables.h"
 #include "util/names.h"
 #include "util/proc.h"
 
@@ -37,6 +38,9 @@ static ts_status encode_jobs(struct ts_rpc_call *call, struct shard_params *sp,
         js->steps_skipped = s->ranks.skipped;
         js->follows = s->follows;
         js->lag = s->lag;
+        js->tables = s->tables;
+        js->table_rows = s->table_rows;
+        js->table_bytes = s->table_bytes;
         js->ranks = ts_rpc_alloc(call, (s->ranks.n + 1) * sizeof(*js->ranks));
         for (uint32_t k = 0; k < s->ranks.n; k++) {
             Tessera__V1__RankStatus *rs = ts_rpc_new(call, &tessera__v1__rank_status__descriptor);
@@ -161,6 +165,19 @@ static ts_status register_tensor(struct ts_rpc_call *call, const ProtobufCMessag
     resp->n_partitions = n;
     resp->partition_count = nparts;
     return TS_OK;
+}
+
+static ts_status register_table(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                                ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__RegisterTableRequest *req = (const void *)rq;
+    Tessera__V1__RegisterTableResponse *resp = (void *)rs;
+    struct shard *s = ts_rpc_ctx(call);
+
+    if (!s->membership || !s->cluster)
+        return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet; retry");
+    return shard_params_register_table(&s->params, s->cluster, req, &resp->version, &resp->rows,
+                                       err);
 }
 
 static ts_status arm_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *rq,
@@ -316,6 +333,8 @@ out:
 static const struct ts_rpc_method shard_methods[] = {
     T("RegisterTensor", register_tensor, register_tensor_request, register_tensor_response,
       TS_ROLE_WORKER | TS_ROLE_SHARD),
+    T("RegisterTable", register_table, register_table_request, register_table_response,
+      TS_ROLE_WORKER),
     T("ArmSnapshot", arm_snapshot, arm_snapshot_request, arm_snapshot_response, MASTER),
     /* a manifest of every partition this shard holds, with each chunk's hash */
     { "WriteSnapshot", write_snapshot, &tessera__v1__write_snapshot_request__descriptor,

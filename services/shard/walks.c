@@ -9,6 +9,7 @@
 
 #include "params.h"
 #include "params_internal.h"
+#include "tables.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -123,6 +124,9 @@ static ts_status check_snapshottable(struct shard_job *sj, struct ts_err *err)
         return ts_err_set(err, TS_ESTATE, "job: '%s' runs in mode reduce, whose parameters "
                           "live on the workers; snapshots need mode bsp, ssp or asp "
                           "(docs/modes.md)", sj->job.id);
+    if (sj->ntables)   /* not silently without them */
+        return ts_err_set(err, TS_ENOTSUP, "job: '%s' has sparse tables, which snapshots do "
+                          "not cover yet (docs/embeddings.md)", sj->job.id);
     return TS_OK;
 }
 
@@ -366,6 +370,13 @@ ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **o
         js->armed_step = sj->armed ? sj->armed_step : 0;
         for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
             js->tensors += sj->tensors[i] != NULL;
+        for (size_t i = 0; i < SHARD_MAX_TABLES; i++) {
+            struct ts_table *t = shard_params_table(sp, sj, (uint32_t)i);
+            uint64_t rows = t ? ts_table_count(t) : 0;
+            js->tables += t != NULL;
+            js->table_rows += rows;
+            js->table_bytes += t ? rows * ts_table_row_bytes(t) : 0;
+        }
         snprintf(js->id, sizeof(js->id), "%s", sj->job.id);
         js->workers = sj->job.workers;
         js->exact = sj->job.exact;

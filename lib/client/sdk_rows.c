@@ -1,0 +1,512 @@
+/* sdk_rows.c - sparse embedding tables in the SDK (tessera.h, "Sparse embedding tables";
+ * docs/embeddings.md, "Rows on the wire").
+ *
+ * A table is registered on every shard of the map (RegisterTable), whose rows the ring places
+ * by (table, id) (lib/table/batch.h). The ring is copied once, at the first registration:
+ * every push and pull places its ids on it without the cluster's lock, and a map that moves
+ * later (a shard died or joined) is refused loudly, since rows neither move nor fail over yet.
+ * A push places, sorts and merges the batch's ids per shard and sends every shard its part
+ * (an empty one where none of its rows was used: BSP counts every rank's push); a pull sends
+ * each shard its unique ids only and scatters the rows back to the batch's positions. A
+ * fingerprint pages through every shard's rows in ascending id and merges them.
+ * A local run keeps each table in one lib/table store in this process, with no budget. */
+#include "sdk_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/shard.h"
+#include "transport/frame.h"
+#include "util/names.h"
+
+#define SCAN_PAGE_BYTES (8u << 20)   /* a fingerprint's page of rows from one shard */
+#define SCAN_PAGE_ROWS 4096
+
+/* A refusal made with ts_err_set (st, its status) reported to the caller. */
+static int fail(struct tessera_error *e, const struct ts_err *err, ts_status st)
+{
+    (void)st;
+    return sdk_fail(e, err);
+}
+
+static void table_free(struct sdk_table *x)
+{
+    if (!x)
+        return;
+    ts_table_free(x->local);
+    ts_rows_batch_free(x->batch);
+    free(x->rows);
+    free(x);
+}
+
+void sdk_rows_free(struct tessera *t)
+{
+    for (int i = 0; i < t->ntables; i++)
+        table_free(t->tables[i]);
+    t->ntables = 0;
+    ts_ring_free(t->rows_ring);
+    t->rows_ring = NULL;
+}
+
+/* What tables cannot do yet (tessera.h). */
+static ts_status supported(const struct tessera *t, struct ts_err *err)
+{
+    if (t->elastic)
+        return ts_err_set(err, TS_ENOTSUP, "tables in an elastic job are not built yet "
+                          "(docs/embeddings.md): connect with elastic 0");
+    if (t->job.mode == TS_MODE_REDUCE)
+        return ts_err_set(err, TS_ENOTSUP, "tables live on the shards; mode reduce keeps "
+                          "parameters on the workers: use bsp, ssp or asp");
+    return TS_OK;
+}
+
+/* The ring the tables' rows are placed on, made at the first registration. */
+static ts_status rows_ring(struct tessera *t, struct ts_err *err)
+{
+    const uint32_t one = 1;
+
+    if (t->rows_ring)
+        return TS_OK;
+    if (t->local)
+        return ts_ring_create(&one, 1, 0, &t->rows_ring, err);
+    return ts_cluster_ring_copy(t->cl, &t->rows_ring, &t->rows_epoch, err);
+}
+
+/* Rows stay where the ring placed them: a map that moved since is refused. */
+static ts_status same_map(struct tessera *t, const struct sdk_table *x, struct ts_err *err)
+{
+    uint64_t now;
+
+    if (t->local || (now = ts_cluster_epoch(t->cl)) == t->rows_epoch)
+        return TS_OK;
+    return ts_err_set(err, TS_ESTATE, "table '%s': its rows were placed under shard map epoch %"
+                      PRIu64 ", and the map is at %" PRIu64 " now (a shard died or joined); "
+                      "rows do not move or fail over yet (docs/embeddings.md): start the job "
+                      "again", x->name, t->rows_epoch, now);
+}
+
+static ts_status register_remote(struct tessera *t, int id, const struct tessera_table_spec *s,
+                                 const char *init, const char *optimizer, struct ts_err *err)
+{
+    Tessera__V1__JobSpec job = TESSERA__V1__JOB_SPEC__INIT;
+    Tessera__V1__TableSpec spec = TESSERA__V1__TABLE_SPEC__INIT;
+    Tessera__V1__RegisterTableRequest req = TESSERA__V1__REGISTER_TABLE_REQUEST__INIT;
+    ts_status st = TS_OK;
+
+    job.id = t->job.id;
+    job.workers = t->job.workers;
+    job.exact = t->job.exact;
+    job.optimizer = t->job.optimizer;
+    job.batch = t->job.batch;
+    job.data_seed = t->data_seed;
+    job.micro_batch = t->micro;
+    job.mode = (Tessera__V1__TrainMode)t->job.mode;
+    job.staleness = t->job.staleness;
+    spec.name = (char *)s->name;
+    spec.dim = s->dim;
+    spec.max_id = s->max_id;
+    spec.initializer = (char *)init;
+    spec.seed = s->seed;
+    spec.optimizer = (char *)optimizer;
+    req.job = &job;
+    req.table = &spec;
+    req.table_id = (uint32_t)id;
+    for (size_t i = 0; !st && i < t->conns.nshards; i++) {
+        Tessera__V1__RegisterTableResponse *r = NULL;
+        req.map_epoch = t->rows_epoch;
+        st = ts_cluster_register_table(t->cl, t->conns.shards[i].id, &req, 0, &r, err);
+        if (st)
+            ts_err_prefix(err, "table '%s': shard %u", s->name, t->conns.shards[i].id);
+        if (r)
+            tessera__v1__register_table_response__free_unpacked(r, NULL);
+    }
+    return st;
+}
+
+int tessera_table_register(tessera *t, const struct tessera_table_spec *s, int *table,
+                           struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct sdk_table *x = NULL;
+    const char *init, *optimizer;
+    ts_status st;
+
+    if (!s || !table)
+        return fail(e, &err, ts_err_set(&err, TS_EINVAL, "spec and table are required"));
+    if (s->size && s->size < offsetof(struct tessera_table_spec, optimizer) + sizeof(char *))
+        return fail(e, &err, ts_err_set(&err, TS_EINVAL, "spec.size: %zu is smaller than "
+                                        "any version of struct tessera_table_spec (start "
+                                        "from TESSERA_TABLE_SPEC_INIT)", s->size));
+    init = s->init ? s->init : "normal:0.01";
+    optimizer = s->optimizer ? s->optimizer : t->job.optimizer;
+    if ((st = supported(t, &err)) || (st = ts_job_id_check("table.name", s->name, &err)))
+        return sdk_fail(e, &err);
+    /* The same spec again (every rank registers; a script may twice): the same handle. */
+    for (int i = 0; i < t->ntables; i++)
+        if (strcmp(t->tables[i]->name, s->name) == 0) {
+            if (t->tables[i]->dim != s->dim || t->tables[i]->max_id != s->max_id)
+                return fail(e, &err, ts_err_set(&err, TS_EEXIST, "table.name: '%s' is "
+                                                "registered with dim %u and max_id %" PRIu64,
+                                                s->name, t->tables[i]->dim,
+                                                t->tables[i]->max_id));
+            *table = i;
+            return sdk_ok(e);
+        }
+    if (t->ntables == SDK_MAX_TABLES)
+        return fail(e, &err, ts_err_set(&err, TS_EINVAL, "table: a job has at most %d "
+                                        "tables", SDK_MAX_TABLES));
+    if (!(x = calloc(1, sizeof(*x))))
+        return fail(e, &err, ts_err_set(&err, TS_ENOMEM, "out of memory"));
+    snprintf(x->name, sizeof(x->name), "%s", s->name);
+    x->dim = s->dim;
+    x->max_id = s->max_id;
+    if (t->local) {
+        struct ts_table_cfg cfg = { .name = s->name, .dim = s->dim, .max_id = s->max_id,
+                                    .init = init, .seed = s->seed, .optimizer = optimizer };
+        st = ts_table_create(&t->job, &cfg, NULL, &x->local, &err);
+    }
+    if (!st)
+        st = rows_ring(t, &err);
+    if (!st && !t->local)
+        st = register_remote(t, t->ntables, s, init, optimizer, &err);
+    if (!st && !t->local && !t->hello.done)
+        st = sdk_hello_or_remap(t, &err);
+    if (st) {
+        table_free(x);
+        return sdk_fail(e, &err);
+    }
+    *table = t->ntables;
+    t->tables[t->ntables++] = x;
+    return sdk_ok(e);
+}
+
+/* Table handle id, and a batch that holds n rows. */
+static ts_status table_for(struct tessera *t, int id, size_t n, struct sdk_table **out,
+                           struct ts_err *err)
+{
+    struct sdk_table *x;
+    ts_status st;
+
+    if (id < 0 || id >= t->ntables)
+        return ts_err_set(err, TS_EINVAL, "table: %d is not a registered table (0..%d)", id,
+                          t->ntables - 1);
+    x = t->tables[id];
+    if (n > TS_TABLE_PUSH_MAX)
+        return ts_err_set(err, TS_EINVAL, "n: %zu rows, at most %u a call", n,
+                          TS_TABLE_PUSH_MAX);
+    if ((st = sdk_usable(t, err)) || (st = same_map(t, x, err)))
+        return st;
+    if (!x->batch || x->cap < n) {
+        size_t cap = x->cap ? x->cap : 1024;
+        while (cap < n)
+            cap *= 2;
+        if (cap > TS_TABLE_PUSH_MAX)
+            cap = TS_TABLE_PUSH_MAX;
+        ts_rows_batch_free(x->batch);
+        x->batch = NULL;
+        x->cap = 0;
+        if ((st = ts_rows_batch_create(x->dim, cap, t->job.exact, &x->batch, err)))
+            return st;
+        x->cap = cap;
+    }
+    *out = x;
+    return TS_OK;
+}
+
+/* Room for n rows in x->rows. */
+static ts_status rows_room(struct sdk_table *x, size_t n, struct ts_err *err)
+{
+    size_t want = n * x->dim;
+
+    if (want <= x->rows_cap)
+        return TS_OK;
+    float *r = realloc(x->rows, want * sizeof(float));
+    if (!r)
+        return ts_err_set(err, TS_ENOMEM, "table '%s': no memory for %zu rows", x->name, n);
+    x->rows = r;
+    x->rows_cap = want;
+    return TS_OK;
+}
+
+/* Reads the replies of the requests sent to slots[0..n) (each of type want, into dst[k] of
+ * cap[k] bytes), all of them even after an error, so that the connections stay in step; the
+ * first error is the answer. */
+static ts_status read_all(struct tessera *t, const uint32_t *slots, size_t n, uint16_t want,
+                          uint32_t table, const uint32_t *part, void *const *dst,
+                          const size_t *cap, ts_status st, struct ts_err *err)
+{
+    for (size_t k = 0; k < n; k++) {
+        struct ts_err one = { 0 };
+        ts_status rs = sdk_read_reply(t, slots[k], want, table, part ? part[k] : 0,
+                                      dst ? dst[k] : NULL, cap ? cap[k] : 0, NULL, &one);
+        if (rs && !st) {
+            st = rs;
+            *err = one;
+        }
+        if (rs && sdk_transport_failed(rs))
+            break;   /* out of step: nothing more can be read */
+    }
+    return st;
+}
+
+int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint64_t *ids,
+                      const float *grads, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct sdk_table *x;
+    struct ts_rows_part part;
+    uint32_t slots[MAX_SHARDS];
+    size_t sent = 0, next = 0, nparts;
+    ts_status st;
+
+    if ((n && (!ids || !grads)))
+        return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and grads are required (n %zu)",
+                                        n));
+    if ((st = table_for(t, table, n, &x, &err)) ||
+        (st = ts_rows_batch_prepare(x->batch, t->rows_ring, x->name, x->max_id, ids, n, grads,
+                                    &err))) {
+        ts_err_prefix(&err, "table '%s'", table >= 0 && table < t->ntables
+                                              ? t->tables[table]->name : "?");
+        return sdk_fail(e, &err);
+    }
+    nparts = ts_rows_batch_shards(x->batch);
+    if (t->local) {
+        struct ts_row_push in = { .rank = t->rank, .step = step };
+        bool applied;
+        if (nparts) {
+            ts_rows_batch_shard(x->batch, 0, &part);
+            in.n = part.n;
+            in.ids = part.ids;
+            in.grad = part.grad;
+        }
+        in.encoding = t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW;
+        return ts_table_push(x->local, &in, &applied, &err) ? sdk_fail(e, &err) : sdk_ok(e);
+    }
+    /* Every shard of the map a push: its part (parts come in ascending shard id), or none. */
+    for (size_t s = 0; !st && s < t->conns.nshards; s++) {
+        struct ts_frame_hdr h = { .type = TS_FRAME_ROWS_PUSH, .tensor = (uint32_t)table,
+                                  .step = step, .rank = t->rank, .dtype = 1,
+                                  .encoding = t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW };
+        size_t esz = t->job.exact ? sizeof(int64_t) : sizeof(float);
+        struct iovec io[2] = { { NULL, 0 }, { NULL, 0 } };
+
+        for (size_t k = 0; k < nparts; k++) {
+            ts_rows_batch_shard(x->batch, k, &part);
+            if (part.shard == t->conns.shards[s].id) {
+                h.partition = (uint32_t)part.n;
+                io[0] = (struct iovec){ (void *)part.ids, part.n * sizeof(uint64_t) };
+                io[1] = (struct iovec){ (void *)part.grad, part.n * x->dim * esz };
+                next++;
+                break;
+            }
+        }
+        if ((st = ts_frame_sendv(t->conns.shards[s].conn, &h, io, 2, &err)))
+            sdk_note_broken(t, s, st);
+        else
+            slots[sent++] = (uint32_t)s;
+    }
+    if (!st && next != nparts)   /* a part for a shard not connected: the map moved */
+        st = ts_err_set(&err, TS_ESTATE, "table '%s': rows placed on a shard this worker is "
+                        "not connected to (the map moved): start the job again", x->name);
+    st = read_all(t, slots, sent, TS_FRAME_ACK, (uint32_t)table, NULL, NULL,
+                  NULL, st, &err);
+    if (st)
+        ts_err_prefix(&err, "table '%s' step %" PRIu64, x->name, step);
+    return st ? sdk_fail(e, &err) : sdk_ok(e);
+}
+
+int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const uint64_t *ids,
+                      float *out, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct sdk_table *x;
+    struct ts_rows_part part;
+    uint32_t slots[MAX_SHARDS], parts[MAX_SHARDS];
+    void *dst[MAX_SHARDS];
+    size_t cap[MAX_SHARDS], sent = 0, nparts;
+    ts_status st;
+
+    if (n && (!ids || !out))
+        return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and out are required (n %zu)", n));
+    if ((st = table_for(t, table, n, &x, &err)) ||
+        (st = ts_rows_batch_prepare(x->batch, t->rows_ring, x->name, x->max_id, ids, n, NULL,
+                                    &err)) ||
+        (st = rows_room(x, ts_rows_batch_unique(x->batch), &err))) {
+        ts_err_prefix(&err, "table '%s'", table >= 0 && table < t->ntables
+                                              ? t->tables[table]->name : "?");
+        return sdk_fail(e, &err);
+    }
+    nparts = ts_rows_batch_shards(x->batch);
+    for (size_t k = 0; !st && k < nparts; k++) {
+        ts_rows_batch_shard(x->batch, k, &part);
+        if (t->local) {
+            st = ts_table_pull(x->local, t->rank, version, t->timeout_ms, part.ids, part.n,
+                               x->rows + part.first * x->dim, &err);
+            continue;
+        }
+        struct ts_frame_hdr h = { .type = TS_FRAME_ROWS_PULL, .tensor = (uint32_t)table,
+                                  .partition = (uint32_t)part.n, .step = version,
+                                  .rank = t->rank };
+        uint32_t s;
+        if ((st = sdk_slot_of(t, part.shard, &s, &err)))
+            break;
+        if ((st = ts_frame_send(t->conns.shards[s].conn, &h, part.ids,
+                                part.n * sizeof(uint64_t), &err))) {
+            sdk_note_broken(t, s, st);
+            break;
+        }
+        slots[sent] = s;
+        parts[sent] = (uint32_t)part.n;
+        dst[sent] = x->rows + part.first * x->dim;
+        cap[sent++] = part.n * x->dim * sizeof(float);
+    }
+    if (!t->local)
+        st = read_all(t, slots, sent, TS_FRAME_ROWS, (uint32_t)table,
+                      parts, dst, cap, st, &err);
+    if (st) {
+        ts_err_prefix(&err, "table '%s' version %" PRIu64, x->name, version);
+        return sdk_fail(e, &err);
+    }
+    ts_rows_batch_scatter(x->batch, x->rows, out);
+    return sdk_ok(e);
+}
+
+/* One shard's side of a fingerprint: a page of its rows (ids, then rows) and where the merge
+ * is in it. */
+struct scan {
+    uint32_t slot;
+    uint8_t *page;
+    size_t k, at;             /* rows in the page, rows merged of it */
+    uint64_t total, got;      /* rows the shard listed, rows received */
+};
+
+/* Asks slot sc->slot for the next page of table id's rows (first: from the start, at
+ * version) and reads it. */
+static ts_status scan_page(struct tessera *t, struct sdk_table *x, int id, uint64_t version,
+                           bool first, uint32_t page, struct scan *sc, struct ts_err *err)
+{
+    struct ts_frame_hdr h = { .type = TS_FRAME_ROWS_SCAN, .tensor = (uint32_t)id,
+                              .partition = page, .step = version,
+                              .flags = first ? TS_SCAN_FIRST : 0, .rank = t->rank };
+    struct reply_info ri = { .upto = true };
+    size_t row = sizeof(uint64_t) + x->dim * sizeof(float);
+    ts_status st;
+
+    if ((st = ts_frame_send(t->conns.shards[sc->slot].conn, &h, NULL, 0, err))) {
+        sdk_note_broken(t, sc->slot, st);
+        return st;
+    }
+    if ((st = sdk_read_reply(t, sc->slot, TS_FRAME_ROWS, (uint32_t)id, page, sc->page,
+                             page * row, &ri, err)))
+        return st;
+    if (ri.len % row || (first && ri.step > UINT64_MAX / 2))
+        return ts_err_set(err, TS_ECORRUPT, "shard %u: a scan page of %" PRIu64 " bytes for "
+                          "rows of %zu", t->conns.shards[sc->slot].id, ri.len, row);
+    if (first)
+        sc->total = ri.step;
+    sc->k = ri.len / row;
+    sc->at = 0;
+    sc->got += sc->k;
+    if (sc->got > sc->total || (!sc->k && sc->got < sc->total))
+        return ts_err_set(err, TS_ECORRUPT, "shard %u: a scan of %" PRIu64 " rows sent %" PRIu64,
+                          t->conns.shards[sc->slot].id, sc->total, sc->got);
+    return TS_OK;
+}
+
+static uint64_t scan_id(const struct scan *sc)
+{
+    uint64_t id;
+
+    memcpy(&id, sc->page + sc->at * sizeof(uint64_t), sizeof(id));
+    return id;
+}
+
+/* The merge of every shard's rows into the fingerprint (or only the count, f NULL). */
+static ts_status scan_all(struct tessera *t, struct sdk_table *x, int id, uint64_t version,
+                          char *hex, uint64_t *count, struct ts_err *err)
+{
+    size_t row = sizeof(uint64_t) + x->dim * sizeof(float), n = t->conns.nshards;
+    uint32_t page = (uint32_t)(SCAN_PAGE_BYTES / row);
+    struct scan *sc = calloc(n ? n : 1, sizeof(*sc));
+    struct ts_table_fp *f = NULL;
+    ts_status st = sc ? TS_OK : ts_err_set(err, TS_ENOMEM, "out of memory");
+
+    if (page > SCAN_PAGE_ROWS)
+        page = SCAN_PAGE_ROWS;
+    if (page < 1)
+        page = 1;
+    *count = 0;
+    for (size_t s = 0; !st && s < n; s++) {
+        sc[s].slot = (uint32_t)s;
+        if (!(sc[s].page = malloc(page * row)))
+            st = ts_err_set(err, TS_ENOMEM, "out of memory for a scan page");
+        if (!st)
+            st = scan_page(t, x, id, version, true, page, &sc[s], err);
+        *count += st ? 0 : sc[s].total;
+    }
+    if (!st && hex)
+        st = ts_table_fp_begin(x->name, x->dim, *count, &f, err);
+    while (!st && hex) {
+        size_t best = n;
+        for (size_t s = 0; s < n; s++)
+            if (sc[s].at < sc[s].k && (best == n || scan_id(&sc[s]) < scan_id(&sc[best])))
+                best = s;
+        if (best == n)
+            break;
+        struct scan *b = &sc[best];
+        float v[TS_TABLE_DIM_MAX];
+        memcpy(v, b->page + b->k * sizeof(uint64_t) + b->at * x->dim * sizeof(float),
+               x->dim * sizeof(float));
+        ts_table_fp_row(f, scan_id(b), v);
+        if (++b->at == b->k && b->got < b->total)
+            st = scan_page(t, x, id, version, false, page, b, err);
+    }
+    ts_table_fp_end(f, st ? NULL : hex);
+    for (size_t s = 0; sc && s < n; s++)
+        free(sc[s].page);
+    free(sc);
+    return st;
+}
+
+/* The fingerprint (hex) or the row count of table id at version. */
+static int fingerprint(tessera *t, int id, uint64_t version, char *hex, uint64_t *count,
+                       struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct sdk_table *x;
+    ts_status st;
+
+    if ((st = table_for(t, id, 0, &x, &err)))
+        return sdk_fail(e, &err);
+    if (t->local) {
+        uint64_t *ids = NULL;
+        size_t n = 0;
+        /* ts_table_ids waits for the version as a pull would */
+        if (!(st = ts_table_ids(x->local, version, t->timeout_ms, &ids, &n, &err))) {
+            *count = n;
+            if (hex)
+                st = ts_table_sha256(&x->local, 1, hex, &err);
+        }
+        free(ids);
+    } else {
+        st = scan_all(t, x, id, version, hex, count, &err);
+    }
+    if (st)
+        ts_err_prefix(&err, "table '%s' fingerprint", x->name);
+    return st ? sdk_fail(e, &err) : sdk_ok(e);
+}
+
+int tessera_table_sha256(tessera *t, int table, uint64_t version, char hex[65],
+                         struct tessera_error *e)
+{
+    uint64_t count;
+
+    return fingerprint(t, table, version, hex, &count, e);
+}
+
+int tessera_table_rows(tessera *t, int table, uint64_t version, uint64_t *rows,
+                       struct tessera_error *e)
+{
+    return fingerprint(t, table, version, NULL, rows, e);
+}

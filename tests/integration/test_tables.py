@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""Sparse embedding tables over real shards (docs/embeddings.md, issue 46).
+
+Exact mode: the same pushes made by 1 or 2 workers (threads of this process, each its own
+Client and data-plane connections) into 1 or 3 shards, and in one process (master "local"),
+end on one table fingerprint and row count, with rows on every shard. Bad input over the wire
+(an id past max_id, NaN, a wrong buffer, an unknown table, a table registered again with
+another spec) is refused naming the field, and the table's fingerprint is unchanged after. A
+shard's row budget (--table-mem) refuses a push that would take it past its limit with
+RESOURCE_EXHAUSTED naming the table and the budget, and nothing of the step is applied."""
+import os
+import threading
+import unittest
+
+import numpy as np
+
+import tessera_testlib as tl
+from tessera_testlib import shard_pb2 as S
+import tessera
+
+DIM = 8
+MAX_ID = 2 ** 62
+BATCH = 32          # ids a step, over every worker
+STEPS = 4
+OPT = "adagrad:lr=0.2"
+
+
+_CERTS = []
+
+
+def certs(c):
+    """One certificate directory for every cluster of this file (the SDK reads
+    $TESSERA_TLS_DIR once a process), made by the first cluster that asks; c uses it."""
+    if not _CERTS:   # in a cluster of no process, whose directory outlives the others'
+        _CERTS.append(tl.Cluster(prefix="tessera-tables-certs.").make_certs(shards=3))
+    c.tls_dir = _CERTS[0]
+    os.environ["TESSERA_TLS_DIR"] = _CERTS[0]
+    return _CERTS[0]
+
+
+def step_batch(s):
+    """Step s's ids (a skewed draw with repeats, spread over the id range) and gradients."""
+    rng = np.random.default_rng(1000 + s)
+    ranks = np.minimum(rng.zipf(1.3, BATCH), 200)
+    ids = (ranks * 0x9E3779B97F4A7C15 % MAX_ID).astype(np.int64)
+    grads = rng.standard_normal((BATCH, DIM)).astype(np.float32)
+    return ids, grads
+
+
+def train(master, job, rank, workers, out):
+    """One worker: its share of every step (positions i with i % workers == rank), pulled at
+    the step's version and pushed; then the fingerprint and row count at the end."""
+    with tessera.Client(master=master, job=job, rank=rank, workers=workers, batch=BATCH,
+                        exact=True, optimizer="sgd:lr=0.1") as c:
+        t = c.register_table("emb", DIM, MAX_ID, init="normal:0.05", seed=7, optimizer=OPT)
+        for s in range(STEPS):
+            ids, grads = step_batch(s)
+            mine = np.arange(BATCH) % workers == rank
+            rows = np.empty((int(mine.sum()), DIM), np.float32)
+            c.pull_rows(t, s, ids[mine], rows)
+            c.push_rows(t, s, ids[mine], grads[mine])
+        out[rank] = (c.table_sha256(t, STEPS), c.table_rows(t, STEPS))
+
+
+def run_job(master, job, workers):
+    out, errors = {}, []
+
+    def one(rank):
+        try:
+            train(master, job, rank, workers, out)
+        except Exception as e:   # reported by the caller's assertion
+            errors.append("rank %d: %r" % (rank, e))
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(workers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    if errors:
+        raise AssertionError("; ".join(errors))
+    return out
+
+
+class ExactTables(tl.ClusterCase, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        cls.local = run_job("local", "local", 1)[0]
+        cls.ups = {}
+        for shards in (1, 3):
+            _, addr = cls.c.tessera_up(["--shards", str(shards), "--replicas", "1",
+                                        "--tls-dir", certs(cls.c)], name="up%d" % shards)
+            cls.ups[shards] = addr
+
+    def test_same_fingerprint_for_any_worker_and_shard_count(self):
+        sha, rows = self.local
+        self.assertGreater(rows, 25)   # repeats merged, but many rows
+        for shards, addr in sorted(self.ups.items()):
+            for workers in (1, 2):
+                with self.subTest(shards=shards, workers=workers):
+                    got = run_job(addr, "x%d" % workers, workers)
+                    self.assertEqual(len(got), workers)
+                    for rank, (g_sha, g_rows) in got.items():
+                        self.assertEqual(g_rows, rows, "rank %d" % rank)
+                        self.assertEqual(g_sha, sha, "rank %d" % rank)
+
+    def test_rows_spread_over_every_shard(self):
+        """300 rows pushed by one worker land on all 3 shards (ShardStatus's table_rows),
+        each row on one of them."""
+        addr = self.ups[3]
+        with tessera.Client(master=addr, job="spread", rank=0, workers=1, batch=1,
+                            exact=True, optimizer="sgd:lr=0.1") as c:
+            t = c.register_table("emb", DIM, MAX_ID, optimizer="sgd:lr=0.1")
+            ids = np.arange(300, dtype=np.int64) * 7919
+            c.push_rows(t, 0, ids, np.ones((300, DIM), np.float32))
+            self.assertEqual(c.table_rows(t, 1), 300)
+            held = []
+            for s in tl.cluster_status(self.c.channel(addr)).shards:
+                st = tl.Stub(self.c.channel(s.addr), S, "Shard").ShardStatus(
+                    S.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+                held += [(j.tables, j.table_rows, j.table_bytes) for j in st.jobs
+                         if j.id == "spread"]
+        self.assertEqual(len(held), 3, held)
+        self.assertEqual(sum(h[1] for h in held), 300, held)
+        for tables, rows, nbytes in held:
+            self.assertEqual(tables, 1)
+            self.assertGreater(rows, 50, held)   # about 100 each
+            self.assertGreater(nbytes, rows * DIM * 4)
+
+
+class BadInput(tl.ClusterCase, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        _, cls.addr = cls.c.tessera_up(["--shards", "2", "--replicas", "1", "--tls-dir",
+                                        certs(cls.c)])
+
+    def client(self, job):
+        return tessera.Client(master=self.addr, job=job, rank=0, workers=1, batch=4,
+                              exact=True, optimizer="sgd:lr=0.1")
+
+    def test_refused_and_state_unchanged(self):
+        with self.client("bad") as c:
+            t = c.register_table("emb", DIM, 1000, optimizer="adam:lr=0.01")
+            ids = np.array([1, 5, 5, 900], np.int64)
+            c.push_rows(t, 0, ids, np.ones((4, DIM), np.float32))
+            before = (c.table_sha256(t, 1), c.table_rows(t, 1))
+            bad_grad = np.ones((4, DIM), np.float32)
+            bad_grad[2, 3] = np.nan
+            cases = [
+                ("ids", lambda: c.push_rows(t, 1, np.array([1001], np.int64),
+                                            np.ones((1, DIM), np.float32))),
+                ("rows.grad[2][3]", lambda: c.push_rows(t, 1, ids, bad_grad)),
+                ("grads", lambda: c.push_rows(t, 1, ids, np.ones((3, DIM), np.float32))),
+                ("out", lambda: c.pull_rows(t, 1, ids, np.ones((4, DIM + 1), np.float32))),
+                ("table", lambda: c.push_rows(7, 1, ids, np.ones((4, DIM), np.float32))),
+                ("ids", lambda: c.pull_rows(t, 1, np.array([-1], np.int64),
+                                            np.ones((1, DIM), np.float32))),
+            ]
+            for field, call in cases:
+                with self.subTest(field=field):
+                    with self.assertRaises(tessera.InvalidArgument) as cm:
+                        call()
+                    self.assertIn(field, str(cm.exception))
+            with self.assertRaises(tessera.Error) as cm:
+                c.register_table("emb", DIM + 1, 1000)
+            self.assertIn("ALREADY_EXISTS", str(cm.exception))
+            self.assertIn("table.name", str(cm.exception))
+            self.assertEqual((c.table_sha256(t, 1), c.table_rows(t, 1)), before)
+            # The step goes on after every refusal.
+            c.push_rows(t, 1, ids, np.ones((4, DIM), np.float32))
+            self.assertEqual(c.table_rows(t, 2), 3)
+            self.assertNotEqual(c.table_sha256(t, 2), before[0])
+
+    def test_another_worker_spec_is_refused_by_the_shards(self):
+        opts = dict(master=self.addr, job="spec", workers=2, batch=4, exact=True,
+                    optimizer="sgd:lr=0.1")
+        with tessera.Client(rank=0, **opts) as a, tessera.Client(rank=1, **opts) as b:
+            a.register_table("emb", DIM, 1000)
+            with self.assertRaises(tessera.Error) as cm:
+                b.register_table("emb", DIM, 999)
+            self.assertIn("ALREADY_EXISTS", str(cm.exception))
+            self.assertIn("table_id: 0 is table 'emb'", str(cm.exception))
+
+
+class Budget(tl.ClusterCase, unittest.TestCase):
+    """One shard with a 1 MiB row budget; rows of 256 floats with Adam state are ~3 KiB."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        certs(cls.c)
+        master = cls.c.start_master(extra=cls.c.tls_args("master"))
+        cls.addr = master.addr
+        cls.c.start_shard(cls.addr, extra=cls.c.tls_args("shard-0") + ["--table-mem", "1"])
+        tl.wait_until(lambda: tl.cluster_status(cls.c.channel(cls.addr)).shards, 30,
+                      "the shard alive")
+
+    def test_push_past_the_budget(self):
+        with tessera.Client(master=self.addr, job="budget", rank=0, workers=1, batch=1,
+                            exact=False, optimizer="sgd:lr=0.1") as c:
+            t = c.register_table("big", 256, 10 ** 6, optimizer="adam:lr=0.01")
+            c.push_rows(t, 0, np.arange(100, dtype=np.int64), np.ones((100, 256), np.float32))
+            before = (c.table_sha256(t, 1), c.table_rows(t, 1))
+            with self.assertRaises(tessera.Error) as cm:
+                c.push_rows(t, 1, np.arange(100, 500, dtype=np.int64),
+                            np.ones((400, 256), np.float32))
+            msg = str(cm.exception)
+            self.assertIn("RESOURCE_EXHAUSTED", msg)
+            self.assertIn("table 'big'", msg)
+            self.assertIn("budget of 1048576 bytes", msg)
+            self.assertEqual((c.table_sha256(t, 1), c.table_rows(t, 1)), before)
+            # Within the budget the same step goes through.
+            c.push_rows(t, 1, np.arange(100, 150, dtype=np.int64),
+                        np.ones((50, 256), np.float32))
+            self.assertEqual(c.table_rows(t, 2), 150)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TESSERA_LOG", "warn")
+    unittest.main(verbosity=2)

@@ -93,13 +93,14 @@ import torch
 
 import tessera
 from tessera._elastic import Elastic
+from tessera._embedding import EmbeddingBag
 from tessera._progress import Progress
 from tessera._overlap import DEFAULT_BUCKET_BYTES, DEFAULT_OVERLAP, Overlap
 from tessera._state import (STATE_LEN, Optimizer, _buffers_of, _error, _flat, _invalid,
                             _optimizer_defaults, _RoutedLoad)
 
 __all__ = ["attach", "initialize", "params_sha256", "default_init", "ParameterServer",
-           "Optimizer", "DEFAULT_OVERLAP", "DEFAULT_BUCKET_BYTES"]
+           "Optimizer", "DEFAULT_OVERLAP", "DEFAULT_BUCKET_BYTES", "EmbeddingBag"]
 
 
 

@@ -3,10 +3,9 @@
 rows held by Tessera (python/tessera/_embedding.py; docs/embeddings.md,
 "tessera.torch.EmbeddingBag"; issue 46).
 
-In-process, against FakeClient: the four table methods of the Client (register_table,
-pull_rows, push_rows; issue 46's SDK) over a dict of NumPy rows, one worker, SGD, so the test
-runs before the real methods land. Swap CLIENT below for `real_client` when they do: the
-assertions read what was pulled and pushed through Recorder, which wraps either.
+In-process, against a local run's Client (master "local": the shards' code in this process,
+one worker, SGD): the assertions read what was pulled and pushed through Recorder, which wraps
+the Client's table methods.
 
 Checked: forward equals torch.nn.EmbeddingBag holding the same rows (to the last place) for
 modes sum and mean over 2-D input, 1-D input with offsets, include_last_offset, per_sample_weights,
@@ -35,84 +34,10 @@ import tessera.torch  # noqa: E402
 import torch  # noqa: E402
 
 
-class FakeClient:
-    """register_table, pull_rows and push_rows of issue 46's Client over NumPy rows: one
-    worker (rank 0), BSP, plain SGD with ``lr``: a push of step s (the table's version) sums
-    the pushed rows per id and updates each row by -lr * sum / batch, then the version is
-    s + 1. A row's initial values depend only on (seed, name, id), as on the shards."""
-
-    def __init__(self, batch, lr, exact=False):
-        self.batch, self.lr, self.exact = batch, lr, exact
-        self.rank, self.workers = 0, 1
-        self._tables = []
-
-    def register_table(self, name, dim, max_id, init="normal:0.01", seed=0, optimizer=None):
-        kind, _, std = init.partition(":")
-        assert kind == "normal", init
-        self._tables.append({"name": name, "dim": dim, "max_id": max_id, "std": float(std),
-                             "seed": seed, "rows": {}, "version": 0})
-        return len(self._tables) - 1
-
-    @staticmethod
-    def _array(a, dtype, what):
-        if isinstance(a, torch.Tensor):
-            a = a.numpy()
-        assert isinstance(a, np.ndarray) and a.dtype == dtype and a.flags.c_contiguous, \
-            "%s: a C-contiguous %s buffer expected" % (what, dtype)
-        return a
-
-    def _row(self, t, i):
-        r = t["rows"].get(i)
-        if r is None:
-            g = np.random.default_rng([t["seed"], zlib.crc32(t["name"].encode()), i])
-            r = t["rows"][i] = (g.standard_normal(t["dim"]) * t["std"]).astype(np.float32)
-        return r
-
-    def _ids(self, t, ids):
-        ids = self._array(ids, np.int64, "ids")
-        assert ids.ndim == 1 and ((ids >= 0) & (ids <= t["max_id"])).all(), ids
-        return ids
-
-    def pull_rows(self, table, version, ids, out):
-        t = self._tables[table]
-        ids = self._ids(t, ids)
-        out = self._array(out, np.float32, "out")
-        assert out.size == ids.size * t["dim"] and out.flags.writeable
-        if version > t["version"]:
-            raise RuntimeError("pull of version %d would wait forever: the table is at %d"
-                               % (version, t["version"]))
-        o = out.reshape(ids.size, t["dim"])
-        for k, i in enumerate(ids):
-            o[k] = self._row(t, int(i))
-
-    def push_rows(self, table, step, ids, grads):
-        t = self._tables[table]
-        ids = self._ids(t, ids)
-        grads = self._array(grads, np.float32, "grads")
-        assert grads.size == ids.size * t["dim"], (grads.size, ids.size)
-        assert step == t["version"], "step %d pushed at version %d" % (step, t["version"])
-        assert np.isfinite(grads).all()
-        sums = {}
-        for i, g in zip(ids, grads.reshape(ids.size, t["dim"])):
-            sums[int(i)] = sums.get(int(i), 0) + g.astype(np.float64)
-        for i in sorted(sums):
-            r = self._row(t, i)
-            r -= np.float32(self.lr) * (sums[i] / self.batch).astype(np.float32)
-        t["version"] += 1
-
-
-def fake_client(batch, lr, exact=False):
-    return FakeClient(batch, lr, exact)
-
-
-def real_client(batch, lr, exact=False):
-    """The real Client, once register_table, pull_rows and push_rows land."""
+def client(batch, lr, exact=False):
+    """A local run's Client: the shards' code in this process, one worker, SGD."""
     return tessera.Client(master="local", workers=1, rank=0, batch=batch, exact=exact,
                           optimizer="sgd:lr=%r" % lr)
-
-
-#: The client the tests run against: fake_client until the SDK's table methods land.
-CLIENT = real_client
 
 
 class Recorder:
@@ -201,7 +126,7 @@ def without_last_offset(inp, offsets, psw, last):
 class EmbeddingBagTest(unittest.TestCase):
 
     def make(self, mode="sum", batch=4, lr=0.5, **kw):
-        rec = Recorder(CLIENT(batch, lr))
+        rec = Recorder(client(batch, lr))
         self.addCleanup(rec.close)
         kw.setdefault("init", "normal:1")
         emb = tessera.torch.EmbeddingBag(rec, "emb", N, DIM, mode=mode, **kw)

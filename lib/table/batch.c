@@ -1,9 +1,12 @@
 /* batch.c - a worker's batch of rows placed, sorted and merged per shard (batch.h).
  *
- * The idea: one (shard, id, position) triple per input row, one qsort, then one pass in which
- * equal (shard, id) neighbours are repeats. Sorting by position last fixes the order of a
- * float sum; exact sums are integers and need no order. Every check runs before any output
- * is written, so a refused batch leaves nothing behind but an empty batch. */
+ * The idea: repeats are merged first, with an open-addressing map from id to its unique row
+ * (a batch of 4096 Zipf ids has about 1500 unique ones), so that only unique ids are hashed,
+ * placed on the ring and sorted by (shard, id). A second pass over the input then adds each
+ * gradient row into its unique row's final place, in ascending input position: the order of
+ * a float sum is fixed by the batch alone; exact sums are integers and need no order. Every
+ * check runs before any output is written, so a refused batch leaves nothing behind but an
+ * empty batch. */
 #include "table/batch.h"
 
 #include <inttypes.h>
@@ -15,10 +18,12 @@
 #include "table/table.h"
 #include "tensor/tensor.h"
 
-struct trip {
+#define SLOT_EMPTY UINT32_MAX
+
+struct uniq {
     uint64_t id;
     uint32_t shard;
-    uint32_t pos;              /* cap <= TS_TABLE_PUSH_MAX, so a position fits */
+    uint32_t u;                /* its number in first-seen order */
 };
 
 struct part {
@@ -31,7 +36,11 @@ struct ts_rows_batch {
     bool exact;
     size_t cap;
     size_t n, nuniq, nparts;   /* the prepared batch: inputs, unique rows, shards */
-    struct trip *trip;         /* cap each */
+    uint64_t *keys;            /* the dedupe map: mcap ids and their unique number */
+    uint32_t *vals;
+    size_t mcap;               /* a power of two, at least 2 x cap */
+    struct uniq *uniq;         /* cap: unique ids in first-seen order, then sorted */
+    uint32_t *rank;            /* cap: unique number -> its place in sorted order */
     uint64_t *ids;
     uint32_t *index;
     struct part *parts;
@@ -56,12 +65,20 @@ ts_status ts_rows_batch_create(uint32_t dim, size_t cap, bool exact,
     b->dim = dim;
     b->exact = exact;
     b->cap = cap;
-    b->trip = malloc(cap * sizeof(*b->trip));
+    for (b->mcap = 16; b->mcap < 2 * cap; b->mcap *= 2)
+        ;
+    b->keys = malloc(b->mcap * sizeof(*b->keys));
+    b->vals = malloc(b->mcap * sizeof(*b->vals));
+    if (b->vals)   /* every slot empty; prepare leaves it so (map_clear) */
+        memset(b->vals, 0xff, b->mcap * sizeof(*b->vals));
+    b->uniq = malloc(cap * sizeof(*b->uniq));
+    b->rank = malloc(cap * sizeof(*b->rank));
     b->ids = malloc(cap * sizeof(*b->ids));
     b->index = malloc(cap * sizeof(*b->index));
     b->parts = malloc(cap * sizeof(*b->parts));
     b->grad = malloc(cap * dim * esz);
-    if (!b->trip || !b->ids || !b->index || !b->parts || !b->grad) {
+    if (!b->keys || !b->vals || !b->uniq || !b->rank || !b->ids || !b->index || !b->parts ||
+        !b->grad) {
         ts_rows_batch_free(b);
         return ts_err_set(err, TS_ENOMEM, "rows: out of memory for a batch of %zu rows of %u",
                           cap, dim);
@@ -74,7 +91,10 @@ void ts_rows_batch_free(struct ts_rows_batch *b)
 {
     if (!b)
         return;
-    free(b->trip);
+    free(b->keys);
+    free(b->vals);
+    free(b->uniq);
+    free(b->rank);
     free(b->ids);
     free(b->index);
     free(b->parts);
@@ -102,34 +122,75 @@ static ts_status check(const struct ts_rows_batch *b, uint64_t max_id, const uin
     return TS_OK;
 }
 
-static int trip_cmp(const void *pa, const void *pb)
+static int uniq_cmp(const void *pa, const void *pb)
 {
-    const struct trip *a = pa, *b = pb;
+    const struct uniq *a = pa, *b = pb;
 
     if (a->shard != b->shard)
         return a->shard < b->shard ? -1 : 1;
-    if (a->id != b->id)
-        return a->id < b->id ? -1 : 1;
-    return (a->pos > b->pos) - (a->pos < b->pos);
+    return (a->id > b->id) - (a->id < b->id);
 }
 
-/* Adds input row t->pos into unique row u, which `fresh` says is new. */
-static ts_status merge_row(struct ts_rows_batch *b, size_t u, bool fresh, const float *g)
+/* Where id's probe in the dedupe map starts (Fibonacci hashing: ids may be strided). */
+static size_t home(const struct ts_rows_batch *b, uint64_t id)
+{
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 17) & (b->mcap - 1);
+}
+
+/* The unique number of id, a new one if it has none yet (*fresh). */
+static uint32_t dedupe(struct ts_rows_batch *b, uint64_t id, bool *fresh)
+{
+    size_t mask = b->mcap - 1, k = home(b, id);
+
+    for (;; k = (k + 1) & mask) {
+        if (b->vals[k] == SLOT_EMPTY) {
+            b->keys[k] = id;
+            b->vals[k] = (uint32_t)b->nuniq;
+            b->uniq[b->nuniq] = (struct uniq){ .id = id, .u = (uint32_t)b->nuniq };
+            *fresh = true;
+            return (uint32_t)b->nuniq++;
+        }
+        if (b->keys[k] == id) {
+            *fresh = false;
+            return b->vals[k];
+        }
+    }
+}
+
+/* Empties the dedupe map for the next batch, in O(unique ids) rather than its whole size:
+ * entries go in the reverse of their insertion, so that every one still left is reached by
+ * its probe (a later entry may sit past an earlier one, never the other way round). */
+static void map_clear(struct ts_rows_batch *b)
+{
+    size_t mask = b->mcap - 1;
+
+    for (size_t u = b->nuniq; u-- > 0;) {
+        uint64_t id = b->uniq[b->rank[u]].id;
+        size_t k = home(b, id);
+
+        while (b->keys[k] != id || b->vals[k] == SLOT_EMPTY)
+            k = (k + 1) & mask;
+        b->vals[k] = SLOT_EMPTY;
+    }
+}
+
+/* Adds input row g into unique row k (its sorted place), which `fresh` says is new. */
+static ts_status merge_row(struct ts_rows_batch *b, size_t k, bool fresh, const float *g)
 {
     if (b->exact) {
-        int64_t *acc = (int64_t *)b->grad + u * b->dim;
+        int64_t *acc = (int64_t *)b->grad + k * b->dim;
 
         if (fresh)
             memset(acc, 0, b->dim * sizeof(*acc));
         return ts_fixed_add_f32(acc, g, b->dim, NULL);
     }
-    float *acc = (float *)b->grad + u * b->dim;
+    float *acc = (float *)b->grad + k * b->dim;
 
     if (fresh)
         memcpy(acc, g, b->dim * sizeof(*acc));
     else
-        for (uint32_t k = 0; k < b->dim; k++)
-            acc[k] += g[k];
+        for (uint32_t j = 0; j < b->dim; j++)
+            acc[j] += g[j];
     return TS_OK;
 }
 
@@ -139,6 +200,7 @@ ts_status ts_rows_batch_prepare(struct ts_rows_batch *b, const struct ts_ring *r
 {
     ts_status st;
     uint64_t nh;
+    size_t p = 0;
 
     b->n = b->nuniq = b->nparts = 0;
     if (n > b->cap)
@@ -150,35 +212,45 @@ ts_status ts_rows_batch_prepare(struct ts_rows_batch *b, const struct ts_ring *r
         return ts_err_set(err, TS_EINVAL, "rows: the ring has no shards");
     if ((st = check(b, max_id, ids, n, grad, err)))
         return st;
-    nh = n ? ts_ring_name_hash(table) : 0;
+    if (!n)
+        return TS_OK;
+    /* Repeats merged: each input's unique number (in b->index for now). */
     for (size_t i = 0; i < n; i++) {
-        uint32_t shard = ts_ring_lookup_hash(r, ts_ring_row_hash(nh, ids[i]));
-
-        b->trip[i] = (struct trip){ .id = ids[i], .shard = shard, .pos = (uint32_t)i };
+        bool fresh;
+        b->index[i] = dedupe(b, ids[i], &fresh);
     }
-    qsort(b->trip, n, sizeof(*b->trip), trip_cmp);
-
-    size_t u = 0, p = 0;
-    for (size_t i = 0; i < n; i++) {
-        const struct trip *t = &b->trip[i];
-        bool fresh = i == 0 || t->id != t[-1].id || t->shard != t[-1].shard;
-
-        if (fresh) {
-            u = b->nuniq++;
-            b->ids[u] = t->id;
-            if (i == 0 || t->shard != t[-1].shard) {
-                p = b->nparts++;
-                b->parts[p] = (struct part){ .shard = t->shard, .first = u };
-            }
-            b->parts[p].n++;
+    /* Unique ids placed and sorted by (shard, id); rank: where each unique number went. */
+    nh = ts_ring_name_hash(table);
+    for (size_t u = 0; u < b->nuniq; u++)
+        b->uniq[u].shard = ts_ring_lookup_hash(r, ts_ring_row_hash(nh, b->uniq[u].id));
+    qsort(b->uniq, b->nuniq, sizeof(*b->uniq), uniq_cmp);
+    for (size_t k = 0; k < b->nuniq; k++) {
+        const struct uniq *q = &b->uniq[k];
+        b->rank[q->u] = (uint32_t)k;
+        b->ids[k] = q->id;
+        if (k == 0 || q->shard != q[-1].shard) {
+            p = b->nparts++;
+            b->parts[p] = (struct part){ .shard = q->shard, .first = k };
         }
-        b->index[t->pos] = (uint32_t)u;
-        if (grad && merge_row(b, u, fresh, grad + (size_t)t->pos * b->dim)) {
-            b->nuniq = b->nparts = 0;
+        b->parts[p].n++;
+    }
+    /* Each input's gradient into its unique row's place, in ascending input position. Unique
+     * numbers were given in first-seen order, so u's first input is where u == next. */
+    uint32_t next = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = b->index[i], k = b->rank[u];
+        bool fresh = u == next;
+
+        next += fresh;
+        b->index[i] = k;
+        if (grad && merge_row(b, k, fresh, grad + i * b->dim)) {
+            map_clear(b);
+            b->n = b->nuniq = b->nparts = 0;
             return ts_err_set(err, TS_EINVAL, "rows.grad: the sum of id %" PRIu64 "'s repeats "
-                              "leaves the fixed-point range (at rows.ids[%u])", t->id, t->pos);
+                              "leaves the fixed-point range (at rows.ids[%zu])", ids[i], i);
         }
     }
+    map_clear(b);
     b->n = n;
     return TS_OK;
 }

@@ -3,16 +3,17 @@
  *
  * Why: a batch names rows by id in input order, with repeats (a popular id appears in many
  * samples), while a shard's push (table.h) wants its own rows only, strictly ascending, each
- * once. So the worker places every id on the ring (ts_ring_row_hash: row keys spread one
- * table over every shard), sorts (shard, id, position) triples with qsort, and merges repeats
- * in one pass over the sorted triples, keeping for each input position the index of its
- * unique row, so the rows a pull returns can be scattered back to the batch's positions (the
- * forward of an embedding lookup).
+ * once. So the worker merges repeats first (an open-addressing map from id to its unique
+ * row: a batch of 4096 Zipf ids holds about 1500 unique ones), places only the unique ids on
+ * the ring (ts_ring_row_hash: row keys spread one table over every shard), sorts them by
+ * (shard, id), and adds each input's gradient into its unique row in one pass in input order,
+ * keeping for each input position the index of its unique row, so the rows a pull returns
+ * can be scattered back to the batch's positions (the forward of an embedding lookup).
  *
  * Sums of repeats. Exact: each gradient row is rounded to int64 fixed point
  * (ts_fixed_from_f32) and repeats are summed as integers (ts_fixed_add_f32): the same bits in
  * any order, grouping or number of workers, pushed as TS_ENC_FIXED. Float: the repeats of an
- * id are summed in ascending input position (the sort's third key), so the result depends on
+ * id are summed in ascending input position (the order of that pass), so the result depends on
  * the batch's order only as far as float addition does; pushed as TS_ENC_RAW.
  *
  * Refused, nothing produced (the batch then holds no rows): n above the capacity

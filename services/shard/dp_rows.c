@@ -24,14 +24,15 @@
 #define SCAN_PAGE_MAX 65536         /* rows a scan reply carries at most */
 
 /* The table a frame names, on a connection that named its job. */
-static ts_status table_of(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_table **t,
-                          struct ts_err *err)
+static ts_status table_of(struct dp_conn *dc, const struct ts_frame_hdr *h,
+                          struct shard_table **st, struct ts_table **t, struct ts_err *err)
 {
     if (!dc->job)
         return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
-    if (!(*t = shard_params_table(dc->dp->params, dc->job, h->tensor)))
+    if (!(*st = shard_params_table(dc->dp->params, dc->job, h->tensor)))
         return ts_err_set(err, TS_ENOTFOUND, "table_id: %u is not a table of job '%s' on this "
                           "shard (register it first)", h->tensor, dc->job->job.id);
+    *t = (*st)->t;
     return TS_OK;
 }
 
@@ -54,13 +55,14 @@ ts_status dp_rows_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
                        struct ts_err *err)
 {
     struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .tensor = h->tensor, .step = h->step };
+    struct shard_table *sht;
     struct ts_table *t;
     size_t n = h->partition, elem = h->encoding == TS_ENC_FIXED ? sizeof(int64_t)
                                                                 : sizeof(float);
     bool applied = false;
     ts_status st;
 
-    if ((st = table_of(dc, h, &t, err)) || (st = dp_owns(dc, h->rank, 0, err)))
+    if ((st = table_of(dc, h, &sht, &t, err)) || (st = dp_owns(dc, h->rank, 0, err)))
         return st;
     if (n > TS_TABLE_PUSH_MAX ||
         h->len != n * (sizeof(uint64_t) + (size_t)ts_table_dim(t) * elem))
@@ -73,6 +75,7 @@ ts_status dp_rows_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
                                     .grad = (const uint8_t *)buf + n * sizeof(uint64_t) };
     if ((st = ts_table_push(t, &in, &applied, err)))
         return st;
+    atomic_fetch_add(&sht->pushed, n);
     ts_counter_add(dc->metrics.updates, applied);
     ts_counter_add(dc->metrics.push_bytes, h->len);
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
@@ -104,11 +107,12 @@ ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
 {
     struct ts_frame_hdr out = { .type = TS_FRAME_ROWS, .tensor = h->tensor, .step = h->step,
                                 .partition = h->partition, .dtype = 1 };
+    struct shard_table *sht;
     struct ts_table *t;
     size_t n = h->partition;
     ts_status st;
 
-    if ((st = table_of(dc, h, &t, err)))
+    if ((st = table_of(dc, h, &sht, &t, err)))
         return st;
     if (n > TS_TABLE_PUSH_MAX || h->len != n * sizeof(uint64_t))
         return ts_err_set(err, TS_EINVAL, "table '%s': a pull of %zu ids is %zu bytes, not %"
@@ -116,6 +120,7 @@ ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
                           n * sizeof(uint64_t), h->len, TS_TABLE_PUSH_MAX);
     if ((st = read_rows(dc, t, h->rank, h->step, buf, n, err)))
         return st;
+    atomic_fetch_add(&sht->pulled, n);
     ts_counter_add(dc->metrics.pull_bytes, n * ts_table_dim(t) * sizeof(float));
     return ts_frame_send(dc->c, &out, dc->rows, n * ts_table_dim(t) * sizeof(float), err);
 }
@@ -131,11 +136,12 @@ static void scan_end(struct dp_conn *dc)
 ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
 {
     struct ts_frame_hdr out = { .type = TS_FRAME_ROWS, .tensor = h->tensor, .dtype = 1 };
+    struct shard_table *sht;
     struct ts_table *t;
     size_t k;
     ts_status st;
 
-    if ((st = table_of(dc, h, &t, err)))
+    if ((st = table_of(dc, h, &sht, &t, err)))
         return st;
     if (h->partition < 1 || h->partition > SCAN_PAGE_MAX)
         return ts_err_set(err, TS_EINVAL, "table '%s': a scan page of %u rows; ask for 1..%d",

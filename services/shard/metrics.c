@@ -7,13 +7,28 @@
 #include "shard.h"
 
 #include "dp_internal.h"
+#include "tables.h"
 #include "metrics/metrics.h"
 
 static struct {
     struct ts_metric_family *push_s, *pull_s, *push_bytes, *pull_bytes, *updates, *aggregate_s;
     struct ts_metric_family *partitions, *bytes, *promotions, *lost, *reseeded, *copies,
         *refused, *refusals, *arms_expired, *orphans;
+    struct ts_metric_family *table_rows, *table_bytes, *table_pulled, *table_pushed;
 } fam;
+
+/* One table's series (docs/embeddings.md), read at the scrape. */
+static void collect_table(void *arg, const char *job, struct shard_table *t)
+{
+    const char *v[2] = { job, t->name };
+    uint64_t rows = ts_table_count(t->t);
+
+    (void)arg;
+    ts_gauge_set(ts_metric_child(fam.table_rows, v), (double)rows);
+    ts_gauge_set(ts_metric_child(fam.table_bytes, v), (double)(rows * ts_table_row_bytes(t->t)));
+    ts_counter_set(ts_metric_child(fam.table_pulled, v), atomic_load(&t->pulled));
+    ts_counter_set(ts_metric_child(fam.table_pushed, v), atomic_load(&t->pushed));
+}
 
 static void collect(void *arg)
 {
@@ -30,6 +45,7 @@ static void collect(void *arg)
     ts_counter_set(ts_metric_one(fam.orphans, NULL), s->params.orphans_released);
     pthread_mutex_unlock(&s->params.mu);
     ts_counter_set(ts_metric_one(fam.copies, NULL), atomic_load(&s->params.copies_sent));
+    shard_tables_each(&s->params, collect_table, NULL);
     if (s->dp.n) {
         uint64_t n[DP_REFUSED_N];
         dataplane_counters(&s->dp, &in, &refused);
@@ -93,6 +109,17 @@ void shard_metrics_init(struct shard *s)
     fam.orphans = ts_metrics_family("tessera_shard_orphan_jobs_released_total", "jobs "
                                     "released because the master held nothing of them for "
                                     "--orphan-job-ms", TS_METRIC_COUNTER, NULL, NULL, 0);
+    fam.table_rows = ts_metrics_family("tessera_shard_table_rows", "rows of a sparse table this "
+                                       "shard holds", TS_METRIC_GAUGE, "job_id,table", NULL, 0);
+    fam.table_bytes = ts_metrics_family("tessera_shard_table_bytes", "bytes the row budget "
+                                        "(--table-mem) counts for them", TS_METRIC_GAUGE,
+                                        "job_id,table", NULL, 0);
+    fam.table_pulled = ts_metrics_family("tessera_shard_table_rows_pulled_total", "rows of the "
+                                         "table workers pulled (ids, repeats merged by the "
+                                         "worker)", TS_METRIC_COUNTER, "job_id,table", NULL, 0);
+    fam.table_pushed = ts_metrics_family("tessera_shard_table_rows_pushed_total", "rows of the "
+                                         "table workers pushed gradients for",
+                                         TS_METRIC_COUNTER, "job_id,table", NULL, 0);
     ts_metrics_collector(collect, s);
 }
 

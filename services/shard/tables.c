@@ -123,18 +123,30 @@ ts_status shard_params_register_table(struct shard_params *sp, struct ts_cluster
     return st;
 }
 
-struct ts_table *shard_params_table(struct shard_params *sp, struct shard_job *sj,
-                                    uint32_t table)
+struct shard_table *shard_params_table(struct shard_params *sp, struct shard_job *sj,
+                                       uint32_t table)
 {
-    struct ts_table *t = NULL;
+    struct shard_table *t = NULL;
 
     if (!sj || table >= SHARD_MAX_TABLES)
         return NULL;
     pthread_mutex_lock(&sp->mu);
-    if (sj->tables[table])
-        t = sj->tables[table]->t;
+    t = sj->tables[table];
     pthread_mutex_unlock(&sp->mu);
     return t;
+}
+
+void shard_tables_each(struct shard_params *sp,
+                       void (*fn)(void *arg, const char *job, struct shard_table *t), void *arg)
+{
+    pthread_rwlock_rdlock(&sp->life);   /* no job is released meanwhile */
+    pthread_mutex_lock(&sp->mu);
+    for (size_t j = 0; j < sp->njobs; j++)
+        for (uint32_t i = 0; sp->jobs[j]->ntables && i < SHARD_MAX_TABLES; i++)
+            if (sp->jobs[j]->tables[i])
+                fn(arg, sp->jobs[j]->job.id, sp->jobs[j]->tables[i]);
+    pthread_mutex_unlock(&sp->mu);
+    pthread_rwlock_unlock(&sp->life);
 }
 
 void shard_tables_free(struct shard_job *sj)

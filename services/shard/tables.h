@@ -16,6 +16,8 @@
 #ifndef TS_SHARD_TABLES_H
 #define TS_SHARD_TABLES_H
 
+#include <stdatomic.h>
+
 #include "params.h"
 #include "table/table.h"
 
@@ -26,6 +28,8 @@ struct shard_table {
     char init[64], optimizer[128];
     uint32_t dim;
     uint64_t max_id, seed;
+    /* Rows pulled and pushed by workers (ids, repeats included; dp_rows.c), for /metrics. */
+    atomic_uint_least64_t pulled, pushed;
 };
 
 /* Registers req's table (map_epoch checked against cl). *version: the table's step; *rows:
@@ -37,8 +41,13 @@ ts_status shard_params_register_table(struct shard_params *sp, struct ts_cluster
 
 /* The table of job sj with id `table`, or NULL: tables live as long as their job (an attached
  * connection keeps it). */
-struct ts_table *shard_params_table(struct shard_params *sp, struct shard_job *sj,
-                                    uint32_t table);
+struct shard_table *shard_params_table(struct shard_params *sp, struct shard_job *sj,
+                                       uint32_t table);
+
+/* fn(arg, job id, table) for every table of every job, with no job released meanwhile (for
+ * /metrics). */
+void shard_tables_each(struct shard_params *sp,
+                       void (*fn)(void *arg, const char *job, struct shard_table *t), void *arg);
 
 /* Frees a job's tables (params.c's job_free, mu held). */
 void shard_tables_free(struct shard_job *sj);

@@ -371,7 +371,8 @@ ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **o
         for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
             js->tensors += sj->tensors[i] != NULL;
         for (size_t i = 0; i < SHARD_MAX_TABLES; i++) {
-            struct ts_table *t = shard_params_table(sp, sj, (uint32_t)i);
+            struct shard_table *sht = shard_params_table(sp, sj, (uint32_t)i);
+            struct ts_table *t = sht ? sht->t : NULL;
             uint64_t rows = t ? ts_table_count(t) : 0;
             js->tables += t != NULL;
             js->table_rows += rows;

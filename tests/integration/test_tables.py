@@ -7,9 +7,12 @@ end on one table fingerprint and row count, with rows on every shard. Bad input 
 (an id past max_id, NaN, a wrong buffer, an unknown table, a table registered again with
 another spec) is refused naming the field, and the table's fingerprint is unchanged after. A
 shard's row budget (--table-mem) refuses a push that would take it past its limit with
-RESOURCE_EXHAUSTED naming the table and the budget, and nothing of the step is applied."""
+RESOURCE_EXHAUSTED naming the table and the budget, and nothing of the step is applied; the
+table's rows, bytes and rows pulled and pushed show on the shard's /metrics."""
 import os
+import re
 import threading
+import urllib.request
 import unittest
 
 import numpy as np
@@ -192,7 +195,9 @@ class Budget(tl.ClusterCase, unittest.TestCase):
         certs(cls.c)
         master = cls.c.start_master(extra=cls.c.tls_args("master"))
         cls.addr = master.addr
-        cls.c.start_shard(cls.addr, extra=cls.c.tls_args("shard-0") + ["--table-mem", "1"])
+        cls.metrics = tl.free_port()
+        cls.c.start_shard(cls.addr, extra=cls.c.tls_args("shard-0") +
+                          ["--table-mem", "1", "--metrics-port", str(cls.metrics)])
         tl.wait_until(lambda: tl.cluster_status(cls.c.channel(cls.addr)).shards, 30,
                       "the shard alive")
 
@@ -214,6 +219,18 @@ class Budget(tl.ClusterCase, unittest.TestCase):
             c.push_rows(t, 1, np.arange(100, 150, dtype=np.int64),
                         np.ones((50, 256), np.float32))
             self.assertEqual(c.table_rows(t, 2), 150)
+            out = np.empty((10, 256), np.float32)
+            c.pull_rows(t, 2, np.arange(10, dtype=np.int64), out)
+            # The table's series on the shard's /metrics (docs/observability.md).
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics,
+                                        timeout=10) as r:
+                text = r.read().decode()
+            series = dict(re.findall(r'^(tessera_shard_table_\w+)\{job_id="budget",'
+                                     r'table="big"\} (\S+)$', text, re.M))
+            self.assertEqual(float(series["tessera_shard_table_rows"]), 150)
+            self.assertGreater(float(series["tessera_shard_table_bytes"]), 150 * 3 * 1024)
+            self.assertEqual(float(series["tessera_shard_table_rows_pushed_total"]), 150)
+            self.assertEqual(float(series["tessera_shard_table_rows_pulled_total"]), 10)
 
 
 if __name__ == "__main__":

@@ -165,6 +165,9 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
             ts_json_uint(&j, "heads", r.heads);
             ts_json_uint(&j, "follows", r.follows);
             ts_json_uint(&j, "lag", r.lag);
+            ts_json_uint(&j, "tables", r.tables);
+            ts_json_uint(&j, "table_rows", r.table_rows);
+            ts_json_uint(&j, "table_bytes", r.table_bytes);
             ts_json_uint(&j, "promotions", views[i]->promotions);
             ts_json_uint(&j, "copies_sent", views[i]->copies_sent);
             ts_json_uint(&j, "copies_pending", views[i]->copies_pending);
@@ -305,6 +308,12 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                    why);
         if (s->restarts)
             printf("       restart %u of its shard (tessera up --respawn)\n", s->restarts);
+        if (v && ts_shard_roles(v).tables) {
+            struct ts_shard_roles r = ts_shard_roles(v);
+            printf("       sparse tables: %" PRIu64 " rows of %" PRIu64 " tables, %.1f MB of "
+                   "its row budget (docs/embeddings.md)\n", r.table_rows, r.tables,
+                   r.table_bytes / 1048576.0);
+        }
         if (v && v->partitions_lost)
             printf("       %" PRIu64 " partitions it heads lost every copy\n",
                    v->partitions_lost);

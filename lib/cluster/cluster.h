@@ -187,16 +187,20 @@ const char *ts_membership_instance(struct ts_membership *ms);
  * For `tessera status` and the master's status page. */
 struct ts_shard_roles {
     uint64_t heads, follows, lag;
+    uint64_t tables, table_rows, table_bytes;   /* sparse tables (docs/embeddings.md) */
 };
 
 static inline struct ts_shard_roles ts_shard_roles(const Tessera__V1__ShardStatusResponse *v)
 {
-    struct ts_shard_roles r = { 0, 0, 0 };
+    struct ts_shard_roles r = { 0, 0, 0, 0, 0, 0 };
 
     for (size_t k = 0; k < v->n_jobs; k++) {
         r.heads += v->jobs[k]->partitions;
         r.follows += v->jobs[k]->follows;
         r.lag += v->jobs[k]->lag;
+        r.tables += v->jobs[k]->tables;
+        r.table_rows += v->jobs[k]->table_rows;
+        r.table_bytes += v->jobs[k]->table_bytes;
     }
     return r;
 }

@@ -123,6 +123,12 @@ class ExactTables(tl.ClusterCase, unittest.TestCase):
                     S.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
                 held += [(j.tables, j.table_rows, j.table_bytes) for j in st.jobs
                          if j.id == "spread"]
+            # tessera status shows them per shard.
+            doc = tl.status_json(addr)
+            self.assertEqual(sum(s["table_rows"] for s in doc["shards"]), 300, doc["shards"])
+            text = tl.run_cli(["status", "--master", addr]).stdout
+            self.assertEqual(len(re.findall(r"sparse tables: \d+ rows of 1 tables", text)), 3,
+                             text)
         self.assertEqual(len(held), 3, held)
         self.assertEqual(sum(h[1] for h in held), 300, held)
         for tables, rows, nbytes in held:

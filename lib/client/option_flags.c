@@ -106,6 +106,19 @@ static const struct trainer_row {
     TROW("no-elastic", TS_FLAG_BOOL, no_elastic, NULL, "a worker that dies stops the job "
          "(default: its slot moves to a live worker; elastic needs bsp, no --sync-every, no "
          "top-k, no --compress-pull)", 0, 0),
+    TROW("model", TS_FLAG_STR, model, "NAME", "mlp (default: the MLP on Fashion-MNIST) or ctr "
+         "(a DLRM-style CTR model through sparse tables on a generated click log; "
+         "docs/embeddings.md)", 0, 0),
+    TROW("ctr-features", TS_FLAG_INT, ctr_features, "F", "--model ctr: categorical features, "
+         "one table each (default 8)", 1, 64),
+    TROW("ctr-rows", TS_FLAG_INT, ctr_rows, "N", "--model ctr: rows of each table (default "
+         "100000)", 2, INT64_C(1) << 40),
+    TROW("ctr-dim", TS_FLAG_INT, ctr_dim, "D", "--model ctr: floats a row (default 16)", 1,
+         256),
+    TROW("table-optimizer", TS_FLAG_STR, table_optimizer, "SPEC", "--model ctr: the tables' "
+         "optimizer: sgd, adagrad or adam with options (default adagrad:lr=0.05)", 0, 0),
+    TROW("eval-samples", TS_FLAG_INT, eval_samples, "N", "--model ctr: held-out samples "
+         "scored at the end (default 20000)", 1, 10000000),
     TROW("json", TS_FLAG_BOOL, json, NULL, "one JSON document on stdout at the end (job, "
          "params_sha256, test_accuracy, steps, samples_per_s, ...; tessera train: nothing if "
          "the run fails; a worker: rank 0's only); progress goes to stderr", 0, 0),
@@ -130,9 +143,11 @@ ts_status ts_trainer_argv(const struct ts_trainer_opts *o, char **argv, int *n, 
     for (size_t i = 0; i < NTRAINER; i++) {
         const struct trainer_row *r = &trainer_rows[i];
         const void *p = (const char *)o + r->offset;
-        if (r->kind == TS_FLAG_BOOL && !*(const bool *)p)
+        const char *text = r->kind == TS_FLAG_STR ? *(const char *const *)p : NULL;
+        if ((r->kind == TS_FLAG_BOOL && !*(const bool *)p) ||
+            (r->kind == TS_FLAG_STR && !text))
             continue;
-        if (*n + 2 >= cap || used + strlen(r->flag) + 26 > bufcap)
+        if (*n + 2 >= cap || used + strlen(r->flag) + 26 + (text ? strlen(text) : 0) > bufcap)
             return ts_err_set(err, TS_EINVAL, "--%s: no room for the worker's flags", r->flag);
         argv[(*n)++] = buf + used;
         used += (size_t)snprintf(buf + used, bufcap - used, "--%s", r->flag) + 1;
@@ -140,6 +155,9 @@ ts_status ts_trainer_argv(const struct ts_trainer_opts *o, char **argv, int *n, 
             argv[(*n)++] = buf + used;
             used += (size_t)snprintf(buf + used, bufcap - used, "%" PRId64,
                                      *(const int64_t *)p) + 1;
+        } else if (text) {
+            argv[(*n)++] = buf + used;
+            used += (size_t)snprintf(buf + used, bufcap - used, "%s", text) + 1;
         }
     }
     return TS_OK;
@@ -154,5 +172,11 @@ ts_status ts_trainer_check(const struct ts_trainer_opts *o, const struct tessera
     if (o->overlap && (!sdk->mode || strcmp(sdk->mode, "asp")))
         return ts_err_set(err, TS_EINVAL, "--overlap needs --mode asp (bsp and ssp wait for "
                           "each step's values before the next)");
+    if (strcmp(o->model, "mlp") && strcmp(o->model, "ctr"))
+        return ts_err_set(err, TS_EINVAL, "--model %s: want mlp or ctr", o->model);
+    if (!strcmp(o->model, "ctr") && (o->overlap || sdk->elastic || sdk->dynamic ||
+                                     (sdk->mode && !strcmp(sdk->mode, "reduce"))))
+        return ts_err_set(err, TS_EINVAL, "--model ctr: sparse tables take bsp, ssp or asp "
+                          "without --overlap, --dynamic or an elastic job (--no-elastic)");
     return TS_OK;
 }

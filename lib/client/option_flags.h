@@ -50,20 +50,27 @@ ts_status ts_option_argv(const struct tessera_options *o, const char *const *ski
 struct ts_trainer_opts {
     int64_t epochs, steps, seed, batch, micro, partition_kb, delay_ms;
     bool json, overlap, no_elastic;
+    /* The model: "mlp" (Fashion-MNIST) or "ctr" (sparse tables, docs/embeddings.md), and the
+     * CTR model's sizes. */
+    const char *model, *table_optimizer;
+    int64_t ctr_features, ctr_rows, ctr_dim, eval_samples;
 };
 /* Their defaults; tessera train trains 3 epochs where a worker started alone trains 1. */
 #define TS_TRAINER_DEFAULTS                                                                     \
-    { .epochs = 1, .seed = 1, .batch = 64, .micro = 16 }
+    { .epochs = 1, .seed = 1, .batch = 64, .micro = 16, .model = "mlp",                          \
+      .table_optimizer = "adagrad:lr=0.05", .ctr_features = 8, .ctr_rows = 100000,               \
+      .ctr_dim = 16, .eval_samples = 20000 }
 
 /* Appends to flags[*n..cap) a ts_flag for each of the trainer's rows, parsed into o. */
 void ts_trainer_flags_add(struct ts_trainer_opts *o, struct ts_flag *flags, size_t *n,
                           size_t cap);
-/* "--flag VALUE" for every numeric row, "--flag" for each bool that is set, appended to
+/* "--flag VALUE" for every numeric or text row, "--flag" for each bool that is set, appended to
  * argv[*n..cap) with the values in buf (cap bytes); TS_EINVAL when either is too small. */
 ts_status ts_trainer_argv(const struct ts_trainer_opts *o, char **argv, int *n, int cap,
                           char *buf, size_t bufcap, struct ts_err *err) TS_MUST_CHECK;
 /* The rules of the trainer's options, with the job's (sdk): the micro-batch divides the
- * batch, --overlap is for asp. TS_EINVAL names the flags. */
+ * batch, --overlap is for asp, --model is mlp or ctr (ctr: bsp, ssp or asp, not elastic).
+ * TS_EINVAL names the flags. */
 ts_status ts_trainer_check(const struct ts_trainer_opts *o, const struct tessera_options *sdk,
                            struct ts_err *err) TS_MUST_CHECK;
 

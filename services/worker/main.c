@@ -67,8 +67,13 @@ static int trainer_options(const struct trainer_flags *f, struct train_opts *o)
     o->sdk.micro_batch = o->micro;
     o->sdk.loss_scale = strcmp(f->loss, "dynamic") ? TESSERA_LOSS_SCALE_NONE
                                                    : TESSERA_LOSS_SCALE_SDK;
-    /* Elastic where it can be: bsp, no sync periods, no top-k (docs/elastic.md). */
-    o->sdk.elastic = !f->tr.no_elastic && tessera_options_can_be_elastic(&o->sdk);
+    /* Elastic where it can be: bsp, no sync periods, no top-k (docs/elastic.md); not with
+     * sparse tables yet. */
+    o->ctr = !strcmp(f->tr.model, "ctr");
+    o->ctr_features = (uint32_t)f->tr.ctr_features, o->ctr_dim = (uint32_t)f->tr.ctr_dim;
+    o->ctr_rows = (uint64_t)f->tr.ctr_rows, o->eval_samples = (uint64_t)f->tr.eval_samples;
+    o->table_optimizer = f->tr.table_optimizer;
+    o->sdk.elastic = !f->tr.no_elastic && !o->ctr && tessera_options_can_be_elastic(&o->sdk);
     return -1;
 }
 
@@ -133,8 +138,9 @@ int main(int argc, char **argv)
     flags[n] = (struct ts_flag){ NULL, 0, NULL, NULL, NULL, 0, 0 };
     if ((done = ts_flags_program("tessera-worker", NULL,
                                  "One rank of a training job: the MLP 784-256-128-10 on "
-                                 "Fashion-MNIST,\nthrough the Tessera SDK. `tessera train` starts "
-                                 "these for you.", flags, argc, argv)) >= 0)
+                                 "Fashion-MNIST, or with --model ctr\na DLRM-style CTR model "
+                                 "through sparse tables, through the Tessera SDK.\n`tessera "
+                                 "train` starts these for you.", flags, argc, argv)) >= 0)
         return done;
     if (ts_option_flags_apply(&given, &o.sdk, &err) ||
         ts_rpc_tls_setup(&tls, &err) ||
@@ -155,5 +161,5 @@ int main(int argc, char **argv)
     }
     o.metrics_port = f.metrics_port;
     o.metrics_host = metrics_host;
-    return train_run(&o);
+    return o.ctr ? train_ctr(&o) : train_run(&o);
 }

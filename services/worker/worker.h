@@ -23,6 +23,12 @@ struct train_opts {
     bool json;
     int64_t metrics_port;            /* --metrics-port or --metrics-listen's; -1: no /metrics */
     const char *metrics_host;        /* --metrics-listen's host (ts_serve_metrics_addr) */
+    /* --model ctr (ctr.c): features, rows a table, the rows' dim, the tables' optimizer and
+     * the held-out samples scored at the end. */
+    bool ctr;
+    uint32_t ctr_features, ctr_dim;
+    uint64_t ctr_rows, eval_samples;
+    const char *table_optimizer;
 };
 
 /* The exit code of a restarted worker (restarts > 0) whose job ended before it rejoined: the
@@ -32,6 +38,9 @@ struct train_opts {
 /* Trains; returns the process exit code (messages already printed): 0, 1 for a failure, or
  * WORKER_EXIT_JOB_ENDED. */
 int train_run(const struct train_opts *o);
+
+/* ctr.c: the CTR trainer (--model ctr), as train_run. */
+int train_ctr(const struct train_opts *o);
 
 /* metrics.c: /metrics on o->metrics_host, port o->metrics_port (nothing if negative), reading
  * t's stats at each scrape; 1 (said on stderr) if the port cannot be served. Then per step

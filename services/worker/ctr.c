@@ -1,0 +1,408 @@
+/* ctr.c - the built-in CTR trainer (`--model ctr`; docs/embeddings.md, "The CTR trainer"):
+ * a DLRM-style model whose F categorical features each go through a sparse table on the
+ * shards, trained on lib/data/ctr.h's click log with a planted truth, so the AUC it reaches is
+ * reported beside the best reachable.
+ *
+ * Step k's global batch is samples k x B .. k x B + B - 1 of the generator, cut into
+ * micro-batches of m; micro-batch j belongs to rank j % W (as the MLP trainer's schedule).
+ * A rank pulls its samples' rows of every table at version k, computes each micro-batch
+ * (lib/model/dlrm.h), sums the dense gradients (int64 fixed point in exact mode, per
+ * micro-batch, so the grouping never matters), pushes every table's rows (one gradient row per
+ * sample and feature: the SDK merges repeats exactly) and steps the dense tensors. In exact
+ * mode the result is the same for any worker and shard count.
+ * At the end rank 0 scores the held-out samples (ts_ctr_holdout_index) with the final
+ * parameters: AUC and log-loss beside the planted model's own, and the job's fingerprint:
+ * SHA-256 of the text lines "dense HEX\n" (lib/tensor's params_sha256 of the six dense
+ * tensors) and "table NAME HEX\n" per table in order (each table's fingerprint). */
+#include "worker.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client/emulate.h"
+#include "data/ctr.h"
+#include "model/dlrm.h"
+#include "tensor/fingerprint.h"
+#include "util/json.h"
+#include "util/proc.h"
+
+#define CTR_EVAL_CHUNK 4096     /* held-out samples scored at a time */
+
+struct ctr_run {
+    const struct train_opts *o;
+    FILE *out;                  /* rank 0's progress */
+    tessera *t;
+    struct ts_ctr_gen gen;
+    struct ts_dlrm_shape shape;
+    struct ts_dlrm *model;
+    int ids[TS_DLRM_NTENSORS];
+    int tables[TS_CTR_MAX_FEATURES];
+    float *params[TS_DLRM_NTENSORS], *grad[TS_DLRM_NTENSORS];
+    void *acc[TS_DLRM_NTENSORS];           /* the rank's sums: int64 (exact) or float */
+    uint64_t numel[TS_DLRM_NTENSORS];
+    size_t n;                              /* this rank's samples a step */
+    uint64_t *ids_f;                       /* F x n: feature f's ids at ids_f + f x n */
+    float *rows_f;                         /* F x n x dim: the pulled rows, table by table */
+    float *grads_f;                        /* F x n x dim: their gradients, one per position */
+    float *emb, *demb;                     /* micro x F x dim: a micro-batch's rows, grads */
+    float *dense, *label;                  /* n x D, n */
+    double loss;                           /* this rank's summed loss of the last step */
+};
+
+static int fail(struct ctr_run *r, const struct tessera_error *e, const char *what)
+{
+    fprintf(stderr, "tessera-worker: rank %u: %s: %s\n", r->o->sdk.rank, what, e->message);
+    return 1;
+}
+
+static int fail_err(struct ctr_run *r, const struct ts_err *err, const char *what)
+{
+    struct tessera_error e = { .code = (int)err->code };
+
+    snprintf(e.message, sizeof(e.message), "%s", err->msg);
+    return fail(r, &e, what);
+}
+
+/* The samples of this rank in a step: whole micro-batches j with j % W == rank. */
+static size_t rank_samples(const struct train_opts *o)
+{
+    uint32_t mbs = o->batch / o->micro, w = o->sdk.workers, rank = o->sdk.rank;
+
+    return (size_t)(mbs / w + (rank < mbs % w)) * o->micro;
+}
+
+static int setup(struct ctr_run *r)
+{
+    const struct train_opts *o = r->o;
+    struct ts_ctr_cfg cfg;
+    struct ts_err err = { 0 };
+    struct tessera_error e;
+    size_t e_row;
+
+    ts_ctr_cfg_default(&cfg, o->seed, o->ctr_features, o->ctr_rows);
+    r->shape = (struct ts_dlrm_shape){ o->ctr_features, o->ctr_dim, cfg.dense, 64, 32 };
+    if (ts_ctr_init(&r->gen, &cfg, &err) ||
+        ts_dlrm_create(&r->shape, (int)(o->micro > CTR_EVAL_CHUNK ? o->micro : CTR_EVAL_CHUNK),
+                       &r->model, &err))
+        return fail_err(r, &err, "model");
+    if (sdk_connect_delayed(&o->sdk, o->delay_ms, &r->t, &e))
+        return fail(r, &e, "connect");
+    for (int i = 0; i < TS_DLRM_NTENSORS; i++) {
+        struct ts_mlp_tensor d = ts_dlrm_tensor(&r->shape, i);
+        uint64_t shape[2] = { d.rows, d.cols };
+        size_t esz = o->sdk.exact ? sizeof(int64_t) : sizeof(float);
+        if (tessera_register(r->t, d.name, shape, d.cols > 1 ? 2 : 1, d.init, o->seed, d.fan_in,
+                             d.fan_out, o->partition_bytes, &r->ids[i], &e))
+            return fail(r, &e, "register");
+        r->numel[i] = d.rows * d.cols;
+        r->params[i] = malloc(r->numel[i] * sizeof(float));
+        r->grad[i] = malloc(r->numel[i] * sizeof(float));
+        r->acc[i] = malloc(r->numel[i] * esz);
+        if (!r->params[i] || !r->grad[i] || !r->acc[i])
+            return fprintf(stderr, "tessera-worker: out of memory\n"), 1;
+        if (tessera_version(r->t, r->ids[i]))
+            return fprintf(stderr, "tessera-worker: tensor %s is at version %" PRIu64 ": the "
+                           "CTR trainer starts fresh jobs only (tables are not in snapshots "
+                           "yet)\n", d.name, tessera_version(r->t, r->ids[i])), 1;
+        if (tessera_pull(r->t, r->ids[i], 0, r->params[i], &e))
+            return fail(r, &e, "pull");
+    }
+    for (uint32_t f = 0; f < o->ctr_features; f++) {
+        struct tessera_table_spec spec = TESSERA_TABLE_SPEC_INIT;
+        char name[32];
+        snprintf(name, sizeof(name), "emb%u", f);
+        spec.name = name;
+        spec.dim = o->ctr_dim;
+        spec.max_id = o->ctr_rows - 1;
+        spec.init = "normal:0.01";
+        spec.seed = o->seed;
+        spec.optimizer = o->table_optimizer;
+        if (tessera_table_register(r->t, &spec, &r->tables[f], &e))
+            return fail(r, &e, "register table");
+    }
+    r->n = rank_samples(o);
+    e_row = (size_t)o->ctr_features * o->ctr_dim;
+    r->ids_f = malloc((r->n + 1) * o->ctr_features * sizeof(uint64_t));
+    r->rows_f = malloc((r->n + 1) * e_row * sizeof(float));
+    r->grads_f = malloc((r->n + 1) * e_row * sizeof(float));
+    r->emb = malloc(((size_t)o->micro + CTR_EVAL_CHUNK) * e_row * sizeof(float));
+    r->demb = malloc((size_t)o->micro * e_row * sizeof(float));
+    r->dense = malloc(((r->n > CTR_EVAL_CHUNK ? r->n : CTR_EVAL_CHUNK) + 1) *
+                      (cfg.dense + 1) * sizeof(float));
+    r->label = malloc(((r->n > CTR_EVAL_CHUNK ? r->n : CTR_EVAL_CHUNK) + 1) * sizeof(float));
+    if (!r->ids_f || !r->rows_f || !r->grads_f || !r->emb || !r->demb || !r->dense || !r->label)
+        return fprintf(stderr, "tessera-worker: out of memory\n"), 1;
+    return 0;
+}
+
+/* Samples first .. first + count - 1 into ids_f (feature-major, stride `stride`), dense and
+ * label at position `at`. */
+static void draw(struct ctr_run *r, uint64_t first, size_t count, size_t at, size_t stride)
+{
+    uint64_t ids[TS_CTR_MAX_FEATURES];
+    uint32_t nd = r->gen.cfg.dense;
+
+    for (size_t i = 0; i < count; i++) {
+        ts_ctr_sample(&r->gen, first + i, ids, r->dense + (at + i) * nd, r->label + at + i, NULL);
+        for (uint32_t f = 0; f < r->gen.cfg.features; f++)
+            r->ids_f[f * stride + at + i] = ids[f];
+    }
+}
+
+/* Sample i's rows (of n pulled per table, feature-major) into out as the model wants them:
+ * its F rows one after another. */
+static void gather(const struct ctr_run *r, size_t i, size_t n, float *out)
+{
+    uint32_t dim = r->o->ctr_dim;
+
+    for (uint32_t f = 0; f < r->o->ctr_features; f++)
+        memcpy(out + (size_t)f * dim, r->rows_f + ((size_t)f * n + i) * dim,
+               dim * sizeof(float));
+}
+
+static int step(struct ctr_run *r, uint64_t k)
+{
+    const struct train_opts *o = r->o;
+    uint32_t dim = o->ctr_dim, F = o->ctr_features, m = o->micro;
+    uint32_t mbs = o->batch / m, w = o->sdk.workers;
+    size_t e_row = (size_t)F * dim, at = 0;
+    struct tessera_error e;
+
+    /* This rank's samples, micro-batch by micro-batch, and their rows at version k. */
+    for (uint32_t j = o->sdk.rank; j < mbs; j += w, at += m)
+        draw(r, k * o->batch + (uint64_t)j * m, m, at, r->n);
+    for (uint32_t f = 0; f < F; f++)
+        if (tessera_pull_rows(r->t, r->tables[f], k, r->n, r->ids_f + (size_t)f * r->n,
+                              r->rows_f + (size_t)f * r->n * dim, &e))
+            return fail(r, &e, "pull rows");
+    for (int i = 0; i < TS_DLRM_NTENSORS; i++)
+        memset(r->acc[i], 0, r->numel[i] * (o->sdk.exact ? sizeof(int64_t) : sizeof(float)));
+    r->loss = 0;
+    for (size_t s = 0; s < r->n; s += m) {
+        for (size_t i = 0; i < m; i++)
+            gather(r, s + i, r->n, r->emb + i * e_row);
+        double loss = ts_dlrm_grad(r->model, r->params, r->emb,
+                                   r->dense + s * r->gen.cfg.dense, r->label + s, (int)m,
+                                   r->grad, r->demb);
+        if (!isfinite(loss)) {
+            fprintf(stderr, "tessera-worker: rank %u: step %" PRIu64 ": the loss is not "
+                    "finite (%g)\n", o->sdk.rank, k, loss);
+            return 1;
+        }
+        r->loss += loss;
+        for (int i = 0; i < TS_DLRM_NTENSORS; i++) {
+            if (!o->sdk.exact) {
+                float *a = r->acc[i];
+                for (uint64_t x = 0; x < r->numel[i]; x++)
+                    a[x] += r->grad[i][x];
+            } else if (tessera_fixed_add_f32(r->acc[i], r->grad[i], (size_t)r->numel[i], &e)) {
+                return fail(r, &e, "gradient");
+            }
+        }
+        /* each position's row gradient, table by table */
+        for (size_t i = 0; i < m; i++)
+            for (uint32_t f = 0; f < F; f++)
+                memcpy(r->grads_f + ((size_t)f * r->n + s + i) * dim,
+                       r->demb + i * e_row + (size_t)f * dim, dim * sizeof(float));
+    }
+    for (uint32_t f = 0; f < F; f++)
+        if (tessera_push_rows(r->t, r->tables[f], k, r->n, r->ids_f + (size_t)f * r->n,
+                              r->grads_f + (size_t)f * r->n * dim, &e))
+            return fail(r, &e, "push rows");
+    if (tessera_step(r->t, k, (const void *const *)r->acc, r->params, &e))
+        return fail(r, &e, "step");
+    return 0;
+}
+
+/* The held-out AUC and log-loss of the parameters at version `version`. */
+static int evaluate(struct ctr_run *r, uint64_t version, double *auc, double *logloss)
+{
+    const struct train_opts *o = r->o;
+    size_t total = o->eval_samples, e_row = (size_t)o->ctr_features * o->ctr_dim;
+    float *p = malloc(total * sizeof(float)), *y = malloc(total * sizeof(float));
+    struct ts_ctr_scored *scratch = malloc(total * sizeof(*scratch));
+    struct tessera_error e;
+    int rc = 0;
+
+    if (!p || !y || !scratch) {
+        fprintf(stderr, "tessera-worker: out of memory for %zu held-out samples\n", total);
+        rc = 1;
+    }
+    for (size_t s = 0; !rc && s < total; s += CTR_EVAL_CHUNK) {
+        size_t n = total - s < CTR_EVAL_CHUNK ? total - s : CTR_EVAL_CHUNK;
+        draw(r, ts_ctr_holdout_index(s), n, 0, n);
+        for (uint32_t f = 0; !rc && f < o->ctr_features; f++)
+            if (tessera_pull_rows(r->t, r->tables[f], version, n, r->ids_f + (size_t)f * n,
+                                  r->rows_f + (size_t)f * n * o->ctr_dim, &e))
+                rc = fail(r, &e, "pull rows");
+        for (size_t i = 0; !rc && i < n; i++)
+            gather(r, i, n, r->emb + i * e_row);
+        if (!rc)
+            ts_dlrm_predict(r->model, r->params, r->emb, r->dense, (int)n, p + s);
+        memcpy(y + s, r->label, n * sizeof(float));
+    }
+    if (!rc) {
+        *auc = ts_ctr_auc(p, y, total, scratch);
+        *logloss = ts_ctr_logloss(p, y, total);
+    }
+    free(p);
+    free(y);
+    free(scratch);
+    return rc;
+}
+
+/* The job's fingerprint (the file's comment) at version, and the dense one alone. */
+static int fingerprint(struct ctr_run *r, uint64_t version, char hex[65], char dense[65])
+{
+    struct ts_fp_tensor fp[TS_DLRM_NTENSORS];
+    struct tessera_error e;
+    struct ts_err err = { 0 };
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    unsigned char md[32];
+    unsigned len = 0;
+    char line[128];
+    int rc = 0;
+
+    for (int i = 0; i < TS_DLRM_NTENSORS; i++)
+        fp[i] = (struct ts_fp_tensor){ ts_dlrm_tensor(&r->shape, i).name, r->params[i],
+                                       r->numel[i] };
+    if (!c || EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1 ||
+        ts_params_sha256(fp, TS_DLRM_NTENSORS, dense, &err))
+        rc = fail_err(r, &err, "fingerprint");
+    if (!rc) {
+        snprintf(line, sizeof(line), "dense %s\n", dense);
+        EVP_DigestUpdate(c, line, strlen(line));
+    }
+    for (uint32_t f = 0; !rc && f < r->o->ctr_features; f++) {
+        char th[65];
+        if (tessera_table_sha256(r->t, r->tables[f], version, th, &e)) {
+            rc = fail(r, &e, "table fingerprint");
+            break;
+        }
+        snprintf(line, sizeof(line), "table emb%u %s\n", f, th);
+        EVP_DigestUpdate(c, line, strlen(line));
+    }
+    if (!rc) {
+        EVP_DigestFinal_ex(c, md, &len);
+        for (unsigned i = 0; i < 32; i++)
+            snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    }
+    EVP_MD_CTX_free(c);
+    return rc;
+}
+
+static void report(struct ctr_run *r, uint64_t steps, double secs, const char *hex,
+                   const char *dense, double auc, double logloss, double best_auc,
+                   double best_logloss, uint64_t rows)
+{
+    const struct train_opts *o = r->o;
+    double sps = secs > 0 ? (double)steps * o->batch / secs : 0;
+    struct ts_json j;
+
+    fprintf(r->out, "done: %" PRIu64 " steps, held-out AUC %.4f (planted optimum %.4f), "
+            "log-loss %.4f (optimum %.4f) on %" PRIu64 " samples, %.0f samples/s, %s over %s\n",
+            steps, auc, best_auc, logloss, best_logloss, o->eval_samples, sps,
+            o->sdk.exact ? "exact" : "float", tessera_transport(r->t));
+    fprintf(r->out, "table rows %" PRIu64 " over %u tables\n", rows, o->ctr_features);
+    fprintf(r->out, "params_sha256 %s\n", hex);
+    if (!o->json)
+        return;
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_str(&j, "job", o->sdk.job);
+    ts_json_str(&j, "model", "ctr");
+    ts_json_str(&j, "params_sha256", hex);
+    ts_json_str(&j, "dense_sha256", dense);
+    ts_json_num(&j, "auc", auc);
+    ts_json_num(&j, "logloss", logloss);
+    ts_json_num(&j, "optimum_auc", best_auc);
+    ts_json_num(&j, "optimum_logloss", best_logloss);
+    ts_json_uint(&j, "eval_samples", o->eval_samples);
+    ts_json_uint(&j, "steps", steps);
+    ts_json_uint(&j, "table_rows", rows);
+    ts_json_num(&j, "samples_per_s", sps);
+    ts_json_bool(&j, "exact", o->sdk.exact);
+    ts_json_str(&j, "transport", tessera_transport(r->t));
+    ts_json_end(&j);
+    printf("%s\n", ts_json_text(&j));
+    ts_json_free(&j);
+}
+
+static void run_free(struct ctr_run *r)
+{
+    for (int i = 0; i < TS_DLRM_NTENSORS; i++) {
+        free(r->params[i]);
+        free(r->grad[i]);
+        free(r->acc[i]);
+    }
+    free(r->ids_f);
+    free(r->rows_f);
+    free(r->grads_f);
+    free(r->emb);
+    free(r->demb);
+    free(r->dense);
+    free(r->label);
+    ts_dlrm_free(r->model);
+}
+
+int train_ctr(const struct train_opts *o)
+{
+    struct ctr_run r = { .o = o, .out = o->json ? stderr : stdout };
+    uint64_t steps = o->steps ? o->steps : 1000, rows = 0;
+    double auc = NAN, logloss = NAN, best_auc = NAN, best_logloss = NAN;
+    char hex[65] = "", dense[65] = "";
+    struct ts_err err = { 0 };
+    int64_t t0;
+    int rc;
+
+    ts_mlp_single_thread();
+    if ((rc = setup(&r)))
+        goto out;
+    if (o->sdk.rank == 0)
+        fprintf(r.out, "ctr: %u features of %" PRIu64 " rows (dim %u, %s), %u dense, MLP "
+                "%u-64-32-1, batch %u (micro %u) over %u workers, %" PRIu64 " steps\n",
+                o->ctr_features, o->ctr_rows, o->ctr_dim, o->table_optimizer,
+                r.gen.cfg.dense, o->ctr_features * o->ctr_dim + r.gen.cfg.dense, o->batch,
+                o->micro, o->sdk.workers, steps);
+    t0 = ts_now_ms();
+    for (uint64_t k = 0; k < steps; k++) {
+        if ((rc = step(&r, k)))
+            goto out;
+        if (o->sdk.rank == 0 && ((k + 1) % 100 == 0 || k + 1 == steps))
+            fprintf(stderr, "step %" PRIu64 "/%" PRIu64 ": loss %.4f (rank 0's samples)\n",
+                    k + 1, steps, r.n ? r.loss / (double)r.n : 0.0);
+    }
+    double secs = (double)(ts_now_ms() - t0) / 1000.0;
+    if (o->sdk.rank == 0) {
+        struct tessera_error e;
+        for (uint32_t f = 0; f < o->ctr_features; f++) {
+            uint64_t n = 0;
+            if (tessera_table_rows(r.t, r.tables[f], steps, &n, &e)) {
+                rc = fail(&r, &e, "table rows");
+                goto out;
+            }
+            rows += n;
+        }
+        if ((rc = evaluate(&r, steps, &auc, &logloss)) ||
+            (rc = fingerprint(&r, steps, hex, dense)))
+            goto out;
+        if (ts_ctr_optimum(&r.gen, ts_ctr_holdout_index(0), o->eval_samples, &best_auc,
+                           &best_logloss, &err)) {
+            rc = fail_err(&r, &err, "optimum");
+            goto out;
+        }
+        report(&r, steps, secs, hex, dense, auc, logloss, best_auc, best_logloss, rows);
+    }
+out:
+    if (r.t)
+        tessera_set_result(r.t, rc != 0, rc ? "the CTR trainer failed (its stderr says why)"
+                                            : hex);
+    tessera_close(r.t);
+    run_free(&r);
+    return rc;
+}

@@ -2,8 +2,8 @@
  * ids stay in range up to 2^40 rows; the Zipf sampler matches the exact pmf (chi-square for
  * small n, the head and tail masses for large n); the rank -> id map is a bijection that
  * spreads the popular ids; AUC and log-loss against hand computation and a brute-force
- * reference; the base CTR is the configured one; the planted optimum has signal; bad
- * configurations are refused naming the field. */
+ * reference; the base CTR is the configured one; the planted effects have their documented
+ * scale; the planted optimum has signal; bad configurations are refused naming the field. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -338,6 +338,46 @@ static void t_optimum(void **state)
     assert_true(ts_ctr_holdout_index(7) == (1ull << 62) + 7);
 }
 
+/* The effects as documented: with every scale 0 the click probability is base_ctr for every
+ * sample (the optimum is then a coin: AUC 0.5); an id's effect has variance
+ * (id_scale * shrink(rank))^2, shrink(r) = r0 / (r0 + r - 1), bounded by 3.47 of it. */
+static void t_planted(void **state)
+{
+    (void)state;
+    struct ts_ctr_cfg c;
+    struct ts_ctr_gen g;
+    struct ts_err e = { 0 };
+    double a, ll, sum2 = 0.0;
+    enum { RANKS = 4000 };
+
+    ts_ctr_cfg_default(&c, 21, 4, 1000);
+    c.id_scale = c.dense_scale = c.pair_scale = 0.0;
+    init(&g, &c);
+    for (uint64_t i = 0; i < 1000; i++) {
+        struct sample s;
+
+        draw(&g, i, &s);
+        assert_true(fabs(s.p - 0.25) < 1e-9);
+    }
+    assert_int_equal(ts_ctr_optimum(&g, 0, 1000, &a, &ll, &e), TS_OK);
+    assert_true(a == 0.5);
+
+    ts_ctr_cfg_default(&c, 22, 1, 1000000);
+    c.dense = 0;
+    c.id_scale = 2.0;
+    init(&g, &c);
+    for (uint64_t r = 1; r <= RANKS; r++) {
+        uint64_t id = ts_ctr_row(&g, 0, r);
+        double sh = c.shrink_rank / (c.shrink_rank + (double)(r - 1));
+        double v = (ts_ctr_logit(&g, &id, NULL) - g.bias) / (c.id_scale * sh);
+
+        assert_true(fabs(v) <= 3.4642);
+        sum2 += v * v;
+    }
+    if (fabs(sum2 / RANKS - 1.0) > 0.1)
+        fail_msg("effect / (id_scale shrink): mean square %.3f, want 1", sum2 / RANKS);
+}
+
 /* ---- configuration ---- */
 
 static void refused(const struct ts_ctr_cfg *c, const char *want)
@@ -401,6 +441,7 @@ int main(void)
         cmocka_unit_test(t_logloss),
         cmocka_unit_test(t_base_ctr),
         cmocka_unit_test(t_optimum),
+        cmocka_unit_test(t_planted),
         cmocka_unit_test(t_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -82,7 +82,7 @@ static int setup(struct ctr_run *r)
     struct ts_ctr_cfg cfg;
     struct ts_err err = { 0 };
     struct tessera_error e;
-    size_t e_row;
+    size_t e_row, cap;
 
     ts_ctr_cfg_default(&cfg, o->seed, o->ctr_features, o->ctr_rows);
     r->shape = (struct ts_dlrm_shape){ o->ctr_features, o->ctr_dim, cfg.dense, 64, 32 };
@@ -126,15 +126,16 @@ static int setup(struct ctr_run *r)
             return fail(r, &e, "register table");
     }
     r->n = rank_samples(o);
+    /* room for a step's samples or a chunk of held-out ones, whichever is more */
+    cap = (r->n > CTR_EVAL_CHUNK ? r->n : CTR_EVAL_CHUNK) + 1;
     e_row = (size_t)o->ctr_features * o->ctr_dim;
-    r->ids_f = malloc((r->n + 1) * o->ctr_features * sizeof(uint64_t));
-    r->rows_f = malloc((r->n + 1) * e_row * sizeof(float));
-    r->grads_f = malloc((r->n + 1) * e_row * sizeof(float));
-    r->emb = malloc(((size_t)o->micro + CTR_EVAL_CHUNK) * e_row * sizeof(float));
-    r->demb = malloc((size_t)o->micro * e_row * sizeof(float));
-    r->dense = malloc(((r->n > CTR_EVAL_CHUNK ? r->n : CTR_EVAL_CHUNK) + 1) *
-                      (cfg.dense + 1) * sizeof(float));
-    r->label = malloc(((r->n > CTR_EVAL_CHUNK ? r->n : CTR_EVAL_CHUNK) + 1) * sizeof(float));
+    r->ids_f = malloc(cap * o->ctr_features * sizeof(uint64_t));
+    r->rows_f = malloc(cap * e_row * sizeof(float));
+    r->grads_f = malloc(cap * e_row * sizeof(float));
+    r->emb = malloc(cap * e_row * sizeof(float));
+    r->demb = malloc(((size_t)o->micro + 1) * e_row * sizeof(float));
+    r->dense = malloc(cap * (cfg.dense + 1) * sizeof(float));
+    r->label = malloc(cap * sizeof(float));
     if (!r->ids_f || !r->rows_f || !r->grads_f || !r->emb || !r->demb || !r->dense || !r->label)
         return fprintf(stderr, "tessera-worker: out of memory\n"), 1;
     return 0;
@@ -329,8 +330,8 @@ static void report(struct ctr_run *r, uint64_t steps, double secs, const char *h
     ts_json_bool(&j, "exact", o->sdk.exact);
     ts_json_str(&j, "transport", tessera_transport(r->t));
     ts_json_end(&j);
-    printf("%s\n", ts_json_text(&j));
-    ts_json_free(&j);
+    printf("%s\n", j.buf);
+    ts_json_fini(&j);
 }
 
 static void run_free(struct ctr_run *r)

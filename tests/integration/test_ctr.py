@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""`tessera train --model ctr`: the DLRM-style CTR trainer through sparse tables
+(docs/embeddings.md, "The CTR trainer"; issue 46).
+
+- Exact: the same 30 steps (8 tables of 10^5 rows, batch 128 in micro-batches of 32) end on
+  one params_sha256 (the dense part's and every table's), one table row count and one
+  held-out AUC for W in {1, 2} workers x S in {1, 3} shards and --local.
+- Learning: a local run of 2000 steps of 256 samples reaches a held-out AUC within 0.01 of
+  the planted optimum (lib/data/ctr.h) on 20000 held-out samples, and a log-loss within 0.01
+  of the optimum's.
+- Refused before anything starts, naming the flag: an unknown --model, --model ctr with
+  --overlap or --mode reduce."""
+import json
+import os
+import subprocess
+import unittest
+
+import tessera_testlib as tl
+
+EXACT = ["--model", "ctr", "--steps", "30", "--batch", "128", "--micro", "32", "--exact",
+         "--json"]
+
+
+def train(args, timeout=300):
+    r = subprocess.run([os.path.join(tl.BIN, "tessera"), "train"] + list(args),
+                       capture_output=True, text=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL)
+    tl.scan_for_sanitizer("tessera train", r.stderr)
+    return r
+
+
+def train_json(args, timeout=300):
+    r = train(args, timeout)
+    if r.returncode != 0:
+        raise AssertionError("tessera train %s exited %d:\n%s" % (" ".join(args), r.returncode,
+                                                                  r.stderr[-3000:]))
+    return json.loads(r.stdout)
+
+
+class Exact(tl.ClusterCase, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        cls.local = train_json(["--local"] + EXACT)
+        # One certificate directory for both clusters: the CLI reads $TESSERA_TLS_DIR once.
+        certs = cls.c.make_certs(shards=3)
+        cls.ups = {}
+        for shards in (1, 3):
+            _, cls.ups[shards] = cls.c.tessera_up(["--shards", str(shards), "--replicas", "1",
+                                                   "--tls-dir", certs], name="up%d" % shards)
+
+    def test_one_fingerprint_for_any_worker_and_shard_count(self):
+        want = self.local
+        self.assertEqual(len(want["params_sha256"]), 64)
+        self.assertGreater(want["table_rows"], 5000)
+        for shards, addr in sorted(self.ups.items()):
+            for workers in (1, 2):
+                with self.subTest(shards=shards, workers=workers):
+                    got = train_json(["--master", addr, "--workers", str(workers), "--job",
+                                      "ctr-%d-%d" % (shards, workers)] + EXACT)
+                    self.assertEqual(got["params_sha256"], want["params_sha256"])
+                    self.assertEqual(got["dense_sha256"], want["dense_sha256"])
+                    self.assertEqual(got["table_rows"], want["table_rows"])
+                    self.assertEqual(got["auc"], want["auc"])
+
+    def test_refused_before_start(self):
+        addr = self.ups[1]
+        for extra, field in ((["--model", "mf"], "--model mf"),
+                             (["--model", "ctr", "--mode", "reduce"], "--model ctr"),
+                             (["--model", "ctr", "--mode", "asp", "--overlap"], "--model ctr")):
+            with self.subTest(extra=extra):
+                r = train(["--master", addr, "--steps", "2"] + extra, timeout=60)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(field, r.stderr)
+
+
+class Learns(unittest.TestCase):
+    def test_auc_near_the_planted_optimum(self):
+        got = train_json(["--local", "--model", "ctr", "--steps", "2000", "--batch", "256",
+                          "--micro", "64", "--json"], timeout=600)
+        tl.log("held-out AUC %.4f (optimum %.4f), log-loss %.4f (optimum %.4f), %.0f "
+               "samples/s" % (got["auc"], got["optimum_auc"], got["logloss"],
+                              got["optimum_logloss"], got["samples_per_s"]))
+        self.assertGreater(got["optimum_auc"], 0.75)
+        self.assertGreater(got["auc"], got["optimum_auc"] - 0.01)
+        self.assertLess(got["logloss"], got["optimum_logloss"] + 0.01)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TESSERA_LOG", "warn")
+    unittest.main(verbosity=2)

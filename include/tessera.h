@@ -526,8 +526,11 @@ int tessera_step_some(tessera *t, uint64_t step, size_t n, const int *ids,
  * (the same in any process), and its optimizer state lives with it. The rows spread over
  * every shard (each row is a key on the ring). Every rank registers the same tables in the
  * same order, and pushes every table at every step, with n = 0 where its batch touched none.
- * Not yet: tables in elastic or reduce jobs (TESSERA_ENOTSUP), on a cluster with --replicas
- * (FAILED_PRECONDITION), in snapshots (a snapshot of a job with tables is refused). */
+ * Snapshots hold tables (each shard writes only the rows changed since its last one), and a
+ * cluster restored from one (tessera up --restore) starts them at its step, on any shard
+ * count (docs/embeddings.md, "Snapshots of tables"). Not yet: tables in elastic or reduce
+ * jobs (TESSERA_ENOTSUP), on a cluster with --replicas (FAILED_PRECONDITION), rollbacks of a
+ * job with tables (refused). */
 struct tessera_table_spec {
     size_t size;             /* sizeof(struct tessera_table_spec) of the caller's header */
     const char *name;        /* 1..64 of [A-Za-z0-9._-] */
@@ -562,6 +565,10 @@ int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint
  * as 64 hex digits. In exact mode it is the same for any worker and shard count. */
 int tessera_table_sha256(tessera *t, int table, uint64_t version, char hex[65],
                          struct tessera_error *err);
+/* The step table was at when registered: 0 for a fresh job, the snapshot's step when the
+ * shards restored one (tessera up --restore); training continues from it. 0 for no such
+ * table. */
+uint64_t tessera_table_version(const tessera *t, int table);
 /* The rows the table has (over every shard) at `version`. */
 int tessera_table_rows(tessera *t, int table, uint64_t version, uint64_t *rows,
                        struct tessera_error *err);

@@ -58,6 +58,7 @@ struct sdk_table {
     char name[TS_JOB_ID_MAX + 1];
     uint32_t dim;
     uint64_t max_id;
+    uint64_t version;             /* its step when registered (a restored one: the snapshot's) */
     struct ts_table *local;       /* a local run's one store of the rows */
     struct ts_rows_batch *batch;  /* a push's or a pull's ids placed, sorted and merged */
     size_t cap;                   /* the rows batch holds at most */

@@ -87,7 +87,8 @@ static ts_status same_map(struct tessera *t, const struct sdk_table *x, struct t
 }
 
 static ts_status register_remote(struct tessera *t, int id, const struct tessera_table_spec *s,
-                                 const char *init, const char *optimizer, struct ts_err *err)
+                                 const char *init, const char *optimizer, uint64_t *version,
+                                 struct ts_err *err)
 {
     Tessera__V1__JobSpec job = TESSERA__V1__JOB_SPEC__INIT;
     Tessera__V1__TableSpec spec = TESSERA__V1__TABLE_SPEC__INIT;
@@ -118,6 +119,14 @@ static ts_status register_remote(struct tessera *t, int id, const struct tessera
         st = ts_cluster_register_table(t->cl, t->conns.shards[i].id, &req, 0, &r, err);
         if (st)
             ts_err_prefix(err, "table '%s': shard %u", s->name, t->conns.shards[i].id);
+        /* Every shard's store is at the table's step: a restored one at the snapshot's. */
+        if (!st && i == 0)
+            *version = r->version;
+        else if (!st && r->version != *version)
+            st = ts_err_set(err, TS_ESTATE, "table '%s': shard %u has it at step %" PRIu64
+                            ", shard %u at %" PRIu64 ": the shards hold a mixed state; restart "
+                            "the cluster", s->name, t->conns.shards[0].id, *version,
+                            t->conns.shards[i].id, r->version);
         if (r)
             tessera__v1__register_table_response__free_unpacked(r, NULL);
     }
@@ -169,7 +178,7 @@ int tessera_table_register(tessera *t, const struct tessera_table_spec *s, int *
     if (!st)
         st = rows_ring(t, &err);
     if (!st && !t->local)
-        st = register_remote(t, t->ntables, s, init, optimizer, &err);
+        st = register_remote(t, t->ntables, s, init, optimizer, &x->version, &err);
     if (!st && !t->local && !t->hello.done)
         st = sdk_hello_or_remap(t, &err);
     if (st) {
@@ -509,4 +518,9 @@ int tessera_table_rows(tessera *t, int table, uint64_t version, uint64_t *rows,
                        struct tessera_error *e)
 {
     return fingerprint(t, table, version, NULL, rows, e);
+}
+
+uint64_t tessera_table_version(const tessera *t, int table)
+{
+    return table >= 0 && table < t->ntables ? t->tables[table]->version : 0;
 }

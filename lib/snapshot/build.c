@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "snapshot/snapshot.h"
+#include "snapshot/internal.h"
 #include "util/proc.h"
 
 void ts_snap_piece_init(struct ts_snap_piece *pc, void *(*alloc)(void *ctx, size_t n),
@@ -152,6 +152,8 @@ ts_status ts_snap_merge(const struct ts_snap_piece *pieces, size_t n, uint64_t s
     ts_partition_manifest **parts;
     uint32_t *count;
     const ts_tensor_manifest **first;
+    size_t ntables = 0, nruns = 0;
+    ts_status tst;
 
     *mem = NULL;
     if (!n)
@@ -163,6 +165,8 @@ ts_status ts_snap_merge(const struct ts_snap_piece *pieces, size_t n, uint64_t s
             pieces[i].chunk_bytes != pieces[0].chunk_bytes)
             return ts_err_set(err, TS_EINTERNAL, "snapshot: shards %u and %u disagree on the job",
                               pieces[0].shard, pieces[i].shard);
+    if ((tst = snap_count_tables(pieces, n, &ntables, &nruns, err)))
+        return tst;
     count = calloc(TS_MANIFEST_MAX_TENSORS, sizeof(*count) + sizeof(*first));
     if (!count)
         return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
@@ -193,8 +197,11 @@ ts_status ts_snap_merge(const struct ts_snap_piece *pieces, size_t n, uint64_t s
     m->n_tensors = 0;
     for (uint32_t id = 0; id < TS_MANIFEST_MAX_TENSORS; id++)
         m->n_tensors += first[id] != NULL;
+    /* One block: the tensors, their copies and partitions, then the tables' likewise. */
     *mem = calloc(1, m->n_tensors * (sizeof(*tensors) + sizeof(*copies)) +
-                         np * sizeof(*parts) + 1);
+                         np * sizeof(*parts) +
+                         ntables * (sizeof(ts_table_manifest *) + sizeof(ts_table_manifest)) +
+                         nruns * sizeof(ts_row_run *) + 1);
     if (!*mem) {
         free(count);
         return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
@@ -224,6 +231,11 @@ ts_status ts_snap_merge(const struct ts_snap_piece *pieces, size_t n, uint64_t s
     for (size_t k = 0; k < m->n_tensors; k++)
         qsort(copies[k].partitions, copies[k].n_partitions, sizeof(*copies[k].partitions),
               by_index);
+    {
+        ts_table_manifest **tables = (void *)(parts + np);
+        ts_table_manifest *tcopies = (void *)(tables + ntables);
+        snap_merge_tables(pieces, n, m, tables, tcopies, (ts_row_run **)(tcopies + ntables));
+    }
     m->tensors = tensors;
     m->format = TS_MANIFEST_FORMAT;
     m->step = step;

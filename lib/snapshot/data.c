@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "snapshot/snapshot.h"
+#include "snapshot/internal.h"
 
 ts_status ts_snap_ids(const ProtobufCBinaryData *list, size_t n,
                       uint8_t (**ids)[TS_STORE_ID_LEN], struct ts_err *err)
@@ -108,7 +108,7 @@ ts_status ts_snap_check(struct ts_store *s, const ts_manifest *m,
         if (!st && progress)
             progress(ctx, t->spec->name, bytes);
     }
-    return st;
+    return st ? st : snap_check_table_runs(s, m, progress, ctx, err);
 }
 
 /* ---- diff ---- */

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "ps/part.h"
-#include "snapshot/snapshot.h"
+#include "snapshot/internal.h"
 #include "tensor/tensor.h"
 
 #define MAX_NUMEL (UINT64_C(1) << 34)
@@ -128,9 +128,11 @@ ts_status ts_manifest_validate(const ts_manifest *m, struct ts_err *err)
     if (m->chunk_bytes < TS_SNAP_CHUNK_MIN || m->chunk_bytes > TS_STORE_MAX_CHUNK)
         return ts_err_set(err, TS_EINVAL, "manifest: chunk_bytes: %u is outside %u..%u",
                           m->chunk_bytes, TS_SNAP_CHUNK_MIN, TS_STORE_MAX_CHUNK);
-    if (m->n_tensors < 1 || m->n_tensors > TS_MANIFEST_MAX_TENSORS)
-        return ts_err_set(err, TS_EINVAL, "manifest: tensors: %zu, want 1..%d", m->n_tensors,
-                          TS_MANIFEST_MAX_TENSORS);
+    if (m->n_tensors > TS_MANIFEST_MAX_TENSORS || m->n_tensors + m->n_tables < 1)
+        return ts_err_set(err, TS_EINVAL, "manifest: tensors: %zu, want 0..%d with at least "
+                          "one tensor or table", m->n_tensors, TS_MANIFEST_MAX_TENSORS);
+    if ((st = snap_check_tables(m, err)))
+        return st;
     slen = ts_optim_state_len(job.optim.kind);
     for (size_t i = 0; i < m->n_tensors; i++)
         if ((st = check_tensor(m, i, slen, err)))

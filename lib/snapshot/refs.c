@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "snapshot/snapshot.h"
+#include "snapshot/internal.h"
 
 #define MAX_HISTORY 1000000   /* parents followed before a cycle is assumed */
 
@@ -225,10 +225,17 @@ static void idset_free(struct idset *s)
     free(s->used);
 }
 
-/* Adds every chunk of m to chunks. */
+static ts_status add_one(void *ctx, const uint8_t *id, struct ts_err *err)
+{
+    bool added;
+
+    return idset_add(ctx, id, &added, err);
+}
+
+/* Adds every chunk of m to chunks: its tensors' and its tables'. */
 static ts_status add_chunks(struct idset *chunks, const ts_manifest *m, struct ts_err *err)
 {
-    ts_status st = TS_OK;
+    ts_status st = snap_add_table_chunks(m, add_one, chunks, err);
     bool added;
 
     for (size_t t = 0; !st && t < m->n_tensors; t++)

@@ -41,6 +41,9 @@
 typedef Tessera__V1__Manifest ts_manifest;
 typedef Tessera__V1__TensorManifest ts_tensor_manifest;
 typedef Tessera__V1__PartitionManifest ts_partition_manifest;
+typedef Tessera__V1__TableManifest ts_table_manifest;
+typedef Tessera__V1__RowRun ts_row_run;
+#define TS_MANIFEST_MAX_TABLES 256
 
 /* Decodes and validates len bytes. *out on TS_OK only. */
 TS_MUST_CHECK ts_status ts_manifest_parse(const void *buf, size_t len, ts_manifest **out,
@@ -172,6 +175,8 @@ struct ts_snap_piece {
     uint32_t shard;                     /* the writer's shard id: in errors and partitions */
     ts_tensor_manifest **tensors;
     size_t n_tensors;
+    ts_table_manifest **tables;         /* the writer's runs of each sparse table */
+    size_t n_tables;
     const Tessera__V1__JobSpec *job;
     uint32_t chunk_bytes;
     uint64_t bytes_written;             /* chunk-file bytes added to the store */
@@ -193,7 +198,8 @@ TS_MUST_CHECK ts_status ts_snap_piece_set_job(struct ts_snap_piece *pc, const st
                                               uint64_t data_seed, uint32_t micro_batch,
                                               struct ts_err *err);
 /* The union of n pieces as manifest m at step: tensors in id order, each with every piece's
- * partitions in index order, the job and chunk size (pieces that disagree on them, or on a
+ * partitions in index order, tables in id order, each with every piece's runs and the rows
+ * summed (pieces that disagree on a table's spec: TS_EINTERNAL), the job and chunk size (pieces that disagree on them, or on a
  * tensor's placement salt: TS_EINTERNAL naming a shard). Entries are borrowed from the
  * pieces; the arrays are in *mem (caller frees, also on error). The caller adds the rest and
  * validates by committing. */
@@ -211,6 +217,31 @@ TS_MUST_CHECK ts_status ts_snap_commit(struct ts_store *s, const ts_manifest *m,
 /* Points a new tag at snapshot id; the message says the snapshot itself was written. */
 TS_MUST_CHECK ts_status ts_snap_tag(struct ts_store *s, const char *tag,
                                     const uint8_t id[TS_STORE_ID_LEN], struct ts_err *err);
+
+/* ---- sparse tables (tables.c; docs/embeddings.md, "Snapshots of tables") ----
+ * A table's rows are runs of records (lib/table/table.h's record: id, update count, step,
+ * values, state), each a blob cut in the manifest's chunk size; a row's record in the latest
+ * run (by step) that holds one wins. */
+
+/* Bytes a record of a table of spec s (24 + 4 x dim x (1 + the optimizer's state length));
+ * 0 for a dim outside 1..4096 or an optimizer lib/tensor does not know. */
+size_t ts_snap_record_bytes(const Tessera__V1__TableSpec *s);
+/* Two specs of one table. */
+bool ts_snap_same_table(const Tessera__V1__TableSpec *a, const Tessera__V1__TableSpec *b);
+/* Bytes of memory ts_snap_put_run needs for n records of record_bytes. */
+size_t ts_snap_run_mem(size_t n, size_t record_bytes, uint32_t chunk_bytes);
+/* Writes n records as a blob and fills run's chunks, records and bytes_written (pointing
+ * into mem: the caller's, ts_snap_run_mem bytes, aligned for pointers). *written: chunk-file
+ * bytes added. */
+TS_MUST_CHECK ts_status ts_snap_put_run(struct ts_store *s, const uint8_t *records, size_t n,
+                                        size_t record_bytes, uint32_t chunk_bytes,
+                                        ts_row_run *run, void *mem, uint64_t *written,
+                                        struct ts_err *err);
+/* Reads run r of table t of m into records (r->records x ts_snap_record_bytes bytes), every
+ * chunk checked (TS_ECORRUPT names it, the table and the run). */
+TS_MUST_CHECK ts_status ts_snap_read_run(struct ts_store *s, const ts_manifest *m,
+                                         const ts_table_manifest *t, const ts_row_run *r,
+                                         uint8_t *records, struct ts_err *err);
 
 /* ---- whole tensors (whole.c): export and import ----
  * A user's checkpoint file goes in and out of the store through these: the Python package

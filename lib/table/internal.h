@@ -47,6 +47,15 @@ struct step_acc {
     uint64_t fresh;                /* entries with no row yet: their bytes are in the budget */
 };
 
+/* A snapshot's capture (capture.c): armed for step, taken when the table reaches it. */
+struct table_capture {
+    bool armed, taken, full;
+    uint64_t step;
+    ts_status st;                  /* taken: TS_OK, or why it could not be */
+    size_t n;
+    uint8_t *records;              /* n records (ts_table_record_bytes), ascending id */
+};
+
 struct ts_table {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -72,6 +81,8 @@ struct ts_table {
     size_t where_cap;
     float *grad;                   /* dim: one row's gradient */
     int64_t *scratch;              /* dim: one row's fixed-point gradient */
+    struct table_capture cap;      /* snapshots (capture.c) */
+    bool lost_dirty;               /* a capture's rows could not be listed as changed again */
 };
 
 ts_status idmap_reserve(struct idmap *m, size_t more, struct ts_err *err);
@@ -104,6 +115,9 @@ void table_refund(struct ts_table *t, uint64_t rows);
 /* digest.c: the ids of t's rows, ascending, into *out (t->rows.n of them; caller frees).
  * Called with t->mu held. */
 ts_status table_sorted_ids(const struct ts_table *t, uint64_t **out, struct ts_err *err);
+
+/* capture.c: takes the armed capture if the table just reached its step (mu held). */
+void table_capture_due(struct ts_table *t);
 
 static inline bool table_async(const struct ts_table *t)
 {

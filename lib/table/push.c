@@ -238,6 +238,7 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
     t->step++;
     t->npushed = 0;
     memset(t->pushed, 0, t->job->workers);
+    table_capture_due(t);   /* a snapshot armed at this step (capture.c) */
     pthread_cond_broadcast(&t->cv);
 }
 

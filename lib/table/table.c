@@ -161,6 +161,7 @@ void ts_table_free(struct ts_table *t)
     free(t->where);
     free(t->grad);
     free(t->scratch);
+    free(t->cap.records);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
     free(t);

@@ -181,6 +181,54 @@ ts_status ts_table_ids(struct ts_table *t, uint64_t want, int ms, uint64_t **ids
 ts_status ts_table_sha256(struct ts_table *const *stores, size_t n, char hex[65],
                           struct ts_err *err) TS_MUST_CHECK;
 
+/* ---- Snapshots (capture.c; docs/embeddings.md, "Snapshots of tables") ----
+ * A record is a row as snapshots store it: its id, update count and last step (8 bytes each,
+ * little-endian), then its dim values and its slen x dim state floats (float32 LE), so
+ * ts_table_record_bytes(t) = 24 + 4 x dim x (1 + slen) bytes. BSP tables only (TS_ENOTSUP for
+ * ssp and asp). */
+#define TS_TABLE_RECORD_HEAD 24
+size_t ts_table_record_bytes(const struct ts_table *t);
+
+/* Arms a capture of step `step`: when the table reaches it (its step counts the steps
+ * applied), or at once if it is there, the rows changed since the last capture (full: every
+ * row) are copied as records, ascending id, and count as unchanged from then on. *armed false
+ * (nothing armed) when the table is already past step. TS_ESTATE while another capture is
+ * armed or not taken. */
+ts_status ts_table_arm(struct ts_table *t, uint64_t step, bool full, bool *armed,
+                       struct ts_err *err) TS_MUST_CHECK;
+struct ts_table_capture {
+    uint64_t step;
+    bool full;
+    size_t n;
+    uint8_t *records;          /* n records; the caller's once taken (free()) */
+};
+/* The capture of step once taken (*ready true, *out filled, the table holds none after);
+ * *ready false while the table has not reached step. TS_ESTATE when none of step is armed;
+ * TS_ENOMEM when it could not be copied (then the table holds none). */
+ts_status ts_table_capture_take(struct ts_table *t, uint64_t step, struct ts_table_capture *out,
+                                bool *ready, struct ts_err *err) TS_MUST_CHECK;
+/* Whether the capture of step is taken (and not handed out yet). */
+bool ts_table_captured(struct ts_table *t, uint64_t step);
+/* Drops an armed capture, or one taken and not yet handed out: its rows count as changed
+ * again. */
+void ts_table_disarm(struct ts_table *t);
+/* A capture handed out and then not written (the snapshot failed): its rows count as changed
+ * again, so the next incremental capture has them. Where the list cannot grow for them,
+ * ts_table_needs_full says so from then on: the next capture must be full. */
+void ts_table_capture_undo(struct ts_table *t, const struct ts_table_capture *c);
+bool ts_table_needs_full(struct ts_table *t);
+
+/* A restore: the n records (any order) of one of a snapshot's runs, those keep(ctx, id) takes
+ * (keep NULL: all), become rows: made where absent (charged to the budget first: TS_ENOMEM,
+ * nothing changed) or overwritten, values, state, count and step. Runs are loaded oldest
+ * first, so a later record of a row wins. TS_ECORRUPT for an id past max_id. Then
+ * ts_table_set_step: the table continues from the snapshot's step (a bsp table no rank has
+ * pushed to yet; TS_ESTATE otherwise). */
+ts_status ts_table_load(struct ts_table *t, const uint8_t *records, size_t n,
+                        bool (*keep)(void *ctx, uint64_t id), void *ctx,
+                        struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_table_set_step(struct ts_table *t, uint64_t step, struct ts_err *err) TS_MUST_CHECK;
+
 /* The fingerprint made row by row, for a caller that merges rows from elsewhere (the SDK,
  * from every shard's scan): begin with the table's name, dim and row count, add each row in
  * ascending id, end (which frees f; hex NULL: abandoned). TS_EINTERNAL without SHA-256. */

@@ -698,6 +698,10 @@ static PyMethodDef client_methods[] = {
     { "table_sha256", KW client_table_sha256, METH_VARARGS | METH_KEYWORDS,
       "table_sha256(table, version) -> str\n\nThe table's fingerprint at `version` over "
       "every row that exists, on every\nshard, in ascending id (docs/embeddings.md)." },
+    { "table_version", (PyCFunction)client_table_version, METH_O,
+      "table_version(table) -> int\n\nThe step the table was at when registered: 0 for a "
+      "fresh job, the snapshot's\nstep when the shards restored one; training continues "
+      "from it." },
     { "table_rows", KW client_table_rows, METH_VARARGS | METH_KEYWORDS,
       "table_rows(table, version) -> int\n\nThe rows the table has at `version`, over "
       "every shard." },

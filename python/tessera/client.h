@@ -83,6 +83,7 @@ PyObject *client_pull_rows(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_push_rows(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_table_sha256(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_table_rows(struct client *self, PyObject *args, PyObject *kw);
+PyObject *client_table_version(struct client *self, PyObject *arg);
 
 /* assign.c: the method, and the release of what it holds once ids (NULL: every tensor; n of
  * them) were pushed. */

@@ -141,3 +141,12 @@ PyObject *client_table_rows(struct client *self, PyObject *args, PyObject *kw)
 {
     return table_fp(self, args, kw, 0);
 }
+
+PyObject *client_table_version(struct client *self, PyObject *arg)
+{
+    int table;
+
+    if (open_or_raise(self) || get_table(self, arg, &table))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(tessera_table_version(self->t, table));
+}

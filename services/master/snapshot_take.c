@@ -253,7 +253,8 @@ static ts_status commit(struct snapper *sn, struct shards *s, const char *job, u
     for (size_t i = 0; i < s->n; i++) {
         const Tessera__V1__WriteSnapshotResponse *r = s->got[i];
         pieces[i] = (struct ts_snap_piece){ .shard = s->id[i], .tensors = r->tensors,
-                                            .n_tensors = r->n_tensors, .job = r->job,
+                                            .n_tensors = r->n_tensors, .tables = r->tables,
+                                            .n_tables = r->n_tables, .job = r->job,
                                             .chunk_bytes = r->chunk_bytes,
                                             .bytes_written = r->bytes_written };
         out->written += r->bytes_written;

@@ -113,6 +113,9 @@ ts_status shard_params_rollback_check(struct shard_params *sp, struct ts_cluster
     pthread_rwlock_rdlock(&sp->life);   /* the job is not released under the check */
     if (!(sj = params_find_job(sp, job)))
         st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not on this shard", job);
+    else if (sj->ntables)   /* not silently without its rows */
+        st = ts_err_set(err, TS_ENOTSUP, "job: '%s' has sparse tables, which rollbacks do not "
+                        "bring back yet (docs/embeddings.md)", job);
     else
         st = load_manifest(sp, job, hex, step, &m, err);
     for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++) {

@@ -176,8 +176,8 @@ static ts_status register_table(struct ts_rpc_call *call, const ProtobufCMessage
 
     if (!s->membership || !s->cluster)
         return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet; retry");
-    return shard_params_register_table(&s->params, s->cluster, req, &resp->version, &resp->rows,
-                                       err);
+    return shard_params_register_table(&s->params, s->cluster, ts_membership_id(s->membership),
+                                       req, &resp->version, &resp->rows, err);
 }
 
 static ts_status arm_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *rq,
@@ -224,6 +224,8 @@ static ts_status write_snapshot(struct ts_rpc_call *call, const ProtobufCMessage
     resp->ready = true;
     resp->tensors = piece.tensors;
     resp->n_tensors = piece.n_tensors;
+    resp->tables = piece.tables;
+    resp->n_tables = piece.n_tables;
     resp->job = (Tessera__V1__JobSpec *)piece.job;
     resp->chunk_bytes = piece.chunk_bytes;
     resp->bytes_written = piece.bytes_written;

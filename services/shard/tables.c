@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "placement/ring.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 /* Whether the table t holds is the one req registers. */
 static bool same_table(const struct shard_table *t, const Tessera__V1__TableSpec *s)
@@ -79,7 +81,85 @@ static ts_status find(const struct shard_job *sj, const Tessera__V1__RegisterTab
     return TS_OK;
 }
 
+/* Whether this shard holds row id of the table being restored (ctx: struct restore). */
+struct restore {
+    struct ts_ring *ring;
+    uint64_t nh;
+    uint32_t me;
+};
+
+static bool ours(void *ctx, uint64_t id)
+{
+    const struct restore *r = ctx;
+
+    return ts_ring_lookup_hash(r->ring, ts_ring_row_hash(r->nh, id)) == r->me;
+}
+
+static int by_step(const void *a, const void *b)
+{
+    const ts_row_run *x = *(ts_row_run *const *)a, *y = *(ts_row_run *const *)b;
+
+    return x->step < y->step ? -1 : x->step > y->step;
+}
+
+/* A new table t of a restored cluster starts from the snapshot's table of its name, if it
+ * has one: its runs loaded oldest first, the rows the ring gives this shard kept, and the
+ * snapshot's step. */
+static ts_status restore_table(struct shard_params *sp, struct ts_cluster *cl, uint32_t me,
+                               struct shard_table *t, const Tessera__V1__TableSpec *spec,
+                               struct ts_err *err)
+{
+    const ts_manifest *m = sp->restore;
+    const ts_table_manifest *tm = NULL;
+    struct restore r = { .nh = ts_ring_name_hash(t->name), .me = me };
+    const ts_row_run **runs = NULL;
+    uint64_t epoch;
+    ts_status st;
+
+    for (size_t i = 0; m && i < m->n_tables && !tm; i++)
+        if (strcmp(m->tables[i]->spec->name, t->name) == 0)
+            tm = m->tables[i];
+    if (!tm)
+        return TS_OK;
+    if (tm->id != t->id || !ts_snap_same_table(tm->spec, spec))
+        return ts_err_set(err, TS_ESTATE, "table: '%s' is table %u of snapshot %.12s, with dim "
+                          "%u, max_id %" PRIu64 ", init %s, seed %" PRIu64 " and optimizer %s; "
+                          "register it so", t->name, tm->id, sp->restore_hex, tm->spec->dim,
+                          tm->spec->max_id, tm->spec->initializer, tm->spec->seed,
+                          tm->spec->optimizer);
+    if ((st = ts_cluster_ring_copy(cl, &r.ring, &epoch, err)))
+        return st;
+    if (!(runs = malloc((tm->n_runs + 1) * sizeof(*runs)))) {
+        ts_ring_free(r.ring);
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    }
+    memcpy(runs, tm->runs, tm->n_runs * sizeof(*runs));
+    qsort(runs, tm->n_runs, sizeof(*runs), by_step);
+    for (size_t k = 0; !st && k < tm->n_runs; k++) {
+        size_t rb = ts_table_record_bytes(t->t);
+        uint8_t *buf = malloc((size_t)runs[k]->records * rb + 1);
+        if (!buf)
+            st = ts_err_set(err, TS_ENOMEM, "out of memory for a run of %" PRIu64 " rows",
+                            runs[k]->records);
+        if (!st)
+            st = ts_snap_read_run(sp->store, m, tm, runs[k], buf, err);
+        if (!st)
+            st = ts_table_load(t->t, buf, (size_t)runs[k]->records, ours, &r, err);
+        free(buf);
+    }
+    if (!st)
+        st = ts_table_set_step(t->t, m->step, err);
+    if (!st)
+        ts_log(TS_INFO, "shard", "table '%s': %" PRIu64 " of its %" PRIu64 " rows restored from "
+               "snapshot %.12s at step %" PRIu64, t->name, ts_table_count(t->t), tm->rows,
+               sp->restore_hex, m->step);
+    free(runs);
+    ts_ring_free(r.ring);
+    return st;
+}
+
 ts_status shard_params_register_table(struct shard_params *sp, struct ts_cluster *cl,
+                                      uint32_t my_id,
                                       const Tessera__V1__RegisterTableRequest *req,
                                       uint64_t *version, uint64_t *rows, struct ts_err *err)
 {
@@ -102,11 +182,19 @@ ts_status shard_params_register_table(struct shard_params *sp, struct ts_cluster
                         "tables live on the shards (bsp, ssp or asp)");
     if (!st)
         st = find(sj, req, &t, err);
-    if (!st && !t && sj->armed)   /* a snapshot would leave it out: tables.h */
-        st = ts_err_set(err, TS_ESTATE, "job '%s': a snapshot of step %" PRIu64 " is armed, "
-                        "and snapshots do not cover tables yet; register tables before it",
-                        sj->job.id, (uint64_t)sj->armed_step);
-    if (!st && !t && !(st = create(sp, sj, req, &t, err))) {
+    if (!st && !t && !(st = create(sp, sj, req, &t, err)) &&
+        (st = restore_table(sp, cl, my_id, t, req->table, err))) {
+        ts_table_free(t->t);
+        free(t);
+        t = NULL;
+    }
+    if (!st && !sj->tables[req->table_id]) {
+        bool armed;
+        /* A snapshot armed before this table existed covers it too (as for a tensor). */
+        if (sj->armed && (ts_table_arm(t->t, sj->armed_step, true, &armed, err) || !armed))
+            ts_log(TS_WARN, "shard", "job %s table '%s': %s (the armed snapshot will be "
+                   "incomplete)", sj->job.id, t->name, err->code ? err->msg : "past its step");
+        ts_err_clear(err);
         sj->tables[t->id] = t;
         sj->ntables++;
         sj->orphan_since_ms = 0;
@@ -149,13 +237,212 @@ void shard_tables_each(struct shard_params *sp,
     pthread_rwlock_unlock(&sp->life);
 }
 
+static void runs_free(struct shard_table *t)
+{
+    for (size_t k = 0; k < t->nruns; k++)
+        free(t->runs[k].chunks);
+    free(t->runs);
+    t->runs = NULL;
+    t->nruns = 0;
+}
+
 void shard_tables_free(struct shard_job *sj)
 {
     for (uint32_t i = 0; i < SHARD_MAX_TABLES; i++)
         if (sj->tables[i]) {
             ts_table_free(sj->tables[i]->t);
+            runs_free(sj->tables[i]);
             free(sj->tables[i]);
             sj->tables[i] = NULL;
         }
     sj->ntables = 0;
+}
+
+/* ---- snapshots ---- */
+
+/* Whether the next run of t must be full: none yet, one of its chunks gone from the store (a
+ * gc after a snapshot that was never committed), changes the table could not list, or the
+ * incremental runs since the last full one outweigh the rows it holds. */
+static bool want_full(struct shard_params *sp, struct shard_table *t)
+{
+    uint64_t since = 0;
+
+    if (!t->nruns || ts_table_needs_full(t->t))
+        return true;
+    for (size_t k = 0; k < t->nruns; k++) {
+        for (size_t c = 0; c < t->runs[k].nchunks; c++)
+            if (!ts_store_has(sp->store, t->runs[k].chunks[c]))
+                return true;
+        since += t->runs[k].full ? 0 : t->runs[k].records;
+    }
+    return since >= ts_table_count(t->t);
+}
+
+ts_status shard_tables_arm(struct shard_params *sp, struct shard_job *sj, uint64_t step,
+                           bool disarm, bool *past, uint64_t *maxv, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+    uint32_t i;
+
+    *past = false;
+    for (i = 0; !st && i < SHARD_MAX_TABLES; i++) {
+        struct shard_table *t = shard_params_table(sp, sj, i);
+        bool armed = false;
+        if (!t)
+            continue;
+        if (disarm) {
+            ts_table_disarm(t->t);
+            continue;
+        }
+        if ((st = ts_table_arm(t->t, step, want_full(sp, t), &armed, err)))
+            break;
+        if (!armed) {
+            *past = true;
+            if (ts_table_step(t->t) > *maxv)
+                *maxv = ts_table_step(t->t);
+            break;
+        }
+    }
+    if ((st || *past) && !disarm)   /* nothing stays armed */
+        for (uint32_t k = 0; k < i; k++)
+            if (shard_params_table(sp, sj, k))
+                ts_table_disarm(shard_params_table(sp, sj, k)->t);
+    return st;
+}
+
+/* The piece's copy of t with this shard's chain of runs (in the piece's arena). */
+static ts_status piece_table(struct ts_snap_piece *pc, const struct shard_table *t,
+                             struct ts_err *err)
+{
+    ts_table_manifest *tm = pc->alloc(pc->alloc_ctx, sizeof(*tm));
+    Tessera__V1__TableSpec *spec = pc->alloc(pc->alloc_ctx, sizeof(*spec));
+    ts_row_run **runs = pc->alloc(pc->alloc_ctx, (t->nruns + 1) * sizeof(*runs));
+    ts_table_manifest **tables = pc->alloc(pc->alloc_ctx, (pc->n_tables + 1) * sizeof(*tables));
+
+    if (!tm || !spec || !runs || !tables)
+        return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
+    tessera__v1__table_manifest__init(tm);
+    tessera__v1__table_spec__init(spec);
+    spec->name = (char *)t->name;
+    spec->dim = t->dim;
+    spec->max_id = t->max_id;
+    spec->initializer = (char *)t->init;
+    spec->seed = t->seed;
+    spec->optimizer = (char *)t->optimizer;
+    tm->id = t->id;
+    tm->spec = spec;
+    tm->rows = ts_table_count(t->t);
+    for (size_t k = 0; k < t->nruns; k++) {
+        const struct shard_run *sr = &t->runs[k];
+        ts_row_run *r = pc->alloc(pc->alloc_ctx, sizeof(*r));
+        ProtobufCBinaryData *bd = pc->alloc(pc->alloc_ctx, (sr->nchunks + 1) * sizeof(*bd));
+        uint8_t *ids = pc->alloc(pc->alloc_ctx, sr->nchunks * TS_STORE_ID_LEN + 1);
+        if (!r || !bd || !ids)
+            return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
+        tessera__v1__row_run__init(r);
+        r->shard_id = pc->shard;
+        r->step = sr->step;
+        r->records = sr->records;
+        r->full = sr->full;
+        r->bytes_written = sr->bytes_written;
+        memcpy(ids, sr->chunks, sr->nchunks * TS_STORE_ID_LEN);
+        for (size_t c = 0; c < sr->nchunks; c++)
+            bd[c] = (ProtobufCBinaryData){ TS_STORE_ID_LEN, ids + c * TS_STORE_ID_LEN };
+        r->chunks = bd;
+        r->n_chunks = sr->nchunks;
+        runs[k] = r;
+    }
+    tm->runs = runs;
+    tm->n_runs = t->nruns;
+    if (pc->n_tables)
+        memcpy(tables, pc->tables, pc->n_tables * sizeof(*tables));
+    tables[pc->n_tables++] = tm;
+    pc->tables = tables;
+    return TS_OK;
+}
+
+/* Writes capture c of t as a new run, which joins t's chain (a full one replaces it). */
+static ts_status write_run(struct shard_params *sp, struct shard_table *t,
+                           const struct ts_table_capture *c, uint32_t chunk_bytes,
+                           uint64_t *written, struct ts_err *err)
+{
+    size_t rb = ts_table_record_bytes(t->t);
+    void *mem = malloc(ts_snap_run_mem(c->n, rb, chunk_bytes));
+    ts_row_run run = TESSERA__V1__ROW_RUN__INIT;
+    struct shard_run sr = { .step = c->step, .records = c->n, .full = c->full };
+    struct shard_run *grown;
+    ts_status st;
+
+    if (!mem)
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    st = ts_snap_put_run(sp->store, c->records, c->n, rb, chunk_bytes, &run, mem, written, err);
+    if (!st && !(sr.chunks = malloc(run.n_chunks * TS_STORE_ID_LEN + 1)))
+        st = ts_err_set(err, TS_ENOMEM, "out of memory");
+    if (!st && !(grown = realloc(t->runs, (t->nruns + 1) * sizeof(*t->runs))))
+        st = ts_err_set(err, TS_ENOMEM, "out of memory");
+    if (st) {
+        free(sr.chunks);
+        free(mem);
+        return st;
+    }
+    for (size_t k = 0; k < run.n_chunks; k++)
+        memcpy(sr.chunks[k], run.chunks[k].data, TS_STORE_ID_LEN);
+    sr.nchunks = run.n_chunks;
+    sr.bytes_written = *written;
+    t->runs = grown;
+    if (c->full) {   /* the chain starts again from it */
+        for (size_t k = 0; k < t->nruns; k++)
+            free(t->runs[k].chunks);
+        t->nruns = 0;
+    }
+    t->runs[t->nruns++] = sr;
+    free(mem);
+    return TS_OK;
+}
+
+ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint64_t step,
+                             int64_t until_ms, struct ts_snap_piece *piece, bool *ready,
+                             struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    /* Every table's capture taken, or not ready: nothing is handed out before all are. */
+    *ready = false;
+    for (;;) {
+        bool all = true;
+        for (uint32_t i = 0; all && i < SHARD_MAX_TABLES; i++) {
+            struct shard_table *t = shard_params_table(sp, sj, i);
+            all = !t || ts_table_captured(t->t, step);
+        }
+        if (all)
+            break;
+        if (ts_now_ms() >= until_ms)
+            return TS_OK;
+        ts_sleep_ms(5);
+    }
+    *ready = true;
+    for (uint32_t i = 0; i < SHARD_MAX_TABLES; i++) {
+        struct shard_table *t = shard_params_table(sp, sj, i);
+        struct ts_table_capture c = { 0 };
+        uint64_t written = 0;
+        bool got = false;
+        ts_status cs;
+
+        if (!t)
+            continue;
+        if ((cs = ts_table_capture_take(t->t, step, &c, &got, err)) || !got) {
+            st = st ? st : cs ? cs : ts_err_set(err, TS_EINTERNAL, "table '%s': its capture "
+                                                "of step %" PRIu64 " went", t->name, step);
+            continue;
+        }
+        if (!st)
+            st = write_run(sp, t, &c, piece->chunk_bytes, &written, err);
+        piece->bytes_written += written;
+        if (!st)
+            st = piece_table(piece, t, err);
+        if (st)   /* not written: its rows are changed again */
+            ts_table_capture_undo(t->t, &c);
+        free(c.records);
+    }
+    return st;
 }

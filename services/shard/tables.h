@@ -6,9 +6,13 @@
  * registration of the same table again is answered with the store as it is; another spec
  * under the same id or name is TS_EEXIST. A job's first registration, of a tensor or a table,
  * fixes its settings (params.c).
- * Not yet (issue 46 lists them): chains (a map with replicas > 1 is refused, TS_ESTATE, rather
- * than keeping rows on one shard where the job expects copies), snapshots (shard_params_arm
- * refuses a job with tables) and rollbacks.
+ * Snapshots (docs/embeddings.md, "Snapshots of tables"): each table keeps the runs this shard
+ * wrote for it (its chain: the last full run, then the incremental ones since), which every
+ * snapshot's piece lists; a restore (--restore) loads the runs of the snapshot's table and
+ * keeps the rows the ring gives this shard.
+ * Not yet (issue 46 lists them): chains of copies (a map with replicas > 1 is refused,
+ * TS_ESTATE, rather than keeping rows on one shard where the job expects copies) and
+ * rollbacks (refused for a job with tables).
  * Memory: every table's rows are charged to the shard's row budget (--table-mem,
  * shard_params.tables_budget), checked by each push before it creates a row.
  * Ownership: the job owns its tables (freed with it). Threads: the registry lock (sp->mu)
@@ -19,6 +23,7 @@
 #include <stdatomic.h>
 
 #include "params.h"
+#include "snapshot/snapshot.h"
 #include "table/table.h"
 
 struct shard_table {
@@ -30,11 +35,24 @@ struct shard_table {
     uint64_t max_id, seed;
     /* Rows pulled and pushed by workers (ids, repeats included; dp_rows.c), for /metrics. */
     atomic_uint_least64_t pulled, pushed;
+    /* The runs this shard wrote to snapshots, oldest first: a full one, then incremental
+     * ones (under the shard's snap_mu). */
+    struct shard_run *runs;
+    size_t nruns;
 };
 
-/* Registers req's table (map_epoch checked against cl). *version: the table's step; *rows:
- * the rows it holds here. Errors name the field (table.dim, table_id, ...). */
+struct shard_run {
+    uint64_t step, records, bytes_written;
+    bool full;
+    size_t nchunks;
+    uint8_t (*chunks)[TS_STORE_ID_LEN];
+};
+
+/* Registers req's table (map_epoch checked against cl; my_id: this shard's). A table the
+ * cluster's --restore snapshot holds starts from it. *version: the table's step; *rows: the
+ * rows it holds here. Errors name the field (table.dim, table_id, ...). */
 ts_status shard_params_register_table(struct shard_params *sp, struct ts_cluster *cl,
+                                      uint32_t my_id,
                                       const Tessera__V1__RegisterTableRequest *req,
                                       uint64_t *version, uint64_t *rows,
                                       struct ts_err *err) TS_MUST_CHECK;
@@ -48,6 +66,17 @@ struct shard_table *shard_params_table(struct shard_params *sp, struct shard_job
  * /metrics). */
 void shard_tables_each(struct shard_params *sp,
                        void (*fn)(void *arg, const char *job, struct shard_table *t), void *arg);
+
+/* Snapshots, with snap_mu held: arm (or disarm) a capture of step in every table of sj;
+ * *past: one is already past step, *maxv then its step (nothing stays armed). Errors name
+ * the table (TS_ENOTSUP for ssp and asp). */
+ts_status shard_tables_arm(struct shard_params *sp, struct shard_job *sj, uint64_t step,
+                           bool disarm, bool *past, uint64_t *maxv, struct ts_err *err);
+/* *ready: every table's capture of step is taken (waiting until until_ms); then each is
+ * written as a run and the piece gets every table with this shard's chain of runs. */
+ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint64_t step,
+                             int64_t until_ms, struct ts_snap_piece *piece, bool *ready,
+                             struct ts_err *err) TS_MUST_CHECK;
 
 /* Frees a job's tables (params.c's job_free, mu held). */
 void shard_tables_free(struct shard_job *sj);

@@ -124,9 +124,6 @@ static ts_status check_snapshottable(struct shard_job *sj, struct ts_err *err)
         return ts_err_set(err, TS_ESTATE, "job: '%s' runs in mode reduce, whose parameters "
                           "live on the workers; snapshots need mode bsp, ssp or asp "
                           "(docs/modes.md)", sj->job.id);
-    if (sj->ntables)   /* not silently without them */
-        return ts_err_set(err, TS_ENOTSUP, "job: '%s' has sparse tables, which snapshots do "
-                          "not cover yet (docs/embeddings.md)", sj->job.id);
     return TS_OK;
 }
 
@@ -153,6 +150,14 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
      * arms its own partitions (shard_params_register), one registered before is walked. */
     set_armed(sp, sj, !disarm, step);
     st = each_part(sp, sj, arm_one, &a, &past);
+    if (!st || disarm) {   /* the tables too (tables.h): one past step is as a partition */
+        bool tpast = false;
+        ts_status ts = shard_tables_arm(sp, sj, step, disarm, &tpast, &a.v.max, &past);
+        if (!disarm && (ts || tpast)) {
+            st = ts ? ts : TS_ESTATE;
+            (void)shard_tables_arm(sp, sj, step, true, &tpast, &a.v.max, &past);
+        }
+    }
     if (!st && !disarm) {
         *armed = true;
     } else if (!disarm) {
@@ -241,6 +246,17 @@ ts_status shard_params_write(struct shard_params *sp, const char *job, uint64_t 
         return TS_OK; /* not ready; still armed */
     }
     w.slen = ts_optim_state_len(sj->job.optim.kind);
+    if (!st) {   /* the tables' captures: not ready is as a partition missing */
+        bool tready = false;
+        st = shard_tables_write(sp, sj, step, w.until, piece, &tready, err);
+        if (!st && !tready) {
+            struct versions v = { .min = UINT64_MAX };
+            (void)each_part(sp, sj, versions_one, &v, err);
+            *min_version = v.min == UINT64_MAX ? 0 : v.min;
+            pthread_mutex_unlock(&sp->snap_mu);
+            return TS_OK;   /* not ready; still armed */
+        }
+    }
     if (!st)
         st = each_part(sp, sj, write_one, &w, err);
     if (!st)
@@ -268,6 +284,11 @@ static bool expire_arm(struct shard_params *sp, struct shard_job *sj, int64_t no
     if (!sj->armed || idle < sp->arm_timeout_ms)
         return false;
     (void)each_part(sp, sj, disarm_one, NULL, &ignored);
+    {
+        bool past;
+        uint64_t maxv = 0;
+        (void)shard_tables_arm(sp, sj, step, true, &past, &maxv, &ignored);
+    }
     set_armed(sp, sj, false, 0);
     pthread_mutex_lock(&sp->mu);
     sp->arms_expired++;

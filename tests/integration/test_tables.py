@@ -9,6 +9,7 @@ another spec) is refused naming the field, and the table's fingerprint is unchan
 shard's row budget (--table-mem) refuses a push that would take it past its limit with
 RESOURCE_EXHAUSTED naming the table and the budget, and nothing of the step is applied; the
 table's rows, bytes and rows pulled and pushed show on the shard's /metrics."""
+import json
 import os
 import re
 import threading
@@ -237,6 +238,68 @@ class Budget(tl.ClusterCase, unittest.TestCase):
             self.assertGreater(float(series["tessera_shard_table_bytes"]), 150 * 3 * 1024)
             self.assertEqual(float(series["tessera_shard_table_rows_pushed_total"]), 150)
             self.assertEqual(float(series["tessera_shard_table_rows_pulled_total"]), 10)
+
+
+class Snapshots(tl.ClusterCase, unittest.TestCase):
+    """A job with a 10^7-row table snapshotted twice on 2 shards: the second snapshot, after a
+    step that touched 10 rows, adds about 10 records of data to the store; `snapshot gc` keeps
+    the first snapshot's runs that the second still needs; a cluster of 3 shards restored from
+    it starts the table at the snapshot's step with the same rows and fingerprint, and trains
+    on from there."""
+
+    DIM = 16
+    RECORD = 24 + DIM * 4 * 2   # adagrad: values and one state component
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+
+    def test_incremental_and_restored_on_another_shard_count(self):
+        c = self.c
+        store = os.path.join(c.dir, "store")
+        certs(c)
+        up, addr = c.tessera_up(["--shards", "2", "--replicas", "1", "--store", store,
+                                 "--tls-dir", _CERTS[0]], name="a")
+
+        def snapshot(master):
+            with c.admin_env():
+                r = tl.run_cli(["snapshot", "create", "--master", master, "--job", "snap",
+                                "--json"], timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return json.loads(r.stdout)
+
+        opts = dict(job="snap", rank=0, workers=1, batch=1, exact=True, optimizer="sgd:lr=0.1")
+        with tessera.Client(master=addr, keep=True, **opts) as cl:
+            t = cl.register_table("emb", self.DIM, 10 ** 7 - 1, optimizer="adagrad:lr=0.1")
+            self.assertEqual(cl.table_version(t), 0)
+            ids = np.arange(5000, dtype=np.int64) * 1999
+            cl.push_rows(t, 0, ids, np.ones((5000, self.DIM), np.float32))
+            first = snapshot(addr)
+            cl.push_rows(t, 1, np.arange(10, dtype=np.int64) * 7,
+                         np.ones((10, self.DIM), np.float32))
+            second = snapshot(addr)
+            want = (cl.table_sha256(t, 2), cl.table_rows(t, 2))
+        tl.log("snapshots of 5000 and then 10 changed rows: %d and %d bytes written" %
+               (first["bytes_written"], second["bytes_written"]))
+        self.assertEqual((first["step"], second["step"]), (1, 2))
+        self.assertGreater(first["bytes_written"], 5000 * self.RECORD // 4)
+        # 10 records of 152 bytes and the chunk's header; none of the first 5000 again.
+        self.assertLess(second["bytes_written"], 10 * self.RECORD + 1024)
+        self.assertEqual(want[1], 5009)
+        with c.admin_env():
+            for cmd in (["snapshot", "gc", "--store", store, "--master", addr, "--grace-s",
+                         "0"], ["snapshot", "fsck", "--store", store]):
+                r = tl.run_cli(cmd, timeout=60)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        up.stop()
+        _, addr3 = c.tessera_up(["--shards", "3", "--replicas", "1", "--store", store,
+                                 "--tls-dir", _CERTS[0], "--restore", second["id"]], name="b")
+        with tessera.Client(master=addr3, **opts) as cl:
+            t = cl.register_table("emb", self.DIM, 10 ** 7 - 1, optimizer="adagrad:lr=0.1")
+            self.assertEqual(cl.table_version(t), 2)
+            self.assertEqual((cl.table_sha256(t, 2), cl.table_rows(t, 2)), want)
+            cl.push_rows(t, 2, np.array([5, 7], np.int64), np.ones((2, self.DIM), np.float32))
+            self.assertEqual(cl.table_rows(t, 3), 5010)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
  * touch with the same bits in any order and any store; exact steps with the same bits for any
  * rank order, worker count and split over stores; the optimizers' row updates and their lazy
  * state; the budget; refused pushes that change nothing; the fingerprint's bytes and order;
- * the dirty list; pulls that wait for their step; ranks pushing from their own threads. */
+ * the dirty list; pulls that wait for their step; ranks pushing from their own threads;
+ * captures for snapshots and their loading back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -787,6 +788,139 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
+/* Captures for snapshots: at the armed step (at once, or when a step's update reaches it),
+ * incremental (the rows changed since the last) or full, records equal to the rows; a capture
+ * past its step refused; one dropped gives its rows back to the next; and the records loaded
+ * into two other stores, split by id, hash as the table. */
+static bool odd(void *ctx, uint64_t id)
+{
+    return (id & 1) == (uint64_t)(uintptr_t)ctx;
+}
+
+static struct ts_table_capture take(struct ts_table *t, uint64_t step, bool want_ready)
+{
+    struct ts_table_capture c = { 0 };
+    struct ts_err e = { 0 };
+    bool ready = false;
+
+    if (ts_table_capture_take(t, step, &c, &ready, &e))
+        fail_msg("take %llu: %s", (unsigned long long)step, e.msg);
+    assert_int_equal(ready, want_ready);
+    return c;
+}
+
+static void t_capture(void **state)
+{
+    struct ts_job j = job(1, true, 4, TS_MODE_BSP);
+    struct ts_table *t = mk(&j, "xcap", 4, "normal:0.1", 3, "adagrad:lr=0.5", NULL);
+    uint64_t ids[100], two[2] = { 5, 200 }, nine[1] = { 9 };
+    float g[100 * 4], v[4], st[4];
+    struct ts_row_meta meta;
+    struct ts_err e = { 0 };
+    size_t rb = ts_table_record_bytes(t);
+    bool armed;
+
+    (void)state;
+    assert_int_equal(rb, 24 + 4 * 4 * 2);
+    for (int i = 0; i < 100; i++)
+        ids[i] = (uint64_t)i + 1;
+    for (int i = 0; i < 400; i++)
+        g[i] = (float)(i % 7) - 3.0f;
+    push_ok(t, 0, 0, ids, 100, g);
+    /* at the table's step: taken at once, every changed row, ascending, as stored */
+    assert_int_equal(ts_table_arm(t, 1, false, &armed, &e), TS_OK);
+    assert_true(armed);
+    assert_true(ts_table_captured(t, 1));
+    struct ts_table_capture c1 = take(t, 1, true);
+    assert_int_equal(c1.n, 100);
+    for (size_t k = 0; k < c1.n; k++) {
+        const uint8_t *r = c1.records + k * rb;
+        uint64_t id, upd, step;
+        memcpy(&id, r, 8);
+        memcpy(&upd, r + 8, 8);
+        memcpy(&step, r + 16, 8);
+        assert_int_equal(id, k + 1);
+        row(t, id, v, st, &meta);
+        assert_int_equal(upd, meta.updates);
+        assert_int_equal(step, meta.step);
+        assert_memory_equal(r + 24, v, sizeof(v));
+        assert_memory_equal(r + 24 + sizeof(v), st, sizeof(st));
+    }
+    /* incremental: only the rows step 1 changed */
+    push_ok(t, 0, 1, two, 2, g);
+    assert_int_equal(ts_table_arm(t, 2, false, &armed, &e), TS_OK);
+    struct ts_table_capture c2 = take(t, 2, true);
+    assert_int_equal(c2.n, 2);
+    /* past its step: nothing armed; armed ahead: taken by the update that reaches it */
+    assert_int_equal(ts_table_arm(t, 1, false, &armed, &e), TS_OK);
+    assert_false(armed);
+    assert_int_equal(ts_table_arm(t, 3, false, &armed, &e), TS_OK);
+    assert_true(armed);
+    struct ts_table_capture none = take(t, 3, false);
+    assert_int_equal(none.n, 0);
+    push_ok(t, 0, 2, nine, 1, g);
+    struct ts_table_capture c3 = take(t, 3, true);
+    assert_int_equal(c3.n, 1);
+    /* written nowhere (the snapshot failed): its rows come back in the next capture */
+    ts_table_capture_undo(t, &c3);
+    push_ok(t, 0, 3, two, 1, g);
+    assert_int_equal(ts_table_arm(t, 4, false, &armed, &e), TS_OK);
+    struct ts_table_capture c4 = take(t, 4, true);
+    assert_int_equal(c4.n, 2);   /* 5 again and 9 given back */
+    /* a full one: every row */
+    assert_int_equal(ts_table_arm(t, 4, true, &armed, &e), TS_OK);
+    ts_table_disarm(t);   /* dropped before taken: nothing handed out */
+    assert_int_equal(ts_table_arm(t, 4, true, &armed, &e), TS_OK);
+    struct ts_table_capture full = take(t, 4, true);
+    assert_int_equal(full.n, ts_table_count(t));
+    /* loaded oldest first into two stores split by id, as on a restore to two shards: the
+     * same rows, the same fingerprint, at the same step */
+    struct ts_table *a = mk(&j, "xcap", 4, "normal:0.1", 3, "adagrad:lr=0.5", NULL);
+    struct ts_table *b = mk(&j, "xcap", 4, "normal:0.1", 3, "adagrad:lr=0.5", NULL);
+    const struct ts_table_capture *runs[] = { &c1, &c2, &c3, &c4 };
+    for (size_t k = 0; k < 4; k++) {
+        assert_int_equal(ts_table_load(a, runs[k]->records, runs[k]->n, odd, (void *)1, &e),
+                         TS_OK);
+        assert_int_equal(ts_table_load(b, runs[k]->records, runs[k]->n, odd, (void *)0, &e),
+                         TS_OK);
+    }
+    assert_int_equal(ts_table_set_step(a, 4, &e), TS_OK);
+    assert_int_equal(ts_table_set_step(b, 4, &e), TS_OK);
+    char want[65], got[65];
+    struct ts_table *both[2] = { a, b };
+    sha(&t, 1, want);
+    sha(both, 2, got);
+    assert_string_equal(got, want);
+    /* and from the full run alone */
+    struct ts_table *f = mk(&j, "xcap", 4, "normal:0.1", 3, "adagrad:lr=0.5", NULL);
+    assert_int_equal(ts_table_load(f, full.records, full.n, NULL, NULL, &e), TS_OK);
+    sha(&f, 1, got);
+    assert_string_equal(got, want);
+    /* the step goes on from there: the same push on the table and its restored copy */
+    push_ok(t, 0, 4, two, 2, g);
+    assert_int_equal(ts_table_set_step(f, 4, &e), TS_OK);
+    push_ok(f, 0, 4, two, 2, g);
+    sha(&t, 1, want);
+    sha(&f, 1, got);
+    assert_string_equal(got, want);
+    /* a record past max_id is refused, nothing loaded */
+    struct ts_table_cfg small = { .name = "xcap", .dim = 4, .max_id = 50, .init = "zeros",
+                                  .seed = 3, .optimizer = "adagrad:lr=0.5" };
+    struct ts_table *s;
+    assert_int_equal(ts_table_create(&j, &small, NULL, &s, &e), TS_OK);
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_table_load(s, c1.records, c1.n, NULL, NULL, &e), TS_ECORRUPT);
+    assert_int_equal(ts_table_count(s), 0);
+    struct ts_table_capture *all[] = { &c1, &c2, &c3, &c4, &full };
+    for (size_t k = 0; k < 5; k++)
+        free(all[k]->records);
+    ts_table_free(s);
+    ts_table_free(f);
+    ts_table_free(a);
+    ts_table_free(b);
+    ts_table_free(t);
+}
+
 static void t_threads(void **state)
 {
     static const uint32_t order[XRANKS] = { 0, 1, 2 };
@@ -829,6 +963,7 @@ int main(void)
         cmocka_unit_test(t_dirty),
         cmocka_unit_test(t_pull_bsp),
         cmocka_unit_test(t_async),
+        cmocka_unit_test(t_capture),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

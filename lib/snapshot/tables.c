@@ -1,0 +1,231 @@
+/* tables.c - sparse tables in snapshots: their manifests' checks, runs of records in and out
+ * of the store, and their merge across shards (snapshot.h, "Sparse tables"). */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "snapshot/internal.h"
+#include "tensor/tensor.h"
+#include "util/names.h"
+
+#define TABLE_DIM_MAX 4096
+#define TABLE_ID_LIMIT 0x7fffffffffffffffull
+
+size_t ts_snap_record_bytes(const Tessera__V1__TableSpec *s)
+{
+    struct ts_optim_cfg cfg;
+
+    if (!s || s->dim < 1 || s->dim > TABLE_DIM_MAX || ts_optim_parse(s->optimizer, &cfg, NULL))
+        return 0;
+    return 24 + (1 + ts_optim_state_len(cfg.kind)) * (size_t)s->dim * sizeof(float);
+}
+
+static ts_status check_run(const ts_manifest *m, const ts_table_manifest *t, size_t ti,
+                           size_t ri, size_t rb, struct ts_err *err)
+{
+    const ts_row_run *r = t->runs[ri];
+    size_t want;
+
+    if (r->step > m->step)
+        return ts_err_set(err, TS_EINVAL, "manifest: tables[%zu].runs[%zu].step: %" PRIu64
+                          ", after the snapshot's step %" PRIu64, ti, ri, r->step, m->step);
+    if (r->records > (UINT64_C(1) << 40))
+        return ts_err_set(err, TS_EINVAL, "manifest: tables[%zu].runs[%zu].records: %" PRIu64
+                          " is too many", ti, ri, r->records);
+    want = ts_store_nchunks((size_t)r->records * rb, m->chunk_bytes);
+    if (r->n_chunks != want)
+        return ts_err_set(err, TS_EINVAL, "manifest: tables[%zu].runs[%zu].chunks: %zu ids, "
+                          "want %zu", ti, ri, r->n_chunks, want);
+    for (size_t i = 0; i < r->n_chunks; i++)
+        if (r->chunks[i].len != TS_STORE_ID_LEN)
+            return ts_err_set(err, TS_EINVAL, "manifest: tables[%zu].runs[%zu].chunks[%zu]: %zu "
+                              "bytes, want %d", ti, ri, i, r->chunks[i].len, TS_STORE_ID_LEN);
+    return TS_OK;
+}
+
+ts_status snap_check_tables(const ts_manifest *m, struct ts_err *err)
+{
+    struct ts_err name = { 0 };
+    ts_status st;
+
+    if (m->n_tables > TS_MANIFEST_MAX_TABLES)
+        return ts_err_set(err, TS_EINVAL, "manifest: tables: %zu, at most %d", m->n_tables,
+                          TS_MANIFEST_MAX_TABLES);
+    for (size_t ti = 0; ti < m->n_tables; ti++) {
+        const ts_table_manifest *t = m->tables[ti];
+        const Tessera__V1__TableSpec *s = t->spec;
+        size_t rb;
+
+        if (!s)
+            return ts_err_set(err, TS_EINVAL, "manifest: tables[%zu].spec: required", ti);
+        if (ts_job_id_check("name", s->name, &name))
+            return ts_err_set(err, TS_EINVAL, "manifest: tables[%zu].spec.%s", ti, name.msg);
+        if (t->id >= TS_MANIFEST_MAX_TABLES)
+            return ts_err_set(err, TS_EINVAL, "manifest: tables[%zu].id: %u, at most %d", ti,
+                              t->id, TS_MANIFEST_MAX_TABLES - 1);
+        for (size_t j = 0; j < ti; j++)
+            if (m->tables[j]->id == t->id || strcmp(m->tables[j]->spec->name, s->name) == 0)
+                return ts_err_set(err, TS_EINVAL, "manifest: tables[%zu]: id %u or name '%s' "
+                                  "repeats tables[%zu]", ti, t->id, s->name, j);
+        if (s->max_id > TABLE_ID_LIMIT)
+            return ts_err_set(err, TS_EINVAL, "manifest: tables[%zu].spec.max_id: above 2^63 - "
+                              "1", ti);
+        if (!(rb = ts_snap_record_bytes(s)))
+            return ts_err_set(err, TS_EINVAL, "manifest: tables[%zu].spec: dim %u outside "
+                              "1..%d, or optimizer '%s' unknown", ti, s->dim, TABLE_DIM_MAX,
+                              s->optimizer);
+        for (size_t ri = 0; ri < t->n_runs; ri++)
+            if ((st = check_run(m, t, ti, ri, rb, err)))
+                return st;
+    }
+    return TS_OK;
+}
+
+size_t ts_snap_run_mem(size_t records, size_t record_bytes, uint32_t chunk_bytes)
+{
+    return ts_store_nchunks(records * record_bytes, chunk_bytes) *
+               (sizeof(ProtobufCBinaryData) + TS_STORE_ID_LEN) + 1;
+}
+
+ts_status ts_snap_put_run(struct ts_store *s, const uint8_t *records, size_t n,
+                          size_t record_bytes, uint32_t chunk_bytes, ts_row_run *run, void *mem,
+                          uint64_t *written, struct ts_err *err)
+{
+    size_t nc = ts_store_nchunks(n * record_bytes, chunk_bytes);
+    ProtobufCBinaryData *bd = mem;
+    uint8_t (*ids)[TS_STORE_ID_LEN] = (void *)((char *)mem + nc * sizeof(*bd));
+    uint64_t w = 0;
+    ts_status st;
+
+    if (n && (st = ts_store_put_blob(s, records, n * record_bytes, chunk_bytes, ids, &w, err)))
+        return st;
+    for (size_t i = 0; i < nc; i++)
+        bd[i] = (ProtobufCBinaryData){ TS_STORE_ID_LEN, ids[i] };
+    run->chunks = bd;
+    run->n_chunks = nc;
+    run->records = n;
+    run->bytes_written = w;
+    *written = w;
+    return TS_OK;
+}
+
+ts_status ts_snap_read_run(struct ts_store *s, const ts_manifest *m, const ts_table_manifest *t,
+                           const ts_row_run *r, uint8_t *records, struct ts_err *err)
+{
+    size_t rb = ts_snap_record_bytes(t->spec);
+    uint8_t (*ids)[TS_STORE_ID_LEN];
+    ts_status st;
+
+    if (!r->records)
+        return TS_OK;
+    if ((st = ts_snap_ids(r->chunks, r->n_chunks, &ids, err)))
+        return st;
+    st = ts_store_get_blob(s, ids, records, (size_t)r->records * rb, m->chunk_bytes, err);
+    free(ids);
+    if (st)
+        ts_err_prefix(err, "table '%s' run of shard %u at step %" PRIu64, t->spec->name,
+                      r->shard_id, r->step);
+    return st;
+}
+
+bool ts_snap_same_table(const Tessera__V1__TableSpec *a, const Tessera__V1__TableSpec *b)
+{
+    return strcmp(a->name, b->name) == 0 && a->dim == b->dim && a->max_id == b->max_id &&
+           strcmp(a->initializer, b->initializer) == 0 && a->seed == b->seed &&
+           strcmp(a->optimizer, b->optimizer) == 0;
+}
+
+ts_status snap_count_tables(const struct ts_snap_piece *pieces, size_t n, size_t *ntables,
+                            size_t *nruns, struct ts_err *err)
+{
+    const ts_table_manifest *first[TS_MANIFEST_MAX_TABLES] = { 0 };
+
+    *ntables = *nruns = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < pieces[i].n_tables; k++) {
+            const ts_table_manifest *t = pieces[i].tables[k];
+            if (t->id >= TS_MANIFEST_MAX_TABLES || !t->spec)
+                return ts_err_set(err, TS_EINTERNAL, "snapshot: shard %u sent table id %u",
+                                  pieces[i].shard, t->id);
+            if (!first[t->id]) {
+                first[t->id] = t;
+                ++*ntables;
+            } else if (!ts_snap_same_table(first[t->id]->spec, t->spec)) {
+                return ts_err_set(err, TS_EINTERNAL, "snapshot: shard %u holds table %u as "
+                                  "'%s', another shard as '%s' (or with another spec)",
+                                  pieces[i].shard, t->id, t->spec->name,
+                                  first[t->id]->spec->name);
+            }
+            *nruns += t->n_runs;
+        }
+    return TS_OK;
+}
+
+void snap_merge_tables(const struct ts_snap_piece *pieces, size_t n, ts_manifest *m,
+                       ts_table_manifest **tables, ts_table_manifest *copies, ts_row_run **runs)
+{
+    size_t nt = 0;
+
+    /* In id order: each id's first table as the copy, then every piece's runs of it. */
+    for (uint32_t id = 0; id < TS_MANIFEST_MAX_TABLES; id++) {
+        ts_table_manifest *dst = NULL;
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < pieces[i].n_tables; k++) {
+                const ts_table_manifest *t = pieces[i].tables[k];
+                if (t->id != id)
+                    continue;
+                if (!dst) {
+                    dst = &copies[nt];
+                    *dst = *t;
+                    dst->rows = 0;
+                    dst->runs = runs;
+                    dst->n_runs = 0;
+                    tables[nt++] = dst;
+                }
+                dst->rows += t->rows;
+                for (size_t r = 0; r < t->n_runs; r++)
+                    dst->runs[dst->n_runs++] = t->runs[r];
+                runs += t->n_runs;
+            }
+    }
+    m->tables = tables;
+    m->n_tables = nt;
+}
+
+ts_status snap_add_table_chunks(const ts_manifest *m,
+                                ts_status (*add)(void *ctx, const uint8_t *id,
+                                                 struct ts_err *err),
+                                void *ctx, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    for (size_t t = 0; !st && t < m->n_tables; t++)
+        for (size_t r = 0; !st && r < m->tables[t]->n_runs; r++)
+            for (size_t c = 0; !st && c < m->tables[t]->runs[r]->n_chunks; c++)
+                st = add(ctx, m->tables[t]->runs[r]->chunks[c].data, err);
+    return st;
+}
+
+ts_status snap_check_table_runs(struct ts_store *s, const ts_manifest *m,
+                                void (*progress)(void *ctx, const char *tensor, uint64_t bytes),
+                                void *ctx, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    for (size_t t = 0; !st && t < m->n_tables; t++) {
+        const ts_table_manifest *tm = m->tables[t];
+        size_t rb = ts_snap_record_bytes(tm->spec);
+        uint64_t bytes = 0;
+
+        for (size_t r = 0; !st && r < tm->n_runs; r++) {
+            uint8_t *buf = malloc((size_t)tm->runs[r]->records * rb + 1);
+            st = !buf ? ts_err_set(err, TS_ENOMEM, "snapshot: out of memory")
+                      : ts_snap_read_run(s, m, tm, tm->runs[r], buf, err);
+            bytes += tm->runs[r]->records * rb;
+            free(buf);
+        }
+        if (!st && progress)
+            progress(ctx, tm->spec->name, bytes);
+    }
+    return st;
+}

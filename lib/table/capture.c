@@ -1,0 +1,243 @@
+/* capture.c - a table's rows for snapshots: captured at an armed step, loaded back on a
+ * restore (table.h, "Snapshots").
+ *
+ * A capture is taken under the table's lock at the moment the table reaches the armed step
+ * (a BSP step's update is what moves it: push.c calls table_capture_due), so it holds the
+ * rows exactly as of that step while training goes on. An incremental capture takes the rows
+ * changed since the last capture (the dirty list), a full one every row. */
+#include "table/internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "records are written as the host's bytes, which snapshots take as little-endian"
+#endif
+
+size_t ts_table_record_bytes(const struct ts_table *t)
+{
+    return TS_TABLE_RECORD_HEAD + (1 + t->slen) * t->dim * sizeof(float);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Takes the capture now (mu held): records of the dirty rows, or of every row. A failure is
+ * kept for ts_table_capture_take to report. */
+static void capture_now(struct ts_table *t)
+{
+    struct table_capture *c = &t->cap;
+    size_t rb = ts_table_record_bytes(t), n = 0;
+    uint64_t *ids = NULL;
+    struct ts_err err = { 0 };
+
+    c->armed = false;
+    c->taken = true;
+    c->st = TS_OK;
+    if (c->full)
+        t->lost_dirty = false;   /* every row is in it */
+    if (c->full) {
+        if (t->rows.n && (c->st = table_sorted_ids(t, &ids, &err)))
+            goto out;
+        n = t->rows.n;
+    } else {
+        n = t->ndirty;
+        if (n && !(ids = malloc(n * sizeof(*ids)))) {
+            c->st = TS_ENOMEM;
+            goto out;
+        }
+        memcpy(ids, t->dirty, n * sizeof(*ids));
+        qsort(ids, n, sizeof(*ids), cmp_u64);
+    }
+    if (n && !(c->records = malloc(n * rb))) {
+        c->st = TS_ENOMEM;
+        goto out;
+    }
+    for (size_t k = 0; k < n; k++) {
+        struct row *w = rows_find(&t->rows, ids[k]);
+        uint8_t *r = c->records + k * rb;
+        memcpy(r, &w->id, 8);
+        memcpy(r + 8, &w->updates, 8);
+        memcpy(r + 16, &w->step, 8);
+        memcpy(r + TS_TABLE_RECORD_HEAD, row_values(w), (1 + t->slen) * t->dim * sizeof(float));
+    }
+    c->n = n;
+    /* What the capture holds is no longer "changed since the last capture". */
+    for (size_t k = 0; k < t->ndirty; k++)
+        rows_find(&t->rows, t->dirty[k])->dirty = 0;
+    t->ndirty = 0;
+out:
+    free(ids);
+    if (c->st) {
+        free(c->records);
+        c->records = NULL;
+        c->n = 0;
+    }
+}
+
+void table_capture_due(struct ts_table *t)
+{
+    if (t->cap.armed && t->step == t->cap.step)
+        capture_now(t);
+}
+
+ts_status ts_table_arm(struct ts_table *t, uint64_t step, bool full, bool *armed,
+                       struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    *armed = false;
+    if (table_async(t))
+        return ts_err_set(err, TS_ENOTSUP, "table '%s': snapshots of tables in ssp and asp "
+                          "jobs are not built yet (bsp only)", t->name);
+    pthread_mutex_lock(&t->mu);
+    if (t->cap.armed || t->cap.taken) {
+        st = ts_err_set(err, TS_ESTATE, "table '%s': a capture of step %" PRIu64 " is armed "
+                        "or not written yet", t->name, t->cap.step);
+    } else if (t->step <= step) {
+        t->cap = (struct table_capture){ .armed = true, .step = step, .full = full };
+        *armed = true;
+        table_capture_due(t);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return st;
+}
+
+ts_status ts_table_capture_take(struct ts_table *t, uint64_t step,
+                                struct ts_table_capture *out, bool *ready, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    *ready = false;
+    pthread_mutex_lock(&t->mu);
+    if ((!t->cap.armed && !t->cap.taken) || t->cap.step != step) {
+        st = ts_err_set(err, TS_ESTATE, "table '%s': no capture of step %" PRIu64 " is armed",
+                        t->name, step);
+    } else if (t->cap.taken && t->cap.st) {
+        st = ts_err_set(err, t->cap.st, "table '%s': no memory to capture %" PRIu64 " rows "
+                        "at step %" PRIu64, t->name, t->rows.n, step);
+        t->cap = (struct table_capture){ 0 };
+    } else if (t->cap.taken) {
+        *out = (struct ts_table_capture){ .step = step, .full = t->cap.full, .n = t->cap.n,
+                                          .records = t->cap.records };
+        t->cap = (struct table_capture){ 0 };
+        *ready = true;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return st;
+}
+
+bool ts_table_captured(struct ts_table *t, uint64_t step)
+{
+    bool taken;
+
+    pthread_mutex_lock(&t->mu);
+    taken = t->cap.taken && t->cap.step == step;
+    pthread_mutex_unlock(&t->mu);
+    return taken;
+}
+
+void ts_table_disarm(struct ts_table *t)
+{
+    struct table_capture c;
+
+    pthread_mutex_lock(&t->mu);
+    c = t->cap;
+    t->cap = (struct table_capture){ 0 };
+    pthread_mutex_unlock(&t->mu);
+    if (c.taken) {   /* taken and never handed out: its rows are changed again */
+        struct ts_table_capture back = { .n = c.n, .records = c.records };
+        ts_table_capture_undo(t, &back);
+    }
+    free(c.records);
+}
+
+void ts_table_capture_undo(struct ts_table *t, const struct ts_table_capture *c)
+{
+    size_t rb = ts_table_record_bytes(t);
+
+    pthread_mutex_lock(&t->mu);
+    /* Room first: a list that cannot grow leaves them out of the next incremental capture,
+     * which the caller's next capture must then make full (table.h). */
+    if (table_dirty_reserve(t, c->n, NULL) == TS_OK)
+        for (size_t k = 0; k < c->n; k++) {
+            uint64_t id;
+            memcpy(&id, c->records + k * rb, 8);
+            struct row *w = rows_find(&t->rows, id);
+            if (w)
+                table_mark_dirty(t, w);
+        }
+    else
+        t->lost_dirty = true;
+    pthread_mutex_unlock(&t->mu);
+}
+
+bool ts_table_needs_full(struct ts_table *t)
+{
+    bool lost;
+
+    pthread_mutex_lock(&t->mu);
+    lost = t->lost_dirty;
+    pthread_mutex_unlock(&t->mu);
+    return lost;
+}
+
+ts_status ts_table_load(struct ts_table *t, const uint8_t *records, size_t n,
+                        bool (*keep)(void *ctx, uint64_t id), void *ctx, struct ts_err *err)
+{
+    size_t rb = ts_table_record_bytes(t);
+    uint64_t fresh = 0;
+    ts_status st = TS_OK;
+
+    pthread_mutex_lock(&t->mu);
+    for (size_t k = 0; k < n; k++) {
+        uint64_t id;
+        memcpy(&id, records + k * rb, 8);
+        if (id > t->max_id) {
+            st = ts_err_set(err, TS_ECORRUPT, "table '%s': a snapshot's row %" PRIu64 " is "
+                            "outside 0..%" PRIu64, t->name, id, t->max_id);
+            break;
+        }
+        fresh += (!keep || keep(ctx, id)) && !rows_find(&t->rows, id);
+    }
+    /* Everything a load needs is taken before a row changes: budget, record room. */
+    if (!st && fresh && !(st = table_charge(t, fresh, err)) &&
+        (st = rows_reserve(&t->rows, fresh, err)))
+        table_refund(t, fresh);
+    for (size_t k = 0; !st && k < n; k++) {
+        const uint8_t *r = records + k * rb;
+        uint64_t id;
+        memcpy(&id, r, 8);
+        if (keep && !keep(ctx, id))
+            continue;
+        struct row *w = rows_find(&t->rows, id);
+        if (!w)
+            w = table_new_row(t, id);
+        memcpy(&w->updates, r + 8, 8);
+        memcpy(&w->step, r + 16, 8);
+        memcpy(row_values(w), r + TS_TABLE_RECORD_HEAD, (1 + t->slen) * t->dim * sizeof(float));
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (st)
+        ts_err_prefix(err, "restore");
+    return st;
+}
+
+ts_status ts_table_set_step(struct ts_table *t, uint64_t step, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    pthread_mutex_lock(&t->mu);
+    if (table_async(t) || t->npushed || t->acc.n)
+        st = ts_err_set(err, TS_ESTATE, "table '%s': its step is set only on a bsp table no "
+                        "rank pushed to yet", t->name);
+    else
+        t->step = step;
+    pthread_mutex_unlock(&t->mu);
+    return st;
+}

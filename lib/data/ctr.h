@@ -74,7 +74,7 @@ struct ts_ctr_cfg {
     double base_ctr;                      /* mean p_true, 0.01..0.99 (default 0.25) */
     double id_scale;                      /* std of a rank-1 id's effect, 0..8 (default 1) */
     double shrink_rank;                   /* r0 of shrink(r), 1..2^40 (default 10) */
-    double dense_scale;                   /* std of the dense term, 0..8 (default 0.5) */
+    double dense_scale;                   /* ~std of the dense term, 0..8 (default 0.5) */
     double pair_scale;                    /* scale of the pair term, 0..8 (default 0.5) */
 };
 
@@ -96,8 +96,8 @@ struct ts_ctr_gen {
     double w[TS_CTR_MAX_DENSE];                   /* dense weights, scaled */
 };
 
-/* The defaults above for `features` features with `rows` rows each (features clamped to
- * 1..64 so that rows[] is filled; ts_ctr_check still judges the rest). */
+/* The defaults above for `features` features with `rows` rows each (rows[] is filled up to
+ * 64 entries; ts_ctr_check judges both values). */
 void ts_ctr_cfg_default(struct ts_ctr_cfg *cfg, uint64_t seed, uint32_t features, uint64_t rows);
 /* TS_EINVAL naming the first bad field: "ctr.features: 0 is outside 1..64",
  * "ctr.rows[3]: 1 is outside 2..2^40", "ctr.zipf_s: ...", and so on for every field. */

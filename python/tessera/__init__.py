@@ -52,6 +52,11 @@ from tessera._tessera import (  # noqa: E402,F401
     InvalidArgument,
     Rollback,
     Slots,
+    ctr_auc,
+    ctr_holdout,
+    ctr_logloss,
+    ctr_optimum,
+    ctr_samples,
     fixed_add,
     fixed_add_f32,
     launch_env,
@@ -61,7 +66,7 @@ from tessera._tessera import (  # noqa: E402,F401
 
 __all__ = ["Client", "Error", "InvalidArgument", "Rollback", "Slots", "to_fixed", "fixed_add",
            "fixed_add_f32", "launch_env", "options", "LOSS_SCALE_NONE", "LOSS_SCALE_SDK", "LOSS_SCALE_CALLER", "FIXED_ONE",
-           "torch"]
+           "ctr_samples", "ctr_holdout", "ctr_auc", "ctr_logloss", "ctr_optimum", "torch"]
 
 #: fixed(1.0): exact mode's int64 values carry 32 fraction bits (docs/exact-mode.md).
 FIXED_ONE = 1 << 32

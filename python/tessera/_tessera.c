@@ -836,7 +836,8 @@ PyMODINIT_FUNC PyInit__tessera(void)
     PyObject *m = PyModule_Create(&module_def), *bases = NULL;
 
     if (!m || PyType_Ready(&client_type) < 0 || buffers_ready() < 0 ||
-        PyModule_AddFunctions(m, snapshot_methods) || PyModule_AddFunctions(m, launch_methods))
+        PyModule_AddFunctions(m, snapshot_methods) || PyModule_AddFunctions(m, launch_methods) ||
+        PyModule_AddFunctions(m, ctr_methods))
         goto fail;
     Error = new_error("tessera.Error", "A Tessera call failed. .code: the gRPC status name "
                       "(INVALID_ARGUMENT, NOT_FOUND, ...),\n.grpc_code: its number, .message: "

@@ -80,7 +80,7 @@ static void pending_text(char *buf, size_t cap)
 
 static const char *elem_name(enum elem e)
 {
-    return e == F32 ? "float32" : "int64";
+    return e == F32 ? "float32" : e == F64 ? "float64" : "int64";
 }
 
 /* The NumPy name of a buffer's items ("float32"), else a description of its format. */

@@ -15,13 +15,14 @@
 #include "tessera.h"
 
 /* The module's functions, NULL-terminated: fixed.c's exact-mode helpers, snapshot.c's
- * snapshot_read and snapshot_import, launch.c's launch_env. */
-extern PyMethodDef fixed_methods[], snapshot_methods[], launch_methods[];
+ * snapshot_read and snapshot_import, launch.c's launch_env, ctr.c's CTR generator and
+ * metrics. */
+extern PyMethodDef fixed_methods[], snapshot_methods[], launch_methods[], ctr_methods[];
 
 /* The module's exceptions, created at import (PyInit__tessera). */
 extern PyObject *Error, *InvalidArgument, *Rollback, *Slots;
 
-enum elem { F32, I64 };
+enum elem { F32, I64, F64 };   /* F64: only ctr.c's p_true */
 
 struct arr {
     Py_buffer b;

@@ -227,6 +227,8 @@ bench: build
 	/usr/bin/python3 bench/train.py --bin $(BUILD)/bin --out bench/results/train.json
 	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/python_buffers.py \
 	    --bin $(BUILD)/bin --out bench/results/python_buffers.json
+	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/embeddings.py \
+	    --bin $(BUILD)/bin --out bench/results/embeddings.json
 	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/torch_overlap.py \
 	    --bin $(BUILD)/bin --out bench/results/torch_overlap.json
 	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/torch_models.py \

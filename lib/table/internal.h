@@ -47,6 +47,17 @@ struct step_acc {
     uint64_t fresh;                /* entries with no row yet: their bytes are in the budget */
 };
 
+/* The initial values drawn for rows a pull read before they existed (table.c): the push
+ * that creates a row, and other ranks' pulls of it, copy them instead of drawing the
+ * initializer again (its normal draws were half a sparse step's time: bench/embeddings.py).
+ * Emptied when a BSP step applies (its rows then exist) and when full. */
+#define INIT_CACHE_BYTES (16u << 20)
+struct init_cache {
+    struct idmap map;              /* id -> entry */
+    float *vals;                   /* cap x dim */
+    size_t n, cap;
+};
+
 /* A snapshot's capture (capture.c): armed for step, taken when the table reaches it. */
 struct table_capture {
     bool armed, taken, full;
@@ -82,6 +93,7 @@ struct ts_table {
     float *grad;                   /* dim: one row's gradient */
     int64_t *scratch;              /* dim: one row's fixed-point gradient */
     struct table_capture cap;      /* snapshots (capture.c) */
+    struct init_cache icache;
     bool lost_dirty;               /* a capture's rows could not be listed as changed again */
 };
 
@@ -104,8 +116,10 @@ static inline float *row_values(struct row *w)
     return (float *)(void *)(w + 1);
 }
 
-/* table.c: the row's initial values into out (dim floats); a new row's record filled. */
-void table_init_values(const struct ts_table *t, uint64_t id, float *out);
+/* table.c: the row's initial values into out (dim floats), from the cache where a pull drew
+ * them; a new row's record filled; the cache emptied (a step applied). */
+void table_init_values(struct ts_table *t, uint64_t id, float *out);
+void table_init_forget(struct ts_table *t);
 struct row *table_new_row(struct ts_table *t, uint64_t id);   /* after rows_reserve */
 void table_mark_dirty(struct ts_table *t, struct row *w);     /* after dirty_reserve */
 ts_status table_dirty_reserve(struct ts_table *t, size_t more, struct ts_err *err);

@@ -237,6 +237,7 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
     idmap_clear(&a->map);
     t->step++;
     t->npushed = 0;
+    table_init_forget(t);   /* this step's rows exist now */
     memset(t->pushed, 0, t->job->workers);
     table_capture_due(t);   /* a snapshot armed at this step (capture.c) */
     pthread_cond_broadcast(&t->cv);

@@ -153,6 +153,8 @@ void ts_table_free(struct ts_table *t)
         atomic_fetch_sub(&t->budget->used, t->charged);
     rows_fini(&t->rows);
     idmap_fini(&t->acc.map);
+    idmap_fini(&t->icache.map);
+    free(t->icache.vals);
     free(t->acc.ids);
     free(t->acc.sums);
     free(t->pushed);
@@ -212,7 +214,8 @@ uint64_t ts_table_step(struct ts_table *t)
     return s;
 }
 
-void table_init_values(const struct ts_table *t, uint64_t id, float *out)
+/* The initializer's values of row id into out. */
+static void draw_init(const struct ts_table *t, uint64_t id, float *out)
 {
     uint8_t le[8];
     ts_status st;
@@ -224,6 +227,42 @@ void table_init_values(const struct ts_table *t, uint64_t id, float *out)
                         0, t->dim, out, NULL);
     assert(st == TS_OK);
     (void)st;
+}
+
+void table_init_values(struct ts_table *t, uint64_t id, float *out)
+{
+    struct init_cache *c = &t->icache;
+    uint64_t k;
+
+    if (idmap_find(&c->map, id, &k)) {
+        memcpy(out, c->vals + k * t->dim, t->dim * sizeof(float));
+        return;
+    }
+    draw_init(t, id, out);
+    if (c->n == c->cap) {   /* grown to its bytes, or emptied once there */
+        size_t most = INIT_CACHE_BYTES / (t->dim * sizeof(float));
+        size_t cap = c->cap ? c->cap * 2 : 1024;
+        float *v = c->cap < most ? realloc(c->vals, (cap < most ? cap : most) * t->dim *
+                                                        sizeof(float)) : NULL;
+        if (v) {
+            c->vals = v;
+            c->cap = cap < most ? cap : most;
+        } else {
+            table_init_forget(t);
+        }
+    }
+    if (c->n < c->cap && idmap_reserve(&c->map, 1, NULL) == TS_OK) {
+        memcpy(c->vals + c->n * t->dim, out, t->dim * sizeof(float));
+        idmap_put(&c->map, id, c->n++);
+    }
+}
+
+void table_init_forget(struct ts_table *t)
+{
+    if (t->icache.n) {
+        idmap_clear(&t->icache.map);
+        t->icache.n = 0;
+    }
 }
 
 struct row *table_new_row(struct ts_table *t, uint64_t id)

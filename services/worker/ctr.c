@@ -10,7 +10,8 @@
  * micro-batch, so the grouping never matters), pushes every table's rows (one gradient row per
  * sample and feature: the SDK merges repeats exactly) and steps the dense tensors. In exact
  * mode the result is the same for any worker and shard count.
- * At the end rank 0 scores the held-out samples (ts_ctr_holdout_index) with the final
+ * A job the shards kept (--keep) or restored from a snapshot goes on from the step its tensors
+ * and tables are at, which must agree. At the end rank 0 scores the held-out samples (ts_ctr_holdout_index) with the final
  * parameters: AUC and log-loss beside the planted model's own, and the job's fingerprint:
  * SHA-256 of the text lines "dense HEX\n" (lib/tensor's params_sha256 of the six dense
  * tensors) and "table NAME HEX\n" per table in order (each table's fingerprint). */
@@ -52,6 +53,7 @@ struct ctr_run {
     float *emb, *demb;                     /* micro x F x dim: a micro-batch's rows, grads */
     float *dense, *label;                  /* n x D, n */
     double loss;                           /* this rank's summed loss of the last step */
+    uint64_t start;                        /* the step the job was at (kept or restored) */
 };
 
 static int fail(struct ctr_run *r, const struct tessera_error *e, const char *what)
@@ -105,11 +107,16 @@ static int setup(struct ctr_run *r)
         r->acc[i] = malloc(r->numel[i] * esz);
         if (!r->params[i] || !r->grad[i] || !r->acc[i])
             return fprintf(stderr, "tessera-worker: out of memory\n"), 1;
-        if (tessera_version(r->t, r->ids[i]))
-            return fprintf(stderr, "tessera-worker: tensor %s is at version %" PRIu64 ": the "
-                           "CTR trainer starts fresh jobs only (tables are not in snapshots "
-                           "yet)\n", d.name, tessera_version(r->t, r->ids[i])), 1;
-        if (tessera_pull(r->t, r->ids[i], 0, r->params[i], &e))
+        if (i == 0)
+            r->start = tessera_version(r->t, r->ids[0]);
+        if (tessera_version(r->t, r->ids[i]) != r->start) {
+            fprintf(stderr, "tessera-worker: tensor %s is at version %" PRIu64 ", %s at %"
+                    PRIu64 ": the shards hold a mixed state; restart the cluster\n", d.name,
+                    tessera_version(r->t, r->ids[i]), ts_dlrm_tensor(&r->shape, 0).name,
+                    r->start);
+            return 1;
+        }
+        if (tessera_pull(r->t, r->ids[i], r->start, r->params[i], &e))
             return fail(r, &e, "pull");
     }
     for (uint32_t f = 0; f < o->ctr_features; f++) {
@@ -124,6 +131,13 @@ static int setup(struct ctr_run *r)
         spec.optimizer = o->table_optimizer;
         if (tessera_table_register(r->t, &spec, &r->tables[f], &e))
             return fail(r, &e, "register table");
+        /* A kept job, or one restored from a snapshot: every table where the tensors are. */
+        if (tessera_table_version(r->t, r->tables[f]) != r->start) {
+            fprintf(stderr, "tessera-worker: table %s is at step %" PRIu64 ", the tensors at %"
+                    PRIu64 ": the shards hold a mixed state; restart the cluster\n", name,
+                    tessera_table_version(r->t, r->tables[f]), r->start);
+            return 1;
+        }
     }
     r->n = rank_samples(o);
     /* room for a step's samples or a chunk of held-out ones, whichever is more */
@@ -297,12 +311,13 @@ static int fingerprint(struct ctr_run *r, uint64_t version, char hex[65], char d
     return rc;
 }
 
-static void report(struct ctr_run *r, uint64_t steps, double secs, const char *hex,
-                   const char *dense, double auc, double logloss, double best_auc,
-                   double best_logloss, uint64_t rows)
+/* steps: the final step; ran: how many of them this run did. */
+static void report(struct ctr_run *r, uint64_t steps, uint64_t ran, double secs,
+                   const char *hex, const char *dense, double auc, double logloss,
+                   double best_auc, double best_logloss, uint64_t rows)
 {
     const struct train_opts *o = r->o;
-    double sps = secs > 0 ? (double)steps * o->batch / secs : 0;
+    double sps = secs > 0 ? (double)ran * o->batch / secs : 0;
     struct ts_json j;
 
     fprintf(r->out, "done: %" PRIu64 " steps, held-out AUC %.4f (planted optimum %.4f), "
@@ -325,6 +340,7 @@ static void report(struct ctr_run *r, uint64_t steps, double secs, const char *h
     ts_json_num(&j, "optimum_logloss", best_logloss);
     ts_json_uint(&j, "eval_samples", o->eval_samples);
     ts_json_uint(&j, "steps", steps);
+    ts_json_uint(&j, "start_step", r->start);
     ts_json_uint(&j, "table_rows", rows);
     ts_json_num(&j, "samples_per_s", sps);
     ts_json_bool(&j, "exact", o->sdk.exact);
@@ -370,8 +386,16 @@ int train_ctr(const struct train_opts *o)
                 o->ctr_features, o->ctr_rows, o->ctr_dim, o->table_optimizer,
                 r.gen.cfg.dense, o->ctr_features * o->ctr_dim + r.gen.cfg.dense, o->batch,
                 o->micro, o->sdk.workers, steps);
+    if (r.start > steps) {
+        fprintf(stderr, "tessera-worker: job '%s' is at step %" PRIu64 ", past --steps %" PRIu64
+                "\n", o->sdk.job, r.start, steps);
+        rc = 1;
+        goto out;
+    }
+    if (r.start && o->sdk.rank == 0)
+        fprintf(r.out, "resuming at step %" PRIu64 "\n", r.start);
     t0 = ts_now_ms();
-    for (uint64_t k = 0; k < steps; k++) {
+    for (uint64_t k = r.start; k < steps; k++) {
         if ((rc = step(&r, k)))
             goto out;
         if (o->sdk.rank == 0 && ((k + 1) % 100 == 0 || k + 1 == steps))
@@ -379,6 +403,7 @@ int train_ctr(const struct train_opts *o)
                     k + 1, steps, r.n ? r.loss / (double)r.n : 0.0);
     }
     double secs = (double)(ts_now_ms() - t0) / 1000.0;
+    uint64_t ran = steps > r.start ? steps - r.start : 0;
     if (o->sdk.rank == 0) {
         struct tessera_error e;
         for (uint32_t f = 0; f < o->ctr_features; f++) {
@@ -397,7 +422,7 @@ int train_ctr(const struct train_opts *o)
             rc = fail_err(&r, &err, "optimum");
             goto out;
         }
-        report(&r, steps, secs, hex, dense, auc, logloss, best_auc, best_logloss, rows);
+        report(&r, steps, ran, secs, hex, dense, auc, logloss, best_auc, best_logloss, rows);
     }
 out:
     if (r.t)

@@ -5,6 +5,8 @@
 - Exact: the same 30 steps (8 tables of 10^5 rows, batch 128 in micro-batches of 32) end on
   one params_sha256 (the dense part's and every table's), one table row count and one
   held-out AUC for W in {1, 2} workers x S in {1, 3} shards and --local.
+- Resume: 15 steps on 2 shards, snapshotted (tables and tensors), restored on 3 shards and
+  trained on to 30 by 2 workers, end on the --local run's params_sha256.
 - Learning: a local run of 2000 steps of 256 samples reaches a held-out AUC within 0.01 of
   the planted optimum (lib/data/ctr.h) on 20000 held-out samples, and a log-loss within 0.01
   of the optimum's.
@@ -72,6 +74,40 @@ class Exact(tl.ClusterCase, unittest.TestCase):
                 r = train(["--master", addr, "--steps", "2"] + extra, timeout=60)
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertIn(field, r.stderr)
+
+
+class Resume(tl.ClusterCase, unittest.TestCase):
+    """15 exact steps on 2 shards, kept and snapshotted; a cluster of 3 shards restored from
+    that snapshot trains the same job on to step 30 with 2 workers and ends on the
+    params_sha256 of 30 steps in one process."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+
+    def test_snapshot_restore_on_another_shard_count(self):
+        c = self.c
+        store = os.path.join(c.dir, "store")
+        certs = c.make_certs(shards=3)
+        half = [a if a != "30" else "15" for a in EXACT]
+        up, addr = c.tessera_up(["--shards", "2", "--replicas", "1", "--store", store,
+                                 "--tls-dir", certs], name="a")
+        first = train_json(["--master", addr, "--workers", "1", "--job", "r", "--keep"] + half)
+        self.assertEqual(first["steps"], 15)
+        with c.admin_env():
+            r = tl.run_cli(["snapshot", "create", "--master", addr, "--job", "r", "--json"],
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        snap = json.loads(r.stdout)
+        self.assertEqual(snap["step"], 15)
+        up.stop()
+        _, addr3 = c.tessera_up(["--shards", "3", "--replicas", "1", "--store", store,
+                                 "--tls-dir", certs, "--restore", snap["id"]], name="b")
+        got = train_json(["--master", addr3, "--workers", "2", "--job", "r"] + EXACT)
+        self.assertEqual(got["start_step"], 15)
+        want = train_json(["--local"] + EXACT)
+        self.assertEqual(got["params_sha256"], want["params_sha256"])
+        self.assertEqual(got["table_rows"], want["table_rows"])
 
 
 class Learns(unittest.TestCase):

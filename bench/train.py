@@ -82,6 +82,10 @@ class Cluster:
         for line in self.proc.stdout:  # "master ADDR", then "2 shards alive; ..."
             if line.startswith("master "):
                 self.master = line.split()[1]
+            # Its mutual TLS (the default): this process's clients (python_buffers.py) and
+            # what it starts need the certificates it made.
+            if line.startswith("export TESSERA_TLS_DIR="):
+                os.environ["TESSERA_TLS_DIR"] = line.strip().split("=", 1)[1]
             if "shards alive" in line or time.monotonic() > deadline:
                 break
         if not self.master or self.proc.poll() is not None:

@@ -33,7 +33,9 @@ static void print_text(const struct ts_audit_state *a, const struct ts_audit_sta
             const struct ts_audit_tensor *t = &r->tensors[i];
             if (t->only_a || t->only_b || t->shape_differs) {
                 printf("%-20s %12" PRIu64 "  %s\n", t->name, t->numel,
-                       t->only_a ? "only in A" : t->only_b ? "only in B" : "shapes differ");
+                       t->only_a ? "only in A" : t->only_b ? "only in B"
+                       : strncmp(t->name, "table:", 6) ? "shapes differ"
+                                                       : "rows differ (other ids)");
                 continue;
             }
             printf("%-20s %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %12.4g %12.4g %14.10f\n",

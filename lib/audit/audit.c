@@ -18,8 +18,10 @@ void ts_audit_state_free(struct ts_audit_state *s)
 {
     if (!s)
         return;
-    for (size_t i = 0; i < s->n; i++)
+    for (size_t i = 0; i < s->n; i++) {
         free(s->t[i].v);
+        free(s->t[i].ids);
+    }
     free(s->t);
     memset(s, 0, sizeof(*s));
 }
@@ -69,7 +71,7 @@ ts_status ts_audit_load_snapshot(const char *ref, struct ts_store *s,
                           "snapshot of that name in (give --store DIR)", ref);
     if ((st = ts_snap_resolve(s, ref, id, NULL, err)) || (st = ts_manifest_load(s, id, &m, err)))
         return st;
-    out->t = calloc(m->n_tensors, sizeof(*out->t));
+    out->t = calloc(m->n_tensors + m->n_tables + 1, sizeof(*out->t));
     if (!out->t)
         st = ts_err_set(err, TS_ENOMEM, "out of memory");
     for (size_t i = 0; i < m->n_tensors; i++)
@@ -86,6 +88,20 @@ ts_status ts_audit_load_snapshot(const char *ref, struct ts_store *s,
             st = ts_snap_read_partition(s, m, tm, tm->partitions[p],
                                         t->v + tm->partitions[p]->offset, NULL, err);
         done += tm->numel * sizeof(float);
+        if (!st && progress && progress->fn)
+            progress->fn(progress->ctx, t->name, done, total);
+    }
+    for (size_t i = 0; !st && i < m->n_tables; i++) {   /* tables as tensors of their rows */
+        const ts_table_manifest *tm = m->tables[i];
+        struct ts_audit_tensor_data *t = &out->t[out->n++];
+        size_t rows = 0;
+
+        snprintf(t->name, sizeof(t->name), "table:%s", tm->spec->name);
+        st = ts_snap_read_table(s, m, tm, &t->ids, &t->v, &rows, err);
+        t->rows = rows;
+        t->numel = rows * tm->spec->dim;
+        if (!st && !t->v && !(t->v = malloc(1)))
+            st = ts_err_set(err, TS_ENOMEM, "out of memory");
         if (!st && progress && progress->fn)
             progress->fn(progress->ctx, t->name, done, total);
     }
@@ -327,7 +343,10 @@ ts_status ts_audit_compare(const struct ts_audit_state *a, const struct ts_audit
         t->name = ta->name;
         t->numel = ta->numel;
         t->only_a = !tb;
-        t->shape_differs = tb && tb->numel != ta->numel;
+        t->shape_differs = tb && (tb->numel != ta->numel || !ta->ids != !tb->ids ||
+                                  (ta->ids && (ta->rows != tb->rows ||
+                                               memcmp(ta->ids, tb->ids,
+                                                      ta->rows * sizeof(uint64_t)))));
         if (t->only_a || t->shape_differs) {
             r->pass_bits = r->pass_cosine = false;
             continue;

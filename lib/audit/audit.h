@@ -10,6 +10,8 @@
  * - dist: for the MLP, the distribution of its logits on the probe batch (KS, PSI, Jensen-
  *   Shannon of the predicted classes, mean/std, histogram, accuracy of each); for anything
  *   else, the distribution of all values.
+ * A snapshot's sparse tables are tensors named "table:NAME" of their rows' values in ascending
+ * id (every row's latest record), compared as tensors where both hold the same rows.
  * Each level passes or fails by documented rules (docs/verify.md); the report says which.
  * Ownership: ts_audit_load fills a state the caller frees with ts_audit_state_free; a report is
  * freed with ts_audit_report_free. Threads: no shared state. Errors name the input. */
@@ -28,6 +30,11 @@ struct ts_audit_tensor_data {
     char name[129];
     uint64_t numel;
     float *v;
+    /* A sparse table's rows (docs/embeddings.md): "table:NAME", numel = rows x dim values in
+     * ascending id, ids[rows]; NULL for a tensor. Two tables compare element by element when
+     * they hold the same ids, else as of another shape. */
+    uint64_t *ids;
+    uint64_t rows;
 };
 
 struct ts_audit_state {

@@ -243,6 +243,13 @@ TS_MUST_CHECK ts_status ts_snap_read_run(struct ts_store *s, const ts_manifest *
                                          const ts_table_manifest *t, const ts_row_run *r,
                                          uint8_t *records, struct ts_err *err);
 
+/* Table t of m whole: every row's latest record merged from its runs, ascending id: *ids
+ * (rows of them) and *values (rows x dim floats; the state is left out), both malloc'd (the
+ * caller frees; NULL when *rows is 0). Errors as ts_snap_read_run. */
+TS_MUST_CHECK ts_status ts_snap_read_table(struct ts_store *s, const ts_manifest *m,
+                                           const ts_table_manifest *t, uint64_t **ids,
+                                           float **values, size_t *rows, struct ts_err *err);
+
 /* ---- whole tensors (whole.c): export and import ----
  * A user's checkpoint file goes in and out of the store through these: the Python package
  * (python/tessera/snapshot.py) converts between them and torch state dicts. */

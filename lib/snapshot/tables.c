@@ -229,3 +229,76 @@ ts_status snap_check_table_runs(struct ts_store *s, const ts_manifest *m,
     }
     return st;
 }
+
+/* A record of a table read whole: where it is, and the step of its run. */
+struct rec_ref {
+    uint64_t id, step;
+    const uint8_t *at;
+};
+
+static int by_id_newest(const void *a, const void *b)
+{
+    const struct rec_ref *x = a, *y = b;
+
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return (x->step < y->step) - (x->step > y->step);   /* newest first */
+}
+
+ts_status ts_snap_read_table(struct ts_store *s, const ts_manifest *m,
+                             const ts_table_manifest *t, uint64_t **ids, float **values,
+                             size_t *rows, struct ts_err *err)
+{
+    size_t rb = ts_snap_record_bytes(t->spec), total = 0, n = 0, at = 0;
+    uint8_t **bufs = calloc(t->n_runs + 1, sizeof(*bufs));
+    struct rec_ref *refs = NULL;
+    ts_status st = bufs ? TS_OK : ts_err_set(err, TS_ENOMEM, "out of memory");
+
+    *ids = NULL;
+    *values = NULL;
+    *rows = 0;
+    for (size_t r = 0; r < t->n_runs; r++)
+        total += t->runs[r]->records;
+    if (!st && !(refs = malloc((total + 1) * sizeof(*refs))))
+        st = ts_err_set(err, TS_ENOMEM, "table '%s': out of memory for %zu records",
+                        t->spec->name, total);
+    for (size_t r = 0; !st && r < t->n_runs; r++) {
+        const ts_row_run *run = t->runs[r];
+        if (!(bufs[r] = malloc((size_t)run->records * rb + 1)))
+            st = ts_err_set(err, TS_ENOMEM, "out of memory");
+        if (!st)
+            st = ts_snap_read_run(s, m, t, run, bufs[r], err);
+        for (size_t k = 0; !st && k < run->records; k++) {
+            refs[n].at = bufs[r] + k * rb;
+            memcpy(&refs[n].id, refs[n].at, sizeof(uint64_t));
+            refs[n++].step = run->step;
+        }
+    }
+    if (!st)
+        qsort(refs, n, sizeof(*refs), by_id_newest);
+    for (size_t k = 0; !st && k < n; k++)   /* distinct ids */
+        *rows += k == 0 || refs[k].id != refs[k - 1].id;
+    if (!st && *rows && (!(*ids = malloc(*rows * sizeof(**ids))) ||
+                         !(*values = malloc(*rows * t->spec->dim * sizeof(float)))))
+        st = ts_err_set(err, TS_ENOMEM, "table '%s': out of memory for %zu rows",
+                        t->spec->name, *rows);
+    for (size_t k = 0; !st && k < n; k++) {
+        if (k && refs[k].id == refs[k - 1].id)
+            continue;   /* an older record of the row */
+        (*ids)[at] = refs[k].id;
+        memcpy(*values + at * t->spec->dim, refs[k].at + 24, t->spec->dim * sizeof(float));
+        at++;
+    }
+    for (size_t r = 0; bufs && r < t->n_runs; r++)
+        free(bufs[r]);
+    free(bufs);
+    free(refs);
+    if (st) {
+        free(*ids);
+        free(*values);
+        *ids = NULL;
+        *values = NULL;
+        *rows = 0;
+    }
+    return st;
+}

@@ -245,7 +245,8 @@ class Snapshots(tl.ClusterCase, unittest.TestCase):
     step that touched 10 rows, adds about 10 records of data to the store; `snapshot gc` keeps
     the first snapshot's runs that the second still needs; a cluster of 3 shards restored from
     it starts the table at the snapshot's step with the same rows and fingerprint, and trains
-    on from there."""
+    on from there; `tessera verify compare` passes a snapshot against itself with the table's
+    rows in it, and fails one against a later one that has a row more."""
 
     DIM = 16
     RECORD = 24 + DIM * 4 * 2   # adagrad: values and one state component
@@ -300,6 +301,19 @@ class Snapshots(tl.ClusterCase, unittest.TestCase):
             self.assertEqual((cl.table_sha256(t, 2), cl.table_rows(t, 2)), want)
             cl.push_rows(t, 2, np.array([5, 7], np.int64), np.ones((2, self.DIM), np.float32))
             self.assertEqual(cl.table_rows(t, 3), 5010)
+            third = snapshot(addr3)
+        # tessera verify compare: the table as a tensor of its rows ("table:emb")
+        same = tl.run_cli(["verify", "compare", second["id"], second["id"], "--store", store,
+                           "--json"], timeout=60)
+        self.assertEqual(same.returncode, 0, same.stdout + same.stderr)
+        doc = json.loads(same.stdout)
+        rows = [x for x in doc["tensors"] if x["name"] == "table:emb"]
+        self.assertEqual(len(rows), 1, doc["tensors"])
+        self.assertEqual(rows[0]["elements"], 5009 * self.DIM)
+        self.assertEqual(rows[0]["differing"], 0)
+        moved = tl.run_cli(["verify", "compare", second["id"], third["id"], "--store", store,
+                            "--level", "bits", "--json"], timeout=60)
+        self.assertEqual(moved.returncode, 1, moved.stdout + moved.stderr)
 
 
 if __name__ == "__main__":

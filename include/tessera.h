@@ -528,9 +528,10 @@ int tessera_step_some(tessera *t, uint64_t step, size_t n, const int *ids,
  * same order, and pushes every table at every step, with n = 0 where its batch touched none.
  * Snapshots hold tables (each shard writes only the rows changed since its last one), and a
  * cluster restored from one (tessera up --restore) starts them at its step, on any shard
- * count (docs/embeddings.md, "Snapshots of tables"). Not yet: tables in elastic or reduce
- * jobs (TESSERA_ENOTSUP), on a cluster with --replicas (FAILED_PRECONDITION), rollbacks of a
- * job with tables (refused). */
+ * count (docs/embeddings.md, "Snapshots of tables"). Rows are not copied to followers: a shard
+ * that dies or joins sends the job back to its last snapshot, and a table call then returns
+ * TESSERA_EROLLBACK (pull the tensors at tessera_resume_step and go on from there). Not yet:
+ * tables in elastic or reduce jobs (TESSERA_ENOTSUP). */
 struct tessera_table_spec {
     size_t size;             /* sizeof(struct tessera_table_spec) of the caller's header */
     const char *name;        /* 1..64 of [A-Za-z0-9._-] */

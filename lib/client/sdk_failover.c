@@ -363,7 +363,7 @@ ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
             break;
         t->rec.followed = rollbacks;   /* another rollback came since: follow that one */
     }
-    if ((st = sdk_pull_all(t, *step, params, err)))
+    if (params && (st = sdk_pull_all(t, *step, params, err)))
         return st;
     t->rec.followed = rollbacks;
     ts_log(TS_WARN, "sdk", "job '%s' went back to step %" PRIu64 " (rollback %u); training "

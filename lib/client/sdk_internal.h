@@ -266,12 +266,14 @@ struct tessera {
      * one chosen for balance (docs/placement.md). */
     bool salt_fixed;
     uint32_t salt;
-    /* Sparse tables (sdk_rows.c): by handle, and the ring their rows were placed on (a copy of
-     * the map's at the first registration, ring_epoch; a local run: one shard). */
+    /* Sparse tables (sdk_rows.c): by handle, and the ring their rows are placed on (a copy of
+     * the map's at the first registration or the last rollback, rows_epoch and
+     * rows_generation; a local run: one shard). */
     struct sdk_table *tables[SDK_MAX_TABLES];
     int ntables;
     struct ts_ring *rows_ring;
     uint64_t rows_epoch;
+    uint32_t rows_generation;     /* the job's rollbacks followed when it was made */
 };
 
 /* The membership's epoch callback (its heartbeat thread): shuts down the connection to each
@@ -544,7 +546,7 @@ ts_status sdk_hello_or_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHEC
 ts_status sdk_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
 /* A shard said the job goes (or went) back to its last snapshot: waits for the master to
  * finish the rollback, connects again and pulls every tensor at the snapshot's step into
- * params (indexed by tensor id); *step: that step. The job's note as the error when the
+ * params (indexed by tensor id; NULL: none pulled, the caller's to do); *step: that step. The job's note as the error when the
  * cluster could not roll back (no snapshot). */
 ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
                        struct ts_err *err) TS_MUST_CHECK;

@@ -5,6 +5,12 @@
  * by (table, id) (lib/table/batch.h). The ring is copied once, at the first registration:
  * every push and pull places its ids on it without the cluster's lock, and a map that moves
  * later (a shard died or joined) is refused loudly, since rows neither move nor fail over yet.
+ * Rows do not fail over: a shard that dies takes its rows, and one that joins holds none of
+ * those the ring would give it, so the shards report the job lost and the master takes it back
+ * to its last snapshot, loading the rows on the ring as it is then. A table call that meets a
+ * broken connection, a map that moved, or a job that went back waits for that rollback, places
+ * the rows on the new ring and returns TS_EROLLBACK with the step to go on from
+ * (tessera_resume_step); the caller pulls its tensors there.
  * A push places, sorts and merges the batch's ids per shard and sends every shard its part
  * (an empty one where none of its rows was used: BSP counts every rank's push); a pull sends
  * each shard its unique ids only and scatters the rows back to the batch's positions. A
@@ -18,6 +24,7 @@
 
 #include "cluster/shard.h"
 #include "transport/frame.h"
+#include "util/log.h"
 #include "util/names.h"
 
 #define SCAN_PAGE_BYTES (8u << 20)   /* a fingerprint's page of rows from one shard */
@@ -61,29 +68,68 @@ static ts_status supported(const struct tessera *t, struct ts_err *err)
     return TS_OK;
 }
 
-/* The ring the tables' rows are placed on, made at the first registration. */
+/* The ring the tables' rows are placed on, made at the first registration (again after a
+ * rollback). */
 static ts_status rows_ring(struct tessera *t, struct ts_err *err)
 {
     const uint32_t one = 1;
 
     if (t->rows_ring)
         return TS_OK;
+    t->rows_generation = t->rec.followed;
     if (t->local)
         return ts_ring_create(&one, 1, 0, &t->rows_ring, err);
     return ts_cluster_ring_copy(t->cl, &t->rows_ring, &t->rows_epoch, err);
 }
 
-/* Rows stay where the ring placed them: a map that moved since is refused. */
+/* A rollback since the ring was made (the dense step's, sdk_step.c) placed the rows on the
+ * ring of its map: take that one. Else a map that moved is TS_EUNAVAIL: rows_recover waits
+ * for the rollback it brings. */
 static ts_status same_map(struct tessera *t, const struct sdk_table *x, struct ts_err *err)
 {
     uint64_t now;
 
     if (t->local || (now = ts_cluster_epoch(t->cl)) == t->rows_epoch)
         return TS_OK;
-    return ts_err_set(err, TS_ESTATE, "table '%s': its rows were placed under shard map epoch %"
-                      PRIu64 ", and the map is at %" PRIu64 " now (a shard died or joined); "
-                      "rows do not move or fail over yet (docs/embeddings.md): start the job "
-                      "again", x->name, t->rows_epoch, now);
+    if (t->rec.followed != t->rows_generation) {
+        ts_ring_free(t->rows_ring);
+        t->rows_ring = NULL;
+        return rows_ring(t, err);
+    }
+    return ts_err_set(err, TS_EUNAVAIL, "table '%s': its rows were placed under shard map epoch "
+                      "%" PRIu64 ", and the map is at %" PRIu64 " now (a shard died or "
+                      "joined)", x->name, t->rows_epoch, now);
+}
+
+/* A table call that ended with st (the file's comment): a broken connection or a moved map
+ * (TS_EUNAVAIL, TS_ECORRUPT), or a shard saying the job went back (TS_EROLLBACK): waits for
+ * the rollback and says TS_EROLLBACK. Anything else, or a local run, is st as it is. */
+static ts_status rows_recover(struct tessera *t, ts_status st, const char *what,
+                              struct ts_err *err)
+{
+    uint64_t back = 0;
+
+    if (t->local || !sdk_can_fail_over(t) ||
+        (st != TS_EUNAVAIL && st != TS_ECORRUPT && st != TS_EROLLBACK))
+        return st;
+    ts_log(TS_WARN, "sdk", "%s: %s; waiting for the job to go back to its last snapshot", what,
+           err->msg);
+    memset(err, 0, sizeof(*err));
+    /* A broken connection: report the shard and wait for the map without it (which sends the
+     * job back), as a dense step does; then wait for the rollback. */
+    if (t->conns.broken && (st = sdk_failover(t, err)))
+        return st;
+    if ((st = sdk_rollback(t, NULL, &back, err)))
+        return st;
+    t->rec.resume_step = back;
+    ts_ring_free(t->rows_ring);
+    t->rows_ring = NULL;
+    if ((st = rows_ring(t, err)))
+        return st;
+    return ts_err_set(err, TS_EROLLBACK, "%s: the cluster took job '%s' back to step %" PRIu64
+                      " of its last snapshot (a shard holding table rows went or came); pull "
+                      "the tensors at tessera_resume_step and go on from there", what,
+                      t->job.id, back);
 }
 
 static ts_status register_remote(struct tessera *t, int id, const struct tessera_table_spec *s,
@@ -272,7 +318,9 @@ int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint
     if ((n && (!ids || !grads)))
         return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and grads are required (n %zu)",
                                         n));
-    if ((st = table_for(t, table, n, &x, &err)) ||
+    if ((st = table_for(t, table, n, &x, &err)) == TS_EUNAVAIL)
+        return fail(e, &err, rows_recover(t, st, "push of rows", &err));
+    if (st ||
         (st = ts_rows_batch_prepare(x->batch, t->rows_ring, x->name, x->max_id, ids, n, grads,
                                     &err))) {
         ts_err_prefix(&err, "table '%s'", table >= 0 && table < t->ntables
@@ -320,7 +368,7 @@ int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint
                         "not connected to (the map moved): start the job again", x->name);
     st = read_all(t, slots, sent, TS_FRAME_ACK, (uint32_t)table, NULL, NULL,
                   NULL, st, &err);
-    if (st)
+    if (st && (st = rows_recover(t, st, "push of rows", &err)) != TS_EROLLBACK)
         ts_err_prefix(&err, "table '%s' step %" PRIu64, x->name, step);
     return st ? sdk_fail(e, &err) : sdk_ok(e);
 }
@@ -338,7 +386,9 @@ int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const u
 
     if (n && (!ids || !out))
         return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and out are required (n %zu)", n));
-    if ((st = table_for(t, table, n, &x, &err)) ||
+    if ((st = table_for(t, table, n, &x, &err)) == TS_EUNAVAIL)
+        return fail(e, &err, rows_recover(t, st, "pull of rows", &err));
+    if (st ||
         (st = ts_rows_batch_prepare(x->batch, t->rows_ring, x->name, x->max_id, ids, n, NULL,
                                     &err)) ||
         (st = rows_room(x, ts_rows_batch_unique(x->batch), &err))) {
@@ -374,7 +424,8 @@ int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const u
         st = read_all(t, slots, sent, TS_FRAME_ROWS, (uint32_t)table,
                       parts, dst, cap, st, &err);
     if (st) {
-        ts_err_prefix(&err, "table '%s' version %" PRIu64, x->name, version);
+        if ((st = rows_recover(t, st, "pull of rows", &err)) != TS_EROLLBACK)
+            ts_err_prefix(&err, "table '%s' version %" PRIu64, x->name, version);
         return sdk_fail(e, &err);
     }
     ts_rows_batch_scatter(x->batch, x->rows, out);

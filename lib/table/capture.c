@@ -228,6 +228,32 @@ ts_status ts_table_load(struct ts_table *t, const uint8_t *records, size_t n,
     return st;
 }
 
+void ts_table_reset(struct ts_table *t)
+{
+    size_t rec;
+
+    pthread_mutex_lock(&t->mu);
+    rec = t->rows.rec;
+    rows_fini(&t->rows);
+    rows_init(&t->rows, rec);
+    table_refund(t, t->charged / t->row_bytes);
+    idmap_clear(&t->acc.map);
+    t->acc.n = 0;
+    t->acc.fresh = 0;
+    t->npushed = 0;
+    memset(t->pushed, 0, t->job->workers);
+    if (t->clock)
+        memset(t->clock, 0, t->job->workers * sizeof(*t->clock));
+    t->step = 0;
+    t->ndirty = 0;
+    t->lost_dirty = false;
+    free(t->cap.records);
+    t->cap = (struct table_capture){ 0 };
+    table_init_forget(t);
+    pthread_cond_broadcast(&t->cv);   /* a pull waiting for a step that will not come */
+    pthread_mutex_unlock(&t->mu);
+}
+
 ts_status ts_table_set_step(struct ts_table *t, uint64_t step, struct ts_err *err)
 {
     ts_status st = TS_OK;

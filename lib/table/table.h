@@ -228,6 +228,9 @@ ts_status ts_table_load(struct ts_table *t, const uint8_t *records, size_t n,
                         bool (*keep)(void *ctx, uint64_t id), void *ctx,
                         struct ts_err *err) TS_MUST_CHECK;
 ts_status ts_table_set_step(struct ts_table *t, uint64_t step, struct ts_err *err) TS_MUST_CHECK;
+/* Empties the table for a rollback: no rows (their bytes back to the budget), step 0, no
+ * pushes of a step, nothing changed or captured; then ts_table_load and ts_table_set_step. */
+void ts_table_reset(struct ts_table *t);
 
 /* The fingerprint made row by row, for a caller that merges rows from elsewhere (the SDK,
  * from every shard's scan): begin with the table's name, dim and row count, add each row in

@@ -6,6 +6,7 @@
 
 #include "params.h"
 #include "params_internal.h"
+#include "tables.h"
 #include "util/log.h"
 
 /* Partition p leaves this shard (why, for the log): out of its tensor and uncharged, its
@@ -148,6 +149,7 @@ void shard_params_rechain(struct shard_params *sp, struct ts_cluster *cl, uint32
             }
         }
     }
+    shard_tables_rechain(sp, cl);   /* rows lost with a shard: back to a snapshot */
     if (epoch > sp->rechained)
         sp->rechained = epoch;
     pthread_mutex_unlock(&sp->mu);

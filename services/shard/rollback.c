@@ -8,6 +8,7 @@
 
 #include "params.h"
 #include "params_internal.h"
+#include "tables.h"
 #include "util/log.h"
 
 /* Partition p of t back to the snapshot: its place in the chain under cl's map, created if
@@ -113,11 +114,8 @@ ts_status shard_params_rollback_check(struct shard_params *sp, struct ts_cluster
     pthread_rwlock_rdlock(&sp->life);   /* the job is not released under the check */
     if (!(sj = params_find_job(sp, job)))
         st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not on this shard", job);
-    else if (sj->ntables)   /* not silently without its rows */
-        st = ts_err_set(err, TS_ENOTSUP, "job: '%s' has sparse tables, which rollbacks do not "
-                        "bring back yet (docs/embeddings.md)", job);
-    else
-        st = load_manifest(sp, job, hex, step, &m, err);
+    else if (!(st = load_manifest(sp, job, hex, step, &m, err)))
+        st = shard_tables_rollback_check(sp, sj, m, err);
     for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++) {
         const ts_tensor_manifest *tm;
         struct shard_tensor *t;
@@ -186,6 +184,8 @@ ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, 
         if (st)
             ts_err_prefix(err, "tensor '%s'", t->name);
     }
+    if (!st)   /* the tables: their rows as the snapshot had them, on the ring as it is */
+        st = shard_tables_rollback(sp, cl, my_id, sj, m, hex, step, err);
     pthread_rwlock_unlock(&sp->life);
     if (!st)
         ts_log(TS_WARN, "shard", "job %s: back to step %" PRIu64 " of snapshot %.12s (%" PRIu64

@@ -36,7 +36,14 @@ static ts_status check_spec(const Tessera__V1__RegisterTableRequest *req, struct
     return ts_job_id_check("table.name", s->name, err);
 }
 
-static ts_status create(struct shard_params *sp, struct shard_job *sj,
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static ts_status create(struct shard_params *sp, struct ts_cluster *cl, struct shard_job *sj,
                         const Tessera__V1__RegisterTableRequest *req, struct shard_table **out,
                         struct ts_err *err)
 {
@@ -60,6 +67,8 @@ static ts_status create(struct shard_params *sp, struct shard_job *sj,
     t->dim = s->dim;
     t->max_id = s->max_id;
     t->seed = s->seed;
+    t->nmembers = ts_cluster_shard_ids(cl, t->members, TS_CLUSTER_MAX_SHARDS);
+    qsort(t->members, t->nmembers, sizeof(*t->members), cmp_u32);
     *out = t;
     return TS_OK;
 }
@@ -105,11 +114,10 @@ static int by_step(const void *a, const void *b)
 /* A new table t of a restored cluster starts from the snapshot's table of its name, if it
  * has one: its runs loaded oldest first, the rows the ring gives this shard kept, and the
  * snapshot's step. */
-static ts_status restore_table(struct shard_params *sp, struct ts_cluster *cl, uint32_t me,
-                               struct shard_table *t, const Tessera__V1__TableSpec *spec,
-                               struct ts_err *err)
+static ts_status load_table(struct shard_params *sp, struct ts_cluster *cl, uint32_t me,
+                            struct shard_table *t, const Tessera__V1__TableSpec *spec,
+                            const ts_manifest *m, const char *hex, struct ts_err *err)
 {
-    const ts_manifest *m = sp->restore;
     const ts_table_manifest *tm = NULL;
     struct restore r = { .nh = ts_ring_name_hash(t->name), .me = me };
     const ts_row_run **runs = NULL;
@@ -124,7 +132,7 @@ static ts_status restore_table(struct shard_params *sp, struct ts_cluster *cl, u
     if (tm->id != t->id || !ts_snap_same_table(tm->spec, spec))
         return ts_err_set(err, TS_ESTATE, "table: '%s' is table %u of snapshot %.12s, with dim "
                           "%u, max_id %" PRIu64 ", init %s, seed %" PRIu64 " and optimizer %s; "
-                          "register it so", t->name, tm->id, sp->restore_hex, tm->spec->dim,
+                          "register it so", t->name, tm->id, hex, tm->spec->dim,
                           tm->spec->max_id, tm->spec->initializer, tm->spec->seed,
                           tm->spec->optimizer);
     if ((st = ts_cluster_ring_copy(cl, &r.ring, &epoch, err)))
@@ -150,9 +158,9 @@ static ts_status restore_table(struct shard_params *sp, struct ts_cluster *cl, u
     if (!st)
         st = ts_table_set_step(t->t, m->step, err);
     if (!st)
-        ts_log(TS_INFO, "shard", "table '%s': %" PRIu64 " of its %" PRIu64 " rows restored from "
-               "snapshot %.12s at step %" PRIu64, t->name, ts_table_count(t->t), tm->rows,
-               sp->restore_hex, m->step);
+        ts_log(TS_INFO, "shard", "table '%s': %" PRIu64 " of its %" PRIu64 " rows loaded from "
+               "snapshot %.12s at step %" PRIu64, t->name, ts_table_count(t->t), tm->rows, hex,
+               m->step);
     free(runs);
     ts_ring_free(r.ring);
     return st;
@@ -170,11 +178,6 @@ ts_status shard_params_register_table(struct shard_params *sp, struct ts_cluster
 
     if ((st = check_spec(req, err)) || (st = ts_cluster_check_epoch(cl, req->map_epoch, err)))
         return st;
-    if (ts_cluster_replicas(cl) > 1)
-        return ts_err_set(err, TS_ESTATE, "table '%s': this cluster keeps %u copies of every "
-                          "partition, and tables are not replicated yet (docs/embeddings.md): "
-                          "run the job on a cluster without --replicas", req->table->name,
-                          ts_cluster_replicas(cl));
     pthread_mutex_lock(&sp->mu);
     st = params_get_job(sp, req->job, &sj, &made, err);
     if (!st && sj->job.mode == TS_MODE_REDUCE)
@@ -182,8 +185,8 @@ ts_status shard_params_register_table(struct shard_params *sp, struct ts_cluster
                         "tables live on the shards (bsp, ssp or asp)");
     if (!st)
         st = find(sj, req, &t, err);
-    if (!st && !t && !(st = create(sp, sj, req, &t, err)) &&
-        (st = restore_table(sp, cl, my_id, t, req->table, err))) {
+    if (!st && !t && !(st = create(sp, cl, sj, req, &t, err)) &&
+        (st = load_table(sp, cl, my_id, t, req->table, sp->restore, sp->restore_hex, err))) {
         ts_table_free(t->t);
         free(t);
         t = NULL;
@@ -443,6 +446,83 @@ ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint
         if (st)   /* not written: its rows are changed again */
             ts_table_capture_undo(t->t, &c);
         free(c.records);
+    }
+    return st;
+}
+
+/* ---- when a shard goes: the job goes back to its last snapshot ---- */
+
+/* Whether t's rows were placed on the ring of ids[0..n) (ascending). */
+static bool placed_on(const struct shard_table *t, const uint32_t *ids, size_t n)
+{
+    return t->nmembers == n && !memcmp(t->members, ids, n * sizeof(*ids));
+}
+
+void shard_tables_rechain(struct shard_params *sp, struct ts_cluster *cl)
+{
+    static uint32_t ids[TS_CLUSTER_MAX_SHARDS];   /* under the registry lock */
+    size_t n = ts_cluster_shard_ids(cl, ids, TS_CLUSTER_MAX_SHARDS);
+
+    qsort(ids, n, sizeof(*ids), cmp_u32);
+    for (size_t j = 0; j < sp->njobs; j++) {
+        struct shard_job *sj = sp->jobs[j];
+        for (uint32_t i = 0; sj->ntables && i < SHARD_MAX_TABLES; i++) {
+            struct shard_table *t = sj->tables[i];
+            if (!t || placed_on(t, ids, n) || atomic_load(&sj->fence))
+                continue;
+            if (!atomic_load(&sj->lost_report))
+                ts_log(TS_WARN, "shard", "job %s table '%s': the shards holding its rows "
+                       "changed (%zu on the ring, %zu when it was placed): its rows are lost "
+                       "or misplaced; the job goes back to its last snapshot", sj->job.id,
+                       t->name, n, t->nmembers);
+            atomic_store(&sj->lost_gen, atomic_load(&sj->rollbacks));
+            atomic_store(&sj->lost_report, true);
+            break;
+        }
+    }
+}
+
+ts_status shard_tables_rollback_check(struct shard_params *sp, struct shard_job *sj,
+                                      const ts_manifest *m, struct ts_err *err)
+{
+    for (size_t i = 0; sj->ntables && i < m->n_tables; i++)
+        for (size_t r = 0; r < m->tables[i]->n_runs; r++)
+            for (size_t c = 0; c < m->tables[i]->runs[r]->n_chunks; c++)
+                if (!ts_store_has(sp->store, m->tables[i]->runs[r]->chunks[c].data))
+                    return ts_err_set(err, TS_ECORRUPT, "table '%s': a chunk of the run of "
+                                      "shard %u at step %" PRIu64 " is not in the store",
+                                      m->tables[i]->spec->name, m->tables[i]->runs[r]->shard_id,
+                                      m->tables[i]->runs[r]->step);
+    return TS_OK;
+}
+
+ts_status shard_tables_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                                struct shard_job *sj, const ts_manifest *m, const char *hex,
+                                uint64_t step, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    for (uint32_t i = 0; !st && i < SHARD_MAX_TABLES; i++) {
+        struct shard_table *t = shard_params_table(sp, sj, i);
+        Tessera__V1__TableSpec spec = TESSERA__V1__TABLE_SPEC__INIT;
+        if (!t)
+            continue;
+        spec.name = t->name;
+        spec.dim = t->dim;
+        spec.max_id = t->max_id;
+        spec.initializer = t->init;
+        spec.seed = t->seed;
+        spec.optimizer = t->optimizer;
+        ts_table_reset(t->t);
+        runs_free(t);   /* what it wrote since is not the job's any more: the next is full */
+        if (!(st = load_table(sp, cl, my_id, t, &spec, m, hex, err)))
+            st = ts_table_set_step(t->t, step, err);
+        pthread_mutex_lock(&sp->mu);
+        t->nmembers = ts_cluster_shard_ids(cl, t->members, TS_CLUSTER_MAX_SHARDS);
+        qsort(t->members, t->nmembers, sizeof(*t->members), cmp_u32);
+        pthread_mutex_unlock(&sp->mu);
+        if (st)
+            ts_err_prefix(err, "table '%s'", t->name);
     }
     return st;
 }

@@ -10,9 +10,9 @@
  * wrote for it (its chain: the last full run, then the incremental ones since), which every
  * snapshot's piece lists; a restore (--restore) loads the runs of the snapshot's table and
  * keeps the rows the ring gives this shard.
- * Not yet (issue 46 lists them): chains of copies (a map with replicas > 1 is refused,
- * TS_ESTATE, rather than keeping rows on one shard where the job expects copies) and
- * rollbacks (refused for a job with tables).
+ * Rows are not copied down chains: a map whose ring differs from the one a table's rows were
+ * placed on (a shard died or joined) sends the job back to its last snapshot
+ * (shard_tables_rechain, shard_tables_rollback).
  * Memory: every table's rows are charged to the shard's row budget (--table-mem,
  * shard_params.tables_budget), checked by each push before it creates a row.
  * Ownership: the job owns its tables (freed with it). Threads: the registry lock (sp->mu)
@@ -39,6 +39,12 @@ struct shard_table {
      * ones (under the shard's snap_mu). */
     struct shard_run *runs;
     size_t nruns;
+    /* The ring its rows are placed on: the shard ids of the map it was registered (or last
+     * rolled back) under, ascending (under the registry lock). A map with other ones means
+     * rows are on shards that no longer hold them, or missing: the job goes back to its last
+     * snapshot (shard_tables_rechain). */
+    uint32_t members[TS_CLUSTER_MAX_SHARDS];
+    size_t nmembers;
 };
 
 struct shard_run {
@@ -77,6 +83,19 @@ ts_status shard_tables_arm(struct shard_params *sp, struct shard_job *sj, uint64
 ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint64_t step,
                              int64_t until_ms, struct ts_snap_piece *piece, bool *ready,
                              struct ts_err *err) TS_MUST_CHECK;
+
+/* The map changed (rechain.c, mu held): a job whose tables were placed on another set of
+ * shards has rows lost or misplaced (rows do not move or fail over): it is reported lost, so
+ * the master sends it back to its last snapshot (docs/embeddings.md, "When a shard goes"). */
+void shard_tables_rechain(struct shard_params *sp, struct ts_cluster *cl);
+/* Rollback (rollback.c): TS_ECORRUPT naming a chunk of m's tables of job sj that the store
+ * lacks; then the load: every table of the fenced job sj emptied and loaded from m's table of
+ * its name (the rows cl's ring gives my_id), at step; a table m lacks starts empty. */
+ts_status shard_tables_rollback_check(struct shard_params *sp, struct shard_job *sj,
+                                      const ts_manifest *m, struct ts_err *err) TS_MUST_CHECK;
+ts_status shard_tables_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                                struct shard_job *sj, const ts_manifest *m, const char *hex,
+                                uint64_t step, struct ts_err *err) TS_MUST_CHECK;
 
 /* Frees a job's tables (params.c's job_free, mu held). */
 void shard_tables_free(struct shard_job *sj);

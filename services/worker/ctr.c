@@ -11,7 +11,9 @@
  * sample and feature: the SDK merges repeats exactly) and steps the dense tensors. In exact
  * mode the result is the same for any worker and shard count.
  * A job the shards kept (--keep) or restored from a snapshot goes on from the step its tensors
- * and tables are at, which must agree. At the end rank 0 scores the held-out samples (ts_ctr_holdout_index) with the final
+ * and tables are at, which must agree; a job the cluster takes back to its last snapshot (a
+ * shard holding rows went) goes on from the snapshot's step (TESSERA_EROLLBACK).
+ * At the end rank 0 scores the held-out samples (ts_ctr_holdout_index) with the final
  * parameters: AUC and log-loss beside the planted model's own, and the job's fingerprint:
  * SHA-256 of the text lines "dense HEX\n" (lib/tensor's params_sha256 of the six dense
  * tensors) and "table NAME HEX\n" per table in order (each table's fingerprint). */
@@ -54,12 +56,25 @@ struct ctr_run {
     float *dense, *label;                  /* n x D, n */
     double loss;                           /* this rank's summed loss of the last step */
     uint64_t start;                        /* the step the job was at (kept or restored) */
+    uint32_t rollbacks;                    /* the job went back to a snapshot this many times */
 };
 
 static int fail(struct ctr_run *r, const struct tessera_error *e, const char *what)
 {
     fprintf(stderr, "tessera-worker: rank %u: %s: %s\n", r->o->sdk.rank, what, e->message);
     return 1;
+}
+
+/* A step's call that failed: TESSERA_EROLLBACK (the job went back to its last snapshot: the
+ * caller goes on from tessera_resume_step), else 1 after saying why. */
+static int step_fail(struct ctr_run *r, const struct tessera_error *e, const char *what)
+{
+    if (e->code == TESSERA_EROLLBACK) {
+        if (r->o->sdk.rank == 0)
+            fprintf(r->out, "%s\n", e->message);
+        return TESSERA_EROLLBACK;
+    }
+    return fail(r, e, what);
 }
 
 static int fail_err(struct ctr_run *r, const struct ts_err *err, const char *what)
@@ -194,7 +209,7 @@ static int step(struct ctr_run *r, uint64_t k)
     for (uint32_t f = 0; f < F; f++)
         if (tessera_pull_rows(r->t, r->tables[f], k, r->n, r->ids_f + (size_t)f * r->n,
                               r->rows_f + (size_t)f * r->n * dim, &e))
-            return fail(r, &e, "pull rows");
+            return step_fail(r, &e, "pull rows");
     for (int i = 0; i < TS_DLRM_NTENSORS; i++)
         memset(r->acc[i], 0, r->numel[i] * (o->sdk.exact ? sizeof(int64_t) : sizeof(float)));
     r->loss = 0;
@@ -228,9 +243,9 @@ static int step(struct ctr_run *r, uint64_t k)
     for (uint32_t f = 0; f < F; f++)
         if (tessera_push_rows(r->t, r->tables[f], k, r->n, r->ids_f + (size_t)f * r->n,
                               r->grads_f + (size_t)f * r->n * dim, &e))
-            return fail(r, &e, "push rows");
+            return step_fail(r, &e, "push rows");
     if (tessera_step(r->t, k, (const void *const *)r->acc, r->params, &e))
-        return fail(r, &e, "step");
+        return step_fail(r, &e, "step");
     return 0;
 }
 
@@ -341,6 +356,7 @@ static void report(struct ctr_run *r, uint64_t steps, uint64_t ran, double secs,
     ts_json_uint(&j, "eval_samples", o->eval_samples);
     ts_json_uint(&j, "steps", steps);
     ts_json_uint(&j, "start_step", r->start);
+    ts_json_uint(&j, "rollbacks", r->rollbacks);
     ts_json_uint(&j, "table_rows", rows);
     ts_json_num(&j, "samples_per_s", sps);
     ts_json_bool(&j, "exact", o->sdk.exact);
@@ -395,12 +411,28 @@ int train_ctr(const struct train_opts *o)
     if (r.start && o->sdk.rank == 0)
         fprintf(r.out, "resuming at step %" PRIu64 "\n", r.start);
     t0 = ts_now_ms();
-    for (uint64_t k = r.start; k < steps; k++) {
-        if ((rc = step(&r, k)))
+    for (uint64_t k = r.start; k < steps;) {
+        if (o->slow_ms)   /* testing: a slow worker */
+            ts_sleep_ms(o->slow_ms);
+        if ((rc = step(&r, k)) == TESSERA_EROLLBACK) {
+            /* back to the snapshot's step: its tensors (the tables' rows are the shards') */
+            struct tessera_error e;
+            k = tessera_resume_step(r.t);
+            r.rollbacks++;
+            for (int i = 0; i < TS_DLRM_NTENSORS; i++)
+                if (tessera_pull(r.t, r.ids[i], k, r.params[i], &e)) {
+                    rc = fail(&r, &e, "pull after the rollback");
+                    goto out;
+                }
+            rc = 0;
+            continue;
+        }
+        if (rc)
             goto out;
-        if (o->sdk.rank == 0 && ((k + 1) % 100 == 0 || k + 1 == steps))
-            fprintf(stderr, "step %" PRIu64 "/%" PRIu64 ": loss %.4f (rank 0's samples)\n",
-                    k + 1, steps, r.n ? r.loss / (double)r.n : 0.0);
+        k++;
+        if (o->sdk.rank == 0 && (k % 100 == 0 || k == steps))
+            fprintf(stderr, "step %" PRIu64 "/%" PRIu64 ": loss %.4f (rank 0's samples)\n", k,
+                    steps, r.n ? r.loss / (double)r.n : 0.0);
     }
     double secs = (double)(ts_now_ms() - t0) / 1000.0;
     uint64_t ran = steps > r.start ? steps - r.start : 0;

@@ -7,6 +7,9 @@
   held-out AUC for W in {1, 2} workers x S in {1, 3} shards and --local.
 - Resume: 15 steps on 2 shards, snapshotted (tables and tensors), restored on 3 shards and
   trained on to 30 by 2 workers, end on the --local run's params_sha256.
+- A shard killed mid-run on a cluster with --replicas 2 and --snapshot-every 10: the job goes
+  back to its last snapshot (table rows are not copied to followers) and ends on the --local
+  run's params_sha256.
 - Learning: a local run of 2000 steps of 256 samples reaches a held-out AUC within 0.01 of
   the planted optimum (lib/data/ctr.h) on 20000 held-out samples, and a log-loss within 0.01
   of the optimum's.
@@ -14,6 +17,7 @@
   --overlap or --mode reduce."""
 import json
 import os
+import signal
 import subprocess
 import unittest
 
@@ -106,6 +110,50 @@ class Resume(tl.ClusterCase, unittest.TestCase):
         got = train_json(["--master", addr3, "--workers", "2", "--job", "r"] + EXACT)
         self.assertEqual(got["start_step"], 15)
         want = train_json(["--local"] + EXACT)
+        self.assertEqual(got["params_sha256"], want["params_sha256"])
+        self.assertEqual(got["table_rows"], want["table_rows"])
+
+
+class ShardKilled(tl.ClusterCase, unittest.TestCase):
+    """80 exact steps by 2 workers on `tessera up --shards 3 --replicas 2 --snapshot-every 10`:
+    a shard killed with SIGKILL mid-run takes its table rows with it (rows are not copied to
+    followers); the shards report the job lost, the master takes it back to its last snapshot,
+    and the training ends by itself on the --local run's params_sha256, one rollback said."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+
+    def test_rollback_ends_on_the_local_fingerprint(self):
+        c = self.c
+        args = [a if a != "30" else "80" for a in EXACT]
+        certs = c.make_certs(shards=3)
+        _, addr = c.tessera_up(["--shards", "3", "--replicas", "2", "--store",
+                                os.path.join(c.dir, "store"), "--snapshot-every", "10",
+                                "--tls-dir", certs])
+        p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "train", "--master", addr,
+                              "--workers", "2", "--job", "k", "--slow", "0:60"] + args,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL)
+        try:
+            # Past the first snapshots, well before the end (80 steps of 60 ms and more).
+            tl.wait_until(lambda: any(j.get("clock", 0) >= 25 for j in
+                                      tl.status_json(addr).get("workers", [])), 60,
+                          "rank 0 past step 25")
+            victim = tl.status_json(addr)["shards"][1]
+            tl.log("killing shard %d (pid %d)" % (victim["id"], victim["pid"]))
+            os.kill(victim["pid"], signal.SIGKILL)
+            out, err = p.communicate(timeout=300)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        tl.scan_for_sanitizer("tessera train", err)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        got = json.loads(out)
+        self.assertEqual(got["rollbacks"], 1, err[-3000:])
+        self.assertIn("back to step", err)
+        want = train_json(["--local"] + args)
         self.assertEqual(got["params_sha256"], want["params_sha256"])
         self.assertEqual(got["table_rows"], want["table_rows"])
 

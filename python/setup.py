@@ -30,7 +30,7 @@ ext = Extension(
     "tessera._tessera",
     sources=["tessera/_tessera.c", "tessera/args.c", "tessera/buffers.c", "tessera/fixed.c",
              "tessera/some.c", "tessera/work.c", "tessera/launch.c",
-             "tessera/step.c",
+             "tessera/step.c", "tessera/rows.c",
              "tessera/assign.c", "tessera/snapshot.c"],
     extra_compile_args=pkg_config("--cflags") + ["-std=c11"],
     extra_link_args=pkg_config("--libs") + ["-Wl,-rpath," + libdir],

@@ -493,13 +493,7 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
                                     : propose_partition_bytes(t, x->numel);
     x->nparts = ts_partition_count(x->numel, sizeof(float), x->partition_bytes);
     x->owner = calloc(x->nparts, sizeof(*x->owner));
-    job.id = t->job.id;
-    job.workers = t->job.workers;
-    job.exact = t->job.exact;
-    job.optimizer = t->job.optimizer;
-    job.batch = t->job.batch;
-    job.data_seed = t->data_seed;
-    job.micro_batch = t->micro;
+    sdk_job_spec(t, &job);
     spec.name = x->name;
     spec.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
     spec.shape = (uint64_t *)shape;
@@ -513,8 +507,6 @@ int tessera_register(tessera *t, const char *name, const uint64_t *shape, int nd
     req.tensor_id = (uint32_t)t->ntensors;
     req.fan_in = fan_in;
     req.fan_out = fan_out;
-    job.mode = (Tessera__V1__TrainMode)t->job.mode;
-    job.staleness = t->job.staleness;
     if (!x->owner)
         st = ts_err_set(&err, TS_ENOMEM, "out of memory");
     if (!st)

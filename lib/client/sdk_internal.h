@@ -276,6 +276,21 @@ struct tessera {
     uint32_t rows_generation;     /* the job's rollbacks followed when it was made */
 };
 
+/* The job as a registration names it to the shards (RegisterTensor, RegisterTable): its
+ * settings, which the first registration fixes on every shard. Strings borrowed from t. */
+static inline void sdk_job_spec(const struct tessera *t, Tessera__V1__JobSpec *js)
+{
+    js->id = (char *)t->job.id;
+    js->workers = t->job.workers;
+    js->exact = t->job.exact;
+    js->optimizer = (char *)t->job.optimizer;
+    js->batch = t->job.batch;
+    js->data_seed = t->data_seed;
+    js->micro_batch = t->micro;
+    js->mode = (Tessera__V1__TrainMode)t->job.mode;
+    js->staleness = t->job.staleness;
+}
+
 /* The membership's epoch callback (its heartbeat thread): shuts down the connection to each
  * shard the master's new map goes on without (sdk_failover.c). arg: the struct tessera. */
 void sdk_follow_epoch(void *arg, uint64_t epoch);

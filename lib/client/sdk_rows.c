@@ -141,15 +141,7 @@ static ts_status register_remote(struct tessera *t, int id, const struct tessera
     Tessera__V1__RegisterTableRequest req = TESSERA__V1__REGISTER_TABLE_REQUEST__INIT;
     ts_status st = TS_OK;
 
-    job.id = t->job.id;
-    job.workers = t->job.workers;
-    job.exact = t->job.exact;
-    job.optimizer = t->job.optimizer;
-    job.batch = t->job.batch;
-    job.data_seed = t->data_seed;
-    job.micro_batch = t->micro;
-    job.mode = (Tessera__V1__TrainMode)t->job.mode;
-    job.staleness = t->job.staleness;
+    sdk_job_spec(t, &job);
     spec.name = (char *)s->name;
     spec.dim = s->dim;
     spec.max_id = s->max_id;

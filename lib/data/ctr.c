@@ -2,6 +2,7 @@
  * effects from hashes, labels from each sample's own counter streams, and the AUC and log-loss
  * it is judged by. */
 #include "data/ctr.h"
+#include "data/splitmix.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -9,7 +10,6 @@
 
 #include <xxhash.h>
 
-#define GOLDEN 0x9E3779B97F4A7C15ull
 #define TAG_DENSE 64u
 #define TAG_LABEL 65u
 #define FEISTEL_ROUNDS 4
@@ -19,24 +19,10 @@
 
 /* ---- counter-based draws ---- */
 
-/* The splitmix64 finalizer (schedule.c's): a bijection with good avalanche. */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    *s += GOLDEN;
-    return mix64(*s);
-}
-
 /* [0, 1) from the top 53 bits. */
 static double unit(uint64_t *s)
 {
-    return (double)(splitmix64(s) >> 11) * 0x1.0p-53;
+    return (double)(ts_splitmix64(s) >> 11) * 0x1.0p-53;
 }
 
 static void le64(uint8_t *b, uint64_t v)
@@ -51,7 +37,7 @@ static uint64_t stream(const struct ts_ctr_gen *g, uint64_t i, uint32_t tag)
     uint8_t b[8];
 
     le64(b, i);
-    return XXH3_64bits_withSeed(b, sizeof(b), g->cfg.seed) ^ mix64((uint64_t)tag + 1);
+    return XXH3_64bits_withSeed(b, sizeof(b), g->cfg.seed) ^ ts_mix64((uint64_t)tag + 1);
 }
 
 /* A hidden value with mean 0 and variance 1 for (what, id): the sum of the four 16-bit
@@ -150,7 +136,7 @@ uint64_t ts_zipf_draw(const struct ts_zipf *z, uint64_t *state)
 
 static uint64_t round_fn(uint64_t key, int r, uint64_t half)
 {
-    return mix64(half ^ (key + (uint64_t)(r + 1) * GOLDEN));
+    return ts_mix64(half ^ (key + (uint64_t)(r + 1) * TS_GOLDEN));
 }
 
 static uint64_t feistel(uint64_t key, uint32_t hb, uint64_t x)
@@ -253,7 +239,7 @@ static void draw_x(const struct ts_ctr_gen *g, uint64_t i, uint64_t *rank, uint6
 
         /* Box-Muller, both outputs of a pair used */
         for (uint32_t d = 0; d < c->dense; d += 2) {
-            double u1 = (double)((splitmix64(&st) >> 11) + 1) * 0x1.0p-53;   /* (0, 1] */
+            double u1 = (double)((ts_splitmix64(&st) >> 11) + 1) * 0x1.0p-53;   /* (0, 1] */
             double u2 = unit(&st), r = sqrt(-2.0 * log(u1));
 
             dense[d] = (float)(r * cos(TWO_PI * u2));
@@ -361,7 +347,7 @@ ts_status ts_ctr_init(struct ts_ctr_gen *out, const struct ts_ctr_cfg *cfg, stru
         uint32_t bits = 64 - (uint32_t)__builtin_clzll(cfg->rows[f] - 1);   /* n - 1 >= 1 */
 
         ts_zipf_init(&g.zipf[f], cfg->rows[f], cfg->zipf_s);
-        g.perm_key[f] = mix64(cfg->seed ^ mix64(((uint64_t)f << 32) | 0x7065726dull));
+        g.perm_key[f] = ts_mix64(cfg->seed ^ ts_mix64(((uint64_t)f << 32) | 0x7065726dull));
         g.perm_half[f] = (bits + 1) / 2;
     }
     for (uint32_t d = 0; d < cfg->dense; d++)

@@ -7,34 +7,20 @@
  * The generator's start state mixes seed and epoch through the splitmix64 finalizer, a
  * bijection: two epochs of one seed, or one epoch of two seeds, never share a start state. */
 #include "data/data.h"
+#include "data/splitmix.h"
 
-#define GOLDEN 0x9E3779B97F4A7C15ull
-
-/* The splitmix64 finalizer: a bijection on 64-bit values with good avalanche. */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    *s += GOLDEN;
-    return mix64(*s);
-}
 
 /* Uniform in [0, range), range >= 1, from the high 32 bits of each draw (Lemire 2019). */
 static uint32_t below(uint64_t *s, uint32_t range)
 {
-    uint64_t m = (splitmix64(s) >> 32) * range;
+    uint64_t m = (ts_splitmix64(s) >> 32) * range;
     uint32_t low = (uint32_t)m;
 
     if (low < range) {
         uint32_t reject = -range % range;   /* 2^32 mod range */
 
         while (low < reject) {
-            m = (splitmix64(s) >> 32) * range;
+            m = (ts_splitmix64(s) >> 32) * range;
             low = (uint32_t)m;
         }
     }
@@ -62,7 +48,7 @@ uint32_t ts_schedule_steps_per_epoch(const struct ts_schedule *s)
 
 void ts_schedule_perm(const struct ts_schedule *s, uint32_t epoch, uint32_t *perm)
 {
-    uint64_t st = mix64(s->seed ^ mix64((uint64_t)epoch + GOLDEN));
+    uint64_t st = ts_mix64(s->seed ^ ts_mix64((uint64_t)epoch + TS_GOLDEN));
 
     for (uint32_t i = 0; i < s->n; i++)
         perm[i] = i;

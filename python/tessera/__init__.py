@@ -52,11 +52,6 @@ from tessera._tessera import (  # noqa: E402,F401
     InvalidArgument,
     Rollback,
     Slots,
-    ctr_auc,
-    ctr_holdout,
-    ctr_logloss,
-    ctr_optimum,
-    ctr_samples,
     fixed_add,
     fixed_add_f32,
     launch_env,
@@ -65,8 +60,22 @@ from tessera._tessera import (  # noqa: E402,F401
 )
 
 __all__ = ["Client", "Error", "InvalidArgument", "Rollback", "Slots", "to_fixed", "fixed_add",
-           "fixed_add_f32", "launch_env", "options", "LOSS_SCALE_NONE", "LOSS_SCALE_SDK", "LOSS_SCALE_CALLER", "FIXED_ONE",
-           "ctr_samples", "ctr_holdout", "ctr_auc", "ctr_logloss", "ctr_optimum", "torch"]
+           "fixed_add_f32", "launch_env", "options", "LOSS_SCALE_NONE", "LOSS_SCALE_SDK",
+           "LOSS_SCALE_CALLER", "FIXED_ONE", "torch"]
+
+# The click-log generator (docs/embeddings.md): in the tree's build only, a package pip
+# builds against the installed SDK has none.
+try:
+    from tessera._tessera import (  # noqa: E402,F401
+        ctr_auc,
+        ctr_holdout,
+        ctr_logloss,
+        ctr_optimum,
+        ctr_samples,
+    )
+    __all__ += ["ctr_samples", "ctr_holdout", "ctr_auc", "ctr_logloss", "ctr_optimum"]
+except ImportError:
+    pass
 
 #: fixed(1.0): exact mode's int64 values carry 32 fraction bits (docs/exact-mode.md).
 FIXED_ONE = 1 << 32

@@ -836,9 +836,12 @@ PyMODINIT_FUNC PyInit__tessera(void)
     PyObject *m = PyModule_Create(&module_def), *bases = NULL;
 
     if (!m || PyType_Ready(&client_type) < 0 || buffers_ready() < 0 ||
-        PyModule_AddFunctions(m, snapshot_methods) || PyModule_AddFunctions(m, launch_methods) ||
-        PyModule_AddFunctions(m, ctr_methods))
+        PyModule_AddFunctions(m, snapshot_methods) || PyModule_AddFunctions(m, launch_methods))
         goto fail;
+#ifdef TESSERA_IN_TREE   /* the click-log generator is lib/data's, not the installed SDK's */
+    if (PyModule_AddFunctions(m, ctr_methods))
+        goto fail;
+#endif
     Error = new_error("tessera.Error", "A Tessera call failed. .code: the gRPC status name "
                       "(INVALID_ARGUMENT, NOT_FOUND, ...),\n.grpc_code: its number, .message: "
                       "the SDK's message.", PyExc_Exception);

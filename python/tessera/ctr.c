@@ -4,7 +4,8 @@
  * very samples `tessera train --model ctr` draws: the same ts_ctr_cfg_default(seed, features,
  * rows), ts_ctr_init and ts_ctr_sample. Every argument is checked before anything is drawn and
  * a bad one raises InvalidArgument naming it; the draws and the metrics run without the GIL.
- * The table is the module's methods (_tessera.c). */
+ * The table is the module's methods (_tessera.c), in the tree's build only (TESSERA_IN_TREE):
+ * a package pip builds against the installed SDK has no generator (python/setup.py). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 

@@ -51,6 +51,7 @@ static void add(struct ts_audit_state *s, const char *name, const float *v)
     assert_non_null(t);
     s->t = t;
     t = &s->t[s->n++];
+    *t = (struct ts_audit_tensor_data){ 0 };   /* a tensor: no table rows */
     snprintf(t->name, sizeof(t->name), "%s", name);
     t->numel = N;
     assert_non_null(t->v = malloc(N * sizeof(float)));

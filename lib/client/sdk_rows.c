@@ -261,6 +261,18 @@ static ts_status table_for(struct tessera *t, int id, size_t n, struct sdk_table
     return TS_OK;
 }
 
+/* A part of n ids whose frame (a push's ids and rows, a pull's reply) fits in TS_FRAME_MAX;
+ * else TS_EINVAL saying how many do. */
+static ts_status fits(const struct sdk_table *x, size_t n, size_t row_bytes, const char *what,
+                      struct ts_err *err)
+{
+    if (n * row_bytes <= TS_FRAME_MAX)
+        return TS_OK;
+    return ts_err_set(err, TS_EINVAL, "n: table '%s': %zu rows of one shard in one %s are more "
+                      "than a frame holds (%u bytes: %zu rows); split the call", x->name, n,
+                      what, TS_FRAME_MAX, (size_t)TS_FRAME_MAX / row_bytes);
+}
+
 /* Room for n rows in x->rows. */
 static ts_status rows_room(struct sdk_table *x, size_t n, struct ts_err *err)
 {
@@ -332,6 +344,14 @@ int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint
         in.encoding = t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW;
         return ts_table_push(x->local, &in, &applied, &err) ? sdk_fail(e, &err) : sdk_ok(e);
     }
+    /* Every part fits in its frame before any goes. */
+    for (size_t k = 0; k < nparts; k++) {
+        ts_rows_batch_shard(x->batch, k, &part);
+        if ((st = fits(x, part.n, sizeof(uint64_t) + x->dim * (t->job.exact ? sizeof(int64_t)
+                                                                           : sizeof(float)),
+                       "push", &err)))
+            return sdk_fail(e, &err);
+    }
     /* Every shard of the map a push: its part (parts come in ascending shard id), or none. */
     for (size_t s = 0; !st && s < t->conns.nshards; s++) {
         struct ts_frame_hdr h = { .type = TS_FRAME_ROWS_PUSH, .tensor = (uint32_t)table,
@@ -389,6 +409,11 @@ int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const u
         return sdk_fail(e, &err);
     }
     nparts = ts_rows_batch_shards(x->batch);
+    for (size_t k = 0; !t->local && k < nparts; k++) {   /* every reply fits in its frame */
+        ts_rows_batch_shard(x->batch, k, &part);
+        if ((st = fits(x, part.n, x->dim * sizeof(float), "pull", &err)))
+            return sdk_fail(e, &err);
+    }
     for (size_t k = 0; !st && k < nparts; k++) {
         ts_rows_batch_shard(x->batch, k, &part);
         if (t->local) {

@@ -118,6 +118,11 @@ ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
         return ts_err_set(err, TS_EINVAL, "table '%s': a pull of %zu ids is %zu bytes, not %"
                           PRIu64 " (at most %u ids)", ts_table_name(t), n,
                           n * sizeof(uint64_t), h->len, TS_TABLE_PUSH_MAX);
+    /* The reply is one frame: no pull makes the shard hold more than a frame's rows. */
+    if (n * ts_table_dim(t) * sizeof(float) > TS_FRAME_MAX)
+        return ts_err_set(err, TS_EINVAL, "table '%s': %zu rows of %u floats are more than one "
+                          "reply frame holds (%u bytes); pull fewer at a time",
+                          ts_table_name(t), n, ts_table_dim(t), TS_FRAME_MAX);
     if ((st = read_rows(dc, t, h->rank, h->step, buf, n, err)))
         return st;
     atomic_fetch_add(&sht->pulled, n);

@@ -240,6 +240,67 @@ class Budget(tl.ClusterCase, unittest.TestCase):
             self.assertEqual(float(series["tessera_shard_table_rows_pulled_total"]), 10)
 
 
+class Modes(tl.ClusterCase, unittest.TestCase):
+    """SSP (staleness 2) and ASP jobs of 2 workers: each pushes 20 steps of its own ids and
+    some shared ones, gradients of ones with sgd lr 0.25 and batch 1, init zeros: binary
+    arithmetic, so whatever order the pushes arrive in, each row ends at -0.25 x the pushes
+    that touched it, read back by rank 0 once both are done (and pulls of a step wait as the
+    mode says, or the run would deadlock or fail)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        _, cls.addr = cls.c.tessera_up(["--shards", "2", "--replicas", "1", "--tls-dir",
+                                        certs(cls.c)])
+
+    def run_mode(self, mode):
+        steps, done, errors, got = 20, threading.Barrier(2, timeout=120), [], {}
+        shared = np.array([3, 4], np.int64)
+
+        def worker(rank):
+            try:
+                with tessera.Client(master=self.addr, job="mode-" + mode, rank=rank, workers=2,
+                                    batch=1, mode=mode, staleness=2 if mode == "ssp" else 0,
+                                    optimizer="sgd:lr=0.25") as c:
+                    t = c.register_table("emb", 4, 10 ** 6, init="zeros")
+                    out = np.empty((1, 4), np.float32)
+                    for s in range(steps):
+                        own = np.array([1000 + rank * 100 + s % 5], np.int64)
+                        ids = np.concatenate([own, shared])
+                        c.pull_rows(t, s, own, out)
+                        c.push_rows(t, s, ids, np.ones((3, 4), np.float32))
+                    done.wait()
+                    if rank == 0:
+                        want = np.concatenate([shared, 1000 + np.arange(5, dtype=np.int64),
+                                               1100 + np.arange(5, dtype=np.int64)])
+                        rows = np.empty((len(want), 4), np.float32)
+                        c.pull_rows(t, steps, want, rows)
+                        got["rows"] = rows
+                        got["count"] = c.table_rows(t, steps)
+                    done.wait()
+            except Exception as e:   # reported below
+                errors.append("rank %d: %r" % (rank, e))
+                done.abort()
+
+        threads = [threading.Thread(target=worker, args=(r,)) for r in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(180)
+        self.assertEqual(errors, [])
+        self.assertEqual(got["count"], 12)
+        # shared rows: 2 workers x 20 pushes; own rows: 20 / 5 = 4 pushes each
+        want = np.array([-0.25 * 40] * 2 + [-0.25 * 4] * 10, np.float32)
+        np.testing.assert_array_equal(got["rows"][:, 0], want)
+        np.testing.assert_array_equal(got["rows"], np.repeat(want[:, None], 4, axis=1))
+
+    def test_ssp(self):
+        self.run_mode("ssp")
+
+    def test_asp(self):
+        self.run_mode("asp")
+
+
 class Snapshots(tl.ClusterCase, unittest.TestCase):
     """A job with a 10^7-row table snapshotted twice on 2 shards: the second snapshot, after a
     step that touched 10 rows, adds about 10 records of data to the store; `snapshot gc` keeps

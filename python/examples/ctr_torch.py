@@ -130,6 +130,36 @@ def progress(rank, k, steps, loss):
               file=sys.stderr, flush=True)
 
 
+def train_step(a, k, rank, workers, model, mlp, embs, ps):
+    """Step k of this rank: forward, backward, every table's push and the dense step.
+    Returns (the summed loss, the samples)."""
+    starts = my_micro_batches(a, k, rank, workers)
+    loss_sum, n = 0.0, len(starts) * a.micro
+    if a.exact:   # each micro-batch's gradient into fixed point, summed as integers
+        for first in starts:
+            ids, dense, label = draw(a, first, a.micro)
+            mlp.zero_grad(set_to_none=True)
+            loss = F.binary_cross_entropy_with_logits(model(ids, dense), label)
+            loss.backward()
+            ps.accumulate(local_batch=a.micro)
+            loss_sum += float(loss) * a.micro
+        for emb in embs:
+            emb.push(local_batch=a.micro)
+        ps.step()
+    else:         # one pass over this rank's share
+        if starts:
+            parts = [draw(a, first, a.micro) for first in starts]
+            ids, dense, label = (torch.cat([p[i] for p in parts]) for i in range(3))
+            mlp.zero_grad(set_to_none=True)
+            loss = F.binary_cross_entropy_with_logits(model(ids, dense), label)
+            loss.backward()
+            loss_sum = float(loss) * n
+        for emb in embs:
+            emb.push(local_batch=n)
+        ps.step(local_batch=n)
+    return loss_sum, n
+
+
 def run_tessera(a):
     """One rank of a Tessera job (the whole job with master "local")."""
     client = tessera.Client(master=a.master, job=a.job, rank=a.rank, workers=a.workers,
@@ -152,34 +182,35 @@ def run_tessera(a):
         client.close()
         raise
     model = DLRM(embs, mlp)
+    rollbacks = 0
     with ps:
+        # The ParameterServer's first version (1) is the assignment of the MLP's weights: the
+        # tables take an empty step with it, so that one version names the state of both (a
+        # snapshot, a rollback's resume_step). Data step k is then version k + 1's.
+        for emb in embs:
+            while emb.step < ps.version:
+                emb.push(local_batch=0)   # nothing to push: no ids
         t0 = time.perf_counter()
-        for k in range(a.steps):
-            starts = my_micro_batches(a, k, rank, workers)
-            loss_sum, n = 0.0, len(starts) * a.micro
-            if a.exact:   # each micro-batch's gradient into fixed point, summed as integers
-                for first in starts:
-                    ids, dense, label = draw(a, first, a.micro)
-                    mlp.zero_grad(set_to_none=True)
-                    loss = F.binary_cross_entropy_with_logits(model(ids, dense), label)
-                    loss.backward()
-                    ps.accumulate(local_batch=a.micro)
-                    loss_sum += float(loss) * a.micro
+        v = ps.version
+        while v <= a.steps:
+            if a.sleep_ms:
+                time.sleep(a.sleep_ms / 1000.0)
+            try:
+                loss_sum, n = train_step(a, v - 1, rank, workers, model, mlp, embs, ps)
+            except tessera.Rollback as e:
+                # A shard went: the job is back at its last snapshot (docs/embeddings.md,
+                # "When a shard goes"). Every table and the dense part go back with it.
+                v = client.resume_step
                 for emb in embs:
-                    emb.push(local_batch=a.micro)
-                ps.step()
-            else:         # one pass over this rank's share
-                if starts:
-                    parts = [draw(a, first, a.micro) for first in starts]
-                    ids, dense, label = (torch.cat([p[i] for p in parts]) for i in range(3))
-                    mlp.zero_grad(set_to_none=True)
-                    loss = F.binary_cross_entropy_with_logits(model(ids, dense), label)
-                    loss.backward()
-                    loss_sum = float(loss) * n
-                for emb in embs:
-                    emb.push(local_batch=n)
-                ps.step(local_batch=n)
-            progress(rank, k, a.steps, loss_sum / max(n, 1))
+                    emb.step = v
+                    emb.discard()
+                ps.rolled_back()
+                rollbacks += 1
+                if rank == 0:
+                    print("rollback: %s" % e, file=sys.stderr)
+                continue
+            progress(rank, v - 1, a.steps, loss_sum / max(n, 1))
+            v += 1
         secs = time.perf_counter() - t0
         ps.wait()
         if rank != 0:
@@ -189,12 +220,12 @@ def run_tessera(a):
         h = hashlib.sha256(("dense %s\n" % tessera.torch.params_sha256(mlp)).encode())
         rows = 0
         for f, emb in enumerate(embs):
-            h.update(("table emb%d %s\n" % (f, client.table_sha256(emb.table, a.steps)))
+            h.update(("table emb%d %s\n" % (f, client.table_sha256(emb.table, emb.step)))
                      .encode())
-            rows += client.table_rows(emb.table, a.steps)
+            rows += client.table_rows(emb.table, emb.step)
         return {"mode": "tessera", "exact": a.exact, "workers": workers, "auc": auc,
                 "logloss": logloss, "optimum_auc": best[0], "optimum_logloss": best[1],
-                "table_rows": rows, "params_sha256": h.hexdigest(),
+                "table_rows": rows, "params_sha256": h.hexdigest(), "rollbacks": rollbacks,
                 "dense_sha256": tessera.torch.params_sha256(mlp), "transport": ps.transport}, \
             secs
 
@@ -291,6 +322,8 @@ def parse_args(argv):
     p.add_argument("--torch-only", action="store_true", help="PyTorch alone in this process: "
                    "torch.nn.EmbeddingBag(sparse=True), Adagrad and SGD with momentum")
     p.add_argument("--json", action="store_true", help="print the result as a JSON line last")
+    p.add_argument("--sleep-ms", type=int, default=0, help="testing: sleep MS before each "
+                   "step (a slow worker, to kill a shard mid-run)")
     a = p.parse_args(argv)
     if a.batch < 1 or a.micro < 1 or a.batch % a.micro:
         p.error("--batch %d is not a positive multiple of --micro %d" % (a.batch, a.micro))

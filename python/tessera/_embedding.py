@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import tessera
 from tessera._state import _invalid
 
 __all__ = ["EmbeddingBag"]
@@ -207,7 +208,8 @@ class EmbeddingBag(torch.nn.Module):
         uniq, inverse = torch.unique(pos_ids, sorted=True, return_inverse=True)
         rows = torch.empty((uniq.numel(), self.embedding_dim), dtype=torch.float32)
         if uniq.numel():
-            self.client.pull_rows(self.table, self.step, uniq.numpy(), rows.numpy())
+            self._call(self.client.pull_rows, self.table, self.step, uniq.numpy(),
+                       rows.numpy())
         zero = torch.zeros((1, self.embedding_dim), dtype=torch.float32)
         train = self.training and torch.is_grad_enabled()
         local = torch.empty(n, dtype=torch.int64)
@@ -276,10 +278,23 @@ class EmbeddingBag(torch.nn.Module):
                                    dtype=np.int64)
         grads = np.ascontiguousarray(np.concatenate(grads) if grads
                                      else np.empty(0, np.float32), dtype=np.float32)
-        self.client.push_rows(self.table, self.step, ids, grads)
+        self._call(self.client.push_rows, self.table, self.step, ids, grads)
         self._pending = []
         self.step += 1
         return self.step
+
+    def _call(self, fn, *args):
+        """A table call of the client. tessera.Rollback (a shard holding rows went, and the
+        cluster took the job back to its last snapshot; docs/embeddings.md, "When a shard
+        goes"): the module goes back to ``client.resume_step`` with nothing of this step kept,
+        and the error goes on to the trainer, which calls its ParameterServer's
+        ``rolled_back()`` and trains on from that step."""
+        try:
+            return fn(*args)
+        except tessera.Rollback:
+            self.step = self.client.resume_step
+            self._pending = []
+            raise
 
     def discard(self):
         """Drops what this step's forward and backward passes left (a step the trainer

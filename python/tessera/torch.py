@@ -527,6 +527,25 @@ class ParameterServer(Overlap, Elastic, Progress):
         self.version += 1
         return self.version
 
+    def rolled_back(self):
+        """After tessera.Rollback raised by another call on this client (a sparse table's
+        ``pull_rows`` or ``push_rows``, as tessera.torch.EmbeddingBag makes them): the cluster
+        took the job back to ``client.resume_step``. Pulls the module's values and buffers of
+        that step, drops what this step summed, and returns the version to train on from
+        (``self.version``). A Rollback raised by ``step()`` needs none of this."""
+        if self.elastic or self._comm is not None:
+            raise _invalid("rolled_back: not for an elastic job or with overlap (tables take "
+                           "neither)")
+        v = self.client.resume_step
+        with torch.no_grad():
+            for i, o in zip(self.ids + self._buf_ids, self._outs()):
+                self.client.pull(i, v, o)
+            for b in self._bufs:
+                b.landed()
+        self._pending = False
+        self.version = v
+        return v
+
     def discard(self):
         """Drops what accumulate() summed for this step (a step the trainer abandons)."""
         self._pending = False

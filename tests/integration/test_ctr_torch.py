@@ -20,6 +20,7 @@ TESSERA_SRC.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import unittest
@@ -181,6 +182,47 @@ class Example(unittest.TestCase):
         r = run_example(SMALL + ["--torch-only"])
         self.assertEqual(r["mode"], "torch")
         self.assertGreater(r["auc"], r["optimum_auc"] - 0.05, r)
+
+
+class ShardKilled(tl.ClusterCase, unittest.TestCase):
+    """The example, exact, on `tessera up --shards 3 --replicas 2 --snapshot-every 10`: a shard
+    killed with SIGKILL mid-run takes table rows with it; the tables' calls raise
+    tessera.Rollback, the example puts its EmbeddingBags and ParameterServer back at
+    client.resume_step (rolled_back()) and trains on, ending on the local run's
+    params_sha256."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+
+    def test_rollback_through_embeddingbag(self):
+        args = ["--steps", "60", "--batch", "128", "--micro", "32", "--eval-samples", "2000",
+                "--rows", "20000", "--exact"]
+        _, addr = self.c.tessera_up(["--shards", "3", "--replicas", "2", "--store",
+                                     os.path.join(self.c.dir, "store"), "--snapshot-every",
+                                     "10"])
+        env = dict(os.environ, TESSERA_LOG="warn")
+        p = subprocess.Popen([sys.executable, EXAMPLE, "--master", addr, "--job", "py-kill",
+                              "--sleep-ms", "60", "--json"] + args, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env,
+                             stdin=subprocess.DEVNULL)
+        try:
+            tl.wait_until(lambda: any(w.get("clock", 0) >= 25 for w in
+                                      tl.status_json(addr).get("workers", [])), 90,
+                          "the worker past step 25")
+            victim = tl.status_json(addr)["shards"][1]
+            os.kill(victim["pid"], signal.SIGKILL)
+            out, err = p.communicate(timeout=300)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        got = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
+        self.assertGreaterEqual(got["rollbacks"], 1, err[-3000:])
+        want = run_example(args)
+        self.assertEqual(got["params_sha256"], want["params_sha256"])
+        self.assertEqual(got["table_rows"], want["table_rows"])
 
 
 if __name__ == "__main__":

@@ -134,6 +134,24 @@ static void relu_back(float *d, const float *y, size_t count)
             d[i] = 0.0f;
 }
 
+/* A layer y = x W^T + b backwards, for n rows: dW = dy^T x (out x k), db = the column sums of
+ * dy, dx = dy W (n x k). */
+static void dense_back(const float *dy, int n, int out, const float *x, int k, const float *w,
+                       float *dw, float *db, float *dx)
+{
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, k, n, 1.0f, dy, out, x, k, 0.0f,
+                dw, k);
+    col_sums(dy, n, out, db);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, out, 1.0f, dy, out, w, k, 0.0f,
+                dx, k);
+}
+
+/* sigmoid(z), without overflow for any z. */
+static double sigmoid(double z)
+{
+    return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
+}
+
 double ts_dlrm_grad(struct ts_dlrm *m, float *const p[TS_DLRM_NTENSORS], const float *emb,
                     const float *dense, const float *label, int n,
                     float *const g[TS_DLRM_NTENSORS], float *demb)
@@ -156,7 +174,7 @@ double ts_dlrm_grad(struct ts_dlrm *m, float *const p[TS_DLRM_NTENSORS], const f
         double z = m->z[i], y = label[i];
         /* softplus(z) - y z, and its derivative sigmoid(z) - y, without overflow */
         loss += (z > 0 ? z + log1p(exp(-z)) : log1p(exp(z))) - y * z;
-        m->dz[i] = (float)((z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z))) - y);
+        m->dz[i] = (float)(sigmoid(z) - y);
     }
     /* out: dW3 = dz^T h2, db3 = sum dz; dh2 = dz w3, through the ReLU */
     cblas_sgemv(CblasRowMajor, CblasTrans, n, h2, 1.0f, m->h2, h2, m->dz, 1, 0.0f, g[4], 1);
@@ -164,19 +182,10 @@ double ts_dlrm_grad(struct ts_dlrm *m, float *const p[TS_DLRM_NTENSORS], const f
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, h2, 1, 1.0f, m->dz, 1, p[4], h2,
                 0.0f, m->dh2, h2);
     relu_back(m->dh2, m->h2, (size_t)n * h2);
-    /* fc2: dW2 = dh2^T h1, db2; dh1 = dh2 W2, through the ReLU */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, h2, h1, n, 1.0f, m->dh2, h2, m->h1, h1,
-                0.0f, g[2], h1);
-    col_sums(m->dh2, n, h2, g[3]);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, h1, h2, 1.0f, m->dh2, h2, p[2], h1,
-                0.0f, m->dh1, h1);
+    /* fc2, then fc1 (whose dx's first F x dim columns are the rows') */
+    dense_back(m->dh2, n, h2, m->h1, h1, p[2], g[2], g[3], m->dh1);
     relu_back(m->dh1, m->h1, (size_t)n * h1);
-    /* fc1: dW1 = dh1^T x, db1; dx = dh1 W1, whose first F x dim columns are the rows' */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, h1, in, n, 1.0f, m->dh1, h1, m->x, in,
-                0.0f, g[0], in);
-    col_sums(m->dh1, n, h1, g[1]);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, h1, 1.0f, m->dh1, h1, p[0], in,
-                0.0f, m->dx, in);
+    dense_back(m->dh1, n, h1, m->x, in, p[0], g[0], g[1], m->dx);
     for (int i = 0; i < n; i++)
         memcpy(demb + (size_t)i * e, m->dx + (size_t)i * m->in, e * sizeof(float));
     return loss;
@@ -188,9 +197,7 @@ int ts_dlrm_predict(struct ts_dlrm *m, float *const p[TS_DLRM_NTENSORS], const f
     if (n < 0 || n > m->max)
         return -1;
     forward(m, p, emb, dense, n);
-    for (int i = 0; i < n; i++) {
-        double z = m->z[i];
-        out[i] = (float)(z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)));
-    }
+    for (int i = 0; i < n; i++)
+        out[i] = (float)sigmoid(m->z[i]);
     return 0;
 }

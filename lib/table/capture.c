@@ -20,13 +20,6 @@ size_t ts_table_record_bytes(const struct ts_table *t)
     return TS_TABLE_RECORD_HEAD + (1 + t->slen) * t->dim * sizeof(float);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return x < y ? -1 : x > y;
-}
-
 /* Takes the capture now (mu held): records of the dirty rows, or of every row. A failure is
  * kept for ts_table_capture_take to report. */
 static void capture_now(struct ts_table *t)
@@ -52,7 +45,7 @@ static void capture_now(struct ts_table *t)
             goto out;
         }
         memcpy(ids, t->dirty, n * sizeof(*ids));
-        qsort(ids, n, sizeof(*ids), cmp_u64);
+        qsort(ids, n, sizeof(*ids), table_cmp_u64);
     }
     if (n && !(c->records = malloc(n * rb))) {
         c->st = TS_ENOMEM;

@@ -12,13 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return x < y ? -1 : x > y;
-}
-
 static int cmp_ptr(const void *a, const void *b)
 {
     uintptr_t x = (uintptr_t)*(struct ts_table *const *)a;
@@ -36,7 +29,7 @@ ts_status table_sorted_ids(const struct ts_table *t, uint64_t **out, struct ts_e
                           t->name, t->rows.n);
     for (uint64_t k = 0; k < t->rows.n; k++)
         ids[k] = rows_at(&t->rows, k)->id;
-    qsort(ids, t->rows.n, sizeof(*ids), cmp_u64);
+    qsort(ids, t->rows.n, sizeof(*ids), table_cmp_u64);
     *out = ids;
     return TS_OK;
 }

@@ -130,6 +130,14 @@ void table_refund(struct ts_table *t, uint64_t rows);
  * Called with t->mu held. */
 ts_status table_sorted_ids(const struct ts_table *t, uint64_t **out, struct ts_err *err);
 
+/* Ascending uint64_t for qsort (ids). */
+static inline int table_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
 /* capture.c: takes the armed capture if the table just reached its step (mu held). */
 void table_capture_due(struct ts_table *t);
 

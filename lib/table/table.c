@@ -303,13 +303,6 @@ void table_mark_dirty(struct ts_table *t, struct row *w)
     t->dirty[t->ndirty++] = w->id;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return x < y ? -1 : x > y;
-}
-
 ts_status ts_table_dirty_take(struct ts_table *t, uint64_t **ids, size_t *n,
                               struct ts_err *err)
 {
@@ -326,7 +319,7 @@ ts_status ts_table_dirty_take(struct ts_table *t, uint64_t **ids, size_t *n,
     t->ndirty = 0;
     pthread_mutex_unlock(&t->mu);
     if (*ids)
-        qsort(*ids, *n, sizeof(**ids), cmp_u64);
+        qsort(*ids, *n, sizeof(**ids), table_cmp_u64);
     return TS_OK;
 }
 

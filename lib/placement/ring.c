@@ -406,6 +406,32 @@ size_t ts_ring_members(const struct ts_ring *r)
     return r->n;
 }
 
+bool ts_ring_has(const struct ts_ring *r, uint32_t id)
+{
+    size_t lo = 0, hi = r->n;
+
+    while (lo < hi) {   /* members ascend */
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->members[mid] == id)
+            return true;
+        if (r->members[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return false;
+}
+
+size_t ts_ring_points(const struct ts_ring *r)
+{
+    return r->npoints;
+}
+
+uint64_t ts_ring_point(const struct ts_ring *r, size_t i)
+{
+    return r->hash[i];
+}
+
 unsigned ts_ring_vnodes(const struct ts_ring *r)
 {
     return r->vnodes;

@@ -15,6 +15,7 @@
 #ifndef TS_PLACEMENT_RING_H
 #define TS_PLACEMENT_RING_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -117,8 +118,16 @@ size_t ts_ring_chain(const struct ts_ring *r, const char *tensor, uint32_t parti
 size_t ts_ring_chain_hash(const struct ts_ring *r, uint64_t key_hash, size_t want,
                           uint32_t *out);
 
-/* The number of shards in r. */
+/* The number of shards in r, and whether shard id is one of them. */
 size_t ts_ring_members(const struct ts_ring *r);
+bool ts_ring_has(const struct ts_ring *r, uint32_t id);
+
+/* The points of r (members x vnodes), and the hash of point i (< ts_ring_points), ascending:
+ * the keys in (point i-1, point i] share one chain, ts_ring_chain_hash(r, point i), so a
+ * walk over the points visits every chain of the ring (services/shard's copies of table rows
+ * check that each keeps a live member). */
+size_t ts_ring_points(const struct ts_ring *r);
+uint64_t ts_ring_point(const struct ts_ring *r, size_t i);
 
 /* The virtual nodes per shard r was built with (the default resolved, never 0). */
 unsigned ts_ring_vnodes(const struct ts_ring *r);

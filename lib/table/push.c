@@ -91,6 +91,14 @@ static ts_status check_step(const struct ts_table *t, const struct ts_row_push *
     return TS_OK;
 }
 
+/* A retry of a step the table already has from the rank (table.h, ts_row_push.retry). */
+static bool had(const struct ts_table *t, const struct ts_row_push *in)
+{
+    if (table_async(t))
+        return in->step < t->clock[in->rank];
+    return in->step < t->step || (in->step == t->step && t->pushed[in->rank]);
+}
+
 /* ---- BSP: the step's sums ---- */
 
 static size_t sum_size(const struct ts_table *t)
@@ -351,7 +359,9 @@ ts_status ts_table_push(struct ts_table *t, const struct ts_row_push *in, bool *
 
     *applied = false;
     pthread_mutex_lock(&t->mu);
-    if (!(st = check_form(t, in, err)) && !(st = check_step(t, in, err)))
+    if ((st = check_form(t, in, err)) || (in->retry && had(t, in)))
+        ;
+    else if (!(st = check_step(t, in, err)))
         st = table_async(t) ? push_async(t, in, applied, err) : push_bsp(t, in, applied, err);
     pthread_mutex_unlock(&t->mu);
     if (st)

@@ -375,6 +375,18 @@ static ts_status pull_wait(struct ts_table *t, uint64_t want, int ms, struct ts_
     return TS_OK;
 }
 
+ts_status ts_table_wait(struct ts_table *t, uint64_t want, int ms, struct ts_err *err)
+{
+    ts_status st;
+
+    pthread_mutex_lock(&t->mu);
+    st = pull_wait(t, want, ms, err);
+    pthread_mutex_unlock(&t->mu);
+    if (st)
+        ts_err_prefix(err, "table '%s'", t->name);
+    return st;
+}
+
 ts_status ts_table_ids(struct ts_table *t, uint64_t want, int ms, uint64_t **ids, size_t *n,
                        struct ts_err *err)
 {

@@ -142,9 +142,13 @@ struct ts_row_push {
     const uint64_t *ids;       /* n, strictly ascending */
     unsigned encoding;         /* TS_ENC_RAW, TS_ENC_FIXED or TS_ENC_FIXED_F32 (part.h) */
     const void *grad;          /* n x dim floats, or int64 for TS_ENC_FIXED */
+    /* Sent again (a worker after a failover, a head passing a push on again): a step the
+     * table already has from this rank (BSP: pushed or applied; SSP, ASP: below its clock)
+     * is acknowledged with nothing changed, once check_form took it. */
+    bool retry;
 };
 /* Adds a push (above). *applied: this push updated rows (SSP, ASP) or completed the step
- * (BSP). */
+ * (BSP); false for a retry the table already had. */
 ts_status ts_table_push(struct ts_table *t, const struct ts_row_push *in, bool *applied,
                         struct ts_err *err) TS_MUST_CHECK;
 
@@ -152,6 +156,13 @@ ts_status ts_table_push(struct ts_table *t, const struct ts_row_push *in, bool *
  * once step `want` may be read (above); waits at most ms (TS_ETIMEDOUT). rank < workers. */
 ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms,
                         const uint64_t *ids, size_t n, float *out,
+                        struct ts_err *err) TS_MUST_CHECK;
+
+/* Waits at most ms for the table to reach version want as a pull of it does (BSP: step
+ * want - 1 applied), so that a push of step want may come: a store that took over another
+ * shard's rows mid-step can be a step behind its shard's others (services/shard). TS_ETIMEDOUT
+ * after ms. */
+ts_status ts_table_wait(struct ts_table *t, uint64_t want, int ms,
                         struct ts_err *err) TS_MUST_CHECK;
 
 /* One row as it is stored, for a snapshot writer and the tests: values (dim floats), state

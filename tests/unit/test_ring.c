@@ -157,6 +157,34 @@ static void test_chains(void **state)
     ts_ring_free(b);
 }
 
+/* The points walk every chain: a key between two points has the chain of the point after
+ * it, and membership answers for the members only (services/shard's table copies rely on
+ * both). */
+static void test_points_and_members(void **state)
+{
+    static const uint32_t ids[] = { 9, 2, 40, 7 };
+    struct ts_ring *r = make(ids, 4, 16);
+    uint32_t a[2], b[2];
+
+    (void)state;
+    assert_int_equal(ts_ring_points(r), 64);
+    for (size_t i = 0; i < ts_ring_points(r); i++) {
+        uint64_t p = ts_ring_point(r, i), q = i ? ts_ring_point(r, i - 1) : 0;
+        assert_true(!i || p > q);
+        assert_int_equal(ts_ring_chain_hash(r, p, 2, a), 2);
+        if (p - q > 1) {   /* a key just after the previous point: the same chain */
+            assert_int_equal(ts_ring_chain_hash(r, q + 1, 2, b), 2);
+            assert_memory_equal(a, b, sizeof(a));
+        }
+    }
+    for (size_t i = 0; i < 4; i++)
+        assert_true(ts_ring_has(r, ids[i]));
+    assert_false(ts_ring_has(r, 3));
+    assert_false(ts_ring_has(r, 41));
+    assert_false(ts_ring_has(r, 0));
+    ts_ring_free(r);
+}
+
 static void test_chain_small_rings(void **state)
 {
     static const uint32_t one[] = { 7 };
@@ -576,6 +604,7 @@ int main(void)
         cmocka_unit_test(test_leave_moves_only_that_shards_keys),
         cmocka_unit_test(test_chains),
         cmocka_unit_test(test_chain_small_rings),
+        cmocka_unit_test(test_points_and_members),
         cmocka_unit_test(test_balance),
         cmocka_unit_test(test_few_vnodes),
         cmocka_unit_test(test_input_order_does_not_matter),

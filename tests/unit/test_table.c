@@ -731,6 +731,45 @@ static void t_pull_bsp(void **state)
     ts_table_free(t);
 }
 
+/* A push sent again (ts_row_push.retry: a worker after a failover, a head copying a push
+ * down): what the table has from the rank is acknowledged unchanged, bit for bit, while the
+ * same push unflagged is refused; a later step stays refused; ts_table_wait waits as a pull. */
+static void t_retry(void **state)
+{
+    static const uint64_t ids[] = { 3, 9 };
+    static const float g[] = { 1, 2, 3, 4 };
+    struct ts_job j = job(2, true, 2, TS_MODE_BSP);
+    struct ts_table *t = mk(&j, "embx", 2, "normal:0.1", 5, "adam:lr=0.01", NULL);
+    struct ts_row_push in = { .rank = 0, .step = 0, .n = 2, .ids = ids, .grad = g,
+                              .encoding = TS_ENC_FIXED_F32 };
+    struct ts_err e = { 0 };
+    char before[65], after[65];
+    bool applied = true;
+
+    (void)state;
+    push_ok(t, 0, 0, ids, 2, g);
+    assert_int_equal(ts_table_push(t, &in, &applied, &e), TS_ESTATE);   /* unflagged */
+    in.retry = true;
+    assert_int_equal(ts_table_push(t, &in, &applied, &e), TS_OK);       /* had it */
+    assert_false(applied);
+    assert_int_equal(ts_table_wait(t, 1, 20, &e), TS_ETIMEDOUT);        /* rank 1 to come */
+    push_ok(t, 1, 0, ids, 2, g);
+    assert_int_equal(ts_table_wait(t, 1, 0, &e), TS_OK);
+    assert_int_equal(ts_table_sha256(&t, 1, before, &e), TS_OK);
+    in.rank = 1;   /* step 0 applied: both ranks' retries of it are taken unchanged */
+    assert_int_equal(ts_table_push(t, &in, &applied, &e), TS_OK);
+    assert_false(applied);
+    assert_int_equal(ts_table_sha256(&t, 1, after, &e), TS_OK);
+    assert_string_equal(before, after);
+    in.step = 2;   /* a step still to come is no retry */
+    assert_int_equal(ts_table_push(t, &in, &applied, &e), TS_EINVAL);
+    in.step = 1;   /* the first push of step 1, flagged: taken */
+    assert_int_equal(ts_table_push(t, &in, &applied, &e), TS_OK);
+    in.ids = (const uint64_t[]){ 9, 3 };   /* a retry is checked as any push */
+    assert_int_equal(ts_table_push(t, &in, &applied, &e), TS_EINVAL);
+    ts_table_free(t);
+}
+
 /* ASP applies each push at once, SSP bounds pulls by the slowest clock. */
 static void t_async(void **state)
 {
@@ -962,6 +1001,7 @@ int main(void)
         cmocka_unit_test(t_fingerprint),
         cmocka_unit_test(t_dirty),
         cmocka_unit_test(t_pull_bsp),
+        cmocka_unit_test(t_retry),
         cmocka_unit_test(t_async),
         cmocka_unit_test(t_capture),
     };

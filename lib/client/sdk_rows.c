@@ -2,15 +2,18 @@
  * docs/embeddings.md, "Rows on the wire").
  *
  * A table is registered on every shard of the map (RegisterTable), whose rows the ring places
- * by (table, id) (lib/table/batch.h). The ring is copied once, at the first registration:
- * every push and pull places its ids on it without the cluster's lock, and a map that moves
- * later (a shard died or joined) is refused loudly, since rows neither move nor fail over yet.
- * Rows do not fail over: a shard that dies takes its rows, and one that joins holds none of
- * those the ring would give it, so the shards report the job lost and the master takes it back
- * to its last snapshot, loading the rows on the ring as it is then. A table call that meets a
- * broken connection, a map that moved, or a job that went back waits for that rollback, places
- * the rows on the new ring and returns TS_EROLLBACK with the step to go on from
- * (tessera_resume_step); the caller pulls its tensors there.
+ * by (table, id) (lib/table/batch.h). The ring is copied at the first registration: every
+ * push and pull places its ids on it without the cluster's lock.
+ * When a shard dies: on a cluster with replicas its rows' copies on the next shards of their
+ * chains take over (services/shard/rowcopy.h), and a call that meets the broken connection or
+ * the moved map fails over as a dense step does (sdk_fail_over): under the new map it places
+ * the rows on the new ring and sends the call again, a push flagged as a retry (a shard that
+ * has it acknowledges it unchanged). Without replicas, or when a shard joined (it holds none
+ * of the rows the ring would give it) or some rows lost both copies, the shards report the
+ * job lost and the master takes it back to its last snapshot, loading the rows on the ring as
+ * it is then; the call waits for that rollback, places the rows on the new ring and returns
+ * TS_EROLLBACK with the step to go on from (tessera_resume_step); the caller pulls its
+ * tensors there.
  * A push places, sorts and merges the batch's ids per shard and sends every shard its part
  * (an empty one where none of its rows was used: BSP counts every rank's push); a pull sends
  * each shard its unique ids only and scatters the rows back to the batch's positions. A
@@ -82,16 +85,29 @@ static ts_status rows_ring(struct tessera *t, struct ts_err *err)
     return ts_cluster_ring_copy(t->cl, &t->rows_ring, &t->rows_epoch, err);
 }
 
+/* Whether every shard of the map now was on the ring the rows were placed on: shards only
+ * died since, and with copies of the rows (a cluster with replicas) theirs took over. */
+static bool only_died(struct tessera *t)
+{
+    uint32_t ids[MAX_SHARDS];
+    size_t n = ts_cluster_shard_ids(t->cl, ids, MAX_SHARDS);
+
+    for (size_t i = 0; i < n; i++)
+        if (!ts_ring_has(t->rows_ring, ids[i]))
+            return false;
+    return ts_cluster_replicas(t->cl) >= 2;
+}
+
 /* A rollback since the ring was made (the dense step's, sdk_step.c) placed the rows on the
- * ring of its map: take that one. Else a map that moved is TS_EUNAVAIL: rows_recover waits
- * for the rollback it brings. */
+ * ring of its map, and copies took over where shards only died: take the ring of the map now.
+ * Else a map that moved is TS_EUNAVAIL: rows_recover waits for the rollback it brings. */
 static ts_status same_map(struct tessera *t, const struct sdk_table *x, struct ts_err *err)
 {
     uint64_t now;
 
     if (t->local || (now = ts_cluster_epoch(t->cl)) == t->rows_epoch)
         return TS_OK;
-    if (t->rec.followed != t->rows_generation) {
+    if (t->rec.followed != t->rows_generation || only_died(t)) {
         ts_ring_free(t->rows_ring);
         t->rows_ring = NULL;
         return rows_ring(t, err);
@@ -99,37 +115,6 @@ static ts_status same_map(struct tessera *t, const struct sdk_table *x, struct t
     return ts_err_set(err, TS_EUNAVAIL, "table '%s': its rows were placed under shard map epoch "
                       "%" PRIu64 ", and the map is at %" PRIu64 " now (a shard died or "
                       "joined)", x->name, t->rows_epoch, now);
-}
-
-/* A table call that ended with st (the file's comment): a broken connection or a moved map
- * (TS_EUNAVAIL, TS_ECORRUPT), or a shard saying the job went back (TS_EROLLBACK): waits for
- * the rollback and says TS_EROLLBACK. Anything else, or a local run, is st as it is. */
-static ts_status rows_recover(struct tessera *t, ts_status st, const char *what,
-                              struct ts_err *err)
-{
-    uint64_t back = 0;
-
-    if (t->local || !sdk_can_fail_over(t) ||
-        (st != TS_EUNAVAIL && st != TS_ECORRUPT && st != TS_EROLLBACK))
-        return st;
-    ts_log(TS_WARN, "sdk", "%s: %s; waiting for the job to go back to its last snapshot", what,
-           err->msg);
-    memset(err, 0, sizeof(*err));
-    /* A broken connection: report the shard and wait for the map without it (which sends the
-     * job back), as a dense step does; then wait for the rollback. */
-    if (t->conns.broken && (st = sdk_failover(t, err)))
-        return st;
-    if ((st = sdk_rollback(t, NULL, &back, err)))
-        return st;
-    t->rec.resume_step = back;
-    ts_ring_free(t->rows_ring);
-    t->rows_ring = NULL;
-    if ((st = rows_ring(t, err)))
-        return st;
-    return ts_err_set(err, TS_EROLLBACK, "%s: the cluster took job '%s' back to step %" PRIu64
-                      " of its last snapshot (a shard holding table rows went or came); pull "
-                      "the tensors at tessera_resume_step and go on from there", what,
-                      t->job.id, back);
 }
 
 static ts_status register_remote(struct tessera *t, int id, const struct tessera_table_spec *s,
@@ -309,55 +294,58 @@ static ts_status read_all(struct tessera *t, const uint32_t *slots, size_t n, ui
     return st;
 }
 
-int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint64_t *ids,
-                      const float *grads, struct tessera_error *e)
-{
-    struct ts_err err = { 0 };
+/* A push or a pull of rows, as the caller made it: what a failover sends again. */
+struct rows_call {
+    int table;
     struct sdk_table *x;
+    uint64_t step;             /* a push's step, a pull's version */
+    size_t n;
+    const uint64_t *ids;
+    const float *grads;        /* a push's; NULL for a pull */
+    float *out;                /* a pull's */
+};
+
+/* Places the call's ids on t->rows_ring (and a pull's room); every shard's part fits in its
+ * frame. */
+static ts_status place(struct tessera *t, struct rows_call *c, struct ts_err *err)
+{
+    struct sdk_table *x = c->x;
     struct ts_rows_part part;
-    uint32_t slots[MAX_SHARDS];
-    size_t sent = 0, next = 0, nparts;
+    size_t row = c->grads ? sizeof(uint64_t) + x->dim * (t->job.exact ? sizeof(int64_t)
+                                                                      : sizeof(float))
+                          : x->dim * sizeof(float);
     ts_status st;
 
-    if ((n && (!ids || !grads)))
-        return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and grads are required (n %zu)",
-                                        n));
-    if ((st = table_for(t, table, n, &x, &err)) == TS_EUNAVAIL)
-        return fail(e, &err, rows_recover(t, st, "push of rows", &err));
-    if (st ||
-        (st = ts_rows_batch_prepare(x->batch, t->rows_ring, x->name, x->max_id, ids, n, grads,
-                                    &err))) {
-        ts_err_prefix(&err, "table '%s'", table >= 0 && table < t->ntables
-                                              ? t->tables[table]->name : "?");
-        return sdk_fail(e, &err);
+    if ((st = ts_rows_batch_prepare(x->batch, t->rows_ring, x->name, x->max_id, c->ids, c->n,
+                                    c->grads, err)) ||
+        (!c->grads && (st = rows_room(x, ts_rows_batch_unique(x->batch), err)))) {
+        ts_err_prefix(err, "table '%s'", x->name);
+        return st;
     }
-    nparts = ts_rows_batch_shards(x->batch);
-    if (t->local) {
-        struct ts_row_push in = { .rank = t->rank, .step = step };
-        bool applied;
-        if (nparts) {
-            ts_rows_batch_shard(x->batch, 0, &part);
-            in.n = part.n;
-            in.ids = part.ids;
-            in.grad = part.grad;
-        }
-        in.encoding = t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW;
-        return ts_table_push(x->local, &in, &applied, &err) ? sdk_fail(e, &err) : sdk_ok(e);
-    }
-    /* Every part fits in its frame before any goes. */
-    for (size_t k = 0; k < nparts; k++) {
+    for (size_t k = 0; !t->local && k < ts_rows_batch_shards(x->batch); k++) {
         ts_rows_batch_shard(x->batch, k, &part);
-        if ((st = fits(x, part.n, sizeof(uint64_t) + x->dim * (t->job.exact ? sizeof(int64_t)
-                                                                           : sizeof(float)),
-                       "push", &err)))
-            return sdk_fail(e, &err);
+        if ((st = fits(x, part.n, row, c->grads ? "push" : "pull", err)))
+            return st;
     }
-    /* Every shard of the map a push: its part (parts come in ascending shard id), or none. */
+    return TS_OK;
+}
+
+/* Sends the placed push to every shard of the map (its part, parts in ascending shard id, or
+ * none) and reads the ACKs; a push sent again after a failover says so (TS_PUSH_RETRY). */
+static ts_status push_placed(struct tessera *t, struct rows_call *c, struct ts_err *err)
+{
+    struct sdk_table *x = c->x;
+    struct ts_rows_part part;
+    uint32_t slots[MAX_SHARDS];
+    size_t sent = 0, next = 0, nparts = ts_rows_batch_shards(x->batch);
+    size_t esz = t->job.exact ? sizeof(int64_t) : sizeof(float);
+    ts_status st = TS_OK;
+
     for (size_t s = 0; !st && s < t->conns.nshards; s++) {
-        struct ts_frame_hdr h = { .type = TS_FRAME_ROWS_PUSH, .tensor = (uint32_t)table,
-                                  .step = step, .rank = t->rank, .dtype = 1,
-                                  .encoding = t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW };
-        size_t esz = t->job.exact ? sizeof(int64_t) : sizeof(float);
+        struct ts_frame_hdr h = { .type = TS_FRAME_ROWS_PUSH, .tensor = (uint32_t)c->table,
+                                  .step = c->step, .rank = t->rank, .dtype = 1,
+                                  .encoding = t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW,
+                                  .flags = t->rec.retrying ? TS_PUSH_RETRY : 0 };
         struct iovec io[2] = { { NULL, 0 }, { NULL, 0 } };
 
         for (size_t k = 0; k < nparts; k++) {
@@ -370,65 +358,46 @@ int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint
                 break;
             }
         }
-        if ((st = ts_frame_sendv(t->conns.shards[s].conn, &h, io, 2, &err)))
+        if ((st = ts_frame_sendv(t->conns.shards[s].conn, &h, io, 2, err)))
             sdk_note_broken(t, s, st);
         else
             slots[sent++] = (uint32_t)s;
     }
     if (!st && next != nparts)   /* a part for a shard not connected: the map moved */
-        st = ts_err_set(&err, TS_ESTATE, "table '%s': rows placed on a shard this worker is "
-                        "not connected to (the map moved): start the job again", x->name);
-    st = read_all(t, slots, sent, TS_FRAME_ACK, (uint32_t)table, NULL, NULL,
-                  NULL, st, &err);
-    if (st && (st = rows_recover(t, st, "push of rows", &err)) != TS_EROLLBACK)
-        ts_err_prefix(&err, "table '%s' step %" PRIu64, x->name, step);
-    return st ? sdk_fail(e, &err) : sdk_ok(e);
+        st = ts_err_set(err, TS_ESTALE, "table '%s': rows placed on a shard this worker is not "
+                        "connected to (the map moved)", x->name);
+    return read_all(t, slots, sent, TS_FRAME_ACK, (uint32_t)c->table, NULL, NULL, NULL, st,
+                    err);
 }
 
-int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const uint64_t *ids,
-                      float *out, struct tessera_error *e)
+/* Sends each shard its part of the placed pull, reads the rows and scatters them to the
+ * call's positions. */
+static ts_status pull_placed(struct tessera *t, struct rows_call *c, struct ts_err *err)
 {
-    struct ts_err err = { 0 };
-    struct sdk_table *x;
+    struct sdk_table *x = c->x;
     struct ts_rows_part part;
     uint32_t slots[MAX_SHARDS], parts[MAX_SHARDS];
     void *dst[MAX_SHARDS];
-    size_t cap[MAX_SHARDS], sent = 0, nparts;
-    ts_status st;
+    size_t cap[MAX_SHARDS], sent = 0, nparts = ts_rows_batch_shards(x->batch);
+    ts_status st = TS_OK;
 
-    if (n && (!ids || !out))
-        return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and out are required (n %zu)", n));
-    if ((st = table_for(t, table, n, &x, &err)) == TS_EUNAVAIL)
-        return fail(e, &err, rows_recover(t, st, "pull of rows", &err));
-    if (st ||
-        (st = ts_rows_batch_prepare(x->batch, t->rows_ring, x->name, x->max_id, ids, n, NULL,
-                                    &err)) ||
-        (st = rows_room(x, ts_rows_batch_unique(x->batch), &err))) {
-        ts_err_prefix(&err, "table '%s'", table >= 0 && table < t->ntables
-                                              ? t->tables[table]->name : "?");
-        return sdk_fail(e, &err);
-    }
-    nparts = ts_rows_batch_shards(x->batch);
-    for (size_t k = 0; !t->local && k < nparts; k++) {   /* every reply fits in its frame */
-        ts_rows_batch_shard(x->batch, k, &part);
-        if ((st = fits(x, part.n, x->dim * sizeof(float), "pull", &err)))
-            return sdk_fail(e, &err);
-    }
     for (size_t k = 0; !st && k < nparts; k++) {
         ts_rows_batch_shard(x->batch, k, &part);
         if (t->local) {
-            st = ts_table_pull(x->local, t->rank, version, t->timeout_ms, part.ids, part.n,
-                               x->rows + part.first * x->dim, &err);
+            st = ts_table_pull(x->local, t->rank, c->step, t->timeout_ms, part.ids, part.n,
+                               x->rows + part.first * x->dim, err);
             continue;
         }
-        struct ts_frame_hdr h = { .type = TS_FRAME_ROWS_PULL, .tensor = (uint32_t)table,
-                                  .partition = (uint32_t)part.n, .step = version,
+        struct ts_frame_hdr h = { .type = TS_FRAME_ROWS_PULL, .tensor = (uint32_t)c->table,
+                                  .partition = (uint32_t)part.n, .step = c->step,
                                   .rank = t->rank };
         uint32_t s;
-        if ((st = sdk_slot_of(t, part.shard, &s, &err)))
+        if ((st = sdk_slot_of(t, part.shard, &s, err))) {
+            st = TS_ESTALE;   /* placed on a shard this worker is not connected to */
             break;
+        }
         if ((st = ts_frame_send(t->conns.shards[s].conn, &h, part.ids,
-                                part.n * sizeof(uint64_t), &err))) {
+                                part.n * sizeof(uint64_t), err))) {
             sdk_note_broken(t, s, st);
             break;
         }
@@ -438,15 +407,124 @@ int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const u
         cap[sent++] = part.n * x->dim * sizeof(float);
     }
     if (!t->local)
-        st = read_all(t, slots, sent, TS_FRAME_ROWS, (uint32_t)table,
-                      parts, dst, cap, st, &err);
-    if (st) {
-        if ((st = rows_recover(t, st, "pull of rows", &err)) != TS_EROLLBACK)
-            ts_err_prefix(&err, "table '%s' version %" PRIu64, x->name, version);
-        return sdk_fail(e, &err);
+        st = read_all(t, slots, sent, TS_FRAME_ROWS, (uint32_t)c->table, parts, dst, cap, st,
+                      err);
+    if (!st)
+        ts_rows_batch_scatter(x->batch, x->rows, c->out);
+    return st;
+}
+
+/* A failover's resend (sdk_fail_over): the rows placed on the new map's ring, when its shards
+ * are the old ring's less the ones that died (their rows' copies took over on the shards);
+ * else the call is misplaced and the job goes back to its last snapshot. */
+static ts_status redo(struct tessera *t, void *ctx, struct ts_err *err)
+{
+    struct rows_call *c = ctx;
+    ts_status st;
+
+    if (!only_died(t))
+        return ts_err_set(err, TS_EROLLBACK, "table '%s': a shard joined the map (epoch %"
+                          PRIu64 "); rows do not move to it", c->x->name,
+                          ts_cluster_epoch(t->cl));
+    ts_ring_free(t->rows_ring);
+    t->rows_ring = NULL;
+    if ((st = ts_cluster_ring_copy(t->cl, &t->rows_ring, &t->rows_epoch, err)) ||
+        (st = place(t, c, err)))
+        return st;
+    return c->grads ? push_placed(t, c, err) : pull_placed(t, c, err);
+}
+
+/* A table call that ended with st (the file's comment): a broken connection, a moved map
+ * (TS_EUNAVAIL, TS_ESTALE, TS_ECORRUPT) or a shard saying the job went back (TS_EROLLBACK).
+ * With copies of the rows (a cluster with replicas) the call is sent again under the new map
+ * (sdk_fail_over, as a dense step's); without, or where that ends in a rollback, this waits
+ * for the job to go back to its last snapshot and says TS_EROLLBACK. Anything else, or a local
+ * run, is st as it is. */
+static ts_status rows_recover(struct tessera *t, ts_status st, const char *what,
+                              struct rows_call *c, struct ts_err *err)
+{
+    uint64_t back = 0;
+
+    if (t->local || !sdk_can_fail_over(t) ||
+        (st != TS_EUNAVAIL && st != TS_ECORRUPT && st != TS_EROLLBACK && st != TS_ESTALE))
+        return st;
+    if (c && st != TS_EROLLBACK && ts_cluster_replicas(t->cl) >= 2) {
+        if (st == TS_ECORRUPT)
+            st = TS_EUNAVAIL;
+        st = sdk_fail_over(t, what, c->step, st, redo, c, err);
+        if (st != TS_EROLLBACK)
+            return st;
     }
-    ts_rows_batch_scatter(x->batch, x->rows, out);
-    return sdk_ok(e);
+    ts_log(TS_WARN, "sdk", "%s: %s; waiting for the job to go back to its last snapshot", what,
+           err->msg);
+    memset(err, 0, sizeof(*err));
+    /* A broken connection: report the shard and wait for the map without it (which sends the
+     * job back), as a dense step does; then wait for the rollback. */
+    if (t->conns.broken && (st = sdk_failover(t, err)))
+        return st;
+    if ((st = sdk_rollback(t, NULL, &back, err)))
+        return st;
+    t->rec.resume_step = back;
+    ts_ring_free(t->rows_ring);
+    t->rows_ring = NULL;
+    if ((st = rows_ring(t, err)))
+        return st;
+    return ts_err_set(err, TS_EROLLBACK, "%s: the cluster took job '%s' back to step %" PRIu64
+                      " of its last snapshot (a shard holding table rows went or came); pull "
+                      "the tensors at tessera_resume_step and go on from there", what,
+                      t->job.id, back);
+}
+
+int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint64_t *ids,
+                      const float *grads, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct rows_call c = { .table = table, .step = step, .n = n, .ids = ids, .grads = grads };
+    ts_status st;
+
+    if ((n && (!ids || !grads)))
+        return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and grads are required (n %zu)",
+                                        n));
+    if ((st = table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
+        return fail(e, &err, rows_recover(t, st, "push of rows", NULL, &err));
+    if (st || (st = place(t, &c, &err)))
+        return sdk_fail(e, &err);
+    if (t->local) {
+        struct ts_row_push in = { .rank = t->rank, .step = step,
+                                  .encoding = t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW };
+        struct ts_rows_part part;
+        bool applied;
+        if (ts_rows_batch_shards(c.x->batch)) {
+            ts_rows_batch_shard(c.x->batch, 0, &part);
+            in.n = part.n;
+            in.ids = part.ids;
+            in.grad = part.grad;
+        }
+        return ts_table_push(c.x->local, &in, &applied, &err) ? sdk_fail(e, &err) : sdk_ok(e);
+    }
+    if ((st = push_placed(t, &c, &err)) &&
+        (st = rows_recover(t, st, "push of rows", &c, &err)) != TS_EROLLBACK)
+        ts_err_prefix(&err, "table '%s' step %" PRIu64, c.x->name, step);
+    return st ? sdk_fail(e, &err) : sdk_ok(e);
+}
+
+int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const uint64_t *ids,
+                      float *out, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct rows_call c = { .table = table, .step = version, .n = n, .ids = ids, .out = out };
+    ts_status st;
+
+    if (n && (!ids || !out))
+        return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and out are required (n %zu)", n));
+    if ((st = table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
+        return fail(e, &err, rows_recover(t, st, "pull of rows", NULL, &err));
+    if (st || (st = place(t, &c, &err)))
+        return sdk_fail(e, &err);
+    if ((st = pull_placed(t, &c, &err)) &&
+        (st = rows_recover(t, st, "pull of rows", &c, &err)) != TS_EROLLBACK)
+        ts_err_prefix(&err, "table '%s' version %" PRIu64, c.x->name, version);
+    return st ? sdk_fail(e, &err) : sdk_ok(e);
 }
 
 /* One shard's side of a fingerprint: a page of its rows (ids, then rows) and where the merge

@@ -75,7 +75,11 @@ enum ts_frame_type {
     TS_FRAME_ROWS_SCAN = 16, /* worker -> shard: the next at most `partition` rows that exist,
                               * in ascending id, at version `step` (TS_SCAN_FIRST: from the
                               * first); for fingerprints */
-    TS_FRAME_TYPE_MAX = 16,
+    TS_FRAME_ROWS_COPY = 17, /* head -> follower, on a chain link: rank `rank`'s push of step
+                              * `step` as the head took it, the part the follower holds copies
+                              * of: 8 bytes, the head's shard id (LE), then as ROWS_PUSH; an
+                              * ACK once the copy has it (services/shard/rowcopy.h) */
+    TS_FRAME_TYPE_MAX = 17,
 };
 
 /* HELLO flags; a HELLO's `step` is the worker's shard map epoch (0: not said). */

@@ -198,6 +198,28 @@ ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *
     return st;
 }
 
+ts_status chain_send_frame(struct chain_links *cs, struct ts_cluster *cl, const char *job,
+                           uint32_t next, struct ts_frame_hdr *h, const struct iovec *iov,
+                           size_t n, const atomic_bool *stop, struct ts_err *err)
+{
+    struct link_watch w = { cl, 0 };
+    size_t at;
+    ts_status st;
+
+    if (!cl)
+        return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet");
+    if ((st = link_to(cs, cl, job, next, stop, &at, err)))
+        return st;
+    w.since = cs->links[at].since;
+    if ((st = ts_frame_sendv(cs->links[at].c, h, iov, n, err)))
+        st = ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", next, err->msg);
+    else
+        st = await_reply(cs->links[at].c, next, stop, w, err);
+    if (st == TS_EUNAVAIL)
+        drop(cs, at);
+    return st;
+}
+
 ts_status chain_image_room(struct chain_links *cs, size_t n, struct ts_err *err)
 {
     void *b;

@@ -67,6 +67,13 @@ ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *
                      uint32_t next, uint32_t tensor, uint32_t partition, uint64_t version,
                      const struct chain_image *img, const atomic_bool *stop,
                      struct ts_err *err) TS_MUST_CHECK;
+/* Sends frame h (any type; its payload the pieces iov[0..n)) to shard `next` of job over the
+ * link and waits for its ACK, as chain_send does (TS_EUNAVAIL: the link is closed; the next
+ * shard's refusal with its status). For frames other than images: copies of table rows'
+ * pushes (rowcopy.h). */
+ts_status chain_send_frame(struct chain_links *cs, struct ts_cluster *cl, const char *job,
+                           uint32_t next, struct ts_frame_hdr *h, const struct iovec *iov,
+                           size_t n, const atomic_bool *stop, struct ts_err *err) TS_MUST_CHECK;
 /* Room for n bytes of image in cs->image (TS_ENOMEM). */
 ts_status chain_image_room(struct chain_links *cs, size_t n, struct ts_err *err) TS_MUST_CHECK;
 void chain_links_close(struct chain_links *cs);

@@ -622,7 +622,8 @@ static ts_status serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
     ts_status st = TS_OK;
 
     if ((h->type == TS_FRAME_PUSH || h->type == TS_FRAME_PULL || h->type == TS_FRAME_IMAGE ||
-         h->type == TS_FRAME_ROWS_PUSH || h->type == TS_FRAME_ROWS_PULL) &&
+         h->type == TS_FRAME_ROWS_PUSH || h->type == TS_FRAME_ROWS_PULL ||
+         h->type == TS_FRAME_ROWS_COPY) &&
         rolled_back(dc, err))
         return TS_EROLLBACK;
     switch (h->type) {
@@ -661,6 +662,8 @@ static ts_status serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
         return dp_rows_pull(dc, h, in, err);
     case TS_FRAME_ROWS_SCAN:
         return dp_rows_scan(dc, h, err);
+    case TS_FRAME_ROWS_COPY:
+        return dp_rows_copy(dc, h, in, err);
     default:
         return ts_err_set(err, TS_EINVAL, "frame type %u is not a request", h->type);
     }

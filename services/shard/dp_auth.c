@@ -76,12 +76,14 @@ void dataplane_set_access(struct dataplane *dp, dp_access_fetch_fn fn, void *ctx
 }
 
 /* Whether a frame of type may come on dc now: with the handshake required, only HELLO and
- * AUTH before it is done; then a chain link (keyed with the chain key) sends images and
- * their regions, a worker its requests. */
+ * AUTH before it is done; then a chain link (keyed with the chain key) sends images, their
+ * regions and copies of table rows' pushes, a worker its requests. */
 ts_status dp_allowed(struct dp_conn *dc, uint16_t type, struct ts_err *err)
 {
-    bool link = type == TS_FRAME_IMAGE || type == TS_FRAME_SHARE || type == TS_FRAME_HELLO;
-    bool worker = type != TS_FRAME_IMAGE && type != TS_FRAME_AUTH;
+    bool link = type == TS_FRAME_IMAGE || type == TS_FRAME_SHARE || type == TS_FRAME_HELLO ||
+                type == TS_FRAME_ROWS_COPY;
+    bool worker = type != TS_FRAME_IMAGE && type != TS_FRAME_AUTH &&
+                  type != TS_FRAME_ROWS_COPY;
 
     if (!dc->dp->require_auth || type == TS_FRAME_HELLO ||
         (type == TS_FRAME_AUTH && dc->hs_pending))

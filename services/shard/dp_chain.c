@@ -86,6 +86,46 @@ static ts_status send_down(struct dp_conn *dc, const struct ts_frame_hdr *h, uin
     return st;
 }
 
+ts_status dp_copy_rows(struct dp_conn *dc, uint32_t follower, uint64_t since,
+                       struct ts_frame_hdr *h, const struct iovec *iov, size_t n,
+                       struct ts_err *err)
+{
+    struct dataplane *dp = dc->dp;
+    int64_t until = ts_now_ms() + CHAIN_REPAIR_MS;
+    ts_status st;
+
+    dc->chain.self = atomic_load(&dp->self);
+    dc->chain.keys = dp->require_auth ? dp_access_chain_key : NULL;
+    dc->chain.keys_ctx = dp;
+    for (;;) {
+        struct ts_err e = { 0 };
+        struct ts_cluster *cl = atomic_load(&dp->cluster);
+
+        if (!ts_cluster_holds(cl, follower, since))
+            return TS_OK;   /* gone: these rows have one copy now (rowcopy.h) */
+        st = chain_send_frame(&dc->chain, cl, dc->job->job.id, follower, h, iov, n, &dp->stop,
+                              &e);
+        if (!st)
+            return TS_OK;
+        if (st != TS_EUNAVAIL) {   /* refused: that copy knows it is broken (dp_rows_copy) */
+            ts_log(TS_WARN, "dataplane", "table %u: shard %u refused a copy of rank %u's push "
+                   "of step %" PRIu64 ": %s", h->tensor, follower, h->rank, h->step, e.msg);
+            return TS_OK;
+        }
+        if (ts_now_ms() > until || atomic_load(&dp->stop))
+            return ts_err_set(err, TS_EUNAVAIL, "table %u: the copy of its rows on shard %u is "
+                              "unreachable and the map still holds it: %s", h->tensor,
+                              follower, e.msg);
+        ts_log(TS_WARN, "dataplane", "table %u: %s; waiting for the map to drop it", h->tensor,
+               e.msg);
+        report(dp, follower, e.msg);
+        for (int64_t wait = ts_now_ms() + 1000;
+             ts_cluster_holds(atomic_load(&dp->cluster), follower, since) &&
+             ts_now_ms() < wait && !atomic_load(&dp->stop); )
+            ts_sleep_ms(50);
+    }
+}
+
 /* After p's update: its image down the chain, then the update is visible to pulls (BSP, REDUCE) or
  * the push is acknowledged (SSP, ASP: the caller acknowledges the push). In BSP and REDUCE the
  * values and state go from where they lie (ts_part_image_pieces: they cannot change before the

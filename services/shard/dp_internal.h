@@ -125,6 +125,27 @@ struct dp_conn {
     uint64_t *scan_ids;
     size_t scan_n, scan_at;
     uint32_t scan_table;
+    /* A frame's ids split per store or per follower (dp_rows.c, rowcopy.h): scratch kept for
+     * the next frame. key: per id of the frame, its store's index or its follower; part: one
+     * store's or follower's ids, their positions in the frame, gradients and rows; own: the
+     * part of a push this shard heads, kept to copy down once the table is let go. */
+    struct {
+        uint32_t *key;
+        uint64_t *ids;
+        size_t *pos;
+        uint8_t *grad;
+        float *rows;
+        uint64_t *own_ids;
+        uint8_t *own_grad;
+        uint32_t *own_f;
+        size_t own_n;
+        uint32_t *fol;              /* the table's followers, me and epoch as placed */
+        size_t nfol;
+        uint32_t me;
+        uint64_t since;
+        size_t key_cap, ids_cap, pos_cap, grad_cap, rows_cap, own_ids_cap, own_grad_cap,
+            own_f_cap, fol_cap;
+    } split;
     int64_t born_ms;
     char source[64];
 };
@@ -252,6 +273,17 @@ ts_status dp_rows_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
 ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
                        struct ts_err *err) TS_MUST_CHECK;
 ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h,
+                       struct ts_err *err) TS_MUST_CHECK;
+/* dp_chain.c: frame h (a ROWS_COPY, its payload iov[0..n)) to the follower of a table's
+ * rows and its ACK. A follower out of the map (under the registration it had at epoch
+ * `since`) is skipped; one that cannot be reached is reported, and waited for to leave the
+ * map (TS_EUNAVAIL if it does not); one that refuses the copy is logged (the copy marks
+ * itself broken): TS_OK both. */
+ts_status dp_copy_rows(struct dp_conn *dc, uint32_t follower, uint64_t since,
+                       struct ts_frame_hdr *h, const struct iovec *iov, size_t n,
+                       struct ts_err *err) TS_MUST_CHECK;
+/* A head's copy of a push (ROWS_COPY), on a chain link: into the copy of its rows. */
+ts_status dp_rows_copy(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
                        struct ts_err *err) TS_MUST_CHECK;
 void dp_rows_free(struct dp_conn *dc);
 

@@ -1,5 +1,5 @@
 /* dp_rows.c - a sparse table's frames on the data plane (frame.h: ROWS_PUSH, ROWS_PULL,
- * ROWS_SCAN; docs/embeddings.md, "Rows on the wire").
+ * ROWS_SCAN, ROWS_COPY; docs/embeddings.md, "Rows on the wire" and "Copies of rows").
  *
  * A push carries a rank's ids of a step, strictly ascending, and their gradients; lib/table
  * checks them and sums or applies them (table.h), and an ACK answers. A pull carries ids in
@@ -7,8 +7,16 @@
  * rows that exist in ascending id, a page a request, for a fingerprint: its first request
  * lists the ids (after the version it names), the next ones page through that list on this
  * connection.
- * Waits are cut in slices so that the job's end (dataplane_end_job) or the shard's stop ends
- * them, as a dense pull's. */
+ * Stores (rowcopy.h): a table's rows here may be in several stores, this shard's own and the
+ * copies it took over from shards that left; a frame's ids are split among them (routed by
+ * the ring the table was placed on), and an id no store here serves is refused (TS_ESTALE:
+ * the worker's map and this shard's differ). The part of a push this shard heads is copied to
+ * its followers (ROWS_COPY) once the stores took it and before the ACK; a copy it holds of
+ * another shard's rows takes that shard's ROWS_COPY frames. A table with one store and no
+ * copies (no replicas) takes frames whole, unrouted.
+ * Waits are cut in slices, with the table's lock let go between them, so that the job's end
+ * (dataplane_end_job), the shard's stop or a rollback (which places the table anew) is not
+ * held up by them. */
 #include "dp_internal.h"
 
 #include <inttypes.h>
@@ -16,39 +24,267 @@
 #include <string.h>
 
 #include "metrics/metrics.h"
+#include "rowcopy.h"
 #include "tables.h"
 #include "transport/frame.h"
+#include "util/log.h"
 #include "util/proc.h"
 
-#define ROWS_SLICE_MS 200           /* how soon a waiting pull sees the job end */
+#define ROWS_SLICE_MS 200           /* how soon a waiting frame lets the table go */
 #define SCAN_PAGE_MAX 65536         /* rows a scan reply carries at most */
+#define COPY_HEAD 8                 /* a ROWS_COPY's head shard id, before its ids */
 
 /* The table a frame names, on a connection that named its job. */
 static ts_status table_of(struct dp_conn *dc, const struct ts_frame_hdr *h,
-                          struct shard_table **st, struct ts_table **t, struct ts_err *err)
+                          struct shard_table **st, struct ts_err *err)
 {
     if (!dc->job)
         return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
     if (!(*st = shard_params_table(dc->dp->params, dc->job, h->tensor)))
         return ts_err_set(err, TS_ENOTFOUND, "table_id: %u is not a table of job '%s' on this "
                           "shard (register it first)", h->tensor, dc->job->job.id);
-    *t = (*st)->t;
     return TS_OK;
 }
 
-/* Room for n rows of dim floats in dc->rows. */
-static ts_status rows_room(struct dp_conn *dc, size_t n, uint32_t dim, struct ts_err *err)
+/* Room for n elements of sz bytes in *p (of *cap). */
+static ts_status grow(void *p, size_t *cap, size_t n, size_t sz, struct ts_err *err)
 {
-    size_t want = n * dim;
+    void **at = p, *q;
+    size_t c = *cap ? *cap : 64;
 
-    if (want <= dc->rows_cap)
+    if (n <= *cap)
         return TS_OK;
-    float *r = realloc(dc->rows, (want ? want : 1) * sizeof(float));
-    if (!r)
-        return ts_err_set(err, TS_ENOMEM, "no memory for %zu rows of %u floats", n, dim);
-    dc->rows = r;
-    dc->rows_cap = want;
+    while (c < n)
+        c *= 2;
+    if (!(q = realloc(*at, c * sz)))
+        return ts_err_set(err, TS_ENOMEM, "no memory for %zu rows of a table frame", n);
+    *at = q;
+    *cap = c;
     return TS_OK;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* A frame's rows: n ids and, for a push, their gradients of `row` bytes each. */
+struct rows_in {
+    size_t n;
+    const uint64_t *ids;
+    const uint8_t *grad;
+    size_t row;
+};
+
+/* Whether t takes frames whole: one store, no copies. */
+static bool whole(const struct shard_table *t)
+{
+    return t->nstores == 1 && !t->replicated;
+}
+
+/* dc->split.key[i]: the index of the store serving in->ids[i]; for an id none here serves,
+ * TS_EROLLBACK once the job is reported lost (its shard died with its copy), else TS_ESTALE
+ * (the worker's map and this shard's differ). t->lock held. */
+static ts_status route(struct dp_conn *dc, struct shard_table *t, const struct rows_in *in,
+                       struct ts_err *err)
+{
+    uint32_t last_origin = 0, last_k = 0;
+    ts_status st;
+
+    if ((st = grow(&dc->split.key, &dc->split.key_cap, in->n, sizeof(uint32_t), err)))
+        return st;
+    for (size_t i = 0; i < in->n; i++) {
+        uint32_t origin = rowcopy_origin(t, in->ids[i]);
+        size_t k = 0;
+        if (i && origin == last_origin) {
+            dc->split.key[i] = last_k;
+            continue;
+        }
+        while (k < t->nstores &&
+               (t->stores[k].origin != origin || !atomic_load(&t->stores[k].owned)))
+            k++;
+        if (k == t->nstores && atomic_load(&dc->job->lost_report))
+            return ts_err_set(err, TS_EROLLBACK, "table '%s': row %" PRIu64 " (ids[%zu]) lost "
+                              "every copy with shard %u; job '%s' goes back to its last "
+                              "snapshot: wait for the master, then continue from there",
+                              t->name, in->ids[i], i, origin, dc->job->job.id);
+        if (k == t->nstores)
+            return ts_err_set(err, TS_ESTALE, "table '%s': row %" PRIu64 " (ids[%zu]) is "
+                              "shard %u's, which this shard does not serve under map epoch %"
+                              PRIu64 "; refresh the shard map", t->name, in->ids[i], i, origin,
+                              ts_cluster_epoch(atomic_load(&dc->dp->cluster)));
+        dc->split.key[i] = last_k = (uint32_t)k;
+        last_origin = origin;
+    }
+    return TS_OK;
+}
+
+/* The rows of in whose key is k, in order, into dc->split's part (ids, positions, and with a
+ * push their gradients); *m: how many. */
+static ts_status gather(struct dp_conn *dc, const struct rows_in *in, const uint32_t *key,
+                        uint32_t k, size_t *m, struct ts_err *err)
+{
+    ts_status st;
+
+    *m = 0;
+    if ((st = grow(&dc->split.ids, &dc->split.ids_cap, in->n, sizeof(uint64_t), err)) ||
+        (st = grow(&dc->split.pos, &dc->split.pos_cap, in->n, sizeof(size_t), err)) ||
+        (in->grad && (st = grow(&dc->split.grad, &dc->split.grad_cap, in->n * in->row, 1,
+                                err))))
+        return st;
+    for (size_t i = 0; i < in->n; i++) {
+        if (key[i] != k)
+            continue;
+        dc->split.ids[*m] = in->ids[i];
+        dc->split.pos[*m] = i;
+        if (in->grad)
+            memcpy(dc->split.grad + *m * in->row, in->grad + i * in->row, in->row);
+        (*m)++;
+    }
+    return TS_OK;
+}
+
+/* An operation on a table's stores, run with its lock held shared (in_slices). */
+typedef ts_status (*locked_fn)(struct dp_conn *dc, struct shard_table *t, void *arg,
+                               struct ts_err *err);
+
+/* Runs fn with t's lock held shared, again while it waits (TS_ETIMEDOUT: a slice passed; the
+ * lock is let go between slices) until DP_PULL_WAIT_MS pass or the job ends (TS_ECANCELLED);
+ * a TS_ESTALE (a row no store here serves, a copy taken over) once more after this shard took
+ * up the newest map. what: the frame, for the message. */
+static ts_status in_slices(struct dp_conn *dc, struct shard_table *t, locked_fn fn, void *arg,
+                           const char *what, struct ts_err *err)
+{
+    int64_t until = ts_now_ms() + DP_PULL_WAIT_MS;
+    bool remapped = false;
+    ts_status st;
+
+    for (;;) {
+        pthread_rwlock_rdlock(&t->lock);
+        st = fn(dc, t, arg, err);
+        pthread_rwlock_unlock(&t->lock);
+        if (st == TS_ESTALE && !remapped && dc->dp->remap) {
+            remapped = true;
+            dc->dp->remap(dc->dp->remap_ctx);
+        } else if (st != TS_ETIMEDOUT || ts_now_ms() >= until) {
+            return st;
+        } else if (atomic_load(&dc->cancel) & DP_CANCEL_END) {
+            return ts_err_set(err, TS_ECANCELLED, "table '%s': the %s ended with its job",
+                              t->name, what);
+        }
+        ts_err_clear(err);
+    }
+}
+
+static bool is_async(const struct dp_conn *dc)
+{
+    return dc->job->job.mode == TS_MODE_SSP || dc->job->job.mode == TS_MODE_ASP;
+}
+
+/* Keeps the part of a push this shard heads (the m rows of dc->split's part, `row` bytes of
+ * gradient each) with each row's follower, and t's followers, to copy down once t is let
+ * go. t->lock held. */
+static ts_status keep_own(struct dp_conn *dc, struct shard_table *t, size_t m, size_t row,
+                          struct ts_err *err)
+{
+    ts_status st;
+
+    if ((st = grow(&dc->split.own_ids, &dc->split.own_ids_cap, m, sizeof(uint64_t), err)) ||
+        (st = grow(&dc->split.own_grad, &dc->split.own_grad_cap, m * row, 1, err)) ||
+        (st = grow(&dc->split.own_f, &dc->split.own_f_cap, m, sizeof(uint32_t), err)) ||
+        (st = grow(&dc->split.fol, &dc->split.fol_cap, t->nfollowers, sizeof(uint32_t), err)))
+        return st;
+    memcpy(dc->split.own_ids, dc->split.ids, m * sizeof(uint64_t));
+    memcpy(dc->split.own_grad, dc->split.grad, m * row);
+    for (size_t i = 0; i < m; i++)
+        dc->split.own_f[i] = rowcopy_follower(t, dc->split.ids[i]);
+    memcpy(dc->split.fol, t->followers, t->nfollowers * sizeof(uint32_t));
+    dc->split.nfol = t->nfollowers;
+    dc->split.own_n = m;
+    dc->split.me = t->me;
+    dc->split.since = t->placed_epoch;
+    return TS_OK;
+}
+
+/* A worker's push (in_slices): each store served here takes its part (an empty one where the
+ * push has none of its rows: BSP counts every rank's push), once the copies taken over are at
+ * the push's step; the part of this shard's own rows is kept to copy down. */
+struct push_arg {
+    const struct ts_frame_hdr *h;
+    struct rows_in in;
+    bool applied;
+};
+
+static ts_status push_locked(struct dp_conn *dc, struct shard_table *t, void *arg,
+                             struct ts_err *err)
+{
+    struct push_arg *a = arg;
+    struct ts_row_push p = { .rank = a->h->rank, .step = a->h->step,
+                             .encoding = a->h->encoding,
+                             .retry = (a->h->flags & TS_PUSH_RETRY) != 0 };
+    bool applied = false;
+    ts_status st;
+
+    dc->split.own_n = dc->split.nfol = 0;
+    if (whole(t)) {
+        p.n = a->in.n;
+        p.ids = a->in.ids;
+        p.grad = a->in.grad;
+        st = ts_table_push(t->t, &p, &a->applied, err);
+        return st;
+    }
+    if ((st = route(dc, t, &a->in, err)))
+        return st;
+    for (size_t k = 1; !is_async(dc) && k < t->nstores; k++)
+        if (atomic_load(&t->stores[k].owned) && ts_table_step(t->stores[k].t) < p.step &&
+            (st = ts_table_wait(t->stores[k].t, p.step, ROWS_SLICE_MS, err)))
+            return st;
+    for (size_t k = 0; k < t->nstores; k++) {
+        size_t m = 0;
+        if (!atomic_load(&t->stores[k].owned))
+            continue;
+        if ((st = gather(dc, &a->in, dc->split.key, (uint32_t)k, &m, err)))
+            return st;
+        p.n = m;
+        p.ids = dc->split.ids;
+        p.grad = dc->split.grad;
+        if ((st = ts_table_push(t->stores[k].t, &p, &applied, err)))
+            return st;
+        a->applied |= applied;
+        if (k == 0 && t->replicated && (st = keep_own(dc, t, m, a->in.row, err)))
+            return st;
+    }
+    return TS_OK;
+}
+
+/* The kept part of a push (keep_own) to each follower, as ROWS_COPY frames: the rows it holds
+ * copies of, none where it holds none (its copy counts every rank's push, as a store does). */
+static ts_status copy_down(struct dp_conn *dc, const struct ts_frame_hdr *h, size_t row,
+                           struct ts_err *err)
+{
+    const struct rows_in own = { .n = dc->split.own_n, .ids = dc->split.own_ids,
+                                 .grad = dc->split.own_grad, .row = row };
+    uint8_t head[COPY_HEAD] = { 0 };
+    ts_status st = TS_OK;
+
+    for (int b = 0; b < 4; b++)
+        head[b] = (uint8_t)(dc->split.me >> (8 * b));
+    for (size_t f = 0; !st && f < dc->split.nfol; f++) {
+        struct ts_frame_hdr c = { .type = TS_FRAME_ROWS_COPY, .tensor = h->tensor,
+                                  .step = h->step, .rank = h->rank, .dtype = 1,
+                                  .encoding = h->encoding, .flags = TS_PUSH_RETRY };
+        size_t m = 0;
+        if ((st = gather(dc, &own, dc->split.own_f, dc->split.fol[f], &m, err)))
+            break;
+        c.partition = (uint32_t)m;
+        const struct iovec io[3] = { { head, COPY_HEAD },
+                                     { dc->split.ids, m * sizeof(uint64_t) },
+                                     { dc->split.grad, m * row } };
+        st = dp_copy_rows(dc, dc->split.fol[f], dc->split.since, &c, io, 3, err);
+    }
+    return st;
 }
 
 ts_status dp_rows_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
@@ -56,50 +292,148 @@ ts_status dp_rows_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
 {
     struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .tensor = h->tensor, .step = h->step };
     struct shard_table *sht;
-    struct ts_table *t;
     size_t n = h->partition, elem = h->encoding == TS_ENC_FIXED ? sizeof(int64_t)
                                                                 : sizeof(float);
-    bool applied = false;
+    struct push_arg a = { .h = h };
     ts_status st;
 
-    if ((st = table_of(dc, h, &sht, &t, err)) || (st = dp_owns(dc, h->rank, 0, err)))
+    if ((st = table_of(dc, h, &sht, err)) || (st = dp_owns(dc, h->rank, 0, err)))
         return st;
-    if (n > TS_TABLE_PUSH_MAX ||
-        h->len != n * (sizeof(uint64_t) + (size_t)ts_table_dim(t) * elem))
+    if (n > TS_TABLE_PUSH_MAX || h->len != n * (sizeof(uint64_t) + (size_t)sht->dim * elem))
         return ts_err_set(err, TS_EINVAL, "table '%s': a push of %zu rows of %u elements of %zu "
-                          "bytes, after their ids, is %zu bytes, not %" PRIu64, ts_table_name(t),
-                          n, ts_table_dim(t), elem,
-                          n * (sizeof(uint64_t) + (size_t)ts_table_dim(t) * elem), h->len);
-    const struct ts_row_push in = { .rank = h->rank, .step = h->step, .n = n, .ids = buf,
-                                    .encoding = h->encoding,
-                                    .grad = (const uint8_t *)buf + n * sizeof(uint64_t) };
-    if ((st = ts_table_push(t, &in, &applied, err)))
+                          "bytes, after their ids, is %zu bytes, not %" PRIu64, sht->name, n,
+                          sht->dim, elem, n * (sizeof(uint64_t) + (size_t)sht->dim * elem),
+                          h->len);
+    a.in = (struct rows_in){ .n = n, .ids = buf, .row = (size_t)sht->dim * elem,
+                             .grad = (const uint8_t *)buf + n * sizeof(uint64_t) };
+    if ((st = in_slices(dc, sht, push_locked, &a, "push", err)) ||
+        (st = copy_down(dc, h, a.in.row, err)))
         return st;
     atomic_fetch_add(&sht->pushed, n);
-    ts_counter_add(dc->metrics.updates, applied);
+    ts_counter_add(dc->metrics.updates, a.applied);
     ts_counter_add(dc->metrics.push_bytes, h->len);
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
 
-/* Waits for version want of t in slices, ending with the job (TS_ECANCELLED), then reads ids
- * into dc->rows. */
-static ts_status read_rows(struct dp_conn *dc, struct ts_table *t, uint32_t rank, uint64_t want,
-                           const uint64_t *ids, size_t n, struct ts_err *err)
+/* A head's copy of a push (in_slices): into the copy of its rows here, once the copy is at
+ * the push's step (the head takes rank r's next push, and copies it, as soon as its own rows
+ * applied this step: another rank's copy of it may still be on its way). A copy that refuses
+ * one is broken from then on: it drops what comes and cannot take over (rowcopy.h). */
+struct copy_arg {
+    const struct ts_frame_hdr *h;
+    uint32_t origin;
+    struct rows_in in;
+};
+
+static ts_status copy_locked(struct dp_conn *dc, struct shard_table *t, void *arg,
+                             struct ts_err *err)
 {
-    int64_t until = ts_now_ms() + DP_PULL_WAIT_MS;
+    struct copy_arg *a = arg;
+    struct table_store *s = rowcopy_store(t, a->origin);
+    struct ts_row_push p = { .rank = a->h->rank, .step = a->h->step, .n = a->in.n,
+                             .ids = a->in.ids, .grad = a->in.grad,
+                             .encoding = a->h->encoding, .retry = true };
+    bool applied;
     ts_status st;
 
-    if ((st = rows_room(dc, n, ts_table_dim(t), err)))
+    if (!s || s == &t->stores[0])
+        return ts_err_set(err, TS_ESTALE, "copy: this shard holds no copy of shard %u's rows of "
+                          "table '%s' (placed under map epoch %" PRIu64 ")", a->origin, t->name,
+                          t->placed_epoch);
+    if (atomic_load(&s->owned))
+        return ts_err_set(err, TS_ESTALE, "copy: this shard took over shard %u's rows of table "
+                          "'%s' (it left the map)", a->origin, t->name);
+    if (atomic_load(&s->broken))
+        return TS_OK;
+    for (size_t i = 0; i < a->in.n; i++)
+        if (rowcopy_origin(t, a->in.ids[i]) != a->origin ||
+            rowcopy_follower(t, a->in.ids[i]) != t->me)
+            return ts_err_set(err, TS_EINVAL, "copy: ids[%zu]: row %" PRIu64 " of table '%s' is "
+                              "not one whose copy this shard holds for shard %u", i,
+                              a->in.ids[i], t->name, a->origin);
+    if (!is_async(dc) && ts_table_step(s->t) < p.step &&
+        (st = ts_table_wait(s->t, p.step, ROWS_SLICE_MS, err)))
         return st;
-    for (;;) {
-        st = ts_table_pull(t, rank, want, ROWS_SLICE_MS, ids, n, dc->rows, err);
-        if (st != TS_ETIMEDOUT || ts_now_ms() >= until)
-            return st;
-        if (atomic_load(&dc->cancel) & DP_CANCEL_END)
-            return ts_err_set(err, TS_ECANCELLED, "table '%s': the pull of version %" PRIu64
-                              " ended with its job", ts_table_name(t), want);
-        ts_err_clear(err);
+    if ((st = ts_table_push(s->t, &p, &applied, err))) {
+        atomic_store(&s->broken, true);
+        ts_log(TS_WARN, "dataplane", "table '%s': the copy of shard %u's rows refused a push "
+               "(%s); it cannot take over if that shard goes (the job would go back to its "
+               "last snapshot)", t->name, a->origin, err->msg);
     }
+    return st;
+}
+
+ts_status dp_rows_copy(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
+                       struct ts_err *err)
+{
+    struct ts_frame_hdr ack = { .type = TS_FRAME_ACK, .tensor = h->tensor, .step = h->step };
+    struct shard_table *sht;
+    size_t n = h->partition, elem = h->encoding == TS_ENC_FIXED ? sizeof(int64_t)
+                                                                : sizeof(float);
+    struct copy_arg a = { .h = h };
+    const uint8_t *b = buf;
+    ts_status st;
+
+    if ((st = table_of(dc, h, &sht, err)))
+        return st;
+    if (n > TS_TABLE_PUSH_MAX ||
+        h->len != COPY_HEAD + n * (sizeof(uint64_t) + (size_t)sht->dim * elem))
+        return ts_err_set(err, TS_EINVAL, "copy: table '%s': %zu rows of %u elements of %zu "
+                          "bytes, after the head's id and their ids, are %zu bytes, not %"
+                          PRIu64, sht->name, n, sht->dim, elem,
+                          COPY_HEAD + n * (sizeof(uint64_t) + (size_t)sht->dim * elem), h->len);
+    for (int k = 0; k < 4; k++)
+        a.origin |= (uint32_t)b[k] << (8 * k);
+    a.in = (struct rows_in){ .n = n, .ids = (const uint64_t *)(b + COPY_HEAD),
+                             .row = (size_t)sht->dim * elem,
+                             .grad = b + COPY_HEAD + n * sizeof(uint64_t) };
+    if ((st = in_slices(dc, sht, copy_locked, &a, "copy of a push", err)))
+        return st;
+    return ts_frame_send(dc->c, &ack, NULL, 0, err);
+}
+
+/* Rows of in->ids (rank's, at version want) into out (in_slices): from the one store, or
+ * each store's ids gathered, read and put back at their positions. */
+struct read_arg {
+    uint32_t rank;
+    uint64_t want;
+    struct rows_in in;
+    float *out;
+};
+
+static ts_status read_locked(struct dp_conn *dc, struct shard_table *t, void *arg,
+                             struct ts_err *err)
+{
+    struct read_arg *a = arg;
+    size_t dim = t->dim;
+    ts_status st;
+
+    if (whole(t))
+        return ts_table_pull(t->t, a->rank, a->want, ROWS_SLICE_MS, a->in.ids, a->in.n, a->out,
+                             err);
+    if ((st = route(dc, t, &a->in, err)))
+        return st;
+    for (size_t k = 0; k < t->nstores; k++) {
+        size_t m = 0;
+        if (!atomic_load(&t->stores[k].owned))
+            continue;
+        if ((st = gather(dc, &a->in, dc->split.key, (uint32_t)k, &m, err)) ||
+            (st = grow(&dc->split.rows, &dc->split.rows_cap, m * dim, sizeof(float), err)))
+            return st;
+        if (m && (st = ts_table_pull(t->stores[k].t, a->rank, a->want, ROWS_SLICE_MS,
+                                     dc->split.ids, m, dc->split.rows, err)))
+            return st;
+        for (size_t i = 0; i < m; i++)
+            memcpy(a->out + dc->split.pos[i] * dim, dc->split.rows + i * dim,
+                   dim * sizeof(float));
+    }
+    return TS_OK;
+}
+
+/* Room for n rows of dim floats in dc->rows. */
+static ts_status rows_room(struct dp_conn *dc, size_t n, uint32_t dim, struct ts_err *err)
+{
+    return grow(&dc->rows, &dc->rows_cap, n * dim, sizeof(float), err);
 }
 
 ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
@@ -108,26 +442,29 @@ ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
     struct ts_frame_hdr out = { .type = TS_FRAME_ROWS, .tensor = h->tensor, .step = h->step,
                                 .partition = h->partition, .dtype = 1 };
     struct shard_table *sht;
-    struct ts_table *t;
     size_t n = h->partition;
     ts_status st;
 
-    if ((st = table_of(dc, h, &sht, &t, err)))
+    if ((st = table_of(dc, h, &sht, err)))
         return st;
     if (n > TS_TABLE_PUSH_MAX || h->len != n * sizeof(uint64_t))
         return ts_err_set(err, TS_EINVAL, "table '%s': a pull of %zu ids is %zu bytes, not %"
-                          PRIu64 " (at most %u ids)", ts_table_name(t), n,
-                          n * sizeof(uint64_t), h->len, TS_TABLE_PUSH_MAX);
+                          PRIu64 " (at most %u ids)", sht->name, n, n * sizeof(uint64_t),
+                          h->len, TS_TABLE_PUSH_MAX);
     /* The reply is one frame: no pull makes the shard hold more than a frame's rows. */
-    if (n * ts_table_dim(t) * sizeof(float) > TS_FRAME_MAX)
+    if (n * sht->dim * sizeof(float) > TS_FRAME_MAX)
         return ts_err_set(err, TS_EINVAL, "table '%s': %zu rows of %u floats are more than one "
-                          "reply frame holds (%u bytes); pull fewer at a time",
-                          ts_table_name(t), n, ts_table_dim(t), TS_FRAME_MAX);
-    if ((st = read_rows(dc, t, h->rank, h->step, buf, n, err)))
+                          "reply frame holds (%u bytes); pull fewer at a time", sht->name, n,
+                          sht->dim, TS_FRAME_MAX);
+    struct read_arg a = { .rank = h->rank, .want = h->step, .in = { .n = n, .ids = buf } };
+    if ((st = rows_room(dc, n, sht->dim, err)))
+        return st;
+    a.out = dc->rows;
+    if ((st = in_slices(dc, sht, read_locked, &a, "pull", err)))
         return st;
     atomic_fetch_add(&sht->pulled, n);
-    ts_counter_add(dc->metrics.pull_bytes, n * ts_table_dim(t) * sizeof(float));
-    return ts_frame_send(dc->c, &out, dc->rows, n * ts_table_dim(t) * sizeof(float), err);
+    ts_counter_add(dc->metrics.pull_bytes, n * sht->dim * sizeof(float));
+    return ts_frame_send(dc->c, &out, dc->rows, n * sht->dim * sizeof(float), err);
 }
 
 static void scan_end(struct dp_conn *dc)
@@ -138,42 +475,75 @@ static void scan_end(struct dp_conn *dc)
     dc->scan_table = 0;
 }
 
+/* A scan's list (in_slices; *want the version): the ids of every store served here, once
+ * each is at the version, ascending, into dc->scan_ids. */
+static ts_status list_locked(struct dp_conn *dc, struct shard_table *t, void *arg,
+                             struct ts_err *err)
+{
+    const uint64_t *want = arg;
+    size_t served = 0;
+    ts_status st = TS_OK;
+
+    scan_end(dc);
+    for (size_t k = 0; !st && k < t->nstores; k++) {
+        uint64_t *ids = NULL, *all;
+        size_t n = 0;
+        if (!atomic_load(&t->stores[k].owned))
+            continue;
+        served++;
+        if ((st = ts_table_ids(t->stores[k].t, *want, ROWS_SLICE_MS, &ids, &n, err)))
+            break;
+        if (n && !(all = realloc(dc->scan_ids, (dc->scan_n + n) * sizeof(*all)))) {
+            free(ids);
+            st = ts_err_set(err, TS_ENOMEM, "table '%s': no memory to list %zu rows", t->name,
+                            dc->scan_n + n);
+            break;
+        }
+        if (n) {
+            memcpy(all + dc->scan_n, ids, n * sizeof(*ids));
+            dc->scan_ids = all;
+            dc->scan_n += n;
+        }
+        free(ids);
+    }
+    if (st)
+        scan_end(dc);
+    else if (served > 1)   /* the stores hold no id twice */
+        qsort(dc->scan_ids, dc->scan_n, sizeof(*dc->scan_ids), cmp_u64);
+    return st;
+}
+
 ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h, struct ts_err *err)
 {
     struct ts_frame_hdr out = { .type = TS_FRAME_ROWS, .tensor = h->tensor, .dtype = 1 };
     struct shard_table *sht;
-    struct ts_table *t;
     size_t k;
     ts_status st;
 
-    if ((st = table_of(dc, h, &sht, &t, err)))
+    if ((st = table_of(dc, h, &sht, err)))
         return st;
     if (h->partition < 1 || h->partition > SCAN_PAGE_MAX)
         return ts_err_set(err, TS_EINVAL, "table '%s': a scan page of %u rows; ask for 1..%d",
-                          ts_table_name(t), h->partition, SCAN_PAGE_MAX);
+                          sht->name, h->partition, SCAN_PAGE_MAX);
     if (h->flags & TS_SCAN_FIRST) {
-        int64_t until = ts_now_ms() + DP_PULL_WAIT_MS;
-
-        scan_end(dc);
-        while ((st = ts_table_ids(t, h->step, ROWS_SLICE_MS, &dc->scan_ids, &dc->scan_n,
-                                  err)) == TS_ETIMEDOUT && ts_now_ms() < until &&
-               !(atomic_load(&dc->cancel) & DP_CANCEL_END))
-            ts_err_clear(err);
-        if (st)
+        uint64_t want = h->step;
+        if ((st = in_slices(dc, sht, list_locked, &want, "scan", err)))
             return st;
         dc->scan_table = h->tensor + 1;
     }
     if (dc->scan_table != h->tensor + 1)
         return ts_err_set(err, TS_ESTATE, "table '%s': no scan of it is in progress on this "
-                          "connection (begin one with TS_SCAN_FIRST)", ts_table_name(t));
+                          "connection (begin one with TS_SCAN_FIRST)", sht->name);
     k = dc->scan_n - dc->scan_at;
     if (k > h->partition)
         k = h->partition;
-    if (k && (st = read_rows(dc, t, 0, 0, dc->scan_ids + dc->scan_at, k, err)))
+    struct read_arg a = { .in = { .n = k, .ids = dc->scan_ids + dc->scan_at } };
+    if (k && ((st = rows_room(dc, k, sht->dim, err)) ||
+              ((a.out = dc->rows), (st = in_slices(dc, sht, read_locked, &a, "scan", err)))))
         return st;
     const struct iovec parts[2] = {
         { (void *)(dc->scan_ids + dc->scan_at), k * sizeof(uint64_t) },
-        { dc->rows, k * ts_table_dim(t) * sizeof(float) },
+        { dc->rows, k * sht->dim * sizeof(float) },
     };
     out.step = dc->scan_n;
     out.partition = h->partition;   /* the page asked for; the length says how many came */
@@ -187,4 +557,14 @@ void dp_rows_free(struct dp_conn *dc)
     free(dc->rows);
     dc->rows = NULL;
     dc->rows_cap = 0;
+    free(dc->split.key);
+    free(dc->split.ids);
+    free(dc->split.pos);
+    free(dc->split.grad);
+    free(dc->split.rows);
+    free(dc->split.own_ids);
+    free(dc->split.own_grad);
+    free(dc->split.own_f);
+    free(dc->split.fol);
+    memset(&dc->split, 0, sizeof(dc->split));
 }

@@ -7,6 +7,7 @@
 #include "shard.h"
 
 #include "dp_internal.h"
+#include "rowcopy.h"
 #include "tables.h"
 #include "metrics/metrics.h"
 
@@ -21,11 +22,10 @@ static struct {
 static void collect_table(void *arg, const char *job, struct shard_table *t)
 {
     const char *v[2] = { job, t->name };
-    uint64_t rows = ts_table_count(t->t);
 
     (void)arg;
-    ts_gauge_set(ts_metric_child(fam.table_rows, v), (double)rows);
-    ts_gauge_set(ts_metric_child(fam.table_bytes, v), (double)(rows * ts_table_row_bytes(t->t)));
+    ts_gauge_set(ts_metric_child(fam.table_rows, v), (double)rowcopy_rows(t));
+    ts_gauge_set(ts_metric_child(fam.table_bytes, v), (double)rowcopy_bytes(t));
     ts_counter_set(ts_metric_child(fam.table_pulled, v), atomic_load(&t->pulled));
     ts_counter_set(ts_metric_child(fam.table_pushed, v), atomic_load(&t->pushed));
 }
@@ -110,9 +110,10 @@ void shard_metrics_init(struct shard *s)
                                     "released because the master held nothing of them for "
                                     "--orphan-job-ms", TS_METRIC_COUNTER, NULL, NULL, 0);
     fam.table_rows = ts_metrics_family("tessera_shard_table_rows", "rows of a sparse table this "
-                                       "shard holds", TS_METRIC_GAUGE, "job_id,table", NULL, 0);
+                                       "shard serves (its own, and copies it took over)", TS_METRIC_GAUGE, "job_id,table", NULL, 0);
     fam.table_bytes = ts_metrics_family("tessera_shard_table_bytes", "bytes the row budget "
-                                        "(--table-mem) counts for them", TS_METRIC_GAUGE,
+                                        "(--table-mem) counts for the table's rows here, "
+                                        "copies of other shards' rows included", TS_METRIC_GAUGE,
                                         "job_id,table", NULL, 0);
     fam.table_pulled = ts_metrics_family("tessera_shard_table_rows_pulled_total", "rows of the "
                                          "table workers pulled (ids, repeats merged by the "

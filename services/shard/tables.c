@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "placement/ring.h"
+#include "rowcopy.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -36,22 +37,24 @@ static ts_status check_spec(const Tessera__V1__RegisterTableRequest *req, struct
     return ts_job_id_check("table.name", s->name, err);
 }
 
-static int cmp_u32(const void *a, const void *b)
+static void table_free(struct shard_table *t)
 {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-    return x < y ? -1 : x > y;
+    rowcopy_free(t);
+    ts_table_free(t->t);
+    pthread_rwlock_destroy(&t->lock);
+    free(t);
 }
 
-static ts_status create(struct shard_params *sp, struct ts_cluster *cl, struct shard_job *sj,
-                        const Tessera__V1__RegisterTableRequest *req, struct shard_table **out,
-                        struct ts_err *err)
+static ts_status create(struct shard_params *sp, struct ts_cluster *cl, uint32_t me,
+                        struct shard_job *sj, const Tessera__V1__RegisterTableRequest *req,
+                        struct shard_table **out, struct ts_err *err)
 {
     const Tessera__V1__TableSpec *s = req->table;
     struct ts_table_cfg cfg = { .name = s->name, .dim = s->dim, .max_id = s->max_id,
                                 .init = s->initializer, .seed = s->seed,
                                 .optimizer = s->optimizer };
     struct shard_table *t = calloc(1, sizeof(*t));
+    pthread_rwlockattr_t ra;
     ts_status st;
 
     if (!t)
@@ -60,6 +63,11 @@ static ts_status create(struct shard_params *sp, struct ts_cluster *cl, struct s
         free(t);
         return st;
     }
+    /* A rollback's exclusive hold is not starved by pulls that keep coming. */
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&t->lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
     t->id = req->table_id;
     snprintf(t->name, sizeof(t->name), "%s", s->name);
     snprintf(t->init, sizeof(t->init), "%s", s->initializer);
@@ -67,8 +75,10 @@ static ts_status create(struct shard_params *sp, struct ts_cluster *cl, struct s
     t->dim = s->dim;
     t->max_id = s->max_id;
     t->seed = s->seed;
-    t->nmembers = ts_cluster_shard_ids(cl, t->members, TS_CLUSTER_MAX_SHARDS);
-    qsort(t->members, t->nmembers, sizeof(*t->members), cmp_u32);
+    if ((st = rowcopy_place(t, &sj->job, &sp->tables_budget, cl, me, err))) {
+        table_free(t);
+        return st;
+    }
     *out = t;
     return TS_OK;
 }
@@ -90,18 +100,17 @@ static ts_status find(const struct shard_job *sj, const Tessera__V1__RegisterTab
     return TS_OK;
 }
 
-/* Whether this shard holds row id of the table being restored (ctx: struct restore). */
-struct restore {
-    struct ts_ring *ring;
-    uint64_t nh;
-    uint32_t me;
+/* Whether store s of table t holds row id, for a snapshot's load. */
+struct keeper {
+    const struct shard_table *t;
+    const struct table_store *s;
 };
 
-static bool ours(void *ctx, uint64_t id)
+static bool keeps(void *ctx, uint64_t id)
 {
-    const struct restore *r = ctx;
+    const struct keeper *k = ctx;
 
-    return ts_ring_lookup_hash(r->ring, ts_ring_row_hash(r->nh, id)) == r->me;
+    return rowcopy_keeps(k->t, k->s, id);
 }
 
 static int by_step(const void *a, const void *b)
@@ -111,18 +120,16 @@ static int by_step(const void *a, const void *b)
     return x->step < y->step ? -1 : x->step > y->step;
 }
 
-/* A new table t of a restored cluster starts from the snapshot's table of its name, if it
- * has one: its runs loaded oldest first, the rows the ring gives this shard kept, and the
- * snapshot's step. */
-static ts_status load_table(struct shard_params *sp, struct ts_cluster *cl, uint32_t me,
-                            struct shard_table *t, const Tessera__V1__TableSpec *spec,
-                            const ts_manifest *m, const char *hex, struct ts_err *err)
+/* Table t (placed: rowcopy_place) starts from the snapshot's table of its name, if it has
+ * one: its runs loaded oldest first, each store keeping its rows of the placed ring (this
+ * shard's own, and the copies it holds), all at the snapshot's step. */
+static ts_status load_table(struct shard_params *sp, struct shard_table *t,
+                            const Tessera__V1__TableSpec *spec, const ts_manifest *m,
+                            const char *hex, struct ts_err *err)
 {
     const ts_table_manifest *tm = NULL;
-    struct restore r = { .nh = ts_ring_name_hash(t->name), .me = me };
     const ts_row_run **runs = NULL;
-    uint64_t epoch;
-    ts_status st;
+    ts_status st = TS_OK;
 
     for (size_t i = 0; m && i < m->n_tables && !tm; i++)
         if (strcmp(m->tables[i]->spec->name, t->name) == 0)
@@ -135,12 +142,8 @@ static ts_status load_table(struct shard_params *sp, struct ts_cluster *cl, uint
                           "register it so", t->name, tm->id, hex, tm->spec->dim,
                           tm->spec->max_id, tm->spec->initializer, tm->spec->seed,
                           tm->spec->optimizer);
-    if ((st = ts_cluster_ring_copy(cl, &r.ring, &epoch, err)))
-        return st;
-    if (!(runs = malloc((tm->n_runs + 1) * sizeof(*runs)))) {
-        ts_ring_free(r.ring);
+    if (!(runs = malloc((tm->n_runs + 1) * sizeof(*runs))))
         return ts_err_set(err, TS_ENOMEM, "out of memory");
-    }
     memcpy(runs, tm->runs, tm->n_runs * sizeof(*runs));
     qsort(runs, tm->n_runs, sizeof(*runs), by_step);
     for (size_t k = 0; !st && k < tm->n_runs; k++) {
@@ -151,18 +154,19 @@ static ts_status load_table(struct shard_params *sp, struct ts_cluster *cl, uint
                             runs[k]->records);
         if (!st)
             st = ts_snap_read_run(sp->store, m, tm, runs[k], buf, err);
-        if (!st)
-            st = ts_table_load(t->t, buf, (size_t)runs[k]->records, ours, &r, err);
+        for (size_t j = 0; !st && j < t->nstores; j++) {
+            struct keeper kp = { t, &t->stores[j] };
+            st = ts_table_load(t->stores[j].t, buf, (size_t)runs[k]->records, keeps, &kp, err);
+        }
         free(buf);
     }
-    if (!st)
-        st = ts_table_set_step(t->t, m->step, err);
+    for (size_t j = 0; !st && j < t->nstores; j++)
+        st = ts_table_set_step(t->stores[j].t, m->step, err);
     if (!st)
         ts_log(TS_INFO, "shard", "table '%s': %" PRIu64 " of its %" PRIu64 " rows loaded from "
-               "snapshot %.12s at step %" PRIu64, t->name, ts_table_count(t->t), tm->rows, hex,
-               m->step);
+               "snapshot %.12s at step %" PRIu64 " (and %zu copies of other shards' rows)",
+               t->name, ts_table_count(t->t), tm->rows, hex, m->step, t->nstores - 1);
     free(runs);
-    ts_ring_free(r.ring);
     return st;
 }
 
@@ -185,10 +189,9 @@ ts_status shard_params_register_table(struct shard_params *sp, struct ts_cluster
                         "tables live on the shards (bsp, ssp or asp)");
     if (!st)
         st = find(sj, req, &t, err);
-    if (!st && !t && !(st = create(sp, cl, sj, req, &t, err)) &&
-        (st = load_table(sp, cl, my_id, t, req->table, sp->restore, sp->restore_hex, err))) {
-        ts_table_free(t->t);
-        free(t);
+    if (!st && !t && !(st = create(sp, cl, my_id, sj, req, &t, err)) &&
+        (st = load_table(sp, t, req->table, sp->restore, sp->restore_hex, err))) {
+        table_free(t);
         t = NULL;
     }
     if (!st && !sj->tables[req->table_id]) {
@@ -206,7 +209,7 @@ ts_status shard_params_register_table(struct shard_params *sp, struct ts_cluster
     }
     if (!st) {
         *version = ts_table_step(t->t);
-        *rows = ts_table_count(t->t);
+        *rows = rowcopy_rows(t);
     }
     if (st && made)
         params_drop_unused(sp, sj);
@@ -253,9 +256,8 @@ void shard_tables_free(struct shard_job *sj)
 {
     for (uint32_t i = 0; i < SHARD_MAX_TABLES; i++)
         if (sj->tables[i]) {
-            ts_table_free(sj->tables[i]->t);
             runs_free(sj->tables[i]);
-            free(sj->tables[i]);
+            table_free(sj->tables[i]);
             sj->tables[i] = NULL;
         }
     sj->ntables = 0;
@@ -281,6 +283,97 @@ static bool want_full(struct shard_params *sp, struct shard_table *t)
     return since >= ts_table_count(t->t);
 }
 
+/* Arms (or disarms) step's capture in every store of t served to workers: full in all when
+ * the run is full (want_full), else full only in a copy taken over since the last run. */
+static ts_status arm_table(struct shard_params *sp, struct shard_table *t, uint64_t step,
+                           bool disarm, bool *armed, struct ts_err *err)
+{
+    bool full = !disarm && want_full(sp, t);
+    ts_status st = TS_OK;
+
+    *armed = true;
+    pthread_rwlock_rdlock(&t->lock);
+    for (size_t k = 0; k < t->nstores && !st; k++) {
+        struct table_store *s = &t->stores[k];
+        bool one = true;
+        if (!atomic_load(&s->owned))
+            continue;
+        if (disarm)
+            ts_table_disarm(s->t);
+        else if (!(st = ts_table_arm(s->t, step, full || atomic_load(&s->full), &one, err)))
+            *armed &= one;
+    }
+    if (st || !*armed)
+        for (size_t k = 0; k < t->nstores; k++)
+            if (atomic_load(&t->stores[k].owned))
+                ts_table_disarm(t->stores[k].t);
+    pthread_rwlock_unlock(&t->lock);
+    return st;
+}
+
+/* Whether every store of t served to workers has its capture of step. */
+static bool captured(struct shard_table *t, uint64_t step)
+{
+    bool all = true;
+
+    pthread_rwlock_rdlock(&t->lock);
+    for (size_t k = 0; all && k < t->nstores; k++)
+        all = !atomic_load(&t->stores[k].owned) || ts_table_captured(t->stores[k].t, step);
+    pthread_rwlock_unlock(&t->lock);
+    return all;
+}
+
+static int cmp_record(const void *a, const void *b)
+{
+    uint64_t x, y;
+
+    memcpy(&x, a, sizeof(x));
+    memcpy(&y, b, sizeof(y));
+    return x < y ? -1 : x > y;
+}
+
+/* Takes every served store's capture of step into one (*out: ascending id, full as
+ * stores[0]'s; *got false if one went). */
+static ts_status take_table(struct shard_table *t, uint64_t step, struct ts_table_capture *out,
+                            bool *got, struct ts_err *err)
+{
+    size_t rb = ts_table_record_bytes(t->t);
+    ts_status st = TS_OK;
+
+    *got = true;
+    memset(out, 0, sizeof(*out));
+    pthread_rwlock_rdlock(&t->lock);
+    for (size_t k = 0; k < t->nstores && !st && *got; k++) {
+        struct ts_table_capture c = { 0 };
+        bool one = false;
+        uint8_t *grown;
+        if (!atomic_load(&t->stores[k].owned))
+            continue;
+        if ((st = ts_table_capture_take(t->stores[k].t, step, &c, &one, err)) || !one) {
+            *got = one;
+            break;
+        }
+        if (k == 0) {
+            *out = c;
+            continue;
+        }
+        if (!(grown = realloc(out->records, (out->n + c.n) * rb + 1))) {
+            free(c.records);
+            st = ts_err_set(err, TS_ENOMEM, "table '%s': out of memory for a capture",
+                            t->name);
+            break;
+        }
+        memcpy(grown + out->n * rb, c.records, c.n * rb);
+        out->records = grown;
+        out->n += c.n;
+        free(c.records);
+    }
+    pthread_rwlock_unlock(&t->lock);
+    if (!st && *got && t->nstores > 1)
+        qsort(out->records, out->n, rb, cmp_record);
+    return st;
+}
+
 ts_status shard_tables_arm(struct shard_params *sp, struct shard_job *sj, uint64_t step,
                            bool disarm, bool *past, uint64_t *maxv, struct ts_err *err)
 {
@@ -293,12 +386,8 @@ ts_status shard_tables_arm(struct shard_params *sp, struct shard_job *sj, uint64
         bool armed = false;
         if (!t)
             continue;
-        if (disarm) {
-            ts_table_disarm(t->t);
+        if ((st = arm_table(sp, t, step, disarm, &armed, err)) || disarm)
             continue;
-        }
-        if ((st = ts_table_arm(t->t, step, want_full(sp, t), &armed, err)))
-            break;
         if (!armed) {
             *past = true;
             if (ts_table_step(t->t) > *maxv)
@@ -307,9 +396,12 @@ ts_status shard_tables_arm(struct shard_params *sp, struct shard_job *sj, uint64
         }
     }
     if ((st || *past) && !disarm)   /* nothing stays armed */
-        for (uint32_t k = 0; k < i; k++)
-            if (shard_params_table(sp, sj, k))
-                ts_table_disarm(shard_params_table(sp, sj, k)->t);
+        for (uint32_t k = 0; k < i; k++) {
+            struct shard_table *t = shard_params_table(sp, sj, k);
+            bool ignored;
+            if (t)
+                (void)arm_table(sp, t, step, true, &ignored, err);
+        }
     return st;
 }
 
@@ -334,7 +426,7 @@ static ts_status piece_table(struct ts_snap_piece *pc, const struct shard_table 
     spec->optimizer = (char *)t->optimizer;
     tm->id = t->id;
     tm->spec = spec;
-    tm->rows = ts_table_count(t->t);
+    tm->rows = rowcopy_rows((struct shard_table *)t);
     for (size_t k = 0; k < t->nruns; k++) {
         const struct shard_run *sr = &t->runs[k];
         ts_row_run *r = pc->alloc(pc->alloc_ctx, sizeof(*r));
@@ -415,7 +507,7 @@ ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint
         bool all = true;
         for (uint32_t i = 0; all && i < SHARD_MAX_TABLES; i++) {
             struct shard_table *t = shard_params_table(sp, sj, i);
-            all = !t || ts_table_captured(t->t, step);
+            all = !t || captured(t, step);
         }
         if (all)
             break;
@@ -433,7 +525,7 @@ ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint
 
         if (!t)
             continue;
-        if ((cs = ts_table_capture_take(t->t, step, &c, &got, err)) || !got) {
+        if ((cs = take_table(t, step, &c, &got, err)) || !got) {
             st = st ? st : cs ? cs : ts_err_set(err, TS_EINTERNAL, "table '%s': its capture "
                                                 "of step %" PRIu64 " went", t->name, step);
             continue;
@@ -443,38 +535,37 @@ ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint
         piece->bytes_written += written;
         if (!st)
             st = piece_table(piece, t, err);
-        if (st)   /* not written: its rows are changed again */
-            ts_table_capture_undo(t->t, &c);
+        pthread_rwlock_rdlock(&t->lock);
+        for (size_t k = 0; k < t->nstores; k++) {
+            if (!atomic_load(&t->stores[k].owned))
+                continue;
+            if (st)   /* not written: its rows are changed again */
+                ts_table_capture_undo(t->stores[k].t, &c);
+            else      /* a copy taken over is in this run whole */
+                atomic_store(&t->stores[k].full, false);
+        }
+        pthread_rwlock_unlock(&t->lock);
         free(c.records);
     }
     return st;
 }
 
-/* ---- when a shard goes: the job goes back to its last snapshot ---- */
-
-/* Whether t's rows were placed on the ring of ids[0..n) (ascending). */
-static bool placed_on(const struct shard_table *t, const uint32_t *ids, size_t n)
-{
-    return t->nmembers == n && !memcmp(t->members, ids, n * sizeof(*ids));
-}
+/* ---- when a shard goes: its copies take over, or the job goes back to a snapshot ---- */
 
 void shard_tables_rechain(struct shard_params *sp, struct ts_cluster *cl)
 {
-    static uint32_t ids[TS_CLUSTER_MAX_SHARDS];   /* under the registry lock */
-    size_t n = ts_cluster_shard_ids(cl, ids, TS_CLUSTER_MAX_SHARDS);
-
-    qsort(ids, n, sizeof(*ids), cmp_u32);
     for (size_t j = 0; j < sp->njobs; j++) {
         struct shard_job *sj = sp->jobs[j];
         for (uint32_t i = 0; sj->ntables && i < SHARD_MAX_TABLES; i++) {
             struct shard_table *t = sj->tables[i];
-            if (!t || placed_on(t, ids, n) || atomic_load(&sj->fence))
+            if (!t || atomic_load(&sj->fence) || !rowcopy_rechain(t, cl))
                 continue;
             if (!atomic_load(&sj->lost_report))
                 ts_log(TS_WARN, "shard", "job %s table '%s': the shards holding its rows "
-                       "changed (%zu on the ring, %zu when it was placed): its rows are lost "
-                       "or misplaced; the job goes back to its last snapshot", sj->job.id,
-                       t->name, n, t->nmembers);
+                       "changed (%zu when it was placed%s): some rows lost every copy or are "
+                       "misplaced; the job goes back to its last snapshot", sj->job.id,
+                       t->name, t->nmembers, t->replicated ? ", 2 copies of each row"
+                                                           : ", one copy of each row");
             atomic_store(&sj->lost_gen, atomic_load(&sj->rollbacks));
             atomic_store(&sj->lost_report, true);
             break;
@@ -513,14 +604,15 @@ ts_status shard_tables_rollback(struct shard_params *sp, struct ts_cluster *cl, 
         spec.initializer = t->init;
         spec.seed = t->seed;
         spec.optimizer = t->optimizer;
-        ts_table_reset(t->t);
         runs_free(t);   /* what it wrote since is not the job's any more: the next is full */
-        if (!(st = load_table(sp, cl, my_id, t, &spec, m, hex, err)))
-            st = ts_table_set_step(t->t, step, err);
-        pthread_mutex_lock(&sp->mu);
-        t->nmembers = ts_cluster_shard_ids(cl, t->members, TS_CLUSTER_MAX_SHARDS);
-        qsort(t->members, t->nmembers, sizeof(*t->members), cmp_u32);
-        pthread_mutex_unlock(&sp->mu);
+        /* Placed on the ring of the map now: its own rows and copies, all from m. */
+        pthread_rwlock_wrlock(&t->lock);
+        ts_table_reset(t->t);
+        if (!(st = rowcopy_place(t, &sj->job, &sp->tables_budget, cl, my_id, err)) &&
+            !(st = load_table(sp, t, &spec, m, hex, err)))
+            for (size_t k = 0; !st && k < t->nstores; k++)
+                st = ts_table_set_step(t->stores[k].t, step, err);
+        pthread_rwlock_unlock(&t->lock);
         if (st)
             ts_err_prefix(err, "table '%s'", t->name);
     }

@@ -10,8 +10,9 @@
  * wrote for it (its chain: the last full run, then the incremental ones since), which every
  * snapshot's piece lists; a restore (--restore) loads the runs of the snapshot's table and
  * keeps the rows the ring gives this shard.
- * Rows are not copied down chains: a map whose ring differs from the one a table's rows were
- * placed on (a shard died or joined) sends the job back to its last snapshot
+ * Copies (rowcopy.h): on a cluster with replicas, every row is also held by the next shard of
+ * its chain, and a shard that dies is taken over by those copies; a map that loses both
+ * copies of some rows, or that a shard joined, sends the job back to its last snapshot
  * (shard_tables_rechain, shard_tables_rollback).
  * Memory: every table's rows are charged to the shard's row budget (--table-mem,
  * shard_params.tables_budget), checked by each push before it creates a row.
@@ -26,9 +27,34 @@
 #include "snapshot/snapshot.h"
 #include "table/table.h"
 
+/* A store of a table's rows on this shard: those whose chain, on the ring the table was
+ * placed on, starts at shard `origin` (rowcopy.h). */
+struct table_store {
+    uint32_t origin;
+    struct ts_table *t;
+    atomic_bool owned;     /* served to workers: this shard's own, or a copy taken over */
+    atomic_bool full;      /* taken over: its next snapshot capture is a full one */
+    atomic_bool broken;    /* a copy that refused a push passed on: it cannot take over */
+};
+
 struct shard_table {
     uint32_t id;
-    struct ts_table *t;
+    struct ts_table *t;                  /* this shard's own rows: stores[0].t */
+    /* The stores (rowcopy.h): stores[0] this shard's own, then with `replicated` a copy of
+     * the rows of each shard this one follows. `placed` is the ring of members (below), nh
+     * the table's name hash. Written under `lock` (exclusive) by a rollback; the data plane
+     * reads them under it (shared). */
+    pthread_rwlock_t lock;
+    struct table_store *stores;
+    size_t nstores;
+    struct ts_ring *placed;
+    uint64_t placed_epoch;               /* the map epoch of `placed` */
+    uint64_t nh;
+    bool replicated;
+    uint32_t me;
+    /* The shards that hold copies of this shard's own rows (those that follow it). */
+    uint32_t *followers;
+    size_t nfollowers;
     char name[TS_JOB_ID_MAX + 1];
     char init[64], optimizer[128];
     uint32_t dim;
@@ -84,9 +110,10 @@ ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint
                              int64_t until_ms, struct ts_snap_piece *piece, bool *ready,
                              struct ts_err *err) TS_MUST_CHECK;
 
-/* The map changed (rechain.c, mu held): a job whose tables were placed on another set of
- * shards has rows lost or misplaced (rows do not move or fail over): it is reported lost, so
- * the master sends it back to its last snapshot (docs/embeddings.md, "When a shard goes"). */
+/* The map changed (rechain.c, mu held): the copies of a shard that left are taken over
+ * (rowcopy_rechain); a job whose rows lost every copy, or were placed on shards one joined,
+ * is reported lost, so the master sends it back to its last snapshot (docs/embeddings.md,
+ * "When a shard goes"). */
 void shard_tables_rechain(struct shard_params *sp, struct ts_cluster *cl);
 /* Rollback (rollback.c): TS_ECORRUPT naming a chunk of m's tables of job sj that the store
  * lacks; then the load: every table of the fenced job sj emptied and loaded from m's table of

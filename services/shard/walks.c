@@ -9,6 +9,7 @@
 
 #include "params.h"
 #include "params_internal.h"
+#include "rowcopy.h"
 #include "tables.h"
 #include "util/log.h"
 #include "util/proc.h"
@@ -392,12 +393,10 @@ ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **o
         for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
             js->tensors += sj->tensors[i] != NULL;
         for (size_t i = 0; i < SHARD_MAX_TABLES; i++) {
-            struct shard_table *sht = shard_params_table(sp, sj, (uint32_t)i);
-            struct ts_table *t = sht ? sht->t : NULL;
-            uint64_t rows = t ? ts_table_count(t) : 0;
+            struct shard_table *t = shard_params_table(sp, sj, (uint32_t)i);
             js->tables += t != NULL;
-            js->table_rows += rows;
-            js->table_bytes += t ? rows * ts_table_row_bytes(t) : 0;
+            js->table_rows += t ? rowcopy_rows(t) : 0;
+            js->table_bytes += t ? rowcopy_bytes(t) : 0;
         }
         snprintf(js->id, sizeof(js->id), "%s", sj->job.id);
         js->workers = sj->job.workers;

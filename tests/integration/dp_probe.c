@@ -13,6 +13,8 @@
  *   badmac       a good handshake, then a PUSH with one payload bit flipped after its MAC
  *                was made (the fault wrapper of lib/transport/fault.h)
  *   wrongkey     the handshake with a key that is not worker 1's
+ *   copy         a good handshake, then a ROWS_COPY (a head's copy of a table push, which
+ *                only a chain link, keyed with the chain key, may send)
  * Prints one line: "MODE ok", or "MODE refused CODE: message" when the shard answered with
  * an ERROR, then "closed" if the shard hung up afterwards. Exit 0 when the exchange went as
  * it did (the test judges), 2 on a usage error, 1 when the probe itself failed.
@@ -225,7 +227,7 @@ int main(int argc, char **argv)
     }
     if (argc != 5 || hex_key(argv[3], key)) {
         fprintf(stderr, "usage: dp_probe ADDR JOB KEYHEX(64) good|nohandshake|noauth|replay|"
-                        "badmac|wrongkey\n"
+                        "badmac|wrongkey|copy\n"
                         "       dp_probe ADDR JOB - forge MEMBER RANK STEP ENC TENSORS\n"
                         "       dp_probe ADDR JOB - oversize\n");
         return 2;
@@ -248,10 +250,18 @@ int main(int argc, char **argv)
             verdict(c, mode, TS_FRAME_ACK);   /* not reached: the shard's proof fails here */
         else
             printf("%s refused %s: %s\n", mode, ts_status_name(st), err.msg);
-    } else if (!strcmp(mode, "good") || !strcmp(mode, "badmac") || !strcmp(mode, "replay")) {
+    } else if (!strcmp(mode, "good") || !strcmp(mode, "badmac") || !strcmp(mode, "replay") ||
+               !strcmp(mode, "copy")) {
         if (handshake(c, argv[2], key, &hs, &err))
             goto fail;
-        if (!strcmp(mode, "good")) {
+        if (!strcmp(mode, "copy")) {
+            struct ts_frame_hdr copy = { .type = TS_FRAME_ROWS_COPY, .step = 0, .dtype = 1,
+                                         .flags = TS_PUSH_RETRY };
+            uint8_t head[8] = { 2 };   /* "from shard 2", no rows */
+            if (ts_frame_send(c, &copy, head, sizeof(head), &err))
+                goto fail;
+            verdict(c, mode, TS_FRAME_ACK);
+        } else if (!strcmp(mode, "good")) {
             if (ts_frame_send(c, &hello, argv[2], strlen(argv[2]), &err))
                 goto fail;
             verdict(c, mode, TS_FRAME_ACK);

@@ -115,34 +115,38 @@ class Resume(tl.ClusterCase, unittest.TestCase):
 
 
 class ShardKilled(tl.ClusterCase, unittest.TestCase):
-    """80 exact steps by 2 workers on `tessera up --shards 3 --replicas 2 --snapshot-every 10`:
-    a shard killed with SIGKILL mid-run takes its table rows with it (rows are not copied to
-    followers); the shards report the job lost, the master takes it back to its last snapshot,
-    and the training ends by itself on the --local run's params_sha256, one rollback said."""
+    """80 exact steps by 2 workers on `tessera up --shards 3 --snapshot-every 10`, a shard
+    killed with SIGKILL after step 25. With `--replicas 2` the copies of its rows on the next
+    shards of their chains take over and the workers send the step again: no rollback. With
+    `--replicas 1` its rows are gone: the shards report the job lost and the master takes it
+    back to its last snapshot, one rollback said. Both end by themselves on the --local run's
+    params_sha256."""
 
     @classmethod
     def setUpClass(cls):
         cls.c = tl.Cluster()
+        cls.certs = cls.c.make_certs(shards=3)
 
-    def test_rollback_ends_on_the_local_fingerprint(self):
-        c = self.c
+    def kill_one(self, replicas, job, at=(25,)):
+        c, certs = self.c, self.certs
         args = [a if a != "30" else "80" for a in EXACT]
-        certs = c.make_certs(shards=3)
-        _, addr = c.tessera_up(["--shards", "3", "--replicas", "2", "--store",
-                                os.path.join(c.dir, "store"), "--snapshot-every", "10",
-                                "--tls-dir", certs])
+        proc, addr = c.tessera_up(["--shards", "3", "--replicas", str(replicas), "--store",
+                                   os.path.join(c.dir, "store-" + job), "--snapshot-every",
+                                   "10", "--tls-dir", certs])
         p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "train", "--master", addr,
-                              "--workers", "2", "--job", "k", "--slow", "0:60"] + args,
+                              "--workers", "2", "--job", job, "--slow", "0:60"] + args,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              stdin=subprocess.DEVNULL)
         try:
             # Past the first snapshots, well before the end (80 steps of 60 ms and more).
-            tl.wait_until(lambda: any(j.get("clock", 0) >= 25 for j in
-                                      tl.status_json(addr).get("workers", [])), 60,
-                          "rank 0 past step 25")
-            victim = tl.status_json(addr)["shards"][1]
-            tl.log("killing shard %d (pid %d)" % (victim["id"], victim["pid"]))
-            os.kill(victim["pid"], signal.SIGKILL)
+            for step in at:
+                tl.wait_until(lambda: any(j.get("clock", 0) >= step for j in
+                                          tl.status_json(addr).get("workers", [])), 60,
+                              "rank 0 past step %d" % step)
+                victim = [s for s in tl.status_json(addr)["shards"]
+                          if s["state"] == "alive"][1]
+                tl.log("killing shard %d (pid %d)" % (victim["id"], victim["pid"]))
+                os.kill(victim["pid"], signal.SIGKILL)
             out, err = p.communicate(timeout=300)
         finally:
             if p.poll() is None:
@@ -151,11 +155,33 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         tl.scan_for_sanitizer("tessera train", err)
         self.assertEqual(p.returncode, 0, err[-3000:])
         got = json.loads(out)
+        want = train_json(["--local"] + args)
+        self.assertEqual(got["params_sha256"], want["params_sha256"], err[-3000:])
+        self.assertEqual(got["table_rows"], want["table_rows"])
+        status = tl.status_json(addr)
+        proc.stop()
+        return got, err, status
+
+    def test_copies_take_over(self):
+        got, err, status = self.kill_one(2, "k2")
+        self.assertEqual(got["rollbacks"], 0, err[-3000:])
+        self.assertNotIn("back to step", err)
+        self.assertIn("failed over", err)
+        alive = [s["id"] for s in status["shards"] if s["state"] == "alive"]
+        self.assertEqual(len(alive), 2, status["shards"])
+
+    def test_copies_then_a_snapshot_of_them(self):
+        """A second shard killed at step 45: some rows of the first lost both copies, so the
+        job goes back to a snapshot taken after the copies took over (which wrote them
+        whole), and still ends on the --local fingerprint."""
+        got, err, _ = self.kill_one(2, "k22", at=(25, 45))
+        self.assertIn("failed over", err)
+        self.assertEqual(got["rollbacks"], 1, err[-3000:])
+
+    def test_without_copies_the_job_goes_back(self):
+        got, err, _ = self.kill_one(1, "k1")
         self.assertEqual(got["rollbacks"], 1, err[-3000:])
         self.assertIn("back to step", err)
-        want = train_json(["--local"] + args)
-        self.assertEqual(got["params_sha256"], want["params_sha256"])
-        self.assertEqual(got["table_rows"], want["table_rows"])
 
 
 class Learns(unittest.TestCase):

@@ -185,25 +185,27 @@ class Example(unittest.TestCase):
 
 
 class ShardKilled(tl.ClusterCase, unittest.TestCase):
-    """The example, exact, on `tessera up --shards 3 --replicas 2 --snapshot-every 10`: a shard
-    killed with SIGKILL mid-run takes table rows with it; the tables' calls raise
-    tessera.Rollback, the example puts its EmbeddingBags and ParameterServer back at
-    client.resume_step (rolled_back()) and trains on, ending on the local run's
-    params_sha256."""
+    """The example, exact, on `tessera up --shards 3 --snapshot-every 10`, a shard killed with
+    SIGKILL after step 25. With `--replicas 2` the copies of its rows take over and the table
+    calls fail over inside the Client: no rollback. With `--replicas 1` its rows are gone: the
+    tables' calls raise tessera.Rollback, the example puts its EmbeddingBags and
+    ParameterServer back at client.resume_step (rolled_back()) and trains on. Both end on the
+    local run's params_sha256."""
+    ARGS = ["--steps", "60", "--batch", "128", "--micro", "32", "--eval-samples", "2000",
+            "--rows", "20000", "--exact"]
 
     @classmethod
     def setUpClass(cls):
         cls.c = tl.Cluster()
+        cls.want = run_example(cls.ARGS)
 
-    def test_rollback_through_embeddingbag(self):
-        args = ["--steps", "60", "--batch", "128", "--micro", "32", "--eval-samples", "2000",
-                "--rows", "20000", "--exact"]
-        _, addr = self.c.tessera_up(["--shards", "3", "--replicas", "2", "--store",
-                                     os.path.join(self.c.dir, "store"), "--snapshot-every",
-                                     "10"])
+    def kill_one(self, replicas, job):
+        up, addr = self.c.tessera_up(["--shards", "3", "--replicas", str(replicas), "--store",
+                                      os.path.join(self.c.dir, "store-" + job),
+                                      "--snapshot-every", "10"], name="up-" + job)
         env = dict(os.environ, TESSERA_LOG="warn")
-        p = subprocess.Popen([sys.executable, EXAMPLE, "--master", addr, "--job", "py-kill",
-                              "--sleep-ms", "60", "--json"] + args, stdout=subprocess.PIPE,
+        p = subprocess.Popen([sys.executable, EXAMPLE, "--master", addr, "--job", job,
+                              "--sleep-ms", "60", "--json"] + self.ARGS, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=env,
                              stdin=subprocess.DEVNULL)
         try:
@@ -217,12 +219,21 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
             if p.poll() is None:
                 p.kill()
                 p.communicate()
+        up.stop()
         self.assertEqual(p.returncode, 0, err[-3000:])
         got = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
+        self.assertEqual(got["params_sha256"], self.want["params_sha256"], err[-3000:])
+        self.assertEqual(got["table_rows"], self.want["table_rows"])
+        return got, err
+
+    def test_copies_take_over(self):
+        got, err = self.kill_one(2, "py-copies")
+        self.assertEqual(got["rollbacks"], 0, err[-3000:])
+        self.assertIn("failing over", err)
+
+    def test_rollback_through_embeddingbag(self):
+        got, err = self.kill_one(1, "py-rollback")
         self.assertGreaterEqual(got["rollbacks"], 1, err[-3000:])
-        want = run_example(args)
-        self.assertEqual(got["params_sha256"], want["params_sha256"])
-        self.assertEqual(got["table_rows"], want["table_rows"])
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Client and data-plane connections) into 1 or 3 shards, and in one process (maste
 end on one table fingerprint and row count, with rows on every shard. Bad input over the wire
 (an id past max_id, NaN, a wrong buffer, an unknown table, a table registered again with
 another spec) is refused naming the field, and the table's fingerprint is unchanged after. A
+cluster with replicas holds every row twice and ends on the same fingerprint. A
 shard's row budget (--table-mem) refuses a push that would take it past its limit with
 RESOURCE_EXHAUSTED naming the table and the budget, and nothing of the step is applied; the
 table's rows, bytes and rows pulled and pushed show on the shard's /metrics."""
@@ -138,6 +139,44 @@ class ExactTables(tl.ClusterCase, unittest.TestCase):
             self.assertGreater(nbytes, rows * DIM * 4)
 
 
+class Copies(tl.ClusterCase, unittest.TestCase):
+    """`tessera up --shards 3 --replicas 2`: every row has a copy on the next shard of its
+    chain (docs/embeddings.md, "Copies of rows"), fed the same pushes. 1 and 2 workers end on
+    the local run's fingerprint and row count; the shards serve each row once (table_rows adds
+    up to the rows) and hold it twice (table_bytes adds up to twice their bytes)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        cls.local = run_job("local", "local", 1)[0]
+        _, cls.addr = cls.c.tessera_up(["--shards", "3", "--replicas", "2", "--tls-dir",
+                                        certs(cls.c)])
+
+    def test_same_fingerprint(self):
+        for workers in (1, 2):
+            with self.subTest(workers=workers):
+                got = run_job(self.addr, "copies%d" % workers, workers)
+                for rank, (g_sha, g_rows) in got.items():
+                    self.assertEqual((g_sha, g_rows), self.local, "rank %d" % rank)
+
+    def test_each_row_twice_served_once(self):
+        with tessera.Client(master=self.addr, job="twice", rank=0, workers=1, batch=1,
+                            exact=True, optimizer="sgd:lr=0.1") as c:
+            t = c.register_table("emb", DIM, MAX_ID, optimizer="sgd:lr=0.1")
+            ids = np.arange(300, dtype=np.int64) * 7919
+            c.push_rows(t, 0, ids, np.ones((300, DIM), np.float32))
+            self.assertEqual(c.table_rows(t, 1), 300)
+            held = []
+            for sh in tl.cluster_status(self.c.channel(self.addr)).shards:
+                st = tl.Stub(self.c.channel(sh.addr), S, "Shard").ShardStatus(
+                    S.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+                held += [(j.table_rows, j.table_bytes) for j in st.jobs if j.id == "twice"]
+        self.assertEqual(len(held), 3, held)
+        self.assertEqual(sum(h[0] for h in held), 300, held)
+        # sgd: a 32-byte header and DIM floats a record, and 2 map slots of 16 bytes
+        self.assertEqual(sum(h[1] for h in held), 2 * 300 * (32 + DIM * 4 + 32), held)
+
+
 class BadInput(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -245,12 +284,13 @@ class Modes(tl.ClusterCase, unittest.TestCase):
     some shared ones, gradients of ones with sgd lr 0.25 and batch 1, init zeros: binary
     arithmetic, so whatever order the pushes arrive in, each row ends at -0.25 x the pushes
     that touched it, read back by rank 0 once both are done (and pulls of a step wait as the
-    mode says, or the run would deadlock or fail)."""
+    mode says, or the run would deadlock or fail). On `--replicas 2`: the copies take every
+    push too, with no step to wait for."""
 
     @classmethod
     def setUpClass(cls):
         cls.c = tl.Cluster()
-        _, cls.addr = cls.c.tessera_up(["--shards", "2", "--replicas", "1", "--tls-dir",
+        _, cls.addr = cls.c.tessera_up(["--shards", "2", "--replicas", "2", "--tls-dir",
                                         certs(cls.c)])
 
     def run_mode(self, mode):

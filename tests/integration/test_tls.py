@@ -238,7 +238,8 @@ class Tls(tl.ClusterCase, unittest.TestCase):
     def test_g_the_data_plane_takes_only_the_handshake(self):
         """dp_probe speaks the frame format to a shard's tcp data plane: no handshake, a
         HELLO without one, a recorded handshake replayed, a frame whose MAC does not match,
-        the wrong key: each refused and the connection closed; the kept job's partitions are
+        the wrong key, a worker sending a shard's copy of table rows: each refused and the
+        connection closed; the kept job's partitions are
         bit for bit as before, and a job training meanwhile ends with the --local
         fingerprint."""
         r = cli(["train", "--master", self.master, "--workers", "1", "--steps", "20", "--exact",
@@ -276,7 +277,8 @@ class Tls(tl.ClusterCase, unittest.TestCase):
                     "noauth": ["refused EAUTH", "needs the handshake", "closed"],
                     "replay": ["nonce is new", "refused EAUTH", "proof", "closed"],
                     "badmac": ["refused ECORRUPT", "MAC mismatch", "closed"],
-                    "wrongkey": ["refused EAUTH", "wrong proof"]}
+                    "wrongkey": ["refused EAUTH", "wrong proof"],
+                    "copy": ["refused EAUTH", "not for this connection", "closed"]}
             for mode, needles in want.items():
                 p = subprocess.run([os.path.join(tl.BIN, "dp_probe"), tcp, "dp-target",
                                     state.data_key.hex(), mode], capture_output=True,

@@ -1,0 +1,232 @@
+/* rowcopy.c - see rowcopy.h. */
+#include "rowcopy.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "placement/ring.h"
+#include "util/log.h"
+
+#define COPIES 2   /* a row's copies, with any replicas above 1 */
+
+static bool has(const uint32_t *ids, size_t n, uint32_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id)
+            return true;
+    return false;
+}
+
+/* Adds id to ids[0..*n) once. */
+static void add_once(uint32_t *ids, size_t *n, uint32_t id)
+{
+    if (!has(ids, *n, id))
+        ids[(*n)++] = id;
+}
+
+static void free_copies(struct shard_table *t)
+{
+    for (size_t k = 1; k < t->nstores; k++)
+        ts_table_free(t->stores[k].t);
+    free(t->stores);
+    t->stores = NULL;
+    t->nstores = 0;
+}
+
+/* A copy of origin's rows: an empty store of t's spec, at step. */
+static ts_status make_copy(struct shard_table *t, const struct ts_job *job,
+                           struct ts_table_budget *budget, uint32_t origin, uint64_t step,
+                           struct table_store *out, struct ts_err *err)
+{
+    struct ts_table_cfg cfg = { .name = t->name, .dim = t->dim, .max_id = t->max_id,
+                                .init = t->init, .seed = t->seed, .optimizer = t->optimizer };
+    ts_status st;
+
+    out->origin = origin;
+    atomic_init(&out->owned, false);
+    atomic_init(&out->full, false);
+    atomic_init(&out->broken, false);
+    if ((st = ts_table_create(job, &cfg, budget, &out->t, err)))
+        return st;
+    if (step && (st = ts_table_set_step(out->t, step, err))) {
+        ts_table_free(out->t);
+        out->t = NULL;
+    }
+    return st;
+}
+
+ts_status rowcopy_place(struct shard_table *t, const struct ts_job *job,
+                        struct ts_table_budget *budget, struct ts_cluster *cl, uint32_t me,
+                        struct ts_err *err)
+{
+    struct ts_ring *ring = NULL;
+    uint32_t chain[COPIES], *followers = NULL, *origins = NULL;
+    size_t nf = 0, no = 0, points;
+    uint64_t epoch;
+    ts_status st;
+
+    if ((st = ts_cluster_ring_copy(cl, &ring, &epoch, err)))
+        return st;
+    points = ts_ring_points(ring);
+    if (!(followers = calloc(points + 1, sizeof(*followers))) ||
+        !(origins = calloc(points + 1, sizeof(*origins)))) {
+        st = ts_err_set(err, TS_ENOMEM, "out of memory");
+        goto out;
+    }
+    t->replicated = ts_cluster_replicas(cl) >= COPIES && ts_ring_members(ring) >= COPIES;
+    for (size_t i = 0; t->replicated && i < points; i++) {
+        if (ts_ring_chain_hash(ring, ts_ring_point(ring, i), COPIES, chain) < COPIES)
+            continue;
+        if (chain[0] == me)
+            add_once(followers, &nf, chain[1]);
+        else if (chain[1] == me)
+            add_once(origins, &no, chain[0]);
+    }
+    free_copies(t);
+    if (!(t->stores = calloc(no + 1, sizeof(*t->stores)))) {
+        st = ts_err_set(err, TS_ENOMEM, "out of memory");
+        goto out;
+    }
+    t->stores[0].origin = me;
+    t->stores[0].t = t->t;
+    atomic_init(&t->stores[0].owned, true);
+    atomic_init(&t->stores[0].full, false);
+    atomic_init(&t->stores[0].broken, false);
+    t->nstores = 1;
+    for (size_t k = 0; !st && k < no; k++)
+        if (!(st = make_copy(t, job, budget, origins[k], ts_table_step(t->t),
+                             &t->stores[t->nstores], err)))
+            t->nstores++;
+    if (st)
+        goto out;
+    ts_ring_free(t->placed);
+    t->placed = ring;
+    t->placed_epoch = epoch;
+    ring = NULL;
+    free(t->followers);
+    t->followers = followers;
+    t->nfollowers = nf;
+    followers = NULL;
+    t->nh = ts_ring_name_hash(t->name);
+    t->me = me;
+    t->nmembers = ts_cluster_shard_ids(cl, t->members, TS_CLUSTER_MAX_SHARDS);
+    if (t->replicated)
+        ts_log(TS_INFO, "shard", "table '%s': this shard's rows are copied to %zu shard(s); it "
+               "holds copies of the rows of %zu", t->name, nf, no);
+out:
+    ts_ring_free(ring);
+    free(followers);
+    free(origins);
+    return st;
+}
+
+uint32_t rowcopy_origin(const struct shard_table *t, uint64_t id)
+{
+    return ts_ring_lookup_hash(t->placed, ts_ring_row_hash(t->nh, id));
+}
+
+struct table_store *rowcopy_store(struct shard_table *t, uint32_t origin)
+{
+    for (size_t k = 0; k < t->nstores; k++)
+        if (t->stores[k].origin == origin)
+            return &t->stores[k];
+    return NULL;
+}
+
+uint32_t rowcopy_follower(const struct shard_table *t, uint64_t id)
+{
+    uint32_t chain[COPIES];
+
+    if (!t->replicated ||
+        ts_ring_chain_hash(t->placed, ts_ring_row_hash(t->nh, id), COPIES, chain) < COPIES)
+        return 0;
+    return chain[1];
+}
+
+bool rowcopy_keeps(const struct shard_table *t, const struct table_store *s, uint64_t id)
+{
+    uint32_t chain[COPIES];
+    size_t n = ts_ring_chain_hash(t->placed, ts_ring_row_hash(t->nh, id), COPIES, chain);
+
+    if (!n || chain[0] != s->origin)
+        return false;
+    return s->origin == t->me || (t->replicated && n == COPIES && chain[1] == t->me);
+}
+
+uint64_t rowcopy_rows(struct shard_table *t)
+{
+    uint64_t n = 0;
+
+    pthread_rwlock_rdlock(&t->lock);
+    for (size_t k = 0; k < t->nstores; k++)
+        if (atomic_load(&t->stores[k].owned))
+            n += ts_table_count(t->stores[k].t);
+    pthread_rwlock_unlock(&t->lock);
+    return n;
+}
+
+uint64_t rowcopy_bytes(struct shard_table *t)
+{
+    uint64_t n = 0;
+
+    pthread_rwlock_rdlock(&t->lock);
+    for (size_t k = 0; k < t->nstores; k++)
+        n += ts_table_count(t->stores[k].t) * ts_table_row_bytes(t->stores[k].t);
+    pthread_rwlock_unlock(&t->lock);
+    return n;
+}
+
+bool rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl)
+{
+    static uint32_t ids[TS_CLUSTER_MAX_SHARDS];   /* under the registry lock */
+    size_t n = ts_cluster_shard_ids(cl, ids, TS_CLUSTER_MAX_SHARDS), lost = 0;
+    uint32_t chain[COPIES];
+
+    /* A shard joined, or one came back as a new session (it registered again since the
+     * table was placed): it holds none of the rows the ring gives it. */
+    for (size_t i = 0; i < n; i++)
+        if (!has(t->members, t->nmembers, ids[i]) ||
+            !ts_cluster_holds(cl, ids[i], t->placed_epoch))
+            return true;
+    if (n == t->nmembers)
+        return false;
+    if (!t->replicated || !t->placed)
+        return true;
+    /* Every chain keeps a live member, or its rows are gone. */
+    for (size_t i = 0; i < ts_ring_points(t->placed); i++) {
+        size_t k = ts_ring_chain_hash(t->placed, ts_ring_point(t->placed, i), COPIES, chain);
+        bool live = false;
+        for (size_t j = 0; j < k; j++)
+            live |= has(ids, n, chain[j]);
+        if (!live)
+            return true;
+    }
+    pthread_rwlock_rdlock(&t->lock);
+    for (size_t k = 1; k < t->nstores; k++) {
+        struct table_store *s = &t->stores[k];
+        if (has(ids, n, s->origin) || atomic_load(&s->owned))
+            continue;
+        if (atomic_load(&s->broken)) {
+            lost++;
+            continue;
+        }
+        atomic_store(&s->full, true);
+        atomic_store(&s->owned, true);
+        ts_log(TS_WARN, "shard", "table '%s': shard %u left the map; this shard serves the "
+               "copy of its rows it holds (%" PRIu64 " rows, step %" PRIu64 ")", t->name,
+               s->origin, ts_table_count(s->t), ts_table_step(s->t));
+    }
+    pthread_rwlock_unlock(&t->lock);
+    return lost > 0;
+}
+
+void rowcopy_free(struct shard_table *t)
+{
+    free_copies(t);
+    ts_ring_free(t->placed);
+    t->placed = NULL;
+    free(t->followers);
+    t->followers = NULL;
+    t->nfollowers = 0;
+}

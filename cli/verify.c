@@ -304,8 +304,9 @@ int cmd_verify(int argc, char **argv)
                                              "(default 1000)", 1, 10000 },
         { "data", TS_FLAG_STR, &data, "DIR", "Fashion-MNIST directory (default Debian's)", 0,
           0 },
-        { "rows-sample", TS_FLAG_INT, &rows_sample, "N", "a table's cosine: N of the rows both "
-                                                         "hold, by id hash (65536; 0: all)",
+        { "rows-sample", TS_FLAG_INT, &rows_sample, "N", "a table's cosine: at most N common "
+                                                         "rows, by id hash (default 65536; 0: "
+                                                         "all)",
           0, INT64_MAX },
         { "timeout-ms", TS_FLAG_INT, &timeout_ms, "MS", "master calls (default 10000)", 1,
           600000 },

@@ -35,15 +35,24 @@ static void print_text(const struct ts_audit_state *a, const struct ts_audit_sta
                 printf("%-20s %12" PRIu64 "  %s\n", t->name, t->numel,
                        t->only_a ? "only in A" : t->only_b ? "only in B"
                        : strncmp(t->name, "table:", 6) ? "shapes differ"
-                                                       : "rows differ (other ids)");
+                                                       : "dims differ");
                 continue;
             }
-            printf("%-20s %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %12.4g %12.4g %14.10f\n",
-                   t->name, t->numel, t->bits.ndiff, t->bits.max_ulp, t->bits.max_abs,
-                   t->bits.max_rel, t->cosine);
+            if (t->rows_differ)   /* bits not compared; the cosine over the common rows */
+                printf("%-20s %12" PRIu64 "  %-48s %14.10f\n", t->name, t->numel,
+                       "rows differ (other ids)", t->cosine);
+            else
+                printf("%-20s %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %12.4g %12.4g "
+                       "%14.10f\n", t->name, t->numel, t->bits.ndiff, t->bits.max_ulp,
+                       t->bits.max_abs, t->bits.max_rel, t->cosine);
             if (t->bits.has_diff)
                 printf("%-20s first difference at [%" PRIu64 "]: %.9g vs %.9g\n", "",
                        t->bits.first_index, t->bits.first_a, t->bits.first_b);
+            if (t->table)
+                printf("%-20s rows: %" PRIu64 " common, %" PRIu64 " only in A, %" PRIu64
+                       " only in B; cosine over %" PRIu64 " sampled, least row cosine "
+                       "%.10f\n", "", t->rows_common, t->rows_only_a, t->rows_only_b,
+                       t->rows_sampled, t->row_cosine_min);
         }
     }
     if (r->model && (r->levels & TS_AUDIT_COSINE))
@@ -96,7 +105,20 @@ static void print_json(const struct ts_audit_state *a, const struct ts_audit_sta
         ts_json_bool(&j, "only_a", t->only_a);
         ts_json_bool(&j, "only_b", t->only_b);
         ts_json_bool(&j, "shape_differs", t->shape_differs);
-        if (!t->only_a && !t->only_b && !t->shape_differs) {
+        if (t->table) {
+            ts_json_bool(&j, "rows_differ", t->rows_differ);
+            ts_json_obj(&j, "rows");
+            ts_json_uint(&j, "common", t->rows_common);
+            ts_json_uint(&j, "only_a", t->rows_only_a);
+            ts_json_uint(&j, "only_b", t->rows_only_b);
+            ts_json_uint(&j, "sampled", t->rows_sampled);
+            ts_json_num(&j, "cosine", t->cosine);
+            ts_json_num(&j, "row_cosine_min", t->row_cosine_min);
+            ts_json_end(&j);
+            if (t->rows_differ)
+                ts_json_num(&j, "cosine", t->cosine);
+        }
+        if (!t->only_a && !t->only_b && !t->shape_differs && !t->rows_differ) {
             ts_json_uint(&j, "differing", t->bits.ndiff);
             ts_json_uint(&j, "nan_pairs", t->bits.nnan);
             ts_json_uint(&j, "max_ulp", t->bits.max_ulp);
@@ -262,7 +284,7 @@ int cmd_verify(int argc, char **argv)
 {
     const char *store = NULL, *master = NULL, *level = NULL, *data = NULL;
     const char *cosine_s = NULL, *alpha_s = NULL, *psi_s = NULL;
-    int64_t probe = 1000, timeout_ms = 10000;
+    int64_t probe = 1000, timeout_ms = 10000, rows_sample = TS_AUDIT_ROWS_SAMPLE;
     bool json = false, help;
     char *pos[3];
     int npos = 3;
@@ -282,6 +304,10 @@ int cmd_verify(int argc, char **argv)
                                              "(default 1000)", 1, 10000 },
         { "data", TS_FLAG_STR, &data, "DIR", "Fashion-MNIST directory (default Debian's)", 0,
           0 },
+        { "rows-sample", TS_FLAG_INT, &rows_sample, "N", "a table's cosine: at most N common "
+                                                         "rows, by id hash (default 65536; 0: "
+                                                         "all)",
+          0, INT64_MAX },
         { "timeout-ms", TS_FLAG_INT, &timeout_ms, "MS", "master calls (default 10000)", 1,
           600000 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
@@ -319,6 +345,8 @@ int cmd_verify(int argc, char **argv)
                        "they differ: bits (every element, ULP, first difference), cosine (per\n"
                        "tensor, and per layer output on probe images for the built-in MLP),\n"
                        "dist (KS, PSI, Jensen-Shannon of the outputs, or of the values).\n"
+                       "A snapshot's tables are `table:NAME`: bits where both hold the same\n"
+                       "ids, cosine over the rows both hold (at most --rows-sample of them).\n"
                        "A and B: snapshot refs (with --store or --master), `live` (a snapshot of\n"
                        "the running job, with --master) or files (.npy, raw float32).\n"
                        "`verify data` re-hashes the training data in DIR and checks it\n"
@@ -334,6 +362,7 @@ int cmd_verify(int argc, char **argv)
     o.psi_max = psi_s ? atof(psi_s) : 0;
     o.probe = (int)probe;
     o.data_dir = data;
+    o.rows_sample = rows_sample ? (uint64_t)rows_sample : TS_AUDIT_ALL_ROWS;
     if (o.levels < 0 || (cosine_s && !(o.cosine_min > 0 && o.cosine_min <= 1)) ||
         (alpha_s && !(o.alpha > 0 && o.alpha < 1)) || (psi_s && !(o.psi_max > 0))) {
         fprintf(stderr, "tessera verify: --level is bits, cosine, dist or all; --cosine-min in "

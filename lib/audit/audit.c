@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "data/data.h"
+#include "data/splitmix.h"
 #include "model/mlp.h"
 #include "snapshot/snapshot.h"
 
@@ -99,6 +100,7 @@ ts_status ts_audit_load_snapshot(const char *ref, struct ts_store *s,
         snprintf(t->name, sizeof(t->name), "table:%s", tm->spec->name);
         st = ts_snap_read_table(s, m, tm, &t->ids, &t->v, &rows, err);
         t->rows = rows;
+        t->dim = tm->spec->dim;
         t->numel = rows * tm->spec->dim;
         if (!st && !t->v && !(t->v = malloc(1)))
             st = ts_err_set(err, TS_ENOMEM, "out of memory");
@@ -148,6 +150,132 @@ void ts_audit_report_free(struct ts_audit_report *r)
 {
     if (r)
         free(r->tensors);
+}
+
+/* A common row: its id's hash and its indexes on both sides. */
+struct pick {
+    uint64_t h;
+    size_t ia, ib;
+};
+
+/* Restores the max-heap (by h) of heap[n] below position i. */
+static void sift_down(struct pick *heap, size_t n, size_t i)
+{
+    for (;;) {
+        size_t big = i, l = 2 * i + 1, r = l + 1;
+        struct pick tmp;
+
+        if (l < n && heap[l].h > heap[big].h)
+            big = l;
+        if (r < n && heap[r].h > heap[big].h)
+            big = r;
+        if (big == i)
+            return;
+        tmp = heap[i];
+        heap[i] = heap[big];
+        heap[big] = tmp;
+        i = big;
+    }
+}
+
+static int by_index(const void *x, const void *y)
+{
+    const struct pick *p = x, *q = y;
+
+    return p->ia < q->ia ? -1 : p->ia > q->ia;
+}
+
+void ts_audit_rows_free(struct ts_audit_rows *r)
+{
+    if (!r)
+        return;
+    free(r->ia);
+    free(r->ib);
+    memset(r, 0, sizeof(*r));
+}
+
+ts_status ts_audit_rows_sample(const uint64_t *a, size_t na, const uint64_t *b, size_t nb,
+                               uint64_t k, struct ts_audit_rows *out, struct ts_err *err)
+{
+    size_t i = 0, j = 0, n = 0, most = na < nb ? na : nb;
+    size_t cap = k && k < most ? (size_t)k : most;   /* rows sampled, at most */
+    struct pick *heap = NULL;   /* with k: the k smallest hashes so far, the largest on top */
+
+    memset(out, 0, sizeof(*out));
+    out->ia = malloc((cap + 1) * sizeof(size_t));
+    out->ib = malloc((cap + 1) * sizeof(size_t));
+    if (!out->ia || !out->ib || (k && !(heap = malloc((cap + 1) * sizeof(*heap))))) {
+        ts_audit_rows_free(out);
+        return ts_err_set(err, TS_ENOMEM, "rows: out of memory for %zu sampled rows", cap);
+    }
+    while (i < na && j < nb) {   /* both ascending: the common ids in one pass */
+        if (a[i] != b[j]) {
+            bool a_first = a[i] < b[j];
+            i += a_first;
+            j += !a_first;
+            continue;
+        }
+        out->common++;
+        if (!k) {
+            out->ia[n] = i;
+            out->ib[n++] = j;
+        } else if (n < cap) {
+            heap[n++] = (struct pick){ ts_mix64(a[i]), i, j };
+            for (size_t p = n == cap ? cap / 2 : 0; p-- > 0;)   /* full: heapify */
+                sift_down(heap, n, p);
+        } else if (ts_mix64(a[i]) < heap[0].h) {
+            heap[0] = (struct pick){ ts_mix64(a[i]), i, j };
+            sift_down(heap, n, 0);
+        }
+        i++;
+        j++;
+    }
+    if (k) {
+        qsort(heap, n, sizeof(*heap), by_index);
+        for (size_t p = 0; p < n; p++) {
+            out->ia[p] = heap[p].ia;
+            out->ib[p] = heap[p].ib;
+        }
+        free(heap);
+    }
+    out->n = n;
+    out->only_a = na - out->common;
+    out->only_b = nb - out->common;
+    return TS_OK;
+}
+
+ts_status ts_audit_rows_cosine(const float *va, const float *vb, uint64_t dim,
+                               const struct ts_audit_rows *rows, double *cosine,
+                               double *row_min, struct ts_err *err)
+{
+    size_t n = rows->n;
+    float *xa, *xb;
+
+    if (!n) {   /* nothing in common: the same only when neither side has a row */
+        *cosine = *row_min = rows->only_a || rows->only_b ? 0.0 : 1.0;
+        return TS_OK;
+    }
+    xa = malloc(n * dim * sizeof(float));
+    xb = malloc(n * dim * sizeof(float));
+    if (!xa || !xb) {
+        free(xa);
+        free(xb);
+        return ts_err_set(err, TS_ENOMEM, "rows: out of memory for %zu sampled rows", n);
+    }
+    *row_min = 1.0;
+    for (size_t r = 0; r < n; r++) {
+        const float *ra = va + rows->ia[r] * dim, *rb = vb + rows->ib[r] * dim;
+        double c = ts_verify_cosine_f32(ra, rb, dim);
+
+        memcpy(xa + r * dim, ra, dim * sizeof(float));
+        memcpy(xb + r * dim, rb, dim * sizeof(float));
+        if (isnan(c) || c < *row_min)
+            *row_min = isnan(*row_min) ? *row_min : c;
+    }
+    *cosine = ts_verify_cosine_f32(xa, xb, n * dim);
+    free(xa);
+    free(xb);
+    return TS_OK;
 }
 
 static const struct ts_audit_tensor_data *find(const struct ts_audit_state *s, const char *name)
@@ -314,6 +442,33 @@ static ts_status model_levels(struct ts_audit_report *r, float *pa[TS_MLP_NTENSO
     return st;
 }
 
+/* Two tables of one dim: their rows counted, the sampled rows' cosines, and whether the ids
+ * differ. */
+static ts_status table_rows(const struct ts_audit_tensor_data *ta,
+                            const struct ts_audit_tensor_data *tb, uint64_t sample,
+                            struct ts_audit_tensor *t, struct ts_err *err)
+{
+    struct ts_audit_rows rows;
+    ts_status st = ts_audit_rows_sample(ta->ids, ta->rows, tb->ids, tb->rows,
+                                        sample == TS_AUDIT_ALL_ROWS ? 0 : sample, &rows, err);
+
+    if (!st)
+        st = ts_audit_rows_cosine(ta->v, tb->v, ta->dim, &rows, &t->cosine,
+                                  &t->row_cosine_min, err);
+    if (st) {
+        ts_audit_rows_free(&rows);
+        ts_err_prefix(err, "%s", t->name);
+        return st;
+    }
+    t->rows_common = rows.common;
+    t->rows_only_a = rows.only_a;
+    t->rows_only_b = rows.only_b;
+    t->rows_sampled = rows.n;
+    t->rows_differ = rows.only_a || rows.only_b;
+    ts_audit_rows_free(&rows);
+    return TS_OK;
+}
+
 ts_status ts_audit_compare(const struct ts_audit_state *a, const struct ts_audit_state *b,
                            const struct ts_audit_opts *oin, struct ts_audit_report *r,
                            struct ts_err *err)
@@ -329,6 +484,7 @@ ts_status ts_audit_compare(const struct ts_audit_state *a, const struct ts_audit
     o.alpha = o.alpha > 0 ? o.alpha : 0.01;
     o.psi_max = o.psi_max > 0 ? o.psi_max : 0.1;
     o.probe = o.probe > 0 ? o.probe : 1000;
+    o.rows_sample = o.rows_sample ? o.rows_sample : TS_AUDIT_ROWS_SAMPLE;
     r->levels = o.levels;
     if (!(r->tensors = calloc(a->n + b->n + 1, sizeof(*r->tensors))))
         return ts_err_set(err, TS_ENOMEM, "out of memory");
@@ -343,10 +499,16 @@ ts_status ts_audit_compare(const struct ts_audit_state *a, const struct ts_audit
         t->name = ta->name;
         t->numel = ta->numel;
         t->only_a = !tb;
-        t->shape_differs = tb && (tb->numel != ta->numel || !ta->ids != !tb->ids ||
-                                  (ta->ids && (ta->rows != tb->rows ||
-                                               memcmp(ta->ids, tb->ids,
-                                                      ta->rows * sizeof(uint64_t)))));
+        if (tb && ta->dim && tb->dim == ta->dim) {   /* two tables: by rows */
+            t->table = true;
+            if (!(st = table_rows(ta, tb, o.rows_sample, t, err)) && !t->rows_differ)
+                st = ts_verify_bits_compare(ta->v, tb->v, ta->numel, NULL, &t->bits, NULL,
+                                            err);
+            r->pass_bits &= !t->rows_differ && t->bits.ndiff == 0;
+            r->pass_cosine &= t->cosine >= o.cosine_min;
+            continue;
+        }
+        t->shape_differs = tb && (tb->numel != ta->numel || tb->dim != ta->dim);
         if (t->only_a || t->shape_differs) {
             r->pass_bits = r->pass_cosine = false;
             continue;

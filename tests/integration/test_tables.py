@@ -347,7 +347,8 @@ class Snapshots(tl.ClusterCase, unittest.TestCase):
     the first snapshot's runs that the second still needs; a cluster of 3 shards restored from
     it starts the table at the snapshot's step with the same rows and fingerprint, and trains
     on from there; `tessera verify compare` passes a snapshot against itself with the table's
-    rows in it, and fails one against a later one that has a row more."""
+    rows in it, and fails bits against a later one that has a row more, whose cosine is over
+    the rows both hold (counted), or a sample of them (--rows-sample)."""
 
     DIM = 16
     RECORD = 24 + DIM * 4 * 2   # adagrad: values and one state component
@@ -415,6 +416,32 @@ class Snapshots(tl.ClusterCase, unittest.TestCase):
         moved = tl.run_cli(["verify", "compare", second["id"], third["id"], "--store", store,
                             "--level", "bits", "--json"], timeout=60)
         self.assertEqual(moved.returncode, 1, moved.stdout + moved.stderr)
+        self.assertEqual(rows[0]["rows"]["sampled"], 5009)
+        self.assertEqual(rows[0]["rows"]["cosine"], 1.0)
+        # ... but its cosine is over the 5009 rows both hold (row 5 is only in the third, row 7
+        # moved in it): below 1, above --cosine-min 0.5, so the cosine level passes.
+        grown = tl.run_cli(["verify", "compare", second["id"], third["id"], "--store", store,
+                            "--level", "cosine", "--cosine-min", "0.5", "--json"], timeout=60)
+        self.assertEqual(grown.returncode, 0, grown.stdout + grown.stderr)
+        t = [x for x in json.loads(grown.stdout)["tensors"] if x["name"] == "table:emb"][0]
+        self.assertTrue(t["rows_differ"])
+        self.assertEqual((t["rows"]["common"], t["rows"]["only_a"], t["rows"]["only_b"],
+                          t["rows"]["sampled"]), (5009, 0, 1, 5009))
+        self.assertLess(t["rows"]["cosine"], 1.0)
+        self.assertGreater(t["rows"]["cosine"], 0.5)
+        self.assertEqual(t["cosine"], t["rows"]["cosine"])
+        self.assertNotIn("differing", t)   # the bits of other ids are not compared
+        # A sample of 10 rows is 10, of the same 5009; the text says the same.
+        few = tl.run_cli(["verify", "compare", second["id"], third["id"], "--store", store,
+                          "--level", "cosine", "--cosine-min", "0.5", "--rows-sample", "10",
+                          "--json"], timeout=60)
+        self.assertEqual(few.returncode, 0, few.stdout + few.stderr)
+        t = [x for x in json.loads(few.stdout)["tensors"] if x["name"] == "table:emb"][0]
+        self.assertEqual((t["rows"]["common"], t["rows"]["sampled"]), (5009, 10))
+        text = tl.run_cli(["verify", "compare", second["id"], third["id"], "--store", store,
+                           "--level", "cosine", "--rows-sample", "10"], timeout=60)
+        self.assertIn("rows: 5009 common, 0 only in A, 1 only in B; cosine over 10 sampled",
+                      text.stdout)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ values, exit 1; identical ones pass, exit 0; a float64 file or an unknown name i
 error, exit 2. Snapshots: two exact-mode jobs with 2 and 1 workers on one cluster are
 bit-identical (exit 0, every level passes); a job whose updates were perturbed (another
 learning rate) fails, with cosine below 1 and the KS/PSI/JS figures of its outputs reported.
+Live: a kept CTR job's snapshot against `live` (a snapshot taken through the master) has the
+job's tables, compared row by row.
 """
 import json
 import os
@@ -18,6 +20,7 @@ sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
 import numpy as np  # noqa: E402
 from test_snapshot import Cell, cli  # noqa: E402
+from test_ctr import train_json  # noqa: E402
 
 TRAIN = ["--exact", "--seed", "5", "--batch", "64", "--micro", "16", "--steps", "16",
          "--partition-kb", "64", "--json"]
@@ -132,6 +135,47 @@ class Snapshots(unittest.TestCase):
         rc, _, err = verify(["--store", self.store, "w2", "nope"])
         self.assertEqual(rc, 2)
         self.assertIn("'nope'", err)
+
+
+class LiveTables(tl.ClusterCase, unittest.TestCase):
+    """`tessera verify compare SNAP live` on a job with tables: 4 exact steps of the CTR
+    trainer (8 tables) on 2 shards, kept, snapshotted; `live` takes another snapshot through
+    the master and its tables are compared with the first's, row by row: the same ids, the
+    same bits, every row sampled."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+
+    def test_snapshot_against_live(self):
+        c = self.c
+        store = os.path.join(c.dir, "store")
+        _, addr = c.tessera_up(["--shards", "2", "--replicas", "1", "--store", store])
+        got = train_json(["--master", addr, "--workers", "1", "--job", "lv", "--keep",
+                          "--model", "ctr", "--steps", "4", "--batch", "64", "--micro", "32",
+                          "--exact", "--json"], timeout=120)
+        self.assertGreater(got["table_rows"], 0)
+        with c.admin_env():
+            r = tl.run_cli(["snapshot", "create", "--master", addr, "--job", "lv", "--json"],
+                           timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            snap = json.loads(r.stdout)
+            rc, out, err = verify([snap["id"], "live", "--master", addr, "--level", "bits",
+                                   "--json"])
+        self.assertEqual(rc, 0, out + err)
+        rep = json.loads(out)
+        tables = [t for t in rep["tensors"] if t["name"].startswith("table:")]
+        self.assertEqual(len(tables), 8, [t["name"] for t in rep["tensors"]])
+        self.assertGreater(len(rep["tensors"]), 8)   # the dense part's tensors too
+        for t in tables:
+            self.assertFalse(t["rows_differ"] or t["only_a"] or t["only_b"], t)
+            self.assertEqual(t["differing"], 0, t["name"])
+            self.assertGreater(t["rows"]["common"], 0, t["name"])
+            self.assertEqual(t["rows"]["sampled"], t["rows"]["common"], t["name"])
+            self.assertEqual(t["rows"]["cosine"], 1.0, t["name"])
+        # Every row of the job is in the live side's tables, and compared.
+        self.assertEqual(sum(t["rows"]["common"] for t in tables), got["table_rows"])
+        self.assertNotEqual(rep["b"], rep["a"])   # another snapshot: the live one
 
 
 if __name__ == "__main__":

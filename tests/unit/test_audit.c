@@ -3,7 +3,9 @@
  * covered by the integration tests (test_verify_cli, test_verify_service, test_verify_scipy);
  * here: the level names, loading .npy and raw files (and refusing what is not there or not
  * float32), and the verdicts of bits, cosine and dist on tensors that are equal, one ULP apart,
- * scaled, or missing on one side. */
+ * scaled, or missing on one side; tables' rows: the sample of the common rows (by the id's
+ * hash: the same rows whatever the order or the run), their cosines (zero and NaN rows), and
+ * two tables with other ids failing bits but compared by cosine over the rows both hold. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "audit/audit.h"
+#include "data/splitmix.h"
 
 #define N 4096
 
@@ -202,12 +205,227 @@ static void verdicts(void **state)
     free(w);
 }
 
+/* ids[n]: first, first + step, ... */
+static uint64_t *id_range(uint64_t first, uint64_t step, size_t n)
+{
+    uint64_t *ids = malloc(n * sizeof(*ids));
+
+    assert_non_null(ids);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = first + i * step;
+    return ids;
+}
+
+static int by_value(const void *x, const void *y)
+{
+    uint64_t p = *(const uint64_t *)x, q = *(const uint64_t *)y;
+
+    return p < q ? -1 : p > q;
+}
+
+static void rows_sample(void **state)
+{
+    uint64_t *a = id_range(0, 1, 1000), *b = id_range(500, 1, 1000), h[500], want[10];
+    struct ts_audit_rows r, s;
+    struct ts_err e = { 0 };
+    size_t nw = 0;
+
+    (void)state;
+    /* k 0: every common row (500..999), in ascending id, counted. */
+    assert_int_equal(ts_audit_rows_sample(a, 1000, b, 1000, 0, &r, &e), TS_OK);
+    assert_int_equal(r.n, 500);
+    assert_int_equal(r.common, 500);
+    assert_int_equal(r.only_a, 500);
+    assert_int_equal(r.only_b, 500);
+    for (size_t i = 0; i < r.n; i++) {
+        assert_int_equal(r.ia[i], 500 + i);
+        assert_int_equal(r.ib[i], i);
+    }
+    ts_audit_rows_free(&r);
+
+    /* k 10: exactly the 10 common ids of the smallest hashes, in ascending id. */
+    for (size_t i = 0; i < 500; i++)
+        h[i] = ts_mix64(500 + i);
+    qsort(h, 500, sizeof(h[0]), by_value);
+    for (uint64_t id = 500; id < 1000; id++)
+        if (ts_mix64(id) <= h[9])
+            want[nw++] = id;
+    assert_int_equal(nw, 10);
+    assert_int_equal(ts_audit_rows_sample(a, 1000, b, 1000, 10, &r, &e), TS_OK);
+    assert_int_equal(r.n, 10);
+    assert_int_equal(r.common, 500);
+    for (size_t i = 0; i < 10; i++) {
+        assert_int_equal(a[r.ia[i]], want[i]);
+        assert_int_equal(b[r.ib[i]], want[i]);
+    }
+    /* a and b swapped: the same rows; 11: those 10 and one more. */
+    assert_int_equal(ts_audit_rows_sample(b, 1000, a, 1000, 10, &s, &e), TS_OK);
+    assert_int_equal(s.n, 10);
+    for (size_t i = 0; i < 10; i++)
+        assert_int_equal(b[s.ia[i]], want[i]);
+    ts_audit_rows_free(&s);
+    assert_int_equal(ts_audit_rows_sample(a, 1000, b, 1000, 11, &s, &e), TS_OK);
+    assert_int_equal(s.n, 11);
+    nw = 0;
+    for (size_t i = 0; i < 11; i++)
+        nw += nw < 10 && a[s.ia[i]] == want[nw];
+    assert_int_equal(nw, 10);
+    ts_audit_rows_free(&s);
+    ts_audit_rows_free(&r);
+
+    /* k above the common rows: all of them. Sparse ids of another stride: 0, 6, 12, ... in
+     * common. Nothing on one side: nothing common, everything only in the other. */
+    free(b);
+    b = id_range(0, 3, 1000);
+    assert_int_equal(ts_audit_rows_sample(a, 1000, b, 1000, 100000, &r, &e), TS_OK);
+    assert_int_equal(r.n, 334);   /* multiples of 3 below 1000 */
+    assert_int_equal(r.only_a, 666);
+    assert_int_equal(r.only_b, 666);
+    for (size_t i = 0; i < r.n; i++)
+        assert_int_equal(a[r.ia[i]], 3 * i);
+    ts_audit_rows_free(&r);
+    assert_int_equal(ts_audit_rows_sample(NULL, 0, b, 1000, 10, &r, &e), TS_OK);
+    assert_true(r.n == 0 && r.common == 0 && r.only_a == 0 && r.only_b == 1000);
+    ts_audit_rows_free(&r);
+    free(a);
+    free(b);
+}
+
+static void rows_cosine(void **state)
+{
+    /* 4 rows of dim 2: the same; zero on both sides; b = 2a (cosine 1); orthogonal. */
+    const float va[] = { 1, 2, 0, 0, 3, -1, 1, 0 }, vb[] = { 1, 2, 0, 0, 6, -2, 0, 5 };
+    size_t all[] = { 0, 1, 2, 3 }, first3[] = { 0, 1, 2 };
+    struct ts_audit_rows r = { .ia = all, .ib = all, .n = 4, .common = 4 };
+    struct ts_err e = { 0 };
+    double c, m, dot = 1 + 4 + 18 + 2, na = 1 + 4 + 9 + 1 + 1, nb = 1 + 4 + 36 + 4 + 25;
+    float nan_row[] = { 1, 2, 0, 0, NAN, 1, 1, 0 };
+
+    (void)state;
+    assert_int_equal(ts_audit_rows_cosine(va, vb, 2, &r, &c, &m, &e), TS_OK);
+    assert_true(fabs(c - dot / sqrt(na * nb)) < 1e-12);
+    assert_true(m == 0.0);   /* the orthogonal row */
+    /* Without it: every row's cosine is 1 (zero rows on both sides count as the same), but
+     * not the concatenation's (one row scaled): (5 + 20) / sqrt(15 * 45). */
+    r = (struct ts_audit_rows){ .ia = first3, .ib = first3, .n = 3, .common = 3, .only_a = 1 };
+    assert_int_equal(ts_audit_rows_cosine(va, vb, 2, &r, &c, &m, &e), TS_OK);
+    assert_true(fabs(m - 1.0) < 1e-12);
+    assert_true(fabs(c - 25 / sqrt(15.0 * 45)) < 1e-12);
+    /* A row zero on one side only: 0. */
+    r = (struct ts_audit_rows){ .ia = (size_t[]){ 1 }, .ib = (size_t[]){ 0 }, .n = 1 };
+    assert_int_equal(ts_audit_rows_cosine(va, vb, 2, &r, &c, &m, &e), TS_OK);
+    assert_true(c == 0.0 && m == 0.0);
+    /* A NaN: both NaN, so both fail any threshold. */
+    r = (struct ts_audit_rows){ .ia = all, .ib = all, .n = 4, .common = 4 };
+    assert_int_equal(ts_audit_rows_cosine(nan_row, vb, 2, &r, &c, &m, &e), TS_OK);
+    assert_true(isnan(c) && isnan(m));
+    /* No rows in common: 0 when either side holds one, 1 when neither does. */
+    r = (struct ts_audit_rows){ .only_b = 3 };
+    assert_int_equal(ts_audit_rows_cosine(va, vb, 2, &r, &c, &m, &e), TS_OK);
+    assert_true(c == 0.0 && m == 0.0);
+    r = (struct ts_audit_rows){ 0 };
+    assert_int_equal(ts_audit_rows_cosine(va, vb, 2, &r, &c, &m, &e), TS_OK);
+    assert_true(c == 1.0 && m == 1.0);
+}
+
+/* A state of one table "table:emb" of rows ids[n] (dim 4), row i's values i+1, i+2, ... */
+static void table(struct ts_audit_state *s, const uint64_t *ids, size_t n, uint64_t dim)
+{
+    struct ts_audit_tensor_data *t;
+
+    memset(s, 0, sizeof(*s));
+    assert_non_null(s->t = t = calloc(1, sizeof(*t)));
+    s->n = 1;
+    snprintf(t->name, sizeof(t->name), "table:emb");
+    t->rows = n;
+    t->dim = dim;
+    t->numel = n * dim;
+    assert_non_null(t->ids = malloc(n * sizeof(*ids) + 1));
+    memcpy(t->ids, ids, n * sizeof(*ids));
+    assert_non_null(t->v = malloc(n * dim * sizeof(float) + 1));
+    for (size_t i = 0; i < n; i++)
+        for (size_t d = 0; d < dim; d++)
+            t->v[i * dim + d] = (float)(ids[i] % 97 + d + 1) * (d % 2 ? 1.f : -1.f);
+}
+
+static void tables_by_rows(void **state)
+{
+    uint64_t *ids = id_range(7, 11, 300);
+    struct ts_audit_state a, b;
+    struct ts_audit_report r;
+    struct ts_audit_opts o = { .levels = TS_AUDIT_BITS | TS_AUDIT_COSINE };
+    struct ts_err e = { 0 };
+    const struct ts_audit_tensor *t;
+
+    (void)state;
+    /* The same rows: bits and cosine pass, every row sampled. */
+    table(&a, ids, 300, 4);
+    table(&b, ids, 300, 4);
+    assert_int_equal(ts_audit_compare(&a, &b, &o, &r, &e), TS_OK);
+    t = &r.tensors[0];
+    assert_true(r.pass_bits && r.pass_cosine && t->table && !t->rows_differ);
+    assert_int_equal(t->rows_common, 300);
+    assert_int_equal(t->rows_sampled, 300);
+    assert_true(t->cosine == 1.0 && t->row_cosine_min == 1.0);
+    ts_audit_report_free(&r);
+    ts_audit_state_free(&b);
+
+    /* B has 5 rows more (a later snapshot) and row 0 negated: bits fails on the ids, cosine
+     * is over the 300 common rows and says which row moved; a sample of 10 is 10. */
+    {
+        uint64_t *more = id_range(7, 11, 305);
+        table(&b, more, 305, 4);
+        free(more);
+    }
+    for (int d = 0; d < 4; d++)
+        b.t[0].v[d] = -b.t[0].v[d];
+    assert_int_equal(ts_audit_compare(&a, &b, &o, &r, &e), TS_OK);
+    t = &r.tensors[0];
+    assert_false(r.pass_bits);
+    assert_true(t->rows_differ && !t->shape_differs);
+    assert_int_equal(t->rows_common, 300);
+    assert_int_equal(t->rows_only_a, 0);
+    assert_int_equal(t->rows_only_b, 5);
+    assert_int_equal(t->rows_sampled, 300);
+    assert_true(fabs(t->row_cosine_min + 1.0) < 1e-12);
+    assert_true(t->cosine < TS_VERIFY_COSINE_MIN_F32 && t->cosine > 0.99);
+    assert_false(r.pass_cosine);
+    ts_audit_report_free(&r);
+    o.rows_sample = 10;
+    assert_int_equal(ts_audit_compare(&a, &b, &o, &r, &e), TS_OK);
+    assert_int_equal(r.tensors[0].rows_sampled, 10);
+    assert_int_equal(r.tensors[0].rows_common, 300);
+    ts_audit_report_free(&r);
+    /* Undo the negation: the common rows are the same, so cosine passes; bits still fails. */
+    for (int d = 0; d < 4; d++)
+        b.t[0].v[d] = -b.t[0].v[d];
+    o.rows_sample = TS_AUDIT_ALL_ROWS;
+    assert_int_equal(ts_audit_compare(&a, &b, &o, &r, &e), TS_OK);
+    assert_true(r.pass_cosine && !r.pass_bits);
+    assert_true(r.tensors[0].cosine == 1.0);
+    ts_audit_report_free(&r);
+    ts_audit_state_free(&b);
+
+    /* Another dim: another shape, both levels fail. */
+    table(&b, ids, 300, 2);
+    assert_int_equal(ts_audit_compare(&a, &b, &o, &r, &e), TS_OK);
+    assert_true(r.tensors[0].shape_differs && !r.tensors[0].table);
+    assert_false(r.pass_bits || r.pass_cosine);
+    ts_audit_report_free(&r);
+    ts_audit_state_free(&b);
+    ts_audit_state_free(&a);
+    free(ids);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(level_names),
         cmocka_unit_test(load_npy_and_raw_files),
         cmocka_unit_test(verdicts),
+        cmocka_unit_test(rows_sample),
+        cmocka_unit_test(rows_cosine),
+        cmocka_unit_test(tables_by_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

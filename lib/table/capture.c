@@ -44,8 +44,10 @@ static void capture_now(struct ts_table *t)
             c->st = TS_ENOMEM;
             goto out;
         }
-        memcpy(ids, t->dirty, n * sizeof(*ids));
-        qsort(ids, n, sizeof(*ids), table_cmp_u64);
+        if (n) {   /* none changed: an empty run */
+            memcpy(ids, t->dirty, n * sizeof(*ids));
+            qsort(ids, n, sizeof(*ids), table_cmp_u64);
+        }
     }
     if (n && !(c->records = malloc(n * rb))) {
         c->st = TS_ENOMEM;

@@ -912,6 +912,10 @@ static void t_capture(void **state)
     assert_int_equal(ts_table_arm(t, 4, true, &armed, &e), TS_OK);
     struct ts_table_capture full = take(t, 4, true);
     assert_int_equal(full.n, ts_table_count(t));
+    /* nothing changed since: an incremental capture at once, of no rows */
+    assert_int_equal(ts_table_arm(t, 4, false, &armed, &e), TS_OK);
+    struct ts_table_capture empty = take(t, 4, true);
+    assert_int_equal(empty.n, 0);
     /* loaded oldest first into two stores split by id, as on a restore to two shards: the
      * same rows, the same fingerprint, at the same step */
     struct ts_table *a = mk(&j, "xcap", 4, "normal:0.1", 3, "adagrad:lr=0.5", NULL);

@@ -6,8 +6,11 @@ serve a sparse step at half the speed of torch doing the same step on a table he
 trainer's own memory (goal: ratio >= 0.5). This measures both in one run.
 
 Ours. One `tessera up --shards 2 --replicas 1 --master-port 0` started here (stopped by
-SIGTERM at the end, on errors and on Ctrl-C too; tables are refused with replicas > 1 today),
-with its default mutual TLS (the workers get its TESSERA_TLS_DIR).
+SIGTERM at the end, on errors and on Ctrl-C too), with its default mutual TLS (the workers get
+its TESSERA_TLS_DIR). A second one with `--replicas 2` runs the "copies" row: the first
+transport, float, dim 64, each row also held by the other shard, which takes every push's
+copy before the push is acknowledged (docs/embeddings.md, "Copies of rows"); --no-copies
+skips it.
 For each (transport, mode, dim) a job of 2 workers, each a process of its own (this script
 re-run with the hidden --worker flag), `tessera.Client(transport=T, exact=...)`, one table of
 10^7 rows (`register_table(name, dim, 10**7 - 1, optimizer="adagrad:lr=0.05")`). Each step
@@ -140,12 +143,14 @@ def turns_of(a):
 class Job:
     """One configuration: its 2 worker processes, driven a turn at a time."""
 
-    def __init__(self, script, master, tls, transport, exact, dim, a, tag, init=INIT):
+    def __init__(self, script, master, tls, transport, exact, dim, a, tag, init=INIT,
+                 copies=False):
         self.transport, self.exact, self.dim, self.init = transport, exact, dim, init
+        self.copies = copies
         self.local = master == "local"
         self.name = f"{'local' if self.local else transport} {'exact' if exact else 'float'} d{dim}"
         self.turns = turns_of(a)
-        job = f"emb-{tag}-{transport}-{int(exact)}-{dim}-{init.split(':')[0]}"
+        job = f"emb-{tag}-{transport}-{int(exact)}-{dim}-{init.split(':')[0]}-{int(copies)}"
         # `tessera up` runs mutual TLS (docs/security.md): its certificates for the clients
         env = dict(os.environ, TESSERA_LOG="warn", TESSERA_TLS_DIR=tls)
         self.procs = []
@@ -277,6 +282,8 @@ def main():
     ap.add_argument("--no-local", action="store_true",
                     help="skip the reference rows of master \"local\" (one process, both "
                          "ranks' ids, the shards' code in process: no wire)")
+    ap.add_argument("--no-copies", action="store_true",
+                    help="skip the row on `--replicas 2` (every row copied to the other shard)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: dim 64, shm and tcp, float, 10 steps, 2 rounds")
     ap.add_argument("--bin", default=os.environ.get("TESSERA_BIN") or
@@ -320,7 +327,7 @@ def main():
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.default_int_handler)
     logs = tempfile.mkdtemp(prefix="bench-emb-")
-    cluster, jobs = None, []
+    cluster, copies, jobs = None, None, []
     script = os.path.abspath(__file__)
     tag = str(os.getpid())
     total = a.warmup + a.steps
@@ -341,6 +348,12 @@ def main():
             # what drawing new rows' normal values costs: the same with init "zeros"
             jobs.append(Job(script, cluster.master, tls, transports[0], False, 64, a, tag,
                             init="zeros"))
+        if not a.no_copies and 64 in dims and "float" in modes:
+            # what copying every row to the next shard of its chain costs
+            copies = Cluster(binary, os.path.join(logs, "copies"), env={"TESSERA_LOG": "warn"},
+                             replicas=2)
+            jobs.append(Job(script, copies.master, os.path.join(logs, "copies", "tls"),
+                            transports[0], False, 64, a, tag, copies=True))
         if not a.no_local:
             jobs += [Job(script, "local", tls, "local", False, d, a, tag) for d in dims]
         if not a.no_torch:
@@ -365,15 +378,17 @@ def main():
     except (RuntimeError, KeyboardInterrupt, OSError) as e:
         for j in jobs:
             j.stop()
-        if cluster:
-            cluster.stop()
-            cluster = None
+        for c in (cluster, copies):
+            if c:
+                c.stop()
+        cluster = copies = None
         sys.exit(f"embeddings: {str(e) or 'interrupted'} (cluster logs in {logs})")
     finally:
         for j in jobs:
             j.stop()
-        if cluster:
-            cluster.stop()
+        for c in (cluster, copies):
+            if c:
+                c.stop()
     shutil.rmtree(logs, ignore_errors=True)
 
     moved = 2 * 2 * a.batch          # ids pulled + ids pushed, both workers
@@ -396,7 +411,8 @@ def main():
                 for i in range(len(rs[0]["end"]))]
         pull = [r["mid"][i] - r["start"][i] for r in rs for i in range(len(r["end"]))]
         push = [r["end"][i] - r["mid"][i] for r in rs for i in range(len(r["end"]))]
-        rec = {"config": "local" if j.local else "2x2", "init": j.init,
+        rec = {"config": "local" if j.local else "2x2 copies" if j.copies else "2x2",
+               "init": j.init,
                "transport": rs[0]["transport"],
                "mode": "exact" if j.exact else "float", "dim": j.dim,
                "step_ms": round(med(step) * 1e3, 3),
@@ -426,7 +442,7 @@ def main():
     print("-" * len(hdr))
     for r in rows_out:
         ratio = f"{r['ratio_torch']:7.3f}" if "ratio_torch" in r else f"{'-':>7}"
-        name = ("tessera local " if r["config"] == "local" else "tessera 2x2 ") + r["mode"] + \
+        name = "tessera " + r["config"] + " " + r["mode"] + \
             (" zeros" if r["init"] == "zeros" else "")
         print(f"{name:30} | {r['dim']:4d} | {r['transport']:>9} | "
               f"{r['rows_s'] / 1e6:8.3f}M | {r['step_ms']:8.2f} | {r['pull_ms']:7.2f} | "

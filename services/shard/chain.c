@@ -168,49 +168,29 @@ static ts_status maps_values(struct chain_link *l, uint32_t tensor, int fd,
     return TS_OK;
 }
 
-ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *job,
-                     uint32_t next, uint32_t tensor, uint32_t partition, uint64_t version,
-                     const struct chain_image *img, const atomic_bool *stop,
-                     struct ts_err *err)
+/* The link to next (link_to) and what a wait on it watches. */
+static ts_status open_link(struct chain_links *cs, struct ts_cluster *cl, const char *job,
+                           uint32_t next, const atomic_bool *stop, size_t *at,
+                           struct link_watch *w, struct ts_err *err)
 {
-    struct ts_frame_hdr h = { .type = TS_FRAME_IMAGE, .tensor = tensor, .partition = partition,
-                              .step = version, .rank = cs->self };
-    struct link_watch w = { cl, 0 };
-    bool maps = false;
-    size_t at;
     ts_status st;
 
     if (!cl)
         return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet");
-    if ((st = link_to(cs, cl, job, next, stop, &at, err)))
+    if ((st = link_to(cs, cl, job, next, stop, at, err)))
         return st;
-    w.since = cs->links[at].since;
-    if (img->values_fd >= 0)
-        st = maps_values(&cs->links[at], tensor, img->values_fd, stop, w, &maps, err);
-    h.flags = maps ? TS_IMAGE_REGION : 0;
-    if (!st && (st = ts_frame_sendv(cs->links[at].c, &h, maps ? img->rest : img->whole,
-                                    maps ? img->nrest : img->nwhole, err)))
-        st = ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", next, err->msg);
-    else if (!st)
-        st = await_reply(cs->links[at].c, next, stop, w, err);
-    if (st == TS_EUNAVAIL)   /* the stream is out of step or gone: start afresh next time */
-        drop(cs, at);
-    return st;
+    *w = (struct link_watch){ cl, cs->links[*at].since };
+    return TS_OK;
 }
 
-ts_status chain_send_frame(struct chain_links *cs, struct ts_cluster *cl, const char *job,
-                           uint32_t next, struct ts_frame_hdr *h, const struct iovec *iov,
-                           size_t n, const atomic_bool *stop, struct ts_err *err)
+/* Frame h with iov[0..n) on link `at` to next, and its ACK; a link that broke (TS_EUNAVAIL)
+ * is out of step or gone: closed, so the next call opens a new one. */
+static ts_status exchange(struct chain_links *cs, size_t at, uint32_t next,
+                          struct ts_frame_hdr *h, const struct iovec *iov, size_t n,
+                          const atomic_bool *stop, struct link_watch w, struct ts_err *err)
 {
-    struct link_watch w = { cl, 0 };
-    size_t at;
     ts_status st;
 
-    if (!cl)
-        return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet");
-    if ((st = link_to(cs, cl, job, next, stop, &at, err)))
-        return st;
-    w.since = cs->links[at].since;
     if ((st = ts_frame_sendv(cs->links[at].c, h, iov, n, err)))
         st = ts_err_set(err, TS_EUNAVAIL, "replica shard %u: %s", next, err->msg);
     else
@@ -218,6 +198,43 @@ ts_status chain_send_frame(struct chain_links *cs, struct ts_cluster *cl, const 
     if (st == TS_EUNAVAIL)
         drop(cs, at);
     return st;
+}
+
+ts_status chain_send(struct chain_links *cs, struct ts_cluster *cl, const char *job,
+                     uint32_t next, uint32_t tensor, uint32_t partition, uint64_t version,
+                     const struct chain_image *img, const atomic_bool *stop,
+                     struct ts_err *err)
+{
+    struct ts_frame_hdr h = { .type = TS_FRAME_IMAGE, .tensor = tensor, .partition = partition,
+                              .step = version, .rank = cs->self };
+    struct link_watch w;
+    bool maps = false;
+    size_t at = 0;
+    ts_status st;
+
+    if ((st = open_link(cs, cl, job, next, stop, &at, &w, err)))
+        return st;
+    if (img->values_fd >= 0 &&
+        (st = maps_values(&cs->links[at], tensor, img->values_fd, stop, w, &maps, err))) {
+        drop(cs, at);   /* maps_values fails only with the link broken */
+        return st;
+    }
+    h.flags = maps ? TS_IMAGE_REGION : 0;
+    return exchange(cs, at, next, &h, maps ? img->rest : img->whole,
+                    maps ? img->nrest : img->nwhole, stop, w, err);
+}
+
+ts_status chain_send_frame(struct chain_links *cs, struct ts_cluster *cl, const char *job,
+                           uint32_t next, struct ts_frame_hdr *h, const struct iovec *iov,
+                           size_t n, const atomic_bool *stop, struct ts_err *err)
+{
+    struct link_watch w;
+    size_t at = 0;
+    ts_status st;
+
+    if ((st = open_link(cs, cl, job, next, stop, &at, &w, err)))
+        return st;
+    return exchange(cs, at, next, h, iov, n, stop, w, err);
 }
 
 ts_status chain_image_room(struct chain_links *cs, size_t n, struct ts_err *err)

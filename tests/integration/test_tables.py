@@ -67,6 +67,24 @@ def train(master, job, rank, workers, out):
         out[rank] = (c.table_sha256(t, STEPS), c.table_rows(t, STEPS))
 
 
+def push_300(cluster, master, job):
+    """One worker pushes 300 rows of step 0 of one table (sgd) and checks they exist; then,
+    while the Client is still connected: each shard's (tables, table_rows, table_bytes) of
+    the job from ShardStatus, and `tessera status` as JSON and as text."""
+    with tessera.Client(master=master, job=job, rank=0, workers=1, batch=1, exact=True,
+                        optimizer="sgd:lr=0.1") as c:
+        t = c.register_table("emb", DIM, MAX_ID, optimizer="sgd:lr=0.1")
+        ids = np.arange(300, dtype=np.int64) * 7919
+        c.push_rows(t, 0, ids, np.ones((300, DIM), np.float32))
+        assert c.table_rows(t, 1) == 300
+        held = []
+        for sh in tl.cluster_status(cluster.channel(master)).shards:
+            st = tl.Stub(cluster.channel(sh.addr), S, "Shard").ShardStatus(
+                S.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+            held += [(j.tables, j.table_rows, j.table_bytes) for j in st.jobs if j.id == job]
+        return held, tl.status_json(master), tl.run_cli(["status", "--master", master]).stdout
+
+
 def run_job(master, job, workers):
     out, errors = {}, []
 
@@ -112,25 +130,10 @@ class ExactTables(tl.ClusterCase, unittest.TestCase):
     def test_rows_spread_over_every_shard(self):
         """300 rows pushed by one worker land on all 3 shards (ShardStatus's table_rows),
         each row on one of them."""
-        addr = self.ups[3]
-        with tessera.Client(master=addr, job="spread", rank=0, workers=1, batch=1,
-                            exact=True, optimizer="sgd:lr=0.1") as c:
-            t = c.register_table("emb", DIM, MAX_ID, optimizer="sgd:lr=0.1")
-            ids = np.arange(300, dtype=np.int64) * 7919
-            c.push_rows(t, 0, ids, np.ones((300, DIM), np.float32))
-            self.assertEqual(c.table_rows(t, 1), 300)
-            held = []
-            for s in tl.cluster_status(self.c.channel(addr)).shards:
-                st = tl.Stub(self.c.channel(s.addr), S, "Shard").ShardStatus(
-                    S.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
-                held += [(j.tables, j.table_rows, j.table_bytes) for j in st.jobs
-                         if j.id == "spread"]
-            # tessera status shows them per shard.
-            doc = tl.status_json(addr)
-            self.assertEqual(sum(s["table_rows"] for s in doc["shards"]), 300, doc["shards"])
-            text = tl.run_cli(["status", "--master", addr]).stdout
-            self.assertEqual(len(re.findall(r"sparse tables: \d+ rows of 1 tables", text)), 3,
-                             text)
+        held, doc, text = push_300(self.c, self.ups[3], "spread")
+        # tessera status shows them per shard.
+        self.assertEqual(sum(s["table_rows"] for s in doc["shards"]), 300, doc["shards"])
+        self.assertEqual(len(re.findall(r"sparse tables: \d+ rows of 1 tables", text)), 3, text)
         self.assertEqual(len(held), 3, held)
         self.assertEqual(sum(h[1] for h in held), 300, held)
         for tables, rows, nbytes in held:
@@ -160,21 +163,11 @@ class Copies(tl.ClusterCase, unittest.TestCase):
                     self.assertEqual((g_sha, g_rows), self.local, "rank %d" % rank)
 
     def test_each_row_twice_served_once(self):
-        with tessera.Client(master=self.addr, job="twice", rank=0, workers=1, batch=1,
-                            exact=True, optimizer="sgd:lr=0.1") as c:
-            t = c.register_table("emb", DIM, MAX_ID, optimizer="sgd:lr=0.1")
-            ids = np.arange(300, dtype=np.int64) * 7919
-            c.push_rows(t, 0, ids, np.ones((300, DIM), np.float32))
-            self.assertEqual(c.table_rows(t, 1), 300)
-            held = []
-            for sh in tl.cluster_status(self.c.channel(self.addr)).shards:
-                st = tl.Stub(self.c.channel(sh.addr), S, "Shard").ShardStatus(
-                    S.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
-                held += [(j.table_rows, j.table_bytes) for j in st.jobs if j.id == "twice"]
+        held, _, _ = push_300(self.c, self.addr, "twice")
         self.assertEqual(len(held), 3, held)
-        self.assertEqual(sum(h[0] for h in held), 300, held)
+        self.assertEqual(sum(h[1] for h in held), 300, held)
         # sgd: a 32-byte header and DIM floats a record, and 2 map slots of 16 bytes
-        self.assertEqual(sum(h[1] for h in held), 2 * 300 * (32 + DIM * 4 + 32), held)
+        self.assertEqual(sum(h[2] for h in held), 2 * 300 * (32 + DIM * 4 + 32), held)
 
 
 class BadInput(tl.ClusterCase, unittest.TestCase):

@@ -154,27 +154,32 @@ bool rowcopy_keeps(const struct shard_table *t, const struct table_store *s, uin
     return s->origin == t->me || (t->replicated && n == COPIES && chain[1] == t->me);
 }
 
-uint64_t rowcopy_rows(struct shard_table *t)
+/* The rows (served ones, or all) of t's stores. Callers hold the registry lock (status,
+ * /metrics): while a rollback places t anew (its lock held exclusive for the whole load),
+ * they count this shard's own store alone rather than hold the registry up. */
+static uint64_t count(struct shard_table *t, bool served, bool bytes)
 {
     uint64_t n = 0;
+    bool all = pthread_rwlock_tryrdlock(&t->lock) == 0;
 
-    pthread_rwlock_rdlock(&t->lock);
-    for (size_t k = 0; k < t->nstores; k++)
-        if (atomic_load(&t->stores[k].owned))
-            n += ts_table_count(t->stores[k].t);
-    pthread_rwlock_unlock(&t->lock);
+    for (size_t k = 0; k < (all ? t->nstores : 1); k++) {
+        struct ts_table *s = all ? t->stores[k].t : t->t;
+        if (!served || !all || atomic_load(&t->stores[k].owned))
+            n += ts_table_count(s) * (bytes ? ts_table_row_bytes(s) : 1);
+    }
+    if (all)
+        pthread_rwlock_unlock(&t->lock);
     return n;
+}
+
+uint64_t rowcopy_rows(struct shard_table *t)
+{
+    return count(t, true, false);
 }
 
 uint64_t rowcopy_bytes(struct shard_table *t)
 {
-    uint64_t n = 0;
-
-    pthread_rwlock_rdlock(&t->lock);
-    for (size_t k = 0; k < t->nstores; k++)
-        n += ts_table_count(t->stores[k].t) * ts_table_row_bytes(t->stores[k].t);
-    pthread_rwlock_unlock(&t->lock);
-    return n;
+    return count(t, false, true);
 }
 
 bool rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl)

@@ -51,7 +51,8 @@ struct table_store *rowcopy_store(struct shard_table *t, uint32_t origin);
 uint32_t rowcopy_follower(const struct shard_table *t, uint64_t id);
 /* Whether store s holds row id (a snapshot's rows loaded into the stores). */
 bool rowcopy_keeps(const struct shard_table *t, const struct table_store *s, uint64_t id);
-/* The stores served to workers, their rows in all; and every store's bytes. */
+/* The stores served to workers, their rows in all; and every store's bytes. Without waiting:
+ * while a rollback places t, this shard's own store's. */
 uint64_t rowcopy_rows(struct shard_table *t);
 uint64_t rowcopy_bytes(struct shard_table *t);
 

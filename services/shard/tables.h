@@ -65,10 +65,9 @@ struct shard_table {
      * ones (under the shard's snap_mu). */
     struct shard_run *runs;
     size_t nruns;
-    /* The ring its rows are placed on: the shard ids of the map it was registered (or last
-     * rolled back) under, ascending (under the registry lock). A map with other ones means
-     * rows are on shards that no longer hold them, or missing: the job goes back to its last
-     * snapshot (shard_tables_rechain). */
+    /* The shards of `placed`: those of the map it was registered (or last rolled back)
+     * under. A map with one more, or one less whose rows lost both copies, means rows are
+     * misplaced or missing: the job goes back to its last snapshot (rowcopy_rechain). */
     uint32_t members[TS_CLUSTER_MAX_SHARDS];
     size_t nmembers;
 };

@@ -55,9 +55,9 @@ CTEST_ARGS ?=
 #   build:  compilers, CMake, the gRPC C core and protobuf-c, protoc with the well-known protos
 #           (libprotobuf-dev ships google/protobuf/descriptor.proto, which reflection embeds),
 #           the libraries we link (libmicrohttpd serves /metrics; LMDB and RocksDB, the disk
-#           tier's candidate stores, which bench_table_store measures), the Fashion-MNIST files the
-#           trainer and demo read, Python's headers for the binding: all that make, make
-#           install and make demo need, to build and to run
+#           tier's candidate stores, which bench_table_store measures), the Fashion-MNIST
+#           files the trainer and demo read, Python's headers for the binding: all that make,
+#           make install and make demo need, to build and to run
 #   py:     Debian's Python with grpcio and protobuf (the independent clients of
 #           tests/integration/tessera_testlib.py and tests/fault/clusterlib.py) and numpy (the
 #           binding's arrays): what the scripts of test-fault, test-big and soak import

@@ -54,9 +54,10 @@ CTEST_ARGS ?=
 # `kubectl kustomize` in test_deploy_kubernetes; a newer kubectl on PATH is used as it is).
 #   build:  compilers, CMake, the gRPC C core and protobuf-c, protoc with the well-known protos
 #           (libprotobuf-dev ships google/protobuf/descriptor.proto, which reflection embeds),
-#           the libraries we link (libmicrohttpd serves /metrics), the Fashion-MNIST files the
-#           trainer and demo read, Python's headers for the binding: all that make, make
-#           install and make demo need, to build and to run
+#           the libraries we link (libmicrohttpd serves /metrics; LMDB and RocksDB, the disk
+#           tier's candidate stores, which bench_table_store measures), the Fashion-MNIST
+#           files the trainer and demo read, Python's headers for the binding: all that make,
+#           make install and make demo need, to build and to run
 #   py:     Debian's Python with grpcio and protobuf (the independent clients of
 #           tests/integration/tessera_testlib.py and tests/fault/clusterlib.py) and numpy (the
 #           binding's arrays): what the scripts of test-fault, test-big and soak import
@@ -78,7 +79,7 @@ CTEST_ARGS ?=
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler libprotobuf-dev xxd libxxhash-dev \
              libcmocka-dev libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist \
-             libzstd-dev python3-dev libmicrohttpd-dev
+             libzstd-dev python3-dev libmicrohttpd-dev liblmdb-dev librocksdb-dev
 DEB_PY := python3 python3-grpcio python3-protobuf python3-numpy
 DEB_TORCH := python3-torch python3-torchvision
 DEB_FUZZ := clang libclang-rt-14-dev
@@ -242,6 +243,7 @@ bench: build
 	$(BUILD)/bin/bench_verify --out bench/results/verify.json
 	$(BUILD)/bin/bench_codec --out bench/results/codec.json
 	$(BUILD)/bin/bench_table --out bench/results/table.json
+	$(BUILD)/bin/bench_table_store --out bench/results/table_store.json
 	/usr/bin/python3 bench/recovery.py --bin $(BUILD)/bin --out bench/results/recovery.json
 	/usr/bin/python3 bench/metrics.py --bin $(BUILD)/bin --out bench/results/metrics.json
 	/usr/bin/python3 bench/security.py --bin $(BUILD)/bin --out bench/results/security.json

@@ -168,6 +168,22 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
             ts_json_uint(&j, "tables", r.tables);
             ts_json_uint(&j, "table_rows", r.table_rows);
             ts_json_uint(&j, "table_bytes", r.table_bytes);
+            ts_json_arr(&j, "table_list");
+            for (size_t k = 0; k < views[i]->n_jobs; k++)
+                for (size_t t = 0; t < views[i]->jobs[k]->n_table_status; t++) {
+                    const Tessera__V1__TableStatus *ts = views[i]->jobs[k]->table_status[t];
+                    ts_json_obj(&j, NULL);
+                    ts_json_str(&j, "job", views[i]->jobs[k]->id);
+                    ts_json_str(&j, "name", ts->name);
+                    ts_json_uint(&j, "rows", ts->rows);
+                    ts_json_uint(&j, "bytes", ts->bytes);
+                    ts_json_uint(&j, "rows_pulled", ts->rows_pulled);
+                    ts_json_uint(&j, "rows_pushed", ts->rows_pushed);
+                    ts_json_num(&j, "pulled_per_s", ts->pulled_per_s);
+                    ts_json_num(&j, "pushed_per_s", ts->pushed_per_s);
+                    ts_json_end(&j);
+                }
+            ts_json_end(&j);
             ts_json_uint(&j, "promotions", views[i]->promotions);
             ts_json_uint(&j, "copies_sent", views[i]->copies_sent);
             ts_json_uint(&j, "copies_pending", views[i]->copies_pending);
@@ -311,8 +327,9 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
         if (v && ts_shard_roles(v).tables) {
             struct ts_shard_roles r = ts_shard_roles(v);
             printf("       sparse tables: %" PRIu64 " rows of %" PRIu64 " tables, %.1f MB of "
-                   "its row budget (docs/embeddings.md)\n", r.table_rows, r.tables,
-                   r.table_bytes / 1048576.0);
+                   "its row budget; %.0f rows pulled/s, %.0f pushed/s (docs/embeddings.md)\n",
+                   r.table_rows, r.tables, r.table_bytes / 1048576.0, r.pulled_per_s,
+                   r.pushed_per_s);
         }
         if (v && v->partitions_lost)
             printf("       %" PRIu64 " partitions it heads lost every copy\n",

@@ -188,11 +188,12 @@ const char *ts_membership_instance(struct ts_membership *ms);
 struct ts_shard_roles {
     uint64_t heads, follows, lag;
     uint64_t tables, table_rows, table_bytes;   /* sparse tables (docs/embeddings.md) */
+    double pulled_per_s, pushed_per_s;          /* their rows, over the last heartbeats */
 };
 
 static inline struct ts_shard_roles ts_shard_roles(const Tessera__V1__ShardStatusResponse *v)
 {
-    struct ts_shard_roles r = { 0, 0, 0, 0, 0, 0 };
+    struct ts_shard_roles r = { 0, 0, 0, 0, 0, 0, 0, 0 };
 
     for (size_t k = 0; k < v->n_jobs; k++) {
         r.heads += v->jobs[k]->partitions;
@@ -201,6 +202,10 @@ static inline struct ts_shard_roles ts_shard_roles(const Tessera__V1__ShardStatu
         r.tables += v->jobs[k]->tables;
         r.table_rows += v->jobs[k]->table_rows;
         r.table_bytes += v->jobs[k]->table_bytes;
+        for (size_t t = 0; t < v->jobs[k]->n_table_status; t++) {
+            r.pulled_per_s += v->jobs[k]->table_status[t]->pulled_per_s;
+            r.pushed_per_s += v->jobs[k]->table_status[t]->pushed_per_s;
+        }
     }
     return r;
 }

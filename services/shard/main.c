@@ -6,6 +6,7 @@
 
 #include "rpc/serve.h"
 #include "shard.h"
+#include "tables.h"
 #include "testhooks.h"
 #include "util/flags.h"
 #include "util/log.h"
@@ -85,11 +86,12 @@ static ts_status job_access(void *arg, const char *job, Tessera__V1__JobAccessRe
 }
 
 /* The heartbeat lists the jobs this shard holds; the master names those it holds nothing of
- * (reclaim.c). */
+ * (reclaim.c). Each heartbeat also measures the tables' rows pulled and pushed a second. */
 static size_t held_jobs(void *arg, char (*ids)[TS_JOB_ID_MAX + 1], size_t max)
 {
     struct shard *s = arg;
 
+    shard_tables_tick(&s->params, ts_now_ms());
     return shard_params_held_jobs(&s->params, ids, max);
 }
 

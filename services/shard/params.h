@@ -357,6 +357,12 @@ struct shard_job_status {
     uint64_t follows, lag;             /* copies followed; versions held back from pulls */
     uint32_t tables;                   /* sparse tables, their rows here and the rows' bytes */
     uint64_t table_rows, table_bytes;
+    struct shard_table_status {        /* each table (tables of them), malloc'd */
+        uint32_t id;
+        char name[TS_JOB_ID_MAX + 1];
+        uint64_t rows, bytes, pulled, pushed;
+        double pulled_per_s, pushed_per_s;
+    } *table;
     struct ts_part_ranks ranks;        /* SSP and ASP: one record per rank (n 0 otherwise) */
 };
 /* Every job's status: *out is malloc'd, *n entries, freed with shard_params_jobs_free. */

@@ -41,6 +41,21 @@ static ts_status encode_jobs(struct ts_rpc_call *call, struct shard_params *sp,
         js->tables = s->tables;
         js->table_rows = s->table_rows;
         js->table_bytes = s->table_bytes;
+        js->table_status = ts_rpc_alloc(call, (s->tables + 1) * sizeof(*js->table_status));
+        for (uint32_t k = 0; k < s->tables; k++) {
+            const struct shard_table_status *t = &s->table[k];
+            Tessera__V1__TableStatus *ts = ts_rpc_new(call,
+                                                      &tessera__v1__table_status__descriptor);
+            ts->id = t->id;
+            ts->name = ts_rpc_strdup(call, t->name);
+            ts->rows = t->rows;
+            ts->bytes = t->bytes;
+            ts->rows_pulled = t->pulled;
+            ts->rows_pushed = t->pushed;
+            ts->pulled_per_s = t->pulled_per_s;
+            ts->pushed_per_s = t->pushed_per_s;
+            js->table_status[js->n_table_status++] = ts;
+        }
         js->ranks = ts_rpc_alloc(call, (s->ranks.n + 1) * sizeof(*js->ranks));
         for (uint32_t k = 0; k < s->ranks.n; k++) {
             Tessera__V1__RankStatus *rs = ts_rpc_new(call, &tessera__v1__rank_status__descriptor);

@@ -75,6 +75,7 @@ static ts_status create(struct shard_params *sp, struct ts_cluster *cl, uint32_t
     t->dim = s->dim;
     t->max_id = s->max_id;
     t->seed = s->seed;
+    t->rate_ms = ts_now_ms();   /* the first heartbeat measures from here */
     if ((st = rowcopy_place(t, &sj->job, &sp->tables_budget, cl, me, err))) {
         table_free(t);
         return st;
@@ -241,6 +242,26 @@ void shard_tables_each(struct shard_params *sp,
                 fn(arg, sp->jobs[j]->job.id, sp->jobs[j]->tables[i]);
     pthread_mutex_unlock(&sp->mu);
     pthread_rwlock_unlock(&sp->life);
+}
+
+static void tick_one(void *arg, const char *job, struct shard_table *t)
+{
+    int64_t now = *(const int64_t *)arg, dt = now - t->rate_ms;
+    uint64_t pulled = atomic_load(&t->pulled), pushed = atomic_load(&t->pushed);
+
+    (void)job;
+    if (dt > 0) {
+        atomic_store(&t->pulled_milli_s, (pulled - t->rate_pulled) * 1000000 / (uint64_t)dt);
+        atomic_store(&t->pushed_milli_s, (pushed - t->rate_pushed) * 1000000 / (uint64_t)dt);
+    }
+    t->rate_pulled = pulled;
+    t->rate_pushed = pushed;
+    t->rate_ms = now;
+}
+
+void shard_tables_tick(struct shard_params *sp, int64_t now_ms)
+{
+    shard_tables_each(sp, tick_one, &now_ms);
 }
 
 static void runs_free(struct shard_table *t)

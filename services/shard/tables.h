@@ -59,8 +59,13 @@ struct shard_table {
     char init[64], optimizer[128];
     uint32_t dim;
     uint64_t max_id, seed;
-    /* Rows pulled and pushed by workers (ids, repeats included; dp_rows.c), for /metrics. */
+    /* Rows pulled and pushed by workers (ids, repeats included; dp_rows.c), for /metrics;
+     * and a second's worth of each over the last interval between heartbeats, in thousandths
+     * (shard_tables_tick, which alone keeps rate_*: the counts and time it last saw). */
     atomic_uint_least64_t pulled, pushed;
+    atomic_uint_least64_t pulled_milli_s, pushed_milli_s;
+    uint64_t rate_pulled, rate_pushed;
+    int64_t rate_ms;
     /* The runs this shard wrote to snapshots, oldest first: a full one, then incremental
      * ones (under the shard's snap_mu). */
     struct shard_run *runs;
@@ -122,6 +127,9 @@ ts_status shard_tables_rollback_check(struct shard_params *sp, struct shard_job 
 ts_status shard_tables_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                                 struct shard_job *sj, const ts_manifest *m, const char *hex,
                                 uint64_t step, struct ts_err *err) TS_MUST_CHECK;
+
+/* Each heartbeat (now_ms): every table's rows pulled and pushed a second since the last one. */
+void shard_tables_tick(struct shard_params *sp, int64_t now_ms);
 
 /* Frees a job's tables (params.c's job_free, mu held). */
 void shard_tables_free(struct shard_job *sj);

@@ -392,11 +392,26 @@ ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **o
         js->armed_step = sj->armed ? sj->armed_step : 0;
         for (size_t i = 0; i < SHARD_MAX_TENSORS; i++)
             js->tensors += sj->tensors[i] != NULL;
-        for (size_t i = 0; i < SHARD_MAX_TABLES; i++) {
+        for (size_t i = 0; !st && i < SHARD_MAX_TABLES; i++) {
             struct shard_table *t = shard_params_table(sp, sj, (uint32_t)i);
-            js->tables += t != NULL;
-            js->table_rows += t ? rowcopy_rows(t) : 0;
-            js->table_bytes += t ? rowcopy_bytes(t) : 0;
+            struct shard_table_status *ts;
+            if (!t)
+                continue;
+            if (!js->table && !(js->table = calloc(SHARD_MAX_TABLES, sizeof(*js->table)))) {
+                st = ts_err_set(err, TS_ENOMEM, "out of memory");
+                break;
+            }
+            ts = &js->table[js->tables++];
+            ts->id = t->id;
+            snprintf(ts->name, sizeof(ts->name), "%s", t->name);
+            ts->rows = rowcopy_rows(t);
+            ts->bytes = rowcopy_bytes(t);
+            ts->pulled = atomic_load(&t->pulled);
+            ts->pushed = atomic_load(&t->pushed);
+            ts->pulled_per_s = atomic_load(&t->pulled_milli_s) / 1000.0;
+            ts->pushed_per_s = atomic_load(&t->pushed_milli_s) / 1000.0;
+            js->table_rows += ts->rows;
+            js->table_bytes += ts->bytes;
         }
         snprintf(js->id, sizeof(js->id), "%s", sj->job.id);
         js->workers = sj->job.workers;
@@ -420,8 +435,10 @@ ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **o
 
 void shard_params_jobs_free(struct shard_job_status *js, size_t n)
 {
-    for (size_t j = 0; js && j < n; j++)
+    for (size_t j = 0; js && j < n; j++) {
         free(js[j].ranks.clock);
+        free(js[j].table);
+    }
     free(js);
 }
 

@@ -70,7 +70,8 @@ def train(master, job, rank, workers, out):
 def push_300(cluster, master, job):
     """One worker pushes 300 rows of step 0 of one table (sgd) and checks they exist; then,
     while the Client is still connected: each shard's (tables, table_rows, table_bytes) of
-    the job from ShardStatus, and `tessera status` as JSON and as text."""
+    the job from ShardStatus, and `tessera status` as JSON (once a shard shows the push in
+    its rows pushed a second) and as text."""
     with tessera.Client(master=master, job=job, rank=0, workers=1, batch=1, exact=True,
                         optimizer="sgd:lr=0.1") as c:
         t = c.register_table("emb", DIM, MAX_ID, optimizer="sgd:lr=0.1")
@@ -82,7 +83,15 @@ def push_300(cluster, master, job):
             st = tl.Stub(cluster.channel(sh.addr), S, "Shard").ShardStatus(
                 S.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
             held += [(j.tables, j.table_rows, j.table_bytes) for j in st.jobs if j.id == job]
-        return held, tl.status_json(master), tl.run_cli(["status", "--master", master]).stdout
+        # The rate shows once a shard's heartbeat measured the interval the push fell in.
+        doc = {}
+
+        def pushing():
+            doc.update(tl.status_json(master))
+            return any(t["job"] == job and t["pushed_per_s"] > 0
+                       for sh in doc["shards"] for t in sh.get("table_list", []))
+        tl.wait_until(pushing, 15, "a shard's pushed rows/s above 0")
+        return held, doc, tl.run_cli(["status", "--master", master]).stdout
 
 
 def run_job(master, job, workers):
@@ -131,8 +140,13 @@ class ExactTables(tl.ClusterCase, unittest.TestCase):
         """300 rows pushed by one worker land on all 3 shards (ShardStatus's table_rows),
         each row on one of them."""
         held, doc, text = push_300(self.c, self.ups[3], "spread")
-        # tessera status shows them per shard.
+        # tessera status shows them per shard, and per table: each row pushed once.
         self.assertEqual(sum(s["table_rows"] for s in doc["shards"]), 300, doc["shards"])
+        tables = [t for s in doc["shards"] for t in s["table_list"] if t["job"] == "spread"]
+        self.assertEqual([t["name"] for t in tables], ["emb"] * 3, tables)
+        self.assertEqual(sum(t["rows_pushed"] for t in tables), 300, tables)
+        self.assertEqual(sum(t["rows"] for t in tables), 300, tables)
+        self.assertIn("rows pulled/s", text)
         self.assertEqual(len(re.findall(r"sparse tables: \d+ rows of 1 tables", text)), 3, text)
         self.assertEqual(len(held), 3, held)
         self.assertEqual(sum(h[1] for h in held), 300, held)

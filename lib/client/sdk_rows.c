@@ -440,18 +440,18 @@ static ts_status redo(struct tessera *t, void *ctx, struct ts_err *err)
  * (sdk_fail_over, as a dense step's); without, or where that ends in a rollback, this waits
  * for the job to go back to its last snapshot and says TS_EROLLBACK. Anything else, or a local
  * run, is st as it is. */
-static ts_status rows_recover(struct tessera *t, ts_status st, const char *what,
-                              struct rows_call *c, struct ts_err *err)
+static ts_status rows_recover(struct tessera *t, ts_status st, const char *what, uint64_t n,
+                              sdk_redo_fn again, void *ctx, struct ts_err *err)
 {
     uint64_t back = 0;
 
     if (t->local || !sdk_can_fail_over(t) ||
         (st != TS_EUNAVAIL && st != TS_ECORRUPT && st != TS_EROLLBACK && st != TS_ESTALE))
         return st;
-    if (c && st != TS_EROLLBACK && ts_cluster_replicas(t->cl) >= 2) {
+    if (again && st != TS_EROLLBACK && ts_cluster_replicas(t->cl) >= 2) {
         if (st == TS_ECORRUPT)
             st = TS_EUNAVAIL;
-        st = sdk_fail_over(t, what, c->step, st, redo, c, err);
+        st = sdk_fail_over(t, what, n, st, again, ctx, err);
         if (st != TS_EROLLBACK)
             return st;
     }
@@ -486,7 +486,7 @@ int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint
         return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and grads are required (n %zu)",
                                         n));
     if ((st = table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
-        return fail(e, &err, rows_recover(t, st, "push of rows", NULL, &err));
+        return fail(e, &err, rows_recover(t, st, "push of rows", step, NULL, NULL, &err));
     if (st || (st = place(t, &c, &err)))
         return sdk_fail(e, &err);
     if (t->local) {
@@ -503,7 +503,7 @@ int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint
         return ts_table_push(c.x->local, &in, &applied, &err) ? sdk_fail(e, &err) : sdk_ok(e);
     }
     if ((st = push_placed(t, &c, &err)) &&
-        (st = rows_recover(t, st, "push of rows", &c, &err)) != TS_EROLLBACK)
+        (st = rows_recover(t, st, "push of rows", step, redo, &c, &err)) != TS_EROLLBACK)
         ts_err_prefix(&err, "table '%s' step %" PRIu64, c.x->name, step);
     return st ? sdk_fail(e, &err) : sdk_ok(e);
 }
@@ -518,11 +518,11 @@ int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const u
     if (n && (!ids || !out))
         return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and out are required (n %zu)", n));
     if ((st = table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
-        return fail(e, &err, rows_recover(t, st, "pull of rows", NULL, &err));
+        return fail(e, &err, rows_recover(t, st, "pull of rows", version, NULL, NULL, &err));
     if (st || (st = place(t, &c, &err)))
         return sdk_fail(e, &err);
     if ((st = pull_placed(t, &c, &err)) &&
-        (st = rows_recover(t, st, "pull of rows", &c, &err)) != TS_EROLLBACK)
+        (st = rows_recover(t, st, "pull of rows", version, redo, &c, &err)) != TS_EROLLBACK)
         ts_err_prefix(&err, "table '%s' version %" PRIu64, c.x->name, version);
     return st ? sdk_fail(e, &err) : sdk_ok(e);
 }
@@ -624,6 +624,23 @@ static ts_status scan_all(struct tessera *t, struct sdk_table *x, int id, uint64
     return st;
 }
 
+/* A fingerprint's scan, as a failover sends it again (sdk_fail_over): every shard of the new
+ * map, whose stores serve the rows of a shard that died. */
+struct scan_call {
+    struct sdk_table *x;
+    int id;
+    uint64_t version;
+    char *hex;
+    uint64_t *count;
+};
+
+static ts_status rescan(struct tessera *t, void *ctx, struct ts_err *err)
+{
+    struct scan_call *c = ctx;
+
+    return scan_all(t, c->x, c->id, c->version, c->hex, c->count, err);
+}
+
 /* The fingerprint (hex) or the row count of table id at version. */
 static int fingerprint(tessera *t, int id, uint64_t version, char *hex, uint64_t *count,
                        struct tessera_error *e)
@@ -645,9 +662,11 @@ static int fingerprint(tessera *t, int id, uint64_t version, char *hex, uint64_t
         }
         free(ids);
     } else {
-        st = scan_all(t, x, id, version, hex, count, &err);
+        struct scan_call c = { x, id, version, hex, count };
+        if ((st = scan_all(t, x, id, version, hex, count, &err)))
+            st = rows_recover(t, st, "fingerprint of rows", version, rescan, &c, &err);
     }
-    if (st)
+    if (st && st != TS_EROLLBACK)
         ts_err_prefix(&err, "table '%s' fingerprint", x->name);
     return st ? sdk_fail(e, &err) : sdk_ok(e);
 }

@@ -107,11 +107,10 @@ ts_status dp_copy_rows(struct dp_conn *dc, uint32_t follower, uint64_t since,
                               &e);
         if (!st)
             return TS_OK;
-        if (st != TS_EUNAVAIL) {   /* refused: that copy knows it is broken (dp_rows_copy) */
-            ts_log(TS_WARN, "dataplane", "table %u: shard %u refused a copy of rank %u's push "
-                   "of step %" PRIu64 ": %s", h->tensor, follower, h->rank, h->step, e.msg);
-            return TS_OK;
-        }
+        if (st != TS_EUNAVAIL)   /* it took the rows over, or the job went back: no ACK */
+            return ts_err_set(err, st, "table %u: shard %u did not take the copy of rank %u's "
+                              "push of step %" PRIu64 ": %s", h->tensor, follower, h->rank,
+                              h->step, e.msg);
         if (ts_now_ms() > until || atomic_load(&dp->stop))
             return ts_err_set(err, TS_EUNAVAIL, "table %u: the copy of its rows on shard %u is "
                               "unreachable and the map still holds it: %s", h->tensor,

@@ -275,10 +275,11 @@ ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
 ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h,
                        struct ts_err *err) TS_MUST_CHECK;
 /* dp_chain.c: frame h (a ROWS_COPY, its payload iov[0..n)) to the follower of a table's
- * rows and its ACK. A follower out of the map (under the registration it had at epoch
- * `since`) is skipped; one that cannot be reached is reported, and waited for to leave the
- * map (TS_EUNAVAIL if it does not); one that refuses the copy is logged (the copy marks
- * itself broken): TS_OK both. */
+ * rows and its ACK (a copy that cannot take it marks itself broken and acknowledges it).
+ * A follower out of the map (under the registration it had at epoch `since`) is skipped;
+ * one that cannot be reached is reported, and waited for to leave the map (TS_EUNAVAIL if
+ * it does not); one that refuses it (TS_ESTALE: it took these rows over, this shard having
+ * left the map; TS_EROLLBACK) is that refusal: the push is not to be acknowledged. */
 ts_status dp_copy_rows(struct dp_conn *dc, uint32_t follower, uint64_t since,
                        struct ts_frame_hdr *h, const struct iovec *iov, size_t n,
                        struct ts_err *err) TS_MUST_CHECK;

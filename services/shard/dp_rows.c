@@ -317,13 +317,27 @@ ts_status dp_rows_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
 
 /* A head's copy of a push (in_slices): into the copy of its rows here, once the copy is at
  * the push's step (the head takes rank r's next push, and copies it, as soon as its own rows
- * applied this step: another rank's copy of it may still be on its way). A copy that refuses
- * one is broken from then on: it drops what comes and cannot take over (rowcopy.h). */
+ * applied this step: another rank's copy of it may still be on its way). A copy that cannot
+ * take one (an id it does not hold, its row budget, its step not coming) is broken from then
+ * on: it says so, acknowledges what comes without taking it, and cannot take over
+ * (rowcopy.h), so the head's acknowledgement never stands for rows a copy lacks unknown. A
+ * copy taken over (this shard saw the head leave the map) refuses it TS_ESTALE: the head
+ * must not acknowledge the push, whose worker sends it again under the new map. */
 struct copy_arg {
     const struct ts_frame_hdr *h;
     uint32_t origin;
     struct rows_in in;
+    int64_t until;             /* how long the copy's step is waited for */
 };
+
+/* Copy s of t could not take a push (why: err): broken from then on (above). */
+static void copy_broken(struct shard_table *t, struct table_store *s, const struct ts_err *why)
+{
+    if (!atomic_exchange(&s->broken, true))
+        ts_log(TS_WARN, "dataplane", "table '%s': the copy of shard %u's rows could not take a "
+               "push (%s); it cannot take over if that shard goes (the job would go back to "
+               "its last snapshot)", t->name, s->origin, why->msg);
+}
 
 static ts_status copy_locked(struct dp_conn *dc, struct shard_table *t, void *arg,
                              struct ts_err *err)
@@ -334,7 +348,7 @@ static ts_status copy_locked(struct dp_conn *dc, struct shard_table *t, void *ar
                              .ids = a->in.ids, .grad = a->in.grad,
                              .encoding = a->h->encoding, .retry = true };
     bool applied;
-    ts_status st;
+    ts_status st = TS_OK;
 
     if (!s || s == &t->stores[0])
         return ts_err_set(err, TS_ESTALE, "copy: this shard holds no copy of shard %u's rows of "
@@ -345,22 +359,20 @@ static ts_status copy_locked(struct dp_conn *dc, struct shard_table *t, void *ar
                           "'%s' (it left the map)", a->origin, t->name);
     if (atomic_load(&s->broken))
         return TS_OK;
-    for (size_t i = 0; i < a->in.n; i++)
+    for (size_t i = 0; !st && i < a->in.n; i++)
         if (rowcopy_origin(t, a->in.ids[i]) != a->origin ||
             rowcopy_follower(t, a->in.ids[i]) != t->me)
-            return ts_err_set(err, TS_EINVAL, "copy: ids[%zu]: row %" PRIu64 " of table '%s' is "
-                              "not one whose copy this shard holds for shard %u", i,
-                              a->in.ids[i], t->name, a->origin);
-    if (!is_async(dc) && ts_table_step(s->t) < p.step &&
-        (st = ts_table_wait(s->t, p.step, ROWS_SLICE_MS, err)))
-        return st;
-    if ((st = ts_table_push(s->t, &p, &applied, err))) {
-        atomic_store(&s->broken, true);
-        ts_log(TS_WARN, "dataplane", "table '%s': the copy of shard %u's rows refused a push "
-               "(%s); it cannot take over if that shard goes (the job would go back to its "
-               "last snapshot)", t->name, a->origin, err->msg);
-    }
-    return st;
+            st = ts_err_set(err, TS_EINVAL, "ids[%zu]: row %" PRIu64 " is not one whose copy "
+                            "this shard holds for shard %u", i, a->in.ids[i], a->origin);
+    if (!st && !is_async(dc) && ts_table_step(s->t) < p.step &&
+        (st = ts_table_wait(s->t, p.step, ROWS_SLICE_MS, err)) == TS_ETIMEDOUT &&
+        ts_now_ms() < a->until)
+        return st;   /* in_slices waits on */
+    if (!st)
+        st = ts_table_push(s->t, &p, &applied, err);
+    if (st)
+        copy_broken(t, s, err);
+    return TS_OK;
 }
 
 ts_status dp_rows_copy(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf,
@@ -370,7 +382,7 @@ ts_status dp_rows_copy(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
     struct shard_table *sht;
     size_t n = h->partition, elem = h->encoding == TS_ENC_FIXED ? sizeof(int64_t)
                                                                 : sizeof(float);
-    struct copy_arg a = { .h = h };
+    struct copy_arg a = { .h = h, .until = ts_now_ms() + DP_PULL_WAIT_MS };
     const uint8_t *b = buf;
     ts_status st;
 

@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import unittest
 
 import tessera_testlib as tl
@@ -127,12 +128,12 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         cls.c = tl.Cluster()
         cls.certs = cls.c.make_certs(shards=3)
 
-    def kill_one(self, replicas, job, at=(25,)):
+    def kill_one(self, replicas, job, at=(25,), hang=False):
         c, certs = self.c, self.certs
         args = [a if a != "30" else "80" for a in EXACT]
         proc, addr = c.tessera_up(["--shards", "3", "--replicas", str(replicas), "--store",
                                    os.path.join(c.dir, "store-" + job), "--snapshot-every",
-                                   "10", "--tls-dir", certs])
+                                   "10", "--tls-dir", certs], name="up-" + job)
         p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "train", "--master", addr,
                               "--workers", "2", "--job", job, "--slow", "0:60"] + args,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -145,6 +146,18 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
                               "rank 0 past step %d" % step)
                 victim = [s for s in tl.status_json(addr)["shards"]
                           if s["state"] == "alive"][1]
+                if hang:   # stopped past its lease, dropped from the map, then woken
+                    tl.log("stopping shard %d (pid %d)" % (victim["id"], victim["pid"]))
+                    os.kill(victim["pid"], signal.SIGSTOP)
+                    try:
+                        tl.wait_until(lambda: [s for s in tl.status_json(addr)["shards"]
+                                               if s["id"] == victim["id"] and
+                                               s["state"] != "alive"], 60,
+                                      "shard %d out of the map" % victim["id"])
+                        time.sleep(1)
+                    finally:
+                        os.kill(victim["pid"], signal.SIGCONT)
+                    continue
                 tl.log("killing shard %d (pid %d)" % (victim["id"], victim["pid"]))
                 os.kill(victim["pid"], signal.SIGKILL)
             out, err = p.communicate(timeout=300)
@@ -169,6 +182,14 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         self.assertIn("failed over", err)
         alive = [s["id"] for s in status["shards"] if s["state"] == "alive"]
         self.assertEqual(len(alive), 2, status["shards"])
+
+    def test_copies_take_over_from_a_hung_shard(self):
+        """A shard stopped (SIGSTOP) past its lease is dropped from the map while the workers
+        wait on it; its copies take over. Woken, it still holds what workers sent it before:
+        the copies refuse what it would copy down (they took its rows over), so it
+        acknowledges none of it, and the workers' pushes count once, on the copies."""
+        got, err, _ = self.kill_one(2, "k2h", hang=True)
+        self.assertEqual(got["rollbacks"], 0, err[-3000:])
 
     def test_copies_then_a_snapshot_of_them(self):
         """A second shard killed at step 45: some rows of the first lost both copies, so the

@@ -187,9 +187,12 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         """A shard stopped (SIGSTOP) past its lease is dropped from the map while the workers
         wait on it; its copies take over. Woken, it still holds what workers sent it before:
         the copies refuse what it would copy down (they took its rows over), so it
-        acknowledges none of it, and the workers' pushes count once, on the copies."""
+        acknowledges none of it, and the workers' pushes count once, on the copies. Woken, it
+        also registers again, and once it is back on the ring (when the run lasts that long,
+        as under load) the job goes back to its snapshot, as for any shard that joins."""
         got, err, _ = self.kill_one(2, "k2h", hang=True)
-        self.assertEqual(got["rollbacks"], 0, err[-3000:])
+        self.assertIn("failed over", err)
+        self.assertLessEqual(got["rollbacks"], 1, err[-3000:])
 
     def test_copies_then_a_snapshot_of_them(self):
         """A second shard killed at step 45: some rows of the first lost both copies, so the

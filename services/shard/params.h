@@ -111,10 +111,13 @@ struct shard_job {
      * goes back to a snapshot and the data plane refuses it; rollbacks counts those done
      * (a connection that named the job under an older count must start over), the last to
      * rollback_step. lost_report: a partition of it lost every copy; the master is to hear,
-     * with lost_gen, the rollbacks done when the loss was found. */
+     * with lost_gen, the rollbacks done when the loss was found. state_lost: the same loss (or
+     * table rows that lost every copy), kept until the job is open again after its rollback:
+     * no snapshot may be armed meanwhile, since the shards left could not write the job's
+     * state whole (shard_params_arm). */
     atomic_uint_least64_t fence, rollback_step;
     atomic_uint rollbacks, lost_gen;
-    atomic_bool lost_report;
+    atomic_bool lost_report, state_lost;
     /* The master's word on the job, from its heartbeat replies (reclaim.c; under mu): since
      * when it says it holds nothing of the job (0: it holds it, or it was registered to
      * since), and when it last said so. */

@@ -102,6 +102,7 @@ static void rechain_part(struct shard_params *sp, struct shard_job *sj, struct s
             sp->lost++;
             t->lost[p] = true;
             atomic_store(&sj->lost_gen, atomic_load(&sj->rollbacks));
+            atomic_store(&sj->state_lost, true);
             atomic_store(&sj->lost_report, true);
         }
         return;

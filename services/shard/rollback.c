@@ -212,6 +212,7 @@ ts_status shard_params_reopen(struct shard_params *sp, const char *job, uint32_t
     }
     atomic_store(&sj->rollback_step, fence - 1);
     atomic_store(&sj->rollbacks, generation);
+    atomic_store(&sj->state_lost, false);   /* the snapshot's state is whole again */
     atomic_store(&sj->fence, 0);
     pthread_rwlock_unlock(&sp->life);
     ts_log(TS_INFO, "shard", "job %s: open again at step %" PRIu64 " (rollback %u)", job,

@@ -588,6 +588,7 @@ void shard_tables_rechain(struct shard_params *sp, struct ts_cluster *cl)
                        t->name, t->nmembers, t->replicated ? ", 2 copies of each row"
                                                            : ", one copy of each row");
             atomic_store(&sj->lost_gen, atomic_load(&sj->rollbacks));
+            atomic_store(&sj->state_lost, true);
             atomic_store(&sj->lost_report, true);
             break;
         }

@@ -143,6 +143,10 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
         st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
     else if (!disarm)
         st = check_snapshottable(sj, err);
+    if (!st && !disarm && atomic_load(&sj->state_lost))
+        st = ts_err_set(err, TS_ESTATE, "job '%s' lost state on this shard (a partition, or "
+                        "table rows, lost every copy): a snapshot now would miss it; the job "
+                        "goes back to its last snapshot first", job);
     if (st) {
         pthread_mutex_unlock(&sp->snap_mu);
         return st;

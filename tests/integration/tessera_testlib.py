@@ -608,6 +608,15 @@ def status_json(addr):
     return json.loads(r.stdout)
 
 
+def shard_once_past(addr, step, timeout=60, which=1):
+    """Waits until a worker of the cluster at addr reports its clock at step or past, then
+    returns the status JSON of the alive shard at position `which` (a victim for a fault)."""
+    wait_until(lambda: any(w.get("clock", 0) >= step for w in
+                           status_json(addr).get("workers", [])), timeout,
+               "a worker past step %d" % step)
+    return [s for s in status_json(addr)["shards"] if s["state"] == "alive"][which]
+
+
 # A user's own training script (tests/integration/user_train.py), what the launch and deploy
 # tests run in place of the built-in trainer; the variables a launcher sets, none of which may
 # leak into a run "by hand".

@@ -141,11 +141,7 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         try:
             # Past the first snapshots, well before the end (80 steps of 60 ms and more).
             for step in at:
-                tl.wait_until(lambda: any(j.get("clock", 0) >= step for j in
-                                          tl.status_json(addr).get("workers", [])), 60,
-                              "rank 0 past step %d" % step)
-                victim = [s for s in tl.status_json(addr)["shards"]
-                          if s["state"] == "alive"][1]
+                victim = tl.shard_once_past(addr, step)
                 if hang:   # stopped past its lease, dropped from the map, then woken
                     tl.log("stopping shard %d (pid %d)" % (victim["id"], victim["pid"]))
                     os.kill(victim["pid"], signal.SIGSTOP)

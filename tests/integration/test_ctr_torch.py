@@ -209,10 +209,7 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
                              stderr=subprocess.PIPE, text=True, env=env,
                              stdin=subprocess.DEVNULL)
         try:
-            tl.wait_until(lambda: any(w.get("clock", 0) >= 25 for w in
-                                      tl.status_json(addr).get("workers", [])), 90,
-                          "the worker past step 25")
-            victim = tl.status_json(addr)["shards"][1]
+            victim = tl.shard_once_past(addr, 25, timeout=90)
             os.kill(victim["pid"], signal.SIGKILL)
             out, err = p.communicate(timeout=300)
         finally:

@@ -27,6 +27,7 @@ static void capture_now(struct ts_table *t)
     struct table_capture *c = &t->cap;
     size_t rb = ts_table_record_bytes(t), n = 0;
     uint64_t *ids = NULL;
+    struct row *w = NULL;
     struct ts_err err = { 0 };
 
     c->armed = false;
@@ -35,7 +36,7 @@ static void capture_now(struct ts_table *t)
     if (c->full)
         t->lost_dirty = false;   /* every row is in it */
     if (c->full) {
-        if (t->rows.n && (c->st = table_sorted_ids(t, &ids, &err)))
+        if (t->rows.n && (c->st = rows_sorted_ids(&t->rows, &ids, &err)))
             goto out;
         n = t->rows.n;
     } else {
@@ -49,13 +50,20 @@ static void capture_now(struct ts_table *t)
             qsort(ids, n, sizeof(*ids), table_cmp_u64);
         }
     }
-    if (n && !(c->records = malloc(n * rb))) {
+    if (n && (!(c->records = malloc(n * rb)) || !(w = malloc(t->rows.rec)))) {
         c->st = TS_ENOMEM;
         goto out;
     }
-    for (size_t k = 0; k < n; k++) {
-        struct row *w = rows_find(&t->rows, ids[k]);
+    for (size_t k = 0; k < n; k++) {   /* from whichever tier holds the row */
         uint8_t *r = c->records + k * rb;
+        bool found;
+
+        if ((c->st = rows_read(&t->rows, ids[k], w, &found, &err)))
+            goto out;
+        if (!found) {
+            c->st = TS_EINTERNAL;   /* a row listed as changed that does not exist */
+            goto out;
+        }
         memcpy(r, &w->id, 8);
         memcpy(r + 8, &w->updates, 8);
         memcpy(r + 16, &w->step, 8);
@@ -63,10 +71,10 @@ static void capture_now(struct ts_table *t)
     }
     c->n = n;
     /* What the capture holds is no longer "changed since the last capture". */
-    for (size_t k = 0; k < t->ndirty; k++)
-        rows_find(&t->rows, t->dirty[k])->dirty = 0;
+    idmap_clear(&t->dirty_set);
     t->ndirty = 0;
 out:
+    free(w);
     free(ids);
     if (c->st) {
         free(c->records);
@@ -162,10 +170,10 @@ void ts_table_capture_undo(struct ts_table *t, const struct ts_table_capture *c)
     if (table_dirty_reserve(t, c->n, NULL) == TS_OK)
         for (size_t k = 0; k < c->n; k++) {
             uint64_t id;
+            bool found = false;
             memcpy(&id, c->records + k * rb, 8);
-            struct row *w = rows_find(&t->rows, id);
-            if (w)
-                table_mark_dirty(t, w);
+            if (rows_read(&t->rows, id, NULL, &found, NULL) == TS_OK && found)
+                table_mark_dirty(t, id);
         }
     else
         t->lost_dirty = true;
@@ -180,6 +188,60 @@ bool ts_table_needs_full(struct ts_table *t)
     lost = t->lost_dirty;
     pthread_mutex_unlock(&t->mu);
     return lost;
+}
+
+/* Records [from, to) that keep takes become rows; their rows are in memory (pinned) or do
+ * not exist, and there is room for those they create. */
+static void load_records(struct ts_table *t, const uint8_t *records, size_t from, size_t to,
+                         bool (*keep)(void *ctx, uint64_t id), void *ctx)
+{
+    size_t rb = ts_table_record_bytes(t);
+
+    for (size_t k = from; k < to; k++) {
+        const uint8_t *r = records + k * rb;
+        uint64_t id;
+        memcpy(&id, r, 8);
+        if (keep && !keep(ctx, id))
+            continue;
+        struct row *w = rows_find(&t->rows, id);
+        if (!w)
+            w = table_new_row(t, id);
+        memcpy(&w->updates, r + 8, 8);
+        memcpy(&w->step, r + 16, 8);
+        memcpy(row_values(w), r + TS_TABLE_RECORD_HEAD, (1 + t->slen) * t->dim * sizeof(float));
+        w->flags |= ROW_UNWRITTEN;
+    }
+}
+
+/* With a disk tier: LOAD_GROUP records at a time, each group's rows brought into memory and
+ * given room, so that a table larger than memory is restored through its tiers. */
+#define LOAD_GROUP 1024
+static ts_status load_tiered(struct ts_table *t, const uint8_t *records, size_t n,
+                             bool (*keep)(void *ctx, uint64_t id), void *ctx,
+                             struct ts_err *err)
+{
+    size_t rb = ts_table_record_bytes(t);
+    uint64_t ids[LOAD_GROUP], fresh;
+    ts_status st;
+
+    for (size_t at = 0; at < n; at += LOAD_GROUP) {
+        size_t to = n - at < LOAD_GROUP ? n : at + LOAD_GROUP, m = 0;
+
+        for (size_t k = at; k < to; k++) {
+            memcpy(&ids[m], records + k * rb, 8);
+            m += !keep || keep(ctx, ids[m]);
+        }
+        table_begin(t);
+        if ((st = rows_load(&t->rows, ids, m, err)))
+            return st;
+        fresh = 0;
+        for (size_t i = 0; i < m; i++)
+            fresh += !rows_find(&t->rows, ids[i]);
+        if ((st = rows_reserve(&t->rows, fresh, err)))
+            return st;
+        load_records(t, records, at, to, keep, ctx);
+    }
+    return TS_OK;
 }
 
 ts_status ts_table_load(struct ts_table *t, const uint8_t *records, size_t n,
@@ -198,24 +260,20 @@ ts_status ts_table_load(struct ts_table *t, const uint8_t *records, size_t n,
                             "outside 0..%" PRIu64, t->name, id, t->max_id);
             break;
         }
-        fresh += (!keep || keep(ctx, id)) && !rows_find(&t->rows, id);
+        if (!t->rows.tier)
+            fresh += (!keep || keep(ctx, id)) && !rows_find(&t->rows, id);
     }
-    /* Everything a load needs is taken before a row changes: budget, record room. */
-    if (!st && fresh && !(st = table_charge(t, fresh, err)) &&
-        (st = rows_reserve(&t->rows, fresh, err)))
-        table_refund(t, fresh);
-    for (size_t k = 0; !st && k < n; k++) {
-        const uint8_t *r = records + k * rb;
-        uint64_t id;
-        memcpy(&id, r, 8);
-        if (keep && !keep(ctx, id))
-            continue;
-        struct row *w = rows_find(&t->rows, id);
-        if (!w)
-            w = table_new_row(t, id);
-        memcpy(&w->updates, r + 8, 8);
-        memcpy(&w->step, r + 16, 8);
-        memcpy(row_values(w), r + TS_TABLE_RECORD_HEAD, (1 + t->slen) * t->dim * sizeof(float));
+    if (!st && t->rows.tier) {
+        /* A disk error part way leaves part of the run loaded: the restore fails, and the
+         * job with it (its caller starts the table again from ts_table_reset). */
+        st = load_tiered(t, records, n, keep, ctx, err);
+    } else if (!st) {
+        /* Everything a load needs is taken before a row changes: budget, record room. */
+        if (fresh && !(st = table_charge(t, fresh, err)) &&
+            (st = rows_reserve(&t->rows, fresh, err)))
+            table_refund(t, fresh);
+        if (!st)
+            load_records(t, records, 0, n, keep, ctx);
     }
     pthread_mutex_unlock(&t->mu);
     if (st)
@@ -225,12 +283,14 @@ ts_status ts_table_load(struct ts_table *t, const uint8_t *records, size_t n,
 
 void ts_table_reset(struct ts_table *t)
 {
+    struct ts_tier *tier;
     size_t rec;
 
     pthread_mutex_lock(&t->mu);
     rec = t->rows.rec;
+    tier = t->rows.tier;
     rows_fini(&t->rows);
-    rows_init(&t->rows, rec);
+    rows_init(&t->rows, rec, tier, t->budget, t->row_bytes);
     table_refund(t, t->charged / t->row_bytes);
     idmap_clear(&t->acc.map);
     t->acc.n = 0;
@@ -241,6 +301,7 @@ void ts_table_reset(struct ts_table *t)
         memset(t->clock, 0, t->job->workers * sizeof(*t->clock));
     t->step = 0;
     t->ndirty = 0;
+    idmap_clear(&t->dirty_set);
     t->lost_dirty = false;
     free(t->cap.records);
     t->cap = (struct table_capture){ 0 };

@@ -20,23 +20,10 @@ static int cmp_ptr(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-ts_status table_sorted_ids(const struct ts_table *t, uint64_t **out, struct ts_err *err)
-{
-    uint64_t *ids = malloc((t->rows.n + 1) * sizeof(*ids));
-
-    if (!ids)
-        return ts_err_set(err, TS_ENOMEM, "table '%s': no memory to sort %" PRIu64 " ids",
-                          t->name, t->rows.n);
-    for (uint64_t k = 0; k < t->rows.n; k++)
-        ids[k] = rows_at(&t->rows, k)->id;
-    qsort(ids, t->rows.n, sizeof(*ids), table_cmp_u64);
-    *out = ids;
-    return TS_OK;
-}
-
-/* The stores' rows merged into f; stores locked, ids[s] sorted, pos[s] zeroed. */
+/* The stores' rows merged into f; stores locked, ids[s] sorted, pos[s] zeroed; rec: room
+ * for the largest record. */
 static ts_status merge(struct ts_table *const *stores, size_t n, uint64_t **ids, uint64_t *pos,
-                       struct ts_table_fp *f, struct ts_err *err)
+                       struct ts_table_fp *f, struct row *rec, struct ts_err *err)
 {
     for (;;) {
         size_t best = n;
@@ -53,8 +40,11 @@ static ts_status merge(struct ts_table *const *stores, size_t n, uint64_t **ids,
         }
         if (best == n)
             return TS_OK;
-        ts_table_fp_row(f, ids[best][pos[best]],
-                        row_values(rows_find(&stores[best]->rows, ids[best][pos[best]])));
+        bool found;
+        ts_status st = rows_read(&stores[best]->rows, ids[best][pos[best]], rec, &found, err);
+        if (st)
+            return st;
+        ts_table_fp_row(f, ids[best][pos[best]], row_values(rec));
         pos[best]++;
     }
 }
@@ -128,6 +118,8 @@ ts_status ts_table_sha256(struct ts_table *const *stores, size_t n, char hex[65]
 {
     struct ts_table **locked;
     struct ts_table_fp *f = NULL;
+    struct row *rec = NULL;
+    size_t most = 0;
     uint64_t **ids, *pos, count = 0;
     ts_status st;
 
@@ -136,7 +128,10 @@ ts_status ts_table_sha256(struct ts_table *const *stores, size_t n, char hex[65]
     locked = malloc(n * sizeof(*locked));
     ids = calloc(n, sizeof(*ids));
     pos = calloc(n, sizeof(*pos));
-    if (!locked || !ids || !pos) {
+    for (size_t s = 0; s < n; s++)
+        most = stores[s]->rows.rec > most ? stores[s]->rows.rec : most;
+    rec = malloc(most);
+    if (!locked || !ids || !pos || !rec) {
         st = ts_err_set(err, TS_ENOMEM, "table fingerprint: out of memory");
         goto out_free;
     }
@@ -146,12 +141,12 @@ ts_status ts_table_sha256(struct ts_table *const *stores, size_t n, char hex[65]
         pthread_mutex_lock(&locked[s]->mu);
     for (size_t s = 0; !st && s < n; s++) {
         count += stores[s]->rows.n;
-        st = table_sorted_ids(stores[s], &ids[s], err);
+        st = rows_sorted_ids(&stores[s]->rows, &ids[s], err);
     }
     if (!st)
         st = ts_table_fp_begin(stores[0]->name, stores[0]->dim, count, &f, err);
     if (!st)
-        st = merge(stores, n, ids, pos, f, err);
+        st = merge(stores, n, ids, pos, f, rec, err);
     for (size_t s = 0; s < n; s++)
         pthread_mutex_unlock(&locked[s]->mu);
     ts_table_fp_end(f, st ? NULL : hex);
@@ -160,6 +155,7 @@ out_free:
         free(ids[s]);
     free(ids);
     free(pos);
+    free(rec);
     free(locked);
     return st;
 }

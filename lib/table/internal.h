@@ -1,8 +1,9 @@
 /* internal.h - lib/table's struct and the helpers its files share; not public.
  *
  * Rows are reached only through rows_* (rows.c): find, reserve, add, and visiting every row.
- * That is the interface a disk tier will sit behind (issue 46): nothing else knows where a
- * row's record lives. The step accumulator uses the same id map (idmap_*). */
+ * That is the interface the disk tier sits behind (issue 48, rows.c and tier.c): nothing
+ * else knows where a row's record lives. The step accumulator uses the same id map
+ * (idmap_*). */
 #ifndef TS_TABLE_INTERNAL_H
 #define TS_TABLE_INTERNAL_H
 
@@ -21,21 +22,68 @@ struct idmap {
     size_t cap, n;
 };
 
-/* A row's record: this header, then dim values, then the optimizer's state. */
+/* A row's record: this header, then dim values, then the optimizer's state. In the memory
+ * tier a free slot has id IDMAP_EMPTY. */
+#define ROW_REF 1u                 /* CLOCK: used since the hand last passed */
+#define ROW_UNWRITTEN 2u           /* changed since the disk tier last had it */
 struct row {
     uint64_t id;
     uint64_t updates;
     uint64_t step;
-    uint32_t dirty;
-    uint32_t pad;
+    uint32_t pin;                  /* the operation (rows.epoch) that needs it in memory */
+    uint32_t flags;                /* ROW_* */
 };
 
+/* Rows evicted from a memory tier before the disk had them: handed to the tier's writer
+ * (tier.c), found by rows.c until written. */
+struct tier_batch {
+    struct tier_batch *next;       /* tier.c: the writer's queue */
+    struct tier_batch *newer, *older;   /* rows.c: the table's batches */
+    uint64_t space;
+    size_t rec, n, cap;
+    uint64_t *ids;
+    uint8_t *recs;                 /* n records of rec bytes */
+    struct idmap map;              /* id -> index (rows.c) */
+    int64_t handed_ms;
+    bool drop;                     /* delete the space's keys first */
+    bool skip;                     /* under the tier's lock: write nothing */
+    bool orphan;                   /* under the tier's lock: the writer frees it once done */
+    _Atomic bool done;             /* written: the writer no longer touches it */
+};
+
+/* The memory tier's counters (ts_table_tier_stats). */
+struct rows_stats {
+    uint64_t hits, misses, evictions, written, loaded;
+};
+
+/* A table's rows. Without a tier every row is in memory, in slots that never move or free
+ * (a pointer to one stays valid). With a tier (rows.c): the rows in memory (`resident`) are a
+ * cache under `quota`, kept by CLOCK; the others are in batches on their way to the disk, or
+ * on it. A row that an operation needs is pinned (row.pin == epoch) and stays in memory, and
+ * its pointer valid, until the next rows_begin. */
 struct rows {
-    struct idmap map;              /* id -> record number */
+    struct idmap map;              /* id -> slot */
     char **chunks;                 /* ROWS_CHUNK records each */
     size_t nchunks, chunk_cap;
     size_t rec;                    /* bytes a record */
-    uint64_t n;
+    uint64_t n;                    /* rows that exist, in every tier */
+    uint64_t slots;                /* slots ever used (in memory, or free) */
+    /* The memory tier (tier != NULL) */
+    struct ts_tier *tier;
+    struct ts_table_budget *budget;
+    uint64_t row_bytes;            /* what a resident row costs the budget */
+    uint64_t space;                /* the table's keys in the tier */
+    uint64_t *free;                /* free slots */
+    size_t nfree, free_cap;
+    uint64_t resident;
+    uint64_t quota;                /* rows the memory tier holds (rows_begin) */
+    uint64_t pending_max;          /* records batches may hold */
+    uint64_t hand;                 /* CLOCK */
+    uint32_t epoch;
+    struct tier_batch *fill;       /* being filled; not handed yet */
+    struct tier_batch *oldest, *newest;   /* handed, not reaped */
+    size_t pending;                /* records in fill and the handed batches */
+    struct rows_stats stats;
 };
 
 /* A BSP step's sums: entry k is ids[k]'s, dim int64 (exact) or float at sums + k * dim. */
@@ -88,6 +136,7 @@ struct ts_table {
     uint64_t *clock;               /* SSP, ASP: each rank's next step */
     uint64_t *dirty;               /* ids changed since the last take */
     size_t ndirty, dirty_cap;
+    struct idmap dirty_set;        /* the same ids, each once */
     uint64_t *where;               /* BSP: a push's ids' entries in the step's sums */
     size_t where_cap;
     float *grad;                   /* dim: one row's gradient */
@@ -103,13 +152,50 @@ void idmap_put(struct idmap *m, uint64_t id, uint64_t val);   /* after reserve; 
 void idmap_clear(struct idmap *m);
 void idmap_fini(struct idmap *m);
 
-void rows_init(struct rows *r, size_t rec);
+void idmap_del(struct idmap *m, uint64_t id);                 /* id present */
+
+/* rows.c. tier NULL: memory only (budget and row_bytes unused). */
+void rows_init(struct rows *r, size_t rec, struct ts_tier *tier,
+               struct ts_table_budget *budget, uint64_t row_bytes);
+/* Frees the memory tier; with a tier, the table's keys are deleted after its last batch. */
 void rows_fini(struct rows *r);
-struct row *rows_find(const struct rows *r, uint64_t id);
-/* Room for `more` rows, so that as many rows_add cannot fail. */
+/* An operation starts (with a tier: the last one's pins end, written batches are freed, the
+ * memory tier holds at most quota rows from now on: four fifths in memory, a fifth in
+ * batches, rows.c). */
+void rows_begin(struct rows *r, uint64_t quota);
+/* Pins the rows among ids[0..n) that exist, read into memory from a batch or the disk
+ * (TS_EIO, TS_ECORRUPT: the disk's; TS_ENOMEM: no slot could be made). Without a tier: a
+ * no-op. After it, rows_find answers for them whether they exist. */
+ts_status rows_load(struct rows *r, const uint64_t *ids, size_t n, struct ts_err *err);
+/* A resident row, or NULL (without a tier: NULL means it does not exist). */
+struct row *rows_find(struct rows *r, uint64_t id);
+/* Room for `more` new rows, so that as many rows_add cannot fail. */
 ts_status rows_reserve(struct rows *r, uint64_t more, struct ts_err *err);
-struct row *rows_add(struct rows *r, uint64_t id);            /* after reserve; id absent */
-struct row *rows_at(const struct rows *r, uint64_t k);        /* k < n: in creation order */
+/* A new row (pinned); after reserve; id exists nowhere. */
+struct row *rows_add(struct rows *r, uint64_t id);
+/* Hands the batch being filled to the writer and waits until every batch is on disk. */
+void rows_flush(struct rows *r);
+/* Copies row id's record (rec bytes; rec may be NULL) from whichever tier holds it, with no
+ * change to the memory tier; *found false if it does not exist. */
+ts_status rows_read(struct rows *r, uint64_t id, void *rec, bool *found, struct ts_err *err);
+/* The ids of every row, ascending, into *out (r->n of them; caller frees). */
+ts_status rows_sorted_ids(struct rows *r, uint64_t **out, struct ts_err *err);
+
+/* tier.c, for rows.c */
+uint64_t tier_space(struct ts_tier *tier);
+void tier_submit(struct ts_tier *tier, struct tier_batch *b);
+void tier_wait(struct ts_tier *tier, struct tier_batch *b);        /* until b->done */
+/* The table no longer needs b: true when it is written (the caller frees it), false when
+ * the writer will drop it unwritten and free it. */
+bool tier_orphan(struct ts_tier *tier, struct tier_batch *b);
+/* The space's keys deleted, after the batches handed before this. */
+void tier_drop_space(struct ts_tier *tier, uint64_t space);
+ts_status tier_get_many(struct ts_tier *tier, uint64_t space, size_t n, const uint64_t *ids,
+                        uint8_t *recs, size_t rec, bool *found, struct ts_err *err);
+ts_status tier_ids(struct ts_tier *tier, uint64_t space, uint64_t **ids, size_t *n,
+                   struct ts_err *err);
+uint64_t tier_space_bytes(struct ts_tier *tier, uint64_t space);
+void tier_batch_free(struct tier_batch *b);
 
 static inline float *row_values(struct row *w)
 {
@@ -121,14 +207,13 @@ static inline float *row_values(struct row *w)
 void table_init_values(struct ts_table *t, uint64_t id, float *out);
 void table_init_forget(struct ts_table *t);
 struct row *table_new_row(struct ts_table *t, uint64_t id);   /* after rows_reserve */
-void table_mark_dirty(struct ts_table *t, struct row *w);     /* after dirty_reserve */
+void table_mark_dirty(struct ts_table *t, uint64_t id);       /* after dirty_reserve */
+/* An operation on t starts (mu held): rows_begin with the table's share of the budget. */
+void table_begin(struct ts_table *t);
 ts_status table_dirty_reserve(struct ts_table *t, size_t more, struct ts_err *err);
 /* Takes bytes from the budget, or TS_ENOMEM naming the table and the budget. */
 ts_status table_charge(struct ts_table *t, uint64_t rows, struct ts_err *err);
 void table_refund(struct ts_table *t, uint64_t rows);
-/* digest.c: the ids of t's rows, ascending, into *out (t->rows.n of them; caller frees).
- * Called with t->mu held. */
-ts_status table_sorted_ids(const struct ts_table *t, uint64_t **out, struct ts_err *err);
 
 /* Ascending uint64_t for qsort (ids). */
 static inline int table_cmp_u64(const void *a, const void *b)

@@ -198,7 +198,8 @@ static void update(struct ts_table *t, struct row *w, uint64_t step)
     ts_optim_apply(&t->optim, w->updates + 1, v, v + t->dim, t->grad, t->dim);
     w->updates++;
     w->step = step;
-    table_mark_dirty(t, w);
+    w->flags |= ROW_UNWRITTEN;
+    table_mark_dirty(t, w->id);
 }
 
 /* An entry of the step's sums by its id, for sorting. */
@@ -252,13 +253,34 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
 }
 
 /* The push's ids with no row (SSP, ASP: the rows it creates). */
-static uint64_t count_fresh(const struct ts_table *t, const struct ts_row_push *in)
+static uint64_t count_fresh(struct ts_table *t, const uint64_t *ids, size_t n)
 {
     uint64_t fresh = 0;
 
-    for (size_t i = 0; i < in->n; i++)
-        fresh += !rows_find(&t->rows, in->ids[i]);
+    for (size_t i = 0; i < n; i++)
+        fresh += !rows_find(&t->rows, ids[i]);
     return fresh;
+}
+
+/* With a disk tier, the last push of a step: every row the step touches in memory, pinned
+ * (those of the step's sums and the push's new ids), and room for those it creates, before
+ * anything changes. */
+static ts_status load_step(struct ts_table *t, const struct ts_row_push *in, struct ts_err *err)
+{
+    uint64_t *all = malloc((t->acc.n + in->n + 1) * sizeof(*all));
+    size_t m = t->acc.n;
+    ts_status st;
+
+    if (!all)
+        return ts_err_set(err, TS_ENOMEM, "no memory for the step's %zu rows", t->acc.n + in->n);
+    memcpy(all, t->acc.ids, t->acc.n * sizeof(*all));
+    for (size_t i = 0; i < in->n; i++)
+        if (t->where[i] == NO_ENTRY)
+            all[m++] = in->ids[i];
+    if (!(st = rows_load(&t->rows, all, m, err)))
+        st = rows_reserve(&t->rows, count_fresh(t, all, m), err);
+    free(all);
+    return st;
 }
 
 /* BSP: where each id of the push sums, into t->where: its entry in the step's sums, or
@@ -298,7 +320,8 @@ static ts_status push_bsp(struct ts_table *t, const struct ts_row_push *in, bool
         return st;
     if ((st = table_charge(t, fresh, err)))
         return st;
-    if (!(st = rows_reserve(&t->rows, t->acc.fresh + fresh, err)) &&
+    if (!(st = t->rows.tier ? (last ? load_step(t, in, err) : TS_OK)
+                            : rows_reserve(&t->rows, t->acc.fresh + fresh, err)) &&
         !(st = acc_reserve(t, in->n, err)) &&
         !(st = table_dirty_reserve(t, t->acc.n + in->n, err)) &&
         last && !(order = malloc((t->acc.n + in->n + 1) * sizeof(*order))))
@@ -325,10 +348,13 @@ static ts_status push_bsp(struct ts_table *t, const struct ts_row_push *in, bool
 static ts_status push_async(struct ts_table *t, const struct ts_row_push *in, bool *applied,
                             struct ts_err *err)
 {
-    uint64_t fresh = count_fresh(t, in);
     float inv = (float)(1.0 / t->job->batch);
+    uint64_t fresh;
     ts_status st;
 
+    if ((st = rows_load(&t->rows, in->ids, in->n, err)))
+        return st;
+    fresh = count_fresh(t, in->ids, in->n);
     if ((st = table_charge(t, fresh, err)))
         return st;
     if ((st = rows_reserve(&t->rows, fresh, err)) ||
@@ -359,6 +385,7 @@ ts_status ts_table_push(struct ts_table *t, const struct ts_row_push *in, bool *
 
     *applied = false;
     pthread_mutex_lock(&t->mu);
+    table_begin(t);
     if ((st = check_form(t, in, err)) || (in->retry && had(t, in)))
         ;
     else if (!(st = check_step(t, in, err)))

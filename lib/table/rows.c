@@ -1,13 +1,27 @@
-/* rows.c - where a table's rows live: an id map and records in chunks.
+/* rows.c - where a table's rows live: an id map and records in chunks, and with a disk tier
+ * the memory tier over it.
  *
  * The map is open addressing with linear probing over two arrays (ids, record numbers), a
  * power-of-two capacity grown by doubling at 3/4 full; ids are mixed by splitmix64's
  * finaliser, since real ids are often dense or strided and would cluster. Records sit in
  * chunks of ROWS_CHUNK so that growing never moves a row (a pointer to one stays valid) and
  * never copies gigabytes. Growth happens only in *_reserve, which a caller runs before it
- * changes anything, so an add cannot fail half way through a step. */
+ * changes anything, so an add cannot fail half way through a step.
+ *
+ * The memory tier (issue 48; docs/embeddings.md, "Tables bigger than memory"). A row leaves
+ * memory by CLOCK: the hand sweeps the slots, a row used since its last pass (ROW_REF) gets
+ * a second chance, a pinned one (needed by the operation under way) is passed over. A row
+ * changed since the disk had it (ROW_UNWRITTEN) goes into the batch being filled, which is
+ * handed to the tier's writer when it holds WB_BYTES; until the writer is done with it a
+ * batch is searched, newest first, before the disk. Of the table's quota (rows_begin), four
+ * fifths are for rows in memory and a fifth for records waiting for the disk: past that, an
+ * eviction waits for the oldest batch (the disk is slower than the pushes), the one place an
+ * operation waits on a write. Why CLOCK: hits as
+ * LRU's on the Zipf workload at no list to keep in order (bench/embeddings.py), and one bit
+ * a row. */
 #include "table/internal.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +99,28 @@ void idmap_clear(struct idmap *m)
     m->n = 0;
 }
 
+void idmap_del(struct idmap *m, uint64_t id)
+{
+    size_t mask = m->cap - 1, i = slot_of(id, m->cap), j;
+
+    while (m->keys[i] != id)
+        i = (i + 1) & mask;
+    /* Backward shift: each later entry of the run moves into the hole unless its own home
+     * lies cyclically in (hole, its place]. */
+    for (j = (i + 1) & mask; m->keys[j] != IDMAP_EMPTY; j = (j + 1) & mask) {
+        size_t home = slot_of(m->keys[j], m->cap);
+        bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+
+        if (!stays) {
+            m->keys[i] = m->keys[j];
+            m->vals[i] = m->vals[j];
+            i = j;
+        }
+    }
+    m->keys[i] = IDMAP_EMPTY;
+    m->n--;
+}
+
 void idmap_fini(struct idmap *m)
 {
     free(m->keys);
@@ -92,36 +128,267 @@ void idmap_fini(struct idmap *m)
     memset(m, 0, sizeof(*m));
 }
 
-void rows_init(struct rows *r, size_t rec)
+
+#define WB_BYTES (1u << 20)        /* a batch for the writer */
+
+static struct row *slot_at(const struct rows *r, uint64_t s)
+{
+    return (struct row *)(void *)(r->chunks[s / ROWS_CHUNK] + (s % ROWS_CHUNK) * r->rec);
+}
+
+/* The memory tier's bytes in the shard's budget: resident rows and batches not written. */
+static void mem_charge(struct rows *r, uint64_t bytes, bool add)
+{
+    if (!r->budget)
+        return;
+    if (add)
+        atomic_fetch_add(&r->budget->used, bytes);
+    else
+        atomic_fetch_sub(&r->budget->used, bytes);
+}
+
+void rows_init(struct rows *r, size_t rec, struct ts_tier *tier,
+               struct ts_table_budget *budget, uint64_t row_bytes)
 {
     memset(r, 0, sizeof(*r));
     r->rec = rec;
+    r->quota = UINT64_MAX;
+    r->epoch = 1;
+    if (tier) {
+        r->tier = tier;
+        r->budget = budget;
+        r->row_bytes = row_bytes;
+        r->space = tier_space(tier);
+    }
+}
+
+/* Frees the batches the writer is done with, oldest first (it takes them in that order). */
+static void reap(struct rows *r)
+{
+    while (r->oldest && atomic_load(&r->oldest->done)) {
+        struct tier_batch *b = r->oldest;
+
+        if ((r->oldest = b->newer))
+            r->oldest->older = NULL;
+        else
+            r->newest = NULL;
+        r->pending -= b->n;
+        mem_charge(r, b->n * r->rec, false);
+        r->stats.written += b->n;
+        tier_batch_free(b);
+    }
 }
 
 void rows_fini(struct rows *r)
 {
+    if (r->tier) {
+        struct tier_batch *b, *older;
+
+        for (b = r->newest; b; b = older) {
+            older = b->older;
+            if (tier_orphan(r->tier, b))
+                tier_batch_free(b);
+        }
+        tier_batch_free(r->fill);
+        mem_charge(r, r->resident * r->row_bytes + r->pending * r->rec, false);
+        tier_drop_space(r->tier, r->space);
+    }
     for (size_t c = 0; c < r->nchunks; c++)
         free(r->chunks[c]);
     free(r->chunks);
+    free(r->free);
     idmap_fini(&r->map);
     memset(r, 0, sizeof(*r));
 }
 
-struct row *rows_at(const struct rows *r, uint64_t k)
+void rows_begin(struct rows *r, uint64_t quota)
 {
-    return (struct row *)(void *)(r->chunks[k / ROWS_CHUNK] + (k % ROWS_CHUNK) * r->rec);
+    if (!r->tier)
+        return;
+    r->epoch++;
+    r->quota = quota - quota / 5 ? quota - quota / 5 : 1;
+    r->pending_max = quota / 5 ? quota / 5 : 1;
+    reap(r);
 }
 
-struct row *rows_find(const struct rows *r, uint64_t id)
+static void hand(struct rows *r);
+
+void rows_flush(struct rows *r)
+{
+    if (!r->tier)
+        return;
+    hand(r);
+    if (r->newest)
+        tier_wait(r->tier, r->newest);   /* FIFO: the older ones are written too */
+    reap(r);
+}
+
+static size_t batch_rows(const struct rows *r)
+{
+    size_t n = WB_BYTES / r->rec;
+
+    return n < 64 ? 64 : n;
+}
+
+static struct tier_batch *batch_new(const struct rows *r)
+{
+    struct tier_batch *b = calloc(1, sizeof(*b));
+
+    if (!b)
+        return NULL;
+    b->space = r->space;
+    b->rec = r->rec;
+    b->cap = batch_rows(r);
+    atomic_init(&b->done, false);
+    b->ids = malloc(b->cap * sizeof(*b->ids));
+    b->recs = malloc(b->cap * r->rec);
+    if (!b->ids || !b->recs || idmap_reserve(&b->map, b->cap, NULL)) {
+        tier_batch_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* The batch being filled goes to the writer. */
+static void hand(struct rows *r)
+{
+    struct tier_batch *b = r->fill;
+
+    if (!b || !b->n)
+        return;
+    r->fill = NULL;
+    b->newer = NULL;
+    if ((b->older = r->newest))
+        r->newest->newer = b;
+    else
+        r->oldest = b;
+    r->newest = b;
+    tier_submit(r->tier, b);
+}
+
+/* Row id's record in a batch not written yet (the newest that has it), or NULL. */
+static const uint8_t *batch_find(const struct rows *r, uint64_t id)
 {
     uint64_t k;
 
-    return idmap_find(&r->map, id, &k) ? rows_at(r, k) : NULL;
+    if (r->fill && idmap_find(&r->fill->map, id, &k))
+        return r->fill->recs + k * r->rec;
+    for (const struct tier_batch *b = r->newest; b; b = b->older)
+        if (idmap_find(&b->map, id, &k))
+            return b->recs + k * r->rec;
+    return NULL;
+}
+
+/* Batches waiting for the disk hold at most a fifth of the quota (the file's comment). */
+static void throttle(struct rows *r)
+{
+    while (r->pending >= r->pending_max) {
+        if (!r->oldest)
+            hand(r);
+        if (!r->oldest)
+            return;
+        tier_wait(r->tier, r->oldest);
+        reap(r);
+    }
+}
+
+/* Row w (unwritten) into the batch being filled; false when no batch could be made. */
+static bool fill_add(struct rows *r, const struct row *w)
+{
+    struct tier_batch *b;
+    uint64_t k;
+
+    throttle(r);
+    if (r->fill && r->fill->n == r->fill->cap)
+        hand(r);
+    if (!r->fill && !(r->fill = batch_new(r)))
+        return false;
+    b = r->fill;
+    if (!idmap_find(&b->map, w->id, &k)) {   /* evicted again since: the newer record */
+        k = b->n++;
+        b->ids[k] = w->id;
+        idmap_put(&b->map, w->id, k);
+        r->pending++;
+        mem_charge(r, r->rec, true);
+    }
+    memcpy(b->recs + k * r->rec, w, r->rec);
+    return true;
+}
+
+/* CLOCK: frees one slot; false when every row is pinned (or no batch could be made). */
+static bool evict_one(struct rows *r)
+{
+    if (!r->slots)
+        return false;
+    for (uint64_t seen = 0; seen <= 2 * r->slots; seen++) {
+        uint64_t s = r->hand;
+        struct row *w = slot_at(r, s);
+
+        r->hand = s + 1 < r->slots ? s + 1 : 0;
+        if (w->id == IDMAP_EMPTY || w->pin == r->epoch)
+            continue;
+        if (w->flags & ROW_REF) {
+            w->flags &= ~ROW_REF;
+            continue;
+        }
+        if ((w->flags & ROW_UNWRITTEN) && !fill_add(r, w))
+            return false;
+        idmap_del(&r->map, w->id);
+        w->id = IDMAP_EMPTY;
+        r->free[r->nfree++] = s;
+        r->resident--;
+        mem_charge(r, r->row_bytes, false);
+        r->stats.evictions++;
+        return true;
+    }
+    return false;
+}
+
+/* A slot for a row coming into memory (reserved: this cannot fail). With a tier at its
+ * quota, CLOCK frees slots first; when it cannot, the tier goes past its quota for now. */
+static uint64_t slot_take(struct rows *r)
+{
+    while (r->tier && r->resident >= r->quota && evict_one(r))
+        ;
+    if (r->nfree)
+        return r->free[--r->nfree];
+    return r->slots++;
+}
+
+/* A slot gets row id from rec (copied), pinned. */
+static struct row *install(struct rows *r, uint64_t id, const void *rec, uint32_t flags)
+{
+    uint64_t s = slot_take(r);
+    struct row *w = slot_at(r, s);
+
+    if (rec)
+        memcpy(w, rec, r->rec);
+    w->id = id;
+    w->pin = r->epoch;
+    w->flags = ROW_REF | flags;
+    idmap_put(&r->map, id, s);
+    if (r->tier) {
+        r->resident++;
+        mem_charge(r, r->row_bytes, true);
+    }
+    return w;
+}
+
+struct row *rows_find(struct rows *r, uint64_t id)
+{
+    uint64_t s;
+    struct row *w;
+
+    if (!idmap_find(&r->map, id, &s))
+        return NULL;
+    w = slot_at(r, s);
+    w->flags |= ROW_REF;
+    return w;
 }
 
 ts_status rows_reserve(struct rows *r, uint64_t more, struct ts_err *err)
 {
-    size_t need = (size_t)((r->n + more + ROWS_CHUNK - 1) / ROWS_CHUNK);
+    size_t need = (size_t)((r->slots + more + ROWS_CHUNK - 1) / ROWS_CHUNK);
     ts_status st;
 
     if (need > r->chunk_cap) {
@@ -141,6 +408,14 @@ ts_status rows_reserve(struct rows *r, uint64_t more, struct ts_err *err)
                               ROWS_CHUNK, r->rec);
         r->nchunks++;
     }
+    if (r->tier && r->free_cap < r->nchunks * ROWS_CHUNK) {
+        uint64_t *f = realloc(r->free, r->nchunks * ROWS_CHUNK * sizeof(*f));
+
+        if (!f)
+            return ts_err_set(err, TS_ENOMEM, "no memory for the memory tier's free list");
+        r->free = f;
+        r->free_cap = r->nchunks * ROWS_CHUNK;
+    }
     if ((st = idmap_reserve(&r->map, (size_t)more, err)))
         return st;
     return TS_OK;
@@ -148,9 +423,132 @@ ts_status rows_reserve(struct rows *r, uint64_t more, struct ts_err *err)
 
 struct row *rows_add(struct rows *r, uint64_t id)
 {
-    struct row *w = rows_at(r, r->n);
-
-    idmap_put(&r->map, id, r->n);
     r->n++;
-    return w;
+    return install(r, id, NULL, ROW_UNWRITTEN);
+}
+
+ts_status rows_load(struct rows *r, const uint64_t *ids, size_t n, struct ts_err *err)
+{
+    uint64_t *miss = NULL, s;
+    uint8_t *recs = NULL;
+    bool *found = NULL;
+    size_t nmiss = 0;
+    ts_status st;
+
+    if (!r->tier || !n)
+        return TS_OK;
+    if ((st = rows_reserve(r, n, err)))
+        return st;
+    if (!(miss = malloc(n * sizeof(*miss))) || !(recs = malloc(n * r->rec)) ||
+        !(found = malloc(n * sizeof(*found)))) {
+        st = ts_err_set(err, TS_ENOMEM, "no memory to read %zu rows from the disk tier", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *rec;
+
+        if (idmap_find(&r->map, ids[i], &s)) {
+            struct row *w = slot_at(r, s);
+
+            w->pin = r->epoch;
+            w->flags |= ROW_REF;
+            r->stats.hits++;
+        } else if ((rec = batch_find(r, ids[i]))) {
+            /* Copied out first: making a slot may hand or free that batch. */
+            memcpy(recs, rec, r->rec);
+            install(r, ids[i], recs, 0);   /* clean: the batch takes it to the disk */
+            r->stats.hits++;
+        } else {
+            miss[nmiss++] = ids[i];
+        }
+    }
+    if (nmiss && (st = tier_get_many(r->tier, r->space, nmiss, miss, recs, r->rec, found, err)))
+        goto out;
+    for (size_t i = 0; i < nmiss; i++)
+        if (found[i] && !idmap_find(&r->map, miss[i], &s)) {   /* an id asked twice */
+            install(r, miss[i], recs + i * r->rec, 0);
+            r->stats.misses++;
+            r->stats.loaded++;
+        }
+out:
+    free(miss);
+    free(recs);
+    free(found);
+    return st;
+}
+
+ts_status rows_read(struct rows *r, uint64_t id, void *rec, bool *found, struct ts_err *err)
+{
+    const uint8_t *b;
+    uint64_t s;
+
+    *found = true;
+    if (idmap_find(&r->map, id, &s)) {
+        if (rec)
+            memcpy(rec, slot_at(r, s), r->rec);
+        return TS_OK;
+    }
+    if (r->tier && (b = batch_find(r, id))) {
+        if (rec)
+            memcpy(rec, b, r->rec);
+        return TS_OK;
+    }
+    *found = false;
+    if (!r->tier)
+        return TS_OK;
+    {
+        uint8_t *buf = rec ? rec : malloc(r->rec);
+        ts_status st;
+
+        if (!buf)
+            return ts_err_set(err, TS_ENOMEM, "no memory to read a row");
+        st = tier_get_many(r->tier, r->space, 1, &id, buf, r->rec, found, err);
+        if (!rec)
+            free(buf);
+        return st;
+    }
+}
+
+ts_status rows_sorted_ids(struct rows *r, uint64_t **out, struct ts_err *err)
+{
+    uint64_t *ids, *disk = NULL;
+    size_t m = 0, ndisk = 0, cap;
+    ts_status st;
+
+    if (r->tier && (st = tier_ids(r->tier, r->space, &disk, &ndisk, err)))
+        return st;
+    cap = ndisk + r->slots + r->pending + 1;
+    if (!(ids = malloc(cap * sizeof(*ids)))) {
+        free(disk);
+        return ts_err_set(err, TS_ENOMEM, "no memory to sort %" PRIu64 " ids", r->n);
+    }
+    if (ndisk)
+        memcpy(ids, disk, ndisk * sizeof(*ids));
+    m = ndisk;
+    free(disk);
+    for (uint64_t s = 0; s < r->slots; s++)
+        if (slot_at(r, s)->id != IDMAP_EMPTY)
+            ids[m++] = slot_at(r, s)->id;
+    if (r->fill)
+        for (size_t k = 0; k < r->fill->n; k++)
+            ids[m++] = r->fill->ids[k];
+    for (const struct tier_batch *b = r->newest; b; b = b->older)
+        for (size_t k = 0; k < b->n; k++)
+            ids[m++] = b->ids[k];
+    qsort(ids, m, sizeof(*ids), table_cmp_u64);
+    if (r->tier) {   /* a row is in memory, in a batch and on disk at once */
+        size_t u = 0;
+
+        for (size_t k = 0; k < m; k++)
+            if (!u || ids[k] != ids[u - 1])
+                ids[u++] = ids[k];
+        m = u;
+    }
+    if (m != r->n) {
+        free(ids);
+        return ts_err_set(err, TS_EINTERNAL, "rows: %zu ids listed, %" PRIu64 " rows exist",
+                          m, r->n);
+    }
+    *out = ids;
+    return TS_OK;
 }

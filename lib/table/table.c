@@ -20,7 +20,9 @@
 void ts_table_budget_init(struct ts_table_budget *b, uint64_t limit)
 {
     b->limit = limit;
+    b->tier = NULL;
     atomic_init(&b->used, 0);
+    atomic_init(&b->tables, 0);
 }
 
 uint64_t ts_table_budget_used(struct ts_table_budget *b)
@@ -32,7 +34,7 @@ ts_status table_charge(struct ts_table *t, uint64_t rows, struct ts_err *err)
 {
     uint64_t bytes = rows * t->row_bytes, used;
 
-    if (!rows)
+    if (!rows || t->rows.tier)   /* with a tier, memory holds what fits (rows.c) */
         return TS_OK;
     if (t->budget) {
         used = atomic_load(&t->budget->used);
@@ -54,6 +56,8 @@ void table_refund(struct ts_table *t, uint64_t rows)
 {
     uint64_t bytes = rows * t->row_bytes;
 
+    if (t->rows.tier)
+        return;
     if (t->budget)
         atomic_fetch_sub(&t->budget->used, bytes);
     t->charged -= bytes;
@@ -111,6 +115,7 @@ ts_status ts_table_create(const struct ts_job *job, const struct ts_table_cfg *c
 {
     struct ts_optim_cfg optim;
     struct ts_table *t;
+    size_t rec;
     ts_status st;
 
     if ((st = check_cfg(job, cfg, &optim, err)))
@@ -129,9 +134,12 @@ ts_status ts_table_create(const struct ts_job *job, const struct ts_table_cfg *c
     t->optim = optim;
     t->slen = ts_optim_state_len(optim.kind);
     /* Rounded up to 8 bytes, so that every record's header is aligned. */
-    rows_init(&t->rows, (sizeof(struct row) + (size_t)t->dim * (1 + t->slen) * sizeof(float) +
-                         7) & ~(size_t)7);
-    t->row_bytes = t->rows.rec + MAP_SLOTS_COUNTED * MAP_SLOT_BYTES;
+    rec = (sizeof(struct row) + (size_t)t->dim * (1 + t->slen) * sizeof(float) + 7) &
+          ~(size_t)7;
+    t->row_bytes = rec + MAP_SLOTS_COUNTED * MAP_SLOT_BYTES;
+    rows_init(&t->rows, rec, budget ? budget->tier : NULL, budget, t->row_bytes);
+    if (t->rows.tier)
+        atomic_fetch_add(&budget->tables, 1);
     t->pushed = calloc(job->workers, 1);
     t->grad = malloc(t->dim * sizeof(float));
     t->scratch = malloc(t->dim * sizeof(int64_t));
@@ -151,7 +159,10 @@ void ts_table_free(struct ts_table *t)
         return;
     if (t->budget)
         atomic_fetch_sub(&t->budget->used, t->charged);
+    if (t->rows.tier)
+        atomic_fetch_sub(&t->budget->tables, 1);
     rows_fini(&t->rows);
+    idmap_fini(&t->dirty_set);
     idmap_fini(&t->acc.map);
     idmap_fini(&t->icache.map);
     free(t->icache.vals);
@@ -269,11 +280,8 @@ struct row *table_new_row(struct ts_table *t, uint64_t id)
 {
     struct row *w = rows_add(&t->rows, id);
 
-    w->id = id;
     w->updates = 0;
     w->step = 0;
-    w->dirty = 0;
-    w->pad = 0;
     table_init_values(t, id, row_values(w));
     memset(row_values(w) + t->dim, 0, t->slen * t->dim * sizeof(float));
     return w;
@@ -284,6 +292,10 @@ ts_status table_dirty_reserve(struct ts_table *t, size_t more, struct ts_err *er
     size_t cap = t->dirty_cap ? t->dirty_cap : 64;
     uint64_t *d;
 
+    ts_status st;
+
+    if ((st = idmap_reserve(&t->dirty_set, more, err)))
+        return st;
     while (cap < t->ndirty + more)
         cap *= 2;
     if (cap == t->dirty_cap)
@@ -295,12 +307,59 @@ ts_status table_dirty_reserve(struct ts_table *t, size_t more, struct ts_err *er
     return TS_OK;
 }
 
-void table_mark_dirty(struct ts_table *t, struct row *w)
+void table_mark_dirty(struct ts_table *t, uint64_t id)
 {
-    if (w->dirty)
+    uint64_t k;
+
+    if (idmap_find(&t->dirty_set, id, &k))
         return;
-    w->dirty = 1;
-    t->dirty[t->ndirty++] = w->id;
+    idmap_put(&t->dirty_set, id, 0);
+    t->dirty[t->ndirty++] = id;
+}
+
+/* The rows this table may keep in memory: its share of the budget (table.h). */
+static uint64_t table_quota(const struct ts_table *t)
+{
+    uint32_t tables;
+    uint64_t q;
+
+    if (!t->rows.tier || !t->budget->limit)
+        return UINT64_MAX;
+    tables = atomic_load(&t->budget->tables);
+    q = t->budget->limit / (tables ? tables : 1) / t->row_bytes;
+    return q ? q : 1;
+}
+
+void table_begin(struct ts_table *t)
+{
+    rows_begin(&t->rows, table_quota(t));
+}
+
+void ts_table_tiers(struct ts_table *t, struct ts_table_tiers *out)
+{
+    const struct rows *r = &t->rows;
+    int64_t since = 0;
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&t->mu);
+    out->rows = r->n;
+    if (r->tier) {
+        out->tiered = true;
+        out->resident = r->resident;
+        out->mem_bytes = r->resident * t->row_bytes + r->pending * r->rec;
+        out->quota_rows = table_quota(t);
+        out->hits = r->stats.hits;
+        out->misses = r->stats.misses;
+        out->evictions = r->stats.evictions;
+        out->written = r->stats.written;
+        out->pending = r->pending;
+        since = r->oldest ? r->oldest->handed_ms : 0;
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (since)
+        out->lag_ms = (uint64_t)(ts_now_ms() - since);
+    if (out->tiered)
+        out->disk_bytes = tier_space_bytes(t->rows.tier, t->rows.space);
 }
 
 ts_status ts_table_dirty_take(struct ts_table *t, uint64_t **ids, size_t *n,
@@ -308,8 +367,7 @@ ts_status ts_table_dirty_take(struct ts_table *t, uint64_t **ids, size_t *n,
 {
     (void)err;
     pthread_mutex_lock(&t->mu);
-    for (size_t k = 0; k < t->ndirty; k++)
-        rows_find(&t->rows, t->dirty[k])->dirty = 0;
+    idmap_clear(&t->dirty_set);
     *n = t->ndirty;
     *ids = t->ndirty ? t->dirty : NULL;
     if (t->ndirty) {
@@ -326,24 +384,28 @@ ts_status ts_table_dirty_take(struct ts_table *t, uint64_t **ids, size_t *n,
 ts_status ts_table_row(struct ts_table *t, uint64_t id, float *values, float *state,
                        struct ts_row_meta *meta, struct ts_err *err)
 {
-    struct row *w;
+    struct row *w = malloc(t->rows.rec);
+    bool found = false;
+    ts_status st;
 
+    if (!w)
+        return ts_err_set(err, TS_ENOMEM, "table '%s': no memory to read a row", t->name);
     pthread_mutex_lock(&t->mu);
-    if (!(w = rows_find(&t->rows, id))) {
-        pthread_mutex_unlock(&t->mu);
-        return ts_err_set(err, TS_ENOTFOUND, "table '%s': row %" PRIu64 " does not exist",
-                          t->name, id);
-    }
-    if (values)
+    st = rows_read(&t->rows, id, w, &found, err);
+    pthread_mutex_unlock(&t->mu);
+    if (!st && !found)
+        st = ts_err_set(err, TS_ENOTFOUND, "table '%s': row %" PRIu64 " does not exist",
+                        t->name, id);
+    if (!st && values)
         memcpy(values, row_values(w), t->dim * sizeof(float));
-    if (state)
+    if (!st && state)
         memcpy(state, row_values(w) + t->dim, t->slen * t->dim * sizeof(float));
-    if (meta) {
+    if (!st && meta) {
         meta->updates = w->updates;
         meta->step = w->step;
     }
-    pthread_mutex_unlock(&t->mu);
-    return TS_OK;
+    free(w);
+    return st;
 }
 
 /* Whether step want may be read (table.h). Called with mu held. */
@@ -396,7 +458,7 @@ ts_status ts_table_ids(struct ts_table *t, uint64_t want, int ms, uint64_t **ids
     *n = 0;
     pthread_mutex_lock(&t->mu);
     if (!(st = pull_wait(t, want, ms, err)) && t->rows.n &&
-        !(st = table_sorted_ids(t, ids, err)))
+        !(st = rows_sorted_ids(&t->rows, ids, err)))
         *n = t->rows.n;
     pthread_mutex_unlock(&t->mu);
     if (st)
@@ -417,7 +479,10 @@ ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms
             return ts_err_set(err, TS_EINVAL, "table '%s': ids[%zu]: %" PRIu64 " is outside "
                               "0..%" PRIu64, t->name, i, ids[i], t->max_id);
     pthread_mutex_lock(&t->mu);
-    st = pull_wait(t, want, ms, err);
+    if (!(st = pull_wait(t, want, ms, err))) {
+        table_begin(t);
+        st = rows_load(&t->rows, ids, n, err);
+    }
     for (size_t i = 0; !st && i < n; i++) {
         struct row *w = rows_find(&t->rows, ids[i]);
 

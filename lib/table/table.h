@@ -98,14 +98,25 @@
 #define TS_TABLE_ID_LIMIT 0x7fffffffffffffffull   /* the largest max_id: 2^63 - 1 */
 #define TS_TABLE_PUSH_MAX (1u << 24)              /* rows in one push */
 
-/* What a shard's tables may hold in all: limit bytes (0: no limit); used counts every
- * table's rows (ts_table_row_bytes each). Embedded by the caller. */
+/* What a shard's tables may hold in memory in all: limit bytes (0: no limit); used counts
+ * every table's rows in memory (ts_table_row_bytes each) and, with a tier, the records of
+ * rows waiting for the disk. Embedded by the caller.
+ *
+ * tier (NULL: none, set before the first table is made, and outliving every table): the disk
+ * tier (tier.h) under every table made with this budget. Then no push is refused for memory:
+ * each table keeps at most limit / tables bytes of rows in memory (tables: the tables made
+ * with this budget and not freed), a fifth of it at most for rows on their way to the disk,
+ * and the rest of its rows on disk (docs/embeddings.md, "Tables bigger than memory"). */
+struct ts_tier;
 struct ts_table_budget {
     uint64_t limit;
     _Atomic uint64_t used;
+    struct ts_tier *tier;
+    _Atomic uint32_t tables;
 };
 void ts_table_budget_init(struct ts_table_budget *b, uint64_t limit);
 uint64_t ts_table_budget_used(struct ts_table_budget *b);
+
 
 struct ts_table_cfg {
     const char *name;          /* as a job id: 1..64 of [A-Za-z0-9._-] */
@@ -117,6 +128,18 @@ struct ts_table_cfg {
 };
 
 struct ts_table;
+
+/* A table's tiers (all zero without a disk tier): rows in memory and their bytes, look-ups
+ * of existing rows found in memory (hits) or read from the disk (misses), rows evicted,
+ * rows written to the disk, the records waiting for the writer and how long the oldest has
+ * waited, and the bytes of its rows in the disk's files (approximate: RocksDB's estimate, 0
+ * until a memtable is flushed). */
+struct ts_table_tiers {
+    bool tiered;
+    uint64_t rows, resident, mem_bytes, quota_rows;
+    uint64_t hits, misses, evictions, written, pending, lag_ms, disk_bytes;
+};
+void ts_table_tiers(struct ts_table *t, struct ts_table_tiers *out);
 
 /* Validates cfg (TS_EINVAL names the field: table.name, table.dim, table.max_id, table.init,
  * table.optimizer; job.mode for a reduce job, whose parameters live on its workers) and makes

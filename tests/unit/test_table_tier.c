@@ -1,0 +1,412 @@
+/* test_table_tier.c - lib/table's disk tier (issue 48): the memory tier's CLOCK eviction and
+ * write-back against a reference model, and tables much larger than their memory giving the
+ * bits of a table held all in memory: pulls, exact steps, rows, captures and loads. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "table/internal.h"
+#include "table/tier.h"
+
+static char dir[64];
+static struct ts_tier *tier;
+
+static int open_tier(void **state)
+{
+    struct ts_err e = { 0 };
+
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/ts-tier-test-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    if (ts_tier_open(dir, &tier, &e))
+        fail_msg("ts_tier_open: %s", e.msg);
+    return 0;
+}
+
+static int close_tier(void **state)
+{
+    char cmd[128];
+
+    (void)state;
+    ts_tier_close(tier);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ---- The memory tier against a reference CLOCK ---- */
+
+#define QUOTA 5                    /* rows in memory */
+#define MAXS 64
+#define EMPTY UINT64_MAX
+
+/* What rows.c is meant to do, written the plain way: slots, a hand, a reference bit a slot,
+ * free slots reused last-freed first, the rows an operation needs pinned; an evicted row that
+ * changed since the disk had it goes to the batch being filled (a set, written at a flush). */
+struct ref {
+    uint64_t id[MAXS];
+    int refbit[MAXS], unwritten[MAXS], pinned[MAXS];
+    uint64_t free[MAXS];
+    size_t nfree, slots, hand, resident;
+    uint64_t fill[MAXS];
+    size_t nfill, written;
+};
+
+static void ref_evict(struct ref *m)
+{
+    for (size_t seen = 0; seen <= 2 * m->slots; seen++) {
+        size_t s = m->hand;
+
+        m->hand = s + 1 < m->slots ? s + 1 : 0;
+        if (m->id[s] == EMPTY || m->pinned[s])
+            continue;
+        if (m->refbit[s]) {
+            m->refbit[s] = 0;
+            continue;
+        }
+        if (m->unwritten[s]) {
+            size_t k = 0;
+
+            while (k < m->nfill && m->fill[k] != m->id[s])
+                k++;
+            if (k == m->nfill)
+                m->fill[m->nfill++] = m->id[s];
+        }
+        m->id[s] = EMPTY;
+        m->free[m->nfree++] = s;
+        m->resident--;
+        return;
+    }
+}
+
+static size_t ref_find(const struct ref *m, uint64_t id)
+{
+    for (size_t s = 0; s < m->slots; s++)
+        if (m->id[s] == id)
+            return s;
+    return EMPTY;
+}
+
+/* A row comes into memory (loaded, unwritten 0; or new, 1), pinned. */
+static void ref_install(struct ref *m, uint64_t id, int unwritten)
+{
+    size_t s;
+
+    while (m->resident >= QUOTA) {
+        size_t before = m->resident;
+
+        ref_evict(m);
+        if (m->resident == before)
+            break;
+    }
+    s = m->nfree ? m->free[--m->nfree] : m->slots++;
+    m->id[s] = id;
+    m->refbit[s] = 1;
+    m->unwritten[s] = unwritten;
+    m->pinned[s] = 1;
+    m->resident++;
+}
+
+static void ref_begin(struct ref *m)
+{
+    memset(m->pinned, 0, sizeof(m->pinned));
+}
+
+/* The value a row's first float has after version v of it. */
+static float val(uint64_t id, int v)
+{
+    return (float)(id * 1000 + (uint64_t)v);
+}
+
+static void check_same(struct rows *r, const struct ref *m)
+{
+    size_t in_ref = 0;
+    uint64_t slot;
+
+    for (size_t s = 0; s < m->slots; s++) {
+        if (m->id[s] == EMPTY)
+            continue;
+        in_ref++;
+        if (!idmap_find(&r->map, m->id[s], &slot))   /* rows_find would set its bit */
+            fail_msg("row %lu: in memory in the reference, not in rows.c",
+                     (unsigned long)m->id[s]);
+    }
+    assert_int_equal(r->resident, in_ref);
+}
+
+static void t_clock_against_reference(void **state)
+{
+    /* ops: positive: that row, made if new or loaded (and changed when the op is odd);
+     * 0: a flush. Several ids between two -1 are one operation. */
+    static const int64_t ops[] = {
+        1, 2, 3, 4, 5, 6, 7, 8, 2, 9, 10, 0, 1, 3, 11, -1, 12, 13, 14, -1, 4, 5, 0, 15, 2, 16,
+        1, 17, 18, 0, -1, 26, 27, 28, -1, -1, 19, 20, 21, 22, -1, 3, 3, 1, 23, 0, 24, 25, 6, 2, 10,
+    };
+    struct ts_err e = { 0 };
+    struct ref m = { 0 };
+    int version[64] = { 0 };
+    size_t rec = sizeof(struct row) + 4 * sizeof(float);
+    struct rows r;
+    uint8_t buf[256];
+    bool found;
+    size_t k = 0, op = 0;
+
+    (void)state;
+    memset(m.id, 0xff, sizeof(m.id));
+    rows_init(&r, rec, tier, NULL, rec);
+    while (k < sizeof(ops) / sizeof(ops[0])) {
+        uint64_t ids[8];
+        size_t n = 0;
+
+        if (ops[k] == 0) {   /* flush: the batch goes to disk */
+            rows_flush(&r);
+            m.written += m.nfill;
+            m.nfill = 0;
+            assert_int_equal(r.stats.written, m.written);
+            k++;
+            continue;
+        }
+        if (ops[k] == -1) {
+            for (k++; k < sizeof(ops) / sizeof(ops[0]) && ops[k] > 0 && n < 8; k++)
+                ids[n++] = (uint64_t)ops[k];
+            k += k < sizeof(ops) / sizeof(ops[0]) && ops[k] == -1;
+        } else {
+            ids[n++] = (uint64_t)ops[k++];
+        }
+        op++;
+        rows_begin(&r, 100);
+        r.quota = QUOTA;           /* and batches that never wait: written at a flush only */
+        r.pending_max = 1000;
+        ref_begin(&m);
+        /* One id an operation, or several that are all new: the reference's order. */
+        assert_int_equal(rows_load(&r, ids, n, &e), TS_OK);
+        assert_int_equal(rows_reserve(&r, n, &e), TS_OK);
+        for (size_t i = 0; i < n; i++) {
+            struct row *w = rows_find(&r, ids[i]);
+            size_t s = ref_find(&m, ids[i]);
+
+            if (s != EMPTY) {
+                m.refbit[s] = 1;
+                m.pinned[s] = 1;
+            } else {
+                ref_install(&m, ids[i], !w && !version[ids[i]]);
+            }
+            if (!w) {
+                if (!version[ids[i]]) {
+                    w = rows_add(&r, ids[i]);
+                    version[ids[i]] = 1;
+                    row_values(w)[0] = val(ids[i], 1);
+                } else {
+                    fail_msg("row %lu: exists, was not loaded", (unsigned long)ids[i]);
+                }
+            }
+            assert_true(row_values(w)[0] == val(ids[i], version[ids[i]]));
+            if (op % 2) {   /* changed: it must reach the disk when evicted */
+                version[ids[i]]++;
+                row_values(w)[0] = val(ids[i], version[ids[i]]);
+                w->flags |= ROW_UNWRITTEN;
+                m.unwritten[ref_find(&m, ids[i])] = 1;
+            }
+        }
+        check_same(&r, &m);
+    }
+    assert_true(r.stats.evictions > 10);
+    rows_flush(&r);
+    /* Every row, wherever it is now, has its last version; the count is right. */
+    for (uint64_t id = 1; id < 64; id++) {
+        assert_int_equal(rows_read(&r, id, buf, &found, &e), TS_OK);
+        assert_int_equal(found, version[id] > 0);
+        if (found)
+            assert_true(row_values((struct row *)(void *)buf)[0] == val(id, version[id]));
+    }
+    {
+        uint64_t *ids;
+        size_t made = 0;
+
+        for (uint64_t id = 1; id < 64; id++)
+            made += version[id] > 0;
+        assert_int_equal(r.n, made);
+        assert_int_equal(rows_sorted_ids(&r, &ids, &e), TS_OK);
+        for (size_t i = 1; i < made; i++)
+            assert_true(ids[i - 1] < ids[i]);
+        free(ids);
+    }
+    rows_fini(&r);
+}
+
+/* ---- Whole tables: a tiered one gives the bits of one all in memory ---- */
+
+static struct ts_job job(uint32_t workers)
+{
+    struct ts_job j;
+    assert_int_equal(ts_job_init(&j, "tier-job", workers, true, "sgd", 64, NULL), TS_OK);
+    assert_int_equal(ts_job_set_mode(&j, TS_MODE_BSP, 0, NULL), TS_OK);
+    return j;
+}
+
+static struct ts_table *mk(const struct ts_job *j, struct ts_table_budget *b)
+{
+    struct ts_table_cfg c = { .name = "xemb", .dim = 16, .max_id = 1u << 20,
+                              .init = "normal:0.1", .seed = 7, .optimizer = "adagrad:lr=0.05" };
+    struct ts_table *t;
+    struct ts_err e = { 0 };
+
+    if (ts_table_create(j, &c, b, &t, &e))
+        fail_msg("ts_table_create: %s", e.msg);
+    return t;
+}
+
+/* A skewed draw of n sorted unique ids below 4000, as a Zipf-like feature. */
+static size_t draw(uint64_t *ids, size_t n, unsigned *seed)
+{
+    size_t m = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)rand_r(seed) / RAND_MAX;
+        ids[m++] = (uint64_t)(4000.0 * u * u * u);
+    }
+    for (size_t i = 1; i < m; i++)   /* insertion sort, then unique */
+        for (size_t j = i; j && ids[j - 1] > ids[j]; j--) {
+            uint64_t x = ids[j];
+            ids[j] = ids[j - 1];
+            ids[j - 1] = x;
+        }
+    size_t u = 0;
+    for (size_t i = 0; i < m; i++)
+        if (!u || ids[u - 1] != ids[i])
+            ids[u++] = ids[i];
+    return u;
+}
+
+static void push_both(struct ts_table *a, struct ts_table *b, uint32_t rank, uint64_t step,
+                      const uint64_t *ids, size_t n, const float *g)
+{
+    struct ts_row_push in = { .rank = rank, .step = step, .n = n, .ids = ids, .grad = g,
+                              .encoding = TS_ENC_FIXED_F32 };
+    struct ts_err e = { 0 };
+    bool applied;
+
+    if (ts_table_push(a, &in, &applied, &e) || ts_table_push(b, &in, &applied, &e))
+        fail_msg("push: %s", e.msg);
+}
+
+static void same_hash(struct ts_table *a, struct ts_table *b)
+{
+    char ha[65], hb[65];
+    struct ts_err e = { 0 };
+
+    assert_int_equal(ts_table_sha256(&a, 1, ha, &e), TS_OK);
+    if (ts_table_sha256(&b, 1, hb, &e))
+        fail_msg("sha256: %s", e.msg);
+    assert_string_equal(ha, hb);
+}
+
+static void t_tiered_table_is_exact(void **state)
+{
+    struct ts_job j = job(2);
+    struct ts_table_budget mem, small;
+    struct ts_table *a, *b;
+    struct ts_err e = { 0 };
+    struct ts_table_tiers st;
+    struct ts_table_capture ca, cb;
+    uint64_t ids[400];
+    float g[400 * 16], pa[400 * 16], pb[400 * 16];
+    unsigned seed = 11;
+    bool armed, ready;
+
+    (void)state;
+    ts_table_budget_init(&mem, 0);
+    a = mk(&j, &mem);
+    ts_table_budget_init(&small, 0);
+    small.tier = tier;
+    b = mk(&j, &small);
+    small.limit = 150 * ts_table_row_bytes(b);   /* a few percent of the rows */
+    assert_int_equal(ts_table_arm(a, 12, true, &armed, &e), TS_OK);
+    assert_int_equal(ts_table_arm(b, 12, true, &armed, &e), TS_OK);
+    for (uint64_t step = 0; step < 25; step++) {
+        for (uint32_t rank = 0; rank < 2; rank++) {
+            size_t n = draw(ids, 60, &seed);
+
+            assert_int_equal(ts_table_pull(a, rank, step, 1000, ids, n, pa, &e), TS_OK);
+            assert_int_equal(ts_table_pull(b, rank, step, 1000, ids, n, pb, &e), TS_OK);
+            assert_memory_equal(pa, pb, n * 16 * sizeof(float));
+            for (size_t i = 0; i < n * 16; i++)
+                g[i] = (float)((rand_r(&seed) % 2001) - 1000) / 997.0f;
+            push_both(a, b, rank, step, ids, n, g);
+        }
+        if (step == 12) {   /* the full capture, taken at step 12, is the same records */
+            assert_int_equal(ts_table_capture_take(a, 12, &ca, &ready, &e), TS_OK);
+            assert_true(ready);
+            assert_int_equal(ts_table_capture_take(b, 12, &cb, &ready, &e), TS_OK);
+            assert_true(ready);
+            assert_int_equal(ca.n, cb.n);
+            assert_memory_equal(ca.records, cb.records, ca.n * ts_table_record_bytes(a));
+            free(cb.records);
+        }
+    }
+    assert_int_equal(ts_table_count(a), ts_table_count(b));
+    same_hash(a, b);
+    ts_table_tiers(b, &st);
+    assert_true(st.tiered);
+    assert_true(st.evictions > 1000);
+    assert_true(st.misses > 100);
+    assert_true(st.resident <= st.quota_rows);
+    assert_true(st.rows > 10 * st.quota_rows / 2);
+    assert_true(st.mem_bytes <= small.limit);
+    {
+        float va[48], vb[48];
+        struct ts_row_meta ma, mb;
+        uint64_t *ia, *ib;
+        size_t na, nb;
+
+        assert_int_equal(ts_table_ids(a, 25, 100, &ia, &na, &e), TS_OK);
+        assert_int_equal(ts_table_ids(b, 25, 100, &ib, &nb, &e), TS_OK);
+        assert_int_equal(na, nb);
+        assert_memory_equal(ia, ib, na * sizeof(*ia));
+        for (size_t i = 0; i < na; i += 37) {
+            assert_int_equal(ts_table_row(a, ia[i], va, va + 16, &ma, &e), TS_OK);
+            assert_int_equal(ts_table_row(b, ia[i], vb, vb + 16, &mb, &e), TS_OK);
+            assert_memory_equal(va, vb, 32 * sizeof(float));
+            assert_int_equal(ma.updates, mb.updates);
+        }
+        free(ia);
+        free(ib);
+    }
+    /* A rollback: b emptied and loaded back from a's capture of step 12, then both go on:
+     * a is loaded too, so both continue from the same rows. */
+    ts_table_reset(a);
+    ts_table_reset(b);
+    assert_int_equal(ts_table_count(b), 0);
+    assert_int_equal(ts_table_load(a, ca.records, ca.n, NULL, NULL, &e), TS_OK);
+    assert_int_equal(ts_table_load(b, ca.records, ca.n, NULL, NULL, &e), TS_OK);
+    assert_int_equal(ts_table_set_step(a, 13, &e), TS_OK);
+    assert_int_equal(ts_table_set_step(b, 13, &e), TS_OK);
+    same_hash(a, b);
+    for (uint64_t step = 13; step < 20; step++)
+        for (uint32_t rank = 0; rank < 2; rank++) {
+            size_t n = draw(ids, 60, &seed);
+
+            for (size_t i = 0; i < n * 16; i++)
+                g[i] = (float)((rand_r(&seed) % 2001) - 1000) / 997.0f;
+            push_both(a, b, rank, step, ids, n, g);
+        }
+    same_hash(a, b);
+    free(ca.records);
+    ts_table_free(a);
+    ts_table_free(b);
+    assert_int_equal(ts_table_budget_used(&small), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(t_clock_against_reference),
+        cmocka_unit_test(t_tiered_table_is_exact),
+    };
+    return cmocka_run_group_tests(tests, open_tier, close_tier);
+}

@@ -181,6 +181,20 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
                     ts_json_uint(&j, "rows_pushed", ts->rows_pushed);
                     ts_json_num(&j, "pulled_per_s", ts->pulled_per_s);
                     ts_json_num(&j, "pushed_per_s", ts->pushed_per_s);
+                    if (ts->tiered) {
+                        ts_json_obj(&j, "disk_tier");
+                        ts_json_uint(&j, "mem_rows", ts->mem_rows);
+                        ts_json_uint(&j, "hits", ts->hits);
+                        ts_json_uint(&j, "misses", ts->misses);
+                        ts_json_num(&j, "hit_rate", ts->hits + ts->misses ? (double)ts->hits /
+                                    (double)(ts->hits + ts->misses) : 1.0);
+                        ts_json_uint(&j, "evictions", ts->evictions);
+                        ts_json_uint(&j, "written", ts->written);
+                        ts_json_uint(&j, "writeback_rows", ts->writeback_rows);
+                        ts_json_uint(&j, "writeback_lag_ms", ts->writeback_lag_ms);
+                        ts_json_uint(&j, "disk_bytes", ts->disk_bytes);
+                        ts_json_end(&j);
+                    }
                     ts_json_end(&j);
                 }
             ts_json_end(&j);
@@ -330,6 +344,12 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                    "its row budget; %.0f rows pulled/s, %.0f pushed/s (docs/embeddings.md)\n",
                    r.table_rows, r.tables, r.table_bytes / 1048576.0, r.pulled_per_s,
                    r.pushed_per_s);
+            if (r.tiered)
+                printf("       disk tier: %" PRIu64 " rows in memory (copies too), hit rate %.1f%%, %" PRIu64
+                       " evictions, %" PRIu64 " rows waiting for the disk, %.1f MB in its "
+                       "files\n", r.mem_rows, r.hits + r.misses ? 100.0 * (double)r.hits /
+                       (double)(r.hits + r.misses) : 100.0, r.evictions, r.writeback_rows,
+                       r.disk_bytes / 1048576.0);
         }
         if (v && v->partitions_lost)
             printf("       %" PRIu64 " partitions it heads lost every copy\n",

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "placement/ring.h"
 #include "tessera/v1/master.pb-c.h"
@@ -189,11 +190,15 @@ struct ts_shard_roles {
     uint64_t heads, follows, lag;
     uint64_t tables, table_rows, table_bytes;   /* sparse tables (docs/embeddings.md) */
     double pulled_per_s, pushed_per_s;          /* their rows, over the last heartbeats */
+    /* The disk tier, over every table (0 without one): TableStatus's fields, summed. */
+    uint64_t tiered, mem_rows, hits, misses, evictions, writeback_rows, disk_bytes;
 };
 
 static inline struct ts_shard_roles ts_shard_roles(const Tessera__V1__ShardStatusResponse *v)
 {
-    struct ts_shard_roles r = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    struct ts_shard_roles r;
+
+    memset(&r, 0, sizeof(r));
 
     for (size_t k = 0; k < v->n_jobs; k++) {
         r.heads += v->jobs[k]->partitions;
@@ -203,8 +208,17 @@ static inline struct ts_shard_roles ts_shard_roles(const Tessera__V1__ShardStatu
         r.table_rows += v->jobs[k]->table_rows;
         r.table_bytes += v->jobs[k]->table_bytes;
         for (size_t t = 0; t < v->jobs[k]->n_table_status; t++) {
-            r.pulled_per_s += v->jobs[k]->table_status[t]->pulled_per_s;
-            r.pushed_per_s += v->jobs[k]->table_status[t]->pushed_per_s;
+            const Tessera__V1__TableStatus *ts = v->jobs[k]->table_status[t];
+
+            r.pulled_per_s += ts->pulled_per_s;
+            r.pushed_per_s += ts->pushed_per_s;
+            r.tiered += ts->tiered;
+            r.mem_rows += ts->mem_rows;
+            r.hits += ts->hits;
+            r.misses += ts->misses;
+            r.evictions += ts->evictions;
+            r.writeback_rows += ts->writeback_rows;
+            r.disk_bytes += ts->disk_bytes;
         }
     }
     return r;

@@ -29,7 +29,8 @@ struct ts__local_slot {
 
 struct ts_local {
     struct ts_local_opts opts;      /* its strings point at the copies below */
-    char *strs[4];                  /* store, restore, branch, tls_dir: owned */
+    char *strs[6];                  /* store, restore, branch, tls_dir, table_mem, table_dir:
+                                     * owned */
     char dir[512];
     bool own_dir;                   /* made by ts_local_start (no opts.dir) */
     char bin[512];                  /* where tessera-master and tessera-shard are */

@@ -214,6 +214,7 @@ ts_status ts__local_start_shard(struct ts_local *c, int i, struct ts_err *err)
     struct ts__local_slot *sh = &c->shards[i];
     char exe[TS__LOCAL_PATH], log[TS__LOCAL_PATH], port_file[TS__LOCAL_PATH];
     char budget[32], restarts[16], num[4][24], tls[4][TS__LOCAL_PATH], stem[32];
+    char tier[TS__LOCAL_PATH];
     char *argv[40 + TS_LOCAL_MAX_ARGS] = { exe, "--master", c->master_addr, "--port-file",
                                            port_file, NULL };
     int n = 5;
@@ -224,6 +225,12 @@ ts_status ts__local_start_shard(struct ts_local *c, int i, struct ts_err *err)
     if (!sh->restarts)
         n = add_flag(argv, n, "--restore", o->restore);
     n = add_flag(argv, n, "--mem-budget", mem_budget(o, budget));
+    n = add_flag(argv, n, "--table-mem", o->table_mem);
+    if (o->table_dir) {   /* each slot its own tier, emptied when its shard starts */
+        (void)mkdir(o->table_dir, 0700);   /* the shard says why when it cannot make its own */
+        snprintf(tier, sizeof(tier), "%s/shard-%d", o->table_dir, i);
+        n = add_flag(argv, n, "--table-dir", tier);
+    }
     if (sh->restarts) {
         snprintf(restarts, sizeof(restarts), "%u", sh->restarts);
         n = add_flag(argv, n, "--restarts", restarts);
@@ -432,7 +439,7 @@ static ts_status make_dir(struct ts_local *c, const char *dir, const char *prefi
 static ts_status copy_opts(struct ts_local *c, const struct ts_local_opts *o, struct ts_err *err)
 {
     const char **fields[] = { &c->opts.store, &c->opts.restore, &c->opts.branch,
-                              &c->opts.tls_dir };
+                              &c->opts.tls_dir, &c->opts.table_mem, &c->opts.table_dir };
 
     c->opts = *o;
     c->opts.dir = c->opts.tmp_prefix = NULL;   /* read once, at the start, from o */

@@ -92,6 +92,9 @@ struct ts_local_opts {
     int64_t mem_budget_mib;         /* each shard's --mem-budget (0: half the machine's memory
                                      * shared among the `shards` shards; with shards 0, or
                                      * -1: the shard's own default) */
+    const char *table_mem;          /* each shard's --table-mem (NULL: its default) */
+    const char *table_dir;          /* NULL, or the shards' disk tiers: DIR/shard-<slot> each
+                                     * (made by the shard) */
     bool respawn;                   /* ts_local_check restarts a shard that died */
     int metrics_port;               /* > 0: /metrics of the master here, shard slot i's at
                                      * + 1 + i (docs/observability.md); 0: none */

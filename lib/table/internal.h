@@ -44,7 +44,7 @@ struct tier_batch {
     uint64_t *ids;
     uint8_t *recs;                 /* n records of rec bytes */
     struct idmap map;              /* id -> index (rows.c) */
-    int64_t handed_ms;
+    int64_t made_ms;               /* when its first row came (rows.c) */
     bool drop;                     /* delete the space's keys first */
     bool skip;                     /* under the tier's lock: write nothing */
     bool orphan;                   /* under the tier's lock: the writer frees it once done */

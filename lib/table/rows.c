@@ -20,6 +20,7 @@
  * LRU's on the Zipf workload at no list to keep in order (bench/embeddings.py), and one bit
  * a row. */
 #include "table/internal.h"
+#include "util/proc.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -130,6 +131,7 @@ void idmap_fini(struct idmap *m)
 
 
 #define WB_BYTES (1u << 20)        /* a batch for the writer */
+#define WB_AGE_MS 1000             /* a batch this old goes to the writer, full or not */
 
 static struct row *slot_at(const struct rows *r, uint64_t s)
 {
@@ -161,6 +163,8 @@ void rows_init(struct rows *r, size_t rec, struct ts_tier *tier,
         r->space = tier_space(tier);
     }
 }
+
+static void hand(struct rows *r);
 
 /* Frees the batches the writer is done with, oldest first (it takes them in that order). */
 static void reap(struct rows *r)
@@ -209,9 +213,9 @@ void rows_begin(struct rows *r, uint64_t quota)
     r->quota = quota - quota / 5 ? quota - quota / 5 : 1;
     r->pending_max = quota / 5 ? quota / 5 : 1;
     reap(r);
+    if (r->fill && ts_now_ms() - r->fill->made_ms >= WB_AGE_MS)
+        hand(r);
 }
-
-static void hand(struct rows *r);
 
 void rows_flush(struct rows *r)
 {
@@ -304,6 +308,8 @@ static bool fill_add(struct rows *r, const struct row *w)
     if (!r->fill && !(r->fill = batch_new(r)))
         return false;
     b = r->fill;
+    if (!b->n)
+        b->made_ms = ts_now_ms();
     if (!idmap_find(&b->map, w->id, &k)) {   /* evicted again since: the newer record */
         k = b->n++;
         b->ids[k] = w->id;

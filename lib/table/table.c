@@ -353,7 +353,7 @@ void ts_table_tiers(struct ts_table *t, struct ts_table_tiers *out)
         out->evictions = r->stats.evictions;
         out->written = r->stats.written;
         out->pending = r->pending;
-        since = r->oldest ? r->oldest->handed_ms : 0;
+        since = r->oldest ? r->oldest->made_ms : r->fill && r->fill->n ? r->fill->made_ms : 0;
     }
     pthread_mutex_unlock(&t->mu);
     if (since)
@@ -479,17 +479,23 @@ ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms
             return ts_err_set(err, TS_EINVAL, "table '%s': ids[%zu]: %" PRIu64 " is outside "
                               "0..%" PRIu64, t->name, i, ids[i], t->max_id);
     pthread_mutex_lock(&t->mu);
-    if (!(st = pull_wait(t, want, ms, err))) {
+    st = pull_wait(t, want, ms, err);
+    /* With a tier, a part of the ids at a time, each its own operation: a pull of more rows
+     * than memory holds (a scan of the whole table) keeps memory to its quota. */
+    for (size_t at = 0, part = n; !st && at < n; at += part) {
         table_begin(t);
-        st = rows_load(&t->rows, ids, n, err);
-    }
-    for (size_t i = 0; !st && i < n; i++) {
-        struct row *w = rows_find(&t->rows, ids[i]);
+        if (t->rows.tier)
+            part = t->rows.quota / 4 > 64 ? t->rows.quota / 4 : 64;
+        part = part < n - at ? part : n - at;
+        st = rows_load(&t->rows, ids + at, part, err);
+        for (size_t i = at; !st && i < at + part; i++) {
+            struct row *w = rows_find(&t->rows, ids[i]);
 
-        if (w)
-            memcpy(out + i * t->dim, row_values(w), t->dim * sizeof(float));
-        else
-            table_init_values(t, ids[i], out + i * t->dim);
+            if (w)
+                memcpy(out + i * t->dim, row_values(w), t->dim * sizeof(float));
+            else
+                table_init_values(t, ids[i], out + i * t->dim);
+        }
     }
     pthread_mutex_unlock(&t->mu);
     if (st)

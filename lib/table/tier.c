@@ -243,7 +243,6 @@ uint64_t tier_space(struct ts_tier *tier)
 void tier_submit(struct ts_tier *tier, struct tier_batch *b)
 {
     b->next = NULL;
-    b->handed_ms = ts_now_ms();
     pthread_mutex_lock(&tier->mu);
     if (tier->tail)
         tier->tail->next = b;

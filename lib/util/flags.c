@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const struct ts_flag *find(const struct ts_flag *flags, const char *name, size_t n)
 {
@@ -129,4 +130,27 @@ int ts_flags_program(const char *prog, const char *usage, const char *about,
            "never for production.\n");
 #endif
     return 0;
+}
+
+ts_status ts_flags_size(const char *flag, const char *value, uint64_t unit, uint64_t *out,
+                        struct ts_err *err)
+{
+    static const char *const suffix[] = { "K", "KB", "KiB", "M", "MB", "MiB", "G", "GB", "GiB" };
+    unsigned long long n = 0;
+    uint64_t mult = 0;
+    char *end = NULL;
+
+    errno = 0;
+    if (value && *value >= '0' && *value <= '9')
+        n = strtoull(value, &end, 10);
+    if (end && !*end)
+        mult = unit;
+    for (size_t k = 0; end && *end && k < sizeof(suffix) / sizeof(suffix[0]); k++)
+        if (strcasecmp(end, suffix[k]) == 0)
+            mult = UINT64_C(1) << (10 * (k / 3 + 1));
+    if (!n || errno || !mult || n > (UINT64_C(1) << 50) / mult)
+        return ts_err_set(err, TS_EINVAL, "--%s: '%s' is not a size: want digits and K, M or "
+                          "G (e.g. 256M), from 1 byte to 1 PiB", flag, value ? value : "");
+    *out = (uint64_t)n * mult;
+    return TS_OK;
 }

@@ -40,4 +40,10 @@ void ts_flags_usage(FILE *f, const char *usage, const char *about, const struct 
 int ts_flags_program(const char *prog, const char *usage, const char *about,
                      const struct ts_flag *flags, int argc, char **argv);
 
+/* A size flag's value: digits, then K, M or G (KiB, MiB, GiB), or no suffix for `unit` bytes
+ * (1 << 20 for options that took MiB before sizes). TS_EINVAL names the flag otherwise, or
+ * for 0 or more than 2^50 bytes. */
+ts_status ts_flags_size(const char *flag, const char *value, uint64_t unit, uint64_t *out,
+                        struct ts_err *err) TS_MUST_CHECK;
+
 #endif

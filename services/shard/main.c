@@ -6,6 +6,7 @@
 
 #include "rpc/serve.h"
 #include "shard.h"
+#include "table/tier.h"
 #include "tables.h"
 #include "testhooks.h"
 #include "util/flags.h"
@@ -117,8 +118,8 @@ int main(int argc, char **argv)
 {
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
     const char *adv = NULL, *master = NULL, *transport = NULL, *store_dir = NULL;
-    const char *restore = NULL;
-    int64_t lease_ms = 0, mem_mib = 0, table_mib = 0, max_tensors = SHARD_MAX_TENSORS, restarts = 0;
+    const char *restore = NULL, *table_mem = NULL, *table_dir = NULL;
+    int64_t lease_ms = 0, mem_mib = 0, max_tensors = SHARD_MAX_TENSORS, restarts = 0;
     int64_t max_conns = DP_DEFAULT_MAX_CONNS;
     int64_t arm_ms = SHARD_ARM_TIMEOUT_MS, orphan_ms = SHARD_ORPHAN_MS, mem_share = 100;
     const struct ts_flag flags[] = {
@@ -139,10 +140,14 @@ int main(int argc, char **argv)
         { "mem-budget", TS_FLAG_INT, &mem_mib, "MIB", "memory the jobs' partitions may use, in "
                                                       "MiB (default: half the machine's)", 1,
           INT64_C(1) << 30 },
-        { "table-mem", TS_FLAG_INT, &table_mib, "MIB", "memory the rows of every job's sparse "
-                                                       "tables may use, in MiB (default: half "
-                                                       "the machine's); a push past it is "
-                                                       "refused", 1, INT64_C(1) << 30 },
+        { "table-mem", TS_FLAG_STR, &table_mem, "SIZE", "memory the rows of every job's "
+          "sparse tables may use, e.g. 256M or 2G (a plain number is MiB; default: half the "
+          "machine's). Without --table-dir a push past it is refused; with it, the rows that "
+          "do not fit wait on disk", 0, 0 },
+        { "table-dir", TS_FLAG_STR, &table_dir, "DIR", "a disk tier for the tables' rows "
+          "(RocksDB; emptied at start, this shard's alone): the tables may then hold more "
+          "rows than --table-mem, the hot ones in memory (docs/embeddings.md, \"Tables bigger "
+          "than memory\")", 0, 0 },
         { "job-mem-share", TS_FLAG_INT, &mem_share, "PCT", "percent of --mem-budget one job's "
           "tensors may hold (default 100: what the other jobs leave)", 1, 100 },
         { "restarts", TS_FLAG_INT, &restarts, "N", "this process replaces a shard restarted N "
@@ -186,8 +191,19 @@ int main(int argc, char **argv)
     s.master_addr = ts_master_default_addr(master);
     shard_params_init(&s.params);
     s.params.mem_budget = mem_mib ? (uint64_t)mem_mib << 20 : default_budget();
-    ts_table_budget_init(&s.params.tables_budget,
-                         table_mib ? (uint64_t)table_mib << 20 : default_budget());
+    {
+        uint64_t bytes = default_budget();
+
+        if (table_mem && ts_flags_size("table-mem", table_mem, 1u << 20, &bytes, &err)) {
+            fprintf(stderr, "tessera-shard: %s\n", err.msg);
+            return 2;
+        }
+        ts_table_budget_init(&s.params.tables_budget, bytes);
+    }
+    if (table_dir && ts_tier_open(table_dir, &s.params.tables_budget.tier, &err)) {
+        fprintf(stderr, "tessera-shard: %s\n", err.msg);
+        return 2;
+    }
     s.params.max_tensors = (uint32_t)max_tensors;
     s.params.job_mem_share = (uint32_t)mem_share;
     s.params.arm_timeout_ms = arm_ms;
@@ -271,6 +287,7 @@ out:
     ts_cluster_close(s.cluster);
     ts_master_close(s.master);
     shard_params_fini(&s.params);
+    ts_tier_close(s.params.tables_budget.tier);   /* after every table (table.h) */
     ts_store_close(store);
     return rc;
 }

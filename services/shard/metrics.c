@@ -16,18 +16,32 @@ static struct {
     struct ts_metric_family *partitions, *bytes, *promotions, *lost, *reseeded, *copies,
         *refused, *refusals, *arms_expired, *orphans;
     struct ts_metric_family *table_rows, *table_bytes, *table_pulled, *table_pushed;
+    struct ts_metric_family *tier_mem_rows, *tier_hits, *tier_misses, *tier_evictions;
+    struct ts_metric_family *tier_written, *tier_pending, *tier_lag, *tier_disk;
 } fam;
 
 /* One table's series (docs/embeddings.md), read at the scrape. */
 static void collect_table(void *arg, const char *job, struct shard_table *t)
 {
     const char *v[2] = { job, t->name };
+    struct ts_table_tiers d;
 
     (void)arg;
     ts_gauge_set(ts_metric_child(fam.table_rows, v), (double)rowcopy_rows(t));
     ts_gauge_set(ts_metric_child(fam.table_bytes, v), (double)rowcopy_bytes(t));
     ts_counter_set(ts_metric_child(fam.table_pulled, v), atomic_load(&t->pulled));
     ts_counter_set(ts_metric_child(fam.table_pushed, v), atomic_load(&t->pushed));
+    rowcopy_tiers(t, &d);
+    if (!d.tiered)
+        return;
+    ts_gauge_set(ts_metric_child(fam.tier_mem_rows, v), (double)d.resident);
+    ts_counter_set(ts_metric_child(fam.tier_hits, v), d.hits);
+    ts_counter_set(ts_metric_child(fam.tier_misses, v), d.misses);
+    ts_counter_set(ts_metric_child(fam.tier_evictions, v), d.evictions);
+    ts_counter_set(ts_metric_child(fam.tier_written, v), d.written);
+    ts_gauge_set(ts_metric_child(fam.tier_pending, v), (double)d.pending);
+    ts_gauge_set(ts_metric_child(fam.tier_lag, v), (double)d.lag_ms / 1000.0);
+    ts_gauge_set(ts_metric_child(fam.tier_disk, v), (double)d.disk_bytes);
 }
 
 static void collect(void *arg)
@@ -121,6 +135,30 @@ void shard_metrics_init(struct shard *s)
     fam.table_pushed = ts_metrics_family("tessera_shard_table_rows_pushed_total", "rows of the "
                                          "table workers pushed gradients for",
                                          TS_METRIC_COUNTER, "job_id,table", NULL, 0);
+    fam.tier_mem_rows = ts_metrics_family("tessera_shard_table_mem_rows", "rows of the table in "
+                                          "memory, over the disk tier (--table-dir)",
+                                          TS_METRIC_GAUGE, "job_id,table", NULL, 0);
+    fam.tier_hits = ts_metrics_family("tessera_shard_table_mem_hits_total", "look-ups of the "
+                                      "table's rows found in memory", TS_METRIC_COUNTER,
+                                      "job_id,table", NULL, 0);
+    fam.tier_misses = ts_metrics_family("tessera_shard_table_disk_reads_total", "rows of the "
+                                        "table read from the disk tier", TS_METRIC_COUNTER,
+                                        "job_id,table", NULL, 0);
+    fam.tier_evictions = ts_metrics_family("tessera_shard_table_evictions_total", "rows of the "
+                                           "table evicted from memory", TS_METRIC_COUNTER,
+                                           "job_id,table", NULL, 0);
+    fam.tier_written = ts_metrics_family("tessera_shard_table_rows_written_total", "changed "
+                                         "rows written back to the disk tier",
+                                         TS_METRIC_COUNTER, "job_id,table", NULL, 0);
+    fam.tier_pending = ts_metrics_family("tessera_shard_table_writeback_rows", "rows waiting "
+                                         "for the disk tier's writer", TS_METRIC_GAUGE,
+                                         "job_id,table", NULL, 0);
+    fam.tier_lag = ts_metrics_family("tessera_shard_table_writeback_lag_seconds", "how long "
+                                     "the oldest row waiting for the disk has waited",
+                                     TS_METRIC_GAUGE, "job_id,table", NULL, 0);
+    fam.tier_disk = ts_metrics_family("tessera_shard_table_disk_bytes", "the table's rows in "
+                                      "the disk tier's files (RocksDB's estimate)",
+                                      TS_METRIC_GAUGE, "job_id,table", NULL, 0);
     ts_metrics_collector(collect, s);
 }
 

@@ -365,6 +365,7 @@ struct shard_job_status {
         char name[TS_JOB_ID_MAX + 1];
         uint64_t rows, bytes, pulled, pushed;
         double pulled_per_s, pushed_per_s;
+        struct ts_table_tiers tiers;   /* summed over its stores (rowcopy_tiers) */
     } *table;
     struct ts_part_ranks ranks;        /* SSP and ASP: one record per rank (n 0 otherwise) */
 };

@@ -164,12 +164,44 @@ static uint64_t count(struct shard_table *t, bool served, bool bytes)
 
     for (size_t k = 0; k < (all ? t->nstores : 1); k++) {
         struct ts_table *s = all ? t->stores[k].t : t->t;
-        if (!served || !all || atomic_load(&t->stores[k].owned))
-            n += ts_table_count(s) * (bytes ? ts_table_row_bytes(s) : 1);
+        struct ts_table_tiers tt = { 0 };
+
+        if (served && all && !atomic_load(&t->stores[k].owned))
+            continue;
+        if (bytes)
+            ts_table_tiers(s, &tt);
+        n += !bytes ? ts_table_count(s) : tt.tiered ? tt.mem_bytes
+             : ts_table_count(s) * ts_table_row_bytes(s);
     }
     if (all)
         pthread_rwlock_unlock(&t->lock);
     return n;
+}
+
+void rowcopy_tiers(struct shard_table *t, struct ts_table_tiers *out)
+{
+    bool all = pthread_rwlock_tryrdlock(&t->lock) == 0;
+
+    memset(out, 0, sizeof(*out));
+    for (size_t k = 0; k < (all ? t->nstores : 1); k++) {
+        struct ts_table_tiers s;
+
+        ts_table_tiers(all ? t->stores[k].t : t->t, &s);
+        out->tiered |= s.tiered;
+        out->rows += s.rows;
+        out->resident += s.resident;
+        out->mem_bytes += s.mem_bytes;
+        out->quota_rows += s.quota_rows;
+        out->hits += s.hits;
+        out->misses += s.misses;
+        out->evictions += s.evictions;
+        out->written += s.written;
+        out->pending += s.pending;
+        out->lag_ms = s.lag_ms > out->lag_ms ? s.lag_ms : out->lag_ms;
+        out->disk_bytes += s.disk_bytes;
+    }
+    if (all)
+        pthread_rwlock_unlock(&t->lock);
 }
 
 uint64_t rowcopy_rows(struct shard_table *t)

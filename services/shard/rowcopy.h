@@ -55,6 +55,8 @@ bool rowcopy_keeps(const struct shard_table *t, const struct table_store *s, uin
  * while a rollback places t, this shard's own store's. */
 uint64_t rowcopy_rows(struct shard_table *t);
 uint64_t rowcopy_bytes(struct shard_table *t);
+/* The disk tier's figures of t's stores, summed (lag: the largest). */
+void rowcopy_tiers(struct shard_table *t, struct ts_table_tiers *out);
 
 /* The map of cl changed: false when t's rows are all held still, after taking over the copies
  * of the shards that left; true when some are lost (a chain with no live member, a copy that

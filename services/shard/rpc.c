@@ -51,6 +51,15 @@ static ts_status encode_jobs(struct ts_rpc_call *call, struct shard_params *sp,
             ts->rows = t->rows;
             ts->bytes = t->bytes;
             ts->rows_pulled = t->pulled;
+            ts->tiered = t->tiers.tiered;
+            ts->mem_rows = t->tiers.resident;
+            ts->hits = t->tiers.hits;
+            ts->misses = t->tiers.misses;
+            ts->evictions = t->tiers.evictions;
+            ts->written = t->tiers.written;
+            ts->writeback_rows = t->tiers.pending;
+            ts->writeback_lag_ms = t->tiers.lag_ms;
+            ts->disk_bytes = t->tiers.disk_bytes;
             ts->rows_pushed = t->pushed;
             ts->pulled_per_s = t->pulled_per_s;
             ts->pushed_per_s = t->pushed_per_s;

@@ -410,6 +410,7 @@ ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **o
             snprintf(ts->name, sizeof(ts->name), "%s", t->name);
             ts->rows = rowcopy_rows(t);
             ts->bytes = rowcopy_bytes(t);
+            rowcopy_tiers(t, &ts->tiers);
             ts->pulled = atomic_load(&t->pulled);
             ts->pushed = atomic_load(&t->pushed);
             ts->pulled_per_s = atomic_load(&t->pulled_milli_s) / 1000.0;

@@ -10,6 +10,9 @@
 - A shard killed mid-run on a cluster with --replicas 2 and --snapshot-every 10: the job goes
   back to its last snapshot (table rows are not copied to followers) and ends on the --local
   run's params_sha256.
+- Disk tier: the exact runs again on shards holding a tenth of the rows or less in memory
+  (--table-mem, --table-dir), ending on the same fingerprint; a shard of such a cluster
+  killed with --replicas 2, too.
 - Learning: a local run of 2000 steps of 256 samples reaches a held-out AUC within 0.01 of
   the planted optimum (lib/data/ctr.h) on 20000 held-out samples, and a log-loss within 0.01
   of the optimum's.
@@ -81,6 +84,52 @@ class Exact(tl.ClusterCase, unittest.TestCase):
                 self.assertIn(field, r.stderr)
 
 
+class DiskTier(tl.ClusterCase, unittest.TestCase):
+    """The exact run on shards with a disk tier (--table-dir) and a tenth of the tables' rows
+    or less in memory (--table-mem 256K on 1 shard, 64K on 3): rows are evicted, written back
+    and read again from disk, and every run still ends on the --local params_sha256, for W in
+    {1, 2} x S in {1, 3}; `tessera status --json` shows the evictions and disk reads."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        cls.local = train_json(["--local"] + EXACT)
+        certs = cls.c.make_certs(shards=3)
+        cls.ups = {}
+        for shards, mem in ((1, "256K"), (3, "64K")):
+            _, cls.ups[shards] = cls.c.tessera_up(
+                ["--shards", str(shards), "--tls-dir", certs, "--table-mem", mem,
+                 "--table-dir", os.path.join(cls.c.dir, "tier%d" % shards)],
+                name="tier%d" % shards)
+
+    def test_exact_through_the_disk_tier(self):
+        want = self.local
+        for shards, addr in sorted(self.ups.items()):
+            for workers in (1, 2):
+                with self.subTest(shards=shards, workers=workers):
+                    job = "tier-%d-%d" % (shards, workers)
+                    got = train_json(["--master", addr, "--workers", str(workers), "--job", job,
+                                      "--keep"] + EXACT)
+                    self.assertEqual(got["params_sha256"], want["params_sha256"])
+                    self.assertEqual(got["table_rows"], want["table_rows"])
+                    tables = [t for s in tl.status_json(addr)["shards"]
+                              for t in s.get("table_list", []) if t["job"] == job]
+                    self.assertEqual(len(tables), 8 * shards)
+                    self.assertEqual(sum(t["rows"] for t in tables), want["table_rows"])
+                    tiers = [t["disk_tier"] for t in tables]
+                    tl.log("%d shards, %d workers: %d rows in memory of %d, %d evictions, "
+                           "%d disk reads, %d written" % (
+                               shards, workers, sum(d["mem_rows"] for d in tiers),
+                               want["table_rows"], sum(d["evictions"] for d in tiers),
+                               sum(d["misses"] for d in tiers),
+                               sum(d["written"] for d in tiers)))
+                    # Most rows on disk (copies' rows in memory counted too), a scan included.
+                    self.assertLess(5 * sum(d["mem_rows"] for d in tiers), want["table_rows"])
+                    self.assertGreater(sum(d["evictions"] for d in tiers), want["table_rows"])
+                    self.assertGreater(sum(d["misses"] for d in tiers), 1000)
+                    self.assertGreater(sum(d["written"] for d in tiers), 1000)
+
+
 class Resume(tl.ClusterCase, unittest.TestCase):
     """15 exact steps on 2 shards, kept and snapshotted; a cluster of 3 shards restored from
     that snapshot trains the same job on to step 30 with 2 workers and ends on the
@@ -128,12 +177,12 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         cls.c = tl.Cluster()
         cls.certs = cls.c.make_certs(shards=3)
 
-    def kill_one(self, replicas, job, at=(25,), hang=False):
+    def kill_one(self, replicas, job, at=(25,), hang=False, up=()):
         c, certs = self.c, self.certs
         args = [a if a != "30" else "80" for a in EXACT]
         proc, addr = c.tessera_up(["--shards", "3", "--replicas", str(replicas), "--store",
                                    os.path.join(c.dir, "store-" + job), "--snapshot-every",
-                                   "10", "--tls-dir", certs], name="up-" + job)
+                                   "10", "--tls-dir", certs] + list(up), name="up-" + job)
         p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "train", "--master", addr,
                               "--workers", "2", "--job", job, "--slow", "0:60"] + args,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -178,6 +227,15 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         self.assertIn("failed over", err)
         alive = [s["id"] for s in status["shards"] if s["state"] == "alive"]
         self.assertEqual(len(alive), 2, status["shards"])
+
+    def test_copies_take_over_with_a_disk_tier(self):
+        """As above, on shards whose rows are mostly on disk (--table-mem 64K): the shard
+        killed had rows in batches on their way to its disk; the copies on the others, also
+        half on disk, take over."""
+        got, err, _ = self.kill_one(2, "k2d", up=["--table-mem", "64K", "--table-dir",
+                                                  os.path.join(self.c.dir, "tier-k2d")])
+        self.assertEqual(got["rollbacks"], 0, err[-3000:])
+        self.assertIn("failed over", err)
 
     def test_copies_take_over_from_a_hung_shard(self):
         """A shard stopped (SIGSTOP) past its lease is dropped from the map while the workers

@@ -193,6 +193,9 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
                         ts_json_uint(&j, "writeback_rows", ts->writeback_rows);
                         ts_json_uint(&j, "writeback_lag_ms", ts->writeback_lag_ms);
                         ts_json_uint(&j, "disk_bytes", ts->disk_bytes);
+                        ts_json_uint(&j, "prefetched", ts->prefetched);
+                        ts_json_uint(&j, "prefetch_used", ts->prefetch_used);
+                        ts_json_uint(&j, "prefetch_unused", ts->prefetch_unused);
                         ts_json_end(&j);
                     }
                     ts_json_end(&j);

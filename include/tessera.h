@@ -552,6 +552,15 @@ int tessera_table_register(tessera *t, const struct tessera_table_spec *spec, in
  * Rows no push touched yet come as their initial values; a pull creates no row. */
 int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const uint64_t *ids,
                       float *out, struct tessera_error *err);
+/* A hint that this rank will pull or push ids[0..n) (any order, repeats allowed, each <=
+ * max_id) soon, e.g. its data loader's next batch: each shard with a disk tier
+ * (tessera-shard --table-dir) reads those of its rows that are only on disk into memory
+ * while the worker computes, so that the pull finds them there (docs/embeddings.md,
+ * "Prefetch"). Nothing is answered or waited for, and no row changes; an id past max_id or
+ * an unknown table is TESSERA_EINVAL, a shard that cannot be reached is left to the next
+ * pull. */
+int tessera_prefetch_rows(tessera *t, int table, size_t n, const uint64_t *ids,
+                          struct tessera_error *err);
 /* This rank's gradients of `step` for the rows it used: grads is n x dim floats, row i the
  * gradient for ids[i] at input position i (any order, repeats allowed: the SDK sums the
  * repeats, in int64 fixed point in exact mode, so give one row per position, not sums made

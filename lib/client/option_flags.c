@@ -119,6 +119,10 @@ static const struct trainer_row {
          "optimizer: sgd, adagrad or adam with options (default adagrad:lr=0.05)", 0, 0),
     TROW("eval-samples", TS_FLAG_INT, eval_samples, "N", "--model ctr: held-out samples "
          "scored at the end (default 20000)", 1, 10000000),
+    TROW("prefetch-depth", TS_FLAG_INT, prefetch_depth, "D", "--model ctr: each step "
+         "announces the rows of the batch D steps ahead (tessera_prefetch_rows), which "
+         "shards with a disk tier read into memory meanwhile (default 2; 0: none; "
+         "docs/embeddings.md, \"Prefetch\")", 0, 64),
     TROW("json", TS_FLAG_BOOL, json, NULL, "one JSON document on stdout at the end (job, "
          "params_sha256, test_accuracy, steps, samples_per_s, ...; tessera train: nothing if "
          "the run fails; a worker: rank 0's only); progress goes to stderr", 0, 0),

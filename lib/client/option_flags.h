@@ -53,13 +53,13 @@ struct ts_trainer_opts {
     /* The model: "mlp" (Fashion-MNIST) or "ctr" (sparse tables, docs/embeddings.md), and the
      * CTR model's sizes. */
     const char *model, *table_optimizer;
-    int64_t ctr_features, ctr_rows, ctr_dim, eval_samples;
+    int64_t ctr_features, ctr_rows, ctr_dim, eval_samples, prefetch_depth;
 };
 /* Their defaults; tessera train trains 3 epochs where a worker started alone trains 1. */
 #define TS_TRAINER_DEFAULTS                                                                     \
     { .epochs = 1, .seed = 1, .batch = 64, .micro = 16, .model = "mlp",                          \
       .table_optimizer = "adagrad:lr=0.05", .ctr_features = 8, .ctr_rows = 100000,               \
-      .ctr_dim = 16, .eval_samples = 20000 }
+      .ctr_dim = 16, .eval_samples = 20000, .prefetch_depth = 2 }
 
 /* Appends to flags[*n..cap) a ts_flag for each of the trainer's rows, parsed into o. */
 void ts_trainer_flags_add(struct ts_trainer_opts *o, struct ts_flag *flags, size_t *n,

@@ -527,6 +527,38 @@ int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const u
     return st ? sdk_fail(e, &err) : sdk_ok(e);
 }
 
+int tessera_prefetch_rows(tessera *t, int table, size_t n, const uint64_t *ids,
+                          struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    struct rows_call c = { .table = table, .n = n, .ids = ids };
+    struct ts_rows_part part;
+    ts_status st;
+
+    if (n && !ids)
+        return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids: required (n %zu)", n));
+    if (!n || (st = table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
+        return sdk_ok(e);   /* a hint: the pull that comes later recovers */
+    if (st || (st = place(t, &c, &err)))
+        return sdk_fail(e, &err);
+    for (size_t k = 0; k < ts_rows_batch_shards(c.x->batch); k++) {
+        struct ts_frame_hdr h = { .type = TS_FRAME_ROWS_PREFETCH, .tensor = (uint32_t)table,
+                                  .rank = t->rank };
+        uint32_t s;
+
+        ts_rows_batch_shard(c.x->batch, k, &part);
+        h.partition = (uint32_t)part.n;
+        if (t->local)
+            ts_table_prefetch(c.x->local, part.ids, part.n);
+        else if (sdk_slot_of(t, part.shard, &s, &err) == TS_OK &&
+                 (st = ts_frame_send(t->conns.shards[s].conn, &h, part.ids,
+                                     part.n * sizeof(uint64_t), &err)))
+            sdk_note_broken(t, s, st);   /* the next call on it recovers */
+        ts_err_clear(&err);
+    }
+    return sdk_ok(e);
+}
+
 /* One shard's side of a fingerprint: a page of its rows (ids, then rows) and where the merge
  * is in it. */
 struct scan {

@@ -26,6 +26,7 @@ struct idmap {
  * tier a free slot has id IDMAP_EMPTY. */
 #define ROW_REF 1u                 /* CLOCK: used since the hand last passed */
 #define ROW_UNWRITTEN 2u           /* changed since the disk tier last had it */
+#define ROW_PREFETCHED 4u          /* brought in by a prefetch, not used since */
 struct row {
     uint64_t id;
     uint64_t updates;
@@ -54,6 +55,7 @@ struct tier_batch {
 /* The memory tier's counters (ts_table_tier_stats). */
 struct rows_stats {
     uint64_t hits, misses, evictions, written, loaded;
+    uint64_t prefetched, prefetch_used, prefetch_unused;
 };
 
 /* A table's rows. Without a tier every row is in memory, in slots that never move or free
@@ -83,6 +85,8 @@ struct rows {
     struct tier_batch *fill;       /* being filled; not handed yet */
     struct tier_batch *oldest, *newest;   /* handed, not reaped */
     size_t pending;                /* records in fill and the handed batches */
+    bool guarding;                 /* a prefetch reads the disk (rows_prefetch_*) */
+    struct idmap guard;            /* its ids that no operation brought in since */
     struct rows_stats stats;
 };
 
@@ -173,6 +177,16 @@ struct row *rows_find(struct rows *r, uint64_t id);
 ts_status rows_reserve(struct rows *r, uint64_t more, struct ts_err *err);
 /* A new row (pinned); after reserve; id exists nowhere. */
 struct row *rows_add(struct rows *r, uint64_t id);
+/* A prefetch, its disk reads made without the table's lock: _begin (lock held) lists in
+ * *want (caller frees) the ids among ids[0..n) in no tier but the disk, at most `most`, and
+ * guards them; false (nothing listed) when another prefetch is under way. Then the caller
+ * reads them (tier_get_many) with the lock let go, and _end (lock held again) brings into
+ * memory, unpinned, those found that no operation brought in meanwhile (guard), if the
+ * table is still the one of _begin (space). */
+bool rows_prefetch_begin(struct rows *r, const uint64_t *ids, size_t n, size_t most,
+                         uint64_t **want, size_t *nwant, struct ts_err *err);
+void rows_prefetch_end(struct rows *r, uint64_t space, const uint64_t *want, size_t n,
+                       const uint8_t *recs, const bool *found);
 /* Hands the batch being filled to the writer and waits until every batch is on disk. */
 void rows_flush(struct rows *r);
 /* Copies row id's record (rec bytes; rec may be NULL) from whichever tier holds it, with no

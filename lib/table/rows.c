@@ -202,6 +202,7 @@ void rows_fini(struct rows *r)
     free(r->chunks);
     free(r->free);
     idmap_fini(&r->map);
+    idmap_fini(&r->guard);
     memset(r, 0, sizeof(*r));
 }
 
@@ -339,6 +340,7 @@ static bool evict_one(struct rows *r)
         }
         if ((w->flags & ROW_UNWRITTEN) && !fill_add(r, w))
             return false;
+        r->stats.prefetch_unused += (w->flags & ROW_PREFETCHED) != 0;
         idmap_del(&r->map, w->id);
         w->id = IDMAP_EMPTY;
         r->free[r->nfree++] = s;
@@ -364,7 +366,7 @@ static uint64_t slot_take(struct rows *r)
 /* A slot gets row id from rec (copied), pinned. */
 static struct row *install(struct rows *r, uint64_t id, const void *rec, uint32_t flags)
 {
-    uint64_t s = slot_take(r);
+    uint64_t s = slot_take(r), k;
     struct row *w = slot_at(r, s);
 
     if (rec)
@@ -373,6 +375,8 @@ static struct row *install(struct rows *r, uint64_t id, const void *rec, uint32_
     w->pin = r->epoch;
     w->flags = ROW_REF | flags;
     idmap_put(&r->map, id, s);
+    if (r->guarding && idmap_find(&r->guard, id, &k))   /* what a prefetch read is old now */
+        idmap_del(&r->guard, id);
     if (r->tier) {
         r->resident++;
         mem_charge(r, r->row_bytes, true);
@@ -459,6 +463,10 @@ ts_status rows_load(struct rows *r, const uint64_t *ids, size_t n, struct ts_err
             w->pin = r->epoch;
             w->flags |= ROW_REF;
             r->stats.hits++;
+            if (w->flags & ROW_PREFETCHED) {
+                w->flags &= ~ROW_PREFETCHED;
+                r->stats.prefetch_used++;
+            }
         } else if ((rec = batch_find(r, ids[i]))) {
             /* Copied out first: making a slot may hand or free that batch. */
             memcpy(recs, rec, r->rec);
@@ -481,6 +489,52 @@ out:
     free(recs);
     free(found);
     return st;
+}
+
+bool rows_prefetch_begin(struct rows *r, const uint64_t *ids, size_t n, size_t most,
+                         uint64_t **want, size_t *nwant, struct ts_err *err)
+{
+    uint64_t s;
+
+    *want = NULL;
+    *nwant = 0;
+    if (!r->tier || r->guarding || !n)
+        return false;
+    if (!(*want = malloc((n < most ? n : most) * sizeof(**want))) ||
+        idmap_reserve(&r->guard, n < most ? n : most, err)) {
+        free(*want);
+        *want = NULL;
+        return false;
+    }
+    for (size_t i = 0; i < n && *nwant < most; i++)
+        if (!idmap_find(&r->map, ids[i], &s) && !idmap_find(&r->guard, ids[i], &s) &&
+            !batch_find(r, ids[i])) {
+            idmap_put(&r->guard, ids[i], 0);
+            (*want)[(*nwant)++] = ids[i];
+        }
+    r->guarding = true;
+    return true;
+}
+
+void rows_prefetch_end(struct rows *r, uint64_t space, const uint64_t *want, size_t n,
+                       const uint8_t *recs, const bool *found)
+{
+    uint64_t s, in = 0;
+
+    if (r->space != space)   /* reset since: another table */
+        return;
+    for (size_t i = 0; i < n; i++)
+        in += found[i] && idmap_find(&r->guard, want[i], &s);
+    if (rows_reserve(r, in, NULL) == TS_OK)
+        for (size_t i = 0; i < n; i++)
+            if (found[i] && idmap_find(&r->guard, want[i], &s)) {
+                struct row *w = install(r, want[i], recs + i * r->rec, ROW_PREFETCHED);
+
+                w->pin = 0;            /* the next operation may evict it (a second chance) */
+                r->stats.prefetched++;
+            }
+    idmap_clear(&r->guard);
+    r->guarding = false;
 }
 
 ts_status rows_read(struct rows *r, uint64_t id, void *rec, bool *found, struct ts_err *err)

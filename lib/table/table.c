@@ -353,6 +353,9 @@ void ts_table_tiers(struct ts_table *t, struct ts_table_tiers *out)
         out->evictions = r->stats.evictions;
         out->written = r->stats.written;
         out->pending = r->pending;
+        out->prefetched = r->stats.prefetched;
+        out->prefetch_used = r->stats.prefetch_used;
+        out->prefetch_unused = r->stats.prefetch_unused;
         since = r->oldest ? r->oldest->made_ms : r->fill && r->fill->n ? r->fill->made_ms : 0;
     }
     pthread_mutex_unlock(&t->mu);
@@ -464,6 +467,35 @@ ts_status ts_table_ids(struct ts_table *t, uint64_t want, int ms, uint64_t **ids
     if (st)
         ts_err_prefix(err, "table '%s'", t->name);
     return st;
+}
+
+void ts_table_prefetch(struct ts_table *t, const uint64_t *ids, size_t n)
+{
+    uint64_t *want = NULL, space;
+    uint8_t *recs = NULL;
+    bool *found = NULL;
+    size_t m = 0;
+    bool begun;
+
+    if (!t->rows.tier)
+        return;
+    pthread_mutex_lock(&t->mu);
+    table_begin(t);
+    space = t->rows.space;
+    begun = rows_prefetch_begin(&t->rows, ids, n, t->rows.quota / 4 ? t->rows.quota / 4 : 1,
+                                &want, &m, NULL);
+    pthread_mutex_unlock(&t->mu);
+    if (!begun)
+        return;
+    if (m && (!(recs = malloc(m * t->rows.rec)) || !(found = calloc(m, sizeof(*found))) ||
+              tier_get_many(t->rows.tier, space, m, want, recs, t->rows.rec, found, NULL)))
+        m = 0;   /* a hint: the pull reads them itself */
+    pthread_mutex_lock(&t->mu);
+    rows_prefetch_end(&t->rows, space, want, m, recs, found);
+    pthread_mutex_unlock(&t->mu);
+    free(want);
+    free(recs);
+    free(found);
 }
 
 ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms,

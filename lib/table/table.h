@@ -139,6 +139,9 @@ struct ts_table_tiers {
     bool tiered;
     uint64_t rows, resident, mem_bytes, quota_rows;
     uint64_t hits, misses, evictions, written, pending, lag_ms, disk_bytes;
+    /* ts_table_prefetch: rows it brought in, and of those, used by an operation since, or
+     * evicted unused */
+    uint64_t prefetched, prefetch_used, prefetch_unused;
 };
 void ts_table_tiers(struct ts_table *t, struct ts_table_tiers *out);
 
@@ -188,6 +191,14 @@ ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms
  * after ms. */
 ts_status ts_table_wait(struct ts_table *t, uint64_t want, int ms,
                         struct ts_err *err) TS_MUST_CHECK;
+
+/* With a disk tier: rows among ids[0..n) (any order, repeats allowed) that exist only on
+ * disk are read into memory, at most a quarter of the table's memory share a call, so that
+ * a pull or a step that comes for them later finds them there (docs/embeddings.md,
+ * "Prefetch"). The disk is read without the table's lock; a row that an operation brought
+ * in meanwhile keeps that operation's bits. A hint: without a tier, for ids past max_id, or
+ * while another prefetch of the table runs, nothing is done. */
+void ts_table_prefetch(struct ts_table *t, const uint64_t *ids, size_t n);
 
 /* One row as it is stored, for a snapshot writer and the tests: values (dim floats), state
  * (dim floats per optimizer state component, component by component) and the row's update

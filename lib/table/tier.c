@@ -172,6 +172,11 @@ ts_status ts_tier_open(const char *dir, struct ts_tier **out, struct ts_err *err
     rocksdb_options_set_compression(tier->opt, rocksdb_no_compression);
     rocksdb_options_set_write_buffer_size(tier->opt, WRITE_BUFFER_BYTES);
     rocksdb_options_set_max_background_jobs(tier->opt, 2);
+    /* A Bloom filter over the write buffer's keys too: many look-ups in a step are of rows
+     * not made yet, which the skip list would otherwise search (perf: that search was the
+     * shard's top cost, and the CTR run 1.2x as fast with it). */
+    rocksdb_options_set_memtable_prefix_bloom_size_ratio(tier->opt, 0.1);
+    rocksdb_options_set_memtable_whole_key_filtering(tier->opt, 1);
     tier->cache = rocksdb_cache_create_lru(BLOCK_CACHE_BYTES);
     tier->bbt = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_cache(tier->bbt, tier->cache);

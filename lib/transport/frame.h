@@ -79,7 +79,10 @@ enum ts_frame_type {
                               * `step` as the head took it, the part the follower holds copies
                               * of: 8 bytes, the head's shard id (LE), then as ROWS_PUSH; an
                               * ACK once the copy has it (services/shard/rowcopy.h) */
-    TS_FRAME_TYPE_MAX = 17,
+    TS_FRAME_ROWS_PREFETCH = 18, /* worker -> shard, no reply: `partition` ids (8 bytes LE
+                                  * each) the worker's next batches will pull; a shard with a
+                                  * disk tier reads them into memory (a hint: never refused) */
+    TS_FRAME_TYPE_MAX = 18,
 };
 
 /* HELLO flags; a HELLO's `step` is the worker's shard map epoch (0: not said). */

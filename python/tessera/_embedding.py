@@ -235,6 +235,19 @@ class EmbeddingBag(torch.nn.Module):
         return F.embedding_bag(local, weight, offsets, mode=self.mode,
                                per_sample_weights=psw, padding_idx=weight.shape[0] - 1)
 
+    def prefetch(self, input):
+        """A hint for a batch to come (the data loader's next one): its ids (any shape, int
+        tensor or array; padding_idx and repeats left out) are announced to the shards,
+        which read those of their rows that are only on their disk tier into memory while
+        this step computes (docs/embeddings.md, "Prefetch"). Returns at once; changes no row
+        and no step."""
+        ids = torch.as_tensor(input).reshape(-1).to(torch.int64)
+        if self.padding_idx is not None:
+            ids = ids[ids != self.padding_idx]
+        ids = torch.unique(ids)
+        if ids.numel():
+            self.client.prefetch_rows(self.table, ids.numpy())
+
     # ---- the step ----
 
     @staticmethod

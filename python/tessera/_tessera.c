@@ -690,6 +690,10 @@ static PyMethodDef client_methods[] = {
     { "pull_rows", KW client_pull_rows, METH_VARARGS | METH_KEYWORDS,
       "pull_rows(table, version, ids, out)\n\nThe rows of ids (int64, any order, repeats "
       "allowed) at `version` into out\n(float32, len(ids) x dim, written in place)." },
+    { "prefetch_rows", KW client_prefetch_rows, METH_VARARGS | METH_KEYWORDS,
+      "prefetch_rows(table, ids)\n\nA hint: ids (int64) will be pulled soon (the next "
+      "batch); shards with a\ndisk tier read those rows into memory meanwhile. Returns at "
+      "once." },
     { "push_rows", KW client_push_rows, METH_VARARGS | METH_KEYWORDS,
       "push_rows(table, step, ids, grads)\n\nThis rank's gradients of `step`: grads "
       "(float32, len(ids) x dim) row i for\nids[i] at input position i; repeats are summed "

@@ -80,6 +80,7 @@ PyObject *client_step_some(struct client *self, PyObject *args, PyObject *kw);
 /* rows.c: the sparse tables' methods. */
 PyObject *client_register_table(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_pull_rows(struct client *self, PyObject *args, PyObject *kw);
+PyObject *client_prefetch_rows(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_push_rows(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_table_sha256(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_table_rows(struct client *self, PyObject *args, PyObject *kw);

@@ -1,4 +1,4 @@
-/* rows.c - Client.register_table, pull_rows, push_rows, table_sha256 and table_rows: the
+/* rows.c - Client.register_table, pull_rows, prefetch_rows, push_rows, table_sha256 and table_rows: the
  * SDK's sparse tables (tessera.h, "Sparse embedding tables"; docs/embeddings.md). ids and
  * rows are taken through the buffer protocol where they lie (NumPy arrays, CPU torch
  * tensors), checked completely, then one SDK call without the GIL. */
@@ -97,6 +97,28 @@ PyObject *client_pull_rows(struct client *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO:pull_rows", kwlist, &t, &v, &ids, &out))
         return NULL;
     return rows_call(self, t, v, ids, out, 0);
+}
+
+PyObject *client_prefetch_rows(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "table", "ids", NULL };
+    struct tessera_error e = { 0 };
+    struct arr ids = { 0 };
+    PyObject *t, *oids, *ret = NULL;
+    int table, rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:prefetch_rows", kwlist, &t, &oids))
+        return NULL;
+    if (open_or_raise(self) || get_table(self, t, &table) ||
+        arr_get(oids, "ids", I64, 0, -1, &ids))
+        goto out;
+    SDK_CALL(self, rc, &e, tessera_prefetch_rows(self->t, table,
+                                                 (size_t)(ids.b.len / (Py_ssize_t)sizeof(int64_t)),
+                                                 ids.b.buf, &e));
+    ret = rc ? raise_sdk(&e) : Py_NewRef(Py_None);
+out:
+    arr_put(&ids);
+    return ret;
 }
 
 PyObject *client_push_rows(struct client *self, PyObject *args, PyObject *kw)

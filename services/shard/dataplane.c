@@ -664,6 +664,9 @@ static ts_status serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
         return dp_rows_scan(dc, h, err);
     case TS_FRAME_ROWS_COPY:
         return dp_rows_copy(dc, h, in, err);
+    case TS_FRAME_ROWS_PREFETCH:
+        dp_rows_prefetch(dc, h, in);   /* no reply, whatever it finds */
+        return TS_OK;
     default:
         return ts_err_set(err, TS_EINVAL, "frame type %u is not a request", h->type);
     }

@@ -274,6 +274,10 @@ ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
                        struct ts_err *err) TS_MUST_CHECK;
 ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h,
                        struct ts_err *err) TS_MUST_CHECK;
+/* A ROWS_PREFETCH: the ids each store here serves go to ts_table_prefetch. A hint: what is
+ * wrong with it (no job, an unknown table, a bad length, ids no store here serves) is
+ * dropped, and nothing is answered. */
+void dp_rows_prefetch(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf);
 /* dp_chain.c: frame h (a ROWS_COPY, its payload iov[0..n)) to the follower of a table's
  * rows and its ACK (a copy that cannot take it marks itself broken and acknowledges it).
  * A follower out of the map (under the registration it had at epoch `since`) is skipped;

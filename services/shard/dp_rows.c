@@ -479,6 +479,30 @@ ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
     return ts_frame_send(dc->c, &out, dc->rows, n * sht->dim * sizeof(float), err);
 }
 
+void dp_rows_prefetch(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf)
+{
+    struct rows_in in = { .n = h->partition, .ids = buf };
+    struct shard_table *t;
+    struct ts_err err = { 0 };
+
+    if (table_of(dc, h, &t, &err) || in.n > TS_TABLE_PUSH_MAX ||
+        h->len != in.n * sizeof(uint64_t) || !in.n)
+        return;
+    if (pthread_rwlock_tryrdlock(&t->lock))   /* placed anew right now: not worth a wait */
+        return;
+    if (whole(t)) {
+        ts_table_prefetch(t->t, in.ids, in.n);
+    } else if (!route(dc, t, &in, &err)) {
+        for (size_t k = 0; k < t->nstores; k++) {
+            size_t m = 0;
+            if (atomic_load(&t->stores[k].owned) &&
+                !gather(dc, &in, dc->split.key, (uint32_t)k, &m, &err) && m)
+                ts_table_prefetch(t->stores[k].t, dc->split.ids, m);
+        }
+    }
+    pthread_rwlock_unlock(&t->lock);
+}
+
 static void scan_end(struct dp_conn *dc)
 {
     free(dc->scan_ids);

@@ -199,6 +199,9 @@ void rowcopy_tiers(struct shard_table *t, struct ts_table_tiers *out)
         out->pending += s.pending;
         out->lag_ms = s.lag_ms > out->lag_ms ? s.lag_ms : out->lag_ms;
         out->disk_bytes += s.disk_bytes;
+        out->prefetched += s.prefetched;
+        out->prefetch_used += s.prefetch_used;
+        out->prefetch_unused += s.prefetch_unused;
     }
     if (all)
         pthread_rwlock_unlock(&t->lock);

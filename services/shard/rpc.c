@@ -60,6 +60,9 @@ static ts_status encode_jobs(struct ts_rpc_call *call, struct shard_params *sp,
             ts->writeback_rows = t->tiers.pending;
             ts->writeback_lag_ms = t->tiers.lag_ms;
             ts->disk_bytes = t->tiers.disk_bytes;
+            ts->prefetched = t->tiers.prefetched;
+            ts->prefetch_used = t->tiers.prefetch_used;
+            ts->prefetch_unused = t->tiers.prefetch_unused;
             ts->rows_pushed = t->pushed;
             ts->pulled_per_s = t->pulled_per_s;
             ts->pushed_per_s = t->pushed_per_s;

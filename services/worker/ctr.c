@@ -50,12 +50,14 @@ struct ctr_run {
     uint64_t numel[TS_DLRM_NTENSORS];
     size_t n;                              /* this rank's samples a step */
     uint64_t *ids_f;                       /* F x n: feature f's ids at ids_f + f x n */
+    uint64_t *pf_ids;                      /* F x n: a later step's, for its prefetch */
     float *rows_f;                         /* F x n x dim: the pulled rows, table by table */
     float *grads_f;                        /* F x n x dim: their gradients, one per position */
     float *emb, *demb;                     /* micro x F x dim: a micro-batch's rows, grads */
     float *dense, *label;                  /* n x D, n */
     double loss;                           /* this rank's summed loss of the last step */
     uint64_t start;                        /* the step the job was at (kept or restored) */
+    uint64_t steps;                        /* the step the run ends at */
     uint32_t rollbacks;                    /* the job went back to a snapshot this many times */
 };
 
@@ -159,13 +161,14 @@ static int setup(struct ctr_run *r)
     cap = (r->n > CTR_EVAL_CHUNK ? r->n : CTR_EVAL_CHUNK) + 1;
     e_row = (size_t)o->ctr_features * o->ctr_dim;
     r->ids_f = malloc(cap * o->ctr_features * sizeof(uint64_t));
+    r->pf_ids = malloc((r->n + 1) * o->ctr_features * sizeof(uint64_t));
     r->rows_f = malloc(cap * e_row * sizeof(float));
     r->grads_f = malloc(cap * e_row * sizeof(float));
     r->emb = malloc(cap * e_row * sizeof(float));
     r->demb = malloc(((size_t)o->micro + 1) * e_row * sizeof(float));
     r->dense = malloc(cap * (cfg.dense + 1) * sizeof(float));
     r->label = malloc(cap * sizeof(float));
-    if (!r->ids_f || !r->rows_f || !r->grads_f || !r->emb || !r->demb || !r->dense || !r->label)
+    if (!r->ids_f || !r->pf_ids || !r->rows_f || !r->grads_f || !r->emb || !r->demb || !r->dense || !r->label)
         return fprintf(stderr, "tessera-worker: out of memory\n"), 1;
     return 0;
 }
@@ -195,6 +198,28 @@ static void gather(const struct ctr_run *r, size_t i, size_t n, float *out)
                dim * sizeof(float));
 }
 
+/* Announces this rank's rows of step k to the shards (--prefetch-depth), to be read from
+ * their disk tiers while this step computes. */
+static int prefetch(struct ctr_run *r, uint64_t k)
+{
+    const struct train_opts *o = r->o;
+    uint32_t m = o->micro, mbs = o->batch / m, F = o->ctr_features;
+    uint64_t ids[TS_CTR_MAX_FEATURES];
+    struct tessera_error e;
+    size_t at = 0;
+
+    for (uint32_t j = o->sdk.rank; j < mbs; j += o->sdk.workers)
+        for (uint32_t i = 0; i < m; i++, at++) {
+            ts_ctr_sample(&r->gen, k * o->batch + (uint64_t)j * m + i, ids, NULL, NULL, NULL);
+            for (uint32_t f = 0; f < F; f++)
+                r->pf_ids[(size_t)f * r->n + at] = ids[f];
+        }
+    for (uint32_t f = 0; f < F; f++)
+        if (tessera_prefetch_rows(r->t, r->tables[f], r->n, r->pf_ids + (size_t)f * r->n, &e))
+            return fail(r, &e, "prefetch rows");
+    return 0;
+}
+
 static int step(struct ctr_run *r, uint64_t k)
 {
     const struct train_opts *o = r->o;
@@ -210,6 +235,10 @@ static int step(struct ctr_run *r, uint64_t k)
         if (tessera_pull_rows(r->t, r->tables[f], k, r->n, r->ids_f + (size_t)f * r->n,
                               r->rows_f + (size_t)f * r->n * dim, &e))
             return step_fail(r, &e, "pull rows");
+    /* The step D ahead, and at the run's first step the ones between. */
+    for (uint64_t d = k == r->start ? 1 : o->prefetch_depth; d <= o->prefetch_depth; d++)
+        if (k + d < r->steps && prefetch(r, k + d))
+            return 1;
     for (int i = 0; i < TS_DLRM_NTENSORS; i++)
         memset(r->acc[i], 0, r->numel[i] * (o->sdk.exact ? sizeof(int64_t) : sizeof(float)));
     r->loss = 0;
@@ -374,6 +403,7 @@ static void run_free(struct ctr_run *r)
         free(r->acc[i]);
     }
     free(r->ids_f);
+    free(r->pf_ids);
     free(r->rows_f);
     free(r->grads_f);
     free(r->emb);
@@ -411,6 +441,7 @@ int train_ctr(const struct train_opts *o)
     if (r.start && o->sdk.rank == 0)
         fprintf(r.out, "resuming at step %" PRIu64 "\n", r.start);
     t0 = ts_now_ms();
+    r.steps = steps;
     for (uint64_t k = r.start; k < steps;) {
         if (o->slow_ms)   /* testing: a slow worker */
             ts_sleep_ms(o->slow_ms);

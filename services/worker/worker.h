@@ -28,6 +28,7 @@ struct train_opts {
     bool ctr;
     uint32_t ctr_features, ctr_dim;
     uint64_t ctr_rows, eval_samples;
+    uint32_t prefetch_depth;       /* --prefetch-depth */
     const char *table_optimizer;
 };
 

@@ -88,7 +88,9 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
     """The exact run on shards with a disk tier (--table-dir) and a tenth of the tables' rows
     or less in memory (--table-mem 256K on 1 shard, 64K on 3): rows are evicted, written back
     and read again from disk, and every run still ends on the --local params_sha256, for W in
-    {1, 2} x S in {1, 3}; `tessera status --json` shows the evictions and disk reads."""
+    {1, 2} x S in {1, 3}; `tessera status --json` shows the evictions and disk reads, and
+    rows read ahead by the workers' prefetch (--prefetch-depth 2, the default) and used
+    (on 1 shard, where memory holds more than two steps' rows)."""
 
     @classmethod
     def setUpClass(cls):
@@ -128,6 +130,11 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
                     self.assertGreater(sum(d["evictions"] for d in tiers), want["table_rows"])
                     self.assertGreater(sum(d["misses"] for d in tiers), 1000)
                     self.assertGreater(sum(d["written"] for d in tiers), 1000)
+                    # --prefetch-depth 2 (the default): rows read ahead, and used, where
+                    # memory holds more than two steps' rows (the first job on 1 shard: a
+                    # kept job's tables share the budget with the next job's).
+                    if (shards, workers) == (1, 1):
+                        self.assertGreater(sum(d["prefetch_used"] for d in tiers), 100)
 
 
 class Resume(tl.ClusterCase, unittest.TestCase):

@@ -45,7 +45,7 @@ class Recorder:
 
     def __init__(self, client):
         self.client = client
-        self.pulls, self.pushes = [], []
+        self.pulls, self.pushes, self.prefetches = [], [], []
 
     def register_table(self, *a, **kw):
         return self.client.register_table(*a, **kw)
@@ -53,6 +53,10 @@ class Recorder:
     def pull_rows(self, table, version, ids, out):
         self.pulls.append((table, version, np.array(ids, np.int64)))
         return self.client.pull_rows(table, version, ids, out)
+
+    def prefetch_rows(self, table, ids):
+        self.prefetches.append((table, np.array(ids, np.int64)))
+        return self.client.prefetch_rows(table, ids)
 
     def push_rows(self, table, step, ids, grads):
         self.pushes.append((table, step, np.array(ids, np.int64),
@@ -329,6 +333,23 @@ class EmbeddingBagTest(unittest.TestCase):
         emb.push()
         self.assertEqual((rec.pushes[1][1], rec.pushes[1][2].size, rec.pushes[1][3].size),
                          (1, 0, 0))
+
+    def test_prefetch_announces_the_unique_ids(self):
+        """prefetch(next batch): its unique ids, padding left out, go to prefetch_rows (a hint
+        the local run takes without a disk tier); nothing pulled or pushed, the step and the
+        next forward unchanged; an id past the table is refused by name."""
+        rec, emb = self.make("sum", padding_idx=0)
+        inp = torch.tensor([[4, 0, 4, 9], [9, 1, 0, 2]])
+        before = emb(inp).detach()
+        emb.discard()
+        emb.prefetch(inp)
+        self.assertEqual(len(rec.prefetches), 1)
+        self.assertEqual(rec.prefetches[0][1].tolist(), [1, 2, 4, 9])
+        self.assertEqual(len(rec.pulls), 1)
+        self.assertEqual(emb.step, 0)
+        torch.testing.assert_close(emb(inp).detach(), before, rtol=0, atol=0)
+        with self.assertRaisesRegex(tessera.InvalidArgument, "max_id|outside"):
+            emb.prefetch(torch.tensor([N]))
 
     def test_bad_arguments_are_refused_by_name(self):
         """What torch refuses (and what a table cannot do) raises InvalidArgument naming the

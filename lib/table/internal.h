@@ -198,7 +198,12 @@ ts_status rows_sorted_ids(struct rows *r, uint64_t **out, struct ts_err *err);
 /* tier.c, for rows.c */
 uint64_t tier_space(struct ts_tier *tier);
 void tier_submit(struct ts_tier *tier, struct tier_batch *b);
-void tier_wait(struct ts_tier *tier, struct tier_batch *b);        /* until b->done */
+/* Until b->done (true), or while the writer's last write failed (false at once). */
+bool tier_wait(struct ts_tier *tier, struct tier_batch *b);
+/* Whether the writer's last write failed (why: its message). */
+bool tier_failing(struct ts_tier *tier, char *why, size_t len);
+/* Tests: every write fails as on a full disk, until set false. */
+void tier_set_full(struct ts_tier *tier, bool full);
 /* The table no longer needs b: true when it is written (the caller frees it), false when
  * the writer will drop it unwritten and free it. */
 bool tier_orphan(struct ts_tier *tier, struct tier_batch *b);

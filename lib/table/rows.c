@@ -20,6 +20,7 @@
  * LRU's on the Zipf workload at no list to keep in order (bench/embeddings.py), and one bit
  * a row. */
 #include "table/internal.h"
+#include "table/tier.h"
 #include "util/proc.h"
 
 #include <inttypes.h>
@@ -292,7 +293,8 @@ static void throttle(struct rows *r)
             hand(r);
         if (!r->oldest)
             return;
-        tier_wait(r->tier, r->oldest);
+        if (!tier_wait(r->tier, r->oldest))
+            return;   /* the disk refuses: rows_reserve says so, evictions stop */
         reap(r);
     }
 }
@@ -399,8 +401,16 @@ struct row *rows_find(struct rows *r, uint64_t id)
 ts_status rows_reserve(struct rows *r, uint64_t more, struct ts_err *err)
 {
     size_t need = (size_t)((r->slots + more + ROWS_CHUNK - 1) / ROWS_CHUNK);
+    char why[200];
     ts_status st;
 
+    /* Rows that would push others out to a disk that refuses writes: nothing is taken, and
+     * what is in memory or waits in a batch stays there. */
+    if (more && r->tier && r->resident + more > r->quota &&
+        tier_failing(r->tier, why, sizeof(why)))
+        return ts_err_set(err, TS_ENOMEM, "the disk tier in %s cannot take rows (%s): %" PRIu64
+                          " more rows would not fit in memory; nothing of the call was taken: "
+                          "free space there", ts_tier_dir(r->tier), why, more);
     if (need > r->chunk_cap) {
         size_t cap = r->chunk_cap ? r->chunk_cap : 8;
         char **chunks;
@@ -447,8 +457,11 @@ ts_status rows_load(struct rows *r, const uint64_t *ids, size_t n, struct ts_err
 
     if (!r->tier || !n)
         return TS_OK;
-    if ((st = rows_reserve(r, n, err)))
+    for (size_t i = 0; i < n; i++)   /* room for those not in memory */
+        nmiss += !idmap_find(&r->map, ids[i], &s);
+    if ((st = rows_reserve(r, nmiss, err)))
         return st;
+    nmiss = 0;
     if (!(miss = malloc(n * sizeof(*miss))) || !(recs = malloc(n * r->rec)) ||
         !(found = malloc(n * sizeof(*found)))) {
         st = ts_err_set(err, TS_ENOMEM, "no memory to read %zu rows from the disk tier", n);

@@ -43,6 +43,7 @@ struct ts_tier {
     struct tier_batch *head, *tail;    /* queued, oldest first; the head is being written */
     _Atomic uint64_t next_space;
     char failure[256];                 /* under mu */
+    bool full;                         /* tests: writes fail as on a full disk (under mu) */
 };
 
 static void key_of(uint8_t k[KEY_LEN], uint64_t space, uint64_t id)
@@ -98,12 +99,17 @@ static void *writer_main(void *arg)
             pthread_cond_wait(&tier->work, &tier->mu);
         if (!(b = tier->head))
             break;
-        pthread_mutex_unlock(&tier->mu);
-        e = b->skip ? NULL : write_batch(tier, b);
-        pthread_mutex_lock(&tier->mu);
+        if (tier->full && !b->skip) {
+            e = strdup("IO error: No space left on device (tier_set_full)");
+        } else {
+            pthread_mutex_unlock(&tier->mu);
+            e = b->skip ? NULL : write_batch(tier, b);
+            pthread_mutex_lock(&tier->mu);
+        }
         if (e) {
             snprintf(tier->failure, sizeof(tier->failure), "%s", e);
-            rocksdb_free(e);
+            free(e);   /* rocksdb_free is free() */
+            pthread_cond_broadcast(&tier->done);   /* waiters see the failure (tier_wait) */
             if (tier->stop) {
                 b->skip = true;      /* closing: what the disk refuses is dropped */
             } else {
@@ -258,11 +264,33 @@ void tier_submit(struct ts_tier *tier, struct tier_batch *b)
     pthread_mutex_unlock(&tier->mu);
 }
 
-void tier_wait(struct ts_tier *tier, struct tier_batch *b)
+bool tier_wait(struct ts_tier *tier, struct tier_batch *b)
+{
+    bool done;
+
+    pthread_mutex_lock(&tier->mu);
+    while (!(done = atomic_load(&b->done)) && !tier->failure[0])
+        pthread_cond_wait(&tier->done, &tier->mu);
+    pthread_mutex_unlock(&tier->mu);
+    return done;
+}
+
+bool tier_failing(struct ts_tier *tier, char *why, size_t len)
+{
+    bool failing;
+
+    pthread_mutex_lock(&tier->mu);
+    if ((failing = tier->failure[0] != '\0') && why)
+        snprintf(why, len, "%s", tier->failure);
+    pthread_mutex_unlock(&tier->mu);
+    return failing;
+}
+
+void tier_set_full(struct ts_tier *tier, bool full)
 {
     pthread_mutex_lock(&tier->mu);
-    while (!atomic_load(&b->done))
-        pthread_cond_wait(&tier->done, &tier->mu);
+    tier->full = full;
+    pthread_cond_broadcast(&tier->work);
     pthread_mutex_unlock(&tier->mu);
 }
 

@@ -455,12 +455,66 @@ static void t_tiered_table_is_exact(void **state)
     assert_int_equal(ts_table_budget_used(&small), 0);
 }
 
+/* The disk refuses every write (as when full): a call that needs rows to leave memory is
+ * refused with TS_ENOMEM naming the tier, nothing of it taken; every row stays readable with
+ * its bits; once the disk takes writes again the same call goes through and the table ends
+ * as one held in memory. */
+static void t_full_disk_refuses_and_loses_nothing(void **state)
+{
+    struct ts_job j = job(2);
+    struct ts_table_budget mem, small;
+    struct ts_table *a, *b;
+    struct ts_err e = { 0 };
+    uint64_t ids[400];
+    float g[400 * 16];
+    unsigned seed = 5;
+    bool refused = false, applied;
+
+    (void)state;
+    ts_table_budget_init(&mem, 0);
+    a = mk(&j, &mem);
+    ts_table_budget_init(&small, 0);
+    small.tier = tier;
+    b = mk(&j, &small);
+    small.limit = 150 * ts_table_row_bytes(b);
+    for (uint64_t step = 0; step < 40; step++) {
+        if (step == 5)
+            tier_set_full(tier, true);
+        for (uint32_t rank = 0; rank < 2; rank++) {
+            size_t n = draw(ids, 60, &seed);
+            struct ts_row_push in = { .rank = rank, .step = step, .n = n, .ids = ids,
+                                      .grad = g, .encoding = TS_ENC_FIXED_F32 };
+            ts_status st;
+
+            for (size_t i = 0; i < n * 16; i++)
+                g[i] = (float)((rand_r(&seed) % 2001) - 1000) / 997.0f;
+            while ((st = ts_table_push(b, &in, &applied, &e)) == TS_ENOMEM) {
+                assert_non_null(strstr(e.msg, "cannot take rows"));
+                assert_non_null(strstr(e.msg, dir));
+                if (!refused) {   /* refused: nothing taken, every row as a's */
+                    refused = true;
+                    same_hash(a, b);
+                    tier_set_full(tier, false);   /* space again */
+                }
+                usleep(50 * 1000);   /* the writer tries again every 500 ms */
+            }
+            assert_int_equal(st, TS_OK);
+            assert_int_equal(ts_table_push(a, &in, &applied, &e), TS_OK);
+        }
+    }
+    assert_true(refused);
+    same_hash(a, b);
+    ts_table_free(a);
+    ts_table_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(t_clock_against_reference),
         cmocka_unit_test(t_prefetch_keeps_what_an_operation_changed),
         cmocka_unit_test(t_tiered_table_is_exact),
+        cmocka_unit_test(t_full_disk_refuses_and_loses_nothing),
     };
     return cmocka_run_group_tests(tests, open_tier, close_tier);
 }

@@ -71,8 +71,9 @@ CTEST_ARGS ?=
 #           status page, rendered headless), iproute2 (ip netns: test_hosts' emulated hosts),
 #           PyYAML (the Kubernetes manifests), the openssl command (test_identity's role-only
 #           certificate of an older `tessera certs init`)
-#   bench:  py and torch, and iproute2 (ip netns, tc: the emulated hosts and links of
-#           bench/modes.py, bench/multihost.py and the torch benchmarks)
+#   bench:  py and torch, iproute2 (ip netns, tc: the emulated hosts and links of
+#           bench/modes.py, bench/multihost.py and the torch benchmarks), and fio (the disk's
+#           random-read limit beside the table tiers, bench/table_tiers.py)
 #   deploy: py, slurm, iproute2 and PyYAML (the deployment tests of make test, run again), and
 #           the container image's: podman with runc, netavark, aardvark-dns, iptables and
 #           uidmap, and mmdebstrap for its base (tests/deploy/test_container.py)
@@ -88,7 +89,7 @@ DEB_TEST := $(DEB_PY) $(DEB_TORCH) $(DEB_FUZZ) $(DEB_SLURM) python3-scipy python
             python3-setuptools python3-wheel python3-venv prometheus chromium iproute2 \
             python3-yaml openssl
 DEB_FAULT := $(DEB_PY) iproute2 iptables
-DEB_BENCH := $(DEB_PY) $(DEB_TORCH) iproute2
+DEB_BENCH := $(DEB_PY) $(DEB_TORCH) iproute2 fio
 DEB_DEPLOY := $(DEB_PY) $(DEB_SLURM) iproute2 python3-yaml podman runc netavark aardvark-dns \
               iptables mmdebstrap uidmap
 

@@ -69,14 +69,15 @@ def tree(pid):
 
 class Cluster:
     """`tessera up` as a child process; stop() sends SIGTERM to its pid and waits. env: more
-    environment for it (bench/python_buffers.py uses this class too)."""
+    environment for it (bench/python_buffers.py uses this class too); args: more flags of
+    `tessera up` (bench/table_tiers.py: the disk tier's)."""
 
-    def __init__(self, binary, workdir, env=None, replicas=1):
+    def __init__(self, binary, workdir, env=None, replicas=1, args=()):
         self.proc = subprocess.Popen(
             # The data path alone: replication's cost is bench/recovery.py's to measure
             # (bench/embeddings.py's copies row asks for replicas 2).
             [binary, "up", "--shards", "2", "--replicas", str(replicas), "--master-port", "0",
-             "--dir", workdir],
+             "--dir", workdir] + list(args),
             stdout=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
         self.master = None
         deadline = time.monotonic() + 30

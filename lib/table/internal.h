@@ -148,6 +148,8 @@ struct ts_table {
     struct table_capture cap;      /* snapshots (capture.c) */
     struct init_cache icache;
     bool lost_dirty;               /* a capture's rows could not be listed as changed again */
+    pthread_mutex_t tiers_mu;      /* tiers_seen: the last ts_table_tiers's figures */
+    struct ts_table_tiers tiers_seen;
 };
 
 ts_status idmap_reserve(struct idmap *m, size_t more, struct ts_err *err);

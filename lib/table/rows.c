@@ -12,7 +12,8 @@
  * memory by CLOCK: the hand sweeps the slots, a row used since its last pass (ROW_REF) gets
  * a second chance, a pinned one (needed by the operation under way) is passed over. A row
  * changed since the disk had it (ROW_UNWRITTEN) goes into the batch being filled, which is
- * handed to the tier's writer when it holds WB_BYTES; until the writer is done with it a
+ * handed to the tier's writer when it holds WB_BYTES (or a quarter of what batches may hold,
+ * below); until the writer is done with it a
  * batch is searched, newest first, before the disk. Of the table's quota (rows_begin), four
  * fifths are for rows in memory and a fifth for records waiting for the disk: past that, an
  * eviction waits for the oldest batch (the disk is slower than the pushes), the one place an
@@ -166,6 +167,7 @@ void rows_init(struct rows *r, size_t rec, struct ts_tier *tier,
 }
 
 static void hand(struct rows *r);
+static bool evict_one(struct rows *r);
 
 /* Frees the batches the writer is done with, oldest first (it takes them in that order). */
 static void reap(struct rows *r)
@@ -217,6 +219,10 @@ void rows_begin(struct rows *r, uint64_t quota)
     reap(r);
     if (r->fill && ts_now_ms() - r->fill->made_ms >= WB_AGE_MS)
         hand(r);
+    /* Back to the quota after an operation that needed more (a step's rows stay in memory
+     * while it applies) or a smaller share (more tables): nothing is pinned now. */
+    while (r->resident > r->quota && evict_one(r))
+        ;
 }
 
 void rows_flush(struct rows *r)
@@ -229,11 +235,14 @@ void rows_flush(struct rows *r)
     reap(r);
 }
 
+/* A batch: WB_BYTES, or a quarter of what batches may hold, so that the writer writes one
+ * while the next ones fill and an eviction waits only when four are queued. */
 static size_t batch_rows(const struct rows *r)
 {
-    size_t n = WB_BYTES / r->rec;
+    size_t n = WB_BYTES / r->rec, q = r->pending_max / 4;
 
-    return n < 64 ? 64 : n;
+    n = q < n ? q : n;
+    return n < 16 ? 16 : n;
 }
 
 static struct tier_batch *batch_new(const struct rows *r)
@@ -443,7 +452,7 @@ ts_status rows_reserve(struct rows *r, uint64_t more, struct ts_err *err)
 
 struct row *rows_add(struct rows *r, uint64_t id)
 {
-    r->n++;
+    __atomic_store_n(&r->n, r->n + 1, __ATOMIC_RELAXED);   /* ts_table_count reads it */
     return install(r, id, NULL, ROW_UNWRITTEN);
 }
 

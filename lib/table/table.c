@@ -123,6 +123,7 @@ ts_status ts_table_create(const struct ts_job *job, const struct ts_table_cfg *c
     if (!(t = calloc(1, sizeof(*t))))
         return ts_err_set(err, TS_ENOMEM, "table '%s': out of memory", cfg->name);
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->tiers_mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     t->job = job;
     t->budget = budget;
@@ -176,6 +177,7 @@ void ts_table_free(struct ts_table *t)
     free(t->scratch);
     free(t->cap.records);
     pthread_mutex_destroy(&t->mu);
+    pthread_mutex_destroy(&t->tiers_mu);
     pthread_cond_destroy(&t->cv);
     free(t);
 }
@@ -197,12 +199,9 @@ uint64_t ts_table_row_bytes(const struct ts_table *t)
 
 uint64_t ts_table_count(struct ts_table *t)
 {
-    uint64_t n;
-
-    pthread_mutex_lock(&t->mu);
-    n = t->rows.n;
-    pthread_mutex_unlock(&t->mu);
-    return n;
+    /* Without the lock (status must not wait behind a pull reading the disk): rows.n is
+     * stored atomically where it changes (rows.c). */
+    return __atomic_load_n(&t->rows.n, __ATOMIC_RELAXED);
 }
 
 /* The slowest rank's clock. Called with mu held (SSP, ASP). */
@@ -341,7 +340,15 @@ void ts_table_tiers(struct ts_table *t, struct ts_table_tiers *out)
     int64_t since = 0;
 
     memset(out, 0, sizeof(*out));
-    pthread_mutex_lock(&t->mu);
+    /* Status must not wait behind an operation reading the disk with the lock held: then
+     * the figures of the last call that got it. */
+    if (pthread_mutex_trylock(&t->mu)) {
+        pthread_mutex_lock(&t->tiers_mu);
+        *out = t->tiers_seen;
+        pthread_mutex_unlock(&t->tiers_mu);
+        out->rows = ts_table_count(t);
+        return;
+    }
     out->rows = r->n;
     if (r->tier) {
         out->tiered = true;
@@ -363,6 +370,9 @@ void ts_table_tiers(struct ts_table *t, struct ts_table_tiers *out)
         out->lag_ms = (uint64_t)(ts_now_ms() - since);
     if (out->tiered)
         out->disk_bytes = tier_space_bytes(t->rows.tier, t->rows.space);
+    pthread_mutex_lock(&t->tiers_mu);
+    t->tiers_seen = *out;
+    pthread_mutex_unlock(&t->tiers_mu);
 }
 
 ts_status ts_table_dirty_take(struct ts_table *t, uint64_t **ids, size_t *n,

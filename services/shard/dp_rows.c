@@ -84,9 +84,24 @@ static bool whole(const struct shard_table *t)
     return t->nstores == 1 && !t->replicated;
 }
 
-/* dc->split.key[i]: the index of the store serving in->ids[i]; for an id none here serves,
- * TS_EROLLBACK once the job is reported lost (its shard died with its copy), else TS_ESTALE
- * (the worker's map and this shard's differ). t->lock held. */
+/* dc->split.served[k]: whether store k is served, read once for the whole frame (a copy may
+ * be taken over while it is served: a push must not give it a part, nor split the frame by an
+ * `owned` that changed half way). t->lock held. */
+static ts_status serving(struct dp_conn *dc, struct shard_table *t, struct ts_err *err)
+{
+    ts_status st;
+
+    if ((st = grow(&dc->split.served, &dc->split.served_cap, t->nstores, 1, err)))
+        return st;
+    for (size_t k = 0; k < t->nstores; k++)
+        dc->split.served[k] = atomic_load(&t->stores[k].owned);
+    return TS_OK;
+}
+
+/* dc->split.key[i]: the index of the store serving in->ids[i] (dc->split.served, set by
+ * serving()); for an id none here serves, TS_EROLLBACK once the job is reported lost (its
+ * shard died with its copy), else TS_ESTALE (the worker's map and this shard's differ).
+ * t->lock held. */
 static ts_status route(struct dp_conn *dc, struct shard_table *t, const struct rows_in *in,
                        struct ts_err *err)
 {
@@ -102,8 +117,7 @@ static ts_status route(struct dp_conn *dc, struct shard_table *t, const struct r
             dc->split.key[i] = last_k;
             continue;
         }
-        while (k < t->nstores &&
-               (t->stores[k].origin != origin || !atomic_load(&t->stores[k].owned)))
+        while (k < t->nstores && (t->stores[k].origin != origin || !dc->split.served[k]))
             k++;
         if (k == t->nstores && atomic_load(&dc->job->lost_report))
             return ts_err_set(err, TS_EROLLBACK, "table '%s': row %" PRIu64 " (ids[%zu]) lost "
@@ -210,7 +224,13 @@ static ts_status keep_own(struct dp_conn *dc, struct shard_table *t, size_t m, s
 
 /* A worker's push (in_slices): each store served here takes its part (an empty one where the
  * push has none of its rows: BSP counts every rank's push), once the copies taken over are at
- * the push's step; the part of this shard's own rows is kept to copy down. */
+ * the push's step; the part of this shard's own rows is kept to copy down.
+ * A push on a connection begun under a map older than a copy's taking over is refused whole,
+ * TS_ESTALE, before any store takes a part: its worker may have placed the rows on the ring
+ * that still had the copy's head, so the push holds none of the rows it sent that head, and
+ * the copy would count an empty part as the rank's push of the step; the worker's retry of
+ * them, under the new map, would then be acknowledged unchanged (table.h, retry) and the rows
+ * lost. Refused, the worker fails over (reconnecting under the new map) and sends it again. */
 struct push_arg {
     const struct ts_frame_hdr *h;
     struct rows_in in;
@@ -235,15 +255,26 @@ static ts_status push_locked(struct dp_conn *dc, struct shard_table *t, void *ar
         st = ts_table_push(t->t, &p, &a->applied, err);
         return st;
     }
+    if ((st = serving(dc, t, err)))
+        return st;
+    for (size_t k = 1; k < t->nstores; k++) {
+        uint64_t taken = atomic_load(&t->stores[k].taken);
+        if (dc->split.served[k] && taken > dc->hello_epoch)
+            return ts_err_set(err, TS_ESTALE, "table '%s': this connection began under shard map "
+                              "epoch %" PRIu64 ", before this shard took over shard %u's rows "
+                              "(epoch %" PRIu64 "): the push may be placed on the ring with "
+                              "that shard; fail over and send it again", t->name,
+                              dc->hello_epoch, t->stores[k].origin, taken);
+    }
     if ((st = route(dc, t, &a->in, err)))
         return st;
     for (size_t k = 1; !is_async(dc) && k < t->nstores; k++)
-        if (atomic_load(&t->stores[k].owned) && ts_table_step(t->stores[k].t) < p.step &&
+        if (dc->split.served[k] && ts_table_step(t->stores[k].t) < p.step &&
             (st = ts_table_wait(t->stores[k].t, p.step, ROWS_SLICE_MS, err)))
             return st;
     for (size_t k = 0; k < t->nstores; k++) {
         size_t m = 0;
-        if (!atomic_load(&t->stores[k].owned))
+        if (!dc->split.served[k])
             continue;
         if ((st = gather(dc, &a->in, dc->split.key, (uint32_t)k, &m, err)))
             return st;
@@ -423,11 +454,11 @@ static ts_status read_locked(struct dp_conn *dc, struct shard_table *t, void *ar
     if (whole(t))
         return ts_table_pull(t->t, a->rank, a->want, ROWS_SLICE_MS, a->in.ids, a->in.n, a->out,
                              err);
-    if ((st = route(dc, t, &a->in, err)))
+    if ((st = serving(dc, t, err)) || (st = route(dc, t, &a->in, err)))
         return st;
     for (size_t k = 0; k < t->nstores; k++) {
         size_t m = 0;
-        if (!atomic_load(&t->stores[k].owned))
+        if (!dc->split.served[k])
             continue;
         if ((st = gather(dc, &a->in, dc->split.key, (uint32_t)k, &m, err)) ||
             (st = grow(&dc->split.rows, &dc->split.rows_cap, m * dim, sizeof(float), err)))
@@ -593,6 +624,7 @@ void dp_rows_free(struct dp_conn *dc)
     free(dc->rows);
     dc->rows = NULL;
     dc->rows_cap = 0;
+    free(dc->split.served);
     free(dc->split.key);
     free(dc->split.ids);
     free(dc->split.pos);

@@ -47,6 +47,7 @@ static ts_status make_copy(struct shard_table *t, const struct ts_job *job,
     atomic_init(&out->owned, false);
     atomic_init(&out->full, false);
     atomic_init(&out->broken, false);
+    atomic_init(&out->taken, 0);
     if ((st = ts_table_create(job, &cfg, budget, &out->t, err)))
         return st;
     if (step && (st = ts_table_set_step(out->t, step, err))) {
@@ -93,6 +94,7 @@ ts_status rowcopy_place(struct shard_table *t, const struct ts_job *job,
     atomic_init(&t->stores[0].owned, true);
     atomic_init(&t->stores[0].full, false);
     atomic_init(&t->stores[0].broken, false);
+    atomic_init(&t->stores[0].taken, 0);
     t->nstores = 1;
     for (size_t k = 0; !st && k < no; k++)
         if (!(st = make_copy(t, job, budget, origins[k], ts_table_step(t->t),
@@ -252,6 +254,7 @@ bool rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl)
             continue;
         }
         atomic_store(&s->full, true);
+        atomic_store(&s->taken, ts_cluster_epoch(cl));
         atomic_store(&s->owned, true);
         ts_log(TS_WARN, "shard", "table '%s': shard %u left the map; this shard serves the "
                "copy of its rows it holds (%" PRIu64 " rows, step %" PRIu64 ")", t->name,

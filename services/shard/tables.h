@@ -35,6 +35,10 @@ struct table_store {
     atomic_bool owned;     /* served to workers: this shard's own, or a copy taken over */
     atomic_bool full;      /* taken over: its next snapshot capture is a full one */
     atomic_bool broken;    /* a copy that refused a push passed on: it cannot take over */
+    /* Taken over: this shard's map epoch when it did (set before `owned`); 0 for its own
+     * store and a copy not taken over. A worker connection begun under an older map may still
+     * place rows on the ring with that copy's head: dp_rows.c refuses its pushes. */
+    atomic_uint_least64_t taken;
 };
 
 struct shard_table {

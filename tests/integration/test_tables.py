@@ -13,6 +13,7 @@ table's rows, bytes and rows pulled and pushed show on the shard's /metrics."""
 import json
 import os
 import re
+import signal
 import threading
 import urllib.request
 import unittest
@@ -182,6 +183,56 @@ class Copies(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(sum(h[1] for h in held), 300, held)
         # sgd: a 32-byte header and DIM floats a record, and 2 map slots of 16 bytes
         self.assertEqual(sum(h[2] for h in held), 2 * 300 * (32 + DIM * 4 + 32), held)
+
+
+class CopiesTakeOverMidStep(tl.ClusterCase, unittest.TestCase):
+    """A shard killed between two ranks' pushes of a step: rank 1 meets the broken connection
+    first and fails over, and the other shards take over the dead shard's copies; then rank 0,
+    whose connections began under the old map, pushes the step placed on the old ring, so its
+    parts for the shards that took over hold none of the rows it meant for the dead one. Those
+    shards refuse the push (it may be placed on the old ring), rank 0 fails over and sends it
+    again, and the table ends on the fingerprint and row count of the same pushes without the
+    kill. A copy that took the old-ring part (none of the dead shard's rows) as rank 0's push of
+    the step would acknowledge the retry that carries them unchanged: rows lost (dp_rows.c,
+    push_locked)."""
+    DIM, MAX_ID = 4, 2 ** 40
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        _, cls.addr = cls.c.tessera_up(["--shards", "3", "--replicas", "2", "--tls-dir",
+                                        certs(cls.c)])
+
+    def batch(self, step, rank):
+        rng = np.random.default_rng(100 * step + rank)
+        ids = np.unique(rng.integers(0, self.MAX_ID, 200)).astype(np.int64)
+        return ids, rng.standard_normal((len(ids), self.DIM)).astype(np.float32)
+
+    def run_job(self, job, kill):
+        kw = dict(master=self.addr, job=job, workers=2, batch=2, exact=True,
+                  optimizer="sgd:lr=0.1")
+        with tessera.Client(rank=0, **kw) as c0, tessera.Client(rank=1, **kw) as c1:
+            t0, t1 = (c.register_table("emb", self.DIM, self.MAX_ID, init="normal:0.05",
+                                       seed=7, optimizer="adagrad:lr=0.1") for c in (c0, c1))
+            c0.push_rows(t0, 0, *self.batch(0, 0))
+            c1.push_rows(t1, 0, *self.batch(0, 1))
+            if kill:   # the last of the workers' connections: the others get their parts first
+                victim = max((s for s in tl.status_json(self.addr)["shards"]
+                              if s["state"] == "alive"), key=lambda s: s["id"])
+                tl.log("killing shard %d (pid %d)" % (victim["id"], victim["pid"]))
+                os.kill(victim["pid"], signal.SIGKILL)
+            c1.push_rows(t1, 1, *self.batch(1, 1))   # fails over: the copies take over
+            c0.push_rows(t0, 1, *self.batch(1, 0))   # placed on the ring it held
+            return c0.table_sha256(t0, 2), c0.table_rows(t0, 2)
+
+    def test_push_placed_on_the_old_ring(self):
+        want = self.run_job("whole", kill=False)
+        rows = set()
+        for step in (0, 1):
+            for rank in (0, 1):
+                rows.update(self.batch(step, rank)[0].tolist())
+        self.assertEqual(want[1], len(rows))
+        self.assertEqual(self.run_job("killed", kill=True), want)
 
 
 class BadInput(tl.ClusterCase, unittest.TestCase):

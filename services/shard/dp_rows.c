@@ -523,10 +523,10 @@ void dp_rows_prefetch(struct dp_conn *dc, const struct ts_frame_hdr *h, const vo
         return;
     if (whole(t)) {
         ts_table_prefetch(t->t, in.ids, in.n);
-    } else if (!route(dc, t, &in, &err)) {
+    } else if (!serving(dc, t, &err) && !route(dc, t, &in, &err)) {
         for (size_t k = 0; k < t->nstores; k++) {
             size_t m = 0;
-            if (atomic_load(&t->stores[k].owned) &&
+            if (dc->split.served[k] &&
                 !gather(dc, &in, dc->split.key, (uint32_t)k, &m, &err) && m)
                 ts_table_prefetch(t->stores[k].t, dc->split.ids, m);
         }

@@ -33,6 +33,7 @@ static void capture_now(struct ts_table *t)
     c->armed = false;
     c->taken = true;
     c->st = TS_OK;
+    c->full |= t->lost_dirty;   /* rows dropped, or changes that could not be listed */
     if (c->full)
         t->lost_dirty = false;   /* every row is in it */
     if (c->full) {

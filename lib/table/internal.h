@@ -47,6 +47,8 @@ struct tier_batch {
     struct idmap map;              /* id -> index (rows.c) */
     int64_t made_ms;               /* when its first row came (rows.c) */
     bool drop;                     /* delete the space's keys first */
+    uint64_t *dels;                /* ids whose keys are deleted (rows_expire), ndels of them */
+    size_t ndels;
     bool skip;                     /* under the tier's lock: write nothing */
     bool orphan;                   /* under the tier's lock: the writer frees it once done */
     _Atomic bool done;             /* written: the writer no longer touches it */
@@ -56,6 +58,7 @@ struct tier_batch {
 struct rows_stats {
     uint64_t hits, misses, evictions, written, loaded;
     uint64_t prefetched, prefetch_used, prefetch_unused;
+    uint64_t expired;
 };
 
 /* A table's rows. Without a tier every row is in memory, in slots that never move or free
@@ -85,6 +88,8 @@ struct rows {
     struct tier_batch *fill;       /* being filled; not handed yet */
     struct tier_batch *oldest, *newest;   /* handed, not reaped */
     size_t pending;                /* records in fill and the handed batches */
+    struct idmap gone;             /* rows dropped (rows_expire) whose keys the disk still has */
+    size_t gone_batches;           /* the batches of their deletes, not yet reaped */
     bool guarding;                 /* a prefetch reads the disk (rows_prefetch_*) */
     struct idmap guard;            /* its ids that no operation brought in since */
     struct rows_stats stats;
@@ -128,6 +133,7 @@ struct ts_table {
     char init[64];
     uint32_t dim;
     uint64_t max_id, seed;
+    uint64_t ttl;                  /* row lifetime in steps; 0: none */
     struct ts_optim_cfg optim;
     size_t slen;                   /* floats of state an element */
     uint64_t row_bytes;
@@ -189,6 +195,11 @@ bool rows_prefetch_begin(struct rows *r, const uint64_t *ids, size_t n, size_t m
                          uint64_t **want, size_t *nwant, struct ts_err *err);
 void rows_prefetch_end(struct rows *r, uint64_t space, const uint64_t *want, size_t n,
                        const uint8_t *recs, const bool *found);
+/* Drops every row whose last update step is below `before` (row lifetime, table.h), from
+ * memory, the batches and the disk (a delete the writer makes after the batches before it;
+ * until then the rows count as absent). Returns how many; cannot fail: rows a disk error
+ * kept it from reading stay, and *partial says so. */
+uint64_t rows_expire(struct rows *r, uint64_t before, bool *partial);
 /* Hands the batch being filled to the writer and waits until every batch is on disk. */
 void rows_flush(struct rows *r);
 /* Copies row id's record (rec bytes; rec may be NULL) from whichever tier holds it, with no

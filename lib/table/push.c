@@ -214,6 +214,19 @@ static int cmp_entry(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Row lifetime (table.h): the rows not updated in the last ttl steps go. */
+static void expire(struct ts_table *t)
+{
+    bool partial;
+    uint64_t dropped = rows_expire(&t->rows, t->step - t->ttl, &partial);
+
+    if (dropped) {
+        table_refund(t, dropped);
+        t->lost_dirty = true;   /* the next capture is full: runs cannot say "deleted" */
+    }
+    (void)partial;   /* rows it could not reach stay (table.h) */
+}
+
 /* Every rank pushed: each touched row, in ascending id, gets sum / batch through the
  * optimizer once; the rows the step creates were charged and reserved by its pushes. */
 static void bsp_apply(struct ts_table *t, struct entry *order)
@@ -245,6 +258,8 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
     a->fresh = 0;
     idmap_clear(&a->map);
     t->step++;
+    if (t->ttl && t->step % t->ttl == 0)
+        expire(t);
     t->npushed = 0;
     table_init_forget(t);   /* this step's rows exist now */
     memset(t->pushed, 0, t->job->workers);
@@ -273,7 +288,8 @@ static ts_status load_step(struct ts_table *t, const struct ts_row_push *in, str
 
     if (!all)
         return ts_err_set(err, TS_ENOMEM, "no memory for the step's %zu rows", t->acc.n + in->n);
-    memcpy(all, t->acc.ids, t->acc.n * sizeof(*all));
+    if (m)   /* a first push of the step: no sums yet (nor their array) */
+        memcpy(all, t->acc.ids, m * sizeof(*all));
     for (size_t i = 0; i < in->n; i++)
         if (t->where[i] == NO_ENTRY)
             all[m++] = in->ids[i];

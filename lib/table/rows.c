@@ -182,6 +182,8 @@ static void reap(struct rows *r)
         r->pending -= b->n;
         mem_charge(r, b->n * r->rec, false);
         r->stats.written += b->n;
+        if (b->ndels && !--r->gone_batches)   /* the disk has none of the dropped rows now */
+            idmap_clear(&r->gone);
         tier_batch_free(b);
     }
 }
@@ -206,6 +208,7 @@ void rows_fini(struct rows *r)
     free(r->free);
     idmap_fini(&r->map);
     idmap_fini(&r->guard);
+    idmap_fini(&r->gone);
     memset(r, 0, sizeof(*r));
 }
 
@@ -292,6 +295,14 @@ static const uint8_t *batch_find(const struct rows *r, uint64_t id)
         if (idmap_find(&b->map, id, &k))
             return b->recs + k * r->rec;
     return NULL;
+}
+
+/* Whether row id was dropped and the disk may still have it (rows_expire). */
+static bool gone(const struct rows *r, uint64_t id)
+{
+    uint64_t k;
+
+    return r->gone.n && idmap_find(&r->gone, id, &k);
 }
 
 /* Batches waiting for the disk hold at most a fifth of the quota (the file's comment). */
@@ -494,7 +505,7 @@ ts_status rows_load(struct rows *r, const uint64_t *ids, size_t n, struct ts_err
             memcpy(recs, rec, r->rec);
             install(r, ids[i], recs, 0);   /* clean: the batch takes it to the disk */
             r->stats.hits++;
-        } else {
+        } else if (!gone(r, ids[i])) {
             miss[nmiss++] = ids[i];
         }
     }
@@ -530,7 +541,7 @@ bool rows_prefetch_begin(struct rows *r, const uint64_t *ids, size_t n, size_t m
     }
     for (size_t i = 0; i < n && *nwant < most; i++)
         if (!idmap_find(&r->map, ids[i], &s) && !idmap_find(&r->guard, ids[i], &s) &&
-            !batch_find(r, ids[i])) {
+            !batch_find(r, ids[i]) && !gone(r, ids[i])) {
             idmap_put(&r->guard, ids[i], 0);
             (*want)[(*nwant)++] = ids[i];
         }
@@ -576,7 +587,7 @@ ts_status rows_read(struct rows *r, uint64_t id, void *rec, bool *found, struct 
         return TS_OK;
     }
     *found = false;
-    if (!r->tier)
+    if (!r->tier || gone(r, id))
         return TS_OK;
     {
         uint8_t *buf = rec ? rec : malloc(r->rec);
@@ -589,6 +600,18 @@ ts_status rows_read(struct rows *r, uint64_t id, void *rec, bool *found, struct 
             free(buf);
         return st;
     }
+}
+
+/* b's ids that are still its rows (not dropped since), into out; how many. */
+static size_t batch_ids(const struct tier_batch *b, uint64_t *out)
+{
+    size_t m = 0;
+    uint64_t at;
+
+    for (size_t k = 0; k < b->n; k++)
+        if (idmap_find(&b->map, b->ids[k], &at))
+            out[m++] = b->ids[k];
+    return m;
 }
 
 ts_status rows_sorted_ids(struct rows *r, uint64_t **out, struct ts_err *err)
@@ -604,19 +627,17 @@ ts_status rows_sorted_ids(struct rows *r, uint64_t **out, struct ts_err *err)
         free(disk);
         return ts_err_set(err, TS_ENOMEM, "no memory to sort %" PRIu64 " ids", r->n);
     }
-    if (ndisk)
-        memcpy(ids, disk, ndisk * sizeof(*ids));
-    m = ndisk;
+    for (size_t k = 0; k < ndisk; k++)
+        if (!gone(r, disk[k]))
+            ids[m++] = disk[k];
     free(disk);
     for (uint64_t s = 0; s < r->slots; s++)
         if (slot_at(r, s)->id != IDMAP_EMPTY)
             ids[m++] = slot_at(r, s)->id;
     if (r->fill)
-        for (size_t k = 0; k < r->fill->n; k++)
-            ids[m++] = r->fill->ids[k];
+        m += batch_ids(r->fill, ids + m);
     for (const struct tier_batch *b = r->newest; b; b = b->older)
-        for (size_t k = 0; k < b->n; k++)
-            ids[m++] = b->ids[k];
+        m += batch_ids(b, ids + m);
     qsort(ids, m, sizeof(*ids), table_cmp_u64);
     if (r->tier) {   /* a row is in memory, in a batch and on disk at once */
         size_t u = 0;
@@ -633,4 +654,207 @@ ts_status rows_sorted_ids(struct rows *r, uint64_t **out, struct ts_err *err)
     }
     *out = ids;
     return TS_OK;
+}
+
+/* ---- Row lifetime ---- */
+
+/* A growing list of ids (rows_expire); false when it could not grow. */
+struct idlist {
+    uint64_t *v;
+    size_t n, cap;
+};
+
+static bool idlist_add(struct idlist *l, uint64_t id)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        uint64_t *v = realloc(l->v, cap * sizeof(*v));
+
+        if (!v)
+            return false;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = id;
+    return true;
+}
+
+/* Row id is to be dropped from the disk: listed in dels and as gone until the delete is
+ * reaped; false (it stays) when there was no memory for that. */
+static bool drop_listed(struct rows *r, struct idlist *dels, uint64_t id)
+{
+    uint64_t k;
+
+    if (idmap_reserve(&r->gone, 1, NULL) || !idlist_add(dels, id))
+        return false;
+    if (!idmap_find(&r->gone, id, &k))
+        idmap_put(&r->gone, id, 0);
+    return true;
+}
+
+/* Drops the rows in memory whose step is below before (with a tier: listed for the disk). */
+static uint64_t expire_memory(struct rows *r, uint64_t before, struct idlist *dels,
+                              bool *partial)
+{
+    uint64_t dropped = 0;
+
+    if (r->free_cap < r->slots) {
+        uint64_t *f = realloc(r->free, r->slots * sizeof(*f));
+
+        if (f) {
+            r->free = f;
+            r->free_cap = r->slots;
+        }
+    }
+    for (uint64_t s = 0; s < r->slots; s++) {
+        struct row *w = slot_at(r, s);
+
+        if (w->id == IDMAP_EMPTY || w->step >= before)
+            continue;
+        if (r->tier && !drop_listed(r, dels, w->id)) {
+            *partial = true;
+            continue;
+        }
+        idmap_del(&r->map, w->id);
+        w->id = IDMAP_EMPTY;
+        if (r->nfree < r->free_cap)
+            r->free[r->nfree++] = s;
+        if (r->tier) {
+            r->resident--;
+            mem_charge(r, r->row_bytes, false);
+        }
+        dropped++;
+    }
+    return dropped;
+}
+
+/* b's rows not in memory and not gone, into cand. */
+static void batch_candidates(struct rows *r, const struct tier_batch *b, struct idlist *cand,
+                             bool *partial)
+{
+    uint64_t k;
+
+    for (size_t i = 0; i < b->n; i++)
+        if (idmap_find(&b->map, b->ids[i], &k) && !idmap_find(&r->map, b->ids[i], &k) &&
+            !idlist_add(cand, b->ids[i]))
+            *partial = true;
+}
+
+/* Row id, only in batches or on disk, is dropped: out of the batches' maps (they still write
+ * it; the delete after them removes it). */
+static void unbatch(struct rows *r, uint64_t id)
+{
+    uint64_t k;
+
+    if (r->fill && idmap_find(&r->fill->map, id, &k))
+        idmap_del(&r->fill->map, id);
+    for (struct tier_batch *b = r->newest; b; b = b->older)
+        if (idmap_find(&b->map, id, &k))
+            idmap_del(&b->map, id);
+}
+
+/* The rows only in batches or on disk: their records read, those below before dropped. */
+static uint64_t expire_tiers(struct rows *r, uint64_t before, struct idlist *dels,
+                             bool *partial)
+{
+    struct idlist cand = { 0 }, read = { 0 };
+    uint64_t *disk = NULL, dropped = 0, k;
+    uint8_t *recs = NULL;
+    bool *found = NULL;
+    size_t ndisk = 0;
+    struct idmap seen = { 0 };
+
+    if (tier_ids(r->tier, r->space, &disk, &ndisk, NULL))
+        *partial = true;
+    for (size_t i = 0; i < ndisk; i++)
+        if (!idmap_find(&r->map, disk[i], &k) && !gone(r, disk[i]) &&
+            !idlist_add(&cand, disk[i]))
+            *partial = true;
+    free(disk);
+    if (r->fill)
+        batch_candidates(r, r->fill, &cand, partial);
+    for (const struct tier_batch *b = r->newest; b; b = b->older)
+        batch_candidates(r, b, &cand, partial);
+    if (idmap_reserve(&seen, cand.n, NULL)) {
+        *partial = true;
+        cand.n = 0;
+    }
+    for (size_t i = 0; i < cand.n; i++) {
+        const uint8_t *rec;
+        uint64_t id = cand.v[i];
+
+        if (idmap_find(&seen, id, &k))   /* in a batch and on disk: once */
+            continue;
+        idmap_put(&seen, id, 0);
+        if (!(rec = batch_find(r, id))) {
+            if (!idlist_add(&read, id))
+                *partial = true;
+        } else if (((const struct row *)(const void *)rec)->step < before) {
+            if (drop_listed(r, dels, id)) {
+                unbatch(r, id);
+                dropped++;
+            } else {
+                *partial = true;
+            }
+        }
+    }
+    if (read.n && (!(recs = malloc(read.n * r->rec)) || !(found = malloc(read.n)) ||
+                   tier_get_many(r->tier, r->space, read.n, read.v, recs, r->rec, found,
+                                 NULL))) {
+        *partial = true;
+        read.n = 0;
+    }
+    for (size_t i = 0; i < read.n; i++) {
+        if (!found[i] ||
+            ((const struct row *)(const void *)(recs + i * r->rec))->step >= before)
+            continue;
+        if (drop_listed(r, dels, read.v[i]))
+            dropped++;
+        else
+            *partial = true;
+    }
+    idmap_fini(&seen);
+    free(cand.v);
+    free(read.v);
+    free(recs);
+    free(found);
+    return dropped;
+}
+
+uint64_t rows_expire(struct rows *r, uint64_t before, bool *partial)
+{
+    struct idlist dels = { 0 };
+    struct tier_batch *b = NULL;
+    uint64_t dropped;
+
+    *partial = false;
+    if (r->tier && !(b = calloc(1, sizeof(*b)))) {   /* the deletes' batch, first */
+        *partial = true;
+        return 0;
+    }
+    dropped = expire_memory(r, before, &dels, partial);
+    if (r->tier)
+        dropped += expire_tiers(r, before, &dels, partial);
+    __atomic_store_n(&r->n, r->n - dropped, __ATOMIC_RELAXED);
+    r->stats.expired += dropped;
+    if (!dels.n) {
+        free(b);
+        return dropped;
+    }
+    /* The deletes go after every batch before them (the fill first); until the writer is
+     * done with them the ids are gone (rows_load, rows_read). */
+    hand(r);
+    b->space = r->space;
+    b->rec = r->rec;
+    b->dels = dels.v;
+    b->ndels = dels.n;
+    atomic_init(&b->done, false);
+    if ((b->older = r->newest))
+        r->newest->newer = b;
+    else
+        r->oldest = b;
+    r->newest = b;
+    r->gone_batches++;
+    tier_submit(r->tier, b);
+    return dropped;
 }

@@ -106,6 +106,9 @@ static ts_status check_cfg(const struct ts_job *job, const struct ts_table_cfg *
     if (job->mode == TS_MODE_REDUCE)
         return ts_err_set(err, TS_EINVAL, "job.mode: reduce keeps the parameters on the "
                           "workers; a table's rows need bsp, ssp or asp");
+    if (c->ttl_steps && job->mode != TS_MODE_BSP)
+        return ts_err_set(err, TS_EINVAL, "table.ttl_steps: %" PRIu64 ": a row lifetime needs "
+                          "bsp (its sweeps follow the steps)", c->ttl_steps);
     return TS_OK;
 }
 
@@ -132,6 +135,7 @@ ts_status ts_table_create(const struct ts_job *job, const struct ts_table_cfg *c
     t->dim = cfg->dim;
     t->max_id = cfg->max_id;
     t->seed = cfg->seed;
+    t->ttl = cfg->ttl_steps;
     t->optim = optim;
     t->slen = ts_optim_state_len(optim.kind);
     /* Rounded up to 8 bytes, so that every record's header is aligned. */

@@ -73,6 +73,14 @@
  * A worker makes its pushes with batch.h: rows placed on the ring by (table, id), repeats
  * merged, ids sorted and split per shard.
  *
+ * Row lifetime (ttl_steps T > 0, BSP only): when a step s is applied with s + 1 a multiple
+ * of T, every row whose last update was before step s + 1 - T (none in the last T steps) is
+ * dropped, from memory and from the disk tier; a later touch makes it again from its
+ * initializer, with fresh optimizer state. The sweep depends only on the step, so exact mode
+ * stays exact for any worker and shard count. It reads every row (on disk too), once every
+ * T steps; the capture after a sweep that dropped rows is full (a snapshot's runs have no
+ * deletions). A disk or memory failure during a sweep leaves the rows it could not reach.
+ *
  * Dirty rows (incremental snapshots): every row an update or a creation changed since the
  * last ts_table_dirty_take; a row is listed once however often it changed (O(1) a row).
  *
@@ -125,6 +133,7 @@ struct ts_table_cfg {
     const char *init;          /* zeros, ones, const:V, uniform:A, normal:STD */
     uint64_t seed;
     const char *optimizer;     /* sgd, adagrad or adam, with options (ts_optim_parse) */
+    uint64_t ttl_steps;        /* row lifetime (below); 0: rows live for ever */
 };
 
 struct ts_table;

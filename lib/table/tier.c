@@ -63,7 +63,8 @@ static uint64_t id_of(const char *k)
     return id;
 }
 
-/* Writes b (or deletes its space's keys: b->drop). */
+/* Writes b: its space's keys deleted (b->drop), then its dropped rows' (b->dels), then its
+ * rows. */
 static char *write_batch(struct ts_tier *tier, const struct tier_batch *b)
 {
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
@@ -75,6 +76,10 @@ static char *write_batch(struct ts_tier *tier, const struct tier_batch *b)
         key_of(end, b->space + 1, 0);
         rocksdb_writebatch_delete_range(wb, (const char *)k, KEY_LEN, (const char *)end,
                                         KEY_LEN);
+    }
+    for (size_t i = 0; i < b->ndels; i++) {
+        key_of(k, b->space, b->dels[i]);
+        rocksdb_writebatch_delete(wb, (const char *)k, KEY_LEN);
     }
     for (size_t i = 0; i < b->n; i++) {
         key_of(k, b->space, b->ids[i]);
@@ -435,6 +440,7 @@ void tier_batch_free(struct tier_batch *b)
     if (!b)
         return;
     idmap_fini(&b->map);
+    free(b->dels);
     free(b->ids);
     free(b->recs);
     free(b);

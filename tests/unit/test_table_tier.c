@@ -508,6 +508,107 @@ static void t_full_disk_refuses_and_loses_nothing(void **state)
     ts_table_free(b);
 }
 
+/* Row lifetime: rows not updated in the last T steps are dropped at each step that is a
+ * multiple of T, by the same rule in memory, over the disk tier and split over two stores
+ * (a reference model of the rule gives the rows); a row touched again is made anew from its
+ * initializer; the capture after a sweep that dropped rows is full. */
+static void t_ttl_drops_rows_deterministically(void **state)
+{
+    enum { T = 4, STEPS = 13, WIDTH = 30, IDS = 200 };
+    struct ts_job j = job(1);
+    struct ts_table_budget mem, small;
+    struct ts_table_cfg c = { .name = "xttl", .dim = 16, .max_id = 1u << 20,
+                              .init = "normal:0.1", .seed = 7, .optimizer = "adagrad:lr=0.05",
+                              .ttl_steps = T };
+    struct ts_table *a, *b, *half[2];
+    struct ts_err e = { 0 };
+    int64_t last[IDS];
+    uint64_t ids[WIDTH + 3], part[2][WIDTH + 3], *got;
+    float g[(WIDTH + 3) * 16];
+    size_t n, np[2], ngot, want;
+    bool armed, ready, applied;
+    struct ts_table_capture cap;
+    char ha[65], hh[65];
+
+    (void)state;
+    for (size_t i = 0; i < IDS; i++)
+        last[i] = -1;
+    ts_table_budget_init(&mem, 0);
+    ts_table_budget_init(&small, 0);
+    small.tier = tier;
+    assert_int_equal(ts_table_create(&j, &c, &mem, &a, &e), TS_OK);
+    assert_int_equal(ts_table_create(&j, &c, &small, &b, &e), TS_OK);
+    small.limit = 20 * ts_table_row_bytes(b);
+    assert_int_equal(ts_table_create(&j, &c, &mem, &half[0], &e), TS_OK);
+    assert_int_equal(ts_table_create(&j, &c, &mem, &half[1], &e), TS_OK);
+    for (uint64_t s = 0; s < STEPS; s++) {
+        /* a window moving 10 ids a step, and ids 3, 5 and 7 again at steps 9 and 10 */
+        n = 0;
+        if (s == 9 || s == 10)
+            for (uint64_t id = 3; id <= 7; id += 2)
+                ids[n++] = id;
+        for (uint64_t id = s * 10; id < s * 10 + WIDTH; id++)
+            if (!(n && id <= ids[n - 1]))
+                ids[n++] = id;
+        np[0] = np[1] = 0;
+        for (size_t i = 0; i < n; i++) {
+            part[ids[i] % 2][np[ids[i] % 2]++] = ids[i];
+            last[ids[i]] = (int64_t)s;
+            for (int k = 0; k < 16; k++)
+                g[i * 16 + k] = 0.01f * (float)(k + 1);
+        }
+        struct ts_row_push in = { .step = s, .n = n, .ids = ids, .grad = g,
+                                  .encoding = TS_ENC_FIXED_F32 };
+        assert_int_equal(ts_table_push(a, &in, &applied, &e), TS_OK);
+        assert_int_equal(ts_table_push(b, &in, &applied, &e), TS_OK);
+        for (int h = 0; h < 2; h++) {
+            struct ts_row_push ph = { .step = s, .n = np[h], .ids = part[h], .grad = g,
+                                      .encoding = TS_ENC_FIXED_F32 };
+            assert_int_equal(ts_table_push(half[h], &ph, &applied, &e), TS_OK);
+        }
+        if ((s + 1) % T == 0)   /* the reference: the same rule */
+            for (size_t i = 0; i < IDS; i++)
+                if (last[i] >= 0 && last[i] < (int64_t)(s + 1 - T))
+                    last[i] = -1;
+        if (s == 8)   /* armed incremental at 9: after the sweep at 8 it is full */
+            assert_int_equal(ts_table_arm(a, 9, false, &armed, &e), TS_OK);
+        if (s == 9) {
+            assert_int_equal(ts_table_capture_take(a, 9, &cap, &ready, &e), TS_OK);
+            assert_true(ready);
+            free(cap.records);
+        }
+        want = 0;
+        for (size_t i = 0; i < IDS; i++)
+            want += last[i] >= 0;
+        assert_int_equal(ts_table_count(a), want);
+        assert_int_equal(ts_table_count(b), want);
+        assert_int_equal(ts_table_count(half[0]) + ts_table_count(half[1]), want);
+        assert_int_equal(ts_table_ids(b, s + 1, 100, &got, &ngot, &e), TS_OK);
+        assert_int_equal(ngot, want);
+        for (size_t i = 0; i < ngot; i++)
+            assert_true(got[i] < IDS && last[got[i]] >= 0);
+        free(got);
+        same_hash(a, b);
+        assert_int_equal(ts_table_sha256(&a, 1, ha, &e), TS_OK);
+        assert_int_equal(ts_table_sha256(half, 2, hh, &e), TS_OK);
+        assert_string_equal(ha, hh);
+    }
+    /* Row 3 (last updated at step 0) went at the sweep after step 7 and was made again at
+     * step 9: two updates since. */
+    {
+        struct ts_row_meta m;
+        float v[16];
+
+        assert_int_equal(ts_table_row(b, 3, v, NULL, &m, &e), TS_OK);
+        assert_int_equal(m.updates, 2);   /* steps 9 and 10 */
+    }
+    assert_true(cap.full);
+    ts_table_free(a);
+    ts_table_free(b);
+    ts_table_free(half[0]);
+    ts_table_free(half[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -515,6 +616,7 @@ int main(void)
         cmocka_unit_test(t_prefetch_keeps_what_an_operation_changed),
         cmocka_unit_test(t_tiered_table_is_exact),
         cmocka_unit_test(t_full_disk_refuses_and_loses_nothing),
+        cmocka_unit_test(t_ttl_drops_rows_deterministically),
     };
     return cmocka_run_group_tests(tests, open_tier, close_tier);
 }

@@ -541,6 +541,10 @@ struct tessera_table_spec {
     uint64_t seed;
     const char *optimizer;   /* sgd, adagrad or adam with options ("adagrad:lr=0.05"); NULL:
                               * the job's (which must be one of them) */
+    uint64_t ttl_steps;      /* row lifetime: a row no step updated in the last ttl_steps steps
+                              * is dropped at the next step that is a multiple of ttl_steps,
+                              * and made again from init when touched (docs/embeddings.md,
+                              * "Row lifetime"); 0: rows live for ever; bsp jobs only */
 };
 #define TESSERA_TABLE_SPEC_INIT { .size = sizeof(struct tessera_table_spec) }
 /* Registers a table (idempotent, as tessera_register); *table is its handle. A name or handle

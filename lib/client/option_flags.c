@@ -123,6 +123,10 @@ static const struct trainer_row {
          "announces the rows of the batch D steps ahead (tessera_prefetch_rows), which "
          "shards with a disk tier read into memory meanwhile (default 2; 0: none; "
          "docs/embeddings.md, \"Prefetch\")", 0, 64),
+    TROW("row-ttl", TS_FLAG_INT, row_ttl, "T", "--model ctr: drop a table row no step "
+         "updated in the last T steps (at each multiple of T; made again from its "
+         "initializer when touched; default 0: never; docs/embeddings.md, \"Row lifetime\")",
+         0, INT64_C(1) << 40),
     TROW("json", TS_FLAG_BOOL, json, NULL, "one JSON document on stdout at the end (job, "
          "params_sha256, test_accuracy, steps, samples_per_s, ...; tessera train: nothing if "
          "the run fails; a worker: rank 0's only); progress goes to stderr", 0, 0),

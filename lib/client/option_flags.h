@@ -53,7 +53,7 @@ struct ts_trainer_opts {
     /* The model: "mlp" (Fashion-MNIST) or "ctr" (sparse tables, docs/embeddings.md), and the
      * CTR model's sizes. */
     const char *model, *table_optimizer;
-    int64_t ctr_features, ctr_rows, ctr_dim, eval_samples, prefetch_depth;
+    int64_t ctr_features, ctr_rows, ctr_dim, eval_samples, prefetch_depth, row_ttl;
 };
 /* Their defaults; tessera train trains 3 epochs where a worker started alone trains 1. */
 #define TS_TRAINER_DEFAULTS                                                                     \

@@ -118,8 +118,8 @@ static ts_status same_map(struct tessera *t, const struct sdk_table *x, struct t
 }
 
 static ts_status register_remote(struct tessera *t, int id, const struct tessera_table_spec *s,
-                                 const char *init, const char *optimizer, uint64_t *version,
-                                 struct ts_err *err)
+                                 const char *init, const char *optimizer, uint64_t ttl,
+                                 uint64_t *version, struct ts_err *err)
 {
     Tessera__V1__JobSpec job = TESSERA__V1__JOB_SPEC__INIT;
     Tessera__V1__TableSpec spec = TESSERA__V1__TABLE_SPEC__INIT;
@@ -133,6 +133,7 @@ static ts_status register_remote(struct tessera *t, int id, const struct tessera
     spec.initializer = (char *)init;
     spec.seed = s->seed;
     spec.optimizer = (char *)optimizer;
+    spec.ttl_steps = ttl;
     req.job = &job;
     req.table = &spec;
     req.table_id = (uint32_t)id;
@@ -162,6 +163,7 @@ int tessera_table_register(tessera *t, const struct tessera_table_spec *s, int *
     struct ts_err err = { 0 };
     struct sdk_table *x = NULL;
     const char *init, *optimizer;
+    uint64_t ttl;
     ts_status st;
 
     if (!s || !table)
@@ -171,6 +173,9 @@ int tessera_table_register(tessera *t, const struct tessera_table_spec *s, int *
                                         "any version of struct tessera_table_spec (start "
                                         "from TESSERA_TABLE_SPEC_INIT)", s->size));
     init = s->init ? s->init : "normal:0.01";
+    /* Fields a caller's older struct has not: their defaults. */
+    ttl = s->size >= offsetof(struct tessera_table_spec, ttl_steps) + sizeof(s->ttl_steps)
+              ? s->ttl_steps : 0;
     optimizer = s->optimizer ? s->optimizer : t->job.optimizer;
     if ((st = supported(t, &err)) || (st = ts_job_id_check("table.name", s->name, &err)))
         return sdk_fail(e, &err);
@@ -195,13 +200,14 @@ int tessera_table_register(tessera *t, const struct tessera_table_spec *s, int *
     x->max_id = s->max_id;
     if (t->local) {
         struct ts_table_cfg cfg = { .name = s->name, .dim = s->dim, .max_id = s->max_id,
-                                    .init = init, .seed = s->seed, .optimizer = optimizer };
+                                    .init = init, .seed = s->seed, .optimizer = optimizer,
+                                    .ttl_steps = ttl };
         st = ts_table_create(&t->job, &cfg, NULL, &x->local, &err);
     }
     if (!st)
         st = rows_ring(t, &err);
     if (!st && !t->local)
-        st = register_remote(t, t->ntables, s, init, optimizer, &x->version, &err);
+        st = register_remote(t, t->ntables, s, init, optimizer, ttl, &x->version, &err);
     if (!st && !t->local && !t->hello.done)
         st = sdk_hello_or_remap(t, &err);
     if (st) {

@@ -132,7 +132,7 @@ bool ts_snap_same_table(const Tessera__V1__TableSpec *a, const Tessera__V1__Tabl
 {
     return strcmp(a->name, b->name) == 0 && a->dim == b->dim && a->max_id == b->max_id &&
            strcmp(a->initializer, b->initializer) == 0 && a->seed == b->seed &&
-           strcmp(a->optimizer, b->optimizer) == 0;
+           strcmp(a->optimizer, b->optimizer) == 0 && a->ttl_steps == b->ttl_steps;
 }
 
 ts_status snap_count_tables(const struct ts_snap_piece *pieces, size_t n, size_t *ntables,

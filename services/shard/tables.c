@@ -17,7 +17,7 @@ static bool same_table(const struct shard_table *t, const Tessera__V1__TableSpec
 {
     return strcmp(t->name, s->name) == 0 && t->dim == s->dim && t->max_id == s->max_id &&
            strcmp(t->init, s->initializer) == 0 && t->seed == s->seed &&
-           strcmp(t->optimizer, s->optimizer) == 0;
+           strcmp(t->optimizer, s->optimizer) == 0 && t->ttl_steps == s->ttl_steps;
 }
 
 /* The spec's strings fit (lib/table checks the rest when it creates the store). */
@@ -52,7 +52,7 @@ static ts_status create(struct shard_params *sp, struct ts_cluster *cl, uint32_t
     const Tessera__V1__TableSpec *s = req->table;
     struct ts_table_cfg cfg = { .name = s->name, .dim = s->dim, .max_id = s->max_id,
                                 .init = s->initializer, .seed = s->seed,
-                                .optimizer = s->optimizer };
+                                .optimizer = s->optimizer, .ttl_steps = s->ttl_steps };
     struct shard_table *t = calloc(1, sizeof(*t));
     pthread_rwlockattr_t ra;
     ts_status st;
@@ -75,6 +75,7 @@ static ts_status create(struct shard_params *sp, struct ts_cluster *cl, uint32_t
     t->dim = s->dim;
     t->max_id = s->max_id;
     t->seed = s->seed;
+    t->ttl_steps = s->ttl_steps;
     t->rate_ms = ts_now_ms();   /* the first heartbeat measures from here */
     if ((st = rowcopy_place(t, &sj->job, &sp->tables_budget, cl, me, err))) {
         table_free(t);
@@ -445,6 +446,7 @@ static ts_status piece_table(struct ts_snap_piece *pc, const struct shard_table 
     spec->initializer = (char *)t->init;
     spec->seed = t->seed;
     spec->optimizer = (char *)t->optimizer;
+    spec->ttl_steps = t->ttl_steps;
     tm->id = t->id;
     tm->spec = spec;
     tm->rows = rowcopy_rows((struct shard_table *)t);

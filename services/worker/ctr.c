@@ -146,6 +146,7 @@ static int setup(struct ctr_run *r)
         spec.init = "normal:0.01";
         spec.seed = o->seed;
         spec.optimizer = o->table_optimizer;
+        spec.ttl_steps = o->row_ttl;
         if (tessera_table_register(r->t, &spec, &r->tables[f], &e))
             return fail(r, &e, "register table");
         /* A kept job, or one restored from a snapshot: every table where the tensors are. */

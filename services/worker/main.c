@@ -74,6 +74,7 @@ static int trainer_options(const struct trainer_flags *f, struct train_opts *o)
     o->ctr_rows = (uint64_t)f->tr.ctr_rows, o->eval_samples = (uint64_t)f->tr.eval_samples;
     o->table_optimizer = f->tr.table_optimizer;
     o->prefetch_depth = (uint32_t)f->tr.prefetch_depth;
+    o->row_ttl = (uint64_t)f->tr.row_ttl;
     o->sdk.elastic = !f->tr.no_elastic && !o->ctr && tessera_options_can_be_elastic(&o->sdk);
     return -1;
 }

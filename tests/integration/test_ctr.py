@@ -12,7 +12,7 @@
   run's params_sha256.
 - Disk tier: the exact runs again on shards holding a tenth of the rows or less in memory
   (--table-mem, --table-dir), ending on the same fingerprint; a shard of such a cluster
-  killed with --replicas 2, too.
+  killed with --replicas 2, too; --row-ttl 5 on them ends on the --local run's fingerprint.
 - Learning: a local run of 2000 steps of 256 samples reaches a held-out AUC within 0.01 of
   the planted optimum (lib/data/ctr.h) on 20000 held-out samples, and a log-loss within 0.01
   of the optimum's.
@@ -135,6 +135,18 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
                     # kept job's tables share the budget with the next job's).
                     if (shards, workers) == (1, 1):
                         self.assertGreater(sum(d["prefetch_used"] for d in tiers), 100)
+
+
+    def test_row_lifetime_stays_exact(self):
+        """--row-ttl 5: rows no step updated in 5 steps are dropped every 5 steps, on the
+        shards, their copies and their disks alike: 2 workers on the 3 tiered shards end on
+        the --local run's fingerprint, with fewer rows than without it."""
+        args = EXACT + ["--row-ttl", "5"]
+        want = train_json(["--local"] + args)
+        got = train_json(["--master", self.ups[3], "--workers", "2", "--job", "ttl"] + args)
+        self.assertEqual(got["params_sha256"], want["params_sha256"])
+        self.assertEqual(got["table_rows"], want["table_rows"])
+        self.assertLess(want["table_rows"], self.local["table_rows"] / 2)
 
 
 class Resume(tl.ClusterCase, unittest.TestCase):

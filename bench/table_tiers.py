@@ -74,10 +74,12 @@ def worker(a):
     mine = np.arange(a.rank, a.rows, 2, dtype=np.int64)
     nfill = (mine.size + POPULATE - 1) // POPULATE
     step = 0
+    one = np.empty((1, a.dim), np.float32)
     for k in range(nfill):
         ids = mine[k * POPULATE:(k + 1) * POPULATE]
         c.push_rows(t, step, ids, np.full((ids.size, a.dim), 1e-3, np.float32))
         step += 1
+        c.pull_rows(t, step, mine[:1], one)   # BSP: the next push waits for this step
     print(json.dumps({"populated": step}), flush=True)
     if not sys.stdin.readline():
         return 1
@@ -102,6 +104,7 @@ def worker(a):
     c.pull_rows(t, step + total, ids[0][:1], out[:1])   # the last step applied
     print(json.dumps({"rank": a.rank, "start": start[a.warmup:], "end": end[a.warmup:]}),
           flush=True)
+    sys.stdin.readline()   # the job (and its tables) stays until the parent read the status
     c.close()
     return 0
 
@@ -180,6 +183,9 @@ def run_config(a, binary, script, name, mem, tier, prefetch, work):
             p.stdin.flush()
         rs = sorted(wait_line(), key=lambda r: r["rank"])
         after = tier_totals(binary, cluster.master)
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
         if any(p.wait() for p in procs):
             raise RuntimeError(f"{name}: workers failed")
     finally:
@@ -253,12 +259,11 @@ def main():
             d = os.path.join(work, str(len(out)))
             os.makedirs(d)
             out.append(run_config(a, binary, script, name, mem, tier, prefetch, d))
-            shutil.rmtree(d, ignore_errors=True)
+            shutil.rmtree(os.path.join(d, "tier"), ignore_errors=True)
             print(f"  {name}: {out[-1]['rows_per_s']} rows/s", file=sys.stderr)
     except (RuntimeError, KeyboardInterrupt, OSError) as e:
-        sys.exit(f"table_tiers: {str(e) or 'interrupted'} (files in {work})")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        sys.exit(f"table_tiers: {str(e) or 'interrupted'} (logs kept in {work})")
+    shutil.rmtree(work, ignore_errors=True)
     base = out[0]["rows_per_s"]
     print(f"\nsparse step, 2 workers x 2 shards, {a.rows} rows of dim {a.dim}, batch {a.batch} "
           f"ids a worker, Zipf {ZIPF_A}; medians of {a.steps} steps")

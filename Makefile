@@ -231,6 +231,8 @@ bench: build
 	    --bin $(BUILD)/bin --out bench/results/python_buffers.json
 	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/embeddings.py \
 	    --bin $(BUILD)/bin --out bench/results/embeddings.json
+	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/table_tiers.py \
+	    --bin $(BUILD)/bin --out bench/results/table_tiers.json
 	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/torch_overlap.py \
 	    --bin $(BUILD)/bin --out bench/results/torch_overlap.json
 	PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 bench/torch_models.py \

@@ -689,6 +689,8 @@ static bool drop_listed(struct rows *r, struct idlist *dels, uint64_t id)
         return false;
     if (!idmap_find(&r->gone, id, &k))
         idmap_put(&r->gone, id, 0);
+    if (r->guarding && idmap_find(&r->guard, id, &k))   /* a prefetch read it before */
+        idmap_del(&r->guard, id);
     return true;
 }
 

@@ -40,7 +40,8 @@ static ts_status make_copy(struct shard_table *t, const struct ts_job *job,
                            struct table_store *out, struct ts_err *err)
 {
     struct ts_table_cfg cfg = { .name = t->name, .dim = t->dim, .max_id = t->max_id,
-                                .init = t->init, .seed = t->seed, .optimizer = t->optimizer };
+                                .init = t->init, .seed = t->seed, .optimizer = t->optimizer,
+                                .ttl_steps = t->ttl_steps };   /* a copy sweeps as its head */
     ts_status st;
 
     out->origin = origin;

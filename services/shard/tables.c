@@ -628,6 +628,7 @@ ts_status shard_tables_rollback(struct shard_params *sp, struct ts_cluster *cl, 
         spec.initializer = t->init;
         spec.seed = t->seed;
         spec.optimizer = t->optimizer;
+        spec.ttl_steps = t->ttl_steps;
         runs_free(t);   /* what it wrote since is not the job's any more: the next is full */
         /* Placed on the ring of the map now: its own rows and copies, all from m. */
         pthread_rwlock_wrlock(&t->lock);

@@ -196,9 +196,9 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         cls.c = tl.Cluster()
         cls.certs = cls.c.make_certs(shards=3)
 
-    def kill_one(self, replicas, job, at=(25,), hang=False, up=()):
+    def kill_one(self, replicas, job, at=(25,), hang=False, up=(), train=()):
         c, certs = self.c, self.certs
-        args = [a if a != "30" else "80" for a in EXACT]
+        args = [a if a != "30" else "80" for a in EXACT] + list(train)
         proc, addr = c.tessera_up(["--shards", "3", "--replicas", str(replicas), "--store",
                                    os.path.join(c.dir, "store-" + job), "--snapshot-every",
                                    "10", "--tls-dir", certs] + list(up), name="up-" + job)
@@ -255,6 +255,15 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
                                                   os.path.join(self.c.dir, "tier-k2d")])
         self.assertEqual(got["rollbacks"], 0, err[-3000:])
         self.assertIn("failed over", err)
+
+    def test_row_lifetime_through_a_failover_and_a_rollback(self):
+        """--row-ttl 5: the copies drop rows as their heads do, so the copies that take over
+        end on the --local fingerprint; without copies the job goes back to a snapshot of
+        tables with a lifetime and ends there too."""
+        got, err, _ = self.kill_one(2, "k2t", train=["--row-ttl", "5"])
+        self.assertEqual(got["rollbacks"], 0, err[-3000:])
+        got, err, _ = self.kill_one(1, "k1t", train=["--row-ttl", "5"])
+        self.assertEqual(got["rollbacks"], 1, err[-3000:])
 
     def test_copies_take_over_from_a_hung_shard(self):
         """A shard stopped (SIGSTOP) past its lease is dropped from the map while the workers

@@ -338,6 +338,10 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
         m = self.c.start_master(name="master-any", extra=[
             "--metrics-port", str(mport), "--metrics-listen", "0.0.0.0"])
         try:
+            # its port file says gRPC is up; /metrics may come a moment later (it failed
+            # once under a loaded make test with "connection refused")
+            tl.wait_until(lambda: connects(outside, mport), 10,
+                          "the master's /metrics on %s:%d" % (outside, mport))
             with urllib.request.urlopen("http://%s:%d/metrics" % (outside, mport),
                                         timeout=10) as r:
                 self.assertEqual(r.status, 200)

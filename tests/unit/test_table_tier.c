@@ -240,7 +240,8 @@ static void t_clock_against_reference(void **state)
 }
 
 /* A prefetch's disk read races an operation that brings the same row in and changes it: the
- * operation's bits stay; the rows no operation touched come in, unpinned. */
+ * operation's bits stay; the rows no operation touched come in, unpinned. Rows dropped (row
+ * lifetime) during a prefetch's read do not come back. */
 static void t_prefetch_keeps_what_an_operation_changed(void **state)
 {
     struct ts_err e = { 0 };
@@ -255,12 +256,16 @@ static void t_prefetch_keeps_what_an_operation_changed(void **state)
     rows_init(&r, rec, tier, NULL, rec);
     rows_begin(&r, 100);
     assert_int_equal(rows_reserve(&r, 4, &e), TS_OK);
-    for (int i = 0; i < 4; i++)
-        row_values(rows_add(&r, ids[i]))[0] = (float)ids[i];
+    for (int i = 0; i < 4; i++) {
+        struct row *w = rows_add(&r, ids[i]);
+        row_values(w)[0] = (float)ids[i];
+        w->step = 7;
+    }
     rows_begin(&r, 100);
     r.quota = 0;                 /* every row out: CLOCK empties memory to the disk */
     assert_int_equal(rows_reserve(&r, 1, &e), TS_OK);
     row_values(rows_add(&r, 9))[0] = 9.0f;
+    rows_find(&r, 9)->step = 7;
     rows_flush(&r);
     assert_int_equal(r.resident, 1);
     assert_true(rows_prefetch_begin(&r, ids, 4, 100, &want, &nwant, &e));
@@ -285,6 +290,40 @@ static void t_prefetch_keeps_what_an_operation_changed(void **state)
     assert_int_equal(rows_load(&r, ids, 4, &e), TS_OK);
     assert_int_equal(r.stats.prefetch_used, 3);
     assert_int_equal(r.stats.misses, 1);   /* row 2's load, before */
+    /* Dropped (row lifetime) while a prefetch reads them: they do not come back. */
+    for (int i = 0; i < 4; i++) {
+        rows_find(&r, ids[i])->step = 0;
+        rows_find(&r, ids[i])->flags |= ROW_UNWRITTEN;
+    }
+    rows_begin(&r, 100);
+    r.quota = 0;
+    assert_int_equal(rows_reserve(&r, 1, &e), TS_OK);
+    row_values(rows_add(&r, 10))[0] = 10.0f;
+    rows_find(&r, 10)->step = 5;
+    rows_flush(&r);
+    assert_true(rows_prefetch_begin(&r, ids, 4, 100, &want, &nwant, &e));
+    assert_int_equal(nwant, 4);
+    assert_int_equal(tier_get_many(tier, r.space, 4, ids, recs, rec, found, &e), TS_OK);
+    assert_true(found[0] && found[3]);
+    {
+        bool partial;
+        uint64_t before = r.n;
+
+        assert_int_equal(rows_expire(&r, 1, &partial), 4);   /* rows 1..4: step 0 */
+        assert_false(partial);
+        assert_int_equal(r.n, before - 4);
+    }
+    rows_prefetch_end(&r, r.space, ids, 4, recs, found);
+    free(want);
+    for (int i = 0; i < 4; i++) {
+        bool there = true;
+
+        assert_int_equal(rows_read(&r, ids[i], NULL, &there, &e), TS_OK);
+        assert_false(there);
+    }
+    rows_flush(&r);   /* the deletes written: the disk has none of them either */
+    assert_int_equal(tier_get_many(tier, r.space, 4, ids, recs, rec, found, &e), TS_OK);
+    assert_false(found[0] || found[1] || found[2] || found[3]);
     rows_fini(&r);
 }
 

@@ -68,8 +68,9 @@ LR = 0.05
 INIT = "normal:0.01"       # the tables' default (docs/embeddings.md)
 
 
-def batches(rank, steps, batch, seed):
-    """The ids of `steps` batches of rank `rank`: Zipf ranks 1..ROWS, hashed over the table."""
+def batches(rank, steps, batch, seed, rows=ROWS):
+    """The ids of `steps` batches of rank `rank`: Zipf ranks 1..rows, hashed over the table
+    (bench/table_tiers.py draws its batches here too)."""
     import numpy as np
     rng = np.random.default_rng([seed, rank])
     out = []
@@ -77,8 +78,8 @@ def batches(rank, steps, batch, seed):
         got = np.empty(0, np.int64)
         while got.size < batch:
             k = rng.zipf(ZIPF_A, batch)
-            got = np.concatenate([got, k[k <= ROWS]])
-        out.append(((got[:batch] - 1) * HASH) % ROWS)
+            got = np.concatenate([got, k[k <= rows]])
+        out.append(((got[:batch] - 1) * HASH) % rows)
     return out
 
 

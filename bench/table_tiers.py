@@ -42,22 +42,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-HASH = 2654435761
-ZIPF_A = 1.05
 POPULATE = 65536
 
-
-def batches(rank, steps, batch, rows, seed):
-    import numpy as np
-    rng = np.random.default_rng([seed, rank])
-    out = []
-    for _ in range(steps):
-        got = np.empty(0, np.int64)
-        while got.size < batch:
-            k = rng.zipf(ZIPF_A, batch)
-            got = np.concatenate([got, k[k <= rows]])
-        out.append(((got[:batch] - 1) * HASH) % rows)
-    return out
+sys.path.insert(0, HERE)
+from embeddings import ZIPF_A, batches  # noqa: E402  (the same Zipf batches as embeddings.py)
 
 
 def worker(a):
@@ -84,7 +72,7 @@ def worker(a):
     if not sys.stdin.readline():
         return 1
     total = a.warmup + a.steps
-    ids = batches(a.rank, total + 2, a.batch, a.rows, a.seed)
+    ids = batches(a.rank, total + 2, a.batch, a.seed, rows=a.rows)
     out = np.empty((a.batch, a.dim), np.float32)
     grads = np.full((a.batch, a.dim), 1e-3, np.float32)
     start, end = [], []

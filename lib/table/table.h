@@ -6,8 +6,9 @@
  * holds every element from the start; a table instead creates a row when a push first touches
  * it, keeps it in a hash map keyed by its 64-bit id, and updates only the rows a step touched,
  * with optimizer state that lives with the row ("lazy" state). A shard holds the rows the
- * ring gives it of every table; a later issue puts a disk tier under them, which is why rows
- * are reached through one narrow interface (internal.h: rows_find, rows_reserve, rows_add).
+ * ring gives it of every table; with a disk tier (struct ts_table_budget.tier, tier.h) the
+ * rows that do not fit in its memory share wait on disk, which is why rows are reached
+ * through one narrow interface (internal.h, rows.c).
  *
  * A table is created for a job (lib/ps's struct ts_job: workers, exact, batch, mode,
  * staleness) from a struct ts_table_cfg: name, dim, the id range [0, max_id] (max_id up to

@@ -158,6 +158,7 @@ struct ts_table {
     struct ts_table_tiers tiers_seen;
 };
 
+/* idmap.c */
 ts_status idmap_reserve(struct idmap *m, size_t more, struct ts_err *err);
 bool idmap_find(const struct idmap *m, uint64_t id, uint64_t *val);
 void idmap_put(struct idmap *m, uint64_t id, uint64_t val);   /* after reserve; id absent */

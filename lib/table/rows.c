@@ -1,9 +1,7 @@
 /* rows.c - where a table's rows live: an id map and records in chunks, and with a disk tier
  * the memory tier over it.
  *
- * The map is open addressing with linear probing over two arrays (ids, record numbers), a
- * power-of-two capacity grown by doubling at 3/4 full; ids are mixed by splitmix64's
- * finaliser, since real ids are often dense or strided and would cluster. Records sit in
+ * The id map is idmap.c's. Records sit in
  * chunks of ROWS_CHUNK so that growing never moves a row (a pointer to one stays valid) and
  * never copies gigabytes. Growth happens only in *_reserve, which a caller runs before it
  * changes anything, so an add cannot fail half way through a step.
@@ -17,9 +15,9 @@
  * batch is searched, newest first, before the disk. Of the table's quota (rows_begin), four
  * fifths are for rows in memory and a fifth for records waiting for the disk: past that, an
  * eviction waits for the oldest batch (the disk is slower than the pushes), the one place an
- * operation waits on a write. Why CLOCK: hits as
- * LRU's on the Zipf workload at no list to keep in order (bench/embeddings.py), and one bit
- * a row. */
+ * operation waits on a write. Why CLOCK: one bit a row and no list to reorder under the
+ * table's lock on every hit; how its hit rate compares with LRU's on this workload is not
+ * measured yet. */
 #include "table/internal.h"
 #include "table/tier.h"
 #include "util/proc.h"
@@ -27,110 +25,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-
-static inline size_t slot_of(uint64_t id, size_t cap)
-{
-    uint64_t z = id;
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (size_t)(z ^ (z >> 31)) & (cap - 1);
-}
-
-static void put(uint64_t *keys, uint64_t *vals, size_t cap, uint64_t id, uint64_t val)
-{
-    size_t i = slot_of(id, cap);
-
-    while (keys[i] != IDMAP_EMPTY)
-        i = (i + 1) & (cap - 1);
-    keys[i] = id;
-    vals[i] = val;
-}
-
-ts_status idmap_reserve(struct idmap *m, size_t more, struct ts_err *err)
-{
-    size_t want = m->n + more, cap = m->cap ? m->cap : 16;
-    uint64_t *keys, *vals;
-
-    while (want > cap / 4 * 3)
-        cap *= 2;
-    if (cap == m->cap)
-        return TS_OK;
-    keys = malloc(cap * sizeof(*keys));
-    vals = malloc(cap * sizeof(*vals));
-    if (!keys || !vals) {
-        free(keys);
-        free(vals);
-        return ts_err_set(err, TS_ENOMEM, "no memory for a map of %zu rows", want);
-    }
-    memset(keys, 0xff, cap * sizeof(*keys));      /* IDMAP_EMPTY */
-    for (size_t i = 0; i < m->cap; i++)
-        if (m->keys[i] != IDMAP_EMPTY)
-            put(keys, vals, cap, m->keys[i], m->vals[i]);
-    free(m->keys);
-    free(m->vals);
-    m->keys = keys;
-    m->vals = vals;
-    m->cap = cap;
-    return TS_OK;
-}
-
-bool idmap_find(const struct idmap *m, uint64_t id, uint64_t *val)
-{
-    if (!m->cap)
-        return false;
-    for (size_t i = slot_of(id, m->cap);; i = (i + 1) & (m->cap - 1)) {
-        if (m->keys[i] == id) {
-            *val = m->vals[i];
-            return true;
-        }
-        if (m->keys[i] == IDMAP_EMPTY)
-            return false;
-    }
-}
-
-void idmap_put(struct idmap *m, uint64_t id, uint64_t val)
-{
-    put(m->keys, m->vals, m->cap, id, val);
-    m->n++;
-}
-
-void idmap_clear(struct idmap *m)
-{
-    if (m->cap)
-        memset(m->keys, 0xff, m->cap * sizeof(*m->keys));
-    m->n = 0;
-}
-
-void idmap_del(struct idmap *m, uint64_t id)
-{
-    size_t mask = m->cap - 1, i = slot_of(id, m->cap), j;
-
-    while (m->keys[i] != id)
-        i = (i + 1) & mask;
-    /* Backward shift: each later entry of the run moves into the hole unless its own home
-     * lies cyclically in (hole, its place]. */
-    for (j = (i + 1) & mask; m->keys[j] != IDMAP_EMPTY; j = (j + 1) & mask) {
-        size_t home = slot_of(m->keys[j], m->cap);
-        bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
-
-        if (!stays) {
-            m->keys[i] = m->keys[j];
-            m->vals[i] = m->vals[j];
-            i = j;
-        }
-    }
-    m->keys[i] = IDMAP_EMPTY;
-    m->n--;
-}
-
-void idmap_fini(struct idmap *m)
-{
-    free(m->keys);
-    free(m->vals);
-    memset(m, 0, sizeof(*m));
-}
-
 
 #define WB_BYTES (1u << 20)        /* a batch for the writer */
 #define WB_AGE_MS 1000             /* a batch this old goes to the writer, full or not */

@@ -516,6 +516,8 @@ void dp_rows_prefetch(struct dp_conn *dc, const struct ts_frame_hdr *h, const vo
     struct shard_table *t;
     struct ts_err err = { 0 };
 
+    if (!dc->dp->params->tables_budget.tier)   /* every row in memory: nothing to read */
+        return;
     if (table_of(dc, h, &t, &err) || in.n > TS_TABLE_PUSH_MAX ||
         h->len != in.n * sizeof(uint64_t) || !in.n)
         return;

@@ -272,8 +272,9 @@ static bool evict_one(struct rows *r)
  * quota, CLOCK frees slots first; when it cannot, the tier goes past its quota for now. */
 static uint64_t slot_take(struct rows *r)
 {
-    while (r->tier && r->resident >= r->quota && evict_one(r))
-        ;
+    while (r->tier && r->resident >= r->quota && r->dry != r->epoch)
+        if (!evict_one(r))
+            r->dry = r->epoch;
     if (r->nfree)
         return r->free[--r->nfree];
     return r->slots++;

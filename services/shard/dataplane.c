@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dp_prefetch.h"
 #include "metrics/metrics.h"
 #include "testhooks.h"
 #include "transport/frame.h"
@@ -913,6 +914,10 @@ ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const c
     dp->max_conns = DP_DEFAULT_MAX_CONNS;
     if (dp_access_create(&dp->access, err))
         return err->code;
+    if (dp_prefetch_create(&dp->prefetch, err)) {
+        dp_access_free(dp->access);
+        return err->code;
+    }
 #if TS_TEST_HOOKS
     const char *flip = ts_hook("TESSERA_TEST_FLIP_REPLICA");
     if (flip && sscanf(flip, "%u:%u", &dp->flip_tensor, &dp->flip_part) == 2) {
@@ -972,6 +977,7 @@ void dataplane_stop(struct dataplane *dp)
     cancel_waits(dp, NULL);
     reap(dp, true);
     pthread_mutex_unlock(&dp->mu);
+    dp_prefetch_free(dp->prefetch);   /* after the connections: none posts any more */
     for (size_t i = 0; i < dp->n; i++)
         ts_tp_unlisten(dp->listeners[i].l);
     pthread_mutex_destroy(&dp->mu);

@@ -89,6 +89,7 @@ struct dataplane {
      * DP_DEFAULT_MAX_CONNS), and the refusals so far by reason. */
     size_t max_conns;
     atomic_uint_least64_t refused[DP_REFUSED_N];
+    struct dp_prefetch *prefetch;   /* prefetch frames' disk reads (dp_prefetch.h) */
 };
 
 /* "handshake", "corrupt", ...: the reason's name, for metrics and status (static storage). */

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dp_prefetch.h"
 #include "metrics/metrics.h"
 #include "rowcopy.h"
 #include "tables.h"
@@ -524,13 +525,14 @@ void dp_rows_prefetch(struct dp_conn *dc, const struct ts_frame_hdr *h, const vo
     if (pthread_rwlock_tryrdlock(&t->lock))   /* placed anew right now: not worth a wait */
         return;
     if (whole(t)) {
-        ts_table_prefetch(t->t, in.ids, in.n);
+        dp_prefetch_post(dc->dp->prefetch, dc->job, t, t->t, in.ids, in.n);
     } else if (!serving(dc, t, &err) && !route(dc, t, &in, &err)) {
         for (size_t k = 0; k < t->nstores; k++) {
             size_t m = 0;
             if (dc->split.served[k] &&
                 !gather(dc, &in, dc->split.key, (uint32_t)k, &m, &err) && m)
-                ts_table_prefetch(t->stores[k].t, dc->split.ids, m);
+                dp_prefetch_post(dc->dp->prefetch, dc->job, t, t->stores[k].t,
+                                 dc->split.ids, m);
         }
     }
     pthread_rwlock_unlock(&t->lock);

@@ -53,6 +53,7 @@
 
 #include "dataplane_facts.h"
 #include "dp_internal.h"
+#include "dp_prefetch.h"
 #include "fake_master.h"
 #include "ps/part_internal.h"
 #include "shard.h"
@@ -355,7 +356,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     /* The data plane as dataplane_start leaves it, without its listeners. */
     sh.dp.params = &sh.params;
     sh.dp.max_conns = DP_DEFAULT_MAX_CONNS;
-    if (dp_access_create(&sh.dp.access, &err))
+    if (dp_access_create(&sh.dp.access, &err) || dp_prefetch_create(&sh.dp.prefetch, &err))
         abort();
     pthread_mutex_init(&sh.dp.mu, NULL);
     pthread_mutex_init(&sh.dp.sum_mu, NULL);

@@ -24,9 +24,14 @@ The disk's limit: fio, random 4 KiB reads with O_DIRECT (psync, queue depth 1, 1
 1 GiB file in the same temporary directory, beside each run's rows read from disk a second
 (a row not in the page cache costs at least one such read).
 
+Beside the time: the CPU the cluster (`tessera up`, its master and shards) used a timed step
+("cpu ms"; the machine's other load does not inflate it as it does times), and the seconds
+the populate took ("made s": rows created past the memory tier).
+
 Results: a table on stdout and bench/results/table_tiers.json with the headline
 {"ours": rows/s at 10% in memory with prefetch, "baseline": rows/s all in memory, unit,
-ratio}. Progress goes to stderr.
+ratio}. Progress goes to stderr. --only runs some configurations (and the baseline) and
+writes no results file.
 """
 
 import argparse
@@ -159,17 +164,19 @@ def run_config(a, binary, script, name, mem, tier, prefetch, work):
 
         t0 = time.monotonic()
         wait_line()
-        print(f"  {name}: {a.rows} rows made in {time.monotonic() - t0:.0f} s",
-              file=sys.stderr)
+        made_s = time.monotonic() - t0
+        print(f"  {name}: {a.rows} rows made in {made_s:.0f} s", file=sys.stderr)
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
         wait_line()
         before = tier_totals(binary, cluster.master)
+        cpu0 = cluster.cpu_s()
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
         rs = sorted(wait_line(), key=lambda r: r["rank"])
+        cpu = cluster.cpu_s() - cpu0
         after = tier_totals(binary, cluster.master)
         for p in procs:
             p.stdin.write("go\n")
@@ -189,6 +196,8 @@ def run_config(a, binary, script, name, mem, tier, prefetch, work):
     med = statistics.median(step)
     return {"config": name, "table_mem": mem, "tier": tier, "prefetch": prefetch,
             "step_ms": round(med * 1e3, 3), "rows_per_s": round(4 * a.batch / med),
+            "shard_cpu_ms_per_step": round(cpu * 1e3 / len(step), 3),
+            "populate_s": round(made_s, 1),
             "hit_rate": round(d["hits"] / looked, 4) if looked else None,
             "disk_reads_per_s": round(d["misses"] / sum(step)) if step else 0,
             "prefetch_used": d["prefetch_used"], "evictions": d["evictions"]}
@@ -208,6 +217,10 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true",
                     help="10^5 rows, 10 steps, no 100%% and no fio: a smoke run")
+    ap.add_argument("--only", action="append", metavar="CONFIG",
+                    help="run only this configuration (its name as in the table, e.g. "
+                         "'10%%, prefetch'; repeatable; 'memory' always runs: it is the "
+                         "baseline)")
     ap.add_argument("--bin", default=os.environ.get("TESSERA_BIN") or
                     os.path.join(REPO, "build", "bin"))
     ap.add_argument("--out", default=os.path.join(HERE, "results", "table_tiers.json"))
@@ -234,6 +247,13 @@ def main():
                 ("10%, prefetch", share[0.1], True, True),
                 ("1%, no prefetch", share[0.01], True, False),
                 ("1%, prefetch", share[0.01], True, True)]
+    if a.only:
+        names = {c[0] for c in configs}
+        unknown = [n for n in a.only if n not in names]
+        if unknown:
+            sys.exit(f"table_tiers: no configuration {unknown[0]!r}; they are: "
+                     + ", ".join(repr(c[0]) for c in configs))
+        configs = [c for c in configs if c[0] == "memory" or c[0] in a.only]
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.default_int_handler)
     work = tempfile.mkdtemp(prefix="bench-tiers-", dir=os.environ.get("TMPDIR", "/var/tmp"))
@@ -256,15 +276,18 @@ def main():
     print(f"\nsparse step, 2 workers x 2 shards, {a.rows} rows of dim {a.dim}, batch {a.batch} "
           f"ids a worker, Zipf {ZIPF_A}; medians of {a.steps} steps")
     print(f"{'config':<18} {'table-mem':>10} {'step ms':>8} {'rows/s':>10} {'x memory':>8} "
-          f"{'hit rate':>8} {'disk rd/s':>9} {'pf used':>8}")
+          f"{'hit rate':>8} {'disk rd/s':>9} {'pf used':>8} {'cpu ms':>7} {'made s':>6}")
     for r in out:
         hr = "-" if r["hit_rate"] is None else f"{100 * r['hit_rate']:.1f}%"
         print(f"{r['config']:<18} {r['table_mem']:>10} {r['step_ms']:>8.1f} "
               f"{r['rows_per_s']:>10} {r['rows_per_s'] / base:>8.2f} {hr:>8} "
-              f"{r['disk_reads_per_s']:>9} {r['prefetch_used']:>8}")
+              f"{r['disk_reads_per_s']:>9} {r['prefetch_used']:>8} "
+              f"{r['shard_cpu_ms_per_step']:>7.1f} {r['populate_s']:>6.0f}")
     if iops:
         print(f"disk: {iops:.0f} random 4 KiB reads/s (fio, O_DIRECT, depth 1)")
-    ours = next(r for r in out if r["config"] == "10%, prefetch")["rows_per_s"]
+    ours = next((r["rows_per_s"] for r in out if r["config"] == "10%, prefetch"), None)
+    if ours is None:
+        return 0   # a partial run (--only) writes no headline
     doc = {"bench": "table_tiers", "rows": a.rows, "dim": a.dim, "batch": a.batch,
            "steps": a.steps, "fio_randread_iops": iops, "configs": out,
            "headline": {"ours": ours, "baseline": base, "unit": "rows/s",

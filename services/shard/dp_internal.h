@@ -276,7 +276,8 @@ ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
                        struct ts_err *err) TS_MUST_CHECK;
 ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h,
                        struct ts_err *err) TS_MUST_CHECK;
-/* A ROWS_PREFETCH: the ids each store here serves go to ts_table_prefetch. A hint: what is
+/* A ROWS_PREFETCH: the ids each store here serves are queued for the shard's prefetch thread
+ * (dp_prefetch.h), which gives them to ts_table_prefetch. A hint: what is
  * wrong with it (no job, an unknown table, a bad length, ids no store here serves) is
  * dropped, and nothing is answered. */
 void dp_rows_prefetch(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *buf);

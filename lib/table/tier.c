@@ -93,6 +93,26 @@ static char *write_batch(struct ts_tier *tier, const struct tier_batch *b)
     return e;
 }
 
+/* The failure as a reader wants it: RocksDB's text names the file it was writing (a path the
+ * message already has, in front) and repeats the cause, so the common causes are said once. */
+static void set_failure(struct ts_tier *tier, const char *e)
+{
+    static const struct { const char *text, *say; } known[] = {
+        { "No space left on device", "no space left on the device (ENOSPC)" },
+        { "Disk quota exceeded", "the disk quota is exceeded (EDQUOT)" },
+        { "Read-only file system", "the file system is read-only (EROFS)" },
+        { "Permission denied", "permission denied (EACCES)" },
+        { "Input/output error", "an I/O error (EIO)" },
+    };
+
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (strstr(e, known[i].text)) {
+            snprintf(tier->failure, sizeof(tier->failure), "%s", known[i].say);
+            return;
+        }
+    snprintf(tier->failure, sizeof(tier->failure), "%s", e);
+}
+
 static void *writer_main(void *arg)
 {
     struct ts_tier *tier = arg;
@@ -114,7 +134,7 @@ static void *writer_main(void *arg)
             pthread_mutex_lock(&tier->mu);
         }
         if (e) {
-            snprintf(tier->failure, sizeof(tier->failure), "%s", e);
+            set_failure(tier, e);
             free(e);   /* rocksdb_free is free() */
             pthread_cond_broadcast(&tier->done);   /* waiters see the failure (tier_wait) */
             if (tier->stop) {

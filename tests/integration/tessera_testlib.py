@@ -654,6 +654,39 @@ def local_fingerprint(steps, *extra):
     return json.loads(r.stdout)["params_sha256"]
 
 
+PRIVATE_NS_ENV = "TESSERA_PRIVATE_MOUNT_NS"   # set in the copy that runs in the namespace
+SKIP = 77   # ctest's SKIP_RETURN_CODE for the tests that need what a machine may lack
+
+
+def private_mount_namespace(script):
+    """Runs script again, with this process's arguments, in a private mount namespace
+    (`unshare --mount`, root only), where a test may mount a small tmpfs, a disk that fills
+    up, that nothing outside sees and that goes with the namespace: does not return. Returns
+    why it cannot, or None in that copy."""
+    if os.environ.get(PRIVATE_NS_ENV) == "1":
+        return None
+    if os.geteuid() != 0:
+        return "not root: a tmpfs cannot be mounted"
+    unshare = shutil.which("unshare")
+    if not unshare:
+        return "no unshare(1) on PATH"
+    argv = [unshare, "--mount", "--propagation", "private"]
+    probe = subprocess.run(argv + ["true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return "unshare --mount is not allowed here: %s" % probe.stderr.strip()
+    os.execve(unshare, argv + [sys.executable, os.path.abspath(script)] + sys.argv[1:],
+              dict(os.environ, **{PRIVATE_NS_ENV: "1"}))
+
+
+def mount_tmpfs(mnt, size, remount=False):
+    """A tmpfs of size (mount's size=: "256k", "4m") on mnt, or the one there resized; why
+    not, or None."""
+    argv = (["mount", "-o", "remount,size=%s" % size, mnt] if remount else
+            ["mount", "-t", "tmpfs", "-o", "size=%s" % size, "tessera-full", mnt])
+    r = subprocess.run(argv, capture_output=True, text=True)
+    return "%s failed: %s" % (" ".join(argv[:3]), r.stderr.strip()) if r.returncode else None
+
+
 def start_prometheus(cluster, ports):
     """A real Prometheus (Debian's) scraping 127.0.0.1:PORT of each of ports every second, as
     a process of cluster; returns query(promql) -> [values] or None."""

@@ -20,35 +20,8 @@ sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
 from test_snapshot import Cell, cli  # noqa: E402
 
-NS_ENV = "TESSERA_STORE_FULL_NS"   # set in the copy of this test that runs in the namespace
-SKIP = 77
 TRAIN = ["--exact", "--seed", "5", "--batch", "64", "--micro", "16", "--partition-kb", "64",
          "--json"]
-
-
-def enter_namespace():
-    """Runs this file again in a private mount namespace (does not return), or returns why it
-    cannot; None when this is that copy already."""
-    if os.environ.get(NS_ENV) == "1":
-        return None
-    if os.geteuid() != 0:
-        return "not root: a tmpfs cannot be mounted"
-    unshare = shutil.which("unshare")
-    if not unshare:
-        return "no unshare(1) on PATH"
-    argv = [unshare, "--mount", "--propagation", "private"]
-    probe = subprocess.run(argv + ["true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return "unshare --mount is not allowed here: %s" % probe.stderr.strip()
-    os.execve(unshare, argv + [sys.executable, os.path.abspath(__file__)] + sys.argv[1:],
-              dict(os.environ, **{NS_ENV: "1"}))
-
-
-def mount_small(mnt):
-    """A 256 KiB tmpfs on mnt; why not, or None."""
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tessera-full", mnt],
-                       capture_output=True, text=True)
-    return "mount -t tmpfs failed: %s" % r.stderr.strip() if r.returncode else None
 
 
 class FullStore(unittest.TestCase):
@@ -78,15 +51,15 @@ class FullStore(unittest.TestCase):
 
 
 def main():
-    why = enter_namespace()
+    why = tl.private_mount_namespace(__file__)
     tmp = tempfile.mkdtemp(prefix="tessera-full.")
     FullStore.mnt = os.path.join(tmp, "mnt")
     os.mkdir(FullStore.mnt)
-    why = why or mount_small(FullStore.mnt)
+    why = why or tl.mount_tmpfs(FullStore.mnt, "256k")
     if why:
         shutil.rmtree(tmp, ignore_errors=True)
         print("test_store_full: skipped: %s" % why, flush=True)
-        sys.exit(SKIP)
+        sys.exit(tl.SKIP)
     try:
         ok = unittest.main(exit=False).result.wasSuccessful()
     finally:

@@ -14,8 +14,11 @@
 #include "util/log.h"
 #include "util/proc.h"
 
-/* Calls fn on every partition this shard holds of sj; takes mu to walk (tensors are only ever
- * added, partitions never removed). Stops at the first error. */
+/* Calls fn on every partition this shard holds of sj; stops at the first error. Tensors are
+ * only ever added, but a map that moved a partition away drops it (rechain.c), and
+ * shard_params_reap frees it once nothing pins it: each one is read under mu and pinned
+ * while fn runs (a snapshot's write waits on a partition for seconds; a partition freed
+ * meanwhile was a use after free that hung the shard's snapshot). */
 static ts_status walk(struct shard_params *sp, struct shard_job *sj, bool followers,
                       ts_status (*fn)(void *ctx, struct shard_tensor *t, uint32_t index,
                                       struct ts_part *p, struct ts_err *err),
@@ -29,9 +32,20 @@ static ts_status walk(struct shard_params *sp, struct shard_job *sj, bool follow
         pthread_mutex_lock(&sp->mu);
         t = sj->tensors[i];
         pthread_mutex_unlock(&sp->mu);
-        for (uint32_t p = 0; t && !st && p < t->nparts; p++)
-            if (t->parts[p] && (followers || !t->follows[p]))
-                st = fn(ctx, t, p, t->parts[p], err);
+        for (uint32_t p = 0; t && !st && p < t->nparts; p++) {
+            struct ts_part *part;
+
+            pthread_mutex_lock(&sp->mu);
+            if ((part = t->parts[p]) && (followers || !t->follows[p]))
+                ts_part_pin(part);
+            else
+                part = NULL;
+            pthread_mutex_unlock(&sp->mu);
+            if (part) {
+                st = fn(ctx, t, p, part, err);
+                ts_part_unpin(part);
+            }
+        }
     }
     return st;
 }

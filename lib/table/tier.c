@@ -217,9 +217,9 @@ ts_status ts_tier_open(const char *dir, struct ts_tier **out, struct ts_err *err
     rocksdb_block_based_options_set_block_cache(tier->bbt, tier->cache);
     rocksdb_block_based_options_set_filter_policy(tier->bbt,
                                                   rocksdb_filterpolicy_create_bloom(10));
-    /* Point reads of single rows: 1 KiB blocks (a row is 0.2 to 1 KiB; 4 KiB read and
-     * checked a row was the reads' main cost), a hash index in each block (no binary
-     * search), the files mapped (no read call and copy a block). */
+    /* Point reads of single rows: 1 KiB blocks (a row is 0.2 to 1 KiB; with 4 KiB ones
+     * each row read copied and checksummed four times its bytes), a hash index in each
+     * block (no binary search), the files mapped (no read call and copy a block). */
     rocksdb_block_based_options_set_block_size(tier->bbt, 1024);
     rocksdb_block_based_options_set_data_block_index_type(
         tier->bbt, rocksdb_block_based_table_data_block_index_type_binary_search_and_hash);

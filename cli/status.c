@@ -181,6 +181,8 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
                     ts_json_uint(&j, "rows_pushed", ts->rows_pushed);
                     ts_json_num(&j, "pulled_per_s", ts->pulled_per_s);
                     ts_json_num(&j, "pushed_per_s", ts->pushed_per_s);
+                    ts_json_uint(&j, "ttl_steps", ts->ttl_steps);
+                    ts_json_uint(&j, "expired", ts->expired);
                     if (ts->tiered) {
                         ts_json_obj(&j, "disk_tier");
                         ts_json_uint(&j, "mem_rows", ts->mem_rows);
@@ -353,6 +355,9 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                        "files\n", r.mem_rows, r.hits + r.misses ? 100.0 * (double)r.hits /
                        (double)(r.hits + r.misses) : 100.0, r.evictions, r.writeback_rows,
                        r.disk_bytes / 1048576.0);
+            if (r.ttl_tables)
+                printf("       row lifetime: %" PRIu64 " tables with one, %" PRIu64 " rows "
+                       "dropped so far\n", r.ttl_tables, r.expired);
         }
         if (v && v->partitions_lost)
             printf("       %" PRIu64 " partitions it heads lost every copy\n",

@@ -192,6 +192,8 @@ struct ts_shard_roles {
     double pulled_per_s, pushed_per_s;          /* their rows, over the last heartbeats */
     /* The disk tier, over every table (0 without one): TableStatus's fields, summed. */
     uint64_t tiered, mem_rows, hits, misses, evictions, writeback_rows, disk_bytes;
+    /* Row lifetime: the tables that have one, and the rows they dropped. */
+    uint64_t ttl_tables, expired;
 };
 
 static inline struct ts_shard_roles ts_shard_roles(const Tessera__V1__ShardStatusResponse *v)
@@ -219,6 +221,8 @@ static inline struct ts_shard_roles ts_shard_roles(const Tessera__V1__ShardStatu
             r.evictions += ts->evictions;
             r.writeback_rows += ts->writeback_rows;
             r.disk_bytes += ts->disk_bytes;
+            r.ttl_tables += ts->ttl_steps != 0;
+            r.expired += ts->expired;
         }
     }
     return r;

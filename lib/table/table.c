@@ -354,6 +354,7 @@ void ts_table_tiers(struct ts_table *t, struct ts_table_tiers *out)
         return;
     }
     out->rows = r->n;
+    out->expired = r->stats.expired;
     if (r->tier) {
         out->tiered = true;
         out->resident = r->resident;

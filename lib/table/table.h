@@ -152,6 +152,8 @@ struct ts_table_tiers {
     /* ts_table_prefetch: rows it brought in, and of those, used by an operation since, or
      * evicted unused */
     uint64_t prefetched, prefetch_used, prefetch_unused;
+    /* Rows its row lifetime dropped (ts_table_cfg.ttl_steps), with a tier or without. */
+    uint64_t expired;
 };
 void ts_table_tiers(struct ts_table *t, struct ts_table_tiers *out);
 

@@ -205,6 +205,7 @@ void rowcopy_tiers(struct shard_table *t, struct ts_table_tiers *out)
         out->prefetched += s.prefetched;
         out->prefetch_used += s.prefetch_used;
         out->prefetch_unused += s.prefetch_unused;
+        out->expired += s.expired;
     }
     if (all)
         pthread_rwlock_unlock(&t->lock);

@@ -63,6 +63,8 @@ static ts_status encode_jobs(struct ts_rpc_call *call, struct shard_params *sp,
             ts->prefetched = t->tiers.prefetched;
             ts->prefetch_used = t->tiers.prefetch_used;
             ts->prefetch_unused = t->tiers.prefetch_unused;
+            ts->ttl_steps = t->ttl_steps;
+            ts->expired = t->tiers.expired;
             ts->rows_pushed = t->pushed;
             ts->pulled_per_s = t->pulled_per_s;
             ts->pushed_per_s = t->pushed_per_s;

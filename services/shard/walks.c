@@ -424,6 +424,7 @@ ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **o
             snprintf(ts->name, sizeof(ts->name), "%s", t->name);
             ts->rows = rowcopy_rows(t);
             ts->bytes = rowcopy_bytes(t);
+            ts->ttl_steps = t->ttl_steps;
             rowcopy_tiers(t, &ts->tiers);
             ts->pulled = atomic_load(&t->pulled);
             ts->pushed = atomic_load(&t->pushed);

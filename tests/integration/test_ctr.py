@@ -141,13 +141,24 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
     def test_row_lifetime_stays_exact(self):
         """--row-ttl 5: rows no step updated in 5 steps are dropped every 5 steps, on the
         shards, their copies and their disks alike: 2 workers on the 3 tiered shards end on
-        the --local run's fingerprint, with fewer rows than without it."""
+        the --local run's fingerprint, with fewer rows than without it; `tessera status`
+        shows each table's lifetime and the rows it dropped."""
         args = EXACT + ["--row-ttl", "5"]
         want = train_json(["--local"] + args)
-        got = train_json(["--master", self.ups[3], "--workers", "2", "--job", "ttl"] + args)
+        got = train_json(["--master", self.ups[3], "--workers", "2", "--job", "ttl",
+                          "--keep"] + args)
         self.assertEqual(got["params_sha256"], want["params_sha256"])
         self.assertEqual(got["table_rows"], want["table_rows"])
         self.assertLess(want["table_rows"], self.local["table_rows"] / 2)
+        tables = [t for s in tl.status_json(self.ups[3])["shards"]
+                  for t in s.get("table_list", []) if t["job"] == "ttl"]
+        self.assertEqual(len(tables), 8 * 3)
+        self.assertEqual({t["ttl_steps"] for t in tables}, {5})
+        # Copies drop their rows too: at least the rows the table lost over its life.
+        self.assertGreater(sum(t["expired"] for t in tables),
+                           self.local["table_rows"] - want["table_rows"])
+        text = tl.run_cli(["status", "--master", self.ups[3]]).stdout
+        self.assertIn("row lifetime: 8 tables with one", text)
 
 
 class Resume(tl.ClusterCase, unittest.TestCase):

@@ -678,6 +678,27 @@ def private_mount_namespace(script):
               dict(os.environ, **{PRIVATE_NS_ENV: "1"}))
 
 
+def main_on_tmpfs(script, size, case):
+    """main() of a test whose case needs a small disk that fills up: in a private mount
+    namespace, a tmpfs of size on case.mnt (a fresh temporary directory), the tests run
+    (main()), then unmounted and removed. Where that cannot be, it prints why and exits SKIP
+    (ctest's SKIP_RETURN_CODE)."""
+    why = private_mount_namespace(script)
+    tmp = tempfile.mkdtemp(prefix="tessera-full.")
+    case.mnt = os.path.join(tmp, "mnt")
+    os.mkdir(case.mnt)
+    why = why or mount_tmpfs(case.mnt, size)
+    if why:
+        shutil.rmtree(tmp, ignore_errors=True)
+        print("%s: skipped: %s" % (os.path.basename(script), why), flush=True)
+        sys.exit(SKIP)
+    try:
+        main()
+    finally:
+        subprocess.run(["umount", case.mnt], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def mount_tmpfs(mnt, size, remount=False):
     """A tmpfs of size (mount's size=: "256k", "4m") on mnt, or the one there resized; why
     not, or None."""

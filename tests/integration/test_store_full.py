@@ -10,10 +10,7 @@ is not allowed the test prints why and exits 77 (ctest: skipped); lib/store's te
 (tests/unit/test_store.c) checks the same on /dev/full without a mount.
 """
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.dont_write_bytecode = True
@@ -25,7 +22,7 @@ TRAIN = ["--exact", "--seed", "5", "--batch", "64", "--micro", "16", "--partitio
 
 
 class FullStore(unittest.TestCase):
-    mnt = None   # the tmpfs, mounted by main()
+    mnt = None   # the tmpfs, mounted by tl.main_on_tmpfs
 
     def test_snapshot_on_a_full_disk_says_no_space(self):
         # A long path, as deployments have: the message must shorten it, not the cause.
@@ -50,23 +47,5 @@ class FullStore(unittest.TestCase):
             cell.close(failed=failed)
 
 
-def main():
-    why = tl.private_mount_namespace(__file__)
-    tmp = tempfile.mkdtemp(prefix="tessera-full.")
-    FullStore.mnt = os.path.join(tmp, "mnt")
-    os.mkdir(FullStore.mnt)
-    why = why or tl.mount_tmpfs(FullStore.mnt, "256k")
-    if why:
-        shutil.rmtree(tmp, ignore_errors=True)
-        print("test_store_full: skipped: %s" % why, flush=True)
-        sys.exit(tl.SKIP)
-    try:
-        ok = unittest.main(exit=False).result.wasSuccessful()
-    finally:
-        subprocess.run(["umount", FullStore.mnt], capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-    sys.exit(0 if ok else 1)
-
-
 if __name__ == "__main__":
-    main()
+    tl.main_on_tmpfs(__file__, "256k", FullStore)

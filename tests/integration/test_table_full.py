@@ -18,10 +18,7 @@ t_full_disk_refuses_and_loses_nothing (tests/unit/test_table_tier.c) checks the 
 failed writes injected.
 """
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -82,7 +79,7 @@ class Run:
 
 
 class FullTier(unittest.TestCase):
-    mnt = None   # the tmpfs, mounted by main()
+    mnt = None   # the tmpfs, mounted by tl.main_on_tmpfs
 
     def test_refused_while_full_then_the_same_fingerprint(self):
         local = Run("local")
@@ -129,22 +126,5 @@ class FullTier(unittest.TestCase):
             c.stop()
 
 
-def main():
-    why = tl.private_mount_namespace(__file__)
-    tmp = tempfile.mkdtemp(prefix="tessera-table-full.")
-    FullTier.mnt = os.path.join(tmp, "mnt")
-    os.mkdir(FullTier.mnt)
-    why = why or tl.mount_tmpfs(FullTier.mnt, "4m")
-    if why:
-        shutil.rmtree(tmp, ignore_errors=True)
-        print("test_table_full: skipped: %s" % why, flush=True)
-        sys.exit(tl.SKIP)
-    try:
-        tl.main()
-    finally:
-        subprocess.run(["umount", FullTier.mnt], capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 if __name__ == "__main__":
-    main()
+    tl.main_on_tmpfs(__file__, "4m", FullTier)

@@ -772,7 +772,18 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
         return ts_err_set(err, TS_EINVAL, "reason: %zu bytes, at most %d", strlen(reason),
                           TS_MEMBERS_MAX_REASON);
     pthread_mutex_lock(&m->mu);
-    if (!(st = find_alive(m, kind, id, &e, err)) &&
+    /* A member declared dead may still leave: a worker whose lease ran out (stopped, or
+     * starved on a loaded machine) while it finished its last step tells its outcome (its
+     * fingerprint, the job's when it is rank 0) this way, before it heartbeats again. It
+     * is out of the map already: no new epoch. */
+    if ((e = find_id(table_of(m, kind), id)) && e->state == TS_MEMBER_DEAD && id) {
+        if (!(st = check_cred(e, cred, "deregister it", err))) {
+            e->state = TS_MEMBER_LEFT;
+            ts_log(TS_INFO, "master", "%s %u, declared dead (%s), left (%s)", kind_name(kind),
+                   id, e->death, reason && reason[0] ? reason : "no reason given");
+            *epoch = m->epoch;
+        }
+    } else if (!(st = find_alive(m, kind, id, &e, err)) &&
         !(st = check_cred(e, cred, "deregister it", err))) {
         e->state = TS_MEMBER_LEFT;
         snprintf(why, sizeof(why), "%s %u left (%s)", kind_name(kind), id,

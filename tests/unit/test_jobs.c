@@ -82,6 +82,20 @@ static void fingerprint_is_rank_0s(void **state)
     jobs_leave(j, 2, false, FP1, "", 20);
     assert_string_equal(info(j, "b").fingerprint, FP);
     jobs_free(j);
+
+    /* The other order: rank 1 finished first (its fingerprint stands in), then rank 0 was
+     * declared dead while it took its own (an elastic job ends as trained), and told it after
+     * (the master takes a dead member's Deregister: test_members). */
+    j = mk(0, 0, 0);
+    assert_int_equal(jobs_join(j, "c", 1, 0, 2, 0, false, true, false, NULL, 0, NULL), TS_OK);
+    assert_int_equal(jobs_join(j, "c", 2, 1, 2, 0, false, true, false, NULL, 0, NULL), TS_OK);
+    jobs_leave(j, 2, false, FP1, "", 10);
+    jobs_dead(j, 1, 15);
+    assert_int_equal(info(j, "c").state, JOB_FINISHED);   /* trained: nothing is lost */
+    assert_string_equal(info(j, "c").fingerprint, FP1);
+    jobs_leave(j, 1, false, FP, "", 20);
+    assert_string_equal(info(j, "c").fingerprint, FP);
+    jobs_free(j);
 }
 
 static void finished_then_released(void **state)

@@ -294,6 +294,40 @@ static void heartbeat_errors(void **state)
     ts_members_free(m);
 }
 
+/* A worker declared dead (its lease ran out while it finished) still leaves with its outcome:
+ * the master takes the Deregister of its own registration, with no new epoch; a stranger's
+ * credential is refused, and a second Deregister finds it gone. */
+static void a_member_declared_dead_may_still_leave(void **state)
+{
+    struct ts_members *m = mk(1000);
+    struct ts_member_cred own = { .secret_sha256 = { 1 }, .has_secret = true };
+    struct ts_member_cred other = { .secret_sha256 = { 2 }, .has_secret = true };
+    struct ts_member_grant g;
+    struct ts_members_view v;
+    struct ts_err e = { 0 };
+    uint64_t epoch, before;
+
+    (void)state;
+    add_shard(m, "h:1", "a", 0);
+    assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "w", 0, 0, &g, &own, NULL),
+                     TS_OK);
+    assert_int_equal(ts_members_expire(m, 5000, NULL, NULL), 2);
+    before = ts_members_epoch(m);
+    assert_int_equal(ts_members_deregister(m, TS_MEMBER_WORKER, g.id, "done", &epoch, &other,
+                                           &e), TS_EPERM);
+    assert_int_equal(ts_members_deregister(m, TS_MEMBER_WORKER, g.id, "done", &epoch, &own,
+                                           NULL), TS_OK);
+    assert_int_equal(epoch, before);
+    assert_int_equal(ts_members_epoch(m), before);
+    assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+    assert_int_equal(v.workers[0].state, TS_MEMBER_LEFT);
+    ts_members_view_free(&v);
+    ts_err_clear(&e);
+    assert_int_equal(ts_members_deregister(m, TS_MEMBER_WORKER, g.id, "", &epoch, &own, &e),
+                     TS_ESTATE);
+    ts_members_free(m);
+}
+
 static void deregister_and_replacement(void **state)
 {
     struct ts_members *m = mk(3000);
@@ -802,6 +836,7 @@ int main(void)
         cmocka_unit_test(declared_dead_on_report),
         cmocka_unit_test(joining_shard_goes_on_the_ring_once_moves_are_done),
         cmocka_unit_test(heartbeat_errors),
+        cmocka_unit_test(a_member_declared_dead_may_still_leave),
         cmocka_unit_test(deregister_and_replacement),
         cmocka_unit_test(first_heartbeat_within_the_default_lease),
         cmocka_unit_test(many_workers_keep_their_ids),

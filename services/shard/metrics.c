@@ -18,6 +18,7 @@ static struct {
     struct ts_metric_family *table_rows, *table_bytes, *table_pulled, *table_pushed;
     struct ts_metric_family *tier_mem_rows, *tier_hits, *tier_misses, *tier_evictions;
     struct ts_metric_family *tier_written, *tier_pending, *tier_lag, *tier_disk;
+    struct ts_metric_family *ttl_steps, *expired;
 } fam;
 
 /* One table's series (docs/embeddings.md), read at the scrape. */
@@ -32,6 +33,10 @@ static void collect_table(void *arg, const char *job, struct shard_table *t)
     ts_counter_set(ts_metric_child(fam.table_pulled, v), atomic_load(&t->pulled));
     ts_counter_set(ts_metric_child(fam.table_pushed, v), atomic_load(&t->pushed));
     rowcopy_tiers(t, &d);
+    if (t->ttl_steps) {   /* row lifetime (docs/embeddings.md), with or without a tier */
+        ts_gauge_set(ts_metric_child(fam.ttl_steps, v), (double)t->ttl_steps);
+        ts_counter_set(ts_metric_child(fam.expired, v), d.expired);
+    }
     if (!d.tiered)
         return;
     ts_gauge_set(ts_metric_child(fam.tier_mem_rows, v), (double)d.resident);
@@ -157,8 +162,15 @@ void shard_metrics_init(struct shard *s)
                                      "the oldest row waiting for the disk has waited",
                                      TS_METRIC_GAUGE, "job_id,table", NULL, 0);
     fam.tier_disk = ts_metrics_family("tessera_shard_table_disk_bytes", "the table's rows in "
-                                      "the disk tier's files (RocksDB's estimate)",
+                                      "the disk reserved for them in the disk tier's files",
                                       TS_METRIC_GAUGE, "job_id,table", NULL, 0);
+    fam.ttl_steps = ts_metrics_family("tessera_shard_table_ttl_steps", "the table's row "
+                                      "lifetime: rows no step updated in this many steps are "
+                                      "dropped (only tables with one)", TS_METRIC_GAUGE,
+                                      "job_id,table", NULL, 0);
+    fam.expired = ts_metrics_family("tessera_shard_table_rows_expired_total", "rows of the "
+                                    "table its row lifetime dropped here, copies included",
+                                    TS_METRIC_COUNTER, "job_id,table", NULL, 0);
     ts_metrics_collector(collect, s);
 }
 

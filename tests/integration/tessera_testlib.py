@@ -747,6 +747,29 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_ports(n):
+    """A base port with n free ports from it (e.g. `tessera up --metrics-port BASE`: the
+    master's and each shard's)."""
+    import socket
+    for _ in range(200):
+        base = free_port()
+        if base + n >= 65000:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("0.0.0.0", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no %d consecutive free ports" % n)
+
+
 class ClusterCase:
     """A mixin for a unittest.TestCase whose class shares one Cluster in cls.c: once any test
     of the class fails, tearDownClass prints the cluster's logs before stopping it."""

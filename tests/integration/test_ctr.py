@@ -21,10 +21,12 @@
   --overlap or --mode reduce."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
 import unittest
+import urllib.request
 
 import tessera_testlib as tl
 
@@ -99,10 +101,12 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
         cls.local = train_json(["--local"] + EXACT)
         certs = cls.c.make_certs(shards=3)
         cls.ups = {}
+        cls.metrics = tl.free_ports(4)   # the 3-shard cluster's: master, shards 1 to 3
         for shards, mem in ((1, "256K"), (3, "64K")):
             _, cls.ups[shards] = cls.c.tessera_up(
                 ["--shards", str(shards), "--tls-dir", certs, "--table-mem", mem,
-                 "--table-dir", os.path.join(cls.c.dir, "tier%d" % shards)],
+                 "--table-dir", os.path.join(cls.c.dir, "tier%d" % shards)]
+                + (["--metrics-port", str(cls.metrics)] if shards == 3 else []),
                 name="tier%d" % shards)
 
     def test_exact_through_the_disk_tier(self):
@@ -141,8 +145,8 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
     def test_row_lifetime_stays_exact(self):
         """--row-ttl 5: rows no step updated in 5 steps are dropped every 5 steps, on the
         shards, their copies and their disks alike: 2 workers on the 3 tiered shards end on
-        the --local run's fingerprint, with fewer rows than without it; `tessera status`
-        shows each table's lifetime and the rows it dropped."""
+        the --local run's fingerprint, with fewer rows than without it; `tessera status` and
+        the shards' /metrics show each table's lifetime and the rows it dropped."""
         args = EXACT + ["--row-ttl", "5"]
         want = train_json(["--local"] + args)
         got = train_json(["--master", self.ups[3], "--workers", "2", "--job", "ttl",
@@ -159,6 +163,20 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
                            self.local["table_rows"] - want["table_rows"])
         text = tl.run_cli(["status", "--master", self.ups[3]]).stdout
         self.assertIn("row lifetime: 8 tables with one", text)
+        # The same counts on /metrics, a series a table each shard (docs/embeddings.md).
+        ttl, expired = [], 0.0
+        for shard in (1, 2, 3):
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % (self.metrics + shard),
+                                        timeout=10) as r:
+                text = r.read().decode()
+            ttl += re.findall(r'^tessera_shard_table_ttl_steps\{job_id="ttl",table="[^"]+"\} '
+                              r'(\S+)$', text, re.M)
+            expired += sum(float(v) for v in re.findall(
+                r'^tessera_shard_table_rows_expired_total\{job_id="ttl",table="[^"]+"\} (\S+)$',
+                text, re.M))
+        self.assertEqual({float(v) for v in ttl}, {5.0})
+        self.assertEqual(len(ttl), 8 * 3)
+        self.assertEqual(expired, sum(t["expired"] for t in tables))
 
 
 class Resume(tl.ClusterCase, unittest.TestCase):

@@ -73,27 +73,6 @@ ARTIFACTS = os.environ.get("TESSERA_ARTIFACTS") or os.path.join(
     os.path.dirname(os.path.abspath(tl.BIN)), "artifacts")
 
 
-def free_ports(n):
-    """A base port with n free ports from it."""
-    for _ in range(200):
-        base = tl.free_port()
-        if base + n >= 65000:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("0.0.0.0", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no %d consecutive free ports" % n)
-
-
 def get(port, path="/metrics", method="GET", headers=None):
     req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), method=method,
                                  headers=headers or {}, data=b"x" if method == "POST" else None)
@@ -241,8 +220,8 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.c = tl.Cluster()
-        cls.base = free_ports(3)
-        cls.wbase = free_ports(2)
+        cls.base = tl.free_ports(3)
+        cls.wbase = tl.free_ports(2)
         cls.up, cls.master = cls.c.tessera_up(["--shards", "2", "--metrics-port",
                                                str(cls.base), "--store",
                                                os.path.join(cls.c.dir, "store")])

@@ -48,9 +48,7 @@ class MetricsOfEndedJobs(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.c = tl.Cluster()
-        cls.base = tl.free_port()
-        while not all(_free(p) for p in (cls.base + 1, cls.base + 2)):
-            cls.base = tl.free_port()
+        cls.base = tl.free_ports(3)
         _, cls.master = cls.c.tessera_up(["--shards", "2", "--metrics-port", str(cls.base)])
         cls.ports = [cls.base, cls.base + 1, cls.base + 2]   # the master, shard 1, shard 2
 
@@ -92,16 +90,6 @@ class MetricsOfEndedJobs(tl.ClusterCase, unittest.TestCase):
         for port in self.ports:
             self.assertEqual([s for s in series(scrape(port)) if "job_id=" in s], [],
                              "port %d still names a job" % port)
-
-
-def _free(port):
-    import socket
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 if __name__ == "__main__":

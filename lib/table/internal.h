@@ -232,6 +232,8 @@ ts_status tier_get_many(struct ts_tier *tier, uint64_t space, size_t n, const ui
 ts_status tier_ids(struct ts_tier *tier, uint64_t space, uint64_t **ids, size_t *n,
                    struct ts_err *err);
 uint64_t tier_space_bytes(struct ts_tier *tier, uint64_t space);
+/* Benchmarks: every store's pages written, then dropped from memory (a cold start). */
+void tier_drop_cache(struct ts_tier *tier);
 void tier_batch_free(struct tier_batch *b);
 
 static inline float *row_values(struct row *w)

@@ -143,8 +143,8 @@ struct ts_table;
  * of existing rows found in memory (hits) or read from the disk (misses), rows evicted,
  * rows written to the disk, the records waiting for the writer and how long the oldest has
  * waited (a batch goes to the writer when full or a second old, at the table's next
- * operation), and the bytes of its rows in the disk's files (RocksDB's estimate of its
- * files: rows still in its write buffer, up to 16 MiB a shard, are not counted). */
+ * operation), and the disk its rows' files have reserved (tier.c: whole segments, so up to
+ * twice the rows' bytes). */
 struct ts_table_tiers {
     bool tiered;
     uint64_t rows, resident, mem_bytes, quota_rows;

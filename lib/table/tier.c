@@ -1,43 +1,83 @@
-/* tier.c - the disk tier: one RocksDB database, key spaces for table stores, and the writer
- * thread that writes evicted rows in batches (tier.h).
+/* tier.c - the disk tier: a file of fixed-size slots per table store, an in-memory index
+ * from row id to slot, and the writer thread that writes evicted rows in batches (tier.h).
+ *
+ * The store. A table store's rows are records of one size (rec), so its file is an array of
+ * slots: a row keeps its slot for life and a write-back overwrites it in place (no log, no
+ * compaction: the disk tier is a cache, emptied at each start, so nothing must be replayed).
+ * The index (idmap.c, id -> slot) is in memory: 16 bytes an entry, 21 to 32 bytes a row at
+ * its 3/4 load, against the row's 200 to 1000 bytes. A deleted row's slot goes on a free
+ * list for the next new row. The file grows in segments, each reserved on disk with
+ * posix_fallocate before it is used (so a full disk is an error the writer sees and retries,
+ * never a SIGBUS in a mapped write) and mapped shared: a read is an index probe and a
+ * memcpy from the mapping, a write a memcpy into it; the kernel writes the dirty pages back
+ * and, for a table larger than memory, drops clean ones. Segments double from 64 KiB up to
+ * 256 MiB, so a small table takes little disk and a large one few mappings. Measured against
+ * RocksDB and LMDB on this workload: docs/embeddings.md, "Choosing the disk tier's store".
+ *
+ * Locks. `lk` (writers preferred) guards the stores, their indexes and their segments: the
+ * readers (tier_get_many, tier_ids, tier_space_bytes) hold it shared for their whole call,
+ * the writer takes it exclusively to change an index or a segment list, and shared to copy
+ * records into slots. A record being copied is never one a reader reads: rows.c reads the
+ * disk only for rows in no batch not yet written, and a prefetch's reads without the
+ * table's lock are discarded for any row an operation touched meanwhile (rows.c, the guard).
  *
  * The writer takes batches in the order tables hand them (a FIFO), so a row evicted twice is
  * on disk as of its later eviction. A batch that fails (the disk full) stays at the head of
  * the queue and is tried again every TS_TIER_RETRY_MS: the table still finds its rows in it
- * (rows.c), so nothing is lost while the disk refuses. Options: no compression (rows are
- * floats, which compress poorly, and lz4 costs CPU on every read), a 10-bit Bloom filter a
- * key (a pull of a row that was never created looks for it on disk), a small block cache
- * (the table's own memory tier is the cache that counts), small blocks read through a
- * mapping (below), and reads as RocksDB's batched MultiGet. */
+ * (rows.c), so nothing is lost while the disk refuses; a retry writes the same records into
+ * the slots the failed try gave them. */
 #include "table/internal.h"
 #include "table/tier.h"
 
 #include "util/proc.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
-#include <rocksdb/c.h>
+#define SEG_MIN_BYTES (64u << 10)
+#define SEG_MAX_BYTES (256u << 20)
+#define PAGE 4096u
+#define LOCK_FILE "tier.lock"
+#define FILE_PREFIX "space-"
 
-#define KEY_LEN 16
-#define BLOCK_CACHE_BYTES (16u << 20)
-#define WRITE_BUFFER_BYTES (16u << 20)
+struct seg {
+    uint64_t first, n;             /* its slots */
+    uint8_t *base;                 /* mapped: slot first + i at base + i * rec */
+    size_t len;                    /* the mapping's bytes (whole pages) */
+};
+
+/* One table store's rows (a key space, tier_space). */
+struct space {
+    uint64_t id;
+    size_t rec;                    /* fixed by its first write */
+    struct idmap index;            /* row id -> slot */
+    uint64_t *free;                /* slots of deleted rows, nfree of them */
+    size_t nfree, free_cap;
+    uint64_t next;                 /* slots handed out from the end */
+    struct seg *segs;
+    size_t nsegs;
+    uint64_t cap;                  /* slots in segments */
+    uint64_t bytes;                /* reserved on disk */
+};
 
 struct ts_tier {
-    rocksdb_t *db;
-    rocksdb_column_family_handle_t *cf;   /* the default one: batched MultiGet names it */
-    rocksdb_options_t *opt;
-    rocksdb_block_based_table_options_t *bbt;
-    rocksdb_cache_t *cache;
-    rocksdb_writeoptions_t *wo;
-    rocksdb_readoptions_t *ro;
     char dir[PATH_MAX];
+    int lock_fd;
+    pthread_rwlock_t lk;           /* the stores (above) */
+    struct space **spaces;
+    size_t nspaces, spaces_cap;
+    struct idmap space_at;         /* space id -> index in spaces */
     pthread_t writer;
     bool started, stop;
     pthread_mutex_t mu;
@@ -48,53 +88,225 @@ struct ts_tier {
     bool full;                         /* tests: writes fail as on a full disk (under mu) */
 };
 
-static void key_of(uint8_t k[KEY_LEN], uint64_t space, uint64_t id)
+static char *fail_text(const char *what, const struct ts_tier *tier, int e)
 {
-    for (int b = 0; b < 8; b++) {
-        k[b] = (uint8_t)(space >> (56 - 8 * b));
-        k[8 + b] = (uint8_t)(id >> (56 - 8 * b));
+    char *s = NULL;
+
+    if (asprintf(&s, "%s in %s: %s", what, tier->dir, strerror(e)) < 0)
+        s = strdup(strerror(e));
+    return s ? s : strdup("out of memory");
+}
+
+/* ---- stores (lk held) ---- */
+
+static struct space *space_find(const struct ts_tier *tier, uint64_t id)
+{
+    uint64_t at;
+
+    return idmap_find(&tier->space_at, id, &at) ? tier->spaces[at] : NULL;
+}
+
+static void file_of(const struct ts_tier *tier, uint64_t id, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/" FILE_PREFIX "%" PRIu64 ".rows", tier->dir, id);
+}
+
+static void space_free(struct ts_tier *tier, struct space *s, bool unlink_file)
+{
+    char path[PATH_MAX + 64];
+
+    for (size_t i = 0; i < s->nsegs; i++)
+        munmap(s->segs[i].base, s->segs[i].len);
+    if (unlink_file) {
+        file_of(tier, s->id, path, sizeof(path));
+        unlink(path);
     }
+    idmap_fini(&s->index);
+    free(s->free);
+    free(s->segs);
+    free(s);
 }
 
-static uint64_t id_of(const char *k)
+/* The store `id` with records of rec bytes, made (its file created) if new; a malloc'd text
+ * on failure. */
+static char *space_get(struct ts_tier *tier, uint64_t id, size_t rec, struct space **out)
 {
-    uint64_t id = 0;
+    char path[PATH_MAX + 64];
+    struct space *s = space_find(tier, id);
+    char *e = NULL;
+    int fd;
 
-    for (int b = 0; b < 8; b++)
-        id = id << 8 | (uint8_t)k[8 + b];
-    return id;
+    if (s) {
+        if (s->rec != rec && asprintf(&e, "disk tier %s: records of %zu bytes for a store of "
+                                      "%zu-byte records", tier->dir, rec, s->rec) < 0)
+            e = strdup("disk tier: record size changed");
+        *out = s;
+        return e;
+    }
+    if (tier->nspaces == tier->spaces_cap) {
+        size_t cap = tier->spaces_cap ? 2 * tier->spaces_cap : 8;
+        struct space **v = realloc(tier->spaces, cap * sizeof(*v));
+
+        if (!v)
+            return strdup("disk tier: out of memory");
+        tier->spaces = v;
+        tier->spaces_cap = cap;
+    }
+    if (idmap_reserve(&tier->space_at, 1, NULL) || !(s = calloc(1, sizeof(*s))))
+        return strdup("disk tier: out of memory");
+    s->id = id;
+    s->rec = rec;
+    file_of(tier, id, path, sizeof(path));
+    /* Not kept open (a shard may hold hundreds of stores): the mappings need no descriptor. */
+    if ((fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+        e = fail_text("creating a store's file", tier, errno);
+        free(s);
+        return e;
+    }
+    close(fd);
+    idmap_put(&tier->space_at, id, tier->nspaces);
+    tier->spaces[tier->nspaces++] = s;
+    *out = s;
+    return NULL;
 }
 
-/* Writes b: its space's keys deleted (b->drop), then its dropped rows' (b->dels), then its
- * rows. */
+static void space_drop(struct ts_tier *tier, uint64_t id)
+{
+    struct space *s = space_find(tier, id);
+    size_t at;
+
+    if (!s)
+        return;
+    for (at = 0; tier->spaces[at] != s; at++)
+        ;
+    idmap_del(&tier->space_at, id);
+    if (at != --tier->nspaces) {
+        tier->spaces[at] = tier->spaces[tier->nspaces];
+        idmap_del(&tier->space_at, tier->spaces[at]->id);
+        idmap_put(&tier->space_at, tier->spaces[at]->id, at);
+    }
+    space_free(tier, s, true);
+}
+
+/* One more segment, twice the last one's size (up to SEG_MAX_BYTES). */
+static char *space_grow(struct ts_tier *tier, struct space *s)
+{
+    uint64_t last = s->nsegs ? s->segs[s->nsegs - 1].n * s->rec : SEG_MIN_BYTES / 2;
+    uint64_t bytes = last * 2 > SEG_MAX_BYTES ? SEG_MAX_BYTES : last * 2;
+    uint64_t n = bytes / s->rec ? bytes / s->rec : 1, len, off = s->bytes;
+    char path[PATH_MAX + 64];
+    struct seg *v;
+    uint8_t *base;
+    int fd, rc;
+
+    len = (n * s->rec + PAGE - 1) / PAGE * PAGE;
+    n = len / s->rec;
+    if (!(v = realloc(s->segs, (s->nsegs + 1) * sizeof(*v))))
+        return strdup("disk tier: out of memory");
+    s->segs = v;
+    file_of(tier, s->id, path, sizeof(path));
+    if ((fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
+        return fail_text("opening a store's file", tier, errno);
+    /* Reserved first: a mapped write past what the disk can hold would be a SIGBUS. */
+    if ((rc = posix_fallocate(fd, (off_t)off, (off_t)len))) {
+        close(fd);
+        return fail_text("reserving disk for rows", tier, rc);
+    }
+    base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
+    rc = errno;
+    close(fd);
+    if (base == MAP_FAILED)
+        return fail_text("mapping a store's file", tier, rc);
+    madvise(base, len, MADV_RANDOM);   /* rows are read one by one: no read-ahead */
+    s->segs[s->nsegs++] = (struct seg){ .first = s->cap, .n = n, .base = base, .len = len };
+    s->cap += n;
+    s->bytes += len;
+    return NULL;
+}
+
+static uint8_t *slot_ptr(const struct space *s, uint64_t slot)
+{
+    size_t lo = 0, hi = s->nsegs;
+
+    while (hi - lo > 1) {   /* the last segment whose first slot is <= slot */
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (s->segs[mid].first <= slot)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return s->segs[lo].base + (slot - s->segs[lo].first) * s->rec;
+}
+
+/* Gives each of b's rows that has none a slot (slots[i]: row i's), deleting b's dels first;
+ * nothing is given when a segment cannot be made. */
+static char *assign(struct ts_tier *tier, const struct tier_batch *b, struct space *s,
+                    uint64_t *slots)
+{
+    uint64_t k;
+    size_t fresh = 0;
+    char *e;
+
+    for (size_t i = 0; i < b->ndels; i++)
+        if (idmap_find(&s->index, b->dels[i], &k)) {
+            if (s->nfree == s->free_cap) {
+                size_t cap = s->free_cap ? 2 * s->free_cap : 64;
+                uint64_t *v = realloc(s->free, cap * sizeof(*v));
+
+                if (!v)
+                    return strdup("disk tier: out of memory");
+                s->free = v;
+                s->free_cap = cap;
+            }
+            idmap_del(&s->index, b->dels[i]);
+            s->free[s->nfree++] = k;
+        }
+    for (size_t i = 0; i < b->n; i++)
+        fresh += !idmap_find(&s->index, b->ids[i], &k);
+    if (idmap_reserve(&s->index, fresh, NULL))
+        return strdup("disk tier: out of memory for the index");
+    while (fresh > s->nfree && s->cap - s->next < fresh - s->nfree)
+        if ((e = space_grow(tier, s)))
+            return e;
+    for (size_t i = 0; i < b->n; i++)
+        if (!idmap_find(&s->index, b->ids[i], &slots[i])) {
+            slots[i] = s->nfree ? s->free[--s->nfree] : s->next++;
+            idmap_put(&s->index, b->ids[i], slots[i]);
+        }
+    return NULL;
+}
+
+/* Writes b: its space dropped (b->drop), then its dropped rows (b->dels), then its rows. */
 static char *write_batch(struct ts_tier *tier, const struct tier_batch *b)
 {
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    uint8_t k[KEY_LEN], end[KEY_LEN];
+    uint64_t *slots = NULL;
+    struct space *s = NULL;
     char *e = NULL;
 
-    if (b->drop) {
-        key_of(k, b->space, 0);
-        key_of(end, b->space + 1, 0);
-        rocksdb_writebatch_delete_range(wb, (const char *)k, KEY_LEN, (const char *)end,
-                                        KEY_LEN);
+    if (b->n && !(slots = malloc(b->n * sizeof(*slots))))
+        return strdup("disk tier: out of memory");
+    pthread_rwlock_wrlock(&tier->lk);
+    if (b->drop)
+        space_drop(tier, b->space);
+    if (b->n)
+        e = space_get(tier, b->space, b->rec, &s);
+    else
+        s = space_find(tier, b->space);
+    if (!e && s)
+        e = assign(tier, b, s, slots);
+    pthread_rwlock_unlock(&tier->lk);
+    if (!e && b->n) {   /* the copies, with readers of other rows going on */
+        pthread_rwlock_rdlock(&tier->lk);
+        for (size_t i = 0; i < b->n; i++)
+            memcpy(slot_ptr(s, slots[i]), b->recs + i * b->rec, b->rec);
+        pthread_rwlock_unlock(&tier->lk);
     }
-    for (size_t i = 0; i < b->ndels; i++) {
-        key_of(k, b->space, b->dels[i]);
-        rocksdb_writebatch_delete(wb, (const char *)k, KEY_LEN);
-    }
-    for (size_t i = 0; i < b->n; i++) {
-        key_of(k, b->space, b->ids[i]);
-        rocksdb_writebatch_put(wb, (const char *)k, KEY_LEN,
-                               (const char *)b->recs + i * b->rec, b->rec);
-    }
-    rocksdb_write(tier->db, tier->wo, wb, &e);
-    rocksdb_writebatch_destroy(wb);
+    free(slots);
     return e;
 }
 
-/* The failure as a reader wants it: RocksDB's text names the file it was writing (a path the
- * message already has, in front) and repeats the cause, so the common causes are said once. */
+/* The failure as a reader wants it: the common causes said the same way, once. */
 static void set_failure(struct ts_tier *tier, const char *e)
 {
     static const struct { const char *text, *say; } known[] = {
@@ -135,7 +347,7 @@ static void *writer_main(void *arg)
         }
         if (e) {
             set_failure(tier, e);
-            free(e);   /* rocksdb_free is free() */
+            free(e);
             pthread_cond_broadcast(&tier->done);   /* waiters see the failure (tier_wait) */
             if (tier->stop) {
                 b->skip = true;      /* closing: what the disk refuses is dropped */
@@ -162,31 +374,51 @@ static void *writer_main(void *arg)
 
 static void tier_free(struct ts_tier *tier)
 {
-    if (tier->cf)
-        rocksdb_column_family_handle_destroy(tier->cf);
-    if (tier->db)
-        rocksdb_close(tier->db);
-    if (tier->opt)
-        rocksdb_options_destroy(tier->opt);
-    if (tier->bbt)
-        rocksdb_block_based_options_destroy(tier->bbt);
-    if (tier->cache)
-        rocksdb_cache_destroy(tier->cache);
-    if (tier->wo)
-        rocksdb_writeoptions_destroy(tier->wo);
-    if (tier->ro)
-        rocksdb_readoptions_destroy(tier->ro);
+    for (size_t i = 0; i < tier->nspaces; i++)
+        space_free(tier, tier->spaces[i], true);
+    free(tier->spaces);
+    idmap_fini(&tier->space_at);
+    if (tier->lock_fd >= 0)
+        close(tier->lock_fd);   /* lets the lock go */
+    pthread_rwlock_destroy(&tier->lk);
     pthread_mutex_destroy(&tier->mu);
     pthread_cond_destroy(&tier->work);
     pthread_cond_destroy(&tier->done);
     free(tier);
 }
 
+/* A cache of rows, never read back by a new process (tier.h): the stores' files a shard
+ * killed before it closed its tier left are removed. */
+static ts_status empty_dir(const char *dir, struct ts_err *err)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char path[PATH_MAX + 256];
+
+    if (!d)
+        return ts_err_set(err, TS_EIO, "table-dir %s: cannot read it: %s", dir,
+                          strerror(errno));
+    while ((de = readdir(d)))
+        if (!strncmp(de->d_name, FILE_PREFIX, strlen(FILE_PREFIX))) {
+            snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+            if (unlink(path) && errno != ENOENT) {
+                ts_err_set(err, TS_EIO, "table-dir %s: cannot remove the old %s: %s", dir,
+                           de->d_name, strerror(errno));
+                closedir(d);
+                return TS_EIO;
+            }
+        }
+    closedir(d);
+    return TS_OK;
+}
+
 ts_status ts_tier_open(const char *dir, struct ts_tier **out, struct ts_err *err)
 {
+    pthread_rwlockattr_t attr;
+    char path[PATH_MAX + 64];
     struct ts_tier *tier;
     struct stat sb;
-    char *e = NULL;
+    ts_status st;
 
     if (!dir || !*dir || strlen(dir) >= PATH_MAX)
         return ts_err_set(err, TS_EINVAL, "table-dir: required, under %d bytes", PATH_MAX);
@@ -197,59 +429,34 @@ ts_status ts_tier_open(const char *dir, struct ts_tier **out, struct ts_err *err
         return ts_err_set(err, TS_EIO, "table-dir %s: not a directory", dir);
     if (!(tier = calloc(1, sizeof(*tier))))
         return ts_err_set(err, TS_ENOMEM, "no memory for the disk tier");
+    tier->lock_fd = -1;
+    pthread_rwlockattr_init(&attr);
+    /* The writer's short exclusive holds must not wait behind a stream of readers. */
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&tier->lk, &attr);
+    pthread_rwlockattr_destroy(&attr);
     pthread_mutex_init(&tier->mu, NULL);
     pthread_cond_init(&tier->work, NULL);
     pthread_cond_init(&tier->done, NULL);
     snprintf(tier->dir, sizeof(tier->dir), "%s", dir);
     atomic_init(&tier->next_space, 1);
-    tier->opt = rocksdb_options_create();
-    rocksdb_options_set_create_if_missing(tier->opt, 1);
-    rocksdb_options_set_compression(tier->opt, rocksdb_no_compression);
-    rocksdb_options_set_write_buffer_size(tier->opt, WRITE_BUFFER_BYTES);
-    rocksdb_options_set_max_background_jobs(tier->opt, 2);
-    /* A Bloom filter over the write buffer's keys too: many look-ups in a step are of rows
-     * not made yet, which the skip list would otherwise search (perf: that search was the
-     * shard's top cost, and the CTR run 1.2x as fast with it). */
-    rocksdb_options_set_memtable_prefix_bloom_size_ratio(tier->opt, 0.1);
-    rocksdb_options_set_memtable_whole_key_filtering(tier->opt, 1);
-    tier->cache = rocksdb_cache_create_lru(BLOCK_CACHE_BYTES);
-    tier->bbt = rocksdb_block_based_options_create();
-    rocksdb_block_based_options_set_block_cache(tier->bbt, tier->cache);
-    rocksdb_block_based_options_set_filter_policy(tier->bbt,
-                                                  rocksdb_filterpolicy_create_bloom(10));
-    /* Point reads of single rows: 1 KiB blocks (a row is 0.2 to 1 KiB; with 4 KiB ones
-     * each row read copied and checksummed four times its bytes), a hash index in each
-     * block (no binary search), the files mapped (no read call and copy a block). */
-    rocksdb_block_based_options_set_block_size(tier->bbt, 1024);
-    rocksdb_block_based_options_set_data_block_index_type(
-        tier->bbt, rocksdb_block_based_table_data_block_index_type_binary_search_and_hash);
-    rocksdb_options_set_allow_mmap_reads(tier->opt, 1);
-    rocksdb_options_set_block_based_table_factory(tier->opt, tier->bbt);
-    tier->wo = rocksdb_writeoptions_create();
-    rocksdb_writeoptions_disable_WAL(tier->wo, 1);
-    tier->ro = rocksdb_readoptions_create();
-    /* A cache of rows, never read back by a new process: start empty (tier.h). */
-    rocksdb_destroy_db(tier->opt, dir, &e);
-    if (e) {
-        ts_err_set(err, TS_EIO, "table-dir %s: cannot empty the old tier: %s", dir, e);
-        rocksdb_free(e);
+    snprintf(path, sizeof(path), "%s/" LOCK_FILE, dir);
+    if ((tier->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0) {
+        st = ts_err_set(err, TS_EIO, "table-dir %s: cannot open %s: %s", dir, LOCK_FILE,
+                        strerror(errno));
         tier_free(tier);
-        return TS_EIO;
+        return st;
     }
-    if (mkdir(dir, 0700) && errno != EEXIST) {
-        ts_err_set(err, TS_EIO, "table-dir %s: cannot create it: %s", dir, strerror(errno));
+    if (flock(tier->lock_fd, LOCK_EX | LOCK_NB)) {
+        st = ts_err_set(err, TS_EIO, "table-dir %s: another process holds its disk tier (%s); "
+                        "give each shard a directory of its own", dir,
+                        errno == EWOULDBLOCK ? "locked" : strerror(errno));
         tier_free(tier);
-        return TS_EIO;
+        return st;
     }
-    const char *cfname[1] = { "default" };
-    const rocksdb_options_t *cfopt[1] = { tier->opt };
-    if (!(tier->db = rocksdb_open_column_families(tier->opt, dir, 1, cfname, cfopt, &tier->cf,
-                                                  &e))) {
-        ts_err_set(err, TS_EIO, "table-dir %s: cannot open the disk tier: %s (is another "
-                   "shard using this directory?)", dir, e ? e : "unknown error");
-        rocksdb_free(e);
+    if ((st = empty_dir(dir, err))) {
         tier_free(tier);
-        return TS_EIO;
+        return st;
     }
     if (pthread_create(&tier->writer, NULL, writer_main, tier)) {
         tier_free(tier);
@@ -351,7 +558,7 @@ void tier_drop_space(struct ts_tier *tier, uint64_t space)
     struct tier_batch *b = calloc(1, sizeof(*b));
 
     if (!b)
-        return;     /* the keys stay until the database is emptied at the next start */
+        return;     /* the file stays until the tier closes */
     b->space = space;
     b->drop = true;
     b->orphan = true;
@@ -361,99 +568,38 @@ void tier_drop_space(struct ts_tier *tier, uint64_t space)
 ts_status tier_get_many(struct ts_tier *tier, uint64_t space, size_t n, const uint64_t *ids,
                         uint8_t *recs, size_t rec, bool *found, struct ts_err *err)
 {
-    enum { GROUP = 256 };
-    uint8_t keys[GROUP][KEY_LEN];
-    const char *kp[GROUP];
-    size_t ks[GROUP];
-    rocksdb_pinnableslice_t *vp[GROUP];
-    char *errs[GROUP];
+    const struct space *s;
     ts_status st = TS_OK;
+    uint64_t slot;
 
-    /* Batched MultiGet: the group's keys looked up together, level by level (one index
-     * and filter probe a file for all of them), values pinned where they lie, not copied
-     * twice. */
-    for (size_t at = 0; at < n; at += GROUP) {
-        size_t m = n - at < GROUP ? n - at : GROUP;
-
-        for (size_t i = 0; i < m; i++) {
-            key_of(keys[i], space, ids[at + i]);
-            kp[i] = (const char *)keys[i];
-            ks[i] = KEY_LEN;
-        }
-        rocksdb_batched_multi_get_cf(tier->db, tier->ro, tier->cf, m, kp, ks, vp, errs, false);
-        for (size_t i = 0; i < m; i++) {
-            size_t vs = 0;
-            const char *v = vp[i] ? rocksdb_pinnableslice_value(vp[i], &vs) : NULL;
-
-            found[at + i] = false;
-            if (errs[i] && !st)
-                st = ts_err_set(err, TS_EIO, "disk tier %s: reading row %" PRIu64 ": %s",
-                                tier->dir, ids[at + i], errs[i]);
-            else if (v && vs != rec && !st)
-                st = ts_err_set(err, TS_ECORRUPT, "disk tier %s: row %" PRIu64 " is %zu "
-                                "bytes, want %zu", tier->dir, ids[at + i], vs, rec);
-            else if (v) {
-                memcpy(recs + (at + i) * rec, v, rec);
-                found[at + i] = true;
-            }
-            rocksdb_free(errs[i]);
-            if (vp[i])
-                rocksdb_pinnableslice_destroy(vp[i]);
-        }
-        if (st)
-            return st;
-    }
-    return TS_OK;
+    pthread_rwlock_rdlock(&tier->lk);
+    if ((s = space_find(tier, space)) && s->rec != rec)
+        st = ts_err_set(err, TS_ECORRUPT, "disk tier %s: rows of %zu bytes asked of a store of "
+                        "%zu-byte rows", tier->dir, rec, s->rec);
+    for (size_t i = 0; i < n; i++)
+        if ((found[i] = !st && s && idmap_find(&s->index, ids[i], &slot)))
+            memcpy(recs + i * rec, slot_ptr(s, slot), rec);
+    pthread_rwlock_unlock(&tier->lk);
+    return st;
 }
 
 ts_status tier_ids(struct ts_tier *tier, uint64_t space, uint64_t **out, size_t *n,
                    struct ts_err *err)
 {
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    uint8_t start[KEY_LEN], end[KEY_LEN];
-    rocksdb_iterator_t *it;
-    size_t cap = 1024, k = 0;
-    uint64_t *ids = malloc(cap * sizeof(*ids));
-    ts_status st = TS_OK;
-    char *e = NULL;
+    const struct space *s;
+    uint64_t *ids = NULL;
+    size_t k = 0;
 
-    key_of(start, space, 0);
-    key_of(end, space + 1, 0);
-    rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)end, KEY_LEN);
-    rocksdb_readoptions_set_fill_cache(ro, 0);
-    it = rocksdb_create_iterator(tier->db, ro);
-    for (rocksdb_iter_seek(it, (const char *)start, KEY_LEN); ids && rocksdb_iter_valid(it);
-         rocksdb_iter_next(it)) {
-        size_t kl;
-        const char *key = rocksdb_iter_key(it, &kl);
-
-        if (k == cap) {
-            uint64_t *more = realloc(ids, 2 * cap * sizeof(*ids));
-
-            if (!more) {
-                free(ids);
-                ids = NULL;
-                break;
-            }
-            ids = more;
-            cap *= 2;
-        }
-        if (kl == KEY_LEN)
-            ids[k++] = id_of(key);
+    pthread_rwlock_rdlock(&tier->lk);
+    s = space_find(tier, space);
+    if (s && s->index.n && !(ids = malloc(s->index.n * sizeof(*ids)))) {
+        pthread_rwlock_unlock(&tier->lk);
+        return ts_err_set(err, TS_ENOMEM, "no memory to list the disk tier's rows");
     }
-    rocksdb_iter_get_error(it, &e);
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
-    if (e) {
-        st = ts_err_set(err, TS_EIO, "disk tier %s: listing rows: %s", tier->dir, e);
-        rocksdb_free(e);
-    } else if (!ids) {
-        st = ts_err_set(err, TS_ENOMEM, "no memory to list the disk tier's rows");
-    }
-    if (st) {
-        free(ids);
-        return st;
-    }
+    for (size_t i = 0; s && i < s->index.cap; i++)
+        if (s->index.keys[i] != IDMAP_EMPTY)
+            ids[k++] = s->index.keys[i];
+    pthread_rwlock_unlock(&tier->lk);
     *out = ids;
     *n = k;
     return TS_OK;
@@ -461,20 +607,35 @@ ts_status tier_ids(struct ts_tier *tier, uint64_t space, uint64_t **out, size_t 
 
 uint64_t tier_space_bytes(struct ts_tier *tier, uint64_t space)
 {
-    uint8_t start[KEY_LEN], end[KEY_LEN];
-    const char *sk[1] = { (const char *)start }, *ek[1] = { (const char *)end };
-    size_t sl[1] = { KEY_LEN }, el[1] = { KEY_LEN };
-    uint64_t size = 0;
-    char *e = NULL;
+    const struct space *s;
+    uint64_t bytes;
 
-    key_of(start, space, 0);
-    key_of(end, space + 1, 0);
-    rocksdb_approximate_sizes(tier->db, 1, sk, sl, ek, el, &size, &e);
-    if (e) {
-        rocksdb_free(e);
-        size = 0;
+    pthread_rwlock_rdlock(&tier->lk);
+    bytes = (s = space_find(tier, space)) ? s->bytes : 0;
+    pthread_rwlock_unlock(&tier->lk);
+    return bytes;
+}
+
+void tier_drop_cache(struct ts_tier *tier)
+{
+    char path[PATH_MAX + 64];
+    int fd;
+
+    pthread_rwlock_wrlock(&tier->lk);
+    for (size_t i = 0; i < tier->nspaces; i++) {
+        const struct space *s = tier->spaces[i];
+
+        for (size_t k = 0; k < s->nsegs; k++) {
+            msync(s->segs[k].base, s->segs[k].len, MS_SYNC);
+            madvise(s->segs[k].base, s->segs[k].len, MADV_DONTNEED);   /* written: unmapped */
+        }
+        file_of(tier, s->id, path, sizeof(path));
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            close(fd);
+        }
     }
-    return size;
+    pthread_rwlock_unlock(&tier->lk);
 }
 
 void tier_batch_free(struct tier_batch *b)

@@ -2,17 +2,17 @@
  * than memory").
  *
  * Why a module: a table may hold more rows than a shard's memory. With a tier, every row that
- * leaves memory lives in one RocksDB database a shard process opens in a directory of its own
- * (chosen by measurement: docs/embeddings.md, "Choosing the disk tier's store"), and the
- * table's memory keeps the hot rows under the shard's --table-mem budget (rows.c: CLOCK
- * eviction, write-back of changed rows in batches by this module's writer thread, reads of
- * rows that are not in memory).
+ * leaves memory lives in a file of fixed-size row slots (one file a table store, in a
+ * directory a shard process alone uses; chosen over RocksDB and LMDB by measurement:
+ * docs/embeddings.md, "Choosing the disk tier's store"), found through an index in memory,
+ * and the table's memory keeps the hot rows under the shard's --table-mem budget (rows.c:
+ * CLOCK eviction, write-back of changed rows in batches by this module's writer thread, reads
+ * of rows that are not in memory).
  *
- * Each table store takes a key space of its own (keys: 8 bytes of space, 8 bytes of row id,
- * both big-endian, so one space's rows are contiguous and in ascending id). Writes skip
- * RocksDB's write-ahead log: what is on disk is a cache of the rows, rebuilt from the job's
- * snapshot and the chain's copies after a crash, never read back by a new process; the
- * database is emptied when a shard opens it.
+ * Each table store takes a key space of its own (tier_space), its own file and index. What is
+ * on disk is a cache of the rows, rebuilt from the job's snapshot and the chain's copies after
+ * a crash, never read back by a new process: nothing is synced, and the stores' files are
+ * removed when a shard opens the directory and when it closes the tier.
  *
  * Ownership: ts_tier_open returns a tier that ts_tier_close frees, after every table that
  * uses it (a shard's struct ts_table_budget holds it: table.h) is freed. Threads: every
@@ -26,11 +26,12 @@
 
 struct ts_tier;
 
-/* Opens (empties first, or creates) the tier's database in dir, which must be a directory
- * this shard alone uses (TS_EIO names it and says why otherwise), and starts its writer. */
+/* Opens the tier in dir (created if missing; the stores' files an earlier process left are
+ * removed), which must be a directory this process alone uses: a lock file there (tier.lock)
+ * refuses a second tier with TS_EIO naming dir, as other failures do. Starts the writer. */
 ts_status ts_tier_open(const char *dir, struct ts_tier **out, struct ts_err *err) TS_MUST_CHECK;
 /* Stops the writer (batches still queued are written first, or dropped while the disk
- * refuses them) and closes the database. NULL: no-op. */
+ * refuses them), unmaps and removes the stores' files. NULL: no-op. */
 void ts_tier_close(struct ts_tier *tier);
 /* The directory, as given to ts_tier_open. */
 const char *ts_tier_dir(const struct ts_tier *tier);

@@ -145,7 +145,7 @@ int main(int argc, char **argv)
           "machine's). Without --table-dir a push past it is refused; with it, the rows that "
           "do not fit wait on disk", 0, 0 },
         { "table-dir", TS_FLAG_STR, &table_dir, "DIR", "a disk tier for the tables' rows "
-          "(RocksDB; emptied at start, this shard's alone): the tables may then hold more "
+          "(a file of row slots a table; emptied at start, this shard's alone): the tables may then hold more "
           "rows than --table-mem, the hot ones in memory (docs/embeddings.md, \"Tables bigger "
           "than memory\")", 0, 0 },
         { "job-mem-share", TS_FLAG_INT, &mem_share, "PCT", "percent of --mem-budget one job's "

@@ -7,8 +7,8 @@ job goes on to the fingerprint of a run that never ran short (issue 48; docs/emb
 The shard's --table-dir lies on a 4 MiB tmpfs in a private mount namespace (`unshare -m`;
 mounting needs root), its --table-mem is 1 MiB, and one exact worker pushes and pulls 40 steps
 of 4096 rows of dimension 64 (Adagrad: 544 bytes a record), each step overlapping the last so
-that rows come back from the disk. RocksDB's first flush of its write buffer (16 MiB) does not
-fit: each call that needs room in memory is refused with RESOURCE_EXHAUSTED naming the
+that rows come back from the disk. The tier's files soon need more than the tmpfs holds (their
+segments are reserved with posix_fallocate, which fails with ENOSPC): each call that needs room in memory is refused with RESOURCE_EXHAUSTED naming the
 directory and "no space left on the device", and the table's row count is unchanged. The test
 then makes the tmpfs 512 MiB and sends the refused call again until it goes through; the run
 must end on the table's fingerprint and row count of the same calls made in one process

@@ -1,6 +1,7 @@
 /* test_table_tier.c - lib/table's disk tier (issue 48): the memory tier's CLOCK eviction and
  * write-back against a reference model, and tables much larger than their memory giving the
  * bits of a table held all in memory: pulls, exact steps, rows, captures and loads. */
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -327,6 +328,152 @@ static void t_prefetch_keeps_what_an_operation_changed(void **state)
     rows_fini(&r);
 }
 
+/* ---- The store under the tier, against a map ---- */
+
+#define SROWS 6000                 /* 1.2 MB of 200-byte records: several segments */
+#define SREC 200
+
+static void rec_fill(uint8_t *rec, uint64_t id, uint32_t version)
+{
+    for (size_t k = 0; k < SREC; k++)
+        rec[k] = (uint8_t)(id * 31 + version * 7 + k);
+}
+
+/* A batch of the ids [lo, hi) at version v (one record each) and the deletes dels[0..nd). */
+static void put_batch(uint64_t space, uint64_t lo, uint64_t hi, uint32_t v,
+                      const uint64_t *dels, size_t nd)
+{
+    struct tier_batch *b = calloc(1, sizeof(*b));
+
+    assert_non_null(b);
+    b->space = space;
+    b->rec = SREC;
+    b->n = hi - lo;
+    b->ids = malloc((b->n ? b->n : 1) * sizeof(*b->ids));
+    b->recs = malloc((b->n ? b->n : 1) * SREC);
+    for (uint64_t id = lo; id < hi; id++) {
+        b->ids[id - lo] = id;
+        rec_fill(b->recs + (id - lo) * SREC, id, v);
+    }
+    if (nd) {
+        b->dels = malloc(nd * sizeof(*b->dels));
+        memcpy(b->dels, dels, nd * sizeof(*b->dels));
+        b->ndels = nd;
+    }
+    tier_submit(tier, b);
+    assert_true(tier_wait(tier, b));
+    tier_batch_free(b);
+}
+
+/* Every id below SROWS: found with version[id]'s bytes, or absent where version[id] is 0. */
+static void check_store(uint64_t space, const uint32_t *version)
+{
+    static uint8_t recs[SROWS * SREC], want[SREC];
+    static uint64_t ids[SROWS];
+    static bool found[SROWS];
+    struct ts_err e = { 0 };
+    uint64_t *listed;
+    size_t n, present = 0;
+
+    for (uint64_t id = 0; id < SROWS; id++)
+        ids[id] = id;
+    assert_int_equal(tier_get_many(tier, space, SROWS, ids, recs, SREC, found, &e), TS_OK);
+    for (uint64_t id = 0; id < SROWS; id++) {
+        assert_int_equal(found[id], version[id] != 0);
+        if (version[id]) {
+            rec_fill(want, id, version[id]);
+            assert_memory_equal(recs + id * SREC, want, SREC);
+            present++;
+        }
+    }
+    assert_int_equal(tier_ids(tier, space, &listed, &n, &e), TS_OK);
+    assert_int_equal(n, present);
+    for (size_t i = 0; i < n; i++)
+        assert_true(listed[i] < SROWS && version[listed[i]]);
+    free(listed);
+}
+
+static bool exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+/* The slot file: rows written, overwritten in place, deleted (their slots reused), a store
+ * dropped with its file, another store beside it untouched; a second tier on the directory
+ * refused; a dead shard's files removed by the next open. */
+static void t_store_against_a_map(void **state)
+{
+    static uint32_t version[SROWS], other[SROWS];
+    uint64_t a = tier_space(tier), b = tier_space(tier), dels[SROWS / 3];
+    struct ts_tier *second = NULL;
+    struct ts_err e = { 0 };
+    uint64_t bytes;
+    char path[128];
+    uint8_t rec[SREC];
+    bool found;
+
+    (void)state;
+    assert_int_equal(tier_get_many(tier, a, 1, dels, rec, SREC, &found, &e), TS_OK);
+    assert_false(found);                                   /* no store yet: nothing */
+    for (uint64_t lo = 0; lo < SROWS; lo += 1000) {        /* batches of 1000 new rows */
+        put_batch(a, lo, lo + 1000, 1, NULL, 0);
+        for (uint64_t id = lo; id < lo + 1000; id++)
+            version[id] = 1;
+    }
+    put_batch(b, 0, 10, 5, NULL, 0);
+    for (uint64_t id = 0; id < 10; id++)
+        other[id] = 5;
+    check_store(a, version);
+    bytes = tier_space_bytes(tier, a);
+    assert_true(bytes >= (uint64_t)SROWS * SREC && bytes < 4ull * SROWS * SREC);
+    put_batch(a, 1500, 2500, 2, NULL, 0);                  /* overwritten in place */
+    for (uint64_t id = 1500; id < 2500; id++)
+        version[id] = 2;
+    for (size_t i = 0; i < SROWS / 3; i++) {               /* every third row deleted */
+        dels[i] = 3 * i;
+        version[3 * i] = 0;
+    }
+    put_batch(a, 0, 0, 0, dels, SROWS / 3);
+    check_store(a, version);
+    /* new rows and deleted ones back, in one batch with deletes: the freed slots reused */
+    put_batch(a, 0, 900, 3, dels + 1, 1);                  /* deletes row 3 first, then puts */
+    for (uint64_t id = 0; id < 900; id++)
+        version[id] = 3;
+    check_store(a, version);
+    assert_int_equal(tier_space_bytes(tier, a), bytes);    /* no new segment */
+    check_store(b, other);
+    /* the store dropped: its rows and its file gone, the other store as it was */
+    snprintf(path, sizeof(path), "%s/space-%" PRIu64 ".rows", dir, a);
+    assert_true(exists(path));
+    tier_drop_space(tier, a);
+    put_batch(b, 0, 0, 0, NULL, 0);                        /* after the drop (FIFO) */
+    assert_false(exists(path));
+    memset(version, 0, sizeof(version));
+    check_store(a, version);
+    assert_int_equal(tier_space_bytes(tier, a), 0);
+    check_store(b, other);
+    /* one tier a directory */
+    assert_int_equal(ts_tier_open(dir, &second, &e), TS_EIO);
+    assert_non_null(strstr(e.msg, "another process"));
+    assert_null(second);
+    /* what a killed shard left is removed by the next open */
+    {
+        char d2[64], stale[128];
+        FILE *f;
+
+        snprintf(d2, sizeof(d2), "/tmp/ts-tier-stale-XXXXXX");
+        assert_non_null(mkdtemp(d2));
+        snprintf(stale, sizeof(stale), "%s/space-7.rows", d2);
+        assert_non_null(f = fopen(stale, "w"));
+        fclose(f);
+        assert_int_equal(ts_tier_open(d2, &second, &e), TS_OK);
+        assert_false(exists(stale));
+        ts_tier_close(second);
+        snprintf(stale, sizeof(stale), "rm -rf '%s'", d2);
+        assert_int_equal(system(stale), 0);
+    }
+}
+
 /* ---- Whole tables: a tiered one gives the bits of one all in memory ---- */
 
 static struct ts_job job(uint32_t workers)
@@ -651,6 +798,7 @@ static void t_ttl_drops_rows_deterministically(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(t_store_against_a_map),
         cmocka_unit_test(t_clock_against_reference),
         cmocka_unit_test(t_prefetch_keeps_what_an_operation_changed),
         cmocka_unit_test(t_tiered_table_is_exact),

@@ -54,6 +54,19 @@ struct tier_batch {
     _Atomic bool done;             /* written: the writer no longer touches it */
 };
 
+/* A buffer an operation reuses from the last one (a fresh megabyte a call cost page faults
+ * and munmaps, a tenth of a tiered shard's CPU: perf, bench/table_tiers.py). Up to
+ * SCRATCH_KEEP bytes stay allocated between calls; a larger request gets a buffer of its own,
+ * freed by scratch_done. rows.c. */
+#define SCRATCH_KEEP (4u << 20)
+struct scratch {
+    void *p;
+    size_t cap;
+};
+void *scratch_get(struct scratch *s, size_t bytes);   /* NULL: no memory */
+void scratch_done(struct scratch *s, void *p);
+void scratch_fini(struct scratch *s);
+
 /* The memory tier's counters (ts_table_tier_stats). */
 struct rows_stats {
     uint64_t hits, misses, evictions, written, loaded;
@@ -96,6 +109,8 @@ struct rows {
     size_t gone_batches;           /* the batches of their deletes, not yet reaped */
     bool guarding;                 /* a prefetch reads the disk (rows_prefetch_*) */
     struct idmap guard;            /* its ids that no operation brought in since */
+    struct scratch load;           /* rows_load's buffers (under the table's lock) */
+    struct tier_batch *spare;      /* a written batch kept for the next one */
     struct rows_stats stats;
 };
 
@@ -155,6 +170,10 @@ struct ts_table {
     size_t where_cap;
     float *grad;                   /* dim: one row's gradient */
     int64_t *scratch;              /* dim: one row's fixed-point gradient */
+    /* The prefetch's buffers, one prefetch a table at a time (pf_busy, under mu): not the
+     * rows', which a reset during the prefetch's reads would free under it. */
+    struct scratch pf;
+    bool pf_busy;
     struct table_capture cap;      /* snapshots (capture.c) */
     struct init_cache icache;
     bool lost_dirty;               /* a capture's rows could not be listed as changed again */

@@ -62,6 +62,50 @@ void rows_init(struct rows *r, size_t rec, struct ts_tier *tier,
 
 static void hand(struct rows *r);
 static bool evict_one(struct rows *r);
+static size_t batch_rows(const struct rows *r);
+
+void *scratch_get(struct scratch *s, size_t bytes)
+{
+    void *p;
+
+    if (bytes > SCRATCH_KEEP)
+        return malloc(bytes);
+    if (bytes > s->cap) {
+        if (!(p = realloc(s->p, bytes)))
+            return NULL;
+        s->p = p;
+        s->cap = bytes;
+    }
+    return s->p;
+}
+
+void scratch_done(struct scratch *s, void *p)
+{
+    if (p != s->p)
+        free(p);
+}
+
+void scratch_fini(struct scratch *s)
+{
+    free(s->p);
+    *s = (struct scratch){ 0 };
+}
+
+/* A batch the writer is done with: kept as the spare when it has the size the next one will
+ * have (and no deletes, which are allocated for their batch), else freed. */
+static void recycle(struct rows *r, struct tier_batch *b)
+{
+    if (r->spare || b->cap != batch_rows(r) || b->ndels || b->drop) {
+        tier_batch_free(b);
+        return;
+    }
+    idmap_clear(&b->map);
+    b->n = 0;
+    b->next = b->newer = b->older = NULL;
+    b->skip = b->orphan = false;
+    atomic_store(&b->done, false);
+    r->spare = b;
+}
 
 /* Frees the batches the writer is done with, oldest first (it takes them in that order). */
 static void reap(struct rows *r)
@@ -78,7 +122,7 @@ static void reap(struct rows *r)
         r->stats.written += b->n;
         if (b->ndels && !--r->gone_batches)   /* the disk has none of the dropped rows now */
             idmap_clear(&r->gone);
-        tier_batch_free(b);
+        recycle(r, b);
     }
 }
 
@@ -93,6 +137,7 @@ void rows_fini(struct rows *r)
                 tier_batch_free(b);
         }
         tier_batch_free(r->fill);
+        tier_batch_free(r->spare);
         mem_charge(r, r->resident * r->row_bytes + r->pending * r->rec, false);
         tier_drop_space(r->tier, r->space);
     }
@@ -103,6 +148,7 @@ void rows_fini(struct rows *r)
     idmap_fini(&r->map);
     idmap_fini(&r->guard);
     idmap_fini(&r->gone);
+    scratch_fini(&r->load);
     memset(r, 0, sizeof(*r));
 }
 
@@ -142,11 +188,15 @@ static size_t batch_rows(const struct rows *r)
     return n < 16 ? 16 : n;
 }
 
-static struct tier_batch *batch_new(const struct rows *r)
+static struct tier_batch *batch_new(struct rows *r)
 {
-    struct tier_batch *b = calloc(1, sizeof(*b));
+    struct tier_batch *b = r->spare;
 
-    if (!b)
+    if (b && b->cap == batch_rows(r) && b->space == r->space) {
+        r->spare = NULL;
+        return b;
+    }
+    if (!(b = calloc(1, sizeof(*b))))
         return NULL;
     b->space = r->space;
     b->rec = r->rec;
@@ -376,12 +426,20 @@ ts_status rows_load(struct rows *r, const uint64_t *ids, size_t n, struct ts_err
         nmiss += !idmap_find(&r->map, ids[i], &s);
     if ((st = rows_reserve(r, nmiss, err)))
         return st;
-    nmiss = 0;
-    if (!(miss = malloc(n * sizeof(*miss))) || !(recs = malloc(n * r->rec)) ||
-        !(found = malloc(n * sizeof(*found)))) {
-        st = ts_err_set(err, TS_ENOMEM, "no memory to read %zu rows from the disk tier", n);
-        goto out;
+    /* All in memory (nothing above was evicted: nothing needed room): no buffers. Else n of
+     * each: making room may have evicted rows of ids counted in memory above. */
+    if (nmiss) {
+        size_t at = (n * r->rec + 7) / 8 * 8;
+
+        if (!(recs = scratch_get(&r->load, at + n * (sizeof(*miss) + sizeof(*found))))) {
+            st = ts_err_set(err, TS_ENOMEM, "no memory to read %zu rows from the disk tier",
+                            n);
+            goto out;
+        }
+        miss = (uint64_t *)(void *)(recs + at);
+        found = (bool *)(miss + n);
     }
+    nmiss = 0;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *rec;
 
@@ -413,9 +471,7 @@ ts_status rows_load(struct rows *r, const uint64_t *ids, size_t n, struct ts_err
             r->stats.loaded++;
         }
 out:
-    free(miss);
-    free(recs);
-    free(found);
+    scratch_done(&r->load, recs);
     return st;
 }
 

@@ -179,6 +179,7 @@ void ts_table_free(struct ts_table *t)
     free(t->where);
     free(t->grad);
     free(t->scratch);
+    scratch_fini(&t->pf);
     free(t->cap.records);
     pthread_mutex_destroy(&t->mu);
     pthread_mutex_destroy(&t->tiers_mu);
@@ -497,20 +498,24 @@ void ts_table_prefetch(struct ts_table *t, const uint64_t *ids, size_t n)
     pthread_mutex_lock(&t->mu);
     table_begin(t);
     space = t->rows.space;
-    begun = rows_prefetch_begin(&t->rows, ids, n, t->rows.quota / 4 ? t->rows.quota / 4 : 1,
+    begun = !t->pf_busy &&
+            rows_prefetch_begin(&t->rows, ids, n, t->rows.quota / 4 ? t->rows.quota / 4 : 1,
                                 &want, &m, NULL);
+    t->pf_busy |= begun;
     pthread_mutex_unlock(&t->mu);
     if (!begun)
         return;
-    if (m && (!(recs = malloc(m * t->rows.rec)) || !(found = calloc(m, sizeof(*found))) ||
+    if (m && (recs = scratch_get(&t->pf, m * (t->rows.rec + sizeof(*found)))))
+        found = (bool *)(recs + m * t->rows.rec);
+    if (m && (!recs ||
               tier_get_many(t->rows.tier, space, m, want, recs, t->rows.rec, found, NULL)))
         m = 0;   /* a hint: the pull reads them itself */
     pthread_mutex_lock(&t->mu);
     rows_prefetch_end(&t->rows, space, want, m, recs, found);
+    scratch_done(&t->pf, recs);
+    t->pf_busy = false;
     pthread_mutex_unlock(&t->mu);
     free(want);
-    free(recs);
-    free(found);
 }
 
 ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms,

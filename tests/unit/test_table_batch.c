@@ -172,6 +172,27 @@ static void check_shape(const struct ts_rows_batch *b, const struct ts_ring *r,
     free(flat);
 }
 
+/* The sort by (shard, id) with every byte of the key in use: ids spread over 63 bits (with
+ * repeats), shard ids of one to four bytes. */
+static void t_sort_wide_keys(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    const uint32_t sh[] = { 0x01000001, 3, 70000, 256, 1 };
+    struct ts_ring *r = ring(sh, 5);
+    struct ts_rows_batch *b = mkbatch(2, N, false);
+    static uint64_t ids[N];
+    uint64_t s = 99;
+
+    for (size_t i = 0; i < N; i++)
+        ids[i] = i % 7 == 3 ? ids[i / 2] : (rnd(&s) << 32 ^ rnd(&s) << 1 ^ rnd(&s)) >> 1;
+    prep_ok(b, r, ids, N, NULL);
+    assert_int_equal(ts_rows_batch_shards(b), 5);
+    check_shape(b, r, ids, N);
+    ts_rows_batch_free(b);
+    ts_ring_free(r);
+}
+
 /* Exact: repeats summed as the int64 sums of ts_fixed_from_f32 taken in reverse order, the
  * same bits whatever the input order. */
 static void t_exact_merge(void **state)
@@ -406,6 +427,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(t_row_hash_bytes),
         cmocka_unit_test(t_ring_moves),
+        cmocka_unit_test(t_sort_wide_keys),
         cmocka_unit_test(t_exact_merge),
         cmocka_unit_test(t_float_merge_scatter),
         cmocka_unit_test(t_bad_input),

@@ -17,7 +17,8 @@
 #               master stopped 5, 15, 60 s and a head shard 5, 30, 150 s (SIGSTOP), and the
 #               partitions on emulated hosts (packets dropped, no RST): the master cut from
 #               everyone 15 s, a worker from a head shard 60 s (as root; skipped without)
-#   make test-big  a 2 GiB tensor registers and trains a step (about a minute, 7 GiB of memory)
+#   make test-big  a 2 GiB tensor registers and trains a step (about a minute, 7 GiB of memory),
+#               and a CTR model learns with tables of 8+ times their shards' memory (minutes)
 #   make test-deploy  the deployments (docs/deploy.md): emulated hosts, Kubernetes manifests,
 #               systemd units, a real Slurm, the podman image; says what it skipped and why
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
@@ -258,6 +259,9 @@ test-big: build
 	TESSERA_BIN=$(abspath $(BUILD))/bin TESSERA_SRC=$(CURDIR) \
 	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
 	    /usr/bin/python3 tests/integration/test_big_tensor.py
+	TESSERA_BIN=$(abspath $(BUILD))/bin TESSERA_SRC=$(CURDIR) \
+	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
+	    /usr/bin/python3 tests/integration/test_big_table.py
 
 test-fault: build asan
 	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \

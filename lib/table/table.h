@@ -144,7 +144,7 @@ struct ts_table;
  * rows written to the disk, the records waiting for the writer and how long the oldest has
  * waited (a batch goes to the writer when full or a second old, at the table's next
  * operation), and the disk its rows' files have reserved (tier.c: whole segments, so up to
- * twice the rows' bytes). */
+ * twice the rows' bytes, at most 64 MiB more). */
 struct ts_table_tiers {
     bool tiered;
     uint64_t rows, resident, mem_bytes, quota_rows;

@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""test_big_table.py - a CTR model whose tables hold many times the memory their shards are
+given learns to the planted optimum (`make test-big`: several minutes and a few GB of disk,
+so not in `make test`; issue 48, docs/embeddings.md, "Learning with most rows on disk").
+
+`tessera up --shards 2 --table-mem 64M --table-dir DIR` (128 MiB of rows in memory in all)
+and `tessera train --model ctr` by 2 workers on 8 tables of BIG_ROWS rows of dimension 64
+with Adagrad (a row is some 600 bytes in memory), long enough to create well over a GiB of
+rows. Checked: the rows made are at least 8 times the memory given (counted from each
+table's bytes a row in memory), every table's rows were evicted and read back from disk, the
+held-out AUC is within 0.01 of the planted optimum and the log-loss within 0.01 of its own,
+and the tiers' files on disk hold what the memory could not. TESSERA_BIG_TABLE_STEPS and
+TESSERA_BIG_TABLE_ROWS override the run's length and the tables' rows.
+
+Environment: PYTHONPATH with build/python and build/gen/python (the Makefile target sets it).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+sys.dont_write_bytecode = True
+import tessera_testlib as tl  # noqa: E402
+
+STEPS = int(os.environ.get("TESSERA_BIG_TABLE_STEPS", "4000"))
+BIG_ROWS = int(os.environ.get("TESSERA_BIG_TABLE_ROWS", "1000000"))
+MEM = 64 << 20          # --table-mem of each of the two shards
+
+
+class BigTable(tl.ClusterCase, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        cls.tier = os.path.join(cls.c.dir, "tier")
+        _, cls.addr = cls.c.tessera_up(["--shards", "2", "--table-mem", "64M", "--table-dir",
+                                        cls.tier])
+
+    def test_learns_with_most_rows_on_disk(self):
+        argv = [os.path.join(tl.BIN, "tessera"), "train", "--master", self.addr, "--workers",
+                "2", "--job", "big", "--keep", "--model", "ctr", "--ctr-rows", str(BIG_ROWS),
+                "--ctr-dim", "64", "--steps", str(STEPS), "--batch", "1024", "--micro", "256",
+                "--json"]
+        t0 = time.monotonic()
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=3600)
+        took = time.monotonic() - t0
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace")[-3000:])
+        got = json.loads(r.stdout)
+        tables = [t for s in tl.status_json(self.addr)["shards"]
+                  for t in s.get("table_list", []) if t["job"] == "big"]
+        self.assertEqual(len(tables), 16)
+        # A row's bytes in memory, from what the memory tier holds; all rows at that cost.
+        whole = sum(t["rows"] * t["bytes"] / t["disk_tier"]["mem_rows"] for t in tables)
+        disk = sum(t["disk_tier"]["disk_bytes"] for t in tables)
+        tl.log("%d steps in %.0f s: held-out AUC %.4f (optimum %.4f), log-loss %.4f (optimum "
+               "%.4f); %d rows, %.2f GB were they all in memory, %.1f times the %d MiB given; "
+               "%.2f GB reserved on disk; %d disk reads, %d evictions, %.0f samples/s" % (
+                   got["steps"], took, got["auc"], got["optimum_auc"], got["logloss"],
+                   got["optimum_logloss"], got["table_rows"], whole / 1e9, whole / (2 * MEM),
+                   2 * MEM >> 20, disk / 1e9, sum(t["disk_tier"]["misses"] for t in tables),
+                   sum(t["disk_tier"]["evictions"] for t in tables), got["samples_per_s"]))
+        self.assertGreater(whole, 8 * 2 * MEM)
+        self.assertGreater(disk, whole / 2)
+        for t in tables:
+            self.assertGreater(t["disk_tier"]["misses"], 0, t)
+            self.assertGreater(t["disk_tier"]["evictions"], t["disk_tier"]["mem_rows"], t)
+        self.assertGreater(got["auc"], got["optimum_auc"] - 0.01)
+        self.assertLess(got["logloss"], got["optimum_logloss"] + 0.01)
+
+
+if __name__ == "__main__":
+    tl.main()

@@ -226,6 +226,7 @@ ts_status ts__local_start_shard(struct ts_local *c, int i, struct ts_err *err)
         n = add_flag(argv, n, "--restore", o->restore);
     n = add_flag(argv, n, "--mem-budget", mem_budget(o, budget));
     n = add_flag(argv, n, "--table-mem", o->table_mem);
+    n = add_flag(argv, n, "--table-index-mem", o->table_index_mem);
     if (o->table_dir) {   /* each slot its own tier, emptied when its shard starts */
         (void)mkdir(o->table_dir, 0700);   /* the shard says why when it cannot make its own */
         snprintf(tier, sizeof(tier), "%s/shard-%d", o->table_dir, i);
@@ -439,7 +440,8 @@ static ts_status make_dir(struct ts_local *c, const char *dir, const char *prefi
 static ts_status copy_opts(struct ts_local *c, const struct ts_local_opts *o, struct ts_err *err)
 {
     const char **fields[] = { &c->opts.store, &c->opts.restore, &c->opts.branch,
-                              &c->opts.tls_dir, &c->opts.table_mem, &c->opts.table_dir };
+                              &c->opts.tls_dir, &c->opts.table_mem, &c->opts.table_dir,
+                              &c->opts.table_index_mem };
 
     c->opts = *o;
     c->opts.dir = c->opts.tmp_prefix = NULL;   /* read once, at the start, from o */

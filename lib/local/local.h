@@ -93,6 +93,7 @@ struct ts_local_opts {
                                      * shared among the `shards` shards; with shards 0, or
                                      * -1: the shard's own default) */
     const char *table_mem;          /* each shard's --table-mem (NULL: its default) */
+    const char *table_index_mem;    /* each shard's --table-index-mem (NULL: its default) */
     const char *table_dir;          /* NULL, or the shards' disk tiers: DIR/shard-<slot> each
                                      * (made by the shard) */
     bool respawn;                   /* ts_local_check restarts a shard that died */

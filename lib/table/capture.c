@@ -238,8 +238,12 @@ static ts_status load_tiered(struct ts_table *t, const uint8_t *records, size_t 
         fresh = 0;
         for (size_t i = 0; i < m; i++)
             fresh += !rows_find(&t->rows, ids[i]);
-        if ((st = rows_reserve(&t->rows, fresh, err)))
+        if ((st = table_charge(t, fresh, err)))   /* the index entries of the rows it makes */
             return st;
+        if ((st = rows_reserve(&t->rows, fresh, err))) {
+            table_refund(t, fresh);
+            return st;
+        }
         load_records(t, records, at, to, keep, ctx);
     }
     return TS_OK;
@@ -292,7 +296,7 @@ void ts_table_reset(struct ts_table *t)
     tier = t->rows.tier;
     rows_fini(&t->rows);
     rows_init(&t->rows, rec, tier, t->budget, t->row_bytes);
-    table_refund(t, t->charged / t->row_bytes);
+    table_refund(t, t->charged / table_row_cost(t));
     idmap_clear(&t->acc.map);
     t->acc.n = 0;
     t->acc.fresh = 0;

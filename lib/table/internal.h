@@ -269,8 +269,10 @@ void table_mark_dirty(struct ts_table *t, uint64_t id);       /* after dirty_res
 /* An operation on t starts (mu held): rows_begin with the table's share of the budget. */
 void table_begin(struct ts_table *t);
 ts_status table_dirty_reserve(struct ts_table *t, size_t more, struct ts_err *err);
-/* Takes bytes from the budget, or TS_ENOMEM naming the table and the budget. */
+/* Takes `rows` new rows' cost from the budget (table_row_cost each: the record without a
+ * tier, its index entry with one: table.h), or TS_ENOMEM naming the budget. */
 ts_status table_charge(struct ts_table *t, uint64_t rows, struct ts_err *err);
+uint64_t table_row_cost(const struct ts_table *t);
 void table_refund(struct ts_table *t, uint64_t rows);
 
 /* Ascending uint64_t for qsort (ids). */

@@ -280,7 +280,8 @@ static uint64_t count_fresh(struct ts_table *t, const uint64_t *ids, size_t n)
 /* With a disk tier, the last push of a step: every row the step touches in memory, pinned
  * (those of the step's sums and the push's new ids), and room for those it creates, before
  * anything changes. */
-static ts_status load_step(struct ts_table *t, const struct ts_row_push *in, struct ts_err *err)
+static ts_status load_step(struct ts_table *t, const struct ts_row_push *in, uint64_t *charged,
+                           struct ts_err *err)
 {
     uint64_t *all = malloc((t->acc.n + in->n + 1) * sizeof(*all));
     size_t m = t->acc.n;
@@ -293,8 +294,14 @@ static ts_status load_step(struct ts_table *t, const struct ts_row_push *in, str
     for (size_t i = 0; i < in->n; i++)
         if (t->where[i] == NO_ENTRY)
             all[m++] = in->ids[i];
-    if (!(st = rows_load(&t->rows, all, m, err)))
-        st = rows_reserve(&t->rows, count_fresh(t, all, m), err);
+    if (!(st = rows_load(&t->rows, all, m, err))) {
+        uint64_t fresh = count_fresh(t, all, m);   /* the rows the step creates */
+
+        if (!(st = table_charge(t, fresh, err))) {
+            *charged = fresh;                       /* the caller's to refund on failure */
+            st = rows_reserve(&t->rows, fresh, err);
+        }
+    }
     free(all);
     return st;
 }
@@ -327,16 +334,20 @@ static ts_status push_bsp(struct ts_table *t, const struct ts_row_push *in, bool
 {
     struct entry *order = NULL;
     bool last = t->npushed + 1 == t->job->workers;
-    uint64_t fresh = 0;
+    uint64_t fresh = 0, charged;
     ts_status st;
 
     if ((st = locate(t, in, &fresh, err)))
         return st;
     if (t->job->exact && (st = check_overflow(t, in, err)))
         return st;
-    if ((st = table_charge(t, fresh, err)))
+    /* Without a tier each push charges the rows it adds to the step (locate: in no map);
+     * with one, the last push charges those the step creates, known once the step's rows
+     * are loaded (load_step). */
+    charged = t->rows.tier ? 0 : fresh;
+    if ((st = table_charge(t, charged, err)))
         return st;
-    if (!(st = t->rows.tier ? (last ? load_step(t, in, err) : TS_OK)
+    if (!(st = t->rows.tier ? (last ? load_step(t, in, &charged, err) : TS_OK)
                             : rows_reserve(&t->rows, t->acc.fresh + fresh, err)) &&
         !(st = acc_reserve(t, in->n, err)) &&
         !(st = table_dirty_reserve(t, t->acc.n + in->n, err)) &&
@@ -344,7 +355,7 @@ static ts_status push_bsp(struct ts_table *t, const struct ts_row_push *in, bool
         st = ts_err_set(err, TS_ENOMEM, "no memory to sort the step's %zu rows",
                         t->acc.n + in->n);
     if (st) {
-        table_refund(t, fresh);
+        table_refund(t, charged);
         return st;
     }
     for (size_t i = 0; i < in->n; i++)

@@ -23,6 +23,8 @@ void ts_table_budget_init(struct ts_table_budget *b, uint64_t limit)
     b->tier = NULL;
     atomic_init(&b->used, 0);
     atomic_init(&b->tables, 0);
+    b->index_limit = 0;
+    atomic_init(&b->index, 0);
 }
 
 uint64_t ts_table_budget_used(struct ts_table_budget *b)
@@ -30,12 +32,38 @@ uint64_t ts_table_budget_used(struct ts_table_budget *b)
     return atomic_load(&b->used);
 }
 
+uint64_t table_row_cost(const struct ts_table *t)
+{
+    return t->rows.tier ? TS_TABLE_INDEX_ROW_BYTES : t->row_bytes;
+}
+
+/* With a tier the memory tier holds what fits (rows.c): a new row costs its index entry,
+ * counted against index_limit (table.h). */
+static ts_status charge_index(struct ts_table *t, uint64_t rows, struct ts_err *err)
+{
+    struct ts_table_budget *b = t->budget;
+    uint64_t bytes = rows * TS_TABLE_INDEX_ROW_BYTES, used = atomic_load(&b->index);
+
+    do {
+        if (b->index_limit && (bytes > b->index_limit || used > b->index_limit - bytes))
+            return ts_err_set(err, TS_ENOMEM, "%" PRIu64 " new rows would take the disk "
+                              "tier's index past the shard's --table-index-mem of %" PRIu64
+                              " bytes (%d a row; %" PRIu64 " in use); nothing of the call was "
+                              "taken: raise --table-index-mem or add shards", rows,
+                              b->index_limit, TS_TABLE_INDEX_ROW_BYTES, used);
+    } while (!atomic_compare_exchange_weak(&b->index, &used, used + bytes));
+    t->charged += bytes;
+    return TS_OK;
+}
+
 ts_status table_charge(struct ts_table *t, uint64_t rows, struct ts_err *err)
 {
     uint64_t bytes = rows * t->row_bytes, used;
 
-    if (!rows || t->rows.tier)   /* with a tier, memory holds what fits (rows.c) */
+    if (!rows)
         return TS_OK;
+    if (t->rows.tier)
+        return charge_index(t, rows, err);
     if (t->budget) {
         used = atomic_load(&t->budget->used);
         do {
@@ -54,12 +82,10 @@ ts_status table_charge(struct ts_table *t, uint64_t rows, struct ts_err *err)
 
 void table_refund(struct ts_table *t, uint64_t rows)
 {
-    uint64_t bytes = rows * t->row_bytes;
+    uint64_t bytes = rows * table_row_cost(t);
 
-    if (t->rows.tier)
-        return;
-    if (t->budget)
-        atomic_fetch_sub(&t->budget->used, bytes);
+    if (t->budget)   /* a table with a tier has one: the tier is the budget's */
+        atomic_fetch_sub(t->rows.tier ? &t->budget->index : &t->budget->used, bytes);
     t->charged -= bytes;
 }
 
@@ -163,7 +189,7 @@ void ts_table_free(struct ts_table *t)
     if (!t)
         return;
     if (t->budget)
-        atomic_fetch_sub(&t->budget->used, t->charged);
+        atomic_fetch_sub(t->rows.tier ? &t->budget->index : &t->budget->used, t->charged);
     if (t->rows.tier)
         atomic_fetch_sub(&t->budget->tables, 1);
     rows_fini(&t->rows);

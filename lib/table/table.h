@@ -115,14 +115,23 @@
  * tier (tier.h) under every table made with this budget. Then no push is refused for memory:
  * each table keeps at most limit / tables bytes of rows in memory (tables: the tables made
  * with this budget and not freed), a fifth of it at most for rows on their way to the disk,
- * and the rest of its rows on disk (docs/embeddings.md, "Tables bigger than memory"). */
+ * and the rest of its rows on disk (docs/embeddings.md, "Tables bigger than memory"). What
+ * every row that exists costs in memory wherever it is, its entry in the tier's index, is
+ * counted apart in `index`, TS_TABLE_INDEX_ROW_BYTES a row: a push or a restore that would
+ * create rows past index_limit (0: no limit) is refused with TS_ENOMEM, nothing of it taken.
+ * A separate limit, not a share of `limit`, so that the memory tier's size stays what
+ * --table-mem says. */
+#define TS_TABLE_INDEX_ROW_BYTES 48   /* a 16-byte entry of a map 3/8 to 3/4 full, rounded up */
 struct ts_tier;
 struct ts_table_budget {
     uint64_t limit;
     _Atomic uint64_t used;
     struct ts_tier *tier;
     _Atomic uint32_t tables;
+    uint64_t index_limit;
+    _Atomic uint64_t index;
 };
+/* limit as above; index_limit 0 (none) until the caller sets it. */
 void ts_table_budget_init(struct ts_table_budget *b, uint64_t limit);
 uint64_t ts_table_budget_used(struct ts_table_budget *b);
 

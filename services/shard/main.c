@@ -118,7 +118,7 @@ int main(int argc, char **argv)
 {
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
     const char *adv = NULL, *master = NULL, *transport = NULL, *store_dir = NULL;
-    const char *restore = NULL, *table_mem = NULL, *table_dir = NULL;
+    const char *restore = NULL, *table_mem = NULL, *table_dir = NULL, *index_mem = NULL;
     int64_t lease_ms = 0, mem_mib = 0, max_tensors = SHARD_MAX_TENSORS, restarts = 0;
     int64_t max_conns = DP_DEFAULT_MAX_CONNS;
     int64_t arm_ms = SHARD_ARM_TIMEOUT_MS, orphan_ms = SHARD_ORPHAN_MS, mem_share = 100;
@@ -145,9 +145,12 @@ int main(int argc, char **argv)
           "machine's). Without --table-dir a push past it is refused; with it, the rows that "
           "do not fit wait on disk", 0, 0 },
         { "table-dir", TS_FLAG_STR, &table_dir, "DIR", "a disk tier for the tables' rows "
-          "(a file of row slots a table; emptied at start, this shard's alone): the tables may then hold more "
-          "rows than --table-mem, the hot ones in memory (docs/embeddings.md, \"Tables bigger "
-          "than memory\")", 0, 0 },
+          "(a file of row slots a table; emptied at start, this shard's alone): the tables may "
+          "then hold more rows than --table-mem, the hot ones in memory (docs/embeddings.md, "
+          "\"Tables bigger than memory\")", 0, 0 },
+        { "table-index-mem", TS_FLAG_STR, &index_mem, "SIZE", "with --table-dir: memory the "
+          "disk tier's index of every row may use (48 bytes a row, copies included; default: "
+          "half the machine's); a push that would create rows past it is refused", 0, 0 },
         { "job-mem-share", TS_FLAG_INT, &mem_share, "PCT", "percent of --mem-budget one job's "
           "tensors may hold (default 100: what the other jobs leave)", 1, 100 },
         { "restarts", TS_FLAG_INT, &restarts, "N", "this process replaces a shard restarted N "
@@ -199,6 +202,12 @@ int main(int argc, char **argv)
             return 2;
         }
         ts_table_budget_init(&s.params.tables_budget, bytes);
+        bytes = default_budget();
+        if (index_mem && ts_flags_size("table-index-mem", index_mem, 1u << 20, &bytes, &err)) {
+            fprintf(stderr, "tessera-shard: %s\n", err.msg);
+            return 2;
+        }
+        s.params.tables_budget.index_limit = bytes;
     }
     if (table_dir && ts_tier_open(table_dir, &s.params.tables_budget.tier, &err)) {
         fprintf(stderr, "tessera-shard: %s\n", err.msg);

@@ -698,6 +698,74 @@ static void t_full_disk_refuses_and_loses_nothing(void **state)
  * multiple of T, by the same rule in memory, over the disk tier and split over two stores
  * (a reference model of the rule gives the rows); a row touched again is made anew from its
  * initializer; the capture after a sweep that dropped rows is full. */
+/* Push rows ids [lo, hi) at step of rank; the status of the push. */
+static ts_status push_range(struct ts_table *t, uint32_t rank, uint64_t step, uint64_t lo,
+                            uint64_t hi, struct ts_err *e)
+{
+    static uint64_t ids[512];
+    static float g[512 * 16];
+    struct ts_row_push in = { .rank = rank, .step = step, .n = hi - lo, .ids = ids, .grad = g,
+                              .encoding = TS_ENC_FIXED_F32 };
+    bool applied;
+
+    for (uint64_t id = lo; id < hi; id++)
+        ids[id - lo] = id;
+    for (size_t i = 0; i < (hi - lo) * 16; i++)
+        g[i] = 0.25f;
+    return ts_table_push(t, &in, &applied, e);
+}
+
+/* The tier's index is budgeted (--table-index-mem): each row that exists costs
+ * TS_TABLE_INDEX_ROW_BYTES of budget.index whatever its tier; a step that would create rows
+ * past index_limit is refused with nothing taken (the other rank's push kept for the step),
+ * a smaller one then goes through; freeing the table gives everything back. */
+static void t_index_budget_refuses_past_it(void **state)
+{
+    struct ts_job j = job(2);
+    struct ts_table_budget b;
+    struct ts_table *t, *twin;
+    struct ts_table_budget mem;
+    struct ts_err e = { 0 };
+    char before[65], after[65];
+
+    (void)state;
+    ts_table_budget_init(&b, 0);
+    b.tier = tier;
+    b.index_limit = 100 * TS_TABLE_INDEX_ROW_BYTES;
+    t = mk(&j, &b);
+    b.limit = 20 * ts_table_row_bytes(t);             /* 20 rows in memory: most on disk */
+    ts_table_budget_init(&mem, 0);
+    twin = mk(&j, &mem);
+    assert_int_equal(push_range(t, 0, 0, 0, 60, &e), TS_OK);
+    assert_int_equal(atomic_load(&b.index), 0);       /* charged when the step applies */
+    assert_int_equal(push_range(t, 1, 0, 30, 80, &e), TS_OK);
+    assert_int_equal(push_range(twin, 0, 0, 0, 60, &e), TS_OK);
+    assert_int_equal(push_range(twin, 1, 0, 30, 80, &e), TS_OK);
+    assert_int_equal(ts_table_count(t), 80);
+    assert_int_equal(atomic_load(&b.index), 80 * TS_TABLE_INDEX_ROW_BYTES);
+    /* Step 1: rank 0 brings 40 new ids (80..119), rank 1 the last push: 120 rows > 100. */
+    assert_int_equal(push_range(t, 0, 1, 60, 120, &e), TS_OK);
+    assert_int_equal(ts_table_sha256(&t, 1, before, &e), TS_OK);
+    assert_int_equal(push_range(t, 1, 1, 0, 10, &e), TS_ENOMEM);
+    assert_non_null(strstr(e.msg, "--table-index-mem"));
+    assert_int_equal(ts_table_count(t), 80);
+    assert_int_equal(ts_table_step(t), 1);
+    assert_int_equal(ts_table_sha256(&t, 1, after, &e), TS_OK);
+    assert_string_equal(before, after);
+    assert_int_equal(atomic_load(&b.index), 80 * TS_TABLE_INDEX_ROW_BYTES);
+    /* Room made by another table's rows going (its free): the step goes through. */
+    b.index_limit = 120 * TS_TABLE_INDEX_ROW_BYTES;
+    assert_int_equal(push_range(t, 1, 1, 0, 10, &e), TS_OK);
+    assert_int_equal(push_range(twin, 0, 1, 60, 120, &e), TS_OK);
+    assert_int_equal(push_range(twin, 1, 1, 0, 10, &e), TS_OK);
+    assert_int_equal(ts_table_count(t), 120);
+    assert_int_equal(atomic_load(&b.index), 120 * TS_TABLE_INDEX_ROW_BYTES);
+    same_hash(t, twin);
+    ts_table_free(t);
+    ts_table_free(twin);
+    assert_int_equal(atomic_load(&b.index), 0);
+}
+
 static void t_ttl_drops_rows_deterministically(void **state)
 {
     enum { T = 4, STEPS = 13, WIDTH = 30, IDS = 200 };
@@ -803,6 +871,7 @@ int main(void)
         cmocka_unit_test(t_prefetch_keeps_what_an_operation_changed),
         cmocka_unit_test(t_tiered_table_is_exact),
         cmocka_unit_test(t_full_disk_refuses_and_loses_nothing),
+        cmocka_unit_test(t_index_budget_refuses_past_it),
         cmocka_unit_test(t_ttl_drops_rows_deterministically),
     };
     return cmocka_run_group_tests(tests, open_tier, close_tier);

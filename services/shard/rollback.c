@@ -103,6 +103,20 @@ static ts_status chunks_present(struct shard_params *sp, struct ts_cluster *cl, 
     return TS_OK;
 }
 
+/* The job is on this shard: a NOT_FOUND from what its restore reads (a tensor the snapshot
+ * lacks, a chunk gone from the store) must not read as "the job is not on this shard", which
+ * the master takes for a shard to skip (services/master/rollback.c, each_shard): skipped at
+ * the restore, the shard was then found unfenced at the open, and the real cause never
+ * shown. TS_ECORRUPT (DATA_LOSS) instead, the message kept. */
+static ts_status not_a_skip(ts_status st, struct ts_err *err)
+{
+    if (st != TS_ENOTFOUND)
+        return st;
+    if (err)
+        err->code = TS_ECORRUPT;
+    return TS_ECORRUPT;
+}
+
 ts_status shard_params_rollback_check(struct shard_params *sp, struct ts_cluster *cl,
                                       uint32_t my_id, const char *job, const char *hex,
                                       uint64_t step, ts_manifest **out, struct ts_err *err)
@@ -124,8 +138,10 @@ ts_status shard_params_rollback_check(struct shard_params *sp, struct ts_cluster
         t = sj->tensors[i];
         pthread_mutex_unlock(&sp->mu);
         if (t && (!(tm = params_manifest_tensor(m, t, &st, err)) ||
-                  (st = chunks_present(sp, cl, my_id, t, tm, err))))
+                  (st = chunks_present(sp, cl, my_id, t, tm, err)))) {
+            st = not_a_skip(st, err);
             ts_err_prefix(err, "snapshot_id %.12s", hex);
+        }
     }
     pthread_rwlock_unlock(&sp->life);
     if (st)
@@ -186,6 +202,7 @@ ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, 
     }
     if (!st)   /* the tables: their rows as the snapshot had them, on the ring as it is */
         st = shard_tables_rollback(sp, cl, my_id, sj, m, hex, step, err);
+    st = not_a_skip(st, err);   /* past the job's own look-up above */
     pthread_rwlock_unlock(&sp->life);
     if (!st)
         ts_log(TS_WARN, "shard", "job %s: back to step %" PRIu64 " of snapshot %.12s (%" PRIu64

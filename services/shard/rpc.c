@@ -7,6 +7,7 @@
 
 #include "shard.h"
 #include "tables.h"
+#include "util/log.h"
 #include "util/names.h"
 #include "util/proc.h"
 
@@ -351,6 +352,11 @@ static ts_status rollback_job(struct ts_rpc_call *call, const ProtobufCMessage *
                                req->step, req->generation, &resp->partitions, err);
 out:
     ts_manifest_free(m);
+    if (st && st != TS_ENOTFOUND)   /* in this shard's log too: the master retries and may
+                                     * report only the last attempt */
+        ts_log(TS_WARN, "shard", "job %s: rollback to step %" PRIu64 " of snapshot %.12s (%s): "
+               "%s", req->job, req->step, req->snapshot_id, req->check ? "check" : "restore",
+               err ? err->msg : "");
     return st;
 }
 

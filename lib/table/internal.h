@@ -57,7 +57,7 @@ struct tier_batch {
 /* A buffer an operation reuses from the last one (a fresh megabyte a call cost page faults
  * and munmaps, a tenth of a tiered shard's CPU: perf, bench/table_tiers.py). Up to
  * SCRATCH_KEEP bytes stay allocated between calls; a larger request gets a buffer of its own,
- * freed by scratch_done. rows.c. */
+ * freed by scratch_done. scratch.c. */
 #define SCRATCH_KEEP (4u << 20)
 struct scratch {
     void *p;

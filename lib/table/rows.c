@@ -64,33 +64,6 @@ static void hand(struct rows *r);
 static bool evict_one(struct rows *r);
 static size_t batch_rows(const struct rows *r);
 
-void *scratch_get(struct scratch *s, size_t bytes)
-{
-    void *p;
-
-    if (bytes > SCRATCH_KEEP)
-        return malloc(bytes);
-    if (bytes > s->cap) {
-        if (!(p = realloc(s->p, bytes)))
-            return NULL;
-        s->p = p;
-        s->cap = bytes;
-    }
-    return s->p;
-}
-
-void scratch_done(struct scratch *s, void *p)
-{
-    if (p != s->p)
-        free(p);
-}
-
-void scratch_fini(struct scratch *s)
-{
-    free(s->p);
-    *s = (struct scratch){ 0 };
-}
-
 /* A batch the writer is done with: kept as the spare when it has the size the next one will
  * have (and no deletes, which are allocated for their batch), else freed. */
 static void recycle(struct rows *r, struct tier_batch *b)

@@ -111,6 +111,15 @@ ts_status ts_snap_piece_add(struct ts_snap_piece *pc, struct ts_store *s,
     return TS_OK;
 }
 
+ts_status ts_snap_piece_declare(struct ts_snap_piece *pc, const struct ts_snap_tensor *t,
+                                struct ts_err *err)
+{
+    for (size_t i = 0; i < pc->n_tensors; i++)
+        if (pc->tensors[i]->id == t->id)
+            return TS_OK;
+    return entry(pc, t, err) ? TS_OK : err->code;
+}
+
 ts_status ts_snap_piece_set_job(struct ts_snap_piece *pc, const struct ts_job *j,
                                 uint64_t data_seed, uint32_t micro_batch, struct ts_err *err)
 {

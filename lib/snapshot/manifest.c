@@ -33,8 +33,8 @@ static ts_status check_partitions(const ts_manifest *m, const ts_tensor_manifest
 
     if (t->n_partitions != want)
         return ts_err_set(err, TS_EINVAL, "manifest: tensors[%zu].partitions: %zu, want %u for "
-                          "%" PRIu64 " elements in %" PRIu64 "-byte partitions", ti,
-                          t->n_partitions, want, t->numel, pb);
+                          "%" PRIu64 " elements in %" PRIu64 "-byte partitions (tensor '%s')",
+                          ti, t->n_partitions, want, t->numel, pb, t->spec->name);
     for (size_t i = 0; i < t->n_partitions; i++) {
         const ts_partition_manifest *p = t->partitions[i];
         uint64_t off, len;

@@ -193,6 +193,12 @@ void ts_snap_piece_init(struct ts_snap_piece *pc, void *(*alloc)(void *ctx, size
 TS_MUST_CHECK ts_status ts_snap_piece_add(struct ts_snap_piece *pc, struct ts_store *s,
                                           const struct ts_snap_tensor *t,
                                           const struct ts_snap_part *p, struct ts_err *err);
+/* Adds tensor t to the piece without partitions if it has none there yet: a piece names
+ * every tensor of the job, so that a tensor whose partitions no piece holds makes the merged
+ * manifest incomplete (refused at its commit) instead of leaving the tensor out. */
+TS_MUST_CHECK ts_status ts_snap_piece_declare(struct ts_snap_piece *pc,
+                                              const struct ts_snap_tensor *t,
+                                              struct ts_err *err);
 /* Records the job the piece belongs to (j is borrowed). */
 TS_MUST_CHECK ts_status ts_snap_piece_set_job(struct ts_snap_piece *pc, const struct ts_job *j,
                                               uint64_t data_seed, uint32_t micro_batch,

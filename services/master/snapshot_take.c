@@ -22,6 +22,7 @@
 #define WRITE_CALL_MS 600000    /* WriteSnapshot: waiting plus writing the partitions */
 #define POLL_MS 500             /* one WriteSnapshot wait */
 #define STALL_MS 5000           /* no partition moved for this long: training has stopped */
+#define STALE_RETRY_MS 250      /* a requested snapshot the map moved under: again after */
 
 /* The shards holding a job, with a channel each (borrowed from the snapper). */
 struct shards {
@@ -49,7 +50,7 @@ static ts_status discover(struct snapper *sn, const char *job, struct shards *ou
     struct ts_members_view v;
     char seen[2][TS_JOB_ID_MAX + 1] = { "", "" };
     ts_status st = ts_members_view(sn->members, true, &v, err);
-    bool held[MAX_SHARDS] = { false };
+    bool held[MAX_SHARDS] = { false }, joining[MAX_SHARDS] = { false }, any = false;
 
     if (st)
         return st;
@@ -62,6 +63,7 @@ static ts_status discover(struct snapper *sn, const char *job, struct shards *ou
         Tessera__V1__ShardStatusResponse *r = NULL;
 
         out->id[out->n] = v.shards[i].id;
+        joining[out->n] = v.shards[i].joining;
         if ((st = shard_channels_get(&sn->chan, v.shards[i].addr, &out->ch[out->n], err)))
             break;
         out->n++;
@@ -91,6 +93,16 @@ static ts_status discover(struct snapper *sn, const char *job, struct shards *ou
         return ts_err_set(err, TS_EINVAL, "job: the shards hold several jobs ('%s', '%s', ...); "
                           "name one", seen[0], seen[1]);
     snprintf(job_id, 65, "%s", job[0] ? job : seen[0]);
+    /* Workers register a job's tensors and tables with every shard of the ring: one on it
+     * without the job is still to hear of it (or lost it), and holds rows or partitions of
+     * it that no piece would. Joining shards head nothing yet. */
+    for (size_t i = 0; i < out->n; i++)
+        any |= held[i];
+    for (size_t i = 0; any && i < out->n; i++)
+        if (!held[i] && !joining[i])
+            return ts_err_set(err, TS_ESTALE, "job: shard %u does not hold job '%s' yet (its "
+                              "workers are still registering it?); take the snapshot again "
+                              "in a moment", out->id[i], job_id);
     /* Keep only the shards that hold the job. */
     for (size_t i = 0, k = 0, n = out->n; i < n; i++) {
         if (held[i]) {
@@ -162,6 +174,7 @@ static ts_status write_all(struct snapper *sn, struct shards *s, const char *job
             req.job = (char *)job;
             req.step = step;
             req.wait_ms = POLL_MS;
+            req.map_epoch = s->map_epoch;
             if ((st = ts_shard_write_snapshot(s->ch[i], &req, WRITE_CALL_MS, &r, err))) {
                 ts_err_prefix(err, "shard %u", s->id[i]);
                 break;
@@ -252,6 +265,15 @@ static ts_status commit(struct snapper *sn, struct shards *s, const char *job, u
     out->written = 0;
     for (size_t i = 0; i < s->n; i++) {
         const Tessera__V1__WriteSnapshotResponse *r = s->got[i];
+
+        /* A shard on another map than the master's (one that moved again while it wrote)
+         * heads what that map says: the dead shard's partitions and rows would be in no
+         * piece, or in two. */
+        if (r->map_epoch != s->map_epoch)
+            return ts_err_set(err, TS_ESTALE, "snapshot of step %" PRIu64 ": shard %u wrote "
+                              "its piece under shard map epoch %" PRIu64 ", the master asked "
+                              "under %" PRIu64 " (the map is moving); none taken, try again",
+                              step, s->id[i], r->map_epoch, s->map_epoch);
         pieces[i] = (struct ts_snap_piece){ .shard = s->id[i], .tensors = r->tensors,
                                             .n_tensors = r->n_tensors, .tables = r->tables,
                                             .n_tables = r->n_tables, .job = r->job,
@@ -371,7 +393,19 @@ ts_status snapper_create(struct snapper *sn, const char *job, const char *messag
     atomic_fetch_add(&sn->requested, 1); /* an automatic snapshot waiting for a step yields */
     pthread_mutex_lock(&sn->mu);
     atomic_fetch_sub(&sn->requested, 1);
-    st = take(sn, &(struct take_req){ job, message, tag, timeout_ms, false, 0 }, &t, err);
+    /* A map that moved under the take (a shard died or joined), or a job still being
+     * registered, settles within a heartbeat or two: take it again while the caller's time
+     * lasts. */
+    for (int64_t until = ts_now_ms() + timeout_ms;;) {
+        int left = (int)(until - ts_now_ms());
+        st = take(sn, &(struct take_req){ job, message, tag, left > 0 ? left : 0, false, 0 },
+                  &t, err);
+        if (st != TS_ESTALE || ts_now_ms() + STALE_RETRY_MS >= until ||
+            atomic_load(&sn->stop))
+            break;
+        ts_log(TS_INFO, "master", "snapshot: %s; again in %d ms", err->msg, STALE_RETRY_MS);
+        ts_sleep_ms(STALE_RETRY_MS);
+    }
     pthread_mutex_unlock(&sn->mu);
     if (!st || t.hex[0]) {  /* written (a tag that failed is reported with the id) */
         memcpy(hex, t.hex, sizeof(t.hex));
@@ -454,14 +488,15 @@ static void *auto_loop(void *arg)
         pthread_mutex_unlock(&sn->stat_mu);
         step = maxv % sn->every == 0 && maxv > done ? maxv : (maxv / sn->every + 1) * sn->every;
         st = take(sn, &(struct take_req){ ids[k], "", "", 3600000, true, step }, &t, &err);
-        if (st == TS_ESTATE)
-            ts_log(TS_INFO, "master", "automatic snapshot: job %s step %" PRIu64 " skipped "
-                   "(training passed it while another snapshot was written, or it is not a "
-                   "sync of a tensor with a sync period)", ids[k], step);
+        /* Training passed the step while another snapshot was written, it is not a sync of
+         * a tensor with a sync period, the job lost state, or the map moved: a later one. */
+        if (st == TS_ESTATE || st == TS_ESTALE)
+            ts_log(TS_INFO, "master", "automatic snapshot: job %s step %" PRIu64 " skipped: "
+                   "%s", ids[k], step, err.msg);
         pthread_mutex_unlock(&sn->mu);
         pthread_mutex_lock(&sn->stat_mu);
         if (st && st != TS_ENOTFOUND && st != TS_ETIMEDOUT && st != TS_ESTATE &&
-            st != TS_ECANCELLED) {
+            st != TS_ESTALE && st != TS_ECANCELLED) {
             if (strcmp(sn->error, err.msg))
                 ts_log(TS_WARN, "master", "automatic snapshot: %s", err.msg);
             snprintf(sn->error, sizeof(sn->error), "%s", err.msg);
@@ -470,7 +505,8 @@ static void *auto_loop(void *arg)
         }
         pthread_mutex_unlock(&sn->stat_mu);
         if (st)
-            ts_sleep_ms(st == TS_ENOTFOUND || st == TS_ESTATE ? 50 : 300 / n);
+            ts_sleep_ms(st == TS_ENOTFOUND || st == TS_ESTATE ? 50
+                        : st == TS_ESTALE ? STALE_RETRY_MS : 300 / n);
     }
     return NULL;
 }

@@ -231,6 +231,7 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
             dp_refuse(dc->dp, DP_REFUSED_CONFLICT, dc->c->peer, err->msg);
         if (!st && applied) {
             ts_histogram_observe(dc->metrics.aggregate_s, (double)(ts_now_ns() - t1) / 1e9);
+            hook_applied(ts_part_version(p));
             if (next) {
                 hook_reach(HOOK_PUSH);
                 (void)dp_replicate(dc, h, p, next, err);

@@ -44,29 +44,46 @@ static uint64_t default_budget(void)
 }
 
 
-/* The map's epoch moved (membership's heartbeat thread): fetch it, and follow the new chains
- * (docs/replication.md, "Failover"). */
-static void remap(void *arg)
+/* Shards on the cached map's ring (for a test hook). */
+static size_t ring_size(struct ts_cluster *cl)
 {
-    struct shard *s = arg;
+    uint32_t ids[1024];
+
+    return ts_cluster_shard_ids(cl, ids, sizeof(ids) / sizeof(ids[0]));
+}
+
+void shard_follow_map(struct shard *s)
+{
     struct ts_err err = { 0 };
+    size_t before = 0;
 
     if (!s->cluster || !s->membership)
         return;
     pthread_mutex_lock(&s->remap_mu);   /* the heartbeat thread and the data plane */
+    if (TS_TEST_HOOKS)
+        before = ring_size(s->cluster);
     if (ts_cluster_refresh(s->cluster, &err))
         ts_log(TS_WARN, "shard", "fetching the shard map: %s", err.msg);
     else {
+        if (TS_TEST_HOOKS)
+            hook_ring_shrank(before, ring_size(s->cluster));
         shard_params_rechain(&s->params, s->cluster, ts_membership_id(s->membership));
         dataplane_remapped(&s->dp, ts_cluster_epoch(s->cluster));
     }
     pthread_mutex_unlock(&s->remap_mu);
 }
 
+/* The map's epoch moved (membership's heartbeat thread), or the data plane met a request of
+ * a newer map. */
+static void remap(void *arg)
+{
+    shard_follow_map(arg);
+}
+
 static void on_epoch(void *arg, uint64_t epoch)
 {
     (void)epoch;
-    remap(arg);
+    shard_follow_map(arg);
 }
 
 /* An elastic job's roster, from the heartbeat: its waiting pulls hear when slots moved. */
@@ -275,7 +292,7 @@ int main(int argc, char **argv)
     s.dp.remap = remap;
     s.dp.remap_ctx = &s;
     atomic_store(&s.dp.cluster, s.cluster);
-    remap(&s);   /* the map this shard registered into: the chains are taken up under it */
+    shard_follow_map(&s);   /* the map this shard registered into: the chains are taken up under it */
     repair_start(&s.repair, &s.params, &s.dp);
     ts_log(TS_INFO, "shard", "shard %u serving at %s (memory budget %" PRIu64 " MiB)",
            ts_membership_id(s.membership), s.addr, s.params.mem_budget >> 20);

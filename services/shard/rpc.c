@@ -238,6 +238,7 @@ static ts_status write_snapshot(struct ts_rpc_call *call, const ProtobufCMessage
     Tessera__V1__WriteSnapshotResponse *resp = (void *)rs;
     struct shard *s = ts_rpc_ctx(call);
     struct ts_snap_piece piece;
+    uint64_t epoch, now;
     bool ready;
     ts_status st = ts_job_id_check("job", req->job, err);
 
@@ -247,10 +248,21 @@ static ts_status write_snapshot(struct ts_rpc_call *call, const ProtobufCMessage
         return ts_err_set(err, TS_EINVAL, "wait_ms: %u, at most 60000", req->wait_ms);
     ts_snap_piece_init(&piece, arena_alloc, call);
     piece.shard = ts_membership_id(s->membership);
+    /* Behind the master's map (its heartbeat has not told it yet, or it is slow to follow):
+     * follow it now, so that the piece holds what this shard heads under the master's map. */
+    if (req->map_epoch > atomic_load(&s->params.rechained))
+        shard_follow_map(s);
+    epoch = atomic_load(&s->params.rechained);
     st = shard_params_write(&s->params, req->job, req->step, (int)req->wait_ms, &piece, &ready,
                             &resp->min_version, err);
     if (st || !ready)
         return st;
+    /* The piece holds what this shard headed under one map, or it says nothing. */
+    if ((now = atomic_load(&s->params.rechained)) != epoch)
+        return ts_err_set(err, TS_ESTALE, "the shard map moved from epoch %" PRIu64 " to %"
+                          PRIu64 " while this shard wrote its piece of step %" PRIu64 "; take "
+                          "the snapshot again", epoch, now, req->step);
+    resp->map_epoch = epoch;
     resp->ready = true;
     resp->tensors = piece.tensors;
     resp->n_tensors = piece.n_tensors;

@@ -28,6 +28,12 @@ struct shard {
     int64_t started_ms;
 };
 
+/* Fetches the shard map and follows its chains (docs/replication.md, "Failover"): what the
+ * heartbeat does when the epoch moves, the data plane when a request names a newer map, and
+ * WriteSnapshot when the master asks under one. Under remap_mu; params.rechained is the
+ * epoch followed. No-op without a master. */
+void shard_follow_map(struct shard *s);
+
 /* Registers the shard's metrics (metrics.c), read from s at each scrape. */
 void shard_metrics_init(struct shard *s);
 

@@ -7,26 +7,40 @@
  *   image   a follower loaded an image, before passing it on or acknowledging it (the moment
  *           between head and tail);
  *   pull    a head is about to answer a pull;
- *   repair  the repair thread is about to send an image to a new member of a chain.
+ *   repair  the repair thread is about to send an image to a new member of a chain;
+ *   step    a head applied a push that brought a partition to version N (N is the step
+ *           here, not a count): the shard dies at a step of the schedule.
  * $TESSERA_TEST_PULL_DELAY_MS=MS makes a head sleep MS milliseconds between taking a pull's
  * values and sending them (at the pull point above): the window in which a step completing
  * under the pull must not change what is sent (tests/integration/test_elastic.py).
- * Only in a build with test hooks (util/hook.h); in any other, both functions are empty. */
+ * $TESSERA_TEST_REMAP_DELAY_MS=MS makes the shard wait MS milliseconds between fetching a map
+ * with fewer shards on its ring than the last and following it: a shard slow to act on a
+ * death, which holds the new map but heads what the old one said meanwhile
+ * (tests/integration/test_rollback.py).
+ * Only in a build with test hooks (util/hook.h); in any other, the functions are empty. */
 #ifndef TS_SHARD_TESTHOOKS_H
 #define TS_SHARD_TESTHOOKS_H
 
-enum hook_point { HOOK_NONE, HOOK_PUSH, HOOK_IMAGE, HOOK_PULL, HOOK_REPAIR };
+enum hook_point { HOOK_NONE, HOOK_PUSH, HOOK_IMAGE, HOOK_PULL, HOOK_REPAIR, HOOK_STEP };
+
+#include <stddef.h>
+#include <stdint.h>
 
 #include "util/hook.h"
 
 #if TS_TEST_HOOKS
-/* Reads $TESSERA_TEST_KILL_AT and $TESSERA_TEST_PULL_DELAY_MS; a malformed value is logged
- * and ignored. */
+/* Reads the variables above; a malformed value is logged and ignored. */
 void hooks_init(void);
 void hook_reach(enum hook_point p);
+/* A head applied a push; the partition is at version now. */
+void hook_applied(uint64_t version);
+/* A map was fetched: `before` shards on the ring then, `after` now. */
+void hook_ring_shrank(size_t before, size_t after);
 #else   /* a build without test hooks (util/hook.h): nothing at all */
 static inline void hooks_init(void) {}
 static inline void hook_reach(enum hook_point p) { (void)p; }
+static inline void hook_applied(uint64_t version) { (void)version; }
+static inline void hook_ring_shrank(size_t before, size_t after) { (void)before; (void)after; }
 #endif
 
 #endif

@@ -142,6 +142,16 @@ static ts_status check_snapshottable(struct shard_job *sj, struct ts_err *err)
     return TS_OK;
 }
 
+/* TS_OK unless sj lost state a snapshot would have to hold. */
+static ts_status state_whole(struct shard_job *sj, struct ts_err *err)
+{
+    if (!atomic_load(&sj->state_lost))
+        return TS_OK;
+    return ts_err_set(err, TS_ESTATE, "job '%s' lost state on this shard (a partition, or "
+                      "table rows, lost every copy): a snapshot now would miss it; the job "
+                      "goes back to its last snapshot first", sj->job.id);
+}
+
 ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
                            bool *armed, uint64_t *minv, uint64_t *maxv, struct ts_err *err)
 {
@@ -157,10 +167,8 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
         st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' has no tensors on this shard", job);
     else if (!disarm)
         st = check_snapshottable(sj, err);
-    if (!st && !disarm && atomic_load(&sj->state_lost))
-        st = ts_err_set(err, TS_ESTATE, "job '%s' lost state on this shard (a partition, or "
-                        "table rows, lost every copy): a snapshot now would miss it; the job "
-                        "goes back to its last snapshot first", job);
+    if (!st && !disarm)
+        st = state_whole(sj, err);
     if (st) {
         pthread_mutex_unlock(&sp->snap_mu);
         return st;
@@ -212,15 +220,20 @@ static ts_status wait_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
     return TS_OK;
 }
 
-static ts_status write_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
-                           struct ts_err *err)
+static struct ts_snap_tensor snap_tensor(const struct shard_tensor *t)
 {
-    struct writer *w = ctx;
-    struct ts_snap_tensor ts = {
+    return (struct ts_snap_tensor){
         .id = t->id, .nparts = t->nparts, .name = t->name, .init = t->init, .shape = t->shape,
         .ndim = t->ndim, .seed = t->seed, .fan_in = t->fan_in, .fan_out = t->fan_out,
         .numel = t->numel, .partition_bytes = t->partition_bytes, .salt = t->salt,
     };
+}
+
+static ts_status write_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
+                           struct ts_err *err)
+{
+    struct writer *w = ctx;
+    struct ts_snap_tensor ts = snap_tensor(t);
     struct ts_snap_part part = {
         .index = ts_part_index(p), .offset = ts_part_offset(p), .len = ts_part_len(p),
         .version = w->step, .has_updates = true,
@@ -278,6 +291,20 @@ ts_status shard_params_write(struct shard_params *sp, const char *job, uint64_t 
     }
     if (!st)
         st = each_part(sp, sj, write_one, &w, err);
+    for (size_t i = 0; !st && i < SHARD_MAX_TENSORS; i++) {
+        struct shard_tensor *t;
+
+        pthread_mutex_lock(&sp->mu);   /* tensors are only added: t stays */
+        t = sj->tensors[i];
+        pthread_mutex_unlock(&sp->mu);
+        if (t) {
+            struct ts_snap_tensor ts = snap_tensor(t);
+            st = ts_snap_piece_declare(piece, &ts, err);
+        }
+    }
+    /* Lost since the arm (a death this shard followed meanwhile): the piece would miss it. */
+    if (!st)
+        st = state_whole(sj, err);
     if (!st)
         st = ts_snap_piece_set_job(piece, &sj->job, sj->data_seed, sj->micro, err);
     if (!st) {

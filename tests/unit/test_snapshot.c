@@ -532,6 +532,61 @@ static void test_pieces_merge_commit(void **state)
         free(mem.p[i]);
 }
 
+/* A piece names every tensor of the job (ts_snap_piece_declare): a tensor whose partitions
+ * were all on a shard whose piece is missing (a shard that died, not yet followed by the
+ * others) makes the merged manifest incomplete, and its commit is refused, where before the
+ * tensor was silently left out of the snapshot a rollback then restored. Declaring a tensor
+ * the piece holds partitions of adds nothing. */
+static void test_piece_declares_every_tensor(void **state)
+{
+    struct fx *f = *state;
+    float w[4] = { 1, 2, 3, 4 };
+    uint64_t wshape = 4, bshape = 3;
+    struct ts_snap_tensor tw = { .id = 0, .nparts = 1, .name = "w", .init = "zeros",
+                                 .shape = &wshape, .ndim = 1, .numel = 4,
+                                 .partition_bytes = 64 };
+    struct ts_snap_tensor tb = { .id = 1, .nparts = 1, .name = "fc1.bias", .init = "zeros",
+                                 .shape = &bshape, .ndim = 1, .numel = 3,
+                                 .partition_bytes = 64 };
+    struct ts_snap_part part = { .index = 0, .offset = 0, .len = 4, .version = 5, .value = w };
+    Tessera__V1__ClusterShape shape = TESSERA__V1__CLUSTER_SHAPE__INIT;
+    Tessera__V1__ScheduleState sched = TESSERA__V1__SCHEDULE_STATE__INIT;
+    ts_manifest m = TESSERA__V1__MANIFEST__INIT;
+    struct blocks mem = { .n = 0 };
+    struct ts_snap_piece pc;
+    struct ts_job job;
+    uint8_t id[TS_STORE_ID_LEN];
+    struct ts_err e = { 0 };
+    void *arrays = NULL;
+
+    assert_int_equal(ts_job_init(&job, "job", 1, true, "sgd:lr=0.1", 64, &e), TS_OK);
+    ts_snap_piece_init(&pc, blocks_alloc, &mem);
+    pc.shard = 1;
+    assert_int_equal(ts_snap_piece_add(&pc, f->s, &tw, &part, &e), TS_OK);
+    assert_int_equal(ts_snap_piece_declare(&pc, &tw, &e), TS_OK);
+    assert_int_equal(ts_snap_piece_declare(&pc, &tb, &e), TS_OK);
+    assert_int_equal(ts_snap_piece_declare(&pc, &tb, &e), TS_OK);
+    assert_int_equal(pc.n_tensors, 2);
+    assert_int_equal(pc.tensors[0]->n_partitions, 1);
+    assert_int_equal(pc.tensors[1]->n_partitions, 0);
+    assert_int_equal(ts_snap_piece_set_job(&pc, &job, 3, 16, &e), TS_OK);
+
+    assert_int_equal(ts_snap_merge(&pc, 1, 5, &m, &arrays, &e), TS_OK);
+    assert_int_equal(m.n_tensors, 2);
+    m.message = "";
+    m.cluster = &shape;
+    sched.next_step = 5;
+    m.schedule = &sched;
+    e = (struct ts_err){ 0 };
+    assert_int_not_equal(ts_snap_commit(f->s, &m, "heads/main", NULL, id, &e), TS_OK);
+    assert_non_null(strstr(e.msg, "incomplete"));
+    assert_non_null(strstr(e.msg, "fc1.bias"));
+    assert_int_equal(ts_store_ref_get(f->s, "heads/main", id, &e), TS_ENOTFOUND);
+    free(arrays);
+    for (size_t i = 0; i < mem.n; i++)
+        free(mem.p[i]);
+}
+
 /* ts_snap_import then ts_snap_read_tensor: a tensor of three partitions with Adam's state
  * comes back with the same bits, state laid out [component][element] over the whole tensor;
  * the import is a child of the branch's tip and tagged; bad input writes nothing. */
@@ -636,6 +691,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_incremental_two_percent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_keeps_reachable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pieces_merge_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_piece_declares_every_tensor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_import_read_whole, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

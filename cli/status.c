@@ -168,6 +168,10 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
             ts_json_uint(&j, "tables", r.tables);
             ts_json_uint(&j, "table_rows", r.table_rows);
             ts_json_uint(&j, "table_bytes", r.table_bytes);
+            ts_json_uint(&j, "table_mem_used", views[i]->table_mem_used);
+            ts_json_uint(&j, "table_mem_limit", views[i]->table_mem_limit);
+            ts_json_uint(&j, "table_index_used", views[i]->table_index_used);
+            ts_json_uint(&j, "table_index_limit", views[i]->table_index_limit);
             ts_json_arr(&j, "table_list");
             for (size_t k = 0; k < views[i]->n_jobs; k++)
                 for (size_t t = 0; t < views[i]->jobs[k]->n_table_status; t++) {
@@ -302,6 +306,16 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
     ts_json_fini(&j);
 }
 
+/* One budget's line of a shard with tables: used of limit. */
+static void print_budget(const char *what, const char *flag, uint64_t used, uint64_t limit)
+{
+    if (limit)
+        printf("       %s: %.1f MB of %.1f MB (%s, %.0f%%)\n", what, used / 1048576.0,
+               limit / 1048576.0, flag, 100.0 * (double)used / (double)limit);
+    else
+        printf("       %s: %.1f MB (%s: no limit)\n", what, used / 1048576.0, flag);
+}
+
 static void print_table(const char *addr, const Tessera__V1__ClusterStatusResponse *cs,
                         Tessera__V1__ShardStatusResponse **views)
 {
@@ -355,6 +369,11 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
                        "files\n", r.mem_rows, r.hits + r.misses ? 100.0 * (double)r.hits /
                        (double)(r.hits + r.misses) : 100.0, r.evictions, r.writeback_rows,
                        r.disk_bytes / 1048576.0);
+            print_budget("rows in memory", "--table-mem", v->table_mem_used,
+                         v->table_mem_limit);
+            if (r.tiered)
+                print_budget("the disk tier's index", "--table-index-mem",
+                             v->table_index_used, v->table_index_limit);
             if (r.ttl_tables)
                 printf("       row lifetime: %" PRIu64 " tables with one, %" PRIu64 " rows "
                        "dropped so far\n", r.ttl_tables, r.expired);

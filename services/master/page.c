@@ -163,6 +163,7 @@ static char *status(void *ctx, size_t *len, const char **type)
         ts_members_view_free(&v);
     }
     jobs_json(&j, m);
+    views_tables_json(m->views, &j);
     ts_json_end(&j);
     out = ts_json_take(&j);
     *len = strlen(out);

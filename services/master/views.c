@@ -10,6 +10,7 @@
 #include "channels.h"
 #include "cluster/cluster.h"
 #include "cluster/shard.h"
+#include "util/names.h"
 #include "util/proc.h"
 
 /* What one shard said, the figures the page shows. */
@@ -20,8 +21,19 @@ struct view {
     uint64_t promotions, copies_sent, copies_pending, bytes, frames_refused, partitions_lost,
              partitions_reseeded, moves_pending;
     uint64_t refused;               /* the data plane's refusals, all reasons */
+    uint64_t table_mem_used, table_mem_limit, table_index_used, table_index_limit;
     char refusals[160];             /* by reason, "conflict 2, identity 1" */
     int64_t at_ms;                  /* when it answered (monotonic) */
+};
+
+/* One table of a job, summed over the shards that answered the last round. */
+struct view_table {
+    char job[TS_JOB_ID_MAX + 1], name[129];
+    uint32_t shards;
+    bool tiered;
+    uint64_t rows, bytes, mem_rows, hits, misses, evictions, writeback_rows, lag_ms, disk_bytes,
+             prefetched, prefetch_used, prefetch_unused, ttl_steps, expired;
+    double pulled_per_s, pushed_per_s;
 };
 
 struct views {
@@ -31,6 +43,8 @@ struct views {
     pthread_cond_t wake;
     struct view v[SHARD_CHANNELS_MAX];   /* by id, ascending; under mu */
     size_t n;
+    struct view_table *tables;      /* malloc'd, replaced each round; under mu */
+    size_t ntables;
     int64_t watched_ms;             /* the last views_watched; under mu */
     bool stop;                      /* under mu */
     struct shard_channels chan;     /* the thread's alone */
@@ -44,13 +58,60 @@ static struct view *find(struct views *vs, uint32_t id)
     return NULL;
 }
 
+/* Adds shard r's tables to *tabs (*n of them, *cap allocated): one entry a job's table. */
+static void add_tables(const Tessera__V1__ShardStatusResponse *r, struct view_table **tabs,
+                       size_t *n, size_t *cap)
+{
+    for (size_t k = 0; k < r->n_jobs; k++)
+        for (size_t i = 0; i < r->jobs[k]->n_table_status; i++) {
+            const Tessera__V1__TableStatus *ts = r->jobs[k]->table_status[i];
+            struct view_table *t = NULL;
+            for (size_t e = 0; !t && e < *n; e++)
+                if (!strcmp((*tabs)[e].job, r->jobs[k]->id) && !strcmp((*tabs)[e].name, ts->name))
+                    t = &(*tabs)[e];
+            if (!t) {
+                if (*n == *cap) {
+                    size_t grown = *cap ? 2 * *cap : 8;
+                    struct view_table *more = realloc(*tabs, grown * sizeof(*more));
+                    if (!more)
+                        return;   /* the page shows fewer tables this round */
+                    *tabs = more;
+                    *cap = grown;
+                }
+                t = &(*tabs)[(*n)++];
+                memset(t, 0, sizeof(*t));
+                snprintf(t->job, sizeof(t->job), "%s", r->jobs[k]->id);
+                snprintf(t->name, sizeof(t->name), "%s", ts->name);
+                t->ttl_steps = ts->ttl_steps;
+            }
+            t->shards++;
+            t->tiered |= ts->tiered;
+            t->rows += ts->rows;
+            t->bytes += ts->bytes;
+            t->mem_rows += ts->mem_rows;
+            t->hits += ts->hits;
+            t->misses += ts->misses;
+            t->evictions += ts->evictions;
+            t->writeback_rows += ts->writeback_rows;
+            t->lag_ms = ts->writeback_lag_ms > t->lag_ms ? ts->writeback_lag_ms : t->lag_ms;
+            t->disk_bytes += ts->disk_bytes;
+            t->prefetched += ts->prefetched;
+            t->prefetch_used += ts->prefetch_used;
+            t->prefetch_unused += ts->prefetch_unused;
+            t->expired += ts->expired;
+            t->pulled_per_s += ts->pulled_per_s;
+            t->pushed_per_s += ts->pushed_per_s;
+        }
+}
+
 /* Asks every alive shard; keeps the answers of those that gave one (the others keep their last,
- * with its age), drops shards no longer alive. */
+ * with its age), drops shards no longer alive. The tables are summed over the answers. */
 static void refresh(struct views *vs)
 {
     struct ts_members_view mv;
     struct view got[SHARD_CHANNELS_MAX];
-    size_t n = 0;
+    struct view_table *tabs = NULL, *old_tabs;
+    size_t n = 0, ntabs = 0, cap = 0;
 
     if (ts_members_view(vs->members, true, &mv, NULL))
         return;
@@ -76,16 +137,26 @@ static void refresh(struct views *vs)
                                   .frames_refused = r->frames_refused,
                                   .partitions_lost = r->partitions_lost,
                                   .partitions_reseeded = r->partitions_reseeded,
-                                  .moves_pending = r->moves_pending, .at_ms = ts_now_ms() };
+                                  .moves_pending = r->moves_pending,
+                                  .table_mem_used = r->table_mem_used,
+                                  .table_mem_limit = r->table_mem_limit,
+                                  .table_index_used = r->table_index_used,
+                                  .table_index_limit = r->table_index_limit,
+                                  .at_ms = ts_now_ms() };
         got[n - 1].refused = ts_shard_refusals(r, got[n - 1].refusals,
                                                sizeof(got[n - 1].refusals));
+        add_tables(r, &tabs, &ntabs, &cap);
         protobuf_c_message_free_unpacked(&r->base, NULL);
     }
     ts_members_view_free(&mv);
     pthread_mutex_lock(&vs->mu);
     memcpy(vs->v, got, n * sizeof(got[0]));
     vs->n = n;
+    old_tabs = vs->tables;
+    vs->tables = tabs;
+    vs->ntables = ntabs;
     pthread_mutex_unlock(&vs->mu);
+    free(old_tabs);
 }
 
 static void *views_main(void *arg)
@@ -138,6 +209,7 @@ void views_stop(struct views *vs)
     pthread_mutex_unlock(&vs->mu);
     pthread_join(vs->thread, NULL);
     shard_channels_free(&vs->chan);
+    free(vs->tables);
     pthread_cond_destroy(&vs->wake);
     pthread_mutex_destroy(&vs->mu);
     free(vs);
@@ -182,5 +254,47 @@ void views_json(struct views *vs, uint32_t id, struct ts_json *j)
     ts_json_uint(j, "partitions_lost", c.partitions_lost);
     ts_json_uint(j, "partitions_reseeded", c.partitions_reseeded);
     ts_json_uint(j, "moves_pending", c.moves_pending);
+    ts_json_uint(j, "table_mem_used", c.table_mem_used);
+    ts_json_uint(j, "table_mem_limit", c.table_mem_limit);
+    ts_json_uint(j, "table_index_used", c.table_index_used);
+    ts_json_uint(j, "table_index_limit", c.table_index_limit);
     ts_json_num(j, "view_s_ago", (double)(ts_now_ms() - c.at_ms) / 1000.0);
+}
+
+void views_tables_json(struct views *vs, struct ts_json *j)
+{
+    ts_json_arr(j, "tables");
+    if (vs) {
+        pthread_mutex_lock(&vs->mu);
+        for (size_t i = 0; i < vs->ntables; i++) {
+            const struct view_table *t = &vs->tables[i];
+            ts_json_obj(j, NULL);
+            ts_json_str(j, "job", t->job);
+            ts_json_str(j, "name", t->name);
+            ts_json_uint(j, "shards", t->shards);
+            ts_json_uint(j, "rows", t->rows);
+            ts_json_uint(j, "bytes", t->bytes);
+            ts_json_num(j, "pulled_per_s", t->pulled_per_s);
+            ts_json_num(j, "pushed_per_s", t->pushed_per_s);
+            ts_json_uint(j, "ttl_steps", t->ttl_steps);
+            ts_json_uint(j, "expired", t->expired);
+            if (t->tiered) {
+                ts_json_obj(j, "disk_tier");
+                ts_json_uint(j, "mem_rows", t->mem_rows);
+                ts_json_uint(j, "hits", t->hits);
+                ts_json_uint(j, "misses", t->misses);
+                ts_json_uint(j, "evictions", t->evictions);
+                ts_json_uint(j, "writeback_rows", t->writeback_rows);
+                ts_json_uint(j, "writeback_lag_ms", t->lag_ms);
+                ts_json_uint(j, "disk_bytes", t->disk_bytes);
+                ts_json_uint(j, "prefetched", t->prefetched);
+                ts_json_uint(j, "prefetch_used", t->prefetch_used);
+                ts_json_uint(j, "prefetch_unused", t->prefetch_unused);
+                ts_json_end(j);
+            }
+            ts_json_end(j);
+        }
+        pthread_mutex_unlock(&vs->mu);
+    }
+    ts_json_end(j);
 }

@@ -27,7 +27,12 @@ void views_stop(struct views *v);
 void views_watched(struct views *v);
 /* Shard id's last answer as members of j's current object (pid, heads, follows, lag,
  * promotions, copies_sent, copies_pending, bytes, frames_refused, partitions_lost,
- * partitions_reseeded, moves_pending, view_s_ago); nothing if it never answered. */
+ * partitions_reseeded, moves_pending, the tables' budgets: table_mem_used, _limit,
+ * table_index_used, _limit; view_s_ago); nothing if it never answered. */
 void views_json(struct views *v, uint32_t id, struct ts_json *j);
+/* Array "tables" in j: each job's sparse table summed over the shards that answered the last
+ * round (shards: how many), as `tessera status --json`'s table_list: rows, bytes, rows/s,
+ * row lifetime, and the disk tier's figures in "disk_tier" where it has one. */
+void views_tables_json(struct views *v, struct ts_json *j);
 
 #endif

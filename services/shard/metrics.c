@@ -18,7 +18,8 @@ static struct {
     struct ts_metric_family *table_rows, *table_bytes, *table_pulled, *table_pushed;
     struct ts_metric_family *tier_mem_rows, *tier_hits, *tier_misses, *tier_evictions;
     struct ts_metric_family *tier_written, *tier_pending, *tier_lag, *tier_disk;
-    struct ts_metric_family *ttl_steps, *expired;
+    struct ts_metric_family *ttl_steps, *expired, *prefetched, *prefetch_used, *prefetch_unused;
+    struct ts_metric_family *budget_used, *budget_limit;
 } fam;
 
 /* One table's series (docs/embeddings.md), read at the scrape. */
@@ -47,6 +48,9 @@ static void collect_table(void *arg, const char *job, struct shard_table *t)
     ts_gauge_set(ts_metric_child(fam.tier_pending, v), (double)d.pending);
     ts_gauge_set(ts_metric_child(fam.tier_lag, v), (double)d.lag_ms / 1000.0);
     ts_gauge_set(ts_metric_child(fam.tier_disk, v), (double)d.disk_bytes);
+    ts_counter_set(ts_metric_child(fam.prefetched, v), d.prefetched);
+    ts_counter_set(ts_metric_child(fam.prefetch_used, v), d.prefetch_used);
+    ts_counter_set(ts_metric_child(fam.prefetch_unused, v), d.prefetch_unused);
 }
 
 static void collect(void *arg)
@@ -65,6 +69,14 @@ static void collect(void *arg)
     pthread_mutex_unlock(&s->params.mu);
     ts_counter_set(ts_metric_one(fam.copies, NULL), atomic_load(&s->params.copies_sent));
     shard_tables_each(&s->params, collect_table, NULL);
+    ts_gauge_set(ts_metric_one(fam.budget_used, "table_mem"),
+                 (double)ts_table_budget_used(&s->params.tables_budget));
+    ts_gauge_set(ts_metric_one(fam.budget_limit, "table_mem"),
+                 (double)s->params.tables_budget.limit);
+    ts_gauge_set(ts_metric_one(fam.budget_used, "table_index_mem"),
+                 (double)atomic_load(&s->params.tables_budget.index));
+    ts_gauge_set(ts_metric_one(fam.budget_limit, "table_index_mem"),
+                 (double)s->params.tables_budget.index_limit);
     if (s->dp.n) {
         uint64_t n[DP_REFUSED_N];
         dataplane_counters(&s->dp, &in, &refused);
@@ -171,6 +183,24 @@ void shard_metrics_init(struct shard *s)
     fam.expired = ts_metrics_family("tessera_shard_table_rows_expired_total", "rows of the "
                                     "table its row lifetime dropped here, copies included",
                                     TS_METRIC_COUNTER, "job_id,table", NULL, 0);
+    fam.prefetched = ts_metrics_family("tessera_shard_table_prefetched_rows_total", "rows of "
+                                       "the table read from the disk tier ahead of use "
+                                       "(a worker's prefetch)", TS_METRIC_COUNTER,
+                                       "job_id,table", NULL, 0);
+    fam.prefetch_used = ts_metrics_family("tessera_shard_table_prefetch_used_total", "of "
+                                          "them, used by a pull or a step since (prefetch "
+                                          "hits)", TS_METRIC_COUNTER, "job_id,table", NULL, 0);
+    fam.prefetch_unused = ts_metrics_family("tessera_shard_table_prefetch_unused_total", "of "
+                                            "them, evicted before any use (prefetch wasted)",
+                                            TS_METRIC_COUNTER, "job_id,table", NULL, 0);
+    fam.budget_used = ts_metrics_family("tessera_shard_table_budget_bytes", "bytes the tables "
+                                        "hold against a budget: table_mem (--table-mem: rows "
+                                        "in memory) or table_index_mem (--table-index-mem: the "
+                                        "disk tier's index)", TS_METRIC_GAUGE, "budget", NULL,
+                                        0);
+    fam.budget_limit = ts_metrics_family("tessera_shard_table_budget_limit_bytes", "that "
+                                         "budget's limit (0: none)", TS_METRIC_GAUGE, "budget",
+                                         NULL, 0);
     ts_metrics_collector(collect, s);
 }
 

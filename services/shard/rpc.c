@@ -152,6 +152,10 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     resp->snapshot_arms_expired = s->params.arms_expired;
     resp->orphan_jobs_released = s->params.orphans_released;
     pthread_mutex_unlock(&s->params.mu);
+    resp->table_mem_used = ts_table_budget_used(&s->params.tables_budget);
+    resp->table_mem_limit = s->params.tables_budget.limit;
+    resp->table_index_used = atomic_load(&s->params.tables_budget.index);
+    resp->table_index_limit = s->params.tables_budget.index_limit;
     if (s->cluster && s->membership) {
         uint64_t epoch;
         resp->moves_pending = shard_params_moves(&s->params, s->cluster,

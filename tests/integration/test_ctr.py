@@ -178,6 +178,53 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(len(ttl), 8 * 3)
         self.assertEqual(expired, sum(t["expired"] for t in tables))
 
+    def test_tables_on_the_status_page_and_in_metrics(self):
+        """The master's status page (/api/status, what / draws) lists each table of a job
+        summed over the shards, with its disk tier's figures, and each shard's row budget
+        and tier index (used and limit); `tessera status` prints the index's budget line;
+        the shards' /metrics carry the budgets and the tables' prefetch counters."""
+        job = "page"
+        got = train_json(["--master", self.ups[3], "--workers", "1", "--job", job, "--keep"]
+                         + EXACT)
+        base = "http://127.0.0.1:%d" % self.metrics
+
+        def page():
+            with urllib.request.urlopen(base + "/api/status", timeout=10) as r:
+                doc = json.loads(r.read().decode())
+            mine = [t for t in doc.get("tables", []) if t["job"] == job]
+            return doc if len(mine) == 8 and all(t["shards"] == 3 for t in mine) else None
+        doc = tl.wait_until(page, 30, "the page to show the job's 8 tables on 3 shards")
+        tables = [t for t in doc["tables"] if t["job"] == job]
+        self.assertEqual(sum(t["rows"] for t in tables), got["table_rows"])
+        self.assertEqual(len({t["name"] for t in tables}), 8)
+        for t in tables:
+            d = t["disk_tier"]
+            self.assertLess(d["mem_rows"], t["rows"], t)   # --table-mem 64K: most on disk
+            self.assertGreater(d["misses"] + d["hits"], 0, t)
+            self.assertGreater(d["disk_bytes"], 0, t)
+        shards = [s for s in doc["shards"] if s["state"] == "alive"]
+        self.assertEqual(len(shards), 3)
+        for s in shards:
+            self.assertEqual(s["table_mem_limit"], 64 * 1024, s)
+            self.assertGreater(s["table_index_limit"], 0, s)
+            self.assertGreater(s["table_index_used"], 0, s)
+            self.assertLessEqual(s["table_index_used"], s["table_index_limit"], s)
+        text = tl.run_cli(["status", "--master", self.ups[3]]).stdout
+        self.assertRegex(text, r"the disk tier's index: [0-9.]+ MB of [0-9.]+ MB "
+                               r"\(--table-index-mem")
+        self.assertRegex(text, r"rows in memory: [0-9.]+ MB of 0\.1 MB \(--table-mem")
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % (self.metrics + 1),
+                                    timeout=10) as r:
+            text = r.read().decode()
+        index = re.search(r'^tessera_shard_table_budget_bytes\{budget="table_index_mem"\} '
+                          r'(\S+)$', text, re.M)
+        self.assertIsNotNone(index, "no index budget series")
+        self.assertGreater(float(index.group(1)), 0)
+        self.assertRegex(text, r'(?m)^tessera_shard_table_budget_limit_bytes'
+                               r'\{budget="table_mem"\} 65536$')
+        self.assertEqual(len(re.findall(r'(?m)^tessera_shard_table_prefetched_rows_total'
+                                        r'\{job_id="page",table="[^"]+"\} ', text)), 8)
+
 
 class Resume(tl.ClusterCase, unittest.TestCase):
     """15 exact steps on 2 shards, kept and snapshotted; a cluster of 3 shards restored from

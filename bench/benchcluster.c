@@ -25,7 +25,9 @@ void bench_on_signal(int sig)
 ts_status bench_master_start(const char *bin, struct bench_master *m, struct ts_err *err)
 {
     struct ts_local_opts o = { .bin = bin, .tmp_prefix = "ts-bench", .no_logs = true,
-                               .no_state = true, .lease_ms = LEASE_MS, .grace_ms = 1000,
+                               .no_state = true,
+                               .lease_ms = m->lease_ms ? m->lease_ms : LEASE_MS,
+                               .grace_ms = 1000,
                                .replicas = m->replicas > 0 ? m->replicas : 1,
                                .tls = m->tls_dir != NULL, .tls_dir = m->tls_dir,
                                .tls_as_is = true, .keep_process_tls = true };

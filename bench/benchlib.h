@@ -26,6 +26,7 @@ struct bench_master {
     pid_t pid;                /* the master's */
     char target[64];          /* "127.0.0.1:PORT" */
     int replicas;             /* set before bench_master_start: its --replicas (0: default) */
+    int lease_ms;             /* ... its --lease-ms (0: LEASE_MS) */
     /* set before bench_master_start: a `tessera certs init` directory: the master serves
      * mutual TLS with its master.pem (NULL: plaintext). */
     const char *tls_dir;
@@ -46,7 +47,7 @@ void bench_lat_from_ns(int64_t *ns, size_t n, struct bench_lat *l);
 double bench_round1(double x);
 /* utime + stime of pid in clock ticks (/proc/PID/stat). */
 ts_status bench_proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err) TS_MUST_CHECK;
-/* The master of a new cluster, with its --lease-ms LEASE_MS, --grace-ms 1000 (the shards'
+/* The master of a new cluster, with its --lease-ms (lease_ms, else LEASE_MS), --grace-ms 1000 (the shards'
  * too), --replicas and TLS (with tls_dir: its master.pem, and shard-<i>.pem for shard i; no
  * admin token; this process takes its own TLS from $TESSERA_TLS_DIR); its stderr is ours, at
  * TESSERA_LOG=warn unless the caller set a level: anything it prints is worth reading. */

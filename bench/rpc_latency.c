@@ -47,8 +47,8 @@
 #define M_PATH(m) "/tessera.v1.Master/" m
 
 struct opts {
-    const char *bin, *out, *python;
-    int64_t calls, workers, seconds, interval_ms;
+    const char *bin, *out, *python, *job;
+    int64_t calls, workers, seconds, interval_ms, lease_ms;
     bool quick;
 };
 
@@ -181,6 +181,8 @@ static ts_status run_python(const struct opts *o, const char *target, struct ben
  * and every per-worker counter has one writer. */
 struct hb_plan {
     const char *target;
+    const char *job;          /* NULL: the workers join no job; else ranks 0..workers-1 of it */
+    uint32_t lease_ms;
     int64_t workers, interval_ns, t0, end, nslots;
     uint32_t *ids;            /* [w]: the id the master gave worker w */
     uint32_t *acked;          /* [w]: heartbeats acknowledged; also the clock sent next - 1 */
@@ -214,6 +216,12 @@ static void *hb_register_main(void *arg)
         req.pid = (uint32_t)w + 1;
         req.instance = instance;
         req.secret = (ProtobufCBinaryData){ sizeof(hb_secret), hb_secret };
+        req.lease_ms = t->plan->lease_ms;
+        if (t->plan->job) {
+            req.job = (char *)t->plan->job;
+            req.rank = (uint32_t)w;
+            req.workers = (uint32_t)t->plan->workers;
+        }
         if (ts_rpc_unary(t->ch, M_PATH("RegisterWorker"), &req.base,
                          &tessera__v1__register_worker_response__descriptor,
                          (ProtobufCMessage **)&r, CALL_MS, &t->err)) {
@@ -375,7 +383,8 @@ static ts_status hb_bench(const struct opts *o, const struct bench_master *m, st
                           struct ts_err *err)
 {
     struct hb_plan p = { .target = m->target, .workers = o->workers,
-                         .interval_ns = o->interval_ms * 1000000 };
+                         .interval_ns = o->interval_ms * 1000000, .job = o->job,
+                         .lease_ms = (uint32_t)o->lease_ms };
     struct hb_thread th[HB_THREADS];
     ts_status st = TS_OK;
     int64_t t0;
@@ -474,9 +483,11 @@ static void print_table(const struct opts *o, const struct results *r)
 {
     printf("\nbench_rpc_latency: %s; loopback; master: 2 CQ threads (its default), lease %d ms\n"
            "ClusterStatus: %d warm-up + %" PRId64 " sequential calls on one channel, master with "
-           "0 members (before the workers register)\n", r->machine, LEASE_MS, WARMUP, o->calls);
-    printf("Heartbeat: %" PRId64 " workers, one call each per %.1f s, for %" PRId64 " s, from "
-           "%d threads\n", o->workers, (double)o->interval_ms / 1000, o->seconds, HB_THREADS);
+           "0 members (before the workers register)\n", r->machine, (int)o->lease_ms, WARMUP,
+           o->calls);
+    printf("Heartbeat: %" PRId64 " workers%s%s, one call each per %.1f s, for %" PRId64 " s, "
+           "from %d threads\n", o->workers, o->job ? " in job " : "", o->job ? o->job : "",
+           (double)o->interval_ms / 1000, o->seconds, HB_THREADS);
     printf("\n%-46s | %12s | %18s | %6s\n", "metric", "ours", "baseline/goal", "ratio");
     printf("%.46s-+-%.12s-+-%.18s-+-%.6s\n", "-----------------------------------------------",
            "-------------", "-------------------", "-------");
@@ -507,6 +518,8 @@ static void json_hb(struct ts_json *j, const struct opts *o, const struct hb_res
     ts_json_num(j, "rate_per_s", h->offered_per_s);
     ts_json_num(j, "achieved_per_s", bench_round1(h->achieved_per_s));
     ts_json_int(j, "interval_ms", o->interval_ms);
+    ts_json_int(j, "lease_ms", o->lease_ms);
+    ts_json_str(j, "job", o->job ? o->job : "");
     ts_json_int(j, "seconds", o->seconds);
     ts_json_int(j, "client_threads", HB_THREADS);
     ts_json_num(j, "master_cpu_pct", bench_round1(h->master_cpu_pct));
@@ -617,7 +630,11 @@ int main(int argc, char **argv)
         { "seconds", TS_FLAG_INT, &o.seconds, "S", "heartbeat phase length (default 10)", 1,
           3600 },
         { "interval-ms", TS_FLAG_INT, &o.interval_ms, "MS", "each worker's heartbeat interval "
-          "(default 10000 = lease / 3)", 10, 600000 },
+          "(default lease / 3)", 10, 600000 },
+        { "lease-ms", TS_FLAG_INT, &o.lease_ms, "MS", "the master's lease, and each simulated "
+          "worker's (default 30000)", 100, 600000 },
+        { "job", TS_FLAG_STR, &o.job, "ID", "register the simulated workers as ranks 0..N-1 "
+          "of one job ID (default: no job)", 0, 0 },
         { "out", TS_FLAG_STR, &o.out, "FILE", "results (default "
                                               "bench/results/rpc_latency.json)", 0, 0 },
         { "python", TS_FLAG_STR, &o.python, "PATH", "python3 with grpcio (default "
@@ -639,7 +656,9 @@ int main(int argc, char **argv)
     o.calls = o.calls ? o.calls : o.quick ? 1000 : 10000;
     o.workers = o.workers ? o.workers : o.quick ? 1000 : 10000;
     o.seconds = o.seconds ? o.seconds : o.quick ? 2 : 10;
-    o.interval_ms = o.interval_ms ? o.interval_ms : LEASE_MS / 3;
+    o.lease_ms = o.lease_ms ? o.lease_ms : LEASE_MS;
+    o.interval_ms = o.interval_ms ? o.interval_ms : o.lease_ms / 3;
+    m.lease_ms = (int)o.lease_ms;
     o.out = o.out ? o.out : "bench/results/rpc_latency.json";
     o.python = o.python ? o.python : "/usr/bin/python3";
     if (m.tls_dir)   /* our C calls and the Python client's (TESSERA_TLS_DIR) */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "schedule.h"
+#include "seats.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -35,6 +36,11 @@ struct job {
      * first registration, or the master's restart); overdue_ms is the deadline once it passed
      * (reslot gives out the slots of ranks that never came), 0 before. */
     int64_t begun_ms, overdue_ms;
+    /* The seats indexed (seats.h): by worker, by rank, the ranks that came, each worker's
+     * slots; and whether a hand-out of dead or late slots found nobody to take some
+     * (reslot_rank must then hand them out when a worker comes). */
+    struct seat_index idx;
+    bool gone_left;
 };
 
 struct jobs {
@@ -93,6 +99,7 @@ void jobs_free(struct jobs *j)
         free(j->v[i].seats);
         free(j->v[i].owners);
         free(j->v[i].past);
+        seat_index_free(&j->v[i].idx);
     }
     free(j->v);
     pthread_mutex_destroy(&j->mu);
@@ -110,12 +117,13 @@ static struct job *find(struct jobs *j, const char *id)
 /* The job and seat of a worker, alive or not; NULL if it is in no job. mu held. */
 static struct job_seat *seat_locked(struct jobs *j, uint32_t worker, struct job **jb)
 {
-    for (size_t i = 0; i < j->n; i++)
-        for (size_t k = 0; k < j->v[i].nseats; k++)
-            if (j->v[i].seats[k].worker == worker) {
-                *jb = &j->v[i];
-                return &j->v[i].seats[k];
-            }
+    for (size_t i = 0; i < j->n; i++) {
+        int32_t k = seat_index_of(&j->v[i].idx, worker);
+        if (k >= 0 && (size_t)k < j->v[i].nseats) {
+            *jb = &j->v[i];
+            return &j->v[i].seats[k];
+        }
+    }
     return NULL;
 }
 
@@ -124,6 +132,7 @@ static void drop(struct jobs *j, struct job *jb)
     free(jb->seats);
     free(jb->owners);
     free(jb->past);
+    seat_index_free(&jb->idx);
     *jb = j->v[--j->n];
 }
 
@@ -145,6 +154,7 @@ static void set_owner(struct job *jb, uint32_t k, uint32_t w)
         memmove(past + 1, past, (JOBS_PAST_OWNERS - 1) * sizeof(*past));
         past[0] = jb->owners[k];
     }
+    seat_index_move(&jb->idx, jb->owners[k], w);
     jb->owners[k] = w;
 }
 
@@ -206,6 +216,9 @@ static ts_status start_run(struct job *jb, uint32_t workers, uint32_t start, boo
     jb->info.adopted = jb->info.balanced = 0;
     jb->info.balance = false;
     jb->info.start_workers = start && start < workers ? start : workers;
+    if ((st = seat_index_reset(&jb->idx, workers, jb->info.start_workers, err)))
+        return st;
+    jb->gone_left = false;
     jb->begun_ms = now_ms;
     jb->overdue_ms = 0;
     jb->nseats = 0;
@@ -222,20 +235,19 @@ static ts_status start_run(struct job *jb, uint32_t workers, uint32_t start, boo
 /* The alive seat of worker, or of rank (worker 0); NULL if none. mu held. */
 static struct job_seat *alive_seat(struct job *jb, uint32_t worker, uint32_t rank)
 {
-    for (size_t k = 0; k < jb->nseats; k++)
-        if (jb->seats[k].state == SEAT_ALIVE &&
-            (worker ? jb->seats[k].worker == worker : jb->seats[k].rank == rank))
-            return &jb->seats[k];
-    return NULL;
+    int32_t k = worker ? seat_index_of(&jb->idx, worker) : seat_index_rank(&jb->idx, rank);
+
+    if (k < 0 || (size_t)k >= jb->nseats || jb->seats[k].state != SEAT_ALIVE)
+        return NULL;
+    return &jb->seats[k];
 }
 
 /* Worker's seat in this job, alive or not; NULL if none (worker 0: none). mu held. */
 static struct job_seat *seat_in(struct job *jb, uint32_t worker)
 {
-    for (size_t k = 0; worker && k < jb->nseats; k++)
-        if (jb->seats[k].worker == worker)
-            return &jb->seats[k];
-    return NULL;
+    int32_t k = seat_index_of(&jb->idx, worker);
+
+    return k >= 0 && (size_t)k < jb->nseats ? &jb->seats[k] : NULL;
 }
 
 /* Alive and caught up: it may own slots (struct job_seat). */
@@ -264,19 +276,12 @@ static bool held(struct job *jb, uint32_t k)
 static bool late(struct job *jb, uint32_t k)
 {
     uint32_t start = jb->info.start_workers ? jb->info.start_workers : jb->info.workers;
-    uint32_t came = 0;
 
     if (jb->overdue_ms)
         return true;
     if (k < start)   /* 0: a state file from before start_workers, every rank */
         return false;
-    for (uint32_t r = 0; r < start; r++)
-        for (size_t s = 0; s < jb->nseats; s++)
-            if (jb->seats[s].rank == r) {
-                came++;
-                break;
-            }
-    return came == start;
+    return seat_index_all_came(&jb->idx);
 }
 
 /* Whether any live seat caught up (mu held). Only when none did may a waiting one take slots:
@@ -332,51 +337,66 @@ static bool rebalance(struct job *jb, double min_gain)
     return moved > 0;
 }
 
-/* Hands out jb's slots (jobs.h, docs/elastic.md); the roster grows when a slot changes hands.
- * mu held. */
-static void reslot(struct job *jb)
+/* Whether any live seat caught up, found once per hand-out and only if asked (*memo: -1 until
+ * then). */
+static bool caught_up(struct job *jb, int *memo)
 {
-    uint32_t w = jb->info.workers;
-    bool changed = false, caught_up;
+    if (*memo < 0)
+        *memo = any_ready(jb);
+    return *memo > 0;
+}
 
-    if (jb->info.state != JOB_RUNNING)
-        return;
-    caught_up = any_ready(jb);
-    for (uint32_t k = 0; k < w; k++) {   /* each rank's own worker first, once caught up */
-        struct job_seat *home = alive_seat(jb, 0, k);
-        if (home && jb->owners[k] != home->worker && (!home->waiting || !caught_up)) {
-            if (jb->owners[k]) {   /* a first owner changes nothing */
-                ts_log(TS_INFO, "master", "job %s: slot %u goes back to rank %u (worker %u)",
-                       jb->info.id, k, k, home->worker);
-                changed = true;
-            }
-            set_owner(jb, k, home->worker);
+/* Slot k goes to its rank's own worker, once that caught up (or while nobody has); whether a
+ * holder changed (a first owner changes nothing). mu held. */
+static bool home_slot(struct job *jb, uint32_t k, int *memo)
+{
+    struct job_seat *home = alive_seat(jb, 0, k);
+    bool changed = false;
+
+    if (home && jb->owners[k] != home->worker && (!home->waiting || !caught_up(jb, memo))) {
+        if (jb->owners[k]) {
+            ts_log(TS_INFO, "master", "job %s: slot %u goes back to rank %u (worker %u)",
+                   jb->info.id, k, k, home->worker);
+            changed = true;
         }
+        set_owner(jb, k, home->worker);
     }
-    for (uint32_t k = 0; jb->info.elastic && k < w; k++) {
+    return changed;
+}
+
+/* An elastic job's slots whose worker died, and late ones (a rank that never came), go to the
+ * live worker that owns the fewest (the lowest rank on a tie); whether any did. Sets
+ * gone_left if one found nobody to take it. mu held. */
+static bool adopt_gone(struct job *jb, int *memo)
+{
+    bool changed = false;
+
+    jb->gone_left = false;
+    for (uint32_t k = 0; k < jb->info.workers; k++) {
         struct job_seat *best = NULL;
         uint32_t least = UINT32_MAX;
         bool gone = jb->owners[k] ? seat_dead(jb, jb->owners[k]) : late(jb, k);
         if (!gone)
             continue;
         for (size_t s = 0; s < jb->nseats; s++) {
-            uint32_t load = 0;
-            if (jb->seats[s].state != SEAT_ALIVE || (jb->seats[s].waiting && caught_up))
+            uint32_t load;
+            if (jb->seats[s].state != SEAT_ALIVE || (jb->seats[s].waiting && caught_up(jb, memo)))
                 continue;
-            for (uint32_t q = 0; q < w; q++)
-                load += jb->owners[q] == jb->seats[s].worker;
+            load = seat_index_load(&jb->idx, jb->seats[s].worker);
             if (load < least || (load == least && jb->seats[s].rank < best->rank))
                 best = &jb->seats[s], least = load;
         }
-        if (!best)
+        if (!best) {
+            jb->gone_left = true;
             break;   /* nobody left: the job is abandoned (settle) */
+        }
         /* A late slot's first owner is a change too: that worker may have begun the step
          * without it, and the roster is what wakes it. */
         if (jb->owners[k]) {
             ts_log(TS_WARN, "master", "job %s: slot %u (worker %u died) goes to worker %u "
                    "(rank %u)", jb->info.id, k, jb->owners[k], best->worker, best->rank);
             jb->info.adopted++;
-        } else if (k < (jb->info.start_workers ? jb->info.start_workers : w)) {   /* overdue */
+        } else if (k < (jb->info.start_workers ? jb->info.start_workers : jb->info.workers)) {
             ts_log(TS_WARN, "master", "job %s: rank %u never registered within %" PRId64 " ms: "
                    "slot %u goes to worker %u (rank %u)", jb->info.id, k, jb->overdue_ms, k,
                    best->worker, best->rank);
@@ -388,11 +408,50 @@ static void reslot(struct job *jb)
         set_owner(jb, k, best->worker);
         changed = true;
     }
-    /* Balance: the slots just placed evenly go by speed (one change of the roster). */
+    return changed;
+}
+
+/* Ends a hand-out: a balanced job's slots just placed evenly go by speed (one change of the
+ * roster), and the roster grows if a slot changed hands. */
+static void handed(struct job *jb, bool changed)
+{
     if (jb->info.elastic && jb->info.balance && rebalance(jb, 0.0))
         changed = true;
     if (changed)
         jb->info.roster++;
+}
+
+/* Hands out jb's slots (jobs.h, docs/elastic.md): every rank's own slot first, then the
+ * slots of the dead and the late; the roster grows when a slot changes hands. O(workers)
+ * with the index, plus the seats for each slot handed on. mu held. */
+static void reslot(struct job *jb)
+{
+    int memo = -1;
+    bool changed = false;
+
+    if (jb->info.state != JOB_RUNNING)
+        return;
+    for (uint32_t k = 0; k < jb->info.workers; k++)
+        changed |= home_slot(jb, k, &memo);
+    if (jb->info.elastic)
+        changed |= adopt_gone(jb, &memo);
+    handed(jb, changed);
+}
+
+/* reslot after a new seat of rank (its registration), in O(1) unless it must do more: only
+ * that rank's own slot can change hands then, but for the late slots once the last starting
+ * rank came (all_came), and those a hand-out found nobody for (gone_left). mu held. */
+static void reslot_rank(struct job *jb, uint32_t rank, bool all_came)
+{
+    int memo = -1;
+    bool changed;
+
+    if (jb->info.state != JOB_RUNNING)
+        return;
+    changed = home_slot(jb, rank, &memo);
+    if (jb->info.elastic && (all_came || jb->gone_left))
+        changed |= adopt_gone(jb, &memo);
+    handed(jb, changed);
 }
 
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
@@ -401,6 +460,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
 {
     struct job *jb, *other;
     struct job_seat *s;
+    bool came = false;
     ts_status st;
 
     if ((st = ts_job_id_check("job", id, err)))
@@ -428,6 +488,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
             /* Declared dead, and back (it was stopped or cut off): its rank again. */
             s->waiting = other->info.elastic && held(other, s->rank);   /* not itself: dead */
             s->state = SEAT_ALIVE;
+            seat_index_alive(&other->idx, s->rank, (uint32_t)(s - other->seats));
             other->info.alive++;
             ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) is back", id, worker,
                    s->rank);
@@ -465,10 +526,9 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
                                  "ranks below %u), but the job is not running: it ended, or "
                                  "has not started; start it first (tessera status lists the "
                                  "jobs)", rank, id, start);
-    for (size_t k = 0; !st && jb && jb->info.state == JOB_RUNNING && k < jb->nseats; k++)
-        if (jb->seats[k].rank == rank && jb->seats[k].state == SEAT_ALIVE)
-            st = ts_err_set(err, TS_EEXIST, "rank: %u of job '%s' is worker %u, alive", rank,
-                            id, jb->seats[k].worker);
+    if (!st && jb && jb->info.state == JOB_RUNNING && (s = alive_seat(jb, 0, rank)))
+        st = ts_err_set(err, TS_EEXIST, "rank: %u of job '%s' is worker %u, alive", rank, id,
+                        s->worker);
     if (!st && !jb) {
         struct job *v = j->v;
         if (j->n == j->cap &&
@@ -503,11 +563,13 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         else
             jb->seats = v, jb->cap = jb->cap ? 2 * jb->cap : 4;
     }
-    if (!st) {
+    if (!st)
+        came = seat_index_all_came(&jb->idx);
+    if (!st && !(st = seat_index_add(&jb->idx, worker, (uint32_t)jb->nseats, rank, true, err))) {
         jb->seats[jb->nseats++] = (struct job_seat){ worker, rank, SEAT_ALIVE,
                                                      elastic && held(jb, rank), 0 };
         jb->info.alive++;
-        reslot(jb);
+        reslot_rank(jb, rank, !came && seat_index_all_came(&jb->idx));
     }
     pthread_mutex_unlock(&j->mu);
     return st;
@@ -555,6 +617,7 @@ static void vacate(struct job *jb, struct job_seat *s, enum job_seat_state to, c
     if (s->state != SEAT_ALIVE)
         return;
     s->state = to;
+    seat_index_gone(&jb->idx, s->rank, (uint32_t)(s - jb->seats));
     jb->info.alive--;
     if (to == SEAT_FINISHED)
         jb->info.finished++;
@@ -803,11 +866,18 @@ int jobs_slots(struct jobs *j, uint32_t worker, uint64_t *roster, uint32_t *slot
     pthread_mutex_lock(&j->mu);
     if ((s = seat_locked(j, worker, &jb)) && jb->info.state == JOB_RUNNING &&
         s->state == SEAT_ALIVE) {
+        uint32_t load = seat_index_load(&jb->idx, worker);
         n = 0;
         *roster = jb->info.roster;
-        for (uint32_t k = 0; k < jb->info.workers && (size_t)n < max; k++)
-            if (jb->owners[k] == worker)
-                slots[n++] = k;
+        if (load == 1 && s->rank < jb->info.workers && jb->owners[s->rank] == worker) {
+            if (max)   /* its own slot alone, as a worker almost always has: no scan */
+                slots[0] = s->rank;
+            n = 1;
+        } else {
+            for (uint32_t k = 0; k < jb->info.workers; k++)
+                if (jb->owners[k] == worker && (size_t)n++ < max)
+                    slots[n - 1] = k;
+        }
     }
     pthread_mutex_unlock(&j->mu);
     return n;
@@ -826,6 +896,17 @@ size_t jobs_rosters(struct jobs *j, char (*ids)[TS_JOB_ID_MAX + 1], uint64_t *ro
         }
     pthread_mutex_unlock(&j->mu);
     return n;
+}
+
+uint32_t jobs_width(struct jobs *j, const char *id)
+{
+    struct job *jb;
+    uint32_t w;
+
+    pthread_mutex_lock(&j->mu);
+    w = (jb = find(j, id)) ? jb->info.workers : 0;
+    pthread_mutex_unlock(&j->mu);
+    return w;
 }
 
 size_t jobs_owners(struct jobs *j, const char *id, uint32_t *owners, size_t max)
@@ -955,6 +1036,7 @@ void jobs_released(struct jobs *j, const char *id, int64_t now_ms)
         free(jb->seats);
         jb->seats = NULL;
         jb->cap = 0;
+        seat_index_free(&jb->idx);
     }
     pthread_mutex_unlock(&j->mu);
 }
@@ -1095,6 +1177,21 @@ void jobs_records_free(struct job_record *r, size_t n)
     free(r);
 }
 
+/* Indexes a restored job's seats and slot owners (seats.h). */
+static ts_status index_restored(struct job *jb, struct ts_err *err)
+{
+    uint32_t w = jb->info.workers;
+    ts_status st = seat_index_reset(&jb->idx, w, jb->info.start_workers ? jb->info.start_workers
+                                                                       : w, err);
+
+    for (size_t k = 0; !st && k < jb->nseats; k++)
+        st = seat_index_add(&jb->idx, jb->seats[k].worker, (uint32_t)k, jb->seats[k].rank,
+                            jb->seats[k].state == SEAT_ALIVE, err);
+    for (uint32_t k = 0; !st && k < w; k++)
+        seat_index_move(&jb->idx, 0, jb->owners[k]);
+    return st;
+}
+
 /* Checks a record to restore against those already restored; mu held. */
 static ts_status check_record(struct jobs *j, const struct job_record *r, struct ts_err *err)
 {
@@ -1162,6 +1259,13 @@ ts_status jobs_restore(struct jobs *j, const struct job_record *r, size_t n, int
         }
         if (r[i].nowners)
             memcpy(jb->owners, r[i].owners, r[i].nowners * sizeof(*jb->owners));
+        if ((st = index_restored(jb, err))) {
+            free(jb->seats);
+            free(jb->owners);
+            free(jb->past);
+            seat_index_free(&jb->idx);
+            break;
+        }
         if (jb->info.rolling_back) {
             jb->info.rolling_back = false;
             if (*nrerun < max)
@@ -1174,6 +1278,7 @@ ts_status jobs_restore(struct jobs *j, const struct job_record *r, size_t n, int
             free(j->v[i].seats);
             free(j->v[i].owners);
             free(j->v[i].past);
+            seat_index_free(&j->v[i].idx);
         }
         j->n = 0;
         *nrerun = 0;

@@ -38,7 +38,10 @@
 #define JOBS_DEFAULT_HISTORY 256
 #define JOBS_DEFAULT_HISTORY_MS (24 * 3600 * 1000)
 #define JOBS_DEFAULT_IDLE_MS (3600 * 1000)
-#define JOBS_MAX_WORKERS 4096           /* workers per job */
+/* Workers per job on the master: what it keeps of a worker is its member record (members.h)
+ * and its seat here (about 60 bytes with the slot tables and seats.h's index). A training
+ * job's ranks are also bounded by the shards' data plane, TS_JOB_MAX_WORKERS (lib/ps/part.h). */
+#define JOBS_MAX_WORKERS 65536
 #define JOBS_PAST_OWNERS 3              /* earlier owners of a slot kept (jobs_access) */
 #define JOBS_OWNER_MAX 128              /* an owner's identity (TS_RPC_IDENTITY_MAX) */
 /* --jobs-per-identity's default: half the most --max-jobs allows, so it never binds under the
@@ -158,7 +161,8 @@ void jobs_start_deadline(struct jobs *j, int64_t now_ms);
  * up (jobs_ready): a new owner must hold the values of the step under way, which a process
  * that just started does not (docs/elastic.md, "Coming back"). */
 /* The slots worker owns (ascending, at most max into slots) and its job's roster: returns
- * how many, or -1 if the worker is in no running job. */
+ * how many it owns (more than max: call again with room for them), or -1 if the worker is in
+ * no running job. */
 int jobs_slots(struct jobs *j, uint32_t worker, uint64_t *roster, uint32_t *slots, size_t max);
 /* Running elastic jobs with a roster above 0: ids and rosters (at most max); how many. */
 size_t jobs_rosters(struct jobs *j, char (*ids)[TS_JOB_ID_MAX + 1], uint64_t *rosters,
@@ -178,6 +182,8 @@ ts_status jobs_speed(struct jobs *j, uint32_t worker, double slot_s, int64_t slo
                      int64_t now_ms, struct ts_err *err);
 
 size_t jobs_owners(struct jobs *j, const char *id, uint32_t *owners, size_t max);
+/* Job id's slots (its workers count), 0 for a job not in the table. */
+uint32_t jobs_width(struct jobs *j, const char *id);
 /* What a shard binds job id's data-plane connections with (JobAccess): its slot owners as
  * jobs_owners (*n of them, at most max), each slot's past owners (JOBS_PAST_OWNERS per slot
  * into past, newest first, 0 none), its roster and whether it is elastic. TS_ENOTFOUND,

@@ -158,17 +158,22 @@ static ts_status job_access(struct ts_rpc_call *call, const ProtobufCMessage *rq
     const Tessera__V1__JobAccessRequest *req = (const void *)rq;
     Tessera__V1__JobAccessResponse *resp = (void *)rs;
     struct master *m = ts_rpc_ctx(call);
-    uint32_t *owners = ts_rpc_alloc(call, JOBS_MAX_WORKERS * sizeof(*owners));
-    uint32_t *past = ts_rpc_alloc(call, JOBS_MAX_WORKERS * JOBS_PAST_OWNERS * sizeof(*past));
+    uint32_t *owners, *past, width;
     struct ts_member_cred cred;
     bool elastic;
     ts_status st;
 
     if ((st = ts_job_id_check("job", req->job, err)) ||
         (st = member_cred(call, &req->secret, false, &cred, err)) ||
-        (st = ts_members_vouch(m->members, TS_MEMBER_SHARD, req->shard_id, &cred, err)) ||
-        (st = jobs_access(m->jobs, req->job, owners, past, JOBS_MAX_WORKERS,
-                          &resp->n_owners, &resp->roster, &elastic, err)))
+        (st = ts_members_vouch(m->members, TS_MEMBER_SHARD, req->shard_id, &cred, err)))
+        return st;
+    /* Room for the job's slots as it is now (a run started meanwhile with more is cut to it:
+     * the shard asks again when a slot it does not know pushes). */
+    width = jobs_width(m->jobs, req->job);
+    owners = ts_rpc_alloc(call, ((size_t)width + 1) * sizeof(*owners));
+    past = ts_rpc_alloc(call, ((size_t)width * JOBS_PAST_OWNERS + 1) * sizeof(*past));
+    if ((st = jobs_access(m->jobs, req->job, owners, past, width, &resp->n_owners,
+                          &resp->roster, &elastic, err)))
         return st;
     resp->owners = owners;
     resp->past_owners = past;
@@ -186,8 +191,16 @@ static ts_status job_access(struct ts_rpc_call *call, const ProtobufCMessage *rq
 static void slots_of(struct ts_rpc_call *call, struct master *m, uint32_t worker,
                      Tessera__V1__HeartbeatResponse *resp)
 {
-    uint32_t *slots = ts_rpc_alloc(call, JOBS_MAX_WORKERS * sizeof(*slots));
-    int n = jobs_slots(m->jobs, worker, &resp->roster, slots, JOBS_MAX_WORKERS);
+    size_t room = 16;   /* a worker owns its own slot, and those of a few dead at most */
+    uint32_t *slots = ts_rpc_alloc(call, room * sizeof(*slots));
+    int n = jobs_slots(m->jobs, worker, &resp->roster, slots, room);
+
+    if (n > (int)room) {
+        room = (size_t)n;
+        slots = ts_rpc_alloc(call, room * sizeof(*slots));
+        n = jobs_slots(m->jobs, worker, &resp->roster, slots, room);
+        n = n > (int)room ? (int)room : n;   /* more again meanwhile: the next beat has them */
+    }
 
     resp->slots = slots;
     resp->n_slots = n > 0 ? (size_t)n : 0;

@@ -407,6 +407,46 @@ static struct jobs *restarted(struct jobs *j)
 /* A dead worker's slot goes to the live worker owning the fewest (lowest rank on a tie), the
  * roster grows at each change, the job is not abandoned while a worker lives, and the rank's
  * slot goes back to a new worker of that rank, or to the same worker coming back. */
+/* A job of JOBS_MAX_WORKERS workers (65,536): each registration answers from the seat
+ * indexes (services/master/seats.h), each worker owns its own slot and finds it without a scan
+ * of the others, a second worker for a live rank is refused, a dead worker's slot goes to the
+ * worker owning the fewest (the lowest rank), and one more worker than the cap is refused.
+ * With a scan of the job's seats per question this took hours (O(W^3)); it is not timed here
+ * (bench_rpc_latency measures registration), but ctest's timeout would stop a regression. */
+static void a_job_of_the_most_workers(void **state)
+{
+    const uint32_t w = JOBS_MAX_WORKERS, base = 1000;
+    struct jobs *j = mk(0, 0, 0);
+    struct ts_err e = { 0 };
+    uint32_t slots[4];
+    uint64_t roster;
+
+    (void)state;
+    for (uint32_t r = 0; r < w; r++)
+        assert_int_equal(jobs_join(j, "big", base + r, r, w, 0, false, true, false, NULL, 0,
+                                   NULL), TS_OK);
+    assert_int_equal(info(j, "big").alive, w);
+    for (uint32_t r = 0; r < w; r += 997) {
+        assert_int_equal(jobs_slots(j, base + r, &roster, slots, 4), 1);
+        assert_int_equal(slots[0], r);
+    }
+    assert_int_equal(roster, 0);
+    assert_int_equal(jobs_join(j, "big", 99, 7, w, 0, false, true, false, NULL, 1, &e),
+                     TS_EEXIST);
+    assert_non_null(strstr(e.msg, "rank: 7 of job 'big' is worker 1007"));
+    jobs_dead(j, base + 5, 2);
+    assert_int_equal(jobs_slots(j, base, &roster, slots, 4), 2);   /* rank 0: the lowest */
+    assert_int_equal(slots[0], 0);
+    assert_int_equal(slots[1], 5);
+    assert_int_equal(roster, 1);
+    assert_int_equal(jobs_slots(j, base + 5, &roster, slots, 4), -1);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(jobs_join(j, "big2", 1, 0, w + 1, 0, false, true, false, NULL, 3, &e),
+                     TS_EINVAL);
+    assert_non_null(strstr(e.msg, "workers: 65537, want 1..65536"));
+    jobs_free(j);
+}
+
 static void elastic_slots_move(void **state)
 {
     struct jobs *j = mk(0, 0, 0);
@@ -785,6 +825,7 @@ int main(void)
         cmocka_unit_test(balance_moves_slots_by_speed),
         cmocka_unit_test(death_after_the_training_ended),
         cmocka_unit_test(a_rank_that_never_came),
+        cmocka_unit_test(a_job_of_the_most_workers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -608,6 +608,31 @@ def status_json(addr):
     return json.loads(r.stdout)
 
 
+def job_tables(addr, job):
+    """Job's sparse tables as `tessera status --json` lists them: one entry per table and
+    shard (rows, bytes, and "disk_tier" where the shards have one)."""
+    return [t for s in status_json(addr)["shards"] for t in s.get("table_list", [])
+            if t["job"] == job]
+
+
+def tier_summary(tables):
+    """What job_tables says of the disk tier, summed: "whole", the bytes the rows would take
+    were they all in memory (each table's bytes per row in the memory tier, times its rows);
+    "disk", the bytes reserved for them on disk; "misses" (disk reads) and "evictions"."""
+    tiers = [t["disk_tier"] for t in tables]
+    return {"whole": sum(t["rows"] * t["bytes"] / t["disk_tier"]["mem_rows"] for t in tables),
+            "disk": sum(d["disk_bytes"] for d in tiers),
+            "misses": sum(d["misses"] for d in tiers),
+            "evictions": sum(d["evictions"] for d in tiers)}
+
+
+def assert_rows_went_through_disk(case, tables):
+    """Every table's rows were evicted (more than it holds in memory) and read back."""
+    for t in tables:
+        case.assertGreater(t["disk_tier"]["misses"], 0, t)
+        case.assertGreater(t["disk_tier"]["evictions"], t["disk_tier"]["mem_rows"], t)
+
+
 def shard_once_past(addr, step, timeout=60, which=1):
     """Waits until a worker of the cluster at addr reports its clock at step or past, then
     returns the status JSON of the alive shard at position `which` (a victim for a fault)."""

@@ -47,24 +47,19 @@ class BigTable(tl.ClusterCase, unittest.TestCase):
         took = time.monotonic() - t0
         self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace")[-3000:])
         got = json.loads(r.stdout)
-        tables = [t for s in tl.status_json(self.addr)["shards"]
-                  for t in s.get("table_list", []) if t["job"] == "big"]
+        tables = tl.job_tables(self.addr, "big")
         self.assertEqual(len(tables), 16)
-        # A row's bytes in memory, from what the memory tier holds; all rows at that cost.
-        whole = sum(t["rows"] * t["bytes"] / t["disk_tier"]["mem_rows"] for t in tables)
-        disk = sum(t["disk_tier"]["disk_bytes"] for t in tables)
+        s = tl.tier_summary(tables)
         tl.log("%d steps in %.0f s: held-out AUC %.4f (optimum %.4f), log-loss %.4f (optimum "
                "%.4f); %d rows, %.2f GB were they all in memory, %.1f times the %d MiB given; "
                "%.2f GB reserved on disk; %d disk reads, %d evictions, %.0f samples/s" % (
                    got["steps"], took, got["auc"], got["optimum_auc"], got["logloss"],
-                   got["optimum_logloss"], got["table_rows"], whole / 1e9, whole / (2 * MEM),
-                   2 * MEM >> 20, disk / 1e9, sum(t["disk_tier"]["misses"] for t in tables),
-                   sum(t["disk_tier"]["evictions"] for t in tables), got["samples_per_s"]))
-        self.assertGreater(whole, 8 * 2 * MEM)
-        self.assertGreater(disk, whole / 2)
-        for t in tables:
-            self.assertGreater(t["disk_tier"]["misses"], 0, t)
-            self.assertGreater(t["disk_tier"]["evictions"], t["disk_tier"]["mem_rows"], t)
+                   got["optimum_logloss"], got["table_rows"], s["whole"] / 1e9,
+                   s["whole"] / (2 * MEM), 2 * MEM >> 20, s["disk"] / 1e9, s["misses"],
+                   s["evictions"], got["samples_per_s"]))
+        self.assertGreater(s["whole"], 8 * 2 * MEM)
+        self.assertGreater(s["disk"], s["whole"] / 2)
+        tl.assert_rows_went_through_disk(self, tables)
         self.assertGreater(got["auc"], got["optimum_auc"] - 0.01)
         self.assertLess(got["logloss"], got["optimum_logloss"] + 0.01)
 

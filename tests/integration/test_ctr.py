@@ -119,8 +119,7 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
                                       "--keep"] + EXACT)
                     self.assertEqual(got["params_sha256"], want["params_sha256"])
                     self.assertEqual(got["table_rows"], want["table_rows"])
-                    tables = [t for s in tl.status_json(addr)["shards"]
-                              for t in s.get("table_list", []) if t["job"] == job]
+                    tables = tl.job_tables(addr, job)
                     self.assertEqual(len(tables), 8 * shards)
                     self.assertEqual(sum(t["rows"] for t in tables), want["table_rows"])
                     tiers = [t["disk_tier"] for t in tables]
@@ -154,8 +153,7 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(got["params_sha256"], want["params_sha256"])
         self.assertEqual(got["table_rows"], want["table_rows"])
         self.assertLess(want["table_rows"], self.local["table_rows"] / 2)
-        tables = [t for s in tl.status_json(self.ups[3])["shards"]
-                  for t in s.get("table_list", []) if t["job"] == "ttl"]
+        tables = tl.job_tables(self.ups[3], "ttl")
         self.assertEqual(len(tables), 8 * 3)
         self.assertEqual({t["ttl_steps"] for t in tables}, {5})
         # Copies drop their rows too: at least the rows the table lost over its life.
@@ -410,22 +408,16 @@ class LearnsBeyondMemory(tl.ClusterCase, unittest.TestCase):
         got = train_json(["--master", self.addr, "--workers", "2", "--job", "big", "--keep",
                           "--model", "ctr", "--steps", "2000", "--batch", "256", "--micro",
                           "64", "--exact", "--json"], timeout=600)
-        tables = [t for s in tl.status_json(self.addr)["shards"]
-                  for t in s.get("table_list", []) if t["job"] == "big"]
+        tables = tl.job_tables(self.addr, "big")
         self.assertEqual(len(tables), 16)
-        # A row's bytes in memory, from what the memory tier holds; all rows at that cost.
-        whole = sum(t["rows"] * t["bytes"] / t["disk_tier"]["mem_rows"] for t in tables)
+        s = tl.tier_summary(tables)
         tl.log("held-out AUC %.4f (optimum %.4f); %d rows, %.0f MB in memory were they all "
                "there, %.1f times the 16 MiB given; %d disk reads, %d evictions, %.0f "
-               "samples/s" % (got["auc"], got["optimum_auc"], got["table_rows"], whole / 1e6,
-                              whole / (16 << 20),
-                              sum(t["disk_tier"]["misses"] for t in tables),
-                              sum(t["disk_tier"]["evictions"] for t in tables),
-                              got["samples_per_s"]))
-        self.assertGreater(whole, 2 * (16 << 20))
-        for t in tables:
-            self.assertGreater(t["disk_tier"]["misses"], 0, t)
-            self.assertGreater(t["disk_tier"]["evictions"], t["disk_tier"]["mem_rows"], t)
+               "samples/s" % (got["auc"], got["optimum_auc"], got["table_rows"],
+                              s["whole"] / 1e6, s["whole"] / (16 << 20), s["misses"],
+                              s["evictions"], got["samples_per_s"]))
+        self.assertGreater(s["whole"], 2 * (16 << 20))
+        tl.assert_rows_went_through_disk(self, tables)
         self.assertGreater(got["auc"], got["optimum_auc"] - 0.01)
         self.assertLess(got["logloss"], got["optimum_logloss"] + 0.01)
 

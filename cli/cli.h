@@ -79,6 +79,10 @@ const Tessera__V1__JobInfo *cli_job_at(const char *master, const char *job,
 void cli_master_error(const char *cmd, const char *addr, const struct ts_err *err);
 
 /* Prints the cluster's status to stdout (table or JSON). Returns the exit code. */
-int print_status(const char *master_addr, bool json, int timeout_ms);
+/* tessera status's default of workers listed in its tables (--workers). */
+#define STATUS_WORKERS 50
+#define STATUS_WORKERS_STR "50"
+/* `tessera status`: the tables, or JSON; max_workers listed at most (0: all). */
+int print_status(const char *master_addr, bool json, int timeout_ms, uint32_t max_workers);
 
 #endif

@@ -218,6 +218,11 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         ts_json_end(&j);
     }
     ts_json_end(&j);
+    ts_json_uint(&j, "workers_alive", cs->workers_alive);
+    ts_json_uint(&j, "workers_dead", cs->workers_dead);
+    ts_json_uint(&j, "workers_left", cs->workers_left);
+    if (cs->workers_next)   /* --workers N cut the list: the id to page on from */
+        ts_json_uint(&j, "workers_next", cs->workers_next);
     ts_json_arr(&j, "workers");
     for (size_t i = 0; i < cs->n_workers; i++) {
         const Tessera__V1__WorkerInfo *w = cs->workers[i];
@@ -411,6 +416,11 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
     }
     if (!cs->n_workers)
         printf("(none)\n");
+    if (cs->workers_next)
+        printf("... %u workers in all: %u alive, %u dead, %u left; %zu listed (tessera status "
+               "--workers all, or --json, lists every one)\n", cs->workers_alive +
+               cs->workers_dead + cs->workers_left, cs->workers_alive, cs->workers_dead,
+               cs->workers_left, cs->n_workers);
     printf("\n%-24s %-9s %-8s %-9s %-8s %s\n", "JOB", "STATE", "WORKERS", "FINISHED", "FREED",
            "PARAMS_SHA256 / REASON");
     for (size_t i = 0; i < cs->n_jobs; i++) {
@@ -473,14 +483,16 @@ void cli_master_error(const char *cmd, const char *addr, const struct ts_err *er
                         "pass --master ADDR (or set TESSERA_MASTER)\n", addr);
 }
 
-int print_status(const char *addr, bool json, int timeout_ms)
+int print_status(const char *addr, bool json, int timeout_ms, uint32_t max_workers)
 {
+    Tessera__V1__ClusterStatusRequest req = TESSERA__V1__CLUSTER_STATUS_REQUEST__INIT;
     Tessera__V1__ClusterStatusResponse *cs;
     struct ts_err err = { 0 };
     Tessera__V1__ShardStatusResponse **views;
     struct ts_master *m = NULL;
 
-    if (ts_master_open(addr, &m, &err) || ts_master_status(m, timeout_ms, &cs, &err)) {
+    req.max_workers = max_workers;
+    if (ts_master_open(addr, &m, &err) || ts_master_status_req(m, timeout_ms, &req, &cs, &err)) {
         cli_master_error("status", addr, &err);
         ts_master_close(m);
         return 1;
@@ -496,11 +508,29 @@ int print_status(const char *addr, bool json, int timeout_ms)
     return 0;
 }
 
+/* --workers: "all" (0), or a count from 1. */
+static ts_status parse_workers(const char *v, uint32_t *out, struct ts_err *err)
+{
+    char *end;
+    unsigned long n;
+
+    if (!strcmp(v, "all")) {
+        *out = 0;
+        return TS_OK;
+    }
+    n = strtoul(v, &end, 10);
+    if (end == v || *end || !n || n > UINT32_MAX)
+        return ts_err_set(err, TS_EINVAL, "--workers: '%s'; want a count from 1, or all", v);
+    *out = (uint32_t)n;
+    return TS_OK;
+}
+
 int cmd_status(int argc, char **argv)
 {
-    const char *master = NULL;
+    const char *master = NULL, *workers = NULL;
     bool json = false, help;
     int64_t timeout_ms = 3000;
+    uint32_t max_workers = STATUS_WORKERS;
     const struct ts_flag flags[] = {
         { "master", TS_FLAG_STR, &master, "ADDR",
           "master address (default $TESSERA_MASTER, then 127.0.0.1:7070)", 0, 0 },
@@ -508,15 +538,21 @@ int cmd_status(int argc, char **argv)
           0 },
         { "timeout-ms", TS_FLAG_INT, &timeout_ms, "MS", "give up after this long (default 3000)",
           1, 600000 },
+        { "workers", TS_FLAG_STR, &workers, "N|all", "list at most N workers, the lowest ids "
+          "(the counts by state cover them all; default " STATUS_WORKERS_STR " in the tables, "
+          "all with --json)", 0, 0 },
         { NULL, 0, NULL, NULL, NULL, 0, 0 },
     };
     struct ts_err err = { 0 };
     int npos = 0;
 
-    if (ts_flags_parse(flags, argc, argv, NULL, &npos, &help, &err)) {
+    if (ts_flags_parse(flags, argc, argv, NULL, &npos, &help, &err) ||
+        (workers && parse_workers(workers, &max_workers, &err))) {
         fprintf(stderr, "tessera status: %s\n", err.msg);
         return 2;
     }
+    if (!workers)
+        max_workers = json ? 0 : STATUS_WORKERS;
     if (help) {
         ts_flags_usage(stdout, "tessera status [options]",
                        "Shows the cluster as the master sees it: the shard map epoch, each\n"
@@ -526,5 +562,5 @@ int cmd_status(int argc, char **argv)
                        "worker and each job.", flags);
         return 0;
     }
-    return print_status(ts_master_default_addr(master), json, (int)timeout_ms);
+    return print_status(ts_master_default_addr(master), json, (int)timeout_ms, max_workers);
 }

@@ -267,7 +267,7 @@ int cmd_demo(int argc, char **argv)
     /* The workers this process starts find the cluster's certificates where clients do. */
     if (ts_local_tls_dir(c))
         setenv("TESSERA_TLS_DIR", ts_local_tls_dir(c), 1);
-    rc = print_status(addr, false, 5000);
+    rc = print_status(addr, false, 5000, STATUS_WORKERS);
     if (!rc) {
         printf("\ntraining: %d workers, %lld epochs, batch %lld, %s mode\n", t.workers,
                (long long)t.tr.epochs, (long long)t.tr.batch, t.sdk.exact ? "exact" : "float");

@@ -314,7 +314,7 @@ static ts_status await_rollback(struct tessera *t, uint64_t *step, uint32_t *rol
         ts_status st = TS_OK;
         bool done = false;
 
-        if (ts_master_status(t->master, ts_master_call_ms(t->master), &cs, &e)) {
+        if (ts_master_jobs(t->master, ts_master_call_ms(t->master), &cs, &e)) {
             snprintf(last, sizeof(last), "the master did not answer: %s", e.msg);
         } else {
             j = ts_status_job(cs, t->job.id);

@@ -51,9 +51,20 @@ void ts_master_set_call_ms(struct ts_master *m, int ms);
 int ts_master_call_ms(const struct ts_master *m);
 const char *ts_master_addr(const struct ts_master *m);
 
+/* ClusterStatus, every shard and worker listed. */
 ts_status ts_master_status(struct ts_master *m, int deadline_ms,
                            Tessera__V1__ClusterStatusResponse **out,
                            struct ts_err *err) TS_MUST_CHECK;
+/* ClusterStatus as req asks it (a page of the workers, or the jobs alone). */
+ts_status ts_master_status_req(struct ts_master *m, int deadline_ms,
+                               const Tessera__V1__ClusterStatusRequest *req,
+                               Tessera__V1__ClusterStatusResponse **out,
+                               struct ts_err *err) TS_MUST_CHECK;
+/* ClusterStatus of the jobs alone (jobs_only: no shard, no worker): a worker's poll, which
+ * must not cost the master a list of thousands of workers for each of thousands of them. */
+ts_status ts_master_jobs(struct ts_master *m, int deadline_ms,
+                         Tessera__V1__ClusterStatusResponse **out,
+                         struct ts_err *err) TS_MUST_CHECK;
 /* Job id as cs lists it, in any state; NULL when it does not (points into cs). */
 const Tessera__V1__JobInfo *ts_status_job(const Tessera__V1__ClusterStatusResponse *cs,
                                           const char *id);

@@ -165,12 +165,29 @@ const char *ts_job_state_name(int s)
     }
 }
 
+ts_status ts_master_status_req(struct ts_master *m, int deadline_ms,
+                               const Tessera__V1__ClusterStatusRequest *req,
+                               Tessera__V1__ClusterStatusResponse **out, struct ts_err *err)
+{
+    return CALL(m, "ClusterStatus", req, &tessera__v1__cluster_status_response__descriptor, out,
+                deadline_ms, err);
+}
+
 ts_status ts_master_status(struct ts_master *m, int deadline_ms,
                            Tessera__V1__ClusterStatusResponse **out, struct ts_err *err)
 {
     Tessera__V1__ClusterStatusRequest req = TESSERA__V1__CLUSTER_STATUS_REQUEST__INIT;
-    return CALL(m, "ClusterStatus", &req, &tessera__v1__cluster_status_response__descriptor, out,
-                deadline_ms, err);
+
+    return ts_master_status_req(m, deadline_ms, &req, out, err);
+}
+
+ts_status ts_master_jobs(struct ts_master *m, int deadline_ms,
+                         Tessera__V1__ClusterStatusResponse **out, struct ts_err *err)
+{
+    Tessera__V1__ClusterStatusRequest req = TESSERA__V1__CLUSTER_STATUS_REQUEST__INIT;
+
+    req.jobs_only = true;
+    return ts_master_status_req(m, deadline_ms, &req, out, err);
 }
 
 ts_status ts_master_shard_map(struct ts_master *m, Tessera__V1__ShardMap **out,

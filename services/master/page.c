@@ -66,16 +66,74 @@ static struct seat_of *seats_of(struct master *m, struct job_record **recs, size
     return s;
 }
 
+/* Past PAGE_WORKERS workers the page lists the PAGE_SLOWEST alive ones with the lowest
+ * clocks and the PAGE_DEAD dead ones declared last, with the counts of all by state: a page
+ * redrawn every second cannot carry ten thousand rows. */
+#define PAGE_WORKERS 200
+#define PAGE_SLOWEST 150
+#define PAGE_DEAD 50
+
+/* An alive worker by its clock, for the slowest first. */
+struct by_clock {
+    uint64_t clock;
+    size_t at;                   /* its position in the view (ids ascend with it) */
+};
+
+static int slowest_first(const void *a, const void *b)
+{
+    const struct by_clock *x = a, *y = b;
+
+    return x->clock < y->clock ? -1 : x->clock > y->clock ? 1 : x->at < y->at ? -1 : 1;
+}
+
+/* The positions in v of the workers the page lists (*n of them; malloc'd, NULL if none). */
+static size_t *listed(const struct ts_members_view *v, size_t *n)
+{
+    size_t *idx = malloc((v->nworkers + 1) * sizeof(*idx)), alive = 0;
+    struct by_clock *bc;
+
+    *n = 0;
+    if (!idx)
+        return NULL;
+    if (v->nworkers <= PAGE_WORKERS) {
+        for (size_t i = 0; i < v->nworkers; i++)
+            idx[(*n)++] = i;
+        return idx;
+    }
+    if (!(bc = malloc(v->nworkers * sizeof(*bc)))) {
+        free(idx);
+        return NULL;
+    }
+    for (size_t i = 0; i < v->nworkers; i++)
+        if (v->workers[i].state == TS_MEMBER_ALIVE)
+            bc[alive++] = (struct by_clock){ v->workers[i].clock, i };
+    qsort(bc, alive, sizeof(*bc), slowest_first);
+    for (size_t k = 0; k < alive && k < PAGE_SLOWEST; k++)
+        idx[(*n)++] = bc[k].at;
+    free(bc);
+    for (size_t i = v->nworkers; i-- > 0 && *n < PAGE_WORKERS;)
+        if (v->workers[i].state == TS_MEMBER_DEAD)
+            idx[(*n)++] = i;
+    return idx;
+}
+
 static void workers_json(struct ts_json *j, struct master *m, const struct ts_members_view *v,
                          int64_t now)
 {
     struct job_record *recs = NULL;
-    size_t nrecs = 0, nseats;
+    size_t nrecs = 0, nseats, nlisted, counts[4] = { 0 };
     struct seat_of *seats = seats_of(m, &recs, &nrecs, &nseats);
+    size_t *idx = listed(v, &nlisted);
 
+    for (size_t i = 0; i < v->nworkers; i++)
+        counts[v->workers[i].state < 4 ? v->workers[i].state : 0]++;
+    ts_json_uint(j, "workers_alive", counts[TS_MEMBER_ALIVE]);
+    ts_json_uint(j, "workers_dead", counts[TS_MEMBER_DEAD]);
+    ts_json_uint(j, "workers_left", counts[TS_MEMBER_LEFT]);
+    ts_json_uint(j, "workers_listed", nlisted);
     ts_json_arr(j, "workers");
-    for (size_t i = 0; i < v->nworkers; i++) {
-        const struct ts_member *w = &v->workers[i];
+    for (size_t k = 0; k < nlisted; k++) {
+        const struct ts_member *w = &v->workers[idx[k]];
         struct seat_of key = { .worker = w->id };
         const struct seat_of *seat = nseats ? bsearch(&key, seats, nseats, sizeof(*seats),
                                                       by_worker) : NULL;
@@ -92,6 +150,7 @@ static void workers_json(struct ts_json *j, struct master *m, const struct ts_me
         ts_json_end(j);
     }
     ts_json_end(j);
+    free(idx);
     free(seats);
     jobs_records_free(recs, nrecs);
 }

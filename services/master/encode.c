@@ -51,17 +51,10 @@ Tessera__V1__ShardInfo **master_shard_infos(struct ts_rpc_call *call,
 Tessera__V1__WorkerInfo **master_worker_infos(struct ts_rpc_call *call,
                                               const struct ts_members_view *v, int64_t now)
 {
-    return master_worker_page(call, v, now, 0, v->nworkers);
-}
+    Tessera__V1__WorkerInfo **out = ts_rpc_alloc(call, (v->nworkers + 1) * sizeof(*out));
 
-Tessera__V1__WorkerInfo **master_worker_page(struct ts_rpc_call *call,
-                                             const struct ts_members_view *v, int64_t now,
-                                             size_t first, size_t n)
-{
-    Tessera__V1__WorkerInfo **out = ts_rpc_alloc(call, (n + 1) * sizeof(*out));
-
-    for (size_t i = 0; i < n; i++) {
-        const struct ts_member *e = &v->workers[first + i];
+    for (size_t i = 0; i < v->nworkers; i++) {
+        const struct ts_member *e = &v->workers[i];
         Tessera__V1__WorkerInfo *w = ts_rpc_new(call, &tessera__v1__worker_info__descriptor);
         w->id = e->id;
         w->host = ts_rpc_strdup(call, e->addr);

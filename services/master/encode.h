@@ -20,10 +20,6 @@ Tessera__V1__ShardInfo **master_shard_infos(struct ts_rpc_call *call,
                                             const struct ts_members_view *v, int64_t now);
 Tessera__V1__WorkerInfo **master_worker_infos(struct ts_rpc_call *call,
                                               const struct ts_members_view *v, int64_t now);
-/* The same for workers [first, first + n) of v only. */
-Tessera__V1__WorkerInfo **master_worker_page(struct ts_rpc_call *call,
-                                             const struct ts_members_view *v, int64_t now,
-                                             size_t first, size_t n);
 Tessera__V1__JobInfo *master_job_info(struct ts_rpc_call *call, const struct job_info *v);
 /* j's slot owners: a copy of owners[0..n) in call's arena. */
 void master_job_owners(struct ts_rpc_call *call, Tessera__V1__JobInfo *j, const uint32_t *owners,

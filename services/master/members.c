@@ -987,13 +987,37 @@ static ts_status copy_table(const struct table *t, bool alive_only, struct ts_me
     return TS_OK;
 }
 
-ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,
-                          struct ts_err *err)
+/* The workers of ids above after, max at most (0: all), into v; and the counts of all. */
+static ts_status copy_workers(const struct table *t, uint32_t after, size_t max,
+                              struct ts_members_view *v, struct ts_err *err)
 {
-    ts_status st;
+    size_t lo = 0, hi = t->n, n;
 
+    for (size_t i = 0; i < t->n; i++)
+        v->workers_in[t->v[i].state < 4 ? t->v[i].state : 0]++;
+    while (lo < hi) {   /* the first id above after (the table is by id) */
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->v[mid].id <= after)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    n = t->n - lo;
+    if (max && n > max) {
+        n = max;
+        v->workers_next = t->v[lo + n - 1].id;
+    }
+    if (!(v->workers = malloc((n + 1) * sizeof(*v->workers))))
+        return ts_err_set(err, TS_ENOMEM, "members: out of memory");
+    memcpy(v->workers, t->v + lo, n * sizeof(*v->workers));
+    v->nworkers = n;
+    return TS_OK;
+}
+
+/* v's fields but the members, zeroed first; mu held. */
+static void view_head(struct ts_members *m, struct ts_members_view *v)
+{
     memset(v, 0, sizeof(*v));
-    pthread_mutex_lock(&m->mu);
     v->epoch = m->epoch;
     v->vnodes = m->cfg.vnodes;
     v->replicas = m->cfg.replicas ? m->cfg.replicas : 1;
@@ -1002,9 +1026,34 @@ ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_membe
     v->shard_failures = m->shard_failures;
     v->shard_expiries = m->expired[0];
     v->worker_expiries = m->expired[1];
-    st = copy_table(&m->shards, alive_only, &v->shards, &v->nshards, err);
-    if (!st && !alive_only)
-        st = copy_table(&m->workers, false, &v->workers, &v->nworkers, err);
+}
+
+ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,
+                          struct ts_err *err)
+{
+    ts_status st;
+
+    if (!alive_only)
+        return ts_members_view_page(m, 0, 0, v, err);
+    pthread_mutex_lock(&m->mu);
+    view_head(m, v);
+    st = copy_table(&m->shards, true, &v->shards, &v->nshards, err);
+    pthread_mutex_unlock(&m->mu);
+    if (st)
+        ts_members_view_free(v);
+    return st;
+}
+
+ts_status ts_members_view_page(struct ts_members *m, uint32_t after, size_t max,
+                               struct ts_members_view *v, struct ts_err *err)
+{
+    ts_status st;
+
+    pthread_mutex_lock(&m->mu);
+    view_head(m, v);
+    st = copy_table(&m->shards, false, &v->shards, &v->nshards, err);
+    if (!st)
+        st = copy_workers(&m->workers, after, max, v, err);
     pthread_mutex_unlock(&m->mu);
     if (st)
         ts_members_view_free(v);

@@ -164,6 +164,10 @@ struct ts_members_view {
     uint64_t shard_expiries, worker_expiries;
     struct ts_member *shards, *workers;       /* by id */
     size_t nshards, nworkers;
+    /* Every worker by state (its enum ts_member_state; [0] unused), whatever was copied, and
+     * after a page (ts_members_view_page) that stopped short, its last id (else 0). */
+    uint32_t workers_in[4];
+    uint32_t workers_next;
 };
 
 struct ts_members;
@@ -254,6 +258,11 @@ bool ts_members_declare_dead(struct ts_members *m, enum ts_member_kind kind, uin
 /* alive_only: only alive shards and no workers (GetShardMap). */
 ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,
                           struct ts_err *err) TS_MUST_CHECK;
+/* Every shard and a page of the workers: at most max (0: every one) of those with ids above
+ * `after`, so that a status of ten thousand workers copies only what it lists
+ * (docs/scaling.md). */
+ts_status ts_members_view_page(struct ts_members *m, uint32_t after, size_t max,
+                               struct ts_members_view *v, struct ts_err *err) TS_MUST_CHECK;
 void ts_members_view_free(struct ts_members_view *v);
 
 uint64_t ts_members_epoch(struct ts_members *m);

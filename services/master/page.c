@@ -121,15 +121,13 @@ static void workers_json(struct ts_json *j, struct master *m, const struct ts_me
                          int64_t now)
 {
     struct job_record *recs = NULL;
-    size_t nrecs = 0, nseats, nlisted, counts[4] = { 0 };
+    size_t nrecs = 0, nseats, nlisted;
     struct seat_of *seats = seats_of(m, &recs, &nrecs, &nseats);
     size_t *idx = listed(v, &nlisted);
 
-    for (size_t i = 0; i < v->nworkers; i++)
-        counts[v->workers[i].state < 4 ? v->workers[i].state : 0]++;
-    ts_json_uint(j, "workers_alive", counts[TS_MEMBER_ALIVE]);
-    ts_json_uint(j, "workers_dead", counts[TS_MEMBER_DEAD]);
-    ts_json_uint(j, "workers_left", counts[TS_MEMBER_LEFT]);
+    ts_json_uint(j, "workers_alive", v->workers_in[TS_MEMBER_ALIVE]);
+    ts_json_uint(j, "workers_dead", v->workers_in[TS_MEMBER_DEAD]);
+    ts_json_uint(j, "workers_left", v->workers_in[TS_MEMBER_LEFT]);
     ts_json_uint(j, "workers_listed", nlisted);
     ts_json_arr(j, "workers");
     for (size_t k = 0; k < nlisted; k++) {

@@ -425,31 +425,6 @@ static ts_status get_shard_map(struct ts_rpc_call *call, const ProtobufCMessage 
     return TS_OK;
 }
 
-/* The page of v's workers (sorted by id) a ClusterStatusRequest asks for, and the counts of
- * every worker by state, into resp. */
-static void worker_page(struct ts_rpc_call *call, struct master *m,
-                        const Tessera__V1__ClusterStatusRequest *req,
-                        const struct ts_members_view *v, int64_t now,
-                        Tessera__V1__ClusterStatusResponse *resp)
-{
-    size_t first = 0, n;
-
-    for (size_t i = 0; i < v->nworkers; i++) {
-        resp->workers_alive += v->workers[i].state == TS_MEMBER_ALIVE;
-        resp->workers_dead += v->workers[i].state == TS_MEMBER_DEAD;
-        resp->workers_left += v->workers[i].state == TS_MEMBER_LEFT;
-        first += v->workers[i].id <= req->workers_after;
-    }
-    n = v->nworkers - first;
-    if (req->max_workers && n > req->max_workers) {
-        n = req->max_workers;
-        resp->workers_next = v->workers[first + n - 1].id;
-    }
-    resp->n_workers = n;
-    resp->workers = master_worker_page(call, v, now, first, n);
-    seats_of(call, m, resp);
-}
-
 static ts_status cluster_status(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                                 ProtobufCMessage *rs, struct ts_err *err)
 {
@@ -460,13 +435,20 @@ static ts_status cluster_status(struct ts_rpc_call *call, const ProtobufCMessage
     int64_t now = ts_now_ms();
     ts_status st;
 
-    if (!req->jobs_only) {
-        if ((st = ts_members_view(m->members, false, &v, err)))
+    if (!req->jobs_only) {   /* the page of workers asked for alone is copied */
+        if ((st = ts_members_view_page(m->members, req->workers_after, req->max_workers, &v,
+                                       err)))
             return st;
         resp->epoch = v.epoch;
         resp->n_shards = v.nshards;
         resp->shards = master_shard_infos(call, &v, now);
-        worker_page(call, m, req, &v, now, resp);
+        resp->n_workers = v.nworkers;
+        resp->workers = master_worker_infos(call, &v, now);
+        seats_of(call, m, resp);
+        resp->workers_alive = v.workers_in[TS_MEMBER_ALIVE];
+        resp->workers_dead = v.workers_in[TS_MEMBER_DEAD];
+        resp->workers_left = v.workers_in[TS_MEMBER_LEFT];
+        resp->workers_next = v.workers_next;
         resp->vnodes = v.vnodes;
         resp->replicas = v.replicas;
         resp->ring_digest = v.ring_digest;

@@ -78,6 +78,25 @@ ts_status bench_proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err)
     return TS_OK;
 }
 
+ts_status bench_proc_rss(pid_t pid, uint64_t *bytes, struct ts_err *err)
+{
+    char path[64], line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if (!(f = fopen(path, "r")))
+        return ts_err_set(err, TS_EIO, "%s: %s", path, strerror(errno));
+    while (!found && fgets(line, sizeof(line), f))
+        found = sscanf(line, "VmRSS: %llu kB", &kb) == 1;
+    fclose(f);
+    if (!found)
+        return ts_err_set(err, TS_EIO, "%s: no VmRSS line", path);
+    *bytes = kb * 1024;
+    return TS_OK;
+}
+
 void bench_machine_desc(char *buf, size_t n)
 {
     char line[256], *model = NULL;

@@ -45,6 +45,8 @@ void bench_sleep_until_ns(int64_t t);
 /* Sorts ns in place and fills l. */
 void bench_lat_from_ns(int64_t *ns, size_t n, struct bench_lat *l);
 double bench_round1(double x);
+/* The resident set of pid in bytes (/proc/PID/status, VmRSS). */
+ts_status bench_proc_rss(pid_t pid, uint64_t *bytes, struct ts_err *err) TS_MUST_CHECK;
 /* utime + stime of pid in clock ticks (/proc/PID/stat). */
 ts_status bench_proc_cpu_ticks(pid_t pid, uint64_t *ticks, struct ts_err *err) TS_MUST_CHECK;
 /* The master of a new cluster, with its --lease-ms (lease_ms, else LEASE_MS), --grace-ms 1000 (the shards'

@@ -44,11 +44,13 @@
 #define LOADED_CALLS 20     /* ClusterStatus calls with all workers registered */
 #define LATE_NS 1000000     /* a heartbeat sent more than 1 ms after its slot is late */
 #define GOAL_MS 1.0
+#define PAGE_WORKERS 50     /* a ClusterStatus page, as `tessera status` asks */
+#define SWEEP_MAX 16
 #define M_PATH(m) "/tessera.v1.Master/" m
 
 struct opts {
-    const char *bin, *out, *python, *job;
-    int64_t calls, workers, seconds, interval_ms, lease_ms;
+    const char *bin, *out, *python, *job, *sweep;
+    int64_t calls, workers, seconds, interval_ms, lease_ms, rate;
     bool quick;
 };
 
@@ -57,7 +59,9 @@ struct hb_result {
     double offered_per_s, achieved_per_s, master_cpu_pct, client_cpu_pct, register_s;
     struct bench_lat lat;
     struct bench_lat loaded;        /* ClusterStatus with all workers registered */
+    struct bench_lat paged;         /* the same, a page of PAGE_WORKERS of them */
     size_t loaded_bytes;
+    double rss_per_worker;          /* the master's resident bytes a worker, registered */
     char first_error[256];
 };
 
@@ -71,20 +75,21 @@ struct results {
 
 /* ---- ClusterStatus from C ---- */
 
-static ts_status cluster_status(struct ts_rpc_channel *ch, Tessera__V1__ClusterStatusResponse **r,
-                                struct ts_err *err)
+static ts_status cluster_status(struct ts_rpc_channel *ch, uint32_t max_workers,
+                                Tessera__V1__ClusterStatusResponse **r, struct ts_err *err)
 {
     Tessera__V1__ClusterStatusRequest req = TESSERA__V1__CLUSTER_STATUS_REQUEST__INIT;
 
+    req.max_workers = max_workers;   /* 0: every worker */
     return ts_rpc_unary(ch, M_PATH("ClusterStatus"), &req.base,
                         &tessera__v1__cluster_status_response__descriptor,
                         (ProtobufCMessage **)r, CALL_MS, err);
 }
 
-/* warmup calls, then n timed ones on one channel. With last, *last is the final reply (the
- * caller frees it with protobuf_c_message_free_unpacked). */
+/* warmup calls, then n timed ones on one channel, each listing max_workers (0: all). With
+ * last, *last is the final reply (the caller frees it with protobuf_c_message_free_unpacked). */
 static ts_status time_cluster_status(const char *target, int64_t warmup, int64_t n,
-                                     struct bench_lat *out,
+                                     uint32_t max_workers, struct bench_lat *out,
                                      Tessera__V1__ClusterStatusResponse **last,
                                      struct ts_err *err)
 {
@@ -99,7 +104,7 @@ static ts_status time_cluster_status(const char *target, int64_t warmup, int64_t
         goto out_free_ns;
     for (int64_t i = -warmup; i < n; i++) {
         int64_t t0 = ts_now_ns();
-        if ((st = cluster_status(ch, &r, err)))
+        if ((st = cluster_status(ch, max_workers, &r, err)))
             goto out_free_ch;
         if (i >= 0)
             ns[i] = ts_now_ns() - t0;
@@ -369,9 +374,10 @@ static void hb_check(const struct hb_plan *p, const Tessera__V1__ClusterStatusRe
 static ts_status hb_verify(struct hb_plan *p, struct hb_result *res, struct ts_err *err)
 {
     Tessera__V1__ClusterStatusResponse *r;
-    ts_status st = time_cluster_status(p->target, 1, LOADED_CALLS, &res->loaded, &r, err);
+    ts_status st = time_cluster_status(p->target, 1, LOADED_CALLS, 0, &res->loaded, &r, err);
 
-    if (st)
+    if (st || (st = time_cluster_status(p->target, 1, LOADED_CALLS, PAGE_WORKERS, &res->paged,
+                                        NULL, err)))
         return st;
     res->loaded_bytes = protobuf_c_message_get_packed_size(&r->base);
     hb_check(p, r, res);
@@ -387,6 +393,7 @@ static ts_status hb_bench(const struct opts *o, const struct bench_master *m, st
                          .lease_ms = (uint32_t)o->lease_ms };
     struct hb_thread th[HB_THREADS];
     ts_status st = TS_OK;
+    uint64_t rss0 = 0, rss1 = 0;
     int64_t t0;
 
     memset(th, 0, sizeof(th));
@@ -406,13 +413,16 @@ static ts_status hb_bench(const struct opts *o, const struct bench_master *m, st
         if ((st = ts_rpc_channel_create(m->target, NULL, &th[i].ch, err)))
             goto out_free;
     }
+    if ((st = bench_proc_rss(m->pid, &rss0, err)))
+        goto out_free;
     t0 = ts_now_ns();
     hb_start(th, hb_register_main);
     if ((st = hb_join(th, err)))
         goto out_free;
     res->register_s = (double)(ts_now_ns() - t0) / 1e9;
-    if (!(st = hb_phase(th, &p, m->pid, res, err)))
-        st = hb_verify(&p, res, err);
+    if (!(st = hb_phase(th, &p, m->pid, res, err)) && !(st = hb_verify(&p, res, err)) &&
+        !(st = bench_proc_rss(m->pid, &rss1, err)))
+        res->rss_per_worker = ((double)rss1 - (double)rss0) / (double)o->workers;
 out_free:
     for (int i = 0; i < HB_THREADS; i++)
         ts_rpc_channel_free(th[i].ch);
@@ -575,6 +585,141 @@ static ts_status write_json(const struct opts *o, const struct results *r, bool 
     return bench_write_json(&j, o->out, err);
 }
 
+/* ---- the sweep: one master per N ---- */
+
+/* One row of --sweep: N workers, the interval and lease it ran with, what it measured. */
+struct sweep_row {
+    int64_t workers, interval_ms, lease_ms;
+    struct hb_result hb;
+    bool ok;
+};
+
+/* Master CPU per heartbeat achieved, in us. */
+static double cpu_per_hb_us(const struct hb_result *h)
+{
+    return h->achieved_per_s > 0 ? h->master_cpu_pct / 100.0 / h->achieved_per_s * 1e6 : 0;
+}
+
+/* N of --sweep "100,1000,..." into v (at most SWEEP_MAX); how many, or -1 (err set). */
+static int parse_sweep(const char *s, int64_t *v, struct ts_err *err)
+{
+    int n = 0;
+
+    for (const char *p = s; *p;) {
+        char *end;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || x < 1 || x > 1000000 || (*end && *end != ',') || n == SWEEP_MAX) {
+            ts_err_set(err, TS_EINVAL, "--sweep: '%s'; want up to %d worker counts from 1 to "
+                       "1000000, comma-separated (e.g. 100,1000,10000,50000)", s, SWEEP_MAX);
+            return -1;
+        }
+        v[n++] = x;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+/* Each N on a master of its own, at one offered rate (--rate heartbeats/s in all, so that
+ * the master's work a second is the same and only the number of workers grows): the
+ * interval is N / rate, the lease three intervals at least. */
+static bool run_sweep(const struct opts *o, const struct bench_master *proto,
+                      struct sweep_row *rows, int n)
+{
+    bool ok = true;
+
+    for (int i = 0; i < n; i++) {
+        struct opts oi = *o;
+        struct bench_master m = { .tls_dir = proto->tls_dir };
+        struct ts_err e = { 0 };
+        struct sweep_row *r = &rows[i];
+
+        r->workers = oi.workers = rows[i].workers;
+        r->interval_ms = oi.interval_ms = oi.workers * 1000 / o->rate > 10
+                                          ? oi.workers * 1000 / o->rate : 10;
+        r->lease_ms = oi.lease_ms = o->lease_ms > 3 * oi.interval_ms ? o->lease_ms
+                                                                      : 3 * oi.interval_ms;
+        m.lease_ms = (int)oi.lease_ms;
+        fprintf(stderr, "sweep: %" PRId64 " workers, one heartbeat each per %" PRId64 " ms, "
+                "lease %" PRId64 " ms, %" PRId64 " s...\n", oi.workers, oi.interval_ms,
+                oi.lease_ms, oi.seconds);
+        if (bench_master_start(o->bin, &m, &e) || hb_bench(&oi, &m, &r->hb, &e)) {
+            fprintf(stderr, "bench_rpc_latency: sweep, %" PRId64 " workers: %s\n", oi.workers,
+                    e.msg);
+            r->ok = false;
+        } else {
+            r->ok = r->hb.alive == r->hb.workers && !r->hb.clock_mismatch && !r->hb.errors;
+        }
+        ok = bench_master_stop(&m) && r->ok && ok;
+    }
+    return ok;
+}
+
+static void print_sweep(const struct opts *o, const char *machine, const struct sweep_row *rows,
+                        int n)
+{
+    printf("\nbench_rpc_latency --sweep: %s; loopback; one master per row, %" PRId64
+           " heartbeats/s offered in all for %" PRId64 " s, %d client threads; workers "
+           "registered as the ranks of one job%s%s\n\n", machine, o->rate, o->seconds,
+           HB_THREADS, o->job ? " " : "", o->job ? o->job : " (none: --job ID)");
+    printf("%8s | %7s | %8s | %9s | %7s | %9s | %8s | %10s | %10s | %9s | %6s | %8s\n",
+           "workers", "beat", "register", "achieved", "master", "CPU/beat", "beat p99",
+           "CS all p99", "CS 50 p99", "alive", "errors", "RSS/wkr");
+    printf("%8s | %7s | %8s | %9s | %7s | %9s | %8s | %10s | %10s | %9s | %6s | %8s\n",
+           "", "ms", "s", "/s", "CPU %", "us", "us", "ms", "us", "", "", "bytes");
+    for (int i = 0; i < n; i++) {
+        const struct hb_result *h = &rows[i].hb;
+        printf("%8" PRId64 " | %7" PRId64 " | %8.2f | %9.0f | %7.1f | %9.1f | %8.0f | %10.1f | "
+               "%10.0f | %9" PRId64 " | %6" PRId64 " | %8.0f%s\n", rows[i].workers,
+               rows[i].interval_ms, h->register_s, h->achieved_per_s, h->master_cpu_pct,
+               cpu_per_hb_us(h), h->lat.p99, h->loaded.p99 / 1000, h->paged.p99, h->alive,
+               h->errors, h->rss_per_worker, rows[i].ok ? "" : "  FAILED");
+    }
+    if (n > 1)
+        printf("\nmaster CPU per heartbeat at %" PRId64 " workers / at %" PRId64 ": %.2f "
+               "(goal: flat, at most 1.5)\n\n", rows[n - 1].workers, rows[0].workers,
+               cpu_per_hb_us(&rows[n - 1].hb) / cpu_per_hb_us(&rows[0].hb));
+}
+
+static ts_status write_sweep_json(const struct opts *o, const char *machine,
+                                  const struct sweep_row *rows, int n, bool ok,
+                                  struct ts_err *err)
+{
+    double ours = cpu_per_hb_us(&rows[n - 1].hb), base = cpu_per_hb_us(&rows[0].hb);
+    struct ts_json j;
+
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_str(&j, "name", "rpc_latency_sweep");
+    ts_json_str(&j, "machine", machine);
+    ts_json_bool(&j, "ok", ok);
+    ts_json_int(&j, "rate_per_s", o->rate);
+    ts_json_arr(&j, "rows");
+    for (int i = 0; i < n; i++) {
+        ts_json_obj(&j, NULL);
+        ts_json_bool(&j, "ok", rows[i].ok);
+        ts_json_int(&j, "lease_ms", rows[i].lease_ms);
+        ts_json_num(&j, "master_cpu_per_heartbeat_us",
+                    bench_round1(cpu_per_hb_us(&rows[i].hb)));
+        ts_json_num(&j, "master_rss_per_worker_bytes", bench_round1(rows[i].hb.rss_per_worker));
+        json_lat(&j, "c_clusterstatus_page_us", &rows[i].hb.paged);
+        ts_json_int(&j, "max_workers", PAGE_WORKERS);
+        ts_json_end(&j);
+        json_hb(&j, &(struct opts){ .interval_ms = rows[i].interval_ms,
+                                    .lease_ms = rows[i].lease_ms, .seconds = o->seconds,
+                                    .job = o->job }, &rows[i].hb);
+        ts_json_end(&j);
+    }
+    ts_json_end(&j);
+    ts_json_obj(&j, "headline");
+    ts_json_num(&j, "ours", bench_round1(ours));
+    ts_json_num(&j, "baseline", bench_round1(base));
+    ts_json_str(&j, "unit", "us of master CPU per heartbeat, most workers vs fewest (goal: "
+                "ratio at most 1.5)");
+    ts_json_num(&j, "ratio", base > 0 ? (double)bench_round_i(ours / base * 1e3) / 1e3 : 0);
+    ts_json_end(&j);
+    return bench_write_json(&j, o->out, err);
+}
+
 /* ---- main ---- */
 
 /* All three measurements; false if any failed. The C one is the headline: without it, stop. */
@@ -585,7 +730,7 @@ static bool run_all(const struct opts *o, const struct bench_master *m, struct r
     bool ok = true;
 
     fprintf(stderr, "C ClusterStatus: %d + %" PRId64 " calls...\n", WARMUP, o->calls);
-    if (time_cluster_status(m->target, WARMUP, o->calls, &r->c, NULL, err))
+    if (time_cluster_status(m->target, WARMUP, o->calls, 0, &r->c, NULL, err))
         return false;
     fprintf(stderr, "python3-grpcio ClusterStatus: %d + %" PRId64 " calls...\n", WARMUP,
             o->calls);
@@ -635,6 +780,12 @@ int main(int argc, char **argv)
           "worker's (default 30000)", 100, 600000 },
         { "job", TS_FLAG_STR, &o.job, "ID", "register the simulated workers as ranks 0..N-1 "
           "of one job ID (default: no job)", 0, 0 },
+        { "sweep", TS_FLAG_STR, &o.sweep, "N,N,...", "instead: the heartbeat load for each "
+          "worker count on a master of its own, at --rate in all, and a table of master CPU "
+          "per heartbeat against the first count's (default out: "
+          "bench/results/rpc_latency_sweep.json)", 0, 0 },
+        { "rate", TS_FLAG_INT, &o.rate, "PER_S", "--sweep: heartbeats a second offered in all "
+          "(default 2000)", 1, 1000000 },
         { "out", TS_FLAG_STR, &o.out, "FILE", "results (default "
                                               "bench/results/rpc_latency.json)", 0, 0 },
         { "python", TS_FLAG_STR, &o.python, "PATH", "python3 with grpcio (default "
@@ -648,18 +799,25 @@ int main(int argc, char **argv)
     struct ts_err err = { 0 };
     struct results r = { 0 };
     char exe_dir[PATH_MAX];
-    int done;
+    int64_t sweep_n[SWEEP_MAX];
+    int done, nsweep = 0;
     bool ok;
 
     if ((done = ts_flags_program("bench_rpc_latency", NULL, about, flags, argc, argv)) >= 0)
         return done;
+    if (o.sweep && (nsweep = parse_sweep(o.sweep, sweep_n, &err)) < 0) {
+        fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);
+        return 2;
+    }
     o.calls = o.calls ? o.calls : o.quick ? 1000 : 10000;
     o.workers = o.workers ? o.workers : o.quick ? 1000 : 10000;
     o.seconds = o.seconds ? o.seconds : o.quick ? 2 : 10;
     o.lease_ms = o.lease_ms ? o.lease_ms : LEASE_MS;
     o.interval_ms = o.interval_ms ? o.interval_ms : o.lease_ms / 3;
     m.lease_ms = (int)o.lease_ms;
-    o.out = o.out ? o.out : "bench/results/rpc_latency.json";
+    o.out = o.out ? o.out : o.sweep ? "bench/results/rpc_latency_sweep.json"
+                                    : "bench/results/rpc_latency.json";
+    o.rate = o.rate ? o.rate : 2000;
     o.python = o.python ? o.python : "/usr/bin/python3";
     if (m.tls_dir)   /* our C calls and the Python client's (TESSERA_TLS_DIR) */
         setenv("TESSERA_TLS_DIR", m.tls_dir, 1);
@@ -675,6 +833,19 @@ int main(int argc, char **argv)
     signal(SIGHUP, bench_on_signal);
     signal(SIGPIPE, SIG_IGN);
     bench_machine_desc(r.machine, sizeof(r.machine));
+    if (o.sweep) {
+        struct sweep_row rows[SWEEP_MAX];
+        for (int i = 0; i < nsweep; i++)
+            rows[i] = (struct sweep_row){ .workers = sweep_n[i] };
+        ok = run_sweep(&o, &m, rows, nsweep);
+        print_sweep(&o, r.machine, rows, nsweep);
+        if (write_sweep_json(&o, r.machine, rows, nsweep, ok, &err)) {
+            fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);
+            return 1;
+        }
+        printf("wrote %s%s\n", o.out, ok ? "" : " (marked \"ok\": false: see the errors above)");
+        return ok ? 0 : 1;
+    }
     if (bench_master_start(o.bin, &m, &err)) {
         fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);
         bench_master_stop(&m);

@@ -1009,7 +1009,8 @@ static ts_status copy_workers(const struct table *t, uint32_t after, size_t max,
     }
     if (!(v->workers = malloc((n + 1) * sizeof(*v->workers))))
         return ts_err_set(err, TS_ENOMEM, "members: out of memory");
-    memcpy(v->workers, t->v + lo, n * sizeof(*v->workers));
+    if (n)   /* t->v is NULL while no worker ever registered */
+        memcpy(v->workers, t->v + lo, n * sizeof(*v->workers));
     v->nworkers = n;
     return TS_OK;
 }

@@ -1,9 +1,8 @@
 /* jobs.c - the master's job table; see jobs.h. One mutex guards the table, and every rule
  * about who holds which slot reads and writes the same seats and owners under it: joining,
- * leaving and dying, handing slots out (reslot), moving them by the workers' speed (rebalance;
- * the schedule itself is schedule.c's, over plain arrays) and at the start deadline; what
- * dynamic assignment and priority tasks read of a worker's run; the records a restart takes
- * back. */
+ * leaving and dying, and at the start deadline, each handing slots out through owners.c
+ * (job_reslot, job_rebalance); what dynamic assignment and priority tasks read of a worker's
+ * run; the records a restart takes back. */
 #include "jobs.h"
 
 #include <inttypes.h>
@@ -13,42 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "schedule.h"
-#include "seats.h"
+#include "jobs_internal.h"
 #include "util/log.h"
 #include "util/proc.h"
-
-struct job {
-    struct job_info info;
-    struct job_seat *seats;
-    size_t nseats, cap;
-    uint32_t *owners;                   /* by slot (info.workers): its worker, 0 none */
-    /* By slot, JOBS_PAST_OWNERS each: the workers that owned it before, newest first, 0 none
-     * (this run; not kept across a master restart). A shard takes a slot's push from its
-     * owner or one of these: a step a slot changed hands in may carry either's (JobAccess). */
-    uint32_t *past;
-    bool failed, died;                  /* this run: a worker failed, a worker died */
-    bool fp_rank0;                      /* info.fingerprint is rank 0's own (this run) */
-    int64_t idle_since_ms, ended_ms;    /* monotonic */
-    int64_t held_ms;                    /* a shard last said it holds the job (jobs_note_held) */
-    int64_t balanced_ms;                /* the last time slots moved for speed */
-    /* The start deadline (jobs_start_deadline): it counts from begun_ms (monotonic: the run's
-     * first registration, or the master's restart); overdue_ms is the deadline once it passed
-     * (reslot gives out the slots of ranks that never came), 0 before. */
-    int64_t begun_ms, overdue_ms;
-    /* The seats indexed (seats.h): by worker, by rank, the ranks that came, each worker's
-     * slots; and whether a hand-out of dead or late slots found nobody to take some
-     * (reslot_rank must then hand them out when a worker comes). */
-    struct seat_index idx;
-    bool gone_left;
-};
-
-struct jobs {
-    pthread_mutex_t mu;
-    struct jobs_cfg cfg;
-    struct job *v;
-    size_t n, cap;
-};
 
 const char *jobs_state_name(enum job_state s)
 {
@@ -145,19 +111,6 @@ static size_t resident(const struct jobs *j)
     return n;
 }
 
-/* Slot k of jb goes to worker w (0: none); the owner it had joins its past. mu held. */
-static void set_owner(struct job *jb, uint32_t k, uint32_t w)
-{
-    uint32_t *past = &jb->past[(size_t)k * JOBS_PAST_OWNERS];
-
-    if (jb->owners[k] && jb->owners[k] != w) {
-        memmove(past + 1, past, (JOBS_PAST_OWNERS - 1) * sizeof(*past));
-        past[0] = jb->owners[k];
-    }
-    seat_index_move(&jb->idx, jb->owners[k], w);
-    jb->owners[k] = w;
-}
-
 /* Room for workers' slot owners and their past, all none. */
 static ts_status owners_alloc(struct job *jb, uint32_t workers, struct ts_err *err)
 {
@@ -232,228 +185,6 @@ static ts_status start_run(struct job *jb, uint32_t workers, uint32_t start, boo
     return TS_OK;
 }
 
-/* The alive seat of worker, or of rank (worker 0); NULL if none. mu held. */
-static struct job_seat *alive_seat(struct job *jb, uint32_t worker, uint32_t rank)
-{
-    int32_t k = worker ? seat_index_of(&jb->idx, worker) : seat_index_rank(&jb->idx, rank);
-
-    if (k < 0 || (size_t)k >= jb->nseats || jb->seats[k].state != SEAT_ALIVE)
-        return NULL;
-    return &jb->seats[k];
-}
-
-/* Worker's seat in this job, alive or not; NULL if none (worker 0: none). mu held. */
-static struct job_seat *seat_in(struct job *jb, uint32_t worker)
-{
-    int32_t k = seat_index_of(&jb->idx, worker);
-
-    return k >= 0 && (size_t)k < jb->nseats ? &jb->seats[k] : NULL;
-}
-
-/* Alive and caught up: it may own slots (struct job_seat). */
-static bool seat_ready(const struct job_seat *s)
-{
-    return s && s->state == SEAT_ALIVE && !s->waiting;
-}
-
-static bool seat_dead(struct job *jb, uint32_t worker)
-{
-    struct job_seat *s = seat_in(jb, worker);
-
-    return s && s->state == SEAT_DEAD;
-}
-
-/* Whether a live seat that caught up holds slot k (mu held): a worker that comes for rank k
- * then waits until it caught up too (jobs_ready). */
-static bool held(struct job *jb, uint32_t k)
-{
-    return seat_ready(seat_in(jb, jb->owners[k]));
-}
-
-/* Whether unowned slot k goes to the live workers meanwhile, evenly (mu held): its rank is
- * one the run did not start with, and every rank it started with has come; or the start
- * deadline passed (jobs_start_deadline), and nobody waits for a rank that never came. */
-static bool late(struct job *jb, uint32_t k)
-{
-    uint32_t start = jb->info.start_workers ? jb->info.start_workers : jb->info.workers;
-
-    if (jb->overdue_ms)
-        return true;
-    if (k < start)   /* 0: a state file from before start_workers, every rank */
-        return false;
-    return seat_index_all_came(&jb->idx);
-}
-
-/* Whether any live seat caught up (mu held). Only when none did may a waiting one take slots:
- * nobody else is left to compute them. */
-static bool any_ready(struct job *jb)
-{
-    for (size_t s = 0; s < jb->nseats; s++)
-        if (seat_ready(&jb->seats[s]))
-            return true;
-    return false;
-}
-
-/* Spreads jb's slots over the live workers that caught up by their speed (schedule.h) when
- * that cuts the predicted step time by more than min_gain; whether any moved (the caller grows
- * the roster). mu held. */
-static bool rebalance(struct job *jb, double min_gain)
-{
-    struct sched_seat *v = malloc((jb->nseats + 1) * sizeof(*v));
-    uint32_t *was = malloc((jb->info.workers + 1) * sizeof(*was));
-    struct sched_move mv[8];
-    size_t n = 0, moved;
-    double before;
-
-    if (!v || !was) {
-        free(v);
-        free(was);
-        return false;
-    }
-    memcpy(was, jb->owners, jb->info.workers * sizeof(*was));
-    for (size_t s = 0; s < jb->nseats; s++)
-        if (seat_ready(&jb->seats[s]))
-            v[n++] = (struct sched_seat){ jb->seats[s].worker, jb->seats[s].rank,
-                                          jb->seats[s].slot_s };
-    before = sched_makespan(jb->owners, jb->info.workers, v, n);
-    moved = sched_balance(jb->owners, jb->info.workers, v, n, min_gain, mv, 8);
-    for (size_t k = 0; k < moved && k < 8; k++)
-        ts_log(TS_INFO, "master", "job %s: balance: slot %u moves from worker %u to worker %u",
-               jb->info.id, mv[k].slot, mv[k].from, mv[k].to);
-    if (moved)
-        ts_log(TS_INFO, "master", "job %s: balance: %zu slot(s) moved; predicted step %.1f ms, "
-               "was %.1f ms", jb->info.id, moved,
-               1e3 * sched_makespan(jb->owners, jb->info.workers, v, n), 1e3 * before);
-    jb->info.balanced += (uint32_t)moved;
-    for (uint32_t k = 0; k < jb->info.workers; k++) {   /* the past of the slots that moved */
-        uint32_t now = jb->owners[k];
-        if (now != was[k]) {
-            jb->owners[k] = was[k];
-            set_owner(jb, k, now);
-        }
-    }
-    free(v);
-    free(was);
-    return moved > 0;
-}
-
-/* Whether any live seat caught up, found once per hand-out and only if asked (*memo: -1 until
- * then). */
-static bool caught_up(struct job *jb, int *memo)
-{
-    if (*memo < 0)
-        *memo = any_ready(jb);
-    return *memo > 0;
-}
-
-/* Slot k goes to its rank's own worker, once that caught up (or while nobody has); whether a
- * holder changed (a first owner changes nothing). mu held. */
-static bool home_slot(struct job *jb, uint32_t k, int *memo)
-{
-    struct job_seat *home = alive_seat(jb, 0, k);
-    bool changed = false;
-
-    if (home && jb->owners[k] != home->worker && (!home->waiting || !caught_up(jb, memo))) {
-        if (jb->owners[k]) {
-            ts_log(TS_INFO, "master", "job %s: slot %u goes back to rank %u (worker %u)",
-                   jb->info.id, k, k, home->worker);
-            changed = true;
-        }
-        set_owner(jb, k, home->worker);
-    }
-    return changed;
-}
-
-/* An elastic job's slots whose worker died, and late ones (a rank that never came), go to the
- * live worker that owns the fewest (the lowest rank on a tie); whether any did. Sets
- * gone_left if one found nobody to take it. mu held. */
-static bool adopt_gone(struct job *jb, int *memo)
-{
-    bool changed = false;
-
-    jb->gone_left = false;
-    for (uint32_t k = 0; k < jb->info.workers; k++) {
-        struct job_seat *best = NULL;
-        uint32_t least = UINT32_MAX;
-        bool gone = jb->owners[k] ? seat_dead(jb, jb->owners[k]) : late(jb, k);
-        if (!gone)
-            continue;
-        for (size_t s = 0; s < jb->nseats; s++) {
-            uint32_t load;
-            if (jb->seats[s].state != SEAT_ALIVE || (jb->seats[s].waiting && caught_up(jb, memo)))
-                continue;
-            load = seat_index_load(&jb->idx, jb->seats[s].worker);
-            if (load < least || (load == least && jb->seats[s].rank < best->rank))
-                best = &jb->seats[s], least = load;
-        }
-        if (!best) {
-            jb->gone_left = true;
-            break;   /* nobody left: the job is abandoned (settle) */
-        }
-        /* A late slot's first owner is a change too: that worker may have begun the step
-         * without it, and the roster is what wakes it. */
-        if (jb->owners[k]) {
-            ts_log(TS_WARN, "master", "job %s: slot %u (worker %u died) goes to worker %u "
-                   "(rank %u)", jb->info.id, k, jb->owners[k], best->worker, best->rank);
-            jb->info.adopted++;
-        } else if (k < (jb->info.start_workers ? jb->info.start_workers : jb->info.workers)) {
-            ts_log(TS_WARN, "master", "job %s: rank %u never registered within %" PRId64 " ms: "
-                   "slot %u goes to worker %u (rank %u)", jb->info.id, k, jb->overdue_ms, k,
-                   best->worker, best->rank);
-            jb->info.adopted++;
-        } else {
-            ts_log(TS_INFO, "master", "job %s: slot %u goes to worker %u (rank %u) until a "
-                   "worker joins for rank %u", jb->info.id, k, best->worker, best->rank, k);
-        }
-        set_owner(jb, k, best->worker);
-        changed = true;
-    }
-    return changed;
-}
-
-/* Ends a hand-out: a balanced job's slots just placed evenly go by speed (one change of the
- * roster), and the roster grows if a slot changed hands. */
-static void handed(struct job *jb, bool changed)
-{
-    if (jb->info.elastic && jb->info.balance && rebalance(jb, 0.0))
-        changed = true;
-    if (changed)
-        jb->info.roster++;
-}
-
-/* Hands out jb's slots (jobs.h, docs/elastic.md): every rank's own slot first, then the
- * slots of the dead and the late; the roster grows when a slot changes hands. O(workers)
- * with the index, plus the seats for each slot handed on. mu held. */
-static void reslot(struct job *jb)
-{
-    int memo = -1;
-    bool changed = false;
-
-    if (jb->info.state != JOB_RUNNING)
-        return;
-    for (uint32_t k = 0; k < jb->info.workers; k++)
-        changed |= home_slot(jb, k, &memo);
-    if (jb->info.elastic)
-        changed |= adopt_gone(jb, &memo);
-    handed(jb, changed);
-}
-
-/* reslot after a new seat of rank (its registration), in O(1) unless it must do more: only
- * that rank's own slot can change hands then, but for the late slots once the last starting
- * rank came (all_came), and those a hand-out found nobody for (gone_left). mu held. */
-static void reslot_rank(struct job *jb, uint32_t rank, bool all_came)
-{
-    int memo = -1;
-    bool changed;
-
-    if (jb->info.state != JOB_RUNNING)
-        return;
-    changed = home_slot(jb, rank, &memo);
-    if (jb->info.elastic && (all_came || jb->gone_left))
-        changed |= adopt_gone(jb, &memo);
-    handed(jb, changed);
-}
-
 ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t rank,
                     uint32_t workers, uint32_t start, bool keep, bool elastic, bool rejoin,
                     const char *owner, int64_t now_ms, struct ts_err *err)
@@ -479,20 +210,20 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
              : s->rank != rank ? ts_err_set(err, TS_EINVAL, "rank: %u, but worker %u is rank %u "
                                             "of job '%s'", rank, worker, s->rank, id)
                                : TS_OK;
-        struct job_seat *now = !st && s->state == SEAT_DEAD ? alive_seat(other, 0, s->rank)
+        struct job_seat *now = !st && s->state == SEAT_DEAD ? job_alive_seat(other, 0, s->rank)
                                                             : NULL;
         if (now)
             st = ts_err_set(err, TS_EEXIST, "rank: %u of job '%s' is worker %u now (it came "
                             "while this worker was declared dead)", s->rank, id, now->worker);
         if (!st && s->state == SEAT_DEAD && other->info.state == JOB_RUNNING) {
             /* Declared dead, and back (it was stopped or cut off): its rank again. */
-            s->waiting = other->info.elastic && held(other, s->rank);   /* not itself: dead */
+            s->waiting = other->info.elastic && job_held(other, s->rank);   /* not itself: dead */
             s->state = SEAT_ALIVE;
             seat_index_alive(&other->idx, s->rank, (uint32_t)(s - other->seats));
             other->info.alive++;
             ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) is back", id, worker,
                    s->rank);
-            reslot(other);
+            job_reslot(other);
         }
         pthread_mutex_unlock(&j->mu);
         return st;
@@ -526,7 +257,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
                                  "ranks below %u), but the job is not running: it ended, or "
                                  "has not started; start it first (tessera status lists the "
                                  "jobs)", rank, id, start);
-    if (!st && jb && jb->info.state == JOB_RUNNING && (s = alive_seat(jb, 0, rank)))
+    if (!st && jb && jb->info.state == JOB_RUNNING && (s = job_alive_seat(jb, 0, rank)))
         st = ts_err_set(err, TS_EEXIST, "rank: %u of job '%s' is worker %u, alive", rank, id,
                         s->worker);
     if (!st && !jb) {
@@ -567,9 +298,9 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         came = seat_index_all_came(&jb->idx);
     if (!st && !(st = seat_index_add(&jb->idx, worker, (uint32_t)jb->nseats, rank, true, err))) {
         jb->seats[jb->nseats++] = (struct job_seat){ worker, rank, SEAT_ALIVE,
-                                                     elastic && held(jb, rank), 0 };
+                                                     elastic && job_held(jb, rank), 0 };
         jb->info.alive++;
-        reslot_rank(jb, rank, !came && seat_index_all_came(&jb->idx));
+        job_reslot_rank(jb, rank, !came && seat_index_all_came(&jb->idx));
     }
     pthread_mutex_unlock(&j->mu);
     return st;
@@ -627,7 +358,7 @@ static void vacate(struct job *jb, struct job_seat *s, enum job_seat_state to, c
     if (to == SEAT_DEAD && jb->info.elastic && jb->info.alive) {
         ts_log(TS_WARN, "master", "job %s: rank %u (worker %u): %s; its slots move", jb->info.id,
                s->rank, s->worker, why);
-        reslot(jb);
+        job_reslot(jb);
         return;
     }
     /* The last worker died after another finished the training (issue 44): the parameters
@@ -773,7 +504,7 @@ void jobs_ready(struct jobs *j, uint32_t worker)
         s->waiting = false;
         ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) caught up", jb->info.id, worker,
                s->rank);
-        reslot(jb);
+        job_reslot(jb);
     }
     pthread_mutex_unlock(&j->mu);
 }
@@ -825,7 +556,7 @@ ts_status jobs_speed(struct jobs *j, uint32_t worker, double slot_s, int64_t slo
         } else {
             s->slot_s = slot_s;
             if (jb->info.balance && now_ms - jb->balanced_ms >= JOBS_BALANCE_MS &&
-                s->state == SEAT_ALIVE && rebalance(jb, JOBS_BALANCE_GAIN)) {
+                s->state == SEAT_ALIVE && job_rebalance(jb, JOBS_BALANCE_GAIN)) {
                 jb->balanced_ms = now_ms;
                 jb->info.roster++;
             }
@@ -850,7 +581,7 @@ void jobs_start_deadline(struct jobs *j, int64_t now_ms)
          * by speed, which must wait for JOBS_BALANCE_MS and JOBS_BALANCE_GAIN otherwise. */
         for (uint32_t k = 0; k < jb->info.workers; k++)
             if (!jb->owners[k]) {
-                reslot(jb);
+                job_reslot(jb);
                 break;
             }
     }

@@ -19,6 +19,8 @@
 #               everyone 15 s, a worker from a head shard 60 s (as root; skipped without)
 #   make test-big  a 2 GiB tensor registers and trains a step (about a minute, 7 GiB of memory),
 #               and a CTR model learns with tables of 8+ times their shards' memory (minutes)
+#   make test-scale  one master, 10,000 simulated workers heartbeating beside an exact
+#               training job: none misses a lease, the job ends exact (a few minutes)
 #   make test-deploy  the deployments (docs/deploy.md): emulated hosts, Kubernetes manifests,
 #               systemd units, a real Slurm, the podman image; says what it skipped and why
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
@@ -105,6 +107,7 @@ DEPS_fuzz-build := FUZZ
 DEPS_fuzz := FUZZ
 DEPS_test-fault := FAULT
 DEPS_test-big := PY
+DEPS_test-scale := PY
 DEPS_soak := PY
 DEPS_soak-growth := PY
 DEPS_bench := BENCH
@@ -116,7 +119,8 @@ deps_node := $(filter NODE,$(deps_lists))
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all build deps deps-needed deps-build deps-node test demo bench clean help asan fuzz \
-        fuzz-build fuzz-check test-fault install soak soak-growth fresh-check test-deploy test-big
+        fuzz-build fuzz-check test-fault install soak soak-growth fresh-check test-deploy test-big \
+        test-scale
 
 all: build
 
@@ -262,6 +266,13 @@ test-big: build
 	TESSERA_BIN=$(abspath $(BUILD))/bin TESSERA_SRC=$(CURDIR) \
 	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
 	    /usr/bin/python3 tests/integration/test_big_table.py
+
+# One master for 10,000 simulated workers beside an exact training job (issue 49,
+# docs/scaling.md): minutes.
+test-scale: build
+	TESSERA_BIN=$(abspath $(BUILD))/bin TESSERA_SRC=$(CURDIR) \
+	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
+	    /usr/bin/python3 tests/integration/test_scale.py
 
 test-fault: build asan
 	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \

@@ -49,7 +49,7 @@
 #define M_PATH(m) "/tessera.v1.Master/" m
 
 struct opts {
-    const char *bin, *out, *python, *job, *sweep;
+    const char *bin, *out, *python, *job, *sweep, *master;
     int64_t calls, workers, seconds, interval_ms, lease_ms, rate;
     bool quick;
 };
@@ -318,16 +318,16 @@ static ts_status hb_phase(struct hb_thread *th, struct hb_plan *p, pid_t master,
     p->end = p->t0 + p->nslots * p->interval_ns / p->workers;
     hb_start(th, hb_load_main);
     bench_sleep_until_ns(p->t0);
-    st = bench_proc_cpu_ticks(master, &tick0, err);
+    st = master ? bench_proc_cpu_ticks(master, &tick0, err) : TS_OK;   /* 0: not on this host */
     cpu0 = ts_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     hb_join(th, NULL);
     wall = ts_now_ns() - p->t0;
-    if (st || (st = bench_proc_cpu_ticks(master, &tick1, err)))
+    if (st || (master && (st = bench_proc_cpu_ticks(master, &tick1, err))))
         return st;
     res->client_cpu_pct = 100.0 * (double)(ts_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0) /
                           (double)wall;
-    res->master_cpu_pct = 100.0 * (double)(tick1 - tick0) / (double)sysconf(_SC_CLK_TCK) /
-                          ((double)wall / 1e9);
+    res->master_cpu_pct = master ? 100.0 * (double)(tick1 - tick0) /
+                                   (double)sysconf(_SC_CLK_TCK) / ((double)wall / 1e9) : 0;
     for (int i = 0; i < HB_THREADS; i++) {
         res->errors += th[i].errors;
         res->late += th[i].late;
@@ -413,7 +413,7 @@ static ts_status hb_bench(const struct opts *o, const struct bench_master *m, st
         if ((st = ts_rpc_channel_create(m->target, NULL, &th[i].ch, err)))
             goto out_free;
     }
-    if ((st = bench_proc_rss(m->pid, &rss0, err)))
+    if (m->pid && (st = bench_proc_rss(m->pid, &rss0, err)))
         goto out_free;
     t0 = ts_now_ns();
     hb_start(th, hb_register_main);
@@ -421,7 +421,7 @@ static ts_status hb_bench(const struct opts *o, const struct bench_master *m, st
         goto out_free;
     res->register_s = (double)(ts_now_ns() - t0) / 1e9;
     if (!(st = hb_phase(th, &p, m->pid, res, err)) && !(st = hb_verify(&p, res, err)) &&
-        !(st = bench_proc_rss(m->pid, &rss1, err)))
+        m->pid && !(st = bench_proc_rss(m->pid, &rss1, err)))
         res->rss_per_worker = ((double)rss1 - (double)rss0) / (double)o->workers;
 out_free:
     for (int i = 0; i < HB_THREADS; i++)
@@ -720,6 +720,77 @@ static ts_status write_sweep_json(const struct opts *o, const char *machine,
     return bench_write_json(&j, o->out, err);
 }
 
+/* ---- --master: the heartbeat load on a running cluster ---- */
+
+/* The master's pid if it runs on this host as a tessera-master (its ClusterStatus says which),
+ * else 0: its CPU and memory are then not measured. */
+static pid_t local_master_pid(const char *target)
+{
+    Tessera__V1__ClusterStatusResponse *r;
+    struct ts_rpc_channel *ch = NULL;
+    struct ts_err e = { 0 };
+    char path[64], cmd[256] = "";
+    pid_t pid = 0;
+    FILE *f;
+
+    if (ts_rpc_channel_create(target, NULL, &ch, &e) || cluster_status(ch, 1, &r, &e)) {
+        ts_rpc_channel_free(ch);
+        return 0;
+    }
+    pid = (pid_t)r->master_pid;
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    ts_rpc_channel_free(ch);
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+    if (!pid || !(f = fopen(path, "r")))
+        return 0;
+    if (!fgets(cmd, sizeof(cmd), f))
+        cmd[0] = '\0';
+    fclose(f);
+    return strstr(cmd, "tessera-master") ? pid : 0;
+}
+
+/* The simulated workers against the cluster at o->master (one alive beside them, a training
+ * job, say): the heartbeat rows, and JSON whose headline is the workers alive at the end. */
+static int run_load(const struct opts *o, struct bench_master *m, const char *machine)
+{
+    struct hb_result h = { 0 };
+    struct ts_err err = { 0 };
+    struct ts_json j;
+    bool ok;
+
+    snprintf(m->target, sizeof(m->target), "%s", o->master);
+    m->pid = local_master_pid(o->master);
+    fprintf(stderr, "load on %s: registering %" PRId64 " workers%s%s, then %" PRId64 " s at "
+            "%.0f/s...\n", o->master, o->workers, o->job ? " of job " : "", o->job ? o->job : "",
+            o->seconds, (double)o->workers * 1000 / (double)o->interval_ms);
+    if (hb_bench(o, m, &h, &err))
+        fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);
+    ok = !err.code && h.alive == h.workers && !h.clock_mismatch && !h.errors;
+    printf("\nbench_rpc_latency --master %s: %s\n\n%-46s | %12s | %18s | %6s\n", o->master,
+           machine, "metric", "ours", "baseline/goal", "ratio");
+    print_hb_rows(&h);
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_str(&j, "name", "rpc_latency_load");
+    ts_json_str(&j, "machine", machine);
+    ts_json_bool(&j, "ok", ok);
+    if (m->pid)   /* the master's growth over the run, the job beside included */
+        ts_json_num(&j, "master_rss_per_worker_bytes", bench_round1(h.rss_per_worker));
+    json_hb(&j, o, &h);
+    ts_json_obj(&j, "headline");
+    ts_json_int(&j, "ours", h.alive);
+    ts_json_int(&j, "baseline", h.workers);
+    ts_json_str(&j, "unit", "simulated workers alive at the end (all, with no error: ok)");
+    ts_json_num(&j, "ratio", h.workers ? (double)h.alive / (double)h.workers : 0);
+    ts_json_end(&j);
+    if (bench_write_json(&j, o->out, &err)) {
+        fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);
+        return 1;
+    }
+    printf("wrote %s%s\n", o->out, ok ? "" : " (marked \"ok\": false: see the errors above)");
+    return ok ? 0 : 1;
+}
+
 /* ---- main ---- */
 
 /* All three measurements; false if any failed. The C one is the headline: without it, stop. */
@@ -786,6 +857,10 @@ int main(int argc, char **argv)
           "bench/results/rpc_latency_sweep.json)", 0, 0 },
         { "rate", TS_FLAG_INT, &o.rate, "PER_S", "--sweep: heartbeats a second offered in all "
           "(default 2000)", 1, 1000000 },
+        { "master", TS_FLAG_STR, &o.master, "ADDR", "instead: only the heartbeat load, on the "
+          "running master at ADDR (beside a real job, say; with --tls DIR for its "
+          "certificates); exit 1 unless every worker is alive at the end with no error "
+          "(default out: bench/results/rpc_latency_load.json)", 0, 0 },
         { "out", TS_FLAG_STR, &o.out, "FILE", "results (default "
                                               "bench/results/rpc_latency.json)", 0, 0 },
         { "python", TS_FLAG_STR, &o.python, "PATH", "python3 with grpcio (default "
@@ -816,7 +891,8 @@ int main(int argc, char **argv)
     o.interval_ms = o.interval_ms ? o.interval_ms : o.lease_ms / 3;
     m.lease_ms = (int)o.lease_ms;
     o.out = o.out ? o.out : o.sweep ? "bench/results/rpc_latency_sweep.json"
-                                    : "bench/results/rpc_latency.json";
+                          : o.master ? "bench/results/rpc_latency_load.json"
+                                     : "bench/results/rpc_latency.json";
     o.rate = o.rate ? o.rate : 2000;
     o.python = o.python ? o.python : "/usr/bin/python3";
     if (m.tls_dir)   /* our C calls and the Python client's (TESSERA_TLS_DIR) */
@@ -833,6 +909,8 @@ int main(int argc, char **argv)
     signal(SIGHUP, bench_on_signal);
     signal(SIGPIPE, SIG_IGN);
     bench_machine_desc(r.machine, sizeof(r.machine));
+    if (o.master)
+        return run_load(&o, &m, r.machine);
     if (o.sweep) {
         struct sweep_row rows[SWEEP_MAX];
         for (int i = 0; i < nsweep; i++)

@@ -113,6 +113,22 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return ok;
 }
 
+/* libmicrohttpd's own unescaping, but a path with an escaped NUL ("/%00x") becomes "": the
+ * routes compare C strings, which would read "/%00x" as "/" and answer it (found by
+ * tests/fuzz/fuzz_http.c). Now it matches no route: 404. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    size_t n = MHD_http_unescape(s);
+
+    (void)cls;
+    (void)c;
+    if (strlen(s) != n) {
+        s[0] = '\0';
+        return 0;
+    }
+    return n;
+}
+
 /* host's address with port into *sa: its first IPv4 address, else its first IPv6 one (a
  * Prometheus target is most often IPv4); every IPv4 address for NULL or "". */
 static bool resolve(const char *host, uint16_t port, struct sockaddr_storage *sa)
@@ -162,7 +178,8 @@ ts_status ts_metrics_http_start(const char *host, uint16_t port, struct ts_metri
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT,
                             (size_t)REQUEST_MEMORY, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_END);
+                            (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_UNESCAPE_CALLBACK, unescape,
+                            NULL, MHD_OPTION_END);
     if (!h->d) {
         free(h);
         return ts_err_set(err, TS_EIO, "metrics-port: cannot serve HTTP on %.200s port %u (in "

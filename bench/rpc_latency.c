@@ -7,31 +7,27 @@
  *      with no members (a reply of a few dozen bytes; with W workers registered the reply grows
  *      by ~45 bytes a worker, so that case is timed on its own at the end);
  *   2. the same from python3-grpcio (bench/rpc_latency_py.py), for context;
- *   3. one master holding W simulated workers: register them, then send each one Heartbeat per
- *      interval on a fixed schedule (open loop: a thread behind schedule sends at once and the
- *      lateness is counted) from HB_THREADS threads with a channel each, while the master's CPU
- *      time is read from /proc/PID/stat. Afterwards every worker must be alive and its clock
- *      must equal the heartbeats acknowledged to it, or the run fails: a benchmark that loses
- *      members is wrong.
+ *   3. one master holding W simulated workers (bench/hbsim.c): register them, then send each
+ *      one Heartbeat per interval on a fixed schedule (open loop: a thread behind schedule sends
+ *      at once and the lateness is counted) from HB_THREADS threads with a channel each, while
+ *      the master's CPU time is read from /proc/PID/stat. Afterwards every worker must be alive
+ *      and its clock must equal the heartbeats acknowledged to it, or the run fails: a
+ *      benchmark that loses members is wrong.
  * It starts its own tessera-master on an ephemeral port and stops it by pid on every exit path
  * (and the kernel sends the master SIGTERM should this process die first: PR_SET_PDEATHSIG).
  * Output: a table on stdout and a JSON file whose headline is the C p99 against the 1 ms goal. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "benchlib.h"
+#include "hbsim.h"
 #include "rpc/rpc.h"
 #include "tessera/v1/master.pb-c.h"
 #include "util/flags.h"
@@ -39,30 +35,13 @@
 #include "util/proc.h"
 
 #define WARMUP 200          /* calls before measuring, C and Python alike */
-#define HB_THREADS 4        /* heartbeat client threads, one channel each */
-#define CALL_MS 5000        /* deadline of one call */
-#define LOADED_CALLS 20     /* ClusterStatus calls with all workers registered */
-#define LATE_NS 1000000     /* a heartbeat sent more than 1 ms after its slot is late */
 #define GOAL_MS 1.0
-#define PAGE_WORKERS 50     /* a ClusterStatus page, as `tessera status` asks */
 #define SWEEP_MAX 16
-#define M_PATH(m) "/tessera.v1.Master/" m
 
 struct opts {
     const char *bin, *out, *python, *job, *sweep, *master;
     int64_t calls, workers, seconds, interval_ms, lease_ms, rate;
     bool quick;
-};
-
-struct hb_result {
-    int64_t workers, calls, errors, late, alive, clock_mismatch;
-    double offered_per_s, achieved_per_s, master_cpu_pct, client_cpu_pct, register_s;
-    struct bench_lat lat;
-    struct bench_lat loaded;        /* ClusterStatus with all workers registered */
-    struct bench_lat paged;         /* the same, a page of PAGE_WORKERS of them */
-    size_t loaded_bytes;
-    double rss_per_worker;          /* the master's resident bytes a worker, registered */
-    char first_error[256];
 };
 
 struct results {
@@ -71,55 +50,6 @@ struct results {
     char py_error[256];       /* empty when the Python run worked */
     struct hb_result hb;
 };
-
-
-/* ---- ClusterStatus from C ---- */
-
-static ts_status cluster_status(struct ts_rpc_channel *ch, uint32_t max_workers,
-                                Tessera__V1__ClusterStatusResponse **r, struct ts_err *err)
-{
-    Tessera__V1__ClusterStatusRequest req = TESSERA__V1__CLUSTER_STATUS_REQUEST__INIT;
-
-    req.max_workers = max_workers;   /* 0: every worker */
-    return ts_rpc_unary(ch, M_PATH("ClusterStatus"), &req.base,
-                        &tessera__v1__cluster_status_response__descriptor,
-                        (ProtobufCMessage **)r, CALL_MS, err);
-}
-
-/* warmup calls, then n timed ones on one channel, each listing max_workers (0: all). With
- * last, *last is the final reply (the caller frees it with protobuf_c_message_free_unpacked). */
-static ts_status time_cluster_status(const char *target, int64_t warmup, int64_t n,
-                                     uint32_t max_workers, struct bench_lat *out,
-                                     Tessera__V1__ClusterStatusResponse **last,
-                                     struct ts_err *err)
-{
-    Tessera__V1__ClusterStatusResponse *r;
-    int64_t *ns = calloc((size_t)n, sizeof(*ns));
-    struct ts_rpc_channel *ch = NULL;
-    ts_status st;
-
-    if (!ns)
-        return ts_err_set(err, TS_ENOMEM, "out of memory for %" PRId64 " samples", n);
-    if ((st = ts_rpc_channel_create(target, NULL, &ch, err)))
-        goto out_free_ns;
-    for (int64_t i = -warmup; i < n; i++) {
-        int64_t t0 = ts_now_ns();
-        if ((st = cluster_status(ch, max_workers, &r, err)))
-            goto out_free_ch;
-        if (i >= 0)
-            ns[i] = ts_now_ns() - t0;
-        if (last && i == n - 1)
-            *last = r;
-        else
-            protobuf_c_message_free_unpacked(&r->base, NULL);
-    }
-    bench_lat_from_ns(ns, (size_t)n, out);
-out_free_ch:
-    ts_rpc_channel_free(ch);
-out_free_ns:
-    free(ns);
-    return st;
-}
 
 /* ---- ClusterStatus from python3-grpcio ---- */
 
@@ -179,281 +109,15 @@ static ts_status run_python(const struct opts *o, const char *target, struct ben
     return TS_OK;
 }
 
-/* ---- Heartbeat from W simulated workers ---- */
+/* ---- Heartbeat from W simulated workers (hbsim.c) ---- */
 
-/* Slot s = k * W + w is worker w's k-th heartbeat, due at t0 + s * interval / W: the load is
- * spread evenly over each interval. Worker w belongs to thread w % HB_THREADS, so every slot
- * and every per-worker counter has one writer. */
-struct hb_plan {
-    const char *target;
-    const char *job;          /* NULL: the workers join no job; else ranks 0..workers-1 of it */
-    uint32_t lease_ms;
-    int64_t workers, interval_ns, t0, end, nslots;
-    uint32_t *ids;            /* [w]: the id the master gave worker w */
-    uint32_t *acked;          /* [w]: heartbeats acknowledged; also the clock sent next - 1 */
-    int64_t *ns;              /* [slot]: latency, 0 for a slot not sent or failed */
-};
-
-struct hb_thread {
-    pthread_t tid;
-    int idx;
-    struct hb_plan *plan;
-    struct ts_rpc_channel *ch;
-    uint64_t epoch;           /* from RegisterWorker: known_epoch may not be ahead */
-    int64_t errors, late;
-    struct ts_err err;        /* the first error */
-};
-
-/* The simulated workers' secret (RegisterWorkerRequest.secret): one for all, as each sends it
- * with its heartbeats; required under mutual TLS, where the master also checks it. */
-static uint8_t hb_secret[32] = "tessera bench rpc_latency secret";
-
-/* Worker w's first heartbeat, at once, as a real worker's (a master holds a registration that
- * has not beaten to its default lease, whatever lease it asked for), clock 0: not one of the
- * schedule's, which count from 1. Nonzero on an error (counted). */
-static int hb_first(struct hb_thread *t, int64_t w)
+static ts_status hb_run(const struct opts *o, const struct bench_master *m,
+                        struct hb_result *res, struct ts_err *err)
 {
-    Tessera__V1__HeartbeatRequest req = TESSERA__V1__HEARTBEAT_REQUEST__INIT;
-    Tessera__V1__HeartbeatResponse *r;
+    const struct hb_load l = { .job = o->job, .workers = o->workers, .seconds = o->seconds,
+                               .interval_ms = o->interval_ms, .lease_ms = o->lease_ms };
 
-    req.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER;
-    req.id = t->plan->ids[w];
-    req.known_epoch = t->epoch;
-    req.secret = (ProtobufCBinaryData){ sizeof(hb_secret), hb_secret };
-    if (ts_rpc_unary(t->ch, M_PATH("Heartbeat"), &req.base,
-                     &tessera__v1__heartbeat_response__descriptor, (ProtobufCMessage **)&r,
-                     CALL_MS, &t->err)) {
-        t->errors++;
-        return 1;
-    }
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-    return 0;
-}
-
-static void *hb_register_main(void *arg)
-{
-    struct hb_thread *t = arg;
-    char instance[48];
-
-    for (int64_t w = t->idx; w < t->plan->workers; w += HB_THREADS) {
-        Tessera__V1__RegisterWorkerRequest req = TESSERA__V1__REGISTER_WORKER_REQUEST__INIT;
-        Tessera__V1__RegisterWorkerResponse *r;
-        snprintf(instance, sizeof(instance), "bench-%d-%" PRId64, (int)getpid(), w);
-        req.host = "bench-sim";
-        req.pid = (uint32_t)w + 1;
-        req.instance = instance;
-        req.secret = (ProtobufCBinaryData){ sizeof(hb_secret), hb_secret };
-        req.lease_ms = t->plan->lease_ms;
-        if (t->plan->job) {
-            req.job = (char *)t->plan->job;
-            req.rank = (uint32_t)w;
-            req.workers = (uint32_t)t->plan->workers;
-        }
-        if (ts_rpc_unary(t->ch, M_PATH("RegisterWorker"), &req.base,
-                         &tessera__v1__register_worker_response__descriptor,
-                         (ProtobufCMessage **)&r, CALL_MS, &t->err)) {
-            t->errors++;
-            return NULL;
-        }
-        t->plan->ids[w] = r->worker_id;
-        t->epoch = r->epoch;
-        protobuf_c_message_free_unpacked(&r->base, NULL);
-        if (hb_first(t, w))
-            return NULL;
-    }
-    return NULL;
-}
-
-static void hb_send(struct hb_thread *t, int64_t w, int64_t slot)
-{
-    Tessera__V1__HeartbeatRequest req = TESSERA__V1__HEARTBEAT_REQUEST__INIT;
-    Tessera__V1__HeartbeatResponse *r;
-    struct hb_plan *p = t->plan;
-    struct ts_err e = { 0 };
-    int64_t t0;
-
-    req.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER;
-    req.id = p->ids[w];
-    req.known_epoch = t->epoch;
-    req.clock = p->acked[w] + 1;
-    req.secret = (ProtobufCBinaryData){ sizeof(hb_secret), hb_secret };
-    t0 = ts_now_ns();
-    if (ts_rpc_unary(t->ch, M_PATH("Heartbeat"), &req.base,
-                     &tessera__v1__heartbeat_response__descriptor, (ProtobufCMessage **)&r,
-                     CALL_MS, &e)) {
-        if (!t->errors++)
-            t->err = e;
-        return;
-    }
-    p->ns[slot] = ts_now_ns() - t0;
-    p->acked[w]++;
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-}
-
-static void *hb_load_main(void *arg)
-{
-    struct hb_thread *t = arg;
-    const struct hb_plan *p = t->plan;
-
-    for (int64_t k = 0;; k++) {
-        for (int64_t w = t->idx; w < p->workers; w += HB_THREADS) {
-            int64_t slot = k * p->workers + w;
-            int64_t due = p->t0 + slot * p->interval_ns / p->workers;
-            if (slot >= p->nslots)
-                return NULL;
-            bench_sleep_until_ns(due);
-            if (ts_now_ns() - due > LATE_NS)
-                t->late++;
-            hb_send(t, w, slot);
-        }
-    }
-}
-
-static void hb_start(struct hb_thread *th, void *(*fn)(void *))
-{
-    for (int i = 0; i < HB_THREADS; i++)
-        pthread_create(&th[i].tid, NULL, fn, &th[i]);
-}
-
-/* Joins the threads; returns the first error any of them met. */
-static ts_status hb_join(struct hb_thread *th, struct ts_err *err)
-{
-    ts_status st = TS_OK;
-
-    for (int i = 0; i < HB_THREADS; i++) {
-        pthread_join(th[i].tid, NULL);
-        if (th[i].errors && !st)
-            st = ts_err_set(err, th[i].err.code, "%s", th[i].err.msg);
-    }
-    return st;
-}
-
-/* The paced phase: the master's CPU from /proc, ours from our own clock. Heartbeat errors are
- * counted, not returned: the membership check afterwards says what they cost. */
-static ts_status hb_phase(struct hb_thread *th, struct hb_plan *p, pid_t master,
-                          struct hb_result *res, struct ts_err *err)
-{
-    uint64_t tick0, tick1;
-    int64_t cpu0, wall;
-    size_t n = 0;
-    ts_status st;
-
-    p->t0 = ts_now_ns() + 50000000; /* the threads start and wait for their first slot */
-    p->end = p->t0 + p->nslots * p->interval_ns / p->workers;
-    hb_start(th, hb_load_main);
-    bench_sleep_until_ns(p->t0);
-    st = master ? bench_proc_cpu_ticks(master, &tick0, err) : TS_OK;   /* 0: not on this host */
-    cpu0 = ts_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-    hb_join(th, NULL);
-    wall = ts_now_ns() - p->t0;
-    if (st || (master && (st = bench_proc_cpu_ticks(master, &tick1, err))))
-        return st;
-    res->client_cpu_pct = 100.0 * (double)(ts_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0) /
-                          (double)wall;
-    res->master_cpu_pct = master ? 100.0 * (double)(tick1 - tick0) /
-                                   (double)sysconf(_SC_CLK_TCK) / ((double)wall / 1e9) : 0;
-    for (int i = 0; i < HB_THREADS; i++) {
-        res->errors += th[i].errors;
-        res->late += th[i].late;
-        if (th[i].errors && !res->first_error[0])
-            snprintf(res->first_error, sizeof(res->first_error), "%s", th[i].err.msg);
-    }
-    for (int64_t s = 0; s < p->nslots; s++) /* compact the acknowledged slots */
-        if (p->ns[s] > 0)
-            p->ns[n++] = p->ns[s];
-    res->calls = (int64_t)n;
-    /* The last slot is due just before the end: divide by the phase, not by that instant. */
-    if (wall < p->end - p->t0)
-        wall = p->end - p->t0;
-    res->achieved_per_s = (double)n / ((double)wall / 1e9);
-    bench_lat_from_ns(p->ns, n, &res->lat);
-    return TS_OK;
-}
-
-/* Every worker alive, and its clock equal to the heartbeats acknowledged to it. */
-static void hb_check(const struct hb_plan *p, const Tessera__V1__ClusterStatusResponse *r,
-                     struct hb_result *res)
-{
-    uint32_t max_id = 0, *idx;
-
-    for (int64_t w = 0; w < p->workers; w++)
-        max_id = p->ids[w] > max_id ? p->ids[w] : max_id;
-    if (!(idx = calloc((size_t)max_id + 1, sizeof(*idx))))
-        abort();
-    for (int64_t w = 0; w < p->workers; w++)
-        idx[p->ids[w]] = (uint32_t)w + 1;
-    for (size_t i = 0; i < r->n_workers; i++) {
-        const Tessera__V1__WorkerInfo *wi = r->workers[i];
-        if (wi->id > max_id || !idx[wi->id])
-            continue;
-        if (wi->state == TESSERA__V1__MEMBER_STATE__MEMBER_STATE_ALIVE)
-            res->alive++;
-        if (wi->clock != p->acked[idx[wi->id] - 1])
-            res->clock_mismatch++;
-    }
-    free(idx);
-}
-
-/* After the phase: ClusterStatus with every worker in it, timed; the last reply is checked. */
-static ts_status hb_verify(struct hb_plan *p, struct hb_result *res, struct ts_err *err)
-{
-    Tessera__V1__ClusterStatusResponse *r;
-    ts_status st = time_cluster_status(p->target, 1, LOADED_CALLS, 0, &res->loaded, &r, err);
-
-    if (st || (st = time_cluster_status(p->target, 1, LOADED_CALLS, PAGE_WORKERS, &res->paged,
-                                        NULL, err)))
-        return st;
-    res->loaded_bytes = protobuf_c_message_get_packed_size(&r->base);
-    hb_check(p, r, res);
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-    return TS_OK;
-}
-
-static ts_status hb_bench(const struct opts *o, const struct bench_master *m, struct hb_result *res,
-                          struct ts_err *err)
-{
-    struct hb_plan p = { .target = m->target, .workers = o->workers,
-                         .interval_ns = o->interval_ms * 1000000, .job = o->job,
-                         .lease_ms = (uint32_t)o->lease_ms };
-    struct hb_thread th[HB_THREADS];
-    ts_status st = TS_OK;
-    uint64_t rss0 = 0, rss1 = 0;
-    int64_t t0;
-
-    memset(th, 0, sizeof(th));
-    res->workers = o->workers;
-    res->offered_per_s = (double)o->workers * 1000.0 / (double)o->interval_ms;
-    p.nslots = o->seconds * 1000 * o->workers / o->interval_ms;
-    p.ids = calloc((size_t)o->workers, sizeof(*p.ids));
-    p.acked = calloc((size_t)o->workers, sizeof(*p.acked));
-    p.ns = calloc((size_t)p.nslots + 1, sizeof(*p.ns));
-    if (!p.ids || !p.acked || !p.ns) {
-        st = ts_err_set(err, TS_ENOMEM, "out of memory for %" PRId64 " heartbeats", p.nslots);
-        goto out_free;
-    }
-    for (int i = 0; i < HB_THREADS; i++) {
-        th[i].idx = i;
-        th[i].plan = &p;
-        if ((st = ts_rpc_channel_create(m->target, NULL, &th[i].ch, err)))
-            goto out_free;
-    }
-    if (m->pid && (st = bench_proc_rss(m->pid, &rss0, err)))
-        goto out_free;
-    t0 = ts_now_ns();
-    hb_start(th, hb_register_main);
-    if ((st = hb_join(th, err)))
-        goto out_free;
-    res->register_s = (double)(ts_now_ns() - t0) / 1e9;
-    if (!(st = hb_phase(th, &p, m->pid, res, err)) && !(st = hb_verify(&p, res, err)) &&
-        m->pid && !(st = bench_proc_rss(m->pid, &rss1, err)))
-        res->rss_per_worker = ((double)rss1 - (double)rss0) / (double)o->workers;
-out_free:
-    for (int i = 0; i < HB_THREADS; i++)
-        ts_rpc_channel_free(th[i].ch);
-    free(p.ids);
-    free(p.acked);
-    free(p.ns);
-    return st;
+    return hb_bench(&l, m, res, err);
 }
 
 /* ---- report ---- */
@@ -666,7 +330,7 @@ static bool run_sweep(const struct opts *o, const struct bench_master *proto,
         fprintf(stderr, "sweep: %" PRId64 " workers, one heartbeat each per %" PRId64 " ms, "
                 "lease %" PRId64 " ms, %" PRId64 " s...\n", oi.workers, oi.interval_ms,
                 oi.lease_ms, oi.seconds);
-        if (bench_master_start(o->bin, &m, &e) || hb_bench(&oi, &m, &r->hb, &e)) {
+        if (bench_master_start(o->bin, &m, &e) || hb_run(&oi, &m, &r->hb, &e)) {
             fprintf(stderr, "bench_rpc_latency: sweep, %" PRId64 " workers: %s\n", oi.workers,
                     e.msg);
             r->ok = false;
@@ -757,7 +421,7 @@ static pid_t local_master_pid(const char *target)
     pid_t pid = 0;
     FILE *f;
 
-    if (ts_rpc_channel_create(target, NULL, &ch, &e) || cluster_status(ch, 1, &r, &e)) {
+    if (ts_rpc_channel_create(target, NULL, &ch, &e) || hb_cluster_status(ch, 1, &r, &e)) {
         ts_rpc_channel_free(ch);
         return 0;
     }
@@ -787,7 +451,7 @@ static int run_load(const struct opts *o, struct bench_master *m, const char *ma
     fprintf(stderr, "load on %s: registering %" PRId64 " workers%s%s, then %" PRId64 " s at "
             "%.0f/s...\n", o->master, o->workers, o->job ? " of job " : "", o->job ? o->job : "",
             o->seconds, (double)o->workers * 1000 / (double)o->interval_ms);
-    if (hb_bench(o, m, &h, &err))
+    if (hb_run(o, m, &h, &err))
         fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);
     ok = !err.code && h.alive == h.workers && !h.clock_mismatch && !h.errors;
     printf("\nbench_rpc_latency --master %s: %s\n\n%-46s | %12s | %18s | %6s\n", o->master,
@@ -825,7 +489,7 @@ static bool run_all(const struct opts *o, const struct bench_master *m, struct r
     bool ok = true;
 
     fprintf(stderr, "C ClusterStatus: %d + %" PRId64 " calls...\n", WARMUP, o->calls);
-    if (time_cluster_status(m->target, WARMUP, o->calls, 0, &r->c, NULL, err))
+    if (hb_time_cluster_status(m->target, WARMUP, o->calls, 0, &r->c, NULL, err))
         return false;
     fprintf(stderr, "python3-grpcio ClusterStatus: %d + %" PRId64 " calls...\n", WARMUP,
             o->calls);
@@ -837,7 +501,7 @@ static bool run_all(const struct opts *o, const struct bench_master *m, struct r
     fprintf(stderr, "Heartbeat: registering %" PRId64 " workers, then %" PRId64 " s at %.0f/s"
             "...\n", o->workers, o->seconds, (double)o->workers * 1000 / (double)o->interval_ms);
     ts_err_clear(&e);
-    if (hb_bench(o, m, &r->hb, &e)) {
+    if (hb_run(o, m, &r->hb, &e)) {
         fprintf(stderr, "bench_rpc_latency: heartbeat phase: %s\n", e.msg);
         ok = false;
     }

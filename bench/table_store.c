@@ -27,48 +27,38 @@
  * memcpy), what the memory tier does. Only the stores' calls are timed (not making the
  * records or drawing ids). Each figure is the median of --repeat runs, each on a fresh store.
  * Output: a table and bench/results/table_store.json; headline = the slot file's mixed rows/s
- * (rows read per second of steps) against the best Debian store's, any setting. */
+ * (rows read per second of steps) against the best Debian store's, any setting.
+ * The stores are behind bench/stores.h, one file each (bench/store_*.c). */
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
-
-#include <lmdb.h>
-#include <rocksdb/c.h>
 
 #include "benchlib.h"
-#include "table/internal.h"
-#include "table/tier.h"
+#include "stores.h"
 #include "util/flags.h"
 #include "util/json.h"
 
 #define MAX_REPEAT 15
-#define LOAD_BATCH 16384
-#define READ_BATCH 4096
 #define WRITE_BATCH 2048
-#define KEY_LEN 8
 #define HDR_LEN 32
 
-enum kind { K_MEM, K_LMDB, K_ROCKS, K_SLOTS };
 struct setting {
     const char *store, *setting, *durable; /* durable: what a commit survives */
-    enum kind kind;
-    int variant;
+    const struct store_ops *ops;
+    int variant;                           /* the store's setting: see its store_*.c */
 };
 static const struct setting settings[] = {
-    { "memory", "hash map", "nothing", K_MEM, 0 },
-    { "lmdb", "sync", "power loss", K_LMDB, 0 },
-    { "lmdb", "nosync+writemap", "process crash", K_LMDB, 1 },
-    { "rocksdb", "wal+sync", "power loss", K_ROCKS, 0 },
-    { "rocksdb", "wal", "process crash", K_ROCKS, 1 },
-    { "rocksdb", "no-wal", "nothing", K_ROCKS, 2 },
-    { "tessera", "slot-file", "nothing", K_SLOTS, 0 },
+    { "memory", "hash map", "nothing", &store_mem, 0 },
+    { "lmdb", "sync", "power loss", &store_lmdb, 0 },
+    { "lmdb", "nosync+writemap", "process crash", &store_lmdb, 1 },
+    { "rocksdb", "wal+sync", "power loss", &store_rocksdb, 0 },
+    { "rocksdb", "wal", "process crash", &store_rocksdb, 1 },
+    { "rocksdb", "no-wal", "nothing", &store_rocksdb, 2 },
+    { "tessera", "slot-file", "nothing", &store_slotfile, 0 },
 };
 #define NSET (sizeof(settings) / sizeof(settings[0]))
 
@@ -78,33 +68,6 @@ struct opts {
     int64_t rows, dim, state, steps, repeat, read_batches, write_batches;
     const char *dir, *out, *only, *zipf;
     bool quick;
-};
-
-struct store {
-    const struct setting *s;
-    char path[4096];
-    size_t rec;
-    /* memory */
-    uint64_t *slot_key;   /* open addressing: key + 1, 0 = empty */
-    uint32_t *slot_idx;
-    size_t mask, nrec;
-    unsigned char *recs;
-    /* lmdb */
-    MDB_env *env;
-    MDB_dbi dbi;
-    size_t mapsize;
-    /* rocksdb */
-    rocksdb_t *db;
-    rocksdb_options_t *opt;
-    rocksdb_block_based_table_options_t *bbt;
-    rocksdb_cache_t *cache;
-    rocksdb_writeoptions_t *wo;
-    rocksdb_readoptions_t *ro;
-    /* tessera: lib/table's disk tier, one table store in it */
-    struct ts_tier *tier;
-    uint64_t space;
-    uint64_t *ids;
-    bool *found;
 };
 
 struct run {
@@ -127,13 +90,6 @@ struct run {
 };
 
 static volatile uint64_t sink;
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t rng_next(uint64_t *s) { return mix64(*s += 0x9E3779B97F4A7C15ull); }
 
@@ -249,362 +205,6 @@ static void draw_batches(struct run *r, uint64_t seed)
     }
 }
 
-/* ---- files ---- */
-
-static int64_t du_total;
-static int du_one(const char *p, const struct stat *st, int type, struct FTW *f)
-{
-    (void)p, (void)type, (void)f;
-    du_total += (int64_t)st->st_blocks * 512;
-    return 0;
-}
-
-static int64_t du_bytes(const char *dir)
-{
-    du_total = 0;
-    if (nftw(dir, du_one, 16, FTW_PHYS) != 0)
-        return -1;
-    return du_total;
-}
-
-static int rm_one(const char *p, const struct stat *st, int type, struct FTW *f)
-{
-    (void)st, (void)type, (void)f;
-    if (remove(p) != 0)
-        fprintf(stderr, "bench_table_store: remove %s: %s\n", p, strerror(errno));
-    return 0;
-}
-
-static void rm_tree(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
-
-/* Writes a file's dirty pages and drops its pages from the page cache. */
-static int evict_one(const char *p, const struct stat *st, int type, struct FTW *f)
-{
-    (void)st, (void)f;
-    if (type == FTW_F) {
-        int fd = open(p, O_RDONLY);
-
-        if (fd >= 0) {
-            if (fdatasync(fd) != 0)
-                fprintf(stderr, "bench_table_store: fdatasync %s: %s\n", p, strerror(errno));
-            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-            close(fd);
-        }
-    }
-    return 0;
-}
-
-/* ---- the stores ---- */
-
-static ts_status lmdb_check(int rc, const char *what, struct ts_err *err)
-{
-    return rc == 0 ? TS_OK : ts_err_set(err, TS_EIO, "lmdb %s: %s", what, mdb_strerror(rc));
-}
-
-static ts_status rocks_check(char *e, const char *what, struct ts_err *err)
-{
-    ts_status st = TS_OK;
-
-    if (e) {
-        st = ts_err_set(err, TS_EIO, "rocksdb %s: %s", what, e);
-        rocksdb_free(e);
-    }
-    return st;
-}
-
-static ts_status store_open(struct store *t, struct ts_err *err)
-{
-    if (t->s->kind == K_MEM) {
-        return TS_OK; /* allocated by store_create */
-    } else if (t->s->kind == K_LMDB) {
-        unsigned flags = MDB_NORDAHEAD | (t->s->variant ? MDB_NOSYNC | MDB_WRITEMAP : 0);
-        MDB_txn *txn;
-        ts_status st = lmdb_check(mdb_env_create(&t->env), "env_create", err);
-
-        if (st == TS_OK)
-            st = lmdb_check(mdb_env_set_mapsize(t->env, t->mapsize), "set_mapsize", err);
-        if (st == TS_OK)
-            st = lmdb_check(mdb_env_open(t->env, t->path, flags, 0644), "env_open", err);
-        if (st == TS_OK)
-            st = lmdb_check(mdb_txn_begin(t->env, NULL, 0, &txn), "txn_begin", err);
-        if (st == TS_OK) {
-            st = lmdb_check(mdb_dbi_open(txn, NULL, 0, &t->dbi), "dbi_open", err);
-            if (st == TS_OK)
-                st = lmdb_check(mdb_txn_commit(txn), "commit", err);
-            else
-                mdb_txn_abort(txn);
-        }
-        return st;
-    } else if (t->s->kind == K_SLOTS) {
-        return TS_OK;   /* opened by store_create: reopening empties it (a cache) */
-    } else {
-        char *e = NULL;
-
-        t->db = rocksdb_open(t->opt, t->path, &e);
-        return rocks_check(e, "open", err);
-    }
-}
-
-static void store_close(struct store *t)
-{
-    if (t->s->kind == K_LMDB && t->env) {
-        mdb_env_close(t->env);
-        t->env = NULL;
-    } else if (t->s->kind == K_ROCKS && t->db) {
-        rocksdb_close(t->db);
-        t->db = NULL;
-    }
-}
-
-static ts_status store_create(struct store *t, const struct run *r, struct ts_err *err)
-{
-    t->rec = r->rec;
-    if (mkdir(t->path, 0755) != 0)
-        return ts_err_set(err, TS_EIO, "mkdir %s: %s", t->path, strerror(errno));
-    if (t->s->kind == K_MEM) {
-        size_t cap = 1;
-
-        while (cap < r->n * 2)
-            cap <<= 1;
-        t->mask = cap - 1;
-        t->slot_key = calloc(cap, 8);
-        t->slot_idx = malloc(cap * 4);
-        t->recs = malloc(r->n * r->rec);
-        if (!t->slot_key || !t->slot_idx || !t->recs)
-            return ts_err_set(err, TS_ENOMEM, "out of memory for the in-memory table");
-        memset(t->recs, 0, r->n * r->rec);   /* fault the pages in, as a warm tier has them */
-    } else if (t->s->kind == K_SLOTS) {
-        if (!(t->ids = malloc(LOAD_BATCH * sizeof(*t->ids))) ||
-            !(t->found = malloc(LOAD_BATCH * sizeof(*t->found))))
-            return ts_err_set(err, TS_ENOMEM, "out of memory for the ids");
-        if (ts_tier_open(t->path, &t->tier, err) != TS_OK)
-            return TS_EIO;
-        t->space = tier_space(t->tier);
-    } else if (t->s->kind == K_LMDB) {
-        /* Copy-on-write pages and half-full pages after random inserts: room for 4x. */
-        t->mapsize = ((size_t)r->n * (r->rec + 64) * 4 + (256u << 20)) & ~(size_t)0xFFFFF;
-    } else {
-        t->opt = rocksdb_options_create();
-        rocksdb_options_set_create_if_missing(t->opt, 1);
-        t->cache = rocksdb_cache_create_lru(64u << 20);
-        t->bbt = rocksdb_block_based_options_create();
-        rocksdb_block_based_options_set_block_cache(t->bbt, t->cache);
-        rocksdb_options_set_block_based_table_factory(t->opt, t->bbt);
-        t->wo = rocksdb_writeoptions_create();
-        rocksdb_writeoptions_set_sync(t->wo, t->s->variant == 0);
-        rocksdb_writeoptions_disable_WAL(t->wo, t->s->variant == 2);
-        t->ro = rocksdb_readoptions_create();
-    }
-    return store_open(t, err);
-}
-
-static void store_destroy(struct store *t)
-{
-    store_close(t);
-    free(t->slot_key);
-    free(t->slot_idx);
-    free(t->recs);
-    ts_tier_close(t->tier);
-    free(t->ids);
-    free(t->found);
-    if (t->opt)
-        rocksdb_options_destroy(t->opt);
-    if (t->bbt)
-        rocksdb_block_based_options_destroy(t->bbt);
-    if (t->cache)
-        rocksdb_cache_destroy(t->cache);
-    if (t->wo)
-        rocksdb_writeoptions_destroy(t->wo);
-    if (t->ro)
-        rocksdb_readoptions_destroy(t->ro);
-    rm_tree(t->path);
-}
-
-/* Closes the store, drops its files from the page cache, and opens it again (cold start). */
-static ts_status store_cold(struct store *t, struct ts_err *err)
-{
-    if (t->s->kind == K_MEM)
-        return TS_OK;
-    if (t->s->kind == K_SLOTS) {   /* its pages written and dropped, the index kept */
-        tier_drop_cache(t->tier);
-        return TS_OK;
-    }
-    if (t->s->kind == K_ROCKS) {
-        rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
-        char *e = NULL;
-
-        rocksdb_flushoptions_set_wait(fo, 1);
-        rocksdb_flush(t->db, fo, &e);
-        rocksdb_flushoptions_destroy(fo);
-        if (rocks_check(e, "flush", err) != TS_OK)
-            return TS_EIO;
-    }
-    store_close(t);
-    nftw(t->path, evict_one, 16, FTW_PHYS);
-    return store_open(t, err);
-}
-
-static uint32_t *mem_slot(struct store *t, uint64_t key, bool insert)
-{
-    size_t i = mix64(key) & t->mask;
-
-    while (t->slot_key[i] != 0 && t->slot_key[i] != key + 1)
-        i = (i + 1) & t->mask;
-    if (t->slot_key[i] == 0) {
-        if (!insert)
-            return NULL;
-        t->slot_key[i] = key + 1;
-        t->slot_idx[i] = (uint32_t)t->nrec++;
-    }
-    return &t->slot_idx[i];
-}
-
-/* The slot file's row ids of n keys: the key's value, below 2^63 as table ids are. */
-static void slot_ids(struct store *t, const unsigned char *k, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint64_t v = 0;
-
-        for (int b = 0; b < 8; b++)
-            v = v << 8 | k[i * KEY_LEN + b];
-        t->ids[i] = v >> 1;
-    }
-}
-
-/* Writes n records (keys k, records v) as one transaction / WriteBatch. */
-static ts_status store_put(struct store *t, const unsigned char *k, const unsigned char *v,
-                           size_t n, struct ts_err *err)
-{
-    if (t->s->kind == K_MEM) {
-        for (size_t i = 0; i < n; i++) {
-            uint64_t key;
-
-            memcpy(&key, k + i * KEY_LEN, 8);
-            memcpy(t->recs + (size_t)*mem_slot(t, key, true) * t->rec, v + i * t->rec, t->rec);
-        }
-        return TS_OK;
-    } else if (t->s->kind == K_SLOTS) {
-        /* One batch as rows.c hands it to the writer (its own copy of the records, as an
-         * eviction makes), waited for: the other stores' writes are synchronous too. */
-        struct tier_batch *b = calloc(1, sizeof(*b));
-
-        if (!b || !(b->ids = malloc(n * sizeof(*b->ids))) || !(b->recs = malloc(n * t->rec))) {
-            tier_batch_free(b);
-            return ts_err_set(err, TS_ENOMEM, "out of memory for a batch");
-        }
-        *b = (struct tier_batch){ .space = t->space, .rec = t->rec, .n = n, .cap = n,
-                                  .ids = b->ids, .recs = b->recs };
-        slot_ids(t, k, n);
-        memcpy(b->ids, t->ids, n * sizeof(*b->ids));
-        memcpy(b->recs, v, n * t->rec);
-        tier_submit(t->tier, b);
-        if (!tier_wait(t->tier, b)) {
-            char why[256];
-
-            tier_failing(t->tier, why, sizeof(why));
-            if (tier_orphan(t->tier, b))   /* else the writer frees it */
-                tier_batch_free(b);
-            return ts_err_set(err, TS_EIO, "tessera slot file: %s", why);
-        }
-        tier_batch_free(b);
-        return TS_OK;
-    } else if (t->s->kind == K_LMDB) {
-        MDB_txn *txn = NULL;
-        ts_status st = lmdb_check(mdb_txn_begin(t->env, NULL, 0, &txn), "txn_begin", err);
-
-        if (st != TS_OK)
-            return st;
-        for (size_t i = 0; st == TS_OK && i < n; i++) {
-            MDB_val mk = { KEY_LEN, (void *)(k + i * KEY_LEN) };
-            MDB_val mv = { t->rec, (void *)(v + i * t->rec) };
-
-            st = lmdb_check(mdb_put(txn, t->dbi, &mk, &mv, 0), "put", err);
-        }
-        if (st == TS_OK)
-            return lmdb_check(mdb_txn_commit(txn), "commit", err);
-        mdb_txn_abort(txn);
-        return st;
-    } else {
-        rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-        char *e = NULL;
-
-        for (size_t i = 0; i < n; i++)
-            rocksdb_writebatch_put(wb, (const char *)k + i * KEY_LEN, KEY_LEN,
-                                   (const char *)v + i * t->rec, t->rec);
-        rocksdb_write(t->db, t->wo, wb, &e);
-        rocksdb_writebatch_destroy(wb);
-        return rocks_check(e, "write", err);
-    }
-}
-
-/* Reads n records (keys k, sorted) into out, each copied (a memory tier keeps its copy). */
-static ts_status store_get(struct store *t, const unsigned char *k, unsigned char *out,
-                           size_t n, struct ts_err *err)
-{
-    if (t->s->kind == K_MEM) {
-        for (size_t i = 0; i < n; i++) {
-            uint64_t key;
-            uint32_t *idx;
-
-            memcpy(&key, k + i * KEY_LEN, 8);
-            if (!(idx = mem_slot(t, key, false)))
-                return ts_err_set(err, TS_EINTERNAL, "memory: a loaded row is missing");
-            memcpy(out + i * t->rec, t->recs + (size_t)*idx * t->rec, t->rec);
-        }
-        return TS_OK;
-    } else if (t->s->kind == K_SLOTS) {
-        slot_ids(t, k, n);
-        if (tier_get_many(t->tier, t->space, n, t->ids, out, t->rec, t->found, err) != TS_OK)
-            return TS_EIO;
-        for (size_t i = 0; i < n; i++)
-            if (!t->found[i])
-                return ts_err_set(err, TS_EINTERNAL, "tessera: a loaded row is missing");
-        return TS_OK;
-    } else if (t->s->kind == K_LMDB) {
-        MDB_txn *txn = NULL;
-        ts_status st = lmdb_check(mdb_txn_begin(t->env, NULL, MDB_RDONLY, &txn), "txn_begin",
-                                  err);
-
-        if (st != TS_OK)
-            return st;
-        for (size_t i = 0; st == TS_OK && i < n; i++) {
-            MDB_val mk = { KEY_LEN, (void *)(k + i * KEY_LEN) }, mv;
-
-            st = lmdb_check(mdb_get(txn, t->dbi, &mk, &mv), "get", err);
-            if (st == TS_OK && mv.mv_size != t->rec)
-                st = ts_err_set(err, TS_ECORRUPT, "lmdb: a record of %zu bytes", mv.mv_size);
-            if (st == TS_OK)
-                memcpy(out + i * t->rec, mv.mv_data, t->rec);
-        }
-        mdb_txn_abort(txn);   /* a read-only transaction ends with abort */
-        return st;
-    } else {
-        static const char *kp[READ_BATCH];
-        static size_t ks[READ_BATCH], vs[READ_BATCH];
-        static char *vp[READ_BATCH], *errs[READ_BATCH];
-        ts_status st = TS_OK;
-
-        for (size_t i = 0; i < n; i++) {
-            kp[i] = (const char *)k + i * KEY_LEN;
-            ks[i] = KEY_LEN;
-        }
-        rocksdb_multi_get(t->db, t->ro, n, kp, ks, vp, vs, errs);
-        for (size_t i = 0; i < n; i++) {
-            if (errs[i] && st == TS_OK)
-                st = ts_err_set(err, TS_EIO, "rocksdb multi_get: %s", errs[i]);
-            else if (!vp[i] && st == TS_OK)
-                st = ts_err_set(err, TS_EINTERNAL, "rocksdb: a loaded row is missing");
-            else if (vp[i] && vs[i] != t->rec && st == TS_OK)
-                st = ts_err_set(err, TS_ECORRUPT, "rocksdb: a record of %zu bytes", vs[i]);
-            else if (vp[i])
-                memcpy(out + i * t->rec, vp[i], t->rec);
-            rocksdb_free(errs[i]);
-            rocksdb_free(vp[i]);
-        }
-        return st;
-    }
-}
-
 /* ---- one run of one setting ---- */
 
 static void fill_keys(unsigned char *k, const uint32_t *ids, size_t n)
@@ -628,16 +228,17 @@ static void progress(const struct setting *s, const char *phase, int64_t done, i
 static ts_status run_one(struct run *r, size_t si, int rep, struct ts_err *err)
 {
     const struct setting *s = &settings[si];
-    struct store t = { .s = s };
+    struct store *t = NULL;
     unsigned char *k = r->keys, *v = r->buf, *wk = r->keys + READ_BATCH * KEY_LEN;
+    char path[4096];
     int64_t ns, t0, next = 0;
     ts_status st;
 
-    snprintf(t.path, sizeof(t.path), "%s/%s-%s-%d", r->base, s->store, s->setting, rep);
-    for (char *p = t.path + strlen(r->base) + 1; *p; p++)
+    snprintf(path, sizeof(path), "%s/%s-%s-%d", r->base, s->store, s->setting, rep);
+    for (char *p = path + strlen(r->base) + 1; *p; p++)
         if (*p == '+')
             *p = '_';
-    if ((st = store_create(&t, r, err)) != TS_OK)
+    if ((st = store_create(s->ops, s->variant, path, r->rec, r->n, &t, err)) != TS_OK)
         goto out;
 
     /* load */
@@ -650,24 +251,24 @@ static ts_status run_one(struct run *r, size_t si, int rep, struct ts_err *err)
             make_record(v + i * r->rec, r->rec, (uint32_t)(b + i));
         }
         t0 = ts_now_ns();
-        if ((st = store_put(&t, k, v, n, err)) != TS_OK)
+        if ((st = store_put(t, k, v, n, err)) != TS_OK)
             goto out;
         ns += ts_now_ns() - t0;
         progress(s, "load", (int64_t)(b + n), (int64_t)r->n, &next);
     }
     r->m[si][M_LOAD][rep] = (double)r->n / ((double)ns * 1e-9);
-    r->m[si][M_DISK_LOAD][rep] = s->kind == K_MEM ? (double)r->n * (double)r->rec
-                                                  : (double)du_bytes(t.path);
+    r->m[si][M_DISK_LOAD][rep] = s->ops == &store_mem ? (double)r->n * (double)r->rec
+                                                         : (double)store_disk_bytes(t);
 
     /* read, from a cold start */
-    if ((st = store_cold(&t, err)) != TS_OK)
+    if ((st = store_cold(t, err)) != TS_OK)
         goto out;
     ns = 0;
     next = 0;
     for (int64_t b = 0; b < r->o.read_batches; b++) {
         fill_keys(k, r->read_ids + b * READ_BATCH, READ_BATCH);
         t0 = ts_now_ns();
-        if ((st = store_get(&t, k, v, READ_BATCH, err)) != TS_OK)
+        if ((st = store_get(t, k, v, READ_BATCH, err)) != TS_OK)
             goto out;
         ns += ts_now_ns() - t0;
         sink += v[HDR_LEN];
@@ -687,7 +288,7 @@ static ts_status run_one(struct run *r, size_t si, int rep, struct ts_err *err)
             update_record(v + i * r->rec, r->rec);
         }
         t0 = ts_now_ns();
-        if ((st = store_put(&t, k, v, WRITE_BATCH, err)) != TS_OK)
+        if ((st = store_put(t, k, v, WRITE_BATCH, err)) != TS_OK)
             goto out;
         ns += ts_now_ns() - t0;
         progress(s, "write", b + 1, r->o.write_batches, &next);
@@ -704,7 +305,7 @@ static ts_status run_one(struct run *r, size_t si, int rep, struct ts_err *err)
 
         fill_keys(k, ids, READ_BATCH);
         t0 = ts_now_ns();
-        if ((st = store_get(&t, k, v, READ_BATCH, err)) != TS_OK)
+        if ((st = store_get(t, k, v, READ_BATCH, err)) != TS_OK)
             goto out;
         t1 = ts_now_ns();
         /* The written rows: each one's record as read, updated. ids and wb are both in key
@@ -723,17 +324,17 @@ static ts_status run_one(struct run *r, size_t si, int rep, struct ts_err *err)
         }
         fill_keys(wk, wb, WRITE_BATCH);
         int64_t t2 = ts_now_ns();
-        if ((st = store_put(&t, wk, w, WRITE_BATCH, err)) != TS_OK)
+        if ((st = store_put(t, wk, w, WRITE_BATCH, err)) != TS_OK)
             goto out;
         ns += (t1 - t0) + (ts_now_ns() - t2);
         progress(s, "mixed", b + 1, r->o.steps, &next);
     }
     r->m[si][M_MIXED_STEPS][rep] = (double)r->o.steps / ((double)ns * 1e-9);
     r->m[si][M_MIXED_ROWS][rep] = r->m[si][M_MIXED_STEPS][rep] * READ_BATCH;
-    r->m[si][M_DISK_MIXED][rep] = s->kind == K_MEM ? (double)r->n * (double)r->rec
-                                                   : (double)du_bytes(t.path);
+    r->m[si][M_DISK_MIXED][rep] = s->ops == &store_mem ? (double)r->n * (double)r->rec
+                                                          : (double)store_disk_bytes(t);
 out:
-    store_destroy(&t);
+    store_destroy(t);
     return st;
 }
 
@@ -767,15 +368,15 @@ static void print_table(const struct run *r)
     }
 }
 
-/* The setting of `kind` (or, K_MEM meaning any Debian store, of LMDB and RocksDB) with the
+/* The setting of `ops` (or, NULL meaning any Debian store, of LMDB and RocksDB) with the
  * most mixed rows/s; -1 if none ran. */
-static int best_of(const struct run *r, enum kind kind)
+static int best_of(const struct run *r, const struct store_ops *ops)
 {
     int best = -1;
 
     for (size_t i = 0; i < NSET; i++)
-        if (r->on[i] && (kind == K_MEM ? settings[i].kind == K_LMDB ||
-                                         settings[i].kind == K_ROCKS : settings[i].kind == kind) &&
+        if (r->on[i] && (!ops ? settings[i].ops == &store_lmdb ||
+                                settings[i].ops == &store_rocksdb : settings[i].ops == ops) &&
             (best < 0 || r->med[i][M_MIXED_ROWS] > r->med[best][M_MIXED_ROWS]))
             best = (int)i;
     return best;
@@ -787,7 +388,7 @@ static ts_status write_json(const struct run *r, struct ts_err *err)
         "write_rows_per_s", "mixed_steps_per_s", "mixed_rows_per_s", "disk_bytes_after_load",
         "disk_bytes_after_mixed" };
     struct ts_json j;
-    int ours = best_of(r, K_SLOTS), b = best_of(r, K_MEM);
+    int ours = best_of(r, &store_slotfile), b = best_of(r, NULL);
 
     ts_json_init(&j);
     ts_json_obj(&j, NULL);
@@ -920,7 +521,7 @@ static ts_status measure(struct run *r, struct ts_err *err)
 static void release(struct run *r)
 {
     if (r->own_base && r->base[0])
-        rm_tree(r->base);
+        store_rm_tree(r->base);
     free(r->cdf);
     free(r->seen);
     free(r->read_ids);

@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "cluster/cluster.h"
 #include "cluster/shard.h"
+#include "cluster/tablestat.h"
 #include "rpc/rpc.h"
 #include "util/flags.h"
 #include "util/json.h"
@@ -174,38 +175,10 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
             ts_json_uint(&j, "table_index_limit", views[i]->table_index_limit);
             ts_json_arr(&j, "table_list");
             for (size_t k = 0; k < views[i]->n_jobs; k++)
-                for (size_t t = 0; t < views[i]->jobs[k]->n_table_status; t++) {
-                    const Tessera__V1__TableStatus *ts = views[i]->jobs[k]->table_status[t];
-                    ts_json_obj(&j, NULL);
-                    ts_json_str(&j, "job", views[i]->jobs[k]->id);
-                    ts_json_str(&j, "name", ts->name);
-                    ts_json_uint(&j, "rows", ts->rows);
-                    ts_json_uint(&j, "bytes", ts->bytes);
-                    ts_json_uint(&j, "rows_pulled", ts->rows_pulled);
-                    ts_json_uint(&j, "rows_pushed", ts->rows_pushed);
-                    ts_json_num(&j, "pulled_per_s", ts->pulled_per_s);
-                    ts_json_num(&j, "pushed_per_s", ts->pushed_per_s);
-                    ts_json_uint(&j, "ttl_steps", ts->ttl_steps);
-                    ts_json_uint(&j, "expired", ts->expired);
-                    if (ts->tiered) {
-                        ts_json_obj(&j, "disk_tier");
-                        ts_json_uint(&j, "mem_rows", ts->mem_rows);
-                        ts_json_uint(&j, "hits", ts->hits);
-                        ts_json_uint(&j, "misses", ts->misses);
-                        ts_json_num(&j, "hit_rate", ts->hits + ts->misses ? (double)ts->hits /
-                                    (double)(ts->hits + ts->misses) : 1.0);
-                        ts_json_uint(&j, "evictions", ts->evictions);
-                        ts_json_uint(&j, "written", ts->written);
-                        ts_json_uint(&j, "writeback_rows", ts->writeback_rows);
-                        ts_json_uint(&j, "writeback_lag_ms", ts->writeback_lag_ms);
-                        ts_json_uint(&j, "disk_bytes", ts->disk_bytes);
-                        ts_json_uint(&j, "prefetched", ts->prefetched);
-                        ts_json_uint(&j, "prefetch_used", ts->prefetch_used);
-                        ts_json_uint(&j, "prefetch_unused", ts->prefetch_unused);
-                        ts_json_end(&j);
-                    }
-                    ts_json_end(&j);
-                }
+                for (size_t t = 0; t < views[i]->jobs[k]->n_table_status; t++)
+                    ts_table_status_json(&j, views[i]->jobs[k]->id,
+                                         views[i]->jobs[k]->table_status[t]->name, 0,
+                                         views[i]->jobs[k]->table_status[t]);
             ts_json_end(&j);
             ts_json_uint(&j, "promotions", views[i]->promotions);
             ts_json_uint(&j, "copies_sent", views[i]->copies_sent);

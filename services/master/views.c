@@ -10,6 +10,7 @@
 #include "channels.h"
 #include "cluster/cluster.h"
 #include "cluster/shard.h"
+#include "cluster/tablestat.h"
 #include "util/names.h"
 #include "util/proc.h"
 
@@ -30,10 +31,7 @@ struct view {
 struct view_table {
     char job[TS_JOB_ID_MAX + 1], name[129];
     uint32_t shards;
-    bool tiered;
-    uint64_t rows, bytes, mem_rows, hits, misses, evictions, writeback_rows, lag_ms, disk_bytes,
-             prefetched, prefetch_used, prefetch_unused, ttl_steps, expired;
-    double pulled_per_s, pushed_per_s;
+    Tessera__V1__TableStatus sum;     /* over the shards that answered; its name unset */
 };
 
 struct views {
@@ -82,25 +80,9 @@ static void add_tables(const Tessera__V1__ShardStatusResponse *r, struct view_ta
                 memset(t, 0, sizeof(*t));
                 snprintf(t->job, sizeof(t->job), "%s", r->jobs[k]->id);
                 snprintf(t->name, sizeof(t->name), "%s", ts->name);
-                t->ttl_steps = ts->ttl_steps;
             }
             t->shards++;
-            t->tiered |= ts->tiered;
-            t->rows += ts->rows;
-            t->bytes += ts->bytes;
-            t->mem_rows += ts->mem_rows;
-            t->hits += ts->hits;
-            t->misses += ts->misses;
-            t->evictions += ts->evictions;
-            t->writeback_rows += ts->writeback_rows;
-            t->lag_ms = ts->writeback_lag_ms > t->lag_ms ? ts->writeback_lag_ms : t->lag_ms;
-            t->disk_bytes += ts->disk_bytes;
-            t->prefetched += ts->prefetched;
-            t->prefetch_used += ts->prefetch_used;
-            t->prefetch_unused += ts->prefetch_unused;
-            t->expired += ts->expired;
-            t->pulled_per_s += ts->pulled_per_s;
-            t->pushed_per_s += ts->pushed_per_s;
+            ts_table_status_add(&t->sum, ts);
         }
 }
 
@@ -266,34 +248,9 @@ void views_tables_json(struct views *vs, struct ts_json *j)
     ts_json_arr(j, "tables");
     if (vs) {
         pthread_mutex_lock(&vs->mu);
-        for (size_t i = 0; i < vs->ntables; i++) {
-            const struct view_table *t = &vs->tables[i];
-            ts_json_obj(j, NULL);
-            ts_json_str(j, "job", t->job);
-            ts_json_str(j, "name", t->name);
-            ts_json_uint(j, "shards", t->shards);
-            ts_json_uint(j, "rows", t->rows);
-            ts_json_uint(j, "bytes", t->bytes);
-            ts_json_num(j, "pulled_per_s", t->pulled_per_s);
-            ts_json_num(j, "pushed_per_s", t->pushed_per_s);
-            ts_json_uint(j, "ttl_steps", t->ttl_steps);
-            ts_json_uint(j, "expired", t->expired);
-            if (t->tiered) {
-                ts_json_obj(j, "disk_tier");
-                ts_json_uint(j, "mem_rows", t->mem_rows);
-                ts_json_uint(j, "hits", t->hits);
-                ts_json_uint(j, "misses", t->misses);
-                ts_json_uint(j, "evictions", t->evictions);
-                ts_json_uint(j, "writeback_rows", t->writeback_rows);
-                ts_json_uint(j, "writeback_lag_ms", t->lag_ms);
-                ts_json_uint(j, "disk_bytes", t->disk_bytes);
-                ts_json_uint(j, "prefetched", t->prefetched);
-                ts_json_uint(j, "prefetch_used", t->prefetch_used);
-                ts_json_uint(j, "prefetch_unused", t->prefetch_unused);
-                ts_json_end(j);
-            }
-            ts_json_end(j);
-        }
+        for (size_t i = 0; i < vs->ntables; i++)
+            ts_table_status_json(j, vs->tables[i].job, vs->tables[i].name, vs->tables[i].shards,
+                                 &vs->tables[i].sum);
         pthread_mutex_unlock(&vs->mu);
     }
     ts_json_end(j);

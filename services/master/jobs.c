@@ -2,7 +2,7 @@
  * about who holds which slot reads and writes the same seats and owners under it: joining,
  * leaving and dying, and at the start deadline, each handing slots out through owners.c
  * (job_reslot, job_rebalance); what dynamic assignment and priority tasks read of a worker's
- * run; the records a restart takes back. */
+ * run. The records a restart takes back are jobs_records.c's. */
 #include "jobs.h"
 
 #include <inttypes.h>
@@ -72,7 +72,8 @@ void jobs_free(struct jobs *j)
     free(j);
 }
 
-static struct job *find(struct jobs *j, const char *id)
+/* The job named id, resident or a summary; NULL if none. mu held. */
+struct job *job_find(struct jobs *j, const char *id)
 {
     for (size_t i = 0; i < j->n; i++)
         if (strcmp(j->v[i].info.id, id) == 0)
@@ -81,7 +82,7 @@ static struct job *find(struct jobs *j, const char *id)
 }
 
 /* The job and seat of a worker, alive or not; NULL if it is in no job. mu held. */
-static struct job_seat *seat_locked(struct jobs *j, uint32_t worker, struct job **jb)
+struct job_seat *job_worker_seat(struct jobs *j, uint32_t worker, struct job **jb)
 {
     for (size_t i = 0; i < j->n; i++) {
         int32_t k = seat_index_of(&j->v[i].idx, worker);
@@ -112,7 +113,7 @@ static size_t resident(const struct jobs *j)
 }
 
 /* Room for workers' slot owners and their past, all none. */
-static ts_status owners_alloc(struct job *jb, uint32_t workers, struct ts_err *err)
+ts_status job_owners_alloc(struct job *jb, uint32_t workers, struct ts_err *err)
 {
     uint32_t *o = realloc(jb->owners, (workers + 1) * sizeof(*o));
     uint32_t *p = o ? realloc(jb->past, ((size_t)workers * JOBS_PAST_OWNERS + 1) * sizeof(*p))
@@ -160,7 +161,7 @@ static ts_status owner_quota(struct jobs *j, const struct job *jb, const char *o
 static ts_status start_run(struct job *jb, uint32_t workers, uint32_t start, bool keep,
                            bool elastic, int64_t now_ms, struct ts_err *err)
 {
-    ts_status st = owners_alloc(jb, workers, err);
+    ts_status st = job_owners_alloc(jb, workers, err);
 
     if (st)
         return st;
@@ -204,7 +205,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         return ts_err_set(err, TS_EINVAL, "start_workers: %u, want 1..%u (workers), and below "
                           "workers only in an elastic job", start, workers);
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_locked(j, worker, &other))) {   /* a retried RegisterWorker */
+    if ((s = job_worker_seat(j, worker, &other))) {   /* a retried RegisterWorker */
         st = strcmp(other->info.id, id) ? ts_err_set(err, TS_EEXIST, "job: worker %u is in "
                                                      "job '%s' already", worker, other->info.id)
              : s->rank != rank ? ts_err_set(err, TS_EINVAL, "rank: %u, but worker %u is rank %u "
@@ -228,7 +229,7 @@ ts_status jobs_join(struct jobs *j, const char *id, uint32_t worker, uint32_t ra
         pthread_mutex_unlock(&j->mu);
         return st;
     }
-    jb = find(j, id);
+    jb = job_find(j, id);
     if (jb && jb->info.state > JOB_IDLE && !jb->info.released) {
         st = ts_err_set(err, TS_EUNAVAIL, "job: '%s' has %s and the shards are freeing it; "
                         "retry in a moment", id, jobs_state_name(jb->info.state));
@@ -393,7 +394,7 @@ void jobs_leave(struct jobs *j, uint32_t worker, bool failed, const char *finger
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_locked(j, worker, &jb))) {
+    if ((s = job_worker_seat(j, worker, &jb))) {
         /* Rank 0's, as `tessera train` prints it: in asp and ssp the workers end on different
          * values. Another rank's stands in while rank 0 has given none and has not finished
          * (it died) or finished without one. Rank 0 may have given its own from a seat
@@ -416,7 +417,7 @@ bool jobs_seat_of(struct jobs *j, uint32_t worker, char *id, size_t n, uint32_t 
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_locked(j, worker, &jb))) {
+    if ((s = job_worker_seat(j, worker, &jb))) {
         snprintf(id, n, "%s", jb->info.id);
         *rank = s->rank;
     }
@@ -441,7 +442,7 @@ bool jobs_run_seat(struct jobs *j, uint32_t worker, bool with_alive, struct jobs
     bool found;
 
     pthread_mutex_lock(&j->mu);
-    s = seat_locked(j, worker, &jb);
+    s = job_worker_seat(j, worker, &jb);
     found = s && s->state == SEAT_ALIVE && jb->info.state == JOB_RUNNING &&
             (!with_alive || (alive = malloc(jb->info.workers * sizeof(*alive))));
     if (found) {
@@ -488,7 +489,7 @@ bool jobs_worker_alive(struct jobs *j, uint32_t worker)
     bool alive;
 
     pthread_mutex_lock(&j->mu);
-    s = seat_locked(j, worker, &jb);
+    s = job_worker_seat(j, worker, &jb);
     alive = s && s->state == SEAT_ALIVE;
     pthread_mutex_unlock(&j->mu);
     return alive;
@@ -500,7 +501,7 @@ void jobs_ready(struct jobs *j, uint32_t worker)
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_locked(j, worker, &jb)) && s->state == SEAT_ALIVE && s->waiting) {
+    if ((s = job_worker_seat(j, worker, &jb)) && s->state == SEAT_ALIVE && s->waiting) {
         s->waiting = false;
         ts_log(TS_INFO, "master", "job %s: worker %u (rank %u) caught up", jb->info.id, worker,
                s->rank);
@@ -515,7 +516,7 @@ void jobs_dead(struct jobs *j, uint32_t worker, int64_t now_ms)
     struct job_seat *s;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_locked(j, worker, &jb)))
+    if ((s = job_worker_seat(j, worker, &jb)))
         vacate(jb, s, SEAT_DEAD, "its lease expired or its connection broke (the process "
                "died or hung)", now_ms);
     pthread_mutex_unlock(&j->mu);
@@ -526,7 +527,7 @@ void jobs_balance(struct jobs *j, uint32_t worker)
     struct job *jb;
 
     pthread_mutex_lock(&j->mu);
-    if (seat_locked(j, worker, &jb) && jb->info.state == JOB_RUNNING && jb->info.elastic &&
+    if (job_worker_seat(j, worker, &jb) && jb->info.state == JOB_RUNNING && jb->info.elastic &&
         !jb->info.balance) {
         jb->info.balance = true;
         ts_log(TS_INFO, "master", "job %s: slots move by the workers' speed", jb->info.id);
@@ -548,7 +549,7 @@ ts_status jobs_speed(struct jobs *j, uint32_t worker, double slot_s, int64_t slo
         return ts_err_set(err, TS_EINVAL, "speed_slots: %" PRId64 "; want the slots the "
                           "measured steps computed, 1..%d", slots, JOBS_MAX_WORKERS);
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_locked(j, worker, &jb)) && jb->info.state == JOB_RUNNING) {
+    if ((s = job_worker_seat(j, worker, &jb)) && jb->info.state == JOB_RUNNING) {
         if ((uint64_t)slots > jb->info.workers) {
             st = ts_err_set(err, TS_EINVAL, "speed_slots: %" PRId64 ", but job '%s' has %u "
                             "slots; want 1..%u", slots, jb->info.id, jb->info.workers,
@@ -595,7 +596,7 @@ int jobs_slots(struct jobs *j, uint32_t worker, uint64_t *roster, uint32_t *slot
     int n = -1;
 
     pthread_mutex_lock(&j->mu);
-    if ((s = seat_locked(j, worker, &jb)) && jb->info.state == JOB_RUNNING &&
+    if ((s = job_worker_seat(j, worker, &jb)) && jb->info.state == JOB_RUNNING &&
         s->state == SEAT_ALIVE) {
         uint32_t load = seat_index_load(&jb->idx, worker);
         n = 0;
@@ -635,7 +636,7 @@ uint32_t jobs_width(struct jobs *j, const char *id)
     uint32_t w;
 
     pthread_mutex_lock(&j->mu);
-    w = (jb = find(j, id)) ? jb->info.workers : 0;
+    w = (jb = job_find(j, id)) ? jb->info.workers : 0;
     pthread_mutex_unlock(&j->mu);
     return w;
 }
@@ -646,7 +647,7 @@ size_t jobs_owners(struct jobs *j, const char *id, uint32_t *owners, size_t max)
     size_t n = 0;
 
     pthread_mutex_lock(&j->mu);
-    if ((jb = find(j, id)) && jb->owners)
+    if ((jb = job_find(j, id)) && jb->owners)
         for (; n < jb->info.workers && n < max; n++)
             owners[n] = jb->owners[n];
     pthread_mutex_unlock(&j->mu);
@@ -661,7 +662,7 @@ ts_status jobs_access(struct jobs *j, const char *id, uint32_t *owners, uint32_t
     ts_status st = TS_OK;
 
     pthread_mutex_lock(&j->mu);
-    if (!(jb = find(j, id)) || jb->info.released) {
+    if (!(jb = job_find(j, id)) || jb->info.released) {
         st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' holds no resources (never started, or "
                         "ended and released)", id);
     } else {
@@ -719,7 +720,7 @@ ts_status jobs_rollback_begin(struct jobs *j, const char *id, uint32_t seen,
     ts_status st = TS_OK;
 
     pthread_mutex_lock(&j->mu);
-    if (!(jb = find(j, id)) || jb->info.state != JOB_RUNNING)
+    if (!(jb = job_find(j, id)) || jb->info.state != JOB_RUNNING)
         st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not running", id);
     else if (jb->info.rolling_back || jb->info.lost)
         st = ts_err_set(err, TS_EEXIST, "job '%s': %s", id, jb->info.rolling_back
@@ -742,7 +743,7 @@ void jobs_rollback_end(struct jobs *j, const char *id, bool ok, bool lost, uint6
     struct job *jb;
 
     pthread_mutex_lock(&j->mu);
-    if ((jb = find(j, id))) {
+    if ((jb = job_find(j, id))) {
         jb->info.rolling_back = false;
         jb->info.lost = lost;
         if (ok) {
@@ -760,7 +761,7 @@ void jobs_released(struct jobs *j, const char *id, int64_t now_ms)
     struct job *jb;
 
     pthread_mutex_lock(&j->mu);
-    if ((jb = find(j, id)) && jb->info.state > JOB_IDLE) {
+    if ((jb = job_find(j, id)) && jb->info.state > JOB_IDLE) {
         jb->info.released = true;
         jb->ended_ms = now_ms;
         jb->nseats = 0;   /* a summary keeps no workers */
@@ -778,7 +779,7 @@ bool jobs_running(struct jobs *j, const char *id)
     bool r;
 
     pthread_mutex_lock(&j->mu);
-    r = (jb = find(j, id)) && jb->info.state == JOB_RUNNING;
+    r = (jb = job_find(j, id)) && jb->info.state == JOB_RUNNING;
     pthread_mutex_unlock(&j->mu);
     return r;
 }
@@ -799,7 +800,7 @@ bool jobs_holds(struct jobs *j, const char *id)
     bool holds;
 
     pthread_mutex_lock(&j->mu);
-    holds = (jb = find(j, id)) && !jb->info.released;
+    holds = (jb = job_find(j, id)) && !jb->info.released;
     pthread_mutex_unlock(&j->mu);
     return holds;
 }
@@ -810,7 +811,7 @@ bool jobs_note_held(struct jobs *j, const char *id, int64_t now_ms)
     bool holds;
 
     pthread_mutex_lock(&j->mu);
-    if ((holds = (jb = find(j, id)) && !jb->info.released))
+    if ((holds = (jb = job_find(j, id)) && !jb->info.released))
         jb->held_ms = now_ms;
     pthread_mutex_unlock(&j->mu);
     return holds;
@@ -865,155 +866,4 @@ ts_status jobs_list(struct jobs *j, struct job_info **out, size_t *n, struct ts_
     pthread_mutex_unlock(&j->mu);
     qsort(*out, *n, sizeof(**out), by_listing);
     return TS_OK;
-}
-
-ts_status jobs_export(struct jobs *j, struct job_record **out, size_t *n, struct ts_err *err)
-{
-    ts_status st = TS_OK;
-
-    pthread_mutex_lock(&j->mu);
-    *n = 0;
-    if (!(*out = calloc(j->n + 1, sizeof(**out))))
-        st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
-    for (size_t i = 0; !st && i < j->n; i++) {
-        const struct job *jb = &j->v[i];
-        struct job_record *r = &(*out)[(*n)++];
-        r->info = jb->info;
-        r->failed = jb->failed;
-        r->died = jb->died;
-        if (jb->nseats && !(r->seats = malloc(jb->nseats * sizeof(*r->seats))))
-            st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
-        else if (jb->nseats)
-            memcpy(r->seats, jb->seats, (r->nseats = jb->nseats) * sizeof(*r->seats));
-        if (!st && jb->owners && !(r->owners = malloc(jb->info.workers * sizeof(*r->owners))))
-            st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
-        else if (!st && jb->owners)
-            memcpy(r->owners, jb->owners, (r->nowners = jb->info.workers) * sizeof(*r->owners));
-    }
-    pthread_mutex_unlock(&j->mu);
-    if (st) {
-        jobs_records_free(*out, *n);
-        *out = NULL;
-        *n = 0;
-    }
-    return st;
-}
-
-void jobs_records_free(struct job_record *r, size_t n)
-{
-    for (size_t i = 0; r && i < n; i++) {
-        free(r[i].seats);
-        free(r[i].owners);
-    }
-    free(r);
-}
-
-/* Indexes a restored job's seats and slot owners (seats.h). */
-static ts_status index_restored(struct job *jb, struct ts_err *err)
-{
-    uint32_t w = jb->info.workers;
-    ts_status st = seat_index_reset(&jb->idx, w, jb->info.start_workers ? jb->info.start_workers
-                                                                       : w, err);
-
-    for (size_t k = 0; !st && k < jb->nseats; k++)
-        st = seat_index_add(&jb->idx, jb->seats[k].worker, (uint32_t)k, jb->seats[k].rank,
-                            jb->seats[k].state == SEAT_ALIVE, err);
-    for (uint32_t k = 0; !st && k < w; k++)
-        seat_index_move(&jb->idx, 0, jb->owners[k]);
-    return st;
-}
-
-/* Checks a record to restore against those already restored; mu held. */
-static ts_status check_record(struct jobs *j, const struct job_record *r, struct ts_err *err)
-{
-    struct job *other;
-    ts_status st;
-
-    if ((st = ts_job_id_check("job", r->info.id, err)))
-        return st;
-    if (find(j, r->info.id))
-        return ts_err_set(err, TS_EINVAL, "job: '%s' twice", r->info.id);
-    if (r->info.state < JOB_RUNNING || r->info.state > JOB_ABANDONED)
-        return ts_err_set(err, TS_EINVAL, "job '%s': state %d", r->info.id, r->info.state);
-    if (r->nowners && r->nowners != r->info.workers)
-        return ts_err_set(err, TS_EINVAL, "job '%s': %zu slot owners for %u workers", r->info.id,
-                          r->nowners, r->info.workers);
-    for (size_t k = 0; k < r->nseats; k++)
-        if (seat_locked(j, r->seats[k].worker, &other))
-            return ts_err_set(err, TS_EINVAL, "job '%s': worker %u is in job '%s' too",
-                              r->info.id, r->seats[k].worker, other->info.id);
-    return TS_OK;
-}
-
-ts_status jobs_restore(struct jobs *j, const struct job_record *r, size_t n, int64_t now_ms,
-                       char (*rerun)[TS_JOB_ID_MAX + 1], size_t max, size_t *nrerun,
-                       struct ts_err *err)
-{
-    ts_status st = TS_OK;
-
-    *nrerun = 0;
-    pthread_mutex_lock(&j->mu);
-    if (j->n) {
-        pthread_mutex_unlock(&j->mu);
-        return ts_err_set(err, TS_ESTATE, "jobs: restore into a table in use");
-    }
-    if (n > j->cap) {
-        struct job *v = realloc(j->v, n * sizeof(*v));
-        if (!v) {
-            pthread_mutex_unlock(&j->mu);
-            return ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
-        }
-        j->v = v;
-        j->cap = n;
-    }
-    for (size_t i = 0; !st && i < n; i++) {
-        struct job *jb = &j->v[j->n];
-        if ((st = check_record(j, &r[i], err)))
-            break;
-        memset(jb, 0, sizeof(*jb));
-        jb->info = r[i].info;
-        jb->failed = r[i].failed;
-        jb->died = r[i].died;
-        jb->idle_since_ms = jb->ended_ms = jb->begun_ms = now_ms;   /* the deadline too */
-        if (r[i].nseats && !(jb->seats = malloc(r[i].nseats * sizeof(*jb->seats)))) {
-            st = ts_err_set(err, TS_ENOMEM, "jobs: out of memory");
-            break;
-        }
-        if (r[i].nseats)
-            memcpy(jb->seats, r[i].seats, r[i].nseats * sizeof(*jb->seats));
-        jb->nseats = jb->cap = r[i].nseats;
-        if ((st = owners_alloc(jb, jb->info.workers, err))) {
-            free(jb->seats);
-            free(jb->owners);
-            free(jb->past);
-            break;
-        }
-        if (r[i].nowners)
-            memcpy(jb->owners, r[i].owners, r[i].nowners * sizeof(*jb->owners));
-        if ((st = index_restored(jb, err))) {
-            free(jb->seats);
-            free(jb->owners);
-            free(jb->past);
-            seat_index_free(&jb->idx);
-            break;
-        }
-        if (jb->info.rolling_back) {
-            jb->info.rolling_back = false;
-            if (*nrerun < max)
-                snprintf(rerun[(*nrerun)++], TS_JOB_ID_MAX + 1, "%s", jb->info.id);
-        }
-        j->n++;
-    }
-    if (st) {
-        for (size_t i = 0; i < j->n; i++) {
-            free(j->v[i].seats);
-            free(j->v[i].owners);
-            free(j->v[i].past);
-            seat_index_free(&j->v[i].idx);
-        }
-        j->n = 0;
-        *nrerun = 0;
-    }
-    pthread_mutex_unlock(&j->mu);
-    return st;
 }

@@ -1,6 +1,10 @@
-/* jobs_internal.h - what jobs.c (the job table) and owners.c (who owns each slot of a job)
- * share: a job's record and the slot rules jobs.c calls. Not for the rest of the master:
- * jobs.h is its interface. Every function here runs with the table's mutex held. */
+/* jobs_internal.h - what jobs.c (the job table), owners.c (who owns each slot of a job) and
+ * jobs_records.c (the table's records: export, and restore after a restart) share: a job's
+ * record, the table, the look-ups jobs.c keeps for the others and the slot rules jobs.c
+ * calls. Not for the rest of the master: jobs.h is its interface. Every function here runs
+ * with the table's mutex held.
+ * Ownership: the table owns each job's seats, owners, past and index (freed by jobs_free);
+ * the pointers these functions return are borrowed, valid while the mutex is held. */
 #ifndef TS_MASTER_JOBS_INTERNAL_H
 #define TS_MASTER_JOBS_INTERNAL_H
 
@@ -42,6 +46,14 @@ struct jobs {
     struct job *v;
     size_t n, cap;
 };
+
+/* The job named id, resident or a summary; NULL if none (jobs.c). */
+struct job *job_find(struct jobs *j, const char *id);
+/* The job (*jb) and seat of a worker, alive or not; NULL if it is in no job (jobs.c). */
+struct job_seat *job_worker_seat(struct jobs *j, uint32_t worker, struct job **jb);
+/* Room for workers' slot owners and their past, all none (jobs.c); on TS_ENOMEM, what was
+ * grown is kept in jb, for the caller to free. */
+ts_status job_owners_alloc(struct job *jb, uint32_t workers, struct ts_err *err);
 
 /* The alive seat of worker, or of rank (worker 0); NULL if none. */
 struct job_seat *job_alive_seat(struct job *jb, uint32_t worker, uint32_t rank);

@@ -1,4 +1,5 @@
-/* members.c - see members.h.
+/* members.c - see members.h. The views of the table and the restore from one are
+ * members_view.c's; what both share is members_internal.h.
  *
  * Members live in two arrays, shards and workers, in id order: heartbeats (the hot path:
  * thousands a second from large jobs) find their member by binary search. Registration finds an
@@ -20,31 +21,9 @@
 #include <openssl/crypto.h>
 #include <xxhash.h>
 
+#include "members_internal.h"
 #include "placement/ring.h"
 #include "util/log.h"
-
-struct table {
-    struct ts_member *v;      /* by id, ascending */
-    size_t n, cap;
-    uint32_t next_id, reserved;   /* the last id handed out, the last one durably reserved */
-    uint32_t *index;          /* slots hold a position + 1, or 0; size a power of two */
-    size_t index_cap;
-};
-
-struct ts_members {
-    pthread_mutex_t mu;
-    struct ts_members_cfg cfg;
-    struct table shards, workers;
-    uint64_t epoch;
-    struct ts_ring *ring;
-    uint32_t shard_failures;
-    uint64_t expired[2];      /* leases that ran out since this process began: shards, workers */
-    int64_t last_expire_ms;   /* the last ts_members_expire (0: none yet), for cfg.pause_ms */
-    /* cfg.deaf_max_ms: when a member was last heard from (a heartbeat or a registration),
-     * whether the master suspects its own network, and since when it heard none. */
-    int64_t last_heard_ms, deaf_since_ms;
-    bool deaf;
-};
 
 /* ---- what a member says about itself: each check refuses with TS_EINVAL naming the field,
  * so that a bad request changes nothing ---- */
@@ -132,11 +111,6 @@ static ts_status check_endpoints(const struct ts_endpoint *ep, size_t n, struct 
     return TS_OK;
 }
 
-static const char *kind_name(enum ts_member_kind k)
-{
-    return k == TS_MEMBER_SHARD ? "shard" : "worker";
-}
-
 const char *ts_member_state_name(enum ts_member_state s)
 {
     return s == TS_MEMBER_ALIVE ? "alive" : s == TS_MEMBER_DEAD ? "dead" : "left";
@@ -199,7 +173,7 @@ static size_t slot_of(const struct table *t, const char *instance)
     return (size_t)XXH3_64bits(instance, strlen(instance)) & (t->index_cap - 1);
 }
 
-static struct ts_member *find_instance(struct table *t, const char *instance)
+struct ts_member *members_find_instance(struct table *t, const char *instance)
 {
     if (!t->index_cap)
         return NULL;
@@ -289,7 +263,7 @@ static void prune(struct table *t)
 }
 
 /* Indexes the member just appended (its instance set), growing the index to stay half empty. */
-static ts_status index_add(struct table *t, const struct ts_member *e, struct ts_err *err)
+ts_status members_index_add(struct table *t, const struct ts_member *e, struct ts_err *err)
 {
     if (2 * t->n > t->index_cap) {
         size_t cap = t->index_cap ? 2 * t->index_cap : 64;
@@ -307,7 +281,7 @@ static ts_status index_add(struct table *t, const struct ts_member *e, struct ts
     return TS_OK;
 }
 
-static ts_status append(struct table *t, struct ts_member **out, struct ts_err *err)
+ts_status members_append(struct table *t, struct ts_member **out, struct ts_err *err)
 {
     if (t->n == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 16;
@@ -347,7 +321,7 @@ static ts_status new_member(struct ts_members *m, struct table *t, enum ts_membe
                               "register again later", err->msg);
         }
     }
-    if ((st = append(t, &e, err)))
+    if ((st = members_append(t, &e, err)))
         return st;
     e->kind = kind;
     e->state = TS_MEMBER_ALIVE;
@@ -356,7 +330,7 @@ static ts_status new_member(struct ts_members *m, struct table *t, enum ts_membe
     e->lease_ms = lease_ms;
     e->last_heartbeat_ms = m->last_heard_ms = now_ms;
     e->heard = false;
-    if ((st = index_add(t, e, err))) {
+    if ((st = members_index_add(t, e, err))) {
         t->n--;
         t->next_id--;
         return st;
@@ -377,7 +351,7 @@ static bool has_active(const struct ts_members *m)
 /* Rebuilds the ring over the alive shards not joining and moves the epoch on. With none on
  * the ring, joining shards go on it at once: there is nothing left to copy from. Called with
  * mu held. */
-static void new_epoch(struct ts_members *m, const char *why)
+void members_new_epoch(struct ts_members *m, const char *why)
 {
     uint32_t *ids = malloc((m->shards.n + 1) * sizeof(*ids));
     struct ts_ring *ring;
@@ -491,7 +465,7 @@ static bool reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
     if (e->kind == TS_MEMBER_SHARD) {
         snprintf(why, sizeof(why), "shard %u (%s) is back%s", e->id, e->addr,
                  e->joining ? ", joining" : "");
-        new_epoch(m, why);
+        members_new_epoch(m, why);
         e->registered_epoch = m->epoch;
     }
     return true;
@@ -515,7 +489,7 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     quiet = !m->cfg.quiet || m->cfg.quiet(m->cfg.quiet_ctx);
     pthread_mutex_lock(&m->mu);
-    if ((e = find_instance(&m->shards, instance))) {
+    if ((e = members_find_instance(&m->shards, instance))) {
         if (!(st = check_cred(e, cred, "register this instance again", err)) &&
             !(st = check_identity(e, cred, err))) {
             keep_cred(e, cred);
@@ -549,7 +523,7 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
     }
     snprintf(why, sizeof(why), "shard %u (%s) registered%s", e->id, addr,
              !quiet && has_active(m) ? ", joining: the shards copy it their partitions" : "");
-    new_epoch(m, why);
+    members_new_epoch(m, why);
     e->registered_epoch = m->epoch;
     grant(m, e, 0, true, g);
     pthread_mutex_unlock(&m->mu);
@@ -575,7 +549,7 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
         return st;
     lease_ms = lease_ms ? lease_ms : m->cfg.default_lease_ms;
     pthread_mutex_lock(&m->mu);
-    if ((e = find_instance(&m->workers, instance))) {
+    if ((e = members_find_instance(&m->workers, instance))) {
         if (!(st = check_cred(e, cred, "register this instance again", err)) &&
             !(st = check_identity(e, cred, err)))
             joined = reregister(m, e, lease_ms, now_ms, true);
@@ -730,7 +704,7 @@ void ts_members_moves(struct ts_members *m, uint32_t id, uint64_t epoch, uint64_
         }
         if (at < sizeof(why))
             snprintf(why + at, sizeof(why) - at, " joined the ring (every copy moved)");
-        new_epoch(m, why);
+        members_new_epoch(m, why);
     }
     pthread_mutex_unlock(&m->mu);
 }
@@ -789,7 +763,7 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
         snprintf(why, sizeof(why), "%s %u left (%s)", kind_name(kind), id,
                  reason && reason[0] ? reason : "no reason given");
         if (kind == TS_MEMBER_SHARD)
-            new_epoch(m, why);
+            members_new_epoch(m, why);
         else
             ts_log(TS_INFO, "master", "%s", why);
         *epoch = m->epoch;
@@ -808,7 +782,7 @@ static void declare_dead(struct ts_members *m, struct ts_member *e, const char *
     ts_log(TS_WARN, "master", "%s %u (%s): %s: dead", kind_name(e->kind), e->id, e->addr, why);
     if (e->kind == TS_MEMBER_SHARD) {
         m->shard_failures++;
-        new_epoch(m, "a shard died");
+        members_new_epoch(m, "a shard died");
     }
 }
 
@@ -974,100 +948,6 @@ bool ts_members_declare_dead(struct ts_members *m, enum ts_member_kind kind, uin
     return done;
 }
 
-static ts_status copy_table(const struct table *t, bool alive_only, struct ts_member **out,
-                            size_t *n, struct ts_err *err)
-{
-    *n = 0;
-    *out = malloc((t->n + 1) * sizeof(**out));
-    if (!*out)
-        return ts_err_set(err, TS_ENOMEM, "members: out of memory");
-    for (size_t i = 0; i < t->n; i++)
-        if (!alive_only || t->v[i].state == TS_MEMBER_ALIVE)
-            (*out)[(*n)++] = t->v[i];
-    return TS_OK;
-}
-
-/* The workers of ids above after, max at most (0: all), into v; and the counts of all. */
-static ts_status copy_workers(const struct table *t, uint32_t after, size_t max,
-                              struct ts_members_view *v, struct ts_err *err)
-{
-    size_t lo = 0, hi = t->n, n;
-
-    for (size_t i = 0; i < t->n; i++)
-        v->workers_in[t->v[i].state < 4 ? t->v[i].state : 0]++;
-    while (lo < hi) {   /* the first id above after (the table is by id) */
-        size_t mid = lo + (hi - lo) / 2;
-        if (t->v[mid].id <= after)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    n = t->n - lo;
-    if (max && n > max) {
-        n = max;
-        v->workers_next = t->v[lo + n - 1].id;
-    }
-    if (!(v->workers = malloc((n + 1) * sizeof(*v->workers))))
-        return ts_err_set(err, TS_ENOMEM, "members: out of memory");
-    if (n)   /* t->v is NULL while no worker ever registered */
-        memcpy(v->workers, t->v + lo, n * sizeof(*v->workers));
-    v->nworkers = n;
-    return TS_OK;
-}
-
-/* v's fields but the members, zeroed first; mu held. */
-static void view_head(struct ts_members *m, struct ts_members_view *v)
-{
-    memset(v, 0, sizeof(*v));
-    v->epoch = m->epoch;
-    v->vnodes = m->cfg.vnodes;
-    v->replicas = m->cfg.replicas ? m->cfg.replicas : 1;
-    v->ring_digest = ts_ring_digest(m->ring);
-    v->default_lease_ms = m->cfg.default_lease_ms;
-    v->shard_failures = m->shard_failures;
-    v->shard_expiries = m->expired[0];
-    v->worker_expiries = m->expired[1];
-}
-
-ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,
-                          struct ts_err *err)
-{
-    ts_status st;
-
-    if (!alive_only)
-        return ts_members_view_page(m, 0, 0, v, err);
-    pthread_mutex_lock(&m->mu);
-    view_head(m, v);
-    st = copy_table(&m->shards, true, &v->shards, &v->nshards, err);
-    pthread_mutex_unlock(&m->mu);
-    if (st)
-        ts_members_view_free(v);
-    return st;
-}
-
-ts_status ts_members_view_page(struct ts_members *m, uint32_t after, size_t max,
-                               struct ts_members_view *v, struct ts_err *err)
-{
-    ts_status st;
-
-    pthread_mutex_lock(&m->mu);
-    view_head(m, v);
-    st = copy_table(&m->shards, false, &v->shards, &v->nshards, err);
-    if (!st)
-        st = copy_workers(&m->workers, after, max, v, err);
-    pthread_mutex_unlock(&m->mu);
-    if (st)
-        ts_members_view_free(v);
-    return st;
-}
-
-void ts_members_view_free(struct ts_members_view *v)
-{
-    free(v->shards);
-    free(v->workers);
-    v->shards = v->workers = NULL;
-}
-
 uint32_t ts_members_max_lease(struct ts_members *m, enum ts_member_kind kind)
 {
     const struct table *t = kind == TS_MEMBER_SHARD ? &m->shards : &m->workers;
@@ -1095,57 +975,4 @@ uint32_t ts_members_replicas(struct ts_members *m)
 {
     /* cfg is set at create and never changes: no lock. */
     return m->cfg.replicas ? m->cfg.replicas : 1;
-}
-
-/* Puts restored members into the empty table t: ids ascending, indexed, a fresh lease. */
-static ts_status restore_table(struct table *t, const struct ts_member *v, size_t n,
-                               uint32_t reserve, int64_t now_ms, int64_t grace_ms,
-                               struct ts_err *err)
-{
-    ts_status st = TS_OK;
-
-    for (size_t i = 0; !st && i < n; i++) {
-        struct ts_member *e;
-        if (!v[i].id || (t->n && v[i].id <= t->v[t->n - 1].id) || find_instance(t, v[i].instance))
-            return ts_err_set(err, TS_EINVAL, "%s %u: ids must ascend, instances differ",
-                              kind_name(v[i].kind), v[i].id);
-        if (!(st = append(t, &e, err))) {
-            *e = v[i];
-            e->last_heartbeat_ms = now_ms;
-            e->grace_until_ms = now_ms + grace_ms;
-            e->heard = true;   /* it was alive under the master that kept it */
-            st = index_add(t, e, err);
-        }
-    }
-    t->next_id = t->reserved = t->n && t->v[t->n - 1].id > reserve ? t->v[t->n - 1].id : reserve;
-    return st;
-}
-
-ts_status ts_members_restore(struct ts_members *m, const struct ts_members_view *v,
-                             const struct ts_members_clock *c, int64_t now_ms, int64_t grace_ms,
-                             struct ts_err *err)
-{
-    ts_status st;
-
-    pthread_mutex_lock(&m->mu);
-    if (m->shards.n || m->workers.n) {
-        pthread_mutex_unlock(&m->mu);
-        return ts_err_set(err, TS_ESTATE, "members: restore into a table in use");
-    }
-    if ((st = restore_table(&m->shards, v->shards, v->nshards, c->shard_ids, now_ms, grace_ms,
-                            err)) ||
-        (st = restore_table(&m->workers, v->workers, v->nworkers, c->worker_ids, now_ms,
-                            grace_ms, err))) {
-        m->shards.n = m->workers.n = 0;
-        m->shards.next_id = m->shards.reserved = m->workers.next_id = m->workers.reserved = 0;
-        for (struct table *t = &m->shards; t; t = t == &m->shards ? &m->workers : NULL)
-            if (t->index)
-                memset(t->index, 0, t->index_cap * sizeof(*t->index));
-    } else {
-        m->epoch = v->epoch > c->epoch ? v->epoch : c->epoch;
-        m->shard_failures = v->shard_failures;
-        new_epoch(m, "the master restarted with its state");
-    }
-    pthread_mutex_unlock(&m->mu);
-    return st;
 }

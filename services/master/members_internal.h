@@ -1,0 +1,58 @@
+/* members_internal.h - what members.c (the membership table: registration, leases, the
+ * ring) and members_view.c (the table copied out into views, and back in by a restarted
+ * master) share: the table's structs and the few table operations members.c keeps for the
+ * restore. Not for the rest of the master: members.h is its interface. Every function here
+ * runs with the table's mutex (struct ts_members.mu) held.
+ * Ownership: a table owns its members and its index (freed by ts_members_free); the member
+ * pointers these functions give are borrowed, valid until the table next changes. */
+#ifndef TS_MASTER_MEMBERS_INTERNAL_H
+#define TS_MASTER_MEMBERS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "members.h"
+
+struct ts_ring;
+
+struct table {
+    struct ts_member *v;      /* by id, ascending */
+    size_t n, cap;
+    uint32_t next_id, reserved;   /* the last id handed out, the last one durably reserved */
+    uint32_t *index;          /* slots hold a position + 1, or 0; size a power of two */
+    size_t index_cap;
+};
+
+struct ts_members {
+    pthread_mutex_t mu;
+    struct ts_members_cfg cfg;
+    struct table shards, workers;
+    uint64_t epoch;
+    struct ts_ring *ring;
+    uint32_t shard_failures;
+    uint64_t expired[2];      /* leases that ran out since this process began: shards, workers */
+    int64_t last_expire_ms;   /* the last ts_members_expire (0: none yet), for cfg.pause_ms */
+    /* cfg.deaf_max_ms: when a member was last heard from (a heartbeat or a registration),
+     * whether the master suspects its own network, and since when it heard none. */
+    int64_t last_heard_ms, deaf_since_ms;
+    bool deaf;
+};
+
+static inline const char *kind_name(enum ts_member_kind k)
+{
+    return k == TS_MEMBER_SHARD ? "shard" : "worker";
+}
+
+/* The member of t registered as instance, or NULL (t's hash index). */
+struct ts_member *members_find_instance(struct table *t, const char *instance);
+/* Appends a zeroed member to t with the next id; *out is borrowed. The caller indexes it. */
+ts_status members_append(struct table *t, struct ts_member **out, struct ts_err *err);
+/* Indexes the member just appended (its instance set), growing the index to stay half empty. */
+ts_status members_index_add(struct table *t, const struct ts_member *e, struct ts_err *err);
+/* Rebuilds the ring over the alive shards not joining and moves the epoch on (logged with
+ * why); the epoch is made durable through cfg.durable. */
+void members_new_epoch(struct ts_members *m, const char *why);
+
+#endif

@@ -153,6 +153,7 @@ void ts_members_free(struct ts_members *m)
     if (!m)
         return;
     ts_ring_free(m->ring);
+    leaseq_free(&m->leases);
     free(m->shards.v);
     free(m->workers.v);
     free(m->shards.index);
@@ -163,7 +164,7 @@ void ts_members_free(struct ts_members *m)
 
 /* ---- the table ---- */
 
-static struct table *table_of(struct ts_members *m, enum ts_member_kind k)
+struct table *members_table_of(struct ts_members *m, enum ts_member_kind k)
 {
     return k == TS_MEMBER_SHARD ? &m->shards : &m->workers;
 }
@@ -193,7 +194,7 @@ static void index_put(struct table *t, const struct ts_member *e)
 }
 
 /* The member with this id, or NULL. */
-static struct ts_member *find_id(struct table *t, uint32_t id)
+struct ts_member *members_find_id(struct table *t, uint32_t id)
 {
     size_t lo = 0, hi = t->n;
 
@@ -239,7 +240,7 @@ static void shrink(struct table *t)
 /* Forgets the oldest departed (left or dead) workers once more than TS_MEMBERS_KEEP_DEPARTED
  * are kept, down to half that (so the rebuild is paid once per many departures). Moves
  * members: call it last, with no member pointer held. */
-static void prune(struct table *t)
+void members_prune(struct table *t)
 {
     size_t k = 0, gone = 0, drop;
 
@@ -324,7 +325,6 @@ static ts_status new_member(struct ts_members *m, struct table *t, enum ts_membe
     if ((st = members_append(t, &e, err)))
         return st;
     e->kind = kind;
-    e->state = TS_MEMBER_ALIVE;
     snprintf(e->addr, sizeof(e->addr), "%s", addr);
     snprintf(e->instance, sizeof(e->instance), "%s", instance);
     e->lease_ms = lease_ms;
@@ -335,6 +335,7 @@ static ts_status new_member(struct ts_members *m, struct table *t, enum ts_membe
         t->next_id--;
         return st;
     }
+    members_set_state(m, e, TS_MEMBER_ALIVE);
     *out = e;
     return TS_OK;
 }
@@ -456,11 +457,13 @@ static bool reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
     e->lease_ms = lease_ms;
     e->last_heartbeat_ms = m->last_heard_ms = now;
     e->heard = false;
-    if (e->state == TS_MEMBER_ALIVE)
+    if (e->state == TS_MEMBER_ALIVE) {
+        members_set_state(m, e, TS_MEMBER_ALIVE);   /* its lease may be shorter now */
         return false;
+    }
     e->joining = e->kind == TS_MEMBER_SHARD && !quiet && has_active(m);
     e->moves_epoch = e->moves_pending = 0;
-    e->state = TS_MEMBER_ALIVE;
+    members_set_state(m, e, TS_MEMBER_ALIVE);
     e->death[0] = '\0';
     if (e->kind == TS_MEMBER_SHARD) {
         snprintf(why, sizeof(why), "shard %u (%s) is back%s", e->id, e->addr,
@@ -516,7 +519,7 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
     for (size_t i = 0; i + 1 < m->shards.n; i++) {
         struct ts_member *old = &m->shards.v[i];
         if (old->state == TS_MEMBER_ALIVE && strcmp(old->addr, addr) == 0) {
-            old->state = TS_MEMBER_DEAD;
+            members_set_state(m, old, TS_MEMBER_DEAD);
             ts_log(TS_WARN, "master", "shard %u at %s replaced by a new process: marked dead",
                    old->id, addr);
         }
@@ -573,12 +576,12 @@ ts_status ts_members_register_worker(struct ts_members *m, const char *host, uin
 static ts_status find_alive(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                             struct ts_member **out, struct ts_err *err)
 {
-    struct table *t = table_of(m, kind);
+    struct table *t = members_table_of(m, kind);
     struct ts_member *e;
 
     if (id == 0)
         return ts_err_set(err, TS_EINVAL, "id: required (the id RegisterShard/Worker returned)");
-    if (!(e = find_id(t, id)))
+    if (!(e = members_find_id(t, id)))
         return ts_err_set(err, TS_ENOTFOUND, "id: %s %u is not registered (or left long ago); "
                           "register first", kind_name(kind), id);
     if (e->state == TS_MEMBER_DEAD)
@@ -750,16 +753,16 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
      * starved on a loaded machine) while it finished its last step tells its outcome (its
      * fingerprint, the job's when it is rank 0) this way, before it heartbeats again. It
      * is out of the map already: no new epoch. */
-    if ((e = find_id(table_of(m, kind), id)) && e->state == TS_MEMBER_DEAD && id) {
+    if ((e = members_find_id(members_table_of(m, kind), id)) && e->state == TS_MEMBER_DEAD && id) {
         if (!(st = check_cred(e, cred, "deregister it", err))) {
-            e->state = TS_MEMBER_LEFT;
+            members_set_state(m, e, TS_MEMBER_LEFT);
             ts_log(TS_INFO, "master", "%s %u, declared dead (%s), left (%s)", kind_name(kind),
                    id, e->death, reason && reason[0] ? reason : "no reason given");
             *epoch = m->epoch;
         }
     } else if (!(st = find_alive(m, kind, id, &e, err)) &&
         !(st = check_cred(e, cred, "deregister it", err))) {
-        e->state = TS_MEMBER_LEFT;
+        members_set_state(m, e, TS_MEMBER_LEFT);
         snprintf(why, sizeof(why), "%s %u left (%s)", kind_name(kind), id,
                  reason && reason[0] ? reason : "no reason given");
         if (kind == TS_MEMBER_SHARD)
@@ -768,146 +771,22 @@ ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, 
             ts_log(TS_INFO, "master", "%s", why);
         *epoch = m->epoch;
         if (kind == TS_MEMBER_WORKER)
-            prune(&m->workers);
+            members_prune(&m->workers);
     }
     pthread_mutex_unlock(&m->mu);
     return st;
 }
 
 /* Declares alive member e dead for why; called with mu held. */
-static void declare_dead(struct ts_members *m, struct ts_member *e, const char *why)
+void members_declare_dead(struct ts_members *m, struct ts_member *e, const char *why)
 {
-    e->state = TS_MEMBER_DEAD;
+    members_set_state(m, e, TS_MEMBER_DEAD);
     snprintf(e->death, sizeof(e->death), "%s", why);
     ts_log(TS_WARN, "master", "%s %u (%s): %s: dead", kind_name(e->kind), e->id, e->addr, why);
     if (e->kind == TS_MEMBER_SHARD) {
         m->shard_failures++;
         members_new_epoch(m, "a shard died");
     }
-}
-
-static int expire_table(struct ts_members *m, struct table *t, int64_t now_ms,
-                        void (*dead)(void *ctx, uint32_t worker), void *ctx)
-{
-    char why[160];
-    int n = 0;
-
-    for (size_t i = 0; i < t->n; i++) {
-        struct ts_member *e = &t->v[i];
-        int64_t silent = now_ms - e->last_heartbeat_ms;
-        /* A worker never heard since it registered gets the default lease at most: a
-         * registration with a long lease and no heartbeat would hold its job's slot so long. */
-        bool first = e->kind == TS_MEMBER_WORKER && !e->heard &&
-                     e->lease_ms > m->cfg.default_lease_ms;
-        uint32_t lease = first ? m->cfg.default_lease_ms : e->lease_ms;
-        if (e->state != TS_MEMBER_ALIVE || silent <= (int64_t)lease ||
-            now_ms < e->grace_until_ms)
-            continue;
-        n++;
-        m->expired[e->kind == TS_MEMBER_WORKER]++;
-        if (first)
-            snprintf(why, sizeof(why), "no heartbeat within %u ms of registering (the default "
-                     "lease; it asked for %u ms)", lease, e->lease_ms);
-        else
-            snprintf(why, sizeof(why), "silent for %" PRId64 " ms, past its %u ms lease",
-                     silent, e->lease_ms);
-        declare_dead(m, e, why);
-        if (e->kind == TS_MEMBER_WORKER && dead)
-            dead(ctx, e->id);
-    }
-    return n;
-}
-
-/* Every alive member's silence up to now is the master's own, not theirs: each gets a lease
- * from now before it can be declared dead; returns how many. mu held. */
-static size_t pardon(struct ts_members *m, int64_t now_ms)
-{
-    struct table *tables[2] = { &m->shards, &m->workers };
-    size_t alive = 0;
-
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < tables[k]->n; i++) {
-            struct ts_member *e = &tables[k]->v[i];
-            if (e->state != TS_MEMBER_ALIVE)
-                continue;
-            e->grace_until_ms = now_ms + e->lease_ms;
-            alive++;
-        }
-    return alive;
-}
-
-/* cfg.deaf_max_ms: whether the master hears no member now, which it takes for a cut of its
- * own network, not for the death of them all: two alive members or more, none heard for
- * longer than half the shortest lease among them (each beats every third of its lease, so
- * with two alive someone is heard that often), and not for longer than cfg.deaf_max_ms. The
- * members' beats are spread over a third of a lease, so the master must suspect itself
- * before the first of them runs out, not once the last has. Says so once when it begins,
- * and when it ends, pardoning every alive member. mu held. */
-static bool deaf(struct ts_members *m, int64_t now_ms)
-{
-    struct table *tables[2] = { &m->shards, &m->workers };
-    int64_t lease = INT64_MAX, silent = now_ms - m->last_heard_ms;
-    size_t alive = 0;
-
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < tables[k]->n; i++)
-            if (tables[k]->v[i].state == TS_MEMBER_ALIVE) {
-                alive++;
-                if ((int64_t)tables[k]->v[i].lease_ms < lease)
-                    lease = tables[k]->v[i].lease_ms;
-            }
-    if (m->cfg.deaf_max_ms > 0 && alive >= 2 && silent > lease / 2 &&
-        silent <= m->cfg.deaf_max_ms) {
-        if (!m->deaf)
-            ts_log(TS_WARN, "master", "no member heard for %" PRId64 " ms, all %zu alive ones "
-                   "at once: taking it for a cut of the master's own network, not %zu deaths; "
-                   "no member is declared dead until one is heard again (or %" PRId64 " ms "
-                   "pass)", silent, alive, alive, m->cfg.deaf_max_ms);
-        m->deaf = true;
-        m->deaf_since_ms = m->last_heard_ms;
-        return true;
-    }
-    if (m->deaf && silent <= lease / 2) {
-        alive = pardon(m, now_ms);   /* not in ts_log's arguments: a level may skip them */
-        ts_log(TS_WARN, "master", "a member is heard again after %" PRId64 " ms: every alive "
-               "one (%zu) gets a lease of grace", now_ms - m->deaf_since_ms, alive);
-        m->deaf = false;
-        return true;   /* this round's verdicts would be on the deaf time */
-    }
-    if (m->deaf)
-        ts_log(TS_WARN, "master", "no member heard for %" PRId64 " ms, past %" PRId64 " ms: "
-               "leases decide again", silent, m->cfg.deaf_max_ms);
-    m->deaf = false;
-    return false;
-}
-
-int ts_members_expire(struct ts_members *m, int64_t now_ms,
-                      void (*dead)(void *ctx, uint32_t worker), void *ctx)
-{
-    int n;
-    int64_t gap;
-
-    pthread_mutex_lock(&m->mu);
-    gap = m->last_expire_ms ? now_ms - m->last_expire_ms : 0;
-    m->last_expire_ms = now_ms;
-    if (m->cfg.pause_ms > 0 && gap > m->cfg.pause_ms) {
-        size_t alive = pardon(m, now_ms);
-        ts_log(TS_WARN, "master", "the master did not run for %" PRId64 " ms (paused, or its "
-               "host froze): its %zu alive members get a lease of grace, not a verdict on "
-               "silence it could not hear", gap, alive);
-        pthread_mutex_unlock(&m->mu);
-        return 0;
-    }
-    if (deaf(m, now_ms)) {
-        pthread_mutex_unlock(&m->mu);
-        return 0;
-    }
-    n = expire_table(m, &m->shards, now_ms, NULL, NULL) +
-        expire_table(m, &m->workers, now_ms, dead, ctx);
-    if (n)
-        prune(&m->workers);
-    pthread_mutex_unlock(&m->mu);
-    return n;
 }
 
 ts_status ts_members_shard_addr(struct ts_members *m, uint32_t id,
@@ -921,7 +800,7 @@ ts_status ts_members_shard_addr(struct ts_members *m, uint32_t id,
     if (id == 0)
         return ts_err_set(err, TS_EINVAL, "shard_id: required");
     pthread_mutex_lock(&m->mu);
-    if (!(e = find_id(&m->shards, id))) {
+    if (!(e = members_find_id(&m->shards, id))) {
         st = ts_err_set(err, TS_ENOTFOUND, "shard_id: no shard %u is registered", id);
     } else {
         memcpy(addr, e->addr, sizeof(e->addr));
@@ -939,9 +818,9 @@ bool ts_members_declare_dead(struct ts_members *m, enum ts_member_kind kind, uin
     bool done = false;
 
     pthread_mutex_lock(&m->mu);
-    if ((e = find_id(table_of(m, kind), id)) && e->state == TS_MEMBER_ALIVE &&
+    if ((e = members_find_id(members_table_of(m, kind), id)) && e->state == TS_MEMBER_ALIVE &&
         (!instance || !strcmp(e->instance, instance))) {
-        declare_dead(m, e, why);
+        members_declare_dead(m, e, why);
         done = true;
     }
     pthread_mutex_unlock(&m->mu);

@@ -78,6 +78,8 @@ struct ts_member {
     int64_t grace_until_ms;                   /* not declared dead before (ts_members_restore,
                                                * a pause of the master: cfg.pause_ms) */
     bool heard;                               /* a heartbeat came since it (re)registered */
+    int64_t lease_due_ms;                     /* its earliest entry in the lease queue (0:
+                                               * none; members_lease.c, leaseq.h) */
     /* The SHA-256 of the secret it registered with (has_secret; see ts_member_cred). */
     uint8_t secret_sha256[TS_MEMBER_SECRET_HASH];
     bool has_secret;

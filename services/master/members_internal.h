@@ -1,7 +1,7 @@
-/* members_internal.h - what members.c (the membership table: registration, leases, the
- * ring) and members_view.c (the table copied out into views, and back in by a restarted
- * master) share: the table's structs and the few table operations members.c keeps for the
- * restore. Not for the rest of the master: members.h is its interface. Every function here
+/* members_internal.h - what members.c (the membership table: registration, the ring),
+ * members_lease.c (leases running out, in time order) and members_view.c (the table copied
+ * out into views, and back in by a restarted master) share: the table's structs and the
+ * table operations members.c keeps for the other two. Not for the rest of the master: members.h is its interface. Every function here
  * runs with the table's mutex (struct ts_members.mu) held.
  * Ownership: a table owns its members and its index (freed by ts_members_free); the member
  * pointers these functions give are borrowed, valid until the table next changes. */
@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "leaseq.h"
 #include "members.h"
 
 struct ts_ring;
@@ -38,6 +39,15 @@ struct ts_members {
      * whether the master suspects its own network, and since when it heard none. */
     int64_t last_heard_ms, deaf_since_ms;
     bool deaf;
+    /* Alive members by when their lease runs out (members_lease.c); lease_rescan: an entry
+     * could not be added (no memory), the next expiry pass queues every alive member. */
+    struct leaseq leases;
+    bool lease_rescan;
+    /* For the deaf check: how many members are alive and their shortest lease, counted again
+     * only after a member's state or lease changed (roster_stale), not on every tick. */
+    size_t alive_n;
+    uint32_t alive_min_lease_ms;
+    bool roster_stale;
 };
 
 static inline const char *kind_name(enum ts_member_kind k)
@@ -51,6 +61,19 @@ struct ts_member *members_find_instance(struct table *t, const char *instance);
 ts_status members_append(struct table *t, struct ts_member **out, struct ts_err *err);
 /* Indexes the member just appended (its instance set), growing the index to stay half empty. */
 ts_status members_index_add(struct table *t, const struct ts_member *e, struct ts_err *err);
+/* The table of kind's members. */
+struct table *members_table_of(struct ts_members *m, enum ts_member_kind k);
+/* The member with this id, or NULL (binary search). */
+struct ts_member *members_find_id(struct table *t, uint32_t id);
+/* Forgets the oldest departed workers past TS_MEMBERS_KEEP_DEPARTED. */
+void members_prune(struct table *t);
+/* Declares alive member e dead for why (a shard: a new epoch). */
+void members_declare_dead(struct ts_members *m, struct ts_member *e, const char *why);
+/* Sets e's state; an alive member's lease is queued (members_lease.c), again if it may now
+ * run out sooner than its queued entry says. Every change of state or lease goes here. */
+void members_set_state(struct ts_members *m, struct ts_member *e, enum ts_member_state s);
+/* Queues the lease of every alive member (a restored table, or after lease_rescan). */
+void members_lease_queue_all(struct ts_members *m);
 /* Rebuilds the ring over the alive shards not joining and moves the epoch on (logged with
  * why); the epoch is made durable through cfg.durable. */
 void members_new_epoch(struct ts_members *m, const char *why);

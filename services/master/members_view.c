@@ -123,6 +123,7 @@ static ts_status restore_table(struct table *t, const struct ts_member *v, size_
             e->last_heartbeat_ms = now_ms;
             e->grace_until_ms = now_ms + grace_ms;
             e->heard = true;   /* it was alive under the master that kept it */
+            e->lease_due_ms = 0;   /* queued by the caller, in this master's queue */
             st = members_index_add(t, e, err);
         }
     }
@@ -153,6 +154,7 @@ ts_status ts_members_restore(struct ts_members *m, const struct ts_members_view 
     } else {
         m->epoch = v->epoch > c->epoch ? v->epoch : c->epoch;
         m->shard_failures = v->shard_failures;
+        members_lease_queue_all(m);
         members_new_epoch(m, "the master restarted with its state");
     }
     pthread_mutex_unlock(&m->mu);

@@ -827,6 +827,70 @@ static void one_alive_shard_per_identity(void **state)
     ts_members_free(m);
 }
 
+/* Leases run out in time order (members_lease.c, a queue of deadlines), checked against a
+ * reference model of the rule (silent past its lease; a worker never heard: past the default
+ * at most) under random registrations, heartbeats, departures, registrations again with a
+ * shorter or longer lease, and reaper ticks: the same members die at the same tick. */
+static void leases_run_out_as_the_reference_model_says(void **state)
+{
+    enum { N = 150 };
+    static const uint32_t leases[] = { 0, 100, 300, 2000, 5000 };
+    struct model { uint32_t id; bool alive, heard; int64_t last; uint32_t lease; } w[N];
+    struct ts_members *m = mk(1000);
+    struct ts_member_grant g;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    int64_t t = 0;
+    int died = 0;
+
+    (void)state;
+    memset(w, 0, sizeof(w));
+    for (int it = 0; it < 40000; it++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t r = (uint32_t)(rng >> 33), k = r % N, op = (r >> 8) % 100;
+        t += (r >> 16) % 23;
+        if (op < 50 && w[k].alive) {
+            assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, w[k].id, 0, 0, t, &g,
+                                                  NULL, NULL), TS_OK);
+            w[k].last = t;
+            w[k].heard = true;
+        } else if (op < 60) {
+            char inst[16];
+            uint32_t lease = leases[(r >> 20) % 5];
+            snprintf(inst, sizeof(inst), "w%u", k);
+            assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, inst, lease, t, &g,
+                                                        NULL, NULL), TS_OK);
+            assert_true(!w[k].id || g.id == w[k].id);
+            w[k] = (struct model){ g.id, true, false, t, lease ? lease : 1000 };
+        } else if (op < 63 && w[k].alive) {
+            uint64_t epoch;
+            assert_int_equal(ts_members_deregister(m, TS_MEMBER_WORKER, w[k].id, "done", &epoch,
+                                                   NULL, NULL), TS_OK);
+            w[k].alive = false;
+        }
+        int want = 0;
+        for (int i = 0; i < N; i++) {
+            uint32_t lease = !w[i].heard && w[i].lease > 1000 ? 1000 : w[i].lease;
+            if (w[i].alive && t - w[i].last > (int64_t)lease) {
+                w[i].alive = false;
+                want++;
+            }
+        }
+        assert_int_equal(ts_members_expire(m, t, NULL, NULL), want);
+        died += want;
+        if (it % 1000 == 0) {   /* and each one's state, by id */
+            struct ts_members_view v;
+            assert_int_equal(ts_members_view(m, false, &v, NULL), TS_OK);
+            for (int i = 0; i < N; i++)
+                for (size_t j = 0; w[i].id && j < v.nworkers; j++)
+                    if (v.workers[j].id == w[i].id)
+                        assert_int_equal(v.workers[j].state == TS_MEMBER_ALIVE, w[i].alive);
+            ts_members_view_free(&v);
+        }
+    }
+    assert_true(died > 500);   /* the model was exercised, not only kept alive */
+    ts_members_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -848,6 +912,7 @@ int main(void)
         cmocka_unit_test(one_alive_shard_per_identity),
         cmocka_unit_test(a_paused_master_pardons_the_silence),
         cmocka_unit_test(a_master_that_hears_no_one_suspects_itself),
+        cmocka_unit_test(leases_run_out_as_the_reference_model_says),
     };
     ts_log_set_level(TS_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,10 +17,18 @@
 
 #define MAX_STALE_RETRIES 3
 
+/* A channel to a shard, counted: held by the installed map's entry and by each call in
+ * flight on it, so that a call runs without the cluster's lock and a map installed meanwhile
+ * only lets go of it (the last holder frees it). refs is under the cluster's mu. */
+struct held_ch {
+    struct ts_rpc_channel *ch;
+    unsigned refs;
+};
+
 struct shard_ch {
     uint32_t id;
     char addr[256];
-    struct ts_rpc_channel *ch;
+    struct held_ch *held;           /* NULL until its first call */
 };
 
 struct ts_cluster {
@@ -56,10 +64,19 @@ ts_status ts_cluster_open(const char *master_addr, struct ts_cluster **out, stru
     return TS_OK;
 }
 
+/* Lets go of h (mu held); frees the channel once nobody holds it. */
+static void let_go(struct held_ch *h)
+{
+    if (h && --h->refs == 0) {
+        ts_rpc_channel_free(h->ch);
+        free(h);
+    }
+}
+
 static void drop_shards(struct ts_cluster *cl)
 {
     for (size_t i = 0; i < cl->nshards; i++)
-        ts_rpc_channel_free(cl->shards[i].ch);
+        let_go(cl->shards[i].held);
     free(cl->shards);
     cl->shards = NULL;
     cl->nshards = 0;
@@ -435,19 +452,27 @@ ts_status ts_cluster_connect(struct ts_cluster *cl, uint32_t id, const char *wan
 }
 
 /* The channel to a shard under the cached map, and the epoch it belongs to. Called with mu. */
-static ts_status channel_of(struct ts_cluster *cl, uint32_t id, struct ts_rpc_channel **ch,
+/* Shard id's channel, held for the caller (let_go when done); mu held. */
+static ts_status channel_of(struct ts_cluster *cl, uint32_t id, struct held_ch **out,
                             struct ts_err *err)
 {
     for (size_t i = 0; i < cl->nshards; i++) {
+        struct held_ch *h = cl->shards[i].held;
         if (cl->shards[i].id != id)
             continue;
-        if (!cl->shards[i].ch) {
-            ts_status st = ts_rpc_channel_create(cl->shards[i].addr, NULL, &cl->shards[i].ch,
-                                                 err);
-            if (st)
+        if (!h) {
+            ts_status st;
+            if (!(h = calloc(1, sizeof(*h))))
+                return ts_err_set(err, TS_ENOMEM, "cluster: out of memory");
+            if ((st = ts_rpc_channel_create(cl->shards[i].addr, NULL, &h->ch, err))) {
+                free(h);
                 return st;
+            }
+            h->refs = 1;   /* the map's */
+            cl->shards[i].held = h;
         }
-        *ch = cl->shards[i].ch;
+        h->refs++;
+        *out = h;
         return TS_OK;
     }
     return ts_err_set(err, TS_ENOTFOUND, "shard %u is not alive in map epoch %" PRIu64, id,
@@ -455,8 +480,9 @@ static ts_status channel_of(struct ts_cluster *cl, uint32_t id, struct ts_rpc_ch
 }
 
 /* Calls a shard with the cached epoch in *epoch_field; refreshes and retries on TS_ESTALE.
- * The lock is held across the call so that a concurrent refresh cannot free the channel:
- * control calls through one handle are serialised (bulk data does not come through here). */
+ * The call holds its channel, not the lock: a call to a shard that does not answer (retried
+ * until its deadline) must not hold up the map's other readers, among them the heartbeat
+ * that keeps this process alive (a shard's report of the moves left, ts_cluster_joining). */
 ts_status ts_cluster_call(struct ts_cluster *cl, uint32_t id, const char *method,
                           ProtobufCMessage *req, uint64_t *epoch_field,
                           const ProtobufCMessageDescriptor *rdesc, ProtobufCMessage **resp,
@@ -466,16 +492,22 @@ ts_status ts_cluster_call(struct ts_cluster *cl, uint32_t id, const char *method
 
     for (int attempt = 0; attempt <= MAX_STALE_RETRIES; attempt++) {
         struct ts_err e = { 0 };
-        struct ts_rpc_channel *ch = NULL;
+        struct held_ch *h = NULL;
+        int call_ms;
 
         if (attempt > 0 && (st = ts_cluster_refresh(cl, err)))
             return st;
         pthread_mutex_lock(&cl->mu);
-        st = channel_of(cl, id, &ch, &e);
+        st = channel_of(cl, id, &h, &e);
         *epoch_field = cl->epoch;
-        if (!st)
-            st = ts_rpc_unary(ch, method, req, rdesc, resp, ms > 0 ? ms : cl->call_ms, &e);
+        call_ms = ms > 0 ? ms : cl->call_ms;
         pthread_mutex_unlock(&cl->mu);
+        if (!st) {
+            st = ts_rpc_unary(h->ch, method, req, rdesc, resp, call_ms, &e);
+            pthread_mutex_lock(&cl->mu);
+            let_go(h);
+            pthread_mutex_unlock(&cl->mu);
+        }
         if (st != TS_ESTALE)
             return st ? ts_err_set(err, st, "%s", e.msg) : TS_OK;
         ts_log(TS_DEBUG, "client", "%s; refreshing the shard map", e.msg);

@@ -229,6 +229,8 @@ void tessera_close(tessera *t)
     ts_membership_stop(t->ms, true);
     ts_cluster_close(t->cl);
     ts_master_close(t->master);
+    if (t->rec.followed_map)
+        protobuf_c_message_free_unpacked(&t->rec.followed_map->base, NULL);
     for (int i = 0; i < t->ntensors; i++)
         tensor_free(t->tensors[i]);
     sdk_rows_free(t);

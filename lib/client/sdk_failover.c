@@ -217,7 +217,7 @@ void sdk_follow_epoch(void *arg, uint64_t epoch)
     pthread_mutex_unlock(&t->conns.mu);
     if (!n)
         return;
-    if (!t->master || ts_master_shard_map(t->master, &m, &e)) {
+    if (!t->master || ts_master_shard_map_update(t->master, t->rec.followed_map, &m, &e)) {
         ts_log(TS_DEBUG, "sdk", "epoch %" PRIu64 ": the shard map: %s", epoch,
                t->master ? e.msg : "not connected yet");
         return;
@@ -240,7 +240,9 @@ void sdk_follow_epoch(void *arg, uint64_t epoch)
         ts_tp_shutdown(sh->conn);
     }
     pthread_mutex_unlock(&t->conns.mu);
-    protobuf_c_message_free_unpacked(&m->base, NULL);
+    if (t->rec.followed_map)
+        protobuf_c_message_free_unpacked(&t->rec.followed_map->base, NULL);
+    t->rec.followed_map = m;   /* the next one comes as a delta from it */
 }
 
 ts_status sdk_start_over(struct tessera *t, ts_status st, struct ts_err *err)

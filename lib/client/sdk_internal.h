@@ -171,6 +171,9 @@ struct sdk_recovery {
     bool followed_set;
     uint64_t resume_step;         /* the step the last rollback went back to */
     unsigned failovers;           /* how many so far */
+    /* The last shard map sdk_follow_epoch fetched (the heartbeat thread's alone): the next
+     * one comes as a delta from it (ts_master_shard_map_update). Freed by tessera_close. */
+    Tessera__V1__ShardMap *followed_map;
 };
 
 /* The waits for replies, sdk_wait.c's: tessera_set_interrupt's check, and whether a wait it

@@ -34,6 +34,9 @@ struct shard_ch {
 struct ts_cluster {
     struct ts_master *master;
     pthread_mutex_t mu;
+    /* Held across a refresh's call: refreshes one at a time, so the map a refresh fetches a
+     * delta from (map, replaced only by a refresh) stays while it is applied. */
+    pthread_mutex_t refresh_mu;
     uint64_t epoch;
     unsigned refreshes;
     struct ts_ring *ring;           /* over the shards on the ring (not joining) */
@@ -53,6 +56,7 @@ ts_status ts_cluster_open(const char *master_addr, struct ts_cluster **out, stru
     if (!cl)
         return ts_err_set(err, TS_ENOMEM, "cluster: out of memory");
     pthread_mutex_init(&cl->mu, NULL);
+    pthread_mutex_init(&cl->refresh_mu, NULL);
     cl->call_ms = ts_call_ms_default();
     if ((st = ts_master_open(master_addr, &cl->master, err)) ||
         (st = ts_cluster_refresh(cl, err))) {
@@ -93,6 +97,7 @@ void ts_cluster_close(struct ts_cluster *cl)
         tessera__v1__shard_map__free_unpacked(cl->map, NULL);
     ts_master_close(cl->master);
     pthread_mutex_destroy(&cl->mu);
+    pthread_mutex_destroy(&cl->refresh_mu);
     free(cl);
 }
 
@@ -156,13 +161,17 @@ ts_status ts_cluster_refresh(struct ts_cluster *cl, struct ts_err *err)
     Tessera__V1__ShardMap *map;
     ts_status st;
 
-    if ((st = ts_master_shard_map(cl->master, &map, err)))
+    pthread_mutex_lock(&cl->refresh_mu);
+    if ((st = ts_master_shard_map_update(cl->master, cl->map, &map, err))) {
+        pthread_mutex_unlock(&cl->refresh_mu);
         return st;
+    }
     pthread_mutex_lock(&cl->mu);
     st = install(cl, map, err);
     if (!st)
         cl->refreshes++;
     pthread_mutex_unlock(&cl->mu);
+    pthread_mutex_unlock(&cl->refresh_mu);
     if (st)
         tessera__v1__shard_map__free_unpacked(map, NULL);
     return st;

@@ -72,6 +72,13 @@ const Tessera__V1__JobInfo *ts_status_job(const Tessera__V1__ClusterStatusRespon
 const char *ts_job_state_name(int state);
 ts_status ts_master_shard_map(struct ts_master *m, Tessera__V1__ShardMap **out,
                               struct ts_err *err) TS_MUST_CHECK;
+/* The master's whole shard map, fetched as a delta from held (a whole map this caller got
+ * before, read only, not freed; NULL: none) when the master keeps held's epoch
+ * (lib/cluster/mapdelta.h); a delta that does not apply is fetched again whole. *out is the
+ * caller's (tessera__v1__shard_map__free_unpacked). */
+ts_status ts_master_shard_map_update(struct ts_master *m, const Tessera__V1__ShardMap *held,
+                                     Tessera__V1__ShardMap **out,
+                                     struct ts_err *err) TS_MUST_CHECK;
 /* CreateSnapshot and CollectGarbage with the caller's request; *out is the reply (the
  * caller's, freed with protobuf_c_message_free_unpacked). For `tessera snapshot`. */
 ts_status ts_master_create_snapshot(struct ts_master *m,

@@ -10,6 +10,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "cluster/mapdelta.h"
 #include "rpc/rpc.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -193,9 +194,36 @@ ts_status ts_master_jobs(struct ts_master *m, int deadline_ms,
 ts_status ts_master_shard_map(struct ts_master *m, Tessera__V1__ShardMap **out,
                               struct ts_err *err)
 {
+    return ts_master_shard_map_update(m, NULL, out, err);
+}
+
+ts_status ts_master_shard_map_update(struct ts_master *m, const Tessera__V1__ShardMap *held,
+                                     Tessera__V1__ShardMap **out, struct ts_err *err)
+{
     Tessera__V1__GetShardMapRequest req = TESSERA__V1__GET_SHARD_MAP_REQUEST__INIT;
-    return CALL(m, "GetShardMap", &req, &tessera__v1__shard_map__descriptor, out,
-                m->call_ms, err);
+    Tessera__V1__ShardMap *got = NULL;
+    ts_status st;
+
+    *out = NULL;
+    if (held && held->map_hash && !held->delta_from) {   /* a master that hashes maps */
+        req.base_epoch = held->epoch;
+        req.base_hash = held->map_hash;
+    }
+    if ((st = CALL(m, "GetShardMap", &req, &tessera__v1__shard_map__descriptor, &got,
+                   m->call_ms, err)))
+        return st;
+    if (!got->delta_from) {
+        *out = got;
+        return TS_OK;
+    }
+    st = held ? ts_shard_map_apply(held, got, out, err) : TS_ESTALE;
+    tessera__v1__shard_map__free_unpacked(got, NULL);
+    if (st == TS_ESTALE) {   /* not from our base after all: the whole map */
+        ts_log(TS_DEBUG, "cluster", "a shard map delta did not apply (%s): fetching it whole",
+               err ? err->msg : "");
+        return ts_master_shard_map_update(m, NULL, out, err);
+    }
+    return st;
 }
 
 ts_status ts_master_check_data(struct ts_master *m, const Tessera__V1__CheckDataRequest *req,

@@ -106,6 +106,7 @@ int main(int argc, char **argv)
     int sig, rc = 1;
     pthread_t reap, release, rollback;
 
+    maphist_init(&m.maps);
     /* Large blocks come and go with every ClusterStatus and state write: see
      * ts_proc_fix_malloc. */
     ts_proc_fix_malloc();
@@ -197,6 +198,7 @@ out:
     progress_free(m.progress);
     snapper_close(&m.snap);
     datamap_fini(&m.data);
+    maphist_fini(&m.maps);
     rollbacks_fini(&m.rb);
     ts_members_free(m.members);
     jobs_free(m.jobs);

@@ -7,6 +7,7 @@
 
 #include "datamap.h"
 #include "jobs.h"
+#include "maphist.h"
 #include "members.h"
 #include "progress.h"
 #include "rollback.h"
@@ -32,6 +33,7 @@ struct master {
     struct master_state state;      /* the state directory (--state-dir; state.h) */
     struct progress *progress;      /* the jobs' progress for the status page (progress.h) */
     struct views *views;            /* the shards' own status for the page (views.h) */
+    struct maphist maps;            /* the shard maps handed out lately, for deltas */
     /* The cluster's data-plane key (transport/auth.h): made at the first start, kept in the
      * state; handed out only under mutual TLS. */
     uint8_t data_key[32];

@@ -13,6 +13,7 @@
 static struct {
     struct ts_metric_family *epoch, *members, *failures, *expiries, *jobs, *rollbacks;
     struct ts_metric_family *step, *loss, *accuracy, *rate;
+    struct ts_metric_family *maps, *map_bytes;
 } fam;
 
 /* job's progress gauges while it runs (or idles, kept); gone once it ended. */
@@ -66,6 +67,12 @@ static void collect(void *arg)
         count_members(v.workers, v.nworkers, "worker");
         ts_members_view_free(&v);
     }
+    uint64_t answers[2], bytes[2];
+    maphist_counts(&m->maps, answers, bytes);
+    for (int d = 0; d < 2; d++) {
+        ts_counter_set(ts_metric_one(fam.maps, d ? "delta" : "whole"), answers[d]);
+        ts_counter_set(ts_metric_one(fam.map_bytes, d ? "delta" : "whole"), bytes[d]);
+    }
     if (!jobs_list(m->jobs, &jobs, &n, NULL)) {
         for (size_t i = 0; i < n; i++) {
             if (jobs[i].state >= JOB_RUNNING && jobs[i].state <= JOB_ABANDONED)
@@ -108,5 +115,10 @@ void master_metrics_init(struct master *m)
     fam.rate = ts_metrics_family("tessera_job_samples_per_second", "samples of the global "
                                  "batch per second over that report", TS_METRIC_GAUGE,
                                  "job_id", NULL, 0);
+    fam.maps = ts_metrics_family("tessera_shard_map_answers_total", "GetShardMap answers: the "
+                                 "whole map, or a delta from a map the caller held",
+                                 TS_METRIC_COUNTER, "as", NULL, 0);
+    fam.map_bytes = ts_metrics_family("tessera_shard_map_answer_bytes_total", "the bytes of "
+                                      "those answers", TS_METRIC_COUNTER, "as", NULL, 0);
     ts_metrics_collector(collect, m);
 }

@@ -7,6 +7,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "cluster/mapdelta.h"
 #include "encode.h"
 #include "master.h"
 #include "tessera/v1/master.pb-c.h"
@@ -403,6 +404,37 @@ static ts_status job_infos(struct ts_rpc_call *call, struct master *m,
     return TS_OK;
 }
 
+/* Notes the whole map resp holds as handed out, and cuts it down to a delta from the
+ * caller's base map when that is one of those kept (maphist.h). */
+static void map_delta(struct ts_rpc_call *call, struct master *m,
+                      const Tessera__V1__GetShardMapRequest *req, Tessera__V1__ShardMap *resp)
+{
+    size_t n = resp->n_shards, kept = 0, nremoved;
+    uint32_t *ids = ts_rpc_alloc(call, (n + 1) * sizeof(*ids));
+    uint64_t *hashes = ts_rpc_alloc(call, (n + 1) * sizeof(*hashes));
+    bool *changed = ts_rpc_alloc(call, (n + 1) * sizeof(*changed));
+    uint32_t *removed = ts_rpc_alloc(call, MAPHIST_REMOVED_MAX * sizeof(*removed));
+
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = resp->shards[i]->id;
+        hashes[i] = ts_shard_info_hash(resp->shards[i]);
+    }
+    resp->map_hash = ts_shard_map_hash_with(resp, hashes);
+    maphist_note(&m->maps, resp->epoch, resp->map_hash, n, ids, hashes);
+    if (req->base_epoch &&
+        maphist_delta(&m->maps, req->base_epoch, req->base_hash, n, ids, hashes, changed,
+                      removed, MAPHIST_REMOVED_MAX, &nremoved)) {
+        for (size_t i = 0; i < n; i++)
+            if (changed[i])
+                resp->shards[kept++] = resp->shards[i];
+        resp->n_shards = kept;
+        resp->removed = removed;
+        resp->n_removed = nremoved;
+        resp->delta_from = req->base_epoch;
+    }
+    maphist_count(&m->maps, resp->delta_from != 0, tessera__v1__shard_map__get_packed_size(resp));
+}
+
 static ts_status get_shard_map(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                                ProtobufCMessage *rs, struct ts_err *err)
 {
@@ -422,6 +454,7 @@ static ts_status get_shard_map(struct ts_rpc_call *call, const ProtobufCMessage 
     resp->n_shards = v.nshards;
     resp->shards = master_shard_infos(call, &v, ts_now_ms());
     ts_members_view_free(&v);
+    map_delta(call, m, req, resp);
     return TS_OK;
 }
 

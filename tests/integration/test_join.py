@@ -15,6 +15,10 @@ with R = 2 (chains of 2) and with R = 1 (no replicas):
   ShardStatus.partitions_dropped, and no shard lists them), and `tessera verify replicas`
   finds every copy equal to its head;
 - `tessera status` shows no shard joining once it is done, and the dropped partitions;
+- the workers followed the epochs of the join with deltas of the shard map, not whole maps
+  (the master's `tessera_shard_map_answers_total{as="delta"}`; docs/scaling.md, "The shard
+  map"), and GetShardMap itself answers a caller that names a map it holds with what changed
+  since, and one that names a map the master does not keep with the whole map;
 - a shard stopped past its lease and resumed registers again and joins like a new one: it
   drops what it held (behind its chains) and takes fresh copies; training stays exact;
 - with TESSERA_JOIN_KILLS=1 (make test-fault): the joining shard killed -9 while its copies
@@ -28,7 +32,7 @@ import unittest
 
 sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
-from tessera_testlib import shard_pb2  # noqa: E402
+from tessera_testlib import master_pb2, shard_pb2  # noqa: E402
 
 LONG = 300 if tl.SANITIZED else 1200   # steps: long enough to join in the middle
 PART_KB = "64"                          # 19 partitions of the MLP: every shard gets some
@@ -54,7 +58,9 @@ class JoinCase(tl.ClusterCase):
     def setUpClass(cls):
         os.environ.setdefault("TESSERA_LOG", "warn")
         cls.c = tl.Cluster()
-        cls.master = cls.c.start_master(extra=["--replicas", str(cls.REPLICAS)])
+        cls.mport = tl.free_port()
+        cls.master = cls.c.start_master(extra=["--replicas", str(cls.REPLICAS),
+                                               "--metrics-port", str(cls.mport)])
         cls.shards = [cls.c.start_shard(cls.master.addr, name="shard%d" % i) for i in range(2)]
         cls.ch = cls.c.channel(cls.master.addr)
         tl.wait_until(lambda: sum(1 for s in tl.cluster_status(cls.ch).shards
@@ -87,6 +93,22 @@ class JoinCase(tl.ClusterCase):
                 out.setdefault((d.tensor_id, d.partition), []).append((r.shard_id, d))
         return out
 
+    def map_answers(self):
+        """{"whole"|"delta": (answers, bytes)} from the master's /metrics."""
+        import urllib.request
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.mport,
+                                    timeout=5) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            for kind in ("whole", "delta"):
+                for fam, k in (("tessera_shard_map_answers_total", 0),
+                               ("tessera_shard_map_answer_bytes_total", 1)):
+                    if line.startswith('%s{as="%s"} ' % (fam, kind)):
+                        v = out.setdefault(kind, [0, 0])
+                        v[k] = float(line.split()[-1])
+        return out
+
     def test_a_a_shard_joins_while_training_runs(self):
         self.train("idle", 5)           # kept on the shards, not stepping
         p = self.train("run", LONG, wait=False)
@@ -98,6 +120,7 @@ class JoinCase(tl.ClusterCase):
                                                           timeout=tl.RPC_TIMEOUT).jobs),
                       120, "job run to step")
         epoch = tl.cluster_status(self.ch).epoch
+        before = self.map_answers()
         new = self.c.start_shard(self.master.addr, name="shard-new")
         got = self.finish(p)
         self.assertEqual(got["params_sha256"], local_sha(LONG))
@@ -107,6 +130,13 @@ class JoinCase(tl.ClusterCase):
         self.assertIn("failed over", pa.log_text(), "the ASP job trained through the move")
         self.assertEqual(self.finish(pr)["params_sha256"], local_sha(LONG, extra=REDUCE[2:]))
         self.assertIn("failed over", pr.log_text(), "the reduce job trained through the move")
+        # The 4 workers followed the join's epochs with deltas of the map, each smaller than
+        # a whole map.
+        after = self.map_answers()
+        deltas = after["delta"][0] - before.get("delta", [0, 0])[0]
+        self.assertGreaterEqual(deltas, 4, after)
+        self.assertLess((after["delta"][1] - before.get("delta", [0, 0])[1]) / deltas,
+                        after["whole"][1] / after["whole"][0], after)
 
         procs = self.shards + [new]
         type(self).shards = procs   # test_b goes on from here
@@ -230,6 +260,52 @@ class JoinReplicated(JoinCase, unittest.TestCase):
             raise AssertionError(last[0])
         self.assertGreater(self.stub(victim).ShardStatus(
             shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT).partitions_dropped, 0)
+
+
+    def test_d_the_shard_map_as_deltas(self):
+        """GetShardMap from a map the caller holds: what changed since (here nothing: an
+        empty delta with the same hash); from a hash the master does not keep: the whole map.
+        A shard that joins comes as a delta of one shard, and one that leaves as its id.
+        That joining shard, killed -9, is declared dead within its lease: the other shards'
+        calls to it (telling it of their jobs, retried until their deadline) do not hold up
+        their own heartbeats (they did, and the master, hearing no shard for seconds at a
+        time, took itself for cut off and pardoned the dead one again and again)."""
+        import signal
+        m = tl.Stub(self.ch, master_pb2, "Master")
+        whole = m.GetShardMap(master_pb2.GetShardMapRequest(), timeout=tl.RPC_TIMEOUT)
+        self.assertEqual(whole.delta_from, 0)
+        self.assertNotEqual(whole.map_hash, 0)
+        self.assertGreater(len(whole.shards), 0)
+        same = m.GetShardMap(master_pb2.GetShardMapRequest(
+            base_epoch=whole.epoch, base_hash=whole.map_hash), timeout=tl.RPC_TIMEOUT)
+        self.assertEqual((same.delta_from, len(same.shards), len(same.removed), same.map_hash),
+                         (whole.epoch, 0, 0, whole.map_hash))
+        other = m.GetShardMap(master_pb2.GetShardMapRequest(
+            base_epoch=whole.epoch, base_hash=whole.map_hash ^ 1), timeout=tl.RPC_TIMEOUT)
+        self.assertEqual((other.delta_from, len(other.shards)), (0, len(whole.shards)))
+        extra = self.c.start_shard(self.master.addr, name="shard-delta")
+        tl.wait_until(lambda: len(m.GetShardMap(master_pb2.GetShardMapRequest(),
+                                                timeout=tl.RPC_TIMEOUT).shards) ==
+                      len(whole.shards) + 1, 30, "the extra shard in the map")
+        grown = m.GetShardMap(master_pb2.GetShardMapRequest(
+            base_epoch=whole.epoch, base_hash=whole.map_hash), timeout=tl.RPC_TIMEOUT)
+        self.assertEqual(grown.delta_from, whole.epoch)
+        self.assertGreaterEqual(len(grown.shards), 1)
+        self.assertLess(len(grown.shards), len(whole.shards) + 1)
+        self.assertEqual(len(grown.removed), 0)
+        full = m.GetShardMap(master_pb2.GetShardMapRequest(), timeout=tl.RPC_TIMEOUT)
+        extra_id = [s.id for s in full.shards if s.id not in {x.id for x in whole.shards}][0]
+        self.assertIn(extra_id, [s.id for s in grown.shards])
+        seen = len(self.master.log_text())
+        extra.signal(signal.SIGKILL)   # declared dead when its lease runs out
+        tl.wait_until(lambda: extra_id not in [s.id for s in m.GetShardMap(
+            master_pb2.GetShardMapRequest(), timeout=tl.RPC_TIMEOUT).shards], 15,
+            "the extra shard to leave the map")
+        self.assertNotIn("no member heard", self.master.log_text()[seen:])
+        gone = m.GetShardMap(master_pb2.GetShardMapRequest(
+            base_epoch=full.epoch, base_hash=full.map_hash), timeout=tl.RPC_TIMEOUT)
+        if gone.delta_from:   # the master may have moved on past the maps it keeps
+            self.assertEqual(list(gone.removed), [extra_id])
 
 
 class JoinUnreplicated(JoinCase, unittest.TestCase):

@@ -2,6 +2,7 @@
  * See hbsim.h. */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,37 @@ out_free_ns:
     return st;
 }
 
+ts_status hb_conn_cost(const struct bench_master *m, int64_t n, double *bytes_per_conn,
+                       struct ts_err *err)
+{
+    const struct ts_rpc_channel_opts own = { .own_connection = true };
+    struct ts_rpc_channel **ch = calloc((size_t)n, sizeof(*ch));
+    uint64_t rss0 = 0, rss1 = 0;
+    ts_status st;
+
+    if (!ch)
+        return ts_err_set(err, TS_ENOMEM, "out of memory for %" PRId64 " channels", n);
+    if ((st = bench_proc_rss(m->pid, &rss0, err)))
+        goto out;
+    for (int64_t i = 0; i < n && !st; i++) {
+        Tessera__V1__ClusterStatusRequest req = TESSERA__V1__CLUSTER_STATUS_REQUEST__INIT;
+        Tessera__V1__ClusterStatusResponse *r;
+        req.jobs_only = true;
+        if (!(st = ts_rpc_channel_create(m->target, &own, &ch[i], err)) &&
+            !(st = ts_rpc_unary(ch[i], M_PATH("ClusterStatus"), &req.base,
+                                &tessera__v1__cluster_status_response__descriptor,
+                                (ProtobufCMessage **)&r, CALL_MS, err)))
+            protobuf_c_message_free_unpacked(&r->base, NULL);
+    }
+    if (!st && !(st = bench_proc_rss(m->pid, &rss1, err)))
+        *bytes_per_conn = ((double)rss1 - (double)rss0) / (double)n;
+out:
+    for (int64_t i = 0; i < n; i++)
+        ts_rpc_channel_free(ch[i]);
+    free(ch);
+    return st;
+}
+
 /* ---- Heartbeat from W simulated workers ---- */
 
 /* Slot s = k * W + w is worker w's k-th heartbeat, due at t0 + s * interval / W: the load is
@@ -83,7 +115,19 @@ struct hb_thread {
     struct hb_plan *plan;
     struct ts_rpc_channel *ch;
     uint64_t epoch;           /* from RegisterWorker: known_epoch may not be ahead */
-    int64_t errors, late;
+    int64_t errors, late, rest_granted;
+    struct ts_err err;        /* the first error */
+};
+
+/* Simulated shards vouching for every worker (hb_load.vouch_shards): one thread beats them
+ * all, each every third of the lease, until stop. */
+struct hb_voucher {
+    pthread_t tid;
+    struct hb_plan *plan;
+    struct ts_rpc_channel *ch;
+    uint32_t *shards;
+    int64_t nshards, sent, errors;
+    atomic_bool stop;
     struct ts_err err;        /* the first error */
 };
 
@@ -170,6 +214,7 @@ static void hb_send(struct hb_thread *t, int64_t w, int64_t slot)
     }
     p->ns[slot] = ts_now_ns() - t0;
     p->acked[w]++;
+    t->rest_granted += r->rest_ms > 0;
     protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
@@ -190,6 +235,64 @@ static void *hb_load_main(void *arg)
             hb_send(t, w, slot);
         }
     }
+}
+
+/* Registers v->nshards simulated shards (addresses nobody listens on: a master without mutual
+ * TLS asks none; no data plane). */
+static ts_status vouch_register(struct hb_voucher *v, struct ts_err *err)
+{
+    char addr[32], instance[48];
+
+    for (int64_t i = 0; i < v->nshards; i++) {
+        Tessera__V1__RegisterShardRequest req = TESSERA__V1__REGISTER_SHARD_REQUEST__INIT;
+        Tessera__V1__RegisterShardResponse *r;
+        ts_status st;
+        snprintf(addr, sizeof(addr), "127.0.0.1:%" PRId64, 9 + i);
+        snprintf(instance, sizeof(instance), "bench-shard-%d-%" PRId64, (int)getpid(), i);
+        req.addr = addr;
+        req.instance = instance;
+        req.lease_ms = v->plan->lease_ms;
+        req.secret = (ProtobufCBinaryData){ sizeof(hb_secret), hb_secret };
+        if ((st = ts_rpc_unary(v->ch, M_PATH("RegisterShard"), &req.base,
+                               &tessera__v1__register_shard_response__descriptor,
+                               (ProtobufCMessage **)&r, CALL_MS, err)))
+            return st;
+        v->shards[i] = r->shard_id;
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+    }
+    return TS_OK;
+}
+
+static void *vouch_main(void *arg)
+{
+    struct hb_voucher *v = arg;
+    int64_t period = (int64_t)v->plan->lease_ms * 1000000 / 3, next = ts_now_ns();
+
+    while (!atomic_load(&v->stop)) {
+        for (int64_t i = 0; i < v->nshards; i++) {
+            Tessera__V1__HeartbeatRequest req = TESSERA__V1__HEARTBEAT_REQUEST__INIT;
+            Tessera__V1__HeartbeatResponse *r;
+            struct ts_err e = { 0 };
+            req.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD;
+            req.id = v->shards[i];
+            req.secret = (ProtobufCBinaryData){ sizeof(hb_secret), hb_secret };
+            req.vouched = v->plan->ids;
+            req.n_vouched = (size_t)v->plan->workers;
+            if (ts_rpc_unary(v->ch, M_PATH("Heartbeat"), &req.base,
+                             &tessera__v1__heartbeat_response__descriptor,
+                             (ProtobufCMessage **)&r, CALL_MS, &e)) {
+                if (!v->errors++)
+                    v->err = e;
+                continue;
+            }
+            v->sent++;
+            protobuf_c_message_free_unpacked(&r->base, NULL);
+        }
+        next += period;
+        while (!atomic_load(&v->stop) && ts_now_ns() < next)
+            ts_sleep_ms(10);
+    }
+    return NULL;
 }
 
 static void hb_start(struct hb_thread *th, void *(*fn)(void *))
@@ -238,6 +341,7 @@ static ts_status hb_phase(struct hb_thread *th, struct hb_plan *p, pid_t master,
     for (int i = 0; i < HB_THREADS; i++) {
         res->errors += th[i].errors;
         res->late += th[i].late;
+        res->rest_granted += th[i].rest_granted;
         if (th[i].errors && !res->first_error[0])
             snprintf(res->first_error, sizeof(res->first_error), "%s", th[i].err.msg);
     }
@@ -300,6 +404,8 @@ ts_status hb_bench(const struct hb_load *l, const struct bench_master *m, struct
                          .interval_ns = l->interval_ms * 1000000, .job = l->job,
                          .lease_ms = (uint32_t)l->lease_ms };
     struct hb_thread th[HB_THREADS];
+    struct hb_voucher v = { 0 };
+    bool vouching = false;
     ts_status st = TS_OK;
     uint64_t rss0 = 0, rss1 = 0;
     int64_t t0;
@@ -328,10 +434,33 @@ ts_status hb_bench(const struct hb_load *l, const struct bench_master *m, struct
     if ((st = hb_join(th, err)))
         goto out_free;
     res->register_s = (double)(ts_now_ns() - t0) / 1e9;
-    if (!(st = hb_phase(th, &p, m->pid, res, err)) && !(st = hb_verify(&p, res, err)) &&
-        m->pid && !(st = bench_proc_rss(m->pid, &rss1, err)))
+    if (l->vouch_shards > 0) {   /* vouching from before the phase, so that it covers it */
+        v.plan = &p;
+        v.nshards = l->vouch_shards;
+        if (!(v.shards = calloc((size_t)v.nshards, sizeof(*v.shards))))
+            st = ts_err_set(err, TS_ENOMEM, "out of memory for the shards");
+        if (st || (st = ts_rpc_channel_create(m->target, NULL, &v.ch, err)) ||
+            (st = vouch_register(&v, err)))
+            goto out_free;
+        pthread_create(&v.tid, NULL, vouch_main, &v);
+        vouching = true;
+        ts_sleep_ms(200);
+    }
+    st = hb_phase(th, &p, m->pid, res, err);
+    if (vouching) {
+        atomic_store(&v.stop, true);
+        pthread_join(v.tid, NULL);
+        res->vouches = v.sent;
+        res->errors += v.errors;
+        if (v.errors && !res->first_error[0])
+            snprintf(res->first_error, sizeof(res->first_error), "%s", v.err.msg);
+    }
+    if (!st && !(st = hb_verify(&p, res, err)) && m->pid &&
+        !(st = bench_proc_rss(m->pid, &rss1, err)))
         res->rss_per_worker = ((double)rss1 - (double)rss0) / (double)l->workers;
 out_free:
+    ts_rpc_channel_free(v.ch);
+    free(v.shards);
     for (int i = 0; i < HB_THREADS; i++)
         ts_rpc_channel_free(th[i].ch);
     free(p.ids);

@@ -32,10 +32,17 @@ struct hb_load {
     const char *job;          /* NULL: the workers join no job; else ranks 0..workers-1 of it */
     int64_t workers, seconds, interval_ms;
     int64_t lease_ms;         /* each worker's RegisterWorker lease */
+    /* Above 0: that many simulated shards register and each vouches for every worker every
+     * third of the lease (HeartbeatRequest.vouched, as real shards do for the workers whose
+     * frames they answer), and the workers beat every interval_ms all the same (the caller
+     * sets it to the rest the master grants: docs/scaling.md). */
+    int64_t vouch_shards;
 };
 
 struct hb_result {
     int64_t workers, calls, errors, late, alive, clock_mismatch;
+    int64_t rest_granted;           /* heartbeats answered with a rest_ms above 0 */
+    int64_t vouches;                /* shard heartbeats sent, each vouching for every worker */
     double offered_per_s, achieved_per_s, master_cpu_pct, client_cpu_pct, register_s;
     struct bench_lat lat;
     struct bench_lat loaded;        /* ClusterStatus with all workers registered */
@@ -52,6 +59,12 @@ struct hb_result {
  * worker's first Heartbeat, of ClusterStatus or of reading /proc, or out of memory. */
 ts_status hb_bench(const struct hb_load *l, const struct bench_master *m, struct hb_result *res,
                    struct ts_err *err) TS_MUST_CHECK;
+
+/* What a connection costs the master at m: n channels to it, each a connection of its own (as
+ * n worker processes hold), each connected by one call; the master's resident bytes grown,
+ * per connection, into *bytes_per_conn. Needs m->pid (a master on this host). */
+ts_status hb_conn_cost(const struct bench_master *m, int64_t n, double *bytes_per_conn,
+                       struct ts_err *err) TS_MUST_CHECK;
 
 /* One ClusterStatus call on ch listing max_workers (0: every worker). On TS_OK the caller owns
  * *r, freed with protobuf_c_message_free_unpacked. */

@@ -40,7 +40,7 @@
 
 struct opts {
     const char *bin, *out, *python, *job, *sweep, *master;
-    int64_t calls, workers, seconds, interval_ms, lease_ms, rate;
+    int64_t calls, workers, seconds, interval_ms, lease_ms, rate, vouch, rest_ms, conns;
     bool quick;
 };
 
@@ -115,7 +115,8 @@ static ts_status hb_run(const struct opts *o, const struct bench_master *m,
                         struct hb_result *res, struct ts_err *err)
 {
     const struct hb_load l = { .job = o->job, .workers = o->workers, .seconds = o->seconds,
-                               .interval_ms = o->interval_ms, .lease_ms = o->lease_ms };
+                               .interval_ms = o->interval_ms, .lease_ms = o->lease_ms,
+                               .vouch_shards = o->vouch };
 
     return hb_bench(&l, m, res, err);
 }
@@ -408,6 +409,154 @@ static ts_status write_sweep_json(const struct opts *o, const char *machine,
     return bench_write_json(&j, o->out, err);
 }
 
+/* ---- --vouch: workers beating, against shards vouching for them ---- */
+
+/* The master's CPU a worker costs a second of liveness, in us. */
+static double cpu_per_worker_s_us(const struct hb_result *h)
+{
+    return h->workers ? h->master_cpu_pct / 100.0 / (double)h->workers * 1e6 : 0;
+}
+
+/* Two masters of their own, the same workers and lease: [0] each worker beats every third of
+ * its lease; [1] --vouch shards vouch for all of them every third of the lease and each
+ * worker beats every --rest-ms, as workers the master lets rest do (docs/scaling.md). */
+static int run_vouch(const struct opts *o, const struct bench_master *proto,
+                     const char *machine)
+{
+    struct hb_result h[2];
+    bool ok[2];
+    const char *name[2] = { "every worker beats every third of its lease",
+                            "shards vouch, workers beat every --rest-ms" };
+    struct ts_json j;
+    struct ts_err err = { 0 };
+
+    for (int k = 0; k < 2; k++) {
+        struct opts ok_o = *o;
+        struct bench_master m = { .tls_dir = proto->tls_dir, .lease_ms = (int)o->lease_ms };
+        struct ts_err e = { 0 };
+        memset(&h[k], 0, sizeof(h[k]));
+        ok_o.interval_ms = k ? o->rest_ms : o->lease_ms / 3;
+        ok_o.vouch = k ? o->vouch : 0;
+        fprintf(stderr, "vouch: %" PRId64 " workers, %s (%" PRId64 " ms), %" PRId64 " s...\n",
+                o->workers, name[k], ok_o.interval_ms, o->seconds);
+        if (bench_master_start(o->bin, &m, &e) || hb_run(&ok_o, &m, &h[k], &e)) {
+            fprintf(stderr, "bench_rpc_latency: --vouch: %s\n", e.msg);
+            ok[k] = false;
+        } else {
+            ok[k] = h[k].alive == h[k].workers && !h[k].errors && !h[k].clock_mismatch &&
+                    (!k || h[k].rest_granted == h[k].calls);
+        }
+        ok[k] = bench_master_stop(&m) && ok[k];
+    }
+    printf("\nbench_rpc_latency --vouch %" PRId64 ": %s; loopback; %" PRId64 " workers%s%s, "
+           "lease %" PRId64 " ms, %" PRId64 " s, a master of its own each\n\n", o->vouch,
+           machine, o->workers, o->job ? " of job " : "", o->job ? o->job : "", o->lease_ms,
+           o->seconds);
+    printf("%-46s | %9s | %7s | %13s | %8s | %9s | %6s\n", "liveness", "beats/s", "master",
+           "CPU/worker-s", "vouches", "alive", "errors");
+    for (int k = 0; k < 2; k++)
+        printf("%-46s | %9.0f | %6.1f%% | %10.1f us | %8" PRId64 " | %9" PRId64 " | %6" PRId64
+               "%s\n", name[k], h[k].achieved_per_s, h[k].master_cpu_pct,
+               cpu_per_worker_s_us(&h[k]), h[k].vouches, h[k].alive, h[k].errors,
+               ok[k] ? "" : "  FAILED");
+    printf("\nmaster CPU per worker-second, vouched / beating: %.2f; heartbeats granted rest: "
+           "%" PRId64 " of %" PRId64 "\n\n", cpu_per_worker_s_us(&h[0]) > 0
+           ? cpu_per_worker_s_us(&h[1]) / cpu_per_worker_s_us(&h[0]) : 0, h[1].rest_granted,
+           h[1].calls);
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_str(&j, "name", "rpc_latency_vouch");
+    ts_json_str(&j, "machine", machine);
+    ts_json_bool(&j, "ok", ok[0] && ok[1]);
+    ts_json_int(&j, "workers", o->workers);
+    ts_json_int(&j, "shards", o->vouch);
+    ts_json_int(&j, "lease_ms", o->lease_ms);
+    ts_json_int(&j, "rest_ms", o->rest_ms);
+    ts_json_int(&j, "seconds", o->seconds);
+    ts_json_arr(&j, "rows");
+    for (int k = 0; k < 2; k++) {
+        ts_json_obj(&j, NULL);
+        ts_json_str(&j, "liveness", name[k]);
+        ts_json_bool(&j, "ok", ok[k]);
+        ts_json_num(&j, "heartbeats_per_s", bench_round1(h[k].achieved_per_s));
+        ts_json_num(&j, "master_cpu_pct", bench_round1(h[k].master_cpu_pct));
+        ts_json_num(&j, "master_cpu_per_worker_s_us", bench_round1(cpu_per_worker_s_us(&h[k])));
+        ts_json_int(&j, "vouches", h[k].vouches);
+        ts_json_int(&j, "rest_granted", h[k].rest_granted);
+        ts_json_int(&j, "alive", h[k].alive);
+        ts_json_int(&j, "errors", h[k].errors);
+        ts_json_end(&j);
+    }
+    ts_json_end(&j);
+    ts_json_obj(&j, "headline");
+    ts_json_num(&j, "ours", bench_round1(cpu_per_worker_s_us(&h[1])));
+    ts_json_num(&j, "baseline", bench_round1(cpu_per_worker_s_us(&h[0])));
+    ts_json_str(&j, "unit", "us of master CPU per worker-second of liveness: shards vouching "
+                "vs every worker beating");
+    ts_json_num(&j, "ratio", cpu_per_worker_s_us(&h[0]) > 0
+                ? (double)bench_round_i(cpu_per_worker_s_us(&h[1]) /
+                                        cpu_per_worker_s_us(&h[0]) * 1e3) / 1e3 : 0);
+    ts_json_end(&j);
+    if (bench_write_json(&j, o->out, &err)) {
+        fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);
+        return 1;
+    }
+    printf("wrote %s%s\n", o->out, ok[0] && ok[1] ? "" : " (marked \"ok\": false)");
+    return ok[0] && ok[1] ? 0 : 1;
+}
+
+/* ---- --conns: what a connection costs the master, beside what a worker costs it ---- */
+
+static int run_conns(const struct opts *o, const struct bench_master *proto,
+                     const char *machine)
+{
+    struct bench_master m = { .tls_dir = proto->tls_dir, .lease_ms = (int)o->lease_ms };
+    struct hb_result h = { 0 };
+    double per_conn = 0;
+    struct ts_err e = { 0 };
+    struct ts_json j;
+    bool ok;
+
+    fprintf(stderr, "conns: %" PRId64 " workers registered over %d connections, then %" PRId64
+            " connections of their own...\n", o->workers, HB_THREADS, o->conns);
+    ok = !bench_master_start(o->bin, &m, &e) && !hb_run(o, &m, &h, &e) &&
+         !hb_conn_cost(&m, o->conns, &per_conn, &e);
+    if (!ok)
+        fprintf(stderr, "bench_rpc_latency: --conns: %s\n", e.msg);
+    ok = bench_master_stop(&m) && ok && h.alive == h.workers && !h.errors;
+    printf("\nbench_rpc_latency --conns %" PRId64 ": %s; loopback\n\n", o->conns, machine);
+    printf("%-56s | %12s\n", "the master's resident memory", "bytes");
+    printf("%-56s | %12.0f\n", "a worker registered (over shared connections)",
+           h.rss_per_worker);
+    printf("%-56s | %12.0f\n", "a connection of its own (as each worker process holds)",
+           per_conn);
+    printf("\na connection costs %.1f times a registered worker%s\n\n",
+           h.rss_per_worker > 0 ? per_conn / h.rss_per_worker : 0, ok ? "" : "  FAILED");
+    ts_json_init(&j);
+    ts_json_obj(&j, NULL);
+    ts_json_str(&j, "name", "rpc_latency_conns");
+    ts_json_str(&j, "machine", machine);
+    ts_json_bool(&j, "ok", ok);
+    ts_json_int(&j, "workers", o->workers);
+    ts_json_int(&j, "connections", o->conns);
+    ts_json_num(&j, "master_rss_per_worker_bytes", bench_round1(h.rss_per_worker));
+    ts_json_num(&j, "master_rss_per_connection_bytes", bench_round1(per_conn));
+    ts_json_obj(&j, "headline");
+    ts_json_num(&j, "ours", bench_round1(per_conn));
+    ts_json_num(&j, "baseline", bench_round1(h.rss_per_worker));
+    ts_json_str(&j, "unit", "bytes of master memory: a connection of its own vs a registered "
+                "worker");
+    ts_json_num(&j, "ratio", h.rss_per_worker > 0
+                ? (double)bench_round_i(per_conn / h.rss_per_worker * 1e3) / 1e3 : 0);
+    ts_json_end(&j);
+    if (bench_write_json(&j, o->out, &e)) {
+        fprintf(stderr, "bench_rpc_latency: %s\n", e.msg);
+        return 1;
+    }
+    printf("wrote %s\n", o->out);
+    return ok ? 0 : 1;
+}
+
 /* ---- --master: the heartbeat load on a running cluster ---- */
 
 /* The master's pid if it runs on this host as a tessera-master (its ClusterStatus says which),
@@ -545,6 +694,15 @@ int main(int argc, char **argv)
           "bench/results/rpc_latency_sweep.json)", 0, 0 },
         { "rate", TS_FLAG_INT, &o.rate, "PER_S", "--sweep: heartbeats a second offered in all "
           "(default 2000)", 1, 1000000 },
+        { "vouch", TS_FLAG_INT, &o.vouch, "S", "instead: the master's CPU for --workers "
+          "beating every third of --lease-ms (default here 3000), against S simulated shards "
+          "vouching for them all and each worker beating every --rest-ms, a master of its "
+          "own each (default out: bench/results/rpc_latency_vouch.json)", 1, 64 },
+        { "conns", TS_FLAG_INT, &o.conns, "N", "instead: the master's memory for --workers "
+          "registered, then for N more connections each of its own, as N worker processes "
+          "hold (default out: bench/results/rpc_latency_conns.json)", 1, 100000 },
+        { "rest-ms", TS_FLAG_INT, &o.rest_ms, "MS", "--vouch: how often a vouched worker "
+          "beats (default 10000, the master's --worker-rest-ms)", 10, 600000 },
         { "master", TS_FLAG_STR, &o.master, "ADDR", "instead: only the heartbeat load, on the "
           "running master at ADDR (beside a real job, say; with --tls DIR for its "
           "certificates); exit 1 unless every worker is alive at the end with no error "
@@ -575,10 +733,13 @@ int main(int argc, char **argv)
     o.calls = o.calls ? o.calls : o.quick ? 1000 : 10000;
     o.workers = o.workers ? o.workers : o.quick ? 1000 : 10000;
     o.seconds = o.seconds ? o.seconds : o.quick ? 2 : 10;
-    o.lease_ms = o.lease_ms ? o.lease_ms : LEASE_MS;
+    o.lease_ms = o.lease_ms ? o.lease_ms : o.vouch ? 3000 : LEASE_MS;
+    o.rest_ms = o.rest_ms ? o.rest_ms : 10000;
     o.interval_ms = o.interval_ms ? o.interval_ms : o.lease_ms / 3;
     m.lease_ms = (int)o.lease_ms;
-    o.out = o.out ? o.out : o.sweep ? "bench/results/rpc_latency_sweep.json"
+    o.out = o.out ? o.out : o.conns ? "bench/results/rpc_latency_conns.json"
+                          : o.vouch ? "bench/results/rpc_latency_vouch.json"
+                          : o.sweep ? "bench/results/rpc_latency_sweep.json"
                           : o.master ? "bench/results/rpc_latency_load.json"
                                      : "bench/results/rpc_latency.json";
     o.rate = o.rate ? o.rate : 2000;
@@ -599,6 +760,10 @@ int main(int argc, char **argv)
     bench_machine_desc(r.machine, sizeof(r.machine));
     if (o.master)
         return run_load(&o, &m, r.machine);
+    if (o.vouch)
+        return run_vouch(&o, &m, r.machine);
+    if (o.conns)
+        return run_conns(&o, &m, r.machine);
     if (o.sweep) {
         struct sweep_row rows[SWEEP_MAX];
         for (int i = 0; i < nsweep; i++)

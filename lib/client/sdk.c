@@ -95,6 +95,14 @@ static ts_status salt_mode(struct tessera *t, struct ts_err *err)
     return TS_OK;
 }
 
+/* The membership's question: when a shard last answered this worker (sdk_reply.c). */
+static int64_t last_reply(void *arg)
+{
+    struct tessera *t = arg;
+
+    return atomic_load_explicit(&t->last_reply_ms, memory_order_relaxed);
+}
+
 static ts_status connect_remote(struct tessera *t, const struct tessera_options *o,
                                 struct ts_err *err)
 {
@@ -113,6 +121,7 @@ static ts_status connect_remote(struct tessera *t, const struct tessera_options 
     mc.start_workers = o->start_workers;
     mc.balance = o->balance != 0;
     mc.on_epoch = sdk_follow_epoch;
+    mc.last_reply_ms = last_reply;
     mc.arg = t;
     if ((st = ts_master_open(o->master, &t->master, err)))
         return st;

@@ -34,6 +34,7 @@
 #define TS_CLIENT_SDK_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -232,6 +233,8 @@ struct tessera {
     struct ts_cluster *cl;
     struct ts_master *master;
     struct ts_membership *ms;
+    _Atomic int64_t last_reply_ms;  /* the last shard reply read (sdk_reply.c), for the
+                                     * heartbeat's rest (ts_membership_cfg.last_reply_ms) */
     struct sdk_conns conns;       /* sdk_conn.c */
     struct sdk_hello_state hello; /* sdk_reply.c */
     struct sdk_recovery rec;      /* sdk_failover.c */

@@ -13,6 +13,7 @@
 #include "transport/auth.h"
 #include "transport/frame.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t tensor,
                          uint32_t part, void *dst, size_t cap, struct reply_info *ri,
@@ -32,6 +33,8 @@ ts_status sdk_read_reply(struct tessera *t, uint32_t s, uint16_t want, uint32_t 
         sdk_note_broken(t, s, st);
         return st;
     }
+    /* A shard answered: it vouches for this worker at its next heartbeat (may_rest). */
+    atomic_store_explicit(&t->last_reply_ms, ts_now_ms(), memory_order_relaxed);
     if (h.type == TS_FRAME_ERROR) {
         char text[256];
         size_t n = h.len < sizeof(text) - 1 ? h.len : sizeof(text) - 1;

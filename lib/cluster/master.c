@@ -24,6 +24,7 @@ struct ts_master {
 #define DEREGISTER_OUTCOME_MS 20000
 #define SLOTS_MAX 4096                /* a job's workers (services/master/jobs.h) */
 #define HELD_JOBS_MAX 256             /* a shard's jobs (services/shard/params.h SHARD_MAX_JOBS) */
+#define VOUCHED_MAX 65536             /* workers one shard heartbeat vouches for */
 
 struct ts_membership {
     struct ts_master *m;
@@ -41,6 +42,7 @@ struct ts_membership {
     pthread_cond_t cv;
     bool stop;
     atomic_uint id, registrations;
+    atomic_uint_least64_t rested;     /* heartbeats left out (may_rest) */
     atomic_bool caught_up;            /* workers: ts_membership_caught_up, this registration */
     atomic_uint_least64_t epoch, clock;
     struct ts_worker_report report;   /* under mu */
@@ -59,6 +61,12 @@ struct ts_membership {
     size_t nslots;
     pthread_mutex_t beat_mu;          /* one heartbeat (or registration) at a time */
     uint32_t interval_ms;
+    /* Workers (under mu): the last heartbeat's rest_ms (the shards vouch for this worker: it
+     * may leave beats out, docs/scaling.md), and news: a progress report or a task result
+     * waits to go, which no vouching carries. last_beat_ms: the heartbeat thread's own. */
+    uint32_t rest_ms;
+    bool news;
+    _Atomic int64_t last_beat_ms;
     /* Copies of the endpoints, for re-registering after the caller's are gone. */
     Tessera__V1__DataPlaneEndpoint endpoints[4];
     Tessera__V1__DataPlaneEndpoint *endpoint_ptrs[4];
@@ -366,6 +374,7 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     char sent_fp[65], sent_error[257];
     char (*ids)[TS_JOB_ID_MAX + 1] = NULL;
     char **ptrs = NULL;
+    uint32_t *vouched = NULL;
     ts_status st;
 
     req.kind = ms->cfg.kind;
@@ -386,6 +395,7 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     req.has_speed = ms->slot_s > 0;
     req.slot_seconds = ms->slot_s;
     req.speed_slots = ms->speed_slots;
+    ms->news = false;   /* going now; set again below if this beat is not answered */
     if (ms->result.id) {
         sent = ms->result;
         snprintf(sent_fp, sizeof(sent_fp), "%s", ms->result_fp);
@@ -397,6 +407,10 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     pthread_mutex_unlock(&ms->mu);
     if (ms->cfg.moves)
         req.moves_pending = ms->cfg.moves(ms->cfg.arg, &req.moves_epoch);
+    if (ms->cfg.vouched && (vouched = malloc(VOUCHED_MAX * sizeof(*vouched)))) {
+        req.vouched = vouched;
+        req.n_vouched = ms->cfg.vouched(ms->cfg.arg, vouched, VOUCHED_MAX);
+    }
     if (ms->cfg.held_jobs && ms->cfg.on_unknown_jobs &&
         (ids = malloc(HELD_JOBS_MAX * sizeof(*ids))) &&
         (ptrs = malloc(HELD_JOBS_MAX * sizeof(*ptrs))))
@@ -408,8 +422,14 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
         ms->cfg.on_unknown_jobs(ms->cfg.arg, resp->unknown_jobs, resp->n_unknown_jobs);
     free(ptrs);
     free(ids);
-    if (st)
+    free(vouched);
+    if (st) {
+        pthread_mutex_lock(&ms->mu);
+        ms->news |= req.has_progress || req.task_done;
+        pthread_mutex_unlock(&ms->mu);
         return st;
+    }
+    atomic_store(&ms->last_beat_ms, ts_now_ms());
     set_epoch(ms, resp->epoch);
     if (ms->cfg.kind == TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER) {
         pthread_mutex_lock(&ms->mu);
@@ -419,6 +439,7 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
             memcpy(ms->slots, resp->slots, ms->nslots * sizeof(*ms->slots));
         if (req.task_done && ms->result.id == req.task_done->id)
             ms->result.id = 0;   /* delivered */
+        ms->rest_ms = resp->rest_ms;
         if (resp->task && resp->task->id > ms->taken)
             ms->handed = (struct ts_task){ resp->task->id, resp->task->kind };
         pthread_mutex_unlock(&ms->mu);
@@ -482,6 +503,21 @@ size_t ts_membership_slots(struct ts_membership *ms, uint64_t *roster, uint32_t 
     return n;
 }
 
+/* Whether this worker's heartbeat may be left out now (mu held): the master said the shards
+ * vouch for it (rest_ms), a shard answered it within the last interval (so that shard's next
+ * heartbeat renews its lease), nothing waits to be reported, and its last own beat is less
+ * than rest_ms old. */
+static bool may_rest(struct ts_membership *ms)
+{
+    int64_t now = ts_now_ms(), reply, beat = atomic_load(&ms->last_beat_ms);
+
+    if (!ms->rest_ms || ms->news || !ms->cfg.last_reply_ms || !beat ||
+        now - beat >= (int64_t)ms->rest_ms)
+        return false;
+    reply = ms->cfg.last_reply_ms(ms->cfg.arg);
+    return reply && now - reply <= (int64_t)ms->interval_ms;
+}
+
 static void *heartbeat_main(void *arg)
 {
     struct ts_membership *ms = arg;
@@ -491,8 +527,14 @@ static void *heartbeat_main(void *arg)
     while (!ms->stop) {
         struct ts_err err = { 0 };
         struct timespec ts;
-        ts_status st;
+        ts_status st = TS_OK;
 
+        if (may_rest(ms)) {
+            atomic_fetch_add(&ms->rested, 1);
+            ts_abstime_ms(&ts, ms->interval_ms);
+            pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
+            continue;
+        }
         pthread_mutex_unlock(&ms->mu);
         st = beat_or_join(ms, &err);
         if (st && !warned)
@@ -616,6 +658,7 @@ bool ts_membership_task(struct ts_membership *ms, struct ts_task *out)
 void ts_membership_task_done(struct ts_membership *ms, const Tessera__V1__TaskInfo *r)
 {
     pthread_mutex_lock(&ms->mu);
+    ms->news = true;
     ms->result = *r;
     snprintf(ms->result_fp, sizeof(ms->result_fp), "%s", r->fingerprint ? r->fingerprint : "");
     snprintf(ms->result_error, sizeof(ms->result_error), "%s", r->error ? r->error : "");
@@ -692,6 +735,7 @@ void ts_membership_set_progress(struct ts_membership *ms, double loss, double ac
                                 double samples_per_s)
 {
     pthread_mutex_lock(&ms->mu);
+    ms->news |= ms->cfg.rank == 0;   /* the master shows rank 0's progress alone */
     ms->progress = true;
     ms->loss = loss;
     ms->accuracy = accuracy;

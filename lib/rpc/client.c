@@ -57,8 +57,9 @@ ts_status ts_rpc_channel_create(const char *target, const struct ts_rpc_channel_
         /* Our retry is the one retry: gRPC's own would hide attempts from the deadline math. */
         { .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ENABLE_RETRIES, .value.integer = 0 },
         { .key = NULL },   /* room for the TLS target name */
+        { .key = NULL },   /* and for own_connection */
     };
-    grpc_channel_args ca = { .num_args = sizeof(args) / sizeof(args[0]) - 1, .args = args };
+    grpc_channel_args ca = { .num_args = sizeof(args) / sizeof(args[0]) - 2, .args = args };
     grpc_channel_credentials *creds;
     struct ts_rpc_channel *c;
     bool secure;
@@ -81,6 +82,10 @@ ts_status ts_rpc_channel_create(const char *target, const struct ts_rpc_channel_
         args[ca.num_args++] = (grpc_arg){ .type = GRPC_ARG_STRING,
                                           .key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG,
                                           .value.string = TS_TLS_SERVER_NAME };
+    if (opts && opts->own_connection)
+        args[ca.num_args++] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
+                                          .key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
+                                          .value.integer = 1 };
     c->ch = grpc_channel_create(target, creds, &ca);
     grpc_channel_credentials_release(creds);
     *out = c;

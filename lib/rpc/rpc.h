@@ -153,6 +153,10 @@ void ts_rpc_server_wake(struct ts_rpc_server *s);
 struct ts_rpc_channel_opts {
     size_t max_message;       /* largest message received; 0: the largest max_request of the
                                * services' methods */
+    /* A connection of its own, not shared with this process's other channels to the same
+     * target (gRPC shares them by default), as a separate process has: for measuring what a
+     * connection costs a server (bench_rpc_latency --conns). */
+    bool own_connection;
 };
 
 /* A channel to target ("127.0.0.1:7070"). Connects lazily. The caller owns *out, frees it with

@@ -51,6 +51,7 @@ int main(int argc, char **argv)
     int64_t idle_ms = JOBS_DEFAULT_IDLE_MS, history = JOBS_DEFAULT_HISTORY, restarts = 0;
     bool shared_certs = false;
     int64_t per_identity = JOBS_DEFAULT_PER_OWNER, start_deadline = -1;   /* -1: not given */
+    int64_t rest_ms = 10000;
     const struct ts_flag flags[] = {
         TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:7070; port 0 picks a free one)"),
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "default member lease (default 3000)", 100,
@@ -91,6 +92,10 @@ int main(int argc, char **argv)
         { "restarts", TS_FLAG_INT, &restarts, "N", "this process is restart N of the cluster's "
                                                    "master (set by tessera up; shown by tessera "
                                                    "status)", 0, 1000000 },
+        { "worker-rest-ms", TS_FLAG_INT, &rest_ms, "MS", "a worker whose frames the shards "
+          "vouch for may go this long without a heartbeat of its own (at least a third of its "
+          "lease; default 10000; 0: every worker beats every third of its lease; "
+          "docs/scaling.md)", 0, 600000 },
         { "allow-shared-certs", TS_FLAG_BOOL, &shared_certs, NULL, "under mutual TLS, let "
           "shards register with a role certificate that names no member (shard.pem of an "
           "older `tessera certs init`): any holder of it can add shards; refused by default "
@@ -127,7 +132,8 @@ int main(int argc, char **argv)
                                    .pause_ms = lease_ms / 2 > 1000 ? lease_ms / 2 : 1000,
                                    /* a partition of the master's host heals within
                                     * minutes, or it is not one */
-                                   .deaf_max_ms = 10 * (int64_t)lease_ms };
+                                   .deaf_max_ms = 10 * (int64_t)lease_ms,
+                                   .rest_ms = (uint32_t)rest_ms };
     /* A worker registers once it started, read its data set and connected: seconds for a
      * Python rank that imports torch, so never less than 10 s by default. */
     if (start_deadline < 0)

@@ -1,5 +1,6 @@
-/* members.c - see members.h. The views of the table and the restore from one are
- * members_view.c's; what both share is members_internal.h.
+/* members.c - see members.h. The table's arrays and index are members_table.c's, leases
+ * running out members_lease.c's, the views of the table and the restore from one
+ * members_view.c's; what they share is members_internal.h.
  *
  * Members live in two arrays, shards and workers, in id order: heartbeats (the hot path:
  * thousands a second from large jobs) find their member by binary search. Registration finds an
@@ -19,7 +20,6 @@
 #include <string.h>
 
 #include <openssl/crypto.h>
-#include <xxhash.h>
 
 #include "members_internal.h"
 #include "placement/ring.h"
@@ -162,142 +162,6 @@ void ts_members_free(struct ts_members *m)
     free(m);
 }
 
-/* ---- the table ---- */
-
-struct table *members_table_of(struct ts_members *m, enum ts_member_kind k)
-{
-    return k == TS_MEMBER_SHARD ? &m->shards : &m->workers;
-}
-
-static size_t slot_of(const struct table *t, const char *instance)
-{
-    return (size_t)XXH3_64bits(instance, strlen(instance)) & (t->index_cap - 1);
-}
-
-struct ts_member *members_find_instance(struct table *t, const char *instance)
-{
-    if (!t->index_cap)
-        return NULL;
-    for (size_t s = slot_of(t, instance); t->index[s]; s = (s + 1) & (t->index_cap - 1))
-        if (strcmp(t->v[t->index[s] - 1].instance, instance) == 0)
-            return &t->v[t->index[s] - 1];
-    return NULL;
-}
-
-static void index_put(struct table *t, const struct ts_member *e)
-{
-    size_t s = slot_of(t, e->instance);
-
-    while (t->index[s])
-        s = (s + 1) & (t->index_cap - 1);
-    t->index[s] = (uint32_t)(e - t->v) + 1;
-}
-
-/* The member with this id, or NULL. */
-struct ts_member *members_find_id(struct table *t, uint32_t id)
-{
-    size_t lo = 0, hi = t->n;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (t->v[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < t->n && t->v[lo].id == id ? &t->v[lo] : NULL;
-}
-
-/* Gives back the room of forgotten members: without it the table and its index stay as large
- * as they ever were (a member is about 1.9 KiB: a job of 10,000 workers left 31 MB behind for
- * good). Capacities come down to under four times what is left; a failed allocation keeps
- * the larger block. The index is rebuilt by the caller. */
-static void shrink(struct table *t)
-{
-    size_t cap = t->cap, icap = t->index_cap;
-
-    while (cap / 2 >= 16 && t->n <= cap / 4)
-        cap /= 2;
-    if (cap < t->cap) {
-        struct ts_member *v = realloc(t->v, cap * sizeof(*v));
-        if (v) {
-            t->v = v;
-            t->cap = cap;
-        }
-    }
-    while (icap / 2 >= 64 && 4 * t->n <= icap / 2)
-        icap /= 2;
-    if (icap < t->index_cap) {
-        uint32_t *idx = calloc(icap, sizeof(*idx));
-        if (idx) {
-            free(t->index);
-            t->index = idx;
-            t->index_cap = icap;
-        }
-    }
-}
-
-/* Forgets the oldest departed (left or dead) workers once more than TS_MEMBERS_KEEP_DEPARTED
- * are kept, down to half that (so the rebuild is paid once per many departures). Moves
- * members: call it last, with no member pointer held. */
-void members_prune(struct table *t)
-{
-    size_t k = 0, gone = 0, drop;
-
-    for (size_t i = 0; i < t->n; i++)
-        gone += t->v[i].state != TS_MEMBER_ALIVE;
-    if (gone <= TS_MEMBERS_KEEP_DEPARTED)
-        return;
-    drop = gone - TS_MEMBERS_KEEP_DEPARTED / 2;
-    for (size_t i = 0; i < t->n; i++) {
-        if (t->v[i].state != TS_MEMBER_ALIVE && drop) {
-            drop--;
-            continue;
-        }
-        t->v[k++] = t->v[i];
-    }
-    t->n = k;
-    shrink(t);
-    memset(t->index, 0, t->index_cap * sizeof(*t->index));
-    for (size_t i = 0; i < t->n; i++)
-        index_put(t, &t->v[i]);
-}
-
-/* Indexes the member just appended (its instance set), growing the index to stay half empty. */
-ts_status members_index_add(struct table *t, const struct ts_member *e, struct ts_err *err)
-{
-    if (2 * t->n > t->index_cap) {
-        size_t cap = t->index_cap ? 2 * t->index_cap : 64;
-        uint32_t *idx = calloc(cap, sizeof(*idx));
-        if (!idx)
-            return ts_err_set(err, TS_ENOMEM, "members: out of memory");
-        free(t->index);
-        t->index = idx;
-        t->index_cap = cap;
-        for (size_t i = 0; i < t->n; i++)
-            index_put(t, &t->v[i]);
-        return TS_OK;
-    }
-    index_put(t, e);
-    return TS_OK;
-}
-
-ts_status members_append(struct table *t, struct ts_member **out, struct ts_err *err)
-{
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 16;
-        struct ts_member *v = realloc(t->v, cap * sizeof(*v));
-        if (!v)
-            return ts_err_set(err, TS_ENOMEM, "members: out of memory");
-        t->v = v;
-        t->cap = cap;
-    }
-    *out = &t->v[t->n++];
-    memset(*out, 0, sizeof(**out));
-    (*out)->id = ++t->next_id;
-    return TS_OK;
-}
-
 static ts_status make_durable(struct ts_members *m, struct ts_err *err)
 {
     struct ts_members_clock c = { m->epoch, m->shards.reserved, m->workers.reserved };
@@ -390,6 +254,7 @@ static void grant(struct ts_members *m, const struct ts_member *e, uint64_t know
     g->lease_ms = e->lease_ms;
     g->map_changed = known_epoch != m->epoch;
     g->joined = joined;
+    g->rest_ms = 0;
 }
 
 /* Whether cred may act for e (members.h, struct ts_member_cred): `what` names the act for the
@@ -623,6 +488,10 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
         if (clock > e->clock)
             e->clock = clock;
         grant(m, e, known_epoch, false, g);
+        if (kind == TS_MEMBER_WORKER) {
+            m->worker_beats++;
+            g->rest_ms = members_rest_for(m, e, now_ms);
+        }
     }
     pthread_mutex_unlock(&m->mu);
     return st;

@@ -78,6 +78,7 @@ struct ts_member {
     int64_t grace_until_ms;                   /* not declared dead before (ts_members_restore,
                                                * a pause of the master: cfg.pause_ms) */
     bool heard;                               /* a heartbeat came since it (re)registered */
+    int64_t vouched_ms;                       /* workers: a shard last vouched for it (0 never) */
     int64_t lease_due_ms;                     /* its earliest entry in the lease queue (0:
                                                * none; members_lease.c, leaseq.h) */
     /* The SHA-256 of the secret it registered with (has_secret; see ts_member_cred). */
@@ -143,6 +144,10 @@ struct ts_members_cfg {
      * (docs/membership.md, "A master cut off"). 0: off (the unit tests, unless they test
      * it). */
     int64_t deaf_max_ms;
+    /* How long a worker the shards vouch for may go without a heartbeat of its own
+     * (HeartbeatResponse.rest_ms; at least a third of its lease); 0: workers always beat
+     * every interval (tessera-master --worker-rest-ms 0). */
+    uint32_t rest_ms;
 };
 
 /* What a register or heartbeat grants. */
@@ -152,6 +157,9 @@ struct ts_member_grant {
     uint32_t lease_ms;
     bool map_changed;
     bool joined;             /* registrations: the member is new, or was dead (not a retry) */
+    /* Worker heartbeats: above 0, it may rest (HeartbeatResponse.rest_ms): the shards vouched
+     * for it lately, and they beat at least as often as it must. */
+    uint32_t rest_ms;
 };
 
 /* A consistent copy for ClusterStatus and GetShardMap. */
@@ -164,6 +172,8 @@ struct ts_members_view {
     uint32_t shard_failures;                  /* shards declared dead so far */
     /* leases that ran out since this master began (not kept by ts_members_restore) */
     uint64_t shard_expiries, worker_expiries;
+    /* workers' leases renewed so far by their own heartbeats, and by shards vouching */
+    uint64_t worker_beats, worker_vouches;
     struct ts_member *shards, *workers;       /* by id */
     size_t nshards, nworkers;
     /* Every worker by state (its enum ts_member_state; [0] unused), whatever was copied, and
@@ -219,6 +229,11 @@ void ts_members_set_restarts(struct ts_members *m, enum ts_member_kind kind, uin
                              uint32_t restarts);
 /* Records a worker's report (after a heartbeat it was accepted). */
 void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member_report *r);
+/* A shard's heartbeat vouched for these workers (HeartbeatRequest.vouched): each alive one
+ * among them has its lease renewed at now_ms, as by a heartbeat of its own; ids that are not
+ * alive workers are passed over (a worker declared dead is not brought back by its frames).
+ * Returns how many were renewed. */
+size_t ts_members_vouched(struct ts_members *m, const uint32_t *ids, size_t n, int64_t now_ms);
 /* "alive", "dead" or "left" (static storage). */
 const char *ts_member_state_name(enum ts_member_state s);
 ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, uint32_t id,

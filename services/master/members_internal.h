@@ -1,5 +1,7 @@
 /* members_internal.h - what members.c (the membership table: registration, the ring),
- * members_lease.c (leases running out, in time order) and members_view.c (the table copied
+ * members_table.c (its arrays and index, members' states and their queued leases),
+ * members_lease.c (leases running out, in time order; the shards' vouches) and
+ * members_view.c (the table copied
  * out into views, and back in by a restarted master) share: the table's structs and the
  * table operations members.c keeps for the other two. Not for the rest of the master: members.h is its interface. Every function here
  * runs with the table's mutex (struct ts_members.mu) held.
@@ -47,7 +49,11 @@ struct ts_members {
      * only after a member's state or lease changed (roster_stale), not on every tick. */
     size_t alive_n;
     uint32_t alive_min_lease_ms;
+    uint32_t shard_max_lease_ms;    /* the longest lease of an alive shard (0: none) */
     bool roster_stale;
+    /* Workers' leases renewed so far by their own heartbeats and by shards vouching for them
+     * (ts_members_vouched), for /metrics. */
+    uint64_t worker_beats, worker_vouches;
 };
 
 static inline const char *kind_name(enum ts_member_kind k)
@@ -72,6 +78,16 @@ void members_declare_dead(struct ts_members *m, struct ts_member *e, const char 
 /* Sets e's state; an alive member's lease is queued (members_lease.c), again if it may now
  * run out sooner than its queued entry says. Every change of state or lease goes here. */
 void members_set_state(struct ts_members *m, struct ts_member *e, enum ts_member_state s);
+/* Counts the alive members again if one changed since (roster_stale). */
+void members_roster(struct ts_members *m);
+/* Whether worker e, never heard since it registered, is held to the default lease; and the
+ * first time e may be declared dead: silent past its lease, and out of any grace. */
+bool members_first_lease(const struct ts_members *m, const struct ts_member *e);
+int64_t members_lease_due(const struct ts_members *m, const struct ts_member *e);
+/* A worker's HeartbeatResponse.rest_ms at now_ms (0: it beats every interval). */
+uint32_t members_rest_for(struct ts_members *m, const struct ts_member *e, int64_t now_ms);
+/* Queues e's lease unless an entry at or before its due is queued already. */
+void members_lease_queue(struct ts_members *m, struct ts_member *e);
 /* Queues the lease of every alive member (a restored table, or after lease_rescan). */
 void members_lease_queue_all(struct ts_members *m);
 /* Rebuilds the ring over the alive shards not joining and moves the epoch on (logged with

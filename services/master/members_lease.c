@@ -1,6 +1,7 @@
 /* members_lease.c - members declared dead when their lease runs out, in time order; a master
- * that did not run, or that hears no member at all, declares nobody dead for it. See
- * members.h (ts_members_expire) and leaseq.h.
+ * that did not run, or that hears no member at all, declares nobody dead for it; workers'
+ * leases renewed by the shards that serve them. See members.h (ts_members_expire,
+ * ts_members_vouched) and leaseq.h; the queue's entries are made in members_table.c.
  *
  * The reaper runs twenty times a lease (main.c). It used to scan every member each time:
  * about 19 MB of member records at 10,000 workers (docs/scaling.md). Now it pops only the
@@ -12,55 +13,6 @@
 
 #include "members_internal.h"
 #include "util/log.h"
-
-/* A worker never heard since it registered gets the default lease at most: a registration
- * with a long lease and no heartbeat would hold its job's slot so long. */
-static bool first_lease(const struct ts_members *m, const struct ts_member *e)
-{
-    return e->kind == TS_MEMBER_WORKER && !e->heard && e->lease_ms > m->cfg.default_lease_ms;
-}
-
-/* The first time e may be declared dead: silent past its lease, and out of any grace. */
-static int64_t lease_due(const struct ts_members *m, const struct ts_member *e)
-{
-    uint32_t lease = first_lease(m, e) ? m->cfg.default_lease_ms : e->lease_ms;
-    int64_t due = e->last_heartbeat_ms + (int64_t)lease + 1;
-
-    return e->grace_until_ms > due ? e->grace_until_ms : due;
-}
-
-/* Queues e's lease unless an entry at or before its due is queued already. */
-static void queue(struct ts_members *m, struct ts_member *e)
-{
-    int64_t due = lease_due(m, e);
-
-    if (e->lease_due_ms && e->lease_due_ms <= due)
-        return;
-    if (leaseq_push(&m->leases, due, e->kind, e->id, NULL))
-        m->lease_rescan = true;
-    else
-        e->lease_due_ms = due;
-}
-
-void members_set_state(struct ts_members *m, struct ts_member *e, enum ts_member_state s)
-{
-    e->state = s;
-    m->roster_stale = true;
-    if (s == TS_MEMBER_ALIVE)
-        queue(m, e);
-}
-
-void members_lease_queue_all(struct ts_members *m)
-{
-    struct table *tables[2] = { &m->shards, &m->workers };
-
-    m->lease_rescan = false;
-    m->roster_stale = true;
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < tables[k]->n; i++)
-            if (tables[k]->v[i].state == TS_MEMBER_ALIVE)
-                queue(m, &tables[k]->v[i]);
-}
 
 /* Declares dead the members whose lease ran out by now_ms; returns how many. mu held. */
 static int expire_due(struct ts_members *m, int64_t now_ms,
@@ -78,13 +30,13 @@ static int expire_due(struct ts_members *m, int64_t now_ms,
             e->lease_due_ms = 0;       /* its earliest entry: gone now */
         if (e->state != TS_MEMBER_ALIVE)
             continue;
-        if (now_ms < lease_due(m, e)) {
-            queue(m, e);               /* heard since, or in grace */
+        if (now_ms < members_lease_due(m, e)) {
+            members_lease_queue(m, e);               /* heard since, or in grace */
             continue;
         }
         n++;
         m->expired[e->kind == TS_MEMBER_WORKER]++;
-        if (first_lease(m, e))
+        if (members_first_lease(m, e))
             snprintf(why, sizeof(why), "no heartbeat within %u ms of registering (the default "
                      "lease; it asked for %u ms)", m->cfg.default_lease_ms, e->lease_ms);
         else
@@ -95,6 +47,28 @@ static int expire_due(struct ts_members *m, int64_t now_ms,
             dead(ctx, e->id);
     }
     return n;
+}
+
+/* ---- workers vouched for by the shards (docs/scaling.md) ---- */
+
+size_t ts_members_vouched(struct ts_members *m, const uint32_t *ids, size_t n, int64_t now_ms)
+{
+    size_t renewed = 0;
+
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < n; i++) {
+        struct ts_member *e = members_find_id(&m->workers, ids[i]);
+        if (!e || e->state != TS_MEMBER_ALIVE)
+            continue;
+        if (now_ms > e->last_heartbeat_ms)
+            e->last_heartbeat_ms = now_ms;
+        e->vouched_ms = now_ms;
+        e->heard = true;   /* its frames came: no registration without a process behind it */
+        renewed++;
+    }
+    m->worker_vouches += renewed;
+    pthread_mutex_unlock(&m->mu);
+    return renewed;
 }
 
 /* Every alive member's silence up to now is the master's own, not theirs: each gets a lease
@@ -127,19 +101,7 @@ static bool deaf(struct ts_members *m, int64_t now_ms)
     int64_t lease, silent = now_ms - m->last_heard_ms;
     size_t alive;
 
-    if (m->roster_stale) {
-        struct table *tables[2] = { &m->shards, &m->workers };
-        m->alive_n = 0;
-        m->alive_min_lease_ms = UINT32_MAX;
-        for (int k = 0; k < 2; k++)
-            for (size_t i = 0; i < tables[k]->n; i++)
-                if (tables[k]->v[i].state == TS_MEMBER_ALIVE) {
-                    m->alive_n++;
-                    if (tables[k]->v[i].lease_ms < m->alive_min_lease_ms)
-                        m->alive_min_lease_ms = tables[k]->v[i].lease_ms;
-                }
-        m->roster_stale = false;
-    }
+    members_roster(m);
     alive = m->alive_n;
     lease = m->alive_min_lease_ms;
     if (m->cfg.deaf_max_ms > 0 && alive >= 2 && silent > lease / 2 &&

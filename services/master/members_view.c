@@ -64,6 +64,8 @@ static void view_head(struct ts_members *m, struct ts_members_view *v)
     v->shard_failures = m->shard_failures;
     v->shard_expiries = m->expired[0];
     v->worker_expiries = m->expired[1];
+    v->worker_beats = m->worker_beats;
+    v->worker_vouches = m->worker_vouches;
 }
 
 ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,

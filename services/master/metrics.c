@@ -13,7 +13,7 @@
 static struct {
     struct ts_metric_family *epoch, *members, *failures, *expiries, *jobs, *rollbacks;
     struct ts_metric_family *step, *loss, *accuracy, *rate;
-    struct ts_metric_family *maps, *map_bytes;
+    struct ts_metric_family *maps, *map_bytes, *renewals;
 } fam;
 
 /* job's progress gauges while it runs (or idles, kept); gone once it ended. */
@@ -63,6 +63,8 @@ static void collect(void *arg)
         ts_counter_set(ts_metric_one(fam.failures, NULL), v.shard_failures);
         ts_counter_set(ts_metric_one(fam.expiries, "shard"), v.shard_expiries);
         ts_counter_set(ts_metric_one(fam.expiries, "worker"), v.worker_expiries);
+        ts_counter_set(ts_metric_one(fam.renewals, "heartbeat"), v.worker_beats);
+        ts_counter_set(ts_metric_one(fam.renewals, "shard"), v.worker_vouches);
         count_members(v.shards, v.nshards, "shard");
         count_members(v.workers, v.nworkers, "worker");
         ts_members_view_free(&v);
@@ -115,6 +117,10 @@ void master_metrics_init(struct master *m)
     fam.rate = ts_metrics_family("tessera_job_samples_per_second", "samples of the global "
                                  "batch per second over that report", TS_METRIC_GAUGE,
                                  "job_id", NULL, 0);
+    fam.renewals = ts_metrics_family("tessera_worker_lease_renewals_total", "workers' leases "
+                                     "renewed: by their own heartbeat, or by a shard that "
+                                     "answered their frames (vouched)", TS_METRIC_COUNTER, "by",
+                                     NULL, 0);
     fam.maps = ts_metrics_family("tessera_shard_map_answers_total", "GetShardMap answers: the "
                                  "whole map, or a delta from a map the caller held",
                                  TS_METRIC_COUNTER, "as", NULL, 0);

@@ -287,7 +287,11 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
             return st;
         slots_of(call, m, req->id, resp);
         master_task_beat(call, m, req->id, req->task_done ? &done : NULL, resp);
+        /* An elastic job's slots move by heartbeat: its workers beat every interval. */
+        resp->rest_ms = resp->roster ? 0 : g.rest_ms;
     } else {
+        if (req->n_vouched)
+            ts_members_vouched(m->members, req->vouched, req->n_vouched, ts_now_ms());
         ts_members_moves(m->members, req->id, req->moves_epoch, req->moves_pending);
         rosters_of(call, m, resp);
         unknown_of(call, m, req, resp);

@@ -628,6 +628,8 @@ static ts_status serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
          h->type == TS_FRAME_ROWS_COPY) &&
         rolled_back(dc, err))
         return TS_EROLLBACK;
+    if (dc->member && !dc->link)   /* a worker's frame: its shard vouches for it */
+        atomic_store_explicit(&dc->answered, true, memory_order_relaxed);
     switch (h->type) {
     case TS_FRAME_PUSH:
         if (h->flags & TS_PUSH_ROUND)   /* a new step's pushes begin */
@@ -891,6 +893,28 @@ static void *accept_main(void *arg)
                c->peer);
     }
     return NULL;
+}
+
+static int by_id(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+size_t dataplane_vouched(struct dataplane *dp, uint32_t *ids, size_t max)
+{
+    size_t n = 0, k = 0;
+
+    pthread_mutex_lock(&dp->mu);
+    for (struct dp_conn *dc = dp->conns; dc && n < max; dc = dc->next)
+        if (dc->member && atomic_exchange(&dc->answered, false))
+            ids[n++] = dc->member;
+    pthread_mutex_unlock(&dp->mu);
+    qsort(ids, n, sizeof(*ids), by_id);   /* a worker may hold several connections here */
+    for (size_t i = 0; i < n; i++)
+        if (!k || ids[k - 1] != ids[i])
+            ids[k++] = ids[i];
+    return k;
 }
 
 void dataplane_counters(struct dataplane *dp, uint64_t *in, uint64_t *refused)

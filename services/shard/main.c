@@ -91,6 +91,14 @@ static void on_unknown_jobs(void *arg, char *const *ids, size_t n)
     shard_params_orphans(&s->params, ids, n, ts_now_ms());
 }
 
+/* The workers this shard answered since its last heartbeat, which vouches for them. */
+static size_t vouched(void *arg, uint32_t *ids, size_t max)
+{
+    struct shard *s = arg;
+
+    return dataplane_vouched(&s->dp, ids, max);
+}
+
 /* The heartbeat's report of what joining shards still wait for (docs/replication.md). */
 static uint64_t moves(void *arg, uint64_t *epoch)
 {
@@ -242,6 +250,7 @@ int main(int argc, char **argv)
     mcfg.on_roster = on_roster;
     mcfg.held_jobs = held_jobs;
     mcfg.on_unknown_jobs = on_unknown_jobs;
+    mcfg.vouched = vouched;
     mcfg.arg = &s;
     mcfg.lease_ms = (uint32_t)lease_ms;
     mcfg.restarts = (uint32_t)restarts;

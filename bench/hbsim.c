@@ -295,6 +295,44 @@ static void *vouch_main(void *arg)
     return NULL;
 }
 
+/* Workers leave from DEREG_THREADS threads over the HB_THREADS channels, so that many
+ * Deregisters are in flight at once, as when the workers of a job end together. */
+#define DEREG_THREADS 64
+
+struct hb_leaver {
+    pthread_t tid;
+    int idx;
+    struct hb_plan *plan;
+    struct ts_rpc_channel *ch;   /* borrowed from an hb_thread */
+    int64_t left, errors;
+    struct ts_err err;
+};
+
+static void *hb_deregister_main(void *arg)
+{
+    struct hb_leaver *t = arg;
+
+    for (int64_t w = t->idx; w < t->plan->workers; w += DEREG_THREADS) {
+        Tessera__V1__DeregisterRequest req = TESSERA__V1__DEREGISTER_REQUEST__INIT;
+        Tessera__V1__DeregisterResponse *r;
+        struct ts_err e = { 0 };
+        req.kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_WORKER;
+        req.id = t->plan->ids[w];
+        req.reason = "bench_rpc_latency: done";
+        req.secret = (ProtobufCBinaryData){ sizeof(hb_secret), hb_secret };
+        if (ts_rpc_unary(t->ch, M_PATH("Deregister"), &req.base,
+                         &tessera__v1__deregister_response__descriptor, (ProtobufCMessage **)&r,
+                         CALL_MS, &e)) {
+            if (!t->errors++)
+                t->err = e;
+            continue;
+        }
+        t->left++;
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+    }
+    return NULL;
+}
+
 static void hb_start(struct hb_thread *th, void *(*fn)(void *))
 {
     for (int i = 0; i < HB_THREADS; i++)
@@ -458,6 +496,22 @@ ts_status hb_bench(const struct hb_load *l, const struct bench_master *m, struct
     if (!st && !(st = hb_verify(&p, res, err)) && m->pid &&
         !(st = bench_proc_rss(m->pid, &rss1, err)))
         res->rss_per_worker = ((double)rss1 - (double)rss0) / (double)l->workers;
+    if (!st && l->deregister) {
+        struct hb_leaver lv[DEREG_THREADS];
+        memset(lv, 0, sizeof(lv));
+        t0 = ts_now_ns();
+        for (int i = 0; i < DEREG_THREADS; i++) {
+            lv[i] = (struct hb_leaver){ .idx = i, .plan = &p, .ch = th[i % HB_THREADS].ch };
+            pthread_create(&lv[i].tid, NULL, hb_deregister_main, &lv[i]);
+        }
+        for (int i = 0; i < DEREG_THREADS; i++) {
+            pthread_join(lv[i].tid, NULL);
+            res->deregistered += lv[i].left;
+            if (lv[i].errors && !st)
+                st = ts_err_set(err, lv[i].err.code, "Deregister: %s", lv[i].err.msg);
+        }
+        res->deregister_s = (double)(ts_now_ns() - t0) / 1e9;
+    }
 out_free:
     ts_rpc_channel_free(v.ch);
     free(v.shards);

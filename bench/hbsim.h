@@ -7,8 +7,8 @@
  * (open loop: a thread behind schedule sends at once and counts the send late), reading the
  * master's CPU from /proc/PID/stat when it runs on this host; then times ClusterStatus with
  * every worker in it and checks that each worker is alive and that its clock equals the
- * heartbeats acknowledged to it. The workers are not deregistered: they stay until their lease
- * runs out on the master. The ClusterStatus calls that check makes are here too, for
+ * heartbeats acknowledged to it. With hb_load.deregister each worker then leaves (Deregister);
+ * else they stay until their lease runs out on the master. The ClusterStatus calls that check makes are here too, for
  * rpc_latency.c to time on their own.
  * Ownership: the pointers a call takes are borrowed for the call and the module keeps none;
  * a ClusterStatus reply it hands back is the caller's (see each call).
@@ -37,12 +37,15 @@ struct hb_load {
      * frames they answer), and the workers beat every interval_ms all the same (the caller
      * sets it to the rest the master grants: docs/scaling.md). */
     int64_t vouch_shards;
+    bool deregister;          /* at the end, each worker leaves (Deregister), timed */
 };
 
 struct hb_result {
     int64_t workers, calls, errors, late, alive, clock_mismatch;
     int64_t rest_granted;           /* heartbeats answered with a rest_ms above 0 */
     int64_t vouches;                /* shard heartbeats sent, each vouching for every worker */
+    int64_t deregistered;           /* hb_load.deregister: workers that left, answered OK */
+    double deregister_s;
     double offered_per_s, achieved_per_s, master_cpu_pct, client_cpu_pct, register_s;
     struct bench_lat lat;
     struct bench_lat loaded;        /* ClusterStatus with all workers registered */

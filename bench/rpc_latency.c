@@ -15,7 +15,9 @@
  *      benchmark that loses members is wrong.
  * It starts its own tessera-master on an ephemeral port and stops it by pid on every exit path
  * (and the kernel sends the master SIGTERM should this process die first: PR_SET_PDEATHSIG).
- * Output: a table on stdout and a JSON file whose headline is the C p99 against the 1 ms goal. */
+ * Output: a table on stdout and a JSON file whose headline is the C p99 against the 1 ms goal.
+ * Its other modes (--sweep, --master here; --vouch, --conns in rpc_latency_modes.c) measure
+ * the master under many workers (docs/scaling.md). */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -28,6 +30,7 @@
 
 #include "benchlib.h"
 #include "hbsim.h"
+#include "rpc_latency.h"
 #include "rpc/rpc.h"
 #include "tessera/v1/master.pb-c.h"
 #include "util/flags.h"
@@ -38,11 +41,6 @@
 #define GOAL_MS 1.0
 #define SWEEP_MAX 16
 
-struct opts {
-    const char *bin, *out, *python, *job, *sweep, *master;
-    int64_t calls, workers, seconds, interval_ms, lease_ms, rate, vouch, rest_ms, conns;
-    bool quick;
-};
 
 struct results {
     char machine[192];
@@ -111,12 +109,12 @@ static ts_status run_python(const struct opts *o, const char *target, struct ben
 
 /* ---- Heartbeat from W simulated workers (hbsim.c) ---- */
 
-static ts_status hb_run(const struct opts *o, const struct bench_master *m,
-                        struct hb_result *res, struct ts_err *err)
+ts_status hb_run(const struct opts *o, const struct bench_master *m, struct hb_result *res,
+                 struct ts_err *err)
 {
     const struct hb_load l = { .job = o->job, .workers = o->workers, .seconds = o->seconds,
                                .interval_ms = o->interval_ms, .lease_ms = o->lease_ms,
-                               .vouch_shards = o->vouch };
+                               .vouch_shards = o->vouch, .deregister = o->master != NULL };
 
     return hb_bench(&l, m, res, err);
 }
@@ -234,6 +232,10 @@ static void json_hb(struct ts_json *j, const struct opts *o, const struct hb_res
     ts_json_int(j, "alive_at_end", h->alive);
     ts_json_int(j, "clock_mismatches", h->clock_mismatch);
     ts_json_num(j, "register_s", (double)bench_round_i(h->register_s * 1000) / 1000);
+    if (h->deregister_s > 0) {
+        ts_json_int(j, "deregistered", h->deregistered);
+        ts_json_num(j, "deregister_s", (double)bench_round_i(h->deregister_s * 1000) / 1000);
+    }
     ts_json_end(j);
     json_lat(j, "c_clusterstatus_loaded_us", &h->loaded);
     ts_json_int(j, "workers", h->workers);
@@ -409,154 +411,6 @@ static ts_status write_sweep_json(const struct opts *o, const char *machine,
     return bench_write_json(&j, o->out, err);
 }
 
-/* ---- --vouch: workers beating, against shards vouching for them ---- */
-
-/* The master's CPU a worker costs a second of liveness, in us. */
-static double cpu_per_worker_s_us(const struct hb_result *h)
-{
-    return h->workers ? h->master_cpu_pct / 100.0 / (double)h->workers * 1e6 : 0;
-}
-
-/* Two masters of their own, the same workers and lease: [0] each worker beats every third of
- * its lease; [1] --vouch shards vouch for all of them every third of the lease and each
- * worker beats every --rest-ms, as workers the master lets rest do (docs/scaling.md). */
-static int run_vouch(const struct opts *o, const struct bench_master *proto,
-                     const char *machine)
-{
-    struct hb_result h[2];
-    bool ok[2];
-    const char *name[2] = { "every worker beats every third of its lease",
-                            "shards vouch, workers beat every --rest-ms" };
-    struct ts_json j;
-    struct ts_err err = { 0 };
-
-    for (int k = 0; k < 2; k++) {
-        struct opts ok_o = *o;
-        struct bench_master m = { .tls_dir = proto->tls_dir, .lease_ms = (int)o->lease_ms };
-        struct ts_err e = { 0 };
-        memset(&h[k], 0, sizeof(h[k]));
-        ok_o.interval_ms = k ? o->rest_ms : o->lease_ms / 3;
-        ok_o.vouch = k ? o->vouch : 0;
-        fprintf(stderr, "vouch: %" PRId64 " workers, %s (%" PRId64 " ms), %" PRId64 " s...\n",
-                o->workers, name[k], ok_o.interval_ms, o->seconds);
-        if (bench_master_start(o->bin, &m, &e) || hb_run(&ok_o, &m, &h[k], &e)) {
-            fprintf(stderr, "bench_rpc_latency: --vouch: %s\n", e.msg);
-            ok[k] = false;
-        } else {
-            ok[k] = h[k].alive == h[k].workers && !h[k].errors && !h[k].clock_mismatch &&
-                    (!k || h[k].rest_granted == h[k].calls);
-        }
-        ok[k] = bench_master_stop(&m) && ok[k];
-    }
-    printf("\nbench_rpc_latency --vouch %" PRId64 ": %s; loopback; %" PRId64 " workers%s%s, "
-           "lease %" PRId64 " ms, %" PRId64 " s, a master of its own each\n\n", o->vouch,
-           machine, o->workers, o->job ? " of job " : "", o->job ? o->job : "", o->lease_ms,
-           o->seconds);
-    printf("%-46s | %9s | %7s | %13s | %8s | %9s | %6s\n", "liveness", "beats/s", "master",
-           "CPU/worker-s", "vouches", "alive", "errors");
-    for (int k = 0; k < 2; k++)
-        printf("%-46s | %9.0f | %6.1f%% | %10.1f us | %8" PRId64 " | %9" PRId64 " | %6" PRId64
-               "%s\n", name[k], h[k].achieved_per_s, h[k].master_cpu_pct,
-               cpu_per_worker_s_us(&h[k]), h[k].vouches, h[k].alive, h[k].errors,
-               ok[k] ? "" : "  FAILED");
-    printf("\nmaster CPU per worker-second, vouched / beating: %.2f; heartbeats granted rest: "
-           "%" PRId64 " of %" PRId64 "\n\n", cpu_per_worker_s_us(&h[0]) > 0
-           ? cpu_per_worker_s_us(&h[1]) / cpu_per_worker_s_us(&h[0]) : 0, h[1].rest_granted,
-           h[1].calls);
-    ts_json_init(&j);
-    ts_json_obj(&j, NULL);
-    ts_json_str(&j, "name", "rpc_latency_vouch");
-    ts_json_str(&j, "machine", machine);
-    ts_json_bool(&j, "ok", ok[0] && ok[1]);
-    ts_json_int(&j, "workers", o->workers);
-    ts_json_int(&j, "shards", o->vouch);
-    ts_json_int(&j, "lease_ms", o->lease_ms);
-    ts_json_int(&j, "rest_ms", o->rest_ms);
-    ts_json_int(&j, "seconds", o->seconds);
-    ts_json_arr(&j, "rows");
-    for (int k = 0; k < 2; k++) {
-        ts_json_obj(&j, NULL);
-        ts_json_str(&j, "liveness", name[k]);
-        ts_json_bool(&j, "ok", ok[k]);
-        ts_json_num(&j, "heartbeats_per_s", bench_round1(h[k].achieved_per_s));
-        ts_json_num(&j, "master_cpu_pct", bench_round1(h[k].master_cpu_pct));
-        ts_json_num(&j, "master_cpu_per_worker_s_us", bench_round1(cpu_per_worker_s_us(&h[k])));
-        ts_json_int(&j, "vouches", h[k].vouches);
-        ts_json_int(&j, "rest_granted", h[k].rest_granted);
-        ts_json_int(&j, "alive", h[k].alive);
-        ts_json_int(&j, "errors", h[k].errors);
-        ts_json_end(&j);
-    }
-    ts_json_end(&j);
-    ts_json_obj(&j, "headline");
-    ts_json_num(&j, "ours", bench_round1(cpu_per_worker_s_us(&h[1])));
-    ts_json_num(&j, "baseline", bench_round1(cpu_per_worker_s_us(&h[0])));
-    ts_json_str(&j, "unit", "us of master CPU per worker-second of liveness: shards vouching "
-                "vs every worker beating");
-    ts_json_num(&j, "ratio", cpu_per_worker_s_us(&h[0]) > 0
-                ? (double)bench_round_i(cpu_per_worker_s_us(&h[1]) /
-                                        cpu_per_worker_s_us(&h[0]) * 1e3) / 1e3 : 0);
-    ts_json_end(&j);
-    if (bench_write_json(&j, o->out, &err)) {
-        fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);
-        return 1;
-    }
-    printf("wrote %s%s\n", o->out, ok[0] && ok[1] ? "" : " (marked \"ok\": false)");
-    return ok[0] && ok[1] ? 0 : 1;
-}
-
-/* ---- --conns: what a connection costs the master, beside what a worker costs it ---- */
-
-static int run_conns(const struct opts *o, const struct bench_master *proto,
-                     const char *machine)
-{
-    struct bench_master m = { .tls_dir = proto->tls_dir, .lease_ms = (int)o->lease_ms };
-    struct hb_result h = { 0 };
-    double per_conn = 0;
-    struct ts_err e = { 0 };
-    struct ts_json j;
-    bool ok;
-
-    fprintf(stderr, "conns: %" PRId64 " workers registered over %d connections, then %" PRId64
-            " connections of their own...\n", o->workers, HB_THREADS, o->conns);
-    ok = !bench_master_start(o->bin, &m, &e) && !hb_run(o, &m, &h, &e) &&
-         !hb_conn_cost(&m, o->conns, &per_conn, &e);
-    if (!ok)
-        fprintf(stderr, "bench_rpc_latency: --conns: %s\n", e.msg);
-    ok = bench_master_stop(&m) && ok && h.alive == h.workers && !h.errors;
-    printf("\nbench_rpc_latency --conns %" PRId64 ": %s; loopback\n\n", o->conns, machine);
-    printf("%-56s | %12s\n", "the master's resident memory", "bytes");
-    printf("%-56s | %12.0f\n", "a worker registered (over shared connections)",
-           h.rss_per_worker);
-    printf("%-56s | %12.0f\n", "a connection of its own (as each worker process holds)",
-           per_conn);
-    printf("\na connection costs %.1f times a registered worker%s\n\n",
-           h.rss_per_worker > 0 ? per_conn / h.rss_per_worker : 0, ok ? "" : "  FAILED");
-    ts_json_init(&j);
-    ts_json_obj(&j, NULL);
-    ts_json_str(&j, "name", "rpc_latency_conns");
-    ts_json_str(&j, "machine", machine);
-    ts_json_bool(&j, "ok", ok);
-    ts_json_int(&j, "workers", o->workers);
-    ts_json_int(&j, "connections", o->conns);
-    ts_json_num(&j, "master_rss_per_worker_bytes", bench_round1(h.rss_per_worker));
-    ts_json_num(&j, "master_rss_per_connection_bytes", bench_round1(per_conn));
-    ts_json_obj(&j, "headline");
-    ts_json_num(&j, "ours", bench_round1(per_conn));
-    ts_json_num(&j, "baseline", bench_round1(h.rss_per_worker));
-    ts_json_str(&j, "unit", "bytes of master memory: a connection of its own vs a registered "
-                "worker");
-    ts_json_num(&j, "ratio", h.rss_per_worker > 0
-                ? (double)bench_round_i(per_conn / h.rss_per_worker * 1e3) / 1e3 : 0);
-    ts_json_end(&j);
-    if (bench_write_json(&j, o->out, &e)) {
-        fprintf(stderr, "bench_rpc_latency: %s\n", e.msg);
-        return 1;
-    }
-    printf("wrote %s\n", o->out);
-    return ok ? 0 : 1;
-}
-
 /* ---- --master: the heartbeat load on a running cluster ---- */
 
 /* The master's pid if it runs on this host as a tessera-master (its ClusterStatus says which),
@@ -602,10 +456,13 @@ static int run_load(const struct opts *o, struct bench_master *m, const char *ma
             o->seconds, (double)o->workers * 1000 / (double)o->interval_ms);
     if (hb_run(o, m, &h, &err))
         fprintf(stderr, "bench_rpc_latency: %s\n", err.msg);
-    ok = !err.code && h.alive == h.workers && !h.clock_mismatch && !h.errors;
+    ok = !err.code && h.alive == h.workers && !h.clock_mismatch && !h.errors &&
+         h.deregistered == h.workers;
     printf("\nbench_rpc_latency --master %s: %s\n\n%-46s | %12s | %18s | %6s\n", o->master,
            machine, "metric", "ours", "baseline/goal", "ratio");
     print_hb_rows(&h);
+    printf("\nworkers that left at the end (Deregister): %" PRId64 " of %" PRId64 " in %.2f s\n",
+           h.deregistered, h.workers, h.deregister_s);
     ts_json_init(&j);
     ts_json_obj(&j, NULL);
     ts_json_str(&j, "name", "rpc_latency_load");
@@ -705,7 +562,8 @@ int main(int argc, char **argv)
           "beats (default 10000, the master's --worker-rest-ms)", 10, 600000 },
         { "master", TS_FLAG_STR, &o.master, "ADDR", "instead: only the heartbeat load, on the "
           "running master at ADDR (beside a real job, say; with --tls DIR for its "
-          "certificates); exit 1 unless every worker is alive at the end with no error "
+          "certificates), the workers leaving at the end; exit 1 unless every worker is alive "
+          "before it and leaves, with no error "
           "(default out: bench/results/rpc_latency_load.json)", 0, 0 },
         { "out", TS_FLAG_STR, &o.out, "FILE", "results (default "
                                               "bench/results/rpc_latency.json)", 0, 0 },
@@ -761,9 +619,9 @@ int main(int argc, char **argv)
     if (o.master)
         return run_load(&o, &m, r.machine);
     if (o.vouch)
-        return run_vouch(&o, &m, r.machine);
+        return rpc_run_vouch(&o, &m, r.machine);
     if (o.conns)
-        return run_conns(&o, &m, r.machine);
+        return rpc_run_conns(&o, &m, r.machine);
     if (o.sweep) {
         struct sweep_row rows[SWEEP_MAX];
         for (int i = 0; i < nsweep; i++)

@@ -140,8 +140,9 @@ struct ts_membership_cfg {
     size_t (*held_jobs)(void *arg, char (*ids)[TS_JOB_ID_MAX + 1], size_t max);
     void (*on_unknown_jobs)(void *arg, char *const *ids, size_t n);
     /* Shards: called before each heartbeat for the workers whose frames the shard answered
-     * since the last one (at most max into ids; HeartbeatRequest.vouched). May be NULL. */
-    size_t (*vouched)(void *arg, uint32_t *ids, size_t max);
+     * since the last one and their last pushed steps (at most max into ids and steps;
+     * HeartbeatRequest.vouched, vouched_steps). May be NULL. */
+    size_t (*vouched)(void *arg, uint32_t *ids, uint64_t *steps, size_t max);
     /* Workers: the monotonic ms of the last reply a shard sent this worker (0: none yet).
      * With HeartbeatResponse.rest_ms, a heartbeat is left out while replies keep coming
      * (docs/scaling.md). May be NULL: every heartbeat is sent. */

@@ -62,8 +62,9 @@ struct ts_membership {
     pthread_mutex_t beat_mu;          /* one heartbeat (or registration) at a time */
     uint32_t interval_ms;
     /* Workers (under mu): the last heartbeat's rest_ms (the shards vouch for this worker: it
-     * may leave beats out, docs/scaling.md), and news: a progress report or a task result
-     * waits to go, which no vouching carries. last_beat_ms: the heartbeat thread's own. */
+     * may leave beats out, docs/scaling.md), and news: rank 0's progress, a task's result or
+     * a balanced job's speed waits to go, which no vouching carries. last_beat_ms: the
+     * heartbeat thread's own. */
     uint32_t rest_ms;
     bool news;
     _Atomic int64_t last_beat_ms;
@@ -375,6 +376,7 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     char (*ids)[TS_JOB_ID_MAX + 1] = NULL;
     char **ptrs = NULL;
     uint32_t *vouched = NULL;
+    uint64_t *steps = NULL;
     ts_status st;
 
     req.kind = ms->cfg.kind;
@@ -407,9 +409,12 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     pthread_mutex_unlock(&ms->mu);
     if (ms->cfg.moves)
         req.moves_pending = ms->cfg.moves(ms->cfg.arg, &req.moves_epoch);
-    if (ms->cfg.vouched && (vouched = malloc(VOUCHED_MAX * sizeof(*vouched)))) {
+    if (ms->cfg.vouched && (vouched = malloc(VOUCHED_MAX * sizeof(*vouched))) &&
+        (steps = malloc(VOUCHED_MAX * sizeof(*steps)))) {
         req.vouched = vouched;
-        req.n_vouched = ms->cfg.vouched(ms->cfg.arg, vouched, VOUCHED_MAX);
+        req.vouched_steps = steps;
+        req.n_vouched = req.n_vouched_steps = ms->cfg.vouched(ms->cfg.arg, vouched, steps,
+                                                              VOUCHED_MAX);
     }
     if (ms->cfg.held_jobs && ms->cfg.on_unknown_jobs &&
         (ids = malloc(HELD_JOBS_MAX * sizeof(*ids))) &&
@@ -423,9 +428,10 @@ static ts_status beat(struct ts_membership *ms, struct ts_err *err)
     free(ptrs);
     free(ids);
     free(vouched);
+    free(steps);
     if (st) {
         pthread_mutex_lock(&ms->mu);
-        ms->news |= req.has_progress || req.task_done;
+        ms->news |= req.has_progress || req.task_done || req.has_speed;
         pthread_mutex_unlock(&ms->mu);
         return st;
     }
@@ -746,6 +752,7 @@ void ts_membership_set_progress(struct ts_membership *ms, double loss, double ac
 void ts_membership_set_speed(struct ts_membership *ms, double slot_s, uint32_t slots)
 {
     pthread_mutex_lock(&ms->mu);
+    ms->news |= ms->cfg.balance;   /* the master moves a balanced job's slots by it */
     ms->slot_s = slot_s;
     ms->speed_slots = slots;
     pthread_mutex_unlock(&ms->mu);

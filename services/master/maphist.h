@@ -6,7 +6,7 @@
  * id and ts_shard_info_hash); a caller whose base is older, or whose hash is not one of them,
  * gets the whole map. Memory: 12 bytes a shard a map kept.
  * Ownership: embedded in struct master; maphist_init / maphist_fini. Threads: any (a mutex of
- * its own; a zeroed struct is a usable one on Linux, as the RPC fuzz target's master is). */
+ * its own). */
 #ifndef TS_MASTER_MAPHIST_H
 #define TS_MASTER_MAPHIST_H
 

@@ -230,10 +230,11 @@ void ts_members_set_restarts(struct ts_members *m, enum ts_member_kind kind, uin
 /* Records a worker's report (after a heartbeat it was accepted). */
 void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member_report *r);
 /* A shard's heartbeat vouched for these workers (HeartbeatRequest.vouched): each alive one
- * among them has its lease renewed at now_ms, as by a heartbeat of its own; ids that are not
- * alive workers are passed over (a worker declared dead is not brought back by its frames).
- * Returns how many were renewed. */
-size_t ts_members_vouched(struct ts_members *m, const uint32_t *ids, size_t n, int64_t now_ms);
+ * among them has its lease renewed at now_ms, as by a heartbeat of its own, and steps[i] (NULL:
+ * none) becomes its clock when ahead; ids that are not alive workers are passed over (a worker
+ * declared dead is not brought back by its frames). Returns how many were renewed. */
+size_t ts_members_vouched(struct ts_members *m, const uint32_t *ids, const uint64_t *steps,
+                          size_t n, int64_t now_ms);
 /* "alive", "dead" or "left" (static storage). */
 const char *ts_member_state_name(enum ts_member_state s);
 ts_status ts_members_deregister(struct ts_members *m, enum ts_member_kind kind, uint32_t id,

@@ -51,7 +51,8 @@ static int expire_due(struct ts_members *m, int64_t now_ms,
 
 /* ---- workers vouched for by the shards (docs/scaling.md) ---- */
 
-size_t ts_members_vouched(struct ts_members *m, const uint32_t *ids, size_t n, int64_t now_ms)
+size_t ts_members_vouched(struct ts_members *m, const uint32_t *ids, const uint64_t *steps,
+                          size_t n, int64_t now_ms)
 {
     size_t renewed = 0;
 
@@ -63,6 +64,8 @@ size_t ts_members_vouched(struct ts_members *m, const uint32_t *ids, size_t n, i
         if (now_ms > e->last_heartbeat_ms)
             e->last_heartbeat_ms = now_ms;
         e->vouched_ms = now_ms;
+        if (steps && steps[i] > e->clock)
+            e->clock = steps[i];
         e->heard = true;   /* its frames came: no registration without a process behind it */
         renewed++;
     }

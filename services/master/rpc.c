@@ -287,11 +287,14 @@ static ts_status heartbeat(struct ts_rpc_call *call, const ProtobufCMessage *rq,
             return st;
         slots_of(call, m, req->id, resp);
         master_task_beat(call, m, req->id, req->task_done ? &done : NULL, resp);
-        /* An elastic job's slots move by heartbeat: its workers beat every interval. */
-        resp->rest_ms = resp->roster ? 0 : g.rest_ms;
+        /* An elastic job's slots move by heartbeat too: a resting worker learns of new ones
+         * when a shard wakes its pull (TS_ESLOTS) and it beats at once (sdk_elastic.c). */
+        resp->rest_ms = g.rest_ms;
     } else {
         if (req->n_vouched)
-            ts_members_vouched(m->members, req->vouched, req->n_vouched, ts_now_ms());
+            ts_members_vouched(m->members, req->vouched,
+                               req->n_vouched_steps == req->n_vouched ? req->vouched_steps : NULL,
+                               req->n_vouched, ts_now_ms());
         ts_members_moves(m->members, req->id, req->moves_epoch, req->moves_pending);
         rosters_of(call, m, resp);
         unknown_of(call, m, req, resp);
@@ -713,7 +716,9 @@ static const struct ts_rpc_method master_methods[] = {
     M("RegisterWorker", register_worker, register_worker_request, register_worker_response,
       TS_ROLE_WORKER | TS_ROLE_VERIFY),
     M("Heartbeat", heartbeat, heartbeat_request, heartbeat_response, MEMBERS),
-    M("Deregister", deregister, deregister_request, deregister_response,
+    /* Its own thread: it waits for the state on disk (a group commit, state.c), which must not
+     * hold a completion-queue thread and the heartbeats behind it. */
+    T("Deregister", deregister, deregister_request, deregister_response,
       MEMBERS | TS_ROLE_ADMIN),
     M("GetShardMap", get_shard_map, get_shard_map_request, shard_map, 0),
     M("ClusterStatus", cluster_status, cluster_status_request, cluster_status_response, 0),

@@ -31,7 +31,7 @@ struct master_state {
     int lock_fd;
     pthread_t saver;
     bool saving;
-    pthread_mutex_t mu;         /* stop, cv */
+    pthread_mutex_t mu;         /* stop, cv, and the group commit's fields below */
     pthread_cond_t cv;
     bool stop;
     pthread_mutex_t save_mu;    /* one writer of the kept file at a time; last, last_len */
@@ -41,6 +41,14 @@ struct master_state {
     void *ctx;
     void *last;                 /* the kept file's bytes as last written */
     size_t last_len;
+    /* master_state_sync's group commit (under mu): syncs asked for so far, those a finished
+     * write covered (each write is of the whole state as it was when it began, so it covers
+     * every sync asked before then), its status, and whether one is being written. */
+    uint64_t asked, covered;
+    bool syncing;
+    ts_status cover_st;
+    struct ts_err cover_err;
+    pthread_cond_t synced;
 };
 
 /* Opens (creating) dir and locks it; dir NULL: a master without durable state. TS_EEXIST if
@@ -65,8 +73,8 @@ void master_state_keep(struct master_state *s, const char *name,
                        void *ctx);
 /* Writes the kept file now if it differs from what was last written, and returns once it is
  * on disk: for a change that a restarted master must not forget once it is acknowledged (a
- * Deregister). Blocks for the write (an fsync or two); callers whose change an earlier call
- * wrote find nothing to write. TS_OK without a dir or a kept file; TS_EIO naming the path,
+ * Deregister). Blocks for the write (an fsync or two); callers that ask while a write is on
+ * its way wait for the next one, which one of them makes for all (a group commit). TS_OK without a dir or a kept file; TS_EIO naming the path,
  * TS_ENOMEM, or the encoder's error. */
 ts_status master_state_sync(struct master_state *s, struct ts_err *err) TS_MUST_CHECK;
 /* Starts the saver thread (nothing without a dir or a kept file). */

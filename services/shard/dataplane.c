@@ -628,8 +628,12 @@ static ts_status serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
          h->type == TS_FRAME_ROWS_COPY) &&
         rolled_back(dc, err))
         return TS_EROLLBACK;
-    if (dc->member && !dc->link)   /* a worker's frame: its shard vouches for it */
+    if (dc->member && !dc->link) {   /* a worker's frame: its shard vouches for it */
         atomic_store_explicit(&dc->answered, true, memory_order_relaxed);
+        if ((h->type == TS_FRAME_PUSH || h->type == TS_FRAME_ROWS_PUSH) &&
+            h->step > atomic_load_explicit(&dc->pushed_step, memory_order_relaxed))
+            atomic_store_explicit(&dc->pushed_step, h->step, memory_order_relaxed);
+    }
     switch (h->type) {
     case TS_FRAME_PUSH:
         if (h->flags & TS_PUSH_ROUND)   /* a new step's pushes begin */
@@ -895,25 +899,39 @@ static void *accept_main(void *arg)
     return NULL;
 }
 
+struct vouch {
+    uint32_t id;
+    uint64_t step;
+};
+
 static int by_id(const void *a, const void *b)
 {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    uint32_t x = ((const struct vouch *)a)->id, y = ((const struct vouch *)b)->id;
     return (x > y) - (x < y);
 }
 
-size_t dataplane_vouched(struct dataplane *dp, uint32_t *ids, size_t max)
+size_t dataplane_vouched(struct dataplane *dp, uint32_t *ids, uint64_t *steps, size_t max)
 {
+    struct vouch *v = malloc((max ? max : 1) * sizeof(*v));
     size_t n = 0, k = 0;
 
+    if (!v)
+        return 0;   /* no vouch this beat: the workers beat for themselves */
     pthread_mutex_lock(&dp->mu);
     for (struct dp_conn *dc = dp->conns; dc && n < max; dc = dc->next)
         if (dc->member && atomic_exchange(&dc->answered, false))
-            ids[n++] = dc->member;
+            v[n++] = (struct vouch){ dc->member, atomic_load(&dc->pushed_step) };
     pthread_mutex_unlock(&dp->mu);
-    qsort(ids, n, sizeof(*ids), by_id);   /* a worker may hold several connections here */
-    for (size_t i = 0; i < n; i++)
-        if (!k || ids[k - 1] != ids[i])
-            ids[k++] = ids[i];
+    qsort(v, n, sizeof(*v), by_id);   /* a worker may hold several connections here */
+    for (size_t i = 0; i < n; i++) {
+        if (k && ids[k - 1] == v[i].id) {
+            steps[k - 1] = v[i].step > steps[k - 1] ? v[i].step : steps[k - 1];
+            continue;
+        }
+        ids[k] = v[i].id;
+        steps[k++] = v[i].step;
+    }
+    free(v);
     return k;
 }
 

@@ -136,9 +136,10 @@ void dataplane_remapped(struct dataplane *dp, uint64_t epoch);
  * connection of the job last heard, the connection's pulls are answered TS_ESLOTS (slots.c). */
 void dataplane_roster(struct dataplane *dp, const char *job, uint64_t roster);
 /* The workers (their member ids, at most max into ids, each once) whose push or pull this
- * shard answered since the last call: the heartbeat vouches for them (HeartbeatRequest
- * .vouched; docs/scaling.md). Clears what it returns. */
-size_t dataplane_vouched(struct dataplane *dp, uint32_t *ids, size_t max);
+ * shard answered since the last call, and each one's last pushed step (steps[i], 0: none):
+ * the heartbeat vouches for them (HeartbeatRequest.vouched; docs/scaling.md). Clears what
+ * it returns. */
+size_t dataplane_vouched(struct dataplane *dp, uint32_t *ids, uint64_t *steps, size_t max);
 
 /* Listens on every transport that can run here (only the one named `only`, if set). */
 ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const char *host,

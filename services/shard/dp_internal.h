@@ -95,8 +95,9 @@ struct dp_conn {
      * gave; 0 on a chain link), whose slots alone the connection may push (dp_access.c). */
     uint32_t member;
     /* A push or pull of this worker was served since the heartbeat last vouched for it
-     * (dataplane_vouched). */
+     * (dataplane_vouched), and the step of its last push (its clock for the master). */
     atomic_bool answered;
+    atomic_uint_least64_t pushed_step;
     /* Elastic jobs (docs/elastic.md), from the HELLO: the worker's member id (0: a shard of a
      * chain, or a worker that is not elastic), whether it said goodbye (BYE) before hanging
      * up; wakes counts the slot changes told to this connection, wakes_seen those its pulls

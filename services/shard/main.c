@@ -92,11 +92,11 @@ static void on_unknown_jobs(void *arg, char *const *ids, size_t n)
 }
 
 /* The workers this shard answered since its last heartbeat, which vouches for them. */
-static size_t vouched(void *arg, uint32_t *ids, size_t max)
+static size_t vouched(void *arg, uint32_t *ids, uint64_t *steps, size_t max)
 {
     struct shard *s = arg;
 
-    return dataplane_vouched(&s->dp, ids, max);
+    return dataplane_vouched(&s->dp, ids, steps, max);
 }
 
 /* The heartbeat's report of what joining shards still wait for (docs/replication.md). */

@@ -84,6 +84,7 @@ static void master_new(uint32_t replicas)
     memset(m.data_key, 0x42, sizeof(m.data_key));
     datamap_init(&m.data);
     rollbacks_init(&m.rb);
+    maphist_init(&m.maps);
     if (master_state_open(&m.state, NULL, &err) || ts_members_create(&cfg, &m.members, &err) ||
         jobs_create(&jcfg, &m.jobs, &err) ||
         snapper_open(&m.snap, m.members, &m.data, m.jobs, NULL, NULL, NULL, NULL, 0, &err) ||
@@ -102,6 +103,7 @@ static void master_free(bool submitted, bool beat)
     snapper_close(&m.snap);
     master_state_close(&m.state);
     datamap_fini(&m.data);
+    maphist_fini(&m.maps);
     rollbacks_fini(&m.rb);
     ts_members_free(m.members);
     jobs_free(m.jobs);

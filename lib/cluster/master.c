@@ -42,7 +42,6 @@ struct ts_membership {
     pthread_cond_t cv;
     bool stop;
     atomic_uint id, registrations;
-    atomic_uint_least64_t rested;     /* heartbeats left out (may_rest) */
     atomic_bool caught_up;            /* workers: ts_membership_caught_up, this registration */
     atomic_uint_least64_t epoch, clock;
     struct ts_worker_report report;   /* under mu */
@@ -536,7 +535,6 @@ static void *heartbeat_main(void *arg)
         ts_status st = TS_OK;
 
         if (may_rest(ms)) {
-            atomic_fetch_add(&ms->rested, 1);
             ts_abstime_ms(&ts, ms->interval_ms);
             pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
             continue;

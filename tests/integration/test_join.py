@@ -304,8 +304,7 @@ class JoinReplicated(JoinCase, unittest.TestCase):
         self.assertNotIn("no member heard", self.master.log_text()[seen:])
         gone = m.GetShardMap(master_pb2.GetShardMapRequest(
             base_epoch=full.epoch, base_hash=full.map_hash), timeout=tl.RPC_TIMEOUT)
-        if gone.delta_from:   # the master may have moved on past the maps it keeps
-            self.assertEqual(list(gone.removed), [extra_id])
+        self.assertEqual((gone.delta_from, list(gone.removed)), (full.epoch, [extra_id]))
 
 
 class JoinUnreplicated(JoinCase, unittest.TestCase):

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 SRC = os.environ.get("TESSERA_SRC") or os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__))))
@@ -835,12 +836,39 @@ class UpCase(ClusterCase):
         assert rc == 0, "tessera up exited %r" % rc
 
 
+class _TimedResult(unittest.TextTestResult):
+    """A TextTestResult that keeps each test's wall time (its class's setUpClass not
+    included), for main's list of the slowest: what to look at when the suite grows."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.durations = []
+        self._t0 = None
+
+    def startTest(self, test):
+        self._t0 = time.monotonic()
+        super().startTest(test)
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        self.durations.append(("%s.%s" % (type(test).__name__, test._testMethodName),
+                               time.monotonic() - self._t0))
+
+
+class _TimedRunner(unittest.TextTestRunner):
+    resultclass = _TimedResult
+
+
 def main():
-    """unittest.main that exits non-zero on failure and prints the wall time."""
-    import unittest
+    """unittest.main that exits non-zero on failure, prints the wall time and the five
+    slowest tests."""
     t0 = time.monotonic()
-    prog = unittest.main(exit=False, verbosity=2)
+    prog = unittest.main(exit=False, verbosity=2, testRunner=_TimedRunner)
     ok = prog.result.wasSuccessful()
+    slowest = sorted(prog.result.durations, key=lambda d: -d[1])[:5]
+    if slowest:
+        sys.stderr.write("slowest: %s\n" % ", ".join(
+            "%s %.1f s" % (name, secs) for name, secs in slowest))
     if SANITIZED:
         scan_logs(TEST_TMP)  # what is left: logs kept by failed runs, clusters not stopped
     reports = sanitizer_reports()

@@ -344,6 +344,14 @@ size_t tessera_slots(tessera *t, uint32_t *slots, size_t max);
 int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slots,
                        const void *const *const *grads, float *const *params,
                        struct tessera_error *err);
+/* Elastic jobs: after a call other than tessera_step (a table's pull or push of `step`)
+ * answered TESSERA_ESLOTS, with params (by tensor id) holding the values of `step` as pulled:
+ * asks the master for this worker's slots and finds the step to go on from, as tessera_step
+ * does before it returns TESSERA_ESLOTS (the same step, params kept; or, if the job went on
+ * without this worker, a later one, pulled into params). Then compute tessera_resume_step()
+ * with the slots tessera_slots() names. TESSERA_EINVAL outside elastic jobs. */
+int tessera_elastic_recover(tessera *t, uint64_t step, float *const *params,
+                            struct tessera_error *err);
 /* Elastic jobs, before the first step: pulls every tensor at one version, the newest the job
  * reached (waiting for a step under way), into params (by tensor id); *step receives it, the
  * step to train from. A worker that joins a running job must start this way: a plain pull
@@ -528,10 +536,16 @@ int tessera_step_some(tessera *t, uint64_t step, size_t n, const int *ids,
  * same order, and pushes every table at every step, with n = 0 where its batch touched none.
  * Snapshots hold tables (each shard writes only the rows changed since its last one), and a
  * cluster restored from one (tessera up --restore) starts them at its step, on any shard
- * count (docs/embeddings.md, "Snapshots of tables"). Rows are not copied to followers: a shard
- * that dies or joins sends the job back to its last snapshot, and a table call then returns
- * TESSERA_EROLLBACK (pull the tensors at tessera_resume_step and go on from there). Not yet:
- * tables in elastic or reduce jobs (TESSERA_ENOTSUP). */
+ * count (docs/embeddings.md, "Snapshots of tables"). With replicas, each row has a copy on the
+ * next shard of its chain, which takes over when its shard dies; a shard that dies without
+ * one, or that joins, sends the job back to its last snapshot, and a table call then returns
+ * TESSERA_EROLLBACK (pull the tensors at tessera_resume_step and go on from there).
+ * Elastic jobs (docs/embeddings.md, "Elastic jobs with tables"): a worker pushes each slot it
+ * owns (tessera_push_rows_slot) and pulls the rows of each slot's samples; a table call
+ * answered TESSERA_ESLOTS (the slots changed hands while it waited) is followed by
+ * tessera_elastic_recover, then the step tessera_resume_step() names is computed again with
+ * the slots tessera_slots() names. Not yet: tables in reduce jobs, and a row lifetime
+ * (ttl_steps) in an elastic job (TESSERA_ENOTSUP). */
 struct tessera_table_spec {
     size_t size;             /* sizeof(struct tessera_table_spec) of the caller's header */
     const char *name;        /* 1..64 of [A-Za-z0-9._-] */
@@ -574,6 +588,11 @@ int tessera_prefetch_rows(tessera *t, int table, size_t n, const uint64_t *ids,
  * position, nothing sent. */
 int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint64_t *ids,
                       const float *grads, struct tessera_error *err);
+/* tessera_push_rows for one slot of an elastic job (one this worker owns: tessera_slots), the
+ * gradients of that slot's samples alone; every slot the worker owns is pushed each step.
+ * Outside elastic jobs, slot must be the worker's rank. */
+int tessera_push_rows_slot(tessera *t, int table, uint64_t step, uint32_t slot, size_t n,
+                           const uint64_t *ids, const float *grads, struct tessera_error *err);
 /* The table's fingerprint at `version` (docs/embeddings.md, "Fingerprint"): SHA-256 over its
  * name, dim, row count and every row that exists in ascending id, whichever shard holds it,
  * as 64 hex digits. In exact mode it is the same for any worker and shard count. */

@@ -182,9 +182,9 @@ ts_status ts_trainer_check(const struct ts_trainer_opts *o, const struct tessera
                           "each step's values before the next)");
     if (strcmp(o->model, "mlp") && strcmp(o->model, "ctr"))
         return ts_err_set(err, TS_EINVAL, "--model %s: want mlp or ctr", o->model);
-    if (!strcmp(o->model, "ctr") && (o->overlap || sdk->elastic || sdk->dynamic ||
+    if (!strcmp(o->model, "ctr") && (o->overlap || sdk->dynamic ||
                                      (sdk->mode && !strcmp(sdk->mode, "reduce"))))
         return ts_err_set(err, TS_EINVAL, "--model ctr: sparse tables take bsp, ssp or asp "
-                          "without --overlap, --dynamic or an elastic job (--no-elastic)");
+                          "without --overlap or --dynamic");
     return TS_OK;
 }

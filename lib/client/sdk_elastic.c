@@ -167,7 +167,7 @@ static ts_status rejoin(struct tessera *t, uint64_t from, float *const *params, 
     return sdk_master_beat(t, &reg, err);
 }
 
-ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *params,
+ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *params, bool held,
                               struct ts_err *err)
 {
     unsigned was = ts_membership_registrations(t->ms);
@@ -189,7 +189,7 @@ ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *pa
         st = catch_up(t, newest, params, &at, err);
     } else {
         why = "a worker died or came back";
-        for (int i = 0; i < t->ntensors; i++)
+        for (int i = 0; !held && i < t->ntensors; i++)
             memcpy(params[i], t->tensors[i]->prev, t->tensors[i]->numel * sizeof(float));
     }
     if (st)
@@ -198,6 +198,22 @@ ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *pa
     return ts_err_set(err, TS_ESLOTS, "step %" PRIu64 ": the slots of job '%s' changed hands "
                       "(%s); training goes on from step %" PRIu64 ", with this worker's "
                       "slots as they are now", step, t->job.id, why, at);
+}
+
+int tessera_elastic_recover(tessera *t, uint64_t step, float *const *params,
+                            struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    ts_status st;
+
+    if (!t->elastic || !t->ms)
+        st = ts_err_set(&err, TS_EINVAL, "job '%s' is not elastic: no slot changes hands",
+                        t->job.id);
+    else if (!params)
+        st = ts_err_set(&err, TS_EINVAL, "params: required (by tensor id)");
+    else
+        st = sdk_elastic_recover(t, step, params, true, &err);
+    return st && st != TS_ESLOTS ? sdk_fail(e, &err) : sdk_ok(e);
 }
 
 int tessera_join(tessera *t, float *const *params, uint64_t *step, struct tessera_error *e)

@@ -593,9 +593,10 @@ ts_status sdk_elastic_check(struct tessera *t, uint64_t step, size_t n, const ui
                             struct ts_err *err) TS_MUST_CHECK;
 /* After a step that ended in TS_ESLOTS, or saw a version past step + 1: asks the master for
  * this worker's slots, finds the step to go on from (the same one, recomputed from the kept
- * values; or a later one the job reached without this worker) with its values in params, and
- * returns TS_ESLOTS naming it (resume_step), or what went wrong. */
-ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *params,
+ * values, or from params as they are when `held` says they hold step's values already; or a
+ * later one the job reached without this worker) with its values in params, and returns
+ * TS_ESLOTS naming it (resume_step), or what went wrong. */
+ts_status sdk_elastic_recover(struct tessera *t, uint64_t step, float *const *params, bool held,
                               struct ts_err *err);
 
 /* options.c: the schema and the rules (include/tessera.h). sdk_options_copy copies a

@@ -22,11 +22,14 @@
 #include "sdk_internal.h"
 
 #include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cluster/shard.h"
 #include "transport/frame.h"
+#include "util/hook.h"
 #include "util/log.h"
 #include "util/names.h"
 
@@ -60,11 +63,13 @@ void sdk_rows_free(struct tessera *t)
 }
 
 /* What tables cannot do yet (tessera.h). */
-static ts_status supported(const struct tessera *t, struct ts_err *err)
+static ts_status supported(const struct tessera *t, uint64_t ttl, struct ts_err *err)
 {
-    if (t->elastic)
-        return ts_err_set(err, TS_ENOTSUP, "tables in an elastic job are not built yet "
-                          "(docs/embeddings.md): connect with elastic 0");
+    if (t->elastic && ttl)
+        return ts_err_set(err, TS_ENOTSUP, "spec.ttl_steps: a row lifetime in an elastic job is "
+                          "not built yet (a slot computed again after a death reads the rows "
+                          "as its step found them, and a lifetime's sweep drops rows): give 0, "
+                          "or connect with elastic 0");
     if (t->job.mode == TS_MODE_REDUCE)
         return ts_err_set(err, TS_ENOTSUP, "tables live on the shards; mode reduce keeps "
                           "parameters on the workers: use bsp, ssp or asp");
@@ -177,7 +182,7 @@ int tessera_table_register(tessera *t, const struct tessera_table_spec *s, int *
     ttl = s->size >= offsetof(struct tessera_table_spec, ttl_steps) + sizeof(s->ttl_steps)
               ? s->ttl_steps : 0;
     optimizer = s->optimizer ? s->optimizer : t->job.optimizer;
-    if ((st = supported(t, &err)) || (st = ts_job_id_check("table.name", s->name, &err)))
+    if ((st = supported(t, ttl, &err)) || (st = ts_job_id_check("table.name", s->name, &err)))
         return sdk_fail(e, &err);
     /* The same spec again (every rank registers; a script may twice): the same handle. */
     for (int i = 0; i < t->ntables; i++)
@@ -304,6 +309,7 @@ static ts_status read_all(struct tessera *t, const uint32_t *slots, size_t n, ui
 struct rows_call {
     int table;
     struct sdk_table *x;
+    uint32_t slot;             /* a push's: the rank, or in an elastic job a slot it owns */
     uint64_t step;             /* a push's step, a pull's version */
     size_t n;
     const uint64_t *ids;
@@ -337,7 +343,9 @@ static ts_status place(struct tessera *t, struct rows_call *c, struct ts_err *er
 }
 
 /* Sends the placed push to every shard of the map (its part, parts in ascending shard id, or
- * none) and reads the ACKs; a push sent again after a failover says so (TS_PUSH_RETRY). */
+ * none) and reads the ACKs; a push sent again after a failover says so (TS_PUSH_RETRY), as
+ * every push of an elastic job does: two workers may push a slot that changed hands, and
+ * whichever comes first counts (docs/elastic.md, "Exactly once"). */
 static ts_status push_placed(struct tessera *t, struct rows_call *c, struct ts_err *err)
 {
     struct sdk_table *x = c->x;
@@ -349,9 +357,9 @@ static ts_status push_placed(struct tessera *t, struct rows_call *c, struct ts_e
 
     for (size_t s = 0; !st && s < t->conns.nshards; s++) {
         struct ts_frame_hdr h = { .type = TS_FRAME_ROWS_PUSH, .tensor = (uint32_t)c->table,
-                                  .step = c->step, .rank = t->rank, .dtype = 1,
+                                  .step = c->step, .rank = c->slot, .dtype = 1,
                                   .encoding = t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW,
-                                  .flags = t->rec.retrying ? TS_PUSH_RETRY : 0 };
+                                  .flags = t->rec.retrying || t->elastic ? TS_PUSH_RETRY : 0 };
         struct iovec io[2] = { { NULL, 0 }, { NULL, 0 } };
 
         for (size_t k = 0; k < nparts; k++) {
@@ -481,22 +489,57 @@ static ts_status rows_recover(struct tessera *t, ts_status st, const char *what,
                       t->job.id, back);
 }
 
+/* A test hook (util/hook.h): $TESSERA_TEST_DIE_IN_ROWS=RANK:STEP:N kills the worker of rank
+ * RANK with SIGKILL after its Nth push of rows of step STEP, between two tables' pushes
+ * (tests/integration/test_ctr_elastic.py: the tables it pushed may apply the step while the
+ * others wait for its slot). */
+#if TS_TEST_HOOKS
+static void test_die_in_rows(const struct tessera *t, uint64_t step)
+{
+    static unsigned pushed;
+    const char *v = ts_hook("TESSERA_TEST_DIE_IN_ROWS");
+    unsigned rank, n;
+    unsigned long long at;
+
+    if (!v || sscanf(v, "%u:%llu:%u", &rank, &at, &n) != 3 || rank != t->rank || step != at ||
+        ++pushed < n)
+        return;
+    ts_log(TS_WARN, "sdk", "test hook: rank %u dies after %u pushes of rows of step %llu "
+           "(TESSERA_TEST_DIE_IN_ROWS)", rank, n, at);
+    raise(SIGKILL);
+}
+#else
+#define test_die_in_rows(t, step) ((void)0)
+#endif
+
 int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint64_t *ids,
                       const float *grads, struct tessera_error *e)
 {
+    return tessera_push_rows_slot(t, table, step, t->rank, n, ids, grads, e);
+}
+
+int tessera_push_rows_slot(tessera *t, int table, uint64_t step, uint32_t slot, size_t n,
+                           const uint64_t *ids, const float *grads, struct tessera_error *e)
+{
     struct ts_err err = { 0 };
-    struct rows_call c = { .table = table, .step = step, .n = n, .ids = ids, .grads = grads };
+    struct rows_call c = { .table = table, .slot = slot, .step = step, .n = n, .ids = ids,
+                           .grads = grads };
     ts_status st;
 
     if ((n && (!ids || !grads)))
         return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and grads are required (n %zu)",
                                         n));
+    if (slot != t->rank && (!t->elastic || slot >= t->job.workers))
+        return fail(e, &err, ts_err_set(&err, TS_EINVAL, "slot: %u; want %s", slot, t->elastic
+                                        ? "a slot of the job (below its workers)"
+                                        : "this worker's rank (slots change hands in elastic "
+                                          "jobs only)"));
     if ((st = table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
         return fail(e, &err, rows_recover(t, st, "push of rows", step, NULL, NULL, &err));
     if (st || (st = place(t, &c, &err)))
         return sdk_fail(e, &err);
     if (t->local) {
-        struct ts_row_push in = { .rank = t->rank, .step = step,
+        struct ts_row_push in = { .rank = slot, .step = step,
                                   .encoding = t->job.exact ? TS_ENC_FIXED : TS_ENC_RAW };
         struct ts_rows_part part;
         bool applied;
@@ -511,6 +554,8 @@ int tessera_push_rows(tessera *t, int table, uint64_t step, size_t n, const uint
     if ((st = push_placed(t, &c, &err)) &&
         (st = rows_recover(t, st, "push of rows", step, redo, &c, &err)) != TS_EROLLBACK)
         ts_err_prefix(&err, "table '%s' step %" PRIu64, c.x->name, step);
+    if (!st)
+        test_die_in_rows(t, step);
     return st ? sdk_fail(e, &err) : sdk_ok(e);
 }
 

@@ -278,7 +278,7 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
     /* Elastic: the slots changed hands, or the job went on past this worker's step. */
     if (t->elastic && sent && (st == TS_ESLOTS || (!st && t->newest > step + 1))) {
         memset(&err, 0, sizeof(err));
-        st = sdk_elastic_recover(t, step, params, &err);
+        st = sdk_elastic_recover(t, step, params, false, &err);
     }
     sdk_combine_done(t, step, st == TS_OK);
     t->nstep = 0;

@@ -280,6 +280,7 @@ ts_status ts_table_load(struct ts_table *t, const uint8_t *records, size_t n,
         if (!st)
             load_records(t, records, 0, n, keep, ctx);
     }
+    t->prev.valid = false;   /* the rows' values are the snapshot's now */
     pthread_mutex_unlock(&t->mu);
     if (st)
         ts_err_prefix(err, "restore");
@@ -305,6 +306,7 @@ void ts_table_reset(struct ts_table *t)
     if (t->clock)
         memset(t->clock, 0, t->job->workers * sizeof(*t->clock));
     t->step = 0;
+    t->prev.valid = false;
     t->ndirty = 0;
     idmap_clear(&t->dirty_set);
     t->lost_dirty = false;
@@ -325,6 +327,7 @@ ts_status ts_table_set_step(struct ts_table *t, uint64_t step, struct ts_err *er
                         "rank pushed to yet", t->name);
     else
         t->step = step;
+    t->prev.valid = false;   /* a restored table keeps no version before its step */
     pthread_mutex_unlock(&t->mu);
     return st;
 }

@@ -123,6 +123,20 @@ struct step_acc {
     uint64_t fresh;                /* entries with no row yet: their bytes are in the budget */
 };
 
+/* BSP: the values of the rows the last applied step changed, as they were before it (ids
+ * ascending, values dim floats each, a created row's its initial ones): a pull of the version
+ * before the table's step reads them, as an elastic job's slot redone by its new owner does
+ * when some shards applied the step already (table.h, "Elastic jobs"). `of` is that version;
+ * valid false after a reset, a restore, or a step whose row lifetime swept rows (their old
+ * values are not kept). Not charged to the budget (the step's sums are not either). */
+struct step_prev {
+    uint64_t *ids;
+    float *values;
+    size_t n, cap;
+    uint64_t of;
+    bool valid;
+};
+
 /* The initial values drawn for rows a pull read before they existed (table.c): the push
  * that creates a row, and other ranks' pulls of it, copy them instead of drawing the
  * initializer again (its normal draws were half a sparse step's time: bench/embeddings.py).
@@ -159,6 +173,7 @@ struct ts_table {
     uint64_t charged;              /* bytes this table took from the budget */
     struct rows rows;
     struct step_acc acc;           /* BSP */
+    struct step_prev prev;         /* BSP */
     uint8_t *pushed;               /* BSP: workers flags for the step */
     uint32_t npushed;
     uint64_t step;                 /* BSP: steps applied */

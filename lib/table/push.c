@@ -227,23 +227,50 @@ static void expire(struct ts_table *t)
     (void)partial;   /* rows it could not reach stay (table.h) */
 }
 
+/* Room in t->prev for a step of n rows (before the step changes anything). */
+static ts_status prev_reserve(struct ts_table *t, size_t n, struct ts_err *err)
+{
+    struct step_prev *p = &t->prev;
+    size_t cap = p->cap ? p->cap : 256;
+    uint64_t *ids;
+    float *values;
+
+    if (n <= p->cap)
+        return TS_OK;
+    while (cap < n)
+        cap *= 2;
+    if (!(ids = realloc(p->ids, cap * sizeof(*ids))))
+        return ts_err_set(err, TS_ENOMEM, "no memory to keep the step's %zu rows", n);
+    p->ids = ids;
+    if (!(values = realloc(p->values, cap * t->dim * sizeof(*values))))
+        return ts_err_set(err, TS_ENOMEM, "no memory to keep the step's %zu rows", n);
+    p->values = values;
+    p->cap = cap;
+    return TS_OK;
+}
+
 /* Every rank pushed: each touched row, in ascending id, gets sum / batch through the
- * optimizer once; the rows the step creates were charged and reserved by its pushes. */
+ * optimizer once, its values before kept in t->prev; the rows the step creates were charged
+ * and reserved by its pushes, and t->prev's room by the last push. */
 static void bsp_apply(struct ts_table *t, struct entry *order)
 {
     struct step_acc *a = &t->acc;
+    struct step_prev *p = &t->prev;
     double div = t->job->batch;
     float inv = (float)(1.0 / div);
 
     for (uint64_t k = 0; k < a->n; k++)
         order[k] = (struct entry){ .id = a->ids[k], .k = k };
     qsort(order, a->n, sizeof(*order), cmp_entry);
+    p->n = 0;
     for (uint64_t e = 0; e < a->n; e++) {
         uint64_t k = order[e].k, id = order[e].id;
         struct row *w = rows_find(&t->rows, id);
 
         if (!w)
             w = table_new_row(t, id);
+        p->ids[p->n] = id;
+        memcpy(p->values + p->n++ * t->dim, row_values(w), t->dim * sizeof(float));
         if (t->job->exact) {
             ts_fixed_to_f32(acc_sum(t, k), t->dim, div, t->grad);
         } else {
@@ -257,9 +284,12 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
     a->n = 0;
     a->fresh = 0;
     idmap_clear(&a->map);
-    t->step++;
-    if (t->ttl && t->step % t->ttl == 0)
+    p->of = t->step++;
+    p->valid = true;
+    if (t->ttl && t->step % t->ttl == 0) {
         expire(t);
+        p->valid = false;   /* the rows it dropped had values at version `of` too */
+    }
     t->npushed = 0;
     table_init_forget(t);   /* this step's rows exist now */
     memset(t->pushed, 0, t->job->workers);
@@ -351,6 +381,7 @@ static ts_status push_bsp(struct ts_table *t, const struct ts_row_push *in, bool
                             : rows_reserve(&t->rows, t->acc.fresh + fresh, err)) &&
         !(st = acc_reserve(t, in->n, err)) &&
         !(st = table_dirty_reserve(t, t->acc.n + in->n, err)) &&
+        !(st = last ? prev_reserve(t, t->acc.n + in->n, err) : TS_OK) &&
         last && !(order = malloc((t->acc.n + in->n + 1) * sizeof(*order))))
         st = ts_err_set(err, TS_ENOMEM, "no memory to sort the step's %zu rows",
                         t->acc.n + in->n);

@@ -199,6 +199,8 @@ void ts_table_free(struct ts_table *t)
     free(t->icache.vals);
     free(t->acc.ids);
     free(t->acc.sums);
+    free(t->prev.ids);
+    free(t->prev.values);
     free(t->pushed);
     free(t->clock);
     free(t->dirty);
@@ -544,10 +546,26 @@ void ts_table_prefetch(struct ts_table *t, const uint64_t *ids, size_t n)
     free(want);
 }
 
+/* Row id's values in p (ids ascending), or NULL: the last step did not change it. */
+static const float *prev_values(const struct step_prev *p, uint32_t dim, uint64_t id)
+{
+    size_t lo = 0, hi = p->n;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < p->n && p->ids[lo] == id ? p->values + lo * dim : NULL;
+}
+
 ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms,
                         const uint64_t *ids, size_t n, float *out, struct ts_err *err)
 {
     ts_status st;
+    bool before;
 
     if (rank >= t->job->workers)
         return ts_err_set(err, TS_EINVAL, "table '%s': rank: %u is not below the job's %u "
@@ -558,6 +576,10 @@ ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms
                               "0..%" PRIu64, t->name, i, ids[i], t->max_id);
     pthread_mutex_lock(&t->mu);
     st = pull_wait(t, want, ms, err);
+    /* The version before the table's step (a slot redone in an elastic job, table.h): the
+     * rows the last step changed as they were before it. */
+    before = !st && !table_async(t) && t->prev.valid && t->prev.of == want &&
+             t->step == want + 1;
     /* With a tier, a part of the ids at a time, each its own operation: a pull of more rows
      * than memory holds (a scan of the whole table) keeps memory to its quota. */
     for (size_t at = 0, part = n; !st && at < n; at += part) {
@@ -568,8 +590,11 @@ ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms
         st = rows_load(&t->rows, ids + at, part, err);
         for (size_t i = at; !st && i < at + part; i++) {
             struct row *w = rows_find(&t->rows, ids[i]);
+            const float *old = before ? prev_values(&t->prev, t->dim, ids[i]) : NULL;
 
-            if (w)
+            if (old)
+                memcpy(out + i * t->dim, old, t->dim * sizeof(float));
+            else if (w)
                 memcpy(out + i * t->dim, row_values(w), t->dim * sizeof(float));
             else
                 table_init_values(t, ids[i], out + i * t->dim);

@@ -64,7 +64,15 @@
  * bits it would be created with. So reads cost no budget, and which rows exist, and the
  * fingerprint, depend only on the pushes. A pull of step s waits for its version as the dense
  * pull does: BSP until step s - 1 is applied (every rank's push of it), SSP until the slowest
- * rank's clock is at least s - staleness, ASP not at all.
+ * rank's clock is at least s - staleness, ASP not at all. A pull of a version the table is
+ * past reads the newest rows, except one version back in BSP (below).
+ *
+ * Elastic jobs (docs/elastic.md): a rank is a slot, and a slot that changes hands mid-step is
+ * computed again by its new owner from the step's values, while shards that had every slot's
+ * push may have applied the step. So a BSP table keeps the values the last applied step
+ * changed as they were before it (a created row's initial ones): a pull of version s on a
+ * table at step s + 1 reads those, the rows at version s. Not after a row lifetime sweep (its
+ * dropped rows' values are not kept), a reset or a restore: then the newest.
  *
  * Fingerprint (ts_table_sha256): SHA-256 over the table's name and a NUL byte, dim (4 bytes
  * little-endian), the row count (8 bytes LE), then each row in ascending id: its id (8 bytes

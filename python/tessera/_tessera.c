@@ -145,6 +145,7 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
     }
     self->t = t;
     self->exact = opt.exact;
+    self->elastic = opt.elastic;
     self->push_elem = opt.exact && opt.exact_push != TESSERA_EXACT_PUSH_FLOAT ? I64 : F32;
     return 0;
 }

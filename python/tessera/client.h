@@ -27,6 +27,7 @@ struct client {
     tessera *t;
     PyThread_type_lock lock;   /* held around every SDK call on t */
     int exact;
+    int elastic;               /* connected with elastic=True (rows.c refuses tables) */
     int state_len;             /* optimizer state floats per element (assign, pull_state) */
     enum elem push_elem;       /* what push / step / buffers' grad take: I64 in exact mode,
                                 * unless exact_push is float */

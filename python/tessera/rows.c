@@ -48,6 +48,13 @@ PyObject *client_register_table(struct client *self, PyObject *args, PyObject *k
     spec.ttl_steps = ttl;
     if (!spec.name || odim == Py_None || omax == Py_None)
         return invalid("name, dim and max_id are required");
+    /* The SDK has them (push_rows_slot, elastic_recover); tessera.torch's EmbeddingBag pushes
+     * as its rank and has no way yet to compute another slot's rows after a death. */
+    if (self->elastic)
+        return raise_sdk(&(struct tessera_error){ .code = TESSERA_ENOTSUP, .message =
+                         "register_table: tables in an elastic job are not built in Python yet "
+                         "(the C SDK and `tessera train --model ctr` have them: "
+                         "docs/embeddings.md): connect with elastic=False" });
     spec.dim = (uint32_t)dim;
     spec.max_id = max_id;
     spec.seed = seed;

@@ -255,6 +255,10 @@ void dp_pullc_free(struct dp_conn *dc);
 /* TS_ESLOTS (and from then on until the next step's first push or pull) if the connection's job changed slots
  * since its pulls last said so; TS_OK otherwise. */
 ts_status dp_slots_moved(struct dp_conn *dc, struct ts_err *err);
+/* TS_ESLOTS if the connection's job changed slots since its pulls last said so (once: a
+ * table's pull, which the worker sends again at its step's start after it asked the master,
+ * dp_rows.c); TS_OK otherwise. */
+ts_status dp_slots_woken(struct dp_conn *dc, struct ts_err *err);
 /* After a pull's wait was cancelled: true if only a wake did it (cleared: wait again, after
  * dp_slots_moved); false if the shard stops or the job ended. */
 bool dp_slots_rewait(struct dp_conn *dc);

@@ -168,9 +168,11 @@ typedef ts_status (*locked_fn)(struct dp_conn *dc, struct shard_table *t, void *
 /* Runs fn with t's lock held shared, again while it waits (TS_ETIMEDOUT: a slice passed; the
  * lock is let go between slices) until DP_PULL_WAIT_MS pass or the job ends (TS_ECANCELLED);
  * a TS_ESTALE (a row no store here serves, a copy taken over) once more after this shard took
- * up the newest map. what: the frame, for the message. */
+ * up the newest map. A worker's pull (`pull`) that waits ends with TS_ESLOTS when the job's
+ * slots change hands (slots.c): the step it waits for may need a slot only this worker can
+ * now compute. what: the frame, for the message. */
 static ts_status in_slices(struct dp_conn *dc, struct shard_table *t, locked_fn fn, void *arg,
-                           const char *what, struct ts_err *err)
+                           const char *what, bool pull, struct ts_err *err)
 {
     int64_t until = ts_now_ms() + DP_PULL_WAIT_MS;
     bool remapped = false;
@@ -188,6 +190,8 @@ static ts_status in_slices(struct dp_conn *dc, struct shard_table *t, locked_fn 
         } else if (atomic_load(&dc->cancel) & DP_CANCEL_END) {
             return ts_err_set(err, TS_ECANCELLED, "table '%s': the %s ended with its job",
                               t->name, what);
+        } else if (pull && dp_slots_woken(dc, err)) {
+            return TS_ESLOTS;
         }
         ts_err_clear(err);
     }
@@ -338,7 +342,7 @@ ts_status dp_rows_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
                           h->len);
     a.in = (struct rows_in){ .n = n, .ids = buf, .row = (size_t)sht->dim * elem,
                              .grad = (const uint8_t *)buf + n * sizeof(uint64_t) };
-    if ((st = in_slices(dc, sht, push_locked, &a, "push", err)) ||
+    if ((st = in_slices(dc, sht, push_locked, &a, "push", false, err)) ||
         (st = copy_down(dc, h, a.in.row, err)))
         return st;
     atomic_fetch_add(&sht->pushed, n);
@@ -431,7 +435,7 @@ ts_status dp_rows_copy(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
     a.in = (struct rows_in){ .n = n, .ids = (const uint64_t *)(b + COPY_HEAD),
                              .row = (size_t)sht->dim * elem,
                              .grad = b + COPY_HEAD + n * sizeof(uint64_t) };
-    if ((st = in_slices(dc, sht, copy_locked, &a, "copy of a push", err)))
+    if ((st = in_slices(dc, sht, copy_locked, &a, "copy of a push", false, err)))
         return st;
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
@@ -504,7 +508,7 @@ ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
     if ((st = rows_room(dc, n, sht->dim, err)))
         return st;
     a.out = dc->rows;
-    if ((st = in_slices(dc, sht, read_locked, &a, "pull", err)))
+    if ((st = in_slices(dc, sht, read_locked, &a, "pull", true, err)))
         return st;
     atomic_fetch_add(&sht->pulled, n);
     ts_counter_add(dc->metrics.pull_bytes, n * sht->dim * sizeof(float));
@@ -598,7 +602,7 @@ ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h, struct 
                           sht->name, h->partition, SCAN_PAGE_MAX);
     if (h->flags & TS_SCAN_FIRST) {
         uint64_t want = h->step;
-        if ((st = in_slices(dc, sht, list_locked, &want, "scan", err)))
+        if ((st = in_slices(dc, sht, list_locked, &want, "scan", false, err)))
             return st;
         dc->scan_table = h->tensor + 1;
     }
@@ -610,7 +614,7 @@ ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h, struct 
         k = h->partition;
     struct read_arg a = { .in = { .n = k, .ids = dc->scan_ids + dc->scan_at } };
     if (k && ((st = rows_room(dc, k, sht->dim, err)) ||
-              ((a.out = dc->rows), (st = in_slices(dc, sht, read_locked, &a, "scan", err)))))
+              ((a.out = dc->rows), (st = in_slices(dc, sht, read_locked, &a, "scan", false, err)))))
         return st;
     const struct iovec parts[2] = {
         { (void *)(dc->scan_ids + dc->scan_at), k * sizeof(uint64_t) },

@@ -32,6 +32,19 @@ ts_status dp_slots_moved(struct dp_conn *dc, struct ts_err *err)
                       dc->job ? dc->job->job.id : "?");
 }
 
+ts_status dp_slots_woken(struct dp_conn *dc, struct ts_err *err)
+{
+    unsigned w = atomic_load(&dc->wakes);
+
+    if (w == dc->wakes_seen)
+        return TS_OK;
+    dc->wakes_seen = w;
+    atomic_fetch_and(&dc->cancel, ~DP_CANCEL_WAKE);
+    return ts_err_set(err, TS_ESLOTS, "job '%s': its slots changed hands (a worker died or came "
+                      "back) while this pull of rows waited: ask the master for this worker's "
+                      "slots and compute the step again", dc->job ? dc->job->job.id : "?");
+}
+
 bool dp_slots_rewait(struct dp_conn *dc)
 {
     if (atomic_load(&dc->cancel) & DP_CANCEL_END)

@@ -4,12 +4,16 @@
  * reported beside the best reachable.
  *
  * Step k's global batch is samples k x B .. k x B + B - 1 of the generator, cut into
- * micro-batches of m; micro-batch j belongs to rank j % W (as the MLP trainer's schedule).
- * A rank pulls its samples' rows of every table at version k, computes each micro-batch
- * (lib/model/dlrm.h), sums the dense gradients (int64 fixed point in exact mode, per
- * micro-batch, so the grouping never matters), pushes every table's rows (one gradient row per
- * sample and feature: the SDK merges repeats exactly) and steps the dense tensors. In exact
- * mode the result is the same for any worker and shard count.
+ * micro-batches of m; micro-batch j belongs to slot j % W (as the MLP trainer's schedule),
+ * slot r to rank r unless the job is elastic and slots changed hands. For each slot it owns
+ * a worker pulls the slot's samples' rows of every table at version k, computes each
+ * micro-batch (lib/model/dlrm.h), sums the dense gradients (int64 fixed point in exact mode,
+ * per micro-batch, so the grouping never matters) and pushes every table's rows as the slot's
+ * (one gradient row per sample and feature: the SDK merges repeats exactly); then it steps
+ * the dense tensors with every slot's sums. In exact mode the result is the same for any
+ * worker and shard count, and in an elastic job for any deaths: a slot whose worker died
+ * mid-step is computed again by its new owner from the same values (TESSERA_ESLOTS,
+ * docs/embeddings.md, "Elastic jobs with tables").
  * A job the shards kept (--keep) or restored from a snapshot goes on from the step its tensors
  * and tables are at, which must agree; a job the cluster takes back to its last snapshot (a
  * shard holding rows went) goes on from the snapshot's step (TESSERA_EROLLBACK).
@@ -46,9 +50,14 @@ struct ctr_run {
     int ids[TS_DLRM_NTENSORS];
     int tables[TS_CTR_MAX_FEATURES];
     float *params[TS_DLRM_NTENSORS], *grad[TS_DLRM_NTENSORS];
-    void *acc[TS_DLRM_NTENSORS];           /* the rank's sums: int64 (exact) or float */
+    /* The sums of each slot this worker computes in a step, int64 (exact) or float, by its
+     * position among the worker's slots (made when first needed; acc[0] at the start). */
+    void *(*acc)[TS_DLRM_NTENSORS];
     uint64_t numel[TS_DLRM_NTENSORS];
-    size_t n;                              /* this rank's samples a step */
+    uint32_t *slots;                       /* the step's slots (tessera_slots) */
+    const void *const **grads;             /* the step's sums by position: acc[q] */
+    size_t n;                              /* the samples of the slot being computed */
+    size_t nmax;                           /* the most samples a slot has (slot 0's) */
     uint64_t *ids_f;                       /* F x n: feature f's ids at ids_f + f x n */
     uint64_t *pf_ids;                      /* F x n: a later step's, for its prefetch */
     float *rows_f;                         /* F x n x dim: the pulled rows, table by table */
@@ -56,9 +65,11 @@ struct ctr_run {
     float *emb, *demb;                     /* micro x F x dim: a micro-batch's rows, grads */
     float *dense, *label;                  /* n x D, n */
     double loss;                           /* this rank's summed loss of the last step */
-    uint64_t start;                        /* the step the job was at (kept or restored) */
+    uint64_t start;                        /* the step the job was at (kept, restored, or
+                                            * the one an elastic worker joined at) */
     uint64_t steps;                        /* the step the run ends at */
     uint32_t rollbacks;                    /* the job went back to a snapshot this many times */
+    uint32_t reslots;                      /* an elastic job's slots changed hands mid-step */
 };
 
 static int fail(struct ctr_run *r, const struct tessera_error *e, const char *what)
@@ -67,16 +78,27 @@ static int fail(struct ctr_run *r, const struct tessera_error *e, const char *wh
     return 1;
 }
 
-/* A step's call that failed: TESSERA_EROLLBACK (the job went back to its last snapshot: the
- * caller goes on from tessera_resume_step), else 1 after saying why. */
-static int step_fail(struct ctr_run *r, const struct tessera_error *e, const char *what)
+/* A step's call that failed: TESSERA_EROLLBACK (the job went back to its last snapshot) or
+ * TESSERA_ESLOTS (an elastic job's slots changed hands; a table call's is followed by
+ * tessera_elastic_recover, `table`; tessera_step_slots did that itself): the caller goes on
+ * from tessera_resume_step. Else 1 after saying why. */
+static int step_fail(struct ctr_run *r, uint64_t k, bool table, const struct tessera_error *e,
+                     const char *what)
 {
+    struct tessera_error re;
+
     if (e->code == TESSERA_EROLLBACK) {
         if (r->o->sdk.rank == 0)
             fprintf(r->out, "%s\n", e->message);
         return TESSERA_EROLLBACK;
     }
-    return fail(r, e, what);
+    if (e->code != TESSERA_ESLOTS)
+        return fail(r, e, what);
+    if (table && tessera_elastic_recover(r->t, k, r->params, &re))
+        return fail(r, &re, "slots");
+    fprintf(stderr, "tessera-worker: rank %u: step %" PRIu64 ": %s: %s\n", r->o->sdk.rank, k,
+            what, e->message);
+    return TESSERA_ESLOTS;
 }
 
 static int fail_err(struct ctr_run *r, const struct ts_err *err, const char *what)
@@ -87,12 +109,37 @@ static int fail_err(struct ctr_run *r, const struct ts_err *err, const char *wha
     return fail(r, &e, what);
 }
 
-/* The samples of this rank in a step: whole micro-batches j with j % W == rank. */
-static size_t rank_samples(const struct train_opts *o)
+/* The samples of a slot in a step: whole micro-batches j with j % W == slot. */
+static size_t slot_samples(const struct train_opts *o, uint32_t slot)
 {
-    uint32_t mbs = o->batch / o->micro, w = o->sdk.workers, rank = o->sdk.rank;
+    uint32_t mbs = o->batch / o->micro, w = o->sdk.workers;
 
-    return (size_t)(mbs / w + (rank < mbs % w)) * o->micro;
+    return (size_t)(mbs / w + (slot < mbs % w)) * o->micro;
+}
+
+/* Whether the shards hold tensors or tables at another step than the first tensor's (said).
+ * In an elastic job a table may be a step ahead: every slot pushed its rows of the step under
+ * way, and the tensors wait for a slot's push of it. */
+static bool mixed(struct ctr_run *r)
+{
+    uint64_t want = tessera_version(r->t, r->ids[0]), v;
+    const char *what = NULL;
+    char name[32];
+
+    for (int i = 1; !what && i < TS_DLRM_NTENSORS; i++)
+        if ((v = tessera_version(r->t, r->ids[i])) != want)
+            what = ts_dlrm_tensor(&r->shape, i).name;
+    for (uint32_t f = 0; !what && f < r->o->ctr_features; f++)
+        if ((v = tessera_table_version(r->t, r->tables[f])) != want &&
+            (!r->o->sdk.elastic || v != want + 1)) {
+            snprintf(name, sizeof(name), "table emb%u", f);
+            what = name;
+        }
+    if (what)
+        fprintf(stderr, "tessera-worker: %s is at step %" PRIu64 ", %s at %" PRIu64 ": the "
+                "shards hold a mixed state; restart the cluster\n", what, v,
+                ts_dlrm_tensor(&r->shape, 0).name, want);
+    return what != NULL;
 }
 
 static int setup(struct ctr_run *r)
@@ -109,6 +156,11 @@ static int setup(struct ctr_run *r)
         ts_dlrm_create(&r->shape, (int)(o->micro > CTR_EVAL_CHUNK ? o->micro : CTR_EVAL_CHUNK),
                        &r->model, &err))
         return fail_err(r, &err, "model");
+    r->acc = calloc(o->sdk.workers, sizeof(*r->acc));
+    r->slots = calloc(o->sdk.workers, sizeof(*r->slots));
+    r->grads = calloc(o->sdk.workers, sizeof(*r->grads));
+    if (!r->acc || !r->slots || !r->grads)
+        return fprintf(stderr, "tessera-worker: out of memory\n"), 1;
     if (sdk_connect_delayed(&o->sdk, o->delay_ms, &r->t, &e))
         return fail(r, &e, "connect");
     for (int i = 0; i < TS_DLRM_NTENSORS; i++) {
@@ -121,20 +173,9 @@ static int setup(struct ctr_run *r)
         r->numel[i] = d.rows * d.cols;
         r->params[i] = malloc(r->numel[i] * sizeof(float));
         r->grad[i] = malloc(r->numel[i] * sizeof(float));
-        r->acc[i] = malloc(r->numel[i] * esz);
-        if (!r->params[i] || !r->grad[i] || !r->acc[i])
+        r->acc[0][i] = malloc(r->numel[i] * esz);
+        if (!r->params[i] || !r->grad[i] || !r->acc[0][i])
             return fprintf(stderr, "tessera-worker: out of memory\n"), 1;
-        if (i == 0)
-            r->start = tessera_version(r->t, r->ids[0]);
-        if (tessera_version(r->t, r->ids[i]) != r->start) {
-            fprintf(stderr, "tessera-worker: tensor %s is at version %" PRIu64 ", %s at %"
-                    PRIu64 ": the shards hold a mixed state; restart the cluster\n", d.name,
-                    tessera_version(r->t, r->ids[i]), ts_dlrm_tensor(&r->shape, 0).name,
-                    r->start);
-            return 1;
-        }
-        if (tessera_pull(r->t, r->ids[i], r->start, r->params[i], &e))
-            return fail(r, &e, "pull");
     }
     for (uint32_t f = 0; f < o->ctr_features; f++) {
         struct tessera_table_spec spec = TESSERA_TABLE_SPEC_INIT;
@@ -149,20 +190,25 @@ static int setup(struct ctr_run *r)
         spec.ttl_steps = o->row_ttl;
         if (tessera_table_register(r->t, &spec, &r->tables[f], &e))
             return fail(r, &e, "register table");
-        /* A kept job, or one restored from a snapshot: every table where the tensors are. */
-        if (tessera_table_version(r->t, r->tables[f]) != r->start) {
-            fprintf(stderr, "tessera-worker: table %s is at step %" PRIu64 ", the tensors at %"
-                    PRIu64 ": the shards hold a mixed state; restart the cluster\n", name,
-                    tessera_table_version(r->t, r->tables[f]), r->start);
-            return 1;
-        }
     }
-    r->n = rank_samples(o);
-    /* room for a step's samples or a chunk of held-out ones, whichever is more */
-    cap = (r->n > CTR_EVAL_CHUNK ? r->n : CTR_EVAL_CHUNK) + 1;
+    /* An elastic worker may join a job under way (a respawned rank): every tensor at the
+     * newest step, which the tables are at too (tessera.h, tessera_join). */
+    r->start = tessera_version(r->t, r->ids[0]);
+    if (o->sdk.elastic && tessera_join(r->t, r->params, &r->start, &e))
+        return fail(r, &e, "join");
+    /* A job at the step it was registered at (a new one, kept, or restored from a snapshot):
+     * every tensor and table there (a running elastic job moved on meanwhile). */
+    if (r->start == tessera_version(r->t, r->ids[0]) && mixed(r))
+        return 1;
+    for (int i = 0; !o->sdk.elastic && i < TS_DLRM_NTENSORS; i++)
+        if (tessera_pull(r->t, r->ids[i], r->start, r->params[i], &e))
+            return fail(r, &e, "pull");
+    r->nmax = slot_samples(o, 0);
+    /* room for a slot's samples or a chunk of held-out ones, whichever is more */
+    cap = (r->nmax > CTR_EVAL_CHUNK ? r->nmax : CTR_EVAL_CHUNK) + 1;
     e_row = (size_t)o->ctr_features * o->ctr_dim;
     r->ids_f = malloc(cap * o->ctr_features * sizeof(uint64_t));
-    r->pf_ids = malloc((r->n + 1) * o->ctr_features * sizeof(uint64_t));
+    r->pf_ids = malloc((r->nmax + 1) * o->ctr_features * sizeof(uint64_t));
     r->rows_f = malloc(cap * e_row * sizeof(float));
     r->grads_f = malloc(cap * e_row * sizeof(float));
     r->emb = malloc(cap * e_row * sizeof(float));
@@ -201,27 +247,41 @@ static void gather(const struct ctr_run *r, size_t i, size_t n, float *out)
 
 /* Announces this rank's rows of step k to the shards (--prefetch-depth), to be read from
  * their disk tiers while this step computes. */
-static int prefetch(struct ctr_run *r, uint64_t k)
+static int prefetch(struct ctr_run *r, uint64_t k, uint32_t slot)
 {
     const struct train_opts *o = r->o;
     uint32_t m = o->micro, mbs = o->batch / m, F = o->ctr_features;
     uint64_t ids[TS_CTR_MAX_FEATURES];
     struct tessera_error e;
-    size_t at = 0;
+    size_t at = 0, n = slot_samples(o, slot);
 
-    for (uint32_t j = o->sdk.rank; j < mbs; j += o->sdk.workers)
+    for (uint32_t j = slot; j < mbs; j += o->sdk.workers)
         for (uint32_t i = 0; i < m; i++, at++) {
             ts_ctr_sample(&r->gen, k * o->batch + (uint64_t)j * m + i, ids, NULL, NULL, NULL);
             for (uint32_t f = 0; f < F; f++)
-                r->pf_ids[(size_t)f * r->n + at] = ids[f];
+                r->pf_ids[(size_t)f * n + at] = ids[f];
         }
     for (uint32_t f = 0; f < F; f++)
-        if (tessera_prefetch_rows(r->t, r->tables[f], r->n, r->pf_ids + (size_t)f * r->n, &e))
+        if (tessera_prefetch_rows(r->t, r->tables[f], n, r->pf_ids + (size_t)f * n, &e))
             return fail(r, &e, "prefetch rows");
     return 0;
 }
 
-static int step(struct ctr_run *r, uint64_t k)
+/* The sums of the slot at position q of this step's slots (made at its first use; NULL: out
+ * of memory). */
+static void **sums_of(struct ctr_run *r, size_t q)
+{
+    size_t esz = r->o->sdk.exact ? sizeof(int64_t) : sizeof(float);
+
+    for (int i = 0; i < TS_DLRM_NTENSORS; i++)
+        if (!r->acc[q][i] && !(r->acc[q][i] = malloc(r->numel[i] * esz)))
+            return NULL;
+    return r->acc[q];
+}
+
+/* Slot `slot` of step k: its samples, micro-batch by micro-batch, their rows at version k,
+ * the dense gradients summed into acc and the rows' gradients pushed as the slot's. */
+static int compute_slot(struct ctr_run *r, uint64_t k, uint32_t slot, void **acc)
 {
     const struct train_opts *o = r->o;
     uint32_t dim = o->ctr_dim, F = o->ctr_features, m = o->micro;
@@ -229,20 +289,21 @@ static int step(struct ctr_run *r, uint64_t k)
     size_t e_row = (size_t)F * dim, at = 0;
     struct tessera_error e;
 
-    /* This rank's samples, micro-batch by micro-batch, and their rows at version k. */
-    for (uint32_t j = o->sdk.rank; j < mbs; j += w, at += m)
+    r->n = slot_samples(o, slot);
+    for (uint32_t j = slot; j < mbs; j += w, at += m)
         draw(r, k * o->batch + (uint64_t)j * m, m, at, r->n);
     for (uint32_t f = 0; f < F; f++)
         if (tessera_pull_rows(r->t, r->tables[f], k, r->n, r->ids_f + (size_t)f * r->n,
                               r->rows_f + (size_t)f * r->n * dim, &e))
-            return step_fail(r, &e, "pull rows");
-    /* The step D ahead, and at the run's first step the ones between. */
-    for (uint64_t d = k == r->start ? 1 : o->prefetch_depth; d <= o->prefetch_depth; d++)
-        if (k + d < r->steps && prefetch(r, k + d))
+            return step_fail(r, k, true, &e, "pull rows");
+    /* The step D ahead, and at the run's first step the ones between (this worker's own
+     * slot's: a hint). */
+    for (uint64_t d = k == r->start ? 1 : o->prefetch_depth;
+         slot == o->sdk.rank && d <= o->prefetch_depth; d++)
+        if (k + d < r->steps && prefetch(r, k + d, slot))
             return 1;
     for (int i = 0; i < TS_DLRM_NTENSORS; i++)
-        memset(r->acc[i], 0, r->numel[i] * (o->sdk.exact ? sizeof(int64_t) : sizeof(float)));
-    r->loss = 0;
+        memset(acc[i], 0, r->numel[i] * (o->sdk.exact ? sizeof(int64_t) : sizeof(float)));
     for (size_t s = 0; s < r->n; s += m) {
         for (size_t i = 0; i < m; i++)
             gather(r, s + i, r->n, r->emb + i * e_row);
@@ -254,13 +315,14 @@ static int step(struct ctr_run *r, uint64_t k)
                     "finite (%g)\n", o->sdk.rank, k, loss);
             return 1;
         }
-        r->loss += loss;
+        if (slot == o->sdk.rank)
+            r->loss += loss;
         for (int i = 0; i < TS_DLRM_NTENSORS; i++) {
             if (!o->sdk.exact) {
-                float *a = r->acc[i];
+                float *a = acc[i];
                 for (uint64_t x = 0; x < r->numel[i]; x++)
                     a[x] += r->grad[i][x];
-            } else if (tessera_fixed_add_f32(r->acc[i], r->grad[i], (size_t)r->numel[i], &e)) {
+            } else if (tessera_fixed_add_f32(acc[i], r->grad[i], (size_t)r->numel[i], &e)) {
                 return fail(r, &e, "gradient");
             }
         }
@@ -271,11 +333,32 @@ static int step(struct ctr_run *r, uint64_t k)
                        r->demb + i * e_row + (size_t)f * dim, dim * sizeof(float));
     }
     for (uint32_t f = 0; f < F; f++)
-        if (tessera_push_rows(r->t, r->tables[f], k, r->n, r->ids_f + (size_t)f * r->n,
-                              r->grads_f + (size_t)f * r->n * dim, &e))
-            return step_fail(r, &e, "push rows");
-    if (tessera_step(r->t, k, (const void *const *)r->acc, r->params, &e))
-        return step_fail(r, &e, "step");
+        if (tessera_push_rows_slot(r->t, r->tables[f], k, slot, r->n,
+                                   r->ids_f + (size_t)f * r->n,
+                                   r->grads_f + (size_t)f * r->n * dim, &e))
+            return step_fail(r, k, true, &e, "push rows");
+    return 0;
+}
+
+/* Step k: each slot this worker owns (its rank's alone outside elastic jobs), then the dense
+ * tensors' step of those slots. */
+static int step(struct ctr_run *r, uint64_t k)
+{
+    size_t ns = tessera_slots(r->t, r->slots, r->o->sdk.workers);
+    struct tessera_error e;
+    int rc;
+
+    r->loss = 0;
+    for (size_t q = 0; q < ns; q++) {
+        void **acc = sums_of(r, q);
+        if (!acc)
+            return fprintf(stderr, "tessera-worker: out of memory\n"), 1;
+        if ((rc = compute_slot(r, k, r->slots[q], acc)))
+            return rc;
+        r->grads[q] = (const void *const *)acc;
+    }
+    if (tessera_step_slots(r->t, k, ns, r->slots, r->grads, r->params, &e))
+        return step_fail(r, k, false, &e, "step");
     return 0;
 }
 
@@ -387,6 +470,7 @@ static void report(struct ctr_run *r, uint64_t steps, uint64_t ran, double secs,
     ts_json_uint(&j, "steps", steps);
     ts_json_uint(&j, "start_step", r->start);
     ts_json_uint(&j, "rollbacks", r->rollbacks);
+    ts_json_uint(&j, "reslots", r->reslots);
     ts_json_uint(&j, "table_rows", rows);
     ts_json_num(&j, "samples_per_s", sps);
     ts_json_bool(&j, "exact", o->sdk.exact);
@@ -401,8 +485,12 @@ static void run_free(struct ctr_run *r)
     for (int i = 0; i < TS_DLRM_NTENSORS; i++) {
         free(r->params[i]);
         free(r->grad[i]);
-        free(r->acc[i]);
+        for (uint32_t q = 0; r->acc && q < r->o->sdk.workers; q++)
+            free(r->acc[q][i]);
     }
+    free(r->acc);
+    free(r->slots);
+    free(r->grads);
     free(r->ids_f);
     free(r->pf_ids);
     free(r->rows_f);
@@ -446,7 +534,14 @@ int train_ctr(const struct train_opts *o)
     for (uint64_t k = r.start; k < steps;) {
         if (o->slow_ms)   /* testing: a slow worker */
             ts_sleep_ms(o->slow_ms);
-        if ((rc = step(&r, k)) == TESSERA_EROLLBACK) {
+        if ((rc = step(&r, k)) == TESSERA_ESLOTS) {
+            /* the slots changed hands: the step the SDK names, with the slots as they are */
+            k = tessera_resume_step(r.t);
+            r.reslots++;
+            rc = 0;
+            continue;
+        }
+        if (rc == TESSERA_EROLLBACK) {
             /* back to the snapshot's step: its tensors (the tables' rows are the shards') */
             struct tessera_error e;
             k = tessera_resume_step(r.t);
@@ -464,7 +559,8 @@ int train_ctr(const struct train_opts *o)
         k++;
         if (o->sdk.rank == 0 && (k % 100 == 0 || k == steps))
             fprintf(stderr, "step %" PRIu64 "/%" PRIu64 ": loss %.4f (rank 0's samples)\n", k,
-                    steps, r.n ? r.loss / (double)r.n : 0.0);
+                    steps, slot_samples(o, o->sdk.rank)
+                               ? r.loss / (double)slot_samples(o, o->sdk.rank) : 0.0);
     }
     double secs = (double)(ts_now_ms() - t0) / 1000.0;
     uint64_t ran = steps > r.start ? steps - r.start : 0;

@@ -279,6 +279,15 @@ class BadInput(tl.ClusterCase, unittest.TestCase):
             self.assertEqual(c.table_rows(t, 2), 3)
             self.assertNotEqual(c.table_sha256(t, 2), before[0])
 
+    def test_elastic_refused_in_python(self):
+        """tessera.torch's EmbeddingBag cannot compute another slot's rows yet: a table in an
+        elastic job is refused from Python, saying how to go on (the C SDK has them)."""
+        with tessera.Client(master=self.addr, job="elastic", rank=0, workers=1, batch=4,
+                            exact=True, optimizer="sgd:lr=0.1", elastic=True) as c:
+            with self.assertRaises(tessera.Error) as cm:
+                c.register_table("emb", DIM, 1000)
+            self.assertIn("elastic=False", str(cm.exception))
+
     def test_another_worker_spec_is_refused_by_the_shards(self):
         opts = dict(master=self.addr, job="spec", workers=2, batch=4, exact=True,
                     optimizer="sgd:lr=0.1")

@@ -770,6 +770,51 @@ static void t_retry(void **state)
     ts_table_free(t);
 }
 
+/* An elastic slot redone by its new owner (table.h, "Elastic jobs"): a pull of version s on a
+ * table at step s + 1 reads the rows as step s found them (a row the step created: its initial
+ * values), and rows the step did not touch as they are; two versions back, or after a row
+ * lifetime sweep or a restore, the newest. */
+static void t_version_before(void **state)
+{
+    static const uint64_t ids[] = { 3, 9 }, all[] = { 9, 5, 3 };
+    static const float g[] = { 1, 2, 3, 4 };
+    struct ts_job j = job(2, true, 2, TS_MODE_BSP);
+    struct ts_table *t = mk(&j, "embx", 2, "normal:0.1", 5, "adagrad:lr=0.1", NULL);
+    struct ts_table_cfg c = { .name = "ttlx", .dim = 2, .max_id = 100, .init = "zeros",
+                              .seed = 1, .optimizer = "sgd:lr=1", .ttl_steps = 1 };
+    struct ts_table *l;
+    struct ts_err e = { 0 };
+    float v0[6], v1[6], v[6];
+
+    (void)state;
+    assert_int_equal(ts_table_pull(t, 0, 0, 0, all, 3, v0, &e), TS_OK);   /* initial values */
+    push_ok(t, 0, 0, ids, 1, g);    /* row 3 by rank 0, row 9 by rank 1 */
+    push_ok(t, 1, 0, ids + 1, 1, g + 2);
+    assert_int_equal(ts_table_pull(t, 0, 1, 0, all, 3, v1, &e), TS_OK);
+    assert_true(memcmp(v0, v1, sizeof(v0)) != 0);
+    assert_int_equal(ts_table_pull(t, 0, 0, 0, all, 3, v, &e), TS_OK);   /* version 0 again */
+    assert_memory_equal(v, v0, sizeof(v));
+    push_ok(t, 0, 1, ids + 1, 1, g);   /* step 1 touches row 9 only */
+    push_ok(t, 1, 1, NULL, 0, NULL);
+    assert_int_equal(ts_table_pull(t, 0, 1, 0, all, 3, v, &e), TS_OK);   /* version 1 */
+    assert_memory_equal(v, v1, sizeof(v));
+    assert_int_equal(ts_table_pull(t, 0, 0, 0, all, 3, v, &e), TS_OK);   /* gone: the newest */
+    assert_memory_equal(v + 2, v1 + 2, 4 * sizeof(float));               /* rows 5 and 3 */
+    assert_true(memcmp(v, v1, 2 * sizeof(float)) != 0);                  /* row 9 moved on */
+    ts_table_free(t);
+
+    /* A step that swept rows keeps no version before it. */
+    assert_int_equal(ts_table_create(&j, &c, NULL, &l, &e), TS_OK);
+    push_ok(l, 0, 0, ids, 1, g);
+    push_ok(l, 1, 0, NULL, 0, NULL);
+    push_ok(l, 0, 1, ids + 1, 1, g);   /* step 1 creates row 9; its sweep drops row 3 */
+    push_ok(l, 1, 1, NULL, 0, NULL);
+    assert_int_equal(ts_table_count(l), 1);
+    assert_int_equal(ts_table_pull(l, 0, 1, 0, ids + 1, 1, v, &e), TS_OK);
+    assert_true(v[0] == -0.5f && v[1] == -1.0f);   /* row 9 now, not its zeros before */
+    ts_table_free(l);
+}
+
 /* ASP applies each push at once, SSP bounds pulls by the slowest clock. */
 static void t_async(void **state)
 {
@@ -1006,6 +1051,7 @@ int main(void)
         cmocka_unit_test(t_dirty),
         cmocka_unit_test(t_pull_bsp),
         cmocka_unit_test(t_retry),
+        cmocka_unit_test(t_version_before),
         cmocka_unit_test(t_async),
         cmocka_unit_test(t_capture),
     };

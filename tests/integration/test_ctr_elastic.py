@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""test_ctr_elastic.py - the CTR trainer's sparse tables in an elastic job: workers that die
+or come back do not change the bits (docs/embeddings.md, "Elastic jobs with tables").
+
+Real processes: one `tessera up --shards 2` (mutual TLS), and `tessera train --model ctr
+--workers 3 --exact` runs (8 tables of 10^5 rows, batch 96 in micro-batches of 16), each
+compared with the same run of `tessera train --local`:
+- Killed: SIGKILL of rank 1 or 2 at a random step. `tessera train` says the others take over
+  its share and exits 0; the final params_sha256 (tensors and every table) and the row count
+  equal --local's; the job is finished with the slot taken over.
+- Killed between two tables (a test hook, TESSERA_TEST_DIE_IN_ROWS: the sanitizer build):
+  rank 2 dies after pushing its rows of step 7 to 4 of the 8 tables. Those tables apply step
+  7 (every slot pushed) while the others wait for slot 2; its new owner computes slot 2 of
+  step 7 again from the rows as step 7 found them, which the shards that applied it keep
+  (lib/table/table.h, "Elastic jobs"). Same fingerprint. Without the kept rows the
+  recomputed gradients differ and so does the fingerprint (checked by hand when this was
+  built).
+- Respawned: `--respawn`, SIGKILL of rank 1: a new rank 1 joins the running job
+  (tessera_join), gets its slot back and trains to the end; same fingerprint.
+"""
+import json
+import os
+import random
+import signal
+import sys
+import unittest
+
+sys.dont_write_bytecode = True
+import tessera_testlib as tl  # noqa: E402
+
+STEPS = 60 if tl.SANITIZED else 300
+CTR = ["--model", "ctr", "--batch", "96", "--micro", "16", "--exact", "--json"]
+SEED = int(os.environ.get("TESSERA_ELASTIC_SEED", "0")) or random.randrange(1, 1 << 30)
+
+
+class CtrElastic(tl.ClusterCase, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        tl.log("seed %d (TESSERA_ELASTIC_SEED=%d repeats this run)" % (SEED, SEED))
+        cls.rng = random.Random(SEED)
+        cls.c = tl.Cluster()
+        cls.up = cls.c.spawn([os.path.join(tl.BIN, "tessera"), "up", "--shards", "2",
+                              "--master-port", "0", "--dir",
+                              os.path.join(cls.c.dir, "up-logs")], "up")
+        cls.addr = tl.wait_until(lambda: next((ln.split()[1] for ln in
+                                               cls.up.log_text().splitlines()
+                                               if ln.startswith("master ")), None),
+                                 tl.START_TIMEOUT, "tessera up to print the master's address")
+        tl.wait_until(lambda: "shards alive" in cls.up.log_text(), tl.START_TIMEOUT,
+                      "the shards")
+        cls.c.take_tls(cls.up.log_text())
+        cls.local = {}
+
+    @classmethod
+    def tearDownClass(cls):
+        kids = set(tl.children_of(cls.up.pid))
+        cls.up.signal(signal.SIGTERM)
+        rc = cls.up.wait(30)
+        left = [p for p in kids if tl.pid_alive(p)]
+        super().tearDownClass()
+        assert rc == 0, "tessera up exited %r" % rc
+        assert not left, "processes left behind: %r" % left
+
+    def want(self, steps):
+        """--local's report of the run (params_sha256, table_rows)."""
+        if steps not in self.local:
+            r = tl.run_cli(["train", "--local", "--steps", str(steps)] + CTR, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            self.local[steps] = json.loads(r.stdout)
+        return self.local[steps]
+
+    def train(self, job, steps=STEPS, extra=(), env=None):
+        with tl.environ(**(env or {})):
+            return self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
+                                 self.addr, "--workers", "3", "--job", job, "--steps",
+                                 str(steps)] + CTR + list(extra), "train-" + job,
+                                stdout_pipe=True)
+
+    def at_step(self, step):
+        def reached():
+            st = tl.status_json(self.addr)
+            return any(w["clock"] >= step for w in st["workers"] if w["state"] == "alive")
+        tl.wait_until(reached, 120, "a worker at step %d" % step, interval=0.01)
+
+    def finish(self, train, steps=STEPS):
+        rc = train.wait(300)
+        out = train.p.stdout.read().decode()
+        err = train.log_text()
+        self.assertEqual(rc, 0, "tessera train exited %r:\n%s\n%s" % (rc, out, err[-3000:]))
+        got, want = json.loads(out), self.want(steps)
+        self.assertEqual(got["params_sha256"], want["params_sha256"], err[-3000:])
+        self.assertEqual(got["table_rows"], want["table_rows"])
+        return got, err
+
+    def job(self, job_id):
+        return tl.wait_until(lambda: next((j for j in tl.status_json(self.addr)["jobs"]
+                                           if j["id"] == job_id and j["state"] == "finished"),
+                                          None), 30, "job %s finished" % job_id)
+
+    def test_killed(self):
+        rank, step = self.rng.randrange(1, 3), self.rng.randrange(5, STEPS * 2 // 3)
+        tl.log("killing rank %d at step %d" % (rank, step))
+        train = self.train("killed")
+        pid = tl.worker_of(train, rank)
+        self.at_step(step)
+        os.kill(pid, signal.SIGKILL)
+        _, err = self.finish(train)
+        self.assertIn("worker %d was killed (signal 9); the others take over its share" % rank,
+                      err)
+        j = self.job("killed")
+        self.assertGreaterEqual(j["adopted"], 1, j)
+        self.assertGreaterEqual(j["roster"], 1, j)
+
+    @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
+    def test_killed_between_two_tables(self):
+        train = self.train("between", steps=40, env={"TESSERA_TEST_DIE_IN_ROWS": "2:7:4"})
+        got, err = self.finish(train, steps=40)
+        self.assertIn("worker 2 was killed (signal 9); the others take over its share", err)
+        self.assertGreaterEqual(got["reslots"], 1, err[-3000:])
+
+    def test_respawned(self):
+        step = self.rng.randrange(5, STEPS // 2)
+        tl.log("killing rank 1 at step %d; --respawn starts it again" % step)
+        train = self.train("respawned", extra=["--respawn"])
+        pid = tl.worker_of(train, 1)
+        self.at_step(step)
+        os.kill(pid, signal.SIGKILL)
+        self.finish(train)
+        j = self.job("respawned")
+        self.assertGreaterEqual(j["roster"], 2, j)   # away, and back
+
+
+if __name__ == "__main__":
+    tl.main()

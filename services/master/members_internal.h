@@ -45,12 +45,15 @@ struct ts_members {
      * could not be added (no memory), the next expiry pass queues every alive member. */
     struct leaseq leases;
     bool lease_rescan;
-    /* For the deaf check: how many members are alive and their shortest lease, counted again
-     * only after a member's state or lease changed (roster_stale), not on every tick. */
-    size_t alive_n;
-    uint32_t alive_min_lease_ms;
-    uint32_t shard_max_lease_ms;    /* the longest lease of an alive shard (0: none) */
-    bool roster_stale;
+    /* Per kind (0: shards, 1: workers): how many members are alive and their shortest and
+     * longest lease, counted again only after one of that kind changed state or lease
+     * (stale), not on every tick: the deaf check reads both, a worker's rest the shards'
+     * alone (a handful, while workers may be thousands that come and go). */
+    struct roster {
+        size_t alive;
+        uint32_t min_lease_ms, max_lease_ms;
+        bool stale;
+    } roster[2];
     /* Workers' leases renewed so far by their own heartbeats and by shards vouching for them
      * (ts_members_vouched), for /metrics. */
     uint64_t worker_beats, worker_vouches;
@@ -78,8 +81,8 @@ void members_declare_dead(struct ts_members *m, struct ts_member *e, const char 
 /* Sets e's state; an alive member's lease is queued (members_lease.c), again if it may now
  * run out sooner than its queued entry says. Every change of state or lease goes here. */
 void members_set_state(struct ts_members *m, struct ts_member *e, enum ts_member_state s);
-/* Counts the alive members again if one changed since (roster_stale). */
-void members_roster(struct ts_members *m);
+/* kind's roster, counted again if one of that kind changed since (roster.stale). */
+const struct roster *members_roster(struct ts_members *m, enum ts_member_kind kind);
 /* Whether worker e, never heard since it registered, is held to the default lease; and the
  * first time e may be declared dead: silent past its lease, and out of any grace. */
 bool members_first_lease(const struct ts_members *m, const struct ts_member *e);

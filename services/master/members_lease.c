@@ -101,12 +101,13 @@ static size_t pardon(struct ts_members *m, int64_t now_ms)
  * and when it ends, pardoning every alive member. mu held. */
 static bool deaf(struct ts_members *m, int64_t now_ms)
 {
-    int64_t lease, silent = now_ms - m->last_heard_ms;
-    size_t alive;
+    const struct roster *shards = members_roster(m, TS_MEMBER_SHARD),
+                        *workers = members_roster(m, TS_MEMBER_WORKER);
+    int64_t silent = now_ms - m->last_heard_ms;
+    int64_t lease = shards->min_lease_ms < workers->min_lease_ms ? shards->min_lease_ms
+                                                                 : workers->min_lease_ms;
+    size_t alive = shards->alive + workers->alive;
 
-    members_roster(m);
-    alive = m->alive_n;
-    lease = m->alive_min_lease_ms;
     if (m->cfg.deaf_max_ms > 0 && alive >= 2 && silent > lease / 2 &&
         silent <= m->cfg.deaf_max_ms) {
         if (!m->deaf)

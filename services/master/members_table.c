@@ -179,7 +179,7 @@ void members_lease_queue(struct ts_members *m, struct ts_member *e)
 void members_set_state(struct ts_members *m, struct ts_member *e, enum ts_member_state s)
 {
     e->state = s;
-    m->roster_stale = true;
+    m->roster[e->kind == TS_MEMBER_WORKER].stale = true;
     if (s == TS_MEMBER_ALIVE)
         members_lease_queue(m, e);
 }
@@ -189,34 +189,32 @@ void members_lease_queue_all(struct ts_members *m)
     struct table *tables[2] = { &m->shards, &m->workers };
 
     m->lease_rescan = false;
-    m->roster_stale = true;
+    m->roster[0].stale = m->roster[1].stale = true;
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < tables[k]->n; i++)
             if (tables[k]->v[i].state == TS_MEMBER_ALIVE)
                 members_lease_queue(m, &tables[k]->v[i]);
 }
 
-void members_roster(struct ts_members *m)
+const struct roster *members_roster(struct ts_members *m, enum ts_member_kind kind)
 {
-    struct table *tables[2] = { &m->shards, &m->workers };
+    struct roster *r = &m->roster[kind == TS_MEMBER_WORKER];
+    const struct table *t = members_table_of(m, kind);
 
-    if (!m->roster_stale)
-        return;
-    m->alive_n = 0;
-    m->alive_min_lease_ms = UINT32_MAX;
-    m->shard_max_lease_ms = 0;
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < tables[k]->n; i++) {
-            const struct ts_member *e = &tables[k]->v[i];
-            if (e->state != TS_MEMBER_ALIVE)
-                continue;
-            m->alive_n++;
-            if (e->lease_ms < m->alive_min_lease_ms)
-                m->alive_min_lease_ms = e->lease_ms;
-            if (k == 0 && e->lease_ms > m->shard_max_lease_ms)
-                m->shard_max_lease_ms = e->lease_ms;
-        }
-    m->roster_stale = false;
+    if (!r->stale)
+        return r;
+    *r = (struct roster){ .min_lease_ms = UINT32_MAX };
+    for (size_t i = 0; i < t->n; i++) {
+        const struct ts_member *e = &t->v[i];
+        if (e->state != TS_MEMBER_ALIVE)
+            continue;
+        r->alive++;
+        if (e->lease_ms < r->min_lease_ms)
+            r->min_lease_ms = e->lease_ms;
+        if (e->lease_ms > r->max_lease_ms)
+            r->max_lease_ms = e->lease_ms;
+    }
+    return r;
 }
 
 /* Whether worker e may rest (HeartbeatResponse.rest_ms) at now_ms: a shard vouched for it
@@ -226,10 +224,12 @@ void members_roster(struct ts_members *m)
  * own beat would have been due. mu held. */
 uint32_t members_rest_for(struct ts_members *m, const struct ts_member *e, int64_t now_ms)
 {
+    const struct roster *shards;
+
     if (!m->cfg.rest_ms || !e->vouched_ms || now_ms - e->vouched_ms > e->lease_ms / 2)
         return 0;
-    members_roster(m);
-    if (!m->shard_max_lease_ms || m->shard_max_lease_ms > e->lease_ms)
+    shards = members_roster(m, TS_MEMBER_SHARD);
+    if (!shards->alive || shards->max_lease_ms > e->lease_ms)
         return 0;
     return m->cfg.rest_ms > e->lease_ms / 3 ? m->cfg.rest_ms : e->lease_ms / 3;
 }

@@ -8,6 +8,9 @@
 #   make        build into build/
 #   make test   unit + integration + security tests, the unit tests and a subset of the
 #               integration tests under ASan/UBSan (build-asan/), and 5-20 s of each fuzz target
+#               (within 20 minutes on 2 cores: the long cases wait for make test-long)
+#   make test-long  make test with its long cases too (TESSERA_LONG=1: variants of shorter
+#               cases over another mode, a hung peer, a disk tier; docs/testing.md)
 #   make test-fault  the crash suite: kill -9 during snapshots, 24 trials (FAULT_TRIALS=N),
 #               shards killed while training with replicas and rollbacks of lost partitions,
 #               under the sanitizers, shards restarted by `tessera up --respawn`, the master
@@ -103,6 +106,7 @@ DEB_DEPLOY := $(DEB_PY) $(DEB_SLURM) iproute2 python3-yaml podman runc netavark 
 # container image's packages, which only make test-deploy needs.
 DEPS_deps := TEST FAULT BENCH NODE
 DEPS_test := TEST NODE
+DEPS_test-long := TEST NODE
 DEPS_fuzz-build := FUZZ
 DEPS_fuzz := FUZZ
 DEPS_test-fault := FAULT
@@ -120,7 +124,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all build deps deps-needed deps-build deps-node test demo bench clean help asan fuzz \
         fuzz-build fuzz-check test-fault install soak soak-growth fresh-check test-deploy test-big \
-        test-scale
+        test-scale test-long
 
 all: build
 
@@ -217,6 +221,10 @@ test: asan fuzz-build build
 	    { rc=$$?; /usr/bin/python3 $(CURDIR)/tests/failed_tails.py \
 	        $(abspath $(BUILD))/Testing/Temporary/LastTest.log; exit $$rc; }
 
+# Every case, the long ones too (tessera_testlib.py, long_case).
+test-long:
+	TESSERA_LONG=1 $(MAKE) test
+
 # DESTDIR, when set, is read by cmake --install from the environment (a staging root).
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
@@ -274,6 +282,8 @@ test-scale: build
 	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
 	    /usr/bin/python3 tests/integration/test_scale.py
 
+# The fault suites' long cases run too (tessera_testlib.py, long_case).
+test-fault: export TESSERA_LONG = 1
 test-fault: build asan
 	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \
 	    PYTHONPATH=$(abspath $(BUILD))/gen/python TESSERA_SRC=$(CURDIR) \

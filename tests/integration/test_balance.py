@@ -112,6 +112,7 @@ class Balance(tl.UpCase, unittest.TestCase):
         self.assertGreaterEqual(self.moved("moving"), 2)
         self.assertLess(self.held(own, 2), self.held(own, 1))
 
+    @tl.long_case
     def test_float(self):
         static = self.train("float-static", ["--workers", "2", "--slow-factor", "1:3"],
                             exact=False)

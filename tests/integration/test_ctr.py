@@ -327,6 +327,7 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         alive = [s["id"] for s in status["shards"] if s["state"] == "alive"]
         self.assertEqual(len(alive), 2, status["shards"])
 
+    @tl.long_case
     def test_copies_take_over_with_a_disk_tier(self):
         """As above, on shards whose rows are mostly on disk (--table-mem 64K): the shard
         killed had rows in batches on their way to its disk; the copies on the others, also
@@ -336,6 +337,7 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(got["rollbacks"], 0, err[-3000:])
         self.assertIn("failed over", err)
 
+    @tl.long_case
     def test_row_lifetime_through_a_failover_and_a_rollback(self):
         """--row-ttl 5: the copies drop rows as their heads do, so the copies that take over
         end on the --local fingerprint; without copies the job goes back to a snapshot of
@@ -345,6 +347,7 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         got, err, _ = self.kill_one(1, "k1t", train=["--row-ttl", "5"])
         self.assertEqual(got["rollbacks"], 1, err[-3000:])
 
+    @tl.long_case
     def test_copies_take_over_from_a_hung_shard(self):
         """A shard stopped (SIGSTOP) past its lease is dropped from the map while the workers
         wait on it; its copies take over, no rollback. It is woken once the run is over: it
@@ -355,6 +358,7 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         self.assertIn("failed over", err)
         self.assertEqual(got["rollbacks"], 0, err[-3000:])
 
+    @tl.long_case
     def test_a_hung_shard_woken_while_the_job_runs(self):
         """As above, but the shard is woken half a second after it left the map: it
         registers again, and the tables' rows, placed on the ring without it, are misplaced
@@ -428,4 +432,4 @@ class LearnsBeyondMemory(tl.ClusterCase, unittest.TestCase):
 
 if __name__ == "__main__":
     os.environ.setdefault("TESSERA_LOG", "warn")
-    unittest.main(verbosity=2)
+    tl.main()

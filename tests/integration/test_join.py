@@ -307,7 +307,10 @@ class JoinReplicated(JoinCase, unittest.TestCase):
         self.assertEqual((gone.delta_from, list(gone.removed)), (full.epoch, [extra_id]))
 
 
+@tl.long_case
 class JoinUnreplicated(JoinCase, unittest.TestCase):
+    """The same join with R = 1: the chain of a partition that moves is its owner and then
+    the joining shard."""
     REPLICAS = 1
 
 

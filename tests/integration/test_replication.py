@@ -461,6 +461,7 @@ c.close()
 
 
 @KILLS
+@tl.long_case
 class AsyncModes(Kills, tl.ClusterCase, unittest.TestCase):
     """SSP and ASP jobs are replicated too: a push is acknowledged once the chain's tail holds
     it, with every rank's clock; a head killed with SIGKILL under three such jobs at once,

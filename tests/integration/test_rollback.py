@@ -270,6 +270,7 @@ class SlowToFollowTheMap(Base, unittest.TestCase):
                          r"shard" % KILL_STEP)
 
 
+@tl.long_case
 class RollbackModes(Base, unittest.TestCase):
     def test_ssp_and_asp_jobs_roll_back_too(self):
         """Every mode that keeps parameters on the shards is snapshotted and rolls back, with

@@ -24,8 +24,8 @@ At the end:
   of where they were after a short warm-up (the first WARMUP_JOBS jobs; allocators keep some
   memory after the first job). A table shows the three samples.
 
-Profiles: no arguments (or --short) runs the short one that the test suite runs (30 jobs in a
-row, 6 at once, every 12th killed: about 3 minutes on 2 cores); --full is `make soak`'s (500 in
+Profiles: no arguments (or --short) runs the short one that the test suite runs (18 jobs in a
+row, 4 at once, every 7th killed: about 1.5 minutes on 2 cores); --full is `make soak`'s (500 in
 a row, 20 at once, every 25th killed); --growth is `make soak-growth`'s (1000 in a row, nothing
 killed, and a sample after job 300: the master's and the shards' RSS, and the shards' heap in
 use, after job 1000 must be within GROWTH_MARGIN_MIB of that sample, so memory that creeps up
@@ -78,7 +78,7 @@ HEAP_MARGIN_MIB = 4
 GROWTH_MARGIN_MIB = 2
 
 # ---- Profiles and timing ----
-PROFILES = {"short": {"jobs": 30, "concurrent": 6, "kill_every": 12, "mid": 0},
+PROFILES = {"short": {"jobs": 18, "concurrent": 4, "kill_every": 7, "mid": 0},
             "full": {"jobs": 500, "concurrent": 20, "kill_every": 25, "mid": 0},
             "growth": {"jobs": 1000, "concurrent": 0, "kill_every": 0, "mid": 300}}
 SHARDS = 2

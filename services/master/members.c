@@ -143,6 +143,7 @@ ts_status ts_members_create(const struct ts_members_cfg *cfg, struct ts_members 
         return st;
     }
     m->epoch = 1;
+    m->roster[0].stale = m->roster[1].stale = true;   /* counted at the first read */
     pthread_mutex_init(&m->mu, NULL);
     *out = m;
     return TS_OK;

@@ -104,6 +104,7 @@ static bool deaf(struct ts_members *m, int64_t now_ms)
     const struct roster *shards = members_roster(m, TS_MEMBER_SHARD),
                         *workers = members_roster(m, TS_MEMBER_WORKER);
     int64_t silent = now_ms - m->last_heard_ms;
+    /* (a kind with none alive has UINT32_MAX) */
     int64_t lease = shards->min_lease_ms < workers->min_lease_ms ? shards->min_lease_ms
                                                                  : workers->min_lease_ms;
     size_t alive = shards->alive + workers->alive;

@@ -7,7 +7,7 @@
 #               the Node test's npm packages
 #   make        build into build/
 #   make test   unit + integration + security tests, the unit tests and a subset of the
-#               integration tests under ASan/UBSan (build-asan/), and 5-20 s of each fuzz target
+#               integration tests under ASan/UBSan (build-asan/), and 3-10 s of each fuzz target
 #               (within 20 minutes on 2 cores: the long cases wait for make test-long)
 #   make test-long  make test with its long cases too (TESSERA_LONG=1: variants of shorter
 #               cases over another mode, a hung peer, a disk tier; docs/testing.md)
@@ -188,7 +188,7 @@ asan: deps-needed
 	    -DTESSERA_TEST_HOOKS=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests $(ASAN_BINS)
 
-# The libFuzzer targets, built with clang (make test runs each for 5-20 s, make fuzz for
+# The libFuzzer targets, built with clang (make test runs each for 3-10 s, make fuzz for
 # longer, one after the other; new inputs collect in build-fuzz/corpus-<name>). fuzz-build
 # builds those of FUZZ_TARGETS (make test: all of them, for its ctest).
 fuzz-build: deps-needed fuzz-check

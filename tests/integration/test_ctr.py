@@ -400,6 +400,7 @@ class Learns(unittest.TestCase):
         self.assertLess(got["logloss"], got["optimum_logloss"] + 0.01)
 
 
+@tl.long_case
 class LearnsBeyondMemory(tl.ClusterCase, unittest.TestCase):
     """Issue 48's learning test: the run of Learns, on 2 workers x 2 shards whose tables hold
     several times the memory given to them (--table-mem 8M each, 16 MiB in all; about 440 000

@@ -145,6 +145,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(len(j["slot_owners"]), 3)
         self.assertNotIn(0, j["slot_owners"])
 
+    @tl.long_case
     def test_killed_pipelined(self):
         """As test_killed, with each partition's pull sent right behind its push
         (TESSERA_PIPELINE=on, lib/client/sdk_pipe.c): the shard must tell a step's start from

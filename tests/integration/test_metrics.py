@@ -61,8 +61,8 @@ import tessera_testlib as tl  # noqa: E402
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"'
                     r',?)*\})? (-?[0-9.eE+-]+|[+-]Inf|NaN)$')
-STEPS = 1500
-# Rank 0 sleeps this long before each step: the training lasts 45 s at least, so that what
+STEPS = 1000
+# Rank 0 sleeps this long before each step: the training lasts 30 s at least, so that what
 # is checked while it runs (Prometheus scraping the workers, the page's live workers) finds
 # it running on a loaded machine too.
 SLOW_MS = 30

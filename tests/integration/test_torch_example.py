@@ -72,6 +72,7 @@ class TorchExample(unittest.TestCase):
         return [json.loads(line) for line in procs[0].log_text().splitlines()
                 if line.startswith("{")][-1]
 
+    @tl.long_case
     def test_float_close_to_ddp(self):
         ts = self.tessera_workers("float")
         ddp = self.example("ddp", ["--ddp", "--workers", "2"] + COMMON)

@@ -26,6 +26,9 @@
 #               training job: none misses a lease, the job ends exact (a few minutes)
 #   make test-deploy  the deployments (docs/deploy.md): emulated hosts, Kubernetes manifests,
 #               systemd units, a real Slurm, the podman image; says what it skipped and why
+#   make test-rdma  on a real kernel verbs device, Soft-RoCE in a QEMU guest booting Debian's own
+#               kernel (tests/rdma/guest.sh): rdma_cm, an RC QP and RDMA WRITE_WITH_IMM into a
+#               registered region, every byte checked (tests/rdma/verbs_smoke.c; about a minute)
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
 #   make soak-growth  1000 short jobs in a row on one cluster: the master's and shards' RSS
@@ -80,6 +83,9 @@ CTEST_ARGS ?=
 #   bench:  py and torch, iproute2 (ip netns, tc: the emulated hosts and links of
 #           bench/modes.py, bench/multihost.py and the torch benchmarks), and fio (the disk's
 #           random-read limit beside the table tiers, bench/table_tiers.py)
+#   rdma:   QEMU, a static busybox, kmod, cpio and xz (the guest's kernel modules and
+#           initramfs, tests/rdma/guest.sh), iproute2 (the `rdma` command), and the verbs
+#           stack: libibverbs with its providers (rxe's), librdmacm, their tools and perftest
 #   deploy: py, slurm, iproute2 and PyYAML (the deployment tests of make test, run again), and
 #           the container image's: podman with runc, netavark, aardvark-dns, iptables and
 #           uidmap, and mmdebstrap for its base (tests/deploy/test_container.py)
@@ -96,6 +102,8 @@ DEB_TEST := $(DEB_PY) $(DEB_TORCH) $(DEB_FUZZ) $(DEB_SLURM) python3-scipy python
             python3-yaml openssl
 DEB_FAULT := $(DEB_PY) iproute2 iptables
 DEB_BENCH := $(DEB_PY) $(DEB_TORCH) iproute2 fio
+DEB_RDMA := qemu-system-x86 busybox-static kmod cpio xz-utils iproute2 ibverbs-providers \
+            ibverbs-utils rdmacm-utils perftest libibverbs-dev librdmacm-dev
 DEB_DEPLOY := $(DEB_PY) $(DEB_SLURM) iproute2 python3-yaml podman runc netavark aardvark-dns \
               iptables mmdebstrap uidmap
 
@@ -116,6 +124,7 @@ DEPS_soak := PY
 DEPS_soak-growth := PY
 DEPS_bench := BENCH
 DEPS_test-deploy := DEPLOY NODE
+DEPS_test-rdma := RDMA
 deps_lists := $(sort $(foreach g,$(MAKECMDGOALS),$(DEPS_$(g))))
 deps_debs := $(sort $(DEB_BUILD) $(foreach l,$(filter-out NODE,$(deps_lists)),$(DEB_$(l))))
 deps_node := $(filter NODE,$(deps_lists))
@@ -124,7 +133,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all build deps deps-needed deps-build deps-node test demo bench clean help asan fuzz \
         fuzz-build fuzz-check test-fault install soak soak-growth fresh-check test-deploy test-big \
-        test-scale test-long
+        test-scale test-long test-rdma
 
 all: build
 
@@ -220,6 +229,13 @@ test: asan fuzz-build build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS) || \
 	    { rc=$$?; /usr/bin/python3 $(CURDIR)/tests/failed_tails.py \
 	        $(abspath $(BUILD))/Testing/Temporary/LastTest.log; exit $$rc; }
+
+# A real verbs device: Soft-RoCE in a guest (tests/rdma/guest.sh; its kernel and initramfs
+# are cached in build/rdma-guest). CMake runs again to find libibverbs and librdmacm.
+test-rdma: build
+	cmake -S . -B $(BUILD) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS) --target verbs_smoke
+	tests/rdma/guest.sh -- sh -c 'ibv_devices && $(abspath $(BUILD))/bin/verbs_smoke'
 
 # Every case, the long ones too (tessera_testlib.py, long_case).
 test-long:

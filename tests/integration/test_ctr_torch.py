@@ -178,6 +178,7 @@ class Example(unittest.TestCase):
         self.assertEqual(py["optimum_auc"], c["optimum_auc"])
         self.assertEqual(py["optimum_logloss"], c["optimum_logloss"])
 
+    @tl.long_case
     def test_torch_only(self):
         r = run_example(SMALL + ["--torch-only"])
         self.assertEqual(r["mode"], "torch")
@@ -234,4 +235,4 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    tl.main()

@@ -185,6 +185,7 @@ class Elastic(tl.ClusterCase, unittest.TestCase):
         self.assertIn("job 'respawned' ended before this restart of rank 0 rejoined it",
                       r.stderr)
 
+    @tl.long_case
     def test_joined(self):
         """A job started with 2 of its 3 slots' workers (--width 3): `tessera train --join 2`
         adds a worker for rank 2 at a random step; it catches up, takes slot 2 from the worker

@@ -187,6 +187,8 @@ class Accuracy(Case):
             self.assertGreaterEqual(out["test_accuracy"], 0.84, name)
 
 
+@unittest.skipIf(tl.SANITIZED, "snapshots of every mode: asan/integration/test_snapshot runs the "
+                 "snapshot paths under the sanitizers, the plain build this one")
 class Snapshots(Case):
     def test_jobs_with_parameters_on_the_shards_are_snapshotted(self):
         """bsp and asp (with sync periods too: at a multiple of every one) jobs are snapshotted

@@ -54,7 +54,7 @@ import grpc  # noqa: E402
 from tessera_testlib import master_pb2, shard_pb2  # noqa: E402
 from tessera.v1 import state_pb2  # noqa: E402
 
-STEPS = 60 if tl.SANITIZED else 200
+STEPS = 30 if tl.SANITIZED else 200
 # The Python binding (build/python): a job of its own through the TLS cluster; the channels
 # of the C SDK under it read TESSERA_TLS_DIR.
 PY_STEPS = """

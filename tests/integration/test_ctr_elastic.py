@@ -33,33 +33,15 @@ CTR = ["--model", "ctr", "--batch", "96", "--micro", "16", "--exact", "--json"]
 SEED = int(os.environ.get("TESSERA_ELASTIC_SEED", "0")) or random.randrange(1, 1 << 30)
 
 
-class CtrElastic(tl.ClusterCase, unittest.TestCase):
+class CtrElastic(tl.UpCase, unittest.TestCase):
+    UP_ARGS = ("--shards", "2")
+
     @classmethod
     def setUpClass(cls):
         tl.log("seed %d (TESSERA_ELASTIC_SEED=%d repeats this run)" % (SEED, SEED))
         cls.rng = random.Random(SEED)
-        cls.c = tl.Cluster()
-        cls.up = cls.c.spawn([os.path.join(tl.BIN, "tessera"), "up", "--shards", "2",
-                              "--master-port", "0", "--dir",
-                              os.path.join(cls.c.dir, "up-logs")], "up")
-        cls.addr = tl.wait_until(lambda: next((ln.split()[1] for ln in
-                                               cls.up.log_text().splitlines()
-                                               if ln.startswith("master ")), None),
-                                 tl.START_TIMEOUT, "tessera up to print the master's address")
-        tl.wait_until(lambda: "shards alive" in cls.up.log_text(), tl.START_TIMEOUT,
-                      "the shards")
-        cls.c.take_tls(cls.up.log_text())
         cls.local = {}
-
-    @classmethod
-    def tearDownClass(cls):
-        kids = set(tl.children_of(cls.up.pid))
-        cls.up.signal(signal.SIGTERM)
-        rc = cls.up.wait(30)
-        left = [p for p in kids if tl.pid_alive(p)]
-        super().tearDownClass()
-        assert rc == 0, "tessera up exited %r" % rc
-        assert not left, "processes left behind: %r" % left
+        super().setUpClass()
 
     def want(self, steps):
         """--local's report of the run (params_sha256, table_rows)."""

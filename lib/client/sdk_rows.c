@@ -129,6 +129,8 @@ static ts_status register_remote(struct tessera *t, int id, const struct tessera
     Tessera__V1__JobSpec job = TESSERA__V1__JOB_SPEC__INIT;
     Tessera__V1__TableSpec spec = TESSERA__V1__TABLE_SPEC__INIT;
     Tessera__V1__RegisterTableRequest req = TESSERA__V1__REGISTER_TABLE_REQUEST__INIT;
+    uint64_t lo = 0, hi = 0;
+    uint32_t lo_shard = 0, hi_shard = 0;
     ts_status st = TS_OK;
 
     sdk_job_spec(t, &job);
@@ -142,23 +144,33 @@ static ts_status register_remote(struct tessera *t, int id, const struct tessera
     req.job = &job;
     req.table = &spec;
     req.table_id = (uint32_t)id;
+    *version = 0;
     for (size_t i = 0; !st && i < t->conns.nshards; i++) {
         Tessera__V1__RegisterTableResponse *r = NULL;
         req.map_epoch = t->rows_epoch;
         st = ts_cluster_register_table(t->cl, t->conns.shards[i].id, &req, 0, &r, err);
         if (st)
             ts_err_prefix(err, "table '%s': shard %u", s->name, t->conns.shards[i].id);
-        /* Every shard's store is at the table's step: a restored one at the snapshot's. */
-        if (!st && i == 0)
-            *version = r->version;
-        else if (!st && r->version != *version)
+        /* Every shard's store is at the table's step: a restored one at the snapshot's. A
+         * worker joining a running elastic job may find one a step ahead of another (every
+         * slot pushed its rows there, not yet everywhere): the table is at the lower. */
+        if (!st && (!i || r->version < lo)) {
+            lo = r->version;
+            lo_shard = t->conns.shards[i].id;
+        }
+        if (!st && (!i || r->version > hi)) {
+            hi = r->version;
+            hi_shard = t->conns.shards[i].id;
+        }
+        if (!st && hi - lo > (t->elastic ? 1u : 0u))
             st = ts_err_set(err, TS_ESTATE, "table '%s': shard %u has it at step %" PRIu64
                             ", shard %u at %" PRIu64 ": the shards hold a mixed state; restart "
-                            "the cluster", s->name, t->conns.shards[0].id, *version,
-                            t->conns.shards[i].id, r->version);
+                            "the cluster", s->name, lo_shard, lo, hi_shard, hi);
         if (r)
             tessera__v1__register_table_response__free_unpacked(r, NULL);
     }
+    if (!st)
+        *version = lo;
     return st;
 }
 

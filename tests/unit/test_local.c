@@ -19,13 +19,15 @@
 #include "local/local.h"
 #include "util/proc.h"
 
-/* Writes its flags to BIN/NAME.args, port 4242 to --port-file (the master), exits 0 on TERM. */
+/* Writes its flags to BIN/NAME.args, port 4242 to --port-file (the master), exits 0 on TERM.
+ * The trap comes first: the test sends TERM once it read the args, and under load the shell
+ * could get it before a trap set after them (it died of the signal: a stop not clean). */
 static const char script[] =
     "#!/bin/sh\n"
+    "trap 'exit 0' TERM\n"
     "a=\"$0.args\"; echo \"$*\" > \"$a.tmp\" && mv \"$a.tmp\" \"$a\"\n"
     "while [ $# -gt 0 ]; do [ \"$1\" = --port-file ] && pf=$2; shift; done\n"
     "case \"$0\" in *master) echo 4242 > \"$pf.tmp\" && mv \"$pf.tmp\" \"$pf\";; esac\n"
-    "trap 'exit 0' TERM\n"
     "while :; do sleep 0.05; done\n";
 
 static char bin[] = "/tmp/ts-test-local.XXXXXX";

@@ -64,7 +64,8 @@ CTEST_ARGS ?=
 #   build:  compilers, CMake, the gRPC C core and protobuf-c, protoc with the well-known protos
 #           (libprotobuf-dev ships google/protobuf/descriptor.proto, which reflection embeds),
 #           the libraries we link (libmicrohttpd serves /metrics; LMDB and RocksDB, the disk
-#           tier's candidate stores, which bench_table_store measures), the Fashion-MNIST
+#           tier's candidate stores, which bench_table_store measures; libibverbs and
+#           librdmacm, for the rdma transport, built everywhere), the Fashion-MNIST
 #           files the trainer and demo read, Python's headers for the binding: all that make,
 #           make install and make demo need, to build and to run
 #   py:     Debian's Python with grpcio and protobuf (the independent clients of
@@ -92,7 +93,8 @@ CTEST_ARGS ?=
 DEB_BUILD := build-essential cmake pkg-config libgrpc-dev grpc-proto libprotobuf-c-dev \
              protobuf-c-compiler protobuf-compiler libprotobuf-dev xxd libxxhash-dev \
              libcmocka-dev libssl-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist \
-             libzstd-dev python3-dev libmicrohttpd-dev liblmdb-dev librocksdb-dev
+             libzstd-dev python3-dev libmicrohttpd-dev liblmdb-dev librocksdb-dev \
+             libibverbs-dev librdmacm-dev
 DEB_PY := python3 python3-grpcio python3-protobuf python3-numpy
 DEB_TORCH := python3-torch python3-torchvision
 DEB_FUZZ := clang libclang-rt-14-dev
@@ -235,12 +237,15 @@ test: asan fuzz-build build
 	        $(abspath $(BUILD))/Testing/Temporary/LastTest.log; exit $$rc; }
 
 # A real verbs device: Soft-RoCE in a guest (tests/rdma/guest.sh; its kernel and initramfs
-# are cached in build/rdma-guest). CMake runs again to find libibverbs and librdmacm. A
-# machine that cannot run the guest (guest.sh exits 77 saying why) passes, saying so.
+# are cached in build/rdma-guest). CMake runs again to find libibverbs and librdmacm. In the
+# guest: the verbs smoke test, then the transport's unit tests, whose rdma cases run there
+# (TESSERA_RDMA_ADDR). A machine that cannot run the guest (guest.sh exits 77 saying why)
+# passes, saying so.
 test-rdma: build
 	cmake -S . -B $(BUILD) >/dev/null
-	cmake --build $(BUILD) -j $(JOBS) --target verbs_smoke
-	@tests/rdma/guest.sh -- sh -c 'ibv_devices && $(abspath $(BUILD))/bin/verbs_smoke'; \
+	cmake --build $(BUILD) -j $(JOBS) --target verbs_smoke test_transport
+	@tests/rdma/guest.sh -- sh -c 'ibv_devices && $(abspath $(BUILD))/bin/verbs_smoke && \
+	    $(abspath $(BUILD))/bin/test_transport'; \
 	rc=$$?; if [ $$rc = 77 ]; then echo "test-rdma: skipped (the reason is above)"; exit 0; fi; \
 	exit $$rc
 

@@ -7,8 +7,8 @@
  * a torn, oversized or corrupted frame is refused the same way on every backend.
  *
  * Backends, in preference order: "shm" (processes on the same host: a shared-memory ring per
- * direction, set up over a Unix socket), "tcp" (everywhere). RDMA and NCCL come later behind the
- * same table. `listen` yields an opaque address blob that the peer receives over gRPC (the
+ * direction, set up over a Unix socket), "rdma" (hosts with verbs devices: RDMA WRITE into the
+ * receiver's registered ring), "tcp" (everywhere). NCCL comes later behind the same table. `listen` yields an opaque address blob that the peer receives over gRPC (the
  * shard map's DataPlaneEndpoint) and passes to `connect`. `probe` returning TS_ENODEV means the
  * backend cannot run here; `usable` says whether a peer's blob can be reached from this
  * process (shm: same boot id and network namespace, and a socket this process can reach and
@@ -135,6 +135,8 @@ struct ts_transport_ops {
 
 extern const struct ts_transport_ops ts_transport_tcp;
 extern const struct ts_transport_ops ts_transport_shm;
+/* In a build with libibverbs and librdmacm (TS_HAVE_RDMA; rdma.c says how it works). */
+extern const struct ts_transport_ops ts_transport_rdma;
 
 /* Whether nothing listens at hostport ("HOST:PORT", "[V6]:PORT"): true only when every address
  * of the host refused a TCP connection within ms, which is what a process killed on a live

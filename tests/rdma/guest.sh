@@ -38,7 +38,7 @@ options:
   --help         show this help and exit
 
 environment: TESSERA_RDMA_CACHE (kernel and initramfs; default build/rdma-guest); TESSERA_*
-and PYTHONPATH reach the command
+and PYTHONPATH reach the command, which also finds TESSERA_RDMA_ADDR=192.168.77.1 (rxe0's)
 EOF
 }
 
@@ -133,6 +133,8 @@ trap 'rm -rf "$RUN"' EXIT
 {
     printf 'cd %q || exit 125\n' "$PWD"
     printf 'export PATH=%q HOME=/tmp LANG=C.UTF-8\n' "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    # rxe0's address: where the rdma tests listen (test_transport.c, TESSERA_RDMA_ADDR).
+    printf 'export TESSERA_RDMA_ADDR=192.168.77.1\n'
     for v in $(compgen -e | grep -E '^(TESSERA_|PYTHONPATH$)'); do
         printf 'export %s=%q\n' "$v" "${!v}"
     done

@@ -163,6 +163,14 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
             for (size_t k = 0; k < views[i]->n_refusals; k++)
                 ts_json_uint(&j, views[i]->refusals[k]->reason, views[i]->refusals[k]->count);
             ts_json_end(&j);
+            ts_json_obj(&j, "data_conns");   /* by transport: {"rdma": {"open", "accepted"}} */
+            for (size_t k = 0; k < views[i]->n_data_conns; k++) {
+                ts_json_obj(&j, views[i]->data_conns[k]->transport);
+                ts_json_uint(&j, "open", views[i]->data_conns[k]->open);
+                ts_json_uint(&j, "accepted", views[i]->data_conns[k]->accepted);
+                ts_json_end(&j);
+            }
+            ts_json_end(&j);
             ts_json_uint(&j, "heads", r.heads);
             ts_json_uint(&j, "follows", r.follows);
             ts_json_uint(&j, "lag", r.lag);
@@ -311,7 +319,7 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
         const Tessera__V1__ShardInfo *s = cs->shards[i];
         const Tessera__V1__ShardStatusResponse *v = views ? views[i] : NULL;
         char roles[48] = "-", lag[24] = "-", promo[24] = "-", copies[48] = "-", mb[24] = "-",
-             refused[24] = "-", pid[16] = "-", why[160] = "";
+             refused[24] = "-", pid[16] = "-", why[160] = "", conns[160] = "";
         if (v) {
             struct ts_shard_roles r = ts_shard_roles(v);
             snprintf(pid, sizeof(pid), "%d", v->pid);
@@ -323,6 +331,7 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
             snprintf(mb, sizeof(mb), "%.1f", v->bytes / 1048576.0);
             snprintf(refused, sizeof(refused), "%" PRIu64,
                      ts_shard_refusals(v, why, sizeof(why)));
+            ts_shard_data_conns(v, conns, sizeof(conns));
         }
         printf("%-6u %-22s %-8s %-6s %-7u %-9.1f %-11s %-5s %-6s %-11s %-7s %-7s %s\n", s->id,
                s->addr, pid, s->joining ? "JOIN" : state_name(s->state), s->lease_ms,
@@ -333,6 +342,8 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
         if (why[0])
             printf("       refused on the data plane: %s (docs/security.md, \"Refusals\")\n",
                    why);
+        if (conns[0])
+            printf("       data plane: %s\n", conns);
         if (s->restarts)
             printf("       restart %u of its shard (tessera up --respawn)\n", s->restarts);
         if (v && ts_shard_roles(v).tables) {

@@ -274,6 +274,25 @@ static inline uint64_t ts_shard_refusals(const Tessera__V1__ShardStatusResponse 
     return total;
 }
 
+/* A shard's data-plane connections by transport from its ShardStatus, in text: "rdma 2 open
+ * (3 in all), tcp 0 open (1 in all)" (truncated to fit n; "" when it listens on none). For
+ * `tessera status` and the master's status page. */
+static inline void ts_shard_data_conns(const Tessera__V1__ShardStatusResponse *v, char *text,
+                                       size_t n)
+{
+    size_t at = 0;
+
+    if (n)
+        text[0] = '\0';
+    for (size_t k = 0; k < v->n_data_conns; k++) {
+        int w = snprintf(text + at, n > at ? n - at : 0, "%s%s %llu open (%llu in all)",
+                         k ? ", " : "", v->data_conns[k]->transport,
+                         (unsigned long long)v->data_conns[k]->open,
+                         (unsigned long long)v->data_conns[k]->accepted);
+        at += w > 0 ? (size_t)w : 0;
+    }
+}
+
 /* ---- the cached shard map ---- */
 
 ts_status ts_cluster_open(const char *master_addr, struct ts_cluster **out,

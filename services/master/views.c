@@ -24,6 +24,8 @@ struct view {
     uint64_t refused;               /* the data plane's refusals, all reasons */
     uint64_t table_mem_used, table_mem_limit, table_index_used, table_index_limit;
     char refusals[160];             /* by reason, "conflict 2, identity 1" */
+    size_t nconns;                  /* its data plane's connections by transport */
+    struct { char transport[16]; uint64_t open, accepted; } conns[4];
     int64_t at_ms;                  /* when it answered (monotonic) */
 };
 
@@ -127,6 +129,14 @@ static void refresh(struct views *vs)
                                   .at_ms = ts_now_ms() };
         got[n - 1].refused = ts_shard_refusals(r, got[n - 1].refusals,
                                                sizeof(got[n - 1].refusals));
+        for (size_t k = 0; k < r->n_data_conns && k < 4; k++) {
+            struct view *v = &got[n - 1];
+            snprintf(v->conns[k].transport, sizeof(v->conns[k].transport), "%s",
+                     r->data_conns[k]->transport);
+            v->conns[k].open = r->data_conns[k]->open;
+            v->conns[k].accepted = r->data_conns[k]->accepted;
+            v->nconns = k + 1;
+        }
         add_tables(r, &tabs, &ntabs, &cap);
         protobuf_c_message_free_unpacked(&r->base, NULL);
     }
@@ -233,6 +243,14 @@ void views_json(struct views *vs, uint32_t id, struct ts_json *j)
     ts_json_uint(j, "frames_refused", c.frames_refused);
     ts_json_uint(j, "refused", c.refused);
     ts_json_str(j, "refusals", c.refusals);
+    ts_json_obj(j, "data_conns");   /* as `tessera status --json` has it */
+    for (size_t k = 0; k < c.nconns; k++) {
+        ts_json_obj(j, c.conns[k].transport);
+        ts_json_uint(j, "open", c.conns[k].open);
+        ts_json_uint(j, "accepted", c.conns[k].accepted);
+        ts_json_end(j);
+    }
+    ts_json_end(j);
     ts_json_uint(j, "partitions_lost", c.partitions_lost);
     ts_json_uint(j, "partitions_reseeded", c.partitions_reseeded);
     ts_json_uint(j, "moves_pending", c.moves_pending);

@@ -893,10 +893,24 @@ static void *accept_main(void *arg)
         dc->next = dp->conns;
         dp->conns = dc;
         pthread_mutex_unlock(&dp->mu);
+        atomic_fetch_add(&dl->accepted, 1);
         ts_log(TS_DEBUG, "dataplane", "%s connection from %s", ts_tp_listener_name(dl->l),
                c->peer);
     }
     return NULL;
+}
+
+void dataplane_conns(struct dataplane *dp, size_t i, uint64_t *open, uint64_t *accepted)
+{
+    const char *name = ts_tp_listener_name(dp->listeners[i].l);
+
+    *open = 0;
+    *accepted = atomic_load(&dp->listeners[i].accepted);
+    pthread_mutex_lock(&dp->mu);
+    reap(dp, false);
+    for (struct dp_conn *dc = dp->conns; dc; dc = dc->next)
+        *open += strcmp(ts_tp_name(dc->c), name) == 0;
+    pthread_mutex_unlock(&dp->mu);
 }
 
 void dataplane_counters(struct dataplane *dp, uint64_t *in, uint64_t *refused)
@@ -941,8 +955,14 @@ ts_status dataplane_start(struct dataplane *dp, struct shard_params *sp, const c
         struct dp_listener *dl = &dp->listeners[dp->n];
         struct ts_err e = { 0 };
 
-        if ((only && only[0] && strcmp(only, ops->name) != 0) || ts_tp_probe(ops, &e))
+        if (only && only[0] && strcmp(only, ops->name) != 0)
             continue;
+        if (ts_tp_probe(ops, &e)) {
+            if (only && only[0])   /* asked for by name: say why it cannot run */
+                return ts_err_set(err, TS_ENODEV, "data plane: --transport %s cannot run "
+                                  "here: %s", only, e.msg);
+            continue;
+        }
         if (ts_tp_listen(ops, host, &dl->l, &dl->addr, &e)) {
             ts_log(TS_WARN, "dataplane", "%s: cannot listen: %s", ops->name, e.msg);
             continue;

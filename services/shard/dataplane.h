@@ -20,6 +20,7 @@ struct dp_listener {
     struct ts_listener *l;
     struct ts_blob addr;            /* what workers connect to, published via the master */
     pthread_t thread;
+    atomic_uint_least64_t accepted; /* connections taken since start (its thread counts) */
 };
 
 struct dp_sum {
@@ -112,6 +113,8 @@ void dataplane_set_access(struct dataplane *dp, dp_access_fetch_fn fn, void *ctx
 
 /* Frames received and refused so far, over every connection. */
 void dataplane_counters(struct dataplane *dp, uint64_t *in, uint64_t *refused);
+/* For listener i (0 .. dp->n - 1): its connections open now and accepted since start. */
+void dataplane_conns(struct dataplane *dp, size_t i, uint64_t *open, uint64_t *accepted);
 
 /* shard_params's on_release, after partitions were freed (arg: the struct dataplane *): forgets
  * every pull hash (they are cached by partition address) and, when job names the job

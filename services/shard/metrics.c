@@ -14,7 +14,7 @@
 static struct {
     struct ts_metric_family *push_s, *pull_s, *push_bytes, *pull_bytes, *updates, *aggregate_s;
     struct ts_metric_family *partitions, *bytes, *promotions, *lost, *reseeded, *copies,
-        *refused, *refusals, *arms_expired, *orphans;
+        *refused, *refusals, *arms_expired, *orphans, *conns_open, *conns_accepted;
     struct ts_metric_family *table_rows, *table_bytes, *table_pulled, *table_pushed;
     struct ts_metric_family *tier_mem_rows, *tier_hits, *tier_misses, *tier_evictions;
     struct ts_metric_family *tier_written, *tier_pending, *tier_lag, *tier_disk;
@@ -85,6 +85,13 @@ static void collect(void *arg)
         for (int r = 0; r < DP_REFUSED_N; r++)
             ts_counter_set(ts_metric_one(fam.refusals,
                                          dataplane_refusal_name((enum dp_refusal)r)), n[r]);
+        for (size_t i = 0; i < s->dp.n; i++) {
+            const char *t = ts_tp_listener_name(s->dp.listeners[i].l);
+            uint64_t open, accepted;
+            dataplane_conns(&s->dp, i, &open, &accepted);
+            ts_gauge_set(ts_metric_one(fam.conns_open, t), (double)open);
+            ts_counter_set(ts_metric_one(fam.conns_accepted, t), accepted);
+        }
     }
 }
 
@@ -133,6 +140,13 @@ void shard_metrics_init(struct shard *s)
                                      "refused, by reason (docs/security.md, \"Refusals\"): a "
                                      "conflict or an identity refusal is a forged push or a "
                                      "broken worker", TS_METRIC_COUNTER, "reason", NULL, 0);
+    fam.conns_open = ts_metrics_family("tessera_shard_dataplane_connections", "data-plane "
+                                       "connections open, by transport (shm, rdma, tcp)",
+                                       TS_METRIC_GAUGE, "transport", NULL, 0);
+    fam.conns_accepted = ts_metrics_family("tessera_shard_dataplane_connections_total",
+                                           "data-plane connections accepted since the shard "
+                                           "started, by transport", TS_METRIC_COUNTER,
+                                           "transport", NULL, 0);
     fam.arms_expired = ts_metrics_family("tessera_shard_snapshot_arms_expired_total",
                                          "snapshots armed, then dropped because nobody asked "
                                          "for them for --arm-timeout-ms", TS_METRIC_COUNTER,

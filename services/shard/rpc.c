@@ -106,6 +106,19 @@ static void encode_refusals(struct ts_rpc_call *call, struct dataplane *dp,
     }
 }
 
+/* The data plane's connections by transport (one entry per listener). */
+static void encode_conns(struct ts_rpc_call *call, struct dataplane *dp,
+                         Tessera__V1__ShardStatusResponse *resp)
+{
+    resp->data_conns = ts_rpc_alloc(call, (dp->n + 1) * sizeof(*resp->data_conns));
+    for (size_t i = 0; i < dp->n; i++) {
+        Tessera__V1__DataConns *d = ts_rpc_new(call, &tessera__v1__data_conns__descriptor);
+        d->transport = (char *)ts_tp_listener_name(dp->listeners[i].l);
+        dataplane_conns(dp, i, &d->open, &d->accepted);
+        resp->data_conns[resp->n_data_conns++] = d;
+    }
+}
+
 /* The malloc heap, for leak checks: blocks in use (arena and mmapped), and what the heap holds
  * from the system (arenas and mmapped blocks). "In use" includes the freed blocks each
  * thread's cache (glibc's tcache: up to 7 a size class) keeps: it creeps up by about a KiB a
@@ -138,6 +151,7 @@ static ts_status shard_status(struct ts_rpc_call *call, const ProtobufCMessage *
     if (s->dp.n) {
         dataplane_counters(&s->dp, &resp->frames_in, &resp->frames_refused);
         encode_refusals(call, &s->dp, resp);
+        encode_conns(call, &s->dp, resp);
     }
     heap_figures(&resp->heap_in_use, &resp->heap_held);
     resp->pid = (int32_t)getpid();

@@ -41,7 +41,8 @@ static const struct tessera_option rows[] = {
     ROW(batch, "batch", NULL, DOUBLE, 1000000000000ULL, NULL, "B",
         "the global batch: the summed gradient is divided by it"),
     ROW(transport, "transport", "transport", STRING, 0, NULL, "NAME",
-        "data plane: shm or tcp (default: the best the shard and this host share)"),
+        "data plane: shm, rdma or tcp (default: the best the shard and this host share; rdma "
+        "where both have a verbs device)"),
     ROW(timeout_ms, "timeout_ms", NULL, UINT, INT32_MAX, NULL, "MS",
         "one push or pull (0: $TESSERA_TIMEOUT_MS, else 120000)"),
     ROW(data_seed, "data_seed", NULL, UINT, UINT64_MAX, NULL, "S",
@@ -471,7 +472,8 @@ ts_status sdk_options_check(const struct tessera_options *o, int how, struct ts_
         return ts_err_set(err, TS_EINVAL, "exact_push: float pushes one gradient per step, "
                           "sync_every sums several (in fixed point); drop one of them");
     if (o->transport && o->transport[0] && !ts_transport_find(o->transport))
-        return refuse(err, how, "{transport}: '%s' is not one of tcp, shm", o->transport);
+        return refuse(err, how, "{transport}: '%s' is not one of shm, %stcp", o->transport,
+                      TS_HAVE_RDMA ? "rdma, " : "");
     /* A slot computed by another worker must be the same bits: no state of the worker's own. */
     if (o->elastic && !tessera_options_can_be_elastic(o))
         return refuse(err, how, "elastic: needs {mode} bsp, no {sync_every} and no top-k "

@@ -380,8 +380,14 @@ ts_status ts_shard_pick_transport(const Tessera__V1__ShardInfo *s, const char *w
     for (size_t k = 0; ts_transports[k]; k++) {
         const struct ts_transport_ops *o = ts_transports[k];
         struct ts_err e = { 0 };
-        if ((want && want[0] && strcmp(want, o->name)) || ts_tp_probe(o, &e))
+        if (want && want[0] && strcmp(want, o->name))
             continue;
+        if (ts_tp_probe(o, &e)) {
+            if (want && want[0])   /* asked for by name: say why it cannot run */
+                return ts_err_set(err, TS_ENODEV, "--transport %s cannot run here: %s", want,
+                                  e.msg);
+            continue;
+        }
         for (size_t i = 0; i < s->n_data_planes; i++) {
             const Tessera__V1__DataPlaneEndpoint *d = s->data_planes[i];
             if (strcmp(d->transport, o->name) || d->address.len > sizeof(blob->data))

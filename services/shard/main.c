@@ -124,8 +124,8 @@ int main(int argc, char **argv)
         TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:0: a free port)"),
         TS_ADVERTISE_FLAG(&adv),
         { "transport", TS_FLAG_STR, &transport, "NAME", "data plane: only this transport (shm, "
-                                                         "tcp; default: every one that runs "
-                                                         "here)", 0, 0 },
+                                                         "rdma, tcp; default: every one that "
+                                                         "runs here)", 0, 0 },
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "lease to ask for (default: the master's)",
           0, 600000 },
         { "store", TS_FLAG_STR, &store_dir, "DIR", "snapshot store (shared with the master); "

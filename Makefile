@@ -27,8 +27,10 @@
 #   make test-deploy  the deployments (docs/deploy.md): emulated hosts, Kubernetes manifests,
 #               systemd units, a real Slurm, the podman image; says what it skipped and why
 #   make test-rdma  on a real kernel verbs device, Soft-RoCE in a QEMU guest booting Debian's own
-#               kernel (tests/rdma/guest.sh): rdma_cm, an RC QP and RDMA WRITE_WITH_IMM into a
-#               registered region, every byte checked (tests/rdma/verbs_smoke.c; about a minute)
+#               kernel (tests/rdma/guest.sh): the verbs smoke test, the transport's unit tests
+#               over rdma, and exact training over rdma: 2 workers, a shard killed with replicas,
+#               one worker on rdma and one on tcp (tests/rdma/test_rdma_train.py; ~15 minutes)
+#   make bench-rdma  the rdma transport against ib_write_bw and tcp in that guest (bench/rdma.py)
 #   make soak   500 + 20 concurrent short jobs on one cluster, then its RSS, fds and threads
 #               must be back where they started (SOAK_ARGS="--seed S ..."; docs/operations.md)
 #   make soak-growth  1000 short jobs in a row on one cluster: the master's and shards' RSS
@@ -127,6 +129,7 @@ DEPS_soak-growth := PY
 DEPS_bench := BENCH
 DEPS_test-deploy := DEPLOY NODE
 DEPS_test-rdma := RDMA
+DEPS_bench-rdma := RDMA PY
 deps_lists := $(sort $(foreach g,$(MAKECMDGOALS),$(DEPS_$(g))))
 deps_debs := $(sort $(DEB_BUILD) $(foreach l,$(filter-out NODE,$(deps_lists)),$(DEB_$(l))))
 deps_node := $(filter NODE,$(deps_lists))
@@ -135,7 +138,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all build deps deps-needed deps-build deps-node test demo bench clean help asan fuzz \
         fuzz-build fuzz-check test-fault install soak soak-growth fresh-check test-deploy test-big \
-        test-scale test-long test-rdma
+        test-scale test-long test-rdma bench-rdma
 
 all: build
 
@@ -237,17 +240,24 @@ test: asan fuzz-build build
 	        $(abspath $(BUILD))/Testing/Temporary/LastTest.log; exit $$rc; }
 
 # A real verbs device: Soft-RoCE in a guest (tests/rdma/guest.sh; its kernel and initramfs
-# are cached in build/rdma-guest). CMake runs again to find libibverbs and librdmacm. In the
-# guest: the verbs smoke test, then the transport's unit tests, whose rdma cases run there
-# (TESSERA_RDMA_ADDR). A machine that cannot run the guest (guest.sh exits 77 saying why)
-# passes, saying so.
+# are cached in build/rdma-guest). In the guest: the verbs smoke test, the transport's unit
+# tests, whose rdma cases run there (TESSERA_RDMA_ADDR), and exact training over rdma
+# (tests/rdma/test_rdma_train.py). A machine that cannot run the guest (guest.sh exits 77
+# saying why) passes, saying so.
 test-rdma: build
-	cmake -S . -B $(BUILD) >/dev/null
-	cmake --build $(BUILD) -j $(JOBS) --target verbs_smoke test_transport
-	@tests/rdma/guest.sh -- sh -c 'ibv_devices && $(abspath $(BUILD))/bin/verbs_smoke && \
-	    $(abspath $(BUILD))/bin/test_transport'; \
+	@tests/rdma/guest.sh --timeout 1800 -- sh -c 'ibv_devices && \
+	    $(abspath $(BUILD))/bin/verbs_smoke && $(abspath $(BUILD))/bin/test_transport && \
+	    TESSERA_BIN=$(abspath $(BUILD))/bin PYTHONPATH=$(abspath $(BUILD))/gen/python \
+	    /usr/bin/python3 tests/rdma/test_rdma_train.py'; \
 	rc=$$?; if [ $$rc = 77 ]; then echo "test-rdma: skipped (the reason is above)"; exit 0; fi; \
 	exit $$rc
+
+# The rdma transport against ib_write_bw and tcp on Soft-RoCE, in the guest (bench/rdma.py;
+# emulated rxe: not NIC figures). Installs what test-rdma does.
+bench-rdma: build
+	mkdir -p bench/results
+	tests/rdma/guest.sh -- /usr/bin/python3 bench/rdma.py --bin $(abspath $(BUILD))/bin \
+	    --out bench/results/rdma.json
 
 # Every case, the long ones too (tessera_testlib.py, long_case).
 test-long:

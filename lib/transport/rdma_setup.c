@@ -644,9 +644,11 @@ static ts_status cm_expect(struct rdma_conn *c, enum rdma_cm_event_type want, in
 {
     ts_status st = cm_next(c->ec, deadline, ev, e);
 
-    if (st == TS_ETIMEDOUT)
+    if (st == TS_ETIMEDOUT) {
+        ts_err_clear(e);   /* say which step: the first message set wins */
         return ts_err_set(e, TS_EUNAVAIL, "rdma connect %s: no %s in time", c->base.peer,
                           rdma_event_str(want));
+    }
     if (st)
         return st;
     if ((*ev)->event != want) {

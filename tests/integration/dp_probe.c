@@ -4,7 +4,8 @@
  *
  *   dp_probe ADDR JOB KEYHEX MODE
  *
- * ADDR: a shard's tcp data-plane address (HOST:PORT); JOB: a job on it; KEYHEX: the cluster's
+ * ADDR: a shard's tcp data-plane address (HOST:PORT), or its rdma one as rdma:HOST:PORT
+ * (tests/rdma/test_rdma_train.py); JOB: a job on it; KEYHEX: the cluster's
  * data-plane key (64 hex digits; the test reads it from the master's state). MODE:
  *   good         the handshake with worker 1's key, then a HELLO again (MAC'd): ACK expected
  *   nohandshake  a PUSH with no HELLO at all
@@ -47,12 +48,19 @@ static struct ts_conn *dial(const char *addr, bool flip)
 {
     struct ts_fault_cfg cfg = { .kind = TS_FAULT_CORRUPT, .nth = 3,
                                 .offset = TS_FRAME_HDR_LEN + TS_FRAME_MAC_LEN + 100 };
-    struct ts_blob b = { .len = strlen(addr) };
+    const char *tp = strncmp(addr, "rdma:", 5) == 0 ? "rdma" : "tcp";
+    struct ts_blob b;
     struct ts_conn *c = NULL, *w = NULL;
     struct ts_err err = { 0 };
 
+    addr += strcmp(tp, "rdma") == 0 ? 5 : 0;
+    b.len = strlen(addr);
     memcpy(b.data, addr, b.len);
-    if (ts_tp_connect(ts_transport_find("tcp"), &b, 5000, &c, &err) ||
+    if (!ts_transport_find(tp)) {
+        fprintf(stderr, "dp_probe: no %s transport in this build\n", tp);
+        exit(1);
+    }
+    if (ts_tp_connect(ts_transport_find(tp), &b, 5000, &c, &err) ||
         (flip && ts_fault_wrap(c, &cfg, &w, &err))) {
         fprintf(stderr, "dp_probe: connect %s: %s\n", addr, err.msg);
         exit(1);

@@ -640,6 +640,14 @@ def assert_rows_went_through_disk(case, tables):
         case.assertGreater(t["disk_tier"]["evictions"], t["disk_tier"]["mem_rows"], t)
 
 
+def partition_digests(stub, job):
+    """A shard's partitions of job as (tensor, partition, version, sha256), sorted: what a
+    probe that must change nothing is checked against (stub: a Stub of the shard)."""
+    return sorted((d.tensor_id, d.partition, d.version, d.sha256) for d in
+                  stub.PartitionDigests(shard_pb2.PartitionDigestsRequest(job=job),
+                                        timeout=RPC_TIMEOUT).partitions)
+
+
 def shard_once_past(addr, step, timeout=60, which=1):
     """Waits until a worker of the cluster at addr reports its clock at step or past, then
     returns the status JSON of the alive shard at position `which` (a victim for a fault)."""

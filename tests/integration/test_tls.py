@@ -258,9 +258,7 @@ class Tls(tl.ClusterCase, unittest.TestCase):
         stub = tl.Stub(self.channel(addr=shard.addr), shard_pb2, "Shard")
 
         def digests():
-            return sorted((d.tensor_id, d.partition, d.version, d.sha256) for d in
-                          stub.PartitionDigests(shard_pb2.PartitionDigestsRequest(
-                              job="dp-target"), timeout=tl.RPC_TIMEOUT).partitions)
+            return tl.partition_digests(stub, "dp-target")
         before = digests()
         self.assertTrue(before)
         refused0 = stub.ShardStatus(shard_pb2.ShardStatusRequest(),

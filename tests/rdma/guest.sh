@@ -144,7 +144,7 @@ trap 'rm -rf "$RUN"' EXIT
 
 echo "guest.sh: booting $KVER (TCG, $SMP vCPUs); console in $LOG" >&2
 : > "$RUN/out"
-timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -smp "$SMP" -m "$MEM" \
+timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -smp "$SMP" -m "$MEM" \
     -nographic -no-reboot -serial "file:$LOG" -monitor none \
     -kernel "$VMLINUZ" -initrd "$INITRD" \
     -append "console=ttyS0 panic=-1 quiet tessera.src=$SRC tessera.run=$RUN" \

@@ -144,6 +144,8 @@ trap 'rm -rf "$RUN"' EXIT
 
 echo "guest.sh: booting $KVER (TCG, $SMP vCPUs); console in $LOG" >&2
 : > "$RUN/out"
+# -cpu max: every feature TCG emulates; under the default model a tessera-worker died of
+# SIGILL (an instruction that model lacks).
 timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -smp "$SMP" -m "$MEM" \
     -nographic -no-reboot -serial "file:$LOG" -monitor none \
     -kernel "$VMLINUZ" -initrd "$INITRD" \

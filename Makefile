@@ -88,7 +88,8 @@ CTEST_ARGS ?=
 #           random-read limit beside the table tiers, bench/table_tiers.py)
 #   rdma:   QEMU, a static busybox, kmod, cpio and xz (the guest's kernel modules and
 #           initramfs, tests/rdma/guest.sh), iproute2 (the `rdma` command), and the verbs
-#           stack: libibverbs with its providers (rxe's), librdmacm, their tools and perftest
+#           stack: libibverbs with its providers (rxe's), librdmacm, their tools and perftest;
+#           make test-rdma and bench-rdma add py (tests/rdma/test_rdma_train.py, bench/rdma.py)
 #   deploy: py, slurm, iproute2 and PyYAML (the deployment tests of make test, run again), and
 #           the container image's: podman with runc, netavark, aardvark-dns, iptables and
 #           uidmap, and mmdebstrap for its base (tests/deploy/test_container.py)
@@ -128,7 +129,7 @@ DEPS_soak := PY
 DEPS_soak-growth := PY
 DEPS_bench := BENCH
 DEPS_test-deploy := DEPLOY NODE
-DEPS_test-rdma := RDMA
+DEPS_test-rdma := RDMA PY
 DEPS_bench-rdma := RDMA PY
 deps_lists := $(sort $(foreach g,$(MAKECMDGOALS),$(DEPS_$(g))))
 deps_debs := $(sort $(DEB_BUILD) $(foreach l,$(filter-out NODE,$(deps_lists)),$(DEB_$(l))))

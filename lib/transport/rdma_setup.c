@@ -619,14 +619,7 @@ ts_status rdma_accept_conn(struct ts_listener *base, int ms, struct ts_conn **ou
             pthread_cond_wait(&l->cv, &l->mu);
         } else {
             struct timespec ts;
-            int64_t left = ts__left_ms(deadline);
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += left / 1000;
-            ts.tv_nsec += (left % 1000) * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
+            ts_abstime_ms(&ts, ts__left_ms(deadline));
             pthread_cond_timedwait(&l->cv, &l->mu, &ts);
         }
     }

@@ -5,9 +5,9 @@ or come back do not change the bits (docs/embeddings.md, "Elastic jobs with tabl
 Real processes: one `tessera up --shards 2` (mutual TLS), and `tessera train --model ctr
 --workers 3 --exact` runs (8 tables of 10^5 rows, batch 96 in micro-batches of 16), each
 compared with the same run of `tessera train --local`:
-- Killed: SIGKILL of rank 1 or 2 at a random step. `tessera train` says the others take over
-  its share and exits 0; the final params_sha256 (tensors and every table) and the row count
-  equal --local's; the job is finished with the slot taken over.
+- Killed: SIGKILL of rank 1 or 2 at a random step of the first third. `tessera train` says
+  the others take over its share and exits 0; the final params_sha256 (tensors and every
+  table) and the row count equal --local's; the job is finished with the slot taken over.
 - Killed between two tables (a test hook, TESSERA_TEST_DIE_IN_ROWS: the sanitizer build):
   rank 2 dies after pushing its rows of step 7 to 4 of the 8 tables. Those tables apply step
   7 (every slot pushed) while the others wait for slot 2; its new owner computes slot 2 of
@@ -28,7 +28,10 @@ import unittest
 sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
 
-STEPS = 60 if tl.SANITIZED else 300
+# Long enough that the kill, at a step in its first third found by polling `tessera status`
+# (a CLI call each time, slow under make test's load), lands while the job runs: 300 steps
+# once ended (2.6 s) before the kill at step 161 came.
+STEPS = 60 if tl.SANITIZED else 900
 CTR = ["--model", "ctr", "--batch", "96", "--micro", "16", "--exact", "--json"]
 SEED = int(os.environ.get("TESSERA_ELASTIC_SEED", "0")) or random.randrange(1, 1 << 30)
 
@@ -64,6 +67,16 @@ class CtrElastic(tl.UpCase, unittest.TestCase):
             return any(w["clock"] >= step for w in st["workers"] if w["state"] == "alive")
         tl.wait_until(reached, 120, "a worker at step %d" % step, interval=0.01)
 
+    def kill_at(self, train, rank, step):
+        """SIGKILL of rank's worker once a worker reports step; it must still be running."""
+        pid = tl.worker_of(train, rank)
+        self.at_step(step)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            self.fail("rank %d (pid %d) ended before the kill at step %d: the job outran the "
+                      "status polling; lower the step or raise STEPS" % (rank, pid, step))
+
     def finish(self, train, steps=STEPS):
         rc = train.wait(300)
         out = train.p.stdout.read().decode()
@@ -80,12 +93,10 @@ class CtrElastic(tl.UpCase, unittest.TestCase):
                                           None), 30, "job %s finished" % job_id)
 
     def test_killed(self):
-        rank, step = self.rng.randrange(1, 3), self.rng.randrange(5, STEPS * 2 // 3)
+        rank, step = self.rng.randrange(1, 3), self.rng.randrange(5, STEPS // 3)
         tl.log("killing rank %d at step %d" % (rank, step))
         train = self.train("killed")
-        pid = tl.worker_of(train, rank)
-        self.at_step(step)
-        os.kill(pid, signal.SIGKILL)
+        self.kill_at(train, rank, step)
         _, err = self.finish(train)
         self.assertIn("worker %d was killed (signal 9); the others take over its share" % rank,
                       err)
@@ -101,12 +112,10 @@ class CtrElastic(tl.UpCase, unittest.TestCase):
         self.assertGreaterEqual(got["reslots"], 1, err[-3000:])
 
     def test_respawned(self):
-        step = self.rng.randrange(5, STEPS // 2)
+        step = self.rng.randrange(5, STEPS // 3)
         tl.log("killing rank 1 at step %d; --respawn starts it again" % step)
         train = self.train("respawned", extra=["--respawn"])
-        pid = tl.worker_of(train, 1)
-        self.at_step(step)
-        os.kill(pid, signal.SIGKILL)
+        self.kill_at(train, 1, step)
         self.finish(train)
         j = self.job("respawned")
         self.assertGreaterEqual(j["roster"], 2, j)   # away, and back

@@ -19,6 +19,7 @@ which the test counts. Every run is exact, so its params_sha256 must equal `tess
   wrong key, with a frame whose MAC does not match: refused and closed; the kept job's
   partitions unchanged.
 """
+import json
 import os
 import re
 import signal
@@ -38,8 +39,15 @@ _local = {}
 
 
 def local_fingerprint():
+    """`tessera train --local`'s params_sha256, once: about 200 s under emulation, so with a
+    longer bound than tl.local_fingerprint's."""
     if "fp" not in _local:
-        _local["fp"] = tl.local_fingerprint(STEPS, "--partition-kb", "64")
+        r = tl.run_cli(["train", "--local", "--exact", "--steps", str(STEPS), "--json",
+                        "--partition-kb", "64"], timeout=1200)
+        if r.returncode != 0:
+            raise AssertionError("tessera train --local exited %d: %s" % (r.returncode,
+                                                                          r.stderr))
+        _local["fp"] = json.loads(r.stdout)["params_sha256"]
     return _local["fp"]
 
 
@@ -98,7 +106,7 @@ class Rdma(unittest.TestCase):
     def _finish(self, ws, transports):
         texts = []
         for w in ws:
-            out, _ = w.p.communicate(timeout=600)
+            out, _ = w.p.communicate(timeout=1200)
             texts.append(out.decode(errors="replace"))
             self.assertEqual(w.p.returncode, 0, "worker exited %d:\n%s\n%s" %
                              (w.p.returncode, texts[-1], w.log_text()))

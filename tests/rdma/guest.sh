@@ -126,7 +126,9 @@ if [ ! -f "$INITRD" ]; then
 fi
 
 # ---- The run: the command in a file the guest reads, its output and status in files it
-# writes, in the checkout (the one place the guest writes to). ----
+# writes, in the checkout (the one place the guest writes to). The file is written with
+# bash's %q, which quotes a newline as $'\n' (make's continued lines have them), so the
+# guest runs it with bash: sh would run "\n" as a command. ----
 mkdir -p "$SRC/build/rdma-guest"
 RUN=$(mktemp -d "$SRC/build/rdma-guest/run.XXXXXX")
 trap 'rm -rf "$RUN"' EXIT
@@ -200,7 +202,7 @@ chroot /host ip link add d0 type dummy
 chroot /host ip addr add 192.168.77.1/24 dev d0
 chroot /host ip link set d0 up
 chroot /host rdma link add rxe0 type rxe netdev d0 || echo "init: rdma link add failed"
-chroot /host /bin/sh $RUN/cmd >> /host$RUN/out 2>&1
+chroot /host /bin/bash $RUN/cmd >> /host$RUN/out 2>&1
 echo $? > /host$RUN/rc.tmp
 mv /host$RUN/rc.tmp /host$RUN/rc
 sync

@@ -305,7 +305,8 @@ static ts_status rx_wait(struct rdma_conn *c, uint64_t need, int64_t deadline, b
         }
         look_at_peer(c);
         poll_recvs(c);
-        if (c->rx_avail > need)
+        /* A shutdown wakes us through the eventfd too: it ends the connection, not the wait. */
+        if (c->rx_avail > need || atomic_load(&c->dead) || atomic_load(&c->shut))
             continue;
         if (first && p[2].revents) {
             eventfd_t v;

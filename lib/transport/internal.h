@@ -5,8 +5,11 @@
 #ifndef TS_TRANSPORT_INTERNAL_H
 #define TS_TRANSPORT_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
+#include "transport/transport.h"
 #include "util/proc.h"
 
 /* The monotonic time ms from now; -1 (no deadline) when ms < 0. */
@@ -25,5 +28,14 @@ static inline int ts__left_ms(int64_t deadline)
     left = deadline - ts_now_ms();
     return left < 0 ? 0 : left > 0x7fffffff ? 0x7fffffff : (int)left;
 }
+
+/* addr.c: "HOST:PORT" or "[V6]:PORT" in b split into host and port (without brackets), each
+ * NUL-terminated within hn and pn bytes; TS_EINVAL naming `who` (e.g. "tcp connect") if b is
+ * not that or a part does not fit. */
+ts_status ts__split_addr(const struct ts_blob *b, const char *who, char *host, size_t hn,
+                         char *port, size_t pn, struct ts_err *e) TS_MUST_CHECK;
+
+/* addr.c: sa as "HOST:PORT" or "[V6]:PORT" ("?" for another family) into buf of n bytes. */
+void ts__addr_text(const struct sockaddr *sa, char *buf, size_t n);
 
 #endif

@@ -67,49 +67,23 @@ ts_status rdma_probe(struct ts_err *e)
 
 /* ---- Addresses ---- */
 
-/* Splits "HOST:PORT" or "[V6]:PORT" and resolves it numerically into ss. */
+/* Resolves "HOST:PORT" or "[V6]:PORT" numerically into ss. */
 static ts_status blob_addr(const struct ts_blob *b, struct sockaddr_storage *ss,
                            struct ts_err *e)
 {
     struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
                               .ai_socktype = SOCK_STREAM }, *res;
-    char text[TS_BLOB_MAX + 1], *colon, *host = text;
+    char host[TS_BLOB_MAX + 1], port[16];
+    ts_status st;
     int rc;
 
-    if (b->len == 0 || b->len >= sizeof(text))
-        return ts_err_set(e, TS_EINVAL, "rdma: address blob of %zu bytes", b->len);
-    memcpy(text, b->data, b->len);
-    text[b->len] = '\0';
-    colon = strrchr(text, ':');
-    if (!colon || colon == text || !colon[1])
-        return ts_err_set(e, TS_EINVAL, "rdma: address '%s' is not HOST:PORT", text);
-    *colon = '\0';
-    if (text[0] == '[' && colon[-1] == ']') {
-        colon[-1] = '\0';
-        host = text + 1;
-    }
-    if ((rc = getaddrinfo(host, colon + 1, &hints, &res)))
+    if ((st = ts__split_addr(b, "rdma", host, sizeof(host), port, sizeof(port), e)))
+        return st;
+    if ((rc = getaddrinfo(host, port, &hints, &res)))
         return ts_err_set(e, TS_EINVAL, "rdma: address '%s': %s", host, gai_strerror(rc));
     memcpy(ss, res->ai_addr, res->ai_addrlen);
     freeaddrinfo(res);
     return TS_OK;
-}
-
-static void addr_text(const struct sockaddr *sa, char *buf, size_t n)
-{
-    char host[INET6_ADDRSTRLEN] = "?";
-
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-        snprintf(buf, n, "%s:%u", host, ntohs(in->sin_port));
-    } else if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-        snprintf(buf, n, "[%s]:%u", host, ntohs(in6->sin6_port));
-    } else {
-        snprintf(buf, n, "?");
-    }
 }
 
 /* Waits up to the deadline for the next event on ec (its fd non-blocking); TS_ETIMEDOUT. */
@@ -396,7 +370,7 @@ static ts_status take_peer(struct rdma_conn *c, const void *pd, size_t len, stru
 static void conn_peer_name(struct rdma_conn *c)
 {
     strcpy(c->base.peer, "rdma:");
-    addr_text(rdma_get_peer_addr(c->id), c->base.peer + 5, sizeof(c->base.peer) - 5);
+    ts__addr_text(rdma_get_peer_addr(c->id), c->base.peer + 5, sizeof(c->base.peer) - 5);
 }
 
 /* ---- Listening and accepting ----
@@ -453,7 +427,7 @@ ts_status rdma_listen_on(const char *host, struct ts_listener **out, struct ts_b
         pthread_mutex_destroy(&l->mu);
         goto fail;
     }
-    addr_text(rdma_get_local_addr(l->id), text, sizeof(text));
+    ts__addr_text(rdma_get_local_addr(l->id), text, sizeof(text));
     addr->len = strlen(text);
     memcpy(addr->data, text, addr->len);
     *out = &l->base;
@@ -673,7 +647,7 @@ ts_status rdma_connect_to(const struct ts_blob *to, int ms, struct ts_conn **out
     if (!(c = conn_alloc()))
         return ts_err_set(e, TS_ENOMEM, "rdma connect: out of memory");
     strcpy(c->base.peer, "rdma:");
-    addr_text((struct sockaddr *)&ss, c->base.peer + 5, sizeof(c->base.peer) - 5);
+    ts__addr_text((struct sockaddr *)&ss, c->base.peer + 5, sizeof(c->base.peer) - 5);
     if (!(c->ec = channel_new()) || rdma_create_id(c->ec, &c->id, c, RDMA_PS_TCP)) {
         st = ts_err_set(e, TS_EIO, "rdma connect %s: rdma_create_id: %s", c->base.peer,
                         strerror(errno));

@@ -70,26 +70,6 @@ static void tune_before(int fd)
     }
 }
 
-static void addr_text(const struct sockaddr *sa, char *buf, size_t n)
-{
-    char host[INET6_ADDRSTRLEN] = "?";
-    unsigned port = 0;
-
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-        port = ntohs(in->sin_port);
-        snprintf(buf, n, "%s:%u", host, port);
-    } else if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-        port = ntohs(in6->sin6_port);
-        snprintf(buf, n, "[%s]:%u", host, port);
-    } else {
-        snprintf(buf, n, "?");
-    }
-}
-
 /* Whether sa is a loopback address: the peer is this host, reached through no device (unless
  * TESSERA_TCP_LOOPBACK=remote says to treat it as another host). */
 static bool loopback(const struct sockaddr *sa)
@@ -150,7 +130,7 @@ static ts_status tcp_listen(const char *host, struct ts_listener **out, struct t
         close(fd);
         return ts_err_set(e, TS_ENOMEM, "tcp listen on %s: out of memory", host);
     }
-    addr_text((struct sockaddr *)&ss, text, sizeof(text));
+    ts__addr_text((struct sockaddr *)&ss, text, sizeof(text));
     l->base.ops = &ts_transport_tcp;
     l->fd = fd;
     addr->len = strlen(text);
@@ -205,7 +185,7 @@ static ts_status conn_new(int fd, struct ts_conn **out, struct ts_err *e)
     c->fd = fd;
     strcpy(c->base.peer, "tcp:");
     if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
-        addr_text((struct sockaddr *)&ss, c->base.peer + 4, sizeof(c->base.peer) - 4);
+        ts__addr_text((struct sockaddr *)&ss, c->base.peer + 4, sizeof(c->base.peer) - 4);
         c->base.local_in = c->base.local_out = loopback((struct sockaddr *)&ss);
     }
     *out = &c->base;
@@ -251,30 +231,6 @@ static ts_status tcp_accept(struct ts_listener *base, int ms, struct ts_conn **o
     /* Blocking from here on (see the file comment). */
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return conn_new(fd, out, e);
-}
-
-/* Splits "HOST:PORT" or "[V6]:PORT" from a blob into host and port. */
-static ts_status parse_blob(const struct ts_blob *b, char *host, size_t hn, char *port,
-                            size_t pn, struct ts_err *e)
-{
-    char text[TS_BLOB_MAX + 1], *colon;
-
-    if (b->len == 0 || b->len >= sizeof(text))
-        return ts_err_set(e, TS_EINVAL, "tcp connect: address blob of %zu bytes", b->len);
-    memcpy(text, b->data, b->len);
-    text[b->len] = '\0';
-    colon = strrchr(text, ':');
-    if (!colon || colon == text || !colon[1] || strlen(colon + 1) >= pn)
-        return ts_err_set(e, TS_EINVAL, "tcp connect: address '%s' is not HOST:PORT", text);
-    *colon = '\0';
-    snprintf(port, pn, "%s", colon + 1);
-    if (text[0] == '[' && colon[-1] == ']') {
-        colon[-1] = '\0';
-        snprintf(host, hn, "%s", text + 1);
-    } else {
-        snprintf(host, hn, "%s", text);
-    }
-    return TS_OK;
 }
 
 /* One non-blocking connect bounded by the deadline; returns the socket or -1 with errno. */
@@ -344,7 +300,7 @@ static ts_status tcp_connect(const struct ts_blob *to, int ms, struct ts_conn **
     int fd, saved;
     ts_status st;
 
-    if ((st = parse_blob(to, host, sizeof(host), port, sizeof(port), e)))
+    if ((st = ts__split_addr(to, "tcp connect", host, sizeof(host), port, sizeof(port), e)))
         return st;
     fd = dial(host, port, ts__deadline(ms), &saved, e);
     if (fd < 0 && !saved)
@@ -370,7 +326,7 @@ bool ts_tcp_refused(const char *hostport, int ms, char *why, size_t n)
         return false;
     }
     memcpy(b.data, hostport, b.len);
-    if (parse_blob(&b, host, sizeof(host), port, sizeof(port), &e)) {
+    if (ts__split_addr(&b, "tcp connect", host, sizeof(host), port, sizeof(port), &e)) {
         snprintf(why, n, "%s", e.msg);
         return false;
     }

@@ -18,15 +18,24 @@
 #include "util/log.h"
 #include "util/proc.h"
 
-ts_status dp_slots_moved(struct dp_conn *dc, struct ts_err *err)
+/* Whether the job's slots moved since this connection last looked (or `again`); if so, takes
+ * the wake: its count seen, the cancel bit cleared. */
+static bool take_wake(struct dp_conn *dc, bool again)
 {
     unsigned w = atomic_load(&dc->wakes);
 
-    if (!dc->reslot && w == dc->wakes_seen)
-        return TS_OK;
+    if (!again && w == dc->wakes_seen)
+        return false;
     dc->wakes_seen = w;
-    dc->reslot = true;
     atomic_fetch_and(&dc->cancel, ~DP_CANCEL_WAKE);
+    return true;
+}
+
+ts_status dp_slots_moved(struct dp_conn *dc, struct ts_err *err)
+{
+    if (!take_wake(dc, dc->reslot))
+        return TS_OK;
+    dc->reslot = true;
     return ts_err_set(err, TS_ESLOTS, "job '%s': its slots changed hands (a worker died or came "
                       "back): ask the master for this worker's slots and send the step again",
                       dc->job ? dc->job->job.id : "?");
@@ -34,12 +43,8 @@ ts_status dp_slots_moved(struct dp_conn *dc, struct ts_err *err)
 
 ts_status dp_slots_woken(struct dp_conn *dc, struct ts_err *err)
 {
-    unsigned w = atomic_load(&dc->wakes);
-
-    if (w == dc->wakes_seen)
+    if (!take_wake(dc, false))
         return TS_OK;
-    dc->wakes_seen = w;
-    atomic_fetch_and(&dc->cancel, ~DP_CANCEL_WAKE);
     return ts_err_set(err, TS_ESLOTS, "job '%s': its slots changed hands (a worker died or came "
                       "back) while this pull of rows waited: ask the master for this worker's "
                       "slots and compute the step again", dc->job ? dc->job->job.id : "?");

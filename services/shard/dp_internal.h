@@ -1,7 +1,7 @@
 /* dp_internal.h - a data-plane connection as dataplane.c (the frames), dp_chain.c (images down a
  * partition's chain) and slots.c (elastic jobs: waking pulls when slots change hands, reporting a
  * worker that hung up) share it; outside the shard only tests/fuzz/fuzz_dataplane.c, which serves
- * frames through dp_conn_serve as conn_main does. Ownership: dataplane.c creates and frees
+ * frames through dp_conn_serve as conn_main does. Ownership: dp_listen.c creates and frees
  * connections; a connection's thread alone touches its fields but for the atomics and job_id
  * (under dp->id_mu). */
 #ifndef TS_SHARD_DP_INTERNAL_H
@@ -156,7 +156,7 @@ struct dp_conn {
     char source[64];
 };
 
-/* dataplane.c: a connection's life, on its thread. conn_main receives each frame (frame.c
+/* dataplane.c: a connection's life, on its thread. conn_main (dp_listen.c) receives each frame (frame.c
  * refuses what is torn, corrupt or over dp_guard_cap) and hands it to dp_conn_serve: h and its
  * payload in (a view, released here), buf the receive buffer of cap bytes. It checks that the
  * frame may come now (dp_allowed), serves it and answers a failure with an ERROR frame;
@@ -166,6 +166,9 @@ struct dp_conn {
 bool dp_conn_serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *in, void *buf,
                    size_t cap, bool *hung_up);
 void dp_conn_end(struct dp_conn *dc, bool hung_up);
+/* dataplane.c: answers the request req with an ERROR frame carrying e (its code and message). */
+ts_status dp_reply_error(struct ts_conn *c, const struct ts_frame_hdr *req,
+                        const struct ts_err *e);
 
 /* dp_guard.c: limits before trust, and refusals counted (dataplane.h, enum dp_refusal).
  * dp_refuse: counts one of why and logs it (rate-limited). dp_refuse_frame: a frame that

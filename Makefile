@@ -260,7 +260,7 @@ bench-rdma: build
 	tests/rdma/guest.sh -- /usr/bin/python3 bench/rdma.py --bin $(abspath $(BUILD))/bin \
 	    --out bench/results/rdma.json
 
-# Every case, the long ones too (tessera_testlib.py, long_case).
+# Every case, the long ones too (tessera_testrun.py, long_case).
 test-long:
 	TESSERA_LONG=1 $(MAKE) test
 
@@ -321,7 +321,7 @@ test-scale: build
 	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
 	    /usr/bin/python3 tests/integration/test_scale.py
 
-# The fault suites' long cases run too (tessera_testlib.py, long_case).
+# The fault suites' long cases run too (tessera_testrun.py, long_case).
 test-fault: export TESSERA_LONG = 1
 test-fault: build asan
 	TESSERA_FAULT_TRIALS=$(FAULT_TRIALS) TESSERA_BIN=$(abspath $(BUILD))/bin \

@@ -113,6 +113,7 @@ struct sdk_tensor {
     uint8_t *view_part;           /* per partition: mapped, so pulls say TS_PULL_REGION */
     struct ts_region grad;        /* tessera_buffers: the caller's gradient buffer */
     uint8_t *grad_shared;         /* per shard slot: that shard maps grad */
+    uint64_t grad_pin;            /* grad pinned (ts_tp_pin): rdma pushes it in place */
     /* Compressed pulls (sdk_pullc.c; NULL pcopy: pulls in full): */
     struct ts_codec pcodec;       /* how its parameters come down */
     float *pcopy;                 /* this worker's copy, numel, which the shards mirror */

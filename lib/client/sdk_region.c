@@ -159,10 +159,13 @@ ts_status sdk_grad_alloc(struct tessera *t, struct sdk_tensor *x, int id, struct
             return ts_err_set(err, TS_ENOMEM, "tensor '%s': no memory for its gradient",
                               x->name);
         x->grad = (struct ts_region){ g, ts_page_round(bytes), -1 };
+        x->grad_pin = ts_tp_pin(x->grad.base, x->grad.size);
         return TS_OK;
     }
     if (st)
         return st;
+    /* Pushed from again and again: a backend that can send it in place does (rdma). */
+    x->grad_pin = ts_tp_pin(x->grad.base, x->grad.size);
     return t->local ? TS_OK : grad_share(t, x, id, err);
 }
 
@@ -208,6 +211,8 @@ void sdk_region_free(struct sdk_tensor *x)
     x->view = NULL;
     free(x->view_part);
     x->view_part = NULL;
+    ts_tp_unpin(x->grad_pin);   /* before its pages go */
+    x->grad_pin = 0;
     ts_region_free(&x->grad);
     free(x->grad_shared);
     x->grad_shared = NULL;

@@ -5,6 +5,7 @@
 #ifndef TS_TRANSPORT_INTERNAL_H
 #define TS_TRANSPORT_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -37,5 +38,18 @@ ts_status ts__split_addr(const struct ts_blob *b, const char *who, char *host, s
 
 /* addr.c: sa as "HOST:PORT" or "[V6]:PORT" ("?" for another family) into buf of n bytes. */
 void ts__addr_text(const struct sockaddr *sa, char *buf, size_t n);
+
+/* pin.c: the backends' side of pinned memory (transport.h). ts__pin_find: the pinned range
+ * holding all of [p, p + n), if one does. ts__pin_alive: id is still pinned. ts__pin_gen:
+ * moves on at every unpin, so a backend that keeps registrations by id knows when to look
+ * for ones to drop. */
+struct ts__pin {
+    uint64_t id;
+    const void *base;
+    size_t len;
+};
+bool ts__pin_find(const void *p, size_t n, struct ts__pin *out);
+bool ts__pin_alive(uint64_t id);
+uint64_t ts__pin_gen(void);
 
 #endif

@@ -17,7 +17,11 @@
  * bytes will have in the peer's ring and posts RDMA WRITE_WITH_IMM of up to RDMA_CHUNK bytes at a
  * time (the immediate: the bytes written); RC delivers them in order, and each write's
  * completion on the receiver (one posted receive consumed, reposted at once) tells it how far
- * the bytes go. So the receiver spends no CPU on the bytes themselves.
+ * the bytes go. So the receiver spends no CPU on the bytes themselves. A large body in pinned
+ * memory (transport.h; the SDK's tessera_buffers gradients) is not copied: the range is
+ * registered with the connection's protection domain on its first use (pinned_mr), each
+ * write gathers the header from staging and the body from where it lies, and the send waits
+ * for those writes' completions before it returns (the caller may then overwrite the body).
  *
  * Flow control: the receiver writes how many bytes it has consumed (a 64-bit counter) into the
  * sender's credit word with an inline RDMA WRITE, once an eighth of the ring was consumed since
@@ -78,13 +82,16 @@ static void reap_sends(struct rdma_conn *c)
 
     pthread_mutex_lock(&c->scq_mu);
     while ((n = ibv_poll_cq(c->scq, RDMA_CQ_BATCH, wc)) > 0) {
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
             if (wc[i].status != IBV_WC_SUCCESS) {
                 char why[96];
                 snprintf(why, sizeof(why), "a write failed: %s",
                          ibv_wc_status_str(wc[i].status));
                 conn_end(c, why);
             }
+            if (wc[i].wr_id == RDMA_WR_IN_PLACE)
+                atomic_fetch_sub(&c->in_place_out, 1);
+        }
         atomic_fetch_sub(&c->sq_out, (unsigned)n);
     }
     if (n < 0)
@@ -144,7 +151,7 @@ static void send_credit(struct rdma_conn *c)
 {
     uint64_t v = c->rx_tail;
     struct ibv_sge sge = { .addr = (uintptr_t)&v, .length = sizeof(v), .lkey = 0 };
-    struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+    struct ibv_send_wr wr = { .wr_id = RDMA_WR_CREDIT, .sg_list = &sge, .num_sge = 1,
                               .opcode = IBV_WR_RDMA_WRITE,
                               .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE,
                               .wr.rdma = { .remote_addr = c->peer.credit_addr,
@@ -182,53 +189,141 @@ static bool tx_room(struct rdma_conn *c, uint64_t *room)
     }
 }
 
+/* The registration of the pinned range holding body, made on this connection's first send
+ * from it; NULL when body is not pinned or cannot be registered (the send then copies).
+ * Registrations of ranges unpinned since are dropped first. Sending thread. */
+static struct ibv_mr *pinned_mr(struct rdma_conn *c, const void *body, size_t blen)
+{
+    struct ts__pin pin;
+    uint64_t gen = ts__pin_gen();
+    size_t i, free_at = RDMA_MRS;
+
+    if (gen != c->mrs_gen) {
+        for (i = 0; i < RDMA_MRS; i++)
+            if (c->mrs[i].pin && !ts__pin_alive(c->mrs[i].pin)) {
+                ibv_dereg_mr(c->mrs[i].mr);
+                c->mrs[i].pin = 0;
+                c->mrs[i].mr = NULL;
+            }
+        c->mrs_gen = gen;
+    }
+    if (!ts__pin_find(body, blen, &pin))
+        return NULL;
+    for (i = 0; i < RDMA_MRS; i++) {
+        if (c->mrs[i].pin == pin.id)
+            return c->mrs[i].mr;
+        if (!c->mrs[i].pin && free_at == RDMA_MRS)
+            free_at = i;
+    }
+    if (free_at == RDMA_MRS) {   /* full: give one up, in turn (nothing of it is in flight) */
+        free_at = c->mrs_next++ % RDMA_MRS;
+        ibv_dereg_mr(c->mrs[free_at].mr);
+        c->mrs[free_at].pin = 0;
+        c->mrs[free_at].mr = NULL;
+    }
+    /* Read by our device only: no remote access. */
+    struct ibv_mr *mr = ibv_reg_mr(c->pd, (void *)pin.base, pin.len, 0);
+    if (!mr)
+        return NULL;
+    c->mrs[free_at].pin = pin.id;
+    c->mrs[free_at].mr = mr;
+    return mr;
+}
+
+/* Waits until the device has read every write from pinned memory (their completions reaped),
+ * so the caller may write it again; up to TS_TP_STALL_MS. */
+static bool in_place_done(struct rdma_conn *c)
+{
+    int64_t deadline = ts__deadline(TS_TP_STALL_MS);
+    unsigned nap = 1;
+
+    for (;;) {
+        reap_sends(c);
+        if (!atomic_load(&c->in_place_out))
+            return true;
+        if (atomic_load(&c->dead) || ts__left_ms(deadline) == 0) {
+            /* Not read yet, and the caller gets its buffer back: nothing may read it later. */
+            conn_end(c, "writes from pinned memory did not complete");
+            return false;
+        }
+        if (nap > 1)
+            usleep(nap);
+        nap = nap < 1000 ? nap * 2 : 1000;
+    }
+}
+
+/* Sends head then body as one stream into the peer's ring. Head (and a body that is not in
+ * pinned memory) is copied into the staging area at the offset it will have in the ring; a
+ * pinned body is written from where it lies, as a second piece of the same write. */
 static ts_status rdma_send(struct ts_conn *base, const void *head, size_t hlen,
                            const void *body, size_t blen, struct ts_err *e)
 {
     struct rdma_conn *c = (struct rdma_conn *)base;
+    struct ibv_mr *zmr = blen >= RDMA_IN_PLACE_MIN ? pinned_mr(c, body, blen) : NULL;
     const uint8_t *src[2] = { head, body };
-    size_t len[2] = { hlen, blen }, n = hlen + blen, done = 0, k = 0, at = 0;
+    size_t len[2] = { hlen, blen }, n = hlen + blen, done = 0;
 
     while (done < n) {
         uint64_t room, off = c->tx_head & (RDMA_RING - 1);
-        size_t piece, filled = 0;
+        size_t piece, copied = 0, in_place = 0;
 
         if (atomic_load(&c->dead) || atomic_load(&c->shut) || !tx_room(c, &room))
-            return ended(c, "send", done, n, e);
+            goto fail;
         piece = n - done;
         piece = piece < room ? piece : room;
         piece = piece < RDMA_CHUNK ? piece : RDMA_CHUNK;
         piece = piece < RDMA_RING - off ? piece : RDMA_RING - off;   /* one write never wraps */
-        while (filled < piece) {   /* copy from head, then body */
-            size_t take = len[k] - at < piece - filled ? len[k] - at : piece - filled;
-            memcpy(c->tx + off + filled, src[k] + at, take);
-            filled += take;
-            at += take;
-            if (at == len[k]) {
-                k++;
-                at = 0;
+        for (size_t at = done; at < done + piece;) {   /* the head's bytes, then the body's */
+            int k = at >= hlen;
+            size_t from = k ? at - hlen : at, take = len[k] - from;
+            take = take < done + piece - at ? take : done + piece - at;
+            if (k && zmr) {
+                in_place += take;
+            } else {
+                memcpy(c->tx + off + copied, src[k] + from, take);
+                copied += take;
             }
+            at += take;
         }
-        struct ibv_sge sge = { .addr = (uintptr_t)(c->tx + off), .length = (uint32_t)piece,
-                               .lkey = c->tx_mr->lkey };
-        struct ibv_send_wr wr = { .wr_id = 0, .sg_list = &sge, .num_sge = 1,
+        /* In place: the body from where this piece's copied head bytes end. */
+        struct ibv_sge sge[2] = {
+            { .addr = (uintptr_t)(c->tx + off), .length = (uint32_t)copied,
+              .lkey = c->tx_mr->lkey },
+            { .addr = in_place ? (uintptr_t)(src[1] + (done + copied - hlen)) : 0,
+              .length = (uint32_t)in_place, .lkey = zmr ? zmr->lkey : 0 } };
+        struct ibv_send_wr wr = { .wr_id = in_place ? RDMA_WR_IN_PLACE : RDMA_WR_COPY,
+                                  .sg_list = copied ? sge : sge + 1,
+                                  .num_sge = copied && in_place ? 2 : 1,
                                   .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
                                   .send_flags = IBV_SEND_SIGNALED,
                                   .imm_data = htonl((uint32_t)piece),
                                   .wr.rdma = { .remote_addr = c->peer.ring_addr + off,
                                                .rkey = c->peer.ring_rkey } }, *bad;
         if (!sq_slot(c))
-            return ended(c, "send", done, n, e);
+            goto fail;
+        if (in_place)
+            atomic_fetch_add(&c->in_place_out, 1);
         if (ibv_post_send(c->id->qp, &wr, &bad)) {
             atomic_fetch_sub(&c->sq_out, 1);
+            if (in_place)
+                atomic_fetch_sub(&c->in_place_out, 1);
             conn_end(c, "posting a write failed");
-            return ended(c, "send", done, n, e);
+            goto fail;
         }
         c->tx_head += piece;
         done += piece;
+        c->base.bytes_in_place += in_place;
     }
+    if (zmr && !in_place_done(c))
+        goto fail;
     reap_sends(c);
     return TS_OK;
+fail:
+    /* Writes from the caller's pinned pages may still be in flight, and the caller takes them
+     * back now: end the connection, so nothing of it is sent or read again. */
+    if (atomic_load(&c->in_place_out))
+        conn_end(c, "a send from pinned memory was cut short");
+    return ended(c, "send", done, n, e);
 }
 
 /* Takes the receive queue's completions: bytes announced, receives posted again. */

@@ -42,6 +42,12 @@ _Static_assert(sizeof(struct rdma_wire_info) == 48, "an RC REQ carries 56 bytes 
 #define RDMA_SLICE_MS 50                /* a sleeper looks at the peer this often */
 #define RDMA_SPIN_US 20                 /* polling before sleeping */
 #define RDMA_LINGER_MS 2000             /* close() waits this long for writes in flight */
+/* A body of at least this many bytes in pinned memory (transport.h) is written from where it
+ * lies; a smaller one is copied (a registration lookup costs more than its copy). */
+#define RDMA_IN_PLACE_MIN (64u << 10)
+#define RDMA_MRS 16                     /* pinned ranges registered per connection */
+/* wr_id of a send's work requests: its completion is reaped by kind. */
+enum { RDMA_WR_COPY = 0, RDMA_WR_CREDIT = 1, RDMA_WR_IN_PLACE = 2 };
 
 struct rdma_conn {
     struct ts_conn base;
@@ -58,6 +64,10 @@ struct rdma_conn {
     int64_t deadline;                /* the listener's: when a pending one is given up */
     /* Sending thread. */
     uint64_t tx_head;                /* bytes ever written to the peer's ring */
+    struct { uint64_t pin; struct ibv_mr *mr; } mrs[RDMA_MRS];   /* pinned ranges registered:
+                                      * pin 0 is a free entry */
+    uint64_t mrs_gen;                /* ts__pin_gen() when mrs was last pruned */
+    unsigned mrs_next;               /* the entry a full table gives up next */
     /* Receiving thread. */
     uint64_t rx_avail;               /* bytes the peer's writes announced */
     uint64_t rx_tail;                /* bytes released */
@@ -67,6 +77,7 @@ struct rdma_conn {
     /* Both. */
     pthread_mutex_t scq_mu, cm_mu;
     atomic_uint sq_out;              /* writes posted and not reaped */
+    atomic_uint in_place_out;        /* of them, writes from pinned memory */
     atomic_bool dead;                /* the connection ended: why says how */
     char why[96];
     int efd;                         /* interrupt(): readable while one is pending */

@@ -192,6 +192,9 @@ void rdma_conn_free(struct rdma_conn *c)
         ibv_dereg_mr(c->tx_mr);
     if (c->cred_mr)
         ibv_dereg_mr(c->cred_mr);
+    for (size_t i = 0; i < RDMA_MRS; i++)
+        if (c->mrs[i].mr)
+            ibv_dereg_mr(c->mrs[i].mr);
     if (c->scq)
         ibv_destroy_cq(c->scq);
     if (c->rcq) {
@@ -304,7 +307,8 @@ static ts_status conn_setup(struct rdma_conn *c, struct rdma_wire_info *mine, st
     qa.qp_type = IBV_QPT_RC;
     qa.cap.max_send_wr = RDMA_SQ_DEPTH;
     qa.cap.max_recv_wr = RDMA_RQ_DEPTH;
-    qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+    qa.cap.max_send_sge = 2;   /* a write from staging and from pinned memory (rdma.c) */
+    qa.cap.max_recv_sge = 1;
     qa.cap.max_inline_data = sizeof(uint64_t);
     what = "rdma_create_qp";
     if (rdma_create_qp(c->id, c->pd, &qa))

@@ -56,6 +56,8 @@ struct ts_conn {
     const struct ts_transport_ops *ops;
     char peer[64];                 /* for logs */
     uint64_t frames_in, frames_refused, bytes_in, bytes_out;   /* kept by frame.c */
+    uint64_t bytes_in_place;       /* the backend's: bytes sent from pinned memory where they
+                                    * lie, with no copy (rdma; "Pinned memory" below) */
     uint8_t refusal;               /* frame.c: why the last one was refused (frame.h) */
     /* Set by the backend when the connection is made. local_in / local_out: bytes from the
      * peer to us / from us to the peer stay in this host's memory, through no NIC, wire or
@@ -149,6 +151,16 @@ bool ts_tcp_refused(const char *hostport, int ms, char *why, size_t n);
  * backend's receive path without a listener. Takes ownership of fd, closed on failure too;
  * free *c with ts_tp_close. */
 ts_status ts_tcp_adopt(int fd, struct ts_conn **c, struct ts_err *err) TS_MUST_CHECK;
+
+/* Pinned memory (pin.c): a range the caller will send from again and again and keeps mapped
+ * until ts_tp_unpin (the SDK's gradient buffers of tessera_buffers). A backend that can send
+ * from it where it lies does (rdma: registered with a connection's device on the first send
+ * from it, kept until the connection ends or the range is unpinned; a send from it returns
+ * once the device has read it, so the caller may write it again at once); the others copy as
+ * always. ts_tp_pin returns the range's id (0: not pinned, the table is full; sends then copy).
+ * Unpin before unmapping. Any thread. */
+uint64_t ts_tp_pin(const void *p, size_t n);
+void ts_tp_unpin(uint64_t id);
 
 /* NULL-terminated, in preference order. */
 extern const struct ts_transport_ops *const ts_transports[];

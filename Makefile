@@ -253,8 +253,9 @@ test-rdma: build
 	rc=$$?; if [ $$rc = 77 ]; then echo "test-rdma: skipped (the reason is above)"; exit 0; fi; \
 	exit $$rc
 
-# The rdma transport against ib_write_bw and tcp on Soft-RoCE, in the guest (bench/rdma.py;
-# emulated rxe: not NIC figures). Installs what test-rdma does.
+# The rdma transport (push+pull through shards, and the raw ops) against ib_write_bw and tcp
+# on Soft-RoCE, in the guest (bench/rdma.py; emulated rxe: not NIC figures). Installs what
+# test-rdma does.
 bench-rdma: build
 	mkdir -p bench/results
 	tests/rdma/guest.sh -- /usr/bin/python3 bench/rdma.py --bin $(abspath $(BUILD))/bin \

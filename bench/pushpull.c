@@ -4,8 +4,9 @@
  * the parameters, where the usual alternative is an all-reduce. The issue's goals, at 64 MiB:
  * the best transport at least 2x the algbw of PyTorch's gloo all_reduce on the same machine
  * (bench/pushpull_gloo.py, as many ranks as workers), and TCP at least 0.8x. For each
- * transport T: a master and --shards (2) tessera-shard --transport T (only that data plane
- * offered); per size S, --workers (2) workers (this program re-executed in a hidden mode: no
+ * transport T (shm, tcp; rdma on a verbs device, with --host its address: bench/rdma.py):
+ * a master and --shards (2) tessera-shard --transport T (only that data plane offered,
+ * listening on --host); per size S, --workers (2) workers (this program re-executed in a hidden mode: no
  * gRPC state crosses a fork) register one float tensor of S bytes (--partition-kib, default
  * the SDK's 4 MiB, placed by the ring under the tensor's balancing salt), pull version 0, run 2
  * warm-up steps and N timed tessera_step calls (push S bytes, pull S bytes; --exact also in
@@ -127,8 +128,9 @@ static void cluster_stop(struct cluster *c)
     bench_master_stop(&c->m);
 }
 
-/* A master and o->shards shards started with --transport tp: they offer only tp (the workers
- * check the transport they got); each shard i serves /metrics on --metrics-port + i. */
+/* A master and o->shards shards started with --transport tp and --listen on --host: they offer
+ * only tp (the workers check the transport they got); each shard i serves /metrics on
+ * --metrics-port + i. */
 static ts_status cluster_start(const struct opts *o, const char *tp, struct cluster *c,
                                struct ts_err *err)
 {
@@ -145,10 +147,11 @@ static ts_status cluster_start(const struct opts *o, const char *tp, struct clus
     if ((st = bench_master_start(o->bin, &c->m, err)))
         return st;
     for (int i = 0; i < (int)o->shards && !st; i++) {
-        char port[24];
-        const char *args[] = { "--transport", tp, o->metrics_port ? "--metrics-port" : NULL,
-                               port, NULL };
+        char port[24], listen[80];
+        const char *args[] = { "--transport", tp, "--listen", listen,
+                               o->metrics_port ? "--metrics-port" : NULL, port, NULL };
 
+        snprintf(listen, sizeof(listen), "%s:0", o->host);
         snprintf(port, sizeof(port), "%lld", (long long)(o->metrics_port + i));
         if (!(st = ts_local_add_shard(c->m.local, args, NULL, err)))
             c->nshards++;
@@ -411,13 +414,16 @@ static ts_status run_gloo(const struct opts *o, struct results *res, struct ts_e
 #define LIMIT_REPS 5
 
 /* res->limit_*: per size, a memcpy and a raw loopback TCP stream of S bytes (medians of
- * LIMIT_REPS), for the transports measured. */
+ * LIMIT_REPS), for the transports measured. rdma's limit is the device's: bench/rdma.py
+ * measures it with ib_write_bw in the same run. */
 static void measure_limits(const struct opts *o, struct results *res)
 {
     for (int i = 0; i < o->nsizes; i++) {
         size_t bytes = (size_t)o->sizes[i] * MIB;
         for (int t = 0; t < o->ntp; t++) {
-            bool shm = strcmp(o->tp[t], "shm") == 0;   /* else tcp (parse_lists) */
+            bool shm = strcmp(o->tp[t], "shm") == 0;
+            if (!shm && strcmp(o->tp[t], "tcp") != 0)
+                continue;
             char *a = shm ? malloc(bytes) : NULL, *b = shm ? malloc(bytes) : NULL;
             fprintf(stderr, "limit of %s at %" PRId64 " MiB: %s...\n", o->tp[t], o->sizes[i],
                     shm ? "memcpy" : "a loopback tcp stream");
@@ -437,26 +443,34 @@ static void measure_limits(const struct opts *o, struct results *res)
 
 /* ---- main ---- */
 
-/* s is "A", "B", "A,B" or "B,A": its names in order into out, and their count; 0 if none of
- * those (out untouched). */
-static int pick_pair(const char *s, const char *a, const char *b, const char **out)
+/* s: a comma-separated list of distinct names out of names[0..n): them in order into out,
+ * and their count; 0 if s is anything else. */
+static int pick_list(const char *s, const char *const *names, int n, const char **out)
 {
-    const char *names[2] = { a, b };
-    char both[64];
+    int count = 0;
 
-    for (int i = 0; i < 2; i++) {
-        snprintf(both, sizeof(both), "%s,%s", names[i], names[1 - i]);
-        if (strcmp(s, names[i]) != 0 && strcmp(s, both) != 0)
-            continue;
-        out[0] = names[i];
-        out[1] = names[1 - i];
-        return strcmp(s, both) == 0 ? 2 : 1;
+    for (const char *p = s; *p;) {
+        size_t len = strcspn(p, ",");
+        int k = 0;
+        while (k < n && !(strlen(names[k]) == len && strncmp(p, names[k], len) == 0))
+            k++;
+        if (k == n || count == n)
+            return 0;
+        for (int j = 0; j < count; j++)
+            if (out[j] == names[k])
+                return 0;
+        out[count++] = names[k];
+        p += len;
+        if (*p && !*++p)
+            return 0;   /* a trailing comma */
     }
-    return 0;
+    return count;
 }
 
 static ts_status parse_lists(struct opts *o, struct ts_err *err)
 {
+    static const char *const transports[PP_MAX_TRANSPORTS] = { "shm", "tcp", "rdma" };
+    static const char *const buffer_kinds[] = { "own", "shared" };
     const char *p = o->sizes_s, *kinds[2];
     char *end;
 
@@ -467,10 +481,11 @@ static ts_status parse_lists(struct opts *o, struct ts_err *err)
                               "comma-separated", o->sizes_s, MAX_SIZES);
         o->sizes[o->nsizes++] = v;
     }
-    if (!(o->ntp = pick_pair(o->transports_s, "shm", "tcp", o->tp)) || !o->nsizes)
-        return ts_err_set(err, TS_EINVAL, "--transports %s: shm, tcp, shm,tcp or tcp,shm; "
-                          "--sizes: at least one", o->transports_s);
-    if (!(o->nbuf = pick_pair(o->buffers_s, "own", "shared", kinds)))
+    if (!(o->ntp = pick_list(o->transports_s, transports, PP_MAX_TRANSPORTS, o->tp)) ||
+        !o->nsizes)
+        return ts_err_set(err, TS_EINVAL, "--transports %s: some of shm, tcp and rdma, "
+                          "comma-separated; --sizes: at least one", o->transports_s);
+    if (!(o->nbuf = pick_list(o->buffers_s, buffer_kinds, 2, kinds)))
         return ts_err_set(err, TS_EINVAL, "--buffers %s: own, shared, own,shared or "
                           "shared,own", o->buffers_s);
     for (int i = 0; i < o->nbuf; i++)
@@ -516,7 +531,10 @@ int main(int argc, char **argv)
           "headline)", 0, 0 },
         { "iters", TS_FLAG_INT, &o.iters, "N", "timed steps after 2 warm-up (default 10)", 1,
           MAX_ITERS },
-        { "transports", TS_FLAG_STR, &o.transports_s, "LIST", "default shm,tcp", 0, 0 },
+        { "transports", TS_FLAG_STR, &o.transports_s, "LIST", "some of shm, tcp, rdma "
+          "(default shm,tcp)", 0, 0 },
+        { "host", TS_FLAG_STR, &o.host, "ADDR", "the shards listen on ADDR (default "
+          "127.0.0.1); rdma needs a verbs device's address (make bench-rdma)", 0, 0 },
         { "buffers", TS_FLAG_STR, &o.buffers_s, "LIST", "own, shared (tessera_buffers) or "
           "both: default own,shared", 0, 0 },
         { "exact", TS_FLAG_BOOL, &o.exact, NULL, "also measure exact mode, with int64 pushes (exact) and float ones (exact-f32)", 0, 0 },
@@ -556,6 +574,7 @@ int main(int argc, char **argv)
     o.sizes_s = o.sizes_s ? o.sizes_s : o.quick ? "4,64" : "4,64,256";
     o.iters = o.iters ? o.iters : o.quick ? 3 : 10;
     o.transports_s = o.transports_s ? o.transports_s : "shm,tcp";
+    o.host = o.host ? o.host : "127.0.0.1";
     o.buffers_s = o.buffers_s ? o.buffers_s : "own,shared";
     o.out = o.out ? o.out : "bench/results/pushpull.json";
     o.python = o.python ? o.python : "/usr/bin/python3";

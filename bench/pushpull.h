@@ -29,6 +29,7 @@ int pushpull_worker_main(int argc, char **argv);
 #define MAX_SIZES 8
 #define PP_MAX_SHARDS 8            /* --shards */
 #define PP_MAX_WORKERS 8           /* --workers */
+#define PP_MAX_TRANSPORTS 3        /* shm, tcp, rdma */
 #define HEADLINE_MIB 64
 #define GOAL_BEST 2.0              /* best transport / gloo at 64 MiB */
 #define GOAL_TCP 0.8               /* tcp / gloo at 64 MiB */
@@ -45,7 +46,9 @@ static inline const char *pp_mode_name(int mode)
 }
 
 struct opts {
-    const char *bin, *sizes_s, *transports_s, *buffers_s, *out, *python, *tp[2];
+    const char *bin, *sizes_s, *transports_s, *buffers_s, *out, *python;
+    const char *tp[PP_MAX_TRANSPORTS];     /* --transports, in their order */
+    const char *host;              /* --host: the shards' listening address */
     int64_t iters, sizes[MAX_SIZES], replicas;
     int64_t metrics_port;          /* shard i serves /metrics on this + i, scraped each second */
     int64_t workers, shards;       /* --workers (and gloo's ranks), --shards: default 2 each */
@@ -69,7 +72,8 @@ struct run {
 
 struct results {
     char machine[192], gloo_error[256];
-    struct run runs[2 * 2 * PP_MODES * MAX_SIZES];   /* transports x buffers x modes x sizes */
+    struct run runs[PP_MAX_TRANSPORTS * 2 * PP_MODES * MAX_SIZES];   /* transports x buffers x
+                                                                     * modes x sizes */
     int nruns, ngloo;
     struct { int64_t size_mib; double med_ms, gbs; } gloo[MAX_SIZES];
     /* The machine's limits per size (by index in o->sizes), measured in the same run: a

@@ -35,7 +35,8 @@ static double limit_gbs(const struct opts *o, const struct results *res, const c
 {
     for (int i = 0; i < o->nsizes; i++)
         if (o->sizes[i] == mib)
-            return strcmp(tp, "shm") == 0 ? res->limit_memcpy[i] : res->limit_tcp[i];
+            return strcmp(tp, "shm") == 0 ? res->limit_memcpy[i]
+                   : strcmp(tp, "tcp") == 0 ? res->limit_tcp[i] : 0;
     return 0;
 }
 

@@ -11,7 +11,8 @@
  * turns within each run (fair to all when the load of the machine changes): tcp with the
  * kernel's buffer autotuning, tcp with fixed 4 MiB socket buffers (TESSERA_TCP_SOCKBUF), shm,
  * and rdma where the build has it and --host is an address of an RDMA device's interface
- * (bench/rdma.py runs it so in the Soft-RoCE guest). The peer is this program exec'd again
+ * (bench/rdma.py runs it so in the Soft-RoCE guest), copying each message into its staging
+ * area, and again with the message in pinned memory (ts_tp_pin), written from where it lies. The peer is this program exec'd again
  * (a verbs context does not survive fork). CPU: the seconds both processes spent (user and
  * system) and the whole machine's busy seconds (/proc/stat: the kernel's work for a software
  * device such as rxe is not always charged to a process), per GB moved one way.
@@ -56,6 +57,7 @@ struct opts {
 struct config {
     const char *label, *transport;
     int sockbuf;              /* TESSERA_TCP_SOCKBUF; 0: unset */
+    bool pinned;              /* send the message as a body from pinned memory (ts_tp_pin) */
     struct ts_conn *c;        /* to the peer process */
     pid_t pid;
     double one_way[MAX_RUNS], round_trip[MAX_RUNS], framed[MAX_RUNS];
@@ -164,7 +166,7 @@ static void cpu_now(pid_t pid, double *procs, double *machine)
 /* One timed run of op; GB/s (1e9 bytes/s) of payload, both directions counted for echo; with
  * cpu, also the CPU seconds per GB of both processes (cpu[0]) and of the machine (cpu[1]). */
 static ts_status run_once(struct ts_conn *c, enum op op, uint8_t *buf, size_t size,
-                          int64_t count, double *gbps, pid_t peer, double *cpu,
+                          int64_t count, bool pinned, double *gbps, pid_t peer, double *cpu,
                           struct ts_err *err)
 {
     struct ts_frame_hdr h = { .type = TS_FRAME_PUSH };
@@ -180,6 +182,7 @@ static ts_status run_once(struct ts_conn *c, enum op op, uint8_t *buf, size_t si
     t0 = ts_now_ns();
     for (int64_t i = 0; i < count; i++) {
         st = op == OP_FRAMES ? ts_frame_send(c, &h, buf, size, err)
+             : pinned        ? ts_tp_send(c, NULL, 0, buf, size, err)   /* a body: in place */
                              : ts_tp_send(c, buf, size, NULL, 0, err);
         if (!st && op == OP_ECHO)
             st = ts_tp_recv(c, buf, size, WAIT_MS, err);
@@ -270,17 +273,17 @@ static ts_status measure(const struct opts *o, struct config *cf, int r, uint8_t
 
     double cpu[2];
 
-    if ((st = run_once(cf->c, OP_SINK, buf, size, o->count, r < 0 ? &warm : &cf->one_way[r],
-                       cf->pid, cpu, err)) ||
-        (st = run_once(cf->c, OP_ECHO, buf, size, o->count, r < 0 ? &warm : &cf->round_trip[r],
-                       cf->pid, NULL, err)))
+    if ((st = run_once(cf->c, OP_SINK, buf, size, o->count, cf->pinned,
+                       r < 0 ? &warm : &cf->one_way[r], cf->pid, cpu, err)) ||
+        (st = run_once(cf->c, OP_ECHO, buf, size, o->count, cf->pinned,
+                       r < 0 ? &warm : &cf->round_trip[r], cf->pid, NULL, err)))
         return st;
     if (r >= 0) {
         cf->cpu[r] = cpu[0];
         cf->machine[r] = cpu[1];
     }
-    return run_once(cf->c, OP_FRAMES, buf, size, o->count, r < 0 ? &warm : &cf->framed[r],
-                    cf->pid, NULL, err);
+    return run_once(cf->c, OP_FRAMES, buf, size, o->count, cf->pinned,
+                    r < 0 ? &warm : &cf->framed[r], cf->pid, NULL, err);
 }
 
 /* Whether name is one of the comma-separated list's items. */
@@ -296,7 +299,8 @@ static bool in_list(const char *list, const char *name)
 
 /* All configurations, interleaved run by run, so that a change in the machine's load during
  * the benchmark touches each of them alike. A failed configuration is dropped, not fatal. */
-static bool bench_all(const struct opts *o, struct config *cf, int n, uint8_t *buf)
+static bool bench_all(const struct opts *o, struct config *cf, int n, uint8_t *buf,
+                      uint8_t *pbuf)
 {
     struct ts_err err = { 0 };
     bool ok = true;
@@ -323,7 +327,7 @@ static bool bench_all(const struct opts *o, struct config *cf, int n, uint8_t *b
                 (int)o->runs);
         for (int i = 0; i < n; i++) {
             ts_err_clear(&err);
-            if (cf[i].error[0] || !measure(o, &cf[i], r, buf, &err))
+            if (cf[i].error[0] || !measure(o, &cf[i], r, cf[i].pinned ? pbuf : buf, &err))
                 continue;
             snprintf(cf[i].error, sizeof(cf[i].error), "failed: %.240s", err.msg);
             peer_stop(&cf[i], true);
@@ -454,11 +458,13 @@ int main(int argc, char **argv)
         { .label = "tcp (4 MiB socket buffers)", .transport = "tcp", .sockbuf = 4 << 20 },
         { .label = "shm", .transport = "shm" },
         { .label = "rdma", .transport = "rdma" },
+        { .label = "rdma (pinned buffer)", .transport = "rdma", .pinned = true },
     };
+    uint64_t pin;
     int n = (int)(sizeof(cf) / sizeof(cf[0])), done;
     struct ts_err err = { 0 };
     char mach[192];
-    uint8_t *buf;
+    uint8_t *buf, *pbuf;
     bool ok;
 
     if (argc == 5 && strcmp(argv[1], "--peer") == 0)   /* what peer_start execs */
@@ -485,7 +491,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_transport_raw: --only %s: want tcp, shm or rdma\n", o.only);
         return 2;
     }
-    ok = bench_all(&o, cf, n, buf);
+    /* The pinned configuration's messages, from their own pinned copy (the others' frames,
+     * sent as bodies, must not find theirs pinned). */
+    if (!(pbuf = malloc((size_t)o.mib << 20))) {
+        fprintf(stderr, "bench_transport_raw: out of memory\n");
+        return 1;
+    }
+    memcpy(pbuf, buf, (size_t)o.mib << 20);
+    pin = ts_tp_pin(pbuf, (size_t)o.mib << 20);
+    ok = bench_all(&o, cf, n, buf, pbuf);
+    ts_tp_unpin(pin);
+    free(pbuf);
     free(buf);
     print_table(&o, cf, n, mach);
     if (write_json(&o, cf, n, mach, ok, &err)) {

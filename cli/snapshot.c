@@ -453,13 +453,49 @@ static const char *kind_name(int k)
     return names[k];
 }
 
+/* The tables part of diff's JSON: one object per table. */
+static void diff_tables_json(struct ts_json *j, const struct ts_snap_table_diff *t, size_t n)
+{
+    ts_json_arr(j, "tables");
+    for (size_t i = 0; i < n; i++) {
+        ts_json_obj(j, NULL);
+        ts_json_str(j, "name", t[i].name);
+        ts_json_str(j, "change", kind_name(t[i].kind));
+        ts_json_uint(j, "rows_a", t[i].rows_a);
+        ts_json_uint(j, "rows_b", t[i].rows_b);
+        ts_json_uint(j, "rows_added", t[i].added);
+        ts_json_uint(j, "rows_removed", t[i].removed);
+        ts_json_uint(j, "rows_changed", t[i].changed);
+        ts_json_num(j, "l2", t[i].l2);
+        ts_json_num(j, "max_abs", t[i].max_abs);
+        ts_json_uint(j, "runs", t[i].runs);
+        ts_json_uint(j, "runs_shared", t[i].runs_shared);
+        ts_json_end(j);
+    }
+    ts_json_end(j);
+}
+
+static void diff_tables_text(const struct ts_snap_table_diff *t, size_t n)
+{
+    if (!n)
+        return;
+    printf("\n%-20s %-9s %10s %10s %9s %9s %9s %14s %14s %11s\n", "TABLE", "CHANGE", "ROWS-A",
+           "ROWS-B", "ADDED", "REMOVED", "CHANGED", "L2", "MAX-ABS", "RUNS SHARED");
+    for (size_t i = 0; i < n; i++)
+        printf("%-20s %-9s %10" PRIu64 " %10" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64
+               " %14.6g %14.6g %5" PRIu64 "/%-5" PRIu64 "\n", t[i].name, kind_name(t[i].kind),
+               t[i].rows_a, t[i].rows_b, t[i].added, t[i].removed, t[i].changed, t[i].l2,
+               t[i].max_abs, t[i].runs_shared, t[i].runs);
+}
+
 static int do_diff(struct ts_store *s, const struct snap_opts *o)
 {
     uint8_t a_id[TS_STORE_ID_LEN], b_id[TS_STORE_ID_LEN];
     ts_manifest *a = NULL, *b = NULL;
     struct ts_snap_tensor_diff *d = NULL;
+    struct ts_snap_table_diff *t = NULL;
     struct ts_err err = { 0 };
-    size_t n = 0;
+    size_t n = 0, nt = 0;
     int rc = 0;
 
     if (o->npos < 3) {
@@ -470,7 +506,7 @@ static int do_diff(struct ts_store *s, const struct snap_opts *o)
     if (ts_snap_resolve(s, o->pos[1], a_id, NULL, &err) ||
         ts_snap_resolve(s, o->pos[2], b_id, NULL, &err) ||
         ts_manifest_load(s, a_id, &a, &err) || ts_manifest_load(s, b_id, &b, &err) ||
-        ts_snap_diff(s, a, b, &d, &n, &err)) {
+        ts_snap_diff(s, a, b, &d, &n, &err) || ts_snap_diff_tables(s, a, b, &t, &nt, &err)) {
         rc = fail("diff", &err);
     } else if (o->json) {
         struct ts_json j;
@@ -492,6 +528,7 @@ static int do_diff(struct ts_store *s, const struct snap_opts *o)
             ts_json_end(&j);
         }
         ts_json_end(&j);
+        diff_tables_json(&j, t, nt);
         ts_json_end(&j);
         printf("%s\n", j.buf);
         ts_json_fini(&j);
@@ -503,8 +540,10 @@ static int do_diff(struct ts_store *s, const struct snap_opts *o)
             printf("%-20s %-9s %12" PRIu64 " %14.6g %14.6g %7" PRIu64 "/%-7" PRIu64 "\n",
                    d[i].name, kind_name(d[i].kind), d[i].changed, d[i].l2, d[i].max_abs,
                    d[i].chunks_shared, d[i].chunks);
+        diff_tables_text(t, nt);
     }
     free(d);
+    free(t);
     ts_manifest_free(a);
     ts_manifest_free(b);
     return rc;
@@ -717,7 +756,8 @@ static const struct {
     { "list", "", "every snapshot reachable from a branch or tag, newest first" },
     { "log", "[REF]", "the history of REF (default HEAD), newest first" },
     { "show", "REF", "one snapshot: job, schedule, tensors" },
-    { "diff", "A B", "which tensors changed between A and B, by how much, chunks shared" },
+    { "diff", "A B", "which tensors and table rows changed between A and B, by how much, "
+                     "chunks and runs shared" },
     { "rollback", "REF [--branch NAME]", "a new branch at REF, made HEAD; restart from it with "
                                          "tessera up --restore" },
     { "gc", "[--grace-s S]", "remove chunks no snapshot reaches (via the master when it runs)" },

@@ -123,7 +123,8 @@ TS_MUST_CHECK ts_status ts_snap_check(struct ts_store *s, const ts_manifest *m,
 /* How one tensor differs between two snapshots. */
 struct ts_snap_tensor_diff {
     const char *name;            /* borrowed from a or b */
-    enum { TS_DIFF_SAME, TS_DIFF_CHANGED, TS_DIFF_ADDED, TS_DIFF_REMOVED, TS_DIFF_RESHAPED } kind;
+    enum ts_snap_diff_kind { TS_DIFF_SAME, TS_DIFF_CHANGED, TS_DIFF_ADDED, TS_DIFF_REMOVED,
+                             TS_DIFF_RESHAPED } kind;
     double l2;                   /* ||b - a||_2 of the values (CHANGED) */
     double max_abs;              /* max |b - a| */
     uint64_t changed;            /* elements whose bits differ */
@@ -255,6 +256,27 @@ TS_MUST_CHECK ts_status ts_snap_read_run(struct ts_store *s, const ts_manifest *
 TS_MUST_CHECK ts_status ts_snap_read_table(struct ts_store *s, const ts_manifest *m,
                                            const ts_table_manifest *t, uint64_t **ids,
                                            float **values, size_t *rows, struct ts_err *err);
+
+/* How one table differs between two snapshots (ts_snap_diff_tables). kind: SAME, CHANGED,
+ * ADDED, REMOVED, or RESHAPED for another spec (dim, max_id, initializer, seed, optimizer,
+ * ttl). Rows by id: in b only (added), in a only (removed: a row lifetime dropped it), in
+ * both with other values (changed); l2 and max_abs of b - a over the rows both hold (a row
+ * added has no stored value in a to compare with). runs: b's runs; runs_shared: those a has
+ * too (the same chunks). */
+struct ts_snap_table_diff {
+    const char *name;            /* borrowed from a or b */
+    enum ts_snap_diff_kind kind;
+    uint64_t rows_a, rows_b, added, removed, changed, runs, runs_shared;
+    double l2, max_abs;
+};
+/* Compares the tables of a and b (by name). A table whose runs are all the same in both is
+ * SAME without reading a row; any other is read whole from both snapshots (memory for both),
+ * every chunk checked. *out is malloc'd (caller frees), *n entries, in b's table order, then
+ * a's removed ones. */
+TS_MUST_CHECK ts_status ts_snap_diff_tables(struct ts_store *s, const ts_manifest *a,
+                                            const ts_manifest *b,
+                                            struct ts_snap_table_diff **out, size_t *n,
+                                            struct ts_err *err);
 
 /* ---- whole tensors (whole.c): export and import ----
  * A user's checkpoint file goes in and out of the store through these: the Python package

@@ -1,6 +1,8 @@
 /* tables.c - sparse tables in snapshots: their manifests' checks, runs of records in and out
- * of the store, and their merge across shards (snapshot.h, "Sparse tables"). */
+ * of the store, their merge across shards, and how a table differs between two snapshots
+ * (snapshot.h, "Sparse tables"). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -301,4 +303,112 @@ ts_status ts_snap_read_table(struct ts_store *s, const ts_manifest *m,
         *rows = 0;
     }
     return st;
+}
+
+static const ts_table_manifest *find_table(const ts_manifest *m, const char *name)
+{
+    for (size_t i = 0; i < m->n_tables; i++)
+        if (strcmp(m->tables[i]->spec->name, name) == 0)
+            return m->tables[i];
+    return NULL;
+}
+
+/* Whether run r is one of t's runs: the same chunks (an incremental snapshot keeps its
+ * parent's runs as they were). */
+static bool has_run(const ts_table_manifest *t, const ts_row_run *r)
+{
+    for (size_t i = 0; i < t->n_runs; i++) {
+        const ts_row_run *q = t->runs[i];
+        bool same = q->n_chunks == r->n_chunks && q->records == r->records;
+        for (size_t c = 0; same && c < r->n_chunks; c++)
+            same = memcmp(q->chunks[c].data, r->chunks[c].data, TS_STORE_ID_LEN) == 0;
+        if (same)
+            return true;
+    }
+    return false;
+}
+
+/* Reads ta and tb whole and compares their rows by id (both ascending). */
+static ts_status diff_rows(struct ts_store *s, const ts_manifest *a, const ts_table_manifest *ta,
+                           const ts_manifest *b, const ts_table_manifest *tb,
+                           struct ts_snap_table_diff *d, struct ts_err *err)
+{
+    uint64_t *ia = NULL, *ib = NULL;
+    float *va = NULL, *vb = NULL;
+    size_t na = 0, nb = 0, i = 0, j = 0, dim = tb->spec->dim;
+    double sum = 0;
+    ts_status st = ts_snap_read_table(s, a, ta, &ia, &va, &na, err);
+
+    if (!st)
+        st = ts_snap_read_table(s, b, tb, &ib, &vb, &nb, err);
+    d->rows_a = na;
+    d->rows_b = nb;
+    while (!st && (i < na || j < nb)) {
+        if (j == nb || (i < na && ia[i] < ib[j])) {
+            d->removed++;
+            i++;
+        } else if (i == na || ib[j] < ia[i]) {
+            d->added++;
+            j++;
+        } else {
+            const float *x = va + i * dim, *y = vb + j * dim;
+            if (memcmp(x, y, dim * sizeof(float)) != 0)
+                d->changed++;
+            for (size_t k = 0; k < dim; k++) {
+                double e = (double)y[k] - (double)x[k];
+                sum += e * e;
+                if (fabs(e) > d->max_abs || isnan(e))
+                    d->max_abs = isnan(e) ? NAN : fmax(d->max_abs, fabs(e));
+            }
+            i++;
+            j++;
+        }
+    }
+    d->l2 = sqrt(sum);
+    free(ia);
+    free(ib);
+    free(va);
+    free(vb);
+    return st;
+}
+
+ts_status ts_snap_diff_tables(struct ts_store *s, const ts_manifest *a, const ts_manifest *b,
+                              struct ts_snap_table_diff **out, size_t *n, struct ts_err *err)
+{
+    struct ts_snap_table_diff *v = calloc(a->n_tables + b->n_tables + 1, sizeof(*v));
+    ts_status st = v ? TS_OK : ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
+    size_t k = 0;
+
+    for (size_t i = 0; !st && i < b->n_tables; i++) {
+        const ts_table_manifest *tb = b->tables[i];
+        const ts_table_manifest *ta = find_table(a, tb->spec->name);
+        struct ts_snap_table_diff *d = &v[k++];
+
+        d->name = tb->spec->name;
+        d->runs = tb->n_runs;
+        for (size_t r = 0; ta && r < tb->n_runs; r++)
+            d->runs_shared += has_run(ta, tb->runs[r]);
+        if (!ta) {
+            d->kind = TS_DIFF_ADDED;
+        } else if (!ts_snap_same_table(ta->spec, tb->spec)) {
+            d->kind = TS_DIFF_RESHAPED;
+        } else if (d->runs_shared == tb->n_runs && ta->n_runs == tb->n_runs) {
+            d->kind = TS_DIFF_SAME;   /* the same runs: the same rows, nothing read */
+            d->rows_a = ta->rows;
+            d->rows_b = tb->rows;
+        } else if ((st = diff_rows(s, a, ta, b, tb, d, err)) == TS_OK) {
+            d->kind = d->added || d->removed || d->changed ? TS_DIFF_CHANGED : TS_DIFF_SAME;
+        }
+    }
+    for (size_t i = 0; !st && i < a->n_tables; i++)
+        if (!find_table(b, a->tables[i]->spec->name))
+            v[k++] = (struct ts_snap_table_diff){ .name = a->tables[i]->spec->name,
+                                                  .kind = TS_DIFF_REMOVED };
+    if (st) {
+        free(v);
+        return st;
+    }
+    *out = v;
+    *n = k;
+    return TS_OK;
 }

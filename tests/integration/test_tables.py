@@ -471,6 +471,28 @@ class Snapshots(tl.ClusterCase, unittest.TestCase):
             cl.push_rows(t, 2, np.array([5, 7], np.int64), np.ones((2, self.DIM), np.float32))
             self.assertEqual(cl.table_rows(t, 3), 5010)
             third = snapshot(addr3)
+        # tessera snapshot diff: row 0 changed, the 9 other ids of the second push added;
+        # the first snapshot's run is the second's too (incremental), and a snapshot against
+        # itself is the same without a row read.
+        def table_diff(a, b):
+            r = tl.run_cli(["snapshot", "diff", a, b, "--store", store, "--json"], timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            tables = json.loads(r.stdout)["tables"]
+            self.assertEqual([x["name"] for x in tables], ["emb"], tables)
+            return tables[0]
+        d = table_diff(first["id"], second["id"])
+        self.assertEqual((d["change"], d["rows_a"], d["rows_b"], d["rows_added"],
+                          d["rows_removed"], d["rows_changed"]),
+                         ("changed", 5000, 5009, 9, 0, 1), d)
+        self.assertGreater(d["l2"], 0)
+        self.assertEqual(d["runs_shared"], d["runs"] - 2, d)   # one new run on each shard
+        d = table_diff(second["id"], second["id"])
+        self.assertEqual((d["change"], d["rows_changed"], d["runs_shared"]),
+                         ("same", 0, d["runs"]), d)
+        text = tl.run_cli(["snapshot", "diff", first["id"], second["id"], "--store", store],
+                          timeout=60)
+        self.assertIn("TABLE", text.stdout)
+        self.assertRegex(text.stdout, r"\nemb +changed +5000 +5009 +9 +0 +1 ")
         # tessera verify compare: the table as a tensor of its rows ("table:emb")
         same = tl.run_cli(["verify", "compare", second["id"], second["id"], "--store", store,
                            "--json"], timeout=60)

@@ -643,6 +643,18 @@ int tessera_snapshot_tensor(const tessera_snapshot *s, int i, const char **name,
  * the snapshot does not record one. */
 int tessera_snapshot_read(tessera_snapshot *s, int i, float *values, float *state,
                           int64_t *updates, struct tessera_error *err);
+/* The snapshot's sparse tables (docs/embeddings.md, "Snapshots of tables"): how many. */
+int tessera_snapshot_ntables(const tessera_snapshot *s);
+/* Table i (0 .. ntables - 1), in the snapshot's order: its name (the handle's), row dimension
+ * and the rows it has at the snapshot's step. TESSERA_EINVAL for an i out of range. */
+int tessera_snapshot_table(const tessera_snapshot *s, int i, const char **name, uint32_t *dim,
+                           uint64_t *rows, struct tessera_error *err);
+/* Reads table i whole: ids (its rows of them, ascending) and values (rows x dim floats, row
+ * by row, in the ids' order; the optimizer state is not read). Every chunk is checked
+ * (TESSERA_ECORRUPT names a damaged one); rows that disagree with the manifest's count are
+ * TESSERA_ECORRUPT too. The table is read into memory first: twice its values' bytes. */
+int tessera_snapshot_read_table(tessera_snapshot *s, int i, uint64_t *ids, float *values,
+                                struct tessera_error *err);
 void tessera_snapshot_close(tessera_snapshot *s);   /* NULL is a no-op */
 
 /* Optimizer state floats per parameter element under `optimizer` (a spec as

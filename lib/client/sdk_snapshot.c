@@ -1,6 +1,7 @@
 /* sdk_snapshot.c - tessera_snapshot_*: a snapshot store read and written whole, with no
  * cluster (include/tessera.h; lib/snapshot whole.c does the work). A handle owns its store and
  * its parsed manifest; the names it hands out point into the manifest. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,58 @@ int tessera_snapshot_read(tessera_snapshot *s, int i, float *values, float *stat
     if (updates)
         *updates = ts_snap_tensor_updates(t, &n) && n <= INT64_MAX ? (int64_t)n : -1;
     return sdk_ok(e);
+}
+
+int tessera_snapshot_ntables(const tessera_snapshot *s)
+{
+    return (int)s->m->n_tables;
+}
+
+/* Table i of s, or NULL with err set. */
+static const ts_table_manifest *table_at(const tessera_snapshot *s, int i, struct ts_err *err)
+{
+    if (i < 0 || (size_t)i >= s->m->n_tables) {
+        ts_err_set(err, TS_EINVAL, "table: %d, the snapshot has %zu", i, s->m->n_tables);
+        return NULL;
+    }
+    return s->m->tables[i];
+}
+
+int tessera_snapshot_table(const tessera_snapshot *s, int i, const char **name, uint32_t *dim,
+                           uint64_t *rows, struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    const ts_table_manifest *t = table_at(s, i, &err);
+
+    if (!t)
+        return sdk_fail(e, &err);
+    *name = t->spec->name;
+    *dim = t->spec->dim;
+    *rows = t->rows;
+    return sdk_ok(e);
+}
+
+int tessera_snapshot_read_table(tessera_snapshot *s, int i, uint64_t *ids, float *values,
+                                struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    const ts_table_manifest *t = table_at(s, i, &err);
+    uint64_t *got_ids = NULL;
+    float *got = NULL;
+    size_t rows = 0;
+
+    if (!t || ts_snap_read_table(s->store, s->m, t, &got_ids, &got, &rows, &err))
+        return sdk_fail(e, &err);
+    if (rows != t->rows) {
+        ts_err_set(&err, TS_ECORRUPT, "table '%s': its runs hold %zu rows, the manifest says "
+                   "%" PRIu64, t->spec->name, rows, t->rows);
+    } else if (rows) {
+        memcpy(ids, got_ids, rows * sizeof(*ids));
+        memcpy(values, got, rows * t->spec->dim * sizeof(*values));
+    }
+    free(got_ids);
+    free(got);
+    return err.code ? sdk_fail(e, &err) : sdk_ok(e);
 }
 
 void tessera_snapshot_close(tessera_snapshot *s)

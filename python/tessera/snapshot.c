@@ -1,5 +1,6 @@
 /* snapshot.c - the module's snapshot functions over tessera_snapshot_* (include/tessera.h): a
- * snapshot's tensors read whole from a store, and a snapshot written from tensors.
+ * snapshot's tensors and sparse tables read whole from a store, and a snapshot written from
+ * tensors.
  * tessera.snapshot (python/tessera/snapshot.py) turns them into torch state dicts and back;
  * docs/python.md, "Snapshots and torch files". No cluster is needed.
  * Ownership: what they return is Python's; they keep nothing. The GIL is released while the
@@ -52,6 +53,35 @@ out:
     return d;
 }
 
+/* {"name", "dim", "ids", "values"} of table i: ids int64 and values float32 (rows x dim)
+ * bytearrays. */
+static PyObject *read_table(tessera_snapshot *s, int i)
+{
+    struct tessera_error e = { 0 };
+    const char *name;
+    uint32_t dim;
+    uint64_t rows;
+    int rc;
+    PyObject *ids = NULL, *v = NULL, *d = NULL;
+
+    if (tessera_snapshot_table(s, i, &name, &dim, &rows, &e))
+        return raise_sdk(&e);
+    ids = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(rows * sizeof(uint64_t)));
+    v = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(rows * dim * sizeof(float)));
+    if (ids && v) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = tessera_snapshot_read_table(s, i, (uint64_t *)PyByteArray_AS_STRING(ids),
+                                         (float *)PyByteArray_AS_STRING(v), &e);
+        Py_END_ALLOW_THREADS
+        d = rc ? raise_sdk(&e)
+               : Py_BuildValue("{s:s,s:I,s:O,s:O}", "name", name, "dim", dim, "ids", ids,
+                               "values", v);
+    }
+    Py_XDECREF(ids);
+    Py_XDECREF(v);
+    return d;
+}
+
 static PyObject *snapshot_read(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = { "store", "ref", "state", NULL };
@@ -60,7 +90,7 @@ static PyObject *snapshot_read(PyObject *self, PyObject *args, PyObject *kw)
     struct tessera_error e = { 0 };
     struct tessera_snapshot_info in;
     tessera_snapshot *s = NULL;
-    PyObject *out = NULL, *tensors = NULL;
+    PyObject *out = NULL, *tensors = NULL, *tables = NULL;
 
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "s|sp:snapshot_read", kwlist, &dir, &ref,
@@ -83,14 +113,27 @@ static PyObject *snapshot_read(PyObject *self, PyObject *args, PyObject *kw)
         }
         Py_DECREF(t);
     }
-    out = Py_BuildValue("{s:s,s:K,s:L,s:s,s:{s:s,s:I,s:O,s:s,s:d,s:I},s:i,s:O}", "id", in.id,
-                        "step", (unsigned long long)in.step, "created_unix_ms",
+    if (!(tables = PyList_New(0)))
+        goto out;
+    for (int i = 0; i < tessera_snapshot_ntables(s); i++) {
+        PyObject *t = read_table(s, i);
+
+        if (!t || PyList_Append(tables, t)) {
+            Py_XDECREF(t);
+            goto out;
+        }
+        Py_DECREF(t);
+    }
+    out = Py_BuildValue("{s:s,s:K,s:L,s:s,s:{s:s,s:I,s:O,s:s,s:d,s:I},s:i,s:O,s:O}", "id",
+                        in.id, "step", (unsigned long long)in.step, "created_unix_ms",
                         (long long)in.created_unix_ms, "message", in.message, "job", "id",
                         in.job, "workers", in.workers, "exact", in.exact ? Py_True : Py_False,
                         "optimizer", in.optimizer, "batch", in.batch, "micro_batch",
-                        in.micro_batch, "state_len", in.state_len, "tensors", tensors);
+                        in.micro_batch, "state_len", in.state_len, "tensors", tensors,
+                        "tables", tables);
 out:
     Py_XDECREF(tensors);
+    Py_XDECREF(tables);
     tessera_snapshot_close(s);
     return out;
 }
@@ -203,9 +246,10 @@ out:
 
 PyMethodDef snapshot_methods[] = {
     { "snapshot_read", KW snapshot_read, METH_VARARGS | METH_KEYWORDS,
-      "snapshot_read(store, ref='HEAD', state=True) -> dict: the snapshot's id, step, job and "
+      "snapshot_read(store, ref='HEAD', state=True) -> dict: the snapshot's id, step, job, "
       "tensors, each {name, shape, values, state, updates} with float32 bytearrays (state None "
-      "without optimizer state; updates, the state's update count, None if unknown). Use "
+      "without optimizer state; updates, the state's update count, None if unknown), and "
+      "tables, each {name, dim, ids (uint64 bytearray), values (float32, ids x dim)}. Use "
       "tessera.snapshot." },
     { "snapshot_import", KW snapshot_import, METH_VARARGS | METH_KEYWORDS,
       "snapshot_import(store, tensors, job, workers, optimizer, batch, exact=False, step=1, "

@@ -47,8 +47,10 @@ class Snapshot:
     """One snapshot read whole: ``id``, ``step``, ``job`` (dict: id, workers, exact,
     optimizer, batch, micro_batch), ``message``, ``values`` {name: float32 array of its
     shape}, ``state`` {name: float32 array (state floats per element, *shape)}, empty for an
-    optimizer without state or when read without it, and ``updates`` {name: the optimizer's
-    update count of that state, Adam's t so far}, for the tensors whose count it records."""
+    optimizer without state or when read without it, ``updates`` {name: the optimizer's
+    update count of that state, Adam's t so far}, for the tensors whose count it records, and
+    ``tables`` {name: (ids, rows)} for its sparse tables: the ids of the rows it has (int64,
+    ascending) and their values (float32, one row of the table's dimension per id)."""
 
     def __init__(self, raw):
         self.id, self.step, self.job = raw["id"], raw["step"], raw["job"]
@@ -62,10 +64,15 @@ class Snapshot:
             if t["state"] is not None:
                 self.state[t["name"]] = np.frombuffer(t["state"], np.float32).reshape(
                     (raw["state_len"],) + shape)
+        self.tables = {}
+        for t in raw.get("tables", ()):
+            ids = np.frombuffer(t["ids"], np.uint64).astype(np.int64)   # ids < 2^63
+            self.tables[t["name"]] = (ids, np.frombuffer(t["values"], np.float32).reshape(
+                (len(ids), t["dim"])))
 
     def __repr__(self):
-        return "<tessera snapshot %.12s: job %s step %d, %d tensors>" % (
-            self.id, self.job["id"], self.step, len(self.values))
+        return "<tessera snapshot %.12s: job %s step %d, %d tensors, %d tables>" % (
+            self.id, self.job["id"], self.step, len(self.values), len(self.tables))
 
 
 def read(store, ref="HEAD", state=True):
@@ -75,22 +82,31 @@ def read(store, ref="HEAD", state=True):
 
 
 def state_dict(store, ref="HEAD", model_only=False):
-    """The snapshot as torch tensors: ps.state_dict()'s layout (see the module's doc), or the
-    model's state dict alone with ``model_only``."""
+    """The snapshot as torch tensors: ps.state_dict()'s layout (see the module's doc), its
+    sparse tables in ``["tessera"]["tables"]`` {name: {"ids": int64 tensor, "rows": float32
+    tensor (ids, dim)}}; or the model's state dict alone with ``model_only``, which a snapshot
+    with tables refuses (a model's state dict has no place for them)."""
     import collections
     import torch
     snap = read(store, ref, state=not model_only)
     model = collections.OrderedDict(
         (k, torch.from_numpy(v.copy())) for k, v in snap.values.items())
+    if model_only and snap.tables:
+        raise _tessera.InvalidArgument(
+            "snapshot %.12s has sparse tables (%s), which a model's state dict cannot hold: "
+            "export it without model_only (--model-only); they go in ['tessera']['tables'] "
+            "as ids and rows" % (snap.id, ", ".join(sorted(snap.tables))))
     if model_only:
         return model
+    tables = {name: {"ids": torch.from_numpy(ids.copy()), "rows": torch.from_numpy(rows.copy())}
+              for name, (ids, rows) in snap.tables.items()}
     return {"model": model,
             "tessera": {"version": snap.step, "rank": 0, "workers": snap.job["workers"],
                         "optimizer": {"spec": snap.job["optimizer"],
                                       "state": {k: torch.from_numpy(v.copy())
                                                 for k, v in snap.state.items()},
                                       "updates": dict(snap.updates)},
-                        "snapshot": snap.id, "job": snap.job["id"]}}
+                        "snapshot": snap.id, "job": snap.job["id"], "tables": tables}}
 
 
 def export(store, ref, path, model_only=False):
@@ -135,6 +151,10 @@ def import_state_dict(store, sd, job, batch, optimizer=None, workers=None, exact
     meta = {}
     if isinstance(sd, dict) and set(sd) == {"model", "tessera"}:
         meta, sd = sd["tessera"], sd["model"]
+    if meta.get("tables"):
+        raise _tessera.InvalidArgument(
+            "the file holds sparse tables (%s): importing tables is not built; a snapshot "
+            "made from its tensors alone would lose them" % ", ".join(sorted(meta["tables"])))
     opt = meta.get("optimizer") or {}
     optimizer = optimizer or opt.get("spec")
     if not optimizer:
@@ -216,8 +236,11 @@ def main(argv=None):
         if a.cmd == "export":
             sd = export(a.store, a.ref, a.file, a.model_only)
             model = sd if a.model_only else sd["model"]
-            print("%s: %d tensors, %.1f MB%s" % (
+            tables = {} if a.model_only else sd["tessera"]["tables"]
+            print("%s: %d tensors, %.1f MB%s%s" % (
                 a.file, len(model), sum(t.numel() for t in model.values()) * 4 / 1e6,
+                "".join(", table %s: %d rows" % (k, len(v["ids"]))
+                        for k, v in sorted(tables.items())),
                 "" if a.model_only else ", snapshot %.12s at step %d" % (
                     sd["tessera"]["snapshot"], sd["tessera"]["version"])))
         else:

@@ -14,6 +14,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import urllib.request
 import unittest
@@ -424,6 +426,33 @@ class Snapshots(tl.ClusterCase, unittest.TestCase):
     def setUpClass(cls):
         cls.c = tl.Cluster()
 
+    def export_tables(self, store, sid, probe_ids, probe):
+        """python3 -m tessera.snapshot export: the table's ids and rows in
+        ['tessera']['tables'], equal to what a pull of the same step read; --model-only and
+        importing the file back refuse (neither has a place for a table)."""
+        import torch
+        out = os.path.join(self.c.dir, "tables.pt")
+
+        def snap(*args):
+            return subprocess.run([sys.executable, "-m", "tessera.snapshot"] + list(args),
+                                  capture_output=True, text=True, timeout=120)
+        r = snap("export", sid, out, "--store", store)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("table emb: 5009 rows", r.stdout)
+        emb = torch.load(out, weights_only=True)["tessera"]["tables"]["emb"]
+        ids, rows = emb["ids"].numpy(), emb["rows"].numpy()
+        self.assertEqual((len(ids), rows.shape), (5009, (5009, self.DIM)))
+        self.assertTrue((np.diff(ids) > 0).all())
+        at = np.searchsorted(ids, probe_ids)
+        self.assertTrue((ids[at] == probe_ids).all())
+        self.assertEqual(rows[at].tobytes(), probe.tobytes())
+        r = snap("export", sid, out + ".m", "--store", store, "--model-only")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("has sparse tables (emb)", r.stderr)
+        r = snap("import", out, "--store", store + ".imp", "--job", "x", "--batch", "1")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("the file holds sparse tables (emb)", r.stderr)
+
     def test_incremental_and_restored_on_another_shard_count(self):
         c = self.c
         store = os.path.join(c.dir, "store")
@@ -449,6 +478,9 @@ class Snapshots(tl.ClusterCase, unittest.TestCase):
                          np.ones((10, self.DIM), np.float32))
             second = snapshot(addr)
             want = (cl.table_sha256(t, 2), cl.table_rows(t, 2))
+            probe_ids = np.array([0, 7, 1999, 63, 5], np.int64)   # 5: never created
+            probe = np.zeros((5, self.DIM), np.float32)
+            cl.pull_rows(t, 2, probe_ids[:4], probe[:4])
         tl.log("snapshots of 5000 and then 10 changed rows: %d and %d bytes written" %
                (first["bytes_written"], second["bytes_written"]))
         self.assertEqual((first["step"], second["step"]), (1, 2))
@@ -493,6 +525,7 @@ class Snapshots(tl.ClusterCase, unittest.TestCase):
                           timeout=60)
         self.assertIn("TABLE", text.stdout)
         self.assertRegex(text.stdout, r"\nemb +changed +5000 +5009 +9 +0 +1 ")
+        self.export_tables(store, second["id"], probe_ids[:4], probe[:4])
         # tessera verify compare: the table as a tensor of its rows ("table:emb")
         same = tl.run_cli(["verify", "compare", second["id"], second["id"], "--store", store,
                            "--json"], timeout=60)

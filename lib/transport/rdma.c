@@ -61,6 +61,7 @@
 
 #include "transport/internal.h"
 #include "transport/rdma_internal.h"
+#include "util/log.h"
 
 /* ---- Moving bytes ---- */
 
@@ -223,8 +224,16 @@ static struct ibv_mr *pinned_mr(struct rdma_conn *c, const void *body, size_t bl
     }
     /* Read by our device only: no remote access. */
     struct ibv_mr *mr = ibv_reg_mr(c->pd, (void *)pin.base, pin.len, 0);
-    if (!mr)
+    if (!mr) {
+        if (!c->mrs_failed)   /* once a connection: each send would say it again */
+            ts_log(TS_WARN, "transport", "%s: cannot register %zu bytes of pinned memory "
+                   "(%s; the process's ulimit -l?): sends from it are copied", c->base.peer,
+                   pin.len, strerror(errno));
+        c->mrs_failed = true;
         return NULL;
+    }
+    ts_log(TS_DEBUG, "transport", "%s: %zu bytes of pinned memory registered: sends from it "
+           "go in place", c->base.peer, pin.len);
     c->mrs[free_at].pin = pin.id;
     c->mrs[free_at].mr = mr;
     return mr;

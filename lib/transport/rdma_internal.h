@@ -68,6 +68,7 @@ struct rdma_conn {
                                       * pin 0 is a free entry */
     uint64_t mrs_gen;                /* ts__pin_gen() when mrs was last pruned */
     unsigned mrs_next;               /* the entry a full table gives up next */
+    bool mrs_failed;                 /* a registration failed (said once) */
     /* Receiving thread. */
     uint64_t rx_avail;               /* bytes the peer's writes announced */
     uint64_t rx_tail;                /* bytes released */

@@ -17,10 +17,11 @@
  * A job the shards kept (--keep) or restored from a snapshot goes on from the step its tensors
  * and tables are at, which must agree; a job the cluster takes back to its last snapshot (a
  * shard holding rows went) goes on from the snapshot's step (TESSERA_EROLLBACK).
- * At the end rank 0 scores the held-out samples (ts_ctr_holdout_index) with the final
- * parameters: AUC and log-loss beside the planted model's own, and the job's fingerprint:
- * SHA-256 of the text lines "dense HEX\n" (lib/tensor's params_sha256 of the six dense
- * tensors) and "table NAME HEX\n" per table in order (each table's fingerprint). */
+ * At the end every rank computes the job's fingerprint, which it tells the master (so a job
+ * whose rank 0 died still reports one): SHA-256 of the text lines "dense HEX\n" (lib/tensor's
+ * params_sha256 of the six dense tensors) and "table NAME HEX\n" per table in order (each
+ * table's fingerprint). Rank 0 also scores the held-out samples (ts_ctr_holdout_index) with
+ * the final parameters: AUC and log-loss beside the planted model's own. */
 #include "worker.h"
 
 #include <inttypes.h>
@@ -564,6 +565,9 @@ int train_ctr(const struct train_opts *o)
     }
     double secs = (double)(ts_now_ms() - t0) / 1000.0;
     uint64_t ran = steps > r.start ? steps - r.start : 0;
+    /* Every rank: what it tells the master, so a job whose rank 0 died still has one. */
+    if ((rc = fingerprint(&r, steps, hex, dense)))
+        goto out;
     if (o->sdk.rank == 0) {
         struct tessera_error e;
         for (uint32_t f = 0; f < o->ctr_features; f++) {
@@ -574,8 +578,7 @@ int train_ctr(const struct train_opts *o)
             }
             rows += n;
         }
-        if ((rc = evaluate(&r, steps, &auc, &logloss)) ||
-            (rc = fingerprint(&r, steps, hex, dense)))
+        if ((rc = evaluate(&r, steps, &auc, &logloss)))
             goto out;
         if (ts_ctr_optimum(&r.gen, ts_ctr_holdout_index(0), o->eval_samples, &best_auc,
                            &best_logloss, &err)) {

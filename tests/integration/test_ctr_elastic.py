@@ -17,6 +17,8 @@ compared with the same run of `tessera train --local`:
   built).
 - Respawned: `--respawn`, SIGKILL of rank 1: a new rank 1 joins the running job
   (tessera_join), gets its slot back and trains to the end; same fingerprint.
+- Rank 0 killed: rank 0 alone scores and reports, so `tessera train` prints the job's
+  fingerprint as the other workers told the master (every rank computes it): --local's.
 """
 import json
 import os
@@ -103,6 +105,23 @@ class CtrElastic(tl.UpCase, unittest.TestCase):
         j = self.job("killed")
         self.assertGreaterEqual(j["adopted"], 1, j)
         self.assertGreaterEqual(j["roster"], 1, j)
+
+    def test_rank0_killed(self):
+        """Rank 0, the one that scores the held-out samples and reports, killed: the others
+        finish the job, and tessera train prints the job's fingerprint as its workers told
+        the master (every rank computes it), --local's."""
+        step = self.rng.randrange(5, STEPS // 3)
+        tl.log("killing rank 0 at step %d" % step)
+        train = self.train("rank0")
+        self.kill_at(train, 0, step)
+        rc = train.wait(300)
+        out = train.p.stdout.read().decode()
+        err = train.log_text()
+        self.assertEqual(rc, 0, "tessera train exited %r:\n%s\n%s" % (rc, out, err[-3000:]))
+        got = json.loads(out)
+        self.assertEqual(got["params_sha256"], self.want(STEPS)["params_sha256"], err[-3000:])
+        self.assertIn("worker 0 was killed (signal 9); the others take over its share", err)
+        self.assertEqual(self.job("rank0")["params_sha256"], got["params_sha256"])
 
     @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
     def test_killed_between_two_tables(self):

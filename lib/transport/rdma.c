@@ -20,8 +20,9 @@
  * the bytes go. So the receiver spends no CPU on the bytes themselves. A large body in pinned
  * memory (transport.h; the SDK's tessera_buffers gradients) is not copied: the range is
  * registered with the connection's protection domain on its first use (pinned_mr), each
- * write gathers the header from staging and the body from where it lies, and the send waits
- * for those writes' completions before it returns (the caller may then overwrite the body).
+ * write gathers the header from staging and the body from where it lies; the device may read
+ * it after send returns, until the connection's next receive returns (which waits for those
+ * writes' completions) or it closes.
  *
  * Flow control: the receiver writes how many bytes it has consumed (a 64-bit counter) into the
  * sender's credit word with an inline RDMA WRITE, once an eighth of the ring was consumed since
@@ -240,7 +241,9 @@ static struct ibv_mr *pinned_mr(struct rdma_conn *c, const void *body, size_t bl
 }
 
 /* Waits until the device has read every write from pinned memory (their completions reaped),
- * so the caller may write it again; up to TS_TP_STALL_MS. */
+ * so the caller may write it again; up to TS_TP_STALL_MS. A receive calls it before it
+ * returns: by then the peer has answered what was sent, so the writes have long completed
+ * and this costs one look at the send queue. */
 static bool in_place_done(struct rdma_conn *c)
 {
     int64_t deadline = ts__deadline(TS_TP_STALL_MS);
@@ -263,7 +266,9 @@ static bool in_place_done(struct rdma_conn *c)
 
 /* Sends head then body as one stream into the peer's ring. Head (and a body that is not in
  * pinned memory) is copied into the staging area at the offset it will have in the ring; a
- * pinned body is written from where it lies, as a second piece of the same write. */
+ * pinned body is written from where it lies, as a second piece of the same write, and may
+ * still be read by the device after we return: the next receive on c waits for that
+ * (transport.h, "Pinned memory"). */
 static ts_status rdma_send(struct ts_conn *base, const void *head, size_t hlen,
                            const void *body, size_t blen, struct ts_err *e)
 {
@@ -323,13 +328,11 @@ static ts_status rdma_send(struct ts_conn *base, const void *head, size_t hlen,
         done += piece;
         c->base.bytes_in_place += in_place;
     }
-    if (zmr && !in_place_done(c))
-        goto fail;
     reap_sends(c);
     return TS_OK;
 fail:
-    /* Writes from the caller's pinned pages may still be in flight, and the caller takes them
-     * back now: end the connection, so nothing of it is sent or read again. */
+    /* Writes from the caller's pinned pages may still be in flight, and a failed send is the
+     * connection's end for the caller: end it here, so nothing of it is sent or read again. */
     if (atomic_load(&c->in_place_out))
         conn_end(c, "a send from pinned memory was cut short");
     return ended(c, "send", done, n, e);
@@ -463,6 +466,8 @@ static ts_status rdma_recv(struct ts_conn *base, void *buf, size_t n, int ms, st
         if (got < n)
             poll_recvs(c);
     }
+    if (atomic_load(&c->in_place_out) && !in_place_done(c))
+        return ended(c, "recv", got, n, e);
     return TS_OK;
 }
 
@@ -479,6 +484,8 @@ static ts_status rdma_recv_view(struct ts_conn *base, size_t n, const void **p, 
                           (size_t)(c->rx_avail - c->rx_tail), n, e)))
             return st;
     }
+    if (atomic_load(&c->in_place_out) && !in_place_done(c))
+        return ended(c, "recv", n, n, e);
     *p = c->rx + (c->rx_tail & (RDMA_RING - 1));
     return TS_OK;
 }

@@ -43,8 +43,9 @@ _Static_assert(sizeof(struct rdma_wire_info) == 48, "an RC REQ carries 56 bytes 
 #define RDMA_SPIN_US 20                 /* polling before sleeping */
 #define RDMA_LINGER_MS 2000             /* close() waits this long for writes in flight */
 /* A body of at least this many bytes in pinned memory (transport.h) is written from where it
- * lies; a smaller one is copied (a registration lookup costs more than its copy). */
-#define RDMA_IN_PLACE_MIN (64u << 10)
+ * lies; a smaller one is copied (its copy costs less than the lookup of its registration).
+ * Pushes between hosts are partitions of 60 KiB and more (ts_partition_bytes_between_hosts). */
+#define RDMA_IN_PLACE_MIN (16u << 10)
 #define RDMA_MRS 16                     /* pinned ranges registered per connection */
 /* wr_id of a send's work requests: its completion is reaped by kind. */
 enum { RDMA_WR_COPY = 0, RDMA_WR_CREDIT = 1, RDMA_WR_IN_PLACE = 2 };

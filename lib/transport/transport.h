@@ -155,10 +155,13 @@ ts_status ts_tcp_adopt(int fd, struct ts_conn **c, struct ts_err *err) TS_MUST_C
 /* Pinned memory (pin.c): a range the caller will send from again and again and keeps mapped
  * until ts_tp_unpin (the SDK's gradient buffers of tessera_buffers). A backend that can send
  * from it where it lies does (rdma: registered with a connection's device on the first send
- * from it, kept until the connection ends or the range is unpinned; a send from it returns
- * once the device has read it, so the caller may write it again at once); the others copy as
- * always. ts_tp_pin returns the range's id (0: not pinned, the table is full; sends then copy).
- * Unpin before unmapping. Any thread. */
+ * from it, kept until the connection ends or the range is unpinned); the others copy as
+ * always. A send from pinned memory may return before the device has read it: the caller
+ * writes the range again only after a later receive on that connection returned (a receive
+ * waits for those reads), or after closing it. The SDK does: a push is answered before the
+ * step returns. Bytes changed too early are not delivered as if sent: the frame's hash or MAC
+ * no longer matches and the receiver refuses the frame. ts_tp_pin returns the range's id (0:
+ * not pinned, the table is full; sends then copy). Unpin before unmapping. Any thread. */
 uint64_t ts_tp_pin(const void *p, size_t n);
 void ts_tp_unpin(uint64_t id);
 

@@ -100,9 +100,9 @@ static ts_status serving(struct dp_conn *dc, struct shard_table *t, struct ts_er
 }
 
 /* dc->split.key[i]: the index of the store serving in->ids[i] (dc->split.served, set by
- * serving()); for an id none here serves, TS_EROLLBACK once the job is reported lost (its
- * shard died with its copy), else TS_ESTALE (the worker's map and this shard's differ).
- * t->lock held. */
+ * serving()); for an id none here serves, TS_EROLLBACK while the job has lost state (its
+ * shard died with its copy: until the rollback makes it whole), else TS_ESTALE (the worker's
+ * map and this shard's differ). t->lock held. */
 static ts_status route(struct dp_conn *dc, struct shard_table *t, const struct rows_in *in,
                        struct ts_err *err)
 {
@@ -120,7 +120,9 @@ static ts_status route(struct dp_conn *dc, struct shard_table *t, const struct r
         }
         while (k < t->nstores && (t->stores[k].origin != origin || !dc->split.served[k]))
             k++;
-        if (k == t->nstores && atomic_load(&dc->job->lost_report))
+        /* state_lost, not lost_report: that one is cleared once told to the master, and a
+         * pull after that would read TS_ESTALE and wait for a map that never moves. */
+        if (k == t->nstores && atomic_load(&dc->job->state_lost))
             return ts_err_set(err, TS_EROLLBACK, "table '%s': row %" PRIu64 " (ids[%zu]) lost "
                               "every copy with shard %u; job '%s' goes back to its last "
                               "snapshot: wait for the master, then continue from there",

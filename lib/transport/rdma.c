@@ -191,6 +191,20 @@ static bool tx_room(struct rdma_conn *c, uint64_t *room)
     }
 }
 
+static bool in_place_done(struct rdma_conn *c);
+
+/* Drops registration i, once no write from pinned memory is in flight (one may use it: a
+ * send returns before its writes complete). False if the connection ended meanwhile. */
+static bool drop_mr(struct rdma_conn *c, size_t i)
+{
+    if (atomic_load(&c->in_place_out) && !in_place_done(c))
+        return false;
+    ibv_dereg_mr(c->mrs[i].mr);
+    c->mrs[i].pin = 0;
+    c->mrs[i].mr = NULL;
+    return true;
+}
+
 /* The registration of the pinned range holding body, made on this connection's first send
  * from it; NULL when body is not pinned or cannot be registered (the send then copies).
  * Registrations of ranges unpinned since are dropped first. Sending thread. */
@@ -202,11 +216,8 @@ static struct ibv_mr *pinned_mr(struct rdma_conn *c, const void *body, size_t bl
 
     if (gen != c->mrs_gen) {
         for (i = 0; i < RDMA_MRS; i++)
-            if (c->mrs[i].pin && !ts__pin_alive(c->mrs[i].pin)) {
-                ibv_dereg_mr(c->mrs[i].mr);
-                c->mrs[i].pin = 0;
-                c->mrs[i].mr = NULL;
-            }
+            if (c->mrs[i].pin && !ts__pin_alive(c->mrs[i].pin) && !drop_mr(c, i))
+                return NULL;
         c->mrs_gen = gen;
     }
     if (!ts__pin_find(body, blen, &pin))
@@ -217,11 +228,10 @@ static struct ibv_mr *pinned_mr(struct rdma_conn *c, const void *body, size_t bl
         if (!c->mrs[i].pin && free_at == RDMA_MRS)
             free_at = i;
     }
-    if (free_at == RDMA_MRS) {   /* full: give one up, in turn (nothing of it is in flight) */
+    if (free_at == RDMA_MRS) {   /* full: give one up, in turn */
         free_at = c->mrs_next++ % RDMA_MRS;
-        ibv_dereg_mr(c->mrs[free_at].mr);
-        c->mrs[free_at].pin = 0;
-        c->mrs[free_at].mr = NULL;
+        if (!drop_mr(c, free_at))
+            return NULL;
     }
     /* Read by our device only: no remote access. */
     struct ibv_mr *mr = ibv_reg_mr(c->pd, (void *)pin.base, pin.len, 0);

@@ -46,7 +46,8 @@ _Static_assert(sizeof(struct rdma_wire_info) == 48, "an RC REQ carries 56 bytes 
  * lies; a smaller one is copied (its copy costs less than the lookup of its registration).
  * Pushes between hosts are partitions of 60 KiB and more (ts_partition_bytes_between_hosts). */
 #define RDMA_IN_PLACE_MIN (16u << 10)
-#define RDMA_MRS 16                     /* pinned ranges registered per connection */
+#define RDMA_MRS 64                     /* pinned ranges registered per connection (one a
+                                         * tensor for the SDK: past that, turn by turn) */
 /* wr_id of a send's work requests: its completion is reaped by kind. */
 enum { RDMA_WR_COPY = 0, RDMA_WR_CREDIT = 1, RDMA_WR_IN_PLACE = 2 };
 

@@ -292,6 +292,31 @@ static void t_pinned(void **state)
     assert_true(id2 != id);
     send_pinned(p.a, p.b, b, n);
     assert_int_equal(p.a->bytes_in_place, in_place ? 3 * n - 12345 : 0);
+    /* More ranges than a connection keeps registered, sent one after another with no
+     * receive between (as a step pushes its tensors): a registration is given up only once
+     * the writes that use it completed. */
+    {
+        enum { RANGES = 70, EACH = 16 << 10 };
+        uint8_t *many = mmap(NULL, RANGES * EACH, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), *in = malloc(RANGES * EACH);
+        uint64_t ids[RANGES], before = p.a->bytes_in_place;
+        struct ts_err err = { 0 };
+
+        assert_true(many != MAP_FAILED);
+        assert_non_null(in);
+        fill(many, RANGES * EACH, 6);
+        for (int r = 0; r < RANGES; r++)
+            assert_true((ids[r] = ts_tp_pin(many + r * EACH, EACH)) != 0);
+        for (int r = 0; r < RANGES; r++)
+            must(ts_tp_send(p.a, NULL, 0, many + r * EACH, EACH, &err), &err, "send a range");
+        must(ts_tp_recv(p.b, in, RANGES * EACH, 10000, &err), &err, "recv the ranges");
+        assert_memory_equal(in, many, RANGES * EACH);
+        assert_int_equal(p.a->bytes_in_place - before, in_place ? RANGES * EACH : 0);
+        for (int r = 0; r < RANGES; r++)
+            ts_tp_unpin(ids[r]);
+        munmap(many, RANGES * EACH);
+        free(in);
+    }
     /* The other way, on the accepting side's own registration. */
     fill(b, n, 5);
     send_pinned(p.b, p.a, b, n);

@@ -10,9 +10,11 @@ cluster with replicas holds every row twice and ends on the same fingerprint. A
 shard's row budget (--table-mem) refuses a push that would take it past its limit with
 RESOURCE_EXHAUSTED naming the table and the budget, and nothing of the step is applied; the
 table's rows, bytes and rows pulled and pushed show on the shard's /metrics."""
+import atexit
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,7 +42,9 @@ def certs(c):
     """One certificate directory for every cluster of this file (the SDK reads
     $TESSERA_TLS_DIR once a process), made by the first cluster that asks; c uses it."""
     if not _CERTS:   # in a cluster of no process, whose directory outlives the others'
-        _CERTS.append(tl.Cluster(prefix="tessera-tables-certs.").make_certs(shards=3))
+        holder = tl.Cluster(prefix="tessera-tables-certs.")
+        atexit.register(shutil.rmtree, holder.dir, True)   # it was left in /tmp
+        _CERTS.append(holder.make_certs(shards=3))
     c.tls_dir = _CERTS[0]
     os.environ["TESSERA_TLS_DIR"] = _CERTS[0]
     return _CERTS[0]

@@ -264,7 +264,8 @@ static bool in_place_done(struct rdma_conn *c)
         if (!atomic_load(&c->in_place_out))
             return true;
         if (atomic_load(&c->dead) || ts__left_ms(deadline) == 0) {
-            /* Not read yet, and the caller gets its buffer back: nothing may read it later. */
+            /* Not read yet, and the caller is about to write the range again (a receive
+             * returned, or a registration goes): end the connection, so nothing reads it. */
             conn_end(c, "writes from pinned memory did not complete");
             return false;
         }

@@ -252,7 +252,8 @@ TS_MUST_CHECK ts_status ts_snap_read_run(struct ts_store *s, const ts_manifest *
 
 /* Table t of m whole: every row's latest record merged from its runs, ascending id: *ids
  * (rows of them) and *values (rows x dim floats; the state is left out), both malloc'd (the
- * caller frees; NULL when *rows is 0). Errors as ts_snap_read_run. */
+ * caller frees; NULL when *rows is 0). Errors as ts_snap_read_run, and TS_ECORRUPT when the
+ * runs hold another number of rows than the manifest's t->rows. */
 TS_MUST_CHECK ts_status ts_snap_read_table(struct ts_store *s, const ts_manifest *m,
                                            const ts_table_manifest *t, uint64_t **ids,
                                            float **values, size_t *rows, struct ts_err *err);

@@ -280,6 +280,11 @@ ts_status ts_snap_read_table(struct ts_store *s, const ts_manifest *m,
         qsort(refs, n, sizeof(*refs), by_id_newest);
     for (size_t k = 0; !st && k < n; k++)   /* distinct ids */
         *rows += k == 0 || refs[k].id != refs[k - 1].id;
+    if (!st && *rows != t->rows)
+        st = ts_err_set(err, TS_ECORRUPT, "table '%s': its runs hold %zu rows, the manifest "
+                        "says %" PRIu64 ": they disagree, so its rows cannot be trusted; use "
+                        "another snapshot",
+                        t->spec->name, *rows, t->rows);
     if (!st && *rows && (!(*ids = malloc(*rows * sizeof(**ids))) ||
                          !(*values = malloc(*rows * t->spec->dim * sizeof(float)))))
         st = ts_err_set(err, TS_ENOMEM, "table '%s': out of memory for %zu rows",

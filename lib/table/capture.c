@@ -71,6 +71,7 @@ static void capture_now(struct ts_table *t)
         memcpy(r + TS_TABLE_RECORD_HEAD, row_values(w), (1 + t->slen) * t->dim * sizeof(float));
     }
     c->n = n;
+    c->rows = t->rows.n;
     /* What the capture holds is no longer "changed since the last capture". */
     idmap_clear(&t->dirty_set);
     t->ndirty = 0;
@@ -128,7 +129,7 @@ ts_status ts_table_capture_take(struct ts_table *t, uint64_t step,
         t->cap = (struct table_capture){ 0 };
     } else if (t->cap.taken) {
         *out = (struct ts_table_capture){ .step = step, .full = t->cap.full, .n = t->cap.n,
-                                          .records = t->cap.records };
+                                          .records = t->cap.records, .rows = t->cap.rows };
         t->cap = (struct table_capture){ 0 };
         *ready = true;
     }
@@ -144,6 +145,16 @@ bool ts_table_captured(struct ts_table *t, uint64_t step)
     taken = t->cap.taken && t->cap.step == step;
     pthread_mutex_unlock(&t->mu);
     return taken;
+}
+
+bool ts_table_capture_pending(struct ts_table *t, uint64_t step)
+{
+    bool pending;
+
+    pthread_mutex_lock(&t->mu);
+    pending = (t->cap.armed || t->cap.taken) && t->cap.step == step;
+    pthread_mutex_unlock(&t->mu);
+    return pending;
 }
 
 void ts_table_disarm(struct ts_table *t)

@@ -155,6 +155,7 @@ struct table_capture {
     ts_status st;                  /* taken: TS_OK, or why it could not be */
     size_t n;
     uint8_t *records;              /* n records (ts_table_record_bytes), ascending id */
+    uint64_t rows;                 /* the rows the table held at the step */
 };
 
 struct ts_table {

@@ -276,6 +276,7 @@ struct ts_table_capture {
     bool full;
     size_t n;
     uint8_t *records;          /* n records; the caller's once taken (free()) */
+    uint64_t rows;             /* the rows the table held at step (n of them with full) */
 };
 /* The capture of step once taken (*ready true, *out filled, the table holds none after);
  * *ready false while the table has not reached step. TS_ESTATE when none of step is armed;
@@ -284,6 +285,8 @@ ts_status ts_table_capture_take(struct ts_table *t, uint64_t step, struct ts_tab
                                 bool *ready, struct ts_err *err) TS_MUST_CHECK;
 /* Whether the capture of step is taken (and not handed out yet). */
 bool ts_table_captured(struct ts_table *t, uint64_t step);
+/* Whether a capture of step is armed or taken (and not handed out yet). */
+bool ts_table_capture_pending(struct ts_table *t, uint64_t step);
 /* Drops an armed capture, or one taken and not yet handed out: its rows count as changed
  * again. */
 void ts_table_disarm(struct ts_table *t);

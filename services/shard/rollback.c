@@ -176,9 +176,13 @@ ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, 
     ts_status st = TS_OK;
 
     *restored = 0;
+    /* Not under a snapshot's write: the tables' runs it appends to are dropped here. Lock
+     * order: snapshots, then walks (params.c). */
+    pthread_mutex_lock(&sp->snap_mu);
     pthread_rwlock_rdlock(&sp->life);   /* no job is released under the rollback */
     if (!(sj = params_find_job(sp, job))) {
         pthread_rwlock_unlock(&sp->life);
+        pthread_mutex_unlock(&sp->snap_mu);
         return ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not on this shard", job);
     }
     if (atomic_load(&sj->fence) != step + 1)
@@ -204,6 +208,7 @@ ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, 
         st = shard_tables_rollback(sp, cl, my_id, sj, m, hex, step, err);
     st = not_a_skip(st, err);   /* past the job's own look-up above */
     pthread_rwlock_unlock(&sp->life);
+    pthread_mutex_unlock(&sp->snap_mu);
     if (!st)
         ts_log(TS_WARN, "shard", "job %s: back to step %" PRIu64 " of snapshot %.12s (%" PRIu64
                " partitions loaded); waiting for the master to reopen it", job, step, hex,

@@ -333,16 +333,34 @@ static ts_status arm_table(struct shard_params *sp, struct shard_table *t, uint6
     return st;
 }
 
-/* Whether every store of t served to workers has its capture of step. */
-static bool captured(struct shard_table *t, uint64_t step)
+/* *all: whether every store of t served to workers has its capture of step. A copy taken
+ * over since the arm (its head died) has none armed: it is armed now, whole (its rows were
+ * never in this shard's runs), or TS_ESTATE when it is past step already. */
+static ts_status captured(struct shard_table *t, uint64_t step, bool *all, struct ts_err *err)
 {
-    bool all = true;
+    ts_status st = TS_OK;
 
+    *all = true;
     pthread_rwlock_rdlock(&t->lock);
-    for (size_t k = 0; all && k < t->nstores; k++)
-        all = !atomic_load(&t->stores[k].owned) || ts_table_captured(t->stores[k].t, step);
+    for (size_t k = 0; !st && k < t->nstores; k++) {
+        struct table_store *s = &t->stores[k];
+        bool armed = true;
+        if (!atomic_load(&s->owned))
+            continue;
+        if (!ts_table_capture_pending(s->t, step)) {
+            if (!(st = ts_table_arm(s->t, step, true, &armed, err)) && !armed)
+                st = ts_err_set(err, TS_ESTATE, "table '%s': the copy of shard %u's rows this "
+                                "shard took over since step %" PRIu64 " was armed is past "
+                                "it; take the snapshot again", t->name, s->origin, step);
+            else if (!st)
+                ts_log(TS_INFO, "shard", "table '%s': the copy of shard %u's rows taken over "
+                       "since the arm goes whole into the snapshot of step %" PRIu64, t->name,
+                       s->origin, step);
+        }
+        *all &= ts_table_captured(s->t, step);
+    }
     pthread_rwlock_unlock(&t->lock);
-    return all;
+    return st;
 }
 
 static int cmp_record(const void *a, const void *b)
@@ -354,10 +372,22 @@ static int cmp_record(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Gives the records of c back to every store of t served to workers (each marks those it
+ * holds as changed again) and frees them. t->lock held. */
+static void undo_capture(struct shard_table *t, struct ts_table_capture *c)
+{
+    for (size_t k = 0; k < t->nstores; k++)
+        if (atomic_load(&t->stores[k].owned))
+            ts_table_capture_undo(t->stores[k].t, c);
+    free(c->records);
+    memset(c, 0, sizeof(*c));
+}
+
 /* Takes every served store's capture of step into one (*out: ascending id, full as
- * stores[0]'s; *got false if one went). */
+ * stores[0]'s; *got false if one went, and then nothing is taken: what was is given back).
+ * took[k]: whether store k's capture is in *out (t->nstores of them). */
 static ts_status take_table(struct shard_table *t, uint64_t step, struct ts_table_capture *out,
-                            bool *got, struct ts_err *err)
+                            bool *took, bool *got, struct ts_err *err)
 {
     size_t rb = ts_table_record_bytes(t->t);
     ts_status st = TS_OK;
@@ -365,6 +395,7 @@ static ts_status take_table(struct shard_table *t, uint64_t step, struct ts_tabl
     *got = true;
     memset(out, 0, sizeof(*out));
     pthread_rwlock_rdlock(&t->lock);
+    memset(took, 0, t->nstores * sizeof(*took));
     for (size_t k = 0; k < t->nstores && !st && *got; k++) {
         struct ts_table_capture c = { 0 };
         bool one = false;
@@ -375,12 +406,13 @@ static ts_status take_table(struct shard_table *t, uint64_t step, struct ts_tabl
             *got = one;
             break;
         }
+        took[k] = true;
         if (k == 0) {
             *out = c;
             continue;
         }
         if (!(grown = realloc(out->records, (out->n + c.n) * rb + 1))) {
-            free(c.records);
+            undo_capture(t, &c);
             st = ts_err_set(err, TS_ENOMEM, "table '%s': out of memory for a capture",
                             t->name);
             break;
@@ -388,8 +420,13 @@ static ts_status take_table(struct shard_table *t, uint64_t step, struct ts_tabl
         memcpy(grown + out->n * rb, c.records, c.n * rb);
         out->records = grown;
         out->n += c.n;
+        out->rows += c.rows;
         free(c.records);
     }
+    /* A store taken over since the arm has no capture: the rows taken so far are changed
+     * again, or the next incremental run would miss them. */
+    if (st || !*got)
+        undo_capture(t, out);
     pthread_rwlock_unlock(&t->lock);
     if (!st && *got && t->nstores > 1)
         qsort(out->records, out->n, rb, cmp_record);
@@ -427,9 +464,10 @@ ts_status shard_tables_arm(struct shard_params *sp, struct shard_job *sj, uint64
     return st;
 }
 
-/* The piece's copy of t with this shard's chain of runs (in the piece's arena). */
+/* The piece's copy of t with this shard's chain of runs (in the piece's arena); rows: those
+ * the stores in the capture held at its step. */
 static ts_status piece_table(struct ts_snap_piece *pc, const struct shard_table *t,
-                             struct ts_err *err)
+                             uint64_t rows, struct ts_err *err)
 {
     ts_table_manifest *tm = pc->alloc(pc->alloc_ctx, sizeof(*tm));
     Tessera__V1__TableSpec *spec = pc->alloc(pc->alloc_ctx, sizeof(*spec));
@@ -449,7 +487,7 @@ static ts_status piece_table(struct ts_snap_piece *pc, const struct shard_table 
     spec->ttl_steps = t->ttl_steps;
     tm->id = t->id;
     tm->spec = spec;
-    tm->rows = rowcopy_rows((struct shard_table *)t);
+    tm->rows = rows;
     for (size_t k = 0; k < t->nruns; k++) {
         const struct shard_run *sr = &t->runs[k];
         ts_row_run *r = pc->alloc(pc->alloc_ctx, sizeof(*r));
@@ -530,7 +568,9 @@ ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint
         bool all = true;
         for (uint32_t i = 0; all && i < SHARD_MAX_TABLES; i++) {
             struct shard_table *t = shard_params_table(sp, sj, i);
-            all = !t || captured(t, step);
+            ts_status cs = t ? captured(t, step, &all, err) : TS_OK;
+            if (cs)
+                return cs;
         }
         if (all)
             break;
@@ -542,13 +582,14 @@ ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint
     for (uint32_t i = 0; i < SHARD_MAX_TABLES; i++) {
         struct shard_table *t = shard_params_table(sp, sj, i);
         struct ts_table_capture c = { 0 };
+        bool took[TS_CLUSTER_MAX_SHARDS + 1];   /* a store per shard at most */
         uint64_t written = 0;
         bool got = false;
         ts_status cs;
 
         if (!t)
             continue;
-        if ((cs = take_table(t, step, &c, &got, err)) || !got) {
+        if ((cs = take_table(t, step, &c, took, &got, err)) || !got) {
             st = st ? st : cs ? cs : ts_err_set(err, TS_EINTERNAL, "table '%s': its capture "
                                                 "of step %" PRIu64 " went", t->name, step);
             continue;
@@ -557,16 +598,13 @@ ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint
             st = write_run(sp, t, &c, piece->chunk_bytes, &written, err);
         piece->bytes_written += written;
         if (!st)
-            st = piece_table(piece, t, err);
+            st = piece_table(piece, t, c.rows, err);
         pthread_rwlock_rdlock(&t->lock);
-        for (size_t k = 0; k < t->nstores; k++) {
-            if (!atomic_load(&t->stores[k].owned))
-                continue;
-            if (st)   /* not written: its rows are changed again */
-                ts_table_capture_undo(t->stores[k].t, &c);
-            else      /* a copy taken over is in this run whole */
+        if (st)   /* not written: its rows are changed again */
+            undo_capture(t, &c);
+        for (size_t k = 0; !st && k < t->nstores; k++)
+            if (took[k])   /* in this run whole; not one taken over since the take */
                 atomic_store(&t->stores[k].full, false);
-        }
         pthread_rwlock_unlock(&t->lock);
         free(c.records);
     }

@@ -319,6 +319,23 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         proc.stop()
         return got, err, status
 
+    def assert_snapshots_read(self, store):
+        """`tessera snapshot diff` of each automatic snapshot with the next reads every table
+        of both whole, which checks that a table's runs hold the rows its manifest counts:
+        snapshots written while the job trained on once counted rows made after their step
+        (and a torch export of them failed)."""
+        r = tl.run_cli(["snapshot", "list", "--store", store, "--json"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        snaps = sorted(json.loads(r.stdout), key=lambda s: s["step"])
+        self.assertGreaterEqual(len(snaps), 5, snaps)
+        for a, b in zip(snaps, snaps[1:]):
+            r = tl.run_cli(["snapshot", "diff", "--store", store, a["id"], b["id"], "--json"],
+                           timeout=60)
+            self.assertEqual(r.returncode, 0, "steps %d -> %d: %s" % (a["step"], b["step"],
+                                                                    r.stderr))
+            rows = {t["name"]: t["rows_b"] for t in json.loads(r.stdout)["tables"]}
+            self.assertEqual(len(rows), 8, r.stdout)
+
     def test_copies_take_over(self):
         got, err, status = self.kill_one(2, "k2")
         self.assertEqual(got["rollbacks"], 0, err[-3000:])
@@ -326,6 +343,7 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         self.assertIn("failed over", err)
         alive = [s["id"] for s in status["shards"] if s["state"] == "alive"]
         self.assertEqual(len(alive), 2, status["shards"])
+        self.assert_snapshots_read(os.path.join(self.c.dir, "store-k2"))
 
     @tl.long_case
     def test_copies_take_over_with_a_disk_tier(self):

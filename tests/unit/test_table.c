@@ -930,11 +930,18 @@ static void t_capture(void **state)
         assert_memory_equal(r + 24, v, sizeof(v));
         assert_memory_equal(r + 24 + sizeof(v), st, sizeof(st));
     }
-    /* incremental: only the rows step 1 changed */
+    assert_int_equal(c1.rows, 100);
+    /* incremental: only the rows step 1 changed; all the rows the table held counted (200
+     * is new) */
     push_ok(t, 0, 1, two, 2, g);
+    assert_false(ts_table_capture_pending(t, 2));
     assert_int_equal(ts_table_arm(t, 2, false, &armed, &e), TS_OK);
+    assert_true(ts_table_capture_pending(t, 2));
+    assert_false(ts_table_capture_pending(t, 3));
     struct ts_table_capture c2 = take(t, 2, true);
+    assert_false(ts_table_capture_pending(t, 2));
     assert_int_equal(c2.n, 2);
+    assert_int_equal(c2.rows, 101);
     /* past its step: nothing armed; armed ahead: taken by the update that reaches it */
     assert_int_equal(ts_table_arm(t, 1, false, &armed, &e), TS_OK);
     assert_false(armed);
@@ -945,6 +952,7 @@ static void t_capture(void **state)
     push_ok(t, 0, 2, nine, 1, g);
     struct ts_table_capture c3 = take(t, 3, true);
     assert_int_equal(c3.n, 1);
+    assert_int_equal(c3.rows, 101);   /* as the update that reached step 3 left them */
     /* written nowhere (the snapshot failed): its rows come back in the next capture */
     ts_table_capture_undo(t, &c3);
     push_ok(t, 0, 3, two, 1, g);

@@ -71,6 +71,7 @@ struct ctr_run {
     uint64_t steps;                        /* the step the run ends at */
     uint32_t rollbacks;                    /* the job went back to a snapshot this many times */
     uint32_t reslots;                      /* an elastic job's slots changed hands mid-step */
+    char table_hex[TS_CTR_MAX_FEATURES][65];   /* each table's fingerprint (fingerprint()) */
 };
 
 static int fail(struct ctr_run *r, const struct tessera_error *e, const char *what)
@@ -423,7 +424,7 @@ static int fingerprint(struct ctr_run *r, uint64_t version, char hex[65], char d
         EVP_DigestUpdate(c, line, strlen(line));
     }
     for (uint32_t f = 0; !rc && f < r->o->ctr_features; f++) {
-        char th[65];
+        char *th = r->table_hex[f];
         if (tessera_table_sha256(r->t, r->tables[f], version, th, &e)) {
             rc = fail(r, &e, "table fingerprint");
             break;
@@ -463,6 +464,13 @@ static void report(struct ctr_run *r, uint64_t steps, uint64_t ran, double secs,
     ts_json_str(&j, "model", "ctr");
     ts_json_str(&j, "params_sha256", hex);
     ts_json_str(&j, "dense_sha256", dense);
+    ts_json_obj(&j, "table_sha256");   /* what params_sha256 hashes with dense_sha256 */
+    for (uint32_t f = 0; f < o->ctr_features; f++) {
+        char name[16];
+        snprintf(name, sizeof(name), "emb%u", f);
+        ts_json_str(&j, name, r->table_hex[f]);
+    }
+    ts_json_end(&j);
     ts_json_num(&j, "auc", auc);
     ts_json_num(&j, "logloss", logloss);
     ts_json_num(&j, "optimum_auc", best_auc);

@@ -102,7 +102,9 @@ static ts_status serving(struct dp_conn *dc, struct shard_table *t, struct ts_er
 /* dc->split.key[i]: the index of the store serving in->ids[i] (dc->split.served, set by
  * serving()); for an id none here serves, TS_EROLLBACK while the job has lost state (its
  * shard died with its copy: until the rollback makes it whole), else TS_ESTALE (the worker's
- * map and this shard's differ). t->lock held. */
+ * map and this shard's differ). A copy taken over serves only the rows whose chain has this
+ * shard second (rowcopy_keeps): a row of the same head whose copy was on a shard that died
+ * too is lost, not a new row. t->lock held. */
 static ts_status route(struct dp_conn *dc, struct shard_table *t, const struct rows_in *in,
                        struct ts_err *err)
 {
@@ -114,12 +116,14 @@ static ts_status route(struct dp_conn *dc, struct shard_table *t, const struct r
     for (size_t i = 0; i < in->n; i++) {
         uint32_t origin = rowcopy_origin(t, in->ids[i]);
         size_t k = 0;
-        if (i && origin == last_origin) {
+        if (i && origin == last_origin && last_k == 0) {   /* this shard's own rows */
             dc->split.key[i] = last_k;
             continue;
         }
         while (k < t->nstores && (t->stores[k].origin != origin || !dc->split.served[k]))
             k++;
+        if (k > 0 && k < t->nstores && !rowcopy_keeps(t, &t->stores[k], in->ids[i]))
+            k = t->nstores;
         /* state_lost, not lost_report: that one is cleared once told to the master, and a
          * pull after that would read TS_ESTALE and wait for a map that never moves. */
         if (k == t->nstores && atomic_load(&dc->job->state_lost))

@@ -30,6 +30,11 @@ struct ts_store;
  * (usage or I/O) with *s untouched. */
 int cli_open_store(const char *cmd, const char *store, const char *master, int timeout_ms,
                    struct ts_store **s);
+/* `tessera snapshot show REF` (snapshot_show.c): the snapshot's job, schedule, tensors and
+ * tables, as text or one JSON document; 0, or 1 after saying what went wrong. */
+int cli_snapshot_show(struct ts_store *s, const char *ref, bool json);
+/* unix_ms as "YYYY-MM-DD HH:MM:SS UTC" into out (snapshot.c). */
+void cli_utc_time(int64_t unix_ms, char *out, size_t n);
 
 /* What `tessera train` (and `tessera demo`) run (train.c). */
 struct train_cli {

@@ -31,7 +31,7 @@ static int fail(const char *sub, const struct ts_err *e)
     return 1;
 }
 
-static void when(int64_t unix_ms, char *out, size_t n)
+void cli_utc_time(int64_t unix_ms, char *out, size_t n)
 {
     time_t t = (time_t)(unix_ms / 1000);
     struct tm tm;
@@ -257,7 +257,7 @@ static void json_entry(struct ts_json *j, const struct entry *e)
         ts_json_str(j, NULL, w);
     ts_json_end(j);
     ts_json_int(j, "created_unix_ms", e->m->created_unix_ms);
-    when(e->m->created_unix_ms, t, sizeof(t));
+    cli_utc_time(e->m->created_unix_ms, t, sizeof(t));
     ts_json_str(j, "time", t);
     ts_json_str(j, "message", e->m->message);
     ts_json_str(j, "parent", e->m->parent.len ? ts_store_hex(e->m->parent.data, hex) : "");
@@ -292,7 +292,7 @@ static int do_list(struct ts_store *s, const struct snap_opts *o)
             snprintf(head, sizeof(head), "unreadable (%s)", err.msg);
         printf("%-12s %8s  %-23s  %s\n", "ID", "STEP", "TIME", "REFS / MESSAGE");
         for (size_t i = 0; i < n; i++) {
-            when(v[i].m->created_unix_ms, t, sizeof(t));
+            cli_utc_time(v[i].m->created_unix_ms, t, sizeof(t));
             printf("%.12s %8" PRIu64 "  %-23s  %s%s%s\n", ts_store_hex(v[i].id, hex),
                    v[i].m->step, t, v[i].names, v[i].names[0] && v[i].m->message[0] ? "  " : "",
                    v[i].m->message);
@@ -324,7 +324,7 @@ static ts_status log_one(void *ctx, const uint8_t id[TS_STORE_ID_LEN], ts_manife
         memcpy(e.id, id, TS_STORE_ID_LEN);
         json_entry(&w->j, &e);
     } else {
-        when(m->created_unix_ms, t, sizeof(t));
+        cli_utc_time(m->created_unix_ms, t, sizeof(t));
         printf("snapshot %s\nstep     %" PRIu64 "\ndate     %s\njob      %s (%s, %u "
                "workers, %s)\n", ts_store_hex(id, hex), m->step, t, m->job->id,
                m->job->exact ? "exact" : "float", m->job->workers, m->job->optimizer);
@@ -358,93 +358,12 @@ static int do_log(struct ts_store *s, const struct snap_opts *o)
 
 static int do_show(struct ts_store *s, const struct snap_opts *o)
 {
-    uint8_t id[TS_STORE_ID_LEN];
-    struct ts_err err = { 0 };
-    char hex[TS_STORE_HEX_LEN + 1], t[64], shape[128];
-    ts_manifest *m;
-    uint64_t total = 0;
-    size_t slen;
-
     if (o->npos < 2) {
         fprintf(stderr, "tessera snapshot show: name the snapshot: a branch, tag, id or HEAD "
                 "(tessera snapshot list shows them)\n");
         return 2;
     }
-    if (ts_snap_resolve(s, o->pos[1], id, NULL, &err) || ts_manifest_load(s, id, &m, &err))
-        return fail("show", &err);
-    slen = ts_manifest_state_len(m);
-    if (o->json) {
-        struct ts_json j;
-
-        ts_json_init(&j);
-        ts_json_obj(&j, NULL);
-        ts_json_str(&j, "id", ts_store_hex(id, hex));
-        ts_json_str(&j, "parent", m->parent.len ? ts_store_hex(m->parent.data, hex) : "");
-        ts_json_uint(&j, "step", m->step);
-        ts_json_int(&j, "created_unix_ms", m->created_unix_ms);
-        ts_json_str(&j, "message", m->message);
-        ts_json_str(&j, "job", m->job->id);
-        ts_json_bool(&j, "exact", m->job->exact);
-        ts_json_uint(&j, "workers", m->job->workers);
-        ts_json_str(&j, "optimizer", m->job->optimizer);
-        ts_json_num(&j, "batch", m->job->batch);
-        ts_json_uint(&j, "data_seed", m->schedule->seed);
-        ts_json_uint(&j, "micro_batch", m->schedule->micro_batch);
-        ts_json_uint(&j, "shards", m->cluster->shards);
-        ts_json_uint(&j, "chunk_bytes", m->chunk_bytes);
-        ts_json_arr(&j, "tensors");
-        for (size_t i = 0; i < m->n_tensors; i++) {
-            const ts_tensor_manifest *tm = m->tensors[i];
-            ts_json_obj(&j, NULL);
-            ts_json_str(&j, "name", tm->spec->name);
-            ts_json_arr(&j, "shape");
-            for (size_t d = 0; d < tm->spec->n_shape; d++)
-                ts_json_uint(&j, NULL, tm->spec->shape[d]);
-            ts_json_end(&j);
-            ts_json_uint(&j, "numel", tm->numel);
-            ts_json_uint(&j, "partitions", tm->n_partitions);
-            ts_json_uint(&j, "placement_salt", tm->spec->placement_salt);
-            ts_json_end(&j);
-        }
-        ts_json_end(&j);
-        ts_json_end(&j);
-        printf("%s\n", j.buf);
-        ts_json_fini(&j);
-        ts_manifest_free(m);
-        return 0;
-    }
-    when(m->created_unix_ms, t, sizeof(t));
-    printf("snapshot %s\n", ts_store_hex(id, hex));
-    printf("parent   %s\n", m->parent.len ? ts_store_hex(m->parent.data, hex) : "(none)");
-    printf("step     %" PRIu64 "\ndate     %s\n", m->step, t);
-    if (m->message[0])
-        printf("message  %s\n", m->message);
-    printf("job      %s: %s mode, %u workers, optimizer %s, batch %g\n", m->job->id,
-           m->job->exact ? "exact" : "float", m->job->workers, m->job->optimizer, m->job->batch);
-    printf("schedule seed %" PRIu64 ", micro-batch %u, next step %" PRIu64 "\n",
-           m->schedule->seed, m->schedule->micro_batch, m->schedule->next_step);
-    printf("cluster  %u shards (map epoch %" PRIu64 ")\n\n", m->cluster->shards,
-           m->cluster->map_epoch);
-    printf("%-20s %-14s %6s %8s %10s %5s\n", "TENSOR", "SHAPE", "PARTS", "CHUNKS", "MB",
-           "SALT");
-    for (size_t i = 0; i < m->n_tensors; i++) {
-        const ts_tensor_manifest *tm = m->tensors[i];
-        size_t chunks = 0, len = 0;
-        uint64_t bytes = (1 + slen) * tm->numel * sizeof(float);
-
-        for (size_t p = 0; p < tm->n_partitions; p++)
-            chunks += tm->partitions[p]->n_value_chunks + tm->partitions[p]->n_state_chunks;
-        shape[0] = '\0';
-        for (size_t d = 0; d < tm->spec->n_shape; d++)
-            len += (size_t)snprintf(shape + len, sizeof(shape) - len, "%s%" PRIu64, d ? "x" : "",
-                                    tm->spec->shape[d]);
-        printf("%-20s %-14s %6zu %8zu %10.2f %5u\n", tm->spec->name, shape, tm->n_partitions,
-               chunks, bytes / 1e6, tm->spec->placement_salt);
-        total += bytes;
-    }
-    printf("\n%zu tensors, %.2f MB of values and optimizer state\n", m->n_tensors, total / 1e6);
-    ts_manifest_free(m);
-    return 0;
+    return cli_snapshot_show(s, o->pos[1], o->json);
 }
 
 static const char *kind_name(int k)

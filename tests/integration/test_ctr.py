@@ -329,11 +329,12 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         proc.stop()
         return got, err, status
 
-    def assert_snapshots_read(self, store):
+    def assert_snapshots_read(self, store, final_rows):
         """`tessera snapshot diff` of each automatic snapshot with the next reads every table
         of both whole, which checks that a table's runs hold the rows its manifest counts:
         snapshots written while the job trained on once counted rows made after their step
-        (and a torch export of them failed)."""
+        (and a torch export of them failed). `snapshot show` of the last (the final step's)
+        lists the tables with the rows the job ended with."""
         r = tl.run_cli(["snapshot", "list", "--store", store, "--json"])
         self.assertEqual(r.returncode, 0, r.stderr)
         snaps = sorted(json.loads(r.stdout), key=lambda s: s["step"])
@@ -345,6 +346,16 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
                                                                     r.stderr))
             rows = {t["name"]: t["rows_b"] for t in json.loads(r.stdout)["tables"]}
             self.assertEqual(len(rows), 8, r.stdout)
+        r = tl.run_cli(["snapshot", "show", "--store", store, snaps[-1]["id"], "--json"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        shown = json.loads(r.stdout)
+        self.assertEqual((shown["step"], len(shown["tables"])), (80, 8))
+        self.assertEqual(sum(t["rows"] for t in shown["tables"]), final_rows)
+        self.assertEqual(sum(t["rows"] for t in shown["tables"]), sum(rows.values()))
+        for t in shown["tables"]:
+            self.assertEqual((t["dim"], t["optimizer"]), (16, "adagrad:lr=0.05"))
+            self.assertGreaterEqual(t["records"], t["rows"])
+            self.assertTrue(t["runs"][0]["full"], t["runs"][0])
 
     def test_copies_take_over(self):
         got, err, status = self.kill_one(2, "k2")
@@ -353,7 +364,7 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         self.assertIn("failed over", err)
         alive = [s["id"] for s in status["shards"] if s["state"] == "alive"]
         self.assertEqual(len(alive), 2, status["shards"])
-        self.assert_snapshots_read(os.path.join(self.c.dir, "store-k2"))
+        self.assert_snapshots_read(os.path.join(self.c.dir, "store-k2"), got["table_rows"])
 
     @tl.long_case
     def test_copies_take_over_with_a_disk_tier(self):

@@ -756,6 +756,16 @@ ts_status ts_part_arm(struct ts_part *p, uint64_t step, struct ts_err *err)
     return st;
 }
 
+bool ts_part_armed(struct ts_part *p, uint64_t step)
+{
+    bool armed;
+
+    pthread_mutex_lock(&p->mu);
+    armed = p->snap_armed && p->snap_step == step;
+    pthread_mutex_unlock(&p->mu);
+    return armed;
+}
+
 bool ts_part_captured(struct ts_part *p, int ms)
 {
     int64_t until = ts_now_ms() + ms;

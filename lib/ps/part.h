@@ -390,6 +390,8 @@ bool ts_part_seeding(struct ts_part *p);
  * the update count that goes with them), the arrays to be read without the lock until
  * ts_part_disarm, which frees them (call it before ts_part_free, or let ts_part_free do it). */
 ts_status ts_part_arm(struct ts_part *p, uint64_t step, struct ts_err *err) TS_MUST_CHECK;
+/* Whether a copy of step is armed (taken or not). */
+bool ts_part_armed(struct ts_part *p, uint64_t step);
 bool ts_part_captured(struct ts_part *p, int ms);
 void ts_part_capture(const struct ts_part *p, const float **value, const float **state,
                      uint64_t *updates);

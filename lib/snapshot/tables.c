@@ -282,9 +282,11 @@ ts_status ts_snap_read_table(struct ts_store *s, const ts_manifest *m,
         *rows += k == 0 || refs[k].id != refs[k - 1].id;
     if (!st && *rows != t->rows)
         st = ts_err_set(err, TS_ECORRUPT, "table '%s': its runs hold %zu rows, the manifest "
-                        "says %" PRIu64 ": they disagree, so its rows cannot be trusted; use "
-                        "another snapshot",
-                        t->spec->name, *rows, t->rows);
+                        "says %" PRIu64 "%s", t->spec->name, *rows, t->rows, *rows < t->rows ?
+                        ": the runs are damaged, or the snapshot was written while the job "
+                        "trained on by a Tessera that counted rows made after its step "
+                        "(before December 2026; its rows are right, its count is not)" :
+                        ": the runs are damaged; use another snapshot");
     if (!st && *rows && (!(*ids = malloc(*rows * sizeof(**ids))) ||
                          !(*values = malloc(*rows * t->spec->dim * sizeof(float)))))
         st = ts_err_set(err, TS_ENOMEM, "table '%s': out of memory for %zu rows",

@@ -209,12 +209,26 @@ struct writer {
     struct ts_snap_piece *piece;
 };
 
+/* Waits for p's copy of the step. A partition this shard heads since the arm (promoted when
+ * its head died) has none armed: it is armed now, or the write fails when it is past the
+ * step (the master takes the next snapshot). */
 static ts_status wait_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
                           struct ts_err *err)
 {
     struct writer *w = ctx;
     int64_t left = w->until - ts_now_ms();
+    ts_status st;
 
+    if (!ts_part_armed(p, w->step)) {
+        if ((st = ts_part_arm(p, w->step, err))) {
+            ts_err_prefix(err, "tensor '%s': this shard heads partition %u since the snapshot "
+                          "of step %" PRIu64 " was armed; take the snapshot again", t->name,
+                          ts_part_index(p), w->step);
+            return st;
+        }
+        ts_log(TS_INFO, "shard", "tensor '%s' partition %u: headed here since the arm, armed "
+               "for the snapshot of step %" PRIu64, t->name, ts_part_index(p), w->step);
+    }
     if (!ts_part_captured(p, left > 0 ? (int)left : 0))
         w->missing = true;
     return TS_OK;
@@ -238,6 +252,11 @@ static ts_status write_one(void *ctx, struct shard_tensor *t, struct ts_part *p,
         .index = ts_part_index(p), .offset = ts_part_offset(p), .len = ts_part_len(p),
         .version = w->step, .has_updates = true,
     };
+
+    if (!ts_part_armed(p, w->step) || !ts_part_captured(p, 0))   /* headed here since the wait */
+        return ts_err_set(err, TS_ESTATE, "tensor '%s': this shard heads partition %u since "
+                          "the snapshot of step %" PRIu64 " was waited for; take the snapshot "
+                          "again", t->name, ts_part_index(p), w->step);
 
     ts_part_capture(p, &part.value, &part.state, &part.updates);
     part.slen = w->slen * part.len;

@@ -533,6 +533,7 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
                           struct ts_err *err)
 {
     struct ts_frame_hdr ack = { .type = TS_FRAME_ACK };
+    struct ts_membership *ms;
     struct shard_job *job;
     char id[TS_JOB_ID_MAX + 1];
     uint8_t proof[TS_DP_ACK_LEN];
@@ -576,6 +577,8 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
     dc->gen = atomic_load(&dc->job->rollbacks);
     dc->member = h->flags & TS_HELLO_CHAIN ? 0 : h->tensor;
     dc->worker = h->flags & TS_HELLO_ELASTIC ? h->tensor : 0;
+    if ((ms = atomic_load(&dc->dp->membership)))
+        dc->registration = ts_membership_registrations(ms);
     dc->bye = false;
     ack.step = dc->gen;   /* the worker learns which rollback it works after */
     return ts_frame_send(dc->c, &ack, auth ? proof : NULL, auth ? sizeof(proof) : 0, err);

@@ -9,6 +9,8 @@
 #include "transport/transport.h"
 #include "util/hook.h"
 
+struct ts_membership;
+
 #define DP_MAX_LISTENERS 4
 #define DP_SUM_CACHE 1024           /* pull hashes remembered (dataplane.c pull_sum) */
 
@@ -64,6 +66,9 @@ struct dataplane {
     void (*remap)(void *ctx);
     void *remap_ctx;
     atomic_uint self;               /* this shard's id, set before cluster (for reports) */
+    /* This shard's membership (borrowed; set with self): how many times it registered with
+     * the master, which a connection notes at its HELLO (dp_slots_lost). */
+    _Atomic(struct ts_membership *) membership;
     struct dp_listener listeners[DP_MAX_LISTENERS];
     size_t n;
     pthread_mutex_t mu;

@@ -90,6 +90,7 @@ struct dp_conn {
      * said), and whether the job is a reduce job (dataplane_remapped). */
     uint64_t hello_epoch;
     bool reduce;
+    unsigned registration;          /* the shard's registrations with the master then */
     struct dp_metrics metrics;
     /* From the HELLO: the worker it names (its `tensor` field: the worker id RegisterWorker
      * gave; 0 on a chain link), whose slots alone the connection may push (dp_access.c). */

@@ -269,6 +269,7 @@ int main(int argc, char **argv)
     ts_log(TS_INFO, "shard", "data plane: %s", s.dp.require_auth ? "the handshake required "
            "(TESSERA_DATA_MAC: MACs on tcp by default)" : "unauthenticated (no mutual TLS)");
     atomic_store(&s.dp.self, ts_membership_id(s.membership));
+    atomic_store(&s.dp.membership, s.membership);
     s.dp.remap = remap;
     s.dp.remap_ctx = &s;
     atomic_store(&s.dp.cluster, s.cluster);

@@ -106,6 +106,7 @@ void dp_slots_lost(struct dp_conn *dc)
 {
     struct dataplane *dp = dc->dp;
     struct ts_cluster *cl = atomic_load(&dp->cluster);
+    struct ts_membership *ms;
     char job[TS_JOB_ID_MAX + 1];
 
     if (!dc->worker || dc->bye || !dc->job)
@@ -120,12 +121,21 @@ void dp_slots_lost(struct dp_conn *dc)
         return;
     }
     snprintf(job, sizeof(job), "%s", dc->job->job.id);
-    ts_log(TS_WARN, "dataplane", "worker %u of job %s hung up without a goodbye: telling the "
-           "master", dc->worker, job);
-    /* The master first, so that the workers woken next find the new slots there. */
-    if (cl)
-        ts_cluster_report_worker(cl, dc->worker, atomic_load(&dp->self),
-                                 "its data-plane connection hung up");
+    ms = atomic_load(&dp->membership);
+    if (ms && ts_membership_registrations(ms) != dc->registration) {
+        /* Begun before this shard was declared dead and registered again (a stalled shard
+         * woken): its workers dropped it on purpose, and may say goodbye to it no more. */
+        ts_log(TS_WARN, "dataplane", "worker %u of job %s hung up on a connection begun before "
+               "this shard registered again: not reported (its lease decides)", dc->worker,
+               job);
+    } else {
+        ts_log(TS_WARN, "dataplane", "worker %u of job %s hung up without a goodbye: telling "
+               "the master", dc->worker, job);
+        /* The master first, so that the workers woken next find the new slots there. */
+        if (cl)
+            ts_cluster_report_worker(cl, dc->worker, atomic_load(&dp->self),
+                                     "its data-plane connection hung up");
+    }
     /* dataplane_stop holds mu while it joins this thread: give way to it. */
     while (pthread_mutex_trylock(&dp->mu)) {
         if (atomic_load(&dp->stop))

@@ -34,6 +34,11 @@ from tessera.v1 import state_pb2  # noqa: E402
 
 ADDR = os.environ.get("TESSERA_RDMA_ADDR")
 STEPS = 20
+# Members' leases: emulation stalls a process for over a second at times (the master saw all
+# members silent for 1.1 s at once), and a shard declared dead by a stall is a fault of its own
+# that these tests do not ask for; the killed shard is found at once all the same (its peers
+# are refused).
+LEASE_MS = "5000"
 WORKER = ["--exact", "--steps", str(STEPS), "--partition-kb", "64"]
 _local = {}
 
@@ -66,20 +71,24 @@ class Rdma(unittest.TestCase):
         self.c.make_certs(shards=3, hosts=(ADDR,))
 
     def tearDown(self):
+        # Every process's log when the test failed, wherever it failed (the guest's temp dir
+        # is gone when it exits).
+        if not self._outcome.success:
+            self.c.dump_logs()
         self.c.stop()
 
     def cluster(self, shards, replicas):
         """Master and shards on ADDR under mutual TLS; returns the master's address."""
         self.state_dir = os.path.join(self.c.dir, "master-state")
         m = self.c.start_server("tessera-master", "master",
-                                ["--listen", ADDR + ":0", "--lease-ms", "2000",
+                                ["--listen", ADDR + ":0", "--lease-ms", LEASE_MS,
                                  "--state-dir", self.state_dir,
                                  "--replicas", str(replicas)] + self.c.tls_args("master"))
         m.addr = self.master = "%s:%s" % (ADDR, m.addr.rsplit(":", 1)[1])
         with tl.environ(TESSERA_LOG="debug", TESSERA_LOG_SUBSYS="dataplane"):
             self.shards = [self.c.start_server("tessera-shard", "shard-%d" % i,
                                                ["--master", m.addr, "--listen", ADDR + ":0",
-                                                "--lease-ms", "2000"] +
+                                                "--lease-ms", LEASE_MS] +
                                                self.c.tls_args("shard-%d" % i))
                            for i in range(shards)]
         tl.wait_until(lambda: sum(s["state"] == "alive"
@@ -96,14 +105,7 @@ class Rdma(unittest.TestCase):
 
     def finish(self, ws, transports):
         """Waits for the workers; each must have trained over its transport, and rank 0's
-        params_sha256 must be --local's. The logs are printed when not."""
-        try:
-            return self._finish(ws, transports)
-        except (AssertionError, subprocess.TimeoutExpired):
-            self.c.dump_logs()
-            raise
-
-    def _finish(self, ws, transports):
+        params_sha256 must be --local's."""
         texts = []
         for w in ws:
             out, _ = w.p.communicate(timeout=1200)
@@ -136,7 +138,7 @@ class Rdma(unittest.TestCase):
     def test_shard_killed(self):
         master = self.cluster(shards=3, replicas=2)
         ws = self.workers(master, "killed", ["rdma", "rdma"])
-        victim = tl.shard_once_past(master, STEPS // 3, timeout=300)
+        victim = tl.shard_once_past(master, STEPS // 3, timeout=300, procs=ws)
         os.kill(victim["pid"], signal.SIGKILL)
         tl.log("killed shard %s (pid %d) past step %d" % (victim.get("id"), victim["pid"],
                                                           STEPS // 3))

@@ -24,8 +24,8 @@ import time
 
 # First: it re-runs this script under /usr/bin/python3 when grpc is missing.
 from tessera_testrun import (BIN, GEN, LONG, NO_HOOKS, SANITIZED, SRC,  # noqa: E402,F401
-                             TEST_HOOKS, TEST_TMP, long_case, main, sanitizer_reports,
-                             scan_for_sanitizer, scan_logs)
+                             TEST_HOOKS, TEST_TMP, exec_again, long_case, main,
+                             sanitizer_reports, scan_for_sanitizer, scan_logs)
 import grpc  # noqa: E402
 
 from google.protobuf import symbol_database  # noqa: E402
@@ -73,20 +73,34 @@ def log(msg):
 
 
 def wait_until(pred, timeout, what, interval=0.02):
-    """Polls pred() until it returns something truthy, which is returned; fails after timeout."""
+    """Polls pred() until it returns something truthy, which is returned; fails after timeout.
+    A pred that costs more CPU than interval (one that runs `tessera status`: a process and
+    TLS handshakes, ~0.1 s of CPU here and as much in the services) is called again after twice
+    the CPU it took (at most 1 s), not after interval: polled back to back it would take a core
+    from the cluster it waits for. One that only waits (a refused call, a timeout) is not
+    slowed down."""
     until = time.monotonic() + timeout
     last_exc = None
     while True:
+        cpu0 = _cpu_seconds()
         try:
             v = pred()
             if v:
                 return v
         except Exception as e:  # a call that fails while a process starts: try again
             last_exc = e
-        if time.monotonic() >= until:
+        now = time.monotonic()
+        if now >= until:
             raise AssertionError("timed out after %.1f s waiting for %s%s" % (
                 timeout, what, " (last error: %r)" % (last_exc,) if last_exc else ""))
-        time.sleep(interval)
+        pause = min(max(interval, 2 * (_cpu_seconds() - cpu0)), 1.0)
+        time.sleep(min(pause, max(until - now, 0)))
+
+
+def _cpu_seconds():
+    """CPU time of this process and of its children waited for (a `tessera status` run)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def pid_alive(pid):
@@ -529,13 +543,27 @@ def partition_digests(stub, job):
                                         timeout=RPC_TIMEOUT).partitions)
 
 
-def shard_once_past(addr, step, timeout=60, which=1):
+def shard_once_past(addr, step, timeout=60, which=1, procs=()):
     """Waits until a worker of the cluster at addr reports its clock at step or past, then
-    returns the status JSON of the alive shard at position `which` (a victim for a fault)."""
-    wait_until(lambda: any(w.get("clock", 0) >= step for w in
-                           status_json(addr).get("workers", [])), timeout,
-               "a worker past step %d" % step)
-    return [s for s in status_json(addr)["shards"] if s["state"] == "alive"][which]
+    returns the status JSON of the alive shard at position `which` (a victim for a fault),
+    once that shard answered for itself (its "pid" is there: a shard slow to answer `tessera
+    status` leaves it out). procs: the workers; one that exits first fails the wait at once,
+    with its exit status and log, instead of at the timeout."""
+    def victim():
+        for p in procs:
+            if not p.running():
+                return p
+        st = status_json(addr)
+        if not any(w.get("clock", 0) >= step for w in st.get("workers", [])):
+            return None
+        alive = [s for s in st["shards"] if s["state"] == "alive"]
+        return alive[which] if len(alive) > which and "pid" in alive[which] else None
+    v = wait_until(victim, timeout, "a worker past step %d (and shard %d's own status)" %
+                   (step, which))
+    if not isinstance(v, dict):
+        raise AssertionError("%s exited with %s before a worker was past step %d:\n%s" %
+                             (v.name, v.p.returncode, step, v.log_text()[-3000:]))
+    return v
 
 
 # A user's own training script (tests/integration/user_train.py), what the launch and deploy
@@ -595,8 +623,8 @@ def private_mount_namespace(script):
     probe = subprocess.run(argv + ["true"], capture_output=True, text=True)
     if probe.returncode != 0:
         return "unshare --mount is not allowed here: %s" % probe.stderr.strip()
-    os.execve(unshare, argv + [sys.executable, os.path.abspath(script)] + sys.argv[1:],
-              dict(os.environ, **{PRIVATE_NS_ENV: "1"}))
+    exec_again(unshare, argv + [sys.executable, os.path.abspath(script)] + sys.argv[1:],
+               dict(os.environ, **{PRIVATE_NS_ENV: "1"}))
 
 
 def main_on_tmpfs(script, size, case):

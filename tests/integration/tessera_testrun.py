@@ -46,12 +46,25 @@ except (ImportError, AttributeError):
 # Every process a test starts gets TMPDIR here, removed when the test script exits: a run that
 # fails on purpose (or is killed) keeps its logs under TMPDIR (tessera train does), and they
 # must not outlive the test.
+_OUTER_TMPDIR = os.environ.get("TMPDIR")
 TEST_TMP = tempfile.mkdtemp(prefix="tessera-tests.")
 os.environ["TMPDIR"] = TEST_TMP
 
 
 def _remove_test_tmp():
     shutil.rmtree(TEST_TMP, ignore_errors=True)
+
+
+def exec_again(path, argv, env):
+    """os.execve(path, argv, env) for a script that runs itself again (in another namespace,
+    say): no atexit handler runs across an exec, so the temp dir is removed first and the copy
+    gets the TMPDIR this script was started with, and makes its own. Does not return."""
+    _remove_test_tmp()
+    env = dict(env)
+    env.pop("TMPDIR", None)
+    if _OUTER_TMPDIR is not None:
+        env["TMPDIR"] = _OUTER_TMPDIR
+    os.execve(path, argv, env)
 
 
 atexit.register(_remove_test_tmp)

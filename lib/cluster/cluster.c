@@ -179,7 +179,8 @@ ts_status ts_cluster_refresh(struct ts_cluster *cl, struct ts_err *err)
 
 /* ReportUnreachable of shard id or worker wid (the other 0). */
 static enum ts_report report(struct ts_cluster *cl, uint32_t id, uint32_t wid,
-                             uint32_t by_shard, const char *reporter, const char *detail)
+                             uint32_t by_shard, uint64_t hello_epoch, const char *reporter,
+                             const char *detail)
 {
     Tessera__V1__ReportUnreachableRequest req = TESSERA__V1__REPORT_UNREACHABLE_REQUEST__INIT;
     Tessera__V1__ReportUnreachableResponse *r = NULL;
@@ -192,6 +193,7 @@ static enum ts_report report(struct ts_cluster *cl, uint32_t id, uint32_t wid,
     req.shard_id = id;
     req.worker_id = wid;
     req.reporter_shard = by_shard;
+    req.hello_epoch = hello_epoch;
     req.reporter = (char *)reporter;
     req.detail = d;
     if (ts_master_call(cl->master, "ReportUnreachable", &req.base,
@@ -211,16 +213,17 @@ static enum ts_report report(struct ts_cluster *cl, uint32_t id, uint32_t wid,
 enum ts_report ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id,
                                              const char *reporter, const char *detail)
 {
-    return report(cl, id, 0, 0, reporter, detail);
+    return report(cl, id, 0, 0, 0, reporter, detail);
 }
 
 bool ts_cluster_report_worker(struct ts_cluster *cl, uint32_t worker, uint32_t shard,
-                              const char *detail)
+                              uint64_t hello_epoch, const char *detail)
 {
     char who[32];
 
     snprintf(who, sizeof(who), "shard %u", shard);
-    return worker && report(cl, 0, worker, shard, who, detail) != TS_REPORT_UNHEARD;
+    return worker && report(cl, 0, worker, shard, hello_epoch, who, detail) !=
+                     TS_REPORT_UNHEARD;
 }
 
 bool ts_cluster_report_lost(struct ts_cluster *cl, const char *job, uint32_t shard,

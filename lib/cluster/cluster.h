@@ -342,10 +342,11 @@ enum ts_report { TS_REPORT_UNHEARD = -1, TS_REPORT_KEPT = 0, TS_REPORT_DEAD = 1 
 enum ts_report ts_cluster_report_unreachable(struct ts_cluster *cl, uint32_t id,
                                              const char *reporter, const char *detail);
 /* Shard `shard` saw worker `worker`'s data-plane connection hang up without a goodbye: the
- * master declares it dead now (docs/elastic.md), unless that shard is out of the map.
- * Logged as above; whether the master heard. */
+ * master declares it dead now (docs/elastic.md), unless that shard is out of the map or the
+ * connection's HELLO said a map epoch (hello_epoch; 0: not known) older than the shard's
+ * latest registration. Logged as above; whether the master heard. */
 bool ts_cluster_report_worker(struct ts_cluster *cl, uint32_t worker, uint32_t shard,
-                              const char *detail);
+                              uint64_t hello_epoch, const char *detail);
 /* ReportLost: a partition of job that this shard (shard) heads lost every copy, found when the
  * job had gone back to snapshots `generation` times. Logged, as
  * ts_cluster_report_unreachable; false if the master could not be told (try again). */

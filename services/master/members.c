@@ -681,6 +681,18 @@ ts_status ts_members_shard_addr(struct ts_members *m, uint32_t id,
     return st;
 }
 
+uint64_t ts_members_shard_registered(struct ts_members *m, uint32_t id)
+{
+    struct ts_member *e;
+    uint64_t epoch = 0;
+
+    pthread_mutex_lock(&m->mu);
+    if ((e = members_find_id(&m->shards, id)) && e->state == TS_MEMBER_ALIVE)
+        epoch = e->registered_epoch;
+    pthread_mutex_unlock(&m->mu);
+    return epoch;
+}
+
 bool ts_members_declare_dead(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                              const char *instance, const char *why)
 {

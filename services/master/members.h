@@ -265,6 +265,9 @@ ts_status ts_members_shard_addr(struct ts_members *m, uint32_t id,
                                 char addr[TS_MEMBERS_MAX_ADDR + 1],
                                 char instance[TS_MEMBERS_MAX_INSTANCE + 1], bool *alive,
                                 struct ts_err *err) TS_MUST_CHECK;
+/* The map epoch at which shard id registered last, while it is alive; 0 when it is out of the
+ * map or unknown. */
+uint64_t ts_members_shard_registered(struct ts_members *m, uint32_t id);
 /* Declares member id of kind dead for `why` (logged, kept for status) if it is still alive and
  * still the process start `instance` (NULL: any); returns whether it did. The map moves on, or
  * (a worker: the caller tells the job table) its job goes on, as for an expired lease. Shards

@@ -596,16 +596,6 @@ static ts_status report_lost(struct ts_rpc_call *call, const ProtobufCMessage *r
  * once; a slow answer proves nothing, and the lease decides. */
 #define REPORT_PROBE_MS 500
 
-/* Whether shard id is alive in the map. */
-static bool shard_alive(struct master *m, uint32_t id)
-{
-    char addr[TS_MEMBERS_MAX_ADDR + 1], instance[TS_MEMBERS_MAX_INSTANCE + 1];
-    struct ts_err e = { 0 };
-    bool alive = false;
-
-    return !ts_members_shard_addr(m->members, id, addr, instance, &alive, &e) && alive;
-}
-
 static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMessage *rq,
                                     ProtobufCMessage *rs, struct ts_err *err)
 {
@@ -628,12 +618,26 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
         /* so only those who see it go may say so: a shard (its data plane) or an admin */
         if ((st = ts_rpc_need_role(call, TS_ROLE_SHARD | TS_ROLE_ADMIN, err)))
             return st;
-        if (req->reporter_shard && !shard_alive(m, req->reporter_shard)) {
+        uint64_t since = req->reporter_shard
+                         ? ts_members_shard_registered(m->members, req->reporter_shard) : 0;
+        if (req->reporter_shard && !since) {
             ts_log(TS_INFO, "master", "worker %u reported by shard %u, which is out of the "
                    "map: not heard (its connections are from before it was dropped)",
                    req->worker_id, req->reporter_shard);
             resp->verdict = ts_rpc_strdup(call, "not heard: the reporting shard is out of "
                                           "the map");
+            resp->epoch = ts_members_epoch(m->members);
+            return TS_OK;
+        }
+        /* Back in the map, it may still read hang-ups of connections begun before it was
+         * dropped (its workers left them when the map moved on without it). */
+        if (req->reporter_shard && req->hello_epoch && req->hello_epoch < since) {
+            ts_log(TS_INFO, "master", "worker %u reported by shard %u about a connection begun "
+                   "under map epoch %llu, before the shard registered again (epoch %llu): not "
+                   "heard (its lease decides)", req->worker_id, req->reporter_shard,
+                   (unsigned long long)req->hello_epoch, (unsigned long long)since);
+            resp->verdict = ts_rpc_strdup(call, "not heard: the connection began before the "
+                                          "reporting shard registered again");
             resp->epoch = ts_members_epoch(m->members);
             return TS_OK;
         }

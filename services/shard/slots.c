@@ -133,7 +133,7 @@ void dp_slots_lost(struct dp_conn *dc)
                "the master", dc->worker, job);
         /* The master first, so that the workers woken next find the new slots there. */
         if (cl)
-            ts_cluster_report_worker(cl, dc->worker, atomic_load(&dp->self),
+            ts_cluster_report_worker(cl, dc->worker, atomic_load(&dp->self), dc->hello_epoch,
                                      "its data-plane connection hung up");
     }
     /* dataplane_stop holds mu while it joins this thread: give way to it. */

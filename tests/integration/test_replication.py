@@ -35,7 +35,9 @@ Real processes: a master with --replicas 2 and three shards. Checked:
   dropped from the map because a worker or a chain neighbour reported it (ReportUnreachable)
   and the master found its port closed, which ClusterStatus says as the shard's death;
 - ReportUnreachable's refusals (shard_id missing or unknown, reporter too long), and a live
-  shard reported unreachable stays in the map.
+  shard reported unreachable stays in the map; a worker reported by a shard about a
+  connection whose HELLO said a map older than the shard's registration stays alive, and
+  one reported under the shard's map is declared dead.
 """
 import functools
 import json
@@ -228,6 +230,34 @@ class Replicated(tl.ClusterCase, unittest.TestCase):
             self.assertEqual(e.code().name, code)
             self.assertIn(field, e.details())
         self.assertEqual(tl.cluster_status(self.ch).epoch, before.epoch)
+
+    def test_5_a_worker_reported_on_an_older_connection_is_not_heard(self):
+        """A shard's report of a worker's hang-up on a connection whose HELLO said a map older
+        than the shard's registration is not heard (a shard dropped and back speaks of
+        connections its workers left on purpose); one under its map is."""
+        m = tl.Stub(self.ch, master_pb2, "Master")
+        wid = m.RegisterWorker(master_pb2.RegisterWorkerRequest(
+            host="localhost", pid=4242, instance="w-report", lease_ms=60000),
+            timeout=tl.RPC_TIMEOUT).worker_id
+        st = tl.cluster_status(self.ch)
+        shard = [s for s in st.shards if s.state == tl.ALIVE][0]
+        self.assertGreater(shard.registered_epoch, 1)
+
+        def report(hello_epoch):
+            return m.ReportUnreachable(master_pb2.ReportUnreachableRequest(
+                worker_id=wid, reporter_shard=shard.id, reporter="shard %d" % shard.id,
+                detail="its data-plane connection hung up", hello_epoch=hello_epoch),
+                timeout=tl.RPC_TIMEOUT)
+
+        def state():
+            return [w for w in tl.cluster_status(self.ch).workers if w.id == wid][0].state
+        r = report(shard.registered_epoch - 1)
+        self.assertFalse(r.dead)
+        self.assertIn("began before the reporting shard registered again", r.verdict)
+        self.assertEqual(state(), tl.ALIVE)
+        r = report(st.epoch)
+        self.assertTrue(r.dead, r.verdict)
+        self.assertEqual(state(), tl.DEAD)
 
 
 KILLS = unittest.skipIf(os.environ.get("TESSERA_REPLICATION_KILLS") == "0",

@@ -56,9 +56,7 @@ static int job_options(const char *cmd, struct train_cli *t, int64_t width)
     t->sdk.start_workers = !t->local && width > t->workers ? (unsigned)t->workers : 0;
     t->sdk.batch = (double)t->tr.batch;
     t->sdk.balance = t->sdk.balance && !t->local;
-    t->sdk.elastic = !t->local && !t->tr.no_elastic &&
-                     (strcmp(t->tr.model, "ctr") || !t->tr.row_ttl) &&
-                     tessera_options_can_be_elastic(&t->sdk);
+    t->sdk.elastic = !t->local && !t->tr.no_elastic && tessera_options_can_be_elastic(&t->sdk);
     if (tessera_options_check(&t->sdk, TESSERA_OPTIONS_NAME_FLAGS, &e)) {
         fprintf(stderr, "tessera %s: %s\n", cmd, e.message);
         return 2;

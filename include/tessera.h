@@ -544,8 +544,7 @@ int tessera_step_some(tessera *t, uint64_t step, size_t n, const int *ids,
  * owns (tessera_push_rows_slot) and pulls the rows of each slot's samples; a table call
  * answered TESSERA_ESLOTS (the slots changed hands while it waited) is followed by
  * tessera_elastic_recover, then the step tessera_resume_step() names is computed again with
- * the slots tessera_slots() names. Not yet: tables in reduce jobs, and a row lifetime
- * (ttl_steps) in an elastic job (TESSERA_ENOTSUP). */
+ * the slots tessera_slots() names. Not yet: tables in reduce jobs (TESSERA_ENOTSUP). */
 struct tessera_table_spec {
     size_t size;             /* sizeof(struct tessera_table_spec) of the caller's header */
     const char *name;        /* 1..64 of [A-Za-z0-9._-] */

@@ -63,13 +63,8 @@ void sdk_rows_free(struct tessera *t)
 }
 
 /* What tables cannot do yet (tessera.h). */
-static ts_status supported(const struct tessera *t, uint64_t ttl, struct ts_err *err)
+static ts_status supported(const struct tessera *t, struct ts_err *err)
 {
-    if (t->elastic && ttl)
-        return ts_err_set(err, TS_ENOTSUP, "spec.ttl_steps: a row lifetime in an elastic job is "
-                          "not built yet (a slot computed again after a death reads the rows "
-                          "as its step found them, and a lifetime's sweep drops rows): give 0, "
-                          "or connect with elastic 0");
     if (t->job.mode == TS_MODE_REDUCE)
         return ts_err_set(err, TS_ENOTSUP, "tables live on the shards; mode reduce keeps "
                           "parameters on the workers: use bsp, ssp or asp");
@@ -194,7 +189,7 @@ int tessera_table_register(tessera *t, const struct tessera_table_spec *s, int *
     ttl = s->size >= offsetof(struct tessera_table_spec, ttl_steps) + sizeof(s->ttl_steps)
               ? s->ttl_steps : 0;
     optimizer = s->optimizer ? s->optimizer : t->job.optimizer;
-    if ((st = supported(t, ttl, &err)) || (st = ts_job_id_check("table.name", s->name, &err)))
+    if ((st = supported(t, &err)) || (st = ts_job_id_check("table.name", s->name, &err)))
         return sdk_fail(e, &err);
     /* The same spec again (every rank registers; a script may twice): the same handle. */
     for (int i = 0; i < t->ntables; i++)

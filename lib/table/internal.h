@@ -123,18 +123,36 @@ struct step_acc {
     uint64_t fresh;                /* entries with no row yet: their bytes are in the budget */
 };
 
-/* BSP: the values of the rows the last applied step changed, as they were before it (ids
- * ascending, values dim floats each, a created row's its initial ones): a pull of the version
- * before the table's step reads them, as an elastic job's slot redone by its new owner does
- * when some shards applied the step already (table.h, "Elastic jobs"). `of` is that version;
- * valid false after a reset, a restore, or a step whose row lifetime swept rows (their old
- * values are not kept). Not charged to the budget (the step's sums are not either). */
+/* BSP: the values of the rows the last applied step changed, and of those its row
+ * lifetime's sweep dropped, as they were before it (ids ascending, values dim floats each, a
+ * created row's its initial ones): a pull of the version before the table's step reads
+ * them, as an elastic job's slot redone by its new owner does when some shards applied the
+ * step already (table.h, "Elastic jobs"). `of` is that version; valid false after a reset or
+ * a restore. swept_lost: the sweep dropped rows whose values are not here (past
+ * SWEEP_KEEP_BYTES with a tier, or no memory), so a row found nowhere may have had values at
+ * `of`: such a pull is refused. Not charged to the budget (the step's sums are not either). */
 struct step_prev {
     uint64_t *ids;
     float *values;
     size_t n, cap;
     uint64_t of;
     bool valid;
+    bool swept_lost;
+};
+
+/* The values of the rows a sweep dropped (rows_expire), as they were: ids in the order
+ * dropped, dim floats each; at most `most` rows, `over` when it dropped more (or memory ran
+ * out). Without a tier every dropped row was in memory, and its record freed is larger than
+ * its values kept, so a sweep keeps them all; with one, the rows dropped from the disk could
+ * be more than memory holds, so at most ts_table.sweep_keep bytes of values (push.c). */
+#define SWEEP_KEEP_BYTES (64u << 20)
+struct rows_kept {
+    uint32_t dim;
+    size_t most;
+    uint64_t *ids;
+    float *values;
+    size_t n, cap;
+    bool over;
 };
 
 /* The initial values drawn for rows a pull read before they existed (table.c): the push
@@ -175,6 +193,7 @@ struct ts_table {
     struct rows rows;
     struct step_acc acc;           /* BSP */
     struct step_prev prev;         /* BSP */
+    size_t sweep_keep;             /* with a tier: bytes of a sweep's dropped values kept */
     uint8_t *pushed;               /* BSP: workers flags for the step */
     uint32_t npushed;
     uint64_t step;                 /* BSP: steps applied */
@@ -237,9 +256,10 @@ void rows_prefetch_end(struct rows *r, uint64_t space, const uint64_t *want, siz
                        const uint8_t *recs, const bool *found);
 /* Drops every row whose last update step is below `before` (row lifetime, table.h), from
  * memory, the batches and the disk (a delete the writer makes after the batches before it;
- * until then the rows count as absent). Returns how many; cannot fail: rows a disk error
- * kept it from reading stay, and *partial says so. */
-uint64_t rows_expire(struct rows *r, uint64_t before, bool *partial);
+ * until then the rows count as absent), their values kept in *kept (NULL: not kept).
+ * Returns how many; cannot fail: rows a disk error kept it from reading stay, and *partial
+ * says so. */
+uint64_t rows_expire(struct rows *r, uint64_t before, struct rows_kept *kept, bool *partial);
 /* Hands the batch being filled to the writer and waits until every batch is on disk. */
 void rows_flush(struct rows *r);
 /* Copies row id's record (rec bytes; rec may be NULL) from whichever tier holds it, with no

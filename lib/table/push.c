@@ -214,19 +214,6 @@ static int cmp_entry(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Row lifetime (table.h): the rows not updated in the last ttl steps go. */
-static void expire(struct ts_table *t)
-{
-    bool partial;
-    uint64_t dropped = rows_expire(&t->rows, t->step - t->ttl, &partial);
-
-    if (dropped) {
-        table_refund(t, dropped);
-        t->lost_dirty = true;   /* the next capture is full: runs cannot say "deleted" */
-    }
-    (void)partial;   /* rows it could not reach stay (table.h) */
-}
-
 /* Room in t->prev for a step of n rows (before the step changes anything). */
 static ts_status prev_reserve(struct ts_table *t, size_t n, struct ts_err *err)
 {
@@ -247,6 +234,64 @@ static ts_status prev_reserve(struct ts_table *t, size_t n, struct ts_err *err)
     p->values = values;
     p->cap = cap;
     return TS_OK;
+}
+
+/* The values of the rows a sweep dropped, kept, merged into t->prev (ids ascending) after
+ * the step's; swept_lost when some are not (kept->over, or no memory). */
+static void prev_merge_swept(struct ts_table *t, struct rows_kept *kept, struct entry *order)
+{
+    struct step_prev *p = &t->prev;
+    size_t i, j, out, dim = t->dim;
+
+    p->swept_lost = kept->over;
+    if (!kept->n)
+        return;
+    if (!order || prev_reserve(t, p->n + kept->n, NULL)) {
+        p->swept_lost = true;
+        return;
+    }
+    for (size_t k = 0; k < kept->n; k++)
+        order[k] = (struct entry){ .id = kept->ids[k], .k = k };
+    qsort(order, kept->n, sizeof(*order), cmp_entry);
+    /* From the end, so that neither list is overwritten before it is read. */
+    for (i = p->n, j = kept->n, out = p->n + kept->n; j;) {
+        out--;
+        if (i && p->ids[i - 1] > order[j - 1].id) {
+            i--;
+            p->ids[out] = p->ids[i];
+            memmove(p->values + out * dim, p->values + i * dim, dim * sizeof(float));
+        } else {
+            j--;
+            p->ids[out] = order[j].id;
+            memcpy(p->values + out * dim, kept->values + order[j].k * dim,
+                   dim * sizeof(float));
+        }
+    }
+    p->n += kept->n;
+}
+
+/* Row lifetime (table.h): the rows not updated in the last ttl steps go, their values at the
+ * version before kept in t->prev. */
+static void expire(struct ts_table *t)
+{
+    struct rows_kept kept = { .dim = t->dim, .most = SIZE_MAX };
+    struct entry *order;
+    bool partial;
+    uint64_t dropped;
+
+    if (t->rows.tier)
+        kept.most = t->sweep_keep / (t->dim * sizeof(float));
+    dropped = rows_expire(&t->rows, t->step - t->ttl, &kept, &partial);
+    if (dropped) {
+        table_refund(t, dropped);
+        t->lost_dirty = true;   /* the next capture is full: runs cannot say "deleted" */
+    }
+    (void)partial;   /* rows it could not reach stay (table.h) */
+    order = kept.n ? malloc(kept.n * sizeof(*order)) : NULL;
+    prev_merge_swept(t, &kept, order);
+    free(order);
+    free(kept.ids);
+    free(kept.values);
 }
 
 /* Every rank pushed: each touched row, in ascending id, gets sum / batch through the
@@ -286,10 +331,9 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
     idmap_clear(&a->map);
     p->of = t->step++;
     p->valid = true;
-    if (t->ttl && t->step % t->ttl == 0) {
+    p->swept_lost = false;
+    if (t->ttl && t->step % t->ttl == 0)
         expire(t);
-        p->valid = false;   /* the rows it dropped had values at version `of` too */
-    }
     t->npushed = 0;
     table_init_forget(t);   /* this step's rows exist now */
     memset(t->pushed, 0, t->job->workers);

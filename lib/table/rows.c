@@ -618,9 +618,36 @@ static bool drop_listed(struct rows *r, struct idlist *dels, uint64_t id)
     return true;
 }
 
+/* A dropped row's values (its record rec) into k, while it holds fewer than k->most. */
+static void keep(struct rows_kept *k, uint64_t id, const void *rec)
+{
+    if (!k || k->over)
+        return;
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 256;
+        uint64_t *ids;
+        float *values;
+
+        cap = cap < k->most ? cap : k->most;
+        if (k->n == cap || !(ids = realloc(k->ids, cap * sizeof(*ids)))) {
+            k->over = true;
+            return;
+        }
+        k->ids = ids;
+        if (!(values = realloc(k->values, cap * k->dim * sizeof(*values)))) {
+            k->over = true;
+            return;
+        }
+        k->values = values;
+        k->cap = cap;
+    }
+    k->ids[k->n] = id;
+    memcpy(k->values + k->n++ * k->dim, (const struct row *)rec + 1, k->dim * sizeof(float));
+}
+
 /* Drops the rows in memory whose step is below before (with a tier: listed for the disk). */
 static uint64_t expire_memory(struct rows *r, uint64_t before, struct idlist *dels,
-                              bool *partial)
+                              struct rows_kept *kept, bool *partial)
 {
     uint64_t dropped = 0;
 
@@ -641,6 +668,7 @@ static uint64_t expire_memory(struct rows *r, uint64_t before, struct idlist *de
             *partial = true;
             continue;
         }
+        keep(kept, w->id, w);
         idmap_del(&r->map, w->id);
         w->id = IDMAP_EMPTY;
         if (r->nfree < r->free_cap)
@@ -681,7 +709,7 @@ static void unbatch(struct rows *r, uint64_t id)
 
 /* The rows only in batches or on disk: their records read, those below before dropped. */
 static uint64_t expire_tiers(struct rows *r, uint64_t before, struct idlist *dels,
-                             bool *partial)
+                             struct rows_kept *kept, bool *partial)
 {
     struct idlist cand = { 0 }, read = { 0 };
     uint64_t *disk = NULL, dropped = 0, k;
@@ -717,6 +745,7 @@ static uint64_t expire_tiers(struct rows *r, uint64_t before, struct idlist *del
                 *partial = true;
         } else if (((const struct row *)(const void *)rec)->step < before) {
             if (drop_listed(r, dels, id)) {
+                keep(kept, id, rec);
                 unbatch(r, id);
                 dropped++;
             } else {
@@ -734,9 +763,10 @@ static uint64_t expire_tiers(struct rows *r, uint64_t before, struct idlist *del
         if (!found[i] ||
             ((const struct row *)(const void *)(recs + i * r->rec))->step >= before)
             continue;
-        if (drop_listed(r, dels, read.v[i]))
+        if (drop_listed(r, dels, read.v[i])) {
+            keep(kept, read.v[i], recs + i * r->rec);
             dropped++;
-        else
+        } else
             *partial = true;
     }
     idmap_fini(&seen);
@@ -747,7 +777,7 @@ static uint64_t expire_tiers(struct rows *r, uint64_t before, struct idlist *del
     return dropped;
 }
 
-uint64_t rows_expire(struct rows *r, uint64_t before, bool *partial)
+uint64_t rows_expire(struct rows *r, uint64_t before, struct rows_kept *kept, bool *partial)
 {
     struct idlist dels = { 0 };
     struct tier_batch *b = NULL;
@@ -758,9 +788,9 @@ uint64_t rows_expire(struct rows *r, uint64_t before, bool *partial)
         *partial = true;
         return 0;
     }
-    dropped = expire_memory(r, before, &dels, partial);
+    dropped = expire_memory(r, before, &dels, kept, partial);
     if (r->tier)
-        dropped += expire_tiers(r, before, &dels, partial);
+        dropped += expire_tiers(r, before, &dels, kept, partial);
     __atomic_store_n(&r->n, r->n - dropped, __ATOMIC_RELAXED);
     r->stats.expired += dropped;
     if (!dels.n) {

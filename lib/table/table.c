@@ -162,6 +162,7 @@ ts_status ts_table_create(const struct ts_job *job, const struct ts_table_cfg *c
     t->max_id = cfg->max_id;
     t->seed = cfg->seed;
     t->ttl = cfg->ttl_steps;
+    t->sweep_keep = SWEEP_KEEP_BYTES;
     t->optim = optim;
     t->slen = ts_optim_state_len(optim.kind);
     /* Rounded up to 8 bytes, so that every record's header is aligned. */
@@ -592,12 +593,20 @@ ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms
             struct row *w = rows_find(&t->rows, ids[i]);
             const float *old = before ? prev_values(&t->prev, t->dim, ids[i]) : NULL;
 
-            if (old)
+            if (old) {
                 memcpy(out + i * t->dim, old, t->dim * sizeof(float));
-            else if (w)
+            } else if (before && !w && t->prev.swept_lost) {
+                st = ts_err_set(err, TS_ESTATE, "ids[%zu]: row %" PRIu64 " at version %" PRIu64
+                                " is not kept: the row lifetime's sweep after that step "
+                                "dropped more rows than it keeps (%zu MiB of values with a "
+                                "disk tier), so the version before the table's cannot be "
+                                "read; give the rows a longer --row-ttl", i, ids[i], want,
+                                t->sweep_keep >> 20);
+            } else if (w) {
                 memcpy(out + i * t->dim, row_values(w), t->dim * sizeof(float));
-            else
+            } else {
                 table_init_values(t, ids[i], out + i * t->dim);
+            }
         }
     }
     pthread_mutex_unlock(&t->mu);

@@ -70,9 +70,11 @@
  * Elastic jobs (docs/elastic.md): a rank is a slot, and a slot that changes hands mid-step is
  * computed again by its new owner from the step's values, while shards that had every slot's
  * push may have applied the step. So a BSP table keeps the values the last applied step
- * changed as they were before it (a created row's initial ones): a pull of version s on a
- * table at step s + 1 reads those, the rows at version s. Not after a row lifetime sweep (its
- * dropped rows' values are not kept), a reset or a restore: then the newest.
+ * changed as they were before it (a created row's initial ones), and those its row lifetime's
+ * sweep dropped: a pull of version s on a table at step s + 1 reads those, the rows at
+ * version s. Not after a reset or a restore: then the newest. With a tier a sweep keeps at
+ * most SWEEP_KEEP_BYTES of dropped rows' values (internal.h); past that, such a pull that
+ * meets a row found nowhere is refused (TS_ESTATE) rather than read as its initial values.
  *
  * Fingerprint (ts_table_sha256): SHA-256 over the table's name and a NUL byte, dim (4 bytes
  * little-endian), the row count (8 bytes LE), then each row in ascending id: its id (8 bytes

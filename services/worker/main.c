@@ -67,16 +67,14 @@ static int trainer_options(const struct trainer_flags *f, struct train_opts *o)
     o->sdk.micro_batch = o->micro;
     o->sdk.loss_scale = strcmp(f->loss, "dynamic") ? TESSERA_LOSS_SCALE_NONE
                                                    : TESSERA_LOSS_SCALE_SDK;
-    /* Elastic where it can be: bsp, no sync periods, no top-k (docs/elastic.md); with sparse
-     * tables, not with a row lifetime (docs/embeddings.md, "Elastic jobs with tables"). */
+    /* Elastic where it can be: bsp, no sync periods, no top-k (docs/elastic.md). */
     o->ctr = !strcmp(f->tr.model, "ctr");
     o->ctr_features = (uint32_t)f->tr.ctr_features, o->ctr_dim = (uint32_t)f->tr.ctr_dim;
     o->ctr_rows = (uint64_t)f->tr.ctr_rows, o->eval_samples = (uint64_t)f->tr.eval_samples;
     o->table_optimizer = f->tr.table_optimizer;
     o->prefetch_depth = (uint32_t)f->tr.prefetch_depth;
     o->row_ttl = (uint64_t)f->tr.row_ttl;
-    o->sdk.elastic = !f->tr.no_elastic && (!o->ctr || !o->row_ttl) &&
-                     tessera_options_can_be_elastic(&o->sdk);
+    o->sdk.elastic = !f->tr.no_elastic && tessera_options_can_be_elastic(&o->sdk);
     return -1;
 }
 

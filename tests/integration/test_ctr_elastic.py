@@ -8,13 +8,16 @@ compared with the same run of `tessera train --local`:
 - Killed: SIGKILL of rank 1 or 2 at a random step of the first third. `tessera train` says
   the others take over its share and exits 0; the final params_sha256 (tensors and every
   table) and the row count equal --local's; the job is finished with the slot taken over.
+  The same with --row-ttl 4 (rows no step updated in 4 steps dropped every 4 steps).
 - Killed between two tables (a test hook, TESSERA_TEST_DIE_IN_ROWS: the sanitizer build):
   rank 2 dies after pushing its rows of step 7 to 4 of the 8 tables. Those tables apply step
   7 (every slot pushed) while the others wait for slot 2; its new owner computes slot 2 of
   step 7 again from the rows as step 7 found them, which the shards that applied it keep
   (lib/table/table.h, "Elastic jobs"). Same fingerprint. Without the kept rows the
   recomputed gradients differ and so does the fingerprint (checked by hand when this was
-  built).
+  built). Then the same with --row-ttl 4: those 4 tables also swept rows after step 7, and
+  keep the dropped rows as step 7 found them with the rest (without, the dense partitions
+  refuse the recomputed push as differing from the one counted: checked by hand).
 - Respawned: `--respawn`, SIGKILL of rank 1: a new rank 1 joins the running job
   (tessera_join), gets its slot back and trains to the end; same fingerprint.
 - Rank 0 killed: rank 0 alone scores and reports, so `tessera train` prints the job's
@@ -35,6 +38,7 @@ import tessera_testlib as tl  # noqa: E402
 # once ended (2.6 s) before the kill at step 161 came.
 STEPS = 60 if tl.SANITIZED else 900
 CTR = ["--model", "ctr", "--batch", "96", "--micro", "16", "--exact", "--json"]
+TTL = ["--row-ttl", "4"]
 SEED = int(os.environ.get("TESSERA_ELASTIC_SEED", "0")) or random.randrange(1, 1 << 30)
 
 
@@ -48,13 +52,15 @@ class CtrElastic(tl.UpCase, unittest.TestCase):
         cls.local = {}
         super().setUpClass()
 
-    def want(self, steps):
+    def want(self, steps, extra=()):
         """--local's report of the run (params_sha256, table_rows)."""
-        if steps not in self.local:
-            r = tl.run_cli(["train", "--local", "--steps", str(steps)] + CTR, timeout=300)
+        key = (steps,) + tuple(extra)
+        if key not in self.local:
+            r = tl.run_cli(["train", "--local", "--steps", str(steps)] + CTR + list(extra),
+                           timeout=300)
             self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-            self.local[steps] = json.loads(r.stdout)
-        return self.local[steps]
+            self.local[key] = json.loads(r.stdout)
+        return self.local[key]
 
     def train(self, job, steps=STEPS, extra=(), env=None):
         with tl.environ(**(env or {})):
@@ -79,12 +85,12 @@ class CtrElastic(tl.UpCase, unittest.TestCase):
             self.fail("rank %d (pid %d) ended before the kill at step %d: the job outran the "
                       "status polling; lower the step or raise STEPS" % (rank, pid, step))
 
-    def finish(self, train, steps=STEPS):
+    def finish(self, train, steps=STEPS, extra=()):
         rc = train.wait(300)
         out = train.p.stdout.read().decode()
         err = train.log_text()
         self.assertEqual(rc, 0, "tessera train exited %r:\n%s\n%s" % (rc, out, err[-3000:]))
-        got, want = json.loads(out), self.want(steps)
+        got, want = json.loads(out), self.want(steps, extra)
         self.assertEqual(got["params_sha256"], want["params_sha256"], err[-3000:])
         self.assertEqual(got["table_rows"], want["table_rows"])
         return got, err
@@ -94,17 +100,26 @@ class CtrElastic(tl.UpCase, unittest.TestCase):
                                            if j["id"] == job_id and j["state"] == "finished"),
                                           None), 30, "job %s finished" % job_id)
 
-    def test_killed(self):
+    def killed(self, job, extra=()):
         rank, step = self.rng.randrange(1, 3), self.rng.randrange(5, STEPS // 3)
         tl.log("killing rank %d at step %d" % (rank, step))
-        train = self.train("killed")
+        train = self.train(job, extra=extra)
         self.kill_at(train, rank, step)
-        _, err = self.finish(train)
+        _, err = self.finish(train, extra=extra)
         self.assertIn("worker %d was killed (signal 9); the others take over its share" % rank,
                       err)
-        j = self.job("killed")
+        j = self.job(job)
         self.assertGreaterEqual(j["adopted"], 1, j)
         self.assertGreaterEqual(j["roster"], 1, j)
+
+    def test_killed(self):
+        self.killed("killed")
+
+    def test_killed_with_row_ttl(self):
+        """--row-ttl 4: every 4 steps the rows no step updated in the last 4 are dropped;
+        the job is elastic all the same (a store keeps the rows its sweep dropped, as the
+        step found them, with those the step changed)."""
+        self.killed("killed-ttl", extra=TTL)
 
     def test_rank0_killed(self):
         """Rank 0, the one that scores the held-out samples and reports, killed: the others
@@ -125,10 +140,17 @@ class CtrElastic(tl.UpCase, unittest.TestCase):
 
     @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
     def test_killed_between_two_tables(self):
-        train = self.train("between", steps=40, env={"TESSERA_TEST_DIE_IN_ROWS": "2:7:4"})
-        got, err = self.finish(train, steps=40)
-        self.assertIn("worker 2 was killed (signal 9); the others take over its share", err)
-        self.assertGreaterEqual(got["reslots"], 1, err[-3000:])
+        """Rank 2 dies after its rows of step 7 reached 4 of the 8 tables; then the same
+        with --row-ttl 4, so the 4 tables that applied step 7 also swept their rows after it
+        before slot 2 of step 7 is computed again from them."""
+        for job, extra in (("between", ()), ("between-ttl", TTL)):
+            with self.subTest(job=job):
+                train = self.train(job, steps=40, extra=extra,
+                                   env={"TESSERA_TEST_DIE_IN_ROWS": "2:7:4"})
+                got, err = self.finish(train, steps=40, extra=extra)
+                self.assertIn("worker 2 was killed (signal 9); the others take over its share",
+                              err)
+                self.assertGreaterEqual(got["reslots"], 1, err[-3000:])
 
     def test_respawned(self):
         step = self.rng.randrange(5, STEPS // 3)

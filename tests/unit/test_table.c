@@ -803,15 +803,20 @@ static void t_version_before(void **state)
     assert_true(memcmp(v, v1, 2 * sizeof(float)) != 0);                  /* row 9 moved on */
     ts_table_free(t);
 
-    /* A step that swept rows keeps no version before it. */
+    /* A step whose sweep dropped rows keeps their values as they were before it too. */
     assert_int_equal(ts_table_create(&j, &c, NULL, &l, &e), TS_OK);
     push_ok(l, 0, 0, ids, 1, g);
     push_ok(l, 1, 0, NULL, 0, NULL);
+    assert_int_equal(ts_table_pull(l, 0, 1, 0, all, 3, v1, &e), TS_OK);   /* version 1 */
     push_ok(l, 0, 1, ids + 1, 1, g);   /* step 1 creates row 9; its sweep drops row 3 */
     push_ok(l, 1, 1, NULL, 0, NULL);
     assert_int_equal(ts_table_count(l), 1);
-    assert_int_equal(ts_table_pull(l, 0, 1, 0, ids + 1, 1, v, &e), TS_OK);
-    assert_true(v[0] == -0.5f && v[1] == -1.0f);   /* row 9 now, not its zeros before */
+    assert_int_equal(ts_table_pull(l, 0, 2, 0, all, 3, v, &e), TS_OK);   /* version 2 */
+    assert_true(v[0] == -0.5f && v[1] == -1.0f);   /* row 9 now */
+    assert_true(v[4] == 0 && v[5] == 0);           /* row 3 gone: its initial zeros */
+    assert_true(v1[4] == -0.5f && v1[5] == -1.0f);
+    assert_int_equal(ts_table_pull(l, 0, 1, 0, all, 3, v, &e), TS_OK);   /* version 1 */
+    assert_memory_equal(v, v1, sizeof(v));          /* row 9's zeros, row 3 as it was */
     ts_table_free(l);
 }
 

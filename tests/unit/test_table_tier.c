@@ -310,7 +310,7 @@ static void t_prefetch_keeps_what_an_operation_changed(void **state)
         bool partial;
         uint64_t before = r.n;
 
-        assert_int_equal(rows_expire(&r, 1, &partial), 4);   /* rows 1..4: step 0 */
+        assert_int_equal(rows_expire(&r, 1, NULL, &partial), 4);   /* rows 1..4: step 0 */
         assert_false(partial);
         assert_int_equal(r.n, before - 4);
     }
@@ -777,7 +777,8 @@ static void t_ttl_drops_rows_deterministically(void **state)
     struct ts_table *a, *b, *half[2];
     struct ts_err e = { 0 };
     int64_t last[IDS];
-    uint64_t ids[WIDTH + 3], part[2][WIDTH + 3], *got;
+    uint64_t ids[WIDTH + 3], part[2][WIDTH + 3], *got, all[IDS];
+    static float was[IDS * 16], now[IDS * 16];
     float g[(WIDTH + 3) * 16];
     size_t n, np[2], ngot, want;
     bool armed, ready, applied;
@@ -785,8 +786,10 @@ static void t_ttl_drops_rows_deterministically(void **state)
     char ha[65], hh[65];
 
     (void)state;
-    for (size_t i = 0; i < IDS; i++)
+    for (size_t i = 0; i < IDS; i++) {
         last[i] = -1;
+        all[i] = i;
+    }
     ts_table_budget_init(&mem, 0);
     ts_table_budget_init(&small, 0);
     small.tier = tier;
@@ -813,8 +816,24 @@ static void t_ttl_drops_rows_deterministically(void **state)
         }
         struct ts_row_push in = { .step = s, .n = n, .ids = ids, .grad = g,
                                   .encoding = TS_ENC_FIXED_F32 };
+        assert_int_equal(ts_table_pull(a, 0, s, 0, all, IDS, was, &e), TS_OK);
+        if (s == 11)   /* its sweep keeps none of the dropped rows' values in b */
+            b->sweep_keep = 0;
         assert_int_equal(ts_table_push(a, &in, &applied, &e), TS_OK);
         assert_int_equal(ts_table_push(b, &in, &applied, &e), TS_OK);
+        /* The version before (an elastic job's slot computed again) as it was, the rows the
+         * sweep dropped from memory, the batches and the disk included. */
+        assert_int_equal(ts_table_pull(a, 0, s, 0, all, IDS, now, &e), TS_OK);
+        assert_memory_equal(now, was, sizeof(was));
+        if (s == 11) {
+            assert_int_equal(ts_table_pull(b, 0, s, 0, all, IDS, now, &e), TS_ESTATE);
+            assert_non_null(strstr(e.msg, "table 'xttl': ids[0]: row 0 at version 11 is not "
+                                          "kept: the row lifetime's sweep"));
+            b->sweep_keep = SWEEP_KEEP_BYTES;
+        } else {
+            assert_int_equal(ts_table_pull(b, 0, s, 0, all, IDS, now, &e), TS_OK);
+            assert_memory_equal(now, was, sizeof(was));
+        }
         for (int h = 0; h < 2; h++) {
             struct ts_row_push ph = { .step = s, .n = np[h], .ids = part[h], .grad = g,
                                       .encoding = TS_ENC_FIXED_F32 };

@@ -25,6 +25,14 @@ one pass per micro-batch, each micro-batch's dense gradient turned into int64 fi
 ps.accumulate), then every EmbeddingBag's push(local_batch=...) and ps.step(...). In exact mode
 (--exact) the result does not depend on the worker or shard count.
 
+--elastic (with a master; `tessera run --respawn` starts a killed rank again): the job
+outlives a dead rank. Slot r is rank r's share of each step; a rank computes every slot
+ps.slots() names (a dead rank's too, until it is back), each slot's passes followed by every
+EmbeddingBag's push(slot=...), then ps.step(). A step that meets the slots changing hands
+(tessera.Slots, from a table's pull or push or from ps.step()) is computed again from the step
+ps.recover() names. The job has no assignment step (it starts from the initializers), so its
+versions are the data steps; in exact mode it ends on the bits of a run where nothing died.
+
 At the end rank 0 scores --eval-samples held-out samples (tessera.ctr_holdout(j)) and prints
 their AUC and log-loss beside the planted model's own on the same samples
 (tessera.ctr_optimum), the samples/s of the training loop, and params_sha256 in the C
@@ -160,10 +168,34 @@ def train_step(a, k, rank, workers, model, mlp, embs, ps):
     return loss_sum, n
 
 
+def train_step_elastic(a, k, workers, model, mlp, embs, ps):
+    """Step k of an elastic job: each slot this rank computes, its passes then its rows
+    pushed as that slot, then the dense step of those slots. Returns (the summed loss, the
+    samples)."""
+    loss_sum, n = 0.0, 0
+    for slot in ps.slots():
+        starts = my_micro_batches(a, k, slot, workers)
+        passes = [[first] for first in starts] if a.exact else [starts] if starts else []
+        for firsts in passes:   # exact: one pass per micro-batch; float: one for the slot
+            parts = [draw(a, first, a.micro) for first in firsts]
+            ids, dense, label = (torch.cat([p[i] for p in parts]) for i in range(3))
+            mlp.zero_grad(set_to_none=True)
+            loss = F.binary_cross_entropy_with_logits(model(ids, dense), label)
+            loss.backward()
+            ps.accumulate(local_batch=len(label), slot=slot)
+            loss_sum += float(loss) * len(label)
+            n += len(label)
+        for emb in embs:
+            emb.push(local_batch=a.micro if a.exact else len(starts) * a.micro, slot=slot)
+    ps.step()
+    return loss_sum, n
+
+
 def run_tessera(a):
     """One rank of a Tessera job (the whole job with master "local")."""
     client = tessera.Client(master=a.master, job=a.job, rank=a.rank, workers=a.workers,
-                            exact=a.exact, optimizer=a.optimizer, batch=a.batch)
+                            exact=a.exact, optimizer=a.optimizer, batch=a.batch,
+                            elastic=a.elastic)
     rank, workers = client.rank, client.workers
     if a.batch // a.micro < workers:
         client.close()
@@ -177,26 +209,46 @@ def run_tessera(a):
         mlp = MLP(a.features * a.dim + 4)
         ps = tessera.torch.ParameterServer(mlp, client, seed=a.seed, init=INIT, rank=rank,
                                            workers=workers, batch=a.batch,
-                                           optimizer=a.optimizer)
+                                           optimizer=a.optimizer, elastic=a.elastic)
     except BaseException:
         client.close()
         raise
     model = DLRM(embs, mlp)
-    rollbacks = 0
+    rollbacks = reslots = 0
     with ps:
-        # The ParameterServer's first version (1) is the assignment of the MLP's weights: the
-        # tables take an empty step with it, so that one version names the state of both (a
-        # snapshot, a rollback's resume_step). Data step k is then version k + 1's.
-        for emb in embs:
-            while emb.step < ps.version:
-                emb.push(local_batch=0)   # nothing to push: no ids
+        if a.elastic:
+            # No assignment step: version k is data step k's. A rank started again joins the
+            # job at its newest step (the ParameterServer's join), its tables there too.
+            first = 0
+            for emb in embs:
+                emb.step = ps.version
+        else:
+            # The ParameterServer's first version (1) is the assignment of the MLP's weights:
+            # the tables take an empty step with it, so that one version names the state of
+            # both (a snapshot, a rollback's resume_step). Data step k is then version k + 1's.
+            first = 1
+            for emb in embs:
+                while emb.step < ps.version:
+                    emb.push(local_batch=0)   # nothing to push: no ids
         t0 = time.perf_counter()
         v = ps.version
-        while v <= a.steps:
+        while v - first < a.steps:
             if a.sleep_ms:
                 time.sleep(a.sleep_ms / 1000.0)
             try:
-                loss_sum, n = train_step(a, v - 1, rank, workers, model, mlp, embs, ps)
+                if a.elastic:
+                    loss_sum, n = train_step_elastic(a, v, workers, model, mlp, embs, ps)
+                else:
+                    loss_sum, n = train_step(a, v - 1, rank, workers, model, mlp, embs, ps)
+            except tessera.Slots:
+                # A rank died or came back (docs/embeddings.md, "Elastic jobs with tables"):
+                # the step ps.recover() names, with the slots as they are now.
+                v = ps.recover()
+                for emb in embs:
+                    emb.step = v
+                    emb.discard()
+                reslots += 1
+                continue
             except tessera.Rollback as e:
                 # A shard went: the job is back at its last snapshot (docs/embeddings.md,
                 # "When a shard goes"). Every table and the dense part go back with it.
@@ -209,7 +261,7 @@ def run_tessera(a):
                 if rank == 0:
                     print("rollback: %s" % e, file=sys.stderr)
                 continue
-            progress(rank, v - 1, a.steps, loss_sum / max(n, 1))
+            progress(rank, v - first, a.steps, loss_sum / max(n, 1))
             v += 1
         secs = time.perf_counter() - t0
         ps.wait()
@@ -226,6 +278,7 @@ def run_tessera(a):
         return {"mode": "tessera", "exact": a.exact, "workers": workers, "auc": auc,
                 "logloss": logloss, "optimum_auc": best[0], "optimum_logloss": best[1],
                 "table_rows": rows, "params_sha256": h.hexdigest(), "rollbacks": rollbacks,
+                "reslots": reslots,
                 "dense_sha256": tessera.torch.params_sha256(mlp), "transport": ps.transport}, \
             secs
 
@@ -321,6 +374,8 @@ def parse_args(argv):
                    "C trainer)")
     p.add_argument("--torch-only", action="store_true", help="PyTorch alone in this process: "
                    "torch.nn.EmbeddingBag(sparse=True), Adagrad and SGD with momentum")
+    p.add_argument("--elastic", action="store_true", help="the job outlives a dead rank: the "
+                   "live ranks compute its slots until it is back (with a master)")
     p.add_argument("--json", action="store_true", help="print the result as a JSON line last")
     p.add_argument("--sleep-ms", type=int, default=0, help="testing: sleep MS before each "
                    "step (a slow worker, to kill a shard mid-run)")
@@ -333,6 +388,8 @@ def parse_args(argv):
         p.error("--features must be in 1..64, --rows at least 2")
     if a.workers < 1 or not 0 <= a.rank < a.workers:
         p.error("--rank must be in 0..--workers-1")
+    if a.elastic and (a.master == "local" or a.torch_only):
+        p.error("--elastic needs a master (--master, or tessera run's environment)")
     return a
 
 

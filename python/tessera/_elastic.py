@@ -17,6 +17,12 @@ computes whatever slots ``ps.slots()`` names::
         except tessera.Slots:                   # the slots changed hands: the module holds
             continue                            # ps.version's values; compute again
 
+With tessera.torch.EmbeddingBag tables, each slot's rows are pushed as that slot after its
+passes (``emb.push(slot=slot)``), and a table call (a forward's pull, a push) may raise
+tessera.Slots too: the whole step goes in the ``try``, and ``except tessera.Slots`` calls
+``ps.recover()`` (the step to compute; the module holds its values) and sets every
+EmbeddingBag's ``step`` to it (python/examples/ctr_torch.py ``--elastic``).
+
 Every rank starts with ``Client.join``: every tensor at the job's newest step, so a rank
 started again (``tessera run --respawn``) or late takes the job where its live ranks are. What
 an elastic job cannot have: the model's own weights as its start (that is an assignment step,
@@ -55,6 +61,20 @@ class Elastic:
         """The slots this rank computes for step ``self.version``: its rank alone, unless a
         rank died (its slot is then a live rank's until it comes back). Not elastic: [rank]."""
         return self.client.slots() if self.elastic else [self.rank]
+
+    def recover(self):
+        """After tessera.Slots from a table call (an EmbeddingBag's forward or push of step
+        ``self.version``): asks the master for this rank's slots and the step to compute,
+        puts it in ``self.version`` (the module holds its values: the same step's, or, for a
+        rank the job went on without, a later one's, pulled) and returns it; what was
+        accumulated of the abandoned step is dropped. After step() raised tessera.Slots it
+        had done this; calling it again changes nothing."""
+        if not self.elastic:
+            raise _invalid("recover: this job is not elastic (attach with elastic=True); no "
+                           "slot changes hands")
+        self._slot_sums = {}
+        self.version = self.client.elastic_recover(self.version, self._outs())
+        return self.version
 
     def _accumulate_slot(self, slot, factor):
         """accumulate() into slot's own sums."""

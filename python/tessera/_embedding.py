@@ -24,6 +24,15 @@ backward of the step left, or zero ids, once, with the ``local_batch`` of that s
 refused push raises from a call the trainer made rather than from inside autograd's engine. It
 is called where ``ps.step()`` (or ``optimizer.step()``) is: after ``loss.backward()``, every
 step, on every rank.
+
+Elastic jobs (``Client(elastic=True)``; docs/embeddings.md, "Elastic jobs with tables"): a rank
+computes every slot ``client.slots()`` names, and pushes each as that slot, the rows of that
+slot's samples alone: ``push(slot=s)`` after slot s's forward and backward passes, before the
+next slot's; the step goes on once every slot of ``client.slots()`` was pushed. A table call
+that meets slots changing hands (a rank died or came back) raises tessera.Slots with nothing
+of the step kept; the trainer then asks its ParameterServer for the step to compute
+(``ps.recover()``), sets every EmbeddingBag's ``step`` to it and computes it again with the
+slots ``ps.slots()`` names.
 """
 import numpy as np
 import torch
@@ -110,6 +119,8 @@ class EmbeddingBag(torch.nn.Module):
         self.table = client.register_table(name, self.embedding_dim, self.num_embeddings - 1,
                                            init=init, seed=seed, optimizer=optimizer)
         self._pending = []      # this step's training passes: (ids per position, leaf rows)
+        self._pushed = set()    # elastic: the slots pushed of this step
+        self._elastic = bool(getattr(client, "elastic", False))
 
     def extra_repr(self):
         s = "%r, %d, %d, mode=%r, step=%d" % (self.name, self.num_embeddings,
@@ -270,14 +281,28 @@ class EmbeddingBag(torch.nn.Module):
                            "or EmbeddingBag(..., local_batch=n), or loss_reduction='sum'")
         return self.local_batch
 
-    def push(self, local_batch=None):
+    def push(self, local_batch=None, slot=None):
         """Pushes step ``self.step``: one gradient row per input position of every training
         forward pass since the last push whose result was backpropagated (multiplied by
         ``local_batch``, or the constructor's, under loss_reduction "mean"), or zero ids when
         there was none: every rank calls it every step. Then ``self.step`` goes up by one,
         which it returns. A push that raises leaves the step and what it would push as they
-        were."""
+        were.
+
+        ``slot`` (elastic jobs): the passes since the last push are slot ``slot``'s (one of
+        ``client.slots()``; default this rank's), pushed as that slot; the step goes up once
+        every slot of ``client.slots()`` was pushed (until then this returns the step as it
+        is). Outside elastic jobs a slot other than the rank is refused."""
         factor = self._factor(local_batch)
+        elastic = self._elastic
+        if slot is not None and (not _is_int(slot) or not 0 <= slot < self.client.workers):
+            raise _invalid("slot: a rank 0..%d expected, got %r"
+                           % (self.client.workers - 1, slot))
+        if slot is not None and not elastic and slot != self.client.rank:
+            raise _invalid("slot: %d: this job is not elastic; its one slot is rank %d's "
+                           "(connect with elastic=True)" % (slot, self.client.rank))
+        if elastic and slot is None:
+            slot = self.client.rank
         ids, grads = [], []
         for pos_ids, leaf in self._pending:
             if leaf.grad is None:    # a forward whose loss was not backpropagated
@@ -291,8 +316,16 @@ class EmbeddingBag(torch.nn.Module):
                                    dtype=np.int64)
         grads = np.ascontiguousarray(np.concatenate(grads) if grads
                                      else np.empty(0, np.float32), dtype=np.float32)
-        self._call(self.client.push_rows, self.table, self.step, ids, grads)
+        if elastic:
+            self._call(self.client.push_rows, self.table, self.step, ids, grads, slot)
+        else:
+            self._call(self.client.push_rows, self.table, self.step, ids, grads)
         self._pending = []
+        if elastic:
+            self._pushed.add(int(slot))
+            if not set(self.client.slots()) <= self._pushed:
+                return self.step
+            self._pushed = set()
         self.step += 1
         return self.step
 
@@ -301,18 +334,24 @@ class EmbeddingBag(torch.nn.Module):
         cluster took the job back to its last snapshot; docs/embeddings.md, "When a shard
         goes"): the module goes back to ``client.resume_step`` with nothing of this step kept,
         and the error goes on to the trainer, which calls its ParameterServer's
-        ``rolled_back()`` and trains on from that step."""
+        ``rolled_back()`` and trains on from that step. tessera.Slots (an elastic job's slots
+        changed hands): nothing of this step kept; the trainer sets ``step`` to what its
+        ParameterServer's ``recover()`` returns."""
         try:
             return fn(*args)
         except tessera.Rollback:
             self.step = self.client.resume_step
-            self._pending = []
+            self.discard()
+            raise
+        except tessera.Slots:
+            self.discard()
             raise
 
     def discard(self):
-        """Drops what this step's forward and backward passes left (a step the trainer
-        abandons before push())."""
+        """Drops what this step's forward and backward passes left, and the slots pushed of
+        it (a step the trainer abandons, or computes again)."""
         self._pending = []
+        self._pushed = set()
 
     def weight_rows(self, ids):
         """The rows of ``ids`` (any order, repeats allowed) at version ``self.step``, as a

@@ -612,6 +612,11 @@ static PyObject *client_get_exact(struct client *self, void *unused)
     return PyBool_FromLong(self->exact);
 }
 
+static PyObject *client_get_elastic(struct client *self, void *unused)
+{
+    return PyBool_FromLong(self->elastic);
+}
+
 static PyObject *client_get_exact_push(struct client *self, void *unused)
 {
     return PyUnicode_FromString(self->exact && self->push_elem == F32 ? "float" : "fixed");
@@ -698,10 +703,11 @@ static PyMethodDef client_methods[] = {
       "batch); shards with a\ndisk tier read those rows into memory meanwhile. Returns at "
       "once." },
     { "push_rows", KW client_push_rows, METH_VARARGS | METH_KEYWORDS,
-      "push_rows(table, step, ids, grads)\n\nThis rank's gradients of `step`: grads "
-      "(float32, len(ids) x dim) row i for\nids[i] at input position i; repeats are summed "
-      "by the SDK (exactly, in exact\nmode). Every rank pushes every table every step, "
-      "with no ids if none." },
+      "push_rows(table, step, ids, grads, slot=None)\n\nThis rank's gradients of `step`: "
+      "grads (float32, len(ids) x dim) row i for\nids[i] at input position i; repeats are "
+      "summed by the SDK (exactly, in exact\nmode). Every rank pushes every table every step, "
+      "with no ids if none. An elastic\njob's worker pushes each slot it owns (slots()) as "
+      "that slot: the gradients of\nthat slot's samples alone." },
     { "table_sha256", KW client_table_sha256, METH_VARARGS | METH_KEYWORDS,
       "table_sha256(table, version) -> str\n\nThe table's fingerprint at `version` over "
       "every row that exists, on every\nshard, in ascending id (docs/embeddings.md)." },
@@ -773,6 +779,12 @@ static PyMethodDef client_methods[] = {
     { "join", (PyCFunction)client_join, METH_O,
       "join(params) -> step: an elastic job under way, every tensor at its newest version,\n"
       "into params; the step to train next (a worker that joins or comes back starts so)" },
+    { "elastic_recover", KW client_elastic_recover, METH_VARARGS | METH_KEYWORDS,
+      "elastic_recover(step, params) -> step: after a table call (pull_rows, push_rows) of\n"
+      "step raised tessera.Slots, params holding step's values: asks the master for this\n"
+      "worker's slots and finds the step to go on from (the same one, params kept; or, for a\n"
+      "worker the job went on without, a later one, pulled into params); returns it\n"
+      "(resume_step). step_slots() does this itself before it raises tessera.Slots." },
     { "close", (PyCFunction)client_close, METH_NOARGS,
       "close(): leaves the cluster and frees the handle (idempotent)" },
     { "__enter__", (PyCFunction)client_enter, METH_NOARGS, NULL },
@@ -792,6 +804,8 @@ static PyGetSetDef client_getset[] = {
       "the step the last rollback went back to (0: none): after step() raised "
       "tessera.Rollback, params hold that step's values; train on from it", NULL },
     { "exact", (getter)client_get_exact, NULL, "True in exact (fixed-point) mode", NULL },
+    { "elastic", (getter)client_get_elastic, NULL, "True in an elastic job (elastic=True: "
+      "slots, step_slots, elastic_recover)", NULL },
     { "exact_push", (getter)client_get_exact_push, NULL, "exact mode's pushes: 'fixed' "
       "(int64) or 'float' (the shards round them)", NULL },
     { "tensors", (getter)client_get_tensors, NULL, "the registered names, by id", NULL },

@@ -104,6 +104,7 @@ PyObject *client_step(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_slots(struct client *self, PyObject *unused);
 PyObject *client_step_slots(struct client *self, PyObject *args, PyObject *kw);
 PyObject *client_join(struct client *self, PyObject *oparams);
+PyObject *client_elastic_recover(struct client *self, PyObject *args, PyObject *kw);
 
 /* launch.c: the (master, job, rank, workers) tuple of opt for client->where (NULL with an
  * exception set), and the getter of its item (intptr_t)closure: Client.master, .job, .rank,

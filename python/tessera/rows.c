@@ -48,13 +48,6 @@ PyObject *client_register_table(struct client *self, PyObject *args, PyObject *k
     spec.ttl_steps = ttl;
     if (!spec.name || odim == Py_None || omax == Py_None)
         return invalid("name, dim and max_id are required");
-    /* The SDK has them (push_rows_slot, elastic_recover); tessera.torch's EmbeddingBag pushes
-     * as its rank and has no way yet to compute another slot's rows after a death. */
-    if (self->elastic)
-        return raise_sdk(&(struct tessera_error){ .code = TESSERA_ENOTSUP, .message =
-                         "register_table: tables in an elastic job are not built in Python yet "
-                         "(the C SDK and `tessera train --model ctr` have them: "
-                         "docs/embeddings.md): connect with elastic=False" });
     spec.dim = (uint32_t)dim;
     spec.max_id = max_id;
     spec.seed = seed;
@@ -68,9 +61,10 @@ PyObject *client_register_table(struct client *self, PyObject *args, PyObject *k
     return PyLong_FromLong(id);
 }
 
-/* pull_rows (grads NULL) and push_rows: ids int64, n of them; rows float32, n x dim. */
+/* pull_rows and push_rows (push: 1, or 2 with slot): ids int64, n of them; rows float32,
+ * n x dim. */
 static PyObject *rows_call(struct client *self, PyObject *otable, PyObject *ostep,
-                           PyObject *oids, PyObject *orows, int push)
+                           PyObject *oids, PyObject *orows, int push, uint32_t slot)
 {
     struct tessera_error e = { 0 };
     struct arr ids = { 0 }, rows = { 0 };
@@ -87,7 +81,10 @@ static PyObject *rows_call(struct client *self, PyObject *otable, PyObject *oste
     if (arr_get(orows, push ? "grads" : "out", F32, !push,
                 (long long)n * self->table_dim[table], &rows))
         goto out;
-    if (push)
+    if (push == 2)
+        SDK_CALL(self, rc, &e, tessera_push_rows_slot(self->t, table, step, slot, (size_t)n,
+                                                      ids.b.buf, rows.b.buf, &e));
+    else if (push)
         SDK_CALL(self, rc, &e, tessera_push_rows(self->t, table, step, (size_t)n, ids.b.buf,
                                                  rows.b.buf, &e));
     else
@@ -107,7 +104,7 @@ PyObject *client_pull_rows(struct client *self, PyObject *args, PyObject *kw)
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO:pull_rows", kwlist, &t, &v, &ids, &out))
         return NULL;
-    return rows_call(self, t, v, ids, out, 0);
+    return rows_call(self, t, v, ids, out, 0, 0);
 }
 
 PyObject *client_prefetch_rows(struct client *self, PyObject *args, PyObject *kw)
@@ -134,12 +131,16 @@ out:
 
 PyObject *client_push_rows(struct client *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "table", "step", "ids", "grads", NULL };
-    PyObject *t, *s, *ids, *grads;
+    static char *kwlist[] = { "table", "step", "ids", "grads", "slot", NULL };
+    PyObject *t, *s, *ids, *grads, *oslot = Py_None;
+    unsigned long long slot = 0;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO:push_rows", kwlist, &t, &s, &ids, &grads))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|O:push_rows", kwlist, &t, &s, &ids, &grads,
+                                     &oslot))
         return NULL;
-    return rows_call(self, t, s, ids, grads, 1);
+    if (oslot != Py_None && get_uint(oslot, "slot", UINT32_MAX, &slot))
+        return NULL;
+    return rows_call(self, t, s, ids, grads, oslot == Py_None ? 1 : 2, (uint32_t)slot);
 }
 
 /* table_sha256 and table_rows. */

@@ -150,13 +150,14 @@ out:
 }
 
 /* join(params) -> step: every tensor at the newest version the job reached, into params. */
-PyObject *client_join(struct client *self, PyObject *oparams)
+/* join (recover 0) and elastic_recover (recover 1, step given): params by tensor id. */
+static PyObject *params_call(struct client *self, PyObject *oparams, int recover,
+                             uint64_t step)
 {
     struct tessera_error e = { 0 };
     Py_ssize_t n;
     struct arr *a;
     void **ptrs;
-    uint64_t step = 0;
     int rc;
 
     if (open_or_raise(self))
@@ -171,7 +172,11 @@ PyObject *client_join(struct client *self, PyObject *oparams)
     }
     rc = get_all(self, oparams, "params", F32, 1, a, ptrs);
     if (!rc) {
-        SDK_CALL(self, rc, &e, tessera_join(self->t, (float *const *)ptrs, &step, &e));
+        if (recover)
+            SDK_CALL(self, rc, &e, tessera_elastic_recover(self->t, step,
+                                                           (float *const *)ptrs, &e));
+        else
+            SDK_CALL(self, rc, &e, tessera_join(self->t, (float *const *)ptrs, &step, &e));
         for (Py_ssize_t i = 0; i < n; i++)
             arr_put(&a[i]);
         if (rc)
@@ -179,5 +184,25 @@ PyObject *client_join(struct client *self, PyObject *oparams)
     }
     PyMem_Free(a);
     PyMem_Free(ptrs);
-    return rc ? NULL : PyLong_FromUnsignedLongLong(step);
+    if (rc)
+        return NULL;
+    return recover ? PyLong_FromUnsignedLongLong(tessera_resume_step(self->t))
+                   : PyLong_FromUnsignedLongLong(step);
+}
+
+PyObject *client_join(struct client *self, PyObject *oparams)
+{
+    return params_call(self, oparams, 0, 0);
+}
+
+PyObject *client_elastic_recover(struct client *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "step", "params", NULL };
+    PyObject *ostep, *oparams;
+    uint64_t step;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:elastic_recover", kwlist, &ostep, &oparams) ||
+        get_step(ostep, "step", &step))
+        return NULL;
+    return params_call(self, oparams, 1, step);
 }

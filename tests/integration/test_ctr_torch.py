@@ -10,10 +10,13 @@ and overlapping ranges drawn by separate calls agree sample for sample, also wri
 brute-force pairwise AUC on random data with many ties (and the all-tied and one-class cases),
 ctr_logloss a NumPy computation with clamping, and ctr_optimum the AUC and log-loss of the
 samples' own p_true; every bad argument raises tessera.InvalidArgument naming it. The example,
-run locally (master "local"), reaches a held-out AUC within 0.05 of the planted optimum; two
-exact runs print the same params_sha256; it draws the samples `tessera train --model ctr`
-draws (the same table rows and the same planted optimum on the held-out samples); --torch-only
-trains the same model with PyTorch alone to a sane AUC.
+run locally (master "local"), reaches a held-out AUC within 0.05 of the planted optimum, float
+and exact; it draws the samples `tessera train --model ctr` draws (the same table rows and the
+same planted optimum on the held-out samples); --torch-only trains the same model with PyTorch
+alone to a sane AUC. On clusters, exact, each ending on the params_sha256 and row count of the
+same run in one process: a shard killed, with copies and without (ShardKilled), and an elastic
+job of 3 ranks under `tessera run --respawn` with a rank killed and started again
+(ElasticKilled).
 
 Environment (ctest sets it): PYTHONPATH with build/python and build/gen/python, TESSERA_BIN,
 TESSERA_SRC.
@@ -155,9 +158,9 @@ class Example(unittest.TestCase):
         self.assertEqual(float_run["workers"], 1)
         self.assertGreater(float_run["auc"], float_run["optimum_auc"] - 0.05, float_run)
         self.assertLess(float_run["logloss"], float_run["optimum_logloss"] + 0.05, float_run)
+        # (that an exact run's bits are its own on every run, and on any cluster, the
+        # cluster cases below check against a run of this example in one process)
         one = run_example(SMALL + ["--exact"])
-        two = run_example(SMALL + ["--exact"])
-        self.assertEqual(one["params_sha256"], two["params_sha256"])
         self.assertGreater(one["auc"], one["optimum_auc"] - 0.05, one)
         self.assertAlmostEqual(one["auc"], float_run["auc"], 2)
 
@@ -232,6 +235,56 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
     def test_rollback_through_embeddingbag(self):
         got, err = self.kill_one(1, "py-rollback")
         self.assertGreaterEqual(got["rollbacks"], 1, err[-3000:])
+
+
+class ElasticKilled(tl.ClusterCase, unittest.TestCase):
+    """--elastic: 3 ranks of the example under `tessera run --respawn` on `tessera up --shards
+    2`, exact; rank 1 killed with SIGKILL past step 20 and started again. The live ranks compute
+    its slot meanwhile (its rows pushed as slot 1 by whoever owns it; a table's pull or push
+    that meets the slots changing hands raises tessera.Slots, and the step ps.recover() names
+    is computed again), then it joins the job where it is and takes its slot back. The job
+    ends on the local run's params_sha256 and row count."""
+    ARGS = ["--steps", "100", "--batch", "128", "--micro", "32", "--eval-samples", "2000",
+            "--rows", "20000", "--exact"]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+        cls.want = run_example(cls.ARGS)
+        cls.up, cls.addr = cls.c.tessera_up(["--shards", "2"], name="up-elastic")
+
+    def test_rank_killed_and_started_again(self):
+        job = "py-elastic"
+        p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "run", "--master", self.addr,
+                              "--workers", "3", "--job", job, "--respawn", "--",
+                              sys.executable, EXAMPLE, "--elastic", "--sleep-ms", "30",
+                              "--json"] + self.ARGS, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, TESSERA_LOG="warn"),
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            def rank1():
+                for w in tl.status_json(self.addr)["workers"]:
+                    if w.get("job") == job and w["rank"] == 1 and w["clock"] >= 20 and \
+                            w["state"] == "alive":
+                        return w["pid"]
+                return None
+            os.kill(tl.wait_until(rank1, 90, "rank 1 of %s past step 20" % job),
+                    signal.SIGKILL)
+            out, err = p.communicate(timeout=240)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("rank 1 was killed by signal 9", err)
+        self.assertIn("starting rank 1 again (restart 1)", err)
+        got = json.loads([ln for ln in out.splitlines() if ln.startswith("[rank 0] {")][-1]
+                         [len("[rank 0] "):])
+        self.assertEqual(got["workers"], 3)
+        self.assertEqual(got["params_sha256"], self.want["params_sha256"], err[-3000:])
+        self.assertEqual(got["table_rows"], self.want["table_rows"])
+        self.assertGreaterEqual(got["reslots"], 1, err[-3000:])
 
 
 if __name__ == "__main__":

@@ -67,6 +67,9 @@ class Recorder:
         if hasattr(self.client, "close"):
             self.client.close()
 
+    def __getattr__(self, name):   # the rest (rank, workers, elastic, ...) as the client's
+        return getattr(self.client, name)
+
 
 N, DIM = 12, 5
 
@@ -406,6 +409,10 @@ class EmbeddingBagTest(unittest.TestCase):
                 emb.weight_rows(ids)
         with self.assertRaisesRegex(tessera.InvalidArgument, "local_batch"):
             emb.push(local_batch=-2)
+        for slot, msg in ((1, r"slot: a rank 0\.\.0 expected, got 1"), (-1, "slot: a rank"),
+                          ("0", "slot: a rank"), (True, "slot: a rank")):
+            with self.assertRaisesRegex(tessera.InvalidArgument, msg):
+                emb.push(slot=slot)
         self.assertEqual((rec.pulls, rec.pushes, emb.step), ([], [], 0))
 
     def test_exported(self):

@@ -236,6 +236,25 @@ static ts_status prev_reserve(struct ts_table *t, size_t n, struct ts_err *err)
     return TS_OK;
 }
 
+/* Room in t->prev for n rows, given back when it holds over four times that (a sweep's
+ * dropped rows grew it for one step): before a step fills it, with nothing in it. A shrink
+ * that fails keeps the larger room. */
+static void prev_shrink(struct step_prev *p, size_t n, uint32_t dim)
+{
+    size_t cap = 256;
+    uint64_t *ids;
+    float *values;
+
+    while (cap < n)
+        cap *= 2;
+    if (p->cap <= 4 * cap || !(values = realloc(p->values, cap * dim * sizeof(*values))))
+        return;
+    p->values = values;
+    if ((ids = realloc(p->ids, cap * sizeof(*ids))))
+        p->ids = ids;
+    p->cap = cap;
+}
+
 /* The values of the rows a sweep dropped, kept, merged into t->prev (ids ascending) after
  * the step's; swept_lost when some are not (kept->over, or no memory). */
 static void prev_merge_swept(struct ts_table *t, struct rows_kept *kept, struct entry *order)
@@ -308,6 +327,7 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
         order[k] = (struct entry){ .id = a->ids[k], .k = k };
     qsort(order, a->n, sizeof(*order), cmp_entry);
     p->n = 0;
+    prev_shrink(p, a->n, t->dim);
     for (uint64_t e = 0; e < a->n; e++) {
         uint64_t k = order[e].k, id = order[e].id;
         struct row *w = rows_find(&t->rows, id);

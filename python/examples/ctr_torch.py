@@ -173,6 +173,8 @@ def train_step_elastic(a, k, workers, model, mlp, embs, ps):
     pushed as that slot, then the dense step of those slots. Returns (the summed loss, the
     samples)."""
     loss_sum, n = 0.0, 0
+    for emb in embs:   # the step is the ParameterServer's (a rank may compute no slot)
+        emb.step = k
     for slot in ps.slots():
         starts = my_micro_batches(a, k, slot, workers)
         passes = [[first] for first in starts] if a.exact else [starts] if starts else []
@@ -218,10 +220,8 @@ def run_tessera(a):
     with ps:
         if a.elastic:
             # No assignment step: version k is data step k's. A rank started again joins the
-            # job at its newest step (the ParameterServer's join), its tables there too.
+            # job at its newest step (the ParameterServer's join); each step sets the tables'.
             first = 0
-            for emb in embs:
-                emb.step = ps.version
         else:
             # The ParameterServer's first version (1) is the assignment of the MLP's weights:
             # the tables take an empty step with it, so that one version names the state of
@@ -245,7 +245,6 @@ def run_tessera(a):
                 # the step ps.recover() names, with the slots as they are now.
                 v = ps.recover()
                 for emb in embs:
-                    emb.step = v
                     emb.discard()
                 reslots += 1
                 continue
@@ -262,9 +261,11 @@ def run_tessera(a):
                     print("rollback: %s" % e, file=sys.stderr)
                 continue
             progress(rank, v - first, a.steps, loss_sum / max(n, 1))
-            v += 1
+            v = ps.version if a.elastic else v + 1
         secs = time.perf_counter() - t0
         ps.wait()
+        for emb in embs:   # elastic: the last step computed; the tables are one past it
+            emb.step = ps.version
         if rank != 0:
             return None
         model.eval()

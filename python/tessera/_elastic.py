@@ -17,11 +17,12 @@ computes whatever slots ``ps.slots()`` names::
         except tessera.Slots:                   # the slots changed hands: the module holds
             continue                            # ps.version's values; compute again
 
-With tessera.torch.EmbeddingBag tables, each slot's rows are pushed as that slot after its
-passes (``emb.push(slot=slot)``), and a table call (a forward's pull, a push) may raise
-tessera.Slots too: the whole step goes in the ``try``, and ``except tessera.Slots`` calls
-``ps.recover()`` (the step to compute; the module holds its values) and sets every
-EmbeddingBag's ``step`` to it (python/examples/ctr_torch.py ``--elastic``).
+With tessera.torch.EmbeddingBag tables, every EmbeddingBag's ``step`` is set to ``ps.version``
+before each step, each slot's rows are pushed as that slot after its passes
+(``emb.push(slot=slot)``), and a table call (a forward's pull, a push) may raise tessera.Slots
+too: the whole step goes in the ``try``, and ``except tessera.Slots`` calls ``ps.recover()``
+(the step to compute; the module holds its values) and every EmbeddingBag's ``discard()``
+(python/examples/ctr_torch.py ``--elastic``).
 
 Every rank starts with ``Client.join``: every tensor at the job's newest step, so a rank
 started again (``tessera run --respawn``) or late takes the job where its live ranks are. What

@@ -28,11 +28,12 @@ step, on every rank.
 Elastic jobs (``Client(elastic=True)``; docs/embeddings.md, "Elastic jobs with tables"): a rank
 computes every slot ``client.slots()`` names, and pushes each as that slot, the rows of that
 slot's samples alone: ``push(slot=s)`` after slot s's forward and backward passes, before the
-next slot's; the step goes on once every slot of ``client.slots()`` was pushed. A table call
-that meets slots changing hands (a rank died or came back) raises tessera.Slots with nothing
-of the step kept; the trainer then asks its ParameterServer for the step to compute
-(``ps.recover()``), sets every EmbeddingBag's ``step`` to it and computes it again with the
-slots ``ps.slots()`` names.
+next slot's. The step is the ParameterServer's, not counted here: a rank may compute no slot
+in a step (one started again waits for its slot while the job goes on), so the trainer sets
+``step = ps.version`` before each step it computes. A table call that meets slots changing
+hands (a rank died or came back) raises tessera.Slots with nothing of the step kept; the
+trainer then asks its ParameterServer for the step to compute (``ps.recover()``) and computes
+it again with the slots ``ps.slots()`` names.
 """
 import numpy as np
 import torch
@@ -119,7 +120,6 @@ class EmbeddingBag(torch.nn.Module):
         self.table = client.register_table(name, self.embedding_dim, self.num_embeddings - 1,
                                            init=init, seed=seed, optimizer=optimizer)
         self._pending = []      # this step's training passes: (ids per position, leaf rows)
-        self._pushed = set()    # elastic: the slots pushed of this step
         self._elastic = bool(getattr(client, "elastic", False))
 
     def extra_repr(self):
@@ -290,9 +290,9 @@ class EmbeddingBag(torch.nn.Module):
         were.
 
         ``slot`` (elastic jobs): the passes since the last push are slot ``slot``'s (one of
-        ``client.slots()``; default this rank's), pushed as that slot; the step goes up once
-        every slot of ``client.slots()`` was pushed (until then this returns the step as it
-        is). Outside elastic jobs a slot other than the rank is refused."""
+        ``client.slots()``; default this rank's), pushed as that slot; ``self.step`` stays
+        (the trainer sets it to ``ps.version`` before each step: module doc). Outside elastic
+        jobs a slot other than the rank is refused."""
         factor = self._factor(local_batch)
         elastic = self._elastic
         if slot is not None and (not _is_int(slot) or not 0 <= slot < self.client.workers):
@@ -321,12 +321,8 @@ class EmbeddingBag(torch.nn.Module):
         else:
             self._call(self.client.push_rows, self.table, self.step, ids, grads)
         self._pending = []
-        if elastic:
-            self._pushed.add(int(slot))
-            if not set(self.client.slots()) <= self._pushed:
-                return self.step
-            self._pushed = set()
-        self.step += 1
+        if not elastic:
+            self.step += 1
         return self.step
 
     def _call(self, fn, *args):
@@ -335,7 +331,7 @@ class EmbeddingBag(torch.nn.Module):
         goes"): the module goes back to ``client.resume_step`` with nothing of this step kept,
         and the error goes on to the trainer, which calls its ParameterServer's
         ``rolled_back()`` and trains on from that step. tessera.Slots (an elastic job's slots
-        changed hands): nothing of this step kept; the trainer sets ``step`` to what its
+        changed hands): nothing of this step kept; the trainer computes again the step its
         ParameterServer's ``recover()`` returns."""
         try:
             return fn(*args)
@@ -348,10 +344,9 @@ class EmbeddingBag(torch.nn.Module):
             raise
 
     def discard(self):
-        """Drops what this step's forward and backward passes left, and the slots pushed of
-        it (a step the trainer abandons, or computes again)."""
+        """Drops what this step's forward and backward passes left (a step the trainer
+        abandons, or computes again)."""
         self._pending = []
-        self._pushed = set()
 
     def weight_rows(self, ids):
         """The rows of ``ids`` (any order, repeats allowed) at version ``self.step``, as a

@@ -285,14 +285,21 @@ class BadInput(tl.ClusterCase, unittest.TestCase):
             self.assertEqual(c.table_rows(t, 2), 3)
             self.assertNotEqual(c.table_sha256(t, 2), before[0])
 
-    def test_elastic_refused_in_python(self):
-        """tessera.torch's EmbeddingBag cannot compute another slot's rows yet: a table in an
-        elastic job is refused from Python, saying how to go on (the C SDK has them)."""
+    def test_elastic_from_python(self):
+        """A table in an elastic job from Python: registered, pushed as the worker's slot
+        (push_rows(..., slot=)); a slot the job does not have is refused by name, nothing
+        pushed (test_ctr_torch.py's ElasticKilled trains one through a death)."""
         with tessera.Client(master=self.addr, job="elastic", rank=0, workers=1, batch=4,
                             exact=True, optimizer="sgd:lr=0.1", elastic=True) as c:
-            with self.assertRaises(tessera.Error) as cm:
-                c.register_table("emb", DIM, 1000)
-            self.assertIn("elastic=False", str(cm.exception))
+            self.assertTrue(c.elastic)
+            t = c.register_table("emb", DIM, 1000)
+            ids = np.array([3, 7], np.int64)
+            with self.assertRaises(tessera.InvalidArgument) as cm:
+                c.push_rows(t, 0, ids, np.ones((2, DIM), np.float32), slot=1)
+            self.assertIn("slot", str(cm.exception))
+            self.assertEqual(c.table_rows(t, 0), 0)
+            c.push_rows(t, 0, ids, np.ones((2, DIM), np.float32), slot=0)
+            self.assertEqual(c.table_rows(t, 1), 2)
 
     def test_another_worker_spec_is_refused_by_the_shards(self):
         opts = dict(master=self.addr, job="spec", workers=2, batch=4, exact=True,

@@ -766,6 +766,42 @@ static void t_index_budget_refuses_past_it(void **state)
     assert_int_equal(atomic_load(&b.index), 0);
 }
 
+/* A sweep that drops many rows keeps their values for one step (the version before), then
+ * gives that room back. */
+static void t_sweep_room_given_back(void **state)
+{
+    enum { N = 5000 };
+    struct ts_job j = job(1);
+    struct ts_table_cfg c = { .name = "xsweep", .dim = 4, .max_id = N, .init = "zeros",
+                              .seed = 1, .optimizer = "sgd:lr=1", .ttl_steps = 1 };
+    static uint64_t ids[N];
+    static float g[N * 4], v[4];
+    struct ts_table *t;
+    struct ts_err e = { 0 };
+    bool applied;
+
+    (void)state;
+    for (size_t i = 0; i < N; i++)
+        ids[i] = i;
+    for (size_t i = 0; i < N * 4; i++)
+        g[i] = 1;
+    assert_int_equal(ts_table_create(&j, &c, NULL, &t, &e), TS_OK);
+    for (uint64_t s = 0; s < 3; s++) {   /* N rows at step 0, then row N alone */
+        struct ts_row_push in = { .step = s, .n = s ? 1 : N, .ids = s ? ids + N - 1 : ids,
+                                  .grad = g, .encoding = TS_ENC_FIXED_F32 };
+
+        assert_int_equal(ts_table_push(t, &in, &applied, &e), TS_OK);
+        if (s == 1) {   /* its sweep dropped rows 0..N-2: kept as they were, a step */
+            assert_true(t->prev.cap >= N);
+            assert_int_equal(ts_table_pull(t, 0, 1, 0, ids + 7, 1, v, &e), TS_OK);
+            assert_true(v[0] == -1.0f / 64);
+        }
+    }
+    assert_int_equal(t->prev.cap, 256);
+    assert_int_equal(ts_table_count(t), 1);
+    ts_table_free(t);
+}
+
 static void t_ttl_drops_rows_deterministically(void **state)
 {
     enum { T = 4, STEPS = 13, WIDTH = 30, IDS = 200 };
@@ -892,6 +928,7 @@ int main(void)
         cmocka_unit_test(t_full_disk_refuses_and_loses_nothing),
         cmocka_unit_test(t_index_budget_refuses_past_it),
         cmocka_unit_test(t_ttl_drops_rows_deterministically),
+        cmocka_unit_test(t_sweep_room_given_back),
     };
     return cmocka_run_group_tests(tests, open_tier, close_tier);
 }

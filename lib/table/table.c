@@ -576,17 +576,11 @@ ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms
             return ts_err_set(err, TS_EINVAL, "table '%s': ids[%zu]: %" PRIu64 " is outside "
                               "0..%" PRIu64, t->name, i, ids[i], t->max_id);
     pthread_mutex_lock(&t->mu);
-    st = want == TS_TABLE_NEWEST ? TS_OK : pull_wait(t, want, ms, err);
+    st = pull_wait(t, want, ms, err);
     /* The version before the table's step (a slot redone in an elastic job, table.h): the
-     * rows the last step changed as they were before it. An older one is gone (BSP). */
+     * rows the last step changed as they were before it. */
     before = !st && !table_async(t) && t->prev.valid && t->prev.of == want &&
              t->step == want + 1;
-    if (!st && !table_async(t) && want < t->step && !before)
-        st = ts_err_set(err, TS_ESTATE, "version: %" PRIu64 " is gone: the table is at step %"
-                        PRIu64 " and keeps %s; pull the version of the step under way (a "
-                        "worker behind the job's step reads rows it no longer has)", want,
-                        t->step, t->prev.valid ? "the version before it alone"
-                                               : "no version before it (restored or reset)");
     /* With a tier, a part of the ids at a time, each its own operation: a pull of more rows
      * than memory holds (a scan of the whole table) keeps memory to its quota. */
     for (size_t at = 0, part = n; !st && at < n; at += part) {

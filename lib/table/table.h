@@ -64,17 +64,15 @@
  * bits it would be created with. So reads cost no budget, and which rows exist, and the
  * fingerprint, depend only on the pushes. A pull of step s waits for its version as the dense
  * pull does: BSP until step s - 1 is applied (every rank's push of it), SSP until the slowest
- * rank's clock is at least s - staleness, ASP not at all. SSP and ASP: a pull of a version the
- * table is past reads the newest rows. BSP: one version back is read as it was (below); an
- * older one, or one back that is not kept (after a reset or a restore), is refused
- * (TS_ESTATE): a worker that far behind would read rows it no longer has.
+ * rank's clock is at least s - staleness, ASP not at all. A pull of a version the table is
+ * past reads the newest rows, except one version back in BSP (below).
  *
  * Elastic jobs (docs/elastic.md): a rank is a slot, and a slot that changes hands mid-step is
  * computed again by its new owner from the step's values, while shards that had every slot's
  * push may have applied the step. So a BSP table keeps the values the last applied step
  * changed as they were before it (a created row's initial ones), and those its row lifetime's
  * sweep dropped: a pull of version s on a table at step s + 1 reads those, the rows at
- * version s. Not after a reset or a restore: refused then. With a tier a sweep keeps at
+ * version s. Not after a reset or a restore: then the newest. With a tier a sweep keeps at
  * most SWEEP_KEEP_BYTES of dropped rows' values (internal.h); past that, such a pull that
  * meets a row found nowhere is refused (TS_ESTATE) rather than read as its initial values.
  *
@@ -213,10 +211,7 @@ ts_status ts_table_push(struct ts_table *t, const struct ts_row_push *in, bool *
                         struct ts_err *err) TS_MUST_CHECK;
 
 /* The values of ids[0..n) (any order, repeats allowed, each <= max_id) into out (n x dim),
- * once step `want` may be read (above); waits at most ms (TS_ETIMEDOUT). rank < workers.
- * want TS_TABLE_NEWEST: the rows as they are now, with no wait (a scan that waited for its
- * version before it listed the ids: a fingerprint's). */
-#define TS_TABLE_NEWEST UINT64_MAX
+ * once step `want` may be read (above); waits at most ms (TS_ETIMEDOUT). rank < workers. */
 ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms,
                         const uint64_t *ids, size_t n, float *out,
                         struct ts_err *err) TS_MUST_CHECK;

@@ -618,8 +618,7 @@ ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h, struct 
     k = dc->scan_n - dc->scan_at;
     if (k > h->partition)
         k = h->partition;
-    struct read_arg a = { .want = TS_TABLE_NEWEST,   /* the list waited for the version */
-                          .in = { .n = k, .ids = dc->scan_ids + dc->scan_at } };
+    struct read_arg a = { .in = { .n = k, .ids = dc->scan_ids + dc->scan_at } };
     if (k && ((st = rows_room(dc, k, sht->dim, err)) ||
               ((a.out = dc->rows), (st = in_slices(dc, sht, read_locked, &a, "scan", false, err)))))
         return st;

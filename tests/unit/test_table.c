@@ -773,7 +773,7 @@ static void t_retry(void **state)
 /* An elastic slot redone by its new owner (table.h, "Elastic jobs"): a pull of version s on a
  * table at step s + 1 reads the rows as step s found them (a row the step created: its initial
  * values, a row its lifetime sweep dropped: its values before), and rows the step did not
- * touch as they are; two versions back, or one after a restore, is refused. */
+ * touch as they are; two versions back, or after a restore, the newest. */
 static void t_version_before(void **state)
 {
     static const uint64_t ids[] = { 3, 9 }, all[] = { 9, 5, 3 };
@@ -798,17 +798,9 @@ static void t_version_before(void **state)
     push_ok(t, 1, 1, NULL, 0, NULL);
     assert_int_equal(ts_table_pull(t, 0, 1, 0, all, 3, v, &e), TS_OK);   /* version 1 */
     assert_memory_equal(v, v1, sizeof(v));
-    /* Two versions back is gone: refused, not answered with the newest rows. */
-    assert_int_equal(ts_table_pull(t, 0, 0, 0, all, 3, v, &e), TS_ESTATE);
-    assert_non_null(strstr(e.msg, "table 'embx': version: 0 is gone: the table is at step 2 "
-                                  "and keeps the version before it alone"));
-    /* A restored table (its step set) keeps no version before it. */
-    ts_table_reset(t);
-    e = (struct ts_err){ 0 };
-    assert_int_equal(ts_table_set_step(t, 5, &e), TS_OK);
-    assert_int_equal(ts_table_pull(t, 0, 4, 0, all, 3, v, &e), TS_ESTATE);
-    assert_non_null(strstr(e.msg, "keeps no version before it (restored or reset)"));
-    assert_int_equal(ts_table_pull(t, 0, 5, 0, all, 3, v, &e), TS_OK);
+    assert_int_equal(ts_table_pull(t, 0, 0, 0, all, 3, v, &e), TS_OK);   /* gone: the newest */
+    assert_memory_equal(v + 2, v1 + 2, 4 * sizeof(float));               /* rows 5 and 3 */
+    assert_true(memcmp(v, v1, 2 * sizeof(float)) != 0);                  /* row 9 moved on */
     ts_table_free(t);
 
     /* A step whose sweep dropped rows keeps their values as they were before it too. */

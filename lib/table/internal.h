@@ -1,8 +1,8 @@
 /* internal.h - lib/table's struct and the helpers its files share; not public.
  *
- * Rows are reached only through rows_* (rows.c): find, reserve, add, and visiting every row.
- * That is the interface the disk tier sits behind (issue 48, rows.c and tier.c): nothing
- * else knows where a row's record lives. The step accumulator uses the same id map
+ * Rows are reached only through rows_* (rows.c, and the row lifetime's sweep in expire.c):
+ * find, reserve, add, and visiting every row. That is the interface the disk tier sits behind
+ * (issue 48, rows.c and tier.c): nothing else knows where a row's record lives. The step accumulator uses the same id map
  * (idmap_*). */
 #ifndef TS_TABLE_INTERNAL_H
 #define TS_TABLE_INTERNAL_H
@@ -262,6 +262,18 @@ void rows_prefetch_end(struct rows *r, uint64_t space, const uint64_t *want, siz
 uint64_t rows_expire(struct rows *r, uint64_t before, struct rows_kept *kept, bool *partial);
 /* Hands the batch being filled to the writer and waits until every batch is on disk. */
 void rows_flush(struct rows *r);
+/* rows.c's own pieces that expire.c reads rows through: slot s's record; the memory tier's
+ * bytes in the shard's budget (resident rows and batches not written), added or taken; the
+ * batch being filled handed to the writer; row id's record in a batch not written yet (the
+ * newest that has it), or NULL; whether row id was dropped and the disk may still have it. */
+static inline struct row *rows_slot_at(const struct rows *r, uint64_t s)
+{
+    return (struct row *)(void *)(r->chunks[s / ROWS_CHUNK] + (s % ROWS_CHUNK) * r->rec);
+}
+void rows_mem_charge(struct rows *r, uint64_t bytes, bool add);
+void rows_hand(struct rows *r);
+const uint8_t *rows_batch_find(const struct rows *r, uint64_t id);
+bool rows_gone(const struct rows *r, uint64_t id);
 /* Copies row id's record (rec bytes; rec may be NULL) from whichever tier holds it, with no
  * change to the memory tier; *found false if it does not exist. */
 ts_status rows_read(struct rows *r, uint64_t id, void *rec, bool *found, struct ts_err *err);

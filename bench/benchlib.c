@@ -170,6 +170,22 @@ static int cmp_double(const void *pa, const void *pb)
     return (a > b) - (a < b);
 }
 
+uint64_t bench_rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+int bench_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
 double bench_median(const double *v, size_t n)
 {
     double *s = malloc(n * sizeof(double)), m;

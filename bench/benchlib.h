@@ -61,6 +61,10 @@ bool bench_master_stop(struct bench_master *m);
 
 /* The median of v[0..n), n >= 1 (v is left as it is). */
 double bench_median(const double *v, size_t n);
+/* splitmix64: the next of a seeded stream of well-mixed 64-bit numbers (*s advances). */
+uint64_t bench_rng_next(uint64_t *s);
+/* Ascending uint64_t, for qsort. */
+int bench_cmp_u64(const void *a, const void *b);
 /* bytes / ns: GB/s (1e9 B/s); 0 for ns <= 0. */
 double bench_gbps(size_t bytes, int64_t ns);
 /* The median GB/s of `reps` memcpy of bytes from src to dst: the baseline of the benchmarks

@@ -53,22 +53,6 @@ struct run {
 
 static double r3(double x) { return (double)bench_round_i(x * 1e3) / 1e3; }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return x < y ? -1 : x > y;
-}
-
 /* A rank's ids of a step: --rows draws over [0, ids), sorted; a repeat becomes the next id
  * up (max_id leaves room for that). */
 static void draw_ids(struct run *r, uint64_t *seed, uint64_t *out)
@@ -76,8 +60,8 @@ static void draw_ids(struct run *r, uint64_t *seed, uint64_t *out)
     size_t n = (size_t)r->o.rows;
 
     for (size_t i = 0; i < n; i++)
-        out[i] = rng_next(seed) % (uint64_t)r->o.ids;
-    qsort(out, n, sizeof(*out), cmp_u64);
+        out[i] = bench_rng_next(seed) % (uint64_t)r->o.ids;
+    qsort(out, n, sizeof(*out), bench_cmp_u64);
     for (size_t i = 1; i < n; i++)
         if (out[i] <= out[i - 1])
             out[i] = out[i - 1] + 1;
@@ -265,7 +249,7 @@ static ts_status prepare(void *arg, struct ts_err *err)
     if (!r->ids || !r->grad || !r->out || !r->acc || !r->param || !r->state || !r->g)
         return ts_err_set(err, TS_ENOMEM, "out of memory for %zu elements", all);
     for (size_t i = 0; i < n; i++)
-        r->grad[i] = (float)((double)(rng_next(&seed) >> 11) * 0x1p-53 - 0.5) * 0.01f;
+        r->grad[i] = (float)((double)(bench_rng_next(&seed) >> 11) * 0x1p-53 - 0.5) * 0.01f;
     return TS_OK;
 }
 

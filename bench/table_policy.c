@@ -73,26 +73,10 @@ struct run {
 
 static double r4(double x) { return (double)bench_round_i(x * 1e4) / 1e4; }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return x < y ? -1 : x > y;
-}
-
 /* A Zipf(ZIPF_A) rank 0..rows-1 (rank 0 the hottest), by the CDF. */
 static uint64_t zipf_draw(const struct run *r, uint64_t *s)
 {
-    double u = (double)(rng_next(s) >> 11) * 0x1p-53;
+    double u = (double)(bench_rng_next(s) >> 11) * 0x1p-53;
     size_t lo = 0, hi = (size_t)r->o.rows - 1;
 
     while (lo < hi) {
@@ -480,7 +464,7 @@ static ts_status prepare(void *arg, struct ts_err *err)
 
         for (size_t i = 0; i < cap; i++)
             draw[i] = zipf_draw(r, &seed) * HASH % n;
-        qsort(draw, cap, sizeof(*draw), cmp_u64);
+        qsort(draw, cap, sizeof(*draw), bench_cmp_u64);
         for (size_t i = 0; i < cap; i++)
             if (!m || draw[i] != draw[m - 1])
                 draw[m++] = draw[i];

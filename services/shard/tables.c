@@ -649,11 +649,41 @@ ts_status shard_tables_rollback_check(struct shard_params *sp, struct shard_job 
     return TS_OK;
 }
 
+/* The snapshot's tables this shard does not hold, made empty (placed below): a shard that
+ * joined the map (a new one, or one restarted) took no registration of the job's tables, and
+ * the rollback places rows on it. */
+static ts_status adopt_tables(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                              struct shard_job *sj, const ts_manifest *m, struct ts_err *err)
+{
+    ts_status st = TS_OK;
+
+    pthread_mutex_lock(&sp->mu);
+    for (size_t i = 0; !st && i < m->n_tables; i++) {
+        Tessera__V1__RegisterTableRequest req = TESSERA__V1__REGISTER_TABLE_REQUEST__INIT;
+        struct shard_table *t = NULL;
+
+        req.table = m->tables[i]->spec;
+        req.table_id = m->tables[i]->id;
+        if ((st = check_spec(&req, err)) || (st = find(sj, &req, &t, err)) || t)
+            continue;
+        if ((st = create(sp, cl, my_id, sj, &req, &t, err)))
+            break;
+        sj->tables[t->id] = t;
+        sj->ntables++;
+        ts_log(TS_INFO, "shard", "job %s: table %u '%s' taken from the snapshot (this shard "
+               "joined the map since it was registered)", sj->job.id, t->id, t->name);
+    }
+    pthread_mutex_unlock(&sp->mu);
+    if (st)
+        ts_err_prefix(err, "the snapshot's tables");
+    return st;
+}
+
 ts_status shard_tables_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                                 struct shard_job *sj, const ts_manifest *m, const char *hex,
                                 uint64_t step, struct ts_err *err)
 {
-    ts_status st = TS_OK;
+    ts_status st = adopt_tables(sp, cl, my_id, sj, m, err);
 
     for (uint32_t i = 0; !st && i < SHARD_MAX_TABLES; i++) {
         struct shard_table *t = shard_params_table(sp, sj, i);

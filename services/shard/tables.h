@@ -13,7 +13,8 @@
  * Copies (rowcopy.h): on a cluster with replicas, every row is also held by the next shard of
  * its chain, and a shard that dies is taken over by those copies; a map that loses both
  * copies of some rows, or that a shard joined, sends the job back to its last snapshot
- * (shard_tables_rechain, shard_tables_rollback).
+ * (shard_tables_rechain, shard_tables_rollback); a shard that joined takes the snapshot's
+ * tables from its manifest there.
  * Memory: every table's rows are charged to the shard's row budget (--table-mem,
  * shard_params.tables_budget), checked by each push before it creates a row.
  * Ownership: the job owns its tables (freed with it). Threads: the registry lock (sp->mu)
@@ -125,7 +126,9 @@ ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint
 void shard_tables_rechain(struct shard_params *sp, struct ts_cluster *cl);
 /* Rollback (rollback.c): TS_ECORRUPT naming a chunk of m's tables of job sj that the store
  * lacks; then the load: every table of the fenced job sj emptied and loaded from m's table of
- * its name (the rows cl's ring gives my_id), at step; a table m lacks starts empty. */
+ * its name (the rows cl's ring gives my_id), at step; a table m lacks starts empty, and a
+ * table of m that sj lacks (this shard joined since it was registered) is made from m's spec
+ * first. */
 ts_status shard_tables_rollback_check(struct shard_params *sp, struct shard_job *sj,
                                       const ts_manifest *m, struct ts_err *err) TS_MUST_CHECK;
 ts_status shard_tables_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,

@@ -7,9 +7,11 @@
   held-out AUC for W in {1, 2} workers x S in {1, 3} shards and --local.
 - Resume: 15 steps on 2 shards, snapshotted (tables and tensors), restored on 3 shards and
   trained on to 30 by 2 workers, end on the --local run's params_sha256.
-- A shard killed mid-run on a cluster with --replicas 2 and --snapshot-every 10: the job goes
-  back to its last snapshot (table rows are not copied to followers) and ends on the --local
-  run's params_sha256.
+- A shard killed mid-run on `tessera up --shards 3 --snapshot-every 10`: with --replicas 2
+  the copies of its rows take over (no rollback), with --replicas 1 the job goes back to its
+  last snapshot; started again by `tessera up --respawn`, the new shard joins, the job goes
+  back once and the new shard takes the snapshot's tables. Each ends on the --local run's
+  params_sha256.
 - Disk tier: the exact runs again on shards holding a tenth of the rows or less in memory
   (--table-mem, --table-dir), ending on the same fingerprint; a shard of such a cluster
   killed with --replicas 2, too; --row-ttl 5 on them ends on the --local run's fingerprint.
@@ -373,6 +375,22 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         alive = [s["id"] for s in status["shards"] if s["state"] == "alive"]
         self.assertEqual(len(alive), 2, status["shards"])
         self.assert_snapshots_read(os.path.join(self.c.dir, "store-k2"), got["table_rows"])
+
+    def test_a_respawned_shard_joins(self):
+        """`tessera up --respawn` (as systemd's Restart=on-failure) starts the killed shard
+        again: its copies take over, then the new shard joins the map. Rows do not move to a
+        shard that joins: the job goes back to its last snapshot, whose tables the new shard
+        takes (it never saw their registration; the job's workers once failed, "table_id 0 is
+        not a table of job ... on this shard"), and rows are placed on the new ring. 160
+        steps: the new shard's join comes about 3 s after the kill."""
+        got, err, status = self.kill_one(2, "k2r", up=["--respawn"], train=["--steps", "160"])
+        self.assertEqual(got["rollbacks"], 1, err[-3000:])
+        alive = [s for s in status["shards"] if s["state"] == "alive"]
+        self.assertEqual(len(alive), 3, status["shards"])
+        joined = max(alive, key=lambda s: s["id"])
+        self.assertEqual(joined["id"], 4, status["shards"])
+        self.assertEqual(joined["tables"], 8, joined)
+        self.assertGreater(joined["table_rows"], 0, joined)
 
     @tl.long_case
     def test_copies_take_over_with_a_disk_tier(self):

@@ -95,6 +95,8 @@ static uint64_t expire_memory(struct rows *r, uint64_t before, struct idlist *de
         }
         keep(kept, w->id, w);
         idmap_del(&r->map, w->id);
+        r->ntrial -= (w->flags & ROW_TRIAL) != 0;
+        w->flags = 0;
         w->id = IDMAP_EMPTY;
         if (r->nfree < r->free_cap)
             r->free[r->nfree++] = s;
@@ -104,6 +106,8 @@ static uint64_t expire_memory(struct rows *r, uint64_t before, struct idlist *de
         }
         dropped++;
     }
+    if (r->tier)
+        rows_window_tidy(r);
     return dropped;
 }
 

@@ -27,6 +27,7 @@ struct idmap {
 #define ROW_REF 1u                 /* CLOCK: used since the hand last passed */
 #define ROW_UNWRITTEN 2u           /* changed since the disk tier last had it */
 #define ROW_PREFETCHED 4u          /* brought in by a prefetch, not used since */
+#define ROW_TRIAL 8u               /* in the admission's window (rows.c), not CLOCK's */
 struct row {
     uint64_t id;
     uint64_t updates;
@@ -67,6 +68,21 @@ void *scratch_get(struct scratch *s, size_t bytes);   /* NULL: no memory */
 void scratch_done(struct scratch *s, void *p);
 void scratch_fini(struct scratch *s);
 
+/* How often the memory tier saw each row, roughly: a count-min sketch that halves its
+ * counts as they age (sketch.c). Empty (c NULL) until sketch_fit; then sketch_get answers 0
+ * for every row and sketch_add does nothing. */
+struct sketch {
+    uint8_t *c;
+    uint64_t mask, adds;
+};
+/* Counters for at least `rows` rows (a new, empty sketch if it had fewer); false if it has
+ * none (no memory). */
+bool sketch_fit(struct sketch *s, uint64_t rows);
+uint64_t sketch_bytes(const struct sketch *s);
+unsigned sketch_get(const struct sketch *s, uint64_t id);
+void sketch_add(struct sketch *s, uint64_t id);
+void sketch_fini(struct sketch *s);
+
 /* The memory tier's counters (ts_table_tier_stats). */
 struct rows_stats {
     uint64_t hits, misses, evictions, written, loaded;
@@ -97,7 +113,19 @@ struct rows {
     uint64_t quota;                /* rows the memory tier holds (rows_begin) */
     uint64_t pending_max;          /* records batches may hold */
     uint64_t hand;                 /* CLOCK */
+    /* Admission (rows.c): the look-ups seen (rows_note); the window's rows (ROW_TRIAL,
+     * ntrial of them), their slots oldest first in trial[trial_h..trial_n) (slot UINT64_MAX,
+     * or a slot whose row is not ROW_TRIAL any more: an entry that left, skipped). */
+    struct sketch freq;
+    uint64_t ntrial;
+    struct window_entry {
+        uint64_t slot, gen;        /* gen: the table's step when the row came in */
+    } *trial;
+    size_t trial_h, trial_n, trial_cap;
+    size_t win_from;               /* entries before it are pinned in win_epoch */
+    uint32_t win_epoch;
     uint32_t epoch;
+    uint64_t gen;                  /* the table's step (table_begin), for the window */
     /* The epoch in which CLOCK went round and found every row pinned: an operation that
      * needs more rows than the quota goes past it without a scan a row (pins only grow
      * within an epoch; a scan a row made such a step quadratic: 1M rows took 63 s). */
@@ -238,6 +266,9 @@ void rows_begin(struct rows *r, uint64_t quota);
  * (TS_EIO, TS_ECORRUPT: the disk's; TS_ENOMEM: no slot could be made). Without a tier: a
  * no-op. After it, rows_find answers for them whether they exist. */
 ts_status rows_load(struct rows *r, const uint64_t *ids, size_t n, struct ts_err *err);
+/* An operation will look up ids[0..n): counted in the admission's sketch (with a tier
+ * whose memory has a quota; else a no-op). Before rows_load and rows_add. */
+void rows_note(struct rows *r, const uint64_t *ids, size_t n);
 /* A resident row, or NULL (without a tier: NULL means it does not exist). */
 struct row *rows_find(struct rows *r, uint64_t id);
 /* Room for `more` new rows, so that as many rows_add cannot fail. */
@@ -274,6 +305,9 @@ void rows_mem_charge(struct rows *r, uint64_t bytes, bool add);
 void rows_hand(struct rows *r);
 const uint8_t *rows_batch_find(const struct rows *r, uint64_t id);
 bool rows_gone(const struct rows *r, uint64_t id);
+/* Drops the window's list entries of rows that left it other than by rows.c (the sweep
+ * freed their slots, which a new row may take before the entry reaches the front). */
+void rows_window_tidy(struct rows *r);
 /* Copies row id's record (rec bytes; rec may be NULL) from whichever tier holds it, with no
  * change to the memory tier; *found false if it does not exist. */
 ts_status rows_read(struct rows *r, uint64_t id, void *rec, bool *found, struct ts_err *err);

@@ -388,6 +388,7 @@ static ts_status load_step(struct ts_table *t, const struct ts_row_push *in, uin
     for (size_t i = 0; i < in->n; i++)
         if (t->where[i] == NO_ENTRY)
             all[m++] = in->ids[i];
+    rows_note(&t->rows, all, m);
     if (!(st = rows_load(&t->rows, all, m, err))) {
         uint64_t fresh = count_fresh(t, all, m);   /* the rows the step creates */
 
@@ -474,6 +475,7 @@ static ts_status push_async(struct ts_table *t, const struct ts_row_push *in, bo
     uint64_t fresh;
     ts_status st;
 
+    rows_note(&t->rows, in->ids, in->n);
     if ((st = rows_load(&t->rows, in->ids, in->n, err)))
         return st;
     fresh = count_fresh(t, in->ids, in->n);

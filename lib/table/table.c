@@ -365,6 +365,7 @@ static uint64_t table_quota(const struct ts_table *t)
 
 void table_begin(struct ts_table *t)
 {
+    t->rows.gen = t->step;   /* the memory tier's window keeps a step's rows through it */
     rows_begin(&t->rows, table_quota(t));
 }
 
@@ -588,6 +589,7 @@ ts_status ts_table_pull(struct ts_table *t, uint32_t rank, uint64_t want, int ms
         if (t->rows.tier)
             part = t->rows.quota / 4 > 64 ? t->rows.quota / 4 : 64;
         part = part < n - at ? part : n - at;
+        rows_note(&t->rows, ids + at, part);
         st = rows_load(&t->rows, ids + at, part, err);
         for (size_t i = at; !st && i < at + part; i++) {
             struct row *w = rows_find(&t->rows, ids[i]);

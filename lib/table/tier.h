@@ -6,8 +6,8 @@
  * directory a shard process alone uses; chosen over RocksDB and LMDB by measurement:
  * docs/embeddings.md, "Choosing the disk tier's store"), found through an index in memory,
  * and the table's memory keeps the hot rows under the shard's --table-mem budget (rows.c:
- * CLOCK eviction, write-back of changed rows in batches by this module's writer thread, reads
- * of rows that are not in memory).
+ * CLOCK eviction with admission by frequency, write-back of changed rows in batches by this
+ * module's writer thread, reads of rows that are not in memory).
  *
  * Each table store takes a key space of its own (tier_space), its own file and index. What is
  * on disk is a cache of the rows, rebuilt from the job's snapshot and the chain's copies after

@@ -1,6 +1,7 @@
-/* test_table_tier.c - lib/table's disk tier (issue 48): the memory tier's CLOCK eviction and
- * write-back against a reference model, and tables much larger than their memory giving the
- * bits of a table held all in memory: pulls, exact steps, rows, captures and loads. */
+/* test_table_tier.c - lib/table's disk tier (issue 48): the memory tier's eviction (CLOCK with
+ * a window and admission by frequency) and write-back against a reference model, its sketch,
+ * and tables much larger than their memory giving the bits of a table held all in memory:
+ * pulls, exact steps, rows, captures and loads. */
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,48 +41,121 @@ static int close_tier(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* ---- The memory tier against a reference CLOCK ---- */
+/* ---- The memory tier against a reference: CLOCK with a window and admission ---- */
 
 #define QUOTA 5                    /* rows in memory */
+#define WMAX 1                     /* the window: a fifth of the quota (rows.c) */
 #define MAXS 64
 #define EMPTY UINT64_MAX
 
 /* What rows.c is meant to do, written the plain way: slots, a hand, a reference bit a slot,
- * free slots reused last-freed first, the rows an operation needs pinned; an evicted row that
- * changed since the disk had it goes to the batch being filled (a set, written at a flush). */
+ * free slots reused last-freed first, the rows an operation needs pinned; a row coming in
+ * joins the window (a list in arrival order); when room is needed and the window holds
+ * WMAX rows or more, its oldest row not pinned joins CLOCK's rows if they have room, else
+ * it is weighed against CLOCK's victim by the sketch (rows.c's own counts: the same ids were
+ * noted), and the one seen less often leaves; otherwise CLOCK's victim leaves (or, with none,
+ * the window's oldest not pinned). An evicted row that changed since the disk had it goes to
+ * the batch being filled (a set, written at a flush). */
 struct ref {
     uint64_t id[MAXS];
-    int refbit[MAXS], unwritten[MAXS], pinned[MAXS];
+    int refbit[MAXS], unwritten[MAXS], pinned[MAXS], trial[MAXS];
     uint64_t free[MAXS];
-    size_t nfree, slots, hand, resident;
+    size_t nfree, slots, hand, resident, ntrial;
+    size_t order[MAXS];            /* the window's slots, oldest first */
+    size_t norder;
     uint64_t fill[MAXS];
     size_t nfill, written;
+    const struct sketch *sk;
+    size_t won, lost, joined;      /* the window's oldest: beat CLOCK's victim, lost, room */
 };
 
-static void ref_evict(struct ref *m)
+static void ref_leave(struct ref *m, size_t s)
 {
-    for (size_t seen = 0; seen <= 2 * m->slots; seen++) {
+    if (m->unwritten[s]) {
+        size_t k = 0;
+
+        while (k < m->nfill && m->fill[k] != m->id[s])
+            k++;
+        if (k == m->nfill)
+            m->fill[m->nfill++] = m->id[s];
+    }
+    if (m->trial[s])
+        m->ntrial--;
+    m->trial[s] = 0;
+    m->id[s] = EMPTY;
+    m->free[m->nfree++] = s;
+    m->resident--;
+    if (m->hand == s)
+        m->hand = s + 1 < m->slots ? s + 1 : 0;
+}
+
+/* The hand stops on CLOCK's victim; EMPTY if none. */
+static size_t ref_victim(struct ref *m)
+{
+    for (size_t seen = 0; m->slots && seen <= 2 * m->slots; seen++) {
         size_t s = m->hand;
 
-        m->hand = s + 1 < m->slots ? s + 1 : 0;
-        if (m->id[s] == EMPTY || m->pinned[s])
-            continue;
-        if (m->refbit[s]) {
+        if (m->id[s] != EMPTY && !m->pinned[s] && !m->trial[s]) {
+            if (!m->refbit[s])
+                return s;
             m->refbit[s] = 0;
+        }
+        m->hand = s + 1 < m->slots ? s + 1 : 0;
+    }
+    return EMPTY;
+}
+
+/* The window's oldest row not pinned: its place in order, or EMPTY. */
+static size_t ref_oldest(const struct ref *m)
+{
+    for (size_t k = 0; k < m->norder; k++)
+        if (!m->pinned[m->order[k]])
+            return k;
+    return EMPTY;
+}
+
+static void ref_unlist(struct ref *m, size_t k)
+{
+    memmove(&m->order[k], &m->order[k + 1], (m->norder - k - 1) * sizeof(m->order[0]));
+    m->norder--;
+}
+
+static int ref_make_room(struct ref *m)
+{
+    for (;;) {
+        size_t k = m->ntrial >= WMAX ? ref_oldest(m) : EMPTY, t, v;
+
+        if (k == EMPTY) {
+            if ((v = ref_victim(m)) != EMPTY) {
+                ref_leave(m, v);
+                return 1;
+            }
+            if ((k = ref_oldest(m)) == EMPTY)
+                return 0;
+            t = m->order[k];
+            ref_unlist(m, k);
+            ref_leave(m, t);
+            return 1;
+        }
+        t = m->order[k];
+        ref_unlist(m, k);
+        if (m->resident - m->ntrial < QUOTA - WMAX) {   /* CLOCK's rows have room */
+            m->trial[t] = 0;
+            m->ntrial--;
+            m->joined++;
             continue;
         }
-        if (m->unwritten[s]) {
-            size_t k = 0;
-
-            while (k < m->nfill && m->fill[k] != m->id[s])
-                k++;
-            if (k == m->nfill)
-                m->fill[m->nfill++] = m->id[s];
+        v = ref_victim(m);
+        if (v != EMPTY && sketch_get(m->sk, m->id[t]) > sketch_get(m->sk, m->id[v])) {
+            ref_leave(m, v);
+            m->trial[t] = 0;
+            m->ntrial--;
+            m->won++;
+        } else {
+            ref_leave(m, t);
+            m->lost++;
         }
-        m->id[s] = EMPTY;
-        m->free[m->nfree++] = s;
-        m->resident--;
-        return;
+        return 1;
     }
 }
 
@@ -93,23 +167,21 @@ static size_t ref_find(const struct ref *m, uint64_t id)
     return EMPTY;
 }
 
-/* A row comes into memory (loaded, unwritten 0; or new, 1), pinned. */
+/* A row comes into memory (loaded, unwritten 0; or new, 1), pinned, into the window. */
 static void ref_install(struct ref *m, uint64_t id, int unwritten)
 {
     size_t s;
 
-    while (m->resident >= QUOTA) {
-        size_t before = m->resident;
-
-        ref_evict(m);
-        if (m->resident == before)
-            break;
-    }
+    while (m->resident >= QUOTA && ref_make_room(m))
+        ;
     s = m->nfree ? m->free[--m->nfree] : m->slots++;
     m->id[s] = id;
     m->refbit[s] = 1;
     m->unwritten[s] = unwritten;
     m->pinned[s] = 1;
+    m->trial[s] = 1;
+    m->ntrial++;
+    m->order[m->norder++] = s;
     m->resident++;
 }
 
@@ -136,11 +208,15 @@ static void check_same(struct rows *r, const struct ref *m)
         if (!idmap_find(&r->map, m->id[s], &slot))   /* rows_find would set its bit */
             fail_msg("row %lu: in memory in the reference, not in rows.c",
                      (unsigned long)m->id[s]);
+        if (!(rows_slot_at(r, slot)->flags & ROW_TRIAL) != !m->trial[s])
+            fail_msg("row %lu: %s the window in the reference, not in rows.c",
+                     (unsigned long)m->id[s], m->trial[s] ? "in" : "out of");
     }
     assert_int_equal(r->resident, in_ref);
+    assert_int_equal(r->ntrial, m->ntrial);
 }
 
-static void t_clock_against_reference(void **state)
+static void t_admission_against_reference(void **state)
 {
     /* ops: positive: that row, made if new or loaded (and changed when the op is odd);
      * 0: a flush. Several ids between two -1 are one operation. */
@@ -184,6 +260,9 @@ static void t_clock_against_reference(void **state)
         r.quota = QUOTA;           /* and batches that never wait: written at a flush only */
         r.pending_max = 1000;
         ref_begin(&m);
+        m.sk = &r.freq;            /* rows_note below counts the ids both see */
+        r.gen = op;                /* every operation a step of its own */
+        rows_note(&r, ids, n);
         /* One id an operation, or several that are all new: the reference's order. */
         assert_int_equal(rows_load(&r, ids, n, &e), TS_OK);
         assert_int_equal(rows_reserve(&r, n, &e), TS_OK);
@@ -217,6 +296,8 @@ static void t_clock_against_reference(void **state)
         check_same(&r, &m);
     }
     assert_true(r.stats.evictions > 10);
+    /* Every way out of the window was taken. */
+    assert_true(m.won > 0 && m.lost > 0 && m.joined > 0);
     rows_flush(&r);
     /* Every row, wherever it is now, has its last version; the count is right. */
     for (uint64_t id = 1; id < 64; id++) {
@@ -238,6 +319,78 @@ static void t_clock_against_reference(void **state)
         free(ids);
     }
     rows_fini(&r);
+}
+
+/* One operation on rows with a quota of 10 (a window of 2) at the table's step gen: row id
+ * made (rows_add), as a push that creates it does. */
+static void op_add(struct rows *r, uint64_t gen, uint64_t id)
+{
+    struct ts_err e = { 0 };
+
+    r->gen = gen;
+    rows_begin(r, 100);
+    r->quota = 10;
+    r->pending_max = 1000;
+    rows_note(r, &id, 1);
+    assert_int_equal(rows_load(r, &id, 1, &e), TS_OK);
+    assert_int_equal(rows_reserve(r, 1, &e), TS_OK);
+    row_values(rows_add(r, id))[0] = (float)id;
+    assert_true(r->resident <= 10);
+}
+
+/* A row in the window is not weighed against CLOCK's victim during the step it came in (a
+ * step's pulls and its push are several operations: a row one rank's pull read stays for
+ * the push), and memory keeps to its quota meanwhile; at the next step it is. */
+static void t_window_keeps_a_steps_rows(void **state)
+{
+    size_t rec = sizeof(struct row) + 4 * sizeof(float);
+    struct rows r;
+    uint64_t s;
+
+    (void)state;
+    rows_init(&r, rec, tier, NULL, rec);
+    for (uint64_t id = 1; id <= 20; id++)   /* a step each */
+        op_add(&r, id, id);
+    for (uint64_t id = 500; id <= 505; id++) {   /* one step, six operations */
+        op_add(&r, 100, id);
+        assert_true(idmap_find(&r.map, 500, &s));
+    }
+    for (uint64_t id = 506; id <= 530; id++)    /* the next step */
+        op_add(&r, 101, id);
+    assert_false(idmap_find(&r.map, 500, &s));
+    rows_flush(&r);
+    rows_fini(&r);
+}
+
+/* The admission's sketch: a count never below the true one, and halved as counts age. */
+static void t_sketch_counts_and_ages(void **state)
+{
+    struct sketch sk = { 0 };
+    unsigned before, after;
+
+    (void)state;
+    assert_int_equal(sketch_get(&sk, 7), 0);   /* none yet: every count 0, adds ignored */
+    sketch_add(&sk, 7);
+    assert_int_equal(sketch_get(&sk, 7), 0);
+    assert_true(sketch_fit(&sk, 50));
+    assert_int_equal(sketch_bytes(&sk), 4 * 64);   /* 4 rows of 64 counters */
+    for (int i = 0; i < 100; i++)
+        sketch_add(&sk, 7);
+    for (uint64_t id = 1000; id < 1100; id++)
+        sketch_add(&sk, id);
+    before = sketch_get(&sk, 7);
+    assert_true(before >= 100);
+    for (uint64_t id = 1000; id < 1100; id++)
+        assert_true(sketch_get(&sk, id) >= 1);
+    /* 200 adds so far; the halving comes at 20 x 64 = 1280. */
+    for (uint64_t id = 2000; id < 3080; id++)
+        sketch_add(&sk, id);
+    after = sketch_get(&sk, 7);
+    assert_true(after >= 50 && after <= (before + 1) / 2 + 1);
+    assert_true(sketch_fit(&sk, 1000));            /* grown: empty again */
+    assert_int_equal(sketch_bytes(&sk), 4 * 1024);
+    assert_int_equal(sketch_get(&sk, 7), 0);
+    sketch_fini(&sk);
 }
 
 /* A prefetch's disk read races an operation that brings the same row in and changes it: the
@@ -922,7 +1075,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(t_store_against_a_map),
-        cmocka_unit_test(t_clock_against_reference),
+        cmocka_unit_test(t_admission_against_reference),
+        cmocka_unit_test(t_sketch_counts_and_ages),
+        cmocka_unit_test(t_window_keeps_a_steps_rows),
         cmocka_unit_test(t_prefetch_keeps_what_an_operation_changed),
         cmocka_unit_test(t_tiered_table_is_exact),
         cmocka_unit_test(t_full_disk_refuses_and_loses_nothing),

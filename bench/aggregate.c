@@ -74,15 +74,6 @@ struct results {
 
 /* ---- setup ---- */
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* Gradients like the unit test's: magnitude 10^U(-8, 3), random sign. All buffers are
  * written once here, so no page fault lands in a timed loop. */
 static ts_status make_bufs(const struct opts *o, struct bufs *b, struct ts_err *err)
@@ -106,7 +97,7 @@ static ts_status make_bufs(const struct opts *o, struct bufs *b, struct ts_err *
         if (!(b->g[k] = malloc(n * sizeof(float))) || !(b->fx[k] = malloc(n * sizeof(int64_t))))
             return ts_err_set(err, TS_ENOMEM, "out of memory for input %zu", k);
         for (size_t i = 0; i < n; i++) {
-            uint64_t r = rng_next(&s);
+            uint64_t r = bench_rng_next(&s);
             float v = (float)exp2(((double)(r >> 11) * 0x1p-53 * 11.0 - 8.0) * 3.321928094887362);
 
             b->g[k][i] = r & 1 ? -v : v;

@@ -49,18 +49,9 @@ struct row {
     double ms[2][MAX_REPS], med[2];
 };
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static float rnd(uint64_t *s)
 {
-    return (float)((double)(rng_next(s) >> 11) * 0x1p-53 * 2.0 - 1.0);
+    return (float)((double)(bench_rng_next(s) >> 11) * 0x1p-53 * 2.0 - 1.0);
 }
 
 static bool side_alloc(struct side *a, size_t n)

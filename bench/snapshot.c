@@ -75,16 +75,7 @@ static double r4(double x) { return (double)bench_round_i(x * 1e4) / 1e4; }
 
 /* ---- data ---- */
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1p-53; }
+static double unit(uint64_t *s) { return (double)(bench_rng_next(s) >> 11) * 0x1p-53; }
 
 /* Floats in [-1,1) with 24 random bits, or normal(0, 0.05) by Box-Muller. */
 static void fill(float *x, size_t n, int ds, uint64_t seed)
@@ -93,9 +84,9 @@ static void fill(float *x, size_t n, int ds, uint64_t seed)
         double a, b, r;
 
         if (ds == D_RANDOM) {
-            x[i] = (float)((double)(rng_next(&seed) >> 40) * 0x1p-23 - 1.0);
+            x[i] = (float)((double)(bench_rng_next(&seed) >> 40) * 0x1p-23 - 1.0);
             if (i + 1 < n)
-                x[i + 1] = (float)((double)(rng_next(&seed) >> 40) * 0x1p-23 - 1.0);
+                x[i + 1] = (float)((double)(bench_rng_next(&seed) >> 40) * 0x1p-23 - 1.0);
             continue;
         }
         a = unit(&seed);

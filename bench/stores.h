@@ -82,7 +82,7 @@ void store_evict(const struct store *t);
 /* rm -rf dir, saying on stderr what it could not remove. */
 void store_rm_tree(const char *dir);
 
-/* SplitMix64's finalizer: the memory store's hash, and the workload's random numbers. */
+/* SplitMix64's finalizer: the memory store's hash (the workload draws from bench_rng_next). */
 static inline uint64_t mix64(uint64_t z)
 {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -91,8 +91,6 @@ struct run {
 
 static volatile uint64_t sink;
 
-static uint64_t rng_next(uint64_t *s) { return mix64(*s += 0x9E3779B97F4A7C15ull); }
-
 /* The key of row id: the id spread by a multiplicative hash (odd, so one to one), big-endian
  * so that byte order is key order. */
 static uint64_t key_of(uint32_t id) { return ((uint64_t)id + 1) * 0x9E3779B97F4A7C15ull; }
@@ -113,7 +111,7 @@ static void make_record(unsigned char *r, size_t rec, uint32_t id)
 
     memcpy(r, h, HDR_LEN);
     for (size_t i = HDR_LEN; i < rec; i += 4) {
-        float f = (float)((double)(rng_next(&s) >> 40) * 0x1p-24 - 0.5) * 0.02f;
+        float f = (float)((double)(bench_rng_next(&s) >> 40) * 0x1p-24 - 0.5) * 0.02f;
 
         memcpy(r + i, &f, 4);
     }
@@ -139,7 +137,7 @@ static void update_record(unsigned char *r, size_t rec)
 
 static uint32_t zipf_draw(const struct run *r, uint64_t *s)
 {
-    double u = (double)(rng_next(s) >> 11) * 0x1p-53;
+    double u = (double)(bench_rng_next(s) >> 11) * 0x1p-53;
     size_t lo = 0, hi = r->n - 1;
 
     while (lo < hi) {

@@ -60,16 +60,7 @@ static double r3(double x) { return (double)bench_round_i(x * 1e3) / 1e3; }
 
 /* ---- data ---- */
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1p-53; }
+static double unit(uint64_t *s) { return (double)(bench_rng_next(s) >> 11) * 0x1p-53; }
 
 /* normal(0, 0.05) by Box-Muller, as bench_snapshot's weights. */
 static void fill(float *x, size_t n, uint64_t seed)

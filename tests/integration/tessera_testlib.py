@@ -143,6 +143,18 @@ def worker_of(train, rank):
     return wait_until(find, START_TIMEOUT, "worker %d of %s to start" % (rank, train.name))
 
 
+def rank_pid_past(addr, job, rank, step, timeout=90):
+    """The pid of job's worker of rank at the cluster at addr (alive, as `tessera status`
+    lists it), once its clock is at step or past: a victim for a kill."""
+    def find():
+        for w in status_json(addr)["workers"]:
+            if w.get("job") == job and w["rank"] == rank and w["clock"] >= step and \
+                    w["state"] == "alive":
+                return w["pid"]
+        return None
+    return wait_until(find, timeout, "rank %d of %s at step %d" % (rank, job, step))
+
+
 class Proc:
     """A process of ours: its own session, stdout+stderr in a log file, stopped by pid."""
 

@@ -263,14 +263,7 @@ class ElasticKilled(tl.ClusterCase, unittest.TestCase):
                              env=dict(os.environ, TESSERA_LOG="warn"),
                              stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            def rank1():
-                for w in tl.status_json(self.addr)["workers"]:
-                    if w.get("job") == job and w["rank"] == 1 and w["clock"] >= 20 and \
-                            w["state"] == "alive":
-                        return w["pid"]
-                return None
-            os.kill(tl.wait_until(rank1, 90, "rank 1 of %s past step 20" % job),
-                    signal.SIGKILL)
+            os.kill(tl.rank_pid_past(self.addr, job, 1, 20), signal.SIGKILL)
             out, err = p.communicate(timeout=240)
         finally:
             if p.poll() is None:

@@ -124,6 +124,8 @@ struct rows {
     size_t trial_h, trial_n, trial_cap;
     size_t win_from;               /* entries before it are pinned in win_epoch */
     uint32_t win_epoch;
+    uint32_t clock_dry;            /* the epoch in which CLOCK found no victim */
+    uint64_t swept;                /* slots CLOCK's hand looked at: its work, for tests */
     uint32_t epoch;
     uint64_t gen;                  /* the table's step (table_begin), for the window */
     /* The epoch in which CLOCK went round and found every row pinned: an operation that

@@ -276,10 +276,15 @@ static bool fill_add(struct rows *r, const struct row *w)
  * UINT64_MAX when there is none. */
 static uint64_t clock_victim(struct rows *r)
 {
+    /* None since this operation began (its pins only grow), or none at all: no sweep of
+     * every slot again for each row a scan of the table brings into the window. */
+    if (r->clock_dry == r->epoch || r->resident == r->ntrial)
+        return UINT64_MAX;
     for (uint64_t seen = 0; r->slots && seen <= 2 * r->slots; seen++) {
         uint64_t s = r->hand;
         struct row *w = rows_slot_at(r, s);
 
+        r->swept++;
         if (w->id != IDMAP_EMPTY && w->pin != r->epoch && !(w->flags & ROW_TRIAL)) {
             if (!(w->flags & ROW_REF))
                 return s;
@@ -287,6 +292,7 @@ static uint64_t clock_victim(struct rows *r)
         }
         r->hand = s + 1 < r->slots ? s + 1 : 0;
     }
+    r->clock_dry = r->epoch;
     return UINT64_MAX;
 }
 
@@ -322,6 +328,13 @@ static bool in_window(const struct rows *r, uint64_t s)
     return w->id != IDMAP_EMPTY && (w->flags & ROW_TRIAL);
 }
 
+/* Drops the entries of rows that left the window from the front of its list. */
+static void window_front(struct rows *r)
+{
+    while (r->trial_h < r->trial_n && !in_window(r, r->trial[r->trial_h].slot))
+        r->trial_h++;
+}
+
 /* The window's oldest row that no operation under way needs and that came before the
  * table's step (r->gen: a step's rows stay until its push, whichever rank's pull brought
  * them in): its entry in r->trial, or SIZE_MAX. Entries of rows that left are dropped from
@@ -330,8 +343,7 @@ static bool in_window(const struct rows *r, uint64_t s)
  * bringing in more rows than the quota made it quadratic). */
 static size_t window_oldest(struct rows *r)
 {
-    while (r->trial_h < r->trial_n && !in_window(r, r->trial[r->trial_h].slot))
-        r->trial_h++;
+    window_front(r);
     if (r->win_epoch != r->epoch || r->win_from < r->trial_h) {
         r->win_epoch = r->epoch;
         r->win_from = r->trial_h;
@@ -376,7 +388,10 @@ static bool make_room(struct rows *r)
         if (k == SIZE_MAX) {
             if ((v = clock_victim(r)) != UINT64_MAX)
                 return evict_slot(r, v);
-            /* CLOCK's rows all pinned: any of the window's not pinned, else none. */
+            /* CLOCK's rows all pinned: the window's oldest not pinned, of any step (a scan
+             * of the table within one step: its rows leave in the order they came), else
+             * none. */
+            window_front(r);
             for (k = r->trial_h; k < r->trial_n; k++) {
                 t = r->trial[k].slot;
                 if (in_window(r, t) && rows_slot_at(r, t)->pin != r->epoch)

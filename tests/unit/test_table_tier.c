@@ -362,6 +362,30 @@ static void t_window_keeps_a_steps_rows(void **state)
     rows_fini(&r);
 }
 
+/* A scan of many rows within one step (a fingerprint, a capture: many operations, all of the
+ * same step) brings every row into the window, where the step
+ * keeps them from being weighed; CLOCK's rows run out, and the window's oldest go. CLOCK's
+ * hand must not sweep every slot for each row then: it made the end of test_big_table's run
+ * (its fingerprint) take 90 s more. Its work stays linear in the rows. */
+static void t_scan_within_a_step_stays_linear(void **state)
+{
+    size_t rec = sizeof(struct row) + 4 * sizeof(float);
+    struct rows r;
+    uint64_t s;
+
+    (void)state;
+    rows_init(&r, rec, tier, NULL, rec);
+    for (uint64_t id = 1; id <= 20; id++)      /* some rows CLOCK holds, steps of their own */
+        op_add(&r, id, id);
+    for (uint64_t id = 1000; id < 6000; id++)  /* the scan: one step */
+        op_add(&r, 50, id);
+    assert_true(r.resident <= 10);
+    assert_true(idmap_find(&r.map, 5999, &s));
+    assert_true(r.swept < 4 * 6000);
+    rows_flush(&r);
+    rows_fini(&r);
+}
+
 /* The admission's sketch: a count never below the true one, and halved as counts age. */
 static void t_sketch_counts_and_ages(void **state)
 {
@@ -1078,6 +1102,7 @@ int main(void)
         cmocka_unit_test(t_admission_against_reference),
         cmocka_unit_test(t_sketch_counts_and_ages),
         cmocka_unit_test(t_window_keeps_a_steps_rows),
+        cmocka_unit_test(t_scan_within_a_step_stays_linear),
         cmocka_unit_test(t_prefetch_keeps_what_an_operation_changed),
         cmocka_unit_test(t_tiered_table_is_exact),
         cmocka_unit_test(t_full_disk_refuses_and_loses_nothing),

@@ -28,8 +28,8 @@
  * one the sketch saw less often leaves memory, the other stays (the window's row joining
  * CLOCK's rows). So a row
  * read once for a step does not push out a row read every few steps, and memory keeps to
- * the quota. A prefetched row joins CLOCK's rows at once (install). The row lifetime's sweep
- * is expire.c's. */
+ * the quota. A prefetched row stays unweighed for the steps it was announced for (install).
+ * The row lifetime's sweep is expire.c's. */
 #include "table/internal.h"
 #include "table/tier.h"
 #include "util/proc.h"
@@ -45,6 +45,9 @@
  * share and lost 0.2 to 5 points at 1%; bench/table_tiers.py (2 ranks, 2 shards): a third
  * gained 1.8 points at 1% without prefetch and lost 1.2 with it, a tenth lost at 1%. */
 #define WINDOW 5
+/* The steps a prefetched row is kept in the window unweighed: the CTR trainer's default
+ * --prefetch-depth. */
+#define PREFETCH_STEPS 2
 
 void rows_mem_charge(struct rows *r, uint64_t bytes, bool add)
 {
@@ -352,7 +355,7 @@ static size_t window_oldest(struct rows *r)
         const struct window_entry *e = &r->trial[r->win_from];
 
         if (in_window(r, e->slot) && rows_slot_at(r, e->slot)->pin != r->epoch &&
-            e->gen != r->gen)
+            e->gen < r->gen)
             return r->win_from;
     }
     return SIZE_MAX;
@@ -431,9 +434,11 @@ static uint64_t slot_take(struct rows *r)
 }
 
 /* A slot gets row id from rec (copied), pinned; with a tier, in the window (room for its
- * entry made by rows_reserve), except a prefetched row: CLOCK's at once (a window smaller
- * than what the next steps announce would let the prefetched rows push each other out before
- * their pull: at 1% in memory the hit rate fell from 69% to 45%, bench/table_tiers.py). */
+ * entry made by rows_reserve), kept from being weighed until the table's step is past its
+ * gen: this step for a row an operation needs, PREFETCH_STEPS more for a prefetched one
+ * (announced for the next steps' pulls: weighed as soon as their step was over, prefetched
+ * rows pushed each other out before their pull, at 1% in memory the hit rate fell from 69%
+ * to 45%, bench/table_tiers.py). */
 static struct row *install(struct rows *r, uint64_t id, const void *rec, uint32_t flags)
 {
     uint64_t s = slot_take(r), k;
@@ -444,10 +449,10 @@ static struct row *install(struct rows *r, uint64_t id, const void *rec, uint32_
     w->id = id;
     w->pin = r->epoch;
     w->flags = ROW_REF | flags;
-    if (r->tier && !(flags & ROW_PREFETCHED)) {
+    if (r->tier) {
         w->flags |= ROW_TRIAL;
         r->trial[r->trial_n].slot = s;
-        r->trial[r->trial_n++].gen = r->gen;
+        r->trial[r->trial_n++].gen = r->gen + (flags & ROW_PREFETCHED ? PREFETCH_STEPS : 0);
         r->ntrial++;
     }
     idmap_put(&r->map, id, s);

@@ -43,7 +43,8 @@
 /* The admission's window: a fifth of the quota. bench_table_policy (one rank) at 1%, 10%
  * and 25% in memory: a third, a tenth, a twentieth and a hundredth did no better at any
  * share and lost 0.2 to 5 points at 1%; bench/table_tiers.py (2 ranks, 2 shards): a third
- * gained 1.8 points at 1% without prefetch and lost 1.2 with it, a tenth lost at 1%. */
+ * gained 1.8 points at 1% without prefetch, a tenth lost at 1% (measured with prefetched rows
+ * put in CLOCK at once, before they waited in the window). */
 #define WINDOW 5
 /* The steps a prefetched row is kept in the window unweighed: the CTR trainer's default
  * --prefetch-depth. */

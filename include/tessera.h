@@ -654,6 +654,18 @@ int tessera_snapshot_table(const tessera_snapshot *s, int i, const char **name, 
  * TESSERA_ECORRUPT too. The table is read into memory first: twice its values' bytes. */
 int tessera_snapshot_read_table(tessera_snapshot *s, int i, uint64_t *ids, float *values,
                                 struct tessera_error *err);
+/* Table i's spec as the snapshot holds it (the strings are the handle's; spec->size is left
+ * as the caller set it) and *state_len, its optimizer's state floats per value (0 sgd,
+ * 1 adagrad, 2 adam). TESSERA_EINVAL for an i out of range. */
+int tessera_snapshot_table_spec(const tessera_snapshot *s, int i, struct tessera_table_spec *spec,
+                                int *state_len, struct tessera_error *err);
+/* As tessera_snapshot_read_table, with what else each row's record holds, each where not
+ * NULL: state (rows x state_len x dim floats, each row's [component][dim]), updates (each
+ * row's optimizer update count: Adam's t) and steps (the step each row was last updated at,
+ * from which a row lifetime counts). What tessera_snapshot_import takes back. */
+int tessera_snapshot_read_rows(tessera_snapshot *s, int i, uint64_t *ids, float *values,
+                               float *state, uint64_t *updates, uint64_t *steps,
+                               struct tessera_error *err);
 void tessera_snapshot_close(tessera_snapshot *s);   /* NULL is a no-op */
 
 /* Optimizer state floats per parameter element under `optimizer` (a spec as
@@ -674,6 +686,22 @@ struct tessera_import_tensor {
                                   * far); 0: a restore takes the count the step implies */
     uint64_t updates;
 };
+/* A sparse table to import (docs/embeddings.md, "Snapshots of tables"): the spec the job will
+ * register it with (a job's shards load its rows when it does; its table handle is its index
+ * in tessera_import_options.tables, so the job must register them in that order) and its
+ * rows. Everything is borrowed. */
+struct tessera_import_table {
+    struct tessera_table_spec spec;  /* init NULL: normal:0.01; optimizer required: sgd,
+                                      * adagrad or adam with options, as the job registers it */
+    uint64_t rows;
+    const uint64_t *ids;         /* rows of them, strictly ascending, each <= spec.max_id */
+    const float *values;         /* rows x dim floats, finite */
+    const float *state;          /* rows x state_len x dim (tessera_snapshot_read_rows's
+                                  * layout); NULL: zeros (a fresh optimizer) */
+    const uint64_t *updates;     /* each row's update count (Adam's t); NULL: zeros */
+    const uint64_t *steps;       /* each row's last updated step, at most the import's step;
+                                  * NULL: the import's step */
+};
 struct tessera_import_options {
     const char *job;             /* the job a restore starts */
     uint32_t workers;            /* 0 means 1 */
@@ -685,9 +713,12 @@ struct tessera_import_options {
     const char *branch;          /* NULL: "main"; the snapshot follows its tip */
     const char *tag;             /* NULL: none */
     const char *message;         /* NULL: none */
+    const struct tessera_import_table *tables;   /* NULL or ntables of them */
+    int ntables;
 };
-/* Writes tensors t[0..n) as a snapshot of a bsp job in the store in directory `store`
- * (created if missing): initializer "assigned" (tessera.torch's), 4 MiB partitions. Everything
+/* Writes tensors t[0..n) (n >= 0) and o->tables as a snapshot of a bsp job in the store in
+ * directory `store` (created if missing): tensors with initializer "assigned"
+ * (tessera.torch's), 4 MiB partitions; at least one tensor or table. Everything
  * is checked before a chunk is written (TESSERA_EINVAL names the field or tensor,
  * TESSERA_EEXIST a taken tag); TESSERA_ESTATE if another writer moved the branch meanwhile.
  * id receives the new snapshot's id (hex). `tessera up --store DIR --restore ID` restores it. */

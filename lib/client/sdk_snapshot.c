@@ -2,6 +2,7 @@
  * cluster (include/tessera.h; lib/snapshot whole.c does the work). A handle owns its store and
  * its parsed manifest; the names it hands out point into the manifest. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "client/sdk_internal.h"
 #include "snapshot/snapshot.h"
+#include "table/table.h"
 
 struct tessera_snapshot {
     struct ts_store *store;
@@ -141,24 +143,57 @@ int tessera_snapshot_table(const tessera_snapshot *s, int i, const char **name, 
     return sdk_ok(e);
 }
 
-int tessera_snapshot_read_table(tessera_snapshot *s, int i, uint64_t *ids, float *values,
-                                struct tessera_error *e)
+int tessera_snapshot_table_spec(const tessera_snapshot *s, int i, struct tessera_table_spec *spec,
+                                int *state_len, struct tessera_error *e)
 {
     struct ts_err err = { 0 };
     const ts_table_manifest *t = table_at(s, i, &err);
-    uint64_t *got_ids = NULL;
-    float *got = NULL;
-    size_t rows = 0;
 
-    if (!t || ts_snap_read_table(s->store, s->m, t, &got_ids, &got, &rows, &err))
+    if (!t)
         return sdk_fail(e, &err);
-    if (rows) {   /* the manifest's count, which the caller sized ids and values by */
-        memcpy(ids, got_ids, rows * sizeof(*ids));
-        memcpy(values, got, rows * t->spec->dim * sizeof(*values));
-    }
-    free(got_ids);
-    free(got);
+    spec->name = t->spec->name;
+    spec->dim = t->spec->dim;
+    spec->max_id = t->spec->max_id;
+    spec->init = t->spec->initializer;
+    spec->seed = t->spec->seed;
+    spec->optimizer = t->spec->optimizer;
+    if (!spec->size || spec->size >= offsetof(struct tessera_table_spec, ttl_steps) +
+                                          sizeof(spec->ttl_steps))
+        spec->ttl_steps = t->spec->ttl_steps;
+    *state_len = (int)ts_snap_row_state_len(t->spec);
     return sdk_ok(e);
+}
+
+int tessera_snapshot_read_rows(tessera_snapshot *s, int i, uint64_t *ids, float *values,
+                               float *state, uint64_t *updates, uint64_t *steps,
+                               struct tessera_error *e)
+{
+    struct ts_err err = { 0 };
+    const ts_table_manifest *t = table_at(s, i, &err);
+    struct ts_snap_rows r;
+    size_t dim;
+
+    if (!t || ts_snap_read_rows(s->store, s->m, t, state || updates || steps, &r, &err))
+        return sdk_fail(e, &err);
+    dim = t->spec->dim;
+    if (r.rows) {   /* the manifest's count, which the caller sized the arrays by */
+        memcpy(ids, r.ids, r.rows * sizeof(*ids));
+        memcpy(values, r.values, r.rows * dim * sizeof(*values));
+        if (state && r.state)
+            memcpy(state, r.state, r.rows * r.state_len * dim * sizeof(*state));
+        if (updates)
+            memcpy(updates, r.updates, r.rows * sizeof(*updates));
+        if (steps)
+            memcpy(steps, r.steps, r.rows * sizeof(*steps));
+    }
+    ts_snap_rows_free(&r);
+    return sdk_ok(e);
+}
+
+int tessera_snapshot_read_table(tessera_snapshot *s, int i, uint64_t *ids, float *values,
+                                struct tessera_error *e)
+{
+    return tessera_snapshot_read_rows(s, i, ids, values, NULL, NULL, NULL, e);
 }
 
 void tessera_snapshot_close(tessera_snapshot *s)
@@ -181,20 +216,56 @@ int tessera_optimizer_state_len(const char *optimizer, int *len, struct tessera_
     return sdk_ok(e);
 }
 
+/* The import's tables as lib/snapshot takes them (specs and ts: nt each), with
+ * tessera_table_register's defaults, each checked as a shard registers it. */
+static void import_tables(const struct tessera_import_table *x, size_t nt,
+                          const struct ts_job *job, Tessera__V1__TableSpec *specs,
+                          struct ts_snap_import_table *ts, struct ts_err *err)
+{
+    for (size_t i = 0; i < nt; i++) {
+        const struct tessera_table_spec *sp = &x[i].spec;
+        struct ts_table_cfg cfg = { .name = sp->name ? sp->name : "", .dim = sp->dim,
+                                    .max_id = sp->max_id,
+                                    .init = sp->init ? sp->init : "normal:0.01",
+                                    .seed = sp->seed,
+                                    .optimizer = sp->optimizer ? sp->optimizer
+                                                               : job->optimizer,
+                                    .ttl_steps = sp->ttl_steps };
+
+        tessera__v1__table_spec__init(&specs[i]);
+        specs[i].name = (char *)cfg.name;
+        specs[i].dim = cfg.dim;
+        specs[i].max_id = cfg.max_id;
+        specs[i].initializer = (char *)cfg.init;
+        specs[i].seed = cfg.seed;
+        specs[i].optimizer = (char *)cfg.optimizer;
+        specs[i].ttl_steps = cfg.ttl_steps;
+        ts[i] = (struct ts_snap_import_table){
+            .spec = &specs[i], .rows = x[i].rows, .ids = x[i].ids, .value = x[i].values,
+            .state = x[i].state, .updates = x[i].updates, .steps = x[i].steps };
+        if (!err->code && ts_table_check(job, &cfg, err))
+            ts_err_prefix(err, "import: tables[%zu]", i);
+    }
+}
+
 int tessera_snapshot_import(const char *store, const struct tessera_import_options *o,
                             const struct tessera_import_tensor *t, int n, char id[65],
                             struct tessera_error *e)
 {
     struct ts_snap_import_tensor *xs = NULL;
+    struct ts_snap_import_table *ts = NULL;
+    Tessera__V1__TableSpec *specs = NULL;
+    size_t nt = o && o->tables && o->ntables > 0 ? (size_t)o->ntables : 0;
     struct ts_snap_import in;
     struct ts_store *s = NULL;
     struct ts_err err = { 0 };
     struct ts_job job;
     uint8_t raw[TS_STORE_ID_LEN];
 
-    if (!o || !t || n < 1)
-        ts_err_set(&err, TS_EINVAL, "import: options and at least one tensor are required");
-    else if (!(xs = calloc((size_t)n, sizeof(*xs))))
+    if (!o || (n > 0 && !t) || n < 0)
+        ts_err_set(&err, TS_EINVAL, "import: options are required, and n tensors at t");
+    else if (!(xs = calloc((size_t)n + 1, sizeof(*xs))) || !(ts = calloc(nt + 1, sizeof(*ts))) ||
+             !(specs = calloc(nt + 1, sizeof(*specs))))
         ts_err_set(&err, TS_ENOMEM, "out of memory");
     else if (!ts_job_init(&job, o->job, o->workers ? o->workers : 1, o->exact != 0,
                           o->optimizer, o->batch, &err)) {
@@ -204,14 +275,19 @@ int tessera_snapshot_import(const char *store, const struct tessera_import_optio
                 .ndim = t[i].ndim > 0 ? (size_t)t[i].ndim : 0, .value = t[i].values,
                 .state = t[i].state, .has_updates = t[i].has_updates != 0,
                 .updates = t[i].updates };
+        import_tables(o->tables, nt, &job, specs, ts, &err);
         in = (struct ts_snap_import){ .job = &job, .step = o->step ? o->step : 1,
                                       .micro_batch = o->micro_batch, .tensors = xs,
-                                      .n = (size_t)n, .branch = o->branch, .tag = o->tag,
+                                      .n = (size_t)n, .tables = ts, .ntables = nt,
+                                      .branch = o->branch, .tag = o->tag,
                                       .message = o->message };
-        if (!open_store(store, true, &s, &err) && !ts_snap_import(s, &in, raw, &err))
+        if (!err.code && !open_store(store, true, &s, &err) &&
+            !ts_snap_import(s, &in, raw, &err))
             ts_store_hex(raw, id);
     }
     free(xs);
+    free(ts);
+    free(specs);
     ts_store_close(s);
     return err.code ? sdk_fail(e, &err) : sdk_ok(e);
 }

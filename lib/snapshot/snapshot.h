@@ -233,6 +233,9 @@ TS_MUST_CHECK ts_status ts_snap_tag(struct ts_store *s, const char *tag,
 /* Bytes a record of a table of spec s (24 + 4 x dim x (1 + the optimizer's state length));
  * 0 for a dim outside 1..4096 or an optimizer lib/tensor does not know. */
 size_t ts_snap_record_bytes(const Tessera__V1__TableSpec *s);
+/* Optimizer state floats a record of spec s holds per value (0 sgd, 1 adagrad, 2 adam); s
+ * must be one ts_snap_record_bytes accepts. */
+size_t ts_snap_row_state_len(const Tessera__V1__TableSpec *s);
 /* Two specs of one table. */
 bool ts_snap_same_table(const Tessera__V1__TableSpec *a, const Tessera__V1__TableSpec *b);
 /* Bytes of memory ts_snap_put_run needs for n records of record_bytes. */
@@ -257,6 +260,20 @@ TS_MUST_CHECK ts_status ts_snap_read_run(struct ts_store *s, const ts_manifest *
 TS_MUST_CHECK ts_status ts_snap_read_table(struct ts_store *s, const ts_manifest *m,
                                            const ts_table_manifest *t, uint64_t **ids,
                                            float **values, size_t *rows, struct ts_err *err);
+/* Table t of m whole with what else its records hold: ts_snap_read_table's rows, and with
+ * all, each row's optimizer state (rows x state_len x dim floats, each row's [component]
+ * [dim]; NULL for sgd), update count and step (rows each), all malloc'd; freed with
+ * ts_snap_rows_free (on error too: nothing is left in *out). */
+struct ts_snap_rows {
+    size_t rows, state_len;
+    uint64_t *ids;
+    float *values, *state;
+    uint64_t *updates, *steps;
+};
+TS_MUST_CHECK ts_status ts_snap_read_rows(struct ts_store *s, const ts_manifest *m,
+                                          const ts_table_manifest *t, bool all,
+                                          struct ts_snap_rows *out, struct ts_err *err);
+void ts_snap_rows_free(struct ts_snap_rows *r);
 
 /* How one table differs between two snapshots (ts_snap_diff_tables). kind: SAME, CHANGED,
  * ADDED, REMOVED, or RESHAPED for another spec (dim, max_id, initializer, seed, optimizer,
@@ -305,21 +322,44 @@ struct ts_snap_import_tensor {
     uint64_t updates;            /* else a restore takes the count the step implies */
 };
 
+/* One sparse table to import (docs/embeddings.md, "Snapshots of tables"); everything
+ * borrowed. Its rows become records (table.h's: id, update count, step, values, state). */
+struct ts_snap_import_table {
+    const Tessera__V1__TableSpec *spec;  /* as a shard registers it (ts_table_check) */
+    uint64_t rows;
+    const uint64_t *ids;         /* rows of them, strictly ascending, each <= spec->max_id */
+    const float *value;          /* rows x dim floats, row by row, finite */
+    const float *state;          /* rows x state_len x dim floats, each row's [component]
+                                  * [dim], as its record holds it; NULL: zeros (a fresh
+                                  * optimizer) */
+    const uint64_t *updates;     /* each row's update count (Adam's t); NULL: zeros */
+    const uint64_t *steps;       /* each row's last updated step (its lifetime counts from
+                                  * it), at most the import's step; NULL: the import's step */
+};
+
 /* A snapshot made from values rather than taken from a cluster. */
 struct ts_snap_import {
     const struct ts_job *job;    /* bsp (ts_job_init's default): the restored job's */
     uint64_t step;               /* >= 1: every partition's version, and where the job goes on */
     uint32_t micro_batch;        /* the schedule's micro-batch (0: not known) */
     const struct ts_snap_import_tensor *tensors;
-    size_t n;                    /* 1..TS_MANIFEST_MAX_TENSORS - 1; ids are 1..n in this order */
+    size_t n;                    /* 0..TS_MANIFEST_MAX_TENSORS - 1; ids are 1..n in this order */
+    const struct ts_snap_import_table *tables;
+    size_t ntables;              /* 0..TS_MANIFEST_MAX_TABLES; ids 0..ntables - 1 in this
+                                  * order, which must be the order the job registers them;
+                                  * at least one tensor or table */
     const char *branch;          /* a branch name without "heads/" (NULL: "main") */
     const char *tag;             /* NULL or "": none */
     const char *message;         /* NULL: "" */
+    size_t run_bytes;            /* an imported table's runs hold at most this of records
+                                  * (0: 64 MiB) */
 };
 
 /* Writes in as a snapshot: tensors with initializer "assigned" (tessera.torch's, so that its
  * attach to the restored job finds them as its own) cut into TS_PARTITION_BYTES_DEFAULT
- * partitions, on branch in->branch after its tip (a new branch if it has none), then the tag.
+ * partitions, tables as full runs of at most in->run_bytes of records at in->step (a
+ * shard that registers one with the same spec loads its rows, as from a snapshot a cluster
+ * took), on branch in->branch after its tip (a new branch if it has none), then the tag.
  * Everything is checked before a chunk is written (TS_EINVAL names the field; a taken tag is
  * TS_EEXIST); a lost race for the branch is TS_ESTATE. id receives the snapshot's id. A
  * `tessera up --restore` of it starts the job at in->step with these values and state. */

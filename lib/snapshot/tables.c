@@ -22,6 +22,11 @@ size_t ts_snap_record_bytes(const Tessera__V1__TableSpec *s)
     return 24 + (1 + ts_optim_state_len(cfg.kind)) * (size_t)s->dim * sizeof(float);
 }
 
+size_t ts_snap_row_state_len(const Tessera__V1__TableSpec *s)
+{
+    return (ts_snap_record_bytes(s) - 24) / (s->dim * sizeof(float)) - 1;
+}
+
 static ts_status check_run(const ts_manifest *m, const ts_table_manifest *t, size_t ti,
                            size_t ri, size_t rb, struct ts_err *err)
 {
@@ -247,18 +252,26 @@ static int by_id_newest(const void *a, const void *b)
     return (x->step < y->step) - (x->step > y->step);   /* newest first */
 }
 
-ts_status ts_snap_read_table(struct ts_store *s, const ts_manifest *m,
-                             const ts_table_manifest *t, uint64_t **ids, float **values,
-                             size_t *rows, struct ts_err *err)
+void ts_snap_rows_free(struct ts_snap_rows *r)
 {
-    size_t rb = ts_snap_record_bytes(t->spec), total = 0, n = 0, at = 0;
+    free(r->ids);
+    free(r->values);
+    free(r->state);
+    free(r->updates);
+    free(r->steps);
+    *r = (struct ts_snap_rows){ 0 };
+}
+
+ts_status ts_snap_read_rows(struct ts_store *s, const ts_manifest *m, const ts_table_manifest *t,
+                            bool all, struct ts_snap_rows *out, struct ts_err *err)
+{
+    size_t rb = ts_snap_record_bytes(t->spec), total = 0, n = 0, at = 0, rows = 0;
+    size_t dim = t->spec->dim, slen = ts_snap_row_state_len(t->spec);
     uint8_t **bufs = calloc(t->n_runs + 1, sizeof(*bufs));
     struct rec_ref *refs = NULL;
     ts_status st = bufs ? TS_OK : ts_err_set(err, TS_ENOMEM, "out of memory");
 
-    *ids = NULL;
-    *values = NULL;
-    *rows = 0;
+    *out = (struct ts_snap_rows){ .state_len = slen };
     for (size_t r = 0; r < t->n_runs; r++)
         total += t->runs[r]->records;
     if (!st && !(refs = malloc((total + 1) * sizeof(*refs))))
@@ -279,36 +292,56 @@ ts_status ts_snap_read_table(struct ts_store *s, const ts_manifest *m,
     if (!st)
         qsort(refs, n, sizeof(*refs), by_id_newest);
     for (size_t k = 0; !st && k < n; k++)   /* distinct ids */
-        *rows += k == 0 || refs[k].id != refs[k - 1].id;
-    if (!st && *rows != t->rows)
+        rows += k == 0 || refs[k].id != refs[k - 1].id;
+    if (!st && rows != t->rows)
         st = ts_err_set(err, TS_ECORRUPT, "table '%s': its runs hold %zu rows, the manifest "
-                        "says %" PRIu64 "%s", t->spec->name, *rows, t->rows, *rows < t->rows ?
+                        "says %" PRIu64 "%s", t->spec->name, rows, t->rows, rows < t->rows ?
                         ": the runs are damaged, or the snapshot was written while the job "
                         "trained on by a Tessera that counted rows made after its step "
                         "(before December 2026; its rows are right, its count is not)" :
                         ": the runs are damaged; use another snapshot");
-    if (!st && *rows && (!(*ids = malloc(*rows * sizeof(**ids))) ||
-                         !(*values = malloc(*rows * t->spec->dim * sizeof(float)))))
+    if (!st && rows &&
+        (!(out->ids = malloc(rows * sizeof(*out->ids))) ||
+         !(out->values = malloc(rows * dim * sizeof(float))) ||
+         (all && slen && !(out->state = malloc(rows * slen * dim * sizeof(float)))) ||
+         (all && !(out->updates = malloc(rows * sizeof(*out->updates)))) ||
+         (all && !(out->steps = malloc(rows * sizeof(*out->steps))))))
         st = ts_err_set(err, TS_ENOMEM, "table '%s': out of memory for %zu rows",
-                        t->spec->name, *rows);
+                        t->spec->name, rows);
     for (size_t k = 0; !st && k < n; k++) {
         if (k && refs[k].id == refs[k - 1].id)
             continue;   /* an older record of the row */
-        (*ids)[at] = refs[k].id;
-        memcpy(*values + at * t->spec->dim, refs[k].at + 24, t->spec->dim * sizeof(float));
+        out->ids[at] = refs[k].id;
+        memcpy(out->values + at * dim, refs[k].at + 24, dim * sizeof(float));
+        if (out->state)
+            memcpy(out->state + at * slen * dim, refs[k].at + 24 + dim * sizeof(float),
+                   slen * dim * sizeof(float));
+        if (out->updates)
+            memcpy(&out->updates[at], refs[k].at + 8, sizeof(uint64_t));
+        if (out->steps)
+            memcpy(&out->steps[at], refs[k].at + 16, sizeof(uint64_t));
         at++;
     }
+    out->rows = rows;
     for (size_t r = 0; bufs && r < t->n_runs; r++)
         free(bufs[r]);
     free(bufs);
     free(refs);
-    if (st) {
-        free(*ids);
-        free(*values);
-        *ids = NULL;
-        *values = NULL;
-        *rows = 0;
-    }
+    if (st)
+        ts_snap_rows_free(out);
+    return st;
+}
+
+ts_status ts_snap_read_table(struct ts_store *s, const ts_manifest *m,
+                             const ts_table_manifest *t, uint64_t **ids, float **values,
+                             size_t *rows, struct ts_err *err)
+{
+    struct ts_snap_rows r;
+    ts_status st = ts_snap_read_rows(s, m, t, false, &r, err);
+
+    *ids = r.ids;
+    *values = r.values;
+    *rows = r.rows;
     return st;
 }
 

@@ -138,6 +138,14 @@ static ts_status check_cfg(const struct ts_job *job, const struct ts_table_cfg *
     return TS_OK;
 }
 
+ts_status ts_table_check(const struct ts_job *job, const struct ts_table_cfg *cfg,
+                         struct ts_err *err)
+{
+    struct ts_optim_cfg optim;
+
+    return check_cfg(job, cfg, &optim, err);
+}
+
 ts_status ts_table_create(const struct ts_job *job, const struct ts_table_cfg *cfg,
                           struct ts_table_budget *budget, struct ts_table **out,
                           struct ts_err *err)

@@ -176,9 +176,13 @@ struct ts_table_tiers {
 };
 void ts_table_tiers(struct ts_table *t, struct ts_table_tiers *out);
 
-/* Validates cfg (TS_EINVAL names the field: table.name, table.dim, table.max_id, table.init,
- * table.optimizer; job.mode for a reduce job, whose parameters live on its workers) and makes
- * an empty table. budget: NULL for no limit. */
+/* Validates cfg for job: TS_EINVAL names the field (table.name, table.dim, table.max_id,
+ * table.init, table.optimizer, table.ttl_steps; job.mode for a reduce job, whose parameters
+ * live on its workers). What ts_table_create checks first; for those who write a table's
+ * records without making it (a snapshot's import). */
+ts_status ts_table_check(const struct ts_job *job, const struct ts_table_cfg *cfg,
+                         struct ts_err *err) TS_MUST_CHECK;
+/* Validates cfg (ts_table_check) and makes an empty table. budget: NULL for no limit. */
 ts_status ts_table_create(const struct ts_job *job, const struct ts_table_cfg *cfg,
                           struct ts_table_budget *budget, struct ts_table **out,
                           struct ts_err *err) TS_MUST_CHECK;

@@ -53,32 +53,53 @@ out:
     return d;
 }
 
-/* {"name", "dim", "ids", "values"} of table i: ids int64 and values float32 (rows x dim)
- * bytearrays. */
-static PyObject *read_table(tessera_snapshot *s, int i)
+/* {"name", "dim", "max_id", "init", "seed", "optimizer", "ttl_steps", "state_len", "ids",
+ * "values", "state", "updates", "steps"} of table i: ids int64, values float32 (rows x dim)
+ * bytearrays; with all, state float32 (rows x state_len x dim; None for sgd), updates and
+ * steps int64 bytearrays, else None. */
+static PyObject *read_table(tessera_snapshot *s, int i, int all)
 {
     struct tessera_error e = { 0 };
+    struct tessera_table_spec spec = TESSERA_TABLE_SPEC_INIT;
     const char *name;
     uint32_t dim;
     uint64_t rows;
-    int rc;
-    PyObject *ids = NULL, *v = NULL, *d = NULL;
+    int rc, slen;
+    PyObject *ids = NULL, *v = NULL, *sv = NULL, *up = NULL, *steps = NULL, *d = NULL;
 
-    if (tessera_snapshot_table(s, i, &name, &dim, &rows, &e))
+    if (tessera_snapshot_table(s, i, &name, &dim, &rows, &e) ||
+        tessera_snapshot_table_spec(s, i, &spec, &slen, &e))
         return raise_sdk(&e);
     ids = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(rows * sizeof(uint64_t)));
     v = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(rows * dim * sizeof(float)));
-    if (ids && v) {
+    sv = all && slen ? PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(rows * (uint64_t)slen *
+                                                                        dim * sizeof(float)))
+                     : Py_NewRef(Py_None);
+    up = all ? PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(rows * sizeof(uint64_t)))
+             : Py_NewRef(Py_None);
+    steps = all ? PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(rows * sizeof(uint64_t)))
+                : Py_NewRef(Py_None);
+    if (ids && v && sv && up && steps) {
         Py_BEGIN_ALLOW_THREADS
-        rc = tessera_snapshot_read_table(s, i, (uint64_t *)PyByteArray_AS_STRING(ids),
-                                         (float *)PyByteArray_AS_STRING(v), &e);
+        rc = tessera_snapshot_read_rows(
+            s, i, (uint64_t *)PyByteArray_AS_STRING(ids), (float *)PyByteArray_AS_STRING(v),
+            sv != Py_None ? (float *)PyByteArray_AS_STRING(sv) : NULL,
+            up != Py_None ? (uint64_t *)PyByteArray_AS_STRING(up) : NULL,
+            steps != Py_None ? (uint64_t *)PyByteArray_AS_STRING(steps) : NULL, &e);
         Py_END_ALLOW_THREADS
         d = rc ? raise_sdk(&e)
-               : Py_BuildValue("{s:s,s:I,s:O,s:O}", "name", name, "dim", dim, "ids", ids,
-                               "values", v);
+               : Py_BuildValue("{s:s,s:I,s:K,s:s,s:K,s:s,s:K,s:i,s:O,s:O,s:O,s:O,s:O}", "name",
+                               name, "dim", dim, "max_id", (unsigned long long)spec.max_id,
+                               "init", spec.init, "seed", (unsigned long long)spec.seed,
+                               "optimizer", spec.optimizer, "ttl_steps",
+                               (unsigned long long)spec.ttl_steps, "state_len", slen, "ids",
+                               ids, "values", v, "state", sv, "updates", up, "steps", steps);
     }
     Py_XDECREF(ids);
     Py_XDECREF(v);
+    Py_XDECREF(sv);
+    Py_XDECREF(up);
+    Py_XDECREF(steps);
     return d;
 }
 
@@ -116,7 +137,7 @@ static PyObject *snapshot_read(PyObject *self, PyObject *args, PyObject *kw)
     if (!(tables = PyList_New(0)))
         goto out;
     for (int i = 0; i < tessera_snapshot_ntables(s); i++) {
-        PyObject *t = read_table(s, i);
+        PyObject *t = read_table(s, i, with_state);
 
         if (!t || PyList_Append(tables, t)) {
             Py_XDECREF(t);
@@ -183,16 +204,88 @@ static int get_tensor(PyObject *o, Py_ssize_t i, int slen, struct tessera_import
     return 0;
 }
 
+/* One table of the import, a dict {name, dim, max_id, init, seed, optimizer, ttl_steps, ids,
+ * values, state, updates, steps} (init, optimizer, state, updates and steps may be None),
+ * into *x, its arrays held in bufs[0..5). */
+static int get_table(PyObject *o, Py_ssize_t i, struct tessera_import_table *x,
+                     struct arr bufs[5])
+{
+    static const char *keys[] = { "name", "dim", "max_id", "init", "seed", "optimizer",
+                                  "ttl_steps", "ids", "values", "state", "updates", "steps" };
+    PyObject *f[12];
+    unsigned long long dim = 0, max_id = 0, seed = 0, ttl = 0;
+    long long rows;
+    const char *what;
+
+    if (!PyDict_Check(o)) {
+        invalid("tables[%zd]: want a dict {name, dim, max_id, init, seed, optimizer, "
+                "ttl_steps, ids, values, state, updates, steps}", i);
+        return -1;
+    }
+    for (int k = 0; k < 12; k++)
+        if (!(f[k] = PyDict_GetItemString(o, keys[k]))) {
+            invalid("tables[%zd]: '%s' is missing", i, keys[k]);
+            return -1;
+        }
+    x->spec = (struct tessera_table_spec)TESSERA_TABLE_SPEC_INIT;
+    if (!PyUnicode_Check(f[0]) || !(x->spec.name = PyUnicode_AsUTF8(f[0]))) {
+        PyErr_Clear();
+        invalid("tables[%zd].name: a str is required", i);
+        return -1;
+    }
+    what = x->spec.name;
+    if (get_uint(f[1], what, 4096, &dim) || get_uint(f[2], what, INT64_MAX, &max_id) ||
+        get_str(f[3], what, &x->spec.init) || get_uint(f[4], what, UINT64_MAX, &seed) ||
+        get_str(f[5], what, &x->spec.optimizer) || get_uint(f[6], what, UINT64_MAX, &ttl))
+        return -1;
+    x->spec.dim = (uint32_t)dim;
+    x->spec.max_id = max_id;
+    x->spec.seed = seed;
+    x->spec.ttl_steps = ttl;
+    if (arr_get(f[7], what, I64, 0, -1, &bufs[0]))
+        return -1;
+    rows = (long long)(bufs[0].b.len / (Py_ssize_t)sizeof(int64_t));
+    x->rows = (uint64_t)rows;
+    x->ids = bufs[0].b.buf;
+    if (arr_get(f[8], what, F32, 0, rows * (long long)dim, &bufs[1]))
+        return -1;
+    x->values = bufs[1].b.buf;
+    if (f[9] != Py_None) {
+        if (arr_get(f[9], what, F32, 0, -1, &bufs[2]))
+            return -1;
+        x->state = bufs[2].b.buf;
+        if (!rows || !dim || bufs[2].b.len % (rows * (long long)dim * (long long)sizeof(float))) {
+            invalid("table '%s': state: %zd floats, want rows x state_len x dim", what,
+                    bufs[2].b.len / (Py_ssize_t)sizeof(float));
+            return -1;
+        }
+    }
+    if (f[10] != Py_None) {
+        if (arr_get(f[10], what, I64, 0, rows, &bufs[3]))
+            return -1;
+        x->updates = bufs[3].b.buf;
+    }
+    if (f[11] != Py_None) {
+        if (arr_get(f[11], what, I64, 0, rows, &bufs[4]))
+            return -1;
+        x->steps = bufs[4].b.buf;
+    }
+    return 0;
+}
+
 static PyObject *snapshot_import(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = { "store", "tensors", "job", "workers", "optimizer", "batch",
                               "exact", "step", "micro_batch", "branch", "tag", "message",
-                              NULL };
+                              "tables", NULL };
     struct tessera_import_options o = { .workers = 1, .step = 1, .branch = "main" };
     unsigned long long step = 1;
     const char *dir;
-    PyObject *otensors, *seq = NULL, *out = NULL;
+    PyObject *otensors, *otables = NULL, *seq = NULL, *tseq = NULL, *out = NULL;
     struct tessera_import_tensor *xs = NULL;
+    struct tessera_import_table *ts = NULL;
+    struct arr *tbufs = NULL;
+    Py_ssize_t nt = 0;
     uint64_t (*shapes)[8] = NULL;
     struct arr *bufs = NULL;
     struct tessera_error e = { 0 };
@@ -201,10 +294,10 @@ static PyObject *snapshot_import(PyObject *self, PyObject *args, PyObject *kw)
     int rc, slen;
 
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOsIsd|pKIszz:snapshot_import", kwlist, &dir,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOsIsd|pKIszzO:snapshot_import", kwlist, &dir,
                                      &otensors, &o.job, &o.workers, &o.optimizer, &o.batch,
                                      &o.exact, &step, &o.micro_batch, &o.branch, &o.tag,
-                                     &o.message))
+                                     &o.message, &otables))
         return NULL;
     o.step = step;
     if (tessera_optimizer_state_len(o.optimizer, &slen, &e))
@@ -228,6 +321,26 @@ static PyObject *snapshot_import(PyObject *self, PyObject *args, PyObject *kw)
         if (get_tensor(PySequence_Fast_GET_ITEM(seq, i), i, slen, &xs[i],
                        shapes[i], &bufs[2 * i], &bufs[2 * i + 1]))
             goto out;
+    if (otables && otables != Py_None) {
+        if (!(tseq = PySequence_Fast(otables, "tables: want a sequence of dicts")))
+            goto out;
+        nt = PySequence_Fast_GET_SIZE(tseq);
+        if (nt > 256) {
+            invalid("tables: %zd, at most 256", nt);
+            goto out;
+        }
+        ts = PyMem_Calloc((size_t)nt + 1, sizeof(*ts));
+        tbufs = PyMem_Calloc(5 * (size_t)nt + 1, sizeof(*tbufs));
+        if (!ts || !tbufs) {
+            PyErr_NoMemory();
+            goto out;
+        }
+        for (Py_ssize_t i = 0; i < nt; i++)
+            if (get_table(PySequence_Fast_GET_ITEM(tseq, i), i, &ts[i], &tbufs[5 * i]))
+                goto out;
+        o.tables = ts;
+        o.ntables = (int)nt;
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = tessera_snapshot_import(dir, &o, xs, (int)n, id, &e);
     Py_END_ALLOW_THREADS
@@ -235,6 +348,11 @@ static PyObject *snapshot_import(PyObject *self, PyObject *args, PyObject *kw)
 out:
     for (Py_ssize_t i = 0; bufs && i < 2 * n; i++)
         arr_put(&bufs[i]);
+    for (Py_ssize_t i = 0; tbufs && i < 5 * nt; i++)
+        arr_put(&tbufs[i]);
+    PyMem_Free(tbufs);
+    PyMem_Free(ts);
+    Py_XDECREF(tseq);
     PyMem_Free(bufs);
     PyMem_Free(shapes);
     PyMem_Free(xs);
@@ -249,12 +367,13 @@ PyMethodDef snapshot_methods[] = {
       "snapshot_read(store, ref='HEAD', state=True) -> dict: the snapshot's id, step, job, "
       "tensors, each {name, shape, values, state, updates} with float32 bytearrays (state None "
       "without optimizer state; updates, the state's update count, None if unknown), and "
-      "tables, each {name, dim, ids (uint64 bytearray), values (float32, ids x dim)}. Use "
-      "tessera.snapshot." },
+      "tables, each {name, dim, max_id, init, seed, optimizer, ttl_steps, state_len, ids "
+      "(int64 bytearray), values (float32, ids x dim), state (float32, ids x state_len x dim), "
+      "updates, steps (int64; these three None without state)}. Use tessera.snapshot." },
     { "snapshot_import", KW snapshot_import, METH_VARARGS | METH_KEYWORDS,
       "snapshot_import(store, tensors, job, workers, optimizer, batch, exact=False, step=1, "
-      "micro_batch=0, branch='main', tag=None, message=None) -> id: a snapshot of tensors, "
-      "a sequence of (name, shape, values, state or None, updates or None). Use "
-      "tessera.snapshot." },
+      "micro_batch=0, branch='main', tag=None, message=None, tables=None) -> id: a snapshot "
+      "of tensors, a sequence of (name, shape, values, state or None, updates or None), and "
+      "tables, a sequence of dicts as snapshot_read gives them. Use tessera.snapshot." },
     { NULL, NULL, 0, NULL },
 };

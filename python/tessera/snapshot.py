@@ -20,7 +20,9 @@ it into the model's int64 scalar).
 ``ps.state_dict()`` (or ``export``) wrote, on a branch (default main, after its tip): every
 tensor with initializer "assigned" at step ``--step`` (default: the file's version, else 1),
 with the file's optimizer state (and its update counts, Adam's t) when it fits
-``--optimizer``. ``tessera up --store DIR
+``--optimizer``. Sparse tables go both ways: ``export`` writes each with its spec and its rows'
+optimizer state in ``["tessera"]["tables"]``, ``import`` takes them back, and ``--table
+NAME=KEY`` makes table NAME of a model's own embedding weight KEY (row i is id i). ``tessera up --store DIR
 --restore main`` then starts the job there, and ``tessera.torch.attach`` to it continues from
 those values (its ``ps.version`` is the step). Files are read with ``torch.load(...,
 weights_only=True)``: tensors, numbers, strings and dicts only, no code run; ``--trust-pickle``
@@ -41,6 +43,8 @@ from tessera import _tessera
 
 #: Integers above this are not exact in float32.
 _EXACT_INT = 1 << 24
+#: A table's spec, as snapshot_read gives it and import takes it.
+_SPEC_KEYS = ("dim", "max_id", "init", "seed", "optimizer", "ttl_steps")
 
 
 class Snapshot:
@@ -50,7 +54,12 @@ class Snapshot:
     optimizer without state or when read without it, ``updates`` {name: the optimizer's
     update count of that state, Adam's t so far}, for the tensors whose count it records, and
     ``tables`` {name: (ids, rows)} for its sparse tables: the ids of the rows it has (int64,
-    ascending) and their values (float32, one row of the table's dimension per id)."""
+    ascending) and their values (float32, one row of the table's dimension per id), in the
+    order of their table ids; ``table_specs`` {name: {"dim", "max_id", "init", "seed",
+    "optimizer", "ttl_steps"}}, the spec the job registered each with; and, read with state,
+    ``table_state`` {name: {"state": float32 (rows, state floats per value, dim) or None for
+    sgd, "updates": each row's update count (int64; Adam's t), "steps": the step each row
+    was last updated at (int64; a row lifetime counts from it)}}."""
 
     def __init__(self, raw):
         self.id, self.step, self.job = raw["id"], raw["step"], raw["job"]
@@ -64,11 +73,18 @@ class Snapshot:
             if t["state"] is not None:
                 self.state[t["name"]] = np.frombuffer(t["state"], np.float32).reshape(
                     (raw["state_len"],) + shape)
-        self.tables = {}
+        self.tables, self.table_specs, self.table_state = {}, {}, {}
         for t in raw.get("tables", ()):
             ids = np.frombuffer(t["ids"], np.uint64).astype(np.int64)   # ids < 2^63
             self.tables[t["name"]] = (ids, np.frombuffer(t["values"], np.float32).reshape(
                 (len(ids), t["dim"])))
+            self.table_specs[t["name"]] = {k: t[k] for k in _SPEC_KEYS}
+            if t["updates"] is not None:
+                self.table_state[t["name"]] = {
+                    "state": None if t["state"] is None else np.frombuffer(
+                        t["state"], np.float32).reshape((len(ids), t["state_len"], t["dim"])),
+                    "updates": np.frombuffer(t["updates"], np.int64),
+                    "steps": np.frombuffer(t["steps"], np.int64)}
 
     def __repr__(self):
         return "<tessera snapshot %.12s: job %s step %d, %d tensors, %d tables>" % (
@@ -84,8 +100,11 @@ def read(store, ref="HEAD", state=True):
 def state_dict(store, ref="HEAD", model_only=False):
     """The snapshot as torch tensors: ps.state_dict()'s layout (see the module's doc), its
     sparse tables in ``["tessera"]["tables"]`` {name: {"ids": int64 tensor, "rows": float32
-    tensor (ids, dim)}}; or the model's state dict alone with ``model_only``, which a snapshot
-    with tables refuses (a model's state dict has no place for them)."""
+    tensor (ids, dim), "spec": {"dim", "max_id", "init", "seed", "optimizer", "ttl_steps"},
+    "state": float32 tensor (ids, state floats per value, dim), absent for sgd, "updates"
+    and "steps": int64 tensors (ids)}}, in table id order, which import takes back; or the
+    model's state dict alone with ``model_only``, which a snapshot with tables refuses (a
+    model's state dict has no place for them)."""
     import collections
     import torch
     snap = read(store, ref, state=not model_only)
@@ -98,8 +117,14 @@ def state_dict(store, ref="HEAD", model_only=False):
             "as ids and rows" % (snap.id, ", ".join(sorted(snap.tables))))
     if model_only:
         return model
-    tables = {name: {"ids": torch.from_numpy(ids.copy()), "rows": torch.from_numpy(rows.copy())}
-              for name, (ids, rows) in snap.tables.items()}
+    tables = {}
+    for name, (ids, rows) in snap.tables.items():
+        e = {"ids": torch.from_numpy(ids.copy()), "rows": torch.from_numpy(rows.copy()),
+             "spec": dict(snap.table_specs[name])}
+        for k, v in snap.table_state.get(name, {}).items():
+            if v is not None:
+                e[k] = torch.from_numpy(v.copy())
+        tables[name] = e
     return {"model": model,
             "tessera": {"version": snap.step, "rank": 0, "workers": snap.job["workers"],
                         "optimizer": {"spec": snap.job["optimizer"],
@@ -140,21 +165,79 @@ def _float32(name, t):
     return a.reshape(a.shape or (1,))
 
 
+def _int64(what, t, n):
+    """t (a tensor or array) as n int64s >= 0."""
+    import torch
+    a = torch.as_tensor(t).detach().cpu().to(torch.int64).contiguous().numpy().reshape(-1)
+    if a.size != n or (n and int(a.min()) < 0):
+        raise _tessera.InvalidArgument("%s: want %d integers >= 0, got %d%s" % (
+            what, n, a.size, " with a negative one" if a.size == n else ""))
+    return a
+
+
+def _table(name, spec, ids, rows, state=None, updates=None, steps=None):
+    """One table of an import, as _tessera.snapshot_import takes it."""
+    missing = [k for k in _SPEC_KEYS if k not in spec]
+    if missing:
+        raise _tessera.InvalidArgument("table %r: its spec lacks %s" % (name, ", ".join(missing)))
+    rows = _float32("table %s rows" % name, rows)
+    if rows.ndim != 2 or rows.shape[1] != spec["dim"]:
+        raise _tessera.InvalidArgument("table %r: rows of shape %s, want (ids, %d)" % (
+            name, tuple(rows.shape), spec["dim"]))
+    n = rows.shape[0]
+    out = dict((k, spec[k]) for k in _SPEC_KEYS)
+    out.update(name=name, ids=_int64("table %s ids" % name, ids, n), values=rows,
+               state=None if state is None else _float32("table %s state" % name, state),
+               updates=None if updates is None else _int64("table %s updates" % name,
+                                                           updates, n),
+               steps=None if steps is None else _int64("table %s steps" % name, steps, n))
+    return out
+
+
 def import_state_dict(store, sd, job, batch, optimizer=None, workers=None, exact=False,
-                      step=None, micro_batch=0, branch="main", tag=None, message=None):
+                      step=None, micro_batch=0, branch="main", tag=None, message=None,
+                      tables=None, table_optimizer=None, table_init="normal:0.01",
+                      table_seed=0):
     """Makes a snapshot of the state dict ``sd`` (a model's, or ps.state_dict()'s) in the
     store directory (created if missing) on ``branch``; returns its id. ``optimizer`` and
     ``workers`` default to the file's (ps.state_dict()'s "tessera" entry), else are required
     and 1; ``step`` to its version, else 1. The file's optimizer state is kept when it is of
     the same kind as ``optimizer`` (momentum's fits nesterov, adam's adamw); otherwise the
-    optimizer starts fresh, which is said on stderr."""
+    optimizer starts fresh, which is said on stderr.
+
+    Sparse tables: those of an exported file (``["tessera"]["tables"]``) come back with their
+    spec, rows and row optimizer state. ``tables`` {table name: state dict key} makes tables
+    of a model's own embedding weights (an ``nn.Embedding``/``nn.EmbeddingBag`` weight of
+    shape (rows, dim): row i is id i, max_id rows - 1), taken out of the tensors, registered
+    as ``tessera.torch.EmbeddingBag`` registers them: initializer ``table_init``, seed
+    ``table_seed``, optimizer ``table_optimizer`` (None: the job's), a fresh optimizer state.
+    A job's table handles are the order of registration: the file's tables come first, then
+    ``tables``' in their order; register them in that order."""
     meta = {}
     if isinstance(sd, dict) and set(sd) == {"model", "tessera"}:
         meta, sd = sd["tessera"], sd["model"]
-    if meta.get("tables"):
-        raise _tessera.InvalidArgument(
-            "the file holds sparse tables (%s): importing tables is not built; a snapshot "
-            "made from its tensors alone would lose them" % ", ".join(sorted(meta["tables"])))
+    specs = []
+    for name, e in (meta.get("tables") or {}).items():
+        if "spec" not in e:
+            raise _tessera.InvalidArgument(
+                "table %r: the file has its ids and rows but not its spec (it was exported "
+                "before tables could be imported): export the snapshot again" % name)
+        specs.append(_table(name, e["spec"], e["ids"], e["rows"], e.get("state"),
+                            e.get("updates"), e.get("steps")))
+    taken = set()
+    for name, key in (tables or {}).items():
+        if key not in sd:
+            raise _tessera.InvalidArgument("tables: %r names %r, which the state dict does not "
+                                           "hold" % (name, key))
+        w = _float32(key, sd[key])
+        if w.ndim != 2:
+            raise _tessera.InvalidArgument("tables: %r is of shape %s; an embedding weight is "
+                                           "(rows, dim)" % (key, tuple(w.shape)))
+        specs.append(_table(name, {"dim": w.shape[1], "max_id": w.shape[0] - 1,
+                                   "init": table_init, "seed": int(table_seed),
+                                   "optimizer": table_optimizer, "ttl_steps": 0},
+                            np.arange(w.shape[0]), w))
+        taken.add(key)
     opt = meta.get("optimizer") or {}
     optimizer = optimizer or opt.get("spec")
     if not optimizer:
@@ -171,18 +254,20 @@ def import_state_dict(store, sd, job, batch, optimizer=None, workers=None, exact
         state, counts = {}, {}
     tensors = []
     for name, t in sd.items():
+        if name in taken:
+            continue
         v = _float32(name, t)
         s = state.get(name)
         if s is not None:
             s = _float32(name + " (optimizer state)", s)   # the count is checked in C
         n = counts.get(name)
         tensors.append((name, v.shape, v, s, None if n is None else int(n)))
-    if not tensors:
+    if not tensors and not specs:
         raise _tessera.InvalidArgument("the state dict holds no tensors")
     return _tessera.snapshot_import(str(store), tensors, job=job, workers=int(workers),
                                     optimizer=optimizer, batch=float(batch), exact=bool(exact),
                                     step=int(step), micro_batch=int(micro_batch), branch=branch,
-                                    tag=tag, message=message)
+                                    tag=tag, message=message, tables=specs)
 
 
 def import_file(store, path, job, batch, trust_pickle=False, **kw):
@@ -228,6 +313,16 @@ def main(argv=None):
     i.add_argument("--branch", default="main", help="the branch (default main)")
     i.add_argument("--tag", help="also tag the snapshot")
     i.add_argument("-m", dest="message", help="a message kept with the snapshot")
+    i.add_argument("--table", action="append", default=[], metavar="NAME=KEY",
+                   help="make table NAME of the model's embedding weight KEY (rows, dim): row "
+                        "i is id i; repeat for more tables, in the order the job registers "
+                        "them")
+    i.add_argument("--table-optimizer", help="those tables' row optimizer, as the job "
+                                             "registers them (default: the job's)")
+    i.add_argument("--table-init", default="normal:0.01",
+                   help="those tables' initializer (default normal:0.01, "
+                        "tessera.torch.EmbeddingBag's)")
+    i.add_argument("--table-seed", type=int, default=0, help="those tables' seed (default 0)")
     i.add_argument("--trust-pickle", action="store_true",
                    help="UNSAFE: unpickle anything the file holds (runs its code); only for "
                         "a file you made")
@@ -247,10 +342,18 @@ def main(argv=None):
             if a.trust_pickle:
                 print("tessera.snapshot: --trust-pickle: %s may run code as it loads" % a.file,
                       file=sys.stderr)
+            tables = {}
+            for t in a.table:
+                name, eq, key = t.partition("=")
+                if not eq or not name or not key:
+                    p.error("--table %s: want NAME=KEY (a table name and a state dict key)" % t)
+                tables[name] = key
             sid = import_file(a.store, a.file, a.job, a.batch, a.trust_pickle,
                               optimizer=a.optimizer, workers=a.workers, exact=a.exact,
                               step=a.step, micro_batch=a.micro_batch, branch=a.branch,
-                              tag=a.tag, message=a.message)
+                              tag=a.tag, message=a.message, tables=tables,
+                              table_optimizer=a.table_optimizer, table_init=a.table_init,
+                              table_seed=a.table_seed)
             print(sid)
             print("restore it: tessera up --store %s --restore %s" % (a.store, sid[:12]),
                   file=sys.stderr)

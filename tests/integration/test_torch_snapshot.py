@@ -128,6 +128,74 @@ class SnapshotFiles(unittest.TestCase):
         _, resumed = self.train(addr2, tag + "-resumed", 2, steps=3, optimizer=opt)
         self.assertEqual(resumed, want)
 
+    def test_a_models_embedding_becomes_a_table(self):
+        """A plain torch model's nn.EmbeddingBag weight, imported with --table, is a sparse
+        table of the restored job: tessera.torch.EmbeddingBag over it gives torch's forward
+        bit for bit, and a training step on it (Adagrad rows, SGD head) moves the rows and
+        the head as torch's own optimizers move the plain model's."""
+        torch.manual_seed(3)
+        ref = torch.nn.ModuleDict({"emb": torch.nn.EmbeddingBag(1000, 8, mode="sum"),
+                                   "head": torch.nn.Linear(8, 1)})
+        f = os.path.join(self.tmp, "embedding.pt")
+        torch.save(ref.state_dict(), f)
+        store = os.path.join(self.tmp, "store-embedding")
+        sid = snap_cli("import", "--store", store, f, "--job", "emb", "--batch", "4",
+                       "--optimizer", "sgd:lr=0.1", "--table", "items=emb.weight",
+                       "--table-optimizer", "adagrad:lr=0.05").stdout.strip()
+        back = tessera.snapshot.read(store, sid)
+        self.assertEqual(set(back.values), {"head.weight", "head.bias"})
+        self.assertEqual(back.table_specs["items"], {
+            "dim": 8, "max_id": 999, "init": "normal:0.01", "seed": 0,
+            "optimizer": "adagrad:lr=0.05", "ttl_steps": 0})
+        self.assertEqual(back.tables["items"][1].tobytes(), ref["emb"].weight.detach().numpy()
+                         .tobytes())
+        c = tl.Cluster()
+        self.restored.append(c)
+        _, addr = c.tessera_up(["--shards", "2", "--tls-dir", tts.TLS, "--store", store,
+                                "--restore", sid])
+
+        class Net(torch.nn.Module):
+            def __init__(self, client):
+                super().__init__()
+                self.emb = tessera.torch.EmbeddingBag(client, "items", 1000, 8, mode="sum",
+                                                      optimizer="adagrad:lr=0.05",
+                                                      local_batch=4)
+                self.head = torch.nn.Linear(8, 1)
+
+            def forward(self, ids, offsets):
+                return self.head(self.emb(ids, offsets))
+
+        ids = torch.tensor([1, 5, 5, 999, 42, 7, 0, 3])
+        offsets = torch.tensor([0, 3, 4, 6])
+        y = torch.tensor([1.0, 0.0, 1.0, 0.0])
+        with tessera.Client(master=addr, job="emb", rank=0, workers=1, batch=4,
+                            optimizer="sgd:lr=0.1") as client:
+            net = Net(client)
+            ps = tessera.torch.ParameterServer(net, client, batch=4, optimizer="sgd:lr=0.1")
+            self.assertEqual((ps.version, client.table_version(net.emb.table)), (1, 1))
+            net.emb.step = ps.version
+            out = net(ids, offsets)
+            self.assertTrue(torch.equal(out, ref["head"](ref["emb"](ids, offsets))))
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(out.squeeze(1), y)
+            net.zero_grad()
+            loss.backward()
+            net.emb.push()
+            ps.step()
+            touched = torch.unique(ids)
+            rows = net.emb.weight_rows(touched)
+            head = [p.detach().clone() for p in net.head.parameters()]
+        rows_opt = torch.optim.Adagrad([ref["emb"].weight], lr=0.05)
+        head_opt = torch.optim.SGD(ref["head"].parameters(), lr=0.1)
+        torch.nn.functional.binary_cross_entropy_with_logits(
+            ref["head"](ref["emb"](ids, offsets)).squeeze(1), y).backward()
+        rows_opt.step()
+        head_opt.step()
+        want = ref["emb"].weight.detach()[touched]
+        self.assertFalse(torch.equal(want, torch.from_numpy(back.tables["items"][1][touched])))
+        torch.testing.assert_close(rows, want, rtol=1e-6, atol=1e-7)
+        for got, p in zip(head, ref["head"].parameters()):
+            torch.testing.assert_close(got, p.detach(), rtol=1e-6, atol=1e-7)
+
     def test_model_only_and_refusals(self):
         """--model-only writes the bare state dict; bad stores, refs, tensors, tags and files
         are refused by name, and nothing is written for them."""
@@ -165,6 +233,21 @@ class SnapshotFiles(unittest.TestCase):
             store, dict(model, flags=torch.tensor([True, False])), "j", 8, optimizer="sgd")
         self.assertEqual(tessera.snapshot.read(store, flags).values["flags"].tolist(), [1, 0])
         first = flags
+        # Tables of a model's embedding weight: a key it lacks, a weight that is not 2-D, and
+        # a spec a shard would refuse.
+        with self.assertRaisesRegex(tessera.InvalidArgument, "'items' names 'nope'"):
+            tessera.snapshot.import_state_dict(store, model, "j", 8, optimizer="sgd",
+                                               tables={"items": "nope"})
+        key1d = next(k for k, v in model.items() if v.dim() == 1)
+        with self.assertRaisesRegex(tessera.InvalidArgument, "an embedding weight is"):
+            tessera.snapshot.import_state_dict(store, model, "j", 8, optimizer="sgd",
+                                               tables={"items": key1d})
+        emb = dict(model, emb=torch.ones(10, 4))
+        with self.assertRaisesRegex(tessera.InvalidArgument,
+                                    r"tables\[0\]: table.optimizer: 'momentum:lr=0.1': rows "
+                                    "take sgd, adagrad or adam"):
+            tessera.snapshot.import_state_dict(store, emb, "j", 8, optimizer="momentum:lr=0.1",
+                                               tables={"items": "emb"})
         with self.assertRaisesRegex(tessera.Error, "optimizer: required"):
             tessera.snapshot.import_state_dict(store, model, "j", 8)
         with self.assertRaisesRegex(tessera.Error, "tag: 't' exists"):

@@ -681,6 +681,113 @@ static void test_import_read_whole(void **state)
     free(rs);
 }
 
+/* A table imported with no tensor: four runs of records (run_bytes), read back by
+ * ts_snap_read_rows with the same ids, values, Adam state, update counts and steps; each bad
+ * table is refused naming what is wrong, and the branch stays where it was (a spec a shard
+ * would refuse, such as a momentum optimizer, is the SDK's to check: test_torch_snapshot.py). */
+static void test_import_table(void **state)
+{
+    struct fx *f = *state;
+    enum { ROWS = 1000, DIM = 4, REC = 24 + DIM * 4 * 3 };
+    uint64_t *ids = malloc(ROWS * sizeof(*ids)), *updates = malloc(ROWS * sizeof(*updates));
+    uint64_t *steps = malloc(ROWS * sizeof(*steps));
+    float *v = malloc(ROWS * DIM * sizeof(float)), *sv = malloc(ROWS * 2 * DIM * sizeof(float));
+    Tessera__V1__TableSpec spec = TESSERA__V1__TABLE_SPEC__INIT, other;
+    struct ts_snap_import_table tab = { .spec = &spec, .rows = ROWS, .ids = ids, .value = v,
+                                        .state = sv, .updates = updates, .steps = steps };
+    struct ts_snap_import_table two[2];
+    struct ts_job job;
+    struct ts_snap_import in = { .job = &job, .step = 9, .tables = &tab, .ntables = 1,
+                                 .branch = "tables", .run_bytes = 300 * REC };
+    uint8_t id[TS_STORE_ID_LEN], got[TS_STORE_ID_LEN];
+    struct ts_snap_rows r;
+    ts_manifest *m = NULL;
+    struct ts_err e = { 0 };
+
+    spec.name = "items";
+    spec.dim = DIM;
+    spec.max_id = 3 * ROWS;
+    spec.initializer = "normal:0.01";
+    spec.optimizer = "adam:lr=0.01";
+    for (size_t i = 0; i < ROWS; i++) {
+        ids[i] = 3 * i;
+        updates[i] = i % 7;
+        steps[i] = i % 9;
+        for (size_t d = 0; d < DIM; d++) {
+            v[i * DIM + d] = (float)i - (float)d * 0.5f;
+            sv[i * 2 * DIM + d] = -(float)d;                 /* m */
+            sv[i * 2 * DIM + DIM + d] = (float)(i + d);      /* v, >= 0 */
+        }
+    }
+    assert_int_equal(ts_job_init(&job, "tab", 1, true, "sgd:lr=0.1", 8, &e), TS_OK);
+    assert_int_equal(ts_snap_import(f->s, &in, id, &e), TS_OK);
+    assert_int_equal(ts_manifest_load(f->s, id, &m, &e), TS_OK);
+    assert_int_equal(m->n_tensors, 0);
+    assert_int_equal(m->n_tables, 1);
+    assert_int_equal(m->tables[0]->id, 0);
+    assert_int_equal(m->tables[0]->rows, ROWS);
+    assert_int_equal(m->tables[0]->n_runs, 4);   /* 300, 300, 300 and 100 records */
+    assert_string_equal(m->tables[0]->spec->optimizer, "adam:lr=0.01");
+    assert_int_equal(ts_snap_read_rows(f->s, m, m->tables[0], true, &r, &e), TS_OK);
+    assert_int_equal(r.rows, ROWS);
+    assert_int_equal(r.state_len, 2);
+    assert_memory_equal(r.ids, ids, ROWS * sizeof(*ids));
+    assert_memory_equal(r.values, v, ROWS * DIM * sizeof(float));
+    assert_memory_equal(r.state, sv, ROWS * 2 * DIM * sizeof(float));
+    assert_memory_equal(r.updates, updates, ROWS * sizeof(*updates));
+    assert_memory_equal(r.steps, steps, ROWS * sizeof(*steps));
+    ts_snap_rows_free(&r);
+    ts_manifest_free(m);
+
+    /* Refusals, each naming its table and what is wrong; nothing moves. */
+#define REFUSED(what)                                                           \
+    do {                                                                        \
+        ts_err_clear(&e);                                                       \
+        assert_int_equal(ts_snap_import(f->s, &in, got, &e), TS_EINVAL);        \
+        assert_non_null(strstr(e.msg, what));                                   \
+    } while (0)
+    ids[5] = ids[4];
+    REFUSED("'items': ids[5] = 12 after 12; ids must be strictly ascending");
+    ids[5] = 15;
+    spec.max_id = 100;
+    REFUSED("'items': id 102 is past max_id 100");
+    spec.max_id = 3 * ROWS;
+    v[7] = NAN;
+    REFUSED("'items': row 3 holds nan; rows must be finite");
+    v[7] = 1;
+    sv[2 * DIM + DIM] = -1;
+    REFUSED("row 3's optimizer state holds -1 where a sum of squares (>= 0) belongs");
+    sv[2 * DIM + DIM] = 1;
+    steps[2] = 10;
+    REFUSED("row 6's step 10 is after the import's step 9");
+    steps[2] = 2;
+    spec.optimizer = "nosuch";
+    REFUSED("'items': dim 4 outside 1..4096, optimizer 'nosuch' unknown");
+    spec.name = "two words";
+    REFUSED("tables[0]: name: byte 3 is 0x20");
+    spec.name = "items";
+    spec.optimizer = "sgd";
+    REFUSED("'items': state given, but its optimizer 'sgd' keeps none");
+    spec.optimizer = "adam:lr=0.01";
+    other = spec;
+    two[0] = tab;
+    two[1] = tab;
+    two[1].spec = &other;
+    in.tables = two;
+    in.ntables = 2;
+    REFUSED("table 'items' appears twice");
+    in.ntables = 0;
+    REFUSED("at least one tensor or table");
+#undef REFUSED
+    assert_int_equal(ts_snap_resolve(f->s, "tables", got, NULL, &e), TS_OK);
+    assert_memory_equal(got, id, TS_STORE_ID_LEN);
+    free(ids);
+    free(updates);
+    free(steps);
+    free(v);
+    free(sv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -693,6 +800,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pieces_merge_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_piece_declares_every_tensor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_import_read_whole, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_import_table, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

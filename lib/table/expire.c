@@ -94,16 +94,7 @@ static uint64_t expire_memory(struct rows *r, uint64_t before, struct idlist *de
             continue;
         }
         keep(kept, w->id, w);
-        idmap_del(&r->map, w->id);
-        r->ntrial -= (w->flags & ROW_TRIAL) != 0;
-        w->flags = 0;
-        w->id = IDMAP_EMPTY;
-        if (r->nfree < r->free_cap)
-            r->free[r->nfree++] = s;
-        if (r->tier) {
-            r->resident--;
-            rows_mem_charge(r, r->row_bytes, false);
-        }
+        rows_slot_free(r, s);
         dropped++;
     }
     if (r->tier)

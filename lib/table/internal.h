@@ -304,6 +304,10 @@ static inline struct row *rows_slot_at(const struct rows *r, uint64_t s)
     return (struct row *)(void *)(r->chunks[s / ROWS_CHUNK] + (s % ROWS_CHUNK) * r->rec);
 }
 void rows_mem_charge(struct rows *r, uint64_t bytes, bool add);
+/* Slot s's row leaves memory (an eviction, or a row lifetime's drop): out of the map and the
+ * window, its slot free for the next row (when the free list has room), and with a tier its
+ * bytes uncharged. What else it needs (its write-back, counts) is the caller's. */
+void rows_slot_free(struct rows *r, uint64_t s);
 void rows_hand(struct rows *r);
 const uint8_t *rows_batch_find(const struct rows *r, uint64_t id);
 bool rows_gone(const struct rows *r, uint64_t id);

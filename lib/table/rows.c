@@ -300,6 +300,22 @@ static uint64_t clock_victim(struct rows *r)
     return UINT64_MAX;
 }
 
+void rows_slot_free(struct rows *r, uint64_t s)
+{
+    struct row *w = rows_slot_at(r, s);
+
+    r->ntrial -= (w->flags & ROW_TRIAL) != 0;
+    w->flags = 0;
+    idmap_del(&r->map, w->id);
+    w->id = IDMAP_EMPTY;
+    if (r->nfree < r->free_cap)
+        r->free[r->nfree++] = s;
+    if (r->tier) {
+        r->resident--;
+        rows_mem_charge(r, r->row_bytes, false);
+    }
+}
+
 /* Slot s's row (not pinned) leaves memory, into the batch being filled if the disk does not
  * have it; false when no batch could be made. */
 static bool evict_slot(struct rows *r, uint64_t s)
@@ -309,13 +325,7 @@ static bool evict_slot(struct rows *r, uint64_t s)
     if ((w->flags & ROW_UNWRITTEN) && !fill_add(r, w))
         return false;
     r->stats.prefetch_unused += (w->flags & ROW_PREFETCHED) != 0;
-    r->ntrial -= (w->flags & ROW_TRIAL) != 0;
-    w->flags = 0;
-    idmap_del(&r->map, w->id);
-    w->id = IDMAP_EMPTY;
-    r->free[r->nfree++] = s;
-    r->resident--;
-    rows_mem_charge(r, r->row_bytes, false);
+    rows_slot_free(r, s);
     r->stats.evictions++;
     if (s == r->hand)
         r->hand = s + 1 < r->slots ? s + 1 : 0;

@@ -302,7 +302,7 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         try:
             # Past the first snapshots, well before the end (80 steps of 60 ms and more).
             for step in at:
-                victim = tl.shard_once_past(addr, step)
+                victim = self.victim = tl.shard_once_past(addr, step)
                 if hang:   # stopped past its lease, dropped from the map, woken at the end
                     tl.log("stopping shard %d (pid %d)" % (victim["id"], victim["pid"]))
                     os.kill(victim["pid"], signal.SIGSTOP)
@@ -401,6 +401,30 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
                                                   os.path.join(self.c.dir, "tier-k2d")])
         self.assertEqual(got["rollbacks"], 0, err[-3000:])
         self.assertIn("failed over", err)
+
+    def test_a_shard_without_copies_restarts_over_its_disk_tier(self):
+        """--replicas 1 under --respawn, rows mostly on disk (--table-mem 64K): a shard killed
+        while its rows go to its disk starts again over the same directory (its files, the
+        killed one's tier, are the new one's to reset), joins, and the job goes back to its
+        last snapshot, the durable record of what shards acknowledged without copies: nothing
+        acknowledged before it is lost, what came after is sent again by the workers, and the
+        job ends on the --local fingerprint with the new shard's rows through its own tier."""
+        tier = os.path.join(self.c.dir, "tier-k1d")
+        got, err, status = self.kill_one(1, "k1d", up=["--respawn", "--table-mem", "64K",
+                                                       "--table-dir", tier],
+                                         train=["--steps", "160"])
+        self.assertGreaterEqual(got["rollbacks"], 1, err[-3000:])
+        alive = [s for s in status["shards"] if s["state"] == "alive"]
+        self.assertEqual(len(alive), 3, status["shards"])
+        joined = max(alive, key=lambda s: s["id"])
+        self.assertEqual(joined["id"], 4, status["shards"])
+        # The killed shard had written rows to its disk, and had more on their way there.
+        killed = [t["disk_tier"] for t in self.victim.get("table_list", [])
+                  if t["job"] == "k1d"]
+        self.assertGreater(sum(d["written"] for d in killed), 0, killed)
+        tables = [t for t in joined.get("table_list", []) if t["job"] == "k1d"]
+        self.assertEqual(len(tables), 8, joined)
+        tl.assert_rows_went_through_disk(self, tables)
 
     @tl.long_case
     def test_row_lifetime_through_a_failover_and_a_rollback(self):

@@ -16,6 +16,9 @@
 
 #define MAP_SLOT_BYTES 16          /* an id and a record number */
 #define MAP_SLOTS_COUNTED 2        /* a row's share of the map (table.h) */
+/* With a disk tier, a slot's entry in the free list (8 bytes) and its share of the window's
+ * list (16-byte entries for a fifth of the slots, the list up to twice that), rounded up. */
+#define TIER_SLOT_BYTES 16
 
 void ts_table_budget_init(struct ts_table_budget *b, uint64_t limit)
 {
@@ -176,7 +179,8 @@ ts_status ts_table_create(const struct ts_job *job, const struct ts_table_cfg *c
     /* Rounded up to 8 bytes, so that every record's header is aligned. */
     rec = (sizeof(struct row) + (size_t)t->dim * (1 + t->slen) * sizeof(float) + 7) &
           ~(size_t)7;
-    t->row_bytes = rec + MAP_SLOTS_COUNTED * MAP_SLOT_BYTES;
+    t->row_bytes = rec + MAP_SLOTS_COUNTED * MAP_SLOT_BYTES +
+                   (budget && budget->tier ? TIER_SLOT_BYTES : 0);
     rows_init(&t->rows, rec, budget ? budget->tier : NULL, budget, t->row_bytes);
     if (t->rows.tier)
         atomic_fetch_add(&budget->tables, 1);

@@ -53,7 +53,8 @@
  * ts_table_row_bytes: its record (a 32-byte header: id, update count, last step, dirty flag;
  * dim values; dim floats per optimizer state component; rounded up to 8 bytes) plus 2 map
  * slots of 16 bytes (the map grows by doubling at 3/4 full, so it holds 4/3..8/3 slots a row;
- * 2 are counted). Not counted: the slack of the last chunk of 1024 records, a step's
+ * 2 are counted), and with a disk tier 16 bytes more (its slot's entry in the free list and
+ * its share of the memory tier's window list). Not counted: the slack of the last chunk of 1024 records, a step's
  * accumulator (8 or 4 bytes per element of the rows a step touches, kept for the next step)
  * and the dirty list. A push whose new rows (ids with no row, and no earlier push of the
  * step) would take the budget past its limit is refused whole with TS_ENOMEM naming the

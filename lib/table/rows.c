@@ -601,6 +601,13 @@ ts_status rows_load(struct rows *r, const uint64_t *ids, size_t n, struct ts_err
         nmiss += !idmap_find(&r->map, ids[i], &s);
     if ((st = rows_reserve(r, nmiss, err)))
         return st;
+    /* The window's list takes an entry for every row brought in, and a row counted in memory
+     * above may be evicted by one brought in before it is reached (it is not pinned yet), then
+     * brought in again: up to n entries. Slots and the map are not short then: each eviction
+     * gives back what the extra row takes. (Reserved for nmiss only, a shard wrote past the
+     * list and died: bench/table_tiers.py at 1% with prefetch.) */
+    if (nmiss && r->tier && (st = window_reserve(r, n, err)))
+        return st;
     /* All in memory (nothing above was evicted: nothing needed room): no buffers. Else n of
      * each: making room may have evicted rows of ids counted in memory above. */
     if (nmiss) {

@@ -426,6 +426,36 @@ static void t_load_that_evicts_its_own_rows(void **state)
     rows_fini(&r);
 }
 
+/* Rows read back after the tier's pages left the page cache (tier_drop_cache): the load asks
+ * the kernel for their pages first (tier.c, ask_first: its sample finds them cold), and every
+ * row comes back with its value. */
+static void t_cold_rows_read_back(void **state)
+{
+    size_t rec = sizeof(struct row) + 4 * sizeof(float);
+    uint64_t ids[100], s;
+    struct ts_err e = { 0 };
+    struct rows r;
+
+    (void)state;
+    rows_init(&r, rec, tier, NULL, rec);
+    for (uint64_t id = 1; id <= 300; id++)
+        op_add(&r, id, id);
+    rows_flush(&r);
+    tier_drop_cache(tier);
+    for (uint64_t i = 0; i < 100; i++)
+        ids[i] = i + 1;                      /* long evicted: on disk */
+    r.gen = 301;
+    rows_begin(&r, 100);
+    r.quota = 200;
+    assert_int_equal(rows_load(&r, ids, 100, &e), TS_OK);
+    for (uint64_t i = 0; i < 100; i++) {
+        assert_true(idmap_find(&r.map, ids[i], &s));
+        assert_true(row_values(rows_slot_at(&r, s))[0] == (float)ids[i]);
+    }
+    rows_flush(&r);
+    rows_fini(&r);
+}
+
 /* The admission's sketch: a count never below the true one, and halved as counts age. */
 static void t_sketch_counts_and_ages(void **state)
 {
@@ -1144,6 +1174,7 @@ int main(void)
         cmocka_unit_test(t_window_keeps_a_steps_rows),
         cmocka_unit_test(t_scan_within_a_step_stays_linear),
         cmocka_unit_test(t_load_that_evicts_its_own_rows),
+        cmocka_unit_test(t_cold_rows_read_back),
         cmocka_unit_test(t_prefetch_keeps_what_an_operation_changed),
         cmocka_unit_test(t_tiered_table_is_exact),
         cmocka_unit_test(t_full_disk_refuses_and_loses_nothing),

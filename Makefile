@@ -22,7 +22,7 @@
 #               everyone 15 s, a worker from a head shard 60 s (as root; skipped without)
 #   make test-big  a 2 GiB tensor registers and trains a step (about a minute, 7 GiB of memory),
 #               and a CTR model learns with tables of 8+ times their shards' memory, twice
-#               the memory cgroup they run in (about 13 minutes)
+#               the memory cgroup they run in (about 12 minutes)
 #   make test-scale  one master, 10,000 simulated workers heartbeating beside an exact
 #               training job: none misses a lease, the job ends exact (a few minutes)
 #   make test-deploy  the deployments (docs/deploy.md): emulated hosts, Kubernetes manifests,

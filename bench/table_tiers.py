@@ -288,8 +288,8 @@ def main():
     if iops:
         print(f"disk: {iops:.0f} random 4 KiB reads/s (fio, O_DIRECT, depth 1)")
     ours = next((r["rows_per_s"] for r in out if r["config"] == "10%, prefetch"), None)
-    if ours is None:
-        return 0   # a partial run (--only) writes no headline
+    if ours is None or a.only:
+        return 0   # a partial run (--only) writes no results: the kept file is a whole run
     doc = {"bench": "table_tiers", "rows": a.rows, "dim": a.dim, "batch": a.batch,
            "steps": a.steps, "fio_randread_iops": iops, "configs": out,
            "headline": {"ours": ours, "baseline": base, "unit": "rows/s",

@@ -22,11 +22,11 @@ tensor with initializer "assigned" at step ``--step`` (default: the file's versi
 with the file's optimizer state (and its update counts, Adam's t) when it fits
 ``--optimizer``. Sparse tables go both ways: ``export`` writes each with its spec and its rows'
 optimizer state in ``["tessera"]["tables"]``, ``import`` takes them back, and ``--table
-NAME=KEY`` makes table NAME of a model's own embedding weight KEY (row i is id i). ``tessera up --store DIR
---restore main`` then starts the job there, and ``tessera.torch.attach`` to it continues from
-those values (its ``ps.version`` is the step). Files are read with ``torch.load(...,
-weights_only=True)``: tensors, numbers, strings and dicts only, no code run; ``--trust-pickle``
-lifts that for a file you made yourself.
+NAME=KEY`` makes table NAME of a model's own embedding weight KEY (row i is id i).
+``tessera up --store DIR --restore main`` then starts the job there, and
+``tessera.torch.attach`` to it continues from those values (its ``ps.version`` is the step).
+Files are read with ``torch.load(..., weights_only=True)``: tensors, numbers, strings and
+dicts only, no code run; ``--trust-pickle`` lifts that for a file you made yourself.
 
 The functions: ``read`` (NumPy, no torch needed), ``state_dict``, ``export``,
 ``import_state_dict`` and ``import_file``. Errors are tessera.Error (NOT_FOUND for an unknown
@@ -347,6 +347,8 @@ def main(argv=None):
                 name, eq, key = t.partition("=")
                 if not eq or not name or not key:
                     p.error("--table %s: want NAME=KEY (a table name and a state dict key)" % t)
+                if name in tables:
+                    p.error("--table %s: table %s is named twice" % (t, name))
                 tables[name] = key
             sid = import_file(a.store, a.file, a.job, a.batch, a.trust_pickle,
                               optimizer=a.optimizer, workers=a.workers, exact=a.exact,

@@ -31,6 +31,7 @@ import unittest
 
 sys.dont_write_bytecode = True
 import tessera_testlib as tl  # noqa: E402
+from tessera_cage import MemoryCage  # noqa: E402
 
 STEPS = int(os.environ.get("TESSERA_BIG_TABLE_STEPS", "4000"))
 BIG_ROWS = int(os.environ.get("TESSERA_BIG_TABLE_ROWS", "1000000"))
@@ -42,7 +43,7 @@ class BigTable(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.c = tl.Cluster()
-        cls.cage = tl.MemoryCage(CAGE, "tessera-big") if CAGE else None
+        cls.cage = MemoryCage(CAGE, "tessera-big") if CAGE else None
         if cls.cage and cls.cage.why_not:
             tl.log("not bounded in memory (the tiers' files may stay in the page cache): %s"
                    % cls.cage.why_not)

@@ -255,7 +255,10 @@ uint64_t tessera_partition_bytes(const tessera *t, int id);
  * the shards restored one (tessera up --restore). Training continues from that step. */
 uint64_t tessera_version(const tessera *t, int id);
 /* After tessera_step returned TESSERA_EROLLBACK or TESSERA_ESLOTS: the step to train next
- * (its parameters are in tessera_step's params). */
+ * (its parameters are in tessera_step's params). After any other call that returned
+ * TESSERA_EROLLBACK (tessera_push, tessera_pull, a table call): the step the job went back
+ * to, whose tensors the caller pulls (a pull that itself returns TESSERA_EROLLBACK: another
+ * rollback came, pull at the new resume step). */
 uint64_t tessera_resume_step(const tessera *t);
 
 /* This rank's gradient sum of tensor id for `step` (the step whose parameters it used):
@@ -512,8 +515,9 @@ int tessera_task_done(tessera *t, const struct tessera_task_result *r,
  * as they exist, tessera_pull_some pulls tensors ids[0..n) at `version` (step + 1) in the order
  * the next forward pass needs them. grads and params are indexed by tensor id (every tensor:
  * only the ids named are read or written, but a rollback, TESSERA_EROLLBACK as tessera_step
- * returns it, pulls every tensor into params; push_some's params may be NULL, then a rollback
- * is only reported). Each call is one exchange with the shards concerned. Only what
+ * returns it, pulls every tensor into params; push_some's params may be NULL, then the call
+ * returns TESSERA_EROLLBACK once the job went back: pull every tensor at
+ * tessera_resume_step). Each call is one exchange with the shards concerned. Only what
  * tessera_step does beyond the exchange is refused (TESSERA_ENOTSUP): mode reduce, elastic
  * jobs, loss scaling, sync periods. tessera_stats' steps counts tessera_step calls only.
  * tessera_step_some is both for tensors ids in one exchange, tessera_step for a subset: each

@@ -15,9 +15,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "util/hook.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -136,20 +134,6 @@ static ts_status catch_up(struct tessera *t, uint64_t from, float *const *params
                       CATCH_UP_TRIES, from, v);
 }
 
-/* A test hook (util/hook.h): $TESSERA_TEST_HOLD_JOIN=FILE holds a worker that caught up,
- * before it tells the master so, until FILE exists (tests/integration/test_master_restart.py
- * kills the master there). */
-static void test_hold_join(void)
-{
-    const char *file = ts_hook("TESSERA_TEST_HOLD_JOIN");
-
-    if (!file || !*file || access(file, F_OK) == 0)
-        return;
-    ts_log(TS_WARN, "sdk", "test hook: the join waits for %s (TESSERA_TEST_HOLD_JOIN)", file);
-    while (access(file, F_OK) != 0)
-        ts_sleep_ms(20);
-}
-
 /* catch_up, then tells the master so: a worker that came for a rank whose slot a live worker
  * holds gets the slot only then, because a new owner must hold the values of the step under
  * way, and a process that just started or was away does not (docs/elastic.md, "Coming
@@ -163,7 +147,8 @@ static ts_status rejoin(struct tessera *t, uint64_t from, float *const *params, 
     t->el.registrations_seen = reg;   /* registered again meanwhile: the next recovery sees it */
     if (st)
         return st;
-    test_hold_join();
+    /* A test hook: test_master_restart.py kills the master here. */
+    sdk_test_hold("TESSERA_TEST_HOLD_JOIN", "the join");
     return sdk_master_beat(t, &reg, err);
 }
 

@@ -35,6 +35,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "transport/frame.h"
 #include "util/log.h"
@@ -350,6 +351,32 @@ static ts_status await_rollback(struct tessera *t, uint64_t *step, uint32_t *rol
     }
 }
 
+#if TS_TEST_HOOKS
+void sdk_test_hold(const char *hook, const char *what)
+{
+    const char *file = ts_hook(hook);
+
+    if (!file || !*file || access(file, F_OK) == 0)
+        return;
+    ts_log(TS_WARN, "sdk", "test hook: %s waits for %s (%s)", what, file, hook);
+    while (access(file, F_OK) != 0)
+        ts_sleep_ms(20);
+}
+#endif
+
+/* A rollback's pull of every tensor at the snapshot's step, for sdk_fail_over to do again. */
+struct pull_all_args {
+    uint64_t step;
+    float *const *params;
+};
+
+static ts_status pull_all_again(struct tessera *t, void *ctx, struct ts_err *err)
+{
+    const struct pull_all_args *a = ctx;
+
+    return sdk_pull_all(t, a->step, a->params, err);
+}
+
 ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
                        struct ts_err *err)
 {
@@ -361,14 +388,47 @@ ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
         if ((st = await_rollback(t, step, &rollbacks, err)) ||
             (st = ts_cluster_refresh(t->cl, err)) || (st = reconnect(t, err)))
             return st;
-        if (t->hello.generation <= rollbacks)
+        t->rec.followed = rollbacks;
+        if (t->hello.generation > rollbacks)   /* another rollback came since: follow that */
+            continue;
+        /* A test hook: test_rollback.py has a shard join here. */
+        sdk_test_hold("TESSERA_TEST_HOLD_ROLLBACK_PULL", "the pull after the rollback");
+        if (!params)
             break;
-        t->rec.followed = rollbacks;   /* another rollback came since: follow that one */
+        /* The map may move while the shards are read: a shard that joined just after the
+         * rollback takes partitions from the shards that loaded them, which then answer
+         * TS_ESTALE, and one that heads a partition nobody gave it says the job goes back
+         * again (TS_EROLLBACK). The first is a failover, the second one more rollback. */
+        struct pull_all_args a = { *step, params };
+        st = sdk_fail_over(t, "pull after rollback", rollbacks,
+                           sdk_pull_all(t, *step, params, err), pull_all_again, &a, err);
+        if (st != TS_EROLLBACK)
+            break;
+        ts_log(TS_WARN, "sdk", "pull after rollback %u: %s; following the next one", rollbacks,
+               err->msg);
+        memset(err, 0, sizeof(*err));
     }
-    if (params && (st = sdk_pull_all(t, *step, params, err)))
+    if (st)
         return st;
-    t->rec.followed = rollbacks;
     ts_log(TS_WARN, "sdk", "job '%s' went back to step %" PRIu64 " (rollback %u); training "
            "goes on from there", t->job.id, *step, rollbacks);
     return TS_OK;
+}
+
+ts_status sdk_follow_rollback(struct tessera *t, const char *what, uint64_t n,
+                              float *const *params, ts_status st, struct ts_err *err)
+{
+    uint64_t back = 0;
+
+    if (st != TS_EROLLBACK || !sdk_can_fail_over(t))
+        return st;
+    ts_log(TS_WARN, "sdk", "%s %" PRIu64 ": %s", what, n, err->msg);
+    memset(err, 0, sizeof(*err));
+    if ((st = sdk_rollback(t, params, &back, err)))
+        return st;
+    t->rec.resume_step = back;
+    return ts_err_set(err, TS_EROLLBACK, "%s %" PRIu64 ": the cluster took job '%s' back to "
+                      "step %" PRIu64 " of its last snapshot (a partition lost every copy); %s",
+                      what, n, t->job.id, back, params ? "training goes on from there"
+                      : "pull every tensor at tessera_resume_step and go on from there");
 }

@@ -45,6 +45,7 @@
 #include "table/batch.h"
 #include "table/table.h"
 #include "transport/region.h"
+#include "util/hook.h"
 #include "tessera.h"
 
 #define MAX_TENSORS 4096
@@ -568,10 +569,27 @@ ts_status sdk_hello_or_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHEC
 ts_status sdk_remap(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
 /* A shard said the job goes (or went) back to its last snapshot: waits for the master to
  * finish the rollback, connects again and pulls every tensor at the snapshot's step into
- * params (indexed by tensor id; NULL: none pulled, the caller's to do); *step: that step. The job's note as the error when the
- * cluster could not roll back (no snapshot). */
+ * params (indexed by tensor id; NULL: none pulled, the caller's to do); *step: that step. A
+ * map that moves during the pull is failed over, a rollback that comes during it followed.
+ * The job's note as the error when the cluster could not roll back (no snapshot). */
 ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
                        struct ts_err *err) TS_MUST_CHECK;
+/* A test hook (util/hook.h): $hook=FILE holds this worker until FILE exists, logging that
+ * `what` waits (TESSERA_TEST_HOLD_JOIN: an elastic worker that caught up, before it tells
+ * the master; TESSERA_TEST_HOLD_ROLLBACK_PULL: a worker that followed a rollback, connected
+ * under the map it ended on, before it pulls). Nothing in a build without hooks. */
+#if TS_TEST_HOOKS
+void sdk_test_hold(const char *hook, const char *what);
+#else   /* no hook's name in the binary (util/hook.h) */
+#define sdk_test_hold(hook, what) ((void)0)
+#endif
+/* A call that ended with st, what and n naming it: where st is TS_EROLLBACK (a shard said the
+ * job goes back) and the job is remote, sdk_rollback into params (NULL: none pulled), sets
+ * tessera_resume_step and returns TS_EROLLBACK saying so (and, without params, that the
+ * caller pulls every tensor at that step); else st as it is. */
+ts_status sdk_follow_rollback(struct tessera *t, const char *what, uint64_t n,
+                              float *const *params, ts_status st,
+                              struct ts_err *err) TS_MUST_CHECK;
 /* An exchange (or a clipped step's exchanges) that ended with st: a shard died
  * (TS_EUNAVAIL), or a partition moved to a shard that joined the ring (TS_ESTALE). Under the
  * new map redo(t, ctx, err) sends it again to the new heads, pushes flagged as retries

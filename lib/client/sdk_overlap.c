@@ -51,25 +51,6 @@ static void activate(struct tessera *t, uint64_t step, size_t n, const int *ids)
     }
 }
 
-/* A call that ended in TS_EROLLBACK: the job went back to its last snapshot; params (by tensor
- * id, every tensor) get that step's values, as tessera_step's do. */
-static ts_status follow_rollback(struct tessera *t, const char *what, uint64_t n,
-                                 float *const *params, ts_status st, struct ts_err *err)
-{
-    uint64_t back = 0;
-
-    if (st != TS_EROLLBACK || !params || !sdk_can_fail_over(t))
-        return st;
-    ts_log(TS_WARN, "sdk", "%s %" PRIu64 ": %s", what, n, err->msg);
-    memset(err, 0, sizeof(*err));
-    if ((st = sdk_rollback(t, params, &back, err)))
-        return st;
-    t->rec.resume_step = back;
-    return ts_err_set(err, TS_EROLLBACK, "%s %" PRIu64 ": the cluster took job '%s' back to "
-                      "step %" PRIu64 " of its last snapshot (a partition lost every copy); "
-                      "training goes on from there", what, n, t->job.id, back);
-}
-
 /* tessera_push_some and tessera_step_some (pull: each partition's pull behind its push, into
  * params): the checks, then one exchange. fn names the call in errors, what the step in logs. */
 static int push_some(tessera *t, const char *fn, const char *what, uint64_t step, size_t n,
@@ -98,7 +79,7 @@ static int push_some(tessera *t, const char *fn, const char *what, uint64_t step
     t->nstep = 0;
     if (!st)
         sdk_assign_done(t, ids[0], ids[n - 1] + 1);
-    if ((st = follow_rollback(t, what, step, params, st, &err)))
+    if ((st = sdk_follow_rollback(t, what, step, params, st, &err)))
         return sdk_fail(e, &err);
     if (pull && t->ms)
         ts_membership_set_clock(t->ms, step + 1);
@@ -135,7 +116,7 @@ int tessera_pull_some(tessera *t, uint64_t version, size_t n, const int *ids,
     activate(t, version - 1, n, ids);
     st = sdk_exchange(t, "pull of version", version, ids[0], ids[n - 1] + 1, false,
                       params + ids[0], &err);
-    if ((st = follow_rollback(t, "pull of version", version, params, st, &err)))
+    if ((st = sdk_follow_rollback(t, "pull of version", version, params, st, &err)))
         return sdk_fail(e, &err);
     if (t->ms)
         ts_membership_set_clock(t->ms, version);

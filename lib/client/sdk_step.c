@@ -71,8 +71,10 @@ int tessera_push(tessera *t, int id, uint64_t step, const void *grad, struct tes
     t->nstep = 1;
     t->step_slots = &t->rank;
     sdk_prepare_push(t, id, grad);
-    if (fail_over(t, "push of step", step, id, id + 1, true, NULL,
-                  sdk_exchange_once(t, id, id + 1, true, NULL, &err), &err))
+    if (sdk_follow_rollback(t, "push of step", step, NULL,
+                            fail_over(t, "push of step", step, id, id + 1, true, NULL,
+                                      sdk_exchange_once(t, id, id + 1, true, NULL, &err), &err),
+                            &err))
         return sdk_fail(e, &err);
     sdk_assign_done(t, id, id + 1);
     return sdk_ok(e);
@@ -96,8 +98,10 @@ int tessera_pull(tessera *t, int id, uint64_t version, float *out, struct tesser
         return sdk_ok(e);
     }
     sdk_only(t, id, 0, version);
-    if (fail_over(t, "pull of version", version, id, id + 1, false, &out,
-                  sdk_exchange_once(t, id, id + 1, false, &out, &err), &err))
+    if (sdk_follow_rollback(t, "pull of version", version, NULL,
+                            fail_over(t, "pull of version", version, id, id + 1, false, &out,
+                                      sdk_exchange_once(t, id, id + 1, false, &out, &err),
+                                      &err), &err))
         return sdk_fail(e, &err);
     return sdk_ok(e);
 }
@@ -264,17 +268,7 @@ int tessera_step_slots(tessera *t, uint64_t step, size_t n, const uint32_t *slot
     if (!held)   /* a clipped step fails over whole (sdk_clip.c) */
         st = fail_over(t, "step", step, 0, t->ntensors, true, params, st, &err);
     /* State was lost: the cluster takes the job back to its last snapshot, and so do we. */
-    if (st == TS_EROLLBACK && sdk_can_fail_over(t)) {
-        uint64_t back = 0;
-        ts_log(TS_WARN, "sdk", "step %" PRIu64 ": %s", step, err.msg);
-        memset(&err, 0, sizeof(err));
-        if (!(st = sdk_rollback(t, params, &back, &err))) {
-            t->rec.resume_step = back;
-            st = ts_err_set(&err, TS_EROLLBACK, "step %" PRIu64 ": the cluster took job '%s' "
-                            "back to step %" PRIu64 " of its last snapshot (a partition lost "
-                            "every copy); training goes on from there", step, t->job.id, back);
-        }
-    }
+    st = sdk_follow_rollback(t, "step", step, params, st, &err);
     /* Elastic: the slots changed hands, or the job went on past this worker's step. */
     if (t->elastic && sent && (st == TS_ESLOTS || (!st && t->newest > step + 1))) {
         memset(&err, 0, sizeof(err));

@@ -13,6 +13,9 @@ workers. Checked:
   ClusterStatus and `tessera status` show the rollback, its step (a multiple of 50, not past
   the kill), and `tessera status --json` the same; a shard that joins after the rollback
   takes its partitions' images (of the rollback's generation) and heads them;
+- a shard that joins after the rollback but before the workers pull the snapshot's values
+  (they hold there: TESSERA_TEST_HOLD_ROLLBACK_PULL): the shards it took partitions from
+  refuse the pull under the new map, the workers fail over to it, and the job ends exact;
 - an ASP job of one worker (fc1.weight syncing every other step) and an SSP job of two
   (float), on a cluster of their own: the same kill, both roll back by themselves; the ASP
   job ends at the params_sha256 of the float --local run of the same sync period (one worker
@@ -151,6 +154,20 @@ class Base(tl.ClusterCase):
                         p.log_text()))
         return got if also else got[0]
 
+    def join_one(self, job):
+        """Starts a shard that joins the cluster; once no shard is joining and it heads
+        partitions of job, returns their max_version as its ShardStatus lists them."""
+        s = self.c.start_shard(self.master.addr, name="joiner", lease_ms=LEASE_MS,
+                               extra=["--store", os.path.join(self.c.dir, "store")])
+        st = tl.Stub(self.c.channel(s.addr), shard_pb2, "Shard")
+
+        def joined():
+            if any(x.joining for x in tl.cluster_status(self.ch).shards):
+                return None
+            r = st.ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
+            return [j.max_version for j in r.jobs if j.id == job and j.partitions] or None
+        return tl.wait_until(joined, 60, "the joiner to head partitions of " + job)
+
     def job_snapshot(self, job):
         """The step of job's newest snapshot in the store (0: none)."""
         r = tl.run_cli(["snapshot", "list", "--store", os.path.join(self.c.dir, "store"),
@@ -170,9 +187,9 @@ class Base(tl.ClusterCase):
     def job_info(self, job):
         return [j for j in tl.cluster_status(self.ch).jobs if j.id == job][0]
 
-    def check_rolled_back(self, job, rc, doc, log, rollbacks=1):
+    def check_rolled_back(self, job, rc, doc, log, rollbacks=1, steps=STEPS):
         self.assertEqual(rc, 0, log)
-        self.assertEqual(doc["params_sha256"], local_sha(STEPS))
+        self.assertEqual(doc["params_sha256"], local_sha(steps))
         self.assertEqual(doc["rollbacks"], rollbacks)
         j = self.job_info(job)
         self.assertEqual(j.rollbacks, rollbacks)
@@ -210,17 +227,7 @@ class RollbackOneCopy(Base, unittest.TestCase):
         # A shard that joins after the rollback (a new one, or the dead one restarted) learns
         # the job's rollbacks from the shard that introduces the job, takes the heads' images
         # (of rollback 1) and heads partitions of it at its last version.
-        s = self.c.start_shard(self.master.addr, name="joiner", lease_ms=LEASE_MS,
-                               extra=["--store", os.path.join(self.c.dir, "store")])
-        st = tl.Stub(self.c.channel(s.addr), shard_pb2, "Shard")
-
-        def joined():
-            if any(x.joining for x in tl.cluster_status(self.ch).shards):
-                return None
-            r = st.ShardStatus(shard_pb2.ShardStatusRequest(), timeout=tl.RPC_TIMEOUT)
-            return [j.max_version for j in r.jobs if j.id == "rb" and j.partitions] or None
-        self.assertEqual(tl.wait_until(joined, 30, "the joiner to head partitions of rb"),
-                         [STEPS])
+        self.assertEqual(self.join_one("rb"), [STEPS])
 
 
 KILL_STEP = 4 * EVERY   # a few snapshots before it, however fast the steps run
@@ -268,6 +275,45 @@ class SlowToFollowTheMap(Base, unittest.TestCase):
         self.assertEqual(j.rollback_step % EVERY, 0, j.rollback_note)
         self.assertRegex(self.master.log_text(), r"job sm step %d skipped: .*lost state on this "
                          r"shard" % KILL_STEP)
+
+
+JP_STEPS = 3 * EVERY   # the kill past the first snapshot, then the rest after the join
+
+
+@unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
+class JoinBeforeThePull(Base, unittest.TestCase):
+    """A shard joins after the rollback, before the workers pull the snapshot's values:
+    they hold there (TESSERA_TEST_HOLD_ROLLBACK_PULL) until the joiner heads partitions, so
+    their connections, made under the rollback's map, reach shards that have since handed
+    partitions to it. Such a shard answers "not on this shard under the shard map": the pull
+    fails over to the new map and the job ends exact. Workers once exited there (a CTR job
+    under `tessera up --respawn` whose shard came back just after its rollback)."""
+
+    def test_the_pull_after_a_rollback_follows_a_join(self):
+        hold = os.path.join(self.c.dir, "hold-pull")
+        with tl.environ(TESSERA_TEST_HOLD_ROLLBACK_PULL=hold):
+            p = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
+                              self.master.addr, "--steps", str(JP_STEPS), "--keep", "--job",
+                              "jp",
+                              "--json"] + EXACT, "train-jp", stdout_pipe=True)
+        if tl.wait_until(lambda: "exited" if not p.running() else
+                         max(self.version(i, "jp") for i in range(self.SHARDS)) >= EVERY and
+                         self.job_snapshot("jp") >= EVERY, 120, "a snapshot of jp") == "exited":
+            self.fail("the trainer exited before the kill:\n" + p.log_text()[-3000:])
+        self.killed_at = max(self.version(i, "jp") for i in range(self.SHARDS))
+        os.kill(self.status[self.heads("jp")[0]].pid, signal.SIGKILL)
+        tl.wait_until(lambda: "TESSERA_TEST_HOLD_ROLLBACK_PULL" in p.log_text(), 120,
+                      "a worker to hold before its pull")
+        self.join_one("jp")
+        with open(hold, "w"):
+            pass
+        rc = p.wait(300)
+        out = p.p.stdout.read().decode().strip().splitlines()
+        log = p.log_text()
+        self.check_rolled_back("jp", rc, json.loads(out[-1]) if out else None, log,
+                               steps=JP_STEPS)
+        self.assertRegex(log, r"pull after rollback 1: shard \d+: tensor \d+ partition \d+ "
+                         r"is not on this shard under the shard map .*; failing over")
 
 
 @tl.long_case

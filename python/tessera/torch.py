@@ -536,10 +536,16 @@ class ParameterServer(Overlap, Elastic, Progress):
         if self.elastic or self._comm is not None:
             raise _invalid("rolled_back: not for an elastic job or with overlap (tables take "
                            "neither)")
-        v = self.client.resume_step
+        while True:   # a pull raising Rollback: another came meanwhile, pull at its step
+            v = self.client.resume_step
+            try:
+                with torch.no_grad():
+                    for i, o in zip(self.ids + self._buf_ids, self._outs()):
+                        self.client.pull(i, v, o)
+                break
+            except tessera.Rollback:
+                continue
         with torch.no_grad():
-            for i, o in zip(self.ids + self._buf_ids, self._outs()):
-                self.client.pull(i, v, o)
             for b in self._bufs:
                 b.landed()
         self._pending = False

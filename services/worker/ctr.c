@@ -80,6 +80,25 @@ static int fail(struct ctr_run *r, const struct tessera_error *e, const char *wh
     return 1;
 }
 
+/* After a call answered TESSERA_EROLLBACK: the dense tensors of the step the job went back
+ * to (the tables' rows are the shards'), *k that step. A pull answered TESSERA_EROLLBACK
+ * means another rollback came meanwhile (a shard that joined just after the first): its
+ * step's. 0, or 1 after saying why. */
+static int pull_after_rollback(struct ctr_run *r, uint64_t *k)
+{
+    struct tessera_error e;
+    int rc;
+
+    do {
+        *k = tessera_resume_step(r->t);
+        r->rollbacks++;
+        rc = 0;
+        for (int i = 0; i < TS_DLRM_NTENSORS && !rc; i++)
+            rc = tessera_pull(r->t, r->ids[i], *k, r->params[i], &e);
+    } while (rc == TESSERA_EROLLBACK);
+    return rc ? fail(r, &e, "pull after the rollback") : 0;
+}
+
 /* A step's call that failed: TESSERA_EROLLBACK (the job went back to its last snapshot) or
  * TESSERA_ESLOTS (an elastic job's slots changed hands; a table call's is followed by
  * tessera_elastic_recover, `table`; tessera_step_slots did that itself): the caller goes on
@@ -551,16 +570,8 @@ int train_ctr(const struct train_opts *o)
             continue;
         }
         if (rc == TESSERA_EROLLBACK) {
-            /* back to the snapshot's step: its tensors (the tables' rows are the shards') */
-            struct tessera_error e;
-            k = tessera_resume_step(r.t);
-            r.rollbacks++;
-            for (int i = 0; i < TS_DLRM_NTENSORS; i++)
-                if (tessera_pull(r.t, r.ids[i], k, r.params[i], &e)) {
-                    rc = fail(&r, &e, "pull after the rollback");
-                    goto out;
-                }
-            rc = 0;
+            if ((rc = pull_after_rollback(&r, &k)))
+                goto out;
             continue;
         }
         if (rc)

@@ -125,6 +125,8 @@ int main(int argc, char **argv)
                                    .vnodes = (unsigned)vnodes,
                                    .replicas = (uint32_t)replicas,
                                    .quiet = no_jobs, .quiet_ctx = &m,
+                                   .join_ready = snapper_join_ready,
+                                   .join_ready_ctx = &m.snap,
                                    .durable = restart_clock, .durable_ctx = &m.state,
                                    /* the reaper runs 20 times a lease: 10 missed runs,
                                     * and a second at least, so that a loaded host's

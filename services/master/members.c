@@ -567,7 +567,8 @@ void ts_members_moves(struct ts_members *m, uint32_t id, uint64_t epoch, uint64_
         n += s->joining;
         ready &= s->moves_epoch == m->epoch && !s->moves_pending;
     }
-    if (n && ready) {
+    if (n && ready &&
+        (!m->cfg.join_ready || m->cfg.join_ready(m->cfg.join_ready_ctx, m->epoch))) {
         at = (size_t)snprintf(why, sizeof(why), "shard%s", n > 1 ? "s" : "");
         for (size_t i = 0; i < m->shards.n; i++) {
             struct ts_member *s = &m->shards.v[i];

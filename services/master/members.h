@@ -125,6 +125,13 @@ struct ts_members_cfg {
      * Called without the members' lock. */
     bool (*quiet)(void *ctx);
     void *quiet_ctx;
+    /* Whether the shards joining under epoch may go on the ring now that every copy moved
+     * (ts_members_moves): the master's snapshots of the jobs whose rows the join re-places
+     * (snapper_join_ready). Called with the members' lock held, on each report of the moves
+     * until it says yes: it must neither block nor call back into the members. NULL: at
+     * once. */
+    bool (*join_ready)(void *ctx, uint64_t epoch);
+    void *join_ready_ctx;
     /* Durability (services/master/state.h): called with the table's lock held whenever the
      * epoch moves on or ids are reserved, before any reply can carry them; it must make *c
      * durable. A failure refuses the registration that needed the ids (TS_EUNAVAIL) or, for
@@ -211,8 +218,8 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
 ts_status ts_members_vouch(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                            const struct ts_member_cred *cred, struct ts_err *err) TS_MUST_CHECK;
 /* A shard's report of the moves left for joining shards (HeartbeatRequest.moves_*), after a
- * heartbeat it was accepted. Once every alive shard reported none under the current epoch,
- * the joining shards go on the ring with a new epoch. */
+ * heartbeat it was accepted. Once every alive shard reported none under the current epoch
+ * (and cfg.join_ready agrees), the joining shards go on the ring with a new epoch. */
 void ts_members_moves(struct ts_members *m, uint32_t id, uint64_t epoch, uint64_t pending);
 /* Whether an alive shard of another process start than `instance` is registered at addr with a
  * secret (a registration at addr marks it dead, see register); *id is then its id. */

@@ -53,6 +53,9 @@ struct snapper {
     size_t turn;                        /* the automatic loop's round robin over jobs */
     atomic_int requested;               /* CreateSnapshot calls waiting for the lock */
     atomic_int rollbacks;               /* rollbacks waiting for the lock (master/rollback.c) */
+    /* Joins (snapper_join_ready): the newest joining epoch whose join waits for snapshots of
+     * the jobs with tables, and the newest whose snapshots were taken (or given up). */
+    _Atomic uint64_t join_asked, join_passed;
     pthread_mutex_t stat_mu;            /* guards what status reports */
     char last_hex[TS_STORE_HEX_LEN + 1];
     uint64_t last_step;
@@ -90,6 +93,14 @@ void snapper_start(struct snapper *sn);
 void snapper_stop(struct snapper *sn);
 void snapper_close(struct snapper *sn);
 
+/* The members' join_ready (members.h; ctx: the snapper): whether the shards joining under
+ * epoch may go on the ring. That re-places the rows of every job with tables, which sends
+ * such a job back to its last snapshot (docs/embeddings.md, "When a shard joins"); so where
+ * the automatic loop runs (--store with --snapshot-every) the join first waits for it to
+ * take a snapshot of each of them at once, and the job goes back only the steps trained
+ * since, not up to --snapshot-every. True at once without the loop, and once those
+ * snapshots are written or failed. Reads and sets atomics only. */
+bool snapper_join_ready(void *ctx, uint64_t epoch);
 /* Takes a snapshot of job ("": the only one) now, within timeout_ms; message and tag may be
  * "". Fills out (arena of call) and *written. */
 ts_status snapper_create(struct snapper *sn, const char *job, const char *message,

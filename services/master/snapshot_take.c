@@ -23,6 +23,8 @@
 #define POLL_MS 500             /* one WriteSnapshot wait */
 #define STALL_MS 5000           /* no partition moved for this long: training has stopped */
 #define STALE_RETRY_MS 250      /* a requested snapshot the map moved under: again after */
+#define JOIN_SNAP_MS 60000      /* a snapshot a join waits for (snapshot_for_join) */
+#define JOIN_SNAP_TRIES 8       /* ... taken again this often while the map moves under it */
 
 /* The shards holding a job, with a channel each (borrowed from the snapper). */
 struct shards {
@@ -195,6 +197,10 @@ static ts_status write_all(struct snapper *sn, struct shards *s, const char *job
         if (!st && done < s->n && yield && atomic_load(&sn->requested))
             st = ts_err_set(err, TS_ECANCELLED, "automatic snapshot of step %" PRIu64 " yields "
                             "to a requested one", step);
+        if (!st && done < s->n && yield &&
+            atomic_load(&sn->join_asked) > atomic_load(&sn->join_passed))
+            st = ts_err_set(err, TS_ECANCELLED, "automatic snapshot of step %" PRIu64 " yields "
+                            "to the snapshots a join waits for", step);
         /* A job going back stopped training (its own, or a job beside it on the dead shard):
          * the step may never come. */
         if (!st && done < s->n && yield && atomic_load(&sn->rollbacks))
@@ -416,10 +422,10 @@ ts_status snapper_create(struct snapper *sn, const char *job, const char *messag
 }
 
 /* The running jobs that keep their parameters on the shards (not reduce), on the alive
- * shards (at most max), and the newest step of each; returns how many. sn->mu held (its
- * channels). */
+ * shards (at most max), the newest step of each, and whether it has tables; returns how
+ * many. sn->mu held (its channels). */
 static size_t running_jobs(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1], uint64_t *maxv,
-                           size_t max)
+                           bool *tables, size_t max)
 {
     struct ts_members_view v;
     struct ts_err err = { 0 };
@@ -446,15 +452,71 @@ static size_t running_jobs(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1], u
                 k++;
             if (k == n && n < max) {
                 snprintf(ids[n], TS_JOB_ID_MAX + 1, "%s", js->id);
+                tables[n] = false;
                 maxv[n++] = 0;
             }
             if (k < n && js->max_version > maxv[k])
                 maxv[k] = js->max_version;
+            if (k < n)
+                tables[k] |= js->n_table_status > 0;
         }
         protobuf_c_message_free_unpacked(&r->base, NULL);
     }
     ts_members_view_free(&v);
     return n;
+}
+
+bool snapper_join_ready(void *ctx, uint64_t epoch)
+{
+    struct snapper *sn = ctx;
+    uint64_t asked;
+
+    if (!sn->thread_started || atomic_load(&sn->stop) || atomic_load(&sn->join_passed) >= epoch)
+        return true;
+    asked = atomic_load(&sn->join_asked);
+    if (asked < epoch && atomic_compare_exchange_strong(&sn->join_asked, &asked, epoch))
+        ts_log(TS_INFO, "master", "the shards joining at epoch %" PRIu64 " have their copies; "
+               "they go on the ring once each running job with tables has a snapshot taken "
+               "now", epoch);
+    return false;
+}
+
+/* What a join waits for (snapper_join_ready): a snapshot, taken now, of each running job with
+ * tables among ids[0..n), so that the rollback the re-placement of its rows brings goes back
+ * only the steps trained since. A snapshot that fails (the job lost state or ended, its steps
+ * stopped) is logged, and that job goes back to its last one. Then the join may go on.
+ * sn->mu held. */
+static void snapshot_for_join(struct snapper *sn, uint64_t epoch,
+                              char (*ids)[TS_JOB_ID_MAX + 1], const bool *tables, size_t n)
+{
+    char msg[96];
+
+    snprintf(msg, sizeof(msg), "before the shards joining at epoch %" PRIu64 " take rows",
+             epoch);
+    for (size_t k = 0; k < n && !atomic_load(&sn->stop); k++) {
+        struct taken t = { .hex = "" };
+        struct ts_err err = { 0 };
+        ts_status st = TS_ESTALE;
+
+        if (!tables[k])
+            continue;
+        for (int i = 0; st == TS_ESTALE && i < JOIN_SNAP_TRIES; i++) {
+            if (i)
+                ts_sleep_ms(STALE_RETRY_MS);
+            memset(&err, 0, sizeof(err));
+            st = take(sn, &(struct take_req){ ids[k], msg, "", JOIN_SNAP_MS, false, 0 }, &t,
+                      &err);
+        }
+        if (st)
+            ts_log(TS_WARN, "master", "job %s: no snapshot before the shards joining at epoch %"
+                   PRIu64 " take its rows (%s); it goes back to its last one when they do",
+                   ids[k], epoch, err.msg);
+        else
+            ts_log(TS_WARN, "master", "job %s: snapshot %.12s of step %" PRIu64 " taken for the "
+                   "shards joining at epoch %" PRIu64 ": the re-placement of its rows takes it "
+                   "back there", ids[k], t.hex, t.step, epoch);
+    }
+    atomic_store(&sn->join_passed, epoch);
 }
 
 /* The automatic loop: each running bsp, ssp or asp job in turn, at the next multiple of
@@ -466,7 +528,8 @@ static void *auto_loop(void *arg)
 
     while (!atomic_load(&sn->stop)) {
         char ids[SNAP_MAX_JOBS][TS_JOB_ID_MAX + 1];
-        uint64_t maxvs[SNAP_MAX_JOBS], maxv, step, done = 0;
+        bool tables[SNAP_MAX_JOBS];
+        uint64_t maxvs[SNAP_MAX_JOBS], maxv, step, done = 0, join;
         struct taken t;
         struct ts_err err = { 0 };
         struct snap_job *r;
@@ -475,7 +538,13 @@ static void *auto_loop(void *arg)
 
         ts_sleep_ms(20);
         pthread_mutex_lock(&sn->mu);
-        if (!(n = running_jobs(sn, ids, maxvs, SNAP_MAX_JOBS))) {
+        n = running_jobs(sn, ids, maxvs, tables, SNAP_MAX_JOBS);
+        if ((join = atomic_load(&sn->join_asked)) > atomic_load(&sn->join_passed)) {
+            snapshot_for_join(sn, join, ids, tables, n);
+            pthread_mutex_unlock(&sn->mu);
+            continue;
+        }
+        if (!n) {
             pthread_mutex_unlock(&sn->mu);
             ts_sleep_ms(50);
             continue;

@@ -379,12 +379,14 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
     def test_a_respawned_shard_joins(self):
         """`tessera up --respawn` (as systemd's Restart=on-failure) starts the killed shard
         again: its copies take over, then the new shard joins the map. Rows do not move to a
-        shard that joins: the job goes back to its last snapshot, whose tables the new shard
-        takes (it never saw their registration; the job's workers once failed, "table_id 0 is
-        not a table of job ... on this shard"), and rows are placed on the new ring. 160
-        steps: the new shard's join comes about 3 s after the kill. --keep: the status read
-        after the run must find the job's tables, which the master releases from the shards
-        once a job without it ends (CI once read the new shard's status after its release)."""
+        shard that joins: the job goes back to a snapshot, taken for the join once the new
+        shard has its dense copies (docs/embeddings.md, "When a shard joins"), whose tables
+        the new shard takes (it never saw their registration; the job's workers once failed,
+        "table_id 0 is not a table of job ... on this shard"), and rows are placed on the
+        new ring. 160 steps: the new shard's join comes about 3 s after the kill. --keep: the
+        status read after the run must find the job's tables, which the master releases
+        from the shards once a job without it ends (CI once read the new shard's status
+        after its release)."""
         got, err, status = self.kill_one(2, "k2r", up=["--respawn"],
                                          train=["--steps", "160", "--keep"])
         self.assertEqual(got["rollbacks"], 1, err[-3000:])
@@ -394,6 +396,23 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(joined["id"], 4, status["shards"])
         self.assertEqual(joined["tables"], 8, joined)
         self.assertGreater(joined["table_rows"], 0, joined)
+        self.assert_went_back_to_the_joins_snapshot("k2r", status)
+
+    def assert_went_back_to_the_joins_snapshot(self, job, status):
+        """The join waited for a snapshot of the job taken then (its message says so), and
+        the rollback the re-placement of rows brought went back to it or to a newer one (the
+        automatic loop may take the next multiple of --snapshot-every before the join's
+        epoch), not to the last one before the join."""
+        r = tl.run_cli(["snapshot", "list", "--store", os.path.join(self.c.dir, "store-" + job),
+                        "--json"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        joins = [x for x in json.loads(r.stdout)
+                 if x["message"].startswith("before the shards joining at epoch")]
+        self.assertEqual(len(joins), 1, r.stdout)
+        back = [j for j in status["jobs"] if j["id"] == job][0]
+        self.assertGreaterEqual(back["rollback_step"], joins[0]["step"], back)
+        tl.log("the join's snapshot: step %d, the rollback to step %d (the kill after step "
+               "25)" % (joins[0]["step"], back["rollback_step"]))
 
     @tl.long_case
     def test_copies_take_over_with_a_disk_tier(self):

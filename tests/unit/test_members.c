@@ -606,6 +606,61 @@ static void joining_shard_goes_on_the_ring_once_moves_are_done(void **state)
     ts_members_free(m);
 }
 
+/* A join gate (ts_members_cfg.join_ready): says yes once *open, and notes the epochs asked. */
+struct gate {
+    bool open;
+    uint64_t asked;
+    int calls;
+};
+
+static bool gate_ready(void *ctx, uint64_t epoch)
+{
+    struct gate *g = ctx;
+
+    g->asked = epoch;
+    g->calls++;
+    return g->open;
+}
+
+/* The moves are done, but the join gate (the master's snapshots of jobs with tables) says
+ * not yet: the shard stays off the ring, asked again at each report, until it says yes. */
+static void join_waits_for_its_gate(void **state)
+{
+    bool quiet = true;
+    struct gate g = { 0 };
+    struct ts_members_cfg cfg = { .default_lease_ms = 3000, .quiet = is_quiet,
+                                  .quiet_ctx = &quiet, .join_ready = gate_ready,
+                                  .join_ready_ctx = &g };
+    struct ts_members *m;
+    struct ts_members_view v;
+    uint32_t a, b;
+    uint64_t e0;
+
+    (void)state;
+    assert_int_equal(ts_members_create(&cfg, &m, NULL), TS_OK);
+    a = add_shard(m, "h:1", "a", 0);
+    quiet = false;
+    b = add_shard(m, "h:2", "b", 0);
+    e0 = ts_members_epoch(m);
+    ts_members_moves(m, a, e0, 2);           /* copies to send: the gate is not asked */
+    assert_int_equal(g.calls, 0);
+    ts_members_moves(m, a, e0, 0);
+    ts_members_moves(m, b, e0, 0);
+    assert_int_equal(ts_members_epoch(m), e0);
+    assert_true(g.calls >= 1);
+    assert_int_equal(g.asked, e0);           /* the joining epoch */
+    ts_members_moves(m, a, e0, 0);           /* still shut */
+    assert_int_equal(ts_members_epoch(m), e0);
+    g.open = true;
+    ts_members_moves(m, a, e0, 0);
+    assert_int_equal(ts_members_epoch(m), e0 + 1);
+    assert_int_equal(ts_members_view(m, true, &v, NULL), TS_OK);
+    for (size_t i = 0; i < v.nshards; i++)
+        assert_false(v.shards[i].joining);
+    ts_members_view_free(&v);
+    ts_members_free(m);
+}
+
 /* What a durable hook was last told, and whether it fails. */
 struct durable_log {
     struct ts_members_clock last;
@@ -899,6 +954,7 @@ int main(void)
         cmocka_unit_test(lease_expiry_marks_dead_and_moves_epoch),
         cmocka_unit_test(declared_dead_on_report),
         cmocka_unit_test(joining_shard_goes_on_the_ring_once_moves_are_done),
+        cmocka_unit_test(join_waits_for_its_gate),
         cmocka_unit_test(heartbeat_errors),
         cmocka_unit_test(a_member_declared_dead_may_still_leave),
         cmocka_unit_test(deregister_and_replacement),

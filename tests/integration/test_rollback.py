@@ -168,6 +168,14 @@ class Base(tl.ClusterCase):
             return [j.max_version for j in r.jobs if j.id == job and j.partitions] or None
         return tl.wait_until(joined, 60, "the joiner to head partitions of " + job)
 
+    def dropped(self, i):
+        """ShardStatus.partitions_dropped of shard i (0 for one that does not answer)."""
+        try:
+            return self.stubs[i].ShardStatus(shard_pb2.ShardStatusRequest(),
+                                             timeout=tl.RPC_TIMEOUT).partitions_dropped
+        except Exception:   # the killed one
+            return 0
+
     def job_snapshot(self, job):
         """The step of job's newest snapshot in the store (0: none)."""
         r = tl.run_cli(["snapshot", "list", "--store", os.path.join(self.c.dir, "store"),
@@ -283,9 +291,10 @@ JP_STEPS = 3 * EVERY   # the kill past the first snapshot, then the rest after t
 @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
 class JoinBeforeThePull(Base, unittest.TestCase):
     """A shard joins after the rollback, before the workers pull the snapshot's values:
-    they hold there (TESSERA_TEST_HOLD_ROLLBACK_PULL) until the joiner heads partitions, so
-    their connections, made under the rollback's map, reach shards that have since handed
-    partitions to it. Such a shard answers "not on this shard under the shard map": the pull
+    they hold there (TESSERA_TEST_HOLD_ROLLBACK_PULL) until the joiner heads partitions and
+    a shard dropped one it handed over (a shard still on the joining map serves the pull,
+    rightly: make test once released the hold before that), so their connections, made
+    under the rollback's map, reach shards that have since handed partitions to it. Such a shard answers "not on this shard under the shard map": the pull
     fails over to the new map and the job ends exact. Workers once exited there (a CTR job
     under `tessera up --respawn` whose shard came back just after its rollback)."""
 
@@ -305,6 +314,10 @@ class JoinBeforeThePull(Base, unittest.TestCase):
         tl.wait_until(lambda: "TESSERA_TEST_HOLD_ROLLBACK_PULL" in p.log_text(), 120,
                       "a worker to hold before its pull")
         self.join_one("jp")
+        # The shards that loaded the partitions the joiner heads now have dropped them (they
+        # follow the new map): a pull under the rollback's map must be refused by one.
+        tl.wait_until(lambda: sum(self.dropped(i) for i in range(self.SHARDS)) > 0, 30,
+                      "a shard to drop a partition the joiner took")
         with open(hold, "w"):
             pass
         rc = p.wait(300)

@@ -216,6 +216,7 @@ static void tensor_free(struct sdk_tensor *x)
     free(x->state);
     free(x->rgrad);
     free(x->have);
+    free(x->torn);
     free(x->prev);
     free(x->assign_buf);
     free(x->slot_sum);

@@ -145,13 +145,14 @@ static ts_status seed(struct tessera *t, struct ts_err *err)
         struct sdk_tensor *x = t->tensors[i];
         for (uint32_t p = 0; !st && p < x->nparts; p++) {
             uint64_t off, len;
+            bool values = x->have[p] && !x->torn[p];   /* a torn rgrad: the version alone */
             struct ts_frame_hdr h = { .type = TS_FRAME_SEED, .tensor = (uint32_t)i,
                                       .partition = p, .step = x->have[p], .rank = t->rank,
                                       .flags = x->overflow[p] ? TS_SEED_OVERFLOW : 0 };
             ts_partition_range(x->numel, sizeof(float), x->partition_bytes, p, &off, &len);
-            st = ts_frame_send(t->conns.shards[x->owner[p]].conn, &h, x->have[p] ? x->rgrad + off
-                                                                             : NULL,
-                               x->have[p] ? len * sizeof(float) : 0, err);
+            st = ts_frame_send(t->conns.shards[x->owner[p]].conn, &h,
+                               values ? x->rgrad + off : NULL, values ? len * sizeof(float) : 0,
+                               err);
             sdk_note_broken(t, x->owner[p], st);
         }
     }

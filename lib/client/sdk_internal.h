@@ -91,6 +91,9 @@ struct sdk_tensor {
     uint64_t local_version;       /* reduce mode: the version of value */
     uint64_t *have;               /* reduce mode, per partition: the version of its rgrad (what
                                    * a failover says to a head that seeds it, sdk_failover.c) */
+    bool *torn;                   /* reduce mode, per partition: a pull of the next version
+                                   * failed after it may have written over rgrad, so have[p]'s
+                                   * values are gone (the SEED then says the version alone) */
     /* tessera_set_lr: its updates' learning rate (0: the job's) and weight decay switch. */
     float lr;
     bool no_decay;

@@ -132,7 +132,8 @@ ts_status sdk_tensor_buffers(struct tessera *t, struct sdk_tensor *x,
         good = (x->value = malloc(x->numel * sizeof(float))) &&
              (x->state = calloc(slen * x->numel + 1, sizeof(float))) &&
              (x->rgrad = calloc(x->numel + 1, sizeof(float))) &&
-             (x->have = calloc(x->nparts + 1, sizeof(uint64_t)));
+             (x->have = calloc(x->nparts + 1, sizeof(uint64_t))) &&
+             (x->torn = calloc(x->nparts + 1, sizeof(bool)));
         if (good) {
             x->local_version = 0;
             return ts_tensor_init(req->tensor->initializer, req->tensor->seed, x->name,

@@ -209,6 +209,12 @@ ts_status sdk_read_one(struct tessera *t, int i, uint32_t p, float *params,
     /* The values are in the region until this rank pushes again (part.h). */
     if (!r && region && dst != x->view + off)
         memcpy(dst, x->view + off, len * sizeof(float));
+    /* Reduce mode: a reply read into rgrad and cut short (its shard died mid-frame) leaves
+     * there part of the next version over have[p]'s values. No rank needs those values again
+     * (a rank reading version v + 1 means every rank pulled v), but a SEED must not offer
+     * them as version v's: another rank's whole copy would contradict it. */
+    if (params && x->torn && !region)
+        x->torn[p] = r != TS_OK;
     if (!r && params) {
         note_reply(acc, x, p, &ri);
         if (x->have)

@@ -16,6 +16,7 @@
 #include "transport/frame.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,6 +200,15 @@ uint64_t ts_frame_hash(const void *payload, size_t len)
 
 /* The frame's payload is the n pieces one after another; sum: their hash, or NULL to compute
  * it if the connection wants one. */
+#if TS_TEST_HOOKS
+static _Thread_local bool die_halfway;
+
+void ts_frame_test_die_halfway(void)
+{
+    die_halfway = true;
+}
+#endif
+
 static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const struct iovec *pc,
                             size_t n, const uint64_t *sum, struct ts_err *err)
 {
@@ -247,6 +257,15 @@ static ts_status send_frame(struct ts_conn *c, struct ts_frame_hdr *h, const str
             return ts_err_set(err, TS_EINTERNAL, "frame send: libcrypto could not MAC it");
         head += TS_FRAME_MAC_LEN;
     }
+#if TS_TEST_HOOKS
+    if (die_halfway && len >= 8) {   /* ts_frame_test_die_halfway */
+        size_t half = pc[0].iov_len < len / 2 ? pc[0].iov_len : len / 2;
+        ts_status sent = ts_tp_send(c, b, head, pc[0].iov_base, half, err);
+
+        (void)sent;   /* dying either way */
+        raise(SIGKILL);
+    }
+#endif
     /* The header with the first piece, then one send per further piece: on the byte stream
      * they follow each other as one send's would. */
     st = ts_tp_send(c, b, head, n ? pc[0].iov_base : NULL, n ? pc[0].iov_len : 0, err);

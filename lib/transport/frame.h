@@ -33,6 +33,7 @@
 #include <sys/uio.h>
 
 #include "transport/transport.h"
+#include "util/hook.h"
 
 #define TS_FRAME_MAGIC 0x31465354u   /* "TSF1" little-endian */
 #define TS_FRAME_VERSION 1
@@ -245,6 +246,14 @@ struct ts_frame_hdr {
     float lr;               /* PUSH: the step's learning rate for the partition (0: the job's);
                              * not checked here (lib/ps does); 0 in any other frame */
 };
+
+#if TS_TEST_HOOKS
+/* A test hook (util/hook.h): the next frame this thread sends with a payload of 8 bytes or
+ * more goes out with its whole header and the first half of its payload only, and then the
+ * process kills itself (SIGKILL): a peer dying in the middle of a frame, its reader left
+ * with part of the payload in its buffer (services/shard/testhooks.h, "torn"). */
+void ts_frame_test_die_halfway(void);
+#endif
 
 /* Encodes h (len and checksum computed from payload) and sends header + payload with one
  * transport send; adds to c->bytes_out. TS_EINVAL, with nothing sent, for a type or length the

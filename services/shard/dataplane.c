@@ -344,6 +344,7 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, con
         ts_err_clear(err);   /* a wake already told: wait on */
     }
     hook_reach(HOOK_PULL);
+    hook_pulled(info.version);
     out.step = info.version;
     out.flags = info.overflow ? TS_PARAMS_OVERFLOW : 0;
     out.rank = info.staleness > UINT32_MAX ? UINT32_MAX : (uint32_t)info.staleness;

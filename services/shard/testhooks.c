@@ -11,9 +11,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "transport/frame.h"
 #include "util/log.h"
 
-static const char *const names[] = { "", "push", "image", "pull", "repair", "step" };
+static const char *const names[] = { "", "push", "image", "pull", "repair", "step", "torn" };
 static enum hook_point armed = HOOK_NONE;
 static atomic_long left;       /* the count to go; at "step", the step */
 static long pull_delay_ms, remap_delay_ms;
@@ -55,17 +56,17 @@ void hooks_init(void)
     if (!v)
         return;
     if (sscanf(v, "%15[a-z]:%ld", name, &n) == 2 && n > 0)
-        for (int i = HOOK_PUSH; i <= HOOK_STEP; i++)
+        for (int i = HOOK_PUSH; i <= HOOK_TORN; i++)
             if (!strcmp(name, names[i]))
                 armed = (enum hook_point)i;
     if (armed == HOOK_NONE) {
-        ts_log(TS_ERROR, "shard", "TESSERA_TEST_KILL_AT='%s': want push, image, pull, repair "
-               "or step, ':', and a count (a step) from 1; ignored", v);
+        ts_log(TS_ERROR, "shard", "TESSERA_TEST_KILL_AT='%s': want push, image, pull, repair, "
+               "step or torn, ':', and a count (a step) from 1; ignored", v);
         return;
     }
     atomic_store(&left, n);
     ts_log(TS_WARN, "shard", "TESSERA_TEST_KILL_AT: this shard kills itself at %s%s %ld "
-           "(a test)", names[armed], armed == HOOK_STEP ? "" : " number", n);
+           "(a test)", names[armed], armed >= HOOK_STEP ? "" : " number", n);
 }
 
 static void kill_self(enum hook_point p)
@@ -88,6 +89,15 @@ void hook_applied(uint64_t version)
         ts_log(TS_WARN, "shard", "TESSERA_TEST_KILL_AT: a partition reached step %" PRIu64,
                version);
         kill_self(HOOK_STEP);
+    }
+}
+
+void hook_pulled(uint64_t version)
+{
+    if (armed == HOOK_TORN && version == (uint64_t)atomic_load(&left)) {
+        ts_log(TS_WARN, "shard", "TESSERA_TEST_KILL_AT: a pull of version %" PRIu64 " answered "
+               "with half its values, then killed", version);
+        ts_frame_test_die_halfway();
     }
 }
 

@@ -416,6 +416,35 @@ class ReduceSeeded(Base, unittest.TestCase):
                "params_sha256 as --local" % (self.killed_at, seeded))
 
 
+@unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
+class ReduceSeededTorn(Base, unittest.TestCase):
+    """As ReduceSeeded, but the shard dies in the middle of a pull's reply
+    (TESSERA_TEST_KILL_AT=torn:KILL_STEP): the first rank it answers version KILL_STEP of a
+    partition has half of it over version KILL_STEP - 1 in its buffer, the other rank the old
+    version whole. The torn rank must seed that version without values; it once sent the
+    mixed buffer as version KILL_STEP - 1's values, the new head found them different from
+    the other rank's ("values: rank 0's version 103 ... differs from another rank's": make
+    test, once) and the job failed."""
+    STORE = False
+    SHARD_ENV = {2: {"TESSERA_TEST_KILL_AT": "torn:%d" % KILL_STEP}}
+
+    def test_a_reply_cut_short_is_not_seeded_as_values(self):
+        mode = ["--mode", "reduce"]
+        p = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
+                          self.master.addr, "--steps", str(STEPS), "--keep", "--job", "rt",
+                          "--json", "--transport", "tcp"] + EXACT + mode, "train-rt",
+                         stdout_pipe=True)
+        rc = p.wait(300)
+        out = p.p.stdout.read().decode().strip().splitlines()
+        self.assertEqual(rc, 0, p.log_text()[-3000:])
+        victim = self.shards[2]
+        self.assertEqual(victim.wait(10), -signal.SIGKILL, "the victim killed itself")
+        self.assertIn("answered with half its values", victim.log_text())
+        doc = json.loads(out[-1])
+        self.assertEqual(doc["params_sha256"], local_sha(STEPS, extra=mode))
+        self.assertEqual(doc["rollbacks"], 0)
+
+
 @unittest.skipUnless(os.environ.get("TESSERA_ROLLBACK_LONG") == "1",
                      "TESSERA_ROLLBACK_LONG=1 (make test-fault): two of four shards killed")
 class TwoOfFour(Base, unittest.TestCase):

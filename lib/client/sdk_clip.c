@@ -206,9 +206,16 @@ void sdk_clip_reduced(struct tessera *t)
      * made the total not finite, which does not clip: the same here. */
     t->clip.total = t->step_overflow ? INFINITY : sqrt(sum);
     t->clip.coef = coefficient(t->clip.total, t->clip.max);
+    if (t->clip.coef == 1.0f)
+        return;
     for (int i = 0; i < t->ntensors; i++) {
         struct sdk_tensor *x = t->tensors[i];
         for (uint64_t k = 0; x->active && k < x->numel; k++)
             x->rgrad[k] *= t->clip.coef;
+        /* Scaled in place: no longer the version's values, which a failover's SEED offers a
+         * rank behind (sdk_failover.c); it says the version alone, and a rank that needs
+         * the values fails saying so rather than clip a mix of scaled and raw values. */
+        for (uint32_t p = 0; x->active && p < x->nparts; p++)
+            x->torn[p] = true;
     }
 }

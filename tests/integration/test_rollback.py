@@ -168,6 +168,21 @@ class Base(tl.ClusterCase):
             return [j.max_version for j in r.jobs if j.id == job and j.partitions] or None
         return tl.wait_until(joined, 60, "the joiner to head partitions of " + job)
 
+    def train_past_the_victim(self, job, args, said):
+        """Trains job (tessera train with args) on a cluster whose shard 2 kills itself by a
+        test hook; asserts that the training ended by itself and that the victim did, saying
+        `said` in its log; returns the training's JSON."""
+        p = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
+                          self.master.addr, "--steps", str(STEPS), "--keep", "--job", job,
+                          "--json"] + args, "train-" + job, stdout_pipe=True)
+        rc = p.wait(300)
+        out = p.p.stdout.read().decode().strip().splitlines()
+        self.assertEqual(rc, 0, p.log_text()[-3000:])
+        victim = self.shards[2]
+        self.assertEqual(victim.wait(10), -signal.SIGKILL, "the victim killed itself")
+        self.assertIn(said, victim.log_text())
+        return json.loads(out[-1])
+
     def dropped(self, i):
         """ShardStatus.partitions_dropped of shard i (0 for one that does not answer)."""
         try:
@@ -265,17 +280,7 @@ class SlowToFollowTheMap(Base, unittest.TestCase):
         # one partition each, so what a piece leaves out is whole (rows, tensors), not a
         # partition the manifest's own check would miss.
         model = ["--model", "ctr", "--batch", "128", "--micro", "32"]
-        args = EXACT + model
-        p = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
-                          self.master.addr, "--steps", str(STEPS), "--keep", "--job", "sm",
-                          "--json"] + args, "train-sm", stdout_pipe=True)
-        rc = p.wait(300)
-        out = p.p.stdout.read().decode().strip().splitlines()
-        self.assertEqual(rc, 0, p.log_text()[-3000:])
-        victim = self.shards[2]
-        self.assertEqual(victim.wait(10), -signal.SIGKILL, "the victim killed itself")
-        self.assertIn("killed at step", victim.log_text())
-        doc = json.loads(out[-1])
+        doc = self.train_past_the_victim("sm", EXACT + model, "killed at step")
         self.assertEqual(doc["params_sha256"], local_sha(STEPS, extra=model))
         self.assertEqual(doc["rollbacks"], 1)
         j = self.job_info("sm")
@@ -430,17 +435,8 @@ class ReduceSeededTorn(Base, unittest.TestCase):
 
     def test_a_reply_cut_short_is_not_seeded_as_values(self):
         mode = ["--mode", "reduce"]
-        p = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
-                          self.master.addr, "--steps", str(STEPS), "--keep", "--job", "rt",
-                          "--json", "--transport", "tcp"] + EXACT + mode, "train-rt",
-                         stdout_pipe=True)
-        rc = p.wait(300)
-        out = p.p.stdout.read().decode().strip().splitlines()
-        self.assertEqual(rc, 0, p.log_text()[-3000:])
-        victim = self.shards[2]
-        self.assertEqual(victim.wait(10), -signal.SIGKILL, "the victim killed itself")
-        self.assertIn("answered with half its values", victim.log_text())
-        doc = json.loads(out[-1])
+        doc = self.train_past_the_victim("rt", ["--transport", "tcp"] + EXACT + mode,
+                                         "answered with half its values")
         self.assertEqual(doc["params_sha256"], local_sha(STEPS, extra=mode))
         self.assertEqual(doc["rollbacks"], 0)
 

@@ -24,7 +24,6 @@
 #define STALL_MS 5000           /* no partition moved for this long: training has stopped */
 #define STALE_RETRY_MS 250      /* a requested snapshot the map moved under: again after */
 #define JOIN_SNAP_MS 60000      /* a snapshot a join waits for (snapshot_for_join) */
-#define JOIN_SNAP_TRIES 8       /* ... taken again this often while the map moves under it */
 
 /* The shards holding a job, with a channel each (borrowed from the snapper). */
 struct shards {
@@ -386,6 +385,28 @@ static ts_status take(struct snapper *sn, const struct take_req *req, struct tak
     return st;
 }
 
+/* A snapshot taken now (one step ahead of training), again while the map moves under it (a
+ * shard died or joined) or the job is still being registered, which settles within a
+ * heartbeat or two, for as long as timeout_ms lasts. sn->mu held. */
+static ts_status take_while_stale(struct snapper *sn, const char *job, const char *message,
+                                  const char *tag, int timeout_ms, struct taken *t,
+                                  struct ts_err *err)
+{
+    ts_status st;
+
+    for (int64_t until = ts_now_ms() + timeout_ms;;) {
+        int left = (int)(until - ts_now_ms());
+        st = take(sn, &(struct take_req){ job, message, tag, left > 0 ? left : 0, false, 0 },
+                  t, err);
+        if (st != TS_ESTALE || ts_now_ms() + STALE_RETRY_MS >= until ||
+            atomic_load(&sn->stop))
+            return st;
+        ts_log(TS_INFO, "master", "snapshot: %s; again in %d ms", err->msg, STALE_RETRY_MS);
+        ts_err_clear(err);
+        ts_sleep_ms(STALE_RETRY_MS);
+    }
+}
+
 ts_status snapper_create(struct snapper *sn, const char *job, const char *message,
                          const char *tag, int timeout_ms, char hex[TS_STORE_HEX_LEN + 1],
                          uint64_t *step, uint64_t *written, struct ts_err *err)
@@ -399,19 +420,7 @@ ts_status snapper_create(struct snapper *sn, const char *job, const char *messag
     atomic_fetch_add(&sn->requested, 1); /* an automatic snapshot waiting for a step yields */
     pthread_mutex_lock(&sn->mu);
     atomic_fetch_sub(&sn->requested, 1);
-    /* A map that moved under the take (a shard died or joined), or a job still being
-     * registered, settles within a heartbeat or two: take it again while the caller's time
-     * lasts. */
-    for (int64_t until = ts_now_ms() + timeout_ms;;) {
-        int left = (int)(until - ts_now_ms());
-        st = take(sn, &(struct take_req){ job, message, tag, left > 0 ? left : 0, false, 0 },
-                  &t, err);
-        if (st != TS_ESTALE || ts_now_ms() + STALE_RETRY_MS >= until ||
-            atomic_load(&sn->stop))
-            break;
-        ts_log(TS_INFO, "master", "snapshot: %s; again in %d ms", err->msg, STALE_RETRY_MS);
-        ts_sleep_ms(STALE_RETRY_MS);
-    }
+    st = take_while_stale(sn, job, message, tag, timeout_ms, &t, err);
     pthread_mutex_unlock(&sn->mu);
     if (!st || t.hex[0]) {  /* written (a tag that failed is reported with the id) */
         memcpy(hex, t.hex, sizeof(t.hex));
@@ -496,18 +505,11 @@ static void snapshot_for_join(struct snapper *sn, uint64_t epoch,
     for (size_t k = 0; k < n && !atomic_load(&sn->stop); k++) {
         struct taken t = { .hex = "" };
         struct ts_err err = { 0 };
-        ts_status st = TS_ESTALE;
+        ts_status st;
 
         if (!tables[k])
             continue;
-        for (int i = 0; st == TS_ESTALE && i < JOIN_SNAP_TRIES; i++) {
-            if (i)
-                ts_sleep_ms(STALE_RETRY_MS);
-            memset(&err, 0, sizeof(err));
-            st = take(sn, &(struct take_req){ ids[k], msg, "", JOIN_SNAP_MS, false, 0 }, &t,
-                      &err);
-        }
-        if (st)
+        if ((st = take_while_stale(sn, ids[k], msg, "", JOIN_SNAP_MS, &t, &err)))
             ts_log(TS_WARN, "master", "job %s: no snapshot before the shards joining at epoch %"
                    PRIu64 " take its rows (%s); it goes back to its last one when they do",
                    ids[k], epoch, err.msg);

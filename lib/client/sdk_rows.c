@@ -8,12 +8,15 @@
  * chains take over (services/shard/rowcopy.h), and a call that meets the broken connection or
  * the moved map fails over as a dense step does (sdk_fail_over): under the new map it places
  * the rows on the new ring and sends the call again, a push flagged as a retry (a shard that
- * has it acknowledges it unchanged). Without replicas, or when a shard joined (it holds none
- * of the rows the ring would give it) or some rows lost both copies, the shards report the
- * job lost and the master takes it back to its last snapshot, loading the rows on the ring as
- * it is then; the call waits for that rollback, places the rows on the new ring and returns
- * TS_EROLLBACK with the step to go on from (tessera_resume_step); the caller pulls its
- * tensors there.
+ * has it acknowledges it unchanged). When a shard joins, the master moves the tables' rows
+ * to the shards of the new map (docs/embeddings.md, "When a shard joins"), and a call sent
+ * meanwhile (held by its shard, then refused as placed on the old ring) is sent again on the
+ * new ring the same way. Without replicas when a shard died, when some rows lost both copies,
+ * or when a shard joined without that move (it holds none of the rows the ring would give
+ * it), the shards report the job lost and the master takes it back to its last snapshot,
+ * loading the rows on the ring as it is then; the call waits for that rollback, places the
+ * rows on the new ring and returns TS_EROLLBACK with the step to go on from
+ * (tessera_resume_step); the caller pulls its tensors there.
  * A push places, sorts and merges the batch's ids per shard and sends every shard its part
  * (an empty one where none of its rows was used: BSP counts every rank's push); a pull sends
  * each shard its unique ids only and scatters the rows back to the batch's positions. A
@@ -85,29 +88,37 @@ static ts_status rows_ring(struct tessera *t, struct ts_err *err)
     return ts_cluster_ring_copy(t->cl, &t->rows_ring, &t->rows_epoch, err);
 }
 
-/* Whether every shard of the map now was on the ring the rows were placed on: shards only
- * died since, and with copies of the rows (a cluster with replicas) theirs took over. */
-static bool only_died(struct tessera *t)
+/* Whether a call may be sent again on the ring of the map now: no shard of the ring the rows
+ * were placed on left it (shards only joined: a join's move placed the rows on the shards
+ * of the new map, or the job goes back to a snapshot, which they then say), or the cluster
+ * keeps copies of the rows (those of a shard that died took over). Else the rows of a shard
+ * that died are lost, and the job goes back. *joined: a shard joined since. */
+static bool may_resend(struct tessera *t, bool *joined)
 {
     uint32_t ids[MAX_SHARDS];
-    size_t n = ts_cluster_shard_ids(t->cl, ids, MAX_SHARDS);
+    size_t n = ts_cluster_shard_ids(t->cl, ids, MAX_SHARDS), kept = 0;
 
-    for (size_t i = 0; i < n; i++)
-        if (!ts_ring_has(t->rows_ring, ids[i]))
-            return false;
-    return ts_cluster_replicas(t->cl) >= 2;
+    *joined = false;
+    for (size_t i = 0; i < n; i++) {
+        bool was = ts_ring_has(t->rows_ring, ids[i]);
+        kept += was;
+        *joined |= !was;
+    }
+    return kept == ts_ring_members(t->rows_ring) || ts_cluster_replicas(t->cl) >= 2;
 }
 
 /* A rollback since the ring was made (the dense step's, sdk_step.c) placed the rows on the
- * ring of its map, and copies took over where shards only died: take the ring of the map now.
- * Else a map that moved is TS_EUNAVAIL: rows_recover waits for the rollback it brings. */
+ * ring of its map, and so did a join's move, or copies took over where shards died
+ * (may_resend): take the ring of the map now. Else a map that moved is TS_EUNAVAIL:
+ * rows_recover waits for the rollback it brings. */
 static ts_status same_map(struct tessera *t, const struct sdk_table *x, struct ts_err *err)
 {
     uint64_t now;
+    bool joined;
 
     if (t->local || (now = ts_cluster_epoch(t->cl)) == t->rows_epoch)
         return TS_OK;
-    if (t->rec.followed != t->rows_generation || only_died(t)) {
+    if (t->rec.followed != t->rows_generation || may_resend(t, &joined)) {
         ts_ring_free(t->rows_ring);
         t->rows_ring = NULL;
         return rows_ring(t, err);
@@ -435,32 +446,39 @@ static ts_status pull_placed(struct tessera *t, struct rows_call *c, struct ts_e
     return st;
 }
 
-/* A failover's resend (sdk_fail_over): the rows placed on the new map's ring, when its shards
- * are the old ring's less the ones that died (their rows' copies took over on the shards);
- * else the call is misplaced and the job goes back to its last snapshot. */
+/* A failover's resend (sdk_fail_over): the rows placed on the new map's ring (may_resend);
+ * else the call is misplaced and the job goes back to its last snapshot. A shard that joined
+ * and does not know the table was not given its rows (no join's move: docs/embeddings.md,
+ * "When a shard joins"): the job goes back too. */
 static ts_status redo(struct tessera *t, void *ctx, struct ts_err *err)
 {
     struct rows_call *c = ctx;
+    bool joined;
     ts_status st;
 
-    if (!only_died(t))
-        return ts_err_set(err, TS_EROLLBACK, "table '%s': a shard joined the map (epoch %"
-                          PRIu64 "); rows do not move to it", c->x->name,
-                          ts_cluster_epoch(t->cl));
+    if (!may_resend(t, &joined))
+        return ts_err_set(err, TS_EROLLBACK, "table '%s': a shard holding its rows left the "
+                          "map (epoch %" PRIu64 ") and the cluster keeps no copies of them",
+                          c->x->name, ts_cluster_epoch(t->cl));
     ts_ring_free(t->rows_ring);
     t->rows_ring = NULL;
     if ((st = ts_cluster_ring_copy(t->cl, &t->rows_ring, &t->rows_epoch, err)) ||
         (st = place(t, c, err)))
         return st;
-    return c->grads ? push_placed(t, c, err) : pull_placed(t, c, err);
+    st = c->grads ? push_placed(t, c, err) : pull_placed(t, c, err);
+    if (st == TS_ENOTFOUND && joined)
+        return ts_err_set(err, TS_EROLLBACK, "table '%s': a shard that joined the map (epoch %"
+                          PRIu64 ") holds none of its rows (%s); the job goes back to a "
+                          "snapshot", c->x->name, ts_cluster_epoch(t->cl), err->msg);
+    return st;
 }
 
 /* A table call that ended with st (the file's comment): a broken connection, a moved map
  * (TS_EUNAVAIL, TS_ESTALE, TS_ECORRUPT) or a shard saying the job went back (TS_EROLLBACK).
- * With copies of the rows (a cluster with replicas) the call is sent again under the new map
- * (sdk_fail_over, as a dense step's); without, or where that ends in a rollback, this waits
- * for the job to go back to its last snapshot and says TS_EROLLBACK. Anything else, or a local
- * run, is st as it is. */
+ * Where the rows may be placed on the new map (redo: copies took over, or shards only
+ * joined) the call is sent again under it (sdk_fail_over, as a dense step's); where not, or
+ * where that ends in a rollback, this waits for the job to go back to its last snapshot and
+ * says TS_EROLLBACK. Anything else, or a local run, is st as it is. */
 static ts_status rows_recover(struct tessera *t, ts_status st, const char *what, uint64_t n,
                               sdk_redo_fn again, void *ctx, struct ts_err *err)
 {
@@ -469,7 +487,7 @@ static ts_status rows_recover(struct tessera *t, ts_status st, const char *what,
     if (t->local || !sdk_can_fail_over(t) ||
         (st != TS_EUNAVAIL && st != TS_ECORRUPT && st != TS_EROLLBACK && st != TS_ESTALE))
         return st;
-    if (again && st != TS_EROLLBACK && ts_cluster_replicas(t->cl) >= 2) {
+    if (again && st != TS_EROLLBACK) {   /* redo says whether the rows may be sent again */
         if (st == TS_ECORRUPT)
             st = TS_EUNAVAIL;
         st = sdk_fail_over(t, what, n, st, again, ctx, err);

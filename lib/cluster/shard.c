@@ -58,6 +58,14 @@ ts_status ts_shard_release_job(struct ts_rpc_channel *ch,
                 &tessera__v1__release_job_response__descriptor, out, TS_SHARD_ONCE, ms, err);
 }
 
+ts_status ts_shard_move_tables(struct ts_rpc_channel *ch,
+                               const Tessera__V1__MoveTablesRequest *req, int ms,
+                               Tessera__V1__MoveTablesResponse **out, struct ts_err *err)
+{
+    return call(ch, PATH("MoveTables"), &req->base,
+                &tessera__v1__move_tables_response__descriptor, out, TS_SHARD_ONCE, ms, err);
+}
+
 ts_status ts_shard_rollback_job(struct ts_rpc_channel *ch,
                                 const Tessera__V1__RollbackJobRequest *req, int ms,
                                 Tessera__V1__RollbackJobResponse **out, struct ts_err *err)

@@ -46,6 +46,10 @@ ts_status ts_shard_release_job(struct ts_rpc_channel *ch,
                                const Tessera__V1__ReleaseJobRequest *req, int ms,
                                Tessera__V1__ReleaseJobResponse **out,
                                struct ts_err *err) TS_MUST_CHECK;
+ts_status ts_shard_move_tables(struct ts_rpc_channel *ch,
+                               const Tessera__V1__MoveTablesRequest *req, int ms,
+                               Tessera__V1__MoveTablesResponse **out,
+                               struct ts_err *err) TS_MUST_CHECK;
 ts_status ts_shard_rollback_job(struct ts_rpc_channel *ch,
                                 const Tessera__V1__RollbackJobRequest *req, int ms,
                                 Tessera__V1__RollbackJobResponse **out,

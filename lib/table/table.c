@@ -270,6 +270,20 @@ uint64_t ts_table_step(struct ts_table *t)
     return s;
 }
 
+uint64_t ts_table_pushed_step(struct ts_table *t)
+{
+    uint64_t s = 0;
+
+    pthread_mutex_lock(&t->mu);
+    if (table_async(t))
+        for (uint32_t r = 0; r < t->job->workers; r++)
+            s = t->clock[r] > s ? t->clock[r] : s;
+    else
+        s = t->step + (t->npushed > 0);
+    pthread_mutex_unlock(&t->mu);
+    return s;
+}
+
 /* The initializer's values of row id into out. */
 static void draw_init(const struct ts_table *t, uint64_t id, float *out)
 {

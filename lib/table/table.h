@@ -197,6 +197,11 @@ uint64_t ts_table_row_bytes(const struct ts_table *t);
 /* The rows that exist; the step (BSP: steps applied; SSP, ASP: the slowest rank's clock). */
 uint64_t ts_table_count(struct ts_table *t);
 uint64_t ts_table_step(struct ts_table *t);
+/* The step the table reaches once the pushes taken so far apply (a push of step s makes step
+ * s + 1): BSP, the steps applied, and one more while some rank's push of the next is in;
+ * SSP, ASP: the fastest rank's clock. A join's hold (services/shard) needs no push past its
+ * step taken, not only none applied. */
+uint64_t ts_table_pushed_step(struct ts_table *t);
 
 struct ts_row_push {
     uint32_t rank;

@@ -56,6 +56,17 @@ struct snapper {
     /* Joins (snapper_join_ready): the newest joining epoch whose join waits for snapshots of
      * the jobs with tables, and the newest whose snapshots were taken (or given up). */
     _Atomic uint64_t join_asked, join_passed;
+    /* A join's moves (under mu): a job with tables whose snapshot for the join was taken with
+     * its tables held at its step; once the joining shards are on the ring, the automatic loop
+     * has every shard place the job's tables on the new map from that snapshot, no step
+     * redone (docs/embeddings.md, "When a shard joins"). */
+    struct snap_move {
+        char job[TS_JOB_ID_MAX + 1];
+        char hex[TS_STORE_HEX_LEN + 1];
+        uint64_t step, epoch;          /* the held step; the joining epoch */
+        int64_t since_ms;              /* when the snapshot was taken (monotonic) */
+    } moves[SNAP_MAX_JOBS];
+    size_t nmoves;
     pthread_mutex_t stat_mu;            /* guards what status reports */
     char last_hex[TS_STORE_HEX_LEN + 1];
     uint64_t last_step;
@@ -94,12 +105,14 @@ void snapper_stop(struct snapper *sn);
 void snapper_close(struct snapper *sn);
 
 /* The members' join_ready (members.h; ctx: the snapper): whether the shards joining under
- * epoch may go on the ring. That re-places the rows of every job with tables, which sends
- * such a job back to its last snapshot (docs/embeddings.md, "When a shard joins"); so where
- * the automatic loop runs (--store with --snapshot-every) the join first waits for it to
- * take a snapshot of each of them at once, and the job goes back only the steps trained
- * since, not up to --snapshot-every. True at once without the loop, and once those
- * snapshots are written or failed. Reads and sets atomics only. */
+ * epoch may go on the ring. That re-places the rows of every job with tables
+ * (docs/embeddings.md, "When a shard joins"); so where the automatic loop runs (--store with
+ * --snapshot-every) the join first waits for it to take a snapshot of each of them at once
+ * with the job's tables held at its step, and once the joining shards are on the ring the
+ * loop has every shard load the tables on the new map from it: no step is redone. Without
+ * such a snapshot (no loop, or it failed) the job goes back to its last one. True at once
+ * without the loop, and once those snapshots are written or failed. Reads and sets atomics
+ * only. */
 bool snapper_join_ready(void *ctx, uint64_t epoch);
 /* Takes a snapshot of job ("": the only one) now, within timeout_ms; message and tag may be
  * "". Fills out (arena of call) and *written. */

@@ -24,6 +24,8 @@
 #define STALL_MS 5000           /* no partition moved for this long: training has stopped */
 #define STALE_RETRY_MS 250      /* a requested snapshot the map moved under: again after */
 #define JOIN_SNAP_MS 60000      /* a snapshot a join waits for (snapshot_for_join) */
+#define MOVE_WAIT_MS 30000      /* a join's move waits this long for the shards on the ring */
+#define MOVE_CALL_MS 120000     /* MoveTables: a shard loads its tables' rows */
 
 /* The shards holding a job, with a channel each (borrowed from the snapper). */
 struct shards {
@@ -120,9 +122,10 @@ static ts_status discover(struct snapper *sn, const char *job, struct shards *ou
     return TS_OK;
 }
 
-/* Arms step on every shard; *past set (and everything disarmed) if one is past it. */
+/* Arms step on every shard (hold: the job's tables held at it, for a join's move); *past set
+ * (and everything disarmed) if one is past it. */
 static ts_status arm_all(struct shards *s, const char *job, uint64_t step, bool disarm,
-                         bool *past, uint64_t *maxv, struct ts_err *err)
+                         bool hold, bool *past, uint64_t *maxv, struct ts_err *err)
 {
     ts_status st = TS_OK;
 
@@ -136,6 +139,7 @@ static ts_status arm_all(struct shards *s, const char *job, uint64_t step, bool 
         req.job = (char *)job;
         req.step = step;
         req.disarm = disarm;
+        req.hold_tables = hold && !disarm;
         one = ts_shard_arm_snapshot(s->ch[i], &req, CALL_MS, &r, disarm ? &e : err);
         if (one == TS_OK) {
             if (!disarm && !r->armed)
@@ -151,7 +155,7 @@ static ts_status arm_all(struct shards *s, const char *job, uint64_t step, bool 
         bool ignored;
         uint64_t m = 0;
 
-        (void)arm_all(s, job, 0, true, &ignored, &m, err);
+        (void)arm_all(s, job, 0, true, false, &ignored, &m, err);
     }
     return st;
 }
@@ -223,6 +227,7 @@ struct take_req {
     int timeout_ms;
     bool fixed;
     uint64_t step;
+    bool hold;                 /* the job's tables held at the step (a join's move) */
 };
 
 /* What a snapshot became. */
@@ -241,7 +246,7 @@ static ts_status arm(struct shards *s, const char *job, const struct take_req *r
 
     *step = req->fixed ? req->step : maxv;
     for (int attempt = 0; !st && past && attempt < 20; attempt++) {
-        st = arm_all(s, job, *step, false, &past, &maxv, err);
+        st = arm_all(s, job, *step, false, req->hold, &past, &maxv, err);
         if (past && req->fixed)
             st = ts_err_set(err, TS_ESTATE, "step %" PRIu64 ": training is already past it",
                             *step);
@@ -376,7 +381,7 @@ static ts_status take(struct snapper *sn, const struct take_req *req, struct tak
     if (!(st = discover(sn, req->job, &s, job, &maxv, err)) &&
         !(st = arm(&s, job, req, maxv, &step, err))) {
         if ((st = write_all(sn, &s, job, step, until, req->fixed, err)))
-            (void)arm_all(&s, job, 0, true, &ignored, &maxv, &e);
+            (void)arm_all(&s, job, 0, true, false, &ignored, &maxv, &e);
         else
             st = commit(sn, &s, job, step, req, out, err);
     }
@@ -389,15 +394,15 @@ static ts_status take(struct snapper *sn, const struct take_req *req, struct tak
  * shard died or joined) or the job is still being registered, which settles within a
  * heartbeat or two, for as long as timeout_ms lasts. sn->mu held. */
 static ts_status take_while_stale(struct snapper *sn, const char *job, const char *message,
-                                  const char *tag, int timeout_ms, struct taken *t,
+                                  const char *tag, int timeout_ms, bool hold, struct taken *t,
                                   struct ts_err *err)
 {
     ts_status st;
 
     for (int64_t until = ts_now_ms() + timeout_ms;;) {
         int left = (int)(until - ts_now_ms());
-        st = take(sn, &(struct take_req){ job, message, tag, left > 0 ? left : 0, false, 0 },
-                  t, err);
+        st = take(sn, &(struct take_req){ job, message, tag, left > 0 ? left : 0, false, 0,
+                                          hold }, t, err);
         if (st != TS_ESTALE || ts_now_ms() + STALE_RETRY_MS >= until ||
             atomic_load(&sn->stop))
             return st;
@@ -420,7 +425,7 @@ ts_status snapper_create(struct snapper *sn, const char *job, const char *messag
     atomic_fetch_add(&sn->requested, 1); /* an automatic snapshot waiting for a step yields */
     pthread_mutex_lock(&sn->mu);
     atomic_fetch_sub(&sn->requested, 1);
-    st = take_while_stale(sn, job, message, tag, timeout_ms, &t, err);
+    st = take_while_stale(sn, job, message, tag, timeout_ms, false, &t, err);
     pthread_mutex_unlock(&sn->mu);
     if (!st || t.hex[0]) {  /* written (a tag that failed is reported with the id) */
         memcpy(hex, t.hex, sizeof(t.hex));
@@ -491,10 +496,11 @@ bool snapper_join_ready(void *ctx, uint64_t epoch)
 }
 
 /* What a join waits for (snapper_join_ready): a snapshot, taken now, of each running job with
- * tables among ids[0..n), so that the rollback the re-placement of its rows brings goes back
- * only the steps trained since. A snapshot that fails (the job lost state or ended, its steps
- * stopped) is logged, and that job goes back to its last one. Then the join may go on.
- * sn->mu held. */
+ * tables among ids[0..n), its tables held at the snapshot's step (no push of a later step
+ * taken) until the move (moves_run) places them on the new map from it. A snapshot that
+ * fails (the job lost state or ended, its steps stopped) is logged, its hold ended, and that
+ * job goes back to its last snapshot when the shards join. Then the join may go on. sn->mu
+ * held. */
 static void snapshot_for_join(struct snapper *sn, uint64_t epoch,
                               char (*ids)[TS_JOB_ID_MAX + 1], const bool *tables, size_t n)
 {
@@ -505,20 +511,122 @@ static void snapshot_for_join(struct snapper *sn, uint64_t epoch,
     for (size_t k = 0; k < n && !atomic_load(&sn->stop); k++) {
         struct taken t = { .hex = "" };
         struct ts_err err = { 0 };
+        struct snap_move *mv;
         ts_status st;
 
         if (!tables[k])
             continue;
-        if ((st = take_while_stale(sn, ids[k], msg, "", JOIN_SNAP_MS, &t, &err)))
+        if ((st = take_while_stale(sn, ids[k], msg, "", JOIN_SNAP_MS, true, &t, &err))) {
             ts_log(TS_WARN, "master", "job %s: no snapshot before the shards joining at epoch %"
                    PRIu64 " take its rows (%s); it goes back to its last one when they do",
                    ids[k], epoch, err.msg);
-        else
-            ts_log(TS_WARN, "master", "job %s: snapshot %.12s of step %" PRIu64 " taken for the "
-                   "shards joining at epoch %" PRIu64 ": the re-placement of its rows takes it "
-                   "back there", ids[k], t.hex, t.step, epoch);
+            continue;
+        }
+        ts_log(TS_INFO, "master", "job %s: snapshot %.12s of step %" PRIu64 " taken for the "
+               "shards joining at epoch %" PRIu64 ", its tables held there: they move to the "
+               "new map from it, no step redone", ids[k], t.hex, t.step, epoch);
+        if (sn->nmoves == SNAP_MAX_JOBS)   /* unheld by its shards in time: a rollback */
+            continue;
+        mv = &sn->moves[sn->nmoves++];
+        snprintf(mv->job, sizeof(mv->job), "%s", ids[k]);
+        memcpy(mv->hex, t.hex, sizeof(mv->hex));
+        mv->step = t.step;
+        mv->epoch = epoch;
+        mv->since_ms = ts_now_ms();
     }
     atomic_store(&sn->join_passed, epoch);
+}
+
+/* MoveTables(mv) on every alive shard of view v (those without the job skipped); *moved: the
+ * shards that moved its tables. */
+static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
+                                const struct ts_members_view *v, uint32_t *moved,
+                                uint32_t *tables, uint64_t *rows, uint32_t *held_ms,
+                                struct ts_err *err)
+{
+    Tessera__V1__MoveTablesRequest req = TESSERA__V1__MOVE_TABLES_REQUEST__INIT;
+    ts_status st = TS_OK;
+
+    req.job = (char *)mv->job;
+    req.snapshot_id = (char *)mv->hex;
+    req.step = mv->step;
+    req.map_epoch = v->epoch;
+    shard_channels_reserve(&sn->chan, v->nshards);
+    for (size_t i = 0; !st && i < v->nshards; i++) {
+        Tessera__V1__MoveTablesResponse *r = NULL;
+        struct ts_rpc_channel *ch;
+        struct ts_err e = { 0 };
+
+        if ((st = shard_channels_get(&sn->chan, v->shards[i].addr, &ch, err)))
+            break;
+        st = ts_shard_move_tables(ch, &req, MOVE_CALL_MS, &r, &e);
+        if (st == TS_ENOTFOUND) {   /* the shard does not hold the job */
+            st = TS_OK;
+        } else if (st) {
+            ts_err_set(err, st, "shard %u: %s", v->shards[i].id, e.msg);
+        } else {
+            (*moved)++;
+            *tables = r->tables > *tables ? r->tables : *tables;
+            *rows += r->rows;
+            *held_ms = r->held_ms > *held_ms ? r->held_ms : *held_ms;
+        }
+        if (r)
+            protobuf_c_message_free_unpacked(&r->base, NULL);
+    }
+    return st;
+}
+
+/* The join's moves (snapshot_for_join), once no shard is joining on a map past the joining
+ * epoch: every shard places the job's tables on that map from the held step's snapshot. A
+ * map that moved again before any shard moved them (ABORTED) is tried again on the next
+ * pass; a move that fails otherwise (a shard that moved them takes pushes again: the move
+ * cannot be done over), or waits past MOVE_WAIT_MS, is given up: the shards' holds end at
+ * their time, and a job whose rows the map moved goes back to a snapshot, the join's
+ * (services/shard/tables.c). sn->mu held. */
+static void moves_run(struct snapper *sn)
+{
+    struct ts_members_view v;
+    struct ts_err err = { 0 };
+    bool joining = false;
+
+    if (ts_members_view(sn->members, true, &v, &err))
+        return;
+    for (size_t i = 0; i < v.nshards; i++)
+        joining |= v.shards[i].joining;
+    for (size_t k = 0; k < sn->nmoves; ) {
+        struct snap_move *mv = &sn->moves[k];
+        uint32_t moved = 0, tables = 0, held_ms = 0;
+        uint64_t rows = 0;
+        int64_t t0 = ts_now_ms();
+        ts_status st = TS_ESTALE;
+
+        if (!joining && v.epoch > mv->epoch) {
+            st = move_on_shards(sn, mv, &v, &moved, &tables, &rows, &held_ms, &err);
+            if (st == TS_ESTALE && moved)
+                st = TS_EUNAVAIL;   /* not to be tried again (above) */
+            if (!st)
+                ts_log(TS_WARN, "master", "job %s: %u tables moved to the shards of epoch %"
+                       PRIu64 " from snapshot %.12s at step %" PRIu64 " in %" PRId64 " ms (%"
+                       PRIu64 " rows; their pushes held %u ms in all); no step redone",
+                       mv->job, tables, v.epoch, mv->hex, mv->step, ts_now_ms() - t0, rows,
+                       held_ms);
+            else if (st != TS_ESTALE)
+                ts_log(TS_WARN, "master", "job %s: the join's move of its tables failed (%s); "
+                       "it goes back to a snapshot", mv->job, err.msg);
+        }
+        if (st == TS_ESTALE && ts_now_ms() - mv->since_ms < MOVE_WAIT_MS) {
+            k++;
+            continue;
+        }
+        if (st == TS_ESTALE)
+            ts_log(TS_WARN, "master", "job %s: the shards joining at epoch %" PRIu64 " were not "
+                   "on the ring within %d s of its snapshot; its tables are not moved (their "
+                   "holds end, and a map that moved their rows sends the job back to a "
+                   "snapshot)", mv->job, mv->epoch, MOVE_WAIT_MS / 1000);
+        sn->moves[k] = sn->moves[--sn->nmoves];
+        ts_err_clear(&err);
+    }
+    ts_members_view_free(&v);
 }
 
 /* The automatic loop: each running bsp, ssp or asp job in turn, at the next multiple of
@@ -540,6 +648,12 @@ static void *auto_loop(void *arg)
 
         ts_sleep_ms(20);
         pthread_mutex_lock(&sn->mu);
+        if (sn->nmoves) {   /* held tables: no other snapshot of their steps comes first */
+            moves_run(sn);
+            pthread_mutex_unlock(&sn->mu);
+            ts_sleep_ms(sn->nmoves ? 50 : 0);
+            continue;
+        }
         n = running_jobs(sn, ids, maxvs, tables, SNAP_MAX_JOBS);
         if ((join = atomic_load(&sn->join_asked)) > atomic_load(&sn->join_passed)) {
             snapshot_for_join(sn, join, ids, tables, n);
@@ -558,7 +672,7 @@ static void *auto_loop(void *arg)
             done = r->step;
         pthread_mutex_unlock(&sn->stat_mu);
         step = maxv % sn->every == 0 && maxv > done ? maxv : (maxv / sn->every + 1) * sn->every;
-        st = take(sn, &(struct take_req){ ids[k], "", "", 3600000, true, step }, &t, &err);
+        st = take(sn, &(struct take_req){ ids[k], "", "", 3600000, true, step, false }, &t, &err);
         /* Training passed the step while another snapshot was written, it is not a sync of
          * a tensor with a sync period, the job lost state, or the map moved: a later one. */
         if (st == TS_ESTATE || st == TS_ESTALE)

@@ -34,17 +34,40 @@
 #define ROWS_SLICE_MS 200           /* how soon a waiting frame lets the table go */
 #define SCAN_PAGE_MAX 65536         /* rows a scan reply carries at most */
 #define COPY_HEAD 8                 /* a ROWS_COPY's head shard id, before its ids */
+#define HOLD_SLICE_MS 20            /* how often a frame held for a join's move looks again */
 
-/* The table a frame names, on a connection that named its job. */
+/* The table a frame names, on a connection that named its job. On a shard that joined, a
+ * join's move makes the job's tables: a frame that comes first (its worker took the new map
+ * before the move reached this shard) waits for it while the job is held (tables.h). */
 static ts_status table_of(struct dp_conn *dc, const struct ts_frame_hdr *h,
                           struct shard_table **st, struct ts_err *err)
 {
+    int64_t until = ts_now_ms() + DP_PULL_WAIT_MS;
+
     if (!dc->job)
         return ts_err_set(err, TS_ESTATE, "no job: send a HELLO naming a registered job first");
-    if (!(*st = shard_params_table(dc->dp->params, dc->job, h->tensor)))
+    while (!(*st = shard_params_table(dc->dp->params, dc->job, h->tensor)) &&
+           ts_now_ms() < atomic_load(&dc->job->tables_held_until) && ts_now_ms() < until &&
+           !(atomic_load(&dc->cancel) & DP_CANCEL_END))
+        ts_sleep_ms(HOLD_SLICE_MS);
+    if (!*st)
         return ts_err_set(err, TS_ENOTFOUND, "table_id: %u is not a table of job '%s' on this "
                           "shard (register it first)", h->tensor, dc->job->job.id);
     return TS_OK;
+}
+
+/* A connection begun under a map older than t's last move (a join's) may have placed rows
+ * on the ring before it: TS_ESTALE, and its worker fails over to the new map. */
+static ts_status moved_since(const struct dp_conn *dc, struct shard_table *t,
+                             struct ts_err *err)
+{
+    uint64_t moved = atomic_load(&t->moved);
+
+    if (moved <= dc->hello_epoch)
+        return TS_OK;
+    return ts_err_set(err, TS_ESTALE, "table '%s': its rows were placed anew at shard map epoch "
+                      "%" PRIu64 " (a shard joined), after this connection began (epoch %"
+                      PRIu64 "); refresh the shard map", t->name, moved, dc->hello_epoch);
 }
 
 /* Room for n elements of sz bytes in *p (of *cap). */
@@ -176,15 +199,22 @@ typedef ts_status (*locked_fn)(struct dp_conn *dc, struct shard_table *t, void *
  * a TS_ESTALE (a row no store here serves, a copy taken over) once more after this shard took
  * up the newest map. A worker's pull (`pull`) that waits ends with TS_ESLOTS when the job's
  * slots change hands (slots.c): the step it waits for may need a slot only this worker can
- * now compute. what: the frame, for the message. */
+ * now compute. step: a push's or copy's, which waits while t is held for a join's move
+ * (without the lock, which the move takes; fn checks the hold again under it); 0 for other
+ * frames. what: the frame, for the message. */
 static ts_status in_slices(struct dp_conn *dc, struct shard_table *t, locked_fn fn, void *arg,
-                           const char *what, bool pull, struct ts_err *err)
+                           uint64_t step, const char *what, bool pull, struct ts_err *err)
 {
     int64_t until = ts_now_ms() + DP_PULL_WAIT_MS;
     bool remapped = false;
     ts_status st;
 
     for (;;) {
+        if (step && shard_tables_held(t, step) && ts_now_ms() < until &&
+            !(atomic_load(&dc->cancel) & DP_CANCEL_END)) {
+            ts_sleep_ms(HOLD_SLICE_MS);
+            continue;
+        }
         pthread_rwlock_rdlock(&t->lock);
         st = fn(dc, t, arg, err);
         pthread_rwlock_unlock(&t->lock);
@@ -201,6 +231,17 @@ static ts_status in_slices(struct dp_conn *dc, struct shard_table *t, locked_fn 
         }
         ts_err_clear(err);
     }
+}
+
+/* t is held for a join's move (tables.h) at a step before `step` (t->lock held): TS_ETIMEDOUT,
+ * so that in_slices waits on. */
+static ts_status held(struct shard_table *t, uint64_t step, struct ts_err *err)
+{
+    if (!shard_tables_held(t, step))
+        return TS_OK;
+    return ts_err_set(err, TS_ETIMEDOUT, "table '%s': held at step %" PRIu64 " for a join's move "
+                      "of its rows, which did not come in time", t->name,
+                      atomic_load(&t->hold) - 1);
 }
 
 static bool is_async(const struct dp_conn *dc)
@@ -259,6 +300,8 @@ static ts_status push_locked(struct dp_conn *dc, struct shard_table *t, void *ar
     ts_status st;
 
     dc->split.own_n = dc->split.nfol = 0;
+    if ((st = held(t, p.step, err)) || (st = moved_since(dc, t, err)))
+        return st;
     if (whole(t)) {
         p.n = a->in.n;
         p.ids = a->in.ids;
@@ -348,7 +391,7 @@ ts_status dp_rows_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
                           h->len);
     a.in = (struct rows_in){ .n = n, .ids = buf, .row = (size_t)sht->dim * elem,
                              .grad = (const uint8_t *)buf + n * sizeof(uint64_t) };
-    if ((st = in_slices(dc, sht, push_locked, &a, "push", false, err)) ||
+    if ((st = in_slices(dc, sht, push_locked, &a, h->step, "push", false, err)) ||
         (st = copy_down(dc, h, a.in.row, err)))
         return st;
     atomic_fetch_add(&sht->pushed, n);
@@ -392,6 +435,8 @@ static ts_status copy_locked(struct dp_conn *dc, struct shard_table *t, void *ar
     bool applied;
     ts_status st = TS_OK;
 
+    if ((st = held(t, p.step, err)))
+        return st;
     if (!s || s == &t->stores[0])
         return ts_err_set(err, TS_ESTALE, "copy: this shard holds no copy of shard %u's rows of "
                           "table '%s' (placed under map epoch %" PRIu64 ")", a->origin, t->name,
@@ -399,7 +444,10 @@ static ts_status copy_locked(struct dp_conn *dc, struct shard_table *t, void *ar
     if (atomic_load(&s->owned))
         return ts_err_set(err, TS_ESTALE, "copy: this shard took over shard %u's rows of table "
                           "'%s' (it left the map)", a->origin, t->name);
-    if (atomic_load(&s->broken))
+    /* A step the copy has (a head sending a push on again, or a copy late past a join's move,
+     * which loaded the step from a snapshot): acknowledged unchanged, as ts_table_push's retry
+     * would, before its ids are checked against a placement that may have moved since. */
+    if (atomic_load(&s->broken) || (!is_async(dc) && p.step < ts_table_step(s->t)))
         return TS_OK;
     for (size_t i = 0; !st && i < a->in.n; i++)
         if (rowcopy_origin(t, a->in.ids[i]) != a->origin ||
@@ -441,7 +489,7 @@ ts_status dp_rows_copy(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
     a.in = (struct rows_in){ .n = n, .ids = (const uint64_t *)(b + COPY_HEAD),
                              .row = (size_t)sht->dim * elem,
                              .grad = b + COPY_HEAD + n * sizeof(uint64_t) };
-    if ((st = in_slices(dc, sht, copy_locked, &a, "copy of a push", false, err)))
+    if ((st = in_slices(dc, sht, copy_locked, &a, h->step, "copy of a push", false, err)))
         return st;
     return ts_frame_send(dc->c, &ack, NULL, 0, err);
 }
@@ -462,6 +510,8 @@ static ts_status read_locked(struct dp_conn *dc, struct shard_table *t, void *ar
     size_t dim = t->dim;
     ts_status st;
 
+    if ((st = moved_since(dc, t, err)))
+        return st;
     if (whole(t))
         return ts_table_pull(t->t, a->rank, a->want, ROWS_SLICE_MS, a->in.ids, a->in.n, a->out,
                              err);
@@ -514,7 +564,7 @@ ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
     if ((st = rows_room(dc, n, sht->dim, err)))
         return st;
     a.out = dc->rows;
-    if ((st = in_slices(dc, sht, read_locked, &a, "pull", true, err)))
+    if ((st = in_slices(dc, sht, read_locked, &a, 0, "pull", true, err)))
         return st;
     atomic_fetch_add(&sht->pulled, n);
     ts_counter_add(dc->metrics.pull_bytes, n * sht->dim * sizeof(float));
@@ -529,7 +579,9 @@ void dp_rows_prefetch(struct dp_conn *dc, const struct ts_frame_hdr *h, const vo
 
     if (!dc->dp->params->tables_budget.tier)   /* every row in memory: nothing to read */
         return;
-    if (table_of(dc, h, &t, &err) || in.n > TS_TABLE_PUSH_MAX ||
+    /* A hint: not waited for on a shard whose tables a join's move is still to make. */
+    if (!dc->job || !(t = shard_params_table(dc->dp->params, dc->job, h->tensor)) ||
+        in.n > TS_TABLE_PUSH_MAX ||
         h->len != in.n * sizeof(uint64_t) || !in.n)
         return;
     if (pthread_rwlock_tryrdlock(&t->lock))   /* placed anew right now: not worth a wait */
@@ -563,7 +615,7 @@ static ts_status list_locked(struct dp_conn *dc, struct shard_table *t, void *ar
 {
     const uint64_t *want = arg;
     size_t served = 0;
-    ts_status st = TS_OK;
+    ts_status st = moved_since(dc, t, err);
 
     scan_end(dc);
     for (size_t k = 0; !st && k < t->nstores; k++) {
@@ -608,7 +660,7 @@ ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h, struct 
                           sht->name, h->partition, SCAN_PAGE_MAX);
     if (h->flags & TS_SCAN_FIRST) {
         uint64_t want = h->step;
-        if ((st = in_slices(dc, sht, list_locked, &want, "scan", false, err)))
+        if ((st = in_slices(dc, sht, list_locked, &want, 0, "scan", false, err)))
             return st;
         dc->scan_table = h->tensor + 1;
     }
@@ -619,8 +671,10 @@ ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h, struct 
     if (k > h->partition)
         k = h->partition;
     struct read_arg a = { .in = { .n = k, .ids = dc->scan_ids + dc->scan_at } };
-    if (k && ((st = rows_room(dc, k, sht->dim, err)) ||
-              ((a.out = dc->rows), (st = in_slices(dc, sht, read_locked, &a, "scan", false, err)))))
+    if (k && (st = rows_room(dc, k, sht->dim, err)))
+        return st;
+    a.out = dc->rows;
+    if (k && (st = in_slices(dc, sht, read_locked, &a, 0, "scan", false, err)))
         return st;
     const struct iovec parts[2] = {
         { (void *)(dc->scan_ids + dc->scan_at), k * sizeof(uint64_t) },

@@ -107,6 +107,11 @@ struct shard_job {
     /* Sparse tables (tables.h), by table id; added under mu, never removed before the job. */
     struct shard_table *tables[SHARD_MAX_TABLES];
     uint32_t ntables;
+    /* A join's move (tables.h): until when a frame naming a table this shard lacks waits for
+     * the move to make it (a shard that joined has none before), in monotonic ms; 0: none.
+     * held_epoch: the map this shard had taken up (rechained) when the hold began. */
+    _Atomic int64_t tables_held_until;
+    _Atomic uint64_t held_epoch;
     /* Rollback (docs/replication.md, "Rollback"): while fence is set (the step + 1) the job
      * goes back to a snapshot and the data plane refuses it; rollbacks counts those done
      * (a connection that named the job under an older count must start over), the last to
@@ -300,6 +305,16 @@ ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, 
                                 const char *job, const ts_manifest *m, const char *hex,
                                 uint64_t step, uint32_t generation, uint64_t *restored,
                                 struct ts_err *err) TS_MUST_CHECK;
+/* A join's move (tables.h, shard_tables_move): the job's tables, held at step, placed on cl's
+ * map (epoch) and loaded from snapshot hex of that step; the rest of the job untouched;
+ * *held_ms: how long the tables were held.
+ * TS_ENOTFOUND: the job is not here; TS_ESTATE: not held at step (a failed move leaves the
+ * job lost: it goes back to a snapshot). */
+ts_status shard_params_move_tables(struct shard_params *sp, struct ts_cluster *cl,
+                                   uint32_t my_id, const char *job, const char *hex,
+                                   uint64_t step, uint64_t epoch, uint32_t *tables,
+                                   uint64_t *rows, uint32_t *held_ms,
+                                   struct ts_err *err) TS_MUST_CHECK;
 /* Lifts the fence: the job runs again from its rollback, the generation-th (> 0). */
 ts_status shard_params_reopen(struct shard_params *sp, const char *job, uint32_t generation,
                               struct ts_err *err) TS_MUST_CHECK;
@@ -312,11 +327,13 @@ void shard_params_mark_lost(struct shard_params *sp, const char *id);
 
 /* Snapshots (docs/snapshots.md). Arm: every partition of the job copies itself when it reaches
  * `step`; *armed false (nothing armed) when one is already past it. disarm drops the job's
- * copies. *minv, *maxv: the versions the job's partitions span. TS_ENOTFOUND: no such job.
+ * copies (and a join's hold). hold: the job's tables are held at step too (tables.h,
+ * shard_tables_arm), for a join's move. *minv, *maxv: the versions the job's partitions
+ * span. TS_ENOTFOUND: no such job.
  * An armed snapshot holds its job (shard_params_release refuses) until it is written or
  * disarmed, or shard_params_expire_arms drops it. */
 ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
-                           bool *armed, uint64_t *minv, uint64_t *maxv,
+                           bool hold, bool *armed, uint64_t *minv, uint64_t *maxv,
                            struct ts_err *err) TS_MUST_CHECK;
 /* Waits up to wait_ms for every armed copy, writes them to the store and adds them, and the
  * job, to piece (built with ts_snap_piece_init; its shard id set); then disarms. *ready false

@@ -7,6 +7,7 @@
 
 #include "chain.h"
 #include "cluster/shard.h"
+#include "tables.h"
 #include "params_internal.h"
 #include "testhooks.h"
 #include "util/log.h"
@@ -272,6 +273,7 @@ static void *repair_main(void *arg)
         report_lost(r);
         reap(r->sp);
         (void)shard_params_expire_arms(r->sp, ts_now_ms());
+        shard_tables_expire_holds(r->sp, atomic_load(&r->dp->cluster), ts_now_ms());
         (void)shard_params_reclaim_orphans(r->sp, end_job, r->dp);
         pthread_rwlock_rdlock(&r->sp->life);   /* no job is released under the pass */
         introduce(r);

@@ -216,6 +216,38 @@ ts_status shard_params_rollback(struct shard_params *sp, struct ts_cluster *cl, 
     return st;
 }
 
+ts_status shard_params_move_tables(struct shard_params *sp, struct ts_cluster *cl,
+                                   uint32_t my_id, const char *job, const char *hex,
+                                   uint64_t step, uint64_t epoch, uint32_t *tables,
+                                   uint64_t *rows, uint32_t *held_ms, struct ts_err *err)
+{
+    ts_manifest *m = NULL;
+    struct shard_job *sj;
+    ts_status st;
+
+    *tables = 0;
+    *rows = 0;
+    /* Not under a snapshot's write (the runs it appends to are dropped), nor a release. */
+    pthread_mutex_lock(&sp->snap_mu);
+    pthread_rwlock_rdlock(&sp->life);
+    if (!(sj = params_find_job(sp, job)))
+        st = ts_err_set(err, TS_ENOTFOUND, "job: '%s' is not on this shard", job);
+    else if (!(st = load_manifest(sp, job, hex, step, &m, err)) &&
+             !(st = shard_tables_rollback_check(sp, sj, m, err)))
+        st = shard_tables_move(sp, cl, my_id, sj, m, hex, step, epoch, tables, rows, held_ms,
+                               err);
+    st = sj ? not_a_skip(st, err) : st;
+    pthread_rwlock_unlock(&sp->life);
+    pthread_mutex_unlock(&sp->snap_mu);
+    ts_manifest_free(m);
+    if (!st)
+        ts_log(TS_INFO, "shard", "job %s: %u tables placed on the map of epoch %" PRIu64 " from "
+               "snapshot %.12s at step %" PRIu64 " (a join's move, no rollback): %" PRIu64
+               " rows served here; its pushes held %u ms", job, *tables, epoch, hex, step, *rows,
+               *held_ms);
+    return st;
+}
+
 ts_status shard_params_reopen(struct shard_params *sp, const char *job, uint32_t generation,
                               struct ts_err *err)
 {

@@ -17,10 +17,11 @@
  * follower, which holds the copy: it takes the copy over (owned: served to workers). A push
  * the dead shard had not acknowledged is sent again by its worker, under the new map,
  * flagged as a retry: a store that has it acknowledges it unchanged. A copy taken over is
- * not copied on: those rows have one copy until the job's next rollback or restart. A map
- * that leaves some chain with no live member, or that a shard joined (it holds none of the
- * rows the ring now gives it), is reported lost: the job goes back to its last snapshot.
- * Rows keep two copies with any replicas above 1.
+ * not copied on: those rows have one copy until the job's next rollback, join or restart. A
+ * map that leaves some chain with no live member, or that a shard joined (it holds none of
+ * the rows the ring now gives it) while the table is not held for a join's move (tables.h),
+ * is reported lost: the job goes back to its last snapshot. Rows keep two copies with any
+ * replicas above 1.
  *
  * Threads: rowcopy_place runs with t->lock held exclusive (or before the table is
  * published); the readers (store_of, follower, keeps) with it held shared; rowcopy_rechain

@@ -238,7 +238,8 @@ static ts_status arm_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *
     ts_status st = ts_job_id_check("job", req->job, err);
 
     if (!st)
-        st = shard_params_arm(&s->params, req->job, req->step, req->disarm, &armed,
+        st = shard_params_arm(&s->params, req->job, req->step, req->disarm, req->hold_tables,
+                              &armed,
                               &resp->min_version, &resp->max_version, err);
     resp->armed = armed;
     return st;
@@ -390,6 +391,34 @@ out:
     return st;
 }
 
+static ts_status move_tables(struct ts_rpc_call *call, const ProtobufCMessage *rq,
+                             ProtobufCMessage *rs, struct ts_err *err)
+{
+    const Tessera__V1__MoveTablesRequest *req = (const void *)rq;
+    Tessera__V1__MoveTablesResponse *resp = (void *)rs;
+    struct shard *s = ts_rpc_ctx(call);
+    ts_status st;
+
+    if ((st = ts_job_id_check("job", req->job, err)))
+        return st;
+    if (!s->membership || !s->cluster)
+        return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet; retry");
+    if (!req->snapshot_id[0])
+        return ts_err_set(err, TS_EINVAL, "snapshot_id: required");
+    if (!req->map_epoch)
+        return ts_err_set(err, TS_EINVAL, "map_epoch: required (the map to place the tables on)");
+    if ((st = ts_cluster_check_epoch(s->cluster, req->map_epoch, err)))
+        return st;
+    s->dp.remap(s->dp.remap_ctx);   /* this shard's roles under that map */
+    st = shard_params_move_tables(&s->params, s->cluster, ts_membership_id(s->membership),
+                                  req->job, req->snapshot_id, req->step, req->map_epoch,
+                                  &resp->tables, &resp->rows, &resp->held_ms, err);
+    if (st && st != TS_ENOTFOUND)
+        ts_log(TS_WARN, "shard", "job %s: the join's move of its tables from step %" PRIu64
+               " of snapshot %.12s: %s", req->job, req->step, req->snapshot_id, err->msg);
+    return st;
+}
+
 /* Who may call what, under mutual TLS (docs/security.md): workers register tensors, and so do
  * shards (a head introduces its tensors to a joining shard, repair.c); what changes a job's
  * state for the whole cluster comes from the master (or an admin). */
@@ -408,6 +437,7 @@ static const struct ts_rpc_method shard_methods[] = {
       &tessera__v1__write_snapshot_response__descriptor, TS_RPC_OWN_THREAD, MASTER, 64u << 20 },
     T("ReleaseJob", release_job, release_job_request, release_job_response, MASTER),
     T("RollbackJob", rollback_job, rollback_job_request, rollback_job_response, MASTER),
+    T("MoveTables", move_tables, move_tables_request, move_tables_response, MASTER),
     { "ShardStatus", shard_status, &tessera__v1__shard_status_request__descriptor,
       &tessera__v1__shard_status_response__descriptor, 0, 0, 0 },
     T("PartitionDigests", partition_digests, partition_digests_request,

@@ -305,17 +305,38 @@ static bool want_full(struct shard_params *sp, struct shard_table *t)
     return since >= ts_table_count(t->t);
 }
 
+/* Whether some store of t took a push of a step past `step`. t->lock held. */
+static bool pushed_past(struct shard_table *t, uint64_t step, uint64_t *newest)
+{
+    bool past = false;
+
+    for (size_t k = 0; k < t->nstores; k++) {
+        uint64_t s = ts_table_pushed_step(t->stores[k].t);
+        past |= s > step;
+        *newest = s > *newest ? s : *newest;
+    }
+    return past;
+}
+
 /* Arms (or disarms) step's capture in every store of t served to workers: full in all when
- * the run is full (want_full), else full only in a copy taken over since the last run. */
+ * the run is full (want_full), else full only in a copy taken over since the last run. hold:
+ * also holds t at step (with its lock held exclusive, so that no push is between its check
+ * and its store), or *armed false if a store took a push past it (*newest: that step). */
 static ts_status arm_table(struct shard_params *sp, struct shard_table *t, uint64_t step,
-                           bool disarm, bool *armed, struct ts_err *err)
+                           bool disarm, bool hold, bool *armed, uint64_t *newest,
+                           struct ts_err *err)
 {
     bool full = !disarm && want_full(sp, t);
     ts_status st = TS_OK;
 
     *armed = true;
-    pthread_rwlock_rdlock(&t->lock);
-    for (size_t k = 0; k < t->nstores && !st; k++) {
+    if (hold && !disarm)
+        pthread_rwlock_wrlock(&t->lock);
+    else
+        pthread_rwlock_rdlock(&t->lock);
+    if (hold && !disarm && pushed_past(t, step, newest))
+        *armed = false;
+    for (size_t k = 0; k < t->nstores && !st && *armed; k++) {
         struct table_store *s = &t->stores[k];
         bool one = true;
         if (!atomic_load(&s->owned))
@@ -329,6 +350,10 @@ static ts_status arm_table(struct shard_params *sp, struct shard_table *t, uint6
         for (size_t k = 0; k < t->nstores; k++)
             if (atomic_load(&t->stores[k].owned))
                 ts_table_disarm(t->stores[k].t);
+    if (hold && !disarm && !st && *armed) {
+        atomic_store(&t->hold_until_ms, ts_now_ms() + SHARD_TABLE_HOLD_MS);
+        atomic_store(&t->hold, step + 1);
+    }
     pthread_rwlock_unlock(&t->lock);
     return st;
 }
@@ -434,33 +459,44 @@ static ts_status take_table(struct shard_table *t, uint64_t step, struct ts_tabl
 }
 
 ts_status shard_tables_arm(struct shard_params *sp, struct shard_job *sj, uint64_t step,
-                           bool disarm, bool *past, uint64_t *maxv, struct ts_err *err)
+                           bool disarm, bool hold, bool *past, uint64_t *maxv,
+                           struct ts_err *err)
 {
     ts_status st = TS_OK;
+    uint64_t ignored_step = 0;
     uint32_t i;
 
     *past = false;
+    if (hold && !disarm)
+        atomic_store(&sj->held_epoch, atomic_load(&sp->rechained));
     for (i = 0; !st && i < SHARD_MAX_TABLES; i++) {
         struct shard_table *t = shard_params_table(sp, sj, i);
+        uint64_t newest = 0;
         bool armed = false;
         if (!t)
             continue;
-        if ((st = arm_table(sp, t, step, disarm, &armed, err)) || disarm)
+        if ((st = arm_table(sp, t, step, disarm, hold, &armed, &newest, err)) || disarm)
             continue;
         if (!armed) {
             *past = true;
-            if (ts_table_step(t->t) > *maxv)
-                *maxv = ts_table_step(t->t);
+            newest = newest > ts_table_step(t->t) ? newest : ts_table_step(t->t);
+            if (newest > *maxv)
+                *maxv = newest;
             break;
         }
     }
-    if ((st || *past) && !disarm)   /* nothing stays armed */
+    if ((st || *past) && !disarm) {   /* nothing stays armed, or held */
         for (uint32_t k = 0; k < i; k++) {
             struct shard_table *t = shard_params_table(sp, sj, k);
             bool ignored;
             if (t)
-                (void)arm_table(sp, t, step, true, &ignored, err);
+                (void)arm_table(sp, t, step, true, false, &ignored, &ignored_step, err);
         }
+        if (hold)
+            shard_tables_unhold(sp, sj);
+    } else if (hold && !disarm) {     /* a shard that joined has no table before the move */
+        atomic_store(&sj->tables_held_until, ts_now_ms() + SHARD_TABLE_HOLD_MS);
+    }
     return st;
 }
 
@@ -613,26 +649,93 @@ ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint
 
 /* ---- when a shard goes: its copies take over, or the job goes back to a snapshot ---- */
 
+/* Whether t is held for a join's move, its time not passed. */
+static bool holding(struct shard_table *t)
+{
+    return atomic_load(&t->hold) && ts_now_ms() < atomic_load(&t->hold_until_ms);
+}
+
+bool shard_tables_held(struct shard_table *t, uint64_t step)
+{
+    uint64_t hold = atomic_load(&t->hold);
+
+    return hold && step + 1 >= hold && holding(t);   /* a push of step S makes step S + 1 */
+}
+
+/* The map changed: job sj's rows, checked (mu held). A table held for a join's move is not
+ * reported: the move places it on the new map (or its hold ends first,
+ * shard_tables_expire_holds, which checks it again). */
+static void rechain_job(struct shard_job *sj, struct ts_cluster *cl)
+{
+    for (uint32_t i = 0; sj->ntables && i < SHARD_MAX_TABLES; i++) {
+        struct shard_table *t = sj->tables[i];
+        if (!t || atomic_load(&sj->fence) || !rowcopy_rechain(t, cl) || holding(t))
+            continue;
+        if (!atomic_load(&sj->lost_report))
+            ts_log(TS_WARN, "shard", "job %s table '%s': the shards holding its rows changed "
+                   "(%zu when it was placed%s): some rows lost every copy or are misplaced; "
+                   "the job goes back to its last snapshot", sj->job.id, t->name, t->nmembers,
+                   t->replicated ? ", 2 copies of each row" : ", one copy of each row");
+        atomic_store(&sj->lost_gen, atomic_load(&sj->rollbacks));
+        atomic_store(&sj->state_lost, true);
+        atomic_store(&sj->lost_report, true);
+        break;
+    }
+}
+
 void shard_tables_rechain(struct shard_params *sp, struct ts_cluster *cl)
 {
+    for (size_t j = 0; j < sp->njobs; j++)
+        rechain_job(sp->jobs[j], cl);
+}
+
+void shard_tables_unhold(struct shard_params *sp, struct shard_job *sj)
+{
+    bool any = atomic_load(&sj->tables_held_until) != 0;
+
+    pthread_mutex_lock(&sp->mu);   /* no map is taken up meanwhile (shard_params_rechain) */
+    for (uint32_t i = 0; sj->ntables && i < SHARD_MAX_TABLES; i++)
+        any |= sj->tables[i] && atomic_load(&sj->tables[i]->hold);
+    if (any && atomic_load(&sp->rechained) != atomic_load(&sj->held_epoch)) {
+        /* The map moved since the hold began, and its check of the held tables was left to
+         * the move: the hold ends at its time, with that check (shard_tables_expire_holds). */
+        pthread_mutex_unlock(&sp->mu);
+        ts_log(TS_WARN, "shard", "job %s: the hold of its tables for a join's move is given "
+               "up after the map moved; it ends at its time, and the map is checked then",
+               sj->job.id);
+        return;
+    }
+    for (uint32_t i = 0; sj->ntables && i < SHARD_MAX_TABLES; i++)
+        if (sj->tables[i])
+            atomic_store(&sj->tables[i]->hold, 0);
+    atomic_store(&sj->tables_held_until, 0);
+    pthread_mutex_unlock(&sp->mu);
+}
+
+void shard_tables_expire_holds(struct shard_params *sp, struct ts_cluster *cl, int64_t now_ms)
+{
+    pthread_mutex_lock(&sp->mu);
     for (size_t j = 0; j < sp->njobs; j++) {
         struct shard_job *sj = sp->jobs[j];
+        bool expired = false;
         for (uint32_t i = 0; sj->ntables && i < SHARD_MAX_TABLES; i++) {
             struct shard_table *t = sj->tables[i];
-            if (!t || atomic_load(&sj->fence) || !rowcopy_rechain(t, cl))
-                continue;
-            if (!atomic_load(&sj->lost_report))
-                ts_log(TS_WARN, "shard", "job %s table '%s': the shards holding its rows "
-                       "changed (%zu when it was placed%s): some rows lost every copy or are "
-                       "misplaced; the job goes back to its last snapshot", sj->job.id,
-                       t->name, t->nmembers, t->replicated ? ", 2 copies of each row"
-                                                           : ", one copy of each row");
-            atomic_store(&sj->lost_gen, atomic_load(&sj->rollbacks));
-            atomic_store(&sj->state_lost, true);
-            atomic_store(&sj->lost_report, true);
-            break;
+            if (t && atomic_load(&t->hold) && now_ms >= atomic_load(&t->hold_until_ms)) {
+                atomic_store(&t->hold, 0);
+                expired = true;
+            }
         }
+        if (atomic_load(&sj->tables_held_until) && now_ms >= atomic_load(&sj->tables_held_until))
+            atomic_store(&sj->tables_held_until, 0);
+        if (!expired)
+            continue;
+        ts_log(TS_WARN, "shard", "job %s: its tables were held %d s for a join's move that did "
+               "not come; they take pushes again%s", sj->job.id, SHARD_TABLE_HOLD_MS / 1000,
+               cl ? ", and a map that moved their rows sends the job back to a snapshot" : "");
+        if (cl)
+            rechain_job(sj, cl);
     }
+    pthread_mutex_unlock(&sp->mu);
 }
 
 ts_status shard_tables_rollback_check(struct shard_params *sp, struct shard_job *sj,
@@ -651,9 +754,12 @@ ts_status shard_tables_rollback_check(struct shard_params *sp, struct shard_job 
 
 /* The snapshot's tables this shard does not hold, made empty (placed below): a shard that
  * joined the map (a new one, or one restarted) took no registration of the job's tables, and
- * the rollback places rows on it. */
+ * the rollback or the join's move places rows on it. hold: a move's held step + 1 (0: a
+ * rollback, which fences the job), which each is held at from the start: a worker's push may
+ * find it before its load. */
 static ts_status adopt_tables(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
-                              struct shard_job *sj, const ts_manifest *m, struct ts_err *err)
+                              struct shard_job *sj, const ts_manifest *m, uint64_t hold,
+                              struct ts_err *err)
 {
     ts_status st = TS_OK;
 
@@ -668,6 +774,8 @@ static ts_status adopt_tables(struct shard_params *sp, struct ts_cluster *cl, ui
             continue;
         if ((st = create(sp, cl, my_id, sj, &req, &t, err)))
             break;
+        atomic_store(&t->hold_until_ms, atomic_load(&sj->tables_held_until));
+        atomic_store(&t->hold, hold);
         sj->tables[t->id] = t;
         sj->ntables++;
         ts_log(TS_INFO, "shard", "job %s: table %u '%s' taken from the snapshot (this shard "
@@ -679,35 +787,101 @@ static ts_status adopt_tables(struct shard_params *sp, struct ts_cluster *cl, ui
     return st;
 }
 
+/* Table t emptied, placed on the ring of cl's map (its own rows and copies) and loaded from m
+ * at step; moved: the epoch of a join's move (0: a rollback), which ends the hold, and which a
+ * table that took a push past step (its hold ended first) refuses: the load would lose it. */
+static ts_status place_anew(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                            struct shard_job *sj, struct shard_table *t, const ts_manifest *m,
+                            const char *hex, uint64_t step, uint64_t moved, struct ts_err *err)
+{
+    Tessera__V1__TableSpec spec = TESSERA__V1__TABLE_SPEC__INIT;
+    ts_status st;
+
+    spec.name = t->name;
+    spec.dim = t->dim;
+    spec.max_id = t->max_id;
+    spec.initializer = t->init;
+    spec.seed = t->seed;
+    spec.optimizer = t->optimizer;
+    spec.ttl_steps = t->ttl_steps;
+    pthread_rwlock_wrlock(&t->lock);
+    if (moved && pushed_past(t, step, &(uint64_t){ 0 })) {
+        pthread_rwlock_unlock(&t->lock);
+        return ts_err_set(err, TS_ESTATE, "table '%s' took a push past step %" PRIu64 " (its "
+                          "hold ended before the join's move)", t->name, step);
+    }
+    runs_free(t);   /* what it wrote since is not the job's any more: the next is full */
+    ts_table_reset(t->t);
+    if (!(st = rowcopy_place(t, &sj->job, &sp->tables_budget, cl, my_id, err)) &&
+        !(st = load_table(sp, t, &spec, m, hex, err)))
+        for (size_t k = 0; !st && k < t->nstores; k++)
+            st = ts_table_set_step(t->stores[k].t, step, err);
+    if (!st && moved)
+        atomic_store(&t->moved, moved);
+    atomic_store(&t->hold, 0);
+    pthread_rwlock_unlock(&t->lock);
+    if (st)
+        ts_err_prefix(err, "table '%s'", t->name);
+    return st;
+}
+
 ts_status shard_tables_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                                 struct shard_job *sj, const ts_manifest *m, const char *hex,
                                 uint64_t step, struct ts_err *err)
 {
-    ts_status st = adopt_tables(sp, cl, my_id, sj, m, err);
+    ts_status st = adopt_tables(sp, cl, my_id, sj, m, 0, err);
 
     for (uint32_t i = 0; !st && i < SHARD_MAX_TABLES; i++) {
         struct shard_table *t = shard_params_table(sp, sj, i);
-        Tessera__V1__TableSpec spec = TESSERA__V1__TABLE_SPEC__INIT;
+        if (t)
+            st = place_anew(sp, cl, my_id, sj, t, m, hex, step, 0, err);
+    }
+    atomic_store(&sj->tables_held_until, 0);
+    return st;
+}
+
+ts_status shard_tables_move(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                            struct shard_job *sj, const ts_manifest *m, const char *hex,
+                            uint64_t step, uint64_t epoch, uint32_t *tables, uint64_t *rows,
+                            uint32_t *held_ms, struct ts_err *err)
+{
+    int64_t since = atomic_load(&sj->tables_held_until) - SHARD_TABLE_HOLD_MS;
+    ts_status st = TS_OK;
+
+    *tables = 0;
+    *rows = 0;
+    *held_ms = since > 0 ? (uint32_t)(ts_now_ms() - since) : 0;
+    /* Every table this shard holds must be held at step: one that took pushes past it would
+     * lose them to the load. */
+    for (uint32_t i = 0; i < SHARD_MAX_TABLES; i++) {
+        struct shard_table *t = shard_params_table(sp, sj, i);
+        if (t && atomic_load(&t->hold) != step + 1)
+            return ts_err_set(err, TS_ESTATE, "table '%s' of job '%s' is not held at step %"
+                              PRIu64 " on this shard (its hold ended, or was never asked: "
+                              "ArmSnapshot with hold_tables); the job goes back to a snapshot "
+                              "instead", t->name, sj->job.id, step);
+    }
+    if (!sj->ntables && !atomic_load(&sj->tables_held_until))
+        return ts_err_set(err, TS_ESTATE, "job '%s' is not held at step %" PRIu64 " on this "
+                          "shard (ArmSnapshot with hold_tables first)", sj->job.id, step);
+    if ((st = adopt_tables(sp, cl, my_id, sj, m, step + 1, err)))
+        return st;
+    for (uint32_t i = 0; !st && i < SHARD_MAX_TABLES; i++) {
+        struct shard_table *t = shard_params_table(sp, sj, i);
         if (!t)
             continue;
-        spec.name = t->name;
-        spec.dim = t->dim;
-        spec.max_id = t->max_id;
-        spec.initializer = t->init;
-        spec.seed = t->seed;
-        spec.optimizer = t->optimizer;
-        spec.ttl_steps = t->ttl_steps;
-        runs_free(t);   /* what it wrote since is not the job's any more: the next is full */
-        /* Placed on the ring of the map now: its own rows and copies, all from m. */
-        pthread_rwlock_wrlock(&t->lock);
-        ts_table_reset(t->t);
-        if (!(st = rowcopy_place(t, &sj->job, &sp->tables_budget, cl, my_id, err)) &&
-            !(st = load_table(sp, t, &spec, m, hex, err)))
-            for (size_t k = 0; !st && k < t->nstores; k++)
-                st = ts_table_set_step(t->stores[k].t, step, err);
-        pthread_rwlock_unlock(&t->lock);
-        if (st)
-            ts_err_prefix(err, "table '%s'", t->name);
+        if (!(st = place_anew(sp, cl, my_id, sj, t, m, hex, step, epoch, err))) {
+            (*tables)++;
+            *rows += ts_table_count(t->t);
+        }
     }
+    if (st) {   /* tables left as they were do not agree with the map: back to a snapshot, whose
+                 * load ends the holds left */
+        ts_err_prefix(err, "job '%s'", sj->job.id);
+        atomic_store(&sj->lost_gen, atomic_load(&sj->rollbacks));
+        atomic_store(&sj->state_lost, true);
+        atomic_store(&sj->lost_report, true);
+    }
+    atomic_store(&sj->tables_held_until, 0);
     return st;
 }

@@ -12,9 +12,10 @@
  * keeps the rows the ring gives this shard.
  * Copies (rowcopy.h): on a cluster with replicas, every row is also held by the next shard of
  * its chain, and a shard that dies is taken over by those copies; a map that loses both
- * copies of some rows, or that a shard joined, sends the job back to its last snapshot
- * (shard_tables_rechain, shard_tables_rollback); a shard that joined takes the snapshot's
- * tables from its manifest there.
+ * copies of some rows sends the job back to its last snapshot (shard_tables_rechain,
+ * shard_tables_rollback). A join moves the rows from a snapshot taken with the tables held
+ * (shard_tables_move, below), or without one sends the job back too; a shard that joined
+ * takes the snapshot's tables from its manifest either way.
  * Memory: every table's rows are charged to the shard's row budget (--table-mem,
  * shard_params.tables_budget), checked by each push before it creates a row.
  * Ownership: the job owns its tables (freed with it). Threads: the registry lock (sp->mu)
@@ -80,6 +81,14 @@ struct shard_table {
      * misplaced or missing: the job goes back to its last snapshot (rowcopy_rechain). */
     uint32_t members[TS_CLUSTER_MAX_SHARDS];
     size_t nmembers;
+    /* A join's move (docs/embeddings.md, "When a shard joins"). hold: while set (the held
+     * step S + 1, until hold_until_ms), pushes and copies of step S and later (which would
+     * take the table past S) wait, so that every store stays at the step of the snapshot the
+     * move loads (set and checked under `lock`, exclusive and shared). moved: the map epoch
+     * of the last move; a connection begun under an older map placed its rows on the ring
+     * before it, and is refused (TS_ESTALE). */
+    atomic_uint_least64_t hold, moved;
+    _Atomic int64_t hold_until_ms;
 };
 
 struct shard_run {
@@ -109,10 +118,12 @@ void shard_tables_each(struct shard_params *sp,
                        void (*fn)(void *arg, const char *job, struct shard_table *t), void *arg);
 
 /* Snapshots, with snap_mu held: arm (or disarm) a capture of step in every table of sj;
- * *past: one is already past step, *maxv then its step (nothing stays armed). Errors name
- * the table (TS_ENOTSUP for ssp and asp). */
+ * *past: one is already past step, *maxv then its step (nothing stays armed). hold: each
+ * table is also held at step (a join's move, below), and one that took a push of a later
+ * step is past it. Errors name the table (TS_ENOTSUP for ssp and asp). */
 ts_status shard_tables_arm(struct shard_params *sp, struct shard_job *sj, uint64_t step,
-                           bool disarm, bool *past, uint64_t *maxv, struct ts_err *err);
+                           bool disarm, bool hold, bool *past, uint64_t *maxv,
+                           struct ts_err *err);
 /* *ready: every table's capture of step is taken (waiting until until_ms); then each is
  * written as a run and the piece gets every table with this shard's chain of runs. */
 ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint64_t step,
@@ -134,6 +145,26 @@ ts_status shard_tables_rollback_check(struct shard_params *sp, struct shard_job 
 ts_status shard_tables_rollback(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
                                 struct shard_job *sj, const ts_manifest *m, const char *hex,
                                 uint64_t step, struct ts_err *err) TS_MUST_CHECK;
+
+/* A join's move (docs/embeddings.md, "When a shard joins"): hold every table of sj at step
+ * (shard_tables_arm with hold) until the move, a disarm, a rollback or SHARD_TABLE_HOLD_MS.
+ * shard_tables_held: whether a push or copy of `step` to t must wait. shard_tables_move: the
+ * held tables placed on cl's map (epoch) and loaded from m (the snapshot of the held step),
+ * those m names that sj lacks (this shard joined) made first; *tables, *rows: the tables
+ * placed and the rows this shard serves of them; *held_ms: how long they were held.
+ * TS_ESTATE when a table is not held at step.
+ * shard_tables_unhold: the hold ends (a disarm), unless the map moved since it began (then it
+ * ends at its time, as below; mu not held). shard_tables_expire_holds (mu not held): a
+ * hold past its time ends, and its job is checked against cl's map as a map change does
+ * (shard_tables_rechain), so a move that never came sends it back to a snapshot. */
+#define SHARD_TABLE_HOLD_MS 90000
+bool shard_tables_held(struct shard_table *t, uint64_t step);
+ts_status shard_tables_move(struct shard_params *sp, struct ts_cluster *cl, uint32_t my_id,
+                            struct shard_job *sj, const ts_manifest *m, const char *hex,
+                            uint64_t step, uint64_t epoch, uint32_t *tables, uint64_t *rows,
+                            uint32_t *held_ms, struct ts_err *err) TS_MUST_CHECK;
+void shard_tables_unhold(struct shard_params *sp, struct shard_job *sj);
+void shard_tables_expire_holds(struct shard_params *sp, struct ts_cluster *cl, int64_t now_ms);
 
 /* Each heartbeat (now_ms): every table's rows pulled and pushed a second since the last one. */
 void shard_tables_tick(struct shard_params *sp, int64_t now_ms);

@@ -153,7 +153,8 @@ static ts_status state_whole(struct shard_job *sj, struct ts_err *err)
 }
 
 ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t step, bool disarm,
-                           bool *armed, uint64_t *minv, uint64_t *maxv, struct ts_err *err)
+                           bool hold, bool *armed, uint64_t *minv, uint64_t *maxv,
+                           struct ts_err *err)
 {
     struct shard_job *sj;
     struct arming a = { .v.min = UINT64_MAX, .step = step, .disarm = disarm };
@@ -179,12 +180,14 @@ ts_status shard_params_arm(struct shard_params *sp, const char *job, uint64_t st
     st = each_part(sp, sj, arm_one, &a, &past);
     if (!st || disarm) {   /* the tables too (tables.h): one past step is as a partition */
         bool tpast = false;
-        ts_status ts = shard_tables_arm(sp, sj, step, disarm, &tpast, &a.v.max, &past);
+        ts_status ts = shard_tables_arm(sp, sj, step, disarm, hold, &tpast, &a.v.max, &past);
         if (!disarm && (ts || tpast)) {
             st = ts ? ts : TS_ESTATE;
-            (void)shard_tables_arm(sp, sj, step, true, &tpast, &a.v.max, &past);
+            (void)shard_tables_arm(sp, sj, step, true, false, &tpast, &a.v.max, &past);
         }
     }
+    if (disarm)   /* the master gave the snapshot up: a join's hold with it */
+        shard_tables_unhold(sp, sj);
     if (!st && !disarm) {
         *armed = true;
     } else if (!disarm) {
@@ -352,7 +355,7 @@ static bool expire_arm(struct shard_params *sp, struct shard_job *sj, int64_t no
     {
         bool past;
         uint64_t maxv = 0;
-        (void)shard_tables_arm(sp, sj, step, true, &past, &maxv, &ignored);
+        (void)shard_tables_arm(sp, sj, step, true, false, &past, &maxv, &ignored);
     }
     set_armed(sp, sj, false, 0);
     pthread_mutex_lock(&sp->mu);

@@ -9,9 +9,11 @@
   trained on to 30 by 2 workers, end on the --local run's params_sha256.
 - A shard killed mid-run on `tessera up --shards 3 --snapshot-every 10`: with --replicas 2
   the copies of its rows take over (no rollback), with --replicas 1 the job goes back to its
-  last snapshot; started again by `tessera up --respawn`, the new shard joins, the job goes
-  back once and the new shard takes the snapshot's tables. Each ends on the --local run's
-  params_sha256.
+  last snapshot; started again by `tessera up --respawn`, the new shard joins and the tables'
+  rows move to it from a snapshot taken with them held, no rollback. Each ends on the --local
+  run's params_sha256.
+- A third shard started while 2 train without copies joins the same way: no rollback, the
+  --local fingerprint, rows of every table on the new shard.
 - Disk tier: the exact runs again on shards holding a tenth of the rows or less in memory
   (--table-mem, --table-dir), ending on the same fingerprint; a shard of such a cluster
   killed with --replicas 2, too; --row-ttl 5 on them ends on the --local run's fingerprint.
@@ -378,41 +380,26 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
 
     def test_a_respawned_shard_joins(self):
         """`tessera up --respawn` (as systemd's Restart=on-failure) starts the killed shard
-        again: its copies take over, then the new shard joins the map. Rows do not move to a
-        shard that joins: the job goes back to a snapshot, taken for the join once the new
-        shard has its dense copies (docs/embeddings.md, "When a shard joins"), whose tables
-        the new shard takes (it never saw their registration; the job's workers once failed,
-        "table_id 0 is not a table of job ... on this shard"), and rows are placed on the
-        new ring. 160 steps: the new shard's join comes about 3 s after the kill. --keep: the
-        status read after the run must find the job's tables, which the master releases
-        from the shards once a job without it ends (CI once read the new shard's status
-        after its release)."""
+        again: its copies take over, then the new shard joins the map and the tables' rows
+        move to it with no rollback (docs/embeddings.md, "When a shard joins"): once it has
+        its dense copies, the master takes a snapshot with the tables held at its step, puts
+        the shard on the ring, and every shard places the tables on the new ring from that
+        snapshot; the new shard makes the tables from its manifest (it never saw their
+        registration; the job's workers once failed, "table_id 0 is not a table of job ...
+        on this shard"), and the workers' held pushes fail over to the new map. 160 steps:
+        the join comes about 3 s after the kill. --keep: the status read after the run must
+        find the job's tables, which the master releases from the shards once a job without
+        it ends (CI once read the new shard's status after its release)."""
         got, err, status = self.kill_one(2, "k2r", up=["--respawn"],
                                          train=["--steps", "160", "--keep"])
-        self.assertEqual(got["rollbacks"], 1, err[-3000:])
+        self.assertEqual(got["rollbacks"], 0, err[-3000:])
         alive = [s for s in status["shards"] if s["state"] == "alive"]
         self.assertEqual(len(alive), 3, status["shards"])
         joined = max(alive, key=lambda s: s["id"])
         self.assertEqual(joined["id"], 4, status["shards"])
         self.assertEqual(joined["tables"], 8, joined)
         self.assertGreater(joined["table_rows"], 0, joined)
-        self.assert_went_back_to_the_joins_snapshot("k2r", status)
-
-    def assert_went_back_to_the_joins_snapshot(self, job, status):
-        """The join waited for a snapshot of the job taken then (its message says so), and
-        the rollback the re-placement of rows brought went back to it or to a newer one (the
-        automatic loop may take the next multiple of --snapshot-every before the join's
-        epoch), not to the last one before the join."""
-        r = tl.run_cli(["snapshot", "list", "--store", os.path.join(self.c.dir, "store-" + job),
-                        "--json"])
-        self.assertEqual(r.returncode, 0, r.stderr)
-        joins = [x for x in json.loads(r.stdout)
-                 if x["message"].startswith("before the shards joining at epoch")]
-        self.assertEqual(len(joins), 1, r.stdout)
-        back = [j for j in status["jobs"] if j["id"] == job][0]
-        self.assertGreaterEqual(back["rollback_step"], joins[0]["step"], back)
-        tl.log("the join's snapshot: step %d, the rollback to step %d (the kill after step "
-               "25)" % (joins[0]["step"], back["rollback_step"]))
+        assert_rows_moved(self, os.path.join(self.c.dir, "store-k2r"), err)
 
     @tl.long_case
     def test_copies_take_over_with_a_disk_tier(self):
@@ -501,6 +488,75 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         got, err, _ = self.kill_one(1, "k1")
         self.assertEqual(got["rollbacks"], 1, err[-3000:])
         self.assertIn("back to step", err)
+
+
+def assert_rows_moved(case, store, err):
+    """The join took one snapshot (its message says so), and the workers' table calls that
+    met the move failed over to the new map: a push held at the snapshot's step, or a pull of
+    its version, on a connection begun before the move."""
+    r = tl.run_cli(["snapshot", "list", "--store", store, "--json"])
+    case.assertEqual(r.returncode, 0, r.stderr)
+    joins = [x for x in json.loads(r.stdout)
+             if x["message"].startswith("before the shards joining at epoch")]
+    case.assertEqual(len(joins), 1, r.stdout)
+    case.assertIn("its rows were placed anew at shard map epoch", err)
+    step = joins[0]["step"]
+    met = re.findall(r"(?:push|pull) of rows (\d+): [^\n]*placed anew", err)
+    case.assertTrue(met, err[-3000:])
+    case.assertEqual({int(s) for s in met}, {step}, "the calls that met the move were of the "
+                     "held step")
+    tl.log("the join's snapshot: step %d, the rows moved there" % step)
+
+
+class Joins(tl.ClusterCase, unittest.TestCase):
+    """A shard started while the CTR trainer runs on 2 shards without copies joins: the
+    tables' rows move to the map with it from a snapshot taken with them held at its step
+    (docs/embeddings.md, "When a shard joins"), no step is redone, and the run ends on the
+    --local fingerprint with the new shard serving rows of every table. (With copies, and a
+    shard that died first: ShardKilled.test_a_respawned_shard_joins.)"""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+
+    def test_rows_move_to_a_shard_that_joins(self):
+        c = self.c
+        store = os.path.join(c.dir, "store")
+        master = c.start_master(extra=["--replicas", "1", "--store", store,
+                                        "--snapshot-every", "10"])
+        for i in range(2):
+            c.start_shard(master.addr, name="shard%d" % i, extra=["--store", store])
+        tl.wait_until(lambda: sum(1 for s in tl.status_json(master.addr)["shards"]
+                                  if s["state"] == "alive") == 2, 30, "2 shards alive")
+        args = [a if a != "30" else "120" for a in EXACT]
+        p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "train", "--master",
+                              master.addr, "--workers", "2", "--job", "j", "--slow", "0:60",
+                              "--keep"] + args, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        try:
+            tl.shard_once_past(master.addr, 30, which=0)
+            tl.log("starting a third shard")
+            c.start_shard(master.addr, name="shard-new", extra=["--store", store])
+            out, err = p.communicate(timeout=300)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        tl.scan_for_sanitizer("tessera train", err)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        got, want = json.loads(out), train_json(["--local"] + args)
+        self.assertEqual(got["params_sha256"], want["params_sha256"], err[-3000:])
+        self.assertEqual(got["table_rows"], want["table_rows"])
+        self.assertEqual(got["rollbacks"], 0, err[-3000:])
+        assert_rows_moved(self, store, err)
+        self.assertIn("tables moved to the shards of epoch", master.log_text())
+        status = tl.status_json(master.addr)
+        alive = [s for s in status["shards"] if s["state"] == "alive"]
+        self.assertEqual(len(alive), 3, status["shards"])
+        new = max(alive, key=lambda s: s["id"])
+        self.assertEqual(new["tables"], 8, new)
+        self.assertGreater(new["table_rows"], 0, new)
+        self.assertEqual(sum(s["table_rows"] for s in alive), want["table_rows"], alive)
 
 
 class Learns(unittest.TestCase):

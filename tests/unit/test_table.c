@@ -747,7 +747,11 @@ static void t_retry(void **state)
     bool applied = true;
 
     (void)state;
+    assert_int_equal(ts_table_pushed_step(t), 0);
     push_ok(t, 0, 0, ids, 2, g);
+    /* a push of step 0 is in: the table reaches step 1 once it applies (a join's hold) */
+    assert_int_equal(ts_table_step(t), 0);
+    assert_int_equal(ts_table_pushed_step(t), 1);
     assert_int_equal(ts_table_push(t, &in, &applied, &e), TS_ESTATE);   /* unflagged */
     in.retry = true;
     assert_int_equal(ts_table_push(t, &in, &applied, &e), TS_OK);       /* had it */
@@ -755,6 +759,7 @@ static void t_retry(void **state)
     assert_int_equal(ts_table_wait(t, 1, 20, &e), TS_ETIMEDOUT);        /* rank 1 to come */
     push_ok(t, 1, 0, ids, 2, g);
     assert_int_equal(ts_table_wait(t, 1, 0, &e), TS_OK);
+    assert_int_equal(ts_table_pushed_step(t), 1);   /* applied, nothing of step 1 in */
     assert_int_equal(ts_table_sha256(&t, 1, before, &e), TS_OK);
     in.rank = 1;   /* step 0 applied: both ranks' retries of it are taken unchanged */
     assert_int_equal(ts_table_push(t, &in, &applied, &e), TS_OK);
@@ -838,6 +843,7 @@ static void t_async(void **state)
     assert_int_equal(push(a, 0, 1, id, 1, g, NULL), TS_ESTATE);
     assert_int_equal(push(a, 1, 1, id, 1, g, NULL), TS_EINVAL);   /* rank 1 is at step 0 */
     assert_int_equal(ts_table_step(a), 0);
+    assert_int_equal(ts_table_pushed_step(a), 2);   /* the fastest rank's clock */
     /* SSP, staleness 1: rank 0 at step 2 may read step 2 only once rank 1 reached 1 */
     push_ok(s, 0, 0, id, 1, g);
     push_ok(s, 0, 1, id, 1, g);

@@ -53,8 +53,14 @@ def one_run(a, binary, want, join):
             if join:
                 cl.wait_version(c, "tj", list(c.shards), a.join_at, p, 120)
                 log = open(os.path.join(d, "shard-joined.log"), "w")
+                subprocess.run([binary, "certs", "issue", c.tls_dir, "--member", "shard/joined"],
+                               check=True, capture_output=True)
+                cert = os.path.join(c.tls_dir, "shard-joined.")
                 extra = subprocess.Popen([os.path.join(a.bin, "tessera-shard"), "--master",
-                                          c.master, "--lease-ms", str(a.lease_ms)],
+                                          c.master, "--lease-ms", str(a.lease_ms), "--store",
+                                          os.path.join(d, "store"), "--tls-cert", cert + "pem",
+                                          "--tls-key", cert + "key", "--tls-ca",
+                                          os.path.join(c.tls_dir, "ca.pem")],
                                          stdout=log, stderr=log, start_new_session=True)
             got = result(p, "tessera train")
             wall = time.monotonic() - t0
@@ -65,10 +71,12 @@ def one_run(a, binary, want, join):
                    "table_rows": got["table_rows"]}
             if join:
                 with open(os.path.join(d, "up", "master.log"), errors="replace") as f:
-                    m = MOVED.search(f.read())
-                if not m:
-                    raise RuntimeError("the join did not move the tables (no move in the "
-                                       "master's log; logs in %s)" % d)
+                    text = f.read()
+                if not (m := MOVED.search(text)):
+                    with open(os.path.join(d, "shard-joined.log"), errors="replace") as f:
+                        raise RuntimeError("the join did not move the tables; the master's "
+                                           "log:\n%s\nthe joining shard's:\n%s" %
+                                           (text[-2000:], f.read()[-2000:]))
                 if got["rollbacks"]:
                     raise RuntimeError("the join's run had %d rollbacks" % got["rollbacks"])
                 out.update(tables=int(m.group(2)), step=int(m.group(3)),
@@ -90,7 +98,7 @@ def main():
                     help="directory of tessera and its services (default build/bin)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds, each a run without and "
                     "one with the join (default 3)")
-    ap.add_argument("--steps", type=int, default=200, help="steps of each job (default 200)")
+    ap.add_argument("--steps", type=int, default=300, help="steps of each job (default 300)")
     ap.add_argument("--join-at", type=int, default=40, help="the step after which the third "
                     "shard starts (default 40)")
     ap.add_argument("--slow-ms", type=int, default=30, help="rank 0 sleeps this long a step "
@@ -98,10 +106,10 @@ def main():
     ap.add_argument("--replicas", type=int, default=1, help="copies of each row (default 1)")
     ap.add_argument("--lease-ms", type=int, default=3000, help="member lease (default 3000)")
     ap.add_argument("--out", default="bench/results/table_join.json")
-    ap.add_argument("--quick", action="store_true", help="1 round of 120 steps")
+    ap.add_argument("--quick", action="store_true", help="1 round of 200 steps")
     a = ap.parse_args()
     if a.quick:
-        a.rounds, a.steps = 1, 120
+        a.rounds, a.steps = 1, 200
     binary = os.path.join(a.bin, "tessera")
     cl.load_protos(a.bin)
     cl.exit_on_sigterm()

@@ -67,6 +67,11 @@ struct snapper {
         int64_t since_ms;              /* when the snapshot was taken (monotonic) */
     } moves[SNAP_MAX_JOBS];
     size_t nmoves;
+    /* The shards on the ring at the loop's last pass (under mu): one gone since died, and on a
+     * cluster with copies the rows it headed or followed keep one copy; a move on the map as
+     * it is (recopy_after_death) gives them two again. */
+    uint32_t ring_seen[SNAP_MAX_SHARDS];
+    size_t nring_seen;
     pthread_mutex_t stat_mu;            /* guards what status reports */
     char last_hex[TS_STORE_HEX_LEN + 1];
     uint64_t last_step;

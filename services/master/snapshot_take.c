@@ -495,46 +495,97 @@ bool snapper_join_ready(void *ctx, uint64_t epoch)
     return false;
 }
 
-/* What a join waits for (snapper_join_ready): a snapshot, taken now, of each running job with
- * tables among ids[0..n), its tables held at the snapshot's step (no push of a later step
- * taken) until the move (moves_run) places them on the new map from it. A snapshot that
- * fails (the job lost state or ended, its steps stopped) is logged, its hold ended, and that
- * job goes back to its last snapshot when the shards join. Then the join may go on. sn->mu
- * held. */
-static void snapshot_for_join(struct snapper *sn, uint64_t epoch,
+/* A snapshot, taken now, of each running job with tables among ids[0..n), its tables held at
+ * the snapshot's step (no push of a later step taken) until the move (moves_run) places them
+ * on the map from it, once that map is past `epoch` with no shard joining. why: for the
+ * message and the log ("before the shards joining at epoch E take rows"). A job's move
+ * replaces one of it still waiting (the newer snapshot is of the same held step or later). A
+ * snapshot that fails (the job lost state or ended, its steps stopped) is logged, its hold
+ * ended. sn->mu held. */
+static void hold_and_snapshot(struct snapper *sn, uint64_t epoch, const char *why,
                               char (*ids)[TS_JOB_ID_MAX + 1], const bool *tables, size_t n)
 {
-    char msg[96];
-
-    snprintf(msg, sizeof(msg), "before the shards joining at epoch %" PRIu64 " take rows",
-             epoch);
     for (size_t k = 0; k < n && !atomic_load(&sn->stop); k++) {
         struct taken t = { .hex = "" };
         struct ts_err err = { 0 };
-        struct snap_move *mv;
+        struct snap_move *mv = NULL;
         ts_status st;
 
         if (!tables[k])
             continue;
-        if ((st = take_while_stale(sn, ids[k], msg, "", JOIN_SNAP_MS, true, &t, &err))) {
-            ts_log(TS_WARN, "master", "job %s: no snapshot before the shards joining at epoch %"
-                   PRIu64 " take its rows (%s); it goes back to its last one when they do",
-                   ids[k], epoch, err.msg);
+        if ((st = take_while_stale(sn, ids[k], why, "", JOIN_SNAP_MS, true, &t, &err))) {
+            ts_log(TS_WARN, "master", "job %s: no snapshot %s (%s); its rows stay where they "
+                   "are, and a map that moved them sends it back to its last snapshot",
+                   ids[k], why, err.msg);
             continue;
         }
-        ts_log(TS_INFO, "master", "job %s: snapshot %.12s of step %" PRIu64 " taken for the "
-               "shards joining at epoch %" PRIu64 ", its tables held there: they move to the "
-               "new map from it, no step redone", ids[k], t.hex, t.step, epoch);
-        if (sn->nmoves == SNAP_MAX_JOBS)   /* unheld by its shards in time: a rollback */
+        ts_log(TS_INFO, "master", "job %s: snapshot %.12s of step %" PRIu64 " taken %s, its "
+               "tables held there: they move to the map from it, no step redone", ids[k],
+               t.hex, t.step, why);
+        for (size_t i = 0; i < sn->nmoves && !mv; i++)
+            if (strcmp(sn->moves[i].job, ids[k]) == 0)
+                mv = &sn->moves[i];
+        if (!mv && sn->nmoves == SNAP_MAX_JOBS)   /* unheld by its shards in time */
             continue;
-        mv = &sn->moves[sn->nmoves++];
+        if (!mv)
+            mv = &sn->moves[sn->nmoves++];
         snprintf(mv->job, sizeof(mv->job), "%s", ids[k]);
         memcpy(mv->hex, t.hex, sizeof(mv->hex));
         mv->step = t.step;
-        mv->epoch = epoch;
+        mv->epoch = epoch > mv->epoch ? epoch : mv->epoch;
         mv->since_ms = ts_now_ms();
     }
+}
+
+/* What a join waits for (snapper_join_ready): the held snapshots above, of the jobs with
+ * tables, whose moves come once the joining shards are on the ring; a job whose snapshot
+ * failed goes back to its last one when they are. Then the join may go on. sn->mu held. */
+static void snapshot_for_join(struct snapper *sn, uint64_t epoch,
+                              char (*ids)[TS_JOB_ID_MAX + 1], const bool *tables, size_t n)
+{
+    char why[96];
+
+    snprintf(why, sizeof(why), "before the shards joining at epoch %" PRIu64 " take rows",
+             epoch);
+    hold_and_snapshot(sn, epoch, why, ids, tables, n);
     atomic_store(&sn->join_passed, epoch);
+}
+
+/* Whether a shard on the ring at the loop's last pass has left it since (it died, or was
+ * declared dead); remembers the ring of now. sn->mu held. */
+static bool a_shard_left(struct snapper *sn)
+{
+    struct ts_members_view v;
+    struct ts_err err = { 0 };
+    uint32_t now[SNAP_MAX_SHARDS];
+    size_t n = 0;
+    bool left = false;
+
+    if (ts_members_view(sn->members, true, &v, &err))
+        return false;
+    for (size_t i = 0; i < v.nshards && n < SNAP_MAX_SHARDS; i++)
+        if (!v.shards[i].joining)
+            now[n++] = v.shards[i].id;
+    ts_members_view_free(&v);
+    for (size_t k = 0; k < sn->nring_seen && !left; k++) {
+        bool there = false;
+        for (size_t i = 0; i < n && !there; i++)
+            there = now[i] == sn->ring_seen[k];
+        left = !there;
+    }
+    memcpy(sn->ring_seen, now, n * sizeof(*now));
+    sn->nring_seen = n;
+    return left;
+}
+
+/* After a death on a cluster with copies: the copies of the dead shard's rows took over, and
+ * those rows, and the ones it followed, have one copy left (docs/embeddings.md, "When a shard
+ * goes"). A held snapshot of each job with tables, and its move on the map as it is, places
+ * every row on two shards again. sn->mu held. */
+static void recopy_after_death(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1],
+                               const bool *tables, size_t n)
+{
+    hold_and_snapshot(sn, 0, "to copy the rows anew after a shard died", ids, tables, n);
 }
 
 /* MoveTables(mv) on every alive shard of view v (those without the job skipped); *moved: the
@@ -657,6 +708,11 @@ static void *auto_loop(void *arg)
         n = running_jobs(sn, ids, maxvs, tables, SNAP_MAX_JOBS);
         if ((join = atomic_load(&sn->join_asked)) > atomic_load(&sn->join_passed)) {
             snapshot_for_join(sn, join, ids, tables, n);
+            pthread_mutex_unlock(&sn->mu);
+            continue;
+        }
+        if (a_shard_left(sn) && ts_members_replicas(sn->members) >= 2) {
+            recopy_after_death(sn, ids, tables, n);
             pthread_mutex_unlock(&sn->mu);
             continue;
         }

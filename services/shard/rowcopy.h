@@ -17,7 +17,8 @@
  * follower, which holds the copy: it takes the copy over (owned: served to workers). A push
  * the dead shard had not acknowledged is sent again by its worker, under the new map,
  * flagged as a retry: a store that has it acknowledges it unchanged. A copy taken over is
- * not copied on: those rows have one copy until the job's next rollback, join or restart. A
+ * not copied on: those rows have one copy until the master copies them anew (a join's move
+ * on the map as it is, services/master/snapshot_take.c) or the job's next rollback. A
  * map that leaves some chain with no live member, or that a shard joined (it holds none of
  * the rows the ring now gives it) while the table is not held for a join's move (tables.h),
  * is reported lost: the job goes back to its last snapshot. Rows keep two copies with any

@@ -232,9 +232,7 @@ def join_trial(a, binary, want):
             cl.wait_version(c, "grow", ids, a.kill_at, p, 120)
             before = longest_gap(c, "grow", ids, 3.5, p)
             log = open(os.path.join(d, "shard-joined.log"), "w")
-            extra = subprocess.Popen([os.path.join(a.bin, "tessera-shard"), "--master",
-                                      c.master, "--lease-ms", str(a.lease_ms)],
-                                     stdout=log, stderr=log, start_new_session=True)
+            extra = c.start_shard(a.bin, "joined", log, ["--lease-ms", str(a.lease_ms)])
             t0 = time.monotonic()
             state = {"seen": False, "joined": None}
 

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,15 +52,8 @@ def one_run(a, binary, want, join):
             if join:
                 cl.wait_version(c, "tj", list(c.shards), a.join_at, p, 120)
                 log = open(os.path.join(d, "shard-joined.log"), "w")
-                subprocess.run([binary, "certs", "issue", c.tls_dir, "--member", "shard/joined"],
-                               check=True, capture_output=True)
-                cert = os.path.join(c.tls_dir, "shard-joined.")
-                extra = subprocess.Popen([os.path.join(a.bin, "tessera-shard"), "--master",
-                                          c.master, "--lease-ms", str(a.lease_ms), "--store",
-                                          os.path.join(d, "store"), "--tls-cert", cert + "pem",
-                                          "--tls-key", cert + "key", "--tls-ca",
-                                          os.path.join(c.tls_dir, "ca.pem")],
-                                         stdout=log, stderr=log, start_new_session=True)
+                extra = c.start_shard(a.bin, "joined", log, ["--lease-ms", str(a.lease_ms),
+                                                             "--store", os.path.join(d, "store")])
             got = result(p, "tessera train")
             wall = time.monotonic() - t0
             if got["params_sha256"] != want:

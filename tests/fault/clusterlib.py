@@ -156,6 +156,21 @@ class Cluster:
     def status(self):
         return self.cluster_status(master_pb2.ClusterStatusRequest(), timeout=5)
 
+    def start_shard(self, bin_dir, name, log, extra=()):
+        """One more tessera-shard registered with the master (it joins while jobs run), its
+        output to the file log, in a session of its own (stop_group). On a TLS cluster it
+        shows a certificate of its own, member shard/NAME, issued from the cluster's CA
+        (`tessera certs issue`): the client's is no server's, and another shard's identity
+        is refused while that shard is alive."""
+        argv = [os.path.join(bin_dir, "tessera-shard"), "--master", self.master] + list(extra)
+        if self.tls_dir:
+            subprocess.run([os.path.join(bin_dir, "tessera"), "certs", "issue", self.tls_dir,
+                            "--member", "shard/" + name], check=True, capture_output=True)
+            cert = os.path.join(self.tls_dir, "shard-%s." % name)
+            argv += ["--tls-cert", cert + "pem", "--tls-key", cert + "key", "--tls-ca",
+                     os.path.join(self.tls_dir, "ca.pem")]
+        return subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+
     def fresh_status(self):
         """ClusterStatus over a new channel: after the master was killed and restarted, a
         channel that was connected to the old one went on failing calls for seconds

@@ -484,11 +484,13 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         shard goes"): a snapshot with the tables held, then their move on the map of the 2
         shards left, which places every row on both. A second shard killed after that (and
         past step 45) loses no row: no rollback, the --local fingerprint. Before, the rows of
-        the first had one copy left, and the second death sent the job back to a snapshot."""
+        the first had one copy left, and the second death sent the job back to a snapshot.
+        160 steps: the move must begin (its hold stops the job) before the job ends."""
         def recopied(log):
             tl.wait_until(lambda: "tables moved to the shards of epoch" in open(log).read(),
                           60, "the rows copied anew after the first death")
-        got, err, _ = self.kill_one(2, "k22", at=(25, 45), between=recopied)
+        got, err, _ = self.kill_one(2, "k22", at=(25, 45), between=recopied,
+                                    train=["--steps", "160"])
         self.assertIn("failed over", err)
         self.assertEqual(got["rollbacks"], 0, err[-3000:])
         r = tl.run_cli(["snapshot", "list", "--store", os.path.join(self.c.dir, "store-k22"),
@@ -539,7 +541,7 @@ class Joins(tl.ClusterCase, unittest.TestCase):
             c.start_shard(master.addr, name="shard%d" % i, extra=["--store", store])
         tl.wait_until(lambda: sum(1 for s in tl.status_json(master.addr)["shards"]
                                   if s["state"] == "alive") == 2, 30, "2 shards alive")
-        args = [a if a != "30" else "120" for a in EXACT]
+        args = [a if a != "30" else "200" for a in EXACT]   # the join well before the end
         p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "train", "--master",
                               master.addr, "--workers", "2", "--job", "j", "--slow", "0:60",
                               "--keep"] + args, stdout=subprocess.PIPE,

@@ -335,8 +335,8 @@ out:
  * take from milliseconds to minutes (a partition's bytes through the store). */
 static struct {
     pthread_once_t once;
-    struct ts_metric_family *taken, *secs, *bytes;
-} snap_metrics = { PTHREAD_ONCE_INIT, NULL, NULL, NULL };
+    struct ts_metric_family *taken, *secs, *bytes, *moves, *held;
+} snap_metrics = { PTHREAD_ONCE_INIT, NULL, NULL, NULL, NULL, NULL };
 
 static void register_snap_metrics(void)
 {
@@ -352,6 +352,26 @@ static void register_snap_metrics(void)
     snap_metrics.bytes = ts_metrics_family("tessera_snapshot_bytes_total", "bytes the shards "
                                            "wrote into the store for snapshots (new chunks "
                                            "only)", TS_METRIC_COUNTER, NULL, NULL, 0);
+    snap_metrics.moves = ts_metrics_family("tessera_table_moves_total", "moves of a job's "
+                                           "sparse tables to the map after a join or a death "
+                                           "(docs/embeddings.md), by result (moved; failed or "
+                                           "gave_up: the job goes back to a snapshot if the "
+                                           "map moved its rows)", TS_METRIC_COUNTER, "result",
+                                           NULL, 0);
+    snap_metrics.held = ts_metrics_family("tessera_table_move_held_seconds", "a move done: how "
+                                          "long its tables' pushes were held, from the "
+                                          "snapshot's arm to the last shard's load",
+                                          TS_METRIC_HISTOGRAM, NULL, buckets,
+                                          sizeof(buckets) / sizeof(buckets[0]));
+}
+
+/* A move of tables ended (result: moved, failed, gave_up); held_ms: a done one's hold. */
+static void count_move(const char *result, uint32_t held_ms)
+{
+    pthread_once(&snap_metrics.once, register_snap_metrics);
+    ts_counter_add(ts_metric_one(snap_metrics.moves, result), 1);
+    if (strcmp(result, "moved") == 0)
+        ts_histogram_observe(ts_metric_one(snap_metrics.held, NULL), held_ms / 1000.0);
 }
 
 static void count_snapshot(bool ok, double seconds, uint64_t bytes)
@@ -656,6 +676,10 @@ static void moves_run(struct snapper *sn)
             if (st == TS_ESTALE && moved)
                 st = TS_EUNAVAIL;   /* not to be tried again (above) */
             if (!st)
+                count_move("moved", held_ms);
+            else if (st != TS_ESTALE)
+                count_move("failed", 0);
+            if (!st)
                 ts_log(TS_WARN, "master", "job %s: %u tables moved to the shards of epoch %"
                        PRIu64 " from snapshot %.12s at step %" PRIu64 " in %" PRId64 " ms (%"
                        PRIu64 " rows; their pushes held %u ms in all); no step redone",
@@ -669,11 +693,13 @@ static void moves_run(struct snapper *sn)
             k++;
             continue;
         }
-        if (st == TS_ESTALE)
-            ts_log(TS_WARN, "master", "job %s: the shards joining at epoch %" PRIu64 " were not "
-                   "on the ring within %d s of its snapshot; its tables are not moved (their "
-                   "holds end, and a map that moved their rows sends the job back to a "
-                   "snapshot)", mv->job, mv->epoch, MOVE_WAIT_MS / 1000);
+        if (st == TS_ESTALE) {
+            count_move("gave_up", 0);
+            ts_log(TS_WARN, "master", "job %s: no map past epoch %" PRIu64 " without a joining "
+                   "shard came within %d s of its snapshot; its tables are not moved (their "
+                   "holds end at their time, and a map that moved their rows sends the job "
+                   "back to a snapshot)", mv->job, mv->epoch, MOVE_WAIT_MS / 1000);
+        }
         sn->moves[k] = sn->moves[--sn->nmoves];
         ts_err_clear(&err);
     }

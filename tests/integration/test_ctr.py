@@ -535,8 +535,9 @@ class Joins(tl.ClusterCase, unittest.TestCase):
     def test_rows_move_to_a_shard_that_joins(self):
         c = self.c
         store = os.path.join(c.dir, "store")
+        mport = tl.free_port()
         master = c.start_master(extra=["--replicas", "1", "--store", store,
-                                        "--snapshot-every", "10"])
+                                        "--snapshot-every", "10", "--metrics-port", str(mport)])
         for i in range(2):
             c.start_shard(master.addr, name="shard%d" % i, extra=["--store", store])
         tl.wait_until(lambda: sum(1 for s in tl.status_json(master.addr)["shards"]
@@ -563,6 +564,10 @@ class Joins(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(got["rollbacks"], 0, err[-3000:])
         assert_rows_moved(self, store, err)
         self.assertIn("tables moved to the shards of epoch", master.log_text())
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as r:
+            metrics = r.read().decode()
+        self.assertIn('tessera_table_moves_total{result="moved"} 1\n', metrics)
+        self.assertRegex(metrics, r"tessera_table_move_held_seconds_count 1\n")
         status = tl.status_json(master.addr)
         alive = [s for s in status["shards"] if s["state"] == "alive"]
         self.assertEqual(len(alive), 3, status["shards"])

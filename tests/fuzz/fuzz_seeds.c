@@ -741,6 +741,7 @@ static void shard_rpcs(void)
     Tessera__V1__WriteSnapshotRequest ws = TESSERA__V1__WRITE_SNAPSHOT_REQUEST__INIT;
     Tessera__V1__ReleaseJobRequest rj = TESSERA__V1__RELEASE_JOB_REQUEST__INIT;
     Tessera__V1__RollbackJobRequest rb = TESSERA__V1__ROLLBACK_JOB_REQUEST__INIT;
+    Tessera__V1__MoveTablesRequest mt = TESSERA__V1__MOVE_TABLES_REQUEST__INIT;
     uint64_t shape[2] = { 8, 40 };
     struct seed s;
     uint8_t opt = 0;
@@ -793,7 +794,8 @@ static void shard_rpcs(void)
     save("corpus-shard_rpc", "register-snapshot-release", &s);
 
     /* Modes and their limits: an ssp job, a reduce job, a tensor over the memory budget, the
-     * same id with another shape; a rollback checked, fenced (no store) and reopened. */
+     * same id with another shape; a rollback checked, fenced (no store) and reopened; a
+     * join's hold and move (no store). */
     memset(&s, 0, sizeof(s));
     put(&s, &opt, 1);
     js.id = "job-s";
@@ -832,6 +834,21 @@ static void shard_rpcs(void)
     sreq(&s, "RollbackJob", 1, &rb.base);
     rb.open = true;
     sreq(&s, "RollbackJob", 1, &rb.base);
+    /* A join's hold and move: armed with the tables held, moved (no store), disarmed. */
+    as.job = "job-s";
+    as.disarm = false;
+    as.step = 3;
+    as.hold_tables = true;
+    sreq(&s, "ArmSnapshot", 1, &as.base);
+    mt.job = "job-s";
+    mt.snapshot_id = rb.snapshot_id;
+    mt.step = 3;
+    mt.map_epoch = 5;
+    sreq(&s, "MoveTables", 1, &mt.base);
+    mt.map_epoch = 0;
+    sreq(&s, "MoveTables", 1, &mt.base);
+    as.disarm = true;
+    sreq(&s, "ArmSnapshot", 1, &as.base);
     pd.job = "job-s";
     sreq(&s, "PartitionDigests", 0, &pd.base);
     sreq(&s, "ShardStatus", 0, &ss.base);

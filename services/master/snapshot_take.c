@@ -686,7 +686,7 @@ static void moves_run(struct snapper *sn)
                        mv->job, tables, v.epoch, mv->hex, mv->step, ts_now_ms() - t0, rows,
                        held_ms);
             else if (st != TS_ESTALE)
-                ts_log(TS_WARN, "master", "job %s: the join's move of its tables failed (%s); "
+                ts_log(TS_WARN, "master", "job %s: the move of its tables failed (%s); "
                        "it goes back to a snapshot", mv->job, err.msg);
         }
         if (st == TS_ESTALE && ts_now_ms() - mv->since_ms < MOVE_WAIT_MS) {

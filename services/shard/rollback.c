@@ -242,9 +242,9 @@ ts_status shard_params_move_tables(struct shard_params *sp, struct ts_cluster *c
     ts_manifest_free(m);
     if (!st)
         ts_log(TS_INFO, "shard", "job %s: %u tables placed on the map of epoch %" PRIu64 " from "
-               "snapshot %.12s at step %" PRIu64 " (a join's move, no rollback): %" PRIu64
-               " rows served here; its pushes held %u ms", job, *tables, epoch, hex, step, *rows,
-               *held_ms);
+               "snapshot %.12s at step %" PRIu64 " (a move after a join or a death, no "
+               "rollback): %" PRIu64 " rows served here; its pushes held %u ms", job, *tables,
+               epoch, hex, step, *rows, *held_ms);
     return st;
 }
 

@@ -239,8 +239,7 @@ static ts_status arm_snapshot(struct ts_rpc_call *call, const ProtobufCMessage *
 
     if (!st)
         st = shard_params_arm(&s->params, req->job, req->step, req->disarm, req->hold_tables,
-                              &armed,
-                              &resp->min_version, &resp->max_version, err);
+                              &armed, &resp->min_version, &resp->max_version, err);
     resp->armed = armed;
     return st;
 }
@@ -414,7 +413,7 @@ static ts_status move_tables(struct ts_rpc_call *call, const ProtobufCMessage *r
                                   req->job, req->snapshot_id, req->step, req->map_epoch,
                                   &resp->tables, &resp->rows, &resp->held_ms, err);
     if (st && st != TS_ENOTFOUND)
-        ts_log(TS_WARN, "shard", "job %s: the join's move of its tables from step %" PRIu64
+        ts_log(TS_WARN, "shard", "job %s: the move of its tables from step %" PRIu64
                " of snapshot %.12s: %s", req->job, req->step, req->snapshot_id, err->msg);
     return st;
 }

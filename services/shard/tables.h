@@ -15,7 +15,8 @@
  * copies of some rows sends the job back to its last snapshot (shard_tables_rechain,
  * shard_tables_rollback). A join moves the rows from a snapshot taken with the tables held
  * (shard_tables_move, below), or without one sends the job back too; a shard that joined
- * takes the snapshot's tables from its manifest either way.
+ * takes the snapshot's tables from its manifest either way. After a death the master moves
+ * them the same way on the map as it is, which gives every row its copies again.
  * Memory: every table's rows are charged to the shard's row budget (--table-mem,
  * shard_params.tables_budget), checked by each push before it creates a row.
  * Ownership: the job owns its tables (freed with it). Threads: the registry lock (sp->mu)

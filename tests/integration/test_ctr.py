@@ -485,12 +485,12 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         shards left, which places every row on both. A second shard killed after that (and
         past step 45) loses no row: no rollback, the --local fingerprint. Before, the rows of
         the first had one copy left, and the second death sent the job back to a snapshot.
-        160 steps: the move must begin (its hold stops the job) before the job ends."""
+        120 steps: the move must begin (its hold stops the job) before the job ends."""
         def recopied(log):
             tl.wait_until(lambda: "tables moved to the shards of epoch" in open(log).read(),
                           60, "the rows copied anew after the first death")
         got, err, _ = self.kill_one(2, "k22", at=(25, 45), between=recopied,
-                                    train=["--steps", "160"])
+                                    train=["--steps", "120"])
         self.assertIn("failed over", err)
         self.assertEqual(got["rollbacks"], 0, err[-3000:])
         r = tl.run_cli(["snapshot", "list", "--store", os.path.join(self.c.dir, "store-k22"),
@@ -521,6 +521,8 @@ def assert_rows_moved(case, store, err):
     tl.log("the join's snapshot: step %d, the rows moved there" % step)
 
 
+@unittest.skipUnless(tl.SANITIZED or tl.LONG, "runs in its asan/ entry of make test "
+                     "(asan/integration/test_ctr_join) and with TESSERA_LONG=1")
 class Joins(tl.ClusterCase, unittest.TestCase):
     """A shard started while the CTR trainer runs on 2 shards without copies joins: the
     tables' rows move to the map with it from a snapshot taken with them held at its step
@@ -542,7 +544,7 @@ class Joins(tl.ClusterCase, unittest.TestCase):
             c.start_shard(master.addr, name="shard%d" % i, extra=["--store", store])
         tl.wait_until(lambda: sum(1 for s in tl.status_json(master.addr)["shards"]
                                   if s["state"] == "alive") == 2, 30, "2 shards alive")
-        args = [a if a != "30" else "200" for a in EXACT]   # the join well before the end
+        args = [a if a != "30" else "160" for a in EXACT]   # the join well before the end
         p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "train", "--master",
                               master.addr, "--workers", "2", "--job", "j", "--slow", "0:60",
                               "--keep"] + args, stdout=subprocess.PIPE,

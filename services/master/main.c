@@ -164,7 +164,7 @@ int main(int argc, char **argv)
         restart_load(&saved, &m, &m.restored, &err) ||
         workq_create(&m.state, &m.work, &err) || tasks_create(&m.state, &m.tasks, &err))
         goto out;
-    snapper_start(&m.snap);   /* the automatic loop, once what it reads is loaded */
+    snapper_start(&m.snap, &m.state);   /* the automatic loop, once what it reads is loaded */
     ts_master_service.ctx = &m;
     master_metrics_init(&m);
     master_page_init(&m);

@@ -306,6 +306,7 @@ static Tessera__V1__MasterState *build(struct master *m, struct ts_rpc_call *cal
     ms->data = datamap_requests(&m->data, call, &ms->n_data);
     ms->branch = (char *)snapper_branch(&m->snap, call);
     ms->snapshots = snapper_job_snapshots(&m->snap, call, &ms->n_snapshots);
+    ms->table_moves = snapper_table_moves(&m->snap, call, &ms->n_table_moves);
     ms->data_key = (ProtobufCBinaryData){ sizeof(m->data_key), m->data_key };
     ms->secrets = member_secrets(call, &v, &ms->n_secrets);
     jobs_records_free(r, n);
@@ -355,6 +356,7 @@ ts_status restart_load(struct master_saved *s, struct master *m, bool *restored,
     if (!st && !(st = restore_members(m, use, s->clock, err)) &&
         !(st = restore_jobs(s, m, use, err))) {
         snapper_restore_jobs(&m->snap, use->snapshots, use->n_snapshots);
+        snapper_restore_moves(&m->snap, use->table_moves, use->n_table_moves);
         if (use->data_key.len == sizeof(m->data_key))
             memcpy(m->data_key, use->data_key.data, sizeof(m->data_key));
         *restored = true;

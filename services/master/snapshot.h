@@ -24,6 +24,7 @@
 #include "members.h"
 #include "rpc/rpc.h"
 #include "snapshot/snapshot.h"
+#include "state.h"
 #include "tessera/v1/master.pb-c.h"
 #include "tessera/v1/state.pb-c.h"
 #include "util/names.h"
@@ -67,6 +68,13 @@ struct snapper {
         int64_t since_ms;              /* when the snapshot was taken (monotonic) */
     } moves[SNAP_MAX_JOBS];
     size_t nmoves;
+    /* The moves as the master's state file keeps them (under stat_mu: its saver must not wait
+     * for mu, which a move's calls hold for up to minutes), and whether they changed since the
+     * file was last synced (under mu); state: that file's directory (borrowed; NULL: none). */
+    struct snap_move kept_moves[SNAP_MAX_JOBS];
+    size_t nkept_moves;
+    bool moves_changed;
+    struct master_state *state;
     /* The shards on the ring at the loop's last pass (under mu): one gone since died, and on a
      * cluster with copies the rows it headed or followed keep one copy; a move on the map as
      * it is (recopy_after_death) gives them two again. */
@@ -102,9 +110,18 @@ const char *snapper_branch(struct snapper *sn, struct ts_rpc_call *call);
 Tessera__V1__JobSnapshot **snapper_job_snapshots(struct snapper *sn, struct ts_rpc_call *call,
                                                  size_t *n);
 void snapper_restore_jobs(struct snapper *sn, Tessera__V1__JobSnapshot *const *v, size_t n);
+/* The same for the moves of table jobs' rows that wait for their shards (snapshot_take.c):
+ * a master restarted in the middle of one makes it (its shards still hold the tables; one
+ * that moved them already says so), where a forgotten one would send the job back to a
+ * snapshot once the holds end. Entries that are not well formed are left out, logged. */
+Tessera__V1__TableMove **snapper_table_moves(struct snapper *sn, struct ts_rpc_call *call,
+                                             size_t *n);
+void snapper_restore_moves(struct snapper *sn, Tessera__V1__TableMove *const *v, size_t n);
 /* Starts the automatic loop's thread (snapshot_take.c) when snapper_open had a store and
- * every > 0; nothing otherwise. Once, after snapper_open. */
-void snapper_start(struct snapper *sn);
+ * every > 0; nothing otherwise. Once, after snapper_open. state: the master's state
+ * directory, where a change of the moves above is synced before their calls (borrowed; it
+ * outlives the snapper's loop). */
+void snapper_start(struct snapper *sn, struct master_state *state);
 /* Ends the automatic loop and cancels a snapshot in progress (it fails; nothing is lost). */
 void snapper_stop(struct snapper *sn);
 void snapper_close(struct snapper *sn);

@@ -6,6 +6,7 @@
 #include "snapshot_internal.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "cluster/shard.h"
 #include "metrics/metrics.h"
 #include "tessera/v1/shard.pb-c.h"
+#include "util/hook.h"
 #include "util/log.h"
 #include "util/names.h"
 #include "util/proc.h"
@@ -515,6 +517,86 @@ bool snapper_join_ready(void *ctx, uint64_t epoch)
     return false;
 }
 
+/* sn->moves changed: copied for the state file's encoder (snapper_table_moves), and the file
+ * to be synced once the loop lets mu go (unlock_loop). sn->mu held. */
+static void moves_changed(struct snapper *sn)
+{
+    pthread_mutex_lock(&sn->stat_mu);
+    memcpy(sn->kept_moves, sn->moves, sn->nmoves * sizeof(*sn->moves));
+    sn->nkept_moves = sn->nmoves;
+    pthread_mutex_unlock(&sn->stat_mu);
+    sn->moves_changed = true;
+}
+
+/* The loop lets mu go; a change of the moves is on disk before their calls begin (the
+ * encoder takes stat_mu and the members' and jobs' locks, never mu: synced after it). */
+static void unlock_loop(struct snapper *sn)
+{
+    bool sync = sn->moves_changed;
+    struct ts_err err = { 0 };
+
+    sn->moves_changed = false;
+    pthread_mutex_unlock(&sn->mu);
+    if (sync && sn->state && master_state_sync(sn->state, &err))
+        ts_log(TS_WARN, "master", "the tables' moves could not be written to the state "
+               "directory (%s): a restart before they end sends their jobs back to a snapshot",
+               err.msg);
+}
+
+Tessera__V1__TableMove **snapper_table_moves(struct snapper *sn, struct ts_rpc_call *call,
+                                             size_t *n)
+{
+    Tessera__V1__TableMove **out;
+
+    pthread_mutex_lock(&sn->stat_mu);
+    out = ts_rpc_alloc(call, (sn->nkept_moves + 1) * sizeof(*out));
+    for (*n = 0; *n < sn->nkept_moves; (*n)++) {
+        const struct snap_move *mv = &sn->kept_moves[*n];
+        Tessera__V1__TableMove *t = ts_rpc_new(call, &tessera__v1__table_move__descriptor);
+        t->job = ts_rpc_strdup(call, mv->job);
+        t->snapshot_id = ts_rpc_strdup(call, mv->hex);
+        t->step = mv->step;
+        t->epoch = mv->epoch;
+        out[*n] = t;
+    }
+    pthread_mutex_unlock(&sn->stat_mu);
+    return out;
+}
+
+void snapper_restore_moves(struct snapper *sn, Tessera__V1__TableMove *const *v, size_t n)
+{
+    pthread_mutex_lock(&sn->mu);
+    for (size_t i = 0; i < n && sn->nmoves < SNAP_MAX_JOBS; i++) {
+        struct snap_move *mv = &sn->moves[sn->nmoves];
+        if (ts_job_id_check("job", v[i]->job, NULL) ||
+            strspn(v[i]->snapshot_id, "0123456789abcdef") != TS_STORE_HEX_LEN ||
+            v[i]->snapshot_id[TS_STORE_HEX_LEN]) {
+            ts_log(TS_WARN, "master", "state: table move %zu ('%.64s', snapshot '%.64s') is "
+                   "not well formed; left out", i, v[i]->job, v[i]->snapshot_id);
+            continue;
+        }
+        if (!sn->store || !sn->every) {   /* what makes the moves: the automatic loop */
+            ts_log(TS_WARN, "master", "job %s: the move of its tables from snapshot %.12s, "
+                   "which the master was making when it stopped, is not made: this master "
+                   "takes no automatic snapshots (--store with --snapshot-every); the shards' "
+                   "holds end at their time", v[i]->job, v[i]->snapshot_id);
+            continue;
+        }
+        snprintf(mv->job, sizeof(mv->job), "%s", v[i]->job);
+        memcpy(mv->hex, v[i]->snapshot_id, sizeof(mv->hex));
+        mv->step = v[i]->step;
+        mv->epoch = v[i]->epoch;
+        mv->since_ms = ts_now_ms();   /* MOVE_WAIT_MS again from the restart */
+        sn->nmoves++;
+        ts_log(TS_WARN, "master", "job %s: the move of its tables from snapshot %.12s at step %"
+               PRIu64 ", which the master was making when it stopped, is made now", mv->job,
+               mv->hex, mv->step);
+    }
+    moves_changed(sn);
+    sn->moves_changed = false;   /* the file holds them */
+    pthread_mutex_unlock(&sn->mu);
+}
+
 /* A snapshot, taken now, of each running job with tables among ids[0..n), its tables held at
  * the snapshot's step (no push of a later step taken) until the move (moves_run) places them
  * on the map from it, once that map is past `epoch` with no shard joining. why: for the
@@ -554,6 +636,7 @@ static void hold_and_snapshot(struct snapper *sn, uint64_t epoch, const char *wh
         mv->step = t.step;
         mv->epoch = epoch > mv->epoch ? epoch : mv->epoch;
         mv->since_ms = ts_now_ms();
+        moves_changed(sn);
     }
 }
 
@@ -608,6 +691,27 @@ static void recopy_after_death(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1
     hold_and_snapshot(sn, 0, "to copy the rows anew after a shard died", ids, tables, n);
 }
 
+/* $TESSERA_TEST_MASTER_DIE_MOVING=N (a build with test hooks only: util/hook.h): the master
+ * SIGKILLs itself once N shards moved a job's tables, the others' still held: a master that
+ * restarts in the middle of a move (tests/integration/test_ctr.py, Joins). */
+#if TS_TEST_HOOKS
+static void hook_moved(uint32_t moved)
+{
+    const char *v = ts_hook("TESSERA_TEST_MASTER_DIE_MOVING");
+
+    if (v && strtol(v, NULL, 10) == (long)moved) {
+        ts_log(TS_WARN, "master", "TESSERA_TEST_MASTER_DIE_MOVING: killed after %u shards "
+               "moved their tables", moved);
+        raise(SIGKILL);
+    }
+}
+#else
+static void hook_moved(uint32_t moved)
+{
+    (void)moved;
+}
+#endif
+
 /* MoveTables(mv) on every alive shard of view v (those without the job skipped); *moved: the
  * shards that moved its tables. */
 static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
@@ -636,7 +740,7 @@ static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
         } else if (st) {
             ts_err_set(err, st, "shard %u: %s", v->shards[i].id, e.msg);
         } else {
-            (*moved)++;
+            hook_moved(++*moved);
             *tables = r->tables > *tables ? r->tables : *tables;
             *rows += r->rows;
             *held_ms = r->held_ms > *held_ms ? r->held_ms : *held_ms;
@@ -701,6 +805,7 @@ static void moves_run(struct snapper *sn)
                    "back to a snapshot)", mv->job, mv->epoch, MOVE_WAIT_MS / 1000);
         }
         sn->moves[k] = sn->moves[--sn->nmoves];
+        moves_changed(sn);
         ts_err_clear(&err);
     }
     ts_members_view_free(&v);
@@ -727,19 +832,19 @@ static void *auto_loop(void *arg)
         pthread_mutex_lock(&sn->mu);
         if (sn->nmoves) {   /* held tables: no other snapshot of their steps comes first */
             moves_run(sn);
-            pthread_mutex_unlock(&sn->mu);
+            unlock_loop(sn);
             ts_sleep_ms(sn->nmoves ? 50 : 0);
             continue;
         }
         n = running_jobs(sn, ids, maxvs, tables, SNAP_MAX_JOBS);
         if ((join = atomic_load(&sn->join_asked)) > atomic_load(&sn->join_passed)) {
             snapshot_for_join(sn, join, ids, tables, n);
-            pthread_mutex_unlock(&sn->mu);
+            unlock_loop(sn);
             continue;
         }
         if (a_shard_left(sn) && ts_members_replicas(sn->members) >= 2) {
             recopy_after_death(sn, ids, tables, n);
-            pthread_mutex_unlock(&sn->mu);
+            unlock_loop(sn);
             continue;
         }
         if (!n) {
@@ -778,8 +883,9 @@ static void *auto_loop(void *arg)
     return NULL;
 }
 
-void snapper_start(struct snapper *sn)
+void snapper_start(struct snapper *sn, struct master_state *state)
 {
+    sn->state = state;
     if (sn->store && sn->every && !sn->thread_started &&
         pthread_create(&sn->thread, NULL, auto_loop, sn) == 0)
         sn->thread_started = true;

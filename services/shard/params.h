@@ -112,6 +112,10 @@ struct shard_job {
      * held_epoch: the map this shard had taken up (rechained) when the hold began. */
     _Atomic int64_t tables_held_until;
     _Atomic uint64_t held_epoch;
+    /* The last move done here: its snapshot and held step + 1 (0: none), under the shard's
+     * snap_mu: a master restarted in the middle of a move asks every shard again. */
+    char moved_from[TS_STORE_HEX_LEN + 1];
+    uint64_t moved_step;
     /* Rollback (docs/replication.md, "Rollback"): while fence is set (the step + 1) the job
      * goes back to a snapshot and the data plane refuses it; rollbacks counts those done
      * (a connection that named the job under an older count must start over), the last to

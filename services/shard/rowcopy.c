@@ -221,6 +221,27 @@ uint64_t rowcopy_bytes(struct shard_table *t)
     return count(t, false, true);
 }
 
+/* Whether every shard of ids[0..n) is one of t's members, holding since t was placed. */
+static bool members_hold(const struct shard_table *t, struct ts_cluster *cl,
+                         const uint32_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!has(t->members, t->nmembers, ids[i]) ||
+            !ts_cluster_holds(cl, ids[i], t->placed_epoch))
+            return false;
+    return true;
+}
+
+bool rowcopy_on_ring(const struct shard_table *t, struct ts_cluster *cl)
+{
+    uint32_t *ids = malloc(TS_CLUSTER_MAX_SHARDS * sizeof(*ids));
+    size_t n = ids ? ts_cluster_shard_ids(cl, ids, TS_CLUSTER_MAX_SHARDS) : 0;
+    bool same = ids && n == t->nmembers && members_hold(t, cl, ids, n);
+
+    free(ids);
+    return same;
+}
+
 bool rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl)
 {
     static uint32_t ids[TS_CLUSTER_MAX_SHARDS];   /* under the registry lock */
@@ -229,10 +250,8 @@ bool rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl)
 
     /* A shard joined, or one came back as a new session (it registered again since the
      * table was placed): it holds none of the rows the ring gives it. */
-    for (size_t i = 0; i < n; i++)
-        if (!has(t->members, t->nmembers, ids[i]) ||
-            !ts_cluster_holds(cl, ids[i], t->placed_epoch))
-            return true;
+    if (!members_hold(t, cl, ids, n))
+        return true;
     if (n == t->nmembers)
         return false;
     if (!t->replicated || !t->placed)

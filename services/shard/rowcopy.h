@@ -64,6 +64,9 @@ void rowcopy_tiers(struct shard_table *t, struct ts_table_tiers *out);
  * of the shards that left; true when some are lost (a chain with no live member, a copy that
  * had refused a push, or the table not replicated) or misplaced (a shard joined). */
 bool rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl);
+/* Whether t is placed on the ring of cl's map as it is now: the same members, none of them
+ * registered again since (t->lock held, shared or exclusive). */
+bool rowcopy_on_ring(const struct shard_table *t, struct ts_cluster *cl);
 
 /* Frees the copies, the ring and the followers (not stores[0]'s table: t->t). */
 void rowcopy_free(struct shard_table *t);

@@ -787,6 +787,36 @@ static ts_status adopt_tables(struct shard_params *sp, struct ts_cluster *cl, ui
     return st;
 }
 
+/* shard_tables_move asked again for the move done here last (a master restarted in its
+ * middle asks every shard): TS_OK with what this shard serves now if every table is still
+ * placed on the ring of the map it was moved to (the members it has now), else TS_ESTATE:
+ * the map moved since, and what that does to the rows is a rollback's to mend. */
+static ts_status moved_before(struct shard_params *sp, struct ts_cluster *cl,
+                              struct shard_job *sj, uint32_t *tables,
+                              uint64_t *rows, uint32_t *held_ms, struct ts_err *err)
+{
+    *held_ms = 0;
+    for (uint32_t i = 0; i < SHARD_MAX_TABLES; i++) {
+        struct shard_table *t = shard_params_table(sp, sj, i);
+        bool same;
+        if (!t)
+            continue;
+        pthread_rwlock_rdlock(&t->lock);
+        if ((same = rowcopy_on_ring(t, cl))) {
+            (*tables)++;
+            *rows += ts_table_count(t->t);
+        }
+        pthread_rwlock_unlock(&t->lock);
+        if (!same)
+            return ts_err_set(err, TS_ESTATE, "job '%s': its tables were moved from this "
+                              "snapshot already, and the map has moved table '%s' since",
+                              sj->job.id, t->name);
+    }
+    ts_log(TS_WARN, "shard", "job %s: its tables were moved from snapshot %.12s here "
+           "already (asked again: a master that restarted)", sj->job.id, sj->moved_from);
+    return TS_OK;
+}
+
 /* Table t emptied, placed on the ring of cl's map (its own rows and copies) and loaded from m
  * at step; moved: the epoch of a join's move (0: a rollback), which ends the hold, and which a
  * table that took a push past step (its hold ended first) refuses: the load would lose it. */
@@ -851,6 +881,8 @@ ts_status shard_tables_move(struct shard_params *sp, struct ts_cluster *cl, uint
     *tables = 0;
     *rows = 0;
     *held_ms = since > 0 ? (uint32_t)(ts_now_ms() - since) : 0;
+    if (sj->moved_step == step + 1 && strcmp(sj->moved_from, hex) == 0)
+        return moved_before(sp, cl, sj, tables, rows, held_ms, err);
     /* Every table this shard holds must be held at step: one that took pushes past it would
      * lose them to the load. */
     for (uint32_t i = 0; i < SHARD_MAX_TABLES; i++) {
@@ -881,6 +913,10 @@ ts_status shard_tables_move(struct shard_params *sp, struct ts_cluster *cl, uint
         atomic_store(&sj->lost_gen, atomic_load(&sj->rollbacks));
         atomic_store(&sj->state_lost, true);
         atomic_store(&sj->lost_report, true);
+    }
+    if (!st) {
+        snprintf(sj->moved_from, sizeof(sj->moved_from), "%s", hex);
+        sj->moved_step = step + 1;
     }
     atomic_store(&sj->tables_held_until, 0);
     return st;

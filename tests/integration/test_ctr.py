@@ -528,31 +528,42 @@ class Joins(tl.ClusterCase, unittest.TestCase):
     tables' rows move to the map with it from a snapshot taken with them held at its step
     (docs/embeddings.md, "When a shard joins"), no step is redone, and the run ends on the
     --local fingerprint with the new shard serving rows of every table. (With copies, and a
-    shard that died first: ShardKilled.test_a_respawned_shard_joins.)"""
+    shard that died first: ShardKilled.test_a_respawned_shard_joins.) A master killed in the
+    middle of the move makes it when it is started again."""
 
     @classmethod
     def setUpClass(cls):
         cls.c = tl.Cluster()
 
-    def test_rows_move_to_a_shard_that_joins(self):
+    ARGS = [a if a != "30" else "160" for a in EXACT]   # the join well before the end
+
+    def start(self, master_argv, store, env=None):
+        """A master of master_argv (started under env) and 2 shards without copies over store,
+        alive; returns the master's Proc and the shards'."""
         c = self.c
-        store = os.path.join(c.dir, "store")
-        mport = tl.free_port()
-        master = c.start_master(extra=["--replicas", "1", "--store", store,
-                                        "--snapshot-every", "10", "--metrics-port", str(mport)])
-        for i in range(2):
-            c.start_shard(master.addr, name="shard%d" % i, extra=["--store", store])
+        with tl.environ(**(env or {})):
+            master = c.start_server("tessera-master", "%s-master" % self.job, master_argv)
+        shards = [c.start_shard(master.addr, name="%s-shard%d" % (self.job, i),
+                                extra=["--store", store]) for i in range(2)]
         tl.wait_until(lambda: sum(1 for s in tl.status_json(master.addr)["shards"]
                                   if s["state"] == "alive") == 2, 30, "2 shards alive")
-        args = [a if a != "30" else "160" for a in EXACT]   # the join well before the end
+        return master, shards
+
+    def train_with_a_join(self, master, store, shards, meanwhile=lambda: None):
+        """The CTR trainer (ARGS, 2 workers) on master; a third shard started once a shard is
+        past step 30 (appended to shards), then meanwhile() while the job runs. Checks that
+        the job ends on the --local fingerprint and returns its JSON, its stderr and
+        --local's JSON."""
         p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "train", "--master",
-                              master.addr, "--workers", "2", "--job", "j", "--slow", "0:60",
-                              "--keep"] + args, stdout=subprocess.PIPE,
+                              master.addr, "--workers", "2", "--job", self.job, "--slow",
+                              "0:60", "--keep"] + self.ARGS, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         try:
             tl.shard_once_past(master.addr, 30, which=0)
             tl.log("starting a third shard")
-            c.start_shard(master.addr, name="shard-new", extra=["--store", store])
+            shards.append(self.c.start_shard(master.addr, name="%s-new" % self.job,
+                                             extra=["--store", store]))
+            meanwhile()
             out, err = p.communicate(timeout=300)
         finally:
             if p.poll() is None:
@@ -560,9 +571,19 @@ class Joins(tl.ClusterCase, unittest.TestCase):
                 p.communicate()
         tl.scan_for_sanitizer("tessera train", err)
         self.assertEqual(p.returncode, 0, err[-3000:])
-        got, want = json.loads(out), train_json(["--local"] + args)
+        got, want = json.loads(out), train_json(["--local"] + self.ARGS)
         self.assertEqual(got["params_sha256"], want["params_sha256"], err[-3000:])
         self.assertEqual(got["table_rows"], want["table_rows"])
+        return got, err, want
+
+    def test_rows_move_to_a_shard_that_joins(self):
+        self.job = "j"
+        store = os.path.join(self.c.dir, "store")
+        mport = tl.free_port()
+        master, shards = self.start(["--listen", "127.0.0.1:0", "--replicas", "1", "--store",
+                                     store, "--snapshot-every", "10", "--metrics-port",
+                                     str(mport)], store)
+        got, err, want = self.train_with_a_join(master, store, shards)
         self.assertEqual(got["rollbacks"], 0, err[-3000:])
         assert_rows_moved(self, store, err)
         self.assertIn("tables moved to the shards of epoch", master.log_text())
@@ -577,6 +598,37 @@ class Joins(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(new["tables"], 8, new)
         self.assertGreater(new["table_rows"], 0, new)
         self.assertEqual(sum(s["table_rows"] for s in alive), want["table_rows"], alive)
+
+    @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
+    def test_a_master_killed_mid_move(self):
+        """The master kills itself (TESSERA_TEST_MASTER_DIE_MOVING) once one shard moved the
+        tables to the map with the new shard, the others' still held at the join's step, and
+        is started again on its port and state directory. The move is in its state file: it
+        asks every shard again, the one that moved says so, the others move, and the job goes
+        on with no rollback to the --local fingerprint."""
+        self.job = "m"
+        store = os.path.join(self.c.dir, "store-m")
+        argv = ["--listen", "127.0.0.1:%d" % tl.free_port(), "--state-dir",
+                os.path.join(self.c.dir, "m-state"), "--replicas", "1", "--store", store,
+                "--snapshot-every", "10"]
+        master, shards = self.start(argv, store, {"TESSERA_TEST_MASTER_DIE_MOVING": "1"})
+        again = []
+
+        def master_dies_and_comes_back():
+            self.assertIsNotNone(master.wait(120), "the master did not die in the move")
+            self.assertIn("TESSERA_TEST_MASTER_DIE_MOVING: killed after 1 shards",
+                          master.log_text())
+            tl.log("the master died in the move; starting it again")
+            again.append(self.c.start_server("tessera-master", "m-master-2", argv))
+
+        got, err, _ = self.train_with_a_join(master, store, shards, master_dies_and_comes_back)
+        self.assertEqual(got["rollbacks"], 0, err[-3000:])
+        log = again[0].log_text()
+        self.assertIn("which the master was making when it stopped, is made now", log)
+        self.assertIn("tables moved to the shards of epoch", log)
+        told = [s for s in shards if "moved from snapshot" in s.log_text() and
+                "here already" in s.log_text()]
+        self.assertEqual(len(told), 1, "one shard had moved the tables before the master died")
 
 
 class Learns(unittest.TestCase):

@@ -588,7 +588,7 @@ static ts_status on_hello(struct dp_conn *dc, const struct ts_frame_hdr *h, cons
 /* The connection's job is going back to a snapshot, or went back since its HELLO: every
  * request of it is refused (docs/replication.md, "Rollback"); the worker starts over from
  * the snapshot's step on new connections. */
-static ts_status rolled_back(struct dp_conn *dc, struct ts_err *err)
+ts_status dp_rolled_back(struct dp_conn *dc, struct ts_err *err)
 {
     uint64_t fence;
 
@@ -626,7 +626,7 @@ static ts_status serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
     if ((h->type == TS_FRAME_PUSH || h->type == TS_FRAME_PULL || h->type == TS_FRAME_IMAGE ||
          h->type == TS_FRAME_ROWS_PUSH || h->type == TS_FRAME_ROWS_PULL ||
          h->type == TS_FRAME_ROWS_COPY) &&
-        rolled_back(dc, err))
+        dp_rolled_back(dc, err))
         return TS_EROLLBACK;
     if (dc->member && !dc->link) {   /* a worker's frame: its shard vouches for it */
         atomic_store_explicit(&dc->answered, true, memory_order_relaxed);
@@ -706,7 +706,7 @@ bool dp_conn_serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const void 
     ts_frame_release(dc->c);
     if (st == TS_ECANCELLED && dc->job && atomic_load(&dc->job->fence)) {
         err = (struct ts_err){ 0 };   /* a pull ended by a rollback: say so */
-        st = rolled_back(dc, &err);
+        st = dp_rolled_back(dc, &err);
     }
     if (st == TS_EAUTH) {   /* a failed proof: the end */
         dp_refuse(dp, h->type == TS_FRAME_HELLO && dc->c->authed ? DP_REFUSED_IDENTITY

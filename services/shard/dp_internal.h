@@ -167,6 +167,11 @@ struct dp_conn {
 bool dp_conn_serve(struct dp_conn *dc, const struct ts_frame_hdr *h, const void *in, void *buf,
                    size_t cap, bool *hung_up);
 void dp_conn_end(struct dp_conn *dc, bool hung_up);
+/* dataplane.c: TS_EROLLBACK (err says why) when dc's job is going back to a snapshot, or went
+ * back since dc's HELLO: what dp_conn_serve checks before a push, pull or copy is served, and
+ * what a frame that waits in the shard (dp_rows.c, in_slices) checks again each time it tries
+ * under its table's lock, so that one taken before a rollback never lands after its load. */
+ts_status dp_rolled_back(struct dp_conn *dc, struct ts_err *err);
 /* dataplane.c: answers the request req with an ERROR frame carrying e (its code and message). */
 ts_status dp_reply_error(struct ts_conn *c, const struct ts_frame_hdr *req,
                         const struct ts_err *e);

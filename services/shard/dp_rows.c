@@ -216,7 +216,10 @@ static ts_status in_slices(struct dp_conn *dc, struct shard_table *t, locked_fn 
             continue;
         }
         pthread_rwlock_rdlock(&t->lock);
-        st = fn(dc, t, arg, err);
+        /* A rollback loads the table under its lock, exclusive, while the job is fenced: a
+         * frame that waited here through it (a hold, a copy store's step) is refused. */
+        if (!(st = dp_rolled_back(dc, err)))
+            st = fn(dc, t, arg, err);
         pthread_rwlock_unlock(&t->lock);
         if (st == TS_ESTALE && !remapped && dc->dp->remap) {
             remapped = true;

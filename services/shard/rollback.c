@@ -9,6 +9,7 @@
 #include "params.h"
 #include "params_internal.h"
 #include "tables.h"
+#include "testhooks.h"
 #include "util/log.h"
 
 /* Partition p of t back to the snapshot: its place in the chain under cl's map, created if
@@ -227,6 +228,7 @@ ts_status shard_params_move_tables(struct shard_params *sp, struct ts_cluster *c
 
     *tables = 0;
     *rows = 0;
+    hook_reach(HOOK_MOVE);
     /* Not under a snapshot's write (the runs it appends to are dropped), nor a release. */
     pthread_mutex_lock(&sp->snap_mu);
     pthread_rwlock_rdlock(&sp->life);

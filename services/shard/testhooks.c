@@ -14,7 +14,8 @@
 #include "transport/frame.h"
 #include "util/log.h"
 
-static const char *const names[] = { "", "push", "image", "pull", "repair", "step", "torn" };
+static const char *const names[] = { "", "push", "image", "pull", "repair", "step", "torn",
+                                      "move" };
 static enum hook_point armed = HOOK_NONE;
 static atomic_long left;       /* the count to go; at "step", the step */
 static long pull_delay_ms, remap_delay_ms;
@@ -56,17 +57,18 @@ void hooks_init(void)
     if (!v)
         return;
     if (sscanf(v, "%15[a-z]:%ld", name, &n) == 2 && n > 0)
-        for (int i = HOOK_PUSH; i <= HOOK_TORN; i++)
+        for (int i = HOOK_PUSH; i <= HOOK_MOVE; i++)
             if (!strcmp(name, names[i]))
                 armed = (enum hook_point)i;
     if (armed == HOOK_NONE) {
         ts_log(TS_ERROR, "shard", "TESSERA_TEST_KILL_AT='%s': want push, image, pull, repair, "
-               "step or torn, ':', and a count (a step) from 1; ignored", v);
+               "step, torn or move, ':', and a count (a step) from 1; ignored", v);
         return;
     }
     atomic_store(&left, n);
     ts_log(TS_WARN, "shard", "TESSERA_TEST_KILL_AT: this shard kills itself at %s%s %ld "
-           "(a test)", names[armed], armed >= HOOK_STEP ? "" : " number", n);
+           "(a test)", names[armed], armed == HOOK_STEP || armed == HOOK_TORN ? "" : " number",
+           n);
 }
 
 static void kill_self(enum hook_point p)

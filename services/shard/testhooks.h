@@ -13,7 +13,9 @@
  *   torn    a head answers the first pull of version N (a step, as above) with the reply's
  *           header and half its values, and dies: the worker is left with part of the new
  *           version over the old one in its buffer (lib/transport ts_frame_test_die_halfway;
- *           tests/integration/test_rollback.py, ReduceSeeded).
+ *           tests/integration/test_rollback.py, ReduceSeeded);
+ *   move    a MoveTables call came, before this shard moves the job's tables: a shard that
+ *           dies in the middle of a join's move (tests/integration/test_ctr.py, Joins).
  * $TESSERA_TEST_PULL_DELAY_MS=MS makes a head sleep MS milliseconds between taking a pull's
  * values and sending them (at the pull point above): the window in which a step completing
  * under the pull must not change what is sent (tests/integration/test_elastic.py).
@@ -26,7 +28,7 @@
 #define TS_SHARD_TESTHOOKS_H
 
 enum hook_point { HOOK_NONE, HOOK_PUSH, HOOK_IMAGE, HOOK_PULL, HOOK_REPAIR, HOOK_STEP,
-                  HOOK_TORN };
+                  HOOK_TORN, HOOK_MOVE };
 
 #include <stddef.h>
 #include <stdint.h>

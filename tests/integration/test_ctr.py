@@ -537,14 +537,18 @@ class Joins(tl.ClusterCase, unittest.TestCase):
 
     ARGS = [a if a != "30" else "160" for a in EXACT]   # the join well before the end
 
-    def start(self, master_argv, store, env=None):
-        """A master of master_argv (started under env) and 2 shards without copies over store,
-        alive; returns the master's Proc and the shards'."""
+    def start(self, master_argv, store, env=None, first_shard_env=None):
+        """A master of master_argv (started under env) and 2 shards without copies over store
+        (the first under first_shard_env), alive; returns the master's Proc and the
+        shards'."""
         c = self.c
         with tl.environ(**(env or {})):
             master = c.start_server("tessera-master", "%s-master" % self.job, master_argv)
-        shards = [c.start_shard(master.addr, name="%s-shard%d" % (self.job, i),
-                                extra=["--store", store]) for i in range(2)]
+        shards = []
+        for i in range(2):
+            with tl.environ(**((first_shard_env or {}) if i == 0 else {})):
+                shards.append(c.start_shard(master.addr, name="%s-shard%d" % (self.job, i),
+                                            extra=["--store", store]))
         tl.wait_until(lambda: sum(1 for s in tl.status_json(master.addr)["shards"]
                                   if s["state"] == "alive") == 2, 30, "2 shards alive")
         return master, shards
@@ -629,6 +633,23 @@ class Joins(tl.ClusterCase, unittest.TestCase):
         told = [s for s in shards if "moved from snapshot" in s.log_text() and
                 "here already" in s.log_text()]
         self.assertEqual(len(told), 1, "one shard had moved the tables before the master died")
+
+    @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
+    def test_a_shard_killed_in_the_move(self):
+        """A shard of the two without copies kills itself when the master's MoveTables comes
+        to it (TESSERA_TEST_KILL_AT=move:1), before it moves anything: its rows and
+        partitions had no other copy, so the job goes back to the join's snapshot on the
+        two shards left and ends on the --local fingerprint; never on a half-moved table."""
+        self.job = "k"
+        store = os.path.join(self.c.dir, "store-k")
+        master, shards = self.start(["--listen", "127.0.0.1:0", "--replicas", "1", "--store",
+                                     store, "--snapshot-every", "10"], store,
+                                    first_shard_env={"TESSERA_TEST_KILL_AT": "move:1"})
+        got, err, _ = self.train_with_a_join(master, store, shards)
+        self.assertIn("TESSERA_TEST_KILL_AT: killed at move", shards[0].log_text())
+        self.assertIsNotNone(shards[0].wait(0), "the shard did not die")
+        self.assertGreaterEqual(got["rollbacks"], 1, err[-3000:])
+        tl.log("%d rollback(s)" % got["rollbacks"])
 
 
 class Learns(unittest.TestCase):

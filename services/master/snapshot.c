@@ -1,7 +1,8 @@
 /* snapshot.c - the snapper's life and what it tells (see snapshot.h): opening the store and
  * settling the branch (snapshot_branch.c), stopping the automatic loop, gc, the status and
  * state-file accessors, and each job's newest snapshot. Taking a snapshot, and the automatic
- * loop that takes them, is snapshot_take.c, which calls down into this file, never back. */
+ * loop that takes them, are snapshot_take.c and snapshot_auto.c, which call down into this
+ * file, never back. */
 #include "snapshot.h"
 #include "snapshot_internal.h"
 

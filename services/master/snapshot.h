@@ -110,14 +110,14 @@ const char *snapper_branch(struct snapper *sn, struct ts_rpc_call *call);
 Tessera__V1__JobSnapshot **snapper_job_snapshots(struct snapper *sn, struct ts_rpc_call *call,
                                                  size_t *n);
 void snapper_restore_jobs(struct snapper *sn, Tessera__V1__JobSnapshot *const *v, size_t n);
-/* The same for the moves of table jobs' rows that wait for their shards (snapshot_take.c):
+/* The same for the moves of table jobs' rows that wait for their shards (snapshot_auto.c):
  * a master restarted in the middle of one makes it (its shards still hold the tables; one
  * that moved them already says so), where a forgotten one would send the job back to a
  * snapshot once the holds end. Entries that are not well formed are left out, logged. */
 Tessera__V1__TableMove **snapper_table_moves(struct snapper *sn, struct ts_rpc_call *call,
                                              size_t *n);
 void snapper_restore_moves(struct snapper *sn, Tessera__V1__TableMove *const *v, size_t n);
-/* Starts the automatic loop's thread (snapshot_take.c) when snapper_open had a store and
+/* Starts the automatic loop's thread (snapshot_auto.c) when snapper_open had a store and
  * every > 0; nothing otherwise. Once, after snapper_open. state: the master's state
  * directory, where a change of the moves above is synced before their calls (borrowed; it
  * outlives the snapper's loop). */

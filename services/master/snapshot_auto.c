@@ -312,7 +312,9 @@ static void moves_run(struct snapper *sn)
                        held_ms);
             else if (st != TS_ESTALE)
                 ts_log(TS_WARN, "master", "job %s: the move of its tables failed (%s); "
-                       "it goes back to a snapshot", mv->job, err.msg);
+                       "their holds end at their time, and the job then goes back to a "
+                       "snapshot, unless a later move (the rows copied anew after a death) "
+                       "places them first", mv->job, err.msg);
         }
         if (st == TS_ESTALE && ts_now_ms() - mv->since_ms < MOVE_WAIT_MS) {
             k++;

@@ -242,33 +242,46 @@ bool rowcopy_on_ring(const struct shard_table *t, struct ts_cluster *cl)
     return same;
 }
 
-bool rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl)
+/* Whether member id of t still holds the rows it was given: on cl's map under the session it
+ * had when t was placed. */
+static bool still_holds(const struct shard_table *t, struct ts_cluster *cl, const uint32_t *ids,
+                        size_t n, uint32_t id)
+{
+    return has(ids, n, id) && ts_cluster_holds(cl, id, t->placed_epoch);
+}
+
+enum rowcopy_check rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl)
 {
     static uint32_t ids[TS_CLUSTER_MAX_SHARDS];   /* under the registry lock */
-    size_t n = ts_cluster_shard_ids(cl, ids, TS_CLUSTER_MAX_SHARDS), lost = 0;
+    size_t n = ts_cluster_shard_ids(cl, ids, TS_CLUSTER_MAX_SHARDS), lost = 0, holding = 0;
     uint32_t chain[COPIES];
+    bool joined;
 
+    for (size_t i = 0; i < t->nmembers; i++)
+        holding += still_holds(t, cl, ids, n, t->members[i]);
     /* A shard joined, or one came back as a new session (it registered again since the
      * table was placed): it holds none of the rows the ring gives it. */
-    if (!members_hold(t, cl, ids, n))
-        return true;
-    if (n == t->nmembers)
-        return false;
+    joined = !members_hold(t, cl, ids, n);
+    if (holding == t->nmembers)
+        return joined ? ROWCOPY_MISPLACED : ROWCOPY_HELD;
     if (!t->replicated || !t->placed)
-        return true;
-    /* Every chain keeps a live member, or its rows are gone. */
+        return ROWCOPY_LOST;
+    /* Every chain keeps a member that holds its rows, or they are gone. */
     for (size_t i = 0; i < ts_ring_points(t->placed); i++) {
         size_t k = ts_ring_chain_hash(t->placed, ts_ring_point(t->placed, i), COPIES, chain);
         bool live = false;
         for (size_t j = 0; j < k; j++)
-            live |= has(ids, n, chain[j]);
+            live |= still_holds(t, cl, ids, n, chain[j]);
         if (!live)
-            return true;
+            return ROWCOPY_LOST;
     }
+    /* The copies of the members that no longer hold are taken over, whether or not a shard
+     * joined too: a snapshot taken for a join's move (or to copy the rows anew) captures
+     * the stores served, and a copy left unserved would be missing from it. */
     pthread_rwlock_rdlock(&t->lock);
     for (size_t k = 1; k < t->nstores; k++) {
         struct table_store *s = &t->stores[k];
-        if (has(ids, n, s->origin) || atomic_load(&s->owned))
+        if (still_holds(t, cl, ids, n, s->origin) || atomic_load(&s->owned))
             continue;
         if (atomic_load(&s->broken)) {
             lost++;
@@ -282,7 +295,7 @@ bool rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl)
                s->origin, ts_table_count(s->t), ts_table_step(s->t));
     }
     pthread_rwlock_unlock(&t->lock);
-    return lost > 0;
+    return lost ? ROWCOPY_LOST : joined ? ROWCOPY_MISPLACED : ROWCOPY_HELD;
 }
 
 void rowcopy_free(struct shard_table *t)

@@ -18,11 +18,11 @@
  * the dead shard had not acknowledged is sent again by its worker, under the new map,
  * flagged as a retry: a store that has it acknowledges it unchanged. A copy taken over is
  * not copied on: those rows have one copy until the master copies them anew (a join's move
- * on the map as it is, services/master/snapshot_take.c) or the job's next rollback. A
- * map that leaves some chain with no live member, or that a shard joined (it holds none of
- * the rows the ring now gives it) while the table is not held for a join's move (tables.h),
- * is reported lost: the job goes back to its last snapshot. Rows keep two copies with any
- * replicas above 1.
+ * on the map as it is, services/master/snapshot_auto.c) or the job's next rollback. A
+ * map that leaves some chain with no live member is reported lost at once, and one that a
+ * shard joined (it holds none of the rows the ring now gives it) unless the table is held
+ * for a join's move (tables.h): the job goes back to its last snapshot. Rows keep two copies
+ * with any replicas above 1.
  *
  * Threads: rowcopy_place runs with t->lock held exclusive (or before the table is
  * published); the readers (store_of, follower, keeps) with it held shared; rowcopy_rechain
@@ -60,10 +60,16 @@ uint64_t rowcopy_bytes(struct shard_table *t);
 /* The disk tier's figures of t's stores, summed (lag: the largest). */
 void rowcopy_tiers(struct shard_table *t, struct ts_table_tiers *out);
 
-/* The map of cl changed: false when t's rows are all held still, after taking over the copies
- * of the shards that left; true when some are lost (a chain with no live member, a copy that
- * had refused a push, or the table not replicated) or misplaced (a shard joined). */
-bool rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl);
+/* The map of cl changed: the copies of the members that no longer hold their rows (they
+ * left, or registered again as a new session) are taken over, whether or not a shard joined
+ * too. Then: HELD, every row served by a shard that holds it; MISPLACED, every row held
+ * still, but the map has a shard the table was not placed on (it joined, or came back as a
+ * new session: a join's move places the rows anew, tables.h); LOST, some rows have no
+ * holder left (a chain with no member that holds it, a copy that had refused a push, or a
+ * table without copies whose shard went), which no move can mend: the job goes back to its
+ * last snapshot. */
+enum rowcopy_check { ROWCOPY_HELD, ROWCOPY_MISPLACED, ROWCOPY_LOST };
+enum rowcopy_check rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl);
 /* Whether t is placed on the ring of cl's map as it is now: the same members, none of them
  * registered again since (t->lock held, shared or exclusive). */
 bool rowcopy_on_ring(const struct shard_table *t, struct ts_cluster *cl);

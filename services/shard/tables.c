@@ -445,7 +445,8 @@ static ts_status take_table(struct shard_table *t, uint64_t step, struct ts_tabl
                             t->name);
             break;
         }
-        memcpy(grown + out->n * rb, c.records, c.n * rb);
+        if (c.n)   /* an empty capture may have no records at all */
+            memcpy(grown + out->n * rb, c.records, c.n * rb);
         out->records = grown;
         out->n += c.n;
         out->rows += c.rows;
@@ -456,7 +457,7 @@ static ts_status take_table(struct shard_table *t, uint64_t step, struct ts_tabl
     if (st || !*got)
         undo_capture(t, out);
     pthread_rwlock_unlock(&t->lock);
-    if (!st && *got && t->nstores > 1)
+    if (!st && *got && t->nstores > 1 && out->n > 1)
         qsort(out->records, out->n, rb, cmp_record);
     return st;
 }

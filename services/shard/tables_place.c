@@ -29,14 +29,17 @@ bool shard_tables_held(struct shard_table *t, uint64_t step)
     return hold && step + 1 >= hold && holding(t);   /* a push of step S makes step S + 1 */
 }
 
-/* The map changed: job sj's rows, checked (mu held). A table held for a join's move is not
- * reported: the move places it on the new map (or its hold ends first,
- * shard_tables_expire_holds, which checks it again). */
+/* The map changed: job sj's rows, checked (mu held). A table held for a join's move whose
+ * rows are only misplaced is not reported: the move places it on the new map (or its hold
+ * ends first, shard_tables_expire_holds, which checks it again). Rows lost are reported
+ * held or not: no move brings them back. */
 static void rechain_job(struct shard_job *sj, struct ts_cluster *cl)
 {
     for (uint32_t i = 0; sj->ntables && i < SHARD_MAX_TABLES; i++) {
         struct shard_table *t = sj->tables[i];
-        if (!t || atomic_load(&sj->fence) || !rowcopy_rechain(t, cl) || holding(t))
+        enum rowcopy_check c;
+        if (!t || atomic_load(&sj->fence) || (c = rowcopy_rechain(t, cl)) == ROWCOPY_HELD ||
+            (c == ROWCOPY_MISPLACED && holding(t)))
             continue;
         if (!atomic_load(&sj->lost_report))
             ts_log(TS_WARN, "shard", "job %s table '%s': the shards holding its rows changed "

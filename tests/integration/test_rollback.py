@@ -168,12 +168,12 @@ class Base(tl.ClusterCase):
             return [j.max_version for j in r.jobs if j.id == job and j.partitions] or None
         return tl.wait_until(joined, 60, "the joiner to head partitions of " + job)
 
-    def train_past_the_victim(self, job, args, said):
-        """Trains job (tessera train with args) on a cluster whose shard 2 kills itself by a
-        test hook; asserts that the training ended by itself and that the victim did, saying
-        `said` in its log; returns the training's JSON."""
+    def train_past_the_victim(self, job, args, said, steps=STEPS):
+        """Trains job (tessera train with args, steps steps) on a cluster whose shard 2 kills
+        itself by a test hook; asserts that the training ended by itself and that the victim
+        did, saying `said` in its log; returns the training's JSON."""
         p = self.c.spawn([os.path.join(tl.BIN, "tessera"), "train", "--master",
-                          self.master.addr, "--steps", str(STEPS), "--keep", "--job", job,
+                          self.master.addr, "--steps", str(steps), "--keep", "--job", job,
                           "--json"] + args, "train-" + job, stdout_pipe=True)
         rc = p.wait(300)
         out = p.p.stdout.read().decode().strip().splitlines()
@@ -429,15 +429,18 @@ class ReduceSeededTorn(Base, unittest.TestCase):
     version whole. The torn rank must seed that version without values; it once sent the
     mixed buffer as version KILL_STEP - 1's values, the new head found them different from
     the other rank's ("values: rank 0's version 103 ... differs from another rank's": make
-    test, once) and the job failed."""
+    test, once) and the job failed. No store, so no snapshot to wait for: the kill comes
+    early (TORN_STEP) and the job ends 60 steps after it."""
     STORE = False
-    SHARD_ENV = {2: {"TESSERA_TEST_KILL_AT": "torn:%d" % KILL_STEP}}
+    TORN_STEP = 60
+    SHARD_ENV = {2: {"TESSERA_TEST_KILL_AT": "torn:%d" % TORN_STEP}}
 
     def test_a_reply_cut_short_is_not_seeded_as_values(self):
         mode = ["--mode", "reduce"]
+        steps = self.TORN_STEP + 60
         doc = self.train_past_the_victim("rt", ["--transport", "tcp"] + EXACT + mode,
-                                         "answered with half its values")
-        self.assertEqual(doc["params_sha256"], local_sha(STEPS, extra=mode))
+                                         "answered with half its values", steps)
+        self.assertEqual(doc["params_sha256"], local_sha(steps, extra=mode))
         self.assertEqual(doc["rollbacks"], 0)
 
 

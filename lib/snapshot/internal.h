@@ -8,7 +8,8 @@
 /* ts_manifest_validate's checks of m's tables. */
 ts_status snap_check_tables(const ts_manifest *m, struct ts_err *err) TS_MUST_CHECK;
 /* The tables the pieces hold (distinct ids) and their runs in all; TS_EINTERNAL for a bad id or
- * pieces that disagree on a table's spec. */
+ * pieces that disagree on a table's spec; TS_ESTATE for a table some of whose rows are in no
+ * piece (a shard it was placed on that no piece covers). */
 ts_status snap_count_tables(const struct ts_snap_piece *pieces, size_t n, size_t *ntables,
                             size_t *nruns, struct ts_err *err) TS_MUST_CHECK;
 /* The pieces' tables into m, in id order, each with every piece's runs and rows summed:

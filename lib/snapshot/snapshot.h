@@ -206,7 +206,9 @@ TS_MUST_CHECK ts_status ts_snap_piece_set_job(struct ts_snap_piece *pc, const st
                                               struct ts_err *err);
 /* The union of n pieces as manifest m at step: tensors in id order, each with every piece's
  * partitions in index order, tables in id order, each with every piece's runs and the rows
- * summed (pieces that disagree on a table's spec: TS_EINTERNAL), the job and chunk size (pieces that disagree on them, or on a
+ * summed (pieces that disagree on a table's spec: TS_EINTERNAL; a shard some piece's table
+ * was placed on that no piece covers, its rows in no run: TS_ESTATE naming both; the merged
+ * tables keep neither list), the job and chunk size (pieces that disagree on them, or on a
  * tensor's placement salt: TS_EINTERNAL naming a shard). Entries are borrowed from the
  * pieces; the arrays are in *mem (caller frees, also on error). The caller adds the rest and
  * validates by committing. */

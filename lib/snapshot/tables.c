@@ -142,6 +142,52 @@ bool ts_snap_same_table(const Tessera__V1__TableSpec *a, const Tessera__V1__Tabl
            strcmp(a->optimizer, b->optimizer) == 0 && a->ttl_steps == b->ttl_steps;
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Every shard some piece's table `id` was placed on is covered by some piece: its rows are
+ * in the runs (TableManifest.placed_on, covers). A piece without placed_on (a shard of an
+ * older build) is not checked. TS_ESTATE naming the table and the shard otherwise. */
+static ts_status check_cover(const struct ts_snap_piece *pieces, size_t n, uint32_t id,
+                             struct ts_err *err)
+{
+    size_t ncov = 0, k = 0;
+    uint32_t *cov;
+    ts_status st = TS_OK;
+
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < pieces[i].n_tables; j++)
+            ncov += pieces[i].tables[j]->id == id ? pieces[i].tables[j]->n_covers : 0;
+    if (!(cov = malloc((ncov + 1) * sizeof(*cov))))
+        return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < pieces[i].n_tables; j++)
+            if (pieces[i].tables[j]->id == id && pieces[i].tables[j]->n_covers) {
+                memcpy(cov + k, pieces[i].tables[j]->covers,
+                       pieces[i].tables[j]->n_covers * sizeof(*cov));
+                k += pieces[i].tables[j]->n_covers;
+            }
+    qsort(cov, ncov, sizeof(*cov), cmp_u32);
+    for (size_t i = 0; !st && i < n; i++)
+        for (size_t j = 0; !st && j < pieces[i].n_tables; j++) {
+            const ts_table_manifest *t = pieces[i].tables[j];
+            for (size_t p = 0; !st && t->id == id && p < t->n_placed_on; p++)
+                if (!bsearch(&t->placed_on[p], cov, ncov, sizeof(*cov), cmp_u32))
+                    st = ts_err_set(err, TS_ESTATE, "snapshot: table '%s': the rows of shard %u "
+                                    "(the table is placed on %zu shards, shard %u says) are in "
+                                    "no shard's piece: that shard left and no copy of its rows "
+                                    "is served yet, or they lost every copy; take the snapshot "
+                                    "again once the shards follow the map", t->spec->name,
+                                    t->placed_on[p], t->n_placed_on, pieces[i].shard);
+        }
+    free(cov);
+    return st;
+}
+
 ts_status snap_count_tables(const struct ts_snap_piece *pieces, size_t n, size_t *ntables,
                             size_t *nruns, struct ts_err *err)
 {
@@ -165,6 +211,11 @@ ts_status snap_count_tables(const struct ts_snap_piece *pieces, size_t n, size_t
             }
             *nruns += t->n_runs;
         }
+    for (uint32_t id = 0; id < TS_MANIFEST_MAX_TABLES; id++) {
+        ts_status st = first[id] ? check_cover(pieces, n, id, err) : TS_OK;
+        if (st)
+            return st;
+    }
     return TS_OK;
 }
 
@@ -187,6 +238,8 @@ void snap_merge_tables(const struct ts_snap_piece *pieces, size_t n, ts_manifest
                     dst->rows = 0;
                     dst->runs = runs;
                     dst->n_runs = 0;
+                    dst->n_placed_on = dst->n_covers = 0;   /* a piece's, checked above */
+                    dst->placed_on = dst->covers = NULL;
                     tables[nt++] = dst;
                 }
                 dst->rows += t->rows;

@@ -506,8 +506,30 @@ ts_status shard_tables_arm(struct shard_params *sp, struct shard_job *sj, uint64
 
 /* The piece's copy of t with this shard's chain of runs (in the piece's arena); rows: those
  * the stores in the capture held at its step. */
-static ts_status piece_table(struct ts_snap_piece *pc, const struct shard_table *t,
-                             uint64_t rows, struct ts_err *err)
+/* The shards t was placed on, and those whose rows the stores in this run hold (took[k]:
+ * store k's capture is in it), into tm: what the master checks every row is in some piece by
+ * (TableManifest.placed_on, covers). */
+static ts_status piece_cover(struct ts_snap_piece *pc, struct shard_table *t, const bool *took,
+                             ts_table_manifest *tm, struct ts_err *err)
+{
+    pthread_rwlock_rdlock(&t->lock);
+    tm->placed_on = pc->alloc(pc->alloc_ctx, (t->nmembers + 1) * sizeof(*tm->placed_on));
+    tm->covers = pc->alloc(pc->alloc_ctx, (t->nstores + 1) * sizeof(*tm->covers));
+    if (tm->placed_on && tm->covers) {
+        memcpy(tm->placed_on, t->members, t->nmembers * sizeof(*tm->placed_on));
+        tm->n_placed_on = t->nmembers;
+        for (size_t k = 0; k < t->nstores; k++)
+            if (took[k])
+                tm->covers[tm->n_covers++] = t->stores[k].origin;
+    }
+    pthread_rwlock_unlock(&t->lock);
+    if (!tm->placed_on || !tm->covers)
+        return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
+    return TS_OK;
+}
+
+static ts_status piece_table(struct ts_snap_piece *pc, struct shard_table *t, uint64_t rows,
+                             const bool *took, struct ts_err *err)
 {
     ts_table_manifest *tm = pc->alloc(pc->alloc_ctx, sizeof(*tm));
     Tessera__V1__TableSpec *spec = pc->alloc(pc->alloc_ctx, sizeof(*spec));
@@ -550,6 +572,8 @@ static ts_status piece_table(struct ts_snap_piece *pc, const struct shard_table 
     }
     tm->runs = runs;
     tm->n_runs = t->nruns;
+    if (piece_cover(pc, t, took, tm, err))
+        return TS_ENOMEM;
     if (pc->n_tables)
         memcpy(tables, pc->tables, pc->n_tables * sizeof(*tables));
     tables[pc->n_tables++] = tm;
@@ -638,7 +662,7 @@ ts_status shard_tables_write(struct shard_params *sp, struct shard_job *sj, uint
             st = write_run(sp, t, &c, piece->chunk_bytes, &written, err);
         piece->bytes_written += written;
         if (!st)
-            st = piece_table(piece, t, c.rows, err);
+            st = piece_table(piece, t, c.rows, took, err);
         pthread_rwlock_rdlock(&t->lock);
         if (st)   /* not written: its rows are changed again */
             undo_capture(t, &c);

@@ -587,6 +587,74 @@ static void test_piece_declares_every_tensor(void **state)
         free(mem.p[i]);
 }
 
+/* A table's pieces say which shards its rows were placed on and whose rows their runs hold:
+ * a merge where some placed shard's rows are in no piece is refused (TS_ESTATE naming the
+ * table and the shard), as a shard that left while a survivor's copy of its rows was not
+ * served yet made it (tests/integration/test_ctr.py, Joins: the job ended 'done' without the
+ * dead shard's rows). The same pieces with the copy served merge, the lists left out of the
+ * manifest; a piece that says nothing of its placement (an older shard) is not checked. */
+static void test_table_pieces_cover_every_shard(void **state)
+{
+    struct blocks mem = { .n = 0 };
+    struct ts_snap_piece pc[2];
+    Tessera__V1__TableSpec spec = TESSERA__V1__TABLE_SPEC__INIT;
+    ts_table_manifest tm[2] = { TESSERA__V1__TABLE_MANIFEST__INIT,
+                                TESSERA__V1__TABLE_MANIFEST__INIT };
+    ts_table_manifest *one[2] = { &tm[0], &tm[1] };
+    uint32_t placed_old[2] = { 1, 2 }, placed_new[2] = { 2, 3 };
+    uint32_t cov2[2] = { 2, 1 }, cov3[1] = { 3 };
+    ts_manifest m = TESSERA__V1__MANIFEST__INIT;
+    struct ts_job job;
+    struct ts_err e = { 0 };
+    void *arrays = NULL;
+
+    (void)state;
+    spec.name = "emb0";
+    spec.dim = 4;
+    spec.max_id = 99;
+    spec.initializer = "zeros";
+    spec.optimizer = "sgd:lr=0.1";
+    assert_int_equal(ts_job_init(&job, "job", 2, true, "sgd:lr=0.1", 64, &e), TS_OK);
+    for (uint32_t k = 0; k < 2; k++) {
+        ts_snap_piece_init(&pc[k], blocks_alloc, &mem);
+        pc[k].shard = k + 2;
+        tm[k].spec = &spec;
+        tm[k].rows = 10;
+        pc[k].tables = &one[k];
+        pc[k].n_tables = 1;
+        assert_int_equal(ts_snap_piece_set_job(&pc[k], &job, 3, 16, &e), TS_OK);
+    }
+    /* Shard 2 placed on {1, 2} serves only its own rows; shard 3 placed on {2, 3}. */
+    tm[0].placed_on = placed_old;
+    tm[0].n_placed_on = 2;
+    tm[0].covers = cov2;
+    tm[0].n_covers = 1;
+    tm[1].placed_on = placed_new;
+    tm[1].n_placed_on = 2;
+    tm[1].covers = cov3;
+    tm[1].n_covers = 1;
+    assert_int_equal(ts_snap_merge(pc, 2, 5, &m, &arrays, &e), TS_ESTATE);
+    assert_non_null(strstr(e.msg, "table 'emb0': the rows of shard 1"));
+    free(arrays);
+    arrays = NULL;
+    /* Shard 2 serves the copy of shard 1's rows: every placed shard is covered. */
+    tm[0].n_covers = 2;
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_snap_merge(pc, 2, 5, &m, &arrays, &e), TS_OK);
+    assert_int_equal(m.n_tables, 1);
+    assert_int_equal(m.tables[0]->rows, 20);
+    assert_int_equal(m.tables[0]->n_placed_on, 0);
+    assert_int_equal(m.tables[0]->n_covers, 0);
+    free(arrays);
+    arrays = NULL;
+    /* Pieces that say nothing of their placement are not checked. */
+    tm[0].n_covers = tm[1].n_covers = tm[0].n_placed_on = tm[1].n_placed_on = 0;
+    assert_int_equal(ts_snap_merge(pc, 2, 5, &m, &arrays, &e), TS_OK);
+    free(arrays);
+    for (size_t i = 0; i < mem.n; i++)
+        free(mem.p[i]);
+}
+
 /* ts_snap_import then ts_snap_read_tensor: a tensor of three partitions with Adam's state
  * comes back with the same bits, state laid out [component][element] over the whole tensor;
  * the import is a child of the branch's tip and tagged; bad input writes nothing. */
@@ -798,6 +866,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_incremental_two_percent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_keeps_reachable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pieces_merge_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_pieces_cover_every_shard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_piece_declares_every_tensor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_import_read_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_import_table, setup, teardown),

@@ -33,6 +33,7 @@ static void json_tables(struct ts_json *j, const ts_manifest *m)
         ts_json_uint(j, "seed", tm->spec->seed);
         ts_json_str(j, "optimizer", tm->spec->optimizer);
         ts_json_uint(j, "ttl_steps", tm->spec->ttl_steps);
+        ts_json_uint(j, "ttl_seconds", tm->spec->ttl_seconds);
         ts_json_uint(j, "rows", tm->rows);
         ts_json_uint(j, "records", table_records(tm));
         ts_json_uint(j, "record_bytes", ts_snap_record_bytes(tm->spec));

@@ -562,6 +562,11 @@ struct tessera_table_spec {
                               * is dropped at the next step that is a multiple of ttl_steps,
                               * and made again from init when touched (docs/embeddings.md,
                               * "Row lifetime"); 0: rows live for ever; bsp jobs only */
+    uint64_t ttl_seconds;    /* row lifetime by the clock: a row not updated in ttl_seconds
+                              * is dropped within about twice that, its head's clock deciding
+                              * for its copies; bsp jobs that are not exact only (an exact
+                              * job's rows must not depend on timing: ttl_steps), and not
+                              * with ttl_steps; 0: none */
 };
 #define TESSERA_TABLE_SPEC_INIT { .size = sizeof(struct tessera_table_spec) }
 /* Registers a table (idempotent, as tessera_register); *table is its handle. A name or handle

@@ -1,10 +1,14 @@
 /* option_flags.c - see option_flags.h. */
 #include "client/option_flags.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "table/table.h"
 
 static bool skipped(const char *flag, const char *const *skip)
 {
@@ -123,10 +127,11 @@ static const struct trainer_row {
          "announces the rows of the batch D steps ahead (tessera_prefetch_rows), which "
          "shards with a disk tier read into memory meanwhile (default 2; 0: none; "
          "docs/embeddings.md, \"Prefetch\")", 0, 64),
-    TROW("row-ttl", TS_FLAG_INT, row_ttl, "T", "--model ctr: drop a table row no step "
-         "updated in the last T steps (at each multiple of T; made again from its "
-         "initializer when touched; default 0: never; docs/embeddings.md, \"Row lifetime\")",
-         0, INT64_C(1) << 40),
+    TROW("row-ttl", TS_FLAG_STR, row_ttl, "T|Ns|Nm|Nh|Nd", "--model ctr: drop a table row "
+         "no step updated in the last T steps (at each multiple of T), or, without --exact, "
+         "one not updated in N seconds, minutes, hours or days (within about twice that); "
+         "made again from its initializer when touched; default: never; docs/embeddings.md, "
+         "\"Row lifetime\"", 0, 0),
     TROW("json", TS_FLAG_BOOL, json, NULL, "one JSON document on stdout at the end (job, "
          "params_sha256, test_accuracy, steps, samples_per_s, ...; tessera train: nothing if "
          "the run fails; a worker: rank 0's only); progress goes to stderr", 0, 0),
@@ -171,9 +176,40 @@ ts_status ts_trainer_argv(const struct ts_trainer_opts *o, char **argv, int *n, 
     return TS_OK;
 }
 
+ts_status ts_row_ttl_parse(const char *text, uint64_t *steps, uint64_t *seconds,
+                           struct ts_err *err)
+{
+    static const struct {
+        char unit;
+        uint64_t seconds;
+    } units[] = { { 's', 1 }, { 'm', 60 }, { 'h', 3600 }, { 'd', 86400 } };
+    char *end = NULL;
+    unsigned long long v;
+
+    *steps = *seconds = 0;
+    if (!text)
+        return TS_OK;
+    errno = 0;
+    v = text[0] >= '0' && text[0] <= '9' ? strtoull(text, &end, 10) : 0;
+    if (end && !errno && !*end && v <= (UINT64_C(1) << 40)) {
+        *steps = v;
+        return TS_OK;
+    }
+    for (size_t i = 0; end && !errno && end[0] && !end[1] && i < 4; i++)
+        if (end[0] == units[i].unit && v >= 1 && v <= TS_TABLE_TTL_SECONDS_MAX / units[i].seconds) {
+            *seconds = v * units[i].seconds;
+            return TS_OK;
+        }
+    return ts_err_set(err, TS_EINVAL, "--row-ttl %s: want T (steps, at most 2^40) or a time, "
+                      "N followed by s, m, h or d (e.g. 30m, 7d; at most 10 years)", text);
+}
+
 ts_status ts_trainer_check(const struct ts_trainer_opts *o, const struct tessera_options *sdk,
                            struct ts_err *err)
 {
+    uint64_t steps, seconds;
+    ts_status st;
+
     if (o->batch % o->micro)
         return ts_err_set(err, TS_EINVAL, "--micro %" PRId64 " must divide --batch %" PRId64,
                           o->micro, o->batch);
@@ -186,5 +222,11 @@ ts_status ts_trainer_check(const struct ts_trainer_opts *o, const struct tessera
                                      (sdk->mode && !strcmp(sdk->mode, "reduce"))))
         return ts_err_set(err, TS_EINVAL, "--model ctr: sparse tables take bsp, ssp or asp "
                           "without --overlap or --dynamic");
+    if ((st = ts_row_ttl_parse(o->row_ttl, &steps, &seconds, err)))
+        return st;
+    if (seconds && sdk->exact)
+        return ts_err_set(err, TS_EINVAL, "--row-ttl %s: an exact job drops rows by steps "
+                          "(--row-ttl T), not by a clock, which would make its rows depend on "
+                          "timing", o->row_ttl);
     return TS_OK;
 }

@@ -53,7 +53,8 @@ struct ts_trainer_opts {
     /* The model: "mlp" (Fashion-MNIST) or "ctr" (sparse tables, docs/embeddings.md), and the
      * CTR model's sizes. */
     const char *model, *table_optimizer;
-    int64_t ctr_features, ctr_rows, ctr_dim, eval_samples, prefetch_depth, row_ttl;
+    int64_t ctr_features, ctr_rows, ctr_dim, eval_samples, prefetch_depth;
+    const char *row_ttl;   /* --row-ttl: T steps, or a time (ts_row_ttl_parse) */
 };
 /* Their defaults; tessera train trains 3 epochs where a worker started alone trains 1. */
 #define TS_TRAINER_DEFAULTS                                                                     \
@@ -68,9 +69,14 @@ void ts_trainer_flags_add(struct ts_trainer_opts *o, struct ts_flag *flags, size
  * argv[*n..cap) with the values in buf (cap bytes); TS_EINVAL when either is too small. */
 ts_status ts_trainer_argv(const struct ts_trainer_opts *o, char **argv, int *n, int cap,
                           char *buf, size_t bufcap, struct ts_err *err) TS_MUST_CHECK;
+/* --row-ttl's text (NULL: none): "T" (steps, T >= 0) or a time, "Ns", "Nm", "Nh" or "Nd"
+ * (seconds, minutes, hours, days; N >= 1), into *steps or *seconds (the other 0); TS_EINVAL
+ * naming the flag otherwise. */
+ts_status ts_row_ttl_parse(const char *text, uint64_t *steps, uint64_t *seconds,
+                           struct ts_err *err) TS_MUST_CHECK;
 /* The rules of the trainer's options, with the job's (sdk): the micro-batch divides the
- * batch, --overlap is for asp, --model is mlp or ctr (ctr: bsp, ssp or asp, not elastic).
- * TS_EINVAL names the flags. */
+ * batch, --overlap is for asp, --model is mlp or ctr (ctr: bsp, ssp or asp, not elastic),
+ * --row-ttl parses (a time only without --exact). TS_EINVAL names the flags. */
 ts_status ts_trainer_check(const struct ts_trainer_opts *o, const struct tessera_options *sdk,
                            struct ts_err *err) TS_MUST_CHECK;
 

@@ -128,8 +128,7 @@ static ts_status same_map(struct tessera *t, const struct sdk_table *x, struct t
                       "joined)", x->name, t->rows_epoch, now);
 }
 
-static ts_status register_remote(struct tessera *t, int id, const struct tessera_table_spec *s,
-                                 const char *init, const char *optimizer, uint64_t ttl,
+static ts_status register_remote(struct tessera *t, int id, const struct ts_table_cfg *s,
                                  uint64_t *version, struct ts_err *err)
 {
     Tessera__V1__JobSpec job = TESSERA__V1__JOB_SPEC__INIT;
@@ -143,10 +142,11 @@ static ts_status register_remote(struct tessera *t, int id, const struct tessera
     spec.name = (char *)s->name;
     spec.dim = s->dim;
     spec.max_id = s->max_id;
-    spec.initializer = (char *)init;
+    spec.initializer = (char *)s->init;
     spec.seed = s->seed;
-    spec.optimizer = (char *)optimizer;
-    spec.ttl_steps = ttl;
+    spec.optimizer = (char *)s->optimizer;
+    spec.ttl_steps = s->ttl_steps;
+    spec.ttl_seconds = s->ttl_seconds;
     req.job = &job;
     req.table = &spec;
     req.table_id = (uint32_t)id;
@@ -185,8 +185,7 @@ int tessera_table_register(tessera *t, const struct tessera_table_spec *s, int *
 {
     struct ts_err err = { 0 };
     struct sdk_table *x = NULL;
-    const char *init, *optimizer;
-    uint64_t ttl;
+    struct ts_table_cfg cfg;
     ts_status st;
 
     if (!s || !table)
@@ -195,11 +194,14 @@ int tessera_table_register(tessera *t, const struct tessera_table_spec *s, int *
         return fail(e, &err, ts_err_set(&err, TS_EINVAL, "spec.size: %zu is smaller than "
                                         "any version of struct tessera_table_spec (start "
                                         "from TESSERA_TABLE_SPEC_INIT)", s->size));
-    init = s->init ? s->init : "normal:0.01";
+    cfg = (struct ts_table_cfg){ .name = s->name, .dim = s->dim, .max_id = s->max_id,
+                                 .init = s->init ? s->init : "normal:0.01", .seed = s->seed,
+                                 .optimizer = s->optimizer ? s->optimizer : t->job.optimizer };
     /* Fields a caller's older struct has not: their defaults. */
-    ttl = s->size >= offsetof(struct tessera_table_spec, ttl_steps) + sizeof(s->ttl_steps)
-              ? s->ttl_steps : 0;
-    optimizer = s->optimizer ? s->optimizer : t->job.optimizer;
+    if (s->size >= offsetof(struct tessera_table_spec, ttl_steps) + sizeof(s->ttl_steps))
+        cfg.ttl_steps = s->ttl_steps;
+    if (s->size >= offsetof(struct tessera_table_spec, ttl_seconds) + sizeof(s->ttl_seconds))
+        cfg.ttl_seconds = s->ttl_seconds;
     if ((st = supported(t, &err)) || (st = ts_job_id_check("table.name", s->name, &err)))
         return sdk_fail(e, &err);
     /* The same spec again (every rank registers; a script may twice): the same handle. */
@@ -221,16 +223,12 @@ int tessera_table_register(tessera *t, const struct tessera_table_spec *s, int *
     snprintf(x->name, sizeof(x->name), "%s", s->name);
     x->dim = s->dim;
     x->max_id = s->max_id;
-    if (t->local) {
-        struct ts_table_cfg cfg = { .name = s->name, .dim = s->dim, .max_id = s->max_id,
-                                    .init = init, .seed = s->seed, .optimizer = optimizer,
-                                    .ttl_steps = ttl };
+    if (t->local)
         st = ts_table_create(&t->job, &cfg, NULL, &x->local, &err);
-    }
     if (!st)
         st = rows_ring(t, &err);
     if (!st && !t->local)
-        st = register_remote(t, t->ntables, s, init, optimizer, ttl, &x->version, &err);
+        st = register_remote(t, t->ntables, &cfg, &x->version, &err);
     if (!st && !t->local && !t->hello.done)
         st = sdk_hello_or_remap(t, &err);
     if (st) {

@@ -160,6 +160,9 @@ int tessera_snapshot_table_spec(const tessera_snapshot *s, int i, struct tessera
     if (!spec->size || spec->size >= offsetof(struct tessera_table_spec, ttl_steps) +
                                           sizeof(spec->ttl_steps))
         spec->ttl_steps = t->spec->ttl_steps;
+    if (!spec->size || spec->size >= offsetof(struct tessera_table_spec, ttl_seconds) +
+                                          sizeof(spec->ttl_seconds))
+        spec->ttl_seconds = t->spec->ttl_seconds;
     *state_len = (int)ts_snap_row_state_len(t->spec);
     return sdk_ok(e);
 }
@@ -232,6 +235,9 @@ static void import_tables(const struct tessera_import_table *x, size_t nt,
                                                                : job->optimizer,
                                     .ttl_steps = sp->ttl_steps };
 
+        if (!sp->size || sp->size >= offsetof(struct tessera_table_spec, ttl_seconds) +
+                                          sizeof(sp->ttl_seconds))
+            cfg.ttl_seconds = sp->ttl_seconds;
         tessera__v1__table_spec__init(&specs[i]);
         specs[i].name = (char *)cfg.name;
         specs[i].dim = cfg.dim;
@@ -240,6 +246,7 @@ static void import_tables(const struct tessera_import_table *x, size_t nt,
         specs[i].seed = cfg.seed;
         specs[i].optimizer = (char *)cfg.optimizer;
         specs[i].ttl_steps = cfg.ttl_steps;
+        specs[i].ttl_seconds = cfg.ttl_seconds;
         ts[i] = (struct ts_snap_import_table){
             .spec = &specs[i], .rows = x[i].rows, .ids = x[i].ids, .value = x[i].values,
             .state = x[i].state, .updates = x[i].updates, .steps = x[i].steps };

@@ -247,7 +247,7 @@ static inline struct ts_shard_roles ts_shard_roles(const Tessera__V1__ShardStatu
             r.evictions += ts->evictions;
             r.writeback_rows += ts->writeback_rows;
             r.disk_bytes += ts->disk_bytes;
-            r.ttl_tables += ts->ttl_steps != 0;
+            r.ttl_tables += ts->ttl_steps || ts->ttl_seconds;
             r.expired += ts->expired;
         }
     }

@@ -23,6 +23,7 @@ void ts_table_status_add(Tessera__V1__TableStatus *sum, const Tessera__V1__Table
     sum->prefetch_used += ts->prefetch_used;
     sum->prefetch_unused += ts->prefetch_unused;
     sum->ttl_steps = ts->ttl_steps;
+    sum->ttl_seconds = ts->ttl_seconds;
     sum->expired += ts->expired;
 }
 
@@ -41,6 +42,7 @@ void ts_table_status_json(struct ts_json *j, const char *job, const char *name, 
     ts_json_num(j, "pulled_per_s", ts->pulled_per_s);
     ts_json_num(j, "pushed_per_s", ts->pushed_per_s);
     ts_json_uint(j, "ttl_steps", ts->ttl_steps);
+    ts_json_uint(j, "ttl_seconds", ts->ttl_seconds);
     ts_json_uint(j, "expired", ts->expired);
     if (ts->tiered) {
         ts_json_obj(j, "disk_tier");

@@ -12,7 +12,8 @@
 #include "util/json.h"
 
 /* Adds one shard's status of a table into *sum: counts and rates summed, the write-back lag
- * the largest, tiered if any shard's is, ttl_steps the last one seen (a job's table has one). */
+ * the largest, tiered if any shard's is, ttl_steps and ttl_seconds the last seen (a job's
+ * table has one lifetime). */
 void ts_table_status_add(Tessera__V1__TableStatus *sum, const Tessera__V1__TableStatus *ts);
 
 /* Writes one table as a JSON object (an array member): job, name, then shards when non-zero

@@ -139,7 +139,8 @@ bool ts_snap_same_table(const Tessera__V1__TableSpec *a, const Tessera__V1__Tabl
 {
     return strcmp(a->name, b->name) == 0 && a->dim == b->dim && a->max_id == b->max_id &&
            strcmp(a->initializer, b->initializer) == 0 && a->seed == b->seed &&
-           strcmp(a->optimizer, b->optimizer) == 0 && a->ttl_steps == b->ttl_steps;
+           strcmp(a->optimizer, b->optimizer) == 0 && a->ttl_steps == b->ttl_steps &&
+           a->ttl_seconds == b->ttl_seconds;
 }
 
 static int cmp_u32(const void *a, const void *b)

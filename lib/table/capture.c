@@ -318,6 +318,7 @@ void ts_table_reset(struct ts_table *t)
         memset(t->clock, 0, t->job->workers * sizeof(*t->clock));
     t->step = 0;
     t->prev.valid = false;
+    life_restart(&t->life);
     t->ndirty = 0;
     idmap_clear(&t->dirty_set);
     t->lost_dirty = false;
@@ -339,6 +340,7 @@ ts_status ts_table_set_step(struct ts_table *t, uint64_t step, struct ts_err *er
     else
         t->step = step;
     t->prev.valid = false;   /* a restored table keeps no version before its step */
+    life_restart(&t->life);
     pthread_mutex_unlock(&t->mu);
     return st;
 }

@@ -196,6 +196,41 @@ struct init_cache {
     size_t n, cap;
 };
 
+/* A row lifetime by the clock (lifetime.c; ts_table_cfg.ttl_seconds): marks of when steps
+ * were applied, oldest first, (step, ms): every step below `step` applied by `ms`; the plans
+ * of the last two steps, by the step's parity (code: TS_TABLE_SWEEP_NONE, or the distance to
+ * the cut + 2; 0: none made); the last sweep's time and cut. now_ms: ts_now_ms, or a test's
+ * clock. ttl_ms 0: none, and every function is a no-op. */
+#define LIFE_MARKS 32
+struct life_mark {
+    uint64_t step;
+    int64_t ms;
+};
+struct life_plan {
+    uint64_t step;
+    uint32_t code;
+};
+struct lifetime {
+    int64_t ttl_ms;
+    int64_t (*now_ms)(void);
+    struct life_mark marks[LIFE_MARKS];
+    size_t nmarks;
+    int64_t swept_ms;
+    uint64_t cut_done;             /* the rows updated below it are gone */
+    struct life_plan plan[2];
+};
+void life_init(struct lifetime *l, uint64_t ttl_seconds);
+/* A reset or a restore: the marks and plans go, the lifetime counts from now. */
+void life_restart(struct lifetime *l);
+/* The first push of `step`: its plan, the head's `code` (a copy's push) or, for 0, made from
+ * this clock (sweep when ttl passed since the last one and some mark is ttl old). A plan made
+ * for the step already stays. */
+void life_plan(struct lifetime *l, uint64_t step, uint32_t code);
+/* The plan of `step` (0: none made, or no lifetime by the clock). */
+uint32_t life_plan_of(const struct lifetime *l, uint64_t step);
+/* `step` applied: the step below which its sweep drops rows (0: no sweep), and a mark made. */
+uint64_t life_applied(struct lifetime *l, uint64_t step);
+
 /* A snapshot's capture (capture.c): armed for step, taken when the table reaches it. */
 struct table_capture {
     bool armed, taken, full;
@@ -216,6 +251,7 @@ struct ts_table {
     uint32_t dim;
     uint64_t max_id, seed;
     uint64_t ttl;                  /* row lifetime in steps; 0: none */
+    struct lifetime life;          /* row lifetime by the clock */
     struct ts_optim_cfg optim;
     size_t slen;                   /* floats of state an element */
     uint64_t row_bytes;

@@ -289,9 +289,9 @@ static void prev_merge_swept(struct ts_table *t, struct rows_kept *kept, struct 
     p->n += kept->n;
 }
 
-/* Row lifetime (table.h): the rows not updated in the last ttl steps go, their values at the
+/* Row lifetime (table.h): the rows last updated before step `before` go, their values at the
  * version before kept in t->prev. */
-static void expire(struct ts_table *t)
+static void expire(struct ts_table *t, uint64_t before)
 {
     struct rows_kept kept = { .dim = t->dim, .most = SIZE_MAX };
     struct entry *order;
@@ -300,7 +300,7 @@ static void expire(struct ts_table *t)
 
     if (t->rows.tier)
         kept.most = t->sweep_keep / (t->dim * sizeof(float));
-    dropped = rows_expire(&t->rows, t->step - t->ttl, &kept, &partial);
+    dropped = rows_expire(&t->rows, before, &kept, &partial);
     if (dropped) {
         table_refund(t, dropped);
         t->lost_dirty = true;   /* the next capture is full: runs cannot say "deleted" */
@@ -322,6 +322,7 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
     struct step_prev *p = &t->prev;
     double div = t->job->batch;
     float inv = (float)(1.0 / div);
+    uint64_t cut;
 
     for (uint64_t k = 0; k < a->n; k++)
         order[k] = (struct entry){ .id = a->ids[k], .k = k };
@@ -353,7 +354,9 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
     p->valid = true;
     p->swept_lost = false;
     if (t->ttl && t->step % t->ttl == 0)
-        expire(t);
+        expire(t, t->step - t->ttl);
+    else if ((cut = life_applied(&t->life, p->of)))
+        expire(t, cut);
     t->npushed = 0;
     table_init_forget(t);   /* this step's rows exist now */
     memset(t->pushed, 0, t->job->workers);
@@ -457,6 +460,8 @@ static ts_status push_bsp(struct ts_table *t, const struct ts_row_push *in, bool
     for (size_t i = 0; i < in->n; i++)
         acc_add(t, in, i);
     t->acc.fresh += fresh;
+    if (!t->npushed)   /* the step's first push: its sweep planned (lifetime.c) */
+        life_plan(&t->life, t->step, in->sweep);
     t->pushed[in->rank] = 1;
     t->npushed++;
     if (last)
@@ -500,6 +505,16 @@ static ts_status push_async(struct ts_table *t, const struct ts_row_push *in, bo
     pthread_cond_broadcast(&t->cv);
     *applied = true;
     return TS_OK;
+}
+
+uint32_t ts_table_sweep_plan(struct ts_table *t, uint64_t step)
+{
+    uint32_t code;
+
+    pthread_mutex_lock(&t->mu);
+    code = life_plan_of(&t->life, step);
+    pthread_mutex_unlock(&t->mu);
+    return code;
 }
 
 ts_status ts_table_push(struct ts_table *t, const struct ts_row_push *in, bool *applied,

@@ -138,6 +138,22 @@ static ts_status check_cfg(const struct ts_job *job, const struct ts_table_cfg *
     if (c->ttl_steps && job->mode != TS_MODE_BSP)
         return ts_err_set(err, TS_EINVAL, "table.ttl_steps: %" PRIu64 ": a row lifetime needs "
                           "bsp (its sweeps follow the steps)", c->ttl_steps);
+    if (!c->ttl_seconds)
+        return TS_OK;
+    if (c->ttl_steps)
+        return ts_err_set(err, TS_EINVAL, "table.ttl_seconds: %" PRIu64 ", and ttl_steps %"
+                          PRIu64 ": a table has one row lifetime, in steps or in seconds",
+                          c->ttl_seconds, c->ttl_steps);
+    if (c->ttl_seconds > TS_TABLE_TTL_SECONDS_MAX)
+        return ts_err_set(err, TS_EINVAL, "table.ttl_seconds: %" PRIu64 " is past %d (10 "
+                          "years)", c->ttl_seconds, TS_TABLE_TTL_SECONDS_MAX);
+    if (job->mode != TS_MODE_BSP)
+        return ts_err_set(err, TS_EINVAL, "table.ttl_seconds: %" PRIu64 ": a row lifetime "
+                          "needs bsp (its sweeps come after a step)", c->ttl_seconds);
+    if (job->exact)
+        return ts_err_set(err, TS_EINVAL, "table.ttl_seconds: %" PRIu64 ": an exact job drops "
+                          "rows by steps (ttl_steps), not by a clock, which would make its "
+                          "rows depend on timing", c->ttl_seconds);
     return TS_OK;
 }
 
@@ -173,6 +189,7 @@ ts_status ts_table_create(const struct ts_job *job, const struct ts_table_cfg *c
     t->max_id = cfg->max_id;
     t->seed = cfg->seed;
     t->ttl = cfg->ttl_steps;
+    life_init(&t->life, cfg->ttl_seconds);
     t->sweep_keep = SWEEP_KEEP_BYTES;
     t->optim = optim;
     t->slen = ts_optim_state_len(optim.kind);

@@ -93,6 +93,15 @@
  * T steps; the capture after a sweep that dropped rows is full (a snapshot's runs have no
  * deletions). A disk or memory failure during a sweep leaves the rows it could not reach.
  *
+ * Row lifetime by the clock (ttl_seconds T > 0; BSP, not exact: which rows go then depends
+ * on timing, not only on the pushes): at the first push of a step s, T seconds or more after
+ * its last sweep (or its creation, or a restore), the table plans a sweep after s; it drops
+ * the rows whose last update was before the newest step the table had applied T seconds
+ * ago or more (steps timed by marks, at most every T/16 s: lifetime.c), so a row goes
+ * between T and about 2T seconds after its last update. The plan is the head's: a copy of
+ * its rows (services/shard) is given it with each push (ts_row_push.sweep) and drops the
+ * same rows whatever its own clock says. A restore starts the lifetime again.
+ *
  * Dirty rows (incremental snapshots): every row an update or a creation changed since the
  * last ts_table_dirty_take; a row is listed once however often it changed (O(1) a row).
  *
@@ -117,6 +126,7 @@
 #define TS_TABLE_DIM_MAX 4096
 #define TS_TABLE_ID_LIMIT 0x7fffffffffffffffull   /* the largest max_id: 2^63 - 1 */
 #define TS_TABLE_PUSH_MAX (1u << 24)              /* rows in one push */
+#define TS_TABLE_TTL_SECONDS_MAX 315360000        /* ts_table_cfg.ttl_seconds: 10 years */
 
 /* What a shard's tables may hold in memory in all: limit bytes (0: no limit); used counts
  * every table's rows in memory (ts_table_row_bytes each) and, with a tier, the records of
@@ -155,6 +165,7 @@ struct ts_table_cfg {
     uint64_t seed;
     const char *optimizer;     /* sgd, adagrad or adam, with options (ts_optim_parse) */
     uint64_t ttl_steps;        /* row lifetime (below); 0: rows live for ever */
+    uint64_t ttl_seconds;      /* row lifetime by the clock (below; not with ttl_steps) */
 };
 
 struct ts_table;
@@ -178,9 +189,9 @@ struct ts_table_tiers {
 void ts_table_tiers(struct ts_table *t, struct ts_table_tiers *out);
 
 /* Validates cfg for job: TS_EINVAL names the field (table.name, table.dim, table.max_id,
- * table.init, table.optimizer, table.ttl_steps; job.mode for a reduce job, whose parameters
- * live on its workers). What ts_table_create checks first; for those who write a table's
- * records without making it (a snapshot's import). */
+ * table.init, table.optimizer, table.ttl_steps, table.ttl_seconds; job.mode for a reduce
+ * job, whose parameters live on its workers). What ts_table_create checks first; for those
+ * who write a table's records without making it (a snapshot's import). */
 ts_status ts_table_check(const struct ts_job *job, const struct ts_table_cfg *cfg,
                          struct ts_err *err) TS_MUST_CHECK;
 /* Validates cfg (ts_table_check) and makes an empty table. budget: NULL for no limit. */
@@ -214,11 +225,22 @@ struct ts_row_push {
      * table already has from this rank (BSP: pushed or applied; SSP, ASP: below its clock)
      * is acknowledged with nothing changed, once check_form took it. */
     bool retry;
+    /* A copy's push (a head passing it on), on a table with a lifetime by the clock: the
+     * head's plan for the step (ts_table_sweep_plan), which the copy follows; 0: the table
+     * plans by its own clock (a head's push). */
+    uint32_t sweep;
 };
 /* Adds a push (above). *applied: this push updated rows (SSP, ASP) or completed the step
  * (BSP); false for a retry the table already had. */
 ts_status ts_table_push(struct ts_table *t, const struct ts_row_push *in, bool *applied,
                         struct ts_err *err) TS_MUST_CHECK;
+
+/* The sweep planned for `step` by a table with a lifetime by the clock (above), to give its
+ * copies with their pushes (ts_row_push.sweep): TS_TABLE_SWEEP_NONE, or more for a sweep;
+ * 0 when no push of `step` came yet (or the step is two or more behind), or the table has no
+ * such lifetime. */
+#define TS_TABLE_SWEEP_NONE 1u
+uint32_t ts_table_sweep_plan(struct ts_table *t, uint64_t step);
 
 /* The values of ids[0..n) (any order, repeats allowed, each <= max_id) into out (n x dim),
  * once step `want` may be read (above); waits at most ms (TS_ETIMEDOUT). rank < workers. */

@@ -78,8 +78,10 @@ enum ts_frame_type {
                               * first); for fingerprints */
     TS_FRAME_ROWS_COPY = 17, /* head -> follower, on a chain link: rank `rank`'s push of step
                               * `step` as the head took it, the part the follower holds copies
-                              * of: 8 bytes, the head's shard id (LE), then as ROWS_PUSH; an
-                              * ACK once the copy has it (services/shard/rowcopy.h) */
+                              * of: the head's shard id and its sweep plan of the step (4
+                              * bytes LE each; ts_table_sweep_plan, 0: none), then as
+                              * ROWS_PUSH; an ACK once the copy has it
+                              * (services/shard/rowcopy.h) */
     TS_FRAME_ROWS_PREFETCH = 18, /* worker -> shard, no reply: `partition` ids (8 bytes LE
                                   * each) the worker's next batches will pull; a shard with a
                                   * disk tier reads them into memory (a hint: never refused) */

@@ -54,9 +54,12 @@ class EmbeddingBag(torch.nn.Module):
 
     ``EmbeddingBag(client, name, num_embeddings, embedding_dim, mode="mean", padding_idx=None,
     init="normal:0.01", seed=0, optimizer=None, include_last_offset=False, step=0,
-    loss_reduction="mean", local_batch=None)``: the table ``name`` of ids 0..num_embeddings-1
-    and rows of ``embedding_dim`` floats, initialised on the shards (``init``, ``seed``) and
-    updated there by ``optimizer`` (None: the job's). ``mode``: "sum" or "mean" ("max" is not
+    loss_reduction="mean", local_batch=None, ttl_steps=0, ttl_seconds=0)``: the table
+    ``name`` of ids 0..num_embeddings-1 and rows of ``embedding_dim`` floats, initialised on
+    the shards (``init``, ``seed``) and updated there by ``optimizer`` (None: the job's).
+    ``ttl_steps`` or ``ttl_seconds``: the rows' lifetime (docs/embeddings.md, "Row lifetime";
+    0: none): a row not updated in that many steps, or seconds (a job that is not exact), is
+    dropped, and made again from ``init`` when touched. ``mode``: "sum" or "mean" ("max" is not
     supported). ``step``: the step to start from (0, or a resumed job's). ``loss_reduction``
     and ``local_batch``: what the loss behind the gradient is, as for tessera.torch's
     ParameterServer: "mean" (over ``local_batch`` samples of this rank, multiplied back before
@@ -74,7 +77,8 @@ class EmbeddingBag(torch.nn.Module):
 
     def __init__(self, client, name, num_embeddings, embedding_dim, mode="mean",
                  padding_idx=None, init="normal:0.01", seed=0, optimizer=None,
-                 include_last_offset=False, step=0, loss_reduction="mean", local_batch=None):
+                 include_last_offset=False, step=0, loss_reduction="mean", local_batch=None,
+                 ttl_steps=0, ttl_seconds=0):
         super().__init__()
         if not _is_int(num_embeddings) or num_embeddings < 1:
             raise _invalid("num_embeddings: an int >= 1 (the ids are 0..num_embeddings-1) "
@@ -118,7 +122,8 @@ class EmbeddingBag(torch.nn.Module):
         self.step = int(step)
         #: The table's handle (client.register_table).
         self.table = client.register_table(name, self.embedding_dim, self.num_embeddings - 1,
-                                           init=init, seed=seed, optimizer=optimizer)
+                                           init=init, seed=seed, optimizer=optimizer,
+                                           ttl_steps=ttl_steps, ttl_seconds=ttl_seconds)
         self._pending = []      # this step's training passes: (ids per position, leaf rows)
         self._elastic = bool(getattr(client, "elastic", False))
 

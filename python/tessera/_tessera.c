@@ -688,13 +688,14 @@ static PyMethodDef client_methods[] = {
       "1 in one exchange (each\npartition's pull right behind its push)." },
     { "register_table", KW client_register_table, METH_VARARGS | METH_KEYWORDS,
       "register_table(name, dim, max_id, init=None, seed=0, optimizer=None,\n"
-      "               ttl_steps=0) -> int\n\n"
+      "               ttl_steps=0, ttl_seconds=0) -> int\n\n"
       "Registers a sparse embedding table (docs/embeddings.md): rows of dim floats,\nids "
       "0..max_id, made on the shards when a push first touches them; init\n(normal:0.01) "
       "gives a row's first values, optimizer (sgd, adagrad, adam;\nNone: the job's) its "
       "updates. ttl_steps > 0: a row no step updated in that many steps is\ndropped (made "
-      "again from init when touched). Every rank registers the\nsame tables in the same "
-      "order. Returns the table's handle." },
+      "again from init when touched); ttl_seconds > 0 instead: one not updated\nin that "
+      "many seconds (jobs that are not exact). Every rank registers the\nsame tables in "
+      "the same order. Returns the table's handle." },
     { "pull_rows", KW client_pull_rows, METH_VARARGS | METH_KEYWORDS,
       "pull_rows(table, version, ids, out)\n\nThe rows of ids (int64, any order, repeats "
       "allowed) at `version` into out\n(float32, len(ids) x dim, written in place)." },

@@ -28,24 +28,26 @@ static int get_table(struct client *self, PyObject *o, int *table)
 PyObject *client_register_table(struct client *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = { "name", "dim", "max_id", "init", "seed", "optimizer",
-                              "ttl_steps", NULL };
+                              "ttl_steps", "ttl_seconds", NULL };
     PyObject *oname, *odim, *omax, *oinit = Py_None, *oseed = Py_None, *oopt = Py_None;
-    PyObject *ottl = Py_None;
+    PyObject *ottl = Py_None, *osec = Py_None;
     struct tessera_table_spec spec = TESSERA_TABLE_SPEC_INIT;
     struct tessera_error e = { 0 };
-    unsigned long long dim = 0, max_id = 0, seed = 0, ttl = 0;
+    unsigned long long dim = 0, max_id = 0, seed = 0, ttl = 0, sec = 0;
     int rc, id = -1;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OOOO:register_table", kwlist, &oname,
-                                     &odim, &omax, &oinit, &oseed, &oopt, &ottl))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OOOOO:register_table", kwlist, &oname,
+                                     &odim, &omax, &oinit, &oseed, &oopt, &ottl, &osec))
         return NULL;
     if (open_or_raise(self) || get_str(oname, "name", &spec.name) ||
         get_uint(odim, "dim", 4096, &dim) || get_uint(omax, "max_id", INT64_MAX, &max_id) ||
         get_str(oinit, "init", &spec.init) || get_uint(oseed, "seed", UINT64_MAX, &seed) ||
         get_str(oopt, "optimizer", &spec.optimizer) ||
-        get_uint(ottl, "ttl_steps", UINT64_MAX, &ttl))
+        get_uint(ottl, "ttl_steps", UINT64_MAX, &ttl) ||
+        get_uint(osec, "ttl_seconds", UINT64_MAX, &sec))
         return NULL;
     spec.ttl_steps = ttl;
+    spec.ttl_seconds = sec;
     if (!spec.name || odim == Py_None || omax == Py_None)
         return invalid("name, dim and max_id are required");
     spec.dim = (uint32_t)dim;

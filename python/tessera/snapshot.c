@@ -53,7 +53,8 @@ out:
     return d;
 }
 
-/* {"name", "dim", "max_id", "init", "seed", "optimizer", "ttl_steps", "state_len", "ids",
+/* {"name", "dim", "max_id", "init", "seed", "optimizer", "ttl_steps", "ttl_seconds",
+ * "state_len", "ids",
  * "values", "state", "updates", "steps"} of table i: ids int64, values float32 (rows x dim)
  * bytearrays; with all, state float32 (rows x state_len x dim; None for sgd), updates and
  * steps int64 bytearrays, else None. */
@@ -88,11 +89,12 @@ static PyObject *read_table(tessera_snapshot *s, int i, int all)
             steps != Py_None ? (uint64_t *)PyByteArray_AS_STRING(steps) : NULL, &e);
         Py_END_ALLOW_THREADS
         d = rc ? raise_sdk(&e)
-               : Py_BuildValue("{s:s,s:I,s:K,s:s,s:K,s:s,s:K,s:i,s:O,s:O,s:O,s:O,s:O}", "name",
-                               name, "dim", dim, "max_id", (unsigned long long)spec.max_id,
-                               "init", spec.init, "seed", (unsigned long long)spec.seed,
-                               "optimizer", spec.optimizer, "ttl_steps",
-                               (unsigned long long)spec.ttl_steps, "state_len", slen, "ids",
+               : Py_BuildValue("{s:s,s:I,s:K,s:s,s:K,s:s,s:K,s:K,s:i,s:O,s:O,s:O,s:O,s:O}",
+                               "name", name, "dim", dim, "max_id",
+                               (unsigned long long)spec.max_id, "init", spec.init, "seed",
+                               (unsigned long long)spec.seed, "optimizer", spec.optimizer,
+                               "ttl_steps", (unsigned long long)spec.ttl_steps, "ttl_seconds",
+                               (unsigned long long)spec.ttl_seconds, "state_len", slen, "ids",
                                ids, "values", v, "state", sv, "updates", up, "steps", steps);
     }
     Py_XDECREF(ids);
@@ -205,15 +207,16 @@ static int get_tensor(PyObject *o, Py_ssize_t i, int slen, struct tessera_import
 }
 
 /* One table of the import, a dict {name, dim, max_id, init, seed, optimizer, ttl_steps, ids,
- * values, state, updates, steps} (init, optimizer, state, updates and steps may be None),
- * into *x, its arrays held in bufs[0..5). */
+ * values, state, updates, steps} (init, optimizer, state, updates and steps may be None), and
+ * ttl_seconds if it has one (0 if not), into *x, its arrays held in bufs[0..5). */
 static int get_table(PyObject *o, Py_ssize_t i, struct tessera_import_table *x,
                      struct arr bufs[5])
 {
     static const char *keys[] = { "name", "dim", "max_id", "init", "seed", "optimizer",
                                   "ttl_steps", "ids", "values", "state", "updates", "steps" };
     PyObject *f[12];
-    unsigned long long dim = 0, max_id = 0, seed = 0, ttl = 0;
+    unsigned long long dim = 0, max_id = 0, seed = 0, ttl = 0, sec = 0;
+    PyObject *osec;
     long long rows;
     const char *what;
 
@@ -242,6 +245,9 @@ static int get_table(PyObject *o, Py_ssize_t i, struct tessera_import_table *x,
     x->spec.max_id = max_id;
     x->spec.seed = seed;
     x->spec.ttl_steps = ttl;
+    if ((osec = PyDict_GetItemString(o, "ttl_seconds")) && get_uint(osec, what, UINT64_MAX, &sec))
+        return -1;
+    x->spec.ttl_seconds = sec;
     if (arr_get(f[7], what, I64, 0, -1, &bufs[0]))
         return -1;
     rows = (long long)(bufs[0].b.len / (Py_ssize_t)sizeof(int64_t));

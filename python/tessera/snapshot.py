@@ -43,8 +43,10 @@ from tessera import _tessera
 
 #: Integers above this are not exact in float32.
 _EXACT_INT = 1 << 24
-#: A table's spec, as snapshot_read gives it and import takes it.
+#: A table's spec, as snapshot_read gives it and import takes it (ttl_seconds may be left
+#: out: 0, as before it existed).
 _SPEC_KEYS = ("dim", "max_id", "init", "seed", "optimizer", "ttl_steps")
+_SPEC_OPTIONAL = {"ttl_seconds": 0}
 
 
 class Snapshot:
@@ -78,7 +80,7 @@ class Snapshot:
             ids = np.frombuffer(t["ids"], np.uint64).astype(np.int64)   # ids < 2^63
             self.tables[t["name"]] = (ids, np.frombuffer(t["values"], np.float32).reshape(
                 (len(ids), t["dim"])))
-            self.table_specs[t["name"]] = {k: t[k] for k in _SPEC_KEYS}
+            self.table_specs[t["name"]] = {k: t[k] for k in _SPEC_KEYS + tuple(_SPEC_OPTIONAL)}
             if t["updates"] is not None:
                 self.table_state[t["name"]] = {
                     "state": None if t["state"] is None else np.frombuffer(
@@ -186,6 +188,7 @@ def _table(name, spec, ids, rows, state=None, updates=None, steps=None):
             name, tuple(rows.shape), spec["dim"]))
     n = rows.shape[0]
     out = dict((k, spec[k]) for k in _SPEC_KEYS)
+    out.update((k, spec.get(k, v)) for k, v in _SPEC_OPTIONAL.items())
     out.update(name=name, ids=_int64("table %s ids" % name, ids, n), values=rows,
                state=None if state is None else _float32("table %s state" % name, state),
                updates=None if updates is None else _int64("table %s updates" % name,

@@ -133,7 +133,8 @@ struct dp_conn {
     /* A frame's ids split per store or per follower (dp_rows.c, rowcopy.h): scratch kept for
      * the next frame. key: per id of the frame, its store's index or its follower; part: one
      * store's or follower's ids, their positions in the frame, gradients and rows; own: the
-     * part of a push this shard heads, kept to copy down once the table is let go; served:
+     * part of a push this shard heads, kept to copy down once the table is let go, with the
+     * own store's sweep plan for its step (lib/table/table.h, ts_table_sweep_plan); served:
      * per store, whether it was served when the frame began (one look at each `owned`). */
     struct {
         uint8_t *served;
@@ -150,6 +151,7 @@ struct dp_conn {
         size_t nfol;
         uint32_t me;
         uint64_t since;
+        uint32_t sweep;             /* the own store's sweep plan of the push's step */
         size_t served_cap, key_cap, ids_cap, pos_cap, grad_cap, rows_cap, own_ids_cap,
             own_grad_cap, own_f_cap, fol_cap;
     } split;

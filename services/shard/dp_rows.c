@@ -33,7 +33,8 @@
 
 #define ROWS_SLICE_MS 200           /* how soon a waiting frame lets the table go */
 #define SCAN_PAGE_MAX 65536         /* rows a scan reply carries at most */
-#define COPY_HEAD 8                 /* a ROWS_COPY's head shard id, before its ids */
+#define COPY_HEAD 8                 /* a ROWS_COPY's head shard id and sweep plan (4 bytes
+                                     * each, little-endian), before its ids */
 #define HOLD_SLICE_MS 20            /* how often a frame held for a join's move looks again */
 
 /* The table a frame names, on a connection that named its job. On a shard that joined, a
@@ -341,8 +342,11 @@ static ts_status push_locked(struct dp_conn *dc, struct shard_table *t, void *ar
         if ((st = ts_table_push(t->stores[k].t, &p, &applied, err)))
             return st;
         a->applied |= applied;
-        if (k == 0 && t->replicated && (st = keep_own(dc, t, m, a->in.row, err)))
-            return st;
+        if (k == 0 && t->replicated) {
+            dc->split.sweep = ts_table_sweep_plan(t->stores[0].t, p.step);
+            if ((st = keep_own(dc, t, m, a->in.row, err)))
+                return st;
+        }
     }
     return TS_OK;
 }
@@ -357,8 +361,10 @@ static ts_status copy_down(struct dp_conn *dc, const struct ts_frame_hdr *h, siz
     uint8_t head[COPY_HEAD] = { 0 };
     ts_status st = TS_OK;
 
-    for (int b = 0; b < 4; b++)
+    for (int b = 0; b < 4; b++) {
         head[b] = (uint8_t)(dc->split.me >> (8 * b));
+        head[4 + b] = (uint8_t)(dc->split.sweep >> (8 * b));
+    }
     for (size_t f = 0; !st && f < dc->split.nfol; f++) {
         struct ts_frame_hdr c = { .type = TS_FRAME_ROWS_COPY, .tensor = h->tensor,
                                   .step = h->step, .rank = h->rank, .dtype = 1,
@@ -414,6 +420,7 @@ ts_status dp_rows_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
 struct copy_arg {
     const struct ts_frame_hdr *h;
     uint32_t origin;
+    uint32_t sweep;            /* the head's sweep plan of the step (0: none said) */
     struct rows_in in;
     int64_t until;             /* how long the copy's step is waited for */
 };
@@ -432,9 +439,11 @@ static ts_status copy_locked(struct dp_conn *dc, struct shard_table *t, void *ar
 {
     struct copy_arg *a = arg;
     struct table_store *s = rowcopy_store(t, a->origin);
+    /* A copy never plans a sweep by its own clock: none where the head said none. */
     struct ts_row_push p = { .rank = a->h->rank, .step = a->h->step, .n = a->in.n,
                              .ids = a->in.ids, .grad = a->in.grad,
-                             .encoding = a->h->encoding, .retry = true };
+                             .encoding = a->h->encoding, .retry = true,
+                             .sweep = a->sweep ? a->sweep : TS_TABLE_SWEEP_NONE };
     bool applied;
     ts_status st = TS_OK;
 
@@ -487,8 +496,10 @@ ts_status dp_rows_copy(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
                           "bytes, after the head's id and their ids, are %zu bytes, not %"
                           PRIu64, sht->name, n, sht->dim, elem,
                           COPY_HEAD + n * (sizeof(uint64_t) + (size_t)sht->dim * elem), h->len);
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 4; k++) {
         a.origin |= (uint32_t)b[k] << (8 * k);
+        a.sweep |= (uint32_t)b[4 + k] << (8 * k);
+    }
     a.in = (struct rows_in){ .n = n, .ids = (const uint64_t *)(b + COPY_HEAD),
                              .row = (size_t)sht->dim * elem,
                              .grad = b + COPY_HEAD + n * sizeof(uint64_t) };

@@ -18,7 +18,7 @@ static struct {
     struct ts_metric_family *table_rows, *table_bytes, *table_pulled, *table_pushed;
     struct ts_metric_family *tier_mem_rows, *tier_hits, *tier_misses, *tier_evictions;
     struct ts_metric_family *tier_written, *tier_pending, *tier_lag, *tier_disk;
-    struct ts_metric_family *ttl_steps, *expired, *prefetched, *prefetch_used, *prefetch_unused;
+    struct ts_metric_family *ttl_steps, *ttl_seconds, *expired, *prefetched, *prefetch_used, *prefetch_unused;
     struct ts_metric_family *budget_used, *budget_limit;
 } fam;
 
@@ -34,8 +34,11 @@ static void collect_table(void *arg, const char *job, struct shard_table *t)
     ts_counter_set(ts_metric_child(fam.table_pulled, v), atomic_load(&t->pulled));
     ts_counter_set(ts_metric_child(fam.table_pushed, v), atomic_load(&t->pushed));
     rowcopy_tiers(t, &d);
-    if (t->ttl_steps) {   /* row lifetime (docs/embeddings.md), with or without a tier */
-        ts_gauge_set(ts_metric_child(fam.ttl_steps, v), (double)t->ttl_steps);
+    if (t->ttl_steps || t->ttl_seconds) {   /* row lifetime (docs/embeddings.md) */
+        if (t->ttl_steps)
+            ts_gauge_set(ts_metric_child(fam.ttl_steps, v), (double)t->ttl_steps);
+        else
+            ts_gauge_set(ts_metric_child(fam.ttl_seconds, v), (double)t->ttl_seconds);
         ts_counter_set(ts_metric_child(fam.expired, v), d.expired);
     }
     if (!d.tiered)
@@ -194,6 +197,10 @@ void shard_metrics_init(struct shard *s)
                                       "lifetime: rows no step updated in this many steps are "
                                       "dropped (only tables with one)", TS_METRIC_GAUGE,
                                       "job_id,table", NULL, 0);
+    fam.ttl_seconds = ts_metrics_family("tessera_shard_table_ttl_seconds", "the table's row "
+                                        "lifetime by the clock: rows not updated in this many "
+                                        "seconds are dropped (only tables with one)",
+                                        TS_METRIC_GAUGE, "job_id,table", NULL, 0);
     fam.expired = ts_metrics_family("tessera_shard_table_rows_expired_total", "rows of the "
                                     "table its row lifetime dropped here, copies included",
                                     TS_METRIC_COUNTER, "job_id,table", NULL, 0);

@@ -384,7 +384,7 @@ struct shard_job_status {
     struct shard_table_status {        /* each table (tables of them), malloc'd */
         uint32_t id;
         char name[TS_JOB_ID_MAX + 1];
-        uint64_t rows, bytes, pulled, pushed, ttl_steps;
+        uint64_t rows, bytes, pulled, pushed, ttl_steps, ttl_seconds;
         double pulled_per_s, pushed_per_s;
         struct ts_table_tiers tiers;   /* summed over its stores (rowcopy_tiers) */
     } *table;

@@ -39,9 +39,10 @@ static ts_status make_copy(struct shard_table *t, const struct ts_job *job,
                            struct ts_table_budget *budget, uint32_t origin, uint64_t step,
                            struct table_store *out, struct ts_err *err)
 {
+    /* A copy sweeps as its head: by the steps, or by the head's plans (dp_rows.c). */
     struct ts_table_cfg cfg = { .name = t->name, .dim = t->dim, .max_id = t->max_id,
                                 .init = t->init, .seed = t->seed, .optimizer = t->optimizer,
-                                .ttl_steps = t->ttl_steps };   /* a copy sweeps as its head */
+                                .ttl_steps = t->ttl_steps, .ttl_seconds = t->ttl_seconds };
     ts_status st;
 
     out->origin = origin;

@@ -65,6 +65,7 @@ static ts_status encode_jobs(struct ts_rpc_call *call, struct shard_params *sp,
             ts->prefetch_used = t->tiers.prefetch_used;
             ts->prefetch_unused = t->tiers.prefetch_unused;
             ts->ttl_steps = t->ttl_steps;
+            ts->ttl_seconds = t->ttl_seconds;
             ts->expired = t->tiers.expired;
             ts->rows_pushed = t->pushed;
             ts->pulled_per_s = t->pulled_per_s;

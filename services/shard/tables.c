@@ -19,7 +19,21 @@ static bool same_table(const struct shard_table *t, const Tessera__V1__TableSpec
 {
     return strcmp(t->name, s->name) == 0 && t->dim == s->dim && t->max_id == s->max_id &&
            strcmp(t->init, s->initializer) == 0 && t->seed == s->seed &&
-           strcmp(t->optimizer, s->optimizer) == 0 && t->ttl_steps == s->ttl_steps;
+           strcmp(t->optimizer, s->optimizer) == 0 && t->ttl_steps == s->ttl_steps &&
+           t->ttl_seconds == s->ttl_seconds;
+}
+
+void tables_spec(const struct shard_table *t, Tessera__V1__TableSpec *spec)
+{
+    tessera__v1__table_spec__init(spec);
+    spec->name = (char *)t->name;
+    spec->dim = t->dim;
+    spec->max_id = t->max_id;
+    spec->initializer = (char *)t->init;
+    spec->seed = t->seed;
+    spec->optimizer = (char *)t->optimizer;
+    spec->ttl_steps = t->ttl_steps;
+    spec->ttl_seconds = t->ttl_seconds;
 }
 
 /* The spec's strings fit (lib/table checks the rest when it creates the store). */
@@ -54,7 +68,8 @@ ts_status tables_create(struct shard_params *sp, struct ts_cluster *cl, uint32_t
     const Tessera__V1__TableSpec *s = req->table;
     struct ts_table_cfg cfg = { .name = s->name, .dim = s->dim, .max_id = s->max_id,
                                 .init = s->initializer, .seed = s->seed,
-                                .optimizer = s->optimizer, .ttl_steps = s->ttl_steps };
+                                .optimizer = s->optimizer, .ttl_steps = s->ttl_steps,
+                                .ttl_seconds = s->ttl_seconds };
     struct shard_table *t = calloc(1, sizeof(*t));
     pthread_rwlockattr_t ra;
     ts_status st;
@@ -78,6 +93,7 @@ ts_status tables_create(struct shard_params *sp, struct ts_cluster *cl, uint32_t
     t->max_id = s->max_id;
     t->seed = s->seed;
     t->ttl_steps = s->ttl_steps;
+    t->ttl_seconds = s->ttl_seconds;
     t->rate_ms = ts_now_ms();   /* the first heartbeat measures from here */
     if ((st = rowcopy_place(t, &sj->job, &sp->tables_budget, cl, me, err))) {
         table_free(t);
@@ -539,14 +555,7 @@ static ts_status piece_table(struct ts_snap_piece *pc, struct shard_table *t, ui
     if (!tm || !spec || !runs || !tables)
         return ts_err_set(err, TS_ENOMEM, "snapshot: out of memory");
     tessera__v1__table_manifest__init(tm);
-    tessera__v1__table_spec__init(spec);
-    spec->name = (char *)t->name;
-    spec->dim = t->dim;
-    spec->max_id = t->max_id;
-    spec->initializer = (char *)t->init;
-    spec->seed = t->seed;
-    spec->optimizer = (char *)t->optimizer;
-    spec->ttl_steps = t->ttl_steps;
+    tables_spec(t, spec);
     tm->id = t->id;
     tm->spec = spec;
     tm->rows = rows;

@@ -65,7 +65,7 @@ struct shard_table {
     char name[TS_JOB_ID_MAX + 1];
     char init[64], optimizer[128];
     uint32_t dim;
-    uint64_t max_id, seed, ttl_steps;
+    uint64_t max_id, seed, ttl_steps, ttl_seconds;
     /* Rows pulled and pushed by workers (ids, repeats included; dp_rows.c), for /metrics;
      * and a second's worth of each over the last interval between heartbeats, in thousandths
      * (shard_tables_tick, which alone keeps rate_*: the counts and time it last saw). */

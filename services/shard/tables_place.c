@@ -194,16 +194,10 @@ static ts_status place_anew(struct shard_params *sp, struct ts_cluster *cl, uint
                             struct shard_job *sj, struct shard_table *t, const ts_manifest *m,
                             const char *hex, uint64_t step, uint64_t moved, struct ts_err *err)
 {
-    Tessera__V1__TableSpec spec = TESSERA__V1__TABLE_SPEC__INIT;
+    Tessera__V1__TableSpec spec;
     ts_status st;
 
-    spec.name = t->name;
-    spec.dim = t->dim;
-    spec.max_id = t->max_id;
-    spec.initializer = t->init;
-    spec.seed = t->seed;
-    spec.optimizer = t->optimizer;
-    spec.ttl_steps = t->ttl_steps;
+    tables_spec(t, &spec);
     pthread_rwlock_wrlock(&t->lock);
     if (moved && tables_pushed_past(t, step, &(uint64_t){ 0 })) {
         pthread_rwlock_unlock(&t->lock);

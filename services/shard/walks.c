@@ -474,6 +474,7 @@ ts_status shard_params_jobs(struct shard_params *sp, struct shard_job_status **o
             ts->rows = rowcopy_rows(t);
             ts->bytes = rowcopy_bytes(t);
             ts->ttl_steps = t->ttl_steps;
+            ts->ttl_seconds = t->ttl_seconds;
             rowcopy_tiers(t, &ts->tiers);
             ts->pulled = atomic_load(&t->pulled);
             ts->pushed = atomic_load(&t->pushed);

@@ -208,7 +208,8 @@ static int setup(struct ctr_run *r)
         spec.init = "normal:0.01";
         spec.seed = o->seed;
         spec.optimizer = o->table_optimizer;
-        spec.ttl_steps = o->row_ttl;
+        spec.ttl_steps = o->row_ttl_steps;
+        spec.ttl_seconds = o->row_ttl_seconds;
         if (tessera_table_register(r->t, &spec, &r->tables[f], &e))
             return fail(r, &e, "register table");
     }

@@ -73,7 +73,6 @@ static int trainer_options(const struct trainer_flags *f, struct train_opts *o)
     o->ctr_rows = (uint64_t)f->tr.ctr_rows, o->eval_samples = (uint64_t)f->tr.eval_samples;
     o->table_optimizer = f->tr.table_optimizer;
     o->prefetch_depth = (uint32_t)f->tr.prefetch_depth;
-    o->row_ttl = (uint64_t)f->tr.row_ttl;
     o->sdk.elastic = !f->tr.no_elastic && tessera_options_can_be_elastic(&o->sdk);
     return -1;
 }
@@ -156,7 +155,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "tessera-worker: %s\n", e.message);
         return 2;
     }
-    if (ts_trainer_check(&f.tr, &o.sdk, &err)) {
+    if (ts_trainer_check(&f.tr, &o.sdk, &err) ||
+        ts_row_ttl_parse(f.tr.row_ttl, &o.row_ttl_steps, &o.row_ttl_seconds, &err)) {
         fprintf(stderr, "tessera-worker: %s\n", err.msg);
         return 2;
     }

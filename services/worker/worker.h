@@ -29,7 +29,7 @@ struct train_opts {
     uint32_t ctr_features, ctr_dim;
     uint64_t ctr_rows, eval_samples;
     uint32_t prefetch_depth;       /* --prefetch-depth */
-    uint64_t row_ttl;              /* --row-ttl */
+    uint64_t row_ttl_steps, row_ttl_seconds;   /* --row-ttl (one of them, or none) */
     const char *table_optimizer;
 };
 

@@ -344,6 +344,40 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         proc.stop()
         return got, err, status
 
+    def test_row_lifetime_by_the_clock_on_copies(self):
+        """--row-ttl 1s on a job that is not exact (2 workers, 3 shards, --replicas 2; 110
+        steps of 60 ms and more): the heads drop rows not updated for a second or more and
+        tell their copies when and which (the plan in each ROWS_COPY), so a copy drops the
+        same rows whatever its own clock says. After the job a shard is killed and the copies
+        of its rows take over: the rows served are exactly those served before. The tables'
+        lifetime and the rows dropped show in `tessera status --json`. An exact job is
+        refused a lifetime by the clock, naming the flag."""
+        c = self.c
+        proc, addr = c.tessera_up(["--shards", "3", "--replicas", "2", "--tls-dir",
+                                   self.certs], name="up-clock")
+        args = ["--model", "ctr", "--steps", "110", "--batch", "128", "--micro", "32",
+                "--json", "--row-ttl", "1s"]
+        r = train(["--master", addr, "--workers", "2", "--job", "clock-x", "--exact"] + args)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--row-ttl 1s: an exact job drops rows by steps", r.stderr)
+        got = train_json(["--master", addr, "--workers", "2", "--job", "clock", "--slow",
+                          "0:60", "--keep"] + args)
+        tables = tl.job_tables(addr, "clock")
+        self.assertEqual({t["ttl_seconds"] for t in tables}, {1})
+        self.assertEqual({t["ttl_steps"] for t in tables}, {0})
+        before = sum(t["rows"] for t in tables)
+        self.assertEqual(before, got["table_rows"])
+        self.assertGreater(sum(t["expired"] for t in tables), 0)
+        victim = tl.status_json(addr)["shards"][0]
+        tl.log("%d rows, %d dropped over heads and copies; killing shard %d" % (
+            before, sum(t["expired"] for t in tables), victim["id"]))
+        os.kill(victim["pid"], signal.SIGKILL)
+        tl.wait_until(lambda: sum(1 for s in tl.status_json(addr)["shards"]
+                                  if s["state"] == "alive") == 2, 60, "the shard dropped")
+        tl.wait_until(lambda: sum(t["rows"] for t in tl.job_tables(addr, "clock")) == before,
+                      30, "the copies serving the rows the heads served (%d)" % before)
+        proc.stop()
+
     def assert_snapshots_read(self, store, final_rows):
         """`tessera snapshot diff` of each automatic snapshot with the next reads every table
         of both whole, which checks that a table's runs hold the rows its manifest counts:

@@ -279,6 +279,11 @@ class BadInput(tl.ClusterCase, unittest.TestCase):
                 c.register_table("emb", DIM + 1, 1000)
             self.assertIn("ALREADY_EXISTS", str(cm.exception))
             self.assertIn("table.name", str(cm.exception))
+            # A row lifetime by the clock in an exact job: refused by the shards, by name.
+            with self.assertRaises(tessera.InvalidArgument) as cm:
+                c.register_table("clock", DIM, 1000, ttl_seconds=60)
+            self.assertIn("table.ttl_seconds: 60: an exact job drops rows by steps",
+                          str(cm.exception))
             self.assertEqual((c.table_sha256(t, 1), c.table_rows(t, 1)), before)
             # The step goes on after every refusal.
             c.push_rows(t, 1, ids, np.ones((4, DIM), np.float32))
@@ -460,7 +465,8 @@ class Snapshots(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(rows[at].tobytes(), probe.tobytes())
         self.assertEqual(emb["spec"], {"dim": self.DIM, "max_id": 10 ** 7 - 1,
                                        "init": "normal:0.01", "seed": 0,
-                                       "optimizer": "adagrad:lr=0.1", "ttl_steps": 0})
+                                       "optimizer": "adagrad:lr=0.1", "ttl_steps": 0,
+                                       "ttl_seconds": 0})
         self.assertEqual(tuple(emb["state"].shape), (5009, 1, self.DIM))
         self.assertGreater(float(emb["state"][at[1]].min()), 0)   # row 7: pushed at step 1
         self.assertEqual(emb["steps"][at[1]].item(), 1)

@@ -146,7 +146,7 @@ class SnapshotFiles(unittest.TestCase):
         self.assertEqual(set(back.values), {"head.weight", "head.bias"})
         self.assertEqual(back.table_specs["items"], {
             "dim": 8, "max_id": 999, "init": "normal:0.01", "seed": 0,
-            "optimizer": "adagrad:lr=0.05", "ttl_steps": 0})
+            "optimizer": "adagrad:lr=0.05", "ttl_steps": 0, "ttl_seconds": 0})
         self.assertEqual(back.tables["items"][1].tobytes(), ref["emb"].weight.detach().numpy()
                          .tobytes())
         c = tl.Cluster()

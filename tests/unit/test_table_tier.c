@@ -1013,6 +1013,113 @@ static void t_index_budget_refuses_past_it(void **state)
     assert_int_equal(atomic_load(&b.index), 0);
 }
 
+/* The clocks of t_ttl_seconds: the head's, and a copy's that never moves (alone, it would
+ * never sweep). */
+static int64_t head_ms, copy_ms;
+static int64_t head_clock(void)
+{
+    return head_ms;
+}
+static int64_t copy_clock(void)
+{
+    return copy_ms;
+}
+
+/* Row lifetime by the clock (table.h): with ttl_seconds 10 and a step a second, a row last
+ * updated 2T + 1 s or more ago is gone, one updated less than T ago is there, and a row
+ * touched every step stays; the copy fed the head's pushes with its plan drops exactly the
+ * head's rows (the same fingerprint every step), though its own clock stands still; a reset
+ * starts the lifetime again; exact jobs, a second lifetime and ssp are refused naming the
+ * field. */
+static void t_ttl_seconds(void **state)
+{
+    enum { T = 10, STEPS = 60 };
+    struct ts_job j, jx = job(1);
+    struct ts_table_cfg c = { .name = "xclock", .dim = 4, .max_id = 1000, .init = "normal:0.1",
+                              .seed = 3, .optimizer = "adagrad:lr=0.05", .ttl_seconds = T };
+    struct ts_table *head, *copy, *x;
+    struct ts_err e = { 0 };
+    uint64_t ids[2], swept = 0, dropped_at = 0;
+    float g[8] = { 0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f };
+    char hh[65], hc[65];
+    bool applied;
+
+    (void)state;
+    assert_int_equal(ts_job_init(&j, "clock-job", 1, false, "sgd", 64, NULL), TS_OK);
+    assert_int_equal(ts_job_set_mode(&j, TS_MODE_BSP, 0, NULL), TS_OK);
+    assert_int_equal(ts_table_create(&j, &c, NULL, &head, &e), TS_OK);
+    assert_int_equal(ts_table_create(&j, &c, NULL, &copy, &e), TS_OK);
+    head->life.now_ms = head_clock;
+    copy->life.now_ms = copy_clock;
+    head_ms = copy_ms = 1000000;
+    life_restart(&head->life);
+    life_restart(&copy->life);
+    for (uint64_t s = 0; s < STEPS; s++, head_ms += 1000) {
+        /* row 0 every step, row s + 1 at step s only */
+        struct ts_row_push in = { .step = s, .n = 2, .ids = ids, .grad = g,
+                                  .encoding = TS_ENC_RAW };
+        uint64_t before = ts_table_count(head);
+        ids[0] = 0;
+        ids[1] = s + 1;
+        assert_int_equal(ts_table_sweep_plan(head, s), 0);   /* none before its first push */
+        assert_int_equal(ts_table_push(head, &in, &applied, &e), TS_OK);
+        in.sweep = ts_table_sweep_plan(head, s);
+        assert_true(in.sweep >= TS_TABLE_SWEEP_NONE);
+        assert_int_equal(ts_table_push(copy, &in, &applied, &e), TS_OK);
+        assert_int_equal(ts_table_sha256(&head, 1, hh, &e), TS_OK);
+        assert_int_equal(ts_table_sha256(&copy, 1, hc, &e), TS_OK);
+        assert_string_equal(hh, hc);
+        if (ts_table_count(head) < before + 1) {
+            swept++;
+            dropped_at = dropped_at ? dropped_at : s;
+        }
+    }
+    /* The last step was at head_ms - 1000: rows of step s were updated at 1000000 + 1000 s. */
+    for (uint64_t s = 0; s < STEPS; s++) {
+        int64_t age = head_ms - 1000 - (1000000 + (int64_t)s * 1000);
+        float v[4];
+        ts_status st = ts_table_row(head, s + 1, v, NULL, NULL, &e);
+        bool there = st == TS_OK;
+        assert_true(st == TS_OK || st == TS_ENOTFOUND);
+        if (age >= (2 * T + 1) * 1000)
+            assert_false(there);
+        if (age < T * 1000)
+            assert_true(there);
+    }
+    {
+        float v[4];
+        assert_int_equal(ts_table_row(head, 0, v, NULL, NULL, &e), TS_OK);
+    }
+    assert_true(swept >= 2);
+    assert_true(dropped_at >= T);   /* nothing goes before it is T old */
+    assert_int_equal(ts_table_count(head), ts_table_count(copy));
+    /* A reset starts the lifetime again: T steps with no sweep. */
+    ts_table_reset(head);
+    for (uint64_t s = 0; s < T; s++, head_ms += 1000) {
+        struct ts_row_push in = { .step = s, .n = 1, .ids = ids, .grad = g,
+                                  .encoding = TS_ENC_RAW };
+        ids[0] = s + 1;
+        assert_int_equal(ts_table_push(head, &in, &applied, &e), TS_OK);
+        assert_int_equal(ts_table_sweep_plan(head, s), TS_TABLE_SWEEP_NONE);
+    }
+    assert_int_equal(ts_table_count(head), T);
+    ts_table_free(head);
+    ts_table_free(copy);
+    /* Refused, naming the field: an exact job, a second lifetime, ssp. */
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_table_create(&jx, &c, NULL, &x, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "table.ttl_seconds: 10: an exact job drops rows by steps"));
+    c.ttl_steps = 5;
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_table_check(&j, &c, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "table.ttl_seconds: 10, and ttl_steps 5"));
+    c.ttl_steps = 0;
+    assert_int_equal(ts_job_set_mode(&j, TS_MODE_SSP, 2, NULL), TS_OK);
+    e = (struct ts_err){ 0 };
+    assert_int_equal(ts_table_check(&j, &c, &e), TS_EINVAL);
+    assert_non_null(strstr(e.msg, "table.ttl_seconds: 10: a row lifetime needs bsp"));
+}
+
 /* A sweep that drops many rows keeps their values for one step (the version before), then
  * gives that room back. */
 static void t_sweep_room_given_back(void **state)
@@ -1181,6 +1288,7 @@ int main(void)
         cmocka_unit_test(t_index_budget_refuses_past_it),
         cmocka_unit_test(t_ttl_drops_rows_deterministically),
         cmocka_unit_test(t_sweep_room_given_back),
+        cmocka_unit_test(t_ttl_seconds),
     };
     return cmocka_run_group_tests(tests, open_tier, close_tier);
 }

@@ -668,20 +668,27 @@ class Joins(tl.ClusterCase, unittest.TestCase):
                 "here already" in s.log_text()]
         self.assertEqual(len(told), 1, "one shard had moved the tables before the master died")
 
+    def killed_in_the_move(self, job, replicas):
+        """A join (train_with_a_join) on 2 shards with `replicas`, the first of which kills
+        itself when the master's MoveTables comes to it (TESSERA_TEST_KILL_AT=move:1), before
+        it moves anything; returns the master, the shards and the job's JSON and stderr."""
+        self.job = job
+        store = os.path.join(self.c.dir, "store-" + job)
+        master, shards = self.start(["--listen", "127.0.0.1:0", "--replicas", str(replicas),
+                                     "--store", store, "--snapshot-every", "10"], store,
+                                    first_shard_env={"TESSERA_TEST_KILL_AT": "move:1"})
+        got, err, _ = self.train_with_a_join(master, store, shards)
+        self.assertIn("TESSERA_TEST_KILL_AT: killed at move", shards[0].log_text())
+        self.assertIsNotNone(shards[0].wait(0), "the shard did not die")
+        return master, shards, got, err
+
     @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
     def test_a_shard_killed_in_the_move(self):
         """A shard of the two without copies kills itself when the master's MoveTables comes
         to it (TESSERA_TEST_KILL_AT=move:1), before it moves anything: its rows and
         partitions had no other copy, so the job goes back to the join's snapshot on the
         two shards left and ends on the --local fingerprint; never on a half-moved table."""
-        self.job = "k"
-        store = os.path.join(self.c.dir, "store-k")
-        master, shards = self.start(["--listen", "127.0.0.1:0", "--replicas", "1", "--store",
-                                     store, "--snapshot-every", "10"], store,
-                                    first_shard_env={"TESSERA_TEST_KILL_AT": "move:1"})
-        got, err, _ = self.train_with_a_join(master, store, shards)
-        self.assertIn("TESSERA_TEST_KILL_AT: killed at move", shards[0].log_text())
-        self.assertIsNotNone(shards[0].wait(0), "the shard did not die")
+        master, shards, got, err = self.killed_in_the_move("k", 1)
         self.assertGreaterEqual(got["rollbacks"], 1, err[-3000:])
         tl.log("%d rollback(s)" % got["rollbacks"])
 
@@ -693,13 +700,7 @@ class Joins(tl.ClusterCase, unittest.TestCase):
         snapshot of that step, and the job goes on with no rollback to the --local
         fingerprint. (Before: the survivor left the copy unserved while its tables were held,
         the snapshot missed the dead shard's rows, and the job ended 'done' without them.)"""
-        self.job = "c"
-        store = os.path.join(self.c.dir, "store-c")
-        master, shards = self.start(["--listen", "127.0.0.1:0", "--replicas", "2", "--store",
-                                     store, "--snapshot-every", "10"], store,
-                                    first_shard_env={"TESSERA_TEST_KILL_AT": "move:1"})
-        got, err, want = self.train_with_a_join(master, store, shards)
-        self.assertIn("TESSERA_TEST_KILL_AT: killed at move", shards[0].log_text())
+        master, shards, got, err = self.killed_in_the_move("c", 2)
         self.assertIn("this shard serves the copy of its rows", shards[1].log_text())
         log = master.log_text()
         self.assertIn("the move of its tables failed", log)

@@ -68,7 +68,9 @@ uint64_t life_applied(struct lifetime *l, uint64_t step)
     if (!l->ttl_ms)
         return 0;
     now = l->now_ms();
-    if (p->step == step && p->code > TS_TABLE_SWEEP_NONE && step + 1 >= p->code - 2) {
+    /* A plan's distance is 1 or more (life_plan: the cut is at most the step); a copy given
+     * another by a head (a bad frame) does not sweep rather than drop this step's rows. */
+    if (p->step == step && p->code > TS_TABLE_SWEEP_NONE + 1 && p->code - 2 <= step + 1) {
         cut = step + 1 - (p->code - 2);
         l->cut_done = cut > l->cut_done ? cut : l->cut_done;
         l->swept_ms = now;

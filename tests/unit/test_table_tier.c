@@ -1028,7 +1028,8 @@ static int64_t copy_clock(void)
 /* Row lifetime by the clock (table.h): with ttl_seconds 10 and a step a second, a row last
  * updated 2T + 1 s or more ago is gone, one updated less than T ago is there, and a row
  * touched every step stays; the copy fed the head's pushes with its plan drops exactly the
- * head's rows (the same fingerprint every step), though its own clock stands still; a reset
+ * head's rows (the same fingerprint every step), though its own clock stands still, and a
+ * plan no head makes (distance 0) drops nothing; a reset
  * starts the lifetime again; exact jobs, a second lifetime and ssp are refused naming the
  * field. */
 static void t_ttl_seconds(void **state)
@@ -1093,6 +1094,14 @@ static void t_ttl_seconds(void **state)
     assert_true(swept >= 2);
     assert_true(dropped_at >= T);   /* nothing goes before it is T old */
     assert_int_equal(ts_table_count(head), ts_table_count(copy));
+    {   /* A plan of distance 0 (no head makes one: a bad frame) drops nothing. */
+        uint64_t n0 = ts_table_count(copy);
+        struct ts_row_push in = { .step = STEPS, .n = 1, .ids = ids, .grad = g,
+                                  .encoding = TS_ENC_RAW, .sweep = 2 };
+        ids[0] = 0;
+        assert_int_equal(ts_table_push(copy, &in, &applied, &e), TS_OK);
+        assert_int_equal(ts_table_count(copy), n0);
+    }
     /* A reset starts the lifetime again: T steps with no sweep. */
     ts_table_reset(head);
     for (uint64_t s = 0; s < T; s++, head_ms += 1000) {

@@ -16,7 +16,8 @@
 #               under the sanitizers, shards restarted by `tessera up --respawn`, the master
 #               killed twice under the sanitizers, and the kill matrix: 50 random kills of a
 #               shard or the master in exact runs, with its table (KILL_TRIALS=N), then 10 of
-#               a reduce job without replicas (KILL_REDUCE_TRIALS=N), the pause matrix: the
+#               a reduce job without replicas (KILL_REDUCE_TRIALS=N) and 20 of the CTR
+#               trainer's tables (KILL_CTR_TRIALS=N), the pause matrix: the
 #               master stopped 5, 15, 60 s and a head shard 5, 30, 150 s (SIGSTOP), and the
 #               partitions on emulated hosts (packets dropped, no RST): the master cut from
 #               everyone 15 s, a worker from a head shard 60 s (as root; skipped without)
@@ -310,6 +311,7 @@ bench: build
 FAULT_TRIALS ?= 24
 KILL_TRIALS ?= 50
 KILL_REDUCE_TRIALS ?= 10
+KILL_CTR_TRIALS ?= 20
 test-big: build
 	TESSERA_BIN=$(abspath $(BUILD))/bin TESSERA_SRC=$(CURDIR) \
 	    PYTHONPATH=$(abspath $(BUILD))/python:$(abspath $(BUILD))/gen/python \
@@ -356,6 +358,8 @@ test-fault: build asan
 	    --trials $(KILL_TRIALS)
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
 	    --mode reduce --trials $(KILL_REDUCE_TRIALS)
+	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/kill_matrix.py \
+	    --model ctr --steps 300 --trials $(KILL_CTR_TRIALS)
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/pause_matrix.py
 	TESSERA_BIN=$(abspath $(BUILD))/bin /usr/bin/python3 tests/fault/partition.py \
 	    || [ $$? = 77 ]   # 77: no namespaces or iptables here (not root); it said why

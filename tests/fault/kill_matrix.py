@@ -29,6 +29,11 @@ With --mode reduce: a reduce job on --replicas 1, so that a dead shard takes eve
 the partitions it held and the workers seed them again (docs/replication.md, "Reduce jobs
 that lose every copy"); the victim is a shard or the master, and the same checks hold.
 
+With --model ctr: the CTR trainer (8 sparse tables and a dense MLP, docs/embeddings.md) on a
+cluster with a store and automatic snapshots every 10 steps, so that after a shard's death
+the master copies the rows anew (a held snapshot and a move): the same checks, the tables'
+rows in the fingerprint.
+
 Prints a line per trial and a table; exits 1 if any trial failed. `make test-fault` runs 50
 trials (KILL_TRIALS=N to change), `make test` 3 (integration/kill_matrix_short). Usage:
 kill_matrix.py --help.
@@ -76,7 +81,15 @@ def replicas(a):
 
 
 def mode_args(a):
-    return ("--mode", "reduce") if a.mode == "reduce" else ()
+    return (("--mode", "reduce") if a.mode == "reduce" else ()) + (
+        ("--model", "ctr", "--batch", "128", "--micro", "32") if a.model == "ctr" else ())
+
+
+def cluster_args(a, d):
+    """A store and automatic snapshots for the CTR trainer's tables (their re-copy after a
+    death needs them)."""
+    return (("--store", os.path.join(d, "store"), "--snapshot-every", "10")
+            if a.model == "ctr" else ())
 
 
 def trial(a, binary, rng, want):
@@ -84,7 +97,8 @@ def trial(a, binary, rng, want):
     errors = []
     out = {"errors": errors}
     d = tempfile.mkdtemp(prefix="tessera-killmatrix.")
-    c = cl.Cluster(binary, d, shards=a.shards, replicas=replicas(a), lease_ms=a.lease_ms)
+    c = cl.Cluster(binary, d, shards=a.shards, replicas=replicas(a), lease_ms=a.lease_ms,
+                   extra=cluster_args(a, d))
     p = None
     try:
         p = cl.train(binary, c.master, a.steps, JOB, workers=WORKERS,
@@ -167,9 +181,9 @@ def table(trials, a):
     ok = [t for t in trials if not t["errors"]]
     rec = [t["recovery_s"] for t in trials if "recovery_s" in t]
     back = [t["master_back_s"] for t in trials if "master_back_s" in t]
-    print("\nkill_matrix: %d shards, --replicas %d, mode %s, %d exact workers, %d steps, kill "
-          "-9 of a random shard, %sthe master at a random step" % (
-              a.shards, replicas(a), a.mode, WORKERS, a.steps,
+    print("\nkill_matrix: %d shards, --replicas %d, mode %s, model %s, %d exact workers, %d "
+          "steps, kill -9 of a random shard, %sthe master at a random step" % (
+              a.shards, replicas(a), a.mode, a.model, WORKERS, a.steps,
               "" if a.mode == "reduce" else "worker or "))
     print("%-40s %s" % ("trials", len(trials)))
     for role, what in (("head", "  a shard heading partitions"),
@@ -205,6 +219,9 @@ def main():
     ap.add_argument("--mode", choices=("bsp", "reduce"), default="bsp",
                     help="bsp (default, --replicas 2) or reduce (--replicas 1: the workers "
                     "seed the partitions a dead shard held)")
+    ap.add_argument("--model", choices=("mlp", "ctr"), default="mlp",
+                    help="mlp (default: the MLP on Fashion-MNIST) or ctr (sparse tables; the "
+                    "cluster keeps automatic snapshots every 10 steps)")
     cl.trial_args(ap, "victims, steps and delays")
     a = ap.parse_args()
     seed, rng = cl.seeded(a, "kill_matrix")

@@ -22,6 +22,11 @@ Then, for the trial to pass:
   (shard_failures), a stopped master declared no one dead;
 - the cluster stops cleanly: no process of it outlives `tessera up`'s SIGTERM.
 
+With --model ctr: the CTR trainer (8 sparse tables with copies and a dense MLP,
+docs/embeddings.md) on a cluster with a store and automatic snapshots every 10 steps (after
+a shard is dropped the rows are copied anew; the woken shard joins and the rows move to it):
+the same checks, the tables' rows in the fingerprint.
+
 Prints a line per trial and a table; exits 1 if any trial failed. `make test-fault` runs the
 six pauses; `make test` one shard pause of 8 s (integration/pause_matrix_short). Usage:
 pause_matrix.py --help.
@@ -43,6 +48,11 @@ import clusterlib as cl  # noqa: E402
 
 JOB = "pm"
 SLOW = ("--slow", "0:30")   # rank 0 sleeps 30 ms a step: about 20 steps a second here
+CTR = ("--model", "ctr", "--batch", "128", "--micro", "32")
+
+
+def model_args(a):
+    return CTR if a.model == "ctr" else ()
 
 
 def parse_pauses(text):
@@ -61,10 +71,12 @@ def trial(a, binary, rng, want, kind, pause_s):
     lease_s = a.lease_ms / 1000.0
     logs = tempfile.mkdtemp(prefix="tessera-pause.")
     rec["logs"] = logs
-    c = cl.Cluster(binary, logs, shards=3, replicas=2, lease_ms=a.lease_ms)
+    c = cl.Cluster(binary, logs, shards=3, replicas=2, lease_ms=a.lease_ms,
+                   extra=("--store", os.path.join(logs, "store"), "--snapshot-every", "10")
+                   if a.model == "ctr" else ())
     cont = None
     try:
-        p = cl.train(binary, c.master, a.steps, JOB, extra=SLOW)
+        p = cl.train(binary, c.master, a.steps, JOB, extra=SLOW + model_args(a))
         ids = list(c.shards)
         at = rng.randrange(20, 120)
         _, heads, _ = cl.wait_version(c, JOB, ids, at, p, 120)
@@ -155,13 +167,17 @@ def main():
     ap.add_argument("--steps", type=int, default=1200, help="steps of each training "
                     "(default 1200: about a minute)")
     ap.add_argument("--lease-ms", type=int, default=3000, help="member lease (default 3000)")
+    ap.add_argument("--model", choices=("mlp", "ctr"), default="mlp",
+                    help="mlp (default: the MLP on Fashion-MNIST) or ctr (sparse tables; the "
+                    "cluster keeps automatic snapshots every 10 steps)")
     cl.trial_args(ap, "moments and victims")
     a = ap.parse_args()
     seed, rng = cl.seeded(a, "pause_matrix")
     binary = os.path.join(a.bin, "tessera")
     cl.load_protos(a.bin)
     cl.exit_on_sigterm()
-    want = cl.result(cl.train(binary, None, a.steps), "tessera train --local")["params_sha256"]
+    want = cl.result(cl.train(binary, None, a.steps, extra=model_args(a)),
+                     "tessera train --local")["params_sha256"]
     trials = []
     for i, (kind, pause_s) in enumerate(a.pauses):
         t = trial(a, binary, rng, want, kind, pause_s)

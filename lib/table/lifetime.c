@@ -1,9 +1,10 @@
 /* lifetime.c - a row lifetime by the clock (ts_table_cfg.ttl_seconds; table.h, "Row
  * lifetime"): when a step sweeps, and below which step the rows it drops were last updated.
  *
- * The clock is read once a step, by the head of the rows, at the step's first push (life_plan):
- * the plan it makes travels to the copies in their ROWS_COPY frames (services/shard), so that
- * a copy drops exactly the rows its head drops whatever its own clock says. A row's age is
+ * The head of the rows plans each step's sweep from its clock at the step's first push
+ * (life_plan); the plan travels to the copies in their ROWS_COPY frames (services/shard), so
+ * that a copy drops exactly the rows its head drops whatever its own clock says (a copy reads
+ * its clock only to mark when its steps applied, for the day it takes over). A row's age is
  * its last update's step, turned into time by marks: (s, ms) says every step below s was
  * applied by ms, a mark at most every ttl / LIFE_MARK_SPLIT, LIFE_MARKS kept (so twice the
  * lifetime is covered). A sweep drops the rows last updated below the newest mark at least

@@ -233,8 +233,9 @@ static void hook_moved(uint32_t moved)
 }
 #endif
 
-/* MoveTables(mv) on every alive shard of view v (those without the job skipped); *moved: the
- * shards that moved its tables. */
+/* MoveTables(mv) on every alive shard of view v on its ring (those without the job skipped;
+ * a joining shard holds none of its rows and was not held with them); *moved: the shards
+ * that moved its tables. */
 static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
                                 const struct ts_members_view *v, uint32_t *moved,
                                 uint32_t *tables, uint64_t *rows, uint32_t *held_ms,
@@ -253,6 +254,8 @@ static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
         struct ts_rpc_channel *ch;
         struct ts_err e = { 0 };
 
+        if (v->shards[i].joining)
+            continue;
         if ((st = shard_channels_get(&sn->chan, v->shards[i].addr, &ch, err)))
             break;
         st = ts_shard_move_tables(ch, &req, MOVE_CALL_MS, &r, &e);
@@ -272,13 +275,37 @@ static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
     return st;
 }
 
-/* The join's moves (snapshot_for_join), once no shard is joining on a map past the joining
- * epoch: every shard places the job's tables on that map from the held step's snapshot. A
- * map that moved again before any shard moved them (ABORTED) is tried again on the next
- * pass; a move that fails otherwise (a shard that moved them takes pushes again: the move
- * cannot be done over), or waits past MOVE_WAIT_MS, is given up: the shards' holds end at
- * their time, and a job whose rows the map moved goes back to a snapshot, the join's
- * (services/shard/tables.c). sn->mu held. */
+/* $TESSERA_TEST_MASTER_RECOPY_AFTER_JOIN=1 (a build with test hooks only): a re-copy's move
+ * waits, up to MOVE_WAIT_MS, for a shard to be joining, the order that once held the re-copy
+ * until the join gave up on it (tests/integration/test_ctr.py, test_a_respawned_shard_joins). */
+static bool hook_recopy_waits(const struct snap_move *mv, bool joining)
+{
+    const char *v = ts_hook("TESSERA_TEST_MASTER_RECOPY_AFTER_JOIN");
+    static bool waited;   /* sn->mu held */
+
+    if (!v || *v != '1' || mv->epoch)
+        return false;
+    if (!joining && !waited)
+        ts_log(TS_WARN, "master", "TESSERA_TEST_MASTER_RECOPY_AFTER_JOIN: job %s: the "
+               "re-copy's move waits for a shard joining", mv->job);
+    else if (joining && waited)
+        ts_log(TS_WARN, "master", "TESSERA_TEST_MASTER_RECOPY_AFTER_JOIN: job %s: a shard "
+               "joins; the re-copy's move goes on", mv->job);
+    waited = !joining;
+    return !joining;
+}
+
+/* The moves of held tables (hold_and_snapshot): every shard places the job's tables from the
+ * held step's snapshot on the map of now, past mv->epoch. A join's move (mv->epoch: the
+ * joining epoch) waits for a map past it with no shard joining: the joined shards on the
+ * ring. A re-copy's (mv->epoch 0) goes on the ring as it is, a shard joining or not: a
+ * joining shard is on no ring yet, and its join waits for this loop, which runs nothing else
+ * while moves wait (once a re-copy waited for a join that waited for it, 30 s, and the job
+ * went back to a snapshot). A map that moved again before any shard moved them (ABORTED) is
+ * tried again on the next pass; a move that fails otherwise (a shard that moved them takes
+ * pushes again: the move cannot be done over), or waits past MOVE_WAIT_MS, is given up: the
+ * shards' holds end at their time, and a job whose rows the map moved goes back to a
+ * snapshot, the join's (services/shard/tables.c). sn->mu held. */
 static void moves_run(struct snapper *sn)
 {
     struct ts_members_view v;
@@ -296,7 +323,7 @@ static void moves_run(struct snapper *sn)
         int64_t t0 = ts_now_ms();
         ts_status st = TS_ESTALE;
 
-        if (!joining && v.epoch > mv->epoch) {
+        if ((!joining || !mv->epoch) && v.epoch > mv->epoch && !hook_recopy_waits(mv, joining)) {
             st = move_on_shards(sn, mv, &v, &moved, &tables, &rows, &held_ms, &err);
             if (st == TS_ESTALE && moved)
                 st = TS_EUNAVAIL;   /* not to be tried again (above) */
@@ -322,10 +349,11 @@ static void moves_run(struct snapper *sn)
         }
         if (st == TS_ESTALE) {
             snap_count_move("gave_up", 0);
-            ts_log(TS_WARN, "master", "job %s: no map past epoch %" PRIu64 " without a joining "
-                   "shard came within %d s of its snapshot; its tables are not moved (their "
-                   "holds end at their time, and a map that moved their rows sends the job "
-                   "back to a snapshot)", mv->job, mv->epoch, MOVE_WAIT_MS / 1000);
+            ts_log(TS_WARN, "master", "job %s: %s within %d s of its snapshot; its tables "
+                   "are not moved (their holds end at their time, and a map that moved their "
+                   "rows sends the job back to a snapshot)", mv->job, mv->epoch ?
+                   "no map with the joining shards on the ring came" :
+                   "the map never stayed still for the move", MOVE_WAIT_MS / 1000);
         }
         sn->moves[k] = sn->moves[--sn->nmoves];
         moves_changed(sn);

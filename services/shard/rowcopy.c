@@ -256,17 +256,25 @@ enum rowcopy_check rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl)
     static uint32_t ids[TS_CLUSTER_MAX_SHARDS];   /* under the registry lock */
     size_t n = ts_cluster_shard_ids(cl, ids, TS_CLUSTER_MAX_SHARDS), lost = 0, holding = 0;
     uint32_t chain[COPIES];
+    enum rowcopy_check c;
     bool joined;
 
+    /* Its placement (members, ring, stores) is a move's or a rollback's to replace, under
+     * the lock held exclusive (place_anew): once a map taken up by a push's remap read the
+     * ring a MoveTables was freeing. */
+    pthread_rwlock_rdlock(&t->lock);
     for (size_t i = 0; i < t->nmembers; i++)
         holding += still_holds(t, cl, ids, n, t->members[i]);
     /* A shard joined, or one came back as a new session (it registered again since the
      * table was placed): it holds none of the rows the ring gives it. */
     joined = !members_hold(t, cl, ids, n);
-    if (holding == t->nmembers)
-        return joined ? ROWCOPY_MISPLACED : ROWCOPY_HELD;
+    if (holding == t->nmembers) {
+        c = joined ? ROWCOPY_MISPLACED : ROWCOPY_HELD;
+        goto out;
+    }
+    c = ROWCOPY_LOST;
     if (!t->replicated || !t->placed)
-        return ROWCOPY_LOST;
+        goto out;
     /* Every chain keeps a member that holds its rows, or they are gone. */
     for (size_t i = 0; i < ts_ring_points(t->placed); i++) {
         size_t k = ts_ring_chain_hash(t->placed, ts_ring_point(t->placed, i), COPIES, chain);
@@ -274,12 +282,11 @@ enum rowcopy_check rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl)
         for (size_t j = 0; j < k; j++)
             live |= still_holds(t, cl, ids, n, chain[j]);
         if (!live)
-            return ROWCOPY_LOST;
+            goto out;
     }
     /* The copies of the members that no longer hold are taken over, whether or not a shard
      * joined too: a snapshot taken for a join's move (or to copy the rows anew) captures
      * the stores served, and a copy left unserved would be missing from it. */
-    pthread_rwlock_rdlock(&t->lock);
     for (size_t k = 1; k < t->nstores; k++) {
         struct table_store *s = &t->stores[k];
         if (still_holds(t, cl, ids, n, s->origin) || atomic_load(&s->owned))
@@ -295,8 +302,10 @@ enum rowcopy_check rowcopy_rechain(struct shard_table *t, struct ts_cluster *cl)
                "copy of its rows it holds (%" PRIu64 " rows, step %" PRIu64 ")", t->name,
                s->origin, ts_table_count(s->t), ts_table_step(s->t));
     }
+    c = lost ? ROWCOPY_LOST : joined ? ROWCOPY_MISPLACED : ROWCOPY_HELD;
+out:
     pthread_rwlock_unlock(&t->lock);
-    return lost ? ROWCOPY_LOST : joined ? ROWCOPY_MISPLACED : ROWCOPY_HELD;
+    return c;
 }
 
 void rowcopy_free(struct shard_table *t)

@@ -26,7 +26,8 @@
  *
  * Threads: rowcopy_place runs with t->lock held exclusive (or before the table is
  * published); the readers (store_of, follower, keeps) with it held shared; rowcopy_rechain
- * with the registry lock only: it changes the stores' atomic flags, not the array.
+ * takes it shared itself (under the registry lock): it reads the placement and changes the
+ * stores' atomic flags, not the array.
  * Ownership: the stores, the ring and the followers are the table's (rowcopy_free). */
 #ifndef TS_SHARD_ROWCOPY_H
 #define TS_SHARD_ROWCOPY_H

@@ -426,10 +426,19 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         on this shard"), and the workers' held pushes fail over to the new map. 160 steps:
         the join comes about 3 s after the kill. --keep: the status read after the run must
         find the job's tables, which the master releases from the shards once a job without
-        it ends (CI once read the new shard's status after its release)."""
-        got, err, status = self.kill_one(2, "k2r", up=["--respawn"],
-                                         train=["--steps", "160", "--keep"])
+        it ends (CI once read the new shard's status after its release).
+        The rows copied anew after the death (a held snapshot and its move) and the join race:
+        CI once had the new shard joining before the re-copy's move, which waited for the
+        join while the join waited for it, 30 s, then the job went back to a snapshot. With
+        test hooks (its asan/ entry) the master makes that order every time
+        (TESSERA_TEST_MASTER_RECOPY_AFTER_JOIN)."""
+        with tl.environ(TESSERA_TEST_MASTER_RECOPY_AFTER_JOIN="1"):
+            got, err, status = self.kill_one(2, "k2r", up=["--respawn"],
+                                             train=["--steps", "160", "--keep"])
         self.assertEqual(got["rollbacks"], 0, err[-3000:])
+        if tl.SANITIZED:   # the order the hook made: the re-copy waited for the join
+            log = open(os.path.join(self.c.dir, "up-k2r", "master.log")).read()
+            self.assertIn("a shard joins; the re-copy's move goes on", log)
         alive = [s for s in status["shards"] if s["state"] == "alive"]
         self.assertEqual(len(alive), 3, status["shards"])
         joined = max(alive, key=lambda s: s["id"])
@@ -540,18 +549,21 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
 def assert_rows_moved(case, store, err):
     """The join took one snapshot (its message says so), and the workers' table calls that
     met the move failed over to the new map: a push held at the snapshot's step, or a pull of
-    its version, on a connection begun before the move."""
+    its version, on a connection begun before the move. After a death the rows copied anew
+    (a snapshot and a move of their own) may meet calls too: at that snapshot's step."""
     r = tl.run_cli(["snapshot", "list", "--store", store, "--json"])
     case.assertEqual(r.returncode, 0, r.stderr)
-    joins = [x for x in json.loads(r.stdout)
-             if x["message"].startswith("before the shards joining at epoch")]
+    snaps = json.loads(r.stdout)
+    joins = [x for x in snaps if x["message"].startswith("before the shards joining at epoch")]
     case.assertEqual(len(joins), 1, r.stdout)
     case.assertIn("its rows were placed anew at shard map epoch", err)
     step = joins[0]["step"]
+    held = {step} | {x["step"] for x in snaps
+                     if x["message"] == "to copy the rows anew after a shard died"}
     met = re.findall(r"(?:push|pull) of rows (\d+): [^\n]*placed anew", err)
     case.assertTrue(met, err[-3000:])
-    case.assertEqual({int(s) for s in met}, {step}, "the calls that met the move were of the "
-                     "held step")
+    case.assertLessEqual({int(s) for s in met}, held, "the calls that met a move were of a "
+                         "held step")
     tl.log("the join's snapshot: step %d, the rows moved there" % step)
 
 

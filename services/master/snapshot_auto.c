@@ -275,33 +275,38 @@ static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
     return st;
 }
 
-/* $TESSERA_TEST_MASTER_RECOPY_AFTER_JOIN=1 (a build with test hooks only): a re-copy's move
- * waits, up to MOVE_WAIT_MS, for a shard to be joining, the order that once held the re-copy
- * until the join gave up on it (tests/integration/test_ctr.py, test_a_respawned_shard_joins). */
-static bool hook_recopy_waits(const struct snap_move *mv, bool joining)
+/* $TESSERA_TEST_MASTER_MOVE_AFTER_JOIN=1 (a build with test hooks only): the first move that
+ * could run (ready) waits, up to MOVE_WAIT_MS, until a shard is joining, the orders that once
+ * stalled a move 30 s behind a join that waited for it (tests/integration/test_ctr.py: a
+ * re-copy's, test_a_respawned_shard_joins; a join's, Joins.test_a_second_shard_joins_before_
+ * the_move). Whether it holds the move back now. sn->mu held. */
+static bool hook_move_waits(const struct snap_move *mv, bool ready, bool joining)
 {
-    const char *v = ts_hook("TESSERA_TEST_MASTER_RECOPY_AFTER_JOIN");
-    static bool waited;   /* sn->mu held */
+    const char *v = ts_hook("TESSERA_TEST_MASTER_MOVE_AFTER_JOIN");
+    static int state;   /* 0: not yet, 1: waiting, 2: done */
 
-    if (!v || *v != '1' || mv->epoch)
+    if (!v || *v != '1' || state == 2 || (!state && !ready))
         return false;
-    if (!joining && !waited)
-        ts_log(TS_WARN, "master", "TESSERA_TEST_MASTER_RECOPY_AFTER_JOIN: job %s: the "
-               "re-copy's move waits for a shard joining", mv->job);
-    else if (joining && waited)
-        ts_log(TS_WARN, "master", "TESSERA_TEST_MASTER_RECOPY_AFTER_JOIN: job %s: a shard "
-               "joins; the re-copy's move goes on", mv->job);
-    waited = !joining;
-    return !joining;
+    if (!state) {
+        state = 1;
+        ts_log(TS_WARN, "master", "TESSERA_TEST_MASTER_MOVE_AFTER_JOIN: job %s: the %s move "
+               "waits for a shard joining", mv->job, mv->epoch ? "join's" : "re-copy's");
+    }
+    if (joining) {
+        state = 2;
+        ts_log(TS_WARN, "master", "TESSERA_TEST_MASTER_MOVE_AFTER_JOIN: job %s: a shard "
+               "joins; the move goes on when it may", mv->job);
+    }
+    return state == 1;
 }
 
 /* The moves of held tables (hold_and_snapshot): every shard places the job's tables from the
  * held step's snapshot on the map of now, past mv->epoch. A join's move (mv->epoch: the
  * joining epoch) waits for a map past it with no shard joining: the joined shards on the
  * ring. A re-copy's (mv->epoch 0) goes on the ring as it is, a shard joining or not: a
- * joining shard is on no ring yet, and its join waits for this loop, which runs nothing else
- * while moves wait (once a re-copy waited for a join that waited for it, 30 s, and the job
- * went back to a snapshot). A map that moved again before any shard moved them (ABORTED) is
+ * joining shard is on no ring yet, and its join waits for this loop (once a re-copy waited
+ * for a join that waited for it, 30 s, and the job went back to a snapshot); a join asked
+ * while a join's move waits takes its snapshot over the move's (auto_loop). A map that moved again before any shard moved them (ABORTED) is
  * tried again on the next pass; a move that fails otherwise (a shard that moved them takes
  * pushes again: the move cannot be done over), or waits past MOVE_WAIT_MS, is given up: the
  * shards' holds end at their time, and a job whose rows the map moved goes back to a
@@ -322,8 +327,9 @@ static void moves_run(struct snapper *sn)
         uint64_t rows = 0;
         int64_t t0 = ts_now_ms();
         ts_status st = TS_ESTALE;
+        bool ready = (!joining || !mv->epoch) && v.epoch > mv->epoch;
 
-        if ((!joining || !mv->epoch) && v.epoch > mv->epoch && !hook_recopy_waits(mv, joining)) {
+        if (!hook_move_waits(mv, ready, joining) && ready) {
             st = move_on_shards(sn, mv, &v, &moved, &tables, &rows, &held_ms, &err);
             if (st == TS_ESTALE && moved)
                 st = TS_EUNAVAIL;   /* not to be tried again (above) */
@@ -427,6 +433,13 @@ static void *auto_loop(void *arg)
         ts_sleep_ms(20);
         pthread_mutex_lock(&sn->mu);
         if (sn->nmoves) {   /* held tables: no other snapshot of their steps comes first */
+            /* but a join's: shards that join while a move waits on a joining shard would
+             * wait for this loop as the move waits for them (the join's snapshot replaces
+             * the job's move, held at the same step, and it waits for their map) */
+            if ((join = atomic_load(&sn->join_asked)) > atomic_load(&sn->join_passed)) {
+                n = running_jobs(sn, ids, maxvs, tables, SNAP_MAX_JOBS);
+                snapshot_for_join(sn, join, ids, tables, n);
+            }
             moves_run(sn);
             unlock_loop(sn);
             ts_sleep_ms(sn->nmoves ? 50 : 0);

@@ -214,28 +214,73 @@ static void recopy_after_death(struct snapper *sn, char (*ids)[TS_JOB_ID_MAX + 1
 
 /* $TESSERA_TEST_MASTER_DIE_MOVING=N (a build with test hooks only: util/hook.h): the master
  * SIGKILLs itself once N shards moved a job's tables, the others' still held: a master that
- * restarts in the middle of a move (tests/integration/test_ctr.py, Joins). */
+ * restarts in the middle of a move (tests/integration/test_ctr.py, Joins).
+ * $TESSERA_TEST_MASTER_MOVE_PAUSE=1: once the first shard moved them, the master's first move
+ * waits (up to MOVE_WAIT_MS) for the map to pass its epoch: a shard that registers in the
+ * middle of a move (Joins.test_a_shard_registers_in_the_move). */
 #if TS_TEST_HOOKS
-static void hook_moved(uint32_t moved)
+static void hook_moved(struct snapper *sn, uint32_t moved, uint64_t epoch)
 {
     const char *v = ts_hook("TESSERA_TEST_MASTER_DIE_MOVING");
+    static bool paused;   /* sn->mu held */
 
     if (v && strtol(v, NULL, 10) == (long)moved) {
         ts_log(TS_WARN, "master", "TESSERA_TEST_MASTER_DIE_MOVING: killed after %u shards "
                "moved their tables", moved);
         raise(SIGKILL);
     }
+    if (moved == 1 && !paused && (v = ts_hook("TESSERA_TEST_MASTER_MOVE_PAUSE")) &&
+        *v == '1') {
+        paused = true;
+        ts_log(TS_WARN, "master", "TESSERA_TEST_MASTER_MOVE_PAUSE: one shard moved the "
+               "tables; the move waits for the map to pass epoch %" PRIu64, epoch);
+        for (int64_t until = ts_now_ms() + MOVE_WAIT_MS;
+             ts_members_epoch(sn->members) <= epoch && ts_now_ms() < until;)
+            ts_sleep_ms(20);
+    }
 }
 #else
-static void hook_moved(uint32_t moved)
+static void hook_moved(struct snapper *sn, uint32_t moved, uint64_t epoch)
 {
+    (void)sn;
     (void)moved;
+    (void)epoch;
 }
 #endif
 
+/* Whether the map of now has the ring of v (the same shards on it, none registered again
+ * since), and its epoch then (*epoch). */
+static bool same_ring_now(struct snapper *sn, const struct ts_members_view *v, uint64_t *epoch)
+{
+    struct ts_members_view now;
+    struct ts_err err = { 0 };
+    size_t i = 0, j = 0;
+    bool same;
+
+    if (ts_members_view(sn->members, true, &now, &err))
+        return false;
+    for (;; i++, j++) {
+        while (i < v->nshards && v->shards[i].joining)
+            i++;
+        while (j < now.nshards && now.shards[j].joining)
+            j++;
+        if (i == v->nshards || j == now.nshards ||
+            v->shards[i].id != now.shards[j].id ||
+            v->shards[i].registered_epoch != now.shards[j].registered_epoch)
+            break;
+    }
+    same = i == v->nshards && j == now.nshards;
+    *epoch = now.epoch;
+    ts_members_view_free(&now);
+    return same;
+}
+
 /* MoveTables(mv) on every alive shard of view v on its ring (those without the job skipped;
  * a joining shard holds none of its rows and was not held with them); *moved: the shards
- * that moved its tables. */
+ * that moved its tables. A map that moves on in the middle with the same ring (a shard
+ * registered, joining) does not stop it: the shards left move on the newer map, the same
+ * placement (once such a move was given up half made: the holds ran their 90 s, then the
+ * job went back to a snapshot). */
 static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
                                 const struct ts_members_view *v, uint32_t *moved,
                                 uint32_t *tables, uint64_t *rows, uint32_t *held_ms,
@@ -243,6 +288,7 @@ static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
 {
     Tessera__V1__MoveTablesRequest req = TESSERA__V1__MOVE_TABLES_REQUEST__INIT;
     ts_status st = TS_OK;
+    uint64_t epoch;
 
     req.job = (char *)mv->job;
     req.snapshot_id = (char *)mv->hex;
@@ -259,12 +305,20 @@ static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
         if ((st = shard_channels_get(&sn->chan, v->shards[i].addr, &ch, err)))
             break;
         st = ts_shard_move_tables(ch, &req, MOVE_CALL_MS, &r, &e);
-        if (st == TS_ENOTFOUND) {   /* the shard does not hold the job */
+        if (st == TS_ESTALE && *moved && same_ring_now(sn, v, &epoch) &&
+            epoch > req.map_epoch) {
+            ts_log(TS_INFO, "master", "job %s: the map moved on to epoch %" PRIu64 " in the "
+                   "middle of the move, the same shards on its ring; the move goes on on it",
+                   mv->job, epoch);
+            req.map_epoch = epoch;
+            st = TS_OK;
+            i--;   /* this shard again */
+        } else if (st == TS_ENOTFOUND) {   /* the shard does not hold the job */
             st = TS_OK;
         } else if (st) {
             ts_err_set(err, st, "shard %u: %s", v->shards[i].id, e.msg);
         } else {
-            hook_moved(++*moved);
+            hook_moved(sn, ++*moved, req.map_epoch);
             *tables = r->tables > *tables ? r->tables : *tables;
             *rows += r->rows;
             *held_ms = r->held_ms > *held_ms ? r->held_ms : *held_ms;
@@ -306,11 +360,13 @@ static bool hook_move_waits(const struct snap_move *mv, bool ready, bool joining
  * ring. A re-copy's (mv->epoch 0) goes on the ring as it is, a shard joining or not: a
  * joining shard is on no ring yet, and its join waits for this loop (once a re-copy waited
  * for a join that waited for it, 30 s, and the job went back to a snapshot); a join asked
- * while a join's move waits takes its snapshot over the move's (auto_loop). A map that moved again before any shard moved them (ABORTED) is
- * tried again on the next pass; a move that fails otherwise (a shard that moved them takes
- * pushes again: the move cannot be done over), or waits past MOVE_WAIT_MS, is given up: the
- * shards' holds end at their time, and a job whose rows the map moved goes back to a
- * snapshot, the join's (services/shard/tables.c). sn->mu held. */
+ * while a join's move waits takes its snapshot over the move's (auto_loop). A map that
+ * moved again before any shard moved them (ABORTED) is tried again on the next pass; one
+ * that moved in the middle with the same ring, on the map of now (move_on_shards); a move
+ * that fails otherwise (a shard that moved them takes pushes again: the move cannot be done
+ * over), or waits past MOVE_WAIT_MS, is given up: the shards' holds end at their time, and a
+ * job whose rows the map moved goes back to a snapshot, the join's (services/shard/tables.c).
+ * sn->mu held. */
 static void moves_run(struct snapper *sn)
 {
     struct ts_members_view v;

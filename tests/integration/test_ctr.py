@@ -277,6 +277,10 @@ def differing_parts(got, want):
         ", ".join(parts) or "none", got["table_rows"], want["table_rows"])
 
 
+IN_ASAN_JOIN = ("runs in its asan/ entry of make test (asan/integration/test_ctr_join) and "
+                "with TESSERA_LONG=1")
+
+
 class ShardKilled(tl.ClusterCase, unittest.TestCase):
     """80 exact steps by 2 workers on `tessera up --shards 3 --snapshot-every 10`, a shard
     killed with SIGKILL after step 25. With `--replicas 2` the copies of its rows on the next
@@ -415,6 +419,7 @@ class ShardKilled(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(len(alive), 2, status["shards"])
         self.assert_snapshots_read(os.path.join(self.c.dir, "store-k2"), got["table_rows"])
 
+    @unittest.skipUnless(tl.SANITIZED or tl.LONG, IN_ASAN_JOIN)
     def test_a_respawned_shard_joins(self):
         """`tessera up --respawn` (as systemd's Restart=on-failure) starts the killed shard
         again: its copies take over, then the new shard joins the map and the tables' rows
@@ -570,8 +575,7 @@ def assert_rows_moved(case, store, err):
     tl.log("the join's snapshot: step %d, the rows moved there" % step)
 
 
-@unittest.skipUnless(tl.SANITIZED or tl.LONG, "runs in its asan/ entry of make test "
-                     "(asan/integration/test_ctr_join) and with TESSERA_LONG=1")
+@unittest.skipUnless(tl.SANITIZED or tl.LONG, IN_ASAN_JOIN)
 class Joins(tl.ClusterCase, unittest.TestCase):
     """A shard started while the CTR trainer runs on 2 shards without copies joins: the
     tables' rows move to the map with it from a snapshot taken with them held at its step
@@ -711,6 +715,38 @@ class Joins(tl.ClusterCase, unittest.TestCase):
         self.assertIn("a shard joins; the move goes on", log)
         self.assertNotIn("within 30 s of its snapshot", log)
         self.assertIn("tables moved to the shards of epoch", log)
+        alive = [s for s in tl.status_json(master.addr)["shards"] if s["state"] == "alive"]
+        self.assertEqual(len(alive), 4, alive)
+        self.assertTrue(all(s["table_rows"] > 0 for s in alive), alive)
+        self.assertEqual(sum(s["table_rows"] for s in alive), want["table_rows"], alive)
+
+    @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
+    def test_a_shard_registers_in_the_move(self):
+        """A fourth shard registers while the third's join is being moved: one shard has
+        moved the tables when the map moves on (TESSERA_TEST_MASTER_MOVE_PAUSE holds the
+        move there until it does). The ring is the same (the fourth is only joining), so
+        the shards left move on the newer map; before, they refused the move's epoch as
+        stale, the move was given up half made, and 90 s later the job went back to a
+        snapshot. Then the fourth joins with a move of its own: no rollback, the --local
+        fingerprint, 4 shards serving rows."""
+        self.job = "jr"
+        store = os.path.join(self.c.dir, "store-jr")
+        master, shards = self.start(["--listen", "127.0.0.1:0", "--replicas", "1", "--store",
+                                     store, "--snapshot-every", "10"], store,
+                                    {"TESSERA_TEST_MASTER_MOVE_PAUSE": "1"})
+
+        def a_fourth_shard():
+            tl.wait_until(lambda: "MOVE_PAUSE: one shard moved" in master.log_text(), 60,
+                          "the move paused by the hook")
+            tl.log("starting a fourth shard in the move")
+            shards.append(self.c.start_shard(master.addr, name="jr-fourth",
+                                             extra=["--store", store]))
+
+        got, err, want = self.train_with_a_join(master, store, shards, a_fourth_shard)
+        self.assertEqual(got["rollbacks"], 0, err[-3000:])
+        log = master.log_text()
+        self.assertNotIn("the move of its tables failed", log)
+        self.assertEqual(log.count("tables moved to the shards of epoch"), 2, log)
         alive = [s for s in tl.status_json(master.addr)["shards"] if s["state"] == "alive"]
         self.assertEqual(len(alive), 4, alive)
         self.assertTrue(all(s["table_rows"] > 0 for s in alive), alive)

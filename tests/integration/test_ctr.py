@@ -582,7 +582,8 @@ class Joins(tl.ClusterCase, unittest.TestCase):
     (docs/embeddings.md, "When a shard joins"), no step is redone, and the run ends on the
     --local fingerprint with the new shard serving rows of every table. (With copies, and a
     shard that died first: ShardKilled.test_a_respawned_shard_joins.) A master killed in the
-    middle of the move makes it when it is started again."""
+    middle of the move makes it when it is started again; a fourth shard that starts while
+    the third's move waits, or registers in its middle, joins too with no rollback."""
 
     @classmethod
     def setUpClass(cls):
@@ -696,29 +697,11 @@ class Joins(tl.ClusterCase, unittest.TestCase):
         the fourth's join takes its snapshot over the move's (the tables held at the same
         step) and one move places the rows on the map with both: no rollback, the --local
         fingerprint, 4 shards serving rows."""
-        self.job = "jj"
-        store = os.path.join(self.c.dir, "store-jj")
-        master, shards = self.start(["--listen", "127.0.0.1:0", "--replicas", "1", "--store",
-                                     store, "--snapshot-every", "10"], store,
-                                    {"TESSERA_TEST_MASTER_MOVE_AFTER_JOIN": "1"})
-
-        def a_fourth_shard():
-            tl.wait_until(lambda: "the join's move waits for a shard joining" in
-                          master.log_text(), 60, "the join's move held by the hook")
-            tl.log("starting a fourth shard")
-            shards.append(self.c.start_shard(master.addr, name="jj-fourth",
-                                             extra=["--store", store]))
-
-        got, err, want = self.train_with_a_join(master, store, shards, a_fourth_shard)
-        self.assertEqual(got["rollbacks"], 0, err[-3000:])
-        log = master.log_text()
+        log = self.a_fourth_shard_joins("jj", "TESSERA_TEST_MASTER_MOVE_AFTER_JOIN",
+                                        "the join's move waits for a shard joining")
         self.assertIn("a shard joins; the move goes on", log)
         self.assertNotIn("within 30 s of its snapshot", log)
         self.assertIn("tables moved to the shards of epoch", log)
-        alive = [s for s in tl.status_json(master.addr)["shards"] if s["state"] == "alive"]
-        self.assertEqual(len(alive), 4, alive)
-        self.assertTrue(all(s["table_rows"] > 0 for s in alive), alive)
-        self.assertEqual(sum(s["table_rows"] for s in alive), want["table_rows"], alive)
 
     @unittest.skipUnless(tl.TEST_HOOKS, tl.NO_HOOKS)
     def test_a_shard_registers_in_the_move(self):
@@ -729,28 +712,34 @@ class Joins(tl.ClusterCase, unittest.TestCase):
         stale, the move was given up half made, and 90 s later the job went back to a
         snapshot. Then the fourth joins with a move of its own: no rollback, the --local
         fingerprint, 4 shards serving rows."""
-        self.job = "jr"
-        store = os.path.join(self.c.dir, "store-jr")
+        log = self.a_fourth_shard_joins("jr", "TESSERA_TEST_MASTER_MOVE_PAUSE",
+                                        "MOVE_PAUSE: one shard moved")
+        self.assertNotIn("the move of its tables failed", log)
+        self.assertEqual(log.count("tables moved to the shards of epoch"), 2, log)
+
+    def a_fourth_shard_joins(self, job, hook, line):
+        """A join (train_with_a_join, without copies) under the master's test hook; a fourth
+        shard started once the master logs line. Checks no rollback and 4 shards serving
+        every row; returns the master's log."""
+        self.job = job
+        store = os.path.join(self.c.dir, "store-" + job)
         master, shards = self.start(["--listen", "127.0.0.1:0", "--replicas", "1", "--store",
-                                     store, "--snapshot-every", "10"], store,
-                                    {"TESSERA_TEST_MASTER_MOVE_PAUSE": "1"})
+                                     store, "--snapshot-every", "10"], store, {hook: "1"})
 
         def a_fourth_shard():
-            tl.wait_until(lambda: "MOVE_PAUSE: one shard moved" in master.log_text(), 60,
-                          "the move paused by the hook")
-            tl.log("starting a fourth shard in the move")
-            shards.append(self.c.start_shard(master.addr, name="jr-fourth",
+            tl.wait_until(lambda: line in master.log_text(), 60, "'%s' in the master's log"
+                          % line)
+            tl.log("starting a fourth shard")
+            shards.append(self.c.start_shard(master.addr, name="%s-fourth" % job,
                                              extra=["--store", store]))
 
         got, err, want = self.train_with_a_join(master, store, shards, a_fourth_shard)
         self.assertEqual(got["rollbacks"], 0, err[-3000:])
-        log = master.log_text()
-        self.assertNotIn("the move of its tables failed", log)
-        self.assertEqual(log.count("tables moved to the shards of epoch"), 2, log)
         alive = [s for s in tl.status_json(master.addr)["shards"] if s["state"] == "alive"]
         self.assertEqual(len(alive), 4, alive)
         self.assertTrue(all(s["table_rows"] > 0 for s in alive), alive)
         self.assertEqual(sum(s["table_rows"] for s in alive), want["table_rows"], alive)
+        return master.log_text()
 
     def killed_in_the_move(self, job, replicas):
         """A join (train_with_a_join) on 2 shards with `replicas`, the first of which kills

@@ -275,15 +275,20 @@ static bool same_ring_now(struct snapper *sn, const struct ts_members_view *v, u
     return same;
 }
 
+/* What a move did: the shards that moved the job's tables, the most tables one moved, the
+ * rows in all, the longest hold of their pushes, and the map they went on. */
+struct move_result {
+    uint32_t moved, tables, held_ms;
+    uint64_t rows, epoch;
+};
+
 /* MoveTables(mv) on every alive shard of view v on its ring (those without the job skipped;
- * a joining shard holds none of its rows and was not held with them); *moved: the shards
- * that moved its tables. A map that moves on in the middle with the same ring (a shard
+ * a joining shard holds none of its rows and was not held with them), into *res. A map that moves on in the middle with the same ring (a shard
  * registered, joining) does not stop it: the shards left move on the newer map, the same
  * placement (once such a move was given up half made: the holds ran their 90 s, then the
  * job went back to a snapshot). */
 static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
-                                const struct ts_members_view *v, uint32_t *moved,
-                                uint32_t *tables, uint64_t *rows, uint32_t *held_ms,
+                                const struct ts_members_view *v, struct move_result *res,
                                 struct ts_err *err)
 {
     Tessera__V1__MoveTablesRequest req = TESSERA__V1__MOVE_TABLES_REQUEST__INIT;
@@ -305,7 +310,7 @@ static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
         if ((st = shard_channels_get(&sn->chan, v->shards[i].addr, &ch, err)))
             break;
         st = ts_shard_move_tables(ch, &req, MOVE_CALL_MS, &r, &e);
-        if (st == TS_ESTALE && *moved && same_ring_now(sn, v, &epoch) &&
+        if (st == TS_ESTALE && res->moved && same_ring_now(sn, v, &epoch) &&
             epoch > req.map_epoch) {
             ts_log(TS_INFO, "master", "job %s: the map moved on to epoch %" PRIu64 " in the "
                    "middle of the move, the same shards on its ring; the move goes on on it",
@@ -318,14 +323,15 @@ static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
         } else if (st) {
             ts_err_set(err, st, "shard %u: %s", v->shards[i].id, e.msg);
         } else {
-            hook_moved(sn, ++*moved, req.map_epoch);
-            *tables = r->tables > *tables ? r->tables : *tables;
-            *rows += r->rows;
-            *held_ms = r->held_ms > *held_ms ? r->held_ms : *held_ms;
+            hook_moved(sn, ++res->moved, req.map_epoch);
+            res->tables = r->tables > res->tables ? r->tables : res->tables;
+            res->rows += r->rows;
+            res->held_ms = r->held_ms > res->held_ms ? r->held_ms : res->held_ms;
         }
         if (r)
             protobuf_c_message_free_unpacked(&r->base, NULL);
     }
+    res->epoch = req.map_epoch;
     return st;
 }
 
@@ -379,26 +385,25 @@ static void moves_run(struct snapper *sn)
         joining |= v.shards[i].joining;
     for (size_t k = 0; k < sn->nmoves; ) {
         struct snap_move *mv = &sn->moves[k];
-        uint32_t moved = 0, tables = 0, held_ms = 0;
-        uint64_t rows = 0;
+        struct move_result res = { 0 };
         int64_t t0 = ts_now_ms();
         ts_status st = TS_ESTALE;
         bool ready = (!joining || !mv->epoch) && v.epoch > mv->epoch;
 
         if (!hook_move_waits(mv, ready, joining) && ready) {
-            st = move_on_shards(sn, mv, &v, &moved, &tables, &rows, &held_ms, &err);
-            if (st == TS_ESTALE && moved)
+            st = move_on_shards(sn, mv, &v, &res, &err);
+            if (st == TS_ESTALE && res.moved)
                 st = TS_EUNAVAIL;   /* not to be tried again (above) */
             if (!st)
-                snap_count_move("moved", held_ms);
+                snap_count_move("moved", res.held_ms);
             else if (st != TS_ESTALE)
                 snap_count_move("failed", 0);
             if (!st)
                 ts_log(TS_WARN, "master", "job %s: %u tables moved to the shards of epoch %"
                        PRIu64 " from snapshot %.12s at step %" PRIu64 " in %" PRId64 " ms (%"
                        PRIu64 " rows; their pushes held %u ms in all); no step redone",
-                       mv->job, tables, v.epoch, mv->hex, mv->step, ts_now_ms() - t0, rows,
-                       held_ms);
+                       mv->job, res.tables, res.epoch, mv->hex, mv->step, ts_now_ms() - t0,
+                       res.rows, res.held_ms);
             else if (st != TS_ESTALE)
                 ts_log(TS_WARN, "master", "job %s: the move of its tables failed (%s); "
                        "their holds end at their time, and the job then goes back to a "

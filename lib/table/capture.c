@@ -27,7 +27,6 @@ static void capture_now(struct ts_table *t)
     struct table_capture *c = &t->cap;
     size_t rb = ts_table_record_bytes(t), n = 0;
     uint64_t *ids = NULL;
-    struct row *w = NULL;
     struct ts_err err = { 0 };
 
     c->armed = false;
@@ -51,38 +50,57 @@ static void capture_now(struct ts_table *t)
             qsort(ids, n, sizeof(*ids), table_cmp_u64);
         }
     }
-    if (n && (!(c->records = malloc(n * rb)) || !(w = malloc(t->rows.rec)))) {
+    if (n && !(c->records = malloc(n * rb))) {
         c->st = TS_ENOMEM;
         goto out;
     }
-    for (size_t k = 0; k < n; k++) {   /* from whichever tier holds the row */
-        uint8_t *r = c->records + k * rb;
-        bool found;
-
-        if ((c->st = rows_read(&t->rows, ids[k], w, &found, &err)))
-            goto out;
-        if (!found) {
-            c->st = TS_EINTERNAL;   /* a row listed as changed that does not exist */
-            goto out;
-        }
-        memcpy(r, &w->id, 8);
-        memcpy(r + 8, &w->updates, 8);
-        memcpy(r + 16, &w->step, 8);
-        memcpy(r + TS_TABLE_RECORD_HEAD, row_values(w), (1 + t->slen) * t->dim * sizeof(float));
-    }
+    if ((c->st = table_records(t, ids, n, c->records, &err)))
+        goto out;
     c->n = n;
     c->rows = t->rows.n;
     /* What the capture holds is no longer "changed since the last capture". */
     idmap_clear(&t->dirty_set);
     t->ndirty = 0;
 out:
-    free(w);
     free(ids);
     if (c->st) {
         free(c->records);
         c->records = NULL;
         c->n = 0;
     }
+}
+
+void table_record_put(const struct ts_table *t, struct row *w, uint8_t *out)
+{
+    memcpy(out, &w->id, 8);
+    memcpy(out + 8, &w->updates, 8);
+    memcpy(out + 16, &w->step, 8);
+    memcpy(out + TS_TABLE_RECORD_HEAD, row_values(w), (1 + t->slen) * t->dim * sizeof(float));
+}
+
+ts_status table_records(struct ts_table *t, const uint64_t *ids, size_t n, uint8_t *out,
+                        struct ts_err *err)
+{
+    size_t rb = ts_table_record_bytes(t);
+    struct row *w;
+    ts_status st = TS_OK;
+    bool found;
+
+    if (!n)
+        return TS_OK;
+    if (!(w = malloc(t->rows.rec)))
+        return ts_err_set(err, TS_ENOMEM, "table '%s': no memory to read a row", t->name);
+    for (size_t k = 0; k < n && !st; k++) {   /* from whichever tier holds the row */
+        if ((st = rows_read(&t->rows, ids[k], w, &found, err)))
+            break;
+        if (!found)   /* listed as existing, and not */
+            st = ts_err_set(err, TS_EINTERNAL, "table '%s': row %" PRIu64 " is listed and "
+                            "found nowhere", t->name, ids[k]);
+        else
+            table_record_put(t, w, out + k * rb);
+    }
+    free(w);
+    return st;
 }
 
 void table_capture_due(struct ts_table *t)
@@ -260,30 +278,28 @@ static ts_status load_tiered(struct ts_table *t, const uint8_t *records, size_t 
     return TS_OK;
 }
 
-ts_status ts_table_load(struct ts_table *t, const uint8_t *records, size_t n,
-                        bool (*keep)(void *ctx, uint64_t id), void *ctx, struct ts_err *err)
+ts_status table_load_locked(struct ts_table *t, const uint8_t *records, size_t n,
+                            bool (*keep)(void *ctx, uint64_t id), void *ctx,
+                            struct ts_err *err)
 {
     size_t rb = ts_table_record_bytes(t);
     uint64_t fresh = 0;
     ts_status st = TS_OK;
 
-    pthread_mutex_lock(&t->mu);
     for (size_t k = 0; k < n; k++) {
         uint64_t id;
         memcpy(&id, records + k * rb, 8);
-        if (id > t->max_id) {
-            st = ts_err_set(err, TS_ECORRUPT, "table '%s': a snapshot's row %" PRIu64 " is "
-                            "outside 0..%" PRIu64, t->name, id, t->max_id);
-            break;
-        }
+        if (id > t->max_id)
+            return ts_err_set(err, TS_ECORRUPT, "table '%s': a snapshot's row %" PRIu64 " is "
+                              "outside 0..%" PRIu64, t->name, id, t->max_id);
         if (!t->rows.tier)
             fresh += (!keep || keep(ctx, id)) && !rows_find(&t->rows, id);
     }
-    if (!st && t->rows.tier) {
+    if (t->rows.tier) {
         /* A disk error part way leaves part of the run loaded: the restore fails, and the
          * job with it (its caller starts the table again from ts_table_reset). */
         st = load_tiered(t, records, n, keep, ctx, err);
-    } else if (!st) {
+    } else {
         /* Everything a load needs is taken before a row changes: budget, record room. */
         if (fresh && !(st = table_charge(t, fresh, err)) &&
             (st = rows_reserve(&t->rows, fresh, err)))
@@ -292,6 +308,17 @@ ts_status ts_table_load(struct ts_table *t, const uint8_t *records, size_t n,
             load_records(t, records, 0, n, keep, ctx);
     }
     t->prev.valid = false;   /* the rows' values are the snapshot's now */
+    return st;
+}
+
+ts_status ts_table_load(struct ts_table *t, const uint8_t *records, size_t n,
+                        bool (*keep)(void *ctx, uint64_t id), void *ctx, struct ts_err *err)
+{
+    ts_status st;
+
+    pthread_mutex_lock(&t->mu);
+    table_redo_restoring(t);   /* logged whole once its step is set */
+    st = table_load_locked(t, records, n, keep, ctx, err);
     pthread_mutex_unlock(&t->mu);
     if (st)
         ts_err_prefix(err, "restore");
@@ -325,6 +352,7 @@ void ts_table_reset(struct ts_table *t)
     free(t->cap.records);
     t->cap = (struct table_capture){ 0 };
     table_init_forget(t);
+    table_redo_restoring(t);
     pthread_cond_broadcast(&t->cv);   /* a pull waiting for a step that will not come */
     pthread_mutex_unlock(&t->mu);
 }
@@ -339,6 +367,8 @@ ts_status ts_table_set_step(struct ts_table *t, uint64_t step, struct ts_err *er
                         "rank pushed to yet", t->name);
     else
         t->step = step;
+    if (!st)
+        table_redo_restored(t);
     t->prev.valid = false;   /* a restored table keeps no version before its step */
     life_restart(&t->life);
     pthread_mutex_unlock(&t->mu);

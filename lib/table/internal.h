@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "table/redo.h"
 #include "table/table.h"
 
 #define IDMAP_EMPTY UINT64_MAX     /* no id is this: ids are below 2^63 */
@@ -280,6 +281,16 @@ struct ts_table {
     bool lost_dirty;               /* a capture's rows could not be listed as changed again */
     pthread_mutex_t tiers_mu;      /* tiers_seen: the last ts_table_tiers's figures */
     struct ts_table_tiers tiers_seen;
+    /* redo.c: the log it is attached to (NULL: none), its key there, its last record's
+     * number, whether a record could not be made (the log not whole for it until its next
+     * image), and the log's list of tables (under the log's attach lock). */
+    struct ts_redo *redo;
+    char redo_key[TS_REDO_KEY_MAX + 1];
+    uint64_t redo_seq;
+    bool redo_lost;
+    char redo_why[200];            /* what redo_lost lost */
+    bool redo_restoring;           /* reset or loaded, its step not set yet */
+    struct ts_table *redo_next;
 };
 
 /* idmap.c */
@@ -409,6 +420,30 @@ static inline int table_cmp_u64(const void *a, const void *b)
 
 /* capture.c: takes the armed capture if the table just reached its step (mu held). */
 void table_capture_due(struct ts_table *t);
+/* capture.c (mu held): row w as a record (ts_table_record_bytes at out); the records of rows
+ * ids[0..n), each of which exists, read from whichever tier holds it; ts_table_load's work. */
+void table_record_put(const struct ts_table *t, struct row *w, uint8_t *out);
+ts_status table_records(struct ts_table *t, const uint64_t *ids, size_t n, uint8_t *out,
+                        struct ts_err *err);
+ts_status table_load_locked(struct ts_table *t, const uint8_t *records, size_t n,
+                            bool (*keep)(void *ctx, uint64_t id), void *ctx,
+                            struct ts_err *err);
+/* push.c (mu held): the row lifetime's sweep of the rows last updated before `before`. */
+void table_expire(struct ts_table *t, uint64_t before);
+
+/* redo.c (mu held): what a table logs when attached (nothing when not). A step's record is
+ * begun with room for its n rows, filled row by row (k: its place in ascending id) and
+ * queued with the sweep's cut; NULL when not attached or without memory (then the table's
+ * log is marked not whole). A restore (reset, loads) logs nothing until its step is set:
+ * then the table's image. */
+struct redo_item;
+struct redo_item *table_redo_step_begin(struct ts_table *t, size_t n);
+void table_redo_step_row(struct ts_table *t, struct redo_item *it, size_t k, struct row *w);
+void table_redo_step_end(struct ts_table *t, struct redo_item *it, uint64_t cut);
+void table_redo_restoring(struct ts_table *t);
+void table_redo_restored(struct ts_table *t);
+/* ts_table_free: off the log's list, a drop logged (mu not held). */
+void table_redo_detach(struct ts_table *t);
 
 static inline bool table_async(const struct ts_table *t)
 {

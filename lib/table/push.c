@@ -291,7 +291,7 @@ static void prev_merge_swept(struct ts_table *t, struct rows_kept *kept, struct 
 
 /* Row lifetime (table.h): the rows last updated before step `before` go, their values at the
  * version before kept in t->prev. */
-static void expire(struct ts_table *t, uint64_t before)
+void table_expire(struct ts_table *t, uint64_t before)
 {
     struct rows_kept kept = { .dim = t->dim, .most = SIZE_MAX };
     struct entry *order;
@@ -322,6 +322,7 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
     struct step_prev *p = &t->prev;
     double div = t->job->batch;
     float inv = (float)(1.0 / div);
+    struct redo_item *log = table_redo_step_begin(t, a->n);   /* NULL: no log */
     uint64_t cut;
 
     for (uint64_t k = 0; k < a->n; k++)
@@ -346,6 +347,7 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
                 t->grad[j] = s[j] * inv;
         }
         update(t, w, t->step);
+        table_redo_step_row(t, log, e, w);
     }
     a->n = 0;
     a->fresh = 0;
@@ -354,9 +356,12 @@ static void bsp_apply(struct ts_table *t, struct entry *order)
     p->valid = true;
     p->swept_lost = false;
     if (t->ttl && t->step % t->ttl == 0)
-        expire(t, t->step - t->ttl);
-    else if ((cut = life_applied(&t->life, p->of)))
-        expire(t, cut);
+        cut = t->step - t->ttl;
+    else
+        cut = life_applied(&t->life, p->of);
+    table_redo_step_end(t, log, cut);   /* the step's rows, then the same sweep on a replay */
+    if (cut)
+        table_expire(t, cut);
     t->npushed = 0;
     table_init_forget(t);   /* this step's rows exist now */
     memset(t->pushed, 0, t->job->workers);

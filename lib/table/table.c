@@ -218,6 +218,7 @@ void ts_table_free(struct ts_table *t)
 {
     if (!t)
         return;
+    table_redo_detach(t);
     if (t->budget)
         atomic_fetch_sub(t->rows.tier ? &t->budget->index : &t->budget->used, t->charged);
     if (t->rows.tier)

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
@@ -46,16 +47,24 @@
 #define PREFIX "redo-"
 #define SUFFIX ".log"
 
-enum op { OP_DATA, OP_ROTATE, OP_CUT };
+enum op { OP_DATA, OP_ROTATE, OP_CARRY, OP_CUT };
 
 struct redo_item {
     struct redo_item *next;
     enum op op;
     uint64_t seq;                  /* OP_DATA: the record's number */
     uint64_t gen;                  /* OP_ROTATE: the generation to start; OP_CUT: the oldest
-                                    * to keep */
+                                    * to keep; OP_CARRY: blobs older than this are carried */
     size_t len;
     uint8_t buf[];                 /* OP_DATA: the record */
+};
+
+/* Where a key's last blob lies (the writer's, ts_redo_put). */
+struct blob_at {
+    char key[TS_REDO_KEY_MAX + 1];
+    uint64_t gen;
+    off_t off;
+    size_t len;
 };
 
 struct ts_redo {
@@ -77,6 +86,10 @@ struct ts_redo {
     bool started;
     int fd;                        /* the writer's generation (writer only, after open) */
     _Atomic uint64_t images;       /* image files made */
+    /* The writer's: the generation it writes, and where each blob key's last blob is. */
+    uint64_t wgen;
+    struct blob_at *blobs;
+    size_t nblobs, blobs_cap;
     uint64_t *old;                 /* the generations found at open, ascending */
     size_t nold;
     uint64_t torn;
@@ -110,34 +123,43 @@ static size_t rec_len(size_t keylen, size_t n, size_t rec)
     return HEAD + keylen + n * rec + TAIL;
 }
 
-/* A record of kind for t with room for n records (mu held); NULL (t's log marked not whole)
- * without memory. The caller fills the payload (item_payload) and queues it (redo_queue). */
-static struct redo_item *item_new(struct ts_table *t, enum ts_redo_kind kind, uint64_t step,
-                             size_t n)
+/* A record of kind under key with room for n records of rec bytes; NULL without memory.
+ * The caller fills the payload and queues it. */
+static struct redo_item *rec_new(const char *key, enum ts_redo_kind kind, uint64_t step,
+                                 size_t rec, size_t n)
 {
-    size_t keylen = strlen(t->redo_key), rec = ts_table_record_bytes(t);
-    size_t len = rec_len(keylen, n, rec);
+    size_t keylen = strlen(key), len = rec_len(keylen, n, rec);
     struct redo_item *it = malloc(sizeof(*it) + len);
     uint32_t magic = MAGIC, rec32 = (uint32_t)rec, zero = 0;
     uint16_t k16 = (uint16_t)kind, kl16 = (uint16_t)keylen;
-    uint64_t cut = 0, n64 = n;
+    uint64_t arg = 0, n64 = n;
 
-    if (!it) {
-        t->redo_lost = true;
-        snprintf(t->redo_why, sizeof(t->redo_why), "a record of %zu bytes: out of memory", len);
+    if (!it)
         return NULL;
-    }
-    it->op = OP_DATA;
-    it->len = len;
+    *it = (struct redo_item){ .op = OP_DATA, .len = len };
     memcpy(it->buf, &magic, 4);
     memcpy(it->buf + 4, &k16, 2);
     memcpy(it->buf + 6, &kl16, 2);
     memcpy(it->buf + 8, &rec32, 4);
     memcpy(it->buf + 12, &zero, 4);
     memcpy(it->buf + 16, &step, 8);
-    memcpy(it->buf + 24, &cut, 8);
+    memcpy(it->buf + 24, &arg, 8);
     memcpy(it->buf + 32, &n64, 8);
-    memcpy(it->buf + HEAD, t->redo_key, keylen);
+    memcpy(it->buf + HEAD, key, keylen);
+    return it;
+}
+
+/* A record of kind for t with room for n of its records (mu held); NULL (t's log marked not
+ * whole) without memory. */
+static struct redo_item *item_new(struct ts_table *t, enum ts_redo_kind kind, uint64_t step,
+                                  size_t n)
+{
+    struct redo_item *it = rec_new(t->redo_key, kind, step, ts_table_record_bytes(t), n);
+
+    if (!it) {
+        t->redo_lost = true;
+        snprintf(t->redo_why, sizeof(t->redo_why), "a record of %zu rows: out of memory", n);
+    }
     return it;
 }
 
@@ -157,16 +179,21 @@ static void queue(struct ts_redo *redo, struct redo_item *it)
     pthread_cond_signal(&redo->work);
 }
 
-/* Seals it (its checksum) and queues it as t's latest record (t's mu and the log's mu
- * held). */
-static void redo_queue_locked(struct ts_table *t, struct redo_item *it)
+/* Seals it (its checksum) and queues it (the log's mu held); its number. */
+static uint64_t seal_queue(struct ts_redo *redo, struct redo_item *it)
 {
     uint64_t sum = XXH3_64bits(it->buf, it->len - TAIL);
 
     memcpy(it->buf + it->len - TAIL, &sum, 8);
-    it->seq = ++t->redo->seq;
-    t->redo_seq = it->seq;
-    queue(t->redo, it);
+    it->seq = ++redo->seq;
+    queue(redo, it);
+    return it->seq;
+}
+
+/* it queued as t's latest record (t's mu and the log's mu held). */
+static void redo_queue_locked(struct ts_table *t, struct redo_item *it)
+{
+    t->redo_seq = seal_queue(t->redo, it);
 }
 
 static void redo_queue(struct ts_table *t, struct redo_item *it)
@@ -228,6 +255,96 @@ static void cut_below(struct ts_redo *redo, uint64_t keep)
     sync_dir(redo->dir);
 }
 
+/* The key of record buf (its kind's), into key. */
+static enum ts_redo_kind rec_key(const uint8_t *buf, char key[TS_REDO_KEY_MAX + 1])
+{
+    uint16_t kind, kl;
+
+    memcpy(&kind, buf + 4, 2);
+    memcpy(&kl, buf + 6, 2);
+    memcpy(key, buf + HEAD, kl);
+    key[kl] = '\0';
+    return (enum ts_redo_kind)kind;
+}
+
+static struct blob_at *blob_find(struct ts_redo *redo, const char *key)
+{
+    for (size_t i = 0; i < redo->nblobs; i++)
+        if (!strcmp(redo->blobs[i].key, key))
+            return &redo->blobs[i];
+    return NULL;
+}
+
+/* A blob written at `at` is its key's last; a drop forgets its key's. An errno. */
+static int blob_note(struct ts_redo *redo, const struct redo_item *it, off_t at)
+{
+    char key[TS_REDO_KEY_MAX + 1];
+    enum ts_redo_kind kind = rec_key(it->buf, key);
+    struct blob_at *b;
+
+    if (kind != TS_REDO_BLOB && kind != TS_REDO_DROP)
+        return 0;
+    b = blob_find(redo, key);   /* a scan: a shard has hundreds of partitions, not more */
+    if (kind == TS_REDO_DROP) {
+        if (b)
+            *b = redo->blobs[--redo->nblobs];
+        return 0;
+    }
+    if (!b) {
+        if (redo->nblobs == redo->blobs_cap) {
+            size_t cap = redo->blobs_cap ? 2 * redo->blobs_cap : 16;
+            struct blob_at *v = realloc(redo->blobs, cap * sizeof(*v));
+
+            if (!v)
+                return ENOMEM;
+            redo->blobs = v;
+            redo->blobs_cap = cap;
+        }
+        b = &redo->blobs[redo->nblobs++];
+        snprintf(b->key, sizeof(b->key), "%s", key);
+    }
+    b->gen = redo->wgen;
+    b->off = at;
+    b->len = it->len;
+    return 0;
+}
+
+/* Every blob key's last blob written in a generation below gen, copied into the one being
+ * written (a checkpoint, before the older ones go). An errno. */
+static int carry(struct ts_redo *redo, uint64_t gen, bool *unsynced)
+{
+    char path[PATH_MAX + 64];
+
+    for (size_t i = 0; i < redo->nblobs; i++) {
+        struct blob_at *b = &redo->blobs[i];
+        uint8_t *buf;
+        off_t at;
+        int fd, e = 0;
+
+        if (b->gen >= gen)
+            continue;
+        gen_path(redo, b->gen, path, sizeof(path));
+        if (!(buf = malloc(b->len)))
+            return ENOMEM;
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 ||
+            pread(fd, buf, b->len, b->off) != (ssize_t)b->len)
+            e = errno ? errno : EIO;
+        if (fd >= 0)
+            close(fd);
+        at = lseek(redo->fd, 0, SEEK_END);
+        if (!e && !write_all(redo->fd, buf, b->len, &e) && at >= 0 && ftruncate(redo->fd, at))
+            e = errno;
+        free(buf);
+        if (e)
+            return e;
+        redo->bytes += b->len;
+        *unsynced = true;
+        b->gen = redo->wgen;
+        b->off = at;
+    }
+    return 0;
+}
+
 /* Does one item; an errno (0: done). A record not written whole is cut off again. */
 static int do_item(struct ts_redo *redo, const struct redo_item *it, bool *unsynced)
 {
@@ -244,8 +361,10 @@ static int do_item(struct ts_redo *redo, const struct redo_item *it, bool *unsyn
         }
         redo->bytes += it->len;
         *unsynced = true;
-        return 0;
+        return blob_note(redo, it, at);
     }
+    case OP_CARRY:
+        return carry(redo, it->gen, unsynced);
     case OP_ROTATE:
         if (fdatasync(redo->fd))
             return -errno;
@@ -254,6 +373,7 @@ static int do_item(struct ts_redo *redo, const struct redo_item *it, bool *unsyn
             return errno;
         close(redo->fd);
         redo->fd = fd;
+        redo->wgen = it->gen;
         redo->bytes = 0;
         sync_dir(redo->dir);
         return 0;
@@ -486,6 +606,7 @@ static void redo_free(struct ts_redo *redo)
     }
     if (redo->fd >= 0)
         close(redo->fd);
+    free(redo->blobs);
     free(redo->old);
     pthread_mutex_destroy(&redo->attach_mu);
     pthread_mutex_destroy(&redo->mu);
@@ -520,7 +641,7 @@ ts_status ts_redo_open(const char *dir, struct ts_redo **out, struct ts_err *err
         redo_free(redo);
         return st;
     }
-    redo->gen = redo->nold ? redo->old[redo->nold - 1] + 1 : 1;
+    redo->gen = redo->wgen = redo->nold ? redo->old[redo->nold - 1] + 1 : 1;
     if ((redo->fd = open_gen(redo, redo->gen)) < 0) {
         st = ts_err_set(err, TS_EIO, "redo log %s: cannot create generation %" PRIu64 ": %s",
                         dir, redo->gen, strerror(errno));
@@ -959,12 +1080,14 @@ ts_status ts_table_redo_wait(struct ts_table *t, int ms, struct ts_err *err)
 ts_status ts_redo_checkpoint(struct ts_redo *redo, struct ts_err *err)
 {
     struct redo_item *rot = malloc(sizeof(*rot)), *cut = malloc(sizeof(*cut));
+    struct redo_item *cry = malloc(sizeof(*cry));
     ts_status st = TS_OK;
     uint64_t gen;
 
-    if (!rot || !cut) {
+    if (!rot || !cut || !cry) {
         free(rot);
         free(cut);
+        free(cry);
         return ts_err_set(err, TS_ENOMEM, "no memory for a checkpoint of the redo log");
     }
     pthread_mutex_lock(&redo->attach_mu);
@@ -979,14 +1102,59 @@ ts_status ts_redo_checkpoint(struct ts_redo *redo, struct ts_err *err)
             ts_err_prefix(err, "checkpoint");
         pthread_mutex_unlock(&t->mu);
     }
-    if (!st) {   /* the older generations go once this is synced */
+    if (!st) {   /* the blobs carried over; the older generations go once that is synced */
+        *cry = (struct redo_item){ .op = OP_CARRY, .gen = gen };
         *cut = (struct redo_item){ .op = OP_CUT, .gen = gen };
         pthread_mutex_lock(&redo->mu);
+        queue(redo, cry);
         queue(redo, cut);
         pthread_mutex_unlock(&redo->mu);
     } else {
         free(cut);
+        free(cry);
     }
     pthread_mutex_unlock(&redo->attach_mu);
     return st;
+}
+
+/* ---- Blobs ---- */
+
+ts_status ts_redo_put(struct ts_redo *redo, const char *key, uint64_t version,
+                      const struct iovec *iov, int iovcnt, uint64_t *seq, struct ts_err *err)
+{
+    size_t kl = key ? strlen(key) : 0, len = 0;
+    struct redo_item *it;
+    uint8_t *out;
+
+    if (!kl || kl > TS_REDO_KEY_MAX)
+        return ts_err_set(err, TS_EINVAL, "key: 1 to %d bytes", TS_REDO_KEY_MAX);
+    for (int i = 0; i < iovcnt; i++)
+        len += iov[i].iov_len;
+    if (!(it = rec_new(key, TS_REDO_BLOB, version, 1, len)))
+        return ts_err_set(err, TS_ENOMEM, "redo log: no memory for a blob of %zu bytes", len);
+    out = it->buf + HEAD + kl;
+    for (int i = 0; i < iovcnt; i++) {
+        memcpy(out, iov[i].iov_base, iov[i].iov_len);
+        out += iov[i].iov_len;
+    }
+    pthread_mutex_lock(&redo->mu);
+    *seq = seal_queue(redo, it);
+    pthread_mutex_unlock(&redo->mu);
+    return TS_OK;
+}
+
+void ts_redo_forget(struct ts_redo *redo, const char *key)
+{
+    struct redo_item *it = rec_new(key, TS_REDO_DROP, 0, 1, 0);
+
+    if (!it)
+        return;   /* the blob is replayed, and its key's owner drops it again */
+    pthread_mutex_lock(&redo->mu);
+    seal_queue(redo, it);
+    pthread_mutex_unlock(&redo->mu);
+}
+
+ts_status ts_redo_wait(struct ts_redo *redo, uint64_t seq, int ms, struct ts_err *err)
+{
+    return wait_seq(redo, seq, ms, err);
 }

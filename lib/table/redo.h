@@ -9,7 +9,9 @@
  * values, optimizer state) and the cut of the row lifetime's sweep, if any; and when a table
  * is attached, checkpointed or restored (reset, loads, its step set: a rollback, a move), the
  * table's image: every row and its step, in a file of its own that the log's record names.
- * Images, not gradients: replaying a row's image needs none of its earlier bits. A log record
+ * Images, not gradients: replaying a row's image needs none of its earlier bits. The log also
+ * takes blobs (ts_redo_put): bytes under a key that supersede the key's earlier ones, for a
+ * dense partition's image after each step. A log record
  * is checksummed (XXH3-64), so a record torn by a crash is seen and dropped: its step was
  * never durable.
  *
@@ -60,7 +62,9 @@ void ts_redo_close(struct ts_redo *redo);
 enum ts_redo_kind {
     TS_REDO_IMAGE = 1,             /* the table as it was: every row, and its step */
     TS_REDO_STEP = 2,              /* step `step` applied: the rows it changed, then the sweep */
-    TS_REDO_DROP = 3,              /* the table was freed */
+    TS_REDO_DROP = 3,              /* the table was freed, or the blob's key forgotten */
+    TS_REDO_BLOB = 4,              /* ts_redo_put's bytes: records, rec 1, n bytes; step: its
+                                    * version */
 };
 struct ts_redo_rec {
     enum ts_redo_kind kind;
@@ -108,6 +112,23 @@ ts_status ts_table_redo_wait(struct ts_table *t, int ms, struct ts_err *err) TS_
  * once it is synced. Blocks each table while its rows are copied (a table on disk is read
  * whole). TS_ENOMEM or a disk tier's error leaves the older generations in place. */
 ts_status ts_redo_checkpoint(struct ts_redo *redo, struct ts_err *err) TS_MUST_CHECK;
+
+/* ---- Blobs (a dense partition's image after each step: docs/embeddings.md) ----
+ * The bytes of iov[0..iovcnt) under key (1..TS_REDO_KEY_MAX bytes; one name space with the
+ * tables' keys) at version, which supersede the key's earlier blobs; *seq: the record's
+ * number, for ts_redo_wait. The log remembers where each key's last blob is: a checkpoint
+ * copies it into the new generation before the older ones go, so a key that did not change
+ * since is not lost. */
+struct iovec;
+ts_status ts_redo_put(struct ts_redo *redo, const char *key, uint64_t version,
+                      const struct iovec *iov, int iovcnt, uint64_t *seq,
+                      struct ts_err *err) TS_MUST_CHECK;
+/* The key's blobs are forgotten: a TS_REDO_DROP record, and no checkpoint carries it. */
+void ts_redo_forget(struct ts_redo *redo, const char *key);
+/* Waits at most ms until record seq is synced: TS_ETIMEDOUT, or TS_EIO with the disk's
+ * error while it refuses the log. */
+ts_status ts_redo_wait(struct ts_redo *redo, uint64_t seq, int ms,
+                       struct ts_err *err) TS_MUST_CHECK;
 
 struct ts_redo_stats {
     uint64_t generation;

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -566,6 +567,133 @@ static void t_refusals(void **state)
     ts_redo_close(redo);
 }
 
+/* ---- Blobs: dense partitions' images ---- */
+
+#define PLEN 1000
+
+static struct ts_part *mkpart(const struct ts_job *j, uint32_t index)
+{
+    struct ts_part *p;
+    struct ts_err e = { 0 };
+
+    if (ts_part_create(j, 0, "w", index, index * PLEN, PLEN, "normal:0.1", 7, 0, 0, NULL, &p,
+                       &e))
+        fail_msg("ts_part_create: %s", e.msg);
+    return p;
+}
+
+/* Step s of p (every rank's push), its image logged under key; the record's number. */
+static uint64_t part_step(struct ts_part *p, struct ts_redo *redo, const char *key, uint64_t s)
+{
+    static float g[PLEN];
+    static uint8_t img[TS_PART_IMAGE_HDR + 4 * PLEN * 4 + TS_JOB_MAX_WORKERS];
+    struct ts_err e = { 0 };
+    uint64_t version, seq;
+    bool applied;
+
+    for (uint32_t r = 0; r < WORKERS; r++) {
+        struct ts_push in = { .rank = r, .step = s, .encoding = TS_ENC_FIXED_F32,
+                              .payload = g, .bytes = sizeof(g) };
+
+        for (size_t i = 0; i < PLEN; i++)
+            g[i] = (float)((int)((s * 7 + r * 3 + i) % 17) - 8) / 13.0f;
+        if (ts_part_push(p, &in, &applied, &e))
+            fail_msg("part push: %s", e.msg);
+    }
+    assert_true(applied);
+    assert_int_equal(ts_part_image(p, img, sizeof(img), &version, &e), TS_OK);
+    struct iovec iov[2] = { { img, 40 }, { img + 40, ts_part_image_bytes(p) - 40 } };
+    assert_int_equal(ts_redo_put(redo, key, version, iov, 2, &seq, &e), TS_OK);
+    return seq;
+}
+
+static void same_part(struct ts_part *a, struct ts_part *b)
+{
+    static uint8_t ia[TS_PART_IMAGE_HDR + 4 * PLEN * 4 + TS_JOB_MAX_WORKERS];
+    static uint8_t ib[sizeof(ia)];
+    uint64_t va, vb;
+
+    assert_int_equal(ts_part_image(a, ia, sizeof(ia), &va, NULL), TS_OK);
+    assert_int_equal(ts_part_image(b, ib, sizeof(ib), &vb, NULL), TS_OK);
+    assert_int_equal(va, vb);
+    assert_int_equal(ts_part_image_bytes(a), ts_part_image_bytes(b));
+    assert_memory_equal(ia, ib, ts_part_image_bytes(a));
+}
+
+struct parts {
+    struct ts_part *p[3];
+    bool dropped[3];
+    size_t blobs;
+};
+
+static ts_status parts_fn(void *ctx, const struct ts_redo_rec *r, struct ts_err *err)
+{
+    struct parts *in = ctx;
+    unsigned k;
+
+    if (sscanf(r->key, "p/%u", &k) != 1 || k >= 3)
+        return ts_err_set(err, TS_ENOTFOUND, "no partition '%s'", r->key);
+    if (r->kind == TS_REDO_DROP) {
+        in->dropped[k] = true;
+        return TS_OK;
+    }
+    assert_int_equal(r->kind, TS_REDO_BLOB);
+    assert_int_equal(r->rec, 1);
+    in->blobs++;
+    in->dropped[k] = false;
+    return ts_part_load_image(in->p[k], r->records, r->n, err);
+}
+
+/* Three partitions' images after each step go to the log as blobs: p/0 steps throughout,
+ * p/1 only before the checkpoint (its last image carried into the new generation, since the
+ * older one is removed), p/2 forgotten before it (not carried; its drop replayed). A replay
+ * loads the images into new partitions: the same bytes and versions as the live ones. */
+static void t_blobs_carried_over_a_checkpoint(void **state)
+{
+    struct ts_job j = job();
+    struct ts_part *live[3], *back[3];
+    struct ts_redo *redo = open_log();
+    struct ts_redo_replayed got;
+    struct ts_err e = { 0 };
+    uint64_t seq = 0;
+
+    (void)state;
+    for (uint32_t k = 0; k < 3; k++)
+        live[k] = mkpart(&j, k);
+    for (uint64_t s = 0; s < 12; s++) {
+        seq = part_step(live[0], redo, "p/0", s);
+        if (s < 5) {
+            part_step(live[1], redo, "p/1", s);
+            part_step(live[2], redo, "p/2", s);
+        }
+        if (s == 6) {
+            ts_redo_forget(redo, "p/2");
+            assert_int_equal(ts_redo_checkpoint(redo, &e), TS_OK);
+        }
+    }
+    assert_int_equal(ts_redo_wait(redo, seq, 5000, &e), TS_OK);
+    assert_int_equal(files("redo-"), 1);   /* the first generation is gone */
+    ts_redo_close(redo);
+
+    redo = open_log();
+    struct parts in = { 0 };
+    for (uint32_t k = 0; k < 3; k++)
+        in.p[k] = back[k] = mkpart(&j, k);
+    assert_int_equal(ts_redo_replay(redo, parts_fn, &in, &got, &e), TS_OK);
+    assert_int_equal(got.files, 1);
+    same_part(live[0], back[0]);
+    same_part(live[1], back[1]);   /* carried: its step-4 image */
+    assert_int_equal(ts_part_version(back[1]), 5);
+    assert_int_equal(ts_part_version(back[2]), 0);   /* forgotten: nothing of it replayed */
+    assert_false(in.dropped[0]);
+    assert_int_equal(in.blobs, 2 + 12 - 7);   /* both carried, then p/0's steps 7 to 11 */
+    ts_redo_close(redo);
+    for (uint32_t k = 0; k < 3; k++) {
+        ts_part_free(live[k]);
+        ts_part_free(back[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -575,6 +703,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(t_killed_process_loses_nothing_waited_for, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(t_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_blobs_carried_over_a_checkpoint, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -186,6 +186,16 @@ int bench_cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+void bench_sorted_ids(uint64_t *seed, uint64_t below, size_t n, uint64_t *out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = bench_rng_next(seed) % below;
+    qsort(out, n, sizeof(*out), bench_cmp_u64);
+    for (size_t i = 1; i < n; i++)
+        if (out[i] <= out[i - 1])
+            out[i] = out[i - 1] + 1;
+}
+
 double bench_median(const double *v, size_t n)
 {
     double *s = malloc(n * sizeof(double)), m;

@@ -65,6 +65,9 @@ double bench_median(const double *v, size_t n);
 uint64_t bench_rng_next(uint64_t *s);
 /* Ascending uint64_t, for qsort. */
 int bench_cmp_u64(const void *a, const void *b);
+/* A sparse step's ids: n draws over [0, below) from *seed, sorted, a repeat made the next id
+ * up (so ids reach below + n - 1). */
+void bench_sorted_ids(uint64_t *seed, uint64_t below, size_t n, uint64_t *out);
 /* bytes / ns: GB/s (1e9 B/s); 0 for ns <= 0. */
 double bench_gbps(size_t bytes, int64_t ns);
 /* The median GB/s of `reps` memcpy of bytes from src to dst: the baseline of the benchmarks

@@ -53,20 +53,6 @@ struct run {
 
 static double r3(double x) { return (double)bench_round_i(x * 1e3) / 1e3; }
 
-/* A rank's ids of a step: --rows draws over [0, ids), sorted; a repeat becomes the next id
- * up (max_id leaves room for that). */
-static void draw_ids(struct run *r, uint64_t *seed, uint64_t *out)
-{
-    size_t n = (size_t)r->o.rows;
-
-    for (size_t i = 0; i < n; i++)
-        out[i] = bench_rng_next(seed) % (uint64_t)r->o.ids;
-    qsort(out, n, sizeof(*out), bench_cmp_u64);
-    for (size_t i = 1; i < n; i++)
-        if (out[i] <= out[i - 1])
-            out[i] = out[i - 1] + 1;
-}
-
 /* The distinct ids among the ranks' sorted lists of a step. */
 static uint64_t distinct(const struct run *r)
 {
@@ -108,7 +94,8 @@ static ts_status one_mode(struct run *r, bool exact, struct mode_res *m, struct 
         int64_t t0, t1;
 
         for (int64_t k = 0; k < r->o.ranks; k++)
-            draw_ids(r, &seed, r->ids + k * r->o.rows);
+            bench_sorted_ids(&seed, (uint64_t)r->o.ids, (size_t)r->o.rows,
+                             r->ids + k * r->o.rows);
         t0 = ts_now_ns();
         for (int64_t k = 0; !st && k < r->o.ranks; k++) {
             struct ts_row_push in = { .rank = (uint32_t)k, .step = (uint64_t)s,

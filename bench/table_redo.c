@@ -60,18 +60,6 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void draw_ids(const struct run *r, uint64_t *seed, uint64_t *out)
-{
-    size_t n = (size_t)r->o.rows;
-
-    for (size_t i = 0; i < n; i++)
-        out[i] = bench_rng_next(seed) % (uint64_t)r->o.ids;
-    qsort(out, n, sizeof(*out), bench_cmp_u64);
-    for (size_t i = 1; i < n; i++)
-        if (out[i] <= out[i - 1])
-            out[i] = out[i - 1] + 1;
-}
-
 static ts_status make(const struct run *r, struct ts_job *job, struct ts_table **t,
                       struct ts_err *err)
 {
@@ -121,7 +109,8 @@ static ts_status one_mode(struct run *r, int mode, struct ts_err *err)
         int64_t t0;
 
         for (int64_t k = 0; k < r->o.ranks; k++)
-            draw_ids(r, &seed, r->ids + k * r->o.rows);
+            bench_sorted_ids(&seed, (uint64_t)r->o.ids, (size_t)r->o.rows,
+                             r->ids + k * r->o.rows);
         if (s == r->o.warmup && redo) {
             ts_redo_stats(redo, &rs0);
             bytes0 = (int64_t)rs0.bytes;

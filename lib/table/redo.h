@@ -33,7 +33,8 @@
  * syncs no more, and the shard must start again.
  *
  * Ownership: ts_redo_open returns a log that ts_redo_close frees; a table attached to it
- * (ts_table_redo) is detached when freed, or by the close. Threads: every function may be called from any thread. */
+ * (ts_table_redo) is detached when freed, or by the close. Threads: every function may be
+ * called from any thread. */
 #ifndef TS_TABLE_REDO_H
 #define TS_TABLE_REDO_H
 

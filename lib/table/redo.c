@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -85,6 +86,7 @@ struct ts_redo {
     pthread_t writer;
     bool started;
     int fd;                        /* the writer's generation (writer only, after open) */
+    int lock_fd;                   /* DIR/redo.lock, flock'ed: one process a log */
     _Atomic uint64_t images;       /* image files made */
     /* The writer's: the generation it writes, and where each blob key's last blob is. */
     uint64_t wgen;
@@ -596,6 +598,22 @@ static ts_status cut_torn(struct ts_redo *redo, struct ts_err *err)
     return TS_OK;
 }
 
+/* One process a log: a second one's records would interleave with the first's. */
+static ts_status lock_dir(struct ts_redo *redo, struct ts_err *err)
+{
+    char path[PATH_MAX + 64];
+
+    snprintf(path, sizeof(path), "%s/redo.lock", redo->dir);
+    if ((redo->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
+        return ts_err_set(err, TS_EIO, "redo log %s: cannot open redo.lock: %s", redo->dir,
+                          strerror(errno));
+    if (flock(redo->lock_fd, LOCK_EX | LOCK_NB))
+        return ts_err_set(err, TS_EIO, "redo log %s: another process holds it (%s); give each "
+                          "shard a directory of its own", redo->dir,
+                          errno == EWOULDBLOCK ? "locked" : strerror(errno));
+    return TS_OK;
+}
+
 static void redo_free(struct ts_redo *redo)
 {
     while (redo->head) {
@@ -606,6 +624,8 @@ static void redo_free(struct ts_redo *redo)
     }
     if (redo->fd >= 0)
         close(redo->fd);
+    if (redo->lock_fd >= 0)
+        close(redo->lock_fd);   /* lets the lock go */
     free(redo->blobs);
     free(redo->old);
     pthread_mutex_destroy(&redo->attach_mu);
@@ -631,13 +651,14 @@ ts_status ts_redo_open(const char *dir, struct ts_redo **out, struct ts_err *err
         return ts_err_set(err, TS_EIO, "redo log %s: not a directory", dir);
     if (!(redo = calloc(1, sizeof(*redo))))
         return ts_err_set(err, TS_ENOMEM, "no memory for the redo log");
-    redo->fd = -1;
+    redo->fd = redo->lock_fd = -1;
     snprintf(redo->dir, sizeof(redo->dir), "%s", dir);
     pthread_mutex_init(&redo->attach_mu, NULL);
     pthread_mutex_init(&redo->mu, NULL);
     pthread_cond_init(&redo->work, NULL);
     pthread_cond_init(&redo->done, NULL);
-    if ((st = list_gens(redo, err)) || (st = cut_torn(redo, err))) {
+    if ((st = lock_dir(redo, err)) || (st = list_gens(redo, err)) ||
+        (st = cut_torn(redo, err))) {
         redo_free(redo);
         return st;
     }

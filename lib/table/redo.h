@@ -50,9 +50,10 @@ struct ts_table;
 #define TS_REDO_RETRY_MS 500
 #define TS_REDO_KEY_MAX 255        /* bytes of a table's key in the log */
 
-/* Opens the log in dir (created if missing). The generations an earlier process left are kept
- * for ts_redo_replay, the newest cut back to its last whole record (what a crash tore off),
- * and a new generation is started for what comes. TS_EIO names dir and what failed. */
+/* Opens the log in dir (created if missing), which one process alone may hold (a lock file,
+ * redo.lock, refuses a second). The generations an earlier process left are kept for
+ * ts_redo_replay, the newest cut back to its last whole record (what a crash tore off), and a
+ * new generation is started for what comes. TS_EIO names dir and what failed. */
 ts_status ts_redo_open(const char *dir, struct ts_redo **out, struct ts_err *err) TS_MUST_CHECK;
 /* Writes and syncs what is queued (or drops it while the disk refuses it), stops the writer,
  * frees the log. The files stay. Tables still attached are detached: they log nothing more.

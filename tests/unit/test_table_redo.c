@@ -557,6 +557,20 @@ static void t_refusals(void **state)
     assert_int_equal(ts_job_init(&ja, "redo-asp", 1, false, "sgd", 64, NULL), TS_OK);
     assert_int_equal(ts_job_set_mode(&ja, TS_MODE_ASP, 0, NULL), TS_OK);
     c = mk(&ja, &mem, "xc", false);
+    {   /* a second process on the same log is refused */
+        pid_t pid = fork();
+
+        if (!pid) {
+            struct ts_redo *r2;
+            struct ts_err e2 = { 0 };
+
+            _exit(ts_redo_open(ldir, &r2, &e2) == TS_EIO &&
+                  strstr(e2.msg, "another process holds it") ? 0 : 1);
+        }
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
     ts_err_clear(&e);
     assert_int_equal(ts_table_redo(c, redo, "c", &e), TS_ENOTSUP);
     assert_non_null(strstr(e.msg, "bsp only"));

@@ -277,8 +277,8 @@ def differing_parts(got, want):
         ", ".join(parts) or "none", got["table_rows"], want["table_rows"])
 
 
-IN_ASAN_JOIN = ("runs in its asan/ entry of make test (asan/integration/test_ctr_join) and "
-                "with TESSERA_LONG=1")
+IN_ASAN_JOIN = ("runs in its asan/ entries of make test (asan/integration/test_ctr_join, "
+                "test_ctr_respawn) and with TESSERA_LONG=1")
 
 
 class ShardKilled(tl.ClusterCase, unittest.TestCase):

@@ -335,17 +335,20 @@ static ts_status move_on_shards(struct snapper *sn, const struct snap_move *mv,
     return st;
 }
 
-/* $TESSERA_TEST_MASTER_MOVE_AFTER_JOIN=1 (a build with test hooks only): the first move that
- * could run (ready) waits, up to MOVE_WAIT_MS, until a shard is joining, the orders that once
- * stalled a move 30 s behind a join that waited for it (tests/integration/test_ctr.py: a
- * re-copy's, test_a_respawned_shard_joins; a join's, Joins.test_a_second_shard_joins_before_
- * the_move). Whether it holds the move back now. sn->mu held. */
+/* $TESSERA_TEST_MASTER_MOVE_AFTER_JOIN=recopy or =join (a build with test hooks only): the
+ * first move of that kind that could run (ready) waits, up to MOVE_WAIT_MS, until a shard is
+ * joining, the orders that once stalled a move 30 s behind a join that waited for it
+ * (tests/integration/test_ctr.py: a re-copy's, test_a_respawned_shard_joins; a join's,
+ * Joins.test_a_second_shard_joins_before_the_move). A move of the other kind goes on: a
+ * join's move held for a second join that never comes was such a stall of the hook's own
+ * (the respawned shard's join had come before the re-copy's move, whose snapshot it took
+ * over). Whether it holds the move back now. sn->mu held. */
 static bool hook_move_waits(const struct snap_move *mv, bool ready, bool joining)
 {
     const char *v = ts_hook("TESSERA_TEST_MASTER_MOVE_AFTER_JOIN");
     static int state;   /* 0: not yet, 1: waiting, 2: done */
 
-    if (!v || *v != '1' || state == 2 || (!state && !ready))
+    if (!v || strcmp(v, mv->epoch ? "join" : "recopy") || state == 2 || (!state && !ready))
         return false;
     if (!state) {
         state = 1;

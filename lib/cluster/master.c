@@ -25,6 +25,7 @@ struct ts_master {
 #define SLOTS_MAX 4096                /* a job's workers (services/master/jobs.h) */
 #define HELD_JOBS_MAX 256             /* a shard's jobs (services/shard/params.h SHARD_MAX_JOBS) */
 #define VOUCHED_MAX 65536             /* workers one shard heartbeat vouches for */
+#define REST_TICKS 4                  /* a resting worker looks again every interval / 4 */
 
 struct ts_membership {
     struct ts_master *m;
@@ -509,9 +510,14 @@ size_t ts_membership_slots(struct ts_membership *ms, uint64_t *roster, uint32_t 
 }
 
 /* Whether this worker's heartbeat may be left out now (mu held): the master said the shards
- * vouch for it (rest_ms), a shard answered it within the last interval (so that shard's next
- * heartbeat renews its lease), nothing waits to be reported, and its last own beat is less
- * than rest_ms old. */
+ * vouch for it (rest_ms), a shard answered it within the last half interval (so that shard's
+ * next heartbeat renews its lease), nothing waits to be reported, and its last own beat is
+ * less than rest_ms old. When the answers stop, the worker beats within half an interval and
+ * a REST_TICKS-th of one: the shards' last vouch (at most an interval before the last answer)
+ * is then at most 7/12 of a lease old, room for a shard's beat that comes late. With a whole
+ * interval and a tick of a whole one (the first form) it was a whole lease: one shard beat
+ * late (in CI, on a loaded machine, while a move held the pushes) and the master declared the
+ * job's two workers dead. */
 static bool may_rest(struct ts_membership *ms)
 {
     int64_t now = ts_now_ms(), reply, beat = atomic_load(&ms->last_beat_ms);
@@ -520,7 +526,7 @@ static bool may_rest(struct ts_membership *ms)
         now - beat >= (int64_t)ms->rest_ms)
         return false;
     reply = ms->cfg.last_reply_ms(ms->cfg.arg);
-    return reply && now - reply <= (int64_t)ms->interval_ms;
+    return reply && now - reply <= (int64_t)ms->interval_ms / 2;
 }
 
 static void *heartbeat_main(void *arg)
@@ -535,7 +541,7 @@ static void *heartbeat_main(void *arg)
         ts_status st = TS_OK;
 
         if (may_rest(ms)) {
-            ts_abstime_ms(&ts, ms->interval_ms);
+            ts_abstime_ms(&ts, ms->interval_ms / REST_TICKS);
             pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
             continue;
         }

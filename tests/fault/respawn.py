@@ -98,8 +98,7 @@ class Respawn(unittest.TestCase):
                       said)
         self.assertIn("restarting it in 0.5 s (restart 1)", said)
         self.assertIn("restarting it in 1.0 s (restart 2)", said)
-        table = tl.run_cli(["status", "--master", addr])
-        self.assertIn("restart 2 of its shard", table.stdout)
+        self.assertIn("restart 2 of its shard", tl.status_text(addr))
         # (third was picked by "restarts": 2; what it must also be: a new shard, named so.)
         self.assertNotIn(third["id"], (first["id"], again["id"]), "each restart registers anew")
         self.assertIn("registered as shard %d (log %s/shard-%d.log)" %

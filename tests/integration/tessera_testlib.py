@@ -515,12 +515,23 @@ def run_cli(args, timeout=15.0):
     return r
 
 
-def status_json(addr):
-    """`tessera status --master ADDR --json`, parsed; AssertionError if it fails."""
-    r = run_cli(["status", "--master", addr, "--json"])
+# `tessera status` waits 3 s for the master by default; on a loaded machine (2 cores, a
+# sanitizer build beside) a ClusterStatus once took longer, and a test read its empty stdout.
+STATUS_TIMEOUT_MS = "20000"
+
+
+def status_text(addr, *extra):
+    """`tessera status --master ADDR [EXTRA...]`'s stdout; AssertionError if it fails."""
+    r = run_cli(["status", "--master", addr, "--timeout-ms", STATUS_TIMEOUT_MS] + list(extra),
+                timeout=30.0)
     if r.returncode != 0:
         raise AssertionError("tessera status exited %d: %s" % (r.returncode, r.stderr))
-    return json.loads(r.stdout)
+    return r.stdout
+
+
+def status_json(addr, *extra):
+    """`tessera status --master ADDR --json [EXTRA...]`, parsed; AssertionError if it fails."""
+    return json.loads(status_text(addr, "--json", *extra))
 
 
 def job_tables(addr, job):

@@ -163,7 +163,7 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
         # Copies drop their rows too: at least the rows the table lost over its life.
         self.assertGreater(sum(t["expired"] for t in tables),
                            self.local["table_rows"] - want["table_rows"])
-        text = tl.run_cli(["status", "--master", self.ups[3]]).stdout
+        text = tl.status_text(self.ups[3])
         self.assertIn("row lifetime: 8 tables with one", text)
         # The same counts on /metrics, a series a table each shard (docs/embeddings.md).
         ttl, expired = [], 0.0
@@ -217,7 +217,7 @@ class DiskTier(tl.ClusterCase, unittest.TestCase):
             self.assertGreater(s["table_index_limit"], 0, s)
             self.assertGreater(s["table_index_used"], 0, s)
             self.assertLessEqual(s["table_index_used"], s["table_index_limit"], s)
-        text = tl.run_cli(["status", "--master", self.ups[3]]).stdout
+        text = tl.status_text(self.ups[3])
         self.assertRegex(text, r"the disk tier's index: [0-9.]+ MB of [0-9.]+ MB "
                                r"\(--table-index-mem")
         self.assertRegex(text, r"rows in memory: [0-9.]+ MB of 0\.1 MB \(--table-mem")

@@ -117,8 +117,7 @@ class MasterRestart(unittest.TestCase):
         self.assertIn("the master (pid %d) was killed by signal 9" % first, said)
         self.assertIn("restarting it in 0.5 s (restart 1)", said)
         self.assertIn("restarting it in 1.0 s (restart 2)", said)
-        table = tl.run_cli(["status", "--master", addr])
-        self.assertIn("restart 2 of the cluster's master", table.stdout)
+        self.assertIn("restart 2 of the cluster's master", tl.status_text(addr))
 
         # The history: nothing lost, one branch, snapshots after the restarts chained on.
         now = snapshots(store)

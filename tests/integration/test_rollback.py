@@ -223,10 +223,9 @@ class Base(tl.ClusterCase):
         self.assertIn("back to step %d of snapshot" % j.rollback_step, j.rollback_note)
         tl.log("rolled back to step %d after a kill at step %d; %s" %
                (j.rollback_step, self.killed_at, j.rollback_note))
-        r = tl.run_cli(["status", "--master", self.master.addr])
-        self.assertIn("1 rollback, the last to step %d" % j.rollback_step, r.stdout)
-        r = tl.run_cli(["status", "--master", self.master.addr, "--json"])
-        js = [x for x in json.loads(r.stdout)["jobs"] if x["id"] == job][0]
+        self.assertIn("1 rollback, the last to step %d" % j.rollback_step,
+                      tl.status_text(self.master.addr))
+        js = [x for x in tl.status_json(self.master.addr)["jobs"] if x["id"] == job][0]
         self.assertEqual((js["rollbacks"], js["rollback_step"], js["lost"]),
                          (1, j.rollback_step, False))
         for s in tl.cluster_status(self.ch).shards:
@@ -415,8 +414,7 @@ class ReduceSeeded(Base, unittest.TestCase):
                                                timeout=tl.RPC_TIMEOUT).partitions_reseeded
                      for i in alive)
         self.assertGreater(seeded, 0)
-        r = tl.run_cli(["status", "--master", self.master.addr])
-        self.assertIn("seeded again by their workers", r.stdout)
+        self.assertIn("seeded again by their workers", tl.status_text(self.master.addr))
         tl.log("rd: killed at step %d; %d partitions seeded again by the workers, same "
                "params_sha256 as --local" % (self.killed_at, seeded))
 

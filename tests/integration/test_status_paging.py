@@ -90,21 +90,20 @@ class Paging(tl.ClusterCase, unittest.TestCase):
         self.assertEqual((job.workers, job.alive), (WORKERS, WORKERS - LEFT))
 
     def test_cli_lists_fifty_and_counts_all(self):
-        text = tl.run_cli(["status", "--master", self.master.addr]).stdout
+        text = tl.status_text(self.master.addr)
         self.assertIn("... %d workers in all: %d alive, 0 dead, %d left; 50 listed" %
                       (WORKERS, WORKERS - LEFT, LEFT), text)
         rows = [l for l in text.splitlines() if l.split()[:1] and l.split()[0].isdigit() and
                 " sim " in l]
         self.assertEqual(len(rows), 50)
-        text = tl.run_cli(["status", "--master", self.master.addr, "--workers", "all"]).stdout
+        text = tl.status_text(self.master.addr, "--workers", "all")
         self.assertNotIn("workers in all", text)
         self.assertEqual(len([l for l in text.splitlines() if " sim " in l]), WORKERS)
-        doc = json.loads(tl.run_cli(["status", "--master", self.master.addr, "--json"]).stdout)
+        doc = tl.status_json(self.master.addr)
         self.assertEqual(len(doc["workers"]), WORKERS)
         self.assertEqual((doc["workers_alive"], doc["workers_left"]), (WORKERS - LEFT, LEFT))
         self.assertNotIn("workers_next", doc)
-        doc = json.loads(tl.run_cli(["status", "--master", self.master.addr, "--json",
-                                     "--workers", "7"]).stdout)
+        doc = tl.status_json(self.master.addr, "--workers", "7")
         self.assertEqual(len(doc["workers"]), 7)
         self.assertEqual(doc["workers_next"], doc["workers"][-1]["id"])
         r = tl.run_cli(["status", "--master", self.master.addr, "--workers", "0"])

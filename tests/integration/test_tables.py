@@ -98,7 +98,7 @@ def push_300(cluster, master, job):
             return any(t["job"] == job and t["pushed_per_s"] > 0
                        for sh in doc["shards"] for t in sh.get("table_list", []))
         tl.wait_until(pushing, 15, "a shard's pushed rows/s above 0")
-        return held, doc, tl.run_cli(["status", "--master", master]).stdout
+        return held, doc, tl.status_text(master)
 
 
 def run_job(master, job, workers):

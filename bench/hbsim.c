@@ -422,7 +422,7 @@ static void hb_check(const struct hb_plan *p, const Tessera__V1__ClusterStatusRe
 /* After the phase: ClusterStatus with every worker in it, timed; the last reply is checked. */
 static ts_status hb_verify(struct hb_plan *p, struct hb_result *res, struct ts_err *err)
 {
-    Tessera__V1__ClusterStatusResponse *r;
+    Tessera__V1__ClusterStatusResponse *r = NULL;
     ts_status st = hb_time_cluster_status(p->target, 1, LOADED_CALLS, 0, &res->loaded, &r,
                                           err);
 

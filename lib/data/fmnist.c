@@ -126,8 +126,11 @@ static ts_status idx_header(struct idx *f, uint32_t magic, int ndims, uint32_t *
 {
     unsigned char b[16];
     uint32_t got;
-    ts_status st = idx_read(f, b, 4 + 4 * (size_t)ndims, "the header", err);
+    ts_status st;
 
+    for (int i = 0; i < ndims; i++)
+        dims[i] = 0;
+    st = idx_read(f, b, 4 + 4 * (size_t)ndims, "the header", err);
     if (st != TS_OK)
         return st;
     got = be32(b);

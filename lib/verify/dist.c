@@ -239,6 +239,7 @@ ts_status ts_verify_psi(const double *ref, size_t nref, const double *actual, si
 static ts_status check_prob(const double *p, size_t n, const char *which, double *sum,
                             struct ts_err *err)
 {
+    *sum = 0;
     for (size_t i = 0; i < n; i++)
         if (!(p[i] >= 0) || !isfinite(p[i]))
             return ts_err_set(err, TS_EINVAL, "js_distance: %s[%zu] = %g, want finite >= 0",

@@ -445,6 +445,7 @@ static ts_status find_alive(struct ts_members *m, enum ts_member_kind kind, uint
     struct table *t = members_table_of(m, kind);
     struct ts_member *e;
 
+    *out = NULL;
     if (id == 0)
         return ts_err_set(err, TS_EINVAL, "id: required (the id RegisterShard/Worker returned)");
     if (!(e = members_find_id(t, id)))

@@ -175,6 +175,7 @@ static ts_status open_link(struct chain_links *cs, struct ts_cluster *cl, const 
 {
     ts_status st;
 
+    *w = (struct link_watch){ cl, 0 };
     if (!cl)
         return ts_err_set(err, TS_EUNAVAIL, "this shard has not joined the cluster yet");
     if ((st = link_to(cs, cl, job, next, stop, at, err)))

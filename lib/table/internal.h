@@ -281,7 +281,7 @@ struct ts_table {
     bool lost_dirty;               /* a capture's rows could not be listed as changed again */
     pthread_mutex_t tiers_mu;      /* tiers_seen: the last ts_table_tiers's figures */
     struct ts_table_tiers tiers_seen;
-    /* redo.c: the log it is attached to (NULL: none), its key there, its last record's
+    /* redo_table.c: the log it is attached to (NULL: none), its key there, its last record's
      * number, whether a record could not be made (the log not whole for it until its next
      * image), and the log's list of tables (under the log's attach lock). */
     struct ts_redo *redo;
@@ -431,9 +431,9 @@ ts_status table_load_locked(struct ts_table *t, const uint8_t *records, size_t n
 /* push.c (mu held): the row lifetime's sweep of the rows last updated before `before`. */
 void table_expire(struct ts_table *t, uint64_t before);
 
-/* redo.c (mu held): what a table logs when attached (nothing when not). A step's record is
- * begun with room for its n rows, filled row by row (k: its place in ascending id) and
- * queued with the sweep's cut; NULL when not attached or without memory (then the table's
+/* redo_table.c (mu held): what a table logs when attached (nothing when not). A step's
+ * record is begun with room for its n rows, filled row by row (k: its place in ascending id)
+ * and queued with the sweep's cut; NULL when not attached or without memory (then the table's
  * log is marked not whole). A restore (reset, loads) logs nothing until its step is set:
  * then the table's image. */
 struct redo_item;

@@ -1,5 +1,6 @@
-/* redo.c - the tables' redo log (redo.h): records, the writer thread, generations and
- * checkpoints, the replay, and the tables' side (what push.c and capture.c log).
+/* redo.c - the tables' redo log (redo.h): records, the writer thread, generations, open and
+ * close, the replay, blobs. The tables' side (what push.c and capture.c log, images and the
+ * checkpoint) is redo_table.c; what the two share, redo_internal.h.
  *
  * A record on disk, host order (little-endian, as capture.c requires):
  *
@@ -18,6 +19,7 @@
  * so each table's records are queued in the order its changes happened. */
 #include "table/redo.h"
 #include "table/internal.h"
+#include "table/redo_internal.h"
 
 #include "util/proc.h"
 
@@ -38,77 +40,18 @@
 #define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#define MAGIC 0x4f445254u          /* "TRDO" */
-#define IMAGE_MAGIC 0x4d495254u    /* "TRIM" */
-#define IMAGE_HEAD 24u
-#define IMAGE_CHUNK (4u << 20)     /* bytes of records an image writes at a time */
-#define IMAGE_TMP "image-new-"     /* an image being written (removed at open) */
-#define HEAD 40u
-#define TAIL 8u
-#define PREFIX "redo-"
-#define SUFFIX ".log"
-
-enum op { OP_DATA, OP_ROTATE, OP_CARRY, OP_CUT };
-
-struct redo_item {
-    struct redo_item *next;
-    enum op op;
-    uint64_t seq;                  /* OP_DATA: the record's number */
-    uint64_t gen;                  /* OP_ROTATE: the generation to start; OP_CUT: the oldest
-                                    * to keep; OP_CARRY: blobs older than this are carried */
-    size_t len;
-    uint8_t buf[];                 /* OP_DATA: the record */
-};
-
-/* Where a key's last blob lies (the writer's, ts_redo_put). */
-struct blob_at {
-    char key[TS_REDO_KEY_MAX + 1];
-    uint64_t gen;
-    off_t off;
-    size_t len;
-};
-
-struct ts_redo {
-    char dir[PATH_MAX];
-    pthread_mutex_t attach_mu;
-    struct ts_table *tables;       /* attached (ts_table.redo_next), under attach_mu */
-    pthread_mutex_t mu;
-    pthread_cond_t work, done;
-    struct redo_item *head, *tail;
-    uint64_t seq;                  /* records queued */
-    uint64_t synced;               /* records on the disk */
-    uint64_t gen;                  /* the generation records queued now go to */
-    _Atomic uint64_t bytes;        /* written to the writer's generation */
-    uint64_t syncs;
-    char failure[256];
-    bool sync_failed;              /* final */
-    bool stop;
-    pthread_t writer;
-    bool started;
-    int fd;                        /* the writer's generation (writer only, after open) */
-    int lock_fd;                   /* DIR/redo.lock, flock'ed: one process a log */
-    _Atomic uint64_t images;       /* image files made */
-    /* The writer's: the generation it writes, and where each blob key's last blob is. */
-    uint64_t wgen;
-    struct blob_at *blobs;
-    size_t nblobs, blobs_cap;
-    uint64_t *old;                 /* the generations found at open, ascending */
-    size_t nold;
-    uint64_t torn;
-};
-
 static void gen_path(const struct ts_redo *redo, uint64_t gen, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/" PREFIX "%016" PRIx64 SUFFIX, redo->dir, gen);
 }
 
-static void image_path(const struct ts_redo *redo, uint64_t gen, uint64_t k, char *buf,
-                       size_t len)
+void redo_image_path(const struct ts_redo *redo, uint64_t gen, uint64_t k, char *buf,
+                     size_t len)
 {
     snprintf(buf, len, "%s/image-%016" PRIx64 "-%016" PRIx64 ".rows", redo->dir, gen, k);
 }
 
-static void sync_dir(const char *dir)
+void redo_sync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
@@ -125,10 +68,8 @@ static size_t rec_len(size_t keylen, size_t n, size_t rec)
     return HEAD + keylen + n * rec + TAIL;
 }
 
-/* A record of kind under key with room for n records of rec bytes; NULL without memory.
- * The caller fills the payload and queues it. */
-static struct redo_item *rec_new(const char *key, enum ts_redo_kind kind, uint64_t step,
-                                 size_t rec, size_t n)
+struct redo_item *redo_rec_new(const char *key, enum ts_redo_kind kind, uint64_t step,
+                               size_t rec, size_t n)
 {
     size_t keylen = strlen(key), len = rec_len(keylen, n, rec);
     struct redo_item *it = malloc(sizeof(*it) + len);
@@ -151,26 +92,7 @@ static struct redo_item *rec_new(const char *key, enum ts_redo_kind kind, uint64
     return it;
 }
 
-/* A record of kind for t with room for n of its records (mu held); NULL (t's log marked not
- * whole) without memory. */
-static struct redo_item *item_new(struct ts_table *t, enum ts_redo_kind kind, uint64_t step,
-                                  size_t n)
-{
-    struct redo_item *it = rec_new(t->redo_key, kind, step, ts_table_record_bytes(t), n);
-
-    if (!it) {
-        t->redo_lost = true;
-        snprintf(t->redo_why, sizeof(t->redo_why), "a record of %zu rows: out of memory", n);
-    }
-    return it;
-}
-
-static uint8_t *item_payload(struct ts_table *t, struct redo_item *it)
-{
-    return it->buf + HEAD + strlen(t->redo_key);
-}
-
-static void queue(struct ts_redo *redo, struct redo_item *it)
+void redo_enqueue(struct ts_redo *redo, struct redo_item *it)
 {
     it->next = NULL;
     if (redo->tail)
@@ -181,33 +103,19 @@ static void queue(struct ts_redo *redo, struct redo_item *it)
     pthread_cond_signal(&redo->work);
 }
 
-/* Seals it (its checksum) and queues it (the log's mu held); its number. */
-static uint64_t seal_queue(struct ts_redo *redo, struct redo_item *it)
+uint64_t redo_seal_queue(struct ts_redo *redo, struct redo_item *it)
 {
     uint64_t sum = XXH3_64bits(it->buf, it->len - TAIL);
 
     memcpy(it->buf + it->len - TAIL, &sum, 8);
     it->seq = ++redo->seq;
-    queue(redo, it);
+    redo_enqueue(redo, it);
     return it->seq;
-}
-
-/* it queued as t's latest record (t's mu and the log's mu held). */
-static void redo_queue_locked(struct ts_table *t, struct redo_item *it)
-{
-    t->redo_seq = seal_queue(t->redo, it);
-}
-
-static void redo_queue(struct ts_table *t, struct redo_item *it)
-{
-    pthread_mutex_lock(&t->redo->mu);
-    redo_queue_locked(t, it);
-    pthread_mutex_unlock(&t->redo->mu);
 }
 
 /* ---- The writer ---- */
 
-static bool write_all(int fd, const uint8_t *p, size_t len, int *e)
+bool redo_write_all(int fd, const uint8_t *p, size_t len, int *e)
 {
     while (len) {
         ssize_t w = write(fd, p, len);
@@ -254,7 +162,7 @@ static void cut_below(struct ts_redo *redo, uint64_t keep)
         }
     }
     closedir(d);
-    sync_dir(redo->dir);
+    redo_sync_dir(redo->dir);
 }
 
 /* The key of record buf (its kind's), into key. */
@@ -334,7 +242,7 @@ static int carry(struct ts_redo *redo, uint64_t gen, bool *unsynced)
         if (fd >= 0)
             close(fd);
         at = lseek(redo->fd, 0, SEEK_END);
-        if (!e && !write_all(redo->fd, buf, b->len, &e) && at >= 0 && ftruncate(redo->fd, at))
+        if (!e && !redo_write_all(redo->fd, buf, b->len, &e) && at >= 0 && ftruncate(redo->fd, at))
             e = errno;
         free(buf);
         if (e)
@@ -356,7 +264,7 @@ static int do_item(struct ts_redo *redo, const struct redo_item *it, bool *unsyn
     case OP_DATA: {
         off_t at = lseek(redo->fd, 0, SEEK_END);
 
-        if (!write_all(redo->fd, it->buf, it->len, &e)) {
+        if (!redo_write_all(redo->fd, it->buf, it->len, &e)) {
             if (at >= 0 && ftruncate(redo->fd, at))
                 e = errno;
             return e;
@@ -377,7 +285,7 @@ static int do_item(struct ts_redo *redo, const struct redo_item *it, bool *unsyn
         redo->fd = fd;
         redo->wgen = it->gen;
         redo->bytes = 0;
-        sync_dir(redo->dir);
+        redo_sync_dir(redo->dir);
         return 0;
     case OP_CUT:
         if (*unsynced && fdatasync(redo->fd))
@@ -669,7 +577,7 @@ ts_status ts_redo_open(const char *dir, struct ts_redo **out, struct ts_err *err
         redo_free(redo);
         return st;
     }
-    sync_dir(dir);
+    redo_sync_dir(dir);
     if (pthread_create(&redo->writer, NULL, writer_main, redo)) {
         redo_free(redo);
         return ts_err_set(err, TS_EIO, "cannot start the redo log's writer thread");
@@ -725,7 +633,7 @@ static ts_status replay_image(struct ts_redo *redo, uint64_t gen, struct ts_redo
     uint64_t n = 0, step = 0, sum = 0;
     ts_status st;
 
-    image_path(redo, gen, r->cut, path, sizeof(path));
+    redo_image_path(redo, gen, r->cut, path, sizeof(path));
     if (map_file(path, &p, &len, &(struct ts_err){ 0 }))
         return ts_err_set(err, TS_ECORRUPT, "redo log: the image of '%s' the log names is "
                           "missing: %s", r->key, path);
@@ -824,246 +732,7 @@ ts_status ts_redo_replay(struct ts_redo *redo,
     return st;
 }
 
-ts_status ts_table_redo_apply(struct ts_table *t, const struct ts_redo_rec *r,
-                              struct ts_err *err)
-{
-    ts_status st = TS_OK;
-
-    if (t->redo)
-        return ts_err_set(err, TS_ESTATE, "table '%s': a replay goes into a table not "
-                          "attached to a log", t->name);
-    if (r->n && r->rec != ts_table_record_bytes(t))
-        return ts_err_set(err, TS_ECORRUPT, "table '%s': the redo log's records are %zu bytes, "
-                          "the table's %zu (another dim or optimizer)", t->name, r->rec,
-                          ts_table_record_bytes(t));
-    switch (r->kind) {
-    case TS_REDO_IMAGE:
-        ts_table_reset(t);
-        if ((st = ts_table_load(t, r->records, r->n, NULL, NULL, err)) ||
-            (st = ts_table_set_step(t, r->step, err)))
-            return st;
-        pthread_mutex_lock(&t->mu);
-        t->lost_dirty = true;      /* the next capture is full */
-        pthread_mutex_unlock(&t->mu);
-        return TS_OK;
-    case TS_REDO_DROP:
-        return TS_OK;
-    case TS_REDO_STEP:
-        break;
-    default:
-        return ts_err_set(err, TS_ECORRUPT, "table '%s': a redo record of unknown kind %d",
-                          t->name, (int)r->kind);
-    }
-    pthread_mutex_lock(&t->mu);
-    if (table_async(t) || t->npushed || t->acc.n || r->step != t->step)
-        st = ts_err_set(err, TS_ECORRUPT, "table '%s': the redo log's step %" PRIu64 " does "
-                        "not follow the table's %" PRIu64, t->name, r->step, t->step);
-    else if (!(st = table_load_locked(t, r->records, r->n, NULL, NULL, err))) {
-        if (r->cut)
-            table_expire(t, r->cut);
-        t->step = r->step + 1;
-        t->prev.valid = false;     /* no version before: as after a restore */
-        t->lost_dirty = true;      /* the next capture is full */
-        table_init_forget(t);
-        pthread_cond_broadcast(&t->cv);
-    }
-    pthread_mutex_unlock(&t->mu);
-    return st;
-}
-
-/* ---- The tables' side (t->mu held) ---- */
-
-static void redo_drop(struct ts_table *t)
-{
-    struct redo_item *it;
-
-    if (t->redo && (it = item_new(t, TS_REDO_DROP, 0, 0)))
-        redo_queue(t, it);
-}
-
-struct redo_item *table_redo_step_begin(struct ts_table *t, size_t n)
-{
-    return t->redo ? item_new(t, TS_REDO_STEP, t->step, n) : NULL;
-}
-
-void table_redo_step_row(struct ts_table *t, struct redo_item *it, size_t k, struct row *w)
-{
-    if (it)
-        table_record_put(t, w, item_payload(t, it) + k * ts_table_record_bytes(t));
-}
-
-void table_redo_step_end(struct ts_table *t, struct redo_item *it, uint64_t cut)
-{
-    if (!it)
-        return;
-    memcpy(it->buf + 24, &cut, 8);
-    redo_queue(t, it);
-}
-
-/* The rows ids[0..n) of t, as records, and the file's checksum, into fd. */
-static ts_status image_rows(struct ts_table *t, int fd, const uint64_t *ids, size_t n,
-                            XXH3_state_t *xs, const char *path, struct ts_err *err)
-{
-    size_t rb = ts_table_record_bytes(t), chunk = IMAGE_CHUNK / rb ? IMAGE_CHUNK / rb : 1;
-    uint8_t *buf = malloc((n < chunk ? n : chunk) * rb + 1);
-    ts_status st = TS_OK;
-    int e;
-
-    if (!buf)
-        return ts_err_set(err, TS_ENOMEM, "table '%s': no memory for its image", t->name);
-    for (size_t at = 0; at < n && !st; at += chunk) {
-        size_t m = n - at < chunk ? n - at : chunk;
-
-        if ((st = table_records(t, ids + at, m, buf, err)))
-            break;
-        XXH3_64bits_update(xs, buf, m * rb);
-        if (!write_all(fd, buf, m * rb, &e))
-            st = ts_err_set(err, TS_EIO, "redo log: writing %s: %s", path, strerror(e));
-    }
-    free(buf);
-    return st;
-}
-
-/* t's image (every row, its step) in a file of its own, synced, then its record queued
- * (t->mu held): the table as it is now, whole, for a replay. The file is written under a
- * name of its own and named after the generation its record goes to as the record is
- * queued, so that a checkpoint's new generation in between cannot part the two. */
-static ts_status image(struct ts_table *t, struct ts_err *err)
-{
-    struct ts_redo *redo = t->redo;
-    uint64_t *ids = NULL, k = atomic_fetch_add(&redo->images, 1) + 1, n = t->rows.n;
-    uint32_t head32[2] = { IMAGE_MAGIC, (uint32_t)ts_table_record_bytes(t) };
-    char tmp[PATH_MAX + 64], path[PATH_MAX + 64];
-    struct redo_item *it;
-    XXH3_state_t xs;
-    uint64_t sum;
-    ts_status st = TS_OK;
-    int fd, e;
-
-    snprintf(tmp, sizeof(tmp), "%s/" IMAGE_TMP "%016" PRIx64 ".rows", redo->dir, k);
-    if (!(it = item_new(t, TS_REDO_IMAGE, t->step, 0)))
-        return ts_err_set(err, TS_ENOMEM, "table '%s': no memory for its image", t->name);
-    memcpy(it->buf + 24, &k, 8);
-    if (n && (st = rows_sorted_ids(&t->rows, &ids, err))) {
-        free(it);
-        return st;
-    }
-    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
-        st = ts_err_set(err, TS_EIO, "redo log: creating %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    XXH3_64bits_reset(&xs);
-    XXH3_64bits_update(&xs, head32, 8);
-    XXH3_64bits_update(&xs, &n, 8);
-    XXH3_64bits_update(&xs, &t->step, 8);
-    if (!write_all(fd, (const uint8_t *)head32, 8, &e) ||
-        !write_all(fd, (const uint8_t *)&n, 8, &e) ||
-        !write_all(fd, (const uint8_t *)&t->step, 8, &e))
-        st = ts_err_set(err, TS_EIO, "redo log: writing %s: %s", tmp, strerror(e));
-    if (!st)
-        st = image_rows(t, fd, ids, n, &xs, tmp, err);
-    sum = XXH3_64bits_digest(&xs);
-    if (!st && !write_all(fd, (const uint8_t *)&sum, 8, &e))
-        st = ts_err_set(err, TS_EIO, "redo log: writing %s: %s", tmp, strerror(e));
-    if (!st && fdatasync(fd))
-        st = ts_err_set(err, TS_EIO, "redo log: syncing %s: %s", tmp, strerror(errno));
-    close(fd);
-    if (!st) {
-        pthread_mutex_lock(&redo->mu);
-        image_path(redo, redo->gen, k, path, sizeof(path));
-        if (rename(tmp, path)) {
-            st = ts_err_set(err, TS_EIO, "redo log: naming %s: %s", path, strerror(errno));
-        } else {
-            sync_dir(redo->dir);
-            redo_queue_locked(t, it);
-            it = NULL;
-        }
-        pthread_mutex_unlock(&redo->mu);
-    }
-    if (st) {
-        unlink(tmp);
-        goto out;
-    }
-    t->redo_lost = false;
-    t->redo_restoring = false;
-out:
-    free(it);
-    free(ids);
-    return st;
-}
-
-void table_redo_restoring(struct ts_table *t)
-{
-    if (t->redo)
-        t->redo_restoring = true;
-}
-
-void table_redo_restored(struct ts_table *t)
-{
-    struct ts_err err = { 0 };
-
-    if (t->redo && image(t, &err)) {
-        t->redo_lost = true;
-        snprintf(t->redo_why, sizeof(t->redo_why), "its restore's image: %s", err.msg);
-    }
-}
-
-ts_status ts_table_redo(struct ts_table *t, struct ts_redo *redo, const char *key,
-                        struct ts_err *err)
-{
-    ts_status st = TS_OK;
-    size_t kl = key ? strlen(key) : 0;
-
-    if (table_async(t))
-        return ts_err_set(err, TS_ENOTSUP, "table '%s': a redo log of a table in an ssp or asp "
-                          "job is not built (bsp only)", t->name);
-    if (!kl || kl > TS_REDO_KEY_MAX)
-        return ts_err_set(err, TS_EINVAL, "key: 1 to %d bytes", TS_REDO_KEY_MAX);
-    pthread_mutex_lock(&redo->attach_mu);
-    for (struct ts_table *o = redo->tables; o; o = o->redo_next)
-        if (!strcmp(o->redo_key, key)) {
-            st = ts_err_set(err, TS_EEXIST, "key: '%s' is attached to the redo log already",
-                            key);
-            break;
-        }
-    pthread_mutex_lock(&t->mu);
-    if (!st && t->redo)
-        st = ts_err_set(err, TS_ESTATE, "table '%s': attached to a redo log already", t->name);
-    if (!st) {
-        t->redo = redo;
-        memcpy(t->redo_key, key, kl + 1);
-        if ((st = image(t, err)))
-            t->redo = NULL;
-    }
-    pthread_mutex_unlock(&t->mu);
-    if (!st) {
-        t->redo_next = redo->tables;
-        redo->tables = t;
-    }
-    pthread_mutex_unlock(&redo->attach_mu);
-    return st;
-}
-
-void table_redo_detach(struct ts_table *t)
-{
-    struct ts_redo *redo = t->redo;
-
-    if (!redo)
-        return;
-    pthread_mutex_lock(&redo->attach_mu);
-    for (struct ts_table **p = &redo->tables; *p; p = &(*p)->redo_next)
-        if (*p == t) {
-            *p = t->redo_next;
-            break;
-        }
-    pthread_mutex_lock(&t->mu);
-    redo_drop(t);
-    t->redo = NULL;
-    pthread_mutex_unlock(&t->mu);
-    pthread_mutex_unlock(&redo->attach_mu);
-}
-
-static ts_status wait_seq(struct ts_redo *redo, uint64_t seq, int ms, struct ts_err *err)
+ts_status redo_wait_seq(struct ts_redo *redo, uint64_t seq, int ms, struct ts_err *err)
 {
     struct timespec ts;
     ts_status st = TS_OK;
@@ -1082,62 +751,6 @@ static ts_status wait_seq(struct ts_redo *redo, uint64_t seq, int ms, struct ts_
     return st;
 }
 
-ts_status ts_table_redo_wait(struct ts_table *t, int ms, struct ts_err *err)
-{
-    struct ts_redo *redo;
-    uint64_t seq;
-    ts_status st = TS_OK;
-
-    pthread_mutex_lock(&t->mu);
-    redo = t->redo;
-    seq = t->redo_seq;
-    if (redo && t->redo_lost)
-        st = ts_err_set(err, TS_ENOMEM, "table '%s': the redo log is not whole for it until "
-                        "the next checkpoint: %s", t->name, t->redo_why);
-    pthread_mutex_unlock(&t->mu);
-    return st || !redo ? st : wait_seq(redo, seq, ms, err);
-}
-
-ts_status ts_redo_checkpoint(struct ts_redo *redo, struct ts_err *err)
-{
-    struct redo_item *rot = malloc(sizeof(*rot)), *cut = malloc(sizeof(*cut));
-    struct redo_item *cry = malloc(sizeof(*cry));
-    ts_status st = TS_OK;
-    uint64_t gen;
-
-    if (!rot || !cut || !cry) {
-        free(rot);
-        free(cut);
-        free(cry);
-        return ts_err_set(err, TS_ENOMEM, "no memory for a checkpoint of the redo log");
-    }
-    pthread_mutex_lock(&redo->attach_mu);
-    pthread_mutex_lock(&redo->mu);   /* records that see the new generation go after this */
-    gen = ++redo->gen;
-    *rot = (struct redo_item){ .op = OP_ROTATE, .gen = gen };
-    queue(redo, rot);
-    pthread_mutex_unlock(&redo->mu);
-    for (struct ts_table *t = redo->tables; t && !st; t = t->redo_next) {
-        pthread_mutex_lock(&t->mu);
-        if ((st = image(t, err)))
-            ts_err_prefix(err, "checkpoint");
-        pthread_mutex_unlock(&t->mu);
-    }
-    if (!st) {   /* the blobs carried over; the older generations go once that is synced */
-        *cry = (struct redo_item){ .op = OP_CARRY, .gen = gen };
-        *cut = (struct redo_item){ .op = OP_CUT, .gen = gen };
-        pthread_mutex_lock(&redo->mu);
-        queue(redo, cry);
-        queue(redo, cut);
-        pthread_mutex_unlock(&redo->mu);
-    } else {
-        free(cut);
-        free(cry);
-    }
-    pthread_mutex_unlock(&redo->attach_mu);
-    return st;
-}
-
 /* ---- Blobs ---- */
 
 ts_status ts_redo_put(struct ts_redo *redo, const char *key, uint64_t version,
@@ -1151,7 +764,7 @@ ts_status ts_redo_put(struct ts_redo *redo, const char *key, uint64_t version,
         return ts_err_set(err, TS_EINVAL, "key: 1 to %d bytes", TS_REDO_KEY_MAX);
     for (int i = 0; i < iovcnt; i++)
         len += iov[i].iov_len;
-    if (!(it = rec_new(key, TS_REDO_BLOB, version, 1, len)))
+    if (!(it = redo_rec_new(key, TS_REDO_BLOB, version, 1, len)))
         return ts_err_set(err, TS_ENOMEM, "redo log: no memory for a blob of %zu bytes", len);
     out = it->buf + HEAD + kl;
     for (int i = 0; i < iovcnt; i++) {
@@ -1159,23 +772,23 @@ ts_status ts_redo_put(struct ts_redo *redo, const char *key, uint64_t version,
         out += iov[i].iov_len;
     }
     pthread_mutex_lock(&redo->mu);
-    *seq = seal_queue(redo, it);
+    *seq = redo_seal_queue(redo, it);
     pthread_mutex_unlock(&redo->mu);
     return TS_OK;
 }
 
 void ts_redo_forget(struct ts_redo *redo, const char *key)
 {
-    struct redo_item *it = rec_new(key, TS_REDO_DROP, 0, 1, 0);
+    struct redo_item *it = redo_rec_new(key, TS_REDO_DROP, 0, 1, 0);
 
     if (!it)
         return;   /* the blob is replayed, and its key's owner drops it again */
     pthread_mutex_lock(&redo->mu);
-    seal_queue(redo, it);
+    redo_seal_queue(redo, it);
     pthread_mutex_unlock(&redo->mu);
 }
 
 ts_status ts_redo_wait(struct ts_redo *redo, uint64_t seq, int ms, struct ts_err *err)
 {
-    return wait_seq(redo, seq, ms, err);
+    return redo_wait_seq(redo, seq, ms, err);
 }

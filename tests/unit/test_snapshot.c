@@ -590,7 +590,7 @@ static void test_piece_declares_every_tensor(void **state)
 /* A table's pieces say which shards its rows were placed on and whose rows their runs hold:
  * a merge where some placed shard's rows are in no piece is refused (TS_ESTATE naming the
  * table and the shard), as a shard that left while a survivor's copy of its rows was not
- * served yet made it (tests/integration/test_ctr.py, Joins: the job ended 'done' without the
+ * served yet made it (tests/integration/test_ctr_join.py: the job ended 'done' without the
  * dead shard's rows). The same pieces with the copy served merge, the lists left out of the
  * manifest; a piece that says nothing of its placement (an older shard) is not checked. */
 static void test_table_pieces_cover_every_shard(void **state)

@@ -218,7 +218,8 @@ class Replicated(tl.ClusterCase, unittest.TestCase):
         self.assertIn("accepts connections", r.verdict)
         after = tl.cluster_status(self.ch)
         self.assertEqual(after.epoch, before.epoch)
-        self.assertEqual(after.shard_failures, 0)
+        # The report added no failure (one a loaded machine caused before it is not its).
+        self.assertEqual(after.shard_failures, before.shard_failures)
         for req, code, field in (
                 (master_pb2.ReportUnreachableRequest(), "INVALID_ARGUMENT", "shard_id"),
                 (master_pb2.ReportUnreachableRequest(shard_id=9999), "NOT_FOUND", "shard_id"),

@@ -13,7 +13,9 @@
  * Ownership: the registry owns its jobs, tensors and partitions until the job is released
  * (shard_params_release) or shard_params_fini().
  * Threads: safe; the registry lock is held only to find, add or remove, partitions lock
- * themselves. */
+ * themselves.
+ * Implemented in params.c (the registry: jobs, lookups, releases, copies) and tensors.c (a
+ * tensor's registration: checks, placement, charge, partitions made or restored). */
 #ifndef TS_SHARD_PARAMS_H
 #define TS_SHARD_PARAMS_H
 

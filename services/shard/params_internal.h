@@ -1,5 +1,5 @@
-/* params_internal.h - what params.c (the registry) and walks.c (the walks over a job's
- * partitions) share. */
+/* params_internal.h - what params.c (the registry), tensors.c (a tensor's registration) and
+ * walks.c (the walks over a job's partitions) share. */
 #ifndef TS_SHARD_PARAMS_INTERNAL_H
 #define TS_SHARD_PARAMS_INTERNAL_H
 
@@ -13,6 +13,9 @@ struct shard_job *params_find_job(struct shard_params *sp, const char *id);
  * settings; later ones must repeat them (TS_ESTATE). *made: this call created it. mu held. */
 ts_status params_get_job(struct shard_params *sp, const Tessera__V1__JobSpec *js,
                          struct shard_job **out, bool *made, struct ts_err *err) TS_MUST_CHECK;
+/* Frees tensor t (not installed in a job, or taken out of it): its partitions, per-partition
+ * arrays and shared region. NULL: nothing. */
+void params_tensor_free(struct shard_tensor *t);
 /* A job a refused registration made, which nothing else took up meanwhile (no tensor, no
  * table, none being made), is dropped: state as it was. mu held. */
 void params_drop_unused(struct shard_params *sp, struct shard_job *sj);

@@ -13,8 +13,7 @@ with `tessera train --local` of the same settings:
 - Slowdown moving: 3 workers, rank 1 three times as slow for the first half of the steps,
   rank 2 for the second, with TESSERA_COMBINE_SLOTS=off. Same fingerprint; at the end rank 2's
   worker holds fewer slots than an even share and no more than rank 1's, so slots moved back
-  to rank 1 after it sped up; rank
-  0 pushed more than 2 gradients a step, each slot alone.
+  to rank 1 after it sped up; rank 0 pushed more than 2 gradients a step, each slot alone.
 - Float: the same slow worker without --exact ends with a test accuracy within 0.02 of a
   static run's (float sums depend on the order, docs/scheduler.md: the bits may differ).
 - Bad input: a heartbeat whose speed is 0, negative, NaN, or whose slot count is negative,

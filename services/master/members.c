@@ -287,11 +287,12 @@ static ts_status check_identity(const struct ts_member *e, const struct ts_membe
 }
 
 /* Gives e cred's secret and identity if it has none yet (a new member, or one registered
- * without). */
+ * without), and its count of restarts. */
 static void keep_cred(struct ts_member *e, const struct ts_member_cred *cred)
 {
     if (!cred)
         return;
+    e->restarts = cred->restarts;
     if (!e->identity[0])
         memcpy(e->identity, cred->identity, sizeof(e->identity));
     if (!cred->has_secret || e->has_secret)
@@ -592,18 +593,6 @@ void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member
     pthread_mutex_lock(&m->mu);
     if (find_alive(m, TS_MEMBER_WORKER, id, &e, &ignore) == TS_OK)
         e->report = *r;
-    pthread_mutex_unlock(&m->mu);
-}
-
-void ts_members_set_restarts(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
-                             uint32_t restarts)
-{
-    struct ts_member *e;
-    struct ts_err ignore = { 0 };
-
-    pthread_mutex_lock(&m->mu);
-    if (find_alive(m, kind, id, &e, &ignore) == TS_OK)
-        e->restarts = restarts;
     pthread_mutex_unlock(&m->mu);
 }
 

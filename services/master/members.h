@@ -74,7 +74,7 @@ struct ts_member {
      * "Joining"); and its last report of the moves left, under the map of moves_epoch. */
     bool joining;
     uint64_t moves_epoch, moves_pending;
-    uint32_t restarts;                        /* see ts_members_set_restarts */
+    uint32_t restarts;                        /* see ts_member_cred.restarts */
     int64_t grace_until_ms;                   /* not declared dead before (ts_members_restore,
                                                * a pause of the master: cfg.pause_ms) */
     bool heard;                               /* a heartbeat came since it (re)registered */
@@ -104,6 +104,10 @@ struct ts_member_cred {
      * it while another alive shard holds it is refused (TS_EPERM naming `identity`), and an
      * instance registering again must show the identity it first showed (TS_EPERM). */
     char identity[TS_MEMBER_MAX + 1];
+    /* Registrations too: how many times a supervisor restarted the member this one replaces
+     * (Register{Shard,Worker}Request.restarts), kept with the member in the same step as the
+     * rest, so that no status shows the member without it. */
+    uint32_t restarts;
 };
 
 /* What must never go backwards across a master restart: the epoch, and the ids reserved for
@@ -230,10 +234,6 @@ bool ts_members_guarded_addr(struct ts_members *m, const char *addr, const char 
 bool ts_members_shard_holding(struct ts_members *m, const char *identity, const char *instance,
                               uint32_t *id, char addr[TS_MEMBERS_MAX_ADDR + 1],
                               char holder[TS_MEMBERS_MAX_INSTANCE + 1]);
-/* Records how many times a supervisor restarted the member this one replaces
- * (Register{Shard,Worker}Request.restarts), for status. */
-void ts_members_set_restarts(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
-                             uint32_t restarts);
 /* Records a worker's report (after a heartbeat it was accepted). */
 void ts_members_report(struct ts_members *m, uint32_t id, const struct ts_member_report *r);
 /* A shard's heartbeat vouched for these workers (HeartbeatRequest.vouched): each alive one

@@ -71,12 +71,13 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
         if (d->address.len) /* an empty bytes field is NULL, which memcpy may not get */
             memcpy(ep[i].addr, d->address.data, d->address.len);
     }
-    if ((st = member_cred(call, &req->secret, true, &cred, err)) ||
-        (st = master_admit_shard(m, req, &cred, err)) ||
+    if ((st = member_cred(call, &req->secret, true, &cred, err)))
+        return st;
+    cred.restarts = req->restarts;
+    if ((st = master_admit_shard(m, req, &cred, err)) ||
         (st = ts_members_register_shard(m->members, req->addr, req->instance, req->lease_ms, ep,
                                         n, ts_now_ms(), &g, &cred, err)))
         return st;
-    ts_members_set_restarts(m->members, TS_MEMBER_SHARD, g.id, req->restarts);
     resp->shard_id = g.id;
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;
@@ -113,8 +114,10 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     /* the verify service registers with its own certificate, trainers with a worker's */
     if ((st = ts_rpc_need_role(call, strcmp(req->role, "verify") ? TS_ROLE_WORKER
                                                                  : TS_ROLE_VERIFY, err)) ||
-        (st = member_cred(call, &req->secret, true, &cred, err)) ||
-        (st = master_admit_worker(req, &cred, err)) ||
+        (st = member_cred(call, &req->secret, true, &cred, err)))
+        return st;
+    cred.restarts = req->restarts;
+    if ((st = master_admit_worker(req, &cred, err)) ||
         (st = ts_members_register_worker(m->members, req->host, req->pid, req->role, req->addr,
                                          req->instance, req->lease_ms, ts_now_ms(), &g, &cred,
                                          err)))
@@ -136,7 +139,6 @@ static ts_status register_worker(struct ts_rpc_call *call, const ProtobufCMessag
     }
     if (req->job[0] && req->balance)
         jobs_balance(m->jobs, g.id);
-    ts_members_set_restarts(m->members, TS_MEMBER_WORKER, g.id, req->restarts);
     resp->worker_id = g.id;
     resp->epoch = g.epoch;
     resp->lease_ms = g.lease_ms;

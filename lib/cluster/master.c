@@ -26,6 +26,7 @@ struct ts_master {
 #define HELD_JOBS_MAX 256             /* a shard's jobs (services/shard/params.h SHARD_MAX_JOBS) */
 #define VOUCHED_MAX 65536             /* workers one shard heartbeat vouches for */
 #define REST_TICKS 4                  /* a resting worker looks again every interval / 4 */
+#define BEAT_GAP_DIV 10               /* beats at least interval / 10 apart (next_beat_in) */
 
 struct ts_membership {
     struct ts_master *m;
@@ -529,10 +530,28 @@ static bool may_rest(struct ts_membership *ms)
     return reply && now - reply <= (int64_t)ms->interval_ms / 2;
 }
 
+/* How long the heartbeat thread waits after a beat that took took_ms: the rest of the
+ * interval from the beat's start, and at least a BEAT_GAP_DIV-th of one. Beats start an
+ * interval apart whatever each took, so a beat that ran to its deadline (one interval: a
+ * master slow under load) is followed by the next at once. Waiting a whole interval after it
+ * (the first form) put the next beat two intervals after the last one that could have
+ * renewed the lease: with a lease of three intervals, one slow answer left the lease to run
+ * out just as the next beat was sent (the likely cause of two shards declared dead in CI,
+ * under the sanitizers on a loaded machine). Now one answer may take its whole interval with
+ * nine tenths of one to spare. */
+static uint32_t next_beat_in(uint32_t interval_ms, int64_t took_ms)
+{
+    int64_t left = (int64_t)interval_ms - (took_ms > 0 ? took_ms : 0);
+    uint32_t gap = interval_ms / BEAT_GAP_DIV;
+
+    return left > (int64_t)gap ? (uint32_t)left : gap;
+}
+
 static void *heartbeat_main(void *arg)
 {
     struct ts_membership *ms = arg;
     bool warned = false;
+    int64_t began;
 
     pthread_mutex_lock(&ms->mu);
     while (!ms->stop) {
@@ -546,12 +565,13 @@ static void *heartbeat_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&ms->mu);
+        began = ts_now_ms();
         st = beat_or_join(ms, &err);
         if (st && !warned)
             ts_log(TS_WARN, "member", "heartbeat failed: %s (will keep trying)", err.msg);
         warned = st != TS_OK;
         pthread_mutex_lock(&ms->mu);
-        ts_abstime_ms(&ts, ms->interval_ms);
+        ts_abstime_ms(&ts, next_beat_in(ms->interval_ms, ts_now_ms() - began));
         if (!ms->stop)
             pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
     }

@@ -115,7 +115,10 @@ static ts_status catch_up(struct tessera *t, uint64_t from, float *const *params
 
     for (int k = 0; k < CATCH_UP_TRIES; k++) {
         t->newest = 0;
-        st = sdk_pull_all(t, v, params, err);
+        /* The map may move under the pull (a shard that died, or came back and joined while
+         * this worker was away): fail over as a step does. Not doing so ended a job whose
+         * worker met a shard demoted to a replica here ("not the head of its chain"). */
+        st = sdk_pull_all_over(t, "catch-up pull at step", v, v, params, err);
         if (st == TS_ESLOTS) {   /* woken again: learn the slots, pull again */
             if ((st = sdk_master_beat(t, NULL, err)))
                 return st;

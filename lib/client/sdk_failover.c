@@ -365,7 +365,8 @@ void sdk_test_hold(const char *hook, const char *what)
 }
 #endif
 
-/* A rollback's pull of every tensor at the snapshot's step, for sdk_fail_over to do again. */
+/* A pull of every tensor at one step (a rollback's, a rejoin's), for sdk_fail_over to do
+ * again. */
 struct pull_all_args {
     uint64_t step;
     float *const *params;
@@ -376,6 +377,15 @@ static ts_status pull_all_again(struct tessera *t, void *ctx, struct ts_err *err
     const struct pull_all_args *a = ctx;
 
     return sdk_pull_all(t, a->step, a->params, err);
+}
+
+ts_status sdk_pull_all_over(struct tessera *t, const char *what, uint64_t n, uint64_t step,
+                            float *const *params, struct ts_err *err)
+{
+    struct pull_all_args a = { step, params };
+
+    return sdk_fail_over(t, what, n, sdk_pull_all(t, step, params, err), pull_all_again, &a,
+                         err);
 }
 
 ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
@@ -400,9 +410,7 @@ ts_status sdk_rollback(struct tessera *t, float *const *params, uint64_t *step,
          * rollback takes partitions from the shards that loaded them, which then answer
          * TS_ESTALE, and one that heads a partition nobody gave it says the job goes back
          * again (TS_EROLLBACK). The first is a failover, the second one more rollback. */
-        struct pull_all_args a = { *step, params };
-        st = sdk_fail_over(t, "pull after rollback", rollbacks,
-                           sdk_pull_all(t, *step, params, err), pull_all_again, &a, err);
+        st = sdk_pull_all_over(t, "pull after rollback", rollbacks, *step, params, err);
         if (st != TS_EROLLBACK)
             break;
         ts_log(TS_WARN, "sdk", "pull after rollback %u: %s; following the next one", rollbacks,

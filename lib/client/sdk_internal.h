@@ -601,6 +601,11 @@ ts_status sdk_follow_rollback(struct tessera *t, const char *what, uint64_t n,
 typedef ts_status (*sdk_redo_fn)(struct tessera *t, void *ctx, struct ts_err *err);
 ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_status st,
                         sdk_redo_fn redo, void *ctx, struct ts_err *err) TS_MUST_CHECK;
+/* sdk_pull_all at `step`, failing over (sdk_fail_over) while the map moves under it: a shard
+ * that died, or one that no longer heads a partition (TS_ESTALE). what and n name it in
+ * logs. */
+ts_status sdk_pull_all_over(struct tessera *t, const char *what, uint64_t n, uint64_t step,
+                            float *const *params, struct ts_err *err) TS_MUST_CHECK;
 
 /* sdk_elastic.c */
 /* Keeps params (the values of the step about to be sent, by tensor id) to recompute from. */

@@ -304,6 +304,7 @@ bench: build
 	$(BUILD)/bin/bench_table_store --out bench/results/table_store.json
 	$(BUILD)/bin/bench_table_policy --out bench/results/table_policy.json
 	$(BUILD)/bin/bench_table_redo --out bench/results/table_redo.json
+	/usr/bin/python3 bench/shard_redo.py --bin $(BUILD)/bin --out bench/results/shard_redo.json
 	/usr/bin/python3 bench/recovery.py --bin $(BUILD)/bin --out bench/results/recovery.json
 	/usr/bin/python3 bench/table_join.py --bin $(BUILD)/bin --out bench/results/table_join.json
 	/usr/bin/python3 bench/metrics.py --bin $(BUILD)/bin --out bench/results/metrics.json

@@ -16,7 +16,7 @@ struct up_flags {
     int64_t shards, master_port, lease_ms, snapshot_every, mem_budget, replicas, metrics_port;
     int64_t jobs_per_identity, arm_timeout_ms, orphan_job_ms, start_deadline_ms;
     const char *dir, *store, *restore, *branch, *tls_dir, *table_mem, *table_dir;
-    const char *table_index_mem;
+    const char *table_index_mem, *redo_dir;
     bool respawn, tls, insecure;
 };
 
@@ -50,6 +50,9 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
         { "table-index-mem", TS_FLAG_STR, &f->table_index_mem, "SIZE", "with --table-dir: "
           "memory each shard's disk-tier index may use, 48 bytes a row (default: half the "
           "machine's)", 0, 0 },
+        { "redo-dir", TS_FLAG_STR, &f->redo_dir, "DIR", "a redo log of each shard's tables, "
+          "DIR/shard-<i> for shard slot i: each step's rows synced before a pull sees them "
+          "(docs/embeddings.md, \"Restarting from its own disk\"; bsp tables only)", 0, 0 },
         { "jobs-per-identity", TS_FLAG_INT, &f->jobs_per_identity, "N", "the master's "
           "--jobs-per-identity: jobs one caller may hold (default 128; docs/security.md)", 1,
           256 },
@@ -146,6 +149,7 @@ static int start(const char *cmd, const struct up_flags *f, struct ts_local **c)
                                .mem_budget_mib = f->mem_budget, .replicas = replicas,
                                .table_mem = f->table_mem, .table_dir = f->table_dir,
                                .table_index_mem = f->table_index_mem,
+                               .redo_dir = f->redo_dir,
                                .respawn = f->respawn, .metrics_port = (int)f->metrics_port,
                                .tls = !f->insecure, .tls_dir = f->tls_dir,
                                .jobs_per_identity = f->jobs_per_identity,

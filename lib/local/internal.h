@@ -29,8 +29,9 @@ struct ts__local_slot {
 
 struct ts_local {
     struct ts_local_opts opts;      /* its strings point at the copies below */
-    char *strs[6];                  /* store, restore, branch, tls_dir, table_mem, table_dir:
-                                     * owned */
+    /* store, restore, branch, tls_dir, table_mem, table_dir, table_index_mem, redo_dir:
+     * owned (copy_opts) */
+    char *strs[8];
     char dir[512];
     bool own_dir;                   /* made by ts_local_start (no opts.dir) */
     char bin[512];                  /* where tessera-master and tessera-shard are */

@@ -214,7 +214,7 @@ ts_status ts__local_start_shard(struct ts_local *c, int i, struct ts_err *err)
     struct ts__local_slot *sh = &c->shards[i];
     char exe[TS__LOCAL_PATH], log[TS__LOCAL_PATH], port_file[TS__LOCAL_PATH];
     char budget[32], restarts[16], num[4][24], tls[4][TS__LOCAL_PATH], stem[32];
-    char tier[TS__LOCAL_PATH];
+    char tier[TS__LOCAL_PATH], redo[TS__LOCAL_PATH];
     char *argv[40 + TS_LOCAL_MAX_ARGS] = { exe, "--master", c->master_addr, "--port-file",
                                            port_file, NULL };
     int n = 5;
@@ -231,6 +231,11 @@ ts_status ts__local_start_shard(struct ts_local *c, int i, struct ts_err *err)
         (void)mkdir(o->table_dir, 0700);   /* the shard says why when it cannot make its own */
         snprintf(tier, sizeof(tier), "%s/shard-%d", o->table_dir, i);
         n = add_flag(argv, n, "--table-dir", tier);
+    }
+    if (o->redo_dir) {    /* each slot its own log, which a restarted shard finds again */
+        (void)mkdir(o->redo_dir, 0700);
+        snprintf(redo, sizeof(redo), "%s/shard-%d", o->redo_dir, i);
+        n = add_flag(argv, n, "--redo-dir", redo);
     }
     if (sh->restarts) {
         snprintf(restarts, sizeof(restarts), "%u", sh->restarts);
@@ -441,8 +446,10 @@ static ts_status copy_opts(struct ts_local *c, const struct ts_local_opts *o, st
 {
     const char **fields[] = { &c->opts.store, &c->opts.restore, &c->opts.branch,
                               &c->opts.tls_dir, &c->opts.table_mem, &c->opts.table_dir,
-                              &c->opts.table_index_mem };
+                              &c->opts.table_index_mem, &c->opts.redo_dir };
 
+    _Static_assert(sizeof(fields) / sizeof(fields[0]) == sizeof(c->strs) / sizeof(c->strs[0]),
+                   "a copied option without its place in strs");
     c->opts = *o;
     c->opts.dir = c->opts.tmp_prefix = NULL;   /* read once, at the start, from o */
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {

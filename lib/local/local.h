@@ -96,6 +96,8 @@ struct ts_local_opts {
     const char *table_index_mem;    /* each shard's --table-index-mem (NULL: its default) */
     const char *table_dir;          /* NULL, or the shards' disk tiers: DIR/shard-<slot> each
                                      * (made by the shard) */
+    const char *redo_dir;           /* NULL, or the shards' redo logs (--redo-dir):
+                                     * DIR/shard-<slot> each */
     bool respawn;                   /* ts_local_check restarts a shard that died */
     int metrics_port;               /* > 0: /metrics of the master here, shard slot i's at
                                      * + 1 + i (docs/observability.md); 0: none */

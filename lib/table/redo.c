@@ -309,39 +309,68 @@ static void set_failure(struct ts_redo *redo, int e)
         redo->sync_failed = true;
 }
 
+/* Whether what the writer wrote and has not synced must be synced now (mu held): someone
+ * waits for it, the log is closing, or it has waited TS_REDO_LAZY_MS. */
+static bool sync_due(const struct ts_redo *redo, int64_t sync_by)
+{
+    return redo->waiters || redo->stop || ts_now_ms() >= sync_by;
+}
+
+/* The writer: appends what is queued, and syncs when it is due (sync_due): records nobody
+ * waits for yet are written at once and synced with the next that someone does, so the
+ * tables of one step, logged one after another, share one sync (group commit by demand). */
 static void *writer_main(void *arg)
 {
     struct ts_redo *redo = arg;
+    bool unsynced = false;         /* written since the last sync */
+    uint64_t written = 0;          /* the last record written */
+    int64_t sync_by = 0;           /* unsynced: when it is synced if nobody asks first */
 
     pthread_mutex_lock(&redo->mu);
     for (;;) {
         struct redo_item *group, *it;
-        bool unsynced = false;
-        uint64_t seq = 0;
         int e = 0;
 
-        while (!redo->head && !redo->stop)
-            pthread_cond_wait(&redo->work, &redo->mu);
-        if (!redo->head || redo->sync_failed)
+        while (!redo->head && !(unsynced ? sync_due(redo, sync_by) : redo->stop)) {
+            if (unsynced) {
+                struct timespec ts;
+
+                ts_abstime_ms(&ts, sync_by - ts_now_ms());
+                pthread_cond_timedwait(&redo->work, &redo->mu, &ts);
+            } else {
+                pthread_cond_wait(&redo->work, &redo->mu);
+            }
+        }
+        if (redo->sync_failed || (!redo->head && !unsynced))
             break;
-        group = redo->head;        /* everything queued now: one sync for all of it */
+        group = redo->head;        /* everything queued now */
         redo->head = redo->tail = NULL;
         pthread_mutex_unlock(&redo->mu);
+        bool before = unsynced;
         for (it = group; it && !(e = do_item(redo, it, &unsynced)); it = it->next)
-            ;
-        if (e >= 0 && unsynced && fdatasync(redo->fd))   /* what was written, synced */
-            e = -errno;
+            if (it->op == OP_DATA)
+                written = it->seq;
+        if (unsynced && !before)
+            sync_by = ts_now_ms() + TS_REDO_LAZY_MS;
         pthread_mutex_lock(&redo->mu);
+        if (e >= 0 && unsynced && sync_due(redo, sync_by)) {
+            pthread_mutex_unlock(&redo->mu);
+            int r = fdatasync(redo->fd);   /* what was written, synced */
+            int se = errno;
+            pthread_mutex_lock(&redo->mu);
+            if (r)
+                e = -se;
+            else
+                unsynced = false;
+        }
         while (group != it) {      /* [group, it) are done */
             struct redo_item *next = group->next;
 
-            if (group->op == OP_DATA)
-                seq = group->seq;
             free(group);
             group = next;
         }
-        if (e >= 0 && seq) {
-            redo->synced = seq;
+        if (e >= 0 && !unsynced && redo->synced < written) {
+            redo->synced = written;
             redo->syncs++;
         }
         if (e) {
@@ -736,9 +765,14 @@ ts_status redo_wait_seq(struct ts_redo *redo, uint64_t seq, int ms, struct ts_er
 {
     struct timespec ts;
     ts_status st = TS_OK;
+    bool waiting;
 
     ts_abstime_ms(&ts, ms);
     pthread_mutex_lock(&redo->mu);
+    if ((waiting = redo->synced < seq)) {   /* the writer syncs at once (sync_due) */
+        redo->waiters++;
+        pthread_cond_signal(&redo->work);
+    }
     while (redo->synced < seq && !st) {
         if (redo->failure[0])
             st = ts_err_set(err, TS_EIO, "%s", redo->failure);
@@ -747,6 +781,8 @@ ts_status redo_wait_seq(struct ts_redo *redo, uint64_t seq, int ms, struct ts_er
             st = ts_err_set(err, TS_ETIMEDOUT, "the redo log in %s did not sync within %d ms",
                             redo->dir, ms);
     }
+    if (waiting)
+        redo->waiters--;
     pthread_mutex_unlock(&redo->mu);
     return st;
 }

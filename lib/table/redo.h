@@ -22,9 +22,12 @@
  * checkpoint. A replay reads the generations in order; a table's reset in a newer one
  * supersedes what an older one said of it.
  *
- * Durability. A writer thread a log appends records in the order tables hand them and syncs
- * (fdatasync) after each group it writes (group commit: every table's records that came while
- * the last sync ran go out in the next). ts_redo_wait says when a record is on the disk: the
+ * Durability. A writer thread a log appends records in the order tables hand them, at once,
+ * and syncs (fdatasync) when someone waits for one of them (ts_redo_wait,
+ * ts_table_redo_wait), when the log closes, or TS_REDO_LAZY_MS after the first record not
+ * synced: group commit by demand, so the records of every table a step changed, written one
+ * after another, share the sync their first pull asks for. ts_redo_wait says when a record is
+ * on the disk: the
  * point a caller answers from (a shard answers the pull of the version after a step only once
  * the step's record is synced). A new file and a removed one are made durable with a sync of
  * the directory. A write the disk refuses (ENOSPC, EIO) is undone (the file cut back to where
@@ -48,6 +51,7 @@ struct ts_redo;
 struct ts_table;
 
 #define TS_REDO_RETRY_MS 500
+#define TS_REDO_LAZY_MS 20         /* a record nobody waits for is synced within this */
 #define TS_REDO_KEY_MAX 255        /* bytes of a table's key in the log */
 
 /* Opens the log in dir (created if missing), which one process alone may hold (a lock file,

@@ -62,6 +62,7 @@ struct ts_redo {
     uint64_t syncs;
     char failure[256];
     bool sync_failed;              /* final */
+    unsigned waiters;              /* in redo_wait_seq: the writer syncs at once */
     bool stop;
     pthread_t writer;
     bool started;

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "dp_prefetch.h"
+#include "durable.h"
 #include "metrics/metrics.h"
 #include "rowcopy.h"
 #include "tables.h"
@@ -578,7 +579,10 @@ ts_status dp_rows_pull(struct dp_conn *dc, const struct ts_frame_hdr *h, const v
     if ((st = rows_room(dc, n, sht->dim, err)))
         return st;
     a.out = dc->rows;
-    if ((st = in_slices(dc, sht, read_locked, &a, 0, "pull", true, err)))
+    /* The rows read are answered once the steps that made them are on this shard's disk
+     * (--redo-dir): a step a worker has seen is never lost with the shard (durable.h). */
+    if ((st = in_slices(dc, sht, read_locked, &a, 0, "pull", true, err)) ||
+        (st = shard_durable_wait(sht, DP_PULL_WAIT_MS, err)))
         return st;
     atomic_fetch_add(&sht->pulled, n);
     ts_counter_add(dc->metrics.pull_bytes, n * sht->dim * sizeof(float));
@@ -674,7 +678,8 @@ ts_status dp_rows_scan(struct dp_conn *dc, const struct ts_frame_hdr *h, struct 
                           sht->name, h->partition, SCAN_PAGE_MAX);
     if (h->flags & TS_SCAN_FIRST) {
         uint64_t want = h->step;
-        if ((st = in_slices(dc, sht, list_locked, &want, 0, "scan", false, err)))
+        if ((st = in_slices(dc, sht, list_locked, &want, 0, "scan", false, err)) ||
+            (st = shard_durable_wait(sht, DP_PULL_WAIT_MS, err)))
             return st;
         dc->scan_table = h->tensor + 1;
     }

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "durable.h"
 #include "rpc/serve.h"
 #include "shard.h"
 #include "table/tier.h"
@@ -115,6 +116,8 @@ int main(int argc, char **argv)
     struct ts_serve_opts so = TS_SERVE_DEFAULTS("127.0.0.1:0");
     const char *adv = NULL, *master = NULL, *transport = NULL, *store_dir = NULL;
     const char *restore = NULL, *table_mem = NULL, *table_dir = NULL, *index_mem = NULL;
+    const char *redo_dir = NULL, *replay = NULL;
+    bool replay_json = false;
     int64_t lease_ms = 0, mem_mib = 0, max_tensors = SHARD_MAX_TENSORS, restarts = 0;
     int64_t max_conns = DP_DEFAULT_MAX_CONNS;
     int64_t arm_ms = SHARD_ARM_TIMEOUT_MS, orphan_ms = SHARD_ORPHAN_MS, mem_share = 100;
@@ -147,6 +150,13 @@ int main(int argc, char **argv)
         { "table-index-mem", TS_FLAG_STR, &index_mem, "SIZE", "with --table-dir: memory the "
           "disk tier's index of every row may use (48 bytes a row, copies included; default: "
           "half the machine's); a push that would create rows past it is refused", 0, 0 },
+        { "redo-dir", TS_FLAG_STR, &redo_dir, "DIR", "a redo log of the tables' rows (this "
+          "shard's alone; docs/embeddings.md, \"Restarting from its own disk\"): the rows each "
+          "step changed are synced to it before a pull sees them. bsp tables only. The shard "
+          "does not restart from it yet; --replay reads it", 0, 0 },
+        { "replay", TS_FLAG_STR, &replay, "DIR", "read the redo log in DIR (a stopped shard's "
+          "--redo-dir), print each table it holds (step, rows, fingerprint) and exit", 0, 0 },
+        { "json", TS_FLAG_BOOL, &replay_json, NULL, "with --replay: print JSON", 0, 0 },
         { "job-mem-share", TS_FLAG_INT, &mem_share, "PCT", "percent of --mem-budget one job's "
           "tensors may hold (default 100: what the other jobs leave)", 1, 100 },
         { "restarts", TS_FLAG_INT, &restarts, "N", "this process replaces a shard restarted N "
@@ -184,6 +194,8 @@ int main(int argc, char **argv)
                                "gradients.\nRegisters with the master, heartbeats, leaves cleanly "
                                "on SIGTERM.", flags, argc, argv)) >= 0)
         return rc;
+    if (replay)
+        return shard_durable_show(replay, replay_json);
     rc = 1;
     hooks_init();
     s.started_ms = ts_now_ms();
@@ -207,6 +219,11 @@ int main(int argc, char **argv)
     }
     if (table_dir && ts_tier_open(table_dir, &s.params.tables_budget.tier, &err)) {
         fprintf(stderr, "tessera-shard: %s\n", err.msg);
+        return 2;
+    }
+    if (redo_dir && shard_durable_open(redo_dir, &s.params.durable, &err)) {
+        fprintf(stderr, "tessera-shard: --redo-dir: %s\n", err.msg);
+        ts_tier_close(s.params.tables_budget.tier);
         return 2;
     }
     s.params.max_tensors = (uint32_t)max_tensors;
@@ -293,6 +310,8 @@ out:
     ts_rpc_server_free(srv);
     ts_cluster_close(s.cluster);
     ts_master_close(s.master);
+    /* The log first: a clean stop leaves the tables in it as they are, not dropped. */
+    shard_durable_close(s.params.durable);
     shard_params_fini(&s.params);
     ts_tier_close(s.params.tables_budget.tier);   /* after every table (table.h) */
     ts_store_close(store);

@@ -7,6 +7,7 @@
 #include "shard.h"
 
 #include "dp_internal.h"
+#include "durable.h"
 #include "rowcopy.h"
 #include "tables.h"
 #include "metrics/metrics.h"
@@ -20,6 +21,8 @@ static struct {
     struct ts_metric_family *tier_written, *tier_pending, *tier_lag, *tier_disk;
     struct ts_metric_family *ttl_steps, *ttl_seconds, *expired, *prefetched, *prefetch_used, *prefetch_unused;
     struct ts_metric_family *budget_used, *budget_limit;
+    struct ts_metric_family *redo_bytes, *redo_records, *redo_syncs, *redo_checkpoints,
+        *redo_failing;
 } fam;
 
 /* One table's series (docs/embeddings.md), read at the scrape. */
@@ -80,6 +83,15 @@ static void collect(void *arg)
                  (double)atomic_load(&s->params.tables_budget.index));
     ts_gauge_set(ts_metric_one(fam.budget_limit, "table_index_mem"),
                  (double)s->params.tables_budget.index_limit);
+    if (s->params.durable) {   /* --redo-dir (durable.h) */
+        struct shard_durable_stats d;
+        shard_durable_stats(s->params.durable, &d);
+        ts_gauge_set(ts_metric_one(fam.redo_bytes, NULL), (double)d.redo.bytes);
+        ts_counter_set(ts_metric_one(fam.redo_records, NULL), d.redo.synced);
+        ts_counter_set(ts_metric_one(fam.redo_syncs, NULL), d.redo.syncs);
+        ts_counter_set(ts_metric_one(fam.redo_checkpoints, NULL), d.checkpoints);
+        ts_gauge_set(ts_metric_one(fam.redo_failing, NULL), d.redo.failure[0] ? 1 : 0);
+    }
     if (s->dp.n) {
         uint64_t n[DP_REFUSED_N];
         dataplane_counters(&s->dp, &in, &refused);
@@ -222,6 +234,21 @@ void shard_metrics_init(struct shard *s)
     fam.budget_limit = ts_metrics_family("tessera_shard_table_budget_limit_bytes", "that "
                                          "budget's limit (0: none)", TS_METRIC_GAUGE, "budget",
                                          NULL, 0);
+    fam.redo_bytes = ts_metrics_family("tessera_shard_redo_bytes", "bytes in the redo log's "
+                                       "current generation (--redo-dir; a checkpoint starts a "
+                                       "new one past 256 MiB)", TS_METRIC_GAUGE, NULL, NULL, 0);
+    fam.redo_records = ts_metrics_family("tessera_shard_redo_records_total", "records of the "
+                                         "redo log synced to its disk since the shard started",
+                                         TS_METRIC_COUNTER, NULL, NULL, 0);
+    fam.redo_syncs = ts_metrics_family("tessera_shard_redo_syncs_total", "syncs of the redo "
+                                       "log (each covers every record queued before it)",
+                                       TS_METRIC_COUNTER, NULL, NULL, 0);
+    fam.redo_checkpoints = ts_metrics_family("tessera_shard_redo_checkpoints_total",
+                                             "checkpoints of the redo log", TS_METRIC_COUNTER,
+                                             NULL, NULL, 0);
+    fam.redo_failing = ts_metrics_family("tessera_shard_redo_failing", "1 while the redo log's "
+                                         "disk refuses its writes (pulls wait; the shard's log "
+                                         "says why), else 0", TS_METRIC_GAUGE, NULL, NULL, 0);
     ts_metrics_collector(collect, s);
 }
 

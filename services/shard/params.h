@@ -179,6 +179,8 @@ struct shard_params {
     uint64_t mem_used;                 /* what they use now (under mu) */
     /* --table-mem: what every job's table rows may use together (tables.h; atomic). */
     struct ts_table_budget tables_budget;
+    /* --redo-dir: the tables' redo log (durable.h; NULL: none); main.c's. */
+    struct shard_durable *durable;
     uint32_t max_tensors;              /* --max-tensors: tensor ids per job are below it */
     /* Called under mu after a job's memory is freed, before anything can be created again
      * (the data plane forgets what it cached by partition address, /metrics the job's

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "placement/ring.h"
+#include "durable.h"
 #include "rowcopy.h"
 #include "tables_internal.h"
 #include "util/log.h"
@@ -53,8 +54,9 @@ ts_status tables_check_spec(const Tessera__V1__RegisterTableRequest *req, struct
     return ts_job_id_check("table.name", s->name, err);
 }
 
-static void table_free(struct shard_table *t)
+void tables_free_one(struct shard_table *t)
 {
+    shard_durable_forget(t);
     rowcopy_free(t);
     ts_table_free(t->t);
     pthread_rwlock_destroy(&t->lock);
@@ -96,7 +98,7 @@ ts_status tables_create(struct shard_params *sp, struct ts_cluster *cl, uint32_t
     t->ttl_seconds = s->ttl_seconds;
     t->rate_ms = ts_now_ms();   /* the first heartbeat measures from here */
     if ((st = rowcopy_place(t, &sj->job, &sp->tables_budget, cl, me, err))) {
-        table_free(t);
+        tables_free_one(t);
         return st;
     }
     *out = t;
@@ -211,8 +213,9 @@ ts_status shard_params_register_table(struct shard_params *sp, struct ts_cluster
     if (!st)
         st = tables_find(sj, req, &t, err);
     if (!st && !t && !(st = tables_create(sp, cl, my_id, sj, req, &t, err)) &&
-        (st = tables_load(sp, t, req->table, sp->restore, sp->restore_hex, err))) {
-        table_free(t);
+        ((st = tables_load(sp, t, req->table, sp->restore, sp->restore_hex, err)) ||
+         (st = shard_durable_table(sp->durable, sj, t, err)))) {
+        tables_free_one(t);
         t = NULL;
     }
     if (!st && !sj->tables[req->table_id]) {
@@ -298,7 +301,7 @@ void shard_tables_free(struct shard_job *sj)
     for (uint32_t i = 0; i < SHARD_MAX_TABLES; i++)
         if (sj->tables[i]) {
             tables_runs_free(sj->tables[i]);
-            table_free(sj->tables[i]);
+            tables_free_one(sj->tables[i]);
             sj->tables[i] = NULL;
         }
     sj->ntables = 0;

@@ -28,6 +28,7 @@
 
 #include "params.h"
 #include "snapshot/snapshot.h"
+#include "table/redo.h"
 #include "table/table.h"
 
 /* A store of a table's rows on this shard: those whose chain, on the ring the table was
@@ -90,6 +91,10 @@ struct shard_table {
      * before it, and is refused (TS_ESTALE). */
     atomic_uint_least64_t hold, moved;
     _Atomic int64_t hold_until_ms;
+    /* --redo-dir (durable.h): the log t's own rows are attached to, and the key of its
+     * registration there (NULL and "" without one). */
+    struct shard_durable *durable;
+    char reg_key[TS_REDO_KEY_MAX + 1];
 };
 
 struct shard_run {

@@ -21,6 +21,8 @@ ts_status tables_create(struct shard_params *sp, struct ts_cluster *cl, uint32_t
 ts_status tables_load(struct shard_params *sp, struct shard_table *t,
                       const Tessera__V1__TableSpec *spec, const ts_manifest *m, const char *hex,
                       struct ts_err *err) TS_MUST_CHECK;
+/* Frees t, made by tables_create and not published in its job (or being freed with it). */
+void tables_free_one(struct shard_table *t);
 /* t's spec into *spec (its strings t's). */
 void tables_spec(const struct shard_table *t, Tessera__V1__TableSpec *spec);
 /* The runs t wrote to snapshots, forgotten (the next is full). */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "durable.h"
 #include "rowcopy.h"
 #include "util/log.h"
 #include "util/proc.h"
@@ -144,6 +145,10 @@ static ts_status adopt_tables(struct shard_params *sp, struct ts_cluster *cl, ui
             continue;
         if ((st = tables_create(sp, cl, my_id, sj, &req, &t, err)))
             break;
+        if ((st = shard_durable_table(sp->durable, sj, t, err))) {
+            tables_free_one(t);
+            break;
+        }
         atomic_store(&t->hold_until_ms, atomic_load(&sj->tables_held_until));
         atomic_store(&t->hold, hold);
         sj->tables[t->id] = t;

@@ -29,11 +29,7 @@ CTR = ["--model", "ctr", "--batch", "128", "--micro", "32", "--exact", "--json"]
 
 
 def train(args, timeout=300):
-    r = subprocess.run([os.path.join(tl.BIN, "tessera"), "train"] + list(args),
-                       capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL)
-    tl.scan_for_sanitizer("tessera train", r.stderr)
-    return r
+    return tl.run_cli(["train"] + list(args), timeout)
 
 
 def replay(redo):

@@ -1,15 +1,16 @@
 #!/usr/bin/python3
 """shard_redo.py - bench/shard_redo: what does a shard's redo log (--redo-dir) cost training?
 
-With --redo-dir a shard logs the rows each step of its tables changed and answers a pull of
-the next version only once that record is synced (services/shard/durable.h; docs/embeddings.md,
+With --redo-dir a shard logs the rows each step of its tables changed and the image of each
+dense partition it heads after each update, and answers a pull of the next version only once
+that is synced (services/shard/durable.h; docs/embeddings.md,
 "Restarting from its own disk"). Each round here runs the same exact CTR job (`tessera train
 --model ctr`, 8 tables, 2 workers) on two fresh `tessera up --shards S --replicas 1` clusters,
 alternating: without the log (the baseline) and with it (in a directory under --dir, by
 default /var/tmp: a real disk, not a tmpfs). Both must end on the --local run's params_sha256.
 After each run with the log, `tessera-shard --replay` reads every shard's log and its tables
-must be the trained ones (their step, their fingerprints as the trainer reported them); its
-time and the logs' size are reported.
+must be the trained ones (their step, their fingerprints as the trainer reported them; with
+one shard, the dense tensors' fingerprint too); its time and the logs' size are reported.
 
 Output: a table, and bench/results/shard_redo.json whose headline is {"ours": median samples/s
 with the log, "baseline": without, "unit", "ratio"}, each run beside it.
@@ -59,13 +60,18 @@ def one_run(a, want, redo_root):
         if not redo_root:
             return out
         t0 = time.monotonic()
-        tables = {}
+        tables, dense = {}, []
         for k in range(a.shards):
             r = subprocess.run([os.path.join(a.bin, "tessera-shard"), "--replay",
                                 os.path.join(redo_root, "shard-%d" % k), "--json"],
                                capture_output=True, text=True, timeout=600, check=True)
-            for t in json.loads(r.stdout)["tables"]:
+            doc = json.loads(r.stdout)
+            for t in doc["tables"]:
                 tables.setdefault(t["table"], []).append(t)
+            dense += [j.get("dense_sha256") for j in doc["jobs"]]
+        if a.shards == 1 and dense != [got["dense_sha256"]]:
+            raise RuntimeError("the dense tensors in the log: %s; trained: %s" %
+                               (dense, got["dense_sha256"]))
         out["replay_s"] = time.monotonic() - t0
         out["log_bytes"] = du(redo_root)
         for name, hexd in got["table_sha256"].items():

@@ -50,9 +50,10 @@ static int parse(const char *cmd, const char *about, struct up_flags *f, int arg
         { "table-index-mem", TS_FLAG_STR, &f->table_index_mem, "SIZE", "with --table-dir: "
           "memory each shard's disk-tier index may use, 48 bytes a row (default: half the "
           "machine's)", 0, 0 },
-        { "redo-dir", TS_FLAG_STR, &f->redo_dir, "DIR", "a redo log of each shard's tables, "
-          "DIR/shard-<i> for shard slot i: each step's rows synced before a pull sees them "
-          "(docs/embeddings.md, \"Restarting from its own disk\"; bsp tables only)", 0, 0 },
+        { "redo-dir", TS_FLAG_STR, &f->redo_dir, "DIR", "a redo log of each shard's tables "
+          "and dense partitions, DIR/shard-<i> for shard slot i: each step synced before a "
+          "pull sees it (docs/embeddings.md, \"Restarting from its own disk\"; bsp jobs "
+          "only)", 0, 0 },
         { "jobs-per-identity", TS_FLAG_INT, &f->jobs_per_identity, "N", "the master's "
           "--jobs-per-identity: jobs one caller may hold (default 128; docs/security.md)", 1,
           256 },

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "durable.h"
 #include "metrics/metrics.h"
 #include "testhooks.h"
 #include "transport/frame.h"
@@ -226,11 +227,21 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
         if ((st = ts_part_push(p, &in, &applied, err)) == TS_EPERM)
             dp_refuse(dc->dp, DP_REFUSED_CONFLICT, dc->c->peer, err->msg);
         if (!st && applied) {
+            struct shard_tensor *t = shard_params_tensor(dc->dp->params, dc->job, h->tensor);
+            bool logged = t && shard_durable_holds(t);
+
             ts_histogram_observe(dc->metrics.aggregate_s, (double)(ts_now_ns() - t1) / 1e9);
             hook_applied(ts_part_version(p));
-            if (next) {
+            /* --redo-dir: the update's image logged while the partition holds it, a pull of
+             * it answered once that is synced (pull_from). Not logged (no memory): not
+             * published either, and the pusher hears why. */
+            ts_status lst = logged ? shard_durable_part(dc->job, t, h->partition, p, true, err)
+                                   : TS_OK;
+            if (!lst && next) {
                 hook_reach(HOOK_PUSH);
                 (void)dp_replicate(dc, h, p, next, err);
+            } else if (!lst && logged) {
+                ts_part_publish(p, ts_part_version(p));
             }
         }
     }
@@ -343,6 +354,10 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, con
             return st;
         ts_err_clear(err);   /* a wake already told: wait on */
     }
+    /* --redo-dir: the version is answered once its image is on this shard's disk */
+    struct shard_tensor *t = shard_params_tensor(dc->dp->params, dc->job, h->tensor);
+    if (t && shard_durable_part_wait(t, h->partition, DP_PULL_WAIT_MS, err))
+        return err->code;
     hook_reach(HOOK_PULL);
     hook_pulled(info.version);
     out.step = info.version;

@@ -1,13 +1,19 @@
 /* durable.c - see durable.h. */
 #include "durable.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "params.h"
 #include "tables.h"
@@ -60,6 +66,71 @@ static void *checkpointer(void *arg)
     return NULL;
 }
 
+/* Whether name is one of a log's files (lib/table/redo.c: the generations, the images). */
+static bool log_file(const char *name)
+{
+    return !strncmp(name, "redo-", 5) || !strncmp(name, "image-", 6);
+}
+
+/* A log an earlier process left in dir goes to dir/previous (what was there before goes):
+ * a shard does not start from its log yet, and what it logs now must not mix with what the
+ * last one did. Under dir's redo.lock, so a shard that runs on dir keeps its files. */
+static ts_status set_aside(const char *dir, struct ts_err *err)
+{
+    char path[PATH_MAX], prev[PATH_MAX], from[PATH_MAX + 256], to[PATH_MAX + 256];
+    struct dirent *de;
+    ts_status st = TS_OK;
+    bool any = false;
+    DIR *dh;
+    int lock;
+
+    snprintf(path, sizeof(path), "%s/redo.lock", dir);
+    snprintf(prev, sizeof(prev), "%s/previous", dir);
+    if (mkdir(dir, 0700) && errno != EEXIST)
+        return ts_err_set(err, TS_EIO, "%s: cannot make it: %s", dir, strerror(errno));
+    if ((lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
+        return ts_err_set(err, TS_EIO, "%s: %s", path, strerror(errno));
+    if (flock(lock, LOCK_EX | LOCK_NB)) {
+        close(lock);
+        return ts_err_set(err, TS_EIO, "redo log %s: another process holds it (redo.lock); one "
+                          "shard a directory", dir);
+    }
+    if (!(dh = opendir(dir))) {
+        close(lock);
+        return ts_err_set(err, TS_EIO, "%s: %s", dir, strerror(errno));
+    }
+    while (!st && (de = readdir(dh))) {
+        if (!log_file(de->d_name))
+            continue;
+        if (!any) {   /* the one set aside before goes */
+            DIR *ph = opendir(prev);
+            struct dirent *pe;
+            while (ph && (pe = readdir(ph)))
+                if (log_file(pe->d_name)) {
+                    snprintf(from, sizeof(from), "%s/%s", prev, pe->d_name);
+                    (void)unlink(from);
+                }
+            if (ph)
+                closedir(ph);
+            if (mkdir(prev, 0700) && errno != EEXIST)
+                st = ts_err_set(err, TS_EIO, "%s: cannot make it: %s", prev, strerror(errno));
+            any = true;
+        }
+        snprintf(from, sizeof(from), "%s/%s", dir, de->d_name);
+        snprintf(to, sizeof(to), "%s/%s", prev, de->d_name);
+        if (!st && rename(from, to))
+            st = ts_err_set(err, TS_EIO, "%s: cannot move it to %s: %s", from, prev,
+                            strerror(errno));
+    }
+    closedir(dh);
+    if (!st && any)
+        ts_log(TS_WARN, "shard", "redo log: the log an earlier shard left in %s is set aside in "
+               "%s (a shard does not start from its log yet; `tessera-shard --replay %s` "
+               "reads it)", dir, prev, prev);
+    close(lock);   /* ts_redo_open takes it again */
+    return st;
+}
+
 ts_status shard_durable_open(const char *dir, struct shard_durable **out, struct ts_err *err)
 {
     struct shard_durable *d = calloc(1, sizeof(*d));
@@ -68,7 +139,7 @@ ts_status shard_durable_open(const char *dir, struct shard_durable **out, struct
 
     if (!d)
         return ts_err_set(err, TS_ENOMEM, "out of memory");
-    if ((st = ts_redo_open(dir, &d->redo, err))) {
+    if ((st = set_aside(dir, err)) || (st = ts_redo_open(dir, &d->redo, err))) {
         free(d);
         return st;
     }
@@ -88,7 +159,7 @@ ts_status shard_durable_open(const char *dir, struct shard_durable **out, struct
 
 void shard_durable_close(struct shard_durable *d)
 {
-    if (!d)
+    if (!d || !d->redo)
         return;
     pthread_mutex_lock(&d->mu);
     d->stop = true;
@@ -96,6 +167,14 @@ void shard_durable_close(struct shard_durable *d)
     pthread_mutex_unlock(&d->mu);
     pthread_join(d->thread, NULL);
     ts_redo_close(d->redo);
+    d->redo = NULL;   /* what is freed after logs nothing (shard_durable_forget*) */
+}
+
+void shard_durable_free(struct shard_durable *d)
+{
+    if (!d)
+        return;
+    shard_durable_close(d);
     pthread_cond_destroy(&d->wake);
     pthread_mutex_destroy(&d->mu);
     free(d);
@@ -108,12 +187,52 @@ static void key_of(char kind, const char *job, const char *table, char *buf, siz
     snprintf(buf, len, "%c/%s/%s", kind, job, table);
 }
 
+/* sj's settings as a registration carries them (its strings sj's). */
+static void job_spec(const struct shard_job *sj, Tessera__V1__JobSpec *js)
+{
+    tessera__v1__job_spec__init(js);
+    js->id = (char *)sj->job.id;
+    js->workers = sj->job.workers;
+    js->exact = sj->job.exact;
+    js->optimizer = (char *)sj->job.optimizer;
+    js->batch = sj->job.batch;
+    js->data_seed = sj->data_seed;
+    js->micro_batch = sj->micro;
+    js->mode = (Tessera__V1__TrainMode)sj->job.mode;
+    js->staleness = sj->job.staleness;
+}
+
+/* A registration's bytes (packed into a malloc'ed buffer) under key, as a blob. */
+static ts_status put_packed(struct shard_durable *d, const char *key, size_t len,
+                            void (*pack)(const void *msg, uint8_t *out), const void *msg,
+                            struct ts_err *err)
+{
+    struct iovec iov = { .iov_len = len };
+    uint64_t seq;
+    ts_status st;
+
+    if (!(iov.iov_base = malloc(len ? len : 1)))
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    pack(msg, iov.iov_base);
+    st = ts_redo_put(d->redo, key, 0, &iov, 1, &seq, err);
+    free(iov.iov_base);
+    return st;
+}
+
+static void pack_table(const void *msg, uint8_t *out)
+{
+    tessera__v1__register_table_request__pack(msg, out);
+}
+
+static void pack_tensor(const void *msg, uint8_t *out)
+{
+    tessera__v1__register_tensor_request__pack(msg, out);
+}
+
 ts_status shard_durable_table(struct shard_durable *d, const struct shard_job *sj,
                               struct shard_table *t, struct ts_err *err)
 {
     char tkey[TS_REDO_KEY_MAX + 1];
-    struct iovec iov;
-    uint64_t seq;
     ts_status st;
 
     if (!d)
@@ -121,29 +240,17 @@ ts_status shard_durable_table(struct shard_durable *d, const struct shard_job *s
     /* What the table was made with, from the job and the table (a registration's request,
      * or a snapshot's spec where a rollback made it, carries only part of it). */
     Tessera__V1__RegisterTableRequest req = TESSERA__V1__REGISTER_TABLE_REQUEST__INIT;
-    Tessera__V1__JobSpec js = TESSERA__V1__JOB_SPEC__INIT;
+    Tessera__V1__JobSpec js;
     Tessera__V1__TableSpec spec;
-    js.id = (char *)sj->job.id;
-    js.workers = sj->job.workers;
-    js.exact = sj->job.exact;
-    js.optimizer = (char *)sj->job.optimizer;
-    js.batch = sj->job.batch;
-    js.data_seed = sj->data_seed;
-    js.micro_batch = sj->micro;
-    js.mode = (Tessera__V1__TrainMode)sj->job.mode;
-    js.staleness = sj->job.staleness;
+    job_spec(sj, &js);
     tables_spec(t, &spec);
     req.job = &js;
     req.table = &spec;
     req.table_id = t->id;
-    iov.iov_len = tessera__v1__register_table_request__get_packed_size(&req);
-    if (!(iov.iov_base = malloc(iov.iov_len ? iov.iov_len : 1)))
-        return ts_err_set(err, TS_ENOMEM, "out of memory");
-    tessera__v1__register_table_request__pack(&req, iov.iov_base);
     key_of('r', sj->job.id, t->name, t->reg_key, sizeof(t->reg_key));
     key_of('t', sj->job.id, t->name, tkey, sizeof(tkey));
-    st = ts_redo_put(d->redo, t->reg_key, 0, &iov, 1, &seq, err);
-    free(iov.iov_base);
+    st = put_packed(d, t->reg_key, tessera__v1__register_table_request__get_packed_size(&req),
+                    pack_table, &req, err);
     if (!st && (st = ts_table_redo(t->t, d->redo, tkey, err)))
         ts_redo_forget(d->redo, t->reg_key);
     if (st) {
@@ -155,9 +262,149 @@ ts_status shard_durable_table(struct shard_durable *d, const struct shard_job *s
     return TS_OK;
 }
 
+/* ---- the dense partitions ---- */
+
+/* The key of partition `index` of t: "p/JOB/ID/INDEX". */
+static void part_key(const struct shard_tensor *t, uint32_t index, char *buf, size_t len)
+{
+    snprintf(buf, len, "p/%s/%u", t->redo_key, index);
+}
+
+/* Partition `index` of t (p) into the log under its key: a header with the job's rollbacks
+ * (the image's generation: a replay gives it to the partition it loads the image into), then
+ * the image; its record's number to t->redo_seq[index]. held: p holds the update it just
+ * applied, whose image is read in place (ts_part_image_pieces); else a copy is taken. */
+static ts_status put_part(struct shard_durable *d, struct shard_job *sj, struct shard_tensor *t,
+                          uint32_t index, struct ts_part *p, bool held, struct ts_err *err)
+{
+    uint8_t small[TS_PART_IMAGE_SMALL];
+    uint32_t head[2] = { atomic_load(&sj->rollbacks), 0 };
+    struct iovec iov[5] = { { head, sizeof(head) } };
+    char key[TS_REDO_KEY_MAX + 1];
+    uint64_t version, seq;
+    void *copy = NULL;
+    int n = 5;
+    ts_status st;
+
+    if (held) {
+        st = ts_part_image_pieces(p, small, iov + 1, &version, err);
+    } else {
+        size_t len = ts_part_image_bytes(p);
+        if (!(copy = malloc(len)))
+            return ts_err_set(err, TS_ENOMEM, "no memory for an image of %zu bytes", len);
+        st = ts_part_image(p, copy, len, &version, err);
+        iov[1] = (struct iovec){ copy, len };
+        n = 2;
+    }
+    part_key(t, index, key, sizeof(key));
+    if (!st)
+        st = ts_redo_put(d->redo, key, version, iov, n, &seq, err);
+    free(copy);
+    if (!st)
+        atomic_store(&t->redo_seq[index], seq);
+    else
+        ts_err_prefix(err, "--redo-dir: tensor '%s' partition %u", t->name, index);
+    return st;
+}
+
+ts_status shard_durable_tensor(struct shard_durable *d, struct shard_job *sj,
+                               struct shard_tensor *t, struct ts_err *err)
+{
+    Tessera__V1__RegisterTensorRequest req = TESSERA__V1__REGISTER_TENSOR_REQUEST__INIT;
+    Tessera__V1__TensorSpec spec = TESSERA__V1__TENSOR_SPEC__INIT;
+    Tessera__V1__JobSpec js;
+    char key[TS_REDO_KEY_MAX + 1];
+    ts_status st;
+
+    if (!d || sj->job.mode == TS_MODE_REDUCE)   /* its workers hold the parameters */
+        return TS_OK;
+    if (sj->job.mode != TS_MODE_BSP)
+        return ts_err_set(err, TS_ENOTSUP, "--redo-dir: tensor '%s': a redo log of an ssp or "
+                          "asp job's tensors is not built (bsp only)", t->name);
+    job_spec(sj, &js);
+    spec.name = t->name;
+    spec.shape = t->shape;
+    spec.n_shape = t->ndim;
+    spec.initializer = t->init;
+    spec.seed = t->seed;
+    spec.partition_bytes = t->partition_bytes;
+    spec.placement_salt = t->salt;
+    req.job = &js;
+    req.tensor = &spec;
+    req.tensor_id = t->id;
+    req.fan_in = t->fan_in;
+    req.fan_out = t->fan_out;
+    req.sync_every = t->sync_every;
+    snprintf(t->redo_key, sizeof(t->redo_key), "%s/%u", sj->job.id, t->id);
+    snprintf(key, sizeof(key), "R/%s", t->redo_key);
+    if (!(t->redo_seq = calloc(t->nparts ? t->nparts : 1, sizeof(*t->redo_seq))))
+        return ts_err_set(err, TS_ENOMEM, "out of memory");
+    st = put_packed(d, key, tessera__v1__register_tensor_request__get_packed_size(&req),
+                    pack_tensor, &req, err);
+    if (!st)
+        t->durable = d;
+    /* The heads hold each update until its image is logged (dataplane.c publishes it then). */
+    for (uint32_t p = 0; !st && p < t->nparts; p++)
+        if (t->parts[p] && !t->follows[p]) {
+            ts_part_hold(t->parts[p], true);
+            st = put_part(d, sj, t, p, t->parts[p], false, err);
+        }
+    if (st) {
+        shard_durable_forget_tensor(t);
+        t->durable = NULL;
+    }
+    return st;
+}
+
+ts_status shard_durable_part(struct shard_job *sj, struct shard_tensor *t, uint32_t index,
+                             struct ts_part *p, bool held, struct ts_err *err)
+{
+    if (!t->durable || !t->durable->redo)
+        return TS_OK;
+    return put_part(t->durable, sj, t, index, p, held, err);
+}
+
+ts_status shard_durable_part_wait(struct shard_tensor *t, uint32_t index, int ms,
+                                  struct ts_err *err)
+{
+    uint64_t seq;
+    ts_status st;
+
+    if (!t->durable || !t->durable->redo || index >= t->nparts ||
+        !(seq = atomic_load(&t->redo_seq[index])))
+        return TS_OK;
+    if ((st = ts_redo_wait(t->durable->redo, seq, ms, err)))
+        ts_err_prefix(err, "tensor '%s' partition %u: its values are not on this shard's disk "
+                      "yet", t->name, index);
+    return st;
+}
+
+void shard_durable_forget_part(struct shard_tensor *t, uint32_t index)
+{
+    char key[TS_REDO_KEY_MAX + 1];
+
+    if (!t->durable || !t->durable->redo || index >= t->nparts ||
+        !atomic_exchange(&t->redo_seq[index], 0))
+        return;
+    part_key(t, index, key, sizeof(key));
+    ts_redo_forget(t->durable->redo, key);
+}
+
+void shard_durable_forget_tensor(struct shard_tensor *t)
+{
+    char key[TS_REDO_KEY_MAX + 1];
+
+    if (!t->durable || !t->durable->redo)
+        return;
+    snprintf(key, sizeof(key), "R/%s", t->redo_key);
+    ts_redo_forget(t->durable->redo, key);
+    for (uint32_t p = 0; p < t->nparts; p++)
+        shard_durable_forget_part(t, p);
+}
+
 void shard_durable_forget(struct shard_table *t)
 {
-    if (t->durable && t->reg_key[0])
+    if (t->durable && t->durable->redo && t->reg_key[0])
         ts_redo_forget(t->durable->redo, t->reg_key);
 }
 
@@ -182,196 +429,4 @@ void shard_durable_stats(struct shard_durable *d, struct shard_durable_stats *ou
     out->checkpoints = d->checkpoints;
     out->checkpoint_failures = d->failures;
     pthread_mutex_unlock(&d->mu);
-}
-
-/* ---- the offline replay (--replay) ---- */
-
-/* A table made again from the log: its registration (the last one the log holds for the key,
- * found by a first pass), the job it names, the table. */
-struct replayed {
-    char key[TS_REDO_KEY_MAX + 1];   /* "t/JOB/TABLE" */
-    uint8_t *reg;                    /* the packed RegisterTableRequest */
-    size_t reg_len;
-    struct ts_job job;
-    struct ts_table *t;
-    uint64_t records;
-};
-
-struct replay {
-    struct replayed *v;
-    size_t n, cap;
-    struct ts_table_budget budget;
-};
-
-static struct replayed *find(struct replay *rp, const char *tkey)
-{
-    for (size_t i = 0; i < rp->n; i++)
-        if (!strcmp(rp->v[i].key, tkey))
-            return &rp->v[i];
-    return NULL;
-}
-
-/* First pass: every key's last registration. */
-static ts_status collect(void *ctx, const struct ts_redo_rec *r, struct ts_err *err)
-{
-    struct replay *rp = ctx;
-    struct replayed *e;
-    char tkey[TS_REDO_KEY_MAX + 1];
-
-    if (r->kind != TS_REDO_BLOB || strncmp(r->key, "r/", 2))
-        return TS_OK;
-    snprintf(tkey, sizeof(tkey), "t/%s", r->key + 2);
-    if (!(e = find(rp, tkey))) {
-        if (rp->n == rp->cap) {
-            size_t cap = rp->cap ? rp->cap * 2 : 8;
-            struct replayed *v = realloc(rp->v, cap * sizeof(*v));
-            if (!v)
-                return ts_err_set(err, TS_ENOMEM, "out of memory");
-            rp->v = v;
-            rp->cap = cap;
-        }
-        e = &rp->v[rp->n++];
-        memset(e, 0, sizeof(*e));
-        snprintf(e->key, sizeof(e->key), "%s", tkey);
-    }
-    free(e->reg);
-    if (!(e->reg = malloc(r->n ? r->n : 1)))
-        return ts_err_set(err, TS_ENOMEM, "out of memory");
-    memcpy(e->reg, r->records, r->n);
-    e->reg_len = r->n;
-    return TS_OK;
-}
-
-/* e's table made afresh from its registration. */
-static ts_status make(struct replay *rp, struct replayed *e, struct ts_err *err)
-{
-    Tessera__V1__RegisterTableRequest *req =
-        tessera__v1__register_table_request__unpack(NULL, e->reg_len, e->reg);
-    ts_status st;
-
-    if (!req || !req->job || !req->table) {
-        if (req)
-            tessera__v1__register_table_request__free_unpacked(req, NULL);
-        return ts_err_set(err, TS_ECORRUPT, "%s: its registration in the log does not parse",
-                          e->key);
-    }
-    const Tessera__V1__TableSpec *s = req->table;
-    const Tessera__V1__JobSpec *js = req->job;
-    struct ts_table_cfg cfg = { .name = s->name, .dim = s->dim, .max_id = s->max_id,
-                                .init = s->initializer, .seed = s->seed,
-                                .optimizer = s->optimizer, .ttl_steps = s->ttl_steps,
-                                .ttl_seconds = s->ttl_seconds };
-    ts_table_free(e->t);
-    e->t = NULL;
-    if (!(st = ts_job_init(&e->job, js->id, js->workers, js->exact, js->optimizer, js->batch,
-                           err)) &&
-        !(st = ts_job_set_mode(&e->job, js->mode ? (enum ts_mode)js->mode : TS_MODE_BSP,
-                               js->staleness, err)))
-        st = ts_table_create(&e->job, &cfg, &rp->budget, &e->t, err);
-    tessera__v1__register_table_request__free_unpacked(req, NULL);
-    if (st)
-        ts_err_prefix(err, "%s", e->key);
-    return st;
-}
-
-/* Second pass: the records applied in order. A registration again of a table that exists
- * (a checkpoint carries it after the table's image) changes nothing; a table's records before
- * its registration in a generation (the same) make it from the registration found. */
-static ts_status apply(void *ctx, const struct ts_redo_rec *r, struct ts_err *err)
-{
-    struct replay *rp = ctx;
-    struct replayed *e;
-    ts_status st;
-
-    if (!strncmp(r->key, "t/", 2)) {
-        if (!(e = find(rp, r->key)))
-            return ts_err_set(err, TS_ECORRUPT, "%s: records of a table the log holds no "
-                              "registration of", r->key);
-        if (r->kind == TS_REDO_DROP) {
-            ts_table_free(e->t);
-            e->t = NULL;
-            return TS_OK;
-        }
-        if (!e->t && (st = make(rp, e, err)))
-            return st;
-        e->records++;
-        return ts_table_redo_apply(e->t, r, err);
-    }
-    return TS_OK;
-}
-
-static void replay_free(struct replay *rp)
-{
-    for (size_t i = 0; i < rp->n; i++) {
-        ts_table_free(rp->v[i].t);
-        free(rp->v[i].reg);
-    }
-    free(rp->v);
-}
-
-int shard_durable_show(const char *dir, bool json)
-{
-    struct replay rp = { 0 };
-    struct ts_redo *redo = NULL;
-    struct ts_redo_replayed got;
-    struct ts_err err = { 0 };
-    struct ts_json j;
-    char hex[65];
-    int rc = 1;
-
-    ts_table_budget_init(&rp.budget, UINT64_MAX);
-    if (ts_redo_open(dir, &redo, &err) ||
-        ts_redo_replay(redo, collect, &rp, NULL, &err) ||
-        ts_redo_replay(redo, apply, &rp, &got, &err))
-        goto out;
-    ts_json_init(&j);
-    ts_json_obj(&j, NULL);
-    ts_json_str(&j, "dir", dir);
-    ts_json_uint(&j, "files", got.files);
-    ts_json_uint(&j, "records", got.records);
-    ts_json_uint(&j, "bytes", got.bytes);
-    ts_json_uint(&j, "torn_bytes", got.torn);
-    ts_json_arr(&j, "tables");
-    if (!json)
-        printf("%-24s %-24s %10s %12s  %s\n", "JOB", "TABLE", "STEP", "ROWS", "SHA256");
-    for (size_t i = 0; i < rp.n; i++) {
-        struct replayed *e = &rp.v[i];
-        struct ts_table *one = e->t;
-        const char *name;
-
-        if (!e->t)   /* dropped: its job was released */
-            continue;
-        if (ts_table_sha256(&one, 1, hex, &err)) {
-            ts_json_fini(&j);
-            goto out;
-        }
-        name = ts_table_name(e->t);
-        ts_json_obj(&j, NULL);
-        ts_json_str(&j, "job", e->job.id);
-        ts_json_str(&j, "table", name);
-        ts_json_uint(&j, "step", ts_table_step(e->t));
-        ts_json_uint(&j, "rows", ts_table_count(e->t));
-        ts_json_uint(&j, "records", e->records);
-        ts_json_str(&j, "sha256", hex);
-        ts_json_end(&j);
-        if (!json)
-            printf("%-24s %-24s %10" PRIu64 " %12" PRIu64 "  %s\n", e->job.id, name,
-                   ts_table_step(e->t), ts_table_count(e->t), hex);
-    }
-    ts_json_end(&j);
-    ts_json_end(&j);
-    if (json)
-        printf("%s\n", j.buf);
-    else
-        printf("%s: %" PRIu64 " file(s), %" PRIu64 " records, %" PRIu64 " bytes replayed; %"
-               PRIu64 " torn bytes cut off its end\n", dir, got.files, got.records, got.bytes,
-               got.torn);
-    ts_json_fini(&j);
-    rc = 0;
-out:
-    if (rc)
-        fprintf(stderr, "tessera-shard: --replay %s: %s\n", dir, err.msg);
-    replay_free(&rp);
-    ts_redo_close(redo);
-    return rc;
 }

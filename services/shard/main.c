@@ -150,12 +150,14 @@ int main(int argc, char **argv)
         { "table-index-mem", TS_FLAG_STR, &index_mem, "SIZE", "with --table-dir: memory the "
           "disk tier's index of every row may use (48 bytes a row, copies included; default: "
           "half the machine's); a push that would create rows past it is refused", 0, 0 },
-        { "redo-dir", TS_FLAG_STR, &redo_dir, "DIR", "a redo log of the tables' rows (this "
-          "shard's alone; docs/embeddings.md, \"Restarting from its own disk\"): the rows each "
-          "step changed are synced to it before a pull sees them. bsp tables only. The shard "
-          "does not restart from it yet; --replay reads it", 0, 0 },
+        { "redo-dir", TS_FLAG_STR, &redo_dir, "DIR", "a redo log of the tables' rows and the "
+          "dense partitions this shard heads (this shard's alone; docs/embeddings.md, "
+          "\"Restarting from its own disk\"): what each step changed is synced to it before a "
+          "pull sees it. bsp jobs only. The shard does not restart from it yet: a log found "
+          "in DIR is set aside in DIR/previous, which --replay reads", 0, 0 },
         { "replay", TS_FLAG_STR, &replay, "DIR", "read the redo log in DIR (a stopped shard's "
-          "--redo-dir), print each table it holds (step, rows, fingerprint) and exit", 0, 0 },
+          "--redo-dir, or its previous/), print each table (step, rows, fingerprint) and "
+          "each job's tensors (partitions, version, dense fingerprint) it holds, and exit", 0, 0 },
         { "json", TS_FLAG_BOOL, &replay_json, NULL, "with --replay: print JSON", 0, 0 },
         { "job-mem-share", TS_FLAG_INT, &mem_share, "PCT", "percent of --mem-budget one job's "
           "tensors may hold (default 100: what the other jobs leave)", 1, 100 },
@@ -313,6 +315,7 @@ out:
     /* The log first: a clean stop leaves the tables in it as they are, not dropped. */
     shard_durable_close(s.params.durable);
     shard_params_fini(&s.params);
+    shard_durable_free(s.params.durable);
     ts_tier_close(s.params.tables_budget.tier);   /* after every table (table.h) */
     ts_store_close(store);
     return rc;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "chain.h"
+#include "durable.h"
 #include "tables.h"
 #include "tensor/tensor.h"
 
@@ -36,6 +37,7 @@ void params_tensor_free(struct shard_tensor *t)
 {
     if (!t)
         return;
+    shard_durable_forget_tensor(t);
     for (uint32_t i = 0; t->parts && i < t->nparts; i++)
         ts_part_free(t->parts[i]);
     free(t->parts);
@@ -45,6 +47,7 @@ void params_tensor_free(struct shard_tensor *t)
     free(t->lost);
     free(t->held);
     free(t->prev);
+    free(t->redo_seq);
     ts_region_free(&t->values);   /* after the partitions that lived in it */
     free(t);
 }

@@ -74,6 +74,12 @@ struct shard_tensor {
      * TS_REGION_NONE where memfds cannot be made: the partitions then hold their own. */
     struct ts_region values;
     uint64_t mem;                      /* bytes charged to the shard's budget for it */
+    /* --redo-dir (durable.h): the log its partitions' images go to, "JOB/ID" of its keys
+     * there, and by index the number of the record of each partition's last image
+     * (ts_redo_wait), which a pull waits for; NULL and "" without one. */
+    struct shard_durable *durable;
+    char redo_key[TS_JOB_ID_MAX + 16];
+    _Atomic uint64_t *redo_seq;
 };
 
 /* The most jobs a shard holds at once (the master's --max-jobs, default 64, refuses new jobs

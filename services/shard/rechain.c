@@ -6,6 +6,7 @@
 
 #include "params.h"
 #include "params_internal.h"
+#include "durable.h"
 #include "tables.h"
 #include "util/log.h"
 
@@ -29,6 +30,7 @@ static void drop(struct shard_params *sp, struct shard_job *sj, struct shard_ten
         sp->drops_cap = cap;
     }
     ts_part_set_head(part, false);
+    shard_durable_forget_part(t, p);
     ts_partition_range(t->numel, sizeof(float), t->partition_bytes, p, &off, &len);
     need = ts_part_mem(&sj->job, len);
     sp->mem_used -= need;
@@ -116,10 +118,13 @@ static void rechain_part(struct shard_params *sp, struct shard_job *sj, struct s
         t->resync[p] = true;   /* a new member after it: send it the image now */
         sp->resyncs++;
     }
-    if (!at->head)
+    if (!at->head) {
+        shard_durable_forget_part(t, p);   /* its head logs it now */
         return;
-    if (promoted || (at->len > 1) != ts_part_holding(part))
-        ts_part_hold(part, at->len > 1);
+    }
+    bool hold = at->len > 1 || shard_durable_holds(t);   /* durable.h: the log's too */
+    if (promoted || hold != ts_part_holding(part))
+        ts_part_hold(part, hold);
     sp->promotions += promoted;
     if (promoted)
         ts_log(TS_INFO, "shard", "job %s tensor '%s' partition %u: promoted to head at version "

@@ -8,6 +8,7 @@
 
 #include "params.h"
 #include "params_internal.h"
+#include "durable.h"
 #include "tables.h"
 #include "testhooks.h"
 #include "util/log.h"
@@ -41,7 +42,10 @@ static ts_status rollback_part(struct shard_params *sp, struct shard_job *sj,
     rc->pm = rc->tm->partitions[p];
     if ((st = ts_part_rollback(part, step, generation, params_restore_load, rc, err)))
         return st;
-    ts_part_hold(part, at.head && at.len > 1);
+    ts_part_hold(part, at.head && (at.len > 1 || shard_durable_holds(t)));
+    /* --redo-dir: the image the job went back to supersedes the log's */
+    if (at.head && (st = shard_durable_part(sj, t, p, part, false, err)))
+        return st;
     pthread_mutex_lock(&sp->mu);
     t->lost[p] = false;
     pthread_mutex_unlock(&sp->mu);

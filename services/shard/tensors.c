@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "durable.h"
 #include "tensor/tensor.h"
 #include "transport/frame.h"
 #include "util/log.h"
@@ -456,6 +457,8 @@ static ts_status create_tensor(struct shard_params *sp, struct shard_job *sj,
     st = tensor_fill(sp, sj, cl, my_id, t, &resyncs, err);
     if (st && sp->restore)
         ts_err_prefix(err, "restore from snapshot %.12s", sp->restore_hex);
+    if (!st)   /* --redo-dir: its registration and partitions logged before any push */
+        st = shard_durable_tensor(sp->durable, sj, t, err);
     pthread_mutex_lock(&sp->mu);
     set_making(sj, t->id, false);
     pthread_cond_broadcast(&sp->made);

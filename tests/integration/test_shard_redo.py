@@ -5,12 +5,16 @@ services/shard/durable.h; docs/embeddings.md, "Restarting from its own disk").
 Real processes: a tessera-master and one tessera-shard with --redo-dir, the CTR trainer
 (`tessera train --model ctr`, 8 tables, exact) on 2 workers, the shard killed with SIGKILL,
 and `tessera-shard --replay DIR --json` reading what the killed shard left. Checked:
-- after 30 steps, every table the log holds is at step 30 with the fingerprint the trainer
-  reported for it (its table_sha256), bit for bit;
+- after 30 steps and the shard stopped with SIGTERM, every table the log holds is at step 30
+  with the fingerprint the trainer reported for it (its table_sha256), bit for bit;
+- so is the dense part: the 6 tensors' partitions at version 30, whose fingerprint is the
+  trainer's dense_sha256;
 - killed mid-run (steps slowed to 60 ms), the log holds every step a worker had seen (the
-  workers' clocks in `tessera status` read before the kill), and each table in it equals
-  the same table after as many steps of `tessera train --local`: nothing a worker saw is lost,
-  and nothing in the log is other than what training made;
+  workers' clocks in `tessera status` read before the kill), and each table in it, and the
+  dense tensors, equal the same after as many steps of `tessera train --local`: nothing a
+  worker saw is lost, and nothing in the log is other than what training made;
+- a shard started again on the killed one's directory sets its log aside whole in
+  DIR/previous (it does not start from it yet) and logs afresh;
 - a second shard on the same --redo-dir is refused, naming the directory; an ssp job's table
   is refused on a shard with --redo-dir, naming the redo log (its steps are not logged).
 """
@@ -48,8 +52,8 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
         cls.c = tl.Cluster()
         cls.master = cls.c.start_master()
 
-    def shard(self, name, extra=()):
-        redo = os.path.join(self.c.dir, name)
+    def shard(self, name, extra=(), redo=None):
+        redo = redo or os.path.join(self.c.dir, name)
         # A short lease: a killed shard leaves the map soon after the workers that would
         # report it are gone.
         return self.c.start_shard(self.master.addr, name=name, lease_ms=1500,
@@ -84,7 +88,9 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
         self.assertGreater(float(m["tessera_shard_redo_syncs_total"]), 0)
         self.assertGreater(float(m["tessera_shard_redo_bytes"]), 0)
         self.assertEqual(float(m["tessera_shard_redo_failing"]), 0)
-        self.kill(shard)
+        # SIGTERM: the log is closed before the tables and tensors are freed, which must then
+        # log nothing (they stay in it as they are), and the shard leaves the map itself
+        self.assertEqual(shard.stop(), 0)
         log = replay(redo)
         tables = {t["table"]: t for t in log["tables"]}
         self.assertEqual(sorted(tables), sorted(got["table_sha256"]), log)
@@ -94,6 +100,12 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
             self.assertEqual(tables[name]["sha256"], hexd, name)
         self.assertEqual(sum(t["rows"] for t in tables.values()), got["table_rows"])
         self.assertEqual(log["torn_bytes"], 0)
+        # the dense part: its 6 tensors' partitions, at version 30, the trainer's fingerprint
+        jobs = {j["job"]: j for j in log["jobs"]}
+        self.assertEqual(len(jobs["ja"]["tensors"]), 6, jobs)
+        for t in jobs["ja"]["tensors"]:
+            self.assertEqual((t["version"], t["partitions_here"]), (30, t["partitions"]), t)
+        self.assertEqual(jobs["ja"]["dense_sha256"], got["dense_sha256"])
 
     def test_2_killed_mid_run_loses_no_step_a_worker_saw(self):
         shard, redo = self.shard("redo-b")
@@ -114,17 +126,35 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
         tl.scan_for_sanitizer("tessera train", err)
         log = replay(redo)
         steps = sorted({t["step"] for t in log["tables"]})
+        dense = log["jobs"][0]
+        versions = sorted({t["version"] for t in dense["tensors"]})
         self.assertEqual(len(log["tables"]), 8, log)
-        tl.log("workers had seen step %d; the log holds steps %s" % (seen, steps))
+        self.assertEqual(len(versions), 1, dense)   # each dense step is one push of them all
+        tl.log("workers had seen step %d; the log holds the tables at steps %s, the dense "
+               "tensors at %d" % (seen, steps, versions[0]))
         self.assertGreaterEqual(steps[0], seen, log)
-        for step in steps:   # one step apart at most: the kill may fall between two tables
+        self.assertGreaterEqual(versions[0], seen, log)
+        # Each part equals --local's after as many steps: the kill may fall between tables.
+        for step in sorted(set(steps + versions)):
             want = train(["--local", "--steps", str(step)] + CTR)
             self.assertEqual(want.returncode, 0, want.stderr[-3000:])
-            want = json.loads(want.stdout)["table_sha256"]
+            want = json.loads(want.stdout)
             for t in log["tables"]:
                 if t["step"] == step:
-                    self.assertEqual(t["sha256"], want[t["table"]],
+                    self.assertEqual(t["sha256"], want["table_sha256"][t["table"]],
                                      "%s at step %d" % (t["table"], step))
+            if versions[0] == step:
+                self.assertEqual(dense["dense_sha256"], want["dense_sha256"],
+                                 "the dense tensors at step %d" % step)
+        # A shard started again on the directory does not start from the log (not built):
+        # it sets the log aside in DIR/previous, whole, and begins an empty one.
+        again, _ = self.shard("redo-b-again", redo=redo)
+        self.assertEqual(again.stop(), 0)
+        self.assertIn("set aside", again.log_text())
+        aside = replay(os.path.join(redo, "previous"))
+        self.assertEqual((aside["tables"], aside["jobs"]), (log["tables"], log["jobs"]))
+        fresh = replay(redo)
+        self.assertEqual((fresh["tables"], fresh["jobs"]), ([], []))
 
     def test_3_refusals(self):
         shard, redo = self.shard("redo-c")
@@ -138,9 +168,63 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
                    "3", "--mode", "ssp", "--model", "ctr", "--batch", "128"], timeout=120)
         self.assertNotEqual(r.returncode, 0, r.stdout)
         self.assertIn("redo log", r.stderr)
-        self.assertIn("ssp", r.stderr)
+        self.assertIn("ssp", r.stderr)   # the tensors are refused first
         tl.log([line for line in r.stderr.splitlines() if "redo" in line][0])
         self.assertEqual(shard.stop(), 0)   # SIGTERM: it leaves the map itself
+
+
+class RedoRollback(tl.ClusterCase, unittest.TestCase):
+    """`tessera up --shards 2 --replicas 1 --redo-dir R --respawn --store S --snapshot-every 10`:
+    a shard killed with SIGKILL after step 25 of 80; the job goes back to its last snapshot
+    (the rows and partitions it held are gone: no copies, and a shard does not start from its
+    log yet), the respawned shard joins over its directory (the killed one's log set aside),
+    and the job ends on the --local fingerprint. Then, the cluster stopped, each shard's log
+    holds its part at step 80: every table on both, each dense tensor on one."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = tl.Cluster()
+
+    def test_rollback_and_respawn_over_the_log(self):
+        c = self.c
+        redo = os.path.join(c.dir, "redo")
+        up, addr = c.tessera_up(["--insecure", "--shards", "2", "--replicas", "1", "--respawn",
+                                 "--redo-dir", redo, "--store", os.path.join(c.dir, "store"),
+                                 "--snapshot-every", "10"])
+        args = ["--steps", "80"] + CTR
+        p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "train", "--master", addr,
+                              "--workers", "2", "--job", "jr", "--slow", "0:60", "--keep"] +
+                             args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL)
+        try:
+            victim = tl.shard_once_past(addr, 25)
+            tl.log("killing shard %d (pid %d)" % (victim["id"], victim["pid"]))
+            os.kill(victim["pid"], signal.SIGKILL)
+            out, err = p.communicate(timeout=300)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        tl.scan_for_sanitizer("tessera train", err)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        got = json.loads(out)
+        self.assertGreaterEqual(got["rollbacks"], 1, err[-3000:])
+        want = json.loads(train(["--local"] + args).stdout)
+        self.assertEqual(got["params_sha256"], want["params_sha256"], err[-3000:])
+        up.signal(signal.SIGTERM)
+        self.assertEqual(up.wait(60), 0)
+        logs = [replay(os.path.join(redo, d)) for d in sorted(os.listdir(redo))]
+        self.assertEqual(len(logs), 2, logs)
+        for log in logs:
+            self.assertEqual(sorted((t["table"], t["step"]) for t in log["tables"]),
+                             [("emb%d" % k, 80) for k in range(8)], log["tables"])
+        # every shard registers every tensor; each partition is held by one
+        tensors = [t for log in logs for j in log["jobs"] for t in j["tensors"]
+                   if t["partitions_here"]]
+        self.assertEqual(sorted(t["id"] for t in tensors), list(range(6)), tensors)
+        self.assertEqual({t["version"] for t in tensors}, {80}, tensors)
+        self.assertTrue(os.path.isdir(os.path.join(redo, "shard-%d" % 0, "previous")) or
+                        os.path.isdir(os.path.join(redo, "shard-%d" % 1, "previous")))
 
 
 if __name__ == "__main__":

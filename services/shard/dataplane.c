@@ -227,7 +227,9 @@ static ts_status on_push(struct dp_conn *dc, const struct ts_frame_hdr *h, const
         if ((st = ts_part_push(p, &in, &applied, err)) == TS_EPERM)
             dp_refuse(dc->dp, DP_REFUSED_CONFLICT, dc->c->peer, err->msg);
         if (!st && applied) {
-            struct shard_tensor *t = shard_params_tensor(dc->dp->params, dc->job, h->tensor);
+            /* (the registry's lock taken only with a log) */
+            struct shard_tensor *t = dc->dp->params->durable
+                ? shard_params_tensor(dc->dp->params, dc->job, h->tensor) : NULL;
             bool logged = t && shard_durable_holds(t);
 
             ts_histogram_observe(dc->metrics.aggregate_s, (double)(ts_now_ns() - t1) / 1e9);
@@ -355,7 +357,8 @@ static ts_status pull_from(struct dp_conn *dc, const struct ts_frame_hdr *h, con
         ts_err_clear(err);   /* a wake already told: wait on */
     }
     /* --redo-dir: the version is answered once its image is on this shard's disk */
-    struct shard_tensor *t = shard_params_tensor(dc->dp->params, dc->job, h->tensor);
+    struct shard_tensor *t = dc->dp->params->durable
+        ? shard_params_tensor(dc->dp->params, dc->job, h->tensor) : NULL;
     if (t && shard_durable_part_wait(t, h->partition, DP_PULL_WAIT_MS, err))
         return err->code;
     hook_reach(HOOK_PULL);

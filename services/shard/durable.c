@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "params.h"
+#include "params_internal.h"
 #include "tables.h"
 #include "tables_internal.h"
-#include "util/json.h"
 #include "util/log.h"
 #include "util/proc.h"
 
@@ -187,21 +187,6 @@ static void key_of(char kind, const char *job, const char *table, char *buf, siz
     snprintf(buf, len, "%c/%s/%s", kind, job, table);
 }
 
-/* sj's settings as a registration carries them (its strings sj's). */
-static void job_spec(const struct shard_job *sj, Tessera__V1__JobSpec *js)
-{
-    tessera__v1__job_spec__init(js);
-    js->id = (char *)sj->job.id;
-    js->workers = sj->job.workers;
-    js->exact = sj->job.exact;
-    js->optimizer = (char *)sj->job.optimizer;
-    js->batch = sj->job.batch;
-    js->data_seed = sj->data_seed;
-    js->micro_batch = sj->micro;
-    js->mode = (Tessera__V1__TrainMode)sj->job.mode;
-    js->staleness = sj->job.staleness;
-}
-
 /* A registration's bytes (packed into a malloc'ed buffer) under key, as a blob. */
 static ts_status put_packed(struct shard_durable *d, const char *key, size_t len,
                             void (*pack)(const void *msg, uint8_t *out), const void *msg,
@@ -242,7 +227,7 @@ ts_status shard_durable_table(struct shard_durable *d, const struct shard_job *s
     Tessera__V1__RegisterTableRequest req = TESSERA__V1__REGISTER_TABLE_REQUEST__INIT;
     Tessera__V1__JobSpec js;
     Tessera__V1__TableSpec spec;
-    job_spec(sj, &js);
+    params_job_spec(sj, &js);
     tables_spec(t, &spec);
     req.job = &js;
     req.table = &spec;
@@ -310,8 +295,8 @@ static ts_status put_part(struct shard_durable *d, struct shard_job *sj, struct 
 ts_status shard_durable_tensor(struct shard_durable *d, struct shard_job *sj,
                                struct shard_tensor *t, struct ts_err *err)
 {
-    Tessera__V1__RegisterTensorRequest req = TESSERA__V1__REGISTER_TENSOR_REQUEST__INIT;
-    Tessera__V1__TensorSpec spec = TESSERA__V1__TENSOR_SPEC__INIT;
+    Tessera__V1__RegisterTensorRequest req;
+    Tessera__V1__TensorSpec spec;
     Tessera__V1__JobSpec js;
     char key[TS_REDO_KEY_MAX + 1];
     ts_status st;
@@ -321,20 +306,7 @@ ts_status shard_durable_tensor(struct shard_durable *d, struct shard_job *sj,
     if (sj->job.mode != TS_MODE_BSP)
         return ts_err_set(err, TS_ENOTSUP, "--redo-dir: tensor '%s': a redo log of an ssp or "
                           "asp job's tensors is not built (bsp only)", t->name);
-    job_spec(sj, &js);
-    spec.name = t->name;
-    spec.shape = t->shape;
-    spec.n_shape = t->ndim;
-    spec.initializer = t->init;
-    spec.seed = t->seed;
-    spec.partition_bytes = t->partition_bytes;
-    spec.placement_salt = t->salt;
-    req.job = &js;
-    req.tensor = &spec;
-    req.tensor_id = t->id;
-    req.fan_in = t->fan_in;
-    req.fan_out = t->fan_out;
-    req.sync_every = t->sync_every;
+    params_tensor_request(sj, t, &js, &spec, &req);
     snprintf(t->redo_key, sizeof(t->redo_key), "%s/%u", sj->job.id, t->id);
     snprintf(key, sizeof(key), "R/%s", t->redo_key);
     if (!(t->redo_seq = calloc(t->nparts ? t->nparts : 1, sizeof(*t->redo_seq))))

@@ -66,4 +66,12 @@ struct params_restore {
 ts_status params_restore_load(void *ctx, float *value, float *state, uint64_t *updates,
                               struct ts_err *err);
 
+/* sj's settings as a registration carries them, and a RegisterTensor request for tensor t
+ * of sj as its workers sent it (repair.c introduces a job to a joining shard with it;
+ * durable.c logs it). The caller's storage holds what they point to; strings sj's and t's. */
+void params_job_spec(const struct shard_job *sj, Tessera__V1__JobSpec *js);
+void params_tensor_request(const struct shard_job *sj, const struct shard_tensor *t,
+                           Tessera__V1__JobSpec *js, Tessera__V1__TensorSpec *ts,
+                           Tessera__V1__RegisterTensorRequest *req);
+
 #endif

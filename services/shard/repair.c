@@ -92,41 +92,6 @@ static bool resync(struct repair *r, struct chain_links *links, const struct tod
     return true;
 }
 
-/* A RegisterTensor request for tensor t of job sj, as its workers sent it (the caller's
- * storage holds what it points to). */
-static void tensor_request(const struct shard_job *sj, const struct shard_tensor *t,
-                           Tessera__V1__JobSpec *js, Tessera__V1__TensorSpec *ts,
-                           Tessera__V1__RegisterTensorRequest *req)
-{
-    *js = (Tessera__V1__JobSpec)TESSERA__V1__JOB_SPEC__INIT;
-    *ts = (Tessera__V1__TensorSpec)TESSERA__V1__TENSOR_SPEC__INIT;
-    *req = (Tessera__V1__RegisterTensorRequest)TESSERA__V1__REGISTER_TENSOR_REQUEST__INIT;
-    js->id = (char *)sj->job.id;
-    js->workers = sj->job.workers;
-    js->exact = sj->job.exact;
-    js->optimizer = (char *)sj->job.optimizer;
-    js->batch = sj->job.batch;
-    js->data_seed = sj->data_seed;
-    js->micro_batch = sj->micro;
-    js->mode = (Tessera__V1__TrainMode)sj->job.mode;
-    js->staleness = sj->job.staleness;
-    ts->name = (char *)t->name;
-    ts->dtype = TESSERA__V1__DTYPE__DTYPE_F32;
-    ts->shape = (uint64_t *)t->shape;
-    ts->n_shape = t->ndim;
-    ts->initializer = (char *)t->init;
-    ts->seed = t->seed;
-    ts->partition_bytes = t->partition_bytes;
-    ts->placement_salt = t->salt;   /* the joining shard places the tensor as we do */
-    req->job = js;
-    req->tensor = ts;
-    req->tensor_id = t->id;
-    req->fan_in = t->fan_in;
-    req->fan_out = t->fan_out;
-    req->sync_every = t->sync_every;
-    req->rollbacks = atomic_load(&sj->rollbacks);
-}
-
 /* Registers every tensor of sj with joining shard id, which holds none of its copies until
  * their heads' images come (docs/replication.md, "Joining"); returns how many tensors it
  * had, or -1 if a call failed (tried again next pass). Life held for reading. */
@@ -148,7 +113,7 @@ static int64_t introduce_job(struct repair *r, struct ts_cluster *cl, struct sha
 
         if (!t)
             continue;
-        tensor_request(sj, t, &js, &ts, &req);
+        params_tensor_request(sj, t, &js, &ts, &req);
         if (ts_cluster_register_tensor(cl, id, &req, 0, &resp, &e)) {
             ts_log(TS_WARN, "repair", "job %s tensor '%s': telling joining shard %u of it: %s",
                    sj->job.id, t->name, id, e.msg);

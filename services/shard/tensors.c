@@ -558,3 +558,41 @@ ts_status shard_params_register(struct shard_params *sp, struct ts_cluster *cl, 
     pthread_rwlock_unlock(&sp->life);
     return st;
 }
+
+void params_job_spec(const struct shard_job *sj, Tessera__V1__JobSpec *js)
+{
+    *js = (Tessera__V1__JobSpec)TESSERA__V1__JOB_SPEC__INIT;
+    js->id = (char *)sj->job.id;
+    js->workers = sj->job.workers;
+    js->exact = sj->job.exact;
+    js->optimizer = (char *)sj->job.optimizer;
+    js->batch = sj->job.batch;
+    js->data_seed = sj->data_seed;
+    js->micro_batch = sj->micro;
+    js->mode = (Tessera__V1__TrainMode)sj->job.mode;
+    js->staleness = sj->job.staleness;
+}
+
+void params_tensor_request(const struct shard_job *sj, const struct shard_tensor *t,
+                           Tessera__V1__JobSpec *js, Tessera__V1__TensorSpec *ts,
+                           Tessera__V1__RegisterTensorRequest *req)
+{
+    params_job_spec(sj, js);
+    *ts = (Tessera__V1__TensorSpec)TESSERA__V1__TENSOR_SPEC__INIT;
+    *req = (Tessera__V1__RegisterTensorRequest)TESSERA__V1__REGISTER_TENSOR_REQUEST__INIT;
+    ts->name = (char *)t->name;
+    ts->dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    ts->shape = (uint64_t *)t->shape;
+    ts->n_shape = t->ndim;
+    ts->initializer = (char *)t->init;
+    ts->seed = t->seed;
+    ts->partition_bytes = t->partition_bytes;
+    ts->placement_salt = t->salt;   /* a joining shard places the tensor as this one does */
+    req->job = js;
+    req->tensor = ts;
+    req->tensor_id = t->id;
+    req->fan_in = t->fan_in;
+    req->fan_out = t->fan_out;
+    req->sync_every = t->sync_every;
+    req->rollbacks = atomic_load(&sj->rollbacks);
+}

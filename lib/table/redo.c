@@ -642,7 +642,7 @@ void ts_redo_stats(struct ts_redo *redo, struct ts_redo_stats *out)
     pthread_mutex_lock(&redo->mu);
     *out = (struct ts_redo_stats){ .generation = redo->gen, .bytes = redo->bytes,
                                    .records = redo->seq, .synced = redo->synced,
-                                   .syncs = redo->syncs };
+                                   .syncs = redo->syncs, .final = redo->sync_failed };
     snprintf(out->failure, sizeof(out->failure), "%s", redo->failure);
     pthread_mutex_unlock(&redo->mu);
 }

@@ -142,6 +142,7 @@ struct ts_redo_stats {
     uint64_t records, synced;      /* records queued, and synced, since open */
     uint64_t syncs;
     char failure[256];             /* why the last write or a sync failed; "" when none */
+    bool final;                    /* a sync failed: the log takes nothing more */
 };
 void ts_redo_stats(struct ts_redo *redo, struct ts_redo_stats *out);
 

@@ -26,6 +26,7 @@
 
 struct shard_durable {
     struct ts_redo *redo;
+    _Atomic int64_t warned_ms;        /* when a pull last said the disk refuses the log */
     pthread_mutex_t mu;
     pthread_cond_t wake;
     bool stop;
@@ -178,6 +179,36 @@ void shard_durable_free(struct shard_durable *d)
     pthread_cond_destroy(&d->wake);
     pthread_mutex_destroy(&d->mu);
     free(d);
+}
+
+/* What a pull waits for (a table's records, or one record), again while the disk refuses the
+ * log (its writer tries again every TS_REDO_RETRY_MS: room made on the disk lets the pull
+ * go on, nothing lost), until ms pass or a sync failed (final). Said in the shard's log at
+ * most every WARN_MS. */
+#define WARN_MS 10000
+static ts_status wait_synced(struct shard_durable *d, struct ts_table *t, uint64_t seq, int ms,
+                             struct ts_err *err)
+{
+    int64_t until = ts_now_ms() + ms, now;
+    struct ts_redo_stats rs;
+    ts_status st;
+
+    for (;;) {
+        int left = (int)(until - ts_now_ms());
+        st = t ? ts_table_redo_wait(t, left > 0 ? left : 0, err)
+               : ts_redo_wait(d->redo, seq, left > 0 ? left : 0, err);
+        if (st != TS_EIO || (now = ts_now_ms()) >= until)
+            return st;
+        ts_redo_stats(d->redo, &rs);
+        if (rs.final)
+            return st;
+        int64_t last = atomic_load(&d->warned_ms);
+        if (now - last >= WARN_MS && atomic_compare_exchange_strong(&d->warned_ms, &last, now))
+            ts_log(TS_WARN, "shard", "%s; pulls wait for it (each up to %d s): make room on "
+                   "the disk", err->msg, ms / 1000);
+        ts_err_clear(err);
+        ts_sleep_ms(TS_REDO_RETRY_MS);
+    }
 }
 
 /* "r/JOB/TABLE" (the registration) or "t/JOB/TABLE" (the rows): job ids and table names are
@@ -345,7 +376,7 @@ ts_status shard_durable_part_wait(struct shard_tensor *t, uint32_t index, int ms
     if (!t->durable || !t->durable->redo || index >= t->nparts ||
         !(seq = atomic_load(&t->redo_seq[index])))
         return TS_OK;
-    if ((st = ts_redo_wait(t->durable->redo, seq, ms, err)))
+    if ((st = wait_synced(t->durable, NULL, seq, ms, err)))
         ts_err_prefix(err, "tensor '%s' partition %u: its values are not on this shard's disk "
                       "yet", t->name, index);
     return st;
@@ -384,9 +415,9 @@ ts_status shard_durable_wait(struct shard_table *t, int ms, struct ts_err *err)
 {
     ts_status st;
 
-    if (!t->durable)
+    if (!t->durable || !t->durable->redo)
         return TS_OK;
-    if ((st = ts_table_redo_wait(t->t, ms, err)))
+    if ((st = wait_synced(t->durable, t->t, 0, ms, err)))
         ts_err_prefix(err, "table '%s': its rows are not on this shard's disk yet", t->name);
     return st;
 }

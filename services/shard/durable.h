@@ -12,7 +12,9 @@
  * image is queued) and after a rollback's load. What is freed with its job, or a partition
  * dropped or demoted, leaves the log. A worker's pull, of rows or of a partition, is answered
  * only once what it reads is synced (shard_durable_wait, shard_durable_part_wait): a step a
- * worker has seen is on the disk. A thread checkpoints the log (ts_redo_checkpoint) once its
+ * worker has seen is on the disk. While the disk refuses the log (ENOSPC, EIO: its writer
+ * tries every TS_REDO_RETRY_MS) a pull waits on, up to its wait, saying so in the shard's
+ * log; room made lets it go on, nothing lost. A thread checkpoints the log (ts_redo_checkpoint) once its
  * generation passes SHARD_REDO_CHECKPOINT_BYTES, so the log stays about one image of the
  * state plus the steps since. `tessera-shard --replay DIR` reads a log offline and says what
  * it holds (durable_show.c). The shard does not start from its log yet: one started on a

@@ -8,7 +8,8 @@ and `tessera-shard --replay DIR --json` reading what the killed shard left. Chec
 - after 30 steps and the shard stopped with SIGTERM, every table the log holds is at step 30
   with the fingerprint the trainer reported for it (its table_sha256), bit for bit;
 - so is the dense part: the 6 tensors' partitions at version 30, whose fingerprint is the
-  trainer's dense_sha256;
+  trainer's dense_sha256; and the MLP's, in 64 KiB partitions (13 of fc1.weight), put back
+  together give its params_sha256;
 - killed mid-run (steps slowed to 60 ms), the log holds every step a worker had seen (the
   workers' clocks in `tessera status` read before the kill), and each table in it, and the
   dense tensors, equal the same after as many steps of `tessera train --local`: nothing a
@@ -155,6 +156,21 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
         self.assertEqual((aside["tables"], aside["jobs"]), (log["tables"], log["jobs"]))
         fresh = replay(redo)
         self.assertEqual((fresh["tables"], fresh["jobs"]), ([], []))
+
+    def test_4_partitions_put_together(self):
+        """The MLP on Fashion-MNIST in 64 KiB partitions (fc1.weight in 13): the log's images,
+        put back together by tensor, give the trainer's params_sha256."""
+        shard, redo = self.shard("redo-d")
+        r = train(["--master", self.master.addr, "--workers", "2", "--job", "jd", "--steps",
+                   "20", "--exact", "--json", "--keep", "--partition-kb", "64"])
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        got = json.loads(r.stdout)
+        self.assertEqual(shard.stop(), 0)
+        job = replay(redo)["jobs"][0]
+        parts = {t["name"]: (t["partitions"], t["partitions_here"], t["version"])
+                 for t in job["tensors"]}
+        self.assertEqual(parts["fc1.weight"], (13, 13, 20), parts)
+        self.assertEqual(job["dense_sha256"], got["params_sha256"])
 
     def test_3_refusals(self):
         shard, redo = self.shard("redo-c")

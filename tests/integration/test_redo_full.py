@@ -59,7 +59,7 @@ class FullLog(unittest.TestCase):
                 def clocks():
                     return sorted(w.get("clock", 0) for w in
                                   tl.status_json(master.addr).get("workers", []))
-                time.sleep(3)   # the clocks come with the workers' heartbeats
+                time.sleep(5)   # the clocks come with the workers' heartbeats (1 s apart)
                 before = clocks()
                 time.sleep(2.5)
                 self.assertEqual(clocks(), before, "workers went on while their steps could "

@@ -190,12 +190,18 @@ ts_status sdk_failover(struct tessera *t, struct ts_err *err)
     }
     sdk_close_shards(t);
     /* A shard the master found answering is alive: the link broke, not the shard. Connect
-     * again under the same map (a pause, so that a shard that keeps refusing is not
-     * hammered); otherwise wait for the map without it, unless no link broke and the map
-     * this worker holds is newer than its connections (a shard refused them for that). */
-    if (said == TS_REPORT_KEPT)
+     * again (a pause, so that a shard that keeps refusing is not hammered) under the map as
+     * it is now: the one this worker holds may name where the shard was before, and a new
+     * process of the same member (a shard that keeps its identity, docs/embeddings.md)
+     * answers at its own address. Otherwise wait for the map without it, unless no link
+     * broke and the map this worker holds is newer than its connections (a shard refused
+     * them for that). */
+    if (said == TS_REPORT_KEPT) {
+        struct ts_err e = { 0 };
         ts_sleep_ms(MAP_POLL_MS);
-    else if ((broke || !hello || t->hello.epoch >= old) && (st = await_map(t, old, err)))
+        if (ts_cluster_refresh(t->cl, &e))   /* the held map, then: as before */
+            ts_log(TS_DEBUG, "sdk", "the shard map: %s", e.msg);
+    } else if ((broke || !hello || t->hello.epoch >= old) && (st = await_map(t, old, err)))
         return st;
     if ((st = connect_again(t, hello, err)) ||
         (hello && t->job.mode == TS_MODE_REDUCE && (st = seed(t, err))))

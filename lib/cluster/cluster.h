@@ -102,10 +102,16 @@ ts_status ts_master_check_data(struct ts_master *m, const Tessera__V1__CheckData
 ts_status ts_master_call(struct ts_master *m, const char *method, const ProtobufCMessage *req,
                          const ProtobufCMessageDescriptor *rdesc, ProtobufCMessage **out,
                          struct ts_err *err) TS_MUST_CHECK;
+#define TS_MEMBER_SECRET_LEN 32
+
 struct ts_membership_cfg {
     Tessera__V1__MemberKind kind;             /* SHARD or WORKER */
     const char *addr;                         /* shards: own gRPC host:port; workers: host */
     const char *instance;                     /* this process start's id; NULL: one is made */
+    /* The member's secret (RegisterShardRequest.secret), TS_MEMBER_SECRET_LEN bytes, which a
+     * member that keeps its identity across restarts (a shard's --redo-dir) sends again with
+     * its instance; NULL: drawn at random. */
+    const uint8_t *secret;
     const char *role;                         /* workers: NULL/"" a trainer, "verify" */
     const char *service;                      /* role verify: its gRPC host:port */
     uint32_t lease_ms;                        /* 0: the master's default */

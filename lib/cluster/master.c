@@ -35,7 +35,7 @@ struct ts_membership {
     char instance[40];
     /* Proves to the master that this process holds its registration (RegisterShardRequest
      * .secret): sent with every registration, heartbeat and deregistration, never shown. */
-    uint8_t secret[32];
+    uint8_t secret[TS_MEMBER_SECRET_LEN];
     char job[TS_JOB_ID_MAX + 1];      /* cfg.job, copied */
     bool failed;                      /* the outcome Deregister reports (ts_membership_end) */
     char outcome[257];                /* its fingerprint or reason */
@@ -614,7 +614,9 @@ ts_status ts_membership_start(struct ts_master *m, const struct ts_membership_cf
         snprintf(ms->instance, sizeof(ms->instance), "%s", cfg->instance);
     else
         ts_proc_instance_id(ms->instance, sizeof(ms->instance));
-    if (getrandom(ms->secret, sizeof(ms->secret), 0) != (ssize_t)sizeof(ms->secret)) {
+    if (cfg->secret)
+        memcpy(ms->secret, cfg->secret, sizeof(ms->secret));
+    else if (getrandom(ms->secret, sizeof(ms->secret), 0) != (ssize_t)sizeof(ms->secret)) {
         free(ms);
         return ts_err_set(err, TS_EIO, "membership: getrandom: no random bytes for its secret");
     }

@@ -341,6 +341,24 @@ static bool reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
     return true;
 }
 
+/* The same instance again from another address: a new process of the member (a shard that
+ * keeps its identity in its --redo-dir, which one process alone may hold), so the old one is
+ * gone: marked dead if it was not yet (its lease, a worker's report), and the member takes
+ * the new address and endpoints; reregister brings it back. mu held. */
+static void moved_to(struct ts_members *m, struct ts_member *e, const char *addr,
+                     const struct ts_endpoint *endpoints, size_t n)
+{
+    if (e->state == TS_MEMBER_ALIVE) {
+        members_set_state(m, e, TS_MEMBER_DEAD);
+        ts_log(TS_WARN, "master", "shard %u (%s) registered again from %s by a new process: "
+               "the old one is gone, marked dead", e->id, e->addr, addr);
+    }
+    snprintf(e->addr, sizeof(e->addr), "%s", addr);
+    if (n)
+        memcpy(e->endpoints, endpoints, n * sizeof(*endpoints));
+    e->nendpoints = n;
+}
+
 ts_status ts_members_register_shard(struct ts_members *m, const char *addr, const char *instance,
                                     uint32_t lease_ms, const struct ts_endpoint *endpoints,
                                     size_t n, int64_t now_ms, struct ts_member_grant *g,
@@ -363,6 +381,8 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
         if (!(st = check_cred(e, cred, "register this instance again", err)) &&
             !(st = check_identity(e, cred, err))) {
             keep_cred(e, cred);
+            if (strcmp(e->addr, addr))
+                moved_to(m, e, addr, endpoints, n);
             grant(m, e, 0, reregister(m, e, lease_ms, now_ms, quiet), g);
         }
         pthread_mutex_unlock(&m->mu);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -130,6 +131,72 @@ static ts_status set_aside(const char *dir, struct ts_err *err)
                "reads it)", dir, prev, prev);
     close(lock);   /* ts_redo_open takes it again */
     return st;
+}
+
+/* DIR/identity: "instance INSTANCE\nsecret HEX\n" (mode 0600). */
+static bool read_identity(const char *path, char *instance, size_t ilen,
+                          uint8_t secret[TS_MEMBER_SECRET_LEN])
+{
+    char inst[128], hex[2 * TS_MEMBER_SECRET_LEN + 8];
+    FILE *f = fopen(path, "r");
+    bool ok;
+
+    if (!f)
+        return false;
+    ok = fscanf(f, "instance %127s secret %72s", inst, hex) == 2 &&
+         strlen(inst) < ilen && strlen(hex) == 2 * TS_MEMBER_SECRET_LEN;
+    fclose(f);
+    for (size_t i = 0; ok && i < TS_MEMBER_SECRET_LEN; i++) {
+        unsigned v;
+        ok = sscanf(hex + 2 * i, "%2x", &v) == 1;
+        secret[i] = (uint8_t)v;
+    }
+    for (const char *c = inst; ok && *c; c++)
+        ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+             *c == '.' || *c == '_' || *c == '-';
+    if (ok)
+        snprintf(instance, ilen, "%s", inst);
+    return ok;
+}
+
+ts_status shard_durable_identity(const char *dir, char *instance, size_t ilen,
+                                 uint8_t secret[TS_MEMBER_SECRET_LEN], bool *kept,
+                                 struct ts_err *err)
+{
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    FILE *f;
+    int fd;
+    bool ok;
+
+    snprintf(path, sizeof(path), "%s/identity", dir);
+    if ((*kept = read_identity(path, instance, ilen, secret)))
+        return TS_OK;
+    if (access(path, F_OK) == 0)
+        ts_log(TS_WARN, "shard", "%s: not an identity this shard wrote; a new one replaces it",
+               path);
+    ts_proc_instance_id(instance, ilen);
+    if (getrandom(secret, TS_MEMBER_SECRET_LEN, 0) != TS_MEMBER_SECRET_LEN)
+        return ts_err_set(err, TS_EIO, "getrandom: no random bytes for the shard's secret");
+    snprintf(tmp, sizeof(tmp), "%s.new", path);
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 ||
+        !(f = fdopen(fd, "w"))) {
+        if (fd >= 0)
+            close(fd);
+        return ts_err_set(err, TS_EIO, "%s: %s", tmp, strerror(errno));
+    }
+    fprintf(f, "instance %s\nsecret ", instance);
+    for (size_t i = 0; i < TS_MEMBER_SECRET_LEN; i++)
+        fprintf(f, "%02x", secret[i]);
+    fprintf(f, "\n");
+    ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path))
+        return ts_err_set(err, TS_EIO, "%s: cannot write it: %s", path, strerror(errno));
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {   /* the name, durable */
+        (void)fsync(fd);
+        close(fd);
+    }
+    return TS_OK;
 }
 
 ts_status shard_durable_open(const char *dir, struct shard_durable **out, struct ts_err *err)

@@ -33,6 +33,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cluster/cluster.h"
 #include "params.h"
 #include "table/redo.h"
 #include "util/err.h"
@@ -46,6 +47,14 @@ struct shard_table;
  * the checkpoint thread. */
 ts_status shard_durable_open(const char *dir, struct shard_durable **out,
                              struct ts_err *err) TS_MUST_CHECK;
+/* The shard's identity kept in dir/identity (0600): its instance (RegisterShardRequest.instance,
+ * into instance[0..ilen)) and secret, read when a shard wrote them there before (*kept), else
+ * drawn and written (synced). A shard restarted on the directory registers with the same two,
+ * so the master takes it for the same member: the same id (services/master/members.c,
+ * reregister), at the new process's address. Call it with the log open (its lock held). */
+ts_status shard_durable_identity(const char *dir, char *instance, size_t ilen,
+                                 uint8_t secret[TS_MEMBER_SECRET_LEN], bool *kept,
+                                 struct ts_err *err) TS_MUST_CHECK;
 /* Stops the thread and closes the log (tables still attached are detached, logging nothing
  * more); what is freed after logs nothing. shard_durable_free: closes it if open, frees it.
  * NULL: no-op. */

@@ -184,7 +184,8 @@ int main(int argc, char **argv)
     struct ts_membership_cfg mcfg = { .kind = TESSERA__V1__MEMBER_KIND__MEMBER_KIND_SHARD };
     Tessera__V1__DataPlaneEndpoint eps[DP_MAX_LISTENERS], *ep_ptrs[DP_MAX_LISTENERS];
     char host[256];
-    bool dp_started = false;
+    uint8_t secret[TS_MEMBER_SECRET_LEN];
+    bool dp_started = false, kept_identity = false;
     int sig, rc;
 
     /* Partitions are large blocks freed when a job ends: see ts_proc_fix_malloc. */
@@ -241,7 +242,17 @@ int main(int argc, char **argv)
     if (store_dir && open_store(&s, store_dir, restore, &store, &err))
         goto out;
     ts_shard_service.ctx = &s;
-    ts_proc_instance_id(s.instance, sizeof(s.instance));
+    if (!redo_dir) {
+        ts_proc_instance_id(s.instance, sizeof(s.instance));
+    } else if (shard_durable_identity(redo_dir, s.instance, sizeof(s.instance), secret,
+                                      &kept_identity, &err)) {
+        goto out;
+    } else {
+        mcfg.secret = secret;
+        if (kept_identity)
+            ts_log(TS_INFO, "shard", "identity kept in %s/identity: instance %s, registering "
+                   "as the member it was", redo_dir, s.instance);
+    }
     shard_metrics_init(&s);
     if (ts_serve_start(&so, &ts_shard_service, &srv, &err) ||
         ts_serve_advertised(so.listen, adv, ts_rpc_server_port(srv), s.addr, sizeof(s.addr),

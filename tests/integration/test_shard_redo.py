@@ -14,7 +14,8 @@ and `tessera-shard --replay DIR --json` reading what the killed shard left. Chec
   workers' clocks in `tessera status` read before the kill), and each table in it, and the
   dense tensors, equal the same after as many steps of `tessera train --local`: nothing a
   worker saw is lost, and nothing in the log is other than what training made;
-- a shard started again on the killed one's directory sets its log aside whole in
+- a shard started again on the killed one's directory is the same member (its id, at its
+  new address: the instance and secret kept in DIR/identity), sets the log aside whole in
   DIR/previous (it does not start from it yet) and logs afresh;
 - a second shard on the same --redo-dir is refused, naming the directory; an ssp job's table
   is refused on a shard with --redo-dir, naming the redo log (its steps are not logged).
@@ -120,6 +121,8 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
                 c = [w.get("clock", 0) for w in st.get("workers", []) if w.get("job") == "jb"]
                 return c if c and max(c) >= 12 else None
             seen = max(tl.wait_until(clocks, 120, "a worker of jb past step 12"))
+            sid = [s["id"] for s in tl.status_json(self.master.addr)["shards"]
+                   if s["state"] == "alive"][0]
             self.kill(shard)   # the workers alive: their reports drop it from the map
         finally:
             p.kill()
@@ -148,8 +151,11 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
                 self.assertEqual(dense["dense_sha256"], want["dense_sha256"],
                                  "the dense tensors at step %d" % step)
         # A shard started again on the directory does not start from the log (not built):
-        # it sets the log aside in DIR/previous, whole, and begins an empty one.
+        # it sets the log aside in DIR/previous, whole, and begins an empty one. It is the
+        # same member: its instance and secret kept in DIR/identity, its id comes back.
         again, _ = self.shard("redo-b-again", redo=redo)
+        back = [s for s in tl.status_json(self.master.addr)["shards"] if s["state"] == "alive"]
+        self.assertEqual([(s["id"], s["addr"]) for s in back], [(sid, again.addr)], back)
         self.assertEqual(again.stop(), 0)
         self.assertIn("set aside", again.log_text())
         aside = replay(os.path.join(redo, "previous"))
@@ -193,7 +199,8 @@ class RedoRollback(tl.ClusterCase, unittest.TestCase):
     """`tessera up --shards 2 --replicas 1 --redo-dir R --respawn --store S --snapshot-every 10`:
     a shard killed with SIGKILL after step 25 of 80; the job goes back to its last snapshot
     (the rows and partitions it held are gone: no copies, and a shard does not start from its
-    log yet), the respawned shard joins over its directory (the killed one's log set aside),
+    log yet), the respawned shard joins over its directory as the same member (its id back;
+    the killed one's log set aside),
     and the job ends on the --local fingerprint. Then, the cluster stopped, each shard's log
     holds its part at step 80: every table on both, each dense tensor on one."""
 
@@ -227,6 +234,10 @@ class RedoRollback(tl.ClusterCase, unittest.TestCase):
         self.assertGreaterEqual(got["rollbacks"], 1, err[-3000:])
         want = json.loads(train(["--local"] + args).stdout)
         self.assertEqual(got["params_sha256"], want["params_sha256"], err[-3000:])
+        # the respawned process is the same member (DIR/identity): the ids are as they were
+        alive = sorted(s["id"] for s in tl.status_json(addr)["shards"] if s["state"] == "alive")
+        self.assertIn(victim["id"], alive)
+        self.assertEqual(len(alive), 2, alive)
         up.signal(signal.SIGTERM)
         self.assertEqual(up.wait(60), 0)
         logs = [replay(os.path.join(redo, d)) for d in sorted(os.listdir(redo))]

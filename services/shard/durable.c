@@ -137,7 +137,7 @@ static ts_status set_aside(const char *dir, struct ts_err *err)
 static bool read_identity(const char *path, char *instance, size_t ilen,
                           uint8_t secret[TS_MEMBER_SECRET_LEN])
 {
-    char inst[128], hex[2 * TS_MEMBER_SECRET_LEN + 8];
+    char inst[128], hex[2 * TS_MEMBER_SECRET_LEN + 16];
     FILE *f = fopen(path, "r");
     bool ok;
 

@@ -283,7 +283,10 @@ ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_stat
             return ts_err_set(err, TS_EROLLBACK, "job '%s' went back to a snapshot while this "
                               "worker failed over", t->job.id);
         t->rec.retrying = true;
-        st = redo(t, ctx, err);
+        /* The tables' last pushes first: a shard that came back from its redo log lacks the
+         * sums of the step it had not applied (sdk_rows_kept.c). */
+        if (!(st = sdk_rows_resend(t, err)))
+            st = redo(t, ctx, err);
         t->rec.retrying = false;
     }
     return st;

@@ -56,6 +56,16 @@
 
 #define SDK_MAX_TABLES 256      /* a job's sparse tables (the shards' SHARD_MAX_TABLES) */
 
+/* A table's push as it was sent (sdk_rows_kept.c): the caller's ids and gradients copied. */
+struct sdk_kept {
+    uint64_t step;
+    uint32_t slot;
+    uint32_t generation;          /* t->rec.followed when sent: a rollback since voids it */
+    size_t n, ids_cap, grads_cap;
+    uint64_t *ids;
+    float *grads;
+};
+
 struct sdk_table {
     char name[TS_JOB_ID_MAX + 1];
     uint32_t dim;
@@ -66,6 +76,10 @@ struct sdk_table {
     size_t cap;                   /* the rows batch holds at most */
     float *rows;                  /* a pull's unique rows */
     size_t rows_cap;              /* floats */
+    /* The pushes of its last step this worker sent (one a slot), until a pull of a later
+     * version is answered: sent again after a failover (sdk_rows_resend). */
+    struct sdk_kept *kept;
+    size_t nkept, kept_cap;       /* kept[nkept..kept_cap) hold buffers to reuse */
 };
 
 struct sdk_tensor {
@@ -361,6 +375,29 @@ static inline size_t sdk_elem_bytes(const struct tessera *t)
 /* sdk_rows.c */
 /* Frees the tables of t (tessera_close). */
 void sdk_rows_free(struct tessera *t);
+/* Sends kept push k of table `table` again, flagged a retry, where the map still rings the
+ * shards it was placed on; TS_ESTALE without sending where not (a shard died or joined: the
+ * chains' copies, a join's move or a rollback decide what the rows are, and the failing call
+ * goes again under the new map as before). */
+ts_status sdk_rows_push_again(struct tessera *t, int table, const struct sdk_kept *k,
+                              struct ts_err *err) TS_MUST_CHECK;
+
+/* sdk_rows_kept.c: a table's last push kept until it is applied for sure, and sent again
+ * after a failover (docs/embeddings.md, "Restarting from its own disk"). A BSP push is
+ * acknowledged once it is summed, before its step applies: a shard that restarts from its
+ * redo log comes back at the last step it synced, without the sums of the step in progress,
+ * which every worker then sends again; a shard that has the step acknowledges the retry
+ * unchanged. */
+/* Keeps a copy of a push of x just acknowledged (slot, step, the caller's ids and grads). */
+ts_status sdk_rows_keep(struct tessera *t, struct sdk_table *x, uint32_t slot, uint64_t step,
+                        size_t n, const uint64_t *ids, const float *grads,
+                        struct ts_err *err) TS_MUST_CHECK;
+/* A pull of x at version was answered: pushes of earlier steps are applied, and go. */
+void sdk_rows_pulled(struct sdk_table *x, uint64_t version);
+/* After a failover, before the failed call goes again (sdk_fail_over): every kept push sent
+ * again, flagged a retry. */
+ts_status sdk_rows_resend(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
+void sdk_rows_kept_free(struct sdk_table *x);
 
 /* sdk_conn.c */
 /* Connects to every shard of the master's current map, appending to t->conns.shards. */

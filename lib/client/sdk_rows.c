@@ -53,6 +53,7 @@ static void table_free(struct sdk_table *x)
     ts_table_free(x->local);
     ts_rows_batch_free(x->batch);
     free(x->rows);
+    sdk_rows_kept_free(x);
     free(x);
 }
 
@@ -444,6 +445,36 @@ static ts_status pull_placed(struct tessera *t, struct rows_call *c, struct ts_e
     return st;
 }
 
+/* Whether the map now rings the shards the rows were placed on (a shard that came back from
+ * its log keeps its place: only its address may have moved). */
+static bool same_ring(struct tessera *t)
+{
+    uint32_t ids[MAX_SHARDS];
+    size_t n = ts_cluster_shard_ids(t->cl, ids, MAX_SHARDS);
+
+    if (!t->rows_ring || n != ts_ring_members(t->rows_ring))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!ts_ring_has(t->rows_ring, ids[i]))
+            return false;
+    return true;
+}
+
+ts_status sdk_rows_push_again(struct tessera *t, int table, const struct sdk_kept *k,
+                              struct ts_err *err)
+{
+    struct rows_call c = { .table = table, .x = t->tables[table], .slot = k->slot,
+                           .step = k->step, .n = k->n, .ids = k->ids, .grads = k->grads };
+    ts_status st;
+
+    if (!same_ring(t))
+        return ts_err_set(err, TS_ESTALE, "table '%s': the ring its rows were placed on "
+                          "changed", c.x->name);
+    if ((st = place(t, &c, err)))
+        return st;
+    return push_placed(t, &c, err);
+}
+
 /* A failover's resend (sdk_fail_over): the rows placed on the new map's ring (may_resend);
  * else the call is misplaced and the job goes back to its last snapshot. A shard that joined
  * and does not know the table was not given its rows (no join's move: docs/embeddings.md,
@@ -578,6 +609,8 @@ int tessera_push_rows_slot(tessera *t, int table, uint64_t step, uint32_t slot, 
         (st = rows_recover(t, st, "push of rows", step, redo, &c, &err)) != TS_EROLLBACK)
         ts_err_prefix(&err, "table '%s' step %" PRIu64, c.x->name, step);
     if (!st)
+        st = sdk_rows_keep(t, c.x, slot, step, n, ids, grads, &err);
+    if (!st)
         test_die_in_rows(t, step);
     return st ? sdk_fail(e, &err) : sdk_ok(e);
 }
@@ -598,6 +631,8 @@ int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const u
     if ((st = pull_placed(t, &c, &err)) &&
         (st = rows_recover(t, st, "pull of rows", version, redo, &c, &err)) != TS_EROLLBACK)
         ts_err_prefix(&err, "table '%s' version %" PRIu64, c.x->name, version);
+    if (!st)
+        sdk_rows_pulled(c.x, version);
     return st ? sdk_fail(e, &err) : sdk_ok(e);
 }
 

@@ -407,6 +407,23 @@ ts_status ts_shard_pick_transport(const Tessera__V1__ShardInfo *s, const char *w
                       s->id, s->addr, want ? " with --transport " : "", want ? want : "");
 }
 
+uint32_t ts_cluster_instance_id(struct ts_cluster *cl, const char *instance,
+                                uint64_t *registered_epoch)
+{
+    uint32_t id = 0;
+
+    pthread_mutex_lock(&cl->mu);
+    for (size_t i = 0; cl->map && i < cl->map->n_shards && !id; i++) {
+        const Tessera__V1__ShardInfo *s = cl->map->shards[i];
+        if (!s->joining && strcmp(s->instance, instance) == 0) {
+            id = s->id;
+            *registered_epoch = s->registered_epoch;
+        }
+    }
+    pthread_mutex_unlock(&cl->mu);
+    return id;
+}
+
 bool ts_cluster_holds(struct ts_cluster *cl, uint32_t id, uint64_t since)
 {
     bool holds = false;

@@ -127,6 +127,10 @@ struct ts_membership_cfg {
     bool balance;             /* RegisterWorkerRequest.balance (docs/scheduler.md) */
     /* How many times a supervisor restarted the member this process replaces. */
     uint32_t restarts;
+    /* Shards: it keeps a redo log (--redo-dir), so the master holds its place on the ring for
+     * its --shard-restart-grace when it stops answering (RegisterShardRequest.redo_log); and
+     * this process started from that log, holding what the member held (.resumed). */
+    bool redo_log, resumed;
     /* Shards: the data-plane listeners to publish (borrowed until ts_membership_start
      * returns; copied for re-registration). */
     Tessera__V1__DataPlaneEndpoint **endpoints;
@@ -373,6 +377,10 @@ size_t ts_cluster_shard_ids(struct ts_cluster *cl, uint32_t *ids, size_t max);
 #define TS_CLUSTER_MAX_SHARDS 4096
 ts_status ts_cluster_ring_copy(struct ts_cluster *cl, struct ts_ring **out, uint64_t *epoch,
                                struct ts_err *err) TS_MUST_CHECK;
+/* The id of the shard of the cached map registered as `instance` and on the ring (not
+ * joining), with its registered_epoch; 0 if none. */
+uint32_t ts_cluster_instance_id(struct ts_cluster *cl, const char *instance,
+                                uint64_t *registered_epoch);
 /* Whether shard id is alive in the cached map (joining or not) under the registration it had
  * at epoch `since`: false once the master dropped it, or once it registered again after
  * `since` (a new session, which knows nothing of the old one's connections). */

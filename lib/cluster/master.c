@@ -309,6 +309,8 @@ static ts_status do_register(struct ts_membership *ms, int deadline_ms, struct t
         req.instance = ms->instance;
         req.lease_ms = ms->cfg.lease_ms;
         req.restarts = ms->cfg.restarts;
+        req.redo_log = ms->cfg.redo_log;
+        req.resumed = ms->cfg.resumed;
         req.secret = (ProtobufCBinaryData){ sizeof(ms->secret), ms->secret };
         req.n_data_planes = ms->nendpoints;
         req.data_planes = ms->endpoint_ptrs;

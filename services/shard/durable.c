@@ -75,9 +75,9 @@ static bool log_file(const char *name)
 }
 
 /* A log an earlier process left in dir goes to dir/previous (what was there before goes):
- * a shard does not start from its log yet, and what it logs now must not mix with what the
- * last one did. Under dir's redo.lock, so a shard that runs on dir keeps its files. */
-static ts_status set_aside(const char *dir, struct ts_err *err)
+ * this shard does not start from it (why says why), and what it logs now must not mix with
+ * what the last one did. Under dir's redo.lock, so a shard that runs on dir keeps its files. */
+static ts_status set_aside(const char *dir, const char *why, struct ts_err *err)
 {
     char path[PATH_MAX], prev[PATH_MAX], from[PATH_MAX + 256], to[PATH_MAX + 256];
     struct dirent *de;
@@ -127,8 +127,8 @@ static ts_status set_aside(const char *dir, struct ts_err *err)
     closedir(dh);
     if (!st && any)
         ts_log(TS_WARN, "shard", "redo log: the log an earlier shard left in %s is set aside in "
-               "%s (a shard does not start from its log yet; `tessera-shard --replay %s` "
-               "reads it)", dir, prev, prev);
+               "%s (%s; `tessera-shard --replay %s` reads it)", dir, prev,
+               why && why[0] ? why : "this shard does not start from it", prev);
     close(lock);   /* ts_redo_open takes it again */
     return st;
 }
@@ -169,6 +169,8 @@ ts_status shard_durable_identity(const char *dir, char *instance, size_t ilen,
     bool ok;
 
     snprintf(path, sizeof(path), "%s/identity", dir);
+    if (mkdir(dir, 0700) && errno != EEXIST)
+        return ts_err_set(err, TS_EIO, "%s: cannot make it: %s", dir, strerror(errno));
     if ((*kept = read_identity(path, instance, ilen, secret)))
         return TS_OK;
     if (access(path, F_OK) == 0)
@@ -199,7 +201,8 @@ ts_status shard_durable_identity(const char *dir, char *instance, size_t ilen,
     return TS_OK;
 }
 
-ts_status shard_durable_open(const char *dir, struct shard_durable **out, struct ts_err *err)
+ts_status shard_durable_open(const char *dir, bool keep, const char *why,
+                             struct shard_durable **out, struct ts_err *err)
 {
     struct shard_durable *d = calloc(1, sizeof(*d));
     ts_status st;
@@ -207,7 +210,7 @@ ts_status shard_durable_open(const char *dir, struct shard_durable **out, struct
 
     if (!d)
         return ts_err_set(err, TS_ENOMEM, "out of memory");
-    if ((st = set_aside(dir, err)) || (st = ts_redo_open(dir, &d->redo, err))) {
+    if ((!keep && (st = set_aside(dir, why, err))) || (st = ts_redo_open(dir, &d->redo, err))) {
         free(d);
         return st;
     }
@@ -223,6 +226,11 @@ ts_status shard_durable_open(const char *dir, struct shard_durable **out, struct
     }
     *out = d;
     return TS_OK;
+}
+
+struct ts_redo *shard_durable_redo(struct shard_durable *d)
+{
+    return d->redo;
 }
 
 void shard_durable_close(struct shard_durable *d)

@@ -17,9 +17,9 @@
  * log; room made lets it go on, nothing lost. A thread checkpoints the log (ts_redo_checkpoint) once its
  * generation passes SHARD_REDO_CHECKPOINT_BYTES, so the log stays about one image of the
  * state plus the steps since. `tessera-shard --replay DIR` reads a log offline and says what
- * it holds (durable_show.c). The shard does not start from its log yet: one started on a
- * directory with a log sets it aside in DIR/previous and begins afresh, and a restarted
- * shard joins, its jobs going back to their snapshots (issue 48's rest).
+ * it holds (durable_show.c). A shard started on a directory with a log starts from it
+ * (shard_durable_start, durable_restore.c) when the master held its place; else it sets the
+ * log aside in DIR/previous and begins afresh, joining as any shard does.
  * Not logged: copies held for other shards (--replicas 2: the chain's), a reduce job's
  * partitions (its workers hold the parameters); refused (TS_ENOTSUP, naming the mode): ssp
  * and asp jobs' tables and tensors.
@@ -44,14 +44,29 @@ struct shard_durable;
 struct shard_table;
 
 /* Opens the log in dir (TS_EIO naming dir; another process holding it is refused) and starts
- * the checkpoint thread. */
-ts_status shard_durable_open(const char *dir, struct shard_durable **out,
-                             struct ts_err *err) TS_MUST_CHECK;
+ * the checkpoint thread. keep: what an earlier process logged stays for a replay; else it is
+ * set aside in dir/previous first, the warning saying why (NULL: not said). */
+ts_status shard_durable_open(const char *dir, bool keep, const char *why,
+                             struct shard_durable **out, struct ts_err *err) TS_MUST_CHECK;
+/* `--redo-dir DIR` at a shard's start, before it serves anything: its identity (below) into
+ * instance and secret; then, where the identity was kept and the master's map (cl, asked for
+ * up to 30 s) still has its member on the ring, the log opened and replayed into sp's
+ * registry under that map, every table and tensor logged anew (durable_restore.c; *resumed
+ * true: register as RegisterShardRequest.resumed). Else the log set aside and opened afresh.
+ * A log that cannot be replayed is an error naming what (the shard must not start: the log
+ * stays as it was). sp->durable is the opened log. */
+ts_status shard_durable_start(struct shard_params *sp, const char *dir, struct ts_cluster *cl,
+                              char *instance, size_t ilen,
+                              uint8_t secret[TS_MEMBER_SECRET_LEN], bool *resumed,
+                              struct ts_err *err) TS_MUST_CHECK;
+/* The log itself (durable_restore.c replays it). */
+struct ts_redo *shard_durable_redo(struct shard_durable *d);
 /* The shard's identity kept in dir/identity (0600): its instance (RegisterShardRequest.instance,
  * into instance[0..ilen)) and secret, read when a shard wrote them there before (*kept), else
  * drawn and written (synced). A shard restarted on the directory registers with the same two,
  * so the master takes it for the same member: the same id (services/master/members.c,
- * reregister), at the new process's address. Call it with the log open (its lock held). */
+ * reregister), at the new process's address. dir is made if missing. Called before the log
+ * is opened: a second process on dir is refused by the log's lock right after. */
 ts_status shard_durable_identity(const char *dir, char *instance, size_t ilen,
                                  uint8_t secret[TS_MEMBER_SECRET_LEN], bool *kept,
                                  struct ts_err *err) TS_MUST_CHECK;

@@ -185,7 +185,7 @@ int main(int argc, char **argv)
     Tessera__V1__DataPlaneEndpoint eps[DP_MAX_LISTENERS], *ep_ptrs[DP_MAX_LISTENERS];
     char host[256];
     uint8_t secret[TS_MEMBER_SECRET_LEN];
-    bool dp_started = false, kept_identity = false;
+    bool dp_started = false, resumed = false;
     int sig, rc;
 
     /* Partitions are large blocks freed when a job ends: see ts_proc_fix_malloc. */
@@ -224,11 +224,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "tessera-shard: %s\n", err.msg);
         return 2;
     }
-    if (redo_dir && shard_durable_open(redo_dir, &s.params.durable, &err)) {
-        fprintf(stderr, "tessera-shard: --redo-dir: %s\n", err.msg);
-        ts_tier_close(s.params.tables_budget.tier);
-        return 2;
-    }
     s.params.max_tensors = (uint32_t)max_tensors;
     s.params.job_mem_share = (uint32_t)mem_share;
     s.params.arm_timeout_ms = arm_ms;
@@ -244,14 +239,18 @@ int main(int argc, char **argv)
     ts_shard_service.ctx = &s;
     if (!redo_dir) {
         ts_proc_instance_id(s.instance, sizeof(s.instance));
-    } else if (shard_durable_identity(redo_dir, s.instance, sizeof(s.instance), secret,
-                                      &kept_identity, &err)) {
+    } else if (ts_cluster_open(s.master_addr, &s.cluster, &err) ||
+               shard_durable_start(&s.params, redo_dir, s.cluster, s.instance,
+                                   sizeof(s.instance), secret, &resumed, &err)) {
+        fprintf(stderr, "tessera-shard: --redo-dir: %s\n", err.msg);
+        rc = 2;
         goto out;
-    } else {
+    } else {   /* before anything is served: the master's map said whether its place is kept */
         mcfg.secret = secret;
-        if (kept_identity)
-            ts_log(TS_INFO, "shard", "identity kept in %s/identity: instance %s, registering "
-                   "as the member it was", redo_dir, s.instance);
+        mcfg.redo_log = true;
+        mcfg.resumed = resumed;
+        ts_log(TS_INFO, "shard", "redo log in %s, instance %s: %s", redo_dir, s.instance,
+               resumed ? "started from it, registering as the member it was" : "logging afresh");
     }
     shard_metrics_init(&s);
     if (ts_serve_start(&so, &ts_shard_service, &srv, &err) ||
@@ -289,7 +288,7 @@ int main(int argc, char **argv)
     /* The map client first: once the master lists this shard, clients may call it, and it
      * must be able to check their map epochs (it fetches the newer map then). */
     if (ts_master_open(s.master_addr, &s.master, &err) ||
-        ts_cluster_open(s.master_addr, &s.cluster, &err) ||
+        (!s.cluster && ts_cluster_open(s.master_addr, &s.cluster, &err)) ||
         ts_membership_start(s.master, &mcfg, 30000, &s.membership, &err)) {
         ts_err_prefix(&err, "cannot join the cluster (is the master running at %s?)",
                       s.master_addr);

@@ -150,6 +150,8 @@ static void print_json(const char *addr, const Tessera__V1__ClusterStatusRespons
         if (s->death[0])
             ts_json_str(&j, "death", s->death);
         ts_json_bool(&j, "joining", s->joining);
+        ts_json_int(&j, "away_ms_ago", s->away_ms_ago);
+        ts_json_bool(&j, "redo_log", s->redo_log);
         ts_json_uint(&j, "restarts", s->restarts);
         ts_json_str(&j, "identity", s->identity);
         if (views && views[i]) {
@@ -334,11 +336,16 @@ static void print_table(const char *addr, const Tessera__V1__ClusterStatusRespon
             ts_shard_data_conns(v, conns, sizeof(conns));
         }
         printf("%-6u %-22s %-8s %-6s %-7u %-9.1f %-11s %-5s %-6s %-11s %-7s %-7s %s\n", s->id,
-               s->addr, pid, s->joining ? "JOIN" : state_name(s->state), s->lease_ms,
+               s->addr, pid,
+               s->joining ? "JOIN" : s->away_ms_ago ? "AWAY" : state_name(s->state), s->lease_ms,
                s->last_heartbeat_ms_ago / 1000.0, roles, lag, promo, copies, mb, refused,
                s->identity[0] ? s->identity : "-");
         if (s->death[0])
             printf("       dead: %s\n", s->death);
+        if (s->away_ms_ago)
+            printf("       away %.1f s: found gone; its place is held for a process restarted "
+                   "on its redo log (tessera-master --shard-restart-grace)\n",
+                   s->away_ms_ago / 1000.0);
         if (why[0])
             printf("       refused on the data plane: %s (docs/security.md, \"Refusals\")\n",
                    why);

@@ -16,6 +16,7 @@ uint64_t ts_shard_info_hash(const Tessera__V1__ShardInfo *s)
     uint64_t h;
 
     c.last_heartbeat_ms_ago = 0;
+    c.away_ms_ago = 0;   /* an age too: a shard away is the same entry of the map */
     n = tessera__v1__shard_info__get_packed_size(&c);
     if (n > sizeof(stack) && !(buf = malloc(n)))
         return 0;   /* no memory: a hash no map has, so a delta is refused, not misapplied */

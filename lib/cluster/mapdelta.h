@@ -9,7 +9,8 @@
  * hash the master sent of its own whole map, so a delta applied to anything but its base is
  * caught, and the caller fetches the whole map instead.
  * What a hash covers: the map's epoch, vnodes, replicas and ring digest, and every shard's
- * ShardInfo but last_heartbeat_ms_ago (which moves on every call and routes nothing).
+ * ShardInfo but last_heartbeat_ms_ago and away_ms_ago (ages, which move on every call and
+ * route nothing).
  * Ownership: inputs are only read; ts_shard_map_apply's *out is the caller's, freed with
  * tessera__v1__shard_map__free_unpacked. Threads: any. */
 #ifndef TS_CLUSTER_MAPDELTA_H

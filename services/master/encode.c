@@ -32,6 +32,10 @@ Tessera__V1__ShardInfo **master_shard_infos(struct ts_rpc_call *call,
         s->joining = e->state == TS_MEMBER_ALIVE && e->joining;
         s->restarts = e->restarts;
         s->identity = ts_rpc_strdup(call, e->identity);
+        /* at least 1 while away, so that an age of 0 still reads as away */
+        if (e->state == TS_MEMBER_ALIVE && e->away_ms)
+            s->away_ms_ago = now - e->away_ms > 0 ? now - e->away_ms : 1;
+        s->redo_log = e->redo_log;
         s->n_data_planes = e->nendpoints;
         s->data_planes = ts_rpc_alloc(call, (e->nendpoints + 1) * sizeof(*s->data_planes));
         for (size_t k = 0; k < e->nendpoints; k++) {

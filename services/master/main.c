@@ -51,7 +51,7 @@ int main(int argc, char **argv)
     int64_t idle_ms = JOBS_DEFAULT_IDLE_MS, history = JOBS_DEFAULT_HISTORY, restarts = 0;
     bool shared_certs = false;
     int64_t per_identity = JOBS_DEFAULT_PER_OWNER, start_deadline = -1;   /* -1: not given */
-    int64_t rest_ms = 10000;
+    int64_t rest_ms = 10000, shard_grace_ms = 30000;
     const struct ts_flag flags[] = {
         TS_SERVE_FLAGS(&so, "gRPC address (default 127.0.0.1:7070; port 0 picks a free one)"),
         { "lease-ms", TS_FLAG_INT, &lease_ms, "MS", "default member lease (default 3000)", 100,
@@ -96,6 +96,11 @@ int main(int argc, char **argv)
           "vouch for may go this long without a heartbeat of its own (at least a third of its "
           "lease; default 10000; 0: every worker beats every third of its lease; "
           "docs/scaling.md)", 0, 600000 },
+        { "shard-restart-grace", TS_FLAG_INT, &shard_grace_ms, "MS", "how long the master "
+          "holds the place of a shard that keeps a redo log (tessera-shard --redo-dir) and "
+          "stopped answering, for a process restarted on that log to come back as it; workers "
+          "wait meanwhile; with --replicas above 1 a chain takes over at once instead (default "
+          "30000; 0: off; docs/membership.md)", 0, 3600000 },
         { "allow-shared-certs", TS_FLAG_BOOL, &shared_certs, NULL, "under mutual TLS, let "
           "shards register with a role certificate that names no member (shard.pem of an "
           "older `tessera certs init`): any holder of it can add shards; refused by default "
@@ -135,7 +140,8 @@ int main(int argc, char **argv)
                                    /* a partition of the master's host heals within
                                     * minutes, or it is not one */
                                    .deaf_max_ms = 10 * (int64_t)lease_ms,
-                                   .rest_ms = (uint32_t)rest_ms };
+                                   .rest_ms = (uint32_t)rest_ms,
+                                   .shard_grace_ms = (uint32_t)shard_grace_ms };
     /* A worker registers once it started, read its data set and connected: seconds for a
      * Python rank that imports torch, so never less than 10 s by default. */
     if (start_deadline < 0)

@@ -325,6 +325,7 @@ static bool reregister(struct ts_members *m, struct ts_member *e, uint32_t lease
     e->last_heartbeat_ms = m->last_heard_ms = now;
     e->heard = false;
     if (e->state == TS_MEMBER_ALIVE) {
+        e->away_ms = 0;                             /* heard: not gone after all */
         members_set_state(m, e, TS_MEMBER_ALIVE);   /* its lease may be shorter now */
         return false;
     }
@@ -359,9 +360,55 @@ static void moved_to(struct ts_members *m, struct ts_member *e, const char *addr
     e->nendpoints = n;
 }
 
+/* Whether a and b (n of each) are the same endpoints. */
+static bool same_endpoints(const struct ts_endpoint *a, const struct ts_endpoint *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(a[i].transport, b[i].transport) || a[i].len != b[i].len ||
+            memcmp(a[i].addr, b[i].addr, a[i].len))
+            return false;
+    return true;
+}
+
+/* The same instance again with resumed while its member is alive: a process restarted on the
+ * member's redo log, which holds what the member held, so it is the same member. It does not
+ * join and keeps its registered_epoch; it is no longer away and its lease starts again. A new
+ * address or new endpoints are taken with a new epoch, so that clients fetch them (the ring,
+ * built from the same ids, is the same); with nothing new the epoch stays. mu held. */
+static void resume(struct ts_members *m, struct ts_member *e, const char *addr,
+                   const struct ts_endpoint *endpoints, size_t n, uint32_t lease_ms,
+                   int64_t now)
+{
+    bool moved = strcmp(e->addr, addr) != 0 || n != e->nendpoints ||
+                 !same_endpoints(e->endpoints, endpoints, n);
+    char away[64], why[TS_MEMBERS_MAX_ADDR + 80];
+
+    if (e->away_ms)
+        snprintf(away, sizeof(away), "away for %" PRId64 " ms", now - e->away_ms);
+    else
+        snprintf(away, sizeof(away), "before its lease ran out");
+    e->lease_ms = lease_ms;
+    e->last_heartbeat_ms = m->last_heard_ms = now;
+    e->heard = false;
+    e->away_ms = 0;
+    members_set_state(m, e, TS_MEMBER_ALIVE);   /* its lease, from now */
+    ts_log(TS_WARN, "master", "shard %u is back from its redo log at %s (%s): the same member, "
+           "its place kept%s%s", e->id, addr, away, moved ? "; it was at " : "",
+           moved ? e->addr : "");
+    if (!moved)
+        return;
+    snprintf(e->addr, sizeof(e->addr), "%s", addr);
+    if (n)
+        memcpy(e->endpoints, endpoints, n * sizeof(*endpoints));
+    e->nendpoints = n;
+    snprintf(why, sizeof(why), "shard %u is back from its redo log at %s", e->id, addr);
+    members_new_epoch(m, why);
+}
+
 ts_status ts_members_register_shard(struct ts_members *m, const char *addr, const char *instance,
                                     uint32_t lease_ms, const struct ts_endpoint *endpoints,
-                                    size_t n, int64_t now_ms, struct ts_member_grant *g,
+                                    size_t n, bool redo_log, bool resumed, int64_t now_ms,
+                                    struct ts_member_grant *g,
                                     const struct ts_member_cred *cred, struct ts_err *err)
 {
     struct ts_member *e;
@@ -381,9 +428,15 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
         if (!(st = check_cred(e, cred, "register this instance again", err)) &&
             !(st = check_identity(e, cred, err))) {
             keep_cred(e, cred);
-            if (strcmp(e->addr, addr))
-                moved_to(m, e, addr, endpoints, n);
-            grant(m, e, 0, reregister(m, e, lease_ms, now_ms, quiet), g);
+            e->redo_log = redo_log;
+            if (resumed && e->state == TS_MEMBER_ALIVE) {
+                resume(m, e, addr, endpoints, n, lease_ms, now_ms);
+                grant(m, e, 0, false, g);   /* it never left */
+            } else {
+                if (strcmp(e->addr, addr))
+                    moved_to(m, e, addr, endpoints, n);
+                grant(m, e, 0, reregister(m, e, lease_ms, now_ms, quiet), g);
+            }
         }
         pthread_mutex_unlock(&m->mu);
         return st;
@@ -401,6 +454,7 @@ ts_status ts_members_register_shard(struct ts_members *m, const char *addr, cons
         memcpy(e->endpoints, endpoints, n * sizeof(*endpoints));
     e->nendpoints = n;
     keep_cred(e, cred);
+    e->redo_log = redo_log;
     e->joining = !quiet;   /* new_epoch puts it on the ring if it is the only one */
     /* Only one process can listen on an address, so an alive shard there has gone away. */
     for (size_t i = 0; i + 1 < m->shards.n; i++) {
@@ -493,6 +547,17 @@ ts_status ts_members_check_epoch(struct ts_members *m, uint64_t known_epoch, str
     return TS_OK;
 }
 
+/* Shard e, away, heartbeat at now: the process that was found gone was paused (stopped, or
+ * cut off), not dead. No longer away; its lease runs from now. mu held. */
+static void heard_again(struct ts_members *m, struct ts_member *e, int64_t now)
+{
+    ts_log(TS_WARN, "master", "shard %u (%s) is heard again after %" PRId64 " ms away: the same "
+           "process (it was paused, not gone); its place was kept", e->id, e->addr,
+           now - e->away_ms);
+    e->away_ms = 0;
+    members_lease_queue(m, e);   /* its lease may run out before the grace would have */
+}
+
 ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                                uint64_t known_epoch, uint64_t clock, int64_t now_ms,
                                struct ts_member_grant *g, const struct ts_member_cred *cred,
@@ -508,6 +573,8 @@ ts_status ts_members_heartbeat(struct ts_members *m, enum ts_member_kind kind, u
         !(st = check_cred(e, cred, "renew its lease", err))) {
         e->last_heartbeat_ms = m->last_heard_ms = now_ms;
         e->heard = true;
+        if (e->away_ms)
+            heard_again(m, e, now_ms);
         if (clock > e->clock)
             e->clock = clock;
         grant(m, e, known_epoch, false, g);
@@ -718,6 +785,36 @@ bool ts_members_declare_dead(struct ts_members *m, enum ts_member_kind kind, uin
     }
     pthread_mutex_unlock(&m->mu);
     return done;
+}
+
+enum ts_members_gone ts_members_shard_gone(struct ts_members *m, uint32_t id,
+                                           const char *instance, const char *why,
+                                           int64_t now_ms, int64_t *left_ms)
+{
+    enum ts_members_gone r = TS_GONE_NOT;
+    struct ts_member *e;
+    char past[TS_MEMBERS_MAX_REASON + 120];
+
+    pthread_mutex_lock(&m->mu);
+    if ((e = members_find_id(&m->shards, id)) && e->state == TS_MEMBER_ALIVE &&
+        (!instance || !strcmp(e->instance, instance))) {
+        if (members_hold_place(m, e, now_ms, why)) {
+            r = TS_GONE_AWAY;
+            if (left_ms)
+                *left_ms = e->away_ms + (int64_t)m->cfg.shard_grace_ms - now_ms;
+        } else {
+            if (e->away_ms) {   /* first, so that the death kept for status holds it */
+                snprintf(past, sizeof(past), "away for %" PRId64 " ms, past the restart grace "
+                         "of %u ms, and %.*s", now_ms - e->away_ms, m->cfg.shard_grace_ms,
+                         TS_MEMBERS_MAX_REASON, why);
+                why = past;
+            }
+            members_declare_dead(m, e, why);
+            r = TS_GONE_DEAD;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return r;
 }
 
 uint32_t ts_members_max_lease(struct ts_members *m, enum ts_member_kind kind)

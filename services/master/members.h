@@ -5,7 +5,8 @@
  *
  * Model: a member registers (an id is assigned; the same `instance` registering again gets the
  * same id back, so a retried RegisterShard is harmless), renews its lease with heartbeats, and
- * is declared dead by ts_members_expire() once silent past its lease. A dead member must
+ * is declared dead by ts_members_expire() once silent past its lease (a shard that keeps a
+ * redo log may be held away first: cfg.shard_grace_ms). A dead member must
  * register again. A worker is held to the master's default lease until its first heartbeat,
  * whatever lease it asked for: a registration alone, never followed by a heartbeat (our SDK
  * sends one at once), cannot keep its job's slot for ten minutes (issue 41). The shard map
@@ -87,6 +88,11 @@ struct ts_member {
     /* The member its certificate names (sec/certs.h), as it registered: "shard/3"; "": none
      * (no mutual TLS, or a role certificate). See ts_member_cred. */
     char identity[TS_MEMBER_MAX + 1];
+    /* Shards: it keeps a redo log (RegisterShardRequest.redo_log, as of its last
+     * registration), and when it was marked away (0: it is not; monotonic ms): found gone
+     * while the restart grace holds its place (ts_members_cfg.shard_grace_ms). */
+    bool redo_log;
+    int64_t away_ms;
 };
 
 /* Who makes a call about a member (docs/security.md, "Member identity"): the SHA-256 of the
@@ -159,6 +165,13 @@ struct ts_members_cfg {
      * (HeartbeatResponse.rest_ms; at least a third of its lease); 0: workers always beat
      * every interval (tessera-master --worker-rest-ms 0). */
     uint32_t rest_ms;
+    /* The restart grace (docs/membership.md, "A shard restarting from its redo log"): a shard
+     * that keeps a redo log and is found gone (its lease ran out, or it was reported and its
+     * port refuses) is marked away for this long (ms) instead of declared dead: it stays
+     * alive, on the ring, and the epoch stays, so that a process restarted on its log can
+     * come back as the same member (a registration with resumed). Only with one replica (a
+     * chain takes over at once, which is better than waiting). 0: off. */
+    uint32_t shard_grace_ms;
 };
 
 /* What a register or heartbeat grants. */
@@ -167,7 +180,8 @@ struct ts_member_grant {
     uint64_t epoch;
     uint32_t lease_ms;
     bool map_changed;
-    bool joined;             /* registrations: the member is new, or was dead (not a retry) */
+    bool joined;             /* registrations: the member is new, or was dead (not a retry,
+                              * nor a shard back from its redo log while alive) */
     /* Worker heartbeats: above 0, it may rest (HeartbeatResponse.rest_ms): the shards vouched
      * for it lately, and they beat at least as often as it must. */
     uint32_t rest_ms;
@@ -181,6 +195,7 @@ struct ts_members_view {
     uint64_t ring_digest;
     uint32_t default_lease_ms;
     uint32_t shard_failures;                  /* shards declared dead so far */
+    uint32_t shard_aways;                     /* shards marked away so far (restart grace) */
     /* leases that ran out since this master began (not kept by ts_members_restore) */
     uint64_t shard_expiries, worker_expiries;
     /* workers' leases renewed so far by their own heartbeats, and by shards vouching */
@@ -199,10 +214,17 @@ ts_status ts_members_create(const struct ts_members_cfg *cfg, struct ts_members 
                             struct ts_err *err) TS_MUST_CHECK;
 void ts_members_free(struct ts_members *m);
 
-/* endpoints: the shard's data-plane listeners (n at most TS_MEMBERS_MAX_ENDPOINTS), copied. */
+/* endpoints: the shard's data-plane listeners (n at most TS_MEMBERS_MAX_ENDPOINTS), copied.
+ * redo_log: the shard keeps a redo log (kept with the member: the restart grace may hold its
+ * place). resumed: this process started from that log. The same instance registering again
+ * with resumed while its member is alive (away or not) is the same member: not joining, its
+ * registered_epoch kept, no longer away, its lease renewed, and g->joined false; a new
+ * address or new endpoints are taken with a new epoch (the ring is the same), else the epoch
+ * stays. Without resumed, or once the member was declared dead, it registers as any shard. */
 ts_status ts_members_register_shard(struct ts_members *m, const char *addr, const char *instance,
                                     uint32_t lease_ms, const struct ts_endpoint *endpoints,
-                                    size_t n, int64_t now_ms, struct ts_member_grant *g,
+                                    size_t n, bool redo_log, bool resumed, int64_t now_ms,
+                                    struct ts_member_grant *g,
                                     const struct ts_member_cred *cred,
                                     struct ts_err *err) TS_MUST_CHECK;
 /* role: "" or "verify" (then service, its gRPC address, is required). */
@@ -282,6 +304,22 @@ uint64_t ts_members_shard_registered(struct ts_members *m, uint32_t id);
  * data-plane connection hang up without a goodbye (docs/elastic.md). */
 bool ts_members_declare_dead(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
                              const char *instance, const char *why);
+
+/* What ts_members_shard_gone did with a shard found gone. */
+enum ts_members_gone {
+    TS_GONE_NOT = 0,   /* nothing: out of the map already, or another process start */
+    TS_GONE_DEAD,      /* declared dead now */
+    TS_GONE_AWAY,      /* away: marked now, or already (its grace is not restarted) */
+};
+/* Shard id, still the process start `instance` (NULL: any), was found gone for `why` (a
+ * member reported it unreachable and its port refuses). As ts_members_declare_dead, unless
+ * the restart grace holds its place (cfg.shard_grace_ms: it keeps a redo log, one replica):
+ * then it is marked away at now_ms, or stays away if it was already, and *left_ms (may be
+ * NULL) says how long its place is held still. A shard away past its grace is declared
+ * dead. */
+enum ts_members_gone ts_members_shard_gone(struct ts_members *m, uint32_t id,
+                                           const char *instance, const char *why,
+                                           int64_t now_ms, int64_t *left_ms);
 
 /* alive_only: only alive shards and no workers (GetShardMap). */
 ts_status ts_members_view(struct ts_members *m, bool alive_only, struct ts_members_view *v,

@@ -35,6 +35,7 @@ struct ts_members {
     uint64_t epoch;
     struct ts_ring *ring;
     uint32_t shard_failures;
+    uint32_t shard_aways;     /* shards marked away (cfg.shard_grace_ms) since this began */
     uint64_t expired[2];      /* leases that ran out since this process began: shards, workers */
     int64_t last_expire_ms;   /* the last ts_members_expire (0: none yet), for cfg.pause_ms */
     /* cfg.deaf_max_ms: when a member was last heard from (a heartbeat or a registration),
@@ -78,6 +79,12 @@ struct ts_member *members_find_id(struct table *t, uint32_t id);
 void members_prune(struct table *t);
 /* Declares alive member e dead for why (a shard: a new epoch). */
 void members_declare_dead(struct ts_members *m, struct ts_member *e, const char *why);
+/* Alive shard e was found gone at now_ms for why: whether the restart grace holds its place
+ * (cfg.shard_grace_ms, members_lease.c). If so it is away: marked now (logged, counted, its
+ * lease queued for the grace's end) or already, and not past its grace. If not, the caller
+ * declares it dead. */
+bool members_hold_place(struct ts_members *m, struct ts_member *e, int64_t now_ms,
+                        const char *why);
 /* Sets e's state; an alive member's lease is queued (members_lease.c), again if it may now
  * run out sooner than its queued entry says. Every change of state or lease goes here. */
 void members_set_state(struct ts_members *m, struct ts_member *e, enum ts_member_state s);

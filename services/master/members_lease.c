@@ -1,6 +1,7 @@
 /* members_lease.c - members declared dead when their lease runs out, in time order; a master
- * that did not run, or that hears no member at all, declares nobody dead for it; workers'
- * leases renewed by the shards that serve them. See members.h (ts_members_expire,
+ * that did not run, or that hears no member at all, declares nobody dead for it; a shard that
+ * keeps a redo log held away for the restart grace first; workers' leases renewed by the
+ * shards that serve them. See members.h (ts_members_expire,
  * ts_members_vouched) and leaseq.h; the queue's entries are made in members_table.c.
  *
  * The reaper runs twenty times a lease (main.c). It used to scan every member each time:
@@ -14,12 +15,41 @@
 #include "members_internal.h"
 #include "util/log.h"
 
-/* Declares dead the members whose lease ran out by now_ms; returns how many. mu held. */
+/* ---- the restart grace: a shard that keeps a redo log, found gone, is held away ---- */
+
+/* Whether the restart grace may hold e's place: a shard on the ring (a joining one heads
+ * nothing, so its death sends no job back) that keeps a redo log, with the grace on and one
+ * replica (a chain's next shard takes over at once, which is better than waiting). */
+static bool grace_holds(const struct ts_members *m, const struct ts_member *e)
+{
+    return e->kind == TS_MEMBER_SHARD && e->redo_log && !e->joining &&
+           m->cfg.shard_grace_ms > 0 && m->cfg.replicas <= 1;
+}
+
+bool members_hold_place(struct ts_members *m, struct ts_member *e, int64_t now_ms,
+                        const char *why)
+{
+    if (!grace_holds(m, e))
+        return false;
+    if (e->away_ms)   /* away already: the grace runs from the first time, not again */
+        return now_ms - e->away_ms <= (int64_t)m->cfg.shard_grace_ms;
+    e->away_ms = now_ms ? now_ms : 1;   /* 0 means not away */
+    m->shard_aways++;
+    ts_log(TS_WARN, "master", "shard %u (%s): %s: away; its place on the ring is kept for %u "
+           "ms for a process restarted on its redo log", e->id, e->addr, why,
+           m->cfg.shard_grace_ms);
+    members_lease_queue(m, e);   /* due again when the grace ends */
+    return true;
+}
+
+/* Declares dead the members whose lease ran out by now_ms, but for shards whose place the
+ * restart grace holds (marked away instead, and declared dead once it passed); returns how
+ * many were declared dead. mu held. */
 static int expire_due(struct ts_members *m, int64_t now_ms,
                       void (*dead)(void *ctx, uint32_t worker), void *ctx)
 {
     struct leaseq_entry x;
-    char why[160];
+    char why[240];
     int n = 0;
 
     while (leaseq_pop_due(&m->leases, now_ms, &x)) {
@@ -34,14 +64,21 @@ static int expire_due(struct ts_members *m, int64_t now_ms,
             members_lease_queue(m, e);               /* heard since, or in grace */
             continue;
         }
-        n++;
-        m->expired[e->kind == TS_MEMBER_WORKER]++;
-        if (members_first_lease(m, e))
+        if (e->away_ms)
+            snprintf(why, sizeof(why), "silent for %" PRId64 " ms and away for %" PRId64 " ms, "
+                     "past the restart grace of %u ms: no process came back on its redo log",
+                     now_ms - e->last_heartbeat_ms, now_ms - e->away_ms,
+                     m->cfg.shard_grace_ms);
+        else if (members_first_lease(m, e))
             snprintf(why, sizeof(why), "no heartbeat within %u ms of registering (the default "
                      "lease; it asked for %u ms)", m->cfg.default_lease_ms, e->lease_ms);
         else
             snprintf(why, sizeof(why), "silent for %" PRId64 " ms, past its %u ms lease",
                      now_ms - e->last_heartbeat_ms, e->lease_ms);
+        if (!e->away_ms && members_hold_place(m, e, now_ms, why))
+            continue;
+        n++;
+        m->expired[e->kind == TS_MEMBER_WORKER]++;
         members_declare_dead(m, e, why);
         if (e->kind == TS_MEMBER_WORKER && dead)
             dead(ctx, e->id);

@@ -154,11 +154,13 @@ bool members_first_lease(const struct ts_members *m, const struct ts_member *e)
     return e->kind == TS_MEMBER_WORKER && !e->heard && e->lease_ms > m->cfg.default_lease_ms;
 }
 
-/* The first time e may be declared dead: silent past its lease, and out of any grace. */
+/* The first time e may be declared dead: silent past its lease, and out of any grace; a
+ * shard away (members_lease.c), once its restart grace has passed. */
 int64_t members_lease_due(const struct ts_members *m, const struct ts_member *e)
 {
     uint32_t lease = members_first_lease(m, e) ? m->cfg.default_lease_ms : e->lease_ms;
-    int64_t due = e->last_heartbeat_ms + (int64_t)lease + 1;
+    int64_t due = e->away_ms ? e->away_ms + (int64_t)m->cfg.shard_grace_ms + 1
+                             : e->last_heartbeat_ms + (int64_t)lease + 1;
 
     return e->grace_until_ms > due ? e->grace_until_ms : due;
 }
@@ -182,6 +184,8 @@ void members_set_state(struct ts_members *m, struct ts_member *e, enum ts_member
     m->roster[e->kind == TS_MEMBER_WORKER].stale = true;
     if (s == TS_MEMBER_ALIVE)
         members_lease_queue(m, e);
+    else
+        e->away_ms = 0;   /* away is a state of alive shards alone */
 }
 
 void members_lease_queue_all(struct ts_members *m)

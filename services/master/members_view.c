@@ -62,6 +62,7 @@ static void view_head(struct ts_members *m, struct ts_members_view *v)
     v->ring_digest = ts_ring_digest(m->ring);
     v->default_lease_ms = m->cfg.default_lease_ms;
     v->shard_failures = m->shard_failures;
+    v->shard_aways = m->shard_aways;
     v->shard_expiries = m->expired[0];
     v->worker_expiries = m->expired[1];
     v->worker_beats = m->worker_beats;
@@ -125,6 +126,7 @@ static ts_status restore_table(struct table *t, const struct ts_member *v, size_
             e->last_heartbeat_ms = now_ms;
             e->grace_until_ms = now_ms + grace_ms;
             e->heard = true;   /* it was alive under the master that kept it */
+            e->away_ms = 0;    /* not kept: this master's leases decide again */
             e->lease_due_ms = 0;   /* queued by the caller, in this master's queue */
             st = members_index_add(t, e, err);
         }

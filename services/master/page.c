@@ -162,7 +162,11 @@ static void members_json(struct ts_json *j, struct master *m, const struct ts_me
         ts_json_obj(j, NULL);
         ts_json_uint(j, "id", s->id);
         ts_json_str(j, "addr", s->addr);
-        ts_json_str(j, "state", s->joining ? "joining" : ts_member_state_name(s->state));
+        ts_json_str(j, "state", s->joining ? "joining"
+                                : s->state == TS_MEMBER_ALIVE && s->away_ms ? "away"
+                                : ts_member_state_name(s->state));
+        if (s->state == TS_MEMBER_ALIVE && s->away_ms)
+            ts_json_num(j, "away_s", (double)(now - s->away_ms) / 1000.0);
         ts_json_uint(j, "lease_ms", s->lease_ms);
         ts_json_num(j, "heartbeat_s_ago", (double)(now - s->last_heartbeat_ms) / 1000.0);
         ts_json_uint(j, "restarts", s->restarts);

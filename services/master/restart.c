@@ -70,6 +70,7 @@ static void shard_of(const Tessera__V1__ShardInfo *i, struct ts_member *e)
     snprintf(e->death, sizeof(e->death), "%s", i->death);
     e->joining = i->joining;
     e->restarts = i->restarts;
+    e->redo_log = i->redo_log;   /* away is not kept: a restarted master's leases decide */
     snprintf(e->identity, sizeof(e->identity), "%s", i->identity);
     for (size_t k = 0; k < i->n_data_planes && k < TS_MEMBERS_MAX_ENDPOINTS; k++) {
         struct ts_endpoint *d = &e->endpoints[e->nendpoints++];
@@ -276,8 +277,10 @@ static Tessera__V1__MasterState *build(struct master *m, struct ts_rpc_call *cal
     ms->n_shards = v.nshards;
     ms->workers = master_worker_infos(call, &v, 0);
     ms->n_workers = v.nworkers;
-    for (size_t i = 0; i < v.nshards; i++)   /* only what a heartbeat does not change */
+    for (size_t i = 0; i < v.nshards; i++) {   /* only what a heartbeat does not change */
         ms->shards[i]->last_heartbeat_ms_ago = 0;
+        ms->shards[i]->away_ms_ago = 0;
+    }
     for (size_t i = 0; i < v.nworkers; i++) {
         Tessera__V1__WorkerInfo *w = ms->workers[i];
         w->last_heartbeat_ms_ago = 0;

@@ -76,7 +76,8 @@ static ts_status register_shard(struct ts_rpc_call *call, const ProtobufCMessage
     cred.restarts = req->restarts;
     if ((st = master_admit_shard(m, req, &cred, err)) ||
         (st = ts_members_register_shard(m->members, req->addr, req->instance, req->lease_ms, ep,
-                                        n, ts_now_ms(), &g, &cred, err)))
+                                        n, req->redo_log, req->resumed, ts_now_ms(), &g, &cred,
+                                        err)))
         return st;
     resp->shard_id = g.id;
     resp->epoch = g.epoch;
@@ -605,7 +606,9 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
     Tessera__V1__ReportUnreachableResponse *resp = (void *)rs;
     struct master *m = ts_rpc_ctx(call);
     char addr[TS_MEMBERS_MAX_ADDR + 1], instance[TS_MEMBERS_MAX_INSTANCE + 1], seen[160];
-    char why[200];
+    char why[200], away[320];
+    const char *verdict = seen;
+    int64_t left_ms = 0;
     bool alive = false;
     ts_status st;
 
@@ -659,15 +662,24 @@ static ts_status report_unreachable(struct ts_rpc_call *call, const ProtobufCMes
     } else if (ts_tcp_refused(addr, REPORT_PROBE_MS, seen, sizeof(seen))) {
         snprintf(why, sizeof(why), "reported unreachable by %.60s, and %.120s",
                  req->reporter[0] ? req->reporter : "a member", seen);
-        ts_members_declare_dead(m->members, TS_MEMBER_SHARD, req->shard_id, instance, why);
-        alive = false;
+        /* A shard that keeps a redo log may be held away instead (the restart grace): the
+         * reporter then waits for it, or for the map without it once the grace ends. */
+        if (ts_members_shard_gone(m->members, req->shard_id, instance, why, ts_now_ms(),
+                                  &left_ms) == TS_GONE_AWAY) {
+            snprintf(away, sizeof(away), "away: shard %u keeps a redo log; its place is held "
+                     "for %lld ms more (--shard-restart-grace); %s", req->shard_id,
+                     (long long)left_ms, seen);
+            verdict = away;
+        } else {
+            alive = false;
+        }
     } else {
         ts_log(TS_INFO, "master", "shard %u reported unreachable by %s (%s), but %s: kept",
                req->shard_id, req->reporter[0] ? req->reporter : "a member", req->detail, seen);
     }
     resp->dead = !alive;
     resp->epoch = ts_members_epoch(m->members);
-    resp->verdict = ts_rpc_strdup(call, seen);
+    resp->verdict = ts_rpc_strdup(call, verdict);
     return TS_OK;
 }
 

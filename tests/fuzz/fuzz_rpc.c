@@ -54,8 +54,8 @@ static struct ts_members *members_new(void)
 
     /* One shard (id 1) and one worker (id 1) to heartbeat and deregister. */
     if (ts_members_create(NULL, &m, &err) ||
-        ts_members_register_shard(m, "127.0.0.1:7000", "shard-a", 0, NULL, 0, NOW_MS, &g, NULL,
-                                  &err) ||
+        ts_members_register_shard(m, "127.0.0.1:7000", "shard-a", 0, NULL, 0, false, false,
+                                  NOW_MS, &g, NULL, &err) ||
         ts_members_register_worker(m, "127.0.0.1", 1, "", "", "worker-a", 0, NOW_MS, &g, NULL,
                                    &err))
         abort();
@@ -92,11 +92,12 @@ static void register_shard(const Tessera__V1__RegisterShardRequest *req)
             memcpy(ep[i].addr, d->address.data, d->address.len);
     }
     m = members_new();
-    st = ts_members_register_shard(m, req->addr, req->instance, req->lease_ms, ep, n, NOW_MS,
-                                   &g, NULL, &err);
+    st = ts_members_register_shard(m, req->addr, req->instance, req->lease_ms, ep, n,
+                                   req->redo_log, req->resumed, NOW_MS, &g, NULL, &err);
     refused_ok(st, &err);
     if (!st && (ts_members_register_shard(m, req->addr, req->instance, req->lease_ms, ep, n,
-                                          NOW_MS, &again, NULL, &err) || again.id != g.id))
+                                          req->redo_log, req->resumed, NOW_MS, &again, NULL,
+                                          &err) || again.id != g.id))
         abort();
     ts_members_free(m);
 }

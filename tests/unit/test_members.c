@@ -22,8 +22,8 @@ static struct ts_members *mk(uint32_t lease)
 static uint32_t add_shard(struct ts_members *m, const char *addr, const char *inst, int64_t now)
 {
     struct ts_member_grant g;
-    assert_int_equal(ts_members_register_shard(m, addr, inst, 0, NULL, 0, now, &g, NULL, NULL),
-                     TS_OK);
+    assert_int_equal(ts_members_register_shard(m, addr, inst, 0, NULL, 0, false, false, now, &g,
+                                               NULL, NULL), TS_OK);
     return g.id;
 }
 
@@ -151,7 +151,8 @@ static void register_validates_each_field(void **state)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct ts_err e = { 0 };
         assert_einval(ts_members_register_shard(m, bad[i].addr, bad[i].inst, bad[i].lease, NULL,
-                                                0, 0, &g, NULL, &e), &e, bad[i].field);
+                                                0, false, false, 0, &g, NULL, &e), &e,
+                      bad[i].field);
     }
     struct ts_err e = { 0 };
     assert_einval(ts_members_register_worker(m, "", 1, "", NULL, "w", 0, 0, &g, NULL, &e), &e,
@@ -179,8 +180,8 @@ static void register_is_idempotent_per_instance(void **state)
     uint64_t epoch = ts_members_epoch(m);
 
     assert_int_equal(
-        ts_members_register_shard(m, "127.0.0.1:7101", "i1", 0, NULL, 0, 10, &g, NULL, NULL),
-        TS_OK);
+        ts_members_register_shard(m, "127.0.0.1:7101", "i1", 0, NULL, 0, false, false, 10, &g,
+                                  NULL, NULL), TS_OK);
     assert_int_equal(g.id, a);
     assert_int_equal(ts_members_epoch(m), epoch);
     assert_int_equal(add_shard(m, "127.0.0.1:7102", "i2", 20), a + 1);
@@ -219,8 +220,8 @@ static void lease_expiry_marks_dead_and_moves_epoch(void **state)
     ts_members_view_free(&v);
 
     /* The dead member comes back with the same instance: same id, alive, new epoch. */
-    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, NULL, 0, 1100, &g, NULL, NULL),
-                     TS_OK);
+    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, NULL, 0, false, false, 1100, &g,
+                                               NULL, NULL), TS_OK);
     assert_int_equal(g.id, a);
     assert_int_equal(g.epoch, epoch + 2);
     ts_members_free(m);
@@ -393,8 +394,8 @@ static void first_heartbeat_within_the_default_lease(void **state)
     assert_int_equal(ts_members_register_worker(m, "h", 2, "", NULL, "beats", 600000, 0, &g,
                                                 NULL, NULL), TS_OK);
     beats = g.id;
-    assert_int_equal(ts_members_register_shard(m, "h:1", "s", 600000, NULL, 0, 0, &g, NULL,
-                                               NULL), TS_OK);
+    assert_int_equal(ts_members_register_shard(m, "h:1", "s", 600000, NULL, 0, false, false, 0,
+                                               &g, NULL, NULL), TS_OK);
     shard = g.id;
     assert_int_equal(ts_members_heartbeat(m, TS_MEMBER_WORKER, beats, 0, 0, 500, &g, NULL, NULL),
                      TS_OK);
@@ -770,8 +771,8 @@ static void secret_guards_the_registration(void **state)
 
     memset(own.secret_sha256, 0xa5, sizeof(own.secret_sha256));
     memset(other.secret_sha256, 0x5a, sizeof(other.secret_sha256));
-    assert_int_equal(ts_members_register_shard(m, "h:1", "s1", 0, NULL, 0, 0, &g, &own, NULL),
-                     TS_OK);
+    assert_int_equal(ts_members_register_shard(m, "h:1", "s1", 0, NULL, 0, false, false, 0, &g,
+                                               &own, NULL), TS_OK);
     uint32_t s = g.id;
     assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "w1", 0, 0, &g, &own, NULL),
                      TS_OK);
@@ -790,8 +791,8 @@ static void secret_guards_the_registration(void **state)
         assert_int_equal(ts_members_deregister(m, TS_MEMBER_WORKER, w, "x", &epoch, who[i].cred,
                                                &e), who[i].want);
         e = (struct ts_err){ 0 };
-        assert_int_equal(ts_members_register_shard(m, "h:1", "s1", 0, NULL, 0, 900, &g,
-                                                   who[i].cred, &e), who[i].want);
+        assert_int_equal(ts_members_register_shard(m, "h:1", "s1", 0, NULL, 0, false, false,
+                                                   900, &g, who[i].cred, &e), who[i].want);
         e = (struct ts_err){ 0 };
         assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "w1", 0, 900, &g,
                                                     who[i].cred, &e), who[i].want);
@@ -842,8 +843,8 @@ static void one_alive_shard_per_identity(void **state)
     snprintf(s0.identity, sizeof(s0.identity), "shard/0");
     snprintf(s1.identity, sizeof(s1.identity), "shard/1");
     snprintf(w.identity, sizeof(w.identity), "worker/*");
-    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, NULL, 0, 0, &g, &s0, NULL),
-                     TS_OK);
+    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, NULL, 0, false, false, 0, &g,
+                                               &s0, NULL), TS_OK);
     id = g.id;
     epoch = ts_members_epoch(m);
     assert_true(ts_members_shard_holding(m, "shard/0", "b", &held, addr, holder));
@@ -854,21 +855,21 @@ static void one_alive_shard_per_identity(void **state)
     assert_false(ts_members_shard_holding(m, "shard/1", "b", &held, addr, holder));
     assert_false(ts_members_shard_holding(m, "", "b", &held, addr, holder));
     /* another process with the same certificate, at another address: refused */
-    assert_int_equal(ts_members_register_shard(m, "h:2", "b", 0, NULL, 0, 10, &g, &s0, &e),
-                     TS_EPERM);
+    assert_int_equal(ts_members_register_shard(m, "h:2", "b", 0, NULL, 0, false, false, 10, &g,
+                                               &s0, &e), TS_EPERM);
     assert_non_null(strstr(e.msg, "identity: shard/0"));
     /* the same instance showing another member's certificate: refused */
     s1.has_secret = true;
     memcpy(s1.secret_sha256, s0.secret_sha256, sizeof(s1.secret_sha256));
     e = (struct ts_err){ 0 };
-    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, NULL, 0, 10, &g, &s1, &e),
-                     TS_EPERM);
+    assert_int_equal(ts_members_register_shard(m, "h:1", "a", 0, NULL, 0, false, false, 10, &g,
+                                               &s1, &e), TS_EPERM);
     assert_non_null(strstr(e.msg, "identity"));
     assert_int_equal(ts_members_epoch(m), epoch);
     /* once the holder is dead, a new process takes the identity */
     assert_true(ts_members_declare_dead(m, TS_MEMBER_SHARD, id, "a", "gone"));
-    assert_int_equal(ts_members_register_shard(m, "h:2", "b", 0, NULL, 0, 20, &g, &s0, NULL),
-                     TS_OK);
+    assert_int_equal(ts_members_register_shard(m, "h:2", "b", 0, NULL, 0, false, false, 20, &g,
+                                               &s0, NULL), TS_OK);
     assert_int_not_equal(g.id, id);
     /* workers of one certificate are many */
     assert_int_equal(ts_members_register_worker(m, "h", 1, "", NULL, "w1", 0, 0, &g, &w, NULL),

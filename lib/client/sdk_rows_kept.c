@@ -95,7 +95,7 @@ ts_status sdk_rows_resend(struct tessera *t, struct ts_err *err)
         }
     }
     if (sent)
-        ts_log(TS_INFO, "sdk", "sent again the last push of %zu table slot(s) (step %" PRIu64
+        ts_log(TS_WARN, "sdk", "sent again the last push of %zu table slot(s) (step %" PRIu64
                "), flagged a retry: a shard that came back from its redo log sums what it did "
                "not apply, the others acknowledge it unchanged", sent, step);
     return TS_OK;

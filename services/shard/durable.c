@@ -33,6 +33,7 @@ struct shard_durable {
     bool stop;
     pthread_t thread;
     uint64_t checkpoints, failures;   /* under mu */
+    int64_t resumed_ms;               /* shard_durable_resumed's; -1: not */
 };
 
 static void *checkpointer(void *arg)
@@ -214,6 +215,7 @@ ts_status shard_durable_open(const char *dir, bool keep, const char *why,
         free(d);
         return st;
     }
+    d->resumed_ms = -1;
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->wake, NULL);
     if ((e = pthread_create(&d->thread, NULL, checkpointer, d))) {
@@ -231,6 +233,11 @@ ts_status shard_durable_open(const char *dir, bool keep, const char *why,
 struct ts_redo *shard_durable_redo(struct shard_durable *d)
 {
     return d->redo;
+}
+
+void shard_durable_resumed(struct shard_durable *d, int64_t ms)
+{
+    d->resumed_ms = ms;   /* before any thread reads it: the shard serves nothing yet */
 }
 
 void shard_durable_close(struct shard_durable *d)
@@ -507,4 +514,5 @@ void shard_durable_stats(struct shard_durable *d, struct shard_durable_stats *ou
     out->checkpoints = d->checkpoints;
     out->checkpoint_failures = d->failures;
     pthread_mutex_unlock(&d->mu);
+    out->resumed_ms = d->resumed_ms;
 }

@@ -59,8 +59,9 @@ ts_status shard_durable_start(struct shard_params *sp, const char *dir, struct t
                               char *instance, size_t ilen,
                               uint8_t secret[TS_MEMBER_SECRET_LEN], bool *resumed,
                               struct ts_err *err) TS_MUST_CHECK;
-/* The log itself (durable_restore.c replays it). */
+/* The log itself (durable_restore.c replays it), and that the shard started from it in ms. */
 struct ts_redo *shard_durable_redo(struct shard_durable *d);
+void shard_durable_resumed(struct shard_durable *d, int64_t ms);
 /* The shard's identity kept in dir/identity (0600): its instance (RegisterShardRequest.instance,
  * into instance[0..ilen)) and secret, read when a shard wrote them there before (*kept), else
  * drawn and written (synced). A shard restarted on the directory registers with the same two,
@@ -121,6 +122,7 @@ struct shard_durable_stats {
     struct ts_redo_stats redo;
     uint64_t checkpoints;
     uint64_t checkpoint_failures;
+    int64_t resumed_ms;   /* how long the start from the log took; -1: it did not */
 };
 void shard_durable_stats(struct shard_durable *d, struct shard_durable_stats *out);
 

@@ -187,10 +187,12 @@ static ts_status restore(struct shard_params *sp, struct ts_cluster *cl, uint32_
         tables += rp.tables[i].t != NULL;
     if (!st)
         st = attach_all(sp, d, err);
-    if (!st)
+    if (!st) {
+        shard_durable_resumed(d, ts_now_ms() - began);
         ts_log(TS_INFO, "shard", "started from its redo log as shard %u: %zu tables, %zu "
                "tensors (%" PRIu64 " records, %" PRIu64 " bytes) in %" PRId64 " ms", me, tables,
                tensors, got.records, got.bytes, ts_now_ms() - began);
+    }
 out:
     sp->durable = d;
     durable_replay_free(&rp);

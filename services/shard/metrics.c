@@ -22,7 +22,7 @@ static struct {
     struct ts_metric_family *ttl_steps, *ttl_seconds, *expired, *prefetched, *prefetch_used, *prefetch_unused;
     struct ts_metric_family *budget_used, *budget_limit;
     struct ts_metric_family *redo_bytes, *redo_records, *redo_syncs, *redo_checkpoints,
-        *redo_failing;
+        *redo_failing, *redo_resumed;
 } fam;
 
 /* One table's series (docs/embeddings.md), read at the scrape. */
@@ -91,6 +91,7 @@ static void collect(void *arg)
         ts_counter_set(ts_metric_one(fam.redo_syncs, NULL), d.redo.syncs);
         ts_counter_set(ts_metric_one(fam.redo_checkpoints, NULL), d.checkpoints);
         ts_gauge_set(ts_metric_one(fam.redo_failing, NULL), d.redo.failure[0] ? 1 : 0);
+        ts_gauge_set(ts_metric_one(fam.redo_resumed, NULL), d.resumed_ms >= 0 ? 1 : 0);
     }
     if (s->dp.n) {
         uint64_t n[DP_REFUSED_N];
@@ -249,6 +250,10 @@ void shard_metrics_init(struct shard *s)
     fam.redo_failing = ts_metrics_family("tessera_shard_redo_failing", "1 while the redo log's "
                                          "disk refuses its writes (pulls wait; the shard's log "
                                          "says why), else 0", TS_METRIC_GAUGE, NULL, NULL, 0);
+    fam.redo_resumed = ts_metrics_family("tessera_shard_redo_resumed", "1: this process "
+                                         "started from its redo log as the member it was (the "
+                                         "master held its place), else 0", TS_METRIC_GAUGE,
+                                         NULL, NULL, 0);
     ts_metrics_collector(collect, s);
 }
 

@@ -14,9 +14,11 @@ and `tessera-shard --replay DIR --json` reading what the killed shard left. Chec
   workers' clocks in `tessera status` read before the kill), and each table in it, and the
   dense tensors, equal the same after as many steps of `tessera train --local`: nothing a
   worker saw is lost, and nothing in the log is other than what training made;
-- a shard started again on the killed one's directory is the same member (its id, at its
-  new address: the instance and secret kept in DIR/identity), sets the log aside whole in
-  DIR/previous (it does not start from it yet) and logs afresh;
+- a shard started again on the killed one's directory once the master dropped it (no restart
+  grace) is the same member (its id, at its new address: the instance and secret kept in
+  DIR/identity), sets the log aside whole in DIR/previous and logs afresh;
+- with the grace (RedoRestart): a shard killed mid-run and respawned starts from its log as
+  the same member, and the job ends on the uninterrupted fingerprint with no rollback;
 - a second shard on the same --redo-dir is refused, naming the directory; an ssp job's table
   is refused on a shard with --redo-dir, naming the redo log (its steps are not logged).
 """
@@ -52,7 +54,9 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.c = tl.Cluster()
-        cls.master = cls.c.start_master()
+        # No restart grace: a killed shard leaves the map at once, as one without a log does
+        # (RedoRestart, below, has the grace).
+        cls.master = cls.c.start_master(extra=["--shard-restart-grace", "0"])
 
     def shard(self, name, extra=(), redo=None):
         redo = redo or os.path.join(self.c.dir, name)
@@ -150,9 +154,10 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
             if versions[0] == step:
                 self.assertEqual(dense["dense_sha256"], want["dense_sha256"],
                                  "the dense tensors at step %d" % step)
-        # A shard started again on the directory does not start from the log (not built):
-        # it sets the log aside in DIR/previous, whole, and begins an empty one. It is the
-        # same member: its instance and secret kept in DIR/identity, its id comes back.
+        # A shard started again on the directory after the master dropped it (no grace here)
+        # does not start from the log: it sets the log aside in DIR/previous, whole, and
+        # begins an empty one. It is the same member: its instance and secret kept in
+        # DIR/identity, its id comes back.
         again, _ = self.shard("redo-b-again", redo=redo)
         back = [s for s in tl.status_json(self.master.addr)["shards"] if s["state"] == "alive"]
         self.assertEqual([(s["id"], s["addr"]) for s in back], [(sid, again.addr)], back)
@@ -195,20 +200,20 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
         self.assertEqual(shard.stop(), 0)   # SIGTERM: it leaves the map itself
 
 
-class RedoRollback(tl.ClusterCase, unittest.TestCase):
+class RedoRestart(tl.ClusterCase, unittest.TestCase):
     """`tessera up --shards 2 --replicas 1 --redo-dir R --respawn --store S --snapshot-every 10`:
-    a shard killed with SIGKILL after step 25 of 80; the job goes back to its last snapshot
-    (the rows and partitions it held are gone: no copies, and a shard does not start from its
-    log yet), the respawned shard joins over its directory as the same member (its id back;
-    the killed one's log set aside),
-    and the job ends on the --local fingerprint. Then, the cluster stopped, each shard's log
-    holds its part at step 80: every table on both, each dense tensor on one."""
+    a shard killed with SIGKILL after step 25 of 80, with no copies of what it held. The master
+    holds its place on the ring (the restart grace, its default 30 s); the respawned process
+    starts from its log as the same member at its new port; the workers wait for it, send their
+    tables' last pushes and the step again, and the job ends on the --local fingerprint with no
+    rollback: nothing the shard acknowledged is lost. Then, the cluster stopped, each shard's
+    log holds its part at step 80: every table on both, each dense tensor on one."""
 
     @classmethod
     def setUpClass(cls):
         cls.c = tl.Cluster()
 
-    def test_rollback_and_respawn_over_the_log(self):
+    def test_kill_and_restart_from_the_log(self):
         c = self.c
         redo = os.path.join(c.dir, "redo")
         up, addr = c.tessera_up(["--insecure", "--shards", "2", "--replicas", "1", "--respawn",
@@ -231,13 +236,22 @@ class RedoRollback(tl.ClusterCase, unittest.TestCase):
         tl.scan_for_sanitizer("tessera train", err)
         self.assertEqual(p.returncode, 0, err[-3000:])
         got = json.loads(out)
-        self.assertGreaterEqual(got["rollbacks"], 1, err[-3000:])
+        self.assertEqual(got["rollbacks"], 0, err[-3000:])
         want = json.loads(train(["--local"] + args).stdout)
         self.assertEqual(got["params_sha256"], want["params_sha256"], err[-3000:])
-        # the respawned process is the same member (DIR/identity): the ids are as they were
-        alive = sorted(s["id"] for s in tl.status_json(addr)["shards"] if s["state"] == "alive")
-        self.assertIn(victim["id"], alive)
-        self.assertEqual(len(alive), 2, alive)
+        self.assertEqual(got["table_sha256"], want["table_sha256"])
+        # the respawned process is the same member, back at its own address
+        shards = {s["id"]: s for s in tl.status_json(addr)["shards"] if s["state"] == "alive"}
+        self.assertEqual(len(shards), 2, shards)
+        self.assertIn(victim["id"], shards)
+        self.assertNotEqual(shards[victim["id"]]["pid"], victim["pid"])
+        self.assertIn("sent again the last push", err)   # the workers' resend
+        logs = [open(os.path.join(c.dir, "up", f), errors="replace").read()
+                for f in os.listdir(os.path.join(c.dir, "up")) if f.startswith("shard-")]
+        started = [line for text in logs for line in text.splitlines()
+                   if "started from its redo log" in line]
+        self.assertEqual(len(started), 1, started)
+        tl.log(started[0].split("shard: ", 1)[-1])
         up.signal(signal.SIGTERM)
         self.assertEqual(up.wait(60), 0)
         logs = [replay(os.path.join(redo, d)) for d in sorted(os.listdir(redo))]
@@ -250,8 +264,9 @@ class RedoRollback(tl.ClusterCase, unittest.TestCase):
                    if t["partitions_here"]]
         self.assertEqual(sorted(t["id"] for t in tensors), list(range(6)), tensors)
         self.assertEqual({t["version"] for t in tensors}, {80}, tensors)
-        self.assertTrue(os.path.isdir(os.path.join(redo, "shard-%d" % 0, "previous")) or
-                        os.path.isdir(os.path.join(redo, "shard-%d" % 1, "previous")))
+        # started from its log, not set aside
+        for d in sorted(os.listdir(redo)):
+            self.assertFalse(os.path.isdir(os.path.join(redo, d, "previous")), d)
 
 
 if __name__ == "__main__":

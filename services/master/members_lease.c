@@ -1,7 +1,8 @@
 /* members_lease.c - members declared dead when their lease runs out, in time order; a master
  * that did not run, or that hears no member at all, declares nobody dead for it; a shard that
- * keeps a redo log held away for the restart grace first; workers' leases renewed by the
- * shards that serve them. See members.h (ts_members_expire,
+ * keeps a redo log held away for the restart grace first, there and when it is reported gone
+ * (ts_members_shard_gone; ts_members_declare_dead for the other reports); workers' leases
+ * renewed by the shards that serve them. See members.h (ts_members_expire,
  * ts_members_vouched) and leaseq.h; the queue's entries are made in members_table.c.
  *
  * The reaper runs twenty times a lease (main.c). It used to scan every member each time:
@@ -11,6 +12,7 @@
  * lease for the deaf check only after one of them changed. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "members_internal.h"
 #include "util/log.h"
@@ -40,6 +42,52 @@ bool members_hold_place(struct ts_members *m, struct ts_member *e, int64_t now_m
            m->cfg.shard_grace_ms);
     members_lease_queue(m, e);   /* due again when the grace ends */
     return true;
+}
+
+bool ts_members_declare_dead(struct ts_members *m, enum ts_member_kind kind, uint32_t id,
+                             const char *instance, const char *why)
+{
+    struct ts_member *e;
+    bool done = false;
+
+    pthread_mutex_lock(&m->mu);
+    if ((e = members_find_id(members_table_of(m, kind), id)) && e->state == TS_MEMBER_ALIVE &&
+        (!instance || !strcmp(e->instance, instance))) {
+        members_declare_dead(m, e, why);
+        done = true;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return done;
+}
+
+enum ts_members_gone ts_members_shard_gone(struct ts_members *m, uint32_t id,
+                                           const char *instance, const char *why,
+                                           int64_t now_ms, int64_t *left_ms)
+{
+    enum ts_members_gone r = TS_GONE_NOT;
+    struct ts_member *e;
+    char past[TS_MEMBERS_MAX_REASON + 120];
+
+    pthread_mutex_lock(&m->mu);
+    if ((e = members_find_id(&m->shards, id)) && e->state == TS_MEMBER_ALIVE &&
+        (!instance || !strcmp(e->instance, instance))) {
+        if (members_hold_place(m, e, now_ms, why)) {
+            r = TS_GONE_AWAY;
+            if (left_ms)
+                *left_ms = e->away_ms + (int64_t)m->cfg.shard_grace_ms - now_ms;
+        } else {
+            if (e->away_ms) {   /* first, so that the death kept for status holds it */
+                snprintf(past, sizeof(past), "away for %" PRId64 " ms, past the restart grace "
+                         "of %u ms, and %.*s", now_ms - e->away_ms, m->cfg.shard_grace_ms,
+                         TS_MEMBERS_MAX_REASON, why);
+                why = past;
+            }
+            members_declare_dead(m, e, why);
+            r = TS_GONE_DEAD;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return r;
 }
 
 /* Declares dead the members whose lease ran out by now_ms, but for shards whose place the

@@ -1,7 +1,7 @@
 /* members_view.c - the membership table copied out and back in (members.h): views of it
  * (ts_members_view for GetShardMap, ts_members_view_page for a status listing a page of the
- * workers), and ts_members_restore, which fills a restarted master's empty table from the
- * view its state file kept. The table itself is members.c's; see members_internal.h.
+ * workers), ts_members_restore, which fills a restarted master's empty table from the
+ * view its state file kept, and a shard's address and registration looked up for a report. The table itself is members.c's; see members_internal.h.
  * Ownership: a view's shards and workers are malloc'd copies the caller frees with
  * ts_members_view_free; ts_members_restore copies what it takes from its view. */
 #include <pthread.h>
@@ -163,4 +163,40 @@ ts_status ts_members_restore(struct ts_members *m, const struct ts_members_view 
     }
     pthread_mutex_unlock(&m->mu);
     return st;
+}
+
+/* ---- lookups for a report (rpc.c, report_unreachable) ---- */
+
+ts_status ts_members_shard_addr(struct ts_members *m, uint32_t id,
+                                char addr[TS_MEMBERS_MAX_ADDR + 1],
+                                char instance[TS_MEMBERS_MAX_INSTANCE + 1], bool *alive,
+                                struct ts_err *err)
+{
+    struct ts_member *e;
+    ts_status st = TS_OK;
+
+    if (id == 0)
+        return ts_err_set(err, TS_EINVAL, "shard_id: required");
+    pthread_mutex_lock(&m->mu);
+    if (!(e = members_find_id(&m->shards, id))) {
+        st = ts_err_set(err, TS_ENOTFOUND, "shard_id: no shard %u is registered", id);
+    } else {
+        memcpy(addr, e->addr, sizeof(e->addr));
+        memcpy(instance, e->instance, sizeof(e->instance));
+        *alive = e->state == TS_MEMBER_ALIVE;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
+
+uint64_t ts_members_shard_registered(struct ts_members *m, uint32_t id)
+{
+    struct ts_member *e;
+    uint64_t epoch = 0;
+
+    pthread_mutex_lock(&m->mu);
+    if ((e = members_find_id(&m->shards, id)) && e->state == TS_MEMBER_ALIVE)
+        epoch = e->registered_epoch;
+    pthread_mutex_unlock(&m->mu);
+    return epoch;
 }

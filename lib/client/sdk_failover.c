@@ -285,7 +285,7 @@ ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_stat
         t->rec.retrying = true;
         /* The tables' last pushes first: a shard that came back from its redo log lacks the
          * sums of the step it had not applied (sdk_rows_kept.c). */
-        if (!(st = sdk_rows_resend(t, err)))
+        if (!t->rec.resend || !(st = t->rec.resend(t, err)))
             st = redo(t, ctx, err);
         t->rec.retrying = false;
     }

@@ -20,12 +20,12 @@
  *      hands, the step to go on from).
  *   4. Features of a step: options.c (the options' schema and rules), sdk_options.c (the
  *      options per tensor), sdk_combine.c (one push for several slots), sdk_clip.c (clipping
- *      by global norm).
+ *      by global norm), sdk_rows_kept.c (a table's pushes kept to be sent again).
  *   5. The public API: sdk_snapshot.c and sdk_launch.c (no cluster), sdk_step.c (push, pull,
  *      the step, the loss scale and the stats), sdk_overlap.c (a step in pieces),
  *      sdk_metrics.c (progress reports, a trainer's /metrics), sdk_rows.c (sparse tables:
- *      register, pull and push rows, their fingerprint), sdk.c (connect, register, buffers,
- *      audits, close).
+ *      register, pull and push rows), sdk_rows_scan.c (their fingerprint), sdk.c (connect,
+ *      register, buffers, audits, close).
  * The declarations below go by file. option_flags.c is outside libtessera (the options as
  * flags of tessera-worker and tessera train).
  * Ownership: a struct tessera owns its tensors (freed by tessera_close), each sdk_tensor its
@@ -194,6 +194,10 @@ struct sdk_recovery {
     /* The last shard map sdk_follow_epoch fetched (the heartbeat thread's alone): the next
      * one comes as a delta from it (ts_master_shard_map_update). Freed by tessera_close. */
     Tessera__V1__ShardMap *followed_map;
+    /* Sends again what a failover must before the failed call goes again: the tables' kept
+     * pushes (sdk_rows.c sets it at a table's registration; NULL: nothing). A hook, since
+     * recovery is below the tables. */
+    ts_status (*resend)(struct tessera *t, struct ts_err *err);
 };
 
 /* The waits for replies, sdk_wait.c's: tessera_set_interrupt's check, and whether a wait it
@@ -372,16 +376,24 @@ static inline size_t sdk_elem_bytes(const struct tessera *t)
     return t->comb.push_i64 ? sizeof(int64_t) : sdk_push_bytes(t);
 }
 
+/* What a failover sends again (sdk_fail_over, below; sdk_rows_recover). */
+typedef ts_status (*sdk_redo_fn)(struct tessera *t, void *ctx, struct ts_err *err);
+
 /* sdk_rows.c */
 /* Frees the tables of t (tessera_close). */
 void sdk_rows_free(struct tessera *t);
-/* Sends kept push k of table `table` again, flagged a retry, where the map still rings the
- * shards it was placed on; TS_ESTALE without sending where not (a shard died or joined: the
- * chains' copies, a join's move or a rollback decide what the rows are, and the failing call
- * goes again under the new map as before). */
-ts_status sdk_rows_push_again(struct tessera *t, int table, const struct sdk_kept *k,
-                              struct ts_err *err) TS_MUST_CHECK;
-
+/* Table handle id, and a batch that holds n rows (TS_EUNAVAIL: the map moved under its rows:
+ * sdk_rows_recover). */
+ts_status sdk_rows_table_for(struct tessera *t, int id, size_t n, struct sdk_table **out,
+                             struct ts_err *err) TS_MUST_CHECK;
+/* A table call that ended with st (sdk_rows.c's comment): a broken connection, a moved map
+ * (TS_EUNAVAIL, TS_ESTALE, TS_ECORRUPT) or a shard saying the job went back (TS_EROLLBACK).
+ * Where the rows may be placed on the new map (again: copies took over, or shards only
+ * joined) the call is sent again under it (sdk_fail_over, as a dense step's); where not, or
+ * where that ends in a rollback, this waits for the job to go back to its last snapshot and
+ * says TS_EROLLBACK. Anything else, or a local run, is st as it is. */
+ts_status sdk_rows_recover(struct tessera *t, ts_status st, const char *what, uint64_t n,
+                           sdk_redo_fn again, void *ctx, struct ts_err *err) TS_MUST_CHECK;
 /* sdk_rows_kept.c: a table's last push kept until it is applied for sure, and sent again
  * after a failover (docs/embeddings.md, "Restarting from its own disk"). A BSP push is
  * acknowledged once it is summed, before its step applies: a shard that restarts from its
@@ -394,9 +406,16 @@ ts_status sdk_rows_keep(struct tessera *t, struct sdk_table *x, uint32_t slot, u
                         struct ts_err *err) TS_MUST_CHECK;
 /* A pull of x at version was answered: pushes of earlier steps are applied, and go. */
 void sdk_rows_pulled(struct sdk_table *x, uint64_t version);
-/* After a failover, before the failed call goes again (sdk_fail_over): every kept push sent
- * again, flagged a retry. */
-ts_status sdk_rows_resend(struct tessera *t, struct ts_err *err) TS_MUST_CHECK;
+/* After a failover, before the failed call goes again (sdk_fail_over, through
+ * t->rec.resend): every kept push of this generation given to send (sdk_rows.c: sent again,
+ * flagged a retry, where the map still rings the shards it was placed on; TS_ESTALE without
+ * sending where not, and then that table's kept pushes are dropped: the chains' copies, a
+ * join's move or a rollback decide what its rows are, and the failed call goes again under
+ * the new map as before). */
+typedef ts_status (*sdk_kept_send_fn)(struct tessera *t, int table, const struct sdk_kept *k,
+                                      struct ts_err *err);
+ts_status sdk_rows_resend(struct tessera *t, sdk_kept_send_fn send,
+                          struct ts_err *err) TS_MUST_CHECK;
 void sdk_rows_kept_free(struct sdk_table *x);
 
 /* sdk_conn.c */
@@ -635,7 +654,6 @@ ts_status sdk_follow_rollback(struct tessera *t, const char *what, uint64_t n,
  * new map redo(t, ctx, err) sends it again to the new heads, pushes flagged as retries
  * (counted once), as often as the map keeps changing (MAX_FAILOVERS); what and n name it in
  * logs. TS_EROLLBACK if the job went back to a snapshot meanwhile. */
-typedef ts_status (*sdk_redo_fn)(struct tessera *t, void *ctx, struct ts_err *err);
 ts_status sdk_fail_over(struct tessera *t, const char *what, uint64_t n, ts_status st,
                         sdk_redo_fn redo, void *ctx, struct ts_err *err) TS_MUST_CHECK;
 /* sdk_pull_all at `step`, failing over (sdk_fail_over) while the map moves under it: a shard

@@ -20,7 +20,8 @@
  * A push places, sorts and merges the batch's ids per shard and sends every shard its part
  * (an empty one where none of its rows was used: BSP counts every rank's push); a pull sends
  * each shard its unique ids only and scatters the rows back to the batch's positions. A
- * fingerprint pages through every shard's rows in ascending id and merges them.
+ * fingerprint pages through every shard's rows in ascending id and merges them
+ * (sdk_rows_scan.c).
  * A local run keeps each table in one lib/table store in this process, with no budget. */
 #include "sdk_internal.h"
 
@@ -36,8 +37,8 @@
 #include "util/log.h"
 #include "util/names.h"
 
-#define SCAN_PAGE_BYTES (8u << 20)   /* a fingerprint's page of rows from one shard */
-#define SCAN_PAGE_ROWS 4096
+
+static ts_status resend(struct tessera *t, struct ts_err *err);
 
 /* A refusal made with ts_err_set (st, its status) reported to the caller. */
 static int fail(struct tessera_error *e, const struct ts_err *err, ts_status st)
@@ -111,7 +112,7 @@ static bool may_resend(struct tessera *t, bool *joined)
 /* A rollback since the ring was made (the dense step's, sdk_step.c) placed the rows on the
  * ring of its map, and so did a join's move, or copies took over where shards died
  * (may_resend): take the ring of the map now. Else a map that moved is TS_EUNAVAIL:
- * rows_recover waits for the rollback it brings. */
+ * sdk_rows_recover waits for the rollback it brings. */
 static ts_status same_map(struct tessera *t, const struct sdk_table *x, struct ts_err *err)
 {
     uint64_t now;
@@ -238,12 +239,13 @@ int tessera_table_register(tessera *t, const struct tessera_table_spec *s, int *
     }
     *table = t->ntables;
     t->tables[t->ntables++] = x;
+    if (!t->local)
+        t->rec.resend = resend;   /* a failover sends the tables' kept pushes again */
     return sdk_ok(e);
 }
 
-/* Table handle id, and a batch that holds n rows. */
-static ts_status table_for(struct tessera *t, int id, size_t n, struct sdk_table **out,
-                           struct ts_err *err)
+ts_status sdk_rows_table_for(struct tessera *t, int id, size_t n, struct sdk_table **out,
+                             struct ts_err *err)
 {
     struct sdk_table *x;
     ts_status st;
@@ -460,8 +462,9 @@ static bool same_ring(struct tessera *t)
     return true;
 }
 
-ts_status sdk_rows_push_again(struct tessera *t, int table, const struct sdk_kept *k,
-                              struct ts_err *err)
+/* Kept push k of table `table` sent again, flagged a retry (sdk_rows_resend's send). */
+static ts_status push_again(struct tessera *t, int table, const struct sdk_kept *k,
+                            struct ts_err *err)
 {
     struct rows_call c = { .table = table, .x = t->tables[table], .slot = k->slot,
                            .step = k->step, .n = k->n, .ids = k->ids, .grads = k->grads };
@@ -473,6 +476,11 @@ ts_status sdk_rows_push_again(struct tessera *t, int table, const struct sdk_kep
     if ((st = place(t, &c, err)))
         return st;
     return push_placed(t, &c, err);
+}
+
+static ts_status resend(struct tessera *t, struct ts_err *err)
+{
+    return sdk_rows_resend(t, push_again, err);
 }
 
 /* A failover's resend (sdk_fail_over): the rows placed on the new map's ring (may_resend);
@@ -502,14 +510,8 @@ static ts_status redo(struct tessera *t, void *ctx, struct ts_err *err)
     return st;
 }
 
-/* A table call that ended with st (the file's comment): a broken connection, a moved map
- * (TS_EUNAVAIL, TS_ESTALE, TS_ECORRUPT) or a shard saying the job went back (TS_EROLLBACK).
- * Where the rows may be placed on the new map (redo: copies took over, or shards only
- * joined) the call is sent again under it (sdk_fail_over, as a dense step's); where not, or
- * where that ends in a rollback, this waits for the job to go back to its last snapshot and
- * says TS_EROLLBACK. Anything else, or a local run, is st as it is. */
-static ts_status rows_recover(struct tessera *t, ts_status st, const char *what, uint64_t n,
-                              sdk_redo_fn again, void *ctx, struct ts_err *err)
+ts_status sdk_rows_recover(struct tessera *t, ts_status st, const char *what, uint64_t n,
+                           sdk_redo_fn again, void *ctx, struct ts_err *err)
 {
     uint64_t back = 0;
 
@@ -588,8 +590,8 @@ int tessera_push_rows_slot(tessera *t, int table, uint64_t step, uint32_t slot, 
                                         ? "a slot of the job (below its workers)"
                                         : "this worker's rank (slots change hands in elastic "
                                           "jobs only)"));
-    if ((st = table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
-        return fail(e, &err, rows_recover(t, st, "push of rows", step, NULL, NULL, &err));
+    if ((st = sdk_rows_table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
+        return fail(e, &err, sdk_rows_recover(t, st, "push of rows", step, NULL, NULL, &err));
     if (st || (st = place(t, &c, &err)))
         return sdk_fail(e, &err);
     if (t->local) {
@@ -606,7 +608,7 @@ int tessera_push_rows_slot(tessera *t, int table, uint64_t step, uint32_t slot, 
         return ts_table_push(c.x->local, &in, &applied, &err) ? sdk_fail(e, &err) : sdk_ok(e);
     }
     if ((st = push_placed(t, &c, &err)) &&
-        (st = rows_recover(t, st, "push of rows", step, redo, &c, &err)) != TS_EROLLBACK)
+        (st = sdk_rows_recover(t, st, "push of rows", step, redo, &c, &err)) != TS_EROLLBACK)
         ts_err_prefix(&err, "table '%s' step %" PRIu64, c.x->name, step);
     if (!st)
         st = sdk_rows_keep(t, c.x, slot, step, n, ids, grads, &err);
@@ -624,12 +626,12 @@ int tessera_pull_rows(tessera *t, int table, uint64_t version, size_t n, const u
 
     if (n && (!ids || !out))
         return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids and out are required (n %zu)", n));
-    if ((st = table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
-        return fail(e, &err, rows_recover(t, st, "pull of rows", version, NULL, NULL, &err));
+    if ((st = sdk_rows_table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
+        return fail(e, &err, sdk_rows_recover(t, st, "pull of rows", version, NULL, NULL, &err));
     if (st || (st = place(t, &c, &err)))
         return sdk_fail(e, &err);
     if ((st = pull_placed(t, &c, &err)) &&
-        (st = rows_recover(t, st, "pull of rows", version, redo, &c, &err)) != TS_EROLLBACK)
+        (st = sdk_rows_recover(t, st, "pull of rows", version, redo, &c, &err)) != TS_EROLLBACK)
         ts_err_prefix(&err, "table '%s' version %" PRIu64, c.x->name, version);
     if (!st)
         sdk_rows_pulled(c.x, version);
@@ -646,7 +648,7 @@ int tessera_prefetch_rows(tessera *t, int table, size_t n, const uint64_t *ids,
 
     if (n && !ids)
         return fail(e, &err, ts_err_set(&err, TS_EINVAL, "ids: required (n %zu)", n));
-    if (!n || (st = table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
+    if (!n || (st = sdk_rows_table_for(t, table, n, &c.x, &err)) == TS_EUNAVAIL)
         return sdk_ok(e);   /* a hint: the pull that comes later recovers */
     if (st || (st = place(t, &c, &err)))
         return sdk_fail(e, &err);
@@ -666,167 +668,4 @@ int tessera_prefetch_rows(tessera *t, int table, size_t n, const uint64_t *ids,
         ts_err_clear(&err);
     }
     return sdk_ok(e);
-}
-
-/* One shard's side of a fingerprint: a page of its rows (ids, then rows) and where the merge
- * is in it. */
-struct scan {
-    uint32_t slot;
-    uint8_t *page;
-    size_t k, at;             /* rows in the page, rows merged of it */
-    uint64_t total, got;      /* rows the shard listed, rows received */
-};
-
-/* Asks slot sc->slot for the next page of table id's rows (first: from the start, at
- * version) and reads it. */
-static ts_status scan_page(struct tessera *t, struct sdk_table *x, int id, uint64_t version,
-                           bool first, uint32_t page, struct scan *sc, struct ts_err *err)
-{
-    struct ts_frame_hdr h = { .type = TS_FRAME_ROWS_SCAN, .tensor = (uint32_t)id,
-                              .partition = page, .step = version,
-                              .flags = first ? TS_SCAN_FIRST : 0, .rank = t->rank };
-    struct reply_info ri = { .upto = true };
-    size_t row = sizeof(uint64_t) + x->dim * sizeof(float);
-    ts_status st;
-
-    if ((st = ts_frame_send(t->conns.shards[sc->slot].conn, &h, NULL, 0, err))) {
-        sdk_note_broken(t, sc->slot, st);
-        return st;
-    }
-    if ((st = sdk_read_reply(t, sc->slot, TS_FRAME_ROWS, (uint32_t)id, page, sc->page,
-                             page * row, &ri, err)))
-        return st;
-    if (ri.len % row || (first && ri.step > UINT64_MAX / 2))
-        return ts_err_set(err, TS_ECORRUPT, "shard %u: a scan page of %" PRIu64 " bytes for "
-                          "rows of %zu", t->conns.shards[sc->slot].id, ri.len, row);
-    if (first)
-        sc->total = ri.step;
-    sc->k = ri.len / row;
-    sc->at = 0;
-    sc->got += sc->k;
-    if (sc->got > sc->total || (!sc->k && sc->got < sc->total))
-        return ts_err_set(err, TS_ECORRUPT, "shard %u: a scan of %" PRIu64 " rows sent %" PRIu64,
-                          t->conns.shards[sc->slot].id, sc->total, sc->got);
-    return TS_OK;
-}
-
-static uint64_t scan_id(const struct scan *sc)
-{
-    uint64_t id;
-
-    memcpy(&id, sc->page + sc->at * sizeof(uint64_t), sizeof(id));
-    return id;
-}
-
-/* The merge of every shard's rows into the fingerprint (or only the count, f NULL). */
-static ts_status scan_all(struct tessera *t, struct sdk_table *x, int id, uint64_t version,
-                          char *hex, uint64_t *count, struct ts_err *err)
-{
-    size_t row = sizeof(uint64_t) + x->dim * sizeof(float), n = t->conns.nshards;
-    uint32_t page = (uint32_t)(SCAN_PAGE_BYTES / row);
-    struct scan *sc = calloc(n ? n : 1, sizeof(*sc));
-    struct ts_table_fp *f = NULL;
-    ts_status st = sc ? TS_OK : ts_err_set(err, TS_ENOMEM, "out of memory");
-
-    if (page > SCAN_PAGE_ROWS)
-        page = SCAN_PAGE_ROWS;
-    if (page < 1)
-        page = 1;
-    *count = 0;
-    for (size_t s = 0; !st && s < n; s++) {
-        sc[s].slot = (uint32_t)s;
-        if (!(sc[s].page = malloc(page * row)))
-            st = ts_err_set(err, TS_ENOMEM, "out of memory for a scan page");
-        if (!st)
-            st = scan_page(t, x, id, version, true, page, &sc[s], err);
-        *count += st ? 0 : sc[s].total;
-    }
-    if (!st && hex)
-        st = ts_table_fp_begin(x->name, x->dim, *count, &f, err);
-    while (!st && hex) {
-        size_t best = n;
-        for (size_t s = 0; s < n; s++)
-            if (sc[s].at < sc[s].k && (best == n || scan_id(&sc[s]) < scan_id(&sc[best])))
-                best = s;
-        if (best == n)
-            break;
-        struct scan *b = &sc[best];
-        float v[TS_TABLE_DIM_MAX];
-        memcpy(v, b->page + b->k * sizeof(uint64_t) + b->at * x->dim * sizeof(float),
-               x->dim * sizeof(float));
-        ts_table_fp_row(f, scan_id(b), v);
-        if (++b->at == b->k && b->got < b->total)
-            st = scan_page(t, x, id, version, false, page, b, err);
-    }
-    ts_table_fp_end(f, st ? NULL : hex);
-    for (size_t s = 0; sc && s < n; s++)
-        free(sc[s].page);
-    free(sc);
-    return st;
-}
-
-/* A fingerprint's scan, as a failover sends it again (sdk_fail_over): every shard of the new
- * map, whose stores serve the rows of a shard that died. */
-struct scan_call {
-    struct sdk_table *x;
-    int id;
-    uint64_t version;
-    char *hex;
-    uint64_t *count;
-};
-
-static ts_status rescan(struct tessera *t, void *ctx, struct ts_err *err)
-{
-    struct scan_call *c = ctx;
-
-    return scan_all(t, c->x, c->id, c->version, c->hex, c->count, err);
-}
-
-/* The fingerprint (hex) or the row count of table id at version. */
-static int fingerprint(tessera *t, int id, uint64_t version, char *hex, uint64_t *count,
-                       struct tessera_error *e)
-{
-    struct ts_err err = { 0 };
-    struct sdk_table *x;
-    ts_status st;
-
-    if ((st = table_for(t, id, 0, &x, &err)))
-        return sdk_fail(e, &err);
-    if (t->local) {
-        uint64_t *ids = NULL;
-        size_t n = 0;
-        /* ts_table_ids waits for the version as a pull would */
-        if (!(st = ts_table_ids(x->local, version, t->timeout_ms, &ids, &n, &err))) {
-            *count = n;
-            if (hex)
-                st = ts_table_sha256(&x->local, 1, hex, &err);
-        }
-        free(ids);
-    } else {
-        struct scan_call c = { x, id, version, hex, count };
-        if ((st = scan_all(t, x, id, version, hex, count, &err)))
-            st = rows_recover(t, st, "fingerprint of rows", version, rescan, &c, &err);
-    }
-    if (st && st != TS_EROLLBACK)
-        ts_err_prefix(&err, "table '%s' fingerprint", x->name);
-    return st ? sdk_fail(e, &err) : sdk_ok(e);
-}
-
-int tessera_table_sha256(tessera *t, int table, uint64_t version, char hex[65],
-                         struct tessera_error *e)
-{
-    uint64_t count;
-
-    return fingerprint(t, table, version, hex, &count, e);
-}
-
-int tessera_table_rows(tessera *t, int table, uint64_t version, uint64_t *rows,
-                       struct tessera_error *e)
-{
-    return fingerprint(t, table, version, NULL, rows, e);
-}
-
-uint64_t tessera_table_version(const tessera *t, int table)
-{
-    return table >= 0 && table < t->ntables ? t->tables[table]->version : 0;
 }

@@ -68,7 +68,7 @@ void sdk_rows_pulled(struct sdk_table *x, uint64_t version)
         x->nkept = 0;
 }
 
-ts_status sdk_rows_resend(struct tessera *t, struct ts_err *err)
+ts_status sdk_rows_resend(struct tessera *t, sdk_kept_send_fn send, struct ts_err *err)
 {
     size_t sent = 0;
     uint64_t step = 0;
@@ -79,7 +79,7 @@ ts_status sdk_rows_resend(struct tessera *t, struct ts_err *err)
         for (size_t k = 0; k < x->nkept; k++) {
             if (x->kept[k].generation != t->rec.followed)
                 continue;   /* the job went back since: the failing call finds that */
-            st = sdk_rows_push_again(t, i, &x->kept[k], err);
+            st = send(t, i, &x->kept[k], err);
             if (st == TS_ESTALE) {   /* another ring: not this worker's to send again */
                 memset(err, 0, sizeof(*err));
                 x->nkept = 0;

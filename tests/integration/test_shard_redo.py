@@ -201,13 +201,16 @@ class ShardRedo(tl.ClusterCase, unittest.TestCase):
 
 
 class RedoRestart(tl.ClusterCase, unittest.TestCase):
-    """`tessera up --shards 2 --replicas 1 --redo-dir R --respawn --store S --snapshot-every 10`:
-    a shard killed with SIGKILL after step 25 of 80, with no copies of what it held. The master
+    """`tessera up --shards 2 --replicas 1 --redo-dir R --respawn --store S --snapshot-every 10
+    --table-mem 64K --table-dir T`: a shard killed with SIGKILL after step 25 of 80, with no
+    copies of what it held, its rows mostly on its disk tier and more on their way. The master
     holds its place on the ring (the restart grace, its default 30 s); the respawned process
     starts from its log as the same member at its new port; the workers wait for it, send their
     tables' last pushes and the step again, and the job ends on the --local fingerprint with no
-    rollback: nothing the shard acknowledged is lost. Then, the cluster stopped, each shard's
-    log holds its part at step 80: every table on both, each dense tensor on one."""
+    rollback: nothing the shard acknowledged is lost (its tier, a cache each start empties, is
+    filled again from the log's rows as they go out of memory). Then, the cluster stopped,
+    each shard's log holds its part at step 80: every table on both, each dense tensor on
+    one."""
 
     @classmethod
     def setUpClass(cls):
@@ -218,7 +221,8 @@ class RedoRestart(tl.ClusterCase, unittest.TestCase):
         redo = os.path.join(c.dir, "redo")
         up, addr = c.tessera_up(["--insecure", "--shards", "2", "--replicas", "1", "--respawn",
                                  "--redo-dir", redo, "--store", os.path.join(c.dir, "store"),
-                                 "--snapshot-every", "10"])
+                                 "--snapshot-every", "10", "--table-mem", "64K",
+                                 "--table-dir", os.path.join(c.dir, "tier")])
         args = ["--steps", "80"] + CTR
         p = subprocess.Popen([os.path.join(tl.BIN, "tessera"), "train", "--master", addr,
                               "--workers", "2", "--job", "jr", "--slow", "0:60", "--keep"] +
@@ -240,11 +244,18 @@ class RedoRestart(tl.ClusterCase, unittest.TestCase):
         want = json.loads(train(["--local"] + args).stdout)
         self.assertEqual(got["params_sha256"], want["params_sha256"], err[-3000:])
         self.assertEqual(got["table_sha256"], want["table_sha256"])
-        # the respawned process is the same member, back at its own address
+        # the killed shard had written rows to its disk tier, and had more on their way
+        killed = [t["disk_tier"] for t in victim.get("table_list", []) if t["job"] == "jr"]
+        self.assertGreater(sum(d["written"] for d in killed), 0, killed)
+        # the respawned process is the same member, back at its own address, its rows again
+        # through its own tier
         shards = {s["id"]: s for s in tl.status_json(addr)["shards"] if s["state"] == "alive"}
         self.assertEqual(len(shards), 2, shards)
         self.assertIn(victim["id"], shards)
         self.assertNotEqual(shards[victim["id"]]["pid"], victim["pid"])
+        tables = [t for t in shards[victim["id"]].get("table_list", []) if t["job"] == "jr"]
+        self.assertEqual(len(tables), 8, shards[victim["id"]])
+        tl.assert_rows_went_through_disk(self, tables)
         self.assertIn("sent again the last push", err)   # the workers' resend
         logs = [open(os.path.join(c.dir, "up", f), errors="replace").read()
                 for f in os.listdir(os.path.join(c.dir, "up")) if f.startswith("shard-")]

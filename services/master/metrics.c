@@ -13,7 +13,7 @@
 static struct {
     struct ts_metric_family *epoch, *members, *failures, *expiries, *jobs, *rollbacks;
     struct ts_metric_family *step, *loss, *accuracy, *rate;
-    struct ts_metric_family *maps, *map_bytes, *renewals;
+    struct ts_metric_family *maps, *map_bytes, *renewals, *aways;
 } fam;
 
 /* job's progress gauges while it runs (or idles, kept); gone once it ended. */
@@ -61,6 +61,7 @@ static void collect(void *arg)
     if (!ts_members_view(m->members, false, &v, NULL)) {
         ts_gauge_set(ts_metric_one(fam.epoch, NULL), (double)v.epoch);
         ts_counter_set(ts_metric_one(fam.failures, NULL), v.shard_failures);
+        ts_counter_set(ts_metric_one(fam.aways, NULL), v.shard_aways);
         ts_counter_set(ts_metric_one(fam.expiries, "shard"), v.shard_expiries);
         ts_counter_set(ts_metric_one(fam.expiries, "worker"), v.worker_expiries);
         ts_counter_set(ts_metric_one(fam.renewals, "heartbeat"), v.worker_beats);
@@ -99,6 +100,9 @@ void master_metrics_init(struct master *m)
     fam.failures = ts_metrics_family("tessera_shard_failures_total", "shards declared dead "
                                      "(lease expired, or reported and found gone)",
                                      TS_METRIC_COUNTER, NULL, NULL, 0);
+    fam.aways = ts_metrics_family("tessera_shards_away_total", "shards that keep a redo log "
+                                  "marked away instead of dead, their place held for "
+                                  "--shard-restart-grace", TS_METRIC_COUNTER, NULL, NULL, 0);
     fam.expiries = ts_metrics_family("tessera_lease_expiries_total", "members declared dead "
                                      "because their lease ran out without a heartbeat, by kind",
                                      TS_METRIC_COUNTER, "kind", NULL, 0);

@@ -266,7 +266,8 @@ class Metrics(tl.ClusterCase, unittest.TestCase):
     def test_a_format_and_families(self):
         want = {self.base: ["tessera_map_epoch", "tessera_members", "tessera_jobs",
                             "tessera_rpc_requests_total", "tessera_rpc_duration_seconds",
-                            "tessera_shard_failures_total", "tessera_lease_expiries_total"],
+                            "tessera_shard_failures_total", "tessera_lease_expiries_total",
+                            "tessera_shards_away_total"],
                 self.base + 1: ["tessera_shard_push_seconds", "tessera_shard_pull_seconds",
                                 "tessera_shard_push_bytes_total", "tessera_shard_updates_total",
                                 "tessera_shard_partitions", "tessera_shard_promotions_total",
